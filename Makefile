@@ -1,0 +1,81 @@
+# Two commands on a fresh machine:
+#   make demo   runs the main demonstration
+#   make test   runs every test (CI runs exactly this through .ci/run)
+# Each installs what it needs first (project venv with libtorch, pinned cbindgen, Mono) and is
+# quick once installed. `make bench` runs the benchmarks.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := test
+
+ROOT := $(abspath .)
+VENV := $(ROOT)/.venv
+STAMPS := $(ROOT)/.stamps
+CBINDGEN_VERSION := 0.29.4
+export PATH := $(VENV)/bin:$(HOME)/.cargo/bin:$(PATH)
+export VIRTUAL_ENV := $(VENV)
+export LIBTORCH_USE_PYTORCH := 1
+
+LIB_DIR := $(ROOT)/target/debug
+CFLAGS_STRICT := -std=c11 -Wall -Wextra -Wpedantic -Werror -I$(ROOT)/include
+LINK := -L$(LIB_DIR) -ltensorref -Wl,-rpath,$(LIB_DIR) -lpthread
+
+.PHONY: demo test setup build gen header header-check test-rust test-c bench clean
+
+# ---------------------------------------------------------------- install
+setup: $(STAMPS)/venv $(STAMPS)/cbindgen-$(CBINDGEN_VERSION)
+
+$(STAMPS)/venv: requirements.txt
+	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements.txt
+	mkdir -p $(STAMPS) && touch $@
+
+$(STAMPS)/cbindgen-$(CBINDGEN_VERSION):
+	cbindgen --version 2>/dev/null | grep -qx 'cbindgen $(CBINDGEN_VERSION)' \
+	  || cargo install cbindgen --version $(CBINDGEN_VERSION) --locked
+	mkdir -p $(STAMPS) && touch $@
+
+# ---------------------------------------------------------------- build
+build: setup
+	cargo build --quiet
+
+# Regenerate the op wrappers and the header after changing src/ops/ops.def or src/ffi.
+gen: setup
+	python3 tools/gen_ops.py
+	cbindgen --quiet --config cbindgen.toml --output include/tensorref.h
+
+header-check: setup
+	python3 tools/gen_ops.py --check
+	cbindgen --quiet --config cbindgen.toml --output include/tensorref.h --verify \
+	  || { echo "include/tensorref.h is stale: run 'make gen' and commit it"; exit 1; }
+
+# ---------------------------------------------------------------- demo
+demo: setup
+	cargo run --quiet --release --example train_mlp
+
+# ---------------------------------------------------------------- tests
+test: setup header-check test-rust test-c
+	@echo "make test: all suites passed"
+
+test-rust: setup
+	cargo test --quiet
+
+# C tests: compiled against the committed header with warnings as errors, run, then run once
+# more under AddressSanitizer.
+test-c: build
+	mkdir -p build/c
+	for src in tests/c/*.c; do \
+	  name=$$(basename $$src .c); \
+	  cc $(CFLAGS_STRICT) -g $$src -o build/c/$$name $(LINK); \
+	  cc $(CFLAGS_STRICT) -g -fsanitize=address -fno-omit-frame-pointer $$src -o build/c/$$name-asan $(LINK); \
+	done
+	for t in build/c/*; do case $$t in *-asan) ;; *) echo "== $$t"; $$t;; esac; done
+	for t in build/c/*-asan; do echo "== $$t (AddressSanitizer)"; ASAN_OPTIONS=detect_leaks=0 $$t; done
+
+# ---------------------------------------------------------------- benchmarks
+bench: setup
+	cargo bench
+
+clean:
+	cargo clean
+	rm -rf build

@@ -1,0 +1,28 @@
+//! Makes every binary of this crate (the cdylib, tests, examples, benches) find libtorch at run
+//! time, and keeps libtorch_cuda linked so CUDA is usable where the wheel ships it.
+//! torch-sys publishes its library folder as DEP_TCH_LIBTORCH_LIB (its `links` key is `tch`).
+use std::path::Path;
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") else {
+        println!("cargo:warning=DEP_TCH_LIBTORCH_LIB is unset; binaries will need LD_LIBRARY_PATH");
+        println!("cargo:rustc-env=TR_LIBTORCH_VERSION=unknown");
+        return;
+    };
+    println!("cargo:rustc-env=TR_LIBTORCH_VERSION={}", libtorch_version(Path::new(&lib)));
+    println!("cargo:rustc-link-arg=-Wl,-rpath,{lib}");
+    if Path::new(&lib).join("libtorch_cuda.so").exists() {
+        // The linker would drop it as unneeded, and tch::Cuda::is_available() would then be false.
+        println!("cargo:rustc-link-arg=-Wl,--no-as-needed,-ltorch_cuda,--as-needed");
+    }
+}
+
+/// The version of the PyTorch wheel that provides libtorch (its `torch/version.py`, beside `lib`).
+fn libtorch_version(lib: &Path) -> String {
+    let text = std::fs::read_to_string(lib.join("../version.py")).unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("__version__ = "))
+        .map(|v| v.trim().trim_matches(['\'', '"']).to_string())
+        .unwrap_or_else(|| "unknown".into())
+}

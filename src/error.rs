@@ -1,0 +1,164 @@
+//! Errors: the one `Error` enum every fallible function returns, the `Status` codes the C ABI
+//! reports for them, and the mapping of libtorch's errors (which arrive as text) onto both.
+
+use std::ffi::CStr;
+use std::fmt;
+
+/// Result of every fallible libtensorref call.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong. Each variant maps to one [`Status`] code of the C ABI.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Error {
+    #[error("argument `{0}` is NULL")]
+    NullArg(&'static str),
+    #[error("invalid argument: {0}")]
+    InvalidArg(String),
+    #[error("buffer too small: {needed} elements needed, {given} given")]
+    BufferTooSmall { needed: usize, given: usize },
+    #[error("stale {kind} handle {id:#x}: it was released or its scope was disposed")]
+    StaleHandle { kind: HandleKind, id: u64 },
+    #[error("invalid {kind} handle {id:#x}: {why}")]
+    InvalidHandle { kind: HandleKind, id: u64, why: &'static str },
+    #[error("scope {0:#x} has been disposed")]
+    ScopeDisposed(u64),
+    #[error("shape mismatch: {0}")]
+    Shape(String),
+    #[error("dtype mismatch: {0}")]
+    Dtype(String),
+    #[error("device error: {0}")]
+    Device(String),
+    #[error("out of memory: {0}")]
+    OutOfMemory(String),
+    #[error("device budget too small: `{op}` needs {needed} bytes at once, the budget is {budget} bytes")]
+    BudgetTooSmall { op: String, needed: u64, budget: u64 },
+    #[error("libtorch: {0}")]
+    Torch(String),
+    #[error("panic inside libtensorref: {0}")]
+    Panic(String),
+}
+
+/// The two kinds of handle, named in handle errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandleKind {
+    Tensor,
+    Scope,
+}
+
+impl fmt::Display for HandleKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            HandleKind::Tensor => "tensor",
+            HandleKind::Scope => "scope",
+        })
+    }
+}
+
+/// Status codes of the C ABI (`tr_status`, an `int32_t`). Grouped by hundreds; a released code
+/// is never renumbered.
+#[repr(i32)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Success.
+    TR_OK = 0,
+    /// A required pointer argument was NULL.
+    TR_ERR_NULL_ARG = 100,
+    /// An argument was out of range or inconsistent (lengths, dtype codes, dimensions).
+    TR_ERR_INVALID_ARG = 101,
+    /// An output buffer was too small; the needed size was still reported.
+    TR_ERR_BUFFER_TOO_SMALL = 102,
+    /// The handle was released (or its scope disposed); also after its slot was reused.
+    TR_ERR_STALE_HANDLE = 200,
+    /// The value was never a handle of this kind (0, garbage, or a scope passed as a tensor).
+    TR_ERR_INVALID_HANDLE = 201,
+    /// The scope was disposed; only `tr_scope_dispose` accepts it (as a no-op).
+    TR_ERR_SCOPE_DISPOSED = 300,
+    /// Tensor shapes do not fit the operation.
+    TR_ERR_SHAPE = 400,
+    /// Tensor dtypes do not fit the operation.
+    TR_ERR_DTYPE = 401,
+    /// A device is unavailable or the tensors are on different devices.
+    TR_ERR_DEVICE = 500,
+    /// The allocator (host or device) ran out of memory.
+    TR_ERR_OUT_OF_MEMORY = 501,
+    /// The residency manager's device budget cannot hold one operation's working set.
+    TR_ERR_BUDGET_TOO_SMALL = 502,
+    /// Any other error reported by libtorch.
+    TR_ERR_TORCH = 600,
+    /// A bug: a panic was caught at the C boundary. The message says where.
+    TR_ERR_PANIC = 900,
+}
+
+impl Status {
+    /// Static English text for a status code; unknown codes get a generic text.
+    pub fn describe(code: i32) -> &'static CStr {
+        match code {
+            0 => c"ok",
+            100 => c"a required pointer argument was NULL",
+            101 => c"invalid argument",
+            102 => c"output buffer too small",
+            200 => c"stale handle (released, or its scope was disposed)",
+            201 => c"invalid handle (never a handle of this kind)",
+            300 => c"scope already disposed",
+            400 => c"shape mismatch",
+            401 => c"dtype mismatch",
+            500 => c"device error",
+            501 => c"out of memory",
+            502 => c"device budget too small for the operation",
+            600 => c"libtorch error",
+            900 => c"panic caught at the C boundary (a bug in libtensorref)",
+            _ => c"unknown status code",
+        }
+    }
+}
+
+impl Error {
+    /// The C status code for this error.
+    pub fn status(&self) -> Status {
+        use Status::*;
+        match self {
+            Error::NullArg(_) => TR_ERR_NULL_ARG,
+            Error::InvalidArg(_) => TR_ERR_INVALID_ARG,
+            Error::BufferTooSmall { .. } => TR_ERR_BUFFER_TOO_SMALL,
+            Error::StaleHandle { .. } => TR_ERR_STALE_HANDLE,
+            Error::InvalidHandle { .. } => TR_ERR_INVALID_HANDLE,
+            Error::ScopeDisposed(_) => TR_ERR_SCOPE_DISPOSED,
+            Error::Shape(_) => TR_ERR_SHAPE,
+            Error::Dtype(_) => TR_ERR_DTYPE,
+            Error::Device(_) => TR_ERR_DEVICE,
+            Error::OutOfMemory(_) => TR_ERR_OUT_OF_MEMORY,
+            Error::BudgetTooSmall { .. } => TR_ERR_BUDGET_TOO_SMALL,
+            Error::Torch(_) => TR_ERR_TORCH,
+            Error::Panic(_) => TR_ERR_PANIC,
+        }
+    }
+}
+
+/// libtorch reports every failure as a `c10::Error` whose type tch flattens into text, so the
+/// group is recovered from the message. Phrases come from ATen's checks; anything else stays
+/// `Torch`. Only the first line is kept: the rest is a C++ backtrace.
+impl From<tch::TchError> for Error {
+    fn from(e: tch::TchError) -> Self {
+        let text = match e {
+            tch::TchError::Torch(m) => m,
+            tch::TchError::Shape(m) => return Error::Shape(m),
+            tch::TchError::Kind(m) | tch::TchError::Convert(m) => return Error::Dtype(m),
+            other => return Error::Torch(other.to_string()),
+        };
+        let msg = text.lines().next().unwrap_or_default().trim().to_string();
+        let lower = msg.to_ascii_lowercase();
+        let has = |needles: &[&str]| needles.iter().any(|n| lower.contains(n));
+        if has(&["out of memory", "failed to allocate", "defaultcpuallocator: can't allocate"]) {
+            Error::OutOfMemory(msg)
+        } else if has(&["expected all tensors to be on the same device", "cuda", "device"]) {
+            Error::Device(msg)
+        } else if has(&["dtype", "scalar type", "result type", "expected scalar", "not implemented for"]) {
+            Error::Dtype(msg)
+        } else if has(&["size", "shape", "dimension", "dim ", "must match", "cannot be multiplied", "out of range", "invalid for input of size"]) {
+            Error::Shape(msg)
+        } else {
+            Error::Torch(msg)
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! The panic boundary, the calling thread's last error message, and checked conversions of
+//! the raw pointer arguments every C function receives.
+
+use super::handles::TrTensor;
+use crate::error::{Error, Result, Status};
+use crate::registry::TensorId;
+use std::cell::RefCell;
+use std::ffi::c_char;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+thread_local! {
+    static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// Runs an `extern "C"` body: maps its error to a status and records the message for
+/// `tr_last_error`; a panic becomes `TR_ERR_PANIC` and never unwinds into C.
+///
+/// `AssertUnwindSafe` is sound here: registry updates complete before anything that can panic,
+/// and the registry lock recovers from poisoning (see `registry::lock`).
+pub(crate) fn call(f: impl FnOnce() -> Result<()>) -> Status {
+    match run(f) {
+        Ok(()) => Status::TR_OK,
+        Err(e) => {
+            let status = e.status();
+            let _ = LAST_ERROR.try_with(|m| *m.borrow_mut() = e.to_string());
+            status
+        }
+    }
+}
+
+/// Like `call`, but leaves the last error message alone (for `tr_last_error` itself).
+fn call_quiet(f: impl FnOnce() -> Result<()>) -> Status {
+    run(f).map_or_else(|e| e.status(), |()| Status::TR_OK)
+}
+
+fn run(f: impl FnOnce() -> Result<()>) -> Result<()> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+        let text = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic payload".into());
+        Err(Error::Panic(text))
+    })
+}
+
+/// An output pointer, checked for NULL. It is written only once the call has succeeded.
+pub(crate) fn out_arg<'a, T>(p: *mut T, name: &'static str) -> Result<&'a mut T> {
+    // SAFETY: the C caller passes NULL or a valid, aligned, writable pointer (documented).
+    unsafe { p.as_mut() }.ok_or(Error::NullArg(name))
+}
+
+/// An input array of `len` elements; NULL is accepted only when `len` is 0.
+pub(crate) fn slice_arg<'a, T>(p: *const T, len: usize, name: &'static str) -> Result<&'a [T]> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(Error::NullArg(name));
+    }
+    // SAFETY: the C caller passes a pointer to `len` readable elements (documented).
+    Ok(unsafe { std::slice::from_raw_parts(p, len) })
+}
+
+/// A mutable output array of `len` elements; NULL is accepted only when `len` is 0.
+pub(crate) fn slice_out<'a, T>(p: *mut T, len: usize, name: &'static str) -> Result<&'a mut [T]> {
+    if len == 0 {
+        return Ok(&mut []);
+    }
+    if p.is_null() {
+        return Err(Error::NullArg(name));
+    }
+    // SAFETY: the C caller passes a pointer to `len` writable elements (documented).
+    Ok(unsafe { std::slice::from_raw_parts_mut(p, len) })
+}
+
+/// An input array of tensor handles.
+pub(crate) fn handles_arg(p: *const TrTensor, len: usize, name: &'static str) -> Result<Vec<TensorId>> {
+    Ok(slice_arg(p, len, name)?.iter().map(|&t| t.into()).collect())
+}
+
+/// Copies the calling thread's last error message, NUL-terminated, into `buf`.
+///
+/// `*out_len` receives the message length in bytes, without the NUL, also when `len` is too
+/// small (then nothing is copied and TR_ERR_BUFFER_TOO_SMALL is returned): call with `len` 0 and
+/// `buf` NULL to size the buffer. The message is that of the last call on this thread that
+/// failed; this function never changes it. Errors: TR_ERR_NULL_ARG if `out_len` is NULL, or `buf`
+/// is NULL with `len` > 0.
+#[no_mangle]
+pub extern "C" fn tr_last_error(buf: *mut c_char, len: usize, out_len: *mut usize) -> Status {
+    call_quiet(|| {
+        let out_len = out_arg(out_len, "out_len")?;
+        let buf = slice_out(buf, len, "buf")?;
+        LAST_ERROR.with(|m| {
+            let msg = m.borrow();
+            *out_len = msg.len();
+            if buf.len() <= msg.len() {
+                return Err(Error::BufferTooSmall { needed: msg.len() + 1, given: buf.len() });
+            }
+            for (dst, src) in buf.iter_mut().zip(msg.bytes()) {
+                *dst = src as c_char;
+            }
+            buf[msg.len()] = 0;
+            Ok(())
+        })
+    })
+}
+
+/// Static English text for a status code (never NULL, never to be freed). Unknown codes get a
+/// generic text.
+#[no_mangle]
+pub extern "C" fn tr_status_str(code: i32) -> *const c_char {
+    Status::describe(code).as_ptr()
+}

@@ -1,0 +1,96 @@
+//! The C types: one distinct handle struct per handle kind, dtype codes, statistics.
+
+use crate::registry::{ScopeId, TensorId};
+use crate::scope::Stats;
+
+/// A tensor handle. 0 is never valid; releasing it is a no-op.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TrTensor {
+    pub id: u64,
+}
+
+/// A scope handle. 0 is never valid.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TrScope {
+    pub id: u64,
+}
+
+/// An element type: one of the TR_DTYPE_* codes (c10's ScalarType numbers).
+pub type TrDtype = i32;
+pub const TR_DTYPE_U8: TrDtype = 0;
+pub const TR_DTYPE_I8: TrDtype = 1;
+pub const TR_DTYPE_I16: TrDtype = 2;
+pub const TR_DTYPE_I32: TrDtype = 3;
+pub const TR_DTYPE_I64: TrDtype = 4;
+pub const TR_DTYPE_F16: TrDtype = 5;
+pub const TR_DTYPE_F32: TrDtype = 6;
+pub const TR_DTYPE_F64: TrDtype = 7;
+pub const TR_DTYPE_BOOL: TrDtype = 11;
+pub const TR_DTYPE_BF16: TrDtype = 15;
+
+/// Per-thread scope statistics; counters only grow (see dispose-scopes.md).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TrStats {
+    pub created_outside_scope: u64,
+    pub disposed_outside_scope: u64,
+    pub created_in_scope: u64,
+    pub disposed_in_scope: u64,
+    pub attached_to_scope: u64,
+    pub detached_from_scope: u64,
+    /// (created_in - disposed_in) + (created_outside - disposed_outside).
+    pub live: i64,
+}
+
+impl From<Stats> for TrStats {
+    fn from(s: Stats) -> Self {
+        TrStats {
+            created_outside_scope: s.created_outside_scope,
+            disposed_outside_scope: s.disposed_outside_scope,
+            created_in_scope: s.created_in_scope,
+            disposed_in_scope: s.disposed_in_scope,
+            attached_to_scope: s.attached_to_scope,
+            detached_from_scope: s.detached_from_scope,
+            live: s.live(),
+        }
+    }
+}
+
+impl From<TrTensor> for TensorId {
+    fn from(t: TrTensor) -> Self {
+        TensorId(t.id)
+    }
+}
+
+impl From<TensorId> for TrTensor {
+    fn from(t: TensorId) -> Self {
+        TrTensor { id: t.0 }
+    }
+}
+
+impl From<TrScope> for ScopeId {
+    fn from(s: TrScope) -> Self {
+        ScopeId(s.id)
+    }
+}
+
+impl From<ScopeId> for TrScope {
+    fn from(s: ScopeId) -> Self {
+        TrScope { id: s.0 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::DType;
+
+    #[test]
+    fn dtype_codes_match_the_rust_enum() {
+        let codes = [TR_DTYPE_U8, TR_DTYPE_I8, TR_DTYPE_I16, TR_DTYPE_I32, TR_DTYPE_I64,
+                     TR_DTYPE_F16, TR_DTYPE_F32, TR_DTYPE_F64, TR_DTYPE_BOOL, TR_DTYPE_BF16];
+        assert_eq!(codes.map(|c| DType::from_code(c).unwrap()), DType::ALL);
+    }
+}

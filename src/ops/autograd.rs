@@ -1,0 +1,45 @@
+//! Autograd helpers beyond the table: the no-grad guard, zeroing a gradient, and the seed.
+
+use crate::error::Result;
+
+/// Seeds libtorch's default random generator (rand, randn, dropout).
+pub fn manual_seed(seed: u64) {
+    tch::manual_seed(seed as i64);
+}
+
+/// Turns gradient tracking off on this thread until dropped, then restores the previous mode.
+#[must_use = "gradients are tracked again as soon as the guard is dropped"]
+pub struct NoGradGuard(#[allow(dead_code)] tch::NoGradGuard);
+
+impl NoGradGuard {
+    pub fn new() -> NoGradGuard {
+        NoGradGuard(tch::no_grad_guard())
+    }
+}
+
+impl Default for NoGradGuard {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Runs `f` without gradient tracking; the previous mode is restored on every exit path.
+pub fn no_grad<R>(f: impl FnOnce() -> R) -> R {
+    let _guard = NoGradGuard::new();
+    f()
+}
+
+pub(crate) fn zero_grad(a: &tch::Tensor) -> Result<()> {
+    let mut grad = a.f_grad()?;
+    if grad.defined() {
+        let _ = grad.f_detach_()?.f_zero_()?;
+    }
+    Ok(())
+}
+
+/// Sets this thread's grad mode and returns the previous one (the C ABI's manual guard; Rust
+/// code uses `NoGradGuard`).
+pub(crate) fn set_grad_enabled(enabled: bool) -> bool {
+    // SAFETY: a plain call into libtorch's thread-local GradMode; it cannot fail.
+    unsafe { torch_sys::at_grad_set_enabled(i32::from(enabled)) != 0 }
+}

@@ -1,0 +1,32 @@
+//! Tensor operations. Almost every op is one line of `ops.def`, from which `tools/gen_ops.py`
+//! generates the core function on handles, the `Tensor` method and the C function. Ops never
+//! consume their inputs; new results are registered in the current scope. Hand-written here:
+//! host data (`data`), autograd helpers, optimizer steps and the arithmetic operators.
+
+pub(crate) mod autograd;
+pub(crate) mod data;
+pub(crate) mod generated;
+mod operators;
+pub(crate) mod optim;
+
+pub use autograd::{manual_seed, no_grad, NoGradGuard};
+
+/// What the generated code sees.
+pub(crate) mod prelude {
+    pub(crate) use super::optim::AdamHyper;
+    pub(crate) use super::{autograd, optim};
+    pub(crate) use crate::dtype::DType;
+    pub(crate) use crate::error::{Error, Result};
+    pub(crate) use crate::registry::{self, Entry, TensorId};
+    pub(crate) use crate::tensor::Tensor;
+    pub(crate) use tch::{Kind, Reduction};
+
+    /// Creation options: ops create tensors in host memory.
+    pub(crate) fn opts(dtype: DType) -> (Kind, tch::Device) {
+        (dtype.kind(), tch::Device::Cpu)
+    }
+
+    pub(crate) fn as_tch(e: &Entry) -> &tch::Tensor {
+        e
+    }
+}

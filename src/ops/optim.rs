@@ -1,0 +1,61 @@
+//! Optimizer steps over sets of parameters, in place and without gradient tracking. Stateless:
+//! Adam's moment buffers belong to the caller, so no optimizer object crosses the C ABI.
+
+use crate::error::{Error, Result};
+
+pub(crate) fn sgd_step(params: &[&tch::Tensor], lr: f64) -> Result<()> {
+    let _no_grad = tch::no_grad_guard();
+    for p in params {
+        let grad = p.f_grad()?;
+        if grad.defined() {
+            let _ = p.shallow_clone().f_sub_(&grad.f_mul_scalar(lr)?)?;
+        }
+    }
+    Ok(())
+}
+
+pub(crate) struct AdamHyper {
+    pub(crate) lr: f64,
+    pub(crate) beta1: f64,
+    pub(crate) beta2: f64,
+    pub(crate) eps: f64,
+    pub(crate) weight_decay: f64,
+}
+
+/// torch.optim.Adam's update (amsgrad off), with `step` counted from 1.
+pub(crate) fn adam_step(
+    params: &[&tch::Tensor],
+    exp_avg: &[&tch::Tensor],
+    exp_avg_sq: &[&tch::Tensor],
+    step: i64,
+    h: AdamHyper,
+) -> Result<()> {
+    if exp_avg.len() != params.len() || exp_avg_sq.len() != params.len() {
+        return Err(Error::InvalidArg(format!(
+            "adam_step: {} params but {} exp_avg and {} exp_avg_sq buffers",
+            params.len(),
+            exp_avg.len(),
+            exp_avg_sq.len()
+        )));
+    }
+    if step < 1 {
+        return Err(Error::InvalidArg(format!("adam_step: step is counted from 1, got {step}")));
+    }
+    let _no_grad = tch::no_grad_guard();
+    let bias1 = 1.0 - h.beta1.powi(step as i32);
+    let bias2_sqrt = (1.0 - h.beta2.powi(step as i32)).sqrt();
+    for ((p, m), v) in params.iter().zip(exp_avg).zip(exp_avg_sq) {
+        let mut grad = p.f_grad()?;
+        if !grad.defined() {
+            continue;
+        }
+        if h.weight_decay != 0.0 {
+            grad = grad.f_add(&p.f_mul_scalar(h.weight_decay)?)?;
+        }
+        let _ = m.shallow_clone().f_lerp_(&grad, 1.0 - h.beta1)?;
+        let _ = v.shallow_clone().f_mul_scalar_(h.beta2)?.f_addcmul_(&grad, &grad.f_mul_scalar(1.0 - h.beta2)?)?;
+        let denom = v.f_sqrt()?.f_div_scalar(bias2_sqrt)?.f_add_scalar(h.eps)?;
+        let _ = p.shallow_clone().f_sub_(&m.f_div(&denom)?.f_mul_scalar(h.lr / bias1)?)?;
+    }
+    Ok(())
+}

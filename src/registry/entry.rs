@@ -1,0 +1,63 @@
+//! What a tensor handle points at: the libtorch tensor plus its accounted footprint. An `Entry`
+//! is shared (`Arc`) between the registry slot, every alias of the handle and any op that is
+//! using it right now, so an op keeps its inputs alive even if another thread releases them.
+
+use std::ops::Deref;
+
+/// Index into the per-device byte counters: 0 is host memory, `1 + n` is CUDA device `n`.
+pub(crate) type DeviceSlot = usize;
+
+pub(crate) struct Entry {
+    tensor: tch::Tensor,
+    pub(crate) bytes: u64,
+    pub(crate) device: DeviceSlot,
+}
+
+// SAFETY: `tch::Tensor` is `Send` but not `Sync` because it wraps a pointer to a heap
+// `at::Tensor`. Every method we call through `&tch::Tensor` hands libtorch a `const at::Tensor&`,
+// which is exactly what two threads holding `shallow_clone`s of one TensorImpl do, and tch already
+// allows that (shallow clones are `Send`). Mutation of the data (in-place ops) goes through a
+// shallow clone too, so an `Entry` never exposes more than a shared TensorImpl already does.
+unsafe impl Sync for Entry {}
+
+impl Entry {
+    pub(crate) fn new(tensor: tch::Tensor) -> Entry {
+        let (bytes, device) = footprint(&tensor);
+        Entry { tensor, bytes, device }
+    }
+}
+
+impl Deref for Entry {
+    type Target = tch::Tensor;
+    fn deref(&self) -> &tch::Tensor {
+        &self.tensor
+    }
+}
+
+/// Logical bytes (elements x element size; a view counts at its own size) and device slot.
+/// Reads libtorch's metadata directly: `Tensor::numel` would allocate a Vec on every op.
+fn footprint(t: &tch::Tensor) -> (u64, DeviceSlot) {
+    if !t.defined() {
+        return (0, 0);
+    }
+    let p = t.as_ptr() as *mut torch_sys::C_tensor;
+    // SAFETY: `p` is a live, defined tensor owned by `t`; these accessors cannot fail on one.
+    let (dims, kind, device) = unsafe {
+        let n = torch_sys::at_dim(p);
+        let mut shape = [0i64; 16];
+        let mut heap;
+        let dims: &mut [i64] = if n <= shape.len() {
+            &mut shape[..n]
+        } else {
+            heap = vec![0i64; n];
+            &mut heap
+        };
+        torch_sys::at_shape(p, dims.as_mut_ptr());
+        (dims.iter().product::<i64>(), torch_sys::at_scalar_type(p), torch_sys::at_device(p))
+    };
+    let elem = match crate::dtype::DType::from_code(kind) {
+        Ok(d) => d.size(),
+        Err(_) => t.f_kind().map_or(0, |k| k.elt_size_in_bytes()),
+    };
+    (dims as u64 * elem as u64, (device + 1).max(0) as DeviceSlot)
+}

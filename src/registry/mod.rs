@@ -1,0 +1,211 @@
+//! The process-wide registry of tensor handles, shared by every thread and every language.
+//!
+//! One mutex guards all bookkeeping: the tensor slots, the scopes (see `crate::scope`) and the
+//! per-device byte counters. It is held only to look up or insert; libtorch work runs outside it
+//! on `Arc<Entry>`s cloned out under the lock, and freed tensors are dropped after it is released.
+
+mod entry;
+mod handle;
+
+pub(crate) use entry::Entry;
+pub(crate) use handle::GenSlab;
+
+use crate::error::{Error, HandleKind, Result};
+use crate::scope::{stats, ScopeTable};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// A tensor handle as the registry sees it (the C ABI's `tr_tensor`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TensorId(pub u64);
+
+/// A scope handle as the registry sees it (the C ABI's `tr_scope`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ScopeId(pub u64);
+
+/// A handle's registry slot: its reference count, its owning scope and the shared entry.
+pub(crate) struct Slot {
+    pub(crate) refs: u32,
+    pub(crate) owner: Option<Member>,
+    pub(crate) entry: Arc<Entry>,
+}
+
+/// Membership of a handle in a scope: the scope's slot key and the handle's index in its list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Member {
+    pub(crate) scope: usize,
+    pub(crate) pos: usize,
+}
+
+pub(crate) struct State {
+    pub(crate) tensors: GenSlab<Slot>,
+    pub(crate) scopes: ScopeTable,
+    /// Bytes held by live entries, per device slot (0 = host, 1 + n = CUDA n).
+    bytes: Vec<u64>,
+}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    tensors: GenSlab::new(HandleKind::Tensor),
+    scopes: ScopeTable::new(),
+    bytes: Vec::new(),
+});
+
+/// Locks the registry. A panic while it was held cannot leave it half-updated (every update is
+/// completed before anything that can panic), so a poisoned lock is simply taken over.
+pub(crate) fn lock() -> MutexGuard<'static, State> {
+    STATE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Looks up `N` handles under one lock acquisition.
+#[inline]
+pub(crate) fn get<const N: usize>(ids: [TensorId; N]) -> Result<[Arc<Entry>; N]> {
+    let state = lock();
+    let mut keys = [0usize; N];
+    for (k, id) in keys.iter_mut().zip(ids) {
+        *k = state.tensors.key(id.0)?;
+    }
+    Ok(keys.map(|k| state.tensors.at(k).entry.clone()))
+}
+
+/// Looks up an optional handle; handle 0 means none.
+pub(crate) fn get_opt(id: TensorId) -> Result<Option<Arc<Entry>>> {
+    if id.0 == 0 {
+        return Ok(None);
+    }
+    get([id]).map(|[e]| Some(e))
+}
+
+/// Looks up a list of handles under one lock acquisition.
+pub(crate) fn get_many(ids: &[TensorId]) -> Result<Vec<Arc<Entry>>> {
+    let state = lock();
+    ids.iter().map(|id| Ok(state.tensors.get(id.0)?.entry.clone())).collect()
+}
+
+/// Registers a new tensor with one reference, owned by this thread's current scope, if any.
+#[inline]
+pub(crate) fn insert(tensor: tch::Tensor) -> TensorId {
+    insert_entry(Arc::new(Entry::new(tensor)))
+}
+
+fn insert_entry(entry: Arc<Entry>) -> TensorId {
+    let mut state = lock();
+    state.add_bytes(&entry, true);
+    let scope = state.scopes.current_key();
+    let (key, handle) = state.tensors.insert(Slot { refs: 1, owner: None, entry });
+    match scope {
+        Some(scope) => {
+            state.link(key, scope);
+            stats::count(|s| s.created_in_scope += 1);
+        }
+        None => stats::count(|s| s.created_outside_scope += 1),
+    }
+    TensorId(handle)
+}
+
+/// Adds a reference to a live handle.
+pub(crate) fn retain(id: TensorId) -> Result<()> {
+    let mut state = lock();
+    let slot = state.tensors.get_mut(id.0)?;
+    slot.refs = slot
+        .refs
+        .checked_add(1)
+        .ok_or_else(|| Error::InvalidArg("reference count overflow".into()))?;
+    Ok(())
+}
+
+/// Drops one reference; at zero the handle dies, leaves its scope and its storage is freed
+/// (after the lock is released, so libtorch's free never runs under it).
+pub(crate) fn release(id: TensorId) -> Result<()> {
+    let freed = {
+        let mut state = lock();
+        let key = state.tensors.key(id.0)?;
+        state.release_key(key)
+    };
+    drop(freed);
+    Ok(())
+}
+
+/// A new handle to the same storage, with its own reference count and scope membership.
+pub(crate) fn alias(id: TensorId) -> Result<TensorId> {
+    let [entry] = get([id])?;
+    Ok(insert_entry(entry))
+}
+
+/// Number of live tensor handles in the process.
+pub fn live_handles() -> usize {
+    lock().tensors.len()
+}
+
+/// Logical bytes held by live handles on `device` (views count at their own size, and each
+/// alias counts once).
+pub fn live_bytes(device: tch::Device) -> u64 {
+    let slot = match device {
+        tch::Device::Cuda(n) => 1 + n,
+        _ => 0,
+    };
+    lock().bytes.get(slot).copied().unwrap_or(0)
+}
+
+impl State {
+    fn add_bytes(&mut self, entry: &Entry, add: bool) {
+        if self.bytes.len() <= entry.device {
+            self.bytes.resize(entry.device + 1, 0);
+        }
+        let b = &mut self.bytes[entry.device];
+        *b = if add { *b + entry.bytes } else { *b - entry.bytes };
+    }
+
+    /// Drops one reference of the live slot at `key`. Returns the entry to free if it died;
+    /// the caller drops it once the lock is released.
+    pub(crate) fn release_key(&mut self, key: usize) -> Option<Arc<Entry>> {
+        let in_scope = self.tensors.at(key).owner.is_some();
+        self.drop_ref(key, in_scope)
+    }
+
+    /// Drops one reference; a handle that dies leaves its scope (if it still has one) and is
+    /// counted as disposed in or outside a scope as `in_scope` says.
+    pub(crate) fn drop_ref(&mut self, key: usize, in_scope: bool) -> Option<Arc<Entry>> {
+        let slot = self.tensors.at_mut(key);
+        slot.refs -= 1;
+        if slot.refs > 0 {
+            return None;
+        }
+        self.unlink(key);
+        let slot = self.tensors.remove(key);
+        self.add_bytes(&slot.entry, false);
+        stats::count(|s| match in_scope {
+            true => s.disposed_in_scope += 1,
+            false => s.disposed_outside_scope += 1,
+        });
+        Some(slot.entry)
+    }
+
+    /// Makes the handle at `key` a member of `scope` (it must have no owner).
+    pub(crate) fn link(&mut self, key: usize, scope: usize) {
+        let members = &mut self.scopes.at_mut(scope).members;
+        members.push(key);
+        let pos = members.len() - 1;
+        self.tensors.at_mut(key).owner = Some(Member { scope, pos });
+    }
+
+    /// Removes the handle at `key` from its owning scope, if any, in O(1).
+    pub(crate) fn unlink(&mut self, key: usize) {
+        let Some(Member { scope, pos }) = self.tensors.at_mut(key).owner.take() else {
+            return;
+        };
+        let members = &mut self.scopes.at_mut(scope).members;
+        members.swap_remove(pos);
+        if let Some(&moved) = members.get(pos) {
+            if let Some(m) = self.tensors.at_mut(moved).owner.as_mut() {
+                m.pos = pos;
+            }
+        }
+    }
+}
+
+/// Runs `f` under the registry lock; entries it frees are dropped after the lock is released.
+pub(crate) fn update<R>(f: impl FnOnce(&mut State, &mut Vec<Arc<Entry>>) -> Result<R>) -> Result<R> {
+    let mut freed = Vec::new();
+    let result = f(&mut lock(), &mut freed);
+    drop(freed);
+    result
+}
