@@ -54,8 +54,12 @@ demo: setup
 	cargo run --quiet --release --example train_mlp
 
 # ---------------------------------------------------------------- tests
-test: setup header-check test-rust test-c
-	@echo "make test: all suites passed"
+# Each language adds its suite in mk/<language>.mk: `TEST_SUITES += test-<language>`.
+TEST_SUITES := test-rust test-c
+include $(sort $(wildcard mk/*.mk))
+
+test: setup header-check $(TEST_SUITES)
+	@echo "make test: all suites passed ($(TEST_SUITES))"
 
 test-rust: setup
 	cargo test --quiet
