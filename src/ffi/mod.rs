@@ -5,11 +5,16 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 mod boundary;
+mod dlpack;
 mod handles;
 mod ops;
 mod scope;
 mod tensor;
 mod version;
 
+pub use boundary::{tr_last_error, tr_status_str};
 pub use handles::*;
+pub use ops::*;
+pub use scope::*;
+pub use tensor::*;
 pub use version::*;
