@@ -5,6 +5,7 @@ use std::path::Path;
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=src/native");
     let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") else {
         println!("cargo:warning=DEP_TCH_LIBTORCH_LIB is unset; binaries will need LD_LIBRARY_PATH");
         println!("cargo:rustc-env=TR_LIBTORCH_VERSION=unknown");
@@ -16,6 +17,22 @@ fn main() {
         // The linker would drop it as unneeded, and tch::Cuda::is_available() would then be false.
         println!("cargo:rustc-link-arg=-Wl,--no-as-needed,-ltorch_cuda,--as-needed");
     }
+    compile_native(Path::new(&lib));
+}
+
+/// The C++ shims in src/native (DLPack exchange through libtorch's own converters), compiled
+/// against the headers of the wheel that provides libtorch.
+fn compile_native(lib: &Path) {
+    let include = lib.join("../include");
+    cc::Build::new()
+        .cpp(true)
+        .file("src/native/dlpack.cpp")
+        .include(&include)
+        .include(include.join("torch/csrc/api/include"))
+        .flag("-std=c++17")
+        .define("_GLIBCXX_USE_CXX11_ABI", "1")
+        .warnings(false)
+        .compile("tensorref_native");
 }
 
 /// The version of the PyTorch wheel that provides libtorch (its `torch/version.py`, beside `lib`).

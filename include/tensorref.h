@@ -111,16 +111,16 @@ typedef int32_t tr_status;
 #endif // __cplusplus
 
 /**
- * An element type: one of the TR_DTYPE_* codes (c10's ScalarType numbers).
- */
-typedef int32_t tr_dtype;
-
-/**
  * A tensor handle. 0 is never valid; releasing it is a no-op.
  */
 typedef struct tr_tensor {
   uint64_t id;
 } tr_tensor;
+
+/**
+ * An element type: one of the TR_DTYPE_* codes (c10's ScalarType numbers).
+ */
+typedef int32_t tr_dtype;
 
 /**
  * A scope handle. 0 is never valid.
@@ -187,6 +187,32 @@ tr_status tr_last_error(char *buf, size_t len, size_t *out_len);
  * generic text.
  */
 const char *tr_status_str(int32_t code);
+
+/**
+ * Registers the tensor described by `managed`, a `DLManagedTensor*` (the unversioned struct of
+ * dlpack.h, as made by `torch.utils.dlpack.to_dlpack` or a `__dlpack__()` capsule), sharing its
+ * memory: writes through either side are seen by the other. On success `*out` receives a new
+ * handle owned by this thread's current scope (or by the caller when no scope is open).
+ *
+ * Ownership: the call always takes `managed` over, whatever it returns. Its deleter runs once,
+ * when the last handle (and libtorch view) sharing the memory is gone, on the thread that frees
+ * it, or before this returns if the call fails. The caller must not use or delete it again.
+ * Errors: TR_ERR_NULL_ARG (`managed` or `out` NULL), TR_ERR_DTYPE (a dtype libtensorref does not
+ * support), TR_ERR_DEVICE or TR_ERR_TORCH (libtorch rejects the description).
+ * Safe to call from any thread.
+ */
+tr_status tr_tensor_from_dlpack(void *managed, struct tr_tensor *out);
+
+/**
+ * Exports `t` as a new `DLManagedTensor*` (the unversioned struct of dlpack.h) written to
+ * `*out_managed`, sharing its memory (no copy; the autograd graph is not carried). The caller
+ * owns it and must run its deleter once, or hand it to a consumer that does (for example
+ * `torch.utils.dlpack.from_dlpack` through a "dltensor" capsule). `t` stays valid and owned as
+ * before; the memory lives until both `t` and the export are gone.
+ * Errors: TR_ERR_NULL_ARG, TR_ERR_STALE_HANDLE, TR_ERR_INVALID_HANDLE, TR_ERR_TORCH.
+ * Safe to call from any thread.
+ */
+tr_status tr_tensor_to_dlpack(struct tr_tensor t, void **out_managed);
 
 /**
  * A tensor of zeros.

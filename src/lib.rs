@@ -22,6 +22,7 @@
 pub mod dtype;
 pub mod error;
 pub mod ffi;
+mod interop;
 mod ops;
 mod registry;
 pub mod scope;

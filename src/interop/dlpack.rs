@@ -1,0 +1,73 @@
+//! Zero-copy exchange through DLPack (PyTorch, NumPy, CuPy, JAX), using libtorch's own
+//! converters `at::fromDLPack` / `at::toDLPack` from the C++ shim `src/native/dlpack.cpp`.
+//! Both directions share memory: nothing is copied, so writes through one side are seen by the
+//! other. Only the legacy, unversioned `DLManagedTensor` of dlpack.h crosses here.
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::registry::{self, TensorId};
+use std::ffi::{c_char, c_int, c_void, CStr};
+
+extern "C" {
+    fn tr_native_from_dlpack(managed: *mut c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_to_dlpack(tensor: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_dlpack_delete(managed: *mut c_void);
+}
+
+/// Room for libtorch's message (its first line is what `Error` keeps anyway).
+const ERR_LEN: usize = 1024;
+
+/// Registers the tensor of `managed` in the current scope, sharing its memory.
+///
+/// Takes ownership of `managed`: its deleter runs once the last tensor using the memory is
+/// freed, or before this returns if the import fails (unknown device or dtype, or a dtype
+/// libtensorref does not support).
+///
+/// # Safety
+/// `managed` is a valid `DLManagedTensor*` that nobody else will consume or delete.
+pub(crate) unsafe fn from_dlpack(managed: *mut c_void) -> Result<TensorId> {
+    let mut out = std::ptr::null_mut();
+    let mut err = [0 as c_char; ERR_LEN];
+    // SAFETY: `managed` is valid and ours (the caller's contract); the shim catches every C++
+    // exception and runs the deleter itself on failure.
+    if unsafe { tr_native_from_dlpack(managed, &mut out, err.as_mut_ptr(), ERR_LEN) } != 0 {
+        return Err(shim_error("DLPack import", &err));
+    }
+    // SAFETY: on success the shim returned a new heap `at::Tensor*`, which tch's `Tensor` owns
+    // and deletes (it is the `C_tensor` tch wraps).
+    let tensor = unsafe { tch::Tensor::from_ptr(out.cast()) };
+    // An unsupported dtype: dropping `tensor` here runs the producer's deleter.
+    DType::from_kind(tensor.f_kind()?)?;
+    Ok(registry::insert(tensor))
+}
+
+/// Exports the tensor of `id` as a new `DLManagedTensor*` sharing its memory (the autograd
+/// graph is not carried). The consumer owns it and must run its deleter once.
+pub(crate) fn to_dlpack(id: TensorId) -> Result<*mut c_void> {
+    let [entry] = registry::get([id])?;
+    // A detached view: the export must not hold on to the autograd graph.
+    let data = entry.f_detach()?;
+    let mut out = std::ptr::null_mut();
+    let mut err = [0 as c_char; ERR_LEN];
+    // SAFETY: `data.as_ptr()` is a live `at::Tensor*`, borrowed for the call only.
+    if unsafe { tr_native_to_dlpack(data.as_ptr().cast(), &mut out, err.as_mut_ptr(), ERR_LEN) } != 0 {
+        return Err(shim_error("DLPack export", &err));
+    }
+    Ok(out)
+}
+
+/// Gives back a `DLManagedTensor*` that will not be imported: runs its deleter.
+///
+/// # Safety
+/// As for [`from_dlpack`]; NULL is a no-op.
+pub(crate) unsafe fn discard(managed: *mut c_void) {
+    // SAFETY: the caller's contract.
+    unsafe { tr_native_dlpack_delete(managed) }
+}
+
+/// libtorch's message from the shim, classified like every other libtorch error.
+fn shim_error(what: &str, err: &[c_char]) -> Error {
+    // SAFETY: the shim always NUL-terminates within the buffer (and it starts zeroed).
+    let msg = unsafe { CStr::from_ptr(err.as_ptr()) }.to_string_lossy();
+    Error::from(tch::TchError::Torch(format!("{what}: {msg}")))
+}
