@@ -28,14 +28,21 @@ static inline void tu_fail_here(const char *file, int line, const char *what) {
     fprintf(stderr, "%s:%d: in %s: %s\n", file, line, tu_test_name, what);
 }
 
-/* The calling thread's last error message (a static buffer: one thread at a time). */
+/* The calling thread's last error message, cut to 1023 bytes (a static buffer: one thread at
+ * a time). */
 static inline const char *tu_last_error(void) {
     static char buf[1024];
     size_t n = 0;
+    char *big;
     buf[0] = '\0';
-    if (tr_last_error(buf, sizeof buf, &n) != TR_OK) {
+    if (tr_last_error(buf, sizeof buf, &n) == TR_OK) return buf;
+    big = (char *)malloc(n + 1);
+    if (big != NULL && tr_last_error(big, n + 1, &n) == TR_OK) {
+        snprintf(buf, sizeof buf, "%s", big);
+    } else {
         snprintf(buf, sizeof buf, "(tr_last_error failed; message is %zu bytes)", n);
     }
+    free(big);
     return buf;
 }
 
