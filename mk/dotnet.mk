@@ -1,0 +1,73 @@
+# The .NET binding (bindings/dotnet): built with Mono's mcs here (no .NET SDK is reachable
+# offline; the .csproj files build the same sources with the SDK), tested, its example run, and
+# its overhead benchmarked.
+#
+#   make test-dotnet    the C# suite (prints "N passed, N failed") and examples/csharp/TrainMlp.cs
+#   make bench-dotnet   4-element add through C# against the same add from C (release library)
+#
+# The library is found through LD_LIBRARY_PATH ([DllImport("tensorref")] -> libtensorref.so), set
+# on each mono command below; this works for Mono and the .NET SDK alike, so no Mono-only dllmap
+# config is needed.
+
+TEST_SUITES += test-dotnet
+.PHONY: test-dotnet bench-dotnet dotnet-setup
+
+DOTNET_OUT := $(ROOT)/build/dotnet
+MCS := mcs -langversion:7.2 -nologo -warnaserror+ -nowarn:1591
+MONO := mono --debug
+
+# Every source is listed: mcs has no project system. Keep in step with the .csproj files (which glob).
+DOTNET_LIB_SRC := \
+  bindings/dotnet/src/Abi.g.cs \
+  bindings/dotnet/src/DisposeScope.cs \
+  bindings/dotnet/src/Errors.cs \
+  bindings/dotnet/src/Handles.cs \
+  bindings/dotnet/src/Native.cs \
+  bindings/dotnet/src/Operators.cs \
+  bindings/dotnet/src/Ops.g.cs \
+  bindings/dotnet/src/Tensor.cs \
+  bindings/dotnet/src/Torch.cs
+DOTNET_TEST_SRC := \
+  bindings/dotnet/tests/AbiTests.cs \
+  bindings/dotnet/tests/BadInputTests.cs \
+  bindings/dotnet/tests/Check.cs \
+  bindings/dotnet/tests/LifetimeTests.cs \
+  bindings/dotnet/tests/Runner.cs \
+  bindings/dotnet/tests/ScopeApiTests.cs \
+  bindings/dotnet/tests/ScopeFactsTests.cs \
+  bindings/dotnet/tests/TensorTests.cs
+
+# Mono from Debian's packages when missing (CI runs as root).
+dotnet-setup:
+	command -v mcs >/dev/null && command -v mono >/dev/null || { apt-get update && apt-get install -y mono-mcs mono-runtime; }
+
+$(DOTNET_OUT)/TensorRef.dll: $(DOTNET_LIB_SRC) | dotnet-setup
+	mkdir -p $(DOTNET_OUT)
+	$(MCS) -target:library -optimize+ -debug -out:$@ $(DOTNET_LIB_SRC)
+
+$(DOTNET_OUT)/TensorRef.Tests.exe: $(DOTNET_TEST_SRC) $(DOTNET_OUT)/TensorRef.dll
+	$(MCS) -debug -r:$(DOTNET_OUT)/TensorRef.dll -out:$@ $(DOTNET_TEST_SRC)
+
+$(DOTNET_OUT)/TrainMlp.exe: examples/csharp/TrainMlp.cs $(DOTNET_OUT)/TensorRef.dll
+	$(MCS) -debug -r:$(DOTNET_OUT)/TensorRef.dll -out:$@ examples/csharp/TrainMlp.cs
+
+# A stand-in libtensorref.so reporting ABI 999, for the ABI-mismatch test.
+$(DOTNET_OUT)/fake-abi/libtensorref.so: bindings/dotnet/tests/fake_abi.c
+	mkdir -p $(dir $@)
+	cc -shared -fPIC -o $@ $<
+
+test-dotnet: build $(DOTNET_OUT)/TensorRef.Tests.exe $(DOTNET_OUT)/TrainMlp.exe $(DOTNET_OUT)/fake-abi/libtensorref.so
+	cd $(DOTNET_OUT) && LD_LIBRARY_PATH=$(LIB_DIR) TR_FAKE_ABI_DIR=$(DOTNET_OUT)/fake-abi $(MONO) TensorRef.Tests.exe
+	cd $(DOTNET_OUT) && LD_LIBRARY_PATH=$(LIB_DIR) $(MONO) TrainMlp.exe
+
+# ---------------------------------------------------------------- benchmark (release library)
+DOTNET_BENCH := $(DOTNET_OUT)/bench
+
+bench-dotnet: setup dotnet-setup
+	cargo build --quiet --release
+	mkdir -p $(DOTNET_BENCH)
+	cc -std=c11 -O2 -Wall -Wextra -Werror -I$(ROOT)/include -shared -fPIC benches/dotnet/add_loop.c \
+	  -o $(DOTNET_BENCH)/libtrbench_add.so -L$(ROOT)/target/release -ltensorref
+	$(MCS) -target:library -optimize+ -out:$(DOTNET_BENCH)/TensorRef.dll $(DOTNET_LIB_SRC)
+	$(MCS) -optimize+ -r:$(DOTNET_BENCH)/TensorRef.dll -out:$(DOTNET_BENCH)/AddBench.exe benches/dotnet/AddBench.cs
+	cd $(DOTNET_BENCH) && LD_LIBRARY_PATH=$(ROOT)/target/release:$(DOTNET_BENCH) mono AddBench.exe
