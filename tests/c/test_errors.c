@@ -340,6 +340,11 @@ static void from_data_bad_length_and_dims(void) {
               TR_ERR_SHAPE, "48 bytes");
     CHECK_ERR(tr_tensor_from_data((const uint8_t *)data, 24, negative, 2, TR_DTYPE_F32, &out),
               TR_ERR_INVALID_ARG, "negative dimension");
+    {
+        const int64_t huge[3] = {INT64_C(1) << 40, INT64_C(1) << 40, 4};
+        CHECK_ERR(tr_tensor_from_data((const uint8_t *)data, 24, huge, 3, TR_DTYPE_F32, &out),
+                  TR_ERR_INVALID_ARG, "overflows");
+    }
     CHECK_EQ_U(out.id, 42);
     CHECK_EQ_U(tr_live_handles(), live);
 }

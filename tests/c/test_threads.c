@@ -331,10 +331,95 @@ static void thread_exit_disposes_open_scopes(void) {
     CHECK_EQ_U(tr_live_handles(), live);
 }
 
+/* ------------------------------------------------------------------ release races */
+
+enum { RACE_HANDLES = 400, READERS = 3 };
+static tr_tensor race[RACE_HANDLES];
+
+/* Reads handles another thread is releasing: each call must either work or say the handle is
+ * stale, never crash or return anything else. */
+static void *race_reader(void *arg) {
+    worker *w = (worker *)arg;
+    int round, i, stale = 0;
+    for (round = 0; round < 20 && stale < RACE_HANDLES; round++) {
+        stale = 0;
+        for (i = 0; i < RACE_HANDLES; i++) {
+            tr_tensor sum = {0};
+            tr_status st = tr_tensor_sum(race[i], &sum);
+            w->ops++;
+            if (st == TR_OK) {
+                TOK(tr_tensor_release(sum));
+            } else if (st == TR_ERR_STALE_HANDLE) {
+                stale++;
+            } else {
+                thread_fail(w, __LINE__, "tr_tensor_sum on a handle being released", st);
+            }
+        }
+    }
+    return NULL;
+}
+
+static void *race_releaser(void *arg) {
+    worker *w = (worker *)arg;
+    int i;
+    for (i = 0; i < RACE_HANDLES; i++) TOK(tr_tensor_release(race[i]));
+    return NULL;
+}
+
+static void release_while_other_threads_read(void) {
+    pthread_t th[READERS + 1];
+    worker ws[READERS + 1];
+    const int64_t shape[2] = {8, 8};
+    int i;
+    memset(ws, 0, sizeof ws);
+    for (i = 0; i < RACE_HANDLES; i++) REQUIRE_OK(tr_tensor_ones(shape, 2, TR_DTYPE_F32, &race[i]));
+    for (i = 0; i < READERS; i++) {
+        ws[i].id = i;
+        CHECK(pthread_create(&th[i], NULL, race_reader, &ws[i]) == 0);
+    }
+    ws[READERS].id = READERS;
+    CHECK(pthread_create(&th[READERS], NULL, race_releaser, &ws[READERS]) == 0);
+    for (i = 0; i <= READERS; i++) CHECK(pthread_join(th[i], NULL) == 0);
+    for (i = 0; i <= READERS; i++) CHECK(ws[i].failures == 0);
+    for (i = 0; i < RACE_HANDLES; i++) CHECK(tu_valid(race[i]) == 0);
+}
+
+/* ------------------------------------------------------------------ grad mode */
+
+static void *disable_grad(void *arg) {
+    worker *w = (worker *)arg;
+    bool prev = false;
+    TOK(tr_grad_set_enabled(false, &prev));
+    TCHECK(prev); /* a new thread starts with grad mode on */
+    return NULL;
+}
+
+/* libtorch's grad mode is per thread: turning it off elsewhere leaves this thread tracking. */
+static void grad_mode_is_per_thread(void) {
+    pthread_t th;
+    worker w;
+    tr_tensor x = {0}, y = {0};
+    tr_scope s = {0};
+    bool rg = false;
+    memset(&w, 0, sizeof w);
+    CHECK(pthread_create(&th, NULL, disable_grad, &w) == 0);
+    CHECK(pthread_join(th, NULL) == 0);
+    CHECK(w.failures == 0);
+    REQUIRE_OK(tr_scope_new(&s));
+    CHECK_OK(tu_new(&x));
+    CHECK_OK(tr_tensor_requires_grad_(x, true));
+    CHECK_OK(tr_tensor_mul_scalar(x, 2, &y));
+    CHECK_OK(tr_tensor_requires_grad(y, &rg));
+    CHECK(rg);
+    CHECK_OK(tr_scope_dispose(s));
+}
+
 int main(void) {
     alarm(WATCHDOG_S); /* a deadlock ends the run with SIGALRM instead of hanging the build */
     RUN(eight_threads_share_handles);
     RUN(scope_disposed_from_another_thread);
     RUN(thread_exit_disposes_open_scopes);
+    RUN(release_while_other_threads_read);
+    RUN(grad_mode_is_per_thread);
     return tu_finish();
 }
