@@ -4,9 +4,13 @@
  * numerically against values worked out by hand (creation, elementwise, reductions, linear
  * algebra, shape, cat/stack, nn layers, in-place ops, autograd, optimizers, grad mode).
  */
+#define _POSIX_C_SOURCE 200809L
+
 #include "test_util.h"
 
 #include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 /* A new f32 tensor of the given shape holding `values` (row-major). */
 static tr_status f32_tensor(const float *values, const int64_t *shape, size_t ndim, tr_tensor *out) {
@@ -732,6 +736,62 @@ static void sgd_and_adam_steps(void) {
     CHECK_OK(tr_scope_dispose(s));
 }
 
+/* ------------------------------------------------------------------ process exit */
+
+/* What a garbage collector does at exit: calls after main returned, from an atexit handler
+ * (the main thread's thread-locals are gone by then). Runs in a child process; the handler
+ * reports each failed expectation as a bit of the exit code. */
+enum { EXIT_RELEASE = 1, EXIT_NOT_STALE = 2, EXIT_SCOPED = 4, EXIT_LIVE = 8, EXIT_SCOPE_NEW = 16 };
+static tr_tensor exit_held, exit_scoped;
+
+static void release_at_exit(void) {
+    int bits = 0;
+    tr_status st;
+    tr_scope s = {0};
+    if (tr_tensor_release(exit_held) != TR_OK || tr_tensor_release(exit_held) != TR_OK) bits |= EXIT_RELEASE;
+    if (tr_tensor_release(exit_held) != TR_ERR_STALE_HANDLE) bits |= EXIT_NOT_STALE;
+    /* Its scope was left open; it may already have been disposed with the thread's state. */
+    st = tr_tensor_release(exit_scoped);
+    if (st != TR_OK && st != TR_ERR_STALE_HANDLE) bits |= EXIT_SCOPED;
+    if (tr_live_handles() != 0) bits |= EXIT_LIVE;
+    st = tr_scope_new(&s);
+    if (st == TR_ERR_PANIC) bits |= EXIT_SCOPE_NEW;
+    if (st == TR_OK) tr_scope_dispose(s);
+    fflush(stdout);
+    _exit(bits);
+}
+
+static void calls_at_process_exit(void) {
+    const int64_t shape[1] = {3};
+    int status = 0, code;
+    pid_t pid;
+    fflush(stdout);
+    fflush(stderr);
+    pid = fork();
+    if (pid == 0) {
+        tr_scope s = {0};
+        if (tr_tensor_ones(shape, 1, TR_DTYPE_F32, &exit_held) != TR_OK) _exit(100);
+        if (tr_tensor_retain(exit_held) != TR_OK) _exit(101);
+        if (tr_scope_new(&s) != TR_OK) _exit(102);
+        if (tr_tensor_ones(shape, 1, TR_DTYPE_F32, &exit_scoped) != TR_OK) _exit(103);
+        if (atexit(release_at_exit) != 0) _exit(104);
+        exit(0);
+    }
+    CHECK(pid > 0);
+    if (pid <= 0) return;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status));
+    if (!WIFEXITED(status)) return;
+    code = WEXITSTATUS(status);
+    CHECK(code < 100); /* the child set up its handles */
+    if (code >= 100) return;
+    CHECK(!(code & EXIT_RELEASE));   /* releases at exit work */
+    CHECK(!(code & EXIT_NOT_STALE)); /* and a third release is still TR_ERR_STALE_HANDLE */
+    CHECK(!(code & EXIT_SCOPED));
+    CHECK(!(code & EXIT_LIVE));      /* nothing left alive */
+    CHECK(!(code & EXIT_SCOPE_NEW)); /* tr_scope_new at exit returns a status, not a panic */
+}
+
 int main(void) {
     RUN(versions_match_header);
     RUN(retain_needs_one_release_each);
@@ -750,5 +810,6 @@ int main(void) {
     RUN(grad_returns_a_new_handle);
     RUN(grad_set_enabled_is_a_manual_guard);
     RUN(sgd_and_adam_steps);
+    RUN(calls_at_process_exit);
     return tu_finish();
 }
