@@ -213,6 +213,29 @@ static void copy_to_of_a_transposed_view(void) {
     CHECK_OK(tr_scope_dispose(s));
 }
 
+/* Host buffers need no alignment, and empty tensors copy zero bytes. */
+static void unaligned_buffers_and_empty_tensors(void) {
+    const double v[3] = {1.5, -2.25, 3};
+    const int64_t shape[1] = {3}, empty[2] = {0, 5};
+    unsigned char in[32], out[32];
+    double back[3] = {0, 0, 0};
+    size_t written = 9;
+    tr_tensor t = {0}, e = {0};
+    memcpy(in + 1, v, sizeof v);
+    REQUIRE_OK(tr_tensor_from_data(in + 1, sizeof v, shape, 1, TR_DTYPE_F64, &t));
+    CHECK_OK(tr_tensor_copy_to(t, out + 3, sizeof v, &written));
+    CHECK_EQ_U(written, sizeof v);
+    memcpy(back, out + 3, sizeof back);
+    CHECK(back[0] == 1.5 && back[1] == -2.25 && back[2] == 3);
+    CHECK_OK(tr_tensor_release(t));
+    REQUIRE_OK(tr_tensor_zeros(empty, 2, TR_DTYPE_F32, &e));
+    written = 9;
+    CHECK_OK(tr_tensor_copy_to(e, NULL, 0, &written));
+    CHECK_EQ_U(written, 0);
+    CHECK_SHAPE(e, 0, 5);
+    CHECK_OK(tr_tensor_release(e));
+}
+
 /* ------------------------------------------------------------------ creation */
 
 static void creation_ops(void) {
@@ -799,6 +822,7 @@ int main(void) {
     RUN(live_bytes_follow_handles);
     RUN(from_data_copy_to_every_dtype);
     RUN(copy_to_of_a_transposed_view);
+    RUN(unaligned_buffers_and_empty_tensors);
     RUN(creation_ops);
     RUN(elementwise_ops);
     RUN(reductions_with_dim_and_keepdim);

@@ -82,8 +82,9 @@ static inline int tu_check_status(const char *file, int line, const char *expr, 
     char what[1536];
     tu_checks++;
     if (got != want) {
-        snprintf(what, sizeof what, "%s returned %d (%s), expected %d (%s); last error: %s", expr,
-                 (int)got, tr_status_str(got), (int)want, tr_status_str(want),
+        /* the first 300 bytes of the message are enough (a panic's can carry a backtrace) */
+        snprintf(what, sizeof what, "%s returned %d (%s), expected %d (%s); last error: %.300s",
+                 expr, (int)got, tr_status_str(got), (int)want, tr_status_str(want),
                  got == TR_OK ? "-" : tu_last_error());
         tu_fail_here(file, line, what);
         return 0;
