@@ -25,6 +25,7 @@ pub mod ffi;
 mod interop;
 mod ops;
 mod registry;
+pub mod residency;
 pub mod scope;
 mod tensor;
 

@@ -35,7 +35,7 @@ impl Tensor {
     /// Runs `f` on the underlying tch tensor (shared storage; no copy).
     pub fn with_tch<R>(&self, f: impl FnOnce(&tch::Tensor) -> R) -> Result<R> {
         let [e] = registry::get([self.id])?;
-        Ok(f(&e))
+        Ok(f(&crate::residency::readable(&e)))
     }
 
     /// Another reference to the same handle; each must be dropped.

@@ -87,34 +87,42 @@ METHOD_RET = {"T": "Tensor", "T!": "&Tensor", "T?": "Option<Tensor>", "()": "()"
 
 def rust_core(op: Op) -> str:
     sig = ", ".join(f"{p.name}: {CORE_PARAM[p.ty]}" for p in op.params)
-    lines = [f"/// {op.doc}", f"pub(crate) fn {op.name}({sig}) -> Result<{CORE_RET[op.ret]}> {{"]
-    if op.ret == "T!":
-        lines.append(f"    let handle = {op.params[0].name};")
+    lines = [f"/// {op.doc}", f"pub(crate) fn {op.name}({sig}) -> Result<{CORE_RET[op.ret]}> {{",
+             f'    let {"mut " if any(p.ty in TENSOR_TYPES for p in op.params) else ""}op = Op::begin("{op.name}");']
     plain = [p.name for p in op.params if p.ty == "T"]
+    if op.ret == "T!":
+        first = plain.pop(0)
+        lines.append(f"    let handle = {first};")
+        lines.append(f"    let {first} = op.get_mut({first})?;")
     if plain:
         names = ", ".join(plain)
-        lines.append(f"    let [{names}] = registry::get([{names}])?;")
-        lines.extend(f"    let {n}: &tch::Tensor = &{n};" for n in plain)
+        lines.append(f"    let [{names}] = op.get([{names}])?;")
     for p in op.params:
         if p.ty == "T?":
-            lines.append(f"    let {p.name} = registry::get_opt({p.name})?;")
-            lines.append(f"    let {p.name} = {p.name}.as_deref().map(as_tch);")
+            lines.append(f"    let {p.name} = op.get_opt({p.name})?;")
         elif p.ty == "T[]":
-            lines.append(f"    let {p.name} = registry::get_many({p.name})?;")
-            lines.append(f"    let {p.name} = &{p.name}.iter().map(|e| as_tch(e)).collect::<Vec<_>>()[..];")
+            lines.append(f"    let {p.name} = op.get_many({p.name})?;")
+    for p in op.params:
+        if p.ty == "T":
+            lines.append(f"    let {p.name}: &tch::Tensor = &{p.name};")
+        elif p.ty == "T?":
+            lines.append(f"    let {p.name} = {p.name}.as_deref();")
+        elif p.ty == "T[]":
+            lines.append(f"    let {p.name} = &{p.name}.iter().map(|e| &**e).collect::<Vec<_>>()[..];")
     if op.ret == "T!":
         first = op.params[0].name
-        lines.append(f"    #[allow(unused_mut)]")
-        lines.append(f"    let mut {first} = {first}.shallow_clone();")
-        lines.append(f"    let _ = {op.body}?;")
+        lines.append(f"    let _ = op.value(|| {{")
+        lines.append(f"        #[allow(unused_mut)]")
+        lines.append(f"        let mut {first} = {first}.shallow_clone();")
+        lines.append(f"        {op.body}")
+        lines.append(f"    }})?;")
         lines.append("    Ok(handle)")
     elif op.ret == "T":
-        lines.append(f"    Ok(registry::insert({op.body}?))")
+        lines.append(f"    op.output(|| {op.body})")
     elif op.ret == "T?":
-        lines.append(f"    let t = {op.body}?;")
-        lines.append("    Ok(t.defined().then(|| registry::insert(t)))")
+        lines.append(f"    op.output_opt(|| {op.body})")
     else:
-        lines.append(f"    Ok({op.body}?)")
+        lines.append(f"    op.value(|| {op.body})")
     lines.append("}")
     return "\n".join(lines)
 

@@ -43,3 +43,10 @@ pub(crate) fn set_grad_enabled(enabled: bool) -> bool {
     // SAFETY: a plain call into libtorch's thread-local GradMode; it cannot fail.
     unsafe { torch_sys::at_grad_set_enabled(i32::from(enabled)) != 0 }
 }
+
+/// Whether this thread tracks gradients now.
+pub(crate) fn grad_enabled() -> bool {
+    let previous = set_grad_enabled(true);
+    set_grad_enabled(previous);
+    previous
+}

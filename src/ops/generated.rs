@@ -10,649 +10,751 @@ pub(crate) mod core {
 
     /// A tensor of zeros.
     pub(crate) fn zeros(shape: &[i64], dtype: DType) -> Result<TensorId> {
-        Ok(registry::insert(tch::Tensor::f_zeros(shape, opts(dtype))?))
+        let op = Op::begin("zeros");
+        op.output(|| tch::Tensor::f_zeros(shape, opts(dtype)))
     }
 
     /// A tensor of ones.
     pub(crate) fn ones(shape: &[i64], dtype: DType) -> Result<TensorId> {
-        Ok(registry::insert(tch::Tensor::f_ones(shape, opts(dtype))?))
+        let op = Op::begin("ones");
+        op.output(|| tch::Tensor::f_ones(shape, opts(dtype)))
     }
 
     /// A tensor filled with `value`.
     pub(crate) fn full(shape: &[i64], value: f64, dtype: DType) -> Result<TensorId> {
-        Ok(registry::insert(tch::Tensor::f_full(shape, value, opts(dtype))?))
+        let op = Op::begin("full");
+        op.output(|| tch::Tensor::f_full(shape, value, opts(dtype)))
     }
 
     /// Uniform samples in [0, 1); reproducible after `manual_seed`.
     pub(crate) fn rand(shape: &[i64], dtype: DType) -> Result<TensorId> {
-        Ok(registry::insert(tch::Tensor::f_rand(shape, opts(dtype))?))
+        let op = Op::begin("rand");
+        op.output(|| tch::Tensor::f_rand(shape, opts(dtype)))
     }
 
     /// Standard normal samples; reproducible after `manual_seed`.
     pub(crate) fn randn(shape: &[i64], dtype: DType) -> Result<TensorId> {
-        Ok(registry::insert(tch::Tensor::f_randn(shape, opts(dtype))?))
+        let op = Op::begin("randn");
+        op.output(|| tch::Tensor::f_randn(shape, opts(dtype)))
     }
 
     /// Values from `start` (inclusive) to `end` (exclusive) in steps of `step`.
     pub(crate) fn arange(start: f64, end: f64, step: f64, dtype: DType) -> Result<TensorId> {
-        Ok(registry::insert(tch::Tensor::f_arange_start_step(start, end, step, opts(dtype))?))
+        let op = Op::begin("arange");
+        op.output(|| tch::Tensor::f_arange_start_step(start, end, step, opts(dtype)))
     }
 
     /// The n x n identity matrix.
     pub(crate) fn eye(n: i64, dtype: DType) -> Result<TensorId> {
-        Ok(registry::insert(tch::Tensor::f_eye(n, opts(dtype))?))
+        let op = Op::begin("eye");
+        op.output(|| tch::Tensor::f_eye(n, opts(dtype)))
     }
 
     /// Zeros with the shape and dtype of `a`.
     pub(crate) fn zeros_like(a: TensorId) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("zeros_like");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_zeros_like()?))
+        op.output(|| a.f_zeros_like())
     }
 
     /// Ones with the shape and dtype of `a`.
     pub(crate) fn ones_like(a: TensorId) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("ones_like");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_ones_like()?))
+        op.output(|| a.f_ones_like())
     }
 
     /// a + b.
     pub(crate) fn add(a: TensorId, b: TensorId) -> Result<TensorId> {
-        let [a, b] = registry::get([a, b])?;
+        let mut op = Op::begin("add");
+        let [a, b] = op.get([a, b])?;
         let a: &tch::Tensor = &a;
         let b: &tch::Tensor = &b;
-        Ok(registry::insert(a.f_add(b)?))
+        op.output(|| a.f_add(b))
     }
 
     /// a - b.
     pub(crate) fn sub(a: TensorId, b: TensorId) -> Result<TensorId> {
-        let [a, b] = registry::get([a, b])?;
+        let mut op = Op::begin("sub");
+        let [a, b] = op.get([a, b])?;
         let a: &tch::Tensor = &a;
         let b: &tch::Tensor = &b;
-        Ok(registry::insert(a.f_sub(b)?))
+        op.output(|| a.f_sub(b))
     }
 
     /// a * b.
     pub(crate) fn mul(a: TensorId, b: TensorId) -> Result<TensorId> {
-        let [a, b] = registry::get([a, b])?;
+        let mut op = Op::begin("mul");
+        let [a, b] = op.get([a, b])?;
         let a: &tch::Tensor = &a;
         let b: &tch::Tensor = &b;
-        Ok(registry::insert(a.f_mul(b)?))
+        op.output(|| a.f_mul(b))
     }
 
     /// a / b (true division).
     pub(crate) fn div(a: TensorId, b: TensorId) -> Result<TensorId> {
-        let [a, b] = registry::get([a, b])?;
+        let mut op = Op::begin("div");
+        let [a, b] = op.get([a, b])?;
         let a: &tch::Tensor = &a;
         let b: &tch::Tensor = &b;
-        Ok(registry::insert(a.f_div(b)?))
+        op.output(|| a.f_div(b))
     }
 
     /// a + s.
     pub(crate) fn add_scalar(a: TensorId, s: f64) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("add_scalar");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_add_scalar(s)?))
+        op.output(|| a.f_add_scalar(s))
     }
 
     /// a - s.
     pub(crate) fn sub_scalar(a: TensorId, s: f64) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("sub_scalar");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_sub_scalar(s)?))
+        op.output(|| a.f_sub_scalar(s))
     }
 
     /// a * s.
     pub(crate) fn mul_scalar(a: TensorId, s: f64) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("mul_scalar");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_mul_scalar(s)?))
+        op.output(|| a.f_mul_scalar(s))
     }
 
     /// a / s.
     pub(crate) fn div_scalar(a: TensorId, s: f64) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("div_scalar");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_div_scalar(s)?))
+        op.output(|| a.f_div_scalar(s))
     }
 
     /// a raised to `exponent`, elementwise.
     pub(crate) fn pow(a: TensorId, exponent: TensorId) -> Result<TensorId> {
-        let [a, exponent] = registry::get([a, exponent])?;
+        let mut op = Op::begin("pow");
+        let [a, exponent] = op.get([a, exponent])?;
         let a: &tch::Tensor = &a;
         let exponent: &tch::Tensor = &exponent;
-        Ok(registry::insert(a.f_pow(exponent)?))
+        op.output(|| a.f_pow(exponent))
     }
 
     /// a raised to the scalar `exponent`.
     pub(crate) fn pow_scalar(a: TensorId, exponent: f64) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("pow_scalar");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_pow_tensor_scalar(exponent)?))
+        op.output(|| a.f_pow_tensor_scalar(exponent))
     }
 
     /// -a.
     pub(crate) fn neg(a: TensorId) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("neg");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_neg()?))
+        op.output(|| a.f_neg())
     }
 
     /// e^a.
     pub(crate) fn exp(a: TensorId) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("exp");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_exp()?))
+        op.output(|| a.f_exp())
     }
 
     /// Natural logarithm.
     pub(crate) fn log(a: TensorId) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("log");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_log()?))
+        op.output(|| a.f_log())
     }
 
     /// Square root.
     pub(crate) fn sqrt(a: TensorId) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("sqrt");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_sqrt()?))
+        op.output(|| a.f_sqrt())
     }
 
     /// Absolute value.
     pub(crate) fn abs(a: TensorId) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("abs");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_abs()?))
+        op.output(|| a.f_abs())
     }
 
     /// max(a, 0).
     pub(crate) fn relu(a: TensorId) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("relu");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_relu()?))
+        op.output(|| a.f_relu())
     }
 
     /// GELU with the exact erf form.
     pub(crate) fn gelu(a: TensorId) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("gelu");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_gelu("none")?))
+        op.output(|| a.f_gelu("none"))
     }
 
     /// a * sigmoid(a).
     pub(crate) fn silu(a: TensorId) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("silu");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_silu()?))
+        op.output(|| a.f_silu())
     }
 
     /// 1 / (1 + e^-a).
     pub(crate) fn sigmoid(a: TensorId) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("sigmoid");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_sigmoid()?))
+        op.output(|| a.f_sigmoid())
     }
 
     /// Hyperbolic tangent.
     pub(crate) fn tanh(a: TensorId) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("tanh");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_tanh()?))
+        op.output(|| a.f_tanh())
     }
 
     /// a limited to [min, max].
     pub(crate) fn clamp(a: TensorId, min: f64, max: f64) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("clamp");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_clamp(min, max)?))
+        op.output(|| a.f_clamp(min, max))
     }
 
     /// Elements of `a` where `condition` is true, else of `other` (torch.where).
     pub(crate) fn where_self(a: TensorId, condition: TensorId, other: TensorId) -> Result<TensorId> {
-        let [a, condition, other] = registry::get([a, condition, other])?;
+        let mut op = Op::begin("where_self");
+        let [a, condition, other] = op.get([a, condition, other])?;
         let a: &tch::Tensor = &a;
         let condition: &tch::Tensor = &condition;
         let other: &tch::Tensor = &other;
-        Ok(registry::insert(a.f_where_self(condition, other)?))
+        op.output(|| a.f_where_self(condition, other))
     }
 
     /// a == b, as a bool tensor.
     pub(crate) fn eq(a: TensorId, b: TensorId) -> Result<TensorId> {
-        let [a, b] = registry::get([a, b])?;
+        let mut op = Op::begin("eq");
+        let [a, b] = op.get([a, b])?;
         let a: &tch::Tensor = &a;
         let b: &tch::Tensor = &b;
-        Ok(registry::insert(a.f_eq_tensor(b)?))
+        op.output(|| a.f_eq_tensor(b))
     }
 
     /// a != b, as a bool tensor.
     pub(crate) fn ne(a: TensorId, b: TensorId) -> Result<TensorId> {
-        let [a, b] = registry::get([a, b])?;
+        let mut op = Op::begin("ne");
+        let [a, b] = op.get([a, b])?;
         let a: &tch::Tensor = &a;
         let b: &tch::Tensor = &b;
-        Ok(registry::insert(a.f_ne_tensor(b)?))
+        op.output(|| a.f_ne_tensor(b))
     }
 
     /// a < b, as a bool tensor.
     pub(crate) fn lt(a: TensorId, b: TensorId) -> Result<TensorId> {
-        let [a, b] = registry::get([a, b])?;
+        let mut op = Op::begin("lt");
+        let [a, b] = op.get([a, b])?;
         let a: &tch::Tensor = &a;
         let b: &tch::Tensor = &b;
-        Ok(registry::insert(a.f_lt_tensor(b)?))
+        op.output(|| a.f_lt_tensor(b))
     }
 
     /// a <= b, as a bool tensor.
     pub(crate) fn le(a: TensorId, b: TensorId) -> Result<TensorId> {
-        let [a, b] = registry::get([a, b])?;
+        let mut op = Op::begin("le");
+        let [a, b] = op.get([a, b])?;
         let a: &tch::Tensor = &a;
         let b: &tch::Tensor = &b;
-        Ok(registry::insert(a.f_le_tensor(b)?))
+        op.output(|| a.f_le_tensor(b))
     }
 
     /// a > b, as a bool tensor.
     pub(crate) fn gt(a: TensorId, b: TensorId) -> Result<TensorId> {
-        let [a, b] = registry::get([a, b])?;
+        let mut op = Op::begin("gt");
+        let [a, b] = op.get([a, b])?;
         let a: &tch::Tensor = &a;
         let b: &tch::Tensor = &b;
-        Ok(registry::insert(a.f_gt_tensor(b)?))
+        op.output(|| a.f_gt_tensor(b))
     }
 
     /// a >= b, as a bool tensor.
     pub(crate) fn ge(a: TensorId, b: TensorId) -> Result<TensorId> {
-        let [a, b] = registry::get([a, b])?;
+        let mut op = Op::begin("ge");
+        let [a, b] = op.get([a, b])?;
         let a: &tch::Tensor = &a;
         let b: &tch::Tensor = &b;
-        Ok(registry::insert(a.f_ge_tensor(b)?))
+        op.output(|| a.f_ge_tensor(b))
     }
 
     /// Sum of all elements.
     pub(crate) fn sum(a: TensorId) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("sum");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_sum(None::<Kind>)?))
+        op.output(|| a.f_sum(None::<Kind>))
     }
 
     /// Sum over `dims`.
     pub(crate) fn sum_dim(a: TensorId, dims: &[i64], keepdim: bool) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("sum_dim");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_sum_dim_intlist(dims, keepdim, None::<Kind>)?))
+        op.output(|| a.f_sum_dim_intlist(dims, keepdim, None::<Kind>))
     }
 
     /// Mean of all elements.
     pub(crate) fn mean(a: TensorId) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("mean");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_mean(None::<Kind>)?))
+        op.output(|| a.f_mean(None::<Kind>))
     }
 
     /// Mean over `dims`.
     pub(crate) fn mean_dim(a: TensorId, dims: &[i64], keepdim: bool) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("mean_dim");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_mean_dim(dims, keepdim, None::<Kind>)?))
+        op.output(|| a.f_mean_dim(dims, keepdim, None::<Kind>))
     }
 
     /// Largest element.
     pub(crate) fn max(a: TensorId) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("max");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_max()?))
+        op.output(|| a.f_max())
     }
 
     /// Largest values along `dim`.
     pub(crate) fn max_dim(a: TensorId, dim: i64, keepdim: bool) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("max_dim");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_max_dim(dim, keepdim).map(|r| r.0)?))
+        op.output(|| a.f_max_dim(dim, keepdim).map(|r| r.0))
     }
 
     /// Smallest element.
     pub(crate) fn min(a: TensorId) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("min");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_min()?))
+        op.output(|| a.f_min())
     }
 
     /// Smallest values along `dim`.
     pub(crate) fn min_dim(a: TensorId, dim: i64, keepdim: bool) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("min_dim");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_min_dim(dim, keepdim).map(|r| r.0)?))
+        op.output(|| a.f_min_dim(dim, keepdim).map(|r| r.0))
     }
 
     /// Indices (i64) of the largest values along `dim`.
     pub(crate) fn argmax(a: TensorId, dim: i64, keepdim: bool) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("argmax");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_argmax(dim, keepdim)?))
+        op.output(|| a.f_argmax(dim, keepdim))
     }
 
     /// Indices (i64) of the smallest values along `dim`.
     pub(crate) fn argmin(a: TensorId, dim: i64, keepdim: bool) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("argmin");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_argmin(dim, keepdim)?))
+        op.output(|| a.f_argmin(dim, keepdim))
     }
 
     /// Softmax along `dim`.
     pub(crate) fn softmax(a: TensorId, dim: i64) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("softmax");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_softmax(dim, None::<Kind>)?))
+        op.output(|| a.f_softmax(dim, None::<Kind>))
     }
 
     /// Log-softmax along `dim`.
     pub(crate) fn log_softmax(a: TensorId, dim: i64) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("log_softmax");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_log_softmax(dim, None::<Kind>)?))
+        op.output(|| a.f_log_softmax(dim, None::<Kind>))
     }
 
     /// Matrix product with torch.matmul's broadcasting rules.
     pub(crate) fn matmul(a: TensorId, b: TensorId) -> Result<TensorId> {
-        let [a, b] = registry::get([a, b])?;
+        let mut op = Op::begin("matmul");
+        let [a, b] = op.get([a, b])?;
         let a: &tch::Tensor = &a;
         let b: &tch::Tensor = &b;
-        Ok(registry::insert(a.f_matmul(b)?))
+        op.output(|| a.f_matmul(b))
     }
 
     /// Batched matrix product of [B,n,m] and [B,m,p].
     pub(crate) fn bmm(a: TensorId, b: TensorId) -> Result<TensorId> {
-        let [a, b] = registry::get([a, b])?;
+        let mut op = Op::begin("bmm");
+        let [a, b] = op.get([a, b])?;
         let a: &tch::Tensor = &a;
         let b: &tch::Tensor = &b;
-        Ok(registry::insert(a.f_bmm(b)?))
+        op.output(|| a.f_bmm(b))
     }
 
     /// x @ weight^T + bias; `weight` is [out, in].
     pub(crate) fn linear(x: TensorId, weight: TensorId, bias: TensorId) -> Result<TensorId> {
-        let [x, weight] = registry::get([x, weight])?;
+        let mut op = Op::begin("linear");
+        let [x, weight] = op.get([x, weight])?;
+        let bias = op.get_opt(bias)?;
         let x: &tch::Tensor = &x;
         let weight: &tch::Tensor = &weight;
-        let bias = registry::get_opt(bias)?;
-        let bias = bias.as_deref().map(as_tch);
-        Ok(registry::insert(x.f_linear(weight, bias)?))
+        let bias = bias.as_deref();
+        op.output(|| x.f_linear(weight, bias))
     }
 
     /// Same elements in a new shape (a view when possible); -1 infers one dimension.
     pub(crate) fn reshape(a: TensorId, shape: &[i64]) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("reshape");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_reshape(shape)?))
+        op.output(|| a.f_reshape(shape))
     }
 
     /// A view with a new shape; fails if the layout does not allow one.
     pub(crate) fn view(a: TensorId, shape: &[i64]) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("view");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_view(shape)?))
+        op.output(|| a.f_view(shape))
     }
 
     /// A view with two dimensions swapped.
     pub(crate) fn transpose(a: TensorId, dim0: i64, dim1: i64) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("transpose");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_transpose(dim0, dim1)?))
+        op.output(|| a.f_transpose(dim0, dim1))
     }
 
     /// A view with dimensions reordered.
     pub(crate) fn permute(a: TensorId, dims: &[i64]) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("permute");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_permute(dims)?))
+        op.output(|| a.f_permute(dims))
     }
 
     /// Removes dimension `dim` if it has size 1.
     pub(crate) fn squeeze(a: TensorId, dim: i64) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("squeeze");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_squeeze_dim(dim)?))
+        op.output(|| a.f_squeeze_dim(dim))
     }
 
     /// Inserts a dimension of size 1 at `dim`.
     pub(crate) fn unsqueeze(a: TensorId, dim: i64) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("unsqueeze");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_unsqueeze(dim)?))
+        op.output(|| a.f_unsqueeze(dim))
     }
 
     /// Concatenation along an existing dimension.
     pub(crate) fn cat(tensors: &[TensorId], dim: i64) -> Result<TensorId> {
-        let tensors = registry::get_many(tensors)?;
-        let tensors = &tensors.iter().map(|e| as_tch(e)).collect::<Vec<_>>()[..];
-        Ok(registry::insert(tch::Tensor::f_cat(tensors, dim)?))
+        let mut op = Op::begin("cat");
+        let tensors = op.get_many(tensors)?;
+        let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
+        op.output(|| tch::Tensor::f_cat(tensors, dim))
     }
 
     /// Stacking along a new dimension.
     pub(crate) fn stack(tensors: &[TensorId], dim: i64) -> Result<TensorId> {
-        let tensors = registry::get_many(tensors)?;
-        let tensors = &tensors.iter().map(|e| as_tch(e)).collect::<Vec<_>>()[..];
-        Ok(registry::insert(tch::Tensor::f_stack(tensors, dim)?))
+        let mut op = Op::begin("stack");
+        let tensors = op.get_many(tensors)?;
+        let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
+        op.output(|| tch::Tensor::f_stack(tensors, dim))
     }
 
     /// A view of `length` entries of `dim` from `start`.
     pub(crate) fn narrow(a: TensorId, dim: i64, start: i64, length: i64) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("narrow");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_narrow(dim, start, length)?))
+        op.output(|| a.f_narrow(dim, start, length))
     }
 
     /// Entries of `dim` at the positions in the i64 tensor `index`.
     pub(crate) fn index_select(a: TensorId, dim: i64, index: TensorId) -> Result<TensorId> {
-        let [a, index] = registry::get([a, index])?;
+        let mut op = Op::begin("index_select");
+        let [a, index] = op.get([a, index])?;
         let a: &tch::Tensor = &a;
         let index: &tch::Tensor = &index;
-        Ok(registry::insert(a.f_index_select(dim, index)?))
+        op.output(|| a.f_index_select(dim, index))
     }
 
     /// A row-major copy (or `a`'s storage if already contiguous).
     pub(crate) fn contiguous(a: TensorId) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("contiguous");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_contiguous()?))
+        op.output(|| a.f_contiguous())
     }
 
     /// Conversion to another dtype.
     pub(crate) fn to_dtype(a: TensorId, dtype: DType) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("to_dtype");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_to_kind(dtype.kind())?))
+        op.output(|| a.f_to_kind(dtype.kind()))
     }
 
     /// Rows of `weight` [num, dim] at the i64 `indices`.
     pub(crate) fn embedding(weight: TensorId, indices: TensorId) -> Result<TensorId> {
-        let [weight, indices] = registry::get([weight, indices])?;
+        let mut op = Op::begin("embedding");
+        let [weight, indices] = op.get([weight, indices])?;
         let weight: &tch::Tensor = &weight;
         let indices: &tch::Tensor = &indices;
-        Ok(registry::insert(tch::Tensor::f_embedding(weight, indices, -1, false, false)?))
+        op.output(|| tch::Tensor::f_embedding(weight, indices, -1, false, false))
     }
 
     /// Layer normalisation over the trailing `normalized_shape`.
     pub(crate) fn layer_norm(a: TensorId, normalized_shape: &[i64], weight: TensorId, bias: TensorId, eps: f64) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("layer_norm");
+        let [a] = op.get([a])?;
+        let weight = op.get_opt(weight)?;
+        let bias = op.get_opt(bias)?;
         let a: &tch::Tensor = &a;
-        let weight = registry::get_opt(weight)?;
-        let weight = weight.as_deref().map(as_tch);
-        let bias = registry::get_opt(bias)?;
-        let bias = bias.as_deref().map(as_tch);
-        Ok(registry::insert(a.f_layer_norm(normalized_shape, weight, bias, eps, true)?))
+        let weight = weight.as_deref();
+        let bias = bias.as_deref();
+        op.output(|| a.f_layer_norm(normalized_shape, weight, bias, eps, true))
     }
 
     /// Zeroes elements with probability `p` when `train`, scaling the rest.
     pub(crate) fn dropout(a: TensorId, p: f64, train: bool) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("dropout");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_dropout(p, train)?))
+        op.output(|| a.f_dropout(p, train))
     }
 
     /// 2-D convolution of [N,C,H,W] input.
     pub(crate) fn conv2d(input: TensorId, weight: TensorId, bias: TensorId, stride: &[i64], padding: &[i64], dilation: &[i64], groups: i64) -> Result<TensorId> {
-        let [input, weight] = registry::get([input, weight])?;
+        let mut op = Op::begin("conv2d");
+        let [input, weight] = op.get([input, weight])?;
+        let bias = op.get_opt(bias)?;
         let input: &tch::Tensor = &input;
         let weight: &tch::Tensor = &weight;
-        let bias = registry::get_opt(bias)?;
-        let bias = bias.as_deref().map(as_tch);
-        Ok(registry::insert(input.f_conv2d(weight, bias, stride, padding, dilation, groups)?))
+        let bias = bias.as_deref();
+        op.output(|| input.f_conv2d(weight, bias, stride, padding, dilation, groups))
     }
 
     /// 2-D max pooling.
     pub(crate) fn max_pool2d(a: TensorId, kernel: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64], ceil_mode: bool) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("max_pool2d");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_max_pool2d(kernel, stride, padding, dilation, ceil_mode)?))
+        op.output(|| a.f_max_pool2d(kernel, stride, padding, dilation, ceil_mode))
     }
 
     /// Mean squared error.
     pub(crate) fn mse_loss(input: TensorId, target: TensorId) -> Result<TensorId> {
-        let [input, target] = registry::get([input, target])?;
+        let mut op = Op::begin("mse_loss");
+        let [input, target] = op.get([input, target])?;
         let input: &tch::Tensor = &input;
         let target: &tch::Tensor = &target;
-        Ok(registry::insert(input.f_mse_loss(target, Reduction::Mean)?))
+        op.output(|| input.f_mse_loss(target, Reduction::Mean))
     }
 
     /// Mean cross-entropy of [N,C] logits against i64 class `targets`.
     pub(crate) fn cross_entropy(logits: TensorId, targets: TensorId) -> Result<TensorId> {
-        let [logits, targets] = registry::get([logits, targets])?;
+        let mut op = Op::begin("cross_entropy");
+        let [logits, targets] = op.get([logits, targets])?;
         let logits: &tch::Tensor = &logits;
         let targets: &tch::Tensor = &targets;
-        Ok(registry::insert(logits.f_cross_entropy_loss(targets, None::<&tch::Tensor>, Reduction::Mean, -100, 0.0)?))
+        op.output(|| logits.f_cross_entropy_loss(targets, None::<&tch::Tensor>, Reduction::Mean, -100, 0.0))
     }
 
     /// a += b.
     pub(crate) fn add_(a: TensorId, b: TensorId) -> Result<TensorId> {
+        let mut op = Op::begin("add_");
         let handle = a;
-        let [a, b] = registry::get([a, b])?;
+        let a = op.get_mut(a)?;
+        let [b] = op.get([b])?;
         let a: &tch::Tensor = &a;
         let b: &tch::Tensor = &b;
-        #[allow(unused_mut)]
-        let mut a = a.shallow_clone();
-        let _ = a.f_add_(b)?;
+        let _ = op.value(|| {
+            #[allow(unused_mut)]
+            let mut a = a.shallow_clone();
+            a.f_add_(b)
+        })?;
         Ok(handle)
     }
 
     /// a -= b.
     pub(crate) fn sub_(a: TensorId, b: TensorId) -> Result<TensorId> {
+        let mut op = Op::begin("sub_");
         let handle = a;
-        let [a, b] = registry::get([a, b])?;
+        let a = op.get_mut(a)?;
+        let [b] = op.get([b])?;
         let a: &tch::Tensor = &a;
         let b: &tch::Tensor = &b;
-        #[allow(unused_mut)]
-        let mut a = a.shallow_clone();
-        let _ = a.f_sub_(b)?;
+        let _ = op.value(|| {
+            #[allow(unused_mut)]
+            let mut a = a.shallow_clone();
+            a.f_sub_(b)
+        })?;
         Ok(handle)
     }
 
     /// a *= b.
     pub(crate) fn mul_(a: TensorId, b: TensorId) -> Result<TensorId> {
+        let mut op = Op::begin("mul_");
         let handle = a;
-        let [a, b] = registry::get([a, b])?;
+        let a = op.get_mut(a)?;
+        let [b] = op.get([b])?;
         let a: &tch::Tensor = &a;
         let b: &tch::Tensor = &b;
-        #[allow(unused_mut)]
-        let mut a = a.shallow_clone();
-        let _ = a.f_mul_(b)?;
+        let _ = op.value(|| {
+            #[allow(unused_mut)]
+            let mut a = a.shallow_clone();
+            a.f_mul_(b)
+        })?;
         Ok(handle)
     }
 
     /// a *= s.
     pub(crate) fn mul_scalar_(a: TensorId, s: f64) -> Result<TensorId> {
+        let mut op = Op::begin("mul_scalar_");
         let handle = a;
-        let [a] = registry::get([a])?;
+        let a = op.get_mut(a)?;
         let a: &tch::Tensor = &a;
-        #[allow(unused_mut)]
-        let mut a = a.shallow_clone();
-        let _ = a.f_mul_scalar_(s)?;
+        let _ = op.value(|| {
+            #[allow(unused_mut)]
+            let mut a = a.shallow_clone();
+            a.f_mul_scalar_(s)
+        })?;
         Ok(handle)
     }
 
     /// a = 0.
     pub(crate) fn zero_(a: TensorId) -> Result<TensorId> {
+        let mut op = Op::begin("zero_");
         let handle = a;
-        let [a] = registry::get([a])?;
+        let a = op.get_mut(a)?;
         let a: &tch::Tensor = &a;
-        #[allow(unused_mut)]
-        let mut a = a.shallow_clone();
-        let _ = a.f_zero_()?;
+        let _ = op.value(|| {
+            #[allow(unused_mut)]
+            let mut a = a.shallow_clone();
+            a.f_zero_()
+        })?;
         Ok(handle)
     }
 
     /// Copies the values of `src` into `a` (broadcasting, converting dtype).
     pub(crate) fn copy_(a: TensorId, src: TensorId) -> Result<TensorId> {
+        let mut op = Op::begin("copy_");
         let handle = a;
-        let [a, src] = registry::get([a, src])?;
+        let a = op.get_mut(a)?;
+        let [src] = op.get([src])?;
         let a: &tch::Tensor = &a;
         let src: &tch::Tensor = &src;
-        #[allow(unused_mut)]
-        let mut a = a.shallow_clone();
-        let _ = a.f_copy_(src)?;
+        let _ = op.value(|| {
+            #[allow(unused_mut)]
+            let mut a = a.shallow_clone();
+            a.f_copy_(src)
+        })?;
         Ok(handle)
     }
 
     /// Turns gradient tracking on or off for a leaf tensor.
     pub(crate) fn requires_grad_(a: TensorId, requires_grad: bool) -> Result<TensorId> {
+        let mut op = Op::begin("requires_grad_");
         let handle = a;
-        let [a] = registry::get([a])?;
+        let a = op.get_mut(a)?;
         let a: &tch::Tensor = &a;
-        #[allow(unused_mut)]
-        let mut a = a.shallow_clone();
-        let _ = a.f_requires_grad_(requires_grad)?;
+        let _ = op.value(|| {
+            #[allow(unused_mut)]
+            let mut a = a.shallow_clone();
+            a.f_requires_grad_(requires_grad)
+        })?;
         Ok(handle)
     }
 
     /// Whether gradients are tracked for `a`.
     pub(crate) fn requires_grad(a: TensorId) -> Result<bool> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("requires_grad");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(Ok::<_, Error>(a.requires_grad())?)
+        op.value(|| Ok::<_, Error>(a.requires_grad()))
     }
 
     /// Backpropagates from the scalar `a`, accumulating into the leaves' gradients.
     pub(crate) fn backward(a: TensorId) -> Result<()> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("backward");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(a.f_backward()?)
+        op.value(|| a.f_backward())
     }
 
     /// The accumulated gradient of `a` as a new handle (none before any backward).
     pub(crate) fn grad(a: TensorId) -> Result<Option<TensorId>> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("grad");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        let t = a.f_grad()?;
-        Ok(t.defined().then(|| registry::insert(t)))
+        op.output_opt(|| a.f_grad())
     }
 
     /// Zeroes the accumulated gradient of `a`, if any.
     pub(crate) fn zero_grad(a: TensorId) -> Result<()> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("zero_grad");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(autograd::zero_grad(a)?)
+        op.value(|| autograd::zero_grad(a))
     }
 
     /// A new handle sharing `a`'s data, cut from the autograd graph.
     pub(crate) fn detach(a: TensorId) -> Result<TensorId> {
-        let [a] = registry::get([a])?;
+        let mut op = Op::begin("detach");
+        let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        Ok(registry::insert(a.f_detach()?))
+        op.output(|| a.f_detach())
     }
 
     /// p -= lr * grad for each parameter.
     pub(crate) fn sgd_step(params: &[TensorId], lr: f64) -> Result<()> {
-        let params = registry::get_many(params)?;
-        let params = &params.iter().map(|e| as_tch(e)).collect::<Vec<_>>()[..];
-        Ok(optim::sgd_step(params, lr)?)
+        let mut op = Op::begin("sgd_step");
+        let params = op.get_many(params)?;
+        let params = &params.iter().map(|e| &**e).collect::<Vec<_>>()[..];
+        op.value(|| optim::sgd_step(params, lr))
     }
 
     /// One Adam step (torch.optim.Adam, L2 weight decay); the caller keeps the moment buffers (zeros like each parameter) and counts `step` from 1.
     pub(crate) fn adam_step(params: &[TensorId], exp_avg: &[TensorId], exp_avg_sq: &[TensorId], step: i64, lr: f64, beta1: f64, beta2: f64, eps: f64, weight_decay: f64) -> Result<()> {
-        let params = registry::get_many(params)?;
-        let params = &params.iter().map(|e| as_tch(e)).collect::<Vec<_>>()[..];
-        let exp_avg = registry::get_many(exp_avg)?;
-        let exp_avg = &exp_avg.iter().map(|e| as_tch(e)).collect::<Vec<_>>()[..];
-        let exp_avg_sq = registry::get_many(exp_avg_sq)?;
-        let exp_avg_sq = &exp_avg_sq.iter().map(|e| as_tch(e)).collect::<Vec<_>>()[..];
-        Ok(optim::adam_step(params, exp_avg, exp_avg_sq, step, AdamHyper { lr, beta1, beta2, eps, weight_decay })?)
+        let mut op = Op::begin("adam_step");
+        let params = op.get_many(params)?;
+        let exp_avg = op.get_many(exp_avg)?;
+        let exp_avg_sq = op.get_many(exp_avg_sq)?;
+        let params = &params.iter().map(|e| &**e).collect::<Vec<_>>()[..];
+        let exp_avg = &exp_avg.iter().map(|e| &**e).collect::<Vec<_>>()[..];
+        let exp_avg_sq = &exp_avg_sq.iter().map(|e| &**e).collect::<Vec<_>>()[..];
+        op.value(|| optim::adam_step(params, exp_avg, exp_avg_sq, step, AdamHyper { lr, beta1, beta2, eps, weight_decay }))
     }
 }
 

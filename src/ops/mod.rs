@@ -5,6 +5,7 @@
 
 pub(crate) mod autograd;
 pub(crate) mod data;
+pub(crate) mod exec;
 pub(crate) mod generated;
 mod operators;
 pub(crate) mod optim;
@@ -14,19 +15,16 @@ pub use autograd::{manual_seed, no_grad, NoGradGuard};
 /// What the generated code sees.
 pub(crate) mod prelude {
     pub(crate) use super::optim::AdamHyper;
+    pub(crate) use super::exec::Op;
     pub(crate) use super::{autograd, optim};
     pub(crate) use crate::dtype::DType;
     pub(crate) use crate::error::{Error, Result};
-    pub(crate) use crate::registry::{self, Entry, TensorId};
+    pub(crate) use crate::registry::TensorId;
     pub(crate) use crate::tensor::Tensor;
     pub(crate) use tch::{Kind, Reduction};
 
     /// Creation options: ops create tensors in host memory.
     pub(crate) fn opts(dtype: DType) -> (Kind, tch::Device) {
         (dtype.kind(), tch::Device::Cpu)
-    }
-
-    pub(crate) fn as_tch(e: &Entry) -> &tch::Tensor {
-        e
     }
 }

@@ -1,8 +1,13 @@
 //! What a tensor handle points at: the libtorch tensor plus its accounted footprint. An `Entry`
 //! is shared (`Arc`) between the registry slot, every alias of the handle and any op that is
 //! using it right now, so an op keeps its inputs alive even if another thread releases them.
+//!
+//! The tensor is the entry's home copy, in host memory. Once the residency manager has seen the
+//! entry (`registered`), the manager may also hold a device copy that is newer than the home
+//! copy; code that reads data goes through `ops::data`, which asks the manager.
 
 use std::ops::Deref;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Index into the per-device byte counters: 0 is host memory, `1 + n` is CUDA device `n`.
 pub(crate) type DeviceSlot = usize;
@@ -11,6 +16,10 @@ pub(crate) struct Entry {
     tensor: tch::Tensor,
     pub(crate) bytes: u64,
     pub(crate) device: DeviceSlot,
+    /// Identity for the residency manager (stable across aliases, never reused).
+    pub(crate) uid: u64,
+    /// Whether the residency manager tracks this entry (it then forgets it on drop).
+    pub(crate) registered: AtomicBool,
 }
 
 // SAFETY: `tch::Tensor` is `Send` but not `Sync` because it wraps a pointer to a heap
@@ -22,8 +31,22 @@ unsafe impl Sync for Entry {}
 
 impl Entry {
     pub(crate) fn new(tensor: tch::Tensor) -> Entry {
+        static NEXT_UID: AtomicU64 = AtomicU64::new(1);
         let (bytes, device) = footprint(&tensor);
-        Entry { tensor, bytes, device }
+        let uid = NEXT_UID.fetch_add(1, Ordering::Relaxed);
+        Entry { tensor, bytes, device, uid, registered: AtomicBool::new(false) }
+    }
+
+    pub(crate) fn is_registered(&self) -> bool {
+        self.registered.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        if self.is_registered() {
+            crate::residency::forget(self.uid);
+        }
     }
 }
 
@@ -36,7 +59,7 @@ impl Deref for Entry {
 
 /// Logical bytes (elements x element size; a view counts at its own size) and device slot.
 /// Reads libtorch's metadata directly: `Tensor::numel` would allocate a Vec on every op.
-fn footprint(t: &tch::Tensor) -> (u64, DeviceSlot) {
+pub(crate) fn footprint(t: &tch::Tensor) -> (u64, DeviceSlot) {
     if !t.defined() {
         return (0, 0);
     }

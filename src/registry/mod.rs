@@ -7,7 +7,7 @@
 mod entry;
 mod handle;
 
-pub(crate) use entry::Entry;
+pub(crate) use entry::{footprint, Entry};
 pub(crate) use handle::GenSlab;
 
 use crate::error::{Error, HandleKind, Result};
@@ -86,7 +86,7 @@ pub(crate) fn insert(tensor: tch::Tensor) -> TensorId {
     insert_entry(Arc::new(Entry::new(tensor)))
 }
 
-fn insert_entry(entry: Arc<Entry>) -> TensorId {
+pub(crate) fn insert_entry(entry: Arc<Entry>) -> TensorId {
     let mut state = lock();
     state.add_bytes(&entry, true);
     let scope = state.scopes.current_key();

@@ -1,0 +1,114 @@
+//! How an op runs. `Op` looks up the inputs, lets the residency manager place them on the
+//! compute device when one is configured, runs the body (once more after evicting, if the
+//! device ran out of memory), and registers the result. Without a manager it adds one atomic
+//! load to the registry lookups. The generated functions in `generated.rs` are written against it.
+
+use crate::error::{Error, Result};
+use crate::registry::{self, Entry, TensorId};
+use crate::residency::{self, Ticket};
+use std::ops::Deref;
+use std::sync::Arc;
+
+/// An op's input: the entry's home tensor, or its device copy under a manager.
+pub(crate) enum Input {
+    Home(Arc<Entry>),
+    Device(tch::Tensor, #[allow(dead_code)] Arc<Entry>),
+}
+
+impl Deref for Input {
+    type Target = tch::Tensor;
+    #[inline]
+    fn deref(&self) -> &tch::Tensor {
+        match self {
+            Input::Home(e) => e,
+            Input::Device(t, _) => t,
+        }
+    }
+}
+
+pub(crate) struct Op {
+    ticket: Option<Ticket>,
+}
+
+impl Op {
+    #[inline]
+    pub(crate) fn begin(name: &'static str) -> Op {
+        Op { ticket: if residency::active() { Ticket::begin(name) } else { None } }
+    }
+
+    #[inline]
+    fn place(&mut self, entry: Arc<Entry>, write: bool) -> Result<Input> {
+        match &mut self.ticket {
+            None => Ok(Input::Home(entry)),
+            Some(t) => Ok(Input::Device(t.acquire(&entry, write)?, entry)),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn get<const N: usize>(&mut self, ids: [TensorId; N]) -> Result<[Input; N]> {
+        let entries = registry::get(ids)?;
+        if self.ticket.is_none() {
+            return Ok(entries.map(Input::Home));
+        }
+        let mut placed = Vec::with_capacity(N);
+        for e in entries {
+            placed.push(self.place(e, false)?);
+        }
+        Ok(placed.try_into().unwrap_or_else(|_| unreachable!("N inputs placed")))
+    }
+
+    /// The input an in-place op writes to.
+    pub(crate) fn get_mut(&mut self, id: TensorId) -> Result<Input> {
+        let [entry] = registry::get([id])?;
+        if self.ticket.is_none() {
+            residency::sync_home(&entry)?;
+        }
+        self.place(entry, true)
+    }
+
+    /// An optional input; handle 0 means none.
+    pub(crate) fn get_opt(&mut self, id: TensorId) -> Result<Option<Input>> {
+        registry::get_opt(id)?.map(|e| self.place(e, false)).transpose()
+    }
+
+    pub(crate) fn get_many(&mut self, ids: &[TensorId]) -> Result<Vec<Input>> {
+        registry::get_many(ids)?.into_iter().map(|e| self.place(e, false)).collect()
+    }
+
+    /// Runs `body` and registers the tensor it makes.
+    #[inline]
+    pub(crate) fn output<E: Into<Error>>(self, body: impl Fn() -> Result<tch::Tensor, E>) -> Result<TensorId> {
+        self.output_opt(body)?.ok_or_else(|| Error::Torch("the op returned an undefined tensor".into()))
+    }
+
+    /// Like `output`, for ops that may make nothing (an undefined tensor).
+    #[inline]
+    pub(crate) fn output_opt<E: Into<Error>>(mut self, body: impl Fn() -> Result<tch::Tensor, E>) -> Result<Option<TensorId>> {
+        let Some(ticket) = self.ticket.as_mut() else {
+            let t = body().map_err(Into::into)?;
+            return Ok(t.defined().then(|| registry::insert(t)));
+        };
+        let mut retried = false;
+        loop {
+            let placed = body().map_err(Into::into).and_then(|t| match t.defined() {
+                true => ticket.finish(t).map(Some),
+                false => ticket.end().map(|()| None),
+            });
+            match placed {
+                Err(Error::OutOfMemory(_)) if !retried && ticket.evict_unused() > 0 => retried = true,
+                other => return other.map(|e| e.map(registry::insert_entry)),
+            }
+        }
+    }
+
+    /// Runs `body` for an op that makes no tensor (in-place ops, backward, optimizer steps).
+    pub(crate) fn value<R, E: Into<Error>>(mut self, body: impl Fn() -> Result<R, E>) -> Result<R> {
+        let Some(ticket) = self.ticket.as_mut() else { return body().map_err(Into::into) };
+        let value = match body().map_err(Into::into) {
+            Err(Error::OutOfMemory(_)) if ticket.evict_unused() > 0 => body().map_err(Into::into),
+            other => other,
+        }?;
+        ticket.end()?;
+        Ok(value)
+    }
+}

@@ -1,0 +1,66 @@
+//! The compute device the manager places tensors on, and the copies between it and host memory.
+//! The simulated accelerator is host memory that the manager accounts for as device memory;
+//! its loads and write-backs are real copies, so budgets, copies and data integrity are
+//! exercised on machines without a GPU.
+
+use crate::error::{Error, Result};
+use tch::{Device, Tensor};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ComputeDevice {
+    /// Host memory; nothing moves (the manager only accounts).
+    Cpu,
+    /// CUDA device `n`.
+    Cuda(usize),
+    /// Host memory accounted as device memory, with real copies on load and write-back.
+    Simulated,
+}
+
+impl ComputeDevice {
+    pub(crate) fn tch(self) -> Device {
+        match self {
+            ComputeDevice::Cuda(n) => Device::Cuda(n),
+            ComputeDevice::Cpu | ComputeDevice::Simulated => Device::Cpu,
+        }
+    }
+
+    pub(crate) fn check_available(self) -> Result<()> {
+        if let ComputeDevice::Cuda(n) = self {
+            let count = tch::Cuda::device_count() as usize;
+            if n >= count {
+                return Err(Error::Device(format!("CUDA device {n} requested, {count} available")));
+            }
+        }
+        Ok(())
+    }
+
+    /// A device copy of a host tensor. From pinned memory the CUDA copy is asynchronous on the
+    /// current stream; libtorch orders it before the kernels that read it.
+    pub(crate) fn load(self, host: &Tensor) -> Result<Tensor> {
+        Ok(host.f_to_device_(self.tch(), host.f_kind()?, is_pinned(host), true)?)
+    }
+
+    /// Copies a device tensor's values into its host home.
+    pub(crate) fn write_back(self, device: &Tensor, host: &Tensor) -> Result<()> {
+        host.shallow_clone().f_copy_(device)?;
+        Ok(())
+    }
+
+    /// An uninitialised host tensor shaped like `like`, page-locked when asked and useful.
+    pub(crate) fn empty_host(self, like: &Tensor, pin: bool) -> Result<Tensor> {
+        let host = Tensor::f_empty(like.size(), (like.f_kind()?, Device::Cpu))?;
+        self.maybe_pin(host, pin)
+    }
+
+    /// Page-locks a host tensor (only meaningful with CUDA, where it makes copies asynchronous).
+    pub(crate) fn maybe_pin(self, host: Tensor, pin: bool) -> Result<Tensor> {
+        match self {
+            ComputeDevice::Cuda(n) if pin && !is_pinned(&host) => Ok(host.f_pin_memory(Device::Cuda(n))?),
+            _ => Ok(host),
+        }
+    }
+}
+
+fn is_pinned(t: &Tensor) -> bool {
+    t.device() == Device::Cpu && tch::utils::has_cuda() && t.f_is_pinned(Device::Cuda(0)).unwrap_or(false)
+}

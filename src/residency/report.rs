@@ -1,0 +1,115 @@
+//! What the manager reports: counters (`ResidencyStats`, also the C ABI's struct), events
+//! delivered to a callback as they happen, and a timeline of the same events written as Chrome
+//! trace / Perfetto JSON (open it at ui.perfetto.dev or chrome://tracing).
+
+use std::fmt::Write as _;
+use std::time::Instant;
+
+/// Counters since the manager was configured. Bytes are the manager's device bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ResidencyStats {
+    pub budget: u64,
+    pub device_bytes: u64,
+    pub peak_device_bytes: u64,
+    pub pinned_bytes: u64,
+    pub ops: u64,
+    pub loads: u64,
+    pub load_bytes: u64,
+    pub evictions: u64,
+    pub evicted_bytes: u64,
+    pub write_backs: u64,
+    pub write_back_bytes: u64,
+    pub prefetches: u64,
+    pub prefetch_bytes: u64,
+    /// Inputs found on the device because a prefetch brought them.
+    pub prefetch_hits: u64,
+    /// Inputs loaded at op time while the program followed a recorded trace.
+    pub prefetch_misses: u64,
+    /// Time ops waited on loads and write-backs, in nanoseconds.
+    pub transfer_wait_ns: u64,
+    /// Ops retried after an out-of-memory error made the manager evict.
+    pub oom_retries: u64,
+}
+
+/// What happened.
+#[repr(i32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    Load = 0,
+    Evict = 1,
+    WriteBack = 2,
+    OpBegin = 3,
+    OpEnd = 4,
+    Prefetch = 5,
+}
+
+/// One event; `device_bytes` is the manager's device bytes right after it.
+#[derive(Debug, Clone, Copy)]
+pub struct Event {
+    pub kind: EventKind,
+    /// The entry (tensor storage) concerned, 0 for op events.
+    pub entry: u64,
+    pub bytes: u64,
+    pub device_bytes: u64,
+    pub op: &'static str,
+    /// Microseconds since the manager was configured.
+    pub time_us: f64,
+    /// Duration of a transfer, in microseconds (0 for op events).
+    pub duration_us: f64,
+}
+
+pub(crate) type Callback = Box<dyn Fn(&Event) + Send + Sync>;
+
+pub(crate) struct Reporter {
+    start: Instant,
+    pub(crate) callback: Option<Callback>,
+    timeline: Option<Vec<Event>>,
+}
+
+impl Reporter {
+    pub(crate) fn new() -> Reporter {
+        Reporter { start: Instant::now(), callback: None, timeline: None }
+    }
+
+    pub(crate) fn now_us(&self) -> f64 {
+        self.start.elapsed().as_secs_f64() * 1e6
+    }
+
+    pub(crate) fn emit(&mut self, event: Event) {
+        if let Some(cb) = &self.callback {
+            cb(&event);
+        }
+        if let Some(t) = &mut self.timeline {
+            t.push(event);
+        }
+    }
+
+    pub(crate) fn start_timeline(&mut self) {
+        self.timeline = Some(Vec::new());
+    }
+
+    /// The recorded events as Chrome trace JSON: ops on one track, transfers on another, and a
+    /// counter track of device bytes.
+    pub(crate) fn timeline_json(&self) -> Option<String> {
+        let events = self.timeline.as_ref()?;
+        let mut out = String::from("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
+        let _ = write!(out, r#"{{"ph":"M","pid":1,"tid":1,"name":"thread_name","args":{{"name":"ops"}}}},"#);
+        let _ = writeln!(out, r#"{{"ph":"M","pid":1,"tid":2,"name":"thread_name","args":{{"name":"transfers"}}}}"#);
+        for e in events {
+            let (ts, bytes, dev) = (e.time_us, e.bytes, e.device_bytes);
+            let _ = match e.kind {
+                EventKind::OpBegin => write!(out, r#",{{"ph":"B","pid":1,"tid":1,"ts":{ts:.3},"name":"{}"}}"#, e.op),
+                EventKind::OpEnd => write!(out, r#",{{"ph":"E","pid":1,"tid":1,"ts":{ts:.3}}}"#),
+                kind => write!(
+                    out,
+                    r#",{{"ph":"X","pid":1,"tid":2,"ts":{:.3},"dur":{:.3},"name":"{kind:?}","args":{{"entry":{},"bytes":{bytes},"op":"{}"}}}}"#,
+                    ts - e.duration_us, e.duration_us, e.entry, e.op
+                ),
+            };
+            let _ = writeln!(out, r#",{{"ph":"C","pid":1,"ts":{ts:.3},"name":"device bytes","args":{{"bytes":{dev}}}}}"#);
+        }
+        out.push_str("]}\n");
+        Some(out)
+    }
+}

@@ -1,0 +1,18 @@
+//! Resident: every tensor used by an op stays on the compute device. The baseline; no budget.
+
+use super::policy::{Candidate, Policy};
+use super::trace::Trace;
+
+pub(crate) struct Resident;
+
+impl Policy for Resident {
+    fn bounded(&self) -> bool {
+        false
+    }
+    fn keeps_results(&self) -> bool {
+        true
+    }
+    fn pick_victim(&self, _: &[Candidate], _: u64, _: &Trace) -> Option<u64> {
+        None
+    }
+}

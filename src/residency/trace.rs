@@ -1,0 +1,238 @@
+//! The access trace Flow learns from. Each op appends a record of the tensors it read; an
+//! iteration ends at an explicit mark (`mark_iteration`) or when the manager sees the sequence
+//! repeat (an op reading the same already-used persistent tensors as an op earlier in the
+//! recording). While the program follows the recorded iteration, `next_use` answers when a
+//! tensor is needed next, for Belady eviction and for prefetching. Tensors made during an
+//! iteration are named by the op that made them, so the next iteration's activations match.
+//! `offline_min_loads` computes the optimum (Belady's MIN) any policy could reach on a trace.
+
+use std::collections::HashMap;
+
+/// How a tensor is named in the trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum TraceKey {
+    /// Made before the current iteration (weights, inputs): its entry id.
+    Persistent(u64),
+    /// The result of op `op` of iteration `iteration`.
+    Produced { iteration: u64, op: u32 },
+}
+
+/// A key relative to one iteration: results of other iterations never match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NormKey {
+    Persistent(u64),
+    Produced(u32),
+    Stale,
+}
+
+/// One op of a recorded iteration: the tensors it read and the one it made, with their bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpRecord {
+    pub name: &'static str,
+    pub inputs: Vec<(NormKey, u64)>,
+    pub output: Option<(NormKey, u64)>,
+}
+
+struct Recorded {
+    ops: Vec<OpRecord>,
+    uses: HashMap<NormKey, Vec<u32>>,
+}
+
+impl Recorded {
+    fn new(ops: Vec<OpRecord>) -> Recorded {
+        let mut uses: HashMap<NormKey, Vec<u32>> = HashMap::new();
+        for (i, op) in ops.iter().enumerate() {
+            for (k, _) in &op.inputs {
+                uses.entry(*k).or_default().push(i as u32);
+            }
+        }
+        Recorded { ops, uses }
+    }
+
+    /// Op index of the next use of `key` at or after `pos`; persistent tensors wrap around to
+    /// the next iteration; u64::MAX if never.
+    fn next_use(&self, key: NormKey, pos: u32) -> u64 {
+        let Some(uses) = self.uses.get(&key) else { return u64::MAX };
+        match uses.iter().find(|&&u| u >= pos) {
+            Some(&u) => u as u64,
+            None if matches!(key, NormKey::Persistent(_)) => uses[0] as u64 + self.ops.len() as u64,
+            None => u64::MAX,
+        }
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Trace {
+    iteration: u64,
+    /// Index of the op now running within the current iteration.
+    pos: u32,
+    current: Vec<OpRecord>,
+    recorded: Option<Recorded>,
+    following: bool,
+    explicit: bool,
+    /// Auto-detection: the op index in `current` where each anchor signature first appeared.
+    anchors: HashMap<u64, usize>,
+}
+
+/// At most this many ops are kept while no iteration boundary has been found.
+const MAX_UNMARKED_OPS: usize = 1 << 20;
+
+impl Trace {
+    pub(crate) fn key_for_new(&self) -> TraceKey {
+        TraceKey::Produced { iteration: self.iteration, op: self.pos }
+    }
+
+    pub(crate) fn norm(&self, key: TraceKey) -> NormKey {
+        match key {
+            TraceKey::Persistent(uid) => NormKey::Persistent(uid),
+            TraceKey::Produced { iteration, op } if iteration == self.iteration => NormKey::Produced(op),
+            TraceKey::Produced { .. } => NormKey::Stale,
+        }
+    }
+
+    /// Whether the program is following a recorded iteration (Belady and prefetch apply).
+    pub(crate) fn following(&self) -> bool {
+        self.following && self.recorded.is_some()
+    }
+
+    /// When `key` is needed next, in ops from the start of the current iteration.
+    pub(crate) fn next_use(&self, key: TraceKey) -> u64 {
+        match (&self.recorded, self.norm(key)) {
+            (_, NormKey::Stale) | (None, _) => u64::MAX,
+            (Some(r), k) => r.next_use(k, self.pos),
+        }
+    }
+
+    /// What to prefetch for the next `depth` recorded ops (from the op about to run): each
+    /// persistent input with the largest working set (inputs + result) of the ops that run
+    /// before its use. A prefetched tensor must fit beside those, or it would be evicted unused.
+    pub(crate) fn prefetch_plan(&self, depth: usize) -> Vec<(u64, u64)> {
+        let Some(r) = self.recorded.as_ref().filter(|_| self.following) else { return vec![] };
+        let mut plan = vec![];
+        let mut before = 0;
+        for d in 0..depth.min(r.ops.len()) {
+            let op = &r.ops[(self.pos as usize + d) % r.ops.len()];
+            for (k, _) in &op.inputs {
+                if let NormKey::Persistent(uid) = k {
+                    plan.push((*uid, before));
+                }
+            }
+            let working_set = op.inputs.iter().map(|i| i.1).sum::<u64>() + op.output.map_or(0, |o| o.1);
+            before = before.max(working_set);
+        }
+        plan
+    }
+
+    /// Records a finished op. `anchor` is a signature of the already-used persistent tensors it
+    /// read (None if it read none); a repeated anchor starts a new iteration. Returns the key of
+    /// the op's result.
+    pub(crate) fn op_end(&mut self, name: &'static str, inputs: &[(TraceKey, u64)], output_bytes: Option<u64>, anchor: Option<u64>) -> TraceKey {
+        if let (false, Some(sig)) = (self.explicit, anchor) {
+            match self.anchors.get(&sig) {
+                Some(&start) if self.current.len() - start >= 2 => {
+                    let ops = self.current.split_off(start);
+                    self.start_iteration(Some(renumber(ops, start as u32)));
+                }
+                Some(_) => {}
+                None => {
+                    self.anchors.insert(sig, self.current.len());
+                }
+            }
+        }
+        let key = self.key_for_new();
+        let record = OpRecord {
+            name,
+            inputs: inputs.iter().map(|&(k, b)| (self.norm(k), b)).collect(),
+            output: output_bytes.map(|b| (self.norm(key), b)),
+        };
+        if let Some(r) = &self.recorded {
+            self.following &= r.ops.get(self.pos as usize).is_some_and(|e| e.name == record.name && e.inputs == record.inputs);
+        }
+        if self.explicit || self.current.len() < MAX_UNMARKED_OPS {
+            self.current.push(record);
+        }
+        self.pos += 1;
+        key
+    }
+
+    /// An explicit iteration mark: the ops since the last mark become the recorded iteration.
+    pub(crate) fn mark(&mut self) {
+        self.explicit = true;
+        let ops = std::mem::take(&mut self.current);
+        self.start_iteration((!ops.is_empty()).then_some(ops));
+    }
+
+    fn start_iteration(&mut self, ops: Option<Vec<OpRecord>>) {
+        if let Some(ops) = ops {
+            self.recorded = Some(Recorded::new(ops));
+        }
+        self.current.clear();
+        self.anchors.clear();
+        self.iteration += 1;
+        self.pos = 0;
+        self.following = true;
+    }
+
+    pub(crate) fn recorded_ops(&self) -> Option<&[OpRecord]> {
+        self.recorded.as_ref().map(|r| &r.ops[..])
+    }
+}
+
+/// Re-bases the op indices of results made inside an auto-detected iteration that began at op
+/// `start` of the previous recording.
+fn renumber(mut ops: Vec<OpRecord>, start: u32) -> Vec<OpRecord> {
+    let fix = |k: &mut NormKey| {
+        if let NormKey::Produced(op) = k {
+            *k = if *op >= start { NormKey::Produced(*op - start) } else { NormKey::Stale };
+        }
+    };
+    for op in &mut ops {
+        op.inputs.iter_mut().for_each(|(k, _)| fix(k));
+        op.output.iter_mut().for_each(|(k, _)| fix(k));
+    }
+    ops
+}
+
+/// The fewest bytes any policy must load to run `ops` (one iteration, repeated `repeat` times
+/// from an empty device) under `budget`, counted over the last repetition: Belady's MIN, which
+/// evicts the tensor whose next use is furthest. Results appear on the device without a load
+/// and count against the budget; `pinned` bytes are unavailable.
+pub fn offline_min_loads(ops: &[OpRecord], budget: u64, pinned: u64, repeat: usize) -> u64 {
+    let recorded = Recorded::new(ops.to_vec());
+    let capacity = budget.saturating_sub(pinned);
+    let mut cache: HashMap<NormKey, u64> = HashMap::new();
+    let mut loaded = 0;
+    for rep in 0..repeat {
+        cache.retain(|k, _| matches!(k, NormKey::Persistent(_))); // last iteration's results died
+        for (pos, op) in ops.iter().enumerate() {
+            let needed: Vec<NormKey> = op.inputs.iter().map(|(k, _)| *k).collect();
+            let make_room = |cache: &mut HashMap<NormKey, u64>, bytes: u64| {
+                while cache.values().sum::<u64>() + bytes > capacity {
+                    let victim = cache
+                        .keys()
+                        .filter(|k| !needed.contains(k))
+                        .max_by_key(|k| recorded.next_use(**k, pos as u32 + 1))
+                        .copied();
+                    match victim {
+                        Some(v) => cache.remove(&v),
+                        None => break,
+                    };
+                }
+            };
+            for &(k, bytes) in &op.inputs {
+                if !cache.contains_key(&k) {
+                    make_room(&mut cache, bytes);
+                    cache.insert(k, bytes);
+                    if rep + 1 == repeat {
+                        loaded += bytes;
+                    }
+                }
+            }
+            if let Some((k, bytes)) = op.output {
+                make_room(&mut cache, bytes);
+                cache.insert(k, bytes);
+            }
+        }
+    }
+    loaded
+}

@@ -1,0 +1,427 @@
+//! The residency manager on the simulated accelerator: seeded random programs give results
+//! identical to plain tch under Resident, Genoa and Flow at every budget from the smallest
+//! feasible up; the device bytes never exceed the budget at any event; too-small budgets,
+//! releases in flight, out-of-memory retries and over-budget pins give their documented
+//! results with nothing lost and no handle left behind.
+//! (One test binary: the manager is process-wide, so these tests take turns.)
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use tensorref::residency::{self, ComputeDevice, Config, EventKind, PolicyKind};
+use tensorref::{live_handles, no_grad, with_scope, DType, Error, Result, Tensor};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Runs one test with the manager to itself; afterwards the manager is off and no handle leaked.
+fn exclusive(f: impl FnOnce() -> Result<()>) {
+    let _turn: MutexGuard<()> = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let live = live_handles();
+    let result = no_grad(f);
+    residency::disable().unwrap();
+    result.unwrap();
+    assert_eq!(live_handles(), live, "handles leaked");
+}
+
+/// Configures the manager and records the highest device byte count seen at any event.
+fn configure(policy: PolicyKind, budget: u64) -> Arc<AtomicU64> {
+    let mut cfg = Config::new(ComputeDevice::Simulated, policy, budget);
+    cfg.prefetch_depth = 2;
+    residency::configure(cfg).unwrap();
+    let peak = Arc::new(AtomicU64::new(0));
+    let seen = peak.clone();
+    residency::set_event_callback(Some(Box::new(move |e| {
+        seen.fetch_max(e.device_bytes, Ordering::Relaxed);
+    })))
+    .unwrap();
+    peak
+}
+
+// ---------------------------------------------------------------- random programs
+
+/// A tiny deterministic generator (xorshift), so every program is reproducible by its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Instr {
+    Add(usize, usize),
+    Mul(usize, usize),
+    Matmul(usize, usize),
+    Relu(usize),
+    Tanh(usize),
+    Scale(usize),
+    Softmax(usize),
+    Transpose(usize),
+    AddInPlace(usize, usize),
+    Release(usize),
+}
+
+/// A program over values of two sizes (16x16 and 32x32); binary ops pair values of one size.
+fn program(seed: u64, len: usize) -> (Vec<i64>, Vec<Instr>) {
+    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let sizes: Vec<i64> = (0..6).map(|i| if i % 3 == 0 { 32 } else { 16 }).collect();
+    let mut value_sizes = sizes.clone();
+    let mut live: Vec<usize> = (0..sizes.len()).collect();
+    let mut instrs = vec![];
+    for _ in 0..len {
+        let a = live[rng.below(live.len())];
+        let same: Vec<usize> = live.iter().copied().filter(|&v| value_sizes[v] == value_sizes[a]).collect();
+        let b = same[rng.below(same.len())];
+        let instr = match rng.below(10) {
+            0 => Instr::Add(a, b),
+            1 => Instr::Mul(a, b),
+            2 | 3 => Instr::Matmul(a, b),
+            4 => Instr::Relu(a),
+            5 => Instr::Tanh(a),
+            6 => Instr::Scale(a),
+            7 => Instr::Softmax(a),
+            8 => Instr::Transpose(a),
+            _ if live.len() > 3 && rng.below(2) == 0 => Instr::Release(a),
+            _ => Instr::AddInPlace(a, b),
+        };
+        match instr {
+            Instr::Release(v) => live.retain(|&x| x != v),
+            Instr::AddInPlace(..) => {}
+            _ => {
+                live.push(value_sizes.len());
+                value_sizes.push(value_sizes[a]);
+            }
+        }
+        instrs.push(instr);
+    }
+    (sizes, instrs)
+}
+
+/// Runs a program on plain tch: the reference.
+fn run_tch(seed: u64, sizes: &[i64], instrs: &[Instr]) -> Vec<Option<Vec<f32>>> {
+    tch::manual_seed(seed as i64);
+    let mut vals: Vec<Option<tch::Tensor>> = sizes.iter().map(|&n| Some(tch::Tensor::randn([n, n], tch::kind::FLOAT_CPU))).collect();
+    let v = |vals: &[Option<tch::Tensor>], i: usize| vals[i].as_ref().unwrap().shallow_clone();
+    for &ins in instrs {
+        let out = match ins {
+            Instr::Add(a, b) => v(&vals, a) + v(&vals, b),
+            Instr::Mul(a, b) => v(&vals, a) * v(&vals, b),
+            Instr::Matmul(a, b) => v(&vals, a).matmul(&v(&vals, b)),
+            Instr::Relu(a) => v(&vals, a).relu(),
+            Instr::Tanh(a) => v(&vals, a).tanh(),
+            Instr::Scale(a) => v(&vals, a) * 0.5,
+            Instr::Softmax(a) => v(&vals, a).softmax(1, None),
+            Instr::Transpose(a) => v(&vals, a).transpose(0, 1).contiguous(),
+            Instr::AddInPlace(a, b) => {
+                let _ = v(&vals, a).f_add_(&v(&vals, b)).unwrap();
+                continue;
+            }
+            Instr::Release(a) => {
+                vals[a] = None;
+                continue;
+            }
+        };
+        vals.push(Some(out));
+    }
+    vals.iter().map(|t| t.as_ref().map(|t| Vec::<f32>::try_from(t.flatten(0, -1)).unwrap())).collect()
+}
+
+/// Runs the same program through TensorRef (under whatever manager is configured).
+fn run_tr(seed: u64, sizes: &[i64], instrs: &[Instr]) -> Result<Vec<Option<Vec<f32>>>> {
+    with_scope(|_| {
+        tensorref::manual_seed(seed);
+        let mut vals: Vec<Option<Tensor>> = sizes.iter().map(|&n| Tensor::randn(&[n, n], DType::F32).map(Some)).collect::<Result<_>>()?;
+        for &ins in instrs {
+            let v = |i: usize| vals[i].as_ref().unwrap();
+            let out = match ins {
+                Instr::Add(a, b) => v(a).add(v(b))?,
+                Instr::Mul(a, b) => v(a).mul(v(b))?,
+                Instr::Matmul(a, b) => v(a).matmul(v(b))?,
+                Instr::Relu(a) => v(a).relu()?,
+                Instr::Tanh(a) => v(a).tanh()?,
+                Instr::Scale(a) => v(a).mul_scalar(0.5)?,
+                Instr::Softmax(a) => v(a).softmax(1)?,
+                Instr::Transpose(a) => v(a).transpose(0, 1)?.contiguous()?,
+                Instr::AddInPlace(a, b) => {
+                    v(a).add_(v(b))?;
+                    continue;
+                }
+                Instr::Release(a) => {
+                    vals[a] = None;
+                    continue;
+                }
+            };
+            vals.push(Some(out));
+        }
+        vals.iter().map(|t| t.as_ref().map(Tensor::to_vec::<f32>).transpose()).collect()
+    })
+}
+
+/// The smallest budget every op of the program fits in: its largest inputs + output.
+fn smallest_feasible(sizes: &[i64], instrs: &[Instr]) -> u64 {
+    let bytes = |n: i64| (n * n * 4) as u64;
+    let mut vs: Vec<i64> = sizes.to_vec();
+    let mut need = 0;
+    for &ins in instrs {
+        let (inputs, out): (Vec<usize>, bool) = match ins {
+            Instr::Add(a, b) | Instr::Mul(a, b) | Instr::Matmul(a, b) => (vec![a, b], true),
+            Instr::AddInPlace(a, b) => (vec![a, b], false),
+            Instr::Release(_) => continue,
+            Instr::Relu(a) | Instr::Tanh(a) | Instr::Scale(a) | Instr::Softmax(a) | Instr::Transpose(a) => (vec![a], true),
+        };
+        let mut distinct = inputs.clone();
+        distinct.dedup();
+        // transpose+contiguous is two ops: the view counts as a full-size result.
+        let ws: u64 = distinct.iter().map(|&i| bytes(vs[i])).sum::<u64>() + if out { bytes(vs[inputs[0]]) } else { 0 };
+        need = need.max(ws);
+        if out {
+            vs.push(vs[inputs[0]]);
+        }
+    }
+    need
+}
+
+fn bits(v: &[Option<Vec<f32>>]) -> Vec<Option<Vec<u32>>> {
+    v.iter().map(|x| x.as_ref().map(|x| x.iter().map(|f| f.to_bits()).collect())).collect()
+}
+
+#[test]
+fn random_programs_match_plain_tch_under_every_policy_and_budget() {
+    exclusive(|| {
+        let mut runs = 0;
+        for seed in 1..=120u64 {
+            let (sizes, instrs) = program(seed, 24);
+            let expected = bits(&run_tch(seed, &sizes, &instrs));
+            let least = smallest_feasible(&sizes, &instrs);
+            for policy in [PolicyKind::Resident, PolicyKind::Genoa, PolicyKind::Flow] {
+                for budget in [least, least * 3 / 2, least * 3, 1 << 30] {
+                    let peak = configure(policy, budget);
+                    let got = run_tr(seed, &sizes, &instrs).unwrap_or_else(|e| panic!("seed {seed} {policy:?} budget {budget}: {e}"));
+                    assert_eq!(bits(&got), expected, "seed {seed} {policy:?} budget {budget}");
+                    if policy != PolicyKind::Resident {
+                        assert!(peak.load(Ordering::Relaxed) <= budget, "seed {seed} {policy:?}: over budget");
+                        assert!(residency::stats().unwrap().peak_device_bytes <= budget);
+                    }
+                    residency::disable()?;
+                    runs += 1;
+                }
+            }
+        }
+        assert_eq!(runs, 120 * 3 * 4);
+        Ok(())
+    });
+}
+
+// ---------------------------------------------------------------- documented failures
+
+#[test]
+fn budget_too_small_names_the_op_and_loses_nothing() {
+    exclusive(|| {
+        let a = Tensor::randn(&[64, 64], DType::F32)?; // 16 KiB
+        let b = Tensor::randn(&[64, 64], DType::F32)?;
+        let expected = a.matmul(&b)?.to_vec::<f32>()?;
+        configure(PolicyKind::Flow, 20_000);
+        let err = a.matmul(&b).unwrap_err();
+        match &err {
+            Error::BudgetTooSmall { op, needed, budget } => {
+                assert_eq!((op.as_str(), *budget), ("matmul", 20_000));
+                assert!(*needed > 20_000, "{err}");
+            }
+            other => panic!("expected BudgetTooSmall, got {other:?}"),
+        }
+        assert!(err.to_string().contains("`matmul` needs"), "{err}");
+        residency::disable()?;
+        assert_eq!(a.matmul(&b)?.to_vec::<f32>()?, expected, "inputs intact after the failure");
+        Ok(())
+    });
+}
+
+#[test]
+fn release_in_flight_frees_device_bytes_when_the_op_ends() {
+    exclusive(|| {
+        configure(PolicyKind::Flow, 64 << 20);
+        let a = Tensor::randn(&[512, 512], DType::F32)?;
+        let id = a.into_raw();
+        let worker = std::thread::spawn(move || -> Result<()> {
+            let a = std::mem::ManuallyDrop::new(Tensor::from_raw(id));
+            for _ in 0..20 {
+                drop(a.matmul(&a)?);
+            }
+            Ok(())
+        });
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let released = Tensor::from_raw(id).dispose(); // while the worker may be mid-op
+        let worked = worker.join().unwrap();
+        // Either the release came first (the worker then sees a stale handle) or the ops ran on
+        // an entry kept alive by the op itself; both end with nothing on the device.
+        assert!(released.is_ok());
+        if let Err(e) = worked {
+            assert!(matches!(e, Error::StaleHandle { .. }), "{e:?}");
+        }
+        assert_eq!(residency::stats().unwrap().device_bytes, 0);
+        Ok(())
+    });
+}
+
+#[test]
+fn out_of_memory_makes_flow_evict_and_retry() {
+    exclusive(|| {
+        let ts: Vec<Tensor> = (0..4).map(|_| Tensor::randn(&[32, 32], DType::F32)).collect::<Result<_>>()?; // 4 KiB each
+        let mut cfg = Config::new(ComputeDevice::Simulated, PolicyKind::Flow, 64 << 10);
+        cfg.simulated_capacity = Some(14 << 10); // the device is smaller than the budget
+        residency::configure(cfg)?;
+        let sums: Vec<Tensor> = ts.windows(2).map(|w| w[0].add(&w[1])).collect::<Result<_>>()?;
+        let s = residency::stats().unwrap();
+        assert!(s.oom_retries >= 1, "{s:?}");
+        assert!(s.evictions >= 1);
+        residency::disable()?;
+        for (w, sum) in ts.windows(2).zip(&sums) {
+            assert_eq!(sum.to_vec::<f32>()?, w[0].add(&w[1])?.to_vec::<f32>()?);
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn pins_count_against_the_budget_and_stay_resident() {
+    exclusive(|| {
+        let big = Tensor::randn(&[80, 64], DType::F32)?; // 20 KiB
+        let pinned = Tensor::randn(&[32, 32], DType::F32)?; // 4 KiB
+        let x = Tensor::randn(&[32, 32], DType::F32)?;
+        let peak = configure(PolicyKind::Flow, 16 << 10);
+        let err = residency::pin_resident(&big, true).unwrap_err();
+        assert!(matches!(&err, Error::BudgetTooSmall { op, .. } if op == "pin_resident"), "{err:?}");
+        residency::pin_resident(&pinned, true)?;
+        let mut history = vec![x.add(&pinned)?];
+        for _ in 0..12 {
+            let next = history.last().unwrap().matmul(&x)?.tanh()?.add(&pinned)?;
+            history.push(next); // everything stays alive: the budget forces evictions
+        }
+        let s = residency::stats().unwrap();
+        assert_eq!(s.pinned_bytes, 4096);
+        assert!(s.evictions > 0 && s.write_backs > 0, "{s:?}");
+        assert!(peak.load(Ordering::Relaxed) <= 16 << 10);
+        assert!(residency::is_resident(&pinned)?, "a pinned tensor is never evicted");
+        residency::disable()?;
+        let mut expected = x.add(&pinned)?;
+        for got in &history[1..] {
+            expected = expected.matmul(&x)?.tanh()?.add(&pinned)?;
+            assert_eq!(got.to_vec::<f32>()?, expected.to_vec::<f32>()?, "evicted values came back intact");
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn genoa_keeps_nothing_on_the_device_between_ops() {
+    exclusive(|| {
+        let w = Tensor::randn(&[32, 32], DType::F32)?;
+        let x = Tensor::randn(&[8, 32], DType::F32)?;
+        configure(PolicyKind::Genoa, 1 << 20);
+        let ends = Arc::new(Mutex::new(Vec::new()));
+        let log = ends.clone();
+        residency::set_event_callback(Some(Box::new(move |e| {
+            if e.kind == EventKind::OpEnd {
+                log.lock().unwrap().push(e.device_bytes);
+            }
+        })))?;
+        let y = x.matmul(&w)?.relu()?.matmul(&w.transpose(0, 1)?)?;
+        assert!(ends.lock().unwrap().iter().all(|&b| b == 0), "{:?}", ends.lock().unwrap());
+        let s = residency::stats().unwrap();
+        assert!(s.write_backs >= 3, "every result went back: {s:?}");
+        assert_eq!(y.shape()?, [8, 32]);
+        Ok(())
+    });
+}
+
+#[test]
+fn autograd_through_the_manager_is_refused_clearly() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let w = Tensor::randn(&[4, 4], DType::F32).unwrap();
+    w.requires_grad_(true).unwrap();
+    configure(PolicyKind::Flow, 1 << 20);
+    let err = w.mul(&w).unwrap_err();
+    assert!(err.to_string().contains("autograd through the residency manager"), "{err}");
+    assert!(no_grad(|| w.mul(&w)).is_ok(), "inference under no_grad works");
+    residency::disable().unwrap();
+}
+
+// ---------------------------------------------------------------- Flow learns the trace
+
+/// A stack of linear layers whose weights are 4x the budget, run for several forward passes with
+/// an iteration mark after each: Flow loads at most 1.1x Belady's optimum and a third of Genoa.
+#[test]
+fn flow_with_a_recorded_trace_is_near_optimal_and_far_below_genoa() {
+    exclusive(|| {
+        // 16 layers of 16 KiB under a 64 KiB budget; activations of 24 KiB make a matmul's
+        // working set (24 + 16 + 24 KiB) exactly the budget.
+        let (width, layers, batch) = (64i64, 16, 96i64);
+        let weights: Vec<Tensor> = (0..layers).map(|_| Tensor::randn(&[width, width], DType::F32)).collect::<Result<_>>()?;
+        let x = Tensor::randn(&[batch, width], DType::F32)?;
+        let weight_bytes = (layers as i64 * width * width * 4) as u64;
+        let budget = weight_bytes / 4;
+        let pass = || -> Result<Vec<f32>> {
+            with_scope(|_| {
+                let mut h = x.matmul(&weights[0])?;
+                for w in &weights[1..] {
+                    let z = h.matmul(w)?;
+                    drop(h); // dead before the next op, so it is never written back
+                    h = z.tanh()?;
+                }
+                h.to_vec::<f32>()
+            })
+        };
+        let reference = pass()?;
+        let mut per_pass = std::collections::HashMap::new();
+        for policy in [PolicyKind::Genoa, PolicyKind::Flow] {
+            let peak = configure(policy, budget);
+            let mut loads = vec![];
+            for _ in 0..4 {
+                let before = residency::stats().unwrap().load_bytes;
+                assert_eq!(pass()?, reference);
+                residency::mark_iteration()?;
+                loads.push(residency::stats().unwrap().load_bytes - before);
+            }
+            assert!(peak.load(Ordering::Relaxed) <= budget);
+            let trace = residency::recorded_trace().expect("an iteration was recorded");
+            let optimum = residency::offline_min_loads(&trace, budget, 0, 3);
+            per_pass.insert(format!("{policy:?}"), (*loads.last().unwrap(), optimum));
+            if policy == PolicyKind::Flow {
+                let s = residency::stats().unwrap();
+                assert!(s.prefetch_hits > 0, "prefetch brought weights ahead of use: {s:?}");
+            }
+            residency::disable()?;
+        }
+        let (flow, optimum) = per_pass["Flow"];
+        let (genoa, _) = per_pass["Genoa"];
+        assert!(flow as f64 <= 1.1 * optimum as f64, "Flow loads {flow} vs optimum {optimum}");
+        assert!(flow * 3 <= genoa, "Flow loads {flow} vs Genoa {genoa}");
+        Ok(())
+    });
+}
+
+#[test]
+fn timeline_is_chrome_trace_json() {
+    exclusive(|| {
+        let a = Tensor::randn(&[16, 16], DType::F32)?;
+        configure(PolicyKind::Flow, 4096);
+        residency::start_timeline()?;
+        let _b = a.matmul(&a)?.relu()?;
+        let path = std::env::temp_dir().join(format!("tensorref-timeline-{}.json", std::process::id()));
+        residency::write_timeline(&path)?;
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(text.starts_with("{\"displayTimeUnit\""));
+        for needle in [r#""name":"matmul""#, r#""name":"Load""#, r#""name":"device bytes""#] {
+            assert!(text.contains(needle), "{needle} missing");
+        }
+        assert_eq!(text.matches('{').count(), text.matches('}').count());
+        Ok(())
+    });
+}
