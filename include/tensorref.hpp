@@ -1,0 +1,716 @@
+// libtensorref for C++17: a header-only binding over the C ABI of tensorref.h.
+//
+// Ownership.
+//   tr::Tensor owns one reference to a tensor handle and releases it when destroyed. It is
+//   move-only: a moved-from Tensor is empty and releases nothing. Copies are explicit:
+//     t.retain()  another owner of the same handle (one more reference; each owner releases one),
+//     t.alias()   a new handle to the same storage with its own life (owned by the current scope).
+//   A copy constructor is deliberately absent, so a reference is never added by accident (passing
+//   by value, a range-for without `&`); all functions take `const Tensor&`.
+//   tr::Scope opens a dispose scope (tr_scope_new) and disposes it when destroyed, on every exit
+//   path, exceptions included. It is move-only too. tr::ScopeRef is a non-owning view of a scope
+//   (what Scope::current() and Tensor::scope() return); a Scope is a ScopeRef that also owns.
+//
+// Tensors and scopes together.
+//   A handle created while a scope is open on this thread is owned by that scope AND by the Tensor
+//   object the op returns: it is one reference, and whichever lets go first ends it. Destroying
+//   the Tensor releases it (and it leaves its scope); disposing the scope releases it (and the
+//   Tensor object is left holding a dead handle: using it throws tr::Error with
+//   TR_ERR_STALE_HANDLE, destroying it does nothing). So temporaries die as soon as their Tensor
+//   objects do, and a scope guarantees that nothing it captured outlives it. To keep a result, move
+//   it out first: t.move_to_outer_scope(), t.detach_from_scope() or scope.dispose_everything_but().
+//   retain() on a handle a scope owns: the handle has two references and the scope drops one
+//   when disposed, so the handle outlives the scope (detached) until one of its two owners lets
+//   go; the other owner then holds a dead handle. When two owners must each keep a handle alive,
+//   retain a handle that no scope owns (detach_from_scope() first).
+//
+// Errors.
+//   Every failing call throws tr::Error: status() is the tr_status code, message() the text of
+//   tr_last_error for that call, what() the message with the code. Destructors never throw (a
+//   stale handle there means a scope already released it). The ABI version of the header
+//   (TR_ABI_VERSION) is compared with the library's (tr_abi_version()) before the first call into
+//   the library; a mismatch throws tr::AbiMismatch (and again on every later call).
+//
+// Threads.
+//   As in the C ABI: every function may be called from any thread; scope stacks, statistics, the
+//   grad mode and the last error are per thread. A Tensor may be moved to and destroyed on
+//   another thread. A Scope belongs to the thread that opened it (it captures that thread's
+//   handles); disposing it from another thread is allowed.
+//
+// Ops are generated from src/ops/ops.def by tools/emit_cpp.py: member functions
+// (include/tensorref_ops.hpp: a.add(b), x.relu(), w.requires_grad_(true)) and free functions
+// (include/tensorref_functions.hpp: tr::add(a, b), tr::zeros({2, 3}), tr::sgd_step({w}, 0.1)),
+// named as in C without the `tr_tensor_` prefix. Arithmetic operators are defined below.
+//
+// Every function is inline or a template member: the header is ODR-safe in any number of
+// translation units. Link with -ltensorref.
+#ifndef TENSORREF_HPP
+#define TENSORREF_HPP
+
+#include "tensorref.h"
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace tr {
+
+// ---------------------------------------------------------------- errors
+
+/// A failed call: the status code and the calling thread's tr_last_error message.
+class Error : public std::runtime_error {
+  public:
+    Error(tr_status status, std::string message)
+        : std::runtime_error(describe(status, message)), status_(status), message_(std::move(message)) {}
+
+    /// The status code the C function returned.
+    tr_status status() const noexcept { return status_; }
+    /// The library's message for the failure (tr_last_error), without the status text.
+    const std::string& message() const noexcept { return message_; }
+
+    /// The error for a status that a C function on this thread just returned.
+    static Error last(tr_status status) { return Error(status, last_message()); }
+
+    /// The calling thread's tr_last_error text ("" if none).
+    static std::string last_message() {
+        size_t len = 0;
+        tr_status s = tr_last_error(nullptr, 0, &len);
+        if (s != TR_OK && s != TR_ERR_BUFFER_TOO_SMALL) return std::string();
+        std::string text(len + 1, '\0');
+        if (tr_last_error(&text[0], text.size(), &len) != TR_OK) return std::string();
+        text.resize(len);
+        return text;
+    }
+
+  private:
+    static std::string describe(tr_status status, const std::string& message) {
+        std::string code = "status " + std::to_string(static_cast<int32_t>(status));
+        if (message.empty()) return std::string(tr_status_str(status)) + " (" + code + ")";
+        return message + " (" + code + ")";
+    }
+
+    tr_status status_;
+    std::string message_;
+};
+
+/// The header and the library disagree on the ABI version: the program was compiled against
+/// another tensorref.h than the libtensorref it loaded. Its status is TR_ERR_INVALID_ARG.
+class AbiMismatch : public Error {
+  public:
+    AbiMismatch(uint32_t header_abi, uint32_t library_abi)
+        : Error(TR_ERR_INVALID_ARG,
+                "ABI mismatch: this program was compiled with tensorref.h of ABI version " +
+                    std::to_string(header_abi) + " but the loaded libtensorref has ABI version " +
+                    std::to_string(library_abi) + " (" + tr_version() +
+                    "); rebuild against the matching header"),
+          header_abi_(header_abi),
+          library_abi_(library_abi) {}
+
+    uint32_t header_abi() const noexcept { return header_abi_; }
+    uint32_t library_abi() const noexcept { return library_abi_; }
+
+  private:
+    uint32_t header_abi_;
+    uint32_t library_abi_;
+};
+
+// ---------------------------------------------------------------- versions
+
+/// The library's ABI version (tr_abi_version()).
+inline uint32_t abi_version() noexcept { return tr_abi_version(); }
+
+/// The library's version text: library, ABI and libtorch versions, CUDA (tr_version()).
+inline std::string version() { return tr_version(); }
+
+/// Throws AbiMismatch unless the library's ABI version equals `header_abi` (by default the
+/// TR_ABI_VERSION of the tensorref.h this code was compiled with). Every call through this header
+/// runs it once per process before its first call into the library.
+inline void check_abi_version(uint32_t header_abi = TR_ABI_VERSION) {
+    uint32_t library_abi = tr_abi_version();
+    if (library_abi != header_abi) throw AbiMismatch(header_abi, library_abi);
+}
+
+namespace detail {
+
+/// Checks the ABI version once (thread-safe); a failed check throws again on the next call.
+inline void ensure_abi() {
+    static const bool checked = (check_abi_version(), true);
+    (void)checked;
+}
+
+/// Calls a C function of the library and throws tr::Error unless it returns TR_OK.
+template <class Fn, class... Args>
+inline void call(Fn fn, Args... args) {
+    ensure_abi();
+    tr_status status = fn(args...);
+    if (status != TR_OK) throw Error::last(status);
+}
+
+}  // namespace detail
+
+// ---------------------------------------------------------------- dtypes
+
+/// Element types: the TR_DTYPE_* codes.
+enum class Dtype : tr_dtype {
+    U8 = TR_DTYPE_U8,
+    I8 = TR_DTYPE_I8,
+    I16 = TR_DTYPE_I16,
+    I32 = TR_DTYPE_I32,
+    I64 = TR_DTYPE_I64,
+    F16 = TR_DTYPE_F16,
+    F32 = TR_DTYPE_F32,
+    F64 = TR_DTYPE_F64,
+    Bool = TR_DTYPE_BOOL,
+    BF16 = TR_DTYPE_BF16,
+};
+
+/// The dtype of a C++ element type (no C++ type maps to F16 or BF16).
+template <class T>
+struct dtype_of;
+template <> struct dtype_of<uint8_t> { static constexpr Dtype value = Dtype::U8; };
+template <> struct dtype_of<int8_t> { static constexpr Dtype value = Dtype::I8; };
+template <> struct dtype_of<int16_t> { static constexpr Dtype value = Dtype::I16; };
+template <> struct dtype_of<int32_t> { static constexpr Dtype value = Dtype::I32; };
+template <> struct dtype_of<int64_t> { static constexpr Dtype value = Dtype::I64; };
+template <> struct dtype_of<float> { static constexpr Dtype value = Dtype::F32; };
+template <> struct dtype_of<double> { static constexpr Dtype value = Dtype::F64; };
+template <> struct dtype_of<bool> { static constexpr Dtype value = Dtype::Bool; };
+template <class T>
+inline constexpr Dtype dtype_of_v = dtype_of<T>::value;
+
+/// A dtype's short name ("f32", "i64", ...).
+inline const char* dtype_name(Dtype d) noexcept {
+    switch (d) {
+        case Dtype::U8: return "u8";
+        case Dtype::I8: return "i8";
+        case Dtype::I16: return "i16";
+        case Dtype::I32: return "i32";
+        case Dtype::I64: return "i64";
+        case Dtype::F16: return "f16";
+        case Dtype::F32: return "f32";
+        case Dtype::F64: return "f64";
+        case Dtype::Bool: return "bool";
+        case Dtype::BF16: return "bf16";
+    }
+    return "unknown";
+}
+
+// ---------------------------------------------------------------- argument lists
+
+class Tensor;
+
+/// A list of int64 (a shape, a list of dims) passed to an op: from `{2, 3}`, a std::vector or a
+/// std::array. It holds a copy of the values (in place up to 8 of them), so it never dangles.
+class IntList {
+  public:
+    IntList() noexcept = default;
+    IntList(std::initializer_list<int64_t> values) { assign(values.begin(), values.size()); }
+    IntList(const std::vector<int64_t>& values) { assign(values.data(), values.size()); }
+    template <size_t N>
+    IntList(const std::array<int64_t, N>& values) {
+        assign(values.data(), N);
+    }
+    IntList(const int64_t* data, size_t size) { assign(data, size); }
+
+    const int64_t* data() const noexcept { return size_ <= kInline ? inline_.data() : heap_.data(); }
+    size_t size() const noexcept { return size_; }
+
+  private:
+    static constexpr size_t kInline = 8;
+
+    void assign(const int64_t* data, size_t size) {
+        size_ = size;
+        if (size <= kInline) {
+            for (size_t i = 0; i < size; i++) inline_[i] = data[i];
+        } else {
+            heap_.assign(data, data + size);
+        }
+    }
+
+    std::array<int64_t, kInline> inline_{};
+    std::vector<int64_t> heap_;
+    size_t size_ = 0;
+};
+
+/// A list of borrowed tensors: from `{a, b, c}` or a std::vector<Tensor>. The handles are
+/// copied into the list; the tensors are not retained.
+class TensorList {
+  public:
+    TensorList() = default;
+    TensorList(std::initializer_list<std::reference_wrapper<const Tensor>> tensors);
+    TensorList(const std::vector<Tensor>& tensors);
+    TensorList(const std::vector<std::reference_wrapper<const Tensor>>& tensors);
+
+    const tr_tensor* data() const noexcept { return ids_.data(); }
+    size_t size() const noexcept { return ids_.size(); }
+
+  private:
+    std::vector<tr_tensor> ids_;
+};
+
+/// An optional borrowed tensor (an op's `T?` parameter): a Tensor, or std::nullopt / nullptr for
+/// none (the handle 0).
+class OptionalTensor {
+  public:
+    OptionalTensor() noexcept = default;
+    OptionalTensor(std::nullopt_t) noexcept {}
+    OptionalTensor(std::nullptr_t) noexcept {}
+    OptionalTensor(const Tensor& t) noexcept;
+    OptionalTensor(const std::optional<Tensor>& t) noexcept;
+
+    tr_tensor raw() const noexcept { return id_; }
+
+  private:
+    tr_tensor id_{0};
+};
+
+}  // namespace tr
+
+#define TENSORREF_HPP_INSIDE
+#include "tensorref_ops.hpp"
+
+namespace tr {
+
+class ScopeRef;
+
+// ---------------------------------------------------------------- Tensor
+
+/// The owner of one reference to a tensor handle (see the top of this file).
+class Tensor : public detail::TensorOps<Tensor> {
+  public:
+    /// An empty owner (handle 0): owns nothing, releases nothing.
+    Tensor() noexcept = default;
+
+    Tensor(const Tensor&) = delete;
+    Tensor& operator=(const Tensor&) = delete;
+
+    /// Takes over `other`'s reference; `other` is left empty.
+    Tensor(Tensor&& other) noexcept : h_(other.h_) { other.h_ = tr_tensor{0}; }
+
+    /// Releases this owner's reference (if any), then takes over `other`'s.
+    Tensor& operator=(Tensor&& other) noexcept {
+        if (this != &other) {
+            release_quietly();
+            h_ = other.h_;
+            other.h_ = tr_tensor{0};
+        }
+        return *this;
+    }
+
+    /// Releases the reference; a handle a scope already released is left alone.
+    ~Tensor() { release_quietly(); }
+
+    /// Takes over one reference of a raw handle (e.g. one a C function returned).
+    static Tensor adopt(tr_tensor handle) noexcept {
+        Tensor t;
+        t.h_ = handle;
+        return t;
+    }
+
+    /// The raw handle, still owned by this object.
+    tr_tensor raw() const noexcept { return h_; }
+
+    /// Gives up ownership without releasing: the caller now owns the reference.
+    tr_tensor into_raw() noexcept {
+        tr_tensor h = h_;
+        h_ = tr_tensor{0};
+        return h;
+    }
+
+    /// Whether this object holds a handle (moved-from and disposed owners do not). The handle may
+    /// still be dead (its scope disposed it): see is_valid().
+    explicit operator bool() const noexcept { return h_.id != 0; }
+
+    /// Whether the handle is live (false for an empty owner or a handle a scope released).
+    bool is_valid() const {
+        bool valid = false;
+        detail::call(tr_tensor_is_valid, h_, &valid);
+        return valid;
+    }
+
+    /// Another owner of the same handle: adds one reference (tr_tensor_retain).
+    [[nodiscard]] Tensor retain() const {
+        detail::call(tr_tensor_retain, h_);
+        return adopt(h_);
+    }
+
+    /// A new handle to the same storage with its own reference count, owned by the current scope
+    /// (tr_tensor_alias). Disposing one alias leaves the other valid.
+    [[nodiscard]] Tensor alias() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_alias, h_, &out);
+        return adopt(out);
+    }
+
+    /// Releases this owner's reference now and leaves it empty. Unlike the destructor it reports
+    /// a dead handle (TR_ERR_STALE_HANDLE). On an empty owner it does nothing.
+    void dispose() {
+        tr_tensor h = into_raw();
+        detail::call(tr_tensor_release, h);
+    }
+
+    // ------------------------------------------------------------ host data
+
+    /// Copies `bytes` bytes of row-major host data into a new tensor (tr_tensor_from_data).
+    [[nodiscard]] static Tensor from_data(const void* data, size_t bytes, IntList shape, Dtype dtype) {
+        tr_tensor out{0};
+        detail::call(tr_tensor_from_data, static_cast<const uint8_t*>(data), bytes, shape.data(),
+                     shape.size(), static_cast<tr_dtype>(dtype), &out);
+        return adopt(out);
+    }
+
+    /// Copies `values` into a new tensor of the given shape; the dtype follows T.
+    template <class T>
+    [[nodiscard]] static Tensor from_vector(const std::vector<T>& values, IntList shape) {
+        if constexpr (std::is_same_v<T, bool>) {
+            std::vector<uint8_t> bytes(values.begin(), values.end());
+            return from_data(bytes.data(), bytes.size(), shape, Dtype::Bool);
+        } else {
+            return from_data(values.data(), values.size() * sizeof(T), shape, dtype_of_v<T>);
+        }
+    }
+
+    /// Copies `values` into a new one-dimensional tensor.
+    template <class T>
+    [[nodiscard]] static Tensor from_vector(const std::vector<T>& values) {
+        return from_vector(values, {static_cast<int64_t>(values.size())});
+    }
+
+    /// The elements in row-major order; T must match the tensor's dtype (else TR_ERR_DTYPE).
+    template <class T>
+    std::vector<T> to_vector() const {
+        Dtype actual = dtype();
+        if (actual != dtype_of_v<T>) {
+            throw Error(TR_ERR_DTYPE, std::string("to_vector<") + dtype_name(dtype_of_v<T>) +
+                                          "> on a tensor of dtype " + dtype_name(actual));
+        }
+        size_t n = numel();
+        size_t written = 0;
+        if constexpr (std::is_same_v<T, bool>) {
+            std::vector<uint8_t> bytes(n);
+            detail::call(tr_tensor_copy_to, h_, bytes.data(), bytes.size(), &written);
+            return std::vector<bool>(bytes.begin(), bytes.end());
+        } else {
+            std::vector<T> values(n);
+            detail::call(tr_tensor_copy_to, h_, reinterpret_cast<uint8_t*>(values.data()),
+                         n * sizeof(T), &written);
+            return values;
+        }
+    }
+
+    /// The sizes of the dimensions.
+    std::vector<int64_t> shape() const {
+        std::vector<int64_t> dims(8);
+        size_t ndim = 0;
+        detail::ensure_abi();
+        tr_status s = tr_tensor_shape(h_, dims.data(), dims.size(), &ndim);
+        if (s == TR_ERR_BUFFER_TOO_SMALL) {
+            dims.resize(ndim);
+            s = tr_tensor_shape(h_, dims.data(), dims.size(), &ndim);
+        }
+        if (s != TR_OK) throw Error::last(s);
+        dims.resize(ndim);
+        return dims;
+    }
+
+    Dtype dtype() const {
+        tr_dtype d = 0;
+        detail::call(tr_tensor_dtype, h_, &d);
+        return static_cast<Dtype>(d);
+    }
+
+    size_t numel() const {
+        size_t n = 0;
+        detail::call(tr_tensor_numel, h_, &n);
+        return n;
+    }
+
+    /// The value of a one-element tensor (else TR_ERR_SHAPE).
+    double item() const {
+        double v = 0;
+        detail::call(tr_tensor_item, h_, &v);
+        return v;
+    }
+
+    // ------------------------------------------------------------ scopes
+
+    /// The scope that owns this handle; a null ScopeRef if none does.
+    ScopeRef scope() const;
+
+    /// Hands the handle to the scope outside its owning scope (detached if there is none).
+    void move_to_outer_scope() const { detail::call(tr_tensor_move_to_outer_scope, h_); }
+
+    /// The handle leaves its owning scope, if any; this owner alone decides its life.
+    void detach_from_scope() const { detail::call(tr_tensor_detach_from_scope, h_); }
+
+    /// Hands the handle to `target`; a null ScopeRef detaches it. A disposed target throws
+    /// TR_ERR_SCOPE_DISPOSED and changes nothing.
+    void move_to_scope(const ScopeRef& target) const;
+
+  private:
+    void release_quietly() noexcept {
+        if (h_.id != 0) (void)tr_tensor_release(h_);
+        h_ = tr_tensor{0};
+    }
+
+    tr_tensor h_{0};
+};
+
+static_assert(sizeof(Tensor) == sizeof(tr_tensor), "a Tensor is just its handle");
+static_assert(!std::is_copy_constructible_v<Tensor> && std::is_nothrow_move_constructible_v<Tensor>,
+              "Tensor is a move-only owner");
+
+inline TensorList::TensorList(std::initializer_list<std::reference_wrapper<const Tensor>> tensors) {
+    ids_.reserve(tensors.size());
+    for (const Tensor& t : tensors) ids_.push_back(t.raw());
+}
+
+inline TensorList::TensorList(const std::vector<Tensor>& tensors) {
+    ids_.reserve(tensors.size());
+    for (const Tensor& t : tensors) ids_.push_back(t.raw());
+}
+
+inline TensorList::TensorList(const std::vector<std::reference_wrapper<const Tensor>>& tensors) {
+    ids_.reserve(tensors.size());
+    for (const Tensor& t : tensors) ids_.push_back(t.raw());
+}
+
+inline OptionalTensor::OptionalTensor(const Tensor& t) noexcept : id_(t.raw()) {}
+
+inline OptionalTensor::OptionalTensor(const std::optional<Tensor>& t) noexcept
+    : id_(t ? t->raw() : tr_tensor{0}) {}
+
+// ---------------------------------------------------------------- scopes
+
+/// A non-owning view of a scope handle; a default-constructed ScopeRef is the null scope
+/// (handle 0: "no scope"). Every operation on a disposed scope, except dispose(), throws
+/// tr::Error with TR_ERR_SCOPE_DISPOSED.
+class ScopeRef {
+  public:
+    ScopeRef() noexcept = default;
+    explicit ScopeRef(tr_scope handle) noexcept : s_(handle) {}
+
+    tr_scope raw() const noexcept { return s_; }
+    /// Whether this names a scope (not the null scope). It may be disposed.
+    explicit operator bool() const noexcept { return s_.id != 0; }
+
+    friend bool operator==(const ScopeRef& a, const ScopeRef& b) noexcept { return a.s_.id == b.s_.id; }
+    friend bool operator!=(const ScopeRef& a, const ScopeRef& b) noexcept { return a.s_.id != b.s_.id; }
+
+    /// This thread's current (innermost open) scope, or the null scope.
+    static ScopeRef current() {
+        tr_scope s{0};
+        detail::call(tr_scope_current, &s);
+        return ScopeRef(s);
+    }
+
+    /// Releases every owned handle and closes the scope (out of order too). A second dispose, or
+    /// one of the null scope, does nothing.
+    void dispose() const { detail::call(tr_scope_dispose, s_); }
+
+    /// Releases every owned handle; the scope stays open and keeps capturing.
+    void dispose_everything() const { detail::call(tr_scope_dispose_everything, s_); }
+
+    /// Releases every owned handle except those in `keep`, which stay owned (they die with the
+    /// scope). Tensors in `keep` the scope does not own are left alone.
+    void dispose_everything_but(const TensorList& keep) const {
+        detail::call(tr_scope_dispose_everything_but, s_, keep.data(), keep.size());
+    }
+
+    /// Takes ownership of `t`, from another scope or from the caller.
+    void attach(const Tensor& t) const { detail::call(tr_scope_attach, s_, t.raw()); }
+
+    /// If this scope owns `t`, `t` leaves it; otherwise nothing changes.
+    void detach(const Tensor& t) const { detail::call(tr_scope_detach, s_, t.raw()); }
+
+    /// If this scope owns `t`, hands it to the outer scope (detached if there is none).
+    void move_to_outer(const Tensor& t) const { detail::call(tr_scope_move_to_outer, s_, t.raw()); }
+
+    /// Whether this scope owns `t` (false for a dead `t`).
+    bool contains(const Tensor& t) const {
+        bool out = false;
+        detail::call(tr_scope_contains, s_, t.raw(), &out);
+        return out;
+    }
+
+    /// The number of handles this scope owns.
+    size_t size() const {
+        size_t n = 0;
+        detail::call(tr_scope_len, s_, &n);
+        return n;
+    }
+
+  protected:
+    tr_scope s_{0};
+};
+
+/// An open dispose scope (tr_scope_new): it becomes this thread's current scope and is disposed
+/// when this object is destroyed, also during stack unwinding. Move-only; a moved-from Scope
+/// disposes nothing.
+class Scope : public ScopeRef {
+  public:
+    Scope() {
+        tr_scope s{0};
+        detail::call(tr_scope_new, &s);
+        s_ = s;
+    }
+
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+    Scope(Scope&& other) noexcept : ScopeRef(other.s_) { other.s_ = tr_scope{0}; }
+
+    /// Disposes the scope this object owns, then takes over `other`'s.
+    Scope& operator=(Scope&& other) noexcept {
+        if (this != &other) {
+            (void)tr_scope_dispose(s_);
+            s_ = other.s_;
+            other.s_ = tr_scope{0};
+        }
+        return *this;
+    }
+
+    ~Scope() { (void)tr_scope_dispose(s_); }
+};
+
+/// Runs `f(scope)` inside a new scope and disposes the scope on every exit path, exceptions
+/// included. A Tensor that `f` returns must be moved out first (move_to_outer_scope) or it is
+/// released with the scope.
+template <class F>
+decltype(auto) with_scope(F&& f) {
+    Scope scope;
+    return std::forward<F>(f)(scope);
+}
+
+inline ScopeRef Tensor::scope() const {
+    tr_scope s{0};
+    detail::call(tr_tensor_scope, h_, &s);
+    return ScopeRef(s);
+}
+
+inline void Tensor::move_to_scope(const ScopeRef& target) const {
+    detail::call(tr_tensor_move_to_scope, h_, target.raw());
+}
+
+// ---------------------------------------------------------------- statistics
+
+/// This thread's scope statistics (dispose-scopes.md). Counters only grow until reset().
+struct Stats {
+    uint64_t created_outside_scope = 0;
+    uint64_t disposed_outside_scope = 0;
+    uint64_t created_in_scope = 0;
+    uint64_t disposed_in_scope = 0;
+    uint64_t attached_to_scope = 0;
+    uint64_t detached_from_scope = 0;
+    /// (created_in - disposed_in) + (created_outside - disposed_outside).
+    int64_t live = 0;
+
+    /// The calling thread's statistics.
+    static Stats get() {
+        tr_stats s{};
+        detail::call(tr_scope_stats_get, &s);
+        return Stats{s.created_outside_scope, s.disposed_outside_scope, s.created_in_scope,
+                     s.disposed_in_scope,     s.attached_to_scope,      s.detached_from_scope,
+                     s.live};
+    }
+
+    /// Zeroes the calling thread's statistics.
+    static void reset() { detail::call(tr_scope_stats_reset); }
+
+    /// The spec's tuple: (created_outside, disposed_outside, created_in, disposed_in, attached,
+    /// detached, live).
+    std::array<int64_t, 7> tuple() const noexcept {
+        return {static_cast<int64_t>(created_outside_scope), static_cast<int64_t>(disposed_outside_scope),
+                static_cast<int64_t>(created_in_scope),      static_cast<int64_t>(disposed_in_scope),
+                static_cast<int64_t>(attached_to_scope),     static_cast<int64_t>(detached_from_scope),
+                live};
+    }
+
+    /// The tuple as text, "(0,0,1,0,0,0,1)".
+    std::string to_string() const {
+        std::string text = "(";
+        for (int64_t v : tuple()) text += std::to_string(v) + ",";
+        text.back() = ')';
+        return text;
+    }
+
+    friend bool operator==(const Stats& a, const Stats& b) noexcept { return a.tuple() == b.tuple(); }
+    friend bool operator!=(const Stats& a, const Stats& b) noexcept { return !(a == b); }
+};
+
+// ---------------------------------------------------------------- process-wide helpers
+
+/// The number of live tensor handles in the process (all threads): for leak checks.
+inline size_t live_handles() {
+    detail::ensure_abi();
+    return tr_live_handles();
+}
+
+/// Logical bytes held by live handles on a device: -1 host memory, n >= 0 CUDA device n.
+inline uint64_t live_bytes(int32_t device = -1) {
+    detail::ensure_abi();
+    return tr_live_bytes(device);
+}
+
+/// Seeds libtorch's default random generator (rand, randn, dropout).
+inline void manual_seed(uint64_t seed) { detail::call(tr_manual_seed, seed); }
+
+/// Turns gradient tracking off on this thread while it lives, then restores the previous mode.
+class NoGradGuard {
+  public:
+    NoGradGuard() { detail::call(tr_grad_set_enabled, false, &previous_); }
+    ~NoGradGuard() { (void)tr_grad_set_enabled(previous_, nullptr); }
+    NoGradGuard(const NoGradGuard&) = delete;
+    NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+  private:
+    bool previous_ = true;
+};
+
+}  // namespace tr
+
+#include "tensorref_functions.hpp"
+#undef TENSORREF_HPP_INSIDE
+
+namespace tr {
+
+// ---------------------------------------------------------------- operators
+// Each returns a new tensor (owned by the current scope, if any); doubles are scalars with
+// PyTorch's promotion rules. Compound assignments are in place and exist where the op table has
+// an in-place op (+= -= *= with a tensor, *= with a double).
+
+[[nodiscard]] inline Tensor operator+(const Tensor& a, const Tensor& b) { return a.add(b); }
+[[nodiscard]] inline Tensor operator-(const Tensor& a, const Tensor& b) { return a.sub(b); }
+[[nodiscard]] inline Tensor operator*(const Tensor& a, const Tensor& b) { return a.mul(b); }
+[[nodiscard]] inline Tensor operator/(const Tensor& a, const Tensor& b) { return a.div(b); }
+
+[[nodiscard]] inline Tensor operator+(const Tensor& a, double s) { return a.add_scalar(s); }
+[[nodiscard]] inline Tensor operator-(const Tensor& a, double s) { return a.sub_scalar(s); }
+[[nodiscard]] inline Tensor operator*(const Tensor& a, double s) { return a.mul_scalar(s); }
+[[nodiscard]] inline Tensor operator/(const Tensor& a, double s) { return a.div_scalar(s); }
+
+[[nodiscard]] inline Tensor operator+(double s, const Tensor& a) { return a.add_scalar(s); }
+/// s - a, computed as (-a) + s: exact, as negation is.
+[[nodiscard]] inline Tensor operator-(double s, const Tensor& a) { return a.neg().add_scalar(s); }
+[[nodiscard]] inline Tensor operator*(double s, const Tensor& a) { return a.mul_scalar(s); }
+/// s / a, computed as (ones_like(a) * s) / a: a true division, as torch's `s / a`.
+[[nodiscard]] inline Tensor operator/(double s, const Tensor& a) { return a.ones_like().mul_scalar(s).div(a); }
+
+[[nodiscard]] inline Tensor operator-(const Tensor& a) { return a.neg(); }
+
+inline Tensor& operator+=(Tensor& a, const Tensor& b) { return a.add_(b); }
+inline Tensor& operator-=(Tensor& a, const Tensor& b) { return a.sub_(b); }
+inline Tensor& operator*=(Tensor& a, const Tensor& b) { return a.mul_(b); }
+inline Tensor& operator*=(Tensor& a, double s) { return a.mul_scalar_(s); }
+
+}  // namespace tr
+
+#endif  // TENSORREF_HPP
