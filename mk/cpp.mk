@@ -1,0 +1,64 @@
+# The C++ binding (include/tensorref.hpp) and the native examples.
+#
+#   make test-cpp               tests/cpp: every test_*.cpp is its own translation unit and all are
+#                               linked into one program with main.cpp (which proves the header
+#                               ODR-safe), built with warnings as errors; it runs once under
+#                               AddressSanitizer + UndefinedBehaviorSanitizer and once plain. Before
+#                               it, abi_mismatch.cpp, built against a header of another ABI version,
+#                               must be refused by the binding.
+#   make test-examples-native   builds examples/c/train_mlp.c (C11, -Wpedantic -Werror) and
+#                               examples/cpp/train_mlp.cpp, runs both, and checks that they reach
+#                               the same final loss (same ops, same seed).
+#
+# Objects are built by pattern rules, so a second run recompiles only what changed.
+
+TEST_SUITES += test-cpp test-examples-native
+.PHONY: test-cpp test-examples-native
+
+CXXFLAGS_STRICT := -std=c++17 -Wall -Wextra -Wpedantic -Werror -I$(ROOT)/include -g
+CXX_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+CPP_HEADERS := include/tensorref.h include/tensorref.hpp include/tensorref_ops.hpp \
+               include/tensorref_functions.hpp
+CPP_TEST_UNITS := main $(patsubst tests/cpp/%.cpp,%,$(sort $(wildcard tests/cpp/test_*.cpp)))
+
+build/cpp/%.o: tests/cpp/%.cpp $(CPP_HEADERS) tests/cpp/harness.hpp
+	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS_STRICT) -c $< -o $@
+
+build/cpp/asan/%.o: tests/cpp/%.cpp $(CPP_HEADERS) tests/cpp/harness.hpp
+	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS_STRICT) $(CXX_SANITIZE) -c $< -o $@
+
+build/cpp/tests: $(CPP_TEST_UNITS:%=build/cpp/%.o)
+	$(CXX) $^ -o $@ $(LINK)
+
+build/cpp/tests-asan: $(CPP_TEST_UNITS:%=build/cpp/asan/%.o)
+	$(CXX) $(CXX_SANITIZE) $^ -o $@ $(LINK)
+
+build/cpp/abi_mismatch: build/cpp/abi_mismatch.o
+	$(CXX) $^ -o $@ $(LINK)
+
+# The main suite runs last, so that its `N passed, N failed` closes the output.
+test-cpp: build build/cpp/tests build/cpp/tests-asan build/cpp/abi_mismatch
+	@echo "== build/cpp/abi_mismatch (built against a header of ABI version 9999)"
+	build/cpp/abi_mismatch
+	@echo "== build/cpp/tests-asan (AddressSanitizer, UndefinedBehaviorSanitizer)"
+	ASAN_OPTIONS=detect_leaks=0 build/cpp/tests-asan
+	@echo "== build/cpp/tests"
+	build/cpp/tests
+
+build/examples/train_mlp_c: examples/c/train_mlp.c include/tensorref.h
+	@mkdir -p $(@D)
+	cc $(CFLAGS_STRICT) -g $< -o $@ $(LINK)
+
+build/examples/train_mlp_cpp: examples/cpp/train_mlp.cpp $(CPP_HEADERS)
+	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS_STRICT) $< -o $@ $(LINK)
+
+test-examples-native: build build/examples/train_mlp_c build/examples/train_mlp_cpp
+	build/examples/train_mlp_c | tee build/examples/train_mlp_c.out
+	build/examples/train_mlp_cpp | tee build/examples/train_mlp_cpp.out
+	c=$$(grep '^final loss' build/examples/train_mlp_c.out); \
+	cpp=$$(grep '^final loss' build/examples/train_mlp_cpp.out); \
+	if [ "$$c" != "$$cpp" ]; then echo "C and C++ differ: '$$c' vs '$$cpp'"; exit 1; fi; \
+	echo "C and C++ examples agree: $$c"
