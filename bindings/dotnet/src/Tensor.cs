@@ -14,22 +14,34 @@ namespace TensorRef
     /// <summary>A reference-counted libtorch tensor handle. Dispose it, or let a dispose scope do it.</summary>
     public sealed partial class Tensor : IDisposable
     {
-        TensorHandle _handle;
+        TensorHandle _handle;      // null once disposed
+        TensorHandle _ghost;       // a non-owning handle to the dead id, made on first use after Dispose
+        readonly ulong _id;
 
         /// <summary>Takes ownership of a new handle the library returned (one reference).</summary>
         internal Tensor(ulong id)
         {
+            _id = id;
             _handle = new TensorHandle(id, true);
         }
 
-        /// <summary>The SafeHandle this tensor passes to the C ABI.</summary>
-        public TensorHandle Handle => _handle;
+        /// <summary>
+        /// The SafeHandle this tensor passes to the C ABI; after Dispose, a non-owning handle to the
+        /// dead id (so calls reach the library and fail there with TR_ERR_STALE_HANDLE).
+        /// </summary>
+        public TensorHandle Handle => _handle ?? Ghost();
+
+        TensorHandle Ghost()
+        {
+            if (_ghost == null) Interlocked.CompareExchange(ref _ghost, new TensorHandle(_id, false), null);
+            return _ghost;
+        }
 
         /// <summary>The raw tr_tensor id (slot and generation).</summary>
-        public ulong Id => _handle.Id;
+        public ulong Id => _id;
 
         /// <summary>Whether Dispose was called on this object.</summary>
-        public bool IsDisposed => !_handle.Owning;
+        public bool IsDisposed => _handle == null;
 
         /// <summary>Whether the handle is still alive in the library (false once released by anyone).</summary>
         public bool IsValid
@@ -37,7 +49,7 @@ namespace TensorRef
             get
             {
                 bool valid;
-                Native.Check(Native.tr_tensor_is_valid(_handle, out valid), "tr_tensor_is_valid");
+                Native.Check(Native.tr_tensor_is_valid(Handle, out valid), "tr_tensor_is_valid");
                 return valid;
             }
         }
@@ -48,22 +60,19 @@ namespace TensorRef
         /// </summary>
         public void Dispose()
         {
-            var h = _handle;
-            if (!h.Owning) return;
-            var ghost = new TensorHandle(h.Id, false);
-            if (Interlocked.CompareExchange(ref _handle, ghost, h) == h)
-                h.ReleaseNow();
+            var h = Interlocked.Exchange(ref _handle, null);
+            if (h != null) h.ReleaseNow();
         }
 
         internal static TensorHandle Arg(Tensor t, string name)
         {
             if (t == null) throw new ArgumentNullException(name);
-            return t._handle;
+            return t.Handle;
         }
 
         internal static TensorHandle OptArg(Tensor t)
         {
-            return t == null ? TensorHandle.None : t._handle;
+            return t == null ? TensorHandle.None : t.Handle;
         }
 
         // ------------------------------------------------------------ lifecycle
@@ -72,7 +81,7 @@ namespace TensorRef
         public Tensor Alias()
         {
             ulong id;
-            Native.Check(Native.tr_tensor_alias(_handle, out id), "tr_tensor_alias");
+            Native.Check(Native.tr_tensor_alias(Handle, out id), "tr_tensor_alias");
             return new Tensor(id);
         }
 
@@ -81,14 +90,14 @@ namespace TensorRef
         /// <summary>Hands this tensor to the scope outside its owner (detached if none). Returns this.</summary>
         public Tensor MoveToOuterDisposeScope()
         {
-            Native.Check(Native.tr_tensor_move_to_outer_scope(_handle), "tr_tensor_move_to_outer_scope");
+            Native.Check(Native.tr_tensor_move_to_outer_scope(Handle), "tr_tensor_move_to_outer_scope");
             return this;
         }
 
         /// <summary>Takes this tensor out of its scope: the caller owns it now. Returns this.</summary>
         public Tensor DetachFromDisposeScope()
         {
-            Native.Check(Native.tr_tensor_detach_from_scope(_handle), "tr_tensor_detach_from_scope");
+            Native.Check(Native.tr_tensor_detach_from_scope(Handle), "tr_tensor_detach_from_scope");
             return this;
         }
 
@@ -96,7 +105,7 @@ namespace TensorRef
         public Tensor MoveToOtherDisposeScope(DisposeScope scope)
         {
             ulong target = scope == null ? 0 : scope.Id;
-            Native.Check(Native.tr_tensor_move_to_scope(_handle, target), "tr_tensor_move_to_scope");
+            Native.Check(Native.tr_tensor_move_to_scope(Handle, target), "tr_tensor_move_to_scope");
             return this;
         }
 
@@ -105,7 +114,7 @@ namespace TensorRef
         {
             ulong target;
             Native.Check(Native.tr_tensor_scope(Arg(other, "other"), out target), "tr_tensor_scope");
-            Native.Check(Native.tr_tensor_move_to_scope(_handle, target), "tr_tensor_move_to_scope");
+            Native.Check(Native.tr_tensor_move_to_scope(Handle, target), "tr_tensor_move_to_scope");
             return this;
         }
 
@@ -115,7 +124,7 @@ namespace TensorRef
             get
             {
                 ulong id;
-                Native.Check(Native.tr_tensor_scope(_handle, out id), "tr_tensor_scope");
+                Native.Check(Native.tr_tensor_scope(Handle, out id), "tr_tensor_scope");
                 return DisposeScope.Find(id);
             }
         }
@@ -129,11 +138,11 @@ namespace TensorRef
             {
                 var dims = new long[8];
                 UIntPtr ndim;
-                var status = Native.tr_tensor_shape(_handle, dims, (UIntPtr)dims.Length, out ndim);
+                var status = Native.tr_tensor_shape(Handle, dims, (UIntPtr)dims.Length, out ndim);
                 if (status == Status.BufferTooSmall)
                 {
                     dims = new long[(int)ndim];
-                    status = Native.tr_tensor_shape(_handle, dims, (UIntPtr)dims.Length, out ndim);
+                    status = Native.tr_tensor_shape(Handle, dims, (UIntPtr)dims.Length, out ndim);
                 }
                 Native.Check(status, "tr_tensor_shape");
                 Array.Resize(ref dims, (int)ndim);
@@ -146,7 +155,7 @@ namespace TensorRef
             get
             {
                 DType d;
-                Native.Check(Native.tr_tensor_dtype(_handle, out d), "tr_tensor_dtype");
+                Native.Check(Native.tr_tensor_dtype(Handle, out d), "tr_tensor_dtype");
                 return d;
             }
         }
@@ -156,7 +165,7 @@ namespace TensorRef
             get
             {
                 UIntPtr n;
-                Native.Check(Native.tr_tensor_numel(_handle, out n), "tr_tensor_numel");
+                Native.Check(Native.tr_tensor_numel(Handle, out n), "tr_tensor_numel");
                 return (long)(ulong)n;
             }
         }
@@ -165,7 +174,7 @@ namespace TensorRef
         public double Item()
         {
             double v;
-            Native.Check(Native.tr_tensor_item(_handle, out v), "tr_tensor_item");
+            Native.Check(Native.tr_tensor_item(Handle, out v), "tr_tensor_item");
             return v;
         }
 
@@ -183,7 +192,7 @@ namespace TensorRef
             {
                 UIntPtr written;
                 var bytes = (UIntPtr)((ulong)data.Length * (ulong)Marshal.SizeOf(typeof(T)));
-                Native.Check(Native.tr_tensor_copy_to(_handle, pin.AddrOfPinnedObject(), bytes, out written), "tr_tensor_copy_to");
+                Native.Check(Native.tr_tensor_copy_to(Handle, pin.AddrOfPinnedObject(), bytes, out written), "tr_tensor_copy_to");
             }
             finally
             {
