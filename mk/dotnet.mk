@@ -35,6 +35,7 @@ DOTNET_TEST_SRC := \
   bindings/dotnet/tests/Runner.cs \
   bindings/dotnet/tests/ScopeApiTests.cs \
   bindings/dotnet/tests/ScopeFactsTests.cs \
+  bindings/dotnet/tests/SignatureTests.cs \
   bindings/dotnet/tests/TensorTests.cs
 
 # Mono from Debian's packages when missing (CI runs as root).

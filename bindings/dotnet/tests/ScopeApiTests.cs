@@ -126,5 +126,61 @@ namespace TensorRef.Tests
             Check.True(!t.IsValid, "the scope released its tensor on the exception path");
             Check.True(DisposeScopeManager.CurrentDisposeScope == null, "and closed");
         }
+        [Test]
+        static void MovesBetweenScopes_ChangeNoCounter()
+        {
+            using (var a = torch.NewDisposeScope())
+            {
+                var t = Helpers.Small();
+                using (var b = torch.NewDisposeScope())
+                {
+                    b.Attach(t);
+                    Check.True(b.Contains(t) && !a.Contains(t), "attached from A to B");
+                    t.MoveToOuterDisposeScope();
+                    Check.True(a.Contains(t), "moved back out to A");
+                    t.MoveToOtherDisposeScope(b);
+                    b.MoveToOuter(t);
+                    Check.Stats(0, 0, 1, 0, 0, 0, 1, "after four moves between scopes");
+                }
+                Check.True(t.IsValid, "A owns it, B's end did not release it");
+            }
+        }
+
+        [Test]
+        static void DisposeEverythingBut_WithADeadKeep_ReleasesNothing()
+        {
+            using (var d = torch.NewDisposeScope())
+            {
+                var a = Helpers.Small();
+                var dead = Helpers.Small();
+                dead.Dispose();
+                Check.Throws(Status.StaleHandle, () => d.DisposeEverythingBut(a, dead), "a released tensor in keep");
+                Check.True(a.IsValid, "nothing was released");
+                Check.Equal(1L, d.DisposablesCount, "the scope still owns a");
+                Check.True(!d.Contains(dead), "Contains of a released tensor is false, not an error");
+            }
+        }
+
+        [Test]
+        static void DisposeOnAnotherThread_CountsThere()
+        {
+            Tensor t;
+            using (var d = torch.NewDisposeScope())
+            {
+                t = Helpers.Small();
+                ScopeStats other = default(ScopeStats);
+                var th = new System.Threading.Thread(() =>
+                {
+                    DisposeScopeManager.Statistics.Reset();
+                    t.Dispose();
+                    other = DisposeScopeManager.Statistics.Snapshot();
+                });
+                th.Start();
+                th.Join();
+                Check.Equal("(0,0,0,1,0,0,-1)", other.ToString(), "the disposing thread counted a dispose in scope");
+                Check.Equal(0L, d.DisposablesCount, "and the owning scope lost it");
+                Check.Stats(0, 0, 1, 0, 0, 0, 1, "this thread's counters are unchanged");
+            }
+        }
     }
 }

@@ -1,0 +1,130 @@
+// Every P/Invoke declaration of the binding (hand-written in Native.cs and generated in Ops.g.cs)
+// against its prototype in the committed header include/tensorref.h: the function exists, the
+// parameter count matches, and each C type is marshalled by a C# type of the same size and
+// passing convention. A hand-copied declaration that drifted from the header fails here, not as
+// a corrupted stack at run time.
+using System;
+using System.Collections.Generic;
+using System.IO;
+using System.Linq;
+using System.Reflection;
+using System.Runtime.InteropServices;
+using System.Text.RegularExpressions;
+using TensorRef;
+
+namespace TensorRef.Tests
+{
+    static class SignatureTests
+    {
+        // C type (as written in the header, names dropped) -> the C# parameter types that marshal it.
+        static readonly Dictionary<string, string[]> Params = new Dictionary<string, string[]>
+        {
+            { "struct tr_tensor", new[] { "TensorHandle", "UInt64" } },
+            { "struct tr_scope", new[] { "ScopeHandle", "UInt64" } },
+            { "struct tr_tensor *", new[] { "UInt64&" } },
+            { "struct tr_scope *", new[] { "UInt64&" } },
+            { "const struct tr_tensor *", new[] { "UInt64[]" } },
+            { "struct tr_stats *", new[] { "NativeStats&" } },
+            { "const int64_t *", new[] { "Int64[]" } },
+            { "int64_t *", new[] { "Int64[]" } },
+            { "int64_t", new[] { "Int64" } },
+            { "uint64_t", new[] { "UInt64" } },
+            { "int32_t", new[] { "Int32" } },
+            { "size_t", new[] { "UIntPtr" } },
+            { "size_t *", new[] { "UIntPtr&" } },
+            { "double", new[] { "Double" } },
+            { "double *", new[] { "Double&" } },
+            { "bool", new[] { "Boolean/I1" } },
+            { "bool *", new[] { "Boolean&/I1" } },
+            { "tr_dtype", new[] { "DType" } },
+            { "tr_dtype *", new[] { "DType&" } },
+            { "char *", new[] { "Byte[]" } },
+            { "const uint8_t *", new[] { "IntPtr" } },
+            { "uint8_t *", new[] { "IntPtr" } },
+        };
+
+        static readonly Dictionary<string, string> Returns = new Dictionary<string, string>
+        {
+            { "tr_status", "Status" }, { "const char *", "IntPtr" }, { "uint32_t", "UInt32" },
+            { "uint64_t", "UInt64" }, { "size_t", "UIntPtr" },
+        };
+
+        static string HeaderText()
+        {
+            for (var dir = new DirectoryInfo(Path.GetDirectoryName(typeof(SignatureTests).Assembly.Location));
+                 dir != null; dir = dir.Parent)
+            {
+                var path = Path.Combine(dir.FullName, "include", "tensorref.h");
+                if (File.Exists(path)) return File.ReadAllText(path);
+            }
+            throw new CheckFailed("include/tensorref.h not found above " + typeof(SignatureTests).Assembly.Location);
+        }
+
+        /// <summary>name -> (return type, parameter types) of every function the header declares.</summary>
+        static Dictionary<string, Tuple<string, string[]>> Prototypes()
+        {
+            var protos = new Dictionary<string, Tuple<string, string[]>>();
+            var rx = new Regex(@"^(tr_status|const char \*|uint32_t|uint64_t|size_t)\s*(tr_\w+)\(([^)]*)\);", RegexOptions.Multiline);
+            foreach (Match m in rx.Matches(HeaderText()))
+            {
+                var args = Regex.Replace(m.Groups[3].Value, @"\s+", " ").Trim();
+                var types = args == "void" || args == "" ? new string[0]
+                    : args.Split(',').Select(a => Regex.Replace(a.Trim(), @"\s*\b\w+$", "").Replace(" *", " *").Trim()).ToArray();
+                protos[m.Groups[2].Value] = Tuple.Create(m.Groups[1].Value, types);
+            }
+            return protos;
+        }
+
+        static string CsType(ParameterInfo p)
+        {
+            var name = p.ParameterType.Name;
+            var ma = p.GetCustomAttribute<MarshalAsAttribute>();
+            return ma != null && ma.Value == UnmanagedType.I1 ? name + "/I1" : name;
+        }
+
+        [Test]
+        static void EveryPInvoke_MatchesItsHeaderPrototype()
+        {
+            var protos = Prototypes();
+            Check.True(protos.Count > 100, "the header's prototypes were parsed (" + protos.Count + ")");
+            var native = typeof(torch).Assembly.GetType("TensorRef.Native");
+            var methods = native.GetMethods(BindingFlags.Static | BindingFlags.NonPublic | BindingFlags.Public)
+                                .Where(m => (m.Attributes & MethodAttributes.PinvokeImpl) != 0).ToList();
+            Check.True(methods.Count > 100, "Native's P/Invoke methods were found (" + methods.Count + ")");
+            var problems = new List<string>();
+            foreach (var m in methods)
+            {
+                var import = m.GetCustomAttribute<DllImportAttribute>();
+                string entry = import != null && !string.IsNullOrEmpty(import.EntryPoint) ? import.EntryPoint : m.Name;
+                Tuple<string, string[]> proto;
+                if (!protos.TryGetValue(entry, out proto))
+                {
+                    problems.Add(m.Name + ": " + entry + " is not in include/tensorref.h");
+                    continue;
+                }
+                if (Returns[proto.Item1] != m.ReturnType.Name)
+                    problems.Add(m.Name + ": returns " + m.ReturnType.Name + ", the header says " + proto.Item1);
+                var ps = m.GetParameters();
+                if (ps.Length != proto.Item2.Length)
+                {
+                    problems.Add(m.Name + ": " + ps.Length + " parameters, the header has " + proto.Item2.Length);
+                    continue;
+                }
+                for (int i = 0; i < ps.Length; i++)
+                {
+                    string[] ok;
+                    if (!Params.TryGetValue(proto.Item2[i], out ok))
+                        problems.Add(m.Name + ": parameter " + i + " has C type '" + proto.Item2[i] + "', unknown to this test");
+                    else if (!ok.Contains(CsType(ps[i])))
+                        problems.Add(m.Name + ": parameter " + i + " (" + ps[i].Name + ") is " + CsType(ps[i]) +
+                                     ", the header's " + proto.Item2[i] + " needs " + string.Join(" or ", ok));
+                }
+            }
+            Check.True(problems.Count == 0, "every P/Invoke matches the header:\n" + string.Join("\n", problems));
+            var bound = new HashSet<string>(methods.Select(m => m.GetCustomAttribute<DllImportAttribute>()?.EntryPoint ?? m.Name));
+            var unbound = protos.Keys.Where(k => !bound.Contains(k)).OrderBy(k => k).ToList();
+            if (unbound.Count > 0)
+                Console.WriteLine("     (not bound in .NET yet: " + string.Join(", ", unbound) + ")");
+        }
+    }
+}
