@@ -28,6 +28,30 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define TR_DEVICE_CPU 0
+
+#define TR_DEVICE_CUDA 1
+
+#define TR_DEVICE_SIMULATED 2
+
+#define TR_POLICY_RESIDENT 0
+
+#define TR_POLICY_GENOA 1
+
+#define TR_POLICY_FLOW 2
+
+#define TR_EVENT_LOAD 0
+
+#define TR_EVENT_EVICT 1
+
+#define TR_EVENT_WRITE_BACK 2
+
+#define TR_EVENT_OP_BEGIN 3
+
+#define TR_EVENT_OP_END 4
+
+#define TR_EVENT_PREFETCH 5
+
 #define TR_VERSION_MAJOR 0
 
 #define TR_VERSION_MINOR 1
@@ -121,6 +145,112 @@ typedef struct tr_tensor {
  * An element type: one of the TR_DTYPE_* codes (c10's ScalarType numbers).
  */
 typedef int32_t tr_dtype;
+
+/**
+ * How the residency manager runs. Start from `tr_residency_config_default`.
+ */
+typedef struct tr_residency_config {
+  /**
+   * TR_DEVICE_CPU, TR_DEVICE_CUDA or TR_DEVICE_SIMULATED.
+   */
+  int32_t device;
+  /**
+   * The CUDA device number (TR_DEVICE_CUDA only).
+   */
+  int32_t device_index;
+  /**
+   * TR_POLICY_RESIDENT, TR_POLICY_GENOA or TR_POLICY_FLOW.
+   */
+  int32_t policy;
+  /**
+   * Hard limit on the bytes the manager holds on the device (Resident ignores it).
+   */
+  uint64_t budget_bytes;
+  /**
+   * Page-locked host copies (asynchronous CUDA copies).
+   */
+  bool pin_host_memory;
+  /**
+   * How many ops ahead Flow prefetches once it follows a recorded trace.
+   */
+  uint32_t prefetch_depth;
+  /**
+   * The simulated device's physical memory; 0 for unlimited.
+   */
+  uint64_t simulated_capacity;
+} tr_residency_config;
+
+/**
+ * Counters since the manager was configured. Bytes are the manager's device bytes.
+ */
+typedef struct tr_residency_stats {
+  uint64_t budget;
+  uint64_t device_bytes;
+  uint64_t peak_device_bytes;
+  uint64_t pinned_bytes;
+  uint64_t ops;
+  uint64_t loads;
+  uint64_t load_bytes;
+  uint64_t evictions;
+  uint64_t evicted_bytes;
+  uint64_t write_backs;
+  uint64_t write_back_bytes;
+  uint64_t prefetches;
+  uint64_t prefetch_bytes;
+  /**
+   * Inputs found on the device because a prefetch brought them.
+   */
+  uint64_t prefetch_hits;
+  /**
+   * Inputs loaded at op time while the program followed a recorded trace.
+   */
+  uint64_t prefetch_misses;
+  /**
+   * Time ops waited on loads and write-backs, in nanoseconds.
+   */
+  uint64_t transfer_wait_ns;
+  /**
+   * Ops retried after an out-of-memory error made the manager evict.
+   */
+  uint64_t oom_retries;
+} tr_residency_stats;
+
+/**
+ * One manager event, valid only during the callback.
+ */
+typedef struct tr_event {
+  /**
+   * TR_EVENT_LOAD, TR_EVENT_EVICT, TR_EVENT_WRITE_BACK, TR_EVENT_OP_BEGIN, TR_EVENT_OP_END or
+   * TR_EVENT_PREFETCH.
+   */
+  int32_t kind;
+  /**
+   * The storage concerned (shared by aliases; not a handle), 0 for op events.
+   */
+  uint64_t entry;
+  uint64_t bytes;
+  /**
+   * The manager's device bytes right after the event.
+   */
+  uint64_t device_bytes;
+  /**
+   * The op's name (static text).
+   */
+  const char *op;
+  /**
+   * Microseconds since the manager was configured.
+   */
+  double time_us;
+  /**
+   * Duration of a transfer in microseconds (0 for op events).
+   */
+  double duration_us;
+} tr_event;
+
+/**
+ * A function receiving manager events; `user` is the pointer given with it.
+ */
+typedef void (*tr_event_fn)(const struct tr_event *event, void *user);
 
 /**
  * A scope handle. 0 is never valid.
@@ -1346,8 +1476,75 @@ tr_status tr_tensor_adam_step(const struct tr_tensor *params,
                               double weight_decay);
 
 /**
+ * Fills `*out` with the defaults: simulated device, Flow, no budget (set one), pinned host
+ * memory, prefetch depth 2, unlimited simulated capacity. Errors: TR_ERR_NULL_ARG.
+ */
+tr_status tr_residency_config_default(struct tr_residency_config *out);
+
+/**
+ * Starts (or replaces) the process's residency manager; from now on ops bring their inputs to
+ * the compute device and the policy places their results. A previous manager first writes its
+ * newer device copies back. Errors: TR_ERR_NULL_ARG; TR_ERR_INVALID_ARG (unknown device or
+ * policy, a budget of 0 for Genoa or Flow); TR_ERR_DEVICE (no such CUDA device).
+ */
+tr_status tr_residency_configure(const struct tr_residency_config *config);
+
+/**
+ * Stops the manager: newer device copies are written back and every device copy is freed.
+ * Without a manager this does nothing.
+ */
+tr_status tr_residency_disable(void);
+
+/**
+ * Writes the manager's counters. Errors: TR_ERR_NULL_ARG; TR_ERR_INVALID_ARG without a manager.
+ */
+tr_status tr_residency_stats_get(struct tr_residency_stats *out);
+
+/**
+ * Marks the end of an iteration (a step, a forward pass): Flow evicts and prefetches by the ops
+ * since the previous mark. Errors: TR_ERR_INVALID_ARG without a manager.
+ */
+tr_status tr_residency_mark_iteration(void);
+
+/**
+ * Pins `t` resident on the device (`pinned` true: loaded now, never evicted, counted against
+ * the budget) or unpins it. Errors: bad handles; TR_ERR_BUDGET_TOO_SMALL when the pinned bytes
+ * would exceed the budget; TR_ERR_INVALID_ARG without a manager.
+ */
+tr_status tr_tensor_pin_resident(struct tr_tensor t, bool pinned);
+
+/**
+ * Writes whether `t` has a copy on the compute device now. Errors: TR_ERR_NULL_ARG, bad
+ * handles, TR_ERR_INVALID_ARG without a manager.
+ */
+tr_status tr_tensor_is_resident(struct tr_tensor t, bool *out);
+
+/**
+ * Calls `callback(event, user)` for every manager event (load, evict, write-back, prefetch, op
+ * begin/end), on the thread that caused it, while the manager is locked: the callback must not
+ * call libtensorref, and `user` must be usable from any thread. NULL removes the callback.
+ * Errors: TR_ERR_INVALID_ARG without a manager.
+ */
+tr_status tr_residency_set_callback(tr_event_fn callback, void *user);
+
+/**
+ * Starts recording the manager's events for `tr_residency_timeline_write`.
+ * Errors: TR_ERR_INVALID_ARG without a manager.
+ */
+tr_status tr_residency_timeline_start(void);
+
+/**
+ * Writes the recorded events to `path` (NUL-terminated UTF-8) as Chrome trace / Perfetto JSON.
+ * Errors: TR_ERR_NULL_ARG; TR_ERR_INVALID_ARG (no manager, no timeline started, path not
+ * writable).
+ */
+tr_status tr_residency_timeline_write(const char *path);
+
+/**
  * Opens a scope on this thread and makes it current; handles created on this thread now
- * belong to it. Dispose it with `tr_scope_dispose`. Errors: TR_ERR_NULL_ARG.
+ * belong to it. Dispose it with `tr_scope_dispose`. Scopes a thread leaves open are disposed
+ * when it exits (the main thread's at process exit, before atexit handlers run).
+ * Errors: TR_ERR_NULL_ARG; TR_ERR_INVALID_ARG on a thread that is exiting (an atexit handler).
  */
 tr_status tr_scope_new(struct tr_scope *out);
 

@@ -14,7 +14,7 @@ pub enum Error {
     NullArg(&'static str),
     #[error("invalid argument: {0}")]
     InvalidArg(String),
-    #[error("buffer too small: {needed} elements needed, {given} given")]
+    #[error("output buffer too small: {needed} needed, {given} given")]
     BufferTooSmall { needed: usize, given: usize },
     #[error("stale {kind} handle {id:#x}: it was released or its scope was disposed")]
     StaleHandle { kind: HandleKind, id: u64 },

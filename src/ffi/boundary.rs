@@ -40,7 +40,7 @@ fn run(f: impl FnOnce() -> Result<()>) -> Result<()> {
             .map(|s| s.to_string())
             .or_else(|| payload.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "unknown panic payload".into());
-        Err(Error::Panic(text))
+        Err(Error::Panic(text.lines().next().unwrap_or_default().to_string()))
     })
 }
 

@@ -9,12 +9,14 @@ use crate::registry;
 use crate::scope::Stats;
 
 /// Opens a scope on this thread and makes it current; handles created on this thread now
-/// belong to it. Dispose it with `tr_scope_dispose`. Errors: TR_ERR_NULL_ARG.
+/// belong to it. Dispose it with `tr_scope_dispose`. Scopes a thread leaves open are disposed
+/// when it exits (the main thread's at process exit, before atexit handlers run).
+/// Errors: TR_ERR_NULL_ARG; TR_ERR_INVALID_ARG on a thread that is exiting (an atexit handler).
 #[no_mangle]
 pub extern "C" fn tr_scope_new(out: *mut TrScope) -> Status {
     call(|| {
         let out = out_arg(out, "out")?;
-        *out = registry::lock().new_scope().into();
+        *out = registry::lock().new_scope()?.into();
         Ok(())
     })
 }

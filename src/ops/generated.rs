@@ -23,7 +23,7 @@ pub(crate) mod core {
     /// A tensor filled with `value`.
     pub(crate) fn full(shape: &[i64], value: f64, dtype: DType) -> Result<TensorId> {
         let op = Op::begin("full");
-        op.output(|| tch::Tensor::f_full(shape, value, opts(dtype)))
+        op.output(|| scalars::full(shape, value, dtype))
     }
 
     /// Uniform samples in [0, 1); reproducible after `manual_seed`.
@@ -41,7 +41,7 @@ pub(crate) mod core {
     /// Values from `start` (inclusive) to `end` (exclusive) in steps of `step`.
     pub(crate) fn arange(start: f64, end: f64, step: f64, dtype: DType) -> Result<TensorId> {
         let op = Op::begin("arange");
-        op.output(|| tch::Tensor::f_arange_start_step(start, end, step, opts(dtype)))
+        op.output(|| scalars::arange(start, end, step, dtype))
     }
 
     /// The n x n identity matrix.
@@ -107,7 +107,7 @@ pub(crate) mod core {
         let mut op = Op::begin("add_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_add_scalar(s))
+        op.output(|| a.f_add(&scalar(s)))
     }
 
     /// a - s.
@@ -115,7 +115,7 @@ pub(crate) mod core {
         let mut op = Op::begin("sub_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_sub_scalar(s))
+        op.output(|| a.f_sub(&scalar(s)))
     }
 
     /// a * s.
@@ -123,7 +123,7 @@ pub(crate) mod core {
         let mut op = Op::begin("mul_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_mul_scalar(s))
+        op.output(|| a.f_mul(&scalar(s)))
     }
 
     /// a / s.
@@ -131,7 +131,7 @@ pub(crate) mod core {
         let mut op = Op::begin("div_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_div_scalar(s))
+        op.output(|| a.f_div(&scalar(s)))
     }
 
     /// a raised to `exponent`, elementwise.
@@ -148,7 +148,7 @@ pub(crate) mod core {
         let mut op = Op::begin("pow_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_pow_tensor_scalar(exponent))
+        op.output(|| a.f_pow(&scalar(exponent)))
     }
 
     /// -a.
@@ -236,7 +236,7 @@ pub(crate) mod core {
         let mut op = Op::begin("clamp");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_clamp(min, max))
+        op.output(|| a.f_clamp_tensor(Some(scalar(min)), Some(scalar(max))))
     }
 
     /// Elements of `a` where `condition` is true, else of `other` (torch.where).
@@ -648,7 +648,7 @@ pub(crate) mod core {
         let _ = op.value(|| {
             #[allow(unused_mut)]
             let mut a = a.shallow_clone();
-            a.f_mul_scalar_(s)
+            a.f_mul_(&scalar(s))
         })?;
         Ok(handle)
     }

@@ -9,6 +9,7 @@ pub(crate) mod exec;
 pub(crate) mod generated;
 mod operators;
 pub(crate) mod optim;
+pub(crate) mod scalars;
 
 pub use autograd::{manual_seed, no_grad, NoGradGuard};
 
@@ -16,6 +17,7 @@ pub use autograd::{manual_seed, no_grad, NoGradGuard};
 pub(crate) mod prelude {
     pub(crate) use super::optim::AdamHyper;
     pub(crate) use super::exec::Op;
+    pub(crate) use super::scalars::{self, scalar};
     pub(crate) use super::{autograd, optim};
     pub(crate) use crate::dtype::DType;
     pub(crate) use crate::error::{Error, Result};

@@ -32,9 +32,13 @@ pub fn with_scope<R>(f: impl FnOnce(&Scope) -> R) -> R {
 
 impl Scope {
     /// Opens a scope on this thread; handles created on this thread now belong to it.
+    ///
+    /// # Panics
+    /// On a thread that is exiting (from a thread-local destructor), where no scope can be kept.
     #[allow(clippy::new_without_default)]
     pub fn new() -> Scope {
-        Scope { id: registry::lock().new_scope(), _per_thread: PhantomData }
+        let id = registry::lock().new_scope().unwrap_or_else(|e| panic!("{e}"));
+        Scope { id, _per_thread: PhantomData }
     }
 
     /// The innermost open scope of this thread, if any.

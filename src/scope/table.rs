@@ -100,15 +100,19 @@ impl State {
         self.tensors.at(tensor).owner.map(|m| m.scope)
     }
 
-    pub(crate) fn new_scope(&mut self) -> ScopeId {
-        let thread = self.scopes.thread().expect("scope opened on a thread being torn down");
+    /// Opens a scope on this thread. Fails on a thread whose thread-local storage is already
+    /// torn down (an atexit handler, say): such a thread can no longer have a scope stack.
+    pub(crate) fn new_scope(&mut self) -> Result<ScopeId> {
+        let thread = self.scopes.thread().ok_or_else(|| {
+            Error::InvalidArg("a scope cannot be opened while this thread is exiting (its thread-local state is gone)".into())
+        })?;
         let outer = self.scopes.threads[thread];
         let (key, handle) = self.scopes.scopes.insert(ScopeRec { members: Vec::new(), outer, inner: None, thread });
         if let Some(outer) = outer {
             self.scopes.at_mut(outer).inner = Some(key);
         }
         self.scopes.threads[thread] = Some(key);
-        ScopeId(handle)
+        Ok(ScopeId(handle))
     }
 
     /// Disposes a scope; disposing a disposed scope does nothing.

@@ -1,0 +1,243 @@
+//! The residency manager through the C ABI: configuration, statistics, iteration marks, pins,
+//! the event callback and the timeline.
+
+use super::boundary::{call, out_arg};
+use super::handles::TrTensor;
+use crate::error::{Error, Status};
+use crate::registry::TensorId;
+use crate::residency::{self, ComputeDevice, Config, Event, PolicyKind, ResidencyStats};
+use crate::tensor::Tensor;
+use std::collections::HashMap;
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::mem::ManuallyDrop;
+use std::sync::Mutex;
+
+pub const TR_DEVICE_CPU: i32 = 0;
+pub const TR_DEVICE_CUDA: i32 = 1;
+pub const TR_DEVICE_SIMULATED: i32 = 2;
+
+pub const TR_POLICY_RESIDENT: i32 = 0;
+pub const TR_POLICY_GENOA: i32 = 1;
+pub const TR_POLICY_FLOW: i32 = 2;
+
+pub const TR_EVENT_LOAD: i32 = 0;
+pub const TR_EVENT_EVICT: i32 = 1;
+pub const TR_EVENT_WRITE_BACK: i32 = 2;
+pub const TR_EVENT_OP_BEGIN: i32 = 3;
+pub const TR_EVENT_OP_END: i32 = 4;
+pub const TR_EVENT_PREFETCH: i32 = 5;
+
+/// How the residency manager runs. Start from `tr_residency_config_default`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct TrResidencyConfig {
+    /// TR_DEVICE_CPU, TR_DEVICE_CUDA or TR_DEVICE_SIMULATED.
+    pub device: i32,
+    /// The CUDA device number (TR_DEVICE_CUDA only).
+    pub device_index: i32,
+    /// TR_POLICY_RESIDENT, TR_POLICY_GENOA or TR_POLICY_FLOW.
+    pub policy: i32,
+    /// Hard limit on the bytes the manager holds on the device (Resident ignores it).
+    pub budget_bytes: u64,
+    /// Page-locked host copies (asynchronous CUDA copies).
+    pub pin_host_memory: bool,
+    /// How many ops ahead Flow prefetches once it follows a recorded trace.
+    pub prefetch_depth: u32,
+    /// The simulated device's physical memory; 0 for unlimited.
+    pub simulated_capacity: u64,
+}
+
+/// One manager event, valid only during the callback.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct TrEvent {
+    /// TR_EVENT_LOAD, TR_EVENT_EVICT, TR_EVENT_WRITE_BACK, TR_EVENT_OP_BEGIN, TR_EVENT_OP_END or
+    /// TR_EVENT_PREFETCH.
+    pub kind: i32,
+    /// The storage concerned (shared by aliases; not a handle), 0 for op events.
+    pub entry: u64,
+    pub bytes: u64,
+    /// The manager's device bytes right after the event.
+    pub device_bytes: u64,
+    /// The op's name (static text).
+    pub op: *const c_char,
+    /// Microseconds since the manager was configured.
+    pub time_us: f64,
+    /// Duration of a transfer in microseconds (0 for op events).
+    pub duration_us: f64,
+}
+
+/// A function receiving manager events; `user` is the pointer given with it.
+pub type TrEventFn = Option<extern "C" fn(event: *const TrEvent, user: *mut c_void)>;
+
+/// Fills `*out` with the defaults: simulated device, Flow, no budget (set one), pinned host
+/// memory, prefetch depth 2, unlimited simulated capacity. Errors: TR_ERR_NULL_ARG.
+#[no_mangle]
+pub extern "C" fn tr_residency_config_default(out: *mut TrResidencyConfig) -> Status {
+    call(|| {
+        *out_arg(out, "out")? = TrResidencyConfig {
+            device: TR_DEVICE_SIMULATED,
+            device_index: 0,
+            policy: TR_POLICY_FLOW,
+            budget_bytes: 0,
+            pin_host_memory: true,
+            prefetch_depth: 2,
+            simulated_capacity: 0,
+        };
+        Ok(())
+    })
+}
+
+/// Starts (or replaces) the process's residency manager; from now on ops bring their inputs to
+/// the compute device and the policy places their results. A previous manager first writes its
+/// newer device copies back. Errors: TR_ERR_NULL_ARG; TR_ERR_INVALID_ARG (unknown device or
+/// policy, a budget of 0 for Genoa or Flow); TR_ERR_DEVICE (no such CUDA device).
+#[no_mangle]
+pub extern "C" fn tr_residency_configure(config: *const TrResidencyConfig) -> Status {
+    call(|| {
+        let c = *out_arg(config.cast_mut(), "config")?;
+        let device = match c.device {
+            TR_DEVICE_CPU => ComputeDevice::Cpu,
+            TR_DEVICE_CUDA => ComputeDevice::Cuda(usize::try_from(c.device_index).map_err(|_| Error::InvalidArg(format!("device_index {}", c.device_index)))?),
+            TR_DEVICE_SIMULATED => ComputeDevice::Simulated,
+            other => return Err(Error::InvalidArg(format!("unknown device kind {other}"))),
+        };
+        let policy = match c.policy {
+            TR_POLICY_RESIDENT => PolicyKind::Resident,
+            TR_POLICY_GENOA => PolicyKind::Genoa,
+            TR_POLICY_FLOW => PolicyKind::Flow,
+            other => return Err(Error::InvalidArg(format!("unknown policy {other}"))),
+        };
+        residency::configure(Config {
+            device,
+            budget: c.budget_bytes,
+            policy,
+            pin_host_memory: c.pin_host_memory,
+            prefetch_depth: c.prefetch_depth as usize,
+            simulated_capacity: (c.simulated_capacity > 0).then_some(c.simulated_capacity),
+        })
+    })
+}
+
+/// Stops the manager: newer device copies are written back and every device copy is freed.
+/// Without a manager this does nothing.
+#[no_mangle]
+pub extern "C" fn tr_residency_disable() -> Status {
+    call(residency::disable)
+}
+
+/// Writes the manager's counters. Errors: TR_ERR_NULL_ARG; TR_ERR_INVALID_ARG without a manager.
+#[no_mangle]
+pub extern "C" fn tr_residency_stats_get(out: *mut ResidencyStats) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        *out = residency::stats().ok_or_else(|| Error::InvalidArg("no residency manager is configured".into()))?;
+        Ok(())
+    })
+}
+
+/// Marks the end of an iteration (a step, a forward pass): Flow evicts and prefetches by the ops
+/// since the previous mark. Errors: TR_ERR_INVALID_ARG without a manager.
+#[no_mangle]
+pub extern "C" fn tr_residency_mark_iteration() -> Status {
+    call(residency::mark_iteration)
+}
+
+/// Pins `t` resident on the device (`pinned` true: loaded now, never evicted, counted against
+/// the budget) or unpins it. Errors: bad handles; TR_ERR_BUDGET_TOO_SMALL when the pinned bytes
+/// would exceed the budget; TR_ERR_INVALID_ARG without a manager.
+#[no_mangle]
+pub extern "C" fn tr_tensor_pin_resident(t: TrTensor, pinned: bool) -> Status {
+    call(|| residency::pin_resident(&borrowed(t), pinned))
+}
+
+/// Writes whether `t` has a copy on the compute device now. Errors: TR_ERR_NULL_ARG, bad
+/// handles, TR_ERR_INVALID_ARG without a manager.
+#[no_mangle]
+pub extern "C" fn tr_tensor_is_resident(t: TrTensor, out: *mut bool) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        *out = residency::is_resident(&borrowed(t))?;
+        Ok(())
+    })
+}
+
+struct CCallback {
+    f: extern "C" fn(*const TrEvent, *mut c_void),
+    user: *mut c_void,
+}
+
+impl CCallback {
+    fn call(&self, event: &TrEvent) {
+        (self.f)(event, self.user);
+    }
+}
+
+// SAFETY: the caller of `tr_residency_set_callback` promises that `f` may be called with `user`
+// from any thread that runs ops (documented there).
+unsafe impl Send for CCallback {}
+unsafe impl Sync for CCallback {}
+
+/// Static NUL-terminated copies of the (static) op names, made once per name.
+fn c_name(name: &'static str) -> *const c_char {
+    static NAMES: Mutex<Option<HashMap<&'static str, &'static CStr>>> = Mutex::new(None);
+    let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    let names = names.get_or_insert_with(HashMap::new);
+    names
+        .entry(name)
+        .or_insert_with(|| Box::leak(CString::new(name).unwrap_or_default().into_boxed_c_str()))
+        .as_ptr()
+}
+
+/// Calls `callback(event, user)` for every manager event (load, evict, write-back, prefetch, op
+/// begin/end), on the thread that caused it, while the manager is locked: the callback must not
+/// call libtensorref, and `user` must be usable from any thread. NULL removes the callback.
+/// Errors: TR_ERR_INVALID_ARG without a manager.
+#[no_mangle]
+pub extern "C" fn tr_residency_set_callback(callback: TrEventFn, user: *mut c_void) -> Status {
+    call(|| {
+        let bridge = callback.map(|f| {
+            let cb = CCallback { f, user };
+            Box::new(move |e: &Event| {
+                let event = TrEvent {
+                    kind: e.kind as i32,
+                    entry: e.entry,
+                    bytes: e.bytes,
+                    device_bytes: e.device_bytes,
+                    op: c_name(e.op),
+                    time_us: e.time_us,
+                    duration_us: e.duration_us,
+                };
+                cb.call(&event);
+            }) as Box<dyn Fn(&Event) + Send + Sync>
+        });
+        residency::set_event_callback(bridge)
+    })
+}
+
+/// Starts recording the manager's events for `tr_residency_timeline_write`.
+/// Errors: TR_ERR_INVALID_ARG without a manager.
+#[no_mangle]
+pub extern "C" fn tr_residency_timeline_start() -> Status {
+    call(residency::start_timeline)
+}
+
+/// Writes the recorded events to `path` (NUL-terminated UTF-8) as Chrome trace / Perfetto JSON.
+/// Errors: TR_ERR_NULL_ARG; TR_ERR_INVALID_ARG (no manager, no timeline started, path not
+/// writable).
+#[no_mangle]
+pub extern "C" fn tr_residency_timeline_write(path: *const c_char) -> Status {
+    call(|| {
+        if path.is_null() {
+            return Err(Error::NullArg("path"));
+        }
+        // SAFETY: the caller passes a NUL-terminated string (documented).
+        let path = unsafe { CStr::from_ptr(path) }.to_str().map_err(|_| Error::InvalidArg("path is not UTF-8".into()))?;
+        residency::write_timeline(std::path::Path::new(path))
+    })
+}
+
+/// A non-owning view of a borrowed C handle.
+fn borrowed(t: TrTensor) -> ManuallyDrop<Tensor> {
+    ManuallyDrop::new(Tensor::from_raw(TensorId::from(t)))
+}
