@@ -28,8 +28,9 @@ impl Policy for Flow {
     }
     fn pick_victim(&self, candidates: &[Candidate], now: u64, trace: &Trace) -> Option<u64> {
         if trace.following() {
-            // Furthest next use; among ties (e.g. never used again) the larger frees more.
-            return candidates.iter().max_by_key(|c| (trace.next_use(c.key), c.bytes)).map(|c| c.uid);
+            // Furthest next use; among ties (e.g. never used again) a clean copy (free to drop),
+            // then the larger (frees more).
+            return candidates.iter().max_by_key(|c| (trace.next_use(c.key), !c.dirty, c.bytes)).map(|c| c.uid);
         }
         candidates
             .iter()

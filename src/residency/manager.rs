@@ -237,9 +237,11 @@ impl Manager {
         }
     }
 
-    /// Loads the persistent inputs of the next recorded ops, evicting only tensors needed later
-    /// than the one being fetched, and only if it fits beside every op that runs before its use
-    /// (see `Trace::prefetch_plan`). Errors stop the prefetch; the op then loads what it needs.
+    /// Loads the persistent inputs of the next recorded ops, evicting only clean copies needed
+    /// later than the one being fetched (a speculative load never costs a write-back: a dirty
+    /// tensor that is never used again is usually about to be released), and only if it fits
+    /// beside every op that runs before its use (see `Trace::prefetch_plan`). Errors stop the
+    /// prefetch; the op then loads what it needs.
     fn prefetch(&mut self) {
         let room = self.cfg.budget.saturating_sub(self.stats.pinned_bytes);
         let mut committed = 0;
@@ -253,7 +255,7 @@ impl Manager {
                 return;
             }
             while self.stats.device_bytes + bytes > self.cfg.budget {
-                let later = self.candidates().into_iter().filter(|c| self.trace.next_use(c.key) > wanted).collect::<Vec<_>>();
+                let later = self.candidates().into_iter().filter(|c| !c.dirty && self.trace.next_use(c.key) > wanted).collect::<Vec<_>>();
                 match self.policy.pick_victim(&later, self.clock, &self.trace) {
                     Some(victim) if self.evict(victim, "prefetch").is_ok() => {}
                     _ => return,
