@@ -40,9 +40,11 @@ build: setup
 	cargo build --quiet
 
 # Regenerate the op wrappers and the header after changing src/ops/ops.def or src/ffi.
+# The generator runs again after cbindgen: binding emitters also read the header.
 gen: setup
 	python3 tools/gen_ops.py
 	cbindgen --quiet --config cbindgen.toml --output include/tensorref.h
+	python3 tools/gen_ops.py
 
 header-check: setup
 	python3 tools/gen_ops.py --check
@@ -56,6 +58,7 @@ demo: setup
 # ---------------------------------------------------------------- tests
 # Each language adds its suite in mk/<language>.mk: `TEST_SUITES += test-<language>`.
 TEST_SUITES := test-rust test-c
+BENCH_SUITES :=
 include $(sort $(wildcard mk/*.mk))
 
 test: setup header-check $(TEST_SUITES)
@@ -84,7 +87,8 @@ test-c: build
 	if [ -n "$$failed" ]; then echo "test-c: FAILED:$$failed"; exit 1; fi
 
 # ---------------------------------------------------------------- benchmarks
-bench: setup
+# Each language adds its benchmark in mk/<language>.mk: `BENCH_SUITES += bench-<language>`.
+bench: setup $(BENCH_SUITES)
 	cargo bench
 
 clean:
