@@ -84,6 +84,16 @@ std::string show(const T& v) {
     return out.str();
 }
 
+/// a == b, except that two C strings are compared as text, not as pointers.
+template <class A, class B>
+bool equal(const A& a, const B& b) {
+    if constexpr (std::is_convertible_v<const A&, const char*> && std::is_convertible_v<const B&, const char*>) {
+        return std::string(a) == std::string(b);
+    } else {
+        return a == b;
+    }
+}
+
 /// The spec's statistics tuple, read through the C ABI.
 inline std::array<int64_t, 7> stats_tuple() {
     tr_stats s{};
@@ -172,7 +182,7 @@ inline int run_all() {
     do {                                                                             \
         const auto& harness_a = (actual);                                            \
         const auto& harness_e = (expected);                                          \
-        if (!(harness_a == harness_e))                                               \
+        if (!harness::equal(harness_a, harness_e))                                             \
             harness::fail(__FILE__, __LINE__,                                        \
                           "CHECK_EQ failed: " #actual " is " + harness::show(harness_a) + \
                               ", expected " + harness::show(harness_e));             \

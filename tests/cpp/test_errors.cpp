@@ -117,15 +117,15 @@ TEST(abi_check_and_versions) {
     CHECK_EQ(tr::version().rfind(expected + " ", 0), size_t(0));
 }
 
-// Library bug (src/, not fixed here): an op taking a scalar whose libtorch call fails panics
-// inside tch 0.24 instead of returning the error. tch's `Scalar` temporary is dropped, and its
-// drop checks libtorch's pending error and unwraps it, before the op's own error check runs; the
-// panic is caught at the C boundary, so the caller gets TR_ERR_PANIC ("panic inside
-// libtensorref") where TR_ERR_TORCH is due, and a Rust backtrace on stderr. Ops with a tensor
-// operand (mul_, add_) report the same libtorch error correctly as TR_ERR_TORCH.
-KNOWN_BUG(failing_scalar_op_reports_torch_error_not_panic,
-          "a failing *_scalar op returns TR_ERR_PANIC (tch Scalar drop unwraps the error) instead of TR_ERR_TORCH") {
+// A failing op with a scalar operand reports libtorch's error like any op. (Until bd9f1e1 it
+// panicked inside tch 0.24, whose `Scalar` temporary unwrapped libtorch's pending error when
+// dropped, and the caller got TR_ERR_PANIC.)
+TEST(failing_scalar_op_reports_torch_error_not_panic) {
     Tensor w = tr::ones({2}).requires_grad_(true);
-    CHECK_THROWS(w.mul_(tr::ones({2})), TR_ERR_TORCH, "leaf Variable");  // the tensor form: right
-    CHECK_THROWS(w.mul_scalar_(2.0), TR_ERR_TORCH, "leaf Variable");      // the scalar form: 900
+    CHECK_THROWS(w.mul_(tr::ones({2})), TR_ERR_TORCH, "leaf Variable");
+    CHECK_THROWS(w.mul_scalar_(2.0), TR_ERR_TORCH, "leaf Variable");
+    Tensor b = Tensor::from_vector(std::vector<bool>{true, false});
+    CHECK_THROWS(b.sub_scalar(1.0), TR_ERR_TORCH, "Subtraction");
+    Tensor i = Tensor::from_vector(std::vector<int64_t>{1, 2});
+    CHECK_THROWS(i.mul_scalar_(0.5), TR_ERR_DTYPE, "can't be cast");  // a float result into i64
 }
