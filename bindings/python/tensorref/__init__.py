@@ -1,0 +1,81 @@
+"""tensorref: Python binding of libtensorref, reference-counted handles to libtorch tensors with
+TorchSharp-style dispose scopes, through the library's C ABI (ctypes).
+
+    import tensorref as tr
+    w = tr.randn([4, 4])
+    with tr.scope():
+        y = (w @ w).relu().sum().move_to_outer_scope()   # temporaries die with the scope
+    print(y.item())
+
+The shared library is found through TENSORREF_LIB, else the repository's
+target/{release,debug}/libtensorref.so (see tensorref._lib). Its ABI version is checked on
+import.
+"""
+from __future__ import annotations
+
+from . import errors
+from ._abi import TR_ABI_VERSION, TR_VERSION
+from ._lib import LIB_PATH, check as _check, lib as _cdll
+from ._ops import *  # noqa: F401,F403  (the op table)
+from ._ops import __all__ as _op_names
+from ._ops import abs, max, min, pow, sum  # noqa: A004  (kept out of `import *`)
+from ._tensor import Tensor, from_numpy, tensor
+from .dtypes import (DType, bfloat16, bool_, dtype, float16, float32, float64, int8, int16,
+                     int32, int64, uint8)
+from .errors import (AbiMismatchError, ArgumentError, DeviceError, HandleError, PanicError,
+                     ScopeError, ShapeDtypeError, TensorRefError, TorchError)
+from .interop import from_dlpack, from_torch, to_torch
+from .scope import Scope, Stats, current_scope, reset_stats, scope, stats
+
+__version__ = ".".join(map(str, TR_VERSION))
+
+
+def abi_version() -> int:
+    """The library's tr_abi_version() (equal to TR_ABI_VERSION, or the import would have failed)."""
+    return _cdll.tr_abi_version()
+
+
+def version() -> str:
+    """The library's version text: its version, ABI, libtorch version and CUDA availability."""
+    return _cdll.tr_version().decode()
+
+
+def live_handles() -> int:
+    """Live tensor handles in the whole process (all threads), for leak checks."""
+    return _cdll.tr_live_handles()
+
+
+def live_bytes(device: int = -1) -> int:
+    """Logical bytes held by live handles: device -1 is host memory, n >= 0 CUDA device n."""
+    return _cdll.tr_live_bytes(device)
+
+
+def manual_seed(seed: int) -> None:
+    """Seeds libtorch's default generator (rand, randn, dropout)."""
+    _check(_cdll.tr_manual_seed(seed), "tr_manual_seed")
+
+
+class no_grad:
+    """Context manager: gradient tracking off on this thread inside the block."""
+
+    def __enter__(self):
+        from ctypes import byref, c_bool
+        prev = c_bool()
+        _check(_cdll.tr_grad_set_enabled(False, byref(prev)), "tr_grad_set_enabled")
+        self._prev = prev.value
+        return self
+
+    def __exit__(self, *exc):
+        _check(_cdll.tr_grad_set_enabled(self._prev, None), "tr_grad_set_enabled")
+
+
+__all__ = [
+    *_op_names, "Tensor", "from_numpy", "tensor", "from_dlpack", "from_torch", "to_torch",
+    "Scope", "Stats", "scope", "current_scope", "stats", "reset_stats",
+    "DType", "dtype", "uint8", "int8", "int16", "int32", "int64", "float16", "float32",
+    "float64", "bool_", "bfloat16",
+    "TensorRefError", "ArgumentError", "HandleError", "ScopeError", "ShapeDtypeError",
+    "DeviceError", "TorchError", "PanicError", "AbiMismatchError", "errors",
+    "abi_version", "version", "live_handles", "live_bytes", "manual_seed", "no_grad",
+    "TR_ABI_VERSION", "LIB_PATH",
+]

@@ -1,0 +1,292 @@
+"""The Tensor class: a libtensorref handle as a Python object, its lifetime, metadata, host
+copies (NumPy) and the arithmetic operators. The ops of the table are attached by the generated
+``_ops.py``.
+
+Ownership (dispose-scopes.md): a handle created while a scope opened through this package is
+current on the thread belongs to that scope, which drops it when disposed; the Python object
+only borrows it. A handle created with no scope open belongs to its Python object, which
+releases it on ``close()``, on leaving a ``with`` block, or when it is garbage collected. The
+two cases are two classes: ``Tensor`` (borrowing, no finalizer) and its subclass ``_Owned``
+(releases in ``__del__``), plus ``_Closed`` after ``close()``; an object changes class when its
+handle changes owner through this package (``detach_from_scope``, ``move_to_outer_scope``,
+``Scope.attach`` ...). Use ``isinstance(x, tensorref.Tensor)``, never ``type(x) is``.
+"""
+from __future__ import annotations
+
+import threading
+from ctypes import byref, c_bool, c_double, c_int32, c_int64, c_size_t
+
+import numpy as np
+
+from . import dtypes as _dtypes
+from ._lib import ScopeHandle, TensorHandle, fail, lib
+
+_release = lib.tr_tensor_release
+_from_data = lib.tr_tensor_from_data
+_copy_to = lib.tr_tensor_copy_to
+_shape = lib.tr_tensor_shape
+_dtype = lib.tr_tensor_dtype
+_numel = lib.tr_tensor_numel
+_item = lib.tr_tensor_item
+_alias = lib.tr_tensor_alias
+_is_valid = lib.tr_tensor_is_valid
+_tensor_scope = lib.tr_tensor_scope
+
+
+class _ThreadState(threading.local):
+    """Per thread: the scopes opened through this package and not yet disposed, innermost last
+    (the library keeps the real stack; this mirror only tells new objects who owns them)."""
+
+    def __init__(self):
+        self.stack = []
+
+
+state = _ThreadState()
+
+
+class Tensor(TensorHandle):
+    """A reference-counted handle to a libtorch tensor (see the module docstring for who
+    releases it). Create tensors with the module's functions (``tensorref.zeros``,
+    ``from_numpy``, ``from_torch`` ...), not with this constructor."""
+    __slots__ = ()
+
+    # ------------------------------------------------------------ lifetime
+    @property
+    def handle(self) -> int:
+        """The tr_tensor value."""
+        return self.value
+
+    def close(self) -> None:
+        """Drops this object's reference now (TorchSharp's Dispose), whichever scope owns it.
+        Closing twice, or closing a tensor whose scope already released it, is a no-op."""
+        if self.__class__ is _Closed:
+            return
+        self.__class__ = _Closed
+        st = _release(self)
+        if st and st != 200:  # TR_ERR_STALE_HANDLE: already released, which is the goal
+            fail(st, "tr_tensor_release")
+
+    dispose = close
+
+    def __enter__(self) -> Tensor:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def is_valid(self) -> bool:
+        """Whether the handle is alive (false once released or its scope disposed)."""
+        out = c_bool()
+        st = _is_valid(self, out)
+        if st:
+            fail(st, "tr_tensor_is_valid")
+        return out.value
+
+    def alias(self) -> Tensor:
+        """A new handle to the same storage with its own life (TorchSharp's fresh reference)."""
+        out = new()
+        st = _alias(self, out)
+        if st:
+            fail(st, "tr_tensor_alias")
+        return out
+
+    # ------------------------------------------------------------ scopes
+    @property
+    def scope(self):
+        """The Scope that owns this handle, or None when the caller does."""
+        from .scope import Scope
+        out = ScopeHandle()
+        st = _tensor_scope(self, out)
+        if st:
+            fail(st, "tr_tensor_scope")
+        return Scope._view(out.value) if out.value else None
+
+    def move_to_outer_scope(self) -> Tensor:
+        """Hands the handle to the scope that was current when its owner was opened (to the
+        caller if there is none). Returns self."""
+        st = lib.tr_tensor_move_to_outer_scope(self)
+        if st:
+            fail(st, "tr_tensor_move_to_outer_scope")
+        return sync_owner(self)
+
+    def detach_from_scope(self) -> Tensor:
+        """The handle leaves its scope and belongs to this object. Returns self."""
+        st = lib.tr_tensor_detach_from_scope(self)
+        if st:
+            fail(st, "tr_tensor_detach_from_scope")
+        return sync_owner(self)
+
+    def move_to_scope(self, scope) -> Tensor:
+        """Hands the handle to ``scope`` (None: to this object). Returns self."""
+        st = lib.tr_tensor_move_to_scope(self, scope if scope is not None else ScopeHandle(0))
+        if st:
+            fail(st, "tr_tensor_move_to_scope")
+        return sync_owner(self)
+
+    # ------------------------------------------------------------ metadata
+    @property
+    def shape(self) -> tuple[int, ...]:
+        dims = (c_int64 * 8)()
+        n = c_size_t()
+        st = _shape(self, dims, 8, byref(n))
+        if st == 102 and n.value > 8:  # TR_ERR_BUFFER_TOO_SMALL: more than 8 dimensions
+            dims = (c_int64 * n.value)()
+            st = _shape(self, dims, n.value, byref(n))
+        if st:
+            fail(st, "tr_tensor_shape")
+        return tuple(dims[: n.value])
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def dtype(self) -> _dtypes.DType:
+        code = c_int32()
+        st = _dtype(self, byref(code))
+        if st:
+            fail(st, "tr_tensor_dtype")
+        return _dtypes.from_code(code.value)
+
+    def numel(self) -> int:
+        """The number of elements."""
+        n = c_size_t()
+        st = _numel(self, byref(n))
+        if st:
+            fail(st, "tr_tensor_numel")
+        return n.value
+
+    def item(self):
+        """The value of a one-element tensor: int, bool or float after its dtype."""
+        v = c_double()
+        st = _item(self, byref(v))
+        if st:
+            fail(st, "tr_tensor_item")
+        d = self.dtype
+        if d is _dtypes.bool_:
+            return bool(v.value)
+        return v.value if d.is_floating_point else int(v.value)
+
+    def numpy(self) -> np.ndarray:
+        """A NumPy copy of the elements (bfloat16 comes out as float32, which NumPy has)."""
+        src = self
+        if self.dtype is _dtypes.bfloat16:
+            src = self.to_dtype(_dtypes.float32)
+        arr = np.empty(src.shape, dtype=src.dtype.numpy)
+        written = c_size_t()
+        st = _copy_to(src, arr.ctypes.data, arr.nbytes, byref(written))
+        if st:
+            fail(st, "tr_tensor_copy_to")
+        return arr
+
+    def tolist(self):
+        return self.numpy().tolist()
+
+    def to_torch(self):
+        """A torch.Tensor sharing this tensor's memory (DLPack, no copy)."""
+        from .interop import to_torch
+        return to_torch(self)
+
+    def __repr__(self) -> str:
+        if self.__class__ is _Closed:
+            return f"tensorref.Tensor(<closed>, handle={self.value:#x})"
+        try:
+            return f"tensorref.Tensor(shape={self.shape}, dtype={self.dtype.name}, handle={self.value:#x})"
+        except Exception as e:  # a dead handle
+            return f"tensorref.Tensor(<{getattr(e, 'status_name', 'error')}>, handle={self.value:#x})"
+
+    def __bool__(self) -> bool:
+        if self.numel() != 1:
+            raise ValueError("the truth value of a tensor with more than one element is ambiguous")
+        return bool(self.item())
+
+    def __reduce__(self):
+        raise TypeError("tensorref.Tensor cannot be pickled; use .numpy()")
+
+    # ------------------------------------------------------------ operators
+    # + - * / @ ** unary -, += -= *= and the reflected + and * are generated in _ops.py.
+    def __rsub__(self, other):
+        if isinstance(other, (int, float)):
+            return _rsub(self.neg(), other)
+        return NotImplemented
+
+    def __rtruediv__(self, other):
+        if isinstance(other, (int, float)):
+            inv = self.pow_scalar(-1.0)
+            try:
+                return inv.mul_scalar(other)
+            finally:
+                inv.close()
+        return NotImplemented
+
+
+def _rsub(neg: Tensor, s: float) -> Tensor:
+    """s - t as (-t) + s, dropping the temporary -t."""
+    try:
+        return neg.add_scalar(s)
+    finally:
+        neg.close()
+
+
+class _Owned(Tensor):
+    """A Tensor whose handle no scope owns: the object holds the reference and releases it when
+    it is garbage collected (never raising: a handle already released elsewhere is ignored)."""
+    __slots__ = ()
+
+    def __del__(self, _release=_release):
+        if self.value:
+            _release(self)
+
+
+class _Closed(Tensor):
+    """A Tensor closed through this object: it keeps its (dead) handle value, so using it
+    reports a stale handle, and closing it again does nothing."""
+    __slots__ = ()
+
+
+# What users see in messages is "Tensor"; see the module docstring.
+_Owned.__name__ = _Owned.__qualname__ = _Closed.__name__ = _Closed.__qualname__ = "Tensor"
+
+
+def new() -> Tensor:
+    """An empty object for a handle about to be created on this thread: a borrowing Tensor when
+    a scope opened through this package is current here, an owning one otherwise."""
+    return Tensor() if state.stack else _Owned()
+
+
+def sync_owner(t: Tensor) -> Tensor:
+    """Sets the class of `t` after its handle may have changed owner."""
+    out = ScopeHandle()
+    st = _tensor_scope(t, out)
+    if st:
+        fail(st, "tr_tensor_scope")
+    t.__class__ = Tensor if out.value else _Owned
+    return t
+
+
+def from_numpy(arr) -> Tensor:
+    """A new tensor holding a copy of the NumPy array (any layout; the dtypes of
+    ``tensorref.dtypes``)."""
+    arr = np.asarray(arr)
+    d = _dtypes.dtype(arr.dtype)
+    if not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr)  # (never for 0-d arrays, which it would make 1-d)
+    shape = (c_int64 * arr.ndim)(*arr.shape)
+    out = new()
+    st = _from_data(arr.ctypes.data, arr.nbytes, shape, arr.ndim, d.code, out)
+    if st:
+        fail(st, "tr_tensor_from_data")
+    return out
+
+
+def tensor(data, dtype=None) -> Tensor:
+    """A new tensor from nested Python lists or scalars (dtype inferred by NumPy unless given;
+    Python floats become float32 as in PyTorch)."""
+    arr = np.asarray(data)
+    if dtype is not None:
+        arr = arr.astype(_dtypes.dtype(dtype).numpy)
+    elif arr.dtype == np.float64:
+        arr = arr.astype(np.float32)
+    elif arr.dtype.kind in "iu" and arr.dtype != np.uint8:
+        arr = arr.astype(np.int64)
+    return from_numpy(arr)

@@ -1,0 +1,81 @@
+"""Zero-copy exchange with PyTorch (and any DLPack producer) in the same process.
+
+PyTorch and libtensorref share one libtorch in the process, and DLPack hands a tensor's memory
+across without copying: ``from_torch(t)`` and ``x.to_torch()`` share storage, so writes through
+one are seen by the other. The memory lives until both sides have let go.
+"""
+from __future__ import annotations
+
+import ctypes
+from ctypes import byref, c_char_p, c_int, c_void_p, py_object
+
+from ._lib import fail, lib
+from ._tensor import Tensor, new
+
+__all__ = ["from_dlpack", "from_torch", "to_torch"]
+
+_api = ctypes.pythonapi
+_get_pointer = _api.PyCapsule_GetPointer
+_get_pointer.argtypes, _get_pointer.restype = (py_object, c_char_p), c_void_p
+_set_name = _api.PyCapsule_SetName
+_set_name.argtypes, _set_name.restype = (py_object, c_char_p), c_int
+_is_valid = _api.PyCapsule_IsValid
+_is_valid.argtypes, _is_valid.restype = (py_object, c_char_p), c_int
+_new_capsule = _api.PyCapsule_New
+_new_capsule.argtypes, _new_capsule.restype = (c_void_p, c_char_p, c_void_p), py_object
+
+_DLTENSOR = b"dltensor"
+_USED = b"used_dltensor"
+
+
+class _DLManagedTensor(ctypes.Structure):
+    """dlpack.h's DLManagedTensor; only ``deleter`` is read (to give back an unconsumed one)."""
+
+
+_DLManagedTensor._fields_ = [
+    ("data", c_void_p), ("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32),
+    ("ndim", ctypes.c_int32), ("dtype_code", ctypes.c_uint8), ("dtype_bits", ctypes.c_uint8),
+    ("dtype_lanes", ctypes.c_uint16), ("shape", c_void_p), ("strides", c_void_p),
+    ("byte_offset", ctypes.c_uint64), ("manager_ctx", c_void_p),
+    ("deleter", ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))),
+]
+
+
+def from_dlpack(obj) -> Tensor:
+    """A new tensor sharing the memory of `obj`: an object with ``__dlpack__`` (a torch.Tensor,
+    a NumPy array, ...) or an unused "dltensor" capsule, which this consumes."""
+    capsule = obj.__dlpack__() if hasattr(obj, "__dlpack__") else obj
+    if not _is_valid(capsule, _DLTENSOR):
+        raise TypeError("from_dlpack needs an object with __dlpack__ or an unused 'dltensor' capsule")
+    managed = _get_pointer(capsule, _DLTENSOR)
+    # From here the library owns `managed` whatever happens: mark the capsule used so its
+    # destructor does not run the deleter a second time.
+    _set_name(capsule, _USED)
+    out = new()
+    st = lib.tr_tensor_from_dlpack(managed, out)
+    if st:
+        fail(st, "tr_tensor_from_dlpack")
+    return out
+
+
+def from_torch(t) -> Tensor:
+    """A new tensor sharing the storage of the torch.Tensor `t` (no copy). Like every DLPack
+    export, PyTorch refuses a tensor that requires grad (BufferError): pass ``t.detach()``."""
+    return from_dlpack(t)
+
+
+def to_torch(t: Tensor):
+    """A torch.Tensor sharing the storage of `t` (no copy; the autograd graph is not carried)."""
+    import torch.utils.dlpack
+
+    managed = c_void_p()
+    st = lib.tr_tensor_to_dlpack(t, byref(managed))
+    if st:
+        fail(st, "tr_tensor_to_dlpack")
+    capsule = _new_capsule(managed.value, _DLTENSOR, None)
+    try:
+        return torch.utils.dlpack.from_dlpack(capsule)
+    finally:
+        if _is_valid(capsule, _DLTENSOR):  # PyTorch did not take it: give it back
+            m = ctypes.cast(managed.value, ctypes.POINTER(_DLManagedTensor))
+            m.contents.deleter(m)

@@ -1,0 +1,34 @@
+"""Shared fixtures. The package under test is this source tree (bindings/python), loading the
+library named by TENSORREF_LIB or found in the repository. The whole session must leave the
+library's live handle count (tr_live_handles) where it found it, and no test may leave a scope
+open on the main thread."""
+import gc
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import pytest  # noqa: E402
+
+import tensorref as tr  # noqa: E402
+from tensorref import _tensor  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_leaked_handles():
+    gc.collect()
+    before = tr.live_handles()
+    yield
+    gc.collect()
+    after = tr.live_handles()
+    assert after == before, f"the test session leaked {after - before} tensor handle(s)"
+
+
+@pytest.fixture(autouse=True)
+def no_scope_left_open():
+    yield
+    left = list(_tensor.state.stack)
+    for h in reversed(left):
+        tr.Scope(h).dispose()
+    assert not left, f"the test left {len(left)} scope(s) open"
+    assert tr.current_scope() is None

@@ -1,0 +1,178 @@
+"""The scope operations beyond the numbered facts (TorchSharp's DisposeScope API), as the
+Python binding exposes them: dispose_everything(_but), attach/detach/move_to_outer on several
+tensors, out-of-order disposal, disposed scopes, current_scope, and which object owns a handle."""
+import gc
+import threading
+
+import pytest
+
+import tensorref as tr
+from tensorref import _tensor
+
+
+def test_scope_captures_handles_created_while_current():
+    with tr.scope() as s:
+        a, b = tr.ones(2), tr.zeros(2)
+        c = a + b
+        assert len(s) == 3
+        assert all(t in s for t in (a, b, c))
+        assert c.scope == s and tr.current_scope() == s
+    assert tr.current_scope() is None
+    assert not any(t.is_valid() for t in (a, b, c))
+
+
+def test_dispose_everything_keeps_the_scope_open_and_capturing():
+    with tr.scope() as s:
+        a = tr.ones(2)
+        s.dispose_everything()
+        assert len(s) == 0 and not a.is_valid()
+        b = tr.ones(2)
+        assert b in s and tr.current_scope() == s
+    assert not b.is_valid()
+
+
+def test_dispose_everything_but_keeps_only_listed_owned_handles():
+    outside = tr.ones(1)
+    with tr.scope() as s:
+        keep1, keep2, drop = tr.ones(1), tr.ones(1), tr.ones(1)
+        s.dispose_everything_but(keep1, keep2, outside)
+        assert keep1.is_valid() and keep2.is_valid() and not drop.is_valid()
+        assert outside not in s  # not adopted
+        s.dispose_everything_but([keep2])  # one iterable works too
+        assert not keep1.is_valid() and keep2.is_valid()
+    assert not keep2.is_valid()
+    assert outside.is_valid()
+    outside.close()
+
+
+def test_attach_detach_move_accept_several_tensors_and_return_them():
+    a, b = tr.ones(1), tr.ones(1)
+    with tr.scope() as outer:
+        with tr.scope() as inner:
+            assert inner.attach(a, b) == (a, b)
+            assert len(inner) == 2
+            assert inner.move_to_outer(a) is a
+            assert a in outer and b in inner
+            assert inner.detach([b]) is b  # one iterable of tensors works too
+            assert b.scope is None
+        assert a.is_valid() and b.is_valid()
+    assert not a.is_valid()
+    assert b.is_valid()
+    b.close()
+
+
+def test_move_to_outer_scope_chains_and_survives_the_inner_scope():
+    with tr.scope() as outer:
+        with tr.scope():
+            y = (tr.ones(3) * 2.0).move_to_outer_scope()
+        assert y.scope == outer
+        assert y.numpy().tolist() == [2.0, 2.0, 2.0]
+    assert not y.is_valid()
+
+
+def test_out_of_order_dispose_relinks_inner_scopes():
+    a = tr.scope()
+    b = tr.scope()
+    c = tr.scope()
+    b.dispose()  # not the innermost
+    assert tr.current_scope() == c
+    t = tr.ones(1)
+    assert t in c
+    c.dispose()
+    assert tr.current_scope() == a
+    u = tr.ones(1)
+    assert u in a
+    a.dispose()
+    assert tr.current_scope() is None
+    assert not t.is_valid() and not u.is_valid()
+
+
+def test_disposed_scope_refuses_mutation_and_ignores_second_dispose():
+    s = tr.scope()
+    s.dispose()
+    assert s.disposed
+    s.dispose()  # no-op
+    t = tr.ones(1)
+    with pytest.raises(tr.ScopeError) as e:
+        s.attach(t)
+    assert e.value.status_name == "TR_ERR_SCOPE_DISPOSED" and "disposed" in e.value.message
+    with pytest.raises(tr.ScopeError):
+        t.move_to_scope(s)
+    assert t.scope is None
+    t.close()
+
+
+def test_moving_to_own_scope_is_a_no_op():
+    with tr.scope() as s:
+        t = tr.ones(1)
+        t.move_to_scope(s)
+        assert t in s and len(s) == 1
+    assert not t.is_valid()
+
+
+def test_objects_change_class_with_ownership():
+    """A scope-owned handle is only borrowed by its object; a detached one is owned by it."""
+    with tr.scope() as s:
+        t = tr.ones(1)
+        assert type(t) is _tensor.Tensor
+        t.detach_from_scope()
+        assert type(t) is _tensor._Owned
+        s.attach(t)
+        assert type(t) is _tensor.Tensor
+        t.move_to_outer_scope()
+        assert type(t) is _tensor._Owned
+    assert isinstance(t, tr.Tensor) and t.is_valid()
+    t.close()
+    assert type(t) is _tensor._Closed
+
+
+def test_dropping_a_borrowing_object_leaves_the_handle_to_its_scope():
+    with tr.scope() as s:
+        t = tr.ones(1)
+        h = t.handle
+        del t
+        gc.collect()
+        assert len(s) == 1
+        assert tr.Tensor(h).is_valid()
+    assert not tr.Tensor(h).is_valid()
+
+
+def test_dropping_an_owning_object_releases_its_handle():
+    before = tr.live_handles()
+    t = tr.ones(1)
+    h = t.handle
+    assert tr.live_handles() == before + 1
+    del t
+    assert tr.live_handles() == before
+    assert not tr.Tensor(h).is_valid()
+
+
+def test_scopes_are_per_thread():
+    seen = {}
+
+    def worker():
+        seen["current"] = tr.current_scope()
+        t = tr.ones(1)
+        seen["owned_by"] = t.scope
+        seen["stats"] = tr.stats()
+        t.close()
+
+    with tr.scope():
+        th = threading.Thread(target=worker)
+        th.start()
+        th.join()
+    assert seen["current"] is None and seen["owned_by"] is None
+    assert seen["stats"].created_outside_scope >= 1
+
+
+def test_a_scope_disposed_from_another_thread_stops_capturing_on_its_own():
+    s = tr.scope()
+    t = tr.ones(1)
+    th = threading.Thread(target=s.dispose)
+    th.start()
+    th.join()
+    assert not t.is_valid()
+    assert tr.current_scope() is None
+    u = tr.ones(1)
+    assert type(u) is _tensor._Owned and u.scope is None
+    u.close()
