@@ -155,62 +155,62 @@ inline int run_all() {
 #define HARNESS_CAT2(a, b) a##b
 #define HARNESS_CAT(a, b) HARNESS_CAT2(a, b)
 
-#define TEST(name)                                                                   \
-    static void name();                                                              \
-    static const harness::Register HARNESS_CAT(register_, name)(#name, __FILE__, name); \
+#define TEST(name)                                                                                  \
+    static void name();                                                                             \
+    static const harness::Register HARNESS_CAT(register_, name)(#name, __FILE__, name);             \
     static void name()
 
-#define KNOWN_BUG(name, what)                                                        \
-    static void name();                                                              \
-    static const harness::Register HARNESS_CAT(register_, name)(#name, __FILE__, name, what); \
+#define KNOWN_BUG(name, what)                                                                       \
+    static void name();                                                                             \
+    static const harness::Register HARNESS_CAT(register_, name)(#name, __FILE__, name, what);       \
     static void name()
 
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (!(cond)) harness::fail(__FILE__, __LINE__, "CHECK failed: " #cond);      \
+#define CHECK(cond)                                                                                 \
+    do {                                                                                            \
+        if (!(cond)) harness::fail(__FILE__, __LINE__, "CHECK failed: " #cond);                     \
     } while (0)
 
-#define REQUIRE(cond)                                                                \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            harness::fail(__FILE__, __LINE__, "REQUIRE failed: " #cond);             \
-            throw harness::Abort{};                                                  \
-        }                                                                            \
+#define REQUIRE(cond)                                                                               \
+    do {                                                                                            \
+        if (!(cond)) {                                                                              \
+            harness::fail(__FILE__, __LINE__, "REQUIRE failed: " #cond);                            \
+            throw harness::Abort{};                                                                 \
+        }                                                                                           \
     } while (0)
 
-#define CHECK_EQ(actual, expected)                                                   \
-    do {                                                                             \
-        const auto& harness_a = (actual);                                            \
-        const auto& harness_e = (expected);                                          \
-        if (!harness::equal(harness_a, harness_e))                                             \
-            harness::fail(__FILE__, __LINE__,                                        \
-                          "CHECK_EQ failed: " #actual " is " + harness::show(harness_a) + \
-                              ", expected " + harness::show(harness_e));             \
+#define CHECK_EQ(actual, expected)                                                                  \
+    do {                                                                                            \
+        const auto& harness_a = (actual);                                                           \
+        const auto& harness_e = (expected);                                                         \
+        if (!harness::equal(harness_a, harness_e))                                                  \
+            harness::fail(__FILE__, __LINE__,                                                       \
+                          "CHECK_EQ failed: " #actual " is " + harness::show(harness_a) +           \
+                              ", expected " + harness::show(harness_e));                            \
     } while (0)
 
 /// The thread's statistics equal the spec's tuple (created_outside, disposed_outside,
 /// created_in, disposed_in, attached, detached, live).
-#define CHECK_STATS(co, dout, ci, di, at, de, live)                                  \
+#define CHECK_STATS(co, dout, ci, di, at, de, live)                                                 \
     CHECK_EQ(harness::stats_tuple(), (std::array<int64_t, 7>{co, dout, ci, di, at, de, live}))
 
 /// `expr` throws tr::Error with `want_status` and a message containing `want_needle` ("" skips
 /// that).
-#define CHECK_THROWS(expr, want_status, want_needle)                                           \
-    do {                                                                             \
-        try {                                                                        \
-            (void)(expr);                                                            \
-            harness::fail(__FILE__, __LINE__, "CHECK_THROWS: " #expr " did not throw"); \
-        } catch (const tr::Error& harness_err) {                                     \
-            if (harness_err.status() != (want_status))                                    \
-                harness::fail(__FILE__, __LINE__,                                    \
-                              "CHECK_THROWS: " #expr " threw status " +              \
+#define CHECK_THROWS(expr, want_status, want_needle)                                                \
+    do {                                                                                            \
+        try {                                                                                       \
+            (void)(expr);                                                                           \
+            harness::fail(__FILE__, __LINE__, "CHECK_THROWS: " #expr " did not throw");             \
+        } catch (const tr::Error& harness_err) {                                                    \
+            if (harness_err.status() != (want_status))                                              \
+                harness::fail(__FILE__, __LINE__,                                                   \
+                              "CHECK_THROWS: " #expr " threw status " +                             \
                                   std::to_string(int(harness_err.status())) + ", expected " #want_status \
-                                  " (" + harness_err.what() + ")");                   \
-            else if (std::string(harness_err.message()).find(want_needle) == std::string::npos) \
-                harness::fail(__FILE__, __LINE__,                                    \
-                              "CHECK_THROWS: message '" + harness_err.message() +    \
-                                  "' lacks '" + want_needle + "'");                        \
-        }                                                                            \
+                                  " (" + harness_err.what() + ")");                                 \
+            else if (std::string(harness_err.message()).find(want_needle) == std::string::npos)     \
+                harness::fail(__FILE__, __LINE__,                                                   \
+                              "CHECK_THROWS: message '" + harness_err.message() +                   \
+                                  "' lacks '" + want_needle + "'");                                 \
+        }                                                                                           \
     } while (0)
 
 #endif  // TENSORREF_TESTS_CPP_HARNESS_HPP
