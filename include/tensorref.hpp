@@ -240,12 +240,26 @@ class IntList {
     size_t size_ = 0;
 };
 
-/// A list of borrowed tensors: from `{a, b, c}` or a std::vector<Tensor>. The handles are
-/// copied into the list; the tensors are not retained.
+/// A list of borrowed tensors: from `{a, b * 2.0}` (temporaries too: they live until the end of
+/// the call) or a std::vector<Tensor>. The handles are copied into the list; the tensors are not
+/// retained.
 class TensorList {
   public:
+    /// One element of a braced list.
+    class Item {
+      public:
+        Item(const Tensor& t) noexcept;
+        tr_tensor raw() const noexcept { return id_; }
+
+      private:
+        tr_tensor id_;
+    };
+
     TensorList() = default;
-    TensorList(std::initializer_list<std::reference_wrapper<const Tensor>> tensors);
+    TensorList(std::initializer_list<Item> tensors) {
+        ids_.reserve(tensors.size());
+        for (const Item& t : tensors) ids_.push_back(t.raw());
+    }
     TensorList(const std::vector<Tensor>& tensors);
     TensorList(const std::vector<std::reference_wrapper<const Tensor>>& tensors);
 
@@ -468,10 +482,7 @@ static_assert(sizeof(Tensor) == sizeof(tr_tensor), "a Tensor is just its handle"
 static_assert(!std::is_copy_constructible_v<Tensor> && std::is_nothrow_move_constructible_v<Tensor>,
               "Tensor is a move-only owner");
 
-inline TensorList::TensorList(std::initializer_list<std::reference_wrapper<const Tensor>> tensors) {
-    ids_.reserve(tensors.size());
-    for (const Tensor& t : tensors) ids_.push_back(t.raw());
-}
+inline TensorList::Item::Item(const Tensor& t) noexcept : id_(t.raw()) {}
 
 inline TensorList::TensorList(const std::vector<Tensor>& tensors) {
     ids_.reserve(tensors.size());

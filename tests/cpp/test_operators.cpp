@@ -129,6 +129,9 @@ TEST(list_parameters_take_braces_and_vectors) {
     Tensor a = f32({1, 2});
     Tensor b = f32({3, 4});
     CHECK_EQ(tr::cat({a, b}, 0).to_vector<float>(), (F{1, 2, 3, 4}));
+    CHECK_EQ(tr::cat({a, b * 2.0, f32({9})}, 0).to_vector<float>(), (F{1, 2, 6, 8, 9}));  // temporaries
+    std::vector<std::reference_wrapper<const Tensor>> refs{b, a};
+    CHECK_EQ(tr::cat(refs, 0).to_vector<float>(), (F{3, 4, 1, 2}));
     std::vector<Tensor> parts;
     parts.push_back(f32({5}));
     parts.push_back(f32({6}));
