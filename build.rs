@@ -20,13 +20,15 @@ fn main() {
     compile_native(Path::new(&lib));
 }
 
-/// The C++ shims in src/native (DLPack exchange through libtorch's own converters), compiled
+/// The C++ shims in src/native (DLPack exchange through libtorch's own converters; side-stream
+/// copies for the residency manager on CUDA), compiled
 /// against the headers of the wheel that provides libtorch.
 fn compile_native(lib: &Path) {
     let include = lib.join("../include");
     cc::Build::new()
         .cpp(true)
         .file("src/native/dlpack.cpp")
+        .file("src/native/streams.cpp")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))
         .flag("-std=c++17")

@@ -3,6 +3,7 @@
 //! its loads and write-backs are real copies, so budgets, copies and data integrity are
 //! exercised on machines without a GPU.
 
+use super::cuda::{self, Pending};
 use crate::error::{Error, Result};
 use tch::{Device, Tensor};
 
@@ -34,16 +35,21 @@ impl ComputeDevice {
         Ok(())
     }
 
-    /// A device copy of a host tensor. From pinned memory the CUDA copy is asynchronous on the
-    /// current stream; libtorch orders it before the kernels that read it.
-    pub(crate) fn load(self, host: &Tensor) -> Result<Tensor> {
-        Ok(host.f_to_device_(self.tch(), host.f_kind()?, is_pinned(host), true)?)
+    /// A device copy of a host tensor. On CUDA the copy runs on a side stream and is still in
+    /// flight: the returned `Pending` must be waited on (`cuda::wait`) before an op reads it.
+    pub(crate) fn load(self, host: &Tensor) -> Result<(Tensor, Option<Pending>)> {
+        match self {
+            ComputeDevice::Cuda(n) => cuda::load_async(host, n).map(|(t, p)| (t, Some(p))),
+            _ => Ok((host.f_to_device_(self.tch(), host.f_kind()?, false, true)?, None)),
+        }
     }
 
-    /// Copies a device tensor's values into its host home.
+    /// Copies a device tensor's values into its host home; on return the home is readable.
     pub(crate) fn write_back(self, device: &Tensor, host: &Tensor) -> Result<()> {
-        host.shallow_clone().f_copy_(device)?;
-        Ok(())
+        match self {
+            ComputeDevice::Cuda(_) => cuda::write_back(device, host),
+            _ => Ok(host.shallow_clone().f_copy_(device)?),
+        }
     }
 
     /// An uninitialised host tensor shaped like `like`, page-locked when asked and useful.

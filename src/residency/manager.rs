@@ -3,6 +3,7 @@
 //! One manager per process behind one mutex (`super::MANAGER`); copies run while it is held, so
 //! the accounting is exact at every event. The policy only chooses victims and sets the rules.
 
+use super::cuda::{self, Pending};
 use super::device::ComputeDevice;
 use super::policy::{self, Candidate, Policy};
 use super::report::{Event, EventKind, Reporter, ResidencyStats};
@@ -29,6 +30,8 @@ struct Residence {
     pinned: bool,
     /// Brought by a prefetch and not used since.
     prefetched: bool,
+    /// A CUDA copy into `device` still in flight on the side stream.
+    pending: Option<Pending>,
     key: TraceKey,
 }
 
@@ -71,6 +74,7 @@ impl Manager {
             in_use: 0,
             pinned: false,
             prefetched: false,
+            pending: None,
             key,
         })
     }
@@ -115,13 +119,24 @@ impl Manager {
         }
         let r = self.map.get_mut(&uid).expect("registered above");
         r.dirty |= write;
-        Ok((r.device.as_ref().expect("loaded above").shallow_clone(), key, used_before))
+        let device = r.device.as_ref().expect("loaded above").shallow_clone();
+        if let Some(copy) = r.pending.take() {
+            let started = Instant::now();
+            let waited = cuda::wait(copy, &device);
+            self.stats.transfer_wait_ns += started.elapsed().as_nanos() as u64;
+            if let Err(e) = waited {
+                self.release(uid);
+                return Err(e);
+            }
+        }
+        Ok((device, key, used_before))
     }
 
     fn load(&mut self, uid: u64, op: &'static str, kind: EventKind) -> Result<()> {
         let started = Instant::now();
         let r = self.map.get_mut(&uid).expect("registered");
-        r.device = Some(self.cfg.device.load(&r.home)?);
+        let (copy, pending) = self.cfg.device.load(&r.home)?;
+        (r.device, r.pending) = (Some(copy), pending);
         let bytes = r.bytes;
         self.stats.device_bytes += bytes;
         self.stats.peak_device_bytes = self.stats.peak_device_bytes.max(self.stats.device_bytes);
@@ -164,6 +179,7 @@ impl Manager {
     fn evict(&mut self, uid: u64, op: &'static str) -> Result<()> {
         let r = self.map.get_mut(&uid).expect("victim is registered");
         let device = r.device.take().expect("victim is resident");
+        r.pending = None; // a prefetch never used: its memory belongs to the side stream
         let bytes = r.bytes;
         if r.dirty {
             let started = Instant::now();

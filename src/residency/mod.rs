@@ -8,6 +8,7 @@
 //! timeline). Autograd through managed tensors is refused for now: run managed ops under
 //! `no_grad` (inference), or without a manager.
 
+mod cuda;
 mod device;
 mod flow;
 mod genoa;

@@ -1,0 +1,132 @@
+// Asynchronous copies for the residency manager on CUDA (src/residency/cuda.rs).
+//
+// Mechanism: one side stream per device, taken once from c10's stream pool, ordered against the
+// compute stream (the device's current stream, where libtorch queues kernels) with c10 events;
+// `record_stream` makes freeing stream-safe. Why this one: tch exposes no streams, and c10's
+// device-generic Stream / Event / DeviceGuardImplInterface are what torch.cuda.Stream itself
+// wraps. They need no CUDA headers (this file builds against every wheel, and is never called
+// without CUDA), they cooperate with the caching allocator through record_stream, and a copy on
+// a side stream runs on the copy engine while kernels run on the compute stream.
+//
+// Tensors cross as `at::Tensor*` (tch's Tensor::as_ptr / from_ptr). No C++ exception leaves
+// this file: failures return 1 and copy the message into `err`.
+#include <ATen/ATen.h>
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+namespace {
+
+void set_error(char *err, size_t err_len, const char *msg) {
+    if (err != nullptr && err_len > 0) {
+        std::strncpy(err, msg, err_len - 1);
+        err[err_len - 1] = '\0';
+    }
+}
+
+const c10::impl::DeviceGuardImplInterface *cuda() {
+    return c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+}
+
+// The side stream of a device: one per device, so that a write-back and a later reload of the
+// same tensor are ordered on it.
+c10::Stream side_stream(c10::Device device) {
+    static std::mutex lock;
+    static std::vector<std::optional<c10::Stream>> streams;
+    std::lock_guard<std::mutex> guard(lock);
+    auto index = static_cast<size_t>(device.index());
+    if (streams.size() <= index) {
+        streams.resize(index + 1);
+    }
+    if (!streams[index]) {
+        streams[index] = cuda()->getStreamFromGlobalPool(device, /*isHighPriority=*/false);
+    }
+    return *streams[index];
+}
+
+// Makes `later` wait for the work queued on `earlier` so far.
+void order(const c10::Stream &earlier, const c10::Stream &later) {
+    c10::Event event(c10::DeviceType::CUDA);
+    event.record(earlier);
+    event.block(later);
+}
+
+template <typename F> int guarded(char *err, size_t err_len, F f) {
+    try {
+        f();
+        return 0;
+    } catch (const std::exception &e) {
+        set_error(err, err_len, e.what());
+    } catch (...) {
+        set_error(err, err_len, "unknown C++ exception");
+    }
+    return 1;
+}
+
+} // namespace
+
+extern "C" {
+
+// Starts copying the host tensor `host` to CUDA device `index` on the side stream. Writes the
+// new device tensor (`new at::Tensor`, freed by tch) and an event marking the copy's end (free it
+// with tr_native_event_free). The data may not be used before tr_native_copy_wait.
+int tr_native_load_async(const void *host, int index, void **out_tensor, void **out_event, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        const auto &src = *static_cast<const at::Tensor *>(host);
+        c10::Device device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index));
+        c10::Stream side = side_stream(device);
+        at::Tensor dst;
+        {
+            c10::StreamGuard on_side(side); // allocation and copy both belong to the side stream
+            dst = src.to(device, /*non_blocking=*/true, /*copy=*/true);
+        }
+        auto *done = new c10::Event(c10::DeviceType::CUDA);
+        done->record(side);
+        *out_tensor = new at::Tensor(std::move(dst));
+        *out_event = done;
+    });
+}
+
+// Makes the compute stream wait for the copy `event` marks, and tells the caching allocator that
+// `tensor` is used on the compute stream (so its memory is not reused before that work ends).
+int tr_native_copy_wait(void *event, const void *tensor, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        const auto &t = *static_cast<const at::Tensor *>(tensor);
+        c10::Stream compute = cuda()->getStream(t.device());
+        static_cast<c10::Event *>(event)->block(compute);
+        t.record_stream(compute);
+    });
+}
+
+void tr_native_event_free(void *event) {
+    delete static_cast<c10::Event *>(event);
+}
+
+// Copies the device tensor `device_tensor` into the host tensor `host` on the side stream, after
+// the compute work queued so far, and waits for the copy (the host copy is then readable). The
+// device tensor may be freed right after: record_stream keeps its memory until the copy ends.
+int tr_native_write_back(const void *device_tensor, const void *host, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        const auto &src = *static_cast<const at::Tensor *>(device_tensor);
+        auto dst = *static_cast<const at::Tensor *>(host);
+        c10::Stream side = side_stream(src.device());
+        order(cuda()->getStream(src.device()), side);
+        c10::Event done(c10::DeviceType::CUDA);
+        {
+            c10::StreamGuard on_side(side);
+            dst.copy_(src, /*non_blocking=*/true);
+            src.record_stream(side);
+            done.record(side);
+        }
+        done.synchronize();
+    });
+}
+
+} // extern "C"
