@@ -98,6 +98,22 @@ fn nn_ops_match_tch() {
 }
 
 #[test]
+fn scalar_operands_promote_like_python_floats() {
+    leak_free(|| {
+        // PyTorch: int or bool tensor with a float scalar gives the default dtype (f32); a float
+        // scalar never widens a floating tensor.
+        for (dtype, expected) in [(DType::I64, DType::F32), (DType::Bool, DType::F32), (DType::F16, DType::F16), (DType::F64, DType::F64)] {
+            let t = Tensor::ones(&[2], dtype)?;
+            for result in [t.mul_scalar(0.5)?, t.add_scalar(1.0)?, t.div_scalar(2.0)?, t.pow_scalar(2.0)?] {
+                assert_eq!(result.dtype()?, expected, "{dtype:?}");
+            }
+        }
+        assert_eq!(Tensor::ones(&[2], DType::I64)?.mul_scalar(0.5)?.to_vec::<f32>()?, [0.5, 0.5]);
+        Ok(())
+    });
+}
+
+#[test]
 fn in_place_ops_register_nothing_new() {
     leak_free(|| {
         let a = Tensor::ones(&[3], DType::F32)?;

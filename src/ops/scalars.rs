@@ -1,18 +1,25 @@
 //! Scalar arguments without tch's `Scalar`: tch 0.24 frees a temporary `Scalar` after the
 //! libtorch call and before reading libtorch's error, and the free panics when an error is
-//! pending (bad shape, wrong dtype). So scalars reach libtorch as 0-dim f64 tensors, which take
-//! part in type promotion exactly like scalars (a 0-dim tensor never widens a same-category dtype).
+//! pending (bad shape, wrong dtype). So scalars reach libtorch as 0-dim tensors, typed so that
+//! the result's dtype is what PyTorch gives for a Python float: a 0-dim f64 never widens a
+//! floating tensor (0-dim tensors do not promote within a category), and an integer or bool
+//! tensor meets a 0-dim f32, the default float dtype, as it would meet a Python float.
 
 use super::prelude::*;
 
-/// `v` as a 0-dim f64 tensor.
-pub(crate) fn scalar(v: f64) -> tch::Tensor {
-    tch::Tensor::f_from_data_size(&v.to_ne_bytes(), &[], Kind::Double).expect("a 0-dim tensor from 8 bytes")
+/// `v` as a 0-dim tensor to combine with `with` like a Python float scalar.
+pub(crate) fn scalar(with: &tch::Tensor, v: f64) -> tch::Tensor {
+    let floating = matches!(with.f_kind(), Ok(Kind::Half | Kind::BFloat16 | Kind::Float | Kind::Double));
+    let kind = if floating { Kind::Double } else { Kind::Float };
+    tch::Tensor::f_from_data_size(&v.to_ne_bytes(), &[], Kind::Double)
+        .and_then(|t| t.f_to_kind(kind))
+        .expect("a 0-dim tensor from 8 bytes")
 }
 
 pub(crate) fn full(shape: &[i64], value: f64, dtype: DType) -> Result<tch::Tensor> {
     let mut t = tch::Tensor::f_empty(shape, opts(dtype))?;
-    t.f_copy_(&scalar(value))?;
+    let value = scalar(&t, value);
+    t.f_copy_(&value)?;
     Ok(t)
 }
 

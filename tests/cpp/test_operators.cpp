@@ -51,12 +51,9 @@ TEST(division_is_true_division) {
     CHECK_EQ((1.0 / d).to_vector<double>(), (std::vector<double>{1, 1.0 / 3.0}));
 }
 
-// Library bug since bd9f1e1 (src/ops/scalars.rs, not fixed here): scalars now reach libtorch as
-// 0-dim float64 tensors, and a 0-dim tensor of a higher category (float over integer or bool) is
-// not like a Python scalar: it promotes the result to its own dtype, float64, where PyTorch's
-// `i * 0.5` gives float32 (the default dtype). Before bd9f1e1 these all gave float32.
-KNOWN_BUG(double_operands_promote_like_python_scalars,
-          "int/bool tensor (+-*/) double gives f64 since bd9f1e1 (0-dim f64 scalar tensors); PyTorch gives f32") {
+// A double operand promotes an integer or bool tensor as a Python float does in PyTorch: to the
+// default dtype, float32 (src/ops/scalars.rs types the 0-dim scalar tensor for this).
+TEST(double_operands_promote_like_python_scalars) {
     auto dtype = [](const Tensor& t) { return std::string(tr::dtype_name(t.dtype())); };
     Tensor i = Tensor::from_vector(std::vector<int64_t>{1, 2});
     Tensor b = Tensor::from_vector(std::vector<bool>{true, false});
