@@ -20,7 +20,7 @@ LIB_DIR := $(ROOT)/target/debug
 CFLAGS_STRICT := -std=c11 -Wall -Wextra -Wpedantic -Werror -I$(ROOT)/include
 LINK := -L$(LIB_DIR) -ltensorref -Wl,-rpath,$(LIB_DIR) -lpthread
 
-.PHONY: demo test setup build gen header header-check test-rust test-c bench clean
+.PHONY: demo test setup build gen header header-check test-rust test-c test-examples-rust bench clean
 
 # ---------------------------------------------------------------- install
 setup: $(STAMPS)/venv $(STAMPS)/cbindgen-$(CBINDGEN_VERSION)
@@ -57,7 +57,7 @@ demo: setup
 
 # ---------------------------------------------------------------- tests
 # Each language adds its suite in mk/<language>.mk: `TEST_SUITES += test-<language>`.
-TEST_SUITES := test-rust test-c
+TEST_SUITES := test-rust test-c test-examples-rust
 BENCH_SUITES :=
 include $(sort $(wildcard mk/*.mk))
 
@@ -66,6 +66,11 @@ test: setup header-check $(TEST_SUITES)
 
 test-rust: setup
 	cargo test --quiet
+
+# The Rust examples, each of which checks its own claims (flat live count, budget, results).
+test-examples-rust: setup
+	cargo run --quiet --example train_mlp 100
+	cargo run --quiet --example flow_stack
 
 # C tests: compiled against the committed header with warnings as errors, run, then run once
 # more under AddressSanitizer. ASan works with libtorch loaded (checked: its interceptors catch
