@@ -98,7 +98,7 @@ def emit_op(op) -> str:
         else:
             args.append(n)
     if op.ret in ("T", "T?"):
-        body.append("out = _Tensor() if _state.stack else _Owned()")
+        body.append("out = _Tensor() if _open_scopes and _state.stack else _Owned()")
         args.append("out")
     elif op.ret == "f64":
         body.append("out = _c_double()")
@@ -159,15 +159,15 @@ def emit_operators(ops) -> str:
         in_place = (t or s).ret == "T!"
         lines = [f"def {dunder}(self, other):"]
         if not in_place:
-            lines.append("    out = _Tensor() if _state.stack else _Owned()")
+            lines.append("    out = _Tensor() if _open_scopes and _state.stack else _Owned()")
         args = "self, other" if in_place else "self, other, out"
         cond = "if"
         if t:
-            lines += [f"    {cond} isinstance(other, _T):", f"        st = _f_{t.name}({args})",
+            lines += [f"    {cond} type(other) in _TENSOR_TYPES or isinstance(other, _T):", f"        st = _f_{t.name}({args})",
                       "        if st:", f"            _fail(st, {t.c_name!r}, self, other)"]
             cond = "elif"
         if s:
-            lines += [f"    {cond} isinstance(other, (int, float)):", f"        st = _f_{s.name}({args})",
+            lines += [f"    {cond} type(other) in _SCALAR_TYPES or isinstance(other, (int, float)):", f"        st = _f_{s.name}({args})",
                       "        if st:", f"            _fail(st, {s.c_name!r}, self)"]
         lines += ["    else:", "        return NotImplemented",
                   f"    return {'self' if in_place else 'out'}", "", "", ""]
@@ -205,7 +205,8 @@ from ._lib import TensorHandle as _T
 from ._lib import fail as _fail
 from ._lib import lib as _lib
 from ._tensor import Tensor as _Tensor
-from ._tensor import _Owned
+from ._tensor import _Closed, _Owned
+from ._tensor import open_scopes as _open_scopes
 from ._tensor import state as _state
 from .dtypes import code_of as _code
 from .dtypes import float32
@@ -216,6 +217,9 @@ _P_I64 = _POINTER(_i64)
 _P_DOUBLE = _POINTER(_c_double)
 _P_BOOL = _POINTER(_c_bool)
 _NONE = _T(0)
+# Exact types first: isinstance() on ctypes classes is slower than a set lookup.
+_TENSOR_TYPES = frozenset({_Tensor, _Owned, _Closed})
+_SCALAR_TYPES = frozenset({float, int})
 
 
 def _handles(ts, name):

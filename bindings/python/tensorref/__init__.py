@@ -22,8 +22,8 @@ from ._ops import abs, max, min, pow, sum  # noqa: A004  (kept out of `import *`
 from ._tensor import Tensor, from_numpy, tensor
 from .dtypes import (DType, bfloat16, bool_, dtype, float16, float32, float64, int8, int16,
                      int32, int64, uint8)
-from .errors import (AbiMismatchError, ArgumentError, DeviceError, HandleError, PanicError,
-                     ScopeError, ShapeDtypeError, TensorRefError, TorchError)
+from .errors import (AbiMismatchError, ArgumentError, DeviceError, FileError, HandleError,
+                     PanicError, ScopeError, ShapeDtypeError, TensorRefError, TorchError)
 from .interop import from_dlpack, from_torch, to_torch
 from .scope import Scope, Stats, current_scope, reset_stats, scope, stats
 
@@ -75,7 +75,7 @@ __all__ = [
     "DType", "dtype", "uint8", "int8", "int16", "int32", "int64", "float16", "float32",
     "float64", "bool_", "bfloat16",
     "TensorRefError", "ArgumentError", "HandleError", "ScopeError", "ShapeDtypeError",
-    "DeviceError", "TorchError", "PanicError", "AbiMismatchError", "errors",
+    "DeviceError", "TorchError", "FileError", "PanicError", "AbiMismatchError", "errors",
     "abi_version", "version", "live_handles", "live_bytes", "manual_seed", "no_grad",
     "TR_ABI_VERSION", "LIB_PATH",
 ]

@@ -21,7 +21,8 @@ from ._lib import TensorHandle as _T
 from ._lib import fail as _fail
 from ._lib import lib as _lib
 from ._tensor import Tensor as _Tensor
-from ._tensor import _Owned
+from ._tensor import _Closed, _Owned
+from ._tensor import open_scopes as _open_scopes
 from ._tensor import state as _state
 from .dtypes import code_of as _code
 from .dtypes import float32
@@ -32,6 +33,9 @@ _P_I64 = _POINTER(_i64)
 _P_DOUBLE = _POINTER(_c_double)
 _P_BOOL = _POINTER(_c_bool)
 _NONE = _T(0)
+# Exact types first: isinstance() on ctypes classes is slower than a set lookup.
+_TENSOR_TYPES = frozenset({_Tensor, _Owned, _Closed})
+_SCALAR_TYPES = frozenset({float, int})
 
 
 def _handles(ts, name):
@@ -150,7 +154,7 @@ def zeros(shape, dtype=float32):
     zeros(shape: int | Sequence[int], dtype: DType) -> Tensor   [C: tr_tensor_zeros]
     """
     shape, shape_len = _i64s(shape, 'shape')
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_zeros(shape, shape_len, _code(dtype), out)
     except _CArgumentError as e:
@@ -171,7 +175,7 @@ def ones(shape, dtype=float32):
     ones(shape: int | Sequence[int], dtype: DType) -> Tensor   [C: tr_tensor_ones]
     """
     shape, shape_len = _i64s(shape, 'shape')
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_ones(shape, shape_len, _code(dtype), out)
     except _CArgumentError as e:
@@ -192,7 +196,7 @@ def full(shape, value, dtype=float32):
     full(shape: int | Sequence[int], value: float, dtype: DType) -> Tensor   [C: tr_tensor_full]
     """
     shape, shape_len = _i64s(shape, 'shape')
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_full(shape, shape_len, value, _code(dtype), out)
     except _CArgumentError as e:
@@ -213,7 +217,7 @@ def rand(shape, dtype=float32):
     rand(shape: int | Sequence[int], dtype: DType) -> Tensor   [C: tr_tensor_rand]
     """
     shape, shape_len = _i64s(shape, 'shape')
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_rand(shape, shape_len, _code(dtype), out)
     except _CArgumentError as e:
@@ -234,7 +238,7 @@ def randn(shape, dtype=float32):
     randn(shape: int | Sequence[int], dtype: DType) -> Tensor   [C: tr_tensor_randn]
     """
     shape, shape_len = _i64s(shape, 'shape')
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_randn(shape, shape_len, _code(dtype), out)
     except _CArgumentError as e:
@@ -254,7 +258,7 @@ def arange(start, end, step, dtype=float32):
 
     arange(start: float, end: float, step: float, dtype: DType) -> Tensor   [C: tr_tensor_arange]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_arange(start, end, step, _code(dtype), out)
     except _CArgumentError as e:
@@ -274,7 +278,7 @@ def eye(n, dtype=float32):
 
     eye(n: int, dtype: DType) -> Tensor   [C: tr_tensor_eye]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_eye(n, _code(dtype), out)
     except _CArgumentError as e:
@@ -294,7 +298,7 @@ def zeros_like(a):
 
     zeros_like(a: Tensor) -> Tensor   [C: tr_tensor_zeros_like]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_zeros_like(a, out)
     except _CArgumentError as e:
@@ -314,7 +318,7 @@ def ones_like(a):
 
     ones_like(a: Tensor) -> Tensor   [C: tr_tensor_ones_like]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_ones_like(a, out)
     except _CArgumentError as e:
@@ -334,7 +338,7 @@ def add(a, b):
 
     add(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_add]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_add(a, b, out)
     except _CArgumentError as e:
@@ -354,7 +358,7 @@ def sub(a, b):
 
     sub(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_sub]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_sub(a, b, out)
     except _CArgumentError as e:
@@ -374,7 +378,7 @@ def mul(a, b):
 
     mul(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_mul]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_mul(a, b, out)
     except _CArgumentError as e:
@@ -394,7 +398,7 @@ def div(a, b):
 
     div(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_div]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_div(a, b, out)
     except _CArgumentError as e:
@@ -414,7 +418,7 @@ def add_scalar(a, s):
 
     add_scalar(a: Tensor, s: float) -> Tensor   [C: tr_tensor_add_scalar]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_add_scalar(a, s, out)
     except _CArgumentError as e:
@@ -434,7 +438,7 @@ def sub_scalar(a, s):
 
     sub_scalar(a: Tensor, s: float) -> Tensor   [C: tr_tensor_sub_scalar]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_sub_scalar(a, s, out)
     except _CArgumentError as e:
@@ -454,7 +458,7 @@ def mul_scalar(a, s):
 
     mul_scalar(a: Tensor, s: float) -> Tensor   [C: tr_tensor_mul_scalar]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_mul_scalar(a, s, out)
     except _CArgumentError as e:
@@ -474,7 +478,7 @@ def div_scalar(a, s):
 
     div_scalar(a: Tensor, s: float) -> Tensor   [C: tr_tensor_div_scalar]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_div_scalar(a, s, out)
     except _CArgumentError as e:
@@ -494,7 +498,7 @@ def pow(a, exponent):
 
     pow(a: Tensor, exponent: Tensor) -> Tensor   [C: tr_tensor_pow]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_pow(a, exponent, out)
     except _CArgumentError as e:
@@ -514,7 +518,7 @@ def pow_scalar(a, exponent):
 
     pow_scalar(a: Tensor, exponent: float) -> Tensor   [C: tr_tensor_pow_scalar]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_pow_scalar(a, exponent, out)
     except _CArgumentError as e:
@@ -534,7 +538,7 @@ def neg(a):
 
     neg(a: Tensor) -> Tensor   [C: tr_tensor_neg]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_neg(a, out)
     except _CArgumentError as e:
@@ -554,7 +558,7 @@ def exp(a):
 
     exp(a: Tensor) -> Tensor   [C: tr_tensor_exp]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_exp(a, out)
     except _CArgumentError as e:
@@ -574,7 +578,7 @@ def log(a):
 
     log(a: Tensor) -> Tensor   [C: tr_tensor_log]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_log(a, out)
     except _CArgumentError as e:
@@ -594,7 +598,7 @@ def sqrt(a):
 
     sqrt(a: Tensor) -> Tensor   [C: tr_tensor_sqrt]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_sqrt(a, out)
     except _CArgumentError as e:
@@ -614,7 +618,7 @@ def abs(a):
 
     abs(a: Tensor) -> Tensor   [C: tr_tensor_abs]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_abs(a, out)
     except _CArgumentError as e:
@@ -634,7 +638,7 @@ def relu(a):
 
     relu(a: Tensor) -> Tensor   [C: tr_tensor_relu]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_relu(a, out)
     except _CArgumentError as e:
@@ -654,7 +658,7 @@ def gelu(a):
 
     gelu(a: Tensor) -> Tensor   [C: tr_tensor_gelu]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_gelu(a, out)
     except _CArgumentError as e:
@@ -674,7 +678,7 @@ def silu(a):
 
     silu(a: Tensor) -> Tensor   [C: tr_tensor_silu]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_silu(a, out)
     except _CArgumentError as e:
@@ -694,7 +698,7 @@ def sigmoid(a):
 
     sigmoid(a: Tensor) -> Tensor   [C: tr_tensor_sigmoid]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_sigmoid(a, out)
     except _CArgumentError as e:
@@ -714,7 +718,7 @@ def tanh(a):
 
     tanh(a: Tensor) -> Tensor   [C: tr_tensor_tanh]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_tanh(a, out)
     except _CArgumentError as e:
@@ -734,7 +738,7 @@ def clamp(a, min, max):
 
     clamp(a: Tensor, min: float, max: float) -> Tensor   [C: tr_tensor_clamp]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_clamp(a, min, max, out)
     except _CArgumentError as e:
@@ -754,7 +758,7 @@ def where_self(a, condition, other):
 
     where_self(a: Tensor, condition: Tensor, other: Tensor) -> Tensor   [C: tr_tensor_where_self]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_where_self(a, condition, other, out)
     except _CArgumentError as e:
@@ -774,7 +778,7 @@ def eq(a, b):
 
     eq(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_eq]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_eq(a, b, out)
     except _CArgumentError as e:
@@ -794,7 +798,7 @@ def ne(a, b):
 
     ne(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_ne]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_ne(a, b, out)
     except _CArgumentError as e:
@@ -814,7 +818,7 @@ def lt(a, b):
 
     lt(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_lt]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_lt(a, b, out)
     except _CArgumentError as e:
@@ -834,7 +838,7 @@ def le(a, b):
 
     le(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_le]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_le(a, b, out)
     except _CArgumentError as e:
@@ -854,7 +858,7 @@ def gt(a, b):
 
     gt(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_gt]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_gt(a, b, out)
     except _CArgumentError as e:
@@ -874,7 +878,7 @@ def ge(a, b):
 
     ge(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_ge]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_ge(a, b, out)
     except _CArgumentError as e:
@@ -894,7 +898,7 @@ def sum(a):
 
     sum(a: Tensor) -> Tensor   [C: tr_tensor_sum]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_sum(a, out)
     except _CArgumentError as e:
@@ -915,7 +919,7 @@ def sum_dim(a, dims, keepdim):
     sum_dim(a: Tensor, dims: int | Sequence[int], keepdim: bool) -> Tensor   [C: tr_tensor_sum_dim]
     """
     dims, dims_len = _i64s(dims, 'dims')
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_sum_dim(a, dims, dims_len, keepdim, out)
     except _CArgumentError as e:
@@ -935,7 +939,7 @@ def mean(a):
 
     mean(a: Tensor) -> Tensor   [C: tr_tensor_mean]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_mean(a, out)
     except _CArgumentError as e:
@@ -956,7 +960,7 @@ def mean_dim(a, dims, keepdim):
     mean_dim(a: Tensor, dims: int | Sequence[int], keepdim: bool) -> Tensor   [C: tr_tensor_mean_dim]
     """
     dims, dims_len = _i64s(dims, 'dims')
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_mean_dim(a, dims, dims_len, keepdim, out)
     except _CArgumentError as e:
@@ -976,7 +980,7 @@ def max(a):
 
     max(a: Tensor) -> Tensor   [C: tr_tensor_max]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_max(a, out)
     except _CArgumentError as e:
@@ -996,7 +1000,7 @@ def max_dim(a, dim, keepdim):
 
     max_dim(a: Tensor, dim: int, keepdim: bool) -> Tensor   [C: tr_tensor_max_dim]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_max_dim(a, dim, keepdim, out)
     except _CArgumentError as e:
@@ -1016,7 +1020,7 @@ def min(a):
 
     min(a: Tensor) -> Tensor   [C: tr_tensor_min]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_min(a, out)
     except _CArgumentError as e:
@@ -1036,7 +1040,7 @@ def min_dim(a, dim, keepdim):
 
     min_dim(a: Tensor, dim: int, keepdim: bool) -> Tensor   [C: tr_tensor_min_dim]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_min_dim(a, dim, keepdim, out)
     except _CArgumentError as e:
@@ -1056,7 +1060,7 @@ def argmax(a, dim, keepdim):
 
     argmax(a: Tensor, dim: int, keepdim: bool) -> Tensor   [C: tr_tensor_argmax]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_argmax(a, dim, keepdim, out)
     except _CArgumentError as e:
@@ -1076,7 +1080,7 @@ def argmin(a, dim, keepdim):
 
     argmin(a: Tensor, dim: int, keepdim: bool) -> Tensor   [C: tr_tensor_argmin]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_argmin(a, dim, keepdim, out)
     except _CArgumentError as e:
@@ -1096,7 +1100,7 @@ def softmax(a, dim):
 
     softmax(a: Tensor, dim: int) -> Tensor   [C: tr_tensor_softmax]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_softmax(a, dim, out)
     except _CArgumentError as e:
@@ -1116,7 +1120,7 @@ def log_softmax(a, dim):
 
     log_softmax(a: Tensor, dim: int) -> Tensor   [C: tr_tensor_log_softmax]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_log_softmax(a, dim, out)
     except _CArgumentError as e:
@@ -1136,7 +1140,7 @@ def matmul(a, b):
 
     matmul(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_matmul]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_matmul(a, b, out)
     except _CArgumentError as e:
@@ -1156,7 +1160,7 @@ def bmm(a, b):
 
     bmm(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_bmm]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_bmm(a, b, out)
     except _CArgumentError as e:
@@ -1176,7 +1180,7 @@ def linear(x, weight, bias=None):
 
     linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor   [C: tr_tensor_linear]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_linear(x, weight, _NONE if bias is None else bias, out)
     except _CArgumentError as e:
@@ -1197,7 +1201,7 @@ def reshape(a, shape):
     reshape(a: Tensor, shape: int | Sequence[int]) -> Tensor   [C: tr_tensor_reshape]
     """
     shape, shape_len = _i64s(shape, 'shape')
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_reshape(a, shape, shape_len, out)
     except _CArgumentError as e:
@@ -1218,7 +1222,7 @@ def view(a, shape):
     view(a: Tensor, shape: int | Sequence[int]) -> Tensor   [C: tr_tensor_view]
     """
     shape, shape_len = _i64s(shape, 'shape')
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_view(a, shape, shape_len, out)
     except _CArgumentError as e:
@@ -1238,7 +1242,7 @@ def transpose(a, dim0, dim1):
 
     transpose(a: Tensor, dim0: int, dim1: int) -> Tensor   [C: tr_tensor_transpose]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_transpose(a, dim0, dim1, out)
     except _CArgumentError as e:
@@ -1259,7 +1263,7 @@ def permute(a, dims):
     permute(a: Tensor, dims: int | Sequence[int]) -> Tensor   [C: tr_tensor_permute]
     """
     dims, dims_len = _i64s(dims, 'dims')
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_permute(a, dims, dims_len, out)
     except _CArgumentError as e:
@@ -1279,7 +1283,7 @@ def squeeze(a, dim):
 
     squeeze(a: Tensor, dim: int) -> Tensor   [C: tr_tensor_squeeze]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_squeeze(a, dim, out)
     except _CArgumentError as e:
@@ -1299,7 +1303,7 @@ def unsqueeze(a, dim):
 
     unsqueeze(a: Tensor, dim: int) -> Tensor   [C: tr_tensor_unsqueeze]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_unsqueeze(a, dim, out)
     except _CArgumentError as e:
@@ -1320,7 +1324,7 @@ def cat(tensors, dim):
     cat(tensors: Sequence[Tensor], dim: int) -> Tensor   [C: tr_tensor_cat]
     """
     tensors, tensors_len = _handles(tensors, 'tensors')
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_cat(tensors, tensors_len, dim, out)
     except _CArgumentError as e:
@@ -1341,7 +1345,7 @@ def stack(tensors, dim):
     stack(tensors: Sequence[Tensor], dim: int) -> Tensor   [C: tr_tensor_stack]
     """
     tensors, tensors_len = _handles(tensors, 'tensors')
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_stack(tensors, tensors_len, dim, out)
     except _CArgumentError as e:
@@ -1361,7 +1365,7 @@ def narrow(a, dim, start, length):
 
     narrow(a: Tensor, dim: int, start: int, length: int) -> Tensor   [C: tr_tensor_narrow]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_narrow(a, dim, start, length, out)
     except _CArgumentError as e:
@@ -1381,7 +1385,7 @@ def index_select(a, dim, index):
 
     index_select(a: Tensor, dim: int, index: Tensor) -> Tensor   [C: tr_tensor_index_select]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_index_select(a, dim, index, out)
     except _CArgumentError as e:
@@ -1401,7 +1405,7 @@ def contiguous(a):
 
     contiguous(a: Tensor) -> Tensor   [C: tr_tensor_contiguous]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_contiguous(a, out)
     except _CArgumentError as e:
@@ -1421,7 +1425,7 @@ def to_dtype(a, dtype):
 
     to_dtype(a: Tensor, dtype: DType) -> Tensor   [C: tr_tensor_to_dtype]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_to_dtype(a, _code(dtype), out)
     except _CArgumentError as e:
@@ -1441,7 +1445,7 @@ def embedding(weight, indices):
 
     embedding(weight: Tensor, indices: Tensor) -> Tensor   [C: tr_tensor_embedding]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_embedding(weight, indices, out)
     except _CArgumentError as e:
@@ -1462,7 +1466,7 @@ def layer_norm(a, normalized_shape, weight, bias, eps):
     layer_norm(a: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | None, bias: Tensor | None, eps: float) -> Tensor   [C: tr_tensor_layer_norm]
     """
     normalized_shape, normalized_shape_len = _i64s(normalized_shape, 'normalized_shape')
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_layer_norm(a, normalized_shape, normalized_shape_len, _NONE if weight is None else weight, _NONE if bias is None else bias, eps, out)
     except _CArgumentError as e:
@@ -1482,7 +1486,7 @@ def dropout(a, p, train):
 
     dropout(a: Tensor, p: float, train: bool) -> Tensor   [C: tr_tensor_dropout]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_dropout(a, p, train, out)
     except _CArgumentError as e:
@@ -1505,7 +1509,7 @@ def conv2d(input, weight, bias, stride, padding, dilation, groups):
     stride, stride_len = _i64s(stride, 'stride')
     padding, padding_len = _i64s(padding, 'padding')
     dilation, dilation_len = _i64s(dilation, 'dilation')
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_conv2d(input, weight, _NONE if bias is None else bias, stride, stride_len, padding, padding_len, dilation, dilation_len, groups, out)
     except _CArgumentError as e:
@@ -1529,7 +1533,7 @@ def max_pool2d(a, kernel, stride, padding, dilation, ceil_mode):
     stride, stride_len = _i64s(stride, 'stride')
     padding, padding_len = _i64s(padding, 'padding')
     dilation, dilation_len = _i64s(dilation, 'dilation')
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_max_pool2d(a, kernel, kernel_len, stride, stride_len, padding, padding_len, dilation, dilation_len, ceil_mode, out)
     except _CArgumentError as e:
@@ -1549,7 +1553,7 @@ def mse_loss(input, target):
 
     mse_loss(input: Tensor, target: Tensor) -> Tensor   [C: tr_tensor_mse_loss]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_mse_loss(input, target, out)
     except _CArgumentError as e:
@@ -1569,7 +1573,7 @@ def cross_entropy(logits, targets):
 
     cross_entropy(logits: Tensor, targets: Tensor) -> Tensor   [C: tr_tensor_cross_entropy]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_cross_entropy(logits, targets, out)
     except _CArgumentError as e:
@@ -1768,7 +1772,7 @@ def grad(a):
 
     grad(a: Tensor) -> Tensor | None   [C: tr_tensor_grad]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_grad(a, out)
     except _CArgumentError as e:
@@ -1807,7 +1811,7 @@ def detach(a):
 
     detach(a: Tensor) -> Tensor   [C: tr_tensor_detach]
     """
-    out = _Tensor() if _state.stack else _Owned()
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
     try:
         st = _f_detach(a, out)
     except _CArgumentError as e:
@@ -1860,12 +1864,12 @@ def adam_step(params, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_d
 
 # Operators: int and float operands go to the *_scalar ops.
 def __add__(self, other):
-    out = _Tensor() if _state.stack else _Owned()
-    if isinstance(other, _T):
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    if type(other) in _TENSOR_TYPES or isinstance(other, _T):
         st = _f_add(self, other, out)
         if st:
             _fail(st, 'tr_tensor_add', self, other)
-    elif isinstance(other, (int, float)):
+    elif type(other) in _SCALAR_TYPES or isinstance(other, (int, float)):
         st = _f_add_scalar(self, other, out)
         if st:
             _fail(st, 'tr_tensor_add_scalar', self)
@@ -1875,12 +1879,12 @@ def __add__(self, other):
 
 
 def __sub__(self, other):
-    out = _Tensor() if _state.stack else _Owned()
-    if isinstance(other, _T):
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    if type(other) in _TENSOR_TYPES or isinstance(other, _T):
         st = _f_sub(self, other, out)
         if st:
             _fail(st, 'tr_tensor_sub', self, other)
-    elif isinstance(other, (int, float)):
+    elif type(other) in _SCALAR_TYPES or isinstance(other, (int, float)):
         st = _f_sub_scalar(self, other, out)
         if st:
             _fail(st, 'tr_tensor_sub_scalar', self)
@@ -1890,12 +1894,12 @@ def __sub__(self, other):
 
 
 def __mul__(self, other):
-    out = _Tensor() if _state.stack else _Owned()
-    if isinstance(other, _T):
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    if type(other) in _TENSOR_TYPES or isinstance(other, _T):
         st = _f_mul(self, other, out)
         if st:
             _fail(st, 'tr_tensor_mul', self, other)
-    elif isinstance(other, (int, float)):
+    elif type(other) in _SCALAR_TYPES or isinstance(other, (int, float)):
         st = _f_mul_scalar(self, other, out)
         if st:
             _fail(st, 'tr_tensor_mul_scalar', self)
@@ -1905,12 +1909,12 @@ def __mul__(self, other):
 
 
 def __truediv__(self, other):
-    out = _Tensor() if _state.stack else _Owned()
-    if isinstance(other, _T):
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    if type(other) in _TENSOR_TYPES or isinstance(other, _T):
         st = _f_div(self, other, out)
         if st:
             _fail(st, 'tr_tensor_div', self, other)
-    elif isinstance(other, (int, float)):
+    elif type(other) in _SCALAR_TYPES or isinstance(other, (int, float)):
         st = _f_div_scalar(self, other, out)
         if st:
             _fail(st, 'tr_tensor_div_scalar', self)
@@ -1920,8 +1924,8 @@ def __truediv__(self, other):
 
 
 def __matmul__(self, other):
-    out = _Tensor() if _state.stack else _Owned()
-    if isinstance(other, _T):
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    if type(other) in _TENSOR_TYPES or isinstance(other, _T):
         st = _f_matmul(self, other, out)
         if st:
             _fail(st, 'tr_tensor_matmul', self, other)
@@ -1931,12 +1935,12 @@ def __matmul__(self, other):
 
 
 def __pow__(self, other):
-    out = _Tensor() if _state.stack else _Owned()
-    if isinstance(other, _T):
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    if type(other) in _TENSOR_TYPES or isinstance(other, _T):
         st = _f_pow(self, other, out)
         if st:
             _fail(st, 'tr_tensor_pow', self, other)
-    elif isinstance(other, (int, float)):
+    elif type(other) in _SCALAR_TYPES or isinstance(other, (int, float)):
         st = _f_pow_scalar(self, other, out)
         if st:
             _fail(st, 'tr_tensor_pow_scalar', self)
@@ -1946,8 +1950,8 @@ def __pow__(self, other):
 
 
 def __radd__(self, other):
-    out = _Tensor() if _state.stack else _Owned()
-    if isinstance(other, (int, float)):
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    if type(other) in _SCALAR_TYPES or isinstance(other, (int, float)):
         st = _f_add_scalar(self, other, out)
         if st:
             _fail(st, 'tr_tensor_add_scalar', self)
@@ -1957,8 +1961,8 @@ def __radd__(self, other):
 
 
 def __rmul__(self, other):
-    out = _Tensor() if _state.stack else _Owned()
-    if isinstance(other, (int, float)):
+    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    if type(other) in _SCALAR_TYPES or isinstance(other, (int, float)):
         st = _f_mul_scalar(self, other, out)
         if st:
             _fail(st, 'tr_tensor_mul_scalar', self)
@@ -1968,7 +1972,7 @@ def __rmul__(self, other):
 
 
 def __iadd__(self, other):
-    if isinstance(other, _T):
+    if type(other) in _TENSOR_TYPES or isinstance(other, _T):
         st = _f_add_(self, other)
         if st:
             _fail(st, 'tr_tensor_add_', self, other)
@@ -1978,7 +1982,7 @@ def __iadd__(self, other):
 
 
 def __isub__(self, other):
-    if isinstance(other, _T):
+    if type(other) in _TENSOR_TYPES or isinstance(other, _T):
         st = _f_sub_(self, other)
         if st:
             _fail(st, 'tr_tensor_sub_', self, other)
@@ -1988,11 +1992,11 @@ def __isub__(self, other):
 
 
 def __imul__(self, other):
-    if isinstance(other, _T):
+    if type(other) in _TENSOR_TYPES or isinstance(other, _T):
         st = _f_mul_(self, other)
         if st:
             _fail(st, 'tr_tensor_mul_', self, other)
-    elif isinstance(other, (int, float)):
+    elif type(other) in _SCALAR_TYPES or isinstance(other, (int, float)):
         st = _f_mul_scalar_(self, other)
         if st:
             _fail(st, 'tr_tensor_mul_scalar_', self)

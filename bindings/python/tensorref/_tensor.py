@@ -43,6 +43,11 @@ class _ThreadState(threading.local):
 
 state = _ThreadState()
 
+# Scopes opened through this package and not yet disposed, on any thread: handle -> that
+# thread's `state.stack`. Empty means no thread has one open, which new objects check first
+# (a dict's truth value is cheaper than a thread-local lookup).
+open_scopes: dict[int, list] = {}
+
 
 class Tensor(TensorHandle):
     """A reference-counted handle to a libtorch tensor (see the module docstring for who
@@ -251,7 +256,7 @@ _Owned.__name__ = _Owned.__qualname__ = _Closed.__name__ = _Closed.__qualname__ 
 def new() -> Tensor:
     """An empty object for a handle about to be created on this thread: a borrowing Tensor when
     a scope opened through this package is current here, an owning one otherwise."""
-    return Tensor() if state.stack else _Owned()
+    return Tensor() if open_scopes and state.stack else _Owned()
 
 
 def sync_owner(t: Tensor) -> Tensor:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "TensorRefError", "ArgumentError", "HandleError", "ScopeError", "ShapeDtypeError",
-    "DeviceError", "TorchError", "PanicError", "AbiMismatchError", "error_class",
+    "DeviceError", "TorchError", "FileError", "PanicError", "AbiMismatchError", "error_class",
 ]
 
 
@@ -49,6 +49,10 @@ class TorchError(TensorRefError):
     """Status 600-699: any other error reported by libtorch."""
 
 
+class FileError(TensorRefError):
+    """Status 700-799: a file is missing or unreadable, or its contents are malformed."""
+
+
 class PanicError(TensorRefError):
     """Status 900-999: a bug in libtensorref, caught at the C boundary."""
 
@@ -58,7 +62,7 @@ class AbiMismatchError(ImportError):
 
 
 _GROUPS = {1: ArgumentError, 2: HandleError, 3: ScopeError, 4: ShapeDtypeError,
-           5: DeviceError, 6: TorchError, 9: PanicError}
+           5: DeviceError, 6: TorchError, 7: FileError, 9: PanicError}
 
 
 def error_class(status: int) -> type[TensorRefError]:

@@ -16,12 +16,10 @@ from ctypes import byref, c_bool, c_size_t, c_uint64
 from typing import NamedTuple
 
 from ._lib import ScopeHandle, Stats as _CStats, TensorHandle, fail, lib
-from ._tensor import Tensor, state, sync_owner
+from ._tensor import Tensor, open_scopes as _open, state, sync_owner
 
 __all__ = ["Scope", "Stats", "scope", "current_scope", "stats", "reset_stats"]
 
-# Scopes opened through this package and not yet disposed: handle -> its thread's mirror list.
-_open: dict[int, list] = {}
 
 
 def _tensors(items) -> list:

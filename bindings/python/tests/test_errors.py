@@ -80,10 +80,11 @@ def test_each_group_maps_to_its_class():
     groups = {100: tr.ArgumentError, 102: tr.ArgumentError, 200: tr.HandleError, 201: tr.HandleError,
               300: tr.ScopeError, 400: tr.ShapeDtypeError, 401: tr.ShapeDtypeError,
               500: tr.DeviceError, 501: tr.DeviceError, 502: tr.DeviceError, 600: tr.TorchError,
-              900: tr.PanicError}
+              700: tr.FileError, 701: tr.FileError, 900: tr.PanicError}
     for status, cls in groups.items():
         assert error_class(status) is cls
         assert issubclass(cls, tr.TensorRefError)
+    assert error_class(800) is tr.TensorRefError  # a group this package does not know yet
     with pytest.raises(tr.PanicError) as e:  # a panic cannot be provoked from outside: the path
         _lib.fail(900, "tr_example")
     assert e.value.status_name == "TR_ERR_PANIC" and e.value.message
