@@ -49,6 +49,17 @@ impl Recorded {
         Recorded { ops, uses }
     }
 
+    /// Whether `now` repeats the recorded op `then`: same name, same inputs by key. Sizes may
+    /// differ (a batch of another length), and a persistent tensor the recording never used may
+    /// stand for a recorded persistent one (a new batch's inputs, made by the host each time).
+    fn same_op(&self, then: &OpRecord, now: &OpRecord) -> bool {
+        then.name == now.name
+            && then.inputs.len() == now.inputs.len()
+            && then.inputs.iter().zip(&now.inputs).all(|((a, _), (b, _))| {
+                a == b || matches!((a, b), (NormKey::Persistent(_), NormKey::Persistent(_))) && !self.uses.contains_key(b)
+            })
+    }
+
     /// Op index of the next use of `key` at or after `pos`; persistent tensors wrap around to
     /// the next iteration; u64::MAX if never.
     fn next_use(&self, key: NormKey, pos: u32) -> u64 {
@@ -146,7 +157,7 @@ impl Trace {
             output: output_bytes.map(|b| (self.norm(key), b)),
         };
         if let Some(r) = &self.recorded {
-            self.following &= r.ops.get(self.pos as usize).is_some_and(|e| e.name == record.name && e.inputs == record.inputs);
+            self.following &= r.ops.get(self.pos as usize).is_some_and(|e| r.same_op(e, &record));
         }
         if self.explicit || self.current.len() < MAX_UNMARKED_OPS {
             self.current.push(record);
