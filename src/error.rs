@@ -34,6 +34,10 @@ pub enum Error {
     BudgetTooSmall { op: String, needed: u64, budget: u64 },
     #[error("libtorch: {0}")]
     Torch(String),
+    #[error("file error: {0}")]
+    Io(String),
+    #[error("bad file format: {0}")]
+    Format(String),
     #[error("panic inside libtensorref: {0}")]
     Panic(String),
 }
@@ -43,6 +47,7 @@ pub enum Error {
 pub enum HandleKind {
     Tensor,
     Scope,
+    Model,
 }
 
 impl fmt::Display for HandleKind {
@@ -50,6 +55,7 @@ impl fmt::Display for HandleKind {
         f.write_str(match self {
             HandleKind::Tensor => "tensor",
             HandleKind::Scope => "scope",
+            HandleKind::Model => "model",
         })
     }
 }
@@ -86,6 +92,10 @@ pub enum Status {
     TR_ERR_BUDGET_TOO_SMALL = 502,
     /// Any other error reported by libtorch.
     TR_ERR_TORCH = 600,
+    /// A file is missing or cannot be read.
+    TR_ERR_IO = 700,
+    /// A file's contents are malformed (truncated, corrupt, inconsistent).
+    TR_ERR_FORMAT = 701,
     /// A bug: a panic was caught at the C boundary. The message says where.
     TR_ERR_PANIC = 900,
 }
@@ -107,6 +117,8 @@ impl Status {
             501 => c"out of memory",
             502 => c"device budget too small for the operation",
             600 => c"libtorch error",
+            700 => c"file missing or unreadable",
+            701 => c"malformed file (truncated, corrupt or inconsistent)",
             900 => c"panic caught at the C boundary (a bug in libtensorref)",
             _ => c"unknown status code",
         }
@@ -130,6 +142,8 @@ impl Error {
             Error::OutOfMemory(_) => TR_ERR_OUT_OF_MEMORY,
             Error::BudgetTooSmall { .. } => TR_ERR_BUDGET_TOO_SMALL,
             Error::Torch(_) => TR_ERR_TORCH,
+            Error::Io(_) => TR_ERR_IO,
+            Error::Format(_) => TR_ERR_FORMAT,
             Error::Panic(_) => TR_ERR_PANIC,
         }
     }

@@ -23,11 +23,13 @@ pub mod dtype;
 pub mod error;
 pub mod ffi;
 mod interop;
+pub mod models;
 mod ops;
 mod registry;
 pub mod residency;
 pub mod scope;
 mod tensor;
+pub mod weights;
 
 pub use dtype::{DType, Element};
 pub use error::{Error, HandleKind, Result, Status};

@@ -7,16 +7,20 @@
 mod boundary;
 mod dlpack;
 mod handles;
+mod models;
 mod ops;
 mod residency;
 mod scope;
 mod tensor;
 mod version;
+mod weights;
 
 pub use boundary::{tr_last_error, tr_status_str};
 pub use handles::*;
+pub use models::*;
 pub use ops::*;
 pub use residency::*;
 pub use scope::*;
 pub use tensor::*;
 pub use version::*;
+pub use weights::*;

@@ -50,6 +50,7 @@ impl<T> GenSlab<T> {
             return invalid(match self.kind {
                 HandleKind::Tensor => "it is a scope handle, not a tensor handle",
                 HandleKind::Scope => "it is a tensor handle, not a scope handle",
+                HandleKind::Model => "it is a scope handle, not a model handle",
             });
         }
         match self.gens.get(key) {

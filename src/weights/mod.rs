@@ -1,0 +1,170 @@
+//! Model weights as TensorRefs: a safetensors file loaded into named [`Tensor`] handles, in file
+//! order, with their dtypes and shapes.
+//!
+//! The file is memory-mapped and its header validated by the `safetensors` crate (offsets within
+//! the file, no overlaps, shapes matching byte lengths); each tensor's bytes are then copied once,
+//! from the page cache, into the libtorch tensor behind its handle. So the process never holds
+//! two heap copies of the weights (tch's own safetensors reader would also read the file whole
+//! into a buffer first). Missing or unreadable files are `Error::Io`, malformed ones
+//! `Error::Format`, dtypes libtensorref has no type for `Error::Dtype`, each naming the file.
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+use safetensors::tensor::{Dtype as StDtype, SafeTensorError, SafeTensors};
+use std::path::Path;
+
+/// The tensors of one safetensors file, in file order. Dropping it releases every handle that
+/// was not taken out or retained.
+pub struct Weights {
+    tensors: Vec<(String, Tensor)>,
+}
+
+/// What the header says about one tensor (see [`inspect`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorInfo {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<i64>,
+}
+
+fn map_file(path: &Path) -> Result<memmap2::Mmap> {
+    let file = std::fs::File::open(path).map_err(|e| Error::Io(format!("cannot open {}: {e}", path.display())))?;
+    // SAFETY: the map is read-only and lives only while this module copies out of it; a file
+    // truncated by another process meanwhile is outside what any reader can defend against.
+    unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::Io(format!("cannot map {}: {e}", path.display())))
+}
+
+fn dtype_of(st: StDtype, name: &str, path: &Path) -> Result<DType> {
+    Ok(match st {
+        StDtype::BOOL => DType::Bool,
+        StDtype::U8 => DType::U8,
+        StDtype::I8 => DType::I8,
+        StDtype::I16 => DType::I16,
+        StDtype::I32 => DType::I32,
+        StDtype::I64 => DType::I64,
+        StDtype::F16 => DType::F16,
+        StDtype::BF16 => DType::BF16,
+        StDtype::F32 => DType::F32,
+        StDtype::F64 => DType::F64,
+        other => {
+            return Err(Error::Dtype(format!(
+                "{}: tensor `{name}` has dtype {other:?}, which libtensorref has no type for",
+                path.display()
+            )))
+        }
+    })
+}
+
+/// A header error in words. An unknown dtype string fails the header's parsing as a whole; it is
+/// found again here so the message can name the tensor and the dtype.
+fn header_error(e: SafeTensorError, bytes: &[u8], path: &Path) -> Error {
+    if let SafeTensorError::InvalidHeaderDeserialization(_) = &e {
+        if let Some((name, dtype)) = unknown_dtype(bytes) {
+            return Error::Dtype(format!("{}: tensor `{name}` has unknown dtype `{dtype}`", path.display()));
+        }
+    }
+    let why = match e {
+        SafeTensorError::HeaderTooSmall | SafeTensorError::MetadataIncompleteBuffer => "truncated file".to_string(),
+        SafeTensorError::InvalidHeaderLength => "header length exceeds the file (truncated?)".to_string(),
+        other => other.to_string(),
+    };
+    Error::Format(format!("{}: not a valid safetensors file: {why}", path.display()))
+}
+
+fn unknown_dtype(bytes: &[u8]) -> Option<(String, String)> {
+    const KNOWN: &[&str] = &["BOOL", "F4", "F6_E2M3", "F6_E3M2", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0", "I16", "U16", "F16", "BF16", "I32", "U32", "F32", "F64", "I64", "U64"];
+    let n = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?) as usize;
+    let header: serde_json::Value = serde_json::from_slice(bytes.get(8..8usize.checked_add(n)?)?).ok()?;
+    header.as_object()?.iter().find_map(|(name, v)| {
+        let d = v.get("dtype")?.as_str()?;
+        (!KNOWN.contains(&d)).then(|| (name.clone(), d.to_string()))
+    })
+}
+
+fn shape_of(shape: &[usize]) -> Vec<i64> {
+    shape.iter().map(|&d| d as i64).collect()
+}
+
+/// Reads only the header: names, dtypes and shapes in file order.
+pub fn inspect(path: impl AsRef<Path>) -> Result<Vec<TensorInfo>> {
+    let path = path.as_ref();
+    let map = map_file(path)?;
+    let st = SafeTensors::deserialize(&map).map_err(|e| header_error(e, &map, path))?;
+    let (_, meta) = SafeTensors::read_metadata(&map).map_err(|e| header_error(e, &map, path))?;
+    meta.offset_keys()
+        .into_iter()
+        .map(|name| {
+            let view = st.tensor(&name).map_err(|e| header_error(e, &map, path))?;
+            Ok(TensorInfo { dtype: dtype_of(view.dtype(), &name, path)?, shape: shape_of(view.shape()), name })
+        })
+        .collect()
+}
+
+impl Weights {
+    /// Loads every tensor of a safetensors file into host memory, each behind a new handle
+    /// owned like any new tensor (by the current scope, if one is open). Nothing is registered
+    /// unless the whole file is valid.
+    pub fn load(path: impl AsRef<Path>) -> Result<Weights> {
+        let path = path.as_ref();
+        let map = map_file(path)?;
+        let st = SafeTensors::deserialize(&map).map_err(|e| header_error(e, &map, path))?;
+        let (_, meta) = SafeTensors::read_metadata(&map).map_err(|e| header_error(e, &map, path))?;
+        let names = meta.offset_keys();
+        // Every dtype is checked before anything is copied.
+        let mut views = Vec::with_capacity(names.len());
+        for name in names {
+            let view = st.tensor(&name).map_err(|e| header_error(e, &map, path))?;
+            views.push((dtype_of(view.dtype(), &name, path)?, view, name));
+        }
+        let mut tensors = Vec::with_capacity(views.len());
+        for (dtype, view, name) in views {
+            let t = tch::Tensor::f_from_data_size(view.data(), &shape_of(view.shape()), dtype.kind())?;
+            tensors.push((name, Tensor::from_tch(t)));
+        }
+        Ok(Weights { tensors })
+    }
+
+    /// The tensor called `name`, or an error listing what the file holds.
+    pub fn get(&self, name: &str) -> Result<&Tensor> {
+        self.tensors.iter().find(|(n, _)| n == name).map(|(_, t)| t).ok_or_else(|| self.missing(name))
+    }
+
+    /// Removes the tensor called `name` from the set and hands over its handle.
+    pub fn take(&mut self, name: &str) -> Result<Tensor> {
+        let i = self.tensors.iter().position(|(n, _)| n == name).ok_or_else(|| self.missing(name))?;
+        Ok(self.tensors.remove(i).1)
+    }
+
+    fn missing(&self, name: &str) -> Error {
+        Error::InvalidArg(format!("no tensor `{name}` among the {} loaded", self.tensors.len()))
+    }
+
+    /// Names in file order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tensors.iter().map(|(n, _)| n.as_str())
+    }
+
+    /// (name, tensor) pairs in file order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Tensor)> {
+        self.tensors.iter().map(|(n, t)| (n.as_str(), t))
+    }
+
+    /// Hands over every (name, tensor) pair.
+    pub fn into_vec(self) -> Vec<(String, Tensor)> {
+        self.tensors
+    }
+
+    pub fn len(&self) -> usize {
+        self.tensors.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tensors.is_empty()
+    }
+
+    /// Bytes of all tensors held.
+    pub fn bytes(&self) -> Result<u64> {
+        self.tensors.iter().try_fold(0u64, |sum, (_, t)| Ok(sum + (t.numel()? * t.dtype()?.size()) as u64))
+    }
+}
