@@ -26,6 +26,7 @@ from .errors import (AbiMismatchError, ArgumentError, DeviceError, FileError, Ha
                      PanicError, ScopeError, ShapeDtypeError, TensorRefError, TorchError)
 from .interop import from_dlpack, from_torch, to_torch
 from .scope import Scope, Stats, current_scope, reset_stats, scope, stats
+from .weights import load_weights
 
 __version__ = ".".join(map(str, TR_VERSION))
 
@@ -71,6 +72,7 @@ class no_grad:
 
 __all__ = [
     *_op_names, "Tensor", "from_numpy", "tensor", "from_dlpack", "from_torch", "to_torch",
+    "load_weights",
     "Scope", "Stats", "scope", "current_scope", "stats", "reset_stats",
     "DType", "dtype", "uint8", "int8", "int16", "int32", "int64", "float16", "float32",
     "float64", "bool_", "bfloat16",

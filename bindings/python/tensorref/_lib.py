@@ -40,6 +40,11 @@ class ScopeHandle(c_uint64):
     __slots__ = ()
 
 
+class MiniLMHandle(c_uint64):
+    """A ``tr_minilm`` model handle passed by value."""
+    __slots__ = ()
+
+
 # C types of the signatures: handles by value, outputs by pointer.
 TENSOR = TensorHandle
 SCOPE = ScopeHandle
@@ -116,6 +121,16 @@ SIGNATURES = {
     "tr_residency_set_callback": (STATUS, (c_void_p, c_void_p)),
     "tr_residency_timeline_start": (STATUS, ()),
     "tr_residency_timeline_write": (STATUS, (c_char_p,)),
+    # weights (safetensors)
+    "tr_weights_load": (STATUS, (c_char_p, P_TENSOR, c_size_t, POINTER(c_char), c_size_t, P_SIZE, P_SIZE)),
+    # all-MiniLM-L6-v2: declared, options struct opaque (no Python API over it yet)
+    "tr_minilm_options_default": (STATUS, (c_void_p,)),
+    "tr_minilm_load": (STATUS, (c_char_p, c_void_p, POINTER(MiniLMHandle))),
+    "tr_minilm_release": (STATUS, (MiniLMHandle,)),
+    "tr_minilm_set_weight_mode": (STATUS, (MiniLMHandle, c_int32, c_uint64)),
+    "tr_minilm_dim": (STATUS, (MiniLMHandle, P_SIZE)),
+    "tr_minilm_weight_bytes": (STATUS, (MiniLMHandle, P_U64)),
+    "tr_minilm_embed": (STATUS, (MiniLMHandle, POINTER(c_char_p), c_size_t, c_void_p, c_size_t, P_SIZE)),
 }
 
 # Functions of SIGNATURES the loaded library does not export (an older build); the test suite

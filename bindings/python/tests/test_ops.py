@@ -216,3 +216,10 @@ def test_every_op_of_the_table_has_a_wrapper():
         assert op.c_name in fn.__doc__
         if op.is_method:
             assert getattr(tr.Tensor, op.name) is fn
+
+
+def test_truth_value_follows_torch():
+    with tr.scope():
+        assert bool(tr.tensor([1.0])) and not bool(tr.tensor([0]))
+        with pytest.raises(ValueError, match="ambiguous"):
+            bool(tr.ones(2))

@@ -176,3 +176,43 @@ def test_a_scope_disposed_from_another_thread_stops_capturing_on_its_own():
     u = tr.ones(1)
     assert type(u) is _tensor._Owned and u.scope is None
     u.close()
+
+
+def test_threads_each_with_their_own_scopes_share_the_registry():
+    """Eight threads run ops on shared inputs inside their own scopes; each thread's counters
+    see only its own handles, and nothing is left alive."""
+    shared = tr.ones([8, 8])
+    before = tr.live_handles()
+    results, errors = {}, []
+
+    def worker(i):
+        try:
+            tr.reset_stats()
+            for _ in range(20):
+                with tr.scope():
+                    y = (shared @ shared + float(i)).relu().sum()
+                    results[i] = y.item()
+            results[(i, "stats")] = tr.stats()
+        except Exception as e:  # reported below: an assert here would be lost in the thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    for i in range(8):
+        assert results[i] == 64 * (8.0 + i)
+        assert results[(i, "stats")] == (0, 0, 80, 80, 0, 0, 0)  # 4 handles x 20 steps
+    assert tr.live_handles() == before
+    shared.close()
+
+
+def test_owned_tensors_may_die_on_another_thread():
+    ts = [tr.ones(1) for _ in range(10)]
+    before = tr.live_handles()
+    th = threading.Thread(target=ts.clear)  # the last references go on the other thread
+    th.start()
+    th.join()
+    assert tr.live_handles() == before - 10
