@@ -7,10 +7,13 @@ Writes two files:
                                 (`a.Add(b)`, `x.Linear(w, null)`, `p.MulScalar_(0.5)`), otherwise a
                                 static method of `torch` (`torch.Zeros(new long[] {2, 3})`,
                                 `torch.SgdStep(ps, 0.1)`).
-  bindings/dotnet/src/Abi.g.cs  the `Status` and `DType` enums and the ABI version the binding was
-                                generated for, read from the committed header include/tensorref.h
-                                (the contract every binding goes through). `Native`'s static
-                                constructor compares that version with `tr_abi_version()`.
+  bindings/dotnet/src/Abi.g.cs  the `Status` and `DType` enums, the residency manager's
+                                `ResidencyDevice`, `ResidencyPolicy` and `ResidencyEventKind` enums
+                                (TR_DEVICE_*, TR_POLICY_*, TR_EVENT_*) and the ABI version the binding
+                                was generated for, read from the committed header
+                                include/tensorref.h (the contract every binding goes through).
+                                `Native`'s static constructor compares that version with
+                                `tr_abi_version()`.
 
 Names are PascalCase (`log_softmax` -> `LogSoftmax`); in-place ops keep PyTorch's trailing
 underscore (`add_` -> `Add_`). Tensor parameters marshal as `TensorHandle` (a SafeHandle: an
@@ -46,7 +49,7 @@ HAND_WRITTEN = {
     "Tensor": {"Dispose", "Handle", "Id", "IsDisposed", "IsValid", "Shape", "Dtype", "Numel", "Item",
                "ToArray", "Alias", "OwningDisposeScope", "MoveToOuterDisposeScope",
                "DetachFromDisposeScope", "MoveToOtherDisposeScope", "ToString", "Equals",
-               "GetHashCode", "GetType"},
+               "GetHashCode", "GetType", "PinResident", "IsResident"},
     "torch": {"NewDisposeScope", "CurrentDisposeScope", "Tensor", "NoGrad", "ManualSeed",
               "LiveHandles", "LiveBytes", "Version", "AbiVersion", "BindingAbiVersion",
               "Scalar", "SetGradEnabled"},
@@ -222,6 +225,29 @@ def header_constants(header: str):
     return int(abi.group(1)), ".".join(v.group(1) for v in ver), dtypes, statuses
 
 
+# The residency manager's code families: C# enum name, its summary, the header's macro prefix.
+RESIDENCY_ENUMS = [
+    ("ResidencyDevice", "The residency manager's compute device: a TR_DEVICE_* code.", "TR_DEVICE_"),
+    ("ResidencyPolicy", "Where the residency manager keeps tensors: a TR_POLICY_* code.", "TR_POLICY_"),
+    ("ResidencyEventKind", "What a residency manager event reports: a TR_EVENT_* code.", "TR_EVENT_"),
+]
+
+
+def residency_enums(header: str) -> str:
+    blocks = []
+    for name, summary, prefix in RESIDENCY_ENUMS:
+        codes = re.findall(rf"^#define {prefix}(\w+) (\d+)$", header, re.M)
+        if not codes:
+            raise SystemExit(f"emit_csharp: include/tensorref.h has no {prefix}* codes")
+        lines = [f"        /// <summary>{prefix}{n}</summary>\n        {pascal(n.lower())} = {v}," for n, v in codes]
+        blocks.append(f"""    /// <summary>{summary}</summary>
+    public enum {name}
+    {{
+{chr(10).join(lines)}
+    }}""")
+    return "\n\n".join(blocks)
+
+
 def emit_abi(header: str) -> str:
     abi, version, dtypes, statuses = header_constants(header)
     status_lines = []
@@ -229,7 +255,8 @@ def emit_abi(header: str) -> str:
         short = "Ok" if name == "TR_OK" else pascal(name.removeprefix("TR_ERR_").lower())
         status_lines += [f"        /// <summary>{name}: {text}</summary>", f"        {short} = {value},"]
     dtype_lines = [f"        /// <summary>TR_DTYPE_{n}</summary>\n        {pascal(n.lower())} = {v}," for n, v in dtypes]
-    return f"""{HEADER.format(src="include/tensorref.h")}// The constants of the C ABI: status codes, dtype codes and the ABI version this binding speaks.
+    return f"""{HEADER.format(src="include/tensorref.h")}// The constants of the C ABI: status codes, dtype codes, the residency manager's device, policy and
+// event codes, and the ABI version this binding speaks.
 namespace TensorRef
 {{
     /// <summary>A tr_status code. Grouped by hundreds; a released code is never renumbered.</summary>
@@ -243,6 +270,8 @@ namespace TensorRef
     {{
 {chr(10).join(dtype_lines)}
     }}
+
+{residency_enums(header)}
 
     internal static partial class Native
     {{
