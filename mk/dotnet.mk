@@ -25,6 +25,7 @@ DOTNET_LIB_SRC := \
   bindings/dotnet/src/Native.cs \
   bindings/dotnet/src/Operators.cs \
   bindings/dotnet/src/Ops.g.cs \
+  bindings/dotnet/src/Residency.cs \
   bindings/dotnet/src/Tensor.cs \
   bindings/dotnet/src/Torch.cs
 DOTNET_TEST_SRC := \

@@ -1,5 +1,6 @@
 // The hand-written P/Invoke declarations of libtensorref's C ABI (include/tensorref.h): versions,
-// errors, tensor lifecycle and data, dispose scopes, statistics. The op functions are in the
+// errors, tensor lifecycle and data, dispose scopes, statistics, the residency manager (with its
+// structs and callback type). The op functions are in the
 // generated half of this class (Ops.g.cs), the constants in Abi.g.cs.
 //
 // Loading: [DllImport("tensorref")] resolves to libtensorref.so through the platform loader, so
@@ -212,7 +213,101 @@ namespace TensorRef
         internal static extern Status tr_grad_set_enabled([MarshalAs(UnmanagedType.I1)] bool enabled,
                                                           [MarshalAs(UnmanagedType.I1)] out bool previous);
 
-        // Residency: the residency manager's functions (being added to the C ABI) go in a section
-        // here, wrapped by a ResidencyManager class in src/Residency.cs.
+        // ------------------------------------------------------------ residency manager
+        // Wrapped by ResidencyManager and Tensor.PinResident/IsResident (Residency.cs). The structs
+        // below mirror the header's; tests/HeaderLayoutTests.cs checks their fields and offsets.
+
+        [DllImport(Lib, ExactSpelling = true)]
+        internal static extern Status tr_residency_config_default(out NativeResidencyConfig result);
+
+        [DllImport(Lib, ExactSpelling = true)]
+        internal static extern Status tr_residency_configure(ref NativeResidencyConfig config);
+
+        [DllImport(Lib, ExactSpelling = true)]
+        internal static extern Status tr_residency_disable();
+
+        [DllImport(Lib, ExactSpelling = true)]
+        internal static extern Status tr_residency_stats_get(out NativeResidencyStats result);
+
+        [DllImport(Lib, ExactSpelling = true)]
+        internal static extern Status tr_residency_mark_iteration();
+
+        [DllImport(Lib, ExactSpelling = true)]
+        internal static extern Status tr_tensor_pin_resident(TensorHandle t, [MarshalAs(UnmanagedType.I1)] bool pinned);
+
+        [DllImport(Lib, ExactSpelling = true)]
+        internal static extern Status tr_tensor_is_resident(TensorHandle t, [MarshalAs(UnmanagedType.I1)] out bool result);
+
+        /// <summary>`callback` null removes the callback. The caller keeps the delegate reachable while registered.</summary>
+        [DllImport(Lib, ExactSpelling = true)]
+        internal static extern Status tr_residency_set_callback(NativeEventFn callback, IntPtr user);
+
+        [DllImport(Lib, ExactSpelling = true)]
+        internal static extern Status tr_residency_timeline_start();
+
+        /// <summary>`path`: NUL-terminated UTF-8 (see Utf8Z).</summary>
+        [DllImport(Lib, ExactSpelling = true)]
+        internal static extern Status tr_residency_timeline_write(byte[] path);
+
+        /// <summary>`s` as NUL-terminated UTF-8, for a `const char *` parameter.</summary>
+        internal static byte[] Utf8Z(string s)
+        {
+            var bytes = new byte[Encoding.UTF8.GetByteCount(s) + 1];
+            Encoding.UTF8.GetBytes(s, 0, s.Length, bytes, 0);
+            return bytes;
+        }
     }
+
+    /// <summary>The C struct tr_residency_config.</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct NativeResidencyConfig
+    {
+        public int Device;
+        public int DeviceIndex;
+        public int Policy;
+        public ulong BudgetBytes;
+        [MarshalAs(UnmanagedType.I1)] public bool PinHostMemory;
+        public uint PrefetchDepth;
+        public ulong SimulatedCapacity;
+    }
+
+    /// <summary>The C struct tr_residency_stats.</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct NativeResidencyStats
+    {
+        public ulong Budget;
+        public ulong DeviceBytes;
+        public ulong PeakDeviceBytes;
+        public ulong PinnedBytes;
+        public ulong Ops;
+        public ulong Loads;
+        public ulong LoadBytes;
+        public ulong Evictions;
+        public ulong EvictedBytes;
+        public ulong WriteBacks;
+        public ulong WriteBackBytes;
+        public ulong Prefetches;
+        public ulong PrefetchBytes;
+        public ulong PrefetchHits;
+        public ulong PrefetchMisses;
+        public ulong TransferWaitNs;
+        public ulong OomRetries;
+    }
+
+    /// <summary>The C struct tr_event (blittable: passed to the callback by pointer, not copied).</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct NativeEvent
+    {
+        public int Kind;
+        public ulong Entry;
+        public ulong Bytes;
+        public ulong DeviceBytes;
+        public IntPtr Op;
+        public double TimeUs;
+        public double DurationUs;
+    }
+
+    /// <summary>tr_event_fn: `void (*)(const struct tr_event *event, void *user)`.</summary>
+    [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+    internal delegate void NativeEventFn(ref NativeEvent e, IntPtr user);
 }

@@ -1,0 +1,481 @@
+// The residency manager from C#: ResidencyConfig (device, policy, budget...), ResidencyManager
+// (Configure returns a ResidencySession whose Dispose restores what was configured before it;
+// Disable, Statistics, MarkIteration, the Events event, the timeline), the ResidencyStats and
+// ResidencyEvent snapshots, and Tensor.PinResident / IsResident. The P/Invokes and native structs
+// are in Native.cs, the device/policy/event enums in Abi.g.cs (generated from the header).
+//
+// There is one manager per process (all threads, all languages), so this class's state is
+// process-wide too. Event handlers run on the thread whose op caused the event while the library
+// holds the manager's lock: a handler must not call libtensorref. The residency calls below refuse
+// from a handler (InvalidOperationException); any other library call from a handler deadlocks.
+// Nothing unwinds into native code: a handler's exception is caught and kept for
+// TakeEventHandlerException.
+using System;
+using System.Collections.Concurrent;
+using System.Collections.Generic;
+using System.IO;
+using System.Runtime.InteropServices;
+using System.Threading;
+
+namespace TensorRef
+{
+    /// <summary>How the residency manager runs. A new config holds the library's defaults.</summary>
+    public sealed class ResidencyConfig
+    {
+        int _prefetchDepth;
+
+        /// <summary>
+        /// The library's defaults (tr_residency_config_default): simulated device, Flow, no budget
+        /// (set one), pinned host memory, prefetch depth 2, unlimited simulated capacity.
+        /// </summary>
+        public ResidencyConfig()
+        {
+            NativeResidencyConfig n;
+            Native.Check(Native.tr_residency_config_default(out n), "tr_residency_config_default");
+            Device = (ResidencyDevice)n.Device;
+            DeviceIndex = n.DeviceIndex;
+            Policy = (ResidencyPolicy)n.Policy;
+            BudgetBytes = n.BudgetBytes;
+            PinHostMemory = n.PinHostMemory;
+            PrefetchDepth = (int)n.PrefetchDepth;
+            SimulatedCapacity = n.SimulatedCapacity;
+        }
+
+        /// <summary>The defaults with this policy and device budget.</summary>
+        public ResidencyConfig(ResidencyPolicy policy, ulong budgetBytes) : this()
+        {
+            Policy = policy;
+            BudgetBytes = budgetBytes;
+        }
+
+        /// <summary>The compute device: the simulated accelerator, CUDA, or the CPU (nothing moves).</summary>
+        public ResidencyDevice Device { get; set; }
+
+        /// <summary>The CUDA device number (Cuda only).</summary>
+        public int DeviceIndex { get; set; }
+
+        public ResidencyPolicy Policy { get; set; }
+
+        /// <summary>Hard limit on the bytes the manager holds on the device (Resident ignores it).</summary>
+        public ulong BudgetBytes { get; set; }
+
+        /// <summary>Page-locked host copies (asynchronous CUDA copies).</summary>
+        public bool PinHostMemory { get; set; }
+
+        /// <summary>How many ops ahead Flow prefetches once it follows a recorded trace (0: none).</summary>
+        public int PrefetchDepth
+        {
+            get { return _prefetchDepth; }
+            set
+            {
+                if (value < 0) throw new ArgumentOutOfRangeException("value", value, "PrefetchDepth cannot be negative");
+                _prefetchDepth = value;
+            }
+        }
+
+        /// <summary>The simulated device's physical memory; 0 for unlimited.</summary>
+        public ulong SimulatedCapacity { get; set; }
+
+        public ResidencyConfig Clone() => (ResidencyConfig)MemberwiseClone();
+
+        internal NativeResidencyConfig ToNative()
+        {
+            return new NativeResidencyConfig
+            {
+                Device = (int)Device,
+                DeviceIndex = DeviceIndex,
+                Policy = (int)Policy,
+                BudgetBytes = BudgetBytes,
+                PinHostMemory = PinHostMemory,
+                PrefetchDepth = (uint)PrefetchDepth,
+                SimulatedCapacity = SimulatedCapacity,
+            };
+        }
+
+        public override string ToString() =>
+            string.Format("{0} on {1}{2}, budget {3} bytes, prefetch depth {4}{5}{6}", Policy, Device,
+                          Device == ResidencyDevice.Cuda ? ":" + DeviceIndex : "", BudgetBytes, PrefetchDepth,
+                          PinHostMemory ? ", pinned host memory" : "",
+                          SimulatedCapacity > 0 ? ", simulated capacity " + SimulatedCapacity + " bytes" : "");
+    }
+
+    /// <summary>
+    /// A configuration applied by ResidencyManager.Configure. Dispose restores what was configured
+    /// before it (a fresh manager with that configuration, or none), also disposing any session
+    /// opened after it that is still open. A second Dispose does nothing; an undisposed session
+    /// simply leaves its configuration in place (the finalizer never reconfigures).
+    /// </summary>
+    public sealed class ResidencySession : IDisposable
+    {
+        internal readonly ResidencyConfig Previous;
+        readonly ResidencyConfig _config;
+
+        internal ResidencySession(ResidencyConfig config, ResidencyConfig previous)
+        {
+            _config = config;
+            Previous = previous;
+        }
+
+        /// <summary>The configuration this session applied (a copy).</summary>
+        public ResidencyConfig Config => _config.Clone();
+
+        /// <summary>Whether Dispose ran (on this session or on one opened before it).</summary>
+        public bool IsDisposed { get; internal set; }
+
+        public void Dispose() => ResidencyManager.End(this);
+    }
+
+    /// <summary>The process's residency manager (one for all threads).</summary>
+    public static class ResidencyManager
+    {
+        static readonly object Sync = new object();
+        static readonly List<ResidencySession> Sessions = new List<ResidencySession>();
+        static ResidencyConfig _current;
+
+        // The handlers, as an array replaced (never changed) on subscribe and unsubscribe, so the
+        // trampoline reads it without a lock. The trampoline itself is the only delegate the
+        // library ever holds; a static field keeps it reachable for the life of the process.
+        static Action<ResidencyEvent>[] _handlers = new Action<ResidencyEvent>[0];
+        static readonly NativeEventFn Trampoline = OnNativeEvent;
+        static readonly ConcurrentDictionary<IntPtr, string> OpNames = new ConcurrentDictionary<IntPtr, string>();
+        static readonly Func<IntPtr, string> ReadOpName = p => Marshal.PtrToStringAnsi(p);
+
+        [ThreadStatic] static int _inHandler;
+        static Exception _handlerException;
+        static long _handlerExceptions;
+
+        /// <summary>
+        /// Starts (or replaces) the manager with `config` (copied): from now on ops bring their
+        /// inputs to the compute device and the policy places their results. Use the session in a
+        /// `using` block to restore the previous configuration afterwards. Statistics start from
+        /// zero; Events handlers stay subscribed. Throws TensorRefException (InvalidArg for an
+        /// unknown device or policy or a zero budget under Genoa or Flow, Device for a missing
+        /// CUDA device).
+        /// </summary>
+        public static ResidencySession Configure(ResidencyConfig config)
+        {
+            NotInHandler("ResidencyManager.Configure");
+            if (config == null) throw new ArgumentNullException("config");
+            var applied = config.Clone();
+            lock (Sync)
+            {
+                var session = new ResidencySession(applied, _current);
+                Apply(applied);
+                Sessions.Add(session);
+                return session;
+            }
+        }
+
+        /// <summary>
+        /// Stops the manager: newer device copies are written back and every device copy is freed.
+        /// Without a manager this does nothing. An open session's Dispose still restores what was
+        /// configured before it.
+        /// </summary>
+        public static void Disable()
+        {
+            NotInHandler("ResidencyManager.Disable");
+            lock (Sync) Apply(null);
+        }
+
+        internal static void End(ResidencySession session)
+        {
+            NotInHandler("ResidencySession.Dispose");
+            lock (Sync)
+            {
+                int i = Sessions.IndexOf(session);
+                if (i < 0) return;
+                for (int j = i; j < Sessions.Count; j++) Sessions[j].IsDisposed = true;
+                Sessions.RemoveRange(i, Sessions.Count - i);
+                Apply(session.Previous);
+            }
+        }
+
+        static void Apply(ResidencyConfig config)
+        {
+            if (config == null)
+            {
+                Native.Check(Native.tr_residency_disable(), "tr_residency_disable");
+                Volatile.Write(ref _current, null);
+                return;
+            }
+            var n = config.ToNative();
+            Native.Check(Native.tr_residency_configure(ref n), "tr_residency_configure");
+            Volatile.Write(ref _current, config);
+            // The callback belongs to the manager the library just replaced: register it again.
+            if (_handlers.Length > 0)
+                Native.Check(Native.tr_residency_set_callback(Trampoline, IntPtr.Zero), "tr_residency_set_callback");
+        }
+
+        /// <summary>Whether a manager is running (configured from here or from any other language).</summary>
+        public static bool IsEnabled
+        {
+            get
+            {
+                NotInHandler("ResidencyManager.IsEnabled");
+                NativeResidencyStats s;
+                return Native.tr_residency_stats_get(out s) == Status.Ok;
+            }
+        }
+
+        /// <summary>The configuration last applied through this class (a copy), or null when disabled.</summary>
+        public static ResidencyConfig Current => Volatile.Read(ref _current)?.Clone();
+
+        /// <summary>The manager's counters now (tr_residency_stats_get). Throws TensorRefException (InvalidArg) without a manager.</summary>
+        public static ResidencyStats Statistics
+        {
+            get
+            {
+                NotInHandler("ResidencyManager.Statistics");
+                NativeResidencyStats s;
+                Native.Check(Native.tr_residency_stats_get(out s), "tr_residency_stats_get");
+                return new ResidencyStats(s);
+            }
+        }
+
+        /// <summary>
+        /// Marks the end of an iteration (a step, a forward pass): Flow evicts and prefetches by the
+        /// ops since the previous mark. Throws TensorRefException (InvalidArg) without a manager.
+        /// </summary>
+        public static void MarkIteration()
+        {
+            NotInHandler("ResidencyManager.MarkIteration");
+            Native.Check(Native.tr_residency_mark_iteration(), "tr_residency_mark_iteration");
+        }
+
+        /// <summary>Starts recording the manager's events for WriteTimeline. Throws TensorRefException (InvalidArg) without a manager.</summary>
+        public static void StartTimeline()
+        {
+            NotInHandler("ResidencyManager.StartTimeline");
+            Native.Check(Native.tr_residency_timeline_start(), "tr_residency_timeline_start");
+        }
+
+        /// <summary>
+        /// Writes the events recorded since StartTimeline to `path` as Chrome trace / Perfetto JSON
+        /// (open it at ui.perfetto.dev). Throws TensorRefException (InvalidArg) without a manager,
+        /// without a timeline started, or when the path cannot be written.
+        /// </summary>
+        public static void WriteTimeline(string path)
+        {
+            NotInHandler("ResidencyManager.WriteTimeline");
+            if (path == null) throw new ArgumentNullException("path");
+            Native.Check(Native.tr_residency_timeline_write(Native.Utf8Z(Path.GetFullPath(path))), "tr_residency_timeline_write");
+        }
+
+        /// <summary>
+        /// Every manager event (load, evict, write-back, prefetch, op begin and end), delivered on
+        /// the thread whose op caused it, while the library holds the manager's lock: a handler
+        /// must be quick and must not call libtensorref (the residency calls throw
+        /// InvalidOperationException there; any other call deadlocks). Handlers stay subscribed
+        /// across Configure and Disable. An exception from a handler does not reach the op: it is
+        /// kept for TakeEventHandlerException and the other handlers still run.
+        /// </summary>
+        public static event Action<ResidencyEvent> Events
+        {
+            add
+            {
+                NotInHandler("subscribing to ResidencyManager.Events");
+                if (value == null) return;
+                lock (Sync)
+                {
+                    var now = new Action<ResidencyEvent>[_handlers.Length + 1];
+                    Array.Copy(_handlers, now, _handlers.Length);
+                    now[_handlers.Length] = value;
+                    Volatile.Write(ref _handlers, now);
+                    if (now.Length == 1) SetCallback(Trampoline);
+                }
+            }
+            remove
+            {
+                NotInHandler("unsubscribing from ResidencyManager.Events");
+                if (value == null) return;
+                lock (Sync)
+                {
+                    int i = Array.LastIndexOf(_handlers, value);
+                    if (i < 0) return;
+                    var now = new Action<ResidencyEvent>[_handlers.Length - 1];
+                    Array.Copy(_handlers, 0, now, 0, i);
+                    Array.Copy(_handlers, i + 1, now, i, now.Length - i);
+                    Volatile.Write(ref _handlers, now);
+                    if (now.Length == 0) SetCallback(null);
+                }
+            }
+        }
+
+        /// <summary>Registers (or removes) the trampoline on the running manager; without one, Configure does it.</summary>
+        static void SetCallback(NativeEventFn fn)
+        {
+            var status = Native.tr_residency_set_callback(fn, IntPtr.Zero);
+            if (status != Status.InvalidArg) Native.Check(status, "tr_residency_set_callback");
+        }
+
+        /// <summary>The first exception an Events handler threw since the last call (null if none); clears it.</summary>
+        public static Exception TakeEventHandlerException() => Interlocked.Exchange(ref _handlerException, null);
+
+        /// <summary>How many times an Events handler has thrown in this process.</summary>
+        public static long EventHandlerExceptionCount => Interlocked.Read(ref _handlerExceptions);
+
+        // Called by the library with the manager locked. Must not throw.
+        static void OnNativeEvent(ref NativeEvent e, IntPtr user)
+        {
+            try
+            {
+                var handlers = Volatile.Read(ref _handlers);
+                if (handlers.Length == 0) return;
+                var ev = new ResidencyEvent(ref e, e.Op == IntPtr.Zero ? "" : OpNames.GetOrAdd(e.Op, ReadOpName));
+                _inHandler++;
+                try
+                {
+                    foreach (var h in handlers)
+                    {
+                        try { h(ev); }
+                        catch (Exception x) { Record(x); }
+                    }
+                }
+                finally
+                {
+                    _inHandler--;
+                }
+            }
+            catch (Exception x)
+            {
+                Record(x);
+            }
+        }
+
+        static void Record(Exception x)
+        {
+            Interlocked.Increment(ref _handlerExceptions);
+            Interlocked.CompareExchange(ref _handlerException, x, null);
+        }
+
+        internal static void NotInHandler(string what)
+        {
+            if (_inHandler != 0)
+                throw new InvalidOperationException(
+                    what + " was called from a ResidencyManager.Events handler: handlers run while the library " +
+                    "holds the manager's lock and must not call libtensorref");
+        }
+    }
+
+    /// <summary>The manager's counters at one moment (tr_residency_stats), since it was configured.</summary>
+    public struct ResidencyStats
+    {
+        internal ResidencyStats(NativeResidencyStats s)
+        {
+            Budget = s.Budget;
+            DeviceBytes = s.DeviceBytes;
+            PeakDeviceBytes = s.PeakDeviceBytes;
+            PinnedBytes = s.PinnedBytes;
+            Ops = s.Ops;
+            Loads = s.Loads;
+            LoadBytes = s.LoadBytes;
+            Evictions = s.Evictions;
+            EvictedBytes = s.EvictedBytes;
+            WriteBacks = s.WriteBacks;
+            WriteBackBytes = s.WriteBackBytes;
+            Prefetches = s.Prefetches;
+            PrefetchBytes = s.PrefetchBytes;
+            PrefetchHits = s.PrefetchHits;
+            PrefetchMisses = s.PrefetchMisses;
+            TransferWaitNs = s.TransferWaitNs;
+            OomRetries = s.OomRetries;
+        }
+
+        /// <summary>The device byte budget; ulong.MaxValue for a policy without one (Resident).</summary>
+        public ulong Budget { get; }
+        /// <summary>Bytes the manager holds on the device now.</summary>
+        public ulong DeviceBytes { get; }
+        public ulong PeakDeviceBytes { get; }
+        public ulong PinnedBytes { get; }
+        public ulong Ops { get; }
+        /// <summary>Copies to the device, prefetches included.</summary>
+        public ulong Loads { get; }
+        public ulong LoadBytes { get; }
+        public ulong Evictions { get; }
+        public ulong EvictedBytes { get; }
+        /// <summary>Evicted device copies that were newer than the host copy and were copied back first.</summary>
+        public ulong WriteBacks { get; }
+        public ulong WriteBackBytes { get; }
+        public ulong Prefetches { get; }
+        public ulong PrefetchBytes { get; }
+        /// <summary>Inputs found on the device because a prefetch brought them.</summary>
+        public ulong PrefetchHits { get; }
+        /// <summary>Inputs loaded at op time while the program followed a recorded trace.</summary>
+        public ulong PrefetchMisses { get; }
+        /// <summary>Time ops waited on loads and write-backs, in nanoseconds.</summary>
+        public ulong TransferWaitNs { get; }
+        /// <summary>Ops retried after an out-of-memory error made the manager evict.</summary>
+        public ulong OomRetries { get; }
+
+        /// <summary>Whether the policy keeps to a budget (false under Resident).</summary>
+        public bool IsBounded => Budget != ulong.MaxValue;
+
+        public TimeSpan TransferWait => TimeSpan.FromTicks((long)(TransferWaitNs / 100));
+
+        public override string ToString() =>
+            string.Format("device {0} B (peak {1}, budget {2}, pinned {3}), {4} ops, {5} loads ({6} B), " +
+                          "{7} evictions ({8} B), {9} write-backs ({10} B), {11} prefetches ({12} B), " +
+                          "prefetch hits {13} misses {14}, transfer wait {15} ns, {16} OOM retries",
+                          DeviceBytes, PeakDeviceBytes, IsBounded ? Budget.ToString() : "none", PinnedBytes, Ops, Loads,
+                          LoadBytes, Evictions, EvictedBytes, WriteBacks, WriteBackBytes, Prefetches, PrefetchBytes,
+                          PrefetchHits, PrefetchMisses, TransferWaitNs, OomRetries);
+    }
+
+    /// <summary>One manager event (tr_event), copied for the handler.</summary>
+    public struct ResidencyEvent
+    {
+        internal ResidencyEvent(ref NativeEvent e, string op)
+        {
+            Kind = (ResidencyEventKind)e.Kind;
+            Entry = e.Entry;
+            Bytes = e.Bytes;
+            DeviceBytes = e.DeviceBytes;
+            Op = op;
+            TimeMicroseconds = e.TimeUs;
+            DurationMicroseconds = e.DurationUs;
+        }
+
+        public ResidencyEventKind Kind { get; }
+        /// <summary>The storage concerned (shared by aliases; not a handle id), 0 for op events.</summary>
+        public ulong Entry { get; }
+        public ulong Bytes { get; }
+        /// <summary>The manager's device bytes right after the event.</summary>
+        public ulong DeviceBytes { get; }
+        /// <summary>The op's name ("matmul"), or what moved the bytes ("prefetch", "drain", "after op").</summary>
+        public string Op { get; }
+        /// <summary>Microseconds since the manager was configured.</summary>
+        public double TimeMicroseconds { get; }
+        /// <summary>How long a transfer took, in microseconds (0 for op events).</summary>
+        public double DurationMicroseconds { get; }
+
+        public override string ToString() =>
+            string.Format("{0,10:F1} us {1} {2} entry {3} {4} B, device {5} B", TimeMicroseconds, Kind, Op, Entry, Bytes, DeviceBytes);
+    }
+
+    public sealed partial class Tensor
+    {
+        /// <summary>
+        /// Pins this tensor resident on the device (loaded now, never evicted, counted against the
+        /// budget), or with `false` unpins it. Returns this. Throws TensorRefException:
+        /// BudgetTooSmall when the pinned bytes would exceed the budget, InvalidArg without a manager.
+        /// </summary>
+        public Tensor PinResident(bool pinned = true)
+        {
+            ResidencyManager.NotInHandler("Tensor.PinResident");
+            Native.Check(Native.tr_tensor_pin_resident(Handle, pinned), "tr_tensor_pin_resident");
+            return this;
+        }
+
+        /// <summary>Whether this tensor has a copy on the compute device now. Throws TensorRefException (InvalidArg) without a manager.</summary>
+        public bool IsResident
+        {
+            get
+            {
+                ResidencyManager.NotInHandler("Tensor.IsResident");
+                bool resident;
+                Native.Check(Native.tr_tensor_is_resident(Handle, out resident), "tr_tensor_is_resident");
+                return resident;
+            }
+        }
+    }
+}
