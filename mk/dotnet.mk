@@ -32,7 +32,11 @@ DOTNET_TEST_SRC := \
   bindings/dotnet/tests/AbiTests.cs \
   bindings/dotnet/tests/BadInputTests.cs \
   bindings/dotnet/tests/Check.cs \
+  bindings/dotnet/tests/HeaderLayoutTests.cs \
   bindings/dotnet/tests/LifetimeTests.cs \
+  bindings/dotnet/tests/MiniJson.cs \
+  bindings/dotnet/tests/ResidencyApiTests.cs \
+  bindings/dotnet/tests/ResidencyTests.cs \
   bindings/dotnet/tests/Runner.cs \
   bindings/dotnet/tests/ScopeApiTests.cs \
   bindings/dotnet/tests/ScopeFactsTests.cs \

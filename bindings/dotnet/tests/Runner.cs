@@ -1,6 +1,7 @@
 // A self-contained test runner (no NuGet offline): finds every [Test] method of this assembly by
-// reflection, runs each on the main thread from a clean state (statistics reset, no scope open),
-// fails a test that leaves a scope open or changes tr_live_handles(), and at the end checks, after
+// reflection, runs each on the main thread from a clean state (statistics reset, no scope open,
+// no residency manager), fails a test that leaves a scope open, the residency manager on, or
+// tr_live_handles() changed, and at the end checks, after
 // forcing the finalizers, that tr_live_handles() is back to where the suite started. The last
 // line is exactly "N passed, N failed"; the exit status is non-zero on any failure.
 //
@@ -74,8 +75,22 @@ namespace TensorRef.Tests
                 if (DisposeScopeManager.CurrentDisposeScope != null || Helpers.CurrentScopeId() != 0)
                     return "a scope was left open before this test";
                 DisposeScopeManager.Statistics.Reset();
+                if (ResidencyManager.IsEnabled)
+                    return "a residency manager was left on before this test";
                 long before = torch.LiveHandles;
-                m.Invoke(null, null);
+                bool leftOn;
+                try
+                {
+                    m.Invoke(null, null);
+                }
+                finally
+                {
+                    // Off for the next test whatever happened (also frees what it holds on the device).
+                    leftOn = ResidencyManager.IsEnabled;
+                    if (leftOn) ResidencyManager.Disable();
+                }
+                if (leftOn)
+                    return "the test left the residency manager on";
                 if (Helpers.CurrentScopeId() != 0)
                     return "the test left a scope open";
                 long after = torch.LiveHandles;

@@ -2,7 +2,8 @@
 // against its prototype in the committed header include/tensorref.h: the function exists, the
 // parameter count matches, and each C type is marshalled by a C# type of the same size and
 // passing convention. A hand-copied declaration that drifted from the header fails here, not as
-// a corrupted stack at run time.
+// a corrupted stack at run time. Every residency function must be bound. (The structs passed by
+// pointer and the callback type are checked field by field in HeaderLayoutTests.)
 using System;
 using System.Collections.Generic;
 using System.IO;
@@ -41,6 +42,12 @@ namespace TensorRef.Tests
             { "char *", new[] { "Byte[]" } },
             { "const uint8_t *", new[] { "IntPtr" } },
             { "uint8_t *", new[] { "IntPtr" } },
+            { "const char *", new[] { "Byte[]" } },
+            { "void *", new[] { "IntPtr" } },
+            { "const struct tr_residency_config *", new[] { "NativeResidencyConfig&" } },
+            { "struct tr_residency_config *", new[] { "NativeResidencyConfig&" } },
+            { "struct tr_residency_stats *", new[] { "NativeResidencyStats&" } },
+            { "tr_event_fn", new[] { "NativeEventFn" } },
         };
 
         static readonly Dictionary<string, string> Returns = new Dictionary<string, string>
@@ -49,7 +56,7 @@ namespace TensorRef.Tests
             { "uint64_t", "UInt64" }, { "size_t", "UIntPtr" },
         };
 
-        static string HeaderText()
+        internal static string HeaderText()
         {
             for (var dir = new DirectoryInfo(Path.GetDirectoryName(typeof(SignatureTests).Assembly.Location));
                  dir != null; dir = dir.Parent)
@@ -123,6 +130,8 @@ namespace TensorRef.Tests
             Check.True(problems.Count == 0, "every P/Invoke matches the header:\n" + string.Join("\n", problems));
             var bound = new HashSet<string>(methods.Select(m => m.GetCustomAttribute<DllImportAttribute>()?.EntryPoint ?? m.Name));
             var unbound = protos.Keys.Where(k => !bound.Contains(k)).OrderBy(k => k).ToList();
+            var residency = unbound.Where(k => k.StartsWith("tr_residency_") || k.EndsWith("_resident")).ToList();
+            Check.True(residency.Count == 0, "every residency function is bound; missing: " + string.Join(", ", residency));
             if (unbound.Count > 0)
                 Console.WriteLine("     (not bound in .NET yet: " + string.Join(", ", unbound) + ")");
         }

@@ -1,0 +1,251 @@
+// The .NET side of the residency API: sessions restore what was configured before them (nested,
+// and disposed out of order); Configure copies its config; Events handlers stay subscribed across
+// reconfiguration, are kept alive by the binding while subscribed (the GC may run at any time) and
+// let go after; a handler's exception never reaches the op or native code; a handler calling the
+// manager gets InvalidOperationException instead of a deadlock; events arrive on the op's thread.
+using System;
+using System.Collections.Generic;
+using System.Runtime.CompilerServices;
+using System.Threading;
+using TensorRef;
+
+namespace TensorRef.Tests
+{
+    static class ResidencyApiTests
+    {
+        static ResidencyConfig Flow(ulong budget) => new ResidencyConfig(ResidencyPolicy.Flow, budget);
+
+        /// <summary>A few ops that load, place results and (under a small budget) evict.</summary>
+        static void SomeOps()
+        {
+            using (torch.NewDisposeScope())
+            {
+                var a = torch.Randn(new long[] { 16, 16 });
+                a.Matmul(a).Tanh().Add(a);
+            }
+        }
+
+        [Test]
+        static void Session_Using_RestoresThePreviousConfiguration()
+        {
+            using (ResidencyManager.Configure(Flow(1 << 20)))
+            {
+                using (var inner = ResidencyManager.Configure(new ResidencyConfig(ResidencyPolicy.Genoa, 1 << 16)))
+                {
+                    Check.Equal(ResidencyPolicy.Genoa, ResidencyManager.Current.Policy, "the inner configuration is current");
+                    Check.Equal(1UL << 16, ResidencyManager.Statistics.Budget, "the library runs the inner budget");
+                    Check.Equal(ResidencyPolicy.Genoa, inner.Config.Policy, "the session's config");
+                }
+                Check.Equal(ResidencyPolicy.Flow, ResidencyManager.Current.Policy, "the outer configuration is back");
+                Check.Equal(1UL << 20, ResidencyManager.Statistics.Budget, "the library runs the outer budget again");
+
+                ResidencyManager.Disable();
+                Check.True(!ResidencyManager.IsEnabled, "Disable inside a session stops the manager");
+                using (ResidencyManager.Configure(Flow(1 << 18))) { }
+                Check.True(!ResidencyManager.IsEnabled, "a session opened while disabled restores 'disabled'");
+            }
+            Check.True(!ResidencyManager.IsEnabled && ResidencyManager.Current == null, "no manager after the outer session");
+
+            var unbounded = new ResidencyConfig(ResidencyPolicy.Resident, 0);
+            using (ResidencyManager.Configure(unbounded))
+                Check.True(!ResidencyManager.Statistics.IsBounded, "Resident keeps no budget");
+        }
+
+        [Test]
+        static void Session_DisposedOutOfOrder_EndsTheSessionsOpenedAfterIt()
+        {
+            var outer = ResidencyManager.Configure(Flow(1 << 20));
+            var inner = ResidencyManager.Configure(Flow(1 << 16));
+            outer.Dispose();
+            Check.True(outer.IsDisposed && inner.IsDisposed, "disposing the outer session ends the inner one too");
+            Check.True(!ResidencyManager.IsEnabled, "back to what was before the outer session");
+            using (ResidencyManager.Configure(Flow(1 << 18)))
+            {
+                inner.Dispose();
+                outer.Dispose();
+                Check.Equal(1UL << 18, ResidencyManager.Statistics.Budget, "ended sessions' Dispose does nothing");
+            }
+        }
+
+        [Test]
+        static void Configure_CopiesTheConfig()
+        {
+            var config = Flow(1 << 20);
+            using (var session = ResidencyManager.Configure(config))
+            {
+                config.BudgetBytes = 5;
+                config.Policy = ResidencyPolicy.Genoa;
+                Check.Equal(1UL << 20, ResidencyManager.Current.BudgetBytes, "Current is unchanged");
+                Check.Equal(ResidencyPolicy.Flow, session.Config.Policy, "so is the session's");
+                Check.Equal(1UL << 20, ResidencyManager.Statistics.Budget, "and the library's");
+            }
+            var d = new ResidencyConfig();
+            Check.True(d.Device == ResidencyDevice.Simulated && d.Policy == ResidencyPolicy.Flow && d.PrefetchDepth == 2 &&
+                       d.PinHostMemory && d.BudgetBytes == 0 && d.SimulatedCapacity == 0, "the library's defaults: " + d);
+        }
+
+        // ------------------------------------------------------------ events
+
+        [Test]
+        static void Events_SurviveReconfiguration_AndStopWhenUnsubscribed()
+        {
+            int calls = 0;
+            Action<ResidencyEvent> count = e => calls++;
+            ResidencyManager.Events += count; // before any manager: registered by Configure
+            try
+            {
+                using (ResidencyManager.Configure(Flow(4096)))
+                {
+                    SomeOps();
+                    Check.True(calls > 0, "events arrive from a manager configured after subscribing");
+                    using (ResidencyManager.Configure(Flow(8192))) { }
+                    calls = 0;
+                    SomeOps();
+                    Check.True(calls > 0, "and still after the manager was replaced twice");
+                    ResidencyManager.Events -= count;
+                    calls = 0;
+                    SomeOps();
+                    Check.Equal(0, calls, "no events after unsubscribing");
+                }
+            }
+            finally
+            {
+                ResidencyManager.Events -= count;
+            }
+        }
+
+        [Test]
+        static void Events_HandlerExceptions_NeverReachTheOp()
+        {
+            ResidencyManager.TakeEventHandlerException();
+            long thrown = ResidencyManager.EventHandlerExceptionCount;
+            int after = 0;
+            Action<ResidencyEvent> bad = e => { throw new ApplicationException("handler failed at " + e.Kind); };
+            Action<ResidencyEvent> good = e => after++;
+            ResidencyManager.Events += bad;
+            ResidencyManager.Events += good;
+            try
+            {
+                using (ResidencyManager.Configure(Flow(4096)))
+                    SomeOps(); // would not return if an exception unwound through native code
+            }
+            finally
+            {
+                ResidencyManager.Events -= bad;
+                ResidencyManager.Events -= good;
+            }
+            Check.True(after > 0, "the next handler still ran for every event");
+            long n = ResidencyManager.EventHandlerExceptionCount - thrown;
+            Check.Equal((long)after, n, "one caught exception per event");
+            var first = ResidencyManager.TakeEventHandlerException();
+            Check.True(first is ApplicationException && first.Message.StartsWith("handler failed"), "the first exception is kept: " + first);
+            Check.True(ResidencyManager.TakeEventHandlerException() == null, "and taken once");
+        }
+
+        [Test]
+        static void Events_HandlerCallingTheManager_GetsInvalidOperation_NotADeadlock()
+        {
+            ResidencyManager.TakeEventHandlerException();
+            Action<ResidencyEvent> reentrant = e => { var s = ResidencyManager.Statistics; };
+            ResidencyManager.Events += reentrant;
+            try
+            {
+                using (ResidencyManager.Configure(Flow(4096)))
+                    SomeOps();
+            }
+            finally
+            {
+                ResidencyManager.Events -= reentrant;
+            }
+            var x = ResidencyManager.TakeEventHandlerException();
+            Check.True(x is InvalidOperationException && x.Message.Contains("must not call libtensorref"),
+                       "the handler's call was refused: " + x);
+        }
+
+        [Test]
+        static void Events_ComeOnTheThreadOfTheOp()
+        {
+            var threads = new HashSet<int>();
+            Action<ResidencyEvent> where = e => { lock (threads) threads.Add(Thread.CurrentThread.ManagedThreadId); };
+            ResidencyManager.Events += where;
+            int worker = 0;
+            try
+            {
+                using (ResidencyManager.Configure(Flow(4096)))
+                {
+                    var th = new Thread(() => { worker = Thread.CurrentThread.ManagedThreadId; SomeOps(); });
+                    th.Start();
+                    th.Join();
+                    Check.Equal(1, threads.Count, "only the worker has run ops so far");
+                    SomeOps();
+                }
+            }
+            finally
+            {
+                ResidencyManager.Events -= where;
+            }
+            Check.True(threads.Contains(worker), "the worker's ops reported on the worker's thread");
+            Check.True(threads.Contains(Thread.CurrentThread.ManagedThreadId), "this thread's ops reported here");
+        }
+
+        sealed class Counter
+        {
+            public int Calls;
+        }
+
+        static Counter _counter;
+        static WeakReference _handler;
+
+        // Subscribing and unsubscribing on threads that then end, so no stack slot of this thread
+        // can keep the handler reachable: only the binding holds it.
+        static void OnThread(ThreadStart f)
+        {
+            var th = new Thread(f);
+            th.Start();
+            th.Join();
+        }
+
+        [MethodImpl(MethodImplOptions.NoInlining)]
+        static void Subscribe()
+        {
+            var counter = _counter = new Counter();
+            Action<ResidencyEvent> h = e => counter.Calls++;
+            _handler = new WeakReference(h);
+            ResidencyManager.Events += h;
+        }
+
+        [MethodImpl(MethodImplOptions.NoInlining)]
+        static void Unsubscribe()
+        {
+            ResidencyManager.Events -= (Action<ResidencyEvent>)_handler.Target;
+        }
+
+        static void Collect()
+        {
+            for (int i = 0; i < 3; i++) { GC.Collect(); GC.WaitForPendingFinalizers(); }
+        }
+
+        [Test]
+        static void Events_HandlerIsKeptAliveWhileSubscribed_AndLetGoAfter()
+        {
+            OnThread(Subscribe);
+            try
+            {
+                Collect();
+                Check.True(_handler.IsAlive, "the binding keeps a subscribed handler reachable");
+                using (ResidencyManager.Configure(Flow(4096)))
+                {
+                    Collect();
+                    SomeOps();
+                }
+                Check.True(_counter.Calls > 0, "events reached the handler after collections");
+            }
+            finally
+            {
+                OnThread(Unsubscribe);
+            }
+            Collect();
+            Check.True(!_handler.IsAlive, "an unsubscribed handler is not kept");
+        }
+    }
+}
