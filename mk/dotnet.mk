@@ -2,7 +2,8 @@
 # offline; the .csproj files build the same sources with the SDK), tested, its example run, and
 # its overhead benchmarked.
 #
-#   make test-dotnet    the C# suite (prints "N passed, N failed") and examples/csharp/TrainMlp.cs
+#   make test-dotnet    the C# suite (prints "N passed, N failed") and the examples in examples/csharp:
+#                       TrainMlp.cs (dispose scopes) and FlowStack.cs (the residency manager's Flow)
 #   make bench-dotnet   4-element add through C# against the same add from C (release library)
 #
 # The library is found through LD_LIBRARY_PATH ([DllImport("tensorref")] -> libtensorref.so), set
@@ -54,17 +55,23 @@ $(DOTNET_OUT)/TensorRef.dll: $(DOTNET_LIB_SRC) | dotnet-setup
 $(DOTNET_OUT)/TensorRef.Tests.exe: $(DOTNET_TEST_SRC) $(DOTNET_OUT)/TensorRef.dll
 	$(MCS) -debug -r:$(DOTNET_OUT)/TensorRef.dll -out:$@ $(DOTNET_TEST_SRC)
 
-$(DOTNET_OUT)/TrainMlp.exe: examples/csharp/TrainMlp.cs $(DOTNET_OUT)/TensorRef.dll
-	$(MCS) -debug -r:$(DOTNET_OUT)/TensorRef.dll -out:$@ examples/csharp/TrainMlp.cs
+# Each example is one file: examples/csharp/X.cs -> X.exe.
+DOTNET_EXAMPLES := TrainMlp FlowStack
+
+$(DOTNET_OUT)/%.exe: examples/csharp/%.cs $(DOTNET_OUT)/TensorRef.dll
+	$(MCS) -debug -r:$(DOTNET_OUT)/TensorRef.dll -out:$@ $<
 
 # A stand-in libtensorref.so reporting ABI 999, for the ABI-mismatch test.
 $(DOTNET_OUT)/fake-abi/libtensorref.so: bindings/dotnet/tests/fake_abi.c
 	mkdir -p $(dir $@)
 	cc -shared -fPIC -o $@ $<
 
-test-dotnet: build $(DOTNET_OUT)/TensorRef.Tests.exe $(DOTNET_OUT)/TrainMlp.exe $(DOTNET_OUT)/fake-abi/libtensorref.so
+test-dotnet: build $(DOTNET_OUT)/TensorRef.Tests.exe $(DOTNET_EXAMPLES:%=$(DOTNET_OUT)/%.exe) $(DOTNET_OUT)/fake-abi/libtensorref.so
 	cd $(DOTNET_OUT) && LD_LIBRARY_PATH=$(LIB_DIR) TR_FAKE_ABI_DIR=$(DOTNET_OUT)/fake-abi $(MONO) TensorRef.Tests.exe
-	cd $(DOTNET_OUT) && LD_LIBRARY_PATH=$(LIB_DIR) $(MONO) TrainMlp.exe
+	for ex in $(DOTNET_EXAMPLES); do \
+	  echo "== examples/csharp/$$ex.cs"; \
+	  (cd $(DOTNET_OUT) && LD_LIBRARY_PATH=$(LIB_DIR) $(MONO) $$ex.exe); \
+	done
 
 # ---------------------------------------------------------------- benchmark (release library)
 DOTNET_BENCH := $(DOTNET_OUT)/bench
