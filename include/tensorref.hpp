@@ -37,6 +37,13 @@
 //   another thread. A Scope belongs to the thread that opened it (it captures that thread's
 //   handles); disposing it from another thread is allowed.
 //
+// Residency.
+//   tr::Residency runs the process's residency manager (a device byte budget; policies Resident,
+//   Genoa, Flow) while it lives: its constructor configures it from a tr::ResidencyConfig (the
+//   library's defaults plus your budget), its destructor disables it. Statistics, iteration marks
+//   and timelines are its static members; Tensor::pin_resident / is_resident pin and probe. Events
+//   reach a std::function; whatever it throws is caught before it can reach the library.
+//
 // Ops are generated from src/ops/ops.def by tools/emit_cpp.py: member functions
 // (include/tensorref_ops.hpp: a.add(b), x.relu(), w.requires_grad_(true)) and free functions
 // (include/tensorref_functions.hpp: tr::add(a, b), tr::zeros({2, 3}), tr::sgd_step({w}, 0.1)),
@@ -50,10 +57,14 @@
 #include "tensorref.h"
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <initializer_list>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -469,6 +480,21 @@ class Tensor : public detail::TensorOps<Tensor> {
     /// TR_ERR_SCOPE_DISPOSED and changes nothing.
     void move_to_scope(const ScopeRef& target) const;
 
+    // ------------------------------------------------------------ residency (see tr::Residency)
+
+    /// Pins the tensor resident on the compute device (true: loaded now, never evicted, counted
+    /// against the budget) or unpins it (false). Throws TR_ERR_BUDGET_TOO_SMALL when the pinned
+    /// bytes would exceed the budget, TR_ERR_INVALID_ARG when no manager runs.
+    void pin_resident(bool pinned = true) const { detail::call(tr_tensor_pin_resident, h_, pinned); }
+
+    /// Whether the tensor has a copy on the compute device now. Throws TR_ERR_INVALID_ARG when no
+    /// manager runs.
+    bool is_resident() const {
+        bool out = false;
+        detail::call(tr_tensor_is_resident, h_, &out);
+        return out;
+    }
+
   private:
     void release_quietly() noexcept {
         if (h_.id != 0) (void)tr_tensor_release(h_);
@@ -684,6 +710,367 @@ class NoGradGuard {
 
   private:
     bool previous_ = true;
+};
+
+// ---------------------------------------------------------------- residency
+// The residency manager (shared/spec/residency.md) decides where each tensor's bytes live: ops
+// bring their inputs to the compute device and the policy places the results, under a hard device
+// byte budget. There is one manager per process; tr::Residency runs it for as long as it lives.
+
+/// Where the manager computes (TR_DEVICE_*). Simulated: host memory accounted as device memory,
+/// with real copies on load and evict (no accelerator needed).
+enum class ComputeDevice : int32_t {
+    Cpu = TR_DEVICE_CPU,
+    Cuda = TR_DEVICE_CUDA,
+    Simulated = TR_DEVICE_SIMULATED,
+};
+
+/// How the manager places tensors (TR_POLICY_*). Resident: everything on the device, no budget.
+/// Genoa: inputs go to the device just before each op, everything goes back right after. Flow:
+/// results stay; the manager evicts when the budget is reached and, once an iteration was
+/// recorded (Residency::mark_iteration), evicts by next use and prefetches.
+enum class Policy : int32_t {
+    Resident = TR_POLICY_RESIDENT,
+    Genoa = TR_POLICY_GENOA,
+    Flow = TR_POLICY_FLOW,
+};
+
+/// The manager's configuration (tr_residency_config). A default-constructed one holds the
+/// library's defaults (tr_residency_config_default): simulated device, Flow, pinned host memory,
+/// prefetch depth 2, unlimited simulated capacity, and a budget of 0, which Genoa and Flow refuse:
+/// set budget_bytes.
+struct ResidencyConfig {
+    ComputeDevice device;
+    /// The CUDA device number (ComputeDevice::Cuda only).
+    int32_t device_index;
+    Policy policy;
+    /// Hard limit on the bytes the manager holds on the device (Resident ignores it).
+    uint64_t budget_bytes;
+    /// Page-locked host copies (asynchronous CUDA copies).
+    bool pin_host_memory;
+    /// How many ops ahead Flow prefetches once it follows a recorded trace.
+    uint32_t prefetch_depth;
+    /// The simulated device's physical memory; 0 for unlimited.
+    uint64_t simulated_capacity;
+
+    /// The library's defaults.
+    ResidencyConfig() {
+        tr_residency_config c{};
+        detail::call(tr_residency_config_default, &c);
+        *this = ResidencyConfig(c);
+    }
+
+    /// The defaults with this policy and budget.
+    ResidencyConfig(Policy policy_, uint64_t budget_bytes_) : ResidencyConfig() {
+        policy = policy_;
+        budget_bytes = budget_bytes_;
+    }
+
+    explicit ResidencyConfig(const tr_residency_config& c) noexcept
+        : device(static_cast<ComputeDevice>(c.device)),
+          device_index(c.device_index),
+          policy(static_cast<Policy>(c.policy)),
+          budget_bytes(c.budget_bytes),
+          pin_host_memory(c.pin_host_memory),
+          prefetch_depth(c.prefetch_depth),
+          simulated_capacity(c.simulated_capacity) {}
+
+    tr_residency_config to_c() const noexcept {
+        tr_residency_config c{};
+        c.device = static_cast<int32_t>(device);
+        c.device_index = device_index;
+        c.policy = static_cast<int32_t>(policy);
+        c.budget_bytes = budget_bytes;
+        c.pin_host_memory = pin_host_memory;
+        c.prefetch_depth = prefetch_depth;
+        c.simulated_capacity = simulated_capacity;
+        return c;
+    }
+};
+
+/// The manager's counters since it was configured (tr_residency_stats). Bytes are device bytes.
+struct ResidencyStats {
+    // Gauges.
+    uint64_t budget = 0;
+    uint64_t device_bytes = 0;
+    uint64_t peak_device_bytes = 0;
+    uint64_t pinned_bytes = 0;
+    // Counters.
+    uint64_t ops = 0;
+    uint64_t loads = 0;
+    uint64_t load_bytes = 0;
+    uint64_t evictions = 0;
+    uint64_t evicted_bytes = 0;
+    uint64_t write_backs = 0;
+    uint64_t write_back_bytes = 0;
+    uint64_t prefetches = 0;
+    uint64_t prefetch_bytes = 0;
+    /// Inputs found on the device because a prefetch brought them.
+    uint64_t prefetch_hits = 0;
+    /// Inputs loaded at op time while the program followed a recorded trace.
+    uint64_t prefetch_misses = 0;
+    /// Time ops waited on loads and write-backs, in nanoseconds.
+    uint64_t transfer_wait_ns = 0;
+    /// Ops retried after an out-of-memory error made the manager evict.
+    uint64_t oom_retries = 0;
+
+    ResidencyStats() noexcept = default;
+    explicit ResidencyStats(const tr_residency_stats& s) noexcept
+        : budget(s.budget), device_bytes(s.device_bytes), peak_device_bytes(s.peak_device_bytes),
+          pinned_bytes(s.pinned_bytes), ops(s.ops), loads(s.loads), load_bytes(s.load_bytes),
+          evictions(s.evictions), evicted_bytes(s.evicted_bytes), write_backs(s.write_backs),
+          write_back_bytes(s.write_back_bytes), prefetches(s.prefetches), prefetch_bytes(s.prefetch_bytes),
+          prefetch_hits(s.prefetch_hits), prefetch_misses(s.prefetch_misses),
+          transfer_wait_ns(s.transfer_wait_ns), oom_retries(s.oom_retries) {}
+
+    /// What happened since `earlier` (an older reading): the counters' differences, with the
+    /// gauges (budget, device, peak and pinned bytes) as they are now.
+    ResidencyStats since(const ResidencyStats& earlier) const noexcept {
+        ResidencyStats d = *this;
+        d.ops -= earlier.ops;
+        d.loads -= earlier.loads;
+        d.load_bytes -= earlier.load_bytes;
+        d.evictions -= earlier.evictions;
+        d.evicted_bytes -= earlier.evicted_bytes;
+        d.write_backs -= earlier.write_backs;
+        d.write_back_bytes -= earlier.write_back_bytes;
+        d.prefetches -= earlier.prefetches;
+        d.prefetch_bytes -= earlier.prefetch_bytes;
+        d.prefetch_hits -= earlier.prefetch_hits;
+        d.prefetch_misses -= earlier.prefetch_misses;
+        d.transfer_wait_ns -= earlier.transfer_wait_ns;
+        d.oom_retries -= earlier.oom_retries;
+        return d;
+    }
+};
+
+/// The kind of a manager event (TR_EVENT_*).
+enum class EventKind : int32_t {
+    Load = TR_EVENT_LOAD,
+    Evict = TR_EVENT_EVICT,
+    WriteBack = TR_EVENT_WRITE_BACK,
+    OpBegin = TR_EVENT_OP_BEGIN,
+    OpEnd = TR_EVENT_OP_END,
+    Prefetch = TR_EVENT_PREFETCH,
+};
+
+inline const char* event_kind_name(EventKind k) noexcept {
+    switch (k) {
+        case EventKind::Load: return "load";
+        case EventKind::Evict: return "evict";
+        case EventKind::WriteBack: return "write-back";
+        case EventKind::OpBegin: return "op-begin";
+        case EventKind::OpEnd: return "op-end";
+        case EventKind::Prefetch: return "prefetch";
+    }
+    return "unknown";
+}
+
+/// One manager event (tr_event), as the callback receives it.
+struct Event {
+    EventKind kind;
+    /// The storage concerned (shared by aliases; not a handle), 0 for op events.
+    uint64_t entry;
+    uint64_t bytes;
+    /// The manager's device bytes right after the event.
+    uint64_t device_bytes;
+    /// The op's name: static text, valid for the life of the process.
+    const char* op;
+    /// Microseconds since the manager was configured.
+    double time_us;
+    /// Duration of a transfer in microseconds (0 for op events).
+    double duration_us;
+};
+
+/// Receives manager events; see Residency::set_callback for what it may and may not do.
+using EventCallback = std::function<void(const Event&)>;
+
+namespace detail {
+
+/// Whether a tr::Residency is alive in this process.
+inline std::atomic<bool>& residency_owned() {
+    static std::atomic<bool> owned{false};
+    return owned;
+}
+
+/// What a Residency shares with its callbacks: the first exception one of them threw.
+struct ResidencyState {
+    std::mutex mutex;
+    std::exception_ptr error;
+
+    void record(std::exception_ptr e) noexcept {
+        try {
+            std::lock_guard<std::mutex> lock(mutex);
+            if (!error) error = std::move(e);
+        } catch (...) {  // a failing lock: the exception is lost, nothing unwinds
+        }
+    }
+};
+
+/// One installed callback: the user pointer given to tr_residency_set_callback. A new sink is
+/// made for every set_callback, so the library never sees a std::function being replaced.
+struct EventSink {
+    EventCallback fn;
+    ResidencyState* state;
+    std::atomic<bool> failed{false};
+};
+
+/// The C callback: calls the sink's function and catches everything it throws (nothing may
+/// unwind into the library); after a throw the sink is silent.
+inline void event_trampoline(const tr_event* e, void* user) noexcept {
+    auto* sink = static_cast<EventSink*>(user);
+    if (e == nullptr || sink == nullptr || sink->failed.load(std::memory_order_acquire)) return;
+    try {
+        Event event{static_cast<EventKind>(e->kind), e->entry, e->bytes, e->device_bytes,
+                    e->op != nullptr ? e->op : "", e->time_us, e->duration_us};
+        sink->fn(event);
+    } catch (...) {
+        sink->failed.store(true, std::memory_order_release);
+        sink->state->record(std::current_exception());
+    }
+}
+
+}  // namespace detail
+
+/// Runs the process's residency manager while it lives: the constructor configures it
+/// (tr_residency_configure), the destructor disables it (tr_residency_disable: newer device copies
+/// are written back, every device copy is freed). Tensors outlive it and keep their values.
+///
+/// One at a time: the manager is process-wide, so constructing a second Residency while one lives
+/// throws tr::Error (TR_ERR_INVALID_ARG); destroy the first one before. Configuring the manager
+/// through the C ABI while a Residency lives replaces its manager (and drops its callback).
+/// Move-constructible (a moved-from Residency disables nothing), not assignable.
+///
+/// Managed ops refuse autograd (tensors that require grad while grad mode is on): run them under
+/// tr::NoGradGuard. The process-wide calls (stats, mark_iteration, timelines) are static: they
+/// also work on a manager configured through the C ABI, and throw TR_ERR_INVALID_ARG without one.
+class Residency {
+  public:
+    /// Configures the manager, then installs `on_event` (if given; see set_callback). Throws
+    /// tr::Error: TR_ERR_INVALID_ARG (a Residency already lives, an unknown device or policy, a
+    /// budget of 0 for Genoa or Flow), TR_ERR_DEVICE (no such CUDA device).
+    explicit Residency(const ResidencyConfig& config, EventCallback on_event = nullptr)
+        : state_(std::make_unique<detail::ResidencyState>()), config_(config) {
+        detail::ensure_abi();
+        bool expected = false;
+        if (!detail::residency_owned().compare_exchange_strong(expected, true)) {
+            throw Error(TR_ERR_INVALID_ARG,
+                        "a tr::Residency is already active: the manager is process-wide, destroy it first");
+        }
+        tr_residency_config c = config.to_c();
+        tr_status s = tr_residency_configure(&c);
+        if (s != TR_OK) {
+            Error e = Error::last(s);
+            detail::residency_owned().store(false);
+            throw e;
+        }
+        if (on_event) {
+            try {
+                set_callback(std::move(on_event));
+            } catch (...) {
+                (void)tr_residency_disable();
+                detail::residency_owned().store(false);
+                throw;
+            }
+        }
+    }
+
+    Residency(const Residency&) = delete;
+    Residency& operator=(const Residency&) = delete;
+    Residency& operator=(Residency&&) = delete;
+
+    Residency(Residency&& other) noexcept
+        : state_(std::move(other.state_)), sink_(std::move(other.sink_)), config_(other.config_) {}
+
+    /// Disables the manager (never throws). Should that fail, the callback is removed anyway, so
+    /// the library keeps no pointer into this object.
+    ~Residency() {
+        if (!state_) return;
+        if (tr_residency_disable() != TR_OK) (void)tr_residency_set_callback(nullptr, nullptr);
+        finish();
+    }
+
+    /// Disables the manager now; a second call does nothing. On failure it throws tr::Error and
+    /// this Residency stays active (the destructor tries again).
+    void disable() {
+        if (!state_) return;
+        detail::call(tr_residency_disable);
+        finish();
+    }
+
+    /// Whether this object still runs the manager (not disabled, not moved from).
+    bool active() const noexcept { return state_ != nullptr; }
+
+    /// The configuration it was made with.
+    const ResidencyConfig& config() const noexcept { return config_; }
+
+    /// Calls `f` for every manager event (load, evict, write-back, prefetch, op begin/end); an
+    /// empty `f` removes the callback. `f` runs on the thread whose op caused the event while the
+    /// manager is locked, so it must be quick, must be safe to call from any thread that runs
+    /// ops, and must not call libtensorref (that deadlocks). Whatever it throws is caught before
+    /// it reaches the library: the op goes on, `f` is not called again, and
+    /// rethrow_callback_error() throws the exception. When set_callback returns, the previous
+    /// callback is no longer running and is destroyed.
+    void set_callback(EventCallback f) {
+        require_active();
+        std::unique_ptr<detail::EventSink> next;
+        if (f) {
+            next = std::make_unique<detail::EventSink>();
+            next->fn = std::move(f);
+            next->state = state_.get();
+        }
+        tr_event_fn fn = next ? &detail::event_trampoline : nullptr;
+        detail::call(tr_residency_set_callback, fn, static_cast<void*>(next.get()));
+        sink_ = std::move(next);
+    }
+
+    /// Throws the first exception a callback threw since the last call (and forgets it); does
+    /// nothing if none did.
+    void rethrow_callback_error() {
+        if (!state_) return;
+        std::exception_ptr e;
+        {
+            std::lock_guard<std::mutex> lock(state_->mutex);
+            std::swap(e, state_->error);
+        }
+        if (e) std::rethrow_exception(e);
+    }
+
+    // ------------------------------------------------------------ process-wide
+
+    /// The manager's counters.
+    static ResidencyStats stats() {
+        tr_residency_stats s{};
+        detail::call(tr_residency_stats_get, &s);
+        return ResidencyStats(s);
+    }
+
+    /// Marks the end of an iteration (a step, a forward pass): Flow evicts and prefetches by the
+    /// ops since the previous mark.
+    static void mark_iteration() { detail::call(tr_residency_mark_iteration); }
+
+    /// Starts recording the manager's events for write_timeline.
+    static void start_timeline() { detail::call(tr_residency_timeline_start); }
+
+    /// Writes the recorded events to `path` as Chrome trace / Perfetto JSON (open it at
+    /// ui.perfetto.dev). Throws TR_ERR_INVALID_ARG when no timeline was started or the path is
+    /// not writable.
+    static void write_timeline(const std::string& path) { detail::call(tr_residency_timeline_write, path.c_str()); }
+
+  private:
+    void require_active() const {
+        if (!state_) throw Error(TR_ERR_INVALID_ARG, "this tr::Residency was disabled or moved from");
+    }
+
+    void finish() noexcept {
+        sink_.reset();
+        state_.reset();
+        detail::residency_owned().store(false);
+    }
+
+    std::unique_ptr<detail::ResidencyState> state_;
+    std::unique_ptr<detail::EventSink> sink_;
+    ResidencyConfig config_;
 };
 
 }  // namespace tr
