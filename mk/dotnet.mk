@@ -4,7 +4,8 @@
 #
 #   make test-dotnet    the C# suite (prints "N passed, N failed") and the examples in examples/csharp:
 #                       TrainMlp.cs (dispose scopes) and FlowStack.cs (the residency manager's Flow)
-#   make bench-dotnet   4-element add through C# against the same add from C (release library)
+#   make bench-dotnet   4-element add through C# against the same add from C, and what a C#
+#                       residency Events handler costs per event (release library)
 #
 # The library is found through LD_LIBRARY_PATH ([DllImport("tensorref")] -> libtensorref.so), set
 # on each mono command below; this works for Mono and the .NET SDK alike, so no Mono-only dllmap
@@ -84,3 +85,5 @@ bench-dotnet: setup dotnet-setup
 	$(MCS) -target:library -optimize+ -out:$(DOTNET_BENCH)/TensorRef.dll $(DOTNET_LIB_SRC)
 	$(MCS) -optimize+ -r:$(DOTNET_BENCH)/TensorRef.dll -out:$(DOTNET_BENCH)/AddBench.exe benches/dotnet/AddBench.cs
 	cd $(DOTNET_BENCH) && LD_LIBRARY_PATH=$(ROOT)/target/release:$(DOTNET_BENCH) mono AddBench.exe
+	$(MCS) -optimize+ -r:$(DOTNET_BENCH)/TensorRef.dll -out:$(DOTNET_BENCH)/EventsBench.exe benches/dotnet/EventsBench.cs
+	cd $(DOTNET_BENCH) && LD_LIBRARY_PATH=$(ROOT)/target/release mono EventsBench.exe
