@@ -128,9 +128,7 @@ def emit_op(op) -> str:
         argtypes.append(OUT_ARGTYPE[op.ret])
     doc = textwrap.indent(_doc(op), "    ").lstrip()
     return "\n".join([
-        f"{fn} = _lib.{op.c_name}",
-        f"{fn}.argtypes = ({', '.join(argtypes)}{',' if len(argtypes) == 1 else ''})",
-        f"{fn}.restype = _i32",
+        f"{fn} = _declare(_lib, {op.c_name!r}, _i32, ({', '.join(argtypes)}{',' if len(argtypes) == 1 else ''}))",
         "",
         "",
         f"def {op.name}({sig}):",
@@ -202,6 +200,7 @@ from ctypes import c_size_t as _size
 from ctypes import c_uint64 as _u64
 
 from ._lib import TensorHandle as _T
+from ._lib import declare as _declare
 from ._lib import fail as _fail
 from ._lib import lib as _lib
 from ._tensor import Tensor as _Tensor

@@ -183,6 +183,23 @@ def check_abi(lib: ctypes.CDLL, path: str, expected: int = TR_ABI_VERSION) -> in
     return found
 
 
+def declare(lib: ctypes.CDLL, name: str, restype, argtypes):
+    """The library's function `name` with its signature set; for a function the library does not
+    export (a build older than this binding), a stand-in that raises with what to do, so that
+    the rest of the package still loads. Such names are listed in `missing`."""
+    try:
+        fn = getattr(lib, name)
+    except AttributeError:
+        missing.append(name)
+
+        def fn(*args, **kwargs):
+            raise NotImplementedError(f"{LIB_PATH} does not export {name}: it is older than this "
+                                      f"binding; rebuild it (cargo build)")
+        return fn
+    fn.restype, fn.argtypes = restype, argtypes
+    return fn
+
+
 def load(path: str | None = None) -> ctypes.CDLL:
     """Loads the library, checks its ABI version and declares the hand-written signatures."""
     path = path or find_library()
@@ -194,12 +211,7 @@ def load(path: str | None = None) -> ctypes.CDLL:
             f"repository, or set TENSORREF_LIB to the path of libtensorref.so.") from None
     check_abi(lib, path)
     for name, (restype, argtypes) in SIGNATURES.items():
-        try:
-            fn = getattr(lib, name)
-        except AttributeError:
-            missing.append(name)
-            continue
-        fn.restype, fn.argtypes = restype, argtypes
+        setattr(lib, name, declare(lib, name, restype, argtypes))
     return lib
 
 

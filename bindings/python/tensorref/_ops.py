@@ -18,6 +18,7 @@ from ctypes import c_size_t as _size
 from ctypes import c_uint64 as _u64
 
 from ._lib import TensorHandle as _T
+from ._lib import declare as _declare
 from ._lib import fail as _fail
 from ._lib import lib as _lib
 from ._tensor import Tensor as _Tensor
@@ -143,9 +144,7 @@ __all__ = [
     'adam_step',
 ]
 
-_f_zeros = _lib.tr_tensor_zeros
-_f_zeros.argtypes = (_P_I64, _size, _i32, _P_T)
-_f_zeros.restype = _i32
+_f_zeros = _declare(_lib, 'tr_tensor_zeros', _i32, (_P_I64, _size, _i32, _P_T))
 
 
 def zeros(shape, dtype=float32):
@@ -164,9 +163,7 @@ def zeros(shape, dtype=float32):
     return out
 
 
-_f_ones = _lib.tr_tensor_ones
-_f_ones.argtypes = (_P_I64, _size, _i32, _P_T)
-_f_ones.restype = _i32
+_f_ones = _declare(_lib, 'tr_tensor_ones', _i32, (_P_I64, _size, _i32, _P_T))
 
 
 def ones(shape, dtype=float32):
@@ -185,9 +182,7 @@ def ones(shape, dtype=float32):
     return out
 
 
-_f_full = _lib.tr_tensor_full
-_f_full.argtypes = (_P_I64, _size, _double, _i32, _P_T)
-_f_full.restype = _i32
+_f_full = _declare(_lib, 'tr_tensor_full', _i32, (_P_I64, _size, _double, _i32, _P_T))
 
 
 def full(shape, value, dtype=float32):
@@ -206,9 +201,7 @@ def full(shape, value, dtype=float32):
     return out
 
 
-_f_rand = _lib.tr_tensor_rand
-_f_rand.argtypes = (_P_I64, _size, _i32, _P_T)
-_f_rand.restype = _i32
+_f_rand = _declare(_lib, 'tr_tensor_rand', _i32, (_P_I64, _size, _i32, _P_T))
 
 
 def rand(shape, dtype=float32):
@@ -227,9 +220,7 @@ def rand(shape, dtype=float32):
     return out
 
 
-_f_randn = _lib.tr_tensor_randn
-_f_randn.argtypes = (_P_I64, _size, _i32, _P_T)
-_f_randn.restype = _i32
+_f_randn = _declare(_lib, 'tr_tensor_randn', _i32, (_P_I64, _size, _i32, _P_T))
 
 
 def randn(shape, dtype=float32):
@@ -248,9 +239,7 @@ def randn(shape, dtype=float32):
     return out
 
 
-_f_arange = _lib.tr_tensor_arange
-_f_arange.argtypes = (_double, _double, _double, _i32, _P_T)
-_f_arange.restype = _i32
+_f_arange = _declare(_lib, 'tr_tensor_arange', _i32, (_double, _double, _double, _i32, _P_T))
 
 
 def arange(start, end, step, dtype=float32):
@@ -268,9 +257,7 @@ def arange(start, end, step, dtype=float32):
     return out
 
 
-_f_eye = _lib.tr_tensor_eye
-_f_eye.argtypes = (_i64, _i32, _P_T)
-_f_eye.restype = _i32
+_f_eye = _declare(_lib, 'tr_tensor_eye', _i32, (_i64, _i32, _P_T))
 
 
 def eye(n, dtype=float32):
@@ -288,9 +275,7 @@ def eye(n, dtype=float32):
     return out
 
 
-_f_zeros_like = _lib.tr_tensor_zeros_like
-_f_zeros_like.argtypes = (_T, _P_T)
-_f_zeros_like.restype = _i32
+_f_zeros_like = _declare(_lib, 'tr_tensor_zeros_like', _i32, (_T, _P_T))
 
 
 def zeros_like(a):
@@ -308,9 +293,7 @@ def zeros_like(a):
     return out
 
 
-_f_ones_like = _lib.tr_tensor_ones_like
-_f_ones_like.argtypes = (_T, _P_T)
-_f_ones_like.restype = _i32
+_f_ones_like = _declare(_lib, 'tr_tensor_ones_like', _i32, (_T, _P_T))
 
 
 def ones_like(a):
@@ -328,9 +311,7 @@ def ones_like(a):
     return out
 
 
-_f_add = _lib.tr_tensor_add
-_f_add.argtypes = (_T, _T, _P_T)
-_f_add.restype = _i32
+_f_add = _declare(_lib, 'tr_tensor_add', _i32, (_T, _T, _P_T))
 
 
 def add(a, b):
@@ -348,9 +329,7 @@ def add(a, b):
     return out
 
 
-_f_sub = _lib.tr_tensor_sub
-_f_sub.argtypes = (_T, _T, _P_T)
-_f_sub.restype = _i32
+_f_sub = _declare(_lib, 'tr_tensor_sub', _i32, (_T, _T, _P_T))
 
 
 def sub(a, b):
@@ -368,9 +347,7 @@ def sub(a, b):
     return out
 
 
-_f_mul = _lib.tr_tensor_mul
-_f_mul.argtypes = (_T, _T, _P_T)
-_f_mul.restype = _i32
+_f_mul = _declare(_lib, 'tr_tensor_mul', _i32, (_T, _T, _P_T))
 
 
 def mul(a, b):
@@ -388,9 +365,7 @@ def mul(a, b):
     return out
 
 
-_f_div = _lib.tr_tensor_div
-_f_div.argtypes = (_T, _T, _P_T)
-_f_div.restype = _i32
+_f_div = _declare(_lib, 'tr_tensor_div', _i32, (_T, _T, _P_T))
 
 
 def div(a, b):
@@ -408,9 +383,7 @@ def div(a, b):
     return out
 
 
-_f_add_scalar = _lib.tr_tensor_add_scalar
-_f_add_scalar.argtypes = (_T, _double, _P_T)
-_f_add_scalar.restype = _i32
+_f_add_scalar = _declare(_lib, 'tr_tensor_add_scalar', _i32, (_T, _double, _P_T))
 
 
 def add_scalar(a, s):
@@ -428,9 +401,7 @@ def add_scalar(a, s):
     return out
 
 
-_f_sub_scalar = _lib.tr_tensor_sub_scalar
-_f_sub_scalar.argtypes = (_T, _double, _P_T)
-_f_sub_scalar.restype = _i32
+_f_sub_scalar = _declare(_lib, 'tr_tensor_sub_scalar', _i32, (_T, _double, _P_T))
 
 
 def sub_scalar(a, s):
@@ -448,9 +419,7 @@ def sub_scalar(a, s):
     return out
 
 
-_f_mul_scalar = _lib.tr_tensor_mul_scalar
-_f_mul_scalar.argtypes = (_T, _double, _P_T)
-_f_mul_scalar.restype = _i32
+_f_mul_scalar = _declare(_lib, 'tr_tensor_mul_scalar', _i32, (_T, _double, _P_T))
 
 
 def mul_scalar(a, s):
@@ -468,9 +437,7 @@ def mul_scalar(a, s):
     return out
 
 
-_f_div_scalar = _lib.tr_tensor_div_scalar
-_f_div_scalar.argtypes = (_T, _double, _P_T)
-_f_div_scalar.restype = _i32
+_f_div_scalar = _declare(_lib, 'tr_tensor_div_scalar', _i32, (_T, _double, _P_T))
 
 
 def div_scalar(a, s):
@@ -488,9 +455,7 @@ def div_scalar(a, s):
     return out
 
 
-_f_pow = _lib.tr_tensor_pow
-_f_pow.argtypes = (_T, _T, _P_T)
-_f_pow.restype = _i32
+_f_pow = _declare(_lib, 'tr_tensor_pow', _i32, (_T, _T, _P_T))
 
 
 def pow(a, exponent):
@@ -508,9 +473,7 @@ def pow(a, exponent):
     return out
 
 
-_f_pow_scalar = _lib.tr_tensor_pow_scalar
-_f_pow_scalar.argtypes = (_T, _double, _P_T)
-_f_pow_scalar.restype = _i32
+_f_pow_scalar = _declare(_lib, 'tr_tensor_pow_scalar', _i32, (_T, _double, _P_T))
 
 
 def pow_scalar(a, exponent):
@@ -528,9 +491,7 @@ def pow_scalar(a, exponent):
     return out
 
 
-_f_neg = _lib.tr_tensor_neg
-_f_neg.argtypes = (_T, _P_T)
-_f_neg.restype = _i32
+_f_neg = _declare(_lib, 'tr_tensor_neg', _i32, (_T, _P_T))
 
 
 def neg(a):
@@ -548,9 +509,7 @@ def neg(a):
     return out
 
 
-_f_exp = _lib.tr_tensor_exp
-_f_exp.argtypes = (_T, _P_T)
-_f_exp.restype = _i32
+_f_exp = _declare(_lib, 'tr_tensor_exp', _i32, (_T, _P_T))
 
 
 def exp(a):
@@ -568,9 +527,7 @@ def exp(a):
     return out
 
 
-_f_log = _lib.tr_tensor_log
-_f_log.argtypes = (_T, _P_T)
-_f_log.restype = _i32
+_f_log = _declare(_lib, 'tr_tensor_log', _i32, (_T, _P_T))
 
 
 def log(a):
@@ -588,9 +545,7 @@ def log(a):
     return out
 
 
-_f_sqrt = _lib.tr_tensor_sqrt
-_f_sqrt.argtypes = (_T, _P_T)
-_f_sqrt.restype = _i32
+_f_sqrt = _declare(_lib, 'tr_tensor_sqrt', _i32, (_T, _P_T))
 
 
 def sqrt(a):
@@ -608,9 +563,7 @@ def sqrt(a):
     return out
 
 
-_f_abs = _lib.tr_tensor_abs
-_f_abs.argtypes = (_T, _P_T)
-_f_abs.restype = _i32
+_f_abs = _declare(_lib, 'tr_tensor_abs', _i32, (_T, _P_T))
 
 
 def abs(a):
@@ -628,9 +581,7 @@ def abs(a):
     return out
 
 
-_f_relu = _lib.tr_tensor_relu
-_f_relu.argtypes = (_T, _P_T)
-_f_relu.restype = _i32
+_f_relu = _declare(_lib, 'tr_tensor_relu', _i32, (_T, _P_T))
 
 
 def relu(a):
@@ -648,9 +599,7 @@ def relu(a):
     return out
 
 
-_f_gelu = _lib.tr_tensor_gelu
-_f_gelu.argtypes = (_T, _P_T)
-_f_gelu.restype = _i32
+_f_gelu = _declare(_lib, 'tr_tensor_gelu', _i32, (_T, _P_T))
 
 
 def gelu(a):
@@ -668,9 +617,7 @@ def gelu(a):
     return out
 
 
-_f_silu = _lib.tr_tensor_silu
-_f_silu.argtypes = (_T, _P_T)
-_f_silu.restype = _i32
+_f_silu = _declare(_lib, 'tr_tensor_silu', _i32, (_T, _P_T))
 
 
 def silu(a):
@@ -688,9 +635,7 @@ def silu(a):
     return out
 
 
-_f_sigmoid = _lib.tr_tensor_sigmoid
-_f_sigmoid.argtypes = (_T, _P_T)
-_f_sigmoid.restype = _i32
+_f_sigmoid = _declare(_lib, 'tr_tensor_sigmoid', _i32, (_T, _P_T))
 
 
 def sigmoid(a):
@@ -708,9 +653,7 @@ def sigmoid(a):
     return out
 
 
-_f_tanh = _lib.tr_tensor_tanh
-_f_tanh.argtypes = (_T, _P_T)
-_f_tanh.restype = _i32
+_f_tanh = _declare(_lib, 'tr_tensor_tanh', _i32, (_T, _P_T))
 
 
 def tanh(a):
@@ -728,9 +671,7 @@ def tanh(a):
     return out
 
 
-_f_clamp = _lib.tr_tensor_clamp
-_f_clamp.argtypes = (_T, _double, _double, _P_T)
-_f_clamp.restype = _i32
+_f_clamp = _declare(_lib, 'tr_tensor_clamp', _i32, (_T, _double, _double, _P_T))
 
 
 def clamp(a, min, max):
@@ -748,9 +689,7 @@ def clamp(a, min, max):
     return out
 
 
-_f_where_self = _lib.tr_tensor_where_self
-_f_where_self.argtypes = (_T, _T, _T, _P_T)
-_f_where_self.restype = _i32
+_f_where_self = _declare(_lib, 'tr_tensor_where_self', _i32, (_T, _T, _T, _P_T))
 
 
 def where_self(a, condition, other):
@@ -768,9 +707,7 @@ def where_self(a, condition, other):
     return out
 
 
-_f_eq = _lib.tr_tensor_eq
-_f_eq.argtypes = (_T, _T, _P_T)
-_f_eq.restype = _i32
+_f_eq = _declare(_lib, 'tr_tensor_eq', _i32, (_T, _T, _P_T))
 
 
 def eq(a, b):
@@ -788,9 +725,7 @@ def eq(a, b):
     return out
 
 
-_f_ne = _lib.tr_tensor_ne
-_f_ne.argtypes = (_T, _T, _P_T)
-_f_ne.restype = _i32
+_f_ne = _declare(_lib, 'tr_tensor_ne', _i32, (_T, _T, _P_T))
 
 
 def ne(a, b):
@@ -808,9 +743,7 @@ def ne(a, b):
     return out
 
 
-_f_lt = _lib.tr_tensor_lt
-_f_lt.argtypes = (_T, _T, _P_T)
-_f_lt.restype = _i32
+_f_lt = _declare(_lib, 'tr_tensor_lt', _i32, (_T, _T, _P_T))
 
 
 def lt(a, b):
@@ -828,9 +761,7 @@ def lt(a, b):
     return out
 
 
-_f_le = _lib.tr_tensor_le
-_f_le.argtypes = (_T, _T, _P_T)
-_f_le.restype = _i32
+_f_le = _declare(_lib, 'tr_tensor_le', _i32, (_T, _T, _P_T))
 
 
 def le(a, b):
@@ -848,9 +779,7 @@ def le(a, b):
     return out
 
 
-_f_gt = _lib.tr_tensor_gt
-_f_gt.argtypes = (_T, _T, _P_T)
-_f_gt.restype = _i32
+_f_gt = _declare(_lib, 'tr_tensor_gt', _i32, (_T, _T, _P_T))
 
 
 def gt(a, b):
@@ -868,9 +797,7 @@ def gt(a, b):
     return out
 
 
-_f_ge = _lib.tr_tensor_ge
-_f_ge.argtypes = (_T, _T, _P_T)
-_f_ge.restype = _i32
+_f_ge = _declare(_lib, 'tr_tensor_ge', _i32, (_T, _T, _P_T))
 
 
 def ge(a, b):
@@ -888,9 +815,7 @@ def ge(a, b):
     return out
 
 
-_f_sum = _lib.tr_tensor_sum
-_f_sum.argtypes = (_T, _P_T)
-_f_sum.restype = _i32
+_f_sum = _declare(_lib, 'tr_tensor_sum', _i32, (_T, _P_T))
 
 
 def sum(a):
@@ -908,9 +833,7 @@ def sum(a):
     return out
 
 
-_f_sum_dim = _lib.tr_tensor_sum_dim
-_f_sum_dim.argtypes = (_T, _P_I64, _size, _bool, _P_T)
-_f_sum_dim.restype = _i32
+_f_sum_dim = _declare(_lib, 'tr_tensor_sum_dim', _i32, (_T, _P_I64, _size, _bool, _P_T))
 
 
 def sum_dim(a, dims, keepdim):
@@ -929,9 +852,7 @@ def sum_dim(a, dims, keepdim):
     return out
 
 
-_f_mean = _lib.tr_tensor_mean
-_f_mean.argtypes = (_T, _P_T)
-_f_mean.restype = _i32
+_f_mean = _declare(_lib, 'tr_tensor_mean', _i32, (_T, _P_T))
 
 
 def mean(a):
@@ -949,9 +870,7 @@ def mean(a):
     return out
 
 
-_f_mean_dim = _lib.tr_tensor_mean_dim
-_f_mean_dim.argtypes = (_T, _P_I64, _size, _bool, _P_T)
-_f_mean_dim.restype = _i32
+_f_mean_dim = _declare(_lib, 'tr_tensor_mean_dim', _i32, (_T, _P_I64, _size, _bool, _P_T))
 
 
 def mean_dim(a, dims, keepdim):
@@ -970,9 +889,7 @@ def mean_dim(a, dims, keepdim):
     return out
 
 
-_f_max = _lib.tr_tensor_max
-_f_max.argtypes = (_T, _P_T)
-_f_max.restype = _i32
+_f_max = _declare(_lib, 'tr_tensor_max', _i32, (_T, _P_T))
 
 
 def max(a):
@@ -990,9 +907,7 @@ def max(a):
     return out
 
 
-_f_max_dim = _lib.tr_tensor_max_dim
-_f_max_dim.argtypes = (_T, _i64, _bool, _P_T)
-_f_max_dim.restype = _i32
+_f_max_dim = _declare(_lib, 'tr_tensor_max_dim', _i32, (_T, _i64, _bool, _P_T))
 
 
 def max_dim(a, dim, keepdim):
@@ -1010,9 +925,7 @@ def max_dim(a, dim, keepdim):
     return out
 
 
-_f_min = _lib.tr_tensor_min
-_f_min.argtypes = (_T, _P_T)
-_f_min.restype = _i32
+_f_min = _declare(_lib, 'tr_tensor_min', _i32, (_T, _P_T))
 
 
 def min(a):
@@ -1030,9 +943,7 @@ def min(a):
     return out
 
 
-_f_min_dim = _lib.tr_tensor_min_dim
-_f_min_dim.argtypes = (_T, _i64, _bool, _P_T)
-_f_min_dim.restype = _i32
+_f_min_dim = _declare(_lib, 'tr_tensor_min_dim', _i32, (_T, _i64, _bool, _P_T))
 
 
 def min_dim(a, dim, keepdim):
@@ -1050,9 +961,7 @@ def min_dim(a, dim, keepdim):
     return out
 
 
-_f_argmax = _lib.tr_tensor_argmax
-_f_argmax.argtypes = (_T, _i64, _bool, _P_T)
-_f_argmax.restype = _i32
+_f_argmax = _declare(_lib, 'tr_tensor_argmax', _i32, (_T, _i64, _bool, _P_T))
 
 
 def argmax(a, dim, keepdim):
@@ -1070,9 +979,7 @@ def argmax(a, dim, keepdim):
     return out
 
 
-_f_argmin = _lib.tr_tensor_argmin
-_f_argmin.argtypes = (_T, _i64, _bool, _P_T)
-_f_argmin.restype = _i32
+_f_argmin = _declare(_lib, 'tr_tensor_argmin', _i32, (_T, _i64, _bool, _P_T))
 
 
 def argmin(a, dim, keepdim):
@@ -1090,9 +997,7 @@ def argmin(a, dim, keepdim):
     return out
 
 
-_f_softmax = _lib.tr_tensor_softmax
-_f_softmax.argtypes = (_T, _i64, _P_T)
-_f_softmax.restype = _i32
+_f_softmax = _declare(_lib, 'tr_tensor_softmax', _i32, (_T, _i64, _P_T))
 
 
 def softmax(a, dim):
@@ -1110,9 +1015,7 @@ def softmax(a, dim):
     return out
 
 
-_f_log_softmax = _lib.tr_tensor_log_softmax
-_f_log_softmax.argtypes = (_T, _i64, _P_T)
-_f_log_softmax.restype = _i32
+_f_log_softmax = _declare(_lib, 'tr_tensor_log_softmax', _i32, (_T, _i64, _P_T))
 
 
 def log_softmax(a, dim):
@@ -1130,9 +1033,7 @@ def log_softmax(a, dim):
     return out
 
 
-_f_matmul = _lib.tr_tensor_matmul
-_f_matmul.argtypes = (_T, _T, _P_T)
-_f_matmul.restype = _i32
+_f_matmul = _declare(_lib, 'tr_tensor_matmul', _i32, (_T, _T, _P_T))
 
 
 def matmul(a, b):
@@ -1150,9 +1051,7 @@ def matmul(a, b):
     return out
 
 
-_f_bmm = _lib.tr_tensor_bmm
-_f_bmm.argtypes = (_T, _T, _P_T)
-_f_bmm.restype = _i32
+_f_bmm = _declare(_lib, 'tr_tensor_bmm', _i32, (_T, _T, _P_T))
 
 
 def bmm(a, b):
@@ -1170,9 +1069,7 @@ def bmm(a, b):
     return out
 
 
-_f_linear = _lib.tr_tensor_linear
-_f_linear.argtypes = (_T, _T, _T, _P_T)
-_f_linear.restype = _i32
+_f_linear = _declare(_lib, 'tr_tensor_linear', _i32, (_T, _T, _T, _P_T))
 
 
 def linear(x, weight, bias=None):
@@ -1190,9 +1087,7 @@ def linear(x, weight, bias=None):
     return out
 
 
-_f_reshape = _lib.tr_tensor_reshape
-_f_reshape.argtypes = (_T, _P_I64, _size, _P_T)
-_f_reshape.restype = _i32
+_f_reshape = _declare(_lib, 'tr_tensor_reshape', _i32, (_T, _P_I64, _size, _P_T))
 
 
 def reshape(a, shape):
@@ -1211,9 +1106,7 @@ def reshape(a, shape):
     return out
 
 
-_f_view = _lib.tr_tensor_view
-_f_view.argtypes = (_T, _P_I64, _size, _P_T)
-_f_view.restype = _i32
+_f_view = _declare(_lib, 'tr_tensor_view', _i32, (_T, _P_I64, _size, _P_T))
 
 
 def view(a, shape):
@@ -1232,9 +1125,7 @@ def view(a, shape):
     return out
 
 
-_f_transpose = _lib.tr_tensor_transpose
-_f_transpose.argtypes = (_T, _i64, _i64, _P_T)
-_f_transpose.restype = _i32
+_f_transpose = _declare(_lib, 'tr_tensor_transpose', _i32, (_T, _i64, _i64, _P_T))
 
 
 def transpose(a, dim0, dim1):
@@ -1252,9 +1143,7 @@ def transpose(a, dim0, dim1):
     return out
 
 
-_f_permute = _lib.tr_tensor_permute
-_f_permute.argtypes = (_T, _P_I64, _size, _P_T)
-_f_permute.restype = _i32
+_f_permute = _declare(_lib, 'tr_tensor_permute', _i32, (_T, _P_I64, _size, _P_T))
 
 
 def permute(a, dims):
@@ -1273,9 +1162,7 @@ def permute(a, dims):
     return out
 
 
-_f_squeeze = _lib.tr_tensor_squeeze
-_f_squeeze.argtypes = (_T, _i64, _P_T)
-_f_squeeze.restype = _i32
+_f_squeeze = _declare(_lib, 'tr_tensor_squeeze', _i32, (_T, _i64, _P_T))
 
 
 def squeeze(a, dim):
@@ -1293,9 +1180,7 @@ def squeeze(a, dim):
     return out
 
 
-_f_unsqueeze = _lib.tr_tensor_unsqueeze
-_f_unsqueeze.argtypes = (_T, _i64, _P_T)
-_f_unsqueeze.restype = _i32
+_f_unsqueeze = _declare(_lib, 'tr_tensor_unsqueeze', _i32, (_T, _i64, _P_T))
 
 
 def unsqueeze(a, dim):
@@ -1313,9 +1198,7 @@ def unsqueeze(a, dim):
     return out
 
 
-_f_cat = _lib.tr_tensor_cat
-_f_cat.argtypes = (_P_U64, _size, _i64, _P_T)
-_f_cat.restype = _i32
+_f_cat = _declare(_lib, 'tr_tensor_cat', _i32, (_P_U64, _size, _i64, _P_T))
 
 
 def cat(tensors, dim):
@@ -1334,9 +1217,7 @@ def cat(tensors, dim):
     return out
 
 
-_f_stack = _lib.tr_tensor_stack
-_f_stack.argtypes = (_P_U64, _size, _i64, _P_T)
-_f_stack.restype = _i32
+_f_stack = _declare(_lib, 'tr_tensor_stack', _i32, (_P_U64, _size, _i64, _P_T))
 
 
 def stack(tensors, dim):
@@ -1355,9 +1236,7 @@ def stack(tensors, dim):
     return out
 
 
-_f_narrow = _lib.tr_tensor_narrow
-_f_narrow.argtypes = (_T, _i64, _i64, _i64, _P_T)
-_f_narrow.restype = _i32
+_f_narrow = _declare(_lib, 'tr_tensor_narrow', _i32, (_T, _i64, _i64, _i64, _P_T))
 
 
 def narrow(a, dim, start, length):
@@ -1375,9 +1254,7 @@ def narrow(a, dim, start, length):
     return out
 
 
-_f_index_select = _lib.tr_tensor_index_select
-_f_index_select.argtypes = (_T, _i64, _T, _P_T)
-_f_index_select.restype = _i32
+_f_index_select = _declare(_lib, 'tr_tensor_index_select', _i32, (_T, _i64, _T, _P_T))
 
 
 def index_select(a, dim, index):
@@ -1395,9 +1272,7 @@ def index_select(a, dim, index):
     return out
 
 
-_f_contiguous = _lib.tr_tensor_contiguous
-_f_contiguous.argtypes = (_T, _P_T)
-_f_contiguous.restype = _i32
+_f_contiguous = _declare(_lib, 'tr_tensor_contiguous', _i32, (_T, _P_T))
 
 
 def contiguous(a):
@@ -1415,9 +1290,7 @@ def contiguous(a):
     return out
 
 
-_f_to_dtype = _lib.tr_tensor_to_dtype
-_f_to_dtype.argtypes = (_T, _i32, _P_T)
-_f_to_dtype.restype = _i32
+_f_to_dtype = _declare(_lib, 'tr_tensor_to_dtype', _i32, (_T, _i32, _P_T))
 
 
 def to_dtype(a, dtype):
@@ -1435,9 +1308,7 @@ def to_dtype(a, dtype):
     return out
 
 
-_f_embedding = _lib.tr_tensor_embedding
-_f_embedding.argtypes = (_T, _T, _P_T)
-_f_embedding.restype = _i32
+_f_embedding = _declare(_lib, 'tr_tensor_embedding', _i32, (_T, _T, _P_T))
 
 
 def embedding(weight, indices):
@@ -1455,9 +1326,7 @@ def embedding(weight, indices):
     return out
 
 
-_f_layer_norm = _lib.tr_tensor_layer_norm
-_f_layer_norm.argtypes = (_T, _P_I64, _size, _T, _T, _double, _P_T)
-_f_layer_norm.restype = _i32
+_f_layer_norm = _declare(_lib, 'tr_tensor_layer_norm', _i32, (_T, _P_I64, _size, _T, _T, _double, _P_T))
 
 
 def layer_norm(a, normalized_shape, weight, bias, eps):
@@ -1476,9 +1345,7 @@ def layer_norm(a, normalized_shape, weight, bias, eps):
     return out
 
 
-_f_dropout = _lib.tr_tensor_dropout
-_f_dropout.argtypes = (_T, _double, _bool, _P_T)
-_f_dropout.restype = _i32
+_f_dropout = _declare(_lib, 'tr_tensor_dropout', _i32, (_T, _double, _bool, _P_T))
 
 
 def dropout(a, p, train):
@@ -1496,9 +1363,7 @@ def dropout(a, p, train):
     return out
 
 
-_f_conv2d = _lib.tr_tensor_conv2d
-_f_conv2d.argtypes = (_T, _T, _T, _P_I64, _size, _P_I64, _size, _P_I64, _size, _i64, _P_T)
-_f_conv2d.restype = _i32
+_f_conv2d = _declare(_lib, 'tr_tensor_conv2d', _i32, (_T, _T, _T, _P_I64, _size, _P_I64, _size, _P_I64, _size, _i64, _P_T))
 
 
 def conv2d(input, weight, bias, stride, padding, dilation, groups):
@@ -1519,9 +1384,7 @@ def conv2d(input, weight, bias, stride, padding, dilation, groups):
     return out
 
 
-_f_max_pool2d = _lib.tr_tensor_max_pool2d
-_f_max_pool2d.argtypes = (_T, _P_I64, _size, _P_I64, _size, _P_I64, _size, _P_I64, _size, _bool, _P_T)
-_f_max_pool2d.restype = _i32
+_f_max_pool2d = _declare(_lib, 'tr_tensor_max_pool2d', _i32, (_T, _P_I64, _size, _P_I64, _size, _P_I64, _size, _P_I64, _size, _bool, _P_T))
 
 
 def max_pool2d(a, kernel, stride, padding, dilation, ceil_mode):
@@ -1543,9 +1406,7 @@ def max_pool2d(a, kernel, stride, padding, dilation, ceil_mode):
     return out
 
 
-_f_mse_loss = _lib.tr_tensor_mse_loss
-_f_mse_loss.argtypes = (_T, _T, _P_T)
-_f_mse_loss.restype = _i32
+_f_mse_loss = _declare(_lib, 'tr_tensor_mse_loss', _i32, (_T, _T, _P_T))
 
 
 def mse_loss(input, target):
@@ -1563,9 +1424,7 @@ def mse_loss(input, target):
     return out
 
 
-_f_cross_entropy = _lib.tr_tensor_cross_entropy
-_f_cross_entropy.argtypes = (_T, _T, _P_T)
-_f_cross_entropy.restype = _i32
+_f_cross_entropy = _declare(_lib, 'tr_tensor_cross_entropy', _i32, (_T, _T, _P_T))
 
 
 def cross_entropy(logits, targets):
@@ -1583,9 +1442,7 @@ def cross_entropy(logits, targets):
     return out
 
 
-_f_add_ = _lib.tr_tensor_add_
-_f_add_.argtypes = (_T, _T)
-_f_add_.restype = _i32
+_f_add_ = _declare(_lib, 'tr_tensor_add_', _i32, (_T, _T))
 
 
 def add_(a, b):
@@ -1603,9 +1460,7 @@ def add_(a, b):
     return a
 
 
-_f_sub_ = _lib.tr_tensor_sub_
-_f_sub_.argtypes = (_T, _T)
-_f_sub_.restype = _i32
+_f_sub_ = _declare(_lib, 'tr_tensor_sub_', _i32, (_T, _T))
 
 
 def sub_(a, b):
@@ -1623,9 +1478,7 @@ def sub_(a, b):
     return a
 
 
-_f_mul_ = _lib.tr_tensor_mul_
-_f_mul_.argtypes = (_T, _T)
-_f_mul_.restype = _i32
+_f_mul_ = _declare(_lib, 'tr_tensor_mul_', _i32, (_T, _T))
 
 
 def mul_(a, b):
@@ -1643,9 +1496,7 @@ def mul_(a, b):
     return a
 
 
-_f_mul_scalar_ = _lib.tr_tensor_mul_scalar_
-_f_mul_scalar_.argtypes = (_T, _double)
-_f_mul_scalar_.restype = _i32
+_f_mul_scalar_ = _declare(_lib, 'tr_tensor_mul_scalar_', _i32, (_T, _double))
 
 
 def mul_scalar_(a, s):
@@ -1663,9 +1514,7 @@ def mul_scalar_(a, s):
     return a
 
 
-_f_zero_ = _lib.tr_tensor_zero_
-_f_zero_.argtypes = (_T,)
-_f_zero_.restype = _i32
+_f_zero_ = _declare(_lib, 'tr_tensor_zero_', _i32, (_T,))
 
 
 def zero_(a):
@@ -1683,9 +1532,7 @@ def zero_(a):
     return a
 
 
-_f_copy_ = _lib.tr_tensor_copy_
-_f_copy_.argtypes = (_T, _T)
-_f_copy_.restype = _i32
+_f_copy_ = _declare(_lib, 'tr_tensor_copy_', _i32, (_T, _T))
 
 
 def copy_(a, src):
@@ -1703,9 +1550,7 @@ def copy_(a, src):
     return a
 
 
-_f_requires_grad_ = _lib.tr_tensor_requires_grad_
-_f_requires_grad_.argtypes = (_T, _bool)
-_f_requires_grad_.restype = _i32
+_f_requires_grad_ = _declare(_lib, 'tr_tensor_requires_grad_', _i32, (_T, _bool))
 
 
 def requires_grad_(a, requires_grad):
@@ -1723,9 +1568,7 @@ def requires_grad_(a, requires_grad):
     return a
 
 
-_f_requires_grad = _lib.tr_tensor_requires_grad
-_f_requires_grad.argtypes = (_T, _P_BOOL)
-_f_requires_grad.restype = _i32
+_f_requires_grad = _declare(_lib, 'tr_tensor_requires_grad', _i32, (_T, _P_BOOL))
 
 
 def requires_grad(a):
@@ -1743,9 +1586,7 @@ def requires_grad(a):
     return out.value
 
 
-_f_backward = _lib.tr_tensor_backward
-_f_backward.argtypes = (_T,)
-_f_backward.restype = _i32
+_f_backward = _declare(_lib, 'tr_tensor_backward', _i32, (_T,))
 
 
 def backward(a):
@@ -1762,9 +1603,7 @@ def backward(a):
     return None
 
 
-_f_grad = _lib.tr_tensor_grad
-_f_grad.argtypes = (_T, _P_T)
-_f_grad.restype = _i32
+_f_grad = _declare(_lib, 'tr_tensor_grad', _i32, (_T, _P_T))
 
 
 def grad(a):
@@ -1782,9 +1621,7 @@ def grad(a):
     return out if out.value else None
 
 
-_f_zero_grad = _lib.tr_tensor_zero_grad
-_f_zero_grad.argtypes = (_T,)
-_f_zero_grad.restype = _i32
+_f_zero_grad = _declare(_lib, 'tr_tensor_zero_grad', _i32, (_T,))
 
 
 def zero_grad(a):
@@ -1801,9 +1638,7 @@ def zero_grad(a):
     return None
 
 
-_f_detach = _lib.tr_tensor_detach
-_f_detach.argtypes = (_T, _P_T)
-_f_detach.restype = _i32
+_f_detach = _declare(_lib, 'tr_tensor_detach', _i32, (_T, _P_T))
 
 
 def detach(a):
@@ -1821,9 +1656,7 @@ def detach(a):
     return out
 
 
-_f_sgd_step = _lib.tr_tensor_sgd_step
-_f_sgd_step.argtypes = (_P_U64, _size, _double)
-_f_sgd_step.restype = _i32
+_f_sgd_step = _declare(_lib, 'tr_tensor_sgd_step', _i32, (_P_U64, _size, _double))
 
 
 def sgd_step(params, lr):
@@ -1841,9 +1674,7 @@ def sgd_step(params, lr):
     return None
 
 
-_f_adam_step = _lib.tr_tensor_adam_step
-_f_adam_step.argtypes = (_P_U64, _size, _P_U64, _size, _P_U64, _size, _i64, _double, _double, _double, _double, _double)
-_f_adam_step.restype = _i32
+_f_adam_step = _declare(_lib, 'tr_tensor_adam_step', _i32, (_P_U64, _size, _P_U64, _size, _P_U64, _size, _i64, _double, _double, _double, _double, _double))
 
 
 def adam_step(params, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay):
