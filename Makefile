@@ -52,8 +52,9 @@ header-check: setup
 	  || { echo "include/tensorref.h is stale: run 'make gen' and commit it"; exit 1; }
 
 # ---------------------------------------------------------------- demo
-demo: setup
-	cargo run --quiet --release --example train_mlp
+# all-MiniLM-L6-v2 under a device budget of a quarter of its weights (mk/model.mk installs it).
+demo: setup $(STAMPS)/model
+	cargo run --quiet --release --example minilm_demo
 
 # ---------------------------------------------------------------- tests
 # Each language adds its suite in mk/<language>.mk: `TEST_SUITES += test-<language>`.
