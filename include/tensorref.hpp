@@ -980,12 +980,15 @@ class Residency {
     Residency& operator=(Residency&&) = delete;
 
     Residency(Residency&& other) noexcept
-        : state_(std::move(other.state_)), sink_(std::move(other.sink_)), config_(other.config_) {}
+        : state_(std::move(other.state_)), sink_(std::move(other.sink_)), config_(other.config_),
+          active_(other.active_) {
+        other.active_ = false;
+    }
 
     /// Disables the manager (never throws). Should that fail, the callback is removed anyway, so
     /// the library keeps no pointer into this object.
     ~Residency() {
-        if (!state_) return;
+        if (!active_) return;
         if (tr_residency_disable() != TR_OK) (void)tr_residency_set_callback(nullptr, nullptr);
         finish();
     }
@@ -993,13 +996,13 @@ class Residency {
     /// Disables the manager now; a second call does nothing. On failure it throws tr::Error and
     /// this Residency stays active (the destructor tries again).
     void disable() {
-        if (!state_) return;
+        if (!active_) return;
         detail::call(tr_residency_disable);
         finish();
     }
 
     /// Whether this object still runs the manager (not disabled, not moved from).
-    bool active() const noexcept { return state_ != nullptr; }
+    bool active() const noexcept { return active_; }
 
     /// The configuration it was made with.
     const ResidencyConfig& config() const noexcept { return config_; }
@@ -1025,7 +1028,7 @@ class Residency {
     }
 
     /// Throws the first exception a callback threw since the last call (and forgets it); does
-    /// nothing if none did.
+    /// nothing if none did. Also after disable(), so events during the final write-back count.
     void rethrow_callback_error() {
         if (!state_) return;
         std::exception_ptr e;
@@ -1059,18 +1062,20 @@ class Residency {
 
   private:
     void require_active() const {
-        if (!state_) throw Error(TR_ERR_INVALID_ARG, "this tr::Residency was disabled or moved from");
+        if (!active_) throw Error(TR_ERR_INVALID_ARG, "this tr::Residency was disabled or moved from");
     }
 
+    /// The manager is off and keeps no pointer into this object: drop the callback.
     void finish() noexcept {
         sink_.reset();
-        state_.reset();
+        active_ = false;
         detail::residency_owned().store(false);
     }
 
-    std::unique_ptr<detail::ResidencyState> state_;
+    std::unique_ptr<detail::ResidencyState> state_;  // outlives disable() for rethrow_callback_error
     std::unique_ptr<detail::EventSink> sink_;
     ResidencyConfig config_;
+    bool active_ = true;
 };
 
 }  // namespace tr

@@ -321,6 +321,20 @@ TEST(a_throwing_callback_never_reaches_the_library) {
     CHECK_EQ(counted, before);
 }
 
+TEST(a_callback_error_outlives_disable) {
+    Tensor a = tr::randn({16, 16});
+    Residency r(ResidencyConfig(Policy::Flow, 64 * KiB), [](const tr::Event&) { throw std::logic_error("late"); });
+    Tensor b = a.matmul(a);
+    r.disable();
+    CHECK(!r.active());
+    try {
+        r.rethrow_callback_error();
+        harness::fail(__FILE__, __LINE__, "rethrow_callback_error did not throw after disable");
+    } catch (const std::logic_error& e) {
+        CHECK_EQ(std::string(e.what()), std::string("late"));
+    }
+}
+
 TEST(the_timeline_is_written_as_chrome_trace_json) {
     Tensor a = tr::randn({16, 16});
     auto path = std::filesystem::temp_directory_path() /
