@@ -34,4 +34,15 @@ TEST(every_later_use_throws_too) {
     CHECK_EQ(tr_live_handles(), live);
 }
 
+TEST(the_residency_manager_is_never_configured) {
+    CHECK_THROWS(tr::ResidencyConfig(), TR_ERR_INVALID_ARG, "ABI mismatch");
+    tr_residency_config raw{};
+    CHECK(tr_residency_config_default(&raw) == TR_OK);
+    raw.budget_bytes = 1 << 20;
+    CHECK_THROWS(tr::Residency(tr::ResidencyConfig(raw)), TR_ERR_INVALID_ARG, "ABI mismatch");
+    CHECK_THROWS(tr::Residency::stats(), TR_ERR_INVALID_ARG, "ABI mismatch");
+    tr_residency_stats stats{};
+    CHECK(tr_residency_stats_get(&stats) == TR_ERR_INVALID_ARG);  // no manager runs
+}
+
 int main() { return harness::run_all(); }
