@@ -30,7 +30,10 @@ fn main() -> Result<()> {
     for pass in 1..=5 {
         let y = forward(&weights, &x)?;
         residency::mark_iteration()?;
-        assert_eq!(y, expected, "the manager changes where tensors live, never the results");
+        // Bit for bit on the simulated device; CUDA's kernels round differently from the CPU's.
+        let tolerance = if device == ComputeDevice::Simulated { 0.0 } else { 1e-4 };
+        let worst = y.iter().zip(&expected).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(worst <= tolerance, "the manager changes where tensors live, never the results ({worst})");
         let s = residency::stats().unwrap_or_default();
         println!(
             "{pass:>4} {:>7} {:>11} {:>9} {:>13} {:>13} {:>11}",

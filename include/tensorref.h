@@ -241,6 +241,9 @@ typedef struct tr_residency_config {
  * Counters since the manager was configured. Bytes are the manager's device bytes.
  */
 typedef struct tr_residency_stats {
+  /**
+   * The device budget in bytes; UINT64_MAX under Resident, which has none.
+   */
   uint64_t budget;
   uint64_t device_bytes;
   uint64_t peak_device_bytes;
@@ -1601,10 +1604,16 @@ tr_status tr_residency_config_default(struct tr_residency_config *out);
 /**
  * Starts (or replaces) the process's residency manager; from now on ops bring their inputs to
  * the compute device and the policy places their results. A previous manager first writes its
- * newer device copies back. Errors: TR_ERR_NULL_ARG; TR_ERR_INVALID_ARG (unknown device or
+ * newer device copies back; its event callback carries over, its counters, pins, recorded
+ * trace and timeline do not. Errors: TR_ERR_NULL_ARG; TR_ERR_INVALID_ARG (unknown device or
  * policy, a budget of 0 for Genoa or Flow); TR_ERR_DEVICE (no such CUDA device).
  */
 tr_status tr_residency_configure(const struct tr_residency_config *config);
+
+/**
+ * Whether a residency manager is configured. Never fails; leaves the last error alone.
+ */
+bool tr_residency_enabled(void);
 
 /**
  * Stops the manager: newer device copies are written back and every device copy is freed.
@@ -1639,7 +1648,9 @@ tr_status tr_tensor_is_resident(struct tr_tensor t, bool *out);
 /**
  * Calls `callback(event, user)` for every manager event (load, evict, write-back, prefetch, op
  * begin/end), on the thread that caused it, while the manager is locked: the callback must not
- * call libtensorref, and `user` must be usable from any thread. NULL removes the callback.
+ * call libtensorref, and `user` must be usable from any thread. NULL removes the callback. When
+ * this function returns, the previous callback is no longer running and will not be called
+ * again (events are delivered under the manager's lock).
  * Errors: TR_ERR_INVALID_ARG without a manager.
  */
 tr_status tr_residency_set_callback(tr_event_fn callback, void *user);

@@ -90,7 +90,8 @@ pub extern "C" fn tr_residency_config_default(out: *mut TrResidencyConfig) -> St
 
 /// Starts (or replaces) the process's residency manager; from now on ops bring their inputs to
 /// the compute device and the policy places their results. A previous manager first writes its
-/// newer device copies back. Errors: TR_ERR_NULL_ARG; TR_ERR_INVALID_ARG (unknown device or
+/// newer device copies back; its event callback carries over, its counters, pins, recorded
+/// trace and timeline do not. Errors: TR_ERR_NULL_ARG; TR_ERR_INVALID_ARG (unknown device or
 /// policy, a budget of 0 for Genoa or Flow); TR_ERR_DEVICE (no such CUDA device).
 #[no_mangle]
 pub extern "C" fn tr_residency_configure(config: *const TrResidencyConfig) -> Status {
@@ -117,6 +118,12 @@ pub extern "C" fn tr_residency_configure(config: *const TrResidencyConfig) -> St
             simulated_capacity: (c.simulated_capacity > 0).then_some(c.simulated_capacity),
         })
     })
+}
+
+/// Whether a residency manager is configured. Never fails; leaves the last error alone.
+#[no_mangle]
+pub extern "C" fn tr_residency_enabled() -> bool {
+    residency::enabled()
 }
 
 /// Stops the manager: newer device copies are written back and every device copy is freed.
@@ -191,7 +198,9 @@ fn c_name(name: &'static str) -> *const c_char {
 
 /// Calls `callback(event, user)` for every manager event (load, evict, write-back, prefetch, op
 /// begin/end), on the thread that caused it, while the manager is locked: the callback must not
-/// call libtensorref, and `user` must be usable from any thread. NULL removes the callback.
+/// call libtensorref, and `user` must be usable from any thread. NULL removes the callback. When
+/// this function returns, the previous callback is no longer running and will not be called
+/// again (events are delivered under the manager's lock).
 /// Errors: TR_ERR_INVALID_ARG without a manager.
 #[no_mangle]
 pub extern "C" fn tr_residency_set_callback(callback: TrEventFn, user: *mut c_void) -> Status {

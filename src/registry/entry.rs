@@ -1,4 +1,4 @@
-//! What a tensor handle points at: the libtorch tensor plus its accounted footprint. An `Entry`
+//! What a tensor handle points at: the libtorch tensor and what is known about it. An `Entry`
 //! is shared (`Arc`) between the registry slot, every alias of the handle and any op that is
 //! using it right now, so an op keeps its inputs alive even if another thread releases them.
 //!
@@ -8,16 +8,18 @@
 
 use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
 
-/// Index into the per-device byte counters: 0 is host memory, `1 + n` is CUDA device `n`.
+/// Where an entry's bytes are: 0 is host memory, `1 + n` is CUDA device `n`.
 pub(crate) type DeviceSlot = usize;
 
+/// Every op's result becomes an entry, so nothing is computed here until someone asks: the
+/// footprint (five libtorch calls) and the manager's id cost nothing on the unmanaged path.
 pub(crate) struct Entry {
     tensor: tch::Tensor,
-    pub(crate) bytes: u64,
-    pub(crate) device: DeviceSlot,
+    footprint: OnceLock<(u64, DeviceSlot)>,
     /// Identity for the residency manager (stable across aliases, never reused).
-    pub(crate) uid: u64,
+    uid: OnceLock<u64>,
     /// Whether the residency manager tracks this entry (it then forgets it on drop).
     pub(crate) registered: AtomicBool,
 }
@@ -31,10 +33,21 @@ unsafe impl Sync for Entry {}
 
 impl Entry {
     pub(crate) fn new(tensor: tch::Tensor) -> Entry {
+        Entry { tensor, footprint: OnceLock::new(), uid: OnceLock::new(), registered: AtomicBool::new(false) }
+    }
+
+    /// Logical bytes: elements times element size (a view counts at its own size).
+    pub(crate) fn bytes(&self) -> u64 {
+        self.footprint.get_or_init(|| footprint(&self.tensor)).0
+    }
+
+    pub(crate) fn device_slot(&self) -> DeviceSlot {
+        self.footprint.get_or_init(|| footprint(&self.tensor)).1
+    }
+
+    pub(crate) fn uid(&self) -> u64 {
         static NEXT_UID: AtomicU64 = AtomicU64::new(1);
-        let (bytes, device) = footprint(&tensor);
-        let uid = NEXT_UID.fetch_add(1, Ordering::Relaxed);
-        Entry { tensor, bytes, device, uid, registered: AtomicBool::new(false) }
+        *self.uid.get_or_init(|| NEXT_UID.fetch_add(1, Ordering::Relaxed))
     }
 
     pub(crate) fn is_registered(&self) -> bool {
@@ -45,7 +58,7 @@ impl Entry {
 impl Drop for Entry {
     fn drop(&mut self) {
         if self.is_registered() {
-            crate::residency::forget(self.uid);
+            crate::residency::forget(self.uid());
         }
     }
 }

@@ -84,6 +84,10 @@ impl<T> GenSlab<T> {
         self.slab.remove(key)
     }
 
+    pub(crate) fn values(&self) -> impl Iterator<Item = &T> {
+        self.slab.iter().map(|(_, v)| v)
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.slab.len()
     }

@@ -39,14 +39,11 @@ pub(crate) struct Member {
 pub(crate) struct State {
     pub(crate) tensors: GenSlab<Slot>,
     pub(crate) scopes: ScopeTable,
-    /// Bytes held by live entries, per device slot (0 = host, 1 + n = CUDA n).
-    bytes: Vec<u64>,
 }
 
 static STATE: Mutex<State> = Mutex::new(State {
     tensors: GenSlab::new(HandleKind::Tensor),
     scopes: ScopeTable::new(),
-    bytes: Vec::new(),
 });
 
 /// Locks the registry. A panic while it was held cannot leave it half-updated (every update is
@@ -88,7 +85,6 @@ pub(crate) fn insert(tensor: tch::Tensor) -> TensorId {
 
 pub(crate) fn insert_entry(entry: Arc<Entry>) -> TensorId {
     let mut state = lock();
-    state.add_bytes(&entry, true);
     let scope = state.scopes.current_key();
     let (key, handle) = state.tensors.insert(Slot { refs: 1, owner: None, entry });
     match scope {
@@ -136,24 +132,17 @@ pub fn live_handles() -> usize {
 }
 
 /// Logical bytes held by live handles on `device` (views count at their own size, and each
-/// alias counts once).
+/// alias counts once). Summed when asked, over every live handle: ops never pay for it.
 pub fn live_bytes(device: tch::Device) -> u64 {
     let slot = match device {
         tch::Device::Cuda(n) => 1 + n,
         _ => 0,
     };
-    lock().bytes.get(slot).copied().unwrap_or(0)
+    let state = lock();
+    state.tensors.values().filter(|s| s.entry.device_slot() == slot).map(|s| s.entry.bytes()).sum()
 }
 
 impl State {
-    fn add_bytes(&mut self, entry: &Entry, add: bool) {
-        if self.bytes.len() <= entry.device {
-            self.bytes.resize(entry.device + 1, 0);
-        }
-        let b = &mut self.bytes[entry.device];
-        *b = if add { *b + entry.bytes } else { *b - entry.bytes };
-    }
-
     /// Drops one reference of the live slot at `key`. Returns the entry to free if it died;
     /// the caller drops it once the lock is released.
     pub(crate) fn release_key(&mut self, key: usize) -> Option<Arc<Entry>> {
@@ -171,7 +160,6 @@ impl State {
         }
         self.unlink(key);
         let slot = self.tensors.remove(key);
-        self.add_bytes(&slot.entry, false);
         stats::count(|s| match in_scope {
             true => s.disposed_in_scope += 1,
             false => s.disposed_outside_scope += 1,

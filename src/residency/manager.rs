@@ -62,13 +62,13 @@ impl Manager {
     }
 
     fn register(&mut self, entry: &Entry) -> &mut Residence {
-        let key = TraceKey::Persistent(entry.uid);
+        let key = TraceKey::Persistent(entry.uid());
         entry.registered.store(true, Ordering::Release);
-        self.map.entry(entry.uid).or_insert_with(|| Residence {
+        self.map.entry(entry.uid()).or_insert_with(|| Residence {
             home: entry.shallow_clone(),
             device: None,
             dirty: false,
-            bytes: entry.bytes,
+            bytes: entry.bytes(),
             last_use: 0,
             uses: 0,
             in_use: 0,
@@ -103,13 +103,13 @@ impl Manager {
         r.in_use += 1;
         r.last_use = clock;
         r.uses += 1;
-        let (uid, bytes, key) = (entry.uid, r.bytes, r.key);
+        let (uid, bytes, key) = (entry.uid(), r.bytes, r.key);
         if r.device.is_some() {
             if std::mem::take(&mut r.prefetched) {
                 self.stats.prefetch_hits += 1;
             }
         } else {
-            if self.trace.following() {
+            if self.trace.following() && self.policy.prefetches() {
                 self.stats.prefetch_misses += 1;
             }
             if let Err(e) = self.make_room(bytes, op).and_then(|()| self.load(uid, op, EventKind::Load)) {
@@ -234,7 +234,7 @@ impl Manager {
         if !self.policy.keeps_results() {
             // Returning the entry even if the write-back failed: its copy then stays on the
             // device (nothing lost), and dropping a registered entry here would re-enter the lock.
-            let _ = self.evict(entry.uid, op);
+            let _ = self.evict(entry.uid(), op);
         }
         Ok(entry)
     }
@@ -343,9 +343,9 @@ impl Manager {
         }
         if !resident {
             self.make_room(bytes, "pin_resident")?;
-            self.load(entry.uid, "pin_resident", EventKind::Load)?;
+            self.load(entry.uid(), "pin_resident", EventKind::Load)?;
         }
-        let r = self.map.get_mut(&entry.uid).expect("registered");
+        let r = self.map.get_mut(&entry.uid()).expect("registered");
         r.pinned = true;
         self.stats.pinned_bytes += bytes;
         Ok(())

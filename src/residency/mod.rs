@@ -74,12 +74,14 @@ pub(crate) fn active() -> bool {
 }
 
 /// Starts (or replaces) the process's manager. A previous manager first writes every newer
-/// device copy back to host memory.
+/// device copy back to host memory; its event callback carries over, its counters, pins,
+/// trace and timeline do not.
 pub fn configure(cfg: Config) -> Result<()> {
     let mut guard = lock();
-    let fresh = Manager::new(cfg)?;
+    let mut fresh = Manager::new(cfg)?;
     if let Some(old) = guard.as_mut() {
         old.drain()?;
+        fresh.report.callback = old.report.callback.take();
     }
     let old = guard.replace(fresh);
     ACTIVE.store(true, Ordering::Release);
@@ -99,6 +101,11 @@ pub fn disable() -> Result<()> {
     drop(guard);
     drop(old);
     Ok(())
+}
+
+/// Whether a manager is configured.
+pub fn enabled() -> bool {
+    active()
 }
 
 /// The counters since the manager was configured (None without a manager).
@@ -125,7 +132,7 @@ pub fn pin_resident(t: &Tensor, pinned: bool) -> Result<()> {
 /// Whether `t` has a copy on the compute device now.
 pub fn is_resident(t: &Tensor) -> Result<bool> {
     let [entry] = crate::registry::get([t.id()])?;
-    with(|m| Ok(m.is_resident(entry.uid)))
+    with(|m| Ok(m.is_resident(entry.uid())))
 }
 
 /// Calls `f` for every event (load, evict, write-back, prefetch, op begin/end), on the thread
@@ -165,7 +172,7 @@ pub(crate) fn forget(uid: u64) {
 
 /// The freshest copy of an entry's data (the device copy if it is newer), for reads.
 pub(crate) fn readable(entry: &Entry) -> tch::Tensor {
-    let fresher = entry.is_registered().then(|| lock().as_ref().and_then(|m| m.freshest(entry.uid))).flatten();
+    let fresher = entry.is_registered().then(|| lock().as_ref().and_then(|m| m.freshest(entry.uid()))).flatten();
     fresher.unwrap_or_else(|| entry.shallow_clone())
 }
 
@@ -173,7 +180,7 @@ pub(crate) fn readable(entry: &Entry) -> tch::Tensor {
 pub(crate) fn sync_home(entry: &Entry) -> Result<()> {
     if entry.is_registered() {
         if let Some(m) = lock().as_mut() {
-            m.sync_home(entry.uid)?;
+            m.sync_home(entry.uid())?;
         }
     }
     Ok(())
@@ -214,7 +221,7 @@ impl Ticket {
             self.anchor = (self.anchor ^ uid).wrapping_mul(0x100_0000_01b3);
             self.anchored = true;
         }
-        self.inputs.push((entry.uid, key, entry.bytes));
+        self.inputs.push((entry.uid(), key, entry.bytes()));
         Ok(tensor)
     }
 

@@ -9,6 +9,7 @@ use std::time::Instant;
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ResidencyStats {
+    /// The device budget in bytes; UINT64_MAX under Resident, which has none.
     pub budget: u64,
     pub device_bytes: u64,
     pub peak_device_bytes: u64,

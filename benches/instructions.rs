@@ -1,0 +1,28 @@
+//! Instructions per 4-element add (op + release), raw tch against TensorRef: a figure that does
+//! not depend on how busy the machine is. Run under callgrind twice with different counts; the
+//! difference cancels libtorch's start-up:
+//!
+//!     cargo bench --bench instructions --no-run   # then see `make bench-instructions`
+//!     valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/deps/instructions-* raw 20000
+
+use std::hint::black_box;
+use tensorref::{DType, Tensor};
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let (mode, n): (&str, usize) = (args.get(1).map_or("raw", String::as_str), args.get(2).and_then(|s| s.parse().ok()).unwrap_or(10_000));
+    match mode {
+        "raw" => {
+            let (a, b) = (tch::Tensor::ones([4], tch::kind::FLOAT_CPU), tch::Tensor::ones([4], tch::kind::FLOAT_CPU));
+            for _ in 0..n {
+                drop(black_box(a.f_add(&b).unwrap()));
+            }
+        }
+        _ => {
+            let (a, b) = (Tensor::ones(&[4], DType::F32).unwrap(), Tensor::ones(&[4], DType::F32).unwrap());
+            for _ in 0..n {
+                drop(black_box(a.add(&b).unwrap()));
+            }
+        }
+    }
+}
