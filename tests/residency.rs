@@ -448,3 +448,23 @@ fn timeline_is_chrome_trace_json() {
         Ok(())
     });
 }
+
+#[test]
+fn dlpack_export_shares_the_current_data_and_settles_it_home() {
+    use tensorref::ffi::{tr_tensor_from_dlpack, tr_tensor_to_dlpack, TrTensor};
+    exclusive(|| {
+        let a = Tensor::randn(&[8, 8], DType::F32)?;
+        let expected = a.add(&a)?.to_vec::<f32>()?;
+        configure(PolicyKind::Flow, 1 << 20);
+        let y = a.add(&a)?; // its newest copy is on the device
+        assert!(residency::is_resident(&y)?);
+        let mut managed = std::ptr::null_mut();
+        assert_eq!(tr_tensor_to_dlpack(TrTensor::from(y.id()), &mut managed), tensorref::Status::TR_OK);
+        assert!(!residency::is_resident(&y)?, "the export leaves the home copy as the only one");
+        let mut back = TrTensor { id: 0 };
+        assert_eq!(tr_tensor_from_dlpack(managed, &mut back), tensorref::Status::TR_OK);
+        let shared = Tensor::from_raw(back.into());
+        assert_eq!(shared.to_vec::<f32>()?, expected, "the exported memory holds the current values");
+        Ok(())
+    });
+}

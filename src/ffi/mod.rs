@@ -16,6 +16,7 @@ mod version;
 mod weights;
 
 pub use boundary::{tr_last_error, tr_status_str};
+pub use dlpack::*;
 pub use handles::*;
 pub use models::*;
 pub use ops::*;

@@ -45,6 +45,8 @@ pub(crate) unsafe fn from_dlpack(managed: *mut c_void) -> Result<TensorId> {
 /// graph is not carried). The consumer owns it and must run its deleter once.
 pub(crate) fn to_dlpack(id: TensorId) -> Result<*mut c_void> {
     let [entry] = registry::get([id])?;
+    // The export shares the home copy: it must be current, and stay the only copy.
+    crate::residency::settle_home(&entry)?;
     // A detached view: the export must not hold on to the autograd graph.
     let data = entry.f_detach()?;
     let mut out = std::ptr::null_mut();

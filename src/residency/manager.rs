@@ -314,6 +314,16 @@ impl Manager {
         Ok(())
     }
 
+    /// Makes the home copy the only current one: written back if the device copy is newer, and
+    /// the device copy dropped unless pinned or in use (then it is only written back).
+    pub(crate) fn settle_home(&mut self, uid: u64) -> Result<()> {
+        match self.map.get(&uid) {
+            Some(r) if r.device.is_some() && r.in_use == 0 && !r.pinned => self.evict(uid, "export"),
+            Some(_) => self.sync_home(uid),
+            None => Ok(()),
+        }
+    }
+
     pub(crate) fn forget(&mut self, uid: u64) {
         if let Some(r) = self.map.remove(&uid) {
             if r.device.is_some() {

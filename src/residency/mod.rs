@@ -186,6 +186,17 @@ pub(crate) fn sync_home(entry: &Entry) -> Result<()> {
     Ok(())
 }
 
+/// Before the home copy's memory is shared outside (DLPack): writes a newer device copy back and
+/// drops the device copy, so writes through the shared memory are not shadowed by a stale copy.
+pub(crate) fn settle_home(entry: &Entry) -> Result<()> {
+    if entry.is_registered() {
+        if let Some(m) = lock().as_mut() {
+            m.settle_home(entry.uid())?;
+        }
+    }
+    Ok(())
+}
+
 /// One op under the manager: its inputs are acquired on the device and held there until the
 /// ticket is finished or dropped (on every exit path).
 pub(crate) struct Ticket {
