@@ -52,9 +52,15 @@ impl ComputeDevice {
         }
     }
 
-    /// An uninitialised host tensor shaped like `like`, page-locked when asked and useful.
+    /// An uninitialised host tensor shaped like `like`, with its strides when its layout is
+    /// dense (a transpose stays a transpose: later ops then sum in the same order as without a
+    /// manager, so results stay bit for bit identical), page-locked when asked and useful.
     pub(crate) fn empty_host(self, like: &Tensor, pin: bool) -> Result<Tensor> {
-        let host = Tensor::f_empty(like.size(), (like.f_kind()?, Device::Cpu))?;
+        let (size, stride, options) = (like.size(), like.stride(), (like.f_kind()?, Device::Cpu));
+        let host = match dense(&size, &stride) {
+            true => Tensor::f_empty_strided(&size, &stride, options)?,
+            false => Tensor::f_empty(&size, options)?,
+        };
         self.maybe_pin(host, pin)
     }
 
@@ -65,6 +71,21 @@ impl ComputeDevice {
             _ => Ok(host),
         }
     }
+}
+
+/// Whether the elements exactly fill their span of memory, in some order of dimensions (what
+/// libtorch's `preserve_format` keeps).
+fn dense(size: &[i64], stride: &[i64]) -> bool {
+    let mut dims: Vec<(i64, i64)> = stride.iter().zip(size).filter(|(_, &n)| n != 1).map(|(&s, &n)| (s, n)).collect();
+    dims.sort_unstable();
+    let mut expected = 1;
+    for (s, n) in dims {
+        if s != expected {
+            return false;
+        }
+        expected *= n;
+    }
+    !size.contains(&0)
 }
 
 fn is_pinned(t: &Tensor) -> bool {
