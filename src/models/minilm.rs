@@ -260,12 +260,17 @@ impl MiniLm {
         if l > self.position.shape()?[0] {
             return Err(Error::InvalidArg(format!("sequence of {l} tokens exceeds the model's {} positions", self.position.shape()?[0])));
         }
+        // On a terminal one line per batch, rewritten per stage; elsewhere (logs, CI) only the
+        // end of each batch, so lines do not run together.
+        let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
         let progress = |stage: &str| {
             if self.opts.progress {
                 let (i, n) = which.unwrap_or((1, 1));
-                eprint!("\r[minilm] batch {i}/{n} ({b} sentences x {l} tokens): {stage:<12}");
-                if stage == "pooling" {
-                    eprintln!();
+                let line = format!("[minilm] batch {i}/{n} ({b} sentences x {l} tokens): {stage:<12}");
+                match (terminal, stage == "pooling") {
+                    (true, last) => eprint!("\r{line}{}", if last { "\n" } else { "" }),
+                    (false, true) => eprintln!("{line}"),
+                    (false, false) => {}
                 }
             }
         };
