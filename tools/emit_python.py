@@ -98,7 +98,7 @@ def emit_op(op) -> str:
         else:
             args.append(n)
     if op.ret in ("T", "T?"):
-        body.append("out = _Tensor() if _open_scopes and _state.stack else _Owned()")
+        body += ["out = _T()", "out._own = not (_open_scopes and _state.stack)"]
         args.append("out")
     elif op.ret == "f64":
         body.append("out = _c_double()")
@@ -157,11 +157,11 @@ def emit_operators(ops) -> str:
         in_place = (t or s).ret == "T!"
         lines = [f"def {dunder}(self, other):"]
         if not in_place:
-            lines.append("    out = _Tensor() if _open_scopes and _state.stack else _Owned()")
+            lines += ["    out = _T()", "    out._own = not (_open_scopes and _state.stack)"]
         args = "self, other" if in_place else "self, other, out"
         cond = "if"
         if t:
-            lines += [f"    {cond} type(other) in _TENSOR_TYPES or isinstance(other, _T):", f"        st = _f_{t.name}({args})",
+            lines += [f"    {cond} type(other) is _T or isinstance(other, _T):", f"        st = _f_{t.name}({args})",
                       "        if st:", f"            _fail(st, {t.c_name!r}, self, other)"]
             cond = "elif"
         if s:
@@ -199,12 +199,10 @@ from ctypes import c_int64 as _i64
 from ctypes import c_size_t as _size
 from ctypes import c_uint64 as _u64
 
-from ._lib import TensorHandle as _T
 from ._lib import declare as _declare
 from ._lib import fail as _fail
 from ._lib import lib as _lib
-from ._tensor import Tensor as _Tensor
-from ._tensor import _Closed, _Owned
+from ._tensor import Tensor as _T
 from ._tensor import open_scopes as _open_scopes
 from ._tensor import state as _state
 from .dtypes import code_of as _code
@@ -216,8 +214,7 @@ _P_I64 = _POINTER(_i64)
 _P_DOUBLE = _POINTER(_c_double)
 _P_BOOL = _POINTER(_c_bool)
 _NONE = _T(0)
-# Exact types first: isinstance() on ctypes classes is slower than a set lookup.
-_TENSOR_TYPES = frozenset({_Tensor, _Owned, _Closed})
+# Exact types first: isinstance() on ctypes classes is slower than these.
 _SCALAR_TYPES = frozenset({float, int})
 
 
@@ -251,9 +248,9 @@ __all__ = [
     parts.append(emit_operators(ops))
     parts.append("# Tensor methods: the ops whose first parameter is a tensor, and the operators.\n"
                  "for _f in [globals()[_n] for _n in (\n" + "".join(f"    {n!r},\n" for n in methods) + ")] + list(_OPERATORS):\n"
-                 "    if _f.__name__ in _Tensor.__dict__:\n"
+                 "    if _f.__name__ in _T.__dict__:\n"
                  "        raise ImportError(f'op {_f.__name__!r} would replace the hand-written Tensor.{_f.__name__}')\n"
-                 "    setattr(_Tensor, _f.__name__, _f)\n")
+                 "    setattr(_T, _f.__name__, _f)\n")
     return "".join(parts)
 
 

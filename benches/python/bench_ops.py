@@ -81,10 +81,10 @@ def c_floors() -> tuple[float, float] | None:
         if r.returncode:
             return None
         floor = ctypes.CDLL(so)
-        floor.bench.argtypes = (tr._lib.TensorHandle, tr._lib.TensorHandle, ctypes.c_int)
+        floor.bench.argtypes = (tr.Tensor, tr.Tensor, ctypes.c_int)
         floor.bench.restype = ctypes.c_double
         call = floor.add_release
-        call.argtypes = (tr._lib.TensorHandle, tr._lib.TensorHandle)
+        call.argtypes = (tr.Tensor, tr.Tensor)
         call.restype = ctypes.c_int32
         a = tr.from_numpy(np.arange(4, dtype=np.float32))
         assert call(a, a) == 0

@@ -12,7 +12,8 @@ Handles are passed as ``c_uint64``: ``tr_tensor`` and ``tr_scope`` are C structs
 ``uint64_t`` passed by value, which the x86-64 SysV and AArch64 calling conventions pass exactly
 like a bare ``uint64_t``. Tensor and Scope objects *are* c_uint64 instances (subclasses), so a
 call passes them without any conversion and an op writes its result straight into the new
-Tensor object. Every other signature is spelled out below or in the generated
+Tensor object. Tensor parameters are declared with the Tensor class itself: ctypes accepts an
+instance of exactly the declared class fastest. Every other signature is spelled out below or in the generated
 ``_ops.py``; ``tests/test_abi.py`` checks that every function of include/tensorref.h has one.
 """
 from __future__ import annotations
@@ -28,13 +29,6 @@ from .errors import AbiMismatchError, error_class
 LIBNAME = "libtensorref.so"
 
 
-
-class TensorHandle(c_uint64):
-    """A ``tr_tensor`` passed by value; the base of ``tensorref.Tensor``. Declaring the handle
-    parameters with this type (not bare c_uint64) makes ctypes reject anything but a Tensor."""
-    __slots__ = ()
-
-
 class ScopeHandle(c_uint64):
     """A ``tr_scope`` passed by value; the base of ``tensorref.Scope``."""
     __slots__ = ()
@@ -45,12 +39,11 @@ class MiniLMHandle(c_uint64):
     __slots__ = ()
 
 
-# C types of the signatures: handles by value, outputs by pointer.
-TENSOR = TensorHandle
+# C types of the signatures: handles by value, outputs by pointer. The tensor handle type is
+# tensorref.Tensor itself, which _tensor.py defines and passes to `declare_all`.
 SCOPE = ScopeHandle
 STATUS = c_int32
 P_U64 = POINTER(c_uint64)
-P_TENSOR = POINTER(TENSOR)
 P_SCOPE = POINTER(SCOPE)
 P_I64 = POINTER(c_int64)
 P_SIZE = POINTER(c_size_t)
@@ -67,73 +60,77 @@ class Stats(ctypes.Structure):
                 ("live", c_int64)]
 
 
-# The hand-written part of the C ABI: (restype, argtypes) per function.
-SIGNATURES = {
-    # errors and versions
-    "tr_last_error": (STATUS, (POINTER(c_char), c_size_t, P_SIZE)),
-    "tr_status_str": (c_char_p, (c_int32,)),
-    "tr_abi_version": (c_uint32, ()),
-    "tr_version": (c_char_p, ()),
-    # lifecycle, host data, metadata
-    "tr_tensor_retain": (STATUS, (TENSOR,)),
-    "tr_tensor_release": (STATUS, (TENSOR,)),
-    "tr_tensor_alias": (STATUS, (TENSOR, P_TENSOR)),
-    "tr_tensor_is_valid": (STATUS, (TENSOR, P_BOOL)),
-    "tr_tensor_from_data": (STATUS, (c_void_p, c_size_t, P_I64, c_size_t, c_int32, P_TENSOR)),
-    "tr_tensor_copy_to": (STATUS, (TENSOR, c_void_p, c_size_t, P_SIZE)),
-    "tr_tensor_shape": (STATUS, (TENSOR, P_I64, c_size_t, P_SIZE)),
-    "tr_tensor_dtype": (STATUS, (TENSOR, P_I32)),
-    "tr_tensor_numel": (STATUS, (TENSOR, P_SIZE)),
-    "tr_tensor_item": (STATUS, (TENSOR, P_DOUBLE)),
-    "tr_tensor_scope": (STATUS, (TENSOR, P_SCOPE)),
-    "tr_live_handles": (c_size_t, ()),
-    "tr_live_bytes": (c_uint64, (c_int32,)),
-    "tr_manual_seed": (STATUS, (c_uint64,)),
-    "tr_grad_set_enabled": (STATUS, (c_bool, P_BOOL)),
-    # DLPack
-    "tr_tensor_from_dlpack": (STATUS, (c_void_p, P_TENSOR)),
-    "tr_tensor_to_dlpack": (STATUS, (TENSOR, POINTER(c_void_p))),
-    # scopes
-    "tr_scope_new": (STATUS, (P_SCOPE,)),
-    "tr_scope_dispose": (STATUS, (SCOPE,)),
-    "tr_scope_dispose_everything": (STATUS, (SCOPE,)),
-    "tr_scope_dispose_everything_but": (STATUS, (SCOPE, P_U64, c_size_t)),
-    "tr_scope_attach": (STATUS, (SCOPE, TENSOR)),
-    "tr_scope_detach": (STATUS, (SCOPE, TENSOR)),
-    "tr_scope_move_to_outer": (STATUS, (SCOPE, TENSOR)),
-    "tr_scope_contains": (STATUS, (SCOPE, TENSOR, P_BOOL)),
-    "tr_scope_len": (STATUS, (SCOPE, P_SIZE)),
-    "tr_scope_current": (STATUS, (P_SCOPE,)),
-    "tr_tensor_move_to_outer_scope": (STATUS, (TENSOR,)),
-    "tr_tensor_detach_from_scope": (STATUS, (TENSOR,)),
-    "tr_tensor_move_to_scope": (STATUS, (TENSOR, SCOPE)),
-    "tr_scope_stats_get": (STATUS, (POINTER(Stats),)),
-    "tr_scope_stats_reset": (STATUS, ()),
-    # residency manager: declared, with its structs and callback passed as opaque pointers
-    # (no Python API over them yet)
-    "tr_residency_config_default": (STATUS, (c_void_p,)),
-    "tr_residency_configure": (STATUS, (c_void_p,)),
-    "tr_residency_disable": (STATUS, ()),
-    "tr_residency_stats_get": (STATUS, (c_void_p,)),
-    "tr_residency_mark_iteration": (STATUS, ()),
-    "tr_tensor_pin_resident": (STATUS, (TENSOR, c_bool)),
-    "tr_tensor_is_resident": (STATUS, (TENSOR, P_BOOL)),
-    "tr_residency_set_callback": (STATUS, (c_void_p, c_void_p)),
-    "tr_residency_timeline_start": (STATUS, ()),
-    "tr_residency_timeline_write": (STATUS, (c_char_p,)),
-    # weights (safetensors)
-    "tr_weights_load": (STATUS, (c_char_p, P_TENSOR, c_size_t, POINTER(c_char), c_size_t, P_SIZE, P_SIZE)),
-    # all-MiniLM-L6-v2: declared, options struct opaque (no Python API over it yet)
-    "tr_minilm_options_default": (STATUS, (c_void_p,)),
-    "tr_minilm_load": (STATUS, (c_char_p, c_void_p, POINTER(MiniLMHandle))),
-    "tr_minilm_release": (STATUS, (MiniLMHandle,)),
-    "tr_minilm_set_weight_mode": (STATUS, (MiniLMHandle, c_int32, c_uint64)),
-    "tr_minilm_dim": (STATUS, (MiniLMHandle, P_SIZE)),
-    "tr_minilm_weight_bytes": (STATUS, (MiniLMHandle, P_U64)),
-    "tr_minilm_embed": (STATUS, (MiniLMHandle, POINTER(c_char_p), c_size_t, c_void_p, c_size_t, P_SIZE)),
-}
+def signatures(TENSOR) -> dict:
+    """The hand-written part of the C ABI: (restype, argtypes) per function. `TENSOR` is the
+    class of tensorref.Tensor: ctypes passes an instance of exactly the declared class fastest."""
+    P_TENSOR = POINTER(TENSOR)
+    return {
+        # errors and versions
+        "tr_last_error": (STATUS, (POINTER(c_char), c_size_t, P_SIZE)),
+        "tr_status_str": (c_char_p, (c_int32,)),
+        "tr_abi_version": (c_uint32, ()),
+        "tr_version": (c_char_p, ()),
+        # lifecycle, host data, metadata
+        "tr_tensor_retain": (STATUS, (TENSOR,)),
+        "tr_tensor_release": (STATUS, (TENSOR,)),
+        "tr_tensor_alias": (STATUS, (TENSOR, P_TENSOR)),
+        "tr_tensor_is_valid": (STATUS, (TENSOR, P_BOOL)),
+        "tr_tensor_from_data": (STATUS, (c_void_p, c_size_t, P_I64, c_size_t, c_int32, P_TENSOR)),
+        "tr_tensor_copy_to": (STATUS, (TENSOR, c_void_p, c_size_t, P_SIZE)),
+        "tr_tensor_shape": (STATUS, (TENSOR, P_I64, c_size_t, P_SIZE)),
+        "tr_tensor_dtype": (STATUS, (TENSOR, P_I32)),
+        "tr_tensor_numel": (STATUS, (TENSOR, P_SIZE)),
+        "tr_tensor_item": (STATUS, (TENSOR, P_DOUBLE)),
+        "tr_tensor_scope": (STATUS, (TENSOR, P_SCOPE)),
+        "tr_live_handles": (c_size_t, ()),
+        "tr_live_bytes": (c_uint64, (c_int32,)),
+        "tr_manual_seed": (STATUS, (c_uint64,)),
+        "tr_grad_set_enabled": (STATUS, (c_bool, P_BOOL)),
+        # DLPack
+        "tr_tensor_from_dlpack": (STATUS, (c_void_p, P_TENSOR)),
+        "tr_tensor_to_dlpack": (STATUS, (TENSOR, POINTER(c_void_p))),
+        # scopes
+        "tr_scope_new": (STATUS, (P_SCOPE,)),
+        "tr_scope_dispose": (STATUS, (SCOPE,)),
+        "tr_scope_dispose_everything": (STATUS, (SCOPE,)),
+        "tr_scope_dispose_everything_but": (STATUS, (SCOPE, P_U64, c_size_t)),
+        "tr_scope_attach": (STATUS, (SCOPE, TENSOR)),
+        "tr_scope_detach": (STATUS, (SCOPE, TENSOR)),
+        "tr_scope_move_to_outer": (STATUS, (SCOPE, TENSOR)),
+        "tr_scope_contains": (STATUS, (SCOPE, TENSOR, P_BOOL)),
+        "tr_scope_len": (STATUS, (SCOPE, P_SIZE)),
+        "tr_scope_current": (STATUS, (P_SCOPE,)),
+        "tr_tensor_move_to_outer_scope": (STATUS, (TENSOR,)),
+        "tr_tensor_detach_from_scope": (STATUS, (TENSOR,)),
+        "tr_tensor_move_to_scope": (STATUS, (TENSOR, SCOPE)),
+        "tr_scope_stats_get": (STATUS, (POINTER(Stats),)),
+        "tr_scope_stats_reset": (STATUS, ()),
+        # residency manager: declared, with its structs and callback passed as opaque pointers
+        # (no Python API over them yet)
+        "tr_residency_config_default": (STATUS, (c_void_p,)),
+        "tr_residency_configure": (STATUS, (c_void_p,)),
+        "tr_residency_disable": (STATUS, ()),
+        "tr_residency_enabled": (c_bool, ()),
+        "tr_residency_stats_get": (STATUS, (c_void_p,)),
+        "tr_residency_mark_iteration": (STATUS, ()),
+        "tr_tensor_pin_resident": (STATUS, (TENSOR, c_bool)),
+        "tr_tensor_is_resident": (STATUS, (TENSOR, P_BOOL)),
+        "tr_residency_set_callback": (STATUS, (c_void_p, c_void_p)),
+        "tr_residency_timeline_start": (STATUS, ()),
+        "tr_residency_timeline_write": (STATUS, (c_char_p,)),
+        # weights (safetensors)
+        "tr_weights_load": (STATUS, (c_char_p, P_TENSOR, c_size_t, POINTER(c_char), c_size_t, P_SIZE, P_SIZE)),
+        # all-MiniLM-L6-v2: declared, options struct opaque (no Python API over it yet)
+        "tr_minilm_options_default": (STATUS, (c_void_p,)),
+        "tr_minilm_load": (STATUS, (c_char_p, c_void_p, POINTER(MiniLMHandle))),
+        "tr_minilm_release": (STATUS, (MiniLMHandle,)),
+        "tr_minilm_set_weight_mode": (STATUS, (MiniLMHandle, c_int32, c_uint64)),
+        "tr_minilm_dim": (STATUS, (MiniLMHandle, P_SIZE)),
+        "tr_minilm_weight_bytes": (STATUS, (MiniLMHandle, P_U64)),
+        "tr_minilm_embed": (STATUS, (MiniLMHandle, POINTER(c_char_p), c_size_t, c_void_p, c_size_t, P_SIZE)),
+    }
 
-# Functions of SIGNATURES the loaded library does not export (an older build); the test suite
+# Declared functions the loaded library does not export (an older build); the test suite
 # requires this to be empty.
 missing: list[str] = []
 
@@ -201,7 +198,7 @@ def declare(lib: ctypes.CDLL, name: str, restype, argtypes):
 
 
 def load(path: str | None = None) -> ctypes.CDLL:
-    """Loads the library, checks its ABI version and declares the hand-written signatures."""
+    """Loads the library and checks its ABI version (`declare_all` then sets the signatures)."""
     path = path or find_library()
     try:
         lib = ctypes.CDLL(path)
@@ -210,9 +207,19 @@ def load(path: str | None = None) -> ctypes.CDLL:
             f"cannot load libtensorref ({path}): {e}. Build it with `cargo build` in the "
             f"repository, or set TENSORREF_LIB to the path of libtensorref.so.") from None
     check_abi(lib, path)
-    for name, (restype, argtypes) in SIGNATURES.items():
-        setattr(lib, name, declare(lib, name, restype, argtypes))
     return lib
+
+
+# tensorref.Tensor, once `declare_all` has been given it.
+Tensor = None
+
+
+def declare_all(tensor_class) -> None:
+    """Sets the signature of every hand-written function, with `tensor_class` as tr_tensor."""
+    global Tensor
+    Tensor = tensor_class
+    for name, (restype, argtypes) in signatures(tensor_class).items():
+        setattr(lib, name, declare(lib, name, restype, argtypes))
 
 
 LIB_PATH = find_library()
@@ -242,7 +249,7 @@ def fail(status: int, function: str, *tensors):
     library's message for this failure. `tensors` are the call's tensor arguments: ctypes lets a
     bare int through as a handle, so a handle error on a non-Tensor argument is a TypeError."""
     if 200 <= status < 300:
-        wrong = [type(t).__name__ for t in tensors if t is not None and not isinstance(t, TensorHandle)]
+        wrong = [type(t).__name__ for t in tensors if t is not None and not isinstance(t, Tensor)]
         if wrong:
             raise TypeError(f"{function}: expected tensorref.Tensor arguments, got {', '.join(wrong)}")
     name = STATUS_NAMES.get(status, f"status {status}")

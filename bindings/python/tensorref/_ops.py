@@ -17,12 +17,10 @@ from ctypes import c_int64 as _i64
 from ctypes import c_size_t as _size
 from ctypes import c_uint64 as _u64
 
-from ._lib import TensorHandle as _T
 from ._lib import declare as _declare
 from ._lib import fail as _fail
 from ._lib import lib as _lib
-from ._tensor import Tensor as _Tensor
-from ._tensor import _Closed, _Owned
+from ._tensor import Tensor as _T
 from ._tensor import open_scopes as _open_scopes
 from ._tensor import state as _state
 from .dtypes import code_of as _code
@@ -34,8 +32,7 @@ _P_I64 = _POINTER(_i64)
 _P_DOUBLE = _POINTER(_c_double)
 _P_BOOL = _POINTER(_c_bool)
 _NONE = _T(0)
-# Exact types first: isinstance() on ctypes classes is slower than a set lookup.
-_TENSOR_TYPES = frozenset({_Tensor, _Owned, _Closed})
+# Exact types first: isinstance() on ctypes classes is slower than these.
 _SCALAR_TYPES = frozenset({float, int})
 
 
@@ -153,7 +150,8 @@ def zeros(shape, dtype=float32):
     zeros(shape: int | Sequence[int], dtype: DType) -> Tensor   [C: tr_tensor_zeros]
     """
     shape, shape_len = _i64s(shape, 'shape')
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_zeros(shape, shape_len, _code(dtype), out)
     except _CArgumentError as e:
@@ -172,7 +170,8 @@ def ones(shape, dtype=float32):
     ones(shape: int | Sequence[int], dtype: DType) -> Tensor   [C: tr_tensor_ones]
     """
     shape, shape_len = _i64s(shape, 'shape')
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_ones(shape, shape_len, _code(dtype), out)
     except _CArgumentError as e:
@@ -191,7 +190,8 @@ def full(shape, value, dtype=float32):
     full(shape: int | Sequence[int], value: float, dtype: DType) -> Tensor   [C: tr_tensor_full]
     """
     shape, shape_len = _i64s(shape, 'shape')
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_full(shape, shape_len, value, _code(dtype), out)
     except _CArgumentError as e:
@@ -210,7 +210,8 @@ def rand(shape, dtype=float32):
     rand(shape: int | Sequence[int], dtype: DType) -> Tensor   [C: tr_tensor_rand]
     """
     shape, shape_len = _i64s(shape, 'shape')
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_rand(shape, shape_len, _code(dtype), out)
     except _CArgumentError as e:
@@ -229,7 +230,8 @@ def randn(shape, dtype=float32):
     randn(shape: int | Sequence[int], dtype: DType) -> Tensor   [C: tr_tensor_randn]
     """
     shape, shape_len = _i64s(shape, 'shape')
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_randn(shape, shape_len, _code(dtype), out)
     except _CArgumentError as e:
@@ -247,7 +249,8 @@ def arange(start, end, step, dtype=float32):
 
     arange(start: float, end: float, step: float, dtype: DType) -> Tensor   [C: tr_tensor_arange]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_arange(start, end, step, _code(dtype), out)
     except _CArgumentError as e:
@@ -265,7 +268,8 @@ def eye(n, dtype=float32):
 
     eye(n: int, dtype: DType) -> Tensor   [C: tr_tensor_eye]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_eye(n, _code(dtype), out)
     except _CArgumentError as e:
@@ -283,7 +287,8 @@ def zeros_like(a):
 
     zeros_like(a: Tensor) -> Tensor   [C: tr_tensor_zeros_like]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_zeros_like(a, out)
     except _CArgumentError as e:
@@ -301,7 +306,8 @@ def ones_like(a):
 
     ones_like(a: Tensor) -> Tensor   [C: tr_tensor_ones_like]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_ones_like(a, out)
     except _CArgumentError as e:
@@ -319,7 +325,8 @@ def add(a, b):
 
     add(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_add]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_add(a, b, out)
     except _CArgumentError as e:
@@ -337,7 +344,8 @@ def sub(a, b):
 
     sub(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_sub]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_sub(a, b, out)
     except _CArgumentError as e:
@@ -355,7 +363,8 @@ def mul(a, b):
 
     mul(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_mul]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_mul(a, b, out)
     except _CArgumentError as e:
@@ -373,7 +382,8 @@ def div(a, b):
 
     div(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_div]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_div(a, b, out)
     except _CArgumentError as e:
@@ -391,7 +401,8 @@ def add_scalar(a, s):
 
     add_scalar(a: Tensor, s: float) -> Tensor   [C: tr_tensor_add_scalar]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_add_scalar(a, s, out)
     except _CArgumentError as e:
@@ -409,7 +420,8 @@ def sub_scalar(a, s):
 
     sub_scalar(a: Tensor, s: float) -> Tensor   [C: tr_tensor_sub_scalar]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_sub_scalar(a, s, out)
     except _CArgumentError as e:
@@ -427,7 +439,8 @@ def mul_scalar(a, s):
 
     mul_scalar(a: Tensor, s: float) -> Tensor   [C: tr_tensor_mul_scalar]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_mul_scalar(a, s, out)
     except _CArgumentError as e:
@@ -445,7 +458,8 @@ def div_scalar(a, s):
 
     div_scalar(a: Tensor, s: float) -> Tensor   [C: tr_tensor_div_scalar]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_div_scalar(a, s, out)
     except _CArgumentError as e:
@@ -463,7 +477,8 @@ def pow(a, exponent):
 
     pow(a: Tensor, exponent: Tensor) -> Tensor   [C: tr_tensor_pow]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_pow(a, exponent, out)
     except _CArgumentError as e:
@@ -481,7 +496,8 @@ def pow_scalar(a, exponent):
 
     pow_scalar(a: Tensor, exponent: float) -> Tensor   [C: tr_tensor_pow_scalar]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_pow_scalar(a, exponent, out)
     except _CArgumentError as e:
@@ -499,7 +515,8 @@ def neg(a):
 
     neg(a: Tensor) -> Tensor   [C: tr_tensor_neg]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_neg(a, out)
     except _CArgumentError as e:
@@ -517,7 +534,8 @@ def exp(a):
 
     exp(a: Tensor) -> Tensor   [C: tr_tensor_exp]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_exp(a, out)
     except _CArgumentError as e:
@@ -535,7 +553,8 @@ def log(a):
 
     log(a: Tensor) -> Tensor   [C: tr_tensor_log]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_log(a, out)
     except _CArgumentError as e:
@@ -553,7 +572,8 @@ def sqrt(a):
 
     sqrt(a: Tensor) -> Tensor   [C: tr_tensor_sqrt]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_sqrt(a, out)
     except _CArgumentError as e:
@@ -571,7 +591,8 @@ def abs(a):
 
     abs(a: Tensor) -> Tensor   [C: tr_tensor_abs]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_abs(a, out)
     except _CArgumentError as e:
@@ -589,7 +610,8 @@ def relu(a):
 
     relu(a: Tensor) -> Tensor   [C: tr_tensor_relu]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_relu(a, out)
     except _CArgumentError as e:
@@ -607,7 +629,8 @@ def gelu(a):
 
     gelu(a: Tensor) -> Tensor   [C: tr_tensor_gelu]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_gelu(a, out)
     except _CArgumentError as e:
@@ -625,7 +648,8 @@ def silu(a):
 
     silu(a: Tensor) -> Tensor   [C: tr_tensor_silu]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_silu(a, out)
     except _CArgumentError as e:
@@ -643,7 +667,8 @@ def sigmoid(a):
 
     sigmoid(a: Tensor) -> Tensor   [C: tr_tensor_sigmoid]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_sigmoid(a, out)
     except _CArgumentError as e:
@@ -661,7 +686,8 @@ def tanh(a):
 
     tanh(a: Tensor) -> Tensor   [C: tr_tensor_tanh]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_tanh(a, out)
     except _CArgumentError as e:
@@ -679,7 +705,8 @@ def clamp(a, min, max):
 
     clamp(a: Tensor, min: float, max: float) -> Tensor   [C: tr_tensor_clamp]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_clamp(a, min, max, out)
     except _CArgumentError as e:
@@ -697,7 +724,8 @@ def where_self(a, condition, other):
 
     where_self(a: Tensor, condition: Tensor, other: Tensor) -> Tensor   [C: tr_tensor_where_self]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_where_self(a, condition, other, out)
     except _CArgumentError as e:
@@ -715,7 +743,8 @@ def eq(a, b):
 
     eq(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_eq]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_eq(a, b, out)
     except _CArgumentError as e:
@@ -733,7 +762,8 @@ def ne(a, b):
 
     ne(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_ne]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_ne(a, b, out)
     except _CArgumentError as e:
@@ -751,7 +781,8 @@ def lt(a, b):
 
     lt(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_lt]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_lt(a, b, out)
     except _CArgumentError as e:
@@ -769,7 +800,8 @@ def le(a, b):
 
     le(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_le]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_le(a, b, out)
     except _CArgumentError as e:
@@ -787,7 +819,8 @@ def gt(a, b):
 
     gt(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_gt]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_gt(a, b, out)
     except _CArgumentError as e:
@@ -805,7 +838,8 @@ def ge(a, b):
 
     ge(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_ge]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_ge(a, b, out)
     except _CArgumentError as e:
@@ -823,7 +857,8 @@ def sum(a):
 
     sum(a: Tensor) -> Tensor   [C: tr_tensor_sum]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_sum(a, out)
     except _CArgumentError as e:
@@ -842,7 +877,8 @@ def sum_dim(a, dims, keepdim):
     sum_dim(a: Tensor, dims: int | Sequence[int], keepdim: bool) -> Tensor   [C: tr_tensor_sum_dim]
     """
     dims, dims_len = _i64s(dims, 'dims')
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_sum_dim(a, dims, dims_len, keepdim, out)
     except _CArgumentError as e:
@@ -860,7 +896,8 @@ def mean(a):
 
     mean(a: Tensor) -> Tensor   [C: tr_tensor_mean]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_mean(a, out)
     except _CArgumentError as e:
@@ -879,7 +916,8 @@ def mean_dim(a, dims, keepdim):
     mean_dim(a: Tensor, dims: int | Sequence[int], keepdim: bool) -> Tensor   [C: tr_tensor_mean_dim]
     """
     dims, dims_len = _i64s(dims, 'dims')
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_mean_dim(a, dims, dims_len, keepdim, out)
     except _CArgumentError as e:
@@ -897,7 +935,8 @@ def max(a):
 
     max(a: Tensor) -> Tensor   [C: tr_tensor_max]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_max(a, out)
     except _CArgumentError as e:
@@ -915,7 +954,8 @@ def max_dim(a, dim, keepdim):
 
     max_dim(a: Tensor, dim: int, keepdim: bool) -> Tensor   [C: tr_tensor_max_dim]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_max_dim(a, dim, keepdim, out)
     except _CArgumentError as e:
@@ -933,7 +973,8 @@ def min(a):
 
     min(a: Tensor) -> Tensor   [C: tr_tensor_min]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_min(a, out)
     except _CArgumentError as e:
@@ -951,7 +992,8 @@ def min_dim(a, dim, keepdim):
 
     min_dim(a: Tensor, dim: int, keepdim: bool) -> Tensor   [C: tr_tensor_min_dim]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_min_dim(a, dim, keepdim, out)
     except _CArgumentError as e:
@@ -969,7 +1011,8 @@ def argmax(a, dim, keepdim):
 
     argmax(a: Tensor, dim: int, keepdim: bool) -> Tensor   [C: tr_tensor_argmax]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_argmax(a, dim, keepdim, out)
     except _CArgumentError as e:
@@ -987,7 +1030,8 @@ def argmin(a, dim, keepdim):
 
     argmin(a: Tensor, dim: int, keepdim: bool) -> Tensor   [C: tr_tensor_argmin]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_argmin(a, dim, keepdim, out)
     except _CArgumentError as e:
@@ -1005,7 +1049,8 @@ def softmax(a, dim):
 
     softmax(a: Tensor, dim: int) -> Tensor   [C: tr_tensor_softmax]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_softmax(a, dim, out)
     except _CArgumentError as e:
@@ -1023,7 +1068,8 @@ def log_softmax(a, dim):
 
     log_softmax(a: Tensor, dim: int) -> Tensor   [C: tr_tensor_log_softmax]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_log_softmax(a, dim, out)
     except _CArgumentError as e:
@@ -1041,7 +1087,8 @@ def matmul(a, b):
 
     matmul(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_matmul]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_matmul(a, b, out)
     except _CArgumentError as e:
@@ -1059,7 +1106,8 @@ def bmm(a, b):
 
     bmm(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_bmm]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_bmm(a, b, out)
     except _CArgumentError as e:
@@ -1077,7 +1125,8 @@ def linear(x, weight, bias=None):
 
     linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor   [C: tr_tensor_linear]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_linear(x, weight, _NONE if bias is None else bias, out)
     except _CArgumentError as e:
@@ -1096,7 +1145,8 @@ def reshape(a, shape):
     reshape(a: Tensor, shape: int | Sequence[int]) -> Tensor   [C: tr_tensor_reshape]
     """
     shape, shape_len = _i64s(shape, 'shape')
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_reshape(a, shape, shape_len, out)
     except _CArgumentError as e:
@@ -1115,7 +1165,8 @@ def view(a, shape):
     view(a: Tensor, shape: int | Sequence[int]) -> Tensor   [C: tr_tensor_view]
     """
     shape, shape_len = _i64s(shape, 'shape')
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_view(a, shape, shape_len, out)
     except _CArgumentError as e:
@@ -1133,7 +1184,8 @@ def transpose(a, dim0, dim1):
 
     transpose(a: Tensor, dim0: int, dim1: int) -> Tensor   [C: tr_tensor_transpose]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_transpose(a, dim0, dim1, out)
     except _CArgumentError as e:
@@ -1152,7 +1204,8 @@ def permute(a, dims):
     permute(a: Tensor, dims: int | Sequence[int]) -> Tensor   [C: tr_tensor_permute]
     """
     dims, dims_len = _i64s(dims, 'dims')
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_permute(a, dims, dims_len, out)
     except _CArgumentError as e:
@@ -1170,7 +1223,8 @@ def squeeze(a, dim):
 
     squeeze(a: Tensor, dim: int) -> Tensor   [C: tr_tensor_squeeze]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_squeeze(a, dim, out)
     except _CArgumentError as e:
@@ -1188,7 +1242,8 @@ def unsqueeze(a, dim):
 
     unsqueeze(a: Tensor, dim: int) -> Tensor   [C: tr_tensor_unsqueeze]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_unsqueeze(a, dim, out)
     except _CArgumentError as e:
@@ -1207,7 +1262,8 @@ def cat(tensors, dim):
     cat(tensors: Sequence[Tensor], dim: int) -> Tensor   [C: tr_tensor_cat]
     """
     tensors, tensors_len = _handles(tensors, 'tensors')
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_cat(tensors, tensors_len, dim, out)
     except _CArgumentError as e:
@@ -1226,7 +1282,8 @@ def stack(tensors, dim):
     stack(tensors: Sequence[Tensor], dim: int) -> Tensor   [C: tr_tensor_stack]
     """
     tensors, tensors_len = _handles(tensors, 'tensors')
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_stack(tensors, tensors_len, dim, out)
     except _CArgumentError as e:
@@ -1244,7 +1301,8 @@ def narrow(a, dim, start, length):
 
     narrow(a: Tensor, dim: int, start: int, length: int) -> Tensor   [C: tr_tensor_narrow]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_narrow(a, dim, start, length, out)
     except _CArgumentError as e:
@@ -1262,7 +1320,8 @@ def index_select(a, dim, index):
 
     index_select(a: Tensor, dim: int, index: Tensor) -> Tensor   [C: tr_tensor_index_select]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_index_select(a, dim, index, out)
     except _CArgumentError as e:
@@ -1280,7 +1339,8 @@ def contiguous(a):
 
     contiguous(a: Tensor) -> Tensor   [C: tr_tensor_contiguous]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_contiguous(a, out)
     except _CArgumentError as e:
@@ -1298,7 +1358,8 @@ def to_dtype(a, dtype):
 
     to_dtype(a: Tensor, dtype: DType) -> Tensor   [C: tr_tensor_to_dtype]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_to_dtype(a, _code(dtype), out)
     except _CArgumentError as e:
@@ -1316,7 +1377,8 @@ def embedding(weight, indices):
 
     embedding(weight: Tensor, indices: Tensor) -> Tensor   [C: tr_tensor_embedding]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_embedding(weight, indices, out)
     except _CArgumentError as e:
@@ -1335,7 +1397,8 @@ def layer_norm(a, normalized_shape, weight, bias, eps):
     layer_norm(a: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | None, bias: Tensor | None, eps: float) -> Tensor   [C: tr_tensor_layer_norm]
     """
     normalized_shape, normalized_shape_len = _i64s(normalized_shape, 'normalized_shape')
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_layer_norm(a, normalized_shape, normalized_shape_len, _NONE if weight is None else weight, _NONE if bias is None else bias, eps, out)
     except _CArgumentError as e:
@@ -1353,7 +1416,8 @@ def dropout(a, p, train):
 
     dropout(a: Tensor, p: float, train: bool) -> Tensor   [C: tr_tensor_dropout]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_dropout(a, p, train, out)
     except _CArgumentError as e:
@@ -1374,7 +1438,8 @@ def conv2d(input, weight, bias, stride, padding, dilation, groups):
     stride, stride_len = _i64s(stride, 'stride')
     padding, padding_len = _i64s(padding, 'padding')
     dilation, dilation_len = _i64s(dilation, 'dilation')
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_conv2d(input, weight, _NONE if bias is None else bias, stride, stride_len, padding, padding_len, dilation, dilation_len, groups, out)
     except _CArgumentError as e:
@@ -1396,7 +1461,8 @@ def max_pool2d(a, kernel, stride, padding, dilation, ceil_mode):
     stride, stride_len = _i64s(stride, 'stride')
     padding, padding_len = _i64s(padding, 'padding')
     dilation, dilation_len = _i64s(dilation, 'dilation')
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_max_pool2d(a, kernel, kernel_len, stride, stride_len, padding, padding_len, dilation, dilation_len, ceil_mode, out)
     except _CArgumentError as e:
@@ -1414,7 +1480,8 @@ def mse_loss(input, target):
 
     mse_loss(input: Tensor, target: Tensor) -> Tensor   [C: tr_tensor_mse_loss]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_mse_loss(input, target, out)
     except _CArgumentError as e:
@@ -1432,7 +1499,8 @@ def cross_entropy(logits, targets):
 
     cross_entropy(logits: Tensor, targets: Tensor) -> Tensor   [C: tr_tensor_cross_entropy]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_cross_entropy(logits, targets, out)
     except _CArgumentError as e:
@@ -1611,7 +1679,8 @@ def grad(a):
 
     grad(a: Tensor) -> Tensor | None   [C: tr_tensor_grad]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_grad(a, out)
     except _CArgumentError as e:
@@ -1646,7 +1715,8 @@ def detach(a):
 
     detach(a: Tensor) -> Tensor   [C: tr_tensor_detach]
     """
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     try:
         st = _f_detach(a, out)
     except _CArgumentError as e:
@@ -1695,8 +1765,9 @@ def adam_step(params, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_d
 
 # Operators: int and float operands go to the *_scalar ops.
 def __add__(self, other):
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
-    if type(other) in _TENSOR_TYPES or isinstance(other, _T):
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
+    if type(other) is _T or isinstance(other, _T):
         st = _f_add(self, other, out)
         if st:
             _fail(st, 'tr_tensor_add', self, other)
@@ -1710,8 +1781,9 @@ def __add__(self, other):
 
 
 def __sub__(self, other):
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
-    if type(other) in _TENSOR_TYPES or isinstance(other, _T):
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
+    if type(other) is _T or isinstance(other, _T):
         st = _f_sub(self, other, out)
         if st:
             _fail(st, 'tr_tensor_sub', self, other)
@@ -1725,8 +1797,9 @@ def __sub__(self, other):
 
 
 def __mul__(self, other):
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
-    if type(other) in _TENSOR_TYPES or isinstance(other, _T):
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
+    if type(other) is _T or isinstance(other, _T):
         st = _f_mul(self, other, out)
         if st:
             _fail(st, 'tr_tensor_mul', self, other)
@@ -1740,8 +1813,9 @@ def __mul__(self, other):
 
 
 def __truediv__(self, other):
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
-    if type(other) in _TENSOR_TYPES or isinstance(other, _T):
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
+    if type(other) is _T or isinstance(other, _T):
         st = _f_div(self, other, out)
         if st:
             _fail(st, 'tr_tensor_div', self, other)
@@ -1755,8 +1829,9 @@ def __truediv__(self, other):
 
 
 def __matmul__(self, other):
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
-    if type(other) in _TENSOR_TYPES or isinstance(other, _T):
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
+    if type(other) is _T or isinstance(other, _T):
         st = _f_matmul(self, other, out)
         if st:
             _fail(st, 'tr_tensor_matmul', self, other)
@@ -1766,8 +1841,9 @@ def __matmul__(self, other):
 
 
 def __pow__(self, other):
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
-    if type(other) in _TENSOR_TYPES or isinstance(other, _T):
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
+    if type(other) is _T or isinstance(other, _T):
         st = _f_pow(self, other, out)
         if st:
             _fail(st, 'tr_tensor_pow', self, other)
@@ -1781,7 +1857,8 @@ def __pow__(self, other):
 
 
 def __radd__(self, other):
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     if type(other) in _SCALAR_TYPES or isinstance(other, (int, float)):
         st = _f_add_scalar(self, other, out)
         if st:
@@ -1792,7 +1869,8 @@ def __radd__(self, other):
 
 
 def __rmul__(self, other):
-    out = _Tensor() if _open_scopes and _state.stack else _Owned()
+    out = _T()
+    out._own = not (_open_scopes and _state.stack)
     if type(other) in _SCALAR_TYPES or isinstance(other, (int, float)):
         st = _f_mul_scalar(self, other, out)
         if st:
@@ -1803,7 +1881,7 @@ def __rmul__(self, other):
 
 
 def __iadd__(self, other):
-    if type(other) in _TENSOR_TYPES or isinstance(other, _T):
+    if type(other) is _T or isinstance(other, _T):
         st = _f_add_(self, other)
         if st:
             _fail(st, 'tr_tensor_add_', self, other)
@@ -1813,7 +1891,7 @@ def __iadd__(self, other):
 
 
 def __isub__(self, other):
-    if type(other) in _TENSOR_TYPES or isinstance(other, _T):
+    if type(other) is _T or isinstance(other, _T):
         st = _f_sub_(self, other)
         if st:
             _fail(st, 'tr_tensor_sub_', self, other)
@@ -1823,7 +1901,7 @@ def __isub__(self, other):
 
 
 def __imul__(self, other):
-    if type(other) in _TENSOR_TYPES or isinstance(other, _T):
+    if type(other) is _T or isinstance(other, _T):
         st = _f_mul_(self, other)
         if st:
             _fail(st, 'tr_tensor_mul_', self, other)
@@ -1919,6 +1997,6 @@ for _f in [globals()[_n] for _n in (
     'zero_grad',
     'detach',
 )] + list(_OPERATORS):
-    if _f.__name__ in _Tensor.__dict__:
+    if _f.__name__ in _T.__dict__:
         raise ImportError(f'op {_f.__name__!r} would replace the hand-written Tensor.{_f.__name__}')
-    setattr(_Tensor, _f.__name__, _f)
+    setattr(_T, _f.__name__, _f)

@@ -6,20 +6,24 @@ Ownership (dispose-scopes.md): a handle created while a scope opened through thi
 current on the thread belongs to that scope, which drops it when disposed; the Python object
 only borrows it. A handle created with no scope open belongs to its Python object, which
 releases it on ``close()``, on leaving a ``with`` block, or when it is garbage collected. The
-two cases are two classes: ``Tensor`` (borrowing, no finalizer) and its subclass ``_Owned``
-(releases in ``__del__``), plus ``_Closed`` after ``close()``; an object changes class when its
-handle changes owner through this package (``detach_from_scope``, ``move_to_outer_scope``,
-``Scope.attach`` ...). Use ``isinstance(x, tensorref.Tensor)``, never ``type(x) is``.
+slot ``_own`` says which: True (the object releases it), False (a scope does; also for a
+``Tensor(handle)`` made from a raw value), None (closed). It follows the handle when it changes
+owner through this package (``detach_from_scope``, ``move_to_outer_scope``, ``Scope.attach``
+...).
+
+Tensor is a ``c_uint64`` holding the handle, and the very class the ctypes signatures declare
+for tr_tensor: ctypes passes an instance of exactly the declared class without conversion.
 """
 from __future__ import annotations
 
 import threading
-from ctypes import byref, c_bool, c_double, c_int32, c_int64, c_size_t
+from ctypes import byref, c_bool, c_double, c_int32, c_int64, c_size_t, c_uint64
 
 import numpy as np
 
 from . import dtypes as _dtypes
-from ._lib import ScopeHandle, TensorHandle, fail, lib
+from . import _lib
+from ._lib import ScopeHandle, fail, lib
 
 _release = lib.tr_tensor_release
 _from_data = lib.tr_tensor_from_data
@@ -49,11 +53,19 @@ state = _ThreadState()
 open_scopes: dict[int, list] = {}
 
 
-class Tensor(TensorHandle):
+class Tensor(c_uint64):
     """A reference-counted handle to a libtorch tensor (see the module docstring for who
     releases it). Create tensors with the module's functions (``tensorref.zeros``,
-    ``from_numpy``, ``from_torch`` ...), not with this constructor."""
-    __slots__ = ()
+    ``from_numpy``, ``from_torch`` ...); ``Tensor(handle)`` only views a raw handle value."""
+    __slots__ = ("_own",)
+
+    def __del__(self, _release=_release):
+        # Never raises: a handle released elsewhere only makes the call report a stale handle.
+        try:
+            if self._own:
+                _release(self)
+        except AttributeError:  # made by Tensor(handle): not ours
+            pass
 
     # ------------------------------------------------------------ lifetime
     @property
@@ -64,9 +76,9 @@ class Tensor(TensorHandle):
     def close(self) -> None:
         """Drops this object's reference now (TorchSharp's Dispose), whichever scope owns it.
         Closing twice, or closing a tensor whose scope already released it, is a no-op."""
-        if self.__class__ is _Closed:
+        if getattr(self, "_own", False) is None:
             return
-        self.__class__ = _Closed
+        self._own = None
         st = _release(self)
         if st and st != 200:  # TR_ERR_STALE_HANDLE: already released, which is the goal
             fail(st, "tr_tensor_release")
@@ -193,7 +205,7 @@ class Tensor(TensorHandle):
         return to_torch(self)
 
     def __repr__(self) -> str:
-        if self.__class__ is _Closed:
+        if getattr(self, "_own", False) is None:
             return f"tensorref.Tensor(<closed>, handle={self.value:#x})"
         try:
             return f"tensorref.Tensor(shape={self.shape}, dtype={self.dtype.name}, handle={self.value:#x})"
@@ -233,30 +245,15 @@ def _rsub(neg: Tensor, s: float) -> Tensor:
         neg.close()
 
 
-class _Owned(Tensor):
-    """A Tensor whose handle no scope owns: the object holds the reference and releases it when
-    it is garbage collected (never raising: a handle already released elsewhere is ignored)."""
-    __slots__ = ()
-
-    def __del__(self, _release=_release):
-        if self.value:
-            _release(self)
-
-
-class _Closed(Tensor):
-    """A Tensor closed through this object: it keeps its (dead) handle value, so using it
-    reports a stale handle, and closing it again does nothing."""
-    __slots__ = ()
-
-
-# What users see in messages is "Tensor"; see the module docstring.
-_Owned.__name__ = _Owned.__qualname__ = _Closed.__name__ = _Closed.__qualname__ = "Tensor"
+_lib.declare_all(Tensor)
 
 
 def new() -> Tensor:
-    """An empty object for a handle about to be created on this thread: a borrowing Tensor when
-    a scope opened through this package is current here, an owning one otherwise."""
-    return Tensor() if open_scopes and state.stack else _Owned()
+    """An empty object for a handle about to be created on this thread: borrowing when a scope
+    opened through this package is current here, owning otherwise."""
+    t = Tensor()
+    t._own = not (open_scopes and state.stack)
+    return t
 
 
 def sync_owner(t: Tensor) -> Tensor:
@@ -265,7 +262,7 @@ def sync_owner(t: Tensor) -> Tensor:
     st = _tensor_scope(t, out)
     if st:
         fail(st, "tr_tensor_scope")
-    t.__class__ = Tensor if out.value else _Owned
+    t._own = not out.value
     return t
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from ctypes import byref, c_bool, c_size_t, c_uint64
 from typing import NamedTuple
 
-from ._lib import ScopeHandle, Stats as _CStats, TensorHandle, fail, lib
+from ._lib import ScopeHandle, Stats as _CStats, fail, lib
 from ._tensor import Tensor, open_scopes as _open, state, sync_owner
 
 __all__ = ["Scope", "Stats", "scope", "current_scope", "stats", "reset_stats"]
@@ -24,10 +24,10 @@ __all__ = ["Scope", "Stats", "scope", "current_scope", "stats", "reset_stats"]
 
 def _tensors(items) -> list:
     """Flattens `items` (tensors, or one iterable of tensors) into a list of Tensors."""
-    if len(items) == 1 and not isinstance(items[0], TensorHandle):
+    if len(items) == 1 and not isinstance(items[0], Tensor):
         items = tuple(items[0])
     for t in items:
-        if not isinstance(t, TensorHandle):
+        if not isinstance(t, Tensor):
             raise TypeError(f"expected tensorref.Tensor, got {type(t).__name__}")
     return list(items)
 
@@ -109,7 +109,7 @@ class Scope(ScopeHandle):
             st = lib.tr_scope_attach(self, t)
             if st:
                 fail(st, "tr_scope_attach")
-            t.__class__ = Tensor
+            t._own = False
         return _one_or_all(ts)
 
     def detach(self, *tensors):

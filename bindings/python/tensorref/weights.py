@@ -5,13 +5,10 @@ from __future__ import annotations
 import os
 from ctypes import byref, c_size_t, create_string_buffer
 
-from ._lib import TensorHandle, fail, lib
+from ._lib import fail, lib
 from ._tensor import Tensor, new
 
 __all__ = ["load_weights"]
-
-_load = lib.tr_weights_load
-
 
 def load_weights(path) -> dict[str, Tensor]:
     """Every tensor of the safetensors file at `path`, by name in file order. Like other new
@@ -19,10 +16,11 @@ def load_weights(path) -> dict[str, Tensor]:
     FileError for a missing, unreadable or malformed file."""
     p = os.fsencode(path)
     count, names_len = c_size_t(), c_size_t()
+    _load = lib.tr_weights_load
     st = _load(p, None, 0, None, 0, byref(count), byref(names_len))
     if st and st != 102:  # TR_ERR_BUFFER_TOO_SMALL is the expected answer to the sizing call
         fail(st, "tr_weights_load")
-    handles = (TensorHandle * count.value)()
+    handles = (Tensor * count.value)()
     names = create_string_buffer(names_len.value)
     st = _load(p, handles, count.value, names, names_len.value, byref(count), byref(names_len))
     if st:

@@ -21,7 +21,7 @@ PACKAGE_DIR = str(pathlib.Path(tr.__file__).resolve().parents[1])
 
 # What each C type of the header must be declared as.
 C_TO_CTYPES = {
-    "struct tr_tensor": _lib.TensorHandle, "struct tr_tensor *": POINTER(_lib.TensorHandle),
+    "struct tr_tensor": tr.Tensor, "struct tr_tensor *": POINTER(tr.Tensor),
     "const struct tr_tensor *": POINTER(c_uint64), "struct tr_scope": _lib.ScopeHandle,
     "struct tr_scope *": POINTER(_lib.ScopeHandle), "struct tr_stats *": POINTER(_lib.Stats),
     "bool": c_bool, "bool *": POINTER(c_bool), "size_t": c_size_t, "size_t *": POINTER(c_size_t),
