@@ -257,7 +257,7 @@ def new() -> Tensor:
 
 
 def sync_owner(t: Tensor) -> Tensor:
-    """Sets the class of `t` after its handle may have changed owner."""
+    """Sets `t._own` after its handle may have changed owner: borrowed if a scope owns it."""
     out = ScopeHandle()
     st = _tensor_scope(t, out)
     if st:
