@@ -1896,22 +1896,6 @@ tr_status tr_weights_load(const char *path,
                           size_t *out_count,
                           size_t *out_names_len);
 
-extern int tr_native_load_async(const void *host,
-                                int index,
-                                void **out_tensor,
-                                void **out_event,
-                                char *err,
-                                size_t err_len);
-
-extern int tr_native_copy_wait(void *event, const void *tensor, char *err, size_t err_len);
-
-extern void tr_native_event_free(void *event);
-
-extern int tr_native_write_back(const void *device_tensor,
-                                const void *host,
-                                char *err,
-                                size_t err_len);
-
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

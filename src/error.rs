@@ -167,9 +167,9 @@ impl From<tch::TchError> for Error {
             Error::OutOfMemory(msg)
         } else if has(&["expected all tensors to be on the same device", "cuda", "device"]) {
             Error::Device(msg)
-        } else if has(&["dtype", "scalar type", "result type", "expected scalar", "not implemented for"]) {
+        } else if has(&["dtype", "scalar type", "result type", "expected scalar", "not implemented for", "bool tensor", "must be of type"]) {
             Error::Dtype(msg)
-        } else if has(&["size", "shape", "dimension", "dim ", "must match", "cannot be multiplied", "out of range", "invalid for input of size"]) {
+        } else if has(&["size", "shape", "dimension", "dim ", "must match", "cannot be multiplied", "out of range", "invalid for input of size", "supposed to be a vector"]) {
             Error::Shape(msg)
         } else {
             Error::Torch(msg)

@@ -152,3 +152,15 @@ fn last_error() -> String {
     assert_eq!(ffi::tr_last_error(buf.as_mut_ptr(), buf.len(), &mut len), Status::TR_OK);
     unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned()
 }
+
+#[test]
+fn libtorch_messages_map_to_their_status_group() {
+    leak_free(|| {
+        let b = Tensor::ones(&[2], DType::Bool)?;
+        assert_eq!(b.sub(&b).unwrap_err().status(), Status::TR_ERR_DTYPE, "bool subtraction");
+        let idx = Tensor::zeros(&[2, 2], DType::I64)?;
+        let err = Tensor::ones(&[4, 2], DType::F32)?.index_select(0, &idx).unwrap_err();
+        assert_eq!(err.status(), Status::TR_ERR_SHAPE, "{err}");
+        Ok(())
+    });
+}

@@ -6,6 +6,9 @@ use crate::error::{Error, Result};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::ptr::NonNull;
 
+// The shim is internal: keep it out of the public header.
+#[allow(unused_doc_comments)]
+/// cbindgen:ignore
 extern "C" {
     fn tr_native_load_async(host: *const c_void, index: c_int, out_tensor: *mut *mut c_void, out_event: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_copy_wait(event: *mut c_void, tensor: *const c_void, err: *mut c_char, err_len: usize) -> c_int;
