@@ -1777,6 +1777,14 @@ tr_status tr_tensor_retain(struct tr_tensor t);
 tr_status tr_tensor_release(struct tr_tensor t);
 
 /**
+ * Releases `len` handles at once, under one lock (for bindings that collect releases from a
+ * garbage collector). Handle 0 is skipped. Every live handle is released even if some are not;
+ * the status then reports the first bad one (TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE).
+ * Errors: also TR_ERR_NULL_ARG when `handles` is NULL with `len` > 0.
+ */
+tr_status tr_tensor_release_many(const struct tr_tensor *handles, size_t len);
+
+/**
  * A new handle to the same storage as `t`, with its own reference count, owned by this
  * thread's current scope (or by the caller). Releasing one alias leaves the other valid.
  * Errors: TR_ERR_NULL_ARG, TR_ERR_STALE_HANDLE, TR_ERR_INVALID_HANDLE.

@@ -164,3 +164,20 @@ fn libtorch_messages_map_to_their_status_group() {
         Ok(())
     });
 }
+
+#[test]
+fn release_many_releases_every_live_handle_and_reports_the_first_bad_one() {
+    leak_free(|| {
+        let ts: Vec<TrTensor> = (0..4).map(|_| small().map(|t| t.into_raw().into())).collect::<Result<_, _>>()?;
+        let stale = ts[0];
+        assert_eq!(ffi::tr_tensor_release(stale), Status::TR_OK);
+        let mut batch = ts.clone();
+        batch.push(TrTensor { id: 0 });
+        assert_eq!(ffi::tr_tensor_release_many(batch.as_ptr(), batch.len()), Status::TR_ERR_STALE_HANDLE);
+        for t in &ts[1..] {
+            assert!(!Tensor::from_raw((*t).into()).is_valid(), "released despite the stale one");
+        }
+        assert_eq!(ffi::tr_tensor_release_many(std::ptr::null(), 0), Status::TR_OK);
+        Ok(())
+    });
+}

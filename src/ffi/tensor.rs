@@ -1,6 +1,6 @@
 //! Tensor lifecycle, host data and metadata, seed and grad mode.
 
-use super::boundary::{call, out_arg, slice_arg, slice_out};
+use super::boundary::{call, handles_arg, out_arg, slice_arg, slice_out};
 use super::handles::{TrDtype, TrScope, TrTensor};
 use crate::dtype::DType;
 use crate::error::Status;
@@ -24,6 +24,15 @@ pub extern "C" fn tr_tensor_release(t: TrTensor) -> Status {
         return Status::TR_OK;
     }
     call(|| registry::release(t.into()))
+}
+
+/// Releases `len` handles at once, under one lock (for bindings that collect releases from a
+/// garbage collector). Handle 0 is skipped. Every live handle is released even if some are not;
+/// the status then reports the first bad one (TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE).
+/// Errors: also TR_ERR_NULL_ARG when `handles` is NULL with `len` > 0.
+#[no_mangle]
+pub extern "C" fn tr_tensor_release_many(handles: *const TrTensor, len: usize) -> Status {
+    call(|| registry::release_many(&handles_arg(handles, len, "handles")?))
 }
 
 /// A new handle to the same storage as `t`, with its own reference count, owned by this

@@ -120,6 +120,24 @@ pub(crate) fn release(id: TensorId) -> Result<()> {
     Ok(())
 }
 
+/// Drops one reference of each handle under one lock acquisition (handle 0 is skipped). Every
+/// live handle is released even if some are not; the first bad one is reported.
+pub(crate) fn release_many(ids: &[TensorId]) -> Result<()> {
+    let mut first_error = None;
+    update(|state, freed| {
+        for id in ids.iter().filter(|id| id.0 != 0) {
+            match state.tensors.key(id.0) {
+                Ok(key) => freed.extend(state.release_key(key)),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        Ok(())
+    })?;
+    first_error.map_or(Ok(()), Err)
+}
+
 /// A new handle to the same storage, with its own reference count and scope membership.
 pub(crate) fn alias(id: TensorId) -> Result<TensorId> {
     let [entry] = get([id])?;
