@@ -1,8 +1,8 @@
 //! The process-wide registry of tensor handles, shared by every thread and every language.
 //!
-//! One mutex guards all bookkeeping: the tensor slots, the scopes (see `crate::scope`) and the
-//! per-device byte counters. It is held only to look up or insert; libtorch work runs outside it
-//! on `Arc<Entry>`s cloned out under the lock, and freed tensors are dropped after it is released.
+//! One mutex guards all bookkeeping: the tensor slots and the scopes (see `crate::scope`). It is
+//! held only to look up or insert; libtorch work runs outside it on `Arc<Entry>`s cloned out
+//! under the lock, and freed tensors are dropped after it is released.
 
 mod entry;
 mod handle;

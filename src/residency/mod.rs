@@ -4,8 +4,8 @@
 //! compute device before an op and places its result after.
 //!
 //! Files: `manager` (state and moves), `policy` (the trait) with `resident`, `genoa`, `flow`,
-//! `trace` (learned access order, offline optimum), `device` (copies), `report` (stats, events,
-//! timeline). Autograd through managed tensors is refused for now: run managed ops under
+//! `trace` (learned access order, offline optimum), `device` (copies) with `cuda` (side-stream
+//! copies through src/native/streams.cpp), `report` (stats, events, timeline). Autograd through managed tensors is refused for now: run managed ops under
 //! `no_grad` (inference), or without a manager.
 
 mod cuda;
