@@ -2,7 +2,8 @@
 # offline; the .csproj files build the same sources with the SDK), tested, its example run, and
 # its overhead benchmarked.
 #
-#   make test-dotnet    the C# suite (prints "N passed, N failed") and the examples in examples/csharp:
+#   make test-dotnet    the C# suite (prints "N passed, N failed"; its weights and MiniLM tests load
+#                       all-MiniLM-L6-v2, installed by mk/model.mk) and the examples in examples/csharp:
 #                       TrainMlp.cs (dispose scopes) and FlowStack.cs (the residency manager's Flow)
 #   make bench-dotnet   4-element add through C# against the same add from C, and what a C#
 #                       residency Events handler costs per event (release library)
@@ -24,12 +25,14 @@ DOTNET_LIB_SRC := \
   bindings/dotnet/src/DisposeScope.cs \
   bindings/dotnet/src/Errors.cs \
   bindings/dotnet/src/Handles.cs \
+  bindings/dotnet/src/MiniLM.cs \
   bindings/dotnet/src/Native.cs \
   bindings/dotnet/src/Operators.cs \
   bindings/dotnet/src/Ops.g.cs \
   bindings/dotnet/src/Residency.cs \
   bindings/dotnet/src/Tensor.cs \
-  bindings/dotnet/src/Torch.cs
+  bindings/dotnet/src/Torch.cs \
+  bindings/dotnet/src/Weights.cs
 DOTNET_TEST_SRC := \
   bindings/dotnet/tests/AbiTests.cs \
   bindings/dotnet/tests/BadInputTests.cs \
@@ -37,13 +40,16 @@ DOTNET_TEST_SRC := \
   bindings/dotnet/tests/HeaderLayoutTests.cs \
   bindings/dotnet/tests/LifetimeTests.cs \
   bindings/dotnet/tests/MiniJson.cs \
+  bindings/dotnet/tests/MiniLMTests.cs \
+  bindings/dotnet/tests/ModelFiles.cs \
   bindings/dotnet/tests/ResidencyApiTests.cs \
   bindings/dotnet/tests/ResidencyTests.cs \
   bindings/dotnet/tests/Runner.cs \
   bindings/dotnet/tests/ScopeApiTests.cs \
   bindings/dotnet/tests/ScopeFactsTests.cs \
   bindings/dotnet/tests/SignatureTests.cs \
-  bindings/dotnet/tests/TensorTests.cs
+  bindings/dotnet/tests/TensorTests.cs \
+  bindings/dotnet/tests/WeightsTests.cs
 
 # Mono from Debian's packages when missing (CI runs as root).
 dotnet-setup:
@@ -67,7 +73,7 @@ $(DOTNET_OUT)/fake-abi/libtensorref.so: bindings/dotnet/tests/fake_abi.c
 	mkdir -p $(dir $@)
 	cc -shared -fPIC -o $@ $<
 
-test-dotnet: build $(DOTNET_OUT)/TensorRef.Tests.exe $(DOTNET_EXAMPLES:%=$(DOTNET_OUT)/%.exe) $(DOTNET_OUT)/fake-abi/libtensorref.so
+test-dotnet: build $(STAMPS)/model $(DOTNET_OUT)/TensorRef.Tests.exe $(DOTNET_EXAMPLES:%=$(DOTNET_OUT)/%.exe) $(DOTNET_OUT)/fake-abi/libtensorref.so
 	cd $(DOTNET_OUT) && LD_LIBRARY_PATH=$(LIB_DIR) TR_FAKE_ABI_DIR=$(DOTNET_OUT)/fake-abi $(MONO) TensorRef.Tests.exe
 	for ex in $(DOTNET_EXAMPLES); do \
 	  echo "== examples/csharp/$$ex.cs"; \

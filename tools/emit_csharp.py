@@ -9,7 +9,8 @@ Writes two files:
                                 `torch.SgdStep(ps, 0.1)`).
   bindings/dotnet/src/Abi.g.cs  the `Status` and `DType` enums, the residency manager's
                                 `ResidencyDevice`, `ResidencyPolicy` and `ResidencyEventKind` enums
-                                (TR_DEVICE_*, TR_POLICY_*, TR_EVENT_*) and the ABI version the binding
+                                (TR_DEVICE_*, TR_POLICY_*, TR_EVENT_*), the models' `WeightMode`
+                                (TR_WEIGHTS_*) and the ABI version the binding
                                 was generated for, read from the committed header
                                 include/tensorref.h (the contract every binding goes through).
                                 `Native`'s static constructor compares that version with
@@ -225,11 +226,14 @@ def header_constants(header: str):
     return int(abi.group(1)), ".".join(v.group(1) for v in ver), dtypes, statuses
 
 
-# The residency manager's code families: C# enum name, its summary, the header's macro prefix.
+# The code families of the residency manager and the models: C# enum name, its summary, the
+# header's macro prefix.
 RESIDENCY_ENUMS = [
     ("ResidencyDevice", "The residency manager's compute device: a TR_DEVICE_* code.", "TR_DEVICE_"),
     ("ResidencyPolicy", "Where the residency manager keeps tensors: a TR_POLICY_* code.", "TR_POLICY_"),
     ("ResidencyEventKind", "What a residency manager event reports: a TR_EVENT_* code.", "TR_EVENT_"),
+    ("WeightMode", "How a model's weights move under the residency manager: a TR_WEIGHTS_* code "
+                   "(pytorch-optimem's page and chunk).", "TR_WEIGHTS_"),
 ]
 
 
@@ -256,7 +260,7 @@ def emit_abi(header: str) -> str:
         status_lines += [f"        /// <summary>{name}: {text}</summary>", f"        {short} = {value},"]
     dtype_lines = [f"        /// <summary>TR_DTYPE_{n}</summary>\n        {pascal(n.lower())} = {v}," for n, v in dtypes]
     return f"""{HEADER.format(src="include/tensorref.h")}// The constants of the C ABI: status codes, dtype codes, the residency manager's device, policy and
-// event codes, and the ABI version this binding speaks.
+// event codes, the models' weight modes, and the ABI version this binding speaks.
 namespace TensorRef
 {{
     /// <summary>A tr_status code. Grouped by hundreds; a released code is never renumbered.</summary>

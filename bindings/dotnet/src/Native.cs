@@ -1,6 +1,6 @@
 // The hand-written P/Invoke declarations of libtensorref's C ABI (include/tensorref.h): versions,
 // errors, tensor lifecycle and data, dispose scopes, statistics, the residency manager (with its
-// structs and callback type). The op functions are in the
+// structs and callback type), weights files and the MiniLM model. The op functions are in the
 // generated half of this class (Ops.g.cs), the constants in Abi.g.cs.
 //
 // Loading: [DllImport("tensorref")] resolves to libtensorref.so through the platform loader, so
@@ -139,6 +139,10 @@ namespace TensorRef
         [DllImport(Lib, EntryPoint = "tr_scope_dispose", ExactSpelling = true)]
         internal static extern Status tr_scope_dispose_raw(ulong s);
 
+        /// <summary>Releases every id under one lock (0 skipped); reports the first bad one.</summary>
+        [DllImport(Lib, ExactSpelling = true)]
+        internal static extern Status tr_tensor_release_many(ulong[] handles, UIntPtr len);
+
         // ------------------------------------------------------------ tensor data
 
         [DllImport(Lib, ExactSpelling = true)]
@@ -226,6 +230,11 @@ namespace TensorRef
         [DllImport(Lib, ExactSpelling = true)]
         internal static extern Status tr_residency_disable();
 
+        /// <summary>Never fails and leaves tr_last_error alone.</summary>
+        [DllImport(Lib, ExactSpelling = true)]
+        [return: MarshalAs(UnmanagedType.I1)]
+        internal static extern bool tr_residency_enabled();
+
         [DllImport(Lib, ExactSpelling = true)]
         internal static extern Status tr_residency_stats_get(out NativeResidencyStats result);
 
@@ -249,6 +258,39 @@ namespace TensorRef
         [DllImport(Lib, ExactSpelling = true)]
         internal static extern Status tr_residency_timeline_write(byte[] path);
 
+        // ------------------------------------------------------------ weights and models
+        // Wrapped by Weights (Weights.cs) and MiniLM (MiniLM.cs).
+
+        /// <summary>`path`: NUL-terminated UTF-8. `tensors`/`names` null with lengths 0 sizes the buffers.</summary>
+        [DllImport(Lib, ExactSpelling = true)]
+        internal static extern Status tr_weights_load(byte[] path, ulong[] tensors, UIntPtr tensors_len,
+                                                      byte[] names, UIntPtr names_len,
+                                                      out UIntPtr out_count, out UIntPtr out_names_len);
+
+        [DllImport(Lib, ExactSpelling = true)]
+        internal static extern Status tr_minilm_options_default(out NativeMiniLMOptions result);
+
+        [DllImport(Lib, ExactSpelling = true)]
+        internal static extern Status tr_minilm_load(byte[] model_dir, ref NativeMiniLMOptions options, out ulong result);
+
+        /// <summary>The raw form on the bare id, for MiniLMHandle.ReleaseHandle.</summary>
+        [DllImport(Lib, EntryPoint = "tr_minilm_release", ExactSpelling = true)]
+        internal static extern Status tr_minilm_release_raw(ulong m);
+
+        [DllImport(Lib, ExactSpelling = true)]
+        internal static extern Status tr_minilm_set_weight_mode(MiniLMHandle m, int weight_mode, ulong chunk_capacity);
+
+        [DllImport(Lib, ExactSpelling = true)]
+        internal static extern Status tr_minilm_dim(MiniLMHandle m, out UIntPtr result);
+
+        [DllImport(Lib, ExactSpelling = true)]
+        internal static extern Status tr_minilm_weight_bytes(MiniLMHandle m, out ulong result);
+
+        /// <summary>`sentences`: pointers to NUL-terminated UTF-8, pinned by the caller for the call.</summary>
+        [DllImport(Lib, ExactSpelling = true)]
+        internal static extern Status tr_minilm_embed(MiniLMHandle m, IntPtr[] sentences, UIntPtr count,
+                                                      float[] output, UIntPtr out_len, out UIntPtr out_written);
+
         /// <summary>`s` as NUL-terminated UTF-8, for a `const char *` parameter.</summary>
         internal static byte[] Utf8Z(string s)
         {
@@ -269,6 +311,18 @@ namespace TensorRef
         [MarshalAs(UnmanagedType.I1)] public bool PinHostMemory;
         public uint PrefetchDepth;
         public ulong SimulatedCapacity;
+    }
+
+    /// <summary>The C struct tr_minilm_options.</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct NativeMiniLMOptions
+    {
+        public int WeightMode;
+        public ulong ChunkCapacity;
+        public uint BatchSize;
+        public uint MaxSeqLength;
+        public ulong EmbeddingBlockBytes;
+        [MarshalAs(UnmanagedType.I1)] public bool Progress;
     }
 
     /// <summary>The C struct tr_residency_stats.</summary>

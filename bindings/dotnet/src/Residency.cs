@@ -206,14 +206,16 @@ namespace TensorRef
                 Native.Check(Native.tr_residency_set_callback(Trampoline, IntPtr.Zero), "tr_residency_set_callback");
         }
 
-        /// <summary>Whether a manager is running (configured from here or from any other language).</summary>
+        /// <summary>
+        /// Whether a manager is running (configured from here or from any other language):
+        /// tr_residency_enabled, which never fails and leaves the thread's last error alone.
+        /// </summary>
         public static bool IsEnabled
         {
             get
             {
                 NotInHandler("ResidencyManager.IsEnabled");
-                NativeResidencyStats s;
-                return Native.tr_residency_stats_get(out s) == Status.Ok;
+                return Native.tr_residency_enabled();
             }
         }
 

@@ -22,6 +22,7 @@ namespace TensorRef.Tests
             { "tr_residency_config", "TensorRef.NativeResidencyConfig" },
             { "tr_residency_stats", "TensorRef.NativeResidencyStats" },
             { "tr_event", "TensorRef.NativeEvent" },
+            { "tr_minilm_options", "TensorRef.NativeMiniLMOptions" },
         };
 
         static readonly Dictionary<string, int> CSizes = new Dictionary<string, int>

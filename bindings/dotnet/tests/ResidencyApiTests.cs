@@ -68,6 +68,18 @@ namespace TensorRef.Tests
         }
 
         [Test]
+        static void IsEnabled_LeavesTheLastErrorAlone()
+        {
+            Check.Throws(Status.InvalidArg, () => ResidencyManager.MarkIteration(), "MarkIteration without a manager");
+            string before = Helpers.LastError();
+            Check.True(!ResidencyManager.IsEnabled, "no manager");
+            Check.Equal(before, Helpers.LastError(), "tr_last_error after IsEnabled (tr_residency_enabled never sets it)");
+            using (ResidencyManager.Configure(new ResidencyConfig(ResidencyPolicy.Flow, 1 << 20)))
+                Check.True(ResidencyManager.IsEnabled, "a manager runs");
+            Check.True(!ResidencyManager.IsEnabled, "off again after the session");
+        }
+
+        [Test]
         static void Configure_CopiesTheConfig()
         {
             var config = Flow(1 << 20);

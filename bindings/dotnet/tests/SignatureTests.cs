@@ -2,7 +2,8 @@
 // against its prototype in the committed header include/tensorref.h: the function exists, the
 // parameter count matches, and each C type is marshalled by a C# type of the same size and
 // passing convention. A hand-copied declaration that drifted from the header fails here, not as
-// a corrupted stack at run time. Every residency function must be bound. (The structs passed by
+// a corrupted stack at run time. A `bool` return must be marshalled as one byte. Every residency,
+// weights and model function and tr_tensor_release_many must be bound. (The structs passed by
 // pointer and the callback type are checked field by field in HeaderLayoutTests.)
 using System;
 using System.Collections.Generic;
@@ -22,7 +23,14 @@ namespace TensorRef.Tests
         {
             { "struct tr_tensor", new[] { "TensorHandle", "UInt64" } },
             { "struct tr_scope", new[] { "ScopeHandle", "UInt64" } },
-            { "struct tr_tensor *", new[] { "UInt64&" } },
+            { "struct tr_tensor *", new[] { "UInt64&", "UInt64[]" } },
+            { "struct tr_minilm", new[] { "MiniLMHandle", "UInt64" } },
+            { "struct tr_minilm *", new[] { "UInt64&" } },
+            { "const struct tr_minilm_options *", new[] { "NativeMiniLMOptions&" } },
+            { "struct tr_minilm_options *", new[] { "NativeMiniLMOptions&" } },
+            { "const char *const *", new[] { "IntPtr[]" } },
+            { "float *", new[] { "Single[]" } },
+            { "uint64_t *", new[] { "UInt64&" } },
             { "struct tr_scope *", new[] { "UInt64&" } },
             { "const struct tr_tensor *", new[] { "UInt64[]" } },
             { "struct tr_stats *", new[] { "NativeStats&" } },
@@ -53,7 +61,7 @@ namespace TensorRef.Tests
         static readonly Dictionary<string, string> Returns = new Dictionary<string, string>
         {
             { "tr_status", "Status" }, { "const char *", "IntPtr" }, { "uint32_t", "UInt32" },
-            { "uint64_t", "UInt64" }, { "size_t", "UIntPtr" },
+            { "uint64_t", "UInt64" }, { "size_t", "UIntPtr" }, { "bool", "Boolean/I1" },
         };
 
         internal static string HeaderText()
@@ -71,7 +79,7 @@ namespace TensorRef.Tests
         static Dictionary<string, Tuple<string, string[]>> Prototypes()
         {
             var protos = new Dictionary<string, Tuple<string, string[]>>();
-            var rx = new Regex(@"^(tr_status|const char \*|uint32_t|uint64_t|size_t)\s*(tr_\w+)\(([^)]*)\);", RegexOptions.Multiline);
+            var rx = new Regex(@"^(tr_status|const char \*|uint32_t|uint64_t|size_t|bool)\s*(tr_\w+)\(([^)]*)\);", RegexOptions.Multiline);
             foreach (Match m in rx.Matches(HeaderText()))
             {
                 var args = Regex.Replace(m.Groups[3].Value, @"\s+", " ").Trim();
@@ -109,8 +117,10 @@ namespace TensorRef.Tests
                     problems.Add(m.Name + ": " + entry + " is not in include/tensorref.h");
                     continue;
                 }
-                if (Returns[proto.Item1] != m.ReturnType.Name)
-                    problems.Add(m.Name + ": returns " + m.ReturnType.Name + ", the header says " + proto.Item1);
+                var ret = m.ReturnParameter.GetCustomAttribute<MarshalAsAttribute>();
+                var retType = m.ReturnType.Name + (ret != null && ret.Value == UnmanagedType.I1 ? "/I1" : "");
+                if (Returns[proto.Item1] != retType)
+                    problems.Add(m.Name + ": returns " + retType + ", the header says " + proto.Item1 + " (" + Returns[proto.Item1] + ")");
                 var ps = m.GetParameters();
                 if (ps.Length != proto.Item2.Length)
                 {
@@ -130,8 +140,12 @@ namespace TensorRef.Tests
             Check.True(problems.Count == 0, "every P/Invoke matches the header:\n" + string.Join("\n", problems));
             var bound = new HashSet<string>(methods.Select(m => m.GetCustomAttribute<DllImportAttribute>()?.EntryPoint ?? m.Name));
             var unbound = protos.Keys.Where(k => !bound.Contains(k)).OrderBy(k => k).ToList();
-            var residency = unbound.Where(k => k.StartsWith("tr_residency_") || k.EndsWith("_resident")).ToList();
-            Check.True(residency.Count == 0, "every residency function is bound; missing: " + string.Join(", ", residency));
+            var required = unbound.Where(k => k.StartsWith("tr_residency_") || k.EndsWith("_resident") || k.StartsWith("tr_weights_") ||
+                                              k.StartsWith("tr_minilm_") || k == "tr_tensor_release_many").ToList();
+            Check.True(required.Count == 0, "every residency, weights and model function and tr_tensor_release_many is bound; missing: " +
+                       string.Join(", ", required));
+            foreach (var f in new[] { "tr_residency_enabled", "tr_tensor_release_many", "tr_weights_load", "tr_minilm_embed" })
+                Check.True(protos.ContainsKey(f), f + "'s prototype was parsed from the header");
             if (unbound.Count > 0)
                 Console.WriteLine("     (not bound in .NET yet: " + string.Join(", ", unbound) + ")");
         }
