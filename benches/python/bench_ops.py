@@ -9,8 +9,11 @@ figure is the best of several repetitions of a timed loop; the variants are inte
 that machine load affects them alike. Rows:
 
   torch a + b            PyTorch eager, result freed by refcounting each iteration
-  tensorref a + b        no scope open: the result's Python object owns its handle and
-                         releases it (tr_tensor_release) when dropped, every iteration
+  tensorref a + b        no scope open: the result's Python object owns its handle; when
+                         dropped its handle joins the deferred-release buffer, released 64
+                         at a time with one tr_tensor_release_many call
+  tensorref a + b, batch 1   the same with a release batch of 1: each collected result is
+                         released at once (one release call per op, as before batching)
   tensorref a + b, scope results belong to a scope, disposed every 100 ops (included)
   torch / tensorref a += b   in place: no new tensor on either side
   C floor                the same C calls (tr_tensor_add + tr_tensor_release) in a C loop,
@@ -114,6 +117,12 @@ def main() -> int:
         for _ in range(LOOP):
             a + b
 
+    def tr_add_immediate():
+        prev = tr.set_release_batch(1)
+        for _ in range(LOOP):
+            a + b
+        tr.set_release_batch(prev)
+
     def tr_add_scoped():
         with tr.scope():
             for _ in range(LOOP):
@@ -132,6 +141,7 @@ def main() -> int:
             pass
 
     variants = {"loop": empty_loop, "torch a + b": torch_add, "tensorref a + b": tr_add,
+                "tensorref a + b, batch 1": tr_add_immediate,
                 "tensorref a + b, scope": tr_add_scoped, "torch a += b": torch_iadd,
                 "tensorref a += b": tr_iadd}
     best = {k: float("inf") for k in variants}

@@ -19,7 +19,7 @@ from ._lib import LIB_PATH, check as _check, lib as _cdll
 from ._ops import *  # noqa: F401,F403  (the op table)
 from ._ops import __all__ as _op_names
 from ._ops import abs, max, min, pow, sum  # noqa: A004  (kept out of `import *`)
-from ._tensor import Tensor, from_numpy, tensor
+from ._tensor import Tensor, flush_releases, from_numpy, set_release_batch, tensor
 from .dtypes import (DType, bfloat16, bool_, dtype, float16, float32, float64, int8, int16,
                      int32, int64, uint8)
 from .errors import (AbiMismatchError, ArgumentError, DeviceError, FileError, HandleError,
@@ -42,12 +42,16 @@ def version() -> str:
 
 
 def live_handles() -> int:
-    """Live tensor handles in the whole process (all threads), for leak checks."""
+    """Live tensor handles in the whole process (all threads), for leak checks; deferred
+    releases are flushed first."""
+    flush_releases()
     return _cdll.tr_live_handles()
 
 
 def live_bytes(device: int = -1) -> int:
-    """Logical bytes held by live handles: device -1 is host memory, n >= 0 CUDA device n."""
+    """Logical bytes held by live handles: device -1 is host memory, n >= 0 CUDA device n
+    (deferred releases are flushed first)."""
+    flush_releases()
     return _cdll.tr_live_bytes(device)
 
 
@@ -72,7 +76,7 @@ class no_grad:
 
 __all__ = [
     *_op_names, "Tensor", "from_numpy", "tensor", "from_dlpack", "from_torch", "to_torch",
-    "load_weights",
+    "load_weights", "flush_releases", "set_release_batch",
     "Scope", "Stats", "scope", "current_scope", "stats", "reset_stats",
     "DType", "dtype", "uint8", "int8", "int16", "int32", "int64", "float16", "float32",
     "float64", "bool_", "bfloat16",

@@ -60,6 +60,40 @@ class Stats(ctypes.Structure):
                 ("live", c_int64)]
 
 
+class ResidencyConfig(ctypes.Structure):
+    """``tr_residency_config``."""
+    _fields_ = [("device", c_int32), ("device_index", c_int32), ("policy", c_int32),
+                ("budget_bytes", c_uint64), ("pin_host_memory", c_bool),
+                ("prefetch_depth", c_uint32), ("simulated_capacity", c_uint64)]
+
+
+class ResidencyStats(ctypes.Structure):
+    """``tr_residency_stats``."""
+    _fields_ = [(name, c_uint64) for name in (
+        "budget", "device_bytes", "peak_device_bytes", "pinned_bytes", "ops", "loads",
+        "load_bytes", "evictions", "evicted_bytes", "write_backs", "write_back_bytes",
+        "prefetches", "prefetch_bytes", "prefetch_hits", "prefetch_misses", "transfer_wait_ns",
+        "oom_retries")]
+
+
+class Event(ctypes.Structure):
+    """``tr_event``: valid only during the callback."""
+    _fields_ = [("kind", c_int32), ("entry", c_uint64), ("bytes", c_uint64),
+                ("device_bytes", c_uint64), ("op", c_char_p), ("time_us", c_double),
+                ("duration_us", c_double)]
+
+
+# tr_event_fn: void (*)(const tr_event *, void *user)
+EVENT_FN = ctypes.CFUNCTYPE(None, POINTER(Event), c_void_p)
+
+
+class MiniLMOptions(ctypes.Structure):
+    """``tr_minilm_options``."""
+    _fields_ = [("weight_mode", c_int32), ("chunk_capacity", c_uint64), ("batch_size", c_uint32),
+                ("max_seq_length", c_uint32), ("embedding_block_bytes", c_uint64),
+                ("progress", c_bool)]
+
+
 def signatures(TENSOR) -> dict:
     """The hand-written part of the C ABI: (restype, argtypes) per function. `TENSOR` is the
     class of tensorref.Tensor: ctypes passes an instance of exactly the declared class fastest."""
@@ -73,6 +107,7 @@ def signatures(TENSOR) -> dict:
         # lifecycle, host data, metadata
         "tr_tensor_retain": (STATUS, (TENSOR,)),
         "tr_tensor_release": (STATUS, (TENSOR,)),
+        "tr_tensor_release_many": (STATUS, (P_U64, c_size_t)),
         "tr_tensor_alias": (STATUS, (TENSOR, P_TENSOR)),
         "tr_tensor_is_valid": (STATUS, (TENSOR, P_BOOL)),
         "tr_tensor_from_data": (STATUS, (c_void_p, c_size_t, P_I64, c_size_t, c_int32, P_TENSOR)),
@@ -105,24 +140,23 @@ def signatures(TENSOR) -> dict:
         "tr_tensor_move_to_scope": (STATUS, (TENSOR, SCOPE)),
         "tr_scope_stats_get": (STATUS, (POINTER(Stats),)),
         "tr_scope_stats_reset": (STATUS, ()),
-        # residency manager: declared, with its structs and callback passed as opaque pointers
-        # (no Python API over them yet)
-        "tr_residency_config_default": (STATUS, (c_void_p,)),
-        "tr_residency_configure": (STATUS, (c_void_p,)),
+        # residency manager (the Python API is tensorref.residency)
+        "tr_residency_config_default": (STATUS, (POINTER(ResidencyConfig),)),
+        "tr_residency_configure": (STATUS, (POINTER(ResidencyConfig),)),
         "tr_residency_disable": (STATUS, ()),
         "tr_residency_enabled": (c_bool, ()),
-        "tr_residency_stats_get": (STATUS, (c_void_p,)),
+        "tr_residency_stats_get": (STATUS, (POINTER(ResidencyStats),)),
         "tr_residency_mark_iteration": (STATUS, ()),
         "tr_tensor_pin_resident": (STATUS, (TENSOR, c_bool)),
         "tr_tensor_is_resident": (STATUS, (TENSOR, P_BOOL)),
-        "tr_residency_set_callback": (STATUS, (c_void_p, c_void_p)),
+        "tr_residency_set_callback": (STATUS, (EVENT_FN, c_void_p)),
         "tr_residency_timeline_start": (STATUS, ()),
         "tr_residency_timeline_write": (STATUS, (c_char_p,)),
         # weights (safetensors)
         "tr_weights_load": (STATUS, (c_char_p, P_TENSOR, c_size_t, POINTER(c_char), c_size_t, P_SIZE, P_SIZE)),
-        # all-MiniLM-L6-v2: declared, options struct opaque (no Python API over it yet)
-        "tr_minilm_options_default": (STATUS, (c_void_p,)),
-        "tr_minilm_load": (STATUS, (c_char_p, c_void_p, POINTER(MiniLMHandle))),
+        # all-MiniLM-L6-v2 (the Python API is tensorref.minilm)
+        "tr_minilm_options_default": (STATUS, (POINTER(MiniLMOptions),)),
+        "tr_minilm_load": (STATUS, (c_char_p, POINTER(MiniLMOptions), POINTER(MiniLMHandle))),
         "tr_minilm_release": (STATUS, (MiniLMHandle,)),
         "tr_minilm_set_weight_mode": (STATUS, (MiniLMHandle, c_int32, c_uint64)),
         "tr_minilm_dim": (STATUS, (MiniLMHandle, P_SIZE)),

@@ -5,7 +5,8 @@ copies (NumPy) and the arithmetic operators. The ops of the table are attached b
 Ownership (dispose-scopes.md): a handle created while a scope opened through this package is
 current on the thread belongs to that scope, which drops it when disposed; the Python object
 only borrows it. A handle created with no scope open belongs to its Python object, which
-releases it on ``close()``, on leaving a ``with`` block, or when it is garbage collected. The
+releases it on ``close()``, on leaving a ``with`` block, or (deferred, in batches: see
+``flush_releases``) after it is garbage collected. The
 slot ``_own`` says which: True (the object releases it), False (a scope does; also for a
 ``Tensor(handle)`` made from a raw value), None (closed). It follows the handle when it changes
 owner through this package (``detach_from_scope``, ``move_to_outer_scope``, ``Scope.attach``
@@ -16,6 +17,7 @@ for tr_tensor: ctypes passes an instance of exactly the declared class without c
 """
 from __future__ import annotations
 
+import atexit
 import threading
 from ctypes import byref, c_bool, c_double, c_int32, c_int64, c_size_t, c_uint64
 
@@ -26,6 +28,7 @@ from . import _lib
 from ._lib import ScopeHandle, fail, lib
 
 _release = lib.tr_tensor_release
+_release_many = lib.tr_tensor_release_many
 _from_data = lib.tr_tensor_from_data
 _copy_to = lib.tr_tensor_copy_to
 _shape = lib.tr_tensor_shape
@@ -35,6 +38,59 @@ _item = lib.tr_tensor_item
 _alias = lib.tr_tensor_alias
 _is_valid = lib.tr_tensor_is_valid
 _tensor_scope = lib.tr_tensor_scope
+
+
+# ------------------------------------------------------------ deferred releases
+# An object that owns its handle does not release it when it is garbage collected: its
+# finalizer appends the handle to `_pending`, and the handles are released together, with one
+# tr_tensor_release_many call, once `_limit[0]` of them have gathered, and whenever
+# `flush_releases` runs: on leaving a scope, before live_handles / live_bytes / stats and every
+# residency call, and at interpreter exit. `close()` (and `with tensor:`) still releases at once.
+_pending: list[int] = []
+RELEASE_BATCH = 64
+_limit = [RELEASE_BATCH]   # a list so that finalizers can hold it through shutdown
+
+
+def flush_releases(_pending=_pending, _release_many=_release_many, _u64=c_uint64) -> int:
+    """Releases every handle whose owning Tensor object was garbage collected and is waiting in
+    the deferred-release buffer, with one tr_tensor_release_many call; returns how many. Safe
+    from any thread and from a finalizer that runs during a flush (each handle is taken from the
+    buffer exactly once)."""
+    n = len(_pending)
+    if not n:
+        return 0
+    arr = (_u64 * n)()
+    pop = _pending.pop
+    i = 0
+    try:
+        while i < n:
+            arr[i] = pop()
+            i += 1
+    except IndexError:  # another thread, or a finalizer's flush, took the rest
+        pass
+    if i:
+        _release_many(arr, i)  # a stale handle (released elsewhere first) changes nothing
+    return i
+
+
+def set_release_batch(n: int) -> int:
+    """How many collected objects' handles gather before one batched release (1: each is
+    released as its object is collected, as without batching). Returns the previous value."""
+    if n < 1:
+        raise ValueError("the release batch is at least 1")
+    prev = _limit[0]
+    flush_releases()
+    _limit[0] = int(n)
+    return prev
+
+
+def _at_exit() -> None:
+    # Interpreter exit: release what is waiting, and release each later one at once.
+    _limit[0] = 1
+    flush_releases()
+
+
+atexit.register(_at_exit)
 
 
 class _ThreadState(threading.local):
@@ -59,12 +115,17 @@ class Tensor(c_uint64):
     ``from_numpy``, ``from_torch`` ...); ``Tensor(handle)`` only views a raw handle value."""
     __slots__ = ("_own",)
 
-    def __del__(self, _release=_release):
-        # Never raises: a handle released elsewhere only makes the call report a stale handle.
+    def __del__(self, _append=_pending.append, _pending=_pending, _limit=_limit):
+        # Deferred release (see `flush_releases`). Never raises: a finalizer has nobody to
+        # raise to, and during interpreter shutdown anything may already be gone.
         try:
             if self._own:
-                _release(self)
+                _append(self.value)
+                if len(_pending) >= _limit[0]:
+                    flush_releases()
         except AttributeError:  # made by Tensor(handle): not ours
+            pass
+        except Exception:  # noqa: BLE001  (shutdown: the module's globals are being cleared)
             pass
 
     # ------------------------------------------------------------ lifetime

@@ -16,7 +16,7 @@ from ctypes import byref, c_bool, c_size_t, c_uint64
 from typing import NamedTuple
 
 from ._lib import ScopeHandle, Stats as _CStats, fail, lib
-from ._tensor import Tensor, open_scopes as _open, state, sync_owner
+from ._tensor import Tensor, flush_releases, open_scopes as _open, state, sync_owner
 
 __all__ = ["Scope", "Stats", "scope", "current_scope", "stats", "reset_stats"]
 
@@ -67,6 +67,7 @@ class Scope(ScopeHandle):
         """Releases every handle the scope owns and closes it (also out of order: scopes opened
         inside it then link to its outer scope). A second dispose is a no-op."""
         st = lib.tr_scope_dispose(self)
+        flush_releases()
         stack = _open.pop(self.value, None)
         if stack is not None:
             stack.remove(self.value)
@@ -184,7 +185,9 @@ class Stats(NamedTuple):
 
 
 def stats() -> Stats:
-    """This thread's counters (they only grow, until ``reset_stats``)."""
+    """This thread's counters (they only grow, until ``reset_stats``). Deferred releases are
+    flushed first, and count on the thread that flushes them."""
+    flush_releases()
     s = _CStats()
     st = lib.tr_scope_stats_get(byref(s))
     if st:
@@ -193,7 +196,8 @@ def stats() -> Stats:
 
 
 def reset_stats() -> None:
-    """Zeroes this thread's counters."""
+    """Zeroes this thread's counters (after flushing the deferred releases)."""
+    flush_releases()
     st = lib.tr_scope_stats_reset()
     if st:
         fail(st, "tr_scope_stats_reset")

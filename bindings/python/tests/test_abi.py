@@ -30,7 +30,11 @@ C_TO_CTYPES = {
     "tr_dtype *": POINTER(c_int32), "uint32_t": c_uint32, "uint64_t": c_uint64,
     "char *": POINTER(c_char), "const char *": c_char_p, "void *": c_void_p,
     "void **": POINTER(c_void_p), "const uint8_t *": c_void_p, "uint8_t *": c_void_p,
-    "tr_event_fn": c_void_p,  # the residency callback, declared opaque
+    "tr_event_fn": _lib.EVENT_FN, "struct tr_residency_config *": POINTER(_lib.ResidencyConfig),
+    "const struct tr_residency_config *": POINTER(_lib.ResidencyConfig),
+    "struct tr_residency_stats *": POINTER(_lib.ResidencyStats),
+    "struct tr_minilm_options *": POINTER(_lib.MiniLMOptions),
+    "const struct tr_minilm_options *": POINTER(_lib.MiniLMOptions),
     "struct tr_minilm": _lib.MiniLMHandle, "struct tr_minilm *": POINTER(_lib.MiniLMHandle),
     "uint64_t *": POINTER(c_uint64), "float *": c_void_p, "const char const **": POINTER(c_char_p),
     "tr_status": c_int32,
@@ -50,8 +54,6 @@ def c_type(decl: str, named: bool = True) -> str:
 def expected(t: str):
     if t in C_TO_CTYPES:
         return C_TO_CTYPES[t]
-    if re.fullmatch(r"(const )?struct tr_\w+ \*", t):
-        return c_void_p  # other structs (residency config, stats) are passed opaque
     raise AssertionError(f"C type {t!r} has no ctypes mapping in this test")
 
 
@@ -142,3 +144,18 @@ def test_import_with_the_right_library_succeeds():
     r = import_with(tr.LIB_PATH)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == tr.LIB_PATH
+
+
+@pytest.mark.parametrize("cname,cls", [("tr_residency_config", _lib.ResidencyConfig),
+                                       ("tr_residency_stats", _lib.ResidencyStats),
+                                       ("tr_event", _lib.Event),
+                                       ("tr_minilm_options", _lib.MiniLMOptions)])
+def test_structs_have_the_headers_fields_in_order(cname, cls):
+    body = re.search(rf"typedef struct {cname} \{{(.*?)\}} {cname};", HEADER, re.S).group(1)
+    body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+    fields = re.findall(r"([\w ]+?)\s*(\*?)\s*(\w+);", body)
+    names = [f[2] for f in fields]
+    assert [f[0] for f in cls._fields_] == names
+    ctypes_of = {"int32_t": c_int32, "uint32_t": c_uint32, "uint64_t": c_uint64, "bool": c_bool,
+                 "double": c_double, "const char": c_char_p}
+    assert [f[1] for f in cls._fields_] == [ctypes_of[t.strip()] for t, _, _ in fields]
