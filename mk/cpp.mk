@@ -5,7 +5,9 @@
 #                               ODR-safe), built with warnings as errors; it runs once under
 #                               AddressSanitizer + UndefinedBehaviorSanitizer and once plain. Before
 #                               it, abi_mismatch.cpp, built against a header of another ABI version,
-#                               must be refused by the binding.
+#                               must be refused by the binding. test_weights.cpp and test_minilm.cpp
+#                               load all-MiniLM-L6-v2 (mk/model.mk installs it; tests/cpp/model_files.hpp
+#                               finds it).
 #   make test-examples-native   builds the C examples (C11, -Wpedantic -Werror) and the C++ ones,
 #                               runs each (each checks its own claims and exits 1 otherwise), and
 #                               checks that C and C++ agree: train_mlp reaches the same final loss,
@@ -24,11 +26,11 @@ CPP_HEADERS := include/tensorref.h include/tensorref.hpp include/tensorref_ops.h
                include/tensorref_functions.hpp
 CPP_TEST_UNITS := main $(patsubst tests/cpp/%.cpp,%,$(sort $(wildcard tests/cpp/test_*.cpp)))
 
-build/cpp/%.o: tests/cpp/%.cpp $(CPP_HEADERS) tests/cpp/harness.hpp
+build/cpp/%.o: tests/cpp/%.cpp $(CPP_HEADERS) tests/cpp/harness.hpp tests/cpp/model_files.hpp
 	@mkdir -p $(@D)
 	$(CXX) $(CXXFLAGS_STRICT) -c $< -o $@
 
-build/cpp/asan/%.o: tests/cpp/%.cpp $(CPP_HEADERS) tests/cpp/harness.hpp
+build/cpp/asan/%.o: tests/cpp/%.cpp $(CPP_HEADERS) tests/cpp/harness.hpp tests/cpp/model_files.hpp
 	@mkdir -p $(@D)
 	$(CXX) $(CXXFLAGS_STRICT) $(CXX_SANITIZE) -c $< -o $@
 
@@ -42,7 +44,7 @@ build/cpp/abi_mismatch: build/cpp/abi_mismatch.o
 	$(CXX) $^ -o $@ $(LINK)
 
 # The main suite runs last, so that its `N passed, N failed` closes the output.
-test-cpp: build build/cpp/tests build/cpp/tests-asan build/cpp/abi_mismatch
+test-cpp: build $(STAMPS)/model build/cpp/tests build/cpp/tests-asan build/cpp/abi_mismatch
 	@echo "== build/cpp/abi_mismatch (built against a header of ABI version 9999)"
 	build/cpp/abi_mismatch
 	@echo "== build/cpp/tests-asan (AddressSanitizer, UndefinedBehaviorSanitizer)"
