@@ -45,12 +45,13 @@ CS_KEYWORDS = {
     "unchecked", "unsafe", "ushort", "using", "virtual", "void", "volatile", "while",
 }
 
-# Members written by hand in bindings/dotnet/src (Tensor.cs, Torch.cs); an op must not shadow one.
+# Members written by hand in bindings/dotnet/src (Tensor.cs, Torch.cs, Residency.cs, Weights.cs); an op
+# must not shadow one.
 HAND_WRITTEN = {
     "Tensor": {"Dispose", "Handle", "Id", "IsDisposed", "IsValid", "Shape", "Dtype", "Numel", "Item",
                "ToArray", "Alias", "OwningDisposeScope", "MoveToOuterDisposeScope",
                "DetachFromDisposeScope", "MoveToOtherDisposeScope", "ToString", "Equals",
-               "GetHashCode", "GetType", "PinResident", "IsResident"},
+               "GetHashCode", "GetType", "PinResident", "IsResident", "DisposeAll"},
     "torch": {"NewDisposeScope", "CurrentDisposeScope", "Tensor", "NoGrad", "ManualSeed",
               "LiveHandles", "LiveBytes", "Version", "AbiVersion", "BindingAbiVersion",
               "Scalar", "SetGradEnabled"},
