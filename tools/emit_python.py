@@ -39,9 +39,12 @@ def emit_abi(root: Path) -> str:
     version = _scan(root / "src/ffi/version.rs", r"^pub const (TR_\w+): u32 = (\d+);")
     dtypes = _scan(root / "src/ffi/handles.rs", r"^pub const TR_DTYPE_(\w+): TrDtype = (\d+);")
     statuses = _scan(root / "src/error.rs", r"^\s+(TR_(?:OK|ERR_\w+)) = (\d+),")
+    residency = _scan(root / "src/ffi/residency.rs", r"^pub const TR_((?:DEVICE|POLICY|EVENT)_\w+): i32 = (\d+);")
+    weights = _scan(root / "src/ffi/models.rs", r"^pub const TR_WEIGHTS_(\w+): i32 = (\d+);")
     lines = [GENERATED.rstrip("\n"),
              '"""Constants of the C ABI this package was generated for (include/tensorref.h).\n\n'
-             "Read from src/ffi/version.rs, src/ffi/handles.rs and src/error.rs; the binding refuses a\n"
+             "Read from src/ffi/version.rs, src/ffi/handles.rs, src/error.rs, src/ffi/residency.rs and\n"
+             "src/ffi/models.rs; the binding refuses a\n"
              'library whose tr_abi_version() differs from TR_ABI_VERSION."""\n',
              f"TR_ABI_VERSION = {version['TR_ABI_VERSION']}",
              "TR_VERSION = ({TR_VERSION_MAJOR}, {TR_VERSION_MINOR}, {TR_VERSION_PATCH})".format(**version),
@@ -49,6 +52,14 @@ def emit_abi(root: Path) -> str:
     lines += [f"    {k!r}: {v}," for k, v in dtypes.items()]
     lines += ["}", "", "# tr_status names by code.", "STATUS_NAMES = {"]
     lines += [f"    {v}: {k!r}," for k, v in statuses.items()]
+    lines += ["}", ""]
+    for prefix, what in (("DEVICE", "tr_residency_config.device"), ("POLICY", "tr_residency_config.policy"),
+                         ("EVENT", "tr_event.kind")):
+        lines += [f"# {what} codes by their TR_{prefix}_ suffix.", f"{prefix}_CODES = {{"]
+        lines += [f"    {k[len(prefix) + 1:]!r}: {v}," for k, v in residency.items() if k.startswith(prefix + "_")]
+        lines += ["}", ""]
+    lines += ["# MiniLM weight modes by their TR_WEIGHTS_ suffix.", "WEIGHTS_CODES = {"]
+    lines += [f"    {k!r}: {v}," for k, v in weights.items()]
     lines += ["}", ""]
     return "\n".join(lines)
 

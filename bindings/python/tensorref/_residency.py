@@ -1,0 +1,263 @@
+"""The residency manager (shared/spec/residency.md) from Python: where tensors' bytes live under
+a hard device budget, with the policies Resident, Genoa and Flow.
+
+    with tr.residency(policy="flow", budget_bytes=64 << 20):   # simulated device by default
+        for batch in data:
+            y = model(batch)
+            tr.mark_iteration()                                  # Flow learns the order
+        print(tr.residency_stats())
+    # the manager is disabled here (or the one this block replaced is configured again)
+
+One manager per process, shared by every thread and language. While one is configured through
+this module, garbage-collected tensors are released at once rather than in batches (their bytes
+count against the budget). The event callback runs on the op's thread while the manager is
+locked: it must not call tensorref; its exceptions are caught and kept in `callback_errors`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from ctypes import byref, c_bool
+from typing import Callable, NamedTuple
+
+from . import _tensor
+from ._abi import DEVICE_CODES, EVENT_CODES, POLICY_CODES
+from ._lib import EVENT_FN, Event as _CEvent, ResidencyConfig as _CConfig, ResidencyStats as _CStats, fail, lib
+from ._tensor import Tensor, flush_releases
+
+__all__ = ["Config", "ResidencyStats", "Event", "configure", "disable", "enabled", "residency",
+           "residency_stats", "mark_iteration", "set_event_callback", "callback_errors",
+           "timeline_start", "timeline_write"]
+# tensorref exports them as ResidencyConfig, ResidencyStats, ResidencyEvent, configure_residency,
+# disable_residency, residency_enabled, residency, residency_stats, mark_iteration,
+# set_event_callback, timeline_start, timeline_write; `tensorref.callback_errors()` is the list.
+
+_EVENT_NAMES = {v: k.lower() for k, v in EVENT_CODES.items()}
+
+
+def _check(st: int, function: str) -> None:
+    if st:
+        fail(st, function)
+
+
+def _code(table: dict, value, what: str) -> int:
+    if isinstance(value, int):
+        if value not in table.values():
+            raise ValueError(f"unknown {what} code {value}")
+        return value
+    try:
+        return table[str(value).upper()]
+    except KeyError:
+        raise ValueError(f"unknown {what} {value!r}: one of {', '.join(k.lower() for k in table)}") from None
+
+
+def _defaults() -> _CConfig:
+    c = _CConfig()
+    _check(lib.tr_residency_config_default(byref(c)), "tr_residency_config_default")
+    return c
+
+
+@dataclasses.dataclass
+class Config:
+    """tr_residency_config. `device`: "simulated" (host memory accounted as device memory),
+    "cuda" or "cpu"; `policy`: "resident", "genoa" or "flow" (or their codes). The other
+    defaults are the library's (tr_residency_config_default)."""
+    policy: str = "flow"
+    budget_bytes: int = 0
+    device: str = "simulated"
+    device_index: int = 0
+    pin_host_memory: bool = dataclasses.field(default_factory=lambda: _defaults().pin_host_memory)
+    prefetch_depth: int = dataclasses.field(default_factory=lambda: _defaults().prefetch_depth)
+    simulated_capacity: int = 0
+
+    def to_c(self) -> _CConfig:
+        c = _defaults()
+        c.device = _code(DEVICE_CODES, self.device, "device")
+        c.device_index = self.device_index
+        c.policy = _code(POLICY_CODES, self.policy, "policy")
+        c.budget_bytes = self.budget_bytes
+        c.pin_host_memory = self.pin_host_memory
+        c.prefetch_depth = self.prefetch_depth
+        c.simulated_capacity = self.simulated_capacity
+        return c
+
+
+# Configurations made through this module, outermost first; the deferred-release batch size
+# in force before the first.
+_configured: list[Config] = []
+_saved_batch: list[int] = []
+
+
+def configure(config: Config | None = None, **fields) -> Config:
+    """Starts (or replaces) the process's manager with `config`, or a Config of `fields`.
+    A replaced manager writes its device copies back; its counters, pins, trace and timeline
+    are not carried over (its event callback is). Returns the configuration."""
+    if config is None:
+        config = Config(**fields)
+    elif fields:
+        config = dataclasses.replace(config, **fields)
+    c = config.to_c()
+    flush_releases()
+    _check(lib.tr_residency_configure(byref(c)), "tr_residency_configure")
+    if not _saved_batch:
+        _saved_batch.append(_tensor.set_release_batch(1))
+    _configured.append(config)
+    return config
+
+
+def disable() -> None:
+    """Stops the manager: device copies are written back and freed. No-op without one."""
+    flush_releases()
+    _check(lib.tr_residency_disable(), "tr_residency_disable")
+    _configured.clear()
+    if _saved_batch:
+        _tensor.set_release_batch(_saved_batch.pop())
+
+
+def enabled() -> bool:
+    """Whether a manager is configured (by any language in the process)."""
+    return bool(lib.tr_residency_enabled())
+
+
+class residency:
+    """Context manager: configures a manager on entry (a Config, or its fields as keywords) and
+    on exit disables it, or configures again the one this block replaced when that one was
+    configured through this module (with fresh counters). `as` gives the Config."""
+
+    def __init__(self, config: Config | None = None, **fields):
+        self._config = config if config is not None and not fields else (
+            dataclasses.replace(config, **fields) if config is not None else Config(**fields))
+
+    def __enter__(self) -> Config:
+        self._outer = _configured[-1] if _configured else None
+        self._depth = len(_configured)
+        configure(self._config)
+        return self._config
+
+    def __exit__(self, *exc) -> None:
+        if self._outer is None:
+            disable()
+        else:
+            del _configured[self._depth:]
+            flush_releases()
+            _check(lib.tr_residency_configure(byref(self._outer.to_c())), "tr_residency_configure")
+
+
+class ResidencyStats(NamedTuple):
+    """tr_residency_stats: the manager's counters since it was configured (device bytes)."""
+    budget: int
+    device_bytes: int
+    peak_device_bytes: int
+    pinned_bytes: int
+    ops: int
+    loads: int
+    load_bytes: int
+    evictions: int
+    evicted_bytes: int
+    write_backs: int
+    write_back_bytes: int
+    prefetches: int
+    prefetch_bytes: int
+    prefetch_hits: int
+    prefetch_misses: int
+    transfer_wait_ns: int
+    oom_retries: int
+
+
+def residency_stats() -> ResidencyStats:
+    """The manager's counters; raises ArgumentError without a manager."""
+    flush_releases()
+    s = _CStats()
+    _check(lib.tr_residency_stats_get(byref(s)), "tr_residency_stats_get")
+    return ResidencyStats(*(getattr(s, f) for f in ResidencyStats._fields))
+
+
+def mark_iteration() -> None:
+    """Marks the end of an iteration (a step, a forward pass): Flow evicts and prefetches by
+    the ops since the previous mark."""
+    _check(lib.tr_residency_mark_iteration(), "tr_residency_mark_iteration")
+
+
+# ------------------------------------------------------------ tensors
+def _pin_resident(self: Tensor, pinned: bool = True) -> Tensor:
+    """Pins the tensor resident on the device (loaded now, never evicted, counted against the
+    budget), or unpins it with `pinned=False`. Raises DeviceError (TR_ERR_BUDGET_TOO_SMALL)
+    when the pinned bytes would exceed the budget. Returns self."""
+    flush_releases()
+    st = lib.tr_tensor_pin_resident(self, pinned)
+    if st:
+        fail(st, "tr_tensor_pin_resident", self)
+    return self
+
+
+def _is_resident(self: Tensor) -> bool:
+    """Whether the tensor has a copy on the compute device now (needs a manager)."""
+    out = c_bool()
+    st = lib.tr_tensor_is_resident(self, byref(out))
+    if st:
+        fail(st, "tr_tensor_is_resident", self)
+    return out.value
+
+
+Tensor.pin_resident = _pin_resident
+Tensor.is_resident = property(_is_resident)
+
+
+# ------------------------------------------------------------ events
+class Event(NamedTuple):
+    """One manager event (a copy of tr_event): `kind` is "load", "evict", "write_back",
+    "op_begin", "op_end" or "prefetch"."""
+    kind: str
+    entry: int
+    bytes: int
+    device_bytes: int
+    op: str
+    time_us: float
+    duration_us: float
+
+
+# The registered CFUNCTYPE object: it must stay alive while the library may call it.
+_callback = None
+callback_errors: list[BaseException] = []
+"""Exceptions raised by the event callback (the trampoline catches them all; they cannot
+unwind into the library). Cleared by set_event_callback."""
+
+
+def _trampoline(fn: Callable[[Event], None]):
+    names = _EVENT_NAMES
+
+    def call(ev, _user):
+        try:
+            e = ev.contents
+            fn(Event(names.get(e.kind, str(e.kind)), e.entry, e.bytes, e.device_bytes,
+                     (e.op or b"").decode("utf-8", "replace"), e.time_us, e.duration_us))
+        except BaseException as exc:  # noqa: BLE001  (nothing may unwind into the library)
+            try:
+                if len(callback_errors) < 100:
+                    callback_errors.append(exc)
+            except BaseException:  # noqa: BLE001
+                pass
+    return EVENT_FN(call)
+
+
+def set_event_callback(fn: Callable[[Event], None] | None) -> None:
+    """Calls `fn(event)` for every manager event, on the thread of the op that caused it,
+    while the manager is locked: `fn` must not call tensorref. None removes it. The callback
+    carries over when the manager is reconfigured. Needs a manager."""
+    global _callback
+    cb = _trampoline(fn) if fn is not None else EVENT_FN()  # EVENT_FN(): NULL
+    _check(lib.tr_residency_set_callback(cb, None), "tr_residency_set_callback")
+    # The library no longer calls the previous one when set_callback returns: drop it now.
+    _callback = cb if fn is not None else None
+    callback_errors.clear()
+
+
+# ------------------------------------------------------------ timeline
+def timeline_start() -> None:
+    """Starts recording the manager's events for `timeline_write`."""
+    _check(lib.tr_residency_timeline_start(), "tr_residency_timeline_start")
+
+
+def timeline_write(path) -> None:
+    """Writes the recorded events to `path` as Chrome trace / Perfetto JSON."""
+    _check(lib.tr_residency_timeline_write(os.fsencode(path)), "tr_residency_timeline_write")
