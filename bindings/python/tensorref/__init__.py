@@ -32,6 +32,7 @@ from ._residency import (Config as ResidencyConfig, Event as ResidencyEvent, Res
                          enabled as residency_enabled, mark_iteration, residency, residency_stats,
                          set_event_callback, timeline_start, timeline_write)
 from . import _residency
+from .minilm import MiniLM
 
 __version__ = ".".join(map(str, TR_VERSION))
 
@@ -87,7 +88,7 @@ class no_grad:
 
 __all__ = [
     *_op_names, "Tensor", "from_numpy", "tensor", "from_dlpack", "from_torch", "to_torch",
-    "load_weights", "flush_releases", "set_release_batch",
+    "load_weights", "flush_releases", "set_release_batch", "MiniLM",
     "ResidencyConfig", "ResidencyEvent", "ResidencyStats", "configure_residency",
     "disable_residency", "residency_enabled", "mark_iteration", "residency", "residency_stats",
     "set_event_callback", "callback_errors", "timeline_start", "timeline_write",
