@@ -51,14 +51,21 @@ RELEASE_BATCH = 64
 _limit = [RELEASE_BATCH]   # a list so that finalizers can hold it through shutdown
 
 
-def flush_releases(_pending=_pending, _release_many=_release_many, _u64=c_uint64) -> int:
+def flush_releases(_pending=_pending, _release_many=_release_many, _release=_release,
+                   _u64=c_uint64) -> int:
     """Releases every handle whose owning Tensor object was garbage collected and is waiting in
-    the deferred-release buffer, with one tr_tensor_release_many call; returns how many. Safe
-    from any thread and from a finalizer that runs during a flush (each handle is taken from the
-    buffer exactly once)."""
+    the deferred-release buffer, with one tr_tensor_release_many call (tr_tensor_release for a
+    single one); returns how many. Safe from any thread and from a finalizer that runs during a
+    flush (each handle is taken from the buffer exactly once)."""
     n = len(_pending)
     if not n:
         return 0
+    if n == 1:
+        try:
+            _release(_pending.pop())
+        except IndexError:  # another thread took it
+            return 0
+        return 1
     arr = (_u64 * n)()
     pop = _pending.pop
     i = 0
