@@ -2,14 +2,18 @@
 //! each, handles retained on one thread and released on another, no deadlock, and the process's
 //! live handle count back to its start at the end. (Its own test binary: it checks the global count.)
 
-use std::sync::mpsc;
-use tensorref::{live_handles, with_scope, DType, Result, Tensor, TensorId};
+use std::sync::{mpsc, Mutex};
+use tensorref::{live_handles, with_scope, DType, Error, Result, Tensor, TensorId};
+
+/// The tests of this binary check the process-wide count: they take turns.
+static SERIAL: Mutex<()> = Mutex::new(());
 
 const THREADS: usize = 8;
 const OPS: usize = 10_000;
 
 #[test]
 fn eight_threads_share_handles_without_leaks() -> Result<()> {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let start = live_handles();
     let shared: Vec<Tensor> = (0..16).map(|i| Tensor::full(&[4], i as f64, DType::F32)).collect::<Result<_>>()?;
     let ids: Vec<TensorId> = shared.iter().map(Tensor::id).collect();
@@ -50,5 +54,36 @@ fn eight_threads_share_handles_without_leaks() -> Result<()> {
     });
     drop(shared);
     assert_eq!(live_handles(), start);
+    Ok(())
+}
+
+/// A handle released while an op on another thread uses it turns stale at once; the running op
+/// finishes on the entry it holds, which is freed when the op lets go of it.
+#[test]
+fn release_during_an_op_on_another_thread() -> Result<()> {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let start = live_handles();
+    for round in 0..20 {
+        let t = Tensor::randn(&[256, 256], DType::F32)?;
+        let id = t.into_raw();
+        let worker = std::thread::spawn(move || -> Result<usize> {
+            let t = std::mem::ManuallyDrop::new(Tensor::from_raw(id));
+            let mut done = 0;
+            loop {
+                match t.matmul(&t) {
+                    Ok(product) => {
+                        assert_eq!(product.shape()?, [256, 256]);
+                        done += 1;
+                    }
+                    Err(Error::StaleHandle { .. }) => return Ok(done),
+                    Err(e) => return Err(e),
+                }
+            }
+        });
+        std::thread::sleep(std::time::Duration::from_micros(200 * (round % 5)));
+        Tensor::from_raw(id).dispose()?;
+        worker.join().unwrap()?;
+        assert_eq!(live_handles(), start, "round {round}: the entry was freed once the op gave it back");
+    }
     Ok(())
 }
