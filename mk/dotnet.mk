@@ -13,6 +13,7 @@
 # config is needed.
 
 TEST_SUITES += test-dotnet
+BENCH_SUITES += bench-dotnet
 .PHONY: test-dotnet bench-dotnet dotnet-setup
 
 DOTNET_OUT := $(ROOT)/build/dotnet
