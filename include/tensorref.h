@@ -1616,8 +1616,8 @@ tr_status tr_residency_configure(const struct tr_residency_config *config);
 bool tr_residency_enabled(void);
 
 /**
- * Stops the manager: newer device copies are written back and every device copy is freed.
- * Without a manager this does nothing.
+ * Stops the manager: newer device copies are written back and every device copy is freed; the
+ * event callback and the timeline go with it. Without a manager this does nothing.
  */
 tr_status tr_residency_disable(void);
 

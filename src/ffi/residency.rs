@@ -126,8 +126,8 @@ pub extern "C" fn tr_residency_enabled() -> bool {
     residency::enabled()
 }
 
-/// Stops the manager: newer device copies are written back and every device copy is freed.
-/// Without a manager this does nothing.
+/// Stops the manager: newer device copies are written back and every device copy is freed; the
+/// event callback and the timeline go with it. Without a manager this does nothing.
 #[no_mangle]
 pub extern "C" fn tr_residency_disable() -> Status {
     call(residency::disable)
