@@ -19,7 +19,7 @@ pub enum Error {
     #[error("stale {kind} handle {id:#x}: it was released or its scope was disposed")]
     StaleHandle { kind: HandleKind, id: u64 },
     #[error("invalid {kind} handle {id:#x}: {why}")]
-    InvalidHandle { kind: HandleKind, id: u64, why: &'static str },
+    InvalidHandle { kind: HandleKind, id: u64, why: String },
     #[error("scope {0:#x} has been disposed")]
     ScopeDisposed(u64),
     #[error("shape mismatch: {0}")]

@@ -1,14 +1,20 @@
 //! Generation-checked handles. A handle is a `u64`: the slot index in bits 0..32, the slot's
-//! generation in bits 32..62 (never 0, so 0 is never a valid handle), bit 62 set for scopes, and
-//! bit 63 clear. Removing an entry bumps its slot's generation, so an old handle stays detectably
-//! stale after the slot is reused.
+//! generation in bits 32..60 (never 0, so 0 is never a valid handle), the handle's kind in bits
+//! 60..62 (0 tensor, 1 scope, 2 model), and bit 63 clear. Removing an entry bumps its slot's
+//! generation, so an old handle stays detectably stale after the slot is reused; a handle of
+//! another kind never reaches a slot.
 
 use crate::error::{Error, HandleKind, Result};
 use slab::Slab;
 
 const KEY_BITS: u32 = 32;
-const GEN_MASK: u64 = (1 << 30) - 1;
-const SCOPE_BIT: u64 = 1 << 62;
+const GEN_MASK: u64 = (1 << 28) - 1;
+const KIND_SHIFT: u32 = 60;
+const KINDS: [HandleKind; 3] = [HandleKind::Tensor, HandleKind::Scope, HandleKind::Model];
+
+fn kind_tag(kind: HandleKind) -> u64 {
+    KINDS.iter().position(|&k| k == kind).expect("every kind has a tag") as u64
+}
 
 /// A slab whose entries are addressed by generation-checked handles of one kind.
 pub(crate) struct GenSlab<T> {
@@ -32,8 +38,7 @@ impl<T> GenSlab<T> {
 
     /// The handle of the live entry at `key`.
     pub(crate) fn handle_of(&self, key: usize) -> u64 {
-        let tag = if self.kind == HandleKind::Scope { SCOPE_BIT } else { 0 };
-        tag | (u64::from(self.gens[key]) << KEY_BITS) | key as u64
+        kind_tag(self.kind) << KIND_SHIFT | (u64::from(self.gens[key]) << KEY_BITS) | key as u64
     }
 
     /// Resolves a handle to its slot key, or says why it is not a live handle of this kind.
@@ -41,22 +46,18 @@ impl<T> GenSlab<T> {
     pub(crate) fn key(&self, handle: u64) -> Result<usize> {
         let key = (handle & 0xffff_ffff) as usize;
         let gen = (handle >> KEY_BITS) & GEN_MASK;
-        let tag_ok = (handle & SCOPE_BIT != 0) == (self.kind == HandleKind::Scope);
-        let invalid = |why| Err(Error::InvalidHandle { kind: self.kind, id: handle, why });
-        if handle >> 63 != 0 || gen == 0 {
-            return invalid("not a handle");
+        let invalid = |why: String| Err(Error::InvalidHandle { kind: self.kind, id: handle, why });
+        let tagged = KINDS.get((handle >> KIND_SHIFT) as usize);
+        if handle >> 63 != 0 || gen == 0 || tagged.is_none() {
+            return invalid("not a handle".into());
         }
-        if !tag_ok {
-            return invalid(match self.kind {
-                HandleKind::Tensor => "it is a scope handle, not a tensor handle",
-                HandleKind::Scope => "it is a tensor handle, not a scope handle",
-                HandleKind::Model => "it is a scope handle, not a model handle",
-            });
+        if let Some(&other) = tagged.filter(|&&k| k != self.kind) {
+            return invalid(format!("it is a {other} handle, not a {} handle", self.kind));
         }
         match self.gens.get(key) {
-            None => invalid("never issued"),
+            None => invalid("never issued".into()),
             Some(&g) if u64::from(g) == gen && self.slab.contains(key) => Ok(key),
-            Some(&g) if u64::from(g) < gen => invalid("never issued"),
+            Some(&g) if u64::from(g) < gen => invalid("never issued".into()),
             Some(_) => Err(Error::StaleHandle { kind: self.kind, id: handle }),
         }
     }
@@ -90,5 +91,29 @@ impl<T> GenSlab<T> {
 
     pub(crate) fn len(&self) -> usize {
         self.slab.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_handle_of_another_kind_never_reaches_a_slot() {
+        let mut slabs = KINDS.map(GenSlab::new);
+        let handles: Vec<u64> = slabs.iter_mut().map(|s| s.insert(()).1).collect();
+        for (i, slab) in slabs.iter().enumerate() {
+            for (j, &h) in handles.iter().enumerate() {
+                match slab.key(h) {
+                    Ok(_) => assert_eq!(i, j, "{:?} slab accepted a {:?} handle", KINDS[i], KINDS[j]),
+                    Err(Error::InvalidHandle { why, .. }) => {
+                        assert_ne!(i, j);
+                        assert_eq!(why, format!("it is a {} handle, not a {} handle", KINDS[j], KINDS[i]));
+                    }
+                    Err(e) => panic!("{e:?}"),
+                }
+            }
+        }
+        assert!(matches!(slabs[0].key(3 << KIND_SHIFT | 1 << KEY_BITS), Err(Error::InvalidHandle { .. })), "tag 3 is no kind");
     }
 }
