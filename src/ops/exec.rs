@@ -57,12 +57,10 @@ impl Op {
         Ok(placed.try_into().unwrap_or_else(|_| unreachable!("N inputs placed")))
     }
 
-    /// The input an in-place op writes to.
+    /// The input an in-place op writes to (under a manager, its device copy becomes the newer
+    /// one; without, the home copy is current: disabling the manager wrote every copy home).
     pub(crate) fn get_mut(&mut self, id: TensorId) -> Result<Input> {
         let [entry] = registry::get([id])?;
-        if self.ticket.is_none() {
-            residency::sync_home(&entry)?;
-        }
         self.place(entry, true)
     }
 

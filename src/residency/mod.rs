@@ -176,16 +176,6 @@ pub(crate) fn readable(entry: &Entry) -> tch::Tensor {
     fresher.unwrap_or_else(|| entry.shallow_clone())
 }
 
-/// Makes the home copy current (for code that modifies it outside an op).
-pub(crate) fn sync_home(entry: &Entry) -> Result<()> {
-    if entry.is_registered() {
-        if let Some(m) = lock().as_mut() {
-            m.sync_home(entry.uid())?;
-        }
-    }
-    Ok(())
-}
-
 /// Before the home copy's memory is shared outside (DLPack): writes a newer device copy back and
 /// drops the device copy, so writes through the shared memory are not shadowed by a stale copy.
 pub(crate) fn settle_home(entry: &Entry) -> Result<()> {
@@ -244,8 +234,7 @@ impl Ticket {
             self.end()?;
             return Ok(Arc::new(Entry::new(result)));
         }
-        let inputs: Vec<(TraceKey, u64)> = self.inputs.iter().map(|i| (i.1, i.2)).collect();
-        let anchor = self.anchored.then_some(self.anchor);
+        let (inputs, anchor) = self.trace_record();
         let entry = with(|m| m.place_result(result, self.op, &inputs, anchor))?;
         self.release_inputs();
         with(|m| {
@@ -257,14 +246,18 @@ impl Ticket {
 
     /// Ends an op that made no tensor.
     pub(crate) fn end(&mut self) -> Result<()> {
-        let inputs: Vec<(TraceKey, u64)> = self.inputs.iter().map(|i| (i.1, i.2)).collect();
-        let anchor = self.anchored.then_some(self.anchor);
+        let (inputs, anchor) = self.trace_record();
         self.release_inputs();
         with(|m| {
             m.end_op(self.op, &inputs, None, anchor);
             m.op_finished(self.op);
             Ok(())
         })
+    }
+
+    /// What the trace records of this op: its inputs (key, bytes) and its anchor signature.
+    fn trace_record(&self) -> (Vec<(TraceKey, u64)>, Option<u64>) {
+        (self.inputs.iter().map(|i| (i.1, i.2)).collect(), self.anchored.then_some(self.anchor))
     }
 
     /// Out-of-memory recovery: evicts every device copy no running op uses; returns how many.
