@@ -1,24 +1,14 @@
 // DLPack exchange with libtorch's own converters (at::fromDLPack / at::toDLPack), for
 // src/interop/dlpack.rs. Tensors cross as `at::Tensor*` (what tch's Tensor::from_ptr / as_ptr
 // carry); no C++ exception leaves this file: failures return 1 and copy the message into `err`.
+#include "guarded.h"
+
 #include <ATen/DLConvertor.h>
 
 #include <atomic>
-#include <cstring>
-#include <exception>
 #include <memory>
 
-namespace {
-
-void set_error(char *err, size_t err_len, const char *msg) {
-    if (err == nullptr || err_len == 0) {
-        return;
-    }
-    std::strncpy(err, msg, err_len - 1);
-    err[err_len - 1] = '\0';
-}
-
-} // namespace
+using tr_native::guarded;
 
 extern "C" {
 
@@ -35,35 +25,20 @@ int tr_native_from_dlpack(void *managed, void **out, char *err, size_t err_len) 
             src->deleter(src);
         }
     };
-    try {
+    int failed = guarded(err, err_len, [&] {
         at::Tensor t = at::fromDLPack(src, [release](void *) { release(); });
         *out = new at::Tensor(std::move(t));
-        return 0;
-    } catch (const c10::Error &e) {
-        set_error(err, err_len, e.what_without_backtrace());
-    } catch (const std::exception &e) {
-        set_error(err, err_len, e.what());
-    } catch (...) {
-        set_error(err, err_len, "unknown C++ exception in at::fromDLPack");
+    });
+    if (failed) {
+        release();
     }
-    release();
-    return 1;
+    return failed;
 }
 
 // Exports `*tensor` (an `at::Tensor*`, borrowed) as a new DLManagedTensor sharing its memory,
 // written to `*out`. The consumer owns it and must call its deleter once.
 int tr_native_to_dlpack(const void *tensor, void **out, char *err, size_t err_len) {
-    try {
-        *out = at::toDLPack(*static_cast<const at::Tensor *>(tensor));
-        return 0;
-    } catch (const c10::Error &e) {
-        set_error(err, err_len, e.what_without_backtrace());
-    } catch (const std::exception &e) {
-        set_error(err, err_len, e.what());
-    } catch (...) {
-        set_error(err, err_len, "unknown C++ exception in at::toDLPack");
-    }
-    return 1;
+    return guarded(err, err_len, [&] { *out = at::toDLPack(*static_cast<const at::Tensor *>(tensor)); });
 }
 
 // Gives back a DLManagedTensor that will not be consumed: runs its deleter (NULL is a no-op).

@@ -10,26 +10,21 @@
 //
 // Tensors cross as `at::Tensor*` (tch's Tensor::as_ptr / from_ptr). No C++ exception leaves
 // this file: failures return 1 and copy the message into `err`.
+#include "guarded.h"
+
 #include <ATen/ATen.h>
 #include <c10/core/Event.h>
 #include <c10/core/Stream.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
-#include <cstring>
-#include <exception>
 #include <mutex>
 #include <optional>
 #include <vector>
 
-namespace {
+using tr_native::guarded;
 
-void set_error(char *err, size_t err_len, const char *msg) {
-    if (err != nullptr && err_len > 0) {
-        std::strncpy(err, msg, err_len - 1);
-        err[err_len - 1] = '\0';
-    }
-}
+namespace {
 
 const c10::impl::DeviceGuardImplInterface *cuda() {
     return c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
@@ -56,18 +51,6 @@ void order(const c10::Stream &earlier, const c10::Stream &later) {
     c10::Event event(c10::DeviceType::CUDA);
     event.record(earlier);
     event.block(later);
-}
-
-template <typename F> int guarded(char *err, size_t err_len, F f) {
-    try {
-        f();
-        return 0;
-    } catch (const std::exception &e) {
-        set_error(err, err_len, e.what());
-    } catch (...) {
-        set_error(err, err_len, "unknown C++ exception");
-    }
-    return 1;
 }
 
 } // namespace
