@@ -1605,7 +1605,7 @@ tr_status tr_residency_config_default(struct tr_residency_config *out);
  * Starts (or replaces) the process's residency manager; from now on ops bring their inputs to
  * the compute device and the policy places their results. A previous manager first writes its
  * newer device copies back; its event callback carries over, its counters, pins, recorded
- * trace and timeline do not. Errors: TR_ERR_NULL_ARG; TR_ERR_INVALID_ARG (unknown device or
+ * trace and timeline do not. Call it while no op runs on another thread. Errors: TR_ERR_NULL_ARG; TR_ERR_INVALID_ARG (unknown device or
  * policy, a budget of 0 for Genoa or Flow); TR_ERR_DEVICE (no such CUDA device).
  */
 tr_status tr_residency_configure(const struct tr_residency_config *config);
@@ -1617,7 +1617,8 @@ bool tr_residency_enabled(void);
 
 /**
  * Stops the manager: newer device copies are written back and every device copy is freed; the
- * event callback and the timeline go with it. Without a manager this does nothing.
+ * event callback and the timeline go with it. Without a manager this does nothing. Call it
+ * while no op runs on another thread.
  */
 tr_status tr_residency_disable(void);
 

@@ -75,7 +75,8 @@ pub(crate) fn active() -> bool {
 
 /// Starts (or replaces) the process's manager. A previous manager first writes every newer
 /// device copy back to host memory; its event callback carries over, its counters, pins,
-/// trace and timeline do not.
+/// trace and timeline do not. Call it while no op runs on another thread: copies a running op
+/// uses are written back and dropped.
 pub fn configure(cfg: Config) -> Result<()> {
     let mut guard = lock();
     let mut fresh = Manager::new(cfg)?;
@@ -90,7 +91,8 @@ pub fn configure(cfg: Config) -> Result<()> {
     Ok(())
 }
 
-/// Stops managing: newer device copies are written home and every device copy is dropped.
+/// Stops managing: newer device copies are written home and every device copy is dropped. Call
+/// it while no op runs on another thread (as for `configure`).
 pub fn disable() -> Result<()> {
     let mut guard = lock();
     if let Some(m) = guard.as_mut() {
