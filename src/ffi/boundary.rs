@@ -17,15 +17,20 @@ thread_local! {
 ///
 /// `AssertUnwindSafe` is sound here: registry updates complete before anything that can panic,
 /// and the registry lock recovers from poisoning (see `registry::lock`).
+#[inline(always)]
 pub(crate) fn call(f: impl FnOnce() -> Result<()>) -> Status {
     match run(f) {
         Ok(()) => Status::TR_OK,
-        Err(e) => {
-            let status = e.status();
-            let _ = LAST_ERROR.try_with(|m| *m.borrow_mut() = e.to_string());
-            status
-        }
+        Err(e) => fail(e),
     }
+}
+
+/// Records `e` as this thread's last error and returns its status.
+#[cold]
+#[inline(never)]
+fn fail(e: Error) -> Status {
+    let _ = LAST_ERROR.try_with(|m| *m.borrow_mut() = e.to_string());
+    e.status()
 }
 
 /// Like `call`, but leaves the last error message alone (for `tr_last_error` itself).
@@ -33,6 +38,7 @@ fn call_quiet(f: impl FnOnce() -> Result<()>) -> Status {
     run(f).map_or_else(|e| e.status(), |()| Status::TR_OK)
 }
 
+#[inline(always)]
 fn run(f: impl FnOnce() -> Result<()>) -> Result<()> {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
         let text = payload

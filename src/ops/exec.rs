@@ -26,14 +26,15 @@ impl Deref for Input {
     }
 }
 
+/// Boxed, so that an unmanaged op moves one pointer around, not a whole ticket.
 pub(crate) struct Op {
-    ticket: Option<Ticket>,
+    ticket: Option<Box<Ticket>>,
 }
 
 impl Op {
     #[inline]
     pub(crate) fn begin(name: &'static str) -> Op {
-        Op { ticket: if residency::active() { Ticket::begin(name) } else { None } }
+        Op { ticket: if residency::active() { Ticket::begin(name).map(Box::new) } else { None } }
     }
 
     #[inline]
@@ -44,12 +45,18 @@ impl Op {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn get<const N: usize>(&mut self, ids: [TensorId; N]) -> Result<[Input; N]> {
         let entries = registry::get(ids)?;
         if self.ticket.is_none() {
             return Ok(entries.map(Input::Home));
         }
+        self.place_all(entries)
+    }
+
+    /// Out of line, like `output_managed`: each op inlines only the unmanaged path.
+    #[inline(never)]
+    fn place_all<const N: usize>(&mut self, entries: [Arc<Entry>; N]) -> Result<[Input; N]> {
         let mut placed = Vec::with_capacity(N);
         for e in entries {
             placed.push(self.place(e, false)?);
@@ -79,6 +86,11 @@ impl Op {
         if self.ticket.is_none() {
             return Ok(registry::insert(body().map_err(Into::into)?));
         }
+        self.output_managed(body)
+    }
+
+    #[inline(never)]
+    fn output_managed<E: Into<Error>>(self, body: impl Fn() -> Result<tch::Tensor, E>) -> Result<TensorId> {
         self.output_opt(body)?.ok_or_else(|| Error::Torch("the op returned an undefined tensor".into()))
     }
 

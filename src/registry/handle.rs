@@ -12,8 +12,12 @@ const GEN_MASK: u64 = (1 << 28) - 1;
 const KIND_SHIFT: u32 = 60;
 const KINDS: [HandleKind; 3] = [HandleKind::Tensor, HandleKind::Scope, HandleKind::Model];
 
-fn kind_tag(kind: HandleKind) -> u64 {
-    KINDS.iter().position(|&k| k == kind).expect("every kind has a tag") as u64
+const fn kind_tag(kind: HandleKind) -> u64 {
+    match kind {
+        HandleKind::Tensor => 0,
+        HandleKind::Scope => 1,
+        HandleKind::Model => 2,
+    }
 }
 
 /// A slab whose entries are addressed by generation-checked handles of one kind.
@@ -21,11 +25,13 @@ pub(crate) struct GenSlab<T> {
     slab: Slab<T>,
     gens: Vec<u32>,
     kind: HandleKind,
+    /// `kind`'s tag, in place (bits 60..62).
+    tag: u64,
 }
 
 impl<T> GenSlab<T> {
     pub(crate) const fn new(kind: HandleKind) -> Self {
-        GenSlab { slab: Slab::new(), gens: Vec::new(), kind }
+        GenSlab { slab: Slab::new(), gens: Vec::new(), kind, tag: kind_tag(kind) << KIND_SHIFT }
     }
 
     pub(crate) fn insert(&mut self, value: T) -> (usize, u64) {
@@ -38,15 +44,26 @@ impl<T> GenSlab<T> {
 
     /// The handle of the live entry at `key`.
     pub(crate) fn handle_of(&self, key: usize) -> u64 {
-        kind_tag(self.kind) << KIND_SHIFT | (u64::from(self.gens[key]) << KEY_BITS) | key as u64
+        self.tag | (u64::from(self.gens[key]) << KEY_BITS) | key as u64
     }
 
     /// Resolves a handle to its slot key, or says why it is not a live handle of this kind.
+    /// On every op's path: a live handle is exactly the one `handle_of` would issue now.
     #[inline]
     pub(crate) fn key(&self, handle: u64) -> Result<usize> {
         let key = (handle & 0xffff_ffff) as usize;
+        match self.gens.get(key) {
+            Some(&g) if handle == self.tag | u64::from(g) << KEY_BITS | key as u64 && self.slab.contains(key) => Ok(key),
+            _ => Err(self.why_not_live(handle)),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn why_not_live(&self, handle: u64) -> Error {
+        let key = (handle & 0xffff_ffff) as usize;
         let gen = (handle >> KEY_BITS) & GEN_MASK;
-        let invalid = |why: String| Err(Error::InvalidHandle { kind: self.kind, id: handle, why });
+        let invalid = |why: String| Error::InvalidHandle { kind: self.kind, id: handle, why };
         let tagged = KINDS.get((handle >> KIND_SHIFT) as usize);
         if handle >> 63 != 0 || gen == 0 || tagged.is_none() {
             return invalid("not a handle".into());
@@ -55,15 +72,21 @@ impl<T> GenSlab<T> {
             return invalid(format!("it is a {other} handle, not a {} handle", self.kind));
         }
         match self.gens.get(key) {
-            None => invalid("never issued".into()),
-            Some(&g) if u64::from(g) == gen && self.slab.contains(key) => Ok(key),
-            Some(&g) if u64::from(g) < gen => invalid("never issued".into()),
-            Some(_) => Err(Error::StaleHandle { kind: self.kind, id: handle }),
+            Some(&g) if u64::from(g) > gen || (u64::from(g) == gen && !self.slab.contains(key)) => {
+                Error::StaleHandle { kind: self.kind, id: handle }
+            }
+            _ => invalid("never issued".into()),
         }
     }
 
+    /// The live entry `handle` names (one slab access: on every op's path).
+    #[inline]
     pub(crate) fn get(&self, handle: u64) -> Result<&T> {
-        self.key(handle).map(|k| &self.slab[k])
+        let key = (handle & 0xffff_ffff) as usize;
+        match (self.gens.get(key), self.slab.get(key)) {
+            (Some(&g), Some(v)) if handle == self.tag | u64::from(g) << KEY_BITS | key as u64 => Ok(v),
+            _ => Err(self.why_not_live(handle)),
+        }
     }
 
     pub(crate) fn get_mut(&mut self, handle: u64) -> Result<&mut T> {
