@@ -46,9 +46,13 @@ fn stale_after_release_and_after_slot_reuse() {
         let err = Tensor::from_raw(id).dispose().unwrap_err();
         assert_eq!(err.status(), Status::TR_ERR_STALE_HANDLE);
         assert!(err.to_string().contains("stale tensor handle"), "{err}");
-        // Reuse the slot: the slab hands back the most recently freed slot first.
-        let fresh: Vec<Tensor> = (0..4).map(|_| small()).collect::<Result<_, _>>()?;
-        assert!(fresh.iter().any(|f| f.id().0 as u32 == id.0 as u32), "slot was reused");
+        // Reuse the slot: the slab hands back the most recently freed slot first, though a test
+        // on another thread may take it for a while; hold what we make until it comes back.
+        let mut fresh = Vec::new();
+        while !fresh.iter().any(|f: &Tensor| f.id().0 as u32 == id.0 as u32) {
+            assert!(fresh.len() < 100_000, "the slot never came back");
+            fresh.push(small()?);
+        }
         let stale = std::mem::ManuallyDrop::new(Tensor::from_raw(id));
         assert!(matches!(stale.shape(), Err(Error::StaleHandle { .. })));
         Ok(())

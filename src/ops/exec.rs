@@ -9,47 +9,55 @@ use crate::residency::{self, Ticket};
 use std::ops::Deref;
 use std::sync::Arc;
 
-/// An op's input: the entry's home tensor, or its device copy under a manager.
-pub(crate) enum Input {
-    Home(Arc<Entry>),
-    Device(tch::Tensor, #[allow(dead_code)] Arc<Entry>),
-}
+/// An op's input, used as a `&tch::Tensor`: the registered entry itself, or under a manager an
+/// unregistered entry around the input's device copy. One pointer either way, so the unmanaged
+/// path hands inputs around in registers.
+pub(crate) struct Input(Arc<Entry>);
 
 impl Deref for Input {
     type Target = tch::Tensor;
     #[inline]
     fn deref(&self) -> &tch::Tensor {
-        match self {
-            Input::Home(e) => e,
-            Input::Device(t, _) => t,
-        }
+        &self.0
     }
 }
 
-/// Boxed, so that an unmanaged op moves one pointer around, not a whole ticket.
+/// A managed op's ticket, and the entries whose device copies it uses, kept alive until the
+/// ticket is done with them (fields drop in order).
+struct Managed {
+    ticket: Ticket,
+    originals: Vec<Arc<Entry>>,
+}
+
+/// Boxed, so that an unmanaged op moves one null pointer around.
 pub(crate) struct Op {
-    ticket: Option<Box<Ticket>>,
+    managed: Option<Box<Managed>>,
 }
 
 impl Op {
     #[inline]
     pub(crate) fn begin(name: &'static str) -> Op {
-        Op { ticket: if residency::active() { Ticket::begin(name).map(Box::new) } else { None } }
+        let ticket = if residency::active() { Ticket::begin(name) } else { None };
+        Op { managed: ticket.map(|ticket| Box::new(Managed { ticket, originals: Vec::new() })) }
     }
 
     #[inline]
     fn place(&mut self, entry: Arc<Entry>, write: bool) -> Result<Input> {
-        match &mut self.ticket {
-            None => Ok(Input::Home(entry)),
-            Some(t) => Ok(Input::Device(t.acquire(&entry, write)?, entry)),
+        match &mut self.managed {
+            None => Ok(Input(entry)),
+            Some(m) => {
+                let device = m.ticket.acquire(&entry, write)?;
+                m.originals.push(entry);
+                Ok(Input(Arc::new(Entry::new(device))))
+            }
         }
     }
 
     #[inline(always)]
     pub(crate) fn get<const N: usize>(&mut self, ids: [TensorId; N]) -> Result<[Input; N]> {
         let entries = registry::get(ids)?;
-        if self.ticket.is_none() {
-            return Ok(entries.map(Input::Home));
+        if self.managed.is_none() {
+            return Ok(entries.map(Input));
         }
         self.place_all(entries)
     }
@@ -83,7 +91,7 @@ impl Op {
     /// Runs `body` and registers the tensor it makes.
     #[inline]
     pub(crate) fn output<E: Into<Error>>(self, body: impl Fn() -> Result<tch::Tensor, E>) -> Result<TensorId> {
-        if self.ticket.is_none() {
+        if self.managed.is_none() {
             return Ok(registry::insert(body().map_err(Into::into)?));
         }
         self.output_managed(body)
@@ -97,7 +105,7 @@ impl Op {
     /// Like `output`, for ops that may make nothing (an undefined tensor).
     #[inline]
     pub(crate) fn output_opt<E: Into<Error>>(mut self, body: impl Fn() -> Result<tch::Tensor, E>) -> Result<Option<TensorId>> {
-        let Some(ticket) = self.ticket.as_mut() else {
+        let Some(Managed { ticket, .. }) = self.managed.as_deref_mut() else {
             let t = body().map_err(Into::into)?;
             return Ok(t.defined().then(|| registry::insert(t)));
         };
@@ -116,7 +124,7 @@ impl Op {
 
     /// Runs `body` for an op that makes no tensor (in-place ops, backward, optimizer steps).
     pub(crate) fn value<R, E: Into<Error>>(mut self, body: impl Fn() -> Result<R, E>) -> Result<R> {
-        let Some(ticket) = self.ticket.as_mut() else { return body().map_err(Into::into) };
+        let Some(Managed { ticket, .. }) = self.managed.as_deref_mut() else { return body().map_err(Into::into) };
         let value = match body().map_err(Into::into) {
             Err(Error::OutOfMemory(_)) if ticket.evict_unused() > 0 => body().map_err(Into::into),
             other => other,
