@@ -9,7 +9,8 @@ TorchSharp-style dispose scopes, through the library's C ABI (ctypes).
 
 The shared library is found through TENSORREF_LIB, else the repository's
 target/{release,debug}/libtensorref.so (see tensorref._lib). Its ABI version is checked on
-import.
+import. ``tensorref.accelerated`` says whether the optional compiled hot path (the operators and
+the finalizer of Tensor, tensorref._accel) is in use; TENSORREF_PURE_PYTHON=1 turns it off.
 """
 from __future__ import annotations
 
@@ -33,8 +34,17 @@ from ._residency import (Config as ResidencyConfig, Event as ResidencyEvent, Res
                          set_event_callback, timeline_start, timeline_write)
 from . import _residency
 from .minilm import MiniLM
+from . import _accel  # after _ops: the compiled operators replace the generated ones
 
 __version__ = ".".join(map(str, TR_VERSION))
+
+
+def __getattr__(name):
+    if name == "accelerated":
+        # Whether Tensor's operators and finalizer run compiled (tensorref._speedups) rather
+        # than through ctypes alone; see tensorref._accel (and its `reason` when False).
+        return _accel.active
+    raise AttributeError(f"module 'tensorref' has no attribute {name!r}")
 
 
 def callback_errors() -> list:

@@ -1,0 +1,80 @@
+"""The optional compiled hot path: ``tensorref._speedups``, a small C extension that
+``pip install`` builds from ``_speedups.c`` (no library is linked in), takes over Tensor's
+arithmetic operators (``+ - * / @ **``, unary ``-``, the reflected ``+`` and ``*``, ``+= -= *=``)
+and its finalizer (the deferred release). ``tensorref.accelerated`` says whether it is in use.
+
+It binds at import to the library ctypes already loaded, through the addresses of its C
+functions, and shares this package's state (the deferred-release buffer and batch size, the
+open-scope mirror, ``_lib.fail``): ownership, deferred releases, errors and results are those
+of the ctypes path. Every case it does not handle (another operand type, an int too large for a
+double) goes to the pure-Python method it replaced, kept in ``PURE``.
+
+The package stays pure ctypes, silently, when the extension was not built or does not import,
+when it cannot bind to the loaded library (a function the library lacks), or when the
+environment sets ``TENSORREF_PURE_PYTHON`` (to anything but "" or "0"); ``reason`` says why.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+
+from . import _lib, _tensor
+from ._tensor import Tensor
+
+# The methods it replaces, as the generated _ops.py and _tensor.py define them.
+ROUTED = ("__add__", "__sub__", "__mul__", "__truediv__", "__matmul__", "__pow__", "__radd__",
+          "__rmul__", "__iadd__", "__isub__", "__imul__", "__neg__", "__del__")
+PURE = {name: Tensor.__dict__[name] for name in ROUTED}
+
+# The compiled methods (name -> method descriptor), or None; whether they are on Tensor now.
+_speedups = None
+FAST: dict | None = None
+active = False
+reason = ""
+
+
+def _address(name: str) -> int:
+    """The address of the loaded library's C function `name` (AttributeError if it lacks it)."""
+    fn = getattr(_lib.lib, name)
+    if name in _lib.missing or not isinstance(fn, ctypes._CFuncPtr):
+        raise AttributeError(f"{_lib.LIB_PATH} does not export {name}")
+    return ctypes.cast(fn, ctypes.c_void_p).value
+
+
+def use(on: bool) -> bool:
+    """Puts the compiled (True) or the pure-Python (False) methods on Tensor; returns whether the
+    compiled ones were there. For the tests and the benchmark: both keep the same state, so
+    objects made under one are handled right under the other."""
+    global active
+    if on and FAST is None:
+        raise RuntimeError(f"tensorref._speedups is not available: {reason}")
+    prev = active
+    for name, method in (FAST if on else PURE).items():
+        setattr(Tensor, name, method)
+    if on:
+        _speedups.bind_slots()  # the finalizer slot straight to the compiled __del__
+    active = bool(on)
+    return prev
+
+
+def _load() -> None:
+    global _speedups, FAST, reason
+    if os.environ.get("TENSORREF_PURE_PYTHON", "") not in ("", "0"):
+        reason = "TENSORREF_PURE_PYTHON is set"
+        return
+    try:
+        from . import _speedups as ext
+    except ImportError as e:
+        reason = f"the extension does not import: {e}"
+        return
+    try:
+        FAST = ext.install(Tensor, _address, dict(PURE), _tensor._pending, _tensor._limit,
+                                 _tensor.open_scopes, _tensor.state, _lib.fail)
+    except Exception as e:  # noqa: BLE001  (any failure to bind means: stay pure ctypes)
+        reason = f"the extension cannot bind to {_lib.LIB_PATH}: {e}"
+        return
+    _speedups = ext
+    use(True)
+
+
+_load()
