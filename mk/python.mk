@@ -1,31 +1,47 @@
 # The Python binding (bindings/python, package tensorref).
 #
 #   make test-python    builds the library, installs the package into the venv the ordinary way
-#                       (proving `pip install bindings/python` works), runs the pytest suite of
-#                       bindings/python/tests on target/debug, then examples/python/train_mlp.py
-#                       and examples/python/flow_stack.py (scenario b: Flow under a budget a
-#                       quarter of the weights) with the installed package; each fails on a
-#                       wrong result, a budget overrun or a moved live handle count.
-#   make bench-python   builds the release library and runs benches/python/bench_ops.py on it.
+#                       (proving `pip install bindings/python` works, C accelerator included),
+#                       builds the accelerator in place for the source tree, runs the pytest
+#                       suite of bindings/python/tests on target/debug (test_accel.py fails if
+#                       the accelerator is not in use, here or in the installed package), runs
+#                       the operator, lifetime, scope, release and error suites again on the
+#                       pure-ctypes fallback (TENSORREF_PURE_PYTHON=1), then
+#                       examples/python/train_mlp.py and examples/python/flow_stack.py
+#                       (scenario b: Flow under a budget a quarter of the weights) with the
+#                       installed package; each fails on a wrong result, a budget overrun or a
+#                       moved live handle count.
+#   make bench-python   builds the release library and the accelerator and runs
+#                       benches/python/bench_ops.py on them (accelerated and pure ctypes).
 #
 # TENSORREF_LIB pins the library each run uses (the package would otherwise take the newer of
-# target/release and target/debug).
+# target/release and target/debug). The suite and the benchmark import this source tree, hence
+# the in-place build of tensorref._speedups (python-ext; ignored by git).
 
 TEST_SUITES += test-python
 BENCH_SUITES += bench-python
-.PHONY: test-python bench-python
+.PHONY: test-python bench-python python-ext
 
-test-python: build
+PY_PURE_TESTS := test_ops.py test_lifetime.py test_scope_facts.py test_deferred_release.py \
+  test_errors.py test_accel.py
+
+python-ext: setup
+	cd $(ROOT)/bindings/python && python3 -W ignore setup.py --quiet build_ext --inplace
+	rm -rf $(ROOT)/bindings/python/build
+
+test-python: build python-ext
 	python3 -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall \
 	  $(ROOT)/bindings/python
 	rm -rf $(ROOT)/bindings/python/build
 	TENSORREF_LIB=$(ROOT)/target/debug/libtensorref.so \
 	  python3 -m pytest -q -p no:cacheprovider $(ROOT)/bindings/python/tests
+	TENSORREF_PURE_PYTHON=1 TENSORREF_LIB=$(ROOT)/target/debug/libtensorref.so \
+	  python3 -m pytest -q -p no:cacheprovider $(addprefix $(ROOT)/bindings/python/tests/,$(PY_PURE_TESTS))
 	cd $(ROOT)/examples/python && TENSORREF_LIB=$(ROOT)/target/debug/libtensorref.so \
 	  python3 train_mlp.py
 	cd $(ROOT)/examples/python && TENSORREF_LIB=$(ROOT)/target/debug/libtensorref.so \
 	  python3 flow_stack.py
 
-bench-python: setup
+bench-python: setup python-ext
 	cargo build --quiet --release
 	TENSORREF_LIB=$(ROOT)/target/release/libtensorref.so python3 $(ROOT)/benches/python/bench_ops.py
