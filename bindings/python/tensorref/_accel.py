@@ -16,6 +16,7 @@ environment sets ``TENSORREF_PURE_PYTHON`` (to anything but "" or "0"); ``reason
 from __future__ import annotations
 
 import ctypes
+import importlib
 import os
 
 from . import _lib, _tensor
@@ -52,7 +53,7 @@ def use(on: bool) -> bool:
     for name, method in (FAST if on else PURE).items():
         setattr(Tensor, name, method)
     if on:
-        _speedups.bind_slots()  # the finalizer slot straight to the compiled __del__
+        _speedups.bind_slots()  # the type's operator and finalizer slots straight to them
     active = bool(on)
     return prev
 
@@ -63,13 +64,17 @@ def _load() -> None:
         reason = "TENSORREF_PURE_PYTHON is set"
         return
     try:
-        from . import _speedups as ext
+        ext = importlib.import_module(__package__ + "._speedups")
     except ImportError as e:
-        reason = f"the extension does not import: {e}"
+        if getattr(e, "name", None) == __package__ + "._speedups":
+            reason = ("the extension was not built (pip install with a C compiler; for a source "
+                      "tree, python3 setup.py build_ext --inplace in bindings/python)")
+        else:
+            reason = f"the extension does not import: {e}"
         return
     try:
         FAST = ext.install(Tensor, _address, dict(PURE), _tensor._pending, _tensor._limit,
-                                 _tensor.open_scopes, _tensor.state, _lib.fail)
+                           _tensor.open_scopes, _tensor.state, _lib.fail)
     except Exception as e:  # noqa: BLE001  (any failure to bind means: stay pure ctypes)
         reason = f"the extension cannot bind to {_lib.LIB_PATH}: {e}"
         return

@@ -14,6 +14,11 @@ owner through this package (``detach_from_scope``, ``move_to_outer_scope``, ``Sc
 
 Tensor is a ``c_uint64`` holding the handle, and the very class the ctypes signatures declare
 for tr_tensor: ctypes passes an instance of exactly the declared class without conversion.
+
+When the optional accelerator is in use (``tensorref._accel``), ``Tensor.__del__`` below and the
+arithmetic operators of ``_ops.py`` are replaced by compiled versions in ``_speedups.c``, which
+share this module's state (``_pending``, ``_limit``, ``open_scopes``, ``state``): a change to the
+ownership or release rules here must be made there too (``tests/test_accel.py`` compares them).
 """
 from __future__ import annotations
 
