@@ -1,7 +1,10 @@
 """A tiny op through the Python binding against the same op in PyTorch eager, in one process
-and one run: a 4-element float32 add, as a new tensor (`a + b`) and in place (`a += b`).
+and one run: a 4-element float32 add, as a new tensor (`a + b`) and in place (`a += b`). Each
+tensorref row is measured twice, side by side: with the compiled accelerator
+(tensorref._speedups: Tensor's operators and finalizer in C) and on the pure-ctypes path the
+package falls back to without it (TENSORREF_PURE_PYTHON=1), switched in-process.
 
-    make bench-python        # release build, then this script on it
+    make bench-python        # release build and the accelerator, then this script on them
     TENSORREF_LIB=target/release/libtensorref.so python3 benches/python/bench_ops.py
 
 PyTorch and libtensorref share the process's one libtorch (one intra-op thread here). Each
@@ -15,7 +18,10 @@ that machine load affects them alike. Rows:
   tensorref a + b, batch 1   the same with a release batch of 1: each collected result is
                          released at once (one release call per op, as before batching)
   tensorref a + b, scope results belong to a scope, disposed every 100 ops (included)
-  torch / tensorref a += b   in place: no new tensor on either side
+  torch / tensorref a += b   in place with the named op (x.add_(y) / a.add_(b)): no new
+                         tensor on either side. a.add_ is a generated op wrapper, which the
+                         accelerator does not route: ctypes in both columns
+  ... a += b (operator)  in place with the operator (x += y / a += b), which it routes
   C floor                the same C calls (tr_tensor_add + tr_tensor_release) in a C loop,
                          when a C compiler is at hand
   one ctypes call/op     one ctypes call per op into a C helper that does add + release:
@@ -103,11 +109,14 @@ def c_floors() -> tuple[float, float] | None:
 
 
 def main() -> int:
+    from tensorref import _accel
+
     torch.set_num_threads(1)
     live_at_start = tr.live_handles()
     x, y = torch.arange(4, dtype=torch.float32), torch.ones(4)
     a, b = tr.from_numpy(np.arange(4, dtype=np.float32)), tr.ones(4)
     xi, ai = x.clone(), a + 0.0  # in-place targets
+    xo, ao = x.clone(), a + 0.0
 
     def torch_add():
         for _ in range(LOOP):
@@ -136,38 +145,81 @@ def main() -> int:
         for _ in range(LOOP):
             ai.add_(b)
 
+    def torch_iadd_op():
+        t = xo
+        for _ in range(LOOP):
+            t += y
+
+    def tr_iadd_op():
+        t = ao
+        for _ in range(LOOP):
+            t += b
+
     def empty_loop():
         for _ in range(LOOP):
             pass
 
-    variants = {"loop": empty_loop, "torch a + b": torch_add, "tensorref a + b": tr_add,
-                "tensorref a + b, batch 1": tr_add_immediate,
-                "tensorref a + b, scope": tr_add_scoped, "torch a += b": torch_iadd,
-                "tensorref a += b": tr_iadd}
-    best = {k: float("inf") for k in variants}
-    for _ in range(REPEAT):
-        for name, fn in variants.items():
-            t = timeit.timeit(fn, number=NUMBER) / (NUMBER * LOOP) * 1e6
-            best[name] = min(best[name], t)
-    loop = best.pop("loop")
+    # name: (function, the torch row it is compared with, or None for a torch row)
+    rows = {"torch a + b": (torch_add, None), "tensorref a + b": (tr_add, "torch a + b"),
+            "tensorref a + b, batch 1": (tr_add_immediate, "torch a + b"),
+            "tensorref a + b, scope": (tr_add_scoped, "torch a + b"),
+            "torch a += b": (torch_iadd, None), "tensorref a += b": (tr_iadd, "torch a += b"),
+            "torch a += b (operator)": (torch_iadd_op, None),
+            "tensorref a += b (operator)": (tr_iadd_op, "torch a += b (operator)")}
+    modes = (True, False) if _accel.FAST is not None else (False,)
+    variants = [("loop", None, empty_loop)]
+    for name, (fn, ref) in rows.items():
+        variants += [(name, mode, fn) for mode in (modes if ref else (None,))]
+    best = {(name, mode): float("inf") for name, mode, _ in variants}
+    prev_mode = _accel.active
+    try:
+        for _ in range(REPEAT):
+            for name, mode, fn in variants:
+                if mode is not None:
+                    _accel.use(mode)
+                t = timeit.timeit(fn, number=NUMBER) / (NUMBER * LOOP) * 1e6
+                best[name, mode] = min(best[name, mode], t)
+    finally:
+        if _accel.FAST is not None:
+            _accel.use(prev_mode)
+    loop = best.pop(("loop", None))
     us = {k: v - loop for k, v in best.items()}  # the bare `for` loop costs the same to all
 
     print(f"{tr.version()}\nlibrary {tr.LIB_PATH}\ntorch {torch.__version__}, "
           f"4-element float32, 1 thread, best of {REPEAT} x {NUMBER} x {LOOP} ops (loop overhead "
-          f"{loop * 1e3:.0f} ns subtracted)\n")
-    print(f"{'variant':<26}{'us/op':>8}{'ratio to torch':>17}")
-    for name, t in us.items():
-        ref = us["torch a += b"] if "+=" in name else us["torch a + b"]
-        print(f"{name:<26}{t:8.3f}{t / ref:17.2f}")
+          f"{loop * 1e3:.0f} ns subtracted)")
+    print("accelerator: " + ("tensorref._speedups (compiled operators and finalizer)"
+                             if _accel.FAST is not None else f"not available ({_accel.reason})")
+          + "\n")
+    print(f"{'':<29}{'accelerated':>22}{'pure ctypes':>22}")
+    print(f"{'variant':<29}{'us/op':>10}{'vs torch':>12}{'us/op':>10}{'vs torch':>12}")
+    ratio = {}
+    for name, (_, ref) in rows.items():
+        cells = ""
+        for mode in (True, False):
+            if ref is None:
+                cells += f"{us[name, None]:10.3f}{1.0:12.2f}" if mode else ""
+            elif (name, mode) in us:
+                ratio[name, mode] = us[name, mode] / us[ref, None]
+                cells += f"{us[name, mode]:10.3f}{ratio[name, mode]:12.2f}"
+            else:
+                cells += f"{'n/a':>10}{'':12}"
+        print(f"{name:<29}{cells}")
     floors = c_floors()
     if floors is not None:
         for name, t in zip(("C floor (add + release)", "one ctypes call/op"), floors):
-            print(f"{name:<26}{t - (loop if 'ctypes' in name else 0):8.3f}{t / us['torch a + b']:17.2f}")
-    worst = max(us["tensorref a + b"], us["tensorref a + b, scope"]) / us["torch a + b"]
-    print(f"\nbar: ratio <= 1.0 -> a + b {'met' if worst <= 1.0 else 'NOT met'} "
-          f"(worst ratio {worst:.2f}); a += b "
-          f"{'met' if us['tensorref a += b'] <= us['torch a += b'] else 'NOT met'}")
-    for t in (a, b, ai):
+            t -= loop if "ctypes" in name else 0
+            print(f"{name:<29}{t:10.3f}{t / us['torch a + b', None]:12.2f}")
+
+    print("\nbar: ratio <= 1.0")
+    for mode in modes:
+        add = max(ratio["tensorref a + b", mode], ratio["tensorref a + b, scope", mode])
+        iadd, named = ratio["tensorref a += b (operator)", mode], ratio["tensorref a += b", mode]
+        verdict = lambda r: "met" if r <= 1.0 else "NOT met"  # noqa: E731
+        print(f"  {'accelerated' if mode else 'pure ctypes':<12} a + b {verdict(add)} (worst "
+              f"ratio {add:.2f}, with and without a scope); a += b {verdict(iadd)} ({iadd:.2f}); "
+              f"a.add_(b) {verdict(named)} ({named:.2f}{', not routed' if mode else ''})")
+    for t in (a, b, ai, ao):
         t.close()
     if tr.live_handles() != live_at_start:
         print(f"leak: {tr.live_handles()} live handles after the benchmark, {live_at_start} before")
