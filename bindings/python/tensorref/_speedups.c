@@ -25,6 +25,10 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#ifdef Py_GIL_DISABLED
+#error "the state here is guarded by the GIL: a free-threaded build stays pure ctypes"
+#endif
+
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -332,19 +336,35 @@ static PyMethodDef tensor_methods[] = {
  * (looked up on the type as CPython does, NotImplemented when absent). The slot is Tensor's
  * own: subclasses get generic slots (their MRO holds a method, not a slot wrapper). */
 
-/* self.<name>(other) for the reflected operation, as CPython's generic slots call it. */
+/* The dict of a type in an MRO (a new reference; since 3.12 static builtin types such as
+ * `object` keep it elsewhere than tp_dict). */
+static PyObject *type_dict(PyTypeObject *t)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    return PyType_GetDict(t);
+#else
+    Py_XINCREF(t->tp_dict);
+    return t->tp_dict;
+#endif
+}
+
+/* self.<name>(other) for the reflected operation, looked up and called as CPython's generic
+ * slots do: on the type's MRO; NotImplemented when no class defines it. */
 static PyObject *reflected(const Op *op, PyObject *self, PyObject *other)
 {
     PyObject *mro = Py_TYPE(self)->tp_mro, *f = NULL, *r;
     for (Py_ssize_t i = 0; f == NULL && mro != NULL && i < PyTuple_GET_SIZE(mro); i++) {
-        f = PyDict_GetItemWithError(((PyTypeObject *)PyTuple_GET_ITEM(mro, i))->tp_dict,
-                                    op->reflected_name);  /* borrowed */
+        PyObject *dict = type_dict((PyTypeObject *)PyTuple_GET_ITEM(mro, i));
+        if (dict != NULL) {
+            f = PyDict_GetItemWithError(dict, op->reflected_name);  /* borrowed */
+            Py_XINCREF(f);
+            Py_DECREF(dict);
+        }
         if (f == NULL && PyErr_Occurred())
             return NULL;
     }
     if (f == NULL)
         Py_RETURN_NOTIMPLEMENTED;
-    Py_INCREF(f);
     if (PyFunction_Check(f) || (Py_TYPE(f)->tp_flags & Py_TPFLAGS_METHOD_DESCRIPTOR)) {
         PyObject *args[2] = {self, other};
         r = PyObject_Vectorcall(f, args, 2, NULL);
@@ -526,7 +546,7 @@ static PyObject *install(PyObject *Py_UNUSED(module), PyObject *args)
         PyErr_SetString(PyExc_TypeError, "the Tensor class defines __init__ or __new__");
         return NULL;
     }
-    descr = PyDict_GetItemString(type->tp_dict, "_own");  /* borrowed */
+    descr = PyDict_GetItemString(type->tp_dict, "_own");  /* borrowed; a heap type has tp_dict */
     if (descr == NULL || Py_TYPE(descr)->tp_descr_get == NULL
         || Py_TYPE(descr)->tp_descr_set == NULL) {
         PyErr_SetString(PyExc_TypeError, "the Tensor class has no slot `_own`");
