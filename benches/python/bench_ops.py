@@ -211,11 +211,13 @@ def main() -> int:
             t -= loop if "ctypes" in name else 0
             print(f"{name:<29}{t:10.3f}{t / us['torch a + b', None]:12.2f}")
 
+    def verdict(r: float) -> str:
+        return "met" if r <= 1.0 else "NOT met"
+
     print("\nbar: ratio <= 1.0")
     for mode in modes:
         add = max(ratio["tensorref a + b", mode], ratio["tensorref a + b, scope", mode])
         iadd, named = ratio["tensorref a += b (operator)", mode], ratio["tensorref a += b", mode]
-        verdict = lambda r: "met" if r <= 1.0 else "NOT met"  # noqa: E731
         print(f"  {'accelerated' if mode else 'pure ctypes':<12} a + b {verdict(add)} (worst "
               f"ratio {add:.2f}, with and without a scope); a += b {verdict(iadd)} ({iadd:.2f}); "
               f"a.add_(b) {verdict(named)} ({named:.2f}{', not routed' if mode else ''})")
