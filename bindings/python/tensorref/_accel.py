@@ -1,7 +1,9 @@
 """The optional compiled hot path: ``tensorref._speedups``, a small C extension that
 ``pip install`` builds from ``_speedups.c`` (no library is linked in), takes over Tensor's
 arithmetic operators (``+ - * / @ **``, unary ``-``, the reflected ``+`` and ``*``, ``+= -= *=``)
-and its finalizer (the deferred release). ``tensorref.accelerated`` says whether it is in use.
+and its finalizer (the deferred release), and the generated ops that mean the same on two
+Tensors (``add sub mul div matmul add_ sub_ mul_``, as methods and as module functions).
+``tensorref.accelerated`` says whether it is in use.
 
 It binds at import to the library ctypes already loaded, through the addresses of its C
 functions, and shares this package's state (the deferred-release buffer and batch size, the
@@ -16,16 +18,26 @@ environment sets ``TENSORREF_PURE_PYTHON`` (to anything but "" or "0"); ``reason
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib
 import os
+import sys
 
-from . import _lib, _tensor
+from . import _lib, _ops, _tensor
 from ._tensor import Tensor
 
 # The methods it replaces, as the generated _ops.py and _tensor.py define them.
 ROUTED = ("__add__", "__sub__", "__mul__", "__truediv__", "__matmul__", "__pow__", "__radd__",
           "__rmul__", "__iadd__", "__isub__", "__imul__", "__neg__", "__del__")
 PURE = {name: Tensor.__dict__[name] for name in ROUTED}
+
+# Generated ops that are an operator on two exact Tensors (name -> that operator's method). Their
+# routed form calls the compiled operator then, and the generated function for anything else
+# (whose errors, a TypeError for a float say, stay those of the generated op).
+NAMED = {"add": "__add__", "sub": "__sub__", "mul": "__mul__", "div": "__truediv__",
+         "matmul": "__matmul__", "add_": "__iadd__", "sub_": "__isub__", "mul_": "__imul__"}
+PURE_NAMED = {name: getattr(_ops, name) for name in NAMED}
+FAST_NAMED: dict = {}
 
 # The compiled methods (name -> method descriptor), or None; whether they are on Tensor now.
 _speedups = None
@@ -52,6 +64,10 @@ def use(on: bool) -> bool:
     prev = active
     for name, method in (FAST if on else PURE).items():
         setattr(Tensor, name, method)
+    package = sys.modules[__package__]
+    for name, function in (FAST_NAMED if on else PURE_NAMED).items():
+        for holder in (Tensor, _ops, package):  # Tensor.add is tensorref.add, as generated
+            setattr(holder, name, function)
     if on:
         _speedups.bind_slots()  # the type's operator and finalizer slots straight to them
     active = bool(on)
@@ -79,7 +95,16 @@ def _load() -> None:
         reason = f"the extension cannot bind to {_lib.LIB_PATH}: {e}"
         return
     _speedups = ext
+    FAST_NAMED.update({name: _named(PURE_NAMED[name], FAST[op]) for name, op in NAMED.items()})
     use(True)
+
+
+def _named(pure, fast):
+    def named(a, b, _T=Tensor):
+        if type(a) is _T and type(b) is _T:
+            return fast(a, b)
+        return pure(a, b)
+    return functools.update_wrapper(named, pure)
 
 
 _load()

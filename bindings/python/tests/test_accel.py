@@ -209,6 +209,47 @@ def test_results_match_numpy_and_errors_carry_the_library_message():
         assert e.value.function == "tr_tensor_add_"
 
 
+def named_ops():
+    """Every routed named op, as a method and as a function, on Tensors and on a bad operand:
+    results, errors (class and message), owners, and the live count afterwards."""
+    out = {}
+    before = tr.live_handles()
+    a, b, sq = tr.from_numpy(A), tr.from_numpy(B), tr.from_numpy(SQ)
+    for name in _accel.NAMED:
+        x = tr.from_numpy(A)
+        rhs = sq if name == "matmul" else b
+        for how, call in (("method", lambda: getattr(x, name)(rhs)), ("function", lambda: getattr(tr, name)(x, rhs))):
+            r = call()
+            out[name, how] = (r.numpy().tolist(), r is x, r._own)
+            if r is not x:
+                r.close()
+        with pytest.raises(Exception) as e:
+            getattr(x, name)(2.0)
+        out[name, "float"] = (type(e.value).__name__, str(e.value))
+        with pytest.raises(Exception) as e:
+            getattr(tr, name)(x, a if name == "matmul" else sq)  # a shape error from the library
+        out[name, "shape"] = (type(e.value).__name__, str(e.value))
+        x.close()
+    for t in (a, b, sq):
+        t.close()
+    out["live"] = tr.live_handles() - before
+    return out
+
+
+@needs_accel
+def test_named_ops_are_routed_and_behave_as_generated():
+    assert tr.Tensor.add is tr.add is _accel.FAST_NAMED["add"] and tr.add.__doc__ == _accel.PURE_NAMED["add"].__doc__
+    fast = named_ops()
+    _accel.use(False)
+    try:
+        assert tr.Tensor.add is tr.add is _accel.PURE_NAMED["add"]
+        pure = named_ops()
+    finally:
+        _accel.use(True)
+    assert fast == pure
+    assert fast["live"] == 0
+
+
 @needs_accel
 def test_objects_may_change_path_mid_life():
     before = tr.live_handles()
