@@ -220,7 +220,7 @@ def main() -> int:
         iadd, named = ratio["tensorref a += b (operator)", mode], ratio["tensorref a += b", mode]
         print(f"  {'accelerated' if mode else 'pure ctypes':<12} a + b {verdict(add)} (worst "
               f"ratio {add:.2f}, with and without a scope); a += b {verdict(iadd)} ({iadd:.2f}); "
-              f"a.add_(b) {verdict(named)} ({named:.2f}{', not routed' if mode else ''})")
+              f"a.add_(b) {verdict(named)} ({named:.2f})")
     for t in (a, b, ai, ao):
         t.close()
     if tr.live_handles() != live_at_start:
