@@ -480,6 +480,13 @@ static PyObject *bind_slots(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ign
 
 /* ---------------------------------------------------------------- install */
 
+/* A new strong reference to `o` (Py_NewRef, which Python 3.9 lacks). */
+static PyObject *keep(PyObject *o)
+{
+    Py_INCREF(o);
+    return o;
+}
+
 /* The C function `name` of the loaded library, from address(name) -> int; -1 with an
  * exception (AttributeError from ctypes: the library does not export it). An integer to
  * function pointer conversion is implementation-defined, and GCC and Clang define it as
@@ -590,20 +597,13 @@ static PyObject *install(PyObject *Py_UNUSED(module), PyObject *args)
     tr_release = rel;
     tr_release_many = rel_many;
     direct = agrees;
-    Py_INCREF(cls);
-    Tensor = type;
-    Py_INCREF(descr);
-    own_descr = descr;
-    Py_INCREF(pend);
-    pending = pend;
-    Py_INCREF(lim);
-    limit = lim;
-    Py_INCREF(scopes);
-    open_scopes = scopes;
-    Py_INCREF(st);
-    state = st;
-    Py_INCREF(fail_fn);
-    fail = fail_fn;
+    Tensor = (PyTypeObject *)keep(cls);
+    own_descr = keep(descr);
+    pending = keep(pend);
+    limit = keep(lim);
+    open_scopes = keep(scopes);
+    state = keep(st);
+    fail = keep(fail_fn);
     return out;
 }
 
