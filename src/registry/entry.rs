@@ -8,7 +8,7 @@
 
 use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 /// Where an entry's bytes are: 0 is host memory, `1 + n` is CUDA device `n`.
 pub(crate) type DeviceSlot = usize;
@@ -96,37 +96,4 @@ pub(crate) fn footprint(t: &tch::Tensor) -> (u64, DeviceSlot) {
         Err(_) => t.f_kind().map_or(0, |k| k.elt_size_in_bytes()),
     };
     (dims as u64 * elem as u64, (device + 1).max(0) as DeviceSlot)
-}
-
-/// A registry slot's entry: held in the slot itself until something shares it (an op's lookup,
-/// an alias), then behind an `Arc`. A result released without ever being an op's input (a
-/// loss read with `item`, a temporary) so never costs an allocation of its own.
-pub(crate) enum Held {
-    Inline(Entry),
-    Shared(Arc<Entry>),
-    /// Only while `share` moves an inline entry into its `Arc`.
-    Moving,
-}
-
-impl Held {
-    pub(crate) fn entry(&self) -> &Entry {
-        match self {
-            Held::Inline(e) => e,
-            Held::Shared(e) => e,
-            Held::Moving => unreachable!("an entry is moved only inside `share`"),
-        }
-    }
-
-    /// A shared reference to the entry, moving it behind an `Arc` on first use.
-    pub(crate) fn share(&mut self) -> Arc<Entry> {
-        if let Held::Shared(e) = self {
-            return e.clone();
-        }
-        let Held::Inline(e) = std::mem::replace(self, Held::Moving) else {
-            unreachable!("an entry is moved only inside `share`")
-        };
-        let shared = Arc::new(e);
-        *self = Held::Shared(shared.clone());
-        shared
-    }
 }

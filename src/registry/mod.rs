@@ -2,13 +2,12 @@
 //!
 //! One mutex guards all bookkeeping: the tensor slots and the scopes (see `crate::scope`). It is
 //! held only to look up or insert; libtorch work runs outside it on `Arc<Entry>`s cloned out
-//! under the lock (a slot keeps its entry inline until the first such lookup: see `Held`), and
-//! freed tensors are dropped after it is released.
+//! under the lock, and freed tensors are dropped after it is released.
 
 mod entry;
 mod handle;
 
-pub(crate) use entry::{footprint, Entry, Held};
+pub(crate) use entry::{footprint, Entry};
 pub(crate) use handle::GenSlab;
 
 use crate::error::{Error, HandleKind, Result};
@@ -27,7 +26,7 @@ pub struct ScopeId(pub u64);
 pub(crate) struct Slot {
     pub(crate) refs: u32,
     pub(crate) owner: Option<Member>,
-    pub(crate) entry: Held,
+    pub(crate) entry: Arc<Entry>,
 }
 
 /// Membership of a handle in a scope: the scope's slot key and the handle's index in its list.
@@ -56,12 +55,12 @@ pub(crate) fn lock() -> MutexGuard<'static, State> {
 /// Looks up `N` handles under one lock acquisition.
 #[inline]
 pub(crate) fn get<const N: usize>(ids: [TensorId; N]) -> Result<[Arc<Entry>; N]> {
-    let mut state = lock();
+    let state = lock();
     let mut keys = [0usize; N];
     for (k, id) in keys.iter_mut().zip(ids) {
         *k = state.tensors.key(id.0)?;
     }
-    Ok(keys.map(|k| state.tensors.at_mut(k).entry.share()))
+    Ok(keys.map(|k| state.tensors.at(k).entry.clone()))
 }
 
 /// Looks up an optional handle; handle 0 means none.
@@ -74,22 +73,17 @@ pub(crate) fn get_opt(id: TensorId) -> Result<Option<Arc<Entry>>> {
 
 /// Looks up a list of handles under one lock acquisition.
 pub(crate) fn get_many(ids: &[TensorId]) -> Result<Vec<Arc<Entry>>> {
-    let mut state = lock();
-    ids.iter().map(|id| Ok(state.tensors.get_mut(id.0)?.entry.share())).collect()
+    let state = lock();
+    ids.iter().map(|id| Ok(state.tensors.get(id.0)?.entry.clone())).collect()
 }
 
 /// Registers a new tensor with one reference, owned by this thread's current scope, if any.
 #[inline]
 pub(crate) fn insert(tensor: tch::Tensor) -> TensorId {
-    insert_held(Held::Inline(Entry::new(tensor)))
+    insert_entry(Arc::new(Entry::new(tensor)))
 }
 
-/// Registers a shared entry (an alias, a managed op's result) like `insert`.
 pub(crate) fn insert_entry(entry: Arc<Entry>) -> TensorId {
-    insert_held(Held::Shared(entry))
-}
-
-fn insert_held(entry: Held) -> TensorId {
     let mut state = lock();
     let scope = state.scopes.current_key();
     let (key, handle) = state.tensors.insert(Slot { refs: 1, owner: None, entry });
@@ -163,20 +157,20 @@ pub fn live_bytes(device: tch::Device) -> u64 {
         _ => 0,
     };
     let state = lock();
-    state.tensors.values().map(|s| s.entry.entry()).filter(|e| e.device_slot() == slot).map(Entry::bytes).sum()
+    state.tensors.values().filter(|s| s.entry.device_slot() == slot).map(|s| s.entry.bytes()).sum()
 }
 
 impl State {
     /// Drops one reference of the live slot at `key`. Returns the entry to free if it died;
     /// the caller drops it once the lock is released.
-    pub(crate) fn release_key(&mut self, key: usize) -> Option<Held> {
+    pub(crate) fn release_key(&mut self, key: usize) -> Option<Arc<Entry>> {
         let in_scope = self.tensors.at(key).owner.is_some();
         self.drop_ref(key, in_scope)
     }
 
     /// Drops one reference; a handle that dies leaves its scope (if it still has one) and is
     /// counted as disposed in or outside a scope as `in_scope` says.
-    pub(crate) fn drop_ref(&mut self, key: usize, in_scope: bool) -> Option<Held> {
+    pub(crate) fn drop_ref(&mut self, key: usize, in_scope: bool) -> Option<Arc<Entry>> {
         let slot = self.tensors.at_mut(key);
         slot.refs -= 1;
         if slot.refs > 0 {
@@ -215,7 +209,7 @@ impl State {
 }
 
 /// Runs `f` under the registry lock; entries it frees are dropped after the lock is released.
-pub(crate) fn update<R>(f: impl FnOnce(&mut State, &mut Vec<Held>) -> Result<R>) -> Result<R> {
+pub(crate) fn update<R>(f: impl FnOnce(&mut State, &mut Vec<Arc<Entry>>) -> Result<R>) -> Result<R> {
     let mut freed = Vec::new();
     let result = f(&mut lock(), &mut freed);
     drop(freed);

@@ -8,9 +8,10 @@
 
 use super::stats;
 use crate::error::{Error, HandleKind, Result};
-use crate::registry::{GenSlab, Held, ScopeId, State, TensorId};
+use crate::registry::{Entry, GenSlab, ScopeId, State, TensorId};
 use slab::Slab;
 use std::cell::Cell;
+use std::sync::Arc;
 
 pub(crate) struct ScopeRec {
     /// Slot keys of the tensor handles this scope owns.
@@ -115,7 +116,7 @@ impl State {
     }
 
     /// Disposes a scope; disposing a disposed scope does nothing.
-    pub(crate) fn dispose_scope(&mut self, s: ScopeId, freed: &mut Vec<Held>) -> Result<()> {
+    pub(crate) fn dispose_scope(&mut self, s: ScopeId, freed: &mut Vec<Arc<Entry>>) -> Result<()> {
         match self.scope_key(s) {
             Ok(key) => Ok(self.dispose_key(key, freed)),
             Err(Error::ScopeDisposed(_)) => Ok(()),
@@ -123,7 +124,7 @@ impl State {
         }
     }
 
-    fn dispose_key(&mut self, key: usize, freed: &mut Vec<Held>) {
+    fn dispose_key(&mut self, key: usize, freed: &mut Vec<Arc<Entry>>) {
         self.drop_members(key, &[], freed);
         let rec = self.scopes.scopes.remove(key);
         match rec.inner {
@@ -136,7 +137,7 @@ impl State {
     }
 
     /// Drops the scope's reference to each member except those in `keep`; the scope stays open.
-    pub(crate) fn dispose_everything_but(&mut self, s: ScopeId, keep: &[TensorId], freed: &mut Vec<Held>) -> Result<()> {
+    pub(crate) fn dispose_everything_but(&mut self, s: ScopeId, keep: &[TensorId], freed: &mut Vec<Arc<Entry>>) -> Result<()> {
         let key = self.scope_key(s)?;
         let mut keep_keys = keep.iter().map(|t| self.tensors.key(t.0)).collect::<Result<Vec<_>>>()?;
         keep_keys.sort_unstable();
@@ -145,7 +146,7 @@ impl State {
     }
 
     /// `keep` must be sorted.
-    fn drop_members(&mut self, scope: usize, keep: &[usize], freed: &mut Vec<Held>) {
+    fn drop_members(&mut self, scope: usize, keep: &[usize], freed: &mut Vec<Arc<Entry>>) {
         let members = std::mem::take(&mut self.scopes.at_mut(scope).members);
         let mut kept = Vec::with_capacity(keep.len());
         for key in members {
