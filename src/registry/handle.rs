@@ -24,14 +24,13 @@ const fn kind_tag(kind: HandleKind) -> u64 {
 pub(crate) struct GenSlab<T> {
     slab: Slab<T>,
     gens: Vec<u32>,
-    kind: HandleKind,
-    /// `kind`'s tag, in place (bits 60..62).
+    /// The kind's tag, in place (bits 60..62).
     tag: u64,
 }
 
 impl<T> GenSlab<T> {
     pub(crate) const fn new(kind: HandleKind) -> Self {
-        GenSlab { slab: Slab::new(), gens: Vec::new(), kind, tag: kind_tag(kind) << KIND_SHIFT }
+        GenSlab { slab: Slab::new(), gens: Vec::new(), tag: kind_tag(kind) << KIND_SHIFT }
     }
 
     pub(crate) fn insert(&mut self, value: T) -> (usize, u64) {
@@ -47,14 +46,24 @@ impl<T> GenSlab<T> {
         self.tag | (u64::from(self.gens[key]) << KEY_BITS) | key as u64
     }
 
+    fn kind(&self) -> HandleKind {
+        KINDS[(self.tag >> KIND_SHIFT) as usize]
+    }
+
+    /// Whether `handle` is exactly the one `handle_of(key)` would issue now (on every op's path;
+    /// the slot may still be vacant).
+    #[inline]
+    fn current(&self, handle: u64, key: usize) -> bool {
+        self.gens.get(key).is_some_and(|&g| handle == self.tag | u64::from(g) << KEY_BITS | key as u64)
+    }
+
     /// Resolves a handle to its slot key, or says why it is not a live handle of this kind.
-    /// On every op's path: a live handle is exactly the one `handle_of` would issue now.
     #[inline]
     pub(crate) fn key(&self, handle: u64) -> Result<usize> {
         let key = (handle & 0xffff_ffff) as usize;
-        match self.gens.get(key) {
-            Some(&g) if handle == self.tag | u64::from(g) << KEY_BITS | key as u64 && self.slab.contains(key) => Ok(key),
-            _ => Err(self.why_not_live(handle)),
+        match self.current(handle, key) && self.slab.contains(key) {
+            true => Ok(key),
+            false => Err(self.why_not_live(handle)),
         }
     }
 
@@ -63,17 +72,18 @@ impl<T> GenSlab<T> {
     fn why_not_live(&self, handle: u64) -> Error {
         let key = (handle & 0xffff_ffff) as usize;
         let gen = (handle >> KEY_BITS) & GEN_MASK;
-        let invalid = |why: String| Error::InvalidHandle { kind: self.kind, id: handle, why };
+        let kind = self.kind();
+        let invalid = |why: String| Error::InvalidHandle { kind, id: handle, why };
         let tagged = KINDS.get((handle >> KIND_SHIFT) as usize);
         if handle >> 63 != 0 || gen == 0 || tagged.is_none() {
             return invalid("not a handle".into());
         }
-        if let Some(&other) = tagged.filter(|&&k| k != self.kind) {
-            return invalid(format!("it is a {other} handle, not a {} handle", self.kind));
+        if let Some(&other) = tagged.filter(|&&k| k != kind) {
+            return invalid(format!("it is a {other} handle, not a {kind} handle"));
         }
         match self.gens.get(key) {
             Some(&g) if u64::from(g) > gen || (u64::from(g) == gen && !self.slab.contains(key)) => {
-                Error::StaleHandle { kind: self.kind, id: handle }
+                Error::StaleHandle { kind, id: handle }
             }
             _ => invalid("never issued".into()),
         }
@@ -83,8 +93,8 @@ impl<T> GenSlab<T> {
     #[inline]
     pub(crate) fn get(&self, handle: u64) -> Result<&T> {
         let key = (handle & 0xffff_ffff) as usize;
-        match (self.gens.get(key), self.slab.get(key)) {
-            (Some(&g), Some(v)) if handle == self.tag | u64::from(g) << KEY_BITS | key as u64 => Ok(v),
+        match self.slab.get(key) {
+            Some(v) if self.current(handle, key) => Ok(v),
             _ => Err(self.why_not_live(handle)),
         }
     }
