@@ -20,7 +20,7 @@ LIB_DIR := $(ROOT)/target/debug
 CFLAGS_STRICT := -std=c11 -Wall -Wextra -Wpedantic -Werror -I$(ROOT)/include
 LINK := -L$(LIB_DIR) -ltensorref -Wl,-rpath,$(LIB_DIR) -lpthread
 
-.PHONY: demo test setup build gen header header-check test-rust test-c test-examples-rust bench clean
+.PHONY: demo test setup build gen header header-check test-rust test-c test-examples-rust bench bench-overhead clean
 
 # ---------------------------------------------------------------- install
 setup: $(STAMPS)/venv $(STAMPS)/cbindgen-$(CBINDGEN_VERSION)
@@ -96,6 +96,12 @@ test-c: build
 # Each language adds its benchmark in mk/<language>.mk: `BENCH_SUITES += bench-<language>`.
 bench: setup $(BENCH_SUITES)
 	cargo bench
+
+# The per-op overhead bar, measured two ways that a noisy machine cannot bias: the interleaved
+# `ratios` program and criterion's functions alternated in their own processes.
+bench-overhead: setup
+	cargo bench --bench ratios
+	python3 benches/overhead_rounds.py 7
 
 clean:
 	cargo clean
