@@ -1,11 +1,13 @@
-//! Instructions per 4-element add (op + release), raw tch against TensorRef: a figure that does
-//! not depend on how busy the machine is. Run under callgrind twice with different counts; the
-//! difference cancels libtorch's start-up:
+//! Instructions per 4-element add (op + release), raw tch against TensorRef through Rust and
+//! through the C ABI: a figure that does not depend on how busy the machine is. Run under
+//! callgrind twice with different counts; the difference cancels libtorch's start-up:
 //!
-//!     cargo bench --bench instructions --no-run   # then see `make bench-instructions`
-//!     valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/deps/instructions-* raw 20000
+//!     cargo bench --bench instructions --no-run
+//!     valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/deps/instructions-<hash> <raw|rust|c> 10000
+//!     (and again with 30000; instructions per op = difference / 20000)
 
 use std::hint::black_box;
+use tensorref::ffi::{tr_tensor_add, tr_tensor_release, TrTensor};
 use tensorref::{DType, Tensor};
 
 fn main() {
@@ -16,6 +18,15 @@ fn main() {
             let (a, b) = (tch::Tensor::ones([4], tch::kind::FLOAT_CPU), tch::Tensor::ones([4], tch::kind::FLOAT_CPU));
             for _ in 0..n {
                 drop(black_box(a.f_add(&b).unwrap()));
+            }
+        }
+        "c" => {
+            let (a, b) = (Tensor::ones(&[4], DType::F32).unwrap(), Tensor::ones(&[4], DType::F32).unwrap());
+            let (ca, cb) = (TrTensor::from(a.id()), TrTensor::from(b.id()));
+            for _ in 0..n {
+                let mut out = TrTensor { id: 0 };
+                tr_tensor_add(ca, cb, &mut out);
+                tr_tensor_release(black_box(out));
             }
         }
         _ => {

@@ -19,35 +19,43 @@ thread_local! {
 /// and the registry lock recovers from poisoning (see `registry::lock`).
 #[inline(always)]
 pub(crate) fn call(f: impl FnOnce() -> Result<()>) -> Status {
-    match run(f) {
-        Ok(()) => Status::TR_OK,
-        Err(e) => fail(e),
-    }
+    // The result becomes a status inside the unwind guard, so only a status crosses it: moving
+    // the whole result out made every call copy the error's bytes before testing for one (a
+    // wide load over the callee's one-byte store, which stalls).
+    catch_unwind(AssertUnwindSafe(|| {
+        let result = f();
+        match result.is_ok() {
+            true => Status::TR_OK,
+            false => fail(result),
+        }
+    }))
+    .unwrap_or_else(|payload| fail(Err(panic_error(payload))))
 }
 
-/// Records `e` as this thread's last error and returns its status.
+/// Records the error as this thread's last error and returns its status.
 #[cold]
 #[inline(never)]
-fn fail(e: Error) -> Status {
+fn fail(result: Result<()>) -> Status {
+    let Err(e) = result else { return Status::TR_OK };
     let _ = LAST_ERROR.try_with(|m| *m.borrow_mut() = e.to_string());
     e.status()
 }
 
 /// Like `call`, but leaves the last error message alone (for `tr_last_error` itself).
 fn call_quiet(f: impl FnOnce() -> Result<()>) -> Status {
-    run(f).map_or_else(|e| e.status(), |()| Status::TR_OK)
+    let result = catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| Err(panic_error(payload)));
+    result.map_or_else(|e| e.status(), |()| Status::TR_OK)
 }
 
-#[inline(always)]
-fn run(f: impl FnOnce() -> Result<()>) -> Result<()> {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
-        let text = payload
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "unknown panic payload".into());
-        Err(Error::Panic(text.lines().next().unwrap_or_default().to_string()))
-    })
+/// A panic as an error: the first line of its message.
+#[cold]
+fn panic_error(payload: Box<dyn std::any::Any + Send>) -> Error {
+    let text = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic payload".into());
+    Error::Panic(text.lines().next().unwrap_or_default().to_string())
 }
 
 /// An output pointer, checked for NULL. It is written only once the call has succeeded.
