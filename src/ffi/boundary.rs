@@ -126,3 +126,30 @@ pub extern "C" fn tr_last_error(buf: *mut c_char, len: usize, out_len: *mut usiz
 pub extern "C" fn tr_status_str(code: i32) -> *const c_char {
     Status::describe(code).as_ptr()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn last_error() -> String {
+        LAST_ERROR.with(|m| m.borrow().clone())
+    }
+
+    #[test]
+    fn a_panic_becomes_a_status_and_its_first_line_the_message() {
+        assert_eq!(call(|| panic!("boom\nsecond line")), Status::TR_ERR_PANIC);
+        assert_eq!(last_error(), "panic inside libtensorref: boom");
+        let owned = String::from("owned payload");
+        assert_eq!(call(|| std::panic::panic_any(owned)), Status::TR_ERR_PANIC);
+        assert_eq!(last_error(), "panic inside libtensorref: owned payload");
+    }
+
+    #[test]
+    fn an_error_sets_the_message_and_success_leaves_it() {
+        assert_eq!(call(|| Err(Error::NullArg("out"))), Status::TR_ERR_NULL_ARG);
+        let message = last_error();
+        assert!(message.contains("out"), "{message}");
+        assert_eq!(call(|| Ok(())), Status::TR_OK);
+        assert_eq!(last_error(), message);
+    }
+}
