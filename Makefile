@@ -97,8 +97,8 @@ test-c: build
 bench: setup $(BENCH_SUITES)
 	cargo bench
 
-# The per-op overhead bar, measured two ways that a noisy machine cannot bias: the interleaved
-# `ratios` program and criterion's functions alternated in their own processes.
+# The per-op overhead bar, measured two ways: the interleaved `ratios` program, and criterion's
+# three functions alternated in their own processes (median of 7 rounds).
 bench-overhead: setup
 	cargo bench --bench ratios
 	python3 benches/overhead_rounds.py 7

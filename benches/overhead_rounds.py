@@ -1,10 +1,11 @@
-"""The per-op overhead under criterion, robust to a noisy machine (`make bench-overhead`).
+"""The per-op overhead under criterion, as a median over alternated runs (`make bench-overhead`).
 
 Runs the three functions of the criterion group `add_4_elements` (benches/overhead.rs: raw tch,
 TensorRef through Rust, TensorRef through the C ABI) each in its own process, alternately, for a
 number of rounds, and prints each round's ratio to raw tch and the median ratio. One criterion
 run of one function moves by several percent on a shared machine, and running the three in one
-process biases the third; alternating processes and taking the median cancels both.
+process biases the third; alternating processes and taking the median damps both (on a shared
+machine the rounds still spread by several percent: the interleaved `ratios` program is steadier).
 
     python3 benches/overhead_rounds.py [rounds]
 """
