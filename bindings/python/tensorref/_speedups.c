@@ -298,32 +298,20 @@ static PyObject *tensor_del(PyObject *self, PyObject *Py_UNUSED(ignored))
 
 /* ---------------------------------------------------------------- methods and slots */
 
-#define METHOD(name, OP) \
-    static PyObject *name(PyObject *self, PyObject *other) { return binary(&ops[OP], self, other); }
-METHOD(add, ADD)
-METHOD(sub, SUB)
-METHOD(mul, MUL)
-METHOD(truediv, DIV)
-METHOD(matmul, MATMUL)
-METHOD(pow_, POW)
-METHOD(radd, RADD)
-METHOD(rmul, RMUL)
-METHOD(iadd, IADD)
-METHOD(isub, ISUB)
-METHOD(imul, IMUL)
+/* Tensor's binary methods: each a C function bound to its op, listed once. */
+#define BINARY_METHODS(X) \
+    X(add, ADD, "__add__") X(sub, SUB, "__sub__") X(mul, MUL, "__mul__") \
+    X(truediv, DIV, "__truediv__") X(matmul, MATMUL, "__matmul__") X(pow_, POW, "__pow__") \
+    X(radd, RADD, "__radd__") X(rmul, RMUL, "__rmul__") \
+    X(iadd, IADD, "__iadd__") X(isub, ISUB, "__isub__") X(imul, IMUL, "__imul__")
 
+#define METHOD(name, OP, dunder) \
+    static PyObject *name(PyObject *self, PyObject *other) { return binary(&ops[OP], self, other); }
+BINARY_METHODS(METHOD)
+
+#define METHOD_ENTRY(name, OP, dunder) {dunder, name, METH_O, NULL},
 static PyMethodDef tensor_methods[] = {
-    {"__add__", add, METH_O, NULL},
-    {"__sub__", sub, METH_O, NULL},
-    {"__mul__", mul, METH_O, NULL},
-    {"__truediv__", truediv, METH_O, NULL},
-    {"__matmul__", matmul, METH_O, NULL},
-    {"__pow__", pow_, METH_O, NULL},
-    {"__radd__", radd, METH_O, NULL},
-    {"__rmul__", rmul, METH_O, NULL},
-    {"__iadd__", iadd, METH_O, NULL},
-    {"__isub__", isub, METH_O, NULL},
-    {"__imul__", imul, METH_O, NULL},
+    BINARY_METHODS(METHOD_ENTRY)
     {"__neg__", neg, METH_NOARGS, NULL},
     {"__del__", tensor_del, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
