@@ -53,6 +53,22 @@ impl Entry {
     pub(crate) fn is_registered(&self) -> bool {
         self.registered.load(Ordering::Acquire)
     }
+
+    /// Moves the tensor out and forgets what was known about it, leaving an empty entry whose
+    /// allocation can hold the next one (`refill`). The entry must not be used until then.
+    pub(crate) fn empty(&mut self) -> tch::Tensor {
+        debug_assert!(!self.is_registered(), "the residency manager still tracks this entry");
+        self.footprint.take();
+        self.uid.take();
+        // SAFETY: a null tensor owns nothing; `at_free(NULL)` would be `delete nullptr`, and
+        // `refill` forgets it rather than dropping it anyway. Nothing reads an emptied entry.
+        std::mem::replace(&mut self.tensor, unsafe { tch::Tensor::from_ptr(std::ptr::null_mut()) })
+    }
+
+    /// Puts a tensor into an emptied entry.
+    pub(crate) fn refill(&mut self, tensor: tch::Tensor) {
+        std::mem::forget(std::mem::replace(&mut self.tensor, tensor));
+    }
 }
 
 impl Drop for Entry {

@@ -1,14 +1,18 @@
 //! The process-wide registry of tensor handles, shared by every thread and every language.
 //!
-//! One mutex guards all bookkeeping: the tensor slots and the scopes (see `crate::scope`). It is
-//! held only to look up or insert; libtorch work runs outside it on `Arc<Entry>`s cloned out
-//! under the lock, and freed tensors are dropped after it is released.
+//! One mutex guards all bookkeeping: the tensor slots, the scopes (see `crate::scope`) and the
+//! entry allocations kept for reuse (`spares`). It is held only to look up or insert; libtorch
+//! work runs outside it on `Arc<Entry>`s cloned out under the lock, and freed tensors are dropped
+//! after it is released.
 
 mod entry;
 mod handle;
+mod spares;
 
 pub(crate) use entry::{footprint, Entry};
 pub(crate) use handle::GenSlab;
+pub(crate) use spares::Remains;
+use spares::Spares;
 
 use crate::error::{Error, HandleKind, Result};
 use crate::scope::{stats, ScopeTable};
@@ -39,11 +43,13 @@ pub(crate) struct Member {
 pub(crate) struct State {
     pub(crate) tensors: GenSlab<Slot>,
     pub(crate) scopes: ScopeTable,
+    spares: Spares,
 }
 
 static STATE: Mutex<State> = Mutex::new(State {
     tensors: GenSlab::new(HandleKind::Tensor),
     scopes: ScopeTable::new(),
+    spares: Spares::new(),
 });
 
 /// Locks the registry. A panic while it was held cannot leave it half-updated (every update is
@@ -80,21 +86,14 @@ pub(crate) fn get_many(ids: &[TensorId]) -> Result<Vec<Arc<Entry>>> {
 /// Registers a new tensor with one reference, owned by this thread's current scope, if any.
 #[inline]
 pub(crate) fn insert(tensor: tch::Tensor) -> TensorId {
-    insert_entry(Arc::new(Entry::new(tensor)))
+    let mut state = lock();
+    let entry = state.spares.entry(tensor);
+    state.register(entry)
 }
 
+/// Registers an entry (an alias's, or a managed result's) like `insert`.
 pub(crate) fn insert_entry(entry: Arc<Entry>) -> TensorId {
-    let mut state = lock();
-    let scope = state.scopes.current_key();
-    let (key, handle) = state.tensors.insert(Slot { refs: 1, owner: None, entry });
-    match scope {
-        Some(scope) => {
-            state.link(key, scope);
-            stats::count(|s| s.created_in_scope += 1);
-        }
-        None => stats::count(|s| s.created_outside_scope += 1),
-    }
-    TensorId(handle)
+    lock().register(entry)
 }
 
 /// Adds a reference to a live handle.
@@ -161,16 +160,30 @@ pub fn live_bytes(device: tch::Device) -> u64 {
 }
 
 impl State {
-    /// Drops one reference of the live slot at `key`. Returns the entry to free if it died;
-    /// the caller drops it once the lock is released.
-    pub(crate) fn release_key(&mut self, key: usize) -> Option<Arc<Entry>> {
+    /// Adds a slot with one reference to `entry`, owned by this thread's current scope, if any.
+    fn register(&mut self, entry: Arc<Entry>) -> TensorId {
+        let scope = self.scopes.current_key();
+        let (key, handle) = self.tensors.insert(Slot { refs: 1, owner: None, entry });
+        match scope {
+            Some(scope) => {
+                self.link(key, scope);
+                stats::count(|s| s.created_in_scope += 1);
+            }
+            None => stats::count(|s| s.created_outside_scope += 1),
+        }
+        TensorId(handle)
+    }
+
+    /// Drops one reference of the live slot at `key`. Returns what to free if it died; the
+    /// caller drops it once the lock is released.
+    pub(crate) fn release_key(&mut self, key: usize) -> Option<Remains> {
         let in_scope = self.tensors.at(key).owner.is_some();
         self.drop_ref(key, in_scope)
     }
 
     /// Drops one reference; a handle that dies leaves its scope (if it still has one) and is
     /// counted as disposed in or outside a scope as `in_scope` says.
-    pub(crate) fn drop_ref(&mut self, key: usize, in_scope: bool) -> Option<Arc<Entry>> {
+    pub(crate) fn drop_ref(&mut self, key: usize, in_scope: bool) -> Option<Remains> {
         let slot = self.tensors.at_mut(key);
         slot.refs -= 1;
         if slot.refs > 0 {
@@ -182,7 +195,7 @@ impl State {
             true => s.disposed_in_scope += 1,
             false => s.disposed_outside_scope += 1,
         });
-        Some(slot.entry)
+        Some(self.spares.reclaim(slot.entry))
     }
 
     /// Makes the handle at `key` a member of `scope` (it must have no owner).
@@ -209,7 +222,7 @@ impl State {
 }
 
 /// Runs `f` under the registry lock; entries it frees are dropped after the lock is released.
-pub(crate) fn update<R>(f: impl FnOnce(&mut State, &mut Vec<Arc<Entry>>) -> Result<R>) -> Result<R> {
+pub(crate) fn update<R>(f: impl FnOnce(&mut State, &mut Vec<Remains>) -> Result<R>) -> Result<R> {
     let mut freed = Vec::new();
     let result = f(&mut lock(), &mut freed);
     drop(freed);

@@ -8,10 +8,9 @@
 
 use super::stats;
 use crate::error::{Error, HandleKind, Result};
-use crate::registry::{Entry, GenSlab, ScopeId, State, TensorId};
+use crate::registry::{GenSlab, Remains, ScopeId, State, TensorId};
 use slab::Slab;
 use std::cell::Cell;
-use std::sync::Arc;
 
 pub(crate) struct ScopeRec {
     /// Slot keys of the tensor handles this scope owns.
@@ -116,7 +115,7 @@ impl State {
     }
 
     /// Disposes a scope; disposing a disposed scope does nothing.
-    pub(crate) fn dispose_scope(&mut self, s: ScopeId, freed: &mut Vec<Arc<Entry>>) -> Result<()> {
+    pub(crate) fn dispose_scope(&mut self, s: ScopeId, freed: &mut Vec<Remains>) -> Result<()> {
         match self.scope_key(s) {
             Ok(key) => Ok(self.dispose_key(key, freed)),
             Err(Error::ScopeDisposed(_)) => Ok(()),
@@ -124,7 +123,7 @@ impl State {
         }
     }
 
-    fn dispose_key(&mut self, key: usize, freed: &mut Vec<Arc<Entry>>) {
+    fn dispose_key(&mut self, key: usize, freed: &mut Vec<Remains>) {
         self.drop_members(key, &[], freed);
         let rec = self.scopes.scopes.remove(key);
         match rec.inner {
@@ -137,7 +136,7 @@ impl State {
     }
 
     /// Drops the scope's reference to each member except those in `keep`; the scope stays open.
-    pub(crate) fn dispose_everything_but(&mut self, s: ScopeId, keep: &[TensorId], freed: &mut Vec<Arc<Entry>>) -> Result<()> {
+    pub(crate) fn dispose_everything_but(&mut self, s: ScopeId, keep: &[TensorId], freed: &mut Vec<Remains>) -> Result<()> {
         let key = self.scope_key(s)?;
         let mut keep_keys = keep.iter().map(|t| self.tensors.key(t.0)).collect::<Result<Vec<_>>>()?;
         keep_keys.sort_unstable();
@@ -146,7 +145,7 @@ impl State {
     }
 
     /// `keep` must be sorted.
-    fn drop_members(&mut self, scope: usize, keep: &[usize], freed: &mut Vec<Arc<Entry>>) {
+    fn drop_members(&mut self, scope: usize, keep: &[usize], freed: &mut Vec<Remains>) {
         let members = std::mem::take(&mut self.scopes.at_mut(scope).members);
         let mut kept = Vec::with_capacity(keep.len());
         for key in members {
