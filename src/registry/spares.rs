@@ -1,7 +1,7 @@
 //! Entry allocations kept for the next results. Every op's result needs an `Arc<Entry>`, and a
 //! handle that dies usually leaves one that nobody else holds; the registry keeps up to `CAP` of
 //! them and the next result moves in, which saves a heap allocation and a free per op (about
-//! 140 of the 620 instructions TensorRef adds to a small op). Used under the registry lock only.
+//! 130 of the 620 instructions TensorRef added to a small op). Used under the registry lock only.
 
 use super::Entry;
 use std::sync::Arc;
