@@ -29,6 +29,7 @@ fn compile_native(lib: &Path) {
         .cpp(true)
         .file("src/native/dlpack.cpp")
         .file("src/native/streams.cpp")
+        .file("src/native/tensors.cpp")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))
         .flag("-std=c++17")

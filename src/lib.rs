@@ -24,6 +24,7 @@ pub mod error;
 pub mod ffi;
 mod interop;
 pub mod models;
+mod native;
 mod ops;
 mod registry;
 pub mod residency;

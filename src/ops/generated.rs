@@ -107,7 +107,7 @@ pub(crate) mod core {
         let mut op = Op::begin("add_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_add(&scalar(a, s)))
+        op.output(|| a.f_add(&scalar(a, s)?))
     }
 
     /// a - s.
@@ -115,7 +115,7 @@ pub(crate) mod core {
         let mut op = Op::begin("sub_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_sub(&scalar(a, s)))
+        op.output(|| a.f_sub(&scalar(a, s)?))
     }
 
     /// a * s.
@@ -123,7 +123,7 @@ pub(crate) mod core {
         let mut op = Op::begin("mul_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_mul(&scalar(a, s)))
+        op.output(|| a.f_mul(&scalar(a, s)?))
     }
 
     /// a / s.
@@ -131,7 +131,7 @@ pub(crate) mod core {
         let mut op = Op::begin("div_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_div(&scalar(a, s)))
+        op.output(|| a.f_div(&scalar(a, s)?))
     }
 
     /// a raised to `exponent`, elementwise.
@@ -148,7 +148,7 @@ pub(crate) mod core {
         let mut op = Op::begin("pow_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_pow(&scalar(a, exponent)))
+        op.output(|| a.f_pow(&scalar(a, exponent)?))
     }
 
     /// -a.
@@ -236,7 +236,7 @@ pub(crate) mod core {
         let mut op = Op::begin("clamp");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_clamp_tensor(Some(scalar(a, min)), Some(scalar(a, max))))
+        op.output(|| a.f_clamp_tensor(Some(scalar(a, min)?), Some(scalar(a, max)?)))
     }
 
     /// Elements of `a` where `condition` is true, else of `other` (torch.where).
@@ -648,7 +648,7 @@ pub(crate) mod core {
         let _ = op.value(|| {
             #[allow(unused_mut)]
             let mut a = a.shallow_clone();
-            a.f_mul_(&scalar(&a, s))
+            a.f_mul_(&scalar(&a, s)?)
         })?;
         Ok(handle)
     }

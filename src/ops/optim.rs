@@ -9,7 +9,7 @@ pub(crate) fn sgd_step(params: &[&tch::Tensor], lr: f64) -> Result<()> {
     for p in params {
         let grad = p.f_grad()?;
         if grad.defined() {
-            let _ = p.shallow_clone().f_sub_(&grad.f_mul(&scalar(&grad, lr))?)?;
+            let _ = p.shallow_clone().f_sub_(&grad.f_mul(&scalar(&grad, lr)?)?)?;
         }
     }
     Ok(())
@@ -51,12 +51,12 @@ pub(crate) fn adam_step(
             continue;
         }
         if h.weight_decay != 0.0 {
-            grad = grad.f_add(&p.f_mul(&scalar(p, h.weight_decay))?)?;
+            grad = grad.f_add(&p.f_mul(&scalar(p, h.weight_decay)?)?)?;
         }
-        let _ = m.shallow_clone().f_mul_(&scalar(m, h.beta1))?.f_add_(&grad.f_mul(&scalar(&grad, 1.0 - h.beta1))?)?;
-        let _ = v.shallow_clone().f_mul_(&scalar(v, h.beta2))?.f_addcmul_(&grad, &grad.f_mul(&scalar(&grad, 1.0 - h.beta2))?)?;
-        let denom = v.f_sqrt()?.f_div(&scalar(v, bias2_sqrt))?.f_add(&scalar(v, h.eps))?;
-        let _ = p.shallow_clone().f_sub_(&m.f_div(&denom)?.f_mul(&scalar(m, h.lr / bias1))?)?;
+        let _ = m.shallow_clone().f_mul_(&scalar(m, h.beta1)?)?.f_add_(&grad.f_mul(&scalar(&grad, 1.0 - h.beta1)?)?)?;
+        let _ = v.shallow_clone().f_mul_(&scalar(v, h.beta2)?)?.f_addcmul_(&grad, &grad.f_mul(&scalar(&grad, 1.0 - h.beta2)?)?)?;
+        let denom = v.f_sqrt()?.f_div(&scalar(v, bias2_sqrt)?)?.f_add(&scalar(v, h.eps)?)?;
+        let _ = p.shallow_clone().f_sub_(&m.f_div(&denom)?.f_mul(&scalar(m, h.lr / bias1)?)?)?;
     }
     Ok(())
 }

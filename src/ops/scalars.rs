@@ -7,18 +7,17 @@
 
 use super::prelude::*;
 
-/// `v` as a 0-dim tensor to combine with `with` like a Python float scalar.
-pub(crate) fn scalar(with: &tch::Tensor, v: f64) -> tch::Tensor {
-    let floating = matches!(with.f_kind(), Ok(Kind::Half | Kind::BFloat16 | Kind::Float | Kind::Double));
-    let kind = if floating { Kind::Double } else { Kind::Float };
-    tch::Tensor::f_from_data_size(&v.to_ne_bytes(), &[], Kind::Double)
-        .and_then(|t| t.f_to_kind(kind))
-        .expect("a 0-dim tensor from 8 bytes")
+/// `v` as a 0-dim tensor to combine with `with` like a Python float scalar, on `with`'s device
+/// (libtorch accepts a CPU 0-dim tensor beside a CUDA one only as a wrapped number in arithmetic,
+/// not as, say, clamp's bounds).
+pub(crate) fn scalar(with: &tch::Tensor, v: f64) -> Result<tch::Tensor, tch::TchError> {
+    let floating = matches!(with.f_kind()?, Kind::Half | Kind::BFloat16 | Kind::Float | Kind::Double);
+    crate::native::scalar_like(with, v, if floating { DType::F64 } else { DType::F32 })
 }
 
 pub(crate) fn full(shape: &[i64], value: f64, dtype: DType) -> Result<tch::Tensor> {
     let mut t = tch::Tensor::f_empty(shape, opts(dtype))?;
-    let value = scalar(&t, value);
+    let value = scalar(&t, value)?;
     t.f_copy_(&value)?;
     Ok(t)
 }

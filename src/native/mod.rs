@@ -1,0 +1,62 @@
+//! The C++ shims (the `.cpp` files beside this one, built by build.rs against the wheel's
+//! headers) and their safe Rust wrappers: what tch does not expose. Tensors cross as
+//! `at::Tensor*`; every shim returns 0, or 1 with libtorch's message in a caller's buffer, which
+//! becomes a `TchError` (so the wrappers work inside op bodies as tch's own `f_*` calls do).
+
+use crate::dtype::DType;
+use std::ffi::{c_char, c_double, c_int, c_void, CStr};
+use tch::TchError;
+
+type Result<T> = std::result::Result<T, TchError>;
+
+// The shims are internal: keep them out of the public header.
+#[allow(unused_doc_comments)]
+/// cbindgen:ignore
+extern "C" {
+    fn tr_native_scalar_like(like: *const c_void, value: c_double, kind: c_int, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_to_meta(t: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_is_meta(t: *const c_void) -> c_int;
+}
+
+/// Room for libtorch's first line (what `Error` keeps anyway).
+pub(crate) const ERR_LEN: usize = 512;
+
+/// Runs a shim that makes one tensor.
+pub(crate) fn make(what: &str, call: impl FnOnce(*mut *mut c_void, *mut c_char, usize) -> c_int) -> Result<tch::Tensor> {
+    let mut out = std::ptr::null_mut();
+    let mut err = [0 as c_char; ERR_LEN];
+    check(what, call(&mut out, err.as_mut_ptr(), ERR_LEN), &err)?;
+    // SAFETY: on success the shim wrote a new heap `at::Tensor*`, which tch's Tensor owns.
+    Ok(unsafe { tch::Tensor::from_ptr(out.cast()) })
+}
+
+/// A shim's status as a `Result`, with its message.
+pub(crate) fn check(what: &str, status: c_int, err: &[c_char]) -> Result<()> {
+    if status == 0 {
+        return Ok(());
+    }
+    // SAFETY: the shims NUL-terminate within the buffer (and it starts zeroed).
+    let msg = unsafe { CStr::from_ptr(err.as_ptr()) }.to_string_lossy();
+    Err(TchError::Torch(format!("{what}: {msg}")))
+}
+
+/// A 0-dim tensor of `dtype` holding `value` on the device of `like`.
+pub(crate) fn scalar_like(like: &tch::Tensor, value: f64, dtype: DType) -> Result<tch::Tensor> {
+    // SAFETY: `like` is live for the call; out and err are valid (see `make`). DType codes are
+    // c10's ScalarType numbers.
+    make("scalar", |out, err, len| unsafe { tr_native_scalar_like(like.as_ptr().cast(), value, dtype as c_int, out, err, len) })
+}
+
+/// `t`'s sizes, strides and dtype on the meta device (no data): for device-placement checks.
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) fn to_meta(t: &tch::Tensor) -> Result<tch::Tensor> {
+    // SAFETY: as for `scalar_like`.
+    make("to meta", |out, err, len| unsafe { tr_native_to_meta(t.as_ptr().cast(), out, err, len) })
+}
+
+/// Whether `t` is on the meta device (tch's `Device` cannot name it).
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) fn is_meta(t: &tch::Tensor) -> bool {
+    // SAFETY: `t` is live for the call.
+    unsafe { tr_native_is_meta(t.as_ptr().cast()) != 0 }
+}
