@@ -114,10 +114,13 @@ fn every_policy_and_mode_matches_the_unmanaged_run_within_budget() {
         }
         runs.push(base);
     }
-    // Chunk keeps its pinned weights: fewer bytes loaded than page under the same budget.
+    // Chunk keeps its pinned weights across batches: fewer bytes loaded than page under the same
+    // budget once there is more than one batch (in one batch every weight is loaded once either way).
     for bs in BATCH_SIZES {
         let loaded = |name: &str| runs.iter().find(|r| r.name == name && r.batch_size == bs).unwrap().stats.unwrap().load_bytes;
-        assert!(loaded("Flow 1/4 chunk") < loaded("Flow 1/4 page"), "batch {bs}: chunk should load less than page");
+        if SENTENCES.len() > bs {
+            assert!(loaded("Flow 1/4 chunk") < loaded("Flow 1/4 page"), "batch {bs}: chunk should load less than page");
+        }
         assert!(loaded("Flow 1/4 page") < loaded("Genoa 1/4 page"), "batch {bs}: Flow should load less than Genoa");
     }
     write_runs(&runs);

@@ -26,7 +26,7 @@ pub(crate) fn from_bytes(bytes: &[u8], shape: &[i64], dtype: DType) -> Result<Te
 /// Copies the elements (row-major, contiguous) into `buf`; returns the bytes written.
 pub(crate) fn copy_to(id: TensorId, buf: &mut [u8]) -> Result<usize> {
     let [e] = registry::get([id])?;
-    let e = crate::residency::readable(&e);
+    let e = crate::residency::readable(&e)?;
     let (numel, size) = (e.numel(), DType::from_kind(e.f_kind()?)?.size());
     let needed = numel * size;
     if buf.len() < needed {
@@ -63,7 +63,7 @@ pub(crate) fn numel(id: TensorId) -> Result<usize> {
 
 pub(crate) fn item(id: TensorId) -> Result<f64> {
     let [e] = registry::get([id])?;
-    let e = crate::residency::readable(&e);
+    let e = crate::residency::readable(&e)?;
     if e.numel() != 1 {
         return Err(Error::Shape(format!("item() needs one element, the tensor has shape {:?}", e.size())));
     }

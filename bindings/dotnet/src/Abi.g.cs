@@ -116,7 +116,7 @@ namespace TensorRef
     internal static partial class Native
     {
         /// <summary>TR_ABI_VERSION of the header this binding was generated from.</summary>
-        internal const uint AbiVersion = 1;
+        internal const uint AbiVersion = 2;
 
         /// <summary>TR_VERSION_MAJOR.MINOR.PATCH of that header.</summary>
         internal const string HeaderVersion = "0.1.0";
