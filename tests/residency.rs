@@ -1,6 +1,7 @@
-//! The residency manager on the simulated accelerator: seeded random programs give results
-//! identical to plain tch under Resident, Genoa and Flow at every budget from the smallest
-//! feasible up; the device bytes never exceed the budget at any event; too-small budgets,
+//! The residency manager on the simulated accelerator: seeded random programs (with views,
+//! in-place writes through views, and a buffer shared with code outside the library that the
+//! outside refills between ops) give results identical to plain tch under Resident, Genoa and
+//! Flow at every budget from the smallest feasible up; the device bytes never exceed the budget at any event; too-small budgets,
 //! releases in flight, out-of-memory retries and over-budget pins give their documented
 //! results with nothing lost and no handle left behind.
 //! (One test binary: the manager is process-wide, so these tests take turns.)
@@ -73,8 +74,12 @@ enum Instr {
     Scale(usize),
     Softmax(usize),
     Transpose(usize),
+    /// A transposed view (no copy): writes through it reach its base.
+    View(usize),
     AddInPlace(usize, usize),
     Release(usize),
+    /// The outside writes new values into the shared buffer (value 0).
+    Refill(u64),
 }
 
 /// A program over values of two sizes (16x16 and 32x32); binary ops pair values of one size.
@@ -82,13 +87,17 @@ fn program(seed: u64, len: usize) -> (Vec<i64>, Vec<Instr>) {
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let sizes: Vec<i64> = (0..6).map(|i| if i % 3 == 0 { 32 } else { 16 }).collect();
     let mut value_sizes = sizes.clone();
+    // The value whose storage each value views (itself, unless it is a view).
+    let mut base: Vec<usize> = (0..sizes.len()).collect();
     let mut live: Vec<usize> = (0..sizes.len()).collect();
     let mut instrs = vec![];
     for _ in 0..len {
         let a = live[rng.below(live.len())];
         let same: Vec<usize> = live.iter().copied().filter(|&v| value_sizes[v] == value_sizes[a]).collect();
         let b = same[rng.below(same.len())];
-        let instr = match rng.below(10) {
+        let instr = match rng.below(13) {
+            10 => Instr::View(a),
+            11 if live.contains(&0) => Instr::Refill(rng.next() % 7),
             0 => Instr::Add(a, b),
             1 => Instr::Mul(a, b),
             2 | 3 => Instr::Matmul(a, b),
@@ -97,15 +106,18 @@ fn program(seed: u64, len: usize) -> (Vec<i64>, Vec<Instr>) {
             6 => Instr::Scale(a),
             7 => Instr::Softmax(a),
             8 => Instr::Transpose(a),
-            _ if live.len() > 3 && rng.below(2) == 0 => Instr::Release(a),
+            _ if live.len() > 3 && a != 0 && rng.below(2) == 0 => Instr::Release(a),
+            // libtorch refuses an in-place write from a partly overlapping view of the target.
+            _ if a != b && base[a] == base[b] => Instr::Add(a, b),
             _ => Instr::AddInPlace(a, b),
         };
         match instr {
             Instr::Release(v) => live.retain(|&x| x != v),
-            Instr::AddInPlace(..) => {}
+            Instr::AddInPlace(..) | Instr::Refill(_) => {}
             _ => {
                 live.push(value_sizes.len());
                 value_sizes.push(value_sizes[a]);
+                base.push(if let Instr::View(v) = instr { base[v] } else { base.len() });
             }
         }
         instrs.push(instr);
@@ -128,12 +140,17 @@ fn run_tch(seed: u64, sizes: &[i64], instrs: &[Instr]) -> Vec<Option<Vec<f32>>> 
             Instr::Scale(a) => v(&vals, a) * 0.5,
             Instr::Softmax(a) => v(&vals, a).softmax(1, None),
             Instr::Transpose(a) => v(&vals, a).transpose(0, 1).contiguous(),
+            Instr::View(a) => v(&vals, a).transpose(0, 1),
             Instr::AddInPlace(a, b) => {
                 let _ = v(&vals, a).f_add_(&v(&vals, b)).unwrap();
                 continue;
             }
             Instr::Release(a) => {
                 vals[a] = None;
+                continue;
+            }
+            Instr::Refill(k) => {
+                let _ = v(&vals, 0).f_copy_(&refill(k, sizes[0])).unwrap();
                 continue;
             }
         };
@@ -147,6 +164,9 @@ fn run_tr(seed: u64, sizes: &[i64], instrs: &[Instr]) -> Result<Vec<Option<Vec<f
     with_scope(|_| {
         tensorref::manual_seed(seed);
         let mut vals: Vec<Option<Tensor>> = sizes.iter().map(|&n| Tensor::randn(&[n, n], DType::F32).map(Some)).collect::<Result<_>>()?;
+        // Value 0 lives in memory the outside also reaches (as PyTorch's from_torch shares it).
+        let outside = vals[0].as_ref().unwrap().with_tch(|t| t.copy())?;
+        vals[0] = Some(shared_with_outside(&outside)?);
         for &ins in instrs {
             let v = |i: usize| vals[i].as_ref().unwrap();
             let out = match ins {
@@ -158,6 +178,7 @@ fn run_tr(seed: u64, sizes: &[i64], instrs: &[Instr]) -> Result<Vec<Option<Vec<f
                 Instr::Scale(a) => v(a).mul_scalar(0.5)?,
                 Instr::Softmax(a) => v(a).softmax(1)?,
                 Instr::Transpose(a) => v(a).transpose(0, 1)?.contiguous()?,
+                Instr::View(a) => v(a).transpose(0, 1)?,
                 Instr::AddInPlace(a, b) => {
                     v(a).add_(v(b))?;
                     continue;
@@ -166,11 +187,32 @@ fn run_tr(seed: u64, sizes: &[i64], instrs: &[Instr]) -> Result<Vec<Option<Vec<f
                     vals[a] = None;
                     continue;
                 }
+                Instr::Refill(k) => {
+                    let _ = outside.shallow_clone().f_copy_(&refill(k, sizes[0])).unwrap();
+                    continue;
+                }
             };
             vals.push(Some(out));
         }
         vals.iter().map(|t| t.as_ref().map(Tensor::to_vec::<f32>).transpose()).collect()
     })
+}
+
+/// What the outside writes into the shared buffer for `Refill(k)`.
+fn refill(k: u64, n: i64) -> tch::Tensor {
+    tch::Tensor::arange(n * n, tch::kind::FLOAT_CPU).reshape([n, n]) * (0.01 * (k as f64 + 1.0)) - 1.0
+}
+
+/// A tensor whose memory is also `outside`'s (a plain tch tensor the library does not know):
+/// exported through DLPack and imported back, as PyTorch's from_torch / to_torch do.
+fn shared_with_outside(outside: &tch::Tensor) -> Result<Tensor> {
+    use tensorref::ffi::{tr_tensor_from_dlpack, tr_tensor_to_dlpack, TrTensor};
+    let exported = Tensor::from_tch(outside.shallow_clone());
+    let mut managed = std::ptr::null_mut();
+    assert_eq!(tr_tensor_to_dlpack(TrTensor::from(exported.id()), &mut managed), tensorref::Status::TR_OK);
+    let mut imported = TrTensor { id: 0 };
+    assert_eq!(tr_tensor_from_dlpack(managed, &mut imported), tensorref::Status::TR_OK);
+    Ok(Tensor::from_raw(imported.into()))
 }
 
 /// The smallest budget every op of the program fits in: its largest inputs + output.
@@ -182,7 +224,8 @@ fn smallest_feasible(sizes: &[i64], instrs: &[Instr]) -> u64 {
         let (inputs, out): (Vec<usize>, bool) = match ins {
             Instr::Add(a, b) | Instr::Mul(a, b) | Instr::Matmul(a, b) => (vec![a, b], true),
             Instr::AddInPlace(a, b) => (vec![a, b], false),
-            Instr::Release(_) => continue,
+            Instr::View(a) => (vec![a], false),
+            Instr::Release(_) | Instr::Refill(_) => continue,
             Instr::Relu(a) | Instr::Tanh(a) | Instr::Scale(a) | Instr::Softmax(a) | Instr::Transpose(a) => (vec![a], true),
         };
         let mut distinct = inputs.clone();
@@ -190,7 +233,7 @@ fn smallest_feasible(sizes: &[i64], instrs: &[Instr]) -> u64 {
         // transpose+contiguous is two ops: the view counts as a full-size result.
         let ws: u64 = distinct.iter().map(|&i| bytes(vs[i])).sum::<u64>() + if out { bytes(vs[inputs[0]]) } else { 0 };
         need = need.max(ws);
-        if out {
+        if out || matches!(ins, Instr::View(_)) {
             vs.push(vs[inputs[0]]);
         }
     }
