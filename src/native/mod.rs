@@ -98,7 +98,8 @@ extern "C" {
     fn tr_native_home_allocate(home: *const c_void, cuda: c_int, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_home_pin(home: *const c_void, cuda: c_int, out_old: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_mark_external(t: *const c_void, err: *mut c_char, err_len: usize) -> c_int;
-    fn tr_native_page_locked_empty(like: *const c_void, cuda: c_int, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_page_locked_empty(sizes: *const i64, ndim: usize, dtype: c_int, cuda: c_int, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_page_locked_allocations(cuda: c_int) -> u64;
 }
 
 /// Runs a shim that makes nothing.
@@ -154,8 +155,15 @@ pub(crate) fn mark_external(t: &tch::Tensor) -> Result<()> {
     run("mark external", |err, len| unsafe { tr_native_mark_external(t.as_ptr().cast(), err, len) })
 }
 
-/// An uninitialised contiguous host tensor shaped like `like`, in page-locked memory.
-pub(crate) fn page_locked_empty(like: &tch::Tensor, cuda: bool) -> Result<tch::Tensor> {
-    // SAFETY: `like` is live for the call.
-    make("page-locked tensor", |out, err, len| unsafe { tr_native_page_locked_empty(like.as_ptr().cast(), cuda.into(), out, err, len) })
+/// An uninitialised contiguous host tensor in page-locked memory.
+pub(crate) fn page_locked_empty(shape: &[i64], dtype: DType, cuda: bool) -> Result<tch::Tensor> {
+    // SAFETY: `shape` is valid for its length during the call; DType codes are c10's.
+    make("page-locked tensor", |out, err, len| unsafe { tr_native_page_locked_empty(shape.as_ptr(), shape.len(), dtype as c_int, cuda.into(), out, err, len) })
+}
+
+/// How many times page-locked memory has had to be allocated (not served from the allocator's
+/// cache): CUDA's caching host allocator's count (process-wide), or the simulated cache's.
+pub(crate) fn page_locked_allocations(cuda: bool) -> u64 {
+    // SAFETY: a plain call; the shim catches everything.
+    unsafe { tr_native_page_locked_allocations(cuda.into()) }
 }

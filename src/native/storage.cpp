@@ -25,24 +25,73 @@
 #include <ATen/core/CachingHostAllocator.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/util/accumulate.h>
 
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
 
 using tr_native::guarded;
 
 namespace {
 
-// The simulated device's page-locked memory: ordinary memory with a deleter of its own, so that
-// the manager's bookkeeping (and its counters) works as on CUDA.
-void simulated_free(void *ctx) { std::free(ctx); }
+// The simulated device's page-locked memory: ordinary memory with a deleter of its own, cached as
+// CUDA's caching host allocator caches page-locked blocks (a freed block is kept for the next
+// request of its size class, never given back), so that the manager's counter of new page-locked
+// allocations reads on the simulated device what it would read on CUDA. Each block starts with a
+// 64-byte header holding its size class; the data follows it.
+struct SimulatedCache {
+    std::mutex lock;
+    std::unordered_map<size_t, std::vector<void *>> free;
+    uint64_t allocations = 0;
+};
+
+SimulatedCache &simulated_cache() {
+    static auto *cache = new SimulatedCache; // never destroyed: blocks may be freed at exit
+    return *cache;
+}
+
+constexpr size_t kHeader = 64;
+
+size_t size_class(size_t nbytes) {
+    size_t c = 64;
+    while (c < nbytes) {
+        c *= 2;
+    }
+    return c;
+}
+
+void simulated_free(void *ctx) {
+    size_t c = *static_cast<size_t *>(ctx);
+    auto &cache = simulated_cache();
+    std::lock_guard<std::mutex> guard(cache.lock);
+    cache.free[c].push_back(ctx);
+}
 
 at::DataPtr simulated_allocate(size_t nbytes) {
-    void *p = std::aligned_alloc(64, (nbytes + 63) / 64 * 64);
-    TORCH_CHECK(p != nullptr || nbytes == 0, "out of host memory allocating ", nbytes, " bytes");
-    return {p, p, &simulated_free, at::Device(at::kCPU)};
+    size_t c = size_class(nbytes);
+    auto &cache = simulated_cache();
+    void *block = nullptr;
+    {
+        std::lock_guard<std::mutex> guard(cache.lock);
+        auto &blocks = cache.free[c];
+        if (!blocks.empty()) {
+            block = blocks.back();
+            blocks.pop_back();
+        } else {
+            cache.allocations += 1;
+        }
+    }
+    if (block == nullptr) {
+        block = std::aligned_alloc(kHeader, kHeader + c);
+        TORCH_CHECK(block != nullptr, "out of host memory allocating ", nbytes, " bytes");
+        *static_cast<size_t *>(block) = c;
+    }
+    return {static_cast<char *>(block) + kHeader, block, &simulated_free, at::Device(at::kCPU)};
 }
 
 // CUDA's caching host allocator when `cuda`, else the simulated page-locked memory.
@@ -181,17 +230,35 @@ int tr_native_mark_external(const void *t, char *err, size_t err_len) {
     });
 }
 
-// A page-locked host tensor (for loaders that fill homes directly).
-int tr_native_page_locked_empty(const void *like, int cuda, void **out, char *err, size_t err_len) {
+// An uninitialised contiguous host tensor of `dtype` and `sizes`, in page-locked memory (for
+// loaders that fill homes directly).
+int tr_native_page_locked_empty(const int64_t *sizes, size_t ndim, int dtype, int cuda, void **out, char *err,
+                                size_t err_len) {
     return guarded(err, err_len, [&] {
-        const auto &l = *static_cast<const at::Tensor *>(like);
-        auto n = static_cast<size_t>(l.numel()) * l.element_size();
+        at::IntArrayRef shape(sizes, ndim);
+        auto options = at::TensorOptions().dtype(static_cast<at::ScalarType>(dtype));
+        auto n = static_cast<size_t>(c10::multiply_integers(shape)) * options.dtype().itemsize();
         auto impl = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), n,
                                                           page_locked(n, cuda != 0), nullptr, /*resizable=*/false);
-        auto t = at::empty({0}, l.options().device(at::kCPU));
-        t.set_(at::Storage(std::move(impl)), 0, l.sizes());
+        auto t = at::empty({0}, options);
+        t.set_(at::Storage(std::move(impl)), 0, shape);
         *out = new at::Tensor(std::move(t));
     });
+}
+
+// New page-locked memory allocated so far: blocks CUDA's caching host allocator had to allocate
+// (its cache served the other requests in microseconds), or the simulated cache's.
+uint64_t tr_native_page_locked_allocations(int cuda) {
+    try {
+        if (cuda) {
+            return static_cast<uint64_t>(at::getHostAllocator(at::kCUDA)->get_stats().num_host_alloc);
+        }
+        auto &cache = simulated_cache();
+        std::lock_guard<std::mutex> guard(cache.lock);
+        return cache.allocations;
+    } catch (...) {
+        return 0;
+    }
 }
 
 } // extern "C"

@@ -43,6 +43,11 @@ impl Transfer {
 }
 
 impl ComputeDevice {
+    /// CUDA device 0 where libtorch sees one, else the simulated accelerator.
+    pub fn best_available() -> ComputeDevice {
+        if tch::Cuda::is_available() { ComputeDevice::Cuda(0) } else { ComputeDevice::Simulated }
+    }
+
     pub(crate) fn tch(self) -> Device {
         match self {
             ComputeDevice::Cuda(n) => Device::Cuda(n),
@@ -82,6 +87,35 @@ impl ComputeDevice {
                 home.shallow_clone().f_copy_(device)?;
                 Ok(Transfer::done())
             }
+        }
+    }
+}
+
+/// Parses `cpu`, `simulated`, `cuda`, `cuda:N` and `auto` (see `best_available`), as the
+/// examples' `--device` option takes them.
+impl std::str::FromStr for ComputeDevice {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<ComputeDevice> {
+        match s {
+            "auto" => Ok(ComputeDevice::best_available()),
+            "cpu" => Ok(ComputeDevice::Cpu),
+            "simulated" => Ok(ComputeDevice::Simulated),
+            "cuda" => Ok(ComputeDevice::Cuda(0)),
+            _ => s
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .map(ComputeDevice::Cuda)
+                .ok_or_else(|| Error::InvalidArg(format!("unknown device `{s}`: expected cpu, simulated, cuda, cuda:N or auto"))),
+        }
+    }
+}
+
+impl std::fmt::Display for ComputeDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ComputeDevice::Cpu => write!(f, "cpu (nothing moves)"),
+            ComputeDevice::Simulated => write!(f, "simulated accelerator (host memory accounted as device memory)"),
+            ComputeDevice::Cuda(n) => write!(f, "cuda:{n} (of {} CUDA devices libtorch sees)", tch::Cuda::device_count()),
         }
     }
 }

@@ -28,6 +28,14 @@ use std::time::Instant;
 /// using it. Not the manager's: a read may outlive the manager that started it.
 static RETIRED: Mutex<Vec<tch::Tensor>> = Mutex::new(Vec::new());
 
+/// Runs a request for page-locked memory; returns its result and how many new allocations it
+/// took (0 when the allocator's cache served it: microseconds on CUDA rather than milliseconds).
+fn page_locked<R>(cuda: bool, request: impl FnOnce() -> std::result::Result<R, tch::TchError>) -> Result<(R, u64)> {
+    let before = native::page_locked_allocations(cuda);
+    let result = request()?;
+    Ok((result, native::page_locked_allocations(cuda).saturating_sub(before)))
+}
+
 /// What `acquire` gives an op for one input.
 pub(crate) struct Acquired {
     /// The input's view of its storage's device copy.
@@ -173,11 +181,10 @@ impl Manager {
     /// unregistered before whoever owns it frees it. The home's StorageImpl takes the new memory,
     /// so every view of it follows; the old memory is freed once no reader can still use it.
     fn pin_home(&mut self, s: &mut Storage) -> Result<()> {
-        let old = native::home_pin(&s.home, self.cuda())?;
+        let (old, new) = page_locked(self.cuda(), || native::home_pin(&s.home, self.cuda()))?;
         RETIRED.lock().unwrap_or_else(PoisonError::into_inner).push(old);
         s.kind = Home::PageLocked;
-        self.stats.page_locked_allocs += 1;
-        self.stats.page_locked_bytes += s.bytes;
+        self.stats.count_page_locked(new, s.bytes);
         Ok(())
     }
 
@@ -296,9 +303,9 @@ impl Manager {
         let cuda = self.cuda();
         let s = self.storages.get_mut(&id).expect("registered");
         let Some(device) = s.device.as_ref().filter(|_| s.dirty).map(tch::Tensor::shallow_clone) else { return Ok(()) };
-        let fresh_home = s.kind == Home::Lazy;
-        if fresh_home {
-            native::home_allocate(&s.home, cuda)?;
+        let mut new_memory = 0;
+        if s.kind == Home::Lazy {
+            new_memory = page_locked(cuda, || native::home_allocate(&s.home, cuda))?.1;
             s.kind = Home::PageLocked;
         }
         let transfer = Arc::new(self.cfg.device.write_back(&device, &s.home)?);
@@ -308,10 +315,7 @@ impl Manager {
         s.writing = Some(transfer);
         let (bytes, pageable, modified) = (s.bytes, s.kind.pageable(), s.modified);
         (s.dirty, s.modified) = (false, false);
-        if fresh_home {
-            self.stats.page_locked_allocs += 1;
-            self.stats.page_locked_bytes += bytes;
-        }
+        self.stats.count_page_locked(new_memory, bytes);
         if pageable {
             self.stats.pageable_copies += 1;
             self.stats.pageable_copy_bytes += bytes;
@@ -417,7 +421,7 @@ impl Manager {
         self.clock += 1;
         self.stats.ops += 1;
         if let Some(log) = &mut self.schedule {
-            log.op(op, inputs);
+            log.op(op, inputs, output);
         }
         self.trace.op_end(op, inputs, output, anchor)
     }
@@ -435,25 +439,41 @@ impl Manager {
         owed
     }
 
-    /// Starts loading the storages the next recorded ops read, as far ahead as the budget has
-    /// room, so the copy engine stays busy while the compute engine works. A storage is
-    /// fetched only if it fits beside every op that runs before its use (see
-    /// `Trace::prefetch_plan`), evicting only clean copies needed later than it (a speculative
-    /// load never costs a write-back). Errors stop the prefetch; the op then loads what it needs.
+    /// Starts loading the storages the next recorded ops read, so the copy engine stays busy
+    /// while the compute engine works. Free room in the budget is filled as far ahead as it
+    /// goes; beyond it, a prefetch evicts only within a window of two and a half times the
+    /// largest storage ahead (double buffering, one copy arriving while the next is being read,
+    /// with slack for smaller storages read beside them), because every
+    /// eviction further ahead would throw out a storage the recorded order keeps resident for
+    /// the next iteration, and load it again. A storage is fetched only if it fits beside every
+    /// op that runs before its use (see `Trace::prefetch_plan`); it evicts only clean copies
+    /// needed later than itself (a speculative load never costs a write-back) and never another
+    /// prefetch. Errors stop the prefetch; the op then loads what it needs.
     fn prefetch(&mut self) {
         let room = self.cfg.budget.saturating_sub(self.stats.pinned_bytes);
-        let mut committed = 0;
-        for (id, before) in self.trace.prefetch_plan(self.cfg.prefetch_depth) {
+        let plan = self.trace.prefetch_plan(self.cfg.prefetch_depth);
+        let window = 5 * plan.iter().filter_map(|(id, _)| self.storages.get(id)).map(|s| s.bytes).max().unwrap_or(0) / 2;
+        let (mut committed, mut ahead) = (0, 0);
+        for (id, before) in plan {
             let Some(s) = self.storages.get(&id) else { continue };
-            if s.resident() || s.pinned || matches!(s.kind, Home::External { .. }) {
+            if s.pinned || !s.counted() || matches!(s.kind, Home::External { .. }) {
                 continue;
             }
             let (bytes, wanted) = (s.bytes, self.trace.next_use(s.key));
-            if committed + bytes + before > room {
+            if s.resident() {
+                ahead += if s.prefetched { bytes } else { 0 };
+                continue;
+            }
+            let fits_free = self.stats.device_bytes + bytes <= self.cfg.budget;
+            if committed + bytes + before > room || (!fits_free && ahead + bytes > window) {
                 return;
             }
             while self.stats.device_bytes + bytes > self.cfg.budget {
-                let later = self.candidates().into_iter().filter(|c| !c.dirty && self.trace.next_use(c.key) > wanted).collect::<Vec<_>>();
+                let later = self
+                    .candidates()
+                    .into_iter()
+                    .filter(|c| !c.dirty && !self.storages[&c.uid].prefetched && self.trace.next_use(c.key) > wanted)
+                    .collect::<Vec<_>>();
                 match self.policy.pick_victim(&later, self.clock, &self.trace) {
                     Some(victim) if self.evict(victim, "prefetch").is_ok() => {}
                     _ => return,
@@ -463,6 +483,7 @@ impl Manager {
                 return;
             }
             committed += bytes;
+            ahead += bytes;
         }
     }
 

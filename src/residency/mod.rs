@@ -181,6 +181,17 @@ pub fn disable() -> Result<()> {
     Ok(())
 }
 
+/// Some(cuda) when new host tensors should be made page-locked (a manager that moves data with
+/// page-locked homes is configured; `cuda`: with CUDA's allocator), else None.
+pub(crate) fn page_locked_homes() -> Option<bool> {
+    if !active() {
+        return None;
+    }
+    let held = lock().ok()?;
+    let m = held.as_ref()?;
+    (m.moves() && m.cfg.pin_host_memory).then(|| m.cfg.device.cuda())
+}
+
 /// Whether a manager is configured.
 pub fn enabled() -> bool {
     active()
