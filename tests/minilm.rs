@@ -139,7 +139,8 @@ fn every_policy_and_mode_matches_the_unmanaged_run_within_budget() {
     assert_eq!(live_handles(), live, "handles leaked");
 }
 
-/// target/minilm-check/runs.json: per run, the batches' ids and masks and the embeddings.
+/// target/minilm-check/runs.json (or $TR_MINILM_CHECK_DIR/runs.json): per run, the batches'
+/// ids and masks and the embeddings.
 fn write_runs(runs: &[Run]) {
     let m = model(WeightMode::Page, 1);
     let mut out = String::from("{\"sentences\":");
@@ -155,7 +156,8 @@ fn write_runs(runs: &[Run]) {
         let _ = write!(out, "{}{{\"name\":{:?},\"batch_size\":{},\"batches\":[{}],\"embeddings\":{emb}}}\n", if i > 0 { "," } else { "" }, r.name, r.batch_size, batches.join(","));
     }
     out += "]}\n";
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/minilm-check");
+    // TR_MINILM_CHECK_DIR: elsewhere (the GPU bundle runs this binary away from the checkout).
+    let dir = std::env::var_os("TR_MINILM_CHECK_DIR").map_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/minilm-check"), Into::into);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("runs.json"), out).unwrap();
 }
