@@ -175,7 +175,7 @@ def main() -> None:
             try:
                 import optimem
 
-                page = model(args, dtype)
+                page = model(args, dtype).eval()
                 optimem.page(page, device=torch.device("cuda"))
                 x = x_host.cuda()
                 record("optimem", timed(lambda: page(x).float().mean().item(), max(2, args.passes // 2), True))

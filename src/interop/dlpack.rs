@@ -38,6 +38,8 @@ pub(crate) unsafe fn from_dlpack(managed: *mut c_void) -> Result<TensorId> {
     let tensor = unsafe { tch::Tensor::from_ptr(out.cast()) };
     // An unsupported dtype: dropping `tensor` here runs the producer's deleter.
     DType::from_kind(tensor.f_kind()?)?;
+    // The producer can still reach the memory: the residency manager must never cache it.
+    crate::native::mark_external(&tensor)?;
     Ok(registry::insert(tensor))
 }
 

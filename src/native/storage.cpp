@@ -7,16 +7,16 @@
 // every view valid:
 // - a lazy home: a StorageImpl with the right byte size and no memory yet, for an op's result
 //   that may never leave the device; it gets page-locked memory when it must;
-// - pinning once: memory libtorch's CPU allocator gave is copied into page-locked memory, and
-//   the StorageImpl takes the new memory (the old memory goes back to the caller, which frees it
+// - pinning once: pageable memory of the library's is copied into page-locked memory, and the
+//   StorageImpl takes the new memory (the old memory goes back to the caller, which frees it
 //   once no reader can be using it);
-// - marking external: memory that code outside the library can reach (a DLPack export) gets a
-//   deleter of ours wrapped around its own, so the manager knows never to cache it or move it.
-//   The data pointer never changes.
+// - marking external: memory that code outside the library can reach (a DLPack import or
+//   export) gets a deleter of ours wrapped around its own, so the manager knows never to cache
+//   it or move it. The data pointer never changes.
 //
-// Whose memory it is follows from the DataPtr's deleter: libtorch's CPU allocator (ours,
-// pageable), a page-locked allocator (CUDA's caching host allocator, or the simulated device's),
-// the wrapper above, or anything else (a DLPack import: the producer's memory).
+// Whose memory it is: memory the outside can reach carries the wrapper deleter above (the
+// library puts it on every DLPack import and export); all other memory is the library's. Whether
+// it is page-locked: the simulated device's deleter, or CUDA's own answer for the pointer.
 //
 // Tensors cross as `at::Tensor*`; no C++ exception leaves this file.
 #include "guarded.h"
@@ -24,7 +24,6 @@
 #include <ATen/ATen.h>
 #include <ATen/core/CachingHostAllocator.h>
 #include <ATen/detail/CUDAHooksInterface.h>
-#include <c10/core/CPUAllocator.h>
 #include <c10/util/accumulate.h>
 
 #include <cstdint>
@@ -112,11 +111,7 @@ bool is_page_locked(const at::DataPtr &dp, bool cuda) {
     if (dp.get_deleter() == &simulated_free) {
         return true;
     }
-    if (!cuda) {
-        return false;
-    }
-    return dp.get_deleter() == at::getHostAllocator(at::kCUDA)->raw_deleter() ||
-           at::detail::getCUDAHooks().isPinnedPtr(dp.get());
+    return cuda && at::detail::getCUDAHooks().isPinnedPtr(dp.get());
 }
 
 } // namespace
@@ -140,10 +135,7 @@ int tr_native_storage(const void *t, int cuda, tr_native_storage_info *out, char
         out->id = reinterpret_cast<uintptr_t>(s);
         out->nbytes = s->nbytes();
         out->has_memory = dp.get() != nullptr || s->nbytes() == 0;
-        auto deleter = dp.get_deleter();
-        bool ours = deleter == c10::GetCPUAllocator()->raw_deleter() || deleter == &simulated_free ||
-                    (cuda && deleter == at::getHostAllocator(at::kCUDA)->raw_deleter());
-        out->external = out->has_memory && dp.get() != nullptr && !ours;
+        out->external = dp.get_deleter() == &external_deleter;
         out->page_locked = is_page_locked(dp, cuda && dp.get() != nullptr);
         out->holders = static_cast<int32_t>(c10::raw::intrusive_ptr::use_count(s));
     });
@@ -196,7 +188,7 @@ int tr_native_home_allocate(const void *home, int cuda, char *err, size_t err_le
     });
 }
 
-// Moves the storage of `home` (memory of libtorch's CPU allocator) into page-locked memory: the
+// Moves the storage of `home` (pageable memory of the library's) into page-locked memory: the
 // bytes are copied and the StorageImpl takes the new memory. The old memory is written to
 // `*out_old` as a uint8 tensor that owns it: the caller frees it when no reader can still be using
 // it.
@@ -215,7 +207,7 @@ int tr_native_home_pin(const void *home, int cuda, void **out_old, char *err, si
     });
 }
 
-// Marks the storage of `t` as reachable by code outside the library (before a DLPack export).
+// Marks the storage of `t` as reachable by code outside the library (a DLPack import or export).
 int tr_native_mark_external(const void *t, char *err, size_t err_len) {
     return guarded(err, err_len, [&] {
         c10::StorageImpl *s = impl_of(t);

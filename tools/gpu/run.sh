@@ -3,7 +3,8 @@
 # table last. libtorch is this machine's own PyTorch 2.11 (found through python3). Made by
 # `make gpu-bundle`; the MiniLM weights come beside it in ../gpu-model (see tools/gpu/bundle.sh).
 #
-#     bash gpu-bundle/run.sh [quick]     (quick: the tests and one benchmark shape only)
+#     bash gpu-bundle/run.sh [PART...]   parts: tests b2048 shapes opt30b (default: all; a GPU
+#                                       lease's 10-minute calls take them in two groups)
 # Logs and JSON results go to ./gpu-results, and where $OUT is set (the device tool) packed into
 # $OUT/gpu-results.tgz with the summary beside it; each step is cut after $STEP_TIMEOUT seconds
 # (300).
@@ -38,7 +39,11 @@ if [[ -f "$here/../gpu-model/model.f16.safetensors" ]]; then
   export TR_MINILM_DIR="$model_dir"
 fi
 
+parts=${*:-tests b2048 shapes opt30b}
+wants() { [[ " $parts " == *" $1 "* ]]; }
+
 # Correctness: every CUDA suite, the examples and the demonstration on CUDA.
+if wants tests; then
 step test-ops-on-cuda "$here/bin/test-tensorref" --test-threads 1 device_sweep
 step test-residency "$here/bin/test-residency" --test-threads 1
 step test-shared-storage "$here/bin/test-shared_storage" --test-threads 1
@@ -49,6 +54,7 @@ if [[ -n ${TR_MINILM_DIR:-} ]]; then
 fi
 step example-flow-stack "$here/bin/flow_stack" --device cuda
 step example-flow-stack-c "$here/bin/flow_stack_c" cuda
+fi
 
 # Benchmarks: ours and the peers, shape by shape.
 bench() { # bench NAME RUST-ARGS -- PEER-ARGS
@@ -60,10 +66,14 @@ bench() { # bench NAME RUST-ARGS -- PEER-ARGS
   step "peers-$name" python3 "$here/residency_peers.py" "${peers[@]}" --json "$results/peers-$name.json"
 }
 lin=(--width 8192 --layers 16)
-bench b2048 "${lin[@]}" --batch 2048 --passes 5 -- "${lin[@]}" --batch 2048 --passes 5
-if [[ ${1:-} != quick ]]; then
+if wants b2048; then
+  bench b2048 "${lin[@]}" --batch 2048 --passes 5 -- "${lin[@]}" --batch 2048 --passes 5
+fi
+if wants shapes; then
   bench b512 "${lin[@]}" --batch 512 --passes 5 --policies resident,genoa,flow -- "${lin[@]}" --batch 512 --peers resident,stream,accelerate
   bench b8192 "${lin[@]}" --batch 8192 --passes 5 --policies resident,flow -- "${lin[@]}" --batch 8192 --peers resident,stream,accelerate
+fi
+if wants opt30b; then
   opt=(--width 7168 --layers 24 --batch 4096 --dtype f16 --shape opt30b --passes 3)
   bench opt30b "${opt[@]}" --policies resident,flow -- "${opt[@]}" --peers resident,stream
 fi
