@@ -68,9 +68,17 @@ impl Model {
         let shapes: Vec<[i64; 2]> = if a.opt30b { vec![[3 * h, h], [h, h], [4 * h, h], [h, 4 * h]] } else { vec![[h, h]] };
         // One layer's weights drawn at random; the others are copies (distinct storages), which is
         // much faster than drawing tens of GiB.
+        // Scaled so activations keep their size: 1/sqrt(in) per product, and the two products
+        // that feed an OPT block's residual additions by 1/sqrt(2 layers) more (as GPT-2 does),
+        // or f16 overflows by the last block.
+        let residual = 1.0 / (2.0 * a.layers as f64).sqrt();
         let first: Vec<Tensor> = shapes
             .iter()
-            .map(|s| Tensor::randn(s, DType::F32)?.mul_scalar(1.0 / (s[1] as f64).sqrt())?.to_dtype(a.dtype))
+            .enumerate()
+            .map(|(i, s)| {
+                let scale = if a.opt30b && i % 2 == 1 { residual } else { 1.0 };
+                Tensor::randn(s, DType::F32)?.mul_scalar(scale / (s[1] as f64).sqrt())?.to_dtype(a.dtype)
+            })
             .collect::<Result<_>>()?;
         let mut layers = vec![];
         for _ in 1..a.layers {

@@ -48,9 +48,10 @@ class Block(nn.Module):
 def model(args, dtype) -> nn.Sequential:
     torch.manual_seed(0)
     first = Block(args.width, args.opt30b, dtype)
-    with torch.no_grad():
-        for lin in first.linears:
-            lin.weight.normal_(0, lin.weight.shape[1] ** -0.5)
+    with torch.no_grad():  # as the Rust benchmark: o and fc2 scaled by 1/sqrt(2 layers) more
+        for i, lin in enumerate(first.linears):
+            residual = (2 * args.layers) ** -0.5 if args.opt30b and i % 2 == 1 else 1.0
+            lin.weight.normal_(0, residual * lin.weight.shape[1] ** -0.5)
     blocks = [first]
     for _ in range(1, args.layers):  # copies: drawing tens of GiB at random takes minutes
         b = Block(args.width, args.opt30b, dtype)
