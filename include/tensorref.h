@@ -280,8 +280,11 @@ typedef struct tr_residency_stats {
    */
   uint64_t oom_retries;
   /**
-   * Homes given page-locked memory: a result leaving the device for the first time, or a
-   * tensor made elsewhere moved into page-locked memory the first time the manager saw it.
+   * New page-locked memory the manager's requests made the allocator allocate (a home for a
+   * result leaving the device, or for a tensor made elsewhere, moved into page-locked memory
+   * the first time the manager sees it), and the bytes of those requests. A request the
+   * allocator's cache serves (microseconds on CUDA, where a new block costs milliseconds) is
+   * not counted.
    */
   uint64_t page_locked_allocs;
   uint64_t page_locked_bytes;
