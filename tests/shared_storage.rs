@@ -143,6 +143,26 @@ fn a_clean_view_of_a_weight_is_never_written_back() {
     });
 }
 
+#[test]
+fn a_view_made_before_the_manager_sees_its_base_and_lets_it_go_with_it() {
+    let _turn: MutexGuard<()> = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for policy in POLICIES {
+        let live = live_handles();
+        let x = Tensor::zeros(&[4], DType::F32).unwrap();
+        let v = x.view(&[2, 2]).unwrap(); // no manager yet: the manager never registers `v`
+        residency::configure(Config::new(DEVICE, policy, 1 << 20)).unwrap();
+        no_grad(|| x.add_(&Tensor::ones(&[4], DType::F32)?).map(drop)).unwrap();
+        drop(x); // its storage outlives it in `v`
+        assert_eq!(v.to_vec::<f32>().unwrap(), [1.0; 4], "{policy:?}: the view reads the write");
+        drop(v);
+        drop(no_grad(|| Tensor::ones(&[4], DType::F32)?.mul_scalar(2.0)).unwrap()); // any release sweeps
+        let s = residency::stats().unwrap();
+        residency::disable().unwrap();
+        assert_eq!(s.device_bytes, 0, "{policy:?}: the storage was forgotten with its last holder: {s:?}");
+        assert_eq!(live_handles(), live);
+    }
+}
+
 // ---------------------------------------------------------------- memory shared with the outside
 
 /// A tensor whose memory is also `outside`'s (a plain tch tensor the library does not know):

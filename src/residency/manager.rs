@@ -56,6 +56,9 @@ pub(crate) struct Manager {
     /// Registered entry -> the storage it views.
     entries: HashMap<u64, u64>,
     next_id: u64,
+    /// Storages whose registered views have all died while other tensors still held their home:
+    /// forgotten once those are gone too (see `forget`).
+    orphans: Vec<u64>,
     /// Write-backs of external memory the running op must wait for before it returns.
     owed: Vec<Arc<Transfer>>,
     pub(crate) stats: ResidencyStats,
@@ -80,6 +83,7 @@ impl Manager {
             by_home: HashMap::new(),
             entries: HashMap::new(),
             next_id: 1,
+            orphans: Vec::new(),
             owed: Vec::new(),
             stats,
             clock: 0,
@@ -550,18 +554,32 @@ impl Manager {
 
     /// Called when a registered entry dies. The storage is forgotten with its last view, unless
     /// other tensors still hold its home (views made before the manager saw it): then it stays
-    /// known, so they keep reading current data through the manager.
+    /// known, so they keep reading current data through the manager, until they are gone too.
     pub(crate) fn forget(&mut self, uid: u64) {
-        let Some(id) = self.entries.remove(&uid) else { return };
-        let Some(s) = self.storages.get_mut(&id) else { return };
-        s.views -= 1;
-        if s.views > 0 {
-            return;
+        if let Some(id) = self.entries.remove(&uid) {
+            let s = self.storages.get_mut(&id).expect("an entry's storage is known");
+            s.views -= 1;
+            if s.views == 0 {
+                // The dying entry's tensor and `home` hold two references.
+                self.forget_unheld(id, 2);
+                if self.storages.contains_key(&id) {
+                    self.orphans.push(id);
+                }
+            }
         }
-        // The dying entry's tensor and `home` hold two references.
-        let others = native::storage(&s.home, false).map_or(0, |i| i.holders) > 2;
-        if others && s.kind != Home::Lazy {
-            return;
+        let orphans = std::mem::take(&mut self.orphans);
+        self.orphans = orphans.into_iter().filter(|&id| !self.forget_unheld(id, 1)).collect();
+    }
+
+    /// Forgets a storage no registered view uses if nothing beyond `ours` references holds its
+    /// home (a home without memory has no other holders). Returns whether it did.
+    fn forget_unheld(&mut self, id: u64, ours: i32) -> bool {
+        let Some(s) = self.storages.get(&id) else { return true };
+        if s.views > 0 {
+            return true; // registered again: no longer an orphan
+        }
+        if s.kind != Home::Lazy && native::storage(&s.home, false).map_or(0, |i| i.holders) > ours {
+            return false;
         }
         let s = self.storages.remove(&id).expect("found above");
         self.by_home.remove(&s.home_id);
@@ -571,6 +589,7 @@ impl Manager {
         if s.pinned {
             self.stats.pinned_bytes -= s.bytes;
         }
+        true
     }
 
     /// Pins (or unpins) an entry's storage: loaded now, never evicted, counted against the

@@ -71,6 +71,11 @@ class Config:
     simulated_capacity: int = 0
 
     def to_c(self) -> _CConfig:
+        # ctypes would wrap a negative or oversized number silently (-1 -> 2**64 - 1).
+        for name, bits in (("budget_bytes", 64), ("device_index", 31), ("prefetch_depth", 32), ("simulated_capacity", 64)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << bits:
+                raise ValueError(f"{name} must be an integer from 0 to {(1 << bits) - 1}, got {value!r}")
         c = _defaults()
         c.device = _code(DEVICE_CODES, self.device, "device")
         c.device_index = self.device_index
