@@ -584,3 +584,24 @@ fn flow_in_steady_state_pays_nothing_a_gpu_would_stall_on_and_overlaps_its_copie
         Ok(())
     });
 }
+
+/// `pin_host_memory = false` turns page-locked memory off: homes stay pageable (each copy then
+/// counts as a pageable one) and nothing is page-locked, with the same results.
+#[test]
+fn without_page_locking_every_home_stays_pageable() {
+    exclusive(|| {
+        let ws: Vec<Tensor> = (0..6).map(|_| Tensor::randn(&[32, 32], DType::F32)).collect::<Result<_>>()?;
+        let expected: Vec<Vec<f32>> = ws.windows(2).map(|w| w[0].matmul(&w[1])?.to_vec::<f32>()).collect::<Result<_>>()?;
+        let mut cfg = Config::new(DEVICE, PolicyKind::Genoa, 16 << 10);
+        cfg.pin_host_memory = false;
+        residency::configure(cfg)?;
+        let got: Vec<Tensor> = ws.windows(2).map(|w| w[0].matmul(&w[1])).collect::<Result<_>>()?;
+        let s = residency::stats().unwrap();
+        for (g, e) in got.iter().zip(&expected) {
+            assert_same(&[Some(g.to_vec::<f32>()?)], &[Some(e.clone())], "pageable homes");
+        }
+        assert_eq!(s.page_locked_allocs, 0, "{s:?}");
+        assert!(s.pageable_copies >= s.loads + s.write_backs && s.write_backs > 0, "{s:?}");
+        Ok(())
+    });
+}

@@ -95,7 +95,7 @@ extern "C" {
     fn tr_native_storage_bytes(t: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_view_on(holder: *const c_void, like: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_lazy_home(like: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
-    fn tr_native_home_allocate(home: *const c_void, cuda: c_int, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_home_allocate(home: *const c_void, pinned: c_int, cuda: c_int, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_home_pin(home: *const c_void, cuda: c_int, out_old: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_mark_external(t: *const c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_page_locked_empty(sizes: *const i64, ndim: usize, dtype: c_int, cuda: c_int, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
@@ -135,11 +135,11 @@ pub(crate) fn lazy_home(like: &tch::Tensor) -> Result<tch::Tensor> {
     make("lazy home", |out, err, len| unsafe { tr_native_lazy_home(like.as_ptr().cast(), out, err, len) })
 }
 
-/// Gives the lazy storage of `home` page-locked memory (CUDA's caching host allocator, or the
-/// simulated device's).
-pub(crate) fn home_allocate(home: &tch::Tensor, cuda: bool) -> Result<()> {
+/// Gives the lazy storage of `home` memory: page-locked when `pinned` (CUDA's caching host
+/// allocator, or the simulated device's), else libtorch's pageable memory.
+pub(crate) fn home_allocate(home: &tch::Tensor, pinned: bool, cuda: bool) -> Result<()> {
     // SAFETY: `home` is live for the call.
-    run("page-locked home", |err, len| unsafe { tr_native_home_allocate(home.as_ptr().cast(), cuda.into(), err, len) })
+    run("home", |err, len| unsafe { tr_native_home_allocate(home.as_ptr().cast(), pinned.into(), cuda.into(), err, len) })
 }
 
 /// Moves the storage of `home` into page-locked memory; returns the old memory, to be freed when

@@ -24,6 +24,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/CachingHostAllocator.h>
 #include <ATen/detail/CUDAHooksInterface.h>
+#include <c10/core/CPUAllocator.h>
 #include <c10/util/accumulate.h>
 
 #include <cstdint>
@@ -179,12 +180,12 @@ int tr_native_lazy_home(const void *like, void **out, char *err, size_t err_len)
     });
 }
 
-// Gives the lazy storage of `home` page-locked memory.
-int tr_native_home_allocate(const void *home, int cuda, char *err, size_t err_len) {
+// Gives the lazy storage of `home` memory: page-locked (`pinned`), or libtorch's pageable memory.
+int tr_native_home_allocate(const void *home, int pinned, int cuda, char *err, size_t err_len) {
     return guarded(err, err_len, [&] {
         c10::StorageImpl *s = impl_of(home);
         TORCH_CHECK(s->_mutable_data_ptr_no_checks().get() == nullptr, "home_allocate: the storage has memory");
-        s->set_data_ptr_noswap(page_locked(s->nbytes(), cuda != 0));
+        s->set_data_ptr_noswap(pinned ? page_locked(s->nbytes(), cuda != 0) : c10::GetCPUAllocator()->allocate(s->nbytes()));
     });
 }
 

@@ -299,18 +299,18 @@ impl Manager {
             .collect()
     }
 
-    /// Starts copying a newer device copy home (a home without memory gets page-locked memory
-    /// first). The home may be read once the write-back has finished; memory the outside can
+    /// Starts copying a newer device copy home (a home without memory gets memory first,
+    /// page-locked unless the configuration says not to). The home may be read once the write-back has finished; memory the outside can
     /// reach is waited for before the running op returns.
     fn write_home(&mut self, id: u64, op: &'static str) -> Result<()> {
         let started = Instant::now();
-        let cuda = self.cuda();
+        let (cuda, pin) = (self.cuda(), self.cfg.pin_host_memory);
         let s = self.storages.get_mut(&id).expect("registered");
         let Some(device) = s.device.as_ref().filter(|_| s.dirty).map(tch::Tensor::shallow_clone) else { return Ok(()) };
         let mut new_memory = 0;
         if s.kind == Home::Lazy {
-            new_memory = page_locked(cuda, || native::home_allocate(&s.home, cuda))?.1;
-            s.kind = Home::PageLocked;
+            new_memory = page_locked(cuda, || native::home_allocate(&s.home, pin, cuda))?.1;
+            s.kind = if pin { Home::PageLocked } else { Home::Pageable };
         }
         let transfer = Arc::new(self.cfg.device.write_back(&device, &s.home)?);
         if matches!(s.kind, Home::External { .. }) {
