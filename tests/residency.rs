@@ -9,6 +9,8 @@
 //! `cargo test --features cuda-tests --test residency` runs the same tests against CUDA device 0,
 //! with the reference on CUDA too and results compared within 1e-5 instead of bit for bit.
 
+mod common;
+use common::shared_with_outside;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tensorref::residency::{self, ComputeDevice, Config, EventKind, PolicyKind};
@@ -201,18 +203,6 @@ fn run_tr(seed: u64, sizes: &[i64], instrs: &[Instr]) -> Result<Vec<Option<Vec<f
 /// What the outside writes into the shared buffer for `Refill(k)`.
 fn refill(k: u64, n: i64) -> tch::Tensor {
     tch::Tensor::arange(n * n, tch::kind::FLOAT_CPU).reshape([n, n]) * (0.01 * (k as f64 + 1.0)) - 1.0
-}
-
-/// A tensor whose memory is also `outside`'s (a plain tch tensor the library does not know):
-/// exported through DLPack and imported back, as PyTorch's from_torch / to_torch do.
-fn shared_with_outside(outside: &tch::Tensor) -> Result<Tensor> {
-    use tensorref::ffi::{tr_tensor_from_dlpack, tr_tensor_to_dlpack, TrTensor};
-    let exported = Tensor::from_tch(outside.shallow_clone());
-    let mut managed = std::ptr::null_mut();
-    assert_eq!(tr_tensor_to_dlpack(TrTensor::from(exported.id()), &mut managed), tensorref::Status::TR_OK);
-    let mut imported = TrTensor { id: 0 };
-    assert_eq!(tr_tensor_from_dlpack(managed, &mut imported), tensorref::Status::TR_OK);
-    Ok(Tensor::from_raw(imported.into()))
 }
 
 /// The smallest budget every op of the program fits in: its largest inputs + output.

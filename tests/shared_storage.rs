@@ -7,6 +7,8 @@
 //!
 //! `cargo test --features cuda-tests --test shared_storage` runs them against CUDA device 0.
 
+mod common;
+use common::shared_with_outside;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tensorref::ffi::{tr_tensor_from_dlpack, tr_tensor_to_dlpack, TrTensor};
 use tensorref::residency::{self, ComputeDevice, Config, EventKind, PolicyKind};
@@ -164,17 +166,6 @@ fn a_view_made_before_the_manager_sees_its_base_and_lets_it_go_with_it() {
 }
 
 // ---------------------------------------------------------------- memory shared with the outside
-
-/// A tensor whose memory is also `outside`'s (a plain tch tensor the library does not know):
-/// exported through DLPack and imported back, as PyTorch's from_torch / to_torch do.
-fn shared_with_outside(outside: &tch::Tensor) -> Result<Tensor> {
-    let exported = Tensor::from_tch(outside.shallow_clone());
-    let mut managed = std::ptr::null_mut();
-    assert_eq!(tr_tensor_to_dlpack(TrTensor::from(exported.id()), &mut managed), Status::TR_OK);
-    let mut imported = TrTensor { id: 0 };
-    assert_eq!(tr_tensor_from_dlpack(managed, &mut imported), Status::TR_OK);
-    Ok(Tensor::from_raw(imported.into()))
-}
 
 fn outside_tensor(values: &[f32]) -> tch::Tensor {
     tch::Tensor::from_slice(values).to_device(tch::Device::Cpu)

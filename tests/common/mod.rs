@@ -28,3 +28,15 @@ pub fn leak_free(f: impl FnOnce() -> Result<()>) {
     f().unwrap();
     assert_eq!(Stats::get().live(), before, "handles leaked");
 }
+
+/// A tensor whose memory is also `outside`'s (a plain tch tensor the library does not know):
+/// exported through DLPack and imported back, as PyTorch's from_torch / to_torch do.
+pub fn shared_with_outside(outside: &tch::Tensor) -> Result<Tensor> {
+    use tensorref::ffi::{tr_tensor_from_dlpack, tr_tensor_to_dlpack, TrTensor};
+    let exported = Tensor::from_tch(outside.shallow_clone());
+    let mut managed = std::ptr::null_mut();
+    assert_eq!(tr_tensor_to_dlpack(TrTensor::from(exported.id()), &mut managed), tensorref::Status::TR_OK);
+    let mut imported = TrTensor { id: 0 };
+    assert_eq!(tr_tensor_from_dlpack(managed, &mut imported), tensorref::Status::TR_OK);
+    Ok(Tensor::from_raw(imported.into()))
+}
