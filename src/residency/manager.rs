@@ -179,11 +179,13 @@ impl Manager {
     }
 
     /// Moves a home into page-locked memory, copying it once. Why copy rather than register the
-    /// memory in place (cudaHostRegister): measured on an H100, registering took 375 ms per GiB
-    /// while copying into memory from CUDA's caching host allocator runs at host memory speed
-    /// (about 3 ms per 64 MiB, 50 ms per GiB), and registered memory would have to be
-    /// unregistered before whoever owns it frees it. The home's StorageImpl takes the new memory,
-    /// so every view of it follows; the old memory is freed once no reader can still use it.
+    /// memory in place (cudaHostRegister, 375 ms per GiB on an H100): a new page-locked block
+    /// costs about as much (29 ms per 64 MiB when CUDA's caching host allocator has none free;
+    /// 6 us when it has), but then the memory is the caching host allocator's, which records the
+    /// copies that use it, reuses it for later homes and frees it; registered memory would have
+    /// to be unregistered before its owner frees it, which the library cannot see. The home's
+    /// StorageImpl takes the new memory, so every view of it follows; the old memory is freed
+    /// once no reader can still use it. (The benchmark prints the first pass, which pays this.)
     fn pin_home(&mut self, s: &mut Storage) -> Result<()> {
         let (old, new) = page_locked(self.cuda(), || native::home_pin(&s.home, self.cuda()))?;
         RETIRED.lock().unwrap_or_else(PoisonError::into_inner).push(old);
