@@ -1,7 +1,8 @@
-//! The manager's state and its moves, over storages (see `storage`): which storage a tensor
-//! views, loads, evictions (a clean copy is dropped for free, a newer one is written back
-//! asynchronously), result placement (a view of an input shares its storage; a new storage gets
-//! a home without memory until it must leave the device), and prefetch by bytes.
+//! The manager's state and its moves, over storages (see `storage`): loads, evictions (a clean
+//! copy is dropped for free, a newer one is written back asynchronously), result placement (a
+//! view of an input shares its storage; a new storage gets a home without memory until it must
+//! leave the device). Registering and forgetting storages is in `homes`, Flow's loads ahead of
+//! use in `prefetch`.
 //!
 //! One manager per process behind one mutex (`super::MANAGER`). Copies are started while it is
 //! held, so the accounting is exact at every event, but the host never waits on the GPU under
@@ -10,6 +11,7 @@
 //! victims and sets the rules.
 
 use super::device::{ComputeDevice, Transfer};
+use super::homes::page_locked;
 use super::policy::{self, Candidate, Policy};
 use super::report::{Event, EventKind, Reporter, ResidencyStats};
 use super::schedule::Log;
@@ -20,21 +22,8 @@ use crate::error::{Error, Result};
 use crate::native;
 use crate::registry::Entry;
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Instant;
-
-/// Pageable memory that homes were moved out of (see `pin_home`), freed once no reader can be
-/// using it. Not the manager's: a read may outlive the manager that started it.
-static RETIRED: Mutex<Vec<tch::Tensor>> = Mutex::new(Vec::new());
-
-/// Runs a request for page-locked memory; returns its result and how many new allocations it
-/// took (0 when the allocator's cache served it: microseconds on CUDA rather than milliseconds).
-fn page_locked<R>(cuda: bool, request: impl FnOnce() -> std::result::Result<R, tch::TchError>) -> Result<(R, u64)> {
-    let before = native::page_locked_allocations(cuda);
-    let result = request()?;
-    Ok((result, native::page_locked_allocations(cuda).saturating_sub(before)))
-}
 
 /// What `acquire` gives an op for one input.
 pub(crate) struct Acquired {
@@ -49,20 +38,20 @@ pub(crate) struct Acquired {
 
 pub(crate) struct Manager {
     pub(crate) cfg: Config,
-    policy: Box<dyn Policy>,
-    storages: HashMap<u64, Storage>,
+    pub(super) policy: Box<dyn Policy>,
+    pub(super) storages: HashMap<u64, Storage>,
     /// Home StorageImpl address -> storage.
-    by_home: HashMap<usize, u64>,
+    pub(super) by_home: HashMap<usize, u64>,
     /// Registered entry -> the storage it views.
-    entries: HashMap<u64, u64>,
-    next_id: u64,
+    pub(super) entries: HashMap<u64, u64>,
+    pub(super) next_id: u64,
     /// Storages whose registered views have all died while other tensors still held their home:
     /// forgotten once those are gone too (see `forget`).
-    orphans: Vec<u64>,
+    pub(super) orphans: Vec<u64>,
     /// Write-backs of external memory the running op must wait for before it returns.
-    owed: Vec<Arc<Transfer>>,
+    pub(super) owed: Vec<Arc<Transfer>>,
     pub(crate) stats: ResidencyStats,
-    clock: u64,
+    pub(super) clock: u64,
     pub(crate) trace: Trace,
     pub(crate) report: Reporter,
     pub(crate) schedule: Option<Log>,
@@ -98,11 +87,11 @@ impl Manager {
         self.cfg.device != ComputeDevice::Cpu
     }
 
-    fn cuda(&self) -> bool {
+    pub(super) fn cuda(&self) -> bool {
         self.cfg.device.cuda()
     }
 
-    fn event(&mut self, kind: EventKind, storage: u64, bytes: u64, op: &'static str, started: Option<Instant>) {
+    pub(super) fn event(&mut self, kind: EventKind, storage: u64, bytes: u64, op: &'static str, started: Option<Instant>) {
         let duration_us = started.map_or(0.0, |s| s.elapsed().as_secs_f64() * 1e6);
         if let Some(s) = started {
             self.stats.transfer_wait_ns += s.elapsed().as_nanos() as u64;
@@ -115,94 +104,6 @@ impl Manager {
     pub(crate) fn op_begin(&mut self, op: &'static str) {
         self.event(EventKind::OpBegin, 0, 0, op, None);
     }
-
-    // ------------------------------------------------------------ storages
-
-    /// The storage `entry` views, registering it (and the storage, the first time) if needed.
-    fn storage_of(&mut self, entry: &Entry) -> Result<u64> {
-        if let Some(&id) = self.entries.get(&entry.uid()) {
-            return Ok(id);
-        }
-        let info = native::storage(entry, self.cuda())?;
-        let id = match self.by_home.get(&info.id) {
-            Some(&id) => id,
-            None => self.add_storage(entry, info)?,
-        };
-        self.attach(entry, id);
-        Ok(id)
-    }
-
-    /// The storage `entry` views if the manager knows it (nothing is registered).
-    fn find(&self, entry: &Entry) -> Result<Option<u64>> {
-        if let Some(&id) = self.entries.get(&entry.uid()) {
-            return Ok(Some(id));
-        }
-        let info = native::storage(entry, self.cuda())?;
-        Ok(self.by_home.get(&info.id).copied())
-    }
-
-    fn attach(&mut self, entry: &Entry, id: u64) {
-        entry.registered.store(true, Ordering::Release);
-        self.entries.insert(entry.uid(), id);
-        self.storages.get_mut(&id).expect("attached to a known storage").views += 1;
-    }
-
-    fn new_id(&mut self) -> u64 {
-        self.next_id += 1;
-        self.next_id - 1
-    }
-
-    /// Registers the storage of a tensor made outside the manager. Pageable memory of ours is
-    /// moved into page-locked memory now, once (see `pin_home`).
-    fn add_storage(&mut self, entry: &Entry, info: native::StorageInfo) -> Result<u64> {
-        let id = self.new_id();
-        let home = native::storage_bytes(entry)?;
-        let on_device = self.cuda() && entry.device() == self.cfg.device.tch();
-        let kind = match () {
-            _ if on_device => Home::OnDevice,
-            _ if info.external() => Home::External { page_locked: info.page_locked() },
-            _ if info.page_locked() => Home::PageLocked,
-            _ => Home::Pageable,
-        };
-        let mut s = Storage::new(home, kind, info.nbytes, TraceKey::Persistent(id));
-        s.home_id = info.id;
-        if on_device {
-            s.device = Some(s.home.shallow_clone());
-            s.device_id = info.id;
-        }
-        if kind == Home::Pageable && self.moves() && self.cfg.pin_host_memory {
-            self.pin_home(&mut s)?;
-        }
-        self.by_home.insert(info.id, id);
-        self.storages.insert(id, s);
-        Ok(id)
-    }
-
-    /// Moves a home into page-locked memory, copying it once. Why copy rather than register the
-    /// memory in place (cudaHostRegister, 375 ms per GiB on an H100): a new page-locked block
-    /// costs about as much (29 ms per 64 MiB when CUDA's caching host allocator has none free;
-    /// 6 us when it has), but then the memory is the caching host allocator's, which records the
-    /// copies that use it, reuses it for later homes and frees it; registered memory would have
-    /// to be unregistered before its owner frees it, which the library cannot see. The home's
-    /// StorageImpl takes the new memory, so every view of it follows; the old memory is freed
-    /// once no reader can still use it. (The benchmark prints the first pass, which pays this.)
-    fn pin_home(&mut self, s: &mut Storage) -> Result<()> {
-        let (old, new) = page_locked(self.cuda(), || native::home_pin(&s.home, self.cuda()))?;
-        RETIRED.lock().unwrap_or_else(PoisonError::into_inner).push(old);
-        s.kind = Home::PageLocked;
-        self.stats.count_page_locked(new, s.bytes);
-        Ok(())
-    }
-
-    /// Frees the memory homes moved out of, if no reader is running.
-    fn free_retired(&self) {
-        let mut retired = RETIRED.lock().unwrap_or_else(PoisonError::into_inner);
-        if !retired.is_empty() && super::readers() == 0 {
-            retired.clear();
-        }
-    }
-
-    // ------------------------------------------------------------ ops
 
     /// The device copy of `entry`'s storage for a running op, loaded if needed (making room
     /// first), as `entry`'s view of it. The storage is in use until `release`. With `write`,
@@ -248,7 +149,7 @@ impl Manager {
         Ok(Acquired { view, storage: id, key, bytes, used_before })
     }
 
-    fn load(&mut self, id: u64, op: &'static str, kind: EventKind) -> Result<()> {
+    pub(super) fn load(&mut self, id: u64, op: &'static str, kind: EventKind) -> Result<()> {
         let started = Instant::now();
         let s = self.storages.get_mut(&id).expect("registered");
         debug_assert!(s.kind != Home::Lazy, "a storage without a home is always on the device");
@@ -278,7 +179,7 @@ impl Manager {
     }
 
     /// Evicts until `bytes` more fit in the budget, or says what the op needs.
-    fn make_room(&mut self, bytes: u64, op: &'static str) -> Result<()> {
+    pub(super) fn make_room(&mut self, bytes: u64, op: &'static str) -> Result<()> {
         if !self.policy.bounded() {
             return Ok(());
         }
@@ -293,7 +194,7 @@ impl Manager {
         Ok(())
     }
 
-    fn candidates(&self) -> Vec<Candidate> {
+    pub(super) fn candidates(&self) -> Vec<Candidate> {
         self.storages
             .iter()
             .filter(|(_, s)| s.evictable())
@@ -304,7 +205,7 @@ impl Manager {
     /// Starts copying a newer device copy home (a home without memory gets memory first,
     /// page-locked unless the configuration says not to). The home may be read once the write-back has finished; memory the outside can
     /// reach is waited for before the running op returns.
-    fn write_home(&mut self, id: u64, op: &'static str) -> Result<()> {
+    pub(super) fn write_home(&mut self, id: u64, op: &'static str) -> Result<()> {
         let started = Instant::now();
         let (cuda, pin) = (self.cuda(), self.cfg.pin_host_memory);
         let s = self.storages.get_mut(&id).expect("registered");
@@ -340,7 +241,7 @@ impl Manager {
 
     /// Drops the device copy, writing it home first if it is the newer one. On a failed
     /// write-back the copy stays where it was: nothing is lost.
-    fn evict(&mut self, id: u64, op: &'static str) -> Result<()> {
+    pub(super) fn evict(&mut self, id: u64, op: &'static str) -> Result<()> {
         self.write_home(id, op)?;
         let s = self.storages.get_mut(&id).expect("victim is registered");
         drop(s.device.take().expect("victim is resident"));
@@ -445,54 +346,6 @@ impl Manager {
         owed
     }
 
-    /// Starts loading the storages the next recorded ops read, so the copy engine stays busy
-    /// while the compute engine works. Free room in the budget is filled as far ahead as it
-    /// goes; beyond it, a prefetch evicts only within a window of two and a half times the
-    /// largest storage ahead (double buffering, one copy arriving while the next is being read,
-    /// with slack for smaller storages read beside them), because every
-    /// eviction further ahead would throw out a storage the recorded order keeps resident for
-    /// the next iteration, and load it again. A storage is fetched only if it fits beside every
-    /// op that runs before its use (see `Trace::prefetch_plan`); it evicts only clean copies
-    /// needed later than itself (a speculative load never costs a write-back) and never another
-    /// prefetch. Errors stop the prefetch; the op then loads what it needs.
-    fn prefetch(&mut self) {
-        let room = self.cfg.budget.saturating_sub(self.stats.pinned_bytes);
-        let plan = self.trace.prefetch_plan(self.cfg.prefetch_depth);
-        let window = 5 * plan.iter().filter_map(|(id, _)| self.storages.get(id)).map(|s| s.bytes).max().unwrap_or(0) / 2;
-        let (mut committed, mut ahead) = (0, 0);
-        for (id, before) in plan {
-            let Some(s) = self.storages.get(&id) else { continue };
-            if s.pinned || !s.counted() || matches!(s.kind, Home::External { .. }) {
-                continue;
-            }
-            let (bytes, wanted) = (s.bytes, self.trace.next_use(s.key));
-            if s.resident() {
-                ahead += if s.prefetched { bytes } else { 0 };
-                continue;
-            }
-            let fits_free = self.stats.device_bytes + bytes <= self.cfg.budget;
-            if committed + bytes + before > room || (!fits_free && ahead + bytes > window) {
-                return;
-            }
-            while self.stats.device_bytes + bytes > self.cfg.budget {
-                let later = self
-                    .candidates()
-                    .into_iter()
-                    .filter(|c| !c.dirty && !self.storages[&c.uid].prefetched && self.trace.next_use(c.key) > wanted)
-                    .collect::<Vec<_>>();
-                match self.policy.pick_victim(&later, self.clock, &self.trace) {
-                    Some(victim) if self.evict(victim, "prefetch").is_ok() => {}
-                    _ => return,
-                }
-            }
-            if self.load(id, "prefetch", EventKind::Prefetch).is_err() {
-                return;
-            }
-            committed += bytes;
-            ahead += bytes;
-        }
-    }
-
     /// Evicts every device copy no running op uses (out-of-memory recovery). Returns the count.
     pub(crate) fn evict_unused(&mut self) -> usize {
         let victims: Vec<u64> = self.candidates().iter().map(|c| c.uid).collect();
@@ -552,46 +405,6 @@ impl Manager {
             s.kind = Home::External { page_locked: s.kind == Home::PageLocked };
         }
         Ok(s.pending_write().into_iter().collect())
-    }
-
-    /// Called when a registered entry dies. The storage is forgotten with its last view, unless
-    /// other tensors still hold its home (views made before the manager saw it): then it stays
-    /// known, so they keep reading current data through the manager, until they are gone too.
-    pub(crate) fn forget(&mut self, uid: u64) {
-        if let Some(id) = self.entries.remove(&uid) {
-            let s = self.storages.get_mut(&id).expect("an entry's storage is known");
-            s.views -= 1;
-            if s.views == 0 {
-                // The dying entry's tensor and `home` hold two references.
-                self.forget_unheld(id, 2);
-                if self.storages.contains_key(&id) {
-                    self.orphans.push(id);
-                }
-            }
-        }
-        let orphans = std::mem::take(&mut self.orphans);
-        self.orphans = orphans.into_iter().filter(|&id| !self.forget_unheld(id, 1)).collect();
-    }
-
-    /// Forgets a storage no registered view uses if nothing beyond `ours` references holds its
-    /// home (a home without memory has no other holders). Returns whether it did.
-    fn forget_unheld(&mut self, id: u64, ours: i32) -> bool {
-        let Some(s) = self.storages.get(&id) else { return true };
-        if s.views > 0 {
-            return true; // registered again: no longer an orphan
-        }
-        if s.kind != Home::Lazy && native::storage(&s.home, false).map_or(0, |i| i.holders) > ours {
-            return false;
-        }
-        let s = self.storages.remove(&id).expect("found above");
-        self.by_home.remove(&s.home_id);
-        if s.resident() && s.counted() {
-            self.stats.device_bytes -= s.bytes;
-        }
-        if s.pinned {
-            self.stats.pinned_bytes -= s.bytes;
-        }
-        true
     }
 
     /// Pins (or unpins) an entry's storage: loaded now, never evicted, counted against the

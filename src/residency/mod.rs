@@ -8,7 +8,8 @@
 //! can reach (DLPack imports and exports) is never cached on the device past the op using it.
 //!
 //! Files: `manager` (state and moves), `storage` (one storage's placement and its home),
-//! `ticket` (one op's protocol), `policy` (the trait) with `resident`, `genoa`, `flow`, `trace`
+//! `homes` (which storage a tensor views; registering and forgetting storages), `prefetch`
+//! (Flow's loads ahead of use), `ticket` (one op's protocol), `policy` (the trait) with `resident`, `genoa`, `flow`, `trace`
 //! (learned access order, offline optimum), `device` (copies) with `cuda` (side-stream copies
 //! through src/native/streams.cpp), `report` (stats, events, timeline), `schedule` (a model of
 //! one recorded pass on a copy engine and a compute engine).
@@ -20,8 +21,10 @@ mod cuda;
 mod device;
 mod flow;
 mod genoa;
+mod homes;
 mod manager;
 mod policy;
+mod prefetch;
 mod report;
 mod resident;
 pub mod schedule;

@@ -1,0 +1,152 @@
+//! Which storage a tensor views, and the storages' host homes: registering a storage the first
+//! time an op uses it (memory of the library's is moved into page-locked memory once), and
+//! forgetting it when its last view dies.
+
+use super::manager::Manager;
+use super::storage::{Home, Storage};
+use super::trace::TraceKey;
+use crate::error::Result;
+use crate::native;
+use crate::registry::Entry;
+use std::sync::atomic::Ordering;
+use std::sync::{Mutex, PoisonError};
+
+/// Pageable memory that homes were moved out of (see `pin_home`), freed once no reader can be
+/// using it. Not the manager's: a read may outlive the manager that started it.
+static RETIRED: Mutex<Vec<tch::Tensor>> = Mutex::new(Vec::new());
+
+/// Runs a request for page-locked memory; returns its result and how many new allocations it
+/// took (0 when the allocator's cache served it: microseconds on CUDA rather than milliseconds).
+pub(super) fn page_locked<R>(cuda: bool, request: impl FnOnce() -> std::result::Result<R, tch::TchError>) -> Result<(R, u64)> {
+    let before = native::page_locked_allocations(cuda);
+    let result = request()?;
+    Ok((result, native::page_locked_allocations(cuda).saturating_sub(before)))
+}
+
+impl Manager {
+    /// The storage `entry` views, registering it (and the storage, the first time) if needed.
+    pub(super) fn storage_of(&mut self, entry: &Entry) -> Result<u64> {
+        if let Some(&id) = self.entries.get(&entry.uid()) {
+            return Ok(id);
+        }
+        let info = native::storage(entry, self.cuda())?;
+        let id = match self.by_home.get(&info.id) {
+            Some(&id) => id,
+            None => self.add_storage(entry, info)?,
+        };
+        self.attach(entry, id);
+        Ok(id)
+    }
+
+    /// The storage `entry` views if the manager knows it (nothing is registered).
+    pub(super) fn find(&self, entry: &Entry) -> Result<Option<u64>> {
+        if let Some(&id) = self.entries.get(&entry.uid()) {
+            return Ok(Some(id));
+        }
+        let info = native::storage(entry, self.cuda())?;
+        Ok(self.by_home.get(&info.id).copied())
+    }
+
+    pub(super) fn attach(&mut self, entry: &Entry, id: u64) {
+        entry.registered.store(true, Ordering::Release);
+        self.entries.insert(entry.uid(), id);
+        self.storages.get_mut(&id).expect("attached to a known storage").views += 1;
+    }
+
+    pub(super) fn new_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id - 1
+    }
+
+    /// Registers the storage of a tensor made outside the manager. Pageable memory of ours is
+    /// moved into page-locked memory now, once (see `pin_home`).
+    pub(super) fn add_storage(&mut self, entry: &Entry, info: native::StorageInfo) -> Result<u64> {
+        let id = self.new_id();
+        let home = native::storage_bytes(entry)?;
+        let on_device = self.cuda() && entry.device() == self.cfg.device.tch();
+        let kind = match () {
+            _ if on_device => Home::OnDevice,
+            _ if info.external() => Home::External { page_locked: info.page_locked() },
+            _ if info.page_locked() => Home::PageLocked,
+            _ => Home::Pageable,
+        };
+        let mut s = Storage::new(home, kind, info.nbytes, TraceKey::Persistent(id));
+        s.home_id = info.id;
+        if on_device {
+            s.device = Some(s.home.shallow_clone());
+            s.device_id = info.id;
+        }
+        if kind == Home::Pageable && self.moves() && self.cfg.pin_host_memory {
+            self.pin_home(&mut s)?;
+        }
+        self.by_home.insert(info.id, id);
+        self.storages.insert(id, s);
+        Ok(id)
+    }
+
+    /// Moves a home into page-locked memory, copying it once. Why copy rather than register the
+    /// memory in place (cudaHostRegister, 375 ms per GiB on an H100): a new page-locked block
+    /// costs about as much (29 ms per 64 MiB when CUDA's caching host allocator has none free;
+    /// 6 us when it has), but then the memory is the caching host allocator's, which records the
+    /// copies that use it, reuses it for later homes and frees it; registered memory would have
+    /// to be unregistered before its owner frees it, which the library cannot see. The home's
+    /// StorageImpl takes the new memory, so every view of it follows; the old memory is freed
+    /// once no reader can still use it. (The benchmark prints the first pass, which pays this.)
+    pub(super) fn pin_home(&mut self, s: &mut Storage) -> Result<()> {
+        let (old, new) = page_locked(self.cuda(), || native::home_pin(&s.home, self.cuda()))?;
+        RETIRED.lock().unwrap_or_else(PoisonError::into_inner).push(old);
+        s.kind = Home::PageLocked;
+        self.stats.count_page_locked(new, s.bytes);
+        Ok(())
+    }
+
+    /// Frees the memory homes moved out of, if no reader is running.
+    pub(super) fn free_retired(&self) {
+        let mut retired = RETIRED.lock().unwrap_or_else(PoisonError::into_inner);
+        if !retired.is_empty() && super::readers() == 0 {
+            retired.clear();
+        }
+    }
+
+    // ------------------------------------------------------------ ops
+
+    /// Called when a registered entry dies. The storage is forgotten with its last view, unless
+    /// other tensors still hold its home (views made before the manager saw it): then it stays
+    /// known, so they keep reading current data through the manager, until they are gone too.
+    pub(crate) fn forget(&mut self, uid: u64) {
+        if let Some(id) = self.entries.remove(&uid) {
+            let s = self.storages.get_mut(&id).expect("an entry's storage is known");
+            s.views -= 1;
+            if s.views == 0 {
+                // The dying entry's tensor and `home` hold two references.
+                self.forget_unheld(id, 2);
+                if self.storages.contains_key(&id) {
+                    self.orphans.push(id);
+                }
+            }
+        }
+        let orphans = std::mem::take(&mut self.orphans);
+        self.orphans = orphans.into_iter().filter(|&id| !self.forget_unheld(id, 1)).collect();
+    }
+
+    /// Forgets a storage no registered view uses if nothing beyond `ours` references holds its
+    /// home (a home without memory has no other holders). Returns whether it did.
+    pub(super) fn forget_unheld(&mut self, id: u64, ours: i32) -> bool {
+        let Some(s) = self.storages.get(&id) else { return true };
+        if s.views > 0 {
+            return true; // registered again: no longer an orphan
+        }
+        if s.kind != Home::Lazy && native::storage(&s.home, false).map_or(0, |i| i.holders) > ours {
+            return false;
+        }
+        let s = self.storages.remove(&id).expect("found above");
+        self.by_home.remove(&s.home_id);
+        if s.resident() && s.counted() {
+            self.stats.device_bytes -= s.bytes;
+        }
+        if s.pinned {
+            self.stats.pinned_bytes -= s.bytes;
+        }
+        true
+    }
+}

@@ -1,0 +1,56 @@
+//! Flow's prefetch: once a recorded iteration is being followed, the loads of the next uses are
+//! started ahead, so the copy engine stays busy while the compute engine works.
+
+use super::manager::Manager;
+use super::report::EventKind;
+use super::storage::Home;
+
+impl Manager {
+    /// Starts loading the storages the next recorded ops read, so the copy engine stays busy
+    /// while the compute engine works. Free room in the budget is filled as far ahead as it
+    /// goes; beyond it, a prefetch evicts only within a window of two and a half times the
+    /// largest storage ahead (double buffering, one copy arriving while the next is being read,
+    /// with slack for smaller storages read beside them), because every
+    /// eviction further ahead would throw out a storage the recorded order keeps resident for
+    /// the next iteration, and load it again. A storage is fetched only if it fits beside every
+    /// op that runs before its use (see `Trace::prefetch_plan`); it evicts only clean copies
+    /// needed later than itself (a speculative load never costs a write-back) and never another
+    /// prefetch. Errors stop the prefetch; the op then loads what it needs.
+    pub(super) fn prefetch(&mut self) {
+        let room = self.cfg.budget.saturating_sub(self.stats.pinned_bytes);
+        let plan = self.trace.prefetch_plan(self.cfg.prefetch_depth);
+        let window = 5 * plan.iter().filter_map(|(id, _)| self.storages.get(id)).map(|s| s.bytes).max().unwrap_or(0) / 2;
+        let (mut committed, mut ahead) = (0, 0);
+        for (id, before) in plan {
+            let Some(s) = self.storages.get(&id) else { continue };
+            if s.pinned || !s.counted() || matches!(s.kind, Home::External { .. }) {
+                continue;
+            }
+            let (bytes, wanted) = (s.bytes, self.trace.next_use(s.key));
+            if s.resident() {
+                ahead += if s.prefetched { bytes } else { 0 };
+                continue;
+            }
+            let fits_free = self.stats.device_bytes + bytes <= self.cfg.budget;
+            if committed + bytes + before > room || (!fits_free && ahead + bytes > window) {
+                return;
+            }
+            while self.stats.device_bytes + bytes > self.cfg.budget {
+                let later = self
+                    .candidates()
+                    .into_iter()
+                    .filter(|c| !c.dirty && !self.storages[&c.uid].prefetched && self.trace.next_use(c.key) > wanted)
+                    .collect::<Vec<_>>();
+                match self.policy.pick_victim(&later, self.clock, &self.trace) {
+                    Some(victim) if self.evict(victim, "prefetch").is_ok() => {}
+                    _ => return,
+                }
+            }
+            if self.load(id, "prefetch", EventKind::Prefetch).is_err() {
+                return;
+            }
+            committed += bytes;
+            ahead += bytes;
+        }
+    }
+}
