@@ -164,6 +164,12 @@ namespace TensorRef
         [DllImport(Lib, ExactSpelling = true)]
         internal static extern Status tr_tensor_item(TensorHandle t, out double result);
 
+        [DllImport(Lib, ExactSpelling = true)]
+        internal static extern Status tr_tensor_item_scalar(TensorHandle t, out Scalar result);
+
+        [DllImport(Lib, ExactSpelling = true)]
+        internal static extern Status tr_tensor_device(TensorHandle t, out int result);
+
         // ------------------------------------------------------------ scopes
 
         [DllImport(Lib, ExactSpelling = true)]
