@@ -5,7 +5,7 @@ Read from src/ffi/version.rs, src/ffi/handles.rs, src/error.rs, src/ffi/residenc
 src/ffi/models.rs; the binding refuses a
 library whose tr_abi_version() differs from TR_ABI_VERSION."""
 
-TR_ABI_VERSION = 1
+TR_ABI_VERSION = 2
 TR_VERSION = (0, 1, 0)
 
 # tr_dtype codes by their TR_DTYPE_ suffix.
@@ -20,6 +20,13 @@ DTYPE_CODES = {
     'F64': 7,
     'BOOL': 11,
     'BF16': 15,
+}
+
+# tr_scalar.kind codes by their TR_SCALAR_ suffix.
+SCALAR_CODES = {
+    'INT': 0,
+    'FLOAT': 1,
+    'BOOL': 2,
 }
 
 # tr_status names by code.

@@ -24,6 +24,7 @@ from ctypes import POINTER, byref, c_bool, c_char, c_char_p, c_double, c_int32, 
 from pathlib import Path
 
 from ._abi import STATUS_NAMES, TR_ABI_VERSION
+from ._scalar import Scalar
 from .errors import AbiMismatchError, error_class
 
 LIBNAME = "libtensorref.so"
@@ -116,6 +117,8 @@ def signatures(TENSOR) -> dict:
         "tr_tensor_dtype": (STATUS, (TENSOR, P_I32)),
         "tr_tensor_numel": (STATUS, (TENSOR, P_SIZE)),
         "tr_tensor_item": (STATUS, (TENSOR, P_DOUBLE)),
+        "tr_tensor_item_scalar": (STATUS, (TENSOR, POINTER(Scalar))),
+        "tr_tensor_device": (STATUS, (TENSOR, P_I32)),
         "tr_tensor_scope": (STATUS, (TENSOR, P_SCOPE)),
         "tr_live_handles": (c_size_t, ()),
         "tr_live_bytes": (c_uint64, (c_int32,)),

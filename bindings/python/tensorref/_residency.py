@@ -225,8 +225,10 @@ unwind into the library). Cleared by set_event_callback."""
 
 def _trampoline(fn: Callable[[Event], None]):
     names = _EVENT_NAMES
+    inside = _tensor.in_callback  # while non-empty, finalizers do not call the library
 
     def call(ev, _user):
+        inside.append(1)
         try:
             e = ev.contents
             fn(Event(names.get(e.kind, str(e.kind)), e.entry, e.bytes, e.device_bytes,
@@ -237,6 +239,8 @@ def _trampoline(fn: Callable[[Event], None]):
                     callback_errors.append(exc)
             except BaseException:  # noqa: BLE001
                 pass
+        finally:
+            inside.pop()
     return EVENT_FN(call)
 
 
