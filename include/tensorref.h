@@ -854,7 +854,7 @@ tr_status tr_tensor_rremainder_scalar(struct tr_tensor a,
 tr_status tr_tensor_pow(struct tr_tensor a, struct tr_tensor exponent, struct tr_tensor *out);
 
 /**
- * a raised to the scalar `exponent`.
+ * a raised to the scalar `exponent` (an integer tensor to a negative integer is refused).
  *
  * Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
  * Input handles are borrowed, never consumed.

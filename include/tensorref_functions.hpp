@@ -166,8 +166,8 @@ namespace tr {
     return a.pow(exponent);
 }
 
-/// a raised to the scalar `exponent`. Calls `tr_tensor_pow_scalar`; throws tr::Error on
-/// failure.
+/// a raised to the scalar `exponent` (an integer tensor to a negative integer is refused).
+/// Calls `tr_tensor_pow_scalar`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor pow_scalar(const Tensor& a, Scalar exponent) {
     return a.pow_scalar(exponent);
 }

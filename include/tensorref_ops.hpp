@@ -168,8 +168,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// a raised to the scalar `exponent`. (`a` is *this.) Calls `tr_tensor_pow_scalar`; throws
-    /// tr::Error on failure.
+    /// a raised to the scalar `exponent` (an integer tensor to a negative integer is refused).
+    /// (`a` is *this.) Calls `tr_tensor_pow_scalar`; throws tr::Error on failure.
     [[nodiscard]] Self pow_scalar(Scalar exponent) const {
         tr_tensor out{0};
         detail::call(tr_tensor_pow_scalar, self().raw(), exponent.raw(), &out);

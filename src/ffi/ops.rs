@@ -500,7 +500,7 @@ pub extern "C" fn tr_tensor_pow(a: TrTensor, exponent: TrTensor, out: *mut TrTen
     })
 }
 
-/// a raised to the scalar `exponent`.
+/// a raised to the scalar `exponent` (an integer tensor to a negative integer is refused).
 ///
 /// Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
 /// Input handles are borrowed, never consumed.

@@ -209,12 +209,12 @@ pub(crate) mod core {
         op.output(|| a.f_pow(exponent))
     }
 
-    /// a raised to the scalar `exponent`.
+    /// a raised to the scalar `exponent` (an integer tensor to a negative integer is refused).
     pub(crate) fn pow_scalar(a: TensorId, exponent: Scalar) -> Result<TensorId> {
         let mut op = Op::begin("pow_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_pow(&scalar(a, exponent)?))
+        op.output(|| scalars::pow(a, exponent))
     }
 
     /// `base` raised to a, elementwise.
@@ -907,7 +907,7 @@ pub(crate) mod core {
         let _ = op.value(|| {
             #[allow(unused_mut)]
             let mut a = a.shallow_clone();
-            a.f_pow_tensor_(&scalar(&a, exponent)?)
+            scalars::pow_(&mut a, exponent)
         })?;
         Ok(handle)
     }
@@ -1288,7 +1288,7 @@ impl Tensor {
         Ok(Tensor::from_raw(core::pow(self.id(), exponent.id())?))
     }
 
-    /// a raised to the scalar `exponent`.
+    /// a raised to the scalar `exponent` (an integer tensor to a negative integer is refused).
     pub fn pow_scalar(&self, exponent: impl Into<Scalar>) -> Result<Tensor> {
         Ok(Tensor::from_raw(core::pow_scalar(self.id(), exponent.into())?))
     }

@@ -121,6 +121,32 @@ pub(crate) fn fill_(a: &tch::Tensor, value: Scalar) -> Result<()> {
     Ok(crate::native::fill(a, value)?)
 }
 
+/// `a ** exponent`, refusing an integer tensor raised to a negative integer, as libtorch refuses
+/// it for a Scalar exponent (its 0-dim tensor form would compute one).
+pub(crate) fn pow(a: &tch::Tensor, exponent: Scalar) -> Result<tch::Tensor> {
+    check_pow(a, exponent)?;
+    Ok(a.f_pow(&scalar(a, exponent)?)?)
+}
+
+/// `a **= exponent` (see `pow`).
+pub(crate) fn pow_(a: &mut tch::Tensor, exponent: Scalar) -> Result<()> {
+    check_pow(a, exponent)?;
+    let e = scalar(a, exponent)?;
+    let _ = a.f_pow_tensor_(&e)?;
+    Ok(())
+}
+
+fn check_pow(a: &tch::Tensor, exponent: Scalar) -> Result<()> {
+    let dtype = DType::from_kind(a.f_kind()?)?;
+    let integer = dtype == DType::Bool || integer_range(dtype).is_some();
+    match (integer, exponent) {
+        (true, Scalar::Int(e)) if e < 0 => Err(Error::InvalidArg(format!(
+            "pow: integers to negative integer powers are not allowed ({e}); convert the tensor to a floating dtype first"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Checked first: libtorch's own checks would fail inside tch's `Scalar` (see above).
 pub(crate) fn arange(start: f64, end: f64, step: f64, dtype: DType) -> Result<tch::Tensor> {
     let why = if !(start.is_finite() && end.is_finite() && step.is_finite()) {

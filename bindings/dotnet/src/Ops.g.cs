@@ -570,8 +570,8 @@ namespace TensorRef
         }
 
         /// <summary>
-        /// a raised to the scalar `exponent`. Calls tr_tensor_pow_scalar; throws TensorRefException
-        /// on failure.
+        /// a raised to the scalar `exponent` (an integer tensor to a negative integer is refused).
+        /// Calls tr_tensor_pow_scalar; throws TensorRefException on failure.
         /// </summary>
         public Tensor PowScalar(Scalar exponent)
         {

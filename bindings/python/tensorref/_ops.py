@@ -687,7 +687,7 @@ _f_pow_scalar = _declare(_lib, 'tr_tensor_pow_scalar', _i32, (_T, _S, _P_T))
 
 
 def pow_scalar(a, exponent):
-    """a raised to the scalar `exponent`.
+    """a raised to the scalar `exponent` (an integer tensor to a negative integer is refused).
 
     pow_scalar(a: Tensor, exponent: int | float | bool) -> Tensor   [C: tr_tensor_pow_scalar]
     """
