@@ -293,6 +293,15 @@ def fail(status: int, function: str, *tensors):
     raise error_class(status)(status, name, function, last_error() or status_str(status))
 
 
+def c_path(path) -> bytes:
+    """A path (str, bytes, os.PathLike) as the bytes of a C string. A NUL inside would end the C
+    string there (load_weights("a\\0b") would open "a"): ValueError, as open() raises."""
+    b = os.fsencode(path)
+    if b"\0" in b:
+        raise ValueError(f"the path {path!r} contains a NUL byte, which a C string cannot carry")
+    return b
+
+
 def check(status: int, function: str) -> None:
     """Raises for a non-zero status (for the calls that are not on a hot path)."""
     if status:

@@ -97,7 +97,14 @@ def from_dlpack(obj) -> Tensor:
 
 def from_torch(t) -> Tensor:
     """A new tensor sharing the storage of the torch.Tensor `t` (no copy). Like every DLPack
-    export, PyTorch refuses a tensor that requires grad (BufferError): pass ``t.detach()``."""
+    export, PyTorch refuses a tensor that requires grad (BufferError): pass ``t.detach()``.
+    A dtype libtensorref has no type for (uint16, complex ...) is a TypeError naming it."""
+    from . import dtypes
+    try:
+        dtypes.dtype(t.dtype)
+    except TypeError:
+        raise TypeError(f"from_torch: {t.dtype} has no libtensorref dtype; convert it first, e.g. "
+                        f"t.to(torch.int32) or t.to(torch.float32)") from None
     return from_dlpack(t)
 
 

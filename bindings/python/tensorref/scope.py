@@ -18,6 +18,7 @@ from ctypes import byref, c_bool, c_size_t, c_uint64
 from typing import NamedTuple
 
 from ._lib import ScopeHandle, Stats as _CStats, fail, lib
+from .errors import ScopeError
 from ._tensor import Tensor, flush_releases
 
 __all__ = ["Scope", "Stats", "scope", "current_scope", "stats", "reset_stats"]
@@ -60,6 +61,9 @@ class Scope(ScopeHandle):
         return f"tensorref.Scope(handle={self.value:#x})"
 
     def __enter__(self) -> Scope:
+        if self.disposed:
+            raise ScopeError(300, "TR_ERR_SCOPE_DISPOSED", "Scope.__enter__",
+                             "this scope was disposed already; open a new one with tr.scope()")
         return self
 
     def __exit__(self, *exc) -> None:
