@@ -171,6 +171,14 @@ inline void call(Fn fn, Args... args) {
     if (status != TR_OK) throw Error::last(status);
 }
 
+/// `text` as a C string argument; a NUL inside it would end the C string there ("a\0b" would
+/// open "a"), so it throws TR_ERR_INVALID_ARG.
+inline const char* c_string(const std::string& text, const char* what) {
+    if (text.find('\0') != std::string::npos)
+        throw Error(TR_ERR_INVALID_ARG, std::string(what) + " contains a NUL byte, which a C string cannot carry");
+    return text.c_str();
+}
+
 }  // namespace detail
 
 // ---------------------------------------------------------------- dtypes
@@ -1128,7 +1136,9 @@ class Residency {
     /// Writes the recorded events to `path` as Chrome trace / Perfetto JSON (open it at
     /// ui.perfetto.dev). Throws TR_ERR_INVALID_ARG when no timeline was started or the path is
     /// not writable.
-    static void write_timeline(const std::string& path) { detail::call(tr_residency_timeline_write, path.c_str()); }
+    static void write_timeline(const std::string& path) {
+        detail::call(tr_residency_timeline_write, detail::c_string(path, "the path"));
+    }
 
   private:
     void require_active() const {
@@ -1194,12 +1204,13 @@ class Weights {
         // a file without tensors). Should the file change before the load, that answers
         // TR_ERR_BUFFER_TOO_SMALL with the new sizes: try again.
         size_t count = 0, names_len = 0;
-        tr_status s = tr_weights_load(path.c_str(), nullptr, 0, nullptr, 0, &count, &names_len);
+        const char* c_path = detail::c_string(path, "the path");
+        tr_status s = tr_weights_load(c_path, nullptr, 0, nullptr, 0, &count, &names_len);
         if (s != TR_OK && s != TR_ERR_BUFFER_TOO_SMALL) throw Error::last(s);
         for (int attempt = 0;; attempt++) {
             std::vector<tr_tensor> raw(count, tr_tensor{0});
             std::string names(names_len, '\0');
-            s = tr_weights_load(path.c_str(), raw.data(), raw.size(), names.empty() ? nullptr : &names[0],
+            s = tr_weights_load(c_path, raw.data(), raw.size(), names.empty() ? nullptr : &names[0],
                                 names.size(), &count, &names_len);
             if (s == TR_ERR_BUFFER_TOO_SMALL && attempt < 3) continue;
             if (s != TR_OK) throw Error::last(s);
@@ -1214,6 +1225,7 @@ class Weights {
                 w.index_.emplace(w.names_.back(), i);
                 at = end + 1;
             }
+            if (at != names.size()) throw Error(TR_ERR_FORMAT, "tr_weights_load gave more names than tensors");
             return w;
         }
     }
@@ -1343,7 +1355,7 @@ class MiniLM {
     /// (missing files), TR_ERR_FORMAT (malformed files), TR_ERR_INVALID_ARG (options out of range).
     explicit MiniLM(const std::string& model_dir, const MiniLMOptions& options = MiniLMOptions()) {
         tr_minilm_options c = options.to_c();
-        detail::call(tr_minilm_load, model_dir.c_str(), &c, &h_);
+        detail::call(tr_minilm_load, detail::c_string(model_dir, "the model directory"), &c, &h_);
     }
 
     MiniLM(const MiniLM&) = delete;
