@@ -20,7 +20,7 @@ LIB_DIR := $(ROOT)/target/debug
 CFLAGS_STRICT := -std=c11 -Wall -Wextra -Wpedantic -Werror -I$(ROOT)/include
 LINK := -L$(LIB_DIR) -ltensorref -Wl,-rpath,$(LIB_DIR) -lpthread
 
-.PHONY: demo test setup build gen header header-check test-rust test-c test-examples-rust bench bench-overhead clean
+.PHONY: demo test setup build gen header header-check test-rust test-c test-examples-rust bench bench-overhead clean test-cuda gpu-bundle
 
 # ---------------------------------------------------------------- install
 setup: $(STAMPS)/venv $(STAMPS)/cbindgen-$(CBINDGEN_VERSION)
@@ -106,3 +106,15 @@ bench-overhead: setup
 clean:
 	cargo clean
 	rm -rf build
+
+# ---------------------------------------------------------------- GPU
+# The CUDA test suites, the examples and the demonstration on CUDA device 0 (a GPU machine with
+# a Rust toolchain); `make gpu-bundle` packs the same, built here, for a GPU machine without one
+# (tools/gpu/bundle.sh; run it there with `bash target/gpu-bundle/run.sh`).
+test-cuda: setup $(STAMPS)/model
+	cargo test --release --features cuda-tests -- --test-threads 1
+	cargo run --release --example flow_stack -- --device cuda
+	cargo run --release --example minilm_demo -- --device cuda
+
+gpu-bundle: setup $(STAMPS)/model
+	bash tools/gpu/bundle.sh

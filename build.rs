@@ -30,6 +30,7 @@ fn compile_native(lib: &Path) {
         .file("src/native/dlpack.cpp")
         .file("src/native/streams.cpp")
         .file("src/native/tensors.cpp")
+        .file("src/native/storage.cpp")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))
         .flag("-std=c++17")

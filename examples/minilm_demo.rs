@@ -4,10 +4,11 @@
 //! cosine-similarity matrix, the bytes moved, the peak device bytes (never above the budget) and
 //! the time; progress goes to stderr; the manager's events are written as a Chrome trace.
 //!
-//!     cargo run --release --example minilm_demo -- [--chunk] [--timeline PATH] [--budget-div N]
+//!     cargo run --release --example minilm_demo -- [--device auto|cuda|cuda:N|simulated]
+//!                                                  [--chunk] [--timeline PATH] [--budget-div N]
 //!
-//! The accelerator is CUDA where libtorch sees one, else the simulated accelerator (host memory
-//! accounted as device memory, with real copies).
+//! The accelerator (`auto`, the default) is CUDA where libtorch sees one, else the simulated
+//! accelerator (host memory accounted as device memory, with real copies).
 
 use std::time::Instant;
 use tensorref::models::{find_model_dir, MiniLm, MiniLmOptions, WeightMode};
@@ -46,10 +47,11 @@ fn main() -> Result<()> {
     }
     let mut model = model;
     model.set_mode(opts.mode)?;
-    let device = if tch::Cuda::is_available() { ComputeDevice::Cuda(0) } else { ComputeDevice::Simulated };
+    let device: ComputeDevice = value("--device").as_deref().unwrap_or("auto").parse()?;
     println!("all-MiniLM-L6-v2 from {}", dir.display());
+    println!("running on          {device}");
     println!(
-        "weights {} | device {device:?} | budget {} (1/{divisor} of the weights) | policy Flow | weights {:?} | {} sentences in batches of {}",
+        "weights {} | budget {} (1/{divisor} of the weights) | policy Flow | weights {:?} | {} sentences in batches of {}",
         mib(model.weight_bytes()), mib(budget), opts.mode, SENTENCES.len(), opts.batch_size
     );
 

@@ -81,6 +81,11 @@
 #define TR_ABI_VERSION 2
 
 /**
+ * Flow looks ahead this many recorded ops by default: in practice, as far as the budget allows.
+ */
+#define DEFAULT_PREFETCH_DEPTH 256
+
+/**
  * Status codes of the C ABI (`tr_status`, an `int32_t`). Grouped by hundreds; a released code
  * is never renumbered.
  */
@@ -252,7 +257,8 @@ typedef struct tr_residency_config {
    */
   bool pin_host_memory;
   /**
-   * How many ops ahead Flow prefetches once it follows a recorded trace.
+   * How many recorded ops ahead Flow looks for loads to start while the budget has room,
+   * once it follows a recorded trace (0: no prefetch).
    */
   uint32_t prefetch_depth;
   /**
@@ -297,6 +303,33 @@ typedef struct tr_residency_stats {
    * Ops retried after an out-of-memory error made the manager evict.
    */
   uint64_t oom_retries;
+  /**
+   * New page-locked memory the manager's requests made the allocator allocate (a home for a
+   * result leaving the device, or for a tensor made elsewhere, moved into page-locked memory
+   * the first time the manager sees it), and the bytes of those requests. A request the
+   * allocator's cache serves (microseconds on CUDA, where a new block costs milliseconds) is
+   * not counted.
+   */
+  uint64_t page_locked_allocs;
+  uint64_t page_locked_bytes;
+  /**
+   * Copies from or to pageable host memory (synchronous on CUDA, and about a third as fast).
+   */
+  uint64_t pageable_copies;
+  uint64_t pageable_copy_bytes;
+  /**
+   * Ops that made the host wait for a copy before returning (memory shared with code outside
+   * the library is written through).
+   */
+  uint64_t op_waits;
+  /**
+   * Data reads that waited for a write-back still copying into the home.
+   */
+  uint64_t read_waits;
+  /**
+   * Write-backs of a device copy no op had modified (always 0; a guard against regressions).
+   */
+  uint64_t needless_write_backs;
 } tr_residency_stats;
 
 /**
@@ -2115,8 +2148,9 @@ tr_status tr_tensor_adam_step(const struct tr_tensor *params,
                               double weight_decay);
 
 /**
- * Fills `*out` with the defaults: simulated device, Flow, no budget (set one), pinned host
- * memory, prefetch depth 2, unlimited simulated capacity. Errors: TR_ERR_NULL_ARG.
+ * Fills `*out` with the defaults: simulated device, Flow, no budget (set one), page-locked host
+ * memory, prefetch as far ahead as the budget allows (depth 256 ops), unlimited simulated
+ * capacity. Errors: TR_ERR_NULL_ARG.
  */
 tr_status tr_residency_config_default(struct tr_residency_config *out);
 
@@ -2183,8 +2217,8 @@ tr_status tr_residency_timeline_start(void);
 
 /**
  * Writes the recorded events to `path` (NUL-terminated UTF-8) as Chrome trace / Perfetto JSON.
- * Errors: TR_ERR_NULL_ARG; TR_ERR_INVALID_ARG (no manager, no timeline started, path not
- * writable).
+ * Errors: TR_ERR_NULL_ARG; TR_ERR_INVALID_ARG (no manager, no timeline started); TR_ERR_IO
+ * (the path cannot be written).
  */
 tr_status tr_residency_timeline_write(const char *path);
 
@@ -2428,7 +2462,8 @@ const char *tr_version(void);
  * The file is memory-mapped and each tensor copied once into its tensor; no second copy of the
  * file is held. Errors: TR_ERR_NULL_ARG (`path`, `out_count`, `out_names_len`, or a NULL buffer
  * with a nonzero length); TR_ERR_IO (missing or unreadable file); TR_ERR_FORMAT (truncated or
- * corrupt file); TR_ERR_DTYPE (a dtype libtensorref has no type for, or an unknown one).
+ * corrupt file, or a tensor name with a NUL byte); TR_ERR_DTYPE (a dtype libtensorref has no
+ * type for, or an unknown one).
  * Nothing is written to `tensors` or `names` on error. Safe to call from any thread.
  */
 tr_status tr_weights_load(const char *path,

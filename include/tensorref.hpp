@@ -884,6 +884,19 @@ struct ResidencyStats {
     uint64_t transfer_wait_ns = 0;
     /// Ops retried after an out-of-memory error made the manager evict.
     uint64_t oom_retries = 0;
+    /// Homes given page-locked memory (a result leaving the device the first time, or a tensor
+    /// made elsewhere moved into page-locked memory once), and their bytes.
+    uint64_t page_locked_allocs = 0;
+    uint64_t page_locked_bytes = 0;
+    /// Copies from or to pageable host memory (synchronous on CUDA), and their bytes.
+    uint64_t pageable_copies = 0;
+    uint64_t pageable_copy_bytes = 0;
+    /// Ops that made the host wait for a copy before returning (memory shared outside).
+    uint64_t op_waits = 0;
+    /// Data reads that waited for a write-back still copying into the home.
+    uint64_t read_waits = 0;
+    /// Write-backs of a device copy no op had modified (always 0; a regression guard).
+    uint64_t needless_write_backs = 0;
 
     ResidencyStats() noexcept = default;
     explicit ResidencyStats(const tr_residency_stats& s) noexcept
@@ -892,7 +905,10 @@ struct ResidencyStats {
           evictions(s.evictions), evicted_bytes(s.evicted_bytes), write_backs(s.write_backs),
           write_back_bytes(s.write_back_bytes), prefetches(s.prefetches), prefetch_bytes(s.prefetch_bytes),
           prefetch_hits(s.prefetch_hits), prefetch_misses(s.prefetch_misses),
-          transfer_wait_ns(s.transfer_wait_ns), oom_retries(s.oom_retries) {}
+          transfer_wait_ns(s.transfer_wait_ns), oom_retries(s.oom_retries),
+          page_locked_allocs(s.page_locked_allocs), page_locked_bytes(s.page_locked_bytes),
+          pageable_copies(s.pageable_copies), pageable_copy_bytes(s.pageable_copy_bytes), op_waits(s.op_waits),
+          read_waits(s.read_waits), needless_write_backs(s.needless_write_backs) {}
 
     /// What happened since `earlier` (an older reading): the counters' differences, with the
     /// gauges (budget, device, peak and pinned bytes) as they are now.
@@ -911,6 +927,13 @@ struct ResidencyStats {
         d.prefetch_misses -= earlier.prefetch_misses;
         d.transfer_wait_ns -= earlier.transfer_wait_ns;
         d.oom_retries -= earlier.oom_retries;
+        d.page_locked_allocs -= earlier.page_locked_allocs;
+        d.page_locked_bytes -= earlier.page_locked_bytes;
+        d.pageable_copies -= earlier.pageable_copies;
+        d.pageable_copy_bytes -= earlier.pageable_copy_bytes;
+        d.op_waits -= earlier.op_waits;
+        d.read_waits -= earlier.read_waits;
+        d.needless_write_backs -= earlier.needless_write_backs;
         return d;
     }
 };

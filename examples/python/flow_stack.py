@@ -1,10 +1,10 @@
 """Scenario (b) from Python: a stack of linear layers whose weights are 4x the device budget runs
-under Flow on the simulated accelerator (CUDA with --cuda). Each forward pass is marked as an
+under Flow on the simulated accelerator (CUDA with --device cuda). Each forward pass is marked as an
 iteration; from the second pass Flow evicts by the learned order and prefetches ahead. Prints the
 manager's statistics per pass and exits non-zero if a result differs from the unmanaged run,
 the peak device bytes pass the budget, or a handle leaks. (The Rust version: examples/flow_stack.rs.)
 
-    python3 examples/python/flow_stack.py [--cuda]
+    python3 examples/python/flow_stack.py [--device simulated|cuda]
 """
 import sys
 
@@ -24,7 +24,9 @@ def forward(weights, x) -> np.ndarray:
 
 
 def main() -> int:
-    cuda = "--cuda" in sys.argv
+    # --device simulated|cuda (--cuda is the same as --device cuda)
+    device = sys.argv[sys.argv.index("--device") + 1] if "--device" in sys.argv else "simulated"
+    device = "cuda" if "--cuda" in sys.argv else device
     live_at_start = tr.live_handles()
     failures = []
     with tr.no_grad():
@@ -35,8 +37,8 @@ def main() -> int:
 
         weight_bytes = LAYERS * WIDTH * WIDTH * 4
         budget = weight_bytes // 4
-        device = "cuda" if cuda else "simulated"
-        print(f"{LAYERS} layers, {weight_bytes >> 10} KiB of weights, budget {budget >> 10} KiB, device {device}")
+        print(f"running on the {device} device")
+        print(f"{LAYERS} layers, {weight_bytes >> 10} KiB of weights, budget {budget >> 10} KiB")
         print(f"{'pass':>4} {'loads':>7} {'loaded KiB':>11} {'evictions':>9} {'prefetch hits':>13} "
               f"{'prefetch miss':>13} {'peak KiB':>11}")
         with tr.residency(policy="flow", budget_bytes=budget, device=device):
@@ -50,7 +52,7 @@ def main() -> int:
                       f"{s.prefetch_misses - last.prefetch_misses:>13} {s.peak_device_bytes >> 10:>11}")
                 worst = float(np.abs(y - expected).max())
                 # Bit for bit on the simulated device; CUDA's kernels round differently.
-                if worst > (1e-4 if cuda else 0.0):
+                if worst > (1e-4 if device == "cuda" else 0.0):
                     failures.append(f"pass {n}: results differ from the unmanaged run by {worst}")
                 if s.peak_device_bytes > s.budget:
                     failures.append(f"pass {n}: peak {s.peak_device_bytes} > budget {s.budget}")

@@ -41,7 +41,8 @@ pub struct TrResidencyConfig {
     pub budget_bytes: u64,
     /// Page-locked host copies (asynchronous CUDA copies).
     pub pin_host_memory: bool,
-    /// How many ops ahead Flow prefetches once it follows a recorded trace.
+    /// How many recorded ops ahead Flow looks for loads to start while the budget has room,
+    /// once it follows a recorded trace (0: no prefetch).
     pub prefetch_depth: u32,
     /// The simulated device's physical memory; 0 for unlimited.
     pub simulated_capacity: u64,
@@ -70,8 +71,9 @@ pub struct TrEvent {
 /// A function receiving manager events; `user` is the pointer given with it.
 pub type TrEventFn = Option<extern "C" fn(event: *const TrEvent, user: *mut c_void)>;
 
-/// Fills `*out` with the defaults: simulated device, Flow, no budget (set one), pinned host
-/// memory, prefetch depth 2, unlimited simulated capacity. Errors: TR_ERR_NULL_ARG.
+/// Fills `*out` with the defaults: simulated device, Flow, no budget (set one), page-locked host
+/// memory, prefetch as far ahead as the budget allows (depth 256 ops), unlimited simulated
+/// capacity. Errors: TR_ERR_NULL_ARG.
 #[no_mangle]
 pub extern "C" fn tr_residency_config_default(out: *mut TrResidencyConfig) -> Status {
     call(|| {
@@ -81,7 +83,7 @@ pub extern "C" fn tr_residency_config_default(out: *mut TrResidencyConfig) -> St
             policy: TR_POLICY_FLOW,
             budget_bytes: 0,
             pin_host_memory: true,
-            prefetch_depth: 2,
+            prefetch_depth: residency::DEFAULT_PREFETCH_DEPTH as u32,
             simulated_capacity: 0,
         };
         Ok(())
@@ -233,8 +235,8 @@ pub extern "C" fn tr_residency_timeline_start() -> Status {
 }
 
 /// Writes the recorded events to `path` (NUL-terminated UTF-8) as Chrome trace / Perfetto JSON.
-/// Errors: TR_ERR_NULL_ARG; TR_ERR_INVALID_ARG (no manager, no timeline started, path not
-/// writable).
+/// Errors: TR_ERR_NULL_ARG; TR_ERR_INVALID_ARG (no manager, no timeline started); TR_ERR_IO
+/// (the path cannot be written).
 #[no_mangle]
 pub extern "C" fn tr_residency_timeline_write(path: *const c_char) -> Status {
     call(|| {

@@ -8,8 +8,8 @@
 //! has been recorded: `embed` marks an iteration per batch); `Chunk` pins the first weights in
 //! execution order, up to a byte capacity, resident on the device and pages the rest.
 //!
-//! The word-embedding table (47 MB, half the model) is split at load time into row blocks (views
-//! of the loaded table, no copy) so a device budget of a fraction of the model holds one block;
+//! The word-embedding table (47 MB, half the model) is split at load time into row blocks (copies
+//! that replace the loaded table) so a device budget of a fraction of the model holds one block;
 //! each block looks up the ids that fall in it and the masked results are summed, exactly.
 
 use crate::error::{Error, Result};
@@ -88,9 +88,8 @@ pub struct Batch {
 pub struct MiniLm {
     tokenizer: tokenizers::Tokenizer,
     opts: MiniLmOptions,
-    /// (first row, rows, view of the table) for each block of the word-embedding table.
+    /// (first row, rows, the rows) for each block of the word-embedding table.
     word_blocks: Vec<(i64, i64, Tensor)>,
-    _word_table: Tensor,
     position: Tensor,
     token_type: Tensor,
     emb_ln: LayerNorm,
@@ -140,9 +139,9 @@ impl MiniLm {
             });
         }
         let word_blocks = split_rows(&word_table, opts.embedding_block_bytes)?;
-        let model = MiniLm { tokenizer, opts, word_blocks, _word_table: word_table, position, token_type, emb_ln, layers, weight_bytes };
+        let model = MiniLm { tokenizer, opts, word_blocks, position, token_type, emb_ln, layers, weight_bytes };
         // Out of any open scope: the model owns its weights until it is dropped.
-        for t in model.weights_in_order().into_iter().chain([&model._word_table]) {
+        for t in model.weights_in_order() {
             t.detach_from_scope()?;
         }
         Ok(model)
@@ -353,8 +352,9 @@ fn l2_normalize(x: &Tensor) -> Result<Tensor> {
     x.div(&norm)
 }
 
-/// Row blocks of a 2-D table of at most `max_bytes` each, as views sharing its storage (made
-/// with tch directly, so no manager copies the whole table to make them).
+/// Row blocks of a 2-D table of at most `max_bytes` each, each in a storage of its own: the
+/// manager moves storages, so views of the one table would each move all of it. Made with tch
+/// directly, so no manager is involved in the copies.
 fn split_rows(table: &Tensor, max_bytes: u64) -> Result<Vec<(i64, i64, Tensor)>> {
     let shape = table.shape()?;
     let [rows, cols] = shape[..] else { return Err(Error::Shape(format!("embedding table of shape {shape:?}"))) };
@@ -364,8 +364,8 @@ fn split_rows(table: &Tensor, max_bytes: u64) -> Result<Vec<(i64, i64, Tensor)>>
     let mut start = 0;
     while start < rows {
         let n = per_block.min(rows - start);
-        let view = table.with_tch(|t| t.f_narrow(0, start, n))??;
-        blocks.push((start, n, Tensor::from_tch(view)));
+        let block = table.with_tch(|t| t.f_narrow(0, start, n)?.f_detach_copy())??;
+        blocks.push((start, n, Tensor::from_tch(block)));
         start += n;
     }
     Ok(blocks)

@@ -82,3 +82,110 @@ pub(crate) fn is_meta(t: &tch::Tensor) -> bool {
     // SAFETY: `t` is live for the call.
     unsafe { tr_native_is_meta(t.as_ptr().cast()) != 0 }
 }
+
+// ---------------------------------------------------------------- storages (storage.cpp)
+
+/// What the residency manager knows of the storage a tensor views (see storage.cpp).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct StorageInfo {
+    /// The StorageImpl's address: stable while any tensor views the storage.
+    pub(crate) id: usize,
+    pub(crate) nbytes: u64,
+    /// 0 for a home without memory yet.
+    has_memory: i32,
+    external: i32,
+    page_locked: i32,
+    /// References to the StorageImpl (each tensor viewing it holds one).
+    pub(crate) holders: i32,
+}
+
+impl StorageInfo {
+    /// Code outside the library can reach the memory (a DLPack import or export).
+    pub(crate) fn external(&self) -> bool {
+        self.external != 0
+    }
+    pub(crate) fn page_locked(&self) -> bool {
+        self.page_locked != 0
+    }
+}
+
+#[allow(unused_doc_comments)]
+/// cbindgen:ignore
+extern "C" {
+    fn tr_native_storage(t: *const c_void, cuda: c_int, out: *mut StorageInfo, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_storage_bytes(t: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_view_on(holder: *const c_void, like: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_lazy_home(like: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_home_allocate(home: *const c_void, cuda: c_int, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_home_pin(home: *const c_void, cuda: c_int, out_old: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_mark_external(t: *const c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_page_locked_empty(sizes: *const i64, ndim: usize, dtype: c_int, cuda: c_int, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_page_locked_allocations(cuda: c_int) -> u64;
+}
+
+/// Runs a shim that makes nothing.
+fn run(what: &str, call: impl FnOnce(*mut c_char, usize) -> c_int) -> Result<()> {
+    let mut err = [0 as c_char; ERR_LEN];
+    check(what, call(err.as_mut_ptr(), ERR_LEN), &err)
+}
+
+/// The storage `t` views. `cuda`: CUDA's page-locked allocator is in use (only then can its
+/// memory be recognised).
+pub(crate) fn storage(t: &tch::Tensor, cuda: bool) -> Result<StorageInfo> {
+    let mut info = StorageInfo::default();
+    // SAFETY: `t` is live for the call; `info` is a valid out pointer.
+    run("storage", |err, len| unsafe { tr_native_storage(t.as_ptr().cast(), cuda.into(), &mut info, err, len) })?;
+    Ok(info)
+}
+
+/// A 1-D uint8 tensor over the whole storage of `t`, on `t`'s device.
+pub(crate) fn storage_bytes(t: &tch::Tensor) -> Result<tch::Tensor> {
+    // SAFETY: `t` is live for the call.
+    make("storage bytes", |out, err, len| unsafe { tr_native_storage_bytes(t.as_ptr().cast(), out, err, len) })
+}
+
+/// `like`'s dtype and geometry over the storage (and on the device) of `holder`.
+pub(crate) fn view_on(holder: &tch::Tensor, like: &tch::Tensor) -> Result<tch::Tensor> {
+    // SAFETY: both are live for the call.
+    make("view", |out, err, len| unsafe { tr_native_view_on(holder.as_ptr().cast(), like.as_ptr().cast(), out, err, len) })
+}
+
+/// A host tensor shaped like `like` over a new storage of the same size with no memory yet.
+pub(crate) fn lazy_home(like: &tch::Tensor) -> Result<tch::Tensor> {
+    // SAFETY: `like` is live for the call.
+    make("lazy home", |out, err, len| unsafe { tr_native_lazy_home(like.as_ptr().cast(), out, err, len) })
+}
+
+/// Gives the lazy storage of `home` page-locked memory (CUDA's caching host allocator, or the
+/// simulated device's).
+pub(crate) fn home_allocate(home: &tch::Tensor, cuda: bool) -> Result<()> {
+    // SAFETY: `home` is live for the call.
+    run("page-locked home", |err, len| unsafe { tr_native_home_allocate(home.as_ptr().cast(), cuda.into(), err, len) })
+}
+
+/// Moves the storage of `home` into page-locked memory; returns the old memory, to be freed when
+/// no reader can still be using it.
+pub(crate) fn home_pin(home: &tch::Tensor, cuda: bool) -> Result<tch::Tensor> {
+    // SAFETY: `home` is live for the call.
+    make("page-locked home", |out, err, len| unsafe { tr_native_home_pin(home.as_ptr().cast(), cuda.into(), out, err, len) })
+}
+
+/// Marks the storage of `t` as reachable from outside the library (before an export).
+pub(crate) fn mark_external(t: &tch::Tensor) -> Result<()> {
+    // SAFETY: `t` is live for the call.
+    run("mark external", |err, len| unsafe { tr_native_mark_external(t.as_ptr().cast(), err, len) })
+}
+
+/// An uninitialised contiguous host tensor in page-locked memory.
+pub(crate) fn page_locked_empty(shape: &[i64], dtype: DType, cuda: bool) -> Result<tch::Tensor> {
+    // SAFETY: `shape` is valid for its length during the call; DType codes are c10's.
+    make("page-locked tensor", |out, err, len| unsafe { tr_native_page_locked_empty(shape.as_ptr(), shape.len(), dtype as c_int, cuda.into(), out, err, len) })
+}
+
+/// How many times page-locked memory has had to be allocated (not served from the allocator's
+/// cache): CUDA's caching host allocator's count (process-wide), or the simulated cache's.
+pub(crate) fn page_locked_allocations(cuda: bool) -> u64 {
+    // SAFETY: a plain call; the shim catches everything.
+    unsafe { tr_native_page_locked_allocations(cuda.into()) }
+}

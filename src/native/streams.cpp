@@ -92,24 +92,41 @@ void tr_native_event_free(void *event) {
     delete static_cast<c10::Event *>(event);
 }
 
-// Copies the device tensor `device_tensor` into the host tensor `host` on the side stream, after
-// the compute work queued so far, and waits for the copy (the host copy is then readable). The
-// device tensor may be freed right after: record_stream keeps its memory until the copy ends.
-int tr_native_write_back(const void *device_tensor, const void *host, char *err, size_t err_len) {
+// Starts copying the device tensor `device_tensor` into the host tensor `host` on the side stream,
+// after the compute work queued so far, and writes an event marking the copy's end to
+// `*out_event` (free it with tr_native_event_free). The host copy may not be read before that
+// event has completed (tr_native_event_synchronize). The device tensor may be freed right away:
+// record_stream keeps its memory until the copy ends, and CUDA's caching host allocator keeps a
+// page-locked destination until then too.
+int tr_native_write_back_async(const void *device_tensor, const void *host, void **out_event, char *err, size_t err_len) {
     return guarded(err, err_len, [&] {
         const auto &src = *static_cast<const at::Tensor *>(device_tensor);
         auto dst = *static_cast<const at::Tensor *>(host);
         c10::Stream side = side_stream(src.device());
         order(cuda()->getStream(src.device()), side);
-        c10::Event done(c10::DeviceType::CUDA);
+        auto *done = new c10::Event(c10::DeviceType::CUDA);
         {
             c10::StreamGuard on_side(side);
             dst.copy_(src, /*non_blocking=*/true);
             src.record_stream(side);
-            done.record(side);
+            done->record(side);
         }
-        done.synchronize();
+        *out_event = done;
     });
+}
+
+// Blocks the calling thread until the copy `event` marks has ended.
+int tr_native_event_synchronize(void *event, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] { static_cast<c10::Event *>(event)->synchronize(); });
+}
+
+// 1 if the copy `event` marks has ended, 0 if not (without waiting).
+int tr_native_event_query(void *event) {
+    try {
+        return static_cast<c10::Event *>(event)->query() ? 1 : 0;
+    } catch (...) {
+        return 0;
+    }
 }
 
 } // extern "C"

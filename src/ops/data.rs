@@ -27,7 +27,7 @@ pub(crate) fn from_bytes(bytes: &[u8], shape: &[i64], dtype: DType) -> Result<Te
 /// Copies the elements (row-major, contiguous) into `buf`; returns the bytes written.
 pub(crate) fn copy_to(id: TensorId, buf: &mut [u8]) -> Result<usize> {
     let [e] = registry::get([id])?;
-    let e = crate::residency::readable(&e);
+    let e = crate::residency::readable(&e)?;
     let (numel, size) = (e.numel(), DType::from_kind(e.f_kind()?)?.size());
     let needed = numel * size;
     if buf.len() < needed {
@@ -75,7 +75,7 @@ pub(crate) fn numel(id: TensorId) -> Result<usize> {
 /// Runs `read` on the readable copy of a one-element tensor.
 fn one_element<R>(id: TensorId, read: impl FnOnce(&tch::Tensor) -> Result<R>) -> Result<R> {
     let [e] = registry::get([id])?;
-    let e = crate::residency::readable(&e);
+    let e = crate::residency::readable(&e)?;
     if e.numel() != 1 {
         return Err(Error::Shape(format!("item() needs one element, the tensor has shape {:?}", e.size())));
     }

@@ -4,6 +4,8 @@
 //! host data (`data`), autograd helpers, optimizer steps and the arithmetic operators.
 
 pub(crate) mod autograd;
+#[cfg(test)]
+mod device_sweep;
 pub(crate) mod data;
 pub(crate) mod exec;
 pub(crate) mod generated;

@@ -9,7 +9,7 @@ mod entry;
 mod handle;
 mod spares;
 
-pub(crate) use entry::{footprint, Entry};
+pub(crate) use entry::Entry;
 pub(crate) use handle::GenSlab;
 pub(crate) use spares::Remains;
 use spares::Spares;

@@ -1,9 +1,11 @@
 //! Asynchronous CUDA copies for the manager, through src/native/streams.cpp: loads on a side
-//! stream that the compute stream waits for only when the op needs the data, and write-backs
-//! ordered after the compute work that produced the data. Used only with `ComputeDevice::Cuda`.
+//! stream that the compute stream waits for only when an op needs the data, and write-backs on
+//! the same side stream after the compute work that produced the data. The host waits only where
+//! it reads a home. Used only with `ComputeDevice::Cuda`.
 
 use crate::error::{Error, Result};
-use std::ffi::{c_char, c_int, c_void, CStr};
+use crate::native::{check, ERR_LEN};
+use std::ffi::{c_char, c_int, c_void};
 use std::ptr::NonNull;
 
 // The shim is internal: keep it out of the public header.
@@ -13,55 +15,74 @@ extern "C" {
     fn tr_native_load_async(host: *const c_void, index: c_int, out_tensor: *mut *mut c_void, out_event: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_copy_wait(event: *mut c_void, tensor: *const c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_event_free(event: *mut c_void);
-    fn tr_native_write_back(device_tensor: *const c_void, host: *const c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_write_back_async(device_tensor: *const c_void, host: *const c_void, out_event: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_event_synchronize(event: *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_event_query(event: *mut c_void) -> c_int;
 }
 
-/// A copy still in flight on the side stream: the event that marks its end.
-pub(crate) struct Pending(NonNull<c_void>);
+/// The end of a copy on the side stream.
+pub(crate) struct Event(NonNull<c_void>);
 
-// SAFETY: a c10::Event may be recorded, waited on and freed from any thread.
-unsafe impl Send for Pending {}
+// SAFETY: a c10::Event may be recorded, waited on, queried and freed from any thread; the manager
+// shares one only to wait on it.
+unsafe impl Send for Event {}
+unsafe impl Sync for Event {}
 
-impl Drop for Pending {
+impl Drop for Event {
     fn drop(&mut self) {
-        // SAFETY: the event came from tr_native_load_async and is freed once.
+        // SAFETY: the event came from the shim and is freed once.
         unsafe { tr_native_event_free(self.0.as_ptr()) }
     }
 }
 
-fn check(status: c_int, err: &[c_char; 512]) -> Result<()> {
-    if status == 0 {
-        return Ok(());
+fn event(raw: *mut c_void) -> Result<Event> {
+    NonNull::new(raw).map(Event).ok_or_else(|| Error::Device("no event for the copy".into()))
+}
+
+impl Event {
+    /// Makes the compute stream wait for the copy before the op that reads `tensor` (the host
+    /// does not wait), and tells the caching allocator the compute stream uses `tensor`.
+    pub(crate) fn block_compute(&self, tensor: &tch::Tensor) -> Result<()> {
+        let mut err = [0 as c_char; ERR_LEN];
+        // SAFETY: the event and the tensor are live; the buffer has its length.
+        let status = unsafe { tr_native_copy_wait(self.0.as_ptr(), tensor.as_ptr().cast(), err.as_mut_ptr(), ERR_LEN) };
+        Ok(check("copy wait", status, &err)?)
     }
-    // SAFETY: the shim NUL-terminates the message within the buffer.
-    let msg = unsafe { CStr::from_ptr(err.as_ptr()) }.to_string_lossy().into_owned();
-    Err(tch::TchError::Torch(msg).into())
+
+    /// Blocks this thread until the copy has ended.
+    pub(crate) fn synchronize(&self) -> Result<()> {
+        let mut err = [0 as c_char; ERR_LEN];
+        // SAFETY: the event is live; the buffer has its length.
+        let status = unsafe { tr_native_event_synchronize(self.0.as_ptr(), err.as_mut_ptr(), ERR_LEN) };
+        Ok(check("copy synchronize", status, &err)?)
+    }
+
+    /// Whether the copy has ended (never waits).
+    pub(crate) fn done(&self) -> bool {
+        // SAFETY: the event is live.
+        unsafe { tr_native_event_query(self.0.as_ptr()) != 0 }
+    }
 }
 
-/// Starts copying a host tensor (pinned, for a truly asynchronous copy) to CUDA device `index`.
-pub(crate) fn load_async(host: &tch::Tensor, index: usize) -> Result<(tch::Tensor, Pending)> {
-    let (mut tensor, mut event) = (std::ptr::null_mut(), std::ptr::null_mut());
-    let mut err = [0 as c_char; 512];
+/// Starts copying a host tensor to CUDA device `index` (asynchronous when the host memory is
+/// page-locked; from pageable memory CUDA copies synchronously).
+pub(crate) fn load_async(host: &tch::Tensor, index: usize) -> Result<(tch::Tensor, Event)> {
+    let (mut tensor, mut done) = (std::ptr::null_mut(), std::ptr::null_mut());
+    let mut err = [0 as c_char; ERR_LEN];
     // SAFETY: `host` is a live tensor; the out pointers are valid; the buffer has its length.
-    let status = unsafe { tr_native_load_async(host.as_ptr().cast(), index as c_int, &mut tensor, &mut event, err.as_mut_ptr(), err.len()) };
-    check(status, &err)?;
-    let event = Pending(NonNull::new(event).ok_or_else(|| Error::Device("no event for the copy".into()))?);
+    let status = unsafe { tr_native_load_async(host.as_ptr().cast(), index as c_int, &mut tensor, &mut done, err.as_mut_ptr(), ERR_LEN) };
+    check("load", status, &err)?;
+    let done = event(done)?;
     // SAFETY: the shim returned a heap at::Tensor that we now own.
-    Ok((unsafe { tch::Tensor::from_ptr(tensor.cast()) }, event))
+    Ok((unsafe { tch::Tensor::from_ptr(tensor.cast()) }, done))
 }
 
-/// Makes the compute stream wait for the copy before the op that needs `tensor` runs.
-pub(crate) fn wait(pending: Pending, tensor: &tch::Tensor) -> Result<()> {
-    let mut err = [0 as c_char; 512];
-    // SAFETY: the event and the tensor are live; the buffer has its length.
-    let status = unsafe { tr_native_copy_wait(pending.0.as_ptr(), tensor.as_ptr().cast(), err.as_mut_ptr(), err.len()) };
-    check(status, &err)
-}
-
-/// Copies a device tensor into its host home after the compute work queued so far.
-pub(crate) fn write_back(device: &tch::Tensor, host: &tch::Tensor) -> Result<()> {
-    let mut err = [0 as c_char; 512];
-    // SAFETY: both tensors are live; the buffer has its length.
-    let status = unsafe { tr_native_write_back(device.as_ptr().cast(), host.as_ptr().cast(), err.as_mut_ptr(), err.len()) };
-    check(status, &err)
+/// Starts copying a device tensor into its host home after the compute work queued so far.
+pub(crate) fn write_back_async(device: &tch::Tensor, host: &tch::Tensor) -> Result<Event> {
+    let mut done = std::ptr::null_mut();
+    let mut err = [0 as c_char; ERR_LEN];
+    // SAFETY: both tensors are live; the out pointer is valid; the buffer has its length.
+    let status = unsafe { tr_native_write_back_async(device.as_ptr().cast(), host.as_ptr().cast(), &mut done, err.as_mut_ptr(), ERR_LEN) };
+    check("write-back", status, &err)?;
+    event(done)
 }

@@ -1,11 +1,12 @@
-//! The compute device the manager places tensors on, and the copies between it and host memory.
-//! The simulated accelerator is host memory that the manager accounts for as device memory;
-//! its loads and write-backs are real copies, so budgets, copies and data integrity are
-//! exercised on machines without a GPU.
+//! The compute device the manager places storages on, and the copies between it and host
+//! memory. The simulated accelerator is host memory that the manager accounts for as device
+//! memory; its loads and write-backs are real (synchronous) copies, so budgets, copies and data
+//! integrity are exercised on machines without a GPU, and every place CUDA would wait or copy
+//! from pageable memory is counted the same way on both (see `manager`).
 
-use super::cuda::{self, Pending};
+use super::cuda;
 use crate::error::{Error, Result};
-use tch::{Device, Tensor};
+use tch::Device;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ComputeDevice {
@@ -17,12 +18,46 @@ pub enum ComputeDevice {
     Simulated,
 }
 
+/// A copy between a home and the device: still running on CUDA's side stream, or finished.
+pub(crate) struct Transfer(Option<cuda::Event>);
+
+impl Transfer {
+    fn done() -> Transfer {
+        Transfer(None)
+    }
+
+    /// Makes the ops that read `tensor` wait for the copy, without blocking the host.
+    pub(crate) fn block_compute(&self, tensor: &tch::Tensor) -> Result<()> {
+        self.0.as_ref().map_or(Ok(()), |e| e.block_compute(tensor))
+    }
+
+    /// Blocks the host until the copy has ended.
+    pub(crate) fn wait_on_host(&self) -> Result<()> {
+        self.0.as_ref().map_or(Ok(()), cuda::Event::synchronize)
+    }
+
+    /// Whether the copy has ended.
+    pub(crate) fn finished(&self) -> bool {
+        self.0.as_ref().map_or(true, cuda::Event::done)
+    }
+}
+
 impl ComputeDevice {
+    /// CUDA device 0 where libtorch sees one, else the simulated accelerator.
+    pub fn best_available() -> ComputeDevice {
+        if tch::Cuda::is_available() { ComputeDevice::Cuda(0) } else { ComputeDevice::Simulated }
+    }
+
     pub(crate) fn tch(self) -> Device {
         match self {
             ComputeDevice::Cuda(n) => Device::Cuda(n),
             ComputeDevice::Cpu | ComputeDevice::Simulated => Device::Cpu,
         }
+    }
+
+    /// Whether the device has CUDA's page-locked allocator behind it.
+    pub(crate) fn cuda(self) -> bool {
+        matches!(self, ComputeDevice::Cuda(_))
     }
 
     pub(crate) fn check_available(self) -> Result<()> {
@@ -35,59 +70,52 @@ impl ComputeDevice {
         Ok(())
     }
 
-    /// A device copy of a host tensor. On CUDA the copy runs on a side stream and is still in
-    /// flight: the returned `Pending` must be waited on (`cuda::wait`) before an op reads it.
-    pub(crate) fn load(self, host: &Tensor) -> Result<(Tensor, Option<Pending>)> {
+    /// A device copy of a home (a 1-D byte tensor), and the copy still running.
+    pub(crate) fn load(self, home: &tch::Tensor) -> Result<(tch::Tensor, Transfer)> {
         match self {
-            ComputeDevice::Cuda(n) => cuda::load_async(host, n).map(|(t, p)| (t, Some(p))),
-            _ => Ok((host.f_to_device_(self.tch(), host.f_kind()?, false, true)?, None)),
+            ComputeDevice::Cuda(n) => cuda::load_async(home, n).map(|(t, e)| (t, Transfer(Some(e)))),
+            _ => Ok((home.f_to_device_(self.tch(), home.f_kind()?, false, true)?, Transfer::done())),
         }
     }
 
-    /// Copies a device tensor's values into its host home; on return the home is readable.
-    pub(crate) fn write_back(self, device: &Tensor, host: &Tensor) -> Result<()> {
+    /// Starts copying a device copy's bytes into its home; the home is readable once the
+    /// returned transfer has finished.
+    pub(crate) fn write_back(self, device: &tch::Tensor, home: &tch::Tensor) -> Result<Transfer> {
         match self {
-            ComputeDevice::Cuda(_) => cuda::write_back(device, host),
-            _ => Ok(host.shallow_clone().f_copy_(device)?),
-        }
-    }
-
-    /// An uninitialised host tensor shaped like `like`, with its strides when its layout is
-    /// dense (a transpose stays a transpose: later ops then sum in the same order as without a
-    /// manager, so results stay bit for bit identical), page-locked when asked and useful.
-    pub(crate) fn empty_host(self, like: &Tensor, pin: bool) -> Result<Tensor> {
-        let (size, stride, options) = (like.size(), like.stride(), (like.f_kind()?, Device::Cpu));
-        let host = match dense(&size, &stride) {
-            true => Tensor::f_empty_strided(&size, &stride, options)?,
-            false => Tensor::f_empty(&size, options)?,
-        };
-        self.maybe_pin(host, pin)
-    }
-
-    /// Page-locks a host tensor (only meaningful with CUDA, where it makes copies asynchronous).
-    pub(crate) fn maybe_pin(self, host: Tensor, pin: bool) -> Result<Tensor> {
-        match self {
-            ComputeDevice::Cuda(n) if pin && !is_pinned(&host) => Ok(host.f_pin_memory(Device::Cuda(n))?),
-            _ => Ok(host),
+            ComputeDevice::Cuda(_) => cuda::write_back_async(device, home).map(|e| Transfer(Some(e))),
+            _ => {
+                home.shallow_clone().f_copy_(device)?;
+                Ok(Transfer::done())
+            }
         }
     }
 }
 
-/// Whether the elements exactly fill their span of memory, in some order of dimensions (what
-/// libtorch's `preserve_format` keeps).
-fn dense(size: &[i64], stride: &[i64]) -> bool {
-    let mut dims: Vec<(i64, i64)> = stride.iter().zip(size).filter(|(_, &n)| n != 1).map(|(&s, &n)| (s, n)).collect();
-    dims.sort_unstable();
-    let mut expected = 1;
-    for (s, n) in dims {
-        if s != expected {
-            return false;
+/// Parses `cpu`, `simulated`, `cuda`, `cuda:N` and `auto` (see `best_available`), as the
+/// examples' `--device` option takes them.
+impl std::str::FromStr for ComputeDevice {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<ComputeDevice> {
+        match s {
+            "auto" => Ok(ComputeDevice::best_available()),
+            "cpu" => Ok(ComputeDevice::Cpu),
+            "simulated" => Ok(ComputeDevice::Simulated),
+            "cuda" => Ok(ComputeDevice::Cuda(0)),
+            _ => s
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .map(ComputeDevice::Cuda)
+                .ok_or_else(|| Error::InvalidArg(format!("unknown device `{s}`: expected cpu, simulated, cuda, cuda:N or auto"))),
         }
-        expected *= n;
     }
-    !size.contains(&0)
 }
 
-fn is_pinned(t: &Tensor) -> bool {
-    t.device() == Device::Cpu && tch::utils::has_cuda() && t.f_is_pinned(Device::Cuda(0)).unwrap_or(false)
+impl std::fmt::Display for ComputeDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ComputeDevice::Cpu => write!(f, "cpu (nothing moves)"),
+            ComputeDevice::Simulated => write!(f, "simulated accelerator (host memory accounted as device memory)"),
+            ComputeDevice::Cuda(n) => write!(f, "cuda:{n} (of {} CUDA devices libtorch sees)", tch::Cuda::device_count()),
+        }
+    }
 }

