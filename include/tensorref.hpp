@@ -1157,8 +1157,8 @@ class Residency {
     static void start_timeline() { detail::call(tr_residency_timeline_start); }
 
     /// Writes the recorded events to `path` as Chrome trace / Perfetto JSON (open it at
-    /// ui.perfetto.dev). Throws TR_ERR_INVALID_ARG when no timeline was started or the path is
-    /// not writable.
+    /// ui.perfetto.dev). Throws TR_ERR_INVALID_ARG when no timeline was started, TR_ERR_IO when the
+    /// path cannot be written, and TR_ERR_INVALID_ARG for a path holding a NUL.
     static void write_timeline(const std::string& path) {
         detail::call(tr_residency_timeline_write, detail::c_string(path, "the path"));
     }

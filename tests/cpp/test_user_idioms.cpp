@@ -98,8 +98,8 @@ TEST(temporaries_in_braced_lists_live_through_the_call_under_every_policy) {
     CHECK_THROWS(tr::cat({}, 0), TR_ERR_INVALID_ARG, "at least one tensor");
 }
 
-// Needs the core's re-entrancy guard (src/residency): without it the callback's call deadlocks
-// on the manager's lock, and the watchdog ends the program.
+// The core's re-entrancy guard (src/residency) makes the callback's call an error; without it the
+// call deadlocks on the manager's lock, and the watchdog ends the program.
 TEST(a_callback_that_calls_the_library_gets_an_error_not_a_deadlock) {
     Watchdog dog("a callback calling tr::ones", 60);
     Tensor a = tr::randn({8, 8});

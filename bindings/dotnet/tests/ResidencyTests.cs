@@ -296,7 +296,7 @@ namespace TensorRef.Tests
                     ResidencyManager.StartTimeline();
                     a.Matmul(a).Relu();
                     ResidencyManager.WriteTimeline(path);
-                    Check.Throws(Status.InvalidArg, () => ResidencyManager.WriteTimeline(Path.Combine(path, "no", "such", "dir.json")),
+                    Check.Throws(Status.Io, () => ResidencyManager.WriteTimeline(Path.Combine(path, "no", "such", "dir.json")),
                                  "an unwritable path");
                 }
             }

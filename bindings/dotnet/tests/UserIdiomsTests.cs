@@ -116,8 +116,8 @@ namespace TensorRef.Tests
             x.Dispose();
         }
 
-        // Needs the core's re-entrancy guard (src/residency): without it the handler's call
-        // deadlocks on the manager's lock, and the watchdog ends the run.
+        // The core's re-entrancy guard (src/residency) makes the handler's call an exception; without
+        // it the call deadlocks on the manager's lock, and the watchdog ends the run.
         [Test]
         static void AHandlerThatCallsTheLibrary_GetsAnExceptionNotADeadlock()
         {

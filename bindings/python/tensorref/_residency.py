@@ -278,5 +278,6 @@ def timeline_start() -> None:
 
 
 def timeline_write(path) -> None:
-    """Writes the recorded events to `path` as Chrome trace / Perfetto JSON."""
+    """Writes the recorded events to `path` as Chrome trace / Perfetto JSON. Raises ArgumentError
+    without a timeline started, FileError when the path cannot be written."""
     _check(lib.tr_residency_timeline_write(c_path(path)), "tr_residency_timeline_write")

@@ -99,8 +99,8 @@ def test_tensors_dropped_inside_a_callback_are_released_after_it():
     assert out == ["0"]
 
 
-# Needs the core's re-entrancy guard (src/residency, the lead's part of issue 13): until it is
-# in the library, the callback's call deadlocks on the manager's lock and the watchdog fails this.
+# The core's re-entrancy guard (src/residency) makes the callback's call an error; without it the
+# call deadlocks on the manager's lock, and the watchdog fails this test.
 def test_a_callback_that_calls_the_library_gets_an_error_not_a_hang():
     out = run("""
         import tensorref as tr

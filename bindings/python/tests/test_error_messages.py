@@ -58,6 +58,16 @@ def test_cat_of_nothing_is_an_argument_error():
         tr.cat([], 0)
 
 
+def test_a_timeline_that_cannot_be_written_is_a_file_error(tmp_path):
+    with tr.residency(policy="flow", budget_bytes=1 << 20):
+        with pytest.raises(tr.ArgumentError, match="timeline"):
+            tr.timeline_write(tmp_path / "t.json")  # never started
+        tr.timeline_start()
+        (tr.ones(4) + 1).close()
+        with pytest.raises(tr.FileError, match="cannot write"):
+            tr.timeline_write(tmp_path / "no" / "such" / "dir.json")
+
+
 def test_entering_a_disposed_scope_raises():
     s = tr.scope()
     s.dispose()
