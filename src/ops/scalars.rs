@@ -22,35 +22,18 @@ pub enum Scalar {
     Bool(bool),
 }
 
-impl From<f64> for Scalar {
-    fn from(v: f64) -> Self {
-        Scalar::Float(v)
-    }
+/// `Scalar::from` for each Rust number type: its kind follows the type.
+macro_rules! scalar_from {
+    ($($ty:ty => $kind:ident),*) => {$(
+        impl From<$ty> for Scalar {
+            fn from(v: $ty) -> Self {
+                Scalar::$kind(v.into())
+            }
+        }
+    )*};
 }
 
-impl From<f32> for Scalar {
-    fn from(v: f32) -> Self {
-        Scalar::Float(v.into())
-    }
-}
-
-impl From<i64> for Scalar {
-    fn from(v: i64) -> Self {
-        Scalar::Int(v)
-    }
-}
-
-impl From<i32> for Scalar {
-    fn from(v: i32) -> Self {
-        Scalar::Int(v.into())
-    }
-}
-
-impl From<bool> for Scalar {
-    fn from(v: bool) -> Self {
-        Scalar::Bool(v)
-    }
-}
+scalar_from!(f64 => Float, f32 => Float, i64 => Int, i32 => Int, bool => Bool);
 
 impl std::fmt::Display for Scalar {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
