@@ -2479,3 +2479,21 @@ tr_status tr_weights_load(const char *path,
 #endif  // __cplusplus
 
 #endif  /* TENSORREF_H */
+
+#ifndef TENSORREF_H_SCALARS
+#define TENSORREF_H_SCALARS
+/* A tr_scalar of each kind, for C: tr_tensor_add_scalar(a, tr_scalar_int(1), &out) keeps an
+ * integer tensor integer; tr_scalar_float(0.5) promotes it to float32, as a Python float would. */
+static inline struct tr_scalar tr_scalar_int(int64_t v) {
+    struct tr_scalar s = {TR_SCALAR_INT, v, 0.0, false};
+    return s;
+}
+static inline struct tr_scalar tr_scalar_float(double v) {
+    struct tr_scalar s = {TR_SCALAR_FLOAT, 0, v, false};
+    return s;
+}
+static inline struct tr_scalar tr_scalar_bool(bool v) {
+    struct tr_scalar s = {TR_SCALAR_BOOL, 0, 0.0, v};
+    return s;
+}
+#endif /* TENSORREF_H_SCALARS */
