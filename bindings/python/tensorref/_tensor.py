@@ -66,30 +66,37 @@ in_callback: list[int] = []
 def flush_releases(_pending=_pending, _release_many=_release_many, _release=_release,
                    _u64=c_uint64) -> int:
     """Releases every handle whose owning Tensor object was garbage collected and is waiting in
-    the deferred-release buffer, with one tr_tensor_release_many call (tr_tensor_release for a
+    the deferred-release buffer, with a tr_tensor_release_many call (tr_tensor_release for a
     single one); returns how many. Safe from any thread and from a finalizer that runs during a
-    flush (each handle is taken from the buffer exactly once)."""
-    n = len(_pending)
-    if not n:
-        return 0
-    if n == 1:
+    flush (each handle is taken from the buffer exactly once). Handles that join the buffer
+    meanwhile (the array's allocation may run the collector, whose finalizers append, and `pop`
+    takes the newest first) are released too, in up to four rounds (so that a thread that keeps
+    dropping tensors cannot hold this one here)."""
+    total = 0
+    for _ in range(4):
+        if not _pending:
+            break
+        n = len(_pending)
+        if n == 1:
+            try:
+                _release(_pending.pop())
+            except IndexError:  # another thread took it
+                break
+            total += 1
+            continue
+        arr = (_u64 * n)()
+        pop = _pending.pop
+        i = 0
         try:
-            _release(_pending.pop())
-        except IndexError:  # another thread took it
-            return 0
-        return 1
-    arr = (_u64 * n)()
-    pop = _pending.pop
-    i = 0
-    try:
-        while i < n:
-            arr[i] = pop()
-            i += 1
-    except IndexError:  # another thread, or a finalizer's flush, took the rest
-        pass
-    if i:
-        _release_many(arr, i)  # a stale handle (released elsewhere first) changes nothing
-    return i
+            while i < n:
+                arr[i] = pop()
+                i += 1
+        except IndexError:  # another thread, or a finalizer's flush, took the rest
+            pass
+        if i:
+            _release_many(arr, i)  # a stale handle (released elsewhere first) changes nothing
+        total += i
+    return total
 
 
 def set_release_batch(n: int) -> int:
