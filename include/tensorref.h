@@ -29,6 +29,15 @@
 #include <stdint.h>
 
 /**
+ * `tr_scalar.kind`: which member holds the value.
+ */
+#define TR_SCALAR_INT 0
+
+#define TR_SCALAR_FLOAT 1
+
+#define TR_SCALAR_BOOL 2
+
+/**
  * Weights are loaded for their op and may leave after (pytorch-optimem's `page`).
  */
 #define TR_WEIGHTS_PAGE 0
@@ -207,6 +216,21 @@ typedef struct tr_minilm {
  * An element type: one of the TR_DTYPE_* codes (c10's ScalarType numbers).
  */
 typedef int32_t tr_dtype;
+
+/**
+ * A scalar that keeps its type, as a Python number does: `kind` says which member holds the
+ * value (TR_SCALAR_INT: `i`, TR_SCALAR_FLOAT: `f`, TR_SCALAR_BOOL: `b`); the others are
+ * ignored. Ops promote it with the tensor as PyTorch promotes a Python number: an integer keeps
+ * an integer tensor's dtype (`int32_tensor + 1` is int32) and is exact to 64 bits, a float
+ * makes an integer or bool tensor float32 and never widens a floating one. In C:
+ * `(tr_scalar){.kind = TR_SCALAR_INT, .i = 1}`.
+ */
+typedef struct tr_scalar {
+  int32_t kind;
+  int64_t i;
+  double f;
+  bool b;
+} tr_scalar;
 
 /**
  * How the residency manager runs. Start from `tr_residency_config_default`.
@@ -530,19 +554,21 @@ tr_status tr_tensor_ones(const int64_t *shape,
                          struct tr_tensor *out);
 
 /**
- * A tensor filled with `value`.
+ * A tensor filled with `value`, which must fit `dtype` (an integer dtype refuses infinities, NaN
+ * and values out of its range).
  *
  * Lists come as a pointer and a length; the pointer may be NULL only when the length is 0.
+ * Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
  * Input handles are borrowed, never consumed.
  * On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
  * when no scope is open).
- * Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_INVALID_ARG for an unknown dtype;
- * TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call.
- * Safe to call from any thread.
+ * Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_INVALID_ARG for an unknown dtype or an
+ * unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when
+ * libtorch rejects the call. Safe to call from any thread.
  */
 tr_status tr_tensor_full(const int64_t *shape,
                          size_t shape_len,
-                         double value,
+                         struct tr_scalar value,
                          tr_dtype dtype,
                          struct tr_tensor *out);
 
@@ -681,41 +707,89 @@ tr_status tr_tensor_div(struct tr_tensor a, struct tr_tensor b, struct tr_tensor
 /**
  * a + s.
  *
+ * Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
  * Input handles are borrowed, never consumed.
  * On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
  * when no scope is open).
  * Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
- * bad handle; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch
- * rejects the call. Safe to call from any thread.
+ * bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+ * TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+ * thread.
  */
-tr_status tr_tensor_add_scalar(struct tr_tensor a, double s, struct tr_tensor *out);
+tr_status tr_tensor_add_scalar(struct tr_tensor a, struct tr_scalar s, struct tr_tensor *out);
 
 /**
  * a - s.
  *
+ * Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
  * Input handles are borrowed, never consumed.
  * On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
  * when no scope is open).
  * Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
- * bad handle; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch
- * rejects the call. Safe to call from any thread.
+ * bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+ * TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+ * thread.
  */
-tr_status tr_tensor_sub_scalar(struct tr_tensor a, double s, struct tr_tensor *out);
+tr_status tr_tensor_sub_scalar(struct tr_tensor a, struct tr_scalar s, struct tr_tensor *out);
 
 /**
  * a * s.
  *
+ * Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
  * Input handles are borrowed, never consumed.
  * On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
  * when no scope is open).
  * Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
- * bad handle; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch
- * rejects the call. Safe to call from any thread.
+ * bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+ * TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+ * thread.
  */
-tr_status tr_tensor_mul_scalar(struct tr_tensor a, double s, struct tr_tensor *out);
+tr_status tr_tensor_mul_scalar(struct tr_tensor a, struct tr_scalar s, struct tr_tensor *out);
 
 /**
- * a / s.
+ * a / s (true division).
+ *
+ * Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+ * Input handles are borrowed, never consumed.
+ * On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+ * when no scope is open).
+ * Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+ * bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+ * TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+ * thread.
+ */
+tr_status tr_tensor_div_scalar(struct tr_tensor a, struct tr_scalar s, struct tr_tensor *out);
+
+/**
+ * s - a.
+ *
+ * Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+ * Input handles are borrowed, never consumed.
+ * On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+ * when no scope is open).
+ * Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+ * bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+ * TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+ * thread.
+ */
+tr_status tr_tensor_rsub_scalar(struct tr_tensor a, struct tr_scalar s, struct tr_tensor *out);
+
+/**
+ * s / a (true division).
+ *
+ * Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+ * Input handles are borrowed, never consumed.
+ * On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+ * when no scope is open).
+ * Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+ * bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+ * TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+ * thread.
+ */
+tr_status tr_tensor_rdiv_scalar(struct tr_tensor a, struct tr_scalar s, struct tr_tensor *out);
+
+/**
+ * a // b: the quotient rounded toward negative infinity.
  *
  * Input handles are borrowed, never consumed.
  * On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
@@ -724,7 +798,81 @@ tr_status tr_tensor_mul_scalar(struct tr_tensor a, double s, struct tr_tensor *o
  * bad handle; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch
  * rejects the call. Safe to call from any thread.
  */
-tr_status tr_tensor_div_scalar(struct tr_tensor a, double s, struct tr_tensor *out);
+tr_status tr_tensor_floor_divide(struct tr_tensor a, struct tr_tensor b, struct tr_tensor *out);
+
+/**
+ * a // s.
+ *
+ * Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+ * Input handles are borrowed, never consumed.
+ * On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+ * when no scope is open).
+ * Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+ * bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+ * TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+ * thread.
+ */
+tr_status tr_tensor_floor_divide_scalar(struct tr_tensor a,
+                                        struct tr_scalar s,
+                                        struct tr_tensor *out);
+
+/**
+ * s // a.
+ *
+ * Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+ * Input handles are borrowed, never consumed.
+ * On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+ * when no scope is open).
+ * Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+ * bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+ * TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+ * thread.
+ */
+tr_status tr_tensor_rfloor_divide_scalar(struct tr_tensor a,
+                                         struct tr_scalar s,
+                                         struct tr_tensor *out);
+
+/**
+ * a % b, with the sign of `b` (Python's %).
+ *
+ * Input handles are borrowed, never consumed.
+ * On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+ * when no scope is open).
+ * Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+ * bad handle; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch
+ * rejects the call. Safe to call from any thread.
+ */
+tr_status tr_tensor_remainder(struct tr_tensor a, struct tr_tensor b, struct tr_tensor *out);
+
+/**
+ * a % s.
+ *
+ * Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+ * Input handles are borrowed, never consumed.
+ * On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+ * when no scope is open).
+ * Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+ * bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+ * TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+ * thread.
+ */
+tr_status tr_tensor_remainder_scalar(struct tr_tensor a, struct tr_scalar s, struct tr_tensor *out);
+
+/**
+ * s % a.
+ *
+ * Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+ * Input handles are borrowed, never consumed.
+ * On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+ * when no scope is open).
+ * Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+ * bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+ * TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+ * thread.
+ */
+tr_status tr_tensor_rremainder_scalar(struct tr_tensor a,
+                                      struct tr_scalar s,
+                                      struct tr_tensor *out);
 
 /**
  * a raised to `exponent`, elementwise.
@@ -739,16 +887,34 @@ tr_status tr_tensor_div_scalar(struct tr_tensor a, double s, struct tr_tensor *o
 tr_status tr_tensor_pow(struct tr_tensor a, struct tr_tensor exponent, struct tr_tensor *out);
 
 /**
- * a raised to the scalar `exponent`.
+ * a raised to the scalar `exponent` (an integer tensor to a negative integer is refused).
  *
+ * Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
  * Input handles are borrowed, never consumed.
  * On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
  * when no scope is open).
  * Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
- * bad handle; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch
- * rejects the call. Safe to call from any thread.
+ * bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+ * TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+ * thread.
  */
-tr_status tr_tensor_pow_scalar(struct tr_tensor a, double exponent, struct tr_tensor *out);
+tr_status tr_tensor_pow_scalar(struct tr_tensor a,
+                               struct tr_scalar exponent,
+                               struct tr_tensor *out);
+
+/**
+ * `base` raised to a, elementwise.
+ *
+ * Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+ * Input handles are borrowed, never consumed.
+ * On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+ * when no scope is open).
+ * Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+ * bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+ * TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+ * thread.
+ */
+tr_status tr_tensor_rpow_scalar(struct tr_tensor a, struct tr_scalar base, struct tr_tensor *out);
 
 /**
  * -a.
@@ -873,14 +1039,19 @@ tr_status tr_tensor_tanh(struct tr_tensor a, struct tr_tensor *out);
 /**
  * a limited to [min, max].
  *
+ * Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
  * Input handles are borrowed, never consumed.
  * On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
  * when no scope is open).
  * Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
- * bad handle; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch
- * rejects the call. Safe to call from any thread.
+ * bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+ * TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+ * thread.
  */
-tr_status tr_tensor_clamp(struct tr_tensor a, double min, double max, struct tr_tensor *out);
+tr_status tr_tensor_clamp(struct tr_tensor a,
+                          struct tr_scalar min,
+                          struct tr_scalar max,
+                          struct tr_tensor *out);
 
 /**
  * Elements of `a` where `condition` is true, else of `other` (torch.where).
@@ -968,6 +1139,90 @@ tr_status tr_tensor_gt(struct tr_tensor a, struct tr_tensor b, struct tr_tensor 
  * rejects the call. Safe to call from any thread.
  */
 tr_status tr_tensor_ge(struct tr_tensor a, struct tr_tensor b, struct tr_tensor *out);
+
+/**
+ * a == s, as a bool tensor.
+ *
+ * Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+ * Input handles are borrowed, never consumed.
+ * On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+ * when no scope is open).
+ * Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+ * bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+ * TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+ * thread.
+ */
+tr_status tr_tensor_eq_scalar(struct tr_tensor a, struct tr_scalar s, struct tr_tensor *out);
+
+/**
+ * a != s, as a bool tensor.
+ *
+ * Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+ * Input handles are borrowed, never consumed.
+ * On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+ * when no scope is open).
+ * Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+ * bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+ * TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+ * thread.
+ */
+tr_status tr_tensor_ne_scalar(struct tr_tensor a, struct tr_scalar s, struct tr_tensor *out);
+
+/**
+ * a < s, as a bool tensor.
+ *
+ * Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+ * Input handles are borrowed, never consumed.
+ * On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+ * when no scope is open).
+ * Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+ * bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+ * TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+ * thread.
+ */
+tr_status tr_tensor_lt_scalar(struct tr_tensor a, struct tr_scalar s, struct tr_tensor *out);
+
+/**
+ * a <= s, as a bool tensor.
+ *
+ * Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+ * Input handles are borrowed, never consumed.
+ * On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+ * when no scope is open).
+ * Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+ * bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+ * TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+ * thread.
+ */
+tr_status tr_tensor_le_scalar(struct tr_tensor a, struct tr_scalar s, struct tr_tensor *out);
+
+/**
+ * a > s, as a bool tensor.
+ *
+ * Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+ * Input handles are borrowed, never consumed.
+ * On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+ * when no scope is open).
+ * Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+ * bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+ * TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+ * thread.
+ */
+tr_status tr_tensor_gt_scalar(struct tr_tensor a, struct tr_scalar s, struct tr_tensor *out);
+
+/**
+ * a >= s, as a bool tensor.
+ *
+ * Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+ * Input handles are borrowed, never consumed.
+ * On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+ * when no scope is open).
+ * Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+ * bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+ * TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+ * thread.
+ */
+tr_status tr_tensor_ge_scalar(struct tr_tensor a, struct tr_scalar s, struct tr_tensor *out);
 
 /**
  * Sum of all elements.
@@ -1251,7 +1506,7 @@ tr_status tr_tensor_squeeze(struct tr_tensor a, int64_t dim, struct tr_tensor *o
 tr_status tr_tensor_unsqueeze(struct tr_tensor a, int64_t dim, struct tr_tensor *out);
 
 /**
- * Concatenation along an existing dimension.
+ * Concatenation along an existing dimension of at least one tensor.
  *
  * Lists come as a pointer and a length; the pointer may be NULL only when the length is 0.
  * Input handles are borrowed, never consumed.
@@ -1267,7 +1522,7 @@ tr_status tr_tensor_cat(const struct tr_tensor *tensors,
                         struct tr_tensor *out);
 
 /**
- * Stacking along a new dimension.
+ * Stacking along a new dimension of at least one tensor.
  *
  * Lists come as a pointer and a length; the pointer may be NULL only when the length is 0.
  * Input handles are borrowed, never consumed.
@@ -1324,6 +1579,87 @@ tr_status tr_tensor_index_select(struct tr_tensor a,
  * rejects the call. Safe to call from any thread.
  */
 tr_status tr_tensor_contiguous(struct tr_tensor a, struct tr_tensor *out);
+
+/**
+ * A copy of `a` with its own storage.
+ *
+ * Input handles are borrowed, never consumed.
+ * On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+ * when no scope is open).
+ * Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+ * bad handle; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch
+ * rejects the call. Safe to call from any thread.
+ */
+tr_status tr_tensor_clone(struct tr_tensor a, struct tr_tensor *out);
+
+/**
+ * A view of `a` broadcast to `shape` (-1 keeps a dimension).
+ *
+ * Lists come as a pointer and a length; the pointer may be NULL only when the length is 0.
+ * Input handles are borrowed, never consumed.
+ * On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+ * when no scope is open).
+ * Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+ * bad handle; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch
+ * rejects the call. Safe to call from any thread.
+ */
+tr_status tr_tensor_expand(struct tr_tensor a,
+                           const int64_t *shape,
+                           size_t shape_len,
+                           struct tr_tensor *out);
+
+/**
+ * A view of entry `index` of `dim`, without that dimension (a[index] on dim 0).
+ *
+ * Input handles are borrowed, never consumed.
+ * On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+ * when no scope is open).
+ * Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+ * bad handle; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch
+ * rejects the call. Safe to call from any thread.
+ */
+tr_status tr_tensor_select(struct tr_tensor a, int64_t dim, int64_t index, struct tr_tensor *out);
+
+/**
+ * A view of entries start, start + step, ... before `end` of `dim` (step > 0).
+ *
+ * Input handles are borrowed, never consumed.
+ * On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+ * when no scope is open).
+ * Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+ * bad handle; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch
+ * rejects the call. Safe to call from any thread.
+ */
+tr_status tr_tensor_slice(struct tr_tensor a,
+                          int64_t dim,
+                          int64_t start,
+                          int64_t end,
+                          int64_t step,
+                          struct tr_tensor *out);
+
+/**
+ * The elements of `a` where the bool `mask` (broadcast) is true, as a 1-d tensor.
+ *
+ * Input handles are borrowed, never consumed.
+ * On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+ * when no scope is open).
+ * Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+ * bad handle; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch
+ * rejects the call. Safe to call from any thread.
+ */
+tr_status tr_tensor_masked_select(struct tr_tensor a, struct tr_tensor mask, struct tr_tensor *out);
+
+/**
+ * The indices of the nonzero elements, as an i64 [n, ndim] tensor.
+ *
+ * Input handles are borrowed, never consumed.
+ * On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+ * when no scope is open).
+ * Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+ * bad handle; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch
+ * rejects the call. Safe to call from any thread.
+ */
+tr_status tr_tensor_nonzero(struct tr_tensor a, struct tr_tensor *out);
 
 /**
  * Conversion to another dtype.
@@ -1493,7 +1829,7 @@ tr_status tr_tensor_sub_(struct tr_tensor a, struct tr_tensor b);
 tr_status tr_tensor_mul_(struct tr_tensor a, struct tr_tensor b);
 
 /**
- * a *= s.
+ * a /= b (true division: `a` must be floating).
  *
  * Input handles are borrowed, never consumed.
  * Modifies `a` in place; no new handle is registered.
@@ -1501,7 +1837,190 @@ tr_status tr_tensor_mul_(struct tr_tensor a, struct tr_tensor b);
  * TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call
  * from any thread.
  */
-tr_status tr_tensor_mul_scalar_(struct tr_tensor a, double s);
+tr_status tr_tensor_div_(struct tr_tensor a, struct tr_tensor b);
+
+/**
+ * a += s.
+ *
+ * Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+ * Input handles are borrowed, never consumed.
+ * Modifies `a` in place; no new handle is registered.
+ * Errors: TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a bad handle; TR_ERR_INVALID_ARG for an
+ * unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when
+ * libtorch rejects the call. Safe to call from any thread.
+ */
+tr_status tr_tensor_add_scalar_(struct tr_tensor a, struct tr_scalar s);
+
+/**
+ * a -= s.
+ *
+ * Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+ * Input handles are borrowed, never consumed.
+ * Modifies `a` in place; no new handle is registered.
+ * Errors: TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a bad handle; TR_ERR_INVALID_ARG for an
+ * unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when
+ * libtorch rejects the call. Safe to call from any thread.
+ */
+tr_status tr_tensor_sub_scalar_(struct tr_tensor a, struct tr_scalar s);
+
+/**
+ * a *= s.
+ *
+ * Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+ * Input handles are borrowed, never consumed.
+ * Modifies `a` in place; no new handle is registered.
+ * Errors: TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a bad handle; TR_ERR_INVALID_ARG for an
+ * unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when
+ * libtorch rejects the call. Safe to call from any thread.
+ */
+tr_status tr_tensor_mul_scalar_(struct tr_tensor a, struct tr_scalar s);
+
+/**
+ * a /= s (true division: `a` must be floating).
+ *
+ * Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+ * Input handles are borrowed, never consumed.
+ * Modifies `a` in place; no new handle is registered.
+ * Errors: TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a bad handle; TR_ERR_INVALID_ARG for an
+ * unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when
+ * libtorch rejects the call. Safe to call from any thread.
+ */
+tr_status tr_tensor_div_scalar_(struct tr_tensor a, struct tr_scalar s);
+
+/**
+ * a **= exponent.
+ *
+ * Input handles are borrowed, never consumed.
+ * Modifies `a` in place; no new handle is registered.
+ * Errors: TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a bad handle; TR_ERR_SHAPE,
+ * TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call
+ * from any thread.
+ */
+tr_status tr_tensor_pow_(struct tr_tensor a, struct tr_tensor exponent);
+
+/**
+ * a **= exponent.
+ *
+ * Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+ * Input handles are borrowed, never consumed.
+ * Modifies `a` in place; no new handle is registered.
+ * Errors: TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a bad handle; TR_ERR_INVALID_ARG for an
+ * unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when
+ * libtorch rejects the call. Safe to call from any thread.
+ */
+tr_status tr_tensor_pow_scalar_(struct tr_tensor a, struct tr_scalar exponent);
+
+/**
+ * a //= b.
+ *
+ * Input handles are borrowed, never consumed.
+ * Modifies `a` in place; no new handle is registered.
+ * Errors: TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a bad handle; TR_ERR_SHAPE,
+ * TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call
+ * from any thread.
+ */
+tr_status tr_tensor_floor_divide_(struct tr_tensor a, struct tr_tensor b);
+
+/**
+ * a //= s.
+ *
+ * Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+ * Input handles are borrowed, never consumed.
+ * Modifies `a` in place; no new handle is registered.
+ * Errors: TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a bad handle; TR_ERR_INVALID_ARG for an
+ * unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when
+ * libtorch rejects the call. Safe to call from any thread.
+ */
+tr_status tr_tensor_floor_divide_scalar_(struct tr_tensor a, struct tr_scalar s);
+
+/**
+ * a %= b.
+ *
+ * Input handles are borrowed, never consumed.
+ * Modifies `a` in place; no new handle is registered.
+ * Errors: TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a bad handle; TR_ERR_SHAPE,
+ * TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call
+ * from any thread.
+ */
+tr_status tr_tensor_remainder_(struct tr_tensor a, struct tr_tensor b);
+
+/**
+ * a %= s.
+ *
+ * Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+ * Input handles are borrowed, never consumed.
+ * Modifies `a` in place; no new handle is registered.
+ * Errors: TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a bad handle; TR_ERR_INVALID_ARG for an
+ * unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when
+ * libtorch rejects the call. Safe to call from any thread.
+ */
+tr_status tr_tensor_remainder_scalar_(struct tr_tensor a, struct tr_scalar s);
+
+/**
+ * Sets every element of `a` to `value`, which must fit its dtype.
+ *
+ * Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+ * Input handles are borrowed, never consumed.
+ * Modifies `a` in place; no new handle is registered.
+ * Errors: TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a bad handle; TR_ERR_INVALID_ARG for an
+ * unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when
+ * libtorch rejects the call. Safe to call from any thread.
+ */
+tr_status tr_tensor_fill_(struct tr_tensor a, struct tr_scalar value);
+
+/**
+ * Sets the elements of `a` where the bool `mask` (broadcast) is true to `value`.
+ *
+ * Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+ * Input handles are borrowed, never consumed.
+ * Modifies `a` in place; no new handle is registered.
+ * Errors: TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a bad handle; TR_ERR_INVALID_ARG for an
+ * unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when
+ * libtorch rejects the call. Safe to call from any thread.
+ */
+tr_status tr_tensor_masked_fill_(struct tr_tensor a, struct tr_tensor mask, struct tr_scalar value);
+
+/**
+ * Sets the entries of `dim` at the i64 `index` positions to `value`.
+ *
+ * Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+ * Input handles are borrowed, never consumed.
+ * Modifies `a` in place; no new handle is registered.
+ * Errors: TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a bad handle; TR_ERR_INVALID_ARG for an
+ * unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when
+ * libtorch rejects the call. Safe to call from any thread.
+ */
+tr_status tr_tensor_index_fill_(struct tr_tensor a,
+                                int64_t dim,
+                                struct tr_tensor index,
+                                struct tr_scalar value);
+
+/**
+ * Copies the entries of `source` along `dim` to the i64 `index` positions of `a`.
+ *
+ * Input handles are borrowed, never consumed.
+ * Modifies `a` in place; no new handle is registered.
+ * Errors: TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a bad handle; TR_ERR_SHAPE,
+ * TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call
+ * from any thread.
+ */
+tr_status tr_tensor_index_copy_(struct tr_tensor a,
+                                int64_t dim,
+                                struct tr_tensor index,
+                                struct tr_tensor source);
+
+/**
+ * Copies the elements of `source`, in order, to where the bool `mask` (broadcast) is true.
+ *
+ * Input handles are borrowed, never consumed.
+ * Modifies `a` in place; no new handle is registered.
+ * Errors: TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a bad handle; TR_ERR_SHAPE,
+ * TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call
+ * from any thread.
+ */
+tr_status tr_tensor_masked_scatter_(struct tr_tensor a,
+                                    struct tr_tensor mask,
+                                    struct tr_tensor source);
 
 /**
  * a = 0.
@@ -1865,6 +2384,13 @@ tr_status tr_tensor_shape(struct tr_tensor t, int64_t *dims, size_t len, size_t 
 tr_status tr_tensor_dtype(struct tr_tensor t, tr_dtype *out);
 
 /**
+ * Writes where the memory of `t` is: -1 for host memory, n >= 0 for CUDA device n (as
+ * `tr_live_bytes` numbers devices). Under a residency manager this is the tensor's home; the
+ * manager's device copies are its own. Errors: TR_ERR_NULL_ARG, bad handles.
+ */
+tr_status tr_tensor_device(struct tr_tensor t, int32_t *out);
+
+/**
  * Writes the number of elements of `t`. Errors: TR_ERR_NULL_ARG, bad handles.
  */
 tr_status tr_tensor_numel(struct tr_tensor t, size_t *out);
@@ -1874,6 +2400,14 @@ tr_status tr_tensor_numel(struct tr_tensor t, size_t *out);
  * TR_ERR_SHAPE if `t` has more or fewer than one element.
  */
 tr_status tr_tensor_item(struct tr_tensor t, double *out);
+
+/**
+ * Writes the value of a one-element tensor typed by its dtype: TR_SCALAR_INT in `i` for the
+ * integer dtypes (exact, where a double would round beyond 2^53), TR_SCALAR_BOOL in `b`,
+ * TR_SCALAR_FLOAT in `f` for the floating ones. Errors: TR_ERR_NULL_ARG, bad handles,
+ * TR_ERR_SHAPE if `t` has more or fewer than one element.
+ */
+tr_status tr_tensor_item_scalar(struct tr_tensor t, struct tr_scalar *out);
 
 /**
  * Writes the scope that owns `t`, or the handle 0 if none does.
@@ -1928,7 +2462,8 @@ const char *tr_version(void);
  * The file is memory-mapped and each tensor copied once into its tensor; no second copy of the
  * file is held. Errors: TR_ERR_NULL_ARG (`path`, `out_count`, `out_names_len`, or a NULL buffer
  * with a nonzero length); TR_ERR_IO (missing or unreadable file); TR_ERR_FORMAT (truncated or
- * corrupt file); TR_ERR_DTYPE (a dtype libtensorref has no type for, or an unknown one).
+ * corrupt file, or a tensor name with a NUL byte); TR_ERR_DTYPE (a dtype libtensorref has no
+ * type for, or an unknown one).
  * Nothing is written to `tensors` or `names` on error. Safe to call from any thread.
  */
 tr_status tr_weights_load(const char *path,
@@ -1944,3 +2479,21 @@ tr_status tr_weights_load(const char *path,
 #endif  // __cplusplus
 
 #endif  /* TENSORREF_H */
+
+#ifndef TENSORREF_H_SCALARS
+#define TENSORREF_H_SCALARS
+/* A tr_scalar of each kind, for C: tr_tensor_add_scalar(a, tr_scalar_int(1), &out) keeps an
+ * integer tensor integer; tr_scalar_float(0.5) promotes it to float32, as a Python float would. */
+static inline struct tr_scalar tr_scalar_int(int64_t v) {
+    struct tr_scalar s = {TR_SCALAR_INT, v, 0.0, false};
+    return s;
+}
+static inline struct tr_scalar tr_scalar_float(double v) {
+    struct tr_scalar s = {TR_SCALAR_FLOAT, 0, v, false};
+    return s;
+}
+static inline struct tr_scalar tr_scalar_bool(bool v) {
+    struct tr_scalar s = {TR_SCALAR_BOOL, 0, 0.0, v};
+    return s;
+}
+#endif /* TENSORREF_H_SCALARS */

@@ -171,6 +171,14 @@ inline void call(Fn fn, Args... args) {
     if (status != TR_OK) throw Error::last(status);
 }
 
+/// `text` as a C string argument; a NUL inside it would end the C string there ("a\0b" would
+/// open "a"), so it throws TR_ERR_INVALID_ARG.
+inline const char* c_string(const std::string& text, const char* what) {
+    if (text.find('\0') != std::string::npos)
+        throw Error(TR_ERR_INVALID_ARG, std::string(what) + " contains a NUL byte, which a C string cannot carry");
+    return text.c_str();
+}
+
 }  // namespace detail
 
 // ---------------------------------------------------------------- dtypes
@@ -301,6 +309,48 @@ class OptionalTensor {
 
   private:
     tr_tensor id_{0};
+};
+
+/// A scalar argument that keeps its type (tr_scalar): made from a bool, any integer type (held as
+/// int64, exactly) or a floating-point type. Ops promote it with the tensor as PyTorch promotes a
+/// Python number: `ints + 1` stays integer, `ints + 0.5` is f32, `f16s * 2.0` stays f16.
+class Scalar {
+  public:
+    Scalar(bool v) noexcept : s_{TR_SCALAR_BOOL, 0, 0.0, v} {}
+    /// An integer; an unsigned value above INT64_MAX throws TR_ERR_INVALID_ARG.
+    template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
+    Scalar(T v) : s_{TR_SCALAR_INT, to_int64(v), 0.0, false} {}
+    template <class T, std::enable_if_t<std::is_floating_point_v<T>, int> = 0>
+    Scalar(T v) noexcept : s_{TR_SCALAR_FLOAT, 0, static_cast<double>(v), false} {}
+    /// The value a C function wrote (tr_tensor_item_scalar).
+    explicit Scalar(const tr_scalar& s) noexcept : s_(s) {}
+
+    bool is_int() const noexcept { return s_.kind == TR_SCALAR_INT; }
+    bool is_float() const noexcept { return s_.kind == TR_SCALAR_FLOAT; }
+    bool is_bool() const noexcept { return s_.kind == TR_SCALAR_BOOL; }
+
+    /// The value as int64 (a float is truncated toward zero).
+    int64_t to_int() const noexcept {
+        return is_int() ? s_.i : is_bool() ? int64_t{s_.b} : static_cast<int64_t>(s_.f);
+    }
+    /// The value as a double (an integer beyond 2^53 rounds).
+    double to_double() const noexcept {
+        return is_float() ? s_.f : is_bool() ? double{s_.b ? 1.0 : 0.0} : static_cast<double>(s_.i);
+    }
+
+    tr_scalar raw() const noexcept { return s_; }
+
+  private:
+    template <class T>
+    static int64_t to_int64(T v) {
+        if constexpr (std::is_unsigned_v<T> && sizeof(T) >= sizeof(int64_t)) {
+            if (v > static_cast<T>(INT64_MAX))
+                throw Error(TR_ERR_INVALID_ARG, "scalar " + std::to_string(v) + " does not fit in int64");
+        }
+        return static_cast<int64_t>(v);
+    }
+
+    tr_scalar s_;
 };
 
 }  // namespace tr
@@ -464,11 +514,26 @@ class Tensor : public detail::TensorOps<Tensor> {
         return n;
     }
 
-    /// The value of a one-element tensor (else TR_ERR_SHAPE).
+    /// Where the memory is: -1 for host memory, n >= 0 for CUDA device n.
+    int32_t device_index() const {
+        int32_t d = -1;
+        detail::call(tr_tensor_device, h_, &d);
+        return d;
+    }
+
+    /// The value of a one-element tensor as a double (else TR_ERR_SHAPE).
     double item() const {
         double v = 0;
         detail::call(tr_tensor_item, h_, &v);
         return v;
+    }
+
+    /// The value of a one-element tensor typed by its dtype: an integer (exact to 64 bits),
+    /// a bool or a float (else TR_ERR_SHAPE).
+    Scalar item_scalar() const {
+        tr_scalar v{};
+        detail::call(tr_tensor_item_scalar, h_, &v);
+        return Scalar(v);
     }
 
     // ------------------------------------------------------------ scopes
@@ -1092,9 +1157,11 @@ class Residency {
     static void start_timeline() { detail::call(tr_residency_timeline_start); }
 
     /// Writes the recorded events to `path` as Chrome trace / Perfetto JSON (open it at
-    /// ui.perfetto.dev). Throws TR_ERR_INVALID_ARG when no timeline was started or the path is
-    /// not writable.
-    static void write_timeline(const std::string& path) { detail::call(tr_residency_timeline_write, path.c_str()); }
+    /// ui.perfetto.dev). Throws TR_ERR_INVALID_ARG when no timeline was started, TR_ERR_IO when the
+    /// path cannot be written, and TR_ERR_INVALID_ARG for a path holding a NUL.
+    static void write_timeline(const std::string& path) {
+        detail::call(tr_residency_timeline_write, detail::c_string(path, "the path"));
+    }
 
   private:
     void require_active() const {
@@ -1160,12 +1227,13 @@ class Weights {
         // a file without tensors). Should the file change before the load, that answers
         // TR_ERR_BUFFER_TOO_SMALL with the new sizes: try again.
         size_t count = 0, names_len = 0;
-        tr_status s = tr_weights_load(path.c_str(), nullptr, 0, nullptr, 0, &count, &names_len);
+        const char* c_path = detail::c_string(path, "the path");
+        tr_status s = tr_weights_load(c_path, nullptr, 0, nullptr, 0, &count, &names_len);
         if (s != TR_OK && s != TR_ERR_BUFFER_TOO_SMALL) throw Error::last(s);
         for (int attempt = 0;; attempt++) {
             std::vector<tr_tensor> raw(count, tr_tensor{0});
             std::string names(names_len, '\0');
-            s = tr_weights_load(path.c_str(), raw.data(), raw.size(), names.empty() ? nullptr : &names[0],
+            s = tr_weights_load(c_path, raw.data(), raw.size(), names.empty() ? nullptr : &names[0],
                                 names.size(), &count, &names_len);
             if (s == TR_ERR_BUFFER_TOO_SMALL && attempt < 3) continue;
             if (s != TR_OK) throw Error::last(s);
@@ -1180,6 +1248,7 @@ class Weights {
                 w.index_.emplace(w.names_.back(), i);
                 at = end + 1;
             }
+            if (at != names.size()) throw Error(TR_ERR_FORMAT, "tr_weights_load gave more names than tensors");
             return w;
         }
     }
@@ -1309,7 +1378,7 @@ class MiniLM {
     /// (missing files), TR_ERR_FORMAT (malformed files), TR_ERR_INVALID_ARG (options out of range).
     explicit MiniLM(const std::string& model_dir, const MiniLMOptions& options = MiniLMOptions()) {
         tr_minilm_options c = options.to_c();
-        detail::call(tr_minilm_load, model_dir.c_str(), &c, &h_);
+        detail::call(tr_minilm_load, detail::c_string(model_dir, "the model directory"), &c, &h_);
     }
 
     MiniLM(const MiniLM&) = delete;
@@ -1395,33 +1464,44 @@ class MiniLM {
 namespace tr {
 
 // ---------------------------------------------------------------- operators
-// Each returns a new tensor (owned by the current scope, if any); doubles are scalars with
-// PyTorch's promotion rules. Compound assignments are in place and exist where the op table has
-// an in-place op (+= -= *= with a tensor, *= with a double).
+// Each returns a new tensor (owned by the current scope, if any). Scalars (tr::Scalar: any
+// integer, floating or bool value) keep their type and promote as in PyTorch: `ints + 1` stays
+// integer, `ints / 2` and `ints + 0.5` are f32. Compound assignments are in place, as in PyTorch.
 
 [[nodiscard]] inline Tensor operator+(const Tensor& a, const Tensor& b) { return a.add(b); }
 [[nodiscard]] inline Tensor operator-(const Tensor& a, const Tensor& b) { return a.sub(b); }
 [[nodiscard]] inline Tensor operator*(const Tensor& a, const Tensor& b) { return a.mul(b); }
 [[nodiscard]] inline Tensor operator/(const Tensor& a, const Tensor& b) { return a.div(b); }
+[[nodiscard]] inline Tensor operator%(const Tensor& a, const Tensor& b) { return a.remainder(b); }
 
-[[nodiscard]] inline Tensor operator+(const Tensor& a, double s) { return a.add_scalar(s); }
-[[nodiscard]] inline Tensor operator-(const Tensor& a, double s) { return a.sub_scalar(s); }
-[[nodiscard]] inline Tensor operator*(const Tensor& a, double s) { return a.mul_scalar(s); }
-[[nodiscard]] inline Tensor operator/(const Tensor& a, double s) { return a.div_scalar(s); }
+[[nodiscard]] inline Tensor operator+(const Tensor& a, Scalar s) { return a.add_scalar(s); }
+[[nodiscard]] inline Tensor operator-(const Tensor& a, Scalar s) { return a.sub_scalar(s); }
+[[nodiscard]] inline Tensor operator*(const Tensor& a, Scalar s) { return a.mul_scalar(s); }
+[[nodiscard]] inline Tensor operator/(const Tensor& a, Scalar s) { return a.div_scalar(s); }
+[[nodiscard]] inline Tensor operator%(const Tensor& a, Scalar s) { return a.remainder_scalar(s); }
 
-[[nodiscard]] inline Tensor operator+(double s, const Tensor& a) { return a.add_scalar(s); }
-/// s - a, computed as (-a) + s: exact, as negation is.
-[[nodiscard]] inline Tensor operator-(double s, const Tensor& a) { return a.neg().add_scalar(s); }
-[[nodiscard]] inline Tensor operator*(double s, const Tensor& a) { return a.mul_scalar(s); }
-/// s / a, computed as (ones_like(a) * s) / a: a true division, as torch's `s / a`.
-[[nodiscard]] inline Tensor operator/(double s, const Tensor& a) { return a.ones_like().mul_scalar(s).div(a); }
+[[nodiscard]] inline Tensor operator+(Scalar s, const Tensor& a) { return a.add_scalar(s); }
+[[nodiscard]] inline Tensor operator-(Scalar s, const Tensor& a) { return a.rsub_scalar(s); }
+[[nodiscard]] inline Tensor operator*(Scalar s, const Tensor& a) { return a.mul_scalar(s); }
+/// s / a: a true division, as torch's `s / a`.
+[[nodiscard]] inline Tensor operator/(Scalar s, const Tensor& a) { return a.rdiv_scalar(s); }
+[[nodiscard]] inline Tensor operator%(Scalar s, const Tensor& a) { return a.rremainder_scalar(s); }
 
 [[nodiscard]] inline Tensor operator-(const Tensor& a) { return a.neg(); }
+
+// No comparison operators: Tensor's `explicit operator bool` says whether it holds a handle, so
+// `if (a < b)` would test that. Compare with the ops: a.lt(b), a.gt_scalar(0), ...
 
 inline Tensor& operator+=(Tensor& a, const Tensor& b) { return a.add_(b); }
 inline Tensor& operator-=(Tensor& a, const Tensor& b) { return a.sub_(b); }
 inline Tensor& operator*=(Tensor& a, const Tensor& b) { return a.mul_(b); }
-inline Tensor& operator*=(Tensor& a, double s) { return a.mul_scalar_(s); }
+inline Tensor& operator/=(Tensor& a, const Tensor& b) { return a.div_(b); }
+inline Tensor& operator%=(Tensor& a, const Tensor& b) { return a.remainder_(b); }
+inline Tensor& operator+=(Tensor& a, Scalar s) { return a.add_scalar_(s); }
+inline Tensor& operator-=(Tensor& a, Scalar s) { return a.sub_scalar_(s); }
+inline Tensor& operator*=(Tensor& a, Scalar s) { return a.mul_scalar_(s); }
+inline Tensor& operator/=(Tensor& a, Scalar s) { return a.div_scalar_(s); }
+inline Tensor& operator%=(Tensor& a, Scalar s) { return a.remainder_scalar_(s); }
 
 }  // namespace tr
 

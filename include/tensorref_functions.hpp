@@ -23,11 +23,12 @@ namespace tr {
     return Tensor::adopt(out);
 }
 
-/// A tensor filled with `value`. Calls `tr_tensor_full`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor full(IntList shape, double value, Dtype dtype = Dtype::F32) {
+/// A tensor filled with `value`, which must fit `dtype` (an integer dtype refuses infinities,
+/// NaN and values out of its range). Calls `tr_tensor_full`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor full(IntList shape, Scalar value, Dtype dtype = Dtype::F32) {
     tr_tensor out{0};
-    detail::call(tr_tensor_full, shape.data(), shape.size(), value, static_cast<tr_dtype>(dtype),
-            &out);
+    detail::call(tr_tensor_full, shape.data(), shape.size(), value.raw(),
+            static_cast<tr_dtype>(dtype), &out);
     return Tensor::adopt(out);
 }
 
@@ -99,23 +100,65 @@ namespace tr {
 }
 
 /// a + s. Calls `tr_tensor_add_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor add_scalar(const Tensor& a, double s) {
+[[nodiscard]] inline Tensor add_scalar(const Tensor& a, Scalar s) {
     return a.add_scalar(s);
 }
 
 /// a - s. Calls `tr_tensor_sub_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor sub_scalar(const Tensor& a, double s) {
+[[nodiscard]] inline Tensor sub_scalar(const Tensor& a, Scalar s) {
     return a.sub_scalar(s);
 }
 
 /// a * s. Calls `tr_tensor_mul_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor mul_scalar(const Tensor& a, double s) {
+[[nodiscard]] inline Tensor mul_scalar(const Tensor& a, Scalar s) {
     return a.mul_scalar(s);
 }
 
-/// a / s. Calls `tr_tensor_div_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor div_scalar(const Tensor& a, double s) {
+/// a / s (true division). Calls `tr_tensor_div_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor div_scalar(const Tensor& a, Scalar s) {
     return a.div_scalar(s);
+}
+
+/// s - a. Calls `tr_tensor_rsub_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor rsub_scalar(const Tensor& a, Scalar s) {
+    return a.rsub_scalar(s);
+}
+
+/// s / a (true division). Calls `tr_tensor_rdiv_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor rdiv_scalar(const Tensor& a, Scalar s) {
+    return a.rdiv_scalar(s);
+}
+
+/// a // b: the quotient rounded toward negative infinity. Calls `tr_tensor_floor_divide`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor floor_divide(const Tensor& a, const Tensor& b) {
+    return a.floor_divide(b);
+}
+
+/// a // s. Calls `tr_tensor_floor_divide_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor floor_divide_scalar(const Tensor& a, Scalar s) {
+    return a.floor_divide_scalar(s);
+}
+
+/// s // a. Calls `tr_tensor_rfloor_divide_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor rfloor_divide_scalar(const Tensor& a, Scalar s) {
+    return a.rfloor_divide_scalar(s);
+}
+
+/// a % b, with the sign of `b` (Python's %). Calls `tr_tensor_remainder`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor remainder(const Tensor& a, const Tensor& b) {
+    return a.remainder(b);
+}
+
+/// a % s. Calls `tr_tensor_remainder_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor remainder_scalar(const Tensor& a, Scalar s) {
+    return a.remainder_scalar(s);
+}
+
+/// s % a. Calls `tr_tensor_rremainder_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor rremainder_scalar(const Tensor& a, Scalar s) {
+    return a.rremainder_scalar(s);
 }
 
 /// a raised to `exponent`, elementwise. Calls `tr_tensor_pow`; throws tr::Error on failure.
@@ -123,10 +166,15 @@ namespace tr {
     return a.pow(exponent);
 }
 
-/// a raised to the scalar `exponent`. Calls `tr_tensor_pow_scalar`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor pow_scalar(const Tensor& a, double exponent) {
+/// a raised to the scalar `exponent` (an integer tensor to a negative integer is refused).
+/// Calls `tr_tensor_pow_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor pow_scalar(const Tensor& a, Scalar exponent) {
     return a.pow_scalar(exponent);
+}
+
+/// `base` raised to a, elementwise. Calls `tr_tensor_rpow_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor rpow_scalar(const Tensor& a, Scalar base) {
+    return a.rpow_scalar(base);
 }
 
 /// -a. Calls `tr_tensor_neg`; throws tr::Error on failure.
@@ -180,7 +228,7 @@ namespace tr {
 }
 
 /// a limited to [min, max]. Calls `tr_tensor_clamp`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor clamp(const Tensor& a, double min, double max) {
+[[nodiscard]] inline Tensor clamp(const Tensor& a, Scalar min, Scalar max) {
     return a.clamp(min, max);
 }
 
@@ -221,6 +269,36 @@ namespace tr {
 /// a >= b, as a bool tensor. Calls `tr_tensor_ge`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor ge(const Tensor& a, const Tensor& b) {
     return a.ge(b);
+}
+
+/// a == s, as a bool tensor. Calls `tr_tensor_eq_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor eq_scalar(const Tensor& a, Scalar s) {
+    return a.eq_scalar(s);
+}
+
+/// a != s, as a bool tensor. Calls `tr_tensor_ne_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor ne_scalar(const Tensor& a, Scalar s) {
+    return a.ne_scalar(s);
+}
+
+/// a < s, as a bool tensor. Calls `tr_tensor_lt_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor lt_scalar(const Tensor& a, Scalar s) {
+    return a.lt_scalar(s);
+}
+
+/// a <= s, as a bool tensor. Calls `tr_tensor_le_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor le_scalar(const Tensor& a, Scalar s) {
+    return a.le_scalar(s);
+}
+
+/// a > s, as a bool tensor. Calls `tr_tensor_gt_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor gt_scalar(const Tensor& a, Scalar s) {
+    return a.gt_scalar(s);
+}
+
+/// a >= s, as a bool tensor. Calls `tr_tensor_ge_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor ge_scalar(const Tensor& a, Scalar s) {
+    return a.ge_scalar(s);
 }
 
 /// Sum of all elements. Calls `tr_tensor_sum`; throws tr::Error on failure.
@@ -338,15 +416,16 @@ namespace tr {
     return a.unsqueeze(dim);
 }
 
-/// Concatenation along an existing dimension. Calls `tr_tensor_cat`; throws tr::Error on
-/// failure.
+/// Concatenation along an existing dimension of at least one tensor. Calls `tr_tensor_cat`;
+/// throws tr::Error on failure.
 [[nodiscard]] inline Tensor cat(const TensorList& tensors, int64_t dim) {
     tr_tensor out{0};
     detail::call(tr_tensor_cat, tensors.data(), tensors.size(), dim, &out);
     return Tensor::adopt(out);
 }
 
-/// Stacking along a new dimension. Calls `tr_tensor_stack`; throws tr::Error on failure.
+/// Stacking along a new dimension of at least one tensor. Calls `tr_tensor_stack`; throws
+/// tr::Error on failure.
 [[nodiscard]] inline Tensor stack(const TensorList& tensors, int64_t dim) {
     tr_tensor out{0};
     detail::call(tr_tensor_stack, tensors.data(), tensors.size(), dim, &out);
@@ -369,6 +448,46 @@ namespace tr {
 /// throws tr::Error on failure.
 [[nodiscard]] inline Tensor contiguous(const Tensor& a) {
     return a.contiguous();
+}
+
+/// A copy of `a` with its own storage. Calls `tr_tensor_clone`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor clone(const Tensor& a) {
+    return a.clone();
+}
+
+/// A view of `a` broadcast to `shape` (-1 keeps a dimension). Calls `tr_tensor_expand`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor expand(const Tensor& a, IntList shape) {
+    return a.expand(shape);
+}
+
+/// A view of entry `index` of `dim`, without that dimension (a[index] on dim 0). Calls
+/// `tr_tensor_select`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor select(const Tensor& a, int64_t dim, int64_t index) {
+    return a.select(dim, index);
+}
+
+/// A view of entries start, start + step, ... before `end` of `dim` (step > 0). Calls
+/// `tr_tensor_slice`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor slice(
+    const Tensor& a,
+    int64_t dim,
+    int64_t start,
+    int64_t end,
+    int64_t step) {
+    return a.slice(dim, start, end, step);
+}
+
+/// The elements of `a` where the bool `mask` (broadcast) is true, as a 1-d tensor. Calls
+/// `tr_tensor_masked_select`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor masked_select(const Tensor& a, const Tensor& mask) {
+    return a.masked_select(mask);
+}
+
+/// The indices of the nonzero elements, as an i64 [n, ndim] tensor. Calls `tr_tensor_nonzero`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor nonzero(const Tensor& a) {
+    return a.nonzero();
 }
 
 /// Conversion to another dtype. Calls `tr_tensor_to_dtype`; throws tr::Error on failure.
@@ -448,9 +567,91 @@ inline Tensor& mul_(Tensor& a, const Tensor& b) {
     return a.mul_(b);
 }
 
+/// a /= b (true division: `a` must be floating). Calls `tr_tensor_div_`; throws tr::Error on
+/// failure.
+inline Tensor& div_(Tensor& a, const Tensor& b) {
+    return a.div_(b);
+}
+
+/// a += s. Calls `tr_tensor_add_scalar_`; throws tr::Error on failure.
+inline Tensor& add_scalar_(Tensor& a, Scalar s) {
+    return a.add_scalar_(s);
+}
+
+/// a -= s. Calls `tr_tensor_sub_scalar_`; throws tr::Error on failure.
+inline Tensor& sub_scalar_(Tensor& a, Scalar s) {
+    return a.sub_scalar_(s);
+}
+
 /// a *= s. Calls `tr_tensor_mul_scalar_`; throws tr::Error on failure.
-inline Tensor& mul_scalar_(Tensor& a, double s) {
+inline Tensor& mul_scalar_(Tensor& a, Scalar s) {
     return a.mul_scalar_(s);
+}
+
+/// a /= s (true division: `a` must be floating). Calls `tr_tensor_div_scalar_`; throws
+/// tr::Error on failure.
+inline Tensor& div_scalar_(Tensor& a, Scalar s) {
+    return a.div_scalar_(s);
+}
+
+/// a **= exponent. Calls `tr_tensor_pow_`; throws tr::Error on failure.
+inline Tensor& pow_(Tensor& a, const Tensor& exponent) {
+    return a.pow_(exponent);
+}
+
+/// a **= exponent. Calls `tr_tensor_pow_scalar_`; throws tr::Error on failure.
+inline Tensor& pow_scalar_(Tensor& a, Scalar exponent) {
+    return a.pow_scalar_(exponent);
+}
+
+/// a //= b. Calls `tr_tensor_floor_divide_`; throws tr::Error on failure.
+inline Tensor& floor_divide_(Tensor& a, const Tensor& b) {
+    return a.floor_divide_(b);
+}
+
+/// a //= s. Calls `tr_tensor_floor_divide_scalar_`; throws tr::Error on failure.
+inline Tensor& floor_divide_scalar_(Tensor& a, Scalar s) {
+    return a.floor_divide_scalar_(s);
+}
+
+/// a %= b. Calls `tr_tensor_remainder_`; throws tr::Error on failure.
+inline Tensor& remainder_(Tensor& a, const Tensor& b) {
+    return a.remainder_(b);
+}
+
+/// a %= s. Calls `tr_tensor_remainder_scalar_`; throws tr::Error on failure.
+inline Tensor& remainder_scalar_(Tensor& a, Scalar s) {
+    return a.remainder_scalar_(s);
+}
+
+/// Sets every element of `a` to `value`, which must fit its dtype. Calls `tr_tensor_fill_`;
+/// throws tr::Error on failure.
+inline Tensor& fill_(Tensor& a, Scalar value) {
+    return a.fill_(value);
+}
+
+/// Sets the elements of `a` where the bool `mask` (broadcast) is true to `value`. Calls
+/// `tr_tensor_masked_fill_`; throws tr::Error on failure.
+inline Tensor& masked_fill_(Tensor& a, const Tensor& mask, Scalar value) {
+    return a.masked_fill_(mask, value);
+}
+
+/// Sets the entries of `dim` at the i64 `index` positions to `value`. Calls
+/// `tr_tensor_index_fill_`; throws tr::Error on failure.
+inline Tensor& index_fill_(Tensor& a, int64_t dim, const Tensor& index, Scalar value) {
+    return a.index_fill_(dim, index, value);
+}
+
+/// Copies the entries of `source` along `dim` to the i64 `index` positions of `a`. Calls
+/// `tr_tensor_index_copy_`; throws tr::Error on failure.
+inline Tensor& index_copy_(Tensor& a, int64_t dim, const Tensor& index, const Tensor& source) {
+    return a.index_copy_(dim, index, source);
+}
+
+/// Copies the elements of `source`, in order, to where the bool `mask` (broadcast) is true.
+/// Calls `tr_tensor_masked_scatter_`; throws tr::Error on failure.
+inline Tensor& masked_scatter_(Tensor& a, const Tensor& mask, const Tensor& source) {
+    return a.masked_scatter_(mask, source);
 }
 
 /// a = 0. Calls `tr_tensor_zero_`; throws tr::Error on failure.

@@ -71,30 +71,92 @@ class TensorOps {
     }
 
     /// a + s. (`a` is *this.) Calls `tr_tensor_add_scalar`; throws tr::Error on failure.
-    [[nodiscard]] Self add_scalar(double s) const {
+    [[nodiscard]] Self add_scalar(Scalar s) const {
         tr_tensor out{0};
-        detail::call(tr_tensor_add_scalar, self().raw(), s, &out);
+        detail::call(tr_tensor_add_scalar, self().raw(), s.raw(), &out);
         return Self::adopt(out);
     }
 
     /// a - s. (`a` is *this.) Calls `tr_tensor_sub_scalar`; throws tr::Error on failure.
-    [[nodiscard]] Self sub_scalar(double s) const {
+    [[nodiscard]] Self sub_scalar(Scalar s) const {
         tr_tensor out{0};
-        detail::call(tr_tensor_sub_scalar, self().raw(), s, &out);
+        detail::call(tr_tensor_sub_scalar, self().raw(), s.raw(), &out);
         return Self::adopt(out);
     }
 
     /// a * s. (`a` is *this.) Calls `tr_tensor_mul_scalar`; throws tr::Error on failure.
-    [[nodiscard]] Self mul_scalar(double s) const {
+    [[nodiscard]] Self mul_scalar(Scalar s) const {
         tr_tensor out{0};
-        detail::call(tr_tensor_mul_scalar, self().raw(), s, &out);
+        detail::call(tr_tensor_mul_scalar, self().raw(), s.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// a / s. (`a` is *this.) Calls `tr_tensor_div_scalar`; throws tr::Error on failure.
-    [[nodiscard]] Self div_scalar(double s) const {
+    /// a / s (true division). (`a` is *this.) Calls `tr_tensor_div_scalar`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self div_scalar(Scalar s) const {
         tr_tensor out{0};
-        detail::call(tr_tensor_div_scalar, self().raw(), s, &out);
+        detail::call(tr_tensor_div_scalar, self().raw(), s.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// s - a. (`a` is *this.) Calls `tr_tensor_rsub_scalar`; throws tr::Error on failure.
+    [[nodiscard]] Self rsub_scalar(Scalar s) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_rsub_scalar, self().raw(), s.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// s / a (true division). (`a` is *this.) Calls `tr_tensor_rdiv_scalar`; throws tr::Error
+    /// on failure.
+    [[nodiscard]] Self rdiv_scalar(Scalar s) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_rdiv_scalar, self().raw(), s.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// a // b: the quotient rounded toward negative infinity. (`a` is *this.) Calls
+    /// `tr_tensor_floor_divide`; throws tr::Error on failure.
+    [[nodiscard]] Self floor_divide(const Self& b) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_floor_divide, self().raw(), b.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// a // s. (`a` is *this.) Calls `tr_tensor_floor_divide_scalar`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self floor_divide_scalar(Scalar s) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_floor_divide_scalar, self().raw(), s.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// s // a. (`a` is *this.) Calls `tr_tensor_rfloor_divide_scalar`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self rfloor_divide_scalar(Scalar s) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_rfloor_divide_scalar, self().raw(), s.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// a % b, with the sign of `b` (Python's %). (`a` is *this.) Calls `tr_tensor_remainder`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self remainder(const Self& b) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_remainder, self().raw(), b.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// a % s. (`a` is *this.) Calls `tr_tensor_remainder_scalar`; throws tr::Error on failure.
+    [[nodiscard]] Self remainder_scalar(Scalar s) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_remainder_scalar, self().raw(), s.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// s % a. (`a` is *this.) Calls `tr_tensor_rremainder_scalar`; throws tr::Error on failure.
+    [[nodiscard]] Self rremainder_scalar(Scalar s) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_rremainder_scalar, self().raw(), s.raw(), &out);
         return Self::adopt(out);
     }
 
@@ -106,11 +168,19 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// a raised to the scalar `exponent`. (`a` is *this.) Calls `tr_tensor_pow_scalar`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self pow_scalar(double exponent) const {
+    /// a raised to the scalar `exponent` (an integer tensor to a negative integer is refused).
+    /// (`a` is *this.) Calls `tr_tensor_pow_scalar`; throws tr::Error on failure.
+    [[nodiscard]] Self pow_scalar(Scalar exponent) const {
         tr_tensor out{0};
-        detail::call(tr_tensor_pow_scalar, self().raw(), exponent, &out);
+        detail::call(tr_tensor_pow_scalar, self().raw(), exponent.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `base` raised to a, elementwise. (`a` is *this.) Calls `tr_tensor_rpow_scalar`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self rpow_scalar(Scalar base) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_rpow_scalar, self().raw(), base.raw(), &out);
         return Self::adopt(out);
     }
 
@@ -187,9 +257,9 @@ class TensorOps {
 
     /// a limited to [min, max]. (`a` is *this.) Calls `tr_tensor_clamp`; throws tr::Error on
     /// failure.
-    [[nodiscard]] Self clamp(double min, double max) const {
+    [[nodiscard]] Self clamp(Scalar min, Scalar max) const {
         tr_tensor out{0};
-        detail::call(tr_tensor_clamp, self().raw(), min, max, &out);
+        detail::call(tr_tensor_clamp, self().raw(), min.raw(), max.raw(), &out);
         return Self::adopt(out);
     }
 
@@ -246,6 +316,54 @@ class TensorOps {
     [[nodiscard]] Self ge(const Self& b) const {
         tr_tensor out{0};
         detail::call(tr_tensor_ge, self().raw(), b.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// a == s, as a bool tensor. (`a` is *this.) Calls `tr_tensor_eq_scalar`; throws tr::Error
+    /// on failure.
+    [[nodiscard]] Self eq_scalar(Scalar s) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_eq_scalar, self().raw(), s.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// a != s, as a bool tensor. (`a` is *this.) Calls `tr_tensor_ne_scalar`; throws tr::Error
+    /// on failure.
+    [[nodiscard]] Self ne_scalar(Scalar s) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_ne_scalar, self().raw(), s.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// a < s, as a bool tensor. (`a` is *this.) Calls `tr_tensor_lt_scalar`; throws tr::Error
+    /// on failure.
+    [[nodiscard]] Self lt_scalar(Scalar s) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_lt_scalar, self().raw(), s.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// a <= s, as a bool tensor. (`a` is *this.) Calls `tr_tensor_le_scalar`; throws tr::Error
+    /// on failure.
+    [[nodiscard]] Self le_scalar(Scalar s) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_le_scalar, self().raw(), s.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// a > s, as a bool tensor. (`a` is *this.) Calls `tr_tensor_gt_scalar`; throws tr::Error
+    /// on failure.
+    [[nodiscard]] Self gt_scalar(Scalar s) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_gt_scalar, self().raw(), s.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// a >= s, as a bool tensor. (`a` is *this.) Calls `tr_tensor_ge_scalar`; throws tr::Error
+    /// on failure.
+    [[nodiscard]] Self ge_scalar(Scalar s) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_ge_scalar, self().raw(), s.raw(), &out);
         return Self::adopt(out);
     }
 
@@ -437,6 +555,54 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// A copy of `a` with its own storage. (`a` is *this.) Calls `tr_tensor_clone`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self clone() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_clone, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// A view of `a` broadcast to `shape` (-1 keeps a dimension). (`a` is *this.) Calls
+    /// `tr_tensor_expand`; throws tr::Error on failure.
+    [[nodiscard]] Self expand(IntList shape) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_expand, self().raw(), shape.data(), shape.size(), &out);
+        return Self::adopt(out);
+    }
+
+    /// A view of entry `index` of `dim`, without that dimension (a[index] on dim 0). (`a` is
+    /// *this.) Calls `tr_tensor_select`; throws tr::Error on failure.
+    [[nodiscard]] Self select(int64_t dim, int64_t index) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_select, self().raw(), dim, index, &out);
+        return Self::adopt(out);
+    }
+
+    /// A view of entries start, start + step, ... before `end` of `dim` (step > 0). (`a` is
+    /// *this.) Calls `tr_tensor_slice`; throws tr::Error on failure.
+    [[nodiscard]] Self slice(int64_t dim, int64_t start, int64_t end, int64_t step) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_slice, self().raw(), dim, start, end, step, &out);
+        return Self::adopt(out);
+    }
+
+    /// The elements of `a` where the bool `mask` (broadcast) is true, as a 1-d tensor. (`a` is
+    /// *this.) Calls `tr_tensor_masked_select`; throws tr::Error on failure.
+    [[nodiscard]] Self masked_select(const Self& mask) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_masked_select, self().raw(), mask.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// The indices of the nonzero elements, as an i64 [n, ndim] tensor. (`a` is *this.) Calls
+    /// `tr_tensor_nonzero`; throws tr::Error on failure.
+    [[nodiscard]] Self nonzero() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_nonzero, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
     /// Conversion to another dtype. (`a` is *this.) Calls `tr_tensor_to_dtype`; throws
     /// tr::Error on failure.
     [[nodiscard]] Self to_dtype(Dtype dtype = Dtype::F32) const {
@@ -554,14 +720,189 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// a *= s. (`a` is *this.) Calls `tr_tensor_mul_scalar_`; throws tr::Error on failure.
-    Self& mul_scalar_(double s) & {
-        detail::call(tr_tensor_mul_scalar_, self().raw(), s);
+    /// a /= b (true division: `a` must be floating). (`a` is *this.) Calls `tr_tensor_div_`;
+    /// throws tr::Error on failure.
+    Self& div_(const Self& b) & {
+        detail::call(tr_tensor_div_, self().raw(), b.raw());
         return self();
     }
     /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self mul_scalar_(double s) && {
-        detail::call(tr_tensor_mul_scalar_, self().raw(), s);
+    [[nodiscard]] Self div_(const Self& b) && {
+        detail::call(tr_tensor_div_, self().raw(), b.raw());
+        return std::move(self());
+    }
+
+    /// a += s. (`a` is *this.) Calls `tr_tensor_add_scalar_`; throws tr::Error on failure.
+    Self& add_scalar_(Scalar s) & {
+        detail::call(tr_tensor_add_scalar_, self().raw(), s.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self add_scalar_(Scalar s) && {
+        detail::call(tr_tensor_add_scalar_, self().raw(), s.raw());
+        return std::move(self());
+    }
+
+    /// a -= s. (`a` is *this.) Calls `tr_tensor_sub_scalar_`; throws tr::Error on failure.
+    Self& sub_scalar_(Scalar s) & {
+        detail::call(tr_tensor_sub_scalar_, self().raw(), s.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self sub_scalar_(Scalar s) && {
+        detail::call(tr_tensor_sub_scalar_, self().raw(), s.raw());
+        return std::move(self());
+    }
+
+    /// a *= s. (`a` is *this.) Calls `tr_tensor_mul_scalar_`; throws tr::Error on failure.
+    Self& mul_scalar_(Scalar s) & {
+        detail::call(tr_tensor_mul_scalar_, self().raw(), s.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self mul_scalar_(Scalar s) && {
+        detail::call(tr_tensor_mul_scalar_, self().raw(), s.raw());
+        return std::move(self());
+    }
+
+    /// a /= s (true division: `a` must be floating). (`a` is *this.) Calls
+    /// `tr_tensor_div_scalar_`; throws tr::Error on failure.
+    Self& div_scalar_(Scalar s) & {
+        detail::call(tr_tensor_div_scalar_, self().raw(), s.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self div_scalar_(Scalar s) && {
+        detail::call(tr_tensor_div_scalar_, self().raw(), s.raw());
+        return std::move(self());
+    }
+
+    /// a **= exponent. (`a` is *this.) Calls `tr_tensor_pow_`; throws tr::Error on failure.
+    Self& pow_(const Self& exponent) & {
+        detail::call(tr_tensor_pow_, self().raw(), exponent.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self pow_(const Self& exponent) && {
+        detail::call(tr_tensor_pow_, self().raw(), exponent.raw());
+        return std::move(self());
+    }
+
+    /// a **= exponent. (`a` is *this.) Calls `tr_tensor_pow_scalar_`; throws tr::Error on
+    /// failure.
+    Self& pow_scalar_(Scalar exponent) & {
+        detail::call(tr_tensor_pow_scalar_, self().raw(), exponent.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self pow_scalar_(Scalar exponent) && {
+        detail::call(tr_tensor_pow_scalar_, self().raw(), exponent.raw());
+        return std::move(self());
+    }
+
+    /// a //= b. (`a` is *this.) Calls `tr_tensor_floor_divide_`; throws tr::Error on failure.
+    Self& floor_divide_(const Self& b) & {
+        detail::call(tr_tensor_floor_divide_, self().raw(), b.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self floor_divide_(const Self& b) && {
+        detail::call(tr_tensor_floor_divide_, self().raw(), b.raw());
+        return std::move(self());
+    }
+
+    /// a //= s. (`a` is *this.) Calls `tr_tensor_floor_divide_scalar_`; throws tr::Error on
+    /// failure.
+    Self& floor_divide_scalar_(Scalar s) & {
+        detail::call(tr_tensor_floor_divide_scalar_, self().raw(), s.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self floor_divide_scalar_(Scalar s) && {
+        detail::call(tr_tensor_floor_divide_scalar_, self().raw(), s.raw());
+        return std::move(self());
+    }
+
+    /// a %= b. (`a` is *this.) Calls `tr_tensor_remainder_`; throws tr::Error on failure.
+    Self& remainder_(const Self& b) & {
+        detail::call(tr_tensor_remainder_, self().raw(), b.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self remainder_(const Self& b) && {
+        detail::call(tr_tensor_remainder_, self().raw(), b.raw());
+        return std::move(self());
+    }
+
+    /// a %= s. (`a` is *this.) Calls `tr_tensor_remainder_scalar_`; throws tr::Error on
+    /// failure.
+    Self& remainder_scalar_(Scalar s) & {
+        detail::call(tr_tensor_remainder_scalar_, self().raw(), s.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self remainder_scalar_(Scalar s) && {
+        detail::call(tr_tensor_remainder_scalar_, self().raw(), s.raw());
+        return std::move(self());
+    }
+
+    /// Sets every element of `a` to `value`, which must fit its dtype. (`a` is *this.) Calls
+    /// `tr_tensor_fill_`; throws tr::Error on failure.
+    Self& fill_(Scalar value) & {
+        detail::call(tr_tensor_fill_, self().raw(), value.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self fill_(Scalar value) && {
+        detail::call(tr_tensor_fill_, self().raw(), value.raw());
+        return std::move(self());
+    }
+
+    /// Sets the elements of `a` where the bool `mask` (broadcast) is true to `value`. (`a` is
+    /// *this.) Calls `tr_tensor_masked_fill_`; throws tr::Error on failure.
+    Self& masked_fill_(const Self& mask, Scalar value) & {
+        detail::call(tr_tensor_masked_fill_, self().raw(), mask.raw(), value.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self masked_fill_(const Self& mask, Scalar value) && {
+        detail::call(tr_tensor_masked_fill_, self().raw(), mask.raw(), value.raw());
+        return std::move(self());
+    }
+
+    /// Sets the entries of `dim` at the i64 `index` positions to `value`. (`a` is *this.) Calls
+    /// `tr_tensor_index_fill_`; throws tr::Error on failure.
+    Self& index_fill_(int64_t dim, const Self& index, Scalar value) & {
+        detail::call(tr_tensor_index_fill_, self().raw(), dim, index.raw(), value.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self index_fill_(int64_t dim, const Self& index, Scalar value) && {
+        detail::call(tr_tensor_index_fill_, self().raw(), dim, index.raw(), value.raw());
+        return std::move(self());
+    }
+
+    /// Copies the entries of `source` along `dim` to the i64 `index` positions of `a`. (`a` is
+    /// *this.) Calls `tr_tensor_index_copy_`; throws tr::Error on failure.
+    Self& index_copy_(int64_t dim, const Self& index, const Self& source) & {
+        detail::call(tr_tensor_index_copy_, self().raw(), dim, index.raw(), source.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self index_copy_(int64_t dim, const Self& index, const Self& source) && {
+        detail::call(tr_tensor_index_copy_, self().raw(), dim, index.raw(), source.raw());
+        return std::move(self());
+    }
+
+    /// Copies the elements of `source`, in order, to where the bool `mask` (broadcast) is true.
+    /// (`a` is *this.) Calls `tr_tensor_masked_scatter_`; throws tr::Error on failure.
+    Self& masked_scatter_(const Self& mask, const Self& source) & {
+        detail::call(tr_tensor_masked_scatter_, self().raw(), mask.raw(), source.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self masked_scatter_(const Self& mask, const Self& source) && {
+        detail::call(tr_tensor_masked_scatter_, self().raw(), mask.raw(), source.raw());
         return std::move(self());
     }
 

@@ -31,6 +31,7 @@ DOTNET_LIB_SRC := \
   bindings/dotnet/src/Operators.cs \
   bindings/dotnet/src/Ops.g.cs \
   bindings/dotnet/src/Residency.cs \
+  bindings/dotnet/src/Scalar.cs \
   bindings/dotnet/src/Tensor.cs \
   bindings/dotnet/src/Torch.cs \
   bindings/dotnet/src/Weights.cs
@@ -50,6 +51,7 @@ DOTNET_TEST_SRC := \
   bindings/dotnet/tests/ScopeFactsTests.cs \
   bindings/dotnet/tests/SignatureTests.cs \
   bindings/dotnet/tests/TensorTests.cs \
+  bindings/dotnet/tests/UserIdiomsTests.cs \
   bindings/dotnet/tests/WeightsTests.cs
 
 # Mono from Debian's packages when missing (CI runs as root).

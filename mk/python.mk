@@ -5,8 +5,9 @@
 #                       builds the accelerator in place for the source tree, runs the pytest
 #                       suite of bindings/python/tests on target/debug (test_accel.py fails if
 #                       the accelerator is not in use, here or in the installed package), runs
-#                       the operator, lifetime, scope, release and error suites again on the
-#                       pure-ctypes fallback (TENSORREF_PURE_PYTHON=1), then
+#                       the operator, lifetime, scope, release, error, list, callback, scalar,
+#                       protocol and habit suites again on the pure-ctypes fallback
+#                       (TENSORREF_PURE_PYTHON=1), then
 #                       examples/python/train_mlp.py and examples/python/flow_stack.py
 #                       (scenario b: Flow under a budget a quarter of the weights) with the
 #                       installed package; each fails on a wrong result, a budget overrun or a
@@ -22,8 +23,9 @@ TEST_SUITES += test-python
 BENCH_SUITES += bench-python
 .PHONY: test-python bench-python python-ext
 
-PY_PURE_TESTS := test_ops.py test_lifetime.py test_scope_facts.py test_deferred_release.py \
-  test_errors.py test_accel.py
+PY_PURE_TESTS := test_ops.py test_lifetime.py test_scope_facts.py test_scope_ops.py \
+  test_deferred_release.py test_errors.py test_accel.py test_lists.py test_callbacks.py \
+  test_scalars.py test_protocols.py test_habits.py test_error_messages.py
 
 python-ext: setup
 	cd $(ROOT)/bindings/python && python3 -W ignore setup.py --quiet build_ext --inplace

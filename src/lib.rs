@@ -34,7 +34,7 @@ pub mod weights;
 
 pub use dtype::{DType, Element};
 pub use error::{Error, HandleKind, Result, Status};
-pub use ops::{manual_seed, no_grad, NoGradGuard};
+pub use ops::{manual_seed, no_grad, NoGradGuard, Scalar};
 pub use registry::{live_bytes, live_handles, ScopeId, TensorId};
 pub use scope::{with_scope, Scope, Stats};
 pub use tensor::Tensor;

@@ -98,6 +98,16 @@ impl Tensor {
         data::item(self.id)
     }
 
+    /// Where the memory is: -1 for host memory, n >= 0 for CUDA device n.
+    pub fn device_index(&self) -> Result<i32> {
+        data::device(self.id)
+    }
+
+    /// The value of a one-element tensor typed by its dtype: exact for integer tensors.
+    pub fn item_scalar(&self) -> Result<crate::Scalar> {
+        data::item_scalar(self.id)
+    }
+
     /// The scope that owns this handle, if any.
     pub fn scope(&self) -> Result<Option<ScopeId>> {
         registry::lock().owner_of(self.id)

@@ -44,6 +44,7 @@ def param_decl(p, tensor: str) -> str:
         "T?": "OptionalTensor",
         "T[]": "const TensorList&",
         "i64[]": "IntList",
+        "scalar": "Scalar",
         "f64": "double",
         "i64": "int64_t",
         "bool": "bool",
@@ -55,7 +56,7 @@ def param_decl(p, tensor: str) -> str:
 def c_args(p) -> list[str]:
     """The C arguments an ops.def parameter becomes."""
     n = ident(p.name)
-    if p.ty in ("T", "T?"):
+    if p.ty in ("T", "T?", "scalar"):
         return [f"{n}.raw()"]
     if p.ty in ("T[]", "i64[]"):
         return [f"{n}.data()", f"{n}.size()"]

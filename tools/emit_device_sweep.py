@@ -23,6 +23,7 @@ I64_LIST = {"shape": "&[4, 4]", "dims": "&[1]", "normalized_shape": "&[4]"}
 I64 = {"dim": "0", "dim0": "0", "dim1": "1", "start": "0", "length": "2", "n": "3", "groups": "1", "step": "1"}
 F64 = {"min": "-1.0", "max": "1.0", "start": "0.0", "end": "4.0", "step": "1.0", "eps": "1e-5", "lr": "0.1",
        "beta1": "0.9", "beta2": "0.999", "weight_decay": "0.01"}
+SCALAR = {"min": "Scalar::Float(-1.0)", "max": "Scalar::Float(1.0)"}
 
 ARGS = {
     "view": {"shape": "&[16]"},
@@ -48,6 +49,12 @@ ARGS = {
     "sgd_step": {"params": "&[p(&[4, 4]), p(&[4])]"},
     "adam_step": {"params": "&[p(&[4, 4])]", "exp_avg": "&[m(&[4, 4], F32)]", "exp_avg_sq": "&[m(&[4, 4], F32)]",
                   "step": "1"},
+    "slice": {"end": "3"},
+    "masked_select": {"mask": "m(&[4, 4], Bool)"},
+    "masked_fill_": {"mask": "m(&[4, 4], Bool)"},
+    "masked_scatter_": {"mask": "m(&[4, 4], Bool)"},
+    "index_fill_": {"index": "m(&[2], I64)"},
+    "index_copy_": {"index": "m(&[2], I64)", "source": "m(&[2, 4], F32)"},
 }
 
 # libtorch without Python has no meta kernel for these (PyTorch registers them in Python, in
@@ -64,6 +71,11 @@ NOT_ON_META: dict[str, str] = {
     "embedding": _NO_KERNEL.format("index_select") + " (embedding's forward)",
     "layer_norm": _NO_KERNEL.format("native_batch_norm") + " (layer_norm's decomposition)",
     "conv2d": "libtorch's convolution has no meta backend (convolution_overrideable)",
+    "floor_divide": _NO_KERNEL.format("floor_divide"),
+    "floor_divide_scalar": _NO_KERNEL.format("floor_divide"),
+    "rfloor_divide_scalar": _NO_KERNEL.format("floor_divide"),
+    "masked_select": _NO_KERNEL.format("masked_select") + " (its shape depends on the data)",
+    "nonzero": _NO_KERNEL.format("nonzero") + " (its shape depends on the data)",
 }
 
 
@@ -73,8 +85,8 @@ def arg(op, param) -> str:
         return given
     if param.ty in DEFAULT:
         return DEFAULT[param.ty]
-    table = {"i64[]": I64_LIST, "i64": I64, "f64": F64}[param.ty]
-    return table.get(param.name, {"i64[]": "&[1]", "i64": "1", "f64": "0.5"}[param.ty])
+    table = {"i64[]": I64_LIST, "i64": I64, "f64": F64, "scalar": SCALAR}[param.ty]
+    return table.get(param.name, {"i64[]": "&[1]", "i64": "1", "f64": "0.5", "scalar": "Scalar::Float(0.5)"}[param.ty])
 
 
 def case(op) -> str:

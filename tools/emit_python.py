@@ -17,15 +17,15 @@ PKG = "bindings/python/tensorref"
 
 # ctypes argtypes per ops.def parameter type (lists take two C parameters: pointer, length).
 ARGTYPES = {"T": ["_T"], "T?": ["_T"], "T[]": ["_P_U64", "_size"], "i64[]": ["_P_I64", "_size"],
-            "f64": ["_double"], "i64": ["_i64"], "bool": ["_bool"], "dtype": ["_i32"]}
+            "scalar": ["_S"], "f64": ["_double"], "i64": ["_i64"], "bool": ["_bool"], "dtype": ["_i32"]}
 OUT_ARGTYPE = {"T": "_P_T", "T?": "_P_T", "f64": "_P_DOUBLE", "bool": "_P_BOOL"}
 PY_TYPE = {"T": "Tensor", "T?": "Tensor | None", "T[]": "Sequence[Tensor]",
-           "i64[]": "int | Sequence[int]", "f64": "float", "i64": "int", "bool": "bool",
-           "dtype": "DType"}
+           "i64[]": "int | Sequence[int]", "scalar": "int | float | bool", "f64": "float",
+           "i64": "int", "bool": "bool", "dtype": "DType"}
 PY_RET = {"T": "Tensor", "T!": "Tensor", "T?": "Tensor | None", "()": "None", "f64": "float",
           "bool": "bool"}
 # Kept out of __all__ so that `from tensorref import *` does not shadow builtins.
-NOT_STARRED = {"abs", "max", "min", "sum", "pow"}
+NOT_STARRED = {"abs", "max", "min", "sum", "pow", "slice"}
 
 
 def _scan(path: Path, pattern: str) -> dict[str, int]:
@@ -41,6 +41,7 @@ def emit_abi(root: Path) -> str:
     statuses = _scan(root / "src/error.rs", r"^\s+(TR_(?:OK|ERR_\w+)) = (\d+),")
     residency = _scan(root / "src/ffi/residency.rs", r"^pub const TR_((?:DEVICE|POLICY|EVENT)_\w+): i32 = (\d+);")
     weights = _scan(root / "src/ffi/models.rs", r"^pub const TR_WEIGHTS_(\w+): i32 = (\d+);")
+    scalars = _scan(root / "src/ffi/handles.rs", r"^pub const TR_SCALAR_(\w+): i32 = (\d+);")
     lines = [GENERATED.rstrip("\n"),
              '"""Constants of the C ABI this package was generated for (include/tensorref.h).\n\n'
              "Read from src/ffi/version.rs, src/ffi/handles.rs, src/error.rs, src/ffi/residency.rs and\n"
@@ -50,6 +51,8 @@ def emit_abi(root: Path) -> str:
              "TR_VERSION = ({TR_VERSION_MAJOR}, {TR_VERSION_MINOR}, {TR_VERSION_PATCH})".format(**version),
              "", "# tr_dtype codes by their TR_DTYPE_ suffix.", "DTYPE_CODES = {"]
     lines += [f"    {k!r}: {v}," for k, v in dtypes.items()]
+    lines += ["}", "", "# tr_scalar.kind codes by their TR_SCALAR_ suffix.", "SCALAR_CODES = {"]
+    lines += [f"    {k!r}: {v}," for k, v in scalars.items()]
     lines += ["}", "", "# tr_status names by code.", "STATUS_NAMES = {"]
     lines += [f"    {v}: {k!r}," for k, v in statuses.items()]
     lines += ["}", ""]
@@ -99,17 +102,22 @@ def emit_op(op) -> str:
         elif p.ty == "T?":
             args.append(f"_NONE if {n} is None else {n}")
         elif p.ty == "T[]":
-            body.append(f"{n}, {n}_len = _handles({n}, {p.name!r})")
-            args += [n, f"{n}_len"]
+            # `n` stays bound to the list of Tensors until the call returns: the C array only
+            # holds their handle values, and a temporary's object must not be collected (and
+            # its handle released) before the library has used it.
+            body.append(f"{n}, _{n}, _{n}_len = _handles({n}, {p.name!r})")
+            args += [f"_{n}", f"_{n}_len"]
         elif p.ty == "i64[]":
             body.append(f"{n}, {n}_len = _i64s({n}, {p.name!r})")
             args += [n, f"{n}_len"]
         elif p.ty == "dtype":
             args.append(f"_code({n})")
+        elif p.ty == "scalar":
+            args.append(f"_scalar({n}, {p.name!r})")
         else:
             args.append(n)
     if op.ret in ("T", "T?"):
-        body += ["out = _T()", "out._own = not (_open_scopes and _state.stack)"]
+        body += ["out = _T()", "out._own = True"]
         args.append("out")
     elif op.ret == "f64":
         body.append("out = _c_double()")
@@ -148,44 +156,73 @@ def emit_op(op) -> str:
     ])
 
 
-# Python operators: dunder -> (op for a tensor operand, op for an int/float operand).
-BINARY = {"__add__": ("add", "add_scalar"), "__sub__": ("sub", "sub_scalar"),
-          "__mul__": ("mul", "mul_scalar"), "__truediv__": ("div", "div_scalar"),
-          "__matmul__": ("matmul", None), "__pow__": ("pow", "pow_scalar"),
-          "__radd__": (None, "add_scalar"), "__rmul__": (None, "mul_scalar"),
-          "__iadd__": ("add_", None), "__isub__": ("sub_", None), "__imul__": ("mul_", "mul_scalar_")}
-UNARY = {"__neg__": "neg"}
+# Python operators: dunder -> (op for a Tensor operand, op for a Python or NumPy number, whether
+# it is reflected: `other <op> self`, so a Tensor or array operand goes first). A NumPy array
+# operand becomes a Tensor (a copy, its dtype kept) and takes the Tensor path.
+BINARY = {
+    "__add__": ("add", "add_scalar", False), "__sub__": ("sub", "sub_scalar", False),
+    "__mul__": ("mul", "mul_scalar", False), "__truediv__": ("div", "div_scalar", False),
+    "__floordiv__": ("floor_divide", "floor_divide_scalar", False),
+    "__mod__": ("remainder", "remainder_scalar", False),
+    "__matmul__": ("matmul", None, False), "__pow__": ("pow", "pow_scalar", False),
+    "__radd__": ("add", "add_scalar", True), "__rsub__": ("sub", "rsub_scalar", True),
+    "__rmul__": ("mul", "mul_scalar", True), "__rtruediv__": ("div", "rdiv_scalar", True),
+    "__rfloordiv__": ("floor_divide", "rfloor_divide_scalar", True),
+    "__rmod__": ("remainder", "rremainder_scalar", True), "__rmatmul__": ("matmul", None, True),
+    "__rpow__": ("pow", "rpow_scalar", True),
+    "__iadd__": ("add_", "add_scalar_", False), "__isub__": ("sub_", "sub_scalar_", False),
+    "__imul__": ("mul_", "mul_scalar_", False), "__itruediv__": ("div_", "div_scalar_", False),
+    "__ifloordiv__": ("floor_divide_", "floor_divide_scalar_", False),
+    "__imod__": ("remainder_", "remainder_scalar_", False), "__ipow__": ("pow_", "pow_scalar_", False),
+    "__eq__": ("eq", "eq_scalar", False), "__ne__": ("ne", "ne_scalar", False),
+    "__lt__": ("lt", "lt_scalar", False), "__le__": ("le", "le_scalar", False),
+    "__gt__": ("gt", "gt_scalar", False), "__ge__": ("ge", "ge_scalar", False),
+}
+UNARY = {"__neg__": "neg", "__abs__": "abs"}
+
+
+def _operator(dunder: str, t, s, reflected: bool) -> str:
+    """One dunder straight onto the C calls (the hot path of `a + b` without the accelerator)."""
+    in_place = (t or s).ret == "T!"
+
+    def call(op, a, b, tensors):
+        if in_place:
+            body = [f"st = _f_{op.name}({a}, {b})", "if st:", f"    _fail(st, {op.c_name!r}, {tensors})",
+                    "return self"]
+        else:
+            body = ["out = _T()", "out._own = True", f"st = _f_{op.name}({a}, {b}, out)", "if st:",
+                    f"    _fail(st, {op.c_name!r}, {tensors})", "return out"]
+        return ["        " + line for line in body]
+
+    lines = [f"def {dunder}(self, other):"]
+    if t:
+        first, second = ("other", "self") if reflected else ("self", "other")
+        lines.append("    if type(other) is _T or isinstance(other, _T):")
+        lines += call(t, first, second, "self, other")
+    if s:
+        lines += ["    s = _operand(other)", "    if s is not None:"]
+        lines += call(s, "self", "s", "self")
+    if t:
+        again = (f"_T.__{dunder[3:]}(_from_numpy(other), self)" if reflected
+                 else f"_T.{dunder}(self, _from_numpy(other))")
+        lines += ["    if isinstance(other, _ndarray):", f"        return {again}"]
+    lines.append("    return NotImplemented")
+    return "\n".join(lines) + "\n\n\n"
 
 
 def emit_operators(ops) -> str:
-    """The dunders, each one function straight onto the C call (the hot path of `a + b`)."""
     by_name = {op.name: op for op in ops}
-    out = []
-    for dunder, (tensor_op, scalar_op) in BINARY.items():
+    out, names = [], []
+    for dunder, (tensor_op, scalar_op, reflected) in BINARY.items():
         t, s = by_name.get(tensor_op), by_name.get(scalar_op)
         if (tensor_op and not t) or (scalar_op and not s):
             continue
-        in_place = (t or s).ret == "T!"
-        lines = [f"def {dunder}(self, other):"]
-        if not in_place:
-            lines += ["    out = _T()", "    out._own = not (_open_scopes and _state.stack)"]
-        args = "self, other" if in_place else "self, other, out"
-        cond = "if"
-        if t:
-            lines += [f"    {cond} type(other) is _T or isinstance(other, _T):", f"        st = _f_{t.name}({args})",
-                      "        if st:", f"            _fail(st, {t.c_name!r}, self, other)"]
-            cond = "elif"
-        if s:
-            lines += [f"    {cond} type(other) in _SCALAR_TYPES or isinstance(other, (int, float)):", f"        st = _f_{s.name}({args})",
-                      "        if st:", f"            _fail(st, {s.c_name!r}, self)"]
-        lines += ["    else:", "        return NotImplemented",
-                  f"    return {'self' if in_place else 'out'}", "", "", ""]
-        out.append("\n".join(lines))
+        out.append(_operator(dunder, t, s, reflected))
+        names.append(dunder)
     for dunder, name in UNARY.items():
         if name in by_name:
             out.append(f"def {dunder}(self):\n    return {name}(self)\n\n\n")
-    names = [d for d, (t, s) in BINARY.items() if (not t or t in by_name) and (not s or s in by_name)]
-    names += [d for d, n in UNARY.items() if n in by_name]
+            names.append(dunder)
     return "".join(out) + "_OPERATORS = (" + ", ".join(names) + ",)\n\n"
 
 
@@ -209,13 +246,18 @@ from ctypes import c_int32 as _i32
 from ctypes import c_int64 as _i64
 from ctypes import c_size_t as _size
 from ctypes import c_uint64 as _u64
+from operator import index as _index
+
+from numpy import ndarray as _ndarray
 
 from ._lib import declare as _declare
 from ._lib import fail as _fail
 from ._lib import lib as _lib
+from ._scalar import Scalar as _S
+from ._scalar import operand as _operand
+from ._scalar import to_c as _scalar
 from ._tensor import Tensor as _T
-from ._tensor import open_scopes as _open_scopes
-from ._tensor import state as _state
+from ._tensor import from_numpy as _from_numpy
 from .dtypes import code_of as _code
 from .dtypes import float32
 
@@ -225,23 +267,26 @@ _P_I64 = _POINTER(_i64)
 _P_DOUBLE = _POINTER(_c_double)
 _P_BOOL = _POINTER(_c_bool)
 _NONE = _T(0)
-# Exact types first: isinstance() on ctypes classes is slower than these.
-_SCALAR_TYPES = frozenset({float, int})
 
 
 def _handles(ts, name):
-    """A C array of the handles of a sequence of Tensors, and its length."""
+    """The Tensors of an iterable as a list, a C array of their handles, and its length. The
+    caller keeps the list for the duration of the call: it is what keeps the Tensors (and their
+    handles) alive, temporaries and a generator's items included."""
+    if isinstance(ts, _T):
+        raise TypeError(f"`{name}` must be a sequence of tensorref.Tensor, not one Tensor: write [t]")
     ts = list(ts)
     for t in ts:
         if not isinstance(t, _T):
             raise TypeError(f"`{name}` must be a sequence of tensorref.Tensor, not of {type(t).__name__}")
-    return (_u64 * len(ts))(*[t.value for t in ts]), len(ts)
+    return ts, (_u64 * len(ts))(*[t.value for t in ts]), len(ts)
 
 
 def _i64s(v, name):
-    """A C array of int64 from an int or a sequence of ints, and its length."""
-    v = (v,) if isinstance(v, int) else tuple(v)
+    """A C array of int64 from an int or a sequence of ints (Python or NumPy integers, anything
+    with __index__), and its length."""
     try:
+        v = (_index(v),) if not hasattr(v, "__iter__") else tuple(_index(x) for x in v)
         return (_i64 * len(v))(*v), len(v)
     except TypeError:
         raise TypeError(f"`{name}` must be an int or a sequence of ints, not {v!r}") from None

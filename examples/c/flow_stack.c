@@ -123,7 +123,7 @@ int main(int argc, char **argv) {
     TRY(tr_manual_seed(0));
     for (i = 0; i < LAYERS; i++) {
         TRY(tr_tensor_randn(w_shape, 2, TR_DTYPE_F32, &raw));
-        TRY(tr_tensor_mul_scalar(raw, 1.0 / 16, &weights[i])); /* 1/sqrt(WIDTH) */
+        TRY(tr_tensor_mul_scalar(raw, tr_scalar_float(1.0 / 16), &weights[i])); /* 1/sqrt(WIDTH) */
         TRY(tr_tensor_release(raw));
     }
     TRY(tr_tensor_randn(x_shape, 2, TR_DTYPE_F32, &x));

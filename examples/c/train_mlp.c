@@ -86,13 +86,13 @@ int main(int argc, char **argv) {
     TRY(tr_tensor_narrow(x, 1, 0, 1, &x0));
     TRY(tr_tensor_narrow(x, 1, 1, 1, &x1));
     TRY(tr_tensor_mul(x0, x1, &prod));
-    TRY(tr_tensor_mul_scalar(prod, 2.0, &prod2));
+    TRY(tr_tensor_mul_scalar(prod, tr_scalar_float(2.0), &prod2));
     TRY(tr_tensor_tanh(prod2, &y));
     TRY(tr_tensor_randn(w1_shape, 2, TR_DTYPE_F32, &w1_init));
-    TRY(tr_tensor_mul_scalar(w1_init, 0.25, &params[0]));
+    TRY(tr_tensor_mul_scalar(w1_init, tr_scalar_float(0.25), &params[0]));
     TRY(tr_tensor_zeros(b1_shape, 1, TR_DTYPE_F32, &params[1]));
     TRY(tr_tensor_randn(w2_shape, 2, TR_DTYPE_F32, &w2_init));
-    TRY(tr_tensor_mul_scalar(w2_init, 0.125, &params[2]));
+    TRY(tr_tensor_mul_scalar(w2_init, tr_scalar_float(0.125), &params[2]));
     TRY(tr_tensor_zeros(b2_shape, 1, TR_DTYPE_F32, &params[3]));
     /* The intermediates of the setup are released by hand: no scope would do it. */
     TRY(tr_tensor_release(x0));

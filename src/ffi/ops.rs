@@ -3,7 +3,7 @@
 #![allow(clippy::too_many_arguments)]
 
 use super::boundary::{call, handles_arg, out_arg, slice_arg};
-use super::handles::{TrDtype, TrTensor};
+use super::handles::{TrDtype, TrScalar, TrTensor};
 use crate::dtype::DType;
 use crate::error::Status;
 use crate::ops::generated::core;
@@ -48,20 +48,23 @@ pub extern "C" fn tr_tensor_ones(shape: *const i64, shape_len: usize, dtype: TrD
     })
 }
 
-/// A tensor filled with `value`.
+/// A tensor filled with `value`, which must fit `dtype` (an integer dtype refuses infinities, NaN
+/// and values out of its range).
 ///
 /// Lists come as a pointer and a length; the pointer may be NULL only when the length is 0.
+/// Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
 /// Input handles are borrowed, never consumed.
 /// On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
 /// when no scope is open).
-/// Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_INVALID_ARG for an unknown dtype;
-/// TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call.
-/// Safe to call from any thread.
+/// Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_INVALID_ARG for an unknown dtype or an
+/// unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when
+/// libtorch rejects the call. Safe to call from any thread.
 #[no_mangle]
-pub extern "C" fn tr_tensor_full(shape: *const i64, shape_len: usize, value: f64, dtype: TrDtype, out: *mut TrTensor) -> Status {
+pub extern "C" fn tr_tensor_full(shape: *const i64, shape_len: usize, value: TrScalar, dtype: TrDtype, out: *mut TrTensor) -> Status {
     call(|| {
         let out = out_arg(out, "out")?;
         let shape = slice_arg(shape, shape_len, "shape")?;
+        let value = value.parse("value")?;
         let dtype = DType::from_code(dtype)?;
         *out = core::full(shape, value, dtype)?.into();
         Ok(())
@@ -248,16 +251,19 @@ pub extern "C" fn tr_tensor_div(a: TrTensor, b: TrTensor, out: *mut TrTensor) ->
 
 /// a + s.
 ///
+/// Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
 /// Input handles are borrowed, never consumed.
 /// On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
 /// when no scope is open).
 /// Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
-/// bad handle; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch
-/// rejects the call. Safe to call from any thread.
+/// bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+/// TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+/// thread.
 #[no_mangle]
-pub extern "C" fn tr_tensor_add_scalar(a: TrTensor, s: f64, out: *mut TrTensor) -> Status {
+pub extern "C" fn tr_tensor_add_scalar(a: TrTensor, s: TrScalar, out: *mut TrTensor) -> Status {
     call(|| {
         let out = out_arg(out, "out")?;
+        let s = s.parse("s")?;
         *out = core::add_scalar(a.into(), s)?.into();
         Ok(())
     })
@@ -265,16 +271,19 @@ pub extern "C" fn tr_tensor_add_scalar(a: TrTensor, s: f64, out: *mut TrTensor) 
 
 /// a - s.
 ///
+/// Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
 /// Input handles are borrowed, never consumed.
 /// On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
 /// when no scope is open).
 /// Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
-/// bad handle; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch
-/// rejects the call. Safe to call from any thread.
+/// bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+/// TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+/// thread.
 #[no_mangle]
-pub extern "C" fn tr_tensor_sub_scalar(a: TrTensor, s: f64, out: *mut TrTensor) -> Status {
+pub extern "C" fn tr_tensor_sub_scalar(a: TrTensor, s: TrScalar, out: *mut TrTensor) -> Status {
     call(|| {
         let out = out_arg(out, "out")?;
+        let s = s.parse("s")?;
         *out = core::sub_scalar(a.into(), s)?.into();
         Ok(())
     })
@@ -282,22 +291,85 @@ pub extern "C" fn tr_tensor_sub_scalar(a: TrTensor, s: f64, out: *mut TrTensor) 
 
 /// a * s.
 ///
+/// Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
 /// Input handles are borrowed, never consumed.
 /// On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
 /// when no scope is open).
 /// Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
-/// bad handle; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch
-/// rejects the call. Safe to call from any thread.
+/// bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+/// TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+/// thread.
 #[no_mangle]
-pub extern "C" fn tr_tensor_mul_scalar(a: TrTensor, s: f64, out: *mut TrTensor) -> Status {
+pub extern "C" fn tr_tensor_mul_scalar(a: TrTensor, s: TrScalar, out: *mut TrTensor) -> Status {
     call(|| {
         let out = out_arg(out, "out")?;
+        let s = s.parse("s")?;
         *out = core::mul_scalar(a.into(), s)?.into();
         Ok(())
     })
 }
 
-/// a / s.
+/// a / s (true division).
+///
+/// Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+/// Input handles are borrowed, never consumed.
+/// On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+/// when no scope is open).
+/// Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+/// bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+/// TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+/// thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_div_scalar(a: TrTensor, s: TrScalar, out: *mut TrTensor) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        let s = s.parse("s")?;
+        *out = core::div_scalar(a.into(), s)?.into();
+        Ok(())
+    })
+}
+
+/// s - a.
+///
+/// Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+/// Input handles are borrowed, never consumed.
+/// On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+/// when no scope is open).
+/// Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+/// bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+/// TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+/// thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_rsub_scalar(a: TrTensor, s: TrScalar, out: *mut TrTensor) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        let s = s.parse("s")?;
+        *out = core::rsub_scalar(a.into(), s)?.into();
+        Ok(())
+    })
+}
+
+/// s / a (true division).
+///
+/// Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+/// Input handles are borrowed, never consumed.
+/// On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+/// when no scope is open).
+/// Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+/// bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+/// TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+/// thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_rdiv_scalar(a: TrTensor, s: TrScalar, out: *mut TrTensor) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        let s = s.parse("s")?;
+        *out = core::rdiv_scalar(a.into(), s)?.into();
+        Ok(())
+    })
+}
+
+/// a // b: the quotient rounded toward negative infinity.
 ///
 /// Input handles are borrowed, never consumed.
 /// On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
@@ -306,10 +378,107 @@ pub extern "C" fn tr_tensor_mul_scalar(a: TrTensor, s: f64, out: *mut TrTensor) 
 /// bad handle; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch
 /// rejects the call. Safe to call from any thread.
 #[no_mangle]
-pub extern "C" fn tr_tensor_div_scalar(a: TrTensor, s: f64, out: *mut TrTensor) -> Status {
+pub extern "C" fn tr_tensor_floor_divide(a: TrTensor, b: TrTensor, out: *mut TrTensor) -> Status {
     call(|| {
         let out = out_arg(out, "out")?;
-        *out = core::div_scalar(a.into(), s)?.into();
+        *out = core::floor_divide(a.into(), b.into())?.into();
+        Ok(())
+    })
+}
+
+/// a // s.
+///
+/// Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+/// Input handles are borrowed, never consumed.
+/// On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+/// when no scope is open).
+/// Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+/// bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+/// TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+/// thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_floor_divide_scalar(a: TrTensor, s: TrScalar, out: *mut TrTensor) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        let s = s.parse("s")?;
+        *out = core::floor_divide_scalar(a.into(), s)?.into();
+        Ok(())
+    })
+}
+
+/// s // a.
+///
+/// Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+/// Input handles are borrowed, never consumed.
+/// On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+/// when no scope is open).
+/// Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+/// bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+/// TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+/// thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_rfloor_divide_scalar(a: TrTensor, s: TrScalar, out: *mut TrTensor) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        let s = s.parse("s")?;
+        *out = core::rfloor_divide_scalar(a.into(), s)?.into();
+        Ok(())
+    })
+}
+
+/// a % b, with the sign of `b` (Python's %).
+///
+/// Input handles are borrowed, never consumed.
+/// On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+/// when no scope is open).
+/// Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+/// bad handle; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch
+/// rejects the call. Safe to call from any thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_remainder(a: TrTensor, b: TrTensor, out: *mut TrTensor) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        *out = core::remainder(a.into(), b.into())?.into();
+        Ok(())
+    })
+}
+
+/// a % s.
+///
+/// Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+/// Input handles are borrowed, never consumed.
+/// On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+/// when no scope is open).
+/// Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+/// bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+/// TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+/// thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_remainder_scalar(a: TrTensor, s: TrScalar, out: *mut TrTensor) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        let s = s.parse("s")?;
+        *out = core::remainder_scalar(a.into(), s)?.into();
+        Ok(())
+    })
+}
+
+/// s % a.
+///
+/// Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+/// Input handles are borrowed, never consumed.
+/// On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+/// when no scope is open).
+/// Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+/// bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+/// TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+/// thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_rremainder_scalar(a: TrTensor, s: TrScalar, out: *mut TrTensor) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        let s = s.parse("s")?;
+        *out = core::rremainder_scalar(a.into(), s)?.into();
         Ok(())
     })
 }
@@ -331,19 +500,42 @@ pub extern "C" fn tr_tensor_pow(a: TrTensor, exponent: TrTensor, out: *mut TrTen
     })
 }
 
-/// a raised to the scalar `exponent`.
+/// a raised to the scalar `exponent` (an integer tensor to a negative integer is refused).
 ///
+/// Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
 /// Input handles are borrowed, never consumed.
 /// On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
 /// when no scope is open).
 /// Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
-/// bad handle; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch
-/// rejects the call. Safe to call from any thread.
+/// bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+/// TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+/// thread.
 #[no_mangle]
-pub extern "C" fn tr_tensor_pow_scalar(a: TrTensor, exponent: f64, out: *mut TrTensor) -> Status {
+pub extern "C" fn tr_tensor_pow_scalar(a: TrTensor, exponent: TrScalar, out: *mut TrTensor) -> Status {
     call(|| {
         let out = out_arg(out, "out")?;
+        let exponent = exponent.parse("exponent")?;
         *out = core::pow_scalar(a.into(), exponent)?.into();
+        Ok(())
+    })
+}
+
+/// `base` raised to a, elementwise.
+///
+/// Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+/// Input handles are borrowed, never consumed.
+/// On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+/// when no scope is open).
+/// Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+/// bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+/// TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+/// thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_rpow_scalar(a: TrTensor, base: TrScalar, out: *mut TrTensor) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        let base = base.parse("base")?;
+        *out = core::rpow_scalar(a.into(), base)?.into();
         Ok(())
     })
 }
@@ -520,16 +712,20 @@ pub extern "C" fn tr_tensor_tanh(a: TrTensor, out: *mut TrTensor) -> Status {
 
 /// a limited to [min, max].
 ///
+/// Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
 /// Input handles are borrowed, never consumed.
 /// On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
 /// when no scope is open).
 /// Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
-/// bad handle; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch
-/// rejects the call. Safe to call from any thread.
+/// bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+/// TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+/// thread.
 #[no_mangle]
-pub extern "C" fn tr_tensor_clamp(a: TrTensor, min: f64, max: f64, out: *mut TrTensor) -> Status {
+pub extern "C" fn tr_tensor_clamp(a: TrTensor, min: TrScalar, max: TrScalar, out: *mut TrTensor) -> Status {
     call(|| {
         let out = out_arg(out, "out")?;
+        let min = min.parse("min")?;
+        let max = max.parse("max")?;
         *out = core::clamp(a.into(), min, max)?.into();
         Ok(())
     })
@@ -650,6 +846,126 @@ pub extern "C" fn tr_tensor_ge(a: TrTensor, b: TrTensor, out: *mut TrTensor) -> 
     call(|| {
         let out = out_arg(out, "out")?;
         *out = core::ge(a.into(), b.into())?.into();
+        Ok(())
+    })
+}
+
+/// a == s, as a bool tensor.
+///
+/// Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+/// Input handles are borrowed, never consumed.
+/// On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+/// when no scope is open).
+/// Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+/// bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+/// TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+/// thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_eq_scalar(a: TrTensor, s: TrScalar, out: *mut TrTensor) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        let s = s.parse("s")?;
+        *out = core::eq_scalar(a.into(), s)?.into();
+        Ok(())
+    })
+}
+
+/// a != s, as a bool tensor.
+///
+/// Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+/// Input handles are borrowed, never consumed.
+/// On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+/// when no scope is open).
+/// Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+/// bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+/// TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+/// thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_ne_scalar(a: TrTensor, s: TrScalar, out: *mut TrTensor) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        let s = s.parse("s")?;
+        *out = core::ne_scalar(a.into(), s)?.into();
+        Ok(())
+    })
+}
+
+/// a < s, as a bool tensor.
+///
+/// Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+/// Input handles are borrowed, never consumed.
+/// On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+/// when no scope is open).
+/// Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+/// bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+/// TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+/// thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_lt_scalar(a: TrTensor, s: TrScalar, out: *mut TrTensor) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        let s = s.parse("s")?;
+        *out = core::lt_scalar(a.into(), s)?.into();
+        Ok(())
+    })
+}
+
+/// a <= s, as a bool tensor.
+///
+/// Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+/// Input handles are borrowed, never consumed.
+/// On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+/// when no scope is open).
+/// Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+/// bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+/// TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+/// thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_le_scalar(a: TrTensor, s: TrScalar, out: *mut TrTensor) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        let s = s.parse("s")?;
+        *out = core::le_scalar(a.into(), s)?.into();
+        Ok(())
+    })
+}
+
+/// a > s, as a bool tensor.
+///
+/// Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+/// Input handles are borrowed, never consumed.
+/// On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+/// when no scope is open).
+/// Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+/// bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+/// TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+/// thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_gt_scalar(a: TrTensor, s: TrScalar, out: *mut TrTensor) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        let s = s.parse("s")?;
+        *out = core::gt_scalar(a.into(), s)?.into();
+        Ok(())
+    })
+}
+
+/// a >= s, as a bool tensor.
+///
+/// Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+/// Input handles are borrowed, never consumed.
+/// On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+/// when no scope is open).
+/// Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+/// bad handle; TR_ERR_INVALID_ARG for an unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE,
+/// TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call from any
+/// thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_ge_scalar(a: TrTensor, s: TrScalar, out: *mut TrTensor) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        let s = s.parse("s")?;
+        *out = core::ge_scalar(a.into(), s)?.into();
         Ok(())
     })
 }
@@ -1022,7 +1338,7 @@ pub extern "C" fn tr_tensor_unsqueeze(a: TrTensor, dim: i64, out: *mut TrTensor)
     })
 }
 
-/// Concatenation along an existing dimension.
+/// Concatenation along an existing dimension of at least one tensor.
 ///
 /// Lists come as a pointer and a length; the pointer may be NULL only when the length is 0.
 /// Input handles are borrowed, never consumed.
@@ -1041,7 +1357,7 @@ pub extern "C" fn tr_tensor_cat(tensors: *const TrTensor, tensors_len: usize, di
     })
 }
 
-/// Stacking along a new dimension.
+/// Stacking along a new dimension of at least one tensor.
 ///
 /// Lists come as a pointer and a length; the pointer may be NULL only when the length is 0.
 /// Input handles are borrowed, never consumed.
@@ -1107,6 +1423,110 @@ pub extern "C" fn tr_tensor_contiguous(a: TrTensor, out: *mut TrTensor) -> Statu
     call(|| {
         let out = out_arg(out, "out")?;
         *out = core::contiguous(a.into())?.into();
+        Ok(())
+    })
+}
+
+/// A copy of `a` with its own storage.
+///
+/// Input handles are borrowed, never consumed.
+/// On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+/// when no scope is open).
+/// Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+/// bad handle; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch
+/// rejects the call. Safe to call from any thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_clone(a: TrTensor, out: *mut TrTensor) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        *out = core::clone(a.into())?.into();
+        Ok(())
+    })
+}
+
+/// A view of `a` broadcast to `shape` (-1 keeps a dimension).
+///
+/// Lists come as a pointer and a length; the pointer may be NULL only when the length is 0.
+/// Input handles are borrowed, never consumed.
+/// On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+/// when no scope is open).
+/// Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+/// bad handle; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch
+/// rejects the call. Safe to call from any thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_expand(a: TrTensor, shape: *const i64, shape_len: usize, out: *mut TrTensor) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        let shape = slice_arg(shape, shape_len, "shape")?;
+        *out = core::expand(a.into(), shape)?.into();
+        Ok(())
+    })
+}
+
+/// A view of entry `index` of `dim`, without that dimension (a[index] on dim 0).
+///
+/// Input handles are borrowed, never consumed.
+/// On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+/// when no scope is open).
+/// Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+/// bad handle; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch
+/// rejects the call. Safe to call from any thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_select(a: TrTensor, dim: i64, index: i64, out: *mut TrTensor) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        *out = core::select(a.into(), dim, index)?.into();
+        Ok(())
+    })
+}
+
+/// A view of entries start, start + step, ... before `end` of `dim` (step > 0).
+///
+/// Input handles are borrowed, never consumed.
+/// On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+/// when no scope is open).
+/// Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+/// bad handle; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch
+/// rejects the call. Safe to call from any thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_slice(a: TrTensor, dim: i64, start: i64, end: i64, step: i64, out: *mut TrTensor) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        *out = core::slice(a.into(), dim, start, end, step)?.into();
+        Ok(())
+    })
+}
+
+/// The elements of `a` where the bool `mask` (broadcast) is true, as a 1-d tensor.
+///
+/// Input handles are borrowed, never consumed.
+/// On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+/// when no scope is open).
+/// Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+/// bad handle; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch
+/// rejects the call. Safe to call from any thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_masked_select(a: TrTensor, mask: TrTensor, out: *mut TrTensor) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        *out = core::masked_select(a.into(), mask.into())?.into();
+        Ok(())
+    })
+}
+
+/// The indices of the nonzero elements, as an i64 [n, ndim] tensor.
+///
+/// Input handles are borrowed, never consumed.
+/// On success `*out` receives a new handle, owned by this thread's current scope (or by the caller
+/// when no scope is open).
+/// Errors: TR_ERR_NULL_ARG for a NULL pointer; TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a
+/// bad handle; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch
+/// rejects the call. Safe to call from any thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_nonzero(a: TrTensor, out: *mut TrTensor) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        *out = core::nonzero(a.into())?.into();
         Ok(())
     })
 }
@@ -1307,7 +1727,7 @@ pub extern "C" fn tr_tensor_mul_(a: TrTensor, b: TrTensor) -> Status {
     })
 }
 
-/// a *= s.
+/// a /= b (true division: `a` must be floating).
 ///
 /// Input handles are borrowed, never consumed.
 /// Modifies `a` in place; no new handle is registered.
@@ -1315,9 +1735,254 @@ pub extern "C" fn tr_tensor_mul_(a: TrTensor, b: TrTensor) -> Status {
 /// TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call
 /// from any thread.
 #[no_mangle]
-pub extern "C" fn tr_tensor_mul_scalar_(a: TrTensor, s: f64) -> Status {
+pub extern "C" fn tr_tensor_div_(a: TrTensor, b: TrTensor) -> Status {
     call(|| {
+        core::div_(a.into(), b.into())?;
+        Ok(())
+    })
+}
+
+/// a += s.
+///
+/// Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+/// Input handles are borrowed, never consumed.
+/// Modifies `a` in place; no new handle is registered.
+/// Errors: TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a bad handle; TR_ERR_INVALID_ARG for an
+/// unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when
+/// libtorch rejects the call. Safe to call from any thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_add_scalar_(a: TrTensor, s: TrScalar) -> Status {
+    call(|| {
+        let s = s.parse("s")?;
+        core::add_scalar_(a.into(), s)?;
+        Ok(())
+    })
+}
+
+/// a -= s.
+///
+/// Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+/// Input handles are borrowed, never consumed.
+/// Modifies `a` in place; no new handle is registered.
+/// Errors: TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a bad handle; TR_ERR_INVALID_ARG for an
+/// unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when
+/// libtorch rejects the call. Safe to call from any thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_sub_scalar_(a: TrTensor, s: TrScalar) -> Status {
+    call(|| {
+        let s = s.parse("s")?;
+        core::sub_scalar_(a.into(), s)?;
+        Ok(())
+    })
+}
+
+/// a *= s.
+///
+/// Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+/// Input handles are borrowed, never consumed.
+/// Modifies `a` in place; no new handle is registered.
+/// Errors: TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a bad handle; TR_ERR_INVALID_ARG for an
+/// unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when
+/// libtorch rejects the call. Safe to call from any thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_mul_scalar_(a: TrTensor, s: TrScalar) -> Status {
+    call(|| {
+        let s = s.parse("s")?;
         core::mul_scalar_(a.into(), s)?;
+        Ok(())
+    })
+}
+
+/// a /= s (true division: `a` must be floating).
+///
+/// Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+/// Input handles are borrowed, never consumed.
+/// Modifies `a` in place; no new handle is registered.
+/// Errors: TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a bad handle; TR_ERR_INVALID_ARG for an
+/// unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when
+/// libtorch rejects the call. Safe to call from any thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_div_scalar_(a: TrTensor, s: TrScalar) -> Status {
+    call(|| {
+        let s = s.parse("s")?;
+        core::div_scalar_(a.into(), s)?;
+        Ok(())
+    })
+}
+
+/// a **= exponent.
+///
+/// Input handles are borrowed, never consumed.
+/// Modifies `a` in place; no new handle is registered.
+/// Errors: TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a bad handle; TR_ERR_SHAPE,
+/// TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call
+/// from any thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_pow_(a: TrTensor, exponent: TrTensor) -> Status {
+    call(|| {
+        core::pow_(a.into(), exponent.into())?;
+        Ok(())
+    })
+}
+
+/// a **= exponent.
+///
+/// Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+/// Input handles are borrowed, never consumed.
+/// Modifies `a` in place; no new handle is registered.
+/// Errors: TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a bad handle; TR_ERR_INVALID_ARG for an
+/// unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when
+/// libtorch rejects the call. Safe to call from any thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_pow_scalar_(a: TrTensor, exponent: TrScalar) -> Status {
+    call(|| {
+        let exponent = exponent.parse("exponent")?;
+        core::pow_scalar_(a.into(), exponent)?;
+        Ok(())
+    })
+}
+
+/// a //= b.
+///
+/// Input handles are borrowed, never consumed.
+/// Modifies `a` in place; no new handle is registered.
+/// Errors: TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a bad handle; TR_ERR_SHAPE,
+/// TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call
+/// from any thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_floor_divide_(a: TrTensor, b: TrTensor) -> Status {
+    call(|| {
+        core::floor_divide_(a.into(), b.into())?;
+        Ok(())
+    })
+}
+
+/// a //= s.
+///
+/// Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+/// Input handles are borrowed, never consumed.
+/// Modifies `a` in place; no new handle is registered.
+/// Errors: TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a bad handle; TR_ERR_INVALID_ARG for an
+/// unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when
+/// libtorch rejects the call. Safe to call from any thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_floor_divide_scalar_(a: TrTensor, s: TrScalar) -> Status {
+    call(|| {
+        let s = s.parse("s")?;
+        core::floor_divide_scalar_(a.into(), s)?;
+        Ok(())
+    })
+}
+
+/// a %= b.
+///
+/// Input handles are borrowed, never consumed.
+/// Modifies `a` in place; no new handle is registered.
+/// Errors: TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a bad handle; TR_ERR_SHAPE,
+/// TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call
+/// from any thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_remainder_(a: TrTensor, b: TrTensor) -> Status {
+    call(|| {
+        core::remainder_(a.into(), b.into())?;
+        Ok(())
+    })
+}
+
+/// a %= s.
+///
+/// Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+/// Input handles are borrowed, never consumed.
+/// Modifies `a` in place; no new handle is registered.
+/// Errors: TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a bad handle; TR_ERR_INVALID_ARG for an
+/// unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when
+/// libtorch rejects the call. Safe to call from any thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_remainder_scalar_(a: TrTensor, s: TrScalar) -> Status {
+    call(|| {
+        let s = s.parse("s")?;
+        core::remainder_scalar_(a.into(), s)?;
+        Ok(())
+    })
+}
+
+/// Sets every element of `a` to `value`, which must fit its dtype.
+///
+/// Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+/// Input handles are borrowed, never consumed.
+/// Modifies `a` in place; no new handle is registered.
+/// Errors: TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a bad handle; TR_ERR_INVALID_ARG for an
+/// unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when
+/// libtorch rejects the call. Safe to call from any thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_fill_(a: TrTensor, value: TrScalar) -> Status {
+    call(|| {
+        let value = value.parse("value")?;
+        core::fill_(a.into(), value)?;
+        Ok(())
+    })
+}
+
+/// Sets the elements of `a` where the bool `mask` (broadcast) is true to `value`.
+///
+/// Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+/// Input handles are borrowed, never consumed.
+/// Modifies `a` in place; no new handle is registered.
+/// Errors: TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a bad handle; TR_ERR_INVALID_ARG for an
+/// unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when
+/// libtorch rejects the call. Safe to call from any thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_masked_fill_(a: TrTensor, mask: TrTensor, value: TrScalar) -> Status {
+    call(|| {
+        let value = value.parse("value")?;
+        core::masked_fill_(a.into(), mask.into(), value)?;
+        Ok(())
+    })
+}
+
+/// Sets the entries of `dim` at the i64 `index` positions to `value`.
+///
+/// Scalars (tr_scalar) keep their type and promote as PyTorch promotes a Python number.
+/// Input handles are borrowed, never consumed.
+/// Modifies `a` in place; no new handle is registered.
+/// Errors: TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a bad handle; TR_ERR_INVALID_ARG for an
+/// unknown scalar kind; TR_ERR_SHAPE, TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when
+/// libtorch rejects the call. Safe to call from any thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_index_fill_(a: TrTensor, dim: i64, index: TrTensor, value: TrScalar) -> Status {
+    call(|| {
+        let value = value.parse("value")?;
+        core::index_fill_(a.into(), dim, index.into(), value)?;
+        Ok(())
+    })
+}
+
+/// Copies the entries of `source` along `dim` to the i64 `index` positions of `a`.
+///
+/// Input handles are borrowed, never consumed.
+/// Modifies `a` in place; no new handle is registered.
+/// Errors: TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a bad handle; TR_ERR_SHAPE,
+/// TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call
+/// from any thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_index_copy_(a: TrTensor, dim: i64, index: TrTensor, source: TrTensor) -> Status {
+    call(|| {
+        core::index_copy_(a.into(), dim, index.into(), source.into())?;
+        Ok(())
+    })
+}
+
+/// Copies the elements of `source`, in order, to where the bool `mask` (broadcast) is true.
+///
+/// Input handles are borrowed, never consumed.
+/// Modifies `a` in place; no new handle is registered.
+/// Errors: TR_ERR_STALE_HANDLE or TR_ERR_INVALID_HANDLE for a bad handle; TR_ERR_SHAPE,
+/// TR_ERR_DTYPE, TR_ERR_OUT_OF_MEMORY or TR_ERR_TORCH when libtorch rejects the call. Safe to call
+/// from any thread.
+#[no_mangle]
+pub extern "C" fn tr_tensor_masked_scatter_(a: TrTensor, mask: TrTensor, source: TrTensor) -> Status {
+    call(|| {
+        core::masked_scatter_(a.into(), mask.into(), source.into())?;
         Ok(())
     })
 }

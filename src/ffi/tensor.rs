@@ -1,7 +1,7 @@
 //! Tensor lifecycle, host data and metadata, seed and grad mode.
 
 use super::boundary::{call, handles_arg, out_arg, slice_arg, slice_out};
-use super::handles::{TrDtype, TrScope, TrTensor};
+use super::handles::{TrDtype, TrScalar, TrScope, TrTensor};
 use crate::dtype::DType;
 use crate::error::Status;
 use crate::ops::data;
@@ -124,6 +124,18 @@ pub extern "C" fn tr_tensor_dtype(t: TrTensor, out: *mut TrDtype) -> Status {
     })
 }
 
+/// Writes where the memory of `t` is: -1 for host memory, n >= 0 for CUDA device n (as
+/// `tr_live_bytes` numbers devices). Under a residency manager this is the tensor's home; the
+/// manager's device copies are its own. Errors: TR_ERR_NULL_ARG, bad handles.
+#[no_mangle]
+pub extern "C" fn tr_tensor_device(t: TrTensor, out: *mut i32) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        *out = data::device(t.into())?;
+        Ok(())
+    })
+}
+
 /// Writes the number of elements of `t`. Errors: TR_ERR_NULL_ARG, bad handles.
 #[no_mangle]
 pub extern "C" fn tr_tensor_numel(t: TrTensor, out: *mut usize) -> Status {
@@ -141,6 +153,19 @@ pub extern "C" fn tr_tensor_item(t: TrTensor, out: *mut f64) -> Status {
     call(|| {
         let out = out_arg(out, "out")?;
         *out = data::item(t.into())?;
+        Ok(())
+    })
+}
+
+/// Writes the value of a one-element tensor typed by its dtype: TR_SCALAR_INT in `i` for the
+/// integer dtypes (exact, where a double would round beyond 2^53), TR_SCALAR_BOOL in `b`,
+/// TR_SCALAR_FLOAT in `f` for the floating ones. Errors: TR_ERR_NULL_ARG, bad handles,
+/// TR_ERR_SHAPE if `t` has more or fewer than one element.
+#[no_mangle]
+pub extern "C" fn tr_tensor_item_scalar(t: TrTensor, out: *mut TrScalar) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        *out = data::item_scalar(t.into())?.into();
         Ok(())
     })
 }

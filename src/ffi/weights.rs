@@ -31,7 +31,8 @@ pub(crate) fn path_arg<'a>(p: *const c_char, name: &'static str) -> Result<&'a P
 /// The file is memory-mapped and each tensor copied once into its tensor; no second copy of the
 /// file is held. Errors: TR_ERR_NULL_ARG (`path`, `out_count`, `out_names_len`, or a NULL buffer
 /// with a nonzero length); TR_ERR_IO (missing or unreadable file); TR_ERR_FORMAT (truncated or
-/// corrupt file); TR_ERR_DTYPE (a dtype libtensorref has no type for, or an unknown one).
+/// corrupt file, or a tensor name with a NUL byte); TR_ERR_DTYPE (a dtype libtensorref has no
+/// type for, or an unknown one).
 /// Nothing is written to `tensors` or `names` on error. Safe to call from any thread.
 #[no_mangle]
 pub extern "C" fn tr_weights_load(
@@ -50,6 +51,13 @@ pub extern "C" fn tr_weights_load(
         let tensors = slice_out(tensors, tensors_len, "tensors")?;
         let names = slice_out(names, names_len, "names")?;
         let info = weights::inspect(path)?;
+        if let Some(bad) = info.iter().find(|i| i.name.contains('\0')) {
+            return Err(Error::Format(format!(
+                "{}: tensor name {:?} contains a NUL byte, which the NUL-separated names cannot carry",
+                path.display(),
+                bad.name
+            )));
+        }
         let needed_names: usize = info.iter().map(|i| i.name.len() + 1).sum();
         *out_count = info.len();
         *out_names_len = needed_names;

@@ -4,6 +4,7 @@
 //! becomes a `TchError` (so the wrappers work inside op bodies as tch's own `f_*` calls do).
 
 use crate::dtype::DType;
+use crate::ops::Scalar;
 use std::ffi::{c_char, c_double, c_int, c_void, CStr};
 use tch::TchError;
 
@@ -13,7 +14,8 @@ type Result<T> = std::result::Result<T, TchError>;
 #[allow(unused_doc_comments)]
 /// cbindgen:ignore
 extern "C" {
-    fn tr_native_scalar_like(like: *const c_void, value: c_double, kind: c_int, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_scalar_like(like: *const c_void, tag: c_int, i: i64, f: c_double, kind: c_int, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_fill(t: *const c_void, tag: c_int, i: i64, f: c_double, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_to_meta(t: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_is_meta(t: *const c_void) -> c_int;
 }
@@ -40,11 +42,31 @@ pub(crate) fn check(what: &str, status: c_int, err: &[c_char]) -> Result<()> {
     Err(TchError::Torch(format!("{what}: {msg}")))
 }
 
-/// A 0-dim tensor of `dtype` holding `value` on the device of `like`.
-pub(crate) fn scalar_like(like: &tch::Tensor, value: f64, dtype: DType) -> Result<tch::Tensor> {
+/// A scalar as the shims take it: a tag (0 int, 1 float, 2 bool) and its int and float slots.
+fn tagged(value: Scalar) -> (c_int, i64, c_double) {
+    match value {
+        Scalar::Int(i) => (0, i, 0.0),
+        Scalar::Float(f) => (1, 0, f),
+        Scalar::Bool(b) => (2, i64::from(b), 0.0),
+    }
+}
+
+/// A 0-dim tensor of `dtype` holding `value` on the device of `like` (libtorch converts the
+/// value to `dtype` with its overflow checks).
+pub(crate) fn scalar_like(like: &tch::Tensor, value: Scalar, dtype: DType) -> Result<tch::Tensor> {
+    let (tag, i, f) = tagged(value);
     // SAFETY: `like` is live for the call; out and err are valid (see `make`). DType codes are
     // c10's ScalarType numbers.
-    make("scalar", |out, err, len| unsafe { tr_native_scalar_like(like.as_ptr().cast(), value, dtype as c_int, out, err, len) })
+    make("scalar", |out, err, len| unsafe { tr_native_scalar_like(like.as_ptr().cast(), tag, i, f, dtype as c_int, out, err, len) })
+}
+
+/// Fills `t` in place with `value`, converted to its dtype as libtorch's `fill_` does.
+pub(crate) fn fill(t: &tch::Tensor, value: Scalar) -> Result<()> {
+    let (tag, i, f) = tagged(value);
+    let mut err = [0 as c_char; ERR_LEN];
+    // SAFETY: `t` is live for the call; err is valid for ERR_LEN bytes.
+    let status = unsafe { tr_native_fill(t.as_ptr().cast(), tag, i, f, err.as_mut_ptr(), ERR_LEN) };
+    check("fill", status, &err)
 }
 
 /// `t`'s sizes, strides and dtype on the meta device (no data): for device-placement checks.

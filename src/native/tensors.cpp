@@ -10,13 +10,40 @@ using tr_native::guarded;
 
 extern "C" {
 
-// A 0-dim tensor of dtype `kind` holding `value`, on the device of `like` (CPU, CUDA, meta...).
-// `fill_` passes the value to the kernel as an argument: no host-to-device copy.
-int tr_native_scalar_like(const void *like, double value, int kind, void **out, char *err, size_t err_len) {
+namespace {
+
+// The c10::Scalar of a tagged value (tag 0: the int64 `i`; 1: the double `f`; 2: the bool
+// `i != 0`), so that libtorch converts it to a tensor's dtype with its own checks.
+c10::Scalar scalar_of(int tag, int64_t i, double f) {
+    switch (tag) {
+    case 0:
+        return c10::Scalar(i);
+    case 2:
+        return c10::Scalar(i != 0);
+    default:
+        return c10::Scalar(f);
+    }
+}
+
+} // namespace
+
+// A 0-dim tensor of dtype `kind` holding the tagged value (see `scalar_of`), on the device of
+// `like` (CPU, CUDA, meta...). `fill_` passes the value to the kernel as an argument: no
+// host-to-device copy.
+int tr_native_scalar_like(const void *like, int tag, int64_t i, double f, int kind, void **out, char *err,
+                          size_t err_len) {
     return guarded(err, err_len, [&] {
         const auto &t = *static_cast<const at::Tensor *>(like);
         auto options = at::TensorOptions().dtype(static_cast<at::ScalarType>(kind)).device(t.device());
-        *out = new at::Tensor(at::empty({}, options).fill_(value));
+        *out = new at::Tensor(at::empty({}, options).fill_(scalar_of(tag, i, f)));
+    });
+}
+
+// Fills `t` in place with the tagged value, converted to its dtype as libtorch's fill_ does.
+int tr_native_fill(const void *t, int tag, int64_t i, double f, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        at::Tensor target = *static_cast<const at::Tensor *>(t);
+        target.fill_(scalar_of(tag, i, f));
     });
 }
 

@@ -3,6 +3,7 @@
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::ops::Scalar;
 use crate::registry::{self, TensorId};
 
 fn checked_numel(shape: &[i64]) -> Result<usize> {
@@ -56,16 +57,43 @@ pub(crate) fn dtype(id: TensorId) -> Result<DType> {
     DType::from_kind(e.f_kind()?)
 }
 
+/// Where the tensor's memory is: -1 for host memory, n >= 0 for CUDA device n.
+pub(crate) fn device(id: TensorId) -> Result<i32> {
+    let [e] = registry::get([id])?;
+    match e.device() {
+        tch::Device::Cpu => Ok(-1),
+        tch::Device::Cuda(n) => i32::try_from(n).map_err(|_| Error::Device(format!("CUDA device {n}"))),
+        other => Err(Error::Device(format!("the tensor is on {other:?}, which the C ABI cannot name"))),
+    }
+}
+
 pub(crate) fn numel(id: TensorId) -> Result<usize> {
     let [e] = registry::get([id])?;
     Ok(e.numel())
 }
 
-pub(crate) fn item(id: TensorId) -> Result<f64> {
+/// Runs `read` on the readable copy of a one-element tensor.
+fn one_element<R>(id: TensorId, read: impl FnOnce(&tch::Tensor) -> Result<R>) -> Result<R> {
     let [e] = registry::get([id])?;
     let e = crate::residency::readable(&e)?;
     if e.numel() != 1 {
         return Err(Error::Shape(format!("item() needs one element, the tensor has shape {:?}", e.size())));
     }
-    Ok(e.f_double_value(&[])?)
+    read(&e)
+}
+
+pub(crate) fn item(id: TensorId) -> Result<f64> {
+    one_element(id, |e| Ok(e.f_double_value(&[])?))
+}
+
+/// The value of a one-element tensor typed by its dtype: an integer (exact to 64 bits), a bool
+/// or a float.
+pub(crate) fn item_scalar(id: TensorId) -> Result<Scalar> {
+    one_element(id, |e| {
+        Ok(match DType::from_kind(e.f_kind()?)? {
+            DType::Bool => Scalar::Bool(e.f_int64_value(&[])? != 0),
+            DType::U8 | DType::I8 | DType::I16 | DType::I32 | DType::I64 => Scalar::Int(e.f_int64_value(&[])?),
+            DType::F16 | DType::F32 | DType::F64 | DType::BF16 => Scalar::Float(e.f_double_value(&[])?),
+        })
+    })
 }

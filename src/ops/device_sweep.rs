@@ -7,6 +7,7 @@
 //! the manager on CUDA and are compared with plain tch on CUDA.
 
 use super::generated::core;
+use super::scalars::Scalar;
 use crate::dtype::DType::{self, Bool, F32, I64};
 use crate::error::Result;
 use crate::native::{is_meta, to_meta};

@@ -20,8 +20,8 @@ pub(crate) mod core {
         op.output(|| tch::Tensor::f_ones(shape, opts(dtype)))
     }
 
-    /// A tensor filled with `value`.
-    pub(crate) fn full(shape: &[i64], value: f64, dtype: DType) -> Result<TensorId> {
+    /// A tensor filled with `value`, which must fit `dtype` (an integer dtype refuses infinities, NaN and values out of its range).
+    pub(crate) fn full(shape: &[i64], value: Scalar, dtype: DType) -> Result<TensorId> {
         let op = Op::begin("full");
         op.output(|| scalars::full(shape, value, dtype))
     }
@@ -103,7 +103,7 @@ pub(crate) mod core {
     }
 
     /// a + s.
-    pub(crate) fn add_scalar(a: TensorId, s: f64) -> Result<TensorId> {
+    pub(crate) fn add_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
         let mut op = Op::begin("add_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
@@ -111,7 +111,7 @@ pub(crate) mod core {
     }
 
     /// a - s.
-    pub(crate) fn sub_scalar(a: TensorId, s: f64) -> Result<TensorId> {
+    pub(crate) fn sub_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
         let mut op = Op::begin("sub_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
@@ -119,19 +119,85 @@ pub(crate) mod core {
     }
 
     /// a * s.
-    pub(crate) fn mul_scalar(a: TensorId, s: f64) -> Result<TensorId> {
+    pub(crate) fn mul_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
         let mut op = Op::begin("mul_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
         op.output(|| a.f_mul(&scalar(a, s)?))
     }
 
-    /// a / s.
-    pub(crate) fn div_scalar(a: TensorId, s: f64) -> Result<TensorId> {
+    /// a / s (true division).
+    pub(crate) fn div_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
         let mut op = Op::begin("div_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
         op.output(|| a.f_div(&scalar(a, s)?))
+    }
+
+    /// s - a.
+    pub(crate) fn rsub_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
+        let mut op = Op::begin("rsub_scalar");
+        let [a] = op.get([a])?;
+        let a: &tch::Tensor = &a;
+        op.output(|| scalar(a, s)?.f_sub(a))
+    }
+
+    /// s / a (true division).
+    pub(crate) fn rdiv_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
+        let mut op = Op::begin("rdiv_scalar");
+        let [a] = op.get([a])?;
+        let a: &tch::Tensor = &a;
+        op.output(|| scalar(a, s)?.f_div(a))
+    }
+
+    /// a // b: the quotient rounded toward negative infinity.
+    pub(crate) fn floor_divide(a: TensorId, b: TensorId) -> Result<TensorId> {
+        let mut op = Op::begin("floor_divide");
+        let [a, b] = op.get([a, b])?;
+        let a: &tch::Tensor = &a;
+        let b: &tch::Tensor = &b;
+        op.output(|| a.f_floor_divide(b))
+    }
+
+    /// a // s.
+    pub(crate) fn floor_divide_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
+        let mut op = Op::begin("floor_divide_scalar");
+        let [a] = op.get([a])?;
+        let a: &tch::Tensor = &a;
+        op.output(|| a.f_floor_divide(&scalar(a, s)?))
+    }
+
+    /// s // a.
+    pub(crate) fn rfloor_divide_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
+        let mut op = Op::begin("rfloor_divide_scalar");
+        let [a] = op.get([a])?;
+        let a: &tch::Tensor = &a;
+        op.output(|| scalar(a, s)?.f_floor_divide(a))
+    }
+
+    /// a % b, with the sign of `b` (Python's %).
+    pub(crate) fn remainder(a: TensorId, b: TensorId) -> Result<TensorId> {
+        let mut op = Op::begin("remainder");
+        let [a, b] = op.get([a, b])?;
+        let a: &tch::Tensor = &a;
+        let b: &tch::Tensor = &b;
+        op.output(|| a.f_remainder_tensor(b))
+    }
+
+    /// a % s.
+    pub(crate) fn remainder_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
+        let mut op = Op::begin("remainder_scalar");
+        let [a] = op.get([a])?;
+        let a: &tch::Tensor = &a;
+        op.output(|| a.f_remainder_tensor(&scalar(a, s)?))
+    }
+
+    /// s % a.
+    pub(crate) fn rremainder_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
+        let mut op = Op::begin("rremainder_scalar");
+        let [a] = op.get([a])?;
+        let a: &tch::Tensor = &a;
+        op.output(|| scalar(a, s)?.f_remainder_tensor(a))
     }
 
     /// a raised to `exponent`, elementwise.
@@ -143,12 +209,20 @@ pub(crate) mod core {
         op.output(|| a.f_pow(exponent))
     }
 
-    /// a raised to the scalar `exponent`.
-    pub(crate) fn pow_scalar(a: TensorId, exponent: f64) -> Result<TensorId> {
+    /// a raised to the scalar `exponent` (an integer tensor to a negative integer is refused).
+    pub(crate) fn pow_scalar(a: TensorId, exponent: Scalar) -> Result<TensorId> {
         let mut op = Op::begin("pow_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_pow(&scalar(a, exponent)?))
+        op.output(|| scalars::pow(a, exponent))
+    }
+
+    /// `base` raised to a, elementwise.
+    pub(crate) fn rpow_scalar(a: TensorId, base: Scalar) -> Result<TensorId> {
+        let mut op = Op::begin("rpow_scalar");
+        let [a] = op.get([a])?;
+        let a: &tch::Tensor = &a;
+        op.output(|| scalar(a, base)?.f_pow(a))
     }
 
     /// -a.
@@ -232,7 +306,7 @@ pub(crate) mod core {
     }
 
     /// a limited to [min, max].
-    pub(crate) fn clamp(a: TensorId, min: f64, max: f64) -> Result<TensorId> {
+    pub(crate) fn clamp(a: TensorId, min: Scalar, max: Scalar) -> Result<TensorId> {
         let mut op = Op::begin("clamp");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
@@ -301,6 +375,54 @@ pub(crate) mod core {
         let a: &tch::Tensor = &a;
         let b: &tch::Tensor = &b;
         op.output(|| a.f_ge_tensor(b))
+    }
+
+    /// a == s, as a bool tensor.
+    pub(crate) fn eq_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
+        let mut op = Op::begin("eq_scalar");
+        let [a] = op.get([a])?;
+        let a: &tch::Tensor = &a;
+        op.output(|| a.f_eq_tensor(&scalar(a, s)?))
+    }
+
+    /// a != s, as a bool tensor.
+    pub(crate) fn ne_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
+        let mut op = Op::begin("ne_scalar");
+        let [a] = op.get([a])?;
+        let a: &tch::Tensor = &a;
+        op.output(|| a.f_ne_tensor(&scalar(a, s)?))
+    }
+
+    /// a < s, as a bool tensor.
+    pub(crate) fn lt_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
+        let mut op = Op::begin("lt_scalar");
+        let [a] = op.get([a])?;
+        let a: &tch::Tensor = &a;
+        op.output(|| a.f_lt_tensor(&scalar(a, s)?))
+    }
+
+    /// a <= s, as a bool tensor.
+    pub(crate) fn le_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
+        let mut op = Op::begin("le_scalar");
+        let [a] = op.get([a])?;
+        let a: &tch::Tensor = &a;
+        op.output(|| a.f_le_tensor(&scalar(a, s)?))
+    }
+
+    /// a > s, as a bool tensor.
+    pub(crate) fn gt_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
+        let mut op = Op::begin("gt_scalar");
+        let [a] = op.get([a])?;
+        let a: &tch::Tensor = &a;
+        op.output(|| a.f_gt_tensor(&scalar(a, s)?))
+    }
+
+    /// a >= s, as a bool tensor.
+    pub(crate) fn ge_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
+        let mut op = Op::begin("ge_scalar");
+        let [a] = op.get([a])?;
+        let a: &tch::Tensor = &a;
+        op.output(|| a.f_ge_tensor(&scalar(a, s)?))
     }
 
     /// Sum of all elements.
@@ -476,20 +598,20 @@ pub(crate) mod core {
         op.output(|| a.f_unsqueeze(dim))
     }
 
-    /// Concatenation along an existing dimension.
+    /// Concatenation along an existing dimension of at least one tensor.
     pub(crate) fn cat(tensors: &[TensorId], dim: i64) -> Result<TensorId> {
         let mut op = Op::begin("cat");
         let tensors = op.get_many(tensors)?;
         let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-        op.output(|| tch::Tensor::f_cat(tensors, dim))
+        op.output(|| lists::nonempty("cat", tensors).and_then(|t| Ok(tch::Tensor::f_cat(t, dim)?)))
     }
 
-    /// Stacking along a new dimension.
+    /// Stacking along a new dimension of at least one tensor.
     pub(crate) fn stack(tensors: &[TensorId], dim: i64) -> Result<TensorId> {
         let mut op = Op::begin("stack");
         let tensors = op.get_many(tensors)?;
         let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-        op.output(|| tch::Tensor::f_stack(tensors, dim))
+        op.output(|| lists::nonempty("stack", tensors).and_then(|t| Ok(tch::Tensor::f_stack(t, dim)?)))
     }
 
     /// A view of `length` entries of `dim` from `start`.
@@ -515,6 +637,55 @@ pub(crate) mod core {
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
         op.output(|| a.f_contiguous())
+    }
+
+    /// A copy of `a` with its own storage.
+    pub(crate) fn clone(a: TensorId) -> Result<TensorId> {
+        let mut op = Op::begin("clone");
+        let [a] = op.get([a])?;
+        let a: &tch::Tensor = &a;
+        op.output(|| a.f_empty_like().and_then(|mut t| t.f_copy_(a).map(|()| t)))
+    }
+
+    /// A view of `a` broadcast to `shape` (-1 keeps a dimension).
+    pub(crate) fn expand(a: TensorId, shape: &[i64]) -> Result<TensorId> {
+        let mut op = Op::begin("expand");
+        let [a] = op.get([a])?;
+        let a: &tch::Tensor = &a;
+        op.output(|| a.f_expand(shape, false))
+    }
+
+    /// A view of entry `index` of `dim`, without that dimension (a[index] on dim 0).
+    pub(crate) fn select(a: TensorId, dim: i64, index: i64) -> Result<TensorId> {
+        let mut op = Op::begin("select");
+        let [a] = op.get([a])?;
+        let a: &tch::Tensor = &a;
+        op.output(|| a.f_select(dim, index))
+    }
+
+    /// A view of entries start, start + step, ... before `end` of `dim` (step > 0).
+    pub(crate) fn slice(a: TensorId, dim: i64, start: i64, end: i64, step: i64) -> Result<TensorId> {
+        let mut op = Op::begin("slice");
+        let [a] = op.get([a])?;
+        let a: &tch::Tensor = &a;
+        op.output(|| a.f_slice(dim, start, end, step))
+    }
+
+    /// The elements of `a` where the bool `mask` (broadcast) is true, as a 1-d tensor.
+    pub(crate) fn masked_select(a: TensorId, mask: TensorId) -> Result<TensorId> {
+        let mut op = Op::begin("masked_select");
+        let [a, mask] = op.get([a, mask])?;
+        let a: &tch::Tensor = &a;
+        let mask: &tch::Tensor = &mask;
+        op.output(|| a.f_masked_select(mask))
+    }
+
+    /// The indices of the nonzero elements, as an i64 [n, ndim] tensor.
+    pub(crate) fn nonzero(a: TensorId) -> Result<TensorId> {
+        let mut op = Op::begin("nonzero");
+        let [a] = op.get([a])?;
+        let a: &tch::Tensor = &a;
+        op.output(|| a.f_nonzero())
     }
 
     /// Conversion to another dtype.
@@ -639,8 +810,52 @@ pub(crate) mod core {
         Ok(handle)
     }
 
+    /// a /= b (true division: `a` must be floating).
+    pub(crate) fn div_(a: TensorId, b: TensorId) -> Result<TensorId> {
+        let mut op = Op::begin("div_");
+        let handle = a;
+        let a = op.get_mut(a)?;
+        let [b] = op.get([b])?;
+        let a: &tch::Tensor = &a;
+        let b: &tch::Tensor = &b;
+        let _ = op.value(|| {
+            #[allow(unused_mut)]
+            let mut a = a.shallow_clone();
+            a.f_div_(b)
+        })?;
+        Ok(handle)
+    }
+
+    /// a += s.
+    pub(crate) fn add_scalar_(a: TensorId, s: Scalar) -> Result<TensorId> {
+        let mut op = Op::begin("add_scalar_");
+        let handle = a;
+        let a = op.get_mut(a)?;
+        let a: &tch::Tensor = &a;
+        let _ = op.value(|| {
+            #[allow(unused_mut)]
+            let mut a = a.shallow_clone();
+            a.f_add_(&scalar(&a, s)?)
+        })?;
+        Ok(handle)
+    }
+
+    /// a -= s.
+    pub(crate) fn sub_scalar_(a: TensorId, s: Scalar) -> Result<TensorId> {
+        let mut op = Op::begin("sub_scalar_");
+        let handle = a;
+        let a = op.get_mut(a)?;
+        let a: &tch::Tensor = &a;
+        let _ = op.value(|| {
+            #[allow(unused_mut)]
+            let mut a = a.shallow_clone();
+            a.f_sub_(&scalar(&a, s)?)
+        })?;
+        Ok(handle)
+    }
+
     /// a *= s.
-    pub(crate) fn mul_scalar_(a: TensorId, s: f64) -> Result<TensorId> {
+    pub(crate) fn mul_scalar_(a: TensorId, s: Scalar) -> Result<TensorId> {
         let mut op = Op::begin("mul_scalar_");
         let handle = a;
         let a = op.get_mut(a)?;
@@ -649,6 +864,190 @@ pub(crate) mod core {
             #[allow(unused_mut)]
             let mut a = a.shallow_clone();
             a.f_mul_(&scalar(&a, s)?)
+        })?;
+        Ok(handle)
+    }
+
+    /// a /= s (true division: `a` must be floating).
+    pub(crate) fn div_scalar_(a: TensorId, s: Scalar) -> Result<TensorId> {
+        let mut op = Op::begin("div_scalar_");
+        let handle = a;
+        let a = op.get_mut(a)?;
+        let a: &tch::Tensor = &a;
+        let _ = op.value(|| {
+            #[allow(unused_mut)]
+            let mut a = a.shallow_clone();
+            a.f_div_(&scalar(&a, s)?)
+        })?;
+        Ok(handle)
+    }
+
+    /// a **= exponent.
+    pub(crate) fn pow_(a: TensorId, exponent: TensorId) -> Result<TensorId> {
+        let mut op = Op::begin("pow_");
+        let handle = a;
+        let a = op.get_mut(a)?;
+        let [exponent] = op.get([exponent])?;
+        let a: &tch::Tensor = &a;
+        let exponent: &tch::Tensor = &exponent;
+        let _ = op.value(|| {
+            #[allow(unused_mut)]
+            let mut a = a.shallow_clone();
+            a.f_pow_tensor_(exponent)
+        })?;
+        Ok(handle)
+    }
+
+    /// a **= exponent.
+    pub(crate) fn pow_scalar_(a: TensorId, exponent: Scalar) -> Result<TensorId> {
+        let mut op = Op::begin("pow_scalar_");
+        let handle = a;
+        let a = op.get_mut(a)?;
+        let a: &tch::Tensor = &a;
+        let _ = op.value(|| {
+            #[allow(unused_mut)]
+            let mut a = a.shallow_clone();
+            scalars::pow_(&mut a, exponent)
+        })?;
+        Ok(handle)
+    }
+
+    /// a //= b.
+    pub(crate) fn floor_divide_(a: TensorId, b: TensorId) -> Result<TensorId> {
+        let mut op = Op::begin("floor_divide_");
+        let handle = a;
+        let a = op.get_mut(a)?;
+        let [b] = op.get([b])?;
+        let a: &tch::Tensor = &a;
+        let b: &tch::Tensor = &b;
+        let _ = op.value(|| {
+            #[allow(unused_mut)]
+            let mut a = a.shallow_clone();
+            a.f_floor_divide_(b)
+        })?;
+        Ok(handle)
+    }
+
+    /// a //= s.
+    pub(crate) fn floor_divide_scalar_(a: TensorId, s: Scalar) -> Result<TensorId> {
+        let mut op = Op::begin("floor_divide_scalar_");
+        let handle = a;
+        let a = op.get_mut(a)?;
+        let a: &tch::Tensor = &a;
+        let _ = op.value(|| {
+            #[allow(unused_mut)]
+            let mut a = a.shallow_clone();
+            a.f_floor_divide_(&scalar(&a, s)?)
+        })?;
+        Ok(handle)
+    }
+
+    /// a %= b.
+    pub(crate) fn remainder_(a: TensorId, b: TensorId) -> Result<TensorId> {
+        let mut op = Op::begin("remainder_");
+        let handle = a;
+        let a = op.get_mut(a)?;
+        let [b] = op.get([b])?;
+        let a: &tch::Tensor = &a;
+        let b: &tch::Tensor = &b;
+        let _ = op.value(|| {
+            #[allow(unused_mut)]
+            let mut a = a.shallow_clone();
+            a.f_remainder_tensor_(b)
+        })?;
+        Ok(handle)
+    }
+
+    /// a %= s.
+    pub(crate) fn remainder_scalar_(a: TensorId, s: Scalar) -> Result<TensorId> {
+        let mut op = Op::begin("remainder_scalar_");
+        let handle = a;
+        let a = op.get_mut(a)?;
+        let a: &tch::Tensor = &a;
+        let _ = op.value(|| {
+            #[allow(unused_mut)]
+            let mut a = a.shallow_clone();
+            a.f_remainder_tensor_(&scalar(&a, s)?)
+        })?;
+        Ok(handle)
+    }
+
+    /// Sets every element of `a` to `value`, which must fit its dtype.
+    pub(crate) fn fill_(a: TensorId, value: Scalar) -> Result<TensorId> {
+        let mut op = Op::begin("fill_");
+        let handle = a;
+        let a = op.get_mut(a)?;
+        let a: &tch::Tensor = &a;
+        let _ = op.value(|| {
+            #[allow(unused_mut)]
+            let mut a = a.shallow_clone();
+            scalars::fill_(&a, value)
+        })?;
+        Ok(handle)
+    }
+
+    /// Sets the elements of `a` where the bool `mask` (broadcast) is true to `value`.
+    pub(crate) fn masked_fill_(a: TensorId, mask: TensorId, value: Scalar) -> Result<TensorId> {
+        let mut op = Op::begin("masked_fill_");
+        let handle = a;
+        let a = op.get_mut(a)?;
+        let [mask] = op.get([mask])?;
+        let a: &tch::Tensor = &a;
+        let mask: &tch::Tensor = &mask;
+        let _ = op.value(|| {
+            #[allow(unused_mut)]
+            let mut a = a.shallow_clone();
+            a.f_masked_fill_tensor_(mask, &scalar(&a, value)?)
+        })?;
+        Ok(handle)
+    }
+
+    /// Sets the entries of `dim` at the i64 `index` positions to `value`.
+    pub(crate) fn index_fill_(a: TensorId, dim: i64, index: TensorId, value: Scalar) -> Result<TensorId> {
+        let mut op = Op::begin("index_fill_");
+        let handle = a;
+        let a = op.get_mut(a)?;
+        let [index] = op.get([index])?;
+        let a: &tch::Tensor = &a;
+        let index: &tch::Tensor = &index;
+        let _ = op.value(|| {
+            #[allow(unused_mut)]
+            let mut a = a.shallow_clone();
+            a.f_index_fill_int_tensor_(dim, index, &scalar(&a, value)?)
+        })?;
+        Ok(handle)
+    }
+
+    /// Copies the entries of `source` along `dim` to the i64 `index` positions of `a`.
+    pub(crate) fn index_copy_(a: TensorId, dim: i64, index: TensorId, source: TensorId) -> Result<TensorId> {
+        let mut op = Op::begin("index_copy_");
+        let handle = a;
+        let a = op.get_mut(a)?;
+        let [index, source] = op.get([index, source])?;
+        let a: &tch::Tensor = &a;
+        let index: &tch::Tensor = &index;
+        let source: &tch::Tensor = &source;
+        let _ = op.value(|| {
+            #[allow(unused_mut)]
+            let mut a = a.shallow_clone();
+            a.f_index_copy_(dim, index, source)
+        })?;
+        Ok(handle)
+    }
+
+    /// Copies the elements of `source`, in order, to where the bool `mask` (broadcast) is true.
+    pub(crate) fn masked_scatter_(a: TensorId, mask: TensorId, source: TensorId) -> Result<TensorId> {
+        let mut op = Op::begin("masked_scatter_");
+        let handle = a;
+        let a = op.get_mut(a)?;
+        let [mask, source] = op.get([mask, source])?;
+        let a: &tch::Tensor = &a;
+        let mask: &tch::Tensor = &mask;
+        let source: &tch::Tensor = &source;
+        let _ = op.value(|| {
+            #[allow(unused_mut)]
+            let mut a = a.shallow_clone();
+            a.f_masked_scatter_(mask, source)
         })?;
         Ok(handle)
     }
@@ -769,9 +1168,9 @@ impl Tensor {
         Ok(Tensor::from_raw(core::ones(shape, dtype)?))
     }
 
-    /// A tensor filled with `value`.
-    pub fn full(shape: &[i64], value: f64, dtype: DType) -> Result<Tensor> {
-        Ok(Tensor::from_raw(core::full(shape, value, dtype)?))
+    /// A tensor filled with `value`, which must fit `dtype` (an integer dtype refuses infinities, NaN and values out of its range).
+    pub fn full(shape: &[i64], value: impl Into<Scalar>, dtype: DType) -> Result<Tensor> {
+        Ok(Tensor::from_raw(core::full(shape, value.into(), dtype)?))
     }
 
     /// Uniform samples in [0, 1); reproducible after `manual_seed`.
@@ -825,23 +1224,63 @@ impl Tensor {
     }
 
     /// a + s.
-    pub fn add_scalar(&self, s: f64) -> Result<Tensor> {
-        Ok(Tensor::from_raw(core::add_scalar(self.id(), s)?))
+    pub fn add_scalar(&self, s: impl Into<Scalar>) -> Result<Tensor> {
+        Ok(Tensor::from_raw(core::add_scalar(self.id(), s.into())?))
     }
 
     /// a - s.
-    pub fn sub_scalar(&self, s: f64) -> Result<Tensor> {
-        Ok(Tensor::from_raw(core::sub_scalar(self.id(), s)?))
+    pub fn sub_scalar(&self, s: impl Into<Scalar>) -> Result<Tensor> {
+        Ok(Tensor::from_raw(core::sub_scalar(self.id(), s.into())?))
     }
 
     /// a * s.
-    pub fn mul_scalar(&self, s: f64) -> Result<Tensor> {
-        Ok(Tensor::from_raw(core::mul_scalar(self.id(), s)?))
+    pub fn mul_scalar(&self, s: impl Into<Scalar>) -> Result<Tensor> {
+        Ok(Tensor::from_raw(core::mul_scalar(self.id(), s.into())?))
     }
 
-    /// a / s.
-    pub fn div_scalar(&self, s: f64) -> Result<Tensor> {
-        Ok(Tensor::from_raw(core::div_scalar(self.id(), s)?))
+    /// a / s (true division).
+    pub fn div_scalar(&self, s: impl Into<Scalar>) -> Result<Tensor> {
+        Ok(Tensor::from_raw(core::div_scalar(self.id(), s.into())?))
+    }
+
+    /// s - a.
+    pub fn rsub_scalar(&self, s: impl Into<Scalar>) -> Result<Tensor> {
+        Ok(Tensor::from_raw(core::rsub_scalar(self.id(), s.into())?))
+    }
+
+    /// s / a (true division).
+    pub fn rdiv_scalar(&self, s: impl Into<Scalar>) -> Result<Tensor> {
+        Ok(Tensor::from_raw(core::rdiv_scalar(self.id(), s.into())?))
+    }
+
+    /// a // b: the quotient rounded toward negative infinity.
+    pub fn floor_divide(&self, b: &Tensor) -> Result<Tensor> {
+        Ok(Tensor::from_raw(core::floor_divide(self.id(), b.id())?))
+    }
+
+    /// a // s.
+    pub fn floor_divide_scalar(&self, s: impl Into<Scalar>) -> Result<Tensor> {
+        Ok(Tensor::from_raw(core::floor_divide_scalar(self.id(), s.into())?))
+    }
+
+    /// s // a.
+    pub fn rfloor_divide_scalar(&self, s: impl Into<Scalar>) -> Result<Tensor> {
+        Ok(Tensor::from_raw(core::rfloor_divide_scalar(self.id(), s.into())?))
+    }
+
+    /// a % b, with the sign of `b` (Python's %).
+    pub fn remainder(&self, b: &Tensor) -> Result<Tensor> {
+        Ok(Tensor::from_raw(core::remainder(self.id(), b.id())?))
+    }
+
+    /// a % s.
+    pub fn remainder_scalar(&self, s: impl Into<Scalar>) -> Result<Tensor> {
+        Ok(Tensor::from_raw(core::remainder_scalar(self.id(), s.into())?))
+    }
+
+    /// s % a.
+    pub fn rremainder_scalar(&self, s: impl Into<Scalar>) -> Result<Tensor> {
+        Ok(Tensor::from_raw(core::rremainder_scalar(self.id(), s.into())?))
     }
 
     /// a raised to `exponent`, elementwise.
@@ -849,9 +1288,14 @@ impl Tensor {
         Ok(Tensor::from_raw(core::pow(self.id(), exponent.id())?))
     }
 
-    /// a raised to the scalar `exponent`.
-    pub fn pow_scalar(&self, exponent: f64) -> Result<Tensor> {
-        Ok(Tensor::from_raw(core::pow_scalar(self.id(), exponent)?))
+    /// a raised to the scalar `exponent` (an integer tensor to a negative integer is refused).
+    pub fn pow_scalar(&self, exponent: impl Into<Scalar>) -> Result<Tensor> {
+        Ok(Tensor::from_raw(core::pow_scalar(self.id(), exponent.into())?))
+    }
+
+    /// `base` raised to a, elementwise.
+    pub fn rpow_scalar(&self, base: impl Into<Scalar>) -> Result<Tensor> {
+        Ok(Tensor::from_raw(core::rpow_scalar(self.id(), base.into())?))
     }
 
     /// -a.
@@ -905,8 +1349,8 @@ impl Tensor {
     }
 
     /// a limited to [min, max].
-    pub fn clamp(&self, min: f64, max: f64) -> Result<Tensor> {
-        Ok(Tensor::from_raw(core::clamp(self.id(), min, max)?))
+    pub fn clamp(&self, min: impl Into<Scalar>, max: impl Into<Scalar>) -> Result<Tensor> {
+        Ok(Tensor::from_raw(core::clamp(self.id(), min.into(), max.into())?))
     }
 
     /// Elements of `a` where `condition` is true, else of `other` (torch.where).
@@ -942,6 +1386,36 @@ impl Tensor {
     /// a >= b, as a bool tensor.
     pub fn ge(&self, b: &Tensor) -> Result<Tensor> {
         Ok(Tensor::from_raw(core::ge(self.id(), b.id())?))
+    }
+
+    /// a == s, as a bool tensor.
+    pub fn eq_scalar(&self, s: impl Into<Scalar>) -> Result<Tensor> {
+        Ok(Tensor::from_raw(core::eq_scalar(self.id(), s.into())?))
+    }
+
+    /// a != s, as a bool tensor.
+    pub fn ne_scalar(&self, s: impl Into<Scalar>) -> Result<Tensor> {
+        Ok(Tensor::from_raw(core::ne_scalar(self.id(), s.into())?))
+    }
+
+    /// a < s, as a bool tensor.
+    pub fn lt_scalar(&self, s: impl Into<Scalar>) -> Result<Tensor> {
+        Ok(Tensor::from_raw(core::lt_scalar(self.id(), s.into())?))
+    }
+
+    /// a <= s, as a bool tensor.
+    pub fn le_scalar(&self, s: impl Into<Scalar>) -> Result<Tensor> {
+        Ok(Tensor::from_raw(core::le_scalar(self.id(), s.into())?))
+    }
+
+    /// a > s, as a bool tensor.
+    pub fn gt_scalar(&self, s: impl Into<Scalar>) -> Result<Tensor> {
+        Ok(Tensor::from_raw(core::gt_scalar(self.id(), s.into())?))
+    }
+
+    /// a >= s, as a bool tensor.
+    pub fn ge_scalar(&self, s: impl Into<Scalar>) -> Result<Tensor> {
+        Ok(Tensor::from_raw(core::ge_scalar(self.id(), s.into())?))
     }
 
     /// Sum of all elements.
@@ -1049,12 +1523,12 @@ impl Tensor {
         Ok(Tensor::from_raw(core::unsqueeze(self.id(), dim)?))
     }
 
-    /// Concatenation along an existing dimension.
+    /// Concatenation along an existing dimension of at least one tensor.
     pub fn cat(tensors: &[&Tensor], dim: i64) -> Result<Tensor> {
         Ok(Tensor::from_raw(core::cat(&tensors.iter().map(|t| t.id()).collect::<Vec<_>>(), dim)?))
     }
 
-    /// Stacking along a new dimension.
+    /// Stacking along a new dimension of at least one tensor.
     pub fn stack(tensors: &[&Tensor], dim: i64) -> Result<Tensor> {
         Ok(Tensor::from_raw(core::stack(&tensors.iter().map(|t| t.id()).collect::<Vec<_>>(), dim)?))
     }
@@ -1072,6 +1546,36 @@ impl Tensor {
     /// A row-major copy (or `a`'s storage if already contiguous).
     pub fn contiguous(&self) -> Result<Tensor> {
         Ok(Tensor::from_raw(core::contiguous(self.id())?))
+    }
+
+    /// A copy of `a` with its own storage.
+    pub fn clone(&self) -> Result<Tensor> {
+        Ok(Tensor::from_raw(core::clone(self.id())?))
+    }
+
+    /// A view of `a` broadcast to `shape` (-1 keeps a dimension).
+    pub fn expand(&self, shape: &[i64]) -> Result<Tensor> {
+        Ok(Tensor::from_raw(core::expand(self.id(), shape)?))
+    }
+
+    /// A view of entry `index` of `dim`, without that dimension (a[index] on dim 0).
+    pub fn select(&self, dim: i64, index: i64) -> Result<Tensor> {
+        Ok(Tensor::from_raw(core::select(self.id(), dim, index)?))
+    }
+
+    /// A view of entries start, start + step, ... before `end` of `dim` (step > 0).
+    pub fn slice(&self, dim: i64, start: i64, end: i64, step: i64) -> Result<Tensor> {
+        Ok(Tensor::from_raw(core::slice(self.id(), dim, start, end, step)?))
+    }
+
+    /// The elements of `a` where the bool `mask` (broadcast) is true, as a 1-d tensor.
+    pub fn masked_select(&self, mask: &Tensor) -> Result<Tensor> {
+        Ok(Tensor::from_raw(core::masked_select(self.id(), mask.id())?))
+    }
+
+    /// The indices of the nonzero elements, as an i64 [n, ndim] tensor.
+    pub fn nonzero(&self) -> Result<Tensor> {
+        Ok(Tensor::from_raw(core::nonzero(self.id())?))
     }
 
     /// Conversion to another dtype.
@@ -1132,9 +1636,99 @@ impl Tensor {
         Ok(self)
     }
 
+    /// a /= b (true division: `a` must be floating).
+    pub fn div_(&self, b: &Tensor) -> Result<&Tensor> {
+        core::div_(self.id(), b.id())?;
+        Ok(self)
+    }
+
+    /// a += s.
+    pub fn add_scalar_(&self, s: impl Into<Scalar>) -> Result<&Tensor> {
+        core::add_scalar_(self.id(), s.into())?;
+        Ok(self)
+    }
+
+    /// a -= s.
+    pub fn sub_scalar_(&self, s: impl Into<Scalar>) -> Result<&Tensor> {
+        core::sub_scalar_(self.id(), s.into())?;
+        Ok(self)
+    }
+
     /// a *= s.
-    pub fn mul_scalar_(&self, s: f64) -> Result<&Tensor> {
-        core::mul_scalar_(self.id(), s)?;
+    pub fn mul_scalar_(&self, s: impl Into<Scalar>) -> Result<&Tensor> {
+        core::mul_scalar_(self.id(), s.into())?;
+        Ok(self)
+    }
+
+    /// a /= s (true division: `a` must be floating).
+    pub fn div_scalar_(&self, s: impl Into<Scalar>) -> Result<&Tensor> {
+        core::div_scalar_(self.id(), s.into())?;
+        Ok(self)
+    }
+
+    /// a **= exponent.
+    pub fn pow_(&self, exponent: &Tensor) -> Result<&Tensor> {
+        core::pow_(self.id(), exponent.id())?;
+        Ok(self)
+    }
+
+    /// a **= exponent.
+    pub fn pow_scalar_(&self, exponent: impl Into<Scalar>) -> Result<&Tensor> {
+        core::pow_scalar_(self.id(), exponent.into())?;
+        Ok(self)
+    }
+
+    /// a //= b.
+    pub fn floor_divide_(&self, b: &Tensor) -> Result<&Tensor> {
+        core::floor_divide_(self.id(), b.id())?;
+        Ok(self)
+    }
+
+    /// a //= s.
+    pub fn floor_divide_scalar_(&self, s: impl Into<Scalar>) -> Result<&Tensor> {
+        core::floor_divide_scalar_(self.id(), s.into())?;
+        Ok(self)
+    }
+
+    /// a %= b.
+    pub fn remainder_(&self, b: &Tensor) -> Result<&Tensor> {
+        core::remainder_(self.id(), b.id())?;
+        Ok(self)
+    }
+
+    /// a %= s.
+    pub fn remainder_scalar_(&self, s: impl Into<Scalar>) -> Result<&Tensor> {
+        core::remainder_scalar_(self.id(), s.into())?;
+        Ok(self)
+    }
+
+    /// Sets every element of `a` to `value`, which must fit its dtype.
+    pub fn fill_(&self, value: impl Into<Scalar>) -> Result<&Tensor> {
+        core::fill_(self.id(), value.into())?;
+        Ok(self)
+    }
+
+    /// Sets the elements of `a` where the bool `mask` (broadcast) is true to `value`.
+    pub fn masked_fill_(&self, mask: &Tensor, value: impl Into<Scalar>) -> Result<&Tensor> {
+        core::masked_fill_(self.id(), mask.id(), value.into())?;
+        Ok(self)
+    }
+
+    /// Sets the entries of `dim` at the i64 `index` positions to `value`.
+    pub fn index_fill_(&self, dim: i64, index: &Tensor, value: impl Into<Scalar>) -> Result<&Tensor> {
+        core::index_fill_(self.id(), dim, index.id(), value.into())?;
+        Ok(self)
+    }
+
+    /// Copies the entries of `source` along `dim` to the i64 `index` positions of `a`.
+    pub fn index_copy_(&self, dim: i64, index: &Tensor, source: &Tensor) -> Result<&Tensor> {
+        core::index_copy_(self.id(), dim, index.id(), source.id())?;
+        Ok(self)
+    }
+
+    /// Copies the elements of `source`, in order, to where the bool `mask` (broadcast) is true.
+    pub fn masked_scatter_(&self, mask: &Tensor, source: &Tensor) -> Result<&Tensor> {
+        core::masked_scatter_(self.id(), mask.id(), source.id())?;
         Ok(self)
     }
 

@@ -9,18 +9,20 @@ mod device_sweep;
 pub(crate) mod data;
 pub(crate) mod exec;
 pub(crate) mod generated;
+pub(crate) mod lists;
 mod operators;
 pub(crate) mod optim;
 pub(crate) mod scalars;
 
 pub use autograd::{manual_seed, no_grad, NoGradGuard};
+pub use scalars::Scalar;
 
 /// What the generated code sees.
 pub(crate) mod prelude {
     pub(crate) use super::optim::AdamHyper;
     pub(crate) use super::exec::Op;
-    pub(crate) use super::scalars::{self, scalar};
-    pub(crate) use super::{autograd, optim};
+    pub(crate) use super::scalars::{self, scalar, Scalar};
+    pub(crate) use super::{autograd, lists, optim};
     pub(crate) use crate::dtype::DType;
     pub(crate) use crate::error::{Error, Result};
     pub(crate) use crate::registry::TensorId;

@@ -1,4 +1,5 @@
-//! `+ - * /` and unary `-` on `&Tensor`, with tensors or f64 on the right. Operators cannot
+//! `+ - * /` and unary `-` on `&Tensor`, with tensors, f64 or i64 (which keeps an integer
+//! tensor's dtype, as in PyTorch) on the right. Operators cannot
 //! return a `Result`, so they panic with the error's message (as tch's do); the methods
 //! (`add`, `mul_scalar`, ...) are the fallible forms.
 
@@ -13,13 +14,17 @@ macro_rules! binary {
                 self.$tensor_op(rhs).unwrap_or_else(|e| panic!("{}: {e}", stringify!($tensor_op)))
             }
         }
-        impl $trait<f64> for &Tensor {
+        binary!(@scalar $trait $method $scalar_op f64);
+        binary!(@scalar $trait $method $scalar_op i64);
+    )*};
+    (@scalar $trait:ident $method:ident $scalar_op:ident $ty:ty) => {
+        impl $trait<$ty> for &Tensor {
             type Output = Tensor;
-            fn $method(self, rhs: f64) -> Tensor {
+            fn $method(self, rhs: $ty) -> Tensor {
                 self.$scalar_op(rhs).unwrap_or_else(|e| panic!("{}: {e}", stringify!($scalar_op)))
             }
         }
-    )*};
+    };
 }
 
 binary!(Add add add add_scalar, Sub sub sub sub_scalar, Mul mul mul mul_scalar, Div div div div_scalar);

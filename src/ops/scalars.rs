@@ -1,25 +1,133 @@
-//! Scalar arguments without tch's `Scalar`: tch 0.24 frees a temporary `Scalar` after the
+//! Scalar arguments: typed as PyTorch types a Python number, and passed without tch's `Scalar`.
+//!
+//! A [`Scalar`] keeps its kind (integer, floating, bool), so `int_tensor + 1` stays an integer
+//! tensor and `full([1], 2^62 + 1, I64)` is exact. tch 0.24 frees a temporary `Scalar` after the
 //! libtorch call and before reading libtorch's error, and the free panics when an error is
-//! pending (bad shape, wrong dtype). So scalars reach libtorch as 0-dim tensors, typed so that
-//! the result's dtype is what PyTorch gives for a Python float: a 0-dim f64 never widens a
-//! floating tensor (0-dim tensors do not promote within a category), and an integer or bool
-//! tensor meets a 0-dim f32, the default float dtype, as it would meet a Python float.
+//! pending (bad shape, wrong dtype), so scalars reach libtorch as 0-dim tensors made by a C++
+//! shim, typed so that the result's dtype is what PyTorch gives for a Python number ("wrapped
+//! number"): a 0-dim tensor changes the result's dtype only when its category (bool < integer <
+//! floating) is higher than the other operand's. So an integer scalar is a 0-dim int64 (an int32
+//! tensor stays int32, a bool tensor becomes int64, a floating tensor keeps its dtype), a float
+//! is a 0-dim float64 beside a floating tensor (never widens it) and a 0-dim float32, the default
+//! float dtype, beside an integer or bool tensor, and a bool is a 0-dim bool.
 
 use super::prelude::*;
 
-/// `v` as a 0-dim tensor to combine with `with` like a Python float scalar, on `with`'s device
-/// (libtorch accepts a CPU 0-dim tensor beside a CUDA one only as a wrapped number in arithmetic,
-/// not as, say, clamp's bounds).
-pub(crate) fn scalar(with: &tch::Tensor, v: f64) -> Result<tch::Tensor, tch::TchError> {
-    let floating = matches!(with.f_kind()?, Kind::Half | Kind::BFloat16 | Kind::Float | Kind::Double);
-    crate::native::scalar_like(with, v, if floating { DType::F64 } else { DType::F32 })
+/// A scalar argument of an op, which keeps its type (PyTorch's `Scalar`): an integer, a
+/// floating-point number or a bool.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Scalar {
+    Int(i64),
+    Float(f64),
+    Bool(bool),
 }
 
-pub(crate) fn full(shape: &[i64], value: f64, dtype: DType) -> Result<tch::Tensor> {
-    let mut t = tch::Tensor::f_empty(shape, opts(dtype))?;
-    let value = scalar(&t, value)?;
-    t.f_copy_(&value)?;
+/// `Scalar::from` for each Rust number type: its kind follows the type.
+macro_rules! scalar_from {
+    ($($ty:ty => $kind:ident),*) => {$(
+        impl From<$ty> for Scalar {
+            fn from(v: $ty) -> Self {
+                Scalar::$kind(v.into())
+            }
+        }
+    )*};
+}
+
+scalar_from!(f64 => Float, f32 => Float, i64 => Int, i32 => Int, bool => Bool);
+
+impl std::fmt::Display for Scalar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Scalar::Int(v) => write!(f, "{v}"),
+            Scalar::Float(v) => write!(f, "{v:?}"),
+            Scalar::Bool(v) => write!(f, "{v}"),
+        }
+    }
+}
+
+fn is_floating(kind: Kind) -> bool {
+    matches!(kind, Kind::Half | Kind::BFloat16 | Kind::Float | Kind::Double)
+}
+
+/// `v` as a 0-dim tensor to combine with `with` as PyTorch combines a Python number (see the
+/// module doc), on `with`'s device (libtorch accepts a CPU 0-dim tensor beside a CUDA one only
+/// as a wrapped number in arithmetic, not as, say, clamp's bounds).
+pub(crate) fn scalar(with: &tch::Tensor, v: impl Into<Scalar>) -> Result<tch::Tensor, tch::TchError> {
+    let v = v.into();
+    let dtype = match v {
+        Scalar::Int(_) => DType::I64,
+        Scalar::Float(_) if is_floating(with.f_kind()?) => DType::F64,
+        Scalar::Float(_) => DType::F32,
+        Scalar::Bool(_) => DType::Bool,
+    };
+    crate::native::scalar_like(with, v, dtype)
+}
+
+/// The range of an integer dtype, None for the others.
+fn integer_range(dtype: DType) -> Option<(i64, i64)> {
+    Some(match dtype {
+        DType::U8 => (0, u8::MAX.into()),
+        DType::I8 => (i8::MIN.into(), i8::MAX.into()),
+        DType::I16 => (i16::MIN.into(), i16::MAX.into()),
+        DType::I32 => (i32::MIN.into(), i32::MAX.into()),
+        DType::I64 => (i64::MIN, i64::MAX),
+        _ => return None,
+    })
+}
+
+/// Checks that `value` fits an integer dtype (a float is truncated toward zero as libtorch
+/// converts it; infinities, NaN and out-of-range values are refused).
+pub(crate) fn check_fits(what: &str, value: Scalar, dtype: DType) -> Result<()> {
+    let Some((lo, hi)) = integer_range(dtype) else { return Ok(()) };
+    let fits = match value {
+        Scalar::Int(v) => (lo..=hi).contains(&v),
+        // hi + 1 is a power of two, exact as an f64; -2^63 (lo of I64) is exact too.
+        Scalar::Float(v) => v.is_finite() && v.trunc() >= lo as f64 && v.trunc() < hi as f64 + 1.0,
+        Scalar::Bool(_) => true,
+    };
+    match fits {
+        true => Ok(()),
+        false => Err(Error::InvalidArg(format!("{what}: {value} does not fit in {dtype:?} (range {lo}..={hi})"))),
+    }
+}
+
+pub(crate) fn full(shape: &[i64], value: Scalar, dtype: DType) -> Result<tch::Tensor> {
+    check_fits("full", value, dtype)?;
+    let t = tch::Tensor::f_empty(shape, opts(dtype))?;
+    crate::native::fill(&t, value)?;
     Ok(t)
+}
+
+/// Fills `a` in place with `value` (Tensor.fill_), which must fit `a`'s dtype.
+pub(crate) fn fill_(a: &tch::Tensor, value: Scalar) -> Result<()> {
+    check_fits("fill_", value, DType::from_kind(a.f_kind()?)?)?;
+    Ok(crate::native::fill(a, value)?)
+}
+
+/// `a ** exponent`, refusing an integer tensor raised to a negative integer, as libtorch refuses
+/// it for a Scalar exponent (its 0-dim tensor form would compute one).
+pub(crate) fn pow(a: &tch::Tensor, exponent: Scalar) -> Result<tch::Tensor> {
+    check_pow(a, exponent)?;
+    Ok(a.f_pow(&scalar(a, exponent)?)?)
+}
+
+/// `a **= exponent` (see `pow`).
+pub(crate) fn pow_(a: &mut tch::Tensor, exponent: Scalar) -> Result<()> {
+    check_pow(a, exponent)?;
+    let e = scalar(a, exponent)?;
+    let _ = a.f_pow_tensor_(&e)?;
+    Ok(())
+}
+
+fn check_pow(a: &tch::Tensor, exponent: Scalar) -> Result<()> {
+    let dtype = DType::from_kind(a.f_kind()?)?;
+    let integer = dtype == DType::Bool || integer_range(dtype).is_some();
+    match (integer, exponent) {
+        (true, Scalar::Int(e)) if e < 0 => Err(Error::InvalidArg(format!(
+            "pow: integers to negative integer powers are not allowed ({e}); convert the tensor to a floating dtype first"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Checked first: libtorch's own checks would fail inside tch's `Scalar` (see above).
@@ -34,4 +142,23 @@ pub(crate) fn arange(start: f64, end: f64, step: f64, dtype: DType) -> Result<tc
         return Ok(tch::Tensor::f_arange_start_step(start, end, step, opts(dtype))?);
     };
     Err(Error::InvalidArg(format!("arange({start}, {end}, {step}): {why}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_that_do_not_fit_an_integer_dtype_are_refused() {
+        assert!(check_fits("t", Scalar::Int(i64::MAX), DType::I64).is_ok());
+        assert!(check_fits("t", Scalar::Float(-9.223372036854775808e18), DType::I64).is_ok());
+        assert!(check_fits("t", Scalar::Float(9.223372036854775808e18), DType::I64).is_err());
+        assert!(check_fits("t", Scalar::Float(f64::INFINITY), DType::I64).is_err());
+        assert!(check_fits("t", Scalar::Float(f64::NAN), DType::I32).is_err());
+        assert!(check_fits("t", Scalar::Int(256), DType::U8).is_err());
+        assert!(check_fits("t", Scalar::Float(255.9), DType::U8).is_ok());
+        assert!(check_fits("t", Scalar::Float(-0.5), DType::U8).is_ok());
+        assert!(check_fits("t", Scalar::Float(f64::INFINITY), DType::F32).is_ok());
+        assert!(check_fits("t", Scalar::Int(7), DType::Bool).is_ok());
+    }
 }

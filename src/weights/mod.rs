@@ -31,6 +31,9 @@ pub struct TensorInfo {
 }
 
 fn map_file(path: &Path) -> Result<memmap2::Mmap> {
+    if path.is_dir() {
+        return Err(Error::Io(format!("{} is a directory, not a safetensors file: name the .safetensors file in it", path.display())));
+    }
     let file = std::fs::File::open(path).map_err(|e| Error::Io(format!("cannot open {}: {e}", path.display())))?;
     // SAFETY: the map is read-only and lives only while this module copies out of it; a file
     // truncated by another process meanwhile is outside what any reader can defend against.

@@ -252,7 +252,7 @@ static void creation_ops(void) {
     CHECK_F32(z, 0, 0, 0, 0, 0, 0, 0);
     REQUIRE_OK(tr_tensor_ones(shape, 2, TR_DTYPE_F32, &o));
     CHECK_F32(o, 0, 1, 1, 1, 1, 1, 1);
-    REQUIRE_OK(tr_tensor_full(shape, 2, -2.5, TR_DTYPE_F32, &f));
+    REQUIRE_OK(tr_tensor_full(shape, 2, tr_scalar_float(-2.5), TR_DTYPE_F32, &f));
     CHECK_F32(f, 0, -2.5f, -2.5f, -2.5f, -2.5f, -2.5f, -2.5f);
     REQUIRE_OK(tr_tensor_arange(1, 3, 0.5, TR_DTYPE_F32, &ar));
     CHECK_F32(ar, 0, 1, 1.5f, 2, 2.5f);
@@ -320,15 +320,15 @@ static void elementwise_ops(void) {
     CHECK_F32(r, 0, 2, -4, -3, 2);
     CHECK_OK(tr_tensor_div(a, b, &r));
     CHECK_F32(r, 1e-6, 0.5f, -1, -3, 8);
-    CHECK_OK(tr_tensor_add_scalar(a, 1, &r));
+    CHECK_OK(tr_tensor_add_scalar(a, tr_scalar_float(1), &r));
     CHECK_F32(r, 0, 2, -1, 4, 5);
-    CHECK_OK(tr_tensor_sub_scalar(a, 1, &r));
+    CHECK_OK(tr_tensor_sub_scalar(a, tr_scalar_float(1), &r));
     CHECK_F32(r, 0, 0, -3, 2, 3);
-    CHECK_OK(tr_tensor_mul_scalar(a, -2, &r));
+    CHECK_OK(tr_tensor_mul_scalar(a, tr_scalar_float(-2), &r));
     CHECK_F32(r, 0, -2, 4, -6, -8);
-    CHECK_OK(tr_tensor_div_scalar(a, 4, &r));
+    CHECK_OK(tr_tensor_div_scalar(a, tr_scalar_float(4), &r));
     CHECK_F32(r, 0, 0.25f, -0.5f, 0.75f, 1);
-    CHECK_OK(tr_tensor_pow_scalar(a, 2, &r));
+    CHECK_OK(tr_tensor_pow_scalar(a, tr_scalar_float(2), &r));
     CHECK_F32(r, 1e-5, 1, 4, 9, 16);
     CHECK_OK(tr_tensor_pow(b, b, &r));
     CHECK_F32(r, 1e-5, 4, 4, -1, 0.70710678f);
@@ -353,7 +353,7 @@ static void elementwise_ops(void) {
     CHECK_F32(r, 1e-5, 0.84134475f, -0.04550026f, 2.99595031f, 3.99987332f);
     CHECK_OK(tr_tensor_silu(a, &r));
     CHECK_F32(r, 1e-5, 0.73105858f, -0.23840584f, 2.85772238f, 3.92805516f);
-    CHECK_OK(tr_tensor_clamp(a, -1, 2.5, &r));
+    CHECK_OK(tr_tensor_clamp(a, tr_scalar_float(-1), tr_scalar_float(2.5), &r));
     CHECK_F32(r, 0, 1, -1, 2.5f, 2.5f);
     REQUIRE_OK(tr_tensor_from_data((const uint8_t *)cond, sizeof cond, shape, 1, TR_DTYPE_BOOL, &cv));
     CHECK_OK(tr_tensor_where_self(a, cv, b, &r));
@@ -543,6 +543,41 @@ static void cat_and_stack(void) {
     CHECK_OK(tr_scope_dispose(s));
 }
 
+/* ------------------------------------------------------------------ typed scalars */
+
+/* An integer scalar keeps an integer tensor integer and is exact to 64 bits; a float promotes it
+ * to float32; an unknown kind is an argument error; item_scalar reads an integer exactly. */
+static void scalars_keep_their_type(void) {
+    const int64_t big[1] = {(int64_t)1 << 60}, one = 1;
+    tr_tensor a = {0}, r = {0};
+    tr_dtype dt = -1;
+    tr_scalar v = tr_scalar_bool(false);
+    int64_t got = 0;
+    int32_t device = 0;
+    tr_scope s = {0};
+    REQUIRE_OK(tr_scope_new(&s));
+    REQUIRE_OK(tr_tensor_from_data((const uint8_t *)big, sizeof big, &one, 1, TR_DTYPE_I64, &a));
+    CHECK_OK(tr_tensor_add_scalar(a, tr_scalar_int(1), &r));
+    CHECK_OK(tr_tensor_dtype(r, &dt));
+    CHECK(dt == TR_DTYPE_I64);
+    CHECK_OK(tr_tensor_item_scalar(r, &v));
+    CHECK(v.kind == TR_SCALAR_INT && v.i == ((int64_t)1 << 60) + 1);
+    CHECK_OK(tr_tensor_copy_to(r, (uint8_t *)&got, sizeof got, &(size_t){0}));
+    CHECK(got == ((int64_t)1 << 60) + 1);
+    CHECK_OK(tr_tensor_add_scalar(a, tr_scalar_float(0.5), &r));
+    CHECK_OK(tr_tensor_dtype(r, &dt));
+    CHECK(dt == TR_DTYPE_F32);
+    CHECK_OK(tr_tensor_full(&one, 1, tr_scalar_int(((int64_t)1 << 62) + 1), TR_DTYPE_I64, &r));
+    CHECK_OK(tr_tensor_item_scalar(r, &v));
+    CHECK(v.kind == TR_SCALAR_INT && v.i == ((int64_t)1 << 62) + 1);
+    CHECK_ERR(tr_tensor_full(&one, 1, tr_scalar_float(1.0 / 0.0), TR_DTYPE_I64, &r), TR_ERR_INVALID_ARG, "does not fit");
+    CHECK_ERR(tr_tensor_add_scalar(a, (tr_scalar){.kind = 7}, &r), TR_ERR_INVALID_ARG, "unknown scalar kind 7");
+    CHECK_ERR(tr_tensor_item_scalar(a, NULL), TR_ERR_NULL_ARG, "`out`");
+    CHECK_OK(tr_tensor_device(a, &device));
+    CHECK(device == -1);
+    CHECK_OK(tr_scope_dispose(s));
+}
+
 /* ------------------------------------------------------------------ nn ops */
 
 static void nn_ops(void) {
@@ -618,7 +653,7 @@ static void in_place_ops_register_nothing(void) {
     REQUIRE_OK(tr_scope_new(&s));
     REQUIRE_OK(f32_tensor(av, shape, 1, &a));
     REQUIRE_OK(f32_tensor(bv, shape, 1, &b));
-    REQUIRE_OK(tr_tensor_full(shape, 1, 2, TR_DTYPE_F32, &two));
+    REQUIRE_OK(tr_tensor_full(shape, 1, tr_scalar_float(2), TR_DTYPE_F32, &two));
     live = tr_live_handles();
     CHECK_OK(tr_scope_len(s, &len_before));
     CHECK_OK(tr_tensor_add_(a, b));
@@ -627,7 +662,7 @@ static void in_place_ops_register_nothing(void) {
     CHECK_F32(a, 0, 9, 20, 31);
     CHECK_OK(tr_tensor_mul_(a, two));
     CHECK_F32(a, 0, 18, 40, 62);
-    CHECK_OK(tr_tensor_mul_scalar_(a, 0.5));
+    CHECK_OK(tr_tensor_mul_scalar_(a, tr_scalar_float(0.5)));
     CHECK_F32(a, 0, 9, 20, 31);
     CHECK_OK(tr_tensor_copy_(a, b));
     CHECK_F32(a, 0, 10, 20, 30);
@@ -700,12 +735,12 @@ static void grad_set_enabled_is_a_manual_guard(void) {
     CHECK_OK(tr_tensor_requires_grad_(x, true));
     CHECK_OK(tr_grad_set_enabled(false, &prev));
     CHECK(prev); /* enabled by default */
-    CHECK_OK(tr_tensor_mul_scalar(x, 3, &y));
+    CHECK_OK(tr_tensor_mul_scalar(x, tr_scalar_float(3), &y));
     CHECK_OK(tr_tensor_requires_grad(y, &rg));
     CHECK(!rg);
     CHECK_OK(tr_grad_set_enabled(true, &prev));
     CHECK(!prev);
-    CHECK_OK(tr_tensor_mul_scalar(x, 3, &y));
+    CHECK_OK(tr_tensor_mul_scalar(x, tr_scalar_float(3), &y));
     CHECK_OK(tr_tensor_requires_grad(y, &rg));
     CHECK(rg);
     CHECK_OK(tr_grad_set_enabled(true, NULL)); /* out_previous may be NULL */
@@ -724,7 +759,7 @@ static void sgd_and_adam_steps(void) {
     /* SGD: loss = sum(3p) -> grad 3; p -= 0.1 * 3 */
     REQUIRE_OK(f32_tensor(pv, shape, 1, &p));
     CHECK_OK(tr_tensor_requires_grad_(p, true));
-    REQUIRE_OK(tr_tensor_mul_scalar(p, 3, &t));
+    REQUIRE_OK(tr_tensor_mul_scalar(p, tr_scalar_float(3), &t));
     REQUIRE_OK(tr_tensor_sum(t, &y));
     CHECK_OK(tr_tensor_backward(y));
     REQUIRE_OK(f32_tensor(pv, shape, 1, &nograd)); /* no gradient: skipped */
@@ -741,7 +776,7 @@ static void sgd_and_adam_steps(void) {
     /* Adam, first step: the update is lr * sign(grad) (bias-corrected m / sqrt(v)) */
     REQUIRE_OK(f32_tensor(pv, shape, 1, &q));
     CHECK_OK(tr_tensor_requires_grad_(q, true));
-    REQUIRE_OK(tr_tensor_mul_scalar(q, -2, &t));
+    REQUIRE_OK(tr_tensor_mul_scalar(q, tr_scalar_float(-2), &t));
     REQUIRE_OK(tr_tensor_sum(t, &y));
     CHECK_OK(tr_tensor_backward(y));
     REQUIRE_OK(tr_tensor_zeros_like(q, &m));
@@ -829,6 +864,7 @@ int main(void) {
     RUN(matmul_bmm_linear);
     RUN(shape_ops);
     RUN(cat_and_stack);
+    RUN(scalars_keep_their_type);
     RUN(nn_ops);
     RUN(in_place_ops_register_nothing);
     RUN(grad_returns_a_new_handle);

@@ -218,8 +218,8 @@ static void fact11_expression_temporaries_die_with_scope(void) {
     REQUIRE_OK(tu_f32(xs, 4, &x));
     REQUIRE_OK(tr_scope_new(&s));
     /* sum(exp(x * 0.5 + 1)) */
-    CHECK_OK(tr_tensor_mul_scalar(x, 0.5, &tmp[0]));
-    CHECK_OK(tr_tensor_add_scalar(tmp[0], 1.0, &tmp[1]));
+    CHECK_OK(tr_tensor_mul_scalar(x, tr_scalar_float(0.5), &tmp[0]));
+    CHECK_OK(tr_tensor_add_scalar(tmp[0], tr_scalar_float(1.0), &tmp[1]));
     CHECK_OK(tr_tensor_exp(tmp[1], &tmp[2]));
     CHECK_OK(tr_tensor_sum(tmp[2], &tmp[3]));
     CHECK_OK(tr_tensor_item(tmp[3], &sum));
@@ -295,10 +295,10 @@ static void fact13_mlp_training_loop_in_one_scope(void) {
     REQUIRE_OK(tr_tensor_from_data((const uint8_t *)ys, sizeof ys, yshape, 2, TR_DTYPE_F32, &y));
     /* Parameters: small random weights, zero biases, all created inside the scope. */
     REQUIRE_OK(tr_tensor_randn(w1shape, 2, TR_DTYPE_F32, &b1init));
-    REQUIRE_OK(tr_tensor_mul_scalar(b1init, 0.3, &params[0]));
+    REQUIRE_OK(tr_tensor_mul_scalar(b1init, tr_scalar_float(0.3), &params[0]));
     REQUIRE_OK(tr_tensor_zeros(b1shape, 1, TR_DTYPE_F32, &params[1]));
     REQUIRE_OK(tr_tensor_randn(w2shape, 2, TR_DTYPE_F32, &b2init));
-    REQUIRE_OK(tr_tensor_mul_scalar(b2init, 0.3, &params[2]));
+    REQUIRE_OK(tr_tensor_mul_scalar(b2init, tr_scalar_float(0.3), &params[2]));
     REQUIRE_OK(tr_tensor_zeros(b2shape, 1, TR_DTYPE_F32, &params[3]));
     for (i = 0; i < 4; i++) {
         bool rg = false;

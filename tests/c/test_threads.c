@@ -137,8 +137,8 @@ static void *share_worker(void *arg) {
         double v = (double)(w->id + it), got = -1;
         TOK(tr_scope_new(&s));
         /* a = v, b = v + 1, c = a * b, d = sum(c) = 4 v (v + 1), e = relu(-c) = 0 */
-        TOK(tr_tensor_full(shape, 1, v, TR_DTYPE_F32, &a));
-        TOK(tr_tensor_add_scalar(a, 1, &b));
+        TOK(tr_tensor_full(shape, 1, tr_scalar_float(v), TR_DTYPE_F32, &a));
+        TOK(tr_tensor_add_scalar(a, tr_scalar_float(1), &b));
         TOK(tr_tensor_mul(a, b, &c));
         TOK(tr_tensor_sum(c, &d));
         TOK(tr_tensor_item(d, &got));
@@ -172,7 +172,7 @@ static void *share_worker(void *arg) {
         if (it % SHARE_EVERY == 0) {
             tr_tensor t = {0}, u = {0};
             double value = (double)(w->id * 100000 + it);
-            TOK(tr_tensor_full(shape, 1, value, TR_DTYPE_F32, &t));
+            TOK(tr_tensor_full(shape, 1, tr_scalar_float(value), TR_DTYPE_F32, &t));
             TOK(tr_tensor_detach_from_scope(t));
             TOK(tr_tensor_retain(t));
             if (post((w->id + 1) % NTHREADS, t, value)) {
@@ -181,7 +181,7 @@ static void *share_worker(void *arg) {
                 TCHECK(!"mailbox full");
                 TOK(tr_tensor_release(t));
             }
-            TOK(tr_tensor_mul_scalar(t, 2, &u));
+            TOK(tr_tensor_mul_scalar(t, tr_scalar_float(2), &u));
             TOK(tr_tensor_release(t));
             TCHECK(tu_owner(u) == s.id);
         }
@@ -208,7 +208,7 @@ static void eight_threads_share_handles(void) {
     long long live_sum = 0, created = 0, disposed = 0, sent = 0, received = 0;
     int i, started = 0;
     CHECK(tr_live_handles() == 0);
-    REQUIRE_OK(tr_tensor_full((const int64_t[]){4}, 1, 0.5, TR_DTYPE_F32, &shared_t));
+    REQUIRE_OK(tr_tensor_full((const int64_t[]){4}, 1, tr_scalar_float(0.5), TR_DTYPE_F32, &shared_t));
     memset(ws, 0, sizeof ws);
     CHECK(pthread_barrier_init(&barrier, NULL, NTHREADS) == 0);
     for (i = 0; i < NTHREADS; i++) {
@@ -408,7 +408,7 @@ static void grad_mode_is_per_thread(void) {
     REQUIRE_OK(tr_scope_new(&s));
     CHECK_OK(tu_new(&x));
     CHECK_OK(tr_tensor_requires_grad_(x, true));
-    CHECK_OK(tr_tensor_mul_scalar(x, 2, &y));
+    CHECK_OK(tr_tensor_mul_scalar(x, tr_scalar_float(2), &y));
     CHECK_OK(tr_tensor_requires_grad(y, &rg));
     CHECK(rg);
     CHECK_OK(tr_scope_dispose(s));

@@ -120,6 +120,37 @@ TEST(weights_missing_truncated_and_corrupt_files_throw) {
     CHECK_THROWS(Weights::load(empty.path), TR_ERR_FORMAT, "");
 }
 
+namespace {
+
+/// A safetensors file of one float32 [1] tensor per name.
+std::string safetensors_named(const std::vector<std::string>& names) {
+    std::string json = "{";
+    for (size_t i = 0; i < names.size(); i++) {
+        std::string escaped;
+        for (char c : names[i]) escaped += c == '\0' ? std::string("\\u0000") : std::string(1, c);
+        json += (i ? "," : "") + std::string("\"") + escaped + "\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[" +
+                std::to_string(4 * i) + "," + std::to_string(4 * i + 4) + "]}";
+    }
+    json += "}";
+    std::string file(8, '\0');
+    for (int b = 0; b < 8; b++) file[b] = static_cast<char>((json.size() >> (8 * b)) & 0xff);
+    return file + json + std::string(4 * names.size(), '\0');
+}
+
+}  // namespace
+
+// Names travel NUL-separated through the C ABI: a name holding a NUL would split and shift every
+// later name, so the library refuses the file; a path holding one would be cut short.
+TEST(weights_with_a_nul_in_a_name_or_the_path_are_refused) {
+    model_files::TempFile good(safetensors_named({"a", "c"}));
+    Weights loaded = Weights::load(good.path);
+    CHECK_EQ(loaded.names(), (std::vector<std::string>{"a", "c"}));
+    model_files::TempFile nul(safetensors_named({std::string("a\0b", 3), "c"}));
+    CHECK_THROWS(Weights::load(nul.path), TR_ERR_FORMAT, "NUL");
+    CHECK_THROWS(Weights::load(good.path + std::string("\0x", 2)), TR_ERR_INVALID_ARG, "NUL");
+    CHECK_THROWS(Weights::load("/tmp"), TR_ERR_IO, "is a directory");
+}
+
 TEST(dispose_all_releases_in_one_call) {
     size_t live = tr_live_handles();
     std::vector<Tensor> ts;

@@ -164,6 +164,12 @@ namespace TensorRef
         [DllImport(Lib, ExactSpelling = true)]
         internal static extern Status tr_tensor_item(TensorHandle t, out double result);
 
+        [DllImport(Lib, ExactSpelling = true)]
+        internal static extern Status tr_tensor_item_scalar(TensorHandle t, out Scalar result);
+
+        [DllImport(Lib, ExactSpelling = true)]
+        internal static extern Status tr_tensor_device(TensorHandle t, out int result);
+
         // ------------------------------------------------------------ scopes
 
         [DllImport(Lib, ExactSpelling = true)]
@@ -291,9 +297,15 @@ namespace TensorRef
         internal static extern Status tr_minilm_embed(MiniLMHandle m, IntPtr[] sentences, UIntPtr count,
                                                       float[] output, UIntPtr out_len, out UIntPtr out_written);
 
-        /// <summary>`s` as NUL-terminated UTF-8, for a `const char *` parameter.</summary>
+        /// <summary>
+        /// `s` as NUL-terminated UTF-8, for a `const char *` parameter (a path, a sentence). A NUL
+        /// inside `s` would end the C string there ("a\0b" would open "a"): ArgumentException.
+        /// </summary>
         internal static byte[] Utf8Z(string s)
         {
+            if (s.IndexOf('\0') >= 0)
+                throw new ArgumentException("the text contains a NUL character, which a C string cannot carry: \"" +
+                                            s.Replace("\0", "\\0") + "\"");
             var bytes = new byte[Encoding.UTF8.GetByteCount(s) + 1];
             Encoding.UTF8.GetBytes(s, 0, s.Length, bytes, 0);
             return bytes;

@@ -14,7 +14,7 @@ namespace TensorRef
         internal static extern Status tr_tensor_ones(long[] shape, UIntPtr shape_len, DType dtype, out ulong result);
 
         [DllImport(Lib, EntryPoint = "tr_tensor_full", ExactSpelling = true)]
-        internal static extern Status tr_tensor_full(long[] shape, UIntPtr shape_len, double value, DType dtype, out ulong result);
+        internal static extern Status tr_tensor_full(long[] shape, UIntPtr shape_len, Scalar value, DType dtype, out ulong result);
 
         [DllImport(Lib, EntryPoint = "tr_tensor_rand", ExactSpelling = true)]
         internal static extern Status tr_tensor_rand(long[] shape, UIntPtr shape_len, DType dtype, out ulong result);
@@ -47,22 +47,49 @@ namespace TensorRef
         internal static extern Status tr_tensor_div(TensorHandle a, TensorHandle b, out ulong result);
 
         [DllImport(Lib, EntryPoint = "tr_tensor_add_scalar", ExactSpelling = true)]
-        internal static extern Status tr_tensor_add_scalar(TensorHandle a, double s, out ulong result);
+        internal static extern Status tr_tensor_add_scalar(TensorHandle a, Scalar s, out ulong result);
 
         [DllImport(Lib, EntryPoint = "tr_tensor_sub_scalar", ExactSpelling = true)]
-        internal static extern Status tr_tensor_sub_scalar(TensorHandle a, double s, out ulong result);
+        internal static extern Status tr_tensor_sub_scalar(TensorHandle a, Scalar s, out ulong result);
 
         [DllImport(Lib, EntryPoint = "tr_tensor_mul_scalar", ExactSpelling = true)]
-        internal static extern Status tr_tensor_mul_scalar(TensorHandle a, double s, out ulong result);
+        internal static extern Status tr_tensor_mul_scalar(TensorHandle a, Scalar s, out ulong result);
 
         [DllImport(Lib, EntryPoint = "tr_tensor_div_scalar", ExactSpelling = true)]
-        internal static extern Status tr_tensor_div_scalar(TensorHandle a, double s, out ulong result);
+        internal static extern Status tr_tensor_div_scalar(TensorHandle a, Scalar s, out ulong result);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_rsub_scalar", ExactSpelling = true)]
+        internal static extern Status tr_tensor_rsub_scalar(TensorHandle a, Scalar s, out ulong result);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_rdiv_scalar", ExactSpelling = true)]
+        internal static extern Status tr_tensor_rdiv_scalar(TensorHandle a, Scalar s, out ulong result);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_floor_divide", ExactSpelling = true)]
+        internal static extern Status tr_tensor_floor_divide(TensorHandle a, TensorHandle b, out ulong result);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_floor_divide_scalar", ExactSpelling = true)]
+        internal static extern Status tr_tensor_floor_divide_scalar(TensorHandle a, Scalar s, out ulong result);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_rfloor_divide_scalar", ExactSpelling = true)]
+        internal static extern Status tr_tensor_rfloor_divide_scalar(TensorHandle a, Scalar s, out ulong result);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_remainder", ExactSpelling = true)]
+        internal static extern Status tr_tensor_remainder(TensorHandle a, TensorHandle b, out ulong result);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_remainder_scalar", ExactSpelling = true)]
+        internal static extern Status tr_tensor_remainder_scalar(TensorHandle a, Scalar s, out ulong result);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_rremainder_scalar", ExactSpelling = true)]
+        internal static extern Status tr_tensor_rremainder_scalar(TensorHandle a, Scalar s, out ulong result);
 
         [DllImport(Lib, EntryPoint = "tr_tensor_pow", ExactSpelling = true)]
         internal static extern Status tr_tensor_pow(TensorHandle a, TensorHandle exponent, out ulong result);
 
         [DllImport(Lib, EntryPoint = "tr_tensor_pow_scalar", ExactSpelling = true)]
-        internal static extern Status tr_tensor_pow_scalar(TensorHandle a, double exponent, out ulong result);
+        internal static extern Status tr_tensor_pow_scalar(TensorHandle a, Scalar exponent, out ulong result);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_rpow_scalar", ExactSpelling = true)]
+        internal static extern Status tr_tensor_rpow_scalar(TensorHandle a, Scalar @base, out ulong result);
 
         [DllImport(Lib, EntryPoint = "tr_tensor_neg", ExactSpelling = true)]
         internal static extern Status tr_tensor_neg(TensorHandle a, out ulong result);
@@ -95,7 +122,7 @@ namespace TensorRef
         internal static extern Status tr_tensor_tanh(TensorHandle a, out ulong result);
 
         [DllImport(Lib, EntryPoint = "tr_tensor_clamp", ExactSpelling = true)]
-        internal static extern Status tr_tensor_clamp(TensorHandle a, double min, double max, out ulong result);
+        internal static extern Status tr_tensor_clamp(TensorHandle a, Scalar min, Scalar max, out ulong result);
 
         [DllImport(Lib, EntryPoint = "tr_tensor_where_self", ExactSpelling = true)]
         internal static extern Status tr_tensor_where_self(TensorHandle a, TensorHandle condition, TensorHandle other, out ulong result);
@@ -117,6 +144,24 @@ namespace TensorRef
 
         [DllImport(Lib, EntryPoint = "tr_tensor_ge", ExactSpelling = true)]
         internal static extern Status tr_tensor_ge(TensorHandle a, TensorHandle b, out ulong result);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_eq_scalar", ExactSpelling = true)]
+        internal static extern Status tr_tensor_eq_scalar(TensorHandle a, Scalar s, out ulong result);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_ne_scalar", ExactSpelling = true)]
+        internal static extern Status tr_tensor_ne_scalar(TensorHandle a, Scalar s, out ulong result);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_lt_scalar", ExactSpelling = true)]
+        internal static extern Status tr_tensor_lt_scalar(TensorHandle a, Scalar s, out ulong result);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_le_scalar", ExactSpelling = true)]
+        internal static extern Status tr_tensor_le_scalar(TensorHandle a, Scalar s, out ulong result);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_gt_scalar", ExactSpelling = true)]
+        internal static extern Status tr_tensor_gt_scalar(TensorHandle a, Scalar s, out ulong result);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_ge_scalar", ExactSpelling = true)]
+        internal static extern Status tr_tensor_ge_scalar(TensorHandle a, Scalar s, out ulong result);
 
         [DllImport(Lib, EntryPoint = "tr_tensor_sum", ExactSpelling = true)]
         internal static extern Status tr_tensor_sum(TensorHandle a, out ulong result);
@@ -196,6 +241,24 @@ namespace TensorRef
         [DllImport(Lib, EntryPoint = "tr_tensor_contiguous", ExactSpelling = true)]
         internal static extern Status tr_tensor_contiguous(TensorHandle a, out ulong result);
 
+        [DllImport(Lib, EntryPoint = "tr_tensor_clone", ExactSpelling = true)]
+        internal static extern Status tr_tensor_clone(TensorHandle a, out ulong result);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_expand", ExactSpelling = true)]
+        internal static extern Status tr_tensor_expand(TensorHandle a, long[] shape, UIntPtr shape_len, out ulong result);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_select", ExactSpelling = true)]
+        internal static extern Status tr_tensor_select(TensorHandle a, long dim, long index, out ulong result);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_slice", ExactSpelling = true)]
+        internal static extern Status tr_tensor_slice(TensorHandle a, long dim, long start, long end, long step, out ulong result);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_masked_select", ExactSpelling = true)]
+        internal static extern Status tr_tensor_masked_select(TensorHandle a, TensorHandle mask, out ulong result);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_nonzero", ExactSpelling = true)]
+        internal static extern Status tr_tensor_nonzero(TensorHandle a, out ulong result);
+
         [DllImport(Lib, EntryPoint = "tr_tensor_to_dtype", ExactSpelling = true)]
         internal static extern Status tr_tensor_to_dtype(TensorHandle a, DType dtype, out ulong result);
 
@@ -229,8 +292,53 @@ namespace TensorRef
         [DllImport(Lib, EntryPoint = "tr_tensor_mul_", ExactSpelling = true)]
         internal static extern Status tr_tensor_mul_(TensorHandle a, TensorHandle b);
 
+        [DllImport(Lib, EntryPoint = "tr_tensor_div_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_div_(TensorHandle a, TensorHandle b);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_add_scalar_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_add_scalar_(TensorHandle a, Scalar s);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_sub_scalar_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_sub_scalar_(TensorHandle a, Scalar s);
+
         [DllImport(Lib, EntryPoint = "tr_tensor_mul_scalar_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_mul_scalar_(TensorHandle a, double s);
+        internal static extern Status tr_tensor_mul_scalar_(TensorHandle a, Scalar s);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_div_scalar_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_div_scalar_(TensorHandle a, Scalar s);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_pow_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_pow_(TensorHandle a, TensorHandle exponent);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_pow_scalar_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_pow_scalar_(TensorHandle a, Scalar exponent);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_floor_divide_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_floor_divide_(TensorHandle a, TensorHandle b);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_floor_divide_scalar_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_floor_divide_scalar_(TensorHandle a, Scalar s);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_remainder_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_remainder_(TensorHandle a, TensorHandle b);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_remainder_scalar_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_remainder_scalar_(TensorHandle a, Scalar s);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_fill_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_fill_(TensorHandle a, Scalar value);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_masked_fill_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_masked_fill_(TensorHandle a, TensorHandle mask, Scalar value);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_index_fill_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_index_fill_(TensorHandle a, long dim, TensorHandle index, Scalar value);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_index_copy_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_index_copy_(TensorHandle a, long dim, TensorHandle index, TensorHandle source);
+
+        [DllImport(Lib, EntryPoint = "tr_tensor_masked_scatter_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_masked_scatter_(TensorHandle a, TensorHandle mask, TensorHandle source);
 
         [DllImport(Lib, EntryPoint = "tr_tensor_zero_", ExactSpelling = true)]
         internal static extern Status tr_tensor_zero_(TensorHandle a);
@@ -330,7 +438,7 @@ namespace TensorRef
         /// <summary>
         /// a + s. Calls tr_tensor_add_scalar; throws TensorRefException on failure.
         /// </summary>
-        public Tensor AddScalar(double s)
+        public Tensor AddScalar(Scalar s)
         {
             ulong __result;
             Native.Check(Native.tr_tensor_add_scalar(Handle, s, out __result), "tr_tensor_add_scalar");
@@ -340,7 +448,7 @@ namespace TensorRef
         /// <summary>
         /// a - s. Calls tr_tensor_sub_scalar; throws TensorRefException on failure.
         /// </summary>
-        public Tensor SubScalar(double s)
+        public Tensor SubScalar(Scalar s)
         {
             ulong __result;
             Native.Check(Native.tr_tensor_sub_scalar(Handle, s, out __result), "tr_tensor_sub_scalar");
@@ -350,7 +458,7 @@ namespace TensorRef
         /// <summary>
         /// a * s. Calls tr_tensor_mul_scalar; throws TensorRefException on failure.
         /// </summary>
-        public Tensor MulScalar(double s)
+        public Tensor MulScalar(Scalar s)
         {
             ulong __result;
             Native.Check(Native.tr_tensor_mul_scalar(Handle, s, out __result), "tr_tensor_mul_scalar");
@@ -358,12 +466,95 @@ namespace TensorRef
         }
 
         /// <summary>
-        /// a / s. Calls tr_tensor_div_scalar; throws TensorRefException on failure.
+        /// a / s (true division). Calls tr_tensor_div_scalar; throws TensorRefException on failure.
         /// </summary>
-        public Tensor DivScalar(double s)
+        public Tensor DivScalar(Scalar s)
         {
             ulong __result;
             Native.Check(Native.tr_tensor_div_scalar(Handle, s, out __result), "tr_tensor_div_scalar");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// s - a. Calls tr_tensor_rsub_scalar; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor RsubScalar(Scalar s)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_rsub_scalar(Handle, s, out __result), "tr_tensor_rsub_scalar");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// s / a (true division). Calls tr_tensor_rdiv_scalar; throws TensorRefException on
+        /// failure.
+        /// </summary>
+        public Tensor RdivScalar(Scalar s)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_rdiv_scalar(Handle, s, out __result), "tr_tensor_rdiv_scalar");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// a // b: the quotient rounded toward negative infinity. Calls tr_tensor_floor_divide;
+        /// throws TensorRefException on failure.
+        /// </summary>
+        public Tensor FloorDivide(Tensor b)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_floor_divide(Handle, Tensor.Arg(b, "b"), out __result), "tr_tensor_floor_divide");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// a // s. Calls tr_tensor_floor_divide_scalar; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor FloorDivideScalar(Scalar s)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_floor_divide_scalar(Handle, s, out __result), "tr_tensor_floor_divide_scalar");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// s // a. Calls tr_tensor_rfloor_divide_scalar; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor RfloorDivideScalar(Scalar s)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_rfloor_divide_scalar(Handle, s, out __result), "tr_tensor_rfloor_divide_scalar");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// a % b, with the sign of `b` (Python's %). Calls tr_tensor_remainder; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor Remainder(Tensor b)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_remainder(Handle, Tensor.Arg(b, "b"), out __result), "tr_tensor_remainder");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// a % s. Calls tr_tensor_remainder_scalar; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor RemainderScalar(Scalar s)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_remainder_scalar(Handle, s, out __result), "tr_tensor_remainder_scalar");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// s % a. Calls tr_tensor_rremainder_scalar; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor RremainderScalar(Scalar s)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_rremainder_scalar(Handle, s, out __result), "tr_tensor_rremainder_scalar");
             return new Tensor(__result);
         }
 
@@ -379,13 +570,24 @@ namespace TensorRef
         }
 
         /// <summary>
-        /// a raised to the scalar `exponent`. Calls tr_tensor_pow_scalar; throws TensorRefException
-        /// on failure.
+        /// a raised to the scalar `exponent` (an integer tensor to a negative integer is refused).
+        /// Calls tr_tensor_pow_scalar; throws TensorRefException on failure.
         /// </summary>
-        public Tensor PowScalar(double exponent)
+        public Tensor PowScalar(Scalar exponent)
         {
             ulong __result;
             Native.Check(Native.tr_tensor_pow_scalar(Handle, exponent, out __result), "tr_tensor_pow_scalar");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `base` raised to a, elementwise. Calls tr_tensor_rpow_scalar; throws TensorRefException
+        /// on failure.
+        /// </summary>
+        public Tensor RpowScalar(Scalar @base)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_rpow_scalar(Handle, @base, out __result), "tr_tensor_rpow_scalar");
             return new Tensor(__result);
         }
 
@@ -493,7 +695,7 @@ namespace TensorRef
         /// <summary>
         /// a limited to [min, max]. Calls tr_tensor_clamp; throws TensorRefException on failure.
         /// </summary>
-        public Tensor Clamp(double min, double max)
+        public Tensor Clamp(Scalar min, Scalar max)
         {
             ulong __result;
             Native.Check(Native.tr_tensor_clamp(Handle, min, max, out __result), "tr_tensor_clamp");
@@ -568,6 +770,72 @@ namespace TensorRef
         {
             ulong __result;
             Native.Check(Native.tr_tensor_ge(Handle, Tensor.Arg(b, "b"), out __result), "tr_tensor_ge");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// a == s, as a bool tensor. Calls tr_tensor_eq_scalar; throws TensorRefException on
+        /// failure.
+        /// </summary>
+        public Tensor EqScalar(Scalar s)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_eq_scalar(Handle, s, out __result), "tr_tensor_eq_scalar");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// a != s, as a bool tensor. Calls tr_tensor_ne_scalar; throws TensorRefException on
+        /// failure.
+        /// </summary>
+        public Tensor NeScalar(Scalar s)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_ne_scalar(Handle, s, out __result), "tr_tensor_ne_scalar");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// a &lt; s, as a bool tensor. Calls tr_tensor_lt_scalar; throws TensorRefException on
+        /// failure.
+        /// </summary>
+        public Tensor LtScalar(Scalar s)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_lt_scalar(Handle, s, out __result), "tr_tensor_lt_scalar");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// a &lt;= s, as a bool tensor. Calls tr_tensor_le_scalar; throws TensorRefException on
+        /// failure.
+        /// </summary>
+        public Tensor LeScalar(Scalar s)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_le_scalar(Handle, s, out __result), "tr_tensor_le_scalar");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// a &gt; s, as a bool tensor. Calls tr_tensor_gt_scalar; throws TensorRefException on
+        /// failure.
+        /// </summary>
+        public Tensor GtScalar(Scalar s)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_gt_scalar(Handle, s, out __result), "tr_tensor_gt_scalar");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// a &gt;= s, as a bool tensor. Calls tr_tensor_ge_scalar; throws TensorRefException on
+        /// failure.
+        /// </summary>
+        public Tensor GeScalar(Scalar s)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_ge_scalar(Handle, s, out __result), "tr_tensor_ge_scalar");
             return new Tensor(__result);
         }
 
@@ -834,6 +1102,73 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// A copy of `a` with its own storage. Calls tr_tensor_clone; throws TensorRefException on
+        /// failure.
+        /// </summary>
+        public Tensor Clone()
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_clone(Handle, out __result), "tr_tensor_clone");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// A view of `a` broadcast to `shape` (-1 keeps a dimension). Calls tr_tensor_expand;
+        /// throws TensorRefException on failure.
+        /// </summary>
+        public Tensor Expand(long[] shape)
+        {
+            if (shape == null) throw new ArgumentNullException("shape");
+            ulong __result;
+            Native.Check(Native.tr_tensor_expand(Handle, shape, (UIntPtr)shape.Length, out __result), "tr_tensor_expand");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// A view of entry `index` of `dim`, without that dimension (a[index] on dim 0). Calls
+        /// tr_tensor_select; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor Select(long dim, long index)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_select(Handle, dim, index, out __result), "tr_tensor_select");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// A view of entries start, start + step, ... before `end` of `dim` (step &gt; 0). Calls
+        /// tr_tensor_slice; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor Slice(long dim, long start, long end, long step)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_slice(Handle, dim, start, end, step, out __result), "tr_tensor_slice");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// The elements of `a` where the bool `mask` (broadcast) is true, as a 1-d tensor. Calls
+        /// tr_tensor_masked_select; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor MaskedSelect(Tensor mask)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_masked_select(Handle, Tensor.Arg(mask, "mask"), out __result), "tr_tensor_masked_select");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// The indices of the nonzero elements, as an i64 [n, ndim] tensor. Calls
+        /// tr_tensor_nonzero; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor Nonzero()
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_nonzero(Handle, out __result), "tr_tensor_nonzero");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
         /// Conversion to another dtype. Calls tr_tensor_to_dtype; throws TensorRefException on
         /// failure.
         /// </summary>
@@ -955,11 +1290,153 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// a /= b (true division: `a` must be floating). Calls tr_tensor_div_; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor Div_(Tensor b)
+        {
+            Native.Check(Native.tr_tensor_div_(Handle, Tensor.Arg(b, "b")), "tr_tensor_div_");
+            return this;
+        }
+
+        /// <summary>
+        /// a += s. Calls tr_tensor_add_scalar_; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor AddScalar_(Scalar s)
+        {
+            Native.Check(Native.tr_tensor_add_scalar_(Handle, s), "tr_tensor_add_scalar_");
+            return this;
+        }
+
+        /// <summary>
+        /// a -= s. Calls tr_tensor_sub_scalar_; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor SubScalar_(Scalar s)
+        {
+            Native.Check(Native.tr_tensor_sub_scalar_(Handle, s), "tr_tensor_sub_scalar_");
+            return this;
+        }
+
+        /// <summary>
         /// a *= s. Calls tr_tensor_mul_scalar_; throws TensorRefException on failure.
         /// </summary>
-        public Tensor MulScalar_(double s)
+        public Tensor MulScalar_(Scalar s)
         {
             Native.Check(Native.tr_tensor_mul_scalar_(Handle, s), "tr_tensor_mul_scalar_");
+            return this;
+        }
+
+        /// <summary>
+        /// a /= s (true division: `a` must be floating). Calls tr_tensor_div_scalar_; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor DivScalar_(Scalar s)
+        {
+            Native.Check(Native.tr_tensor_div_scalar_(Handle, s), "tr_tensor_div_scalar_");
+            return this;
+        }
+
+        /// <summary>
+        /// a **= exponent. Calls tr_tensor_pow_; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor Pow_(Tensor exponent)
+        {
+            Native.Check(Native.tr_tensor_pow_(Handle, Tensor.Arg(exponent, "exponent")), "tr_tensor_pow_");
+            return this;
+        }
+
+        /// <summary>
+        /// a **= exponent. Calls tr_tensor_pow_scalar_; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor PowScalar_(Scalar exponent)
+        {
+            Native.Check(Native.tr_tensor_pow_scalar_(Handle, exponent), "tr_tensor_pow_scalar_");
+            return this;
+        }
+
+        /// <summary>
+        /// a //= b. Calls tr_tensor_floor_divide_; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor FloorDivide_(Tensor b)
+        {
+            Native.Check(Native.tr_tensor_floor_divide_(Handle, Tensor.Arg(b, "b")), "tr_tensor_floor_divide_");
+            return this;
+        }
+
+        /// <summary>
+        /// a //= s. Calls tr_tensor_floor_divide_scalar_; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor FloorDivideScalar_(Scalar s)
+        {
+            Native.Check(Native.tr_tensor_floor_divide_scalar_(Handle, s), "tr_tensor_floor_divide_scalar_");
+            return this;
+        }
+
+        /// <summary>
+        /// a %= b. Calls tr_tensor_remainder_; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor Remainder_(Tensor b)
+        {
+            Native.Check(Native.tr_tensor_remainder_(Handle, Tensor.Arg(b, "b")), "tr_tensor_remainder_");
+            return this;
+        }
+
+        /// <summary>
+        /// a %= s. Calls tr_tensor_remainder_scalar_; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor RemainderScalar_(Scalar s)
+        {
+            Native.Check(Native.tr_tensor_remainder_scalar_(Handle, s), "tr_tensor_remainder_scalar_");
+            return this;
+        }
+
+        /// <summary>
+        /// Sets every element of `a` to `value`, which must fit its dtype. Calls tr_tensor_fill_;
+        /// throws TensorRefException on failure.
+        /// </summary>
+        public Tensor Fill_(Scalar value)
+        {
+            Native.Check(Native.tr_tensor_fill_(Handle, value), "tr_tensor_fill_");
+            return this;
+        }
+
+        /// <summary>
+        /// Sets the elements of `a` where the bool `mask` (broadcast) is true to `value`. Calls
+        /// tr_tensor_masked_fill_; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor MaskedFill_(Tensor mask, Scalar value)
+        {
+            Native.Check(Native.tr_tensor_masked_fill_(Handle, Tensor.Arg(mask, "mask"), value), "tr_tensor_masked_fill_");
+            return this;
+        }
+
+        /// <summary>
+        /// Sets the entries of `dim` at the i64 `index` positions to `value`. Calls
+        /// tr_tensor_index_fill_; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor IndexFill_(long dim, Tensor index, Scalar value)
+        {
+            Native.Check(Native.tr_tensor_index_fill_(Handle, dim, Tensor.Arg(index, "index"), value), "tr_tensor_index_fill_");
+            return this;
+        }
+
+        /// <summary>
+        /// Copies the entries of `source` along `dim` to the i64 `index` positions of `a`. Calls
+        /// tr_tensor_index_copy_; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor IndexCopy_(long dim, Tensor index, Tensor source)
+        {
+            Native.Check(Native.tr_tensor_index_copy_(Handle, dim, Tensor.Arg(index, "index"), Tensor.Arg(source, "source")), "tr_tensor_index_copy_");
+            return this;
+        }
+
+        /// <summary>
+        /// Copies the elements of `source`, in order, to where the bool `mask` (broadcast) is true.
+        /// Calls tr_tensor_masked_scatter_; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor MaskedScatter_(Tensor mask, Tensor source)
+        {
+            Native.Check(Native.tr_tensor_masked_scatter_(Handle, Tensor.Arg(mask, "mask"), Tensor.Arg(source, "source")), "tr_tensor_masked_scatter_");
             return this;
         }
 
@@ -1069,10 +1546,11 @@ namespace TensorRef
         }
 
         /// <summary>
-        /// A tensor filled with `value`. Calls tr_tensor_full; throws TensorRefException on
-        /// failure.
+        /// A tensor filled with `value`, which must fit `dtype` (an integer dtype refuses
+        /// infinities, NaN and values out of its range). Calls tr_tensor_full; throws
+        /// TensorRefException on failure.
         /// </summary>
-        public static Tensor Full(long[] shape, double value, DType dtype = DType.F32)
+        public static Tensor Full(long[] shape, Scalar value, DType dtype = DType.F32)
         {
             if (shape == null) throw new ArgumentNullException("shape");
             ulong __result;
@@ -1126,8 +1604,8 @@ namespace TensorRef
         }
 
         /// <summary>
-        /// Concatenation along an existing dimension. Calls tr_tensor_cat; throws
-        /// TensorRefException on failure.
+        /// Concatenation along an existing dimension of at least one tensor. Calls tr_tensor_cat;
+        /// throws TensorRefException on failure.
         /// </summary>
         public static Tensor Cat(Tensor[] tensors, long dim)
         {
@@ -1138,8 +1616,8 @@ namespace TensorRef
         }
 
         /// <summary>
-        /// Stacking along a new dimension. Calls tr_tensor_stack; throws TensorRefException on
-        /// failure.
+        /// Stacking along a new dimension of at least one tensor. Calls tr_tensor_stack; throws
+        /// TensorRefException on failure.
         /// </summary>
         public static Tensor Stack(Tensor[] tensors, long dim)
         {

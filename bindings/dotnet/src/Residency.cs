@@ -253,8 +253,8 @@ namespace TensorRef
 
         /// <summary>
         /// Writes the events recorded since StartTimeline to `path` as Chrome trace / Perfetto JSON
-        /// (open it at ui.perfetto.dev). Throws TensorRefException (InvalidArg) without a manager,
-        /// without a timeline started, or when the path cannot be written.
+        /// (open it at ui.perfetto.dev). Throws TensorRefException: InvalidArg without a manager or
+        /// without a timeline started, Io when the path cannot be written.
         /// </summary>
         public static void WriteTimeline(string path)
         {

@@ -170,11 +170,43 @@ namespace TensorRef
             }
         }
 
-        /// <summary>The value of a one-element tensor.</summary>
+        /// <summary>Where the memory is: -1 for host memory, n for CUDA device n.</summary>
+        public int DeviceIndex
+        {
+            get
+            {
+                int d;
+                Native.Check(Native.tr_tensor_device(Handle, out d), "tr_tensor_device");
+                return d;
+            }
+        }
+
+        /// <summary>"cpu" or "cuda:n", as TorchSharp and PyTorch name devices.</summary>
+        public string Device
+        {
+            get
+            {
+                int d = DeviceIndex;
+                return d < 0 ? "cpu" : "cuda:" + d;
+            }
+        }
+
+        /// <summary>The value of a one-element tensor, as a double.</summary>
         public double Item()
         {
             double v;
             Native.Check(Native.tr_tensor_item(Handle, out v), "tr_tensor_item");
+            return v;
+        }
+
+        /// <summary>
+        /// The value of a one-element tensor typed by its dtype: an integer (exact to 64 bits, where
+        /// Item() rounds beyond 2^53), a bool or a double.
+        /// </summary>
+        public Scalar ItemScalar()
+        {
+            Scalar v;
+            Native.Check(Native.tr_tensor_item_scalar(Handle, out v), "tr_tensor_item_scalar");
             return v;
         }
 

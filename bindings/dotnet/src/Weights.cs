@@ -69,6 +69,8 @@ namespace TensorRef
                 names[i] = Encoding.UTF8.GetString(buf, start, end - start);
                 start = end + 1;
             }
+            if (start != buf.Length)  // the library refuses names with a NUL; a split one would shift every later name
+                throw new InvalidOperationException("tr_weights_load returned more names than tensors");
             return names;
         }
 

@@ -23,6 +23,7 @@ namespace TensorRef.Tests
             { "tr_residency_stats", "TensorRef.NativeResidencyStats" },
             { "tr_event", "TensorRef.NativeEvent" },
             { "tr_minilm_options", "TensorRef.NativeMiniLMOptions" },
+            { "tr_scalar", "TensorRef.Scalar" },
         };
 
         static readonly Dictionary<string, int> CSizes = new Dictionary<string, int>

@@ -56,6 +56,9 @@ namespace TensorRef.Tests
             { "struct tr_residency_config *", new[] { "NativeResidencyConfig&" } },
             { "struct tr_residency_stats *", new[] { "NativeResidencyStats&" } },
             { "tr_event_fn", new[] { "NativeEventFn" } },
+            { "struct tr_scalar", new[] { "Scalar" } },
+            { "struct tr_scalar *", new[] { "Scalar&" } },
+            { "int32_t *", new[] { "Int32&" } },
         };
 
         static readonly Dictionary<string, string> Returns = new Dictionary<string, string>

@@ -164,6 +164,34 @@ namespace TensorRef.Tests
             WithFile(new byte[0], p => Check.Throws(Status.Format, () => Weights.Load(p), "an empty file"));
         }
 
+        /// <summary>A safetensors file of one F32 [1] tensor per name.</summary>
+        static byte[] Named(params string[] names)
+        {
+            var json = "{" + string.Join(",", names.Select((n, i) =>
+                "\"" + n.Replace("\0", "\\u0000") + "\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[" + 4 * i + "," + (4 * i + 4) + "]}")) + "}";
+            var header = Encoding.UTF8.GetBytes(json);
+            return BitConverter.GetBytes((long)header.Length).Concat(header).Concat(new byte[4 * names.Length]).ToArray();
+        }
+
+        // Names travel NUL-separated through the C ABI: {"a\0b", "c"} loaded as {"a", "b"}, every
+        // later tensor under the wrong name. The library refuses such a file; a path with a NUL
+        // would have opened "a".
+        [Test]
+        static void NulInANameOrThePath_IsRefused()
+        {
+            WithFile(Named("a", "c"), p =>
+            {
+                using (var w = Weights.Load(p)) Check.Equal("a,c", string.Join(",", w.Names), "plain names");
+                Check.Throws<ArgumentException>(() => Weights.Load(p + "\0b"), "a path with a NUL");
+            });
+            WithFile(Named("a\0b", "c"), p =>
+            {
+                var e = Check.Throws(Status.Format, () => Weights.Load(p), "a name with a NUL");
+                Check.True(e.LibraryMessage.Contains("NUL"), "the message says why: " + e.LibraryMessage);
+            });
+            Check.Throws(Status.Io, () => Weights.Load(Path.GetTempPath()), "a directory");
+        }
+
         [Test]
         static void DisposeAll_ReleasesInOneCall()
         {

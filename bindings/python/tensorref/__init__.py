@@ -19,7 +19,9 @@ from ._abi import TR_ABI_VERSION, TR_VERSION
 from ._lib import LIB_PATH, check as _check, lib as _cdll
 from ._ops import *  # noqa: F401,F403  (the op table)
 from ._ops import __all__ as _op_names
-from ._ops import abs, max, min, pow, sum  # noqa: A004  (kept out of `import *`)
+from ._ops import abs, pow, slice  # noqa: A004  (kept out of `import *`)
+from ._habits import (MinMax, arange, argmax, argmin, expand, full, max, mean, min, ones,  # noqa: A004
+                      permute, rand, randn, reshape, squeeze, sum, view, zeros)
 from ._tensor import Tensor, flush_releases, from_numpy, set_release_batch, tensor
 from .dtypes import (DType, bfloat16, bool_, dtype, float16, float32, float64, int8, int16,
                      int32, int64, uint8)
@@ -34,7 +36,12 @@ from ._residency import (Config as ResidencyConfig, Event as ResidencyEvent, Res
                          set_event_callback, timeline_start, timeline_write)
 from . import _residency
 from .minilm import MiniLM
+from . import _habits, _indexing, _protocols
+_protocols.install()
+_indexing.install()
+_habits.install()
 from . import _accel  # after _ops: the compiled operators replace the generated ones
+_protocols.hide_buffer()  # after _accel, which checks its reading of Tensor against the buffer
 
 __version__ = ".".join(map(str, TR_VERSION))
 
@@ -98,7 +105,7 @@ class no_grad:
 
 __all__ = [
     *_op_names, "Tensor", "from_numpy", "tensor", "from_dlpack", "from_torch", "to_torch",
-    "load_weights", "flush_releases", "set_release_batch", "MiniLM",
+    "load_weights", "flush_releases", "set_release_batch", "MiniLM", "MinMax",
     "ResidencyConfig", "ResidencyEvent", "ResidencyStats", "configure_residency",
     "disable_residency", "residency_enabled", "mark_iteration", "residency", "residency_stats",
     "set_event_callback", "callback_errors", "timeline_start", "timeline_write",

@@ -22,6 +22,13 @@ DTYPE_CODES = {
     'BF16': 15,
 }
 
+# tr_scalar.kind codes by their TR_SCALAR_ suffix.
+SCALAR_CODES = {
+    'INT': 0,
+    'FLOAT': 1,
+    'BOOL': 2,
+}
+
 # tr_status names by code.
 STATUS_NAMES = {
     0: 'TR_OK',

@@ -1,15 +1,16 @@
 """The optional compiled hot path: ``tensorref._speedups``, a small C extension that
 ``pip install`` builds from ``_speedups.c`` (no library is linked in), takes over Tensor's
-arithmetic operators (``+ - * / @ **``, unary ``-``, the reflected ``+`` and ``*``, ``+= -= *=``)
+arithmetic operators (``+ - * / @ **``, unary ``-``, the reflected ``+`` and ``*``, ``+= -= *= /=``)
 and its finalizer (the deferred release), and the generated ops that mean the same on two
-Tensors (``add sub mul div matmul add_ sub_ mul_``, as methods and as module functions).
+Tensors (``add sub mul div matmul add_ sub_ mul_ div_``, as methods and as module functions).
 ``tensorref.accelerated`` says whether it is in use.
 
 It binds at import to the library ctypes already loaded, through the addresses of its C
 functions, and shares this package's state (the deferred-release buffer and batch size, the
-open-scope mirror, ``_lib.fail``): ownership, deferred releases, errors and results are those
-of the ctypes path. Every case it does not handle (another operand type, an int too large for a
-double) goes to the pure-Python method it replaced, kept in ``PURE``.
+list that marks running event callbacks, ``_lib.fail``): ownership, deferred releases, errors
+and results are those of the ctypes path. Every case it does not handle (another operand type,
+a NumPy number, an int beyond int64) goes to the pure-Python method it replaced, kept in
+``PURE``.
 
 The package stays pure ctypes, silently, when the extension was not built or does not import,
 when it cannot bind to the loaded library (a function the library lacks), or when the
@@ -28,14 +29,15 @@ from ._tensor import Tensor
 
 # The methods it replaces, as the generated _ops.py and _tensor.py define them.
 ROUTED = ("__add__", "__sub__", "__mul__", "__truediv__", "__matmul__", "__pow__", "__radd__",
-          "__rmul__", "__iadd__", "__isub__", "__imul__", "__neg__", "__del__")
+          "__rmul__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__neg__", "__del__")
 PURE = {name: Tensor.__dict__[name] for name in ROUTED}
 
 # Generated ops that are an operator on two exact Tensors (name -> that operator's method). Their
 # routed form calls the compiled operator then, and the generated function for anything else
 # (whose errors, a TypeError for a float say, stay those of the generated op).
 NAMED = {"add": "__add__", "sub": "__sub__", "mul": "__mul__", "div": "__truediv__",
-         "matmul": "__matmul__", "add_": "__iadd__", "sub_": "__isub__", "mul_": "__imul__"}
+         "matmul": "__matmul__", "add_": "__iadd__", "sub_": "__isub__", "mul_": "__imul__",
+         "div_": "__itruediv__"}
 PURE_NAMED = {name: getattr(_ops, name) for name in NAMED}
 FAST_NAMED: dict = {}
 
@@ -90,7 +92,7 @@ def _load() -> None:
         return
     try:
         FAST = ext.install(Tensor, _address, dict(PURE), _tensor._pending, _tensor._limit,
-                           _tensor.open_scopes, _tensor.state, _lib.fail)
+                           _tensor.in_callback, _lib.fail)
     except Exception as e:  # noqa: BLE001  (any failure to bind means: stay pure ctypes)
         reason = f"the extension cannot bind to {_lib.LIB_PATH}: {e}"
         return

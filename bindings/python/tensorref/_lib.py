@@ -24,6 +24,7 @@ from ctypes import POINTER, byref, c_bool, c_char, c_char_p, c_double, c_int32, 
 from pathlib import Path
 
 from ._abi import STATUS_NAMES, TR_ABI_VERSION
+from ._scalar import Scalar
 from .errors import AbiMismatchError, error_class
 
 LIBNAME = "libtensorref.so"
@@ -117,6 +118,8 @@ def signatures(TENSOR) -> dict:
         "tr_tensor_dtype": (STATUS, (TENSOR, P_I32)),
         "tr_tensor_numel": (STATUS, (TENSOR, P_SIZE)),
         "tr_tensor_item": (STATUS, (TENSOR, P_DOUBLE)),
+        "tr_tensor_item_scalar": (STATUS, (TENSOR, POINTER(Scalar))),
+        "tr_tensor_device": (STATUS, (TENSOR, P_I32)),
         "tr_tensor_scope": (STATUS, (TENSOR, P_SCOPE)),
         "tr_live_handles": (c_size_t, ()),
         "tr_live_bytes": (c_uint64, (c_int32,)),
@@ -289,6 +292,15 @@ def fail(status: int, function: str, *tensors):
             raise TypeError(f"{function}: expected tensorref.Tensor arguments, got {', '.join(wrong)}")
     name = STATUS_NAMES.get(status, f"status {status}")
     raise error_class(status)(status, name, function, last_error() or status_str(status))
+
+
+def c_path(path) -> bytes:
+    """A path (str, bytes, os.PathLike) as the bytes of a C string. A NUL inside would end the C
+    string there (load_weights("a\\0b") would open "a"): ValueError, as open() raises."""
+    b = os.fsencode(path)
+    if b"\0" in b:
+        raise ValueError(f"the path {path!r} contains a NUL byte, which a C string cannot carry")
+    return b
 
 
 def check(status: int, function: str) -> None:

@@ -16,13 +16,18 @@ from ctypes import c_int32 as _i32
 from ctypes import c_int64 as _i64
 from ctypes import c_size_t as _size
 from ctypes import c_uint64 as _u64
+from operator import index as _index
+
+from numpy import ndarray as _ndarray
 
 from ._lib import declare as _declare
 from ._lib import fail as _fail
 from ._lib import lib as _lib
+from ._scalar import Scalar as _S
+from ._scalar import operand as _operand
+from ._scalar import to_c as _scalar
 from ._tensor import Tensor as _T
-from ._tensor import open_scopes as _open_scopes
-from ._tensor import state as _state
+from ._tensor import from_numpy as _from_numpy
 from .dtypes import code_of as _code
 from .dtypes import float32
 
@@ -32,23 +37,26 @@ _P_I64 = _POINTER(_i64)
 _P_DOUBLE = _POINTER(_c_double)
 _P_BOOL = _POINTER(_c_bool)
 _NONE = _T(0)
-# Exact types first: isinstance() on ctypes classes is slower than these.
-_SCALAR_TYPES = frozenset({float, int})
 
 
 def _handles(ts, name):
-    """A C array of the handles of a sequence of Tensors, and its length."""
+    """The Tensors of an iterable as a list, a C array of their handles, and its length. The
+    caller keeps the list for the duration of the call: it is what keeps the Tensors (and their
+    handles) alive, temporaries and a generator's items included."""
+    if isinstance(ts, _T):
+        raise TypeError(f"`{name}` must be a sequence of tensorref.Tensor, not one Tensor: write [t]")
     ts = list(ts)
     for t in ts:
         if not isinstance(t, _T):
             raise TypeError(f"`{name}` must be a sequence of tensorref.Tensor, not of {type(t).__name__}")
-    return (_u64 * len(ts))(*[t.value for t in ts]), len(ts)
+    return ts, (_u64 * len(ts))(*[t.value for t in ts]), len(ts)
 
 
 def _i64s(v, name):
-    """A C array of int64 from an int or a sequence of ints, and its length."""
-    v = (v,) if isinstance(v, int) else tuple(v)
+    """A C array of int64 from an int or a sequence of ints (Python or NumPy integers, anything
+    with __index__), and its length."""
     try:
+        v = (_index(v),) if not hasattr(v, "__iter__") else tuple(_index(x) for x in v)
         return (_i64 * len(v))(*v), len(v)
     except TypeError:
         raise TypeError(f"`{name}` must be an int or a sequence of ints, not {v!r}") from None
@@ -76,7 +84,16 @@ __all__ = [
     'sub_scalar',
     'mul_scalar',
     'div_scalar',
+    'rsub_scalar',
+    'rdiv_scalar',
+    'floor_divide',
+    'floor_divide_scalar',
+    'rfloor_divide_scalar',
+    'remainder',
+    'remainder_scalar',
+    'rremainder_scalar',
     'pow_scalar',
+    'rpow_scalar',
     'neg',
     'exp',
     'log',
@@ -94,6 +111,12 @@ __all__ = [
     'le',
     'gt',
     'ge',
+    'eq_scalar',
+    'ne_scalar',
+    'lt_scalar',
+    'le_scalar',
+    'gt_scalar',
+    'ge_scalar',
     'sum_dim',
     'mean',
     'mean_dim',
@@ -117,6 +140,11 @@ __all__ = [
     'narrow',
     'index_select',
     'contiguous',
+    'clone',
+    'expand',
+    'select',
+    'masked_select',
+    'nonzero',
     'to_dtype',
     'embedding',
     'layer_norm',
@@ -128,7 +156,22 @@ __all__ = [
     'add_',
     'sub_',
     'mul_',
+    'div_',
+    'add_scalar_',
+    'sub_scalar_',
     'mul_scalar_',
+    'div_scalar_',
+    'pow_',
+    'pow_scalar_',
+    'floor_divide_',
+    'floor_divide_scalar_',
+    'remainder_',
+    'remainder_scalar_',
+    'fill_',
+    'masked_fill_',
+    'index_fill_',
+    'index_copy_',
+    'masked_scatter_',
     'zero_',
     'copy_',
     'requires_grad_',
@@ -151,7 +194,7 @@ def zeros(shape, dtype=float32):
     """
     shape, shape_len = _i64s(shape, 'shape')
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_zeros(shape, shape_len, _code(dtype), out)
     except _CArgumentError as e:
@@ -171,7 +214,7 @@ def ones(shape, dtype=float32):
     """
     shape, shape_len = _i64s(shape, 'shape')
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_ones(shape, shape_len, _code(dtype), out)
     except _CArgumentError as e:
@@ -181,21 +224,21 @@ def ones(shape, dtype=float32):
     return out
 
 
-_f_full = _declare(_lib, 'tr_tensor_full', _i32, (_P_I64, _size, _double, _i32, _P_T))
+_f_full = _declare(_lib, 'tr_tensor_full', _i32, (_P_I64, _size, _S, _i32, _P_T))
 
 
 def full(shape, value, dtype=float32):
-    """A tensor filled with `value`.
+    """A tensor filled with `value`, which must fit `dtype` (an integer dtype refuses infinities, NaN and values out of its range).
 
-    full(shape: int | Sequence[int], value: float, dtype: DType) -> Tensor   [C: tr_tensor_full]
+    full(shape: int | Sequence[int], value: int | float | bool, dtype: DType) -> Tensor   [C: tr_tensor_full]
     """
     shape, shape_len = _i64s(shape, 'shape')
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
-        st = _f_full(shape, shape_len, value, _code(dtype), out)
+        st = _f_full(shape, shape_len, _scalar(value, 'value'), _code(dtype), out)
     except _CArgumentError as e:
-        raise _bad_call('full', 'shape: int | Sequence[int], value: float, dtype: DType', e) from None
+        raise _bad_call('full', 'shape: int | Sequence[int], value: int | float | bool, dtype: DType', e) from None
     if st:
         _fail(st, 'tr_tensor_full')
     return out
@@ -211,7 +254,7 @@ def rand(shape, dtype=float32):
     """
     shape, shape_len = _i64s(shape, 'shape')
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_rand(shape, shape_len, _code(dtype), out)
     except _CArgumentError as e:
@@ -231,7 +274,7 @@ def randn(shape, dtype=float32):
     """
     shape, shape_len = _i64s(shape, 'shape')
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_randn(shape, shape_len, _code(dtype), out)
     except _CArgumentError as e:
@@ -250,7 +293,7 @@ def arange(start, end, step, dtype=float32):
     arange(start: float, end: float, step: float, dtype: DType) -> Tensor   [C: tr_tensor_arange]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_arange(start, end, step, _code(dtype), out)
     except _CArgumentError as e:
@@ -269,7 +312,7 @@ def eye(n, dtype=float32):
     eye(n: int, dtype: DType) -> Tensor   [C: tr_tensor_eye]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_eye(n, _code(dtype), out)
     except _CArgumentError as e:
@@ -288,7 +331,7 @@ def zeros_like(a):
     zeros_like(a: Tensor) -> Tensor   [C: tr_tensor_zeros_like]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_zeros_like(a, out)
     except _CArgumentError as e:
@@ -307,7 +350,7 @@ def ones_like(a):
     ones_like(a: Tensor) -> Tensor   [C: tr_tensor_ones_like]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_ones_like(a, out)
     except _CArgumentError as e:
@@ -326,7 +369,7 @@ def add(a, b):
     add(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_add]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_add(a, b, out)
     except _CArgumentError as e:
@@ -345,7 +388,7 @@ def sub(a, b):
     sub(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_sub]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_sub(a, b, out)
     except _CArgumentError as e:
@@ -364,7 +407,7 @@ def mul(a, b):
     mul(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_mul]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_mul(a, b, out)
     except _CArgumentError as e:
@@ -383,7 +426,7 @@ def div(a, b):
     div(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_div]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_div(a, b, out)
     except _CArgumentError as e:
@@ -393,79 +436,231 @@ def div(a, b):
     return out
 
 
-_f_add_scalar = _declare(_lib, 'tr_tensor_add_scalar', _i32, (_T, _double, _P_T))
+_f_add_scalar = _declare(_lib, 'tr_tensor_add_scalar', _i32, (_T, _S, _P_T))
 
 
 def add_scalar(a, s):
     """a + s.
 
-    add_scalar(a: Tensor, s: float) -> Tensor   [C: tr_tensor_add_scalar]
+    add_scalar(a: Tensor, s: int | float | bool) -> Tensor   [C: tr_tensor_add_scalar]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
-        st = _f_add_scalar(a, s, out)
+        st = _f_add_scalar(a, _scalar(s, 's'), out)
     except _CArgumentError as e:
-        raise _bad_call('add_scalar', 'a: Tensor, s: float', e) from None
+        raise _bad_call('add_scalar', 'a: Tensor, s: int | float | bool', e) from None
     if st:
         _fail(st, 'tr_tensor_add_scalar', a)
     return out
 
 
-_f_sub_scalar = _declare(_lib, 'tr_tensor_sub_scalar', _i32, (_T, _double, _P_T))
+_f_sub_scalar = _declare(_lib, 'tr_tensor_sub_scalar', _i32, (_T, _S, _P_T))
 
 
 def sub_scalar(a, s):
     """a - s.
 
-    sub_scalar(a: Tensor, s: float) -> Tensor   [C: tr_tensor_sub_scalar]
+    sub_scalar(a: Tensor, s: int | float | bool) -> Tensor   [C: tr_tensor_sub_scalar]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
-        st = _f_sub_scalar(a, s, out)
+        st = _f_sub_scalar(a, _scalar(s, 's'), out)
     except _CArgumentError as e:
-        raise _bad_call('sub_scalar', 'a: Tensor, s: float', e) from None
+        raise _bad_call('sub_scalar', 'a: Tensor, s: int | float | bool', e) from None
     if st:
         _fail(st, 'tr_tensor_sub_scalar', a)
     return out
 
 
-_f_mul_scalar = _declare(_lib, 'tr_tensor_mul_scalar', _i32, (_T, _double, _P_T))
+_f_mul_scalar = _declare(_lib, 'tr_tensor_mul_scalar', _i32, (_T, _S, _P_T))
 
 
 def mul_scalar(a, s):
     """a * s.
 
-    mul_scalar(a: Tensor, s: float) -> Tensor   [C: tr_tensor_mul_scalar]
+    mul_scalar(a: Tensor, s: int | float | bool) -> Tensor   [C: tr_tensor_mul_scalar]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
-        st = _f_mul_scalar(a, s, out)
+        st = _f_mul_scalar(a, _scalar(s, 's'), out)
     except _CArgumentError as e:
-        raise _bad_call('mul_scalar', 'a: Tensor, s: float', e) from None
+        raise _bad_call('mul_scalar', 'a: Tensor, s: int | float | bool', e) from None
     if st:
         _fail(st, 'tr_tensor_mul_scalar', a)
     return out
 
 
-_f_div_scalar = _declare(_lib, 'tr_tensor_div_scalar', _i32, (_T, _double, _P_T))
+_f_div_scalar = _declare(_lib, 'tr_tensor_div_scalar', _i32, (_T, _S, _P_T))
 
 
 def div_scalar(a, s):
-    """a / s.
+    """a / s (true division).
 
-    div_scalar(a: Tensor, s: float) -> Tensor   [C: tr_tensor_div_scalar]
+    div_scalar(a: Tensor, s: int | float | bool) -> Tensor   [C: tr_tensor_div_scalar]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
-        st = _f_div_scalar(a, s, out)
+        st = _f_div_scalar(a, _scalar(s, 's'), out)
     except _CArgumentError as e:
-        raise _bad_call('div_scalar', 'a: Tensor, s: float', e) from None
+        raise _bad_call('div_scalar', 'a: Tensor, s: int | float | bool', e) from None
     if st:
         _fail(st, 'tr_tensor_div_scalar', a)
+    return out
+
+
+_f_rsub_scalar = _declare(_lib, 'tr_tensor_rsub_scalar', _i32, (_T, _S, _P_T))
+
+
+def rsub_scalar(a, s):
+    """s - a.
+
+    rsub_scalar(a: Tensor, s: int | float | bool) -> Tensor   [C: tr_tensor_rsub_scalar]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_rsub_scalar(a, _scalar(s, 's'), out)
+    except _CArgumentError as e:
+        raise _bad_call('rsub_scalar', 'a: Tensor, s: int | float | bool', e) from None
+    if st:
+        _fail(st, 'tr_tensor_rsub_scalar', a)
+    return out
+
+
+_f_rdiv_scalar = _declare(_lib, 'tr_tensor_rdiv_scalar', _i32, (_T, _S, _P_T))
+
+
+def rdiv_scalar(a, s):
+    """s / a (true division).
+
+    rdiv_scalar(a: Tensor, s: int | float | bool) -> Tensor   [C: tr_tensor_rdiv_scalar]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_rdiv_scalar(a, _scalar(s, 's'), out)
+    except _CArgumentError as e:
+        raise _bad_call('rdiv_scalar', 'a: Tensor, s: int | float | bool', e) from None
+    if st:
+        _fail(st, 'tr_tensor_rdiv_scalar', a)
+    return out
+
+
+_f_floor_divide = _declare(_lib, 'tr_tensor_floor_divide', _i32, (_T, _T, _P_T))
+
+
+def floor_divide(a, b):
+    """a // b: the quotient rounded toward negative infinity.
+
+    floor_divide(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_floor_divide]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_floor_divide(a, b, out)
+    except _CArgumentError as e:
+        raise _bad_call('floor_divide', 'a: Tensor, b: Tensor', e) from None
+    if st:
+        _fail(st, 'tr_tensor_floor_divide', a, b)
+    return out
+
+
+_f_floor_divide_scalar = _declare(_lib, 'tr_tensor_floor_divide_scalar', _i32, (_T, _S, _P_T))
+
+
+def floor_divide_scalar(a, s):
+    """a // s.
+
+    floor_divide_scalar(a: Tensor, s: int | float | bool) -> Tensor   [C: tr_tensor_floor_divide_scalar]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_floor_divide_scalar(a, _scalar(s, 's'), out)
+    except _CArgumentError as e:
+        raise _bad_call('floor_divide_scalar', 'a: Tensor, s: int | float | bool', e) from None
+    if st:
+        _fail(st, 'tr_tensor_floor_divide_scalar', a)
+    return out
+
+
+_f_rfloor_divide_scalar = _declare(_lib, 'tr_tensor_rfloor_divide_scalar', _i32, (_T, _S, _P_T))
+
+
+def rfloor_divide_scalar(a, s):
+    """s // a.
+
+    rfloor_divide_scalar(a: Tensor, s: int | float | bool) -> Tensor   [C: tr_tensor_rfloor_divide_scalar]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_rfloor_divide_scalar(a, _scalar(s, 's'), out)
+    except _CArgumentError as e:
+        raise _bad_call('rfloor_divide_scalar', 'a: Tensor, s: int | float | bool', e) from None
+    if st:
+        _fail(st, 'tr_tensor_rfloor_divide_scalar', a)
+    return out
+
+
+_f_remainder = _declare(_lib, 'tr_tensor_remainder', _i32, (_T, _T, _P_T))
+
+
+def remainder(a, b):
+    """a % b, with the sign of `b` (Python's %).
+
+    remainder(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_remainder]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_remainder(a, b, out)
+    except _CArgumentError as e:
+        raise _bad_call('remainder', 'a: Tensor, b: Tensor', e) from None
+    if st:
+        _fail(st, 'tr_tensor_remainder', a, b)
+    return out
+
+
+_f_remainder_scalar = _declare(_lib, 'tr_tensor_remainder_scalar', _i32, (_T, _S, _P_T))
+
+
+def remainder_scalar(a, s):
+    """a % s.
+
+    remainder_scalar(a: Tensor, s: int | float | bool) -> Tensor   [C: tr_tensor_remainder_scalar]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_remainder_scalar(a, _scalar(s, 's'), out)
+    except _CArgumentError as e:
+        raise _bad_call('remainder_scalar', 'a: Tensor, s: int | float | bool', e) from None
+    if st:
+        _fail(st, 'tr_tensor_remainder_scalar', a)
+    return out
+
+
+_f_rremainder_scalar = _declare(_lib, 'tr_tensor_rremainder_scalar', _i32, (_T, _S, _P_T))
+
+
+def rremainder_scalar(a, s):
+    """s % a.
+
+    rremainder_scalar(a: Tensor, s: int | float | bool) -> Tensor   [C: tr_tensor_rremainder_scalar]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_rremainder_scalar(a, _scalar(s, 's'), out)
+    except _CArgumentError as e:
+        raise _bad_call('rremainder_scalar', 'a: Tensor, s: int | float | bool', e) from None
+    if st:
+        _fail(st, 'tr_tensor_rremainder_scalar', a)
     return out
 
 
@@ -478,7 +673,7 @@ def pow(a, exponent):
     pow(a: Tensor, exponent: Tensor) -> Tensor   [C: tr_tensor_pow]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_pow(a, exponent, out)
     except _CArgumentError as e:
@@ -488,22 +683,41 @@ def pow(a, exponent):
     return out
 
 
-_f_pow_scalar = _declare(_lib, 'tr_tensor_pow_scalar', _i32, (_T, _double, _P_T))
+_f_pow_scalar = _declare(_lib, 'tr_tensor_pow_scalar', _i32, (_T, _S, _P_T))
 
 
 def pow_scalar(a, exponent):
-    """a raised to the scalar `exponent`.
+    """a raised to the scalar `exponent` (an integer tensor to a negative integer is refused).
 
-    pow_scalar(a: Tensor, exponent: float) -> Tensor   [C: tr_tensor_pow_scalar]
+    pow_scalar(a: Tensor, exponent: int | float | bool) -> Tensor   [C: tr_tensor_pow_scalar]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
-        st = _f_pow_scalar(a, exponent, out)
+        st = _f_pow_scalar(a, _scalar(exponent, 'exponent'), out)
     except _CArgumentError as e:
-        raise _bad_call('pow_scalar', 'a: Tensor, exponent: float', e) from None
+        raise _bad_call('pow_scalar', 'a: Tensor, exponent: int | float | bool', e) from None
     if st:
         _fail(st, 'tr_tensor_pow_scalar', a)
+    return out
+
+
+_f_rpow_scalar = _declare(_lib, 'tr_tensor_rpow_scalar', _i32, (_T, _S, _P_T))
+
+
+def rpow_scalar(a, base):
+    """`base` raised to a, elementwise.
+
+    rpow_scalar(a: Tensor, base: int | float | bool) -> Tensor   [C: tr_tensor_rpow_scalar]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_rpow_scalar(a, _scalar(base, 'base'), out)
+    except _CArgumentError as e:
+        raise _bad_call('rpow_scalar', 'a: Tensor, base: int | float | bool', e) from None
+    if st:
+        _fail(st, 'tr_tensor_rpow_scalar', a)
     return out
 
 
@@ -516,7 +730,7 @@ def neg(a):
     neg(a: Tensor) -> Tensor   [C: tr_tensor_neg]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_neg(a, out)
     except _CArgumentError as e:
@@ -535,7 +749,7 @@ def exp(a):
     exp(a: Tensor) -> Tensor   [C: tr_tensor_exp]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_exp(a, out)
     except _CArgumentError as e:
@@ -554,7 +768,7 @@ def log(a):
     log(a: Tensor) -> Tensor   [C: tr_tensor_log]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_log(a, out)
     except _CArgumentError as e:
@@ -573,7 +787,7 @@ def sqrt(a):
     sqrt(a: Tensor) -> Tensor   [C: tr_tensor_sqrt]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_sqrt(a, out)
     except _CArgumentError as e:
@@ -592,7 +806,7 @@ def abs(a):
     abs(a: Tensor) -> Tensor   [C: tr_tensor_abs]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_abs(a, out)
     except _CArgumentError as e:
@@ -611,7 +825,7 @@ def relu(a):
     relu(a: Tensor) -> Tensor   [C: tr_tensor_relu]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_relu(a, out)
     except _CArgumentError as e:
@@ -630,7 +844,7 @@ def gelu(a):
     gelu(a: Tensor) -> Tensor   [C: tr_tensor_gelu]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_gelu(a, out)
     except _CArgumentError as e:
@@ -649,7 +863,7 @@ def silu(a):
     silu(a: Tensor) -> Tensor   [C: tr_tensor_silu]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_silu(a, out)
     except _CArgumentError as e:
@@ -668,7 +882,7 @@ def sigmoid(a):
     sigmoid(a: Tensor) -> Tensor   [C: tr_tensor_sigmoid]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_sigmoid(a, out)
     except _CArgumentError as e:
@@ -687,7 +901,7 @@ def tanh(a):
     tanh(a: Tensor) -> Tensor   [C: tr_tensor_tanh]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_tanh(a, out)
     except _CArgumentError as e:
@@ -697,20 +911,20 @@ def tanh(a):
     return out
 
 
-_f_clamp = _declare(_lib, 'tr_tensor_clamp', _i32, (_T, _double, _double, _P_T))
+_f_clamp = _declare(_lib, 'tr_tensor_clamp', _i32, (_T, _S, _S, _P_T))
 
 
 def clamp(a, min, max):
     """a limited to [min, max].
 
-    clamp(a: Tensor, min: float, max: float) -> Tensor   [C: tr_tensor_clamp]
+    clamp(a: Tensor, min: int | float | bool, max: int | float | bool) -> Tensor   [C: tr_tensor_clamp]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
-        st = _f_clamp(a, min, max, out)
+        st = _f_clamp(a, _scalar(min, 'min'), _scalar(max, 'max'), out)
     except _CArgumentError as e:
-        raise _bad_call('clamp', 'a: Tensor, min: float, max: float', e) from None
+        raise _bad_call('clamp', 'a: Tensor, min: int | float | bool, max: int | float | bool', e) from None
     if st:
         _fail(st, 'tr_tensor_clamp', a)
     return out
@@ -725,7 +939,7 @@ def where_self(a, condition, other):
     where_self(a: Tensor, condition: Tensor, other: Tensor) -> Tensor   [C: tr_tensor_where_self]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_where_self(a, condition, other, out)
     except _CArgumentError as e:
@@ -744,7 +958,7 @@ def eq(a, b):
     eq(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_eq]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_eq(a, b, out)
     except _CArgumentError as e:
@@ -763,7 +977,7 @@ def ne(a, b):
     ne(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_ne]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_ne(a, b, out)
     except _CArgumentError as e:
@@ -782,7 +996,7 @@ def lt(a, b):
     lt(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_lt]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_lt(a, b, out)
     except _CArgumentError as e:
@@ -801,7 +1015,7 @@ def le(a, b):
     le(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_le]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_le(a, b, out)
     except _CArgumentError as e:
@@ -820,7 +1034,7 @@ def gt(a, b):
     gt(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_gt]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_gt(a, b, out)
     except _CArgumentError as e:
@@ -839,13 +1053,127 @@ def ge(a, b):
     ge(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_ge]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_ge(a, b, out)
     except _CArgumentError as e:
         raise _bad_call('ge', 'a: Tensor, b: Tensor', e) from None
     if st:
         _fail(st, 'tr_tensor_ge', a, b)
+    return out
+
+
+_f_eq_scalar = _declare(_lib, 'tr_tensor_eq_scalar', _i32, (_T, _S, _P_T))
+
+
+def eq_scalar(a, s):
+    """a == s, as a bool tensor.
+
+    eq_scalar(a: Tensor, s: int | float | bool) -> Tensor   [C: tr_tensor_eq_scalar]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_eq_scalar(a, _scalar(s, 's'), out)
+    except _CArgumentError as e:
+        raise _bad_call('eq_scalar', 'a: Tensor, s: int | float | bool', e) from None
+    if st:
+        _fail(st, 'tr_tensor_eq_scalar', a)
+    return out
+
+
+_f_ne_scalar = _declare(_lib, 'tr_tensor_ne_scalar', _i32, (_T, _S, _P_T))
+
+
+def ne_scalar(a, s):
+    """a != s, as a bool tensor.
+
+    ne_scalar(a: Tensor, s: int | float | bool) -> Tensor   [C: tr_tensor_ne_scalar]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_ne_scalar(a, _scalar(s, 's'), out)
+    except _CArgumentError as e:
+        raise _bad_call('ne_scalar', 'a: Tensor, s: int | float | bool', e) from None
+    if st:
+        _fail(st, 'tr_tensor_ne_scalar', a)
+    return out
+
+
+_f_lt_scalar = _declare(_lib, 'tr_tensor_lt_scalar', _i32, (_T, _S, _P_T))
+
+
+def lt_scalar(a, s):
+    """a < s, as a bool tensor.
+
+    lt_scalar(a: Tensor, s: int | float | bool) -> Tensor   [C: tr_tensor_lt_scalar]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_lt_scalar(a, _scalar(s, 's'), out)
+    except _CArgumentError as e:
+        raise _bad_call('lt_scalar', 'a: Tensor, s: int | float | bool', e) from None
+    if st:
+        _fail(st, 'tr_tensor_lt_scalar', a)
+    return out
+
+
+_f_le_scalar = _declare(_lib, 'tr_tensor_le_scalar', _i32, (_T, _S, _P_T))
+
+
+def le_scalar(a, s):
+    """a <= s, as a bool tensor.
+
+    le_scalar(a: Tensor, s: int | float | bool) -> Tensor   [C: tr_tensor_le_scalar]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_le_scalar(a, _scalar(s, 's'), out)
+    except _CArgumentError as e:
+        raise _bad_call('le_scalar', 'a: Tensor, s: int | float | bool', e) from None
+    if st:
+        _fail(st, 'tr_tensor_le_scalar', a)
+    return out
+
+
+_f_gt_scalar = _declare(_lib, 'tr_tensor_gt_scalar', _i32, (_T, _S, _P_T))
+
+
+def gt_scalar(a, s):
+    """a > s, as a bool tensor.
+
+    gt_scalar(a: Tensor, s: int | float | bool) -> Tensor   [C: tr_tensor_gt_scalar]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_gt_scalar(a, _scalar(s, 's'), out)
+    except _CArgumentError as e:
+        raise _bad_call('gt_scalar', 'a: Tensor, s: int | float | bool', e) from None
+    if st:
+        _fail(st, 'tr_tensor_gt_scalar', a)
+    return out
+
+
+_f_ge_scalar = _declare(_lib, 'tr_tensor_ge_scalar', _i32, (_T, _S, _P_T))
+
+
+def ge_scalar(a, s):
+    """a >= s, as a bool tensor.
+
+    ge_scalar(a: Tensor, s: int | float | bool) -> Tensor   [C: tr_tensor_ge_scalar]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_ge_scalar(a, _scalar(s, 's'), out)
+    except _CArgumentError as e:
+        raise _bad_call('ge_scalar', 'a: Tensor, s: int | float | bool', e) from None
+    if st:
+        _fail(st, 'tr_tensor_ge_scalar', a)
     return out
 
 
@@ -858,7 +1186,7 @@ def sum(a):
     sum(a: Tensor) -> Tensor   [C: tr_tensor_sum]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_sum(a, out)
     except _CArgumentError as e:
@@ -878,7 +1206,7 @@ def sum_dim(a, dims, keepdim):
     """
     dims, dims_len = _i64s(dims, 'dims')
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_sum_dim(a, dims, dims_len, keepdim, out)
     except _CArgumentError as e:
@@ -897,7 +1225,7 @@ def mean(a):
     mean(a: Tensor) -> Tensor   [C: tr_tensor_mean]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_mean(a, out)
     except _CArgumentError as e:
@@ -917,7 +1245,7 @@ def mean_dim(a, dims, keepdim):
     """
     dims, dims_len = _i64s(dims, 'dims')
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_mean_dim(a, dims, dims_len, keepdim, out)
     except _CArgumentError as e:
@@ -936,7 +1264,7 @@ def max(a):
     max(a: Tensor) -> Tensor   [C: tr_tensor_max]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_max(a, out)
     except _CArgumentError as e:
@@ -955,7 +1283,7 @@ def max_dim(a, dim, keepdim):
     max_dim(a: Tensor, dim: int, keepdim: bool) -> Tensor   [C: tr_tensor_max_dim]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_max_dim(a, dim, keepdim, out)
     except _CArgumentError as e:
@@ -974,7 +1302,7 @@ def min(a):
     min(a: Tensor) -> Tensor   [C: tr_tensor_min]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_min(a, out)
     except _CArgumentError as e:
@@ -993,7 +1321,7 @@ def min_dim(a, dim, keepdim):
     min_dim(a: Tensor, dim: int, keepdim: bool) -> Tensor   [C: tr_tensor_min_dim]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_min_dim(a, dim, keepdim, out)
     except _CArgumentError as e:
@@ -1012,7 +1340,7 @@ def argmax(a, dim, keepdim):
     argmax(a: Tensor, dim: int, keepdim: bool) -> Tensor   [C: tr_tensor_argmax]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_argmax(a, dim, keepdim, out)
     except _CArgumentError as e:
@@ -1031,7 +1359,7 @@ def argmin(a, dim, keepdim):
     argmin(a: Tensor, dim: int, keepdim: bool) -> Tensor   [C: tr_tensor_argmin]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_argmin(a, dim, keepdim, out)
     except _CArgumentError as e:
@@ -1050,7 +1378,7 @@ def softmax(a, dim):
     softmax(a: Tensor, dim: int) -> Tensor   [C: tr_tensor_softmax]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_softmax(a, dim, out)
     except _CArgumentError as e:
@@ -1069,7 +1397,7 @@ def log_softmax(a, dim):
     log_softmax(a: Tensor, dim: int) -> Tensor   [C: tr_tensor_log_softmax]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_log_softmax(a, dim, out)
     except _CArgumentError as e:
@@ -1088,7 +1416,7 @@ def matmul(a, b):
     matmul(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_matmul]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_matmul(a, b, out)
     except _CArgumentError as e:
@@ -1107,7 +1435,7 @@ def bmm(a, b):
     bmm(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_bmm]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_bmm(a, b, out)
     except _CArgumentError as e:
@@ -1126,7 +1454,7 @@ def linear(x, weight, bias=None):
     linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor   [C: tr_tensor_linear]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_linear(x, weight, _NONE if bias is None else bias, out)
     except _CArgumentError as e:
@@ -1146,7 +1474,7 @@ def reshape(a, shape):
     """
     shape, shape_len = _i64s(shape, 'shape')
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_reshape(a, shape, shape_len, out)
     except _CArgumentError as e:
@@ -1166,7 +1494,7 @@ def view(a, shape):
     """
     shape, shape_len = _i64s(shape, 'shape')
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_view(a, shape, shape_len, out)
     except _CArgumentError as e:
@@ -1185,7 +1513,7 @@ def transpose(a, dim0, dim1):
     transpose(a: Tensor, dim0: int, dim1: int) -> Tensor   [C: tr_tensor_transpose]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_transpose(a, dim0, dim1, out)
     except _CArgumentError as e:
@@ -1205,7 +1533,7 @@ def permute(a, dims):
     """
     dims, dims_len = _i64s(dims, 'dims')
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_permute(a, dims, dims_len, out)
     except _CArgumentError as e:
@@ -1224,7 +1552,7 @@ def squeeze(a, dim):
     squeeze(a: Tensor, dim: int) -> Tensor   [C: tr_tensor_squeeze]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_squeeze(a, dim, out)
     except _CArgumentError as e:
@@ -1243,7 +1571,7 @@ def unsqueeze(a, dim):
     unsqueeze(a: Tensor, dim: int) -> Tensor   [C: tr_tensor_unsqueeze]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_unsqueeze(a, dim, out)
     except _CArgumentError as e:
@@ -1257,15 +1585,15 @@ _f_cat = _declare(_lib, 'tr_tensor_cat', _i32, (_P_U64, _size, _i64, _P_T))
 
 
 def cat(tensors, dim):
-    """Concatenation along an existing dimension.
+    """Concatenation along an existing dimension of at least one tensor.
 
     cat(tensors: Sequence[Tensor], dim: int) -> Tensor   [C: tr_tensor_cat]
     """
-    tensors, tensors_len = _handles(tensors, 'tensors')
+    tensors, _tensors, _tensors_len = _handles(tensors, 'tensors')
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
-        st = _f_cat(tensors, tensors_len, dim, out)
+        st = _f_cat(_tensors, _tensors_len, dim, out)
     except _CArgumentError as e:
         raise _bad_call('cat', 'tensors: Sequence[Tensor], dim: int', e) from None
     if st:
@@ -1277,15 +1605,15 @@ _f_stack = _declare(_lib, 'tr_tensor_stack', _i32, (_P_U64, _size, _i64, _P_T))
 
 
 def stack(tensors, dim):
-    """Stacking along a new dimension.
+    """Stacking along a new dimension of at least one tensor.
 
     stack(tensors: Sequence[Tensor], dim: int) -> Tensor   [C: tr_tensor_stack]
     """
-    tensors, tensors_len = _handles(tensors, 'tensors')
+    tensors, _tensors, _tensors_len = _handles(tensors, 'tensors')
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
-        st = _f_stack(tensors, tensors_len, dim, out)
+        st = _f_stack(_tensors, _tensors_len, dim, out)
     except _CArgumentError as e:
         raise _bad_call('stack', 'tensors: Sequence[Tensor], dim: int', e) from None
     if st:
@@ -1302,7 +1630,7 @@ def narrow(a, dim, start, length):
     narrow(a: Tensor, dim: int, start: int, length: int) -> Tensor   [C: tr_tensor_narrow]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_narrow(a, dim, start, length, out)
     except _CArgumentError as e:
@@ -1321,7 +1649,7 @@ def index_select(a, dim, index):
     index_select(a: Tensor, dim: int, index: Tensor) -> Tensor   [C: tr_tensor_index_select]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_index_select(a, dim, index, out)
     except _CArgumentError as e:
@@ -1340,13 +1668,128 @@ def contiguous(a):
     contiguous(a: Tensor) -> Tensor   [C: tr_tensor_contiguous]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_contiguous(a, out)
     except _CArgumentError as e:
         raise _bad_call('contiguous', 'a: Tensor', e) from None
     if st:
         _fail(st, 'tr_tensor_contiguous', a)
+    return out
+
+
+_f_clone = _declare(_lib, 'tr_tensor_clone', _i32, (_T, _P_T))
+
+
+def clone(a):
+    """A copy of `a` with its own storage.
+
+    clone(a: Tensor) -> Tensor   [C: tr_tensor_clone]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_clone(a, out)
+    except _CArgumentError as e:
+        raise _bad_call('clone', 'a: Tensor', e) from None
+    if st:
+        _fail(st, 'tr_tensor_clone', a)
+    return out
+
+
+_f_expand = _declare(_lib, 'tr_tensor_expand', _i32, (_T, _P_I64, _size, _P_T))
+
+
+def expand(a, shape):
+    """A view of `a` broadcast to `shape` (-1 keeps a dimension).
+
+    expand(a: Tensor, shape: int | Sequence[int]) -> Tensor   [C: tr_tensor_expand]
+    """
+    shape, shape_len = _i64s(shape, 'shape')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_expand(a, shape, shape_len, out)
+    except _CArgumentError as e:
+        raise _bad_call('expand', 'a: Tensor, shape: int | Sequence[int]', e) from None
+    if st:
+        _fail(st, 'tr_tensor_expand', a)
+    return out
+
+
+_f_select = _declare(_lib, 'tr_tensor_select', _i32, (_T, _i64, _i64, _P_T))
+
+
+def select(a, dim, index):
+    """A view of entry `index` of `dim`, without that dimension (a[index] on dim 0).
+
+    select(a: Tensor, dim: int, index: int) -> Tensor   [C: tr_tensor_select]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_select(a, dim, index, out)
+    except _CArgumentError as e:
+        raise _bad_call('select', 'a: Tensor, dim: int, index: int', e) from None
+    if st:
+        _fail(st, 'tr_tensor_select', a)
+    return out
+
+
+_f_slice = _declare(_lib, 'tr_tensor_slice', _i32, (_T, _i64, _i64, _i64, _i64, _P_T))
+
+
+def slice(a, dim, start, end, step):
+    """A view of entries start, start + step, ... before `end` of `dim` (step > 0).
+
+    slice(a: Tensor, dim: int, start: int, end: int, step: int) -> Tensor   [C: tr_tensor_slice]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_slice(a, dim, start, end, step, out)
+    except _CArgumentError as e:
+        raise _bad_call('slice', 'a: Tensor, dim: int, start: int, end: int, step: int', e) from None
+    if st:
+        _fail(st, 'tr_tensor_slice', a)
+    return out
+
+
+_f_masked_select = _declare(_lib, 'tr_tensor_masked_select', _i32, (_T, _T, _P_T))
+
+
+def masked_select(a, mask):
+    """The elements of `a` where the bool `mask` (broadcast) is true, as a 1-d tensor.
+
+    masked_select(a: Tensor, mask: Tensor) -> Tensor   [C: tr_tensor_masked_select]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_masked_select(a, mask, out)
+    except _CArgumentError as e:
+        raise _bad_call('masked_select', 'a: Tensor, mask: Tensor', e) from None
+    if st:
+        _fail(st, 'tr_tensor_masked_select', a, mask)
+    return out
+
+
+_f_nonzero = _declare(_lib, 'tr_tensor_nonzero', _i32, (_T, _P_T))
+
+
+def nonzero(a):
+    """The indices of the nonzero elements, as an i64 [n, ndim] tensor.
+
+    nonzero(a: Tensor) -> Tensor   [C: tr_tensor_nonzero]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_nonzero(a, out)
+    except _CArgumentError as e:
+        raise _bad_call('nonzero', 'a: Tensor', e) from None
+    if st:
+        _fail(st, 'tr_tensor_nonzero', a)
     return out
 
 
@@ -1359,7 +1802,7 @@ def to_dtype(a, dtype):
     to_dtype(a: Tensor, dtype: DType) -> Tensor   [C: tr_tensor_to_dtype]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_to_dtype(a, _code(dtype), out)
     except _CArgumentError as e:
@@ -1378,7 +1821,7 @@ def embedding(weight, indices):
     embedding(weight: Tensor, indices: Tensor) -> Tensor   [C: tr_tensor_embedding]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_embedding(weight, indices, out)
     except _CArgumentError as e:
@@ -1398,7 +1841,7 @@ def layer_norm(a, normalized_shape, weight, bias, eps):
     """
     normalized_shape, normalized_shape_len = _i64s(normalized_shape, 'normalized_shape')
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_layer_norm(a, normalized_shape, normalized_shape_len, _NONE if weight is None else weight, _NONE if bias is None else bias, eps, out)
     except _CArgumentError as e:
@@ -1417,7 +1860,7 @@ def dropout(a, p, train):
     dropout(a: Tensor, p: float, train: bool) -> Tensor   [C: tr_tensor_dropout]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_dropout(a, p, train, out)
     except _CArgumentError as e:
@@ -1439,7 +1882,7 @@ def conv2d(input, weight, bias, stride, padding, dilation, groups):
     padding, padding_len = _i64s(padding, 'padding')
     dilation, dilation_len = _i64s(dilation, 'dilation')
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_conv2d(input, weight, _NONE if bias is None else bias, stride, stride_len, padding, padding_len, dilation, dilation_len, groups, out)
     except _CArgumentError as e:
@@ -1462,7 +1905,7 @@ def max_pool2d(a, kernel, stride, padding, dilation, ceil_mode):
     padding, padding_len = _i64s(padding, 'padding')
     dilation, dilation_len = _i64s(dilation, 'dilation')
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_max_pool2d(a, kernel, kernel_len, stride, stride_len, padding, padding_len, dilation, dilation_len, ceil_mode, out)
     except _CArgumentError as e:
@@ -1481,7 +1924,7 @@ def mse_loss(input, target):
     mse_loss(input: Tensor, target: Tensor) -> Tensor   [C: tr_tensor_mse_loss]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_mse_loss(input, target, out)
     except _CArgumentError as e:
@@ -1500,7 +1943,7 @@ def cross_entropy(logits, targets):
     cross_entropy(logits: Tensor, targets: Tensor) -> Tensor   [C: tr_tensor_cross_entropy]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_cross_entropy(logits, targets, out)
     except _CArgumentError as e:
@@ -1564,21 +2007,291 @@ def mul_(a, b):
     return a
 
 
-_f_mul_scalar_ = _declare(_lib, 'tr_tensor_mul_scalar_', _i32, (_T, _double))
+_f_div_ = _declare(_lib, 'tr_tensor_div_', _i32, (_T, _T))
+
+
+def div_(a, b):
+    """a /= b (true division: `a` must be floating).
+
+    div_(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_div_]
+    In place: modifies and returns `a`.
+    """
+    try:
+        st = _f_div_(a, b)
+    except _CArgumentError as e:
+        raise _bad_call('div_', 'a: Tensor, b: Tensor', e) from None
+    if st:
+        _fail(st, 'tr_tensor_div_', a, b)
+    return a
+
+
+_f_add_scalar_ = _declare(_lib, 'tr_tensor_add_scalar_', _i32, (_T, _S))
+
+
+def add_scalar_(a, s):
+    """a += s.
+
+    add_scalar_(a: Tensor, s: int | float | bool) -> Tensor   [C: tr_tensor_add_scalar_]
+    In place: modifies and returns `a`.
+    """
+    try:
+        st = _f_add_scalar_(a, _scalar(s, 's'))
+    except _CArgumentError as e:
+        raise _bad_call('add_scalar_', 'a: Tensor, s: int | float | bool', e) from None
+    if st:
+        _fail(st, 'tr_tensor_add_scalar_', a)
+    return a
+
+
+_f_sub_scalar_ = _declare(_lib, 'tr_tensor_sub_scalar_', _i32, (_T, _S))
+
+
+def sub_scalar_(a, s):
+    """a -= s.
+
+    sub_scalar_(a: Tensor, s: int | float | bool) -> Tensor   [C: tr_tensor_sub_scalar_]
+    In place: modifies and returns `a`.
+    """
+    try:
+        st = _f_sub_scalar_(a, _scalar(s, 's'))
+    except _CArgumentError as e:
+        raise _bad_call('sub_scalar_', 'a: Tensor, s: int | float | bool', e) from None
+    if st:
+        _fail(st, 'tr_tensor_sub_scalar_', a)
+    return a
+
+
+_f_mul_scalar_ = _declare(_lib, 'tr_tensor_mul_scalar_', _i32, (_T, _S))
 
 
 def mul_scalar_(a, s):
     """a *= s.
 
-    mul_scalar_(a: Tensor, s: float) -> Tensor   [C: tr_tensor_mul_scalar_]
+    mul_scalar_(a: Tensor, s: int | float | bool) -> Tensor   [C: tr_tensor_mul_scalar_]
     In place: modifies and returns `a`.
     """
     try:
-        st = _f_mul_scalar_(a, s)
+        st = _f_mul_scalar_(a, _scalar(s, 's'))
     except _CArgumentError as e:
-        raise _bad_call('mul_scalar_', 'a: Tensor, s: float', e) from None
+        raise _bad_call('mul_scalar_', 'a: Tensor, s: int | float | bool', e) from None
     if st:
         _fail(st, 'tr_tensor_mul_scalar_', a)
+    return a
+
+
+_f_div_scalar_ = _declare(_lib, 'tr_tensor_div_scalar_', _i32, (_T, _S))
+
+
+def div_scalar_(a, s):
+    """a /= s (true division: `a` must be floating).
+
+    div_scalar_(a: Tensor, s: int | float | bool) -> Tensor   [C: tr_tensor_div_scalar_]
+    In place: modifies and returns `a`.
+    """
+    try:
+        st = _f_div_scalar_(a, _scalar(s, 's'))
+    except _CArgumentError as e:
+        raise _bad_call('div_scalar_', 'a: Tensor, s: int | float | bool', e) from None
+    if st:
+        _fail(st, 'tr_tensor_div_scalar_', a)
+    return a
+
+
+_f_pow_ = _declare(_lib, 'tr_tensor_pow_', _i32, (_T, _T))
+
+
+def pow_(a, exponent):
+    """a **= exponent.
+
+    pow_(a: Tensor, exponent: Tensor) -> Tensor   [C: tr_tensor_pow_]
+    In place: modifies and returns `a`.
+    """
+    try:
+        st = _f_pow_(a, exponent)
+    except _CArgumentError as e:
+        raise _bad_call('pow_', 'a: Tensor, exponent: Tensor', e) from None
+    if st:
+        _fail(st, 'tr_tensor_pow_', a, exponent)
+    return a
+
+
+_f_pow_scalar_ = _declare(_lib, 'tr_tensor_pow_scalar_', _i32, (_T, _S))
+
+
+def pow_scalar_(a, exponent):
+    """a **= exponent.
+
+    pow_scalar_(a: Tensor, exponent: int | float | bool) -> Tensor   [C: tr_tensor_pow_scalar_]
+    In place: modifies and returns `a`.
+    """
+    try:
+        st = _f_pow_scalar_(a, _scalar(exponent, 'exponent'))
+    except _CArgumentError as e:
+        raise _bad_call('pow_scalar_', 'a: Tensor, exponent: int | float | bool', e) from None
+    if st:
+        _fail(st, 'tr_tensor_pow_scalar_', a)
+    return a
+
+
+_f_floor_divide_ = _declare(_lib, 'tr_tensor_floor_divide_', _i32, (_T, _T))
+
+
+def floor_divide_(a, b):
+    """a //= b.
+
+    floor_divide_(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_floor_divide_]
+    In place: modifies and returns `a`.
+    """
+    try:
+        st = _f_floor_divide_(a, b)
+    except _CArgumentError as e:
+        raise _bad_call('floor_divide_', 'a: Tensor, b: Tensor', e) from None
+    if st:
+        _fail(st, 'tr_tensor_floor_divide_', a, b)
+    return a
+
+
+_f_floor_divide_scalar_ = _declare(_lib, 'tr_tensor_floor_divide_scalar_', _i32, (_T, _S))
+
+
+def floor_divide_scalar_(a, s):
+    """a //= s.
+
+    floor_divide_scalar_(a: Tensor, s: int | float | bool) -> Tensor   [C: tr_tensor_floor_divide_scalar_]
+    In place: modifies and returns `a`.
+    """
+    try:
+        st = _f_floor_divide_scalar_(a, _scalar(s, 's'))
+    except _CArgumentError as e:
+        raise _bad_call('floor_divide_scalar_', 'a: Tensor, s: int | float | bool', e) from None
+    if st:
+        _fail(st, 'tr_tensor_floor_divide_scalar_', a)
+    return a
+
+
+_f_remainder_ = _declare(_lib, 'tr_tensor_remainder_', _i32, (_T, _T))
+
+
+def remainder_(a, b):
+    """a %= b.
+
+    remainder_(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_remainder_]
+    In place: modifies and returns `a`.
+    """
+    try:
+        st = _f_remainder_(a, b)
+    except _CArgumentError as e:
+        raise _bad_call('remainder_', 'a: Tensor, b: Tensor', e) from None
+    if st:
+        _fail(st, 'tr_tensor_remainder_', a, b)
+    return a
+
+
+_f_remainder_scalar_ = _declare(_lib, 'tr_tensor_remainder_scalar_', _i32, (_T, _S))
+
+
+def remainder_scalar_(a, s):
+    """a %= s.
+
+    remainder_scalar_(a: Tensor, s: int | float | bool) -> Tensor   [C: tr_tensor_remainder_scalar_]
+    In place: modifies and returns `a`.
+    """
+    try:
+        st = _f_remainder_scalar_(a, _scalar(s, 's'))
+    except _CArgumentError as e:
+        raise _bad_call('remainder_scalar_', 'a: Tensor, s: int | float | bool', e) from None
+    if st:
+        _fail(st, 'tr_tensor_remainder_scalar_', a)
+    return a
+
+
+_f_fill_ = _declare(_lib, 'tr_tensor_fill_', _i32, (_T, _S))
+
+
+def fill_(a, value):
+    """Sets every element of `a` to `value`, which must fit its dtype.
+
+    fill_(a: Tensor, value: int | float | bool) -> Tensor   [C: tr_tensor_fill_]
+    In place: modifies and returns `a`.
+    """
+    try:
+        st = _f_fill_(a, _scalar(value, 'value'))
+    except _CArgumentError as e:
+        raise _bad_call('fill_', 'a: Tensor, value: int | float | bool', e) from None
+    if st:
+        _fail(st, 'tr_tensor_fill_', a)
+    return a
+
+
+_f_masked_fill_ = _declare(_lib, 'tr_tensor_masked_fill_', _i32, (_T, _T, _S))
+
+
+def masked_fill_(a, mask, value):
+    """Sets the elements of `a` where the bool `mask` (broadcast) is true to `value`.
+
+    masked_fill_(a: Tensor, mask: Tensor, value: int | float | bool) -> Tensor   [C: tr_tensor_masked_fill_]
+    In place: modifies and returns `a`.
+    """
+    try:
+        st = _f_masked_fill_(a, mask, _scalar(value, 'value'))
+    except _CArgumentError as e:
+        raise _bad_call('masked_fill_', 'a: Tensor, mask: Tensor, value: int | float | bool', e) from None
+    if st:
+        _fail(st, 'tr_tensor_masked_fill_', a, mask)
+    return a
+
+
+_f_index_fill_ = _declare(_lib, 'tr_tensor_index_fill_', _i32, (_T, _i64, _T, _S))
+
+
+def index_fill_(a, dim, index, value):
+    """Sets the entries of `dim` at the i64 `index` positions to `value`.
+
+    index_fill_(a: Tensor, dim: int, index: Tensor, value: int | float | bool) -> Tensor   [C: tr_tensor_index_fill_]
+    In place: modifies and returns `a`.
+    """
+    try:
+        st = _f_index_fill_(a, dim, index, _scalar(value, 'value'))
+    except _CArgumentError as e:
+        raise _bad_call('index_fill_', 'a: Tensor, dim: int, index: Tensor, value: int | float | bool', e) from None
+    if st:
+        _fail(st, 'tr_tensor_index_fill_', a, index)
+    return a
+
+
+_f_index_copy_ = _declare(_lib, 'tr_tensor_index_copy_', _i32, (_T, _i64, _T, _T))
+
+
+def index_copy_(a, dim, index, source):
+    """Copies the entries of `source` along `dim` to the i64 `index` positions of `a`.
+
+    index_copy_(a: Tensor, dim: int, index: Tensor, source: Tensor) -> Tensor   [C: tr_tensor_index_copy_]
+    In place: modifies and returns `a`.
+    """
+    try:
+        st = _f_index_copy_(a, dim, index, source)
+    except _CArgumentError as e:
+        raise _bad_call('index_copy_', 'a: Tensor, dim: int, index: Tensor, source: Tensor', e) from None
+    if st:
+        _fail(st, 'tr_tensor_index_copy_', a, index, source)
+    return a
+
+
+_f_masked_scatter_ = _declare(_lib, 'tr_tensor_masked_scatter_', _i32, (_T, _T, _T))
+
+
+def masked_scatter_(a, mask, source):
+    """Copies the elements of `source`, in order, to where the bool `mask` (broadcast) is true.
+
+    masked_scatter_(a: Tensor, mask: Tensor, source: Tensor) -> Tensor   [C: tr_tensor_masked_scatter_]
+    In place: modifies and returns `a`.
+    """
+    try:
+        st = _f_masked_scatter_(a, mask, source)
+    except _CArgumentError as e:
+        raise _bad_call('masked_scatter_', 'a: Tensor, mask: Tensor, source: Tensor', e) from None
+    if st:
+        _fail(st, 'tr_tensor_masked_scatter_', a, mask, source)
     return a
 
 
@@ -1680,7 +2393,7 @@ def grad(a):
     grad(a: Tensor) -> Tensor | None   [C: tr_tensor_grad]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_grad(a, out)
     except _CArgumentError as e:
@@ -1716,7 +2429,7 @@ def detach(a):
     detach(a: Tensor) -> Tensor   [C: tr_tensor_detach]
     """
     out = _T()
-    out._own = not (_open_scopes and _state.stack)
+    out._own = True
     try:
         st = _f_detach(a, out)
     except _CArgumentError as e:
@@ -1734,9 +2447,9 @@ def sgd_step(params, lr):
 
     sgd_step(params: Sequence[Tensor], lr: float) -> None   [C: tr_tensor_sgd_step]
     """
-    params, params_len = _handles(params, 'params')
+    params, _params, _params_len = _handles(params, 'params')
     try:
-        st = _f_sgd_step(params, params_len, lr)
+        st = _f_sgd_step(_params, _params_len, lr)
     except _CArgumentError as e:
         raise _bad_call('sgd_step', 'params: Sequence[Tensor], lr: float', e) from None
     if st:
@@ -1752,11 +2465,11 @@ def adam_step(params, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_d
 
     adam_step(params: Sequence[Tensor], exp_avg: Sequence[Tensor], exp_avg_sq: Sequence[Tensor], step: int, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float) -> None   [C: tr_tensor_adam_step]
     """
-    params, params_len = _handles(params, 'params')
-    exp_avg, exp_avg_len = _handles(exp_avg, 'exp_avg')
-    exp_avg_sq, exp_avg_sq_len = _handles(exp_avg_sq, 'exp_avg_sq')
+    params, _params, _params_len = _handles(params, 'params')
+    exp_avg, _exp_avg, _exp_avg_len = _handles(exp_avg, 'exp_avg')
+    exp_avg_sq, _exp_avg_sq, _exp_avg_sq_len = _handles(exp_avg_sq, 'exp_avg_sq')
     try:
-        st = _f_adam_step(params, params_len, exp_avg, exp_avg_len, exp_avg_sq, exp_avg_sq_len, step, lr, beta1, beta2, eps, weight_decay)
+        st = _f_adam_step(_params, _params_len, _exp_avg, _exp_avg_len, _exp_avg_sq, _exp_avg_sq_len, step, lr, beta1, beta2, eps, weight_decay)
     except _CArgumentError as e:
         raise _bad_call('adam_step', 'params: Sequence[Tensor], exp_avg: Sequence[Tensor], exp_avg_sq: Sequence[Tensor], step: int, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float', e) from None
     if st:
@@ -1765,119 +2478,323 @@ def adam_step(params, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_d
 
 # Operators: int and float operands go to the *_scalar ops.
 def __add__(self, other):
-    out = _T()
-    out._own = not (_open_scopes and _state.stack)
     if type(other) is _T or isinstance(other, _T):
+        out = _T()
+        out._own = True
         st = _f_add(self, other, out)
         if st:
             _fail(st, 'tr_tensor_add', self, other)
-    elif type(other) in _SCALAR_TYPES or isinstance(other, (int, float)):
-        st = _f_add_scalar(self, other, out)
+        return out
+    s = _operand(other)
+    if s is not None:
+        out = _T()
+        out._own = True
+        st = _f_add_scalar(self, s, out)
         if st:
             _fail(st, 'tr_tensor_add_scalar', self)
-    else:
-        return NotImplemented
-    return out
+        return out
+    if isinstance(other, _ndarray):
+        return _T.__add__(self, _from_numpy(other))
+    return NotImplemented
 
 
 def __sub__(self, other):
-    out = _T()
-    out._own = not (_open_scopes and _state.stack)
     if type(other) is _T or isinstance(other, _T):
+        out = _T()
+        out._own = True
         st = _f_sub(self, other, out)
         if st:
             _fail(st, 'tr_tensor_sub', self, other)
-    elif type(other) in _SCALAR_TYPES or isinstance(other, (int, float)):
-        st = _f_sub_scalar(self, other, out)
+        return out
+    s = _operand(other)
+    if s is not None:
+        out = _T()
+        out._own = True
+        st = _f_sub_scalar(self, s, out)
         if st:
             _fail(st, 'tr_tensor_sub_scalar', self)
-    else:
-        return NotImplemented
-    return out
+        return out
+    if isinstance(other, _ndarray):
+        return _T.__sub__(self, _from_numpy(other))
+    return NotImplemented
 
 
 def __mul__(self, other):
-    out = _T()
-    out._own = not (_open_scopes and _state.stack)
     if type(other) is _T or isinstance(other, _T):
+        out = _T()
+        out._own = True
         st = _f_mul(self, other, out)
         if st:
             _fail(st, 'tr_tensor_mul', self, other)
-    elif type(other) in _SCALAR_TYPES or isinstance(other, (int, float)):
-        st = _f_mul_scalar(self, other, out)
+        return out
+    s = _operand(other)
+    if s is not None:
+        out = _T()
+        out._own = True
+        st = _f_mul_scalar(self, s, out)
         if st:
             _fail(st, 'tr_tensor_mul_scalar', self)
-    else:
-        return NotImplemented
-    return out
+        return out
+    if isinstance(other, _ndarray):
+        return _T.__mul__(self, _from_numpy(other))
+    return NotImplemented
 
 
 def __truediv__(self, other):
-    out = _T()
-    out._own = not (_open_scopes and _state.stack)
     if type(other) is _T or isinstance(other, _T):
+        out = _T()
+        out._own = True
         st = _f_div(self, other, out)
         if st:
             _fail(st, 'tr_tensor_div', self, other)
-    elif type(other) in _SCALAR_TYPES or isinstance(other, (int, float)):
-        st = _f_div_scalar(self, other, out)
+        return out
+    s = _operand(other)
+    if s is not None:
+        out = _T()
+        out._own = True
+        st = _f_div_scalar(self, s, out)
         if st:
             _fail(st, 'tr_tensor_div_scalar', self)
-    else:
-        return NotImplemented
-    return out
+        return out
+    if isinstance(other, _ndarray):
+        return _T.__truediv__(self, _from_numpy(other))
+    return NotImplemented
+
+
+def __floordiv__(self, other):
+    if type(other) is _T or isinstance(other, _T):
+        out = _T()
+        out._own = True
+        st = _f_floor_divide(self, other, out)
+        if st:
+            _fail(st, 'tr_tensor_floor_divide', self, other)
+        return out
+    s = _operand(other)
+    if s is not None:
+        out = _T()
+        out._own = True
+        st = _f_floor_divide_scalar(self, s, out)
+        if st:
+            _fail(st, 'tr_tensor_floor_divide_scalar', self)
+        return out
+    if isinstance(other, _ndarray):
+        return _T.__floordiv__(self, _from_numpy(other))
+    return NotImplemented
+
+
+def __mod__(self, other):
+    if type(other) is _T or isinstance(other, _T):
+        out = _T()
+        out._own = True
+        st = _f_remainder(self, other, out)
+        if st:
+            _fail(st, 'tr_tensor_remainder', self, other)
+        return out
+    s = _operand(other)
+    if s is not None:
+        out = _T()
+        out._own = True
+        st = _f_remainder_scalar(self, s, out)
+        if st:
+            _fail(st, 'tr_tensor_remainder_scalar', self)
+        return out
+    if isinstance(other, _ndarray):
+        return _T.__mod__(self, _from_numpy(other))
+    return NotImplemented
 
 
 def __matmul__(self, other):
-    out = _T()
-    out._own = not (_open_scopes and _state.stack)
     if type(other) is _T or isinstance(other, _T):
+        out = _T()
+        out._own = True
         st = _f_matmul(self, other, out)
         if st:
             _fail(st, 'tr_tensor_matmul', self, other)
-    else:
-        return NotImplemented
-    return out
+        return out
+    if isinstance(other, _ndarray):
+        return _T.__matmul__(self, _from_numpy(other))
+    return NotImplemented
 
 
 def __pow__(self, other):
-    out = _T()
-    out._own = not (_open_scopes and _state.stack)
     if type(other) is _T or isinstance(other, _T):
+        out = _T()
+        out._own = True
         st = _f_pow(self, other, out)
         if st:
             _fail(st, 'tr_tensor_pow', self, other)
-    elif type(other) in _SCALAR_TYPES or isinstance(other, (int, float)):
-        st = _f_pow_scalar(self, other, out)
+        return out
+    s = _operand(other)
+    if s is not None:
+        out = _T()
+        out._own = True
+        st = _f_pow_scalar(self, s, out)
         if st:
             _fail(st, 'tr_tensor_pow_scalar', self)
-    else:
-        return NotImplemented
-    return out
+        return out
+    if isinstance(other, _ndarray):
+        return _T.__pow__(self, _from_numpy(other))
+    return NotImplemented
 
 
 def __radd__(self, other):
-    out = _T()
-    out._own = not (_open_scopes and _state.stack)
-    if type(other) in _SCALAR_TYPES or isinstance(other, (int, float)):
-        st = _f_add_scalar(self, other, out)
+    if type(other) is _T or isinstance(other, _T):
+        out = _T()
+        out._own = True
+        st = _f_add(other, self, out)
+        if st:
+            _fail(st, 'tr_tensor_add', self, other)
+        return out
+    s = _operand(other)
+    if s is not None:
+        out = _T()
+        out._own = True
+        st = _f_add_scalar(self, s, out)
         if st:
             _fail(st, 'tr_tensor_add_scalar', self)
-    else:
-        return NotImplemented
-    return out
+        return out
+    if isinstance(other, _ndarray):
+        return _T.__add__(_from_numpy(other), self)
+    return NotImplemented
+
+
+def __rsub__(self, other):
+    if type(other) is _T or isinstance(other, _T):
+        out = _T()
+        out._own = True
+        st = _f_sub(other, self, out)
+        if st:
+            _fail(st, 'tr_tensor_sub', self, other)
+        return out
+    s = _operand(other)
+    if s is not None:
+        out = _T()
+        out._own = True
+        st = _f_rsub_scalar(self, s, out)
+        if st:
+            _fail(st, 'tr_tensor_rsub_scalar', self)
+        return out
+    if isinstance(other, _ndarray):
+        return _T.__sub__(_from_numpy(other), self)
+    return NotImplemented
 
 
 def __rmul__(self, other):
-    out = _T()
-    out._own = not (_open_scopes and _state.stack)
-    if type(other) in _SCALAR_TYPES or isinstance(other, (int, float)):
-        st = _f_mul_scalar(self, other, out)
+    if type(other) is _T or isinstance(other, _T):
+        out = _T()
+        out._own = True
+        st = _f_mul(other, self, out)
+        if st:
+            _fail(st, 'tr_tensor_mul', self, other)
+        return out
+    s = _operand(other)
+    if s is not None:
+        out = _T()
+        out._own = True
+        st = _f_mul_scalar(self, s, out)
         if st:
             _fail(st, 'tr_tensor_mul_scalar', self)
-    else:
-        return NotImplemented
-    return out
+        return out
+    if isinstance(other, _ndarray):
+        return _T.__mul__(_from_numpy(other), self)
+    return NotImplemented
+
+
+def __rtruediv__(self, other):
+    if type(other) is _T or isinstance(other, _T):
+        out = _T()
+        out._own = True
+        st = _f_div(other, self, out)
+        if st:
+            _fail(st, 'tr_tensor_div', self, other)
+        return out
+    s = _operand(other)
+    if s is not None:
+        out = _T()
+        out._own = True
+        st = _f_rdiv_scalar(self, s, out)
+        if st:
+            _fail(st, 'tr_tensor_rdiv_scalar', self)
+        return out
+    if isinstance(other, _ndarray):
+        return _T.__truediv__(_from_numpy(other), self)
+    return NotImplemented
+
+
+def __rfloordiv__(self, other):
+    if type(other) is _T or isinstance(other, _T):
+        out = _T()
+        out._own = True
+        st = _f_floor_divide(other, self, out)
+        if st:
+            _fail(st, 'tr_tensor_floor_divide', self, other)
+        return out
+    s = _operand(other)
+    if s is not None:
+        out = _T()
+        out._own = True
+        st = _f_rfloor_divide_scalar(self, s, out)
+        if st:
+            _fail(st, 'tr_tensor_rfloor_divide_scalar', self)
+        return out
+    if isinstance(other, _ndarray):
+        return _T.__floordiv__(_from_numpy(other), self)
+    return NotImplemented
+
+
+def __rmod__(self, other):
+    if type(other) is _T or isinstance(other, _T):
+        out = _T()
+        out._own = True
+        st = _f_remainder(other, self, out)
+        if st:
+            _fail(st, 'tr_tensor_remainder', self, other)
+        return out
+    s = _operand(other)
+    if s is not None:
+        out = _T()
+        out._own = True
+        st = _f_rremainder_scalar(self, s, out)
+        if st:
+            _fail(st, 'tr_tensor_rremainder_scalar', self)
+        return out
+    if isinstance(other, _ndarray):
+        return _T.__mod__(_from_numpy(other), self)
+    return NotImplemented
+
+
+def __rmatmul__(self, other):
+    if type(other) is _T or isinstance(other, _T):
+        out = _T()
+        out._own = True
+        st = _f_matmul(other, self, out)
+        if st:
+            _fail(st, 'tr_tensor_matmul', self, other)
+        return out
+    if isinstance(other, _ndarray):
+        return _T.__matmul__(_from_numpy(other), self)
+    return NotImplemented
+
+
+def __rpow__(self, other):
+    if type(other) is _T or isinstance(other, _T):
+        out = _T()
+        out._own = True
+        st = _f_pow(other, self, out)
+        if st:
+            _fail(st, 'tr_tensor_pow', self, other)
+        return out
+    s = _operand(other)
+    if s is not None:
+        out = _T()
+        out._own = True
+        st = _f_rpow_scalar(self, s, out)
+        if st:
+            _fail(st, 'tr_tensor_rpow_scalar', self)
+        return out
+    if isinstance(other, _ndarray):
+        return _T.__pow__(_from_numpy(other), self)
+    return NotImplemented
 
 
 def __iadd__(self, other):
@@ -1885,9 +2802,16 @@ def __iadd__(self, other):
         st = _f_add_(self, other)
         if st:
             _fail(st, 'tr_tensor_add_', self, other)
-    else:
-        return NotImplemented
-    return self
+        return self
+    s = _operand(other)
+    if s is not None:
+        st = _f_add_scalar_(self, s)
+        if st:
+            _fail(st, 'tr_tensor_add_scalar_', self)
+        return self
+    if isinstance(other, _ndarray):
+        return _T.__iadd__(self, _from_numpy(other))
+    return NotImplemented
 
 
 def __isub__(self, other):
@@ -1895,9 +2819,16 @@ def __isub__(self, other):
         st = _f_sub_(self, other)
         if st:
             _fail(st, 'tr_tensor_sub_', self, other)
-    else:
-        return NotImplemented
-    return self
+        return self
+    s = _operand(other)
+    if s is not None:
+        st = _f_sub_scalar_(self, s)
+        if st:
+            _fail(st, 'tr_tensor_sub_scalar_', self)
+        return self
+    if isinstance(other, _ndarray):
+        return _T.__isub__(self, _from_numpy(other))
+    return NotImplemented
 
 
 def __imul__(self, other):
@@ -1905,20 +2836,221 @@ def __imul__(self, other):
         st = _f_mul_(self, other)
         if st:
             _fail(st, 'tr_tensor_mul_', self, other)
-    elif type(other) in _SCALAR_TYPES or isinstance(other, (int, float)):
-        st = _f_mul_scalar_(self, other)
+        return self
+    s = _operand(other)
+    if s is not None:
+        st = _f_mul_scalar_(self, s)
         if st:
             _fail(st, 'tr_tensor_mul_scalar_', self)
-    else:
-        return NotImplemented
-    return self
+        return self
+    if isinstance(other, _ndarray):
+        return _T.__imul__(self, _from_numpy(other))
+    return NotImplemented
+
+
+def __itruediv__(self, other):
+    if type(other) is _T or isinstance(other, _T):
+        st = _f_div_(self, other)
+        if st:
+            _fail(st, 'tr_tensor_div_', self, other)
+        return self
+    s = _operand(other)
+    if s is not None:
+        st = _f_div_scalar_(self, s)
+        if st:
+            _fail(st, 'tr_tensor_div_scalar_', self)
+        return self
+    if isinstance(other, _ndarray):
+        return _T.__itruediv__(self, _from_numpy(other))
+    return NotImplemented
+
+
+def __ifloordiv__(self, other):
+    if type(other) is _T or isinstance(other, _T):
+        st = _f_floor_divide_(self, other)
+        if st:
+            _fail(st, 'tr_tensor_floor_divide_', self, other)
+        return self
+    s = _operand(other)
+    if s is not None:
+        st = _f_floor_divide_scalar_(self, s)
+        if st:
+            _fail(st, 'tr_tensor_floor_divide_scalar_', self)
+        return self
+    if isinstance(other, _ndarray):
+        return _T.__ifloordiv__(self, _from_numpy(other))
+    return NotImplemented
+
+
+def __imod__(self, other):
+    if type(other) is _T or isinstance(other, _T):
+        st = _f_remainder_(self, other)
+        if st:
+            _fail(st, 'tr_tensor_remainder_', self, other)
+        return self
+    s = _operand(other)
+    if s is not None:
+        st = _f_remainder_scalar_(self, s)
+        if st:
+            _fail(st, 'tr_tensor_remainder_scalar_', self)
+        return self
+    if isinstance(other, _ndarray):
+        return _T.__imod__(self, _from_numpy(other))
+    return NotImplemented
+
+
+def __ipow__(self, other):
+    if type(other) is _T or isinstance(other, _T):
+        st = _f_pow_(self, other)
+        if st:
+            _fail(st, 'tr_tensor_pow_', self, other)
+        return self
+    s = _operand(other)
+    if s is not None:
+        st = _f_pow_scalar_(self, s)
+        if st:
+            _fail(st, 'tr_tensor_pow_scalar_', self)
+        return self
+    if isinstance(other, _ndarray):
+        return _T.__ipow__(self, _from_numpy(other))
+    return NotImplemented
+
+
+def __eq__(self, other):
+    if type(other) is _T or isinstance(other, _T):
+        out = _T()
+        out._own = True
+        st = _f_eq(self, other, out)
+        if st:
+            _fail(st, 'tr_tensor_eq', self, other)
+        return out
+    s = _operand(other)
+    if s is not None:
+        out = _T()
+        out._own = True
+        st = _f_eq_scalar(self, s, out)
+        if st:
+            _fail(st, 'tr_tensor_eq_scalar', self)
+        return out
+    if isinstance(other, _ndarray):
+        return _T.__eq__(self, _from_numpy(other))
+    return NotImplemented
+
+
+def __ne__(self, other):
+    if type(other) is _T or isinstance(other, _T):
+        out = _T()
+        out._own = True
+        st = _f_ne(self, other, out)
+        if st:
+            _fail(st, 'tr_tensor_ne', self, other)
+        return out
+    s = _operand(other)
+    if s is not None:
+        out = _T()
+        out._own = True
+        st = _f_ne_scalar(self, s, out)
+        if st:
+            _fail(st, 'tr_tensor_ne_scalar', self)
+        return out
+    if isinstance(other, _ndarray):
+        return _T.__ne__(self, _from_numpy(other))
+    return NotImplemented
+
+
+def __lt__(self, other):
+    if type(other) is _T or isinstance(other, _T):
+        out = _T()
+        out._own = True
+        st = _f_lt(self, other, out)
+        if st:
+            _fail(st, 'tr_tensor_lt', self, other)
+        return out
+    s = _operand(other)
+    if s is not None:
+        out = _T()
+        out._own = True
+        st = _f_lt_scalar(self, s, out)
+        if st:
+            _fail(st, 'tr_tensor_lt_scalar', self)
+        return out
+    if isinstance(other, _ndarray):
+        return _T.__lt__(self, _from_numpy(other))
+    return NotImplemented
+
+
+def __le__(self, other):
+    if type(other) is _T or isinstance(other, _T):
+        out = _T()
+        out._own = True
+        st = _f_le(self, other, out)
+        if st:
+            _fail(st, 'tr_tensor_le', self, other)
+        return out
+    s = _operand(other)
+    if s is not None:
+        out = _T()
+        out._own = True
+        st = _f_le_scalar(self, s, out)
+        if st:
+            _fail(st, 'tr_tensor_le_scalar', self)
+        return out
+    if isinstance(other, _ndarray):
+        return _T.__le__(self, _from_numpy(other))
+    return NotImplemented
+
+
+def __gt__(self, other):
+    if type(other) is _T or isinstance(other, _T):
+        out = _T()
+        out._own = True
+        st = _f_gt(self, other, out)
+        if st:
+            _fail(st, 'tr_tensor_gt', self, other)
+        return out
+    s = _operand(other)
+    if s is not None:
+        out = _T()
+        out._own = True
+        st = _f_gt_scalar(self, s, out)
+        if st:
+            _fail(st, 'tr_tensor_gt_scalar', self)
+        return out
+    if isinstance(other, _ndarray):
+        return _T.__gt__(self, _from_numpy(other))
+    return NotImplemented
+
+
+def __ge__(self, other):
+    if type(other) is _T or isinstance(other, _T):
+        out = _T()
+        out._own = True
+        st = _f_ge(self, other, out)
+        if st:
+            _fail(st, 'tr_tensor_ge', self, other)
+        return out
+    s = _operand(other)
+    if s is not None:
+        out = _T()
+        out._own = True
+        st = _f_ge_scalar(self, s, out)
+        if st:
+            _fail(st, 'tr_tensor_ge_scalar', self)
+        return out
+    if isinstance(other, _ndarray):
+        return _T.__ge__(self, _from_numpy(other))
+    return NotImplemented
 
 
 def __neg__(self):
     return neg(self)
 
 
-_OPERATORS = (__add__, __sub__, __mul__, __truediv__, __matmul__, __pow__, __radd__, __rmul__, __iadd__, __isub__, __imul__, __neg__,)
+def __abs__(self):
+    return abs(self)
+
+
+_OPERATORS = (__add__, __sub__, __mul__, __truediv__, __floordiv__, __mod__, __matmul__, __pow__, __radd__, __rsub__, __rmul__, __rtruediv__, __rfloordiv__, __rmod__, __rmatmul__, __rpow__, __iadd__, __isub__, __imul__, __itruediv__, __ifloordiv__, __imod__, __ipow__, __eq__, __ne__, __lt__, __le__, __gt__, __ge__, __neg__, __abs__,)
 
 # Tensor methods: the ops whose first parameter is a tensor, and the operators.
 for _f in [globals()[_n] for _n in (
@@ -1932,8 +3064,17 @@ for _f in [globals()[_n] for _n in (
     'sub_scalar',
     'mul_scalar',
     'div_scalar',
+    'rsub_scalar',
+    'rdiv_scalar',
+    'floor_divide',
+    'floor_divide_scalar',
+    'rfloor_divide_scalar',
+    'remainder',
+    'remainder_scalar',
+    'rremainder_scalar',
     'pow',
     'pow_scalar',
+    'rpow_scalar',
     'neg',
     'exp',
     'log',
@@ -1952,6 +3093,12 @@ for _f in [globals()[_n] for _n in (
     'le',
     'gt',
     'ge',
+    'eq_scalar',
+    'ne_scalar',
+    'lt_scalar',
+    'le_scalar',
+    'gt_scalar',
+    'ge_scalar',
     'sum',
     'sum_dim',
     'mean',
@@ -1976,6 +3123,12 @@ for _f in [globals()[_n] for _n in (
     'narrow',
     'index_select',
     'contiguous',
+    'clone',
+    'expand',
+    'select',
+    'slice',
+    'masked_select',
+    'nonzero',
     'to_dtype',
     'embedding',
     'layer_norm',
@@ -1987,7 +3140,22 @@ for _f in [globals()[_n] for _n in (
     'add_',
     'sub_',
     'mul_',
+    'div_',
+    'add_scalar_',
+    'sub_scalar_',
     'mul_scalar_',
+    'div_scalar_',
+    'pow_',
+    'pow_scalar_',
+    'floor_divide_',
+    'floor_divide_scalar_',
+    'remainder_',
+    'remainder_scalar_',
+    'fill_',
+    'masked_fill_',
+    'index_fill_',
+    'index_copy_',
+    'masked_scatter_',
     'zero_',
     'copy_',
     'requires_grad_',

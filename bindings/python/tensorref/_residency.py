@@ -16,13 +16,13 @@ locked: it must not call tensorref; its exceptions are caught and kept in `callb
 from __future__ import annotations
 
 import dataclasses
-import os
+import warnings
 from ctypes import byref, c_bool
 from typing import Callable, NamedTuple
 
 from . import _tensor
 from ._abi import DEVICE_CODES, EVENT_CODES, POLICY_CODES
-from ._lib import EVENT_FN, Event as _CEvent, ResidencyConfig as _CConfig, ResidencyStats as _CStats, fail, lib
+from ._lib import EVENT_FN, Event as _CEvent, ResidencyConfig as _CConfig, ResidencyStats as _CStats, c_path, fail, lib
 from ._tensor import Tensor, flush_releases
 
 __all__ = ["Config", "ResidencyStats", "Event", "configure", "disable", "enabled", "residency",
@@ -87,6 +87,9 @@ class Config:
         return c
 
 
+# Whether the Resident policy's ignored budget was pointed out (once per process).
+_warned_resident: list[bool] = []
+
 # Configurations made through this module, outermost first; the deferred-release batch size
 # in force before the first.
 _configured: list[Config] = []
@@ -102,6 +105,11 @@ def configure(config: Config | None = None, **fields) -> Config:
     elif fields:
         config = dataclasses.replace(config, **fields)
     c = config.to_c()
+    if c.policy == POLICY_CODES["RESIDENT"] and config.budget_bytes and not _warned_resident:
+        _warned_resident.append(True)
+        warnings.warn("the Resident policy keeps every tensor on the device and ignores "
+                      "budget_bytes (its stats report no budget); use policy='flow' or 'genoa' to "
+                      "stay within a budget", UserWarning, stacklevel=3)
     flush_releases()
     _check(lib.tr_residency_configure(byref(c)), "tr_residency_configure")
     if not _saved_batch:
@@ -237,8 +245,10 @@ unwind into the library). Cleared by set_event_callback."""
 
 def _trampoline(fn: Callable[[Event], None]):
     names = _EVENT_NAMES
+    inside = _tensor.in_callback  # while non-empty, finalizers do not call the library
 
     def call(ev, _user):
+        inside.append(1)
         try:
             e = ev.contents
             fn(Event(names.get(e.kind, str(e.kind)), e.entry, e.bytes, e.device_bytes,
@@ -249,6 +259,8 @@ def _trampoline(fn: Callable[[Event], None]):
                     callback_errors.append(exc)
             except BaseException:  # noqa: BLE001
                 pass
+        finally:
+            inside.pop()
     return EVENT_FN(call)
 
 
@@ -271,5 +283,6 @@ def timeline_start() -> None:
 
 
 def timeline_write(path) -> None:
-    """Writes the recorded events to `path` as Chrome trace / Perfetto JSON."""
-    _check(lib.tr_residency_timeline_write(os.fsencode(path)), "tr_residency_timeline_write")
+    """Writes the recorded events to `path` as Chrome trace / Perfetto JSON. Raises ArgumentError
+    without a timeline started, FileError when the path cannot be written."""
+    _check(lib.tr_residency_timeline_write(c_path(path)), "tr_residency_timeline_write")

@@ -1,24 +1,24 @@
 /* tensorref._speedups: the hot path of the Python binding, compiled (optional).
  *
  * Job: the arithmetic operators of tensorref.Tensor (+ - * / @ ** unary -, the reflected + and *,
- * += -= *=) on a Tensor or an exact int/float operand, and Tensor.__del__ (the deferred release:
- * append the handle to the buffer, release the batch when it is full). Nothing else. Every other
- * case (another operand type, an int too large for a double) is handed to the pure-Python method
- * these replace, and a failing call raises through the binding's one error path (_lib.fail), so
+ * += -= *= /=) on a Tensor or an exact int/float operand (a typed tr_scalar: an int stays an
+ * int64), and Tensor.__del__ (the deferred release: append the handle to the buffer, release the
+ * batch when it is full). Nothing else. Every other case (another operand type, a bool or NumPy
+ * number, an int beyond int64) is handed to the pure-Python method these replace, and a failing call raises through the binding's one error path (_lib.fail), so
  * behaviour is that of the ctypes binding. tensorref/_accel.py loads and installs it.
  *
  * Nothing is linked at build time. install() receives the addresses of the library's functions
  * from the ctypes CDLL the package already loaded (TENSORREF_LIB picks it), so both paths call
  * one library instance with one handle registry, and the Python objects it shares with
- * _tensor.py: the Tensor class, the deferred-release buffer and batch size, the open-scope
- * mirror, `fail`. Library calls release the GIL, as ctypes calls do: an op may be long, and a
+ * _tensor.py: the Tensor class, the deferred-release buffer and batch size, the list that is
+ * non-empty while a residency event callback runs, `fail`. Library calls release the GIL, as ctypes calls do: an op may be long, and a
  * thread that holds a library lock may need the GIL (a residency event callback, a DLPack
  * deleter), so holding it across a call could deadlock.
  *
  * Speed: the methods are method descriptors on Tensor, and Tensor's type slots (nb_add ...,
  * tp_finalize) call them directly rather than looking them up at each call (bind_slots). A
  * Tensor is a ctypes c_uint64: its handle is read through the object's b_ptr, which install()
- * checks against the buffer protocol first (the buffer protocol is used if they disagree).
+ * checks against the buffer protocol first (and refuses to bind if they disagree).
  *
  * State is process-wide and set once; every function here runs with the GIL held.
  */
@@ -33,14 +33,17 @@
 #include <stdint.h>
 #include <string.h>
 
-/* include/tensorref.h: a handle is a struct of one uint64_t, passed by value. */
+/* include/tensorref.h: a handle is a struct of one uint64_t, passed by value; a scalar is a
+ * tagged struct passed by value (kind: TR_SCALAR_INT 0, TR_SCALAR_FLOAT 1; tests/test_abi.py checks
+ * the codes and the fields against the header). */
 typedef struct tr_tensor { uint64_t id; } tr_tensor;
+typedef struct tr_scalar { int32_t kind; int64_t i; double f; _Bool b; } tr_scalar;
 typedef int32_t tr_status;
 typedef tr_status (*op_tt)(tr_tensor, tr_tensor, tr_tensor *);  /* tr_tensor_add */
-typedef tr_status (*op_ts)(tr_tensor, double, tr_tensor *);     /* tr_tensor_add_scalar */
+typedef tr_status (*op_ts)(tr_tensor, tr_scalar, tr_tensor *);  /* tr_tensor_add_scalar */
 typedef tr_status (*op_t)(tr_tensor, tr_tensor *);              /* tr_tensor_neg */
 typedef tr_status (*ip_tt)(tr_tensor, tr_tensor);               /* tr_tensor_add_ */
-typedef tr_status (*ip_ts)(tr_tensor, double);                  /* tr_tensor_mul_scalar_ */
+typedef tr_status (*ip_ts)(tr_tensor, tr_scalar);               /* tr_tensor_mul_scalar_ */
 typedef tr_status (*release_fn)(tr_tensor);
 typedef tr_status (*release_many_fn)(const tr_tensor *, size_t);
 typedef void (*any_fn)(void);  /* stored as this, called through its real type above */
@@ -58,7 +61,7 @@ typedef struct {
 #define OP(method, reflected, c_tensor, c_scalar, in_place) \
     {method, reflected, c_tensor, c_scalar, in_place, NULL, NULL, NULL, NULL}
 
-enum { ADD, SUB, MUL, DIV, MATMUL, POW, RADD, RMUL, IADD, ISUB, IMUL, NEG, N_OPS };
+enum { ADD, SUB, MUL, DIV, MATMUL, POW, RADD, RMUL, IADD, ISUB, IMUL, IDIV, NEG, N_OPS };
 
 static Op ops[N_OPS] = {
     [ADD] = OP("__add__", "__radd__", "tr_tensor_add", "tr_tensor_add_scalar", 0),
@@ -69,9 +72,10 @@ static Op ops[N_OPS] = {
     [POW] = OP("__pow__", "__rpow__", "tr_tensor_pow", "tr_tensor_pow_scalar", 0),
     [RADD] = OP("__radd__", NULL, NULL, "tr_tensor_add_scalar", 0),
     [RMUL] = OP("__rmul__", NULL, NULL, "tr_tensor_mul_scalar", 0),
-    [IADD] = OP("__iadd__", NULL, "tr_tensor_add_", NULL, 1),
-    [ISUB] = OP("__isub__", NULL, "tr_tensor_sub_", NULL, 1),
+    [IADD] = OP("__iadd__", NULL, "tr_tensor_add_", "tr_tensor_add_scalar_", 1),
+    [ISUB] = OP("__isub__", NULL, "tr_tensor_sub_", "tr_tensor_sub_scalar_", 1),
     [IMUL] = OP("__imul__", NULL, "tr_tensor_mul_", "tr_tensor_mul_scalar_", 1),
+    [IDIV] = OP("__itruediv__", NULL, "tr_tensor_div_", "tr_tensor_div_scalar_", 1),
     [NEG] = OP("__neg__", NULL, "tr_tensor_neg", NULL, 0),
 };
 
@@ -80,12 +84,10 @@ static PyTypeObject *Tensor;      /* tensorref.Tensor */
 static PyObject *own_descr;       /* its slot `_own` (a member descriptor) */
 static PyObject *pending;         /* _tensor._pending: handles (int) waiting for release */
 static PyObject *limit;           /* _tensor._limit: [batch size] */
-static PyObject *open_scopes;     /* _tensor.open_scopes (dict) */
-static PyObject *state;           /* _tensor.state (threading.local with .stack) */
+static PyObject *in_callback;     /* _tensor.in_callback: non-empty inside an event callback */
 static PyObject *fail;            /* _lib.fail(status, function, *tensors): raises */
-static PyObject *str_stack, *empty_tuple;
+static PyObject *empty_tuple;
 static any_fn tr_release, tr_release_many;  /* release_fn, release_many_fn */
-static int direct;                /* read handles through b_ptr (checked by install) */
 
 /* ---------------------------------------------------------------- handles and objects */
 
@@ -93,30 +95,19 @@ static int direct;                /* read handles through b_ptr (checked by inst
  * address of the C value, follows the object header. */
 typedef struct { PyObject_HEAD char *b_ptr; } CDataHead;
 
-/* Where the handle of a Tensor (an 8-byte ctypes object) is; NULL with an exception. The
- * buffer protocol's pointer stays valid after the release: the object owns the memory. */
+/* Where the handle of a Tensor (an 8-byte ctypes object) is: its b_ptr, which install()
+ * checked against the buffer protocol (which the package then takes off Tensor: NumPy must not
+ * read the handle as a number, see _protocols.hide_buffer). */
 static char *handle_at(PyObject *t)
 {
-    Py_buffer v;
-    char *at;
-    if (direct)
-        return ((CDataHead *)t)->b_ptr;
-    if (PyObject_GetBuffer(t, &v, PyBUF_SIMPLE) < 0)
-        return NULL;
-    at = v.len == (Py_ssize_t)sizeof(uint64_t) ? v.buf : NULL;
-    PyBuffer_Release(&v);
-    if (at == NULL)
-        PyErr_SetString(PyExc_TypeError, "tensorref._speedups: not an 8-byte handle object");
-    return at;
+    return ((CDataHead *)t)->b_ptr;
 }
 
-static int get_handle(PyObject *t, tr_tensor *h)
+static tr_tensor handle_of(PyObject *t)
 {
-    char *at = handle_at(t);
-    if (at == NULL)
-        return -1;
-    memcpy(&h->id, at, sizeof h->id);
-    return 0;
+    tr_tensor h;
+    memcpy(&h.id, handle_at(t), sizeof h.id);
+    return h;
 }
 
 static void release_now(tr_tensor h)
@@ -126,45 +117,16 @@ static void release_now(tr_tensor h)
     Py_END_ALLOW_THREADS
 }
 
-/* Whether a new handle belongs to its Python object: not (open_scopes and state.stack), as
- * _tensor.new() says. A thread's `state.stack` list is made once and never replaced, so the
- * last one read is kept with the id of its thread state (unique, never reused). 1, 0, or -1
- * with an exception. */
-static int owning(void)
-{
-    static PyObject *stack;  /* strong */
-    static uint64_t stack_of;
-    uint64_t ts;
-    if (PyDict_GET_SIZE(open_scopes) == 0)
-        return 1;
-    ts = PyThreadState_GetID(PyThreadState_Get());
-    if (stack == NULL || stack_of != ts) {
-        PyObject *s = PyObject_GetAttr(state, str_stack), *old = stack;
-        if (s == NULL)
-            return -1;
-        stack = s;
-        stack_of = ts;
-        Py_XDECREF(old);
-    }
-    if (PyList_CheckExact(stack))
-        return PyList_GET_SIZE(stack) == 0;
-    int in_scope = PyObject_IsTrue(stack);
-    return in_scope < 0 ? -1 : !in_scope;
-}
-
-/* A new Tensor object for the new handle `h`, with `_own` set; on failure `h` is released.
- * tp_new alone makes it as Tensor() does: install() checked the class adds no __init__. */
+/* A new Tensor object holding the new handle `h` (`_own` True, as _tensor.new() makes it); on
+ * failure `h` is released. tp_new alone makes it as Tensor() does: install() checked the class
+ * adds no __init__. */
 static PyObject *wrap(tr_tensor h)
 {
-    int own = owning();
-    PyObject *t = own < 0 ? NULL : Tensor->tp_new(Tensor, empty_tuple, NULL);
+    PyObject *t = Tensor->tp_new(Tensor, empty_tuple, NULL);
     if (t != NULL) {
-        char *at = handle_at(t);
-        if (at != NULL) {
-            memcpy(at, &h.id, sizeof h.id);
-            if (Py_TYPE(own_descr)->tp_descr_set(own_descr, t, own ? Py_True : Py_False) == 0)
-                return t;
-        }
+        memcpy(handle_at(t), &h.id, sizeof h.id);
+        if (Py_TYPE(own_descr)->tp_descr_set(own_descr, t, Py_True) == 0)
+            return t;
         Py_DECREF(t);  /* `_own` unset: its __del__ leaves the handle alone */
     }
     release_now(h);
@@ -189,21 +151,24 @@ static PyObject *binary(const Op *op, PyObject *self, PyObject *other)
 {
     tr_tensor a, b, out = {0};
     tr_status st;
-    if (get_handle(self, &a) < 0)
-        return NULL;
+    a = handle_of(self);
     if (op->tensor != NULL && PyObject_TypeCheck(other, Tensor)) {
-        if (get_handle(other, &b) < 0)
-            return NULL;
+        b = handle_of(other);
         Py_BEGIN_ALLOW_THREADS
         st = op->in_place ? ((ip_tt)op->tensor)(a, b) : ((op_tt)op->tensor)(a, b, &out);
         Py_END_ALLOW_THREADS
         if (st)
             return raise_status(st, op->c_tensor, self, other);
     } else if (op->scalar != NULL && (PyFloat_CheckExact(other) || PyLong_CheckExact(other))) {
-        double s = PyFloat_CheckExact(other) ? PyFloat_AS_DOUBLE(other) : PyLong_AsDouble(other);
-        if (s == -1.0 && PyErr_Occurred()) {
-            PyErr_Clear();  /* an int beyond a double: the pure method raises ctypes' error */
-            goto pure;
+        tr_scalar s = {0, 0, 0.0, 0};
+        if (PyFloat_CheckExact(other)) {
+            s.kind = 1;
+            s.f = PyFloat_AS_DOUBLE(other);
+        } else {
+            int overflow;
+            s.i = PyLong_AsLongLongAndOverflow(other, &overflow);
+            if (overflow)
+                goto pure;  /* an int beyond int64: the pure method raises OverflowError */
         }
         Py_BEGIN_ALLOW_THREADS
         st = op->in_place ? ((ip_ts)op->scalar)(a, s) : ((op_ts)op->scalar)(a, s, &out);
@@ -228,8 +193,7 @@ static PyObject *neg(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
     tr_tensor a, out = {0};
     tr_status st;
-    if (get_handle(self, &a) < 0)
-        return NULL;
+    a = handle_of(self);
     Py_BEGIN_ALLOW_THREADS
     st = ((op_t)ops[NEG].tensor)(a, &out);
     Py_END_ALLOW_THREADS
@@ -273,21 +237,21 @@ static void flush(void)
 }
 
 /* Tensor.__del__, as the Python one: an owning object's handle joins the buffer, which is
- * released once it holds _limit[0] handles. Never raises: a finalizer has nobody to raise to. */
+ * released once it holds _limit[0] handles, except inside a residency event callback (the
+ * library holds the manager's lock there). Never raises: a finalizer has nobody to raise to. */
 static PyObject *tensor_del(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
     PyObject *own = Py_TYPE(own_descr)->tp_descr_get(own_descr, self, (PyObject *)Tensor);
     int mine = own == Py_True ? 1 : own == NULL || own == Py_False || own == Py_None ? 0
              : PyObject_IsTrue(own);  /* NULL: `_own` unset, made by Tensor(handle) */
-    tr_tensor h;
     Py_XDECREF(own);
-    if (mine > 0 && get_handle(self, &h) == 0) {
-        PyObject *v = PyLong_FromUnsignedLongLong(h.id);
+    if (mine > 0) {
+        PyObject *v = PyLong_FromUnsignedLongLong(handle_of(self).id);
         if (v != NULL && PyList_Append(pending, v) == 0) {
             Py_ssize_t lim = PyList_GET_SIZE(limit) ? PyLong_AsSsize_t(PyList_GET_ITEM(limit, 0)) : 1;
             if (PyErr_Occurred())
                 PyErr_Clear();
-            if (PyList_GET_SIZE(pending) >= lim)
+            if (PyList_GET_SIZE(pending) >= lim && PyList_GET_SIZE(in_callback) == 0)
                 flush();
         }
         Py_XDECREF(v);
@@ -303,7 +267,8 @@ static PyObject *tensor_del(PyObject *self, PyObject *Py_UNUSED(ignored))
     X(add, ADD, "__add__") X(sub, SUB, "__sub__") X(mul, MUL, "__mul__") \
     X(truediv, DIV, "__truediv__") X(matmul, MATMUL, "__matmul__") X(pow_, POW, "__pow__") \
     X(radd, RADD, "__radd__") X(rmul, RMUL, "__rmul__") \
-    X(iadd, IADD, "__iadd__") X(isub, ISUB, "__isub__") X(imul, IMUL, "__imul__")
+    X(iadd, IADD, "__iadd__") X(isub, ISUB, "__isub__") X(imul, IMUL, "__imul__") \
+    X(itruediv, IDIV, "__itruediv__")
 
 #define METHOD(name, OP, dunder) \
     static PyObject *name(PyObject *self, PyObject *other) { return binary(&ops[OP], self, other); }
@@ -399,6 +364,7 @@ static PyObject *direct_nb_power(PyObject *a, PyObject *b, PyObject *mod)
 INPLACE_SLOT(nb_inplace_add, IADD)
 INPLACE_SLOT(nb_inplace_subtract, ISUB)
 INPLACE_SLOT(nb_inplace_multiply, IMUL)
+INPLACE_SLOT(nb_inplace_true_divide, IDIV)
 
 static unaryfunc generic_nb_negative;
 static PyObject *direct_nb_negative(PyObject *a)
@@ -441,13 +407,15 @@ static PyObject *bind_slots(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ign
     if (nb->nb_add == NULL || nb->nb_subtract == NULL || nb->nb_multiply == NULL
         || nb->nb_true_divide == NULL || nb->nb_matrix_multiply == NULL || nb->nb_power == NULL
         || nb->nb_inplace_add == NULL || nb->nb_inplace_subtract == NULL
-        || nb->nb_inplace_multiply == NULL || nb->nb_negative == NULL
+        || nb->nb_inplace_multiply == NULL || nb->nb_inplace_true_divide == NULL
+        || nb->nb_negative == NULL
         || Tensor->tp_finalize == NULL)
         Py_RETURN_FALSE;  /* a method is missing: the class is not what install() saw */
 #define KEEP(slot) if (nb->slot != direct_##slot) generic_##slot = nb->slot;
     KEEP(nb_inplace_add)
     KEEP(nb_inplace_subtract)
     KEEP(nb_inplace_multiply)
+    KEEP(nb_inplace_true_divide)
     KEEP(nb_negative)
 #undef KEEP
     if (Tensor->tp_finalize != direct_tp_finalize)
@@ -461,6 +429,7 @@ static PyObject *bind_slots(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ign
     nb->nb_inplace_add = direct_nb_inplace_add;
     nb->nb_inplace_subtract = direct_nb_inplace_subtract;
     nb->nb_inplace_multiply = direct_nb_inplace_multiply;
+    nb->nb_inplace_true_divide = direct_nb_inplace_true_divide;
     nb->nb_negative = direct_nb_negative;
     Tensor->tp_finalize = direct_tp_finalize;
     Py_RETURN_TRUE;
@@ -522,7 +491,7 @@ static int b_ptr_agrees(PyTypeObject *type)
 
 static PyObject *install(PyObject *Py_UNUSED(module), PyObject *args)
 {
-    PyObject *cls, *address, *fallbacks, *pend, *lim, *scopes, *st, *fail_fn, *descr, *out;
+    PyObject *cls, *address, *fallbacks, *pend, *lim, *inside, *fail_fn, *descr, *out;
     PyTypeObject *type;
     any_fn rel, rel_many;
     int agrees;
@@ -530,9 +499,9 @@ static PyObject *install(PyObject *Py_UNUSED(module), PyObject *args)
         PyErr_SetString(PyExc_RuntimeError, "tensorref._speedups is installed already");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "O!OO!O!O!O!OO:install", &PyType_Type, &cls, &address,
+    if (!PyArg_ParseTuple(args, "O!OO!O!O!O!O:install", &PyType_Type, &cls, &address,
                           &PyDict_Type, &fallbacks, &PyList_Type, &pend, &PyList_Type, &lim,
-                          &PyDict_Type, &scopes, &st, &fail_fn))
+                          &PyList_Type, &inside, &fail_fn))
         return NULL;
     type = (PyTypeObject *)cls;
     /* Objects are made by tp_new alone: the class must not add an __init__ or __new__. */
@@ -564,12 +533,14 @@ static PyObject *install(PyObject *Py_UNUSED(module), PyObject *args)
     if (lookup(address, "tr_tensor_release", &rel) < 0
         || lookup(address, "tr_tensor_release_many", &rel_many) < 0)
         return NULL;
-    if (str_stack == NULL && (str_stack = PyUnicode_InternFromString("stack")) == NULL)
-        return NULL;
     if (empty_tuple == NULL && (empty_tuple = PyTuple_New(0)) == NULL)
         return NULL;
     if ((agrees = b_ptr_agrees(type)) < 0)
         return NULL;
+    if (!agrees) {
+        PyErr_SetString(PyExc_TypeError, "ctypes objects are not laid out as this extension reads them");
+        return NULL;
+    }
     out = PyDict_New();
     for (PyMethodDef *m = tensor_methods; out != NULL && m->ml_name != NULL; m++) {
         PyObject *d = PyDescr_NewMethod(type, m);
@@ -584,20 +555,18 @@ static PyObject *install(PyObject *Py_UNUSED(module), PyObject *args)
         Py_INCREF(ops[i].fallback);
     tr_release = rel;
     tr_release_many = rel_many;
-    direct = agrees;
     Tensor = (PyTypeObject *)keep(cls);
     own_descr = keep(descr);
     pending = keep(pend);
     limit = keep(lim);
-    open_scopes = keep(scopes);
-    state = keep(st);
+    in_callback = keep(inside);
     fail = keep(fail_fn);
     return out;
 }
 
 static PyMethodDef module_methods[] = {
     {"install", install, METH_VARARGS,
-     "install(Tensor, address, fallbacks, pending, limit, open_scopes, state, fail) -> dict\n\n"
+     "install(Tensor, address, fallbacks, pending, limit, in_callback, fail) -> dict\n\n"
      "Binds the accelerator, once per process, to the loaded library (address(name) -> the\n"
      "address of its C function `name`) and to the binding's state (see _accel.py). Returns\n"
      "the method descriptors to set on Tensor, name -> descriptor; `fallbacks` are the\n"

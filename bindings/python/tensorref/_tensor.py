@@ -1,36 +1,36 @@
 """The Tensor class: a libtensorref handle as a Python object, its lifetime, metadata, host
 copies (NumPy) and the arithmetic operators. The ops of the table are attached by the generated
-``_ops.py``.
+``_ops.py``; the PyTorch habits (indexing, varargs shapes, comparisons, NumPy protocols) by
+``_habits.py``.
 
-Ownership (dispose-scopes.md): a handle created while a scope opened through this package is
-current on the thread belongs to that scope, which drops it when disposed; the Python object
-only borrows it. A handle created with no scope open belongs to its Python object, which
-releases it on ``close()``, on leaving a ``with`` block, or (deferred, in batches: see
-``flush_releases``) after it is garbage collected. The
-slot ``_own`` says which: True (the object releases it), False (a scope does; also for a
-``Tensor(handle)`` made from a raw value), None (closed). It follows the handle when it changes
-owner through this package (``detach_from_scope``, ``move_to_outer_scope``, ``Scope.attach``
-...).
+Lifetime: Python frees on the last reference, and so does a Tensor. Every Tensor the package
+makes for a new handle holds that handle's reference and releases it on ``close()``, on leaving a
+``with`` block, or (deferred, in batches: see ``flush_releases``) once the object is garbage
+collected, whether or not a scope owns the handle: releasing takes the handle out of its scope,
+as TorchSharp's Dispose does. A scope (opened through this package) releases at its end only
+what the program still references. The slot ``_own`` says what the object does: True (it
+releases its handle), None (closed), unset or False (``Tensor(handle)``, a view of someone
+else's handle, which never releases it).
 
 Tensor is a ``c_uint64`` holding the handle, and the very class the ctypes signatures declare
 for tr_tensor: ctypes passes an instance of exactly the declared class without conversion.
 
 When the optional accelerator is in use (``tensorref._accel``), ``Tensor.__del__`` below and the
 arithmetic operators of ``_ops.py`` are replaced by compiled versions in ``_speedups.c``, which
-share this module's state (``_pending``, ``_limit``, ``open_scopes``, ``state``): a change to the
-ownership or release rules here must be made there too (``tests/test_accel.py`` compares them).
+share this module's state (``_pending``, ``_limit``, ``in_callback``): a change to the release
+rules here must be made there too (``tests/test_accel.py`` compares them).
 """
 from __future__ import annotations
 
 import atexit
-import threading
-from ctypes import byref, c_bool, c_double, c_int32, c_int64, c_size_t, c_uint64
+from ctypes import byref, c_bool, c_int32, c_int64, c_size_t, c_uint64
 
 import numpy as np
 
 from . import dtypes as _dtypes
 from . import _lib
 from ._lib import ScopeHandle, fail, lib
+from ._scalar import Scalar as _Scalar, from_c as _from_scalar
 
 _release = lib.tr_tensor_release
 _release_many = lib.tr_tensor_release_many
@@ -39,50 +39,64 @@ _copy_to = lib.tr_tensor_copy_to
 _shape = lib.tr_tensor_shape
 _dtype = lib.tr_tensor_dtype
 _numel = lib.tr_tensor_numel
-_item = lib.tr_tensor_item
+_item = lib.tr_tensor_item_scalar
 _alias = lib.tr_tensor_alias
 _is_valid = lib.tr_tensor_is_valid
 _tensor_scope = lib.tr_tensor_scope
 
 
 # ------------------------------------------------------------ deferred releases
-# An object that owns its handle does not release it when it is garbage collected: its
-# finalizer appends the handle to `_pending`, and the handles are released together, with one
-# tr_tensor_release_many call, once `_limit[0]` of them have gathered, and whenever
-# `flush_releases` runs: on leaving a scope, before live_handles / live_bytes / stats and every
-# residency call, and at interpreter exit. `close()` (and `with tensor:`) still releases at once.
+# A garbage-collected Tensor does not release its handle itself: its finalizer appends the
+# handle to `_pending`, and the handles are released together, with one tr_tensor_release_many
+# call, once `_limit[0]` of them have gathered, and whenever `flush_releases` runs: on leaving a
+# scope, before live_handles / live_bytes / stats and every residency call, and at interpreter
+# exit. `close()` (and `with tensor:`) still releases at once.
 _pending: list[int] = []
 RELEASE_BATCH = 64
 _limit = [RELEASE_BATCH]   # a list so that finalizers can hold it through shutdown
+
+# One entry per residency event callback running now (on any thread; _residency's trampoline
+# pushes and pops, atomic under the GIL). The callback runs while the library holds the
+# manager's lock, and the garbage collector may run finalizers inside it: a finalizer then only
+# appends to `_pending`, never calls the library, and the next finalizer or flush outside a
+# callback releases the batch.
+in_callback: list[int] = []
 
 
 def flush_releases(_pending=_pending, _release_many=_release_many, _release=_release,
                    _u64=c_uint64) -> int:
     """Releases every handle whose owning Tensor object was garbage collected and is waiting in
-    the deferred-release buffer, with one tr_tensor_release_many call (tr_tensor_release for a
+    the deferred-release buffer, with a tr_tensor_release_many call (tr_tensor_release for a
     single one); returns how many. Safe from any thread and from a finalizer that runs during a
-    flush (each handle is taken from the buffer exactly once)."""
-    n = len(_pending)
-    if not n:
-        return 0
-    if n == 1:
+    flush (each handle is taken from the buffer exactly once). Handles that join the buffer
+    meanwhile (the array's allocation may run the collector, whose finalizers append, and `pop`
+    takes the newest first) are released too, in up to four rounds (so that a thread that keeps
+    dropping tensors cannot hold this one here)."""
+    total = 0
+    for _ in range(4):
+        if not _pending:
+            break
+        n = len(_pending)
+        if n == 1:
+            try:
+                _release(_pending.pop())
+            except IndexError:  # another thread took it
+                break
+            total += 1
+            continue
+        arr = (_u64 * n)()
+        pop = _pending.pop
+        i = 0
         try:
-            _release(_pending.pop())
-        except IndexError:  # another thread took it
-            return 0
-        return 1
-    arr = (_u64 * n)()
-    pop = _pending.pop
-    i = 0
-    try:
-        while i < n:
-            arr[i] = pop()
-            i += 1
-    except IndexError:  # another thread, or a finalizer's flush, took the rest
-        pass
-    if i:
-        _release_many(arr, i)  # a stale handle (released elsewhere first) changes nothing
-    return i
+            while i < n:
+                arr[i] = pop()
+                i += 1
+        except IndexError:  # another thread, or a finalizer's flush, took the rest
+            pass
+        if i:
+            _release_many(arr, i)  # a stale handle (released elsewhere first) changes nothing
+        total += i
+    return total
 
 
 def set_release_batch(n: int) -> int:
@@ -105,35 +119,20 @@ def _at_exit() -> None:
 atexit.register(_at_exit)
 
 
-class _ThreadState(threading.local):
-    """Per thread: the scopes opened through this package and not yet disposed, innermost last
-    (the library keeps the real stack; this mirror only tells new objects who owns them)."""
-
-    def __init__(self):
-        self.stack = []
-
-
-state = _ThreadState()
-
-# Scopes opened through this package and not yet disposed, on any thread: handle -> that
-# thread's `state.stack`. Empty means no thread has one open, which new objects check first
-# (a dict's truth value is cheaper than a thread-local lookup).
-open_scopes: dict[int, list] = {}
-
-
 class Tensor(c_uint64):
     """A reference-counted handle to a libtorch tensor (see the module docstring for who
     releases it). Create tensors with the module's functions (``tensorref.zeros``,
     ``from_numpy``, ``from_torch`` ...); ``Tensor(handle)`` only views a raw handle value."""
     __slots__ = ("_own",)
 
-    def __del__(self, _append=_pending.append, _pending=_pending, _limit=_limit):
+    def __del__(self, _append=_pending.append, _pending=_pending, _limit=_limit,
+                _in_callback=in_callback):
         # Deferred release (see `flush_releases`). Never raises: a finalizer has nobody to
         # raise to, and during interpreter shutdown anything may already be gone.
         try:
             if self._own:
                 _append(self.value)
-                if len(_pending) >= _limit[0]:
+                if len(_pending) >= _limit[0] and not _in_callback:
                     flush_releases()
         except AttributeError:  # made by Tensor(handle): not ours
             pass
@@ -148,10 +147,14 @@ class Tensor(c_uint64):
 
     def close(self) -> None:
         """Drops this object's reference now (TorchSharp's Dispose), whichever scope owns it.
-        Closing twice, or closing a tensor whose scope already released it, is a no-op."""
-        if getattr(self, "_own", False) is None:
+        Closing twice, or closing a tensor whose scope already released it, is a no-op, and so
+        is closing a view (``Tensor(handle)``): the reference is its owner's."""
+        own = getattr(self, "_own", False)
+        if own is None:
             return
         self._own = None
+        if not own:
+            return
         st = _release(self)
         if st and st != 200:  # TR_ERR_STALE_HANDLE: already released, which is the goal
             fail(st, "tr_tensor_release")
@@ -197,21 +200,21 @@ class Tensor(c_uint64):
         st = lib.tr_tensor_move_to_outer_scope(self)
         if st:
             fail(st, "tr_tensor_move_to_outer_scope")
-        return sync_owner(self)
+        return self
 
     def detach_from_scope(self) -> Tensor:
         """The handle leaves its scope and belongs to this object. Returns self."""
         st = lib.tr_tensor_detach_from_scope(self)
         if st:
             fail(st, "tr_tensor_detach_from_scope")
-        return sync_owner(self)
+        return self
 
     def move_to_scope(self, scope) -> Tensor:
         """Hands the handle to ``scope`` (None: to this object). Returns self."""
         st = lib.tr_tensor_move_to_scope(self, scope if scope is not None else ScopeHandle(0))
         if st:
             fail(st, "tr_tensor_move_to_scope")
-        return sync_owner(self)
+        return self
 
     # ------------------------------------------------------------ metadata
     @property
@@ -247,15 +250,13 @@ class Tensor(c_uint64):
         return n.value
 
     def item(self):
-        """The value of a one-element tensor: int, bool or float after its dtype."""
-        v = c_double()
+        """The value of a one-element tensor: an int (exact) for integer dtypes, a bool or a
+        float."""
+        v = _Scalar()
         st = _item(self, byref(v))
         if st:
-            fail(st, "tr_tensor_item")
-        d = self.dtype
-        if d is _dtypes.bool_:
-            return bool(v.value)
-        return v.value if d.is_floating_point else int(v.value)
+            fail(st, "tr_tensor_item_scalar")
+        return _from_scalar(v)
 
     def numpy(self) -> np.ndarray:
         """A NumPy copy of the elements (bfloat16 comes out as float32, which NumPy has)."""
@@ -277,65 +278,24 @@ class Tensor(c_uint64):
         from .interop import to_torch
         return to_torch(self)
 
-    def __repr__(self) -> str:
-        if getattr(self, "_own", False) is None:
-            return f"tensorref.Tensor(<closed>, handle={self.value:#x})"
-        try:
-            return f"tensorref.Tensor(shape={self.shape}, dtype={self.dtype.name}, handle={self.value:#x})"
-        except Exception as e:  # a dead handle
-            return f"tensorref.Tensor(<{getattr(e, 'status_name', 'error')}>, handle={self.value:#x})"
-
-    def __bool__(self) -> bool:
-        if self.numel() != 1:
-            raise ValueError("the truth value of a tensor with more than one element is ambiguous")
-        return bool(self.item())
-
     def __reduce__(self):
-        raise TypeError("tensorref.Tensor cannot be pickled; use .numpy()")
+        raise TypeError("tensorref.Tensor cannot be pickled; use .numpy() (or copy.deepcopy)")
 
-    # ------------------------------------------------------------ operators
-    # + - * / @ ** unary -, += -= *= and the reflected + and * are generated in _ops.py.
-    def __rsub__(self, other):
-        if isinstance(other, (int, float)):
-            return _rsub(self.neg(), other)
-        return NotImplemented
+    # Identity, as for PyTorch tensors (== is elementwise): tensors can key a dict.
+    __hash__ = object.__hash__
 
-    def __rtruediv__(self, other):
-        if isinstance(other, (int, float)):
-            inv = self.pow_scalar(-1.0)
-            try:
-                return inv.mul_scalar(other)
-            finally:
-                inv.close()
-        return NotImplemented
-
-
-def _rsub(neg: Tensor, s: float) -> Tensor:
-    """s - t as (-t) + s, dropping the temporary -t."""
-    try:
-        return neg.add_scalar(s)
-    finally:
-        neg.close()
+    # The operators (+ - * / // % @ **, the reflected and in-place ones, == != < <= > >=,
+    # unary - and abs) are generated in _ops.py; the other Python and NumPy protocols (repr,
+    # float(), NumPy arrays, DLPack, copies ...) are in _protocols.py, indexing in _indexing.py.
 
 
 _lib.declare_all(Tensor)
 
 
 def new() -> Tensor:
-    """An empty object for a handle about to be created on this thread: borrowing when a scope
-    opened through this package is current here, owning otherwise."""
+    """An empty object for a handle about to be created: it will hold that handle's reference."""
     t = Tensor()
-    t._own = not (open_scopes and state.stack)
-    return t
-
-
-def sync_owner(t: Tensor) -> Tensor:
-    """Sets `t._own` after its handle may have changed owner: borrowed if a scope owns it."""
-    out = ScopeHandle()
-    st = _tensor_scope(t, out)
-    if st:
-        fail(st, "tr_tensor_scope")
-    t._own = not out.value
+    t._own = True
     return t
 
 
@@ -343,6 +303,8 @@ def from_numpy(arr) -> Tensor:
     """A new tensor holding a copy of the NumPy array (any layout; the dtypes of
     ``tensorref.dtypes``)."""
     arr = np.asarray(arr)
+    if not arr.dtype.isnative:  # big-endian data: the library takes the machine's byte order
+        arr = arr.astype(arr.dtype.newbyteorder("="))
     d = _dtypes.dtype(arr.dtype)
     if not arr.flags.c_contiguous:
         arr = np.ascontiguousarray(arr)  # (never for 0-d arrays, which it would make 1-d)
@@ -355,11 +317,18 @@ def from_numpy(arr) -> Tensor:
 
 
 def tensor(data, dtype=None) -> Tensor:
-    """A new tensor from nested Python lists or scalars (dtype inferred by NumPy unless given;
-    Python floats become float32 as in PyTorch)."""
+    """A new tensor holding a copy of `data`: nested lists of Python numbers (ints become int64,
+    floats float32, as in PyTorch), a NumPy array or scalar (its dtype kept), a Tensor, or lists
+    of one-element Tensors. `dtype` converts."""
+    if isinstance(data, Tensor):
+        out = data.clone()
+        return out if dtype is None else out.to_dtype(_dtypes.dtype(dtype))
+    keep = isinstance(data, (np.ndarray, np.generic))
     arr = np.asarray(data)
     if dtype is not None:
         arr = arr.astype(_dtypes.dtype(dtype).numpy)
+    elif keep:
+        pass
     elif arr.dtype == np.float64:
         arr = arr.astype(np.float32)
     elif arr.dtype.kind in "iu" and arr.dtype != np.uint8:

@@ -2,7 +2,9 @@
 
 PyTorch and libtensorref share one libtorch in the process, and DLPack hands a tensor's memory
 across without copying: ``from_torch(t)`` and ``x.to_torch()`` share storage, so writes through
-one are seen by the other. The memory lives until both sides have let go.
+one are seen by the other. The memory lives until both sides have let go. ``dlpack_capsule``
+is the producer side of the DLPack protocol (``Tensor.__dlpack__``): ``torch.from_dlpack(x)``
+and ``np.from_dlpack(x)`` share the memory the same way.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from ctypes import byref, c_char_p, c_int, c_void_p, py_object
 from ._lib import fail, lib
 from ._tensor import Tensor, new
 
-__all__ = ["from_dlpack", "from_torch", "to_torch"]
+__all__ = ["from_dlpack", "from_torch", "to_torch", "dlpack_capsule"]
 
 _api = ctypes.pythonapi
 _get_pointer = _api.PyCapsule_GetPointer
@@ -27,6 +29,12 @@ _new_capsule.argtypes, _new_capsule.restype = (c_void_p, c_char_p, c_void_p), py
 _DLTENSOR = b"dltensor"
 _USED = b"used_dltensor"
 
+# The same C functions taking the capsule as a raw pointer, for the capsule destructor (which
+# runs while the capsule is being freed: it must not make a new reference to it).
+_is_valid_raw = ctypes.PYFUNCTYPE(c_int, c_void_p, c_char_p)(("PyCapsule_IsValid", _api))
+_get_pointer_raw = ctypes.PYFUNCTYPE(c_void_p, c_void_p, c_char_p)(("PyCapsule_GetPointer", _api))
+_new_capsule_with = ctypes.PYFUNCTYPE(py_object, c_void_p, c_char_p, c_void_p)(("PyCapsule_New", _api))
+
 
 class _DLManagedTensor(ctypes.Structure):
     """dlpack.h's DLManagedTensor; only ``deleter`` is read (to give back an unconsumed one)."""
@@ -39,6 +47,35 @@ _DLManagedTensor._fields_ = [
     ("byte_offset", ctypes.c_uint64), ("manager_ctx", c_void_p),
     ("deleter", ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))),
 ]
+
+
+def _give_back(managed: int) -> None:
+    """Runs the deleter of a DLManagedTensor nobody took."""
+    m = ctypes.cast(managed, ctypes.POINTER(_DLManagedTensor))
+    m.contents.deleter(m)
+
+
+@ctypes.CFUNCTYPE(None, c_void_p)
+def _capsule_destructor(capsule):
+    # A consumer that took the tensor renamed the capsule "used_dltensor" and owns it now; a
+    # capsule still named "dltensor" was never consumed, so its tensor is given back here.
+    if _is_valid_raw(capsule, _DLTENSOR):
+        _give_back(_get_pointer_raw(capsule, _DLTENSOR))
+
+
+def dlpack_capsule(t: Tensor):
+    """A "dltensor" capsule sharing the memory of `t` (DLPack's unversioned DLManagedTensor), as
+    ``__dlpack__`` returns it: a consumer (``torch.from_dlpack``, ``np.from_dlpack``) takes it over;
+    one that is dropped unconsumed gives its reference back."""
+    managed = c_void_p()
+    st = lib.tr_tensor_to_dlpack(t, byref(managed))
+    if st:
+        fail(st, "tr_tensor_to_dlpack", t)
+    try:
+        return _new_capsule_with(managed.value, _DLTENSOR, ctypes.cast(_capsule_destructor, c_void_p))
+    except BaseException:
+        _give_back(managed.value)
+        raise
 
 
 def from_dlpack(obj) -> Tensor:
@@ -60,7 +97,14 @@ def from_dlpack(obj) -> Tensor:
 
 def from_torch(t) -> Tensor:
     """A new tensor sharing the storage of the torch.Tensor `t` (no copy). Like every DLPack
-    export, PyTorch refuses a tensor that requires grad (BufferError): pass ``t.detach()``."""
+    export, PyTorch refuses a tensor that requires grad (BufferError): pass ``t.detach()``.
+    A dtype libtensorref has no type for (uint16, complex ...) is a TypeError naming it."""
+    from . import dtypes
+    try:
+        dtypes.dtype(t.dtype)
+    except TypeError:
+        raise TypeError(f"from_torch: {t.dtype} has no libtensorref dtype; convert it first, e.g. "
+                        f"t.to(torch.int32) or t.to(torch.float32)") from None
     return from_dlpack(t)
 
 

@@ -16,7 +16,7 @@ from ctypes import byref, c_char_p, c_size_t, c_uint64
 import numpy as np
 
 from ._abi import WEIGHTS_CODES
-from ._lib import MiniLMHandle, MiniLMOptions, fail, lib
+from ._lib import MiniLMHandle, MiniLMOptions, c_path, fail, lib
 from ._tensor import flush_releases
 
 __all__ = ["MiniLM", "model_dir"]
@@ -62,7 +62,8 @@ class MiniLM:
             if value is not None:
                 setattr(opts, name, value)
         self._h = MiniLMHandle()
-        st = lib.tr_minilm_load(os.fsencode(path if path is not None else model_dir()), byref(opts), byref(self._h))
+        path = c_path(path if path is not None else model_dir())
+        st = lib.tr_minilm_load(path, byref(opts), byref(self._h))
         if st:
             fail(st, "tr_minilm_load")
 
@@ -103,6 +104,8 @@ class MiniLM:
         if isinstance(sentences, str):
             raise TypeError("embed takes a list of sentences, not one str")
         texts = [s.encode("utf-8") for s in sentences]
+        if any(b"\0" in t for t in texts):
+            raise ValueError("a sentence contains a NUL byte, which a C string cannot carry")
         arr = (c_char_p * len(texts))(*texts)
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         written = c_size_t()

@@ -8,7 +8,9 @@
 A scope is per thread: it captures the handles created on the thread that opened it while it is
 the innermost open scope there. Dispose it with ``with`` (on every exit path) or ``dispose()``;
 a Scope object that is dropped without either leaves its scope open (as an undisposed
-DisposeScope does in TorchSharp).
+DisposeScope does in TorchSharp). A scope holds only what the program can still reach: a Tensor
+object whose last reference goes away releases its handle, which leaves the scope then (see
+``tensorref._tensor``), so a loop inside one scope keeps a constant number of live handles.
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from ctypes import byref, c_bool, c_size_t, c_uint64
 from typing import NamedTuple
 
 from ._lib import ScopeHandle, Stats as _CStats, fail, lib
-from ._tensor import Tensor, flush_releases, open_scopes as _open, state, sync_owner
+from .errors import ScopeError
+from ._tensor import Tensor, flush_releases
 
 __all__ = ["Scope", "Stats", "scope", "current_scope", "stats", "reset_stats"]
 
@@ -58,6 +61,9 @@ class Scope(ScopeHandle):
         return f"tensorref.Scope(handle={self.value:#x})"
 
     def __enter__(self) -> Scope:
+        if self.disposed:
+            raise ScopeError(300, "TR_ERR_SCOPE_DISPOSED", "Scope.__enter__",
+                             "this scope was disposed already; open a new one with tr.scope()")
         return self
 
     def __exit__(self, *exc) -> None:
@@ -68,9 +74,6 @@ class Scope(ScopeHandle):
         inside it then link to its outer scope). A second dispose is a no-op."""
         st = lib.tr_scope_dispose(self)
         flush_releases()
-        stack = _open.pop(self.value, None)
-        if stack is not None:
-            stack.remove(self.value)
         if st:
             fail(st, "tr_scope_dispose")
 
@@ -110,7 +113,6 @@ class Scope(ScopeHandle):
             st = lib.tr_scope_attach(self, t)
             if st:
                 fail(st, "tr_scope_attach")
-            t._own = False
         return _one_or_all(ts)
 
     def detach(self, *tensors):
@@ -121,7 +123,6 @@ class Scope(ScopeHandle):
             st = lib.tr_scope_detach(self, t)
             if st:
                 fail(st, "tr_scope_detach")
-            sync_owner(t)
         return _one_or_all(ts)
 
     def move_to_outer(self, *tensors):
@@ -132,7 +133,6 @@ class Scope(ScopeHandle):
             st = lib.tr_scope_move_to_outer(self, t)
             if st:
                 fail(st, "tr_scope_move_to_outer")
-            sync_owner(t)
         return _one_or_all(ts)
 
     def contains(self, t: Tensor) -> bool:
@@ -159,8 +159,6 @@ def scope() -> Scope:
     st = lib.tr_scope_new(s)
     if st:
         fail(st, "tr_scope_new")
-    state.stack.append(s.value)
-    _open[s.value] = state.stack
     return s
 
 

@@ -2,10 +2,9 @@
 each tensor copied once into its own tensor in host memory)."""
 from __future__ import annotations
 
-import os
 from ctypes import byref, c_size_t, create_string_buffer
 
-from ._lib import fail, lib
+from ._lib import c_path, fail, lib
 from ._tensor import Tensor, new
 
 __all__ = ["load_weights"]
@@ -13,8 +12,9 @@ __all__ = ["load_weights"]
 def load_weights(path) -> dict[str, Tensor]:
     """Every tensor of the safetensors file at `path`, by name in file order. Like other new
     tensors they belong to the current scope, or to their objects when none is open. Raises
-    FileError for a missing, unreadable or malformed file."""
-    p = os.fsencode(path)
+    FileError for a missing, unreadable or malformed file (a directory, or a tensor name with a
+    NUL byte, included), ValueError for a path with a NUL byte."""
+    p = c_path(path)
     count, names_len = c_size_t(), c_size_t()
     _load = lib.tr_weights_load
     st = _load(p, None, 0, None, 0, byref(count), byref(names_len))
@@ -30,5 +30,7 @@ def load_weights(path) -> dict[str, Tensor]:
         t = new()
         t.value = h.value
         tensors.append(t)
-    keys = [n.decode("utf-8") for n in names.raw[: names_len.value].split(b"\0")[: count.value]]
-    return dict(zip(keys, tensors))
+    keys = names.raw[: names_len.value].split(b"\0")[:-1]
+    if len(keys) != count.value:  # the library refuses names with a NUL: this would shift them
+        raise RuntimeError(f"tr_weights_load gave {len(keys)} names for {count.value} tensors")
+    return dict(zip((k.decode("utf-8") for k in keys), tensors))

@@ -11,7 +11,6 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import pytest  # noqa: E402
 
 import tensorref as tr  # noqa: E402
-from tensorref import _tensor  # noqa: E402
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -27,8 +26,8 @@ def no_leaked_handles():
 @pytest.fixture(autouse=True)
 def no_scope_left_open():
     yield
-    left = list(_tensor.state.stack)
-    for h in reversed(left):
-        tr.Scope(h).dispose()
-    assert not left, f"the test left {len(left)} scope(s) open"
-    assert tr.current_scope() is None
+    left = 0
+    while (s := tr.current_scope()) is not None:
+        s.dispose()
+        left += 1
+    assert not left, f"the test left {left} scope(s) open"

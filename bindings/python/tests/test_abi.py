@@ -13,7 +13,7 @@ from ctypes import POINTER, c_bool, c_char, c_char_p, c_double, c_int32, c_int64
 import pytest
 
 import tensorref as tr
-from tensorref import _abi, _lib
+from tensorref import _abi, _lib, _scalar
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 HEADER = (ROOT / "include/tensorref.h").read_text()
@@ -37,7 +37,8 @@ C_TO_CTYPES = {
     "const struct tr_minilm_options *": POINTER(_lib.MiniLMOptions),
     "struct tr_minilm": _lib.MiniLMHandle, "struct tr_minilm *": POINTER(_lib.MiniLMHandle),
     "uint64_t *": POINTER(c_uint64), "float *": c_void_p, "const char const **": POINTER(c_char_p),
-    "tr_status": c_int32,
+    "tr_status": c_int32, "int32_t *": POINTER(c_int32), "struct tr_scalar": _scalar.Scalar,
+    "struct tr_scalar *": POINTER(_scalar.Scalar),
 }
 
 
@@ -93,6 +94,16 @@ def test_generated_constants_equal_the_header():
     dtypes = {k: int(v) for k, v in re.findall(r"#define TR_DTYPE_(\w+) (\d+)", HEADER)}
     assert _abi.DTYPE_CODES == dtypes
     assert {d.code for d in tr.dtypes.ALL} == set(dtypes.values())
+    scalars = {k: int(v) for k, v in re.findall(r"#define TR_SCALAR_(\w+) (\d+)", HEADER)}
+    assert _abi.SCALAR_CODES == scalars
+    assert scalars["INT"] == 0 and scalars["FLOAT"] == 1  # as _speedups.c spells them
+
+
+def test_the_scalar_struct_matches_the_header():
+    body = re.search(r"typedef struct tr_scalar \{(.*?)\} tr_scalar;", HEADER, re.S).group(1)
+    fields = re.findall(r"^\s*(\w+) (\w+);", body, re.M)
+    assert fields == [("int32_t", "kind"), ("int64_t", "i"), ("double", "f"), ("bool", "b")]
+    assert [f for f, _ in _scalar.Scalar._fields_] == [n for _, n in fields]
 
 
 def test_version_text():

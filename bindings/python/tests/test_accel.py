@@ -161,6 +161,7 @@ def run_everything():
             seen[where, name] = outcome(fn)
         seen[where, "in place"] = in_place(a, b, lambda: a + 0.0)
         if where == "scope":
+            tr.flush_releases()  # what the program dropped leaves the scope with its handle
             seen[where, "scope len"] = len(s)
             s.dispose()
     for t in (a, b, p, row, sq, ints, st):
@@ -301,47 +302,43 @@ def test_errors_leave_refcounts_and_objects_as_they_were():
 
 
 @pytest.mark.parametrize("fast", [True, False], ids=["compiled", "pure"])
-def test_owner_follows_the_scopes_of_the_creating_thread(fast):
+def test_results_hold_their_handles_and_dropped_ones_leave_their_scope(fast):
+    """Every result object holds its handle, in a scope or not, on any thread: dropped, it
+    releases it (out of its scope); kept, its scope releases it at the end."""
     if fast and (PURE or not _accel.FAST):
         pytest.skip("the accelerator is not in use")
     prev = _accel.use(fast) if _accel.FAST else False
     a = tr.ones(2)
-    opened, done, seen = threading.Event(), threading.Event(), {}
+    seen = {}
 
     def other():
-        with tr.scope():
-            seen["other, in its scope"] = (a + a)._own
-            opened.set()
-            done.wait(30)
-        seen["other, after"] = (a + a)._own
+        with tr.scope() as s:
+            kept = a + a
+            for _ in range(10):
+                a * 2.0  # dropped at once
+            tr.flush_releases()
+            seen["other"] = (kept._own, len(s), kept in s)
 
     try:
         th = threading.Thread(target=other)
         th.start()
-        assert opened.wait(30)
-        seen["main, while another thread has a scope"] = (a + a)._own
-        with tr.scope():
-            seen["main, in its scope"] = (a * 2.0)._own
-            with tr.scope():
-                seen["main, nested"] = (-a)._own
-            seen["main, back in its scope"] = (a - a)._own
-        seen["main, after"] = (a / 2)._own
-        done.set()
         th.join(30)
-        seen["new thread"] = []
-        t2 = threading.Thread(target=lambda: seen["new thread"].append((a + a)._own))
-        t2.start()
-        t2.join(30)
+        with tr.scope() as s:
+            kept = [a - a, -a, a / 2, a * 3]
+            for _ in range(10):
+                a + 1.0
+            tr.flush_releases()
+            seen["main"] = ([k._own for k in kept], len(s))
+        seen["after"] = [k.is_valid() for k in kept]
+        outside = a + a
+        seen["outside"] = (outside._own, outside.scope)
+        outside.close()
     finally:
-        done.set()
         if _accel.FAST:
             _accel.use(prev)
         a.close()
-    assert seen == {
-        "other, in its scope": False, "other, after": True,
-        "main, while another thread has a scope": True, "main, in its scope": False,
-        "main, nested": False, "main, back in its scope": False, "main, after": True,
-        "new thread": [True]}
+    assert seen == {"other": (True, 1, True), "main": ([True] * 4, 4), "after": [False] * 4,
+                    "outside": (True, None)}
 
 
 @needs_accel

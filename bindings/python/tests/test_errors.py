@@ -112,8 +112,10 @@ def test_python_misuse_is_a_type_error():
         tr.zeros(2, dtype="complex64")
     with pytest.raises(TypeError, match="sequence of tensorref.Tensor"):
         tr.cat([a, 1], 0)
-    with pytest.raises(TypeError, match="int or a sequence of ints"):
+    with pytest.raises(TypeError, match="sequence of ints"):
         a.reshape(["x"])
+    with pytest.raises(TypeError, match="sequence of ints"):
+        tr.sum_dim(a, ["x"], False)
     a.close()
 
 

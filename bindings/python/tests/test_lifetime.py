@@ -43,13 +43,17 @@ def test_raw_handle_views_do_not_release():
     t.close()
 
 
-def test_copies_and_pickles_are_refused():
-    t = tr.ones(1)
-    with pytest.raises(TypeError):
-        copy.copy(t)
-    with pytest.raises(TypeError):
+def test_copies_share_or_copy_the_data_and_pickles_are_refused():
+    t = tr.ones(2)
+    shallow, deep = copy.copy(t), copy.deepcopy(t)
+    assert shallow.handle != t.handle and deep.handle != t.handle
+    t.add_(tr.ones(2))
+    assert shallow.tolist() == [2.0, 2.0]  # a new handle to the same storage, as torch's copy
+    assert deep.tolist() == [1.0, 1.0]     # its own storage
+    with pytest.raises(TypeError, match="cannot be pickled"):
         pickle.dumps(t)
-    t.close()
+    for x in (t, shallow, deep):
+        x.close()
 
 
 def test_exit_with_live_tensors_scopes_and_threads_is_clean():

@@ -211,11 +211,16 @@ def test_every_op_of_the_table_has_a_wrapper():
     finally:
         sys.path.pop(0)
     ops = gen_ops.parse((root / "src/ops/ops.def").read_text())
+    from tensorref import _habits, _ops
     for op in ops:
-        fn = getattr(tr, op.name)
-        assert op.c_name in fn.__doc__
+        generated = getattr(_ops, op.name)  # (or its accelerated route, with the same doc)
+        assert op.c_name in generated.__doc__
+        # The package's function and method: the generated one, or the PyTorch-style form over it
+        # (tr.zeros(2, 3), t.sum(0)).
+        public = getattr(_habits, op.name) if op.name in _habits.__all__ else generated
+        assert getattr(tr, op.name) is public
         if op.is_method:
-            assert getattr(tr.Tensor, op.name) is fn
+            assert getattr(tr.Tensor, op.name) is _habits._METHODS.get(op.name, public)
 
 
 def test_truth_value_follows_torch():
