@@ -377,7 +377,7 @@ typedef struct tr_scope {
 } tr_scope;
 
 /**
- * Per-thread scope statistics; counters only grow (see dispose-scopes.md).
+ * Per-thread scope statistics; counters only grow (see docs/dispose-scopes.md).
  */
 typedef struct tr_stats {
   uint64_t created_outside_scope;

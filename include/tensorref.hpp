@@ -710,7 +710,7 @@ inline void Tensor::move_to_scope(const ScopeRef& target) const {
 
 // ---------------------------------------------------------------- statistics
 
-/// This thread's scope statistics (dispose-scopes.md). Counters only grow until reset().
+/// This thread's scope statistics (docs/dispose-scopes.md). Counters only grow until reset().
 struct Stats {
     uint64_t created_outside_scope = 0;
     uint64_t disposed_outside_scope = 0;
@@ -784,7 +784,7 @@ class NoGradGuard {
 };
 
 // ---------------------------------------------------------------- residency
-// The residency manager (shared/spec/residency.md) decides where each tensor's bytes live: ops
+// The residency manager (docs/residency.md) decides where each tensor's bytes live: ops
 // bring their inputs to the compute device and the policy places the results, under a hard device
 // byte budget. There is one manager per process; tr::Residency runs it for as long as it lives.
 

@@ -28,7 +28,7 @@ static SERIAL: Mutex<()> = Mutex::new(());
 const DEVICE: ComputeDevice = ComputeDevice::Simulated;
 #[cfg(feature = "cuda-tests")]
 const DEVICE: ComputeDevice = ComputeDevice::Cuda(0);
-/// Bit for bit on the host (residency.md, guarantee 1: host copies keep a dense view's
+/// Bit for bit on the host (docs/residency.md, guarantee 1: host copies keep a dense view's
 /// strides, so kernels sum in the same order as without a manager); CUDA's kernels round
 /// differently from the CPU's.
 const TOLERANCE: f32 = if cfg!(feature = "cuda-tests") { 1e-4 } else { 0.0 };

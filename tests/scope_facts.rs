@@ -1,4 +1,4 @@
-//! The numbered facts of dispose-scopes.md, one test each, checked with the per-thread
+//! The numbered facts of docs/dispose-scopes.md, one test each, checked with the per-thread
 //! statistics tuple (created_outside, disposed_outside, created_in, disposed_in, attached,
 //! detached, live), starting from `Stats::reset()` with no scope open.
 

@@ -78,7 +78,7 @@ impl From<Scalar> for TrScalar {
     }
 }
 
-/// Per-thread scope statistics; counters only grow (see dispose-scopes.md).
+/// Per-thread scope statistics; counters only grow (see docs/dispose-scopes.md).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TrStats {

@@ -1,4 +1,4 @@
-//! The C ABI (conventions: shared/spec/c-abi.md). cbindgen turns these modules into
+//! The C ABI (conventions: docs/c-abi.md). cbindgen turns these modules into
 //! `include/tensorref.h`. Every exported body runs inside `boundary::call`, the one panic
 //! boundary. Like rustls-ffi, the functions are safe `extern "C" fn`s: the pointer contract is
 //! the C caller's, stated on each function, and checked for NULL on entry.

@@ -1,4 +1,4 @@
-//! The residency manager (spec: shared/spec/residency.md): one per process, it decides where
+//! The residency manager (docs/residency.md): one per process, it decides where
 //! each storage's bytes live so that a model larger than the accelerator runs on it under a hard
 //! byte budget. Ops never name a device: through `Ticket` the manager brings inputs to the
 //! compute device before an op and places its result after.

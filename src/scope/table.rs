@@ -1,5 +1,5 @@
 //! Scope bookkeeping inside the registry's state: the scope slots, each thread's chain of open
-//! scopes, and the operations of dispose-scopes.md. Everything here runs under the registry
+//! scopes, and the operations of docs/dispose-scopes.md. Everything here runs under the registry
 //! lock; entries that die are handed back to the caller to free after the lock is released.
 //!
 //! Each thread's open scopes form a doubly linked chain (`outer`/`inner`); the thread's current

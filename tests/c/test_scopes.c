@@ -1,5 +1,5 @@
 /*
- * Dispose scopes through the C ABI, against /work/shared/spec/dispose-scopes.md.
+ * Dispose scopes through the C ABI, against docs/dispose-scopes.md.
  *
  * fact01..fact14 are the spec's numbered statistics facts, one function each, comparing the
  * tuple (created_outside, disposed_outside, created_in, disposed_in, attached, detached, live)

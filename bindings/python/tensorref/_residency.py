@@ -1,4 +1,4 @@
-"""The residency manager (shared/spec/residency.md) from Python: where tensors' bytes live under
+"""The residency manager (docs/residency.md) from Python: where tensors' bytes live under
 a hard device budget, with the policies Resident, Genoa and Flow.
 
     with tr.residency(policy="flow", budget_bytes=64 << 20):   # simulated device by default

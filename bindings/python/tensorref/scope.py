@@ -1,4 +1,4 @@
-"""Dispose scopes (TorchSharp's, see shared/spec/dispose-scopes.md) and their statistics.
+"""Dispose scopes (TorchSharp's, see docs/dispose-scopes.md) and their statistics.
 
     with tensorref.scope() as s:
         h = (x @ w).relu()          # temporaries belong to s
@@ -172,7 +172,7 @@ def current_scope() -> Scope | None:
 
 
 class Stats(NamedTuple):
-    """Per-thread scope statistics, in the order of dispose-scopes.md's tuples."""
+    """Per-thread scope statistics, in the order of docs/dispose-scopes.md's tuples."""
     created_outside_scope: int
     disposed_outside_scope: int
     created_in_scope: int

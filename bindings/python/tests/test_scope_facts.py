@@ -1,4 +1,4 @@
-"""The numbered statistics facts 1-14 of shared/spec/dispose-scopes.md, through the Python
+"""The numbered statistics facts 1-14 of docs/dispose-scopes.md, through the Python
 binding. Tuples are (created_outside, disposed_outside, created_in, disposed_in, attached,
 detached, live), starting from reset_stats() with no scope open."""
 import gc
