@@ -255,7 +255,7 @@ fn c_surface_gives_the_same_embeddings() {
     let mut cfg = unsafe { cfg.assume_init() };
     cfg.budget_bytes = bytes / 4;
     assert_eq!(tr_residency_configure(&cfg), Status::TR_OK);
-    assert_eq!(tr_minilm_set_weight_mode(h, TR_WEIGHTS_CHUNK, bytes / 8), Status::TR_OK);
+    assert_eq!(tr_minilm_set_weight_mode(h, WeightModeKind::Chunk as i32, bytes / 8), Status::TR_OK);
     assert_eq!(tr_minilm_embed(h, ptrs.as_ptr(), 3, out.as_mut_ptr(), out.len(), &mut written), Status::TR_OK);
     let stats = residency::stats().unwrap();
     residency::disable().unwrap();

@@ -561,7 +561,7 @@ static void scalars_keep_their_type(void) {
     CHECK_OK(tr_tensor_dtype(r, &dt));
     CHECK(dt == TR_DTYPE_I64);
     CHECK_OK(tr_tensor_item_scalar(r, &v));
-    CHECK(v.kind == TR_SCALAR_INT && v.i == ((int64_t)1 << 60) + 1);
+    CHECK(v.kind == TR_SCALAR_KIND_INT && v.i == ((int64_t)1 << 60) + 1);
     CHECK_OK(tr_tensor_copy_to(r, (uint8_t *)&got, sizeof got, &(size_t){0}));
     CHECK(got == ((int64_t)1 << 60) + 1);
     CHECK_OK(tr_tensor_add_scalar(a, tr_scalar_float(0.5), &r));
@@ -569,7 +569,7 @@ static void scalars_keep_their_type(void) {
     CHECK(dt == TR_DTYPE_F32);
     CHECK_OK(tr_tensor_full(&one, 1, tr_scalar_int(((int64_t)1 << 62) + 1), TR_DTYPE_I64, &r));
     CHECK_OK(tr_tensor_item_scalar(r, &v));
-    CHECK(v.kind == TR_SCALAR_INT && v.i == ((int64_t)1 << 62) + 1);
+    CHECK(v.kind == TR_SCALAR_KIND_INT && v.i == ((int64_t)1 << 62) + 1);
     CHECK_ERR(tr_tensor_full(&one, 1, tr_scalar_float(1.0 / 0.0), TR_DTYPE_I64, &r), TR_ERR_INVALID_ARG, "does not fit");
     CHECK_ERR(tr_tensor_add_scalar(a, (tr_scalar){.kind = 7}, &r), TR_ERR_INVALID_ARG, "unknown scalar kind 7");
     CHECK_ERR(tr_tensor_item_scalar(a, NULL), TR_ERR_NULL_ARG, "`out`");

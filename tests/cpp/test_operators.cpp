@@ -41,13 +41,13 @@ TEST(operators_with_doubles_on_either_side) {
 }
 
 TEST(division_is_true_division) {
-    auto values = [](const Tensor& t) { return t.to_dtype(tr::Dtype::F64).to_vector<double>(); };
+    auto values = [](const Tensor& t) { return t.to_dtype(tr::DType::F64).to_vector<double>(); };
     Tensor i = Tensor::from_vector(std::vector<int64_t>{1, 2, 3});
     CHECK_EQ(values(i / 2.0), (std::vector<double>{0.5, 1, 1.5}));
     CHECK_EQ(values(3.0 / i), (std::vector<double>{3, 1.5, 1}));
     CHECK_EQ(values(i / Tensor::from_vector(std::vector<int64_t>{2, 4, 4})), (std::vector<double>{0.5, 0.5, 0.75}));
     Tensor d = Tensor::from_vector(std::vector<double>{1, 3});
-    CHECK((1.0 / d).dtype() == tr::Dtype::F64);
+    CHECK((1.0 / d).dtype() == tr::DType::F64);
     CHECK_EQ((1.0 / d).to_vector<double>(), (std::vector<double>{1, 1.0 / 3.0}));
 }
 
@@ -70,7 +70,7 @@ TEST(double_operands_promote_like_python_scalars) {
 TEST(double_operands_keep_a_floating_dtype) {
     auto dtype = [](const Tensor& t) { return std::string(tr::dtype_name(t.dtype())); };
     Tensor f = Tensor::from_vector(std::vector<float>{1, 2});
-    Tensor h = f.to_dtype(tr::Dtype::F16);
+    Tensor h = f.to_dtype(tr::DType::F16);
     CHECK_EQ(dtype(f * 0.1), "f32");
     CHECK_EQ(dtype(f / 3.0), "f32");
     CHECK_EQ(dtype(2.0 - f), "f32");
@@ -147,13 +147,13 @@ TEST(list_parameters_take_braces_and_vectors) {
 TEST(value_and_bool_returning_ops) {
     Tensor m = Tensor::from_vector(F{3, 9, 1, 4}, {2, 2});
     Tensor idx = m.argmax(1, false);
-    CHECK(idx.dtype() == tr::Dtype::I64);
+    CHECK(idx.dtype() == tr::DType::I64);
     CHECK_EQ(idx.to_vector<int64_t>(), (std::vector<int64_t>{1, 1}));
     CHECK_EQ(m.max().item(), 9.0);
     CHECK_EQ(m.gt(tr::full({2, 2}, 3.5)).to_vector<bool>(), (std::vector<bool>{false, true, false, true}));
     CHECK(!m.requires_grad());
-    CHECK_EQ(tr::arange(0, 4, 1, tr::Dtype::I64).to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3}));
-    CHECK(tr::eye(3).dtype() == tr::Dtype::F32);  // a trailing dtype defaults to float32
+    CHECK_EQ(tr::arange(0, 4, 1, tr::DType::I64).to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3}));
+    CHECK(tr::eye(3).dtype() == tr::DType::F32);  // a trailing dtype defaults to float32
 }
 
 TEST(gradients_through_the_binding) {

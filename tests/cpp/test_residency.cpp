@@ -103,14 +103,14 @@ std::string read_file(const std::filesystem::path& path) {
 
 TEST(config_starts_from_the_library_defaults) {
     ResidencyConfig c;
-    CHECK(c.device == tr::ComputeDevice::Simulated);
+    CHECK(c.device == tr::Device::Simulated);
     CHECK(c.policy == Policy::Flow);
     CHECK_EQ(c.budget_bytes, uint64_t(0));
     CHECK_EQ(c.prefetch_depth, uint32_t(256));
     CHECK_EQ(c.pin_host_memory, true);
     CHECK_EQ(c.simulated_capacity, uint64_t(0));
     ResidencyConfig g(Policy::Genoa, 4096);
-    CHECK(g.policy == Policy::Genoa && g.device == tr::ComputeDevice::Simulated);
+    CHECK(g.policy == Policy::Genoa && g.device == tr::Device::Simulated);
     tr_residency_config raw = g.to_c();
     CHECK_EQ(raw.policy, int32_t(TR_POLICY_GENOA));
     CHECK_EQ(raw.budget_bytes, uint64_t(4096));

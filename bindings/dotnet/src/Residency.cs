@@ -32,9 +32,9 @@ namespace TensorRef
         {
             NativeResidencyConfig n;
             Native.Check(Native.tr_residency_config_default(out n), "tr_residency_config_default");
-            Device = (ResidencyDevice)n.Device;
+            Device = n.Device;
             DeviceIndex = n.DeviceIndex;
-            Policy = (ResidencyPolicy)n.Policy;
+            Policy = n.Policy;
             BudgetBytes = n.BudgetBytes;
             PinHostMemory = n.PinHostMemory;
             PrefetchDepth = (int)n.PrefetchDepth;
@@ -42,19 +42,19 @@ namespace TensorRef
         }
 
         /// <summary>The defaults with this policy and device budget.</summary>
-        public ResidencyConfig(ResidencyPolicy policy, ulong budgetBytes) : this()
+        public ResidencyConfig(Policy policy, ulong budgetBytes) : this()
         {
             Policy = policy;
             BudgetBytes = budgetBytes;
         }
 
         /// <summary>The compute device: the simulated accelerator, CUDA, or the CPU (nothing moves).</summary>
-        public ResidencyDevice Device { get; set; }
+        public Device Device { get; set; }
 
         /// <summary>The CUDA device number (Cuda only).</summary>
         public int DeviceIndex { get; set; }
 
-        public ResidencyPolicy Policy { get; set; }
+        public Policy Policy { get; set; }
 
         /// <summary>Hard limit on the bytes the manager holds on the device (Resident ignores it).</summary>
         public ulong BudgetBytes { get; set; }
@@ -82,9 +82,9 @@ namespace TensorRef
         {
             return new NativeResidencyConfig
             {
-                Device = (int)Device,
+                Device = Device,
                 DeviceIndex = DeviceIndex,
-                Policy = (int)Policy,
+                Policy = Policy,
                 BudgetBytes = BudgetBytes,
                 PinHostMemory = PinHostMemory,
                 PrefetchDepth = (uint)PrefetchDepth,
@@ -94,7 +94,7 @@ namespace TensorRef
 
         public override string ToString() =>
             string.Format("{0} on {1}{2}, budget {3} bytes, prefetch depth {4}{5}{6}", Policy, Device,
-                          Device == ResidencyDevice.Cuda ? ":" + DeviceIndex : "", BudgetBytes, PrefetchDepth,
+                          Device == Device.Cuda ? ":" + DeviceIndex : "", BudgetBytes, PrefetchDepth,
                           PinHostMemory ? ", pinned host memory" : "",
                           SimulatedCapacity > 0 ? ", simulated capacity " + SimulatedCapacity + " bytes" : "");
     }
@@ -450,7 +450,7 @@ namespace TensorRef
     {
         internal ResidencyEvent(ref NativeEvent e, string op)
         {
-            Kind = (ResidencyEventKind)e.Kind;
+            Kind = e.Kind;
             Entry = e.Entry;
             Bytes = e.Bytes;
             DeviceBytes = e.DeviceBytes;
@@ -459,7 +459,7 @@ namespace TensorRef
             DurationMicroseconds = e.DurationUs;
         }
 
-        public ResidencyEventKind Kind { get; }
+        public EventKind Kind { get; }
         /// <summary>The storage concerned (shared by aliases; not a handle id), 0 for op events.</summary>
         public ulong Entry { get; }
         public ulong Bytes { get; }

@@ -21,8 +21,9 @@ from ctypes import byref, c_bool
 from typing import Callable, NamedTuple
 
 from . import _tensor
-from ._abi import DEVICE_CODES, EVENT_CODES, POLICY_CODES
-from ._lib import EVENT_FN, Event as _CEvent, ResidencyConfig as _CConfig, ResidencyStats as _CStats, c_path, fail, lib
+from ._abi import DEVICE_CODES, EVENT_KIND_CODES, POLICY_CODES, EventFn as _EventFn
+from ._abi import ResidencyConfig as _CConfig, ResidencyStats as _CStats
+from ._lib import c_path, fail, lib
 from ._tensor import Tensor, flush_releases
 
 __all__ = ["Config", "ResidencyStats", "Event", "configure", "disable", "enabled", "residency",
@@ -32,7 +33,7 @@ __all__ = ["Config", "ResidencyStats", "Event", "configure", "disable", "enabled
 # disable_residency, residency_enabled, residency, residency_stats, mark_iteration,
 # set_event_callback, timeline_start, timeline_write; `tensorref.callback_errors()` is the list.
 
-_EVENT_NAMES = {v: k.lower() for k, v in EVENT_CODES.items()}
+_EVENT_NAMES = {v: k.lower() for k, v in EVENT_KIND_CODES.items()}
 
 
 def _check(st: int, function: str) -> None:
@@ -261,7 +262,7 @@ def _trampoline(fn: Callable[[Event], None]):
                 pass
         finally:
             inside.pop()
-    return EVENT_FN(call)
+    return _EventFn(call)
 
 
 def set_event_callback(fn: Callable[[Event], None] | None) -> None:
@@ -269,7 +270,7 @@ def set_event_callback(fn: Callable[[Event], None] | None) -> None:
     while the manager is locked: `fn` must not call tensorref. None removes it. The callback
     carries over when the manager is reconfigured. Needs a manager."""
     global _callback
-    cb = _trampoline(fn) if fn is not None else EVENT_FN()  # EVENT_FN(): NULL
+    cb = _trampoline(fn) if fn is not None else _EventFn()  # _EventFn(): NULL
     _check(lib.tr_residency_set_callback(cb, None), "tr_residency_set_callback")
     # The library no longer calls the previous one when set_callback returns: drop it now.
     _callback = cb if fn is not None else None

@@ -29,7 +29,8 @@ import numpy as np
 
 from . import dtypes as _dtypes
 from . import _lib
-from ._lib import ScopeHandle, fail, lib
+from ._abi import ScopeHandle
+from ._lib import fail, lib
 from ._scalar import Scalar as _Scalar, from_c as _from_scalar
 
 _release = lib.tr_tensor_release

@@ -17,7 +17,8 @@ from __future__ import annotations
 from ctypes import byref, c_bool, c_size_t, c_uint64
 from typing import NamedTuple
 
-from ._lib import ScopeHandle, Stats as _CStats, fail, lib
+from ._abi import ScopeHandle, Stats as _CStats
+from ._lib import fail, lib
 from .errors import ScopeError
 from ._tensor import Tensor, flush_releases
 

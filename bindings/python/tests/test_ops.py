@@ -207,10 +207,10 @@ def test_every_op_of_the_table_has_a_wrapper():
     root = pathlib.Path(__file__).resolve().parents[3]
     sys.path.insert(0, str(root / "tools"))
     try:
-        import gen_ops
+        import optable
     finally:
         sys.path.pop(0)
-    ops = gen_ops.parse((root / "src/ops/ops.def").read_text())
+    ops = optable.parse((root / "src/ops/ops.def").read_text())
     from tensorref import _habits, _ops
     for op in ops:
         generated = getattr(_ops, op.name)  # (or its accelerated route, with the same doc)
