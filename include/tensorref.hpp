@@ -51,8 +51,8 @@
 //
 // Ops are generated from src/ops/ops.def by tools/emit_cpp.py: member functions
 // (include/tensorref_ops.hpp: a.add(b), x.relu(), w.requires_grad_(true)) and free functions
-// (include/tensorref_functions.hpp: tr::add(a, b), tr::zeros({2, 3}), tr::sgd_step({w}, 0.1)),
-// named as in C without the `tr_tensor_` prefix. Arithmetic operators are defined below.
+// (include/tensorref_functions.hpp: tr::add(a, b), tr::zeros({2, 3}), tr::optim_sgd_step({w}, 0.1)),
+// named as in C without the `tr_` prefix and the receiver `tensor_` (tr::add, tr::optim_sgd_step). Arithmetic operators are defined below.
 //
 // Every function is inline or a template member: the header is ODR-safe in any number of
 // translation units. Link with -ltensorref.
@@ -1003,7 +1003,7 @@ inline void event_trampoline(const tr_event* e, void* user) noexcept {
 /// Move-constructible (a moved-from Residency disables nothing), not assignable.
 ///
 /// Managed ops refuse autograd (tensors that require grad while grad mode is on): run them under
-/// tr::NoGradGuard. The process-wide calls (stats, mark_iteration, timelines) are static: they
+/// tr::NoGradGuard. The process-wide calls (stats, mark_iteration, timeline_start, timeline_write) are static: they
 /// also work on a manager configured through the C ABI, and throw TR_ERR_INVALID_ARG without one.
 class Residency {
   public:
@@ -1120,13 +1120,13 @@ class Residency {
     /// ops since the previous mark.
     static void mark_iteration() { detail::call(tr_residency_mark_iteration); }
 
-    /// Starts recording the manager's events for write_timeline.
-    static void start_timeline() { detail::call(tr_residency_timeline_start); }
+    /// Starts recording the manager's events for timeline_write.
+    static void timeline_start() { detail::call(tr_residency_timeline_start); }
 
     /// Writes the recorded events to `path` as Chrome trace / Perfetto JSON (open it at
     /// ui.perfetto.dev). Throws TR_ERR_INVALID_ARG when no timeline was started, TR_ERR_IO when the
     /// path cannot be written, and TR_ERR_INVALID_ARG for a path holding a NUL.
-    static void write_timeline(const std::string& path) {
+    static void timeline_write(const std::string& path) {
         detail::call(tr_residency_timeline_write, detail::c_string(path, "the path"));
     }
 

@@ -701,15 +701,15 @@ inline void zero_grad(const Tensor& a) {
     return a.detach();
 }
 
-/// p -= lr * grad for each parameter. Calls `tr_tensor_sgd_step`; throws tr::Error on failure.
-inline void sgd_step(const TensorList& params, double lr) {
-    detail::call(tr_tensor_sgd_step, params.data(), params.size(), lr);
+/// p -= lr * grad for each parameter. Calls `tr_optim_sgd_step`; throws tr::Error on failure.
+inline void optim_sgd_step(const TensorList& params, double lr) {
+    detail::call(tr_optim_sgd_step, params.data(), params.size(), lr);
 }
 
 /// One Adam step (torch.optim.Adam, L2 weight decay); the caller keeps the moment buffers
-/// (zeros like each parameter) and counts `step` from 1. Calls `tr_tensor_adam_step`; throws
+/// (zeros like each parameter) and counts `step` from 1. Calls `tr_optim_adam_step`; throws
 /// tr::Error on failure.
-inline void adam_step(
+inline void optim_adam_step(
     const TensorList& params,
     const TensorList& exp_avg,
     const TensorList& exp_avg_sq,
@@ -719,7 +719,7 @@ inline void adam_step(
     double beta2,
     double eps,
     double weight_decay) {
-    detail::call(tr_tensor_adam_step, params.data(), params.size(), exp_avg.data(), exp_avg.size(),
+    detail::call(tr_optim_adam_step, params.data(), params.size(), exp_avg.data(), exp_avg.size(),
             exp_avg_sq.data(), exp_avg_sq.size(), step, lr, beta1, beta2, eps, weight_decay);
 }
 

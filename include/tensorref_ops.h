@@ -688,24 +688,24 @@ tr_status tr_tensor_detach(tr_tensor a, tr_tensor *out);
 /**
  * p -= lr * grad for each parameter. Returns nothing but the status.
  */
-tr_status tr_tensor_sgd_step(const tr_tensor *params, size_t params_len, double lr);
+tr_status tr_optim_sgd_step(const tr_tensor *params, size_t params_len, double lr);
 
 /**
  * One Adam step (torch.optim.Adam, L2 weight decay); the caller keeps the moment buffers (zeros
  * like each parameter) and counts `step` from 1. Returns nothing but the status.
  */
-tr_status tr_tensor_adam_step(const tr_tensor *params,
-                              size_t params_len,
-                              const tr_tensor *exp_avg,
-                              size_t exp_avg_len,
-                              const tr_tensor *exp_avg_sq,
-                              size_t exp_avg_sq_len,
-                              int64_t step,
-                              double lr,
-                              double beta1,
-                              double beta2,
-                              double eps,
-                              double weight_decay);
+tr_status tr_optim_adam_step(const tr_tensor *params,
+                             size_t params_len,
+                             const tr_tensor *exp_avg,
+                             size_t exp_avg_len,
+                             const tr_tensor *exp_avg_sq,
+                             size_t exp_avg_sq_len,
+                             int64_t step,
+                             double lr,
+                             double beta1,
+                             double beta2,
+                             double eps,
+                             double weight_decay);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -66,7 +66,7 @@ fn run(model: &MiniLm, name: &str, cfg: Option<Config>) -> Run {
     if let Some(cfg) = cfg {
         residency::configure(cfg).unwrap();
         let seen = peak.clone();
-        residency::set_event_callback(Some(Box::new(move |e| {
+        residency::set_callback(Some(Box::new(move |e| {
             seen.fetch_max(e.device_bytes, Ordering::Relaxed);
         })))
         .unwrap();

@@ -214,7 +214,7 @@ fn fact_13_training_loop_in_one_scope_leaves_nothing() -> Result<()> {
             loss.backward()?;
             let g = w1.grad()?.expect("w1 has a gradient after backward");
             assert_eq!(g.shape()?, [16, 8]);
-            Tensor::sgd_step(&params.iter().collect::<Vec<_>>(), 0.05)?;
+            Tensor::optim_sgd_step(&params.iter().collect::<Vec<_>>(), 0.05)?;
             for p in &params {
                 p.zero_grad()?;
             }

@@ -6,7 +6,7 @@ Writes three headers, all included by include/tensorref.hpp (never on their own)
                                    one member function per op whose first parameter is a tensor
                                    (`a.add(b)`, `x.linear(w, b)`, `p.mul_scalar_(0.5)`).
   include/tensorref_functions.hpp  one free function per op (`tr::add(a, b)`, `tr::zeros({2, 3})`,
-                                   `tr::optim_sgd({w, b}, 0.1)`), defined once `tr::Tensor` is complete.
+                                   `tr::optim_sgd_step({w, b}, 0.1)`), defined once `tr::Tensor` is complete.
   include/tensorref_enums.hpp      an `enum class` per C enum of the ABI manifest (`tr::DType`,
                                    `tr::Policy`, ...): the C enum's name without `tr_`, in
                                    PascalCase, its values the constants' last words

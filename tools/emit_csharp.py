@@ -9,7 +9,7 @@
   Ops.g.cs     from the op table (src/ops/ops.def): a `Tensor` method per op whose first
                parameter is a tensor (`a.Add(b)`, `x.Linear(w, null)`, `p.MulScalar_(0.5)`),
                otherwise a static method of `torch` (`torch.Zeros(new long[] {2, 3})`,
-               `torch.OptimSgd(ps, 0.1)`).
+               `torch.OptimSgdStep(ps, 0.1)`).
 
 A C type becomes a C# type by one table (`PINVOKE`), keyed by the C type and its role: a
 pointer followed by a `size_t` is an array, another non-const pointer an output. Handles marshal

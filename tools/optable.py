@@ -18,6 +18,10 @@ ROOT = Path(__file__).resolve().parent.parent
 TABLE = ROOT / "src/ops/ops.def"
 
 
+# The receivers an op's name may start with, besides a tensor (tr_tensor_*).
+RECEIVERS = {"optim"}
+
+
 @dataclass(frozen=True)
 class Param:
     name: str
@@ -44,7 +48,10 @@ class Op:
 
     @property
     def c_name(self) -> str:
-        return f"tr_tensor_{self.name}"
+        """`tr_tensor_<name>`; an op whose name starts with a receiver other than a tensor keeps
+        it (`optim_sgd_step`, whose receiver is a list of parameters: `tr_optim_sgd_step`)."""
+        receiver = self.name.split("_", 1)[0]
+        return f"tr_{self.name}" if receiver in RECEIVERS else f"tr_tensor_{self.name}"
 
 
 # ---------------------------------------------------------------- parameter types

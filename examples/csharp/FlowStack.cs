@@ -93,12 +93,12 @@ static class FlowStack
             {
                 for (int pass = 0; pass < passes; pass++)
                 {
-                    var before = ResidencyManager.Statistics;
+                    var before = ResidencyManager.Stats;
                     var clock = Stopwatch.StartNew();
                     var output = Forward(x, w, b);
                     ResidencyManager.MarkIteration();
                     double ms = clock.Elapsed.TotalMilliseconds;
-                    var after = ResidencyManager.Statistics;
+                    var after = ResidencyManager.Stats;
                     // Bit for bit on the simulated device; CUDA's kernels round differently.
                     if (device == Device.Simulated ? !output.SequenceEqual(reference)
                                                             : output.Zip(reference, (a, r) => Math.Abs(a - r)).Max() > 1e-4)
@@ -113,7 +113,7 @@ static class FlowStack
                     if (policy == Policy.Genoa) genoaPerPass = after.LoadBytes - before.LoadBytes;
                     else flowPerPass = after.LoadBytes - before.LoadBytes;
                 }
-                if (policy == Policy.Flow) flow = ResidencyManager.Statistics;
+                if (policy == Policy.Flow) flow = ResidencyManager.Stats;
             }
         }
         ResidencyManager.Events -= watch;

@@ -1247,10 +1247,10 @@ pub extern "C" fn tr_tensor_detach(a: TrTensor, out: *mut TrTensor) -> Status {
 
 /// p -= lr * grad for each parameter. Returns nothing but the status.
 #[no_mangle]
-pub extern "C" fn tr_tensor_sgd_step(params: *const TrTensor, params_len: usize, lr: f64) -> Status {
+pub extern "C" fn tr_optim_sgd_step(params: *const TrTensor, params_len: usize, lr: f64) -> Status {
     call(|| {
         let params = handles_arg(params, params_len, "params")?;
-        core::sgd_step(&params, lr)?;
+        core::optim_sgd_step(&params, lr)?;
         Ok(())
     })
 }
@@ -1258,12 +1258,12 @@ pub extern "C" fn tr_tensor_sgd_step(params: *const TrTensor, params_len: usize,
 /// One Adam step (torch.optim.Adam, L2 weight decay); the caller keeps the moment buffers (zeros
 /// like each parameter) and counts `step` from 1. Returns nothing but the status.
 #[no_mangle]
-pub extern "C" fn tr_tensor_adam_step(params: *const TrTensor, params_len: usize, exp_avg: *const TrTensor, exp_avg_len: usize, exp_avg_sq: *const TrTensor, exp_avg_sq_len: usize, step: i64, lr: f64, beta1: f64, beta2: f64, eps: f64, weight_decay: f64) -> Status {
+pub extern "C" fn tr_optim_adam_step(params: *const TrTensor, params_len: usize, exp_avg: *const TrTensor, exp_avg_len: usize, exp_avg_sq: *const TrTensor, exp_avg_sq_len: usize, step: i64, lr: f64, beta1: f64, beta2: f64, eps: f64, weight_decay: f64) -> Status {
     call(|| {
         let params = handles_arg(params, params_len, "params")?;
         let exp_avg = handles_arg(exp_avg, exp_avg_len, "exp_avg")?;
         let exp_avg_sq = handles_arg(exp_avg_sq, exp_avg_sq_len, "exp_avg_sq")?;
-        core::adam_step(&params, &exp_avg, &exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay)?;
+        core::optim_adam_step(&params, &exp_avg, &exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay)?;
         Ok(())
     })
 }

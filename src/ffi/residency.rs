@@ -221,7 +221,7 @@ pub extern "C" fn tr_residency_set_callback(callback: TrEventFn, user: *mut c_vo
                 cb.call(&event);
             }) as Box<dyn Fn(&Event) + Send + Sync>
         });
-        residency::set_event_callback(bridge)
+        residency::set_callback(bridge)
     })
 }
 
@@ -229,7 +229,7 @@ pub extern "C" fn tr_residency_set_callback(callback: TrEventFn, user: *mut c_vo
 /// Errors: TR_ERR_INVALID_ARG without a manager.
 #[no_mangle]
 pub extern "C" fn tr_residency_timeline_start() -> Status {
-    call(residency::start_timeline)
+    call(residency::timeline_start)
 }
 
 /// Writes the recorded events to `path` (NUL-terminated UTF-8) as Chrome trace / Perfetto JSON.
@@ -243,7 +243,7 @@ pub extern "C" fn tr_residency_timeline_write(path: *const c_char) -> Status {
         }
         // SAFETY: the caller passes a NUL-terminated string (documented).
         let path = unsafe { CStr::from_ptr(path) }.to_str().map_err(|_| Error::InvalidArg("path is not UTF-8".into()))?;
-        residency::write_timeline(std::path::Path::new(path))
+        residency::timeline_write(std::path::Path::new(path))
     })
 }
 

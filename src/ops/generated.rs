@@ -1027,16 +1027,16 @@ pub(crate) mod core {
     }
 
     /// p -= lr * grad for each parameter.
-    pub(crate) fn sgd_step(params: &[TensorId], lr: f64) -> Result<()> {
-        let mut op = Op::begin("sgd_step");
+    pub(crate) fn optim_sgd_step(params: &[TensorId], lr: f64) -> Result<()> {
+        let mut op = Op::begin("optim_sgd_step");
         let params = op.get_many(params)?;
         let params = &params.iter().map(|e| &**e).collect::<Vec<_>>()[..];
         op.value(|| optim::sgd_step(params, lr))
     }
 
     /// One Adam step (torch.optim.Adam, L2 weight decay); the caller keeps the moment buffers (zeros like each parameter) and counts `step` from 1.
-    pub(crate) fn adam_step(params: &[TensorId], exp_avg: &[TensorId], exp_avg_sq: &[TensorId], step: i64, lr: f64, beta1: f64, beta2: f64, eps: f64, weight_decay: f64) -> Result<()> {
-        let mut op = Op::begin("adam_step");
+    pub(crate) fn optim_adam_step(params: &[TensorId], exp_avg: &[TensorId], exp_avg_sq: &[TensorId], step: i64, lr: f64, beta1: f64, beta2: f64, eps: f64, weight_decay: f64) -> Result<()> {
+        let mut op = Op::begin("optim_adam_step");
         let params = op.get_many(params)?;
         let exp_avg = op.get_many(exp_avg)?;
         let exp_avg_sq = op.get_many(exp_avg_sq)?;
@@ -1666,12 +1666,12 @@ impl Tensor {
     }
 
     /// p -= lr * grad for each parameter.
-    pub fn sgd_step(params: &[&Tensor], lr: f64) -> Result<()> {
-        Ok(core::sgd_step(&params.iter().map(|t| t.id()).collect::<Vec<_>>(), lr)?)
+    pub fn optim_sgd_step(params: &[&Tensor], lr: f64) -> Result<()> {
+        Ok(core::optim_sgd_step(&params.iter().map(|t| t.id()).collect::<Vec<_>>(), lr)?)
     }
 
     /// One Adam step (torch.optim.Adam, L2 weight decay); the caller keeps the moment buffers (zeros like each parameter) and counts `step` from 1.
-    pub fn adam_step(params: &[&Tensor], exp_avg: &[&Tensor], exp_avg_sq: &[&Tensor], step: i64, lr: f64, beta1: f64, beta2: f64, eps: f64, weight_decay: f64) -> Result<()> {
-        Ok(core::adam_step(&params.iter().map(|t| t.id()).collect::<Vec<_>>(), &exp_avg.iter().map(|t| t.id()).collect::<Vec<_>>(), &exp_avg_sq.iter().map(|t| t.id()).collect::<Vec<_>>(), step, lr, beta1, beta2, eps, weight_decay)?)
+    pub fn optim_adam_step(params: &[&Tensor], exp_avg: &[&Tensor], exp_avg_sq: &[&Tensor], step: i64, lr: f64, beta1: f64, beta2: f64, eps: f64, weight_decay: f64) -> Result<()> {
+        Ok(core::optim_adam_step(&params.iter().map(|t| t.id()).collect::<Vec<_>>(), &exp_avg.iter().map(|t| t.id()).collect::<Vec<_>>(), &exp_avg_sq.iter().map(|t| t.id()).collect::<Vec<_>>(), step, lr, beta1, beta2, eps, weight_decay)?)
     }
 }

@@ -768,7 +768,7 @@ static void sgd_and_adam_steps(void) {
         params[0] = p;
         params[1] = nograd;
         live = tr_live_handles();
-        CHECK_OK(tr_tensor_sgd_step(params, 2, 0.1));
+        CHECK_OK(tr_optim_sgd_step(params, 2, 0.1));
         CHECK_EQ_U(tr_live_handles(), live);
     }
     CHECK_F32(p, 1e-6, 0.7f, -1.3f);
@@ -782,14 +782,14 @@ static void sgd_and_adam_steps(void) {
     REQUIRE_OK(tr_tensor_zeros_like(q, &m));
     REQUIRE_OK(tr_tensor_zeros_like(q, &v));
     live = tr_live_handles();
-    CHECK_OK(tr_tensor_adam_step(&q, 1, &m, 1, &v, 1, 1, 0.1, 0.9, 0.999, 1e-8, 0));
+    CHECK_OK(tr_optim_adam_step(&q, 1, &m, 1, &v, 1, 1, 0.1, 0.9, 0.999, 1e-8, 0));
     CHECK_EQ_U(tr_live_handles(), live);
     CHECK_F32(q, 1e-5, 1.1f, -0.9f);
     CHECK_F32(m, 1e-6, -0.2f, -0.2f);
     CHECK_F32(v, 1e-7, 0.004f, 0.004f);
-    CHECK_ERR(tr_tensor_adam_step(&q, 1, &m, 1, &v, 1, 0, 0.1, 0.9, 0.999, 1e-8, 0),
+    CHECK_ERR(tr_optim_adam_step(&q, 1, &m, 1, &v, 1, 0, 0.1, 0.9, 0.999, 1e-8, 0),
               TR_ERR_INVALID_ARG, "step");
-    CHECK_ERR(tr_tensor_adam_step(&q, 1, &m, 1, &v, 0, 2, 0.1, 0.9, 0.999, 1e-8, 0),
+    CHECK_ERR(tr_optim_adam_step(&q, 1, &m, 1, &v, 0, 2, 0.1, 0.9, 0.999, 1e-8, 0),
               TR_ERR_INVALID_ARG, "exp_avg_sq");
     CHECK_OK(tr_scope_dispose(s));
 }

@@ -164,7 +164,7 @@ TEST(gradients_through_the_binding) {
     std::optional<Tensor> g = w.grad();
     REQUIRE(g.has_value());
     CHECK_EQ(g->to_vector<float>(), (F{2, 4, 6}));
-    tr::sgd_step({w}, 0.5);
+    tr::optim_sgd_step({w}, 0.5);
     CHECK_EQ(w.detach().to_vector<float>(), (F{0, 0, 0}));
     w.zero_grad();
     CHECK_EQ(w.grad()->to_vector<float>(), (F{0, 0, 0}));

@@ -685,9 +685,9 @@ namespace TensorRef
         internal static extern Status tr_tensor_zero_grad(TensorHandle a);
         [DllImport(Lib, EntryPoint = "tr_tensor_detach", ExactSpelling = true)]
         internal static extern Status tr_tensor_detach(TensorHandle a, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_sgd_step", ExactSpelling = true)]
-        internal static extern Status tr_tensor_sgd_step(ulong[] @params, UIntPtr params_len, double lr);
-        [DllImport(Lib, EntryPoint = "tr_tensor_adam_step", ExactSpelling = true)]
-        internal static extern Status tr_tensor_adam_step(ulong[] @params, UIntPtr params_len, ulong[] exp_avg, UIntPtr exp_avg_len, ulong[] exp_avg_sq, UIntPtr exp_avg_sq_len, long step, double lr, double beta1, double beta2, double eps, double weight_decay);
+        [DllImport(Lib, EntryPoint = "tr_optim_sgd_step", ExactSpelling = true)]
+        internal static extern Status tr_optim_sgd_step(ulong[] @params, UIntPtr params_len, double lr);
+        [DllImport(Lib, EntryPoint = "tr_optim_adam_step", ExactSpelling = true)]
+        internal static extern Status tr_optim_adam_step(ulong[] @params, UIntPtr params_len, ulong[] exp_avg, UIntPtr exp_avg_len, ulong[] exp_avg_sq, UIntPtr exp_avg_sq_len, long step, double lr, double beta1, double beta2, double eps, double weight_decay);
     }
 }

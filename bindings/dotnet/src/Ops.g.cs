@@ -1262,26 +1262,26 @@ namespace TensorRef
         }
 
         /// <summary>
-        /// p -= lr * grad for each parameter. Calls tr_tensor_sgd_step; throws TensorRefException
-        /// on failure.
+        /// p -= lr * grad for each parameter. Calls tr_optim_sgd_step; throws TensorRefException on
+        /// failure.
         /// </summary>
-        public static void SgdStep(Tensor[] @params, double lr)
+        public static void OptimSgdStep(Tensor[] @params, double lr)
         {
             using (var __params = new HandleList(@params, "params"))
-                Native.Check(Native.tr_tensor_sgd_step(__params.Ids, __params.Length, lr), "tr_tensor_sgd_step");
+                Native.Check(Native.tr_optim_sgd_step(__params.Ids, __params.Length, lr), "tr_optim_sgd_step");
         }
 
         /// <summary>
         /// One Adam step (torch.optim.Adam, L2 weight decay); the caller keeps the moment buffers
-        /// (zeros like each parameter) and counts `step` from 1. Calls tr_tensor_adam_step; throws
+        /// (zeros like each parameter) and counts `step` from 1. Calls tr_optim_adam_step; throws
         /// TensorRefException on failure.
         /// </summary>
-        public static void AdamStep(Tensor[] @params, Tensor[] exp_avg, Tensor[] exp_avg_sq, long step, double lr, double beta1, double beta2, double eps, double weight_decay)
+        public static void OptimAdamStep(Tensor[] @params, Tensor[] exp_avg, Tensor[] exp_avg_sq, long step, double lr, double beta1, double beta2, double eps, double weight_decay)
         {
             using (var __params = new HandleList(@params, "params"))
             using (var __exp_avg = new HandleList(exp_avg, "exp_avg"))
             using (var __exp_avg_sq = new HandleList(exp_avg_sq, "exp_avg_sq"))
-                Native.Check(Native.tr_tensor_adam_step(__params.Ids, __params.Length, __exp_avg.Ids, __exp_avg.Length, __exp_avg_sq.Ids, __exp_avg_sq.Length, step, lr, beta1, beta2, eps, weight_decay), "tr_tensor_adam_step");
+                Native.Check(Native.tr_optim_adam_step(__params.Ids, __params.Length, __exp_avg.Ids, __exp_avg.Length, __exp_avg_sq.Ids, __exp_avg_sq.Length, step, lr, beta1, beta2, eps, weight_decay), "tr_optim_adam_step");
         }
     }
 }

@@ -1,6 +1,6 @@
 // The residency manager from C#: ResidencyConfig (device, policy, budget...), ResidencyManager
 // (Configure returns a ResidencySession whose Dispose restores what was configured before it;
-// Disable, Statistics, MarkIteration, the Events event, the timeline), the ResidencyStats and
+// Disable, Stats, MarkIteration, the Events event, the timeline), the ResidencyStats and
 // ResidencyEvent snapshots, and Tensor.PinResident / IsResident. The P/Invokes and native structs
 // are in Native.cs, the device/policy/event enums in Abi.g.cs (generated from the header).
 //
@@ -210,11 +210,11 @@ namespace TensorRef
         /// Whether a manager is running (configured from here or from any other language):
         /// tr_residency_enabled, which never fails and leaves the thread's last error alone.
         /// </summary>
-        public static bool IsEnabled
+        public static bool Enabled
         {
             get
             {
-                NotInHandler("ResidencyManager.IsEnabled");
+                NotInHandler("ResidencyManager.Enabled");
                 return Native.tr_residency_enabled();
             }
         }
@@ -223,11 +223,11 @@ namespace TensorRef
         public static ResidencyConfig Current => Volatile.Read(ref _current)?.Clone();
 
         /// <summary>The manager's counters now (tr_residency_stats_get). Throws TensorRefException (InvalidArg) without a manager.</summary>
-        public static ResidencyStats Statistics
+        public static ResidencyStats Stats
         {
             get
             {
-                NotInHandler("ResidencyManager.Statistics");
+                NotInHandler("ResidencyManager.Stats");
                 NativeResidencyStats s;
                 Native.Check(Native.tr_residency_stats_get(out s), "tr_residency_stats_get");
                 return new ResidencyStats(s);
@@ -244,21 +244,21 @@ namespace TensorRef
             Native.Check(Native.tr_residency_mark_iteration(), "tr_residency_mark_iteration");
         }
 
-        /// <summary>Starts recording the manager's events for WriteTimeline. Throws TensorRefException (InvalidArg) without a manager.</summary>
-        public static void StartTimeline()
+        /// <summary>Starts recording the manager's events for TimelineWrite. Throws TensorRefException (InvalidArg) without a manager.</summary>
+        public static void TimelineStart()
         {
-            NotInHandler("ResidencyManager.StartTimeline");
+            NotInHandler("ResidencyManager.TimelineStart");
             Native.Check(Native.tr_residency_timeline_start(), "tr_residency_timeline_start");
         }
 
         /// <summary>
-        /// Writes the events recorded since StartTimeline to `path` as Chrome trace / Perfetto JSON
+        /// Writes the events recorded since TimelineStart to `path` as Chrome trace / Perfetto JSON
         /// (open it at ui.perfetto.dev). Throws TensorRefException: InvalidArg without a manager or
         /// without a timeline started, Io when the path cannot be written.
         /// </summary>
-        public static void WriteTimeline(string path)
+        public static void TimelineWrite(string path)
         {
-            NotInHandler("ResidencyManager.WriteTimeline");
+            NotInHandler("ResidencyManager.TimelineWrite");
             if (path == null) throw new ArgumentNullException("path");
             Native.Check(Native.tr_residency_timeline_write(Native.Utf8Z(Path.GetFullPath(path))), "tr_residency_timeline_write");
         }

@@ -77,9 +77,9 @@ namespace TensorRef.Tests
             {
                 using (ResidencyManager.Configure(new ResidencyConfig(Policy.Flow, budget)))
                 {
-                    Check.True(ResidencyManager.IsEnabled, "the manager runs");
+                    Check.True(ResidencyManager.Enabled, "the manager runs");
                     run.Embeddings = m.EmbedFlat(Sentences);
-                    run.Stats = ResidencyManager.Statistics;
+                    run.Stats = ResidencyManager.Stats;
                 }
             }
             finally

@@ -64,7 +64,7 @@ namespace TensorRef.Tests
         [Test]
         static void GenoaAndFlow_GiveTheUnmanagedResults_BitForBit()
         {
-            Check.True(!ResidencyManager.IsEnabled, "no manager for the reference run");
+            Check.True(!ResidencyManager.Enabled, "no manager for the reference run");
             var expected = Program();
             foreach (var policy in new[] { Policy.Genoa, Policy.Flow })
                 foreach (var budget in new[] { Least, Least * 3 / 2, Least * 3 })
@@ -73,7 +73,7 @@ namespace TensorRef.Tests
                     using (ResidencyManager.Configure(new ResidencyConfig(policy, budget)))
                     {
                         SameBytes(expected, Program(), what);
-                        var s = ResidencyManager.Statistics;
+                        var s = ResidencyManager.Stats;
                         Check.True(s.Loads > 0 && s.Evictions > 0 && s.WriteBacks > 0, what + ": data moved both ways: " + s);
                         Check.True(s.PeakDeviceBytes <= budget, what + ": peak within the budget: " + s);
                         Check.Equal(0UL, s.DeviceBytes, what + ": the scope's releases freed every device byte");
@@ -101,7 +101,7 @@ namespace TensorRef.Tests
                     using (ResidencyManager.Configure(new ResidencyConfig(policy, Least)))
                     {
                         Program();
-                        var s = ResidencyManager.Statistics;
+                        var s = ResidencyManager.Stats;
                         Func<EventKind, int> count = k => counts.ContainsKey(k) ? counts[k] : 0;
                         string seen = policy + ": " + string.Join(", ", counts.Select(kv => kv.Key + " " + kv.Value));
                         Check.True(count(EventKind.Load) > 0 && count(EventKind.Evict) > 0 &&
@@ -155,12 +155,12 @@ namespace TensorRef.Tests
                     {
                         for (int pass = 0; pass < 3; pass++)
                         {
-                            ulong before = ResidencyManager.Statistics.LoadBytes;
+                            ulong before = ResidencyManager.Stats.LoadBytes;
                             Check.True(reference.SequenceEqual(Pass(x, weights)), policy + " pass " + pass + " gives the unmanaged output");
                             ResidencyManager.MarkIteration();
-                            lastPass[policy] = ResidencyManager.Statistics.LoadBytes - before;
+                            lastPass[policy] = ResidencyManager.Stats.LoadBytes - before;
                         }
-                        var s = ResidencyManager.Statistics;
+                        var s = ResidencyManager.Stats;
                         Check.True(s.PeakDeviceBytes <= budget, policy + ": within the budget: " + s);
                         if (policy == Policy.Flow)
                             Check.True(s.Prefetches > 0 && s.PrefetchHits > 0, "Flow prefetched weights ahead of use: " + s);
@@ -210,12 +210,12 @@ namespace TensorRef.Tests
                     Check.True(pinned.IsResident, "a pinned tensor is loaded at once");
                     var h = x.Add(pinned);
                     for (int i = 0; i < 12; i++) h = h.Matmul(x).Tanh().Add(pinned); // all kept: the budget forces evictions
-                    var s = ResidencyManager.Statistics;
+                    var s = ResidencyManager.Stats;
                     Check.Equal(4096UL, s.PinnedBytes, "pinned bytes");
                     Check.True(s.Evictions > 0, "the rest was evicted around the pin: " + s);
                     Check.True(pinned.IsResident, "the pinned tensor was never evicted");
                     pinned.PinResident(false);
-                    Check.Equal(0UL, ResidencyManager.Statistics.PinnedBytes, "unpinned");
+                    Check.Equal(0UL, ResidencyManager.Stats.PinnedBytes, "unpinned");
                 }
             }
         }
@@ -233,7 +233,7 @@ namespace TensorRef.Tests
             Check.Throws(Status.Device, () => ResidencyManager.Configure(cuda), "CUDA device 99");
             Check.Throws<ArgumentOutOfRangeException>(() => new ResidencyConfig { PrefetchDepth = -1 }, "a negative prefetch depth");
             Check.Throws<ArgumentNullException>(() => ResidencyManager.Configure(null), "no config");
-            Check.True(!ResidencyManager.IsEnabled && ResidencyManager.Current == null, "nothing was configured");
+            Check.True(!ResidencyManager.Enabled && ResidencyManager.Current == null, "nothing was configured");
         }
 
         [Test]
@@ -245,10 +245,10 @@ namespace TensorRef.Tests
                 ResidencyManager.Disable(); // nothing to do: not an error
                 var calls = new Dictionary<string, Action>
                 {
-                    { "Statistics", () => { var s = ResidencyManager.Statistics; } },
+                    { "Stats", () => { var s = ResidencyManager.Stats; } },
                     { "MarkIteration", ResidencyManager.MarkIteration },
-                    { "StartTimeline", ResidencyManager.StartTimeline },
-                    { "WriteTimeline", () => ResidencyManager.WriteTimeline(Path.Combine(Path.GetTempPath(), "tensorref-never-written.json")) },
+                    { "TimelineStart", ResidencyManager.TimelineStart },
+                    { "TimelineWrite", () => ResidencyManager.TimelineWrite(Path.Combine(Path.GetTempPath(), "tensorref-never-written.json")) },
                     { "PinResident", () => t.PinResident() },
                     { "IsResident", () => { var r = t.IsResident; } },
                 };
@@ -291,12 +291,12 @@ namespace TensorRef.Tests
                 var a = torch.Randn(new long[] { 16, 16 });
                 using (ResidencyManager.Configure(new ResidencyConfig(Policy.Flow, 4096)))
                 {
-                    var e = Check.Throws(Status.InvalidArg, () => ResidencyManager.WriteTimeline(path), "a timeline never started");
+                    var e = Check.Throws(Status.InvalidArg, () => ResidencyManager.TimelineWrite(path), "a timeline never started");
                     Check.True(e.LibraryMessage.Contains("timeline"), e.LibraryMessage);
-                    ResidencyManager.StartTimeline();
+                    ResidencyManager.TimelineStart();
                     a.Matmul(a).Relu();
-                    ResidencyManager.WriteTimeline(path);
-                    Check.Throws(Status.Io, () => ResidencyManager.WriteTimeline(Path.Combine(path, "no", "such", "dir.json")),
+                    ResidencyManager.TimelineWrite(path);
+                    Check.Throws(Status.Io, () => ResidencyManager.TimelineWrite(Path.Combine(path, "no", "such", "dir.json")),
                                  "an unwritable path");
                 }
             }

@@ -156,7 +156,7 @@ def fail(status: int, function: str, *tensors):
 
 def c_path(path) -> bytes:
     """A path (str, bytes, os.PathLike) as the bytes of a C string. A NUL inside would end the C
-    string there (load_weights("a\\0b") would open "a"): ValueError, as open() raises."""
+    string there (weights.load("a\\0b") would open "a"): ValueError, as open() raises."""
     b = os.fsencode(path)
     if b"\0" in b:
         raise ValueError(f"the path {path!r} contains a NUL byte, which a C string cannot carry")

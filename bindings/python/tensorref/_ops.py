@@ -169,8 +169,8 @@ __all__ = [
     'grad',
     'zero_grad',
     'detach',
-    'sgd_step',
-    'adam_step',
+    'optim_sgd_step',
+    'optim_adam_step',
 ]
 
 _f_zeros = _lib.tr_tensor_zeros
@@ -2428,41 +2428,41 @@ def detach(a):
     return out
 
 
-_f_sgd_step = _lib.tr_tensor_sgd_step
+_f_optim_sgd_step = _lib.tr_optim_sgd_step
 
 
-def sgd_step(params, lr):
+def optim_sgd_step(params, lr):
     """p -= lr * grad for each parameter.
 
-    sgd_step(params: Sequence[Tensor], lr: float) -> None   [C: tr_tensor_sgd_step]
+    optim_sgd_step(params: Sequence[Tensor], lr: float) -> None   [C: tr_optim_sgd_step]
     """
     params, _params, _params_len = _handles(params, 'params')
     try:
-        st = _f_sgd_step(_params, _params_len, lr)
+        st = _f_optim_sgd_step(_params, _params_len, lr)
     except _CArgumentError as e:
-        raise _bad_call('sgd_step', 'params: Sequence[Tensor], lr: float', e) from None
+        raise _bad_call('optim_sgd_step', 'params: Sequence[Tensor], lr: float', e) from None
     if st:
-        _fail(st, 'tr_tensor_sgd_step')
+        _fail(st, 'tr_optim_sgd_step')
     return None
 
 
-_f_adam_step = _lib.tr_tensor_adam_step
+_f_optim_adam_step = _lib.tr_optim_adam_step
 
 
-def adam_step(params, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay):
+def optim_adam_step(params, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay):
     """One Adam step (torch.optim.Adam, L2 weight decay); the caller keeps the moment buffers (zeros like each parameter) and counts `step` from 1.
 
-    adam_step(params: Sequence[Tensor], exp_avg: Sequence[Tensor], exp_avg_sq: Sequence[Tensor], step: int, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float) -> None   [C: tr_tensor_adam_step]
+    optim_adam_step(params: Sequence[Tensor], exp_avg: Sequence[Tensor], exp_avg_sq: Sequence[Tensor], step: int, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float) -> None   [C: tr_optim_adam_step]
     """
     params, _params, _params_len = _handles(params, 'params')
     exp_avg, _exp_avg, _exp_avg_len = _handles(exp_avg, 'exp_avg')
     exp_avg_sq, _exp_avg_sq, _exp_avg_sq_len = _handles(exp_avg_sq, 'exp_avg_sq')
     try:
-        st = _f_adam_step(_params, _params_len, _exp_avg, _exp_avg_len, _exp_avg_sq, _exp_avg_sq_len, step, lr, beta1, beta2, eps, weight_decay)
+        st = _f_optim_adam_step(_params, _params_len, _exp_avg, _exp_avg_len, _exp_avg_sq, _exp_avg_sq_len, step, lr, beta1, beta2, eps, weight_decay)
     except _CArgumentError as e:
-        raise _bad_call('adam_step', 'params: Sequence[Tensor], exp_avg: Sequence[Tensor], exp_avg_sq: Sequence[Tensor], step: int, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float', e) from None
+        raise _bad_call('optim_adam_step', 'params: Sequence[Tensor], exp_avg: Sequence[Tensor], exp_avg_sq: Sequence[Tensor], step: int, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float', e) from None
     if st:
-        _fail(st, 'tr_tensor_adam_step')
+        _fail(st, 'tr_optim_adam_step')
     return None
 
 # Operators: int and float operands go to the *_scalar ops.

@@ -56,7 +56,7 @@ _pending: list[int] = []
 RELEASE_BATCH = 64
 _limit = [RELEASE_BATCH]   # a list so that finalizers can hold it through shutdown
 
-# One entry per residency event callback running now (on any thread; _residency's trampoline
+# One entry per residency event callback running now (on any thread; residency's trampoline
 # pushes and pops, atomic under the GIL). The callback runs while the library holds the
 # manager's lock, and the garbage collector may run finalizers inside it: a finalizer then only
 # appends to `_pending`, never calls the library, and the next finalizer or flush outside a

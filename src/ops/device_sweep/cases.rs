@@ -135,12 +135,12 @@ pub(super) fn cases() -> Vec<Case> {
             Ok(vec![])
         } },
         Case { op: "detach", on_inputs: true, run: || Ok(vec![core::detach(m(&[4, 4], F32))?]) },
-        Case { op: "sgd_step", on_inputs: true, run: || {
-            core::sgd_step(&[p(&[4, 4]), p(&[4])], 0.1)?;
+        Case { op: "optim_sgd_step", on_inputs: true, run: || {
+            core::optim_sgd_step(&[p(&[4, 4]), p(&[4])], 0.1)?;
             Ok(vec![])
         } },
-        Case { op: "adam_step", on_inputs: true, run: || {
-            core::adam_step(&[p(&[4, 4])], &[m(&[4, 4], F32)], &[m(&[4, 4], F32)], 1, 0.1, 0.9, 0.999, 1e-5, 0.01)?;
+        Case { op: "optim_adam_step", on_inputs: true, run: || {
+            core::optim_adam_step(&[p(&[4, 4])], &[m(&[4, 4], F32)], &[m(&[4, 4], F32)], 1, 0.1, 0.9, 0.999, 1e-5, 0.01)?;
             Ok(vec![])
         } },
     ]

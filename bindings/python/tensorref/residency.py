@@ -1,17 +1,21 @@
-"""The residency manager (docs/residency.md) from Python: where tensors' bytes live under
-a hard device budget, with the policies Resident, Genoa and Flow.
+"""The residency manager (docs/residency.md) from Python, as ``tensorref.residency``: where
+tensors' bytes live under a hard device budget, with the policies Resident, Genoa and Flow.
 
-    with tr.residency(policy="flow", budget_bytes=64 << 20):   # simulated device by default
+    with tr.residency.session(policy="flow", budget_bytes=64 << 20):  # simulated device by default
         for batch in data:
             y = model(batch)
-            tr.mark_iteration()                                  # Flow learns the order
-        print(tr.residency_stats())
+            tr.residency.mark_iteration()                             # Flow learns the order
+        print(tr.residency.stats())
     # the manager is disabled here (or the one this block replaced is configured again)
+
+The names are the C ABI's without `tr_residency_` (configure, disable, enabled, stats,
+mark_iteration, set_callback, timeline_start, timeline_write), its structs' without
+`tr_residency_` (Config, Stats, Event); tensors have `pin_resident` and `is_resident`.
 
 One manager per process, shared by every thread and language. While one is configured through
 this module, garbage-collected tensors are released at once rather than in batches (their bytes
 count against the budget). The event callback runs on the op's thread while the manager is
-locked: it must not call tensorref; its exceptions are caught and kept in `callback_errors`.
+locked: it must not call tensorref; its exceptions are caught and kept (`callback_errors()`).
 """
 from __future__ import annotations
 
@@ -26,12 +30,8 @@ from ._abi import ResidencyConfig as _CConfig, ResidencyStats as _CStats
 from ._lib import c_path, fail, lib
 from ._tensor import Tensor, flush_releases
 
-__all__ = ["Config", "ResidencyStats", "Event", "configure", "disable", "enabled", "residency",
-           "residency_stats", "mark_iteration", "set_event_callback", "callback_errors",
-           "timeline_start", "timeline_write"]
-# tensorref exports them as ResidencyConfig, ResidencyStats, ResidencyEvent, configure_residency,
-# disable_residency, residency_enabled, residency, residency_stats, mark_iteration,
-# set_event_callback, timeline_start, timeline_write; `tensorref.callback_errors()` is the list.
+__all__ = ["Config", "Stats", "Event", "configure", "disable", "enabled", "session", "stats",
+           "mark_iteration", "set_callback", "callback_errors", "timeline_start", "timeline_write"]
 
 _EVENT_NAMES = {v: k.lower() for k, v in EVENT_KIND_CODES.items()}
 
@@ -133,7 +133,7 @@ def enabled() -> bool:
     return bool(lib.tr_residency_enabled())
 
 
-class residency:
+class session:
     """Context manager: configures a manager on entry (a Config, or its fields as keywords) and
     on exit disables it, or configures again the one this block replaced when that one was
     configured through this module (with fresh counters). `as` gives the Config."""
@@ -157,7 +157,7 @@ class residency:
             _check(lib.tr_residency_configure(byref(self._outer.to_c())), "tr_residency_configure")
 
 
-class ResidencyStats(NamedTuple):
+class Stats(NamedTuple):
     """tr_residency_stats: the manager's counters since it was configured (device bytes)."""
     budget: int
     device_bytes: int
@@ -185,12 +185,12 @@ class ResidencyStats(NamedTuple):
     needless_write_backs: int
 
 
-def residency_stats() -> ResidencyStats:
+def stats() -> Stats:
     """The manager's counters; raises ArgumentError without a manager."""
     flush_releases()
     s = _CStats()
     _check(lib.tr_residency_stats_get(byref(s)), "tr_residency_stats_get")
-    return ResidencyStats(*(getattr(s, f) for f in ResidencyStats._fields))
+    return Stats(*(getattr(s, f) for f in Stats._fields))
 
 
 def mark_iteration() -> None:
@@ -239,9 +239,14 @@ class Event(NamedTuple):
 
 # The registered CFUNCTYPE object: it must stay alive while the library may call it.
 _callback = None
-callback_errors: list[BaseException] = []
-"""Exceptions raised by the event callback (the trampoline catches them all; they cannot
-unwind into the library). Cleared by set_event_callback."""
+# Exceptions raised by the event callback (the trampoline catches them all; they cannot unwind
+# into the library), oldest first, at most 100. Cleared by set_callback.
+_callback_errors: list[BaseException] = []
+
+
+def callback_errors() -> list:
+    """The exceptions the event callback raised since set_callback, oldest first (at most 100)."""
+    return list(_callback_errors)
 
 
 def _trampoline(fn: Callable[[Event], None]):
@@ -256,8 +261,8 @@ def _trampoline(fn: Callable[[Event], None]):
                      (e.op or b"").decode("utf-8", "replace"), e.time_us, e.duration_us))
         except BaseException as exc:  # noqa: BLE001  (nothing may unwind into the library)
             try:
-                if len(callback_errors) < 100:
-                    callback_errors.append(exc)
+                if len(_callback_errors) < 100:
+                    _callback_errors.append(exc)
             except BaseException:  # noqa: BLE001
                 pass
         finally:
@@ -265,7 +270,7 @@ def _trampoline(fn: Callable[[Event], None]):
     return _EventFn(call)
 
 
-def set_event_callback(fn: Callable[[Event], None] | None) -> None:
+def set_callback(fn: Callable[[Event], None] | None) -> None:
     """Calls `fn(event)` for every manager event, on the thread of the op that caused it,
     while the manager is locked: `fn` must not call tensorref. None removes it. The callback
     carries over when the manager is reconfigured. Needs a manager."""
@@ -274,7 +279,7 @@ def set_event_callback(fn: Callable[[Event], None] | None) -> None:
     _check(lib.tr_residency_set_callback(cb, None), "tr_residency_set_callback")
     # The library no longer calls the previous one when set_callback returns: drop it now.
     _callback = cb if fn is not None else None
-    callback_errors.clear()
+    _callback_errors.clear()
 
 
 # ------------------------------------------------------------ timeline
