@@ -22,7 +22,8 @@ from ._ops import __all__ as _op_names
 from ._ops import abs, pow, slice  # noqa: A004  (kept out of `import *`)
 from ._habits import (MinMax, arange, argmax, argmin, expand, full, max, mean, min, ones,  # noqa: A004
                       permute, rand, randn, reshape, squeeze, sum, view, zeros)
-from ._tensor import Tensor, flush_releases, from_numpy, set_release_batch, tensor
+from ._ownership import flush_releases, set_release_batch
+from ._tensor import Tensor, from_numpy, tensor
 from .dtypes import (DType, bfloat16, bool_, dtype, float16, float32, float64, int8, int16,
                      int32, int64, uint8)
 from .errors import (AbiMismatchError, ArgumentError, DeviceError, FileError, HandleError,

@@ -9,11 +9,12 @@
  *
  * Nothing is linked at build time. install() receives the addresses of the library's functions
  * from the ctypes CDLL the package already loaded (TENSORREF_LIB picks it), so both paths call
- * one library instance with one handle registry, and the Python objects it shares with
- * _tensor.py: the Tensor class, the deferred-release buffer and batch size, the list that is
- * non-empty while a residency event callback runs, `fail`. Library calls release the GIL, as ctypes calls do: an op may be long, and a
- * thread that holds a library lock may need the GIL (a residency event callback, a DLPack
- * deleter), so holding it across a call could deadlock.
+ * one library instance with one handle registry, and the Python objects it shares with the
+ * package: the Tensor class, and from _ownership.py the deferred-release buffer and batch size
+ * and the list that is non-empty while a residency event callback runs; `fail`. Library calls
+ * release the GIL, as ctypes calls do: an op may be long, and a thread that holds a library lock
+ * may need the GIL (a residency event callback, a DLPack deleter), so holding it across a call
+ * could deadlock.
  *
  * Speed: the methods are method descriptors on Tensor, and Tensor's type slots (nb_add ...,
  * tp_finalize) call them directly rather than looking them up at each call (bind_slots). A
@@ -109,9 +110,9 @@ static Op ops[N_OPS] = {
 /* Set by install(); strong references kept for the life of the process. */
 static PyTypeObject *Tensor;      /* tensorref.Tensor */
 static PyObject *own_descr;       /* its slot `_own` (a member descriptor) */
-static PyObject *pending;         /* _tensor._pending: handles (int) waiting for release */
-static PyObject *limit;           /* _tensor._limit: [batch size] */
-static PyObject *in_callback;     /* _tensor.in_callback: non-empty inside an event callback */
+static PyObject *pending;         /* _ownership._pending: handles (int) waiting for release */
+static PyObject *limit;           /* _ownership._limit: [batch size] */
+static PyObject *in_callback;     /* _ownership.in_callback: non-empty inside an event callback */
 static PyObject *fail;            /* _lib.fail(status, function, *tensors): raises */
 static PyObject *empty_tuple;
 static any_fn tr_release, tr_release_many;  /* release_fn, release_many_fn */

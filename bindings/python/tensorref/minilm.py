@@ -17,7 +17,7 @@ import numpy as np
 
 from ._abi import WEIGHT_MODE_CODES, MiniLMHandle, MiniLMOptions
 from ._lib import c_path, fail, lib
-from ._tensor import flush_releases
+from ._ownership import flush_releases
 
 __all__ = ["MiniLM", "model_dir"]
 

@@ -24,11 +24,12 @@ import warnings
 from ctypes import byref, c_bool
 from typing import Callable, NamedTuple
 
-from . import _tensor
+from . import _ownership
 from ._abi import DEVICE_CODES, EVENT_KIND_CODES, POLICY_CODES, EventFn as _EventFn
 from ._abi import ResidencyConfig as _CConfig, ResidencyStats as _CStats
 from ._lib import c_path, fail, lib
-from ._tensor import Tensor, flush_releases
+from ._ownership import flush_releases
+from ._tensor import Tensor
 
 __all__ = ["Config", "Stats", "Event", "configure", "disable", "enabled", "session", "stats",
            "mark_iteration", "set_callback", "callback_errors", "timeline_start", "timeline_write"]
@@ -114,7 +115,7 @@ def configure(config: Config | None = None, **fields) -> Config:
     flush_releases()
     _check(lib.tr_residency_configure(byref(c)), "tr_residency_configure")
     if not _saved_batch:
-        _saved_batch.append(_tensor.set_release_batch(1))
+        _saved_batch.append(_ownership.set_release_batch(1))
     _configured.append(config)
     return config
 
@@ -125,7 +126,7 @@ def disable() -> None:
     _check(lib.tr_residency_disable(), "tr_residency_disable")
     _configured.clear()
     if _saved_batch:
-        _tensor.set_release_batch(_saved_batch.pop())
+        _ownership.set_release_batch(_saved_batch.pop())
 
 
 def enabled() -> bool:
@@ -251,7 +252,7 @@ def callback_errors() -> list:
 
 def _trampoline(fn: Callable[[Event], None]):
     names = _EVENT_NAMES
-    inside = _tensor.in_callback  # while non-empty, finalizers do not call the library
+    inside = _ownership.in_callback  # while non-empty, finalizers do not call the library
 
     def call(ev, _user):
         inside.append(1)

@@ -20,7 +20,8 @@ from typing import NamedTuple
 from ._abi import ScopeHandle, Stats as _CStats
 from ._lib import fail, lib
 from .errors import ScopeError
-from ._tensor import Tensor, flush_releases
+from ._ownership import flush_releases
+from ._tensor import Tensor
 
 __all__ = ["Scope", "Stats", "scope", "current_scope", "stats", "reset_stats"]
 
@@ -152,6 +153,19 @@ class Scope(ScopeHandle):
         if st:
             fail(st, "tr_scope_len")
         return n.value
+
+
+@property
+def _scope_of(self: Tensor) -> Scope | None:
+    """The Scope that owns this handle, or None when the caller does."""
+    out = ScopeHandle()
+    st = lib.tr_tensor_scope(self, out)
+    if st:
+        fail(st, "tr_tensor_scope")
+    return Scope._view(out.value) if out.value else None
+
+
+Tensor.scope = _scope_of
 
 
 def scope() -> Scope:

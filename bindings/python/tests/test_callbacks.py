@@ -31,7 +31,7 @@ def run(body: str, *args: str, watchdog_s: int = WATCHDOG_S) -> subprocess.Compl
 STRESS = """
     import gc
     import tensorref as tr
-    from tensorref import _tensor
+    from tensorref import _ownership
 
     policy = sys.argv[1]
     a = tr.ones([16])
@@ -44,7 +44,7 @@ STRESS = """
 
     collections_in_callbacks = [0]
     def watch(phase, info):
-        if phase == "start" and _tensor.in_callback:
+        if phase == "start" and _ownership.in_callback:
             collections_in_callbacks[0] += 1
     gc.callbacks.append(watch)
 
