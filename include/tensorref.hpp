@@ -187,7 +187,7 @@ inline const char* c_string(const std::string& text, const char* what) {
 }  // namespace detail
 
 // ---------------------------------------------------------------- dtypes
-
+// tr::DType and the other enums are generated (tensorref_enums.hpp, included above).
 
 /// The dtype of a C++ element type (no C++ type maps to F16 or BF16).
 template <class T>
@@ -202,23 +202,6 @@ template <> struct dtype_of<double> { static constexpr DType value = DType::F64;
 template <> struct dtype_of<bool> { static constexpr DType value = DType::Bool; };
 template <class T>
 inline constexpr DType dtype_of_v = dtype_of<T>::value;
-
-/// A dtype's short name ("f32", "i64", ...).
-inline const char* dtype_name(DType d) noexcept {
-    switch (d) {
-        case DType::U8: return "u8";
-        case DType::I8: return "i8";
-        case DType::I16: return "i16";
-        case DType::I32: return "i32";
-        case DType::I64: return "i64";
-        case DType::F16: return "f16";
-        case DType::F32: return "f32";
-        case DType::F64: return "f64";
-        case DType::Bool: return "bool";
-        case DType::Bf16: return "bf16";
-    }
-    return "unknown";
-}
 
 // ---------------------------------------------------------------- argument lists
 
@@ -462,8 +445,8 @@ class Tensor : public detail::TensorOps<Tensor> {
     std::vector<T> to_vector() const {
         DType actual = dtype();
         if (actual != dtype_of_v<T>) {
-            throw Error(TR_ERR_DTYPE, std::string("to_vector<") + dtype_name(dtype_of_v<T>) +
-                                          "> on a tensor of dtype " + dtype_name(actual));
+            throw Error(TR_ERR_DTYPE, std::string("to_vector<") + to_string(dtype_of_v<T>) +
+                                          "> on a tensor of dtype " + to_string(actual));
         }
         size_t n = numel();
         size_t written = 0;
@@ -779,8 +762,7 @@ class NoGradGuard {
 // The residency manager (docs/residency.md) decides where each tensor's bytes live: ops
 // bring their inputs to the compute device and the policy places the results, under a hard device
 // byte budget. There is one manager per process; tr::Residency runs it for as long as it lives.
-
-
+// Its enums (tr::Device, tr::Policy, tr::EventKind) are generated in tensorref_enums.hpp.
 
 /// The manager's configuration (tr_residency_config). A default-constructed one holds the
 /// library's defaults (tr_residency_config_default): simulated device, Flow, pinned host memory,
@@ -914,20 +896,7 @@ struct ResidencyStats {
     }
 };
 
-
-inline const char* event_kind_name(EventKind k) noexcept {
-    switch (k) {
-        case EventKind::Load: return "load";
-        case EventKind::Evict: return "evict";
-        case EventKind::WriteBack: return "write-back";
-        case EventKind::OpBegin: return "op-begin";
-        case EventKind::OpEnd: return "op-end";
-        case EventKind::Prefetch: return "prefetch";
-    }
-    return "unknown";
-}
-
-/// One manager event (tr_event), as the callback receives it.
+/// One manager event (tr_event), as the callback receives it (tr::to_string(kind) names it).
 struct Event {
     EventKind kind;
     /// The storage concerned (shared by aliases; not a handle), 0 for op events.
@@ -1285,7 +1254,7 @@ class Weights {
 };
 
 // ---------------------------------------------------------------- MiniLM
-
+// tr::WeightMode is generated in tensorref_enums.hpp.
 
 /// How a MiniLM model is loaded (tr_minilm_options). A default-constructed one holds the
 /// library's defaults (tr_minilm_options_default): page mode, batches of 32, 256 tokens at most,

@@ -33,6 +33,23 @@ enum class DType : int32_t {
     Bf16 = TR_DTYPE_BF16,
 };
 
+/// The value's name: its constant's last words in lower case (`u8`).
+inline const char* to_string(DType v) noexcept {
+    switch (v) {
+        case DType::U8: return "u8";
+        case DType::I8: return "i8";
+        case DType::I16: return "i16";
+        case DType::I32: return "i32";
+        case DType::I64: return "i64";
+        case DType::F16: return "f16";
+        case DType::F32: return "f32";
+        case DType::F64: return "f64";
+        case DType::Bool: return "bool";
+        case DType::Bf16: return "bf16";
+    }
+    return "unknown";
+}
+
 /// Which member of a `tr_scalar` holds its value.
 enum class ScalarKind : int32_t {
     /// An integer, in `i`.
@@ -42,6 +59,16 @@ enum class ScalarKind : int32_t {
     /// A bool, in `b`.
     Bool = TR_SCALAR_KIND_BOOL,
 };
+
+/// The value's name: its constant's last words in lower case (`int`).
+inline const char* to_string(ScalarKind v) noexcept {
+    switch (v) {
+        case ScalarKind::Int: return "int";
+        case ScalarKind::Float: return "float";
+        case ScalarKind::Bool: return "bool";
+    }
+    return "unknown";
+}
 
 /// The kind of compute device the residency manager places storages on.
 enum class Device : int32_t {
@@ -53,6 +80,16 @@ enum class Device : int32_t {
     Simulated = TR_DEVICE_SIMULATED,
 };
 
+/// The value's name: its constant's last words in lower case (`cpu`).
+inline const char* to_string(Device v) noexcept {
+    switch (v) {
+        case Device::Cpu: return "cpu";
+        case Device::Cuda: return "cuda";
+        case Device::Simulated: return "simulated";
+    }
+    return "unknown";
+}
+
 /// Which policy the residency manager runs.
 enum class Policy : int32_t {
     /// Everything on the compute device; no budget.
@@ -63,6 +100,16 @@ enum class Policy : int32_t {
     /// prefetch the next uses.
     Flow = TR_POLICY_FLOW,
 };
+
+/// The value's name: its constant's last words in lower case (`resident`).
+inline const char* to_string(Policy v) noexcept {
+    switch (v) {
+        case Policy::Resident: return "resident";
+        case Policy::Genoa: return "genoa";
+        case Policy::Flow: return "flow";
+    }
+    return "unknown";
+}
 
 /// What a residency manager event reports.
 enum class EventKind : int32_t {
@@ -80,6 +127,19 @@ enum class EventKind : int32_t {
     Prefetch = TR_EVENT_KIND_PREFETCH,
 };
 
+/// The value's name: its constant's last words in lower case (`load`).
+inline const char* to_string(EventKind v) noexcept {
+    switch (v) {
+        case EventKind::Load: return "load";
+        case EventKind::Evict: return "evict";
+        case EventKind::WriteBack: return "write_back";
+        case EventKind::OpBegin: return "op_begin";
+        case EventKind::OpEnd: return "op_end";
+        case EventKind::Prefetch: return "prefetch";
+    }
+    return "unknown";
+}
+
 /// How a model's weights use the device under the residency manager.
 enum class WeightMode : int32_t {
     /// Weights are loaded for their op and may leave after (pytorch-optimem's `page`).
@@ -88,6 +148,15 @@ enum class WeightMode : int32_t {
     /// on the device; the rest page (pytorch-optimem's `chunk`).
     Chunk = TR_WEIGHT_MODE_CHUNK,
 };
+
+/// The value's name: its constant's last words in lower case (`page`).
+inline const char* to_string(WeightMode v) noexcept {
+    switch (v) {
+        case WeightMode::Page: return "page";
+        case WeightMode::Chunk: return "chunk";
+    }
+    return "unknown";
+}
 
 }  // namespace tr
 

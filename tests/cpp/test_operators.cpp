@@ -54,7 +54,7 @@ TEST(division_is_true_division) {
 // A double operand promotes an integer or bool tensor as a Python float does in PyTorch: to the
 // default dtype, float32 (src/ops/scalars.rs types the 0-dim scalar tensor for this).
 TEST(double_operands_promote_like_python_scalars) {
-    auto dtype = [](const Tensor& t) { return std::string(tr::dtype_name(t.dtype())); };
+    auto dtype = [](const Tensor& t) { return std::string(tr::to_string(t.dtype())); };
     Tensor i = Tensor::from_vector(std::vector<int64_t>{1, 2});
     Tensor b = Tensor::from_vector(std::vector<bool>{true, false});
     CHECK_EQ(dtype(i * 0.5), "f32");
@@ -68,7 +68,7 @@ TEST(double_operands_promote_like_python_scalars) {
 
 // What does hold: a double operand never widens a floating tensor's dtype.
 TEST(double_operands_keep_a_floating_dtype) {
-    auto dtype = [](const Tensor& t) { return std::string(tr::dtype_name(t.dtype())); };
+    auto dtype = [](const Tensor& t) { return std::string(tr::to_string(t.dtype())); };
     Tensor f = Tensor::from_vector(std::vector<float>{1, 2});
     Tensor h = f.to_dtype(tr::DType::F16);
     CHECK_EQ(dtype(f * 0.1), "f32");
