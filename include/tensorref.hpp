@@ -766,8 +766,8 @@ class NoGradGuard {
 
 /// The manager's configuration (tr_residency_config). A default-constructed one holds the
 /// library's defaults (tr_residency_config_default): simulated device, Flow, pinned host memory,
-/// prefetch depth 2, unlimited simulated capacity, and a budget of 0, which Genoa and Flow refuse:
-/// set budget_bytes.
+/// prefetch as far ahead as the budget allows (depth 256 ops), unlimited simulated capacity, and
+/// a budget of 0, which Genoa and Flow refuse: set budget_bytes.
 struct ResidencyConfig {
     Device device;
     /// The CUDA device number (Device::Cuda only).

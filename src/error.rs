@@ -48,6 +48,8 @@ pub enum Error {
 pub enum HandleKind {
     Tensor,
     Scope,
+    /// The demonstration model's handles (`tr_minilm`).
+    #[cfg(feature = "models")]
     Model,
 }
 
@@ -56,6 +58,7 @@ impl fmt::Display for HandleKind {
         f.write_str(match self {
             HandleKind::Tensor => "tensor",
             HandleKind::Scope => "scope",
+            #[cfg(feature = "models")]
             HandleKind::Model => "model",
         })
     }

@@ -23,6 +23,7 @@ pub mod dtype;
 pub mod error;
 pub mod ffi;
 mod interop;
+#[cfg(feature = "models")]
 pub mod models;
 mod native;
 mod ops;

@@ -55,6 +55,18 @@ impl Tensor {
         registry::release(self.into_raw())
     }
 
+    /// Keeps this tensor's storage resident on the residency manager's device (`true`: loaded
+    /// now, never evicted, counted against the budget) or lets it go (`false`). Pinning more
+    /// than the budget is `BudgetTooSmall`; without a manager, `InvalidArg`.
+    pub fn pin_resident(&self, pinned: bool) -> Result<()> {
+        crate::residency::pin(self.id, pinned)
+    }
+
+    /// Whether this tensor's storage has a copy on the residency manager's device now.
+    pub fn is_resident(&self) -> Result<bool> {
+        crate::residency::resident(self.id)
+    }
+
     /// Whether the handle is still live.
     pub fn is_valid(&self) -> bool {
         registry::get([self.id]).is_ok()

@@ -360,9 +360,9 @@ fn pins_count_against_the_budget_and_stay_resident() {
         let pinned = Tensor::randn(&[32, 32], DType::F32)?; // 4 KiB
         let x = Tensor::randn(&[32, 32], DType::F32)?;
         let peak = configure(PolicyKind::Flow, 16 << 10);
-        let err = residency::pin_resident(&big, true).unwrap_err();
+        let err = big.pin_resident(true).unwrap_err();
         assert!(matches!(&err, Error::BudgetTooSmall { op, .. } if op == "pin_resident"), "{err:?}");
-        residency::pin_resident(&pinned, true)?;
+        pinned.pin_resident(true)?;
         let mut history = vec![x.add(&pinned)?];
         for _ in 0..12 {
             let next = history.last().unwrap().matmul(&x)?.tanh()?.add(&pinned)?;
@@ -372,7 +372,7 @@ fn pins_count_against_the_budget_and_stay_resident() {
         assert_eq!(s.pinned_bytes, 4096);
         assert!(s.evictions > 0 && s.write_backs > 0, "{s:?}");
         assert!(peak.load(Ordering::Relaxed) <= 16 << 10);
-        assert!(residency::is_resident(&pinned)?, "a pinned tensor is never evicted");
+        assert!(pinned.is_resident()?, "a pinned tensor is never evicted");
         residency::disable()?;
         // The same ops in plain tch on the reference device (CUDA's kernels differ from the CPU's).
         let (tx, tp) = (on_reference(&x), on_reference(&pinned));
@@ -508,10 +508,10 @@ fn dlpack_export_shares_the_current_data_and_settles_it_home() {
         let expected = a.add(&a)?.to_vec::<f32>()?;
         configure(PolicyKind::Flow, 1 << 20);
         let y = a.add(&a)?; // its newest copy is on the device
-        assert!(residency::is_resident(&y)?);
+        assert!(y.is_resident()?);
         let mut managed = std::ptr::null_mut();
         assert_eq!(tr_tensor_to_dlpack(TrTensor::from(y.id()), &mut managed), tensorref::Status::TR_OK);
-        assert!(!residency::is_resident(&y)?, "the export leaves the home copy as the only one");
+        assert!(!y.is_resident()?, "the export leaves the home copy as the only one");
         let mut back = TrTensor { id: 0 };
         assert_eq!(tr_tensor_from_dlpack(managed, &mut back), tensorref::Status::TR_OK);
         let shared = Tensor::from_raw(back.into());

@@ -103,7 +103,7 @@ fn view_ops_share_the_storage_and_cost_no_bytes() {
             x.contiguous()?,
         ];
         for v in &views {
-            assert!(residency::is_resident(v)? == residency::is_resident(&x)?, "a view is resident with its base");
+            assert!(v.is_resident()? == x.is_resident()?, "a view is resident with its base");
         }
         let s = residency::stats().unwrap();
         if policy != PolicyKind::Resident {

@@ -16,6 +16,7 @@ mod scope;
 mod dlpack;
 mod residency;
 mod weights;
+#[cfg(feature = "models")]
 mod models;
 /// cbindgen:ignore
 mod ops;
@@ -23,6 +24,7 @@ mod ops;
 pub use boundary::{tr_last_error, tr_status_str};
 pub use dlpack::*;
 pub use handles::*;
+#[cfg(feature = "models")]
 pub use models::*;
 pub use ops::*;
 pub use residency::*;

@@ -156,7 +156,7 @@ pub extern "C" fn tr_residency_mark_iteration() -> Status {
 /// would exceed the budget; TR_ERR_INVALID_ARG without a manager.
 #[no_mangle]
 pub extern "C" fn tr_tensor_pin_resident(t: TrTensor, pinned: bool) -> Status {
-    call(|| residency::pin_resident(&borrowed(t), pinned))
+    call(|| borrowed(t).pin_resident(pinned))
 }
 
 /// Writes whether `t` has a copy on the compute device now. Errors: TR_ERR_NULL_ARG, bad
@@ -165,7 +165,7 @@ pub extern "C" fn tr_tensor_pin_resident(t: TrTensor, pinned: bool) -> Status {
 pub extern "C" fn tr_tensor_is_resident(t: TrTensor, out: *mut bool) -> Status {
     call(|| {
         let out = out_arg(out, "out")?;
-        *out = residency::is_resident(&borrowed(t))?;
+        *out = borrowed(t).is_resident()?;
         Ok(())
     })
 }

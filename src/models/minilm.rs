@@ -164,7 +164,7 @@ impl MiniLm {
     pub fn set_mode(&mut self, mode: WeightMode) -> Result<()> {
         if residency::active() && matches!(self.opts.mode, WeightMode::Chunk { .. }) {
             for t in self.weights_in_order() {
-                residency::pin_resident(t, false)?;
+                t.pin_resident(false)?;
             }
         }
         self.opts.mode = mode;
@@ -197,7 +197,7 @@ impl MiniLm {
             if pinned + bytes > capacity {
                 break;
             }
-            residency::pin_resident(t, true)?;
+            t.pin_resident(true)?;
             pinned += bytes;
         }
         Ok(pinned)

@@ -189,3 +189,19 @@ pub(crate) fn page_locked_allocations(cuda: bool) -> u64 {
     // SAFETY: a plain call; the shim catches everything.
     unsafe { tr_native_page_locked_allocations(cuda.into()) }
 }
+
+// ---------------------------------------------------------------- grad mode (tch reads no state)
+
+/// Sets this thread's grad mode and returns the previous one (the C ABI's manual guard; Rust
+/// code uses `NoGradGuard`).
+pub(crate) fn set_grad_enabled(enabled: bool) -> bool {
+    // SAFETY: a plain call into libtorch's thread-local GradMode; it cannot fail.
+    unsafe { torch_sys::at_grad_set_enabled(i32::from(enabled)) != 0 }
+}
+
+/// Whether this thread tracks gradients now.
+pub(crate) fn grad_enabled() -> bool {
+    let previous = set_grad_enabled(true);
+    set_grad_enabled(previous);
+    previous
+}

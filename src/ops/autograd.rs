@@ -37,16 +37,3 @@ pub(crate) fn zero_grad(a: &tch::Tensor) -> Result<()> {
     Ok(())
 }
 
-/// Sets this thread's grad mode and returns the previous one (the C ABI's manual guard; Rust
-/// code uses `NoGradGuard`).
-pub(crate) fn set_grad_enabled(enabled: bool) -> bool {
-    // SAFETY: a plain call into libtorch's thread-local GradMode; it cannot fail.
-    unsafe { torch_sys::at_grad_set_enabled(i32::from(enabled)) != 0 }
-}
-
-/// Whether this thread tracks gradients now.
-pub(crate) fn grad_enabled() -> bool {
-    let previous = set_grad_enabled(true);
-    set_grad_enabled(previous);
-    previous
-}

@@ -20,7 +20,7 @@ pub(crate) struct Entry {
     footprint: OnceLock<(u64, DeviceSlot)>,
     /// Identity for the residency manager (stable across aliases, never reused).
     uid: OnceLock<u64>,
-    /// Whether the residency manager tracks this entry (it then forgets it on drop).
+    /// Whether the residency manager tracks this entry (it is then told when the entry dies).
     pub(crate) registered: AtomicBool,
 }
 
@@ -71,10 +71,19 @@ impl Entry {
     }
 }
 
+/// Told the uid of every registered entry that dies. The residency manager installs it (the
+/// registry knows nothing above itself); only a manager registers entries, so it is set first.
+static ON_FORGET: OnceLock<fn(u64)> = OnceLock::new();
+
+/// Installs the hook told of every registered entry's death (once; later calls keep the first).
+pub(crate) fn on_forget(hook: fn(u64)) {
+    let _ = ON_FORGET.set(hook);
+}
+
 impl Drop for Entry {
     fn drop(&mut self) {
-        if self.is_registered() {
-            crate::residency::forget(self.uid());
+        if let (true, Some(forget)) = (self.is_registered(), ON_FORGET.get()) {
+            forget(self.uid());
         }
     }
 }

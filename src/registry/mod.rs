@@ -7,15 +7,18 @@
 
 mod entry;
 mod handle;
+mod scopes;
 mod spares;
+pub(crate) mod stats;
 
-pub(crate) use entry::Entry;
+pub(crate) use entry::{on_forget, Entry};
 pub(crate) use handle::GenSlab;
 pub(crate) use spares::Remains;
 use spares::Spares;
 
 use crate::error::{Error, HandleKind, Result};
-use crate::scope::{stats, ScopeTable};
+use scopes::ScopeTable;
+pub use stats::Stats;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// A tensor handle as the registry sees it (the C ABI's `tr_tensor`).

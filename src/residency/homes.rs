@@ -3,7 +3,7 @@
 //! forgetting it when its last view dies.
 
 use super::manager::Manager;
-use super::storage::{Home, Storage};
+use super::storage::{page_locked, Home, Storage};
 use super::trace::TraceKey;
 use crate::error::Result;
 use crate::native;
@@ -14,14 +14,6 @@ use std::sync::{Mutex, PoisonError};
 /// Pageable memory that homes were moved out of (see `pin_home`), freed once no reader can be
 /// using it. Not the manager's: a read may outlive the manager that started it.
 static RETIRED: Mutex<Vec<tch::Tensor>> = Mutex::new(Vec::new());
-
-/// Runs a request for page-locked memory; returns its result and how many new allocations it
-/// took (0 when the allocator's cache served it: microseconds on CUDA rather than milliseconds).
-pub(super) fn page_locked<R>(cuda: bool, request: impl FnOnce() -> std::result::Result<R, tch::TchError>) -> Result<(R, u64)> {
-    let before = native::page_locked_allocations(cuda);
-    let result = request()?;
-    Ok((result, native::page_locked_allocations(cuda).saturating_sub(before)))
-}
 
 impl Manager {
     /// The storage `entry` views, registering it (and the storage, the first time) if needed.

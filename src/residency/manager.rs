@@ -11,11 +11,10 @@
 //! victims and sets the rules.
 
 use super::device::{ComputeDevice, Transfer};
-use super::homes::page_locked;
-use super::policy::{self, Candidate, Policy};
+use super::policy::{Candidate, Policy, PolicyKind};
 use super::report::{Event, EventKind, Reporter, ResidencyStats};
 use super::schedule::Log;
-use super::storage::{Home, Storage};
+use super::storage::{page_locked, Home, Storage};
 use super::trace::{Trace, TraceKey};
 use super::Config;
 use crate::error::{Error, Result};
@@ -24,6 +23,15 @@ use crate::registry::Entry;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
+
+/// The rules of a policy.
+fn policy(kind: PolicyKind) -> Box<dyn Policy> {
+    match kind {
+        PolicyKind::Resident => Box::new(super::resident::Resident),
+        PolicyKind::Genoa => Box::new(super::genoa::Genoa),
+        PolicyKind::Flow => Box::new(super::flow::Flow),
+    }
+}
 
 /// What `acquire` gives an op for one input.
 pub(crate) struct Acquired {
@@ -60,7 +68,7 @@ pub(crate) struct Manager {
 impl Manager {
     pub(crate) fn new(cfg: Config) -> Result<Manager> {
         cfg.device.check_available()?;
-        let policy = policy::make(cfg.policy);
+        let policy = policy(cfg.policy);
         if policy.bounded() && cfg.budget == 0 {
             return Err(Error::InvalidArg(format!("{:?} needs a device budget above 0 bytes", cfg.policy)));
         }

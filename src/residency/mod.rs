@@ -39,8 +39,7 @@ pub use trace::{offline_min_loads, NormKey, OpRecord};
 pub(crate) use ticket::Ticket;
 
 use crate::error::{Error, Result};
-use crate::registry::Entry;
-use crate::tensor::Tensor;
+use crate::registry::{Entry, TensorId};
 use device::Transfer;
 use manager::Manager;
 use std::cell::Cell;
@@ -153,6 +152,7 @@ fn wait_all(transfers: Vec<Arc<Transfer>>) -> Result<()> {
 /// trace and timeline do not. Call it while no op runs on another thread: copies a running op
 /// uses are written back and dropped.
 pub fn configure(cfg: Config) -> Result<()> {
+    crate::registry::on_forget(forget);
     let mut guard = lock()?;
     let mut fresh = Manager::new(cfg)?;
     let mut writing = vec![];
@@ -214,16 +214,16 @@ pub fn mark_iteration() -> Result<()> {
     })
 }
 
-/// Keeps `t`'s storage resident on the device (`true`) or lets it go (`false`). Pinned bytes
-/// count against the budget; pinning more than the budget is `BudgetTooSmall`.
-pub fn pin_resident(t: &Tensor, pinned: bool) -> Result<()> {
-    let [entry] = crate::registry::get([t.id()])?;
+/// Keeps a tensor's storage resident on the device (`true`) or lets it go (`false`); see
+/// `Tensor::pin_resident`.
+pub(crate) fn pin(id: TensorId, pinned: bool) -> Result<()> {
+    let [entry] = crate::registry::get([id])?;
     with(|m| m.pin(&entry, pinned))
 }
 
-/// Whether `t`'s storage has a copy on the compute device now.
-pub fn is_resident(t: &Tensor) -> Result<bool> {
-    let [entry] = crate::registry::get([t.id()])?;
+/// Whether a tensor's storage has a copy on the compute device now.
+pub(crate) fn resident(id: TensorId) -> Result<bool> {
+    let [entry] = crate::registry::get([id])?;
     with(|m| m.is_resident(&entry))
 }
 
@@ -271,7 +271,7 @@ pub fn schedule_log() -> Option<schedule::Pass> {
     lock().ok()?.as_ref().and_then(|m| m.schedule_log())
 }
 
-/// Called when a registered entry dies: its storage's device copy is freed once no other view
+/// Called (through the registry's hook, `configure` installs it) when a registered entry dies: its storage's device copy is freed once no other view
 /// of it lives. On a thread that holds the manager (an event callback releasing a tensor) the
 /// entry is forgotten when the manager is next taken.
 pub(crate) fn forget(uid: u64) {

@@ -46,14 +46,6 @@ pub(crate) trait Policy: Send {
     fn pick_victim(&self, candidates: &[Candidate], now: u64, trace: &Trace) -> Option<u64>;
 }
 
-pub(crate) fn make(kind: PolicyKind) -> Box<dyn Policy> {
-    match kind {
-        PolicyKind::Resident => Box::new(super::resident::Resident),
-        PolicyKind::Genoa => Box::new(super::genoa::Genoa),
-        PolicyKind::Flow => Box::new(super::flow::Flow),
-    }
-}
-
 /// Least recently used first; the fallback of every policy.
 pub(crate) fn least_recent(candidates: &[Candidate]) -> Option<u64> {
     candidates.iter().min_by_key(|c| c.last_use).map(|c| c.uid)

@@ -54,7 +54,7 @@ impl Ticket {
         if ON_THE_TENSOR.contains(&self.op) {
             return Ok(entry.shallow_clone());
         }
-        if entry.requires_grad() && (GRAPH_OPS.contains(&self.op) || crate::ops::autograd::grad_enabled()) {
+        if entry.requires_grad() && (GRAPH_OPS.contains(&self.op) || crate::native::grad_enabled()) {
             return Err(Error::InvalidArg(format!(
                 "`{}`: autograd through the residency manager is not supported yet; run the op under no_grad (inference) or without a manager",
                 self.op

@@ -2,11 +2,7 @@
 //! handles created while it is current on its thread and releases them when it is disposed.
 //! `Scope` and `with_scope` are the Rust API; the C ABI calls the same registry operations.
 
-pub(crate) mod stats;
-mod table;
-
-pub use stats::Stats;
-pub(crate) use table::ScopeTable;
+pub use crate::registry::Stats;
 
 use crate::error::Result;
 use crate::registry::{self, ScopeId};

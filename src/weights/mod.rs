@@ -77,14 +77,50 @@ fn header_error(e: SafeTensorError, bytes: &[u8], path: &Path) -> Error {
     Error::Format(format!("{}: not a valid safetensors file: {why}", path.display()))
 }
 
+/// The first tensor whose dtype the header names and safetensors does not know: (name, dtype).
+/// A scan of the header's JSON: the tensor names are its top-level keys, each with an object
+/// whose "dtype" key holds a string.
 fn unknown_dtype(bytes: &[u8]) -> Option<(String, String)> {
     const KNOWN: &[&str] = &["BOOL", "F4", "F6_E2M3", "F6_E3M2", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0", "I16", "U16", "F16", "BF16", "I32", "U32", "F32", "F64", "I64", "U64"];
     let n = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?) as usize;
-    let header: serde_json::Value = serde_json::from_slice(bytes.get(8..8usize.checked_add(n)?)?).ok()?;
-    header.as_object()?.iter().find_map(|(name, v)| {
-        let d = v.get("dtype")?.as_str()?;
-        (!KNOWN.contains(&d)).then(|| (name.clone(), d.to_string()))
-    })
+    let header = std::str::from_utf8(bytes.get(8..8usize.checked_add(n)?)?).ok()?;
+    let (mut depth, mut name, mut key) = (0, String::new(), String::new());
+    let mut chars = header.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '{' | '[' => depth += 1,
+            '}' | ']' => depth -= 1,
+            '"' => {
+                let text = json_string(&mut chars)?;
+                let is_key = chars.clone().find(|c| !c.is_whitespace()) == Some(':');
+                match (depth, is_key) {
+                    (1, true) => name = text,
+                    (2, true) => key = text,
+                    (2, false) if key == "dtype" && !KNOWN.contains(&text.as_str()) => return Some((name, text)),
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The rest of a JSON string whose opening quote was just read, unescaped (enough for names and
+/// dtypes: a `\uXXXX` escape keeps its letters).
+fn json_string(chars: &mut std::str::Chars) -> Option<String> {
+    let mut out = String::new();
+    loop {
+        match chars.next()? {
+            '"' => return Some(out),
+            '\\' => out.push(match chars.next()? {
+                'n' => '\n',
+                't' => '\t',
+                other => other,
+            }),
+            c => out.push(c),
+        }
+    }
 }
 
 fn shape_of(shape: &[usize]) -> Vec<i64> {

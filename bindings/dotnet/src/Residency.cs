@@ -26,7 +26,8 @@ namespace TensorRef
 
         /// <summary>
         /// The library's defaults (tr_residency_config_default): simulated device, Flow, no budget
-        /// (set one), pinned host memory, prefetch depth 2, unlimited simulated capacity.
+        /// (set one), page-locked host memory, prefetch as far ahead as the budget allows (depth 256
+        /// ops), unlimited simulated capacity.
         /// </summary>
         public ResidencyConfig()
         {
@@ -62,7 +63,8 @@ namespace TensorRef
         /// <summary>Page-locked host copies (asynchronous CUDA copies).</summary>
         public bool PinHostMemory { get; set; }
 
-        /// <summary>How many ops ahead Flow prefetches once it follows a recorded trace (0: none).</summary>
+        /// <summary>How many recorded ops ahead Flow looks for loads to start while the budget has room,
+        /// once it follows a recorded trace (0: no prefetch).</summary>
         public int PrefetchDepth
         {
             get { return _prefetchDepth; }

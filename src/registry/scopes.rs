@@ -1,14 +1,15 @@
-//! Scope bookkeeping inside the registry's state: the scope slots, each thread's chain of open
-//! scopes, and the operations of docs/dispose-scopes.md. Everything here runs under the registry
-//! lock; entries that die are handed back to the caller to free after the lock is released.
+//! Dispose-scope bookkeeping inside the registry's state (the API is `crate::scope`): the scope
+//! slots, each thread's chain of open scopes, and the operations of docs/dispose-scopes.md.
+//! Everything here runs under the registry lock; entries that die are handed back to the caller
+//! to free after the lock is released.
 //!
 //! Each thread's open scopes form a doubly linked chain (`outer`/`inner`); the thread's current
 //! scope is the innermost one. Disposing a scope in the middle relinks its neighbours, so
 //! `move_to_outer_scope` from an inner scope reaches the nearest live outer one.
 
 use super::stats;
+use super::{GenSlab, Remains, ScopeId, State, TensorId};
 use crate::error::{Error, HandleKind, Result};
-use crate::registry::{GenSlab, Remains, ScopeId, State, TensorId};
 use slab::Slab;
 use std::cell::Cell;
 
@@ -34,7 +35,7 @@ impl Drop for ThreadKey {
     fn drop(&mut self) {
         if let Some(thread) = self.0.get() {
             let freed = {
-                let mut state = crate::registry::lock();
+                let mut state = super::lock();
                 let mut freed = Vec::new();
                 while let Some(scope) = state.scopes.threads[thread] {
                     state.dispose_key(scope, &mut freed);
