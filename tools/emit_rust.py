@@ -45,8 +45,8 @@ def method(op: Op) -> str:
     recv = ["&self"] if op.is_method else []
     sig = ", ".join(recv + [f"{p.name}: {cell(p.ty, 'rust_method')}" for p in params])
     args = (["self.id()"] if op.is_method else []) + [fill(cell(p.ty, "rust_arg"), p) for p in params]
-    call = f"core::{op.name}({', '.join(args)})?"
-    body = ret_cell(op.ret, "rust_wrap").format(call=call)
+    bare = f"core::{op.name}({', '.join(args)})"
+    body = ret_cell(op.ret, "rust_wrap").format(call=bare + "?", bare=bare)
     return (f"    /// {op.doc}\n    pub fn {op.name}({sig}) -> Result<{ret_cell(op.ret, 'rust_method')}> {{\n"
             f"        {body}\n    }}")
 

@@ -176,7 +176,8 @@ PARAMS: dict[str, dict] = {
 #   rust_first   how the core gets its first tensor, when not as the parameter type says, or None
 #   rust_run     how the core runs the body ({body}; {first}: the first parameter)
 #   rust_method  the `Tensor` method's result type
-#   rust_wrap    how the method turns the core's result ({call}) into its own
+#   rust_wrap    how the method turns the core's result into its own ({call}: the call with `?`,
+#                {bare}: without)
 #   ffi_out      the C function's output parameter, or None
 #   ffi_store    how the C function stores the core's result ({call})
 #   c_doc        what the header says of the result, beyond the ops header's conventions
@@ -225,7 +226,7 @@ RETURNS: dict[str, dict] = {
     "()": dict(
         doc="nothing",
         rust_core="()", rust_first=None, rust_run="op.value(|| {body})",
-        rust_method="()", rust_wrap="Ok({call})",
+        rust_method="()", rust_wrap="{bare}",
         ffi_out=None, ffi_store="{call};", c_doc="Returns nothing but the status.",
         cpp_type="void", cpp_out=None, cpp_return="",
         cs_type="void", cs_out=None, cs_return="",
@@ -234,7 +235,7 @@ RETURNS: dict[str, dict] = {
     "f64": dict(
         doc="a double",
         rust_core="f64", rust_first=None, rust_run="op.value(|| {body})",
-        rust_method="f64", rust_wrap="Ok({call})",
+        rust_method="f64", rust_wrap="{bare}",
         ffi_out="*mut f64", ffi_store="*out = {call};", c_doc="`*out` receives the value.",
         cpp_type="double", cpp_out="double out = 0;", cpp_return="return out;",
         cs_type="double", cs_out="double __result;", cs_return="return __result;",
@@ -243,7 +244,7 @@ RETURNS: dict[str, dict] = {
     "bool": dict(
         doc="a bool",
         rust_core="bool", rust_first=None, rust_run="op.value(|| {body})",
-        rust_method="bool", rust_wrap="Ok({call})",
+        rust_method="bool", rust_wrap="{bare}",
         ffi_out="*mut bool", ffi_store="*out = {call};", c_doc="`*out` receives the value.",
         cpp_type="bool", cpp_out="bool out = false;", cpp_return="return out;",
         cs_type="bool", cs_out="bool __result;", cs_return="return __result;",

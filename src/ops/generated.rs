@@ -1642,12 +1642,12 @@ impl Tensor {
 
     /// Whether gradients are tracked for `a`.
     pub fn requires_grad(&self) -> Result<bool> {
-        Ok(core::requires_grad(self.id())?)
+        core::requires_grad(self.id())
     }
 
     /// Backpropagates from the scalar `a`, accumulating into the leaves' gradients.
     pub fn backward(&self) -> Result<()> {
-        Ok(core::backward(self.id())?)
+        core::backward(self.id())
     }
 
     /// The accumulated gradient of `a` as a new handle (none before any backward).
@@ -1657,7 +1657,7 @@ impl Tensor {
 
     /// Zeroes the accumulated gradient of `a`, if any.
     pub fn zero_grad(&self) -> Result<()> {
-        Ok(core::zero_grad(self.id())?)
+        core::zero_grad(self.id())
     }
 
     /// A new handle sharing `a`'s data, cut from the autograd graph.
@@ -1667,11 +1667,11 @@ impl Tensor {
 
     /// p -= lr * grad for each parameter.
     pub fn optim_sgd_step(params: &[&Tensor], lr: f64) -> Result<()> {
-        Ok(core::optim_sgd_step(&params.iter().map(|t| t.id()).collect::<Vec<_>>(), lr)?)
+        core::optim_sgd_step(&params.iter().map(|t| t.id()).collect::<Vec<_>>(), lr)
     }
 
     /// One Adam step (torch.optim.Adam, L2 weight decay); the caller keeps the moment buffers (zeros like each parameter) and counts `step` from 1.
     pub fn optim_adam_step(params: &[&Tensor], exp_avg: &[&Tensor], exp_avg_sq: &[&Tensor], step: i64, lr: f64, beta1: f64, beta2: f64, eps: f64, weight_decay: f64) -> Result<()> {
-        Ok(core::optim_adam_step(&params.iter().map(|t| t.id()).collect::<Vec<_>>(), &exp_avg.iter().map(|t| t.id()).collect::<Vec<_>>(), &exp_avg_sq.iter().map(|t| t.id()).collect::<Vec<_>>(), step, lr, beta1, beta2, eps, weight_decay)?)
+        core::optim_adam_step(&params.iter().map(|t| t.id()).collect::<Vec<_>>(), &exp_avg.iter().map(|t| t.id()).collect::<Vec<_>>(), &exp_avg_sq.iter().map(|t| t.id()).collect::<Vec<_>>(), step, lr, beta1, beta2, eps, weight_decay)
     }
 }
