@@ -20,7 +20,7 @@ LIB_DIR := $(ROOT)/target/debug
 CFLAGS_STRICT := -std=c11 -Wall -Wextra -Wpedantic -Werror -I$(ROOT)/include
 LINK := -L$(LIB_DIR) -ltensorref -Wl,-rpath,$(LIB_DIR) -lpthread
 
-.PHONY: demo test setup build gen header header-check test-rust test-core test-c test-examples-rust bench bench-overhead clean test-cuda gpu-bundle
+.PHONY: demo test setup build gen header-check test-rust test-core test-c test-examples-rust bench bench-overhead clean test-cuda gpu-bundle
 
 # ---------------------------------------------------------------- install
 setup: $(STAMPS)/venv $(STAMPS)/cbindgen-$(CBINDGEN_VERSION)
@@ -39,17 +39,14 @@ $(STAMPS)/cbindgen-$(CBINDGEN_VERSION):
 build: setup
 	cargo build --quiet
 
-# Regenerate the op wrappers and the header after changing src/ops/ops.def or src/ffi.
-# The generator runs again after cbindgen: binding emitters also read the header.
+# Everything written from the op table and the C ABI, in one pass (tools/gen.py): after changing
+# src/ops/ops.def or anything under src/ffi, the Rust op code, the headers, the ABI manifest and
+# every binding's declarations. header-check (part of `make test`) fails when any is stale.
 gen: setup
-	python3 tools/gen_ops.py
-	cbindgen --quiet --config cbindgen.toml --output include/tensorref.h
-	python3 tools/gen_ops.py
+	python3 tools/gen.py
 
 header-check: setup
-	python3 tools/gen_ops.py --check
-	cbindgen --quiet --config cbindgen.toml --output include/tensorref.h --verify \
-	  || { echo "include/tensorref.h is stale: run 'make gen' and commit it"; exit 1; }
+	python3 tools/gen.py --check
 
 # ---------------------------------------------------------------- demo
 # all-MiniLM-L6-v2 under a device budget of a quarter of its weights (mk/model.mk installs it).

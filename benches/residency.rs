@@ -143,7 +143,7 @@ struct Row {
 fn run(model: &Model, name: &str, cfg: Option<Config>, passes: usize, compute: impl Fn(&schedule::Step) -> f64, bandwidth: f64) -> Result<Row> {
     if let Some(cfg) = cfg {
         residency::configure(cfg)?;
-        residency::start_schedule_log()?;
+        residency::schedule_log_start()?;
     }
     let first = Instant::now();
     let mut checksum = model.forward()?;

@@ -56,12 +56,12 @@ fn main() -> Result<()> {
     );
 
     residency::configure(Config::new(device, PolicyKind::Flow, budget))?;
-    residency::start_timeline()?;
+    residency::timeline_start()?;
     let start = Instant::now();
     let emb = model.embed(SENTENCES)?;
     let secs = start.elapsed().as_secs_f64();
     let stats = residency::stats().unwrap_or_default();
-    residency::write_timeline(std::path::Path::new(&timeline))?;
+    residency::timeline_write(std::path::Path::new(&timeline))?;
     residency::disable()?;
 
     let dim = model.dim();

@@ -38,7 +38,7 @@ impl Mlp {
         let loss = pred.mse_loss(y)?;
         loss.backward()?;
         let grads: Vec<Tensor> = self.params.iter().filter_map(|p| p.grad().transpose()).collect::<Result<_>>()?;
-        Tensor::sgd_step(&self.params.iter().collect::<Vec<_>>(), 0.05)?;
+        Tensor::optim_sgd_step(&self.params.iter().collect::<Vec<_>>(), 0.05)?;
         for p in &self.params {
             p.zero_grad()?;
         }

@@ -51,8 +51,8 @@
 //
 // Ops are generated from src/ops/ops.def by tools/emit_cpp.py: member functions
 // (include/tensorref_ops.hpp: a.add(b), x.relu(), w.requires_grad_(true)) and free functions
-// (include/tensorref_functions.hpp: tr::add(a, b), tr::zeros({2, 3}), tr::sgd_step({w}, 0.1)),
-// named as in C without the `tr_tensor_` prefix. Arithmetic operators are defined below.
+// (include/tensorref_functions.hpp: tr::add(a, b), tr::zeros({2, 3}), tr::optim_sgd_step({w}, 0.1)),
+// named as in C without the `tr_` prefix and the receiver `tensor_` (tr::add, tr::optim_sgd_step). Arithmetic operators are defined below.
 //
 // Every function is inline or a template member: the header is ODR-safe in any number of
 // translation units. Link with -ltensorref.
@@ -77,6 +77,11 @@
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+// The C enums as enum classes (tr::DType, tr::Policy, ...), generated from the ABI manifest.
+#define TENSORREF_HPP_INSIDE
+#include "tensorref_enums.hpp"
+#undef TENSORREF_HPP_INSIDE
 
 namespace tr {
 
@@ -182,51 +187,21 @@ inline const char* c_string(const std::string& text, const char* what) {
 }  // namespace detail
 
 // ---------------------------------------------------------------- dtypes
-
-/// Element types: the TR_DTYPE_* codes.
-enum class Dtype : tr_dtype {
-    U8 = TR_DTYPE_U8,
-    I8 = TR_DTYPE_I8,
-    I16 = TR_DTYPE_I16,
-    I32 = TR_DTYPE_I32,
-    I64 = TR_DTYPE_I64,
-    F16 = TR_DTYPE_F16,
-    F32 = TR_DTYPE_F32,
-    F64 = TR_DTYPE_F64,
-    Bool = TR_DTYPE_BOOL,
-    BF16 = TR_DTYPE_BF16,
-};
+// tr::DType and the other enums are generated (tensorref_enums.hpp, included above).
 
 /// The dtype of a C++ element type (no C++ type maps to F16 or BF16).
 template <class T>
 struct dtype_of;
-template <> struct dtype_of<uint8_t> { static constexpr Dtype value = Dtype::U8; };
-template <> struct dtype_of<int8_t> { static constexpr Dtype value = Dtype::I8; };
-template <> struct dtype_of<int16_t> { static constexpr Dtype value = Dtype::I16; };
-template <> struct dtype_of<int32_t> { static constexpr Dtype value = Dtype::I32; };
-template <> struct dtype_of<int64_t> { static constexpr Dtype value = Dtype::I64; };
-template <> struct dtype_of<float> { static constexpr Dtype value = Dtype::F32; };
-template <> struct dtype_of<double> { static constexpr Dtype value = Dtype::F64; };
-template <> struct dtype_of<bool> { static constexpr Dtype value = Dtype::Bool; };
+template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::U8; };
+template <> struct dtype_of<int8_t> { static constexpr DType value = DType::I8; };
+template <> struct dtype_of<int16_t> { static constexpr DType value = DType::I16; };
+template <> struct dtype_of<int32_t> { static constexpr DType value = DType::I32; };
+template <> struct dtype_of<int64_t> { static constexpr DType value = DType::I64; };
+template <> struct dtype_of<float> { static constexpr DType value = DType::F32; };
+template <> struct dtype_of<double> { static constexpr DType value = DType::F64; };
+template <> struct dtype_of<bool> { static constexpr DType value = DType::Bool; };
 template <class T>
-inline constexpr Dtype dtype_of_v = dtype_of<T>::value;
-
-/// A dtype's short name ("f32", "i64", ...).
-inline const char* dtype_name(Dtype d) noexcept {
-    switch (d) {
-        case Dtype::U8: return "u8";
-        case Dtype::I8: return "i8";
-        case Dtype::I16: return "i16";
-        case Dtype::I32: return "i32";
-        case Dtype::I64: return "i64";
-        case Dtype::F16: return "f16";
-        case Dtype::F32: return "f32";
-        case Dtype::F64: return "f64";
-        case Dtype::Bool: return "bool";
-        case Dtype::BF16: return "bf16";
-    }
-    return "unknown";
-}
+inline constexpr DType dtype_of_v = dtype_of<T>::value;
 
 // ---------------------------------------------------------------- argument lists
 
@@ -316,18 +291,18 @@ class OptionalTensor {
 /// Python number: `ints + 1` stays integer, `ints + 0.5` is f32, `f16s * 2.0` stays f16.
 class Scalar {
   public:
-    Scalar(bool v) noexcept : s_{TR_SCALAR_BOOL, 0, 0.0, v} {}
+    Scalar(bool v) noexcept : s_{TR_SCALAR_KIND_BOOL, 0, 0.0, v} {}
     /// An integer; an unsigned value above INT64_MAX throws TR_ERR_INVALID_ARG.
     template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
-    Scalar(T v) : s_{TR_SCALAR_INT, to_int64(v), 0.0, false} {}
+    Scalar(T v) : s_{TR_SCALAR_KIND_INT, to_int64(v), 0.0, false} {}
     template <class T, std::enable_if_t<std::is_floating_point_v<T>, int> = 0>
-    Scalar(T v) noexcept : s_{TR_SCALAR_FLOAT, 0, static_cast<double>(v), false} {}
+    Scalar(T v) noexcept : s_{TR_SCALAR_KIND_FLOAT, 0, static_cast<double>(v), false} {}
     /// The value a C function wrote (tr_tensor_item_scalar).
     explicit Scalar(const tr_scalar& s) noexcept : s_(s) {}
 
-    bool is_int() const noexcept { return s_.kind == TR_SCALAR_INT; }
-    bool is_float() const noexcept { return s_.kind == TR_SCALAR_FLOAT; }
-    bool is_bool() const noexcept { return s_.kind == TR_SCALAR_BOOL; }
+    bool is_int() const noexcept { return s_.kind == TR_SCALAR_KIND_INT; }
+    bool is_float() const noexcept { return s_.kind == TR_SCALAR_KIND_FLOAT; }
+    bool is_bool() const noexcept { return s_.kind == TR_SCALAR_KIND_BOOL; }
 
     /// The value as int64 (a float is truncated toward zero).
     int64_t to_int() const noexcept {
@@ -441,7 +416,7 @@ class Tensor : public detail::TensorOps<Tensor> {
     // ------------------------------------------------------------ host data
 
     /// Copies `bytes` bytes of row-major host data into a new tensor (tr_tensor_from_data).
-    [[nodiscard]] static Tensor from_data(const void* data, size_t bytes, IntList shape, Dtype dtype) {
+    [[nodiscard]] static Tensor from_data(const void* data, size_t bytes, IntList shape, DType dtype) {
         tr_tensor out{0};
         detail::call(tr_tensor_from_data, static_cast<const uint8_t*>(data), bytes, shape.data(),
                      shape.size(), static_cast<tr_dtype>(dtype), &out);
@@ -453,7 +428,7 @@ class Tensor : public detail::TensorOps<Tensor> {
     [[nodiscard]] static Tensor from_vector(const std::vector<T>& values, IntList shape) {
         if constexpr (std::is_same_v<T, bool>) {
             std::vector<uint8_t> bytes(values.begin(), values.end());
-            return from_data(bytes.data(), bytes.size(), shape, Dtype::Bool);
+            return from_data(bytes.data(), bytes.size(), shape, DType::Bool);
         } else {
             return from_data(values.data(), values.size() * sizeof(T), shape, dtype_of_v<T>);
         }
@@ -468,10 +443,10 @@ class Tensor : public detail::TensorOps<Tensor> {
     /// The elements in row-major order; T must match the tensor's dtype (else TR_ERR_DTYPE).
     template <class T>
     std::vector<T> to_vector() const {
-        Dtype actual = dtype();
+        DType actual = dtype();
         if (actual != dtype_of_v<T>) {
-            throw Error(TR_ERR_DTYPE, std::string("to_vector<") + dtype_name(dtype_of_v<T>) +
-                                          "> on a tensor of dtype " + dtype_name(actual));
+            throw Error(TR_ERR_DTYPE, std::string("to_vector<") + to_string(dtype_of_v<T>) +
+                                          "> on a tensor of dtype " + to_string(actual));
         }
         size_t n = numel();
         size_t written = 0;
@@ -502,10 +477,10 @@ class Tensor : public detail::TensorOps<Tensor> {
         return dims;
     }
 
-    Dtype dtype() const {
-        tr_dtype d = 0;
+    DType dtype() const {
+        tr_dtype d{};
         detail::call(tr_tensor_dtype, h_, &d);
-        return static_cast<Dtype>(d);
+        return static_cast<DType>(d);
     }
 
     size_t numel() const {
@@ -710,7 +685,7 @@ inline void Tensor::move_to_scope(const ScopeRef& target) const {
 
 // ---------------------------------------------------------------- statistics
 
-/// This thread's scope statistics (dispose-scopes.md). Counters only grow until reset().
+/// This thread's scope statistics (docs/dispose-scopes.md). Counters only grow until reset().
 struct Stats {
     uint64_t created_outside_scope = 0;
     uint64_t disposed_outside_scope = 0;
@@ -784,35 +759,18 @@ class NoGradGuard {
 };
 
 // ---------------------------------------------------------------- residency
-// The residency manager (shared/spec/residency.md) decides where each tensor's bytes live: ops
+// The residency manager (docs/residency.md) decides where each tensor's bytes live: ops
 // bring their inputs to the compute device and the policy places the results, under a hard device
 // byte budget. There is one manager per process; tr::Residency runs it for as long as it lives.
-
-/// Where the manager computes (TR_DEVICE_*). Simulated: host memory accounted as device memory,
-/// with real copies on load and evict (no accelerator needed).
-enum class ComputeDevice : int32_t {
-    Cpu = TR_DEVICE_CPU,
-    Cuda = TR_DEVICE_CUDA,
-    Simulated = TR_DEVICE_SIMULATED,
-};
-
-/// How the manager places tensors (TR_POLICY_*). Resident: everything on the device, no budget.
-/// Genoa: inputs go to the device just before each op, everything goes back right after. Flow:
-/// results stay; the manager evicts when the budget is reached and, once an iteration was
-/// recorded (Residency::mark_iteration), evicts by next use and prefetches.
-enum class Policy : int32_t {
-    Resident = TR_POLICY_RESIDENT,
-    Genoa = TR_POLICY_GENOA,
-    Flow = TR_POLICY_FLOW,
-};
+// Its enums (tr::Device, tr::Policy, tr::EventKind) are generated in tensorref_enums.hpp.
 
 /// The manager's configuration (tr_residency_config). A default-constructed one holds the
 /// library's defaults (tr_residency_config_default): simulated device, Flow, pinned host memory,
 /// prefetch as far ahead as the budget allows (depth 256 ops), unlimited simulated capacity, and
 /// a budget of 0, which Genoa and Flow refuse: set budget_bytes.
 struct ResidencyConfig {
-    ComputeDevice device;
-    /// The CUDA device number (ComputeDevice::Cuda only).
+    Device device;
+    /// The CUDA device number (Device::Cuda only).
     int32_t device_index;
     Policy policy;
     /// Hard limit on the bytes the manager holds on the device (Resident ignores it).
@@ -838,7 +796,7 @@ struct ResidencyConfig {
     }
 
     explicit ResidencyConfig(const tr_residency_config& c) noexcept
-        : device(static_cast<ComputeDevice>(c.device)),
+        : device(static_cast<Device>(c.device)),
           device_index(c.device_index),
           policy(static_cast<Policy>(c.policy)),
           budget_bytes(c.budget_bytes),
@@ -848,9 +806,9 @@ struct ResidencyConfig {
 
     tr_residency_config to_c() const noexcept {
         tr_residency_config c{};
-        c.device = static_cast<int32_t>(device);
+        c.device = static_cast<tr_device>(device);
         c.device_index = device_index;
-        c.policy = static_cast<int32_t>(policy);
+        c.policy = static_cast<tr_policy>(policy);
         c.budget_bytes = budget_bytes;
         c.pin_host_memory = pin_host_memory;
         c.prefetch_depth = prefetch_depth;
@@ -938,29 +896,7 @@ struct ResidencyStats {
     }
 };
 
-/// The kind of a manager event (TR_EVENT_*).
-enum class EventKind : int32_t {
-    Load = TR_EVENT_LOAD,
-    Evict = TR_EVENT_EVICT,
-    WriteBack = TR_EVENT_WRITE_BACK,
-    OpBegin = TR_EVENT_OP_BEGIN,
-    OpEnd = TR_EVENT_OP_END,
-    Prefetch = TR_EVENT_PREFETCH,
-};
-
-inline const char* event_kind_name(EventKind k) noexcept {
-    switch (k) {
-        case EventKind::Load: return "load";
-        case EventKind::Evict: return "evict";
-        case EventKind::WriteBack: return "write-back";
-        case EventKind::OpBegin: return "op-begin";
-        case EventKind::OpEnd: return "op-end";
-        case EventKind::Prefetch: return "prefetch";
-    }
-    return "unknown";
-}
-
-/// One manager event (tr_event), as the callback receives it.
+/// One manager event (tr_event), as the callback receives it (tr::to_string(kind) names it).
 struct Event {
     EventKind kind;
     /// The storage concerned (shared by aliases; not a handle), 0 for op events.
@@ -1036,7 +972,7 @@ inline void event_trampoline(const tr_event* e, void* user) noexcept {
 /// Move-constructible (a moved-from Residency disables nothing), not assignable.
 ///
 /// Managed ops refuse autograd (tensors that require grad while grad mode is on): run them under
-/// tr::NoGradGuard. The process-wide calls (stats, mark_iteration, timelines) are static: they
+/// tr::NoGradGuard. The process-wide calls (stats, mark_iteration, timeline_start, timeline_write) are static: they
 /// also work on a manager configured through the C ABI, and throw TR_ERR_INVALID_ARG without one.
 class Residency {
   public:
@@ -1153,13 +1089,13 @@ class Residency {
     /// ops since the previous mark.
     static void mark_iteration() { detail::call(tr_residency_mark_iteration); }
 
-    /// Starts recording the manager's events for write_timeline.
-    static void start_timeline() { detail::call(tr_residency_timeline_start); }
+    /// Starts recording the manager's events for timeline_write.
+    static void timeline_start() { detail::call(tr_residency_timeline_start); }
 
     /// Writes the recorded events to `path` as Chrome trace / Perfetto JSON (open it at
     /// ui.perfetto.dev). Throws TR_ERR_INVALID_ARG when no timeline was started, TR_ERR_IO when the
     /// path cannot be written, and TR_ERR_INVALID_ARG for a path holding a NUL.
-    static void write_timeline(const std::string& path) {
+    static void timeline_write(const std::string& path) {
         detail::call(tr_residency_timeline_write, detail::c_string(path, "the path"));
     }
 
@@ -1296,11 +1232,11 @@ class Weights {
     void dispose() { dispose_all(tensors_); }
 
   private:
-    static uint64_t dtype_size(Dtype d) noexcept {
+    static uint64_t dtype_size(DType d) noexcept {
         switch (d) {
-            case Dtype::U8: case Dtype::I8: case Dtype::Bool: return 1;
-            case Dtype::I16: case Dtype::F16: case Dtype::BF16: return 2;
-            case Dtype::I32: case Dtype::F32: return 4;
+            case DType::U8: case DType::I8: case DType::Bool: return 1;
+            case DType::I16: case DType::F16: case DType::Bf16: return 2;
+            case DType::I32: case DType::F32: return 4;
             default: return 8;
         }
     }
@@ -1318,15 +1254,7 @@ class Weights {
 };
 
 // ---------------------------------------------------------------- MiniLM
-
-/// How a model's weights move under the residency manager (pytorch-optimem's modes).
-enum class WeightMode : int32_t {
-    /// Each weight is loaded for its op and may leave after.
-    Page = TR_WEIGHTS_PAGE,
-    /// The first weights in execution order, up to chunk_capacity bytes, stay pinned on the
-    /// device; the rest page.
-    Chunk = TR_WEIGHTS_CHUNK,
-};
+// tr::WeightMode is generated in tensorref_enums.hpp.
 
 /// How a MiniLM model is loaded (tr_minilm_options). A default-constructed one holds the
 /// library's defaults (tr_minilm_options_default): page mode, batches of 32, 256 tokens at most,
@@ -1357,7 +1285,7 @@ struct MiniLMOptions {
 
     tr_minilm_options to_c() const noexcept {
         tr_minilm_options c{};
-        c.weight_mode = static_cast<int32_t>(weight_mode);
+        c.weight_mode = static_cast<tr_weight_mode>(weight_mode);
         c.chunk_capacity = chunk_capacity;
         c.batch_size = batch_size;
         c.max_seq_length = max_seq_length;
@@ -1415,7 +1343,7 @@ class MiniLM {
     /// pinned. Leaving Chunk unpins under the configured manager. TR_ERR_INVALID_ARG for an
     /// unknown mode.
     void set_weight_mode(WeightMode mode, uint64_t chunk_capacity = 0) {
-        detail::call(tr_minilm_set_weight_mode, h_, static_cast<int32_t>(mode), chunk_capacity);
+        detail::call(tr_minilm_set_weight_mode, h_, static_cast<tr_weight_mode>(mode), chunk_capacity);
     }
 
     /// The embeddings of `sentences` (UTF-8), row-major: sentences.size() x dim() floats, each row

@@ -22,7 +22,8 @@ TEST_SUITES += test-cpp test-examples-native
 
 CXXFLAGS_STRICT := -std=c++17 -Wall -Wextra -Wpedantic -Werror -I$(ROOT)/include -g
 CXX_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
-CPP_HEADERS := include/tensorref.h include/tensorref.hpp include/tensorref_ops.hpp \
+CPP_HEADERS := include/tensorref.h include/tensorref_ops.h include/tensorref.hpp \
+               include/tensorref_enums.hpp include/tensorref_ops.hpp \
                include/tensorref_functions.hpp
 CPP_TEST_UNITS := main $(patsubst tests/cpp/%.cpp,%,$(sort $(wildcard tests/cpp/test_*.cpp)))
 
@@ -52,7 +53,7 @@ test-cpp: build $(STAMPS)/model build/cpp/tests build/cpp/tests-asan build/cpp/a
 	@echo "== build/cpp/tests"
 	build/cpp/tests
 
-build/examples/%_c: examples/c/%.c include/tensorref.h
+build/examples/%_c: examples/c/%.c include/tensorref.h include/tensorref_ops.h
 	@mkdir -p $(@D)
 	cc $(CFLAGS_STRICT) -g $< -o $@ $(LINK)
 

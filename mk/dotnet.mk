@@ -22,12 +22,12 @@ MONO := mono --debug
 
 # Every source is listed: mcs has no project system. Keep in step with the .csproj files (which glob).
 DOTNET_LIB_SRC := \
-  bindings/dotnet/src/Abi.g.cs \
   bindings/dotnet/src/DisposeScope.cs \
   bindings/dotnet/src/Errors.cs \
   bindings/dotnet/src/Handles.cs \
   bindings/dotnet/src/MiniLM.cs \
   bindings/dotnet/src/Native.cs \
+  bindings/dotnet/src/Native.g.cs \
   bindings/dotnet/src/Operators.cs \
   bindings/dotnet/src/Ops.g.cs \
   bindings/dotnet/src/Residency.cs \

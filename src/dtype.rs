@@ -1,37 +1,41 @@
 //! Element types. The codes are c10's `ScalarType` numbers, so they match PyTorch and DLPack
-//! tooling; the C ABI passes them as `tr_dtype` (an `int32_t`) and validates them on entry.
+//! tooling; the C ABI has them as `enum tr_dtype` and validates them on entry.
 
 use crate::error::{Error, Result};
 use tch::Kind;
+use tensorref_derive::CEnum;
 
-/// Element type of a tensor.
+/// Element type of a tensor (c10's ScalarType numbers).
 #[repr(i32)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, CEnum)]
+#[c_enum(what = "dtype code")]
 pub enum DType {
+    /// 8-bit unsigned integer.
     U8 = 0,
+    /// 8-bit signed integer.
     I8 = 1,
+    /// 16-bit signed integer.
     I16 = 2,
+    /// 32-bit signed integer.
     I32 = 3,
+    /// 64-bit signed integer.
     I64 = 4,
+    /// IEEE half precision.
     F16 = 5,
+    /// IEEE single precision.
     F32 = 6,
+    /// IEEE double precision.
     F64 = 7,
+    /// Boolean, one byte.
     Bool = 11,
+    /// bfloat16.
     BF16 = 15,
 }
 
 impl DType {
-    pub const ALL: [DType; 10] = [
-        DType::U8, DType::I8, DType::I16, DType::I32, DType::I64,
-        DType::F16, DType::F32, DType::F64, DType::Bool, DType::BF16,
-    ];
-
     /// Parses a C `tr_dtype` code.
     pub fn from_code(code: i32) -> Result<DType> {
-        DType::ALL
-            .into_iter()
-            .find(|d| *d as i32 == code)
-            .ok_or_else(|| Error::InvalidArg(format!("unknown dtype code {code}")))
+        DType::try_from(code)
     }
 
     /// Bytes per element.

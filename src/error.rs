@@ -3,6 +3,7 @@
 
 use std::ffi::CStr;
 use std::fmt;
+use tensorref_derive::CEnum;
 
 /// Result of every fallible libtensorref call.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -64,22 +65,24 @@ impl fmt::Display for HandleKind {
 }
 
 /// Status codes of the C ABI (`tr_status`, an `int32_t`). Grouped by hundreds; a released code
-/// is never renumbered.
+/// is never renumbered. Each code's doc comment is also its `tr_status_str` text.
+/// cbindgen:prefix-with-name=false
 #[repr(i32)]
 #[allow(non_camel_case_types)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, CEnum)]
+#[c_enum(what = "status code")]
 pub enum Status {
-    /// Success.
+    /// OK: the call succeeded.
     TR_OK = 0,
     /// A required pointer argument was NULL.
     TR_ERR_NULL_ARG = 100,
-    /// An argument was out of range or inconsistent (lengths, dtype codes, dimensions).
+    /// Invalid argument: out of range or inconsistent (lengths, codes, dimensions).
     TR_ERR_INVALID_ARG = 101,
     /// An output buffer was too small; the needed size was still reported.
     TR_ERR_BUFFER_TOO_SMALL = 102,
-    /// The handle was released (or its scope disposed); also after its slot was reused.
+    /// Stale handle: it was released (or its scope disposed), also after its slot was reused.
     TR_ERR_STALE_HANDLE = 200,
-    /// The value was never a handle of this kind (0, garbage, or a scope passed as a tensor).
+    /// Invalid handle: never a handle of this kind (0, garbage, or a scope passed as a tensor).
     TR_ERR_INVALID_HANDLE = 201,
     /// The scope was disposed; only `tr_scope_dispose` accepts it (as a no-op).
     TR_ERR_SCOPE_DISPOSED = 300,
@@ -104,27 +107,9 @@ pub enum Status {
 }
 
 impl Status {
-    /// Static English text for a status code; unknown codes get a generic text.
+    /// Static English text for a status code (its doc comment); unknown codes get a generic text.
     pub fn describe(code: i32) -> &'static CStr {
-        match code {
-            0 => c"ok",
-            100 => c"a required pointer argument was NULL",
-            101 => c"invalid argument",
-            102 => c"output buffer too small",
-            200 => c"stale handle (released, or its scope was disposed)",
-            201 => c"invalid handle (never a handle of this kind)",
-            300 => c"scope already disposed",
-            400 => c"shape mismatch",
-            401 => c"dtype mismatch",
-            500 => c"device error",
-            501 => c"out of memory",
-            502 => c"device budget too small for the operation",
-            600 => c"libtorch error",
-            700 => c"file missing or unreadable",
-            701 => c"malformed file (truncated, corrupt or inconsistent)",
-            900 => c"panic caught at the C boundary (a bug in libtensorref)",
-            _ => c"unknown status code",
-        }
+        Status::try_from(code).map_or(c"unknown status code", Status::description)
     }
 }
 

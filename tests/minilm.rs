@@ -28,7 +28,7 @@ static SERIAL: Mutex<()> = Mutex::new(());
 const DEVICE: ComputeDevice = ComputeDevice::Simulated;
 #[cfg(feature = "cuda-tests")]
 const DEVICE: ComputeDevice = ComputeDevice::Cuda(0);
-/// Bit for bit on the host (residency.md, guarantee 1: host copies keep a dense view's
+/// Bit for bit on the host (docs/residency.md, guarantee 1: host copies keep a dense view's
 /// strides, so kernels sum in the same order as without a manager); CUDA's kernels round
 /// differently from the CPU's.
 const TOLERANCE: f32 = if cfg!(feature = "cuda-tests") { 1e-4 } else { 0.0 };
@@ -66,7 +66,7 @@ fn run(model: &MiniLm, name: &str, cfg: Option<Config>) -> Run {
     if let Some(cfg) = cfg {
         residency::configure(cfg).unwrap();
         let seen = peak.clone();
-        residency::set_event_callback(Some(Box::new(move |e| {
+        residency::set_callback(Some(Box::new(move |e| {
             seen.fetch_max(e.device_bytes, Ordering::Relaxed);
         })))
         .unwrap();
@@ -255,7 +255,7 @@ fn c_surface_gives_the_same_embeddings() {
     let mut cfg = unsafe { cfg.assume_init() };
     cfg.budget_bytes = bytes / 4;
     assert_eq!(tr_residency_configure(&cfg), Status::TR_OK);
-    assert_eq!(tr_minilm_set_weight_mode(h, TR_WEIGHTS_CHUNK, bytes / 8), Status::TR_OK);
+    assert_eq!(tr_minilm_set_weight_mode(h, WeightModeKind::Chunk as i32, bytes / 8), Status::TR_OK);
     assert_eq!(tr_minilm_embed(h, ptrs.as_ptr(), 3, out.as_mut_ptr(), out.len(), &mut written), Status::TR_OK);
     let stats = residency::stats().unwrap();
     residency::disable().unwrap();

@@ -156,11 +156,11 @@ fn adam_step_matches_torch_formula() {
         p.requires_grad_(true)?;
         let (m, v) = (p.zeros_like()?, p.zeros_like()?);
         p.mul(&p)?.sum()?.backward()?; // grad = 2p = [2, -2]
-        Tensor::adam_step(&[&p], &[&m], &[&v], 1, 0.1, 0.9, 0.999, 1e-8, 0.0)?;
+        Tensor::optim_adam_step(&[&p], &[&m], &[&v], 1, 0.1, 0.9, 0.999, 1e-8, 0.0)?;
         // First Adam step moves each parameter by lr * sign(grad).
         let got = vals(&p);
         assert!((got[0] - 0.9).abs() < 1e-5 && (got[1] + 0.9).abs() < 1e-5, "{got:?}");
-        let err = Tensor::adam_step(&[&p], &[], &[&v], 1, 0.1, 0.9, 0.999, 1e-8, 0.0).unwrap_err();
+        let err = Tensor::optim_adam_step(&[&p], &[], &[&v], 1, 0.1, 0.9, 0.999, 1e-8, 0.0).unwrap_err();
         assert!(err.to_string().contains("1 params but 0 exp_avg"), "{err}");
         Ok(())
     });

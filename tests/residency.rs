@@ -42,7 +42,7 @@ fn configure(policy: PolicyKind, budget: u64) -> Arc<AtomicU64> {
     residency::configure(cfg).unwrap();
     let peak = Arc::new(AtomicU64::new(0));
     let seen = peak.clone();
-    residency::set_event_callback(Some(Box::new(move |e| {
+    residency::set_callback(Some(Box::new(move |e| {
         seen.fetch_max(e.device_bytes, Ordering::Relaxed);
     })))
     .unwrap();
@@ -393,7 +393,7 @@ fn genoa_keeps_nothing_on_the_device_between_ops() {
         configure(PolicyKind::Genoa, 1 << 20);
         let ends = Arc::new(Mutex::new(Vec::new()));
         let log = ends.clone();
-        residency::set_event_callback(Some(Box::new(move |e| {
+        residency::set_callback(Some(Box::new(move |e| {
             if e.kind == EventKind::OpEnd {
                 log.lock().unwrap().push(e.device_bytes);
             }
@@ -485,10 +485,10 @@ fn timeline_is_chrome_trace_json() {
     exclusive(|| {
         let a = Tensor::randn(&[16, 16], DType::F32)?;
         configure(PolicyKind::Flow, 4096);
-        residency::start_timeline()?;
+        residency::timeline_start()?;
         let _b = a.matmul(&a)?.relu()?;
         let path = std::env::temp_dir().join(format!("tensorref-timeline-{}.json", std::process::id()));
-        residency::write_timeline(&path)?;
+        residency::timeline_write(&path)?;
         let text = std::fs::read_to_string(&path).unwrap();
         std::fs::remove_file(&path).unwrap();
         assert!(text.starts_with("{\"displayTimeUnit\""));
@@ -548,7 +548,7 @@ fn flow_in_steady_state_pays_nothing_a_gpu_would_stall_on_and_overlaps_its_copie
             })
         };
         residency::configure(Config::new(DEVICE, PolicyKind::Flow, budget))?; // prefetch as far as the budget allows
-        residency::start_schedule_log()?;
+        residency::schedule_log_start()?;
         pass()?;
         residency::mark_iteration()?;
         let first = residency::stats().unwrap();

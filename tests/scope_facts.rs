@@ -1,4 +1,4 @@
-//! The numbered facts of dispose-scopes.md, one test each, checked with the per-thread
+//! The numbered facts of docs/dispose-scopes.md, one test each, checked with the per-thread
 //! statistics tuple (created_outside, disposed_outside, created_in, disposed_in, attached,
 //! detached, live), starting from `Stats::reset()` with no scope open.
 
@@ -214,7 +214,7 @@ fn fact_13_training_loop_in_one_scope_leaves_nothing() -> Result<()> {
             loss.backward()?;
             let g = w1.grad()?.expect("w1 has a gradient after backward");
             assert_eq!(g.shape()?, [16, 8]);
-            Tensor::sgd_step(&params.iter().collect::<Vec<_>>(), 0.05)?;
+            Tensor::optim_sgd_step(&params.iter().collect::<Vec<_>>(), 0.05)?;
             for p in &params {
                 p.zero_grad()?;
             }

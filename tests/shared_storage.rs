@@ -125,7 +125,7 @@ fn a_clean_view_of_a_weight_is_never_written_back() {
         let x = Tensor::randn(&[8, 64], DType::F32)?;
         let written = Arc::new(Mutex::new(Vec::new()));
         let log = written.clone();
-        residency::set_event_callback(Some(Box::new(move |e| {
+        residency::set_callback(Some(Box::new(move |e| {
             if e.kind == EventKind::WriteBack {
                 log.lock().unwrap().push(e.bytes);
             }
@@ -236,7 +236,7 @@ fn autograd_is_refused_at_the_first_recording_op_under_every_policy() {
         assert!(err.to_string().contains("autograd through the residency manager"), "{policy:?}: {err}");
         let inference = no_grad(|| w.mul(&w)).unwrap();
         assert_eq!(inference.shape().unwrap(), [4, 4], "{policy:?}: inference under no_grad works");
-        let err = no_grad(|| Tensor::sgd_step(&[&w], 0.1)).unwrap_err();
+        let err = no_grad(|| Tensor::optim_sgd_step(&[&w], 0.1)).unwrap_err();
         assert!(err.to_string().contains("autograd through the residency manager"), "{policy:?}: {err}");
         residency::disable().unwrap();
     }

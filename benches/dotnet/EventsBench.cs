@@ -28,7 +28,7 @@ static class EventsBench
         // variant: 0 no manager, 1 Flow, 2 Flow with a handler
         Func<int, double> round = variant =>
         {
-            ResidencySession session = variant == 0 ? null : ResidencyManager.Configure(new ResidencyConfig(ResidencyPolicy.Flow, 1 << 20));
+            ResidencySession session = variant == 0 ? null : ResidencyManager.Configure(new ResidencyConfig(Policy.Flow, 1 << 20));
             if (variant == 2) ResidencyManager.Events += count;
             try
             {

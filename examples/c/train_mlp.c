@@ -2,7 +2,7 @@
  * Trains a small MLP through the C ABI with one dispose scope per step.
  *
  * The scenario of `make demo` (examples/train_mlp.rs): a 16-64-1 ReLU network learns
- * y = tanh(2 x0 x1) from 256 random samples, MSE loss, plain SGD (tr_tensor_sgd_step, lr 0.05),
+ * y = tanh(2 x0 x1) from 256 random samples, MSE loss, plain SGD (tr_optim_sgd_step, lr 0.05),
  * 300 steps, seed 0. In C nothing releases a temporary unless the code does, so each step runs
  * inside its own scope: the forward pass, the loss and whatever else the step creates belong to
  * it, and tr_scope_dispose releases them all at once. The data and the parameters are created
@@ -48,7 +48,7 @@ static double train_step(tr_tensor x, tr_tensor y, const tr_tensor params[N_PARA
     TRY(tr_tensor_linear(act, params[2], params[3], &pred));
     TRY(tr_tensor_mse_loss(pred, y, &loss));
     TRY(tr_tensor_backward(loss));
-    TRY(tr_tensor_sgd_step(params, N_PARAMS, 0.05));
+    TRY(tr_optim_sgd_step(params, N_PARAMS, 0.05));
     for (i = 0; i < N_PARAMS; i++) TRY(tr_tensor_zero_grad(params[i]));
     TRY(tr_tensor_item(loss, &value));
     *live_during = tr_live_handles();

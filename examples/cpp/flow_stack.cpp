@@ -65,10 +65,10 @@ int run(const std::string& device_name) {
             std::fprintf(stderr, "CUDA is not available: %s\n", tr::version().c_str());
             return 2;
         }
-        config.device = tr::ComputeDevice::Cuda;
+        config.device = tr::Device::Cuda;
         tolerance = 1e-4;
     } else {
-        config.device = tr::ComputeDevice::Simulated;
+        config.device = tr::Device::Simulated;
     }
 
     size_t live_at_start = tr::live_handles();

@@ -1,7 +1,7 @@
 // Trains a small MLP through the C++ binding (include/tensorref.hpp) with one tr::Scope per step.
 //
 // The same scenario as examples/c/train_mlp.c and `make demo`: a 16-64-1 ReLU network learns
-// y = tanh(2 x0 x1) from 256 random samples, MSE loss, plain SGD (tr::sgd_step, lr 0.05), 300
+// y = tanh(2 x0 x1) from 256 random samples, MSE loss, plain SGD (tr::optim_sgd_step, lr 0.05), 300
 // steps, seed 0; the same ops in the same order, so it reaches the same final loss. In C++ each
 // temporary's tr::Tensor releases its handle at the end of the full expression, so a step holds
 // few handles at once; the scope per step is still the guarantee: whatever the step created and
@@ -44,7 +44,7 @@ double train_step(const Mlp& model, const tr::Tensor& x, const tr::Tensor& y, si
     tr::Scope scope;
     tr::Tensor loss = model.forward(x).mse_loss(y);
     loss.backward();
-    tr::sgd_step({model.w1, model.b1, model.w2, model.b2}, 0.05);
+    tr::optim_sgd_step({model.w1, model.b1, model.w2, model.b2}, 0.05);
     for (const tr::Tensor* p : model.params()) p->zero_grad();
     peak_live = tr::live_handles();
     return loss.item();

@@ -40,12 +40,12 @@ static class FlowStack
     static int Main(string[] argv)
     {
         // [--device simulated|cuda] [layers [width [batch [passes]]]]
-        var device = ResidencyDevice.Simulated;
+        var device = Device.Simulated;
         var args = new List<string>(argv);
         int at = args.IndexOf("--device");
         if (at >= 0 && at + 1 < args.Count)
         {
-            device = args[at + 1] == "cuda" ? ResidencyDevice.Cuda : ResidencyDevice.Simulated;
+            device = args[at + 1] == "cuda" ? Device.Cuda : Device.Simulated;
             args.RemoveRange(at, 2);
         }
         if (args.Count > 0) layers = int.Parse(args[0]);
@@ -70,7 +70,7 @@ static class FlowStack
         ulong weightBytes = (ulong)layers * (ulong)(width * width + width) * 4;
         ulong budget = weightBytes / 4;
         Console.WriteLine("{0} linear layers of {1}x{1} f32 ({2} of weights), batch {3}; running on the {4} device, budget {5} (weights / 4)",
-                          layers, width, MiB(weightBytes), batch, device == ResidencyDevice.Cuda ? "CUDA" : "simulated", MiB(budget));
+                          layers, width, MiB(weightBytes), batch, device == Device.Cuda ? "CUDA" : "simulated", MiB(budget));
 
         var reference = Forward(x, w, b);
         bool ok = true, identical = true;
@@ -83,9 +83,9 @@ static class FlowStack
 
         ulong genoaPerPass = 0, flowPerPass = 0;
         ResidencyStats flow = default(ResidencyStats);
-        foreach (var policy in new[] { ResidencyPolicy.Genoa, ResidencyPolicy.Flow })
+        foreach (var policy in new[] { Policy.Genoa, Policy.Flow })
         {
-            Console.WriteLine(policy == ResidencyPolicy.Genoa
+            Console.WriteLine(policy == Policy.Genoa
                 ? "\nGenoa (every op loads its inputs and sends everything back; it never prefetches):"
                 : "\nFlow (results stay; evicts by the recorded trace and prefetches the next weights):");
             Console.WriteLine("  pass    ms   loads      loaded  evictions  prefetch hits/misses");
@@ -93,14 +93,14 @@ static class FlowStack
             {
                 for (int pass = 0; pass < passes; pass++)
                 {
-                    var before = ResidencyManager.Statistics;
+                    var before = ResidencyManager.Stats;
                     var clock = Stopwatch.StartNew();
                     var output = Forward(x, w, b);
                     ResidencyManager.MarkIteration();
                     double ms = clock.Elapsed.TotalMilliseconds;
-                    var after = ResidencyManager.Statistics;
+                    var after = ResidencyManager.Stats;
                     // Bit for bit on the simulated device; CUDA's kernels round differently.
-                    if (device == ResidencyDevice.Simulated ? !output.SequenceEqual(reference)
+                    if (device == Device.Simulated ? !output.SequenceEqual(reference)
                                                             : output.Zip(reference, (a, r) => Math.Abs(a - r)).Max() > 1e-4)
                     {
                         Console.WriteLine("  pass {0}: the output differs from the unmanaged run", pass);
@@ -109,11 +109,11 @@ static class FlowStack
                     Console.WriteLine("  {0,4} {1,5:F0} {2,7} {3,11} {4,10} {5,10}/{6}{7}", pass, ms, after.Loads - before.Loads,
                                       MiB(after.LoadBytes - before.LoadBytes), after.Evictions - before.Evictions,
                                       after.PrefetchHits - before.PrefetchHits, after.PrefetchMisses - before.PrefetchMisses,
-                                      pass == 0 && policy == ResidencyPolicy.Flow ? "   (records the trace)" : "");
-                    if (policy == ResidencyPolicy.Genoa) genoaPerPass = after.LoadBytes - before.LoadBytes;
+                                      pass == 0 && policy == Policy.Flow ? "   (records the trace)" : "");
+                    if (policy == Policy.Genoa) genoaPerPass = after.LoadBytes - before.LoadBytes;
                     else flowPerPass = after.LoadBytes - before.LoadBytes;
                 }
-                if (policy == ResidencyPolicy.Flow) flow = ResidencyManager.Statistics;
+                if (policy == Policy.Flow) flow = ResidencyManager.Stats;
             }
         }
         ResidencyManager.Events -= watch;

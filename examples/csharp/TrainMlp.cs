@@ -39,7 +39,7 @@ static class TrainMlp
                 var prediction = x.Linear(w1, b1).Tanh().Linear(w2, b2);
                 var l = prediction.MseLoss(y);
                 l.Backward();
-                torch.SgdStep(parameters, 0.2);
+                torch.OptimSgdStep(parameters, 0.2);
                 foreach (var p in parameters) p.ZeroGrad();
                 loss = l.Item();
                 if (step == 0) firstLoss = loss;

@@ -41,12 +41,12 @@ def main() -> int:
         print(f"{LAYERS} layers, {weight_bytes >> 10} KiB of weights, budget {budget >> 10} KiB")
         print(f"{'pass':>4} {'loads':>7} {'loaded KiB':>11} {'evictions':>9} {'prefetch hits':>13} "
               f"{'prefetch miss':>13} {'peak KiB':>11}")
-        with tr.residency(policy="flow", budget_bytes=budget, device=device):
-            last = tr.residency_stats()
+        with tr.residency.session(policy="flow", budget_bytes=budget, device=device):
+            last = tr.residency.stats()
             for n in range(1, PASSES + 1):
                 y = forward(weights, x)
-                tr.mark_iteration()
-                s = tr.residency_stats()
+                tr.residency.mark_iteration()
+                s = tr.residency.stats()
                 print(f"{n:>4} {s.loads - last.loads:>7} {(s.load_bytes - last.load_bytes) >> 10:>11} "
                       f"{s.evictions - last.evictions:>9} {s.prefetch_hits - last.prefetch_hits:>13} "
                       f"{s.prefetch_misses - last.prefetch_misses:>13} {s.peak_device_bytes >> 10:>11}")

@@ -35,7 +35,7 @@ def main() -> int:
             loss = tr.mse_loss(x.linear(w1, b1).tanh().linear(w2, b2), y)
             loss.backward()
             grad_norm = math.sqrt(sum((p.grad() ** 2.0).sum().item() for p in params))
-            tr.sgd_step(params, LR)
+            tr.optim_sgd_step(params, LR)
             for p in params:
                 p.zero_grad()
             loss_value = loss.item()

@@ -2,6 +2,7 @@
 //! statistics.
 
 use crate::error::{Error, Result};
+use tensorref_derive::CEnum;
 use crate::ops::Scalar;
 use crate::registry::{ScopeId, TensorId};
 use crate::scope::Stats;
@@ -20,34 +21,38 @@ pub struct TrScope {
     pub id: u64,
 }
 
-/// An element type: one of the TR_DTYPE_* codes (c10's ScalarType numbers).
+/// A `tr_dtype` (`enum tr_dtype` in the header, `crate::DType` here) as it crosses the ABI: an
+/// `int32_t`, since a C caller may pass any value; `DType::try_from` checks it.
+/// cbindgen:ignore
 pub type TrDtype = i32;
-pub const TR_DTYPE_U8: TrDtype = 0;
-pub const TR_DTYPE_I8: TrDtype = 1;
-pub const TR_DTYPE_I16: TrDtype = 2;
-pub const TR_DTYPE_I32: TrDtype = 3;
-pub const TR_DTYPE_I64: TrDtype = 4;
-pub const TR_DTYPE_F16: TrDtype = 5;
-pub const TR_DTYPE_F32: TrDtype = 6;
-pub const TR_DTYPE_F64: TrDtype = 7;
-pub const TR_DTYPE_BOOL: TrDtype = 11;
-pub const TR_DTYPE_BF16: TrDtype = 15;
 
-/// `tr_scalar.kind`: which member holds the value.
-pub const TR_SCALAR_INT: i32 = 0;
-pub const TR_SCALAR_FLOAT: i32 = 1;
-pub const TR_SCALAR_BOOL: i32 = 2;
+/// Which member of a `tr_scalar` holds its value.
+#[repr(i32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, CEnum)]
+#[c_enum(what = "scalar kind")]
+pub enum ScalarKind {
+    /// An integer, in `i`.
+    Int = 0,
+    /// A floating-point number, in `f`.
+    Float = 1,
+    /// A bool, in `b`.
+    Bool = 2,
+}
+
+/// A `tr_scalar_kind` as it crosses the ABI (`ScalarKind::try_from` checks it).
+/// cbindgen:ignore
+pub type TrScalarKind = i32;
 
 /// A scalar that keeps its type, as a Python number does: `kind` says which member holds the
-/// value (TR_SCALAR_INT: `i`, TR_SCALAR_FLOAT: `f`, TR_SCALAR_BOOL: `b`); the others are
-/// ignored. Ops promote it with the tensor as PyTorch promotes a Python number: an integer keeps
-/// an integer tensor's dtype (`int32_tensor + 1` is int32) and is exact to 64 bits, a float
-/// makes an integer or bool tensor float32 and never widens a floating one. In C:
-/// `(tr_scalar){.kind = TR_SCALAR_INT, .i = 1}`.
+/// value (TR_SCALAR_KIND_INT: `i`, TR_SCALAR_KIND_FLOAT: `f`, TR_SCALAR_KIND_BOOL: `b`); the
+/// others are ignored. Ops promote it with the tensor as PyTorch promotes a Python number: an
+/// integer keeps an integer tensor's dtype (`int32_tensor + 1` is int32) and is exact to 64 bits,
+/// a float makes an integer or bool tensor float32 and never widens a floating one. In C:
+/// `tr_scalar_int(1)`, `tr_scalar_float(0.5)`, `tr_scalar_bool(true)`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TrScalar {
-    pub kind: i32,
+    pub kind: TrScalarKind,
     pub i: i64,
     pub f: f64,
     pub b: bool,
@@ -56,29 +61,28 @@ pub struct TrScalar {
 impl TrScalar {
     /// The value, or TR_ERR_INVALID_ARG for an unknown kind.
     pub(crate) fn parse(self, name: &str) -> Result<Scalar> {
-        match self.kind {
-            TR_SCALAR_INT => Ok(Scalar::Int(self.i)),
-            TR_SCALAR_FLOAT => Ok(Scalar::Float(self.f)),
-            TR_SCALAR_BOOL => Ok(Scalar::Bool(self.b)),
-            k => Err(Error::InvalidArg(format!(
-                "`{name}`: unknown scalar kind {k} (TR_SCALAR_INT, TR_SCALAR_FLOAT or TR_SCALAR_BOOL)"
-            ))),
+        match ScalarKind::try_from(self.kind) {
+            Ok(ScalarKind::Int) => Ok(Scalar::Int(self.i)),
+            Ok(ScalarKind::Float) => Ok(Scalar::Float(self.f)),
+            Ok(ScalarKind::Bool) => Ok(Scalar::Bool(self.b)),
+            Err(Error::InvalidArg(why)) => Err(Error::InvalidArg(format!("`{name}`: {why}"))),
+            Err(e) => Err(e),
         }
     }
 }
 
 impl From<Scalar> for TrScalar {
     fn from(s: Scalar) -> Self {
-        let zero = TrScalar { kind: TR_SCALAR_INT, i: 0, f: 0.0, b: false };
+        let zero = TrScalar { kind: ScalarKind::Int as i32, i: 0, f: 0.0, b: false };
         match s {
             Scalar::Int(i) => TrScalar { i, ..zero },
-            Scalar::Float(f) => TrScalar { kind: TR_SCALAR_FLOAT, f, ..zero },
-            Scalar::Bool(b) => TrScalar { kind: TR_SCALAR_BOOL, b, ..zero },
+            Scalar::Float(f) => TrScalar { kind: ScalarKind::Float as i32, f, ..zero },
+            Scalar::Bool(b) => TrScalar { kind: ScalarKind::Bool as i32, b, ..zero },
         }
     }
 }
 
-/// Per-thread scope statistics; counters only grow (see dispose-scopes.md).
+/// Per-thread scope statistics; counters only grow (see docs/dispose-scopes.md).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TrStats {
@@ -136,10 +140,11 @@ mod tests {
     use crate::dtype::DType;
 
     #[test]
-    fn dtype_codes_match_the_rust_enum() {
-        let codes = [TR_DTYPE_U8, TR_DTYPE_I8, TR_DTYPE_I16, TR_DTYPE_I32, TR_DTYPE_I64,
-                     TR_DTYPE_F16, TR_DTYPE_F32, TR_DTYPE_F64, TR_DTYPE_BOOL, TR_DTYPE_BF16];
-        assert_eq!(codes.map(|c| DType::from_code(c).unwrap()), DType::ALL);
+    fn dtype_codes_round_trip() {
+        for d in DType::ALL {
+            assert_eq!(DType::try_from(d as i32).unwrap(), d);
+        }
+        assert!(matches!(DType::try_from(9), Err(Error::InvalidArg(m)) if m == "unknown dtype code 9"));
     }
 
     #[test]

@@ -1,20 +1,25 @@
-//! The C ABI (conventions: shared/spec/c-abi.md). cbindgen turns these modules into
-//! `include/tensorref.h`. Every exported body runs inside `boundary::call`, the one panic
-//! boundary. Like rustls-ffi, the functions are safe `extern "C" fn`s: the pointer contract is
-//! the C caller's, stated on each function, and checked for NULL on entry.
+//! The C ABI (conventions: docs/c-abi.md). cbindgen turns these modules into
+//! `include/tensorref.h`, in the order they are declared here: the core first (versions, errors,
+//! tensor lifetime and data, scopes), then DLPack, the residency manager, weights and the model.
+//! The op functions (`ops`, generated from the op table) get a header of their own,
+//! `include/tensorref_ops.h`, which tensorref.h includes. Every exported body runs inside
+//! `boundary::call`, the one panic boundary. Like rustls-ffi, the functions are safe
+//! `extern "C" fn`s: the pointer contract is the C caller's, stated on each function, and
+//! checked for NULL on entry.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+mod version;
 mod boundary;
-mod dlpack;
 mod handles;
+mod tensor;
+mod scope;
+mod dlpack;
+mod residency;
+mod weights;
 #[cfg(feature = "models")]
 mod models;
+/// cbindgen:ignore
 mod ops;
-mod residency;
-mod scope;
-mod tensor;
-mod version;
-mod weights;
 
 pub use boundary::{tr_last_error, tr_status_str};
 pub use dlpack::*;

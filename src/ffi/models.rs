@@ -8,12 +8,23 @@ use crate::models::{MiniLm, MiniLmOptions, WeightMode};
 use crate::registry::GenSlab;
 use std::ffi::{c_char, CStr};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use tensorref_derive::CEnum;
 
-/// Weights are loaded for their op and may leave after (pytorch-optimem's `page`).
-pub const TR_WEIGHTS_PAGE: i32 = 0;
-/// The first weights in execution order, up to `chunk_capacity` bytes, stay pinned resident on
-/// the device; the rest page (pytorch-optimem's `chunk`).
-pub const TR_WEIGHTS_CHUNK: i32 = 1;
+/// How a model's weights use the device under the residency manager.
+#[repr(i32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, CEnum)]
+#[c_enum(what = "weight mode")]
+pub enum WeightModeKind {
+    /// Weights are loaded for their op and may leave after (pytorch-optimem's `page`).
+    Page = 0,
+    /// The first weights in execution order, up to `chunk_capacity` bytes, stay pinned resident
+    /// on the device; the rest page (pytorch-optimem's `chunk`).
+    Chunk = 1,
+}
+
+/// A `tr_weight_mode` as it crosses the ABI (`WeightModeKind::try_from` checks it).
+/// cbindgen:ignore
+pub type TrWeightMode = i32;
 
 /// A loaded all-MiniLM-L6-v2 model. 0 is never valid.
 #[repr(C)]
@@ -26,8 +37,7 @@ pub struct TrMinilm {
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct TrMinilmOptions {
-    /// TR_WEIGHTS_PAGE or TR_WEIGHTS_CHUNK.
-    pub weight_mode: i32,
+    pub weight_mode: TrWeightMode,
     /// Bytes of weights pinned resident in chunk mode.
     pub chunk_capacity: u64,
     /// Sentences per forward pass.
@@ -48,12 +58,11 @@ fn model(m: TrMinilm) -> Result<Arc<RwLock<MiniLm>>> {
     MODELS.lock().unwrap_or_else(PoisonError::into_inner).get(m.id).cloned()
 }
 
-fn mode_of(mode: i32, capacity: u64) -> Result<WeightMode> {
-    match mode {
-        TR_WEIGHTS_PAGE => Ok(WeightMode::Page),
-        TR_WEIGHTS_CHUNK => Ok(WeightMode::Chunk { capacity }),
-        other => Err(Error::InvalidArg(format!("unknown weight mode {other}"))),
-    }
+fn mode_of(mode: TrWeightMode, capacity: u64) -> Result<WeightMode> {
+    Ok(match WeightModeKind::try_from(mode)? {
+        WeightModeKind::Page => WeightMode::Page,
+        WeightModeKind::Chunk => WeightMode::Chunk { capacity },
+    })
 }
 
 /// Fills `*out` with the defaults: page mode, batches of 32, max_seq_length 256, embedding
@@ -63,7 +72,7 @@ pub extern "C" fn tr_minilm_options_default(out: *mut TrMinilmOptions) -> Status
     call(|| {
         let d = MiniLmOptions::default();
         *out_arg(out, "out")? = TrMinilmOptions {
-            weight_mode: TR_WEIGHTS_PAGE,
+            weight_mode: WeightModeKind::Page as i32,
             chunk_capacity: 0,
             batch_size: d.batch_size as u32,
             max_seq_length: d.max_seq_length as u32,
@@ -121,11 +130,11 @@ pub extern "C" fn tr_minilm_release(m: TrMinilm) -> Status {
     })
 }
 
-/// Changes the weight mode (TR_WEIGHTS_PAGE, or TR_WEIGHTS_CHUNK with `chunk_capacity` bytes
-/// pinned); it applies from the next `tr_minilm_embed`. Leaving chunk mode unpins under the
-/// configured manager. Errors: bad handle; TR_ERR_INVALID_ARG (unknown mode).
+/// Changes the weight mode (TR_WEIGHT_MODE_PAGE, or TR_WEIGHT_MODE_CHUNK with `chunk_capacity`
+/// bytes pinned); it applies from the next `tr_minilm_embed`. Leaving chunk mode unpins under
+/// the configured manager. Errors: bad handle; TR_ERR_INVALID_ARG (unknown mode).
 #[no_mangle]
-pub extern "C" fn tr_minilm_set_weight_mode(m: TrMinilm, weight_mode: i32, chunk_capacity: u64) -> Status {
+pub extern "C" fn tr_minilm_set_weight_mode(m: TrMinilm, weight_mode: TrWeightMode, chunk_capacity: u64) -> Status {
     call(|| {
         let mode = mode_of(weight_mode, chunk_capacity)?;
         let model = model(m)?;

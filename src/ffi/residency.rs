@@ -11,32 +11,39 @@ use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::mem::ManuallyDrop;
 use std::sync::Mutex;
+use tensorref_derive::CEnum;
 
-pub const TR_DEVICE_CPU: i32 = 0;
-pub const TR_DEVICE_CUDA: i32 = 1;
-pub const TR_DEVICE_SIMULATED: i32 = 2;
+/// The kind of compute device the residency manager places storages on.
+#[repr(i32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, CEnum)]
+#[c_enum(what = "device kind")]
+pub enum DeviceKind {
+    /// Host memory; nothing moves (the manager only accounts).
+    Cpu = 0,
+    /// A CUDA device (`device_index` says which).
+    Cuda = 1,
+    /// Host memory accounted as device memory, with real copies on load and write-back.
+    Simulated = 2,
+}
 
-pub const TR_POLICY_RESIDENT: i32 = 0;
-pub const TR_POLICY_GENOA: i32 = 1;
-pub const TR_POLICY_FLOW: i32 = 2;
-
-pub const TR_EVENT_LOAD: i32 = 0;
-pub const TR_EVENT_EVICT: i32 = 1;
-pub const TR_EVENT_WRITE_BACK: i32 = 2;
-pub const TR_EVENT_OP_BEGIN: i32 = 3;
-pub const TR_EVENT_OP_END: i32 = 4;
-pub const TR_EVENT_PREFETCH: i32 = 5;
+/// A `tr_device` as it crosses the ABI (`DeviceKind::try_from` checks it).
+/// cbindgen:ignore
+pub type TrDevice = i32;
+/// A `tr_policy` as it crosses the ABI (`PolicyKind::try_from` checks it).
+/// cbindgen:ignore
+pub type TrPolicy = i32;
+/// A `tr_event_kind` as it crosses the ABI.
+/// cbindgen:ignore
+pub type TrEventKind = i32;
 
 /// How the residency manager runs. Start from `tr_residency_config_default`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct TrResidencyConfig {
-    /// TR_DEVICE_CPU, TR_DEVICE_CUDA or TR_DEVICE_SIMULATED.
-    pub device: i32,
+    pub device: TrDevice,
     /// The CUDA device number (TR_DEVICE_CUDA only).
     pub device_index: i32,
-    /// TR_POLICY_RESIDENT, TR_POLICY_GENOA or TR_POLICY_FLOW.
-    pub policy: i32,
+    pub policy: TrPolicy,
     /// Hard limit on the bytes the manager holds on the device (Resident ignores it).
     pub budget_bytes: u64,
     /// Page-locked host copies (asynchronous CUDA copies).
@@ -52,9 +59,7 @@ pub struct TrResidencyConfig {
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct TrEvent {
-    /// TR_EVENT_LOAD, TR_EVENT_EVICT, TR_EVENT_WRITE_BACK, TR_EVENT_OP_BEGIN, TR_EVENT_OP_END or
-    /// TR_EVENT_PREFETCH.
-    pub kind: i32,
+    pub kind: TrEventKind,
     /// The storage concerned (shared by aliases; not a handle), 0 for op events.
     pub entry: u64,
     pub bytes: u64,
@@ -78,9 +83,9 @@ pub type TrEventFn = Option<extern "C" fn(event: *const TrEvent, user: *mut c_vo
 pub extern "C" fn tr_residency_config_default(out: *mut TrResidencyConfig) -> Status {
     call(|| {
         *out_arg(out, "out")? = TrResidencyConfig {
-            device: TR_DEVICE_SIMULATED,
+            device: DeviceKind::Simulated as i32,
             device_index: 0,
-            policy: TR_POLICY_FLOW,
+            policy: PolicyKind::Flow as i32,
             budget_bytes: 0,
             pin_host_memory: true,
             prefetch_depth: residency::DEFAULT_PREFETCH_DEPTH as u32,
@@ -99,22 +104,15 @@ pub extern "C" fn tr_residency_config_default(out: *mut TrResidencyConfig) -> St
 pub extern "C" fn tr_residency_configure(config: *const TrResidencyConfig) -> Status {
     call(|| {
         let c = *out_arg(config.cast_mut(), "config")?;
-        let device = match c.device {
-            TR_DEVICE_CPU => ComputeDevice::Cpu,
-            TR_DEVICE_CUDA => ComputeDevice::Cuda(usize::try_from(c.device_index).map_err(|_| Error::InvalidArg(format!("device_index {}", c.device_index)))?),
-            TR_DEVICE_SIMULATED => ComputeDevice::Simulated,
-            other => return Err(Error::InvalidArg(format!("unknown device kind {other}"))),
-        };
-        let policy = match c.policy {
-            TR_POLICY_RESIDENT => PolicyKind::Resident,
-            TR_POLICY_GENOA => PolicyKind::Genoa,
-            TR_POLICY_FLOW => PolicyKind::Flow,
-            other => return Err(Error::InvalidArg(format!("unknown policy {other}"))),
+        let device = match DeviceKind::try_from(c.device)? {
+            DeviceKind::Cpu => ComputeDevice::Cpu,
+            DeviceKind::Cuda => ComputeDevice::Cuda(usize::try_from(c.device_index).map_err(|_| Error::InvalidArg(format!("device_index {}", c.device_index)))?),
+            DeviceKind::Simulated => ComputeDevice::Simulated,
         };
         residency::configure(Config {
             device,
             budget: c.budget_bytes,
-            policy,
+            policy: PolicyKind::try_from(c.policy)?,
             pin_host_memory: c.pin_host_memory,
             prefetch_depth: c.prefetch_depth as usize,
             simulated_capacity: (c.simulated_capacity > 0).then_some(c.simulated_capacity),
@@ -223,7 +221,7 @@ pub extern "C" fn tr_residency_set_callback(callback: TrEventFn, user: *mut c_vo
                 cb.call(&event);
             }) as Box<dyn Fn(&Event) + Send + Sync>
         });
-        residency::set_event_callback(bridge)
+        residency::set_callback(bridge)
     })
 }
 
@@ -231,7 +229,7 @@ pub extern "C" fn tr_residency_set_callback(callback: TrEventFn, user: *mut c_vo
 /// Errors: TR_ERR_INVALID_ARG without a manager.
 #[no_mangle]
 pub extern "C" fn tr_residency_timeline_start() -> Status {
-    call(residency::start_timeline)
+    call(residency::timeline_start)
 }
 
 /// Writes the recorded events to `path` (NUL-terminated UTF-8) as Chrome trace / Perfetto JSON.
@@ -245,7 +243,7 @@ pub extern "C" fn tr_residency_timeline_write(path: *const c_char) -> Status {
         }
         // SAFETY: the caller passes a NUL-terminated string (documented).
         let path = unsafe { CStr::from_ptr(path) }.to_str().map_err(|_| Error::InvalidArg("path is not UTF-8".into()))?;
-        residency::write_timeline(std::path::Path::new(path))
+        residency::timeline_write(std::path::Path::new(path))
     })
 }
 

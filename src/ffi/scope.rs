@@ -1,4 +1,4 @@
-//! Dispose scopes through the C ABI (dispose-scopes.md). Scope stacks are per thread: a scope
+//! Dispose scopes through the C ABI (docs/dispose-scopes.md). Scope stacks are per thread: a scope
 //! opened on a thread captures the handles created on that thread. A scope may be disposed from
 //! any thread (a finalizer, say); the thread's current scope then moves to the nearest open one.
 

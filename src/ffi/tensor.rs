@@ -75,7 +75,7 @@ pub extern "C" fn tr_tensor_from_data(
         let out = out_arg(out, "out")?;
         let shape = slice_arg(shape, ndim, "shape")?;
         let bytes = slice_arg(data, len, "data")?;
-        *out = data::from_bytes(bytes, shape, DType::from_code(dtype)?)?.into();
+        *out = data::from_bytes(bytes, shape, DType::try_from(dtype)?)?.into();
         Ok(())
     })
 }
@@ -157,9 +157,9 @@ pub extern "C" fn tr_tensor_item(t: TrTensor, out: *mut f64) -> Status {
     })
 }
 
-/// Writes the value of a one-element tensor typed by its dtype: TR_SCALAR_INT in `i` for the
-/// integer dtypes (exact, where a double would round beyond 2^53), TR_SCALAR_BOOL in `b`,
-/// TR_SCALAR_FLOAT in `f` for the floating ones. Errors: TR_ERR_NULL_ARG, bad handles,
+/// Writes the value of a one-element tensor typed by its dtype: TR_SCALAR_KIND_INT in `i` for
+/// the integer dtypes (exact, where a double would round beyond 2^53), TR_SCALAR_KIND_BOOL in
+/// `b`, TR_SCALAR_KIND_FLOAT in `f` for the floating ones. Errors: TR_ERR_NULL_ARG, bad handles,
 /// TR_ERR_SHAPE if `t` has more or fewer than one element.
 #[no_mangle]
 pub extern "C" fn tr_tensor_item_scalar(t: TrTensor, out: *mut TrScalar) -> Status {

@@ -1,4 +1,4 @@
-//! Tensor operations. Almost every op is one line of `ops.def`, from which `tools/gen_ops.py`
+//! Tensor operations. Almost every op is one line of `ops.def`, from which `tools/gen.py`
 //! generates the core function on handles, the `Tensor` method and the C function. Ops never
 //! consume their inputs; new results are registered in the current scope. Hand-written here:
 //! host data (`data`), autograd helpers, optimizer steps and the arithmetic operators.

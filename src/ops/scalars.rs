@@ -112,10 +112,10 @@ pub(crate) fn pow(a: &tch::Tensor, exponent: Scalar) -> Result<tch::Tensor> {
 }
 
 /// `a **= exponent` (see `pow`).
-pub(crate) fn pow_(a: &mut tch::Tensor, exponent: Scalar) -> Result<()> {
+pub(crate) fn pow_(a: &tch::Tensor, exponent: Scalar) -> Result<()> {
     check_pow(a, exponent)?;
     let e = scalar(a, exponent)?;
-    let _ = a.f_pow_tensor_(&e)?;
+    let _ = a.shallow_clone().f_pow_tensor_(&e)?;
     Ok(())
 }
 

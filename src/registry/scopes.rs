@@ -1,7 +1,7 @@
 //! Dispose-scope bookkeeping inside the registry's state (the API is `crate::scope`): the scope
-//! slots, each thread's chain of open scopes, and the operations of dispose-scopes.md. Everything
-//! here runs under the registry lock; entries that die are handed back to the caller to free
-//! after the lock is released.
+//! slots, each thread's chain of open scopes, and the operations of docs/dispose-scopes.md.
+//! Everything here runs under the registry lock; entries that die are handed back to the caller
+//! to free after the lock is released.
 //!
 //! Each thread's open scopes form a doubly linked chain (`outer`/`inner`); the thread's current
 //! scope is the innermost one. Disposing a scope in the middle relinks its neighbours, so

@@ -1,4 +1,4 @@
-//! The residency manager (spec: shared/spec/residency.md): one per process, it decides where
+//! The residency manager (docs/residency.md): one per process, it decides where
 //! each storage's bytes live so that a model larger than the accelerator runs on it under a hard
 //! byte budget. Ops never name a device: through `Ticket` the manager brings inputs to the
 //! compute device before an op and places its result after.
@@ -230,15 +230,15 @@ pub(crate) fn resident(id: TensorId) -> Result<bool> {
 /// Calls `f` for every event (load, evict, write-back, prefetch, op begin/end), on the thread
 /// that caused it, while the manager is locked: if `f` calls the manager, that call fails (a
 /// tensor released inside `f` is freed once the manager is free).
-pub fn set_event_callback(f: Option<Box<dyn Fn(&Event) + Send + Sync>>) -> Result<()> {
+pub fn set_callback(f: Option<Box<dyn Fn(&Event) + Send + Sync>>) -> Result<()> {
     with(|m| {
         m.report.callback = f;
         Ok(())
     })
 }
 
-/// Starts recording events for `write_timeline`.
-pub fn start_timeline() -> Result<()> {
+/// Starts recording events for `timeline_write`.
+pub fn timeline_start() -> Result<()> {
     with(|m| {
         m.report.start_timeline();
         Ok(())
@@ -246,7 +246,7 @@ pub fn start_timeline() -> Result<()> {
 }
 
 /// Writes the recorded events as Chrome trace / Perfetto JSON.
-pub fn write_timeline(path: &std::path::Path) -> Result<()> {
+pub fn timeline_write(path: &std::path::Path) -> Result<()> {
     let json = with(|m| m.report.timeline_json().ok_or_else(|| Error::InvalidArg("no timeline is being recorded".into())))?;
     std::fs::write(path, json).map_err(|e| Error::Io(format!("cannot write {}: {e}", path.display())))
 }
@@ -258,7 +258,7 @@ pub fn recorded_trace() -> Option<Vec<OpRecord>> {
 
 /// Starts logging what the schedule model needs (each op, and each load with what it waited
 /// for); the log of the last complete iteration is `schedule_log`.
-pub fn start_schedule_log() -> Result<()> {
+pub fn schedule_log_start() -> Result<()> {
     with(|m| {
         m.start_schedule_log();
         Ok(())

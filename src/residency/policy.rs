@@ -1,10 +1,12 @@
 //! The one small trait every residency policy implements, and what it sees of a resident tensor.
 
 use super::trace::{Trace, TraceKey};
+use tensorref_derive::CEnum;
 
-/// Which policy the manager runs.
+/// Which policy the residency manager runs.
 #[repr(i32)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, CEnum)]
+#[c_enum(what = "policy")]
 pub enum PolicyKind {
     /// Everything on the compute device; no budget.
     Resident = 0,

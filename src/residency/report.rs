@@ -4,6 +4,7 @@
 
 use std::fmt::Write as _;
 use std::time::Instant;
+use tensorref_derive::CEnum;
 
 /// Counters since the manager was configured. Bytes are the manager's device bytes.
 #[repr(C)]
@@ -59,15 +60,22 @@ impl ResidencyStats {
     }
 }
 
-/// What happened.
+/// What a residency manager event reports.
 #[repr(i32)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, CEnum)]
+#[c_enum(what = "event kind")]
 pub enum EventKind {
+    /// A storage was copied to the device for an op.
     Load = 0,
+    /// A storage's device copy was dropped to make room.
     Evict = 1,
+    /// A device copy newer than its home was copied home.
     WriteBack = 2,
+    /// An op began.
     OpBegin = 3,
+    /// An op ended.
     OpEnd = 4,
+    /// A storage was copied to the device ahead of its recorded next use.
     Prefetch = 5,
 }
 

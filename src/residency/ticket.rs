@@ -16,7 +16,7 @@ use std::sync::Arc;
 /// Ops that act on the tensor's own metadata: never moved, never refused.
 const ON_THE_TENSOR: [&str; 4] = ["requires_grad", "requires_grad_", "grad", "zero_grad"];
 /// Ops that use the autograd graph whatever the grad mode.
-const GRAPH_OPS: [&str; 3] = ["backward", "sgd_step", "adam_step"];
+const GRAPH_OPS: [&str; 3] = ["backward", "optim_sgd_step", "optim_adam_step"];
 
 pub(crate) struct Ticket {
     op: &'static str,

@@ -1,4 +1,4 @@
-//! Dispose scopes (TorchSharp's design, spec: shared/spec/dispose-scopes.md). A scope owns the
+//! Dispose scopes (TorchSharp's design, docs/dispose-scopes.md). A scope owns the
 //! handles created while it is current on its thread and releases them when it is disposed.
 //! `Scope` and `with_scope` are the Rust API; the C ABI calls the same registry operations.
 

@@ -561,7 +561,7 @@ static void scalars_keep_their_type(void) {
     CHECK_OK(tr_tensor_dtype(r, &dt));
     CHECK(dt == TR_DTYPE_I64);
     CHECK_OK(tr_tensor_item_scalar(r, &v));
-    CHECK(v.kind == TR_SCALAR_INT && v.i == ((int64_t)1 << 60) + 1);
+    CHECK(v.kind == TR_SCALAR_KIND_INT && v.i == ((int64_t)1 << 60) + 1);
     CHECK_OK(tr_tensor_copy_to(r, (uint8_t *)&got, sizeof got, &(size_t){0}));
     CHECK(got == ((int64_t)1 << 60) + 1);
     CHECK_OK(tr_tensor_add_scalar(a, tr_scalar_float(0.5), &r));
@@ -569,7 +569,7 @@ static void scalars_keep_their_type(void) {
     CHECK(dt == TR_DTYPE_F32);
     CHECK_OK(tr_tensor_full(&one, 1, tr_scalar_int(((int64_t)1 << 62) + 1), TR_DTYPE_I64, &r));
     CHECK_OK(tr_tensor_item_scalar(r, &v));
-    CHECK(v.kind == TR_SCALAR_INT && v.i == ((int64_t)1 << 62) + 1);
+    CHECK(v.kind == TR_SCALAR_KIND_INT && v.i == ((int64_t)1 << 62) + 1);
     CHECK_ERR(tr_tensor_full(&one, 1, tr_scalar_float(1.0 / 0.0), TR_DTYPE_I64, &r), TR_ERR_INVALID_ARG, "does not fit");
     CHECK_ERR(tr_tensor_add_scalar(a, (tr_scalar){.kind = 7}, &r), TR_ERR_INVALID_ARG, "unknown scalar kind 7");
     CHECK_ERR(tr_tensor_item_scalar(a, NULL), TR_ERR_NULL_ARG, "`out`");
@@ -768,7 +768,7 @@ static void sgd_and_adam_steps(void) {
         params[0] = p;
         params[1] = nograd;
         live = tr_live_handles();
-        CHECK_OK(tr_tensor_sgd_step(params, 2, 0.1));
+        CHECK_OK(tr_optim_sgd_step(params, 2, 0.1));
         CHECK_EQ_U(tr_live_handles(), live);
     }
     CHECK_F32(p, 1e-6, 0.7f, -1.3f);
@@ -782,14 +782,14 @@ static void sgd_and_adam_steps(void) {
     REQUIRE_OK(tr_tensor_zeros_like(q, &m));
     REQUIRE_OK(tr_tensor_zeros_like(q, &v));
     live = tr_live_handles();
-    CHECK_OK(tr_tensor_adam_step(&q, 1, &m, 1, &v, 1, 1, 0.1, 0.9, 0.999, 1e-8, 0));
+    CHECK_OK(tr_optim_adam_step(&q, 1, &m, 1, &v, 1, 1, 0.1, 0.9, 0.999, 1e-8, 0));
     CHECK_EQ_U(tr_live_handles(), live);
     CHECK_F32(q, 1e-5, 1.1f, -0.9f);
     CHECK_F32(m, 1e-6, -0.2f, -0.2f);
     CHECK_F32(v, 1e-7, 0.004f, 0.004f);
-    CHECK_ERR(tr_tensor_adam_step(&q, 1, &m, 1, &v, 1, 0, 0.1, 0.9, 0.999, 1e-8, 0),
+    CHECK_ERR(tr_optim_adam_step(&q, 1, &m, 1, &v, 1, 0, 0.1, 0.9, 0.999, 1e-8, 0),
               TR_ERR_INVALID_ARG, "step");
-    CHECK_ERR(tr_tensor_adam_step(&q, 1, &m, 1, &v, 0, 2, 0.1, 0.9, 0.999, 1e-8, 0),
+    CHECK_ERR(tr_optim_adam_step(&q, 1, &m, 1, &v, 0, 2, 0.1, 0.9, 0.999, 1e-8, 0),
               TR_ERR_INVALID_ARG, "exp_avg_sq");
     CHECK_OK(tr_scope_dispose(s));
 }

@@ -69,7 +69,7 @@ static void null_data_and_shape(void) {
     CHECK_ERR(tr_tensor_reshape(out, NULL, 1, &out), TR_ERR_NULL_ARG, "`shape`");
     CHECK_ERR(tr_tensor_cat(NULL, 2, 0, &out), TR_ERR_NULL_ARG, "`tensors`");
     CHECK_ERR(tr_tensor_stack(NULL, 1, 0, &out), TR_ERR_NULL_ARG, "`tensors`");
-    CHECK_ERR(tr_tensor_sgd_step(NULL, 1, 0.1), TR_ERR_NULL_ARG, "`params`");
+    CHECK_ERR(tr_optim_sgd_step(NULL, 1, 0.1), TR_ERR_NULL_ARG, "`params`");
     CHECK_EQ_U(out.id, 42); /* outputs are written only on success */
     CHECK_EQ_U(tr_live_handles(), live);
 
@@ -88,7 +88,7 @@ static void null_data_and_shape(void) {
     CHECK_OK(tr_tensor_from_data((const uint8_t *)data, sizeof(float), NULL, 0, TR_DTYPE_F32, &list[1]));
     CHECK_OK(tr_tensor_shape(list[1], NULL, 0, &n));
     CHECK_EQ_U(n, 0);
-    CHECK_OK(tr_tensor_sgd_step(NULL, 0, 0.1));
+    CHECK_OK(tr_optim_sgd_step(NULL, 0, 0.1));
     CHECK_OK(tr_tensor_release(list[0]));
     CHECK_OK(tr_tensor_release(list[1]));
 }
@@ -122,7 +122,7 @@ static void stale_handle_and_double_release(void) {
     CHECK_ERR(tr_tensor_numel(t, &numel), TR_ERR_STALE_HANDLE, "stale");
     CHECK_ERR(tr_tensor_alias(t, &out), TR_ERR_STALE_HANDLE, "stale");
     CHECK_ERR(tr_tensor_cat(&t, 1, 0, &out), TR_ERR_STALE_HANDLE, "stale");
-    CHECK_ERR(tr_tensor_sgd_step(&t, 1, 0.1), TR_ERR_STALE_HANDLE, "stale");
+    CHECK_ERR(tr_optim_sgd_step(&t, 1, 0.1), TR_ERR_STALE_HANDLE, "stale");
     CHECK_EQ_U(out.id, 42);
     CHECK_EQ_U(numel, 7);
     CHECK(tu_valid(other) == 1); /* the failed calls did not touch other handles */

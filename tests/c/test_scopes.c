@@ -1,5 +1,5 @@
 /*
- * Dispose scopes through the C ABI, against /work/shared/spec/dispose-scopes.md.
+ * Dispose scopes through the C ABI, against docs/dispose-scopes.md.
  *
  * fact01..fact14 are the spec's numbered statistics facts, one function each, comparing the
  * tuple (created_outside, disposed_outside, created_in, disposed_in, attached, detached, live)
@@ -333,10 +333,10 @@ static void fact13_mlp_training_loop_in_one_scope(void) {
             CHECK_EQ_U(n_grad, n_param);
         }
         CHECK_OK(tr_scope_len(s, &len_before));
-        REQUIRE_OK(tr_tensor_sgd_step(params, 4, 0.1));
+        REQUIRE_OK(tr_optim_sgd_step(params, 4, 0.1));
         for (i = 0; i < 4; i++) CHECK_OK(tr_tensor_zero_grad(params[i]));
         CHECK_OK(tr_scope_len(s, &len_after));
-        CHECK_EQ_U(len_after, len_before); /* sgd_step and zero_grad register nothing */
+        CHECK_EQ_U(len_after, len_before); /* optim_sgd_step and zero_grad register nothing */
     }
     CHECK(last_loss < first_loss * 0.8);
     CHECK(tr_live_handles() > live_before);

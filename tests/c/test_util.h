@@ -123,7 +123,7 @@ static inline int tu_check_status(const char *file, int line, const char *expr, 
         }                                                                                 \
     } while (0)
 
-/* Compares this thread's statistics with the tuple of dispose-scopes.md:
+/* Compares this thread's statistics with the tuple of docs/dispose-scopes.md:
  * (created_outside, disposed_outside, created_in, disposed_in, attached, detached, live). */
 #define CHECK_STATS(co, dout, ci, di, at, de, live) \
     tu_check_stats(__FILE__, __LINE__, (co), (dout), (ci), (di), (at), (de), (live))

@@ -103,14 +103,14 @@ std::string read_file(const std::filesystem::path& path) {
 
 TEST(config_starts_from_the_library_defaults) {
     ResidencyConfig c;
-    CHECK(c.device == tr::ComputeDevice::Simulated);
+    CHECK(c.device == tr::Device::Simulated);
     CHECK(c.policy == Policy::Flow);
     CHECK_EQ(c.budget_bytes, uint64_t(0));
     CHECK_EQ(c.prefetch_depth, uint32_t(256));
     CHECK_EQ(c.pin_host_memory, true);
     CHECK_EQ(c.simulated_capacity, uint64_t(0));
     ResidencyConfig g(Policy::Genoa, 4096);
-    CHECK(g.policy == Policy::Genoa && g.device == tr::ComputeDevice::Simulated);
+    CHECK(g.policy == Policy::Genoa && g.device == tr::Device::Simulated);
     tr_residency_config raw = g.to_c();
     CHECK_EQ(raw.policy, int32_t(TR_POLICY_GENOA));
     CHECK_EQ(raw.budget_bytes, uint64_t(4096));
@@ -341,17 +341,17 @@ TEST(the_timeline_is_written_as_chrome_trace_json) {
                 ("tensorref-cpp-timeline-" +
                  std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()) + ".json");
     Residency r(ResidencyConfig(Policy::Flow, 4096));
-    CHECK_THROWS(Residency::write_timeline(path.string()), TR_ERR_INVALID_ARG, "no timeline");
-    Residency::start_timeline();
+    CHECK_THROWS(Residency::timeline_write(path.string()), TR_ERR_INVALID_ARG, "no timeline");
+    Residency::timeline_start();
     Tensor b = a.matmul(a).relu();
-    Residency::write_timeline(path.string());
+    Residency::timeline_write(path.string());
     std::string text = read_file(path);
     std::filesystem::remove(path);
     CHECK(text.rfind("{\"displayTimeUnit\"", 0) == 0);
     for (const char* needle : {"\"name\":\"matmul\"", "\"name\":\"relu\"", "\"name\":\"Load\"", "\"name\":\"device bytes\""}) {
         if (text.find(needle) == std::string::npos) harness::fail(__FILE__, __LINE__, std::string(needle) + " missing");
     }
-    CHECK_THROWS(Residency::write_timeline("/nonexistent-dir/timeline.json"), TR_ERR_IO, "cannot write");
+    CHECK_THROWS(Residency::timeline_write("/nonexistent-dir/timeline.json"), TR_ERR_IO, "cannot write");
 }
 
 TEST(stats_since_subtracts_counters_and_keeps_gauges) {

@@ -1,4 +1,4 @@
-// The numbered statistics facts 1-14 of shared/spec/dispose-scopes.md, through the C++ binding.
+// The numbered statistics facts 1-14 of docs/dispose-scopes.md, through the C++ binding.
 //
 // Each fact is one test comparing the spec's tuple (created_outside, disposed_outside,
 // created_in, disposed_in, attached, detached, live) exactly, starting from a reset with no scope

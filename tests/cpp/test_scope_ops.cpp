@@ -1,4 +1,4 @@
-// The operations table of shared/spec/dispose-scopes.md beyond the numbered facts, through the
+// The operations table of docs/dispose-scopes.md beyond the numbered facts, through the
 // C++ API: dispose_everything(_but), move_to_outer, moving to its own scope, out-of-order
 // disposal (TorchSharp #1303), in-place ops and gradient reads, and per-thread scope stacks.
 #include "tensorref.hpp"

@@ -47,19 +47,19 @@ class Watchdog {
 TEST(integer_scalars_keep_an_integer_tensor_integer_and_exact) {
     Tensor idx = Tensor::from_vector(std::vector<int64_t>{0, 1});
     Tensor next = idx + 1;
-    CHECK(next.dtype() == tr::Dtype::I64);
+    CHECK(next.dtype() == tr::DType::I64);
     CHECK_EQ(i64s(next), (std::vector<int64_t>{1, 2}));
     Tensor emb = Tensor::from_vector(std::vector<float>{0, 1, 2, 3, 4, 5}, {3, 2});
     CHECK_EQ(emb.index_select(0, idx + 1).to_vector<float>(), (std::vector<float>{2, 3, 4, 5}));
     Tensor big = Tensor::from_vector(std::vector<int64_t>{int64_t{1} << 60});
     CHECK_EQ(i64s(big + 1), (std::vector<int64_t>{(int64_t{1} << 60) + 1}));
-    CHECK_EQ(i64s(tr::full({1}, (int64_t{1} << 62) + 1, tr::Dtype::I64)), (std::vector<int64_t>{(int64_t{1} << 62) + 1}));
-    CHECK_THROWS(tr::full({1}, 1.0 / 0.0, tr::Dtype::I64), TR_ERR_INVALID_ARG, "does not fit");
+    CHECK_EQ(i64s(tr::full({1}, (int64_t{1} << 62) + 1, tr::DType::I64)), (std::vector<int64_t>{(int64_t{1} << 62) + 1}));
+    CHECK_THROWS(tr::full({1}, 1.0 / 0.0, tr::DType::I64), TR_ERR_INVALID_ARG, "does not fit");
     Tensor odd = Tensor::from_vector(std::vector<int64_t>{(int64_t{1} << 53) + 1});
     CHECK(odd.item_scalar().is_int());
     CHECK_EQ(odd.item_scalar().to_int(), (int64_t{1} << 53) + 1);
-    CHECK((idx + 0.5).dtype() == tr::Dtype::F32);  // a float still promotes, as in PyTorch
-    CHECK((idx / 2).dtype() == tr::Dtype::F32);    // true division
+    CHECK((idx + 0.5).dtype() == tr::DType::F32);  // a float still promotes, as in PyTorch
+    CHECK((idx / 2).dtype() == tr::DType::F32);    // true division
 }
 
 TEST(compound_assignment_with_scalars_is_in_place) {

@@ -47,7 +47,7 @@ TEST(weights_load_gives_every_tensor_of_the_file) {
             const std::string& name = w.names()[i];
             model_files::Entry e = header.entry(name);
             CHECK_EQ(w[i].shape(), e.shape);
-            CHECK_EQ(w[i].dtype(), e.dtype == "F32" ? tr::Dtype::F32 : tr::Dtype::I64);
+            CHECK_EQ(w[i].dtype(), e.dtype == "F32" ? tr::DType::F32 : tr::DType::I64);
             CHECK_EQ(e.begin, previous_end);
             previous_end = e.end;
             CHECK(&w.at(name) == &w[i]);

@@ -51,7 +51,7 @@ namespace TensorRef
             {
                 // Finalizer: leave the handle to its scope, or alone if it is already dead.
                 ulong owner;
-                if (Native.tr_tensor_scope_raw(id, out owner) != Status.Ok || owner != 0)
+                if (Native.tr_tensor_scope(id, out owner) != Status.Ok || owner != 0)
                 {
                     Interlocked.Increment(ref Diagnostics.finalizerSkips);
                     return true;
@@ -59,7 +59,7 @@ namespace TensorRef
                 Interlocked.Increment(ref Diagnostics.finalizerReleases);
             }
             // TR_ERR_STALE_HANDLE here means a scope released it first: nothing left to do.
-            Native.tr_tensor_release_raw(id);
+            Native.tr_tensor_release(id);
             return true;
         }
     }
@@ -82,7 +82,7 @@ namespace TensorRef
 
         protected override bool ReleaseHandle()
         {
-            Native.tr_scope_dispose_raw(Id);
+            Native.tr_scope_dispose(Id);
             return true;
         }
     }

@@ -27,7 +27,7 @@ namespace TensorRef
 
         protected override bool ReleaseHandle()
         {
-            return Native.tr_minilm_release_raw(Id) == Status.Ok;
+            return Native.tr_minilm_release(Id) == Status.Ok;
         }
     }
 
@@ -42,7 +42,7 @@ namespace TensorRef
         {
             NativeMiniLMOptions n;
             Native.Check(Native.tr_minilm_options_default(out n), "tr_minilm_options_default");
-            Mode = (WeightMode)n.WeightMode;
+            Mode = n.WeightMode;
             ChunkCapacity = n.ChunkCapacity;
             BatchSize = (int)n.BatchSize;
             MaxSeqLength = (int)n.MaxSeqLength;
@@ -73,7 +73,7 @@ namespace TensorRef
             // Negative counts become huge unsigned ones, which the library refuses (InvalidArg).
             return new NativeMiniLMOptions
             {
-                WeightMode = (int)Mode,
+                WeightMode = Mode,
                 ChunkCapacity = ChunkCapacity,
                 BatchSize = unchecked((uint)BatchSize),
                 MaxSeqLength = unchecked((uint)MaxSeqLength),
@@ -138,7 +138,7 @@ namespace TensorRef
         /// </summary>
         public void SetWeightMode(WeightMode mode, ulong chunkCapacity = 0)
         {
-            Native.Check(Native.tr_minilm_set_weight_mode(_handle, (int)mode, chunkCapacity), "tr_minilm_set_weight_mode");
+            Native.Check(Native.tr_minilm_set_weight_mode(_handle, mode, chunkCapacity), "tr_minilm_set_weight_mode");
         }
 
         /// <summary>

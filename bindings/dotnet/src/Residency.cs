@@ -1,6 +1,6 @@
 // The residency manager from C#: ResidencyConfig (device, policy, budget...), ResidencyManager
 // (Configure returns a ResidencySession whose Dispose restores what was configured before it;
-// Disable, Statistics, MarkIteration, the Events event, the timeline), the ResidencyStats and
+// Disable, Stats, MarkIteration, the Events event, the timeline), the ResidencyStats and
 // ResidencyEvent snapshots, and Tensor.PinResident / IsResident. The P/Invokes and native structs
 // are in Native.cs, the device/policy/event enums in Abi.g.cs (generated from the header).
 //
@@ -33,9 +33,9 @@ namespace TensorRef
         {
             NativeResidencyConfig n;
             Native.Check(Native.tr_residency_config_default(out n), "tr_residency_config_default");
-            Device = (ResidencyDevice)n.Device;
+            Device = n.Device;
             DeviceIndex = n.DeviceIndex;
-            Policy = (ResidencyPolicy)n.Policy;
+            Policy = n.Policy;
             BudgetBytes = n.BudgetBytes;
             PinHostMemory = n.PinHostMemory;
             PrefetchDepth = (int)n.PrefetchDepth;
@@ -43,19 +43,19 @@ namespace TensorRef
         }
 
         /// <summary>The defaults with this policy and device budget.</summary>
-        public ResidencyConfig(ResidencyPolicy policy, ulong budgetBytes) : this()
+        public ResidencyConfig(Policy policy, ulong budgetBytes) : this()
         {
             Policy = policy;
             BudgetBytes = budgetBytes;
         }
 
         /// <summary>The compute device: the simulated accelerator, CUDA, or the CPU (nothing moves).</summary>
-        public ResidencyDevice Device { get; set; }
+        public Device Device { get; set; }
 
         /// <summary>The CUDA device number (Cuda only).</summary>
         public int DeviceIndex { get; set; }
 
-        public ResidencyPolicy Policy { get; set; }
+        public Policy Policy { get; set; }
 
         /// <summary>Hard limit on the bytes the manager holds on the device (Resident ignores it).</summary>
         public ulong BudgetBytes { get; set; }
@@ -84,9 +84,9 @@ namespace TensorRef
         {
             return new NativeResidencyConfig
             {
-                Device = (int)Device,
+                Device = Device,
                 DeviceIndex = DeviceIndex,
-                Policy = (int)Policy,
+                Policy = Policy,
                 BudgetBytes = BudgetBytes,
                 PinHostMemory = PinHostMemory,
                 PrefetchDepth = (uint)PrefetchDepth,
@@ -96,7 +96,7 @@ namespace TensorRef
 
         public override string ToString() =>
             string.Format("{0} on {1}{2}, budget {3} bytes, prefetch depth {4}{5}{6}", Policy, Device,
-                          Device == ResidencyDevice.Cuda ? ":" + DeviceIndex : "", BudgetBytes, PrefetchDepth,
+                          Device == Device.Cuda ? ":" + DeviceIndex : "", BudgetBytes, PrefetchDepth,
                           PinHostMemory ? ", pinned host memory" : "",
                           SimulatedCapacity > 0 ? ", simulated capacity " + SimulatedCapacity + " bytes" : "");
     }
@@ -212,11 +212,11 @@ namespace TensorRef
         /// Whether a manager is running (configured from here or from any other language):
         /// tr_residency_enabled, which never fails and leaves the thread's last error alone.
         /// </summary>
-        public static bool IsEnabled
+        public static bool Enabled
         {
             get
             {
-                NotInHandler("ResidencyManager.IsEnabled");
+                NotInHandler("ResidencyManager.Enabled");
                 return Native.tr_residency_enabled();
             }
         }
@@ -225,11 +225,11 @@ namespace TensorRef
         public static ResidencyConfig Current => Volatile.Read(ref _current)?.Clone();
 
         /// <summary>The manager's counters now (tr_residency_stats_get). Throws TensorRefException (InvalidArg) without a manager.</summary>
-        public static ResidencyStats Statistics
+        public static ResidencyStats Stats
         {
             get
             {
-                NotInHandler("ResidencyManager.Statistics");
+                NotInHandler("ResidencyManager.Stats");
                 NativeResidencyStats s;
                 Native.Check(Native.tr_residency_stats_get(out s), "tr_residency_stats_get");
                 return new ResidencyStats(s);
@@ -246,21 +246,21 @@ namespace TensorRef
             Native.Check(Native.tr_residency_mark_iteration(), "tr_residency_mark_iteration");
         }
 
-        /// <summary>Starts recording the manager's events for WriteTimeline. Throws TensorRefException (InvalidArg) without a manager.</summary>
-        public static void StartTimeline()
+        /// <summary>Starts recording the manager's events for TimelineWrite. Throws TensorRefException (InvalidArg) without a manager.</summary>
+        public static void TimelineStart()
         {
-            NotInHandler("ResidencyManager.StartTimeline");
+            NotInHandler("ResidencyManager.TimelineStart");
             Native.Check(Native.tr_residency_timeline_start(), "tr_residency_timeline_start");
         }
 
         /// <summary>
-        /// Writes the events recorded since StartTimeline to `path` as Chrome trace / Perfetto JSON
+        /// Writes the events recorded since TimelineStart to `path` as Chrome trace / Perfetto JSON
         /// (open it at ui.perfetto.dev). Throws TensorRefException: InvalidArg without a manager or
         /// without a timeline started, Io when the path cannot be written.
         /// </summary>
-        public static void WriteTimeline(string path)
+        public static void TimelineWrite(string path)
         {
-            NotInHandler("ResidencyManager.WriteTimeline");
+            NotInHandler("ResidencyManager.TimelineWrite");
             if (path == null) throw new ArgumentNullException("path");
             Native.Check(Native.tr_residency_timeline_write(Native.Utf8Z(Path.GetFullPath(path))), "tr_residency_timeline_write");
         }
@@ -452,7 +452,7 @@ namespace TensorRef
     {
         internal ResidencyEvent(ref NativeEvent e, string op)
         {
-            Kind = (ResidencyEventKind)e.Kind;
+            Kind = e.Kind;
             Entry = e.Entry;
             Bytes = e.Bytes;
             DeviceBytes = e.DeviceBytes;
@@ -461,7 +461,7 @@ namespace TensorRef
             DurationMicroseconds = e.DurationUs;
         }
 
-        public ResidencyEventKind Kind { get; }
+        public EventKind Kind { get; }
         /// <summary>The storage concerned (shared by aliases; not a handle id), 0 for op events.</summary>
         public ulong Entry { get; }
         public ulong Bytes { get; }

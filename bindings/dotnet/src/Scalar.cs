@@ -4,21 +4,15 @@
 // never widens a floating one, a bool is a bool.
 using System;
 using System.Globalization;
-using System.Runtime.InteropServices;
 
 namespace TensorRef
 {
-    /// <summary>A typed scalar (tr_scalar): an integer, a floating-point number or a bool.</summary>
-    [StructLayout(LayoutKind.Sequential)]
-    public struct Scalar : IEquatable<Scalar>
+    /// <summary>
+    /// A typed scalar (tr_scalar): an integer, a floating-point number or a bool. Its fields (Kind
+    /// says which of I, F, B holds the value) are tr_scalar's, generated into Native.g.cs.
+    /// </summary>
+    public partial struct Scalar : IEquatable<Scalar>
     {
-        // tr_scalar's fields, in its order (HeaderLayoutTests checks them against the header).
-        /// <summary>Which kind of value this is.</summary>
-        public readonly ScalarKind Kind;
-        internal readonly long I;
-        internal readonly double F;
-        [MarshalAs(UnmanagedType.I1)] internal readonly bool B;
-
         Scalar(ScalarKind kind, long i, double f, bool b)
         {
             Kind = kind;

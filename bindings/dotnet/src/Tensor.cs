@@ -104,7 +104,7 @@ namespace TensorRef
         /// <summary>Hands this tensor to `scope`; null detaches it. Returns this.</summary>
         public Tensor MoveToOtherDisposeScope(DisposeScope scope)
         {
-            ulong target = scope == null ? 0 : scope.Id;
+            var target = new ScopeHandle(scope == null ? 0 : scope.Id, false);
             Native.Check(Native.tr_tensor_move_to_scope(Handle, target), "tr_tensor_move_to_scope");
             return this;
         }
@@ -114,7 +114,8 @@ namespace TensorRef
         {
             ulong target;
             Native.Check(Native.tr_tensor_scope(Arg(other, "other"), out target), "tr_tensor_scope");
-            Native.Check(Native.tr_tensor_move_to_scope(Handle, target), "tr_tensor_move_to_scope");
+            Native.Check(Native.tr_tensor_move_to_scope(Handle, new ScopeHandle(target, false)),
+                         "tr_tensor_move_to_scope");
             return this;
         }
 

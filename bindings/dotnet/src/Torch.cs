@@ -1,7 +1,7 @@
 // The static entry points users start from, with TorchSharp's names where TorchSharp has them:
 // torch.NewDisposeScope(), tensors from C# arrays, no-grad regions, seeding, versions and the
 // process-wide live-handle count. The generated half (Ops.g.cs) adds one function per op whose
-// first parameter is not a tensor (torch.Zeros, torch.Cat, torch.SgdStep...).
+// first parameter is not a tensor (torch.Zeros, torch.Cat, torch.OptimSgdStep...).
 using System;
 using System.Runtime.InteropServices;
 

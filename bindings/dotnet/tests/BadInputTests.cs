@@ -97,7 +97,7 @@ namespace TensorRef.Tests
             var logits = torch.Zeros(new long[] { 2, 3 });
             var targets = torch.Zeros(new long[] { 2, 3 }, DType.I32);
             var e = Check.Throws<TensorRefException>(() => logits.CrossEntropy(targets), "class targets of the wrong dtype");
-            Check.True(e.Status == Status.Dtype || e.Status == Status.Torch, "a dtype or torch error, got " + e.Status);
+            Check.True(e.Status == Status.DType || e.Status == Status.Torch, "a dtype or torch error, got " + e.Status);
             i.Dispose(); logits.Dispose(); targets.Dispose();
         }
 

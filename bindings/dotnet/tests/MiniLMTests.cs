@@ -75,11 +75,11 @@ namespace TensorRef.Tests
             ResidencyManager.Events += watch;
             try
             {
-                using (ResidencyManager.Configure(new ResidencyConfig(ResidencyPolicy.Flow, budget)))
+                using (ResidencyManager.Configure(new ResidencyConfig(Policy.Flow, budget)))
                 {
-                    Check.True(ResidencyManager.IsEnabled, "the manager runs");
+                    Check.True(ResidencyManager.Enabled, "the manager runs");
                     run.Embeddings = m.EmbedFlat(Sentences);
-                    run.Stats = ResidencyManager.Statistics;
+                    run.Stats = ResidencyManager.Stats;
                 }
             }
             finally
@@ -133,7 +133,7 @@ namespace TensorRef.Tests
                 Check.Throws(Status.InvalidArg, () => m.SetWeightMode((WeightMode)7), "an unknown weight mode");
                 Check.Throws<ArgumentNullException>(() => m.Embed("fine", null), "a null sentence");
                 Check.Throws<ArgumentException>(() => m.Embed("nul\0inside"), "a sentence with a NUL");
-                using (ResidencyManager.Configure(new ResidencyConfig(ResidencyPolicy.Flow, 1 << 20)))
+                using (ResidencyManager.Configure(new ResidencyConfig(Policy.Flow, 1 << 20)))
                     Check.Throws(Status.BudgetTooSmall, () => m.Embed("too small a budget"), "a 1 MiB budget");
             }
             finally

@@ -13,7 +13,7 @@ namespace TensorRef.Tests
 {
     static class ResidencyApiTests
     {
-        static ResidencyConfig Flow(ulong budget) => new ResidencyConfig(ResidencyPolicy.Flow, budget);
+        static ResidencyConfig Flow(ulong budget) => new ResidencyConfig(Policy.Flow, budget);
 
         /// <summary>A few ops that load, place results and (under a small budget) evict.</summary>
         static void SomeOps()
@@ -30,25 +30,25 @@ namespace TensorRef.Tests
         {
             using (ResidencyManager.Configure(Flow(1 << 20)))
             {
-                using (var inner = ResidencyManager.Configure(new ResidencyConfig(ResidencyPolicy.Genoa, 1 << 16)))
+                using (var inner = ResidencyManager.Configure(new ResidencyConfig(Policy.Genoa, 1 << 16)))
                 {
-                    Check.Equal(ResidencyPolicy.Genoa, ResidencyManager.Current.Policy, "the inner configuration is current");
-                    Check.Equal(1UL << 16, ResidencyManager.Statistics.Budget, "the library runs the inner budget");
-                    Check.Equal(ResidencyPolicy.Genoa, inner.Config.Policy, "the session's config");
+                    Check.Equal(Policy.Genoa, ResidencyManager.Current.Policy, "the inner configuration is current");
+                    Check.Equal(1UL << 16, ResidencyManager.Stats.Budget, "the library runs the inner budget");
+                    Check.Equal(Policy.Genoa, inner.Config.Policy, "the session's config");
                 }
-                Check.Equal(ResidencyPolicy.Flow, ResidencyManager.Current.Policy, "the outer configuration is back");
-                Check.Equal(1UL << 20, ResidencyManager.Statistics.Budget, "the library runs the outer budget again");
+                Check.Equal(Policy.Flow, ResidencyManager.Current.Policy, "the outer configuration is back");
+                Check.Equal(1UL << 20, ResidencyManager.Stats.Budget, "the library runs the outer budget again");
 
                 ResidencyManager.Disable();
-                Check.True(!ResidencyManager.IsEnabled, "Disable inside a session stops the manager");
+                Check.True(!ResidencyManager.Enabled, "Disable inside a session stops the manager");
                 using (ResidencyManager.Configure(Flow(1 << 18))) { }
-                Check.True(!ResidencyManager.IsEnabled, "a session opened while disabled restores 'disabled'");
+                Check.True(!ResidencyManager.Enabled, "a session opened while disabled restores 'disabled'");
             }
-            Check.True(!ResidencyManager.IsEnabled && ResidencyManager.Current == null, "no manager after the outer session");
+            Check.True(!ResidencyManager.Enabled && ResidencyManager.Current == null, "no manager after the outer session");
 
-            var unbounded = new ResidencyConfig(ResidencyPolicy.Resident, 0);
+            var unbounded = new ResidencyConfig(Policy.Resident, 0);
             using (ResidencyManager.Configure(unbounded))
-                Check.True(!ResidencyManager.Statistics.IsBounded, "Resident keeps no budget");
+                Check.True(!ResidencyManager.Stats.IsBounded, "Resident keeps no budget");
         }
 
         [Test]
@@ -58,25 +58,25 @@ namespace TensorRef.Tests
             var inner = ResidencyManager.Configure(Flow(1 << 16));
             outer.Dispose();
             Check.True(outer.IsDisposed && inner.IsDisposed, "disposing the outer session ends the inner one too");
-            Check.True(!ResidencyManager.IsEnabled, "back to what was before the outer session");
+            Check.True(!ResidencyManager.Enabled, "back to what was before the outer session");
             using (ResidencyManager.Configure(Flow(1 << 18)))
             {
                 inner.Dispose();
                 outer.Dispose();
-                Check.Equal(1UL << 18, ResidencyManager.Statistics.Budget, "ended sessions' Dispose does nothing");
+                Check.Equal(1UL << 18, ResidencyManager.Stats.Budget, "ended sessions' Dispose does nothing");
             }
         }
 
         [Test]
-        static void IsEnabled_LeavesTheLastErrorAlone()
+        static void Enabled_LeavesTheLastErrorAlone()
         {
             Check.Throws(Status.InvalidArg, () => ResidencyManager.MarkIteration(), "MarkIteration without a manager");
             string before = Helpers.LastError();
-            Check.True(!ResidencyManager.IsEnabled, "no manager");
-            Check.Equal(before, Helpers.LastError(), "tr_last_error after IsEnabled (tr_residency_enabled never sets it)");
-            using (ResidencyManager.Configure(new ResidencyConfig(ResidencyPolicy.Flow, 1 << 20)))
-                Check.True(ResidencyManager.IsEnabled, "a manager runs");
-            Check.True(!ResidencyManager.IsEnabled, "off again after the session");
+            Check.True(!ResidencyManager.Enabled, "no manager");
+            Check.Equal(before, Helpers.LastError(), "tr_last_error after Enabled (tr_residency_enabled never sets it)");
+            using (ResidencyManager.Configure(new ResidencyConfig(Policy.Flow, 1 << 20)))
+                Check.True(ResidencyManager.Enabled, "a manager runs");
+            Check.True(!ResidencyManager.Enabled, "off again after the session");
         }
 
         [Test]
@@ -86,13 +86,13 @@ namespace TensorRef.Tests
             using (var session = ResidencyManager.Configure(config))
             {
                 config.BudgetBytes = 5;
-                config.Policy = ResidencyPolicy.Genoa;
+                config.Policy = Policy.Genoa;
                 Check.Equal(1UL << 20, ResidencyManager.Current.BudgetBytes, "Current is unchanged");
-                Check.Equal(ResidencyPolicy.Flow, session.Config.Policy, "so is the session's");
-                Check.Equal(1UL << 20, ResidencyManager.Statistics.Budget, "and the library's");
+                Check.Equal(Policy.Flow, session.Config.Policy, "so is the session's");
+                Check.Equal(1UL << 20, ResidencyManager.Stats.Budget, "and the library's");
             }
             var d = new ResidencyConfig();
-            Check.True(d.Device == ResidencyDevice.Simulated && d.Policy == ResidencyPolicy.Flow && d.PrefetchDepth == 256 &&
+            Check.True(d.Device == Device.Simulated && d.Policy == Policy.Flow && d.PrefetchDepth == 256 &&
                        d.PinHostMemory && d.BudgetBytes == 0 && d.SimulatedCapacity == 0, "the library's defaults: " + d);
         }
 
@@ -158,7 +158,7 @@ namespace TensorRef.Tests
         static void Events_HandlerCallingTheManager_GetsInvalidOperation_NotADeadlock()
         {
             ResidencyManager.TakeEventHandlerException();
-            Action<ResidencyEvent> reentrant = e => { var s = ResidencyManager.Statistics; };
+            Action<ResidencyEvent> reentrant = e => { var s = ResidencyManager.Stats; };
             ResidencyManager.Events += reentrant;
             try
             {

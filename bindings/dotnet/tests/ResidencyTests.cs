@@ -64,16 +64,16 @@ namespace TensorRef.Tests
         [Test]
         static void GenoaAndFlow_GiveTheUnmanagedResults_BitForBit()
         {
-            Check.True(!ResidencyManager.IsEnabled, "no manager for the reference run");
+            Check.True(!ResidencyManager.Enabled, "no manager for the reference run");
             var expected = Program();
-            foreach (var policy in new[] { ResidencyPolicy.Genoa, ResidencyPolicy.Flow })
+            foreach (var policy in new[] { Policy.Genoa, Policy.Flow })
                 foreach (var budget in new[] { Least, Least * 3 / 2, Least * 3 })
                 {
                     string what = policy + " at " + budget + " bytes";
                     using (ResidencyManager.Configure(new ResidencyConfig(policy, budget)))
                     {
                         SameBytes(expected, Program(), what);
-                        var s = ResidencyManager.Statistics;
+                        var s = ResidencyManager.Stats;
                         Check.True(s.Loads > 0 && s.Evictions > 0 && s.WriteBacks > 0, what + ": data moved both ways: " + s);
                         Check.True(s.PeakDeviceBytes <= budget, what + ": peak within the budget: " + s);
                         Check.Equal(0UL, s.DeviceBytes, what + ": the scope's releases freed every device byte");
@@ -84,9 +84,9 @@ namespace TensorRef.Tests
         [Test]
         static void DeviceBytes_AtEveryEvent_StayWithinTheBudget()
         {
-            foreach (var policy in new[] { ResidencyPolicy.Genoa, ResidencyPolicy.Flow })
+            foreach (var policy in new[] { Policy.Genoa, Policy.Flow })
             {
-                var counts = new Dictionary<ResidencyEventKind, int>();
+                var counts = new Dictionary<EventKind, int>();
                 ulong most = 0;
                 Action<ResidencyEvent> watch = e =>
                 {
@@ -101,13 +101,13 @@ namespace TensorRef.Tests
                     using (ResidencyManager.Configure(new ResidencyConfig(policy, Least)))
                     {
                         Program();
-                        var s = ResidencyManager.Statistics;
-                        Func<ResidencyEventKind, int> count = k => counts.ContainsKey(k) ? counts[k] : 0;
+                        var s = ResidencyManager.Stats;
+                        Func<EventKind, int> count = k => counts.ContainsKey(k) ? counts[k] : 0;
                         string seen = policy + ": " + string.Join(", ", counts.Select(kv => kv.Key + " " + kv.Value));
-                        Check.True(count(ResidencyEventKind.Load) > 0 && count(ResidencyEventKind.Evict) > 0 &&
-                                   count(ResidencyEventKind.WriteBack) > 0, "loads, evictions and write-backs were reported: " + seen);
-                        Check.Equal(count(ResidencyEventKind.OpBegin), count(ResidencyEventKind.OpEnd), seen + ": every op began and ended");
-                        Check.Equal((ulong)(count(ResidencyEventKind.Load) + count(ResidencyEventKind.Prefetch)), s.Loads,
+                        Check.True(count(EventKind.Load) > 0 && count(EventKind.Evict) > 0 &&
+                                   count(EventKind.WriteBack) > 0, "loads, evictions and write-backs were reported: " + seen);
+                        Check.Equal(count(EventKind.OpBegin), count(EventKind.OpEnd), seen + ": every op began and ended");
+                        Check.Equal((ulong)(count(EventKind.Load) + count(EventKind.Prefetch)), s.Loads,
                                     policy + ": one Load or Prefetch event per load counted");
                         Check.True(most <= Least, policy + ": device bytes at the fullest event " + most + " <= budget " + Least);
                         Check.True(most <= s.PeakDeviceBytes, policy + ": no event above the reported peak");
@@ -149,24 +149,24 @@ namespace TensorRef.Tests
                 var x = torch.Randn(new long[] { Rows, Width });
                 var reference = Pass(x, weights);
                 ulong budget = 16 * Width * Width * 4 / 4;
-                var lastPass = new Dictionary<ResidencyPolicy, ulong>();
-                foreach (var policy in new[] { ResidencyPolicy.Genoa, ResidencyPolicy.Flow })
+                var lastPass = new Dictionary<Policy, ulong>();
+                foreach (var policy in new[] { Policy.Genoa, Policy.Flow })
                     using (ResidencyManager.Configure(new ResidencyConfig(policy, budget)))
                     {
                         for (int pass = 0; pass < 3; pass++)
                         {
-                            ulong before = ResidencyManager.Statistics.LoadBytes;
+                            ulong before = ResidencyManager.Stats.LoadBytes;
                             Check.True(reference.SequenceEqual(Pass(x, weights)), policy + " pass " + pass + " gives the unmanaged output");
                             ResidencyManager.MarkIteration();
-                            lastPass[policy] = ResidencyManager.Statistics.LoadBytes - before;
+                            lastPass[policy] = ResidencyManager.Stats.LoadBytes - before;
                         }
-                        var s = ResidencyManager.Statistics;
+                        var s = ResidencyManager.Stats;
                         Check.True(s.PeakDeviceBytes <= budget, policy + ": within the budget: " + s);
-                        if (policy == ResidencyPolicy.Flow)
+                        if (policy == Policy.Flow)
                             Check.True(s.Prefetches > 0 && s.PrefetchHits > 0, "Flow prefetched weights ahead of use: " + s);
                     }
-                Check.True(lastPass[ResidencyPolicy.Flow] * 2 <= lastPass[ResidencyPolicy.Genoa],
-                           "Flow loads at most half of Genoa's bytes per pass: " + lastPass[ResidencyPolicy.Flow] + " vs " + lastPass[ResidencyPolicy.Genoa]);
+                Check.True(lastPass[Policy.Flow] * 2 <= lastPass[Policy.Genoa],
+                           "Flow loads at most half of Genoa's bytes per pass: " + lastPass[Policy.Flow] + " vs " + lastPass[Policy.Genoa]);
             }
         }
 
@@ -180,7 +180,7 @@ namespace TensorRef.Tests
                 var a = torch.Randn(new long[] { 64, 64 }); // 16 KiB each
                 var b = torch.Randn(new long[] { 64, 64 });
                 var expected = Bytes(a.Matmul(b));
-                using (ResidencyManager.Configure(new ResidencyConfig(ResidencyPolicy.Flow, 20000)))
+                using (ResidencyManager.Configure(new ResidencyConfig(Policy.Flow, 20000)))
                 {
                     long live = torch.LiveHandles;
                     var e = Check.Throws(Status.BudgetTooSmall, () => a.Matmul(b), "a matmul of 48 KiB under a 20000-byte budget");
@@ -201,7 +201,7 @@ namespace TensorRef.Tests
                 var big = torch.Randn(new long[] { 80, 64 });    // 20 KiB
                 var pinned = torch.Randn(new long[] { 32, 32 }); // 4 KiB
                 var x = torch.Randn(new long[] { 32, 32 });
-                using (ResidencyManager.Configure(new ResidencyConfig(ResidencyPolicy.Flow, 16 << 10)))
+                using (ResidencyManager.Configure(new ResidencyConfig(Policy.Flow, 16 << 10)))
                 {
                     var e = Check.Throws(Status.BudgetTooSmall, () => big.PinResident(), "pinning 20 KiB under a 16 KiB budget");
                     Check.True(e.LibraryMessage.Contains("pin_resident"), "the message names pin_resident: " + e.LibraryMessage);
@@ -210,12 +210,12 @@ namespace TensorRef.Tests
                     Check.True(pinned.IsResident, "a pinned tensor is loaded at once");
                     var h = x.Add(pinned);
                     for (int i = 0; i < 12; i++) h = h.Matmul(x).Tanh().Add(pinned); // all kept: the budget forces evictions
-                    var s = ResidencyManager.Statistics;
+                    var s = ResidencyManager.Stats;
                     Check.Equal(4096UL, s.PinnedBytes, "pinned bytes");
                     Check.True(s.Evictions > 0, "the rest was evicted around the pin: " + s);
                     Check.True(pinned.IsResident, "the pinned tensor was never evicted");
                     pinned.PinResident(false);
-                    Check.Equal(0UL, ResidencyManager.Statistics.PinnedBytes, "unpinned");
+                    Check.Equal(0UL, ResidencyManager.Stats.PinnedBytes, "unpinned");
                 }
             }
         }
@@ -223,17 +223,17 @@ namespace TensorRef.Tests
         [Test]
         static void Configure_BadConfigurations_AreRefused_AndChangeNothing()
         {
-            var zero = Check.Throws(Status.InvalidArg, () => ResidencyManager.Configure(new ResidencyConfig(ResidencyPolicy.Flow, 0)),
+            var zero = Check.Throws(Status.InvalidArg, () => ResidencyManager.Configure(new ResidencyConfig(Policy.Flow, 0)),
                                     "Flow without a budget");
             Check.True(zero.LibraryMessage.Contains("budget"), "the message says why: " + zero.LibraryMessage);
-            var policy = new ResidencyConfig(ResidencyPolicy.Flow, 1 << 20) { Policy = (ResidencyPolicy)7 };
+            var policy = new ResidencyConfig(Policy.Flow, 1 << 20) { Policy = (Policy)7 };
             Check.True(Check.Throws(Status.InvalidArg, () => ResidencyManager.Configure(policy), "policy 7").LibraryMessage.Contains("policy 7"),
                        "the unknown policy is named");
-            var cuda = new ResidencyConfig(ResidencyPolicy.Flow, 1 << 20) { Device = ResidencyDevice.Cuda, DeviceIndex = 99 };
+            var cuda = new ResidencyConfig(Policy.Flow, 1 << 20) { Device = Device.Cuda, DeviceIndex = 99 };
             Check.Throws(Status.Device, () => ResidencyManager.Configure(cuda), "CUDA device 99");
             Check.Throws<ArgumentOutOfRangeException>(() => new ResidencyConfig { PrefetchDepth = -1 }, "a negative prefetch depth");
             Check.Throws<ArgumentNullException>(() => ResidencyManager.Configure(null), "no config");
-            Check.True(!ResidencyManager.IsEnabled && ResidencyManager.Current == null, "nothing was configured");
+            Check.True(!ResidencyManager.Enabled && ResidencyManager.Current == null, "nothing was configured");
         }
 
         [Test]
@@ -245,10 +245,10 @@ namespace TensorRef.Tests
                 ResidencyManager.Disable(); // nothing to do: not an error
                 var calls = new Dictionary<string, Action>
                 {
-                    { "Statistics", () => { var s = ResidencyManager.Statistics; } },
+                    { "Stats", () => { var s = ResidencyManager.Stats; } },
                     { "MarkIteration", ResidencyManager.MarkIteration },
-                    { "StartTimeline", ResidencyManager.StartTimeline },
-                    { "WriteTimeline", () => ResidencyManager.WriteTimeline(Path.Combine(Path.GetTempPath(), "tensorref-never-written.json")) },
+                    { "TimelineStart", ResidencyManager.TimelineStart },
+                    { "TimelineWrite", () => ResidencyManager.TimelineWrite(Path.Combine(Path.GetTempPath(), "tensorref-never-written.json")) },
                     { "PinResident", () => t.PinResident() },
                     { "IsResident", () => { var r = t.IsResident; } },
                 };
@@ -270,7 +270,7 @@ namespace TensorRef.Tests
             using (torch.NewDisposeScope())
             {
                 var w = torch.Randn(new long[] { 4, 4 }).RequiresGrad_(true);
-                using (ResidencyManager.Configure(new ResidencyConfig(ResidencyPolicy.Flow, 1 << 20)))
+                using (ResidencyManager.Configure(new ResidencyConfig(Policy.Flow, 1 << 20)))
                 {
                     var e = Check.Throws(Status.InvalidArg, () => w.Mul(w), "an op recording autograd");
                     Check.True(e.LibraryMessage.Contains("autograd through the residency manager"), e.LibraryMessage);
@@ -289,14 +289,14 @@ namespace TensorRef.Tests
             using (torch.NewDisposeScope())
             {
                 var a = torch.Randn(new long[] { 16, 16 });
-                using (ResidencyManager.Configure(new ResidencyConfig(ResidencyPolicy.Flow, 4096)))
+                using (ResidencyManager.Configure(new ResidencyConfig(Policy.Flow, 4096)))
                 {
-                    var e = Check.Throws(Status.InvalidArg, () => ResidencyManager.WriteTimeline(path), "a timeline never started");
+                    var e = Check.Throws(Status.InvalidArg, () => ResidencyManager.TimelineWrite(path), "a timeline never started");
                     Check.True(e.LibraryMessage.Contains("timeline"), e.LibraryMessage);
-                    ResidencyManager.StartTimeline();
+                    ResidencyManager.TimelineStart();
                     a.Matmul(a).Relu();
-                    ResidencyManager.WriteTimeline(path);
-                    Check.Throws(Status.Io, () => ResidencyManager.WriteTimeline(Path.Combine(path, "no", "such", "dir.json")),
+                    ResidencyManager.TimelineWrite(path);
+                    Check.Throws(Status.Io, () => ResidencyManager.TimelineWrite(Path.Combine(path, "no", "such", "dir.json")),
                                  "an unwritable path");
                 }
             }

@@ -75,7 +75,7 @@ namespace TensorRef.Tests
                 if (DisposeScopeManager.CurrentDisposeScope != null || Helpers.CurrentScopeId() != 0)
                     return "a scope was left open before this test";
                 DisposeScopeManager.Statistics.Reset();
-                if (ResidencyManager.IsEnabled)
+                if (ResidencyManager.Enabled)
                     return "a residency manager was left on before this test";
                 long before = torch.LiveHandles;
                 bool leftOn;
@@ -86,7 +86,7 @@ namespace TensorRef.Tests
                 finally
                 {
                     // Off for the next test whatever happened (also frees what it holds on the device).
-                    leftOn = ResidencyManager.IsEnabled;
+                    leftOn = ResidencyManager.Enabled;
                     if (leftOn) ResidencyManager.Disable();
                 }
                 if (leftOn)

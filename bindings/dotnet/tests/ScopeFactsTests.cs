@@ -1,4 +1,4 @@
-// The numbered facts 1-14 of shared/spec/dispose-scopes.md, one test each, through the .NET API.
+// The numbered facts 1-14 of docs/dispose-scopes.md, one test each, through the .NET API.
 // Statistics tuples are (created_outside, disposed_outside, created_in, disposed_in, attached,
 // detached, live), counted from a reset with no scope open (the runner resets before each test).
 using System;

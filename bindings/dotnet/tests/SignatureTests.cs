@@ -59,6 +59,13 @@ namespace TensorRef.Tests
             { "struct tr_scalar", new[] { "Scalar" } },
             { "struct tr_scalar *", new[] { "Scalar&" } },
             { "int32_t *", new[] { "Int32&" } },
+            { "void **", new[] { "IntPtr&" } },
+            { "tr_weight_mode", new[] { "WeightMode" } },
+            // The ops header (cbindgen on src/ffi/ops.rs alone) names the structs by their typedefs.
+            { "tr_tensor", new[] { "TensorHandle", "UInt64" } },
+            { "tr_tensor *", new[] { "UInt64&" } },
+            { "const tr_tensor *", new[] { "UInt64[]" } },
+            { "tr_scalar", new[] { "Scalar" } },
         };
 
         static readonly Dictionary<string, string> Returns = new Dictionary<string, string>
@@ -67,13 +74,15 @@ namespace TensorRef.Tests
             { "uint64_t", "UInt64" }, { "size_t", "UIntPtr" }, { "bool", "Boolean/I1" },
         };
 
+        /// <summary>include/tensorref.h followed by the ops header it includes.</summary>
         internal static string HeaderText()
         {
             for (var dir = new DirectoryInfo(Path.GetDirectoryName(typeof(SignatureTests).Assembly.Location));
                  dir != null; dir = dir.Parent)
             {
                 var path = Path.Combine(dir.FullName, "include", "tensorref.h");
-                if (File.Exists(path)) return File.ReadAllText(path);
+                if (File.Exists(path))
+                    return File.ReadAllText(path) + File.ReadAllText(Path.Combine(dir.FullName, "include", "tensorref_ops.h"));
             }
             throw new CheckFailed("include/tensorref.h not found above " + typeof(SignatureTests).Assembly.Location);
         }

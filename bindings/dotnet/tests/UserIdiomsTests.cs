@@ -67,7 +67,7 @@ namespace TensorRef.Tests
             using (torch.NewDisposeScope())
             {
                 var a = torch.Tensor(new float[] { 1, 2 });
-                foreach (var policy in new[] { ResidencyPolicy.Resident, ResidencyPolicy.Genoa, ResidencyPolicy.Flow })
+                foreach (var policy in new[] { Policy.Resident, Policy.Genoa, Policy.Flow })
                 {
                     using (ResidencyManager.Configure(new ResidencyConfig(policy, 1 << 20)))
                     {
@@ -131,7 +131,7 @@ namespace TensorRef.Tests
                     torch.Ones(new long[] { 1 });  // throws: the manager is busy with this very op
                 };
                 ResidencyManager.TakeEventHandlerException();
-                using (ResidencyManager.Configure(new ResidencyConfig(ResidencyPolicy.Flow, 64 * 1024)))
+                using (ResidencyManager.Configure(new ResidencyConfig(Policy.Flow, 64 * 1024)))
                 {
                     ResidencyManager.Events += handler;
                     try

@@ -22,19 +22,16 @@ from ._ops import __all__ as _op_names
 from ._ops import abs, pow, slice  # noqa: A004  (kept out of `import *`)
 from ._habits import (MinMax, arange, argmax, argmin, expand, full, max, mean, min, ones,  # noqa: A004
                       permute, rand, randn, reshape, squeeze, sum, view, zeros)
-from ._tensor import Tensor, flush_releases, from_numpy, set_release_batch, tensor
+from ._ownership import flush_releases, set_release_batch
+from ._tensor import Tensor, from_numpy, tensor
 from .dtypes import (DType, bfloat16, bool_, dtype, float16, float32, float64, int8, int16,
                      int32, int64, uint8)
 from .errors import (AbiMismatchError, ArgumentError, DeviceError, FileError, HandleError,
                      PanicError, ScopeError, ShapeDtypeError, TensorRefError, TorchError)
 from .interop import from_dlpack, from_torch, to_torch
 from .scope import Scope, Stats, current_scope, reset_stats, scope, stats
-from .weights import load_weights
-from ._residency import (Config as ResidencyConfig, Event as ResidencyEvent, ResidencyStats,
-                         configure as configure_residency, disable as disable_residency,
-                         enabled as residency_enabled, mark_iteration, residency, residency_stats,
-                         set_event_callback, timeline_start, timeline_write)
-from . import _residency
+from . import weights  # tr.weights.load(path)
+from . import residency  # the residency manager: tr.residency.session(...), tr.residency.stats() ...
 from .minilm import MiniLM
 from . import _habits, _indexing, _protocols
 _protocols.install()
@@ -52,12 +49,6 @@ def __getattr__(name):
         # than through ctypes alone; see tensorref._accel (and its `reason` when False).
         return _accel.active
     raise AttributeError(f"module 'tensorref' has no attribute {name!r}")
-
-
-def callback_errors() -> list:
-    """Exceptions the residency event callback raised (caught: nothing may unwind into the
-    library), oldest first, at most 100; cleared by set_event_callback."""
-    return list(_residency.callback_errors)
 
 
 def abi_version() -> int:
@@ -105,10 +96,7 @@ class no_grad:
 
 __all__ = [
     *_op_names, "Tensor", "from_numpy", "tensor", "from_dlpack", "from_torch", "to_torch",
-    "load_weights", "flush_releases", "set_release_batch", "MiniLM", "MinMax",
-    "ResidencyConfig", "ResidencyEvent", "ResidencyStats", "configure_residency",
-    "disable_residency", "residency_enabled", "mark_iteration", "residency", "residency_stats",
-    "set_event_callback", "callback_errors", "timeline_start", "timeline_write",
+    "weights", "flush_releases", "set_release_batch", "MiniLM", "MinMax", "residency",
     "Scope", "Stats", "scope", "current_scope", "stats", "reset_stats",
     "DType", "dtype", "uint8", "int8", "int16", "int32", "int64", "float16", "float32",
     "float64", "bool_", "bfloat16",

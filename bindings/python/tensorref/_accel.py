@@ -24,7 +24,7 @@ import importlib
 import os
 import sys
 
-from . import _lib, _ops, _tensor
+from . import _lib, _ops, _ownership
 from ._tensor import Tensor
 
 # The methods it replaces, as the generated _ops.py and _tensor.py define them.
@@ -91,8 +91,8 @@ def _load() -> None:
             reason = f"the extension does not import: {e}"
         return
     try:
-        FAST = ext.install(Tensor, _address, dict(PURE), _tensor._pending, _tensor._limit,
-                           _tensor.in_callback, _lib.fail)
+        FAST = ext.install(Tensor, _address, dict(PURE), _ownership._pending, _ownership._limit,
+                           _ownership.in_callback, _lib.fail)
     except Exception as e:  # noqa: BLE001  (any failure to bind means: stay pure ctypes)
         reason = f"the extension cannot bind to {_lib.LIB_PATH}: {e}"
         return

@@ -157,7 +157,7 @@ def to(self, dtype) -> Tensor:
         d = _dtypes.dtype(dtype)
     except TypeError:
         raise TypeError(f"Tensor.to({dtype!r}): only a dtype; the residency manager moves tensors "
-                        f"between devices (tr.residency(device='cuda', ...))") from None
+                        f"between devices (tr.residency.session(device='cuda', ...))") from None
     return _ops.to_dtype(self, d)
 
 

@@ -1,5 +1,5 @@
-"""Loads libtensorref, checks its ABI version, declares the hand-written C functions, and owns
-the one checked-call error path (``fail``).
+"""Loads libtensorref, checks its ABI version, sets the signature of every C function (from
+the generated ``_abi.signatures``), and owns the one checked-call error path (``fail``).
 
 The library is found as follows (the first that exists wins):
 
@@ -13,160 +13,20 @@ Handles are passed as ``c_uint64``: ``tr_tensor`` and ``tr_scope`` are C structs
 like a bare ``uint64_t``. Tensor and Scope objects *are* c_uint64 instances (subclasses), so a
 call passes them without any conversion and an op writes its result straight into the new
 Tensor object. Tensor parameters are declared with the Tensor class itself: ctypes accepts an
-instance of exactly the declared class fastest. Every other signature is spelled out below or in the generated
-``_ops.py``; ``tests/test_abi.py`` checks that every function of include/tensorref.h has one.
+instance of exactly the declared class fastest.
 """
 from __future__ import annotations
 
 import ctypes
 import os
-from ctypes import POINTER, byref, c_bool, c_char, c_char_p, c_double, c_int32, c_int64, c_size_t, c_uint32, c_uint64, c_void_p
+from ctypes import byref, c_size_t, c_uint32
 from pathlib import Path
 
-from ._abi import STATUS_NAMES, TR_ABI_VERSION
-from ._scalar import Scalar
+from ._abi import STATUS_CODES, TR_ABI_VERSION, signatures
 from .errors import AbiMismatchError, error_class
 
 LIBNAME = "libtensorref.so"
-
-
-class ScopeHandle(c_uint64):
-    """A ``tr_scope`` passed by value; the base of ``tensorref.Scope``."""
-    __slots__ = ()
-
-
-class MiniLMHandle(c_uint64):
-    """A ``tr_minilm`` model handle passed by value."""
-    __slots__ = ()
-
-
-# C types of the signatures: handles by value, outputs by pointer. The tensor handle type is
-# tensorref.Tensor itself, which _tensor.py defines and passes to `declare_all`.
-SCOPE = ScopeHandle
-STATUS = c_int32
-P_U64 = POINTER(c_uint64)
-P_SCOPE = POINTER(SCOPE)
-P_I64 = POINTER(c_int64)
-P_SIZE = POINTER(c_size_t)
-P_BOOL = POINTER(c_bool)
-P_DOUBLE = POINTER(c_double)
-P_I32 = POINTER(c_int32)
-
-
-class Stats(ctypes.Structure):
-    """``tr_stats``."""
-    _fields_ = [("created_outside_scope", c_uint64), ("disposed_outside_scope", c_uint64),
-                ("created_in_scope", c_uint64), ("disposed_in_scope", c_uint64),
-                ("attached_to_scope", c_uint64), ("detached_from_scope", c_uint64),
-                ("live", c_int64)]
-
-
-class ResidencyConfig(ctypes.Structure):
-    """``tr_residency_config``."""
-    _fields_ = [("device", c_int32), ("device_index", c_int32), ("policy", c_int32),
-                ("budget_bytes", c_uint64), ("pin_host_memory", c_bool),
-                ("prefetch_depth", c_uint32), ("simulated_capacity", c_uint64)]
-
-
-class ResidencyStats(ctypes.Structure):
-    """``tr_residency_stats``."""
-    _fields_ = [(name, c_uint64) for name in (
-        "budget", "device_bytes", "peak_device_bytes", "pinned_bytes", "ops", "loads",
-        "load_bytes", "evictions", "evicted_bytes", "write_backs", "write_back_bytes",
-        "prefetches", "prefetch_bytes", "prefetch_hits", "prefetch_misses", "transfer_wait_ns",
-        "oom_retries", "page_locked_allocs", "page_locked_bytes", "pageable_copies",
-        "pageable_copy_bytes", "op_waits", "read_waits", "needless_write_backs")]
-
-
-class Event(ctypes.Structure):
-    """``tr_event``: valid only during the callback."""
-    _fields_ = [("kind", c_int32), ("entry", c_uint64), ("bytes", c_uint64),
-                ("device_bytes", c_uint64), ("op", c_char_p), ("time_us", c_double),
-                ("duration_us", c_double)]
-
-
-# tr_event_fn: void (*)(const tr_event *, void *user)
-EVENT_FN = ctypes.CFUNCTYPE(None, POINTER(Event), c_void_p)
-
-
-class MiniLMOptions(ctypes.Structure):
-    """``tr_minilm_options``."""
-    _fields_ = [("weight_mode", c_int32), ("chunk_capacity", c_uint64), ("batch_size", c_uint32),
-                ("max_seq_length", c_uint32), ("embedding_block_bytes", c_uint64),
-                ("progress", c_bool)]
-
-
-def signatures(TENSOR) -> dict:
-    """The hand-written part of the C ABI: (restype, argtypes) per function. `TENSOR` is the
-    class of tensorref.Tensor: ctypes passes an instance of exactly the declared class fastest."""
-    P_TENSOR = POINTER(TENSOR)
-    return {
-        # errors and versions
-        "tr_last_error": (STATUS, (POINTER(c_char), c_size_t, P_SIZE)),
-        "tr_status_str": (c_char_p, (c_int32,)),
-        "tr_abi_version": (c_uint32, ()),
-        "tr_version": (c_char_p, ()),
-        # lifecycle, host data, metadata
-        "tr_tensor_retain": (STATUS, (TENSOR,)),
-        "tr_tensor_release": (STATUS, (TENSOR,)),
-        "tr_tensor_release_many": (STATUS, (P_U64, c_size_t)),
-        "tr_tensor_alias": (STATUS, (TENSOR, P_TENSOR)),
-        "tr_tensor_is_valid": (STATUS, (TENSOR, P_BOOL)),
-        "tr_tensor_from_data": (STATUS, (c_void_p, c_size_t, P_I64, c_size_t, c_int32, P_TENSOR)),
-        "tr_tensor_copy_to": (STATUS, (TENSOR, c_void_p, c_size_t, P_SIZE)),
-        "tr_tensor_shape": (STATUS, (TENSOR, P_I64, c_size_t, P_SIZE)),
-        "tr_tensor_dtype": (STATUS, (TENSOR, P_I32)),
-        "tr_tensor_numel": (STATUS, (TENSOR, P_SIZE)),
-        "tr_tensor_item": (STATUS, (TENSOR, P_DOUBLE)),
-        "tr_tensor_item_scalar": (STATUS, (TENSOR, POINTER(Scalar))),
-        "tr_tensor_device": (STATUS, (TENSOR, P_I32)),
-        "tr_tensor_scope": (STATUS, (TENSOR, P_SCOPE)),
-        "tr_live_handles": (c_size_t, ()),
-        "tr_live_bytes": (c_uint64, (c_int32,)),
-        "tr_manual_seed": (STATUS, (c_uint64,)),
-        "tr_grad_set_enabled": (STATUS, (c_bool, P_BOOL)),
-        # DLPack
-        "tr_tensor_from_dlpack": (STATUS, (c_void_p, P_TENSOR)),
-        "tr_tensor_to_dlpack": (STATUS, (TENSOR, POINTER(c_void_p))),
-        # scopes
-        "tr_scope_new": (STATUS, (P_SCOPE,)),
-        "tr_scope_dispose": (STATUS, (SCOPE,)),
-        "tr_scope_dispose_everything": (STATUS, (SCOPE,)),
-        "tr_scope_dispose_everything_but": (STATUS, (SCOPE, P_U64, c_size_t)),
-        "tr_scope_attach": (STATUS, (SCOPE, TENSOR)),
-        "tr_scope_detach": (STATUS, (SCOPE, TENSOR)),
-        "tr_scope_move_to_outer": (STATUS, (SCOPE, TENSOR)),
-        "tr_scope_contains": (STATUS, (SCOPE, TENSOR, P_BOOL)),
-        "tr_scope_len": (STATUS, (SCOPE, P_SIZE)),
-        "tr_scope_current": (STATUS, (P_SCOPE,)),
-        "tr_tensor_move_to_outer_scope": (STATUS, (TENSOR,)),
-        "tr_tensor_detach_from_scope": (STATUS, (TENSOR,)),
-        "tr_tensor_move_to_scope": (STATUS, (TENSOR, SCOPE)),
-        "tr_scope_stats_get": (STATUS, (POINTER(Stats),)),
-        "tr_scope_stats_reset": (STATUS, ()),
-        # residency manager (the Python API is tensorref.residency)
-        "tr_residency_config_default": (STATUS, (POINTER(ResidencyConfig),)),
-        "tr_residency_configure": (STATUS, (POINTER(ResidencyConfig),)),
-        "tr_residency_disable": (STATUS, ()),
-        "tr_residency_enabled": (c_bool, ()),
-        "tr_residency_stats_get": (STATUS, (POINTER(ResidencyStats),)),
-        "tr_residency_mark_iteration": (STATUS, ()),
-        "tr_tensor_pin_resident": (STATUS, (TENSOR, c_bool)),
-        "tr_tensor_is_resident": (STATUS, (TENSOR, P_BOOL)),
-        "tr_residency_set_callback": (STATUS, (EVENT_FN, c_void_p)),
-        "tr_residency_timeline_start": (STATUS, ()),
-        "tr_residency_timeline_write": (STATUS, (c_char_p,)),
-        # weights (safetensors)
-        "tr_weights_load": (STATUS, (c_char_p, P_TENSOR, c_size_t, POINTER(c_char), c_size_t, P_SIZE, P_SIZE)),
-        # all-MiniLM-L6-v2 (the Python API is tensorref.minilm)
-        "tr_minilm_options_default": (STATUS, (POINTER(MiniLMOptions),)),
-        "tr_minilm_load": (STATUS, (c_char_p, POINTER(MiniLMOptions), POINTER(MiniLMHandle))),
-        "tr_minilm_release": (STATUS, (MiniLMHandle,)),
-        "tr_minilm_set_weight_mode": (STATUS, (MiniLMHandle, c_int32, c_uint64)),
-        "tr_minilm_dim": (STATUS, (MiniLMHandle, P_SIZE)),
-        "tr_minilm_weight_bytes": (STATUS, (MiniLMHandle, P_U64)),
-        "tr_minilm_embed": (STATUS, (MiniLMHandle, POINTER(c_char_p), c_size_t, c_void_p, c_size_t, P_SIZE)),
-    }
+STATUS_NAMES = {code: name for name, code in STATUS_CODES.items()}
 
 # Declared functions the loaded library does not export (an older build); the test suite
 # requires this to be empty.
@@ -253,7 +113,7 @@ Tensor = None
 
 
 def declare_all(tensor_class) -> None:
-    """Sets the signature of every hand-written function, with `tensor_class` as tr_tensor."""
+    """Sets the signature of every C function, with `tensor_class` as tr_tensor."""
     global Tensor
     Tensor = tensor_class
     for name, (restype, argtypes) in signatures(tensor_class).items():
@@ -296,7 +156,7 @@ def fail(status: int, function: str, *tensors):
 
 def c_path(path) -> bytes:
     """A path (str, bytes, os.PathLike) as the bytes of a C string. A NUL inside would end the C
-    string there (load_weights("a\\0b") would open "a"): ValueError, as open() raises."""
+    string there (weights.load("a\\0b") would open "a"): ValueError, as open() raises."""
     b = os.fsencode(path)
     if b"\0" in b:
         raise ValueError(f"the path {path!r} contains a NUL byte, which a C string cannot carry")

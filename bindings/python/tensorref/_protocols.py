@@ -15,6 +15,7 @@ import numpy as np
 from . import dtypes as _dtypes
 from ._lib import fail, lib
 from ._tensor import Tensor
+from .interop import dlpack_capsule
 
 _DEFAULT_DTYPES = (_dtypes.float32, _dtypes.int64, _dtypes.bool_)
 _KDLCPU, _KDLCUDA = 1, 2  # DLPack's device types
@@ -87,7 +88,6 @@ def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None
     """A "dltensor" capsule sharing this tensor's memory (DLPack's unversioned struct, which
     every consumer accepts whatever ``max_version`` it asks for). ``copy=True`` exports a copy;
     another ``dl_device`` than the tensor's is refused (BufferError, as the protocol says)."""
-    from .interop import dlpack_capsule
     if dl_device is not None and tuple(dl_device) != __dlpack_device__(self):
         raise BufferError(f"the tensor is on DLPack device {__dlpack_device__(self)}, not "
                           f"{tuple(dl_device)}; copy it there first")

@@ -7,20 +7,12 @@ promotes it with the tensor as PyTorch promotes a Python number (``ints + 1`` st
 """
 from __future__ import annotations
 
-import ctypes
-from ctypes import c_bool, c_double, c_int32, c_int64
-
 import numpy as np
 
-from ._abi import SCALAR_CODES
+from ._abi import SCALAR_KIND_CODES, Scalar
 
-INT, FLOAT, BOOL = SCALAR_CODES["INT"], SCALAR_CODES["FLOAT"], SCALAR_CODES["BOOL"]
+INT, FLOAT, BOOL = SCALAR_KIND_CODES["INT"], SCALAR_KIND_CODES["FLOAT"], SCALAR_KIND_CODES["BOOL"]
 _I64_MIN, _I64_MAX = -(2 ** 63), 2 ** 63 - 1
-
-
-class Scalar(ctypes.Structure):
-    """``tr_scalar``: `kind` says which member holds the value."""
-    _fields_ = [("kind", c_int32), ("i", c_int64), ("f", c_double), ("b", c_bool)]
 
 
 def _int(v: int, name: str) -> Scalar:

@@ -9,11 +9,12 @@
  *
  * Nothing is linked at build time. install() receives the addresses of the library's functions
  * from the ctypes CDLL the package already loaded (TENSORREF_LIB picks it), so both paths call
- * one library instance with one handle registry, and the Python objects it shares with
- * _tensor.py: the Tensor class, the deferred-release buffer and batch size, the list that is
- * non-empty while a residency event callback runs, `fail`. Library calls release the GIL, as ctypes calls do: an op may be long, and a
- * thread that holds a library lock may need the GIL (a residency event callback, a DLPack
- * deleter), so holding it across a call could deadlock.
+ * one library instance with one handle registry, and the Python objects it shares with the
+ * package: the Tensor class, and from _ownership.py the deferred-release buffer and batch size
+ * and the list that is non-empty while a residency event callback runs; `fail`. Library calls
+ * release the GIL, as ctypes calls do: an op may be long, and a thread that holds a library lock
+ * may need the GIL (a residency event callback, a DLPack deleter), so holding it across a call
+ * could deadlock.
  *
  * Speed: the methods are method descriptors on Tensor, and Tensor's type slots (nb_add ...,
  * tp_finalize) call them directly rather than looking them up at each call (bind_slots). A
@@ -33,12 +34,12 @@
 #include <stdint.h>
 #include <string.h>
 
-/* include/tensorref.h: a handle is a struct of one uint64_t, passed by value; a scalar is a
- * tagged struct passed by value (kind: TR_SCALAR_INT 0, TR_SCALAR_FLOAT 1; tests/test_abi.py checks
- * the codes and the fields against the header). */
-typedef struct tr_tensor { uint64_t id; } tr_tensor;
-typedef struct tr_scalar { int32_t kind; int64_t i; double f; _Bool b; } tr_scalar;
-typedef int32_t tr_status;
+/* The types and prototypes of the C ABI (setup.py puts the repository's include/ folder on the
+ * include path). Nothing is linked: the functions are called through the addresses install()
+ * receives, by the pointer types below, each checked against the header's prototypes of the
+ * functions it stands for where the compiler can (GCC, Clang). */
+#include "tensorref.h"
+
 typedef tr_status (*op_tt)(tr_tensor, tr_tensor, tr_tensor *);  /* tr_tensor_add */
 typedef tr_status (*op_ts)(tr_tensor, tr_scalar, tr_tensor *);  /* tr_tensor_add_scalar */
 typedef tr_status (*op_t)(tr_tensor, tr_tensor *);              /* tr_tensor_neg */
@@ -46,6 +47,33 @@ typedef tr_status (*ip_tt)(tr_tensor, tr_tensor);               /* tr_tensor_add
 typedef tr_status (*ip_ts)(tr_tensor, tr_scalar);               /* tr_tensor_mul_scalar_ */
 typedef tr_status (*release_fn)(tr_tensor);
 typedef tr_status (*release_many_fn)(const tr_tensor *, size_t);
+
+#if defined(__GNUC__)
+#define SAME_TYPE(fn, ptr) \
+    _Static_assert(__builtin_types_compatible_p(__typeof__(&fn), ptr), #fn " is not " #ptr)
+SAME_TYPE(tr_tensor_add, op_tt);
+SAME_TYPE(tr_tensor_sub, op_tt);
+SAME_TYPE(tr_tensor_mul, op_tt);
+SAME_TYPE(tr_tensor_div, op_tt);
+SAME_TYPE(tr_tensor_matmul, op_tt);
+SAME_TYPE(tr_tensor_pow, op_tt);
+SAME_TYPE(tr_tensor_add_scalar, op_ts);
+SAME_TYPE(tr_tensor_sub_scalar, op_ts);
+SAME_TYPE(tr_tensor_mul_scalar, op_ts);
+SAME_TYPE(tr_tensor_div_scalar, op_ts);
+SAME_TYPE(tr_tensor_pow_scalar, op_ts);
+SAME_TYPE(tr_tensor_neg, op_t);
+SAME_TYPE(tr_tensor_add_, ip_tt);
+SAME_TYPE(tr_tensor_sub_, ip_tt);
+SAME_TYPE(tr_tensor_mul_, ip_tt);
+SAME_TYPE(tr_tensor_div_, ip_tt);
+SAME_TYPE(tr_tensor_add_scalar_, ip_ts);
+SAME_TYPE(tr_tensor_sub_scalar_, ip_ts);
+SAME_TYPE(tr_tensor_mul_scalar_, ip_ts);
+SAME_TYPE(tr_tensor_div_scalar_, ip_ts);
+SAME_TYPE(tr_tensor_release, release_fn);
+SAME_TYPE(tr_tensor_release_many, release_many_fn);
+#endif
 typedef void (*any_fn)(void);  /* stored as this, called through its real type above */
 
 /* One operator: its C functions for a Tensor and for a scalar operand (NULL: none; that
@@ -82,9 +110,9 @@ static Op ops[N_OPS] = {
 /* Set by install(); strong references kept for the life of the process. */
 static PyTypeObject *Tensor;      /* tensorref.Tensor */
 static PyObject *own_descr;       /* its slot `_own` (a member descriptor) */
-static PyObject *pending;         /* _tensor._pending: handles (int) waiting for release */
-static PyObject *limit;           /* _tensor._limit: [batch size] */
-static PyObject *in_callback;     /* _tensor.in_callback: non-empty inside an event callback */
+static PyObject *pending;         /* _ownership._pending: handles (int) waiting for release */
+static PyObject *limit;           /* _ownership._limit: [batch size] */
+static PyObject *in_callback;     /* _ownership.in_callback: non-empty inside an event callback */
 static PyObject *fail;            /* _lib.fail(status, function, *tensors): raises */
 static PyObject *empty_tuple;
 static any_fn tr_release, tr_release_many;  /* release_fn, release_many_fn */
@@ -160,9 +188,9 @@ static PyObject *binary(const Op *op, PyObject *self, PyObject *other)
         if (st)
             return raise_status(st, op->c_tensor, self, other);
     } else if (op->scalar != NULL && (PyFloat_CheckExact(other) || PyLong_CheckExact(other))) {
-        tr_scalar s = {0, 0, 0.0, 0};
+        tr_scalar s = tr_scalar_int(0);
         if (PyFloat_CheckExact(other)) {
-            s.kind = 1;
+            s.kind = TR_SCALAR_KIND_FLOAT;
             s.f = PyFloat_AS_DOUBLE(other);
         } else {
             int overflow;

@@ -17,23 +17,23 @@ for tr_tensor: ctypes passes an instance of exactly the declared class without c
 
 When the optional accelerator is in use (``tensorref._accel``), ``Tensor.__del__`` below and the
 arithmetic operators of ``_ops.py`` are replaced by compiled versions in ``_speedups.c``, which
-share this module's state (``_pending``, ``_limit``, ``in_callback``): a change to the release
-rules here must be made there too (``tests/test_accel.py`` compares them).
+share the release state of ``_ownership`` (``_pending``, ``_limit``, ``in_callback``): a change
+to the release rules must be made there too (``tests/test_accel.py`` compares them).
 """
 from __future__ import annotations
 
-import atexit
 from ctypes import byref, c_bool, c_int32, c_int64, c_size_t, c_uint64
 
 import numpy as np
 
 from . import dtypes as _dtypes
 from . import _lib
-from ._lib import ScopeHandle, fail, lib
+from ._abi import ScopeHandle
+from ._lib import fail, lib
+from ._ownership import _limit, _pending, flush_releases, in_callback
 from ._scalar import Scalar as _Scalar, from_c as _from_scalar
 
 _release = lib.tr_tensor_release
-_release_many = lib.tr_tensor_release_many
 _from_data = lib.tr_tensor_from_data
 _copy_to = lib.tr_tensor_copy_to
 _shape = lib.tr_tensor_shape
@@ -42,81 +42,6 @@ _numel = lib.tr_tensor_numel
 _item = lib.tr_tensor_item_scalar
 _alias = lib.tr_tensor_alias
 _is_valid = lib.tr_tensor_is_valid
-_tensor_scope = lib.tr_tensor_scope
-
-
-# ------------------------------------------------------------ deferred releases
-# A garbage-collected Tensor does not release its handle itself: its finalizer appends the
-# handle to `_pending`, and the handles are released together, with one tr_tensor_release_many
-# call, once `_limit[0]` of them have gathered, and whenever `flush_releases` runs: on leaving a
-# scope, before live_handles / live_bytes / stats and every residency call, and at interpreter
-# exit. `close()` (and `with tensor:`) still releases at once.
-_pending: list[int] = []
-RELEASE_BATCH = 64
-_limit = [RELEASE_BATCH]   # a list so that finalizers can hold it through shutdown
-
-# One entry per residency event callback running now (on any thread; _residency's trampoline
-# pushes and pops, atomic under the GIL). The callback runs while the library holds the
-# manager's lock, and the garbage collector may run finalizers inside it: a finalizer then only
-# appends to `_pending`, never calls the library, and the next finalizer or flush outside a
-# callback releases the batch.
-in_callback: list[int] = []
-
-
-def flush_releases(_pending=_pending, _release_many=_release_many, _release=_release,
-                   _u64=c_uint64) -> int:
-    """Releases every handle whose owning Tensor object was garbage collected and is waiting in
-    the deferred-release buffer, with a tr_tensor_release_many call (tr_tensor_release for a
-    single one); returns how many. Safe from any thread and from a finalizer that runs during a
-    flush (each handle is taken from the buffer exactly once). Handles that join the buffer
-    meanwhile (the array's allocation may run the collector, whose finalizers append, and `pop`
-    takes the newest first) are released too, in up to four rounds (so that a thread that keeps
-    dropping tensors cannot hold this one here)."""
-    total = 0
-    for _ in range(4):
-        if not _pending:
-            break
-        n = len(_pending)
-        if n == 1:
-            try:
-                _release(_pending.pop())
-            except IndexError:  # another thread took it
-                break
-            total += 1
-            continue
-        arr = (_u64 * n)()
-        pop = _pending.pop
-        i = 0
-        try:
-            while i < n:
-                arr[i] = pop()
-                i += 1
-        except IndexError:  # another thread, or a finalizer's flush, took the rest
-            pass
-        if i:
-            _release_many(arr, i)  # a stale handle (released elsewhere first) changes nothing
-        total += i
-    return total
-
-
-def set_release_batch(n: int) -> int:
-    """How many collected objects' handles gather before one batched release (1: each is
-    released as its object is collected, as without batching). Returns the previous value."""
-    if n < 1:
-        raise ValueError("the release batch is at least 1")
-    prev = _limit[0]
-    flush_releases()
-    _limit[0] = int(n)
-    return prev
-
-
-def _at_exit() -> None:
-    # Interpreter exit: release what is waiting, and release each later one at once.
-    _limit[0] = 1
-    flush_releases()
-
-
-atexit.register(_at_exit)
 
 
 class Tensor(c_uint64):
@@ -184,16 +109,6 @@ class Tensor(c_uint64):
         return out
 
     # ------------------------------------------------------------ scopes
-    @property
-    def scope(self):
-        """The Scope that owns this handle, or None when the caller does."""
-        from .scope import Scope
-        out = ScopeHandle()
-        st = _tensor_scope(self, out)
-        if st:
-            fail(st, "tr_tensor_scope")
-        return Scope._view(out.value) if out.value else None
-
     def move_to_outer_scope(self) -> Tensor:
         """Hands the handle to the scope that was current when its owner was opened (to the
         caller if there is none). Returns self."""
@@ -273,11 +188,6 @@ class Tensor(c_uint64):
     def tolist(self):
         return self.numpy().tolist()
 
-    def to_torch(self):
-        """A torch.Tensor sharing this tensor's memory (DLPack, no copy)."""
-        from .interop import to_torch
-        return to_torch(self)
-
     def __reduce__(self):
         raise TypeError("tensorref.Tensor cannot be pickled; use .numpy() (or copy.deepcopy)")
 
@@ -286,7 +196,9 @@ class Tensor(c_uint64):
 
     # The operators (+ - * / // % @ **, the reflected and in-place ones, == != < <= > >=,
     # unary - and abs) are generated in _ops.py; the other Python and NumPy protocols (repr,
-    # float(), NumPy arrays, DLPack, copies ...) are in _protocols.py, indexing in _indexing.py.
+    # float(), NumPy arrays, DLPack, copies ...) are in _protocols.py, indexing in _indexing.py,
+    # `scope` in scope.py, `to_torch` in interop.py, `pin_resident` in residency.py: each where
+    # its concept lives, so that this module imports none of them.
 
 
 _lib.declare_all(Tensor)

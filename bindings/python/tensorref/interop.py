@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 from ctypes import byref, c_char_p, c_int, c_void_p, py_object
 
+from . import dtypes
 from ._lib import fail, lib
 from ._tensor import Tensor, new
 
@@ -99,7 +100,6 @@ def from_torch(t) -> Tensor:
     """A new tensor sharing the storage of the torch.Tensor `t` (no copy). Like every DLPack
     export, PyTorch refuses a tensor that requires grad (BufferError): pass ``t.detach()``.
     A dtype libtensorref has no type for (uint16, complex ...) is a TypeError naming it."""
-    from . import dtypes
     try:
         dtypes.dtype(t.dtype)
     except TypeError:
@@ -123,3 +123,12 @@ def to_torch(t: Tensor):
         if _is_valid(capsule, _DLTENSOR):  # PyTorch did not take it: give it back
             m = ctypes.cast(managed.value, ctypes.POINTER(_DLManagedTensor))
             m.contents.deleter(m)
+
+
+def _to_torch(self: Tensor):
+    """A torch.Tensor sharing this tensor's memory (DLPack, no copy)."""
+    return to_torch(self)
+
+
+_to_torch.__name__ = "to_torch"
+Tensor.to_torch = _to_torch

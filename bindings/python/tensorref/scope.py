@@ -1,4 +1,4 @@
-"""Dispose scopes (TorchSharp's, see shared/spec/dispose-scopes.md) and their statistics.
+"""Dispose scopes (TorchSharp's, see docs/dispose-scopes.md) and their statistics.
 
     with tensorref.scope() as s:
         h = (x @ w).relu()          # temporaries belong to s
@@ -17,9 +17,11 @@ from __future__ import annotations
 from ctypes import byref, c_bool, c_size_t, c_uint64
 from typing import NamedTuple
 
-from ._lib import ScopeHandle, Stats as _CStats, fail, lib
+from ._abi import ScopeHandle, Stats as _CStats
+from ._lib import fail, lib
 from .errors import ScopeError
-from ._tensor import Tensor, flush_releases
+from ._ownership import flush_releases
+from ._tensor import Tensor
 
 __all__ = ["Scope", "Stats", "scope", "current_scope", "stats", "reset_stats"]
 
@@ -153,6 +155,19 @@ class Scope(ScopeHandle):
         return n.value
 
 
+@property
+def _scope_of(self: Tensor) -> Scope | None:
+    """The Scope that owns this handle, or None when the caller does."""
+    out = ScopeHandle()
+    st = lib.tr_tensor_scope(self, out)
+    if st:
+        fail(st, "tr_tensor_scope")
+    return Scope._view(out.value) if out.value else None
+
+
+Tensor.scope = _scope_of
+
+
 def scope() -> Scope:
     """Opens a scope on this thread and makes it current; use it with ``with``."""
     s = Scope()
@@ -172,7 +187,7 @@ def current_scope() -> Scope | None:
 
 
 class Stats(NamedTuple):
-    """Per-thread scope statistics, in the order of dispose-scopes.md's tuples."""
+    """Per-thread scope statistics, in the order of docs/dispose-scopes.md's tuples."""
     created_outside_scope: int
     disposed_outside_scope: int
     created_in_scope: int

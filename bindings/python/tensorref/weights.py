@@ -1,5 +1,5 @@
-"""Weights from safetensors files, as tensors (tr_weights_load: the file is memory-mapped and
-each tensor copied once into its own tensor in host memory)."""
+"""Weights from safetensors files, as tensors: ``tensorref.weights.load(path)`` (tr_weights_load:
+the file is memory-mapped and each tensor copied once into its own tensor in host memory)."""
 from __future__ import annotations
 
 from ctypes import byref, c_size_t, create_string_buffer
@@ -7,9 +7,9 @@ from ctypes import byref, c_size_t, create_string_buffer
 from ._lib import c_path, fail, lib
 from ._tensor import Tensor, new
 
-__all__ = ["load_weights"]
+__all__ = ["load"]
 
-def load_weights(path) -> dict[str, Tensor]:
+def load(path) -> dict[str, Tensor]:
     """Every tensor of the safetensors file at `path`, by name in file order. Like other new
     tensors they belong to the current scope, or to their objects when none is open. Raises
     FileError for a missing, unreadable or malformed file (a directory, or a tensor name with a

@@ -56,7 +56,8 @@ def test_the_installed_package_is_accelerated(tmp_path):
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
 def test_the_extension_compiles_without_warnings(tmp_path):
     include = sysconfig.get_paths()["include"]
-    r = subprocess.run(["cc", "-Wall", "-Wextra", "-Werror", "-O2", "-fPIC", "-c", f"-I{include}",
+    header = pathlib.Path(__file__).resolve().parents[3] / "include"  # tensorref.h, as setup.py
+    r = subprocess.run(["cc", "-Wall", "-Wextra", "-Werror", "-O2", "-fPIC", "-c", f"-I{include}", f"-I{header}",
                         str(SOURCE), "-o", str(tmp_path / "speedups.o")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
 
@@ -357,12 +358,12 @@ def test_library_calls_release_the_gil(tmp_path):
                     h = ws[0] + ws[1]
                     for w in ws[2:]:
                         h = h @ w + h
-        with tr.residency(policy="flow", budget_bytes=1 << 20):
-            tr.set_event_callback(lambda e: events.append(e.kind))
+        with tr.residency.session(policy="flow", budget_bytes=1 << 20):
+            tr.residency.set_callback(lambda e: events.append(e.kind))
             threads = [threading.Thread(target=work) for _ in range(3)]
             for t in threads: t.start()
             for t in threads: t.join()
-            tr.set_event_callback(None)
+            tr.residency.set_callback(None)
         for w in ws: w.close()
         print("ok", len(events) > 0, tr.live_handles())
     """)

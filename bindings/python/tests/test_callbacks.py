@@ -31,7 +31,7 @@ def run(body: str, *args: str, watchdog_s: int = WATCHDOG_S) -> subprocess.Compl
 STRESS = """
     import gc
     import tensorref as tr
-    from tensorref import _tensor
+    from tensorref import _ownership
 
     policy = sys.argv[1]
     a = tr.ones([16])
@@ -44,7 +44,7 @@ STRESS = """
 
     collections_in_callbacks = [0]
     def watch(phase, info):
-        if phase == "start" and _tensor.in_callback:
+        if phase == "start" and _ownership.in_callback:
             collections_in_callbacks[0] += 1
     gc.callbacks.append(watch)
 
@@ -54,13 +54,13 @@ STRESS = """
         junk.append(junk)                      # cyclic garbage, made inside the callback
         events[0] += 1
 
-    with tr.no_grad(), tr.residency(policy=policy, budget_bytes=1 << 20):
-        tr.set_event_callback(callback)
+    with tr.no_grad(), tr.residency.session(policy=policy, budget_bytes=1 << 20):
+        tr.residency.set_callback(callback)
         for i in range(10_000):
             Owner()
             b = a + 1
-        errors = tr.callback_errors()
-        tr.set_event_callback(None)
+        errors = tr.residency.callback_errors()
+        tr.residency.set_callback(None)
     del b
     gc.collect()
     gc.callbacks.remove(watch)
@@ -87,12 +87,12 @@ def test_tensors_dropped_inside_a_callback_are_released_after_it():
         def callback(event):
             if held:
                 held.pop()                     # the last reference goes, inside the callback
-        with tr.no_grad(), tr.residency(policy="flow", budget_bytes=1 << 20):
-            tr.set_event_callback(callback)
+        with tr.no_grad(), tr.residency.session(policy="flow", budget_bytes=1 << 20):
+            tr.residency.set_callback(callback)
             for _ in range(100):
                 (a + 1).close()
-            tr.set_event_callback(None)
-            assert tr.callback_errors() == []
+            tr.residency.set_callback(None)
+            assert tr.residency.callback_errors() == []
         assert not held
         print(tr.live_handles() - base)
     """).stdout.split()
@@ -107,11 +107,11 @@ def test_a_callback_that_calls_the_library_gets_an_error_not_a_hang():
         a = tr.ones([16])
         def callback(event):
             tr.ones([1])                       # the manager is busy with this very op
-        with tr.no_grad(), tr.residency(policy="flow", budget_bytes=1 << 20):
-            tr.set_event_callback(callback)
+        with tr.no_grad(), tr.residency.session(policy="flow", budget_bytes=1 << 20):
+            tr.residency.set_callback(callback)
             b = a + 1
-            errors = tr.callback_errors()
-            tr.set_event_callback(None)
+            errors = tr.residency.callback_errors()
+            tr.residency.set_callback(None)
         assert b.tolist() == [2.0] * 16
         assert errors and all(isinstance(e, tr.TensorRefError) for e in errors), errors
         print(type(errors[0]).__name__, errors[0].status_name)

@@ -11,13 +11,13 @@ import threading
 import pytest
 
 import tensorref as tr
-from tensorref import _tensor
+from tensorref import _ownership
 
 
 @pytest.fixture
 def batch():
     """Restores the release batch size after a test changes it."""
-    prev = tr.set_release_batch(_tensor.RELEASE_BATCH)
+    prev = tr.set_release_batch(_ownership.RELEASE_BATCH)
     yield
     tr.set_release_batch(prev)
 
@@ -113,7 +113,7 @@ def test_interpreter_exit_releases_what_waits():
         for _ in range(10):
             t = tr.ones(3) + 1.0          # collected; waits in the buffer
         del t
-        print("pending", len(tr._tensor._pending))
+        print("pending", len(tr._ownership._pending))
     """)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)

@@ -20,22 +20,22 @@ def safetensors(path, names):
     return path
 
 
-def test_load_weights_of_a_directory_says_so(tmp_path):
+def test_weights_load_of_a_directory_says_so(tmp_path):
     with pytest.raises(tr.FileError, match="is a directory"):
-        tr.load_weights(tmp_path)
+        tr.weights.load(tmp_path)
 
 
 def test_names_with_a_nul_byte_are_refused_not_split(tmp_path):
-    good = tr.load_weights(safetensors(tmp_path / "good.safetensors", ["a", "c"]))
+    good = tr.weights.load(safetensors(tmp_path / "good.safetensors", ["a", "c"]))
     assert {k: v.item() for k, v in good.items()} == {"a": 0.0, "c": 1.0}
     with pytest.raises(tr.FileError, match="NUL"):
-        tr.load_weights(safetensors(tmp_path / "nul.safetensors", ["a\0b", "c"]))
+        tr.weights.load(safetensors(tmp_path / "nul.safetensors", ["a\0b", "c"]))
 
 
 def test_paths_with_a_nul_byte_are_refused(tmp_path):
     safetensors(tmp_path / "a", ["x"])
     with pytest.raises(ValueError, match="NUL"):
-        tr.load_weights(str(tmp_path / "a") + "\0b")  # would have opened `a`
+        tr.weights.load(str(tmp_path / "a") + "\0b")  # would have opened `a`
     with pytest.raises(ValueError, match="NUL"):
         tr.MiniLM(str(tmp_path) + "\0x")
 
@@ -59,13 +59,13 @@ def test_cat_of_nothing_is_an_argument_error():
 
 
 def test_a_timeline_that_cannot_be_written_is_a_file_error(tmp_path):
-    with tr.residency(policy="flow", budget_bytes=1 << 20):
+    with tr.residency.session(policy="flow", budget_bytes=1 << 20):
         with pytest.raises(tr.ArgumentError, match="timeline"):
-            tr.timeline_write(tmp_path / "t.json")  # never started
-        tr.timeline_start()
+            tr.residency.timeline_write(tmp_path / "t.json")  # never started
+        tr.residency.timeline_start()
         (tr.ones(4) + 1).close()
         with pytest.raises(tr.FileError, match="cannot write"):
-            tr.timeline_write(tmp_path / "no" / "such" / "dir.json")
+            tr.residency.timeline_write(tmp_path / "no" / "such" / "dir.json")
 
 
 def test_entering_a_disposed_scope_raises():
@@ -77,12 +77,11 @@ def test_entering_a_disposed_scope_raises():
 
 
 def test_the_resident_policy_says_once_that_it_ignores_the_budget():
-    from tensorref import _residency
-    _residency._warned_resident.clear()
+    tr.residency._warned_resident.clear()
     with pytest.warns(UserWarning, match="ignores budget_bytes"):
-        with tr.residency(policy="resident", budget_bytes=1 << 20):
+        with tr.residency.session(policy="resident", budget_bytes=1 << 20):
             pass
-    with tr.residency(policy="resident", budget_bytes=1 << 20):  # once: no second warning
+    with tr.residency.session(policy="resident", budget_bytes=1 << 20):  # once: no second warning
         pass
-    with tr.residency(policy="resident"):  # no budget given: nothing to say
+    with tr.residency.session(policy="resident"):  # no budget given: nothing to say
         pass

@@ -1,4 +1,4 @@
-"""List-taking ops (cat, stack, sgd_step, adam_step) given temporaries the way users write them:
+"""List-taking ops (cat, stack, optim_sgd_step, optim_adam_step) given temporaries the way users write them:
 inline expressions in a list or a tuple, a generator. The Tensors must stay alive through the
 call: when releases are immediate (a batch of one, or any residency manager) a temporary
 collected before the call would be a stale handle in the library's hands."""
@@ -38,7 +38,7 @@ def test_cat_and_stack_keep_their_temporaries(immediate):
 @pytest.mark.parametrize("policy", POLICIES)
 def test_cat_and_stack_keep_their_temporaries_under_a_manager(policy):
     before = tr.live_handles()
-    with tr.residency(policy=policy, budget_bytes=1 << 20):
+    with tr.residency.session(policy=policy, budget_bytes=1 << 20):
         check_cat_and_stack()
     assert tr.live_handles() == before
 
@@ -47,7 +47,7 @@ def test_sgd_step_on_a_generator_of_temporary_aliases(immediate):
     w = tr.randn([3]).requires_grad_(True)
     (w * w).sum().backward()
     before, grad = w.numpy(), w.grad().numpy()
-    tr.sgd_step((p.alias() for p in [w]), 0.1)  # each alias is dropped by the generator
+    tr.optim_sgd_step((p.alias() for p in [w]), 0.1)  # each alias is dropped by the generator
     assert np.allclose(w.numpy(), before - 0.1 * grad)
     w.close()
 
@@ -57,7 +57,7 @@ def test_adam_step_with_inline_moment_buffers(immediate):
     (w * w).sum().backward()
     before = w.numpy()
     # First step with fresh zero moments written inline, as a quick script does.
-    tr.adam_step([w], [tr.zeros_like(w)], (tr.zeros_like(p) for p in [w]), 1, 0.01, 0.9, 0.999,
+    tr.optim_adam_step([w], [tr.zeros_like(w)], (tr.zeros_like(p) for p in [w]), 1, 0.01, 0.9, 0.999,
                  1e-8, 0.0)
     # Adam's first step moves each element by lr * sign(grad) (up to eps).
     assert np.allclose(w.numpy(), before - 0.01 * np.sign(2 * before), atol=1e-6)

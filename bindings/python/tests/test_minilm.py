@@ -49,9 +49,9 @@ def test_minilm_embeddings_match_pytorch_and_flow():
         assert model.dim == 384 and model.weight_bytes > 80 << 20
         plain = model.embed(SENTENCES)
         model.set_weight_mode("chunk", capacity=model.weight_bytes // 8)
-        with tr.residency(policy="flow", budget_bytes=model.weight_bytes // 4):
+        with tr.residency.session(policy="flow", budget_bytes=model.weight_bytes // 4):
             managed = model.embed(SENTENCES)
-            s = tr.residency_stats()
+            s = tr.residency.stats()
         with pytest.raises(ValueError):
             model.set_weight_mode("lru")
     assert tr.live_handles() == before

@@ -187,8 +187,8 @@ def test_sgd_and_adam_steps_match_torch_optim():
             with tr.scope():
                 (p * tr.from_numpy(x_np)).sum().backward()
                 (q * q).sum().backward()
-                tr.sgd_step([p], 0.1)
-                tr.adam_step([q], [m], [v], step, 0.01, 0.9, 0.999, 1e-8, 0.01)
+                tr.optim_sgd_step([p], 0.1)
+                tr.optim_adam_step([q], [m], [v], step, 0.01, 0.9, 0.999, 1e-8, 0.01)
                 p.zero_grad()
                 q.zero_grad()
             sgd.zero_grad()
@@ -207,10 +207,10 @@ def test_every_op_of_the_table_has_a_wrapper():
     root = pathlib.Path(__file__).resolve().parents[3]
     sys.path.insert(0, str(root / "tools"))
     try:
-        import gen_ops
+        import optable
     finally:
         sys.path.pop(0)
-    ops = gen_ops.parse((root / "src/ops/ops.def").read_text())
+    ops = optable.parse((root / "src/ops/ops.def").read_text())
     from tensorref import _habits, _ops
     for op in ops:
         generated = getattr(_ops, op.name)  # (or its accelerated route, with the same doc)

@@ -18,8 +18,8 @@ BUDGET = LAYERS * LAYER_BYTES // 4  # the weights are 4x the budget
 def no_manager_left_and_no_leak():
     before = tr.live_handles()
     yield
-    if tr.residency_enabled():
-        tr.disable_residency()
+    if tr.residency.enabled():
+        tr.residency.disable()
         pytest.fail("the test left a residency manager configured")
     assert tr.live_handles() == before
 
@@ -47,42 +47,42 @@ def test_results_equal_unmanaged_and_budget_holds_at_every_event(weights, policy
     ws, x = weights
     expected = forward(ws, x)
     events = []
-    with tr.residency(policy=policy, budget_bytes=BUDGET) as cfg:
-        assert cfg.budget_bytes == BUDGET and tr.residency_enabled()
-        tr.set_event_callback(events.append)
+    with tr.residency.session(policy=policy, budget_bytes=BUDGET) as cfg:
+        assert cfg.budget_bytes == BUDGET and tr.residency.enabled()
+        tr.residency.set_callback(events.append)
         for _ in range(3):
             got = forward(ws, x)
-            tr.mark_iteration()
+            tr.residency.mark_iteration()
             assert np.array_equal(got, expected)  # bit for bit
-        s = tr.residency_stats()
-        tr.set_event_callback(None)
-    assert not tr.residency_enabled()
-    assert tr.callback_errors() == []
+        s = tr.residency.stats()
+        tr.residency.set_callback(None)
+    assert not tr.residency.enabled()
+    assert tr.residency.callback_errors() == []
     kinds = {e.kind for e in events}
     assert {"load", "evict", "op_begin", "op_end"} <= kinds
     assert max(e.device_bytes for e in events) <= BUDGET
     assert any(e.op == "matmul" for e in events)
     assert s.budget == BUDGET and 0 < s.peak_device_bytes <= BUDGET
     assert s.ops > 0 and s.loads > 0 and s.evictions > 0
-    assert set(s._fields) == {f for f, _ in tr._lib.ResidencyStats._fields_}
+    assert set(s._fields) == {f for f, _ in tr._abi.ResidencyStats._fields_}
 
 
 def test_flow_learns_the_order_and_prefetches(weights):
     ws, x = weights
-    with tr.residency(policy="flow", budget_bytes=BUDGET):
+    with tr.residency.session(policy="flow", budget_bytes=BUDGET):
         for _ in range(3):
             forward(ws, x)
-            tr.mark_iteration()
-        s = tr.residency_stats()
+            tr.residency.mark_iteration()
+        s = tr.residency.stats()
     assert s.prefetches > 0 and s.prefetch_hits > 0
 
 
 def test_budget_too_small_names_the_op_and_loses_nothing():
     a = tr.ones([64, 64])
-    with tr.residency(policy="flow", budget_bytes=LAYER_BYTES):  # holds one input, not three
+    with tr.residency.session(policy="flow", budget_bytes=LAYER_BYTES):  # holds one input, not three
         with pytest.raises(tr.DeviceError) as err:
             (a @ a).close()
-        assert tr.residency_stats().peak_device_bytes <= LAYER_BYTES
+        assert tr.residency.stats().peak_device_bytes <= LAYER_BYTES
     e = err.value
     assert e.status_name == "TR_ERR_BUDGET_TOO_SMALL" and e.status == 502
     assert "matmul" in e.message, e.message
@@ -92,28 +92,28 @@ def test_budget_too_small_names_the_op_and_loses_nothing():
 
 def test_pinning_over_the_budget_raises(weights):
     ws, _ = weights
-    with tr.residency(policy="flow", budget_bytes=BUDGET):
+    with tr.residency.session(policy="flow", budget_bytes=BUDGET):
         assert ws[0].pin_resident() is ws[0]
         assert ws[0].is_resident
-        assert tr.residency_stats().pinned_bytes == LAYER_BYTES
+        assert tr.residency.stats().pinned_bytes == LAYER_BYTES
         pinned = [ws[0]]
         with pytest.raises(tr.DeviceError) as err:
             for w in ws[1:]:
                 pinned.append(w.pin_resident())
         assert err.value.status_name == "TR_ERR_BUDGET_TOO_SMALL"
-        assert tr.residency_stats().pinned_bytes <= BUDGET
+        assert tr.residency.stats().pinned_bytes <= BUDGET
         for w in pinned:
             w.pin_resident(False)
-        assert tr.residency_stats().pinned_bytes == 0
+        assert tr.residency.stats().pinned_bytes == 0
 
 
 def test_timeline_is_json(weights, tmp_path):
     ws, x = weights
     path = tmp_path / "timeline.json"
-    with tr.residency(policy="flow", budget_bytes=BUDGET):
-        tr.timeline_start()
+    with tr.residency.session(policy="flow", budget_bytes=BUDGET):
+        tr.residency.timeline_start()
         forward(ws, x)
-        tr.timeline_write(path)
+        tr.residency.timeline_write(path)
     with open(path) as f:
         trace = json.load(f)
     entries = trace["traceEvents"] if isinstance(trace, dict) else trace
@@ -122,17 +122,17 @@ def test_timeline_is_json(weights, tmp_path):
 
 def test_context_manager_restores_the_outer_manager(weights):
     ws, x = weights
-    with tr.residency(tr.ResidencyConfig(policy="flow", budget_bytes=BUDGET)):
-        with tr.residency(policy="genoa", budget_bytes=2 * BUDGET):
-            assert tr.residency_stats().budget == 2 * BUDGET
-        assert tr.residency_enabled() and tr.residency_stats().budget == BUDGET
+    with tr.residency.session(tr.residency.Config(policy="flow", budget_bytes=BUDGET)):
+        with tr.residency.session(policy="genoa", budget_bytes=2 * BUDGET):
+            assert tr.residency.stats().budget == 2 * BUDGET
+        assert tr.residency.enabled() and tr.residency.stats().budget == BUDGET
         forward(ws, x)
-    assert not tr.residency_enabled()
+    assert not tr.residency.enabled()
     # and it disables on an exception too
     with pytest.raises(RuntimeError):
-        with tr.residency(policy="flow", budget_bytes=BUDGET):
+        with tr.residency.session(policy="flow", budget_bytes=BUDGET):
             raise RuntimeError("boom")
-    assert not tr.residency_enabled()
+    assert not tr.residency.enabled()
 
 
 def test_callback_exceptions_are_caught_and_kept(weights):
@@ -142,31 +142,31 @@ def test_callback_exceptions_are_caught_and_kept(weights):
     def bad(event):
         raise ValueError(event.kind)
 
-    with tr.residency(policy="flow", budget_bytes=BUDGET):
-        tr.set_event_callback(bad)
+    with tr.residency.session(policy="flow", budget_bytes=BUDGET):
+        tr.residency.set_callback(bad)
         assert np.array_equal(forward(ws, x), expected)
-        errors = tr.callback_errors()
-        tr.set_event_callback(None)
+        errors = tr.residency.callback_errors()
+        tr.residency.set_callback(None)
     assert errors and all(isinstance(e, ValueError) for e in errors)
-    assert tr.callback_errors() == []
+    assert tr.residency.callback_errors() == []
 
 
 def test_calls_that_need_a_manager_raise_without_one():
     t = tr.ones(1)
     with pytest.raises(tr.ArgumentError):
-        tr.residency_stats()
+        tr.residency.stats()
     with pytest.raises(tr.ArgumentError):
-        tr.mark_iteration()
+        tr.residency.mark_iteration()
     with pytest.raises(tr.ArgumentError):
         t.pin_resident()
     with pytest.raises(ValueError):
-        tr.configure_residency(policy="lru", budget_bytes=1)
+        tr.residency.configure(policy="lru", budget_bytes=1)
     t.close()
 
 
 def test_resident_policy_has_no_budget():
-    with tr.residency(policy="resident"):
+    with tr.residency.session(policy="resident"):
         a = tr.ones(4)
         assert (a + a).numpy().tolist() == [2.0] * 4
-        assert tr.residency_stats().budget == 2 ** 64 - 1
+        assert tr.residency.stats().budget == 2 ** 64 - 1
         a.close()

@@ -1,4 +1,4 @@
-"""The numbered statistics facts 1-14 of shared/spec/dispose-scopes.md, through the Python
+"""The numbered statistics facts 1-14 of docs/dispose-scopes.md, through the Python
 binding. Tuples are (created_outside, disposed_outside, created_in, disposed_in, attached,
 detached, live), starting from reset_stats() with no scope open."""
 import gc
@@ -173,7 +173,7 @@ def test_fact13_training_loop_in_one_scope_ends_with_nothing_live():
             loss.backward()
             grads = [p.grad() for p in (w1, b1, w2, b2)]
             assert all(g is not None for g in grads)
-            tr.sgd_step([w1, b1, w2, b2], 0.05)
+            tr.optim_sgd_step([w1, b1, w2, b2], 0.05)
             for p in (w1, b1, w2, b2):
                 p.zero_grad()
         assert losses[-1] < losses[0]

@@ -16,14 +16,14 @@ POLICIES = ["resident", "genoa", "flow"]
 def no_manager_left_and_no_leak():
     before = tr.live_handles()
     yield
-    assert not tr.residency_enabled(), "the test left a residency manager configured"
+    assert not tr.residency.enabled(), "the test left a residency manager configured"
     assert tr.live_handles() == before
 
 
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("budget", [32, 1 << 20])
 def test_a_view_sees_writes_to_its_base_and_back(policy, budget):
-    with tr.no_grad(), tr.residency(policy=policy, budget_bytes=budget):
+    with tr.no_grad(), tr.residency.session(policy=policy, budget_bytes=budget):
         with tr.scope():
             x = tr.zeros([4])
             v = x.view([2, 2])
@@ -36,7 +36,7 @@ def test_a_view_sees_writes_to_its_base_and_back(policy, budget):
 @pytest.mark.parametrize("policy", POLICIES)
 def test_writes_through_a_view_survive_evictions(policy):
     n = 64 * 64 * 4
-    with tr.no_grad(), tr.residency(policy=policy, budget_bytes=4 * n):
+    with tr.no_grad(), tr.residency.session(policy=policy, budget_bytes=4 * n):
         with tr.scope():
             x = tr.ones([64, 64])
             v = x.transpose(0, 1)
@@ -50,18 +50,18 @@ def test_writes_through_a_view_survive_evictions(policy):
 
 @pytest.mark.parametrize("policy", ["genoa", "flow"])
 def test_a_view_costs_no_device_bytes(policy):
-    with tr.no_grad(), tr.residency(policy=policy, budget_bytes=70_000):
+    with tr.no_grad(), tr.residency.session(policy=policy, budget_bytes=70_000):
         with tr.scope():
             x = tr.randn([128, 128])  # 65536 bytes
             t = x.transpose(0, 1)  # refused before: "needs 131072 bytes at once"
             assert t.shape == (128, 128)
-            assert tr.residency_stats().peak_device_bytes <= 65536
+            assert tr.residency.stats().peak_device_bytes <= 65536
 
 
 @pytest.mark.parametrize("policy", POLICIES)
 def test_a_torch_buffer_refilled_between_batches_is_read_fresh(policy):
     buf = torch.zeros(4)
-    with tr.no_grad(), tr.residency(policy=policy, budget_bytes=64):
+    with tr.no_grad(), tr.residency.session(policy=policy, budget_bytes=64):
         with tr.scope():
             shared = tr.from_torch(buf)
             acc = tr.zeros([4])
@@ -75,7 +75,7 @@ def test_a_torch_buffer_refilled_between_batches_is_read_fresh(policy):
 
 @pytest.mark.parametrize("policy", POLICIES)
 def test_a_torch_write_is_never_overwritten(policy):
-    with tr.no_grad(), tr.residency(policy=policy, budget_bytes=64):
+    with tr.no_grad(), tr.residency.session(policy=policy, budget_bytes=64):
         with tr.scope():
             a = tr.zeros([4])
             a.add_(tr.ones([4]))  # the manager's copy is the newer one
@@ -90,7 +90,7 @@ def test_a_torch_write_is_never_overwritten(policy):
 @pytest.mark.parametrize("policy", POLICIES)
 def test_autograd_is_refused_alike_and_queries_work(policy):
     w = tr.randn([4, 4])
-    with tr.residency(policy=policy, budget_bytes=1 << 20):
+    with tr.residency.session(policy=policy, budget_bytes=1 << 20):
         w.requires_grad_(True)
         assert w.requires_grad()
         with pytest.raises(tr.TensorRefError, match="autograd through the residency manager"):
@@ -103,4 +103,4 @@ def test_autograd_is_refused_alike_and_queries_work(policy):
 @pytest.mark.parametrize("budget", [-1, 2 ** 64, 1.5])
 def test_a_bad_budget_is_refused(budget):
     with pytest.raises(ValueError, match="budget_bytes"):
-        tr.configure_residency(policy="flow", budget_bytes=budget)
+        tr.residency.configure(policy="flow", budget_bytes=budget)

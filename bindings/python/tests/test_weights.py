@@ -1,4 +1,4 @@
-"""load_weights: a safetensors file (written here byte by byte, so the test needs no other
+"""tr.weights.load: a safetensors file (written here byte by byte, so the test needs no other
 package) comes back as named tensors with the right shapes, dtypes and values; bad files raise
 FileError with the library's message."""
 import json
@@ -34,13 +34,13 @@ def test_tensors_come_back_by_name_in_file_order(tmp_path):
     write_safetensors(f, arrays)
     before = tr.live_handles()
     with tr.scope() as s:
-        w = tr.load_weights(f)
+        w = tr.weights.load(f)
         assert list(w) == list(arrays)
         for name, a in arrays.items():
             assert w[name].dtype is tr.dtype(a.dtype) and w[name] in s
             np.testing.assert_array_equal(w[name].numpy(), a)
     assert tr.live_handles() == before
-    outside = tr.load_weights(str(f))  # no scope: each object owns its handle
+    outside = tr.weights.load(str(f))  # no scope: each object owns its handle
     assert tr.live_handles() == before + len(arrays)
     del outside
     assert tr.live_handles() == before
@@ -48,10 +48,10 @@ def test_tensors_come_back_by_name_in_file_order(tmp_path):
 
 def test_missing_and_malformed_files_raise_file_error(tmp_path):
     with pytest.raises(tr.FileError) as e:
-        tr.load_weights(tmp_path / "absent.safetensors")
+        tr.weights.load(tmp_path / "absent.safetensors")
     assert e.value.status_name == "TR_ERR_IO" and "absent.safetensors" in e.value.message
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(struct.pack("<Q", 1000) + b"{}")
     with pytest.raises(tr.FileError) as e:
-        tr.load_weights(bad)
+        tr.weights.load(bad)
     assert e.value.status_name == "TR_ERR_FORMAT" and e.value.message

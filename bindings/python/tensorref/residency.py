@@ -1,17 +1,21 @@
-"""The residency manager (shared/spec/residency.md) from Python: where tensors' bytes live under
-a hard device budget, with the policies Resident, Genoa and Flow.
+"""The residency manager (docs/residency.md) from Python, as ``tensorref.residency``: where
+tensors' bytes live under a hard device budget, with the policies Resident, Genoa and Flow.
 
-    with tr.residency(policy="flow", budget_bytes=64 << 20):   # simulated device by default
+    with tr.residency.session(policy="flow", budget_bytes=64 << 20):  # simulated device by default
         for batch in data:
             y = model(batch)
-            tr.mark_iteration()                                  # Flow learns the order
-        print(tr.residency_stats())
+            tr.residency.mark_iteration()                             # Flow learns the order
+        print(tr.residency.stats())
     # the manager is disabled here (or the one this block replaced is configured again)
+
+The names are the C ABI's without `tr_residency_` (configure, disable, enabled, stats,
+mark_iteration, set_callback, timeline_start, timeline_write), its structs' without
+`tr_residency_` (Config, Stats, Event); tensors have `pin_resident` and `is_resident`.
 
 One manager per process, shared by every thread and language. While one is configured through
 this module, garbage-collected tensors are released at once rather than in batches (their bytes
 count against the budget). The event callback runs on the op's thread while the manager is
-locked: it must not call tensorref; its exceptions are caught and kept in `callback_errors`.
+locked: it must not call tensorref; its exceptions are caught and kept (`callback_errors()`).
 """
 from __future__ import annotations
 
@@ -20,19 +24,17 @@ import warnings
 from ctypes import byref, c_bool
 from typing import Callable, NamedTuple
 
-from . import _tensor
-from ._abi import DEVICE_CODES, EVENT_CODES, POLICY_CODES
-from ._lib import EVENT_FN, Event as _CEvent, ResidencyConfig as _CConfig, ResidencyStats as _CStats, c_path, fail, lib
-from ._tensor import Tensor, flush_releases
+from . import _ownership
+from ._abi import DEVICE_CODES, EVENT_KIND_CODES, POLICY_CODES, EventFn as _EventFn
+from ._abi import ResidencyConfig as _CConfig, ResidencyStats as _CStats
+from ._lib import c_path, fail, lib
+from ._ownership import flush_releases
+from ._tensor import Tensor
 
-__all__ = ["Config", "ResidencyStats", "Event", "configure", "disable", "enabled", "residency",
-           "residency_stats", "mark_iteration", "set_event_callback", "callback_errors",
-           "timeline_start", "timeline_write"]
-# tensorref exports them as ResidencyConfig, ResidencyStats, ResidencyEvent, configure_residency,
-# disable_residency, residency_enabled, residency, residency_stats, mark_iteration,
-# set_event_callback, timeline_start, timeline_write; `tensorref.callback_errors()` is the list.
+__all__ = ["Config", "Stats", "Event", "configure", "disable", "enabled", "session", "stats",
+           "mark_iteration", "set_callback", "callback_errors", "timeline_start", "timeline_write"]
 
-_EVENT_NAMES = {v: k.lower() for k, v in EVENT_CODES.items()}
+_EVENT_NAMES = {v: k.lower() for k, v in EVENT_KIND_CODES.items()}
 
 
 def _check(st: int, function: str) -> None:
@@ -113,7 +115,7 @@ def configure(config: Config | None = None, **fields) -> Config:
     flush_releases()
     _check(lib.tr_residency_configure(byref(c)), "tr_residency_configure")
     if not _saved_batch:
-        _saved_batch.append(_tensor.set_release_batch(1))
+        _saved_batch.append(_ownership.set_release_batch(1))
     _configured.append(config)
     return config
 
@@ -124,7 +126,7 @@ def disable() -> None:
     _check(lib.tr_residency_disable(), "tr_residency_disable")
     _configured.clear()
     if _saved_batch:
-        _tensor.set_release_batch(_saved_batch.pop())
+        _ownership.set_release_batch(_saved_batch.pop())
 
 
 def enabled() -> bool:
@@ -132,7 +134,7 @@ def enabled() -> bool:
     return bool(lib.tr_residency_enabled())
 
 
-class residency:
+class session:
     """Context manager: configures a manager on entry (a Config, or its fields as keywords) and
     on exit disables it, or configures again the one this block replaced when that one was
     configured through this module (with fresh counters). `as` gives the Config."""
@@ -156,7 +158,7 @@ class residency:
             _check(lib.tr_residency_configure(byref(self._outer.to_c())), "tr_residency_configure")
 
 
-class ResidencyStats(NamedTuple):
+class Stats(NamedTuple):
     """tr_residency_stats: the manager's counters since it was configured (device bytes)."""
     budget: int
     device_bytes: int
@@ -184,12 +186,12 @@ class ResidencyStats(NamedTuple):
     needless_write_backs: int
 
 
-def residency_stats() -> ResidencyStats:
+def stats() -> Stats:
     """The manager's counters; raises ArgumentError without a manager."""
     flush_releases()
     s = _CStats()
     _check(lib.tr_residency_stats_get(byref(s)), "tr_residency_stats_get")
-    return ResidencyStats(*(getattr(s, f) for f in ResidencyStats._fields))
+    return Stats(*(getattr(s, f) for f in Stats._fields))
 
 
 def mark_iteration() -> None:
@@ -238,14 +240,19 @@ class Event(NamedTuple):
 
 # The registered CFUNCTYPE object: it must stay alive while the library may call it.
 _callback = None
-callback_errors: list[BaseException] = []
-"""Exceptions raised by the event callback (the trampoline catches them all; they cannot
-unwind into the library). Cleared by set_event_callback."""
+# Exceptions raised by the event callback (the trampoline catches them all; they cannot unwind
+# into the library), oldest first, at most 100. Cleared by set_callback.
+_callback_errors: list[BaseException] = []
+
+
+def callback_errors() -> list:
+    """The exceptions the event callback raised since set_callback, oldest first (at most 100)."""
+    return list(_callback_errors)
 
 
 def _trampoline(fn: Callable[[Event], None]):
     names = _EVENT_NAMES
-    inside = _tensor.in_callback  # while non-empty, finalizers do not call the library
+    inside = _ownership.in_callback  # while non-empty, finalizers do not call the library
 
     def call(ev, _user):
         inside.append(1)
@@ -255,25 +262,25 @@ def _trampoline(fn: Callable[[Event], None]):
                      (e.op or b"").decode("utf-8", "replace"), e.time_us, e.duration_us))
         except BaseException as exc:  # noqa: BLE001  (nothing may unwind into the library)
             try:
-                if len(callback_errors) < 100:
-                    callback_errors.append(exc)
+                if len(_callback_errors) < 100:
+                    _callback_errors.append(exc)
             except BaseException:  # noqa: BLE001
                 pass
         finally:
             inside.pop()
-    return EVENT_FN(call)
+    return _EventFn(call)
 
 
-def set_event_callback(fn: Callable[[Event], None] | None) -> None:
+def set_callback(fn: Callable[[Event], None] | None) -> None:
     """Calls `fn(event)` for every manager event, on the thread of the op that caused it,
     while the manager is locked: `fn` must not call tensorref. None removes it. The callback
     carries over when the manager is reconfigured. Needs a manager."""
     global _callback
-    cb = _trampoline(fn) if fn is not None else EVENT_FN()  # EVENT_FN(): NULL
+    cb = _trampoline(fn) if fn is not None else _EventFn()  # _EventFn(): NULL
     _check(lib.tr_residency_set_callback(cb, None), "tr_residency_set_callback")
     # The library no longer calls the previous one when set_callback returns: drop it now.
     _callback = cb if fn is not None else None
-    callback_errors.clear()
+    _callback_errors.clear()
 
 
 # ------------------------------------------------------------ timeline

@@ -1,0 +1,4 @@
+/* See stdint.h. */
+typedef _Bool bool;
+#define true 1
+#define false 0

@@ -1,0 +1,3 @@
+/* See stdint.h. */
+typedef unsigned long size_t;
+#define NULL ((void *)0)

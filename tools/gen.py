@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Generates everything that is written from the op table and the C ABI, in one pass:
+
+    python3 tools/gen.py          # rewrite what changed (make gen)
+    python3 tools/gen.py --check  # exit 1 if any generated file is stale (make header-check, CI)
+
+1. The op table src/ops/ops.def (tools/optable.py) -> the Rust core functions and `Tensor`
+   methods (emit_rust.py), the C functions (emit_ffi.py), the meta-device sweep's cases
+   (emit_device_sweep.py).
+2. The Rust sources -> the headers, by the pinned cbindgen: include/tensorref.h from the crate
+   (cbindgen.toml; it includes the next one), include/tensorref_ops.h from the C functions of
+   step 1 alone (cbindgen_ops.toml).
+3. The headers -> the ABI manifest include/tensorref_abi.json (abi_manifest.py, pycparser).
+4. The manifest and the op table -> each binding's declarations and wrappers: C++
+   (emit_cpp.py), C# (emit_csharp.py), Python (emit_python.py).
+
+Every output is made in memory (the headers in a temporary folder) before anything is written,
+so one run is enough and --check sees exactly what a run would write.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import abi_manifest  # noqa: E402
+import emit_cpp  # noqa: E402
+import emit_csharp  # noqa: E402
+import emit_device_sweep  # noqa: E402
+import emit_ffi  # noqa: E402
+import emit_python  # noqa: E402
+import emit_rust  # noqa: E402
+import optable  # noqa: E402
+
+ROOT = optable.ROOT
+CBINDGEN_VERSION = "0.29.4"
+
+
+def cbindgen(*args: str) -> None:
+    version = subprocess.run(["cbindgen", "--version"], capture_output=True, text=True).stdout.strip()
+    if version != f"cbindgen {CBINDGEN_VERSION}":
+        sys.exit(f"gen: the headers are made by cbindgen {CBINDGEN_VERSION}, found {version or 'none'} "
+                 f"(make setup installs it)")
+    run = subprocess.run(["cbindgen", "--quiet", *args], cwd=ROOT, capture_output=True, text=True)
+    if run.returncode:
+        sys.exit(f"gen: cbindgen {' '.join(args)} failed:\n{run.stderr}")
+
+
+def outputs() -> dict[Path, str]:
+    ops = optable.load()
+    files: dict[Path, str] = {}
+    for emitter in (emit_rust, emit_ffi, emit_device_sweep):
+        files.update(emitter.outputs(ops, ROOT))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        ffi_ops = tmp / "ops.rs"
+        ffi_ops.write_text(files[ROOT / "src/ffi/ops.rs"])
+        cbindgen("--config", "cbindgen.toml", "--output", str(tmp / "tensorref.h"))
+        cbindgen("--config", "cbindgen_ops.toml", "--output", str(tmp / "tensorref_ops.h"), str(ffi_ops))
+        for name in ("tensorref.h", "tensorref_ops.h"):
+            files[ROOT / "include" / name] = (tmp / name).read_text()
+        manifest = abi_manifest.build(tmp / "tensorref.h")
+    files[ROOT / "include/tensorref_abi.json"] = json.dumps(manifest, indent=1) + "\n"
+
+    files.update(emit_cpp.outputs(ops, manifest, ROOT))
+    files.update(emit_csharp.outputs(ops, manifest, ROOT))
+    files.update(emit_python.outputs(ops, manifest, ROOT))
+    return files
+
+
+def main() -> int:
+    check = "--check" in sys.argv[1:]
+    stale = []
+    for path, text in outputs().items():
+        if path.exists() and path.read_text() == text:
+            continue
+        stale.append(path.relative_to(ROOT))
+        if not check:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+    if check and stale:
+        print("stale generated files (run `make gen` and commit them):", *stale, sep="\n  ")
+        return 1
+    if not check:
+        print(f"generated {len(stale)} file(s)" if stale else "generated files are up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,316 @@
+"""The op table, src/ops/ops.def: its parser, and the one table of its parameter and return types
+with a column per language. Every emitter (tools/emit_*.py) writes a type through its own column
+of these tables and nothing else, so a type without a cell for a language is an error in that
+emitter (`cell`), never a guess.
+
+    name | params | returns | body | doc          (one line per op; see ops.def's header)
+
+In a cell, `{n}` is the parameter's name as the language spells it (a keyword escaped) and
+`{name}` its name as ops.def writes it.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TABLE = ROOT / "src/ops/ops.def"
+
+
+# The receivers an op's name may start with, besides a tensor (tr_tensor_*).
+RECEIVERS = {"optim"}
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    ty: str
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    params: tuple[Param, ...]
+    ret: str
+    body: str
+    doc: str
+
+    @property
+    def is_method(self) -> bool:
+        """The first param is a plain tensor: `self` in Rust, the receiver in the bindings."""
+        return bool(self.params) and self.params[0].ty == "T"
+
+    @property
+    def creates(self) -> bool:
+        """No tensor input: the op makes a tensor from nothing but its arguments."""
+        return not any(cell(p.ty, "tensor") for p in self.params)
+
+    @property
+    def c_name(self) -> str:
+        """`tr_tensor_<name>`; an op whose name starts with a receiver other than a tensor keeps
+        it (`optim_sgd_step`, whose receiver is a list of parameters: `tr_optim_sgd_step`)."""
+        receiver = self.name.split("_", 1)[0]
+        return f"tr_{self.name}" if receiver in RECEIVERS else f"tr_tensor_{self.name}"
+
+
+# ---------------------------------------------------------------- parameter types
+#
+# Columns:
+#   doc            what the type is, for ops.def's readers
+#   tensor         a tensor input (looked up in the registry, placed by the residency manager)
+#   rust_core      the core function's parameter type
+#   rust_fetch     how the core gets it from the op: "get" (batched with the other plain tensors),
+#                  a statement, or None (passed as it is)
+#   rust_bind      the statement that makes the body's view of it, or None
+#   rust_method    the `Tensor` method's parameter type
+#   rust_arg       how the method passes it to the core function
+#   ffi_params     the C function's Rust parameters
+#   ffi_pre        the statement that checks it on entry, or None
+#   ffi_arg        how the C function passes it to the core function
+#   cpp_type       the C++ parameter type ({tensor}: the tensor class)
+#   cpp_args       the C arguments it becomes
+#   cs_type        the C# wrapper's parameter type
+#   cs_pre         a statement before the call, or None; `using (...)` ones open a block
+#   cs_args        the P/Invoke arguments it becomes
+#   py_hint        the Python type in docstrings
+#   py_pre         a statement before the call, or None
+#   py_args        the C arguments it becomes
+#   sweep          the meta-device sweep's default argument (tools/emit_device_sweep.py)
+
+_COLUMNS = ("doc tensor rust_core rust_fetch rust_bind rust_method rust_arg ffi_params ffi_pre "
+            "ffi_arg cpp_type cpp_args cs_type cs_pre cs_args py_hint py_pre py_args sweep").split()
+
+PARAMS: dict[str, dict] = {
+    "T": dict(
+        doc="a tensor", tensor=True,
+        rust_core="TensorId", rust_fetch="get", rust_bind="let {n}: &tch::Tensor = &{n};",
+        rust_method="&Tensor", rust_arg="{n}.id()",
+        ffi_params="{n}: TrTensor", ffi_pre=None, ffi_arg="{n}.into()",
+        cpp_type="const {tensor}&", cpp_args=["{n}.raw()"],
+        cs_type="Tensor", cs_pre=None, cs_args=['Tensor.Arg({n}, "{name}")'],
+        py_hint="Tensor", py_pre=None, py_args=["{n}"],
+        sweep="m(&[4, 4], F32)"),
+    "T?": dict(
+        doc="an optional tensor (handle 0 in C)", tensor=True,
+        rust_core="TensorId", rust_fetch="let {n} = op.get_opt({n})?;", rust_bind="let {n} = {n}.as_deref();",
+        rust_method="Option<&Tensor>", rust_arg="{n}.map_or(TensorId(0), Tensor::id)",
+        ffi_params="{n}: TrTensor", ffi_pre=None, ffi_arg="{n}.into()",
+        cpp_type="OptionalTensor", cpp_args=["{n}.raw()"],
+        cs_type="Tensor", cs_pre=None, cs_args=["Tensor.OptArg({n})"],
+        py_hint="Tensor | None", py_pre=None, py_args=["_NONE if {n} is None else {n}"],
+        sweep="m(&[4], F32)"),
+    "T[]": dict(
+        doc="a list of tensors", tensor=True,
+        rust_core="&[TensorId]", rust_fetch="let {n} = op.get_many({n})?;",
+        rust_bind="let {n} = &{n}.iter().map(|e| &**e).collect::<Vec<_>>()[..];",
+        rust_method="&[&Tensor]", rust_arg="&{n}.iter().map(|t| t.id()).collect::<Vec<_>>()",
+        ffi_params="{n}: *const TrTensor, {n}_len: usize",
+        ffi_pre='let {n} = handles_arg({n}, {n}_len, "{name}")?;', ffi_arg="&{n}",
+        cpp_type="const TensorList&", cpp_args=["{n}.data()", "{n}.size()"],
+        cs_type="Tensor[]", cs_pre='using (var __{name} = new HandleList({n}, "{name}"))',
+        cs_args=["__{name}.Ids", "__{name}.Length"],
+        # `{n}` stays bound to the list of Tensors until the call returns: the C array holds
+        # only their handle values, and a temporary must not be collected (and its handle
+        # released) before the library has used it.
+        py_hint="Sequence[Tensor]", py_pre="{n}, _{n}, _{n}_len = _handles({n}, {name!r})",
+        py_args=["_{n}", "_{n}_len"],
+        sweep="&[m(&[4, 4], F32), m(&[4, 4], F32)]"),
+    "i64[]": dict(
+        doc="a list of integers", tensor=False,
+        rust_core="&[i64]", rust_fetch=None, rust_bind=None, rust_method="&[i64]", rust_arg="{n}",
+        ffi_params="{n}: *const i64, {n}_len: usize",
+        ffi_pre='let {n} = slice_arg({n}, {n}_len, "{name}")?;', ffi_arg="{n}",
+        cpp_type="IntList", cpp_args=["{n}.data()", "{n}.size()"],
+        cs_type="long[]", cs_pre='if ({n} == null) throw new ArgumentNullException("{name}");',
+        cs_args=["{n}", "(UIntPtr){n}.Length"],
+        py_hint="int | Sequence[int]", py_pre="{n}, {n}_len = _i64s({n}, {name!r})", py_args=["{n}", "{n}_len"],
+        sweep="&[1]"),
+    "scalar": dict(
+        doc="a typed scalar (tr_scalar: integer, float or bool)", tensor=False,
+        rust_core="Scalar", rust_fetch=None, rust_bind=None, rust_method="impl Into<Scalar>", rust_arg="{n}.into()",
+        ffi_params="{n}: TrScalar", ffi_pre='let {n} = {n}.parse("{name}")?;', ffi_arg="{n}",
+        cpp_type="Scalar", cpp_args=["{n}.raw()"],
+        cs_type="Scalar", cs_pre=None, cs_args=["{n}"],
+        py_hint="int | float | bool", py_pre=None, py_args=["_scalar({n}, {name!r})"],
+        sweep="Scalar::Float(0.5)"),
+    "f64": dict(
+        doc="a double", tensor=False,
+        rust_core="f64", rust_fetch=None, rust_bind=None, rust_method="f64", rust_arg="{n}",
+        ffi_params="{n}: f64", ffi_pre=None, ffi_arg="{n}",
+        cpp_type="double", cpp_args=["{n}"],
+        cs_type="double", cs_pre=None, cs_args=["{n}"],
+        py_hint="float", py_pre=None, py_args=["{n}"],
+        sweep="0.5"),
+    "i64": dict(
+        doc="a 64-bit integer", tensor=False,
+        rust_core="i64", rust_fetch=None, rust_bind=None, rust_method="i64", rust_arg="{n}",
+        ffi_params="{n}: i64", ffi_pre=None, ffi_arg="{n}",
+        cpp_type="int64_t", cpp_args=["{n}"],
+        cs_type="long", cs_pre=None, cs_args=["{n}"],
+        py_hint="int", py_pre=None, py_args=["{n}"],
+        sweep="1"),
+    "bool": dict(
+        doc="a bool", tensor=False,
+        rust_core="bool", rust_fetch=None, rust_bind=None, rust_method="bool", rust_arg="{n}",
+        ffi_params="{n}: bool", ffi_pre=None, ffi_arg="{n}",
+        cpp_type="bool", cpp_args=["{n}"],
+        cs_type="bool", cs_pre=None, cs_args=["{n}"],
+        py_hint="bool", py_pre=None, py_args=["{n}"],
+        sweep="false"),
+    "dtype": dict(
+        doc="an element type (tr_dtype; defaults to float32 where it is the last parameter)", tensor=False,
+        rust_core="DType", rust_fetch=None, rust_bind=None, rust_method="DType", rust_arg="{n}",
+        ffi_params="{n}: TrDtype", ffi_pre="let {n} = DType::try_from({n})?;", ffi_arg="{n}",
+        cpp_type="DType", cpp_args=["static_cast<tr_dtype>({n})"],
+        cs_type="DType", cs_pre=None, cs_args=["{n}"],
+        py_hint="DType", py_pre=None, py_args=["_code({n})"],
+        sweep="DType::F32"),
+}
+
+# ---------------------------------------------------------------- return types
+#
+# Columns:
+#   doc          what the op gives back, for ops.def's readers
+#   rust_core    the core function's result type
+#   rust_first   how the core gets its first tensor, when not as the parameter type says, or None
+#   rust_run     how the core runs the body ({body}; {first}: the first parameter)
+#   rust_method  the `Tensor` method's result type
+#   rust_wrap    how the method turns the core's result into its own ({call}: the call with `?`,
+#                {bare}: without)
+#   ffi_out      the C function's output parameter, or None
+#   ffi_store    how the C function stores the core's result ({call})
+#   c_doc        what the header says of the result, beyond the ops header's conventions
+#   cpp_type     the C++ result type ({tensor}: the tensor class)
+#   cpp_out      the declaration of the C output, or None
+#   cpp_return   the statement returning it
+#   cs_type      the C# result type
+#   cs_out       the declaration of the C output, or None
+#   cs_return    the statement returning it
+#   py_hint      the Python result type in docstrings
+#   py_out       the statements making the C output, or []
+#   py_return    the statement returning it
+#   sweep        how the sweep collects the tensors it made ({call})
+
+RETURNS: dict[str, dict] = {
+    "T": dict(
+        doc="a new handle",
+        rust_core="TensorId", rust_first=None, rust_run="op.output(|| {body})",
+        rust_method="Tensor", rust_wrap="Ok(Tensor::from_raw({call}))",
+        ffi_out="*mut TrTensor", ffi_store="*out = {call}.into();", c_doc=None,
+        cpp_type="{tensor}", cpp_out="tr_tensor out{{0}};", cpp_return="return {tensor}::adopt(out);",
+        cs_type="Tensor", cs_out="ulong __result;", cs_return="return new Tensor(__result);",
+        py_hint="Tensor", py_out=["out = _T()", "out._own = True"], py_return="return out",
+        sweep="Ok(vec![{call}])"),
+    "T!": dict(
+        doc="in place: the first input, modified; nothing new is registered",
+        rust_core="TensorId", rust_first="let handle = {first};\n    let {first} = op.get_mut({first})?;",
+        rust_run="op.value(|| {body}).map(|_| handle)",
+        rust_method="&Tensor", rust_wrap="{call};\n        Ok(self)",
+        ffi_out=None, ffi_store="{call};", c_doc="In place: modifies `{first}`; no new handle.",
+        cpp_type=None, cpp_out=None, cpp_return=None,
+        cs_type="Tensor", cs_out=None, cs_return="return this;",
+        py_hint="Tensor", py_out=[], py_return="return {first}",
+        sweep="Ok(vec![{call}])"),
+    "T?": dict(
+        doc="a new handle, or none",
+        rust_core="Option<TensorId>", rust_first=None, rust_run="op.output_opt(|| {body})",
+        rust_method="Option<Tensor>", rust_wrap="Ok({call}.map(Tensor::from_raw))",
+        ffi_out="*mut TrTensor", ffi_store="*out = {call}.map_or(TrTensor {{ id: 0 }}, TrTensor::from);",
+        c_doc="`*out` receives the handle 0 when there is none.",
+        cpp_type="std::optional<{tensor}>", cpp_out="tr_tensor out{{0}};",
+        cpp_return="return out.id == 0 ? std::optional<{tensor}>() : std::optional<{tensor}>({tensor}::adopt(out));",
+        cs_type="Tensor", cs_out="ulong __result;", cs_return="return __result == 0 ? null : new Tensor(__result);",
+        py_hint="Tensor | None", py_out=["out = _T()", "out._own = True"], py_return="return out if out.value else None",
+        sweep="Ok({call}.into_iter().collect())"),
+    "()": dict(
+        doc="nothing",
+        rust_core="()", rust_first=None, rust_run="op.value(|| {body})",
+        rust_method="()", rust_wrap="{bare}",
+        ffi_out=None, ffi_store="{call};", c_doc="Returns nothing but the status.",
+        cpp_type="void", cpp_out=None, cpp_return="",
+        cs_type="void", cs_out=None, cs_return="",
+        py_hint="None", py_out=[], py_return="return None",
+        sweep="{{\n            {call};\n            Ok(vec![])\n        }}"),
+    "f64": dict(
+        doc="a double",
+        rust_core="f64", rust_first=None, rust_run="op.value(|| {body})",
+        rust_method="f64", rust_wrap="{bare}",
+        ffi_out="*mut f64", ffi_store="*out = {call};", c_doc="`*out` receives the value.",
+        cpp_type="double", cpp_out="double out = 0;", cpp_return="return out;",
+        cs_type="double", cs_out="double __result;", cs_return="return __result;",
+        py_hint="float", py_out=["out = _c_double()"], py_return="return out.value",
+        sweep="{{\n            {call};\n            Ok(vec![])\n        }}"),
+    "bool": dict(
+        doc="a bool",
+        rust_core="bool", rust_first=None, rust_run="op.value(|| {body})",
+        rust_method="bool", rust_wrap="{bare}",
+        ffi_out="*mut bool", ffi_store="*out = {call};", c_doc="`*out` receives the value.",
+        cpp_type="bool", cpp_out="bool out = false;", cpp_return="return out;",
+        cs_type="bool", cs_out="bool __result;", cs_return="return __result;",
+        py_hint="bool", py_out=["out = _c_bool()"], py_return="return out.value",
+        sweep="{{\n            {call};\n            Ok(vec![])\n        }}"),
+}
+
+
+def _check_tables() -> None:
+    for ty, row in PARAMS.items():
+        if set(row) != set(_COLUMNS):
+            sys.exit(f"optable: parameter type {ty!r} has columns {sorted(set(row) ^ set(_COLUMNS))} wrong")
+    columns = set(next(iter(RETURNS.values())))
+    for ty, row in RETURNS.items():
+        if set(row) != columns:
+            sys.exit(f"optable: return type {ty!r} has columns {sorted(set(row) ^ columns)} wrong")
+
+
+def cell(ty: str, column: str):
+    """The cell of parameter type `ty` in `column`: a type or column the table lacks is an error."""
+    row = PARAMS.get(ty)
+    if row is None:
+        raise SystemExit(f"optable: unknown parameter type {ty!r}")
+    if column not in row:
+        raise SystemExit(f"optable: no column {column!r} for parameter type {ty!r}")
+    return row[column]
+
+
+def ret_cell(ret: str, column: str):
+    """The cell of return type `ret` in `column` (an error when the table lacks it)."""
+    row = RETURNS.get(ret)
+    if row is None:
+        raise SystemExit(f"optable: unknown return type {ret!r}")
+    if column not in row:
+        raise SystemExit(f"optable: no column {column!r} for return type {ret!r}")
+    return row[column]
+
+
+def fill(template: str, p: Param, n: str | None = None, **extra) -> str:
+    """A cell with the parameter's names put in (`n`: as the language spells it)."""
+    return template.format(n=n or p.name, name=p.name, **extra)
+
+
+def parse(text: str) -> list[Op]:
+    _check_tables()
+    ops = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        cols = [c.strip() for c in line.split(" | ")]
+        if len(cols) != 5:
+            sys.exit(f"ops.def:{lineno}: expected 5 columns separated by ' | ', got {len(cols)}")
+        name, params, ret, body, doc = cols
+        plist = []
+        for p in filter(None, (p.strip() for p in params.split(","))):
+            pname, _, pty = (x.strip() for x in p.partition(":"))
+            if pty not in PARAMS:
+                sys.exit(f"ops.def:{lineno}: unknown param type {pty!r} (one of {', '.join(PARAMS)})")
+            plist.append(Param(pname, pty))
+        if ret not in RETURNS:
+            sys.exit(f"ops.def:{lineno}: unknown return type {ret!r} (one of {', '.join(RETURNS)})")
+        if ret == "T!" and not (plist and plist[0].ty == "T"):
+            sys.exit(f"ops.def:{lineno}: an in-place op needs a tensor first")
+        ops.append(Op(name, tuple(plist), ret, body, doc))
+    return ops
+
+
+def load() -> list[Op]:
+    return parse(TABLE.read_text())
