@@ -153,7 +153,7 @@ fn write_runs(runs: &[Run]) {
             batches.push(format!("{{\"batch\":{},\"len\":{},\"ids\":{},\"mask\":{}}}", b.batch, b.len, json_list(&b.ids), json_list(&b.mask)));
         }
         let emb = json_list(r.embeddings.iter().map(|x| format!("{x:e}")));
-        let _ = write!(out, "{}{{\"name\":{:?},\"batch_size\":{},\"batches\":[{}],\"embeddings\":{emb}}}\n", if i > 0 { "," } else { "" }, r.name, r.batch_size, batches.join(","));
+        let _ = writeln!(out, "{}{{\"name\":{:?},\"batch_size\":{},\"batches\":[{}],\"embeddings\":{emb}}}", if i > 0 { "," } else { "" }, r.name, r.batch_size, batches.join(","));
     }
     out += "]}\n";
     // TR_MINILM_CHECK_DIR: elsewhere (the GPU bundle runs this binary away from the checkout).

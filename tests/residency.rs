@@ -152,7 +152,7 @@ fn run_tch(seed: u64, sizes: &[i64], instrs: &[Instr]) -> Vec<Option<Vec<f32>>> 
                 continue;
             }
             Instr::Refill(k) => {
-                let _ = v(&vals, 0).f_copy_(&refill(k, sizes[0])).unwrap();
+                v(&vals, 0).f_copy_(&refill(k, sizes[0])).unwrap();
                 continue;
             }
         };
@@ -190,7 +190,7 @@ fn run_tr(seed: u64, sizes: &[i64], instrs: &[Instr]) -> Result<Vec<Option<Vec<f
                     continue;
                 }
                 Instr::Refill(k) => {
-                    let _ = outside.shallow_clone().f_copy_(&refill(k, sizes[0])).unwrap();
+                    outside.shallow_clone().f_copy_(&refill(k, sizes[0])).unwrap();
                     continue;
                 }
             };

@@ -151,8 +151,8 @@ mod tests {
     #[test]
     fn values_that_do_not_fit_an_integer_dtype_are_refused() {
         assert!(check_fits("t", Scalar::Int(i64::MAX), DType::I64).is_ok());
-        assert!(check_fits("t", Scalar::Float(-9.223372036854775808e18), DType::I64).is_ok());
-        assert!(check_fits("t", Scalar::Float(9.223372036854775808e18), DType::I64).is_err());
+        assert!(check_fits("t", Scalar::Float(-9.223_372_036_854_776e18), DType::I64).is_ok());
+        assert!(check_fits("t", Scalar::Float(9.223_372_036_854_776e18), DType::I64).is_err());
         assert!(check_fits("t", Scalar::Float(f64::INFINITY), DType::I64).is_err());
         assert!(check_fits("t", Scalar::Float(f64::NAN), DType::I32).is_err());
         assert!(check_fits("t", Scalar::Int(256), DType::U8).is_err());

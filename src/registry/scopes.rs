@@ -118,7 +118,10 @@ impl State {
     /// Disposes a scope; disposing a disposed scope does nothing.
     pub(crate) fn dispose_scope(&mut self, s: ScopeId, freed: &mut Vec<Remains>) -> Result<()> {
         match self.scope_key(s) {
-            Ok(key) => Ok(self.dispose_key(key, freed)),
+            Ok(key) => {
+                self.dispose_key(key, freed);
+                Ok(())
+            }
             Err(Error::ScopeDisposed(_)) => Ok(()),
             Err(e) => Err(e),
         }

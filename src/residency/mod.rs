@@ -34,7 +34,7 @@ mod trace;
 
 pub use device::ComputeDevice;
 pub use policy::PolicyKind;
-pub use report::{Event, EventKind, ResidencyStats};
+pub use report::{Callback, Event, EventKind, ResidencyStats};
 pub use trace::{offline_min_loads, NormKey, OpRecord};
 pub(crate) use ticket::Ticket;
 
@@ -230,7 +230,7 @@ pub(crate) fn resident(id: TensorId) -> Result<bool> {
 /// Calls `f` for every event (load, evict, write-back, prefetch, op begin/end), on the thread
 /// that caused it, while the manager is locked: if `f` calls the manager, that call fails (a
 /// tensor released inside `f` is freed once the manager is free).
-pub fn set_callback(f: Option<Box<dyn Fn(&Event) + Send + Sync>>) -> Result<()> {
+pub fn set_callback(f: Option<Callback>) -> Result<()> {
     with(|m| {
         m.report.callback = f;
         Ok(())

@@ -94,7 +94,8 @@ pub struct Event {
     pub duration_us: f64,
 }
 
-pub(crate) type Callback = Box<dyn Fn(&Event) + Send + Sync>;
+/// A function told of every event.
+pub type Callback = Box<dyn Fn(&Event) + Send + Sync>;
 
 pub(crate) struct Reporter {
     start: Instant,

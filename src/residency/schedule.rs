@@ -9,8 +9,9 @@
 //!   the last op that used the evicted memory has ended (the budget holds on the device too);
 //! - a write-back starts after every op issued before it has ended (the side stream waits for the
 //!   compute stream), and the copies after it wait for it (one side stream).
-//! The pass is replayed several times back to back, and the steady-state time per pass is compared with the bound no schedule can beat:
-//! max(bytes loaded / bandwidth, compute time).
+//!
+//! The pass is replayed several times back to back, and the steady-state time per pass is
+//! compared with the bound no schedule can beat: max(bytes loaded / bandwidth, compute time).
 
 use super::trace::TraceKey;
 use std::collections::HashMap;
