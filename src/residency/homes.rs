@@ -76,14 +76,16 @@ impl Manager {
         Ok(id)
     }
 
-    /// Moves a home into page-locked memory, copying it once. Why copy rather than register the
-    /// memory in place (cudaHostRegister, 375 ms per GiB on an H100): a new page-locked block
-    /// costs about as much (29 ms per 64 MiB when CUDA's caching host allocator has none free;
-    /// 6 us when it has), but then the memory is the caching host allocator's, which records the
-    /// copies that use it, reuses it for later homes and frees it; registered memory would have
-    /// to be unregistered before its owner frees it, which the library cannot see. The home's
-    /// StorageImpl takes the new memory, so every view of it follows; the old memory is freed
-    /// once no reader can still use it. (The benchmark prints the first pass, which pays this.)
+    /// Moves a home into page-locked memory, copying it once. The other way, registering the
+    /// memory in place (cudaHostRegister), is faster once: 375 ms per GiB on an H100, where this
+    /// copy measured 0.74 to 1.07 s per GiB (the benchmark's first Resident pass, 4 and 27.6 GiB
+    /// of weights: new blocks from CUDA's caching host allocator, then a memcpy). It is taken
+    /// because the memory then belongs to that allocator, which records the copies that use it,
+    /// reuses it for later homes and frees it; registered memory must be unregistered before its
+    /// owner frees it, which the library cannot see (a wrapper around the storage's deleter, as
+    /// `native::mark_external` puts on external memory, could: the way to register in place).
+    /// The home's StorageImpl takes the new memory, so every view of it follows; the old memory is
+    /// freed once no reader can still use it.
     pub(super) fn pin_home(&mut self, s: &mut Storage) -> Result<()> {
         let (old, new) = page_locked(self.cuda(), || native::home_pin(&s.home, self.cuda()))?;
         RETIRED.lock().unwrap_or_else(PoisonError::into_inner).push(old);
