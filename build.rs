@@ -31,6 +31,7 @@ fn compile_native(lib: &Path) {
         .file("src/native/streams.cpp")
         .file("src/native/tensors.cpp")
         .file("src/native/storage.cpp")
+        .file("src/native/autograd.cpp")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))
         .flag("-std=c++17")

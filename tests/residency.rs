@@ -407,18 +407,6 @@ fn genoa_keeps_nothing_on_the_device_between_ops() {
     });
 }
 
-#[test]
-fn autograd_through_the_manager_is_refused_clearly() {
-    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let w = Tensor::randn(&[4, 4], DType::F32).unwrap();
-    w.requires_grad_(true).unwrap();
-    configure(PolicyKind::Flow, 1 << 20);
-    let err = w.mul(&w).unwrap_err();
-    assert!(err.to_string().contains("autograd through the residency manager"), "{err}");
-    assert!(no_grad(|| w.mul(&w)).is_ok(), "inference under no_grad works");
-    residency::disable().unwrap();
-}
-
 // ---------------------------------------------------------------- Flow learns the trace
 
 /// A stack of linear layers whose weights are 4x the budget, run for several forward passes with

@@ -2,7 +2,7 @@
 //! storage (a write through one is seen through all, nothing is counted twice, a clean view is
 //! never written back), and memory shared with code outside the library (DLPack, what PyTorch's
 //! `from_torch`/`to_torch` use) is never served stale and never overwritten, under every policy
-//! and at tight and loose budgets. Also: autograd is refused the same way under every policy.
+//! and at tight and loose budgets.
 //! (One test binary: the manager is process-wide, so these tests take turns.)
 //!
 //! `cargo test --features cuda-tests --test shared_storage` runs them against CUDA device 0.
@@ -221,23 +221,3 @@ fn a_tensor_exported_under_the_manager_is_settled_and_stays_current() {
     });
 }
 
-// ---------------------------------------------------------------- autograd
-
-#[test]
-fn autograd_is_refused_at_the_first_recording_op_under_every_policy() {
-    let _turn: MutexGuard<()> = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    for policy in POLICIES {
-        let w = Tensor::randn(&[4, 4], DType::F32).unwrap();
-        residency::configure(Config::new(DEVICE, policy, 1 << 20)).unwrap();
-        w.requires_grad_(true).unwrap(); // acts on the tensor itself
-        assert!(w.requires_grad().unwrap(), "{policy:?}: read-only queries work");
-        assert!(w.grad().unwrap().is_none(), "{policy:?}");
-        let err = w.mul(&w).unwrap_err();
-        assert!(err.to_string().contains("autograd through the residency manager"), "{policy:?}: {err}");
-        let inference = no_grad(|| w.mul(&w)).unwrap();
-        assert_eq!(inference.shape().unwrap(), [4, 4], "{policy:?}: inference under no_grad works");
-        let err = no_grad(|| Tensor::optim_sgd_step(&[&w], 0.1)).unwrap_err();
-        assert!(err.to_string().contains("autograd through the residency manager"), "{policy:?}: {err}");
-        residency::disable().unwrap();
-    }
-}

@@ -59,6 +59,7 @@ class Op:
 # Columns:
 #   doc            what the type is, for ops.def's readers
 #   tensor         a tensor input (looked up in the registry, placed by the residency manager)
+#   each           a list the op runs over one element at a time (the core loops; see emit_rust)
 #   rust_core      the core function's parameter type
 #   rust_fetch     how the core gets it from the op: "get" (batched with the other plain tensors),
 #                  a statement, or None (passed as it is)
@@ -78,12 +79,30 @@ class Op:
 #   py_args        the C arguments it becomes
 #   sweep          the meta-device sweep's default argument (tools/emit_device_sweep.py)
 
-_COLUMNS = ("doc tensor rust_core rust_fetch rust_bind rust_method rust_arg ffi_params ffi_pre "
+_COLUMNS = ("doc tensor each rust_core rust_fetch rust_bind rust_method rust_arg ffi_params ffi_pre "
             "ffi_arg cpp_type cpp_args cs_type cs_pre cs_args py_hint py_pre py_args sweep").split()
+
+# A list of tensors (also the base of "T[]!", the same list written in place).
+PARAMS_T_LIST: dict = dict(
+    doc="a list of tensors", tensor=True, each=False,
+    rust_core="&[TensorId]", rust_fetch="let {n} = op.get_many({n})?;",
+    rust_bind="let {n} = &{n}.iter().map(|e| &**e).collect::<Vec<_>>()[..];",
+    rust_method="&[&Tensor]", rust_arg="&{n}.iter().map(|t| t.id()).collect::<Vec<_>>()",
+    ffi_params="{n}: *const TrTensor, {n}_len: usize",
+    ffi_pre='let {n} = handles_arg({n}, {n}_len, "{name}")?;', ffi_arg="&{n}",
+    cpp_type="const TensorList&", cpp_args=["{n}.data()", "{n}.size()"],
+    cs_type="Tensor[]", cs_pre='using (var __{name} = new HandleList({n}, "{name}"))',
+    cs_args=["__{name}.Ids", "__{name}.Length"],
+    # `{n}` stays bound to the list of Tensors until the call returns: the C array holds
+    # only their handle values, and a temporary must not be collected (and its handle
+    # released) before the library has used it.
+    py_hint="Sequence[Tensor]", py_pre="{n}, _{n}, _{n}_len = _handles({n}, {name!r})",
+    py_args=["_{n}", "_{n}_len"],
+    sweep="&[m(&[4, 4], F32), m(&[4, 4], F32)]")
 
 PARAMS: dict[str, dict] = {
     "T": dict(
-        doc="a tensor", tensor=True,
+        doc="a tensor", tensor=True, each=False,
         rust_core="TensorId", rust_fetch="get", rust_bind="let {n}: &tch::Tensor = &{n};",
         rust_method="&Tensor", rust_arg="{n}.id()",
         ffi_params="{n}: TrTensor", ffi_pre=None, ffi_arg="{n}.into()",
@@ -92,7 +111,7 @@ PARAMS: dict[str, dict] = {
         py_hint="Tensor", py_pre=None, py_args=["{n}"],
         sweep="m(&[4, 4], F32)"),
     "T?": dict(
-        doc="an optional tensor (handle 0 in C)", tensor=True,
+        doc="an optional tensor (handle 0 in C)", tensor=True, each=False,
         rust_core="TensorId", rust_fetch="let {n} = op.get_opt({n})?;", rust_bind="let {n} = {n}.as_deref();",
         rust_method="Option<&Tensor>", rust_arg="{n}.map_or(TensorId(0), Tensor::id)",
         ffi_params="{n}: TrTensor", ffi_pre=None, ffi_arg="{n}.into()",
@@ -100,24 +119,13 @@ PARAMS: dict[str, dict] = {
         cs_type="Tensor", cs_pre=None, cs_args=["Tensor.OptArg({n})"],
         py_hint="Tensor | None", py_pre=None, py_args=["_NONE if {n} is None else {n}"],
         sweep="m(&[4], F32)"),
-    "T[]": dict(
-        doc="a list of tensors", tensor=True,
-        rust_core="&[TensorId]", rust_fetch="let {n} = op.get_many({n})?;",
-        rust_bind="let {n} = &{n}.iter().map(|e| &**e).collect::<Vec<_>>()[..];",
-        rust_method="&[&Tensor]", rust_arg="&{n}.iter().map(|t| t.id()).collect::<Vec<_>>()",
-        ffi_params="{n}: *const TrTensor, {n}_len: usize",
-        ffi_pre='let {n} = handles_arg({n}, {n}_len, "{name}")?;', ffi_arg="&{n}",
-        cpp_type="const TensorList&", cpp_args=["{n}.data()", "{n}.size()"],
-        cs_type="Tensor[]", cs_pre='using (var __{name} = new HandleList({n}, "{name}"))',
-        cs_args=["__{name}.Ids", "__{name}.Length"],
-        # `{n}` stays bound to the list of Tensors until the call returns: the C array holds
-        # only their handle values, and a temporary must not be collected (and its handle
-        # released) before the library has used it.
-        py_hint="Sequence[Tensor]", py_pre="{n}, _{n}, _{n}_len = _handles({n}, {name!r})",
-        py_args=["_{n}", "_{n}_len"],
-        sweep="&[m(&[4, 4], F32), m(&[4, 4], F32)]"),
+    "T[]": PARAMS_T_LIST,
+    # The op runs once per index (so the device holds one element's tensors at a time: an
+    # optimizer step over a model larger than the budget), with one-element lists.
+    "T[]!": {**PARAMS_T_LIST, "doc": "a list of tensors, each modified in place by its own op", "each": True,
+             "rust_fetch": "let {n} = op.get_many_mut({n})?;"},
     "i64[]": dict(
-        doc="a list of integers", tensor=False,
+        doc="a list of integers", tensor=False, each=False,
         rust_core="&[i64]", rust_fetch=None, rust_bind=None, rust_method="&[i64]", rust_arg="{n}",
         ffi_params="{n}: *const i64, {n}_len: usize",
         ffi_pre='let {n} = slice_arg({n}, {n}_len, "{name}")?;', ffi_arg="{n}",
@@ -127,7 +135,7 @@ PARAMS: dict[str, dict] = {
         py_hint="int | Sequence[int]", py_pre="{n}, {n}_len = _i64s({n}, {name!r})", py_args=["{n}", "{n}_len"],
         sweep="&[1]"),
     "scalar": dict(
-        doc="a typed scalar (tr_scalar: integer, float or bool)", tensor=False,
+        doc="a typed scalar (tr_scalar: integer, float or bool)", tensor=False, each=False,
         rust_core="Scalar", rust_fetch=None, rust_bind=None, rust_method="impl Into<Scalar>", rust_arg="{n}.into()",
         ffi_params="{n}: TrScalar", ffi_pre='let {n} = {n}.parse("{name}")?;', ffi_arg="{n}",
         cpp_type="Scalar", cpp_args=["{n}.raw()"],
@@ -135,7 +143,7 @@ PARAMS: dict[str, dict] = {
         py_hint="int | float | bool", py_pre=None, py_args=["_scalar({n}, {name!r})"],
         sweep="Scalar::Float(0.5)"),
     "f64": dict(
-        doc="a double", tensor=False,
+        doc="a double", tensor=False, each=False,
         rust_core="f64", rust_fetch=None, rust_bind=None, rust_method="f64", rust_arg="{n}",
         ffi_params="{n}: f64", ffi_pre=None, ffi_arg="{n}",
         cpp_type="double", cpp_args=["{n}"],
@@ -143,7 +151,7 @@ PARAMS: dict[str, dict] = {
         py_hint="float", py_pre=None, py_args=["{n}"],
         sweep="0.5"),
     "i64": dict(
-        doc="a 64-bit integer", tensor=False,
+        doc="a 64-bit integer", tensor=False, each=False,
         rust_core="i64", rust_fetch=None, rust_bind=None, rust_method="i64", rust_arg="{n}",
         ffi_params="{n}: i64", ffi_pre=None, ffi_arg="{n}",
         cpp_type="int64_t", cpp_args=["{n}"],
@@ -151,7 +159,7 @@ PARAMS: dict[str, dict] = {
         py_hint="int", py_pre=None, py_args=["{n}"],
         sweep="1"),
     "bool": dict(
-        doc="a bool", tensor=False,
+        doc="a bool", tensor=False, each=False,
         rust_core="bool", rust_fetch=None, rust_bind=None, rust_method="bool", rust_arg="{n}",
         ffi_params="{n}: bool", ffi_pre=None, ffi_arg="{n}",
         cpp_type="bool", cpp_args=["{n}"],
@@ -159,7 +167,7 @@ PARAMS: dict[str, dict] = {
         py_hint="bool", py_pre=None, py_args=["{n}"],
         sweep="false"),
     "dtype": dict(
-        doc="an element type (tr_dtype; defaults to float32 where it is the last parameter)", tensor=False,
+        doc="an element type (tr_dtype; defaults to float32 where it is the last parameter)", tensor=False, each=False,
         rust_core="DType", rust_fetch=None, rust_bind=None, rust_method="DType", rust_arg="{n}",
         ffi_params="{n}: TrDtype", ffi_pre="let {n} = DType::try_from({n})?;", ffi_arg="{n}",
         cpp_type="DType", cpp_args=["static_cast<tr_dtype>({n})"],

@@ -118,7 +118,7 @@ int main(int argc, char **argv) {
     got = malloc(OUT_LEN * sizeof(float));
     if (!expected || !got) return 1;
 
-    /* Inference: no autograd (the manager refuses it for tensors that require grad). */
+    /* Inference: no autograd graph to record. */
     TRY(tr_grad_set_enabled(false, NULL));
     TRY(tr_manual_seed(0));
     for (i = 0; i < LAYERS; i++) {

@@ -76,7 +76,7 @@ int run(const std::string& device_name) {
     tr::ResidencyStats last;
     std::atomic<uint64_t> max_event_bytes{0};  // written by the callback, on the op's thread
     {
-        tr::NoGradGuard inference;  // the manager refuses autograd for tensors that require grad
+        tr::NoGradGuard inference;  // no autograd graph to record
         tr::manual_seed(0);
         std::vector<tr::Tensor> weights;
         for (int i = 0; i < kLayers; i++) weights.push_back(tr::randn({kWidth, kWidth}) * (1.0 / 16));  // 1/sqrt(256)

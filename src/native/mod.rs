@@ -205,3 +205,25 @@ pub(crate) fn grad_enabled() -> bool {
     set_grad_enabled(previous);
     previous
 }
+
+// ---------------------------------------------------------------- autograd (autograd.cpp)
+
+#[allow(unused_doc_comments)]
+/// cbindgen:ignore
+extern "C" {
+    fn tr_native_connect_grad(to: *const c_void, from: *const c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_set_grad(t: *const c_void, grad: *const c_void, err: *mut c_char, err_len: usize) -> c_int;
+}
+
+/// Makes `to` (a copy of `from`'s values) hand the gradient it receives on to `from`: the
+/// device copy of a tensor requiring grad, or the host tensor registered for a device result.
+pub(crate) fn connect_grad(to: &tch::Tensor, from: &tch::Tensor) -> Result<()> {
+    // SAFETY: both are live for the call.
+    run("connect gradient", |err, len| unsafe { tr_native_connect_grad(to.as_ptr().cast(), from.as_ptr().cast(), err, len) })
+}
+
+/// Sets the gradient `t` reports.
+pub(crate) fn set_grad(t: &tch::Tensor, grad: &tch::Tensor) -> Result<()> {
+    // SAFETY: both are live for the call.
+    run("set gradient", |err, len| unsafe { tr_native_set_grad(t.as_ptr().cast(), grad.as_ptr().cast(), err, len) })
+}

@@ -1,4 +1,5 @@
-//! Autograd helpers beyond the table: the no-grad guard, zeroing a gradient, and the seed.
+//! Autograd helpers beyond the table: the no-grad guard, reading and zeroing a gradient, and the
+//! seed.
 
 use crate::error::Result;
 
@@ -37,3 +38,13 @@ pub(crate) fn zero_grad(a: &tch::Tensor) -> Result<()> {
     Ok(())
 }
 
+
+/// The accumulated gradient of `a`. Backward writes into it outside any op of the library's, so
+/// its memory is marked as the outside's: a residency manager never serves a stale copy of it.
+pub(crate) fn grad(a: &tch::Tensor) -> Result<tch::Tensor> {
+    let grad = a.f_grad()?;
+    if grad.defined() {
+        crate::native::mark_external(&grad)?;
+    }
+    Ok(grad)
+}

@@ -125,7 +125,8 @@ fn a_cpu_tensor_beside_a_meta_input_fails_as_beside_a_cuda_one() {
 
 /// Every op of the table through the manager (Resident; Genoa and Flow at a tight budget) gives
 /// what plain tch gives on CUDA: the same op on the same values, run without a manager on CUDA
-/// inputs. The autograd ops are left out (the manager refuses them, see residency::ticket).
+/// inputs. The autograd ops are left out: they have no values of their own to compare
+/// (tests/training.rs compares training through the manager with training without it).
 #[cfg(feature = "cuda-tests")]
 #[test]
 fn every_op_under_the_manager_matches_plain_tch_on_cuda() {

@@ -9,6 +9,15 @@ use crate::residency::{self, Ticket};
 use std::ops::Deref;
 use std::sync::Arc;
 
+/// Checks that lists an op runs over element by element have one length.
+pub(crate) fn same_lengths(lists: &[(&str, &[TensorId])]) -> Result<()> {
+    let (first, n) = (lists[0].0, lists[0].1.len());
+    match lists.iter().find(|(_, l)| l.len() != n) {
+        Some((name, l)) => Err(Error::InvalidArg(format!("{n} {first} but {} {name}", l.len()))),
+        None => Ok(()),
+    }
+}
+
 /// An op's input, used as a `&tch::Tensor`: the registered entry itself, or under a manager an
 /// unregistered entry around the input's device copy. One pointer either way, so the unmanaged
 /// path hands inputs around in registers.
@@ -86,6 +95,11 @@ impl Op {
 
     pub(crate) fn get_many(&mut self, ids: &[TensorId]) -> Result<Vec<Input>> {
         registry::get_many(ids)?.into_iter().map(|e| self.place(e, false)).collect()
+    }
+
+    /// A list of inputs the op writes to (an optimizer step's parameters and moments).
+    pub(crate) fn get_many_mut(&mut self, ids: &[TensorId]) -> Result<Vec<Input>> {
+        registry::get_many(ids)?.into_iter().map(|e| self.place(e, true)).collect()
     }
 
     /// Runs `body` and registers the tensor it makes.

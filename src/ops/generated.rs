@@ -1007,7 +1007,7 @@ pub(crate) mod core {
         let mut op = Op::begin("grad");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output_opt(|| a.f_grad())
+        op.output_opt(|| autograd::grad(a))
     }
 
     /// Zeroes the accumulated gradient of `a`, if any.
@@ -1028,22 +1028,32 @@ pub(crate) mod core {
 
     /// p -= lr * grad for each parameter.
     pub(crate) fn optim_sgd_step(params: &[TensorId], lr: f64) -> Result<()> {
-        let mut op = Op::begin("optim_sgd_step");
-        let params = op.get_many(params)?;
-        let params = &params.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-        op.value(|| optim::sgd_step(params, lr))
+        same_lengths(&[("params", params)])?;
+        for i in 0..params.len() {
+            let params = &params[i..=i];
+            let mut op = Op::begin("optim_sgd_step");
+            let params = op.get_many_mut(params)?;
+            let params = &params.iter().map(|e| &**e).collect::<Vec<_>>()[..];
+            op.value(|| optim::sgd_step(params, lr))?;
+        }
+        Ok(())
     }
 
     /// One Adam step (torch.optim.Adam, L2 weight decay); the caller keeps the moment buffers (zeros like each parameter) and counts `step` from 1.
     pub(crate) fn optim_adam_step(params: &[TensorId], exp_avg: &[TensorId], exp_avg_sq: &[TensorId], step: i64, lr: f64, beta1: f64, beta2: f64, eps: f64, weight_decay: f64) -> Result<()> {
-        let mut op = Op::begin("optim_adam_step");
-        let params = op.get_many(params)?;
-        let exp_avg = op.get_many(exp_avg)?;
-        let exp_avg_sq = op.get_many(exp_avg_sq)?;
-        let params = &params.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-        let exp_avg = &exp_avg.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-        let exp_avg_sq = &exp_avg_sq.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-        op.value(|| optim::adam_step(params, exp_avg, exp_avg_sq, step, AdamHyper { lr, beta1, beta2, eps, weight_decay }))
+        same_lengths(&[("params", params), ("exp_avg", exp_avg), ("exp_avg_sq", exp_avg_sq)])?;
+        for i in 0..params.len() {
+            let (params, exp_avg, exp_avg_sq) = (&params[i..=i], &exp_avg[i..=i], &exp_avg_sq[i..=i]);
+            let mut op = Op::begin("optim_adam_step");
+            let params = op.get_many_mut(params)?;
+            let exp_avg = op.get_many_mut(exp_avg)?;
+            let exp_avg_sq = op.get_many_mut(exp_avg_sq)?;
+            let params = &params.iter().map(|e| &**e).collect::<Vec<_>>()[..];
+            let exp_avg = &exp_avg.iter().map(|e| &**e).collect::<Vec<_>>()[..];
+            let exp_avg_sq = &exp_avg_sq.iter().map(|e| &**e).collect::<Vec<_>>()[..];
+            op.value(|| optim::adam_step(params, exp_avg, exp_avg_sq, step, AdamHyper { lr, beta1, beta2, eps, weight_decay }))?;
+        }
+        Ok(())
     }
 }
 

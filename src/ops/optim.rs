@@ -1,5 +1,7 @@
 //! Optimizer steps over sets of parameters, in place and without gradient tracking. Stateless:
-//! Adam's moment buffers belong to the caller, so no optimizer object crosses the C ABI.
+//! Adam's moment buffers belong to the caller, so no optimizer object crosses the C ABI. The op
+//! table runs them one parameter at a time (checking that the lists have one length), so under
+//! a residency manager one parameter, its gradient and its moments need room at a time.
 
 use super::scalars::scalar;
 use crate::error::{Error, Result};
@@ -31,14 +33,6 @@ pub(crate) fn adam_step(
     step: i64,
     h: AdamHyper,
 ) -> Result<()> {
-    if exp_avg.len() != params.len() || exp_avg_sq.len() != params.len() {
-        return Err(Error::InvalidArg(format!(
-            "adam_step: {} params but {} exp_avg and {} exp_avg_sq buffers",
-            params.len(),
-            exp_avg.len(),
-            exp_avg_sq.len()
-        )));
-    }
     if step < 1 {
         return Err(Error::InvalidArg(format!("adam_step: step is counted from 1, got {step}")));
     }

@@ -14,8 +14,8 @@
 //! through src/native/streams.cpp), `report` (stats, events, timeline), `schedule` (a model of
 //! one recorded pass on a copy engine and a compute engine).
 //!
-//! Autograd through managed tensors is refused at the first op that would record a graph: run
-//! managed ops under `no_grad` (inference), or without a manager.
+//! Autograd runs through managed tensors (see `ticket`). What autograd saves for backward is not
+//! managed yet: it holds device memory outside the budget until backward frees it.
 
 mod cuda;
 mod device;

@@ -2,10 +2,11 @@
 //! op ends, on every exit path), places the result, records the op in the trace, and waits,
 //! after the manager's lock is released, for what the op owes before it returns.
 //!
-//! Autograd is refused consistently: at the first op that would record a graph (an input that
-//! requires grad while grad mode is on, or a backward or optimizer step over such an input),
-//! under every policy. The read-only autograd queries and `requires_grad_` act on the tensor
-//! itself and always work.
+//! Autograd runs through managed tensors. An op reads device copies, and a result is registered
+//! as a host tensor standing for its device copy; `native::connect_grad` joins each to the tensor
+//! it stands for, so the graph runs from every result back to the leaves, and a leaf's gradient
+//! accumulates on the leaf. An optimizer step reads each parameter's gradient as memory written
+//! outside the library's ops (backward accumulates into it): loaded for the step, never cached.
 
 use super::trace::TraceKey;
 use super::{lock, with, wait_all};
@@ -13,10 +14,10 @@ use crate::error::{Error, Result};
 use crate::registry::Entry;
 use std::sync::Arc;
 
-/// Ops that act on the tensor's own metadata: never moved, never refused.
+/// Ops that act on the tensor's own autograd state: never moved.
 const ON_THE_TENSOR: [&str; 4] = ["requires_grad", "requires_grad_", "grad", "zero_grad"];
-/// Ops that use the autograd graph whatever the grad mode.
-const GRAPH_OPS: [&str; 3] = ["backward", "optim_sgd_step", "optim_adam_step"];
+/// Ops that read each parameter's gradient.
+const OPTIMIZER_STEPS: [&str; 2] = ["optim_sgd_step", "optim_adam_step"];
 
 pub(crate) struct Ticket {
     op: &'static str,
@@ -29,11 +30,26 @@ pub(crate) struct Ticket {
     anchor: u64,
     anchored: bool,
     moves: bool,
+    /// Tensors the op writes through their device copies: when the op records a graph, each
+    /// tensor's gradient function follows its copy's.
+    written: Vec<(tch::Tensor, tch::Tensor)>,
+    /// Gradients an optimizer step loaded (alive until the step ends).
+    grads: Vec<Arc<Entry>>,
 }
 
 impl Ticket {
     pub(crate) fn begin(op: &'static str) -> Option<Ticket> {
-        let ticket = |refused, moves| Ticket { op, refused, acquired: Vec::new(), record: Vec::new(), anchor: 0xcbf2_9ce4_8422_2325, anchored: false, moves };
+        let ticket = |refused, moves| Ticket {
+            op,
+            refused,
+            acquired: Vec::new(),
+            record: Vec::new(),
+            anchor: 0xcbf2_9ce4_8422_2325,
+            anchored: false,
+            moves,
+            written: Vec::new(),
+            grads: Vec::new(),
+        };
         match lock() {
             Err(e) => Some(ticket(Some(e), false)),
             Ok(mut held) => {
@@ -54,15 +70,28 @@ impl Ticket {
         if ON_THE_TENSOR.contains(&self.op) {
             return Ok(entry.shallow_clone());
         }
-        if entry.requires_grad() && (GRAPH_OPS.contains(&self.op) || crate::native::grad_enabled()) {
-            return Err(Error::InvalidArg(format!(
-                "`{}`: autograd through the residency manager is not supported yet; run the op under no_grad (inference) or without a manager",
-                self.op
-            )));
+        let step = OPTIMIZER_STEPS.contains(&self.op);
+        let recording = !step && crate::native::grad_enabled();
+        if write && recording && entry.requires_grad() && entry.is_leaf() {
+            // What libtorch says without a manager, where a device copy would not be a leaf.
+            return Err(Error::InvalidArg(format!("`{}`: a leaf Variable that requires grad is being used in an in-place operation.", self.op)));
         }
         if !self.moves {
             return Ok(entry.shallow_clone());
         }
+        let view = self.acquire_storage(entry, write)?;
+        if step {
+            self.load_grad(entry, &view)?;
+        } else if entry.requires_grad() && (recording || self.op == "backward") {
+            crate::native::connect_grad(&view, entry)?;
+        }
+        if write && recording {
+            self.written.push((entry.shallow_clone(), view.shallow_clone()));
+        }
+        Ok(view)
+    }
+
+    fn acquire_storage(&mut self, entry: &Entry, write: bool) -> Result<tch::Tensor> {
         let a = with(|m| m.acquire(entry, write, self.op))?;
         if let (TraceKey::Persistent(id), true) = (a.key, a.used_before) {
             // FNV-1a over the already-used persistent inputs: the op's anchor signature.
@@ -76,6 +105,31 @@ impl Ticket {
         Ok(a.view)
     }
 
+    /// Gives a parameter's device copy its gradient's device copy, for an optimizer step.
+    fn load_grad(&mut self, param: &Entry, view: &tch::Tensor) -> Result<()> {
+        let grad = param.f_grad()?;
+        if !grad.defined() {
+            return Ok(());
+        }
+        crate::native::mark_external(&grad)?;
+        let grad = Arc::new(Entry::new(grad));
+        let device = self.acquire_storage(&grad, false)?;
+        crate::native::set_grad(view, &device)?;
+        self.grads.push(grad);
+        Ok(())
+    }
+
+    /// After an op that recorded a graph: each tensor written through its device copy takes
+    /// the copy's new gradient function.
+    fn follow_written(&mut self) -> Result<()> {
+        for (tensor, view) in std::mem::take(&mut self.written) {
+            if view.requires_grad() {
+                crate::native::connect_grad(&tensor, &view)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Places the op's result: on the device with the policy's rules when the op ran there,
     /// else (a creation op) in host memory as an ordinary entry. On an error (out of memory,
     /// budget) the ticket stays open, so the op can be retried.
@@ -85,6 +139,7 @@ impl Ticket {
             self.end()?;
             return Ok(Arc::new(Entry::new(result)));
         }
+        let graph = result.requires_grad().then(|| result.shallow_clone());
         let anchor = self.anchored.then_some(self.anchor);
         let acquired = std::mem::take(&mut self.acquired);
         let placed = with(|m| {
@@ -100,6 +155,10 @@ impl Ticket {
             }
         };
         wait_all(owed)?;
+        if let Some(result) = graph {
+            crate::native::connect_grad(&entry, &result)?;
+        }
+        self.follow_written()?;
         Ok(Arc::new(entry))
     }
 
@@ -113,7 +172,8 @@ impl Ticket {
             acquired.iter().for_each(|&id| m.release(id));
             Ok(m.op_finished(self.op))
         })?;
-        wait_all(owed)
+        wait_all(owed)?;
+        self.follow_written()
     }
 
     /// Out-of-memory recovery: evicts every device copy no running op uses; returns how many.

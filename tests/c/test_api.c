@@ -794,6 +794,66 @@ static void sgd_and_adam_steps(void) {
     CHECK_OK(tr_scope_dispose(s));
 }
 
+/* Losses of a seeded 8-32-1 MLP (dropout on the hidden layer) over 5 SGD steps, all in one
+ * scope; returns the number of failed calls (0 when every call succeeded). */
+enum { TRAIN_STEPS = 5 };
+
+static int train_mlp(double losses[TRAIN_STEPS]) {
+    const int64_t xs[2] = {64, 8}, w1s[2] = {8, 32}, b1s[1] = {32}, w2s[2] = {32, 1};
+    tr_tensor x = {0}, y = {0}, t = {0}, h = {0}, loss = {0}, params[3] = {{0}, {0}, {0}};
+    tr_scope s = {0};
+    int failed = 0, i, step;
+#define STEP(call) (failed += (call) != TR_OK)
+    STEP(tr_scope_new(&s));
+    STEP(tr_manual_seed(3));
+    STEP(tr_tensor_randn(xs, 2, TR_DTYPE_F32, &x));
+    STEP(tr_tensor_narrow(x, 1, 0, 1, &t));
+    STEP(tr_tensor_tanh(t, &y));
+    STEP(tr_tensor_randn(w1s, 2, TR_DTYPE_F32, &t));
+    STEP(tr_tensor_mul_scalar(t, tr_scalar_float(0.35), &params[0]));
+    STEP(tr_tensor_zeros(b1s, 1, TR_DTYPE_F32, &params[1]));
+    STEP(tr_tensor_randn(w2s, 2, TR_DTYPE_F32, &t));
+    STEP(tr_tensor_mul_scalar(t, tr_scalar_float(0.18), &params[2]));
+    for (i = 0; i < 3; i++) STEP(tr_tensor_requires_grad_(params[i], true));
+    for (step = 0; step < TRAIN_STEPS; step++) {
+        STEP(tr_tensor_matmul(x, params[0], &t));
+        STEP(tr_tensor_add(t, params[1], &h));
+        STEP(tr_tensor_relu(h, &t));
+        STEP(tr_tensor_dropout(t, 0.2, true, &h));
+        STEP(tr_tensor_matmul(h, params[2], &t));
+        STEP(tr_tensor_mse_loss(t, y, &loss));
+        STEP(tr_tensor_backward(loss));
+        STEP(tr_tensor_item(loss, &losses[step]));
+        STEP(tr_optim_sgd_step(params, 3, 0.1));
+        for (i = 0; i < 3; i++) STEP(tr_tensor_zero_grad(params[i]));
+    }
+    STEP(tr_scope_dispose(s));
+#undef STEP
+    return failed;
+}
+
+/* Training through the manager gives, under every policy, the losses of training without it. */
+static void training_under_every_policy(void) {
+    const tr_policy policies[3] = {TR_POLICY_RESIDENT, TR_POLICY_GENOA, TR_POLICY_FLOW};
+    double plain[TRAIN_STEPS], managed[TRAIN_STEPS];
+    tr_residency_config config;
+    tr_residency_stats stats;
+    int p, i;
+    CHECK(train_mlp(plain) == 0);
+    CHECK(plain[TRAIN_STEPS - 1] < plain[0]);
+    for (p = 0; p < 3; p++) {
+        REQUIRE_OK(tr_residency_config_default(&config));
+        config.policy = policies[p];
+        config.budget_bytes = 24 << 10; /* the largest op: an 8 KiB activation in, 8 KiB out */
+        REQUIRE_OK(tr_residency_configure(&config));
+        CHECK(train_mlp(managed) == 0);
+        CHECK_OK(tr_residency_stats_get(&stats));
+        CHECK_OK(tr_residency_disable());
+        for (i = 0; i < TRAIN_STEPS; i++) CHECK(managed[i] == plain[i]);
+        if (policies[p] != TR_POLICY_RESIDENT) CHECK(stats.peak_device_bytes <= config.budget_bytes);
+    }
+}
+
 /* ------------------------------------------------------------------ process exit */
 
 /* What a garbage collector does at exit: calls after main returned, from an atexit handler
@@ -870,6 +930,7 @@ int main(void) {
     RUN(grad_returns_a_new_handle);
     RUN(grad_set_enabled_is_a_manual_guard);
     RUN(sgd_and_adam_steps);
+    RUN(training_under_every_policy);
     RUN(calls_at_process_exit);
     return tu_finish();
 }

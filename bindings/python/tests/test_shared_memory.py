@@ -1,8 +1,7 @@
 """Storage shared under the residency manager, as a PyTorch user meets it: a view sees its base's
 writes and the other way round under every policy and at tight budgets, a view costs no device
 bytes, memory shared with torch (from_torch, to_torch) is never served stale and never
-overwritten, autograd is refused alike under every policy while its read-only queries work, and
-a bad budget is refused instead of wrapping around."""
+overwritten, and a bad budget is refused instead of wrapping around."""
 import pytest
 
 import tensorref as tr
@@ -85,19 +84,6 @@ def test_a_torch_write_is_never_overwritten(policy):
             (tr.ones([4]) * 2.0).close()  # ops that evict
             assert a.numpy().tolist() == [200.0] * 4
             assert t.tolist() == [200.0] * 4
-
-
-@pytest.mark.parametrize("policy", POLICIES)
-def test_autograd_is_refused_alike_and_queries_work(policy):
-    w = tr.randn([4, 4])
-    with tr.residency.session(policy=policy, budget_bytes=1 << 20):
-        w.requires_grad_(True)
-        assert w.requires_grad()
-        with pytest.raises(tr.TensorRefError, match="autograd through the residency manager"):
-            (w * w).close()
-        with tr.no_grad():
-            (w * w).close()
-    w.close()
 
 
 @pytest.mark.parametrize("budget", [-1, 2 ** 64, 1.5])

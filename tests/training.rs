@@ -1,0 +1,301 @@
+//! Training through the residency manager: seeded runs of an MLP and of a small transformer
+//! encoder, with dropout off and on, with SGD and Adam, give the same losses and the same final
+//! parameters bit for bit under every policy as without a manager, and no policy goes over its
+//! budget. Also: gradients reach leaves through views and in-place writes as in PyTorch, and an
+//! in-place write to a leaf that requires grad is refused the same way everywhere.
+//! (One test binary: the manager is process-wide, so these tests take turns.)
+//!
+//! `cargo test --features cuda-tests --test training` runs them against CUDA device 0, where
+//! results are compared within a tolerance instead.
+
+use std::sync::{Mutex, MutexGuard};
+use tensorref::residency::{self, ComputeDevice, Config, PolicyKind};
+use tensorref::{live_handles, manual_seed, no_grad, DType, Result, Tensor};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// The manager and the live-handle count to this test alone.
+fn turn() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(not(feature = "cuda-tests"))]
+const DEVICE: ComputeDevice = ComputeDevice::Simulated;
+#[cfg(feature = "cuda-tests")]
+const DEVICE: ComputeDevice = ComputeDevice::Cuda(0);
+
+/// What a run gives: its losses, then its parameters' values after the last step.
+#[derive(Debug, PartialEq)]
+struct Run {
+    losses: Vec<f32>,
+    params: Vec<Vec<f32>>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Optimizer {
+    Sgd,
+    Adam,
+}
+
+/// A model under training: its parameters, and one step's loss as a tensor.
+trait Model {
+    fn params(&self) -> Vec<&Tensor>;
+    fn loss(&self, dropout: bool) -> Result<Tensor>;
+}
+
+/// Trains `model` for `steps` steps; every tensor is made inside `f`'s manager (or none).
+fn train<M: Model>(make: impl Fn() -> Result<M>, steps: usize, dropout: bool, optimizer: Optimizer) -> Result<Run> {
+    manual_seed(17);
+    let model = no_grad(&make)?;
+    for p in model.params() {
+        p.requires_grad_(true)?;
+    }
+    let moments = model.params().iter().map(|p| Ok((p.zeros_like()?, p.zeros_like()?))).collect::<Result<Vec<_>>>()?;
+    let mut losses = Vec::new();
+    for step in 1..=steps {
+        let loss = model.loss(dropout)?;
+        loss.backward()?;
+        losses.push(loss.item()? as f32);
+        let params = model.params();
+        match optimizer {
+            Optimizer::Sgd => Tensor::optim_sgd_step(&params, 0.05)?,
+            Optimizer::Adam => {
+                let (m, v): (Vec<&Tensor>, Vec<&Tensor>) = moments.iter().map(|(m, v)| (m, v)).unzip();
+                Tensor::optim_adam_step(&params, &m, &v, step as i64, 1e-3, 0.9, 0.999, 1e-8, 0.01)?;
+            }
+        }
+        params.iter().try_for_each(|p| p.zero_grad())?;
+        if residency::enabled() {
+            residency::mark_iteration()?;
+        }
+    }
+    let params = model.params().iter().map(|p| p.to_vec::<f32>()).collect::<Result<_>>()?;
+    Ok(Run { losses, params })
+}
+
+/// Runs `f` without a manager, then under each policy at each budget, and compares each run with
+/// the first; checks the budget and that no handle leaked.
+fn same_under_every_policy(budgets: &[u64], f: impl Fn() -> Result<Run>) {
+    let _turn = turn();
+    let live = live_handles();
+    let plain = f().unwrap();
+    assert!(plain.losses.last() < plain.losses.first(), "the loss goes down: {:?}", plain.losses);
+    for policy in [PolicyKind::Resident, PolicyKind::Genoa, PolicyKind::Flow] {
+        for &budget in budgets {
+            residency::configure(Config::new(DEVICE, policy, budget)).unwrap();
+            let run = f();
+            let stats = residency::stats().unwrap();
+            residency::disable().unwrap();
+            let run = run.unwrap_or_else(|e| panic!("{policy:?} at {budget} bytes: {e}"));
+            assert_same(&plain, &run, &format!("{policy:?} at {budget} bytes"));
+            if policy != PolicyKind::Resident {
+                assert!(stats.peak_device_bytes <= budget, "{policy:?} at {budget} bytes: over budget {stats:?}");
+                assert!(stats.evictions > 0, "{policy:?} at {budget} bytes: the budget made it move data {stats:?}");
+            }
+            assert_eq!(live_handles(), live, "{policy:?} at {budget} bytes: handles leaked");
+        }
+    }
+}
+
+/// Bit for bit on the CPU and the simulated device; within a tolerance on CUDA, where the order
+/// of floating-point reductions may differ between runs.
+fn assert_same(plain: &Run, run: &Run, what: &str) {
+    let tolerance = if cfg!(feature = "cuda-tests") { 1e-4 } else { 0.0 };
+    let differs = |a: f32, b: f32| (a - b).abs() > tolerance * (1.0 + a.abs()) || a.is_nan() != b.is_nan();
+    let first = |a: &[f32], b: &[f32]| a.iter().zip(b).position(|(&x, &y)| differs(x, y)).or((a.len() != b.len()).then_some(a.len().min(b.len())));
+    if let Some(i) = first(&plain.losses, &run.losses) {
+        panic!("{what}: losses differ from step {}: {:?} without a manager, {:?} under it", i + 1, plain.losses, run.losses);
+    }
+    for (p, (a, b)) in plain.params.iter().zip(&run.params).enumerate() {
+        if let Some(i) = first(a, b) {
+            panic!("{what}: parameter {p} differs at element {i}: {:?} vs {:?}", a.get(i), b.get(i));
+        }
+    }
+}
+
+// ---------------------------------------------------------------- an MLP
+
+struct Mlp {
+    x: Tensor,
+    target: Tensor,
+    layers: Vec<(Tensor, Tensor)>,
+}
+
+impl Mlp {
+    /// 256 samples of 32 features through 32-128-128-1.
+    fn new() -> Result<Mlp> {
+        let x = Tensor::randn(&[256, 32], DType::F32)?;
+        let target = x.narrow(1, 0, 1)?.mul(&x.narrow(1, 1, 1)?)?.tanh()?;
+        let layer = |i: i64, o: i64| -> Result<(Tensor, Tensor)> { Ok((Tensor::randn(&[i, o], DType::F32)?.mul_scalar(1.0 / (i as f64).sqrt())?, Tensor::zeros(&[o], DType::F32)?)) };
+        Ok(Mlp { x, target, layers: vec![layer(32, 128)?, layer(128, 128)?, layer(128, 1)?] })
+    }
+}
+
+impl Model for Mlp {
+    fn params(&self) -> Vec<&Tensor> {
+        self.layers.iter().flat_map(|(w, b)| [w, b]).collect()
+    }
+
+    fn loss(&self, dropout: bool) -> Result<Tensor> {
+        let mut h = self.x.matmul(&self.layers[0].0)?.add(&self.layers[0].1)?.relu()?;
+        if dropout {
+            h = h.dropout(0.2, true)?;
+        }
+        let h = h.matmul(&self.layers[1].0)?.add(&self.layers[1].1)?.tanh()?;
+        h.matmul(&self.layers[2].0)?.add(&self.layers[2].1)?.mse_loss(&self.target)
+    }
+}
+
+/// The MLP's largest op holds 128 KiB of activations, a 64 KiB weight and a 128 KiB result.
+const MLP_BUDGETS: [u64; 2] = [384 << 10, 1 << 20];
+
+#[test]
+fn an_mlp_trains_the_same_under_every_policy_with_sgd() {
+    same_under_every_policy(&MLP_BUDGETS, || train(Mlp::new, 6, false, Optimizer::Sgd));
+}
+
+#[test]
+fn an_mlp_with_dropout_trains_the_same_under_every_policy_with_adam() {
+    same_under_every_policy(&MLP_BUDGETS, || train(Mlp::new, 6, true, Optimizer::Adam));
+}
+
+// ---------------------------------------------------------------- a transformer encoder
+
+/// Two post-norm encoder layers (2 heads) over 4 sequences of 16 tokens of width 32, and a
+/// classifier over the mean token.
+struct Encoder {
+    x: Tensor,
+    labels: Tensor,
+    layers: Vec<[Tensor; 10]>,
+    classifier: Tensor,
+}
+
+const BATCH: i64 = 4;
+const TOKENS: i64 = 16;
+const WIDTH: i64 = 32;
+const HEADS: i64 = 2;
+
+impl Encoder {
+    fn new() -> Result<Encoder> {
+        let x = Tensor::randn(&[BATCH, TOKENS, WIDTH], DType::F32)?;
+        let labels = Tensor::from_slice(&[0i64, 1, 2, 1], &[BATCH])?;
+        let weight = |i: i64, o: i64| Tensor::randn(&[i, o], DType::F32)?.mul_scalar(1.0 / (i as f64).sqrt());
+        let layer = || -> Result<[Tensor; 10]> {
+            Ok([
+                weight(WIDTH, WIDTH)?,
+                weight(WIDTH, WIDTH)?,
+                weight(WIDTH, WIDTH)?,
+                weight(WIDTH, WIDTH)?,
+                Tensor::ones(&[WIDTH], DType::F32)?,
+                Tensor::zeros(&[WIDTH], DType::F32)?,
+                weight(WIDTH, 4 * WIDTH)?,
+                weight(4 * WIDTH, WIDTH)?,
+                Tensor::ones(&[WIDTH], DType::F32)?,
+                Tensor::zeros(&[WIDTH], DType::F32)?,
+            ])
+        };
+        Ok(Encoder { x, labels, layers: vec![layer()?, layer()?], classifier: weight(WIDTH, 3)? })
+    }
+
+    /// [batch, tokens, width] -> [batch, heads, tokens, width / heads]: views, as PyTorch's models do.
+    fn heads(t: &Tensor) -> Result<Tensor> {
+        t.view(&[BATCH, TOKENS, HEADS, WIDTH / HEADS])?.transpose(1, 2)
+    }
+
+    fn layer(x: &Tensor, p: &[Tensor; 10], dropout: bool) -> Result<Tensor> {
+        let [wq, wk, wv, wo, g1, b1, w1, w2, g2, b2] = p;
+        let (q, k, v) = (Self::heads(&x.matmul(wq)?)?, Self::heads(&x.matmul(wk)?)?, Self::heads(&x.matmul(wv)?)?);
+        let mut attention = q.matmul(&k.transpose(2, 3)?)?.mul_scalar(1.0 / ((WIDTH / HEADS) as f64).sqrt())?.softmax(-1)?;
+        if dropout {
+            attention = attention.dropout(0.1, true)?;
+        }
+        let mixed = attention.matmul(&v)?.transpose(1, 2)?.contiguous()?.view(&[BATCH, TOKENS, WIDTH])?;
+        let x = x.add(&mixed.matmul(wo)?)?.layer_norm(&[WIDTH], Some(g1), Some(b1), 1e-5)?;
+        let mut ff = x.matmul(w1)?.gelu()?.matmul(w2)?;
+        if dropout {
+            ff = ff.dropout(0.1, true)?;
+        }
+        x.add(&ff)?.layer_norm(&[WIDTH], Some(g2), Some(b2), 1e-5)
+    }
+}
+
+impl Model for Encoder {
+    fn params(&self) -> Vec<&Tensor> {
+        self.layers.iter().flatten().chain([&self.classifier]).collect()
+    }
+
+    fn loss(&self, dropout: bool) -> Result<Tensor> {
+        let mut x = Self::layer(&self.x, &self.layers[0], dropout)?;
+        for p in &self.layers[1..] {
+            x = Self::layer(&x, p, dropout)?;
+        }
+        x.mean_dim(&[1], false)?.matmul(&self.classifier)?.cross_entropy(&self.labels)
+    }
+}
+
+/// The encoder's largest op: the feed-forward's 32 KiB activations in, 16 KiB weight, 32 KiB out.
+const ENCODER_BUDGETS: [u64; 2] = [96 << 10, 256 << 10];
+
+#[test]
+fn a_transformer_encoder_trains_the_same_under_every_policy_with_adam() {
+    same_under_every_policy(&ENCODER_BUDGETS, || train(Encoder::new, 5, false, Optimizer::Adam));
+}
+
+#[test]
+fn a_transformer_encoder_with_dropout_trains_the_same_under_every_policy_with_sgd() {
+    same_under_every_policy(&ENCODER_BUDGETS, || train(Encoder::new, 5, true, Optimizer::Sgd));
+}
+
+// ---------------------------------------------------------------- gradients as in PyTorch
+
+/// Runs `f` under each policy at a budget of a few small tensors (the caller has its turn).
+fn each_policy(f: impl Fn(PolicyKind) -> Result<()>) {
+    for policy in [PolicyKind::Resident, PolicyKind::Genoa, PolicyKind::Flow] {
+        residency::configure(Config::new(DEVICE, policy, 4 << 10)).unwrap();
+        let result = f(policy);
+        residency::disable().unwrap();
+        result.unwrap_or_else(|e| panic!("{policy:?}: {e}"));
+    }
+}
+
+#[test]
+fn gradients_reach_leaves_through_views_and_in_place_writes() {
+    let _turn = turn();
+    each_policy(|policy| {
+        let w = Tensor::from_slice(&[1f32, 2.0, 3.0, 4.0], &[2, 2])?;
+        w.requires_grad_(true)?;
+        // Through a view: d/dw sum(w^T * c) = c^T.
+        let c = Tensor::from_slice(&[10f32, 20.0, 30.0, 40.0], &[2, 2])?;
+        w.transpose(0, 1)?.mul(&c)?.sum()?.backward()?;
+        assert_eq!(w.grad()?.unwrap().to_vec::<f32>()?, [10.0, 30.0, 20.0, 40.0], "{policy:?}: through a view");
+        w.zero_grad()?;
+        // Through an in-place write into a tensor that did not require grad.
+        let x = Tensor::zeros(&[2, 2], DType::F32)?;
+        x.add_(&w)?;
+        x.mul_scalar_(3.0)?;
+        assert!(x.requires_grad()?, "{policy:?}: the in-place write made x require grad");
+        x.sum()?.backward()?;
+        assert_eq!(w.grad()?.unwrap().to_vec::<f32>()?, [3.0; 4], "{policy:?}: through in-place writes");
+        // Accumulation across two backward passes, and the value a gradient handle reads.
+        let g = w.grad()?.unwrap();
+        w.mul(&w)?.sum()?.backward()?;
+        assert_eq!(g.to_vec::<f32>()?, [5.0, 7.0, 9.0, 11.0], "{policy:?}: 3 + 2w, read through the earlier handle");
+        Ok(())
+    });
+}
+
+#[test]
+fn an_in_place_write_to_a_leaf_that_requires_grad_is_refused_everywhere() {
+    let _turn = turn();
+    let w = Tensor::ones(&[4], DType::F32).unwrap();
+    w.requires_grad_(true).unwrap();
+    let plain = w.add_scalar_(1.0).unwrap_err().to_string();
+    assert!(plain.contains("leaf Variable that requires grad"), "{plain}");
+    each_policy(|policy| {
+        let err = w.add_scalar_(1.0).unwrap_err().to_string();
+        assert!(err.contains("leaf Variable that requires grad"), "{policy:?}: {err}");
+        no_grad(|| w.add_scalar_(1.0))?; // as in PyTorch, allowed without tracking
+        Ok(())
+    });
+    assert_eq!(w.to_vec::<f32>().unwrap(), [4.0; 4], "one write per policy landed");
+}
