@@ -19,6 +19,22 @@ fn turn() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Turns the manager off when dropped, so that a failed check leaves none to the next test.
+struct Managed;
+
+impl Managed {
+    fn new(policy: PolicyKind, budget: u64) -> Managed {
+        residency::configure(Config::new(DEVICE, policy, budget)).unwrap();
+        Managed
+    }
+}
+
+impl Drop for Managed {
+    fn drop(&mut self) {
+        let _ = residency::disable();
+    }
+}
+
 #[cfg(not(feature = "cuda-tests"))]
 const DEVICE: ComputeDevice = ComputeDevice::Simulated;
 #[cfg(feature = "cuda-tests")]
@@ -82,10 +98,10 @@ fn same_under_every_policy(budgets: &[u64], f: impl Fn() -> Result<Run>) {
     assert!(plain.losses.last() < plain.losses.first(), "the loss goes down: {:?}", plain.losses);
     for policy in [PolicyKind::Resident, PolicyKind::Genoa, PolicyKind::Flow] {
         for &budget in budgets {
-            residency::configure(Config::new(DEVICE, policy, budget)).unwrap();
+            let managed = Managed::new(policy, budget);
             let run = f();
             let stats = residency::stats().unwrap();
-            residency::disable().unwrap();
+            drop(managed);
             let run = run.unwrap_or_else(|e| panic!("{policy:?} at {budget} bytes: {e}"));
             assert_same(&plain, &run, &format!("{policy:?} at {budget} bytes"));
             if policy != PolicyKind::Resident {
@@ -251,9 +267,9 @@ fn a_transformer_encoder_with_dropout_trains_the_same_under_every_policy_with_sg
 /// Runs `f` under each policy at a budget of a few small tensors (the caller has its turn).
 fn each_policy(f: impl Fn(PolicyKind) -> Result<()>) {
     for policy in [PolicyKind::Resident, PolicyKind::Genoa, PolicyKind::Flow] {
-        residency::configure(Config::new(DEVICE, policy, 4 << 10)).unwrap();
+        let managed = Managed::new(policy, 4 << 10);
         let result = f(policy);
-        residency::disable().unwrap();
+        drop(managed);
         result.unwrap_or_else(|e| panic!("{policy:?}: {e}"));
     }
 }
@@ -298,4 +314,33 @@ fn an_in_place_write_to_a_leaf_that_requires_grad_is_refused_everywhere() {
         Ok(())
     });
     assert_eq!(w.to_vec::<f32>().unwrap(), [4.0; 4], "one write per policy landed");
+}
+
+#[test]
+fn an_in_place_write_to_a_tensor_saved_for_backward_is_caught_as_without_a_manager() {
+    let _turn = turn();
+    // d/dw sum(w * x) is x as it was when the product was taken: writing x in place before
+    // backward makes libtorch refuse backward, and so it must under the manager, whichever
+    // tensor autograd saved (an input's device copy, or an op's result: exp saves its result).
+    let saved_then_written = |result_saved: bool| -> Result<()> {
+        let w = Tensor::ones(&[4], DType::F32)?;
+        w.requires_grad_(true)?;
+        let x = Tensor::ones(&[4], DType::F32)?.mul_scalar(2.0)?;
+        let y = if result_saved { w.mul(&x)?.exp()? } else { w.mul(&x)? };
+        if result_saved {
+            y.add_scalar_(1.0)?; // y is exp's result, saved by exp
+        } else {
+            x.add_scalar_(1.0)?; // x was saved by mul
+        }
+        y.sum()?.backward()
+    };
+    for result_saved in [false, true] {
+        let plain = saved_then_written(result_saved).unwrap_err().to_string();
+        assert!(plain.contains("modified by an inplace operation"), "{plain}");
+        each_policy(|policy| {
+            let err = saved_then_written(result_saved).map_err(|e| e.to_string()).expect_err(&format!("{policy:?}: backward after the write is refused"));
+            assert!(err.contains("modified by an inplace operation"), "{policy:?}: {err}");
+            Ok(())
+        });
+    }
 }

@@ -53,6 +53,17 @@ int tr_native_connect_grad(const void *to, const void *from, char *err, size_t e
     });
 }
 
+// Makes `to` share `from`'s version counter. Every copy and view of one storage shares one, as
+// PyTorch's views of one base do, so autograd notices an in-place write to a tensor it saved
+// (an op's input or result) through any of them, on whichever copy.
+int tr_native_share_version(const void *to, const void *from, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        const auto &f = *static_cast<const at::Tensor *>(from);
+        static_cast<const at::Tensor *>(to)->unsafeGetTensorImpl()->set_version_counter(
+            f.unsafeGetTensorImpl()->version_counter());
+    });
+}
+
 // Sets the gradient `t` reports (an optimizer step reads a parameter's gradient from its device
 // copy).
 int tr_native_set_grad(const void *t, const void *grad, char *err, size_t err_len) {

@@ -119,6 +119,7 @@ extern "C" {
     fn tr_native_lazy_home(like: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_home_allocate(home: *const c_void, pinned: c_int, cuda: c_int, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_home_pin(home: *const c_void, cuda: c_int, out_old: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_copy_quiet(dst: *const c_void, src: *const c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_mark_external(t: *const c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_page_locked_empty(sizes: *const i64, ndim: usize, dtype: c_int, cuda: c_int, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_page_locked_allocations(cuda: c_int) -> u64;
@@ -171,6 +172,13 @@ pub(crate) fn home_pin(home: &tch::Tensor, cuda: bool) -> Result<tch::Tensor> {
     make("page-locked home", |out, err, len| unsafe { tr_native_home_pin(home.as_ptr().cast(), cuda.into(), out, err, len) })
 }
 
+/// Copies `src` into `dst` without bumping autograd's version counter (the manager's copies are
+/// not writes by the program).
+pub(crate) fn copy_quiet(dst: &tch::Tensor, src: &tch::Tensor) -> Result<()> {
+    // SAFETY: both are live for the call.
+    run("copy", |err, len| unsafe { tr_native_copy_quiet(dst.as_ptr().cast(), src.as_ptr().cast(), err, len) })
+}
+
 /// Marks the storage of `t` as reachable from outside the library (before an export).
 pub(crate) fn mark_external(t: &tch::Tensor) -> Result<()> {
     // SAFETY: `t` is live for the call.
@@ -212,6 +220,7 @@ pub(crate) fn grad_enabled() -> bool {
 /// cbindgen:ignore
 extern "C" {
     fn tr_native_connect_grad(to: *const c_void, from: *const c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_share_version(to: *const c_void, from: *const c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_set_grad(t: *const c_void, grad: *const c_void, err: *mut c_char, err_len: usize) -> c_int;
 }
 
@@ -220,6 +229,12 @@ extern "C" {
 pub(crate) fn connect_grad(to: &tch::Tensor, from: &tch::Tensor) -> Result<()> {
     // SAFETY: both are live for the call.
     run("connect gradient", |err, len| unsafe { tr_native_connect_grad(to.as_ptr().cast(), from.as_ptr().cast(), err, len) })
+}
+
+/// Makes `to` (another copy or view of `from`'s storage) share `from`'s version counter.
+pub(crate) fn share_version(to: &tch::Tensor, from: &tch::Tensor) -> Result<()> {
+    // SAFETY: both are live for the call.
+    run("share version counter", |err, len| unsafe { tr_native_share_version(to.as_ptr().cast(), from.as_ptr().cast(), err, len) })
 }
 
 /// Sets the gradient `t` reports.

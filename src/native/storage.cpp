@@ -142,13 +142,15 @@ int tr_native_storage(const void *t, int cuda, tr_native_storage_info *out, char
     });
 }
 
-// A 1-D uint8 tensor over the whole storage of `t`, on its device (the unit the manager moves).
+// A 1-D uint8 tensor over the whole storage of `t`, on its device (the unit the manager moves),
+// sharing `t`'s version counter (see tr_native_share_version).
 int tr_native_storage_bytes(const void *t, void **out, char *err, size_t err_len) {
     return guarded(err, err_len, [&] {
         const auto &src = *static_cast<const at::Tensor *>(t);
         auto bytes = at::empty({0}, src.options().dtype(at::kByte));
         auto n = static_cast<int64_t>(src.storage().nbytes());
         bytes.set_(src.storage(), 0, {n}, {1});
+        bytes.unsafeGetTensorImpl()->set_version_counter(src.unsafeGetTensorImpl()->version_counter());
         *out = new at::Tensor(std::move(bytes));
     });
 }
@@ -162,6 +164,8 @@ int tr_native_view_on(const void *holder, const void *like, void **out, char *er
         TORCH_CHECK(h.storage().nbytes() >= l.storage().nbytes(), "view_on: the storage is smaller than the view's");
         auto view = at::empty({0}, l.options().device(h.device()));
         view.set_(h.storage(), l.storage_offset(), l.sizes(), l.strides());
+        // One version counter per storage (see tr_native_share_version).
+        view.unsafeGetTensorImpl()->set_version_counter(h.unsafeGetTensorImpl()->version_counter());
         *out = new at::Tensor(std::move(view));
     });
 }
@@ -205,6 +209,16 @@ int tr_native_home_pin(const void *home, int cuda, void **out_old, char *err, si
         auto holder = at::empty({0}, at::TensorOptions().dtype(at::kByte));
         holder.set_(at::Storage(std::move(impl)), 0, {static_cast<int64_t>(n)}, {1});
         *out_old = new at::Tensor(std::move(holder));
+    });
+}
+
+// Copies `src` into `dst` (a write-back into a home) without counting it as a write by the
+// program: autograd's version counter, shared by every view of the storage, stays.
+int tr_native_copy_quiet(const void *dst, const void *src, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        at::AutoDispatchBelowADInplaceOrView quiet;
+        at::Tensor target = *static_cast<const at::Tensor *>(dst);
+        target.copy_(*static_cast<const at::Tensor *>(src));
     });
 }
 

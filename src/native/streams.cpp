@@ -107,6 +107,8 @@ int tr_native_write_back_async(const void *device_tensor, const void *host, void
         auto *done = new c10::Event(c10::DeviceType::CUDA);
         {
             c10::StreamGuard on_side(side);
+            // The manager's copy, not a write by the program: autograd's version counter stays.
+            at::AutoDispatchBelowADInplaceOrView quiet;
             dst.copy_(src, /*non_blocking=*/true);
             src.record_stream(side);
             done->record(side);

@@ -5,6 +5,7 @@
 //! from pageable memory is counted the same way on both (see `manager`).
 
 use super::cuda;
+use crate::native;
 use crate::error::{Error, Result};
 use tch::Device;
 
@@ -84,7 +85,7 @@ impl ComputeDevice {
         match self {
             ComputeDevice::Cuda(_) => cuda::write_back_async(device, home).map(|e| Transfer(Some(e))),
             _ => {
-                home.shallow_clone().f_copy_(device)?;
+                native::copy_quiet(home, device)?;
                 Ok(Transfer::done())
             }
         }

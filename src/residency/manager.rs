@@ -162,6 +162,7 @@ impl Manager {
         let s = self.storages.get_mut(&id).expect("registered");
         debug_assert!(s.kind != Home::Lazy, "a storage without a home is always on the device");
         let (copy, transfer) = self.cfg.device.load(&s.home)?;
+        native::share_version(&copy, &s.home)?;
         s.device_id = native::storage(&copy, false)?.id;
         s.device = Some(copy);
         s.loading = Some(transfer);
@@ -310,6 +311,7 @@ impl Manager {
         let home = native::storage_bytes(&home_view)?;
         let home_id = native::storage(&home_view, false)?.id;
         let device = native::storage_bytes(&result)?;
+        native::share_version(&home, &result)?;
         let key = self.end_op(op, inputs, Some(bytes), anchor);
         let id = self.new_id();
         let mut s = Storage::new(home, Home::Lazy, bytes, key);
