@@ -8,8 +8,8 @@
 //! `cargo test --features cuda-tests --test training` runs them against CUDA device 0, where
 //! results are compared within a tolerance instead.
 
-use std::sync::{Mutex, MutexGuard};
-use tensorref::residency::{self, ComputeDevice, Config, PolicyKind};
+use std::sync::{Arc, Mutex, MutexGuard};
+use tensorref::residency::{self, ComputeDevice, Config, EventKind, PolicyKind};
 use tensorref::{live_handles, manual_seed, no_grad, DType, Result, Tensor};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -343,4 +343,33 @@ fn an_in_place_write_to_a_tensor_saved_for_backward_is_caught_as_without_a_manag
             Ok(())
         });
     }
+}
+
+// ---------------------------------------------------------------- what autograd saves
+
+#[test]
+fn what_autograd_saves_is_managed_evicted_in_forward_and_brought_back_in_backward() {
+    let _turn = turn();
+    let plain = train(Mlp::new, 3, true, Optimizer::Sgd).unwrap();
+    let budget = MLP_BUDGETS[0];
+    let managed = Managed::new(PolicyKind::Flow, budget);
+    assert!(residency::saved_tensors_managed(), "backward runs on libtorch's engine here");
+    let events: Arc<Mutex<Vec<(EventKind, &'static str, u64)>>> = Arc::default();
+    let seen = events.clone();
+    residency::set_callback(Some(Box::new(move |e| seen.lock().unwrap().push((e.kind, e.op, e.device_bytes))))).unwrap();
+    let run = train(Mlp::new, 3, true, Optimizer::Sgd).unwrap();
+    let trace = residency::recorded_trace().expect("an iteration was marked");
+    drop(managed);
+    assert!(!residency::saved_tensors_managed(), "not without a manager");
+    assert_same(&plain, &run, "Flow, saved tensors managed");
+    let events = events.lock().unwrap();
+    assert!(events.iter().all(|&(_, _, bytes)| bytes <= budget), "over budget at an event");
+    let count = |op: &str| trace.iter().filter(|r| r.name == op).count();
+    // New storages made by saving: the results relu and tanh save before they return them, and
+    // dropout's mask, which no op of ours returns. The inputs saved are views of known storages.
+    let names: Vec<_> = trace.iter().map(|r| r.name).collect();
+    assert_eq!(count("save"), 3, "{names:?}");
+    assert_eq!(count("unpack"), 10, "backward unpacked what the forward saved: {names:?}");
+    let reloaded = events.iter().filter(|&&(kind, op, _)| kind == EventKind::Load && op == "unpack").count();
+    assert!(reloaded > 0, "activations evicted in forward were brought back in backward");
 }

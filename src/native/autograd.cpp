@@ -2,12 +2,17 @@
 // device copy of its input and its result is registered as a host tensor standing for that
 // result; neither is the tensor the graph was recorded on. `tr_native_connect_grad` joins them
 // with a node that hands the gradient on unchanged, so backward runs through managed tensors as
-// through plain ones. No C++ exception leaves this file (see guarded.h).
+// through plain ones. `tr_native_manage_saved` hands every tensor autograd saves for backward to
+// the manager. No C++ exception leaves this file (see guarded.h).
 #include "guarded.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/saved_variable_hooks.h>
 #include <torch/csrc/autograd/variable.h>
+
+#include <atomic>
 
 using tr_native::guarded;
 
@@ -33,9 +38,98 @@ struct PassGrad : public torch::autograd::Node {
     }
 };
 
+// ---------------------------------------------------------------- saved tensors
+//
+// How: libtorch asks the default autograd engine for hooks each time an op saves a tensor for
+// backward (SavedVariable's constructor calls Engine::get_default_saved_variable_hooks). The base
+// engine has none; PyTorch's Python engine answers from the hooks `saved_tensors_hooks` pushes,
+// which are Python objects. A process without Python (Rust, C, C++, .NET) gets an engine of ours,
+// the base engine in every other respect, whose hooks hand each saved tensor to the manager
+// (pack) and take it back in backward (unpack). Why not the alternatives: at::SavedTensorDefaultHooks
+// holds only Python objects; registering hooks on each node's saved variables after the op has no
+// C++ API that reaches them; keeping the tensors autograd saves out of the manager leaves them on
+// the device, outside the budget, until backward. Where PyTorch's Python engine is already the
+// default, it is left alone (the saved tensors are then not managed).
+
+// A saved tensor in the manager's hands: pack gets a new at::Tensor* and returns a token (null on
+// an error, with the message in `err`); unpack writes a new at::Tensor* for a token; free drops it.
+using PackFn = void *(*)(void *tensor, char *err, size_t err_len);
+using UnpackFn = int (*)(void *token, void **out, char *err, size_t err_len);
+using FreeFn = void (*)(void *token);
+
+std::atomic<PackFn> pack_fn{nullptr};
+std::atomic<UnpackFn> unpack_fn{nullptr};
+std::atomic<FreeFn> free_fn{nullptr};
+std::atomic<bool> managing{false};
+std::atomic<bool> installed{false};
+
+struct ManagedSaved : public torch::autograd::SavedVariableHooks {
+    void *token = nullptr;
+
+    void call_pack_hook(const at::Tensor &tensor) override {
+        char err[512] = {0};
+        token = pack_fn.load()(new at::Tensor(tensor), err, sizeof err);
+        TORCH_CHECK(token != nullptr, err);
+    }
+
+    at::Tensor call_unpack_hook() override {
+        char err[512] = {0};
+        void *out = nullptr;
+        TORCH_CHECK(unpack_fn.load()(token, &out, err, sizeof err) == 0, err);
+        std::unique_ptr<at::Tensor> owned(static_cast<at::Tensor *>(out));
+        return std::move(*owned);
+    }
+
+    ~ManagedSaved() override {
+        if (token != nullptr) {
+            free_fn.load()(token);
+        }
+    }
+};
+
+struct ManagingEngine : public torch::autograd::Engine {
+    std::unique_ptr<torch::autograd::SavedVariableHooks> get_default_saved_variable_hooks() override {
+        if (!managing.load(std::memory_order_acquire)) {
+            return nullptr;
+        }
+        return std::make_unique<ManagedSaved>();
+    }
+};
+
+// Never destroyed: autograd may run until the process ends.
+torch::autograd::Engine &managing_engine() {
+    static auto *engine = new ManagingEngine();
+    return *engine;
+}
+
 } // namespace
 
 extern "C" {
+
+// Makes the default autograd engine hand saved tensors to `pack`/`unpack`/`free` while `on`.
+// Installs the library's engine the first time, unless another engine than libtorch's base one
+// (PyTorch's Python engine) is the default: then `*managed` is false and nothing changes.
+int tr_native_manage_saved(PackFn pack, UnpackFn unpack, FreeFn free, int on, int *managed, char *err,
+                           size_t err_len) {
+    return guarded(err, err_len, [&] {
+        auto &current = torch::autograd::Engine::get_default_engine();
+        bool ours = installed && &current == &managing_engine();
+        if (!ours && &current == &torch::autograd::Engine::get_base_engine()) {
+            pack_fn = pack;
+            unpack_fn = unpack;
+            free_fn = free;
+            torch::autograd::set_default_engine_stub(&managing_engine);
+            installed = ours = true;
+        }
+        managing.store(ours && on != 0, std::memory_order_release);
+        *managed = ours ? 1 : 0;
+    });
+}
+
+// The version of `t`'s data (autograd's version counter, bumped by every in-place write).
+uint32_t tr_native_version(const void *t) {
+    return static_cast<const at::Tensor *>(t)->unsafeGetTensorImpl()->version_counter().current_version();
+}
 
 // Makes `to` (a tensor over the same values as `from`: its device copy, or the host tensor
 // registered for a device result) pass the gradient it receives on to `from`. `to` takes a

@@ -220,6 +220,8 @@ pub(crate) fn grad_enabled() -> bool {
 /// cbindgen:ignore
 extern "C" {
     fn tr_native_connect_grad(to: *const c_void, from: *const c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_manage_saved(pack: PackFn, unpack: UnpackFn, free: FreeFn, on: c_int, managed: *mut c_int, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_version(t: *const c_void) -> u32;
     fn tr_native_share_version(to: *const c_void, from: *const c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_set_grad(t: *const c_void, grad: *const c_void, err: *mut c_char, err_len: usize) -> c_int;
 }
@@ -241,4 +243,40 @@ pub(crate) fn share_version(to: &tch::Tensor, from: &tch::Tensor) -> Result<()> 
 pub(crate) fn set_grad(t: &tch::Tensor, grad: &tch::Tensor) -> Result<()> {
     // SAFETY: both are live for the call.
     run("set gradient", |err, len| unsafe { tr_native_set_grad(t.as_ptr().cast(), grad.as_ptr().cast(), err, len) })
+}
+
+/// The manager's side of saved tensors (see autograd.cpp): pack takes a new `at::Tensor*` and
+/// returns a token, or null with a message in the buffer; unpack writes a new `at::Tensor*`
+/// for a token (0), or fails (1, with a message); free drops a token.
+pub(crate) type PackFn = unsafe extern "C" fn(*mut c_void, *mut c_char, usize) -> *mut c_void;
+pub(crate) type UnpackFn = unsafe extern "C" fn(*mut c_void, *mut *mut c_void, *mut c_char, usize) -> c_int;
+pub(crate) type FreeFn = unsafe extern "C" fn(*mut c_void);
+
+/// Hands every tensor autograd saves to `pack` (and back through `unpack`) while `on`. Returns
+/// whether it can: not where another engine than libtorch's own (PyTorch's Python engine) runs
+/// backward.
+pub(crate) fn manage_saved(pack: PackFn, unpack: UnpackFn, free: FreeFn, on: bool) -> Result<bool> {
+    let mut managed = 0;
+    // SAFETY: the functions live as long as the program; `managed` is a valid out pointer.
+    run("saved tensors", |err, len| unsafe { tr_native_manage_saved(pack, unpack, free, on.into(), &mut managed, err, len) })?;
+    Ok(managed != 0)
+}
+
+/// The version of `t`'s data: autograd's version counter, bumped by every in-place write.
+pub(crate) fn version(t: &tch::Tensor) -> u32 {
+    // SAFETY: `t` is live for the call.
+    unsafe { tr_native_version(t.as_ptr().cast()) }
+}
+
+/// Copies `msg` NUL-terminated into a shim's error buffer (the other way from `check`).
+pub(crate) fn write_error(err: *mut c_char, err_len: usize, msg: &str) {
+    if err.is_null() || err_len == 0 {
+        return;
+    }
+    let n = msg.len().min(err_len - 1);
+    // SAFETY: the buffer holds `err_len` bytes; n + 1 <= err_len.
+    unsafe {
+        std::ptr::copy_nonoverlapping(msg.as_ptr().cast::<c_char>(), err, n);
+        *err.add(n) = 0;
+    }
 }

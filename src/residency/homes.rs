@@ -67,6 +67,7 @@ impl Manager {
         if on_device {
             s.device = Some(s.home.shallow_clone());
             s.device_id = info.id;
+            self.by_device.insert(info.id, id);
         }
         if kind == Home::Pageable && self.moves() && self.cfg.pin_host_memory {
             self.pin_home(&mut s)?;
@@ -135,6 +136,9 @@ impl Manager {
         }
         let s = self.storages.remove(&id).expect("found above");
         self.by_home.remove(&s.home_id);
+        if s.resident() {
+            self.by_device.remove(&s.device_id);
+        }
         if s.resident() && s.counted() {
             self.stats.device_bytes -= s.bytes;
         }

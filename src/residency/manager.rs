@@ -50,6 +50,9 @@ pub(crate) struct Manager {
     pub(super) storages: HashMap<u64, Storage>,
     /// Home StorageImpl address -> storage.
     pub(super) by_home: HashMap<usize, u64>,
+    /// Device copy StorageImpl address -> storage, for the storages on the device (how an op's
+    /// result or a tensor autograd saves is recognised as a view of a known storage).
+    pub(super) by_device: HashMap<usize, u64>,
     /// Registered entry -> the storage it views.
     pub(super) entries: HashMap<u64, u64>,
     pub(super) next_id: u64,
@@ -78,6 +81,7 @@ impl Manager {
             policy,
             storages: HashMap::new(),
             by_home: HashMap::new(),
+            by_device: HashMap::new(),
             entries: HashMap::new(),
             next_id: 1,
             orphans: Vec::new(),
@@ -165,6 +169,7 @@ impl Manager {
         native::share_version(&copy, &s.home)?;
         s.device_id = native::storage(&copy, false)?.id;
         s.device = Some(copy);
+        self.by_device.insert(s.device_id, id);
         s.loading = Some(transfer);
         s.prefetched = kind == EventKind::Prefetch;
         let (bytes, pageable) = (s.bytes, s.kind.pageable());
@@ -254,6 +259,7 @@ impl Manager {
         self.write_home(id, op)?;
         let s = self.storages.get_mut(&id).expect("victim is registered");
         drop(s.device.take().expect("victim is resident"));
+        self.by_device.remove(&s.device_id);
         s.loading = None; // a prefetch never used: its memory belongs to the side stream
         s.prefetched = false;
         let bytes = s.bytes;
@@ -278,25 +284,25 @@ impl Manager {
         }
     }
 
-    /// Places an op's result computed on the device. A view of an input's storage becomes a new
-    /// entry viewing the same storage (no bytes, nothing to write back). Anything else is a new
-    /// storage: its working set is checked against the budget, room is made, and its entry's
-    /// home is a host tensor without memory until the storage must leave the device.
-    pub(crate) fn place_result(
-        &mut self,
-        result: tch::Tensor,
-        op: &'static str,
-        acquired: &[u64],
-        inputs: &[(TraceKey, u64)],
-        anchor: Option<u64>,
-    ) -> Result<Entry> {
+    /// Places an op's result computed on the device. A view of a storage on the device (an
+    /// input's, or one autograd saved during the op) becomes a new entry viewing that storage (no
+    /// bytes, nothing to write back). Anything else is a new storage (`add_produced`).
+    pub(crate) fn place_result(&mut self, result: tch::Tensor, op: &'static str, inputs: &[(TraceKey, u64)], anchor: Option<u64>) -> Result<Entry> {
         let info = native::storage(&result, self.cuda())?;
-        if let Some(&id) = acquired.iter().find(|id| self.storages.get(id).is_some_and(|s| s.resident() && s.device_id == info.id)) {
+        if let Some(&id) = self.by_device.get(&info.id) {
             let entry = Entry::new(native::view_on(&self.storages[&id].home, &result)?);
             self.end_op(op, inputs, None, anchor);
             self.attach(&entry, id);
             return Ok(entry);
         }
+        self.add_produced(&result, &info, op, inputs, anchor)
+    }
+
+    /// Registers a tensor made on the device (an op's result, or one autograd saved) as a new
+    /// storage, recording `op` in the trace: its working set is checked against the budget, room
+    /// is made, and its entry's home is a host tensor without memory until the storage must leave
+    /// the device.
+    pub(super) fn add_produced(&mut self, t: &tch::Tensor, info: &native::StorageInfo, op: &'static str, inputs: &[(TraceKey, u64)], anchor: Option<u64>) -> Result<Entry> {
         let bytes = info.nbytes;
         if let Some(cap) = self.cfg.simulated_capacity.filter(|_| self.cfg.device == ComputeDevice::Simulated) {
             if self.stats.device_bytes + bytes > cap {
@@ -307,17 +313,18 @@ impl Manager {
             }
         }
         self.make_room(bytes, op)?;
-        let home_view = native::lazy_home(&result)?;
+        let home_view = native::lazy_home(t)?;
+        native::share_version(&home_view, t)?;
         let home = native::storage_bytes(&home_view)?;
         let home_id = native::storage(&home_view, false)?.id;
-        let device = native::storage_bytes(&result)?;
-        native::share_version(&home, &result)?;
+        let device = native::storage_bytes(t)?;
         let key = self.end_op(op, inputs, Some(bytes), anchor);
         let id = self.new_id();
         let mut s = Storage::new(home, Home::Lazy, bytes, key);
         (s.home_id, s.device_id, s.device, s.dirty, s.modified) = (home_id, info.id, Some(device), true, true);
         self.storages.insert(id, s);
         self.by_home.insert(home_id, id);
+        self.by_device.insert(info.id, id);
         self.stats.device_bytes += bytes;
         self.stats.peak_device_bytes = self.stats.peak_device_bytes.max(self.stats.device_bytes);
         let entry = Entry::new(home_view);

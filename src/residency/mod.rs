@@ -14,8 +14,8 @@
 //! through src/native/streams.cpp), `report` (stats, events, timeline), `schedule` (a model of
 //! one recorded pass on a copy engine and a compute engine).
 //!
-//! Autograd runs through managed tensors (see `ticket`). What autograd saves for backward is not
-//! managed yet: it holds device memory outside the budget until backward frees it.
+//! Autograd runs through managed tensors (see `ticket`), and what it saves for backward is
+//! managed too (`saved`).
 
 mod cuda;
 mod device;
@@ -27,6 +27,7 @@ mod policy;
 mod prefetch;
 mod report;
 mod resident;
+mod saved;
 pub mod schedule;
 mod storage;
 mod ticket;
@@ -76,6 +77,8 @@ impl Config {
 
 static MANAGER: Mutex<Option<Manager>> = Mutex::new(None);
 static ACTIVE: AtomicBool = AtomicBool::new(false);
+/// The tensors autograd saves go through the manager (see `saved`).
+static SAVED_MANAGED: AtomicBool = AtomicBool::new(false);
 
 thread_local! {
     /// This thread holds the manager (it is running the manager's code, or an event callback).
@@ -160,9 +163,11 @@ pub fn configure(cfg: Config) -> Result<()> {
         writing = old.drain()?;
         fresh.report.callback = old.report.callback.take();
     }
+    let moves = fresh.moves();
     let old = guard.replace(fresh);
     ACTIVE.store(true, Ordering::Release);
     drop(guard);
+    SAVED_MANAGED.store(saved::manage(moves)? && moves, Ordering::Release);
     wait_all(writing)?;
     drop(old);
     Ok(())
@@ -179,6 +184,8 @@ pub fn disable() -> Result<()> {
     let old = guard.take();
     ACTIVE.store(false, Ordering::Release);
     drop(guard);
+    saved::manage(false)?;
+    SAVED_MANAGED.store(false, Ordering::Release);
     wait_all(writing)?;
     drop(old);
     Ok(())
@@ -198,6 +205,13 @@ pub(crate) fn page_locked_homes() -> Option<bool> {
 /// Whether a manager is configured.
 pub fn enabled() -> bool {
     active()
+}
+
+/// Whether the tensors autograd saves for backward are managed (a manager that moves data is
+/// configured, and backward runs on libtorch's engine: not where PyTorch's Python engine does,
+/// in a Python process that imported torch first).
+pub fn saved_tensors_managed() -> bool {
+    SAVED_MANAGED.load(Ordering::Acquire)
 }
 
 /// The counters since the manager was configured (None without a manager).

@@ -143,7 +143,7 @@ impl Ticket {
         let anchor = self.anchored.then_some(self.anchor);
         let acquired = std::mem::take(&mut self.acquired);
         let placed = with(|m| {
-            let entry = m.place_result(result, self.op, &acquired, &self.record, anchor)?;
+            let entry = m.place_result(result, self.op, &self.record, anchor)?;
             acquired.iter().for_each(|&id| m.release(id));
             Ok((entry, m.op_finished(self.op)))
         });

@@ -1,0 +1,139 @@
+//! What autograd saves for backward, managed like any other storage. Through the engine hooks of
+//! src/native/autograd.cpp (which says why that mechanism), each tensor an op saves is handed to
+//! `pack`: a device copy of a known storage becomes one more view of it; anything else (a dropout
+//! mask, a normalisation's statistics) becomes a new storage, counted against the budget. The
+//! saved tensor then holds no device memory of its own: the storage may be evicted (a newer copy
+//! is written back asynchronously) and is brought back when backward unpacks it, recorded in the
+//! trace as an `unpack` op, so Flow learns the backward order and evicts by next use.
+//!
+//! An in-place write to a saved tensor is caught at unpack (libtorch skips its own check when
+//! hooks hold the data): every copy and view of a storage shares one version counter.
+
+use super::manager::Manager;
+use super::{active, with};
+use crate::error::{Error, Result};
+use crate::native;
+use crate::registry::Entry;
+use std::ffi::{c_char, c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// One saved tensor, as the engine's hooks hold it.
+enum Saved {
+    /// Kept as it is (its data: an op's saved result would otherwise hold its own node, which
+    /// holds this): no manager moves data, or it is not on the compute device.
+    Kept(tch::Tensor),
+    /// A view of a managed storage, and the version of its data when it was saved.
+    Managed { entry: Entry, version: u32 },
+}
+
+impl Manager {
+    /// The entry standing for a tensor autograd saves, registering it as a new storage if it is
+    /// not a device copy of a known one. None when it is not on the compute device.
+    fn save(&mut self, t: &tch::Tensor) -> Result<Option<Entry>> {
+        let info = native::storage(t, self.cuda())?;
+        if let Some(&id) = self.by_device.get(&info.id) {
+            let entry = Entry::new(native::view_on(&self.storages[&id].home, t)?);
+            self.attach(&entry, id);
+            return Ok(Some(entry));
+        }
+        if t.device() != self.cfg.device.tch() {
+            return Ok(None);
+        }
+        self.add_produced(t, &info, "save", &[], None).map(Some)
+    }
+
+    /// The device copy of a saved tensor for backward (loaded if it was evicted). It is not held
+    /// in use: the node that unpacked it holds its memory while it runs.
+    fn unpack(&mut self, entry: &Entry) -> Result<(tch::Tensor, Vec<std::sync::Arc<super::Transfer>>)> {
+        self.op_begin("unpack");
+        let a = self.acquire(entry, false, "unpack")?;
+        self.end_op("unpack", &[(a.key, a.bytes)], None, None);
+        self.release(a.storage);
+        Ok((a.view, self.op_finished("unpack")))
+    }
+}
+
+fn save(t: tch::Tensor) -> Result<Saved> {
+    if !t.defined() {
+        return Ok(Saved::Kept(t));
+    }
+    if active() {
+        let version = native::version(&t);
+        if let Some(entry) = with(|m| m.save(&t))? {
+            return Ok(Saved::Managed { entry, version });
+        }
+    }
+    Ok(Saved::Kept(t.f_detach()?))
+}
+
+impl Saved {
+    fn unpack(&self) -> Result<tch::Tensor> {
+        let (entry, version) = match self {
+            Saved::Kept(t) => return Ok(t.shallow_clone()),
+            Saved::Managed { entry, version } => (entry, *version),
+        };
+        let now = native::version(entry);
+        if now != version {
+            return Err(Error::InvalidArg(format!(
+                "one of the variables needed for gradient computation has been modified by an inplace operation: \
+                 [{:?} {:?}] is at version {now}; expected version {version} instead",
+                entry.kind(),
+                entry.size()
+            )));
+        }
+        if !active() {
+            // The manager was turned off since: the data is home.
+            return Ok(super::readable(entry)?.shallow_clone());
+        }
+        let (view, owed) = with(|m| m.unpack(entry))?;
+        super::wait_all(owed)?;
+        Ok(view)
+    }
+}
+
+/// The engine's pack hook: takes a new `at::Tensor*`; returns a token, or null with a message.
+unsafe extern "C" fn pack(tensor: *mut c_void, err: *mut c_char, err_len: usize) -> *mut c_void {
+    // SAFETY: the engine hands over a new heap `at::Tensor*` for us to own.
+    let t = unsafe { tch::Tensor::from_ptr(tensor.cast()) };
+    match catch_unwind(AssertUnwindSafe(|| save(t))) {
+        Ok(Ok(saved)) => Box::into_raw(Box::new(saved)).cast(),
+        Ok(Err(e)) => {
+            native::write_error(err, err_len, &e.to_string());
+            std::ptr::null_mut()
+        }
+        Err(_) => {
+            native::write_error(err, err_len, "libtensorref panicked while saving a tensor for backward");
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// The engine's unpack hook: writes a new `at::Tensor*` for a token (0), or a message (1).
+unsafe extern "C" fn unpack(token: *mut c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int {
+    // SAFETY: `token` came from `pack` and lives until `free`.
+    let saved = unsafe { &*token.cast::<Saved>() };
+    let message = match catch_unwind(AssertUnwindSafe(|| saved.unpack())) {
+        Ok(Ok(t)) => {
+            // SAFETY: `out` is a valid out pointer; the engine takes ownership of the tensor.
+            unsafe { *out = std::mem::ManuallyDrop::new(t).as_mut_ptr().cast() };
+            return 0;
+        }
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => "libtensorref panicked while unpacking a saved tensor".to_string(),
+    };
+    native::write_error(err, err_len, &message);
+    1
+}
+
+/// The engine's free hook: drops a token (its entry, so the storage is forgotten with its last
+/// view).
+unsafe extern "C" fn free(token: *mut c_void) {
+    // SAFETY: `token` came from `pack` and is freed once.
+    let _ = catch_unwind(AssertUnwindSafe(|| drop(unsafe { Box::from_raw(token.cast::<Saved>()) })));
+}
+
+/// Turns the managing of saved tensors on or off; returns whether they are managed (not where
+/// PyTorch's Python engine runs backward).
+pub(crate) fn manage(on: bool) -> Result<bool> {
+    Ok(native::manage_saved(pack, unpack, free, on)?)
+}
