@@ -189,7 +189,7 @@ fn main() -> Result<()> {
         }
     }
     println!("\nPer step and counters: the steps after the second (steady state). pinned+: new page-locked");
-    println!("allocations; pageable: copies from or to pageable memory (the gradients, read by the optimizer");
-    println!("as memory written outside the library's ops); waits: ops that waited on a copy.");
+    println!("allocations; pageable: copies from or to pageable memory; waits: ops that waited on a copy;");
+    println!("needless: write-backs of copies nobody modified.");
     Ok(())
 }

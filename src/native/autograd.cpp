@@ -20,11 +20,26 @@ namespace {
 
 using torch::autograd::variable_list;
 
+// Accumulates a leaf's gradient where the manager keeps it (see tr_native_connect_grad): gets a
+// new at::Tensor* for the leaf and one for the gradient; 0, or 1 with a message in `err`.
+using AccumulateFn = int (*)(void *leaf, void *grad, char *err, size_t err_len);
+std::atomic<AccumulateFn> accumulate_fn{nullptr};
+
 // The gradient of a copy is the gradient of what it copies. It stays on the device it was
 // computed on, except where the receiver expects another: a leaf accumulates its gradient on its
-// own device (the host, for a parameter whose home is there).
+// own device (the host, for a parameter whose home is there). A leaf whose gradient the manager
+// keeps gets it through `accumulate_fn` instead.
 struct PassGrad : public torch::autograd::Node {
+    at::Tensor leaf; // defined: the manager keeps this leaf's gradient
+
     variable_list apply(variable_list &&grads) override {
+        if (leaf.defined()) {
+            if (grads[0].defined()) {
+                char err[512] = {0};
+                TORCH_CHECK(accumulate_fn.load()(new at::Tensor(leaf), new at::Tensor(grads[0]), err, sizeof err) == 0, err);
+            }
+            return {at::Tensor()};
+        }
         const auto &next = next_edge(0);
         if (!grads[0].defined() || !next.is_valid()) {
             return {grads[0]};
@@ -133,15 +148,23 @@ uint32_t tr_native_version(const void *t) {
 
 // Makes `to` (a tensor over the same values as `from`: its device copy, or the host tensor
 // registered for a device result) pass the gradient it receives on to `from`. `to` takes a
-// gradient function and so requires grad; its gradient has `to`'s device, dtype and shape.
-int tr_native_connect_grad(const void *to, const void *from, char *err, size_t err_len) {
+// gradient function and so requires grad; its gradient has `to`'s device, dtype and shape. With
+// `managed_leaf` (`from` is a leaf), the gradient goes to `accumulate` rather than to the leaf's
+// own accumulator: the manager keeps leaf gradients as storages of its own.
+int tr_native_connect_grad(const void *to, const void *from, AccumulateFn accumulate, int managed_leaf, char *err,
+                           size_t err_len) {
     return guarded(err, err_len, [&] {
         const auto &t = *static_cast<const at::Tensor *>(to);
         const auto &f = *static_cast<const at::Tensor *>(from);
         TORCH_CHECK(f.requires_grad(), "connect_grad: the source does not require grad");
         TORCH_CHECK(t.sizes() == f.sizes() && t.scalar_type() == f.scalar_type(), "connect_grad: not the same values");
         std::shared_ptr<PassGrad> node(new PassGrad(), torch::autograd::deleteNode);
-        node->set_next_edges({torch::autograd::impl::gradient_edge(f)});
+        if (managed_leaf != 0) {
+            TORCH_CHECK(f.is_leaf(), "connect_grad: the source is not a leaf");
+            accumulate_fn = accumulate;
+            node->leaf = f;
+        }
+        node->set_next_edges({managed_leaf != 0 ? torch::autograd::Edge() : torch::autograd::impl::gradient_edge(f)});
         node->add_input_metadata(t);
         torch::autograd::impl::set_gradient_edge(t, {std::move(node), 0});
     });

@@ -219,7 +219,7 @@ pub(crate) fn grad_enabled() -> bool {
 #[allow(unused_doc_comments)]
 /// cbindgen:ignore
 extern "C" {
-    fn tr_native_connect_grad(to: *const c_void, from: *const c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_connect_grad(to: *const c_void, from: *const c_void, accumulate: Option<AccumulateFn>, managed_leaf: c_int, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_manage_saved(pack: PackFn, unpack: UnpackFn, free: FreeFn, on: c_int, managed: *mut c_int, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_version(t: *const c_void) -> u32;
     fn tr_native_share_version(to: *const c_void, from: *const c_void, err: *mut c_char, err_len: usize) -> c_int;
@@ -230,7 +230,18 @@ extern "C" {
 /// device copy of a tensor requiring grad, or the host tensor registered for a device result.
 pub(crate) fn connect_grad(to: &tch::Tensor, from: &tch::Tensor) -> Result<()> {
     // SAFETY: both are live for the call.
-    run("connect gradient", |err, len| unsafe { tr_native_connect_grad(to.as_ptr().cast(), from.as_ptr().cast(), err, len) })
+    run("connect gradient", |err, len| unsafe { tr_native_connect_grad(to.as_ptr().cast(), from.as_ptr().cast(), None, 0, err, len) })
+}
+
+/// Accumulates a leaf's gradient where the manager keeps it: gets a new `at::Tensor*` for the
+/// leaf and one for the gradient; 0, or 1 with a message in the buffer.
+pub(crate) type AccumulateFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_char, usize) -> c_int;
+
+/// Makes `to` (a device copy of the leaf `leaf`) hand the gradient it receives to `accumulate`
+/// rather than to the leaf's own accumulator.
+pub(crate) fn connect_leaf(to: &tch::Tensor, leaf: &tch::Tensor, accumulate: AccumulateFn) -> Result<()> {
+    // SAFETY: both are live for the call; the function lives as long as the program.
+    run("connect gradient", |err, len| unsafe { tr_native_connect_grad(to.as_ptr().cast(), leaf.as_ptr().cast(), Some(accumulate), 1, err, len) })
 }
 
 /// Makes `to` (another copy or view of `from`'s storage) share `from`'s version counter.

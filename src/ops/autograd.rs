@@ -38,13 +38,9 @@ pub(crate) fn zero_grad(a: &tch::Tensor) -> Result<()> {
     Ok(())
 }
 
-
-/// The accumulated gradient of `a`. Backward writes into it outside any op of the library's, so
-/// its memory is marked as the outside's: a residency manager never serves a stale copy of it.
+/// The accumulated gradient of `a`, as a tensor of its own over the gradient's storage (a residency
+/// manager keeps gradients as storages, and tells their holders apart by tensor).
 pub(crate) fn grad(a: &tch::Tensor) -> Result<tch::Tensor> {
     let grad = a.f_grad()?;
-    if grad.defined() {
-        crate::native::mark_external(&grad)?;
-    }
-    Ok(grad)
+    Ok(if grad.defined() { crate::native::view_on(&grad, &grad)? } else { grad })
 }

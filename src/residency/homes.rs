@@ -108,13 +108,15 @@ impl Manager {
     /// Called when a registered entry dies. The storage is forgotten with its last view, unless
     /// other tensors still hold its home (views made before the manager saw it): then it stays
     /// known, so they keep reading current data through the manager, until they are gone too.
-    pub(crate) fn forget(&mut self, uid: u64) {
+    /// `dying`: the entry's tensor still holds its home (the entry is being dropped now, not
+    /// forgotten later).
+    pub(crate) fn forget(&mut self, uid: u64, dying: bool) {
         if let Some(id) = self.entries.remove(&uid) {
             let s = self.storages.get_mut(&id).expect("an entry's storage is known");
             s.views -= 1;
             if s.views == 0 {
-                // The dying entry's tensor and `home` hold two references.
-                self.forget_unheld(id, 2);
+                // `home` holds one reference, and the dying entry's tensor another.
+                self.forget_unheld(id, 1 + i32::from(dying));
                 if self.storages.contains_key(&id) {
                     self.orphans.push(id);
                 }
@@ -125,13 +127,13 @@ impl Manager {
     }
 
     /// Forgets a storage no registered view uses if nothing beyond `ours` references holds its
-    /// home (a home without memory has no other holders). Returns whether it did.
+    /// home (a home without memory too: a leaf's gradient holds one). Returns whether it did.
     pub(super) fn forget_unheld(&mut self, id: u64, ours: i32) -> bool {
         let Some(s) = self.storages.get(&id) else { return true };
         if s.views > 0 {
             return true; // registered again: no longer an orphan
         }
-        if s.kind != Home::Lazy && native::storage(&s.home, false).map_or(0, |i| i.holders) > ours {
+        if native::storage(&s.home, false).map_or(0, |i| i.holders) > ours {
             return false;
         }
         let s = self.storages.remove(&id).expect("found above");

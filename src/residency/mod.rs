@@ -21,6 +21,7 @@ mod cuda;
 mod device;
 mod flow;
 mod genoa;
+mod grads;
 mod homes;
 mod manager;
 mod policy;
@@ -126,7 +127,7 @@ fn lock() -> Result<Held> {
     if ANY_DEFERRED.swap(false, Ordering::AcqRel) {
         let uids = std::mem::take(&mut *DEFERRED.lock().unwrap_or_else(PoisonError::into_inner));
         if let Some(m) = held.as_mut() {
-            uids.into_iter().for_each(|uid| m.forget(uid));
+            uids.into_iter().for_each(|uid| m.forget(uid, false));
         }
     }
     Ok(held)
@@ -292,7 +293,7 @@ pub(crate) fn forget(uid: u64) {
     match lock() {
         Ok(mut held) => {
             if let Some(m) = held.as_mut() {
-                m.forget(uid);
+                m.forget(uid, true);
             }
         }
         Err(_) => {

@@ -4,9 +4,9 @@
 //!
 //! Autograd runs through managed tensors. An op reads device copies, and a result is registered
 //! as a host tensor standing for its device copy; `native::connect_grad` joins each to the tensor
-//! it stands for, so the graph runs from every result back to the leaves, and a leaf's gradient
-//! accumulates on the leaf. An optimizer step reads each parameter's gradient as memory written
-//! outside the library's ops (backward accumulates into it): loaded for the step, never cached.
+//! it stands for, so the graph runs from every result back to the leaves, where the manager keeps
+//! the gradients (`grads`). An optimizer step and `zero_grad` load a parameter's gradient like any
+//! input and hand it to the op as the gradient of the parameter's device copy.
 
 use super::trace::TraceKey;
 use super::{lock, with, wait_all};
@@ -15,9 +15,9 @@ use crate::registry::Entry;
 use std::sync::Arc;
 
 /// Ops that act on the tensor's own autograd state: never moved.
-const ON_THE_TENSOR: [&str; 4] = ["requires_grad", "requires_grad_", "grad", "zero_grad"];
-/// Ops that read each parameter's gradient.
-const OPTIMIZER_STEPS: [&str; 2] = ["optim_sgd_step", "optim_adam_step"];
+const ON_THE_TENSOR: [&str; 3] = ["requires_grad", "requires_grad_", "grad"];
+/// Ops on a parameter's gradient: an optimizer step reads it, `zero_grad` writes it.
+const GRAD_OPS: [&str; 3] = ["optim_sgd_step", "optim_adam_step", "zero_grad"];
 
 pub(crate) struct Ticket {
     op: &'static str,
@@ -33,7 +33,7 @@ pub(crate) struct Ticket {
     /// Tensors the op writes through their device copies: when the op records a graph, each
     /// tensor's gradient function follows its copy's.
     written: Vec<(tch::Tensor, tch::Tensor)>,
-    /// Gradients an optimizer step loaded (alive until the step ends).
+    /// Gradients an optimizer step or `zero_grad` loaded (alive until the op ends).
     grads: Vec<Arc<Entry>>,
 }
 
@@ -70,8 +70,8 @@ impl Ticket {
         if ON_THE_TENSOR.contains(&self.op) {
             return Ok(entry.shallow_clone());
         }
-        let step = OPTIMIZER_STEPS.contains(&self.op);
-        let recording = !step && crate::native::grad_enabled();
+        let grad_op = GRAD_OPS.contains(&self.op);
+        let recording = !grad_op && crate::native::grad_enabled();
         if write && recording && entry.requires_grad() && entry.is_leaf() {
             // What libtorch says without a manager, where a device copy would not be a leaf.
             return Err(Error::InvalidArg(format!("`{}`: a leaf Variable that requires grad is being used in an in-place operation.", self.op)));
@@ -79,11 +79,23 @@ impl Ticket {
         if !self.moves {
             return Ok(entry.shallow_clone());
         }
+        if self.op == "zero_grad" {
+            // Only the gradient is needed, not the parameter's data: an empty tensor carries it.
+            let grad = self.load_grad(entry, true)?;
+            let holder = tch::Tensor::f_empty([0], (entry.kind(), grad.as_ref().map_or(tch::Device::Cpu, tch::Tensor::device)))?;
+            grad.map_or(Ok(()), |g| crate::native::set_grad(&holder, &g))?;
+            return Ok(holder);
+        }
         let view = self.acquire_storage(entry, write)?;
-        if step {
-            self.load_grad(entry, &view)?;
+        if grad_op {
+            if let Some(grad) = self.load_grad(entry, false)? {
+                crate::native::set_grad(&view, &grad)?;
+            }
         } else if entry.requires_grad() && (recording || self.op == "backward") {
-            crate::native::connect_grad(&view, entry)?;
+            match entry.is_leaf() {
+                true => super::grads::connect_leaf(&view, entry)?,
+                false => crate::native::connect_grad(&view, entry)?,
+            }
         }
         if write && recording {
             self.written.push((entry.shallow_clone(), view.shallow_clone()));
@@ -105,18 +117,16 @@ impl Ticket {
         Ok(a.view)
     }
 
-    /// Gives a parameter's device copy its gradient's device copy, for an optimizer step.
-    fn load_grad(&mut self, param: &Entry, view: &tch::Tensor) -> Result<()> {
+    /// The device copy of a parameter's gradient, if it has one (held until the op ends).
+    fn load_grad(&mut self, param: &Entry, write: bool) -> Result<Option<tch::Tensor>> {
         let grad = param.f_grad()?;
         if !grad.defined() {
-            return Ok(());
+            return Ok(None);
         }
-        crate::native::mark_external(&grad)?;
-        let grad = Arc::new(Entry::new(grad));
-        let device = self.acquire_storage(&grad, false)?;
-        crate::native::set_grad(view, &device)?;
+        let grad = Arc::new(Entry::new(super::grads::alias(&grad)?));
+        let device = self.acquire_storage(&grad, write)?;
         self.grads.push(grad);
-        Ok(())
+        Ok(Some(device))
     }
 
     /// After an op that recorded a graph: each tensor written through its device copy takes
