@@ -141,6 +141,9 @@ impl Manager {
         if s.resident() {
             self.by_device.remove(&s.device_id);
         }
+        if self.by_key.get(&s.key) == Some(&id) {
+            self.by_key.remove(&s.key);
+        }
         if s.resident() && s.counted() {
             self.stats.device_bytes -= s.bytes;
         }

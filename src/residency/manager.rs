@@ -53,6 +53,9 @@ pub(crate) struct Manager {
     /// Device copy StorageImpl address -> storage, for the storages on the device (how an op's
     /// result or a tensor autograd saves is recognised as a view of a known storage).
     pub(super) by_device: HashMap<usize, u64>,
+    /// Trace key -> storage, for the storages results and saved tensors made (how Flow finds
+    /// what to prefetch in backward).
+    pub(super) by_key: HashMap<TraceKey, u64>,
     /// Registered entry -> the storage it views.
     pub(super) entries: HashMap<u64, u64>,
     pub(super) next_id: u64,
@@ -82,6 +85,7 @@ impl Manager {
             storages: HashMap::new(),
             by_home: HashMap::new(),
             by_device: HashMap::new(),
+            by_key: HashMap::new(),
             entries: HashMap::new(),
             next_id: 1,
             orphans: Vec::new(),
@@ -325,6 +329,7 @@ impl Manager {
         self.storages.insert(id, s);
         self.by_home.insert(home_id, id);
         self.by_device.insert(info.id, id);
+        self.by_key.insert(key, id);
         self.stats.device_bytes += bytes;
         self.stats.peak_device_bytes = self.stats.peak_device_bytes.max(self.stats.device_bytes);
         let entry = Entry::new(home_view);

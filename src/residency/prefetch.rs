@@ -1,9 +1,11 @@
 //! Flow's prefetch: once a recorded iteration is being followed, the loads of the next uses are
-//! started ahead, so the copy engine stays busy while the compute engine works.
+//! started ahead, so the copy engine stays busy while the compute engine works: weights and
+//! inputs, and in backward the activations autograd saved in forward.
 
 use super::manager::Manager;
 use super::report::EventKind;
 use super::storage::Home;
+use super::trace::TraceKey;
 
 impl Manager {
     /// Starts loading the storages the next recorded ops read, so the copy engine stays busy
@@ -19,6 +21,7 @@ impl Manager {
     pub(super) fn prefetch(&mut self) {
         let room = self.cfg.budget.saturating_sub(self.stats.pinned_bytes);
         let plan = self.trace.prefetch_plan(self.cfg.prefetch_depth);
+        let plan: Vec<(u64, u64)> = plan.into_iter().filter_map(|(key, before)| Some((self.storage_for(key)?, before))).collect();
         let window = 5 * plan.iter().filter_map(|(id, _)| self.storages.get(id)).map(|s| s.bytes).max().unwrap_or(0) / 2;
         let (mut committed, mut ahead) = (0, 0);
         for (id, before) in plan {
@@ -51,6 +54,15 @@ impl Manager {
             }
             committed += bytes;
             ahead += bytes;
+        }
+    }
+
+    /// The storage a trace key names: a persistent one by its id, a result of this iteration by
+    /// the op that made it.
+    fn storage_for(&self, key: TraceKey) -> Option<u64> {
+        match key {
+            TraceKey::Persistent(id) => Some(id),
+            TraceKey::Produced { .. } => self.by_key.get(&key).copied(),
         }
     }
 }

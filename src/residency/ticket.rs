@@ -92,9 +92,10 @@ impl Ticket {
                 crate::native::set_grad(&view, &grad)?;
             }
         } else if entry.requires_grad() && (recording || self.op == "backward") {
-            match entry.is_leaf() {
-                true => super::grads::connect_leaf(&view, entry)?,
-                false => crate::native::connect_grad(&view, entry)?,
+            if entry.is_leaf() {
+                super::grads::connect_leaf(&view, entry)?;
+            } else {
+                crate::native::connect_grad(&view, entry)?;
             }
         }
         if write && recording {

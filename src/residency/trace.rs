@@ -114,18 +114,22 @@ impl Trace {
         }
     }
 
-    /// What to prefetch for the next `depth` recorded ops (from the op about to run): each
-    /// persistent input with the largest working set (inputs + result) of the ops that run
-    /// before its use. A prefetched tensor must fit beside those, or it would be evicted unused.
-    pub(crate) fn prefetch_plan(&self, depth: usize) -> Vec<(u64, u64)> {
+    /// What to prefetch for the next `depth` recorded ops (from the op about to run): each input
+    /// that exists now (persistent, or made earlier in this iteration: an activation autograd
+    /// saved, read again in backward) with the largest working set (inputs + result) of the ops
+    /// that run before its use. A prefetched tensor must fit beside those, or it would be
+    /// evicted unused.
+    pub(crate) fn prefetch_plan(&self, depth: usize) -> Vec<(TraceKey, u64)> {
         let Some(r) = self.recorded.as_ref().filter(|_| self.following) else { return vec![] };
         let mut plan = vec![];
         let mut before = 0;
         for d in 0..depth.min(r.ops.len()) {
             let op = &r.ops[(self.pos as usize + d) % r.ops.len()];
             for (k, _) in &op.inputs {
-                if let NormKey::Persistent(uid) = k {
-                    plan.push((*uid, before));
+                match *k {
+                    NormKey::Persistent(uid) => plan.push((TraceKey::Persistent(uid), before)),
+                    NormKey::Produced(made) if made < self.pos => plan.push((TraceKey::Produced { iteration: self.iteration, op: made }, before)),
+                    _ => {}
                 }
             }
             let working_set = op.inputs.iter().map(|i| i.1).sum::<u64>() + op.output.map_or(0, |o| o.1);
