@@ -3,7 +3,9 @@
 //! half and a quarter of that peak, printed side by side: time per step against Resident, peak
 //! device bytes against the budget, bytes loaded and written back per step, the steady-state
 //! counters of the Flow GPU work (page-locked allocations, pageable copies, op waits, needless
-//! write-backs), and the losses (the same under every policy).
+//! write-backs), and the losses (the same under every policy). `benches/training_peers.py` trains
+//! the same encoder in PyTorch: unmanaged, with `save_on_cpu` and with activation checkpointing
+//! (with the same seeds, its losses are ours on the CPU).
 //!
 //!     cargo bench --bench training -- [--device simulated|cuda] [--width 256] [--layers 4]
 //!         [--heads 4] [--tokens 64] [--batch 16] [--steps 6] [--dropout 0.1]

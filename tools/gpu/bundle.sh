@@ -16,7 +16,7 @@ rm -rf "$out" target/gpu-model
 mkdir -p "$out/bin" "$out/lib" "$out/wheels" target/gpu-model
 
 echo "== building release binaries with the CUDA tests (several minutes on two cores)"
-cargo build --release --features cuda-tests --lib --examples --bench residency --tests \
+cargo build --release --features cuda-tests --lib --examples --bench residency --bench training --tests \
   --message-format=json-render-diagnostics > target/gpu-bundle.json
 # Each executable cargo made, named by its kind and target: test-residency, bench-residency, ...
 python3 - "$out/bin" target/gpu-bundle.json <<'PY'
@@ -38,7 +38,7 @@ rm -f "$out/bin/train_mlp"
 strip --strip-unneeded "$out"/bin/* "$out"/lib/*.so
 
 cp tools/gpu/run.sh tools/gpu/summary.py tools/gpu/minilm_check.py tools/gpu/safetensors_dtype.py \
-  benches/residency_peers.py "$out/"
+  benches/residency_peers.py benches/training_peers.py "$out/"
 python3 -m pip download --quiet --disable-pip-version-check --no-deps --dest "$out/wheels" pytorch-optimem==0.0.5
 
 echo "== the MiniLM weights as f16 (target/gpu-model)"

@@ -3,8 +3,8 @@
 # table last. libtorch is this machine's own PyTorch 2.11 (found through python3). Made by
 # `make gpu-bundle`; the MiniLM weights come beside it in ../gpu-model (see tools/gpu/bundle.sh).
 #
-#     bash gpu-bundle/run.sh [PART...]   parts: tests b2048 shapes opt30b (default: all; a GPU
-#                                       lease's 10-minute calls take them in two groups)
+#     bash gpu-bundle/run.sh [PART...]   parts: tests b2048 shapes opt30b training (default: all;
+#                                       a GPU lease's 10-minute calls take them in groups)
 # Logs and JSON results go to ./gpu-results, and where $OUT is set (the device tool) packed into
 # $OUT/gpu-results.tgz with the summary beside it; each step is cut after $STEP_TIMEOUT seconds
 # (300).
@@ -39,7 +39,7 @@ if [[ -f "$here/../gpu-model/model.f16.safetensors" ]]; then
   export TR_MINILM_DIR="$model_dir"
 fi
 
-parts=${*:-tests b2048 shapes opt30b}
+parts=${*:-tests b2048 shapes opt30b training}
 wants() { [[ " $parts " == *" $1 "* ]]; }
 
 # Correctness: every CUDA suite, the examples and the demonstration on CUDA.
@@ -52,6 +52,7 @@ if [[ -n ${TR_MINILM_DIR:-} ]]; then
   step minilm-vs-sentence-transformers python3 "$here/minilm_check.py" "$model_dir" "$TR_MINILM_CHECK_DIR/runs.json"
   step demo "$here/bin/minilm_demo" --device cuda --timeline "$results/minilm_timeline.json"
 fi
+step test-training "$here/bin/test-training" --test-threads 1
 step example-flow-stack "$here/bin/flow_stack" --device cuda
 step example-flow-stack-c "$here/bin/flow_stack_c" cuda
 fi
@@ -76,6 +77,14 @@ fi
 if wants opt30b; then
   opt=(--width 7168 --layers 24 --batch 4096 --dtype f16 --shape opt30b --passes 3)
   bench opt30b "${opt[@]}" --policies resident,flow -- "${opt[@]}" --peers resident,stream
+fi
+
+# Training under a budget: a BERT-base-sized encoder under Resident, Genoa and Flow at a half and a
+# quarter of its unmanaged peak, and PyTorch unmanaged, with save_on_cpu and with checkpointing.
+if wants training; then
+  enc=(--width 768 --layers 12 --heads 12 --tokens 128 --batch 32 --steps 8)
+  step bench-training "$here/bin/bench-training" --device cuda "${enc[@]}"
+  step peers-training python3 "$here/training_peers.py" --device cuda "${enc[@]}" --json "$results/peers-training.json"
 fi
 
 echo

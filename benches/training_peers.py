@@ -1,0 +1,111 @@
+"""The encoder of benches/training.rs trained in PyTorch, the peers of training under a budget:
+unmanaged, activations offloaded to page-locked host memory (torch.autograd.graph.save_on_cpu),
+and full activation checkpointing (torch.utils.checkpoint per layer). Prints time per step and,
+on CUDA, the peak of allocated and of reserved device memory.
+
+    python3 benches/training_peers.py [--device cpu|cuda] [--width 256] [--layers 4] [--heads 4]
+        [--tokens 64] [--batch 16] [--steps 6] [--dropout 0.1] [--json PATH]
+"""
+import argparse
+import json
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+
+def build(a, device):
+    torch.manual_seed(3)
+    w = a.width
+
+    def weight(i, o):
+        return (torch.randn(i, o) / i ** 0.5).to(device).requires_grad_(True)
+
+    def ones():
+        return torch.ones(w, device=device, requires_grad=True)
+
+    def zeros():
+        return torch.zeros(w, device=device, requires_grad=True)
+
+    layers = [[weight(w, w), weight(w, w), weight(w, w), weight(w, w), ones(), zeros(),
+               weight(w, 4 * w), weight(4 * w, w), ones(), zeros()] for _ in range(a.layers)]
+    return layers, weight(w, 8)
+
+
+def layer(x, p, a):
+    b, t, w, h = a.batch, a.tokens, a.width, a.heads
+
+    def heads(y):
+        return y.view(b, t, h, w // h).transpose(1, 2)
+
+    q, k, v = heads(x @ p[0]), heads(x @ p[1]), heads(x @ p[2])
+    scores = torch.softmax(q @ k.transpose(2, 3) / (w // h) ** 0.5, -1)
+    mixed = (F.dropout(scores, a.dropout) @ v).transpose(1, 2).contiguous().view(b, t, w)
+    x = F.layer_norm(x + mixed @ p[3], [w], p[4], p[5])
+    ff = F.dropout(F.gelu(x @ p[6]) @ p[7], a.dropout)
+    return F.layer_norm(x + ff, [w], p[8], p[9])
+
+
+def train(a, device, mode):
+    layers, classifier = build(a, device)
+    params = [p for l in layers for p in l] + [classifier]
+    opt = torch.optim.Adam(params, lr=1e-3)
+    x = torch.randn(a.batch, a.tokens, a.width, device=device)
+    labels = (torch.arange(a.batch) % 8).to(device)
+    cuda = device == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    losses, started = [], time.perf_counter()
+    for step in range(a.steps):
+        if step == 1:
+            if cuda:
+                torch.cuda.synchronize()
+            started = time.perf_counter()
+        h = x
+        if mode == "save_on_cpu":
+            with torch.autograd.graph.save_on_cpu(pin_memory=cuda):
+                for p in layers:
+                    h = layer(h, p, a)
+                loss = F.cross_entropy(h.mean(1) @ classifier, labels)
+        else:
+            for p in layers:
+                h = checkpoint(layer, h, p, a, use_reentrant=False) if mode == "checkpoint" else layer(h, p, a)
+            loss = F.cross_entropy(h.mean(1) @ classifier, labels)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    if cuda:
+        torch.cuda.synchronize()
+    ms = (time.perf_counter() - started) * 1e3 / (a.steps - 1)
+    peak = torch.cuda.max_memory_allocated() if cuda else None
+    reserved = torch.cuda.max_memory_reserved() if cuda else None
+    return {"mode": mode, "ms_per_step": ms, "peak_allocated": peak, "peak_reserved": reserved, "losses": losses}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    for name, default in [("width", 256), ("layers", 4), ("heads", 4), ("tokens", 64), ("batch", 16), ("steps", 6)]:
+        ap.add_argument(f"--{name}", type=int, default=default)
+    ap.add_argument("--dropout", type=float, default=0.1)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    print(f"PyTorch {torch.__version__} on {a.device}: a {a.layers}-layer encoder (width {a.width}, {a.heads} heads, "
+          f"{a.batch} sequences of {a.tokens} tokens), Adam, {a.steps} steps")
+    rows = [train(a, a.device, mode) for mode in ["unmanaged", "save_on_cpu", "checkpoint"]]
+    base = rows[0]["ms_per_step"]
+    mib = lambda b: "-" if b is None else f"{b / 2**20:.1f} MiB"
+    print(f"{'PyTorch':<12} {'ms/step':>9} {'x unman.':>9} {'peak alloc':>12} {'peak reserved':>14}  losses")
+    for r in rows:
+        print(f"{r['mode']:<12} {r['ms_per_step']:>9.1f} {r['ms_per_step'] / base:>9.2f} {mib(r['peak_allocated']):>12} "
+              f"{mib(r['peak_reserved']):>14}  " + " ".join(f"{l:.4f}" for l in r["losses"]))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
