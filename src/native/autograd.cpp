@@ -122,14 +122,15 @@ torch::autograd::Engine &managing_engine() {
 extern "C" {
 
 // Makes the default autograd engine hand saved tensors to `pack`/`unpack`/`free` while `on`.
-// Installs the library's engine the first time, unless another engine than libtorch's base one
-// (PyTorch's Python engine) is the default: then `*managed` is false and nothing changes.
+// Installs the library's engine the first time `on` is asked, unless another engine than
+// libtorch's base one (PyTorch's Python engine) is the default: then `*managed` is false and
+// nothing changes.
 int tr_native_manage_saved(PackFn pack, UnpackFn unpack, FreeFn free, int on, int *managed, char *err,
                            size_t err_len) {
     return guarded(err, err_len, [&] {
         auto &current = torch::autograd::Engine::get_default_engine();
         bool ours = installed && &current == &managing_engine();
-        if (!ours && &current == &torch::autograd::Engine::get_base_engine()) {
+        if (!ours && on != 0 && &current == &torch::autograd::Engine::get_base_engine()) {
             pack_fn = pack;
             unpack_fn = unpack;
             free_fn = free;
