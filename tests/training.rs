@@ -1,8 +1,10 @@
 //! Training through the residency manager: seeded runs of an MLP and of a small transformer
 //! encoder, with dropout off and on, with SGD and Adam, give the same losses and the same final
 //! parameters bit for bit under every policy as without a manager, and no policy goes over its
-//! budget. Also: gradients reach leaves through views and in-place writes as in PyTorch, and an
-//! in-place write to a leaf that requires grad is refused the same way everywhere.
+//! budget. Also: gradients reach leaves through views and in-place writes as in PyTorch; an
+//! in-place write to a leaf that requires grad, or to a tensor saved for backward, is refused the
+//! same way everywhere; what autograd saves is managed (evicted in forward, prefetched and loaded
+//! back in backward); at half the unmanaged peak Flow trains with no needless cost in steady state.
 //! (One test binary: the manager is process-wide, so these tests take turns.)
 //!
 //! `cargo test --features cuda-tests --test training` runs them against CUDA device 0, where
