@@ -851,6 +851,14 @@ tr_status tr_residency_configure(const struct tr_residency_config *config);
 bool tr_residency_enabled(void);
 
 /**
+ * Whether the tensors autograd saves for backward go through the manager: a manager that moves
+ * data is configured, and backward runs on libtorch's own engine (not where PyTorch's Python
+ * engine does, in a Python process that imported torch; there they stay on the device, outside
+ * the budget, until backward). Never fails; leaves the last error alone.
+ */
+bool tr_residency_saved_tensors_managed(void);
+
+/**
  * Stops the manager: newer device copies are written back and every device copy is freed; the
  * event callback and the timeline go with it. Without a manager this does nothing. Call it
  * while no op runs on another thread.

@@ -1078,6 +1078,14 @@ class Residency {
         return tr_residency_enabled();
     }
 
+    /// Whether the tensors autograd saves for backward go through the manager (a manager that
+    /// moves data is configured, and backward runs on libtorch's engine):
+    /// tr_residency_saved_tensors_managed, which never fails.
+    static bool saved_tensors_managed() {
+        detail::ensure_abi();
+        return tr_residency_saved_tensors_managed();
+    }
+
     /// The manager's counters.
     static ResidencyStats stats() {
         tr_residency_stats s{};

@@ -126,6 +126,15 @@ pub extern "C" fn tr_residency_enabled() -> bool {
     residency::enabled()
 }
 
+/// Whether the tensors autograd saves for backward go through the manager: a manager that moves
+/// data is configured, and backward runs on libtorch's own engine (not where PyTorch's Python
+/// engine does, in a Python process that imported torch; there they stay on the device, outside
+/// the budget, until backward). Never fails; leaves the last error alone.
+#[no_mangle]
+pub extern "C" fn tr_residency_saved_tensors_managed() -> bool {
+    residency::saved_tensors_managed()
+}
+
 /// Stops the manager: newer device copies are written back and every device copy is freed; the
 /// event callback and the timeline go with it. Without a manager this does nothing. Call it
 /// while no op runs on another thread.

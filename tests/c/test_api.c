@@ -846,9 +846,11 @@ static void training_under_every_policy(void) {
         config.policy = policies[p];
         config.budget_bytes = 24 << 10; /* the largest op: an 8 KiB activation in, 8 KiB out */
         REQUIRE_OK(tr_residency_configure(&config));
+        CHECK(tr_residency_saved_tensors_managed()); /* no Python engine in this process */
         CHECK(train_mlp(managed) == 0);
         CHECK_OK(tr_residency_stats_get(&stats));
         CHECK_OK(tr_residency_disable());
+        CHECK(!tr_residency_saved_tensors_managed());
         for (i = 0; i < TRAIN_STEPS; i++) CHECK(managed[i] == plain[i]);
         if (policies[p] != TR_POLICY_RESIDENT) CHECK(stats.peak_device_bytes <= config.budget_bytes);
     }

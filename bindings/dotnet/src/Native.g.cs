@@ -401,6 +401,9 @@ namespace TensorRef
         [DllImport(Lib, EntryPoint = "tr_residency_enabled", ExactSpelling = true)]
         [return: MarshalAs(UnmanagedType.I1)]
         internal static extern bool tr_residency_enabled();
+        [DllImport(Lib, EntryPoint = "tr_residency_saved_tensors_managed", ExactSpelling = true)]
+        [return: MarshalAs(UnmanagedType.I1)]
+        internal static extern bool tr_residency_saved_tensors_managed();
         [DllImport(Lib, EntryPoint = "tr_residency_disable", ExactSpelling = true)]
         internal static extern Status tr_residency_disable();
         [DllImport(Lib, EntryPoint = "tr_residency_stats_get", ExactSpelling = true)]

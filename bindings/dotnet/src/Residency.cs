@@ -221,6 +221,20 @@ namespace TensorRef
             }
         }
 
+        /// <summary>
+        /// Whether the tensors autograd saves for backward go through the manager (a manager that
+        /// moves data is running, and backward runs on libtorch's engine):
+        /// tr_residency_saved_tensors_managed, which never fails.
+        /// </summary>
+        public static bool SavedTensorsManaged
+        {
+            get
+            {
+                NotInHandler("ResidencyManager.SavedTensorsManaged");
+                return Native.tr_residency_saved_tensors_managed();
+            }
+        }
+
         /// <summary>The configuration last applied through this class (a copy), or null when disabled.</summary>
         public static ResidencyConfig Current => Volatile.Read(ref _current)?.Clone();
 

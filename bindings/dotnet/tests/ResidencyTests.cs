@@ -309,12 +309,14 @@ namespace TensorRef.Tests
                 const ulong budget = 24 << 10; // the largest op: an 8 KiB activation in, 8 KiB out
                 using (ResidencyManager.Configure(new ResidencyConfig(policy, budget)))
                 {
+                    Check.True(ResidencyManager.SavedTensorsManaged, policy + ": saved tensors go through the manager");
                     var managed = TrainMlp();
                     for (int i = 0; i < plain.Count; i++)
                         Check.Equal(plain[i], managed[i], policy + ": the loss of step " + (i + 1));
                     if (policy != Policy.Resident)
                         Check.True(ResidencyManager.Stats.PeakDeviceBytes <= budget, policy + ": within the budget");
                 }
+                Check.True(!ResidencyManager.SavedTensorsManaged, "not without a manager");
             }
         }
 

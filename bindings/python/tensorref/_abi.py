@@ -219,6 +219,7 @@ def signatures(T) -> dict:
         'tr_residency_config_default': (c_int32, (POINTER(ResidencyConfig),)),
         'tr_residency_configure': (c_int32, (POINTER(ResidencyConfig),)),
         'tr_residency_enabled': (c_bool, ()),
+        'tr_residency_saved_tensors_managed': (c_bool, ()),
         'tr_residency_disable': (c_int32, ()),
         'tr_residency_stats_get': (c_int32, (POINTER(ResidencyStats),)),
         'tr_residency_mark_iteration': (c_int32, ()),

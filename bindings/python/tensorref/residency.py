@@ -91,6 +91,8 @@ class Config:
 
 # Whether the Resident policy's ignored budget was pointed out (once per process).
 _warned_resident: list[bool] = []
+# Whether configure() already warned that saved tensors are not managed.
+_warned_saved: list[bool] = []
 
 # Configurations made through this module, outermost first; the deferred-release batch size
 # in force before the first.
@@ -114,6 +116,11 @@ def configure(config: Config | None = None, **fields) -> Config:
                       "stay within a budget", UserWarning, stacklevel=3)
     flush_releases()
     _check(lib.tr_residency_configure(byref(c)), "tr_residency_configure")
+    if c.device != DEVICE_CODES["CPU"] and not saved_tensors_managed() and not _warned_saved:
+        _warned_saved.append(True)
+        warnings.warn("PyTorch's engine runs backward in this process (torch was imported first), so "
+                      "the tensors autograd saves for backward stay on the device, outside the "
+                      "budget, until backward; everything else is managed", UserWarning, stacklevel=3)
     if not _saved_batch:
         _saved_batch.append(_ownership.set_release_batch(1))
     _configured.append(config)
@@ -132,6 +139,13 @@ def disable() -> None:
 def enabled() -> bool:
     """Whether a manager is configured (by any language in the process)."""
     return bool(lib.tr_residency_enabled())
+
+
+def saved_tensors_managed() -> bool:
+    """Whether the tensors autograd saves for backward go through the manager: a manager that
+    moves data is configured and backward runs on libtorch's engine (not PyTorch's, which runs it
+    in a process that imported torch first)."""
+    return bool(lib.tr_residency_saved_tensors_managed())
 
 
 class session:

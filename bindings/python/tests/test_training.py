@@ -1,6 +1,11 @@
 """Training through the residency manager, as a PyTorch user writes it: a seeded MLP, with
 dropout off and on, with SGD and Adam, gives the same losses and parameters bit for bit under
-every policy as without a manager, never over the budget; without dropout it matches torch."""
+every policy as without a manager, never over the budget; without dropout it matches torch. What
+autograd saves is managed where libtorch's engine runs backward, and a process where PyTorch's does
+is warned."""
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -98,3 +103,24 @@ def test_training_without_dropout_matches_torch():
     np.testing.assert_allclose(losses, torch_losses, rtol=1e-5)
     for a, b in zip(params, torch_params):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_saved_tensors_are_managed_unless_torch_runs_backward():
+    # This process imported torch first: PyTorch's engine runs backward, and says so.
+    with tr.residency.session(policy="flow", budget_bytes=BUDGET):
+        assert not tr.residency.saved_tensors_managed()
+    # A process that never imports torch gets libtorch's own engine, with the manager's hooks.
+    script = ("import tensorref as tr\n"
+              "with tr.residency.session(policy='flow', budget_bytes=1 << 20):\n"
+              "    print(tr.residency.saved_tensors_managed())\n"
+              "print(tr.residency.saved_tensors_managed())\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "False"]
+
+
+def test_configure_warns_once_where_saved_tensors_stay_outside_the_budget():
+    tr.residency._warned_saved.clear()
+    with pytest.warns(UserWarning, match="saves for backward stay on the device"):
+        with tr.residency.session(policy="flow", budget_bytes=BUDGET):
+            pass
