@@ -58,9 +58,10 @@ struct PassGrad : public torch::autograd::Node {
 // How: libtorch asks the default autograd engine for hooks each time an op saves a tensor for
 // backward (SavedVariable's constructor calls Engine::get_default_saved_variable_hooks). The base
 // engine has none; PyTorch's Python engine answers from the hooks `saved_tensors_hooks` pushes,
-// which are Python objects. A process without Python (Rust, C, C++, .NET) gets an engine of ours,
-// the base engine in every other respect, whose hooks hand each saved tensor to the manager
-// (pack) and take it back in backward (unpack). Why not the alternatives: at::SavedTensorDefaultHooks
+// which are Python objects. Where the base engine runs backward (Rust, C, C++, .NET, and Python
+// that has not imported torch) an engine of ours takes its place, the base engine in every other
+// respect, whose hooks hand each saved tensor to the manager (pack) and take it back in backward
+// (unpack). Why not the alternatives: at::SavedTensorDefaultHooks
 // holds only Python objects; registering hooks on each node's saved variables after the op has no
 // C++ API that reaches them; keeping the tensors autograd saves out of the manager leaves them on
 // the device, outside the budget, until backward. Where PyTorch's Python engine is already the
