@@ -106,8 +106,9 @@ impl Manager {
     // ------------------------------------------------------------ ops
 
     /// Called when a registered entry dies. The storage is forgotten with its last view, unless
-    /// other tensors still hold its home (views made before the manager saw it): then it stays
-    /// known, so they keep reading current data through the manager, until they are gone too.
+    /// other tensors still hold its home (views made before the manager saw it, a leaf's
+    /// `grad`): then it stays known, so they keep reading current data through the manager,
+    /// until they are gone too.
     /// `dying`: the entry's tensor still holds its home (the entry is being dropped now, not
     /// forgotten later).
     pub(crate) fn forget(&mut self, uid: u64, dying: bool) {
@@ -122,8 +123,14 @@ impl Manager {
                 }
             }
         }
-        let orphans = std::mem::take(&mut self.orphans);
-        self.orphans = orphans.into_iter().filter(|&id| !self.forget_unheld(id, 1)).collect();
+        // The orphans are checked once per as many forgotten entries as there are orphans, so a
+        // release costs the same however many there are (every parameter's gradient is one).
+        self.forgotten += 1;
+        if self.forgotten >= self.orphans.len() {
+            self.forgotten = 0;
+            let orphans = std::mem::take(&mut self.orphans);
+            self.orphans = orphans.into_iter().filter(|&id| !self.forget_unheld(id, 1)).collect();
+        }
     }
 
     /// Forgets a storage no registered view uses if nothing beyond `ours` references holds its

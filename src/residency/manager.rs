@@ -62,6 +62,8 @@ pub(crate) struct Manager {
     /// Storages whose registered views have all died while other tensors still held their home:
     /// forgotten once those are gone too (see `forget`).
     pub(super) orphans: Vec<u64>,
+    /// Entries forgotten since the orphans were last checked (see `forget`).
+    pub(super) forgotten: usize,
     /// Write-backs of external memory the running op must wait for before it returns.
     pub(super) owed: Vec<Arc<Transfer>>,
     pub(crate) stats: ResidencyStats,
@@ -89,6 +91,7 @@ impl Manager {
             entries: HashMap::new(),
             next_id: 1,
             orphans: Vec::new(),
+            forgotten: 0,
             owed: Vec::new(),
             stats,
             clock: 0,
