@@ -14,6 +14,9 @@
 //! `--shape opt30b` builds OPT-30B-like blocks (four weights of 3h x h, h x h, 4h x h, h x 4h
 //! with h = `--width`) instead of square layers; `--layers` counts blocks.
 
+#[path = "common/cli.rs"]
+mod cli;
+use cli::Cli;
 use std::time::Instant;
 use tensorref::residency::{self, schedule, ComputeDevice, Config, PolicyKind};
 use tensorref::{no_grad, with_scope, DType, Result, Tensor};
@@ -34,23 +37,21 @@ struct Args {
 }
 
 fn args() -> Args {
-    let argv: Vec<String> = std::env::args().collect();
-    let value = |name: &str| argv.iter().position(|s| s == name).and_then(|i| argv.get(i + 1)).cloned();
-    let num = |name: &str, default: i64| value(name).and_then(|v| v.parse().ok()).unwrap_or(default);
+    let cli = Cli::new();
     // Activations of 1.5x a layer's weights: a layer's working set (in + weights + out) is then
     // exactly the budget, and Genoa moves activations as well as weights.
     Args {
-        device: value("--device").map_or(ComputeDevice::Simulated, |d| d.parse().expect("--device")),
-        width: num("--width", 512),
-        layers: num("--layers", 16) as usize,
-        batch: num("--batch", 768),
-        passes: num("--passes", 5) as usize,
-        dtype: if value("--dtype").as_deref() == Some("f16") { DType::F16 } else { DType::F32 },
-        opt30b: value("--shape").as_deref() == Some("opt30b"),
-        policies: value("--policies").unwrap_or_else(|| "cpu,resident,genoa,flow".into()).split(',').map(String::from).collect(),
-        budget_div: num("--budget-div", 4) as u64,
-        tflops: value("--tflops").and_then(|v| v.parse().ok()),
-        json: value("--json"),
+        device: cli.value("--device").map_or(ComputeDevice::Simulated, |d| d.parse().expect("--device")),
+        width: cli.num("--width", 512),
+        layers: cli.num("--layers", 16) as usize,
+        batch: cli.num("--batch", 768),
+        passes: cli.num("--passes", 5) as usize,
+        dtype: if cli.value("--dtype").as_deref() == Some("f16") { DType::F16 } else { DType::F32 },
+        opt30b: cli.value("--shape").as_deref() == Some("opt30b"),
+        policies: cli.value("--policies").unwrap_or_else(|| "cpu,resident,genoa,flow".into()).split(',').map(String::from).collect(),
+        budget_div: cli.num("--budget-div", 4) as u64,
+        tflops: cli.value("--tflops").and_then(|v| v.parse().ok()),
+        json: cli.value("--json"),
     }
 }
 

@@ -10,6 +10,9 @@
 //!     cargo bench --bench training -- [--device simulated|cuda] [--width 256] [--layers 4]
 //!         [--heads 4] [--tokens 64] [--batch 16] [--steps 6] [--dropout 0.1]
 
+#[path = "common/cli.rs"]
+mod cli;
+use cli::Cli;
 use std::time::Instant;
 use tensorref::residency::{self, ComputeDevice, Config, PolicyKind, ResidencyStats};
 use tensorref::{manual_seed, no_grad, with_scope, DType, Result, Tensor};
@@ -26,18 +29,16 @@ struct Args {
 }
 
 fn args() -> Args {
-    let argv: Vec<String> = std::env::args().collect();
-    let value = |name: &str| argv.iter().position(|s| s == name).and_then(|i| argv.get(i + 1)).cloned();
-    let num = |name: &str, default: i64| value(name).and_then(|v| v.parse().ok()).unwrap_or(default);
+    let cli = Cli::new();
     Args {
-        device: value("--device").map_or(ComputeDevice::Simulated, |d| d.parse().expect("--device")),
-        width: num("--width", 256),
-        layers: num("--layers", 4) as usize,
-        heads: num("--heads", 4),
-        tokens: num("--tokens", 64),
-        batch: num("--batch", 16),
-        steps: num("--steps", 6) as usize,
-        dropout: value("--dropout").and_then(|v| v.parse().ok()).unwrap_or(0.1),
+        device: cli.value("--device").map_or(ComputeDevice::Simulated, |d| d.parse().expect("--device")),
+        width: cli.num("--width", 256),
+        layers: cli.num("--layers", 4) as usize,
+        heads: cli.num("--heads", 4),
+        tokens: cli.num("--tokens", 64),
+        batch: cli.num("--batch", 16),
+        steps: cli.num("--steps", 6) as usize,
+        dropout: cli.value("--dropout").and_then(|v| v.parse().ok()).unwrap_or(0.1),
     }
 }
 
