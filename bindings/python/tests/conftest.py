@@ -23,6 +23,18 @@ def no_leaked_handles():
     assert after == before, f"the test session leaked {after - before} tensor handle(s)"
 
 
+@pytest.fixture
+def no_manager_left_and_no_leak():
+    """For the residency tests: no manager left configured (one left is turned off, so the next
+    test starts clean), and no handle leaked, per test."""
+    before = tr.live_handles()
+    yield
+    if tr.residency.enabled():
+        tr.residency.disable()
+        pytest.fail("the test left a residency manager configured")
+    assert tr.live_handles() == before
+
+
 @pytest.fixture(autouse=True)
 def no_scope_left_open():
     yield

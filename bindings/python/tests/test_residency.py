@@ -14,14 +14,7 @@ LAYER_BYTES = WIDTH * WIDTH * 4
 BUDGET = LAYERS * LAYER_BYTES // 4  # the weights are 4x the budget
 
 
-@pytest.fixture(autouse=True)
-def no_manager_left_and_no_leak():
-    before = tr.live_handles()
-    yield
-    if tr.residency.enabled():
-        tr.residency.disable()
-        pytest.fail("the test left a residency manager configured")
-    assert tr.live_handles() == before
+pytestmark = pytest.mark.usefixtures("no_manager_left_and_no_leak")
 
 
 @pytest.fixture

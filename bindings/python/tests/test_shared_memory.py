@@ -11,12 +11,7 @@ torch = pytest.importorskip("torch")
 POLICIES = ["resident", "genoa", "flow"]
 
 
-@pytest.fixture(autouse=True)
-def no_manager_left_and_no_leak():
-    before = tr.live_handles()
-    yield
-    assert not tr.residency.enabled(), "the test left a residency manager configured"
-    assert tr.live_handles() == before
+pytestmark = pytest.mark.usefixtures("no_manager_left_and_no_leak")
 
 
 @pytest.mark.parametrize("policy", POLICIES)

@@ -18,12 +18,7 @@ POLICIES = ["resident", "genoa", "flow"]
 BUDGET = 192 << 10
 
 
-@pytest.fixture(autouse=True)
-def no_manager_left_and_no_leak():
-    before = tr.live_handles()
-    yield
-    assert not tr.residency.enabled(), "the test left a residency manager configured"
-    assert tr.live_handles() == before
+pytestmark = pytest.mark.usefixtures("no_manager_left_and_no_leak")
 
 
 def data():
