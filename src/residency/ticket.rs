@@ -71,7 +71,9 @@ impl Ticket {
             return Ok(entry.shallow_clone());
         }
         let grad_op = GRAD_OPS.contains(&self.op);
-        let recording = !grad_op && crate::native::grad_enabled();
+        // Grad mode is read (two calls into libtorch) only for an input that autograd concerns:
+        // one written, or one that requires grad; not for the plain reads of inference.
+        let recording = (write || entry.requires_grad()) && !grad_op && crate::native::grad_enabled();
         if write && recording && entry.requires_grad() && entry.is_leaf() {
             // What libtorch says without a manager, where a device copy would not be a leaf.
             return Err(Error::InvalidArg(format!("`{}`: a leaf Variable that requires grad is being used in an in-place operation.", self.op)));
