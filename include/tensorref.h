@@ -42,7 +42,7 @@
 
 #define TR_VERSION_PATCH 0
 
-#define TR_ABI_VERSION 2
+#define TR_ABI_VERSION 3
 
 /**
  * Status codes of the C ABI (`tr_status`, an `int32_t`). Grouped by hundreds; a released code
@@ -272,6 +272,37 @@ typedef int32_t tr_policy;
 #endif // __cplusplus
 
 /**
+ * Whether the manager drops results it can make again rather than writing them back.
+ */
+enum tr_recompute
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : int32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Every evicted result is written back.
+   */
+  TR_RECOMPUTE_OFF = 0,
+  /**
+   * A result is dropped when remaking it is estimated cheaper than writing it back and
+   * loading it again over the link.
+   */
+  TR_RECOMPUTE_CHEAPER = 1,
+  /**
+   * Every result that can be made again is dropped when evicted (as activation
+   * checkpointing would, op by op).
+   */
+  TR_RECOMPUTE_ALWAYS = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum tr_recompute tr_recompute;
+#else
+typedef int32_t tr_recompute;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
  * What a residency manager event reports.
  */
 enum tr_event_kind
@@ -303,6 +334,14 @@ enum tr_event_kind
    * A storage was copied to the device ahead of its recorded next use.
    */
   TR_EVENT_KIND_PREFETCH = 5,
+  /**
+   * A dropped result was made again from its inputs.
+   */
+  TR_EVENT_KIND_RECOMPUTE = 6,
+  /**
+   * A result's device copy was dropped to be made again, rather than written back.
+   */
+  TR_EVENT_KIND_DROP = 7,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -416,6 +455,11 @@ typedef struct tr_residency_config {
    * The simulated device's physical memory; 0 for unlimited.
    */
   uint64_t simulated_capacity;
+  /**
+   * Whether evicted results that can be made again from their inputs are dropped rather
+   * than written back: never, when that is estimated cheaper, or always.
+   */
+  tr_recompute recompute;
 } tr_residency_config;
 
 /**
@@ -481,6 +525,24 @@ typedef struct tr_residency_stats {
    * Write-backs of a device copy no op had modified (always 0; a guard against regressions).
    */
   uint64_t needless_write_backs;
+  /**
+   * Evictions that dropped a result to be made again rather than writing it back, and their
+   * bytes (see `Recompute`).
+   */
+  uint64_t drops;
+  uint64_t dropped_bytes;
+  /**
+   * Results made again from their inputs, and their bytes.
+   */
+  uint64_t recomputations;
+  uint64_t recomputed_bytes;
+  /**
+   * What CUDA's caching allocator holds on the device (reserved: in use by any tensor, the
+   * manager's or not, or cached for reuse), now and at its peak; the gap to the manager's
+   * device bytes is other tensors and fragmentation. 0 on other devices.
+   */
+  uint64_t reserved_bytes;
+  uint64_t peak_reserved_bytes;
 } tr_residency_stats;
 
 /**
@@ -832,7 +894,7 @@ tr_status tr_tensor_to_dlpack(struct tr_tensor t, void **out_managed);
 /**
  * Fills `*out` with the defaults: simulated device, Flow, no budget (set one), page-locked host
  * memory, prefetch as far ahead as the budget allows (depth 256 ops), unlimited simulated
- * capacity. Errors: TR_ERR_NULL_ARG.
+ * capacity, no recomputation. Errors: TR_ERR_NULL_ARG.
  */
 tr_status tr_residency_config_default(struct tr_residency_config *out);
 

@@ -111,6 +111,28 @@ inline const char* to_string(Policy v) noexcept {
     return "unknown";
 }
 
+/// Whether the manager drops results it can make again rather than writing them back.
+enum class Recompute : int32_t {
+    /// Every evicted result is written back.
+    Off = TR_RECOMPUTE_OFF,
+    /// A result is dropped when remaking it is estimated cheaper than writing it back and
+    /// loading it again over the link.
+    Cheaper = TR_RECOMPUTE_CHEAPER,
+    /// Every result that can be made again is dropped when evicted (as activation
+    /// checkpointing would, op by op).
+    Always = TR_RECOMPUTE_ALWAYS,
+};
+
+/// The value's name: its constant's last words in lower case (`off`).
+inline const char* to_string(Recompute v) noexcept {
+    switch (v) {
+        case Recompute::Off: return "off";
+        case Recompute::Cheaper: return "cheaper";
+        case Recompute::Always: return "always";
+    }
+    return "unknown";
+}
+
 /// What a residency manager event reports.
 enum class EventKind : int32_t {
     /// A storage was copied to the device for an op.
@@ -125,6 +147,10 @@ enum class EventKind : int32_t {
     OpEnd = TR_EVENT_KIND_OP_END,
     /// A storage was copied to the device ahead of its recorded next use.
     Prefetch = TR_EVENT_KIND_PREFETCH,
+    /// A dropped result was made again from its inputs.
+    Recompute = TR_EVENT_KIND_RECOMPUTE,
+    /// A result's device copy was dropped to be made again, rather than written back.
+    Drop = TR_EVENT_KIND_DROP,
 };
 
 /// The value's name: its constant's last words in lower case (`load`).
@@ -136,6 +162,8 @@ inline const char* to_string(EventKind v) noexcept {
         case EventKind::OpBegin: return "op_begin";
         case EventKind::OpEnd: return "op_end";
         case EventKind::Prefetch: return "prefetch";
+        case EventKind::Recompute: return "recompute";
+        case EventKind::Drop: return "drop";
     }
     return "unknown";
 }

@@ -11,7 +11,7 @@
 //! results are compared within a tolerance instead.
 
 use std::sync::{Arc, Mutex, MutexGuard};
-use tensorref::residency::{self, ComputeDevice, Config, EventKind, PolicyKind, ResidencyStats};
+use tensorref::residency::{self, ComputeDevice, Config, EventKind, PolicyKind, Recompute, ResidencyStats};
 use tensorref::{live_handles, manual_seed, no_grad, DType, Result, Tensor};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -26,7 +26,11 @@ struct Managed;
 
 impl Managed {
     fn new(policy: PolicyKind, budget: u64) -> Managed {
-        residency::configure(Config::new(DEVICE, policy, budget)).unwrap();
+        Managed::recomputing(policy, budget, Recompute::Off)
+    }
+
+    fn recomputing(policy: PolicyKind, budget: u64, recompute: Recompute) -> Managed {
+        residency::configure(Config { recompute, ..Config::new(DEVICE, policy, budget) }).unwrap();
         Managed
     }
 }
@@ -97,27 +101,38 @@ fn train_with<M: Model>(make: impl Fn() -> Result<M>, steps: usize, dropout: boo
     Ok(Run { losses, params })
 }
 
-/// Runs `f` without a manager, then under each policy at each budget, and compares each run with
-/// the first; checks the budget and that no handle leaked.
+/// Runs `f` without a manager, then under each policy at each budget, with recomputation off,
+/// where cheaper, and always (Genoa and Flow), and compares each run with the first; checks the
+/// budget, that recomputation happened where it always should, and that no handle leaked.
 fn same_under_every_policy(budgets: &[u64], f: impl Fn() -> Result<Run>) {
     let _turn = turn();
     let live = live_handles();
     let plain = f().unwrap();
     assert!(plain.losses.last() < plain.losses.first(), "the loss goes down: {:?}", plain.losses);
-    for policy in [PolicyKind::Resident, PolicyKind::Genoa, PolicyKind::Flow] {
+    let mut runs = vec![(PolicyKind::Resident, 0, Recompute::Off)];
+    for policy in [PolicyKind::Genoa, PolicyKind::Flow] {
         for &budget in budgets {
-            let managed = Managed::new(policy, budget);
-            let run = f();
-            let stats = residency::stats().unwrap();
-            drop(managed);
-            let run = run.unwrap_or_else(|e| panic!("{policy:?} at {budget} bytes: {e}"));
-            assert_same(&plain, &run, &format!("{policy:?} at {budget} bytes"));
-            if policy != PolicyKind::Resident {
-                assert!(stats.peak_device_bytes <= budget, "{policy:?} at {budget} bytes: over budget {stats:?}");
-                assert!(stats.evictions > 0, "{policy:?} at {budget} bytes: the budget made it move data {stats:?}");
-            }
-            assert_eq!(live_handles(), live, "{policy:?} at {budget} bytes: handles leaked");
+            runs.extend([Recompute::Off, Recompute::Cheaper, Recompute::Always].map(|r| (policy, budget, r)));
         }
+    }
+    for (policy, budget, recompute) in runs {
+        let what = format!("{policy:?} at {budget} bytes, recomputation {recompute:?}");
+        let managed = Managed::recomputing(policy, budget, recompute);
+        let run = f();
+        let stats = residency::stats().unwrap();
+        drop(managed);
+        let run = run.unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_same(&plain, &run, &what);
+        if policy != PolicyKind::Resident {
+            assert!(stats.peak_device_bytes <= budget, "{what}: over budget {stats:?}");
+            assert!(stats.evictions > 0, "{what}: the budget made it move data {stats:?}");
+        }
+        match recompute {
+            Recompute::Off => assert_eq!((stats.drops, stats.recomputations), (0, 0), "{what}: {stats:?}"),
+            Recompute::Always => assert!(stats.drops > 0 && stats.recomputations > 0, "{what}: nothing recomputed {stats:?}"),
+            Recompute::Cheaper => {}
+        }
+        assert_eq!(live_handles(), live, "{what}: handles leaked");
     }
 }
 

@@ -52,8 +52,27 @@ def one_op(op: Op) -> list[str]:
         bind = cell(p.ty, "rust_bind")
         if bind:
             lines.append("    " + fill(bind, p))
+    if op.replayable:
+        return lines + replayed(op)
     run = ret_cell(op.ret, "rust_run").format(body=op.body, first=params[0].name if params else "")
     return lines + [f"    {run}"]
+
+
+def replayed(op: Op) -> list[str]:
+    """The call running a replayable op: its body as a replay function of the op's tensor inputs
+    (holding its other arguments), which the residency manager may keep to make the result
+    again."""
+    tensors = [p for p in op.params if cell(p.ty, "tensor")]
+    owned = [p.name for p in op.params if cell(p.ty, "replay") == "owned"]
+    given = ", ".join(f"Some({p.name})" if p.ty == "T" else p.name for p in tensors)
+    names = ", ".join(p.name for p in tensors)
+    lines = [f"    let {n} = {n}.to_vec();" for n in owned]
+    lines.append(f"    op.output_replayable([{given}], move |inputs| {{")
+    lines.append(f"        let [{names}] = replay_args(inputs)?;")
+    lines += [f"        let {p.name} = given({p.name})?;" for p in tensors if p.ty == "T"]
+    lines += [f"        let {n} = &{n}[..];" for n in owned]
+    lines += [f"        Ok({op.body}?)", "    })"]
+    return lines
 
 
 def method(op: Op) -> str:

@@ -21,6 +21,10 @@ TABLE = ROOT / "src/ops/ops.def"
 # The receivers an op's name may start with, besides a tensor (tr_tensor_*).
 RECEIVERS = {"optim"}
 
+# Ops whose result depends on the random generator: never recomputed (the residency manager
+# writes them back instead; see emit_rust).
+RANDOM = {"dropout"}
+
 
 @dataclass(frozen=True)
 class Param:
@@ -45,6 +49,13 @@ class Op:
     def creates(self) -> bool:
         """No tensor input: the op makes a tensor from nothing but its arguments."""
         return not any(cell(p.ty, "tensor") for p in self.params)
+
+    @property
+    def replayable(self) -> bool:
+        """The op makes a new tensor from its inputs and values alone, so the residency manager
+        may drop its result and run it again (src/residency/recompute.rs)."""
+        return (self.ret == "T" and not self.creates and self.name not in RANDOM
+                and all(cell(p.ty, "replay") for p in self.params))
 
     @property
     def c_name(self) -> str:
@@ -78,9 +89,13 @@ class Op:
 #   py_pre         a statement before the call, or None
 #   py_args        the C arguments it becomes
 #   sweep          the meta-device sweep's default argument (tools/emit_device_sweep.py)
+#   replay         how an op's replay function (an op the residency manager may recompute; see
+#                  emit_rust) has it: "tensor", "optional" (a tensor or none), "owned" (a copy of
+#                  a list it holds), "copy" (a value it holds), or None: an op taking it is never
+#                  recomputed
 
 _COLUMNS = ("doc tensor each rust_core rust_fetch rust_bind rust_method rust_arg ffi_params ffi_pre "
-            "ffi_arg cpp_type cpp_args cs_type cs_pre cs_args py_hint py_pre py_args sweep").split()
+            "ffi_arg cpp_type cpp_args cs_type cs_pre cs_args py_hint py_pre py_args sweep replay").split()
 
 # A list of tensors (also the base of "T[]!", the same list written in place).
 PARAMS_T_LIST: dict = dict(
@@ -98,7 +113,7 @@ PARAMS_T_LIST: dict = dict(
     # released) before the library has used it.
     py_hint="Sequence[Tensor]", py_pre="{n}, _{n}, _{n}_len = _handles({n}, {name!r})",
     py_args=["_{n}", "_{n}_len"],
-    sweep="&[m(&[4, 4], F32), m(&[4, 4], F32)]")
+    sweep="&[m(&[4, 4], F32), m(&[4, 4], F32)]", replay=None)
 
 PARAMS: dict[str, dict] = {
     "T": dict(
@@ -109,7 +124,7 @@ PARAMS: dict[str, dict] = {
         cpp_type="const {tensor}&", cpp_args=["{n}.raw()"],
         cs_type="Tensor", cs_pre=None, cs_args=['Tensor.Arg({n}, "{name}")'],
         py_hint="Tensor", py_pre=None, py_args=["{n}"],
-        sweep="m(&[4, 4], F32)"),
+        sweep="m(&[4, 4], F32)", replay="tensor"),
     "T?": dict(
         doc="an optional tensor (handle 0 in C)", tensor=True, each=False,
         rust_core="TensorId", rust_fetch="let {n} = op.get_opt({n})?;", rust_bind="let {n} = {n}.as_deref();",
@@ -118,7 +133,7 @@ PARAMS: dict[str, dict] = {
         cpp_type="OptionalTensor", cpp_args=["{n}.raw()"],
         cs_type="Tensor", cs_pre=None, cs_args=["Tensor.OptArg({n})"],
         py_hint="Tensor | None", py_pre=None, py_args=["_NONE if {n} is None else {n}"],
-        sweep="m(&[4], F32)"),
+        sweep="m(&[4], F32)", replay="optional"),
     "T[]": PARAMS_T_LIST,
     # The op runs once per index (so the device holds one element's tensors at a time: an
     # optimizer step over a model larger than the budget), with one-element lists.
@@ -133,7 +148,7 @@ PARAMS: dict[str, dict] = {
         cs_type="long[]", cs_pre='if ({n} == null) throw new ArgumentNullException("{name}");',
         cs_args=["{n}", "(UIntPtr){n}.Length"],
         py_hint="int | Sequence[int]", py_pre="{n}, {n}_len = _i64s({n}, {name!r})", py_args=["{n}", "{n}_len"],
-        sweep="&[1]"),
+        sweep="&[1]", replay="owned"),
     "scalar": dict(
         doc="a typed scalar (tr_scalar: integer, float or bool)", tensor=False, each=False,
         rust_core="Scalar", rust_fetch=None, rust_bind=None, rust_method="impl Into<Scalar>", rust_arg="{n}.into()",
@@ -141,7 +156,7 @@ PARAMS: dict[str, dict] = {
         cpp_type="Scalar", cpp_args=["{n}.raw()"],
         cs_type="Scalar", cs_pre=None, cs_args=["{n}"],
         py_hint="int | float | bool", py_pre=None, py_args=["_scalar({n}, {name!r})"],
-        sweep="Scalar::Float(0.5)"),
+        sweep="Scalar::Float(0.5)", replay="copy"),
     "f64": dict(
         doc="a double", tensor=False, each=False,
         rust_core="f64", rust_fetch=None, rust_bind=None, rust_method="f64", rust_arg="{n}",
@@ -149,7 +164,7 @@ PARAMS: dict[str, dict] = {
         cpp_type="double", cpp_args=["{n}"],
         cs_type="double", cs_pre=None, cs_args=["{n}"],
         py_hint="float", py_pre=None, py_args=["{n}"],
-        sweep="0.5"),
+        sweep="0.5", replay="copy"),
     "i64": dict(
         doc="a 64-bit integer", tensor=False, each=False,
         rust_core="i64", rust_fetch=None, rust_bind=None, rust_method="i64", rust_arg="{n}",
@@ -157,7 +172,7 @@ PARAMS: dict[str, dict] = {
         cpp_type="int64_t", cpp_args=["{n}"],
         cs_type="long", cs_pre=None, cs_args=["{n}"],
         py_hint="int", py_pre=None, py_args=["{n}"],
-        sweep="1"),
+        sweep="1", replay="copy"),
     "bool": dict(
         doc="a bool", tensor=False, each=False,
         rust_core="bool", rust_fetch=None, rust_bind=None, rust_method="bool", rust_arg="{n}",
@@ -165,7 +180,7 @@ PARAMS: dict[str, dict] = {
         cpp_type="bool", cpp_args=["{n}"],
         cs_type="bool", cs_pre=None, cs_args=["{n}"],
         py_hint="bool", py_pre=None, py_args=["{n}"],
-        sweep="false"),
+        sweep="false", replay="copy"),
     "dtype": dict(
         doc="an element type (tr_dtype; defaults to float32 where it is the last parameter)", tensor=False, each=False,
         rust_core="DType", rust_fetch=None, rust_bind=None, rust_method="DType", rust_arg="{n}",
@@ -173,7 +188,7 @@ PARAMS: dict[str, dict] = {
         cpp_type="DType", cpp_args=["static_cast<tr_dtype>({n})"],
         cs_type="DType", cs_pre=None, cs_args=["{n}"],
         py_hint="DType", py_pre=None, py_args=["_code({n})"],
-        sweep="DType::F32"),
+        sweep="DType::F32", replay="copy"),
 }
 
 # ---------------------------------------------------------------- return types

@@ -5,7 +5,7 @@ use super::boundary::{call, out_arg};
 use super::handles::TrTensor;
 use crate::error::{Error, Status};
 use crate::registry::TensorId;
-use crate::residency::{self, ComputeDevice, Config, Event, PolicyKind, ResidencyStats};
+use crate::residency::{self, ComputeDevice, Config, Event, PolicyKind, Recompute, ResidencyStats};
 use crate::tensor::Tensor;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr, CString};
@@ -32,6 +32,9 @@ pub type TrDevice = i32;
 /// A `tr_policy` as it crosses the ABI (`PolicyKind::try_from` checks it).
 /// cbindgen:ignore
 pub type TrPolicy = i32;
+/// A `tr_recompute` as it crosses the ABI (`Recompute::try_from` checks it).
+/// cbindgen:ignore
+pub type TrRecompute = i32;
 /// A `tr_event_kind` as it crosses the ABI.
 /// cbindgen:ignore
 pub type TrEventKind = i32;
@@ -53,6 +56,9 @@ pub struct TrResidencyConfig {
     pub prefetch_depth: u32,
     /// The simulated device's physical memory; 0 for unlimited.
     pub simulated_capacity: u64,
+    /// Whether evicted results that can be made again from their inputs are dropped rather
+    /// than written back: never, when that is estimated cheaper, or always.
+    pub recompute: TrRecompute,
 }
 
 /// One manager event, valid only during the callback.
@@ -78,7 +84,7 @@ pub type TrEventFn = Option<extern "C" fn(event: *const TrEvent, user: *mut c_vo
 
 /// Fills `*out` with the defaults: simulated device, Flow, no budget (set one), page-locked host
 /// memory, prefetch as far ahead as the budget allows (depth 256 ops), unlimited simulated
-/// capacity. Errors: TR_ERR_NULL_ARG.
+/// capacity, no recomputation. Errors: TR_ERR_NULL_ARG.
 #[no_mangle]
 pub extern "C" fn tr_residency_config_default(out: *mut TrResidencyConfig) -> Status {
     call(|| {
@@ -90,6 +96,7 @@ pub extern "C" fn tr_residency_config_default(out: *mut TrResidencyConfig) -> St
             pin_host_memory: true,
             prefetch_depth: residency::DEFAULT_PREFETCH_DEPTH as u32,
             simulated_capacity: 0,
+            recompute: Recompute::Off as i32,
         };
         Ok(())
     })
@@ -116,6 +123,7 @@ pub extern "C" fn tr_residency_configure(config: *const TrResidencyConfig) -> St
             pin_host_memory: c.pin_host_memory,
             prefetch_depth: c.prefetch_depth as usize,
             simulated_capacity: (c.simulated_capacity > 0).then_some(c.simulated_capacity),
+            recompute: Recompute::try_from(c.recompute)?,
         })
     })
 }

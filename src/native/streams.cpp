@@ -13,6 +13,7 @@
 #include "guarded.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/Event.h>
 #include <c10/core/Stream.h>
 #include <c10/core/StreamGuard.h>
@@ -129,6 +130,17 @@ int tr_native_event_query(void *event) {
     } catch (...) {
         return 0;
     }
+}
+
+// The bytes CUDA's caching allocator holds on device `index` (in use or cached for reuse), now
+// and at their peak, through c10's device-generic allocator interface.
+int tr_native_cuda_reserved(int64_t index, uint64_t *now, uint64_t *peak, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        auto stats = c10::getDeviceAllocator(c10::DeviceType::CUDA)->getDeviceStats(static_cast<c10::DeviceIndex>(index));
+        const auto &reserved = stats.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+        *now = static_cast<uint64_t>(reserved.current);
+        *peak = static_cast<uint64_t>(reserved.peak);
+    });
 }
 
 } // extern "C"

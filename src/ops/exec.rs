@@ -5,9 +5,24 @@
 
 use crate::error::{Error, Result};
 use crate::registry::{self, Entry, TensorId};
-use crate::residency::{self, Ticket};
+use crate::residency::{self, Recipe, Replay, Ticket};
 use std::ops::Deref;
 use std::sync::Arc;
+use std::time::Instant;
+
+/// A replayed op's inputs, as many as it takes (see `Op::output_replayable`).
+pub(crate) fn replay_args<'a, const N: usize>(inputs: &[Option<&'a tch::Tensor>]) -> Result<[Option<&'a tch::Tensor>; N]> {
+    inputs.try_into().map_err(|_| Error::Device(format!("an op replayed with {} inputs, not {N}", inputs.len())))
+}
+
+/// A replayed op's required input.
+pub(crate) fn given(input: Option<&tch::Tensor>) -> Result<&tch::Tensor> {
+    input.ok_or_else(|| Error::Device("an op replayed without a required input".into()))
+}
+
+fn undefined() -> Error {
+    Error::Torch("the op returned an undefined tensor".into())
+}
 
 /// Checks that lists an op runs over element by element have one length.
 pub(crate) fn same_lengths(lists: &[(&str, &[TensorId])]) -> Result<()> {
@@ -32,10 +47,23 @@ impl Deref for Input {
 }
 
 /// A managed op's ticket, and the entries whose device copies it uses, kept alive until the
-/// ticket is done with them (fields drop in order).
+/// ticket is done with them (fields drop in order): `placed[i]` is the input made for
+/// `originals[i]`.
 struct Managed {
     ticket: Ticket,
     originals: Vec<Arc<Entry>>,
+    placed: Vec<Arc<Entry>>,
+}
+
+impl Managed {
+    /// The registered entry an input (as the body sees it) stands for.
+    fn original(&self, input: &tch::Tensor) -> Option<Arc<Entry>> {
+        let i = self.placed.iter().position(|p| {
+            let placed: &tch::Tensor = p;
+            std::ptr::eq(placed, input)
+        })?;
+        Some(self.originals[i].clone())
+    }
 }
 
 /// Boxed, so that an unmanaged op moves one null pointer around.
@@ -47,7 +75,7 @@ impl Op {
     #[inline]
     pub(crate) fn begin(name: &'static str) -> Op {
         let ticket = if residency::active() { Ticket::begin(name) } else { None };
-        Op { managed: ticket.map(|ticket| Box::new(Managed { ticket, originals: Vec::new() })) }
+        Op { managed: ticket.map(|ticket| Box::new(Managed { ticket, originals: Vec::new(), placed: Vec::new() })) }
     }
 
     #[inline]
@@ -55,9 +83,10 @@ impl Op {
         match &mut self.managed {
             None => Ok(Input(entry)),
             Some(m) => {
-                let device = m.ticket.acquire(&entry, write)?;
+                let input = Arc::new(Entry::new(m.ticket.acquire(&entry, write)?));
                 m.originals.push(entry);
-                Ok(Input(Arc::new(Entry::new(device))))
+                m.placed.push(input.clone());
+                Ok(Input(input))
             }
         }
     }
@@ -113,20 +142,49 @@ impl Op {
 
     #[inline(never)]
     fn output_managed<E: Into<Error>>(self, body: impl Fn() -> Result<tch::Tensor, E>) -> Result<TensorId> {
-        self.output_opt(body)?.ok_or_else(|| Error::Torch("the op returned an undefined tensor".into()))
+        self.output_opt(body)?.ok_or_else(undefined)
     }
 
     /// Like `output`, for ops that may make nothing (an undefined tensor).
     #[inline]
-    pub(crate) fn output_opt<E: Into<Error>>(mut self, body: impl Fn() -> Result<tch::Tensor, E>) -> Result<Option<TensorId>> {
-        let Some(Managed { ticket, .. }) = self.managed.as_deref_mut() else {
+    pub(crate) fn output_opt<E: Into<Error>>(self, body: impl Fn() -> Result<tch::Tensor, E>) -> Result<Option<TensorId>> {
+        if self.managed.is_none() {
             let t = body().map_err(Into::into)?;
             return Ok(t.defined().then(|| registry::insert(t)));
+        }
+        self.run_managed(|| body().map_err(Into::into), |_| None)
+    }
+
+    /// Like `output`, for an op whose result depends on nothing but its tensor inputs (`inputs`,
+    /// None for an absent optional one) and the values `replay` holds. Under a manager that
+    /// recomputes, the result keeps its recipe (the inputs' entries and `replay`): it may then be
+    /// dropped when evicted and made again when needed (see residency::recompute).
+    #[inline]
+    pub(crate) fn output_replayable<const N: usize>(
+        self,
+        inputs: [Option<&tch::Tensor>; N],
+        replay: impl Fn(&[Option<&tch::Tensor>]) -> Result<tch::Tensor> + Send + Sync + 'static,
+    ) -> Result<TensorId> {
+        let originals: Vec<Option<Arc<Entry>>> = match self.managed.as_deref() {
+            None => return Ok(registry::insert(replay(&inputs)?)),
+            Some(m) if m.ticket.recomputes() => inputs.iter().map(|i| i.and_then(|i| m.original(i))).collect(),
+            Some(_) => return self.output_managed(|| replay(&inputs)),
         };
+        let replay: Replay = Arc::new(replay);
+        let recipe = |cost: std::time::Duration| Some(Recipe::new(originals.clone(), replay.clone(), cost.as_nanos() as u64));
+        self.run_managed(|| replay(&inputs), recipe)?.ok_or_else(undefined)
+    }
+
+    /// Runs `body` under the manager and places its result (with the recipe `recipe` gives for
+    /// the time the body took); once more after evicting, if the device ran out of memory.
+    #[inline(never)]
+    fn run_managed(mut self, body: impl Fn() -> Result<tch::Tensor>, recipe: impl Fn(std::time::Duration) -> Option<Recipe>) -> Result<Option<TensorId>> {
+        let Managed { ticket, .. } = self.managed.as_deref_mut().expect("a managed op");
         let mut retried = false;
         loop {
-            let placed = body().map_err(Into::into).and_then(|t| match t.defined() {
-                true => ticket.finish(t).map(Some),
+            let started = Instant::now();
+            let placed = body().and_then(|t| match t.defined() {
+                true => ticket.finish(t, recipe(started.elapsed())).map(Some),
                 false => ticket.end().map(|()| None),
             });
             match placed {

@@ -55,7 +55,11 @@ pub(crate) mod core {
         let mut op = Op::begin("zeros_like");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_zeros_like())
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_zeros_like()?)
+        })
     }
 
     /// Ones with the shape and dtype of `a`.
@@ -63,7 +67,11 @@ pub(crate) mod core {
         let mut op = Op::begin("ones_like");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_ones_like())
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_ones_like()?)
+        })
     }
 
     /// a + b.
@@ -72,7 +80,12 @@ pub(crate) mod core {
         let [a, b] = op.get([a, b])?;
         let a: &tch::Tensor = &a;
         let b: &tch::Tensor = &b;
-        op.output(|| a.f_add(b))
+        op.output_replayable([Some(a), Some(b)], move |inputs| {
+            let [a, b] = replay_args(inputs)?;
+            let a = given(a)?;
+            let b = given(b)?;
+            Ok(a.f_add(b)?)
+        })
     }
 
     /// a - b.
@@ -81,7 +94,12 @@ pub(crate) mod core {
         let [a, b] = op.get([a, b])?;
         let a: &tch::Tensor = &a;
         let b: &tch::Tensor = &b;
-        op.output(|| a.f_sub(b))
+        op.output_replayable([Some(a), Some(b)], move |inputs| {
+            let [a, b] = replay_args(inputs)?;
+            let a = given(a)?;
+            let b = given(b)?;
+            Ok(a.f_sub(b)?)
+        })
     }
 
     /// a * b.
@@ -90,7 +108,12 @@ pub(crate) mod core {
         let [a, b] = op.get([a, b])?;
         let a: &tch::Tensor = &a;
         let b: &tch::Tensor = &b;
-        op.output(|| a.f_mul(b))
+        op.output_replayable([Some(a), Some(b)], move |inputs| {
+            let [a, b] = replay_args(inputs)?;
+            let a = given(a)?;
+            let b = given(b)?;
+            Ok(a.f_mul(b)?)
+        })
     }
 
     /// a / b (true division).
@@ -99,7 +122,12 @@ pub(crate) mod core {
         let [a, b] = op.get([a, b])?;
         let a: &tch::Tensor = &a;
         let b: &tch::Tensor = &b;
-        op.output(|| a.f_div(b))
+        op.output_replayable([Some(a), Some(b)], move |inputs| {
+            let [a, b] = replay_args(inputs)?;
+            let a = given(a)?;
+            let b = given(b)?;
+            Ok(a.f_div(b)?)
+        })
     }
 
     /// a + s.
@@ -107,7 +135,11 @@ pub(crate) mod core {
         let mut op = Op::begin("add_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_add(&scalar(a, s)?))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_add(&scalar(a, s)?)?)
+        })
     }
 
     /// a - s.
@@ -115,7 +147,11 @@ pub(crate) mod core {
         let mut op = Op::begin("sub_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_sub(&scalar(a, s)?))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_sub(&scalar(a, s)?)?)
+        })
     }
 
     /// a * s.
@@ -123,7 +159,11 @@ pub(crate) mod core {
         let mut op = Op::begin("mul_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_mul(&scalar(a, s)?))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_mul(&scalar(a, s)?)?)
+        })
     }
 
     /// a / s (true division).
@@ -131,7 +171,11 @@ pub(crate) mod core {
         let mut op = Op::begin("div_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_div(&scalar(a, s)?))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_div(&scalar(a, s)?)?)
+        })
     }
 
     /// s - a.
@@ -139,7 +183,11 @@ pub(crate) mod core {
         let mut op = Op::begin("rsub_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| scalar(a, s)?.f_sub(a))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(scalar(a, s)?.f_sub(a)?)
+        })
     }
 
     /// s / a (true division).
@@ -147,7 +195,11 @@ pub(crate) mod core {
         let mut op = Op::begin("rdiv_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| scalar(a, s)?.f_div(a))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(scalar(a, s)?.f_div(a)?)
+        })
     }
 
     /// a // b: the quotient rounded toward negative infinity.
@@ -156,7 +208,12 @@ pub(crate) mod core {
         let [a, b] = op.get([a, b])?;
         let a: &tch::Tensor = &a;
         let b: &tch::Tensor = &b;
-        op.output(|| a.f_floor_divide(b))
+        op.output_replayable([Some(a), Some(b)], move |inputs| {
+            let [a, b] = replay_args(inputs)?;
+            let a = given(a)?;
+            let b = given(b)?;
+            Ok(a.f_floor_divide(b)?)
+        })
     }
 
     /// a // s.
@@ -164,7 +221,11 @@ pub(crate) mod core {
         let mut op = Op::begin("floor_divide_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_floor_divide(&scalar(a, s)?))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_floor_divide(&scalar(a, s)?)?)
+        })
     }
 
     /// s // a.
@@ -172,7 +233,11 @@ pub(crate) mod core {
         let mut op = Op::begin("rfloor_divide_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| scalar(a, s)?.f_floor_divide(a))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(scalar(a, s)?.f_floor_divide(a)?)
+        })
     }
 
     /// a % b, with the sign of `b` (Python's %).
@@ -181,7 +246,12 @@ pub(crate) mod core {
         let [a, b] = op.get([a, b])?;
         let a: &tch::Tensor = &a;
         let b: &tch::Tensor = &b;
-        op.output(|| a.f_remainder_tensor(b))
+        op.output_replayable([Some(a), Some(b)], move |inputs| {
+            let [a, b] = replay_args(inputs)?;
+            let a = given(a)?;
+            let b = given(b)?;
+            Ok(a.f_remainder_tensor(b)?)
+        })
     }
 
     /// a % s.
@@ -189,7 +259,11 @@ pub(crate) mod core {
         let mut op = Op::begin("remainder_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_remainder_tensor(&scalar(a, s)?))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_remainder_tensor(&scalar(a, s)?)?)
+        })
     }
 
     /// s % a.
@@ -197,7 +271,11 @@ pub(crate) mod core {
         let mut op = Op::begin("rremainder_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| scalar(a, s)?.f_remainder_tensor(a))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(scalar(a, s)?.f_remainder_tensor(a)?)
+        })
     }
 
     /// a raised to `exponent`, elementwise.
@@ -206,7 +284,12 @@ pub(crate) mod core {
         let [a, exponent] = op.get([a, exponent])?;
         let a: &tch::Tensor = &a;
         let exponent: &tch::Tensor = &exponent;
-        op.output(|| a.f_pow(exponent))
+        op.output_replayable([Some(a), Some(exponent)], move |inputs| {
+            let [a, exponent] = replay_args(inputs)?;
+            let a = given(a)?;
+            let exponent = given(exponent)?;
+            Ok(a.f_pow(exponent)?)
+        })
     }
 
     /// a raised to the scalar `exponent` (an integer tensor to a negative integer is refused).
@@ -214,7 +297,11 @@ pub(crate) mod core {
         let mut op = Op::begin("pow_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| scalars::pow(a, exponent))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(scalars::pow(a, exponent)?)
+        })
     }
 
     /// `base` raised to a, elementwise.
@@ -222,7 +309,11 @@ pub(crate) mod core {
         let mut op = Op::begin("rpow_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| scalar(a, base)?.f_pow(a))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(scalar(a, base)?.f_pow(a)?)
+        })
     }
 
     /// -a.
@@ -230,7 +321,11 @@ pub(crate) mod core {
         let mut op = Op::begin("neg");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_neg())
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_neg()?)
+        })
     }
 
     /// e^a.
@@ -238,7 +333,11 @@ pub(crate) mod core {
         let mut op = Op::begin("exp");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_exp())
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_exp()?)
+        })
     }
 
     /// Natural logarithm.
@@ -246,7 +345,11 @@ pub(crate) mod core {
         let mut op = Op::begin("log");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_log())
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_log()?)
+        })
     }
 
     /// Square root.
@@ -254,7 +357,11 @@ pub(crate) mod core {
         let mut op = Op::begin("sqrt");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_sqrt())
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_sqrt()?)
+        })
     }
 
     /// Absolute value.
@@ -262,7 +369,11 @@ pub(crate) mod core {
         let mut op = Op::begin("abs");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_abs())
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_abs()?)
+        })
     }
 
     /// max(a, 0).
@@ -270,7 +381,11 @@ pub(crate) mod core {
         let mut op = Op::begin("relu");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_relu())
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_relu()?)
+        })
     }
 
     /// GELU with the exact erf form.
@@ -278,7 +393,11 @@ pub(crate) mod core {
         let mut op = Op::begin("gelu");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_gelu("none"))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_gelu("none")?)
+        })
     }
 
     /// a * sigmoid(a).
@@ -286,7 +405,11 @@ pub(crate) mod core {
         let mut op = Op::begin("silu");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_silu())
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_silu()?)
+        })
     }
 
     /// 1 / (1 + e^-a).
@@ -294,7 +417,11 @@ pub(crate) mod core {
         let mut op = Op::begin("sigmoid");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_sigmoid())
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_sigmoid()?)
+        })
     }
 
     /// Hyperbolic tangent.
@@ -302,7 +429,11 @@ pub(crate) mod core {
         let mut op = Op::begin("tanh");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_tanh())
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_tanh()?)
+        })
     }
 
     /// a limited to [min, max].
@@ -310,7 +441,11 @@ pub(crate) mod core {
         let mut op = Op::begin("clamp");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_clamp_tensor(Some(scalar(a, min)?), Some(scalar(a, max)?)))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_clamp_tensor(Some(scalar(a, min)?), Some(scalar(a, max)?))?)
+        })
     }
 
     /// Elements of `a` where `condition` is true, else of `other` (torch.where).
@@ -320,7 +455,13 @@ pub(crate) mod core {
         let a: &tch::Tensor = &a;
         let condition: &tch::Tensor = &condition;
         let other: &tch::Tensor = &other;
-        op.output(|| a.f_where_self(condition, other))
+        op.output_replayable([Some(a), Some(condition), Some(other)], move |inputs| {
+            let [a, condition, other] = replay_args(inputs)?;
+            let a = given(a)?;
+            let condition = given(condition)?;
+            let other = given(other)?;
+            Ok(a.f_where_self(condition, other)?)
+        })
     }
 
     /// a == b, as a bool tensor.
@@ -329,7 +470,12 @@ pub(crate) mod core {
         let [a, b] = op.get([a, b])?;
         let a: &tch::Tensor = &a;
         let b: &tch::Tensor = &b;
-        op.output(|| a.f_eq_tensor(b))
+        op.output_replayable([Some(a), Some(b)], move |inputs| {
+            let [a, b] = replay_args(inputs)?;
+            let a = given(a)?;
+            let b = given(b)?;
+            Ok(a.f_eq_tensor(b)?)
+        })
     }
 
     /// a != b, as a bool tensor.
@@ -338,7 +484,12 @@ pub(crate) mod core {
         let [a, b] = op.get([a, b])?;
         let a: &tch::Tensor = &a;
         let b: &tch::Tensor = &b;
-        op.output(|| a.f_ne_tensor(b))
+        op.output_replayable([Some(a), Some(b)], move |inputs| {
+            let [a, b] = replay_args(inputs)?;
+            let a = given(a)?;
+            let b = given(b)?;
+            Ok(a.f_ne_tensor(b)?)
+        })
     }
 
     /// a < b, as a bool tensor.
@@ -347,7 +498,12 @@ pub(crate) mod core {
         let [a, b] = op.get([a, b])?;
         let a: &tch::Tensor = &a;
         let b: &tch::Tensor = &b;
-        op.output(|| a.f_lt_tensor(b))
+        op.output_replayable([Some(a), Some(b)], move |inputs| {
+            let [a, b] = replay_args(inputs)?;
+            let a = given(a)?;
+            let b = given(b)?;
+            Ok(a.f_lt_tensor(b)?)
+        })
     }
 
     /// a <= b, as a bool tensor.
@@ -356,7 +512,12 @@ pub(crate) mod core {
         let [a, b] = op.get([a, b])?;
         let a: &tch::Tensor = &a;
         let b: &tch::Tensor = &b;
-        op.output(|| a.f_le_tensor(b))
+        op.output_replayable([Some(a), Some(b)], move |inputs| {
+            let [a, b] = replay_args(inputs)?;
+            let a = given(a)?;
+            let b = given(b)?;
+            Ok(a.f_le_tensor(b)?)
+        })
     }
 
     /// a > b, as a bool tensor.
@@ -365,7 +526,12 @@ pub(crate) mod core {
         let [a, b] = op.get([a, b])?;
         let a: &tch::Tensor = &a;
         let b: &tch::Tensor = &b;
-        op.output(|| a.f_gt_tensor(b))
+        op.output_replayable([Some(a), Some(b)], move |inputs| {
+            let [a, b] = replay_args(inputs)?;
+            let a = given(a)?;
+            let b = given(b)?;
+            Ok(a.f_gt_tensor(b)?)
+        })
     }
 
     /// a >= b, as a bool tensor.
@@ -374,7 +540,12 @@ pub(crate) mod core {
         let [a, b] = op.get([a, b])?;
         let a: &tch::Tensor = &a;
         let b: &tch::Tensor = &b;
-        op.output(|| a.f_ge_tensor(b))
+        op.output_replayable([Some(a), Some(b)], move |inputs| {
+            let [a, b] = replay_args(inputs)?;
+            let a = given(a)?;
+            let b = given(b)?;
+            Ok(a.f_ge_tensor(b)?)
+        })
     }
 
     /// a == s, as a bool tensor.
@@ -382,7 +553,11 @@ pub(crate) mod core {
         let mut op = Op::begin("eq_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_eq_tensor(&scalar(a, s)?))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_eq_tensor(&scalar(a, s)?)?)
+        })
     }
 
     /// a != s, as a bool tensor.
@@ -390,7 +565,11 @@ pub(crate) mod core {
         let mut op = Op::begin("ne_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_ne_tensor(&scalar(a, s)?))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_ne_tensor(&scalar(a, s)?)?)
+        })
     }
 
     /// a < s, as a bool tensor.
@@ -398,7 +577,11 @@ pub(crate) mod core {
         let mut op = Op::begin("lt_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_lt_tensor(&scalar(a, s)?))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_lt_tensor(&scalar(a, s)?)?)
+        })
     }
 
     /// a <= s, as a bool tensor.
@@ -406,7 +589,11 @@ pub(crate) mod core {
         let mut op = Op::begin("le_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_le_tensor(&scalar(a, s)?))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_le_tensor(&scalar(a, s)?)?)
+        })
     }
 
     /// a > s, as a bool tensor.
@@ -414,7 +601,11 @@ pub(crate) mod core {
         let mut op = Op::begin("gt_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_gt_tensor(&scalar(a, s)?))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_gt_tensor(&scalar(a, s)?)?)
+        })
     }
 
     /// a >= s, as a bool tensor.
@@ -422,7 +613,11 @@ pub(crate) mod core {
         let mut op = Op::begin("ge_scalar");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_ge_tensor(&scalar(a, s)?))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_ge_tensor(&scalar(a, s)?)?)
+        })
     }
 
     /// Sum of all elements.
@@ -430,7 +625,11 @@ pub(crate) mod core {
         let mut op = Op::begin("sum");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_sum(None::<Kind>))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_sum(None::<Kind>)?)
+        })
     }
 
     /// Sum over `dims`.
@@ -438,7 +637,13 @@ pub(crate) mod core {
         let mut op = Op::begin("sum_dim");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_sum_dim_intlist(dims, keepdim, None::<Kind>))
+        let dims = dims.to_vec();
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            let dims = &dims[..];
+            Ok(a.f_sum_dim_intlist(dims, keepdim, None::<Kind>)?)
+        })
     }
 
     /// Mean of all elements.
@@ -446,7 +651,11 @@ pub(crate) mod core {
         let mut op = Op::begin("mean");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_mean(None::<Kind>))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_mean(None::<Kind>)?)
+        })
     }
 
     /// Mean over `dims`.
@@ -454,7 +663,13 @@ pub(crate) mod core {
         let mut op = Op::begin("mean_dim");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_mean_dim(dims, keepdim, None::<Kind>))
+        let dims = dims.to_vec();
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            let dims = &dims[..];
+            Ok(a.f_mean_dim(dims, keepdim, None::<Kind>)?)
+        })
     }
 
     /// Largest element.
@@ -462,7 +677,11 @@ pub(crate) mod core {
         let mut op = Op::begin("max");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_max())
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_max()?)
+        })
     }
 
     /// Largest values along `dim`.
@@ -470,7 +689,11 @@ pub(crate) mod core {
         let mut op = Op::begin("max_dim");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_max_dim(dim, keepdim).map(|r| r.0))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_max_dim(dim, keepdim).map(|r| r.0)?)
+        })
     }
 
     /// Smallest element.
@@ -478,7 +701,11 @@ pub(crate) mod core {
         let mut op = Op::begin("min");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_min())
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_min()?)
+        })
     }
 
     /// Smallest values along `dim`.
@@ -486,7 +713,11 @@ pub(crate) mod core {
         let mut op = Op::begin("min_dim");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_min_dim(dim, keepdim).map(|r| r.0))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_min_dim(dim, keepdim).map(|r| r.0)?)
+        })
     }
 
     /// Indices (i64) of the largest values along `dim`.
@@ -494,7 +725,11 @@ pub(crate) mod core {
         let mut op = Op::begin("argmax");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_argmax(dim, keepdim))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_argmax(dim, keepdim)?)
+        })
     }
 
     /// Indices (i64) of the smallest values along `dim`.
@@ -502,7 +737,11 @@ pub(crate) mod core {
         let mut op = Op::begin("argmin");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_argmin(dim, keepdim))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_argmin(dim, keepdim)?)
+        })
     }
 
     /// Softmax along `dim`.
@@ -510,7 +749,11 @@ pub(crate) mod core {
         let mut op = Op::begin("softmax");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_softmax(dim, None::<Kind>))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_softmax(dim, None::<Kind>)?)
+        })
     }
 
     /// Log-softmax along `dim`.
@@ -518,7 +761,11 @@ pub(crate) mod core {
         let mut op = Op::begin("log_softmax");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_log_softmax(dim, None::<Kind>))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_log_softmax(dim, None::<Kind>)?)
+        })
     }
 
     /// Matrix product with torch.matmul's broadcasting rules.
@@ -527,7 +774,12 @@ pub(crate) mod core {
         let [a, b] = op.get([a, b])?;
         let a: &tch::Tensor = &a;
         let b: &tch::Tensor = &b;
-        op.output(|| a.f_matmul(b))
+        op.output_replayable([Some(a), Some(b)], move |inputs| {
+            let [a, b] = replay_args(inputs)?;
+            let a = given(a)?;
+            let b = given(b)?;
+            Ok(a.f_matmul(b)?)
+        })
     }
 
     /// Batched matrix product of [B,n,m] and [B,m,p].
@@ -536,7 +788,12 @@ pub(crate) mod core {
         let [a, b] = op.get([a, b])?;
         let a: &tch::Tensor = &a;
         let b: &tch::Tensor = &b;
-        op.output(|| a.f_bmm(b))
+        op.output_replayable([Some(a), Some(b)], move |inputs| {
+            let [a, b] = replay_args(inputs)?;
+            let a = given(a)?;
+            let b = given(b)?;
+            Ok(a.f_bmm(b)?)
+        })
     }
 
     /// x @ weight^T + bias; `weight` is [out, in].
@@ -547,7 +804,12 @@ pub(crate) mod core {
         let x: &tch::Tensor = &x;
         let weight: &tch::Tensor = &weight;
         let bias = bias.as_deref();
-        op.output(|| x.f_linear(weight, bias))
+        op.output_replayable([Some(x), Some(weight), bias], move |inputs| {
+            let [x, weight, bias] = replay_args(inputs)?;
+            let x = given(x)?;
+            let weight = given(weight)?;
+            Ok(x.f_linear(weight, bias)?)
+        })
     }
 
     /// Same elements in a new shape (a view when possible); -1 infers one dimension.
@@ -555,7 +817,13 @@ pub(crate) mod core {
         let mut op = Op::begin("reshape");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_reshape(shape))
+        let shape = shape.to_vec();
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            let shape = &shape[..];
+            Ok(a.f_reshape(shape)?)
+        })
     }
 
     /// A view with a new shape; fails if the layout does not allow one.
@@ -563,7 +831,13 @@ pub(crate) mod core {
         let mut op = Op::begin("view");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_view(shape))
+        let shape = shape.to_vec();
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            let shape = &shape[..];
+            Ok(a.f_view(shape)?)
+        })
     }
 
     /// A view with two dimensions swapped.
@@ -571,7 +845,11 @@ pub(crate) mod core {
         let mut op = Op::begin("transpose");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_transpose(dim0, dim1))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_transpose(dim0, dim1)?)
+        })
     }
 
     /// A view with dimensions reordered.
@@ -579,7 +857,13 @@ pub(crate) mod core {
         let mut op = Op::begin("permute");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_permute(dims))
+        let dims = dims.to_vec();
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            let dims = &dims[..];
+            Ok(a.f_permute(dims)?)
+        })
     }
 
     /// Removes dimension `dim` if it has size 1.
@@ -587,7 +871,11 @@ pub(crate) mod core {
         let mut op = Op::begin("squeeze");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_squeeze_dim(dim))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_squeeze_dim(dim)?)
+        })
     }
 
     /// Inserts a dimension of size 1 at `dim`.
@@ -595,7 +883,11 @@ pub(crate) mod core {
         let mut op = Op::begin("unsqueeze");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_unsqueeze(dim))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_unsqueeze(dim)?)
+        })
     }
 
     /// Concatenation along an existing dimension of at least one tensor.
@@ -619,7 +911,11 @@ pub(crate) mod core {
         let mut op = Op::begin("narrow");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_narrow(dim, start, length))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_narrow(dim, start, length)?)
+        })
     }
 
     /// Entries of `dim` at the positions in the i64 tensor `index`.
@@ -628,7 +924,12 @@ pub(crate) mod core {
         let [a, index] = op.get([a, index])?;
         let a: &tch::Tensor = &a;
         let index: &tch::Tensor = &index;
-        op.output(|| a.f_index_select(dim, index))
+        op.output_replayable([Some(a), Some(index)], move |inputs| {
+            let [a, index] = replay_args(inputs)?;
+            let a = given(a)?;
+            let index = given(index)?;
+            Ok(a.f_index_select(dim, index)?)
+        })
     }
 
     /// A row-major copy (or `a`'s storage if already contiguous).
@@ -636,7 +937,11 @@ pub(crate) mod core {
         let mut op = Op::begin("contiguous");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_contiguous())
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_contiguous()?)
+        })
     }
 
     /// A copy of `a` with its own storage.
@@ -644,7 +949,11 @@ pub(crate) mod core {
         let mut op = Op::begin("clone");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_empty_like().and_then(|mut t| t.f_copy_(a).map(|()| t)))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_empty_like().and_then(|mut t| t.f_copy_(a).map(|()| t))?)
+        })
     }
 
     /// A view of `a` broadcast to `shape` (-1 keeps a dimension).
@@ -652,7 +961,13 @@ pub(crate) mod core {
         let mut op = Op::begin("expand");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_expand(shape, false))
+        let shape = shape.to_vec();
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            let shape = &shape[..];
+            Ok(a.f_expand(shape, false)?)
+        })
     }
 
     /// A view of entry `index` of `dim`, without that dimension (a[index] on dim 0).
@@ -660,7 +975,11 @@ pub(crate) mod core {
         let mut op = Op::begin("select");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_select(dim, index))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_select(dim, index)?)
+        })
     }
 
     /// A view of entries start, start + step, ... before `end` of `dim` (step > 0).
@@ -668,7 +987,11 @@ pub(crate) mod core {
         let mut op = Op::begin("slice");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_slice(dim, start, end, step))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_slice(dim, start, end, step)?)
+        })
     }
 
     /// The elements of `a` where the bool `mask` (broadcast) is true, as a 1-d tensor.
@@ -677,7 +1000,12 @@ pub(crate) mod core {
         let [a, mask] = op.get([a, mask])?;
         let a: &tch::Tensor = &a;
         let mask: &tch::Tensor = &mask;
-        op.output(|| a.f_masked_select(mask))
+        op.output_replayable([Some(a), Some(mask)], move |inputs| {
+            let [a, mask] = replay_args(inputs)?;
+            let a = given(a)?;
+            let mask = given(mask)?;
+            Ok(a.f_masked_select(mask)?)
+        })
     }
 
     /// The indices of the nonzero elements, as an i64 [n, ndim] tensor.
@@ -685,7 +1013,11 @@ pub(crate) mod core {
         let mut op = Op::begin("nonzero");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_nonzero())
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_nonzero()?)
+        })
     }
 
     /// Conversion to another dtype.
@@ -693,7 +1025,11 @@ pub(crate) mod core {
         let mut op = Op::begin("to_dtype");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_to_kind(dtype.kind()))
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_to_kind(dtype.kind())?)
+        })
     }
 
     /// Rows of `weight` [num, dim] at the i64 `indices`.
@@ -702,7 +1038,12 @@ pub(crate) mod core {
         let [weight, indices] = op.get([weight, indices])?;
         let weight: &tch::Tensor = &weight;
         let indices: &tch::Tensor = &indices;
-        op.output(|| tch::Tensor::f_embedding(weight, indices, -1, false, false))
+        op.output_replayable([Some(weight), Some(indices)], move |inputs| {
+            let [weight, indices] = replay_args(inputs)?;
+            let weight = given(weight)?;
+            let indices = given(indices)?;
+            Ok(tch::Tensor::f_embedding(weight, indices, -1, false, false)?)
+        })
     }
 
     /// Layer normalisation over the trailing `normalized_shape`.
@@ -714,7 +1055,13 @@ pub(crate) mod core {
         let a: &tch::Tensor = &a;
         let weight = weight.as_deref();
         let bias = bias.as_deref();
-        op.output(|| a.f_layer_norm(normalized_shape, weight, bias, eps, true))
+        let normalized_shape = normalized_shape.to_vec();
+        op.output_replayable([Some(a), weight, bias], move |inputs| {
+            let [a, weight, bias] = replay_args(inputs)?;
+            let a = given(a)?;
+            let normalized_shape = &normalized_shape[..];
+            Ok(a.f_layer_norm(normalized_shape, weight, bias, eps, true)?)
+        })
     }
 
     /// Zeroes elements with probability `p` when `train`, scaling the rest.
@@ -733,7 +1080,18 @@ pub(crate) mod core {
         let input: &tch::Tensor = &input;
         let weight: &tch::Tensor = &weight;
         let bias = bias.as_deref();
-        op.output(|| input.f_conv2d(weight, bias, stride, padding, dilation, groups))
+        let stride = stride.to_vec();
+        let padding = padding.to_vec();
+        let dilation = dilation.to_vec();
+        op.output_replayable([Some(input), Some(weight), bias], move |inputs| {
+            let [input, weight, bias] = replay_args(inputs)?;
+            let input = given(input)?;
+            let weight = given(weight)?;
+            let stride = &stride[..];
+            let padding = &padding[..];
+            let dilation = &dilation[..];
+            Ok(input.f_conv2d(weight, bias, stride, padding, dilation, groups)?)
+        })
     }
 
     /// 2-D max pooling.
@@ -741,7 +1099,19 @@ pub(crate) mod core {
         let mut op = Op::begin("max_pool2d");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_max_pool2d(kernel, stride, padding, dilation, ceil_mode))
+        let kernel = kernel.to_vec();
+        let stride = stride.to_vec();
+        let padding = padding.to_vec();
+        let dilation = dilation.to_vec();
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            let kernel = &kernel[..];
+            let stride = &stride[..];
+            let padding = &padding[..];
+            let dilation = &dilation[..];
+            Ok(a.f_max_pool2d(kernel, stride, padding, dilation, ceil_mode)?)
+        })
     }
 
     /// Mean squared error.
@@ -750,7 +1120,12 @@ pub(crate) mod core {
         let [input, target] = op.get([input, target])?;
         let input: &tch::Tensor = &input;
         let target: &tch::Tensor = &target;
-        op.output(|| input.f_mse_loss(target, Reduction::Mean))
+        op.output_replayable([Some(input), Some(target)], move |inputs| {
+            let [input, target] = replay_args(inputs)?;
+            let input = given(input)?;
+            let target = given(target)?;
+            Ok(input.f_mse_loss(target, Reduction::Mean)?)
+        })
     }
 
     /// Mean cross-entropy of [N,C] logits against i64 class `targets`.
@@ -759,7 +1134,12 @@ pub(crate) mod core {
         let [logits, targets] = op.get([logits, targets])?;
         let logits: &tch::Tensor = &logits;
         let targets: &tch::Tensor = &targets;
-        op.output(|| logits.f_cross_entropy_loss(targets, None::<&tch::Tensor>, Reduction::Mean, -100, 0.0))
+        op.output_replayable([Some(logits), Some(targets)], move |inputs| {
+            let [logits, targets] = replay_args(inputs)?;
+            let logits = given(logits)?;
+            let targets = given(targets)?;
+            Ok(logits.f_cross_entropy_loss(targets, None::<&tch::Tensor>, Reduction::Mean, -100, 0.0)?)
+        })
     }
 
     /// a += b.
@@ -1023,7 +1403,11 @@ pub(crate) mod core {
         let mut op = Op::begin("detach");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output(|| a.f_detach())
+        op.output_replayable([Some(a)], move |inputs| {
+            let [a] = replay_args(inputs)?;
+            let a = given(a)?;
+            Ok(a.f_detach()?)
+        })
     }
 
     /// p -= lr * grad for each parameter.

@@ -18,6 +18,7 @@ extern "C" {
     fn tr_native_write_back_async(device_tensor: *const c_void, host: *const c_void, out_event: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_event_synchronize(event: *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_event_query(event: *mut c_void) -> c_int;
+    fn tr_native_cuda_reserved(index: i64, now: *mut u64, peak: *mut u64, err: *mut c_char, err_len: usize) -> c_int;
 }
 
 /// The end of a copy on the side stream.
@@ -85,4 +86,13 @@ pub(crate) fn write_back_async(device: &tch::Tensor, host: &tch::Tensor) -> Resu
     let status = unsafe { tr_native_write_back_async(device.as_ptr().cast(), host.as_ptr().cast(), &mut done, err.as_mut_ptr(), ERR_LEN) };
     check("write-back", status, &err)?;
     event(done)
+}
+
+/// The bytes CUDA's caching allocator holds on device `index`, now and at their peak.
+pub(crate) fn reserved(index: usize) -> Result<(u64, u64)> {
+    let (mut now, mut peak, mut err) = (0, 0, [0 as c_char; ERR_LEN]);
+    // SAFETY: plain out-parameters; the shim catches every C++ exception.
+    let status = unsafe { tr_native_cuda_reserved(index as i64, &mut now, &mut peak, err.as_mut_ptr(), ERR_LEN) };
+    check("cuda_reserved", status, &err)?;
+    Ok((now, peak))
 }

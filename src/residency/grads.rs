@@ -38,7 +38,7 @@ impl Manager {
         let owned = grad.f_empty_like()?;
         owned.shallow_clone().f_copy_(grad)?;
         let info = native::storage(&owned, self.cuda())?;
-        let entry = self.add_produced(&owned, &info, "grad", &[], None)?;
+        let entry = self.add_produced(&owned, &info, "grad", &[], None, None)?;
         native::set_grad(leaf, &alias(&entry)?)?;
         Ok(entry)
     }

@@ -115,7 +115,9 @@ impl Manager {
         if let Some(id) = self.entries.remove(&uid) {
             let s = self.storages.get_mut(&id).expect("an entry's storage is known");
             s.views -= 1;
-            if s.views == 0 {
+            if s.views > 0 {
+                self.held_by_recipes(id);
+            } else {
                 // `home` holds one reference, and the dying entry's tensor another.
                 self.forget_unheld(id, 1 + i32::from(dying));
                 if self.storages.contains_key(&id) {
@@ -143,11 +145,13 @@ impl Manager {
         if native::storage(&s.home, false).map_or(0, |i| i.holders) > ours {
             return false;
         }
+        self.drop_recipe(id);
         let s = self.storages.remove(&id).expect("found above");
         self.by_home.remove(&s.home_id);
         if s.resident() {
             self.by_device.remove(&s.device_id);
         }
+        self.dependents.remove(&id);
         if self.by_key.get(&s.key) == Some(&id) {
             self.by_key.remove(&s.key);
         }

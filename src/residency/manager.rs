@@ -12,6 +12,7 @@
 
 use super::device::{ComputeDevice, Transfer};
 use super::policy::{Candidate, Policy, PolicyKind};
+use super::recompute::{Recipe, Recompute};
 use super::report::{Event, EventKind, Reporter, ResidencyStats};
 use super::schedule::Log;
 use super::storage::{page_locked, Home, Storage};
@@ -58,6 +59,8 @@ pub(crate) struct Manager {
     pub(super) by_key: HashMap<TraceKey, u64>,
     /// Registered entry -> the storage it views.
     pub(super) entries: HashMap<u64, u64>,
+    /// Storage -> the storages whose recipes read it (see `recompute`).
+    pub(super) dependents: HashMap<u64, Vec<u64>>,
     pub(super) next_id: u64,
     /// Storages whose registered views have all died while other tensors still held their home:
     /// forgotten once those are gone too (see `forget`).
@@ -89,6 +92,7 @@ impl Manager {
             by_device: HashMap::new(),
             by_key: HashMap::new(),
             entries: HashMap::new(),
+            dependents: HashMap::new(),
             next_id: 1,
             orphans: Vec::new(),
             forgotten: 0,
@@ -144,7 +148,13 @@ impl Manager {
             if following {
                 self.stats.prefetch_misses += 1;
             }
-            if let Err(e) = self.make_room(bytes, op).and_then(|()| self.load(id, op, EventKind::Load)) {
+            if let Err(e) = self.bring(id, op, EventKind::Load) {
+                self.release(id);
+                return Err(e);
+            }
+        }
+        if write {
+            if let Err(e) = self.before_write(id, op) {
                 self.release(id);
                 return Err(e);
             }
@@ -260,10 +270,14 @@ impl Manager {
         Ok(())
     }
 
-    /// Drops the device copy, writing it home first if it is the newer one. On a failed
-    /// write-back the copy stays where it was: nothing is lost.
+    /// Drops the device copy, writing it home first if it is the newer one, unless it is a
+    /// result better made again (`droppable`). On a failed write-back the copy stays where it
+    /// was: nothing is lost.
     pub(super) fn evict(&mut self, id: u64, op: &'static str) -> Result<()> {
-        self.write_home(id, op)?;
+        let dropping = self.droppable(id);
+        if !dropping {
+            self.write_home(id, op)?;
+        }
         let s = self.storages.get_mut(&id).expect("victim is registered");
         drop(s.device.take().expect("victim is resident"));
         self.by_device.remove(&s.device_id);
@@ -273,10 +287,14 @@ impl Manager {
         self.stats.device_bytes -= bytes;
         self.stats.evictions += 1;
         self.stats.evicted_bytes += bytes;
+        if dropping {
+            self.stats.drops += 1;
+            self.stats.dropped_bytes += bytes;
+        }
         if let Some(log) = &mut self.schedule {
             log.evict(id);
         }
-        self.event(EventKind::Evict, id, bytes, op, None);
+        self.event(if dropping { EventKind::Drop } else { EventKind::Evict }, id, bytes, op, None);
         Ok(())
     }
 
@@ -293,8 +311,9 @@ impl Manager {
 
     /// Places an op's result computed on the device. A view of a storage on the device (an
     /// input's, or one autograd saved during the op) becomes a new entry viewing that storage (no
-    /// bytes, nothing to write back). Anything else is a new storage (`add_produced`).
-    pub(crate) fn place_result(&mut self, result: tch::Tensor, op: &'static str, inputs: &[(TraceKey, u64)], anchor: Option<u64>) -> Result<Entry> {
+    /// bytes, nothing to write back). Anything else is a new storage (`add_produced`), which keeps
+    /// `recipe` if one is given.
+    pub(crate) fn place_result(&mut self, result: tch::Tensor, op: &'static str, inputs: &[(TraceKey, u64)], anchor: Option<u64>, recipe: Option<Recipe>) -> Result<Entry> {
         let info = native::storage(&result, self.cuda())?;
         if let Some(&id) = self.by_device.get(&info.id) {
             let entry = Entry::new(native::view_on(&self.storages[&id].home, &result)?);
@@ -302,14 +321,22 @@ impl Manager {
             self.attach(&entry, id);
             return Ok(entry);
         }
-        self.add_produced(&result, &info, op, inputs, anchor)
+        self.add_produced(&result, &info, op, inputs, anchor, recipe)
     }
 
     /// Registers a tensor made on the device (an op's result, or one autograd saved) as a new
     /// storage, recording `op` in the trace: its working set is checked against the budget, room
     /// is made, and its entry's home is a host tensor without memory until the storage must leave
     /// the device.
-    pub(super) fn add_produced(&mut self, t: &tch::Tensor, info: &native::StorageInfo, op: &'static str, inputs: &[(TraceKey, u64)], anchor: Option<u64>) -> Result<Entry> {
+    pub(super) fn add_produced(
+        &mut self,
+        t: &tch::Tensor,
+        info: &native::StorageInfo,
+        op: &'static str,
+        inputs: &[(TraceKey, u64)],
+        anchor: Option<u64>,
+        recipe: Option<Recipe>,
+    ) -> Result<Entry> {
         let bytes = info.nbytes;
         if let Some(cap) = self.cfg.simulated_capacity.filter(|_| self.cfg.device == ComputeDevice::Simulated) {
             if self.stats.device_bytes + bytes > cap {
@@ -339,6 +366,9 @@ impl Manager {
         self.attach(&entry, id);
         if let Some(log) = &mut self.schedule {
             log.made(id);
+        }
+        if let Some(recipe) = recipe {
+            self.keep_recipe(id, op, recipe)?;
         }
         if !self.policy.keeps_results() {
             // Returning the entry even if the write-back failed: its copy then stays on the
@@ -406,6 +436,7 @@ impl Manager {
     /// its home, with the write-back still copying into it (to wait for outside the lock).
     pub(crate) fn readable(&mut self, entry: &Entry) -> Result<(tch::Tensor, Option<Arc<Transfer>>)> {
         let Some(id) = self.find(entry)? else { return Ok((entry.shallow_clone(), None)) };
+        self.remake_if_dropped(id, "read")?;
         let s = self.storages.get_mut(&id).expect("found");
         match (&s.device, s.dirty) {
             (Some(device), true) => Ok((native::view_on(device, entry)?, None)),
@@ -418,6 +449,8 @@ impl Manager {
     /// dropped unless an op uses it. Returns the write-back to wait for.
     pub(crate) fn settle_home(&mut self, entry: &Entry) -> Result<Vec<Arc<Transfer>>> {
         let id = self.storage_of(entry)?;
+        self.before_write(id, "export")?;
+        self.remake_if_dropped(id, "export")?;
         if self.storages[&id].evictable() {
             self.evict(id, "export")?;
         } else {
@@ -450,8 +483,7 @@ impl Manager {
             return Err(Error::BudgetTooSmall { op: "pin_resident".into(), needed: self.stats.pinned_bytes + bytes, budget: self.cfg.budget });
         }
         if !resident {
-            self.make_room(bytes, "pin_resident")?;
-            self.load(id, "pin_resident", EventKind::Load)?;
+            self.bring(id, "pin_resident", EventKind::Load)?;
         }
         self.storages.get_mut(&id).expect("registered").pinned = true;
         self.stats.pinned_bytes += bytes;
@@ -459,8 +491,15 @@ impl Manager {
     }
 
     /// Starts writing every newer device copy home and drops every device copy (before
-    /// reconfiguring). Returns the write-backs to wait for once the lock is released.
+    /// reconfiguring); dropped results are made again first, and nothing is dropped from here
+    /// on. Returns the write-backs to wait for once the lock is released.
     pub(crate) fn drain(&mut self) -> Result<Vec<Arc<Transfer>>> {
+        self.cfg.recompute = Recompute::Off;
+        let mut dropped: Vec<u64> = self.storages.iter().filter(|(_, s)| s.dropped()).map(|(&id, _)| id).collect();
+        dropped.sort_unstable();
+        for id in dropped {
+            self.remake_if_dropped(id, "drain")?;
+        }
         let ids: Vec<u64> = self.storages.iter().filter(|(_, s)| s.resident() && s.counted()).map(|(&id, _)| id).collect();
         for id in ids {
             self.storages.get_mut(&id).expect("listed").pinned = false;

@@ -15,7 +15,8 @@
 //! one recorded pass on a copy engine and a compute engine).
 //!
 //! Autograd runs through managed tensors (see `ticket`), and what it saves for backward is
-//! managed too (`saved`).
+//! managed too (`saved`). A result that can be made again from its inputs may be dropped rather
+//! than written back (`recompute`).
 
 mod cuda;
 mod device;
@@ -26,6 +27,7 @@ mod homes;
 mod manager;
 mod policy;
 mod prefetch;
+mod recompute;
 mod report;
 mod resident;
 mod saved;
@@ -36,8 +38,10 @@ mod trace;
 
 pub use device::ComputeDevice;
 pub use policy::PolicyKind;
+pub use recompute::Recompute;
 pub use report::{Callback, Event, EventKind, ResidencyStats};
 pub use trace::{offline_min_loads, NormKey, OpRecord};
+pub(crate) use recompute::{Recipe, Replay};
 pub(crate) use ticket::Ticket;
 
 use crate::error::{Error, Result};
@@ -65,6 +69,9 @@ pub struct Config {
     /// The simulated accelerator's physical memory: an op result that does not fit raises
     /// out-of-memory as a real device would (None: unlimited).
     pub simulated_capacity: Option<u64>,
+    /// Whether evicted results that can be made again are dropped rather than written back
+    /// (see `recompute`).
+    pub recompute: Recompute,
 }
 
 /// Flow looks ahead this many recorded ops by default: in practice, as far as the budget allows.
@@ -72,7 +79,7 @@ pub const DEFAULT_PREFETCH_DEPTH: usize = 256;
 
 impl Config {
     pub fn new(device: ComputeDevice, policy: PolicyKind, budget: u64) -> Config {
-        Config { device, budget, policy, pin_host_memory: true, prefetch_depth: DEFAULT_PREFETCH_DEPTH, simulated_capacity: None }
+        Config { device, budget, policy, pin_host_memory: true, prefetch_depth: DEFAULT_PREFETCH_DEPTH, simulated_capacity: None, recompute: Recompute::Off }
     }
 }
 
@@ -215,9 +222,14 @@ pub fn saved_tensors_managed() -> bool {
     SAVED_MANAGED.load(Ordering::Acquire)
 }
 
-/// The counters since the manager was configured (None without a manager).
+/// The counters since the manager was configured (None without a manager), with the CUDA
+/// caching allocator's reserved bytes read now.
 pub fn stats() -> Option<ResidencyStats> {
-    lock().ok()?.as_ref().map(|m| m.stats)
+    let mut stats = lock().ok()?.as_ref().map(|m| (m.stats, m.cfg.device))?;
+    if let (s, ComputeDevice::Cuda(index)) = &mut stats {
+        (s.reserved_bytes, s.peak_reserved_bytes) = cuda::reserved(*index).unwrap_or_default();
+    }
+    Some(stats.0)
 }
 
 /// Marks the end of an iteration (a training step, a forward pass): the ops since the previous

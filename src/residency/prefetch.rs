@@ -26,7 +26,7 @@ impl Manager {
         let (mut committed, mut ahead) = (0, 0);
         for (id, before) in plan {
             let Some(s) = self.storages.get(&id) else { continue };
-            if s.pinned || !s.counted() || matches!(s.kind, Home::External { .. }) {
+            if s.pinned || !s.counted() || s.dropped() || matches!(s.kind, Home::External { .. }) {
                 continue;
             }
             let (bytes, wanted) = (s.bytes, self.trace.next_use(s.key));

@@ -49,6 +49,18 @@ pub struct ResidencyStats {
     pub read_waits: u64,
     /// Write-backs of a device copy no op had modified (always 0; a guard against regressions).
     pub needless_write_backs: u64,
+    /// Evictions that dropped a result to be made again rather than writing it back, and their
+    /// bytes (see `Recompute`).
+    pub drops: u64,
+    pub dropped_bytes: u64,
+    /// Results made again from their inputs, and their bytes.
+    pub recomputations: u64,
+    pub recomputed_bytes: u64,
+    /// What CUDA's caching allocator holds on the device (reserved: in use by any tensor, the
+    /// manager's or not, or cached for reuse), now and at its peak; the gap to the manager's
+    /// device bytes is other tensors and fragmentation. 0 on other devices.
+    pub reserved_bytes: u64,
+    pub peak_reserved_bytes: u64,
 }
 
 impl ResidencyStats {
@@ -77,6 +89,10 @@ pub enum EventKind {
     OpEnd = 4,
     /// A storage was copied to the device ahead of its recorded next use.
     Prefetch = 5,
+    /// A dropped result was made again from its inputs.
+    Recompute = 6,
+    /// A result's device copy was dropped to be made again, rather than written back.
+    Drop = 7,
 }
 
 /// One event; `device_bytes` is the manager's device bytes right after it.

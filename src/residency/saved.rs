@@ -39,7 +39,7 @@ impl Manager {
         if t.device() != self.cfg.device.tch() {
             return Ok(None);
         }
-        self.add_produced(t, &info, "save", &[], None).map(Some)
+        self.add_produced(t, &info, "save", &[], None, None).map(Some)
     }
 
     /// The device copy of a saved tensor for backward (loaded if it was evicted). It is not held

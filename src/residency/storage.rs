@@ -6,6 +6,7 @@
 use super::device::Transfer;
 use crate::error::Result;
 use crate::native;
+use super::recompute::Recipe;
 use super::trace::TraceKey;
 use std::sync::Arc;
 
@@ -65,6 +66,12 @@ pub(crate) struct Storage {
     pub(crate) key: TraceKey,
     /// Registered entries viewing it.
     pub(crate) views: u32,
+    /// How to make it again, for a result that may be dropped rather than written back
+    /// (see `recompute`).
+    pub(crate) recipe: Option<Arc<Recipe>>,
+    /// Registered views that recipes hold (when all its views are, no one but a remake needs
+    /// its data).
+    pub(crate) recipe_holds: u32,
 }
 
 impl Storage {
@@ -87,12 +94,24 @@ impl Storage {
             writing: None,
             key,
             views: 0,
+            recipe: None,
+            recipe_holds: 0,
         }
     }
 
     /// On the device now (for a storage used in place, always).
     pub(crate) fn resident(&self) -> bool {
         self.device.is_some()
+    }
+
+    /// Dropped to be made again: neither on the device nor in a home.
+    pub(crate) fn dropped(&self) -> bool {
+        self.kind == Home::Lazy && self.device.is_none()
+    }
+
+    /// Only recipes hold it: its data is needed only to make a dependent again.
+    pub(crate) fn held_by_recipes_only(&self) -> bool {
+        self.recipe_holds > 0 && self.views == self.recipe_holds
     }
 
     /// Counted against the budget while resident.

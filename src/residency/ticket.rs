@@ -8,6 +8,7 @@
 //! the gradients (`grads`). An optimizer step and `zero_grad` load a parameter's gradient like any
 //! input and hand it to the op as the gradient of the parameter's device copy.
 
+use super::recompute::Recipe;
 use super::trace::TraceKey;
 use super::{lock, with, wait_all};
 use crate::error::{Error, Result};
@@ -30,6 +31,8 @@ pub(crate) struct Ticket {
     anchor: u64,
     anchored: bool,
     moves: bool,
+    /// Results may keep recipes (see `recompute`).
+    recomputes: bool,
     /// Tensors the op writes through their device copies: when the op records a graph, each
     /// tensor's gradient function follows its copy's.
     written: Vec<(tch::Tensor, tch::Tensor)>,
@@ -39,7 +42,7 @@ pub(crate) struct Ticket {
 
 impl Ticket {
     pub(crate) fn begin(op: &'static str) -> Option<Ticket> {
-        let ticket = |refused, moves| Ticket {
+        let ticket = |refused, moves, recomputes| Ticket {
             op,
             refused,
             acquired: Vec::new(),
@@ -47,17 +50,23 @@ impl Ticket {
             anchor: 0xcbf2_9ce4_8422_2325,
             anchored: false,
             moves,
+            recomputes,
             written: Vec::new(),
             grads: Vec::new(),
         };
         match lock() {
-            Err(e) => Some(ticket(Some(e), false)),
+            Err(e) => Some(ticket(Some(e), false, false)),
             Ok(mut held) => {
                 let m = held.as_mut()?;
                 m.op_begin(op);
-                Some(ticket(None, m.moves()))
+                Some(ticket(None, m.moves(), m.moves() && m.cfg.recompute != super::Recompute::Off))
             }
         }
+    }
+
+    /// Whether the op's result may keep a recipe (a manager that moves data recomputes).
+    pub(crate) fn recomputes(&self) -> bool {
+        self.recomputes
     }
 
     fn check(&self) -> Result<()> {
@@ -144,9 +153,9 @@ impl Ticket {
     }
 
     /// Places the op's result: on the device with the policy's rules when the op ran there,
-    /// else (a creation op) in host memory as an ordinary entry. On an error (out of memory,
-    /// budget) the ticket stays open, so the op can be retried.
-    pub(crate) fn finish(&mut self, result: tch::Tensor) -> Result<Arc<Entry>> {
+    /// else (a creation op) in host memory as an ordinary entry. A new storage keeps `recipe`.
+    /// On an error (out of memory, budget) the ticket stays open, so the op can be retried.
+    pub(crate) fn finish(&mut self, result: tch::Tensor, recipe: Option<Recipe>) -> Result<Arc<Entry>> {
         self.check()?;
         if !self.moves || self.acquired.is_empty() {
             self.end()?;
@@ -156,7 +165,7 @@ impl Ticket {
         let anchor = self.anchored.then_some(self.anchor);
         let acquired = std::mem::take(&mut self.acquired);
         let placed = with(|m| {
-            let entry = m.place_result(result, self.op, &self.record, anchor)?;
+            let entry = m.place_result(result, self.op, &self.record, anchor, recipe)?;
             acquired.iter().for_each(|&id| m.release(id));
             Ok((entry, m.op_finished(self.op)))
         });

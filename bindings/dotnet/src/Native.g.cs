@@ -130,6 +130,23 @@ namespace TensorRef
         Flow = 2,
     }
 
+    /// <summary>Whether the manager drops results it can make again rather than writing them back.</summary>
+    public enum Recompute
+    {
+        /// <summary>TR_RECOMPUTE_OFF: Every evicted result is written back.</summary>
+        Off = 0,
+        /// <summary>
+        /// TR_RECOMPUTE_CHEAPER: A result is dropped when remaking it is estimated cheaper than
+        /// writing it back and loading it again over the link.
+        /// </summary>
+        Cheaper = 1,
+        /// <summary>
+        /// TR_RECOMPUTE_ALWAYS: Every result that can be made again is dropped when evicted (as
+        /// activation checkpointing would, op by op).
+        /// </summary>
+        Always = 2,
+    }
+
     /// <summary>What a residency manager event reports.</summary>
     public enum EventKind
     {
@@ -148,6 +165,13 @@ namespace TensorRef
         /// use.
         /// </summary>
         Prefetch = 5,
+        /// <summary>TR_EVENT_KIND_RECOMPUTE: A dropped result was made again from its inputs.</summary>
+        Recompute = 6,
+        /// <summary>
+        /// TR_EVENT_KIND_DROP: A result's device copy was dropped to be made again, rather than
+        /// written back.
+        /// </summary>
+        Drop = 7,
     }
 
     /// <summary>How a model's weights use the device under the residency manager.</summary>
@@ -199,6 +223,7 @@ namespace TensorRef
         [MarshalAs(UnmanagedType.I1)] public bool PinHostMemory;
         public uint PrefetchDepth;
         public ulong SimulatedCapacity;
+        public Recompute Recompute;
     }
 
     /// <summary>The C struct tr_residency_stats.</summary>
@@ -229,6 +254,12 @@ namespace TensorRef
         public ulong OpWaits;
         public ulong ReadWaits;
         public ulong NeedlessWriteBacks;
+        public ulong Drops;
+        public ulong DroppedBytes;
+        public ulong Recomputations;
+        public ulong RecomputedBytes;
+        public ulong ReservedBytes;
+        public ulong PeakReservedBytes;
     }
 
     /// <summary>The C struct tr_event.</summary>
@@ -263,7 +294,7 @@ namespace TensorRef
     internal static partial class Native
     {
         /// <summary>TR_ABI_VERSION of the header this binding was generated from.</summary>
-        internal const uint AbiVersion = 2;
+        internal const uint AbiVersion = 3;
 
         /// <summary>TR_VERSION_MAJOR.MINOR.PATCH of that header.</summary>
         internal const string HeaderVersion = "0.1.0";

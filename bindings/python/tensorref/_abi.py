@@ -5,7 +5,7 @@ tr_abi_version() differs from TR_ABI_VERSION."""
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_bool, c_char, c_char_p, c_double, c_int32,
                     c_int64, c_size_t, c_uint32, c_uint64, c_void_p)
 
-TR_ABI_VERSION = 2
+TR_ABI_VERSION = 3
 TR_VERSION = (0, 1, 0)
 
 # tr_status codes by name.
@@ -63,6 +63,13 @@ POLICY_CODES = {
     'FLOW': 2,
 }
 
+# tr_recompute codes by the constants' last words.
+RECOMPUTE_CODES = {
+    'OFF': 0,
+    'CHEAPER': 1,
+    'ALWAYS': 2,
+}
+
 # tr_event_kind codes by the constants' last words.
 EVENT_KIND_CODES = {
     'LOAD': 0,
@@ -71,6 +78,8 @@ EVENT_KIND_CODES = {
     'OP_BEGIN': 3,
     'OP_END': 4,
     'PREFETCH': 5,
+    'RECOMPUTE': 6,
+    'DROP': 7,
 }
 
 # tr_weight_mode codes by the constants' last words.
@@ -117,7 +126,8 @@ class ResidencyConfig(Structure):
                 ('budget_bytes', c_uint64),
                 ('pin_host_memory', c_bool),
                 ('prefetch_depth', c_uint32),
-                ('simulated_capacity', c_uint64)]
+                ('simulated_capacity', c_uint64),
+                ('recompute', c_int32)]
 
 
 class ResidencyStats(Structure):
@@ -145,7 +155,13 @@ class ResidencyStats(Structure):
                 ('pageable_copy_bytes', c_uint64),
                 ('op_waits', c_uint64),
                 ('read_waits', c_uint64),
-                ('needless_write_backs', c_uint64)]
+                ('needless_write_backs', c_uint64),
+                ('drops', c_uint64),
+                ('dropped_bytes', c_uint64),
+                ('recomputations', c_uint64),
+                ('recomputed_bytes', c_uint64),
+                ('reserved_bytes', c_uint64),
+                ('peak_reserved_bytes', c_uint64)]
 
 
 class Event(Structure):

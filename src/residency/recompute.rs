@@ -1,0 +1,252 @@
+//! Recomputation (DTR, Kirisame et al. 2021; the choice per tensor as DELTA makes it). An op's
+//! result may keep its recipe: the op's replay function and its inputs' entries. Evicting such a
+//! result can then drop it instead of writing it back, and the manager makes it again from its
+//! inputs when it is next used (or read, exported, or kept past the manager). With
+//! `Recompute::Cheaper` a result is dropped when remaking it (its op, plus its dropped inputs'
+//! ops, plus loading its evicted inputs: DTR's evicted neighbourhood) costs less than the
+//! write-back and the reload its eviction would take; with `Recompute::Always`, whenever it has
+//! a recipe.
+//!
+//! What keeps a recipe sound:
+//! - Only ops whose result depends on nothing but their inputs have replay functions: never a
+//!   random one such as dropout (tools/optable.py, `RANDOM`), never an in-place one.
+//! - A recipe holds views of its inputs' storages, so they live while it does. Once nothing but
+//!   recipes holds a storage that has a recipe itself, it is dropped from the device at once, as
+//!   its last view's death would have freed it. Chains are cut: a result whose inputs' recipes are
+//!   `MAX_CHAIN` deep gets none, so no remake runs more than `MAX_CHAIN` ops and a long-lived
+//!   result keeps at most that many ancestors.
+//! - A storage about to be written drops its recipe, and its dependents' recipes are dropped too,
+//!   once each dependent that was dropped has been made again from the old data (`before_write`).
+//!   Memory shared with the outside is treated the same way. Each input's version is checked at
+//!   every remake anyway: a write the manager did not see is an error, never a wrong value.
+
+use super::manager::Manager;
+use super::report::EventKind;
+use super::storage::Home;
+use crate::error::{Error, Result};
+use crate::native;
+use crate::registry::Entry;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Instant;
+use tensorref_derive::CEnum;
+
+/// Whether the manager drops results it can make again rather than writing them back.
+#[repr(i32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, CEnum)]
+#[c_enum(what = "recompute mode")]
+pub enum Recompute {
+    /// Every evicted result is written back.
+    Off = 0,
+    /// A result is dropped when remaking it is estimated cheaper than writing it back and
+    /// loading it again over the link.
+    Cheaper = 1,
+    /// Every result that can be made again is dropped when evicted (as activation
+    /// checkpointing would, op by op).
+    Always = 2,
+}
+
+/// How many recipes deep a remake may go.
+pub(crate) const MAX_CHAIN: u32 = 8;
+
+/// The link's bandwidth the cost rule assumes, bytes per nanosecond: an H100's PCIe 5 from
+/// page-locked memory (53.6 GB/s measured by benches/residency.rs).
+const LINK_BYTES_PER_NS: f64 = 53.6;
+
+/// An op's replay function: its inputs' device copies (None for an absent optional input) to
+/// its result.
+pub(crate) type Replay = Arc<dyn Fn(&[Option<&tch::Tensor>]) -> Result<tch::Tensor> + Send + Sync>;
+
+/// How to make a result again.
+pub(crate) struct Recipe {
+    /// Set by the manager: the op's name.
+    pub(crate) op: &'static str,
+    /// The op's tensor inputs as the replay function takes them.
+    pub(crate) inputs: Vec<Option<Arc<Entry>>>,
+    pub(crate) replay: Replay,
+    /// What the op took on the host, in nanoseconds (on CUDA the launch, not the kernel).
+    pub(crate) cost_ns: u64,
+    /// Set by the manager: each present input's storage and its version when the op ran.
+    pub(crate) storages: Vec<(u64, u32)>,
+    /// Recipes deep (1: every input is kept data).
+    pub(crate) depth: u32,
+}
+
+impl Recipe {
+    pub(crate) fn new(inputs: Vec<Option<Arc<Entry>>>, replay: Replay, cost_ns: u64) -> Recipe {
+        Recipe { op: "", inputs, replay, cost_ns, storages: Vec::new(), depth: 0 }
+    }
+}
+
+impl Manager {
+    /// Gives a new result of `op` its recipe, unless an input is memory the outside may write or
+    /// the chain would be too deep. The recipe holds views of its own of the inputs' storages
+    /// (`recipe_holds`), not the program's tensors.
+    pub(super) fn keep_recipe(&mut self, id: u64, op: &'static str, mut recipe: Recipe) -> Result<()> {
+        recipe.op = op;
+        let mut depth = 0;
+        for entry in recipe.inputs.iter().flatten() {
+            let input = self.storage_of(entry)?;
+            let s = &self.storages[&input];
+            if matches!(s.kind, Home::External { .. }) {
+                return Ok(());
+            }
+            depth = depth.max(s.recipe.as_ref().map_or(0, |r| r.depth));
+            recipe.storages.push((input, native::version(&s.home)));
+        }
+        recipe.depth = depth + 1;
+        if recipe.depth > MAX_CHAIN {
+            return Ok(());
+        }
+        let mut held = recipe.storages.iter().map(|&(input, _)| input);
+        for slot in recipe.inputs.iter_mut().filter(|i| i.is_some()) {
+            let (input, entry) = (held.next().expect("one storage per input"), slot.take().expect("filtered"));
+            let view = Entry::new(native::view_on(&self.storages[&input].home, &entry)?);
+            self.attach(&view, input);
+            self.storages.get_mut(&input).expect("known").recipe_holds += 1;
+            self.dependents.entry(input).or_default().push(id);
+            *slot = Some(Arc::new(view));
+        }
+        self.storages.get_mut(&id).expect("just added").recipe = Some(Arc::new(recipe));
+        Ok(())
+    }
+
+    /// Drops a storage's recipe: its inputs are no longer held for it.
+    pub(super) fn drop_recipe(&mut self, id: u64) {
+        let Some(recipe) = self.storages.get_mut(&id).and_then(|s| s.recipe.take()) else { return };
+        for &(input, _) in &recipe.storages {
+            if let Some(s) = self.storages.get_mut(&input) {
+                s.recipe_holds -= 1;
+            }
+        }
+    }
+
+    /// After a view of `id` died: once only recipes hold it, it is dropped from the device if it
+    /// can be made again (nothing but a remake needs it).
+    pub(super) fn held_by_recipes(&mut self, id: u64) {
+        let s = &self.storages[&id];
+        if s.held_by_recipes_only() && s.evictable() && self.droppable(id) {
+            let _ = self.evict(id, "held by recipes only");
+        }
+    }
+
+    /// Whether evicting `id` should drop its device copy rather than write it back.
+    pub(super) fn droppable(&self, id: u64) -> bool {
+        let s = &self.storages[&id];
+        if s.kind != Home::Lazy || s.recipe.is_none() {
+            return false;
+        }
+        match self.cfg.recompute {
+            Recompute::Off => false,
+            Recompute::Always => true,
+            Recompute::Cheaper => s.held_by_recipes_only() || self.remake_ns(id, &mut HashSet::new()) < 2.0 * s.bytes as f64 / LINK_BYTES_PER_NS,
+        }
+    }
+
+    /// The estimated time to make `id` again: its op, and for each input not on the device, its
+    /// remake (each dropped storage counted once) or its load.
+    fn remake_ns(&self, id: u64, seen: &mut HashSet<u64>) -> f64 {
+        let Some(recipe) = &self.storages[&id].recipe else { return 0.0 };
+        let mut ns = recipe.cost_ns as f64;
+        for &(input, _) in &recipe.storages {
+            let s = &self.storages[&input];
+            if s.resident() || !seen.insert(input) {
+                continue;
+            }
+            ns += if s.dropped() { self.remake_ns(input, seen) } else { s.bytes as f64 / LINK_BYTES_PER_NS };
+        }
+        ns
+    }
+
+    /// Makes a dropped storage again: its inputs are acquired (made again too, if dropped), its
+    /// op runs under no-grad (the graph was recorded the first time), and the result becomes the
+    /// device copy.
+    pub(super) fn recompute(&mut self, id: u64, op: &'static str) -> Result<()> {
+        let started = Instant::now();
+        let recipe = self.storages[&id].recipe.clone().ok_or_else(|| Error::Device("a dropped storage has no recipe".into()))?;
+        let mut acquired = Vec::new();
+        let made = self.replay(&recipe, self.storages[&id].bytes, &mut acquired, op);
+        acquired.into_iter().for_each(|input| self.release(input));
+        let result = made?;
+        let info = native::storage(&result, self.cuda())?;
+        let s = self.storages.get_mut(&id).expect("held by the caller");
+        if info.nbytes != s.bytes || self.by_device.contains_key(&info.id) {
+            return Err(Error::Device(format!("`{}` made again is not the storage it made first", recipe.op)));
+        }
+        let device = native::storage_bytes(&result)?;
+        native::share_version(&device, &s.home)?;
+        (s.device, s.device_id, s.dirty, s.modified) = (Some(device), info.id, true, true);
+        let bytes = s.bytes;
+        self.by_device.insert(info.id, id);
+        self.stats.device_bytes += bytes;
+        self.stats.peak_device_bytes = self.stats.peak_device_bytes.max(self.stats.device_bytes);
+        self.stats.recomputations += 1;
+        self.stats.recomputed_bytes += bytes;
+        if let Some(log) = &mut self.schedule {
+            log.made(id);
+        }
+        self.event(EventKind::Recompute, id, bytes, op, Some(started));
+        Ok(())
+    }
+
+    /// Acquires the recipe's inputs (recording them in `acquired`), checks they hold the data
+    /// the op first read, makes room for the result (`bytes`) and runs the op.
+    fn replay(&mut self, recipe: &Recipe, bytes: u64, acquired: &mut Vec<u64>, op: &'static str) -> Result<tch::Tensor> {
+        let mut views = Vec::with_capacity(recipe.inputs.len());
+        for input in &recipe.inputs {
+            let Some(entry) = input else {
+                views.push(None);
+                continue;
+            };
+            let a = self.acquire(entry, false, op)?;
+            acquired.push(a.storage);
+            views.push(Some(a.view));
+        }
+        for &(input, version) in &recipe.storages {
+            if native::version(&self.storages[&input].home) != version {
+                return Err(Error::Device(format!(
+                    "an input of `{}` was modified where the residency manager could not see it, after the result was dropped to be made again",
+                    recipe.op
+                )));
+            }
+        }
+        self.make_room(bytes, op)?;
+        let _no_grad = tch::no_grad_guard();
+        (recipe.replay)(&views.iter().map(Option::as_ref).collect::<Vec<_>>())
+    }
+
+    /// Brings a storage to the device for an op: loaded from its home, or made again.
+    pub(super) fn bring(&mut self, id: u64, op: &'static str, kind: EventKind) -> Result<()> {
+        if self.storages[&id].dropped() {
+            return self.recompute(id, op);
+        }
+        self.make_room(self.storages[&id].bytes, op)?;
+        self.load(id, op, kind)
+    }
+
+    /// Makes a dropped storage again outside an op (a read, an export, the manager's end).
+    pub(super) fn remake_if_dropped(&mut self, id: u64, op: &'static str) -> Result<()> {
+        match self.storages[&id].dropped() {
+            true => self.recompute(id, op),
+            false => Ok(()),
+        }
+    }
+
+    /// Before `id`'s data changes: its own recipe no longer describes it, and neither does any
+    /// dependent's. A dependent that was dropped is made again first, from the data as it is.
+    pub(super) fn before_write(&mut self, id: u64, op: &'static str) -> Result<()> {
+        self.drop_recipe(id);
+        let Some(dependents) = self.dependents.remove(&id) else { return Ok(()) };
+        for (i, &d) in dependents.iter().enumerate() {
+            if !self.storages.get(&d).is_some_and(|s| s.recipe.is_some()) {
+                continue;
+            }
+            if let Err(e) = self.remake_if_dropped(d, op) {
+                self.dependents.insert(id, dependents[i..].to_vec());
+                return Err(e);
+            }
+            self.drop_recipe(d);
+        }
+        Ok(())
+    }
+}

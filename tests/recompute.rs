@@ -1,0 +1,170 @@
+//! Recomputation under the residency manager (src/residency/recompute.rs): a result dropped
+//! rather than written back reads the same wherever it is made again (an op's input, a read, an
+//! in-place write to one of its inputs, the manager's end); random ops and results read by an
+//! in-place write are never made again from stale inputs; remakes stay within the chain limit;
+//! a temporary only recipes hold leaves the device as soon as the program lets it go.
+//! (One test binary: the manager is process-wide, so these tests take turns.)
+
+use std::sync::{Mutex, MutexGuard};
+use tensorref::residency::{self, ComputeDevice, Config, PolicyKind, Recompute, ResidencyStats};
+use tensorref::{live_handles, manual_seed, DType, Result, Tensor};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// 1024 floats: 4 KiB a tensor.
+const N: i64 = 1024;
+const TENSOR: u64 = 4 << 10;
+
+/// The manager to this test alone, with recomputation always, turned off when dropped.
+struct Managed(#[allow(dead_code)] MutexGuard<'static, ()>);
+
+impl Managed {
+    fn new(budget: u64) -> Managed {
+        Managed::with(PolicyKind::Flow, budget)
+    }
+
+    /// Genoa: every result leaves the device as soon as it is made.
+    fn genoa() -> Managed {
+        Managed::with(PolicyKind::Genoa, 3 * TENSOR)
+    }
+
+    fn with(policy: PolicyKind, budget: u64) -> Managed {
+        let turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let config = Config { recompute: Recompute::Always, ..Config::new(ComputeDevice::Simulated, policy, budget) };
+        residency::configure(config).unwrap();
+        Managed(turn)
+    }
+}
+
+impl Drop for Managed {
+    fn drop(&mut self) {
+        let _ = residency::disable();
+    }
+}
+
+fn stats() -> ResidencyStats {
+    residency::stats().unwrap()
+}
+
+fn ramp() -> Result<Tensor> {
+    Tensor::from_slice(&(0..N).map(|i| i as f32 / 100.0 - 5.0).collect::<Vec<_>>(), &[N])
+}
+
+/// Evicts everything but what is pinned: `TENSOR`-sized results fill the budget.
+fn crowd_out(budget: u64) -> Result<Vec<Tensor>> {
+    let filler = Tensor::ones(&[N], DType::F32)?;
+    (0..budget / TENSOR + 1).map(|_| filler.mul_scalar(2.0)).collect()
+}
+
+#[test]
+fn a_dropped_result_reads_the_same_when_made_again() -> Result<()> {
+    let _m = Managed::new(3 * TENSOR);
+    let live = live_handles();
+    {
+        let x = ramp()?;
+        let y = x.mul_scalar(3.0)?.relu()?;
+        let want: Vec<f32> = x.to_vec::<f32>()?.iter().map(|v| (v * 3.0).max(0.0)).collect();
+        let _crowd = crowd_out(3 * TENSOR)?;
+        assert!(!y.is_resident()?, "evicted");
+        assert!(stats().drops > 0, "dropped, not written back: {:?}", stats());
+        let before = stats().recomputations;
+        assert_eq!(y.to_vec::<f32>()?, want, "a read makes it again");
+        assert!(stats().recomputations > before, "{:?}", stats());
+        let _crowd = crowd_out(3 * TENSOR)?;
+        assert_eq!(y.add_scalar(1.0)?.to_vec::<f32>()?, want.iter().map(|v| v + 1.0).collect::<Vec<_>>(), "an op makes its input again");
+        assert!(stats().peak_device_bytes <= 3 * TENSOR, "{:?}", stats());
+    }
+    assert_eq!(live_handles(), live, "nothing leaked");
+    Ok(())
+}
+
+#[test]
+fn an_in_place_write_to_an_input_first_makes_its_dropped_dependents_again() -> Result<()> {
+    let _m = Managed::new(3 * TENSOR);
+    let x = ramp()?;
+    let y = x.mul_scalar(2.0)?;
+    let want = y.to_vec::<f32>()?;
+    let _crowd = crowd_out(3 * TENSOR)?;
+    assert!(!y.is_resident()?);
+    x.add_scalar_(100.0)?;
+    let _crowd = crowd_out(3 * TENSOR)?;
+    assert_eq!(y.to_vec::<f32>()?, want, "y is twice x as it was, not as it is now");
+    // y was written back this time: it no longer has a recipe reading x.
+    x.add_scalar_(1.0)?;
+    assert_eq!(y.to_vec::<f32>()?, want);
+    Ok(())
+}
+
+#[test]
+fn an_in_place_write_to_a_dropped_result_keeps_the_write() -> Result<()> {
+    let _m = Managed::new(3 * TENSOR);
+    let x = ramp()?;
+    let y = x.mul_scalar(2.0)?;
+    let _crowd = crowd_out(3 * TENSOR)?;
+    y.add_scalar_(1.0)?;
+    let want: Vec<f32> = x.to_vec::<f32>()?.iter().map(|v| v * 2.0 + 1.0).collect();
+    let _crowd = crowd_out(3 * TENSOR)?;
+    assert_eq!(y.to_vec::<f32>()?, want, "written, then evicted: written back, never made again from x");
+    Ok(())
+}
+
+#[test]
+fn a_random_result_is_written_back_never_made_again() -> Result<()> {
+    let _m = Managed::genoa();
+    manual_seed(3);
+    let y = Tensor::ones(&[N], DType::F32)?.mul_scalar(1.0)?.dropout(0.5, true)?;
+    let first = y.to_vec::<f32>()?;
+    assert!(first.contains(&0.0) && first.contains(&2.0), "a dropout mask: {:?}", &first[..8]);
+    for _ in 0..3 {
+        assert!(!y.is_resident()?);
+        assert_eq!(y.add_scalar(0.0)?.to_vec::<f32>()?, first, "the same mask every time");
+    }
+    assert!(stats().write_backs > 0, "{:?}", stats());
+    Ok(())
+}
+
+#[test]
+fn a_remake_runs_at_most_a_chain_of_eight_ops() -> Result<()> {
+    let _m = Managed::genoa();
+    let mut h = ramp()?;
+    let mut want = h.to_vec::<f32>()?;
+    for _ in 0..30 {
+        h = h.mul_scalar(1.01)?.add_scalar(0.5)?;
+        want = want.iter().map(|v| v * 1.01 + 0.5).collect();
+    }
+    assert!(!h.is_resident()?);
+    let before = stats().recomputations;
+    let got = h.to_vec::<f32>()?;
+    let ran = stats().recomputations - before;
+    assert!((1..=8).contains(&ran), "{ran} ops made again for one read");
+    assert_eq!(got, want);
+    Ok(())
+}
+
+#[test]
+fn a_temporary_only_recipes_hold_leaves_the_device_when_released() -> Result<()> {
+    let _m = Managed::new(16 * TENSOR);
+    let x = ramp()?;
+    let t = x.mul_scalar(2.0)?;
+    let y = t.relu()?;
+    let with_temporary = stats().device_bytes;
+    drop(t);
+    assert_eq!(stats().device_bytes, with_temporary - TENSOR, "dropped from the device at once: {:?}", stats());
+    assert_eq!(y.to_vec::<f32>()?, x.to_vec::<f32>()?.iter().map(|v| (v * 2.0).max(0.0)).collect::<Vec<_>>());
+    Ok(())
+}
+
+#[test]
+fn turning_the_manager_off_makes_every_dropped_result_again() -> Result<()> {
+    let m = Managed::new(3 * TENSOR);
+    let x = ramp()?;
+    let ys: Vec<Tensor> = (1..=4).map(|k| x.mul_scalar(k as f64)).collect::<Result<_>>()?;
+    let _crowd = crowd_out(3 * TENSOR)?;
+    assert!(stats().drops >= 4, "{:?}", stats());
+    drop(m);
+    let x = x.to_vec::<f32>()?;
+    for (k, y) in (1..=4).zip(&ys) {
+        assert_eq!(y.to_vec::<f32>()?, x.iter().map(|v| v * k as f32).collect::<Vec<_>>(), "y{k} without a manager");
+    }
+    Ok(())
+}
