@@ -1,9 +1,10 @@
 //! Training a transformer encoder (post-norm layers, random initialisation, Adam) under a device
 //! budget: Resident first (no budget: its peak is the unmanaged peak), then Genoa and Flow at a
-//! half and a quarter of that peak, printed side by side: time per step against Resident, peak
-//! device bytes against the budget, bytes loaded and written back per step, the steady-state
-//! counters of the Flow GPU work (page-locked allocations, pageable copies, op waits, needless
-//! write-backs), and the losses (the same under every policy). `benches/training_peers.py` trains
+//! half and a quarter of that peak, and Flow with recomputation where cheaper and always, printed
+//! side by side: time per step against Resident, peak device bytes against the budget (and on
+//! CUDA the caching allocator's peak reserved bytes), bytes loaded and written back and results
+//! made again per step, the steady-state counters of the Flow GPU work (page-locked allocations,
+//! pageable copies, op waits, needless write-backs), and the losses (the same under every policy). `benches/training_peers.py` trains
 //! the same encoder in PyTorch: unmanaged, with `save_on_cpu` and with activation checkpointing
 //! (with the same seeds, its losses are ours on the CPU).
 //!
@@ -14,7 +15,7 @@
 mod cli;
 use cli::Cli;
 use std::time::Instant;
-use tensorref::residency::{self, ComputeDevice, Config, PolicyKind, ResidencyStats};
+use tensorref::residency::{self, ComputeDevice, Config, PolicyKind, Recompute, ResidencyStats};
 use tensorref::{manual_seed, no_grad, with_scope, DType, Result, Tensor};
 
 struct Args {
@@ -131,6 +132,7 @@ fn train(a: &Args) -> Result<Run> {
     let steady = ResidencyStats {
         load_bytes: last.load_bytes - before.load_bytes,
         write_back_bytes: last.write_back_bytes - before.write_back_bytes,
+        recomputations: last.recomputations - before.recomputations,
         page_locked_allocs: last.page_locked_allocs - before.page_locked_allocs,
         pageable_copies: last.pageable_copies - before.pageable_copies,
         op_waits: last.op_waits - before.op_waits,
@@ -153,22 +155,25 @@ fn main() -> Result<()> {
     let peak = resident.last.peak_device_bytes;
     println!("Unmanaged peak (Resident): {:.1} MiB\n", peak as f64 / (1 << 20) as f64);
     println!(
-        "{:<9} {:>9} {:>9} {:>7} {:>11} {:>11} {:>11} {:>8} {:>9} {:>6} {:>9}  losses",
-        "policy", "budget", "ms/step", "x Res.", "peak/budget", "loaded/st", "written/st", "pinned+", "pageable", "waits", "needless"
+        "{:<16} {:>9} {:>9} {:>7} {:>11} {:>10} {:>11} {:>11} {:>9} {:>8} {:>9} {:>6} {:>9}  losses",
+        "policy", "budget", "ms/step", "x Res.", "peak/budget", "reserved", "loaded/st", "written/st", "remade/st", "pinned+", "pageable", "waits", "needless"
     );
     let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1 << 20) as f64);
     let row = |name: &str, budget: Option<u64>, r: &Run| {
-        let per_step = |b: u64| mib(b / (a.steps as u64 - 2));
+        let measured = a.steps as u64 - 2;
+        let per_step = |b: u64| mib(b / measured);
         let s = &r.steady;
         println!(
-            "{:<9} {:>9} {:>9.1} {:>7.2} {:>11} {:>11} {:>11} {:>8} {:>9} {:>6} {:>9}  {}",
+            "{:<16} {:>9} {:>9.1} {:>7.2} {:>11} {:>10} {:>11} {:>11} {:>9} {:>8} {:>9} {:>6} {:>9}  {}",
             name,
             budget.map_or("-".into(), mib),
             r.ms_per_step,
             r.ms_per_step / resident.ms_per_step,
             budget.map_or("-".into(), |b| format!("{:.2}", r.last.peak_device_bytes as f64 / b as f64)),
+            if r.last.peak_reserved_bytes > 0 { mib(r.last.peak_reserved_bytes) } else { "-".into() },
             per_step(s.load_bytes),
             per_step(s.write_back_bytes),
+            s.recomputations / measured,
             s.page_locked_allocs,
             s.pageable_copies,
             s.op_waits,
@@ -177,14 +182,16 @@ fn main() -> Result<()> {
         );
     };
     row("Resident", None, &resident);
-    for policy in [PolicyKind::Genoa, PolicyKind::Flow] {
+    let recomputing = [Recompute::Cheaper, Recompute::Always].map(|r| (PolicyKind::Flow, r));
+    for (policy, recompute) in [(PolicyKind::Genoa, Recompute::Off), (PolicyKind::Flow, Recompute::Off)].into_iter().chain(recomputing) {
         for div in [2, 4] {
             let budget = peak / div;
-            residency::configure(Config::new(a.device, policy, budget))?;
+            residency::configure(Config { recompute, ..Config::new(a.device, policy, budget) })?;
             let run = train(&a);
             residency::disable()?;
             let run = run?;
-            row(&format!("{policy:?} 1/{div}"), Some(budget), &run);
+            let mode = if recompute == Recompute::Off { String::new() } else { format!("+{recompute:?}").to_lowercase() };
+            row(&format!("{policy:?}{mode} 1/{div}"), Some(budget), &run);
             let worst = run.losses.iter().zip(&resident.losses).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
             if worst > 0.0 {
                 println!("          losses differ from Resident's by up to {worst:e}");
@@ -193,6 +200,8 @@ fn main() -> Result<()> {
     }
     println!("\nPer step and counters: the steps after the second (steady state). pinned+: new page-locked");
     println!("allocations; pageable: copies from or to pageable memory; waits: ops that waited on a copy;");
-    println!("needless: write-backs of copies nobody modified.");
+    println!("needless: write-backs of copies nobody modified; remade: results made again (+cheaper: dropped");
+    println!("when remaking is estimated cheaper than the copies; +always: whenever they can be made again).");
+    println!("reserved: the CUDA caching allocator's peak (the manager's bytes, others' and fragmentation).");
     Ok(())
 }

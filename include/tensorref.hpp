@@ -781,6 +781,8 @@ struct ResidencyConfig {
     uint32_t prefetch_depth;
     /// The simulated device's physical memory; 0 for unlimited.
     uint64_t simulated_capacity;
+    /// Whether evicted results that can be made again are dropped rather than written back.
+    Recompute recompute;
 
     /// The library's defaults.
     ResidencyConfig() {
@@ -802,7 +804,8 @@ struct ResidencyConfig {
           budget_bytes(c.budget_bytes),
           pin_host_memory(c.pin_host_memory),
           prefetch_depth(c.prefetch_depth),
-          simulated_capacity(c.simulated_capacity) {}
+          simulated_capacity(c.simulated_capacity),
+          recompute(static_cast<Recompute>(c.recompute)) {}
 
     tr_residency_config to_c() const noexcept {
         tr_residency_config c{};
@@ -813,6 +816,7 @@ struct ResidencyConfig {
         c.pin_host_memory = pin_host_memory;
         c.prefetch_depth = prefetch_depth;
         c.simulated_capacity = simulated_capacity;
+        c.recompute = static_cast<tr_recompute>(recompute);
         return c;
     }
 };
@@ -855,6 +859,15 @@ struct ResidencyStats {
     uint64_t read_waits = 0;
     /// Write-backs of a device copy no op had modified (always 0; a regression guard).
     uint64_t needless_write_backs = 0;
+    /// Evictions that dropped a result to be made again rather than writing it back, and their
+    /// bytes; results made again, and their bytes.
+    uint64_t drops = 0;
+    uint64_t dropped_bytes = 0;
+    uint64_t recomputations = 0;
+    uint64_t recomputed_bytes = 0;
+    // Gauges: what CUDA's caching allocator holds on the device, now and at its peak (0 elsewhere).
+    uint64_t reserved_bytes = 0;
+    uint64_t peak_reserved_bytes = 0;
 
     ResidencyStats() noexcept = default;
     explicit ResidencyStats(const tr_residency_stats& s) noexcept
@@ -866,10 +879,12 @@ struct ResidencyStats {
           transfer_wait_ns(s.transfer_wait_ns), oom_retries(s.oom_retries),
           page_locked_allocs(s.page_locked_allocs), page_locked_bytes(s.page_locked_bytes),
           pageable_copies(s.pageable_copies), pageable_copy_bytes(s.pageable_copy_bytes), op_waits(s.op_waits),
-          read_waits(s.read_waits), needless_write_backs(s.needless_write_backs) {}
+          read_waits(s.read_waits), needless_write_backs(s.needless_write_backs), drops(s.drops),
+          dropped_bytes(s.dropped_bytes), recomputations(s.recomputations), recomputed_bytes(s.recomputed_bytes),
+          reserved_bytes(s.reserved_bytes), peak_reserved_bytes(s.peak_reserved_bytes) {}
 
     /// What happened since `earlier` (an older reading): the counters' differences, with the
-    /// gauges (budget, device, peak and pinned bytes) as they are now.
+    /// gauges (budget, device, peak, pinned and reserved bytes) as they are now.
     ResidencyStats since(const ResidencyStats& earlier) const noexcept {
         ResidencyStats d = *this;
         d.ops -= earlier.ops;
@@ -892,6 +907,10 @@ struct ResidencyStats {
         d.op_waits -= earlier.op_waits;
         d.read_waits -= earlier.read_waits;
         d.needless_write_backs -= earlier.needless_write_backs;
+        d.drops -= earlier.drops;
+        d.dropped_bytes -= earlier.dropped_bytes;
+        d.recomputations -= earlier.recomputations;
+        d.recomputed_bytes -= earlier.recomputed_bytes;
         return d;
     }
 };

@@ -225,11 +225,13 @@ impl Manager {
         Ok(())
     }
 
+    /// The storages that may be evicted now. One that would be dropped to be made again counts
+    /// as clean: evicting it costs no write-back.
     pub(super) fn candidates(&self) -> Vec<Candidate> {
         self.storages
             .iter()
             .filter(|(_, s)| s.evictable())
-            .map(|(&uid, s)| Candidate { uid, bytes: s.bytes, dirty: s.dirty, last_use: s.last_use, uses: s.uses, key: s.key })
+            .map(|(&uid, s)| Candidate { uid, bytes: s.bytes, dirty: s.dirty && !self.droppable(uid), last_use: s.last_use, uses: s.uses, key: s.key })
             .collect()
     }
 

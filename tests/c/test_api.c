@@ -833,17 +833,21 @@ static int train_mlp(double losses[TRAIN_STEPS]) {
 }
 
 /* Training through the manager gives, under every policy, the losses of training without it. */
+/* Every policy, with recomputation off and always (results dropped when evicted, made again). */
 static void training_under_every_policy(void) {
     const tr_policy policies[3] = {TR_POLICY_RESIDENT, TR_POLICY_GENOA, TR_POLICY_FLOW};
+    const tr_recompute modes[2] = {TR_RECOMPUTE_OFF, TR_RECOMPUTE_ALWAYS};
     double plain[TRAIN_STEPS], managed[TRAIN_STEPS];
     tr_residency_config config;
     tr_residency_stats stats;
-    int p, i;
+    int p, r, i;
     CHECK(train_mlp(plain) == 0);
     CHECK(plain[TRAIN_STEPS - 1] < plain[0]);
-    for (p = 0; p < 3; p++) {
+    for (p = 0; p < 3; p++) for (r = 0; r < 2; r++) {
         REQUIRE_OK(tr_residency_config_default(&config));
+        CHECK(config.recompute == TR_RECOMPUTE_OFF);
         config.policy = policies[p];
+        config.recompute = modes[r];
         config.budget_bytes = 24 << 10; /* the largest op: an 8 KiB activation in, 8 KiB out */
         REQUIRE_OK(tr_residency_configure(&config));
         CHECK(tr_residency_saved_tensors_managed()); /* no Python engine in this process */
@@ -853,6 +857,9 @@ static void training_under_every_policy(void) {
         CHECK(!tr_residency_saved_tensors_managed());
         for (i = 0; i < TRAIN_STEPS; i++) CHECK(managed[i] == plain[i]);
         if (policies[p] != TR_POLICY_RESIDENT) CHECK(stats.peak_device_bytes <= config.budget_bytes);
+        if (policies[p] != TR_POLICY_RESIDENT && modes[r] == TR_RECOMPUTE_ALWAYS) CHECK(stats.drops > 0 && stats.recomputations > 0);
+        if (modes[r] == TR_RECOMPUTE_OFF) CHECK(stats.drops == 0 && stats.recomputations == 0);
+        CHECK(stats.reserved_bytes == 0); /* CUDA only */
     }
 }
 

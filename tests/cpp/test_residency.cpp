@@ -300,11 +300,17 @@ TEST(training_through_the_manager_gives_the_losses_of_training_without_it) {
     const std::vector<double> plain = train_mlp();
     CHECK(plain.back() < plain.front());
     for (Policy policy : {Policy::Resident, Policy::Genoa, Policy::Flow}) {
-        // The largest op holds a 32 KiB activation, a 256-byte weight and a 32 KiB result.
-        Residency r(ResidencyConfig(policy, 80 << 10));
-        CHECK(Residency::saved_tensors_managed());
-        CHECK_EQ(train_mlp(), plain);
-        if (policy != Policy::Resident) CHECK(Residency::stats().peak_device_bytes <= uint64_t(80 << 10));
+        for (Recompute recompute : {Recompute::Off, Recompute::Always}) {
+            // The largest op holds a 32 KiB activation, a 256-byte weight and a 32 KiB result.
+            ResidencyConfig config(policy, 80 << 10);
+            config.recompute = recompute;
+            Residency r(config);
+            CHECK(Residency::saved_tensors_managed());
+            CHECK_EQ(train_mlp(), plain);
+            const ResidencyStats stats = Residency::stats();
+            if (policy != Policy::Resident) CHECK(stats.peak_device_bytes <= uint64_t(80 << 10));
+            CHECK_EQ(stats.recomputations > 0, policy != Policy::Resident && recompute == Recompute::Always);
+        }
     }
 }
 

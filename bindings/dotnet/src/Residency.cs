@@ -40,6 +40,7 @@ namespace TensorRef
             PinHostMemory = n.PinHostMemory;
             PrefetchDepth = (int)n.PrefetchDepth;
             SimulatedCapacity = n.SimulatedCapacity;
+            Recompute = n.Recompute;
         }
 
         /// <summary>The defaults with this policy and device budget.</summary>
@@ -78,6 +79,10 @@ namespace TensorRef
         /// <summary>The simulated device's physical memory; 0 for unlimited.</summary>
         public ulong SimulatedCapacity { get; set; }
 
+        /// <summary>Whether evicted results that can be made again from their inputs are dropped rather
+        /// than written back: never (the default), when that is estimated cheaper, or always.</summary>
+        public Recompute Recompute { get; set; }
+
         public ResidencyConfig Clone() => (ResidencyConfig)MemberwiseClone();
 
         internal NativeResidencyConfig ToNative()
@@ -91,14 +96,16 @@ namespace TensorRef
                 PinHostMemory = PinHostMemory,
                 PrefetchDepth = (uint)PrefetchDepth,
                 SimulatedCapacity = SimulatedCapacity,
+                Recompute = Recompute,
             };
         }
 
         public override string ToString() =>
-            string.Format("{0} on {1}{2}, budget {3} bytes, prefetch depth {4}{5}{6}", Policy, Device,
+            string.Format("{0} on {1}{2}, budget {3} bytes, prefetch depth {4}{5}{6}{7}", Policy, Device,
                           Device == Device.Cuda ? ":" + DeviceIndex : "", BudgetBytes, PrefetchDepth,
                           PinHostMemory ? ", pinned host memory" : "",
-                          SimulatedCapacity > 0 ? ", simulated capacity " + SimulatedCapacity + " bytes" : "");
+                          SimulatedCapacity > 0 ? ", simulated capacity " + SimulatedCapacity + " bytes" : "",
+                          Recompute != Recompute.Off ? ", recomputation " + Recompute : "");
     }
 
     /// <summary>
@@ -404,6 +411,12 @@ namespace TensorRef
             OpWaits = s.OpWaits;
             ReadWaits = s.ReadWaits;
             NeedlessWriteBacks = s.NeedlessWriteBacks;
+            Drops = s.Drops;
+            DroppedBytes = s.DroppedBytes;
+            Recomputations = s.Recomputations;
+            RecomputedBytes = s.RecomputedBytes;
+            ReservedBytes = s.ReservedBytes;
+            PeakReservedBytes = s.PeakReservedBytes;
         }
 
         /// <summary>The device byte budget; ulong.MaxValue for a policy without one (Resident).</summary>
@@ -443,6 +456,15 @@ namespace TensorRef
         public ulong ReadWaits { get; }
         /// <summary>Write-backs of a device copy no op had modified (always 0; a regression guard).</summary>
         public ulong NeedlessWriteBacks { get; }
+        /// <summary>Evictions that dropped a result to be made again rather than writing it back.</summary>
+        public ulong Drops { get; }
+        public ulong DroppedBytes { get; }
+        /// <summary>Results made again from their inputs.</summary>
+        public ulong Recomputations { get; }
+        public ulong RecomputedBytes { get; }
+        /// <summary>What CUDA's caching allocator holds on the device now (in use or cached); 0 on other devices.</summary>
+        public ulong ReservedBytes { get; }
+        public ulong PeakReservedBytes { get; }
 
         /// <summary>Whether the policy keeps to a budget (false under Resident).</summary>
         public bool IsBounded => Budget != ulong.MaxValue;
@@ -454,11 +476,13 @@ namespace TensorRef
                           "{7} evictions ({8} B), {9} write-backs ({10} B), {11} prefetches ({12} B), " +
                           "prefetch hits {13} misses {14}, transfer wait {15} ns, {16} OOM retries, " +
                           "{17} page-locked allocations ({18} B), {19} pageable copies ({20} B), {21} op waits, " +
-                          "{22} read waits, {23} needless write-backs",
+                          "{22} read waits, {23} needless write-backs, {24} drops ({25} B), {26} recomputations ({27} B), " +
+                          "reserved {28} B (peak {29})",
                           DeviceBytes, PeakDeviceBytes, IsBounded ? Budget.ToString() : "none", PinnedBytes, Ops, Loads,
                           LoadBytes, Evictions, EvictedBytes, WriteBacks, WriteBackBytes, Prefetches, PrefetchBytes,
                           PrefetchHits, PrefetchMisses, TransferWaitNs, OomRetries, PageLockedAllocs, PageLockedBytes,
-                          PageableCopies, PageableCopyBytes, OpWaits, ReadWaits, NeedlessWriteBacks);
+                          PageableCopies, PageableCopyBytes, OpWaits, ReadWaits, NeedlessWriteBacks, Drops, DroppedBytes,
+                          Recomputations, RecomputedBytes, ReservedBytes, PeakReservedBytes);
     }
 
     /// <summary>One manager event (tr_event), copied for the handler.</summary>

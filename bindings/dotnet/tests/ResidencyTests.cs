@@ -305,16 +305,20 @@ namespace TensorRef.Tests
             var plain = TrainMlp();
             Check.True(plain[plain.Count - 1] < plain[0], "the loss fell");
             foreach (var policy in new[] { Policy.Resident, Policy.Genoa, Policy.Flow })
+            foreach (var recompute in new[] { Recompute.Off, Recompute.Always })
             {
                 const ulong budget = 24 << 10; // the largest op: an 8 KiB activation in, 8 KiB out
-                using (ResidencyManager.Configure(new ResidencyConfig(policy, budget)))
+                var what = policy + ", recomputation " + recompute;
+                using (ResidencyManager.Configure(new ResidencyConfig(policy, budget) { Recompute = recompute }))
                 {
-                    Check.True(ResidencyManager.SavedTensorsManaged, policy + ": saved tensors go through the manager");
+                    Check.True(ResidencyManager.SavedTensorsManaged, what + ": saved tensors go through the manager");
                     var managed = TrainMlp();
                     for (int i = 0; i < plain.Count; i++)
-                        Check.Equal(plain[i], managed[i], policy + ": the loss of step " + (i + 1));
+                        Check.Equal(plain[i], managed[i], what + ": the loss of step " + (i + 1));
+                    var stats = ResidencyManager.Stats;
                     if (policy != Policy.Resident)
-                        Check.True(ResidencyManager.Stats.PeakDeviceBytes <= budget, policy + ": within the budget");
+                        Check.True(stats.PeakDeviceBytes <= budget, what + ": within the budget");
+                    Check.Equal(policy != Policy.Resident && recompute == Recompute.Always, stats.Recomputations > 0, what + ": results made again");
                 }
                 Check.True(!ResidencyManager.SavedTensorsManaged, "not without a manager");
             }

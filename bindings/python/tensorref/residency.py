@@ -25,7 +25,7 @@ from ctypes import byref, c_bool
 from typing import Callable, NamedTuple
 
 from . import _ownership
-from ._abi import DEVICE_CODES, EVENT_KIND_CODES, POLICY_CODES, EventFn as _EventFn
+from ._abi import DEVICE_CODES, EVENT_KIND_CODES, POLICY_CODES, RECOMPUTE_CODES, EventFn as _EventFn
 from ._abi import ResidencyConfig as _CConfig, ResidencyStats as _CStats
 from ._lib import c_path, fail, lib
 from ._ownership import flush_releases
@@ -62,8 +62,10 @@ def _defaults() -> _CConfig:
 @dataclasses.dataclass
 class Config:
     """tr_residency_config. `device`: "simulated" (host memory accounted as device memory),
-    "cuda" or "cpu"; `policy`: "resident", "genoa" or "flow" (or their codes). The other
-    defaults are the library's (tr_residency_config_default)."""
+    "cuda" or "cpu"; `policy`: "resident", "genoa" or "flow" (or their codes); `recompute`:
+    whether evicted results that can be made again from their inputs are dropped rather than
+    written back, "off", "cheaper" (when estimated cheaper than the copies) or "always". The
+    other defaults are the library's (tr_residency_config_default)."""
     policy: str = "flow"
     budget_bytes: int = 0
     device: str = "simulated"
@@ -71,6 +73,7 @@ class Config:
     pin_host_memory: bool = dataclasses.field(default_factory=lambda: _defaults().pin_host_memory)
     prefetch_depth: int = dataclasses.field(default_factory=lambda: _defaults().prefetch_depth)
     simulated_capacity: int = 0
+    recompute: str = "off"
 
     def to_c(self) -> _CConfig:
         # ctypes would wrap a negative or oversized number silently (-1 -> 2**64 - 1).
@@ -86,6 +89,7 @@ class Config:
         c.pin_host_memory = self.pin_host_memory
         c.prefetch_depth = self.prefetch_depth
         c.simulated_capacity = self.simulated_capacity
+        c.recompute = _code(RECOMPUTE_CODES, self.recompute, "recompute mode")
         return c
 
 
@@ -198,6 +202,12 @@ class Stats(NamedTuple):
     op_waits: int
     read_waits: int
     needless_write_backs: int
+    drops: int
+    dropped_bytes: int
+    recomputations: int
+    recomputed_bytes: int
+    reserved_bytes: int
+    peak_reserved_bytes: int
 
 
 def stats() -> Stats:
@@ -242,7 +252,7 @@ Tensor.is_resident = property(_is_resident)
 # ------------------------------------------------------------ events
 class Event(NamedTuple):
     """One manager event (a copy of tr_event): `kind` is "load", "evict", "write_back",
-    "op_begin", "op_end" or "prefetch"."""
+    "op_begin", "op_end", "prefetch", "recompute" or "drop"."""
     kind: str
     entry: int
     bytes: int

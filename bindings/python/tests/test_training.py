@@ -13,7 +13,6 @@ import tensorref as tr
 
 torch = pytest.importorskip("torch")
 
-POLICIES = ["resident", "genoa", "flow"]
 # The largest op holds 64 KiB of activations, a 16 KiB weight and a 64 KiB result.
 BUDGET = 192 << 10
 
@@ -76,12 +75,12 @@ def train_torch(steps=5):
 
 
 @pytest.mark.parametrize("dropout,adam", [(False, False), (True, True)])
-@pytest.mark.parametrize("policy", POLICIES)
-def test_training_is_the_same_under_every_policy(policy, dropout, adam):
+@pytest.mark.parametrize("policy,recompute", [("resident", "off")] + [(p, r) for p in ("genoa", "flow") for r in ("off", "always")])
+def test_training_is_the_same_under_every_policy(policy, recompute, dropout, adam):
     plain_losses, plain_params = train(dropout, adam)
     assert plain_losses[-1] < plain_losses[0]
     budget = {} if policy == "resident" else {"budget_bytes": BUDGET}  # Resident has no budget
-    with tr.residency.session(policy=policy, **budget):
+    with tr.residency.session(policy=policy, recompute=recompute, **budget):
         losses, params = train(dropout, adam)
         stats = tr.residency.stats()
     assert losses == plain_losses
@@ -90,6 +89,12 @@ def test_training_is_the_same_under_every_policy(policy, dropout, adam):
     if policy != "resident":
         assert stats.peak_device_bytes <= BUDGET
         assert stats.evictions > 0
+    assert (stats.drops > 0 and stats.recomputations > 0) == (recompute == "always")
+
+
+def test_an_unknown_recompute_mode_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match="off, cheaper, always"):
+        tr.residency.configure(policy="flow", budget_bytes=BUDGET, recompute="sometimes")
 
 
 def test_training_without_dropout_matches_torch():
