@@ -70,7 +70,7 @@ pub struct Config {
     /// out-of-memory as a real device would (None: unlimited).
     pub simulated_capacity: Option<u64>,
     /// Whether evicted results that can be made again are dropped rather than written back
-    /// (see `recompute`).
+    /// (see `recompute`; Resident, which evicts nothing, ignores it).
     pub recompute: Recompute,
 }
 

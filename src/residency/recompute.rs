@@ -130,10 +130,11 @@ impl Manager {
         }
     }
 
-    /// Whether evicting `id` should drop its device copy rather than write it back.
+    /// Whether evicting `id` should drop its device copy rather than write it back (never
+    /// under Resident, which keeps everything on the device).
     pub(super) fn droppable(&self, id: u64) -> bool {
         let s = &self.storages[&id];
-        if s.kind != Home::Lazy || s.recipe.is_none() {
+        if s.kind != Home::Lazy || s.recipe.is_none() || !self.policy.bounded() {
             return false;
         }
         match self.cfg.recompute {

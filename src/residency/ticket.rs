@@ -59,7 +59,8 @@ impl Ticket {
             Ok(mut held) => {
                 let m = held.as_mut()?;
                 m.op_begin(op);
-                Some(ticket(None, m.moves(), m.moves() && m.cfg.recompute != super::Recompute::Off))
+                let recomputes = m.moves() && m.policy.bounded() && m.cfg.recompute != super::Recompute::Off;
+                Some(ticket(None, m.moves(), recomputes))
             }
         }
     }

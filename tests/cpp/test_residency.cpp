@@ -22,8 +22,10 @@
 #include <vector>
 
 using tr::Policy;
+using tr::Recompute;
 using tr::Residency;
 using tr::ResidencyConfig;
+using tr::ResidencyStats;
 using tr::Tensor;
 
 static_assert(!std::is_copy_constructible_v<Residency> && !std::is_copy_assignable_v<Residency>);

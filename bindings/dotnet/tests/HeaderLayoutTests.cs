@@ -30,7 +30,7 @@ namespace TensorRef.Tests
         {
             { "int32_t", 4 }, { "uint32_t", 4 }, { "int64_t", 8 }, { "uint64_t", 8 }, { "bool", 1 }, { "double", 8 },
             // The C enums: int32_t underneath (typedef int32_t tr_device; before C23).
-            { "tr_scalar_kind", 4 }, { "tr_device", 4 }, { "tr_policy", 4 }, { "tr_event_kind", 4 }, { "tr_weight_mode", 4 },
+            { "tr_scalar_kind", 4 }, { "tr_device", 4 }, { "tr_policy", 4 }, { "tr_recompute", 4 }, { "tr_event_kind", 4 }, { "tr_weight_mode", 4 },
         };
 
         /// <summary>(C type, name) of each field of `typedef struct name { ... } name;` in the header.</summary>

@@ -172,5 +172,5 @@ def test_structs_have_the_headers_fields_in_order(cname, cls):
     assert [f[0] for f in cls._fields_] == names
     ctypes_of = {"int32_t": c_int32, "uint32_t": c_uint32, "uint64_t": c_uint64, "bool": c_bool,
                  "double": c_double, "const char": c_char_p, "tr_device": c_int32, "tr_policy": c_int32,
-                 "tr_event_kind": c_int32, "tr_weight_mode": c_int32}
+                 "tr_recompute": c_int32, "tr_event_kind": c_int32, "tr_weight_mode": c_int32}
     assert [f[1] for f in cls._fields_] == [ctypes_of[t.strip()] for t, _, _ in fields]
