@@ -451,8 +451,8 @@ impl Manager {
     /// dropped unless an op uses it. Returns the write-back to wait for.
     pub(crate) fn settle_home(&mut self, entry: &Entry) -> Result<Vec<Arc<Transfer>>> {
         let id = self.storage_of(entry)?;
-        self.before_write(id, "export")?;
         self.remake_if_dropped(id, "export")?;
+        self.before_write(id, "export")?;
         if self.storages[&id].evictable() {
             self.evict(id, "export")?;
         } else {
