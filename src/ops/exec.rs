@@ -47,8 +47,8 @@ impl Deref for Input {
 }
 
 /// A managed op's ticket, and the entries whose device copies it uses, kept alive until the
-/// ticket is done with them (fields drop in order): `placed[i]` is the input made for
-/// `originals[i]`.
+/// ticket is done with them (fields drop in order). When results keep recipes, `placed[i]` is
+/// the input made for `originals[i]`.
 struct Managed {
     ticket: Ticket,
     originals: Vec<Arc<Entry>>,
@@ -84,8 +84,10 @@ impl Op {
             None => Ok(Input(entry)),
             Some(m) => {
                 let input = Arc::new(Entry::new(m.ticket.acquire(&entry, write)?));
+                if m.ticket.recomputes() {
+                    m.placed.push(input.clone());
+                }
                 m.originals.push(entry);
-                m.placed.push(input.clone());
                 Ok(Input(input))
             }
         }
@@ -165,11 +167,14 @@ impl Op {
         inputs: [Option<&tch::Tensor>; N],
         replay: impl Fn(&[Option<&tch::Tensor>]) -> Result<tch::Tensor> + Send + Sync + 'static,
     ) -> Result<TensorId> {
-        let originals: Vec<Option<Arc<Entry>>> = match self.managed.as_deref() {
+        // The registered entry of each present input, or None when results keep no recipes.
+        let found = |m: &Managed| inputs.iter().map(|i| i.map(|t| m.original(t).ok_or(())).transpose()).collect::<Result<Vec<_>, ()>>().ok();
+        let originals = match self.managed.as_deref() {
             None => return Ok(registry::insert(replay(&inputs)?)),
-            Some(m) if m.ticket.recomputes() => inputs.iter().map(|i| i.and_then(|i| m.original(i))).collect(),
-            Some(_) => return self.output_managed(|| replay(&inputs)),
+            Some(m) if m.ticket.recomputes() => found(m),
+            Some(_) => None,
         };
+        let Some(originals) = originals else { return self.output_managed(|| replay(&inputs)) };
         let replay: Replay = Arc::new(replay);
         let recipe = |cost: std::time::Duration| Some(Recipe::new(originals.clone(), replay.clone(), cost.as_nanos() as u64));
         self.run_managed(|| replay(&inputs), recipe)?.ok_or_else(undefined)

@@ -98,10 +98,13 @@ impl Manager {
         if recipe.depth > MAX_CHAIN {
             return Ok(());
         }
-        let mut held = recipe.storages.iter().map(|&(input, _)| input);
+        let mut views = Vec::with_capacity(recipe.storages.len());
+        for (entry, &(input, _)) in recipe.inputs.iter().flatten().zip(&recipe.storages) {
+            views.push(Entry::new(native::view_on(&self.storages[&input].home, entry)?));
+        }
+        let mut held = recipe.storages.iter().map(|&(input, _)| input).zip(views);
         for slot in recipe.inputs.iter_mut().filter(|i| i.is_some()) {
-            let (input, entry) = (held.next().expect("one storage per input"), slot.take().expect("filtered"));
-            let view = Entry::new(native::view_on(&self.storages[&input].home, &entry)?);
+            let (input, view) = held.next().expect("one view per present input");
             self.attach(&view, input);
             self.storages.get_mut(&input).expect("known").recipe_holds += 1;
             self.dependents.entry(input).or_default().push(id);
@@ -111,12 +114,15 @@ impl Manager {
         Ok(())
     }
 
-    /// Drops a storage's recipe: its inputs are no longer held for it.
+    /// Drops a storage's recipe: its inputs are no longer held for it, nor is it their dependent.
     pub(super) fn drop_recipe(&mut self, id: u64) {
         let Some(recipe) = self.storages.get_mut(&id).and_then(|s| s.recipe.take()) else { return };
         for &(input, _) in &recipe.storages {
             if let Some(s) = self.storages.get_mut(&input) {
                 s.recipe_holds -= 1;
+            }
+            if let Some(dependents) = self.dependents.get_mut(&input) {
+                dependents.retain(|&d| d != id);
             }
         }
     }
@@ -130,11 +136,10 @@ impl Manager {
         }
     }
 
-    /// Whether evicting `id` should drop its device copy rather than write it back (never
-    /// under Resident, which keeps everything on the device).
+    /// Whether evicting `id` should drop its device copy rather than write it back.
     pub(super) fn droppable(&self, id: u64) -> bool {
         let s = &self.storages[&id];
-        if s.kind != Home::Lazy || s.recipe.is_none() || !self.policy.bounded() {
+        if s.kind != Home::Lazy || s.recipe.is_none() {
             return false;
         }
         match self.cfg.recompute {
@@ -170,7 +175,7 @@ impl Manager {
         acquired.into_iter().for_each(|input| self.release(input));
         let result = made?;
         let info = native::storage(&result, self.cuda())?;
-        let s = self.storages.get_mut(&id).expect("held by the caller");
+        let s = self.storages.get_mut(&id).expect("known: forgetting waits for the manager");
         if info.nbytes != s.bytes || self.by_device.contains_key(&info.id) {
             return Err(Error::Device(format!("`{}` made again is not the storage it made first", recipe.op)));
         }
@@ -235,13 +240,11 @@ impl Manager {
 
     /// Before `id`'s data changes: its own recipe no longer describes it, and neither does any
     /// dependent's. A dependent that was dropped is made again first, from the data as it is.
+    /// The caller has brought `id` itself to the device.
     pub(super) fn before_write(&mut self, id: u64, op: &'static str) -> Result<()> {
         self.drop_recipe(id);
         let Some(dependents) = self.dependents.remove(&id) else { return Ok(()) };
         for (i, &d) in dependents.iter().enumerate() {
-            if !self.storages.get(&d).is_some_and(|s| s.recipe.is_some()) {
-                continue;
-            }
             if let Err(e) = self.remake_if_dropped(d, op) {
                 self.dependents.insert(id, dependents[i..].to_vec());
                 return Err(e);

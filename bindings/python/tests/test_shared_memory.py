@@ -87,17 +87,14 @@ def test_a_bad_budget_is_refused(budget):
         tr.residency.configure(policy="flow", budget_bytes=budget)
 
 
-@pytest.mark.parametrize("policy", ["genoa", "flow"])
-def test_a_result_dropped_to_be_recomputed_is_exported_with_its_values(policy):
-    # Genoa drops the result as soon as it is made; Flow once the budget pushes it out.
-    with tr.no_grad(), tr.residency.session(policy=policy, budget_bytes=48, recompute="always"):
+def test_a_result_dropped_to_be_recomputed_is_exported_with_its_values():
+    # Genoa drops a result that can be made again as soon as it is made.
+    with tr.no_grad(), tr.residency.session(policy="genoa", budget_bytes=48, recompute="always"):
         with tr.scope():
             x = tr.tensor([1.0, 2.0, 3.0, 4.0])
             y = x.mul_scalar(2.0)
-            crowd = [x.add_scalar(float(k)) for k in range(3)]
-            assert not y.is_resident and tr.residency.stats().drops > 0
+            assert not y.is_resident and tr.residency.stats().drops == 1
             t = y.to_torch()
             assert t.tolist() == [2.0, 4.0, 6.0, 8.0]
             x.add_scalar_(1.0)  # y no longer depends on x: exported memory is never made again
             assert t.tolist() == y.numpy().tolist() == [2.0, 4.0, 6.0, 8.0]
-            del crowd
