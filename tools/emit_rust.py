@@ -3,7 +3,10 @@
 A core function takes handles, gets its inputs through the op executor (`Op`, src/ops/exec.rs),
 binds each as the body expects it (a tensor as `&tch::Tensor`, an optional one as
 `Option<&tch::Tensor>`, a list as `&[&tch::Tensor]`: ops.def's header), and runs the body as its
-return type says. The method passes handles to it.
+return type says. A replayable op's body (`Op.replayable`) is a local function `replay` of its tensor
+inputs and other arguments, so the residency manager can keep it to recompute the result; the
+function holding the arguments is made only when the manager keeps recipes, so the ordinary path
+copies nothing. The method passes handles to it.
 """
 from __future__ import annotations
 
@@ -53,26 +56,37 @@ def one_op(op: Op) -> list[str]:
         if bind:
             lines.append("    " + fill(bind, p))
     if op.replayable:
-        return lines + replayed(op)
+        return replay_fn(op) + lines + replayed(op)
     run = ret_cell(op.ret, "rust_run").format(body=op.body, first=params[0].name if params else "")
     return lines + [f"    {run}"]
 
 
-def replayed(op: Op) -> list[str]:
-    """The call running a replayable op: its body as a replay function of the op's tensor inputs
-    (holding its other arguments), which the residency manager may keep to make the result
-    again."""
+def replay_fn(op: Op) -> list[str]:
+    """A replayable op's body as a function of its tensor inputs (as the residency manager holds
+    them: None for an absent optional one) and its other arguments."""
     tensors = [p for p in op.params if cell(p.ty, "tensor")]
-    owned = [p.name for p in op.params if cell(p.ty, "replay") == "owned"]
-    given = ", ".join(f"Some({p.name})" if p.ty == "T" else p.name for p in tensors)
-    names = ", ".join(p.name for p in tensors)
-    lines = [f"    let {n} = {n}.to_vec();" for n in owned]
-    lines.append(f"    op.output_replayable([{given}], move |inputs| {{")
-    lines.append(f"        let [{names}] = replay_args(inputs)?;")
-    lines += [f"        let {p.name} = given({p.name})?;" for p in tensors if p.ty == "T"]
-    lines += [f"        let {n} = &{n}[..];" for n in owned]
-    lines += [f"        Ok({op.body}?)", "    })"]
-    return lines
+    values = [p for p in op.params if not cell(p.ty, "tensor")]
+    sig = ", ".join(["inputs: &[Option<&tch::Tensor>]"] + [f"{p.name}: {cell(p.ty, 'rust_core')}" for p in values])
+    lines = [f"    fn replay({sig}) -> Result<tch::Tensor> {{",
+             f"        let [{', '.join(p.name for p in tensors)}] = replay_args(inputs)?;"]
+    lines += [f"        let {p.name} = given({p.name})?;" for p in tensors if cell(p.ty, "replay") == "tensor"]
+    return lines + [f"        Ok({op.body}?)", "    }"]
+
+
+def replayed(op: Op) -> list[str]:
+    """The call running a replayable op through `replay`, and making (only when the residency
+    manager keeps recipes) the replay function that holds its arguments."""
+    inputs = ", ".join(f"Some({p.name})" if cell(p.ty, "replay") == "tensor" else p.name for p in op.params if cell(p.ty, "tensor"))
+    values = [p for p in op.params if not cell(p.ty, "tensor")]
+    if not values:  # `replay` itself is the replay function
+        return [f"    op.output_replayable([{inputs}], replay, || Arc::new(replay))"]
+    owned = [p.name for p in values if cell(p.ty, "replay") == "owned"]
+    held = "".join(", " + (f"&{p.name}" if p.name in owned else p.name) for p in values)
+    passed = "".join(f", {p.name}" for p in values)
+    return ([f"    op.output_replayable([{inputs}], |inputs| replay(inputs{passed}), || {{"]
+            + [f"        let {n} = {n}.to_vec();" for n in owned]
+            + [f"        Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs{held}))", "    })"])
+
 
 
 def method(op: Op) -> str:

@@ -158,26 +158,28 @@ impl Op {
     }
 
     /// Like `output`, for an op whose result depends on nothing but its tensor inputs (`inputs`,
-    /// None for an absent optional one) and the values `replay` holds. Under a manager that
-    /// recomputes, the result keeps its recipe (the inputs' entries and `replay`): it may then be
-    /// dropped when evicted and made again when needed (see residency::recompute).
+    /// None for an absent optional one) and its other arguments: `run` computes it. Under a
+    /// manager that recomputes, the result keeps its recipe (the inputs' entries and the replay
+    /// function `keep` makes, holding the arguments): it may then be dropped when evicted and made
+    /// again when needed (see residency::recompute).
     #[inline]
     pub(crate) fn output_replayable<const N: usize>(
         self,
         inputs: [Option<&tch::Tensor>; N],
-        replay: impl Fn(&[Option<&tch::Tensor>]) -> Result<tch::Tensor> + Send + Sync + 'static,
+        run: impl Fn(&[Option<&tch::Tensor>]) -> Result<tch::Tensor>,
+        keep: impl FnOnce() -> Replay,
     ) -> Result<TensorId> {
         // The registered entry of each present input, or None when results keep no recipes.
         let found = |m: &Managed| inputs.iter().map(|i| i.map(|t| m.original(t).ok_or(())).transpose()).collect::<Result<Vec<_>, ()>>().ok();
         let originals = match self.managed.as_deref() {
-            None => return Ok(registry::insert(replay(&inputs)?)),
+            None => return Ok(registry::insert(run(&inputs)?)),
             Some(m) if m.ticket.recomputes() => found(m),
             Some(_) => None,
         };
-        let Some(originals) = originals else { return self.output_managed(|| replay(&inputs)) };
-        let replay: Replay = Arc::new(replay);
+        let Some(originals) = originals else { return self.output_managed(|| run(&inputs)) };
+        let replay = keep();
         let recipe = |cost: std::time::Duration| Some(Recipe::new(originals.clone(), replay.clone(), cost.as_nanos() as u64));
-        self.run_managed(|| replay(&inputs), recipe)?.ok_or_else(undefined)
+        self.run_managed(|| run(&inputs), recipe)?.ok_or_else(undefined)
     }
 
     /// Runs `body` under the manager and places its result (with the recipe `recipe` gives for
