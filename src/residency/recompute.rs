@@ -1,5 +1,5 @@
 //! Recomputation (DTR, Kirisame et al. 2021; the choice per tensor as DELTA makes it). An op's
-//! result may keep its recipe: the op's replay function and its inputs' entries. Evicting such a
+//! result may keep its recipe: the op's replay function and views of its inputs. Evicting such a
 //! result can then drop it instead of writing it back, and the manager makes it again from its
 //! inputs when it is next used (or read, exported, or kept past the manager). With
 //! `Recompute::Cheaper` a result is dropped when remaking it (its op, plus its dropped inputs'
