@@ -225,14 +225,18 @@ impl Manager {
         Ok(())
     }
 
-    /// The storages that may be evicted now. One that would be dropped to be made again counts
-    /// as clean: evicting it costs no write-back.
+    /// The storages that may be evicted now, oldest first (so that a policy's ties are broken the
+    /// same way in every run, not by the map's order). One that would be dropped to be made again
+    /// counts as clean: evicting it costs no write-back.
     pub(super) fn candidates(&self) -> Vec<Candidate> {
-        self.storages
+        let mut candidates: Vec<Candidate> = self
+            .storages
             .iter()
             .filter(|(_, s)| s.evictable())
             .map(|(&uid, s)| Candidate { uid, bytes: s.bytes, dirty: s.dirty && !self.droppable(uid), last_use: s.last_use, uses: s.uses, key: s.key })
-            .collect()
+            .collect();
+        candidates.sort_unstable_by_key(|c| c.uid);
+        candidates
     }
 
     /// Starts copying a newer device copy home (a home without memory gets memory first,
@@ -358,6 +362,7 @@ impl Manager {
         let id = self.new_id();
         let mut s = Storage::new(home, Home::Lazy, bytes, key);
         (s.home_id, s.device_id, s.device, s.dirty, s.modified) = (home_id, info.id, Some(device), true, true);
+        s.last_use = self.clock;
         self.storages.insert(id, s);
         self.by_home.insert(home_id, id);
         self.by_device.insert(info.id, id);
