@@ -453,3 +453,40 @@ fn flow_prefetches_saved_activations_ahead_of_backward() {
     assert!(without > 0, "the budget makes backward reload saved activations");
     assert!(3 * with <= without, "prefetch left {with} of {without} demand loads in backward: {stats:?}");
 }
+
+/// The schedule model of a training step (src/residency/schedule.rs): each unpack for backward
+/// knows which op saved its tensor, so the backward's cost is `BACKWARD_COST` times the forward's,
+/// counted once; results made again are costed apart, so the step with nothing moved or remade
+/// costs the same whatever the recomputation mode.
+#[cfg(not(feature = "cuda-tests"))]
+#[test]
+fn the_schedule_model_costs_a_training_step_backward_included() {
+    use tensorref::residency::schedule::{self, Step, Work, BACKWARD_COST};
+    let _turn = turn();
+    let compute = schedule::roofline(1e12, 3e11, 4);
+    let logged = |recompute: Recompute| {
+        let _managed = Managed::recomputing(PolicyKind::Flow, MLP_BUDGETS[0], recompute);
+        residency::schedule_log_start().unwrap();
+        train(Mlp::new, 3, false, Optimizer::Adam).unwrap();
+        residency::schedule_log().expect("a step was logged")
+    };
+    let mut unmanaged = vec![];
+    for recompute in [Recompute::Off, Recompute::Always] {
+        let pass = logged(recompute);
+        let ops: Vec<&Step> = pass.ops().collect();
+        let work = |s: &Step| if let Step::Op { work, .. } = s { *work } else { unreachable!() };
+        let first_unpack = ops.iter().position(|s| matches!(work(s), Work::Backward { .. })).expect("backward unpacked saved tensors");
+        assert!(ops.iter().all(|s| work(s) != Work::Backward { saved_at: None }), "every unpack knows which op saved it");
+        let cost = |range: &[&Step]| range.iter().filter(|s| work(s) == Work::Program).map(|s| compute(s)).sum::<f64>();
+        let (forward, after) = (cost(&ops[..first_unpack]), cost(&ops[first_unpack..]));
+        assert!(forward > 0.0 && after > 0.0, "the forward, and the optimizer step after backward");
+        let r = schedule::replay(&pass, 53.6e9, &compute);
+        let expected = forward * (1.0 + BACKWARD_COST) + after;
+        assert!((r.unmanaged - expected).abs() <= 1e-9 * expected, "{recompute:?}: {r:?}, expected {expected}");
+        let remade = ops.iter().filter(|s| work(s) == Work::Remake).count();
+        assert_eq!(remade > 0, recompute == Recompute::Always, "{recompute:?}: {remade} remakes logged");
+        assert!(r.compute_busy >= r.unmanaged && r.makespan >= r.compute_busy, "{r:?}");
+        unmanaged.push(r.unmanaged);
+    }
+    assert!((unmanaged[0] - unmanaged[1]).abs() <= 1e-9 * unmanaged[0], "the step without a manager: {unmanaged:?}");
+}

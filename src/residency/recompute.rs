@@ -171,6 +171,7 @@ impl Manager {
         let started = Instant::now();
         let recipe = self.storages[&id].recipe.clone().ok_or_else(|| Error::Device("a dropped storage has no recipe".into()))?;
         let mut acquired = Vec::new();
+        let logged_from = self.schedule.as_ref().map(|log| log.remake_begin());
         let made = self.replay(&recipe, self.storages[&id].bytes, &mut acquired, op);
         acquired.into_iter().for_each(|input| self.release(input));
         let result = made?;
@@ -188,7 +189,9 @@ impl Manager {
         self.stats.peak_device_bytes = self.stats.peak_device_bytes.max(self.stats.device_bytes);
         self.stats.recomputations += 1;
         self.stats.recomputed_bytes += bytes;
-        if let Some(log) = &mut self.schedule {
+        if let (Some(log), Some(from)) = (&mut self.schedule, logged_from) {
+            let input_bytes = recipe.storages.iter().map(|(input, _)| self.storages[input].bytes).collect();
+            log.remade(from, recipe.op, input_bytes, bytes);
             log.made(id);
         }
         self.event(EventKind::Recompute, id, bytes, op, Some(started));

@@ -22,8 +22,9 @@ enum Saved {
     /// Kept as it is (its data: an op's saved result would otherwise hold its own node, which
     /// holds this): no manager moves data, or it is not on the compute device.
     Kept(tch::Tensor),
-    /// A view of a managed storage, and the version of its data when it was saved.
-    Managed { entry: Entry, version: u32 },
+    /// A view of a managed storage, the version of its data when it was saved, and where the
+    /// schedule log stood (which op saved it), if one is kept.
+    Managed { entry: Entry, version: u32, logged_at: Option<usize> },
 }
 
 impl Manager {
@@ -44,10 +45,13 @@ impl Manager {
 
     /// The device copy of a saved tensor for backward (loaded if it was evicted). It is not held
     /// in use: the node that unpacked it holds its memory while it runs.
-    fn unpack(&mut self, entry: &Entry) -> Result<(tch::Tensor, Vec<std::sync::Arc<super::Transfer>>)> {
+    fn unpack(&mut self, entry: &Entry, logged_at: Option<usize>) -> Result<(tch::Tensor, Vec<std::sync::Arc<super::Transfer>>)> {
         self.op_begin("unpack");
         let a = self.acquire(entry, false, "unpack")?;
         self.end_op("unpack", &[(a.key, a.bytes)], None, None);
+        if let Some(log) = &mut self.schedule {
+            log.unpacked(logged_at);
+        }
         self.release(a.storage);
         Ok((a.view, self.op_finished("unpack")))
     }
@@ -59,8 +63,14 @@ fn save(t: tch::Tensor) -> Result<Saved> {
     }
     if active() {
         let version = native::version(&t);
-        if let Some(entry) = with(|m| m.save(&t))? {
-            return Ok(Saved::Managed { entry, version });
+        let saved = with(|m| {
+            let entry = m.save(&t)?;
+            // Taken after `save`, which may log a step of its own: the index the running op's
+            // step will have.
+            Ok((entry, m.schedule.as_ref().map(|log| log.position())))
+        })?;
+        if let (Some(entry), logged_at) = saved {
+            return Ok(Saved::Managed { entry, version, logged_at });
         }
     }
     Ok(Saved::Kept(t.f_detach()?))
@@ -68,9 +78,9 @@ fn save(t: tch::Tensor) -> Result<Saved> {
 
 impl Saved {
     fn unpack(&self) -> Result<tch::Tensor> {
-        let (entry, version) = match self {
+        let (entry, version, logged_at) = match self {
             Saved::Kept(t) => return Ok(t.shallow_clone()),
-            Saved::Managed { entry, version } => (entry, *version),
+            Saved::Managed { entry, version, logged_at } => (entry, *version, *logged_at),
         };
         let now = native::version(entry);
         if now != version {
@@ -85,7 +95,7 @@ impl Saved {
             // The manager was turned off since: the data is home.
             return Ok(super::readable(entry)?.shallow_clone());
         }
-        let (view, owed) = with(|m| m.unpack(entry))?;
+        let (view, owed) = with(|m| m.unpack(entry, logged_at))?;
         super::wait_all(owed)?;
         Ok(view)
     }

@@ -10,8 +10,15 @@
 //! - a write-back starts after every op issued before it has ended (the side stream waits for the
 //!   compute stream), and the copies after it wait for it (one side stream).
 //!
+//! A training step's backward kernels are autograd's, not the manager's: what the log sees of
+//! them is each saved tensor unpacked, and which op saved it. An unpack stands for the backward
+//! of the ops from the one that saved it to the previous unpack's (`Work::Backward`), costed at
+//! `BACKWARD_COST` times their forward cost. Results made again (`Work::Remake`) are costed as
+//! the op they repeat.
+//!
 //! The pass is replayed several times back to back, and the steady-state time per pass is
-//! compared with the bound no schedule can beat: max(bytes loaded / bandwidth, compute time).
+//! compared with the bound no schedule can beat, max(bytes loaded / bandwidth, compute time),
+//! and with the pass as it would run with nothing moved or remade (`Replay::unmanaged`).
 
 use super::trace::TraceKey;
 use std::collections::HashMap;
@@ -19,15 +26,32 @@ use std::collections::HashMap;
 /// One step of a pass, in the order the host issued it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Step {
-    /// An op: its name, the storages it read and their bytes, and its result's bytes (0 for
-    /// none, or a view).
-    Op { name: &'static str, storages: Vec<u64>, input_bytes: Vec<u64>, output_bytes: u64 },
+    /// An op: its name, the storages it read and their bytes, its result's bytes (0 for none, or
+    /// a view), and what work it stands for.
+    Op { name: &'static str, storages: Vec<u64>, input_bytes: Vec<u64>, output_bytes: u64, work: Work },
     /// A load of `bytes` into `storage`; `after`: the last op that used the memory evicted to
     /// make room for it, if any.
     Load { storage: u64, bytes: u64, after: Option<usize> },
     /// A write-back of `bytes`, issued after op `after` (the side stream waits for it).
     WriteBack { bytes: u64, after: Option<usize> },
 }
+
+/// What an op step stands for on the compute engine.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Work {
+    /// An op the program ran.
+    Program,
+    /// A dropped result made again.
+    Remake,
+    /// A saved tensor unpacked for backward; `saved_at`: the index (among this pass's op steps)
+    /// of the op that was running when autograd saved it, if that was in this pass.
+    Backward { saved_at: Option<usize> },
+}
+
+/// A backward op's cost against its forward op's: a matrix product's backward is two products
+/// of its size (the inputs' gradients and the weight's), an elementwise op's reads and writes
+/// about twice the bytes.
+pub const BACKWARD_COST: f64 = 2.0;
 
 /// The steps of one pass (from one iteration mark to the next).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -58,6 +82,8 @@ pub(crate) struct Log {
     freed_after: Option<usize>,
     /// The storages read by the op being run.
     reading: Vec<u64>,
+    /// Ops logged before the current pass.
+    passed: usize,
 }
 
 impl Log {
@@ -88,12 +114,41 @@ impl Log {
     pub(crate) fn op(&mut self, name: &'static str, inputs: &[(TraceKey, u64)], output: Option<u64>) {
         let storages = std::mem::take(&mut self.reading);
         let input_bytes = inputs.iter().map(|i| i.1).collect();
-        self.current.steps.push(Step::Op { name, storages, input_bytes, output_bytes: output.unwrap_or(0) });
+        self.push_op(Step::Op { name, storages, input_bytes, output_bytes: output.unwrap_or(0), work: Work::Program });
+    }
+
+    fn push_op(&mut self, op: Step) {
+        self.current.steps.push(op);
         self.ops += 1;
+    }
+
+    /// Where the log stands, for `unpacked` to tell which op saved a tensor: ops logged so far.
+    pub(crate) fn position(&self) -> usize {
+        self.passed + self.ops
+    }
+
+    /// The op just logged was an unpack for backward of a tensor saved at `position`.
+    pub(crate) fn unpacked(&mut self, position: Option<usize>) {
+        let saved_at = position.and_then(|p| p.checked_sub(self.passed));
+        if let Some(Step::Op { work, .. }) = self.current.steps.last_mut() {
+            *work = Work::Backward { saved_at };
+        }
+    }
+
+    /// Before a dropped result is made again: the mark `remade` takes.
+    pub(crate) fn remake_begin(&self) -> usize {
+        self.reading.len()
+    }
+
+    /// A result made again by `name` from `input_bytes`, reading the storages used since `begin`.
+    pub(crate) fn remade(&mut self, begin: usize, name: &'static str, input_bytes: Vec<u64>, output_bytes: u64) {
+        let storages = self.reading.split_off(begin.min(self.reading.len()));
+        self.push_op(Step::Op { name, storages, input_bytes, output_bytes, work: Work::Remake });
     }
 
     pub(crate) fn mark(&mut self) {
         self.last = Some(std::mem::take(&mut self.current));
+        self.passed += self.ops;
         self.ops = 0;
         self.last_use.clear();
         self.freed_after = None;
@@ -116,12 +171,21 @@ pub struct Replay {
     pub bound: f64,
     pub copy_busy: f64,
     pub compute_busy: f64,
+    /// The compute time of the pass without the results made again: the pass with everything
+    /// resident, nothing moved or remade.
+    pub unmanaged: f64,
 }
 
 impl Replay {
     /// bound / makespan: 1.0 is a perfect overlap.
     pub fn efficiency(&self) -> f64 {
         if self.makespan > 0.0 { self.bound / self.makespan } else { 1.0 }
+    }
+
+    /// makespan / unmanaged: how much slower the managed pass is than the same pass with
+    /// everything resident.
+    pub fn slowdown(&self) -> f64 {
+        if self.unmanaged > 0.0 { self.makespan / self.unmanaged } else { 1.0 }
     }
 }
 
@@ -131,6 +195,7 @@ const REPEATS: usize = 6;
 /// Replays `pass` with a copy engine of `bandwidth` bytes per second and `compute(op)` seconds
 /// per op (see the module's rules).
 pub fn replay(pass: &Pass, bandwidth: f64, compute: impl Fn(&Step) -> f64) -> Replay {
+    let costs = op_costs(pass, &compute);
     let (mut copy_free, mut compute_free) = (0.0f64, 0.0f64);
     let mut op_end: Vec<f64> = vec![];
     let mut loaded: HashMap<u64, f64> = HashMap::new();
@@ -147,7 +212,7 @@ pub fn replay(pass: &Pass, bandwidth: f64, compute: impl Fn(&Step) -> f64) -> Re
                 Step::WriteBack { bytes, after } => copy_free = copy_free.max(ended(&op_end, after)) + *bytes as f64 / bandwidth,
                 Step::Op { storages, .. } => {
                     let ready = storages.iter().filter_map(|s| loaded.get(s)).fold(compute_free, |a, &b| a.max(b));
-                    compute_free = ready + compute(step);
+                    compute_free = ready + costs[op_end.len() - first_op];
                     op_end.push(compute_free);
                 }
             }
@@ -155,9 +220,38 @@ pub fn replay(pass: &Pass, bandwidth: f64, compute: impl Fn(&Step) -> f64) -> Re
         *end = compute_free;
     }
     let copy_busy = pass.steps.iter().map(|s| if let Step::Load { bytes, .. } | Step::WriteBack { bytes, .. } = s { *bytes as f64 / bandwidth } else { 0.0 }).sum();
-    let compute_busy: f64 = pass.ops().map(&compute).sum();
+    let compute_busy: f64 = costs.iter().sum();
+    let remade: f64 = pass.ops().zip(&costs).filter(|(s, _)| matches!(s, Step::Op { work: Work::Remake, .. })).map(|(_, c)| c).sum();
     let makespan = (pass_end[REPEATS - 1] - pass_end[1]) / (REPEATS - 2) as f64;
-    Replay { makespan, bound: (pass.loaded_bytes() as f64 / bandwidth).max(compute_busy), copy_busy, compute_busy }
+    Replay { makespan, bound: (pass.loaded_bytes() as f64 / bandwidth).max(compute_busy), copy_busy, compute_busy, unmanaged: compute_busy - remade }
+}
+
+/// Each op step's time: `compute` for an op the program ran or one made again; for an unpack,
+/// `BACKWARD_COST` times the forward cost of the ops the program ran from the one that saved
+/// the tensor up to the previous unpack's (0 if the previous unpack's reaches further back). An
+/// unpack of a tensor saved after the previous one's range began starts a new backward pass.
+fn op_costs(pass: &Pass, compute: &impl Fn(&Step) -> f64) -> Vec<f64> {
+    let ops: Vec<&Step> = pass.ops().collect();
+    let forward: Vec<f64> = ops.iter().map(|s| if matches!(s, Step::Op { work: Work::Program, .. }) { compute(s) } else { 0.0 }).collect();
+    let mut costs = Vec::with_capacity(ops.len());
+    // The backward pass under way: the op step where it began, and the lowest op it has reached.
+    let mut backward: Option<(usize, usize)> = None;
+    for (i, op) in ops.iter().enumerate() {
+        costs.push(match op {
+            Step::Op { work: Work::Backward { saved_at: Some(at) }, .. } => {
+                let (began, reached) = match backward {
+                    Some((began, reached)) if *at < began => (began, reached),
+                    _ => (i, i),
+                };
+                let from = (*at).min(reached);
+                backward = Some((began, from));
+                BACKWARD_COST * forward[from..reached].iter().sum::<f64>()
+            }
+            Step::Op { work: Work::Backward { saved_at: None }, .. } => 0.0,
+            op => compute(op),
+        });
+    }
+    costs
 }
 
 /// A roofline cost for `replay`: a matrix product (linear, matmul, bmm) takes its FLOPs at
@@ -169,6 +263,8 @@ pub fn roofline(flops: f64, memory_bandwidth: f64, elem: usize) -> impl Fn(&Step
     move |op| {
         let Step::Op { name, input_bytes, output_bytes, .. } = op else { return 0.0 };
         match (*name, &input_bytes[..]) {
+            // Registering a tensor autograd saved runs no kernel.
+            ("save", _) => 0.0,
             ("linear" | "matmul" | "bmm", [x, w, ..]) => 2.0 * (*x as f64 * *w as f64 * *output_bytes as f64 / elem.powi(3)).sqrt() / flops,
             _ => (input_bytes.iter().sum::<u64>() + output_bytes) as f64 / memory_bandwidth,
         }
