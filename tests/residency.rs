@@ -563,6 +563,22 @@ fn flow_in_steady_state_pays_nothing_a_gpu_would_stall_on_and_overlaps_its_copie
     });
 }
 
+/// The schedule model's copy engines: a load and a write-back of different storages run at once
+/// (the link is full duplex, and each direction has its side stream), while the load of a home
+/// whose write-back is under way waits for it.
+#[test]
+fn the_schedule_model_copies_both_ways_at_once_but_loads_a_home_only_once_written() {
+    use tensorref::residency::schedule::{replay, Pass, Step, Work};
+    let op = |storages: Vec<u64>| Step::Op { name: "relu", storages, input_bytes: vec![], shapes: vec![], output_bytes: 0, work: Work::Program };
+    // An op, a second's write-back of storage 1, a second's load of `loaded`, an op reading it.
+    let pass = |loaded: u64| Pass {
+        steps: vec![op(vec![]), Step::WriteBack { storage: 1, bytes: 1 << 30, after: Some(0) }, Step::Load { storage: loaded, bytes: 1 << 30, after: None }, op(vec![loaded])],
+    };
+    let seconds = |loaded: u64| replay(&pass(loaded), (1u64 << 30) as f64, |_: &Step| 0.0).makespan;
+    assert!((seconds(2) - 1.0).abs() < 1e-9, "another storage's load overlaps the write-back: {}", seconds(2));
+    assert!((seconds(1) - 2.0).abs() < 1e-9, "the home's load follows its write-back: {}", seconds(1));
+}
+
 /// `pin_host_memory = false` turns page-locked memory off: homes stay pageable (each copy then
 /// counts as a pageable one) and nothing is page-locked, with the same results.
 #[test]

@@ -1,12 +1,15 @@
 // Asynchronous copies for the residency manager on CUDA (src/residency/cuda.rs).
 //
-// Mechanism: one side stream per device, taken once from c10's stream pool, ordered against the
-// compute stream (the device's current stream, where libtorch queues kernels) with c10 events;
+// Mechanism: two side streams per device, one for loads and one for write-backs, taken once from
+// c10's stream pool and ordered against the compute stream (the device's current stream, where
+// libtorch queues kernels) with c10 events;
 // `record_stream` makes freeing stream-safe. Why this one: tch exposes no streams, and c10's
 // device-generic Stream / Event / DeviceGuardImplInterface are what torch.cuda.Stream itself
 // wraps. They need no CUDA headers (this file builds against every wheel, and is never called
 // without CUDA), they cooperate with the caching allocator through record_stream, and a copy on
-// a side stream runs on the copy engine while kernels run on the compute stream.
+// a side stream runs on a copy engine while kernels run on the compute stream. Two, because the
+// link is full duplex and the device has a copy engine for each direction: a training step
+// writes activations home while it loads others, and on one stream each would wait for the other.
 //
 // Tensors cross as `at::Tensor*` (tch's Tensor::as_ptr / from_ptr). No C++ exception leaves
 // this file: failures return 1 and copy the message into `err`.
@@ -19,6 +22,7 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <array>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -31,20 +35,24 @@ const c10::impl::DeviceGuardImplInterface *cuda() {
     return c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
 }
 
-// The side stream of a device: one per device, so that a write-back and a later reload of the
-// same tensor are ordered on it.
-c10::Stream side_stream(c10::Device device) {
+enum class Direction : size_t { ToDevice = 0, ToHost = 1 };
+
+// A device's side stream for copies in one direction. Copies in one direction are ordered on
+// their stream; a load of a home whose write-back may still be running waits for it explicitly
+// (tr_native_load_async's `after`).
+c10::Stream side_stream(c10::Device device, Direction direction) {
     static std::mutex lock;
-    static std::vector<std::optional<c10::Stream>> streams;
+    static std::vector<std::array<std::optional<c10::Stream>, 2>> streams;
     std::lock_guard<std::mutex> guard(lock);
     auto index = static_cast<size_t>(device.index());
     if (streams.size() <= index) {
         streams.resize(index + 1);
     }
-    if (!streams[index]) {
-        streams[index] = cuda()->getStreamFromGlobalPool(device, /*isHighPriority=*/false);
+    auto &stream = streams[index][static_cast<size_t>(direction)];
+    if (!stream) {
+        stream = cuda()->getStreamFromGlobalPool(device, /*isHighPriority=*/false);
     }
-    return *streams[index];
+    return *stream;
 }
 
 // Makes `later` wait for the work queued on `earlier` so far.
@@ -58,14 +66,19 @@ void order(const c10::Stream &earlier, const c10::Stream &later) {
 
 extern "C" {
 
-// Starts copying the host tensor `host` to CUDA device `index` on the side stream. Writes the
-// new device tensor (`new at::Tensor`, freed by tch) and an event marking the copy's end (free it
-// with tr_native_event_free). The data may not be used before tr_native_copy_wait.
-int tr_native_load_async(const void *host, int index, void **out_tensor, void **out_event, char *err, size_t err_len) {
+// Starts copying the host tensor `host` to CUDA device `index` on the load stream, after the copy
+// the event `after` marks if it is not null (the home's write-back). Writes the new device tensor
+// (`new at::Tensor`, freed by tch) and an event marking the copy's end (free it with
+// tr_native_event_free). The data may not be used before tr_native_copy_wait.
+int tr_native_load_async(const void *host, int index, void *after, void **out_tensor, void **out_event, char *err,
+                         size_t err_len) {
     return guarded(err, err_len, [&] {
         const auto &src = *static_cast<const at::Tensor *>(host);
         c10::Device device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index));
-        c10::Stream side = side_stream(device);
+        c10::Stream side = side_stream(device, Direction::ToDevice);
+        if (after != nullptr) {
+            static_cast<c10::Event *>(after)->block(side);
+        }
         at::Tensor dst;
         {
             c10::StreamGuard on_side(side); // allocation and copy both belong to the side stream
@@ -93,8 +106,8 @@ void tr_native_event_free(void *event) {
     delete static_cast<c10::Event *>(event);
 }
 
-// Starts copying the device tensor `device_tensor` into the host tensor `host` on the side stream,
-// after the compute work queued so far, and writes an event marking the copy's end to
+// Starts copying the device tensor `device_tensor` into the host tensor `host` on the write-back
+// stream, after the compute work queued so far, and writes an event marking the copy's end to
 // `*out_event` (free it with tr_native_event_free). The host copy may not be read before that
 // event has completed (tr_native_event_synchronize). The device tensor may be freed right away:
 // record_stream keeps its memory until the copy ends, and CUDA's caching host allocator keeps a
@@ -103,7 +116,7 @@ int tr_native_write_back_async(const void *device_tensor, const void *host, void
     return guarded(err, err_len, [&] {
         const auto &src = *static_cast<const at::Tensor *>(device_tensor);
         auto dst = *static_cast<const at::Tensor *>(host);
-        c10::Stream side = side_stream(src.device());
+        c10::Stream side = side_stream(src.device(), Direction::ToHost);
         order(cuda()->getStream(src.device()), side);
         auto *done = new c10::Event(c10::DeviceType::CUDA);
         {

@@ -19,7 +19,8 @@ pub enum ComputeDevice {
     Simulated,
 }
 
-/// A copy between a home and the device: still running on CUDA's side stream, or finished.
+/// A copy between a home and the device: still running on one of CUDA's side streams, or
+/// finished.
 pub(crate) struct Transfer(Option<cuda::Event>);
 
 impl Transfer {
@@ -71,10 +72,11 @@ impl ComputeDevice {
         Ok(())
     }
 
-    /// A device copy of a home (a 1-D byte tensor), and the copy still running.
-    pub(crate) fn load(self, home: &tch::Tensor) -> Result<(tch::Tensor, Transfer)> {
+    /// A device copy of a home (a 1-D byte tensor), copied once `after` (the home's write-back, if
+    /// it may still be running) has finished; and the copy still running.
+    pub(crate) fn load(self, home: &tch::Tensor, after: Option<&Transfer>) -> Result<(tch::Tensor, Transfer)> {
         match self {
-            ComputeDevice::Cuda(n) => cuda::load_async(home, n).map(|(t, e)| (t, Transfer(Some(e)))),
+            ComputeDevice::Cuda(n) => cuda::load_async(home, n, after.and_then(|t| t.0.as_ref())).map(|(t, e)| (t, Transfer(Some(e)))),
             _ => Ok((home.f_to_device_(self.tch(), home.f_kind()?, false, true)?, Transfer::done())),
         }
     }

@@ -173,7 +173,7 @@ impl Manager {
             }
         };
         if let Some(log) = &mut self.schedule {
-            log.uses(id);
+            log.uses(id, view.size());
         }
         Ok(Acquired { view, storage: id, key, bytes, used_before })
     }
@@ -182,7 +182,8 @@ impl Manager {
         let started = Instant::now();
         let s = self.storages.get_mut(&id).expect("registered");
         debug_assert!(s.kind != Home::Lazy, "a storage without a home is always on the device");
-        let (copy, transfer) = self.cfg.device.load(&s.home)?;
+        let writing = s.pending_write();
+        let (copy, transfer) = self.cfg.device.load(&s.home, writing.as_deref())?;
         native::share_version(&copy, &s.home)?;
         s.device_id = native::storage(&copy, false)?.id;
         s.device = Some(copy);
@@ -270,7 +271,7 @@ impl Manager {
         self.stats.write_backs += 1;
         self.stats.write_back_bytes += bytes;
         if let Some(log) = &mut self.schedule {
-            log.write_back(bytes);
+            log.write_back(id, bytes);
         }
         self.event(EventKind::WriteBack, id, bytes, op, Some(started));
         Ok(())
@@ -287,7 +288,7 @@ impl Manager {
         let s = self.storages.get_mut(&id).expect("victim is registered");
         drop(s.device.take().expect("victim is resident"));
         self.by_device.remove(&s.device_id);
-        s.loading = None; // a prefetch never used: its memory belongs to the side stream
+        s.loading = None; // a prefetch never used: its memory belongs to the load stream
         s.prefetched = false;
         let bytes = s.bytes;
         self.stats.device_bytes -= bytes;

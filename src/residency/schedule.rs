@@ -1,14 +1,16 @@
 //! A model of one recorded pass on a GPU, to optimise Flow before one is at hand. The manager
 //! logs what it did in a pass (`Log`): each op with the storages it read, and each copy it
-//! started with what the copy had to wait for. `replay` runs that log on two engines, a copy
-//! engine at a given bandwidth and a compute engine at given per-op times, with the dependencies
-//! the real device has:
+//! started with what the copy had to wait for. `replay` runs that log on three engines, a copy
+//! engine for each direction at a given bandwidth (the link is full duplex; src/native/
+//! streams.cpp has a side stream for each) and a compute engine at given per-op times, with the
+//! dependencies the real device has:
 //! - an op starts when the previous op has ended and the loads of its inputs have ended (it waits
 //!   only on the copies it needs);
-//! - a load starts when the copy engine is free and, if room was made for it by evicting, when
-//!   the last op that used the evicted memory has ended (the budget holds on the device too);
-//! - a write-back starts after every op issued before it has ended (the side stream waits for the
-//!   compute stream), and the copies after it wait for it (one side stream).
+//! - a load starts when the previous load has ended, when the write-back of its home has ended if
+//!   it was written in the pass, and, if room was made for it by evicting, when the last op that
+//!   used the evicted memory has ended (the budget holds on the device too);
+//! - a write-back starts when the previous write-back has ended and after every op issued before
+//!   it has ended (its stream waits for the compute stream).
 //!
 //! A training step's backward kernels are autograd's, not the manager's: what the log sees of
 //! them is each saved tensor unpacked, and which op saved it. An unpack stands for the backward
@@ -26,14 +28,15 @@ use std::collections::HashMap;
 /// One step of a pass, in the order the host issued it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Step {
-    /// An op: its name, the storages it read and their bytes, its result's bytes (0 for none, or
-    /// a view), and what work it stands for.
-    Op { name: &'static str, storages: Vec<u64>, input_bytes: Vec<u64>, output_bytes: u64, work: Work },
+    /// An op: its name, the storages it read, their bytes and the shapes it read them as (in the
+    /// order it read them), its result's bytes (0 for none, or a view), and what work it stands
+    /// for.
+    Op { name: &'static str, storages: Vec<u64>, input_bytes: Vec<u64>, shapes: Vec<Vec<i64>>, output_bytes: u64, work: Work },
     /// A load of `bytes` into `storage`; `after`: the last op that used the memory evicted to
     /// make room for it, if any.
     Load { storage: u64, bytes: u64, after: Option<usize> },
-    /// A write-back of `bytes`, issued after op `after` (the side stream waits for it).
-    WriteBack { bytes: u64, after: Option<usize> },
+    /// A write-back of `bytes` of `storage`, issued after op `after` (its stream waits for it).
+    WriteBack { storage: u64, bytes: u64, after: Option<usize> },
 }
 
 /// What an op step stands for on the compute engine.
@@ -80,16 +83,16 @@ pub(crate) struct Log {
     last_use: HashMap<u64, usize>,
     /// The latest last use among storages evicted since the previous load.
     freed_after: Option<usize>,
-    /// The storages read by the op being run.
-    reading: Vec<u64>,
+    /// The storages read by the op being run, and the shapes it read them as.
+    reading: Vec<(u64, Vec<i64>)>,
     /// Ops logged before the current pass.
     passed: usize,
 }
 
 impl Log {
-    pub(crate) fn uses(&mut self, storage: u64) {
+    pub(crate) fn uses(&mut self, storage: u64, shape: Vec<i64>) {
         self.last_use.insert(storage, self.ops);
-        self.reading.push(storage);
+        self.reading.push((storage, shape));
     }
 
     pub(crate) fn made(&mut self, storage: u64) {
@@ -107,14 +110,14 @@ impl Log {
         self.current.steps.push(Step::Load { storage, bytes, after });
     }
 
-    pub(crate) fn write_back(&mut self, bytes: u64) {
-        self.current.steps.push(Step::WriteBack { bytes, after: self.ops.checked_sub(1) });
+    pub(crate) fn write_back(&mut self, storage: u64, bytes: u64) {
+        self.current.steps.push(Step::WriteBack { storage, bytes, after: self.ops.checked_sub(1) });
     }
 
     pub(crate) fn op(&mut self, name: &'static str, inputs: &[(TraceKey, u64)], output: Option<u64>) {
-        let storages = std::mem::take(&mut self.reading);
+        let (storages, shapes) = std::mem::take(&mut self.reading).into_iter().unzip();
         let input_bytes = inputs.iter().map(|i| i.1).collect();
-        self.push_op(Step::Op { name, storages, input_bytes, output_bytes: output.unwrap_or(0), work: Work::Program });
+        self.push_op(Step::Op { name, storages, input_bytes, shapes, output_bytes: output.unwrap_or(0), work: Work::Program });
     }
 
     fn push_op(&mut self, op: Step) {
@@ -142,8 +145,8 @@ impl Log {
 
     /// A result made again by `name` from `input_bytes`, reading the storages used since `begin`.
     pub(crate) fn remade(&mut self, begin: usize, name: &'static str, input_bytes: Vec<u64>, output_bytes: u64) {
-        let storages = self.reading.split_off(begin.min(self.reading.len()));
-        self.push_op(Step::Op { name, storages, input_bytes, output_bytes, work: Work::Remake });
+        let (storages, shapes) = self.reading.split_off(begin.min(self.reading.len())).into_iter().unzip();
+        self.push_op(Step::Op { name, storages, input_bytes, shapes, output_bytes, work: Work::Remake });
     }
 
     pub(crate) fn mark(&mut self) {
@@ -166,8 +169,8 @@ pub struct Replay {
     /// time between the ends of the passes after the first (copies a pass starts for the next
     /// one then overlap the next one, as on the device).
     pub makespan: f64,
-    /// max(loaded bytes / bandwidth, compute time) of one pass: no schedule of these loads and
-    /// ops is faster.
+    /// max(loaded bytes / bandwidth, written bytes / bandwidth, compute time) of one pass: no
+    /// schedule of these copies and ops is faster.
     pub bound: f64,
     pub copy_busy: f64,
     pub compute_busy: f64,
@@ -192,13 +195,13 @@ impl Replay {
 /// How many times a pass is replayed back to back; the first is left out of the steady state.
 const REPEATS: usize = 6;
 
-/// Replays `pass` with a copy engine of `bandwidth` bytes per second and `compute(op)` seconds
+/// Replays `pass` with copy engines of `bandwidth` bytes per second and `compute(op)` seconds
 /// per op (see the module's rules).
 pub fn replay(pass: &Pass, bandwidth: f64, compute: impl Fn(&Step) -> f64) -> Replay {
     let costs = op_costs(pass, &compute);
-    let (mut copy_free, mut compute_free) = (0.0f64, 0.0f64);
+    let (mut load_free, mut write_free, mut compute_free) = (0.0f64, 0.0f64, 0.0f64);
     let mut op_end: Vec<f64> = vec![];
-    let mut loaded: HashMap<u64, f64> = HashMap::new();
+    let (mut loaded, mut written): (HashMap<u64, f64>, HashMap<u64, f64>) = (HashMap::new(), HashMap::new());
     let mut pass_end = [0.0; REPEATS];
     for end in &mut pass_end {
         let first_op = op_end.len();
@@ -206,10 +209,14 @@ pub fn replay(pass: &Pass, bandwidth: f64, compute: impl Fn(&Step) -> f64) -> Re
         for step in &pass.steps {
             match step {
                 Step::Load { storage, bytes, after } => {
-                    copy_free = copy_free.max(ended(&op_end, after)) + *bytes as f64 / bandwidth;
-                    loaded.insert(*storage, copy_free);
+                    let home_ready = written.get(storage).copied().unwrap_or(0.0);
+                    load_free = load_free.max(ended(&op_end, after)).max(home_ready) + *bytes as f64 / bandwidth;
+                    loaded.insert(*storage, load_free);
                 }
-                Step::WriteBack { bytes, after } => copy_free = copy_free.max(ended(&op_end, after)) + *bytes as f64 / bandwidth,
+                Step::WriteBack { storage, bytes, after } => {
+                    write_free = write_free.max(ended(&op_end, after)) + *bytes as f64 / bandwidth;
+                    written.insert(*storage, write_free);
+                }
                 Step::Op { storages, .. } => {
                     let ready = storages.iter().filter_map(|s| loaded.get(s)).fold(compute_free, |a, &b| a.max(b));
                     compute_free = ready + costs[op_end.len() - first_op];
@@ -219,11 +226,13 @@ pub fn replay(pass: &Pass, bandwidth: f64, compute: impl Fn(&Step) -> f64) -> Re
         }
         *end = compute_free;
     }
-    let copy_busy = pass.steps.iter().map(|s| if let Step::Load { bytes, .. } | Step::WriteBack { bytes, .. } = s { *bytes as f64 / bandwidth } else { 0.0 }).sum();
+    let written_bytes: u64 = pass.steps.iter().map(|s| if let Step::WriteBack { bytes, .. } = s { *bytes } else { 0 }).sum();
+    let copy_busy = (pass.loaded_bytes() + written_bytes) as f64 / bandwidth;
     let compute_busy: f64 = costs.iter().sum();
     let remade: f64 = pass.ops().zip(&costs).filter(|(s, _)| matches!(s, Step::Op { work: Work::Remake, .. })).map(|(_, c)| c).sum();
     let makespan = (pass_end[REPEATS - 1] - pass_end[1]) / (REPEATS - 2) as f64;
-    Replay { makespan, bound: (pass.loaded_bytes() as f64 / bandwidth).max(compute_busy), copy_busy, compute_busy, unmanaged: compute_busy - remade }
+    let bound = (pass.loaded_bytes().max(written_bytes) as f64 / bandwidth).max(compute_busy);
+    Replay { makespan, bound, copy_busy, compute_busy, unmanaged: compute_busy - remade }
 }
 
 /// Each op step's time: `compute` for an op the program ran or one made again; for an unpack,
@@ -256,16 +265,15 @@ fn op_costs(pass: &Pass, compute: &impl Fn(&Step) -> f64) -> Vec<f64> {
 
 /// A roofline cost for `replay`: a matrix product (linear, matmul, bmm) takes its FLOPs at
 /// `flops` per second, anything else reads its inputs and writes its output at
-/// `memory_bandwidth` bytes per second. For x [b, in], w [out, in] and y [b, out] of
-/// `elem`-byte elements, 2 b in out = 2 sqrt(bytes(x) bytes(w) bytes(y) / elem^3).
+/// `memory_bandwidth` bytes per second. A product's FLOPs are 2 k per element of its result of
+/// `elem`-byte elements, k being the last dimension of its first input as the op read it.
 pub fn roofline(flops: f64, memory_bandwidth: f64, elem: usize) -> impl Fn(&Step) -> f64 {
-    let elem = elem as f64;
     move |op| {
-        let Step::Op { name, input_bytes, output_bytes, .. } = op else { return 0.0 };
-        match (*name, &input_bytes[..]) {
+        let Step::Op { name, input_bytes, shapes, output_bytes, .. } = op else { return 0.0 };
+        match (*name, shapes.first().and_then(|s| s.last())) {
             // Registering a tensor autograd saved runs no kernel.
             ("save", _) => 0.0,
-            ("linear" | "matmul" | "bmm", [x, w, ..]) => 2.0 * (*x as f64 * *w as f64 * *output_bytes as f64 / elem.powi(3)).sqrt() / flops,
+            ("linear" | "matmul" | "bmm", Some(&k)) => 2.0 * k as f64 * (*output_bytes / elem as u64) as f64 / flops,
             _ => (input_bytes.iter().sum::<u64>() + output_bytes) as f64 / memory_bandwidth,
         }
     }
