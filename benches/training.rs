@@ -8,14 +8,21 @@
 //! the same encoder in PyTorch: unmanaged, with `save_on_cpu` and with activation checkpointing
 //! (with the same seeds, its losses are ours on the CPU).
 //!
+//! Each managed row also gives the schedule model's prediction for a GPU (src/residency/
+//! schedule.rs): the last step as the manager logged it, replayed with a copy engine at an
+//! H100's PCIe bandwidth beside a compute engine at `--tflops` (matrix products) and 3 TB/s
+//! (everything else), each kernel taking at least `--launch-us`, against the same step with
+//! nothing moved or remade.
+//!
 //!     cargo bench --bench training -- [--device simulated|cuda] [--width 256] [--layers 4]
-//!         [--heads 4] [--tokens 64] [--batch 16] [--steps 6] [--dropout 0.1]
+//!         [--heads 4] [--tokens 64] [--batch 16] [--steps 6] [--dropout 0.1] [--tflops 50]
+//!         [--launch-us 5]
 
 #[path = "common/cli.rs"]
 mod cli;
 use cli::Cli;
 use std::time::Instant;
-use tensorref::residency::{self, ComputeDevice, Config, PolicyKind, Recompute, ResidencyStats};
+use tensorref::residency::{self, schedule, ComputeDevice, Config, PolicyKind, Recompute, ResidencyStats};
 use tensorref::{manual_seed, no_grad, with_scope, DType, Result, Tensor};
 
 struct Args {
@@ -27,6 +34,10 @@ struct Args {
     batch: i64,
     steps: usize,
     dropout: f64,
+    /// The schedule model's rate for matrix products, FLOP/s.
+    flops: f64,
+    /// The schedule model's least time of a kernel, seconds.
+    launch: f64,
 }
 
 fn args() -> Args {
@@ -40,6 +51,8 @@ fn args() -> Args {
         batch: cli.num("--batch", 16),
         steps: cli.num("--steps", 6) as usize,
         dropout: cli.value("--dropout").and_then(|v| v.parse().ok()).unwrap_or(0.1),
+        flops: cli.value("--tflops").and_then(|v| v.parse::<f64>().ok()).unwrap_or(50.0) * 1e12,
+        launch: cli.value("--launch-us").and_then(|v| v.parse::<f64>().ok()).unwrap_or(5.0) * 1e-6,
     }
 }
 
@@ -96,7 +109,12 @@ struct Run {
     /// The counters over the steps after the first two (steady state), and at the end.
     steady: ResidencyStats,
     last: ResidencyStats,
+    /// The schedule model's replay of the last step.
+    model: Option<schedule::Replay>,
 }
+
+/// An H100's link from page-locked memory, as benches/residency.rs measured it.
+const H100_LINK: f64 = 53.6e9;
 
 /// Trains for `a.steps` steps under the configured manager; the first step is not timed.
 fn train(a: &Args) -> Result<Run> {
@@ -106,6 +124,9 @@ fn train(a: &Args) -> Result<Run> {
     let moments = model.params().iter().map(|p| Ok((p.zeros_like()?, p.zeros_like()?))).collect::<Result<Vec<_>>>()?;
     let x = Tensor::randn(&[a.batch, a.tokens, a.width], DType::F32)?;
     let labels = Tensor::from_slice(&(0..a.batch).map(|i| i % 8).collect::<Vec<i64>>(), &[a.batch])?;
+    if residency::enabled() {
+        residency::schedule_log_start()?;
+    }
     let (mut losses, mut started, mut before) = (vec![], Instant::now(), ResidencyStats::default());
     for step in 1..=a.steps {
         if step == 2 {
@@ -139,7 +160,13 @@ fn train(a: &Args) -> Result<Run> {
         needless_write_backs: last.needless_write_backs - before.needless_write_backs,
         ..ResidencyStats::default()
     };
-    Ok(Run { ms_per_step, losses, steady, last })
+    let roofline = schedule::roofline(a.flops, 3e12, 4);
+    let kernel = |s: &schedule::Step| match roofline(s) {
+        0.0 => 0.0,
+        t => t.max(a.launch),
+    };
+    let model = residency::schedule_log().map(|step| schedule::replay(&step, H100_LINK, kernel));
+    Ok(Run { ms_per_step, losses, steady, last, model })
 }
 
 fn main() -> Result<()> {
@@ -155,8 +182,8 @@ fn main() -> Result<()> {
     let peak = resident.last.peak_device_bytes;
     println!("Unmanaged peak (Resident): {:.1} MiB\n", peak as f64 / (1 << 20) as f64);
     println!(
-        "{:<16} {:>9} {:>9} {:>7} {:>11} {:>10} {:>11} {:>11} {:>9} {:>8} {:>9} {:>6} {:>9}  losses",
-        "policy", "budget", "ms/step", "x Res.", "peak/budget", "reserved", "loaded/st", "written/st", "remade/st", "pinned+", "pageable", "waits", "needless"
+        "{:<16} {:>9} {:>9} {:>7} {:>7} {:>11} {:>10} {:>11} {:>11} {:>9} {:>8} {:>9} {:>6} {:>9}  losses",
+        "policy", "budget", "ms/step", "x Res.", "model x", "peak/budget", "reserved", "loaded/st", "written/st", "remade/st", "pinned+", "pageable", "waits", "needless"
     );
     let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1 << 20) as f64);
     let row = |name: &str, budget: Option<u64>, r: &Run| {
@@ -164,11 +191,12 @@ fn main() -> Result<()> {
         let per_step = |b: u64| mib(b / measured);
         let s = &r.steady;
         println!(
-            "{:<16} {:>9} {:>9.1} {:>7.2} {:>11} {:>10} {:>11} {:>11} {:>9} {:>8} {:>9} {:>6} {:>9}  {}",
+            "{:<16} {:>9} {:>9.1} {:>7.2} {:>7} {:>11} {:>10} {:>11} {:>11} {:>9} {:>8} {:>9} {:>6} {:>9}  {}",
             name,
             budget.map_or("-".into(), mib),
             r.ms_per_step,
             r.ms_per_step / resident.ms_per_step,
+            r.model.filter(|_| budget.is_some()).map_or("-".into(), |m| format!("{:.2}", m.slowdown())),
             budget.map_or("-".into(), |b| format!("{:.2}", r.last.peak_device_bytes as f64 / b as f64)),
             if r.last.peak_reserved_bytes > 0 { mib(r.last.peak_reserved_bytes) } else { "-".into() },
             per_step(s.load_bytes),
@@ -182,6 +210,7 @@ fn main() -> Result<()> {
         );
     };
     row("Resident", None, &resident);
+    let mut modelled = None; // the modelled step with nothing moved, from the first managed run
     let recomputing = [Recompute::Cheaper, Recompute::Always].map(|r| (PolicyKind::Flow, r));
     for (policy, recompute) in [(PolicyKind::Genoa, Recompute::Off), (PolicyKind::Flow, Recompute::Off)].into_iter().chain(recomputing) {
         for div in [2, 4] {
@@ -190,6 +219,7 @@ fn main() -> Result<()> {
             let run = train(&a);
             residency::disable()?;
             let run = run?;
+            modelled = modelled.or(run.model.map(|m| m.unmanaged));
             let mode = if recompute == Recompute::Off { String::new() } else { format!("+{recompute:?}").to_lowercase() };
             row(&format!("{policy:?}{mode} 1/{div}"), Some(budget), &run);
             let worst = run.losses.iter().zip(&resident.losses).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
@@ -203,5 +233,14 @@ fn main() -> Result<()> {
     println!("needless: write-backs of copies nobody modified; remade: results made again (+cheaper: dropped");
     println!("when remaking is estimated cheaper than the copies; +always: whenever they can be made again).");
     println!("reserved: the CUDA caching allocator's peak (the manager's bytes, others' and fragmentation).");
+    if let Some(unmanaged) = modelled {
+        println!("model x: the schedule model's step against the same step with nothing moved or remade ({:.2} ms:", unmanaged * 1e3);
+        println!(
+            "a {:.1} GB/s link beside {:.0} TFLOP/s for products, 3 TB/s for the rest, {:.0} us at least a kernel).",
+            H100_LINK / 1e9,
+            a.flops / 1e12,
+            a.launch * 1e6
+        );
+    }
     Ok(())
 }
