@@ -485,7 +485,7 @@ fn the_schedule_model_costs_a_training_step_backward_included() {
         assert!((r.unmanaged - expected).abs() <= 1e-9 * expected, "{recompute:?}: {r:?}, expected {expected}");
         let remade = ops.iter().filter(|s| work(s) == Work::Remake).count();
         assert_eq!(remade > 0, recompute == Recompute::Always, "{recompute:?}: {remade} remakes logged");
-        assert!(r.compute_busy >= r.unmanaged && r.makespan >= r.compute_busy, "{r:?}");
+        assert!(r.compute_busy >= r.unmanaged && r.makespan >= r.compute_busy * (1.0 - 1e-9), "{r:?}");
         unmanaged.push(r.unmanaged);
     }
     assert!((unmanaged[0] - unmanaged[1]).abs() <= 1e-9 * unmanaged[0], "the step without a manager: {unmanaged:?}");

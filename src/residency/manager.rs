@@ -421,8 +421,27 @@ impl Manager {
 
     pub(crate) fn mark_iteration(&mut self) {
         self.trace.mark();
+        self.persist_survivors();
         if let Some(log) = &mut self.schedule {
             log.mark();
+        }
+    }
+
+    /// Results that outlive the iteration that made them (parameters made by ops, gradients,
+    /// optimizer state, a cache) are named by their own id from the next iteration on, as
+    /// tensors made before the first are: the trace records their uses, and Flow sees when they
+    /// are needed again (a result's key from a past iteration reads as never used again, so it
+    /// would be evicted first, and never prefetched). Only at marks the program sets: a detected
+    /// boundary may be wrong, and persistent inputs sign the ops that detect them.
+    fn persist_survivors(&mut self) {
+        let iteration = self.trace.iteration();
+        for (&id, s) in &mut self.storages {
+            if let TraceKey::Produced { iteration: made, .. } = s.key {
+                if made < iteration {
+                    self.by_key.remove(&s.key);
+                    s.key = TraceKey::Persistent(id);
+                }
+            }
         }
     }
 

@@ -89,6 +89,11 @@ pub(crate) struct Trace {
 const MAX_UNMARKED_OPS: usize = 1 << 20;
 
 impl Trace {
+    /// The iteration under way (counted from 0 by `mark` and detected boundaries).
+    pub(crate) fn iteration(&self) -> u64 {
+        self.iteration
+    }
+
     pub(crate) fn key_for_new(&self) -> TraceKey {
         TraceKey::Produced { iteration: self.iteration, op: self.pos }
     }
