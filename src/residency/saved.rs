@@ -17,6 +17,10 @@ use crate::registry::Entry;
 use std::ffi::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+/// The op the trace records for a saved tensor that becomes a storage of its own. It runs inside
+/// the op that saves it, and no kernel of its own.
+pub(super) const SAVE: &str = "save";
+
 /// One saved tensor, as the engine's hooks hold it.
 enum Saved {
     /// Kept as it is (its data: an op's saved result would otherwise hold its own node, which
@@ -40,7 +44,7 @@ impl Manager {
         if t.device() != self.cfg.device.tch() {
             return Ok(None);
         }
-        self.add_produced(t, &info, "save", &[], None, None).map(Some)
+        self.add_produced(t, &info, SAVE, &[], None, None).map(Some)
     }
 
     /// The device copy of a saved tensor for backward (loaded if it was evicted). It is not held

@@ -22,6 +22,7 @@
 //! compared with the bound no schedule can beat, max(bytes loaded / bandwidth, compute time),
 //! and with the pass as it would run with nothing moved or remade (`Replay::unmanaged`).
 
+use super::saved::SAVE;
 use super::trace::TraceKey;
 use std::collections::HashMap;
 
@@ -115,7 +116,9 @@ impl Log {
     }
 
     pub(crate) fn op(&mut self, name: &'static str, inputs: &[(TraceKey, u64)], output: Option<u64>) {
-        let (storages, shapes) = std::mem::take(&mut self.reading).into_iter().unzip();
+        // What was read so far belongs to the op that saves, still running.
+        let reading = if name == SAVE { Vec::new() } else { std::mem::take(&mut self.reading) };
+        let (storages, shapes) = reading.into_iter().unzip();
         let input_bytes = inputs.iter().map(|i| i.1).collect();
         self.push_op(Step::Op { name, storages, input_bytes, shapes, output_bytes: output.unwrap_or(0), work: Work::Program });
     }
@@ -271,8 +274,7 @@ pub fn roofline(flops: f64, memory_bandwidth: f64, elem: usize) -> impl Fn(&Step
     move |op| {
         let Step::Op { name, input_bytes, shapes, output_bytes, .. } = op else { return 0.0 };
         match (*name, shapes.first().and_then(|s| s.last())) {
-            // Registering a tensor autograd saved runs no kernel.
-            ("save", _) => 0.0,
+            (SAVE, _) => 0.0,
             ("linear" | "matmul" | "bmm", Some(&k)) => 2.0 * k as f64 * (*output_bytes / elem as u64) as f64 / flops,
             _ => (input_bytes.iter().sum::<u64>() + output_bytes) as f64 / memory_bandwidth,
         }
