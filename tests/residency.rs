@@ -565,7 +565,7 @@ fn flow_in_steady_state_pays_nothing_a_gpu_would_stall_on_and_overlaps_its_copie
 
 /// The schedule model's copy engines: a load and a write-back of different storages run at once
 /// (the link is full duplex, and each direction has its side stream), while the load of a home
-/// whose write-back is under way waits for it.
+/// whose write-back is under way follows it on the write-back stream.
 #[test]
 fn the_schedule_model_copies_both_ways_at_once_but_loads_a_home_only_once_written() {
     use tensorref::residency::schedule::{replay, Pass, Step, Work};

@@ -38,8 +38,8 @@ const c10::impl::DeviceGuardImplInterface *cuda() {
 enum class Direction : size_t { ToDevice = 0, ToHost = 1 };
 
 // A device's side stream for copies in one direction. Copies in one direction are ordered on
-// their stream; a load of a home whose write-back may still be running waits for it explicitly
-// (tr_native_load_async's `after`).
+// their stream; a load of a home whose write-back may still be running is queued behind it on the
+// write-back stream (tr_native_load_async's `after`), so that the loads after it do not wait too.
 c10::Stream side_stream(c10::Device device, Direction direction) {
     static std::mutex lock;
     static std::vector<std::array<std::optional<c10::Stream>, 2>> streams;
@@ -66,19 +66,16 @@ void order(const c10::Stream &earlier, const c10::Stream &later) {
 
 extern "C" {
 
-// Starts copying the host tensor `host` to CUDA device `index` on the load stream, after the copy
-// the event `after` marks if it is not null (the home's write-back). Writes the new device tensor
-// (`new at::Tensor`, freed by tch) and an event marking the copy's end (free it with
-// tr_native_event_free). The data may not be used before tr_native_copy_wait.
-int tr_native_load_async(const void *host, int index, void *after, void **out_tensor, void **out_event, char *err,
+// Starts copying the host tensor `host` to CUDA device `index`: on the load stream, or with
+// `after_write` (the home's write-back may still be running) on the write-back stream behind it.
+// Writes the new device tensor (`new at::Tensor`, freed by tch) and an event marking the copy's
+// end (free it with tr_native_event_free). The data may not be used before tr_native_copy_wait.
+int tr_native_load_async(const void *host, int index, int after_write, void **out_tensor, void **out_event, char *err,
                          size_t err_len) {
     return guarded(err, err_len, [&] {
         const auto &src = *static_cast<const at::Tensor *>(host);
         c10::Device device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index));
-        c10::Stream side = side_stream(device, Direction::ToDevice);
-        if (after != nullptr) {
-            static_cast<c10::Event *>(after)->block(side);
-        }
+        c10::Stream side = side_stream(device, after_write != 0 ? Direction::ToHost : Direction::ToDevice);
         at::Tensor dst;
         {
             c10::StreamGuard on_side(side); // allocation and copy both belong to the side stream

@@ -1,8 +1,8 @@
 //! Asynchronous CUDA copies for the manager, through src/native/streams.cpp: loads on a side
 //! stream that the compute stream waits for only when an op needs the data, and write-backs on a
 //! second side stream after the compute work that produced the data, so that the two directions
-//! overlap. A load of a home still being written waits for that write-back on the device. The
-//! host waits only where it reads a home. Used only with `ComputeDevice::Cuda`.
+//! overlap. A load of a home still being written is queued behind that write-back, on its stream.
+//! The host waits only where it reads a home. Used only with `ComputeDevice::Cuda`.
 
 use crate::error::{Error, Result};
 use crate::native::{check, ERR_LEN};
@@ -13,7 +13,7 @@ use std::ptr::NonNull;
 #[allow(unused_doc_comments)]
 /// cbindgen:ignore
 extern "C" {
-    fn tr_native_load_async(host: *const c_void, index: c_int, after: *mut c_void, out_tensor: *mut *mut c_void, out_event: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_load_async(host: *const c_void, index: c_int, after_write: c_int, out_tensor: *mut *mut c_void, out_event: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_copy_wait(event: *mut c_void, tensor: *const c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_event_free(event: *mut c_void);
     fn tr_native_write_back_async(device_tensor: *const c_void, host: *const c_void, out_event: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
@@ -66,15 +66,14 @@ impl Event {
     }
 }
 
-/// Starts copying a host tensor to CUDA device `index` once the copy `after` marks has ended (the
-/// home's write-back, if one may still be running). Asynchronous when the host memory is
+/// Starts copying a host tensor to CUDA device `index`; with `after_write` (the home's
+/// write-back may still be running) behind the write-backs. Asynchronous when the host memory is
 /// page-locked; from pageable memory CUDA copies synchronously.
-pub(crate) fn load_async(host: &tch::Tensor, index: usize, after: Option<&Event>) -> Result<(tch::Tensor, Event)> {
+pub(crate) fn load_async(host: &tch::Tensor, index: usize, after_write: bool) -> Result<(tch::Tensor, Event)> {
     let (mut tensor, mut done) = (std::ptr::null_mut(), std::ptr::null_mut());
     let mut err = [0 as c_char; ERR_LEN];
-    let after = after.map_or(std::ptr::null_mut(), |e| e.0.as_ptr());
-    // SAFETY: `host` and the event are live; the out pointers are valid; the buffer has its length.
-    let status = unsafe { tr_native_load_async(host.as_ptr().cast(), index as c_int, after, &mut tensor, &mut done, err.as_mut_ptr(), ERR_LEN) };
+    // SAFETY: `host` is a live tensor; the out pointers are valid; the buffer has its length.
+    let status = unsafe { tr_native_load_async(host.as_ptr().cast(), index as c_int, c_int::from(after_write), &mut tensor, &mut done, err.as_mut_ptr(), ERR_LEN) };
     check("load", status, &err)?;
     let done = event(done)?;
     // SAFETY: the shim returned a heap at::Tensor that we now own.

@@ -72,11 +72,11 @@ impl ComputeDevice {
         Ok(())
     }
 
-    /// A device copy of a home (a 1-D byte tensor), copied once `after` (the home's write-back, if
-    /// it may still be running) has finished; and the copy still running.
-    pub(crate) fn load(self, home: &tch::Tensor, after: Option<&Transfer>) -> Result<(tch::Tensor, Transfer)> {
+    /// A device copy of a home (a 1-D byte tensor), and the copy still running. With `after_write`
+    /// (the home's write-back may still be running), the copy follows the write-backs.
+    pub(crate) fn load(self, home: &tch::Tensor, after_write: bool) -> Result<(tch::Tensor, Transfer)> {
         match self {
-            ComputeDevice::Cuda(n) => cuda::load_async(home, n, after.and_then(|t| t.0.as_ref())).map(|(t, e)| (t, Transfer(Some(e)))),
+            ComputeDevice::Cuda(n) => cuda::load_async(home, n, after_write).map(|(t, e)| (t, Transfer(Some(e)))),
             _ => Ok((home.f_to_device_(self.tch(), home.f_kind()?, false, true)?, Transfer::done())),
         }
     }

@@ -182,8 +182,8 @@ impl Manager {
         let started = Instant::now();
         let s = self.storages.get_mut(&id).expect("registered");
         debug_assert!(s.kind != Home::Lazy, "a storage without a home is always on the device");
-        let writing = s.pending_write();
-        let (copy, transfer) = self.cfg.device.load(&s.home, writing.as_deref())?;
+        let after_write = s.pending_write().is_some();
+        let (copy, transfer) = self.cfg.device.load(&s.home, after_write)?;
         native::share_version(&copy, &s.home)?;
         s.device_id = native::storage(&copy, false)?.id;
         s.device = Some(copy);

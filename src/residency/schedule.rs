@@ -6,9 +6,10 @@
 //! dependencies the real device has:
 //! - an op starts when the previous op has ended and the loads of its inputs have ended (it waits
 //!   only on the copies it needs);
-//! - a load starts when the previous load has ended, when the write-back of its home has ended if
-//!   it was written in the pass, and, if room was made for it by evicting, when the last op that
-//!   used the evicted memory has ended (the budget holds on the device too);
+//! - a load starts when the previous load has ended and, if room was made for it by evicting,
+//!   when the last op that used the evicted memory has ended (the budget holds on the device too);
+//!   a load of a home whose write-back has not ended by then is queued behind the write-backs
+//!   instead, leaving the loads after it free to go;
 //! - a write-back starts when the previous write-back has ended and after every op issued before
 //!   it has ended (its stream waits for the compute stream).
 //!
@@ -212,9 +213,18 @@ pub fn replay(pass: &Pass, bandwidth: f64, compute: impl Fn(&Step) -> f64) -> Re
         for step in &pass.steps {
             match step {
                 Step::Load { storage, bytes, after } => {
-                    let home_ready = written.get(storage).copied().unwrap_or(0.0);
-                    load_free = load_free.max(ended(&op_end, after)).max(home_ready) + *bytes as f64 / bandwidth;
-                    loaded.insert(*storage, load_free);
+                    let start = load_free.max(ended(&op_end, after));
+                    let end = match written.get(storage) {
+                        Some(&home_ready) if home_ready > start => {
+                            write_free = write_free.max(start) + *bytes as f64 / bandwidth;
+                            write_free
+                        }
+                        _ => {
+                            load_free = start + *bytes as f64 / bandwidth;
+                            load_free
+                        }
+                    };
+                    loaded.insert(*storage, end);
                 }
                 Step::WriteBack { storage, bytes, after } => {
                     write_free = write_free.max(ended(&op_end, after)) + *bytes as f64 / bandwidth;
