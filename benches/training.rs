@@ -142,7 +142,8 @@ fn train(a: &Args) -> Result<Run> {
             let params = model.params();
             let (m, v): (Vec<&Tensor>, Vec<&Tensor>) = moments.iter().map(|(m, v)| (m, v)).unzip();
             Tensor::optim_adam_step(&params, &m, &v, step as i64, 1e-3, 0.9, 0.999, 1e-8, 0.0)?;
-            params.iter().try_for_each(|p| p.zero_grad())
+            // Dropped, as PyTorch's `zero_grad()` does by default: nothing to keep or move.
+            params.iter().try_for_each(|p| p.clear_grad())
         })?;
         if residency::enabled() {
             residency::mark_iteration()?;

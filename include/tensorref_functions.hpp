@@ -695,6 +695,13 @@ inline void zero_grad(const Tensor& a) {
     a.zero_grad();
 }
 
+/// Drops the accumulated gradient of `a`, if any, as PyTorch's zero_grad(set_to_none=True)
+/// does: the next backward makes it anew, and until then it holds no memory. Calls
+/// `tr_tensor_clear_grad`; throws tr::Error on failure.
+inline void clear_grad(const Tensor& a) {
+    a.clear_grad();
+}
+
 /// A new handle sharing `a`'s data, cut from the autograd graph. Calls `tr_tensor_detach`;
 /// throws tr::Error on failure.
 [[nodiscard]] inline Tensor detach(const Tensor& a) {

@@ -681,6 +681,13 @@ tr_status tr_tensor_grad(tr_tensor a, tr_tensor *out);
 tr_status tr_tensor_zero_grad(tr_tensor a);
 
 /**
+ * Drops the accumulated gradient of `a`, if any, as PyTorch's zero_grad(set_to_none=True) does:
+ * the next backward makes it anew, and until then it holds no memory. Returns nothing but the
+ * status.
+ */
+tr_status tr_tensor_clear_grad(tr_tensor a);
+
+/**
  * A new handle sharing `a`'s data, cut from the autograd graph.
  */
 tr_status tr_tensor_detach(tr_tensor a, tr_tensor *out);

@@ -969,6 +969,13 @@ class TensorOps {
         detail::call(tr_tensor_zero_grad, self().raw());
     }
 
+    /// Drops the accumulated gradient of `a`, if any, as PyTorch's zero_grad(set_to_none=True)
+    /// does: the next backward makes it anew, and until then it holds no memory. (`a` is
+    /// *this.) Calls `tr_tensor_clear_grad`; throws tr::Error on failure.
+    void clear_grad() const {
+        detail::call(tr_tensor_clear_grad, self().raw());
+    }
+
     /// A new handle sharing `a`'s data, cut from the autograd graph. (`a` is *this.) Calls
     /// `tr_tensor_detach`; throws tr::Error on failure.
     [[nodiscard]] Self detach() const {

@@ -65,13 +65,22 @@ trait Model {
     fn loss(&self, dropout: bool) -> Result<Tensor>;
 }
 
-/// Trains `model` for `steps` steps; every tensor is made inside `f`'s manager (or none).
-fn train<M: Model>(make: impl Fn() -> Result<M>, steps: usize, dropout: bool, optimizer: Optimizer) -> Result<Run> {
-    train_with(make, steps, dropout, optimizer, |_| {})
+/// How a step ends with the gradients: zeroed (`zero_grad`), or dropped (`clear_grad`, PyTorch's
+/// default `zero_grad(set_to_none=True)`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Grads {
+    Zero,
+    Clear,
 }
 
-/// `train`, calling `after` with each step's number once the step is done.
-fn train_with<M: Model>(make: impl Fn() -> Result<M>, steps: usize, dropout: bool, optimizer: Optimizer, mut after: impl FnMut(usize)) -> Result<Run> {
+/// Trains `model` for `steps` steps; every tensor is made inside `f`'s manager (or none).
+fn train<M: Model>(make: impl Fn() -> Result<M>, steps: usize, dropout: bool, optimizer: Optimizer) -> Result<Run> {
+    train_with(make, steps, dropout, optimizer, Grads::Zero, |_| {})
+}
+
+/// `train`, ending each step with `grads`, and calling `after` with each step's number once the
+/// step is done.
+fn train_with<M: Model>(make: impl Fn() -> Result<M>, steps: usize, dropout: bool, optimizer: Optimizer, grads: Grads, mut after: impl FnMut(usize)) -> Result<Run> {
     manual_seed(17);
     let model = no_grad(&make)?;
     for p in model.params() {
@@ -91,7 +100,10 @@ fn train_with<M: Model>(make: impl Fn() -> Result<M>, steps: usize, dropout: boo
                 Tensor::optim_adam_step(&params, &m, &v, step as i64, 1e-3, 0.9, 0.999, 1e-8, 0.01)?;
             }
         }
-        params.iter().try_for_each(|p| p.zero_grad())?;
+        match grads {
+            Grads::Zero => params.iter().try_for_each(|p| p.zero_grad())?,
+            Grads::Clear => params.iter().try_for_each(|p| p.clear_grad())?,
+        }
         if residency::enabled() {
             residency::mark_iteration()?;
         }
@@ -196,6 +208,11 @@ fn an_mlp_trains_the_same_under_every_policy_with_sgd() {
 #[test]
 fn an_mlp_with_dropout_trains_the_same_under_every_policy_with_adam() {
     same_under_every_policy(&MLP_BUDGETS, || train(Mlp::new, 6, true, Optimizer::Adam));
+}
+
+#[test]
+fn an_mlp_whose_gradients_are_dropped_every_step_trains_the_same_under_every_policy() {
+    same_under_every_policy(&MLP_BUDGETS, || train_with(Mlp::new, 6, true, Optimizer::Adam, Grads::Clear, |_| {}));
 }
 
 // ---------------------------------------------------------------- a transformer encoder
@@ -323,6 +340,34 @@ fn gradients_reach_leaves_through_views_and_in_place_writes() {
     });
 }
 
+/// `clear_grad` drops a gradient: `grad` reads none, the next backward makes it anew, and its
+/// device memory is let go at once; a gradient handle the program kept still reads it.
+#[test]
+fn a_cleared_gradient_leaves_the_device_at_once_unless_the_program_holds_it() {
+    let _turn = turn();
+    each_policy(|policy| {
+        let w = Tensor::from_slice(&[1f32, 2.0, 3.0, 4.0], &[2, 2])?;
+        w.requires_grad_(true)?;
+        let device_bytes = || residency::stats().unwrap().device_bytes;
+        w.mul(&w)?.sum()?.backward()?;
+        let with_grad = device_bytes();
+        w.clear_grad()?;
+        assert!(w.grad()?.is_none(), "{policy:?}: cleared");
+        if policy == PolicyKind::Flow {
+            // Flow keeps results on the device: the gradient was there.
+            assert_eq!(device_bytes(), with_grad - 16, "{policy:?}: the gradient's 16 bytes left the device");
+        }
+        w.sum()?.backward()?;
+        assert_eq!(w.grad()?.unwrap().to_vec::<f32>()?, [1.0; 4], "{policy:?}: made anew, not added to 2w");
+        let kept = w.grad()?.unwrap();
+        w.clear_grad()?;
+        assert_eq!(kept.to_vec::<f32>()?, [1.0; 4], "{policy:?}: a handle the program kept still reads it");
+        assert!(w.grad()?.is_none(), "{policy:?}: cleared with a handle kept");
+        w.clear_grad()?; // none to drop
+        Ok(())
+    });
+}
+
 #[test]
 fn an_in_place_write_to_a_leaf_that_requires_grad_is_refused_everywhere() {
     let _turn = turn();
@@ -409,7 +454,7 @@ fn at_half_the_unmanaged_peak_flow_trains_with_no_needless_cost_in_steady_state(
     drop(resident);
     let managed = Managed::new(PolicyKind::Flow, peak / 2);
     let mut learned = None; // the counters once two marked steps have taught Flow the order
-    train_with(Encoder::new, 5, true, Optimizer::Adam, |step| {
+    train_with(Encoder::new, 5, true, Optimizer::Adam, Grads::Zero, |step| {
         if step == 2 {
             learned = residency::stats();
         }
@@ -442,7 +487,7 @@ fn flow_prefetches_saved_activations_ahead_of_backward() {
             }
         })))
         .unwrap();
-        let run = train_with(Mlp::new, 5, true, Optimizer::Adam, |step| counting.store(step >= 2, std::sync::atomic::Ordering::Relaxed));
+        let run = train_with(Mlp::new, 5, true, Optimizer::Adam, Grads::Zero, |step| counting.store(step >= 2, std::sync::atomic::Ordering::Relaxed));
         let stats = residency::stats().unwrap();
         residency::disable().unwrap();
         run.unwrap();

@@ -49,6 +49,7 @@ ARGS = {
     "backward": {"a": "loss()"},
     "grad": {"a": "p(&[4, 4])"},
     "zero_grad": {"a": "p(&[4, 4])"},
+    "clear_grad": {"a": "p(&[4, 4])"},
     "optim_sgd_step": {"params": "&[p(&[4, 4]), p(&[4])]"},
     "optim_adam_step": {"params": "&[p(&[4, 4])]", "exp_avg": "&[m(&[4, 4], F32)]", "exp_avg_sq": "&[m(&[4, 4], F32)]",
                   "step": "1"},

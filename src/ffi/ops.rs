@@ -1235,6 +1235,17 @@ pub extern "C" fn tr_tensor_zero_grad(a: TrTensor) -> Status {
     })
 }
 
+/// Drops the accumulated gradient of `a`, if any, as PyTorch's zero_grad(set_to_none=True) does:
+/// the next backward makes it anew, and until then it holds no memory. Returns nothing but the
+/// status.
+#[no_mangle]
+pub extern "C" fn tr_tensor_clear_grad(a: TrTensor) -> Status {
+    call(|| {
+        core::clear_grad(a.into())?;
+        Ok(())
+    })
+}
+
 /// A new handle sharing `a`'s data, cut from the autograd graph.
 #[no_mangle]
 pub extern "C" fn tr_tensor_detach(a: TrTensor, out: *mut TrTensor) -> Status {

@@ -1,5 +1,5 @@
-//! Autograd helpers beyond the table: the no-grad guard, reading and zeroing a gradient, and the
-//! seed.
+//! Autograd helpers beyond the table: the no-grad guard, reading, zeroing and dropping a
+//! gradient, and the seed.
 
 use crate::error::Result;
 
@@ -34,6 +34,17 @@ pub(crate) fn zero_grad(a: &tch::Tensor) -> Result<()> {
     let mut grad = a.f_grad()?;
     if grad.defined() {
         let _ = grad.f_detach_()?.f_zero_()?;
+    }
+    Ok(())
+}
+
+/// Drops `a`'s gradient. Under a residency manager its storage is forgotten at once when nothing
+/// else holds it (a `grad` handle the program kept keeps it).
+pub(crate) fn clear_grad(a: &tch::Tensor) -> Result<()> {
+    let grad = a.f_grad()?;
+    if grad.defined() {
+        crate::native::set_grad(a, &tch::Tensor::new())?;
+        crate::residency::let_go(grad)?;
     }
     Ok(())
 }

@@ -131,7 +131,7 @@ fn a_cpu_tensor_beside_a_meta_input_fails_as_beside_a_cuda_one() {
 #[test]
 fn every_op_under_the_manager_matches_plain_tch_on_cuda() {
     use crate::residency::{self, ComputeDevice, Config, PolicyKind};
-    const AUTOGRAD: [&str; 7] = ["backward", "grad", "zero_grad", "optim_sgd_step", "optim_adam_step", "requires_grad_", "requires_grad"];
+    const AUTOGRAD: [&str; 8] = ["backward", "grad", "zero_grad", "clear_grad", "optim_sgd_step", "optim_adam_step", "requires_grad_", "requires_grad"];
     let run = |case: &Case, inputs: Inputs| -> Result<Vec<Vec<f64>>> {
         INPUTS.with(|i| i.set(inputs));
         crate::manual_seed(7);

@@ -1550,6 +1550,14 @@ pub(crate) mod core {
         op.value(|| autograd::zero_grad(a))
     }
 
+    /// Drops the accumulated gradient of `a`, if any, as PyTorch's zero_grad(set_to_none=True) does: the next backward makes it anew, and until then it holds no memory.
+    pub(crate) fn clear_grad(a: TensorId) -> Result<()> {
+        let mut op = Op::begin("clear_grad");
+        let [a] = op.get([a])?;
+        let a: &tch::Tensor = &a;
+        op.value(|| autograd::clear_grad(a))
+    }
+
     /// A new handle sharing `a`'s data, cut from the autograd graph.
     pub(crate) fn detach(a: TensorId) -> Result<TensorId> {
         fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
@@ -2205,6 +2213,11 @@ impl Tensor {
     /// Zeroes the accumulated gradient of `a`, if any.
     pub fn zero_grad(&self) -> Result<()> {
         core::zero_grad(self.id())
+    }
+
+    /// Drops the accumulated gradient of `a`, if any, as PyTorch's zero_grad(set_to_none=True) does: the next backward makes it anew, and until then it holds no memory.
+    pub fn clear_grad(&self) -> Result<()> {
+        core::clear_grad(self.id())
     }
 
     /// A new handle sharing `a`'s data, cut from the autograd graph.

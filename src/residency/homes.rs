@@ -35,7 +35,12 @@ impl Manager {
         if let Some(&id) = self.entries.get(&entry.uid()) {
             return Ok(Some(id));
         }
-        let info = native::storage(entry, self.cuda())?;
+        self.home_of(entry)
+    }
+
+    /// The storage whose home `t` views, if any.
+    pub(super) fn home_of(&self, t: &tch::Tensor) -> Result<Option<u64>> {
+        let info = native::storage(t, self.cuda())?;
         Ok(self.by_home.get(&info.id).copied())
     }
 

@@ -359,6 +359,22 @@ pub(crate) fn readable(entry: &Entry) -> Result<Readable> {
     Ok(read)
 }
 
+/// `t`, a tensor over a storage's home that no registered view is (a leaf's gradient), is let go:
+/// the storage is forgotten now if nothing else holds its home, rather than at a later check.
+pub(crate) fn let_go(t: tch::Tensor) -> Result<()> {
+    if !active() {
+        return Ok(());
+    }
+    with(|m| {
+        let id = m.home_of(&t)?;
+        drop(t);
+        if let Some(id) = id {
+            m.forget_unheld(id, 1);
+        }
+        Ok(())
+    })
+}
+
 /// Before an entry's home memory is shared outside (DLPack export): marks its storage external
 /// (never cached on the device again, never moved), writes a newer device copy back and waits
 /// for it, so the outside reads current data and its writes are not shadowed by a stale copy.

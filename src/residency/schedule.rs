@@ -56,6 +56,7 @@ pub enum Work {
 /// A backward op's cost against its forward op's: a matrix product's backward is two products
 /// of its size (the inputs' gradients and the weight's), an elementwise op's reads and writes
 /// about twice the bytes.
+/// cbindgen:ignore
 pub const BACKWARD_COST: f64 = 2.0;
 
 /// The steps of one pass (from one iteration mark to the next).

@@ -16,7 +16,7 @@ use crate::registry::Entry;
 use std::sync::Arc;
 
 /// Ops that act on the tensor's own autograd state: never moved.
-const ON_THE_TENSOR: [&str; 3] = ["requires_grad", "requires_grad_", "grad"];
+const ON_THE_TENSOR: [&str; 4] = ["requires_grad", "requires_grad_", "grad", "clear_grad"];
 /// Ops on a parameter's gradient: an optimizer step reads it, `zero_grad` writes it.
 const GRAD_OPS: [&str; 3] = ["optim_sgd_step", "optim_adam_step", "zero_grad"];
 

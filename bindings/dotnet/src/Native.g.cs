@@ -717,6 +717,8 @@ namespace TensorRef
         internal static extern Status tr_tensor_grad(TensorHandle a, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_zero_grad", ExactSpelling = true)]
         internal static extern Status tr_tensor_zero_grad(TensorHandle a);
+        [DllImport(Lib, EntryPoint = "tr_tensor_clear_grad", ExactSpelling = true)]
+        internal static extern Status tr_tensor_clear_grad(TensorHandle a);
         [DllImport(Lib, EntryPoint = "tr_tensor_detach", ExactSpelling = true)]
         internal static extern Status tr_tensor_detach(TensorHandle a, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_optim_sgd_step", ExactSpelling = true)]

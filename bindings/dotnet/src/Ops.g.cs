@@ -1144,6 +1144,16 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// Drops the accumulated gradient of `a`, if any, as PyTorch's zero_grad(set_to_none=True)
+        /// does: the next backward makes it anew, and until then it holds no memory. Calls
+        /// tr_tensor_clear_grad; throws TensorRefException on failure.
+        /// </summary>
+        public void ClearGrad()
+        {
+            Native.Check(Native.tr_tensor_clear_grad(Handle), "tr_tensor_clear_grad");
+        }
+
+        /// <summary>
         /// A new handle sharing `a`'s data, cut from the autograd graph. Calls tr_tensor_detach;
         /// throws TensorRefException on failure.
         /// </summary>

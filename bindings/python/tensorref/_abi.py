@@ -370,6 +370,7 @@ def signatures(T) -> dict:
         'tr_tensor_backward': (c_int32, (T,)),
         'tr_tensor_grad': (c_int32, (T, POINTER(T))),
         'tr_tensor_zero_grad': (c_int32, (T,)),
+        'tr_tensor_clear_grad': (c_int32, (T,)),
         'tr_tensor_detach': (c_int32, (T, POINTER(T))),
         'tr_optim_sgd_step': (c_int32, (POINTER(c_uint64), c_size_t, c_double)),
         'tr_optim_adam_step': (c_int32, (POINTER(c_uint64), c_size_t, POINTER(c_uint64), c_size_t, POINTER(c_uint64), c_size_t, c_int64, c_double, c_double, c_double, c_double, c_double)),

@@ -168,6 +168,7 @@ __all__ = [
     'backward',
     'grad',
     'zero_grad',
+    'clear_grad',
     'detach',
     'optim_sgd_step',
     'optim_adam_step',
@@ -2409,6 +2410,23 @@ def zero_grad(a):
     return None
 
 
+_f_clear_grad = _lib.tr_tensor_clear_grad
+
+
+def clear_grad(a):
+    """Drops the accumulated gradient of `a`, if any, as PyTorch's zero_grad(set_to_none=True) does: the next backward makes it anew, and until then it holds no memory.
+
+    clear_grad(a: Tensor) -> None   [C: tr_tensor_clear_grad]
+    """
+    try:
+        st = _f_clear_grad(a)
+    except _CArgumentError as e:
+        raise _bad_call('clear_grad', 'a: Tensor', e) from None
+    if st:
+        _fail(st, 'tr_tensor_clear_grad', a)
+    return None
+
+
 _f_detach = _lib.tr_tensor_detach
 
 
@@ -3152,6 +3170,7 @@ for _f in [globals()[_n] for _n in (
     'backward',
     'grad',
     'zero_grad',
+    'clear_grad',
     'detach',
 )] + list(_OPERATORS):
     if _f.__name__ in _T.__dict__:

@@ -134,6 +134,10 @@ pub(super) fn cases() -> Vec<Case> {
             core::zero_grad(p(&[4, 4]))?;
             Ok(vec![])
         } },
+        Case { op: "clear_grad", on_inputs: true, run: || {
+            core::clear_grad(p(&[4, 4]))?;
+            Ok(vec![])
+        } },
         Case { op: "detach", on_inputs: true, run: || Ok(vec![core::detach(m(&[4, 4], F32))?]) },
         Case { op: "optim_sgd_step", on_inputs: true, run: || {
             core::optim_sgd_step(&[p(&[4, 4]), p(&[4])], 0.1)?;
