@@ -714,6 +714,12 @@ static void grad_returns_a_new_handle(void) {
     CHECK_OK(tr_tensor_zero_grad(x));
     CHECK_OK(tr_tensor_grad(x, &g1));
     CHECK_F32(g1, 0, 0, 0, 0);
+    /* clear_grad drops it: none to read (g1 and g2 still read their storage) */
+    CHECK_OK(tr_tensor_clear_grad(x));
+    CHECK_OK(tr_tensor_grad(x, &none));
+    CHECK_EQ_U(none.id, 0);
+    CHECK_F32(g1, 0, 0, 0, 0);
+    CHECK_OK(tr_tensor_clear_grad(x)); /* none to drop */
     /* detach: same data, no gradient tracking */
     CHECK_OK(tr_tensor_detach(x, &d));
     CHECK_OK(tr_tensor_requires_grad(d, &rg));

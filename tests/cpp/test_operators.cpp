@@ -168,4 +168,8 @@ TEST(gradients_through_the_binding) {
     CHECK_EQ(w.detach().to_vector<float>(), (F{0, 0, 0}));
     w.zero_grad();
     CHECK_EQ(w.grad()->to_vector<float>(), (F{0, 0, 0}));
+    w.clear_grad();
+    CHECK(!w.grad().has_value());  // dropped, as torch's zero_grad(set_to_none=True)
+    (w * w).sum().backward();
+    CHECK_EQ(w.grad()->to_vector<float>(), (F{0, 0, 0}));  // made anew: 2w at w = 0
 }

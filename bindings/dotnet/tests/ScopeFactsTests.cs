@@ -240,7 +240,8 @@ namespace TensorRef.Tests
                             var g = p.Grad();
                             Check.True(g != null, "every parameter has a gradient after backward");
                             p.Sub_(g * 0.1);
-                            p.ZeroGrad();
+                            p.ClearGrad(); // dropped, as torch's zero_grad(set_to_none=True)
+                            Check.True(p.Grad() == null, "no gradient once cleared");
                         }
                     }
                     if (step == 0) first = loss.Item();

@@ -52,7 +52,11 @@ def train(dropout, adam, steps=5):
                 else:
                     tr.optim_sgd_step(params, 0.02)
                 for p in params:
-                    p.zero_grad()
+                    # Both ways: dropped with Adam (torch.optim's default), zeroed with SGD.
+                    if adam:
+                        p.clear_grad()
+                    else:
+                        p.zero_grad()
             if tr.residency.enabled():
                 tr.residency.mark_iteration()
         return losses, [p.numpy().copy() for p in params]
