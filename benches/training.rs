@@ -16,7 +16,7 @@
 //!
 //!     cargo bench --bench training -- [--device simulated|cuda] [--width 256] [--layers 4]
 //!         [--heads 4] [--tokens 64] [--batch 16] [--steps 6] [--dropout 0.1] [--tflops 50]
-//!         [--launch-us 5]
+//!         [--launch-us 5] [--runs genoa,flow,flow+cheaper,flow+always] [--budgets 2,4]
 
 #[path = "common/cli.rs"]
 mod cli;
@@ -38,6 +38,26 @@ struct Args {
     flops: f64,
     /// The schedule model's least time of a kernel, seconds.
     launch: f64,
+    /// The managed runs: policy and recomputation, each at a budget of the unmanaged peak over
+    /// each of `budgets`.
+    runs: Vec<(PolicyKind, Recompute)>,
+    budgets: Vec<u64>,
+}
+
+/// A run named as `--runs` takes it: `genoa`, `flow`, `flow+cheaper`, `flow+always`.
+fn run_named(name: &str) -> (PolicyKind, Recompute) {
+    let policy = match name.split('+').next() {
+        Some("genoa") => PolicyKind::Genoa,
+        Some("flow") => PolicyKind::Flow,
+        _ => panic!("--runs: `{name}` is not genoa or flow"),
+    };
+    let recompute = match name.split_once('+').map(|(_, r)| r) {
+        None => Recompute::Off,
+        Some("cheaper") => Recompute::Cheaper,
+        Some("always") => Recompute::Always,
+        Some(r) => panic!("--runs: `+{r}` is not +cheaper or +always"),
+    };
+    (policy, recompute)
 }
 
 fn args() -> Args {
@@ -53,6 +73,8 @@ fn args() -> Args {
         dropout: cli.value("--dropout").and_then(|v| v.parse().ok()).unwrap_or(0.1),
         flops: cli.value("--tflops").and_then(|v| v.parse::<f64>().ok()).unwrap_or(50.0) * 1e12,
         launch: cli.value("--launch-us").and_then(|v| v.parse::<f64>().ok()).unwrap_or(5.0) * 1e-6,
+        runs: cli.value("--runs").unwrap_or_else(|| "genoa,flow,flow+cheaper,flow+always".into()).split(',').map(run_named).collect(),
+        budgets: cli.value("--budgets").unwrap_or_else(|| "2,4".into()).split(',').map(|d| d.parse().expect("--budgets: divisors of the peak")).collect(),
     }
 }
 
@@ -106,7 +128,8 @@ impl Encoder {
 struct Run {
     ms_per_step: f64,
     losses: Vec<f64>,
-    /// The counters over the steps after the first two (steady state), and at the end.
+    /// The counters over the steps after the first three (steady state: two to learn the order,
+    /// one following it for the first time), and at the end.
     steady: ResidencyStats,
     last: ResidencyStats,
     /// The schedule model's replay of the last step.
@@ -132,7 +155,7 @@ fn train(a: &Args) -> Result<Run> {
         if step == 2 {
             started = Instant::now();
         }
-        if step == 3 {
+        if step == 4 {
             before = residency::stats().unwrap_or_default();
         }
         with_scope(|_| {
@@ -172,7 +195,7 @@ fn train(a: &Args) -> Result<Run> {
 
 fn main() -> Result<()> {
     let a = args();
-    assert!(a.steps >= 4, "--steps: at least 4 (two to learn the order, two measured)");
+    assert!(a.steps >= 5, "--steps: at least 5 (two to learn the order, one to follow it first, two measured)");
     println!(
         "Training a {}-layer encoder (width {}, {} heads, {} sequences of {} tokens, dropout {}) for {} steps on {}.",
         a.layers, a.width, a.heads, a.batch, a.tokens, a.dropout, a.steps, a.device
@@ -188,7 +211,7 @@ fn main() -> Result<()> {
     );
     let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1 << 20) as f64);
     let row = |name: &str, budget: Option<u64>, r: &Run| {
-        let measured = a.steps as u64 - 2;
+        let measured = a.steps as u64 - 3;
         let per_step = |b: u64| mib(b / measured);
         let s = &r.steady;
         println!(
@@ -212,9 +235,8 @@ fn main() -> Result<()> {
     };
     row("Resident", None, &resident);
     let mut modelled = None; // the modelled step with nothing moved, from the first managed run
-    let recomputing = [Recompute::Cheaper, Recompute::Always].map(|r| (PolicyKind::Flow, r));
-    for (policy, recompute) in [(PolicyKind::Genoa, Recompute::Off), (PolicyKind::Flow, Recompute::Off)].into_iter().chain(recomputing) {
-        for div in [2, 4] {
+    for &(policy, recompute) in &a.runs {
+        for &div in &a.budgets {
             let budget = peak / div;
             residency::configure(Config { recompute, ..Config::new(a.device, policy, budget) })?;
             let run = train(&a);
@@ -229,7 +251,7 @@ fn main() -> Result<()> {
             }
         }
     }
-    println!("\nPer step and counters: the steps after the second (steady state). pinned+: new page-locked");
+    println!("\nPer step and counters: the steps after the third (steady state). pinned+: new page-locked");
     println!("allocations; pageable: copies from or to pageable memory; waits: ops that waited on a copy;");
     println!("needless: write-backs of copies nobody modified; remade: results made again (+cheaper: dropped");
     println!("when remaking is estimated cheaper than the copies; +always: whenever they can be made again).");
