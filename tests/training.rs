@@ -540,3 +540,30 @@ fn the_schedule_model_costs_a_training_step_backward_included() {
     }
     assert!((unmanaged[0] - unmanaged[1]).abs() <= 1e-9 * unmanaged[0], "the step without a manager: {unmanaged:?}");
 }
+
+/// While Flow follows the recorded order, a tensor the recorded step evicted is written back as
+/// soon as it is made and stays on the device, clean (`write_ahead`): its later eviction writes
+/// nothing. Seen in the events of the steps Flow follows: write-backs of storages that stay on
+/// the device, and evictions with no write-back of a storage made in the same step.
+#[test]
+fn flow_writes_back_ahead_what_the_followed_step_evicted() {
+    let _turn = turn();
+    let _managed = Managed::new(PolicyKind::Flow, ENCODER_BUDGETS[0]);
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let (seen, counting) = (events.clone(), Arc::new(std::sync::atomic::AtomicBool::new(false)));
+    let on = counting.clone();
+    residency::set_callback(Some(Box::new(move |e| {
+        if on.load(std::sync::atomic::Ordering::Relaxed) && matches!(e.kind, EventKind::WriteBack | EventKind::Evict) {
+            seen.lock().unwrap().push((e.kind, e.entry));
+        }
+    })))
+    .unwrap();
+    train_with(Encoder::new, 5, true, Optimizer::Adam, Grads::Clear, |step| counting.store(step >= 3, std::sync::atomic::Ordering::Relaxed)).unwrap();
+    residency::set_callback(None).unwrap();
+    let events = events.lock().unwrap();
+    // A write-back at an eviction is followed at once by the eviction of the same storage.
+    let ahead = events.windows(2).filter(|w| w[0].0 == EventKind::WriteBack && w[1] != (EventKind::Evict, w[0].1)).count();
+    let clean_evictions = events.iter().enumerate().filter(|&(i, e)| e.0 == EventKind::Evict && (i == 0 || events[i - 1] != (EventKind::WriteBack, e.1))).count();
+    assert!(ahead > 0, "no write-back ahead of an eviction: {events:?}");
+    assert!(clean_evictions > 0, "no eviction found its storage already written: {events:?}");
+}

@@ -69,6 +69,8 @@ pub(crate) struct Manager {
     pub(super) forgotten: usize,
     /// Write-backs of external memory the running op must wait for before it returns.
     pub(super) owed: Vec<Arc<Transfer>>,
+    /// Storages the running op made or wrote (see `write_ahead`).
+    written_now: Vec<u64>,
     pub(crate) stats: ResidencyStats,
     pub(super) clock: u64,
     pub(crate) trace: Trace,
@@ -97,6 +99,7 @@ impl Manager {
             orphans: Vec::new(),
             forgotten: 0,
             owed: Vec::new(),
+            written_now: Vec::new(),
             stats,
             clock: 0,
             trace: Trace::default(),
@@ -163,6 +166,7 @@ impl Manager {
         if write && s.counted() {
             s.dirty = true;
             s.modified = true;
+            self.written_now.push(id);
         }
         let device = s.device.as_ref().expect("loaded above").shallow_clone();
         let view = match s.loading.take().map_or(Ok(()), |t| t.block_compute(&device)).and_then(|()| Ok(native::view_on(&device, entry)?)) {
@@ -284,6 +288,7 @@ impl Manager {
         let dropping = self.droppable(id);
         if !dropping {
             self.write_home(id, op)?;
+            self.trace.evicted(self.storages[&id].key);
         }
         let s = self.storages.get_mut(&id).expect("victim is registered");
         drop(s.device.take().expect("victim is resident"));
@@ -365,6 +370,7 @@ impl Manager {
         (s.home_id, s.device_id, s.device, s.dirty, s.modified) = (home_id, info.id, Some(device), true, true);
         s.last_use = self.clock;
         self.storages.insert(id, s);
+        self.written_now.push(id);
         self.by_home.insert(home_id, id);
         self.by_device.insert(info.id, id);
         self.by_key.insert(key, id);
@@ -400,6 +406,7 @@ impl Manager {
     /// the op must wait for before it returns (memory shared with the outside).
     pub(crate) fn op_finished(&mut self, op: &'static str) -> Vec<Arc<Transfer>> {
         self.event(EventKind::OpEnd, 0, 0, op, None);
+        self.write_ahead(op);
         if self.policy.prefetches() && self.cfg.prefetch_depth > 0 {
             self.prefetch();
         }
@@ -407,6 +414,26 @@ impl Manager {
         let owed = std::mem::take(&mut self.owed);
         self.stats.op_waits += owed.len() as u64;
         owed
+    }
+
+    /// While Flow follows the recorded order, each storage the op made or wrote that the
+    /// recorded iteration evicted starts its write-back now, and stays on the device, clean: it
+    /// will leave as it did then, and leaving then costs nothing. The write-backs run while the
+    /// producing ops do, rather than queueing up where memory runs out, late in the forward pass,
+    /// ahead of the reloads backward needs first. A failure leaves the write-back to the
+    /// eviction.
+    fn write_ahead(&mut self, op: &'static str) {
+        let written = std::mem::take(&mut self.written_now);
+        if !self.policy.prefetches() || !self.trace.following() {
+            return;
+        }
+        for id in written {
+            let Some(s) = self.storages.get(&id) else { continue };
+            let eligible = s.resident() && s.dirty && s.in_use == 0 && !s.pinned && s.counted() && !matches!(s.kind, Home::External { .. });
+            if eligible && !self.droppable(id) && self.trace.evicted_last_time(s.key) {
+                let _ = self.write_home(id, op);
+            }
+        }
     }
 
     /// Evicts every device copy no running op uses (out-of-memory recovery). Returns the count.

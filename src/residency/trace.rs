@@ -6,7 +6,7 @@
 //! iteration are named by the op that made them, so the next iteration's activations match.
 //! `offline_min_loads` computes the optimum (Belady's MIN) any policy could reach on a trace.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// How a tensor is named in the trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -36,17 +36,19 @@ pub struct OpRecord {
 struct Recorded {
     ops: Vec<OpRecord>,
     uses: HashMap<NormKey, Vec<u32>>,
+    /// The tensors evicted (not dropped) in the recorded iteration.
+    evicted: HashSet<NormKey>,
 }
 
 impl Recorded {
-    fn new(ops: Vec<OpRecord>) -> Recorded {
+    fn new(ops: Vec<OpRecord>, evicted: HashSet<NormKey>) -> Recorded {
         let mut uses: HashMap<NormKey, Vec<u32>> = HashMap::new();
         for (i, op) in ops.iter().enumerate() {
             for (k, _) in &op.inputs {
                 uses.entry(*k).or_default().push(i as u32);
             }
         }
-        Recorded { ops, uses }
+        Recorded { ops, uses, evicted }
     }
 
     /// Whether `now` repeats the recorded op `then`: same name, same inputs by key. Sizes may
@@ -83,6 +85,8 @@ pub(crate) struct Trace {
     explicit: bool,
     /// Auto-detection: the op index in `current` where each anchor signature first appeared.
     anchors: HashMap<u64, usize>,
+    /// The tensors evicted (not dropped) so far in this iteration.
+    evicted: HashSet<NormKey>,
 }
 
 /// At most this many ops are kept while no iteration boundary has been found.
@@ -175,6 +179,21 @@ impl Trace {
         key
     }
 
+    /// `key` leaves the device with its data kept (written back, or clean at home).
+    pub(crate) fn evicted(&mut self, key: TraceKey) {
+        match self.norm(key) {
+            NormKey::Stale => {}
+            k => {
+                self.evicted.insert(k);
+            }
+        }
+    }
+
+    /// Whether the iteration being followed evicted `key` and kept its data.
+    pub(crate) fn evicted_last_time(&self, key: TraceKey) -> bool {
+        self.following() && self.recorded.as_ref().is_some_and(|r| r.evicted.contains(&self.norm(key)))
+    }
+
     /// An explicit iteration mark: the ops since the last mark become the recorded iteration.
     pub(crate) fn mark(&mut self) {
         self.explicit = true;
@@ -183,8 +202,9 @@ impl Trace {
     }
 
     fn start_iteration(&mut self, ops: Option<Vec<OpRecord>>) {
+        let evicted = std::mem::take(&mut self.evicted);
         if let Some(ops) = ops {
-            self.recorded = Some(Recorded::new(ops));
+            self.recorded = Some(Recorded::new(ops, evicted));
         }
         self.current.clear();
         self.anchors.clear();
@@ -218,7 +238,7 @@ fn renumber(mut ops: Vec<OpRecord>, start: u32) -> Vec<OpRecord> {
 /// evicts the tensor whose next use is furthest. Results appear on the device without a load
 /// and count against the budget; `pinned` bytes are unavailable.
 pub fn offline_min_loads(ops: &[OpRecord], budget: u64, pinned: u64, repeat: usize) -> u64 {
-    let recorded = Recorded::new(ops.to_vec());
+    let recorded = Recorded::new(ops.to_vec(), HashSet::new());
     let capacity = budget.saturating_sub(pinned);
     let mut cache: HashMap<NormKey, u64> = HashMap::new();
     let mut loaded = 0;
