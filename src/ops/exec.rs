@@ -8,7 +8,6 @@ use crate::registry::{self, Entry, TensorId};
 use crate::residency::{self, Recipe, Replay, Ticket};
 use std::ops::Deref;
 use std::sync::Arc;
-use std::time::Instant;
 
 /// A replayed op's inputs, as many as it takes (see `Op::output_replayable`).
 pub(crate) fn replay_args<'a, const N: usize>(inputs: &[Option<&'a tch::Tensor>]) -> Result<[Option<&'a tch::Tensor>; N]> {
@@ -154,7 +153,7 @@ impl Op {
             let t = body().map_err(Into::into)?;
             return Ok(t.defined().then(|| registry::insert(t)));
         }
-        self.run_managed(|| body().map_err(Into::into), |_| None)
+        self.run_managed(|| body().map_err(Into::into), || None)
     }
 
     /// Like `output`, for an op whose result depends on nothing but its tensor inputs (`inputs`,
@@ -178,20 +177,19 @@ impl Op {
         };
         let Some(originals) = originals else { return self.output_managed(|| run(&inputs)) };
         let replay = keep();
-        let recipe = |cost: std::time::Duration| Some(Recipe::new(originals.clone(), replay.clone(), cost.as_nanos() as u64));
+        let recipe = || Some(Recipe::new(originals.clone(), replay.clone()));
         self.run_managed(|| run(&inputs), recipe)?.ok_or_else(undefined)
     }
 
-    /// Runs `body` under the manager and places its result (with the recipe `recipe` gives for
-    /// the time the body took); once more after evicting, if the device ran out of memory.
+    /// Runs `body` under the manager and places its result (with the recipe `recipe` gives);
+    /// once more after evicting, if the device ran out of memory.
     #[inline(never)]
-    fn run_managed(mut self, body: impl Fn() -> Result<tch::Tensor>, recipe: impl Fn(std::time::Duration) -> Option<Recipe>) -> Result<Option<TensorId>> {
+    fn run_managed(mut self, body: impl Fn() -> Result<tch::Tensor>, recipe: impl Fn() -> Option<Recipe>) -> Result<Option<TensorId>> {
         let Managed { ticket, .. } = self.managed.as_deref_mut().expect("a managed op");
         let mut retried = false;
         loop {
-            let started = Instant::now();
             let placed = body().and_then(|t| match t.defined() {
-                true => ticket.finish(t, recipe(started.elapsed())).map(Some),
+                true => ticket.finish(t, recipe()).map(Some),
                 false => ticket.end().map(|()| None),
             });
             match placed {

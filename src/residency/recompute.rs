@@ -5,7 +5,8 @@
 //! `Recompute::Cheaper` a result is dropped when remaking it (its op, plus its dropped inputs'
 //! ops, plus loading its evicted inputs: DTR's evicted neighbourhood) costs less than the
 //! write-back and the reload its eviction would take; with `Recompute::Always`, whenever it has
-//! a recipe.
+//! a recipe. Costs are an H100's, estimated from the op's shapes (`remake_estimate_ns`), the same
+//! on every device, so the choice made on the simulated device is the one a GPU would make.
 //!
 //! What keeps a recipe sound:
 //! - Only ops whose result depends on nothing but their inputs have replay functions: never a
@@ -22,6 +23,7 @@
 
 use super::manager::Manager;
 use super::report::EventKind;
+use super::schedule;
 use super::storage::Home;
 use crate::error::{Error, Result};
 use crate::native;
@@ -53,6 +55,13 @@ pub(crate) const MAX_CHAIN: u32 = 8;
 /// page-locked memory (53.6 GB/s measured by benches/residency.rs).
 const LINK_BYTES_PER_NS: f64 = 53.6;
 
+/// The device the cost rule assumes for an op: an H100's f32 matrix products (without TF32),
+/// FLOP/s; its memory bandwidth for everything else, bytes/s; and the least time of a kernel, a
+/// launch, in nanoseconds.
+const DEVICE_FLOPS: f64 = 50e12;
+const DEVICE_MEMORY_BYTES_PER_S: f64 = 3e12;
+const LAUNCH_NS: f64 = 5_000.0;
+
 /// An op's replay function: its inputs' device copies (None for an absent optional input) to
 /// its result.
 pub(crate) type Replay = Arc<dyn Fn(&[Option<&tch::Tensor>]) -> Result<tch::Tensor> + Send + Sync>;
@@ -64,8 +73,8 @@ pub(crate) struct Recipe {
     /// The op's tensor inputs as the replay function takes them.
     pub(crate) inputs: Vec<Option<Arc<Entry>>>,
     pub(crate) replay: Replay,
-    /// What the op took on the host, in nanoseconds (on CUDA the launch, not the kernel).
-    pub(crate) cost_ns: u64,
+    /// Set by the manager: the op's estimated time on the device, in nanoseconds.
+    pub(crate) cost_ns: f64,
     /// Set by the manager: each present input's storage and its version when the op ran.
     pub(crate) storages: Vec<(u64, u32)>,
     /// Recipes deep (1: every input is kept data).
@@ -73,8 +82,8 @@ pub(crate) struct Recipe {
 }
 
 impl Recipe {
-    pub(crate) fn new(inputs: Vec<Option<Arc<Entry>>>, replay: Replay, cost_ns: u64) -> Recipe {
-        Recipe { op: "", inputs, replay, cost_ns, storages: Vec::new(), depth: 0 }
+    pub(crate) fn new(inputs: Vec<Option<Arc<Entry>>>, replay: Replay) -> Recipe {
+        Recipe { op: "", inputs, replay, cost_ns: 0.0, storages: Vec::new(), depth: 0 }
     }
 }
 
@@ -98,6 +107,7 @@ impl Manager {
         if recipe.depth > MAX_CHAIN {
             return Ok(());
         }
+        recipe.cost_ns = self.remake_estimate_ns(id, &recipe);
         let mut views = Vec::with_capacity(recipe.storages.len());
         for (entry, &(input, _)) in recipe.inputs.iter().flatten().zip(&recipe.storages) {
             views.push(Entry::new(native::view_on(&self.storages[&input].home, entry)?));
@@ -112,6 +122,19 @@ impl Manager {
         }
         self.storages.get_mut(&id).expect("just added").recipe = Some(Arc::new(recipe));
         Ok(())
+    }
+
+    /// The time `recipe`'s op would take to make `id` again on the device the cost rule assumes
+    /// (`schedule::op_seconds`, at least a launch). Not the op's measured time: on CUDA the host
+    /// sees only the launch (kernels run asynchronously), and on the simulated device the CPU's
+    /// compute; an estimate makes the choice a GPU would make on both.
+    fn remake_estimate_ns(&self, id: u64, recipe: &Recipe) -> f64 {
+        let first = recipe.inputs.iter().flatten().next();
+        let k = first.and_then(|e| e.size().last().copied());
+        let elem = first.map_or(4, |e| e.kind().elt_size_in_bytes());
+        let input_bytes = recipe.storages.iter().map(|(input, _)| self.storages[input].bytes).sum();
+        let seconds = schedule::op_seconds(recipe.op, k, input_bytes, self.storages[&id].bytes, DEVICE_FLOPS, DEVICE_MEMORY_BYTES_PER_S, elem);
+        (seconds * 1e9).max(LAUNCH_NS)
     }
 
     /// Drops a storage's recipe: its inputs are no longer held for it, nor is it their dependent.
@@ -153,7 +176,7 @@ impl Manager {
     /// remake (each dropped storage counted once) or its load.
     fn remake_ns(&self, id: u64, seen: &mut HashSet<u64>) -> f64 {
         let Some(recipe) = &self.storages[&id].recipe else { return 0.0 };
-        let mut ns = recipe.cost_ns as f64;
+        let mut ns = recipe.cost_ns;
         for &(input, _) in &recipe.storages {
             let s = &self.storages[&input];
             if s.resident() || !seen.insert(input) {

@@ -284,10 +284,17 @@ fn op_costs(pass: &Pass, compute: &impl Fn(&Step) -> f64) -> Vec<f64> {
 pub fn roofline(flops: f64, memory_bandwidth: f64, elem: usize) -> impl Fn(&Step) -> f64 {
     move |op| {
         let Step::Op { name, input_bytes, shapes, output_bytes, .. } = op else { return 0.0 };
-        match (*name, shapes.first().and_then(|s| s.last())) {
-            (SAVE, _) => 0.0,
-            ("linear" | "matmul" | "bmm", Some(&k)) => 2.0 * k as f64 * (*output_bytes / elem as u64) as f64 / flops,
-            _ => (input_bytes.iter().sum::<u64>() + output_bytes) as f64 / memory_bandwidth,
-        }
+        let k = shapes.first().and_then(|s| s.last().copied());
+        op_seconds(name, k, input_bytes.iter().sum(), *output_bytes, flops, memory_bandwidth, elem)
+    }
+}
+
+/// One op's time by `roofline`'s rule: `k`, the last dimension of its first input as it read
+/// it; `input_bytes`, what it read.
+pub(crate) fn op_seconds(name: &str, k: Option<i64>, input_bytes: u64, output_bytes: u64, flops: f64, memory_bandwidth: f64, elem: usize) -> f64 {
+    match (name, k) {
+        (SAVE, _) => 0.0,
+        ("linear" | "matmul" | "bmm", Some(k)) => 2.0 * k as f64 * (output_bytes / elem as u64) as f64 / flops,
+        _ => (input_bytes + output_bytes) as f64 / memory_bandwidth,
     }
 }
