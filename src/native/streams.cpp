@@ -39,7 +39,7 @@ enum class Direction : size_t { ToDevice = 0, ToHost = 1 };
 
 // A device's side stream for copies in one direction. Copies in one direction are ordered on
 // their stream; a load of a home whose write-back may still be running is queued behind it on the
-// write-back stream (tr_native_load_async's `after`), so that the loads after it do not wait too.
+// write-back stream (tr_native_load_async's `after_write`), so that the loads after it do not wait.
 c10::Stream side_stream(c10::Device device, Direction direction) {
     static std::mutex lock;
     static std::vector<std::array<std::optional<c10::Stream>, 2>> streams;

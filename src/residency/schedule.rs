@@ -20,8 +20,9 @@
 //! the op they repeat.
 //!
 //! The pass is replayed several times back to back, and the steady-state time per pass is
-//! compared with the bound no schedule can beat, max(bytes loaded / bandwidth, compute time),
-//! and with the pass as it would run with nothing moved or remade (`Replay::unmanaged`).
+//! compared with the bound no schedule can beat, max(bytes loaded / bandwidth, bytes written back
+//! / bandwidth, compute time), and with the pass as it would run with nothing moved or remade
+//! (`Replay::unmanaged`).
 
 use super::saved::SAVE;
 use super::trace::TraceKey;
@@ -177,7 +178,9 @@ pub struct Replay {
     /// max(loaded bytes / bandwidth, written bytes / bandwidth, compute time) of one pass: no
     /// schedule of these copies and ops is faster.
     pub bound: f64,
+    /// The copy engines' busy time, both directions summed.
     pub copy_busy: f64,
+    /// The compute engine's busy time, results made again included.
     pub compute_busy: f64,
     /// The compute time of the pass without the results made again: the pass with everything
     /// resident, nothing moved or remade.
