@@ -294,7 +294,7 @@ impl Manager {
         drop(s.device.take().expect("victim is resident"));
         self.by_device.remove(&s.device_id);
         s.loading = None; // a prefetch never used: its memory belongs to the load stream
-        s.prefetched = false;
+        (s.prefetched, s.written_ahead) = (false, false);
         let bytes = s.bytes;
         self.stats.device_bytes -= bytes;
         self.stats.evictions += 1;
@@ -430,8 +430,8 @@ impl Manager {
         for id in written {
             let Some(s) = self.storages.get(&id) else { continue };
             let eligible = s.resident() && s.dirty && s.in_use == 0 && !s.pinned && s.counted() && !matches!(s.kind, Home::External { .. });
-            if eligible && !self.droppable(id) && self.trace.evicted_last_time(s.key) {
-                let _ = self.write_home(id, op);
+            if eligible && !self.droppable(id) && self.trace.evicted_last_time(s.key) && self.write_home(id, op).is_ok() {
+                self.storages.get_mut(&id).expect("written above").written_ahead = true;
             }
         }
     }

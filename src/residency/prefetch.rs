@@ -16,8 +16,9 @@ impl Manager {
     /// eviction further ahead would throw out a storage the recorded order keeps resident for
     /// the next iteration, and load it again. A storage is fetched only if it fits beside every
     /// op that runs before its use (see `Trace::prefetch_plan`); it evicts only clean copies
-    /// needed later than itself (a speculative load never costs a write-back, nor a remake) and
-    /// never another prefetch. A dropped result is not fetched: it is made again at its use.
+    /// needed later than itself (a speculative load never costs a write-back, nor a remake),
+    /// never another prefetch, and never a copy written ahead (it leaves where the followed
+    /// order evicts it: taken earlier, it is loaded back more often). A dropped result is not fetched: it is made again at its use.
     /// Errors stop the prefetch; the op then loads what it needs.
     pub(super) fn prefetch(&mut self) {
         let room = self.cfg.budget.saturating_sub(self.stats.pinned_bytes);
@@ -43,7 +44,10 @@ impl Manager {
                 let later = self
                     .candidates()
                     .into_iter()
-                    .filter(|c| !self.storages[&c.uid].dirty && !self.storages[&c.uid].prefetched && self.trace.next_use(c.key) > wanted)
+                    .filter(|c| {
+                        let s = &self.storages[&c.uid];
+                        !s.dirty && !s.prefetched && !s.written_ahead && self.trace.next_use(c.key) > wanted
+                    })
                     .collect::<Vec<_>>();
                 match self.policy.pick_victim(&later, self.clock, &self.trace) {
                     Some(victim) if self.evict(victim, "prefetch").is_ok() => {}

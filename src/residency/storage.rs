@@ -59,6 +59,9 @@ pub(crate) struct Storage {
     pub(crate) pinned: bool,
     /// Brought by a prefetch and not used since.
     pub(crate) prefetched: bool,
+    /// Written back ahead of the eviction the followed iteration made (`Manager::write_ahead`),
+    /// and on the device since.
+    pub(crate) written_ahead: bool,
     /// A load into `device` still running.
     pub(crate) loading: Option<Transfer>,
     /// A write-back into `home` still running: the home may not be read before it ends.
@@ -90,6 +93,7 @@ impl Storage {
             in_use: 0,
             pinned: false,
             prefetched: false,
+            written_ahead: false,
             loading: None,
             writing: None,
             key,
