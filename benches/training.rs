@@ -34,10 +34,8 @@ struct Args {
     batch: i64,
     steps: usize,
     dropout: f64,
-    /// The schedule model's rate for matrix products, FLOP/s.
-    flops: f64,
-    /// The schedule model's least time of a kernel, seconds.
-    launch: f64,
+    /// The schedule model's device: an H100's, with `--tflops` and `--launch-us` if given.
+    rates: schedule::Rates,
     /// The managed runs: policy and recomputation, each at a budget of the unmanaged peak over
     /// each of `budgets`.
     runs: Vec<(PolicyKind, Recompute)>,
@@ -71,8 +69,11 @@ fn args() -> Args {
         batch: cli.num("--batch", 16),
         steps: cli.num("--steps", 6) as usize,
         dropout: cli.value("--dropout").and_then(|v| v.parse().ok()).unwrap_or(0.1),
-        flops: cli.value("--tflops").and_then(|v| v.parse::<f64>().ok()).unwrap_or(50.0) * 1e12,
-        launch: cli.value("--launch-us").and_then(|v| v.parse::<f64>().ok()).unwrap_or(5.0) * 1e-6,
+        rates: schedule::Rates {
+            flops: cli.value("--tflops").and_then(|v| v.parse::<f64>().ok()).map_or(schedule::H100.flops, |t| t * 1e12),
+            launch: cli.value("--launch-us").and_then(|v| v.parse::<f64>().ok()).map_or(schedule::H100.launch, |us| us * 1e-6),
+            ..schedule::H100
+        },
         runs: cli.value("--runs").unwrap_or_else(|| "genoa,flow,flow+cheaper,flow+always".into()).split(',').map(run_named).collect(),
         budgets: cli.value("--budgets").unwrap_or_else(|| "2,4".into()).split(',').map(|d| d.parse().expect("--budgets: divisors of the peak")).collect(),
     }
@@ -136,8 +137,6 @@ struct Run {
     model: Option<schedule::Replay>,
 }
 
-/// An H100's link from page-locked memory, as benches/residency.rs measured it.
-const H100_LINK: f64 = 53.6e9;
 
 /// Trains for `a.steps` steps under the configured manager; the first step is not timed.
 fn train(a: &Args) -> Result<Run> {
@@ -184,12 +183,7 @@ fn train(a: &Args) -> Result<Run> {
         needless_write_backs: last.needless_write_backs - before.needless_write_backs,
         ..ResidencyStats::default()
     };
-    let roofline = schedule::roofline(a.flops, 3e12, 4);
-    let kernel = |s: &schedule::Step| match roofline(s) {
-        0.0 => 0.0,
-        t => t.max(a.launch),
-    };
-    let model = residency::schedule_log().map(|step| schedule::replay(&step, H100_LINK, kernel));
+    let model = residency::schedule_log().map(|step| a.rates.replay(&step, 4));
     Ok(Run { ms_per_step, losses, steady, last, model })
 }
 
@@ -259,10 +253,11 @@ fn main() -> Result<()> {
     if let Some(unmanaged) = modelled {
         println!("model x: the schedule model's step against the same step with nothing moved or remade ({:.2} ms:", unmanaged * 1e3);
         println!(
-            "a {:.1} GB/s link beside {:.0} TFLOP/s for products, 3 TB/s for the rest, {:.0} us at least a kernel).",
-            H100_LINK / 1e9,
-            a.flops / 1e12,
-            a.launch * 1e6
+            "a {:.1} GB/s link beside {:.0} TFLOP/s for products, {:.0} TB/s for the rest, {:.0} us at least a kernel).",
+            a.rates.link / 1e9,
+            a.rates.flops / 1e12,
+            a.rates.memory_bandwidth / 1e12,
+            a.rates.launch * 1e6
         );
     }
     Ok(())

@@ -550,7 +550,7 @@ fn the_schedule_model_costs_a_training_step_backward_included() {
         let cost = |range: &[&Step]| range.iter().filter(|s| work(s) == Work::Program).map(|s| compute(s)).sum::<f64>();
         let (forward, after) = (cost(&ops[..first_unpack]), cost(&ops[first_unpack..]));
         assert!(forward > 0.0 && after > 0.0, "the forward, and the optimizer step after backward");
-        let r = schedule::replay(&pass, 53.6e9, &compute);
+        let r = schedule::replay(&pass, schedule::H100.link, &compute);
         let expected = forward * (1.0 + BACKWARD_COST) + after;
         assert!((r.unmanaged - expected).abs() <= 1e-9 * expected, "{recompute:?}: {r:?}, expected {expected}");
         let remade = ops.iter().filter(|s| work(s) == Work::Remake).count();
@@ -608,10 +608,6 @@ fn flow_trains_at_half_the_unmanaged_peak_at_the_unmanaged_speed_in_the_schedule
     residency::schedule_log_start().unwrap();
     train_with(wide, 5, true, Optimizer::Adam, Grads::Clear, |_| {}).unwrap();
     let step = residency::schedule_log().expect("a step was logged");
-    let roofline = schedule::roofline(50e12, 3e12, 4);
-    let r = schedule::replay(&step, 53.6e9, |s: &schedule::Step| match roofline(s) {
-        0.0 => 0.0,
-        t => t.max(5e-6),
-    });
+    let r = schedule::H100.replay(&step, 4);
     assert!(r.slowdown() <= 1.05 && r.efficiency() >= 0.95, "{r:?}: {:.2}x the unmanaged step", r.slowdown());
 }

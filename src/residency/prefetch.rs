@@ -18,7 +18,8 @@ impl Manager {
     /// op that runs before its use (see `Trace::prefetch_plan`); it evicts only clean copies
     /// needed later than itself (a speculative load never costs a write-back, nor a remake),
     /// never another prefetch, and never a copy written ahead (it leaves where the followed
-    /// order evicts it: taken earlier, it is loaded back more often). A dropped result is not fetched: it is made again at its use.
+    /// order evicts it: taken earlier, it is loaded back more often). A dropped result is not
+    /// fetched: it is made again at its use.
     /// Errors stop the prefetch; the op then loads what it needs.
     pub(super) fn prefetch(&mut self) {
         let room = self.cfg.budget.saturating_sub(self.stats.pinned_bytes);

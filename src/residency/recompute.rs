@@ -51,16 +51,8 @@ pub enum Recompute {
 /// How many recipes deep a remake may go.
 pub(crate) const MAX_CHAIN: u32 = 8;
 
-/// The link's bandwidth the cost rule assumes, bytes per nanosecond: an H100's PCIe 5 from
-/// page-locked memory (53.6 GB/s measured by benches/residency.rs).
-const LINK_BYTES_PER_NS: f64 = 53.6;
-
-/// The device the cost rule assumes for an op: an H100's f32 matrix products (without TF32),
-/// FLOP/s; its memory bandwidth for everything else, bytes/s; and the least time of a kernel, a
-/// launch, in nanoseconds.
-const DEVICE_FLOPS: f64 = 50e12;
-const DEVICE_MEMORY_BYTES_PER_S: f64 = 3e12;
-const LAUNCH_NS: f64 = 5_000.0;
+/// The link's bandwidth the cost rule assumes, bytes per nanosecond (an H100's).
+const LINK_BYTES_PER_NS: f64 = schedule::H100.link / 1e9;
 
 /// An op's replay function: its inputs' device copies (None for an absent optional input) to
 /// its result.
@@ -124,17 +116,18 @@ impl Manager {
         Ok(())
     }
 
-    /// The time `recipe`'s op would take to make `id` again on the device the cost rule assumes
-    /// (`schedule::op_seconds`, at least a launch). Not the op's measured time: on CUDA the host
-    /// sees only the launch (kernels run asynchronously), and on the simulated device the CPU's
-    /// compute; an estimate makes the choice a GPU would make on both.
+    /// The time `recipe`'s op would take to make `id` again on an H100 (`schedule::op_seconds`,
+    /// at least a launch). Not the op's measured time: on CUDA the host sees only the launch
+    /// (kernels run asynchronously), and on the simulated device the CPU's compute; an estimate
+    /// makes the choice a GPU would make on both.
     fn remake_estimate_ns(&self, id: u64, recipe: &Recipe) -> f64 {
         let first = recipe.inputs.iter().flatten().next();
         let k = first.and_then(|e| e.size().last().copied());
         let elem = first.map_or(4, |e| e.kind().elt_size_in_bytes());
         let input_bytes = recipe.storages.iter().map(|(input, _)| self.storages[input].bytes).sum();
-        let seconds = schedule::op_seconds(recipe.op, k, input_bytes, self.storages[&id].bytes, DEVICE_FLOPS, DEVICE_MEMORY_BYTES_PER_S, elem);
-        (seconds * 1e9).max(LAUNCH_NS)
+        let h100 = schedule::H100;
+        let seconds = schedule::op_seconds(recipe.op, k, input_bytes, self.storages[&id].bytes, h100.flops, h100.memory_bandwidth, elem);
+        seconds.max(h100.launch) * 1e9
     }
 
     /// Drops a storage's recipe: its inputs are no longer held for it, nor is it their dependent.

@@ -280,6 +280,39 @@ fn op_costs(pass: &Pass, compute: &impl Fn(&Step) -> f64) -> Vec<f64> {
     costs
 }
 
+/// A device's rates for the model: its link, bytes/s each way; its matrix products, FLOP/s; its
+/// memory bandwidth for every other op, bytes/s; and the least time of a kernel (a launch), s.
+/// cbindgen:ignore
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rates {
+    pub link: f64,
+    pub flops: f64,
+    pub memory_bandwidth: f64,
+    pub launch: f64,
+}
+
+/// An H100's: PCIe 5 from page-locked memory (53.6 GB/s, measured by benches/residency.rs), f32
+/// products without TF32, HBM3. The recomputation cost rule prices with these on every device.
+/// cbindgen:ignore
+pub const H100: Rates = Rates { link: 53.6e9, flops: 50e12, memory_bandwidth: 3e12, launch: 5e-6 };
+
+impl Rates {
+    /// `roofline` at these rates for `elem`-byte elements, each kernel taking at least a launch
+    /// (a step that runs none, a saved tensor's, takes nothing).
+    pub fn kernels(self, elem: usize) -> impl Fn(&Step) -> f64 {
+        let roofline = roofline(self.flops, self.memory_bandwidth, elem);
+        move |step| match roofline(step) {
+            0.0 => 0.0,
+            t => t.max(self.launch),
+        }
+    }
+
+    /// `replay` of `pass` at these rates.
+    pub fn replay(self, pass: &Pass, elem: usize) -> Replay {
+        replay(pass, self.link, self.kernels(elem))
+    }
+}
+
 /// A roofline cost for `replay`: a matrix product (linear, matmul, bmm) takes its FLOPs at
 /// `flops` per second, anything else reads its inputs and writes its output at
 /// `memory_bandwidth` bytes per second. A product's FLOPs are 2 k per element of its result of
