@@ -913,10 +913,11 @@ tr_status tr_residency_configure(const struct tr_residency_config *config);
 bool tr_residency_enabled(void);
 
 /**
- * Whether the tensors autograd saves for backward go through the manager: a manager that moves
- * data is configured, and backward runs on libtorch's own engine (not where PyTorch's Python
- * engine does, in a Python process that imported torch; there they stay on the device, outside
- * the budget, until backward). Never fails; leaves the last error alone.
+ * Whether the tensors autograd saves for backward go through the manager by the library's own
+ * engine hooks: a manager that moves data is configured, and backward runs on libtorch's engine.
+ * Not where PyTorch's Python engine does (a Python process that imported torch): the binding
+ * hands them over there through its hooks and `tr_saved_pack`. Never fails; leaves the last
+ * error alone.
  */
 bool tr_residency_saved_tensors_managed(void);
 
@@ -973,6 +974,36 @@ tr_status tr_residency_timeline_start(void);
  * (the path cannot be written).
  */
 tr_status tr_residency_timeline_write(const char *path);
+
+/**
+ * A saved-tensor pack hook's work: hands `tensor_impl`, a tensor an autograd engine saves for
+ * backward, to the residency manager, which keeps it like any other storage (evictable, loaded
+ * again for backward). `tensor_impl` is a `c10::TensorImpl*` of the libtorch this library uses
+ * (in Python, `torch.Tensor._cdata`); the saved tensor takes its own reference to it. Without a
+ * manager that moves data it is kept as it is. On success `*out_saved` receives a token for
+ * `tr_saved_unpack`, which the caller owns and frees once with `tr_saved_free`.
+ * Errors: TR_ERR_NULL_ARG; TR_ERR_OUT_OF_MEMORY or TR_ERR_BUDGET_TOO_SMALL (no room on the
+ * device for it); TR_ERR_TORCH. Safe to call from any thread.
+ */
+tr_status tr_saved_pack(void *tensor_impl, void **out_saved);
+
+/**
+ * A saved-tensor unpack hook's work: the tensor `saved` (a token from `tr_saved_pack`) stands
+ * for, on the compute device (loaded if it was evicted), written to `*out_managed` as a new
+ * `DLManagedTensor*` (the unversioned struct of dlpack.h) sharing its memory, which the caller
+ * owns and must hand to a consumer (`torch.utils.dlpack.from_dlpack`) or delete once. May be
+ * called more than once for one token.
+ * Errors: TR_ERR_NULL_ARG; TR_ERR_INVALID_ARG (the tensor was modified by an in-place op since
+ * it was saved); TR_ERR_OUT_OF_MEMORY or TR_ERR_BUDGET_TOO_SMALL; TR_ERR_TORCH.
+ * Safe to call from any thread, never at once with `tr_saved_free` on the same token.
+ */
+tr_status tr_saved_unpack(void *saved, void **out_managed);
+
+/**
+ * Frees a token from `tr_saved_pack`: the manager forgets the saved tensor once nothing else
+ * uses its storage. NULL is a no-op. Safe to call from any thread, once per token.
+ */
+tr_status tr_saved_free(void *saved);
 
 /**
  * Loads every tensor of the safetensors file `path` (NUL-terminated UTF-8) into host memory.

@@ -169,6 +169,8 @@ def emit_op(op: Op) -> str:
              f"    st = {fn}({', '.join(args)})",
              "except _CArgumentError as e:",
              f"    raise _bad_call({op.name!r}, {params_text!r}, e) from None",
+             "except SystemError as e:",
+             "    raise _hook_error(e) from None",
              "if st:",
              f"    _fail(st, {op.c_name!r}{tensors})",
              ret_cell(op.ret, "py_return").format(first=_py_name(op.params[0].name) if op.params else "")]
@@ -283,6 +285,13 @@ from .dtypes import code_of as _code
 from .dtypes import float32
 
 _NONE = _T(0)
+
+
+def _hook_error(e):
+    """A Python hook autograd called while the library ran (the manager's saved-tensor hooks under
+    PyTorch's engine, or the program's own) raised: the call returns with that exception set, which
+    Python reports as a SystemError caused by it. The hook's exception is the one to raise."""
+    return e.__cause__ if isinstance(e.__cause__, Exception) else e
 
 
 def _handles(ts, name):

@@ -1,6 +1,6 @@
 //! The C ABI (conventions: docs/c-abi.md). cbindgen turns these modules into
 //! `include/tensorref.h`, in the order they are declared here: the core first (versions, errors,
-//! tensor lifetime and data, scopes), then DLPack, the residency manager, weights and the model.
+//! tensor lifetime and data, scopes), then DLPack, the residency manager and saved tensors for a host's own autograd engine, weights and the model.
 //! The op functions (`ops`, generated from the op table) get a header of their own,
 //! `include/tensorref_ops.h`, which tensorref.h includes. Every exported body runs inside
 //! `boundary::call`, the one panic boundary. Like rustls-ffi, the functions are safe
@@ -15,6 +15,7 @@ mod tensor;
 mod scope;
 mod dlpack;
 mod residency;
+mod saved;
 mod weights;
 #[cfg(feature = "models")]
 mod models;
@@ -28,6 +29,7 @@ pub use handles::*;
 pub use models::*;
 pub use ops::*;
 pub use residency::*;
+pub use saved::*;
 pub use scope::*;
 pub use tensor::*;
 pub use version::*;

@@ -134,10 +134,11 @@ pub extern "C" fn tr_residency_enabled() -> bool {
     residency::enabled()
 }
 
-/// Whether the tensors autograd saves for backward go through the manager: a manager that moves
-/// data is configured, and backward runs on libtorch's own engine (not where PyTorch's Python
-/// engine does, in a Python process that imported torch; there they stay on the device, outside
-/// the budget, until backward). Never fails; leaves the last error alone.
+/// Whether the tensors autograd saves for backward go through the manager by the library's own
+/// engine hooks: a manager that moves data is configured, and backward runs on libtorch's engine.
+/// Not where PyTorch's Python engine does (a Python process that imported torch): the binding
+/// hands them over there through its hooks and `tr_saved_pack`. Never fails; leaves the last
+/// error alone.
 #[no_mangle]
 pub extern "C" fn tr_residency_saved_tensors_managed() -> bool {
     residency::saved_tensors_managed()

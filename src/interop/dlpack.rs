@@ -49,8 +49,13 @@ pub(crate) fn to_dlpack(id: TensorId) -> Result<*mut c_void> {
     let [entry] = registry::get([id])?;
     // The export shares the home copy: it must be current, and stay the only copy.
     crate::residency::settle_home(&entry)?;
-    // A detached view: the export must not hold on to the autograd graph.
-    let data = entry.f_detach()?;
+    export(&entry)
+}
+
+/// Exports `t` (a detached view of it: the export must not hold on to the autograd graph) as a
+/// new `DLManagedTensor*` sharing its memory. The consumer owns it and must run its deleter once.
+pub(crate) fn export(t: &tch::Tensor) -> Result<*mut c_void> {
+    let data = t.f_detach()?;
     let mut out = std::ptr::null_mut();
     let mut err = [0 as c_char; ERR_LEN];
     // SAFETY: `data.as_ptr()` is a live `at::Tensor*`, borrowed for the call only.

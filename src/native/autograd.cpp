@@ -65,7 +65,8 @@ struct PassGrad : public torch::autograd::Node {
 // holds only Python objects; registering hooks on each node's saved variables after the op has no
 // C++ API that reaches them; keeping the tensors autograd saves out of the manager leaves them on
 // the device, outside the budget, until backward. Where PyTorch's Python engine is already the
-// default, it is left alone (the saved tensors are then not managed).
+// default, it is left alone: the Python binding pushes hooks on its stack that call tr_saved_pack
+// (src/ffi/saved.rs).
 
 // A saved tensor in the manager's hands: pack gets a new at::Tensor* and returns a token (null on
 // an error, with the message in `err`); unpack writes a new at::Tensor* for a token; free drops it.
@@ -140,6 +141,16 @@ int tr_native_manage_saved(PackFn pack, UnpackFn unpack, FreeFn free, int on, in
         }
         managing.store(ours && on != 0, std::memory_order_release);
         *managed = ours ? 1 : 0;
+    });
+}
+
+// A new at::Tensor* holding one more reference to `impl`, a c10::TensorImpl* of this process's
+// libtorch (what torch.Tensor._cdata gives: a tensor PyTorch's engine saves for backward).
+int tr_native_tensor_of_impl(void *impl, void **out, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        auto ptr = c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>::reclaim_copy(
+            static_cast<c10::TensorImpl *>(impl));
+        *out = new at::Tensor(std::move(ptr));
     });
 }
 

@@ -221,6 +221,7 @@ pub(crate) fn grad_enabled() -> bool {
 extern "C" {
     fn tr_native_connect_grad(to: *const c_void, from: *const c_void, accumulate: Option<AccumulateFn>, managed_leaf: c_int, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_manage_saved(pack: PackFn, unpack: UnpackFn, free: FreeFn, on: c_int, managed: *mut c_int, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_tensor_of_impl(tensor_impl: *mut c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_version(t: *const c_void) -> u32;
     fn tr_native_share_version(to: *const c_void, from: *const c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_set_grad(t: *const c_void, grad: *const c_void, err: *mut c_char, err_len: usize) -> c_int;
@@ -271,6 +272,16 @@ pub(crate) fn manage_saved(pack: PackFn, unpack: UnpackFn, free: FreeFn, on: boo
     // SAFETY: the functions live as long as the program; `managed` is a valid out pointer.
     run("saved tensors", |err, len| unsafe { tr_native_manage_saved(pack, unpack, free, on.into(), &mut managed, err, len) })?;
     Ok(managed != 0)
+}
+
+/// A tensor holding one more reference to `tensor_impl`, a `c10::TensorImpl*` of this process's
+/// libtorch (a tensor another autograd engine saves for backward).
+///
+/// # Safety
+/// `tensor_impl` points to a live TensorImpl for the call.
+pub(crate) unsafe fn tensor_of_impl(tensor_impl: *mut c_void) -> Result<tch::Tensor> {
+    // SAFETY: the caller's contract.
+    make("tensor of TensorImpl", |out, err, len| unsafe { tr_native_tensor_of_impl(tensor_impl, out, err, len) })
 }
 
 /// The version of `t`'s data: autograd's version counter, bumped by every in-place write.

@@ -42,6 +42,7 @@ pub use recompute::Recompute;
 pub use report::{Callback, Event, EventKind, ResidencyStats};
 pub use trace::{offline_min_loads, NormKey, OpRecord};
 pub(crate) use recompute::{Recipe, Replay};
+pub(crate) use saved::{save as save_for_backward, Saved};
 pub(crate) use ticket::Ticket;
 
 use crate::error::{Error, Result};
@@ -215,9 +216,9 @@ pub fn enabled() -> bool {
     active()
 }
 
-/// Whether the tensors autograd saves for backward are managed (a manager that moves data is
-/// configured, and backward runs on libtorch's engine: not where PyTorch's Python engine does,
-/// in a Python process that imported torch first).
+/// Whether the tensors autograd saves for backward are managed by the library's engine hooks (a
+/// manager that moves data is configured, and backward runs on libtorch's engine: not where
+/// PyTorch's Python engine does, whose hooks the Python binding sets, src/ffi/saved.rs).
 pub fn saved_tensors_managed() -> bool {
     SAVED_MANAGED.load(Ordering::Acquire)
 }

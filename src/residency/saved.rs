@@ -21,8 +21,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 /// the op that saves it, and no kernel of its own.
 pub(super) const SAVE: &str = "save";
 
-/// One saved tensor, as the engine's hooks hold it.
-enum Saved {
+/// One saved tensor, as an engine's hooks hold it: ours (below), or a host language's own engine
+/// through the C ABI (`tr_saved_pack`, src/ffi/saved.rs).
+pub(crate) enum Saved {
     /// Kept as it is (its data: an op's saved result would otherwise hold its own node, which
     /// holds this): no manager moves data, or it is not on the compute device.
     Kept(tch::Tensor),
@@ -61,7 +62,8 @@ impl Manager {
     }
 }
 
-fn save(t: tch::Tensor) -> Result<Saved> {
+/// Takes a tensor autograd saves for backward.
+pub(crate) fn save(t: tch::Tensor) -> Result<Saved> {
     if !t.defined() {
         return Ok(Saved::Kept(t));
     }
@@ -81,7 +83,8 @@ fn save(t: tch::Tensor) -> Result<Saved> {
 }
 
 impl Saved {
-    fn unpack(&self) -> Result<tch::Tensor> {
+    /// The saved tensor for backward: its device copy, loaded if it was evicted.
+    pub(crate) fn unpack(&self) -> Result<tch::Tensor> {
         let (entry, version, logged_at) = match self {
             Saved::Kept(t) => return Ok(t.shallow_clone()),
             Saved::Managed { entry, version, logged_at } => (entry, *version, *logged_at),

@@ -455,6 +455,12 @@ namespace TensorRef
         internal static extern Status tr_residency_timeline_start();
         [DllImport(Lib, EntryPoint = "tr_residency_timeline_write", ExactSpelling = true)]
         internal static extern Status tr_residency_timeline_write(byte[] path);
+        [DllImport(Lib, EntryPoint = "tr_saved_pack", ExactSpelling = true)]
+        internal static extern Status tr_saved_pack(IntPtr tensor_impl, out IntPtr out_saved);
+        [DllImport(Lib, EntryPoint = "tr_saved_unpack", ExactSpelling = true)]
+        internal static extern Status tr_saved_unpack(IntPtr saved, out IntPtr out_managed);
+        [DllImport(Lib, EntryPoint = "tr_saved_free", ExactSpelling = true)]
+        internal static extern Status tr_saved_free(IntPtr saved);
         [DllImport(Lib, EntryPoint = "tr_weights_load", ExactSpelling = true)]
         internal static extern Status tr_weights_load(byte[] path, ulong[] tensors, UIntPtr tensors_len, byte[] names, UIntPtr names_len, out UIntPtr out_count, out UIntPtr out_names_len);
         [DllImport(Lib, EntryPoint = "tr_minilm_options_default", ExactSpelling = true)]

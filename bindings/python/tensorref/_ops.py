@@ -28,6 +28,13 @@ from .dtypes import float32
 _NONE = _T(0)
 
 
+def _hook_error(e):
+    """A Python hook autograd called while the library ran (the manager's saved-tensor hooks under
+    PyTorch's engine, or the program's own) raised: the call returns with that exception set, which
+    Python reports as a SystemError caused by it. The hook's exception is the one to raise."""
+    return e.__cause__ if isinstance(e.__cause__, Exception) else e
+
+
 def _handles(ts, name):
     """The Tensors of an iterable as a list, a C array of their handles, and its length. The
     caller keeps the list for the duration of the call: it is what keeps the Tensors (and their
@@ -189,6 +196,8 @@ def zeros(shape, dtype=float32):
         st = _f_zeros(shape, shape_len, _code(dtype), out)
     except _CArgumentError as e:
         raise _bad_call('zeros', 'shape: int | Sequence[int], dtype: DType', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_zeros')
     return out
@@ -209,6 +218,8 @@ def ones(shape, dtype=float32):
         st = _f_ones(shape, shape_len, _code(dtype), out)
     except _CArgumentError as e:
         raise _bad_call('ones', 'shape: int | Sequence[int], dtype: DType', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_ones')
     return out
@@ -229,6 +240,8 @@ def full(shape, value, dtype=float32):
         st = _f_full(shape, shape_len, _scalar(value, 'value'), _code(dtype), out)
     except _CArgumentError as e:
         raise _bad_call('full', 'shape: int | Sequence[int], value: int | float | bool, dtype: DType', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_full')
     return out
@@ -249,6 +262,8 @@ def rand(shape, dtype=float32):
         st = _f_rand(shape, shape_len, _code(dtype), out)
     except _CArgumentError as e:
         raise _bad_call('rand', 'shape: int | Sequence[int], dtype: DType', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_rand')
     return out
@@ -269,6 +284,8 @@ def randn(shape, dtype=float32):
         st = _f_randn(shape, shape_len, _code(dtype), out)
     except _CArgumentError as e:
         raise _bad_call('randn', 'shape: int | Sequence[int], dtype: DType', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_randn')
     return out
@@ -288,6 +305,8 @@ def arange(start, end, step, dtype=float32):
         st = _f_arange(start, end, step, _code(dtype), out)
     except _CArgumentError as e:
         raise _bad_call('arange', 'start: float, end: float, step: float, dtype: DType', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_arange')
     return out
@@ -307,6 +326,8 @@ def eye(n, dtype=float32):
         st = _f_eye(n, _code(dtype), out)
     except _CArgumentError as e:
         raise _bad_call('eye', 'n: int, dtype: DType', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_eye')
     return out
@@ -326,6 +347,8 @@ def zeros_like(a):
         st = _f_zeros_like(a, out)
     except _CArgumentError as e:
         raise _bad_call('zeros_like', 'a: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_zeros_like', a)
     return out
@@ -345,6 +368,8 @@ def ones_like(a):
         st = _f_ones_like(a, out)
     except _CArgumentError as e:
         raise _bad_call('ones_like', 'a: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_ones_like', a)
     return out
@@ -364,6 +389,8 @@ def add(a, b):
         st = _f_add(a, b, out)
     except _CArgumentError as e:
         raise _bad_call('add', 'a: Tensor, b: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_add', a, b)
     return out
@@ -383,6 +410,8 @@ def sub(a, b):
         st = _f_sub(a, b, out)
     except _CArgumentError as e:
         raise _bad_call('sub', 'a: Tensor, b: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_sub', a, b)
     return out
@@ -402,6 +431,8 @@ def mul(a, b):
         st = _f_mul(a, b, out)
     except _CArgumentError as e:
         raise _bad_call('mul', 'a: Tensor, b: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_mul', a, b)
     return out
@@ -421,6 +452,8 @@ def div(a, b):
         st = _f_div(a, b, out)
     except _CArgumentError as e:
         raise _bad_call('div', 'a: Tensor, b: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_div', a, b)
     return out
@@ -440,6 +473,8 @@ def add_scalar(a, s):
         st = _f_add_scalar(a, _scalar(s, 's'), out)
     except _CArgumentError as e:
         raise _bad_call('add_scalar', 'a: Tensor, s: int | float | bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_add_scalar', a)
     return out
@@ -459,6 +494,8 @@ def sub_scalar(a, s):
         st = _f_sub_scalar(a, _scalar(s, 's'), out)
     except _CArgumentError as e:
         raise _bad_call('sub_scalar', 'a: Tensor, s: int | float | bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_sub_scalar', a)
     return out
@@ -478,6 +515,8 @@ def mul_scalar(a, s):
         st = _f_mul_scalar(a, _scalar(s, 's'), out)
     except _CArgumentError as e:
         raise _bad_call('mul_scalar', 'a: Tensor, s: int | float | bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_mul_scalar', a)
     return out
@@ -497,6 +536,8 @@ def div_scalar(a, s):
         st = _f_div_scalar(a, _scalar(s, 's'), out)
     except _CArgumentError as e:
         raise _bad_call('div_scalar', 'a: Tensor, s: int | float | bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_div_scalar', a)
     return out
@@ -516,6 +557,8 @@ def rsub_scalar(a, s):
         st = _f_rsub_scalar(a, _scalar(s, 's'), out)
     except _CArgumentError as e:
         raise _bad_call('rsub_scalar', 'a: Tensor, s: int | float | bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_rsub_scalar', a)
     return out
@@ -535,6 +578,8 @@ def rdiv_scalar(a, s):
         st = _f_rdiv_scalar(a, _scalar(s, 's'), out)
     except _CArgumentError as e:
         raise _bad_call('rdiv_scalar', 'a: Tensor, s: int | float | bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_rdiv_scalar', a)
     return out
@@ -554,6 +599,8 @@ def floor_divide(a, b):
         st = _f_floor_divide(a, b, out)
     except _CArgumentError as e:
         raise _bad_call('floor_divide', 'a: Tensor, b: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_floor_divide', a, b)
     return out
@@ -573,6 +620,8 @@ def floor_divide_scalar(a, s):
         st = _f_floor_divide_scalar(a, _scalar(s, 's'), out)
     except _CArgumentError as e:
         raise _bad_call('floor_divide_scalar', 'a: Tensor, s: int | float | bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_floor_divide_scalar', a)
     return out
@@ -592,6 +641,8 @@ def rfloor_divide_scalar(a, s):
         st = _f_rfloor_divide_scalar(a, _scalar(s, 's'), out)
     except _CArgumentError as e:
         raise _bad_call('rfloor_divide_scalar', 'a: Tensor, s: int | float | bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_rfloor_divide_scalar', a)
     return out
@@ -611,6 +662,8 @@ def remainder(a, b):
         st = _f_remainder(a, b, out)
     except _CArgumentError as e:
         raise _bad_call('remainder', 'a: Tensor, b: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_remainder', a, b)
     return out
@@ -630,6 +683,8 @@ def remainder_scalar(a, s):
         st = _f_remainder_scalar(a, _scalar(s, 's'), out)
     except _CArgumentError as e:
         raise _bad_call('remainder_scalar', 'a: Tensor, s: int | float | bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_remainder_scalar', a)
     return out
@@ -649,6 +704,8 @@ def rremainder_scalar(a, s):
         st = _f_rremainder_scalar(a, _scalar(s, 's'), out)
     except _CArgumentError as e:
         raise _bad_call('rremainder_scalar', 'a: Tensor, s: int | float | bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_rremainder_scalar', a)
     return out
@@ -668,6 +725,8 @@ def pow(a, exponent):
         st = _f_pow(a, exponent, out)
     except _CArgumentError as e:
         raise _bad_call('pow', 'a: Tensor, exponent: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_pow', a, exponent)
     return out
@@ -687,6 +746,8 @@ def pow_scalar(a, exponent):
         st = _f_pow_scalar(a, _scalar(exponent, 'exponent'), out)
     except _CArgumentError as e:
         raise _bad_call('pow_scalar', 'a: Tensor, exponent: int | float | bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_pow_scalar', a)
     return out
@@ -706,6 +767,8 @@ def rpow_scalar(a, base):
         st = _f_rpow_scalar(a, _scalar(base, 'base'), out)
     except _CArgumentError as e:
         raise _bad_call('rpow_scalar', 'a: Tensor, base: int | float | bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_rpow_scalar', a)
     return out
@@ -725,6 +788,8 @@ def neg(a):
         st = _f_neg(a, out)
     except _CArgumentError as e:
         raise _bad_call('neg', 'a: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_neg', a)
     return out
@@ -744,6 +809,8 @@ def exp(a):
         st = _f_exp(a, out)
     except _CArgumentError as e:
         raise _bad_call('exp', 'a: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_exp', a)
     return out
@@ -763,6 +830,8 @@ def log(a):
         st = _f_log(a, out)
     except _CArgumentError as e:
         raise _bad_call('log', 'a: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_log', a)
     return out
@@ -782,6 +851,8 @@ def sqrt(a):
         st = _f_sqrt(a, out)
     except _CArgumentError as e:
         raise _bad_call('sqrt', 'a: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_sqrt', a)
     return out
@@ -801,6 +872,8 @@ def abs(a):
         st = _f_abs(a, out)
     except _CArgumentError as e:
         raise _bad_call('abs', 'a: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_abs', a)
     return out
@@ -820,6 +893,8 @@ def relu(a):
         st = _f_relu(a, out)
     except _CArgumentError as e:
         raise _bad_call('relu', 'a: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_relu', a)
     return out
@@ -839,6 +914,8 @@ def gelu(a):
         st = _f_gelu(a, out)
     except _CArgumentError as e:
         raise _bad_call('gelu', 'a: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_gelu', a)
     return out
@@ -858,6 +935,8 @@ def silu(a):
         st = _f_silu(a, out)
     except _CArgumentError as e:
         raise _bad_call('silu', 'a: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_silu', a)
     return out
@@ -877,6 +956,8 @@ def sigmoid(a):
         st = _f_sigmoid(a, out)
     except _CArgumentError as e:
         raise _bad_call('sigmoid', 'a: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_sigmoid', a)
     return out
@@ -896,6 +977,8 @@ def tanh(a):
         st = _f_tanh(a, out)
     except _CArgumentError as e:
         raise _bad_call('tanh', 'a: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_tanh', a)
     return out
@@ -915,6 +998,8 @@ def clamp(a, min, max):
         st = _f_clamp(a, _scalar(min, 'min'), _scalar(max, 'max'), out)
     except _CArgumentError as e:
         raise _bad_call('clamp', 'a: Tensor, min: int | float | bool, max: int | float | bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_clamp', a)
     return out
@@ -934,6 +1019,8 @@ def where_self(a, condition, other):
         st = _f_where_self(a, condition, other, out)
     except _CArgumentError as e:
         raise _bad_call('where_self', 'a: Tensor, condition: Tensor, other: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_where_self', a, condition, other)
     return out
@@ -953,6 +1040,8 @@ def eq(a, b):
         st = _f_eq(a, b, out)
     except _CArgumentError as e:
         raise _bad_call('eq', 'a: Tensor, b: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_eq', a, b)
     return out
@@ -972,6 +1061,8 @@ def ne(a, b):
         st = _f_ne(a, b, out)
     except _CArgumentError as e:
         raise _bad_call('ne', 'a: Tensor, b: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_ne', a, b)
     return out
@@ -991,6 +1082,8 @@ def lt(a, b):
         st = _f_lt(a, b, out)
     except _CArgumentError as e:
         raise _bad_call('lt', 'a: Tensor, b: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_lt', a, b)
     return out
@@ -1010,6 +1103,8 @@ def le(a, b):
         st = _f_le(a, b, out)
     except _CArgumentError as e:
         raise _bad_call('le', 'a: Tensor, b: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_le', a, b)
     return out
@@ -1029,6 +1124,8 @@ def gt(a, b):
         st = _f_gt(a, b, out)
     except _CArgumentError as e:
         raise _bad_call('gt', 'a: Tensor, b: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_gt', a, b)
     return out
@@ -1048,6 +1145,8 @@ def ge(a, b):
         st = _f_ge(a, b, out)
     except _CArgumentError as e:
         raise _bad_call('ge', 'a: Tensor, b: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_ge', a, b)
     return out
@@ -1067,6 +1166,8 @@ def eq_scalar(a, s):
         st = _f_eq_scalar(a, _scalar(s, 's'), out)
     except _CArgumentError as e:
         raise _bad_call('eq_scalar', 'a: Tensor, s: int | float | bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_eq_scalar', a)
     return out
@@ -1086,6 +1187,8 @@ def ne_scalar(a, s):
         st = _f_ne_scalar(a, _scalar(s, 's'), out)
     except _CArgumentError as e:
         raise _bad_call('ne_scalar', 'a: Tensor, s: int | float | bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_ne_scalar', a)
     return out
@@ -1105,6 +1208,8 @@ def lt_scalar(a, s):
         st = _f_lt_scalar(a, _scalar(s, 's'), out)
     except _CArgumentError as e:
         raise _bad_call('lt_scalar', 'a: Tensor, s: int | float | bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_lt_scalar', a)
     return out
@@ -1124,6 +1229,8 @@ def le_scalar(a, s):
         st = _f_le_scalar(a, _scalar(s, 's'), out)
     except _CArgumentError as e:
         raise _bad_call('le_scalar', 'a: Tensor, s: int | float | bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_le_scalar', a)
     return out
@@ -1143,6 +1250,8 @@ def gt_scalar(a, s):
         st = _f_gt_scalar(a, _scalar(s, 's'), out)
     except _CArgumentError as e:
         raise _bad_call('gt_scalar', 'a: Tensor, s: int | float | bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_gt_scalar', a)
     return out
@@ -1162,6 +1271,8 @@ def ge_scalar(a, s):
         st = _f_ge_scalar(a, _scalar(s, 's'), out)
     except _CArgumentError as e:
         raise _bad_call('ge_scalar', 'a: Tensor, s: int | float | bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_ge_scalar', a)
     return out
@@ -1181,6 +1292,8 @@ def sum(a):
         st = _f_sum(a, out)
     except _CArgumentError as e:
         raise _bad_call('sum', 'a: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_sum', a)
     return out
@@ -1201,6 +1314,8 @@ def sum_dim(a, dims, keepdim):
         st = _f_sum_dim(a, dims, dims_len, keepdim, out)
     except _CArgumentError as e:
         raise _bad_call('sum_dim', 'a: Tensor, dims: int | Sequence[int], keepdim: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_sum_dim', a)
     return out
@@ -1220,6 +1335,8 @@ def mean(a):
         st = _f_mean(a, out)
     except _CArgumentError as e:
         raise _bad_call('mean', 'a: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_mean', a)
     return out
@@ -1240,6 +1357,8 @@ def mean_dim(a, dims, keepdim):
         st = _f_mean_dim(a, dims, dims_len, keepdim, out)
     except _CArgumentError as e:
         raise _bad_call('mean_dim', 'a: Tensor, dims: int | Sequence[int], keepdim: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_mean_dim', a)
     return out
@@ -1259,6 +1378,8 @@ def max(a):
         st = _f_max(a, out)
     except _CArgumentError as e:
         raise _bad_call('max', 'a: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_max', a)
     return out
@@ -1278,6 +1399,8 @@ def max_dim(a, dim, keepdim):
         st = _f_max_dim(a, dim, keepdim, out)
     except _CArgumentError as e:
         raise _bad_call('max_dim', 'a: Tensor, dim: int, keepdim: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_max_dim', a)
     return out
@@ -1297,6 +1420,8 @@ def min(a):
         st = _f_min(a, out)
     except _CArgumentError as e:
         raise _bad_call('min', 'a: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_min', a)
     return out
@@ -1316,6 +1441,8 @@ def min_dim(a, dim, keepdim):
         st = _f_min_dim(a, dim, keepdim, out)
     except _CArgumentError as e:
         raise _bad_call('min_dim', 'a: Tensor, dim: int, keepdim: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_min_dim', a)
     return out
@@ -1335,6 +1462,8 @@ def argmax(a, dim, keepdim):
         st = _f_argmax(a, dim, keepdim, out)
     except _CArgumentError as e:
         raise _bad_call('argmax', 'a: Tensor, dim: int, keepdim: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_argmax', a)
     return out
@@ -1354,6 +1483,8 @@ def argmin(a, dim, keepdim):
         st = _f_argmin(a, dim, keepdim, out)
     except _CArgumentError as e:
         raise _bad_call('argmin', 'a: Tensor, dim: int, keepdim: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_argmin', a)
     return out
@@ -1373,6 +1504,8 @@ def softmax(a, dim):
         st = _f_softmax(a, dim, out)
     except _CArgumentError as e:
         raise _bad_call('softmax', 'a: Tensor, dim: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_softmax', a)
     return out
@@ -1392,6 +1525,8 @@ def log_softmax(a, dim):
         st = _f_log_softmax(a, dim, out)
     except _CArgumentError as e:
         raise _bad_call('log_softmax', 'a: Tensor, dim: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_log_softmax', a)
     return out
@@ -1411,6 +1546,8 @@ def matmul(a, b):
         st = _f_matmul(a, b, out)
     except _CArgumentError as e:
         raise _bad_call('matmul', 'a: Tensor, b: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_matmul', a, b)
     return out
@@ -1430,6 +1567,8 @@ def bmm(a, b):
         st = _f_bmm(a, b, out)
     except _CArgumentError as e:
         raise _bad_call('bmm', 'a: Tensor, b: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_bmm', a, b)
     return out
@@ -1449,6 +1588,8 @@ def linear(x, weight, bias=None):
         st = _f_linear(x, weight, _NONE if bias is None else bias, out)
     except _CArgumentError as e:
         raise _bad_call('linear', 'x: Tensor, weight: Tensor, bias: Tensor | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_linear', x, weight, bias)
     return out
@@ -1469,6 +1610,8 @@ def reshape(a, shape):
         st = _f_reshape(a, shape, shape_len, out)
     except _CArgumentError as e:
         raise _bad_call('reshape', 'a: Tensor, shape: int | Sequence[int]', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_reshape', a)
     return out
@@ -1489,6 +1632,8 @@ def view(a, shape):
         st = _f_view(a, shape, shape_len, out)
     except _CArgumentError as e:
         raise _bad_call('view', 'a: Tensor, shape: int | Sequence[int]', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_view', a)
     return out
@@ -1508,6 +1653,8 @@ def transpose(a, dim0, dim1):
         st = _f_transpose(a, dim0, dim1, out)
     except _CArgumentError as e:
         raise _bad_call('transpose', 'a: Tensor, dim0: int, dim1: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_transpose', a)
     return out
@@ -1528,6 +1675,8 @@ def permute(a, dims):
         st = _f_permute(a, dims, dims_len, out)
     except _CArgumentError as e:
         raise _bad_call('permute', 'a: Tensor, dims: int | Sequence[int]', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_permute', a)
     return out
@@ -1547,6 +1696,8 @@ def squeeze(a, dim):
         st = _f_squeeze(a, dim, out)
     except _CArgumentError as e:
         raise _bad_call('squeeze', 'a: Tensor, dim: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_squeeze', a)
     return out
@@ -1566,6 +1717,8 @@ def unsqueeze(a, dim):
         st = _f_unsqueeze(a, dim, out)
     except _CArgumentError as e:
         raise _bad_call('unsqueeze', 'a: Tensor, dim: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_unsqueeze', a)
     return out
@@ -1586,6 +1739,8 @@ def cat(tensors, dim):
         st = _f_cat(_tensors, _tensors_len, dim, out)
     except _CArgumentError as e:
         raise _bad_call('cat', 'tensors: Sequence[Tensor], dim: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_cat')
     return out
@@ -1606,6 +1761,8 @@ def stack(tensors, dim):
         st = _f_stack(_tensors, _tensors_len, dim, out)
     except _CArgumentError as e:
         raise _bad_call('stack', 'tensors: Sequence[Tensor], dim: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_stack')
     return out
@@ -1625,6 +1782,8 @@ def narrow(a, dim, start, length):
         st = _f_narrow(a, dim, start, length, out)
     except _CArgumentError as e:
         raise _bad_call('narrow', 'a: Tensor, dim: int, start: int, length: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_narrow', a)
     return out
@@ -1644,6 +1803,8 @@ def index_select(a, dim, index):
         st = _f_index_select(a, dim, index, out)
     except _CArgumentError as e:
         raise _bad_call('index_select', 'a: Tensor, dim: int, index: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_index_select', a, index)
     return out
@@ -1663,6 +1824,8 @@ def contiguous(a):
         st = _f_contiguous(a, out)
     except _CArgumentError as e:
         raise _bad_call('contiguous', 'a: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_contiguous', a)
     return out
@@ -1682,6 +1845,8 @@ def clone(a):
         st = _f_clone(a, out)
     except _CArgumentError as e:
         raise _bad_call('clone', 'a: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_clone', a)
     return out
@@ -1702,6 +1867,8 @@ def expand(a, shape):
         st = _f_expand(a, shape, shape_len, out)
     except _CArgumentError as e:
         raise _bad_call('expand', 'a: Tensor, shape: int | Sequence[int]', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_expand', a)
     return out
@@ -1721,6 +1888,8 @@ def select(a, dim, index):
         st = _f_select(a, dim, index, out)
     except _CArgumentError as e:
         raise _bad_call('select', 'a: Tensor, dim: int, index: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_select', a)
     return out
@@ -1740,6 +1909,8 @@ def slice(a, dim, start, end, step):
         st = _f_slice(a, dim, start, end, step, out)
     except _CArgumentError as e:
         raise _bad_call('slice', 'a: Tensor, dim: int, start: int, end: int, step: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_slice', a)
     return out
@@ -1759,6 +1930,8 @@ def masked_select(a, mask):
         st = _f_masked_select(a, mask, out)
     except _CArgumentError as e:
         raise _bad_call('masked_select', 'a: Tensor, mask: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_masked_select', a, mask)
     return out
@@ -1778,6 +1951,8 @@ def nonzero(a):
         st = _f_nonzero(a, out)
     except _CArgumentError as e:
         raise _bad_call('nonzero', 'a: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_nonzero', a)
     return out
@@ -1797,6 +1972,8 @@ def to_dtype(a, dtype):
         st = _f_to_dtype(a, _code(dtype), out)
     except _CArgumentError as e:
         raise _bad_call('to_dtype', 'a: Tensor, dtype: DType', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_to_dtype', a)
     return out
@@ -1816,6 +1993,8 @@ def embedding(weight, indices):
         st = _f_embedding(weight, indices, out)
     except _CArgumentError as e:
         raise _bad_call('embedding', 'weight: Tensor, indices: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_embedding', weight, indices)
     return out
@@ -1836,6 +2015,8 @@ def layer_norm(a, normalized_shape, weight, bias, eps):
         st = _f_layer_norm(a, normalized_shape, normalized_shape_len, _NONE if weight is None else weight, _NONE if bias is None else bias, eps, out)
     except _CArgumentError as e:
         raise _bad_call('layer_norm', 'a: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | None, bias: Tensor | None, eps: float', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_layer_norm', a, weight, bias)
     return out
@@ -1855,6 +2036,8 @@ def dropout(a, p, train):
         st = _f_dropout(a, p, train, out)
     except _CArgumentError as e:
         raise _bad_call('dropout', 'a: Tensor, p: float, train: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_dropout', a)
     return out
@@ -1877,6 +2060,8 @@ def conv2d(input, weight, bias, stride, padding, dilation, groups):
         st = _f_conv2d(input, weight, _NONE if bias is None else bias, stride, stride_len, padding, padding_len, dilation, dilation_len, groups, out)
     except _CArgumentError as e:
         raise _bad_call('conv2d', 'input: Tensor, weight: Tensor, bias: Tensor | None, stride: int | Sequence[int], padding: int | Sequence[int], dilation: int | Sequence[int], groups: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_conv2d', input, weight, bias)
     return out
@@ -1900,6 +2085,8 @@ def max_pool2d(a, kernel, stride, padding, dilation, ceil_mode):
         st = _f_max_pool2d(a, kernel, kernel_len, stride, stride_len, padding, padding_len, dilation, dilation_len, ceil_mode, out)
     except _CArgumentError as e:
         raise _bad_call('max_pool2d', 'a: Tensor, kernel: int | Sequence[int], stride: int | Sequence[int], padding: int | Sequence[int], dilation: int | Sequence[int], ceil_mode: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_max_pool2d', a)
     return out
@@ -1919,6 +2106,8 @@ def mse_loss(input, target):
         st = _f_mse_loss(input, target, out)
     except _CArgumentError as e:
         raise _bad_call('mse_loss', 'input: Tensor, target: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_mse_loss', input, target)
     return out
@@ -1938,6 +2127,8 @@ def cross_entropy(logits, targets):
         st = _f_cross_entropy(logits, targets, out)
     except _CArgumentError as e:
         raise _bad_call('cross_entropy', 'logits: Tensor, targets: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_cross_entropy', logits, targets)
     return out
@@ -1956,6 +2147,8 @@ def add_(a, b):
         st = _f_add_(a, b)
     except _CArgumentError as e:
         raise _bad_call('add_', 'a: Tensor, b: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_add_', a, b)
     return a
@@ -1974,6 +2167,8 @@ def sub_(a, b):
         st = _f_sub_(a, b)
     except _CArgumentError as e:
         raise _bad_call('sub_', 'a: Tensor, b: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_sub_', a, b)
     return a
@@ -1992,6 +2187,8 @@ def mul_(a, b):
         st = _f_mul_(a, b)
     except _CArgumentError as e:
         raise _bad_call('mul_', 'a: Tensor, b: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_mul_', a, b)
     return a
@@ -2010,6 +2207,8 @@ def div_(a, b):
         st = _f_div_(a, b)
     except _CArgumentError as e:
         raise _bad_call('div_', 'a: Tensor, b: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_div_', a, b)
     return a
@@ -2028,6 +2227,8 @@ def add_scalar_(a, s):
         st = _f_add_scalar_(a, _scalar(s, 's'))
     except _CArgumentError as e:
         raise _bad_call('add_scalar_', 'a: Tensor, s: int | float | bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_add_scalar_', a)
     return a
@@ -2046,6 +2247,8 @@ def sub_scalar_(a, s):
         st = _f_sub_scalar_(a, _scalar(s, 's'))
     except _CArgumentError as e:
         raise _bad_call('sub_scalar_', 'a: Tensor, s: int | float | bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_sub_scalar_', a)
     return a
@@ -2064,6 +2267,8 @@ def mul_scalar_(a, s):
         st = _f_mul_scalar_(a, _scalar(s, 's'))
     except _CArgumentError as e:
         raise _bad_call('mul_scalar_', 'a: Tensor, s: int | float | bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_mul_scalar_', a)
     return a
@@ -2082,6 +2287,8 @@ def div_scalar_(a, s):
         st = _f_div_scalar_(a, _scalar(s, 's'))
     except _CArgumentError as e:
         raise _bad_call('div_scalar_', 'a: Tensor, s: int | float | bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_div_scalar_', a)
     return a
@@ -2100,6 +2307,8 @@ def pow_(a, exponent):
         st = _f_pow_(a, exponent)
     except _CArgumentError as e:
         raise _bad_call('pow_', 'a: Tensor, exponent: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_pow_', a, exponent)
     return a
@@ -2118,6 +2327,8 @@ def pow_scalar_(a, exponent):
         st = _f_pow_scalar_(a, _scalar(exponent, 'exponent'))
     except _CArgumentError as e:
         raise _bad_call('pow_scalar_', 'a: Tensor, exponent: int | float | bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_pow_scalar_', a)
     return a
@@ -2136,6 +2347,8 @@ def floor_divide_(a, b):
         st = _f_floor_divide_(a, b)
     except _CArgumentError as e:
         raise _bad_call('floor_divide_', 'a: Tensor, b: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_floor_divide_', a, b)
     return a
@@ -2154,6 +2367,8 @@ def floor_divide_scalar_(a, s):
         st = _f_floor_divide_scalar_(a, _scalar(s, 's'))
     except _CArgumentError as e:
         raise _bad_call('floor_divide_scalar_', 'a: Tensor, s: int | float | bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_floor_divide_scalar_', a)
     return a
@@ -2172,6 +2387,8 @@ def remainder_(a, b):
         st = _f_remainder_(a, b)
     except _CArgumentError as e:
         raise _bad_call('remainder_', 'a: Tensor, b: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_remainder_', a, b)
     return a
@@ -2190,6 +2407,8 @@ def remainder_scalar_(a, s):
         st = _f_remainder_scalar_(a, _scalar(s, 's'))
     except _CArgumentError as e:
         raise _bad_call('remainder_scalar_', 'a: Tensor, s: int | float | bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_remainder_scalar_', a)
     return a
@@ -2208,6 +2427,8 @@ def fill_(a, value):
         st = _f_fill_(a, _scalar(value, 'value'))
     except _CArgumentError as e:
         raise _bad_call('fill_', 'a: Tensor, value: int | float | bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_fill_', a)
     return a
@@ -2226,6 +2447,8 @@ def masked_fill_(a, mask, value):
         st = _f_masked_fill_(a, mask, _scalar(value, 'value'))
     except _CArgumentError as e:
         raise _bad_call('masked_fill_', 'a: Tensor, mask: Tensor, value: int | float | bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_masked_fill_', a, mask)
     return a
@@ -2244,6 +2467,8 @@ def index_fill_(a, dim, index, value):
         st = _f_index_fill_(a, dim, index, _scalar(value, 'value'))
     except _CArgumentError as e:
         raise _bad_call('index_fill_', 'a: Tensor, dim: int, index: Tensor, value: int | float | bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_index_fill_', a, index)
     return a
@@ -2262,6 +2487,8 @@ def index_copy_(a, dim, index, source):
         st = _f_index_copy_(a, dim, index, source)
     except _CArgumentError as e:
         raise _bad_call('index_copy_', 'a: Tensor, dim: int, index: Tensor, source: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_index_copy_', a, index, source)
     return a
@@ -2280,6 +2507,8 @@ def masked_scatter_(a, mask, source):
         st = _f_masked_scatter_(a, mask, source)
     except _CArgumentError as e:
         raise _bad_call('masked_scatter_', 'a: Tensor, mask: Tensor, source: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_masked_scatter_', a, mask, source)
     return a
@@ -2298,6 +2527,8 @@ def zero_(a):
         st = _f_zero_(a)
     except _CArgumentError as e:
         raise _bad_call('zero_', 'a: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_zero_', a)
     return a
@@ -2316,6 +2547,8 @@ def copy_(a, src):
         st = _f_copy_(a, src)
     except _CArgumentError as e:
         raise _bad_call('copy_', 'a: Tensor, src: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_copy_', a, src)
     return a
@@ -2334,6 +2567,8 @@ def requires_grad_(a, requires_grad):
         st = _f_requires_grad_(a, requires_grad)
     except _CArgumentError as e:
         raise _bad_call('requires_grad_', 'a: Tensor, requires_grad: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_requires_grad_', a)
     return a
@@ -2352,6 +2587,8 @@ def requires_grad(a):
         st = _f_requires_grad(a, out)
     except _CArgumentError as e:
         raise _bad_call('requires_grad', 'a: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_requires_grad', a)
     return out.value
@@ -2369,6 +2606,8 @@ def backward(a):
         st = _f_backward(a)
     except _CArgumentError as e:
         raise _bad_call('backward', 'a: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_backward', a)
     return None
@@ -2388,6 +2627,8 @@ def grad(a):
         st = _f_grad(a, out)
     except _CArgumentError as e:
         raise _bad_call('grad', 'a: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_grad', a)
     return out if out.value else None
@@ -2405,6 +2646,8 @@ def zero_grad(a):
         st = _f_zero_grad(a)
     except _CArgumentError as e:
         raise _bad_call('zero_grad', 'a: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_zero_grad', a)
     return None
@@ -2422,6 +2665,8 @@ def clear_grad(a):
         st = _f_clear_grad(a)
     except _CArgumentError as e:
         raise _bad_call('clear_grad', 'a: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_clear_grad', a)
     return None
@@ -2441,6 +2686,8 @@ def detach(a):
         st = _f_detach(a, out)
     except _CArgumentError as e:
         raise _bad_call('detach', 'a: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_detach', a)
     return out
@@ -2459,6 +2706,8 @@ def optim_sgd_step(params, lr):
         st = _f_optim_sgd_step(_params, _params_len, lr)
     except _CArgumentError as e:
         raise _bad_call('optim_sgd_step', 'params: Sequence[Tensor], lr: float', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_optim_sgd_step')
     return None
@@ -2479,6 +2728,8 @@ def optim_adam_step(params, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, we
         st = _f_optim_adam_step(_params, _params_len, _exp_avg, _exp_avg_len, _exp_avg_sq, _exp_avg_sq_len, step, lr, beta1, beta2, eps, weight_decay)
     except _CArgumentError as e:
         raise _bad_call('optim_adam_step', 'params: Sequence[Tensor], exp_avg: Sequence[Tensor], exp_avg_sq: Sequence[Tensor], step: int, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_optim_adam_step')
     return None

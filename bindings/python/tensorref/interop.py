@@ -110,19 +110,23 @@ def from_torch(t) -> Tensor:
 
 def to_torch(t: Tensor):
     """A torch.Tensor sharing the storage of `t` (no copy; the autograd graph is not carried)."""
-    import torch.utils.dlpack
-
     managed = c_void_p()
     st = lib.tr_tensor_to_dlpack(t, byref(managed))
     if st:
         fail(st, "tr_tensor_to_dlpack")
-    capsule = _new_capsule(managed.value, _DLTENSOR, None)
+    return torch_taking(managed.value)
+
+
+def torch_taking(managed: int):
+    """A torch.Tensor taking over the DLManagedTensor* `managed` (given back if PyTorch refuses)."""
+    import torch.utils.dlpack
+
+    capsule = _new_capsule(managed, _DLTENSOR, None)
     try:
         return torch.utils.dlpack.from_dlpack(capsule)
     finally:
         if _is_valid(capsule, _DLTENSOR):  # PyTorch did not take it: give it back
-            m = ctypes.cast(managed.value, ctypes.POINTER(_DLManagedTensor))
-            m.contents.deleter(m)
+            _give_back(managed)
 
 
 def _to_torch(self: Tensor):

@@ -24,7 +24,7 @@ import warnings
 from ctypes import byref, c_bool
 from typing import Callable, NamedTuple
 
-from . import _ownership
+from . import _ownership, _torch_saved
 from ._abi import DEVICE_CODES, EVENT_KIND_CODES, POLICY_CODES, RECOMPUTE_CODES, EventFn as _EventFn
 from ._abi import ResidencyConfig as _CConfig, ResidencyStats as _CStats
 from ._lib import c_path, fail, lib
@@ -95,8 +95,6 @@ class Config:
 
 # Whether the Resident policy's ignored budget was pointed out (once per process).
 _warned_resident: list[bool] = []
-# Whether configure() already warned that saved tensors are not managed.
-_warned_saved: list[bool] = []
 
 # Configurations made through this module, outermost first; the deferred-release batch size
 # in force before the first.
@@ -120,11 +118,7 @@ def configure(config: Config | None = None, **fields) -> Config:
                       "stay within a budget", UserWarning, stacklevel=3)
     flush_releases()
     _check(lib.tr_residency_configure(byref(c)), "tr_residency_configure")
-    if c.device != DEVICE_CODES["CPU"] and not saved_tensors_managed() and not _warned_saved:
-        _warned_saved.append(True)
-        warnings.warn("PyTorch's engine runs backward in this process (torch was imported first), so "
-                      "the tensors autograd saves for backward stay on the device, outside the "
-                      "budget, until backward; everything else is managed", UserWarning, stacklevel=3)
+    _torch_saved.follow(c.device != DEVICE_CODES["CPU"])
     if not _saved_batch:
         _saved_batch.append(_ownership.set_release_batch(1))
     _configured.append(config)
@@ -135,6 +129,7 @@ def disable() -> None:
     """Stops the manager: device copies are written back and freed. No-op without one."""
     flush_releases()
     _check(lib.tr_residency_disable(), "tr_residency_disable")
+    _torch_saved.follow(False)
     _configured.clear()
     if _saved_batch:
         _ownership.set_release_batch(_saved_batch.pop())
@@ -146,10 +141,12 @@ def enabled() -> bool:
 
 
 def saved_tensors_managed() -> bool:
-    """Whether the tensors autograd saves for backward go through the manager: a manager that
-    moves data is configured and backward runs on libtorch's engine (not PyTorch's, which runs it
-    in a process that imported torch first)."""
-    return bool(lib.tr_residency_saved_tensors_managed())
+    """Whether the tensors autograd saves for backward on this thread go through the manager:
+    a manager that moves data is configured. In a process that imported torch, PyTorch's engine
+    runs backward and keeps its saved-tensor hooks per thread: there the manager's are pushed on
+    the thread that configured it (each `session` block's own), and other threads' saved tensors
+    stay on the device until backward."""
+    return bool(lib.tr_residency_saved_tensors_managed()) or _torch_saved.pushed()
 
 
 class session:
@@ -173,7 +170,9 @@ class session:
         else:
             del _configured[self._depth:]
             flush_releases()
-            _check(lib.tr_residency_configure(byref(self._outer.to_c())), "tr_residency_configure")
+            c = self._outer.to_c()
+            _check(lib.tr_residency_configure(byref(c)), "tr_residency_configure")
+            _torch_saved.follow(c.device != DEVICE_CODES["CPU"])
 
 
 class Stats(NamedTuple):

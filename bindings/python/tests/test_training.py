@@ -1,10 +1,10 @@
 """Training through the residency manager, as a PyTorch user writes it: a seeded MLP, with
 dropout off and on, with SGD and Adam, gives the same losses and parameters bit for bit under
 every policy as without a manager, never over the budget; without dropout it matches torch. What
-autograd saves is managed where libtorch's engine runs backward, and a process where PyTorch's does
-is warned."""
+autograd saves goes through the manager, whichever engine runs backward."""
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -109,10 +109,17 @@ def test_training_without_dropout_matches_torch():
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
-def test_saved_tensors_are_managed_unless_torch_runs_backward():
-    # This process imported torch first: PyTorch's engine runs backward, and says so.
+def test_saved_tensors_are_managed_where_torch_runs_backward():
+    # This process imported torch first, so PyTorch's engine runs backward: the manager's hooks
+    # go on its per-thread stack, on the thread that configures the manager.
+    seen = []
     with tr.residency.session(policy="flow", budget_bytes=BUDGET):
-        assert not tr.residency.saved_tensors_managed()
+        assert tr.residency.saved_tensors_managed()
+        other = threading.Thread(target=lambda: seen.append(tr.residency.saved_tensors_managed()))
+        other.start()
+        other.join()
+    assert seen == [False]
+    assert not tr.residency.saved_tensors_managed()
     # A process that never imports torch gets libtorch's own engine, with the manager's hooks.
     script = ("import tensorref as tr\n"
               "with tr.residency.session(policy='flow', budget_bytes=1 << 20):\n"
@@ -123,8 +130,34 @@ def test_saved_tensors_are_managed_unless_torch_runs_backward():
     assert out.stdout.split() == ["True", "False"]
 
 
-def test_configure_warns_once_where_saved_tensors_stay_outside_the_budget():
-    tr.residency._warned_saved.clear()
-    with pytest.warns(UserWarning, match="saves for backward stay on the device"):
-        with tr.residency.session(policy="flow", budget_bytes=BUDGET):
-            pass
+def test_backward_unpacks_what_autograd_saved_through_the_manager():
+    ops = []
+    with tr.residency.session(policy="flow", budget_bytes=BUDGET):
+        tr.residency.set_callback(lambda e: ops.append(e.op) if e.kind == "op_begin" else None)
+        losses, _ = train(dropout=True, adam=True, steps=3)
+        stats = tr.residency.stats()
+        tr.flush_releases()
+        left = tr.residency.stats().device_bytes  # the saved dropout masks were forgotten too
+    assert losses == train(dropout=True, adam=True, steps=3)[0]
+    # Backward brings each saved tensor back through the manager (an "unpack" op).
+    assert ops.count("unpack") >= 3 * ops.count("matmul")
+    assert stats.peak_device_bytes <= BUDGET
+    assert left == 0
+
+
+def test_an_in_place_write_to_a_saved_tensor_is_caught_at_backward():
+    with tr.residency.session(policy="flow", budget_bytes=BUDGET), tr.scope():
+        x = tr.from_numpy(np.ones((4, 4), np.float32)).requires_grad_(True)
+        y = x.exp()  # exp saves its result
+        y.add_(y)
+        with pytest.raises(tr.TensorRefError, match="modified by an inplace operation"):
+            y.sum().backward()
+
+
+def test_torch_code_in_a_session_still_trains_as_without_it():
+    plain = train_torch()
+    with tr.residency.session(policy="flow", budget_bytes=BUDGET):
+        inside = train_torch()
+    assert plain[0] == inside[0]
+    for a, b in zip(plain[1], inside[1]):
+        assert (a == b).all()
