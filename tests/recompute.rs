@@ -192,3 +192,65 @@ fn cheaper_drops_what_an_h100_would_remake_faster_than_it_moves_it() -> Result<(
     }
     Ok(())
 }
+
+/// `Cheaper` weighs copies by how loaded the link was in the last iteration. A 256 x 8192 by
+/// 8192 x 256 product takes 2.2 times as long on an H100 as writing its 256 KiB back and loading
+/// them again: after an iteration of kernels and few copies it is written back, after one whose
+/// evicted 1 MiB results would have kept the link 3 times as busy as the kernels, it is dropped.
+#[test]
+fn cheaper_recomputes_more_after_an_iteration_where_the_link_was_the_bottleneck() -> Result<()> {
+    let (x, w) = (Tensor::ones(&[256, 8192], DType::F32)?, Tensor::ones(&[8192, 256], DType::F32)?);
+    let filler = Tensor::ones(&[1 << 18], DType::F32)?;
+    for link_bound in [false, true] {
+        let _m = Managed::recomputing(Recompute::Cheaper, PolicyKind::Flow, (16 << 20) + (5 << 19));
+        x.pin_resident(true)?;
+        w.pin_resident(true)?;
+        residency::mark_iteration()?; // their loads are not the next iteration's
+        let first: Vec<Tensor> = match link_bound {
+            true => (0..16).map(|_| filler.mul_scalar(2.0)).collect::<Result<_>>()?,
+            false => vec![x.matmul(&w)?],
+        };
+        residency::mark_iteration()?;
+        let before = stats();
+        let products: Vec<Tensor> = (0..12).map(|_| x.matmul(&w)).collect::<Result<_>>()?;
+        let s = stats();
+        assert!(s.evictions > before.evictions, "the budget evicts products: {s:?}");
+        assert_eq!(s.drops > before.drops, link_bound, "link-bound first iteration: {link_bound}; {s:?}");
+        assert_eq!(s.write_backs > before.write_backs, !link_bound, "link-bound first iteration: {link_bound}; {s:?}");
+        assert!(products.iter().chain(&first[..1]).all(|p| p.to_vec::<f32>().is_ok_and(|v| v[0] == 8192.0 || v[0] == 2.0)));
+        x.pin_resident(false)?;
+        w.pin_resident(false)?;
+    }
+    Ok(())
+}
+
+/// `Cheaper` counts no load for an input the recorded order reads again within a few ops of the
+/// result's own next use (backward reads an op's input right after its result). `y`, a 1 MiB sum
+/// over a 2 MiB `a`, costs a 2 MiB load to make again once `a` is evicted: as much as writing
+/// `y` back and loading it. Flow evicts `a` (used later), then `y`, for a 2 MiB op between. Once
+/// the order is recorded, `y` is dropped when `a` is read right after `y`, and written back when
+/// 16 other ops come between.
+#[test]
+fn cheaper_counts_no_load_for_an_input_read_next_to_the_result() -> Result<()> {
+    let floats = 1i64 << 18; // 1 MiB: a copy takes 20 us, longer than a launch
+    let (a, c) = (Tensor::ones(&[2, floats], DType::F32)?, Tensor::ones(&[2, floats], DType::F32)?);
+    for (gap, dropped) in [(0, true), (16, false)] {
+        let _m = Managed::recomputing(Recompute::Cheaper, PolicyKind::Flow, 4 * 4 * floats as u64);
+        let mut last = (0, 0);
+        for _ in 0..3 {
+            let before = stats();
+            let y = a.sum_dim(&[0], false)?;
+            c.mul_scalar(2.0)?; // 4 MiB with its input: everything else leaves
+            let z = y.dropout(0.0, true)?; // never dropped: random
+            for _ in 0..gap {
+                c.sum()?;
+            }
+            let u = a.mul_scalar(1.0)?;
+            assert_eq!((z.to_vec::<f32>()?[0], u.to_vec::<f32>()?[0]), (2.0, 1.0));
+            residency::mark_iteration()?;
+            last = (stats().drops - before.drops, stats().recomputations - before.recomputations);
+        }
+        assert_eq!(last.0 > 0 && last.1 > 0, dropped, "{gap} ops between: (drops, remakes) {last:?}");
+    }
+    Ok(())
+}

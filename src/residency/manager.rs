@@ -12,7 +12,7 @@
 
 use super::device::{ComputeDevice, Transfer};
 use super::policy::{Candidate, Policy, PolicyKind};
-use super::recompute::{Recipe, Recompute};
+use super::recompute::{LinkLoad, Recipe, Recompute};
 use super::report::{Event, EventKind, Reporter, ResidencyStats};
 use super::schedule::Log;
 use super::storage::{page_locked, Home, Storage};
@@ -75,7 +75,10 @@ pub(crate) struct Manager {
     pub(super) clock: u64,
     pub(crate) trace: Trace,
     pub(crate) report: Reporter,
+    /// A log of each iteration for the schedule model: kept under `Cheaper` (which weighs copies
+    /// by it) or when asked for.
     pub(crate) schedule: Option<Log>,
+    pub(super) link: LinkLoad,
 }
 
 impl Manager {
@@ -86,6 +89,7 @@ impl Manager {
             return Err(Error::InvalidArg(format!("{:?} needs a device budget above 0 bytes", cfg.policy)));
         }
         let stats = ResidencyStats { budget: if policy.bounded() { cfg.budget } else { u64::MAX }, ..Default::default() };
+        let schedule = (cfg.recompute == Recompute::Cheaper && cfg.device != ComputeDevice::Cpu).then(Log::default);
         Ok(Manager {
             cfg,
             policy,
@@ -104,7 +108,8 @@ impl Manager {
             clock: 0,
             trace: Trace::default(),
             report: Reporter::new(),
-            schedule: None,
+            schedule,
+            link: LinkLoad::default(),
         })
     }
 
@@ -451,6 +456,9 @@ impl Manager {
         self.persist_survivors();
         if let Some(log) = &mut self.schedule {
             log.mark();
+        }
+        if self.cfg.recompute == Recompute::Cheaper {
+            self.weigh_link();
         }
     }
 

@@ -3,10 +3,13 @@
 //! result can then drop it instead of writing it back, and the manager makes it again from its
 //! inputs when it is next used (or read, exported, or kept past the manager). With
 //! `Recompute::Cheaper` a result is dropped when remaking it (its op, plus its dropped inputs'
-//! ops, plus loading its evicted inputs: DTR's evicted neighbourhood) costs less than the
-//! write-back and the reload its eviction would take; with `Recompute::Always`, whenever it has
-//! a recipe. Costs are an H100's, estimated from the op's shapes (`remake_estimate_ns`), the same
-//! on every device, so the choice made on the simulated device is the one a GPU would make.
+//! ops, plus loading its evicted inputs that the recorded order does not read next to it: DTR's
+//! evicted neighbourhood) costs less than the write-back and the reload its eviction would take,
+//! copies weighed by how loaded the link was
+//! in the last iteration (`LinkLoad`: recompute more where the link is the bottleneck, reload
+//! where compute is); with `Recompute::Always`, whenever it has a recipe. Costs are an H100's,
+//! estimated from the op's shapes (`remake_estimate_ns`), the same on every device, so the choice
+//! made on the simulated device is the one a GPU would make.
 //!
 //! What keeps a recipe sound:
 //! - Only ops whose result depends on nothing but their inputs have replay functions: never a
@@ -51,8 +54,33 @@ pub enum Recompute {
 /// How many recipes deep a remake may go.
 pub(crate) const MAX_CHAIN: u32 = 8;
 
+/// An input the recorded order reads again within this many ops of a result's next use is
+/// brought back for that read anyway, so making the result again costs no load of it (in
+/// backward, an op's input is read right after its result).
+const SHARED_WITHIN: u64 = 8;
+
 /// The link's bandwidth the cost rule assumes, bytes per nanosecond (an H100's).
 const LINK_BYTES_PER_NS: f64 = schedule::H100.link / 1e9;
+
+/// What `Cheaper` knows of the link's load, learned at each mark: `pressure` is the link's time
+/// over the kernels' time in the iteration that ended, had nothing been dropped (its busier
+/// direction, a dropped result counted as written back and loaded again, against the kernels the
+/// program ran, backward included, at an H100's rates; 1 before the first mark). A copy's time is
+/// weighed by it: above 1 the link is the bottleneck and every copy delays the step, below 1
+/// copies run under the kernels while a remake takes the compute engine's time. Counting drops as
+/// copies keeps it from swinging with the drops it leads to.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct LinkLoad {
+    pub(super) pressure: f64,
+    /// The loaded, remade, written-back and dropped bytes counted at the last mark.
+    at_mark: [u64; 4],
+}
+
+impl Default for LinkLoad {
+    fn default() -> Self {
+        LinkLoad { pressure: 1.0, at_mark: [0; 4] }
+    }
+}
 
 /// An op's replay function: its inputs' device copies (None for an absent optional input) to
 /// its result.
@@ -161,23 +189,53 @@ impl Manager {
         match self.cfg.recompute {
             Recompute::Off => false,
             Recompute::Always => true,
-            Recompute::Cheaper => s.held_by_recipes_only() || self.remake_ns(id, &mut HashSet::new()) < 2.0 * s.bytes as f64 / LINK_BYTES_PER_NS,
+            Recompute::Cheaper => {
+                let due = self.trace.next_use(s.key);
+                let (kernels, copies) = self.remake_ns(id, due, &mut HashSet::new());
+                let moves = 2.0 * s.bytes as f64 / LINK_BYTES_PER_NS;
+                s.held_by_recipes_only() || kernels + self.link.pressure * copies < self.link.pressure * moves
+            }
         }
     }
 
-    /// The estimated time to make `id` again: its op, and for each input not on the device, its
-    /// remake (each dropped storage counted once) or its load.
-    fn remake_ns(&self, id: u64, seen: &mut HashSet<u64>) -> f64 {
-        let Some(recipe) = &self.storages[&id].recipe else { return 0.0 };
-        let mut ns = recipe.cost_ns;
+    /// The estimated time to make `id` again by op `due` (its next use in the recorded order,
+    /// u64::MAX if unknown), its kernels' and its copies' apart: its op, and for each input not on
+    /// the device, its remake (each dropped storage counted once) or its load; nothing for an
+    /// input the recorded order reads again within `SHARED_WITHIN` ops of `due`.
+    fn remake_ns(&self, id: u64, due: u64, seen: &mut HashSet<u64>) -> (f64, f64) {
+        let Some(recipe) = &self.storages[&id].recipe else { return (0.0, 0.0) };
+        let (mut kernels, mut copies) = (recipe.cost_ns, 0.0);
         for &(input, _) in &recipe.storages {
             let s = &self.storages[&input];
-            if s.resident() || !seen.insert(input) {
+            let read_anyway = due != u64::MAX && self.trace.next_use(s.key) <= due.saturating_add(SHARED_WITHIN);
+            if s.resident() || read_anyway || !seen.insert(input) {
                 continue;
             }
-            ns += if s.dropped() { self.remake_ns(input, seen) } else { s.bytes as f64 / LINK_BYTES_PER_NS };
+            if s.dropped() {
+                let (k, c) = self.remake_ns(input, due, seen);
+                kernels += k;
+                copies += c;
+            } else {
+                copies += s.bytes as f64 / LINK_BYTES_PER_NS;
+            }
         }
-        ns
+        (kernels, copies)
+    }
+
+    /// At a mark, under `Cheaper`: how loaded the link was in the iteration that ended (see
+    /// `LinkLoad`).
+    pub(super) fn weigh_link(&mut self) {
+        let s = &self.stats;
+        let now = [s.load_bytes, s.recomputed_bytes, s.write_back_bytes, s.dropped_bytes];
+        let [loaded, remade, written, dropped] = std::array::from_fn(|i| now[i] - self.link.at_mark[i]);
+        self.link.at_mark = now;
+        let Some(pass) = self.schedule.as_ref().and_then(|log| log.last_pass()) else { return };
+        // f32 kernels: the log keeps no element size.
+        let kernels = schedule::H100.replay(pass, 4).unmanaged;
+        if kernels > 0.0 {
+            let link = (loaded + remade).max(written + dropped) as f64 / schedule::H100.link;
+            self.link.pressure = link / kernels;
+        }
     }
 
     /// Makes a dropped storage again: its inputs are acquired (made again too, if dropped), its
