@@ -869,6 +869,17 @@ static void training_under_every_policy(void) {
     }
 }
 
+/* The saved-tensor functions a host's own autograd engine calls (PyTorch's, from Python; its
+ * tests are in bindings/python/tests/test_training.py): their arguments are checked. */
+static void saved_tensor_functions_check_their_arguments(void) {
+    void *token = NULL, *managed = NULL;
+    CHECK(tr_saved_pack(NULL, &token) == TR_ERR_NULL_ARG);
+    CHECK(tr_saved_pack(&token, NULL) == TR_ERR_NULL_ARG);
+    CHECK(tr_saved_unpack(NULL, &managed) == TR_ERR_NULL_ARG);
+    CHECK(token == NULL && managed == NULL); /* outputs are written only on success */
+    CHECK_OK(tr_saved_free(NULL));
+}
+
 /* ------------------------------------------------------------------ process exit */
 
 /* What a garbage collector does at exit: calls after main returned, from an atexit handler
@@ -946,6 +957,7 @@ int main(void) {
     RUN(grad_set_enabled_is_a_manual_guard);
     RUN(sgd_and_adam_steps);
     RUN(training_under_every_policy);
+    RUN(saved_tensor_functions_check_their_arguments);
     RUN(calls_at_process_exit);
     return tu_finish();
 }
