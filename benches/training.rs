@@ -2,7 +2,8 @@
 //! budget: Resident first (no budget: its peak is the unmanaged peak), then Genoa and Flow at a
 //! half and a quarter of that peak, and Flow with recomputation where cheaper and always, printed
 //! side by side: time per step against Resident, peak device bytes against the budget (and on
-//! CUDA the caching allocator's peak reserved bytes), bytes loaded and written back and results
+//! CUDA the caching allocator's peak reserved bytes, and how much that peak grew after the third
+//! step: a long run at a tight budget shows any drift), bytes loaded and written back and results
 //! made again per step, the steady-state counters of the Flow GPU work (page-locked allocations,
 //! pageable copies, op waits, needless write-backs), and the losses (the same under every policy). `benches/training_peers.py` trains
 //! the same encoder in PyTorch: unmanaged, with `save_on_cpu` and with activation checkpointing
@@ -133,6 +134,9 @@ struct Run {
     /// one following it for the first time), and at the end.
     steady: ResidencyStats,
     last: ResidencyStats,
+    /// The caching allocator's peak reserved bytes after the third step: what it grew by since
+    /// is drift.
+    reserved_peak_before: u64,
     /// The schedule model's replay of the last step.
     model: Option<schedule::Replay>,
 }
@@ -184,7 +188,7 @@ fn train(a: &Args) -> Result<Run> {
         ..ResidencyStats::default()
     };
     let model = residency::schedule_log().map(|step| a.rates.replay(&step, 4));
-    Ok(Run { ms_per_step, losses, steady, last, model })
+    Ok(Run { ms_per_step, losses, steady, last, reserved_peak_before: before.peak_reserved_bytes, model })
 }
 
 fn main() -> Result<()> {
@@ -216,7 +220,10 @@ fn main() -> Result<()> {
             r.ms_per_step / resident.ms_per_step,
             r.model.filter(|_| budget.is_some()).map_or("-".into(), |m| format!("{:.2}", m.slowdown())),
             budget.map_or("-".into(), |b| format!("{:.2}", r.last.peak_device_bytes as f64 / b as f64)),
-            if r.last.peak_reserved_bytes > 0 { mib(r.last.peak_reserved_bytes) } else { "-".into() },
+            match r.last.peak_reserved_bytes {
+                0 => "-".into(),
+                peak => format!("{} (+{})", mib(peak), mib(peak - r.reserved_peak_before)),
+            },
             per_step(s.load_bytes),
             per_step(s.write_back_bytes),
             s.recomputations / measured,
@@ -249,7 +256,8 @@ fn main() -> Result<()> {
     println!("allocations; pageable: copies from or to pageable memory; waits: ops that waited on a copy;");
     println!("needless: write-backs of copies nobody modified; remade: results made again (+cheaper: dropped");
     println!("when remaking is estimated cheaper than the copies; +always: whenever they can be made again).");
-    println!("reserved: the CUDA caching allocator's peak (the manager's bytes, others' and fragmentation).");
+    println!("reserved: the CUDA caching allocator's peak (the manager's bytes, others' and fragmentation),");
+    println!("and how much it grew after the third step (drift; run many --steps to see it).");
     if let Some(unmanaged) = modelled {
         println!("model x: the schedule model's step against the same step with nothing moved or remade ({:.2} ms:", unmanaged * 1e3);
         println!(

@@ -3,7 +3,7 @@
 # table last. libtorch is this machine's own PyTorch 2.11 (found through python3). Made by
 # `make gpu-bundle`; the MiniLM weights come beside it in ../gpu-model (see tools/gpu/bundle.sh).
 #
-#     bash gpu-bundle/run.sh [PART...]   parts: tests b2048 shapes opt30b training (default: all;
+#     bash gpu-bundle/run.sh [PART...]   parts: tests b2048 shapes opt30b training drift (default: all;
 #                                       a GPU lease's 10-minute calls take them in groups)
 # Logs and JSON results go to ./gpu-results, and where $OUT is set (the device tool) packed into
 # $OUT/gpu-results.tgz with the summary beside it; each step is cut after $STEP_TIMEOUT seconds
@@ -39,7 +39,7 @@ if [[ -f "$here/../gpu-model/model.f16.safetensors" ]]; then
   export TR_MINILM_DIR="$model_dir"
 fi
 
-parts=${*:-tests b2048 shapes opt30b training}
+parts=${*:-tests b2048 shapes opt30b training drift}
 wants() { [[ " $parts " == *" $1 "* ]]; }
 
 # Correctness: every CUDA suite, the examples and the demonstration on CUDA.
@@ -85,6 +85,13 @@ if wants training; then
   enc=(--width 768 --layers 12 --heads 12 --tokens 128 --batch 32 --steps 8)
   step bench-training "$here/bin/bench-training" --device cuda "${enc[@]}"
   step peers-training python3 "$here/training_peers.py" --device cuda "${enc[@]}" --json "$results/peers-training.json"
+fi
+
+# Fragmentation: the default encoder for 300 steps at a quarter of its peak, with and without
+# recomputation. The reserved column's (+N) is how much the caching allocator's peak grew after
+# the third step.
+if wants drift; then
+  step bench-drift "$here/bin/bench-training" --device cuda --steps 300 --runs flow,flow+cheaper --budgets 4
 fi
 
 echo
