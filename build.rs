@@ -32,6 +32,7 @@ fn compile_native(lib: &Path) {
         .file("src/native/tensors.cpp")
         .file("src/native/storage.cpp")
         .file("src/native/autograd.cpp")
+        .file("src/native/random.cpp")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))
         .flag("-std=c++17")

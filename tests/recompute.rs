@@ -1,7 +1,7 @@
 //! Recomputation under the residency manager (src/residency/recompute.rs): a result dropped
 //! rather than written back reads the same wherever it is made again (an op's input, a read, an
-//! in-place write to one of its inputs, the manager's end); random ops and results read by an
-//! in-place write are never made again from stale inputs; remakes stay within the chain limit;
+//! in-place write to one of its inputs, the manager's end); random ops are made again with the
+//! numbers they drew; results read by an in-place write are never made again from stale inputs; remakes stay within the chain limit;
 //! a temporary only recipes hold leaves the device as soon as the program lets it go.
 //! (One test binary: the manager is process-wide, so these tests take turns.)
 
@@ -112,18 +112,30 @@ fn an_in_place_write_to_a_dropped_result_keeps_the_write() -> Result<()> {
     Ok(())
 }
 
+/// A random result is made again from a snapshot of the generator it drew from: the same
+/// numbers every time, and the program's later draws are the ones it would get without a manager.
 #[test]
-fn a_random_result_is_written_back_never_made_again() -> Result<()> {
-    let _m = Managed::genoa();
+fn a_random_result_is_made_again_with_the_numbers_it_drew() -> Result<()> {
+    let draw = || -> Result<Tensor> { Tensor::ones(&[N], DType::F32)?.mul_scalar(1.0)?.dropout(0.5, true) };
+    let (plain_first, plain_second) = {
+        let _resident = Managed::with(PolicyKind::Resident, 1); // nothing moved: the plain draws
+        manual_seed(3);
+        (draw()?.to_vec::<f32>()?, draw()?.to_vec::<f32>()?)
+    };
+    let _m = Managed::new(3 * TENSOR);
     manual_seed(3);
-    let y = Tensor::ones(&[N], DType::F32)?.mul_scalar(1.0)?.dropout(0.5, true)?;
+    let y = draw()?;
     let first = y.to_vec::<f32>()?;
     assert!(first.contains(&0.0) && first.contains(&2.0), "a dropout mask: {:?}", &first[..8]);
+    assert_eq!(first, plain_first);
     for _ in 0..3 {
+        let _crowd = crowd_out(3 * TENSOR)?;
         assert!(!y.is_resident()?);
         assert_eq!(y.add_scalar(0.0)?.to_vec::<f32>()?, first, "the same mask every time");
     }
-    assert!(stats().write_backs > 0, "{:?}", stats());
+    assert_eq!(draw()?.to_vec::<f32>()?, plain_second, "remakes leave the generator alone");
+    let s = stats();
+    assert!(s.drops > 0 && s.recomputations >= 3, "{s:?}");
     Ok(())
 }
 
@@ -199,10 +211,10 @@ fn cheaper_drops_what_an_h100_would_remake_faster_than_it_moves_it() -> Result<(
 /// evicted 1 MiB results would have kept the link 3 times as busy as the kernels, it is dropped.
 #[test]
 fn cheaper_recomputes_more_after_an_iteration_where_the_link_was_the_bottleneck() -> Result<()> {
-    let (x, w) = (Tensor::ones(&[256, 8192], DType::F32)?, Tensor::ones(&[8192, 256], DType::F32)?);
-    let filler = Tensor::ones(&[1 << 18], DType::F32)?;
     for link_bound in [false, true] {
         let _m = Managed::recomputing(Recompute::Cheaper, PolicyKind::Flow, (16 << 20) + (5 << 19));
+        let (x, w) = (Tensor::ones(&[256, 8192], DType::F32)?, Tensor::ones(&[8192, 256], DType::F32)?);
+        let filler = Tensor::ones(&[1 << 18], DType::F32)?;
         x.pin_resident(true)?;
         w.pin_resident(true)?;
         residency::mark_iteration()?; // their loads are not the next iteration's
@@ -218,8 +230,6 @@ fn cheaper_recomputes_more_after_an_iteration_where_the_link_was_the_bottleneck(
         assert_eq!(s.drops > before.drops, link_bound, "link-bound first iteration: {link_bound}; {s:?}");
         assert_eq!(s.write_backs > before.write_backs, !link_bound, "link-bound first iteration: {link_bound}; {s:?}");
         assert!(products.iter().chain(&first[..1]).all(|p| p.to_vec::<f32>().is_ok_and(|v| v[0] == 8192.0 || v[0] == 2.0)));
-        x.pin_resident(false)?;
-        w.pin_resident(false)?;
     }
     Ok(())
 }
@@ -233,15 +243,15 @@ fn cheaper_recomputes_more_after_an_iteration_where_the_link_was_the_bottleneck(
 #[test]
 fn cheaper_counts_no_load_for_an_input_read_next_to_the_result() -> Result<()> {
     let floats = 1i64 << 18; // 1 MiB: a copy takes 20 us, longer than a launch
-    let (a, c) = (Tensor::ones(&[2, floats], DType::F32)?, Tensor::ones(&[2, floats], DType::F32)?);
     for (gap, dropped) in [(0, true), (16, false)] {
         let _m = Managed::recomputing(Recompute::Cheaper, PolicyKind::Flow, 4 * 4 * floats as u64);
+        let (a, c) = (Tensor::ones(&[2, floats], DType::F32)?, Tensor::ones(&[2, floats], DType::F32)?);
         let mut last = (0, 0);
         for _ in 0..3 {
             let before = stats();
             let y = a.sum_dim(&[0], false)?;
             c.mul_scalar(2.0)?; // 4 MiB with its input: everything else leaves
-            let z = y.dropout(0.0, true)?; // never dropped: random
+            let z = y.dropout(0.0, true)?; // reads y (p = 0: y itself)
             for _ in 0..gap {
                 c.sum()?;
             }

@@ -302,3 +302,40 @@ pub(crate) fn write_error(err: *mut c_char, err_len: usize, msg: &str) {
         *err.add(n) = 0;
     }
 }
+
+// ---------------------------------------------------------------- random draws (random.cpp)
+
+#[allow(unused_doc_comments)]
+/// cbindgen:ignore
+extern "C" {
+    fn tr_native_dropout_noise(like: *const c_void, p: f64, snapshot: *const c_void, out_noise: *mut *mut c_void, out_snapshot: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_generator_free(generator: *mut c_void);
+}
+
+/// A random generator as it was before a draw (random.cpp): the same draw from it gives the same
+/// numbers.
+pub(crate) struct Snapshot(*mut c_void);
+
+// SAFETY: the shim only ever clones the generator it points to (a read), and frees it once.
+unsafe impl Send for Snapshot {}
+// SAFETY: as for Send: shared use only reads it.
+unsafe impl Sync for Snapshot {}
+
+impl Drop for Snapshot {
+    fn drop(&mut self) {
+        // SAFETY: made by tr_native_dropout_noise, freed only here.
+        unsafe { tr_native_generator_free(self.0) }
+    }
+}
+
+/// Dropout's noise for a tensor like `like` (1/(1-p) where a Bernoulli(1-p) draw succeeds, else
+/// 0), as at::dropout draws it. Without `snapshot`, drawn from the default generator of `like`'s
+/// device, and returned with a snapshot of that generator as it was (None on the meta device,
+/// which draws nothing); with one, the same numbers drawn again.
+pub(crate) fn dropout_noise(like: &tch::Tensor, p: f64, snapshot: Option<&Snapshot>) -> Result<(tch::Tensor, Option<Snapshot>)> {
+    let from = snapshot.map_or(std::ptr::null(), |s| s.0.cast_const());
+    let mut taken = std::ptr::null_mut();
+    // SAFETY: `like` and the snapshot are live for the call; `taken` is a valid out pointer.
+    let noise = make("dropout noise", |out, err, len| unsafe { tr_native_dropout_noise(like.as_ptr().cast(), p, from, out, &mut taken, err, len) })?;
+    Ok((noise, (!taken.is_null()).then_some(Snapshot(taken))))
+}

@@ -168,17 +168,43 @@ impl Op {
         run: impl Fn(&[Option<&tch::Tensor>]) -> Result<tch::Tensor>,
         keep: impl FnOnce() -> Replay,
     ) -> Result<TensorId> {
-        // The registered entry of each present input, or None when results keep no recipes.
-        let found = |m: &Managed| inputs.iter().map(|i| i.map(|t| m.original(t).ok_or(())).transpose()).collect::<Result<Vec<_>, ()>>().ok();
-        let originals = match self.managed.as_deref() {
-            None => return Ok(registry::insert(run(&inputs)?)),
-            Some(m) if m.ticket.recomputes() => found(m),
-            Some(_) => None,
-        };
-        let Some(originals) = originals else { return self.output_managed(|| run(&inputs)) };
+        if self.managed.is_none() {
+            return Ok(registry::insert(run(&inputs)?));
+        }
+        let Some(originals) = self.originals(&inputs) else { return self.output_managed(|| run(&inputs)) };
         let replay = keep();
         let recipe = || Some(Recipe::new(originals.clone(), replay.clone()));
         self.run_managed(|| run(&inputs), recipe)?.ok_or_else(undefined)
+    }
+
+    /// Like `output_replayable`, for a random op: `draw` returns its result and, where it can, a
+    /// replay function that draws the same numbers again (holding a snapshot of the generator it
+    /// drew from), which becomes the result's recipe.
+    pub(crate) fn output_drawn<const N: usize>(
+        self,
+        inputs: [Option<&tch::Tensor>; N],
+        draw: impl Fn() -> Result<(tch::Tensor, Option<Replay>)>,
+    ) -> Result<TensorId> {
+        let replay = std::cell::RefCell::new(None);
+        let run = || draw().map(|(t, r)| {
+            *replay.borrow_mut() = r;
+            t
+        });
+        if self.managed.is_none() {
+            return Ok(registry::insert(run()?));
+        }
+        let Some(originals) = self.originals(&inputs) else { return self.output_managed(run) };
+        let recipe = || replay.borrow().clone().map(|r| Recipe::new(originals.clone(), r));
+        self.run_managed(run, recipe)?.ok_or_else(undefined)
+    }
+
+    /// The registered entry of each present input, where the manager keeps recipes.
+    fn originals(&self, inputs: &[Option<&tch::Tensor>]) -> Option<Vec<Option<Arc<Entry>>>> {
+        let m = self.managed.as_deref().filter(|m| m.ticket.recomputes())?;
+        inputs.iter().map(|i| match i {
+            None => Some(None),
+            Some(t) => m.original(t).map(Some),
+        }).collect()
     }
 
     /// Runs `body` under the manager and places its result (with the recipe `recipe` gives);

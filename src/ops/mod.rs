@@ -1,7 +1,8 @@
 //! Tensor operations. Almost every op is one line of `ops.def`, from which `tools/gen.py`
 //! generates the core function on handles, the `Tensor` method and the C function. Ops never
 //! consume their inputs; new results are registered in the current scope. Hand-written here:
-//! host data (`data`), autograd helpers, optimizer steps and the arithmetic operators.
+//! host data (`data`), autograd helpers, optimizer steps, random ops made again exactly (`random`)
+//! and the arithmetic operators.
 
 pub(crate) mod autograd;
 #[cfg(test)]
@@ -12,6 +13,7 @@ pub(crate) mod generated;
 pub(crate) mod lists;
 mod operators;
 pub(crate) mod optim;
+pub(crate) mod random;
 pub(crate) mod scalars;
 
 pub use autograd::{manual_seed, no_grad, NoGradGuard};
@@ -22,7 +24,7 @@ pub(crate) mod prelude {
     pub(crate) use super::optim::AdamHyper;
     pub(crate) use super::exec::{given, replay_args, same_lengths, Op};
     pub(crate) use super::scalars::{self, scalar, Scalar};
-    pub(crate) use super::{autograd, lists, optim};
+    pub(crate) use super::{autograd, lists, optim, random};
     pub(crate) use crate::dtype::DType;
     pub(crate) use crate::error::{Error, Result};
     pub(crate) use crate::registry::TensorId;

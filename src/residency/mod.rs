@@ -211,6 +211,16 @@ pub(crate) fn page_locked_homes() -> Option<bool> {
     (m.moves() && m.cfg.pin_host_memory).then(|| m.cfg.device.cuda())
 }
 
+/// Gives the storage autograd saved `t` into during the running op (a draw the op made inside
+/// itself: dropout's noise) the recipe `replay`, which takes no inputs, so that a manager that
+/// recomputes may drop it and draw it again.
+pub(crate) fn keep_saved_recipe(t: &tch::Tensor, op: &'static str, replay: Replay) -> Result<()> {
+    if !active() {
+        return Ok(());
+    }
+    with(|m| m.keep_saved_recipe(t, op, replay))
+}
+
 /// Whether a manager is configured.
 pub fn enabled() -> bool {
     active()

@@ -12,8 +12,9 @@
 //! made on the simulated device is the one a GPU would make.
 //!
 //! What keeps a recipe sound:
-//! - Only ops whose result depends on nothing but their inputs have replay functions: never a
-//!   random one such as dropout (tools/optable.py, `RANDOM`), never an in-place one.
+//! - Only ops whose result depends on nothing but their inputs have replay functions, never an
+//!   in-place one; a random one (tools/optable.py, `RANDOM`) draws again from a snapshot of the
+//!   generator it drew from (src/ops/random.rs), so it too depends on nothing else.
 //! - A recipe holds views of its inputs' storages, so they live while it does. Once nothing but
 //!   recipes holds a storage that has a recipe itself, it is dropped from the device at once, as
 //!   its last view's death would have freed it. Chains are cut: a result whose inputs' recipes are
@@ -156,6 +157,18 @@ impl Manager {
         let h100 = schedule::H100;
         let seconds = schedule::op_seconds(recipe.op, k, input_bytes, self.storages[&id].bytes, h100.flops, h100.memory_bandwidth, elem);
         seconds.max(h100.launch) * 1e9
+    }
+
+    /// See `residency::keep_saved_recipe`: only a storage that was saved and has no recipe yet.
+    pub(super) fn keep_saved_recipe(&mut self, t: &tch::Tensor, op: &'static str, replay: Replay) -> Result<()> {
+        if self.cfg.recompute == Recompute::Off || !self.moves() {
+            return Ok(());
+        }
+        let info = native::storage(t, self.cuda())?;
+        match self.by_device.get(&info.id) {
+            Some(&id) if self.storages[&id].recipe.is_none() => self.keep_recipe(id, op, Recipe::new(Vec::new(), replay)),
+            _ => Ok(()),
+        }
     }
 
     /// Drops a storage's recipe: its inputs are no longer held for it, nor is it their dependent.
