@@ -125,10 +125,9 @@ extern "C" {
 
 // Makes the default autograd engine hand saved tensors to `pack`/`unpack`/`free` while `on`.
 // Installs the library's engine the first time `on` is asked, unless another engine than
-// libtorch's base one (PyTorch's Python engine) is the default: then `*managed` is false and
-// nothing changes.
-int tr_native_manage_saved(PackFn pack, UnpackFn unpack, FreeFn free, int on, int *managed, char *err,
-                           size_t err_len) {
+// libtorch's base one (PyTorch's Python engine) is the default: then nothing changes
+// (tr_native_saved_managed says which).
+int tr_native_manage_saved(PackFn pack, UnpackFn unpack, FreeFn free, int on, char *err, size_t err_len) {
     return guarded(err, err_len, [&] {
         auto &current = torch::autograd::Engine::get_default_engine();
         bool ours = installed && &current == &managing_engine();
@@ -140,7 +139,6 @@ int tr_native_manage_saved(PackFn pack, UnpackFn unpack, FreeFn free, int on, in
             installed = ours = true;
         }
         managing.store(ours && on != 0, std::memory_order_release);
-        *managed = ours ? 1 : 0;
     });
 }
 
@@ -152,6 +150,12 @@ int tr_native_tensor_of_impl(void *impl, void **out, char *err, size_t err_len) 
             static_cast<c10::TensorImpl *>(impl));
         *out = new at::Tensor(std::move(ptr));
     });
+}
+
+// Whether the library's engine hands saved tensors to the manager now: turned on, and still the
+// default engine (importing torch afterwards makes PyTorch's the default).
+int tr_native_saved_managed(void) {
+    return managing.load(std::memory_order_acquire) && &torch::autograd::Engine::get_default_engine() == &managing_engine();
 }
 
 // The version of `t`'s data (autograd's version counter, bumped by every in-place write).

@@ -220,8 +220,9 @@ pub(crate) fn grad_enabled() -> bool {
 /// cbindgen:ignore
 extern "C" {
     fn tr_native_connect_grad(to: *const c_void, from: *const c_void, accumulate: Option<AccumulateFn>, managed_leaf: c_int, err: *mut c_char, err_len: usize) -> c_int;
-    fn tr_native_manage_saved(pack: PackFn, unpack: UnpackFn, free: FreeFn, on: c_int, managed: *mut c_int, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_manage_saved(pack: PackFn, unpack: UnpackFn, free: FreeFn, on: c_int, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_tensor_of_impl(tensor_impl: *mut c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_saved_managed() -> c_int;
     fn tr_native_version(t: *const c_void) -> u32;
     fn tr_native_share_version(to: *const c_void, from: *const c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_set_grad(t: *const c_void, grad: *const c_void, err: *mut c_char, err_len: usize) -> c_int;
@@ -264,14 +265,12 @@ pub(crate) type PackFn = unsafe extern "C" fn(*mut c_void, *mut c_char, usize) -
 pub(crate) type UnpackFn = unsafe extern "C" fn(*mut c_void, *mut *mut c_void, *mut c_char, usize) -> c_int;
 pub(crate) type FreeFn = unsafe extern "C" fn(*mut c_void);
 
-/// Hands every tensor autograd saves to `pack` (and back through `unpack`) while `on`. Returns
-/// whether it can: not where another engine than libtorch's own (PyTorch's Python engine) runs
-/// backward.
-pub(crate) fn manage_saved(pack: PackFn, unpack: UnpackFn, free: FreeFn, on: bool) -> Result<bool> {
-    let mut managed = 0;
-    // SAFETY: the functions live as long as the program; `managed` is a valid out pointer.
-    run("saved tensors", |err, len| unsafe { tr_native_manage_saved(pack, unpack, free, on.into(), &mut managed, err, len) })?;
-    Ok(managed != 0)
+/// Hands every tensor autograd saves to `pack` (and back through `unpack`) while `on`, where it
+/// can: not where another engine than libtorch's own (PyTorch's Python engine) runs backward
+/// (`saved_managed` says which).
+pub(crate) fn manage_saved(pack: PackFn, unpack: UnpackFn, free: FreeFn, on: bool) -> Result<()> {
+    // SAFETY: the functions live as long as the program.
+    run("saved tensors", |err, len| unsafe { tr_native_manage_saved(pack, unpack, free, on.into(), err, len) })
 }
 
 /// A tensor holding one more reference to `tensor_impl`, a `c10::TensorImpl*` of this process's
@@ -282,6 +281,13 @@ pub(crate) fn manage_saved(pack: PackFn, unpack: UnpackFn, free: FreeFn, on: boo
 pub(crate) unsafe fn tensor_of_impl(tensor_impl: *mut c_void) -> Result<tch::Tensor> {
     // SAFETY: the caller's contract.
     make("tensor of TensorImpl", |out, err, len| unsafe { tr_native_tensor_of_impl(tensor_impl, out, err, len) })
+}
+
+/// Whether the library's engine hands saved tensors to `pack` now: turned on by `manage_saved`,
+/// and still the default engine (a later `import torch` makes PyTorch's the default).
+pub(crate) fn saved_managed() -> bool {
+    // SAFETY: reads two atomics and libtorch's default engine.
+    unsafe { tr_native_saved_managed() != 0 }
 }
 
 /// The version of `t`'s data: autograd's version counter, bumped by every in-place write.

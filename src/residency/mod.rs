@@ -86,8 +86,6 @@ impl Config {
 
 static MANAGER: Mutex<Option<Manager>> = Mutex::new(None);
 static ACTIVE: AtomicBool = AtomicBool::new(false);
-/// The tensors autograd saves go through the manager (see `saved`).
-static SAVED_MANAGED: AtomicBool = AtomicBool::new(false);
 
 thread_local! {
     /// This thread holds the manager (it is running the manager's code, or an event callback).
@@ -176,7 +174,7 @@ pub fn configure(cfg: Config) -> Result<()> {
     let old = guard.replace(fresh);
     ACTIVE.store(true, Ordering::Release);
     drop(guard);
-    SAVED_MANAGED.store(saved::manage(moves)? && moves, Ordering::Release);
+    saved::manage(moves)?;
     wait_all(writing)?;
     drop(old);
     Ok(())
@@ -194,7 +192,6 @@ pub fn disable() -> Result<()> {
     ACTIVE.store(false, Ordering::Release);
     drop(guard);
     saved::manage(false)?;
-    SAVED_MANAGED.store(false, Ordering::Release);
     wait_all(writing)?;
     drop(old);
     Ok(())
@@ -228,9 +225,10 @@ pub fn enabled() -> bool {
 
 /// Whether the tensors autograd saves for backward are managed by the library's engine hooks (a
 /// manager that moves data is configured, and backward runs on libtorch's engine: not where
-/// PyTorch's Python engine does, whose hooks the Python binding sets, src/ffi/saved.rs).
+/// PyTorch's Python engine does, whose hooks the Python binding sets, src/ffi/saved.rs, nor after
+/// torch was imported into the process since the manager was configured).
 pub fn saved_tensors_managed() -> bool {
-    SAVED_MANAGED.load(Ordering::Acquire)
+    crate::native::saved_managed()
 }
 
 /// The counters since the manager was configured (None without a manager), with the CUDA

@@ -149,8 +149,8 @@ unsafe extern "C" fn free(token: *mut c_void) {
     let _ = catch_unwind(AssertUnwindSafe(|| drop(unsafe { Box::from_raw(token.cast::<Saved>()) })));
 }
 
-/// Turns the managing of saved tensors on or off; returns whether they are managed (not where
-/// PyTorch's Python engine runs backward).
-pub(crate) fn manage(on: bool) -> Result<bool> {
+/// Turns the managing of saved tensors on or off (not where PyTorch's Python engine runs
+/// backward: `residency::saved_tensors_managed` says which).
+pub(crate) fn manage(on: bool) -> Result<()> {
     Ok(native::manage_saved(pack, unpack, free, on)?)
 }

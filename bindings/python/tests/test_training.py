@@ -120,14 +120,19 @@ def test_saved_tensors_are_managed_where_torch_runs_backward():
         other.join()
     assert seen == [False]
     assert not tr.residency.saved_tensors_managed()
-    # A process that never imports torch gets libtorch's own engine, with the manager's hooks.
+    # A process that has not imported torch gets libtorch's own engine, with the manager's hooks;
+    # importing torch makes PyTorch's the default, which the next configuration follows.
     script = ("import tensorref as tr\n"
               "with tr.residency.session(policy='flow', budget_bytes=1 << 20):\n"
               "    print(tr.residency.saved_tensors_managed())\n"
+              "    import torch\n"
+              "    print(tr.residency.saved_tensors_managed())\n"
+              "    with tr.residency.session(policy='flow', budget_bytes=1 << 20):\n"
+              "        print(tr.residency.saved_tensors_managed())\n"
               "print(tr.residency.saved_tensors_managed())\n")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["True", "False"]
+    assert out.stdout.split() == ["True", "False", "True", "False"]
 
 
 def test_backward_unpacks_what_autograd_saved_through_the_manager():
