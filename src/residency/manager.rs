@@ -428,17 +428,18 @@ impl Manager {
     /// ahead of the reloads backward needs first. A failure leaves the write-back to the
     /// eviction.
     fn write_ahead(&mut self, op: &'static str) {
-        let written = std::mem::take(&mut self.written_now);
-        if !self.policy.prefetches() || !self.trace.following() {
-            return;
-        }
-        for id in written {
-            let Some(s) = self.storages.get(&id) else { continue };
-            let eligible = s.resident() && s.dirty && s.in_use == 0 && !s.pinned && s.counted() && !matches!(s.kind, Home::External { .. });
-            if eligible && !self.droppable(id) && self.trace.evicted_last_time(s.key) && self.write_home(id, op).is_ok() {
-                self.storages.get_mut(&id).expect("written above").written_ahead = true;
+        if self.policy.prefetches() && self.trace.following() {
+            let written = std::mem::take(&mut self.written_now);
+            for &id in &written {
+                let Some(s) = self.storages.get(&id) else { continue };
+                let eligible = s.resident() && s.dirty && s.in_use == 0 && !s.pinned && s.counted() && !matches!(s.kind, Home::External { .. });
+                if eligible && !self.droppable(id) && self.trace.evicted_last_time(s.key) && self.write_home(id, op).is_ok() {
+                    self.storages.get_mut(&id).expect("written above").written_ahead = true;
+                }
             }
+            self.written_now = written; // its capacity serves the next op
         }
+        self.written_now.clear();
     }
 
     /// Evicts every device copy no running op uses (out-of-memory recovery). Returns the count.

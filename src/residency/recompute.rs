@@ -5,11 +5,11 @@
 //! `Recompute::Cheaper` a result is dropped when remaking it (its op, plus its dropped inputs'
 //! ops, plus loading its evicted inputs that the recorded order does not read next to it: DTR's
 //! evicted neighbourhood) costs less than the write-back and the reload its eviction would take,
-//! copies weighed by how loaded the link was
-//! in the last iteration (`LinkLoad`: recompute more where the link is the bottleneck, reload
-//! where compute is); with `Recompute::Always`, whenever it has a recipe. Costs are an H100's,
-//! estimated from the op's shapes (`remake_estimate_ns`), the same on every device, so the choice
-//! made on the simulated device is the one a GPU would make.
+//! copies weighed by how loaded the link was in the last iteration (`LinkLoad`: recompute more
+//! where the link is the bottleneck, reload where compute is); with `Recompute::Always`, whenever
+//! it has a recipe. Costs are an H100's, estimated from the op's shapes (`remake_estimate_ns`),
+//! the same on every device, so the choice made on the simulated device is the one a GPU would
+//! make.
 //!
 //! What keeps a recipe sound:
 //! - Only ops whose result depends on nothing but their inputs have replay functions, never an
