@@ -55,9 +55,9 @@ def one_op(op: Op) -> list[str]:
         bind = cell(p.ty, "rust_bind")
         if bind:
             lines.append("    " + fill(bind, p))
-    if op.name in RANDOM:  # the body draws, and returns a replay that draws the same again
+    if op.name in RANDOM:  # the body draws; with `keep`, it returns a replay that draws the same
         inputs = ", ".join(f"Some({p.name})" for p in op.params if cell(p.ty, "tensor"))
-        return lines + [f"    op.output_drawn([{inputs}], || {op.body})"]
+        return lines + [f"    op.output_drawn([{inputs}], |keep| {op.body})"]
     if op.replayable:
         return replay_fn(op) + lines + replayed(op)
     run = ret_cell(op.ret, "rust_run").format(body=op.body, first=params[0].name if params else "")

@@ -21,9 +21,9 @@ TABLE = ROOT / "src/ops/ops.def"
 # The receivers an op's name may start with, besides a tensor (tr_tensor_*).
 RECEIVERS = {"optim"}
 
-# Ops whose result depends on the random generator: their body (src/ops/random.rs) draws from a
-# snapshot of the generator and returns a replay that draws the same numbers again, which the
-# residency manager keeps as the result's recipe (see emit_rust).
+# Ops whose result depends on the random generator: their body (src/ops/random.rs) draws and,
+# given `keep` (the residency manager keeps recipes), returns a replay that draws the same numbers
+# again from a snapshot of the generator, which becomes the result's recipe (see emit_rust).
 RANDOM = {"dropout"}
 
 

@@ -335,13 +335,19 @@ impl Drop for Snapshot {
 }
 
 /// Dropout's noise for a tensor like `like` (1/(1-p) where a Bernoulli(1-p) draw succeeds, else
-/// 0), as at::dropout draws it. Without `snapshot`, drawn from the default generator of `like`'s
-/// device, and returned with a snapshot of that generator as it was (None on the meta device,
-/// which draws nothing); with one, the same numbers drawn again.
-pub(crate) fn dropout_noise(like: &tch::Tensor, p: f64, snapshot: Option<&Snapshot>) -> Result<(tch::Tensor, Option<Snapshot>)> {
-    let from = snapshot.map_or(std::ptr::null(), |s| s.0.cast_const());
+/// 0), drawn from the default generator of `like`'s device as at::dropout draws it; with `keep`,
+/// returned with a snapshot of that generator as it was (none on the meta device, which draws
+/// nothing).
+pub(crate) fn dropout_noise(like: &tch::Tensor, p: f64, keep: bool) -> Result<(tch::Tensor, Option<Snapshot>)> {
     let mut taken = std::ptr::null_mut();
-    // SAFETY: `like` and the snapshot are live for the call; `taken` is a valid out pointer.
-    let noise = make("dropout noise", |out, err, len| unsafe { tr_native_dropout_noise(like.as_ptr().cast(), p, from, out, &mut taken, err, len) })?;
+    let out_snapshot: *mut *mut c_void = if keep { &mut taken } else { std::ptr::null_mut() };
+    // SAFETY: `like` is live for the call; `out_snapshot` is NULL or a valid out pointer.
+    let noise = make("dropout noise", |out, err, len| unsafe { tr_native_dropout_noise(like.as_ptr().cast(), p, std::ptr::null(), out, out_snapshot, err, len) })?;
     Ok((noise, (!taken.is_null()).then_some(Snapshot(taken))))
+}
+
+/// The noise `dropout_noise` drew with `snapshot` kept, drawn again for a tensor like `like`.
+pub(crate) fn dropout_noise_again(like: &tch::Tensor, p: f64, snapshot: &Snapshot) -> Result<tch::Tensor> {
+    // SAFETY: `like` and the snapshot are live for the call.
+    make("dropout noise", |out, err, len| unsafe { tr_native_dropout_noise(like.as_ptr().cast(), p, snapshot.0, out, std::ptr::null_mut(), err, len) })
 }

@@ -16,19 +16,25 @@ extern "C" {
 
 // Dropout's noise for `like` (an at::Tensor*), drawn as at::dropout draws it: a tensor like it
 // of 1/(1-p) where a Bernoulli(1-p) draw succeeds and 0 elsewhere, written to `*out_noise`.
-// With `snapshot` NULL it draws from the default generator of `like`'s device (which advances
-// as if it had drawn itself; other threads' draws wait meanwhile) and writes that generator as
-// it was before, a new at::Generator*, to `*out_snapshot`; with a snapshot it draws the same
-// numbers again and leaves the default generator alone. A meta tensor draws nothing.
+// With a `snapshot` it draws the same numbers again from it and leaves the default generator
+// alone. Without one it draws from the default generator of `like`'s device; where
+// `out_snapshot` is not NULL, through a clone (the default generator advances as if it had drawn
+// itself; other threads' draws wait meanwhile), and writes the generator as it was before, a new
+// at::Generator*, to `*out_snapshot`. A meta tensor draws nothing.
 int tr_native_dropout_noise(const void *like, double p, const void *snapshot, void **out_noise, void **out_snapshot,
                             char *err, size_t err_len) {
     return guarded(err, err_len, [&] {
         const auto &t = *static_cast<const at::Tensor *>(like);
         auto noise = at::empty_like(t);
-        if (t.is_meta()) {
+        if (out_snapshot != nullptr) {
             *out_snapshot = nullptr;
+        }
+        if (t.is_meta()) {
+            // no data: nothing to draw
         } else if (snapshot != nullptr) {
             noise.bernoulli_(1 - p, static_cast<const at::Generator *>(snapshot)->clone());
+        } else if (out_snapshot == nullptr) {
+            noise.bernoulli_(1 - p);
         } else {
             auto global = at::globalContext().defaultGenerator(t.device());
             std::lock_guard<std::mutex> lock(global.mutex());

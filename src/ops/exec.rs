@@ -177,23 +177,23 @@ impl Op {
         self.run_managed(|| run(&inputs), recipe)?.ok_or_else(undefined)
     }
 
-    /// Like `output_replayable`, for a random op: `draw` returns its result and, where it can, a
-    /// replay function that draws the same numbers again (holding a snapshot of the generator it
-    /// drew from), which becomes the result's recipe.
+    /// Like `output_replayable`, for a random op: `draw(keep)` returns its result and, with `keep`
+    /// (the manager keeps recipes), where it can, a replay function that draws the same numbers
+    /// again (holding a snapshot of the generator it drew from), which becomes the result's recipe.
     pub(crate) fn output_drawn<const N: usize>(
         self,
         inputs: [Option<&tch::Tensor>; N],
-        draw: impl Fn() -> Result<(tch::Tensor, Option<Replay>)>,
+        draw: impl Fn(bool) -> Result<(tch::Tensor, Option<Replay>)>,
     ) -> Result<TensorId> {
+        if self.managed.is_none() {
+            return Ok(registry::insert(draw(false)?.0));
+        }
+        let Some(originals) = self.originals(&inputs) else { return self.output_managed(|| draw(false).map(|(t, _)| t)) };
         let replay = std::cell::RefCell::new(None);
-        let run = || draw().map(|(t, r)| {
+        let run = || draw(true).map(|(t, r)| {
             *replay.borrow_mut() = r;
             t
         });
-        if self.managed.is_none() {
-            return Ok(registry::insert(run()?));
-        }
-        let Some(originals) = self.originals(&inputs) else { return self.output_managed(run) };
         let recipe = || replay.borrow().clone().map(|r| Recipe::new(originals.clone(), r));
         self.run_managed(run, recipe)?.ok_or_else(undefined)
     }

@@ -1220,7 +1220,7 @@ pub(crate) mod core {
         let mut op = Op::begin("dropout");
         let [a] = op.get([a])?;
         let a: &tch::Tensor = &a;
-        op.output_drawn([Some(a)], || random::dropout(a, p, train))
+        op.output_drawn([Some(a)], |keep| random::dropout(a, p, train, keep))
     }
 
     /// 2-D convolution of [N,C,H,W] input.
