@@ -123,6 +123,7 @@ extern "C" {
     fn tr_native_mark_external(t: *const c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_page_locked_empty(sizes: *const i64, ndim: usize, dtype: c_int, cuda: c_int, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_page_locked_allocations(cuda: c_int) -> u64;
+    fn tr_native_tensor_holders(t: *const c_void) -> i32;
 }
 
 /// Runs a shim that makes nothing.
@@ -138,6 +139,13 @@ pub(crate) fn storage(t: &tch::Tensor, cuda: bool) -> Result<StorageInfo> {
     // SAFETY: `t` is live for the call; `info` is a valid out pointer.
     run("storage", |err, len| unsafe { tr_native_storage(t.as_ptr().cast(), cuda.into(), &mut info, err, len) })?;
     Ok(info)
+}
+
+/// How many handles (`tch::Tensor`s, libtorch's `at::Tensor`s) share `t`'s TensorImpl: two
+/// registered tensors may be one (an op may return its input).
+pub(crate) fn tensor_holders(t: &tch::Tensor) -> i32 {
+    // SAFETY: `t` is live for the call; the shim reads a reference count.
+    unsafe { tr_native_tensor_holders(t.as_ptr().cast()) }
 }
 
 /// A 1-D uint8 tensor over the whole storage of `t`, on `t`'s device.

@@ -142,6 +142,13 @@ int tr_native_storage(const void *t, int cuda, tr_native_storage_info *out, char
     });
 }
 
+// How many at::Tensor handles share the TensorImpl of `t`. Two registered tensors may share one
+// (an op may return one of its inputs: `contiguous` of a contiguous tensor): a dying one holds a
+// reference to its storage only if its TensorImpl dies with it.
+int32_t tr_native_tensor_holders(const void *t) {
+    return static_cast<int32_t>(static_cast<const at::Tensor *>(t)->use_count());
+}
+
 // A 1-D uint8 tensor over the whole storage of `t`, on its device (the unit the manager moves),
 // sharing `t`'s version counter (see tr_native_share_version).
 int tr_native_storage_bytes(const void *t, void **out, char *err, size_t err_len) {

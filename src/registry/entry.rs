@@ -71,19 +71,20 @@ impl Entry {
     }
 }
 
-/// Told the uid of every registered entry that dies. The residency manager installs it (the
-/// registry knows nothing above itself); only a manager registers entries, so it is set first.
-static ON_FORGET: OnceLock<fn(u64)> = OnceLock::new();
+/// Told of every registered entry that dies: its uid and its tensor, still alive. The residency
+/// manager installs it (the registry knows nothing above itself); only a manager registers
+/// entries, so it is set first.
+static ON_FORGET: OnceLock<fn(u64, &tch::Tensor)> = OnceLock::new();
 
 /// Installs the hook told of every registered entry's death (once; later calls keep the first).
-pub(crate) fn on_forget(hook: fn(u64)) {
+pub(crate) fn on_forget(hook: fn(u64, &tch::Tensor)) {
     let _ = ON_FORGET.set(hook);
 }
 
 impl Drop for Entry {
     fn drop(&mut self) {
         if let (true, Some(forget)) = (self.is_registered(), ON_FORGET.get()) {
-            forget(self.uid());
+            forget(self.uid(), &self.tensor);
         }
     }
 }

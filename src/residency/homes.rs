@@ -114,17 +114,19 @@ impl Manager {
     /// other tensors still hold its home (views made before the manager saw it, a leaf's
     /// `grad`): then it stays known, so they keep reading current data through the manager,
     /// until they are gone too.
-    /// `dying`: the entry's tensor still holds its home (the entry is being dropped now, not
-    /// forgotten later).
-    pub(crate) fn forget(&mut self, uid: u64, dying: bool) {
+    /// `holding`: the entry's tensor still holds a reference to the home, and it goes with the
+    /// entry (the entry is being dropped now, not forgotten later, and no other handle shares its
+    /// TensorImpl: if one does, that handle still views the storage, and must read what the
+    /// manager holds).
+    pub(crate) fn forget(&mut self, uid: u64, holding: bool) {
         if let Some(id) = self.entries.remove(&uid) {
             let s = self.storages.get_mut(&id).expect("an entry's storage is known");
             s.views -= 1;
             if s.views > 0 {
                 self.held_by_recipes(id);
             } else {
-                // `home` holds one reference, and the dying entry's tensor another.
-                self.forget_unheld(id, 1 + i32::from(dying));
+                // `home` holds one reference, and the dying entry's tensor may hold another.
+                self.forget_unheld(id, 1 + i32::from(holding));
                 if self.storages.contains_key(&id) {
                     self.orphans.push(id);
                 }

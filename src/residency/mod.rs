@@ -307,14 +307,17 @@ pub fn schedule_log() -> Option<schedule::Pass> {
     lock().ok()?.as_ref().and_then(|m| m.schedule_log())
 }
 
-/// Called (through the registry's hook, `configure` installs it) when a registered entry dies: its storage's device copy is freed once no other view
-/// of it lives. On a thread that holds the manager (an event callback releasing a tensor) the
-/// entry is forgotten when the manager is next taken.
-pub(crate) fn forget(uid: u64) {
+/// Called (through the registry's hook, `configure` installs it) when a registered entry dies,
+/// with its tensor: its storage's device copy is freed once no other view of it lives. The
+/// tensor's reference to the storage goes with it only if no other handle shares its TensorImpl
+/// (an op may return its input: `contiguous` of a contiguous tensor). On a thread that holds the
+/// manager (an event callback releasing a tensor) the entry is forgotten when the manager is next
+/// taken.
+pub(crate) fn forget(uid: u64, tensor: &tch::Tensor) {
     match lock() {
         Ok(mut held) => {
             if let Some(m) = held.as_mut() {
-                m.forget(uid, true);
+                m.forget(uid, crate::native::tensor_holders(tensor) == 1);
             }
         }
         Err(_) => {
