@@ -514,6 +514,7 @@ impl Manager {
         let id = self.storage_of(entry)?;
         self.remake_if_dropped(id, "export")?;
         self.before_write(id, "export")?;
+        self.pin_storage(id, false)?; // shared memory is never held on the device (see `pin`)
         if self.storages[&id].evictable() {
             self.evict(id, "export")?;
         } else {
@@ -529,10 +530,20 @@ impl Manager {
     }
 
     /// Pins (or unpins) an entry's storage: loaded now, never evicted, counted against the
-    /// budget. Pinned bytes alone may not exceed the budget.
+    /// budget. Pinned bytes alone may not exceed the budget. Memory shared with code outside
+    /// the library stays write-through: it is never held on the device past an op, pinned or
+    /// not (a pin of it does nothing, and exporting a pinned storage ends its pin), so the
+    /// outside's writes are seen at the next op and ours before the op returns.
     pub(crate) fn pin(&mut self, entry: &Entry, pinned: bool) -> Result<()> {
         let id = self.storage_of(entry)?;
+        self.pin_storage(id, pinned)
+    }
+
+    fn pin_storage(&mut self, id: u64, pinned: bool) -> Result<()> {
         let s = &self.storages[&id];
+        if pinned && matches!(s.kind, Home::External { .. }) {
+            return Ok(());
+        }
         let (bytes, was_pinned, resident) = (s.bytes, s.pinned, s.resident());
         if was_pinned == pinned {
             return Ok(());
@@ -554,23 +565,33 @@ impl Manager {
     }
 
     /// Starts writing every newer device copy home and drops every device copy (before
-    /// reconfiguring); dropped results are made again first, and nothing is dropped from here
-    /// on. Returns the write-backs to wait for once the lock is released.
+    /// reconfiguring). It cannot fail for want of room: pins end first, everything on the device
+    /// leaves (a clean copy for free), and then each dropped result is made again in the order
+    /// it was first made (a recipe's inputs are older than its result, so each is home again
+    /// before its dependents need it), needing only its own working set, which `keep_recipe`
+    /// holds to the budget. Nothing is dropped from here on. Returns the write-backs to wait for
+    /// once the lock is released.
     pub(crate) fn drain(&mut self) -> Result<Vec<Arc<Transfer>>> {
         self.cfg.recompute = Recompute::Off;
+        self.storages.values_mut().for_each(|s| s.pinned = false);
+        self.stats.pinned_bytes = 0;
+        self.evict_all("drain")?;
         let mut dropped: Vec<u64> = self.storages.iter().filter(|(_, s)| s.dropped()).map(|(&id, _)| id).collect();
         dropped.sort_unstable();
         for id in dropped {
             self.remake_if_dropped(id, "drain")?;
         }
-        let ids: Vec<u64> = self.storages.iter().filter(|(_, s)| s.resident() && s.counted()).map(|(&id, _)| id).collect();
-        for id in ids {
-            self.storages.get_mut(&id).expect("listed").pinned = false;
-            self.evict(id, "drain")?;
-        }
-        self.stats.pinned_bytes = 0;
+        self.evict_all("drain")?;
         self.owed.clear();
         self.free_retired();
         Ok(self.storages.values_mut().filter_map(Storage::pending_write).collect())
+    }
+
+    /// Evicts every device copy the manager counts, oldest first (one a running op uses too: a
+    /// drain runs while no op does).
+    fn evict_all(&mut self, op: &'static str) -> Result<()> {
+        let mut ids: Vec<u64> = self.storages.iter().filter(|(_, s)| s.resident() && s.counted()).map(|(&id, _)| id).collect();
+        ids.sort_unstable();
+        ids.into_iter().try_for_each(|id| self.evict(id, op))
     }
 }

@@ -15,6 +15,8 @@
 //! - Only ops whose result depends on nothing but their inputs have replay functions, never an
 //!   in-place one; a random one (tools/optable.py, `RANDOM`) draws again from a snapshot of the
 //!   generator it drew from (src/ops/random.rs), so it too depends on nothing else.
+//! - A result keeps a recipe only if its inputs and itself fit the budget together, so that a
+//!   drain, made in the order results were made, can always make it again.
 //! - A recipe holds views of its inputs' storages, so they live while it does. Once nothing but
 //!   recipes holds a storage that has a recipe itself, it is dropped from the device at once, as
 //!   its last view's death would have freed it. Chains are cut: a result whose inputs' recipes are
@@ -125,7 +127,7 @@ impl Manager {
             recipe.storages.push((input, native::version(&s.home)));
         }
         recipe.depth = depth + 1;
-        if recipe.depth > MAX_CHAIN {
+        if recipe.depth > MAX_CHAIN || self.working_set(id, &recipe) > self.cfg.budget {
             return Ok(());
         }
         recipe.cost_ns = self.remake_estimate_ns(id, &recipe);
@@ -143,6 +145,16 @@ impl Manager {
         }
         self.storages.get_mut(&id).expect("just added").recipe = Some(Arc::new(recipe));
         Ok(())
+    }
+
+    /// The bytes on the device while `recipe` makes `id` again from inputs already made: its
+    /// inputs' storages, each once, and its result. A result is kept droppable only if this fits
+    /// the budget, so that a drain can always make it again (`Manager::drain`).
+    fn working_set(&self, id: u64, recipe: &Recipe) -> u64 {
+        let mut inputs: Vec<u64> = recipe.storages.iter().map(|&(input, _)| input).collect();
+        inputs.sort_unstable();
+        inputs.dedup();
+        inputs.iter().map(|input| self.storages[input].bytes).sum::<u64>() + self.storages[&id].bytes
     }
 
     /// The time `recipe`'s op would take to make `id` again on an H100 (`schedule::op_seconds`,
