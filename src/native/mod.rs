@@ -18,6 +18,7 @@ extern "C" {
     fn tr_native_fill(t: *const c_void, tag: c_int, i: i64, f: c_double, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_to_meta(t: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_is_meta(t: *const c_void) -> c_int;
+    fn tr_native_arange(start: c_double, end: c_double, step: c_double, kind: c_int, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
 }
 
 /// Room for libtorch's first line (what `Error` keeps anyway).
@@ -51,13 +52,20 @@ fn tagged(value: Scalar) -> (c_int, i64, c_double) {
     }
 }
 
-/// A 0-dim tensor of `dtype` holding `value` on the device of `like` (libtorch converts the
-/// value to `dtype` with its overflow checks).
+/// A 0-dim tensor of `dtype` holding `value` on the device of `like`, a wrapped number as
+/// PyTorch makes of a Python number (libtorch converts the value to `dtype` with its overflow
+/// checks).
 pub(crate) fn scalar_like(like: &tch::Tensor, value: Scalar, dtype: DType) -> Result<tch::Tensor> {
     let (tag, i, f) = tagged(value);
     // SAFETY: `like` is live for the call; out and err are valid (see `make`). DType codes are
     // c10's ScalarType numbers.
     make("scalar", |out, err, len| unsafe { tr_native_scalar_like(like.as_ptr().cast(), tag, i, f, dtype as c_int, out, err, len) })
+}
+
+/// Values from `start` to `end` (exclusive) in steps of `step`, of `dtype`, on the CPU.
+pub(crate) fn arange(start: f64, end: f64, step: f64, dtype: DType) -> Result<tch::Tensor> {
+    // SAFETY: out and err are valid (see `make`). DType codes are c10's ScalarType numbers.
+    make("arange", |out, err, len| unsafe { tr_native_arange(start, end, step, dtype as c_int, out, err, len) })
 }
 
 /// Fills `t` in place with `value`, converted to its dtype as libtorch's `fill_` does.

@@ -28,14 +28,26 @@ c10::Scalar scalar_of(int tag, int64_t i, double f) {
 } // namespace
 
 // A 0-dim tensor of dtype `kind` holding the tagged value (see `scalar_of`), on the device of
-// `like` (CPU, CUDA, meta...). `fill_` passes the value to the kernel as an argument: no
-// host-to-device copy.
+// `like` (CPU, CUDA, meta...), marked a wrapped number as PyTorch marks a Python number: type
+// promotion then never lets it raise the dtype of a tensor of its category, a 0-dim one
+// included. `fill_` passes the value to the kernel as an argument: no host-to-device copy.
 int tr_native_scalar_like(const void *like, int tag, int64_t i, double f, int kind, void **out, char *err,
                           size_t err_len) {
     return guarded(err, err_len, [&] {
         const auto &t = *static_cast<const at::Tensor *>(like);
         auto options = at::TensorOptions().dtype(static_cast<at::ScalarType>(kind)).device(t.device());
-        *out = new at::Tensor(at::empty({}, options).fill_(scalar_of(tag, i, f)));
+        auto value = at::empty({}, options).fill_(scalar_of(tag, i, f));
+        value.unsafeGetTensorImpl()->set_wrapped_number(true);
+        *out = new at::Tensor(std::move(value));
+    });
+}
+
+// at::arange(start, end, step) of dtype `kind`: libtorch's own checks (finite bounds, a step
+// leading from start to end, a size that fits memory, a dtype arange supports) raise here, where
+// they are caught, rather than inside tch's Scalar.
+int tr_native_arange(double start, double end, double step, int kind, void **out, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        *out = new at::Tensor(at::arange(start, end, step, at::TensorOptions().dtype(static_cast<at::ScalarType>(kind))));
     });
 }
 

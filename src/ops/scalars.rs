@@ -4,12 +4,12 @@
 //! tensor and `full([1], 2^62 + 1, I64)` is exact. tch 0.24 frees a temporary `Scalar` after the
 //! libtorch call and before reading libtorch's error, and the free panics when an error is
 //! pending (bad shape, wrong dtype), so scalars reach libtorch as 0-dim tensors made by a C++
-//! shim, typed so that the result's dtype is what PyTorch gives for a Python number ("wrapped
-//! number"): a 0-dim tensor changes the result's dtype only when its category (bool < integer <
-//! floating) is higher than the other operand's. So an integer scalar is a 0-dim int64 (an int32
-//! tensor stays int32, a bool tensor becomes int64, a floating tensor keeps its dtype), a float
-//! is a 0-dim float64 beside a floating tensor (never widens it) and a 0-dim float32, the default
-//! float dtype, beside an integer or bool tensor, and a bool is a 0-dim bool.
+//! shim and marked, as PyTorch marks a Python number, a "wrapped number": it changes the result's
+//! dtype only when its category (bool < integer < floating) is higher than every tensor
+//! operand's, 0-dim tensors included. So an integer scalar is a wrapped int64 (an int32 tensor
+//! stays int32, a bool tensor becomes int64, a floating tensor keeps its dtype), a float is a
+//! wrapped float64 beside a floating tensor (never widens it, a 0-dim float32 either) and a
+//! float32, the default float dtype, beside an integer or bool tensor, and a bool is a bool.
 
 use super::prelude::*;
 
@@ -130,18 +130,10 @@ fn check_pow(a: &tch::Tensor, exponent: Scalar) -> Result<()> {
     }
 }
 
-/// Checked first: libtorch's own checks would fail inside tch's `Scalar` (see above).
+/// Through a C++ shim, not tch's `Scalar` (see above): libtorch's checks of the bounds, the
+/// step, the size and the dtype are errors like any other.
 pub(crate) fn arange(start: f64, end: f64, step: f64, dtype: DType) -> Result<tch::Tensor> {
-    let why = if !(start.is_finite() && end.is_finite() && step.is_finite()) {
-        "start, end and step must be finite"
-    } else if step == 0.0 {
-        "step must be nonzero"
-    } else if (end - start) / step < 0.0 {
-        "step sign does not lead from start to end"
-    } else {
-        return Ok(tch::Tensor::f_arange_start_step(start, end, step, opts(dtype))?);
-    };
-    Err(Error::InvalidArg(format!("arange({start}, {end}, {step}): {why}")))
+    Ok(crate::native::arange(start, end, step, dtype)?)
 }
 
 #[cfg(test)]
