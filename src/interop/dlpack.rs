@@ -26,6 +26,12 @@ const ERR_LEN: usize = 1024;
 /// # Safety
 /// `managed` is a valid `DLManagedTensor*` that nobody else will consume or delete.
 pub(crate) unsafe fn from_dlpack(managed: *mut c_void) -> Result<TensorId> {
+    // SAFETY: `managed` points at a DLManagedTensor (the caller's contract).
+    if let Err(e) = unsafe { validate(&*managed.cast::<DLManagedTensor>()) } {
+        // SAFETY: ours to give back (the caller's contract); it is not used again.
+        unsafe { discard(managed) };
+        return Err(e);
+    }
     let mut out = std::ptr::null_mut();
     let mut err = [0 as c_char; ERR_LEN];
     // SAFETY: `managed` is valid and ours (the caller's contract); the shim catches every C++
@@ -41,6 +47,57 @@ pub(crate) unsafe fn from_dlpack(managed: *mut c_void) -> Result<TensorId> {
     // The producer can still reach the memory: the residency manager must never cache it.
     crate::native::mark_external(&tensor)?;
     Ok(registry::insert(tensor))
+}
+
+/// The head of dlpack.h's (unversioned) `DLManagedTensor`, its `DLTensor` as far as `validate`
+/// reads it: data, device (type and id), ndim, dtype (code, bits, lanes), shape.
+#[repr(C)]
+struct DLManagedTensor {
+    data: *mut c_void,
+    _device: [i32; 2],
+    ndim: i32,
+    code: u8,
+    bits: u8,
+    lanes: u16,
+    shape: *const i64,
+}
+
+/// dlpack.h's type codes, with the element sizes (bits) libtensorref supports for each.
+const DL_TYPES: [(u8, &str, &[u8]); 5] = [(0, "kDLInt", &[8, 16, 32, 64]), (1, "kDLUInt", &[8]), (2, "kDLFloat", &[16, 32, 64]), (4, "kDLBfloat", &[16]), (6, "kDLBool", &[8])];
+
+/// Checks a producer's description before libtorch reads memory through it: a rank libtorch
+/// allows, a shape array with no negative size and no overflowing element count, data behind
+/// every non-empty tensor, one lane of a type code and size libtensorref knows. libtorch checks
+/// the device and the strides itself.
+///
+/// # Safety
+/// `t.shape` points at `t.ndim` sizes, when it is not NULL and `t.ndim` is positive.
+unsafe fn validate(t: &DLManagedTensor) -> Result<()> {
+    let bad = |why: String| Err(Error::InvalidArg(format!("DLPack import: {why}")));
+    if !(0..=64).contains(&t.ndim) {
+        return bad(format!("ndim {} is not between 0 and 64", t.ndim));
+    }
+    if t.ndim > 0 && t.shape.is_null() {
+        return bad(format!("ndim {} with a NULL shape", t.ndim));
+    }
+    // SAFETY: `shape` holds `ndim` sizes (the caller's contract), checked non-NULL above.
+    let shape = if t.ndim == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(t.shape, t.ndim as usize) } };
+    if let Some(d) = shape.iter().find(|&&d| d < 0) {
+        return bad(format!("negative size {d} in shape {shape:?}"));
+    }
+    let Some(numel) = shape.iter().try_fold(1i64, |n, &d| n.checked_mul(d)) else {
+        return bad(format!("the element count of shape {shape:?} overflows"));
+    };
+    if numel > 0 && t.data.is_null() {
+        return bad(format!("NULL data for {numel} elements"));
+    }
+    let Some((_, name, sizes)) = DL_TYPES.iter().find(|(code, _, _)| *code == t.code) else {
+        return bad(format!("unknown dtype code {} (bits {}): libtensorref takes kDLInt, kDLUInt, kDLFloat, kDLBfloat and kDLBool", t.code, t.bits));
+    };
+    if !sizes.contains(&t.bits) || t.lanes != 1 {
+        return Err(Error::Dtype(format!("DLPack import: {name} of {} bits and {} lanes is not a dtype libtensorref supports", t.bits, t.lanes)));
+    }
+    Ok(())
 }
 
 /// Exports the tensor of `id` as a new `DLManagedTensor*` sharing its memory (the autograd
