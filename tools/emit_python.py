@@ -149,9 +149,25 @@ def _doc(op) -> str:
     return "\n".join(lines)
 
 
-def emit_op(op: Op) -> str:
+def scalar_twin(op: Op, by_name: dict) -> Op | None:
+    """The op that takes a number where `op` takes its second tensor (`mul` -> `mul_scalar`,
+    `mul_` -> `mul_scalar_`), if the table has one: `t.mul(0.5)` and `t.mul_(0.5)` work as in
+    PyTorch."""
+    if len(op.params) != 2 or op.params[1].ty != "T":
+        return None
+    in_place = op.name.endswith("_")
+    twin = by_name.get(op.name.removesuffix("_") + "_scalar" + ("_" if in_place else ""))
+    return twin if twin is not None and [p.ty for p in twin.params] == ["T", "scalar"] else None
+
+
+def emit_op(op: Op, by_name: dict) -> str:
     sig = ", ".join(_signature(op, op.creates))
     body, args = [], []
+    twin = scalar_twin(op, by_name)
+    if twin is not None:
+        a, b = (_py_name(p.name) for p in op.params)
+        body += [f"if type({b}) is not _T and not isinstance({b}, _T) and _operand({b}) is not None:",
+                 f"    return {twin.name}({a}, {b})"]
     for p in op.params:
         n = _py_name(p.name)
         pre = cell(p.ty, "py_pre")
@@ -324,7 +340,8 @@ def _bad_call(op, params, e):
 __all__ = [
 ''']
     parts.append("".join(f"    {n!r},\n" for n in starred) + "]\n")
-    parts += ["\n" + emit_op(op) + "\n\n" for op in ops]
+    by_name = {op.name: op for op in ops}
+    parts += ["\n" + emit_op(op, by_name) + "\n\n" for op in ops]
     parts.append("# Operators: int and float operands go to the *_scalar ops.\n")
     parts.append(emit_operators(ops))
     parts.append("# Tensor methods: the ops whose first parameter is a tensor, and the operators.\n"

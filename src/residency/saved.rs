@@ -91,7 +91,8 @@ impl Saved {
         };
         let now = native::version(entry);
         if now != version {
-            return Err(Error::InvalidArg(format!(
+            // libtorch's own check and words, and its status: as without a manager.
+            return Err(Error::Torch(format!(
                 "one of the variables needed for gradient computation has been modified by an inplace operation: \
                  [{:?} {:?}] is at version {now}; expected version {version} instead",
                 entry.kind(),

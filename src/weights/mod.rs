@@ -61,49 +61,75 @@ fn dtype_of(st: StDtype, name: &str, path: &Path) -> Result<DType> {
     })
 }
 
-/// A header error in words. An unknown dtype string fails the header's parsing as a whole; it is
-/// found again here so the message can name the tensor and the dtype.
+/// A header error in words. An unknown dtype string fails the header's parsing as a whole, and a
+/// name given twice leaves offsets that do not tile the data; each is found again here so the
+/// message can name the tensor.
 fn header_error(e: SafeTensorError, bytes: &[u8], path: &Path) -> Error {
+    let strings = header_strings(bytes).unwrap_or_default();
     if let SafeTensorError::InvalidHeaderDeserialization(_) = &e {
-        if let Some((name, dtype)) = unknown_dtype(bytes) {
+        if let Some((name, dtype)) = unknown_dtype(&strings) {
             return Error::Dtype(format!("{}: tensor `{name}` has unknown dtype `{dtype}`", path.display()));
         }
     }
-    let why = match e {
-        SafeTensorError::HeaderTooSmall | SafeTensorError::MetadataIncompleteBuffer => "truncated file".to_string(),
-        SafeTensorError::InvalidHeaderLength => "header length exceeds the file (truncated?)".to_string(),
-        other => other.to_string(),
+    let why = match (e, duplicate_name(&strings)) {
+        (_, Some(name)) => format!("tensor `{name}` is named twice in the header"),
+        (SafeTensorError::HeaderTooSmall | SafeTensorError::MetadataIncompleteBuffer, _) => "truncated file".to_string(),
+        (SafeTensorError::InvalidHeaderLength, _) => "header length exceeds the file (truncated?)".to_string(),
+        (other, _) => other.to_string(),
     };
     Error::Format(format!("{}: not a valid safetensors file: {why}", path.display()))
 }
 
-/// The first tensor whose dtype the header names and safetensors does not know: (name, dtype).
-/// A scan of the header's JSON: the tensor names are its top-level keys, each with an object
-/// whose "dtype" key holds a string.
-fn unknown_dtype(bytes: &[u8]) -> Option<(String, String)> {
-    const KNOWN: &[&str] = &["BOOL", "F4", "F6_E2M3", "F6_E3M2", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0", "I16", "U16", "F16", "BF16", "I32", "U32", "F32", "F64", "I64", "U64"];
+/// A string of the header's JSON: its nesting depth (1: a tensor's name), whether it is a key, and
+/// its text.
+struct HeaderString {
+    depth: u32,
+    key: bool,
+    text: String,
+}
+
+/// The strings of the header's JSON in order (None if the file has no readable header).
+fn header_strings(bytes: &[u8]) -> Option<Vec<HeaderString>> {
     let n = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?) as usize;
     let header = std::str::from_utf8(bytes.get(8..8usize.checked_add(n)?)?).ok()?;
-    let (mut depth, mut name, mut key) = (0, String::new(), String::new());
+    let (mut depth, mut out) = (0u32, Vec::new());
     let mut chars = header.chars();
     while let Some(c) = chars.next() {
         match c {
             '{' | '[' => depth += 1,
-            '}' | ']' => depth -= 1,
+            '}' | ']' => depth = depth.saturating_sub(1),
             '"' => {
                 let text = json_string(&mut chars)?;
-                let is_key = chars.clone().find(|c| !c.is_whitespace()) == Some(':');
-                match (depth, is_key) {
-                    (1, true) => name = text,
-                    (2, true) => key = text,
-                    (2, false) if key == "dtype" && !KNOWN.contains(&text.as_str()) => return Some((name, text)),
-                    _ => {}
-                }
+                let key = chars.clone().find(|c| !c.is_whitespace()) == Some(':');
+                out.push(HeaderString { depth, key, text });
             }
             _ => {}
         }
     }
+    Some(out)
+}
+
+/// The first tensor whose dtype the header names and safetensors does not know: (name, dtype).
+/// The tensor names are the header's top-level keys, each with an object whose "dtype" key holds
+/// a string.
+fn unknown_dtype(strings: &[HeaderString]) -> Option<(String, String)> {
+    const KNOWN: &[&str] = &["BOOL", "F4", "F6_E2M3", "F6_E3M2", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0", "I16", "U16", "F16", "BF16", "I32", "U32", "F32", "F64", "I64", "U64"];
+    let (mut name, mut key) = ("", "");
+    for s in strings {
+        match (s.depth, s.key) {
+            (1, true) => name = &s.text,
+            (2, true) => key = &s.text,
+            (2, false) if key == "dtype" && !KNOWN.contains(&s.text.as_str()) => return Some((name.to_string(), s.text.clone())),
+            _ => {}
+        }
+    }
     None
+}
+
+/// The first top-level name the header gives twice (JSON parsers keep the last).
+fn duplicate_name(strings: &[HeaderString]) -> Option<String> {
+    let mut seen = std::collections::HashSet::new();
+    strings.iter().filter(|s| s.depth == 1 && s.key).find(|s| !seen.insert(&s.text)).map(|s| s.text.clone())
 }
 
 /// The rest of a JSON string whose opening quote was just read, unescaped (enough for names and

@@ -383,6 +383,8 @@ def add(a, b):
 
     add(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_add]
     """
+    if type(b) is not _T and not isinstance(b, _T) and _operand(b) is not None:
+        return add_scalar(a, b)
     out = _T()
     out._own = True
     try:
@@ -404,6 +406,8 @@ def sub(a, b):
 
     sub(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_sub]
     """
+    if type(b) is not _T and not isinstance(b, _T) and _operand(b) is not None:
+        return sub_scalar(a, b)
     out = _T()
     out._own = True
     try:
@@ -425,6 +429,8 @@ def mul(a, b):
 
     mul(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_mul]
     """
+    if type(b) is not _T and not isinstance(b, _T) and _operand(b) is not None:
+        return mul_scalar(a, b)
     out = _T()
     out._own = True
     try:
@@ -446,6 +452,8 @@ def div(a, b):
 
     div(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_div]
     """
+    if type(b) is not _T and not isinstance(b, _T) and _operand(b) is not None:
+        return div_scalar(a, b)
     out = _T()
     out._own = True
     try:
@@ -593,6 +601,8 @@ def floor_divide(a, b):
 
     floor_divide(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_floor_divide]
     """
+    if type(b) is not _T and not isinstance(b, _T) and _operand(b) is not None:
+        return floor_divide_scalar(a, b)
     out = _T()
     out._own = True
     try:
@@ -656,6 +666,8 @@ def remainder(a, b):
 
     remainder(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_remainder]
     """
+    if type(b) is not _T and not isinstance(b, _T) and _operand(b) is not None:
+        return remainder_scalar(a, b)
     out = _T()
     out._own = True
     try:
@@ -719,6 +731,8 @@ def pow(a, exponent):
 
     pow(a: Tensor, exponent: Tensor) -> Tensor   [C: tr_tensor_pow]
     """
+    if type(exponent) is not _T and not isinstance(exponent, _T) and _operand(exponent) is not None:
+        return pow_scalar(a, exponent)
     out = _T()
     out._own = True
     try:
@@ -1034,6 +1048,8 @@ def eq(a, b):
 
     eq(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_eq]
     """
+    if type(b) is not _T and not isinstance(b, _T) and _operand(b) is not None:
+        return eq_scalar(a, b)
     out = _T()
     out._own = True
     try:
@@ -1055,6 +1071,8 @@ def ne(a, b):
 
     ne(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_ne]
     """
+    if type(b) is not _T and not isinstance(b, _T) and _operand(b) is not None:
+        return ne_scalar(a, b)
     out = _T()
     out._own = True
     try:
@@ -1076,6 +1094,8 @@ def lt(a, b):
 
     lt(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_lt]
     """
+    if type(b) is not _T and not isinstance(b, _T) and _operand(b) is not None:
+        return lt_scalar(a, b)
     out = _T()
     out._own = True
     try:
@@ -1097,6 +1117,8 @@ def le(a, b):
 
     le(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_le]
     """
+    if type(b) is not _T and not isinstance(b, _T) and _operand(b) is not None:
+        return le_scalar(a, b)
     out = _T()
     out._own = True
     try:
@@ -1118,6 +1140,8 @@ def gt(a, b):
 
     gt(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_gt]
     """
+    if type(b) is not _T and not isinstance(b, _T) and _operand(b) is not None:
+        return gt_scalar(a, b)
     out = _T()
     out._own = True
     try:
@@ -1139,6 +1163,8 @@ def ge(a, b):
 
     ge(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_ge]
     """
+    if type(b) is not _T and not isinstance(b, _T) and _operand(b) is not None:
+        return ge_scalar(a, b)
     out = _T()
     out._own = True
     try:
@@ -2143,6 +2169,8 @@ def add_(a, b):
     add_(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_add_]
     In place: modifies and returns `a`.
     """
+    if type(b) is not _T and not isinstance(b, _T) and _operand(b) is not None:
+        return add_scalar_(a, b)
     try:
         st = _f_add_(a, b)
     except _CArgumentError as e:
@@ -2163,6 +2191,8 @@ def sub_(a, b):
     sub_(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_sub_]
     In place: modifies and returns `a`.
     """
+    if type(b) is not _T and not isinstance(b, _T) and _operand(b) is not None:
+        return sub_scalar_(a, b)
     try:
         st = _f_sub_(a, b)
     except _CArgumentError as e:
@@ -2183,6 +2213,8 @@ def mul_(a, b):
     mul_(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_mul_]
     In place: modifies and returns `a`.
     """
+    if type(b) is not _T and not isinstance(b, _T) and _operand(b) is not None:
+        return mul_scalar_(a, b)
     try:
         st = _f_mul_(a, b)
     except _CArgumentError as e:
@@ -2203,6 +2235,8 @@ def div_(a, b):
     div_(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_div_]
     In place: modifies and returns `a`.
     """
+    if type(b) is not _T and not isinstance(b, _T) and _operand(b) is not None:
+        return div_scalar_(a, b)
     try:
         st = _f_div_(a, b)
     except _CArgumentError as e:
@@ -2303,6 +2337,8 @@ def pow_(a, exponent):
     pow_(a: Tensor, exponent: Tensor) -> Tensor   [C: tr_tensor_pow_]
     In place: modifies and returns `a`.
     """
+    if type(exponent) is not _T and not isinstance(exponent, _T) and _operand(exponent) is not None:
+        return pow_scalar_(a, exponent)
     try:
         st = _f_pow_(a, exponent)
     except _CArgumentError as e:
@@ -2343,6 +2379,8 @@ def floor_divide_(a, b):
     floor_divide_(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_floor_divide_]
     In place: modifies and returns `a`.
     """
+    if type(b) is not _T and not isinstance(b, _T) and _operand(b) is not None:
+        return floor_divide_scalar_(a, b)
     try:
         st = _f_floor_divide_(a, b)
     except _CArgumentError as e:
@@ -2383,6 +2421,8 @@ def remainder_(a, b):
     remainder_(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_remainder_]
     In place: modifies and returns `a`.
     """
+    if type(b) is not _T and not isinstance(b, _T) and _operand(b) is not None:
+        return remainder_scalar_(a, b)
     try:
         st = _f_remainder_(a, b)
     except _CArgumentError as e:

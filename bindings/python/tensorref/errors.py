@@ -45,8 +45,9 @@ class DeviceError(TensorRefError):
     (host or device), or the residency budget is too small."""
 
 
-class TorchError(TensorRefError):
-    """Status 600-699: any other error reported by libtorch."""
+class TorchError(TensorRefError, RuntimeError):
+    """Status 600-699: any other error reported by libtorch (a RuntimeError, as PyTorch raises
+    libtorch's errors: an in-place write to a tensor saved for backward, say)."""
 
 
 class FileError(TensorRefError):
