@@ -645,6 +645,13 @@ const char *tr_version(void);
 tr_status tr_last_error(char *buf, size_t len, size_t *out_len);
 
 /**
+ * How many panics the C boundary has caught in this process, each returned as TR_ERR_PANIC.
+ * Every one is a bug of libtensorref, whatever the call's input: a correct run reads 0 (the
+ * tests require it). Safe to call from any thread.
+ */
+uint64_t tr_panics_caught(void);
+
+/**
  * Static English text for a status code (never NULL, never to be freed). Unknown codes get a
  * generic text.
  */

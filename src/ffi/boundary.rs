@@ -7,6 +7,10 @@ use crate::registry::TensorId;
 use std::cell::RefCell;
 use std::ffi::c_char;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Panics the boundary has caught (see `tr_panics_caught`).
+static PANICS: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
@@ -47,9 +51,10 @@ fn call_quiet(f: impl FnOnce() -> Result<()>) -> Status {
     result.map_or_else(|e| e.status(), |()| Status::TR_OK)
 }
 
-/// A panic as an error: the first line of its message.
+/// A panic as an error: the first line of its message. Counted.
 #[cold]
 fn panic_error(payload: Box<dyn std::any::Any + Send>) -> Error {
+    PANICS.fetch_add(1, Ordering::Relaxed);
     let text = payload
         .downcast_ref::<&str>()
         .map(|s| s.to_string())
@@ -118,6 +123,14 @@ pub extern "C" fn tr_last_error(buf: *mut c_char, len: usize, out_len: *mut usiz
             Ok(())
         })
     })
+}
+
+/// How many panics the C boundary has caught in this process, each returned as TR_ERR_PANIC.
+/// Every one is a bug of libtensorref, whatever the call's input: a correct run reads 0 (the
+/// tests require it). Safe to call from any thread.
+#[no_mangle]
+pub extern "C" fn tr_panics_caught() -> u64 {
+    PANICS.load(Ordering::Relaxed)
 }
 
 /// Static English text for a status code (never NULL, never to be freed). Unknown codes get a

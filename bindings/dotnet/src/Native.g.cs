@@ -305,6 +305,8 @@ namespace TensorRef
         internal static extern IntPtr tr_version();
         [DllImport(Lib, EntryPoint = "tr_last_error", ExactSpelling = true)]
         internal static extern Status tr_last_error(byte[] buf, UIntPtr len, out UIntPtr out_len);
+        [DllImport(Lib, EntryPoint = "tr_panics_caught", ExactSpelling = true)]
+        internal static extern ulong tr_panics_caught();
         [DllImport(Lib, EntryPoint = "tr_status_str", ExactSpelling = true)]
         internal static extern IntPtr tr_status_str(int code);
         [DllImport(Lib, EntryPoint = "tr_tensor_retain", ExactSpelling = true)]

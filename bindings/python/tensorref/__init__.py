@@ -68,6 +68,12 @@ def live_handles() -> int:
     return _cdll.tr_live_handles()
 
 
+def panics_caught() -> int:
+    """Panics the library's C boundary has caught in this process (each raised as PanicError):
+    every one is a bug of libtensorref, so a correct run reads 0."""
+    return _cdll.tr_panics_caught()
+
+
 def live_bytes(device: int = -1) -> int:
     """Logical bytes held by live handles: device -1 is host memory, n >= 0 CUDA device n
     (deferred releases are flushed first)."""
@@ -102,6 +108,6 @@ __all__ = [
     "float64", "bool_", "bfloat16",
     "TensorRefError", "ArgumentError", "HandleError", "ScopeError", "ShapeDtypeError",
     "DeviceError", "TorchError", "FileError", "PanicError", "AbiMismatchError", "errors",
-    "abi_version", "version", "live_handles", "live_bytes", "manual_seed", "no_grad",
+    "abi_version", "version", "live_handles", "live_bytes", "panics_caught", "manual_seed", "no_grad",
     "TR_ABI_VERSION", "LIB_PATH",
 ]

@@ -196,6 +196,7 @@ def signatures(T) -> dict:
         'tr_abi_version': (c_uint32, ()),
         'tr_version': (c_char_p, ()),
         'tr_last_error': (c_int32, (POINTER(c_char), c_size_t, POINTER(c_size_t))),
+        'tr_panics_caught': (c_uint64, ()),
         'tr_status_str': (c_char_p, (c_int32,)),
         'tr_tensor_retain': (c_int32, (T,)),
         'tr_tensor_release': (c_int32, (T,)),
