@@ -5,6 +5,7 @@
 //! from pageable memory is counted the same way on both (see `manager`).
 
 use super::cuda;
+use super::faults::{self, Fault};
 use crate::native;
 use crate::error::{Error, Result};
 use tch::Device;
@@ -72,9 +73,19 @@ impl ComputeDevice {
         Ok(())
     }
 
+    /// An injected fault's error, for an event of `kind` on the simulated device (see `faults`).
+    pub(crate) fn fault(self, kind: Fault, what: &str) -> Result<()> {
+        match self {
+            ComputeDevice::Simulated => faults::check(kind, what),
+            _ => Ok(()),
+        }
+    }
+
     /// A device copy of a home (a 1-D byte tensor), and the copy still running. With `after_write`
     /// (the home's write-back may still be running), the copy follows the write-backs.
     pub(crate) fn load(self, home: &tch::Tensor, after_write: bool) -> Result<(tch::Tensor, Transfer)> {
+        self.fault(Fault::DeviceAllocation, "allocating a device copy")?;
+        self.fault(Fault::Copy, "loading a device copy")?;
         match self {
             ComputeDevice::Cuda(n) => cuda::load_async(home, n, after_write).map(|(t, e)| (t, Transfer(Some(e)))),
             _ => Ok((home.f_to_device_(self.tch(), home.f_kind()?, false, true)?, Transfer::done())),
@@ -84,6 +95,7 @@ impl ComputeDevice {
     /// Starts copying a device copy's bytes into its home; the home is readable once the
     /// returned transfer has finished.
     pub(crate) fn write_back(self, device: &tch::Tensor, home: &tch::Tensor) -> Result<Transfer> {
+        self.fault(Fault::Copy, "writing a device copy back")?;
         match self {
             ComputeDevice::Cuda(_) => cuda::write_back_async(device, home).map(|e| Transfer(Some(e))),
             _ => {

@@ -93,7 +93,7 @@ impl Manager {
     /// The home's StorageImpl takes the new memory, so every view of it follows; the old memory is
     /// freed once no reader can still use it.
     pub(super) fn pin_home(&mut self, s: &mut Storage) -> Result<()> {
-        let (old, new) = page_locked(self.cuda(), || native::home_pin(&s.home, self.cuda()))?;
+        let (old, new) = page_locked(self.cfg.device, || native::home_pin(&s.home, self.cuda()))?;
         RETIRED.lock().unwrap_or_else(PoisonError::into_inner).push(old);
         s.kind = Home::PageLocked;
         self.stats.count_page_locked(new, s.bytes);

@@ -11,6 +11,7 @@
 //! victims and sets the rules.
 
 use super::device::{ComputeDevice, Transfer};
+use super::faults::Fault;
 use super::policy::{Candidate, Policy, PolicyKind};
 use super::recompute::{LinkLoad, Recipe, Recompute};
 use super::report::{Event, EventKind, Reporter, ResidencyStats};
@@ -255,11 +256,12 @@ impl Manager {
     pub(super) fn write_home(&mut self, id: u64, op: &'static str) -> Result<()> {
         let started = Instant::now();
         let (cuda, pin) = (self.cuda(), self.cfg.pin_host_memory);
+        let on = self.cfg.device;
         let s = self.storages.get_mut(&id).expect("registered");
         let Some(device) = s.device.as_ref().filter(|_| s.dirty).map(tch::Tensor::shallow_clone) else { return Ok(()) };
         let mut new_memory = 0;
         if s.kind == Home::Lazy {
-            new_memory = page_locked(cuda, || native::home_allocate(&s.home, pin, cuda))?.1;
+            new_memory = page_locked(on, || native::home_allocate(&s.home, pin, cuda))?.1;
             s.kind = if pin { Home::PageLocked } else { Home::Pageable };
         }
         let transfer = Arc::new(self.cfg.device.write_back(&device, &s.home)?);
@@ -355,6 +357,7 @@ impl Manager {
         recipe: Option<Recipe>,
     ) -> Result<Entry> {
         let bytes = info.nbytes;
+        self.cfg.device.fault(Fault::DeviceAllocation, &format!("allocating the result of `{op}`"))?;
         if let Some(cap) = self.cfg.simulated_capacity.filter(|_| self.cfg.device == ComputeDevice::Simulated) {
             if self.stats.device_bytes + bytes > cap {
                 return Err(Error::OutOfMemory(format!(

@@ -7,7 +7,7 @@
 //! host home and one device copy, counted once (`storage`). Memory that code outside the library
 //! can reach (DLPack imports and exports) is never cached on the device past the op using it.
 //!
-//! Files: `manager` (state and moves), `storage` (one storage's placement and its home),
+//! Files: `faults` (faults injected on the simulated device, for tests), `manager` (state and moves), `storage` (one storage's placement and its home),
 //! `homes` (which storage a tensor views; registering and forgetting storages), `prefetch`
 //! (Flow's loads ahead of use), `ticket` (one op's protocol), `policy` (the trait) with `resident`, `genoa`, `flow`, `trace`
 //! (learned access order, offline optimum), `device` (copies) with `cuda` (side-stream copies
@@ -20,6 +20,7 @@
 
 mod cuda;
 mod device;
+mod faults;
 mod flow;
 mod genoa;
 mod grads;
@@ -37,6 +38,8 @@ mod ticket;
 mod trace;
 
 pub use device::ComputeDevice;
+#[doc(hidden)]
+pub use faults::{inject_fault, Fault};
 pub use policy::PolicyKind;
 pub use recompute::Recompute;
 pub use report::{Callback, Event, EventKind, ResidencyStats};
