@@ -1,0 +1,172 @@
+/*
+ * Regressions of the reliability review (issue 22) through the C ABI: two handles that are one
+ * libtorch tensor, a manager that must always turn off, PyTorch's promotion of 0-dim tensors,
+ * arange's errors as statuses, and DLPack descriptions checked before use.
+ */
+#include "test_util.h"
+
+#include <stdint.h>
+
+static const tr_policy POLICIES[3] = {TR_POLICY_RESIDENT, TR_POLICY_GENOA, TR_POLICY_FLOW};
+
+static tr_status configure(tr_policy policy, uint64_t budget, tr_recompute recompute) {
+    tr_residency_config cfg;
+    tr_status st = tr_residency_config_default(&cfg);
+    if (st != TR_OK) return st;
+    cfg.device = TR_DEVICE_SIMULATED;
+    cfg.policy = policy;
+    cfg.budget_bytes = budget;
+    cfg.recompute = recompute;
+    return tr_residency_configure(&cfg);
+}
+
+static tr_tensor filled(int64_t n, float value) {
+    float data[1024];
+    tr_tensor t = {0};
+    int64_t i;
+    for (i = 0; i < n; i++) data[i] = value;
+    if (tr_tensor_from_data((const uint8_t *)data, (size_t)n * sizeof(float), &n, 1, TR_DTYPE_F32, &t) != TR_OK)
+        t.id = 0;
+    return t;
+}
+
+/* Whether every element of `t` (at most 1024 float32) equals `value`. */
+static int all_equal(tr_tensor t, float value) {
+    float data[1024];
+    size_t written = 0, i;
+    if (tr_tensor_copy_to(t, (uint8_t *)data, sizeof data, &written) != TR_OK) return 0;
+    for (i = 0; i < written / sizeof(float); i++)
+        if (data[i] != value) return 0;
+    return written > 0;
+}
+
+/* `contiguous` of a contiguous tensor is the same libtorch tensor: a write through it, then its
+ * release, must not lose the write, under every policy. */
+static void write_through_a_second_handle_of_one_tensor(void) {
+    int p;
+    for (p = 0; p < 3; p++) {
+        tr_tensor x = filled(64, 1.0f), y = {0};
+        REQUIRE_OK(tr_tensor_contiguous(x, &y));
+        REQUIRE_OK(configure(POLICIES[p], 16384, TR_RECOMPUTE_OFF));
+        CHECK_OK(tr_tensor_fill_(y, tr_scalar_float(5.0)));
+        CHECK_OK(tr_tensor_release(y));
+        CHECK(all_equal(x, 5.0f));
+        CHECK_OK(tr_residency_disable());
+        CHECK(all_equal(x, 5.0f));
+        CHECK_OK(tr_tensor_release(x));
+    }
+}
+
+/* r's recipe reads x1 and x2 (6 KiB in all); a pin of 4 KiB leaves less than that beside it in
+ * the 8 KiB budget. Turning the manager off must still make r again, and lose nothing. */
+static void a_manager_with_pins_and_dropped_results_turns_off(void) {
+    tr_tensor x1 = filled(512, 1.0f), x2 = filled(512, 2.0f), w = filled(1024, 5.0f);
+    tr_tensor r = {0}, a = {0}, b = {0};
+    tr_residency_stats stats;
+    REQUIRE_OK(configure(TR_POLICY_FLOW, 8192, TR_RECOMPUTE_ALWAYS));
+    CHECK_OK(tr_tensor_add(x1, x2, &r));
+    CHECK_OK(tr_tensor_mul_scalar(x1, tr_scalar_float(3.0), &a));
+    CHECK_OK(tr_tensor_mul_scalar(x2, tr_scalar_float(4.0), &b));
+    CHECK_OK(tr_residency_stats_get(&stats));
+    CHECK(stats.drops >= 1);
+    CHECK_OK(tr_tensor_pin_resident(w, true));
+    CHECK_OK(tr_residency_disable());
+    CHECK(all_equal(r, 3.0f));
+    CHECK(all_equal(a, 3.0f));
+    CHECK(all_equal(b, 8.0f));
+    CHECK(all_equal(w, 5.0f));
+    CHECK_OK(tr_tensor_release(x1));
+    CHECK_OK(tr_tensor_release(x2));
+    CHECK_OK(tr_tensor_release(w));
+    CHECK_OK(tr_tensor_release(r));
+    CHECK_OK(tr_tensor_release(a));
+    CHECK_OK(tr_tensor_release(b));
+}
+
+/* A float scalar keeps a 0-dim float32 tensor float32, in place too (computed in float32, as
+ * PyTorch does: 1.1f * 0.3 rounded once). */
+static void a_scalar_keeps_the_dtype_of_a_0_dim_tensor(void) {
+    float v = 1.1f, got = 0.0f;
+    tr_tensor t = {0}, p = {0};
+    tr_dtype dtype;
+    size_t written;
+    REQUIRE_OK(tr_tensor_from_data((const uint8_t *)&v, sizeof v, NULL, 0, TR_DTYPE_F32, &t));
+    REQUIRE_OK(tr_tensor_mul_scalar(t, tr_scalar_float(0.3), &p));
+    CHECK_OK(tr_tensor_dtype(p, &dtype));
+    CHECK(dtype == TR_DTYPE_F32);
+    CHECK_OK(tr_tensor_mul_scalar_(t, tr_scalar_float(0.3)));
+    CHECK_OK(tr_tensor_copy_to(t, (uint8_t *)&got, sizeof got, &written));
+    CHECK(got == v * 0.3f);
+    CHECK_OK(tr_tensor_release(t));
+    CHECK_OK(tr_tensor_release(p));
+}
+
+/* arange's libtorch errors are statuses with a short message, never a caught panic. */
+static void arange_errors_are_statuses(void) {
+    const double cases[4][3] = {{0, 1e30, 1}, {0, 1e12, 1}, {0, 5, 0}, {5, 0, 1}};
+    tr_tensor out = {42};
+    tr_status st;
+    int i;
+    for (i = 0; i < 4; i++) {
+        st = tr_tensor_arange(cases[i][0], cases[i][1], cases[i][2], TR_DTYPE_F32, &out);
+        CHECK(st != TR_OK && st != TR_ERR_PANIC);
+        CHECK(strlen(tu_last_error()) < 400);
+    }
+    CHECK_ERR(tr_tensor_arange(0, 10, 1, TR_DTYPE_BOOL, &out), TR_ERR_DTYPE, "Bool");
+    CHECK_EQ_U(out.id, 42);
+}
+
+/* dlpack.h's unversioned structs, as a producer fills them. */
+typedef struct {
+    void *data;
+    int32_t device_type, device_id, ndim;
+    uint8_t code, bits;
+    uint16_t lanes;
+    int64_t *shape, *strides;
+    uint64_t byte_offset;
+} dl_tensor;
+
+typedef struct dl_managed {
+    dl_tensor t;
+    void *ctx;
+    void (*deleter)(struct dl_managed *);
+} dl_managed;
+
+static int deleted;
+static void count_deletion(dl_managed *m) {
+    (void)m;
+    deleted++;
+}
+
+/* A description that would make libtorch read through a bad pointer is refused, naming what is
+ * wrong, and the producer's deleter runs once. */
+static void dlpack_descriptions_are_checked(void) {
+    float data[16] = {0};
+    int64_t shape[1] = {16}, negative[1] = {-4};
+    const char *needles[5] = {"ndim -1", "NULL data for 16 elements", "unknown dtype code 9", "negative size -4", "ndim 1000"};
+    int k;
+    for (k = 0; k < 5; k++) {
+        dl_managed m = {{data, 1, 0, 1, 2, 32, 1, shape, NULL, 0}, NULL, count_deletion};
+        tr_tensor out = {42};
+        size_t live = tr_live_handles();
+        if (k == 0) m.t.ndim = -1;
+        if (k == 1) m.t.data = NULL;
+        if (k == 2) m.t.code = 9;
+        if (k == 3) m.t.shape = negative;
+        if (k == 4) m.t.ndim = 1000;
+        deleted = 0;
+        CHECK_ERR(tr_tensor_from_dlpack(&m, &out), TR_ERR_INVALID_ARG, needles[k]);
+        CHECK(deleted == 1);
+        CHECK_EQ_U(out.id, 42);
+        CHECK_EQ_U(tr_live_handles(), live);
+    }
+}
+
+int main(void) {
+    RUN(write_through_a_second_handle_of_one_tensor);
+    RUN(a_manager_with_pins_and_dropped_results_turns_off);
+    RUN(a_scalar_keeps_the_dtype_of_a_0_dim_tensor);
+    RUN(arange_errors_are_statuses);
+    RUN(dlpack_descriptions_are_checked);
+    return tu_finish();
+}
