@@ -33,6 +33,11 @@ pub enum Error {
     OutOfMemory(String),
     #[error("device budget too small: `{op}` needs {needed} bytes at once, the budget is {budget} bytes")]
     BudgetTooSmall { op: String, needed: u64, budget: u64 },
+    /// The op fits the budget by itself, but not beside what other running ops hold: it lets go
+    /// of everything and runs again once room is freed (`ops::exec::admitted`), so callers never
+    /// see it. `freed`: the count of frees when the op found no room (see `residency::room`).
+    #[error("device budget busy: `{op}` waits for room other running ops hold")]
+    RoomTaken { op: String, freed: u64 },
     #[error("libtorch: {0}")]
     Torch(String),
     #[error("file error: {0}")]
@@ -128,7 +133,7 @@ impl Error {
             Error::Dtype(_) => TR_ERR_DTYPE,
             Error::Device(_) => TR_ERR_DEVICE,
             Error::OutOfMemory(_) => TR_ERR_OUT_OF_MEMORY,
-            Error::BudgetTooSmall { .. } => TR_ERR_BUDGET_TOO_SMALL,
+            Error::BudgetTooSmall { .. } | Error::RoomTaken { .. } => TR_ERR_BUDGET_TOO_SMALL,
             Error::Torch(_) => TR_ERR_TORCH,
             Error::Io(_) => TR_ERR_IO,
             Error::Format(_) => TR_ERR_FORMAT,

@@ -1,6 +1,7 @@
 //! How an op runs. `Op` looks up the inputs, lets the residency manager place them on the
 //! compute device when one is configured, runs the body (once more after evicting, if the
-//! device ran out of memory), and registers the result. Without a manager it adds one atomic
+//! device ran out of memory), and registers the result; `admitted` runs the whole of it again
+//! while ops on other threads hold the room it needs. Without a manager it adds one atomic
 //! load to the registry lookups. The generated functions in `generated.rs` are written against it.
 
 use crate::error::{Error, Result};
@@ -8,6 +9,16 @@ use crate::registry::{self, Entry, TensorId};
 use crate::residency::{self, Recipe, Replay, Ticket};
 use std::ops::Deref;
 use std::sync::Arc;
+
+/// Runs one op (`attempt`: from `Op::begin` to its result). Under a manager, an op whose inputs
+/// and result fit the budget by themselves but not beside what ops on other threads hold lets go
+/// of everything it holds and runs again from the start once room is freed: admission is all or
+/// nothing, and no op waits while holding room another waits for (residency::room). Without a
+/// manager, or on one thread, it runs once.
+#[inline(always)]
+pub(crate) fn admitted<R>(attempt: impl FnMut() -> Result<R>) -> Result<R> {
+    residency::with_room(attempt)
+}
 
 /// A replayed op's inputs, as many as it takes (see `Op::output_replayable`).
 pub(crate) fn replay_args<'a, const N: usize>(inputs: &[Option<&'a tch::Tensor>]) -> Result<[Option<&'a tch::Tensor>; N]> {

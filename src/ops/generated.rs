@@ -10,1565 +10,1805 @@ pub(crate) mod core {
 
     /// A tensor of zeros.
     pub(crate) fn zeros(shape: &[i64], dtype: DType) -> Result<TensorId> {
-        let op = Op::begin("zeros");
-        op.output(|| tch::Tensor::f_zeros(shape, opts(dtype)))
+        admitted(|| {
+            let op = Op::begin("zeros");
+            op.output(|| tch::Tensor::f_zeros(shape, opts(dtype)))
+        })
     }
 
     /// A tensor of ones.
     pub(crate) fn ones(shape: &[i64], dtype: DType) -> Result<TensorId> {
-        let op = Op::begin("ones");
-        op.output(|| tch::Tensor::f_ones(shape, opts(dtype)))
+        admitted(|| {
+            let op = Op::begin("ones");
+            op.output(|| tch::Tensor::f_ones(shape, opts(dtype)))
+        })
     }
 
     /// A tensor filled with `value`, which must fit `dtype` (an integer dtype refuses infinities, NaN and values out of its range).
     pub(crate) fn full(shape: &[i64], value: Scalar, dtype: DType) -> Result<TensorId> {
-        let op = Op::begin("full");
-        op.output(|| scalars::full(shape, value, dtype))
+        admitted(|| {
+            let op = Op::begin("full");
+            op.output(|| scalars::full(shape, value, dtype))
+        })
     }
 
     /// Uniform samples in [0, 1); reproducible after `manual_seed`.
     pub(crate) fn rand(shape: &[i64], dtype: DType) -> Result<TensorId> {
-        let op = Op::begin("rand");
-        op.output(|| tch::Tensor::f_rand(shape, opts(dtype)))
+        admitted(|| {
+            let op = Op::begin("rand");
+            op.output(|| tch::Tensor::f_rand(shape, opts(dtype)))
+        })
     }
 
     /// Standard normal samples; reproducible after `manual_seed`.
     pub(crate) fn randn(shape: &[i64], dtype: DType) -> Result<TensorId> {
-        let op = Op::begin("randn");
-        op.output(|| tch::Tensor::f_randn(shape, opts(dtype)))
+        admitted(|| {
+            let op = Op::begin("randn");
+            op.output(|| tch::Tensor::f_randn(shape, opts(dtype)))
+        })
     }
 
     /// Values from `start` (inclusive) to `end` (exclusive) in steps of `step`.
     pub(crate) fn arange(start: f64, end: f64, step: f64, dtype: DType) -> Result<TensorId> {
-        let op = Op::begin("arange");
-        op.output(|| scalars::arange(start, end, step, dtype))
+        admitted(|| {
+            let op = Op::begin("arange");
+            op.output(|| scalars::arange(start, end, step, dtype))
+        })
     }
 
     /// The n x n identity matrix.
     pub(crate) fn eye(n: i64, dtype: DType) -> Result<TensorId> {
-        let op = Op::begin("eye");
-        op.output(|| tch::Tensor::f_eye(n, opts(dtype)))
+        admitted(|| {
+            let op = Op::begin("eye");
+            op.output(|| tch::Tensor::f_eye(n, opts(dtype)))
+        })
     }
 
     /// Zeros with the shape and dtype of `a`.
     pub(crate) fn zeros_like(a: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_zeros_like()?)
-        }
-        let mut op = Op::begin("zeros_like");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_zeros_like()?)
+            }
+            let mut op = Op::begin("zeros_like");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        })
     }
 
     /// Ones with the shape and dtype of `a`.
     pub(crate) fn ones_like(a: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_ones_like()?)
-        }
-        let mut op = Op::begin("ones_like");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_ones_like()?)
+            }
+            let mut op = Op::begin("ones_like");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        })
     }
 
     /// a + b.
     pub(crate) fn add(a: TensorId, b: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a, b] = replay_args(inputs)?;
-            let a = given(a)?;
-            let b = given(b)?;
-            Ok(a.f_add(b)?)
-        }
-        let mut op = Op::begin("add");
-        let [a, b] = op.get([a, b])?;
-        let a: &tch::Tensor = &a;
-        let b: &tch::Tensor = &b;
-        op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a, b] = replay_args(inputs)?;
+                let a = given(a)?;
+                let b = given(b)?;
+                Ok(a.f_add(b)?)
+            }
+            let mut op = Op::begin("add");
+            let [a, b] = op.get([a, b])?;
+            let a: &tch::Tensor = &a;
+            let b: &tch::Tensor = &b;
+            op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+        })
     }
 
     /// a - b.
     pub(crate) fn sub(a: TensorId, b: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a, b] = replay_args(inputs)?;
-            let a = given(a)?;
-            let b = given(b)?;
-            Ok(a.f_sub(b)?)
-        }
-        let mut op = Op::begin("sub");
-        let [a, b] = op.get([a, b])?;
-        let a: &tch::Tensor = &a;
-        let b: &tch::Tensor = &b;
-        op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a, b] = replay_args(inputs)?;
+                let a = given(a)?;
+                let b = given(b)?;
+                Ok(a.f_sub(b)?)
+            }
+            let mut op = Op::begin("sub");
+            let [a, b] = op.get([a, b])?;
+            let a: &tch::Tensor = &a;
+            let b: &tch::Tensor = &b;
+            op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+        })
     }
 
     /// a * b.
     pub(crate) fn mul(a: TensorId, b: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a, b] = replay_args(inputs)?;
-            let a = given(a)?;
-            let b = given(b)?;
-            Ok(a.f_mul(b)?)
-        }
-        let mut op = Op::begin("mul");
-        let [a, b] = op.get([a, b])?;
-        let a: &tch::Tensor = &a;
-        let b: &tch::Tensor = &b;
-        op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a, b] = replay_args(inputs)?;
+                let a = given(a)?;
+                let b = given(b)?;
+                Ok(a.f_mul(b)?)
+            }
+            let mut op = Op::begin("mul");
+            let [a, b] = op.get([a, b])?;
+            let a: &tch::Tensor = &a;
+            let b: &tch::Tensor = &b;
+            op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+        })
     }
 
     /// a / b (true division).
     pub(crate) fn div(a: TensorId, b: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a, b] = replay_args(inputs)?;
-            let a = given(a)?;
-            let b = given(b)?;
-            Ok(a.f_div(b)?)
-        }
-        let mut op = Op::begin("div");
-        let [a, b] = op.get([a, b])?;
-        let a: &tch::Tensor = &a;
-        let b: &tch::Tensor = &b;
-        op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a, b] = replay_args(inputs)?;
+                let a = given(a)?;
+                let b = given(b)?;
+                Ok(a.f_div(b)?)
+            }
+            let mut op = Op::begin("div");
+            let [a, b] = op.get([a, b])?;
+            let a: &tch::Tensor = &a;
+            let b: &tch::Tensor = &b;
+            op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+        })
     }
 
     /// a + s.
     pub(crate) fn add_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_add(&scalar(a, s)?)?)
-        }
-        let mut op = Op::begin("add_scalar");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_add(&scalar(a, s)?)?)
+            }
+            let mut op = Op::begin("add_scalar");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
+            })
         })
     }
 
     /// a - s.
     pub(crate) fn sub_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_sub(&scalar(a, s)?)?)
-        }
-        let mut op = Op::begin("sub_scalar");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_sub(&scalar(a, s)?)?)
+            }
+            let mut op = Op::begin("sub_scalar");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
+            })
         })
     }
 
     /// a * s.
     pub(crate) fn mul_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_mul(&scalar(a, s)?)?)
-        }
-        let mut op = Op::begin("mul_scalar");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_mul(&scalar(a, s)?)?)
+            }
+            let mut op = Op::begin("mul_scalar");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
+            })
         })
     }
 
     /// a / s (true division).
     pub(crate) fn div_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_div(&scalar(a, s)?)?)
-        }
-        let mut op = Op::begin("div_scalar");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_div(&scalar(a, s)?)?)
+            }
+            let mut op = Op::begin("div_scalar");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
+            })
         })
     }
 
     /// s - a.
     pub(crate) fn rsub_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(scalar(a, s)?.f_sub(a)?)
-        }
-        let mut op = Op::begin("rsub_scalar");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(scalar(a, s)?.f_sub(a)?)
+            }
+            let mut op = Op::begin("rsub_scalar");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
+            })
         })
     }
 
     /// s / a (true division).
     pub(crate) fn rdiv_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(scalar(a, s)?.f_div(a)?)
-        }
-        let mut op = Op::begin("rdiv_scalar");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(scalar(a, s)?.f_div(a)?)
+            }
+            let mut op = Op::begin("rdiv_scalar");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
+            })
         })
     }
 
     /// a // b: the quotient rounded toward negative infinity.
     pub(crate) fn floor_divide(a: TensorId, b: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a, b] = replay_args(inputs)?;
-            let a = given(a)?;
-            let b = given(b)?;
-            Ok(a.f_floor_divide(b)?)
-        }
-        let mut op = Op::begin("floor_divide");
-        let [a, b] = op.get([a, b])?;
-        let a: &tch::Tensor = &a;
-        let b: &tch::Tensor = &b;
-        op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a, b] = replay_args(inputs)?;
+                let a = given(a)?;
+                let b = given(b)?;
+                Ok(a.f_floor_divide(b)?)
+            }
+            let mut op = Op::begin("floor_divide");
+            let [a, b] = op.get([a, b])?;
+            let a: &tch::Tensor = &a;
+            let b: &tch::Tensor = &b;
+            op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+        })
     }
 
     /// a // s.
     pub(crate) fn floor_divide_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_floor_divide(&scalar(a, s)?)?)
-        }
-        let mut op = Op::begin("floor_divide_scalar");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_floor_divide(&scalar(a, s)?)?)
+            }
+            let mut op = Op::begin("floor_divide_scalar");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
+            })
         })
     }
 
     /// s // a.
     pub(crate) fn rfloor_divide_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(scalar(a, s)?.f_floor_divide(a)?)
-        }
-        let mut op = Op::begin("rfloor_divide_scalar");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(scalar(a, s)?.f_floor_divide(a)?)
+            }
+            let mut op = Op::begin("rfloor_divide_scalar");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
+            })
         })
     }
 
     /// a % b, with the sign of `b` (Python's %).
     pub(crate) fn remainder(a: TensorId, b: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a, b] = replay_args(inputs)?;
-            let a = given(a)?;
-            let b = given(b)?;
-            Ok(a.f_remainder_tensor(b)?)
-        }
-        let mut op = Op::begin("remainder");
-        let [a, b] = op.get([a, b])?;
-        let a: &tch::Tensor = &a;
-        let b: &tch::Tensor = &b;
-        op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a, b] = replay_args(inputs)?;
+                let a = given(a)?;
+                let b = given(b)?;
+                Ok(a.f_remainder_tensor(b)?)
+            }
+            let mut op = Op::begin("remainder");
+            let [a, b] = op.get([a, b])?;
+            let a: &tch::Tensor = &a;
+            let b: &tch::Tensor = &b;
+            op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+        })
     }
 
     /// a % s.
     pub(crate) fn remainder_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_remainder_tensor(&scalar(a, s)?)?)
-        }
-        let mut op = Op::begin("remainder_scalar");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_remainder_tensor(&scalar(a, s)?)?)
+            }
+            let mut op = Op::begin("remainder_scalar");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
+            })
         })
     }
 
     /// s % a.
     pub(crate) fn rremainder_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(scalar(a, s)?.f_remainder_tensor(a)?)
-        }
-        let mut op = Op::begin("rremainder_scalar");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(scalar(a, s)?.f_remainder_tensor(a)?)
+            }
+            let mut op = Op::begin("rremainder_scalar");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
+            })
         })
     }
 
     /// a raised to `exponent`, elementwise.
     pub(crate) fn pow(a: TensorId, exponent: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a, exponent] = replay_args(inputs)?;
-            let a = given(a)?;
-            let exponent = given(exponent)?;
-            Ok(a.f_pow(exponent)?)
-        }
-        let mut op = Op::begin("pow");
-        let [a, exponent] = op.get([a, exponent])?;
-        let a: &tch::Tensor = &a;
-        let exponent: &tch::Tensor = &exponent;
-        op.output_replayable([Some(a), Some(exponent)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a, exponent] = replay_args(inputs)?;
+                let a = given(a)?;
+                let exponent = given(exponent)?;
+                Ok(a.f_pow(exponent)?)
+            }
+            let mut op = Op::begin("pow");
+            let [a, exponent] = op.get([a, exponent])?;
+            let a: &tch::Tensor = &a;
+            let exponent: &tch::Tensor = &exponent;
+            op.output_replayable([Some(a), Some(exponent)], replay, || Arc::new(replay))
+        })
     }
 
     /// a raised to the scalar `exponent` (an integer tensor to a negative integer is refused).
     pub(crate) fn pow_scalar(a: TensorId, exponent: Scalar) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], exponent: Scalar) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(scalars::pow(a, exponent)?)
-        }
-        let mut op = Op::begin("pow_scalar");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, exponent), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, exponent))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], exponent: Scalar) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(scalars::pow(a, exponent)?)
+            }
+            let mut op = Op::begin("pow_scalar");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, exponent), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, exponent))
+            })
         })
     }
 
     /// `base` raised to a, elementwise.
     pub(crate) fn rpow_scalar(a: TensorId, base: Scalar) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], base: Scalar) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(scalar(a, base)?.f_pow(a)?)
-        }
-        let mut op = Op::begin("rpow_scalar");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, base), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, base))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], base: Scalar) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(scalar(a, base)?.f_pow(a)?)
+            }
+            let mut op = Op::begin("rpow_scalar");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, base), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, base))
+            })
         })
     }
 
     /// -a.
     pub(crate) fn neg(a: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_neg()?)
-        }
-        let mut op = Op::begin("neg");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_neg()?)
+            }
+            let mut op = Op::begin("neg");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        })
     }
 
     /// e^a.
     pub(crate) fn exp(a: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_exp()?)
-        }
-        let mut op = Op::begin("exp");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_exp()?)
+            }
+            let mut op = Op::begin("exp");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        })
     }
 
     /// Natural logarithm.
     pub(crate) fn log(a: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_log()?)
-        }
-        let mut op = Op::begin("log");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_log()?)
+            }
+            let mut op = Op::begin("log");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        })
     }
 
     /// Square root.
     pub(crate) fn sqrt(a: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_sqrt()?)
-        }
-        let mut op = Op::begin("sqrt");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_sqrt()?)
+            }
+            let mut op = Op::begin("sqrt");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        })
     }
 
     /// Absolute value.
     pub(crate) fn abs(a: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_abs()?)
-        }
-        let mut op = Op::begin("abs");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_abs()?)
+            }
+            let mut op = Op::begin("abs");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        })
     }
 
     /// max(a, 0).
     pub(crate) fn relu(a: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_relu()?)
-        }
-        let mut op = Op::begin("relu");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_relu()?)
+            }
+            let mut op = Op::begin("relu");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        })
     }
 
     /// GELU with the exact erf form.
     pub(crate) fn gelu(a: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_gelu("none")?)
-        }
-        let mut op = Op::begin("gelu");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_gelu("none")?)
+            }
+            let mut op = Op::begin("gelu");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        })
     }
 
     /// a * sigmoid(a).
     pub(crate) fn silu(a: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_silu()?)
-        }
-        let mut op = Op::begin("silu");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_silu()?)
+            }
+            let mut op = Op::begin("silu");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        })
     }
 
     /// 1 / (1 + e^-a).
     pub(crate) fn sigmoid(a: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_sigmoid()?)
-        }
-        let mut op = Op::begin("sigmoid");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_sigmoid()?)
+            }
+            let mut op = Op::begin("sigmoid");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        })
     }
 
     /// Hyperbolic tangent.
     pub(crate) fn tanh(a: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_tanh()?)
-        }
-        let mut op = Op::begin("tanh");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_tanh()?)
+            }
+            let mut op = Op::begin("tanh");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        })
     }
 
     /// a limited to [min, max].
     pub(crate) fn clamp(a: TensorId, min: Scalar, max: Scalar) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], min: Scalar, max: Scalar) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_clamp_tensor(Some(scalar(a, min)?), Some(scalar(a, max)?))?)
-        }
-        let mut op = Op::begin("clamp");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, min, max), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, min, max))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], min: Scalar, max: Scalar) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_clamp_tensor(Some(scalar(a, min)?), Some(scalar(a, max)?))?)
+            }
+            let mut op = Op::begin("clamp");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, min, max), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, min, max))
+            })
         })
     }
 
     /// Elements of `a` where `condition` is true, else of `other` (torch.where).
     pub(crate) fn where_self(a: TensorId, condition: TensorId, other: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a, condition, other] = replay_args(inputs)?;
-            let a = given(a)?;
-            let condition = given(condition)?;
-            let other = given(other)?;
-            Ok(a.f_where_self(condition, other)?)
-        }
-        let mut op = Op::begin("where_self");
-        let [a, condition, other] = op.get([a, condition, other])?;
-        let a: &tch::Tensor = &a;
-        let condition: &tch::Tensor = &condition;
-        let other: &tch::Tensor = &other;
-        op.output_replayable([Some(a), Some(condition), Some(other)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a, condition, other] = replay_args(inputs)?;
+                let a = given(a)?;
+                let condition = given(condition)?;
+                let other = given(other)?;
+                Ok(a.f_where_self(condition, other)?)
+            }
+            let mut op = Op::begin("where_self");
+            let [a, condition, other] = op.get([a, condition, other])?;
+            let a: &tch::Tensor = &a;
+            let condition: &tch::Tensor = &condition;
+            let other: &tch::Tensor = &other;
+            op.output_replayable([Some(a), Some(condition), Some(other)], replay, || Arc::new(replay))
+        })
     }
 
     /// a == b, as a bool tensor.
     pub(crate) fn eq(a: TensorId, b: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a, b] = replay_args(inputs)?;
-            let a = given(a)?;
-            let b = given(b)?;
-            Ok(a.f_eq_tensor(b)?)
-        }
-        let mut op = Op::begin("eq");
-        let [a, b] = op.get([a, b])?;
-        let a: &tch::Tensor = &a;
-        let b: &tch::Tensor = &b;
-        op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a, b] = replay_args(inputs)?;
+                let a = given(a)?;
+                let b = given(b)?;
+                Ok(a.f_eq_tensor(b)?)
+            }
+            let mut op = Op::begin("eq");
+            let [a, b] = op.get([a, b])?;
+            let a: &tch::Tensor = &a;
+            let b: &tch::Tensor = &b;
+            op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+        })
     }
 
     /// a != b, as a bool tensor.
     pub(crate) fn ne(a: TensorId, b: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a, b] = replay_args(inputs)?;
-            let a = given(a)?;
-            let b = given(b)?;
-            Ok(a.f_ne_tensor(b)?)
-        }
-        let mut op = Op::begin("ne");
-        let [a, b] = op.get([a, b])?;
-        let a: &tch::Tensor = &a;
-        let b: &tch::Tensor = &b;
-        op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a, b] = replay_args(inputs)?;
+                let a = given(a)?;
+                let b = given(b)?;
+                Ok(a.f_ne_tensor(b)?)
+            }
+            let mut op = Op::begin("ne");
+            let [a, b] = op.get([a, b])?;
+            let a: &tch::Tensor = &a;
+            let b: &tch::Tensor = &b;
+            op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+        })
     }
 
     /// a < b, as a bool tensor.
     pub(crate) fn lt(a: TensorId, b: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a, b] = replay_args(inputs)?;
-            let a = given(a)?;
-            let b = given(b)?;
-            Ok(a.f_lt_tensor(b)?)
-        }
-        let mut op = Op::begin("lt");
-        let [a, b] = op.get([a, b])?;
-        let a: &tch::Tensor = &a;
-        let b: &tch::Tensor = &b;
-        op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a, b] = replay_args(inputs)?;
+                let a = given(a)?;
+                let b = given(b)?;
+                Ok(a.f_lt_tensor(b)?)
+            }
+            let mut op = Op::begin("lt");
+            let [a, b] = op.get([a, b])?;
+            let a: &tch::Tensor = &a;
+            let b: &tch::Tensor = &b;
+            op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+        })
     }
 
     /// a <= b, as a bool tensor.
     pub(crate) fn le(a: TensorId, b: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a, b] = replay_args(inputs)?;
-            let a = given(a)?;
-            let b = given(b)?;
-            Ok(a.f_le_tensor(b)?)
-        }
-        let mut op = Op::begin("le");
-        let [a, b] = op.get([a, b])?;
-        let a: &tch::Tensor = &a;
-        let b: &tch::Tensor = &b;
-        op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a, b] = replay_args(inputs)?;
+                let a = given(a)?;
+                let b = given(b)?;
+                Ok(a.f_le_tensor(b)?)
+            }
+            let mut op = Op::begin("le");
+            let [a, b] = op.get([a, b])?;
+            let a: &tch::Tensor = &a;
+            let b: &tch::Tensor = &b;
+            op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+        })
     }
 
     /// a > b, as a bool tensor.
     pub(crate) fn gt(a: TensorId, b: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a, b] = replay_args(inputs)?;
-            let a = given(a)?;
-            let b = given(b)?;
-            Ok(a.f_gt_tensor(b)?)
-        }
-        let mut op = Op::begin("gt");
-        let [a, b] = op.get([a, b])?;
-        let a: &tch::Tensor = &a;
-        let b: &tch::Tensor = &b;
-        op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a, b] = replay_args(inputs)?;
+                let a = given(a)?;
+                let b = given(b)?;
+                Ok(a.f_gt_tensor(b)?)
+            }
+            let mut op = Op::begin("gt");
+            let [a, b] = op.get([a, b])?;
+            let a: &tch::Tensor = &a;
+            let b: &tch::Tensor = &b;
+            op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+        })
     }
 
     /// a >= b, as a bool tensor.
     pub(crate) fn ge(a: TensorId, b: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a, b] = replay_args(inputs)?;
-            let a = given(a)?;
-            let b = given(b)?;
-            Ok(a.f_ge_tensor(b)?)
-        }
-        let mut op = Op::begin("ge");
-        let [a, b] = op.get([a, b])?;
-        let a: &tch::Tensor = &a;
-        let b: &tch::Tensor = &b;
-        op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a, b] = replay_args(inputs)?;
+                let a = given(a)?;
+                let b = given(b)?;
+                Ok(a.f_ge_tensor(b)?)
+            }
+            let mut op = Op::begin("ge");
+            let [a, b] = op.get([a, b])?;
+            let a: &tch::Tensor = &a;
+            let b: &tch::Tensor = &b;
+            op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+        })
     }
 
     /// a == s, as a bool tensor.
     pub(crate) fn eq_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_eq_tensor(&scalar(a, s)?)?)
-        }
-        let mut op = Op::begin("eq_scalar");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_eq_tensor(&scalar(a, s)?)?)
+            }
+            let mut op = Op::begin("eq_scalar");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
+            })
         })
     }
 
     /// a != s, as a bool tensor.
     pub(crate) fn ne_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_ne_tensor(&scalar(a, s)?)?)
-        }
-        let mut op = Op::begin("ne_scalar");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_ne_tensor(&scalar(a, s)?)?)
+            }
+            let mut op = Op::begin("ne_scalar");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
+            })
         })
     }
 
     /// a < s, as a bool tensor.
     pub(crate) fn lt_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_lt_tensor(&scalar(a, s)?)?)
-        }
-        let mut op = Op::begin("lt_scalar");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_lt_tensor(&scalar(a, s)?)?)
+            }
+            let mut op = Op::begin("lt_scalar");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
+            })
         })
     }
 
     /// a <= s, as a bool tensor.
     pub(crate) fn le_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_le_tensor(&scalar(a, s)?)?)
-        }
-        let mut op = Op::begin("le_scalar");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_le_tensor(&scalar(a, s)?)?)
+            }
+            let mut op = Op::begin("le_scalar");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
+            })
         })
     }
 
     /// a > s, as a bool tensor.
     pub(crate) fn gt_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_gt_tensor(&scalar(a, s)?)?)
-        }
-        let mut op = Op::begin("gt_scalar");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_gt_tensor(&scalar(a, s)?)?)
+            }
+            let mut op = Op::begin("gt_scalar");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
+            })
         })
     }
 
     /// a >= s, as a bool tensor.
     pub(crate) fn ge_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_ge_tensor(&scalar(a, s)?)?)
-        }
-        let mut op = Op::begin("ge_scalar");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_ge_tensor(&scalar(a, s)?)?)
+            }
+            let mut op = Op::begin("ge_scalar");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
+            })
         })
     }
 
     /// Sum of all elements.
     pub(crate) fn sum(a: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_sum(None::<Kind>)?)
-        }
-        let mut op = Op::begin("sum");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_sum(None::<Kind>)?)
+            }
+            let mut op = Op::begin("sum");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        })
     }
 
     /// Sum over `dims`.
     pub(crate) fn sum_dim(a: TensorId, dims: &[i64], keepdim: bool) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], dims: &[i64], keepdim: bool) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_sum_dim_intlist(dims, keepdim, None::<Kind>)?)
-        }
-        let mut op = Op::begin("sum_dim");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, dims, keepdim), || {
-            let dims = dims.to_vec();
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dims, keepdim))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], dims: &[i64], keepdim: bool) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_sum_dim_intlist(dims, keepdim, None::<Kind>)?)
+            }
+            let mut op = Op::begin("sum_dim");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, dims, keepdim), || {
+                let dims = dims.to_vec();
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dims, keepdim))
+            })
         })
     }
 
     /// Mean of all elements.
     pub(crate) fn mean(a: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_mean(None::<Kind>)?)
-        }
-        let mut op = Op::begin("mean");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_mean(None::<Kind>)?)
+            }
+            let mut op = Op::begin("mean");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        })
     }
 
     /// Mean over `dims`.
     pub(crate) fn mean_dim(a: TensorId, dims: &[i64], keepdim: bool) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], dims: &[i64], keepdim: bool) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_mean_dim(dims, keepdim, None::<Kind>)?)
-        }
-        let mut op = Op::begin("mean_dim");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, dims, keepdim), || {
-            let dims = dims.to_vec();
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dims, keepdim))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], dims: &[i64], keepdim: bool) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_mean_dim(dims, keepdim, None::<Kind>)?)
+            }
+            let mut op = Op::begin("mean_dim");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, dims, keepdim), || {
+                let dims = dims.to_vec();
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dims, keepdim))
+            })
         })
     }
 
     /// Largest element.
     pub(crate) fn max(a: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_max()?)
-        }
-        let mut op = Op::begin("max");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_max()?)
+            }
+            let mut op = Op::begin("max");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        })
     }
 
     /// Largest values along `dim`.
     pub(crate) fn max_dim(a: TensorId, dim: i64, keepdim: bool) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, keepdim: bool) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_max_dim(dim, keepdim).map(|r| r.0)?)
-        }
-        let mut op = Op::begin("max_dim");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, dim, keepdim), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, keepdim))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, keepdim: bool) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_max_dim(dim, keepdim).map(|r| r.0)?)
+            }
+            let mut op = Op::begin("max_dim");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, dim, keepdim), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, keepdim))
+            })
         })
     }
 
     /// Smallest element.
     pub(crate) fn min(a: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_min()?)
-        }
-        let mut op = Op::begin("min");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_min()?)
+            }
+            let mut op = Op::begin("min");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        })
     }
 
     /// Smallest values along `dim`.
     pub(crate) fn min_dim(a: TensorId, dim: i64, keepdim: bool) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, keepdim: bool) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_min_dim(dim, keepdim).map(|r| r.0)?)
-        }
-        let mut op = Op::begin("min_dim");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, dim, keepdim), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, keepdim))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, keepdim: bool) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_min_dim(dim, keepdim).map(|r| r.0)?)
+            }
+            let mut op = Op::begin("min_dim");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, dim, keepdim), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, keepdim))
+            })
         })
     }
 
     /// Indices (i64) of the largest values along `dim`.
     pub(crate) fn argmax(a: TensorId, dim: i64, keepdim: bool) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, keepdim: bool) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_argmax(dim, keepdim)?)
-        }
-        let mut op = Op::begin("argmax");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, dim, keepdim), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, keepdim))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, keepdim: bool) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_argmax(dim, keepdim)?)
+            }
+            let mut op = Op::begin("argmax");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, dim, keepdim), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, keepdim))
+            })
         })
     }
 
     /// Indices (i64) of the smallest values along `dim`.
     pub(crate) fn argmin(a: TensorId, dim: i64, keepdim: bool) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, keepdim: bool) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_argmin(dim, keepdim)?)
-        }
-        let mut op = Op::begin("argmin");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, dim, keepdim), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, keepdim))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, keepdim: bool) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_argmin(dim, keepdim)?)
+            }
+            let mut op = Op::begin("argmin");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, dim, keepdim), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, keepdim))
+            })
         })
     }
 
     /// Softmax along `dim`.
     pub(crate) fn softmax(a: TensorId, dim: i64) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_softmax(dim, None::<Kind>)?)
-        }
-        let mut op = Op::begin("softmax");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, dim), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_softmax(dim, None::<Kind>)?)
+            }
+            let mut op = Op::begin("softmax");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, dim), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
+            })
         })
     }
 
     /// Log-softmax along `dim`.
     pub(crate) fn log_softmax(a: TensorId, dim: i64) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_log_softmax(dim, None::<Kind>)?)
-        }
-        let mut op = Op::begin("log_softmax");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, dim), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_log_softmax(dim, None::<Kind>)?)
+            }
+            let mut op = Op::begin("log_softmax");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, dim), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
+            })
         })
     }
 
     /// Matrix product with torch.matmul's broadcasting rules.
     pub(crate) fn matmul(a: TensorId, b: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a, b] = replay_args(inputs)?;
-            let a = given(a)?;
-            let b = given(b)?;
-            Ok(a.f_matmul(b)?)
-        }
-        let mut op = Op::begin("matmul");
-        let [a, b] = op.get([a, b])?;
-        let a: &tch::Tensor = &a;
-        let b: &tch::Tensor = &b;
-        op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a, b] = replay_args(inputs)?;
+                let a = given(a)?;
+                let b = given(b)?;
+                Ok(a.f_matmul(b)?)
+            }
+            let mut op = Op::begin("matmul");
+            let [a, b] = op.get([a, b])?;
+            let a: &tch::Tensor = &a;
+            let b: &tch::Tensor = &b;
+            op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+        })
     }
 
     /// Batched matrix product of [B,n,m] and [B,m,p].
     pub(crate) fn bmm(a: TensorId, b: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a, b] = replay_args(inputs)?;
-            let a = given(a)?;
-            let b = given(b)?;
-            Ok(a.f_bmm(b)?)
-        }
-        let mut op = Op::begin("bmm");
-        let [a, b] = op.get([a, b])?;
-        let a: &tch::Tensor = &a;
-        let b: &tch::Tensor = &b;
-        op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a, b] = replay_args(inputs)?;
+                let a = given(a)?;
+                let b = given(b)?;
+                Ok(a.f_bmm(b)?)
+            }
+            let mut op = Op::begin("bmm");
+            let [a, b] = op.get([a, b])?;
+            let a: &tch::Tensor = &a;
+            let b: &tch::Tensor = &b;
+            op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+        })
     }
 
     /// x @ weight^T + bias; `weight` is [out, in].
     pub(crate) fn linear(x: TensorId, weight: TensorId, bias: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [x, weight, bias] = replay_args(inputs)?;
-            let x = given(x)?;
-            let weight = given(weight)?;
-            Ok(x.f_linear(weight, bias)?)
-        }
-        let mut op = Op::begin("linear");
-        let [x, weight] = op.get([x, weight])?;
-        let bias = op.get_opt(bias)?;
-        let x: &tch::Tensor = &x;
-        let weight: &tch::Tensor = &weight;
-        let bias = bias.as_deref();
-        op.output_replayable([Some(x), Some(weight), bias], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [x, weight, bias] = replay_args(inputs)?;
+                let x = given(x)?;
+                let weight = given(weight)?;
+                Ok(x.f_linear(weight, bias)?)
+            }
+            let mut op = Op::begin("linear");
+            let [x, weight] = op.get([x, weight])?;
+            let bias = op.get_opt(bias)?;
+            let x: &tch::Tensor = &x;
+            let weight: &tch::Tensor = &weight;
+            let bias = bias.as_deref();
+            op.output_replayable([Some(x), Some(weight), bias], replay, || Arc::new(replay))
+        })
     }
 
     /// Same elements in a new shape (a view when possible); -1 infers one dimension.
     pub(crate) fn reshape(a: TensorId, shape: &[i64]) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], shape: &[i64]) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_reshape(shape)?)
-        }
-        let mut op = Op::begin("reshape");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, shape), || {
-            let shape = shape.to_vec();
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &shape))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], shape: &[i64]) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_reshape(shape)?)
+            }
+            let mut op = Op::begin("reshape");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, shape), || {
+                let shape = shape.to_vec();
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &shape))
+            })
         })
     }
 
     /// A view with a new shape; fails if the layout does not allow one.
     pub(crate) fn view(a: TensorId, shape: &[i64]) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], shape: &[i64]) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_view(shape)?)
-        }
-        let mut op = Op::begin("view");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, shape), || {
-            let shape = shape.to_vec();
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &shape))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], shape: &[i64]) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_view(shape)?)
+            }
+            let mut op = Op::begin("view");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, shape), || {
+                let shape = shape.to_vec();
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &shape))
+            })
         })
     }
 
     /// A view with two dimensions swapped.
     pub(crate) fn transpose(a: TensorId, dim0: i64, dim1: i64) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], dim0: i64, dim1: i64) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_transpose(dim0, dim1)?)
-        }
-        let mut op = Op::begin("transpose");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, dim0, dim1), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim0, dim1))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], dim0: i64, dim1: i64) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_transpose(dim0, dim1)?)
+            }
+            let mut op = Op::begin("transpose");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, dim0, dim1), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim0, dim1))
+            })
         })
     }
 
     /// A view with dimensions reordered.
     pub(crate) fn permute(a: TensorId, dims: &[i64]) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], dims: &[i64]) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_permute(dims)?)
-        }
-        let mut op = Op::begin("permute");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, dims), || {
-            let dims = dims.to_vec();
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dims))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], dims: &[i64]) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_permute(dims)?)
+            }
+            let mut op = Op::begin("permute");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, dims), || {
+                let dims = dims.to_vec();
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dims))
+            })
         })
     }
 
     /// Removes dimension `dim` if it has size 1.
     pub(crate) fn squeeze(a: TensorId, dim: i64) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_squeeze_dim(dim)?)
-        }
-        let mut op = Op::begin("squeeze");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, dim), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_squeeze_dim(dim)?)
+            }
+            let mut op = Op::begin("squeeze");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, dim), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
+            })
         })
     }
 
     /// Inserts a dimension of size 1 at `dim`.
     pub(crate) fn unsqueeze(a: TensorId, dim: i64) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_unsqueeze(dim)?)
-        }
-        let mut op = Op::begin("unsqueeze");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, dim), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_unsqueeze(dim)?)
+            }
+            let mut op = Op::begin("unsqueeze");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, dim), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
+            })
         })
     }
 
     /// Concatenation along an existing dimension of at least one tensor.
     pub(crate) fn cat(tensors: &[TensorId], dim: i64) -> Result<TensorId> {
-        let mut op = Op::begin("cat");
-        let tensors = op.get_many(tensors)?;
-        let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-        op.output(|| lists::nonempty("cat", tensors).and_then(|t| Ok(tch::Tensor::f_cat(t, dim)?)))
+        admitted(|| {
+            let mut op = Op::begin("cat");
+            let tensors = op.get_many(tensors)?;
+            let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
+            op.output(|| lists::nonempty("cat", tensors).and_then(|t| Ok(tch::Tensor::f_cat(t, dim)?)))
+        })
     }
 
     /// Stacking along a new dimension of at least one tensor.
     pub(crate) fn stack(tensors: &[TensorId], dim: i64) -> Result<TensorId> {
-        let mut op = Op::begin("stack");
-        let tensors = op.get_many(tensors)?;
-        let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-        op.output(|| lists::nonempty("stack", tensors).and_then(|t| Ok(tch::Tensor::f_stack(t, dim)?)))
+        admitted(|| {
+            let mut op = Op::begin("stack");
+            let tensors = op.get_many(tensors)?;
+            let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
+            op.output(|| lists::nonempty("stack", tensors).and_then(|t| Ok(tch::Tensor::f_stack(t, dim)?)))
+        })
     }
 
     /// A view of `length` entries of `dim` from `start`.
     pub(crate) fn narrow(a: TensorId, dim: i64, start: i64, length: i64) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, start: i64, length: i64) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_narrow(dim, start, length)?)
-        }
-        let mut op = Op::begin("narrow");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, dim, start, length), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, start, length))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, start: i64, length: i64) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_narrow(dim, start, length)?)
+            }
+            let mut op = Op::begin("narrow");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, dim, start, length), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, start, length))
+            })
         })
     }
 
     /// Entries of `dim` at the positions in the i64 tensor `index`.
     pub(crate) fn index_select(a: TensorId, dim: i64, index: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
-            let [a, index] = replay_args(inputs)?;
-            let a = given(a)?;
-            let index = given(index)?;
-            Ok(a.f_index_select(dim, index)?)
-        }
-        let mut op = Op::begin("index_select");
-        let [a, index] = op.get([a, index])?;
-        let a: &tch::Tensor = &a;
-        let index: &tch::Tensor = &index;
-        op.output_replayable([Some(a), Some(index)], |inputs| replay(inputs, dim), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
+                let [a, index] = replay_args(inputs)?;
+                let a = given(a)?;
+                let index = given(index)?;
+                Ok(a.f_index_select(dim, index)?)
+            }
+            let mut op = Op::begin("index_select");
+            let [a, index] = op.get([a, index])?;
+            let a: &tch::Tensor = &a;
+            let index: &tch::Tensor = &index;
+            op.output_replayable([Some(a), Some(index)], |inputs| replay(inputs, dim), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
+            })
         })
     }
 
     /// A row-major copy (or `a`'s storage if already contiguous).
     pub(crate) fn contiguous(a: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_contiguous()?)
-        }
-        let mut op = Op::begin("contiguous");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_contiguous()?)
+            }
+            let mut op = Op::begin("contiguous");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        })
     }
 
     /// A copy of `a` with its own storage.
     pub(crate) fn clone(a: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_empty_like().and_then(|mut t| t.f_copy_(a).map(|()| t))?)
-        }
-        let mut op = Op::begin("clone");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_empty_like().and_then(|mut t| t.f_copy_(a).map(|()| t))?)
+            }
+            let mut op = Op::begin("clone");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        })
     }
 
     /// A view of `a` broadcast to `shape` (-1 keeps a dimension).
     pub(crate) fn expand(a: TensorId, shape: &[i64]) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], shape: &[i64]) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_expand(shape, false)?)
-        }
-        let mut op = Op::begin("expand");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, shape), || {
-            let shape = shape.to_vec();
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &shape))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], shape: &[i64]) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_expand(shape, false)?)
+            }
+            let mut op = Op::begin("expand");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, shape), || {
+                let shape = shape.to_vec();
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &shape))
+            })
         })
     }
 
     /// A view of entry `index` of `dim`, without that dimension (a[index] on dim 0).
     pub(crate) fn select(a: TensorId, dim: i64, index: i64) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, index: i64) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_select(dim, index)?)
-        }
-        let mut op = Op::begin("select");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, dim, index), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, index))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, index: i64) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_select(dim, index)?)
+            }
+            let mut op = Op::begin("select");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, dim, index), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, index))
+            })
         })
     }
 
     /// A view of entries start, start + step, ... before `end` of `dim` (step > 0).
     pub(crate) fn slice(a: TensorId, dim: i64, start: i64, end: i64, step: i64) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, start: i64, end: i64, step: i64) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_slice(dim, start, end, step)?)
-        }
-        let mut op = Op::begin("slice");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, dim, start, end, step), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, start, end, step))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, start: i64, end: i64, step: i64) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_slice(dim, start, end, step)?)
+            }
+            let mut op = Op::begin("slice");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, dim, start, end, step), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, start, end, step))
+            })
         })
     }
 
     /// The elements of `a` where the bool `mask` (broadcast) is true, as a 1-d tensor.
     pub(crate) fn masked_select(a: TensorId, mask: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a, mask] = replay_args(inputs)?;
-            let a = given(a)?;
-            let mask = given(mask)?;
-            Ok(a.f_masked_select(mask)?)
-        }
-        let mut op = Op::begin("masked_select");
-        let [a, mask] = op.get([a, mask])?;
-        let a: &tch::Tensor = &a;
-        let mask: &tch::Tensor = &mask;
-        op.output_replayable([Some(a), Some(mask)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a, mask] = replay_args(inputs)?;
+                let a = given(a)?;
+                let mask = given(mask)?;
+                Ok(a.f_masked_select(mask)?)
+            }
+            let mut op = Op::begin("masked_select");
+            let [a, mask] = op.get([a, mask])?;
+            let a: &tch::Tensor = &a;
+            let mask: &tch::Tensor = &mask;
+            op.output_replayable([Some(a), Some(mask)], replay, || Arc::new(replay))
+        })
     }
 
     /// The indices of the nonzero elements, as an i64 [n, ndim] tensor.
     pub(crate) fn nonzero(a: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_nonzero()?)
-        }
-        let mut op = Op::begin("nonzero");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_nonzero()?)
+            }
+            let mut op = Op::begin("nonzero");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        })
     }
 
     /// Conversion to another dtype.
     pub(crate) fn to_dtype(a: TensorId, dtype: DType) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], dtype: DType) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_to_kind(dtype.kind())?)
-        }
-        let mut op = Op::begin("to_dtype");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, dtype), || {
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dtype))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], dtype: DType) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_to_kind(dtype.kind())?)
+            }
+            let mut op = Op::begin("to_dtype");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, dtype), || {
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dtype))
+            })
         })
     }
 
     /// Rows of `weight` [num, dim] at the i64 `indices`.
     pub(crate) fn embedding(weight: TensorId, indices: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [weight, indices] = replay_args(inputs)?;
-            let weight = given(weight)?;
-            let indices = given(indices)?;
-            Ok(tch::Tensor::f_embedding(weight, indices, -1, false, false)?)
-        }
-        let mut op = Op::begin("embedding");
-        let [weight, indices] = op.get([weight, indices])?;
-        let weight: &tch::Tensor = &weight;
-        let indices: &tch::Tensor = &indices;
-        op.output_replayable([Some(weight), Some(indices)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [weight, indices] = replay_args(inputs)?;
+                let weight = given(weight)?;
+                let indices = given(indices)?;
+                Ok(tch::Tensor::f_embedding(weight, indices, -1, false, false)?)
+            }
+            let mut op = Op::begin("embedding");
+            let [weight, indices] = op.get([weight, indices])?;
+            let weight: &tch::Tensor = &weight;
+            let indices: &tch::Tensor = &indices;
+            op.output_replayable([Some(weight), Some(indices)], replay, || Arc::new(replay))
+        })
     }
 
     /// Layer normalisation over the trailing `normalized_shape`.
     pub(crate) fn layer_norm(a: TensorId, normalized_shape: &[i64], weight: TensorId, bias: TensorId, eps: f64) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], normalized_shape: &[i64], eps: f64) -> Result<tch::Tensor> {
-            let [a, weight, bias] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_layer_norm(normalized_shape, weight, bias, eps, true)?)
-        }
-        let mut op = Op::begin("layer_norm");
-        let [a] = op.get([a])?;
-        let weight = op.get_opt(weight)?;
-        let bias = op.get_opt(bias)?;
-        let a: &tch::Tensor = &a;
-        let weight = weight.as_deref();
-        let bias = bias.as_deref();
-        op.output_replayable([Some(a), weight, bias], |inputs| replay(inputs, normalized_shape, eps), || {
-            let normalized_shape = normalized_shape.to_vec();
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &normalized_shape, eps))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], normalized_shape: &[i64], eps: f64) -> Result<tch::Tensor> {
+                let [a, weight, bias] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_layer_norm(normalized_shape, weight, bias, eps, true)?)
+            }
+            let mut op = Op::begin("layer_norm");
+            let [a] = op.get([a])?;
+            let weight = op.get_opt(weight)?;
+            let bias = op.get_opt(bias)?;
+            let a: &tch::Tensor = &a;
+            let weight = weight.as_deref();
+            let bias = bias.as_deref();
+            op.output_replayable([Some(a), weight, bias], |inputs| replay(inputs, normalized_shape, eps), || {
+                let normalized_shape = normalized_shape.to_vec();
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &normalized_shape, eps))
+            })
         })
     }
 
     /// Zeroes elements with probability `p` when `train`, scaling the rest.
     pub(crate) fn dropout(a: TensorId, p: f64, train: bool) -> Result<TensorId> {
-        let mut op = Op::begin("dropout");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_drawn([Some(a)], |keep| random::dropout(a, p, train, keep))
+        admitted(|| {
+            let mut op = Op::begin("dropout");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_drawn([Some(a)], |keep| random::dropout(a, p, train, keep))
+        })
     }
 
     /// 2-D convolution of [N,C,H,W] input.
     pub(crate) fn conv2d(input: TensorId, weight: TensorId, bias: TensorId, stride: &[i64], padding: &[i64], dilation: &[i64], groups: i64) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], stride: &[i64], padding: &[i64], dilation: &[i64], groups: i64) -> Result<tch::Tensor> {
-            let [input, weight, bias] = replay_args(inputs)?;
-            let input = given(input)?;
-            let weight = given(weight)?;
-            Ok(input.f_conv2d(weight, bias, stride, padding, dilation, groups)?)
-        }
-        let mut op = Op::begin("conv2d");
-        let [input, weight] = op.get([input, weight])?;
-        let bias = op.get_opt(bias)?;
-        let input: &tch::Tensor = &input;
-        let weight: &tch::Tensor = &weight;
-        let bias = bias.as_deref();
-        op.output_replayable([Some(input), Some(weight), bias], |inputs| replay(inputs, stride, padding, dilation, groups), || {
-            let stride = stride.to_vec();
-            let padding = padding.to_vec();
-            let dilation = dilation.to_vec();
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &stride, &padding, &dilation, groups))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], stride: &[i64], padding: &[i64], dilation: &[i64], groups: i64) -> Result<tch::Tensor> {
+                let [input, weight, bias] = replay_args(inputs)?;
+                let input = given(input)?;
+                let weight = given(weight)?;
+                Ok(input.f_conv2d(weight, bias, stride, padding, dilation, groups)?)
+            }
+            let mut op = Op::begin("conv2d");
+            let [input, weight] = op.get([input, weight])?;
+            let bias = op.get_opt(bias)?;
+            let input: &tch::Tensor = &input;
+            let weight: &tch::Tensor = &weight;
+            let bias = bias.as_deref();
+            op.output_replayable([Some(input), Some(weight), bias], |inputs| replay(inputs, stride, padding, dilation, groups), || {
+                let stride = stride.to_vec();
+                let padding = padding.to_vec();
+                let dilation = dilation.to_vec();
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &stride, &padding, &dilation, groups))
+            })
         })
     }
 
     /// 2-D max pooling.
     pub(crate) fn max_pool2d(a: TensorId, kernel: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64], ceil_mode: bool) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>], kernel: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64], ceil_mode: bool) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_max_pool2d(kernel, stride, padding, dilation, ceil_mode)?)
-        }
-        let mut op = Op::begin("max_pool2d");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], |inputs| replay(inputs, kernel, stride, padding, dilation, ceil_mode), || {
-            let kernel = kernel.to_vec();
-            let stride = stride.to_vec();
-            let padding = padding.to_vec();
-            let dilation = dilation.to_vec();
-            Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &kernel, &stride, &padding, &dilation, ceil_mode))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>], kernel: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64], ceil_mode: bool) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_max_pool2d(kernel, stride, padding, dilation, ceil_mode)?)
+            }
+            let mut op = Op::begin("max_pool2d");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], |inputs| replay(inputs, kernel, stride, padding, dilation, ceil_mode), || {
+                let kernel = kernel.to_vec();
+                let stride = stride.to_vec();
+                let padding = padding.to_vec();
+                let dilation = dilation.to_vec();
+                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &kernel, &stride, &padding, &dilation, ceil_mode))
+            })
         })
     }
 
     /// Mean squared error.
     pub(crate) fn mse_loss(input: TensorId, target: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [input, target] = replay_args(inputs)?;
-            let input = given(input)?;
-            let target = given(target)?;
-            Ok(input.f_mse_loss(target, Reduction::Mean)?)
-        }
-        let mut op = Op::begin("mse_loss");
-        let [input, target] = op.get([input, target])?;
-        let input: &tch::Tensor = &input;
-        let target: &tch::Tensor = &target;
-        op.output_replayable([Some(input), Some(target)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [input, target] = replay_args(inputs)?;
+                let input = given(input)?;
+                let target = given(target)?;
+                Ok(input.f_mse_loss(target, Reduction::Mean)?)
+            }
+            let mut op = Op::begin("mse_loss");
+            let [input, target] = op.get([input, target])?;
+            let input: &tch::Tensor = &input;
+            let target: &tch::Tensor = &target;
+            op.output_replayable([Some(input), Some(target)], replay, || Arc::new(replay))
+        })
     }
 
     /// Mean cross-entropy of [N,C] logits against i64 class `targets`.
     pub(crate) fn cross_entropy(logits: TensorId, targets: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [logits, targets] = replay_args(inputs)?;
-            let logits = given(logits)?;
-            let targets = given(targets)?;
-            Ok(logits.f_cross_entropy_loss(targets, None::<&tch::Tensor>, Reduction::Mean, -100, 0.0)?)
-        }
-        let mut op = Op::begin("cross_entropy");
-        let [logits, targets] = op.get([logits, targets])?;
-        let logits: &tch::Tensor = &logits;
-        let targets: &tch::Tensor = &targets;
-        op.output_replayable([Some(logits), Some(targets)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [logits, targets] = replay_args(inputs)?;
+                let logits = given(logits)?;
+                let targets = given(targets)?;
+                Ok(logits.f_cross_entropy_loss(targets, None::<&tch::Tensor>, Reduction::Mean, -100, 0.0)?)
+            }
+            let mut op = Op::begin("cross_entropy");
+            let [logits, targets] = op.get([logits, targets])?;
+            let logits: &tch::Tensor = &logits;
+            let targets: &tch::Tensor = &targets;
+            op.output_replayable([Some(logits), Some(targets)], replay, || Arc::new(replay))
+        })
     }
 
     /// a += b.
     pub(crate) fn add_(a: TensorId, b: TensorId) -> Result<TensorId> {
-        let mut op = Op::begin("add_");
-        let handle = a;
+        admitted(|| {
+            let mut op = Op::begin("add_");
+            let handle = a;
         let a = op.get_mut(a)?;
-        let [b] = op.get([b])?;
-        let a: &tch::Tensor = &a;
-        let b: &tch::Tensor = &b;
-        op.value(|| a.shallow_clone().f_add_(b)).map(|_| handle)
+            let [b] = op.get([b])?;
+            let a: &tch::Tensor = &a;
+            let b: &tch::Tensor = &b;
+            op.value(|| a.shallow_clone().f_add_(b)).map(|_| handle)
+        })
     }
 
     /// a -= b.
     pub(crate) fn sub_(a: TensorId, b: TensorId) -> Result<TensorId> {
-        let mut op = Op::begin("sub_");
-        let handle = a;
+        admitted(|| {
+            let mut op = Op::begin("sub_");
+            let handle = a;
         let a = op.get_mut(a)?;
-        let [b] = op.get([b])?;
-        let a: &tch::Tensor = &a;
-        let b: &tch::Tensor = &b;
-        op.value(|| a.shallow_clone().f_sub_(b)).map(|_| handle)
+            let [b] = op.get([b])?;
+            let a: &tch::Tensor = &a;
+            let b: &tch::Tensor = &b;
+            op.value(|| a.shallow_clone().f_sub_(b)).map(|_| handle)
+        })
     }
 
     /// a *= b.
     pub(crate) fn mul_(a: TensorId, b: TensorId) -> Result<TensorId> {
-        let mut op = Op::begin("mul_");
-        let handle = a;
+        admitted(|| {
+            let mut op = Op::begin("mul_");
+            let handle = a;
         let a = op.get_mut(a)?;
-        let [b] = op.get([b])?;
-        let a: &tch::Tensor = &a;
-        let b: &tch::Tensor = &b;
-        op.value(|| a.shallow_clone().f_mul_(b)).map(|_| handle)
+            let [b] = op.get([b])?;
+            let a: &tch::Tensor = &a;
+            let b: &tch::Tensor = &b;
+            op.value(|| a.shallow_clone().f_mul_(b)).map(|_| handle)
+        })
     }
 
     /// a /= b (true division: `a` must be floating).
     pub(crate) fn div_(a: TensorId, b: TensorId) -> Result<TensorId> {
-        let mut op = Op::begin("div_");
-        let handle = a;
+        admitted(|| {
+            let mut op = Op::begin("div_");
+            let handle = a;
         let a = op.get_mut(a)?;
-        let [b] = op.get([b])?;
-        let a: &tch::Tensor = &a;
-        let b: &tch::Tensor = &b;
-        op.value(|| a.shallow_clone().f_div_(b)).map(|_| handle)
+            let [b] = op.get([b])?;
+            let a: &tch::Tensor = &a;
+            let b: &tch::Tensor = &b;
+            op.value(|| a.shallow_clone().f_div_(b)).map(|_| handle)
+        })
     }
 
     /// a += s.
     pub(crate) fn add_scalar_(a: TensorId, s: Scalar) -> Result<TensorId> {
-        let mut op = Op::begin("add_scalar_");
-        let handle = a;
+        admitted(|| {
+            let mut op = Op::begin("add_scalar_");
+            let handle = a;
         let a = op.get_mut(a)?;
-        let a: &tch::Tensor = &a;
-        op.value(|| a.shallow_clone().f_add_(&scalar(a, s)?)).map(|_| handle)
+            let a: &tch::Tensor = &a;
+            op.value(|| a.shallow_clone().f_add_(&scalar(a, s)?)).map(|_| handle)
+        })
     }
 
     /// a -= s.
     pub(crate) fn sub_scalar_(a: TensorId, s: Scalar) -> Result<TensorId> {
-        let mut op = Op::begin("sub_scalar_");
-        let handle = a;
+        admitted(|| {
+            let mut op = Op::begin("sub_scalar_");
+            let handle = a;
         let a = op.get_mut(a)?;
-        let a: &tch::Tensor = &a;
-        op.value(|| a.shallow_clone().f_sub_(&scalar(a, s)?)).map(|_| handle)
+            let a: &tch::Tensor = &a;
+            op.value(|| a.shallow_clone().f_sub_(&scalar(a, s)?)).map(|_| handle)
+        })
     }
 
     /// a *= s.
     pub(crate) fn mul_scalar_(a: TensorId, s: Scalar) -> Result<TensorId> {
-        let mut op = Op::begin("mul_scalar_");
-        let handle = a;
+        admitted(|| {
+            let mut op = Op::begin("mul_scalar_");
+            let handle = a;
         let a = op.get_mut(a)?;
-        let a: &tch::Tensor = &a;
-        op.value(|| a.shallow_clone().f_mul_(&scalar(a, s)?)).map(|_| handle)
+            let a: &tch::Tensor = &a;
+            op.value(|| a.shallow_clone().f_mul_(&scalar(a, s)?)).map(|_| handle)
+        })
     }
 
     /// a /= s (true division: `a` must be floating).
     pub(crate) fn div_scalar_(a: TensorId, s: Scalar) -> Result<TensorId> {
-        let mut op = Op::begin("div_scalar_");
-        let handle = a;
+        admitted(|| {
+            let mut op = Op::begin("div_scalar_");
+            let handle = a;
         let a = op.get_mut(a)?;
-        let a: &tch::Tensor = &a;
-        op.value(|| a.shallow_clone().f_div_(&scalar(a, s)?)).map(|_| handle)
+            let a: &tch::Tensor = &a;
+            op.value(|| a.shallow_clone().f_div_(&scalar(a, s)?)).map(|_| handle)
+        })
     }
 
     /// a **= exponent.
     pub(crate) fn pow_(a: TensorId, exponent: TensorId) -> Result<TensorId> {
-        let mut op = Op::begin("pow_");
-        let handle = a;
+        admitted(|| {
+            let mut op = Op::begin("pow_");
+            let handle = a;
         let a = op.get_mut(a)?;
-        let [exponent] = op.get([exponent])?;
-        let a: &tch::Tensor = &a;
-        let exponent: &tch::Tensor = &exponent;
-        op.value(|| a.shallow_clone().f_pow_tensor_(exponent)).map(|_| handle)
+            let [exponent] = op.get([exponent])?;
+            let a: &tch::Tensor = &a;
+            let exponent: &tch::Tensor = &exponent;
+            op.value(|| a.shallow_clone().f_pow_tensor_(exponent)).map(|_| handle)
+        })
     }
 
     /// a **= exponent.
     pub(crate) fn pow_scalar_(a: TensorId, exponent: Scalar) -> Result<TensorId> {
-        let mut op = Op::begin("pow_scalar_");
-        let handle = a;
+        admitted(|| {
+            let mut op = Op::begin("pow_scalar_");
+            let handle = a;
         let a = op.get_mut(a)?;
-        let a: &tch::Tensor = &a;
-        op.value(|| scalars::pow_(a, exponent)).map(|_| handle)
+            let a: &tch::Tensor = &a;
+            op.value(|| scalars::pow_(a, exponent)).map(|_| handle)
+        })
     }
 
     /// a //= b.
     pub(crate) fn floor_divide_(a: TensorId, b: TensorId) -> Result<TensorId> {
-        let mut op = Op::begin("floor_divide_");
-        let handle = a;
+        admitted(|| {
+            let mut op = Op::begin("floor_divide_");
+            let handle = a;
         let a = op.get_mut(a)?;
-        let [b] = op.get([b])?;
-        let a: &tch::Tensor = &a;
-        let b: &tch::Tensor = &b;
-        op.value(|| a.shallow_clone().f_floor_divide_(b)).map(|_| handle)
+            let [b] = op.get([b])?;
+            let a: &tch::Tensor = &a;
+            let b: &tch::Tensor = &b;
+            op.value(|| a.shallow_clone().f_floor_divide_(b)).map(|_| handle)
+        })
     }
 
     /// a //= s.
     pub(crate) fn floor_divide_scalar_(a: TensorId, s: Scalar) -> Result<TensorId> {
-        let mut op = Op::begin("floor_divide_scalar_");
-        let handle = a;
+        admitted(|| {
+            let mut op = Op::begin("floor_divide_scalar_");
+            let handle = a;
         let a = op.get_mut(a)?;
-        let a: &tch::Tensor = &a;
-        op.value(|| a.shallow_clone().f_floor_divide_(&scalar(a, s)?)).map(|_| handle)
+            let a: &tch::Tensor = &a;
+            op.value(|| a.shallow_clone().f_floor_divide_(&scalar(a, s)?)).map(|_| handle)
+        })
     }
 
     /// a %= b.
     pub(crate) fn remainder_(a: TensorId, b: TensorId) -> Result<TensorId> {
-        let mut op = Op::begin("remainder_");
-        let handle = a;
+        admitted(|| {
+            let mut op = Op::begin("remainder_");
+            let handle = a;
         let a = op.get_mut(a)?;
-        let [b] = op.get([b])?;
-        let a: &tch::Tensor = &a;
-        let b: &tch::Tensor = &b;
-        op.value(|| a.shallow_clone().f_remainder_tensor_(b)).map(|_| handle)
+            let [b] = op.get([b])?;
+            let a: &tch::Tensor = &a;
+            let b: &tch::Tensor = &b;
+            op.value(|| a.shallow_clone().f_remainder_tensor_(b)).map(|_| handle)
+        })
     }
 
     /// a %= s.
     pub(crate) fn remainder_scalar_(a: TensorId, s: Scalar) -> Result<TensorId> {
-        let mut op = Op::begin("remainder_scalar_");
-        let handle = a;
+        admitted(|| {
+            let mut op = Op::begin("remainder_scalar_");
+            let handle = a;
         let a = op.get_mut(a)?;
-        let a: &tch::Tensor = &a;
-        op.value(|| a.shallow_clone().f_remainder_tensor_(&scalar(a, s)?)).map(|_| handle)
+            let a: &tch::Tensor = &a;
+            op.value(|| a.shallow_clone().f_remainder_tensor_(&scalar(a, s)?)).map(|_| handle)
+        })
     }
 
     /// Sets every element of `a` to `value`, which must fit its dtype.
     pub(crate) fn fill_(a: TensorId, value: Scalar) -> Result<TensorId> {
-        let mut op = Op::begin("fill_");
-        let handle = a;
+        admitted(|| {
+            let mut op = Op::begin("fill_");
+            let handle = a;
         let a = op.get_mut(a)?;
-        let a: &tch::Tensor = &a;
-        op.value(|| scalars::fill_(a, value)).map(|_| handle)
+            let a: &tch::Tensor = &a;
+            op.value(|| scalars::fill_(a, value)).map(|_| handle)
+        })
     }
 
     /// Sets the elements of `a` where the bool `mask` (broadcast) is true to `value`.
     pub(crate) fn masked_fill_(a: TensorId, mask: TensorId, value: Scalar) -> Result<TensorId> {
-        let mut op = Op::begin("masked_fill_");
-        let handle = a;
+        admitted(|| {
+            let mut op = Op::begin("masked_fill_");
+            let handle = a;
         let a = op.get_mut(a)?;
-        let [mask] = op.get([mask])?;
-        let a: &tch::Tensor = &a;
-        let mask: &tch::Tensor = &mask;
-        op.value(|| a.shallow_clone().f_masked_fill_tensor_(mask, &scalar(a, value)?)).map(|_| handle)
+            let [mask] = op.get([mask])?;
+            let a: &tch::Tensor = &a;
+            let mask: &tch::Tensor = &mask;
+            op.value(|| a.shallow_clone().f_masked_fill_tensor_(mask, &scalar(a, value)?)).map(|_| handle)
+        })
     }
 
     /// Sets the entries of `dim` at the i64 `index` positions to `value`.
     pub(crate) fn index_fill_(a: TensorId, dim: i64, index: TensorId, value: Scalar) -> Result<TensorId> {
-        let mut op = Op::begin("index_fill_");
-        let handle = a;
+        admitted(|| {
+            let mut op = Op::begin("index_fill_");
+            let handle = a;
         let a = op.get_mut(a)?;
-        let [index] = op.get([index])?;
-        let a: &tch::Tensor = &a;
-        let index: &tch::Tensor = &index;
-        op.value(|| a.shallow_clone().f_index_fill_int_tensor_(dim, index, &scalar(a, value)?)).map(|_| handle)
+            let [index] = op.get([index])?;
+            let a: &tch::Tensor = &a;
+            let index: &tch::Tensor = &index;
+            op.value(|| a.shallow_clone().f_index_fill_int_tensor_(dim, index, &scalar(a, value)?)).map(|_| handle)
+        })
     }
 
     /// Copies the entries of `source` along `dim` to the i64 `index` positions of `a`.
     pub(crate) fn index_copy_(a: TensorId, dim: i64, index: TensorId, source: TensorId) -> Result<TensorId> {
-        let mut op = Op::begin("index_copy_");
-        let handle = a;
+        admitted(|| {
+            let mut op = Op::begin("index_copy_");
+            let handle = a;
         let a = op.get_mut(a)?;
-        let [index, source] = op.get([index, source])?;
-        let a: &tch::Tensor = &a;
-        let index: &tch::Tensor = &index;
-        let source: &tch::Tensor = &source;
-        op.value(|| a.shallow_clone().f_index_copy_(dim, index, source)).map(|_| handle)
+            let [index, source] = op.get([index, source])?;
+            let a: &tch::Tensor = &a;
+            let index: &tch::Tensor = &index;
+            let source: &tch::Tensor = &source;
+            op.value(|| a.shallow_clone().f_index_copy_(dim, index, source)).map(|_| handle)
+        })
     }
 
     /// Copies the elements of `source`, in order, to where the bool `mask` (broadcast) is true.
     pub(crate) fn masked_scatter_(a: TensorId, mask: TensorId, source: TensorId) -> Result<TensorId> {
-        let mut op = Op::begin("masked_scatter_");
-        let handle = a;
+        admitted(|| {
+            let mut op = Op::begin("masked_scatter_");
+            let handle = a;
         let a = op.get_mut(a)?;
-        let [mask, source] = op.get([mask, source])?;
-        let a: &tch::Tensor = &a;
-        let mask: &tch::Tensor = &mask;
-        let source: &tch::Tensor = &source;
-        op.value(|| a.shallow_clone().f_masked_scatter_(mask, source)).map(|_| handle)
+            let [mask, source] = op.get([mask, source])?;
+            let a: &tch::Tensor = &a;
+            let mask: &tch::Tensor = &mask;
+            let source: &tch::Tensor = &source;
+            op.value(|| a.shallow_clone().f_masked_scatter_(mask, source)).map(|_| handle)
+        })
     }
 
     /// a = 0.
     pub(crate) fn zero_(a: TensorId) -> Result<TensorId> {
-        let mut op = Op::begin("zero_");
-        let handle = a;
+        admitted(|| {
+            let mut op = Op::begin("zero_");
+            let handle = a;
         let a = op.get_mut(a)?;
-        let a: &tch::Tensor = &a;
-        op.value(|| a.shallow_clone().f_zero_()).map(|_| handle)
+            let a: &tch::Tensor = &a;
+            op.value(|| a.shallow_clone().f_zero_()).map(|_| handle)
+        })
     }
 
     /// Copies the values of `src` into `a` (broadcasting, converting dtype).
     pub(crate) fn copy_(a: TensorId, src: TensorId) -> Result<TensorId> {
-        let mut op = Op::begin("copy_");
-        let handle = a;
+        admitted(|| {
+            let mut op = Op::begin("copy_");
+            let handle = a;
         let a = op.get_mut(a)?;
-        let [src] = op.get([src])?;
-        let a: &tch::Tensor = &a;
-        let src: &tch::Tensor = &src;
-        op.value(|| a.shallow_clone().f_copy_(src)).map(|_| handle)
+            let [src] = op.get([src])?;
+            let a: &tch::Tensor = &a;
+            let src: &tch::Tensor = &src;
+            op.value(|| a.shallow_clone().f_copy_(src)).map(|_| handle)
+        })
     }
 
     /// Turns gradient tracking on or off for a leaf tensor.
     pub(crate) fn requires_grad_(a: TensorId, requires_grad: bool) -> Result<TensorId> {
-        let mut op = Op::begin("requires_grad_");
-        let handle = a;
+        admitted(|| {
+            let mut op = Op::begin("requires_grad_");
+            let handle = a;
         let a = op.get_mut(a)?;
-        let a: &tch::Tensor = &a;
-        op.value(|| a.shallow_clone().f_requires_grad_(requires_grad)).map(|_| handle)
+            let a: &tch::Tensor = &a;
+            op.value(|| a.shallow_clone().f_requires_grad_(requires_grad)).map(|_| handle)
+        })
     }
 
     /// Whether gradients are tracked for `a`.
     pub(crate) fn requires_grad(a: TensorId) -> Result<bool> {
-        let mut op = Op::begin("requires_grad");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.value(|| Ok::<_, Error>(a.requires_grad()))
+        admitted(|| {
+            let mut op = Op::begin("requires_grad");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.value(|| Ok::<_, Error>(a.requires_grad()))
+        })
     }
 
     /// Backpropagates from the scalar `a`, accumulating into the leaves' gradients.
     pub(crate) fn backward(a: TensorId) -> Result<()> {
-        let mut op = Op::begin("backward");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.value(|| a.f_backward())
+        admitted(|| {
+            let mut op = Op::begin("backward");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.value(|| a.f_backward())
+        })
     }
 
     /// The accumulated gradient of `a` as a new handle (none before any backward).
     pub(crate) fn grad(a: TensorId) -> Result<Option<TensorId>> {
-        let mut op = Op::begin("grad");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_opt(|| autograd::grad(a))
+        admitted(|| {
+            let mut op = Op::begin("grad");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_opt(|| autograd::grad(a))
+        })
     }
 
     /// Zeroes the accumulated gradient of `a`, if any.
     pub(crate) fn zero_grad(a: TensorId) -> Result<()> {
-        let mut op = Op::begin("zero_grad");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.value(|| autograd::zero_grad(a))
+        admitted(|| {
+            let mut op = Op::begin("zero_grad");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.value(|| autograd::zero_grad(a))
+        })
     }
 
     /// Drops the accumulated gradient of `a`, if any, as PyTorch's zero_grad(set_to_none=True) does: the next backward makes it anew, and until then it holds no memory.
     pub(crate) fn clear_grad(a: TensorId) -> Result<()> {
-        let mut op = Op::begin("clear_grad");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.value(|| autograd::clear_grad(a))
+        admitted(|| {
+            let mut op = Op::begin("clear_grad");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.value(|| autograd::clear_grad(a))
+        })
     }
 
     /// A new handle sharing `a`'s data, cut from the autograd graph.
     pub(crate) fn detach(a: TensorId) -> Result<TensorId> {
-        fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-            let [a] = replay_args(inputs)?;
-            let a = given(a)?;
-            Ok(a.f_detach()?)
-        }
-        let mut op = Op::begin("detach");
-        let [a] = op.get([a])?;
-        let a: &tch::Tensor = &a;
-        op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        admitted(|| {
+            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+                let [a] = replay_args(inputs)?;
+                let a = given(a)?;
+                Ok(a.f_detach()?)
+            }
+            let mut op = Op::begin("detach");
+            let [a] = op.get([a])?;
+            let a: &tch::Tensor = &a;
+            op.output_replayable([Some(a)], replay, || Arc::new(replay))
+        })
     }
 
     /// p -= lr * grad for each parameter.
@@ -1576,10 +1816,12 @@ pub(crate) mod core {
         same_lengths(&[("params", params)])?;
         for i in 0..params.len() {
             let params = &params[i..=i];
-            let mut op = Op::begin("optim_sgd_step");
-            let params = op.get_many_mut(params)?;
-            let params = &params.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.value(|| optim::sgd_step(params, lr))?;
+            admitted(|| {
+                let mut op = Op::begin("optim_sgd_step");
+                let params = op.get_many_mut(params)?;
+                let params = &params.iter().map(|e| &**e).collect::<Vec<_>>()[..];
+                op.value(|| optim::sgd_step(params, lr))
+            })?;
         }
         Ok(())
     }
@@ -1589,14 +1831,16 @@ pub(crate) mod core {
         same_lengths(&[("params", params), ("exp_avg", exp_avg), ("exp_avg_sq", exp_avg_sq)])?;
         for i in 0..params.len() {
             let (params, exp_avg, exp_avg_sq) = (&params[i..=i], &exp_avg[i..=i], &exp_avg_sq[i..=i]);
-            let mut op = Op::begin("optim_adam_step");
-            let params = op.get_many_mut(params)?;
-            let exp_avg = op.get_many_mut(exp_avg)?;
-            let exp_avg_sq = op.get_many_mut(exp_avg_sq)?;
-            let params = &params.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            let exp_avg = &exp_avg.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            let exp_avg_sq = &exp_avg_sq.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.value(|| optim::adam_step(params, exp_avg, exp_avg_sq, step, AdamHyper { lr, beta1, beta2, eps, weight_decay }))?;
+            admitted(|| {
+                let mut op = Op::begin("optim_adam_step");
+                let params = op.get_many_mut(params)?;
+                let exp_avg = op.get_many_mut(exp_avg)?;
+                let exp_avg_sq = op.get_many_mut(exp_avg_sq)?;
+                let params = &params.iter().map(|e| &**e).collect::<Vec<_>>()[..];
+                let exp_avg = &exp_avg.iter().map(|e| &**e).collect::<Vec<_>>()[..];
+                let exp_avg_sq = &exp_avg_sq.iter().map(|e| &**e).collect::<Vec<_>>()[..];
+                op.value(|| optim::adam_step(params, exp_avg, exp_avg_sq, step, AdamHyper { lr, beta1, beta2, eps, weight_decay }))
+            })?;
         }
         Ok(())
     }

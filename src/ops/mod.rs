@@ -22,7 +22,7 @@ pub use scalars::Scalar;
 /// What the generated code sees.
 pub(crate) mod prelude {
     pub(crate) use super::optim::AdamHyper;
-    pub(crate) use super::exec::{given, replay_args, same_lengths, Op};
+    pub(crate) use super::exec::{admitted, given, replay_args, same_lengths, Op};
     pub(crate) use super::scalars::{self, scalar, Scalar};
     pub(crate) use super::{autograd, lists, optim, random};
     pub(crate) use crate::dtype::DType;

@@ -29,7 +29,7 @@ impl Manager {
             let a = self.acquire(&entry, true, "accumulate_grad")?;
             let added = a.view.shallow_clone().f_add_(grad);
             self.end_op("accumulate_grad", &[(a.key, a.bytes)], None, None);
-            self.release(a.storage);
+            self.release(a.storage, true);
             let _ = added?;
             return Ok(entry);
         }

@@ -164,6 +164,7 @@ impl Manager {
         }
         if s.resident() && s.counted() {
             self.stats.device_bytes -= s.bytes;
+            super::room::freed();
         }
         if s.pinned {
             self.stats.pinned_bytes -= s.bytes;

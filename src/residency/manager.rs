@@ -24,6 +24,7 @@ use crate::native;
 use crate::registry::Entry;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::thread::ThreadId;
 use std::time::Instant;
 
 /// The rules of a policy.
@@ -72,6 +73,9 @@ pub(crate) struct Manager {
     pub(super) owed: Vec<Arc<Transfer>>,
     /// Storages the running op made or wrote (see `write_ahead`).
     written_now: Vec<u64>,
+    /// The storages each running op holds (`acquire` to `release`), by the thread running it: what
+    /// an op needs by itself, told apart from what other running ops hold (`make_room`).
+    holds: HashMap<ThreadId, Vec<u64>>,
     pub(crate) stats: ResidencyStats,
     pub(super) clock: u64,
     pub(crate) trace: Trace,
@@ -105,6 +109,7 @@ impl Manager {
             forgotten: 0,
             owed: Vec::new(),
             written_now: Vec::new(),
+            holds: HashMap::new(),
             stats,
             clock: 0,
             trace: Trace::default(),
@@ -143,6 +148,7 @@ impl Manager {
     pub(crate) fn acquire(&mut self, entry: &Entry, write: bool, op: &'static str) -> Result<Acquired> {
         let id = self.storage_of(entry)?;
         let (clock, following) = (self.clock, self.trace.following() && self.policy.prefetches());
+        self.holds.entry(std::thread::current().id()).or_default().push(id);
         let s = self.storages.get_mut(&id).expect("registered above");
         let used_before = s.uses > 0;
         s.in_use += 1;
@@ -158,13 +164,13 @@ impl Manager {
                 self.stats.prefetch_misses += 1;
             }
             if let Err(e) = self.bring(id, op, EventKind::Load) {
-                self.release(id);
+                self.release(id, false);
                 return Err(e);
             }
         }
         if write {
             if let Err(e) = self.before_write(id, op) {
-                self.release(id);
+                self.release(id, false);
                 return Err(e);
             }
         }
@@ -178,7 +184,7 @@ impl Manager {
         let view = match s.loading.take().map_or(Ok(()), |t| t.block_compute(&device)).and_then(|()| Ok(native::view_on(&device, entry)?)) {
             Ok(view) => view,
             Err(e) => {
-                self.release(id);
+                self.release(id, false);
                 return Err(e);
             }
         };
@@ -220,20 +226,41 @@ impl Manager {
         Ok(())
     }
 
-    /// Evicts until `bytes` more fit in the budget, or says what the op needs.
+    /// Evicts until `bytes` more fit in the budget. Where they cannot, even with every copy
+    /// that may leave gone (then nothing is evicted), says why: the op's own holds, the pins and
+    /// `bytes` exceed the budget (`BudgetTooSmall`, with what the op needs by itself), or other
+    /// running ops hold the rest (`RoomTaken`: the op waits and runs again).
     pub(super) fn make_room(&mut self, bytes: u64, op: &'static str) -> Result<()> {
-        if !self.policy.bounded() {
+        if !self.policy.bounded() || self.stats.device_bytes + bytes <= self.cfg.budget {
             return Ok(());
+        }
+        let leaving: u64 = self.candidates().iter().map(|c| c.bytes).sum();
+        if self.stats.device_bytes - leaving + bytes > self.cfg.budget {
+            return Err(self.no_room(bytes, op));
         }
         while self.stats.device_bytes + bytes > self.cfg.budget {
             let candidates = self.candidates();
             let Some(victim) = self.policy.pick_victim(&candidates, self.clock, &self.trace) else {
-                let held: u64 = self.storages.values().filter(|s| s.resident() && s.counted() && (s.in_use > 0 || s.pinned)).map(|s| s.bytes).sum();
-                return Err(Error::BudgetTooSmall { op: op.to_string(), needed: held + bytes, budget: self.cfg.budget });
+                return Err(self.no_room(bytes, op));
             };
             self.evict(victim, op)?;
         }
         Ok(())
+    }
+
+    /// Why `bytes` more do not fit (see `make_room`).
+    fn no_room(&self, bytes: u64, op: &'static str) -> Error {
+        let mut own = self.holds.get(&std::thread::current().id()).cloned().unwrap_or_default();
+        own.sort_unstable();
+        own.dedup();
+        let held = |id: &u64| self.storages.get(id).filter(|s| s.resident() && s.counted() && !s.pinned).map_or(0, |s| s.bytes);
+        let needed = own.iter().map(held).sum::<u64>() + self.stats.pinned_bytes + bytes;
+        let others = self.storages.iter().any(|(id, s)| s.resident() && s.in_use > 0 && own.binary_search(id).is_err());
+        if needed <= self.cfg.budget && others {
+            Error::RoomTaken { op: op.to_string(), freed: super::room::freed_so_far() }
+        } else {
+            Error::BudgetTooSmall { op: op.to_string(), needed, budget: self.cfg.budget }
+        }
     }
 
     /// The storages that may be evicted now, oldest first (so that a policy's ties are broken the
@@ -317,13 +344,24 @@ impl Manager {
         Ok(())
     }
 
-    /// Ends a running op's use of a storage's device copy. Genoa drops it right away, and so is
-    /// memory the outside can reach.
-    pub(crate) fn release(&mut self, id: u64) {
+    /// Ends a running op's use of a storage's device copy. Memory the outside can reach leaves
+    /// the device at once, and under Genoa so does every input of an op that `ended` (not one
+    /// that gave up, to run again: its inputs stay for that, free to evict).
+    pub(crate) fn release(&mut self, id: u64, ended: bool) {
+        let thread = std::thread::current().id();
+        if let Some(holds) = self.holds.get_mut(&thread) {
+            if let Some(i) = holds.iter().rposition(|&h| h == id) {
+                holds.swap_remove(i);
+            }
+            if holds.is_empty() {
+                self.holds.remove(&thread);
+            }
+        }
+        super::room::freed();
         let Some(s) = self.storages.get_mut(&id) else { return };
         s.in_use = s.in_use.saturating_sub(1);
         let external = matches!(s.kind, Home::External { .. });
-        if s.evictable() && (external || self.policy.drops_inputs_after_op()) {
+        if s.evictable() && (external || (ended && self.policy.drops_inputs_after_op())) {
             let _ = self.evict(id, "after op"); // a failed write-back keeps the copy
         }
     }
@@ -554,6 +592,7 @@ impl Manager {
         if !pinned {
             self.storages.get_mut(&id).expect("registered").pinned = false;
             self.stats.pinned_bytes -= bytes;
+            super::room::freed();
             return Ok(());
         }
         if self.policy.bounded() && self.stats.pinned_bytes + bytes > self.cfg.budget {

@@ -12,7 +12,8 @@
 //! (Flow's loads ahead of use), `ticket` (one op's protocol), `policy` (the trait) with `resident`, `genoa`, `flow`, `trace`
 //! (learned access order, offline optimum), `device` (copies) with `cuda` (side-stream copies
 //! through src/native/streams.cpp), `report` (stats, events, timeline), `schedule` (a model of
-//! one recorded pass on a copy engine and a compute engine).
+//! one recorded pass on a copy engine and a compute engine), `room` (ops on several threads
+//! waiting for room in the one budget).
 //!
 //! Autograd runs through managed tensors (see `ticket`), and what it saves for backward is
 //! managed too (`saved`). A result that can be made again from its inputs may be dropped rather
@@ -31,6 +32,7 @@ mod prefetch;
 mod recompute;
 mod report;
 mod resident;
+mod room;
 mod saved;
 pub mod schedule;
 mod storage;
@@ -47,6 +49,7 @@ pub use trace::{offline_min_loads, NormKey, OpRecord};
 pub(crate) use recompute::{Recipe, Replay};
 pub(crate) use saved::{save as save_for_backward, Saved};
 pub(crate) use ticket::Ticket;
+pub(crate) use room::with_room;
 
 use crate::error::{Error, Result};
 use crate::registry::{Entry, TensorId};
@@ -197,6 +200,7 @@ pub fn disable() -> Result<()> {
     saved::manage(false)?;
     wait_all(writing)?;
     drop(old);
+    room::freed();
     Ok(())
 }
 
@@ -362,7 +366,7 @@ pub(crate) fn readable(entry: &Entry) -> Result<Readable> {
     if !active() {
         return Ok(read);
     }
-    let (tensor, writing) = with(|m| m.readable(entry))?;
+    let (tensor, writing) = with_room(|| with(|m| m.readable(entry)))?;
     read.0 = tensor;
     if let Some(w) = writing {
         w.wait_on_host()?;

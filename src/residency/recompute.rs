@@ -273,7 +273,7 @@ impl Manager {
         let mut acquired = Vec::new();
         let logged_from = self.schedule.as_ref().map(|log| log.remake_begin());
         let made = self.replay(&recipe, self.storages[&id].bytes, &mut acquired, op);
-        acquired.into_iter().for_each(|input| self.release(input));
+        acquired.into_iter().for_each(|input| self.release(input, true));
         let result = made?;
         let info = native::storage(&result, self.cuda())?;
         let s = self.storages.get_mut(&id).expect("known: forgetting waits for the manager");

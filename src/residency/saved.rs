@@ -57,7 +57,7 @@ impl Manager {
         if let Some(log) = &mut self.schedule {
             log.unpacked(logged_at);
         }
-        self.release(a.storage);
+        self.release(a.storage, true);
         Ok((a.view, self.op_finished("unpack")))
     }
 }
@@ -69,11 +69,13 @@ pub(crate) fn save(t: tch::Tensor) -> Result<Saved> {
     }
     if active() {
         let version = native::version(&t);
-        let saved = with(|m| {
-            let entry = m.save(&t)?;
-            // Taken after `save`, which may log a step of its own: the index the running op's
-            // step will have.
-            Ok((entry, m.schedule.as_ref().map(|log| log.position())))
+        let saved = super::with_room(|| {
+            with(|m| {
+                let entry = m.save(&t)?;
+                // Taken after `save`, which may log a step of its own: the index the running op's
+                // step will have.
+                Ok((entry, m.schedule.as_ref().map(|log| log.position())))
+            })
         })?;
         if let (Some(entry), logged_at) = saved {
             return Ok(Saved::Managed { entry, version, logged_at });
@@ -103,7 +105,9 @@ impl Saved {
             // The manager was turned off since: the data is home.
             return Ok(super::readable(entry)?.shallow_clone());
         }
-        let (view, owed) = with(|m| m.unpack(entry, logged_at))?;
+        // Backward holds its inputs while it waits: several threads in backward at once at a
+        // tight budget may wait on one another.
+        let (view, owed) = super::with_room(|| with(|m| m.unpack(entry, logged_at)))?;
         super::wait_all(owed)?;
         Ok(view)
     }

@@ -167,7 +167,7 @@ impl Ticket {
         let acquired = std::mem::take(&mut self.acquired);
         let placed = with(|m| {
             let entry = m.place_result(result, self.op, &self.record, anchor, recipe)?;
-            acquired.iter().for_each(|&id| m.release(id));
+            acquired.iter().for_each(|&id| m.release(id, true));
             Ok((entry, m.op_finished(self.op)))
         });
         let (entry, owed) = match placed {
@@ -192,7 +192,7 @@ impl Ticket {
         let acquired = std::mem::take(&mut self.acquired);
         let owed = with(|m| {
             m.end_op(self.op, &self.record, None, anchor);
-            acquired.iter().for_each(|&id| m.release(id));
+            acquired.iter().for_each(|&id| m.release(id, true));
             Ok(m.op_finished(self.op))
         })?;
         wait_all(owed)?;
@@ -216,7 +216,7 @@ impl Drop for Ticket {
             return;
         }
         let _ = with(|m| {
-            acquired.iter().for_each(|&id| m.release(id));
+            acquired.iter().for_each(|&id| m.release(id, false));
             m.take_owed();
             Ok(())
         });

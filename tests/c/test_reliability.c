@@ -5,6 +5,7 @@
  */
 #include "test_util.h"
 
+#include <pthread.h>
 #include <stdint.h>
 
 static const tr_policy POLICIES[3] = {TR_POLICY_RESIDENT, TR_POLICY_GENOA, TR_POLICY_FLOW};
@@ -162,11 +163,67 @@ static void dlpack_descriptions_are_checked(void) {
     }
 }
 
+/* Six threads each run small ops under Flow with room for two ops' working sets at once: an op
+ * that fits the budget by itself waits for room rather than failing, and every thread ends with
+ * the values the same work gives alone. */
+#define BUDGET_THREADS 6
+#define BUDGET_STEPS 300
+
+typedef struct {
+    int index;
+    tr_status failed; /* the first failing status, or TR_OK */
+    float result[256];
+} budget_worker;
+
+static void *budget_work(void *arg) {
+    budget_worker *w = (budget_worker *)arg;
+    float init[256];
+    int64_t shape[2] = {16, 16};
+    tr_tensor x = {0}, m = {0}, next = {0};
+    size_t written;
+    int i, step;
+    for (i = 0; i < 256; i++) init[i] = (float)((i * 7 + w->index) % 13) / 16.0f;
+    w->failed = tr_tensor_from_data((const uint8_t *)init, sizeof init, shape, 2, TR_DTYPE_F32, &x);
+    if (w->failed == TR_OK) w->failed = tr_tensor_from_data((const uint8_t *)init, sizeof init, shape, 2, TR_DTYPE_F32, &m);
+    for (step = 0; step < BUDGET_STEPS && w->failed == TR_OK; step++) {
+        w->failed = step % 2 ? tr_tensor_tanh(x, &next) : tr_tensor_matmul(x, m, &next);
+        if (w->failed == TR_OK) {
+            tr_tensor_release(x);
+            x = next;
+        }
+    }
+    if (w->failed == TR_OK) w->failed = tr_tensor_copy_to(x, (uint8_t *)w->result, sizeof w->result, &written);
+    tr_tensor_release(x);
+    tr_tensor_release(m);
+    return NULL;
+}
+
+static void threads_share_a_tight_budget(void) {
+    budget_worker alone[BUDGET_THREADS], together[BUDGET_THREADS];
+    pthread_t th[BUDGET_THREADS];
+    int i;
+    /* One op's working set: two 1 KiB inputs and a 1 KiB result. */
+    REQUIRE_OK(configure(TR_POLICY_FLOW, 2 * 3 * 1024, TR_RECOMPUTE_OFF));
+    for (i = 0; i < BUDGET_THREADS; i++) {
+        alone[i].index = together[i].index = i;
+        budget_work(&alone[i]);
+    }
+    for (i = 0; i < BUDGET_THREADS; i++) CHECK(pthread_create(&th[i], NULL, budget_work, &together[i]) == 0);
+    for (i = 0; i < BUDGET_THREADS; i++) pthread_join(th[i], NULL);
+    CHECK_OK(tr_residency_disable());
+    for (i = 0; i < BUDGET_THREADS; i++) {
+        CHECK(alone[i].failed == TR_OK);
+        CHECK(together[i].failed == TR_OK);
+        CHECK(memcmp(alone[i].result, together[i].result, sizeof alone[i].result) == 0);
+    }
+}
+
 int main(void) {
     RUN(write_through_a_second_handle_of_one_tensor);
     RUN(a_manager_with_pins_and_dropped_results_turns_off);
     RUN(a_scalar_keeps_the_dtype_of_a_0_dim_tensor);
     RUN(arange_errors_are_statuses);
     RUN(dlpack_descriptions_are_checked);
+    RUN(threads_share_a_tight_budget);
     return tu_finish();
 }

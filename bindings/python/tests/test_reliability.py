@@ -180,3 +180,28 @@ def test_an_in_place_write_to_a_saved_tensor_is_a_runtime_error():
         assert isinstance(e.value, tr.TensorRefError)
         for t in (x, y, loss):
             t.close()
+
+
+@pytest.mark.usefixtures("no_manager_left_and_no_leak")
+def test_threads_sharing_a_tight_budget_wait_for_room_rather_than_fail():
+    import threading
+
+    def work(i, out):
+        x = tr.from_numpy(np.full((128, 128), i / 8, np.float32))
+        m = tr.from_numpy(np.full((128, 128), 1 / 128, np.float32))
+        for step in range(40):
+            x = x.tanh() if step % 2 else x @ m
+        out[i] = x.numpy()
+
+    with tr.residency.session(policy="flow", budget_bytes=2 * 3 * 128 * 128 * 4):
+        alone, together = {}, {}
+        for i in range(6):
+            work(i, alone)
+        threads = [threading.Thread(target=work, args=(i, together)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert sorted(together) == list(range(6)), "a thread failed"
+    for i in range(6):
+        assert alone[i].tobytes() == together[i].tobytes()

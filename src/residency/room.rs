@@ -1,0 +1,131 @@
+//! Waiting for room that other running ops hold. Ops on several threads share one budget: an op
+//! whose inputs and result fit the budget by themselves, but not beside what other running ops
+//! hold, gets `Error::RoomTaken` (see `Manager::make_room`), lets go of everything it holds, and
+//! runs again from the start once room is freed (`with_room`, which every op runs in). Holding
+//! nothing while it waits, no op can wait on another that waits on it.
+//!
+//! Waiters queue in order: only the first tries again when room is freed, and an op that starts
+//! while others wait queues behind them, so that a large op is not starved by small ones and a
+//! free wakes one retry, not every waiter's.
+
+use crate::error::{Error, Result};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, PoisonError};
+use std::time::Duration;
+
+/// Bumped whenever room may have been freed: an op let go of a storage, a storage was forgotten,
+/// a pin ended, a manager was turned off.
+static FREED: AtomicU64 = AtomicU64::new(0);
+/// The queue: the next place to give, and the place whose op may try now.
+static NEXT: AtomicU64 = AtomicU64::new(0);
+static SERVING: AtomicU64 = AtomicU64::new(0);
+static LOCK: Mutex<()> = Mutex::new(());
+static CHANGED: Condvar = Condvar::new();
+
+thread_local! {
+    /// This thread is inside an op's attempt (`with_room`).
+    static ATTEMPTING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// How long a waiter sleeps at most before it looks again.
+const AT_MOST: Duration = Duration::from_millis(20);
+
+/// The count of frees so far (an op that finds no room records it, and waits for a later one).
+pub(crate) fn freed_so_far() -> u64 {
+    FREED.load(Ordering::SeqCst)
+}
+
+fn queued() -> bool {
+    NEXT.load(Ordering::SeqCst) != SERVING.load(Ordering::SeqCst)
+}
+
+fn wake() {
+    let _lock = LOCK.lock().unwrap_or_else(PoisonError::into_inner);
+    CHANGED.notify_all();
+}
+
+/// Room may have been freed: wakes the waiters, if any (an atomic add and a load otherwise).
+pub(crate) fn freed() {
+    FREED.fetch_add(1, Ordering::SeqCst);
+    if queued() {
+        wake();
+    }
+}
+
+/// A place in the queue; the next one's turn comes when it is dropped.
+struct Place(u64);
+
+impl Place {
+    fn take() -> Place {
+        Place(NEXT.fetch_add(1, Ordering::SeqCst))
+    }
+
+    /// Waits until it is this place's turn and, with `since`, room has been freed since that
+    /// count (or a short while has passed, at its turn: the op then looks again).
+    fn wait(&self, since: Option<u64>) {
+        let mut lock = LOCK.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            let turn = SERVING.load(Ordering::SeqCst) == self.0;
+            if turn && since.map_or(true, |seen| FREED.load(Ordering::SeqCst) != seen) {
+                return;
+            }
+            let (next, timeout) = CHANGED.wait_timeout(lock, AT_MOST).unwrap_or_else(PoisonError::into_inner);
+            lock = next;
+            if turn && timeout.timed_out() {
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        SERVING.store(self.0 + 1, Ordering::SeqCst);
+        wake();
+    }
+}
+
+/// Runs `attempt`, which holds nothing once it has failed, again each time it found the room it
+/// needs held by other running ops, once some is freed and its turn has come. On one thread
+/// alone, or with nobody waiting, it runs once.
+///
+/// Inside another op's attempt (backward bringing back what it saved) the outer op holds its
+/// inputs and perhaps the queue's first place: the inner one waits for a free without queueing.
+#[inline]
+pub(crate) fn with_room<R>(mut attempt: impl FnMut() -> Result<R>) -> Result<R> {
+    if !super::active() {
+        return attempt();
+    }
+    if ATTEMPTING.with(Cell::get) {
+        return loop {
+            match attempt() {
+                Err(Error::RoomTaken { freed, .. }) => wait_for_free(freed),
+                other => break other,
+            }
+        };
+    }
+    let mut place = None;
+    if queued() {
+        place.get_or_insert_with(Place::take).wait(None);
+    }
+    loop {
+        let result = {
+            ATTEMPTING.with(|a| a.set(true));
+            let _attempting = scopeguard::guard((), |()| ATTEMPTING.with(|a| a.set(false)));
+            attempt()
+        };
+        match result {
+            Err(Error::RoomTaken { freed, .. }) => place.get_or_insert_with(Place::take).wait(Some(freed)),
+            other => return other,
+        }
+    }
+}
+
+/// Waits until room has been freed since `seen`, or a short while.
+fn wait_for_free(seen: u64) {
+    let lock = LOCK.lock().unwrap_or_else(PoisonError::into_inner);
+    if FREED.load(Ordering::SeqCst) == seen {
+        let _ = CHANGED.wait_timeout(lock, AT_MOST).unwrap_or_else(PoisonError::into_inner);
+    }
+}
