@@ -598,11 +598,14 @@ impl Manager {
         if self.policy.bounded() && self.stats.pinned_bytes + bytes > self.cfg.budget {
             return Err(Error::BudgetTooSmall { op: "pin_resident".into(), needed: self.stats.pinned_bytes + bytes, budget: self.cfg.budget });
         }
-        if !resident {
-            self.bring(id, "pin_resident", EventKind::Load)?;
+        // Counted from here, so that no result is dropped whose remake would not fit beside it.
+        self.stats.pinned_bytes += bytes;
+        let brought = self.remake_crowded().and_then(|()| if resident { Ok(()) } else { self.bring(id, "pin_resident", EventKind::Load) });
+        if let Err(e) = brought {
+            self.stats.pinned_bytes -= bytes;
+            return Err(e);
         }
         self.storages.get_mut(&id).expect("registered").pinned = true;
-        self.stats.pinned_bytes += bytes;
         Ok(())
     }
 

@@ -103,11 +103,13 @@ pub(crate) struct Recipe {
     pub(crate) storages: Vec<(u64, u32)>,
     /// Recipes deep (1: every input is kept data).
     pub(crate) depth: u32,
+    /// Set by the manager: the bytes on the device while it runs (`Manager::working_set`).
+    pub(crate) working_set: u64,
 }
 
 impl Recipe {
     pub(crate) fn new(inputs: Vec<Option<Arc<Entry>>>, replay: Replay) -> Recipe {
-        Recipe { op: "", inputs, replay, cost_ns: 0.0, storages: Vec::new(), depth: 0 }
+        Recipe { op: "", inputs, replay, cost_ns: 0.0, storages: Vec::new(), depth: 0, working_set: 0 }
     }
 }
 
@@ -128,7 +130,8 @@ impl Manager {
             recipe.storages.push((input, native::version(&s.home)));
         }
         recipe.depth = depth + 1;
-        if recipe.depth > MAX_CHAIN || self.working_set(id, &recipe) > self.cfg.budget {
+        recipe.working_set = self.working_set(id, &recipe);
+        if recipe.depth > MAX_CHAIN || !self.fits_beside_pins(&recipe) {
             return Ok(());
         }
         recipe.cost_ns = self.remake_estimate_ns(id, &recipe);
@@ -149,13 +152,37 @@ impl Manager {
     }
 
     /// The bytes on the device while `recipe` makes `id` again from inputs already made: its
-    /// inputs' storages, each once, and its result. A result is kept droppable only if this fits
-    /// the budget, so that a drain can always make it again (`Manager::drain`).
+    /// inputs' storages, each once, and its result. A result is dropped only if this fits the
+    /// budget beside the pins (`fits_beside_pins`), so that a read, and a drain, can always make
+    /// it again (`Manager::drain`).
     fn working_set(&self, id: u64, recipe: &Recipe) -> u64 {
         let mut inputs: Vec<u64> = recipe.storages.iter().map(|&(input, _)| input).collect();
         inputs.sort_unstable();
         inputs.dedup();
         inputs.iter().map(|input| self.storages[input].bytes).sum::<u64>() + self.storages[&id].bytes
+    }
+
+    /// Whether `recipe` can run beside the pinned storages (its pinned inputs counted once).
+    fn fits_beside_pins(&self, recipe: &Recipe) -> bool {
+        let mut pinned_inputs: Vec<u64> = recipe.storages.iter().map(|&(input, _)| input).filter(|i| self.storages.get(i).is_some_and(|s| s.pinned)).collect();
+        pinned_inputs.sort_unstable();
+        pinned_inputs.dedup();
+        let counted_twice: u64 = pinned_inputs.iter().map(|i| self.storages[i].bytes).sum();
+        recipe.working_set + self.stats.pinned_bytes - counted_twice <= self.cfg.budget
+    }
+
+    /// Makes again every dropped result whose remake no longer fits beside the pins (a pin was
+    /// just counted): while the pinned storage is not on the device yet, it still does. Such a
+    /// result is written back from now on (`droppable`).
+    pub(super) fn remake_crowded(&mut self) -> Result<()> {
+        let mut crowded: Vec<u64> = self
+            .storages
+            .iter()
+            .filter(|(_, s)| s.dropped() && s.recipe.as_ref().is_some_and(|r| !self.fits_beside_pins(r)))
+            .map(|(&id, _)| id)
+            .collect();
+        crowded.sort_unstable();
+        crowded.into_iter().try_for_each(|id| self.remake_if_dropped(id, "pin_resident"))
     }
 
     /// The time `recipe`'s op would take to make `id` again on an H100 (`schedule::op_seconds`,
@@ -209,7 +236,7 @@ impl Manager {
     /// Whether evicting `id` should drop its device copy rather than write it back.
     pub(super) fn droppable(&self, id: u64) -> bool {
         let s = &self.storages[&id];
-        if s.kind != Home::Lazy || s.recipe.is_none() {
+        if s.kind != Home::Lazy || !s.recipe.as_ref().is_some_and(|r| self.fits_beside_pins(r)) {
             return false;
         }
         match self.cfg.recompute {
