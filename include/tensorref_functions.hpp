@@ -124,7 +124,8 @@ namespace tr {
     return a.rsub_scalar(s);
 }
 
-/// s / a (true division). Calls `tr_tensor_rdiv_scalar`; throws tr::Error on failure.
+/// s / a (true division), as PyTorch computes it: the reciprocal of a, times s. Calls
+/// `tr_tensor_rdiv_scalar`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor rdiv_scalar(const Tensor& a, Scalar s) {
     return a.rdiv_scalar(s);
 }

@@ -130,7 +130,7 @@ tr_status tr_tensor_div_scalar(tr_tensor a, tr_scalar s, tr_tensor *out);
 tr_status tr_tensor_rsub_scalar(tr_tensor a, tr_scalar s, tr_tensor *out);
 
 /**
- * s / a (true division).
+ * s / a (true division), as PyTorch computes it: the reciprocal of a, times s.
  */
 tr_status tr_tensor_rdiv_scalar(tr_tensor a, tr_scalar s, tr_tensor *out);
 

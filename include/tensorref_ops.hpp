@@ -106,8 +106,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// s / a (true division). (`a` is *this.) Calls `tr_tensor_rdiv_scalar`; throws tr::Error
-    /// on failure.
+    /// s / a (true division), as PyTorch computes it: the reciprocal of a, times s. (`a` is
+    /// *this.) Calls `tr_tensor_rdiv_scalar`; throws tr::Error on failure.
     [[nodiscard]] Self rdiv_scalar(Scalar s) const {
         tr_tensor out{0};
         detail::call(tr_tensor_rdiv_scalar, self().raw(), s.raw(), &out);

@@ -208,7 +208,7 @@ pub extern "C" fn tr_tensor_rsub_scalar(a: TrTensor, s: TrScalar, out: *mut TrTe
     })
 }
 
-/// s / a (true division).
+/// s / a (true division), as PyTorch computes it: the reciprocal of a, times s.
 #[no_mangle]
 pub extern "C" fn tr_tensor_rdiv_scalar(a: TrTensor, s: TrScalar, out: *mut TrTensor) -> Status {
     call(|| {

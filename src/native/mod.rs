@@ -18,6 +18,7 @@ extern "C" {
     fn tr_native_fill(t: *const c_void, tag: c_int, i: i64, f: c_double, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_to_meta(t: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_is_meta(t: *const c_void) -> c_int;
+    fn tr_native_pow(t: *const c_void, tag: c_int, i: i64, f: c_double, in_place: c_int, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_arange(start: c_double, end: c_double, step: c_double, kind: c_int, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
 }
 
@@ -60,6 +61,22 @@ pub(crate) fn scalar_like(like: &tch::Tensor, value: Scalar, dtype: DType) -> Re
     // SAFETY: `like` is live for the call; out and err are valid (see `make`). DType codes are
     // c10's ScalarType numbers.
     make("scalar", |out, err, len| unsafe { tr_native_scalar_like(like.as_ptr().cast(), tag, i, f, dtype as c_int, out, err, len) })
+}
+
+/// `t ** exponent` as libtorch computes it for a Scalar exponent (its special exponents too).
+pub(crate) fn pow(t: &tch::Tensor, exponent: Scalar) -> Result<tch::Tensor> {
+    let (tag, i, f) = tagged(exponent);
+    // SAFETY: `t` is live for the call; out and err are valid (see `make`).
+    make("pow", |out, err, len| unsafe { tr_native_pow(t.as_ptr().cast(), tag, i, f, 0, out, err, len) })
+}
+
+/// `t **= exponent` (see `pow`).
+pub(crate) fn pow_(t: &tch::Tensor, exponent: Scalar) -> Result<()> {
+    let (tag, i, f) = tagged(exponent);
+    let mut err = [0 as c_char; ERR_LEN];
+    // SAFETY: `t` is live for the call; err is valid for ERR_LEN bytes; no tensor is made.
+    let status = unsafe { tr_native_pow(t.as_ptr().cast(), tag, i, f, 1, std::ptr::null_mut(), err.as_mut_ptr(), ERR_LEN) };
+    check("pow_", status, &err)
 }
 
 /// Values from `start` to `end` (exclusive) in steps of `step`, of `dtype`, on the CPU.

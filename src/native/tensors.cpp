@@ -59,6 +59,20 @@ int tr_native_fill(const void *t, int tag, int64_t i, double f, char *err, size_
     });
 }
 
+// `t` raised to the tagged value, as at::pow(Tensor, Scalar) does it, its special exponents
+// included (2 squares, 0.5 takes the square root...): a 0-dim exponent tensor would take the
+// general kernel, whose last bit differs. In place into `t` when `in_place`, else into `*out`.
+int tr_native_pow(const void *t, int tag, int64_t i, double f, int in_place, void **out, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        at::Tensor base = *static_cast<const at::Tensor *>(t);
+        if (in_place) {
+            base.pow_(scalar_of(tag, i, f));
+        } else {
+            *out = new at::Tensor(at::pow(base, scalar_of(tag, i, f)));
+        }
+    });
+}
+
 // `t` on libtorch's meta device: same sizes, strides and dtype, no data.
 int tr_native_to_meta(const void *t, void **out, char *err, size_t err_len) {
     return guarded(err, err_len, [&] {

@@ -247,13 +247,13 @@ pub(crate) mod core {
         })
     }
 
-    /// s / a (true division).
+    /// s / a (true division), as PyTorch computes it: the reciprocal of a, times s.
     pub(crate) fn rdiv_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
         admitted(|| {
             fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(scalar(a, s)?.f_div(a)?)
+                Ok(a.f_reciprocal()?.f_mul(&scalar(a, s)?)?)
             }
             let mut op = Op::begin("rdiv_scalar");
             let [a] = op.get([a])?;
@@ -1937,7 +1937,7 @@ impl Tensor {
         Ok(Tensor::from_raw(core::rsub_scalar(self.id(), s.into())?))
     }
 
-    /// s / a (true division).
+    /// s / a (true division), as PyTorch computes it: the reciprocal of a, times s.
     pub fn rdiv_scalar(&self, s: impl Into<Scalar>) -> Result<Tensor> {
         Ok(Tensor::from_raw(core::rdiv_scalar(self.id(), s.into())?))
     }

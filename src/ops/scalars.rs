@@ -104,19 +104,18 @@ pub(crate) fn fill_(a: &tch::Tensor, value: Scalar) -> Result<()> {
     Ok(crate::native::fill(a, value)?)
 }
 
-/// `a ** exponent`, refusing an integer tensor raised to a negative integer, as libtorch refuses
-/// it for a Scalar exponent (its 0-dim tensor form would compute one).
+/// `a ** exponent` with libtorch's Scalar kernel, as PyTorch computes `t ** 2` (a square, not the
+/// general power: the last bit differs), through a shim; an integer tensor raised to a negative
+/// integer is refused with our words first.
 pub(crate) fn pow(a: &tch::Tensor, exponent: Scalar) -> Result<tch::Tensor> {
     check_pow(a, exponent)?;
-    Ok(a.f_pow(&scalar(a, exponent)?)?)
+    Ok(crate::native::pow(a, exponent)?)
 }
 
 /// `a **= exponent` (see `pow`).
 pub(crate) fn pow_(a: &tch::Tensor, exponent: Scalar) -> Result<()> {
     check_pow(a, exponent)?;
-    let e = scalar(a, exponent)?;
-    let _ = a.shallow_clone().f_pow_tensor_(&e)?;
-    Ok(())
+    Ok(crate::native::pow_(a, exponent)?)
 }
 
 fn check_pow(a: &tch::Tensor, exponent: Scalar) -> Result<()> {

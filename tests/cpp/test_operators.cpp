@@ -104,7 +104,7 @@ TEST(compound_assignment_is_in_place_on_the_same_handle) {
 TEST(operators_register_results_in_the_current_scope) {
     Tensor a = f32({1, 2});
     tr::Scope s;
-    Tensor b = 2.0 / a;  // one op: rdiv_scalar, a true division
+    Tensor b = 2.0 / a;  // one op: rdiv_scalar
     CHECK(b.scope() == s);
     CHECK_EQ(s.size(), size_t(1));
     CHECK_STATS(1, 0, 1, 0, 0, 0, 2);

@@ -120,8 +120,8 @@ namespace TensorRef
         }
 
         /// <summary>
-        /// s / a (true division). Calls tr_tensor_rdiv_scalar; throws TensorRefException on
-        /// failure.
+        /// s / a (true division), as PyTorch computes it: the reciprocal of a, times s. Calls
+        /// tr_tensor_rdiv_scalar; throws TensorRefException on failure.
         /// </summary>
         public Tensor RdivScalar(Scalar s)
         {

@@ -576,7 +576,7 @@ _f_rdiv_scalar = _lib.tr_tensor_rdiv_scalar
 
 
 def rdiv_scalar(a, s):
-    """s / a (true division).
+    """s / a (true division), as PyTorch computes it: the reciprocal of a, times s.
 
     rdiv_scalar(a: Tensor, s: int | float | bool) -> Tensor   [C: tr_tensor_rdiv_scalar]
     """
