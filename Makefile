@@ -20,7 +20,7 @@ LIB_DIR := $(ROOT)/target/debug
 CFLAGS_STRICT := -std=c11 -Wall -Wextra -Wpedantic -Werror -I$(ROOT)/include
 LINK := -L$(LIB_DIR) -ltensorref -Wl,-rpath,$(LIB_DIR) -lpthread
 
-.PHONY: demo test setup build gen header-check test-rust test-core test-c test-examples-rust bench bench-overhead clean test-cuda gpu-bundle
+.PHONY: demo test setup build gen header-check test-rust test-core test-c test-examples-rust bench bench-overhead soak clean test-cuda gpu-bundle
 
 # ---------------------------------------------------------------- install
 setup: $(STAMPS)/venv $(STAMPS)/cbindgen-$(CBINDGEN_VERSION)
@@ -106,6 +106,13 @@ bench: setup $(BENCH_SUITES)
 bench-overhead: setup
 	cargo bench --bench ratios
 	python3 benches/overhead_rounds.py 7
+
+# A long run: the training benchmark's encoder under Flow with recomputation where cheaper, at a
+# quarter of its peak, for SOAK_MINUTES; it fails on any drift of live handles, per-step counters
+# or resident memory (benches/training.rs, `soak`).
+SOAK_MINUTES ?= 30
+soak: setup
+	cargo bench --bench training -- --soak $(SOAK_MINUTES)
 
 clean:
 	cargo clean

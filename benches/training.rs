@@ -18,6 +18,7 @@
 //!     cargo bench --bench training -- [--device simulated|cuda] [--width 256] [--layers 4]
 //!         [--heads 4] [--tokens 64] [--batch 16] [--steps 6] [--dropout 0.1] [--tflops 50]
 //!         [--launch-us 5] [--runs genoa,flow,flow+cheaper,flow+always] [--budgets 2,4]
+//!         [--soak MINUTES]   (`make soak`: see `soak`)
 
 #[path = "common/cli.rs"]
 mod cli;
@@ -41,6 +42,9 @@ struct Args {
     /// each of `budgets`.
     runs: Vec<(PolicyKind, Recompute)>,
     budgets: Vec<u64>,
+    /// `--soak MINUTES`: instead of the table, train under Flow with recomputation where cheaper
+    /// at a quarter of the peak for this long (see `soak`).
+    soak: Option<u64>,
 }
 
 /// A run named as `--runs` takes it: `genoa`, `flow`, `flow+cheaper`, `flow+always`.
@@ -77,6 +81,7 @@ fn args() -> Args {
         },
         runs: cli.value("--runs").unwrap_or_else(|| "genoa,flow,flow+cheaper,flow+always".into()).split(',').map(run_named).collect(),
         budgets: cli.value("--budgets").unwrap_or_else(|| "2,4".into()).split(',').map(|d| d.parse().expect("--budgets: divisors of the peak")).collect(),
+        soak: cli.value("--soak").map(|m| m.parse().expect("--soak: minutes")),
     }
 }
 
@@ -142,14 +147,49 @@ struct Run {
 }
 
 
+/// The encoder, its Adam moments and one batch, made from the same seed every time.
+struct Training {
+    model: Encoder,
+    moments: Vec<(Tensor, Tensor)>,
+    x: Tensor,
+    labels: Tensor,
+    dropout: f64,
+}
+
+impl Training {
+    fn new(a: &Args) -> Result<Training> {
+        manual_seed(3);
+        let model = no_grad(|| Encoder::new(a))?;
+        model.params().iter().try_for_each(|p| p.requires_grad_(true).map(drop))?;
+        let moments = model.params().iter().map(|p| Ok((p.zeros_like()?, p.zeros_like()?))).collect::<Result<Vec<_>>>()?;
+        let x = Tensor::randn(&[a.batch, a.tokens, a.width], DType::F32)?;
+        let labels = Tensor::from_slice(&(0..a.batch).map(|i| i % 8).collect::<Vec<i64>>(), &[a.batch])?;
+        Ok(Training { model, moments, x, labels, dropout: a.dropout })
+    }
+
+    /// Step `step` (from 1): forward, backward, Adam, gradients dropped, the iteration marked.
+    /// Returns the loss.
+    fn step(&self, step: usize) -> Result<f64> {
+        let loss = with_scope(|_| {
+            let loss = self.model.loss(&self.x, &self.labels, self.dropout)?;
+            loss.backward()?;
+            let params = self.model.params();
+            let (m, v): (Vec<&Tensor>, Vec<&Tensor>) = self.moments.iter().map(|(m, v)| (m, v)).unzip();
+            Tensor::optim_adam_step(&params, &m, &v, step as i64, 1e-3, 0.9, 0.999, 1e-8, 0.0)?;
+            // Dropped, as PyTorch's `zero_grad()` does by default: nothing to keep or move.
+            params.iter().try_for_each(|p| p.clear_grad())?;
+            loss.item()
+        })?;
+        if residency::enabled() {
+            residency::mark_iteration()?;
+        }
+        Ok(loss)
+    }
+}
+
 /// Trains for `a.steps` steps under the configured manager; the first step is not timed.
 fn train(a: &Args) -> Result<Run> {
-    manual_seed(3);
-    let model = no_grad(|| Encoder::new(a))?;
-    model.params().iter().try_for_each(|p| p.requires_grad_(true).map(drop))?;
-    let moments = model.params().iter().map(|p| Ok((p.zeros_like()?, p.zeros_like()?))).collect::<Result<Vec<_>>>()?;
-    let x = Tensor::randn(&[a.batch, a.tokens, a.width], DType::F32)?;
-    let labels = Tensor::from_slice(&(0..a.batch).map(|i| i % 8).collect::<Vec<i64>>(), &[a.batch])?;
+    let training = Training::new(a)?;
     if residency::enabled() {
         residency::schedule_log_start()?;
     }
@@ -161,19 +201,7 @@ fn train(a: &Args) -> Result<Run> {
         if step == 4 {
             before = residency::stats().unwrap_or_default();
         }
-        with_scope(|_| {
-            let loss = model.loss(&x, &labels, a.dropout)?;
-            loss.backward()?;
-            losses.push(loss.item()?);
-            let params = model.params();
-            let (m, v): (Vec<&Tensor>, Vec<&Tensor>) = moments.iter().map(|(m, v)| (m, v)).unzip();
-            Tensor::optim_adam_step(&params, &m, &v, step as i64, 1e-3, 0.9, 0.999, 1e-8, 0.0)?;
-            // Dropped, as PyTorch's `zero_grad()` does by default: nothing to keep or move.
-            params.iter().try_for_each(|p| p.clear_grad())
-        })?;
-        if residency::enabled() {
-            residency::mark_iteration()?;
-        }
+        losses.push(training.step(step)?);
     }
     let ms_per_step = started.elapsed().as_secs_f64() * 1e3 / (a.steps - 1) as f64;
     let last = residency::stats().unwrap_or_default();
@@ -191,6 +219,74 @@ fn train(a: &Args) -> Result<Run> {
     Ok(Run { ms_per_step, losses, steady, last, reserved_peak_before: before.peak_reserved_bytes, model })
 }
 
+/// What must repeat exactly from one step to the next once the order is learned: the handles
+/// alive, and each counter's growth over the step.
+fn per_step(now: &ResidencyStats, before: &ResidencyStats) -> [u64; 10] {
+    [
+        now.ops - before.ops,
+        now.loads - before.loads,
+        now.load_bytes - before.load_bytes,
+        now.evictions - before.evictions,
+        now.write_backs - before.write_backs,
+        now.write_back_bytes - before.write_back_bytes,
+        now.drops - before.drops,
+        now.recomputations - before.recomputations,
+        now.prefetches - before.prefetches,
+        now.page_locked_allocs - before.page_locked_allocs,
+    ]
+}
+
+/// The process's resident set, from /proc (0 where there is none).
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    statm.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()).unwrap_or(0) * 4096
+}
+
+/// `make soak`: trains under Flow with recomputation where cheaper at a quarter of `peak` for
+/// `minutes`, printing every minute the live handles, the resident set and the last step's
+/// counters. Fails unless, after five warm-up steps, every step leaves the same live handles and
+/// grows every counter by the same amount as the first step after them, and the resident set
+/// grows by less than 1 % over the last two thirds of the run (the last 20 minutes of 30).
+fn soak(a: &Args, peak: u64, minutes: u64) -> Result<()> {
+    const WARM_UP: usize = 5;
+    residency::configure(Config { recompute: Recompute::Cheaper, ..Config::new(a.device, PolicyKind::Flow, peak / 4) })?;
+    let training = Training::new(a)?;
+    let started = Instant::now();
+    let (mut before, mut steady, mut live) = (residency::stats().unwrap_or_default(), None, 0);
+    let (mut rss_from, mut printed, mut step) = (None, 0, 0);
+    println!("{:>6} {:>7} {:>6} {:>10}  per step: ops, loads, loaded, evictions, write-backs, written, drops, remade, prefetches, page-locked allocations", "minute", "steps", "live", "RSS");
+    while started.elapsed().as_secs() < minutes * 60 {
+        step += 1;
+        let loss = training.step(step)?;
+        assert!(loss.is_finite(), "step {step}: loss {loss}");
+        let now = residency::stats().unwrap_or_default();
+        let counters = per_step(&now, &before);
+        before = now;
+        if step == WARM_UP + 1 {
+            (steady, live) = (Some(counters), tensorref::live_handles());
+        } else if let Some(expected) = steady {
+            assert_eq!(counters, expected, "step {step}: the counters of a step changed");
+            assert_eq!(tensorref::live_handles(), live, "step {step}: live handles changed");
+        }
+        let minute = started.elapsed().as_secs() / 60;
+        if minute > printed || step == 1 {
+            printed = minute;
+            let rss = rss_bytes();
+            if minute * 3 >= minutes && rss_from.is_none() {
+                rss_from = Some(rss);
+            }
+            println!("{minute:>6} {step:>7} {:>6} {:>6.1} MiB  {counters:?}", tensorref::live_handles(), rss as f64 / (1 << 20) as f64);
+        }
+    }
+    residency::disable()?;
+    let (from, to) = (rss_from.unwrap_or_default(), rss_bytes());
+    println!("{step} steps; resident set {:.1} MiB -> {:.1} MiB over the last two thirds", from as f64 / (1 << 20) as f64, to as f64 / (1 << 20) as f64);
+    assert!(step > WARM_UP + 1, "the soak ran too few steps to compare");
+    assert!((to as f64) < from as f64 * 1.01, "the resident set grew by 1 % or more");
+    println!("soak: passed");
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let a = args();
     assert!(a.steps >= 5, "--steps: at least 5 (two to learn the order, one to follow it first, two measured)");
@@ -203,6 +299,9 @@ fn main() -> Result<()> {
     residency::disable()?;
     let peak = resident.last.peak_device_bytes;
     println!("Unmanaged peak (Resident): {:.1} MiB\n", peak as f64 / (1 << 20) as f64);
+    if let Some(minutes) = a.soak {
+        return soak(&a, peak, minutes);
+    }
     println!(
         "{:<16} {:>9} {:>9} {:>7} {:>7} {:>11} {:>10} {:>11} {:>11} {:>9} {:>8} {:>9} {:>6} {:>9}  losses",
         "policy", "budget", "ms/step", "x Res.", "model x", "peak/budget", "reserved", "loaded/st", "written/st", "remade/st", "pinned+", "pageable", "waits", "needless"
