@@ -47,3 +47,13 @@ test-python: build python-ext
 bench-python: setup python-ext
 	cargo build --quiet --release
 	TENSORREF_LIB=$(ROOT)/target/release/libtensorref.so python3 $(ROOT)/benches/python/bench_ops.py
+
+# make fuzz SECONDS=600 [FUZZ_ARGS="--policy flow --steps 1000 --avoid-known"]: the fuzzer of
+# bindings/python/tests/fuzz_api.py over fresh seeds (each printed) until SECONDS have passed, on
+# target/debug; a failure prints its seed, step and last calls, and
+# `python bindings/python/tests/fuzz_api.py --seed S --steps N --shrink` minimises it.
+.PHONY: fuzz
+SECONDS ?= 600
+fuzz: build python-ext
+	TENSORREF_LIB=$(ROOT)/target/debug/libtensorref.so \
+	  python3 $(ROOT)/bindings/python/tests/fuzz_api.py --seconds $(SECONDS) $(FUZZ_ARGS)
