@@ -121,18 +121,25 @@ class MinMax(NamedTuple):
     indices: Tensor
 
 
+def _ordered(t: Tensor) -> Tensor:
+    """`t` as the argmax / argmin kernels take it: bool, which they refuse (as PyTorch's do),
+    as uint8 with the same order, for the indices of ``max(dim)`` / ``min(dim)``, which PyTorch
+    gives for bool too."""
+    return _ops.to_dtype(t, _dtypes.uint8) if t.dtype is _dtypes.bool_ else t
+
+
 def max(self, dim=None, keepdim: bool = False):  # noqa: A001
     """The largest element; with `dim`, the largest values along it and their indices."""
     if dim is None:
         return _ops.max(self)
-    return MinMax(_ops.max_dim(self, dim, keepdim), _ops.argmax(self, dim, keepdim))
+    return MinMax(_ops.max_dim(self, dim, keepdim), _ops.argmax(_ordered(self), dim, keepdim))
 
 
 def min(self, dim=None, keepdim: bool = False):  # noqa: A001
     """The smallest element; with `dim`, the smallest values along it and their indices."""
     if dim is None:
         return _ops.min(self)
-    return MinMax(_ops.min_dim(self, dim, keepdim), _ops.argmin(self, dim, keepdim))
+    return MinMax(_ops.min_dim(self, dim, keepdim), _ops.argmin(_ordered(self), dim, keepdim))
 
 
 def argmax(self, dim=None, keepdim: bool = False) -> Tensor:
