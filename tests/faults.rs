@@ -5,7 +5,8 @@
 //! succeeds, and every tensor ends with the values the program computes without a manager.
 //! (One test binary: the manager and the faults are process-wide.)
 
-use tensorref::residency::{self, inject_fault, ComputeDevice, Config, Fault, PolicyKind, Recompute};
+mod common;
+use tensorref::residency::{self, inject_fault, ComputeDevice, Config, Fault, PolicyKind};
 use tensorref::{live_handles, no_grad, Error, Result, Tensor};
 
 /// How many events of each kind the program is faulted at: the first K.
@@ -54,13 +55,7 @@ fn every_fault_is_a_status_and_loses_nothing() {
     no_grad(|| -> Result<()> {
         let live = live_handles();
         let expected = program(&mut 0)?;
-        let runs = [
-            (PolicyKind::Resident, Recompute::Off),
-            (PolicyKind::Genoa, Recompute::Off),
-            (PolicyKind::Flow, Recompute::Off),
-            (PolicyKind::Flow, Recompute::Always),
-        ];
-        for (policy, recompute) in runs {
+        for (policy, recompute) in common::policy_runs() {
             for kind in [Fault::DeviceAllocation, Fault::Copy, Fault::PageLockedAllocation] {
                 let mut faulted = 0;
                 for k in 1..=K {

@@ -4,9 +4,10 @@
 //! equal the same work run alone, and the budget holds at every event. Prints the evictions per
 //! op against the same work on one thread. (Its own test binary: the manager is process-wide.)
 
+mod common;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use tensorref::residency::{self, ComputeDevice, Config, PolicyKind, Recompute};
+use tensorref::residency::{self, ComputeDevice, Config};
 use tensorref::{no_grad, with_scope, DType, Result, Tensor};
 
 const THREADS: usize = 8;
@@ -49,13 +50,7 @@ fn threads_share_a_tight_budget_without_spurious_errors() -> Result<()> {
         let tensor = (N * N * 4) as u64;
         // Room for the inputs and results of about three ops at once.
         let budget = 10 * tensor;
-        let runs = [
-            (PolicyKind::Resident, Recompute::Off),
-            (PolicyKind::Genoa, Recompute::Off),
-            (PolicyKind::Flow, Recompute::Off),
-            (PolicyKind::Flow, Recompute::Always),
-        ];
-        for (policy, recompute) in runs {
+        for (policy, recompute) in common::policy_runs() {
             let mut evictions_per_op = vec![];
             let mut seconds = vec![];
             let mut results = vec![];

@@ -40,3 +40,9 @@ pub fn shared_with_outside(outside: &tch::Tensor) -> Result<Tensor> {
     assert_eq!(tr_tensor_from_dlpack(managed, &mut imported), tensorref::Status::TR_OK);
     Ok(Tensor::from_raw(imported.into()))
 }
+
+/// Every policy, and Flow with recomputation too: the runs a test of the manager covers.
+pub fn policy_runs() -> [(tensorref::residency::PolicyKind, tensorref::residency::Recompute); 4] {
+    use tensorref::residency::{PolicyKind, Recompute};
+    [(PolicyKind::Resident, Recompute::Off), (PolicyKind::Genoa, Recompute::Off), (PolicyKind::Flow, Recompute::Off), (PolicyKind::Flow, Recompute::Always)]
+}
