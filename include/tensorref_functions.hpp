@@ -173,7 +173,8 @@ namespace tr {
     return a.pow_scalar(exponent);
 }
 
-/// `base` raised to a, elementwise. Calls `tr_tensor_rpow_scalar`; throws tr::Error on failure.
+/// `base` raised to a, elementwise (a contiguous result, as PyTorch's `base ** a`). Calls
+/// `tr_tensor_rpow_scalar`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor rpow_scalar(const Tensor& a, Scalar base) {
     return a.rpow_scalar(base);
 }

@@ -175,7 +175,7 @@ tr_status tr_tensor_pow(tr_tensor a, tr_tensor exponent, tr_tensor *out);
 tr_status tr_tensor_pow_scalar(tr_tensor a, tr_scalar exponent, tr_tensor *out);
 
 /**
- * `base` raised to a, elementwise.
+ * `base` raised to a, elementwise (a contiguous result, as PyTorch's `base ** a`).
  */
 tr_status tr_tensor_rpow_scalar(tr_tensor a, tr_scalar base, tr_tensor *out);
 

@@ -176,8 +176,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `base` raised to a, elementwise. (`a` is *this.) Calls `tr_tensor_rpow_scalar`; throws
-    /// tr::Error on failure.
+    /// `base` raised to a, elementwise (a contiguous result, as PyTorch's `base ** a`). (`a` is
+    /// *this.) Calls `tr_tensor_rpow_scalar`; throws tr::Error on failure.
     [[nodiscard]] Self rpow_scalar(Scalar base) const {
         tr_tensor out{0};
         detail::call(tr_tensor_rpow_scalar, self().raw(), base.raw(), &out);

@@ -304,7 +304,7 @@ pub extern "C" fn tr_tensor_pow_scalar(a: TrTensor, exponent: TrScalar, out: *mu
     })
 }
 
-/// `base` raised to a, elementwise.
+/// `base` raised to a, elementwise (a contiguous result, as PyTorch's `base ** a`).
 #[no_mangle]
 pub extern "C" fn tr_tensor_rpow_scalar(a: TrTensor, base: TrScalar, out: *mut TrTensor) -> Status {
     call(|| {

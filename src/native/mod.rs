@@ -18,7 +18,7 @@ extern "C" {
     fn tr_native_fill(t: *const c_void, tag: c_int, i: i64, f: c_double, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_to_meta(t: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_is_meta(t: *const c_void) -> c_int;
-    fn tr_native_pow(t: *const c_void, tag: c_int, i: i64, f: c_double, in_place: c_int, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_pow(t: *const c_void, tag: c_int, i: i64, f: c_double, how: c_int, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_arange(start: c_double, end: c_double, step: c_double, kind: c_int, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
 }
 
@@ -68,6 +68,14 @@ pub(crate) fn pow(t: &tch::Tensor, exponent: Scalar) -> Result<tch::Tensor> {
     let (tag, i, f) = tagged(exponent);
     // SAFETY: `t` is live for the call; out and err are valid (see `make`).
     make("pow", |out, err, len| unsafe { tr_native_pow(t.as_ptr().cast(), tag, i, f, 0, out, err, len) })
+}
+
+/// `base ** t` as libtorch's Scalar overload computes it: a contiguous result, whatever `t`'s
+/// layout, as PyTorch gives for `2 ** t`.
+pub(crate) fn rpow(t: &tch::Tensor, base: Scalar) -> Result<tch::Tensor> {
+    let (tag, i, f) = tagged(base);
+    // SAFETY: `t` is live for the call; out and err are valid (see `make`).
+    make("pow", |out, err, len| unsafe { tr_native_pow(t.as_ptr().cast(), tag, i, f, 2, out, err, len) })
 }
 
 /// `t **= exponent` (see `pow`).
@@ -149,6 +157,7 @@ extern "C" {
     fn tr_native_page_locked_empty(sizes: *const i64, ndim: usize, dtype: c_int, cuda: c_int, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_page_locked_allocations(cuda: c_int) -> u64;
     fn tr_native_tensor_holders(t: *const c_void) -> i32;
+    fn tr_native_tensor_impl(t: *const c_void) -> usize;
 }
 
 /// Runs a shim that makes nothing.
@@ -171,6 +180,13 @@ pub(crate) fn storage(t: &tch::Tensor, cuda: bool) -> Result<StorageInfo> {
 pub(crate) fn tensor_holders(t: &tch::Tensor) -> i32 {
     // SAFETY: `t` is live for the call; the shim reads a reference count.
     unsafe { tr_native_tensor_holders(t.as_ptr().cast()) }
+}
+
+/// The address of `t`'s TensorImpl: handles with the same one are one tensor (`is_same`) to
+/// libtorch's overlap checks.
+pub(crate) fn tensor_impl(t: &tch::Tensor) -> usize {
+    // SAFETY: `t` is live for the call; the shim reads a pointer.
+    unsafe { tr_native_tensor_impl(t.as_ptr().cast()) }
 }
 
 /// A 1-D uint8 tensor over the whole storage of `t`, on `t`'s device.

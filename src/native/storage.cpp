@@ -149,6 +149,11 @@ int32_t tr_native_tensor_holders(const void *t) {
     return static_cast<int32_t>(static_cast<const at::Tensor *>(t)->use_count());
 }
 
+// The TensorImpl of `t`: two handles with the same one are one tensor to libtorch's checks.
+uintptr_t tr_native_tensor_impl(const void *t) {
+    return reinterpret_cast<uintptr_t>(static_cast<const at::Tensor *>(t)->unsafeGetTensorImpl());
+}
+
 // A 1-D uint8 tensor over the whole storage of `t`, on its device (the unit the manager moves),
 // sharing `t`'s version counter (see tr_native_share_version).
 int tr_native_storage_bytes(const void *t, void **out, char *err, size_t err_len) {

@@ -59,16 +59,23 @@ int tr_native_fill(const void *t, int tag, int64_t i, double f, char *err, size_
     });
 }
 
-// `t` raised to the tagged value, as at::pow(Tensor, Scalar) does it, its special exponents
-// included (2 squares, 0.5 takes the square root...): a 0-dim exponent tensor would take the
-// general kernel, whose last bit differs. In place into `t` when `in_place`, else into `*out`.
-int tr_native_pow(const void *t, int tag, int64_t i, double f, int in_place, void **out, char *err, size_t err_len) {
+// Powers with a Scalar side, as libtorch's Scalar overloads compute them. `how` 0: `t` raised to
+// the tagged value into `*out`, its special exponents included (2 squares, 0.5 takes the square
+// root...), where a 0-dim exponent tensor would take the general kernel, whose last bit differs;
+// 1: the same in place into `t`; 2: the tagged value raised to `t` into `*out`, a contiguous
+// result whatever `t`'s layout (a 0-dim base tensor would follow `t`'s strides).
+int tr_native_pow(const void *t, int tag, int64_t i, double f, int how, void **out, char *err, size_t err_len) {
     return guarded(err, err_len, [&] {
-        at::Tensor base = *static_cast<const at::Tensor *>(t);
-        if (in_place) {
-            base.pow_(scalar_of(tag, i, f));
-        } else {
-            *out = new at::Tensor(at::pow(base, scalar_of(tag, i, f)));
+        at::Tensor tensor = *static_cast<const at::Tensor *>(t);
+        switch (how) {
+        case 1:
+            tensor.pow_(scalar_of(tag, i, f));
+            break;
+        case 2:
+            *out = new at::Tensor(at::pow(scalar_of(tag, i, f), tensor));
+            break;
+        default:
+            *out = new at::Tensor(at::pow(tensor, scalar_of(tag, i, f)));
         }
     });
 }

@@ -400,13 +400,13 @@ pub(crate) mod core {
         })
     }
 
-    /// `base` raised to a, elementwise.
+    /// `base` raised to a, elementwise (a contiguous result, as PyTorch's `base ** a`).
     pub(crate) fn rpow_scalar(a: TensorId, base: Scalar) -> Result<TensorId> {
         admitted(|| {
             fn replay(inputs: &[Option<&tch::Tensor>], base: Scalar) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(scalar(a, base)?.f_pow(a)?)
+                Ok(crate::native::rpow(a, base)?)
             }
             let mut op = Op::begin("rpow_scalar");
             let [a] = op.get([a])?;
@@ -1982,7 +1982,7 @@ impl Tensor {
         Ok(Tensor::from_raw(core::pow_scalar(self.id(), exponent.into())?))
     }
 
-    /// `base` raised to a, elementwise.
+    /// `base` raised to a, elementwise (a contiguous result, as PyTorch's `base ** a`).
     pub fn rpow_scalar(&self, base: impl Into<Scalar>) -> Result<Tensor> {
         Ok(Tensor::from_raw(core::rpow_scalar(self.id(), base.into())?))
     }

@@ -38,6 +38,10 @@ pub(crate) struct Ticket {
     written: Vec<(tch::Tensor, tch::Tensor)>,
     /// Gradients an optimizer step or `zero_grad` loaded (alive until the op ends).
     grads: Vec<Arc<Entry>>,
+    /// Each input's TensorImpl and the view the op got for it: an input given twice (the same
+    /// handle, or two that are one tensor) gets the same view again, so that libtorch's overlap
+    /// checks see one tensor, as they would without a manager.
+    views: Vec<(usize, tch::Tensor)>,
 }
 
 impl Ticket {
@@ -53,6 +57,7 @@ impl Ticket {
             recomputes,
             written: Vec::new(),
             grads: Vec::new(),
+            views: Vec::new(),
         };
         match lock() {
             Err(e) => Some(ticket(Some(e), false, false)),
@@ -99,6 +104,11 @@ impl Ticket {
             return Ok(holder);
         }
         let view = self.acquire_storage(entry, write)?;
+        let tensor = crate::native::tensor_impl(entry);
+        if let Some((_, first)) = self.views.iter().find(|(t, _)| *t == tensor) {
+            return Ok(first.shallow_clone());
+        }
+        self.views.push((tensor, view.shallow_clone()));
         if grad_op {
             if let Some(grad) = self.load_grad(entry, false)? {
                 crate::native::set_grad(&view, &grad)?;

@@ -215,8 +215,8 @@ namespace TensorRef
         }
 
         /// <summary>
-        /// `base` raised to a, elementwise. Calls tr_tensor_rpow_scalar; throws TensorRefException
-        /// on failure.
+        /// `base` raised to a, elementwise (a contiguous result, as PyTorch's `base ** a`). Calls
+        /// tr_tensor_rpow_scalar; throws TensorRefException on failure.
         /// </summary>
         public Tensor RpowScalar(Scalar @base)
         {

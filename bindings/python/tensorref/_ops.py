@@ -771,7 +771,7 @@ _f_rpow_scalar = _lib.tr_tensor_rpow_scalar
 
 
 def rpow_scalar(a, base):
-    """`base` raised to a, elementwise.
+    """`base` raised to a, elementwise (a contiguous result, as PyTorch's `base ** a`).
 
     rpow_scalar(a: Tensor, base: int | float | bool) -> Tensor   [C: tr_tensor_rpow_scalar]
     """
