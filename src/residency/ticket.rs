@@ -38,10 +38,11 @@ pub(crate) struct Ticket {
     written: Vec<(tch::Tensor, tch::Tensor)>,
     /// Gradients an optimizer step or `zero_grad` loaded (alive until the op ends).
     grads: Vec<Arc<Entry>>,
-    /// Each input's TensorImpl and the view the op got for it: an input given twice (the same
-    /// handle, or two that are one tensor) gets the same view again, so that libtorch's overlap
-    /// checks see one tensor, as they would without a manager.
-    views: Vec<(usize, tch::Tensor)>,
+    /// Each input's TensorImpl, the view the op got for it, and the input itself. An input given
+    /// twice (the same handle, or two that are one tensor) gets the same view again, and a result
+    /// that is one of the views is that input again (`contiguous` of a contiguous tensor), so that
+    /// libtorch's identity and overlap checks see what they would without a manager.
+    views: Vec<(usize, tch::Tensor, tch::Tensor)>,
 }
 
 impl Ticket {
@@ -105,10 +106,10 @@ impl Ticket {
         }
         let view = self.acquire_storage(entry, write)?;
         let tensor = crate::native::tensor_impl(entry);
-        if let Some((_, first)) = self.views.iter().find(|(t, _)| *t == tensor) {
+        if let Some((_, first, _)) = self.views.iter().find(|(t, _, _)| *t == tensor) {
             return Ok(first.shallow_clone());
         }
-        self.views.push((tensor, view.shallow_clone()));
+        self.views.push((tensor, view.shallow_clone(), entry.shallow_clone()));
         if grad_op {
             if let Some(grad) = self.load_grad(entry, false)? {
                 crate::native::set_grad(&view, &grad)?;
@@ -171,6 +172,12 @@ impl Ticket {
         if !self.moves || self.acquired.is_empty() {
             self.end()?;
             return Ok(Arc::new(Entry::new(result)));
+        }
+        let made = crate::native::tensor_impl(&result);
+        if let Some((_, _, input)) = self.views.iter().find(|(_, view, _)| crate::native::tensor_impl(view) == made) {
+            let input = input.shallow_clone();
+            self.end()?;
+            return Ok(Arc::new(Entry::new(input)));
         }
         let graph = result.requires_grad().then(|| result.shallow_clone());
         let anchor = self.anchored.then_some(self.anchor);
