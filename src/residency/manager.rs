@@ -22,10 +22,17 @@ use super::Config;
 use crate::error::{Error, Result};
 use crate::native;
 use crate::registry::Entry;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::thread::ThreadId;
 use std::time::Instant;
+
+thread_local! {
+    /// The storages the op running on this thread holds (`acquire` to `release`): what it needs
+    /// by itself, told apart from what ops on other threads hold (`make_room`). An op runs on one
+    /// thread, and a remake inside it on the same.
+    static HOLDS: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+}
 
 /// The rules of a policy.
 fn policy(kind: PolicyKind) -> Box<dyn Policy> {
@@ -73,9 +80,6 @@ pub(crate) struct Manager {
     pub(super) owed: Vec<Arc<Transfer>>,
     /// Storages the running op made or wrote (see `write_ahead`).
     written_now: Vec<u64>,
-    /// The storages each running op holds (`acquire` to `release`), by the thread running it: what
-    /// an op needs by itself, told apart from what other running ops hold (`make_room`).
-    holds: HashMap<ThreadId, Vec<u64>>,
     pub(crate) stats: ResidencyStats,
     pub(super) clock: u64,
     pub(crate) trace: Trace,
@@ -109,7 +113,6 @@ impl Manager {
             forgotten: 0,
             owed: Vec::new(),
             written_now: Vec::new(),
-            holds: HashMap::new(),
             stats,
             clock: 0,
             trace: Trace::default(),
@@ -148,7 +151,7 @@ impl Manager {
     pub(crate) fn acquire(&mut self, entry: &Entry, write: bool, op: &'static str) -> Result<Acquired> {
         let id = self.storage_of(entry)?;
         let (clock, following) = (self.clock, self.trace.following() && self.policy.prefetches());
-        self.holds.entry(std::thread::current().id()).or_default().push(id);
+        HOLDS.with(|h| h.borrow_mut().push(id));
         let s = self.storages.get_mut(&id).expect("registered above");
         let used_before = s.uses > 0;
         s.in_use += 1;
@@ -250,7 +253,7 @@ impl Manager {
 
     /// Why `bytes` more do not fit (see `make_room`).
     fn no_room(&self, bytes: u64, op: &'static str) -> Error {
-        let mut own = self.holds.get(&std::thread::current().id()).cloned().unwrap_or_default();
+        let mut own = HOLDS.with(|h| h.borrow().clone());
         own.sort_unstable();
         own.dedup();
         let held = |id: &u64| self.storages.get(id).filter(|s| s.resident() && s.counted() && !s.pinned).map_or(0, |s| s.bytes);
@@ -348,15 +351,12 @@ impl Manager {
     /// the device at once, and under Genoa so does every input of an op that `ended` (not one
     /// that gave up, to run again: its inputs stay for that, free to evict).
     pub(crate) fn release(&mut self, id: u64, ended: bool) {
-        let thread = std::thread::current().id();
-        if let Some(holds) = self.holds.get_mut(&thread) {
-            if let Some(i) = holds.iter().rposition(|&h| h == id) {
-                holds.swap_remove(i);
+        HOLDS.with(|h| {
+            let mut h = h.borrow_mut();
+            if let Some(i) = h.iter().rposition(|&held| held == id) {
+                h.swap_remove(i);
             }
-            if holds.is_empty() {
-                self.holds.remove(&thread);
-            }
-        }
+        });
         super::room::freed();
         let Some(s) = self.storages.get_mut(&id) else { return };
         s.in_use = s.in_use.saturating_sub(1);

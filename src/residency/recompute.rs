@@ -163,11 +163,14 @@ impl Manager {
     }
 
     /// Whether `recipe` can run beside the pinned storages (its pinned inputs counted once).
+    /// Asked of every eviction candidate: it allocates nothing.
     fn fits_beside_pins(&self, recipe: &Recipe) -> bool {
-        let mut pinned_inputs: Vec<u64> = recipe.storages.iter().map(|&(input, _)| input).filter(|i| self.storages.get(i).is_some_and(|s| s.pinned)).collect();
-        pinned_inputs.sort_unstable();
-        pinned_inputs.dedup();
-        let counted_twice: u64 = pinned_inputs.iter().map(|i| self.storages[i].bytes).sum();
+        let inputs = &recipe.storages;
+        let first = |i: usize| !inputs[..i].iter().any(|&(earlier, _)| earlier == inputs[i].0);
+        let counted_twice: u64 = (0..inputs.len())
+            .filter(|&i| first(i))
+            .filter_map(|i| self.storages.get(&inputs[i].0).filter(|s| s.pinned).map(|s| s.bytes))
+            .sum();
         recipe.working_set + self.stats.pinned_bytes - counted_twice <= self.cfg.budget
     }
 
