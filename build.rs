@@ -33,6 +33,7 @@ fn compile_native(lib: &Path) {
         .file("src/native/storage.cpp")
         .file("src/native/autograd.cpp")
         .file("src/native/random.cpp")
+        .file("src/native/device_memory.cpp")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))
         .flag("-std=c++17")

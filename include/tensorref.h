@@ -546,6 +546,29 @@ typedef struct tr_residency_stats {
 } tr_residency_stats;
 
 /**
+ * The simulated device's memory as its allocator counts it, in bytes (all zero on other
+ * devices, whose memory it does not see).
+ */
+typedef struct tr_device_memory {
+  /**
+   * Alive now.
+   */
+  uint64_t live;
+  /**
+   * The most alive at any moment since the last reset.
+   */
+  uint64_t peak;
+  /**
+   * Allocated by running kernels and not yet a storage of the manager's.
+   */
+  uint64_t in_flight;
+  /**
+   * In flight on this thread.
+   */
+  uint64_t in_flight_here;
+} tr_device_memory;
+
+/**
  * One manager event, valid only during the callback.
  */
 typedef struct tr_event {
@@ -939,6 +962,15 @@ tr_status tr_residency_disable(void);
  * Writes the manager's counters. Errors: TR_ERR_NULL_ARG; TR_ERR_INVALID_ARG without a manager.
  */
 tr_status tr_residency_stats_get(struct tr_residency_stats *out);
+
+/**
+ * Writes the simulated device's memory as its allocator counts it: the bytes alive, the most
+ * alive at once (since the last `reset_peak`, which starts it again from what is alive now), and
+ * those running ops allocated that are no storage of the manager's yet. The budget holds of
+ * `peak`. All zero before a manager on the simulated device was first configured. Errors:
+ * TR_ERR_NULL_ARG.
+ */
+tr_status tr_residency_device_memory(bool reset_peak, struct tr_device_memory *out);
 
 /**
  * Marks the end of an iteration (a step, a forward pass): Flow evicts and prefetches by the ops

@@ -1,7 +1,8 @@
 //! Threads sharing one tight budget: 8 threads × 10,000 ops under every policy, on private
 //! tensors and on shared read-only ones, with room for the working sets of only a few ops at
 //! once. No op that fits the budget by itself may fail, none may deadlock, each thread's results
-//! equal the same work run alone, and the budget holds at every event. Prints the evictions per
+//! equal the same work run alone, and the budget holds at every event and of the device memory
+//! the simulated device's allocator counts. Prints the evictions per
 //! op against the same work on one thread. (Its own test binary: the manager is process-wide.)
 
 mod common;
@@ -61,13 +62,16 @@ fn threads_share_a_tight_budget_without_spurious_errors() -> Result<()> {
                 residency::set_callback(Some(Box::new(move |e| {
                     seen.fetch_max(e.device_bytes, Ordering::Relaxed);
                 })))?;
+                residency::device_memory(true);
                 let started = std::time::Instant::now();
                 results.push(threads(together, |t| work(t, &shared)));
                 seconds.push(started.elapsed().as_secs_f64());
                 let stats = residency::stats().expect("configured");
+                let memory = residency::device_memory(false);
                 residency::disable()?;
                 let what = format!("{policy:?}, recompute {recompute:?}, {}", if together { "8 threads at once" } else { "one thread" });
                 assert!(peak.load(Ordering::Relaxed) <= stats.budget, "{what}: over budget");
+                assert!(memory.peak <= stats.budget, "{what}: the allocator saw {} device bytes alive at once, budget {}", memory.peak, stats.budget);
                 evictions_per_op.push(stats.evictions as f64 / stats.ops as f64);
             }
             assert_eq!(results[0], results[1], "{policy:?}, {recompute:?}: a thread's results differ from the same work alone");

@@ -5,7 +5,7 @@ use super::boundary::{call, out_arg};
 use super::handles::TrTensor;
 use crate::error::{Error, Status};
 use crate::registry::TensorId;
-use crate::residency::{self, ComputeDevice, Config, Event, PolicyKind, Recompute, ResidencyStats};
+use crate::residency::{self, ComputeDevice, Config, DeviceMemory, Event, PolicyKind, Recompute, ResidencyStats};
 use crate::tensor::Tensor;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr, CString};
@@ -158,6 +158,19 @@ pub extern "C" fn tr_residency_stats_get(out: *mut ResidencyStats) -> Status {
     call(|| {
         let out = out_arg(out, "out")?;
         *out = residency::stats().ok_or_else(|| Error::InvalidArg("no residency manager is configured".into()))?;
+        Ok(())
+    })
+}
+
+/// Writes the simulated device's memory as its allocator counts it: the bytes alive, the most
+/// alive at once (since the last `reset_peak`, which starts it again from what is alive now), and
+/// those running ops allocated that are no storage of the manager's yet. The budget holds of
+/// `peak`. All zero before a manager on the simulated device was first configured. Errors:
+/// TR_ERR_NULL_ARG.
+#[no_mangle]
+pub extern "C" fn tr_residency_device_memory(reset_peak: bool, out: *mut DeviceMemory) -> Status {
+    call(|| {
+        *out_arg(out, "out")? = residency::device_memory(reset_peak);
         Ok(())
     })
 }

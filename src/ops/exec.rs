@@ -225,7 +225,7 @@ impl Op {
         let Managed { ticket, .. } = self.managed.as_deref_mut().expect("a managed op");
         let mut retried = false;
         loop {
-            let placed = body().and_then(|t| match t.defined() {
+            let placed = ticket.kernel(&body).and_then(|t| match t.defined() {
                 true => ticket.finish(t, recipe()).map(Some),
                 false => ticket.end().map(|()| None),
             });
@@ -239,8 +239,9 @@ impl Op {
     /// Runs `body` for an op that makes no tensor (in-place ops, backward, optimizer steps).
     pub(crate) fn value<R, E: Into<Error>>(mut self, body: impl Fn() -> Result<R, E>) -> Result<R> {
         let Some(Managed { ticket, .. }) = self.managed.as_deref_mut() else { return body().map_err(Into::into) };
-        let value = match body().map_err(Into::into) {
-            Err(Error::OutOfMemory(_)) if ticket.evict_unused() > 0 => body().map_err(Into::into),
+        let run = || ticket.kernel(|| body().map_err(Into::into));
+        let value = match run() {
+            Err(Error::OutOfMemory(_)) if ticket.evict_unused() > 0 => run(),
             other => other,
         }?;
         ticket.end()?;

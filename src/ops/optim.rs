@@ -49,8 +49,14 @@ pub(crate) fn adam_step(
         }
         let _ = m.shallow_clone().f_mul_(&scalar(m, h.beta1)?)?.f_add_(&grad.f_mul(&scalar(&grad, 1.0 - h.beta1)?)?)?;
         let _ = v.shallow_clone().f_mul_(&scalar(v, h.beta2)?)?.f_addcmul_(&grad, &grad.f_mul(&scalar(&grad, 1.0 - h.beta2)?)?)?;
-        let denom = v.f_sqrt()?.f_div(&scalar(v, bias2_sqrt)?)?.f_add(&scalar(v, h.eps)?)?;
-        let _ = p.shallow_clone().f_sub_(&m.f_div(&denom)?.f_mul(&scalar(m, h.lr / bias1)?)?)?;
+        // In place on the temporaries (the same kernels, so the same bits): at most two of the
+        // parameter's size are alive at once.
+        let denom = v.f_sqrt()?;
+        let _ = denom.shallow_clone().f_div_(&scalar(v, bias2_sqrt)?)?.f_add_(&scalar(v, h.eps)?)?;
+        let update = m.f_div(&denom)?;
+        drop(denom);
+        let _ = update.shallow_clone().f_mul_(&scalar(m, h.lr / bias1)?)?;
+        let _ = p.shallow_clone().f_sub_(&update)?;
     }
     Ok(())
 }

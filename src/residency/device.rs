@@ -5,6 +5,7 @@
 //! from pageable memory is counted the same way on both (see `manager`).
 
 use super::cuda;
+use super::device_memory::{Mode, Scope};
 use super::faults::{self, Fault};
 use crate::native;
 use crate::error::{Error, Result};
@@ -88,7 +89,10 @@ impl ComputeDevice {
         self.fault(Fault::Copy, "loading a device copy")?;
         match self {
             ComputeDevice::Cuda(n) => cuda::load_async(home, n, after_write).map(|(t, e)| (t, Transfer(Some(e)))),
-            _ => Ok((home.f_to_device_(self.tch(), home.f_kind()?, false, true)?, Transfer::done())),
+            _ => {
+                let _counted = (self == ComputeDevice::Simulated).then(|| Scope::enter(Mode::Count));
+                Ok((home.f_to_device_(self.tch(), home.f_kind()?, false, true)?, Transfer::done()))
+            }
         }
     }
 

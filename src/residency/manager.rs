@@ -11,6 +11,7 @@
 //! victims and sets the rules.
 
 use super::device::{ComputeDevice, Transfer};
+use super::device_memory;
 use super::faults::Fault;
 use super::policy::{Candidate, Policy, PolicyKind};
 use super::recompute::{LinkLoad, Recipe, Recompute};
@@ -80,6 +81,8 @@ pub(crate) struct Manager {
     pub(super) owed: Vec<Arc<Transfer>>,
     /// Storages the running op made or wrote (see `write_ahead`).
     written_now: Vec<u64>,
+    /// Flow's prefetch after the last op, made as the next op begins (`op_begin`).
+    prefetch_due: bool,
     pub(crate) stats: ResidencyStats,
     pub(super) clock: u64,
     pub(crate) trace: Trace,
@@ -113,6 +116,7 @@ impl Manager {
             forgotten: 0,
             owed: Vec::new(),
             written_now: Vec::new(),
+            prefetch_due: false,
             stats,
             clock: 0,
             trace: Trace::default(),
@@ -141,7 +145,12 @@ impl Manager {
         self.report.emit(Event { kind, entry: storage, bytes, device_bytes, op, time_us, duration_us });
     }
 
+    /// Before an op: the prefetch the previous op left due (made now, once that op's inputs are
+    /// let go, so that evicting them frees their memory), then its event.
     pub(crate) fn op_begin(&mut self, op: &'static str) {
+        if std::mem::take(&mut self.prefetch_due) {
+            self.prefetch();
+        }
         self.event(EventKind::OpBegin, 0, 0, op, None);
     }
 
@@ -234,14 +243,14 @@ impl Manager {
     /// `bytes` exceed the budget (`BudgetTooSmall`, with what the op needs by itself), or other
     /// running ops hold the rest (`RoomTaken`: the op waits and runs again).
     pub(super) fn make_room(&mut self, bytes: u64, op: &'static str) -> Result<()> {
-        if !self.policy.bounded() || self.stats.device_bytes + bytes <= self.cfg.budget {
+        if !self.policy.bounded() || self.used() + bytes <= self.cfg.budget {
             return Ok(());
         }
         let leaving: u64 = self.candidates().iter().map(|c| c.bytes).sum();
-        if self.stats.device_bytes - leaving + bytes > self.cfg.budget {
+        if self.used().saturating_sub(leaving) + bytes > self.cfg.budget {
             return Err(self.no_room(bytes, op));
         }
-        while self.stats.device_bytes + bytes > self.cfg.budget {
+        while self.used() + bytes > self.cfg.budget {
             let candidates = self.candidates();
             let Some(victim) = self.policy.pick_victim(&candidates, self.clock, &self.trace) else {
                 return Err(self.no_room(bytes, op));
@@ -251,14 +260,29 @@ impl Manager {
         Ok(())
     }
 
+    /// The device bytes counted against the budget: the storages', and on the simulated device
+    /// what running kernels allocated that is not a storage yet (see `device_memory`).
+    pub(super) fn used(&self) -> u64 {
+        self.stats.device_bytes + self.in_flight().in_flight
+    }
+
+    fn in_flight(&self) -> device_memory::DeviceMemory {
+        match self.cfg.device {
+            ComputeDevice::Simulated => device_memory::device_memory(false),
+            _ => device_memory::DeviceMemory::default(),
+        }
+    }
+
     /// Why `bytes` more do not fit (see `make_room`).
     fn no_room(&self, bytes: u64, op: &'static str) -> Error {
         let mut own = HOLDS.with(|h| h.borrow().clone());
         own.sort_unstable();
         own.dedup();
         let held = |id: &u64| self.storages.get(id).filter(|s| s.resident() && s.counted() && !s.pinned).map_or(0, |s| s.bytes);
-        let needed = own.iter().map(held).sum::<u64>() + self.stats.pinned_bytes + bytes;
-        let others = self.storages.iter().any(|(id, s)| s.resident() && s.in_use > 0 && own.binary_search(id).is_err());
+        let flight = self.in_flight();
+        let needed = own.iter().map(held).sum::<u64>() + self.stats.pinned_bytes + flight.in_flight_here + bytes;
+        let others = flight.in_flight > flight.in_flight_here
+            || self.storages.iter().any(|(id, s)| s.resident() && s.in_use > 0 && own.binary_search(id).is_err());
         if needed <= self.cfg.budget && others {
             Error::RoomTaken { op: op.to_string(), freed: super::room::freed_so_far() }
         } else {
@@ -395,6 +419,9 @@ impl Manager {
         recipe: Option<Recipe>,
     ) -> Result<Entry> {
         let bytes = info.nbytes;
+        if self.cfg.device == ComputeDevice::Simulated {
+            device_memory::adopt(t); // counted from here on as a storage's
+        }
         self.cfg.device.fault(Fault::DeviceAllocation, &format!("allocating the result of `{op}`"))?;
         if let Some(cap) = self.cfg.simulated_capacity.filter(|_| self.cfg.device == ComputeDevice::Simulated) {
             if self.stats.device_bytes + bytes > cap {
@@ -448,14 +475,13 @@ impl Manager {
         self.trace.op_end(op, inputs, output, anchor)
     }
 
-    /// After an op: events, prefetch, and memory homes moved out of. Returns the write-backs
-    /// the op must wait for before it returns (memory shared with the outside).
+    /// After an op: events, write-ahead, the prefetch due before the next op, and memory homes
+    /// moved out of. Returns the write-backs the op must wait for before it returns (memory
+    /// shared with the outside).
     pub(crate) fn op_finished(&mut self, op: &'static str) -> Vec<Arc<Transfer>> {
         self.event(EventKind::OpEnd, 0, 0, op, None);
         self.write_ahead(op);
-        if self.policy.prefetches() && self.cfg.prefetch_depth > 0 {
-            self.prefetch();
-        }
+        self.prefetch_due = self.policy.prefetches() && self.cfg.prefetch_depth > 0;
         self.free_retired();
         let owed = std::mem::take(&mut self.owed);
         self.stats.op_waits += owed.len() as u64;

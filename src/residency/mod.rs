@@ -11,7 +11,7 @@
 //! `homes` (which storage a tensor views; registering and forgetting storages), `prefetch`
 //! (Flow's loads ahead of use), `ticket` (one op's protocol), `policy` (the trait) with `resident`, `genoa`, `flow`, `trace`
 //! (learned access order, offline optimum), `device` (copies) with `cuda` (side-stream copies
-//! through src/native/streams.cpp), `report` (stats, events, timeline), `schedule` (a model of
+//! through src/native/streams.cpp) and `device_memory` (the simulated device's allocator), `report` (stats, events, timeline), `schedule` (a model of
 //! one recorded pass on a copy engine and a compute engine), `room` (ops on several threads
 //! waiting for room in the one budget).
 //!
@@ -21,6 +21,7 @@
 
 mod cuda;
 mod device;
+mod device_memory;
 mod faults;
 mod flow;
 mod genoa;
@@ -40,6 +41,7 @@ mod ticket;
 mod trace;
 
 pub use device::ComputeDevice;
+pub use device_memory::{device_memory, DeviceMemory};
 #[doc(hidden)]
 pub use faults::{inject_fault, Fault};
 pub use policy::PolicyKind;
@@ -105,7 +107,12 @@ static ANY_DEFERRED: AtomicBool = AtomicBool::new(false);
 
 /// The locked manager. Taking it on a thread that already holds it is an error rather than a
 /// deadlock: an event callback that calls back into the library gets a clear message.
-struct Held(MutexGuard<'static, Option<Manager>>);
+/// While it is held, what the thread allocates is host memory (a home, a record), even inside
+/// an op's kernel; the manager counts its loads and remakes itself (`device_memory`).
+struct Held {
+    guard: MutexGuard<'static, Option<Manager>>,
+    _host: device_memory::Scope,
+}
 
 impl Drop for Held {
     fn drop(&mut self) {
@@ -116,13 +123,13 @@ impl Drop for Held {
 impl Deref for Held {
     type Target = Option<Manager>;
     fn deref(&self) -> &Option<Manager> {
-        &self.0
+        &self.guard
     }
 }
 
 impl DerefMut for Held {
     fn deref_mut(&mut self) -> &mut Option<Manager> {
-        &mut self.0
+        &mut self.guard
     }
 }
 
@@ -134,7 +141,8 @@ fn lock() -> Result<Held> {
                 .into(),
         ));
     }
-    let mut held = Held(MANAGER.lock().unwrap_or_else(PoisonError::into_inner));
+    let guard = MANAGER.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut held = Held { guard, _host: device_memory::Scope::enter(device_memory::Mode::Host) };
     HOLDING.with(|h| h.set(true));
     if ANY_DEFERRED.swap(false, Ordering::AcqRel) {
         let uids = std::mem::take(&mut *DEFERRED.lock().unwrap_or_else(PoisonError::into_inner));
@@ -170,6 +178,10 @@ fn wait_all(transfers: Vec<Arc<Transfer>>) -> Result<()> {
 pub fn configure(cfg: Config) -> Result<()> {
     crate::registry::on_forget(forget);
     let mut guard = lock()?;
+    if cfg.device == ComputeDevice::Simulated {
+        device_memory::install();
+        device_memory::device_memory(true); // the peak from this manager's start
+    }
     let mut fresh = Manager::new(cfg)?;
     let mut writing = vec![];
     if let Some(old) = guard.as_mut() {

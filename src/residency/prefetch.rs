@@ -37,11 +37,11 @@ impl Manager {
                 ahead += if s.prefetched { bytes } else { 0 };
                 continue;
             }
-            let fits_free = self.stats.device_bytes + bytes <= self.cfg.budget;
+            let fits_free = self.used() + bytes <= self.cfg.budget;
             if committed + bytes + before > room || (!fits_free && ahead + bytes > window) {
                 return;
             }
-            while self.stats.device_bytes + bytes > self.cfg.budget {
+            while self.used() + bytes > self.cfg.budget {
                 let later = self
                     .candidates()
                     .into_iter()

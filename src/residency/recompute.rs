@@ -27,6 +27,8 @@
 //!   Memory shared with the outside is treated the same way. Each input's version is checked at
 //!   every remake anyway: a write the manager did not see is an error, never a wrong value.
 
+use super::device::ComputeDevice;
+use super::device_memory::{Mode, Scope};
 use super::faults::Fault;
 use super::manager::Manager;
 use super::report::EventKind;
@@ -352,6 +354,7 @@ impl Manager {
         self.make_room(bytes, op)?;
         self.cfg.device.fault(Fault::DeviceAllocation, &format!("allocating `{}` made again", recipe.op))?;
         let _no_grad = tch::no_grad_guard();
+        let _counted = (self.cfg.device == ComputeDevice::Simulated).then(|| Scope::enter(Mode::Count));
         (recipe.replay)(&views.iter().map(Option::as_ref).collect::<Vec<_>>())
     }
 

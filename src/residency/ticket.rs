@@ -8,6 +8,7 @@
 //! the gradients (`grads`). An optimizer step and `zero_grad` load a parameter's gradient like any
 //! input and hand it to the op as the gradient of the parameter's device copy.
 
+use super::device_memory;
 use super::recompute::Recipe;
 use super::trace::TraceKey;
 use super::{lock, with, wait_all};
@@ -33,6 +34,8 @@ pub(crate) struct Ticket {
     moves: bool,
     /// Results may keep recipes (see `recompute`).
     recomputes: bool,
+    /// The kernel's memory is the simulated device's, counted by its allocator.
+    simulated: bool,
     /// Tensors the op writes through their device copies: when the op records a graph, each
     /// tensor's gradient function follows its copy's.
     written: Vec<(tch::Tensor, tch::Tensor)>,
@@ -47,7 +50,7 @@ pub(crate) struct Ticket {
 
 impl Ticket {
     pub(crate) fn begin(op: &'static str) -> Option<Ticket> {
-        let ticket = |refused, moves, recomputes| Ticket {
+        let ticket = |refused, moves, recomputes, simulated| Ticket {
             op,
             refused,
             acquired: Vec::new(),
@@ -56,17 +59,19 @@ impl Ticket {
             anchored: false,
             moves,
             recomputes,
+            simulated,
             written: Vec::new(),
             grads: Vec::new(),
             views: Vec::new(),
         };
         match lock() {
-            Err(e) => Some(ticket(Some(e), false, false)),
+            Err(e) => Some(ticket(Some(e), false, false, false)),
             Ok(mut held) => {
                 let m = held.as_mut()?;
                 m.op_begin(op);
                 let recomputes = m.moves() && m.policy.bounded() && m.cfg.recompute != super::Recompute::Off;
-                Some(ticket(None, m.moves(), recomputes))
+                let simulated = m.moves() && m.cfg.device == super::ComputeDevice::Simulated;
+                Some(ticket(None, m.moves(), recomputes, simulated))
             }
         }
     }
@@ -74,6 +79,28 @@ impl Ticket {
     /// Whether the op's result may keep a recipe (a manager that moves data recomputes).
     pub(crate) fn recomputes(&self) -> bool {
         self.recomputes
+    }
+
+    /// Runs the op's kernel. On the simulated device each allocation asks for room first, so
+    /// that the op's outputs and scratch fit the budget before they exist; an op refused room
+    /// fails with why (another op holds it: the op runs again). `backward`, which runs the whole
+    /// graph and cannot run twice, is counted but asks for nothing: its gradients become storages
+    /// as they are made, and what autograd's engine holds meanwhile is not in the manager's books.
+    pub(crate) fn kernel<R>(&self, body: impl FnOnce() -> Result<R>) -> Result<R> {
+        if !self.simulated || self.acquired.is_empty() {
+            return body(); // a creation op's result is host memory (see `finish`)
+        }
+        let result = {
+            let _kernel = match self.op {
+                "backward" => device_memory::Scope::enter(device_memory::Mode::Count),
+                op => device_memory::Scope::kernel(op),
+            };
+            body()
+        };
+        match device_memory::refusal() {
+            Some(why) => Err(why),
+            None => result,
+        }
     }
 
     fn check(&self) -> Result<()> {

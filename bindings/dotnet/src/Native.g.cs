@@ -262,6 +262,16 @@ namespace TensorRef
         public ulong PeakReservedBytes;
     }
 
+    /// <summary>The C struct tr_device_memory.</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct NativeDeviceMemory
+    {
+        public ulong Live;
+        public ulong Peak;
+        public ulong InFlight;
+        public ulong InFlightHere;
+    }
+
     /// <summary>The C struct tr_event.</summary>
     [StructLayout(LayoutKind.Sequential)]
     internal struct NativeEvent
@@ -441,6 +451,8 @@ namespace TensorRef
         internal static extern Status tr_residency_disable();
         [DllImport(Lib, EntryPoint = "tr_residency_stats_get", ExactSpelling = true)]
         internal static extern Status tr_residency_stats_get(out NativeResidencyStats @out);
+        [DllImport(Lib, EntryPoint = "tr_residency_device_memory", ExactSpelling = true)]
+        internal static extern Status tr_residency_device_memory([MarshalAs(UnmanagedType.I1)] bool reset_peak, out NativeDeviceMemory @out);
         [DllImport(Lib, EntryPoint = "tr_residency_mark_iteration", ExactSpelling = true)]
         internal static extern Status tr_residency_mark_iteration();
         [DllImport(Lib, EntryPoint = "tr_tensor_pin_resident", ExactSpelling = true)]

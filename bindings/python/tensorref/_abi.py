@@ -164,6 +164,14 @@ class ResidencyStats(Structure):
                 ('peak_reserved_bytes', c_uint64)]
 
 
+class DeviceMemory(Structure):
+    """``tr_device_memory``."""
+    _fields_ = [('live', c_uint64),
+                ('peak', c_uint64),
+                ('in_flight', c_uint64),
+                ('in_flight_here', c_uint64)]
+
+
 class Event(Structure):
     """``tr_event``."""
     _fields_ = [('kind', c_int32),
@@ -239,6 +247,7 @@ def signatures(T) -> dict:
         'tr_residency_saved_tensors_managed': (c_bool, ()),
         'tr_residency_disable': (c_int32, ()),
         'tr_residency_stats_get': (c_int32, (POINTER(ResidencyStats),)),
+        'tr_residency_device_memory': (c_int32, (c_bool, POINTER(DeviceMemory))),
         'tr_residency_mark_iteration': (c_int32, ()),
         'tr_tensor_pin_resident': (c_int32, (T, c_bool)),
         'tr_tensor_is_resident': (c_int32, (T, POINTER(c_bool))),

@@ -26,7 +26,7 @@ from typing import Callable, NamedTuple
 
 from . import _ownership, _torch_saved
 from ._abi import DEVICE_CODES, EVENT_KIND_CODES, POLICY_CODES, RECOMPUTE_CODES, EventFn as _EventFn
-from ._abi import ResidencyConfig as _CConfig, ResidencyStats as _CStats
+from ._abi import DeviceMemory as _CDeviceMemory, ResidencyConfig as _CConfig, ResidencyStats as _CStats
 from ._lib import c_path, fail, lib
 from ._ownership import flush_releases
 from ._tensor import Tensor
@@ -215,6 +215,16 @@ def stats() -> Stats:
     s = _CStats()
     _check(lib.tr_residency_stats_get(byref(s)), "tr_residency_stats_get")
     return Stats(*(getattr(s, f) for f in Stats._fields))
+
+
+def device_memory(reset_peak: bool = False):
+    """The simulated device's memory as its allocator counts it: a tr_device_memory with `live`
+    (bytes alive), `peak` (the most alive at once since the manager was configured, or since the
+    last `reset_peak`), `in_flight` (allocated by running ops, not yet the manager's storages)
+    and `in_flight_here` (on this thread). The budget holds of `peak`."""
+    out = _CDeviceMemory()
+    _check(lib.tr_residency_device_memory(reset_peak, byref(out)), "tr_residency_device_memory")
+    return out
 
 
 def mark_iteration() -> None:

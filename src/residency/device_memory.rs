@@ -1,0 +1,128 @@
+//! The simulated device's memory as its allocator sees it (`src/native/device_memory.cpp`): the
+//! real bytes of its copies alive, counted where they are allocated and freed, not in the
+//! manager's books. An op's kernel runs in `Mode::Kernel`: each allocation first asks the manager
+//! for room (`room_for`), so an op's outputs and its scratch find room before they exist, and the
+//! budget holds of real memory at every moment. Until the manager registers a block as a storage
+//! (`adopt`) its bytes are in flight, and the manager counts them beside its storages.
+//!
+//! What the CPU's worker threads allocate inside a parallel kernel is not seen (their mode is the
+//! host's); libtorch's CPU kernels allocate their outputs on the calling thread.
+
+use super::with;
+use crate::error::Error;
+use std::cell::{Cell, RefCell};
+use std::os::raw::c_int;
+
+// The shims are internal: keep them out of the public header.
+#[allow(unused_doc_comments)]
+/// cbindgen:ignore
+extern "C" {
+    fn tr_native_device_memory_install(room: unsafe extern "C" fn(u64) -> c_int);
+    fn tr_native_device_mode(to: c_int) -> c_int;
+    fn tr_native_device_memory(out: *mut u64, reset_peak: c_int);
+    fn tr_native_device_adopt(t: *const std::ffi::c_void) -> u64;
+    fn tr_native_device_reserve(bytes: u64);
+}
+
+/// What a thread's allocations are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i32)]
+pub(crate) enum Mode {
+    /// Host memory: not counted.
+    Host = 0,
+    /// Device memory whose room the manager made beforehand (a load, a remake).
+    Count = 1,
+    /// Device memory of a running op's kernel: room is asked for before each allocation.
+    Kernel = 2,
+}
+
+thread_local! {
+    /// The op whose kernel runs on this thread, and why the manager refused it room.
+    static KERNEL_OP: Cell<&'static str> = const { Cell::new("") };
+    static REFUSED: RefCell<Option<Error>> = const { RefCell::new(None) };
+}
+
+/// The simulated device's memory as its allocator counts it, in bytes (all zero on other
+/// devices, whose memory it does not see).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceMemory {
+    /// Alive now.
+    pub live: u64,
+    /// The most alive at any moment since the last reset.
+    pub peak: u64,
+    /// Allocated by running kernels and not yet a storage of the manager's.
+    pub in_flight: u64,
+    /// In flight on this thread.
+    pub in_flight_here: u64,
+}
+
+/// Puts the counting allocator in front of libtorch's CPU allocator (for the simulated device).
+pub(crate) fn install() {
+    unsafe { tr_native_device_memory_install(room_for) }
+}
+
+/// The counts now; with `reset_peak`, the peak starts again from what is alive.
+pub fn device_memory(reset_peak: bool) -> DeviceMemory {
+    let mut out = [0u64; 4];
+    unsafe { tr_native_device_memory(out.as_mut_ptr(), c_int::from(reset_peak)) };
+    DeviceMemory { live: out[0], peak: out[1], in_flight: out[2], in_flight_here: out[3] }
+}
+
+/// The manager registers `t`'s memory as a storage: its bytes are no longer in flight.
+pub(crate) fn adopt(t: &tch::Tensor) -> u64 {
+    unsafe { tr_native_device_adopt(t.as_ptr().cast()) }
+}
+
+/// This thread's mode until the scope ends.
+pub(crate) struct Scope(c_int);
+
+impl Scope {
+    pub(crate) fn enter(mode: Mode) -> Scope {
+        Scope(unsafe { tr_native_device_mode(mode as c_int) })
+    }
+
+    /// A running op's kernel (`op`): room is asked for each allocation, and a refusal is kept
+    /// for `refusal`.
+    pub(crate) fn kernel(op: &'static str) -> Scope {
+        KERNEL_OP.with(|o| o.set(op));
+        Scope::enter(Mode::Kernel)
+    }
+}
+
+impl Drop for Scope {
+    fn drop(&mut self) {
+        unsafe { tr_native_device_mode(self.0) };
+    }
+}
+
+/// Why the manager refused the running kernel room, if it did (the kernel then failed with a
+/// libtorch error that says less).
+pub(crate) fn refusal() -> Option<Error> {
+    REFUSED.with(|r| r.borrow_mut().take())
+}
+
+/// The allocator asks for room for `bytes` in a kernel on this thread; 0 when made, and then
+/// counted in flight.
+unsafe extern "C" fn room_for(bytes: u64) -> c_int {
+    let op = KERNEL_OP.with(Cell::get);
+    let made = std::panic::catch_unwind(|| {
+        with(|m| {
+            m.make_room(bytes, op)?;
+            // In flight from now, before the lock is released: no other op is granted this room.
+            unsafe { tr_native_device_reserve(bytes) };
+            Ok(())
+        })
+    });
+    match made {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => {
+            REFUSED.with(|r| *r.borrow_mut() = Some(e));
+            1
+        }
+        Err(_) => {
+            REFUSED.with(|r| *r.borrow_mut() = Some(Error::Device(format!("`{op}`: making room for its memory panicked"))));
+            1
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! The budget holds of real memory: on the simulated device, the bytes its allocator counts alive
+//! (device copies, an op's outputs and its kernel's scratch) never exceed the budget at any
+//! moment, under every policy, because an op's kernel gets room for each allocation before it
+//! is made. An op whose scratch cannot fit beside its inputs is refused with what it needs, and
+//! nothing is left counted once the manager is off. (Its own test binary: the manager and the
+//! allocator's counts are process-wide.)
+
+mod common;
+use std::sync::Mutex;
+use tensorref::residency::{self, ComputeDevice, Config, PolicyKind};
+use tensorref::{no_grad, DType, Error, Result, Tensor};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// 64 × 64 f32: 16 KiB.
+const N: i64 = 64;
+const TENSOR: u64 = (N * N * 4) as u64;
+
+/// A chain of ops over eight tensors, each op reading two or three of them; returns the last
+/// result's values.
+fn chain() -> Result<Vec<f32>> {
+    let ts: Vec<Tensor> = (0..8).map(|i| Tensor::full(&[N, N], 0.01 * (i + 1) as f64, DType::F32)).collect::<Result<_>>()?;
+    let mut x = Tensor::full(&[N, N], 0.5, DType::F32)?;
+    for i in 0..64 {
+        let (a, b) = (&ts[i % 8], &ts[(i * 3 + 1) % 8]);
+        x = x.matmul(a)?.add(b)?.tanh()?.softmax(1)?;
+    }
+    x.to_vec::<f32>()
+}
+
+#[test]
+fn the_allocator_never_counts_more_device_bytes_than_the_budget() -> Result<()> {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    no_grad(|| -> Result<()> {
+        let plain = chain()?;
+        // Room for an op's inputs and result, and a little more: every op evicts.
+        let budget = 4 * TENSOR;
+        for (policy, recompute) in common::policy_runs() {
+            if policy == PolicyKind::Resident {
+                continue; // keeps everything: no budget to hold
+            }
+            let what = format!("{policy:?}, recompute {recompute:?}");
+            residency::configure(Config { recompute, ..Config::new(ComputeDevice::Simulated, policy, budget) })?;
+            residency::device_memory(true);
+            let run = chain();
+            let memory = residency::device_memory(false);
+            let stats = residency::stats().expect("configured");
+            residency::disable()?;
+            assert_eq!(run?, plain, "{what}: results differ from the same ops without a manager");
+            assert!(stats.evictions > 0, "{what}: the budget made it move data");
+            assert!(memory.peak >= 3 * TENSOR, "{what}: an op's inputs and result were counted: {memory:?}");
+            assert!(memory.peak <= budget, "{what}: {} device bytes alive at once, budget {budget}", memory.peak);
+            let after = residency::device_memory(false);
+            assert_eq!((after.live, after.in_flight), (0, 0), "{what}: device memory left once the manager is off: {after:?}");
+        }
+        Ok(())
+    })
+}
+
+#[test]
+fn an_ops_scratch_needs_room_too() -> Result<()> {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    no_grad(|| -> Result<()> {
+        // cross_entropy computes log_softmax of the logits (as many bytes again) before the loss.
+        let logits = Tensor::full(&[N, 4 * N], 0.25, DType::F32)?;
+        let targets = Tensor::zeros(&[N], DType::I64)?;
+        let (logits_bytes, targets_bytes) = (4 * TENSOR, (N * 8) as u64);
+        let plain = logits.cross_entropy(&targets)?.to_vec::<f32>()?;
+        // The inputs and the scalar result fit; the scratch beside them does not.
+        let tight = logits_bytes + targets_bytes + 1024;
+        residency::configure(Config::new(ComputeDevice::Simulated, PolicyKind::Flow, tight))?;
+        let refused = logits.cross_entropy(&targets);
+        residency::disable()?;
+        match refused {
+            Err(Error::BudgetTooSmall { op, needed, budget }) => {
+                assert_eq!((op.as_str(), budget), ("cross_entropy", tight));
+                assert!(needed >= 2 * logits_bytes + targets_bytes, "says what it needs with its scratch: {needed}");
+            }
+            other => panic!("cross_entropy at a budget without room for its scratch: {other:?}"),
+        }
+        let roomy = 2 * logits_bytes + targets_bytes + 1024;
+        residency::configure(Config::new(ComputeDevice::Simulated, PolicyKind::Flow, roomy))?;
+        residency::device_memory(true);
+        let loss = logits.cross_entropy(&targets)?.to_vec::<f32>()?;
+        let memory = residency::device_memory(false);
+        residency::disable()?;
+        assert_eq!(loss, plain);
+        assert!(memory.peak >= 2 * logits_bytes && memory.peak <= roomy, "the scratch was counted, within the budget: {memory:?}");
+        Ok(())
+    })
+}
