@@ -180,7 +180,6 @@ pub fn configure(cfg: Config) -> Result<()> {
     let mut guard = lock()?;
     if cfg.device == ComputeDevice::Simulated {
         device_memory::install();
-        device_memory::device_memory(true); // the peak from this manager's start
     }
     let mut fresh = Manager::new(cfg)?;
     let mut writing = vec![];
@@ -188,6 +187,7 @@ pub fn configure(cfg: Config) -> Result<()> {
         writing = old.drain()?;
         fresh.report.callback = old.report.callback.take();
     }
+    device_memory::device_memory(true); // the peak from this manager's start, after the last's drain
     let moves = fresh.moves();
     let old = guard.replace(fresh);
     ACTIVE.store(true, Ordering::Release);
