@@ -7,13 +7,15 @@
 //! host home and one device copy, counted once (`storage`). Memory that code outside the library
 //! can reach (DLPack imports and exports) is never cached on the device past the op using it.
 //!
-//! Files: `faults` (faults injected on the simulated device, for tests), `manager` (state and moves), `storage` (one storage's placement and its home),
-//! `homes` (which storage a tensor views; registering and forgetting storages), `prefetch`
-//! (Flow's loads ahead of use), `ticket` (one op's protocol), `policy` (the trait) with `resident`, `genoa`, `flow`, `trace`
-//! (learned access order, offline optimum), `device` (copies) with `cuda` (side-stream copies
-//! through src/native/streams.cpp) and `device_memory` (the simulated device's allocator), `report` (stats, events, timeline), `schedule` (a model of
-//! one recorded pass on a copy engine and a compute engine), `room` (ops on several threads
-//! waiting for room in the one budget).
+//! Files: `faults` (faults injected on the simulated device, for tests), `manager` (state and
+//! moves), `storage` (one storage's placement and its home), `homes` (which storage a tensor
+//! views; registering and forgetting storages), `prefetch` (Flow's loads ahead of use), `ticket`
+//! (one op's protocol), `policy` (the trait) with `resident`, `genoa`, `flow`, `trace` (learned
+//! access order, offline optimum), `device` (copies) with `cuda` (side-stream copies through
+//! src/native/streams.cpp) and `device_memory` (the simulated device's memory as its allocator
+//! counts it), `report` (stats, events, timeline), `schedule` (a model of one recorded pass on a
+//! copy engine and a compute engine), `room` (ops on several threads waiting for room in the one
+//! budget).
 //!
 //! Autograd runs through managed tensors (see `ticket`), and what it saves for backward is
 //! managed too (`saved`). A result that can be made again from its inputs may be dropped rather
