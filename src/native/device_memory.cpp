@@ -21,6 +21,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/CPUAllocator.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -42,6 +43,7 @@ constexpr size_t kScalarBytes = 16;
 // another thread after it ended).
 struct Flight {
     std::atomic<uint64_t> bytes{0};
+    uint64_t peak = 0; // the most in flight at once since the last reset (its own thread's only)
 };
 
 thread_local int mode = kHost;
@@ -76,8 +78,17 @@ c10::DeleterFnPtr inner_free = nullptr;
 // Counts `n` bytes in flight on this thread before they are allocated: the manager calls it
 // under its lock as it grants a kernel room, so that no other thread is granted the same room.
 extern "C" void tr_native_device_reserve(uint64_t n) {
-    mine->bytes += n;
+    uint64_t now = mine->bytes += n;
+    mine->peak = std::max(mine->peak, now);
     in_flight += n;
+}
+
+// The most this thread had in flight at once since the last call (which starts it again from
+// what is in flight now): what a kernel allocated at its peak, its result and scratch.
+extern "C" uint64_t tr_native_device_kernel_peak() {
+    uint64_t peak = mine->peak;
+    mine->peak = mine->bytes.load();
+    return peak;
 }
 
 namespace {

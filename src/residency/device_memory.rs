@@ -22,6 +22,7 @@ extern "C" {
     fn tr_native_device_memory(out: *mut u64, reset_peak: c_int);
     fn tr_native_device_adopt(t: *const std::ffi::c_void) -> u64;
     fn tr_native_device_reserve(bytes: u64);
+    fn tr_native_device_kernel_peak() -> u64;
 }
 
 /// What a thread's allocations are.
@@ -72,6 +73,11 @@ pub fn device_memory(reset_peak: bool) -> DeviceMemory {
 /// The manager registers `t`'s memory as a storage: its bytes are no longer in flight.
 pub(crate) fn adopt(t: &tch::Tensor) -> u64 {
     unsafe { tr_native_device_adopt(t.as_ptr().cast()) }
+}
+
+/// The most this thread had in flight at once since the last call: starts it again.
+pub(crate) fn kernel_peak() -> u64 {
+    unsafe { tr_native_device_kernel_peak() }
 }
 
 /// This thread's mode until the scope ends.

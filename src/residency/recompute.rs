@@ -107,11 +107,14 @@ pub(crate) struct Recipe {
     pub(crate) depth: u32,
     /// Set by the manager: the bytes on the device while it runs (`Manager::working_set`).
     pub(crate) working_set: u64,
+    /// What its kernel allocated at its peak the first time, result and scratch, as the simulated
+    /// device's allocator counted it (0 elsewhere: the result's bytes are used).
+    pub(crate) kernel_bytes: u64,
 }
 
 impl Recipe {
     pub(crate) fn new(inputs: Vec<Option<Arc<Entry>>>, replay: Replay) -> Recipe {
-        Recipe { op: "", inputs, replay, cost_ns: 0.0, storages: Vec::new(), depth: 0, working_set: 0 }
+        Recipe { op: "", inputs, replay, cost_ns: 0.0, storages: Vec::new(), depth: 0, working_set: 0, kernel_bytes: 0 }
     }
 }
 
@@ -154,14 +157,14 @@ impl Manager {
     }
 
     /// The bytes on the device while `recipe` makes `id` again from inputs already made: its
-    /// inputs' storages, each once, and its result. A result is dropped only if this fits the
+    /// inputs' storages, each once, and its result with its kernel's scratch. A result is dropped only if this fits the
     /// budget beside the pins (`fits_beside_pins`), so that a read, and a drain, can always make
     /// it again (`Manager::drain`).
     fn working_set(&self, id: u64, recipe: &Recipe) -> u64 {
         let mut inputs: Vec<u64> = recipe.storages.iter().map(|&(input, _)| input).collect();
         inputs.sort_unstable();
         inputs.dedup();
-        inputs.iter().map(|input| self.storages[input].bytes).sum::<u64>() + self.storages[&id].bytes
+        inputs.iter().map(|input| self.storages[input].bytes).sum::<u64>() + self.storages[&id].bytes.max(recipe.kernel_bytes)
     }
 
     /// Whether `recipe` can run beside the pinned storages (its pinned inputs counted once).
@@ -304,7 +307,7 @@ impl Manager {
         let recipe = self.storages[&id].recipe.clone().ok_or_else(|| Error::Device("a dropped storage has no recipe".into()))?;
         let mut acquired = Vec::new();
         let logged_from = self.schedule.as_ref().map(|log| log.remake_begin());
-        let made = self.replay(&recipe, self.storages[&id].bytes, &mut acquired, op);
+        let made = self.replay(&recipe, self.storages[&id].bytes.max(recipe.kernel_bytes), &mut acquired, op);
         acquired.into_iter().for_each(|input| self.release(input, true));
         let result = made?;
         let info = native::storage(&result, self.cuda())?;
@@ -331,7 +334,7 @@ impl Manager {
     }
 
     /// Acquires the recipe's inputs (recording them in `acquired`), checks they hold the data
-    /// the op first read, makes room for the result (`bytes`) and runs the op.
+    /// the op first read, makes room for the result and its scratch (`bytes`) and runs the op.
     fn replay(&mut self, recipe: &Recipe, bytes: u64, acquired: &mut Vec<u64>, op: &'static str) -> Result<tch::Tensor> {
         let mut views = Vec::with_capacity(recipe.inputs.len());
         for input in &recipe.inputs {

@@ -36,6 +36,8 @@ pub(crate) struct Ticket {
     recomputes: bool,
     /// The kernel's memory is the simulated device's, counted by its allocator.
     simulated: bool,
+    /// What the kernel allocated at its peak, its result and scratch (on the simulated device).
+    kernel_bytes: std::cell::Cell<u64>,
     /// Tensors the op writes through their device copies: when the op records a graph, each
     /// tensor's gradient function follows its copy's.
     written: Vec<(tch::Tensor, tch::Tensor)>,
@@ -60,6 +62,7 @@ impl Ticket {
             moves,
             recomputes,
             simulated,
+            kernel_bytes: std::cell::Cell::new(0),
             written: Vec::new(),
             grads: Vec::new(),
             views: Vec::new(),
@@ -95,7 +98,11 @@ impl Ticket {
                 "backward" => device_memory::Scope::enter(device_memory::Mode::Count),
                 op => device_memory::Scope::kernel(op),
             };
-            body()
+            let before = device_memory::device_memory(false).in_flight_here;
+            device_memory::kernel_peak();
+            let result = body();
+            self.kernel_bytes.set(device_memory::kernel_peak().saturating_sub(before));
+            result
         };
         match device_memory::refusal() {
             Some(why) => Err(why),
@@ -206,6 +213,10 @@ impl Ticket {
             self.end()?;
             return Ok(Arc::new(Entry::new(input)));
         }
+        let recipe = recipe.map(|mut r| {
+            r.kernel_bytes = self.kernel_bytes.get();
+            r
+        });
         let graph = result.requires_grad().then(|| result.shallow_clone());
         let anchor = self.anchored.then_some(self.anchor);
         let acquired = std::mem::take(&mut self.acquired);

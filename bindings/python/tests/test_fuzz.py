@@ -20,7 +20,9 @@ SINGLE = [(s, 400, (p,)) for p, seeds in (("flow", (101, 102, 103, 104, 105, 106
           for s in seeds]
 # Seeds that found the binding's differences from PyTorch's habits (indexing, setitem, `s / t`).
 HABITS = [(s, 300, fuzz_api.POLICIES) for s in (1001, 1002, 1003, 1004, 1005, 1006)]
-SEEDS = MIXED + SINGLE + HABITS
+# Seeds where the simulated device's allocator counted a remake's scratch over the budget.
+ALLOCATOR = [(s, 400, fuzz_api.POLICIES) for s in (5023098, 5023295, 5023387, 5023406, 5023429, 5023446)]
+SEEDS = MIXED + SINGLE + HABITS + ALLOCATOR
 
 
 @pytest.mark.parametrize("seed,steps,policies", SEEDS, ids=[f"{s}-{'+'.join(p)}" for s, _, p in SEEDS])
