@@ -218,8 +218,36 @@ static void threads_share_a_tight_budget(void) {
     }
 }
 
+/* On the simulated device the budget holds of the memory its allocator counts: each op's result
+ * finds room before it is allocated. A chain of adds at a budget of three 4 KiB tensors (two
+ * inputs and a result) stays within it, under Genoa and Flow, and nothing is left after. */
+static void the_allocator_never_counts_more_than_the_budget(void) {
+    int p;
+    for (p = 1; p < 3; p++) {
+        tr_tensor a = filled(1024, 1.0f), b = filled(1024, 0.5f), c = {0};
+        tr_device_memory m;
+        int i;
+        REQUIRE_OK(configure(POLICIES[p], 3 * 4096, TR_RECOMPUTE_OFF));
+        for (i = 0; i < 16; i++) {
+            CHECK_OK(tr_tensor_add(a, b, &c));
+            CHECK_OK(tr_tensor_release(a));
+            a = c;
+        }
+        CHECK_OK(tr_residency_device_memory(false, &m));
+        CHECK(m.peak >= 2 * 4096 && m.peak <= 3 * 4096);
+        CHECK(all_equal(a, 9.0f));
+        CHECK_OK(tr_residency_disable());
+        CHECK_OK(tr_residency_device_memory(false, &m));
+        CHECK(m.live == 0 && m.in_flight == 0);
+        CHECK_OK(tr_tensor_release(a));
+        CHECK_OK(tr_tensor_release(b));
+    }
+    CHECK(tr_residency_device_memory(false, NULL) == TR_ERR_NULL_ARG);
+}
+
 int main(void) {
     RUN(write_through_a_second_handle_of_one_tensor);
+    RUN(the_allocator_never_counts_more_than_the_budget);
     RUN(a_manager_with_pins_and_dropped_results_turns_off);
     RUN(a_scalar_keeps_the_dtype_of_a_0_dim_tensor);
     RUN(arange_errors_are_statuses);

@@ -258,6 +258,19 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// The simulated device's memory as its allocator counts it (tr_residency_device_memory):
+        /// the budget holds of its peak. With <paramref name="resetPeak"/>, the peak starts again
+        /// from what is alive now. All zero before a manager on the simulated device was configured.
+        /// </summary>
+        public static DeviceMemory DeviceMemory(bool resetPeak = false)
+        {
+            NotInHandler("ResidencyManager.DeviceMemory");
+            NativeDeviceMemory m;
+            Native.Check(Native.tr_residency_device_memory(resetPeak, out m), "tr_residency_device_memory");
+            return new DeviceMemory(m);
+        }
+
+        /// <summary>
         /// Marks the end of an iteration (a step, a forward pass): Flow evicts and prefetches by the
         /// ops since the previous mark. Throws TensorRefException (InvalidArg) without a manager.
         /// </summary>
@@ -380,6 +393,27 @@ namespace TensorRef
                     what + " was called from a ResidencyManager.Events handler: handlers run while the library " +
                     "holds the manager's lock and must not call libtensorref");
         }
+    }
+
+    /// <summary>The simulated device's memory at one moment (tr_device_memory), in bytes.</summary>
+    public readonly struct DeviceMemory
+    {
+        internal DeviceMemory(NativeDeviceMemory m)
+        {
+            Live = m.Live;
+            Peak = m.Peak;
+            InFlight = m.InFlight;
+            InFlightHere = m.InFlightHere;
+        }
+
+        /// <summary>Alive now.</summary>
+        public ulong Live { get; }
+        /// <summary>The most alive at once since the manager was configured or the peak was reset.</summary>
+        public ulong Peak { get; }
+        /// <summary>Allocated by running ops, not yet the manager's storages.</summary>
+        public ulong InFlight { get; }
+        /// <summary>In flight on the calling thread.</summary>
+        public ulong InFlightHere { get; }
     }
 
     /// <summary>The manager's counters at one moment (tr_residency_stats), since it was configured.</summary>

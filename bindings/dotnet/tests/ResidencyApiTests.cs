@@ -26,6 +26,22 @@ namespace TensorRef.Tests
         }
 
         [Test]
+        static void DeviceMemory_PeakStaysWithinTheBudget_AndNothingIsLeftAfter()
+        {
+            const ulong budget = 3 * 16 * 16 * 4 + 512; // an op's two inputs and its result, and a little
+            using (ResidencyManager.Configure(new ResidencyConfig(Policy.Flow, budget)))
+            {
+                for (int i = 0; i < 8; i++)
+                    SomeOps();
+                var m = ResidencyManager.DeviceMemory();
+                Check.True(m.Peak > 0 && m.Peak <= budget, $"the allocator's peak {m.Peak} is within the budget {budget}");
+            }
+            var after = ResidencyManager.DeviceMemory();
+            Check.Equal(0UL, after.Live, "no device memory once the manager is off");
+            Check.Equal(0UL, after.InFlight, "nothing in flight once the manager is off");
+        }
+
+        [Test]
         static void Session_Using_RestoresThePreviousConfiguration()
         {
             using (ResidencyManager.Configure(Flow(1 << 20)))

@@ -55,6 +55,7 @@ namespace TensorRef.Tests
             { "const struct tr_residency_config *", new[] { "NativeResidencyConfig&" } },
             { "struct tr_residency_config *", new[] { "NativeResidencyConfig&" } },
             { "struct tr_residency_stats *", new[] { "NativeResidencyStats&" } },
+            { "struct tr_device_memory *", new[] { "NativeDeviceMemory&" } },
             { "tr_event_fn", new[] { "NativeEventFn" } },
             { "struct tr_scalar", new[] { "Scalar" } },
             { "struct tr_scalar *", new[] { "Scalar&" } },
