@@ -611,7 +611,7 @@ impl Manager {
         if pinned && matches!(s.kind, Home::External { .. }) {
             return Ok(());
         }
-        let (bytes, was_pinned, resident) = (s.bytes, s.pinned, s.resident());
+        let (bytes, was_pinned) = (s.bytes, s.pinned);
         if was_pinned == pinned {
             return Ok(());
         }
@@ -626,7 +626,12 @@ impl Manager {
         }
         // Counted from here, so that no result is dropped whose remake would not fit beside it.
         self.stats.pinned_bytes += bytes;
-        let brought = self.remake_crowded().and_then(|()| if resident { Ok(()) } else { self.bring(id, "pin_resident", EventKind::Load) });
+        // Whether it is resident is asked after the remakes, which may have made it (an input of
+        // a crowded result) or evicted it.
+        let brought = self.remake_crowded().and_then(|()| match self.storages[&id].resident() {
+            true => Ok(()),
+            false => self.bring(id, "pin_resident", EventKind::Load),
+        });
         if let Err(e) = brought {
             self.stats.pinned_bytes -= bytes;
             return Err(e);
