@@ -34,6 +34,7 @@ C_TO_CTYPES = {
     "tr_event_fn": _abi.EventFn, "struct tr_residency_config *": POINTER(_abi.ResidencyConfig),
     "const struct tr_residency_config *": POINTER(_abi.ResidencyConfig),
     "struct tr_residency_stats *": POINTER(_abi.ResidencyStats),
+    "struct tr_device_memory *": POINTER(_abi.DeviceMemory),
     "struct tr_minilm_options *": POINTER(_abi.MiniLMOptions),
     "const struct tr_minilm_options *": POINTER(_abi.MiniLMOptions),
     "struct tr_minilm": _abi.MiniLMHandle, "struct tr_minilm *": POINTER(_abi.MiniLMHandle),
