@@ -245,8 +245,33 @@ static void the_allocator_never_counts_more_than_the_budget(void) {
     CHECK(tr_residency_device_memory(false, NULL) == TR_ERR_NULL_ARG);
 }
 
+/* z = zeros_like(x) and s = sqrt(z) are both dropped under Genoa; pinning z first remakes s
+ * (which needs z, so z is made too, and evicted again as the remake ends): whether z is resident
+ * must be asked after that, or a dropped result is loaded as if it had a home (fuzzer seed
+ * 6103561: a panic). */
+static void pinning_a_result_that_remakes_bring_back(void) {
+    tr_tensor x = filled(96, 2.0f), z = {0}, s = {0};
+    bool resident = false;
+    REQUIRE_OK(configure(TR_POLICY_GENOA, 768, TR_RECOMPUTE_ALWAYS));
+    CHECK_OK(tr_tensor_zeros_like(x, &z));
+    CHECK(all_equal(z, 0.0f));
+    CHECK_OK(tr_tensor_sqrt(z, &s));
+    CHECK(all_equal(z, 0.0f) && all_equal(s, 0.0f));
+    CHECK_OK(tr_tensor_pin_resident(z, true));
+    CHECK_OK(tr_tensor_is_resident(z, &resident));
+    CHECK(resident);
+    CHECK(all_equal(s, 0.0f));
+    CHECK_OK(tr_residency_disable());
+    CHECK(all_equal(z, 0.0f));
+    CHECK_OK(tr_tensor_release(s));
+    CHECK_OK(tr_tensor_release(z));
+    CHECK_OK(tr_tensor_release(x));
+    CHECK(tr_panics_caught() == 0);
+}
+
 int main(void) {
     RUN(write_through_a_second_handle_of_one_tensor);
+    RUN(pinning_a_result_that_remakes_bring_back);
     RUN(the_allocator_never_counts_more_than_the_budget);
     RUN(a_manager_with_pins_and_dropped_results_turns_off);
     RUN(a_scalar_keeps_the_dtype_of_a_0_dim_tensor);
