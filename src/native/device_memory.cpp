@@ -15,9 +15,8 @@
 // needs the pointer and the DataPtr's context to be one), and freed by the wrapped allocator's own
 // raw deleter.
 //
-// Tensors cross as `at::Tensor*`; no C++ exception leaves this file.
-#include "guarded.h"
-
+// Tensors cross as `at::Tensor*`. No C++ exception leaves the extern "C" functions; a refusal of
+// room is thrown inside libtorch's own call to the allocator, which reports it as the op's error.
 #include <ATen/ATen.h>
 #include <c10/core/CPUAllocator.h>
 
@@ -27,8 +26,6 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
-
-using tr_native::guarded;
 
 namespace {
 
@@ -86,9 +83,9 @@ extern "C" void tr_native_device_reserve(uint64_t n) {
 // The most this thread had in flight at once since the last call (which starts it again from
 // what is in flight now): what a kernel allocated at its peak, its result and scratch.
 extern "C" uint64_t tr_native_device_kernel_peak() {
-    uint64_t peak = mine->peak;
+    uint64_t most = mine->peak;
     mine->peak = mine->bytes.load();
-    return peak;
+    return most;
 }
 
 namespace {
@@ -205,20 +202,16 @@ void tr_native_device_memory(uint64_t *out, int reset_peak) {
 }
 
 // The manager takes the memory of `t`'s storage as one of its storages: no longer in flight.
-// Returns its bytes, or 0 for memory not in flight.
-uint64_t tr_native_device_adopt(const at::Tensor *t) {
+void tr_native_device_adopt(const at::Tensor *t) {
     const c10::DataPtr &ptr = t->storage().data_ptr();
     if (ptr.get_deleter() != &free_block) {
-        return 0;
+        return;
     }
     std::lock_guard<std::mutex> guard(blocks_lock);
     auto it = blocks().find(ptr.get());
-    if (it == blocks().end() || !it->second.flight) {
-        return 0;
+    if (it != blocks().end()) {
+        land(it->second);
     }
-    uint64_t bytes = it->second.bytes;
-    land(it->second);
-    return bytes;
 }
 
 } // extern "C"

@@ -20,7 +20,7 @@ extern "C" {
     fn tr_native_device_memory_install(room: unsafe extern "C" fn(u64) -> c_int);
     fn tr_native_device_mode(to: c_int) -> c_int;
     fn tr_native_device_memory(out: *mut u64, reset_peak: c_int);
-    fn tr_native_device_adopt(t: *const std::ffi::c_void) -> u64;
+    fn tr_native_device_adopt(t: *const std::ffi::c_void);
     fn tr_native_device_reserve(bytes: u64);
     fn tr_native_device_kernel_peak() -> u64;
 }
@@ -38,6 +38,9 @@ pub(crate) enum Mode {
 }
 
 thread_local! {
+    /// This thread's mode as last set through `Scope` (the allocator keeps its own copy), so that
+    /// code outside any device scope can tell without calling into C++.
+    static MODE: Cell<Mode> = const { Cell::new(Mode::Host) };
     /// The op whose kernel runs on this thread, and why the manager refused it room.
     static KERNEL_OP: Cell<&'static str> = const { Cell::new("") };
     static REFUSED: RefCell<Option<Error>> = const { RefCell::new(None) };
@@ -71,7 +74,7 @@ pub fn device_memory(reset_peak: bool) -> DeviceMemory {
 }
 
 /// The manager registers `t`'s memory as a storage: its bytes are no longer in flight.
-pub(crate) fn adopt(t: &tch::Tensor) -> u64 {
+pub(crate) fn adopt(t: &tch::Tensor) {
     unsafe { tr_native_device_adopt(t.as_ptr().cast()) }
 }
 
@@ -81,11 +84,18 @@ pub(crate) fn kernel_peak() -> u64 {
 }
 
 /// This thread's mode until the scope ends.
-pub(crate) struct Scope(c_int);
+pub(crate) struct Scope(Mode);
 
 impl Scope {
     pub(crate) fn enter(mode: Mode) -> Scope {
-        Scope(unsafe { tr_native_device_mode(mode as c_int) })
+        unsafe { tr_native_device_mode(mode as c_int) };
+        Scope(MODE.with(|m| m.replace(mode)))
+    }
+
+    /// Host memory until the scope ends, where the thread is inside a device scope (None
+    /// elsewhere: nothing to change).
+    pub(crate) fn host() -> Option<Scope> {
+        (MODE.with(Cell::get) != Mode::Host).then(|| Scope::enter(Mode::Host))
     }
 
     /// A running op's kernel (`op`): room is asked for each allocation, and a refusal is kept
@@ -98,7 +108,8 @@ impl Scope {
 
 impl Drop for Scope {
     fn drop(&mut self) {
-        unsafe { tr_native_device_mode(self.0) };
+        unsafe { tr_native_device_mode(self.0 as c_int) };
+        MODE.with(|m| m.set(self.0));
     }
 }
 

@@ -113,7 +113,7 @@ static ANY_DEFERRED: AtomicBool = AtomicBool::new(false);
 /// an op's kernel; the manager counts its loads and remakes itself (`device_memory`).
 struct Held {
     guard: MutexGuard<'static, Option<Manager>>,
-    _host: device_memory::Scope,
+    _host: Option<device_memory::Scope>,
 }
 
 impl Drop for Held {
@@ -144,7 +144,7 @@ fn lock() -> Result<Held> {
         ));
     }
     let guard = MANAGER.lock().unwrap_or_else(PoisonError::into_inner);
-    let mut held = Held { guard, _host: device_memory::Scope::enter(device_memory::Mode::Host) };
+    let mut held = Held { guard, _host: device_memory::Scope::host() };
     HOLDING.with(|h| h.set(true));
     if ANY_DEFERRED.swap(false, Ordering::AcqRel) {
         let uids = std::mem::take(&mut *DEFERRED.lock().unwrap_or_else(PoisonError::into_inner));

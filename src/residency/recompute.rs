@@ -157,14 +157,20 @@ impl Manager {
     }
 
     /// The bytes on the device while `recipe` makes `id` again from inputs already made: its
-    /// inputs' storages, each once, and its result with its kernel's scratch. A result is dropped only if this fits the
-    /// budget beside the pins (`fits_beside_pins`), so that a read, and a drain, can always make
-    /// it again (`Manager::drain`).
+    /// inputs' storages, each once, and what its kernel allocates (`kernel_bytes`). A result is
+    /// dropped only if this fits the budget beside the pins (`fits_beside_pins`), so that a read,
+    /// and a drain, can always make it again (`Manager::drain`).
     fn working_set(&self, id: u64, recipe: &Recipe) -> u64 {
         let mut inputs: Vec<u64> = recipe.storages.iter().map(|&(input, _)| input).collect();
         inputs.sort_unstable();
         inputs.dedup();
-        inputs.iter().map(|input| self.storages[input].bytes).sum::<u64>() + self.storages[&id].bytes.max(recipe.kernel_bytes)
+        inputs.iter().map(|input| self.storages[input].bytes).sum::<u64>() + self.kernel_bytes(id, recipe)
+    }
+
+    /// What `recipe`'s kernel allocates to make `id`: its result, and the scratch the simulated
+    /// device's allocator saw it take the first time.
+    fn kernel_bytes(&self, id: u64, recipe: &Recipe) -> u64 {
+        self.storages[&id].bytes.max(recipe.kernel_bytes)
     }
 
     /// Whether `recipe` can run beside the pinned storages (its pinned inputs counted once).
@@ -307,7 +313,7 @@ impl Manager {
         let recipe = self.storages[&id].recipe.clone().ok_or_else(|| Error::Device("a dropped storage has no recipe".into()))?;
         let mut acquired = Vec::new();
         let logged_from = self.schedule.as_ref().map(|log| log.remake_begin());
-        let made = self.replay(&recipe, self.storages[&id].bytes.max(recipe.kernel_bytes), &mut acquired, op);
+        let made = self.replay(&recipe, self.kernel_bytes(id, &recipe), &mut acquired, op);
         acquired.into_iter().for_each(|input| self.release(input, true));
         let result = made?;
         let info = native::storage(&result, self.cuda())?;
