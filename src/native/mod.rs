@@ -149,6 +149,7 @@ extern "C" {
     fn tr_native_storage(t: *const c_void, cuda: c_int, out: *mut StorageInfo, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_storage_bytes(t: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_view_on(holder: *const c_void, like: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_alias_bytes(holder: *const c_void, offset: u64, nbytes: u64, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_lazy_home(like: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_home_allocate(home: *const c_void, pinned: c_int, cuda: c_int, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_home_pin(home: *const c_void, cuda: c_int, out_old: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
@@ -199,6 +200,13 @@ pub(crate) fn storage_bytes(t: &tch::Tensor) -> Result<tch::Tensor> {
 pub(crate) fn view_on(holder: &tch::Tensor, like: &tch::Tensor) -> Result<tch::Tensor> {
     // SAFETY: both are live for the call.
     make("view", |out, err, len| unsafe { tr_native_view_on(holder.as_ptr().cast(), like.as_ptr().cast(), out, err, len) })
+}
+
+/// `nbytes` of `holder`'s storage from byte `offset` on, as a 1-D byte tensor over a storage of
+/// its own that keeps `holder`'s alive (see storage.cpp).
+pub(crate) fn alias_bytes(holder: &tch::Tensor, offset: usize, nbytes: u64) -> Result<tch::Tensor> {
+    // SAFETY: `holder` is live for the call.
+    make("alias", |out, err, len| unsafe { tr_native_alias_bytes(holder.as_ptr().cast(), offset as u64, nbytes, out, err, len) })
 }
 
 /// A host tensor shaped like `like` over a new storage of the same size with no memory yet.

@@ -104,6 +104,12 @@ struct External {
 };
 void external_deleter(void *ctx) { delete static_cast<External *>(ctx); }
 
+// The memory of an alias (tr_native_alias_bytes): the storage it lies in, kept alive.
+struct Alias {
+    c10::Storage owner;
+};
+void alias_deleter(void *ctx) { delete static_cast<Alias *>(ctx); }
+
 c10::StorageImpl *impl_of(const void *t) {
     return static_cast<const at::Tensor *>(t)->storage().unsafeGetStorageImpl();
 }
@@ -179,6 +185,25 @@ int tr_native_view_on(const void *holder, const void *like, void **out, char *er
         // One version counter per storage (see tr_native_share_version).
         view.unsafeGetTensorImpl()->set_version_counter(h.unsafeGetTensorImpl()->version_counter());
         *out = new at::Tensor(std::move(view));
+    });
+}
+
+// A 1-D uint8 tensor of `nbytes` over the memory of `holder`'s storage from byte `offset` on, in a
+// StorageImpl of its own that keeps `holder`'s alive: the same device bytes under another storage,
+// as two imports of one memory are on the host (src/residency/external.rs).
+int tr_native_alias_bytes(const void *holder, uint64_t offset, uint64_t nbytes, void **out, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        const auto &h = *static_cast<const at::Tensor *>(holder);
+        at::Storage storage = h.storage();
+        TORCH_CHECK(offset + nbytes <= storage.nbytes(), "alias_bytes: bytes ", offset, " to ", offset + nbytes,
+                    " lie outside a storage of ", storage.nbytes());
+        char *data = static_cast<char *>(storage.mutable_data()) + offset;
+        at::DataPtr memory(data, new Alias{storage}, &alias_deleter, storage.device());
+        auto impl = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes,
+                                                          std::move(memory), nullptr, /*resizable=*/false);
+        auto alias = at::empty({0}, h.options().dtype(at::kByte));
+        alias.set_(at::Storage(std::move(impl)), 0, {static_cast<int64_t>(nbytes)}, {1});
+        *out = new at::Tensor(std::move(alias));
     });
 }
 

@@ -159,15 +159,38 @@ impl Manager {
     /// the device copy becomes the newer one.
     pub(crate) fn acquire(&mut self, entry: &Entry, write: bool, op: &'static str) -> Result<Acquired> {
         let id = self.storage_of(entry)?;
+        let device = self.hold(id, write, op)?;
+        let view = match native::view_on(&device, entry) {
+            Ok(view) => view,
+            Err(e) => {
+                self.release(id, false);
+                return Err(e.into());
+            }
+        };
+        let s = &self.storages[&id];
+        let (bytes, key, used_before) = (s.bytes, s.key, s.uses > 1);
+        if let Some(log) = &mut self.schedule {
+            log.uses(id, view.size());
+        }
+        Ok(Acquired { view, storage: id, key, bytes, used_before })
+    }
+
+    /// Storage `id`'s device copy for a running op (see `acquire`). External memory inside
+    /// another external storage's bytes views that one's copy, which is held as long
+    /// (`external`).
+    fn hold(&mut self, id: u64, write: bool, op: &'static str) -> Result<tch::Tensor> {
+        let s = &self.storages[&id];
+        let outer = self.outer_memory(id).filter(|_| !s.resident() || s.within.is_some());
+        if let Some((outer, _)) = outer {
+            drop(self.hold(outer, write, op)?); // its copy is reached through `alias_within`
+        }
         let (clock, following) = (self.clock, self.trace.following() && self.policy.prefetches());
         HOLDS.with(|h| h.borrow_mut().push(id));
-        let s = self.storages.get_mut(&id).expect("registered above");
-        let used_before = s.uses > 0;
+        let s = self.storages.get_mut(&id).expect("registered");
         s.in_use += 1;
         s.last_use = clock;
         s.uses += 1;
-        let (bytes, key, resident) = (s.bytes, s.key, s.resident());
-        if resident {
+        if s.resident() {
             if std::mem::take(&mut s.prefetched) {
                 self.stats.prefetch_hits += 1;
             }
@@ -175,7 +198,11 @@ impl Manager {
             if following {
                 self.stats.prefetch_misses += 1;
             }
-            if let Err(e) = self.bring(id, op, EventKind::Load) {
+            let brought = match outer {
+                Some((outer, offset)) => self.alias_within(id, outer, offset),
+                None => self.no_copy_inside(id, op).and_then(|()| self.bring(id, op, EventKind::Load)),
+            };
+            if let Err(e) = brought {
                 self.release(id, false);
                 return Err(e);
             }
@@ -186,24 +213,18 @@ impl Manager {
                 return Err(e);
             }
         }
-        let s = self.storages.get_mut(&id).expect("registered above");
+        let s = self.storages.get_mut(&id).expect("registered");
         if write && s.counted() {
             s.dirty = true;
             s.modified = true;
             self.written_now.push(id);
         }
         let device = s.device.as_ref().expect("loaded above").shallow_clone();
-        let view = match s.loading.take().map_or(Ok(()), |t| t.block_compute(&device)).and_then(|()| Ok(native::view_on(&device, entry)?)) {
-            Ok(view) => view,
-            Err(e) => {
-                self.release(id, false);
-                return Err(e);
-            }
-        };
-        if let Some(log) = &mut self.schedule {
-            log.uses(id, view.size());
+        if let Err(e) = s.loading.take().map_or(Ok(()), |t| t.block_compute(&device)) {
+            self.release(id, false);
+            return Err(e);
         }
-        Ok(Acquired { view, storage: id, key, bytes, used_before })
+        Ok(device)
     }
 
     pub(super) fn load(&mut self, id: u64, op: &'static str, kind: EventKind) -> Result<()> {
@@ -384,6 +405,10 @@ impl Manager {
         super::room::freed();
         let Some(s) = self.storages.get_mut(&id) else { return };
         s.in_use = s.in_use.saturating_sub(1);
+        if let Some(outer) = s.within {
+            self.end_alias(id);
+            return self.release(outer, ended);
+        }
         let external = matches!(s.kind, Home::External { .. });
         if s.evictable() && (external || (ended && self.policy.drops_inputs_after_op())) {
             let _ = self.evict(id, "after op"); // a failed write-back keeps the copy

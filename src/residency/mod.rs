@@ -5,11 +5,13 @@
 //!
 //! The unit it moves is a storage, not a tensor: views and aliases of one storage share one
 //! host home and one device copy, counted once (`storage`). Memory that code outside the library
-//! can reach (DLPack imports and exports) is never cached on the device past the op using it.
+//! can reach (DLPack imports and exports) is never cached on the device past the op using it, and
+//! several storages over the same such memory share one device copy in an op (`external`).
 //!
 //! Files: `faults` (faults injected on the simulated device, for tests), `manager` (state and
 //! moves), `storage` (one storage's placement and its home), `homes` (which storage a tensor
-//! views; registering and forgetting storages), `prefetch` (Flow's loads ahead of use), `ticket`
+//! views; registering and forgetting storages), `external` (several storages over one memory
+//! the outside can reach), `prefetch` (Flow's loads ahead of use), `ticket`
 //! (one op's protocol), `policy` (the trait) with `resident`, `genoa`, `flow`, `trace` (learned
 //! access order, offline optimum), `device` (copies) with `cuda` (side-stream copies through
 //! src/native/streams.cpp) and `device_memory` (the simulated device's memory as its allocator
@@ -24,6 +26,7 @@
 mod cuda;
 mod device;
 mod device_memory;
+mod external;
 mod faults;
 mod flow;
 mod genoa;

@@ -76,6 +76,10 @@ pub(crate) struct Storage {
     /// Registered views that recipes hold (when all its views are, no one but a remake needs
     /// its data).
     pub(crate) recipe_holds: u32,
+    /// While an op uses it: the external storage whose device copy this one's views, its bytes
+    /// lying inside that one's (see `external`). Such a view is not counted: its bytes are the
+    /// other's.
+    pub(crate) within: Option<u64>,
 }
 
 impl Storage {
@@ -101,6 +105,7 @@ impl Storage {
             views: 0,
             recipe: None,
             recipe_holds: 0,
+            within: None,
         }
     }
 
@@ -121,7 +126,7 @@ impl Storage {
 
     /// Counted against the budget while resident.
     pub(crate) fn counted(&self) -> bool {
-        self.kind != Home::OnDevice
+        self.kind != Home::OnDevice && self.within.is_none()
     }
 
     /// May be evicted now.

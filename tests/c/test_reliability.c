@@ -1,7 +1,8 @@
 /*
  * Regressions of the reliability review (issue 22) through the C ABI: two handles that are one
  * libtorch tensor, a manager that must always turn off, PyTorch's promotion of 0-dim tensors,
- * arange's errors as statuses, and DLPack descriptions checked before use.
+ * arange's errors as statuses, DLPack descriptions checked before use, and imports of one memory
+ * that an op sees as one.
  */
 #include "test_util.h"
 
@@ -269,6 +270,46 @@ static void pinning_a_result_that_remakes_bring_back(void) {
     CHECK(tr_panics_caught() == 0);
 }
 
+/* One C buffer imported three times: the whole of it, and two views of it one element apart.
+ * `ahead += behind` then reads, at each element, the neighbour the op may already have written:
+ * without a manager libtorch sees one memory. Under every policy the op must see the same (the
+ * three imports were copied to the device apart, and each element read its neighbour's old
+ * value). */
+#define SHIFTED 64
+static dl_managed imports[3];
+
+static void shifted_add(float *data, int policy) {
+    int64_t whole_shape[1] = {SHIFTED + 1}, shape[1] = {SHIFTED};
+    tr_tensor t[3] = {{0}, {0}, {0}}, sum = {0};
+    float *starts[3] = {data, data + 1, data};
+    int k;
+    for (k = 0; k < 3; k++) {
+        dl_managed m = {{starts[k], 1, 0, 1, 2, 32, 1, k == 0 ? whole_shape : shape, NULL, 0}, NULL, count_deletion};
+        imports[k] = m;
+        REQUIRE_OK(tr_tensor_from_dlpack(&imports[k], &t[k]));
+    }
+    if (policy >= 0) REQUIRE_OK(configure(POLICIES[policy], 1 << 16, TR_RECOMPUTE_OFF));
+    CHECK_OK(tr_tensor_neg(t[0], &sum)); /* the manager knows the whole memory before the op */
+    CHECK_OK(tr_tensor_add_(t[1], t[2]));
+    if (policy >= 0) CHECK_OK(tr_residency_disable());
+    CHECK_OK(tr_tensor_release(sum));
+    for (k = 0; k < 3; k++) CHECK_OK(tr_tensor_release(t[k]));
+}
+
+static void imports_of_one_memory_are_one_memory_to_an_op(void) {
+    float want[SHIFTED + 1], apart[SHIFTED + 1], got[SHIFTED + 1];
+    int i, p;
+    for (i = 0; i <= SHIFTED; i++) want[i] = apart[i] = (float)(i + 1);
+    for (i = SHIFTED; i >= 1; i--) apart[i] += apart[i - 1]; /* each element read the old neighbour */
+    shifted_add(want, -1);
+    CHECK(memcmp(want, apart, sizeof want) != 0); /* the test can tell the two apart */
+    for (p = 0; p < 3; p++) {
+        for (i = 0; i <= SHIFTED; i++) got[i] = (float)(i + 1);
+        shifted_add(got, p);
+        CHECK(memcmp(got, want, sizeof want) == 0);
+    }
+}
+
 int main(void) {
     RUN(write_through_a_second_handle_of_one_tensor);
     RUN(pinning_a_result_that_remakes_bring_back);
@@ -278,5 +319,6 @@ int main(void) {
     RUN(arange_errors_are_statuses);
     RUN(dlpack_descriptions_are_checked);
     RUN(threads_share_a_tight_budget);
+    RUN(imports_of_one_memory_are_one_memory_to_an_op);
     return tu_finish();
 }

@@ -25,7 +25,10 @@ ALLOCATOR = [(s, 400, fuzz_api.POLICIES) for s in (5023098, 5023295, 5023387, 50
 # A pin of a dropped result that the remakes it starts with bring back and evict again (whether it
 # was resident was asked before them: a load of a storage without a home, a panic).
 PINS = [(6103561, 400, fuzz_api.POLICIES)]
-SEEDS = MIXED + SINGLE + HABITS + ALLOCATOR + PINS
+# Two handles over one memory of the outside's (an import twice, an exported view imported back)
+# read and written by one op: their device copies were apart, where libtorch sees one memory.
+EXTERNAL = [(s, 400, fuzz_api.POLICIES) for s in (7311877, 7313208, 5023428, 5023237, 6103168, 200675)]
+SEEDS = MIXED + SINGLE + HABITS + ALLOCATOR + PINS + EXTERNAL
 
 
 @pytest.mark.parametrize("seed,steps,policies", SEEDS, ids=[f"{s}-{'+'.join(p)}" for s, _, p in SEEDS])

@@ -1,7 +1,8 @@
 """Storage shared under the residency manager, as a PyTorch user meets it: a view sees its base's
 writes and the other way round under every policy and at tight budgets, a view costs no device
 bytes, memory shared with torch (from_torch, to_torch) is never served stale and never
-overwritten, and a bad budget is refused instead of wrapping around."""
+overwritten, handles over one memory are one memory to an op, and a bad budget is refused
+instead of wrapping around."""
 import pytest
 
 import tensorref as tr
@@ -98,3 +99,61 @@ def test_a_result_dropped_to_be_recomputed_is_exported_with_its_values():
             assert t.tolist() == [2.0, 4.0, 6.0, 8.0]
             x.add_scalar_(1.0)  # y no longer depends on x: exported memory is never made again
             assert t.tolist() == y.numpy().tolist() == [2.0, 4.0, 6.0, 8.0]
+
+
+
+def _one_memory_forms():
+    """Handles over one memory, each form built twice: on tensorref handles (`lib`) and on torch
+    tensors that are storages of their own over one memory, as plain torch has them. `build`
+    returns the op that writes and a reader of the memory afterwards (a torch tensor)."""
+
+    def imports(lib, *views):
+        return [tr.from_torch(v) if lib else torch.from_dlpack(v) for v in views]
+
+    def twice(lib):  # one torch tensor imported twice (fuzzer seed 7311877)
+        e = torch.arange(1.0, 25.0).reshape(4, 6)
+        a, b = imports(lib, e, e)
+        return (lambda: a.add_(b[2, -2])), (lambda: e)
+
+    def exported_row(lib):  # a library tensor's exported row imported back (seed 6103168)
+        values = torch.arange(1.0, 25.0).reshape(4, 6)
+        x = tr.from_numpy(values.numpy().copy()) if lib else values.clone()
+        row = tr.from_torch(x[0, :].contiguous().to_torch()) if lib else torch.from_dlpack(x[0, :])
+        return (lambda: x.add_(row)), (lambda: torch.from_numpy(x.numpy()) if lib else x)
+
+    def transposed(lib):  # a library matrix and its own export imported, transposed (seed 5023428)
+        values = torch.arange(1.0, 26.0).reshape(5, 5)
+        x = tr.from_numpy(values.numpy().copy()) if lib else values.clone()
+        y = tr.from_torch(torch.from_dlpack(x)) if lib else torch.from_dlpack(x)
+        return (lambda: x.add_(y.T)), (lambda: torch.from_numpy(x.numpy()) if lib else x)
+
+    def inner_first(lib):  # the inner memory is first used by the same op as the outer one
+        e = torch.arange(1.0, 17.0).reshape(4, 4)
+        inner, outer = imports(lib, e[1], e[:, 0])
+        return (lambda: inner.add_(outer)), (lambda: e)
+
+    def shifted(lib):  # two overlapping imports inside a third: elements read written neighbours
+        e = torch.arange(1.0, 66.0)
+        whole, ahead, behind = imports(lib, e, e[1:], e[:-1])
+        if lib:
+            whole.sum().close()  # the manager knows the whole memory (while `whole` lives)
+        return (lambda: (ahead.add_(behind), whole)), (lambda: e)
+
+    return {"twice": twice, "exported_row": exported_row, "transposed": transposed,
+            "inner_first": inner_first, "shifted": shifted}
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("form", list(_one_memory_forms()))
+def test_handles_over_one_memory_are_one_memory_to_an_op(policy, form):
+    # Each import is a storage of its own over the same bytes; an op reading one while writing
+    # another sees its own writes as plain torch does (their device copies were apart before).
+    build = _one_memory_forms()[form]
+    write, read = build(False)
+    write()
+    want = read().clone()
+    with tr.no_grad(), tr.residency.session(policy=policy, budget_bytes=1 << 16):
+        with tr.scope():
+            write, read = build(True)
+            write()
+            assert torch.equal(read(), want), f"{read()} != {want}"
