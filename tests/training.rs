@@ -10,7 +10,8 @@
 //! (One test binary: the manager is process-wide, so these tests take turns.)
 //!
 //! `cargo test --features cuda-tests --test training` runs them against CUDA device 0, where
-//! results are compared within a tolerance instead.
+//! results are compared within a tolerance instead (a run that draws dropout with Resident's: see
+//! `reference`).
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use tensorref::residency::{self, ComputeDevice, Config, EventKind, PolicyKind, Recompute, ResidencyStats};
@@ -115,13 +116,26 @@ fn train_with<M: Model>(make: impl Fn() -> Result<M>, steps: usize, dropout: boo
     Ok(Run { losses, params })
 }
 
-/// Runs `f` without a manager, then under each policy at each budget, with recomputation off,
-/// where cheaper, and always (Genoa and Flow), and compares each run with the first; checks the
-/// budget, that recomputation happened where it always should, and that no handle leaked.
-fn same_under_every_policy(budgets: &[u64], f: impl Fn() -> Result<Run>) {
+/// The run the managed ones are compared with: `f` without a manager. On CUDA, a run that draws
+/// dropout's noise is compared with the same under Resident instead, where every op runs on the
+/// device and draws from its generator as PyTorch's model on that device does; without a manager
+/// the ops run on the host, whose generator draws other numbers.
+fn reference(dropout: bool, f: impl Fn() -> Result<Run>) -> Run {
+    if cfg!(feature = "cuda-tests") && dropout {
+        let _resident = Managed::new(PolicyKind::Resident, 0);
+        return f().unwrap();
+    }
+    f().unwrap()
+}
+
+/// Runs `f` without a manager (see `reference`), then under each policy at each budget, with
+/// recomputation off, where cheaper, and always (Genoa and Flow), and compares each run with the
+/// first; checks the budget, that recomputation happened where it always should, and that no
+/// handle leaked.
+fn same_under_every_policy(budgets: &[u64], dropout: bool, f: impl Fn() -> Result<Run>) {
     let _turn = turn();
     let live = live_handles();
-    let plain = f().unwrap();
+    let plain = reference(dropout, &f);
     assert!(plain.losses.last() < plain.losses.first(), "the loss goes down: {:?}", plain.losses);
     let mut runs = vec![(PolicyKind::Resident, 0, Recompute::Off)];
     for policy in [PolicyKind::Genoa, PolicyKind::Flow] {
@@ -206,17 +220,17 @@ const MLP_BUDGETS: [u64; 2] = [512 << 10, 640 << 10];
 
 #[test]
 fn an_mlp_trains_the_same_under_every_policy_with_sgd() {
-    same_under_every_policy(&MLP_BUDGETS, || train(Mlp::new, 6, false, Optimizer::Sgd));
+    same_under_every_policy(&MLP_BUDGETS, false, || train(Mlp::new, 6, false, Optimizer::Sgd));
 }
 
 #[test]
 fn an_mlp_with_dropout_trains_the_same_under_every_policy_with_adam() {
-    same_under_every_policy(&MLP_BUDGETS, || train(Mlp::new, 6, true, Optimizer::Adam));
+    same_under_every_policy(&MLP_BUDGETS, true, || train(Mlp::new, 6, true, Optimizer::Adam));
 }
 
 #[test]
 fn an_mlp_whose_gradients_are_dropped_every_step_trains_the_same_under_every_policy() {
-    same_under_every_policy(&MLP_BUDGETS, || train_with(Mlp::new, 6, true, Optimizer::Adam, Grads::Clear, |_| {}));
+    same_under_every_policy(&MLP_BUDGETS, true, || train_with(Mlp::new, 6, true, Optimizer::Adam, Grads::Clear, |_| {}));
 }
 
 // ---------------------------------------------------------------- a transformer encoder
@@ -317,12 +331,12 @@ const ENCODER_BUDGETS: [u64; 2] = [128 << 10, 256 << 10];
 
 #[test]
 fn a_transformer_encoder_trains_the_same_under_every_policy_with_adam() {
-    same_under_every_policy(&ENCODER_BUDGETS, || train(Encoder::new, 5, false, Optimizer::Adam));
+    same_under_every_policy(&ENCODER_BUDGETS, false, || train(Encoder::new, 5, false, Optimizer::Adam));
 }
 
 #[test]
 fn a_transformer_encoder_with_dropout_trains_the_same_under_every_policy_with_sgd() {
-    same_under_every_policy(&ENCODER_BUDGETS, || train(Encoder::new, 5, true, Optimizer::Sgd));
+    same_under_every_policy(&ENCODER_BUDGETS, true, || train(Encoder::new, 5, true, Optimizer::Sgd));
 }
 
 // ---------------------------------------------------------------- gradients as in PyTorch
@@ -442,7 +456,7 @@ fn an_in_place_write_to_a_tensor_saved_for_backward_is_caught_as_without_a_manag
 #[test]
 fn what_autograd_saves_is_managed_evicted_in_forward_and_brought_back_in_backward() {
     let _turn = turn();
-    let plain = train(Mlp::new, 3, true, Optimizer::Sgd).unwrap();
+    let plain = reference(true, || train(Mlp::new, 3, true, Optimizer::Sgd));
     let budget = MLP_BUDGETS[0];
     let managed = Managed::new(PolicyKind::Flow, budget);
     assert!(residency::saved_tensors_managed(), "backward runs on libtorch's engine here");

@@ -35,7 +35,7 @@ cp target/release/libtensorref.so "$out/lib/"
 cc -std=c11 -O2 -Iinclude examples/c/flow_stack.c -o "$out/bin/flow_stack_c" -Ltarget/release -ltensorref \
   -Wl,-rpath,'$ORIGIN/../lib' -lpthread
 rm -f "$out/bin/train_mlp"
-strip --strip-unneeded "$out"/bin/* "$out"/lib/*.so
+strip --strip-debug "$out"/bin/* "$out"/lib/*.so  # symbols stay: stacks sampled there name our functions
 
 cp tools/gpu/run.sh tools/gpu/summary.py tools/gpu/minilm_check.py tools/gpu/safetensors_dtype.py \
   benches/residency_peers.py benches/training_peers.py "$out/"
