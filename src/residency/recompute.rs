@@ -372,7 +372,8 @@ impl Manager {
         if self.storages[&id].dropped() {
             return self.recompute(id, op);
         }
-        self.make_room(self.storages[&id].bytes, op)?;
+        let s = &self.storages[&id];
+        self.make_room(s.bytes + self.cfg.device.pad(&s.home), op)?;
         self.load(id, op, kind)
     }
 

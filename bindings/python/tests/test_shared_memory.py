@@ -3,6 +3,7 @@ writes and the other way round under every policy and at tight budgets, a view c
 bytes, memory shared with torch (from_torch, to_torch) is never served stale and never
 overwritten, handles over one memory are one memory to an op, and a bad budget is refused
 instead of wrapping around."""
+import numpy as np
 import pytest
 
 import tensorref as tr
@@ -157,3 +158,19 @@ def test_handles_over_one_memory_are_one_memory_to_an_op(policy, form):
             write, read = build(True)
             write()
             assert torch.equal(read(), want), f"{read()} != {want}"
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_an_import_at_any_alignment_computes_as_its_memory_does(policy):
+    # A view 24 bytes into torch's memory: the device copy keeps that alignment, so that the
+    # matrix product takes the path, and rounds, as it does on the memory itself (fuzzer seed
+    # 1479199: 1 ulp apart when the copy was aligned to 64 bytes).
+    e = torch.from_numpy(((np.arange(36) * 7 + 4) % 9 - 2).astype(np.float32).reshape((6, 6)))[1:]
+    assert e.data_ptr() % 64 != 0
+    want = e @ e.T.sigmoid()
+    t = tr.from_torch(e)
+    with tr.residency.session(policy=policy, budget_bytes=1 << 16):
+        got = t @ t.T.sigmoid()
+        assert torch.equal(torch.from_numpy(got.numpy()), want)
+        got.close()
+    t.close()
