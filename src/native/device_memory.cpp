@@ -26,6 +26,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 
 namespace {
 
@@ -45,6 +46,9 @@ struct Flight {
 
 thread_local int mode = kHost;
 thread_local std::shared_ptr<Flight> mine = std::make_shared<Flight>();
+// Bytes at the start of this thread's next counted block that are no device memory: the padding
+// before a simulated copy's data that keeps its home's alignment (tr_native_device_lead).
+thread_local uint64_t lead = 0;
 
 std::atomic<uint64_t> live{0};
 std::atomic<uint64_t> peak{0};
@@ -117,10 +121,12 @@ struct Counting final : c10::Allocator {
 
     c10::DataPtr allocate(size_t n) override {
         int m = mode;
+        uint64_t skip = std::exchange(lead, 0);
         if (m == kHost || n <= kScalarBytes) {
             return inner->allocate(n);
         }
-        Block b{n, nullptr};
+        uint64_t counted = n - std::min<uint64_t>(skip, n);
+        Block b{counted, nullptr};
         if (m == kKernel) {
             RoomFn room = room_fn.load();
             mode = kHost; // the manager's own allocations are host memory
@@ -145,7 +151,7 @@ struct Counting final : c10::Allocator {
             std::lock_guard<std::mutex> guard(blocks_lock);
             blocks().emplace(data, std::move(b));
         }
-        uint64_t now = live += n;
+        uint64_t now = live += counted;
         uint64_t seen = peak.load();
         while (now > seen && !peak.compare_exchange_weak(seen, now)) {
         }
@@ -180,6 +186,11 @@ void tr_native_device_memory_install(RoomFn room) {
     }();
     (void)counting;
     room_fn.store(room);
+}
+
+// The first `n` bytes of this thread's next counted block are no device memory (see `lead`).
+void tr_native_device_lead(uint64_t n) {
+    lead = n;
 }
 
 // Sets this thread's mode; returns the previous one.

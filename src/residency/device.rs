@@ -5,7 +5,7 @@
 //! from pageable memory is counted the same way on both (see `manager`).
 
 use super::cuda;
-use super::device_memory::{Mode, Scope};
+use super::device_memory::{self, Mode, Scope};
 use super::faults::{self, Fault};
 use crate::native;
 use crate::error::{Error, Result};
@@ -85,30 +85,25 @@ impl ComputeDevice {
         }
     }
 
-    /// The bytes a device copy of `home` takes before its data: on the simulated device, as many
-    /// as put the data at the home's alignment (memory of the outside's may start anywhere, and
-    /// libtorch's CPU kernels, its matrix products among them, take other paths and round
-    /// otherwise on other alignments: the copy computes as the home would). None elsewhere.
-    pub(crate) fn pad(self, home: &tch::Tensor) -> u64 {
-        match self {
-            ComputeDevice::Simulated => (home.data_ptr() as usize % ALIGNMENT) as u64,
-            _ => 0,
-        }
-    }
-
     /// A device copy of a home (a 1-D byte tensor), and the copy still running. With `after_write`
-    /// (the home's write-back may still be running), the copy follows the write-backs. On the
-    /// simulated device the copy's data starts `pad` bytes into its memory.
+    /// (the home's write-back may still be running), the copy follows the write-backs.
+    ///
+    /// On the simulated device the copy's data keeps the home's alignment: memory of the
+    /// outside's may start anywhere, and libtorch's CPU kernels, its matrix products among them,
+    /// take other paths and round otherwise on other alignments, so the copy computes as the home
+    /// would. The padding before the data is not counted as device memory.
     pub(crate) fn load(self, home: &tch::Tensor, after_write: bool) -> Result<(tch::Tensor, Transfer)> {
         self.fault(Fault::DeviceAllocation, "allocating a device copy")?;
         self.fault(Fault::Copy, "loading a device copy")?;
+        let pad = home.data_ptr() as usize % ALIGNMENT;
         match self {
             ComputeDevice::Cuda(n) => cuda::load_async(home, n, after_write).map(|(t, e)| (t, Transfer(Some(e)))),
-            ComputeDevice::Simulated if self.pad(home) > 0 => {
+            ComputeDevice::Simulated if pad > 0 => {
                 let _counted = Scope::enter(Mode::Count);
-                let (pad, bytes) = (self.pad(home), home.numel() as u64);
-                let memory = tch::Tensor::f_empty([(pad + bytes) as i64], (tch::Kind::Uint8, Device::Cpu))?;
-                let copy = native::alias_bytes(&memory, pad as usize, bytes)?;
+                let bytes = home.numel() as u64;
+                device_memory::lead(pad as u64);
+                let memory = tch::Tensor::f_empty([pad as i64 + bytes as i64], (tch::Kind::Uint8, Device::Cpu))?;
+                let copy = native::alias_bytes(&memory, pad, bytes)?;
                 native::copy_quiet(&copy, home)?;
                 Ok((copy, Transfer::done()))
             }

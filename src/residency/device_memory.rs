@@ -19,6 +19,7 @@ use std::os::raw::c_int;
 extern "C" {
     fn tr_native_device_memory_install(room: unsafe extern "C" fn(u64) -> c_int);
     fn tr_native_device_mode(to: c_int) -> c_int;
+    fn tr_native_device_lead(n: u64);
     fn tr_native_device_memory(out: *mut u64, reset_peak: c_int);
     fn tr_native_device_adopt(t: *const std::ffi::c_void);
     fn tr_native_device_reserve(bytes: u64);
@@ -71,6 +72,12 @@ pub fn device_memory(reset_peak: bool) -> DeviceMemory {
     let mut out = [0u64; 4];
     unsafe { tr_native_device_memory(out.as_mut_ptr(), c_int::from(reset_peak)) };
     DeviceMemory { live: out[0], peak: out[1], in_flight: out[2], in_flight_here: out[3] }
+}
+
+/// The first `n` bytes of this thread's next counted allocation are no device memory: the padding
+/// that keeps a simulated copy's data at its home's alignment, which a GPU's copy does not need.
+pub(crate) fn lead(n: u64) {
+    unsafe { tr_native_device_lead(n) }
 }
 
 /// The manager registers `t`'s memory as a storage: its bytes are no longer in flight.

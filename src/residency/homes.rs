@@ -163,7 +163,7 @@ impl Manager {
             self.by_key.remove(&s.key);
         }
         if s.resident() && s.counted() {
-            self.stats.device_bytes -= s.device_bytes();
+            self.stats.device_bytes -= s.bytes;
             super::room::freed();
         }
         if s.pinned {

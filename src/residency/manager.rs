@@ -239,13 +239,12 @@ impl Manager {
         self.by_device.insert(s.device_id, id);
         s.loading = Some(transfer);
         s.prefetched = kind == EventKind::Prefetch;
-        s.pad = self.cfg.device.pad(&s.home);
         let (bytes, pageable) = (s.bytes, s.kind.pageable());
         if pageable {
             self.stats.pageable_copies += 1;
             self.stats.pageable_copy_bytes += bytes;
         }
-        self.stats.device_bytes += s.device_bytes();
+        self.stats.device_bytes += bytes;
         self.stats.peak_device_bytes = self.stats.peak_device_bytes.max(self.stats.device_bytes);
         if kind == EventKind::Prefetch {
             self.stats.prefetches += 1;
@@ -379,8 +378,7 @@ impl Manager {
         s.loading = None; // a prefetch never used: its memory belongs to the load stream
         (s.prefetched, s.written_ahead) = (false, false);
         let bytes = s.bytes;
-        self.stats.device_bytes -= s.device_bytes();
-        s.pad = 0;
+        self.stats.device_bytes -= bytes;
         self.stats.evictions += 1;
         self.stats.evicted_bytes += bytes;
         if dropping {

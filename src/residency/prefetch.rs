@@ -32,7 +32,7 @@ impl Manager {
             if s.pinned || !s.counted() || s.dropped() || matches!(s.kind, Home::External { .. }) {
                 continue;
             }
-            let (bytes, wanted) = (s.bytes + self.cfg.device.pad(&s.home), self.trace.next_use(s.key));
+            let (bytes, wanted) = (s.bytes, self.trace.next_use(s.key));
             if s.resident() {
                 ahead += if s.prefetched { bytes } else { 0 };
                 continue;

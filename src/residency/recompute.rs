@@ -372,8 +372,7 @@ impl Manager {
         if self.storages[&id].dropped() {
             return self.recompute(id, op);
         }
-        let s = &self.storages[&id];
-        self.make_room(s.bytes + self.cfg.device.pad(&s.home), op)?;
+        self.make_room(self.storages[&id].bytes, op)?;
         self.load(id, op, kind)
     }
 

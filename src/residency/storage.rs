@@ -80,9 +80,6 @@ pub(crate) struct Storage {
     /// lying inside that one's (see `external`). Such a view is not counted: its bytes are the
     /// other's.
     pub(crate) within: Option<u64>,
-    /// The bytes before the device copy's data that keep its home's alignment (the simulated
-    /// device's copy of memory of the outside's; see `ComputeDevice::pad`), counted with it.
-    pub(crate) pad: u64,
 }
 
 impl Storage {
@@ -109,18 +106,12 @@ impl Storage {
             recipe: None,
             recipe_holds: 0,
             within: None,
-            pad: 0,
         }
     }
 
     /// On the device now (for a storage used in place, always).
     pub(crate) fn resident(&self) -> bool {
         self.device.is_some()
-    }
-
-    /// The device bytes its copy takes while resident.
-    pub(crate) fn device_bytes(&self) -> u64 {
-        self.bytes + self.pad
     }
 
     /// Dropped to be made again: neither on the device nor in a home.
