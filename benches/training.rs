@@ -2,8 +2,8 @@
 //! budget: Resident first (no budget: its peak is the unmanaged peak), then Genoa and Flow at a
 //! half and a quarter of that peak, and Flow with recomputation where cheaper and always, printed
 //! side by side: time per step against Resident, peak device bytes against the budget (and on
-//! CUDA the caching allocator's peak reserved bytes, and how much that peak grew after the third
-//! step: a long run at a tight budget shows any drift), bytes loaded and written back and results
+//! CUDA the caching allocator's peak reserved bytes in the run, its cache emptied as the run starts,
+//! and how much that peak grew after the third step: a long run at a tight budget shows any drift), bytes loaded and written back and results
 //! made again per step, the steady-state counters of the Flow GPU work (page-locked allocations,
 //! pageable copies, op waits, needless write-backs), and the losses (the same under every policy). `benches/training_peers.py` trains
 //! the same encoder in PyTorch: unmanaged, with `save_on_cpu` and with activation checkpointing
@@ -189,6 +189,7 @@ impl Training {
 
 /// Trains for `a.steps` steps under the configured manager; the first step is not timed.
 fn train(a: &Args) -> Result<Run> {
+    residency::reset_reserved_peak()?; // this run's own peak, not the process's
     let training = Training::new(a)?;
     if residency::enabled() {
         residency::schedule_log_start()?;
@@ -360,7 +361,7 @@ fn main() -> Result<()> {
     println!("allocations; pageable: copies from or to pageable memory; waits: ops that waited on a copy;");
     println!("needless: write-backs of copies nobody modified; remade: results made again (+cheaper: dropped");
     println!("when remaking is estimated cheaper than the copies; +always: whenever they can be made again).");
-    println!("reserved: the CUDA caching allocator's peak (the manager's bytes, others' and fragmentation),");
+    println!("reserved: the CUDA caching allocator's peak in the run (the manager's bytes, others' and fragmentation),");
     println!("and how much it grew after the third step (drift; run many --steps to see it).");
     if let Some(unmanaged) = modelled {
         println!("model x: the schedule model's step against the same step with nothing moved or remade ({:.2} ms:", unmanaged * 1e3);

@@ -142,6 +142,16 @@ int tr_native_event_query(void *event) {
     }
 }
 
+// Gives CUDA's caching allocator's unused blocks on device `index` back and starts its peaks
+// anew from what is in use: the reserved peak read next is what follows alone.
+int tr_native_cuda_reset_peak(int64_t index, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        auto *allocator = c10::getDeviceAllocator(c10::DeviceType::CUDA);
+        allocator->emptyCache();
+        allocator->resetPeakStats(static_cast<c10::DeviceIndex>(index));
+    });
+}
+
 // The bytes CUDA's caching allocator holds on device `index` (in use or cached for reuse), now
 // and at their peak, through c10's device-generic allocator interface.
 int tr_native_cuda_reserved(int64_t index, uint64_t *now, uint64_t *peak, char *err, size_t err_len) {

@@ -20,6 +20,7 @@ extern "C" {
     fn tr_native_event_synchronize(event: *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_event_query(event: *mut c_void) -> c_int;
     fn tr_native_cuda_reserved(index: i64, now: *mut u64, peak: *mut u64, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_cuda_reset_peak(index: i64, err: *mut c_char, err_len: usize) -> c_int;
 }
 
 /// The end of a copy on a side stream.
@@ -97,4 +98,12 @@ pub(crate) fn reserved(index: usize) -> Result<(u64, u64)> {
     let status = unsafe { tr_native_cuda_reserved(index as i64, &mut now, &mut peak, err.as_mut_ptr(), ERR_LEN) };
     check("cuda_reserved", status, &err)?;
     Ok((now, peak))
+}
+
+/// Gives the caching allocator's unused blocks on device `index` back and starts its peaks anew.
+pub(crate) fn reset_peak(index: usize) -> Result<()> {
+    let mut err = [0 as c_char; ERR_LEN];
+    // SAFETY: a plain call; the shim catches every C++ exception.
+    let status = unsafe { tr_native_cuda_reset_peak(index as i64, err.as_mut_ptr(), ERR_LEN) };
+    Ok(check("cuda_reset_peak", status, &err)?)
 }

@@ -265,6 +265,17 @@ pub fn stats() -> Option<ResidencyStats> {
     Some(stats.0)
 }
 
+/// Under a CUDA manager, gives the caching allocator's unused blocks back and starts its reserved
+/// peak (`ResidencyStats::peak_reserved_bytes`) anew, so that a benchmark's run reports its own
+/// (the allocator's peak is the process's, across managers). Nothing elsewhere.
+#[doc(hidden)]
+pub fn reset_reserved_peak() -> Result<()> {
+    match lock()?.as_ref().map(|m| m.cfg.device) {
+        Some(ComputeDevice::Cuda(index)) => cuda::reset_peak(index),
+        _ => Ok(()),
+    }
+}
+
 /// Marks the end of an iteration (a training step, a forward pass): the ops since the previous
 /// mark become the recorded trace Flow evicts and prefetches by.
 pub fn mark_iteration() -> Result<()> {
