@@ -147,6 +147,9 @@ int tr_native_event_query(void *event) {
 int tr_native_cuda_reset_peak(int64_t index, char *err, size_t err_len) {
     return guarded(err, err_len, [&] {
         auto *allocator = c10::getDeviceAllocator(c10::DeviceType::CUDA);
+        if (!allocator->initialized()) {
+            return; // nothing allocated yet: no cache, no peak
+        }
         allocator->emptyCache();
         allocator->resetPeakStats(static_cast<c10::DeviceIndex>(index));
     });

@@ -180,7 +180,11 @@ impl Manager {
     /// (`external`).
     fn hold(&mut self, id: u64, write: bool, op: &'static str) -> Result<tch::Tensor> {
         let s = &self.storages[&id];
-        let outer = self.outer_memory(id).filter(|_| !s.resident() || s.within.is_some());
+        let outer = match (s.within, s.resident()) {
+            (Some(outer), _) => Some((outer, 0)), // a view of it already: held once more
+            (None, false) => self.outer_memory(id),
+            (None, true) => None,
+        };
         if let Some((outer, _)) = outer {
             drop(self.hold(outer, write, op)?); // its copy is reached through `alias_within`
         }
