@@ -38,10 +38,14 @@ enum Mode : int { kHost = 0, kCount = 1, kKernel = 2 };
 constexpr size_t kScalarBytes = 16;
 
 // Bytes in flight on one thread (shared with the blocks it allocated, which may be freed on
-// another thread after it ended).
+// another thread after it ended), and what its kernels allocated that is still alive, adopted or
+// not: a remake of a result needs room for all of it (a tensor autograd saved during the op, a
+// dropout's noise, is adopted at once, but a remake under no-grad keeps it as scratch).
 struct Flight {
     std::atomic<uint64_t> bytes{0};
-    uint64_t peak = 0; // the most in flight at once since the last reset (its own thread's only)
+    std::atomic<uint64_t> generation{0}; // the running kernel's (tr_native_device_kernel_peak)
+    std::atomic<uint64_t> alive{0};      // allocated by it and not freed
+    uint64_t peak = 0;                   // the most alive at once (its own thread's only)
 };
 
 thread_local int mode = kHost;
@@ -62,6 +66,8 @@ std::atomic<RoomFn> room_fn{nullptr};
 struct Block {
     uint64_t bytes;
     std::shared_ptr<Flight> flight;
+    std::shared_ptr<Flight> kernel; // the thread whose kernel allocated it, until it is freed
+    uint64_t generation = 0;        // that thread's generation then
 };
 
 // Counted blocks by data pointer. The data pointer is also the DataPtr's context, as libtorch's
@@ -79,16 +85,18 @@ c10::DeleterFnPtr inner_free = nullptr;
 // Counts `n` bytes in flight on this thread before they are allocated: the manager calls it
 // under its lock as it grants a kernel room, so that no other thread is granted the same room.
 extern "C" void tr_native_device_reserve(uint64_t n) {
-    uint64_t now = mine->bytes += n;
-    mine->peak = std::max(mine->peak, now);
+    mine->bytes += n;
     in_flight += n;
 }
 
-// The most this thread had in flight at once since the last call (which starts it again from
-// what is in flight now): what a kernel allocated at its peak, its result and scratch.
+// The most this thread's kernels allocated since the last call had alive at once (adopted as
+// storages or not): what a kernel allocated at its peak, its result and scratch. Starts a new
+// generation: blocks allocated before no longer count, freed or not.
 extern "C" uint64_t tr_native_device_kernel_peak() {
     uint64_t most = mine->peak;
-    mine->peak = mine->bytes.load();
+    mine->generation += 1;
+    mine->alive = 0;
+    mine->peak = 0;
     return most;
 }
 
@@ -109,6 +117,10 @@ void free_block(void *data) {
         if (it != blocks().end()) {
             live -= it->second.bytes;
             land(it->second);
+            const Block &b = it->second;
+            if (b.kernel && b.kernel->generation.load() == b.generation) {
+                b.kernel->alive -= b.bytes;
+            }
             blocks().erase(it);
         }
     }
@@ -137,6 +149,8 @@ struct Counting final : c10::Allocator {
                 tr_native_device_reserve(n);
             }
             b.flight = mine;
+            b.kernel = mine;
+            b.generation = mine->generation.load();
         }
         c10::DataPtr got;
         try {
@@ -147,6 +161,10 @@ struct Counting final : c10::Allocator {
         }
         c10::Device device = got.device();
         void *data = got.release_context();
+        if (m == kKernel) {
+            uint64_t alive = mine->alive += counted;
+            mine->peak = std::max(mine->peak, alive);
+        }
         {
             std::lock_guard<std::mutex> guard(blocks_lock);
             blocks().emplace(data, std::move(b));

@@ -159,6 +159,7 @@ extern "C" {
     fn tr_native_page_locked_allocations(cuda: c_int) -> u64;
     fn tr_native_tensor_holders(t: *const c_void) -> i32;
     fn tr_native_tensor_impl(t: *const c_void) -> usize;
+    fn tr_native_memory_shared(t: *const c_void) -> c_int;
 }
 
 /// Runs a shim that makes nothing.
@@ -181,6 +182,13 @@ pub(crate) fn storage(t: &tch::Tensor, cuda: bool) -> Result<StorageInfo> {
 pub(crate) fn tensor_holders(t: &tch::Tensor) -> i32 {
     // SAFETY: `t` is live for the call; the shim reads a reference count.
     unsafe { tr_native_tensor_holders(t.as_ptr().cast()) }
+}
+
+/// Whether anything but `t` keeps its memory alive (another handle to its TensorImpl, another
+/// TensorImpl over its storage): dropping `t` would free nothing yet.
+pub(crate) fn memory_shared(t: &tch::Tensor) -> bool {
+    // SAFETY: `t` is live for the call; the shim reads reference counts.
+    unsafe { tr_native_memory_shared(t.as_ptr().cast()) != 0 }
 }
 
 /// The address of `t`'s TensorImpl: handles with the same one are one tensor (`is_same`) to
@@ -371,7 +379,7 @@ pub(crate) fn write_error(err: *mut c_char, err_len: usize, msg: &str) {
 #[allow(unused_doc_comments)]
 /// cbindgen:ignore
 extern "C" {
-    fn tr_native_dropout_noise(like: *const c_void, p: f64, snapshot: *const c_void, out_noise: *mut *mut c_void, out_snapshot: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_dropout_noise(like: *const c_void, into: c_int, p: f64, snapshot: *const c_void, out_noise: *mut *mut c_void, out_snapshot: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_generator_free(generator: *mut c_void);
 }
 
@@ -399,12 +407,13 @@ pub(crate) fn dropout_noise(like: &tch::Tensor, p: f64, keep: bool) -> Result<(t
     let mut taken = std::ptr::null_mut();
     let out_snapshot: *mut *mut c_void = if keep { &mut taken } else { std::ptr::null_mut() };
     // SAFETY: `like` is live for the call; `out_snapshot` is NULL or a valid out pointer.
-    let noise = make("dropout noise", |out, err, len| unsafe { tr_native_dropout_noise(like.as_ptr().cast(), p, std::ptr::null(), out, out_snapshot, err, len) })?;
+    let noise = make("dropout noise", |out, err, len| unsafe { tr_native_dropout_noise(like.as_ptr().cast(), 0, p, std::ptr::null(), out, out_snapshot, err, len) })?;
     Ok((noise, (!taken.is_null()).then_some(Snapshot(taken))))
 }
 
-/// The noise `dropout_noise` drew with `snapshot` kept, drawn again for a tensor like `like`.
-pub(crate) fn dropout_noise_again(like: &tch::Tensor, p: f64, snapshot: &Snapshot) -> Result<tch::Tensor> {
+/// The noise `dropout_noise` drew with `snapshot` kept, drawn again for a tensor like `like`;
+/// with `into`, into `like` itself.
+pub(crate) fn dropout_noise_again(like: &tch::Tensor, into: bool, p: f64, snapshot: &Snapshot) -> Result<tch::Tensor> {
     // SAFETY: `like` and the snapshot are live for the call.
-    make("dropout noise", |out, err, len| unsafe { tr_native_dropout_noise(like.as_ptr().cast(), p, snapshot.0, out, std::ptr::null_mut(), err, len) })
+    make("dropout noise", |out, err, len| unsafe { tr_native_dropout_noise(like.as_ptr().cast(), c_int::from(into), p, snapshot.0, out, std::ptr::null_mut(), err, len) })
 }

@@ -20,12 +20,13 @@ extern "C" {
 // alone. Without one it draws from the default generator of `like`'s device; where
 // `out_snapshot` is not NULL, through a clone (the default generator advances as if it had drawn
 // itself; other threads' draws wait meanwhile), and writes the generator as it was before, a new
-// at::Generator*, to `*out_snapshot`. A meta tensor draws nothing.
-int tr_native_dropout_noise(const void *like, double p, const void *snapshot, void **out_noise, void **out_snapshot,
-                            char *err, size_t err_len) {
+// at::Generator*, to `*out_snapshot`. With `into`, `like` itself is the noise, drawn in place (a
+// remake then allocates nothing else). A meta tensor draws nothing.
+int tr_native_dropout_noise(const void *like, int into, double p, const void *snapshot, void **out_noise,
+                            void **out_snapshot, char *err, size_t err_len) {
     return guarded(err, err_len, [&] {
         const auto &t = *static_cast<const at::Tensor *>(like);
-        auto noise = at::empty_like(t);
+        auto noise = into != 0 ? t : at::empty_like(t);
         if (out_snapshot != nullptr) {
             *out_snapshot = nullptr;
         }

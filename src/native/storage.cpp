@@ -155,6 +155,14 @@ int32_t tr_native_tensor_holders(const void *t) {
     return static_cast<int32_t>(static_cast<const at::Tensor *>(t)->use_count());
 }
 
+// Whether anything but `t` keeps `t`'s memory alive: another handle to its TensorImpl, or another
+// TensorImpl over its storage (a view a running autograd node holds). Releasing `t` then frees
+// nothing yet.
+int tr_native_memory_shared(const void *t) {
+    const auto &tensor = *static_cast<const at::Tensor *>(t);
+    return tensor.use_count() > 1 || tensor.storage().use_count() > 1;
+}
+
 // The TensorImpl of `t`: two handles with the same one are one tensor to libtorch's checks.
 uintptr_t tr_native_tensor_impl(const void *t) {
     return reinterpret_cast<uintptr_t>(static_cast<const at::Tensor *>(t)->unsafeGetTensorImpl());

@@ -26,7 +26,7 @@ pub(crate) fn dropout(a: &tch::Tensor, p: f64, train: bool, keep: bool) -> Resul
     let replay: Replay = Arc::new(move |inputs| {
         let [a] = replay_args(inputs)?;
         let a = given(a)?;
-        Ok(a.f_mul(&native::dropout_noise_again(a, p, &snapshot)?)?)
+        Ok(a.f_mul(&native::dropout_noise_again(a, false, p, &snapshot)?)?)
     });
     Ok((out, Some(replay)))
 }
@@ -35,7 +35,7 @@ pub(crate) fn dropout(a: &tch::Tensor, p: f64, train: bool, keep: bool) -> Resul
 fn noise_again(noise: &tch::Tensor, p: f64, snapshot: Arc<Snapshot>) -> Replay {
     let (size, stride, options) = (noise.size(), noise.stride(), (noise.kind(), noise.device()));
     Arc::new(move |_| {
-        let like = tch::Tensor::f_empty_strided(&size, &stride, options)?;
-        Ok(native::dropout_noise_again(&like, p, &snapshot)?)
+        let noise = tch::Tensor::f_empty_strided(&size, &stride, options)?;
+        Ok(native::dropout_noise_again(&noise, true, p, &snapshot)?)
     })
 }

@@ -85,7 +85,8 @@ pub(crate) fn adopt(t: &tch::Tensor) {
     unsafe { tr_native_device_adopt(t.as_ptr().cast()) }
 }
 
-/// The most this thread had in flight at once since the last call: starts it again.
+/// The most this thread's kernels had alive at once since the last call (adopted as storages or
+/// not), beyond what was alive at that call: starts it again from now.
 pub(crate) fn kernel_peak() -> u64 {
     unsafe { tr_native_device_kernel_peak() }
 }
@@ -130,13 +131,18 @@ pub(crate) fn refusal() -> Option<Error> {
 /// counted in flight.
 unsafe extern "C" fn room_for(bytes: u64) -> c_int {
     let op = KERNEL_OP.with(Cell::get);
-    let made = std::panic::catch_unwind(|| {
-        with(|m| {
+    let made = std::panic::catch_unwind(|| loop {
+        let made = with(|m| {
             m.make_room(bytes, op)?;
             // In flight from now, before the lock is released: no other op is granted this room.
             unsafe { tr_native_device_reserve(bytes) };
             Ok(())
-        })
+        });
+        match made {
+            // Backward cannot run again from the start: it waits for the room in place.
+            Err(Error::RoomTaken { freed, .. }) if op == "backward" => super::room::wait_for_free(freed),
+            made => break made,
+        }
     });
     match made {
         Ok(Ok(())) => 0,

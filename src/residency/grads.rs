@@ -9,6 +9,7 @@
 //! the manager forgets a storage when no tensor but the dying entry's holds its home, which it
 //! could not tell if they shared one.
 
+use super::device_memory::{Mode, Scope};
 use super::manager::Manager;
 use super::{active, with};
 use crate::error::Result;
@@ -34,8 +35,13 @@ impl Manager {
             return Ok(entry);
         }
         // A storage of its own, dense (the incoming gradient may be an expanded view, or a
-        // buffer another node still holds).
-        let owned = grad.f_empty_like()?;
+        // buffer another node still holds), with room made before it exists.
+        let bytes = (grad.numel() * grad.kind().elt_size_in_bytes()) as u64;
+        self.make_room(bytes, "grad")?;
+        let owned = {
+            let _counted = (self.cfg.device == super::ComputeDevice::Simulated).then(|| Scope::enter(Mode::Count));
+            grad.f_empty_like()?
+        };
         owned.shallow_clone().f_copy_(grad)?;
         let info = native::storage(&owned, self.cuda())?;
         let entry = self.add_produced(&owned, &info, "grad", &[], None, None)?;
@@ -67,7 +73,8 @@ fn accumulate(leaf: tch::Tensor, grad: tch::Tensor) -> Result<()> {
     if !active() {
         return accumulate_on_the_host(&leaf, &grad);
     }
-    with(|m| m.accumulate_grad(&leaf, &grad)).map(drop)
+    // Inside backward: where other ops hold the room, it waits for it (see `room::with_room`).
+    super::with_room(|| with(|m| m.accumulate_grad(&leaf, &grad))).map(drop)
 }
 
 /// The gradient node's hook: takes a new `at::Tensor*` for the leaf and one for the gradient.

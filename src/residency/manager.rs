@@ -81,6 +81,8 @@ pub(crate) struct Manager {
     pub(super) owed: Vec<Arc<Transfer>>,
     /// Storages the running op made or wrote (see `write_ahead`).
     written_now: Vec<u64>,
+    /// Results a policy that keeps none lets go of as their op finishes (see `add_produced`).
+    unkept: Vec<u64>,
     /// Flow's prefetch after the last op, made as the next op begins (`op_begin`).
     prefetch_due: bool,
     pub(crate) stats: ResidencyStats,
@@ -116,6 +118,7 @@ impl Manager {
             forgotten: 0,
             owed: Vec::new(),
             written_now: Vec::new(),
+            unkept: Vec::new(),
             prefetch_due: false,
             stats,
             clock: 0,
@@ -304,8 +307,12 @@ impl Manager {
         own.sort_unstable();
         own.dedup();
         let held = |id: &u64| self.storages.get(id).filter(|s| s.resident() && s.counted() && !s.pinned).map_or(0, |s| s.bytes);
+        // What backward's nodes hold of what they unpacked: counted as this thread's (another
+        // thread's would be freed soon; this one's, waited for, never would).
+        let outside = |s: &&Storage| s.in_use == 0 && s.counted() && !s.pinned && s.held_outside();
+        let lent: u64 = self.storages.values().filter(outside).map(|s| s.bytes).sum();
         let flight = self.in_flight();
-        let needed = own.iter().map(held).sum::<u64>() + self.stats.pinned_bytes + flight.in_flight_here + bytes;
+        let needed = own.iter().map(held).sum::<u64>() + lent + self.stats.pinned_bytes + flight.in_flight_here + bytes;
         let others = flight.in_flight > flight.in_flight_here
             || self.storages.iter().any(|(id, s)| s.resident() && s.in_use > 0 && own.binary_search(id).is_err());
         if needed <= self.cfg.budget && others {
@@ -487,9 +494,9 @@ impl Manager {
             self.keep_recipe(id, op, recipe)?;
         }
         if !self.policy.keeps_results() {
-            // Returning the entry even if the write-back failed: its copy then stays on the
-            // device (nothing lost).
-            let _ = self.evict(id, op);
+            // Evicted as the op finishes: until then the op holds the memory (a tensor autograd
+            // saved, still read by the kernel), and evicting it would free nothing.
+            self.unkept.push(id);
         }
         Ok(entry)
     }
@@ -504,10 +511,12 @@ impl Manager {
         self.trace.op_end(op, inputs, output, anchor)
     }
 
-    /// After an op: events, write-ahead, the prefetch due before the next op, and memory homes
+    /// After an op: the results a policy keeps none of leave (those another running op still
+    /// holds, later), events, write-ahead, the prefetch due before the next op, and memory homes
     /// moved out of. Returns the write-backs the op must wait for before it returns (memory
     /// shared with the outside).
     pub(crate) fn op_finished(&mut self, op: &'static str) -> Vec<Arc<Transfer>> {
+        self.evict_unkept(op);
         self.event(EventKind::OpEnd, 0, 0, op, None);
         self.write_ahead(op);
         self.prefetch_due = self.policy.prefetches() && self.cfg.prefetch_depth > 0;
@@ -515,6 +524,18 @@ impl Manager {
         let owed = std::mem::take(&mut self.owed);
         self.stats.op_waits += owed.len() as u64;
         owed
+    }
+
+    /// Evicts the results a policy keeps none of, but those another running op still holds.
+    pub(crate) fn evict_unkept(&mut self, op: &'static str) {
+        for id in std::mem::take(&mut self.unkept) {
+            match self.storages.get(&id) {
+                // Even if the write-back failed: the copy then stays on the device (nothing lost).
+                Some(s) if s.evictable() => drop(self.evict(id, op)),
+                Some(s) if s.resident() => self.unkept.push(id),
+                _ => {}
+            }
+        }
     }
 
     /// While Flow follows the recorded order, each storage the op made or wrote that the

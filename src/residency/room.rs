@@ -9,7 +9,7 @@
 //! free wakes one retry, not every waiter's.
 
 use crate::error::{Error, Result};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::Duration;
@@ -26,6 +26,14 @@ static CHANGED: Condvar = Condvar::new();
 thread_local! {
     /// This thread is inside an op's attempt (`with_room`).
     static ATTEMPTING: Cell<bool> = const { Cell::new(false) };
+    /// The ends of ops on this thread waiting for their attempt to return (see `finish_op`).
+    static ENDING: RefCell<Vec<Ending>> = const { RefCell::new(Vec::new()) };
+}
+
+/// An op's end: the storages it held, and its name if it ran to its end (rather than giving up).
+struct Ending {
+    op: Option<&'static str>,
+    storages: Vec<u64>,
 }
 
 /// How long a waiter sleeps at most before it looks again.
@@ -86,6 +94,62 @@ impl Drop for Place {
     }
 }
 
+/// Finishes an op: lets go of its holds on `storages` and, if it ran to its end (`op`), finishes it
+/// (`Manager::op_finished`: its end event, the write-backs it owes, what Flow starts after it).
+/// Inside an attempt this waits until the attempt has returned: until then the op's own views of
+/// the device copies (its inputs, as its body holds them) are alive, and evicting a copy it lets
+/// go of would free nothing yet.
+pub(crate) fn finish_op(op: Option<&'static str>, storages: Vec<u64>) -> Result<()> {
+    let ending = Ending { op, storages };
+    if ATTEMPTING.with(Cell::get) {
+        ENDING.with(|e| e.borrow_mut().push(ending));
+        return Ok(());
+    }
+    finish_all(vec![ending])
+}
+
+/// Finishes ops (see `finish_op`) and waits for the write-backs they owe (memory the outside can reach).
+fn finish_all(endings: Vec<Ending>) -> Result<()> {
+    if endings.is_empty() {
+        return Ok(());
+    }
+    let owed = match super::lock()?.as_mut() {
+        Some(m) => {
+            let mut owed = Vec::new();
+            for Ending { op, storages } in endings {
+                // Under a policy that keeps no result, the result leaves before the inputs do
+                // (its write-back is the op's last event with its whole working set on the device).
+                if let Some(op) = op {
+                    m.evict_unkept(op);
+                }
+                storages.iter().for_each(|&id| m.release(id, op.is_some()));
+                owed.extend(match op {
+                    Some(op) => m.op_finished(op),
+                    None => m.take_owed(),
+                });
+            }
+            owed
+        }
+        None => return Ok(()), // turned off since: nothing is held any more
+    };
+    super::wait_all(owed)
+}
+
+/// Runs `attempt`, then finishes the ops it ran (see `finish_op`), also if it panics.
+fn attempt_then_finish<R>(attempt: &mut impl FnMut() -> Result<R>) -> Result<R> {
+    let from = ENDING.with(|e| e.borrow().len());
+    let ended = move || ENDING.with(|e| e.borrow_mut().split_off(from));
+    let unwinding = scopeguard::guard((), |()| {
+        let _ = finish_all(ended());
+    });
+    let result = attempt();
+    scopeguard::ScopeGuard::into_inner(unwinding);
+    match (result, finish_all(ended())) {
+        (Ok(_), Err(e)) => Err(e),
+        (result, _) => result,
+    }
+}
+
 /// Runs `attempt`, which holds nothing once it has failed, again each time it found the room it
 /// needs held by other running ops, once some is freed and its turn has come. On one thread
 /// alone, or with nobody waiting, it runs once.
@@ -99,7 +163,7 @@ pub(crate) fn with_room<R>(mut attempt: impl FnMut() -> Result<R>) -> Result<R> 
     }
     if ATTEMPTING.with(Cell::get) {
         return loop {
-            match attempt() {
+            match attempt_then_finish(&mut attempt) {
                 Err(Error::RoomTaken { freed, .. }) => wait_for_free(freed),
                 other => break other,
             }
@@ -113,7 +177,7 @@ pub(crate) fn with_room<R>(mut attempt: impl FnMut() -> Result<R>) -> Result<R> 
         let result = {
             ATTEMPTING.with(|a| a.set(true));
             let _attempting = scopeguard::guard((), |()| ATTEMPTING.with(|a| a.set(false)));
-            attempt()
+            attempt_then_finish(&mut attempt)
         };
         match result {
             Err(Error::RoomTaken { freed, .. }) => place.get_or_insert_with(Place::take).wait(Some(freed)),
@@ -123,7 +187,7 @@ pub(crate) fn with_room<R>(mut attempt: impl FnMut() -> Result<R>) -> Result<R> 
 }
 
 /// Waits until room has been freed since `seen`, or a short while.
-fn wait_for_free(seen: u64) {
+pub(crate) fn wait_for_free(seen: u64) {
     let lock = LOCK.lock().unwrap_or_else(PoisonError::into_inner);
     if FREED.load(Ordering::SeqCst) == seen {
         let _ = CHANGED.wait_timeout(lock, AT_MOST).unwrap_or_else(PoisonError::into_inner);

@@ -49,7 +49,8 @@ impl Manager {
     }
 
     /// The device copy of a saved tensor for backward (loaded if it was evicted). It is not held
-    /// in use: the node that unpacked it holds its memory while it runs.
+    /// in use: the node that unpacked it holds its memory while it runs, and the copy is not
+    /// evicted while it does (`Storage::held_outside`).
     fn unpack(&mut self, entry: &Entry, logged_at: Option<usize>) -> Result<(tch::Tensor, Vec<std::sync::Arc<super::Transfer>>)> {
         self.op_begin("unpack");
         let a = self.acquire(entry, false, "unpack")?;

@@ -129,9 +129,17 @@ impl Storage {
         self.kind != Home::OnDevice && self.within.is_none()
     }
 
-    /// May be evicted now.
+    /// May be evicted now: no running op holds it, and nothing outside the manager keeps its
+    /// device memory alive (evicting it would then free nothing).
     pub(crate) fn evictable(&self) -> bool {
-        self.resident() && self.counted() && self.in_use == 0 && !self.pinned
+        self.resident() && self.counted() && self.in_use == 0 && !self.pinned && !self.held_outside()
+    }
+
+    /// Its device memory is kept alive by more than the manager's copy: a view a backward node
+    /// holds (an unpacked saved tensor), or a finished op's view on another thread not yet
+    /// dropped.
+    pub(crate) fn held_outside(&self) -> bool {
+        self.device.as_ref().is_some_and(crate::native::memory_shared)
     }
 
     /// A finished write-back is forgotten; a running one is returned for the caller to wait on.

@@ -1,6 +1,7 @@
 //! One op under the manager: `Ticket` acquires each input's device copy (held there until the
-//! op ends, on every exit path), places the result, records the op in the trace, and waits,
-//! after the manager's lock is released, for what the op owes before it returns.
+//! op ends, on every exit path), places the result and records the op in the trace. The op ends
+//! once its attempt has returned and its views of the copies are gone (`room::finish_op`), and waits
+//! then, outside the manager's lock, for what it owes before it returns.
 //!
 //! Autograd runs through managed tensors. An op reads device copies, and a result is registered
 //! as a host tensor standing for its device copy; `native::connect_grad` joins each to the tensor
@@ -11,7 +12,7 @@
 use super::device_memory;
 use super::recompute::Recipe;
 use super::trace::TraceKey;
-use super::{lock, with, wait_all};
+use super::{lock, with};
 use crate::error::{Error, Result};
 use crate::registry::Entry;
 use std::sync::Arc;
@@ -86,22 +87,19 @@ impl Ticket {
 
     /// Runs the op's kernel. On the simulated device each allocation asks for room first, so
     /// that the op's outputs and scratch fit the budget before they exist; an op refused room
-    /// fails with why (another op holds it: the op runs again). `backward`, which runs the whole
-    /// graph and cannot run twice, is counted but asks for nothing: its gradients become storages
-    /// as they are made, and what autograd's engine holds meanwhile is not in the manager's books.
+    /// fails with why (another op holds it: the op runs again). `backward` runs the whole graph
+    /// and cannot run twice: where other ops hold the room it needs it waits for it in place
+    /// (`device_memory::room_for`), and the gradients its nodes pass on are in flight until they
+    /// are freed or become a leaf's gradient.
     pub(crate) fn kernel<R>(&self, body: impl FnOnce() -> Result<R>) -> Result<R> {
         if !self.simulated || self.acquired.is_empty() {
             return body(); // a creation op's result is host memory (see `finish`)
         }
         let result = {
-            let _kernel = match self.op {
-                "backward" => device_memory::Scope::enter(device_memory::Mode::Count),
-                op => device_memory::Scope::kernel(op),
-            };
-            let before = device_memory::device_memory(false).in_flight_here;
+            let _kernel = device_memory::Scope::kernel(self.op);
             device_memory::kernel_peak();
             let result = body();
-            self.kernel_bytes.set(device_memory::kernel_peak().saturating_sub(before));
+            self.kernel_bytes.set(device_memory::kernel_peak());
             result
         };
         match device_memory::refusal() {
@@ -220,19 +218,15 @@ impl Ticket {
         let graph = result.requires_grad().then(|| result.shallow_clone());
         let anchor = self.anchored.then_some(self.anchor);
         let acquired = std::mem::take(&mut self.acquired);
-        let placed = with(|m| {
-            let entry = m.place_result(result, self.op, &self.record, anchor, recipe)?;
-            acquired.iter().for_each(|&id| m.release(id, true));
-            Ok((entry, m.op_finished(self.op)))
-        });
-        let (entry, owed) = match placed {
-            Ok(done) => done,
+        let placed = with(|m| m.place_result(result, self.op, &self.record, anchor, recipe));
+        let entry = match placed {
+            Ok(entry) => entry,
             Err(e) => {
                 self.acquired = acquired;
                 return Err(e);
             }
         };
-        wait_all(owed)?;
+        super::room::finish_op(Some(self.op), acquired)?;
         if let Some(result) = graph {
             crate::native::connect_grad(&entry, &result)?;
         }
@@ -245,12 +239,11 @@ impl Ticket {
         self.check()?;
         let anchor = self.anchored.then_some(self.anchor);
         let acquired = std::mem::take(&mut self.acquired);
-        let owed = with(|m| {
+        with(|m| {
             m.end_op(self.op, &self.record, None, anchor);
-            acquired.iter().for_each(|&id| m.release(id, true));
-            Ok(m.op_finished(self.op))
+            Ok(())
         })?;
-        wait_all(owed)?;
+        super::room::finish_op(Some(self.op), acquired)?;
         self.follow_written()
     }
 
@@ -270,10 +263,6 @@ impl Drop for Ticket {
         if acquired.is_empty() {
             return;
         }
-        let _ = with(|m| {
-            acquired.iter().for_each(|&id| m.release(id, false));
-            m.take_owed();
-            Ok(())
-        });
+        let _ = super::room::finish_op(None, acquired);
     }
 }

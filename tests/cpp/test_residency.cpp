@@ -303,14 +303,16 @@ TEST(training_through_the_manager_gives_the_losses_of_training_without_it) {
     CHECK(plain.back() < plain.front());
     for (Policy policy : {Policy::Resident, Policy::Genoa, Policy::Flow}) {
         for (Recompute recompute : {Recompute::Off, Recompute::Always}) {
-            // The largest op holds a 32 KiB activation, a 256-byte weight and a 32 KiB result.
-            ResidencyConfig config(policy, 80 << 10);
+            // The largest op holds a 32 KiB activation, a 256-byte weight and a 32 KiB result;
+            // backward's largest node a 32 KiB saved activation, the 32 KiB gradient it receives
+            // and the 32 KiB it makes (96.5 KiB in all).
+            ResidencyConfig config(policy, 128 << 10);
             config.recompute = recompute;
             Residency r(config);
             CHECK(Residency::saved_tensors_managed());
             CHECK_EQ(train_mlp(), plain);
             const ResidencyStats stats = Residency::stats();
-            if (policy != Policy::Resident) CHECK(stats.peak_device_bytes <= uint64_t(80 << 10));
+            if (policy != Policy::Resident) CHECK(stats.peak_device_bytes <= uint64_t(128 << 10));
             CHECK_EQ(stats.recomputations > 0, policy != Policy::Resident && recompute == Recompute::Always);
         }
     }
