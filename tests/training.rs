@@ -620,11 +620,13 @@ fn flow_writes_back_ahead_what_the_followed_step_evicted() {
 
 /// The training benchmark's encoder (`WIDE`) under Flow, its last step replayed by the schedule
 /// model at an H100's rates (as `cargo bench --bench training` prints it): at three quarters of
-/// its unmanaged peak within 5 % of the same step with nothing moved; at half, at 0.95 of the
-/// bound for what it moves or better (1.38x the unmanaged step: backward's gradients in flight
-/// take room too). What it takes (docs/performance.md, change by change): a side stream per
-/// direction, results that outlive their step followed by their own key, gradients dropped rather
-/// than zeroed, and write-ahead.
+/// its unmanaged peak within 5 % of the same step with nothing moved, at 0.95 of the bound for
+/// what it moves or better; at half, 1.59x the unmanaged step and 0.86 of that bound, a guard at
+/// 0.85 (the model before it was a lower bound said 1.38x and 0.996: it ran a load of a home
+/// still being written back on the write-back engine, and left the copies still running when
+/// the last op ended out of the time). What it takes (docs/performance.md, change by
+/// change): a side stream per direction, results that outlive their step followed by their own
+/// key, gradients dropped rather than zeroed, and write-ahead.
 #[cfg(not(feature = "cuda-tests"))]
 #[test]
 fn flow_trains_near_the_unmanaged_speed_in_the_schedule_model() {
@@ -632,13 +634,13 @@ fn flow_trains_near_the_unmanaged_speed_in_the_schedule_model() {
     let _turn = turn();
     let wide = || Encoder::of(WIDE);
     let peak = unmanaged_peak(|| train_with(wide, 2, true, Optimizer::Adam, Grads::Clear, |_| {}).map(drop));
-    for (budget, slowdown) in [(peak * 3 / 4, 1.05), (peak / 2, f64::INFINITY)] {
+    for (budget, slowdown, efficiency) in [(peak * 3 / 4, 1.05, 0.95), (peak / 2, f64::INFINITY, 0.85)] {
         let _managed = Managed::new(PolicyKind::Flow, budget);
         residency::schedule_log_start().unwrap();
         train_with(wide, 5, true, Optimizer::Adam, Grads::Clear, |_| {}).unwrap();
         let step = residency::schedule_log().expect("a step was logged");
         let r = schedule::H100.replay(&step, 4);
         let what = format!("{:.2} of the peak: {r:?}, {:.2}x the unmanaged step", budget as f64 / peak as f64, r.slowdown());
-        assert!(r.slowdown() <= slowdown && r.efficiency() >= 0.95, "{what}");
+        assert!(r.slowdown() <= slowdown && r.efficiency() >= efficiency && r.efficiency() <= 1.0 + 1e-9, "{what}");
     }
 }
