@@ -85,8 +85,8 @@ pub(crate) fn adopt(t: &tch::Tensor) {
     unsafe { tr_native_device_adopt(t.as_ptr().cast()) }
 }
 
-/// The most this thread's kernels had alive at once since the last call (adopted as storages or
-/// not), beyond what was alive at that call: starts it again from now.
+/// The most of what this thread's kernels allocated since the last call was alive at once
+/// (adopted as storages or not): starts again from now.
 pub(crate) fn kernel_peak() -> u64 {
     unsafe { tr_native_device_kernel_peak() }
 }

@@ -7,6 +7,9 @@
 //! Waiters queue in order: only the first tries again when room is freed, and an op that starts
 //! while others wait queues behind them, so that a large op is not starved by small ones and a
 //! free wakes one retry, not every waiter's.
+//!
+//! An op finishes (lets go of its inputs, ends) once its attempt has returned (`finish_op`): only
+//! then are its own views of the device copies gone, so that evicting one frees its memory.
 
 use crate::error::{Error, Result};
 use std::cell::{Cell, RefCell};
@@ -94,7 +97,7 @@ impl Drop for Place {
     }
 }
 
-/// Finishes an op: lets go of its holds on `storages` and, if it ran to its end (`op`), finishes it
+/// Finishes an op: lets go of its holds on `storages` and, if it ran to its end (`op`), ends it
 /// (`Manager::op_finished`: its end event, the write-backs it owes, what Flow starts after it).
 /// Inside an attempt this waits until the attempt has returned: until then the op's own views of
 /// the device copies (its inputs, as its body holds them) are alive, and evicting a copy it lets
@@ -108,7 +111,8 @@ pub(crate) fn finish_op(op: Option<&'static str>, storages: Vec<u64>) -> Result<
     finish_all(vec![ending])
 }
 
-/// Finishes ops (see `finish_op`) and waits for the write-backs they owe (memory the outside can reach).
+/// Finishes ops (see `finish_op`) and waits for the write-backs they owe (memory the outside
+/// can reach).
 fn finish_all(endings: Vec<Ending>) -> Result<()> {
     if endings.is_empty() {
         return Ok(());
