@@ -421,7 +421,8 @@ impl Manager {
             return self.release(outer, ended);
         }
         let external = matches!(s.kind, Home::External { .. });
-        if s.evictable() && (external || (ended && self.policy.drops_inputs_after_op())) {
+        // `evictable` last: it asks libtorch whether the memory is held elsewhere.
+        if (external || (ended && self.policy.drops_inputs_after_op())) && s.evictable() {
             let _ = self.evict(id, "after op"); // a failed write-back keeps the copy
         }
     }

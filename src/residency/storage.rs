@@ -136,8 +136,9 @@ impl Storage {
     }
 
     /// Its device memory is kept alive by more than the manager's copy: a view a backward node
-    /// holds (an unpacked saved tensor), or a finished op's view on another thread not yet
-    /// dropped.
+    /// holds (an unpacked saved tensor), or a tensor a running op's kernel holds (one autograd
+    /// saved during the op, a batched product's reshaped copy). Asks libtorch (two reference
+    /// counts): callers ask it last.
     pub(crate) fn held_outside(&self) -> bool {
         self.device.as_ref().is_some_and(crate::native::memory_shared)
     }
