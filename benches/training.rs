@@ -6,7 +6,9 @@
 //! CUDA the caching allocator's peak reserved bytes in the run, its cache emptied as the run starts,
 //! and how much that peak grew after the third step: a long run at a tight budget shows any drift), bytes loaded and written back and results
 //! made again per step, the steady-state counters of the Flow GPU work (page-locked allocations,
-//! pageable copies, op waits, needless write-backs), and the losses (the same under every policy). `benches/training_peers.py` trains
+//! pageable copies, op waits, needless write-backs), and the losses (the same under every policy).
+//! A row whose losses differ from Resident's, whose device memory passes its budget, or whose
+//! modelled step beats its own bound is printed as FAILED, and the run exits non-zero. `benches/training_peers.py` trains
 //! the same encoder in PyTorch: unmanaged, with `save_on_cpu` and with activation checkpointing
 //! (with the same seeds, its losses are ours on the CPU).
 //!
@@ -346,6 +348,7 @@ fn main() -> Result<()> {
         );
     };
     row("Resident", None, &resident);
+    let mut failed = vec![];
     let mut modelled = None; // the modelled step with nothing moved, from the first managed run
     for &(policy, recompute) in &a.runs {
         for &div in &a.budgets {
@@ -356,11 +359,9 @@ fn main() -> Result<()> {
             let run = run?;
             modelled = modelled.or(run.model.map(|m| m.unmanaged));
             let mode = if recompute == Recompute::Off { String::new() } else { format!("+{recompute:?}").to_lowercase() };
-            row(&format!("{policy:?}{mode} 1/{div}"), Some(budget), &run);
-            let worst = run.losses.iter().zip(&resident.losses).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
-            if worst > 0.0 {
-                println!("          losses differ from Resident's by up to {worst:e}");
-            }
+            let name = format!("{policy:?}{mode} 1/{div}");
+            row(&name, Some(budget), &run);
+            failed.extend(checks(&a, &name, budget, &run, &resident));
         }
     }
     println!("\nPer step and counters: the steps after the third (steady state). pinned+: new page-locked");
@@ -379,5 +380,29 @@ fn main() -> Result<()> {
             a.rates.launch * 1e6
         );
     }
+    if !failed.is_empty() {
+        println!();
+        failed.iter().for_each(|f| println!("FAILED {f}"));
+        std::process::exit(1);
+    }
     Ok(())
+}
+
+/// What makes a managed row fail (each printed, and the run exits non-zero): losses other than
+/// Resident's (bit for bit on the simulated device; on CUDA within 1e-4, relative, where
+/// reductions may run in another order), device memory above the budget, a modelled step below
+/// its own bound.
+fn checks(a: &Args, name: &str, budget: u64, run: &Run, resident: &Run) -> Vec<String> {
+    let tolerance = if matches!(a.device, ComputeDevice::Cuda(_)) { 1e-4 } else { 0.0 };
+    let mut failed = vec![];
+    if let Some((step, (x, y))) = run.losses.iter().zip(&resident.losses).enumerate().find(|(_, (x, y))| (*x - *y).abs() > tolerance * (1.0 + y.abs())) {
+        failed.push(format!("{name}: the loss of step {} is {x}, Resident's {y}", step + 1));
+    }
+    if run.peak > budget {
+        failed.push(format!("{name}: {} device bytes alive at once, budget {budget}", run.peak));
+    }
+    if let Some(m) = run.model.filter(|m| m.efficiency() > 1.0 + 1e-9) {
+        failed.push(format!("{name}: the modelled step beats its own bound: {m:?}"));
+    }
+    failed
 }
