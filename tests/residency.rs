@@ -580,7 +580,7 @@ fn the_schedule_model_never_beats_its_bound() {
     let beside = Pass {
         steps: vec![
             op(vec![]),
-            Step::WriteBack { storage: 1, bytes: gib, after: Some(0) },
+            Step::WriteBack { storage: 1, bytes: 1 << 20, after: Some(0) },
             Step::Load { storage: 1, bytes: gib, after: None },
             Step::Load { storage: 2, bytes: gib, after: None },
             op(vec![1, 2]),
