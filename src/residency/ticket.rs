@@ -1,7 +1,7 @@
 //! One op under the manager: `Ticket` acquires each input's device copy (held there until the
-//! op ends, on every exit path), places the result and records the op in the trace. The op ends
-//! once its attempt has returned and its views of the copies are gone (`room::finish_op`), and waits
-//! then, outside the manager's lock, for what it owes before it returns.
+//! op ends, on every exit path), places the result and records the op in the trace. The op
+//! ends once its attempt has returned and its views of the copies are gone (`room::finish_op`),
+//! and waits then, outside the manager's lock, for what it owes before it returns.
 //!
 //! Autograd runs through managed tensors. An op reads device copies, and a result is registered
 //! as a host tensor standing for its device copy; `native::connect_grad` joins each to the tensor
