@@ -20,7 +20,7 @@ LIB_DIR := $(ROOT)/target/debug
 CFLAGS_STRICT := -std=c11 -Wall -Wextra -Wpedantic -Werror -I$(ROOT)/include
 LINK := -L$(LIB_DIR) -ltensorref -Wl,-rpath,$(LIB_DIR) -lpthread
 
-.PHONY: demo test setup build gen header-check test-rust test-core test-c test-examples-rust bench bench-overhead soak clean test-cuda gpu-bundle
+.PHONY: demo test setup build gen header-check test-rust test-core test-c test-examples-rust bench bench-overhead soak clean test-cuda gpu-bundle test-gpu-driver test-bench-peers
 
 # ---------------------------------------------------------------- install
 setup: $(STAMPS)/venv $(STAMPS)/cbindgen-$(CBINDGEN_VERSION)
@@ -55,7 +55,7 @@ demo: setup $(STAMPS)/model
 
 # ---------------------------------------------------------------- tests
 # Each language adds its suite in mk/<language>.mk: `TEST_SUITES += test-<language>`.
-TEST_SUITES := test-rust test-core test-c test-examples-rust
+TEST_SUITES := test-rust test-core test-c test-examples-rust test-gpu-driver test-bench-peers
 BENCH_SUITES :=
 include $(sort $(wildcard mk/*.mk))
 
@@ -130,3 +130,22 @@ test-cuda: setup $(STAMPS)/model
 
 gpu-bundle: setup $(STAMPS)/model
 	bash tools/gpu/bundle.sh
+
+# The bundle's driver fails loudly, checked on the CPU against its own machinery (steps.sh) and
+# summary.py: a failed step, a missed bar or a failed output check make it exit non-zero.
+test-gpu-driver:
+	bash tools/gpu/test_driver.sh
+
+# The PyTorch peers of the residency benchmark on the host, small: every row's whole output
+# checked against the reference (the script exits 1 on any failure), and each row's check
+# printed. A budget of half the 12 layers' weights, so that the strong stream keeps 3 resident
+# and streams 9 (an odd count: its two buffers swap roles from one pass to the next).
+PEER_ROWS := resident stream naive-stream cpu
+test-bench-peers: setup
+	mkdir -p build
+	$(VENV)/bin/python3 benches/residency_peers.py --device cpu --width 64 --layers 12 --batch 8 --budget-div 2 \
+	  --passes 2 --peers $$(echo $(PEER_ROWS) | tr ' ' ,) | tee build/bench-peers.log
+	for row in $(PEER_ROWS); do \
+	  grep -qE "^  $${row/-/ } +[0-9.]+ +[0-9.e+-]+ +[0-9.e+-]+ +ok" build/bench-peers.log \
+	    || { echo "test-bench-peers: no passing output check for $$row"; exit 1; }; \
+	done

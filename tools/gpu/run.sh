@@ -7,35 +7,42 @@
 #                                       a GPU lease's 10-minute calls take them in groups)
 # Logs and JSON results go to ./gpu-results, and where $OUT is set (the device tool) packed into
 # $OUT/gpu-results.tgz with the summary beside it; each step is cut after $STEP_TIMEOUT seconds
-# (300).
+# (300). A failed step does not stop the later ones, but the run exits 1 at the end when any step
+# (the peers' wheels' install is one) or the summary failed (steps.sh). It stops at once, exit 2,
+# when this machine's PyTorch is not a CUDA build of the release the bundle was built against
+# (torch-version.txt), unless TR_ALLOW_TORCH_MISMATCH=1.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 here=$(cd "$(dirname "$0")" && pwd)
 results=$PWD/gpu-results
 mkdir -p "$results"
+source "$here/steps.sh"
+
+built=$(cat "$here/torch-version.txt" 2>/dev/null || echo "unknown (no torch-version.txt)")
+have=$(python3 -c "import torch; print(torch.__version__)")
+if ! torch_matches "$built" "$have"; then
+  if [[ ${TR_ALLOW_TORCH_MISMATCH:-} == 1 ]]; then
+    echo "run.sh: PyTorch mismatch allowed by TR_ALLOW_TORCH_MISMATCH=1: going on"
+  else
+    echo "run.sh: STOPPED: this machine's PyTorch $have cannot run a bundle built against $built" \
+      "(set TR_ALLOW_TORCH_MISMATCH=1 to run anyway)"
+    exit 2
+  fi
+fi
 torch_lib=$(python3 -c "import torch, os; print(os.path.join(os.path.dirname(torch.__file__), 'lib'))")
 export LD_LIBRARY_PATH="$torch_lib:$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export TR_MINILM_CHECK_DIR="$results/minilm-check"
 python3 -c "import torch; print('PyTorch', torch.__version__, '|', torch.cuda.get_device_name(0))" | tee "$results/device.txt"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv,noheader | tee -a "$results/device.txt"
-python3 -m pip install --quiet --no-deps --no-index --target "$results/site" "$here"/wheels/*.whl \
+# The peers' pinned packages (accelerate, pytorch-optimem), their dependencies being this machine's.
+step install-peers python3 -m pip install --upgrade --no-deps --no-index --target "$results/site" "$here"/wheels/*.whl \
   && export PYTHONPATH="$results/site${PYTHONPATH:+:$PYTHONPATH}"
-
-status=()
-step() { # step NAME COMMAND...: runs it, logs it, records pass/fail
-  local name=$1; shift
-  echo "== $name"
-  local t0=$SECONDS
-  timeout "${STEP_TIMEOUT:-300}" "$@" > "$results/$name.log" 2>&1; local rc=$?
-  tail -n 25 "$results/$name.log"
-  status+=("$name|$rc|$((SECONDS - t0))")
-}
 
 # The model's weights, back to f32 (both sides read the same values).
 model_dir="$results/minilm"
 if [[ -f "$here/../gpu-model/model.f16.safetensors" ]]; then
   mkdir -p "$model_dir" && cp -r "$here/../gpu-model/." "$model_dir/" && rm -f "$model_dir/model.f16.safetensors"
-  python3 "$here/safetensors_dtype.py" "$here/../gpu-model/model.f16.safetensors" "$model_dir/model.safetensors" F32
+  step minilm-weights-f32 python3 "$here/safetensors_dtype.py" "$here/../gpu-model/model.f16.safetensors" "$model_dir/model.safetensors" F32
   export TR_MINILM_DIR="$model_dir"
 fi
 
@@ -71,12 +78,12 @@ if wants b2048; then
   bench b2048 "${lin[@]}" --batch 2048 --passes 5 -- "${lin[@]}" --batch 2048 --passes 5
 fi
 if wants shapes; then
-  bench b512 "${lin[@]}" --batch 512 --passes 5 --policies resident,genoa,flow -- "${lin[@]}" --batch 512 --peers resident,stream,accelerate
-  bench b8192 "${lin[@]}" --batch 8192 --passes 5 --policies resident,flow -- "${lin[@]}" --batch 8192 --peers resident,stream,accelerate
+  bench b512 "${lin[@]}" --batch 512 --passes 5 --policies resident,genoa,flow -- "${lin[@]}" --batch 512 --peers resident,stream,naive-stream,accelerate
+  bench b8192 "${lin[@]}" --batch 8192 --passes 5 --policies resident,flow -- "${lin[@]}" --batch 8192 --peers resident,stream,naive-stream,accelerate
 fi
 if wants opt30b; then
   opt=(--width 7168 --layers 24 --batch 4096 --dtype f16 --shape opt30b --passes 3)
-  bench opt30b "${opt[@]}" --policies resident,flow -- "${opt[@]}" --peers resident,stream
+  bench opt30b "${opt[@]}" --policies resident,flow -- "${opt[@]}" --peers resident,stream,naive-stream
 fi
 
 # Training under a budget: a BERT-base-sized encoder under Resident, Genoa and Flow at a half and a
@@ -94,11 +101,10 @@ if wants drift; then
   step bench-drift "$here/bin/bench-training" --device cuda --steps 300 --runs flow,flow+cheaper --budgets 4
 fi
 
-echo
-echo "== summary"
-printf '%s\n' "${status[@]}" > "$results/status.txt"
-python3 "$here/summary.py" "$results" | tee "$results/summary.txt"
+finish python3 "$here/summary.py" "$results"
+rc=$?
 if [[ -n ${OUT:-} ]]; then
   cp "$results/summary.txt" "$OUT/"
   tar -C "$results" --exclude site --exclude minilm -czf "$OUT/gpu-results.tgz" .
 fi
+exit "$rc"
