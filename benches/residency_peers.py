@@ -271,8 +271,9 @@ def main() -> int:
     gen = torch.Generator(args.device).manual_seed(1 << 20)
     x_host = torch.empty(args.batch, args.width, dtype=dtype, pin_memory=cuda)
     x_host.copy_(torch.randn(args.batch, args.width, generator=gen, device=dev, dtype=dtype))
-    results = {"device": args.device, "bandwidth": bandwidth() if cuda else None, "weight_bytes": weight_bytes,
-               "budget": budget, "rows": {}, "details": {}}
+    results = {"device": args.device, "width": args.width, "layers": args.layers, "batch": args.batch,
+               "dtype": args.dtype, "shape": args.shape, "bandwidth": bandwidth() if cuda else None,
+               "weight_bytes": weight_bytes, "budget": budget, "rows": {}, "details": {}}
     link = f"; host-to-device {results['bandwidth'] / 1e9:.1f} GB/s" if cuda else ""
     print(f"PyTorch {torch.__version__} on {args.device}: {args.layers} x {args.shape} {args.width} {args.dtype}, "
           f"batch {args.batch}, {weight_bytes / 2**30:.3f} GiB of weights, budget {budget / 2**30:.3f} GiB "
