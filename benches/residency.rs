@@ -181,7 +181,7 @@ fn delta(after: &residency::ResidencyStats, before: &residency::ResidencyStats) 
     residency::ResidencyStats {
         page_locked_allocs: after.page_locked_allocs - before.page_locked_allocs,
         pageable_copies: after.pageable_copies - before.pageable_copies,
-        op_waits: after.op_waits - before.op_waits,
+        write_through_waits: after.write_through_waits - before.write_through_waits,
         needless_write_backs: after.needless_write_backs - before.needless_write_backs,
         ..*after
     }
@@ -267,7 +267,7 @@ fn main() -> Result<()> {
         let s = r.steady.unwrap();
         println!(
             "{:<28} first pass {:.0} ms; steady state (after pass 1): {} new page-locked allocations, {} pageable copies, {} op waits, {} needless write-backs",
-            r.name, r.first_pass * 1e3, s.page_locked_allocs, s.pageable_copies, s.op_waits, s.needless_write_backs
+            r.name, r.first_pass * 1e3, s.page_locked_allocs, s.pageable_copies, s.write_through_waits, s.needless_write_backs
         );
     }
     // On the host every policy computes bit for bit the same; on CUDA the kernels differ from the

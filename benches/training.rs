@@ -6,7 +6,7 @@
 //! CUDA the caching allocator's peak reserved bytes in the run, its cache emptied as the run starts,
 //! and how much that peak grew after the third step: a long run at a tight budget shows any drift), bytes loaded and written back and results
 //! made again per step, the steady-state counters of the Flow GPU work (page-locked allocations,
-//! pageable copies, op waits, needless write-backs), and the losses (the same under every policy).
+//! pageable copies, write-through waits, needless write-backs), and the losses (the same under every policy).
 //! A row whose losses differ from Resident's, whose device memory passes its budget, or whose
 //! modelled step beats its own bound is printed as FAILED, and the run exits non-zero. `benches/training_peers.py` trains
 //! the same encoder in PyTorch: unmanaged, with `save_on_cpu` and with activation checkpointing
@@ -219,7 +219,7 @@ fn train(a: &Args) -> Result<Run> {
         recomputations: last.recomputations - before.recomputations,
         page_locked_allocs: last.page_locked_allocs - before.page_locked_allocs,
         pageable_copies: last.pageable_copies - before.pageable_copies,
-        op_waits: last.op_waits - before.op_waits,
+        write_through_waits: last.write_through_waits - before.write_through_waits,
         needless_write_backs: last.needless_write_backs - before.needless_write_backs,
         ..ResidencyStats::default()
     };
@@ -342,7 +342,7 @@ fn main() -> Result<()> {
             s.recomputations / measured,
             s.page_locked_allocs,
             s.pageable_copies,
-            s.op_waits,
+            s.write_through_waits,
             s.needless_write_backs,
             r.losses.iter().map(|l| format!("{l:.4}")).collect::<Vec<_>>().join(" ")
         );

@@ -42,7 +42,7 @@
 
 #define TR_VERSION_PATCH 0
 
-#define TR_ABI_VERSION 3
+#define TR_ABI_VERSION 4
 
 /**
  * Status codes of the C ABI (`tr_status`, an `int32_t`). Grouped by hundreds; a released code
@@ -491,9 +491,18 @@ typedef struct tr_residency_stats {
    */
   uint64_t prefetch_misses;
   /**
-   * Time ops waited on loads and write-backs, in nanoseconds.
+   * Host time spent starting loads and write-backs, and waiting for those that copy
+   * synchronously (all of them on the simulated device), in nanoseconds.
    */
   uint64_t transfer_wait_ns;
+  /**
+   * Time ops' kernels waited for their inputs' copies, in nanoseconds: what "the copies did
+   * not stall the device" measures. On CUDA, the compute stream's waits for copies that had not
+   * ended when the op was queued, timed by events on the stream (counted once the stream has
+   * passed them); on the simulated device, the copies made when an op needed them (each a
+   * wait of its whole length on a GPU), where a prefetch's copy counts nothing.
+   */
+  uint64_t load_wait_ns;
   /**
    * Ops retried after an out-of-memory error made the manager evict.
    */
@@ -513,10 +522,10 @@ typedef struct tr_residency_stats {
   uint64_t pageable_copies;
   uint64_t pageable_copy_bytes;
   /**
-   * Ops that made the host wait for a copy before returning (memory shared with code outside
-   * the library is written through).
+   * Ops that made the host wait for a write-back before returning: memory shared with code
+   * outside the library is written through (never the case for the manager's own tensors).
    */
-  uint64_t op_waits;
+  uint64_t write_through_waits;
   /**
    * Data reads that waited for a write-back still copying into the home.
    */

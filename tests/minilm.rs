@@ -202,7 +202,7 @@ fn a_budget_below_one_block_is_a_clear_error() {
 
 /// A batch served again and again (a server's steady state): from the fifth pass on, Flow
 /// makes no new page-locked allocation (the batch's fresh inputs come from the allocator's
-/// cache), no copy from pageable memory, no op wait and no needless write-back.
+/// cache), no copy from pageable memory, no write-through wait and no needless write-back.
 #[test]
 fn flow_in_steady_state_pays_nothing_a_gpu_would_stall_on() {
     let _turn = turn();
@@ -226,7 +226,7 @@ fn flow_in_steady_state_pays_nothing_a_gpu_would_stall_on() {
     assert!(last.prefetch_hits > first.prefetch_hits && last.peak_device_bytes <= last.budget, "{last:?}");
     assert_eq!(last.page_locked_allocs, first.page_locked_allocs, "{first:?}\n{last:?}");
     assert_eq!(last.pageable_copies, first.pageable_copies, "{first:?}\n{last:?}");
-    assert_eq!((last.op_waits, last.needless_write_backs), (0, 0), "{last:?}");
+    assert_eq!((last.write_through_waits, last.needless_write_backs), (0, 0), "{last:?}");
 }
 
 // ---------------------------------------------------------------- C ABI

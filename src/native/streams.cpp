@@ -23,6 +23,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <array>
+#include <cstdint>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -90,13 +91,48 @@ int tr_native_load_async(const void *host, int index, int after_write, void **ou
 
 // Makes the compute stream wait for the copy `event` marks, and tells the caching allocator that
 // `tensor` is used on the compute stream (so its memory is not reused before that work ends).
-int tr_native_copy_wait(void *event, const void *tensor, char *err, size_t err_len) {
+// Where the copy has not ended yet, the wait is timed: `*out_stall` gets a pair of timing events
+// recorded on the compute stream around it (tr_native_stall_ns reads how long the stream
+// stalled; free it with tr_native_stall_free); else it gets NULL (the stream cannot wait).
+int tr_native_copy_wait(void *event, const void *tensor, void **out_stall, char *err, size_t err_len) {
     return guarded(err, err_len, [&] {
         const auto &t = *static_cast<const at::Tensor *>(tensor);
         c10::Stream compute = cuda()->getStream(t.device());
-        static_cast<c10::Event *>(event)->block(compute);
+        auto *copied = static_cast<c10::Event *>(event);
+        *out_stall = nullptr;
+        if (copied->query()) {
+            copied->block(compute);
+        } else {
+            auto *stall = new std::array<c10::Event, 2>{c10::Event(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT),
+                                                        c10::Event(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT)};
+            (*stall)[0].record(compute);
+            copied->block(compute);
+            (*stall)[1].record(compute);
+            *out_stall = stall;
+        }
         t.record_stream(compute);
     });
+}
+
+// How long the compute stream waited at a timed wait (tr_native_copy_wait's `out_stall`): the
+// time between the end of the work queued before the wait and the end of the wait, in
+// nanoseconds. Returns 1 and writes it once both have happened, 0 while they have not.
+int tr_native_stall_ns(void *stall, uint64_t *out_ns) {
+    try {
+        auto &pair = *static_cast<std::array<c10::Event, 2> *>(stall);
+        if (!pair[1].query()) {
+            return 0;
+        }
+        *out_ns = static_cast<uint64_t>(pair[0].elapsedTime(pair[1]) * 1e6); // milliseconds
+        return 1;
+    } catch (...) {
+        *out_ns = 0;
+        return 1; // an unreadable timer counts nothing rather than being asked again
+    }
+}
+
+void tr_native_stall_free(void *stall) {
+    delete static_cast<std::array<c10::Event, 2> *>(stall);
 }
 
 void tr_native_event_free(void *event) {

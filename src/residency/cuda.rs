@@ -14,7 +14,9 @@ use std::ptr::NonNull;
 /// cbindgen:ignore
 extern "C" {
     fn tr_native_load_async(host: *const c_void, index: c_int, after_write: c_int, out_tensor: *mut *mut c_void, out_event: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
-    fn tr_native_copy_wait(event: *mut c_void, tensor: *const c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_copy_wait(event: *mut c_void, tensor: *const c_void, out_stall: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_stall_ns(stall: *mut c_void, out_ns: *mut u64) -> c_int;
+    fn tr_native_stall_free(stall: *mut c_void);
     fn tr_native_event_free(event: *mut c_void);
     fn tr_native_write_back_async(device_tensor: *const c_void, host: *const c_void, out_event: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_event_synchronize(event: *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
@@ -44,12 +46,15 @@ fn event(raw: *mut c_void) -> Result<Event> {
 
 impl Event {
     /// Makes the compute stream wait for the copy before the op that reads `tensor` (the host
-    /// does not wait), and tells the caching allocator the compute stream uses `tensor`.
-    pub(crate) fn block_compute(&self, tensor: &tch::Tensor) -> Result<()> {
-        let mut err = [0 as c_char; ERR_LEN];
-        // SAFETY: the event and the tensor are live; the buffer has its length.
-        let status = unsafe { tr_native_copy_wait(self.0.as_ptr(), tensor.as_ptr().cast(), err.as_mut_ptr(), ERR_LEN) };
-        Ok(check("copy wait", status, &err)?)
+    /// does not wait), and tells the caching allocator the compute stream uses `tensor`. Where
+    /// the copy has not ended yet, the wait is timed (`Stall`).
+    pub(crate) fn block_compute(&self, tensor: &tch::Tensor) -> Result<Option<Stall>> {
+        let (mut stall, mut err) = (std::ptr::null_mut(), [0 as c_char; ERR_LEN]);
+        // SAFETY: the event and the tensor are live; the out pointer is valid; the buffer has its
+        // length.
+        let status = unsafe { tr_native_copy_wait(self.0.as_ptr(), tensor.as_ptr().cast(), &mut stall, err.as_mut_ptr(), ERR_LEN) };
+        check("copy wait", status, &err)?;
+        Ok(NonNull::new(stall).map(Stall))
     }
 
     /// Blocks this thread until the copy has ended.
@@ -64,6 +69,30 @@ impl Event {
     pub(crate) fn done(&self) -> bool {
         // SAFETY: the event is live.
         unsafe { tr_native_event_query(self.0.as_ptr()) != 0 }
+    }
+}
+
+/// A wait of the compute stream for a copy that had not ended when the op was queued: timing
+/// events around the wait, read once the stream has passed it.
+pub(crate) struct Stall(NonNull<c_void>);
+
+// SAFETY: as `Event`: c10 events may be queried and freed from any thread.
+unsafe impl Send for Stall {}
+unsafe impl Sync for Stall {}
+
+impl Drop for Stall {
+    fn drop(&mut self) {
+        // SAFETY: the pair came from the shim and is freed once.
+        unsafe { tr_native_stall_free(self.0.as_ptr()) }
+    }
+}
+
+impl Stall {
+    /// How long the compute stream waited, in nanoseconds, once it has passed the wait.
+    pub(crate) fn ns(&self) -> Option<u64> {
+        let mut ns = 0;
+        // SAFETY: the pair is live; the out pointer is valid.
+        (unsafe { tr_native_stall_ns(self.0.as_ptr(), &mut ns) } != 0).then_some(ns)
     }
 }
 

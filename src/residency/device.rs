@@ -33,9 +33,10 @@ impl Transfer {
         Transfer(None)
     }
 
-    /// Makes the ops that read `tensor` wait for the copy, without blocking the host.
-    pub(crate) fn block_compute(&self, tensor: &tch::Tensor) -> Result<()> {
-        self.0.as_ref().map_or(Ok(()), |e| e.block_compute(tensor))
+    /// Makes the ops that read `tensor` wait for the copy, without blocking the host; the wait,
+    /// timed, where the copy had not ended yet.
+    pub(crate) fn block_compute(&self, tensor: &tch::Tensor) -> Result<Option<cuda::Stall>> {
+        self.0.as_ref().map_or(Ok(None), |e| e.block_compute(tensor))
     }
 
     /// Blocks the host until the copy has ended.

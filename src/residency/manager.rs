@@ -93,6 +93,8 @@ pub(crate) struct Manager {
     /// by it) or when asked for.
     pub(crate) schedule: Option<Log>,
     pub(super) link: LinkLoad,
+    /// The compute stream's timed waits for copies not yet passed (CUDA; see `count_stalls`).
+    stalls: Vec<super::cuda::Stall>,
 }
 
 impl Manager {
@@ -126,6 +128,7 @@ impl Manager {
             report: Reporter::new(),
             schedule,
             link: LinkLoad::default(),
+            stalls: Vec::new(),
         })
     }
 
@@ -227,9 +230,12 @@ impl Manager {
             self.written_now.push(id);
         }
         let device = s.device.as_ref().expect("loaded above").shallow_clone();
-        if let Err(e) = s.loading.take().map_or(Ok(()), |t| t.block_compute(&device)) {
-            self.release(id, false);
-            return Err(e);
+        match s.loading.take().map_or(Ok(None), |t| t.block_compute(&device)) {
+            Ok(stall) => self.stalls.extend(stall),
+            Err(e) => {
+                self.release(id, false);
+                return Err(e);
+            }
         }
         Ok(device)
     }
@@ -262,8 +268,24 @@ impl Manager {
         if let Some(log) = &mut self.schedule {
             log.load(id, bytes);
         }
+        if kind == EventKind::Load && !self.cuda() {
+            // A copy made when an op needs it, before the op: the op waits for all of it.
+            self.stats.load_wait_ns += started.elapsed().as_nanos() as u64;
+        }
         self.event(kind, id, bytes, op, Some(started));
         Ok(())
+    }
+
+    /// Adds the compute stream's waits for copies that it has passed to `load_wait_ns`.
+    pub(crate) fn count_stalls(&mut self) {
+        let stats = &mut self.stats;
+        self.stalls.retain(|stall| match stall.ns() {
+            Some(ns) => {
+                stats.load_wait_ns += ns;
+                false
+            }
+            None => true,
+        });
     }
 
     /// Evicts until `bytes` more fit in the budget. Where they cannot, even with every copy
@@ -523,7 +545,8 @@ impl Manager {
         self.prefetch_due = self.policy.prefetches() && self.cfg.prefetch_depth > 0;
         self.free_retired();
         let owed = std::mem::take(&mut self.owed);
-        self.stats.op_waits += owed.len() as u64;
+        self.stats.write_through_waits += owed.len() as u64;
+        self.count_stalls();
         owed
     }
 
@@ -618,6 +641,9 @@ impl Manager {
     pub(crate) fn readable(&mut self, entry: &Entry) -> Result<(tch::Tensor, Option<Arc<Transfer>>)> {
         let Some(id) = self.find(entry)? else { return Ok((entry.shallow_clone(), None)) };
         self.remake_if_dropped(id, "read")?;
+        if let Some(log) = &mut self.schedule {
+            log.host_read(id);
+        }
         let s = self.storages.get_mut(&id).expect("found");
         match (&s.device, s.dirty) {
             (Some(device), true) => Ok((native::view_on(device, entry)?, None)),

@@ -258,7 +258,10 @@ pub fn saved_tensors_managed() -> bool {
 /// The counters since the manager was configured (None without a manager), with the CUDA
 /// caching allocator's reserved bytes read now.
 pub fn stats() -> Option<ResidencyStats> {
-    let mut stats = lock().ok()?.as_ref().map(|m| (m.stats, m.cfg.device))?;
+    let mut stats = lock().ok()?.as_mut().map(|m| {
+        m.count_stalls();
+        (m.stats, m.cfg.device)
+    })?;
     if let (s, ComputeDevice::Cuda(index)) = &mut stats {
         (s.reserved_bytes, s.peak_reserved_bytes) = cuda::reserved(*index).unwrap_or_default();
     }

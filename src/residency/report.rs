@@ -28,8 +28,15 @@ pub struct ResidencyStats {
     pub prefetch_hits: u64,
     /// Inputs loaded at op time while the program followed a recorded trace.
     pub prefetch_misses: u64,
-    /// Time ops waited on loads and write-backs, in nanoseconds.
+    /// Host time spent starting loads and write-backs, and waiting for those that copy
+    /// synchronously (all of them on the simulated device), in nanoseconds.
     pub transfer_wait_ns: u64,
+    /// Time ops' kernels waited for their inputs' copies, in nanoseconds: what "the copies did
+    /// not stall the device" measures. On CUDA, the compute stream's waits for copies that had not
+    /// ended when the op was queued, timed by events on the stream (counted once the stream has
+    /// passed them); on the simulated device, the copies made when an op needed them (each a
+    /// wait of its whole length on a GPU), where a prefetch's copy counts nothing.
+    pub load_wait_ns: u64,
     /// Ops retried after an out-of-memory error made the manager evict.
     pub oom_retries: u64,
     /// New page-locked memory the manager's requests made the allocator allocate (a home for a
@@ -42,9 +49,9 @@ pub struct ResidencyStats {
     /// Copies from or to pageable host memory (synchronous on CUDA, and about a third as fast).
     pub pageable_copies: u64,
     pub pageable_copy_bytes: u64,
-    /// Ops that made the host wait for a copy before returning (memory shared with code outside
-    /// the library is written through).
-    pub op_waits: u64,
+    /// Ops that made the host wait for a write-back before returning: memory shared with code
+    /// outside the library is written through (never the case for the manager's own tensors).
+    pub write_through_waits: u64,
     /// Data reads that waited for a write-back still copying into the home.
     pub read_waits: u64,
     /// Write-backs of a device copy no op had modified (always 0; a guard against regressions).

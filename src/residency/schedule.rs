@@ -15,7 +15,11 @@
 //!   may run in a gap before it), so that the loads of a pass take at least their bytes over the
 //!   bandwidth, and no replay beats the bound;
 //! - a write-back starts when the previous write-back has ended and after every op issued before
-//!   it has ended (its stream waits for the compute stream).
+//!   it has ended (its stream waits for the compute stream);
+//! - nothing starts before the host issues it: the host issues the steps in order without delay,
+//!   except where it read a result (`Step::HostWait`), after which it issues nothing until the op
+//!   that made the result has ended. A pass that reads its output (a loss, a checksum) before the
+//!   next begins thus exposes the next pass's first loads unless they were issued ahead.
 //!
 //! A training step's backward kernels are autograd's, not the manager's: what the log sees of
 //! them is each saved tensor unpacked, and which op saved it. An unpack stands for the backward
@@ -41,10 +45,14 @@ pub enum Step {
     /// for.
     Op { name: &'static str, storages: Vec<u64>, input_bytes: Vec<u64>, shapes: Vec<Vec<i64>>, output_bytes: u64, work: Work },
     /// A load of `bytes` into `storage`; `after`: the last op that used the memory evicted to
-    /// make room for it, if any.
-    Load { storage: u64, bytes: u64, after: Option<usize> },
+    /// make room for it, if any (an op's index among this pass's ops; negative for the pass
+    /// before: -1 is its last op).
+    Load { storage: u64, bytes: u64, after: Option<isize> },
     /// A write-back of `bytes` of `storage`, issued after op `after` (its stream waits for it).
-    WriteBack { storage: u64, bytes: u64, after: Option<usize> },
+    WriteBack { storage: u64, bytes: u64, after: Option<isize> },
+    /// The host read a result of op `after` (indexed as a load's `after`): it issued nothing
+    /// more until that op had ended.
+    HostWait { after: isize },
 }
 
 /// What an op step stands for on the compute engine.
@@ -88,9 +96,10 @@ pub(crate) struct Log {
     last: Option<Pass>,
     /// Ops logged in the current pass.
     ops: usize,
-    /// The last op (index in the current pass) that used each storage's device memory.
+    /// The last op that used each storage's device memory, as a position (ops logged before
+    /// it, over all passes); those of the passes before the previous one are forgotten.
     last_use: HashMap<u64, usize>,
-    /// The latest last use among storages evicted since the previous load.
+    /// The latest last use (a position) among storages evicted since the previous load.
     freed_after: Option<usize>,
     /// The storages read by the op being run, and the shapes it read them as.
     reading: Vec<(u64, Vec<i64>)>,
@@ -100,12 +109,25 @@ pub(crate) struct Log {
 
 impl Log {
     pub(crate) fn uses(&mut self, storage: u64, shape: Vec<i64>) {
-        self.last_use.insert(storage, self.ops);
+        self.last_use.insert(storage, self.position());
         self.reading.push((storage, shape));
     }
 
     pub(crate) fn made(&mut self, storage: u64) {
-        self.last_use.insert(storage, self.ops.saturating_sub(1));
+        self.last_use.insert(storage, self.position().saturating_sub(1));
+    }
+
+    /// A position as an index among the current pass's ops (negative: a pass before).
+    fn in_pass(&self, position: usize) -> isize {
+        position as isize - self.passed as isize
+    }
+
+    /// The host read `storage`'s data: it waits for the last op that used it.
+    pub(crate) fn host_read(&mut self, storage: u64) {
+        if let Some(&used) = self.last_use.get(&storage) {
+            let after = self.in_pass(used);
+            self.current.steps.push(Step::HostWait { after });
+        }
     }
 
     pub(crate) fn evict(&mut self, storage: u64) {
@@ -115,12 +137,13 @@ impl Log {
     }
 
     pub(crate) fn load(&mut self, storage: u64, bytes: u64) {
-        let after = self.freed_after.take();
+        let after = self.freed_after.take().map(|used| self.in_pass(used));
         self.current.steps.push(Step::Load { storage, bytes, after });
     }
 
     pub(crate) fn write_back(&mut self, storage: u64, bytes: u64) {
-        self.current.steps.push(Step::WriteBack { storage, bytes, after: self.ops.checked_sub(1) });
+        let after = self.position().checked_sub(1).map(|last| self.in_pass(last));
+        self.current.steps.push(Step::WriteBack { storage, bytes, after });
     }
 
     pub(crate) fn op(&mut self, name: &'static str, inputs: &[(TraceKey, u64)], output: Option<u64>) {
@@ -160,12 +183,16 @@ impl Log {
         self.push_op(Step::Op { name, storages, input_bytes, shapes, output_bytes, work: Work::Remake });
     }
 
+    /// Ends a pass. Last uses carry over: memory a pass evicts may last have been used in the
+    /// pass before, and its load must wait for that op as well. Older ones are forgotten (a
+    /// dependency left out only makes the replay faster, so it stays a lower bound).
     pub(crate) fn mark(&mut self) {
         self.last = Some(std::mem::take(&mut self.current));
+        let previous = self.passed;
         self.passed += self.ops;
         self.ops = 0;
-        self.last_use.clear();
-        self.freed_after = None;
+        self.last_use.retain(|_, used| *used >= previous);
+        self.freed_after = self.freed_after.filter(|&f| f >= previous);
     }
 
     pub(crate) fn last_pass(&self) -> Option<&Pass> {
@@ -214,18 +241,23 @@ const REPEATS: usize = 16;
 /// per op (see the module's rules).
 pub fn replay(pass: &Pass, bandwidth: f64, compute: impl Fn(&Step) -> f64) -> Replay {
     let costs = op_costs(pass, &compute);
-    // The side streams (when each is free for its next copy) and the host-to-device engine.
-    let (mut load_free, mut write_free, mut compute_free) = (0.0f64, 0.0f64, 0.0f64);
+    // When the host issues the next step, when each side stream is free for its next copy, the
+    // host-to-device engine.
+    let (mut host, mut load_free, mut write_free, mut compute_free) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
     let mut to_device = Engine::default();
     let mut op_end: Vec<f64> = vec![];
     let (mut loaded, mut written): (HashMap<u64, f64>, HashMap<u64, f64>) = (HashMap::new(), HashMap::new());
     for _ in 0..REPEATS {
-        let first_op = op_end.len();
-        let ended = |ends: &[f64], after: &Option<usize>| after.and_then(|a| ends.get(first_op + a).copied()).unwrap_or(0.0);
+        let first_op = op_end.len() as isize;
+        // When op `after` (of this pass, or negative: of the one before) ended; 0 before the first.
+        let ended = |ends: &[f64], after: Option<isize>| {
+            after.and_then(|a| usize::try_from(first_op + a).ok()).and_then(|i| ends.get(i).copied()).unwrap_or(0.0)
+        };
         for step in &pass.steps {
             match step {
+                Step::HostWait { after } => host = host.max(ended(&op_end, Some(*after))),
                 Step::Load { storage, bytes, after } => {
-                    let (room, length) = (ended(&op_end, after), *bytes as f64 / bandwidth);
+                    let (room, length) = (ended(&op_end, *after).max(host), *bytes as f64 / bandwidth);
                     let end = match written.get(storage) {
                         Some(&home_ready) if home_ready > load_free.max(room) => {
                             write_free = to_device.run(write_free.max(room), length);
@@ -239,12 +271,12 @@ pub fn replay(pass: &Pass, bandwidth: f64, compute: impl Fn(&Step) -> f64) -> Re
                     loaded.insert(*storage, end);
                 }
                 Step::WriteBack { storage, bytes, after } => {
-                    write_free = write_free.max(ended(&op_end, after)) + *bytes as f64 / bandwidth;
+                    write_free = write_free.max(ended(&op_end, *after)).max(host) + *bytes as f64 / bandwidth;
                     written.insert(*storage, write_free);
                 }
                 Step::Op { storages, .. } => {
-                    let ready = storages.iter().filter_map(|s| loaded.get(s)).fold(compute_free, |a, &b| a.max(b));
-                    compute_free = ready + costs[op_end.len() - first_op];
+                    let ready = storages.iter().filter_map(|s| loaded.get(s)).fold(compute_free.max(host), |a, &b| a.max(b));
+                    compute_free = ready + costs[op_end.len() - first_op as usize];
                     op_end.push(compute_free);
                 }
             }

@@ -246,12 +246,13 @@ namespace TensorRef
         public ulong PrefetchHits;
         public ulong PrefetchMisses;
         public ulong TransferWaitNs;
+        public ulong LoadWaitNs;
         public ulong OomRetries;
         public ulong PageLockedAllocs;
         public ulong PageLockedBytes;
         public ulong PageableCopies;
         public ulong PageableCopyBytes;
-        public ulong OpWaits;
+        public ulong WriteThroughWaits;
         public ulong ReadWaits;
         public ulong NeedlessWriteBacks;
         public ulong Drops;
@@ -304,7 +305,7 @@ namespace TensorRef
     internal static partial class Native
     {
         /// <summary>TR_ABI_VERSION of the header this binding was generated from.</summary>
-        internal const uint AbiVersion = 3;
+        internal const uint AbiVersion = 4;
 
         /// <summary>TR_VERSION_MAJOR.MINOR.PATCH of that header.</summary>
         internal const string HeaderVersion = "0.1.0";

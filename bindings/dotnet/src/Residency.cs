@@ -437,12 +437,13 @@ namespace TensorRef
             PrefetchHits = s.PrefetchHits;
             PrefetchMisses = s.PrefetchMisses;
             TransferWaitNs = s.TransferWaitNs;
+            LoadWaitNs = s.LoadWaitNs;
             OomRetries = s.OomRetries;
             PageLockedAllocs = s.PageLockedAllocs;
             PageLockedBytes = s.PageLockedBytes;
             PageableCopies = s.PageableCopies;
             PageableCopyBytes = s.PageableCopyBytes;
-            OpWaits = s.OpWaits;
+            WriteThroughWaits = s.WriteThroughWaits;
             ReadWaits = s.ReadWaits;
             NeedlessWriteBacks = s.NeedlessWriteBacks;
             Drops = s.Drops;
@@ -474,8 +475,10 @@ namespace TensorRef
         public ulong PrefetchHits { get; }
         /// <summary>Inputs loaded at op time while the program followed a recorded trace.</summary>
         public ulong PrefetchMisses { get; }
-        /// <summary>Time ops waited on loads and write-backs, in nanoseconds.</summary>
+        /// <summary>Host time spent starting copies and waiting for synchronous ones, in nanoseconds.</summary>
         public ulong TransferWaitNs { get; }
+        /// <summary>Time ops' kernels waited for their inputs' copies, in nanoseconds (timed on the compute stream on CUDA; a copy made when the op needed it on the simulated device).</summary>
+        public ulong LoadWaitNs { get; }
         /// <summary>Ops retried after an out-of-memory error made the manager evict.</summary>
         public ulong OomRetries { get; }
         /// <summary>Homes given page-locked memory (a result leaving the device the first time, or a tensor made elsewhere moved into page-locked memory once).</summary>
@@ -484,8 +487,8 @@ namespace TensorRef
         /// <summary>Copies from or to pageable host memory (synchronous on CUDA, about a third as fast).</summary>
         public ulong PageableCopies { get; }
         public ulong PageableCopyBytes { get; }
-        /// <summary>Ops that made the host wait for a copy before returning (memory shared outside the library is written through).</summary>
-        public ulong OpWaits { get; }
+        /// <summary>Ops that made the host wait for a write-back before returning (memory shared outside the library is written through).</summary>
+        public ulong WriteThroughWaits { get; }
         /// <summary>Data reads that waited for a write-back still copying into the home.</summary>
         public ulong ReadWaits { get; }
         /// <summary>Write-backs of a device copy no op had modified (always 0; a regression guard).</summary>
@@ -508,15 +511,15 @@ namespace TensorRef
         public override string ToString() =>
             string.Format("device {0} B (peak {1}, budget {2}, pinned {3}), {4} ops, {5} loads ({6} B), " +
                           "{7} evictions ({8} B), {9} write-backs ({10} B), {11} prefetches ({12} B), " +
-                          "prefetch hits {13} misses {14}, transfer wait {15} ns, {16} OOM retries, " +
-                          "{17} page-locked allocations ({18} B), {19} pageable copies ({20} B), {21} op waits, " +
+                          "prefetch hits {13} misses {14}, transfer wait {15} ns, load wait {30} ns, {16} OOM retries, " +
+                          "{17} page-locked allocations ({18} B), {19} pageable copies ({20} B), {21} write-through waits, " +
                           "{22} read waits, {23} needless write-backs, {24} drops ({25} B), {26} recomputations ({27} B), " +
                           "reserved {28} B (peak {29})",
                           DeviceBytes, PeakDeviceBytes, IsBounded ? Budget.ToString() : "none", PinnedBytes, Ops, Loads,
                           LoadBytes, Evictions, EvictedBytes, WriteBacks, WriteBackBytes, Prefetches, PrefetchBytes,
                           PrefetchHits, PrefetchMisses, TransferWaitNs, OomRetries, PageLockedAllocs, PageLockedBytes,
-                          PageableCopies, PageableCopyBytes, OpWaits, ReadWaits, NeedlessWriteBacks, Drops, DroppedBytes,
-                          Recomputations, RecomputedBytes, ReservedBytes, PeakReservedBytes);
+                          PageableCopies, PageableCopyBytes, WriteThroughWaits, ReadWaits, NeedlessWriteBacks, Drops, DroppedBytes,
+                          Recomputations, RecomputedBytes, ReservedBytes, PeakReservedBytes, LoadWaitNs);
     }
 
     /// <summary>One manager event (tr_event), copied for the handler.</summary>

@@ -5,7 +5,7 @@ tr_abi_version() differs from TR_ABI_VERSION."""
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_bool, c_char, c_char_p, c_double, c_int32,
                     c_int64, c_size_t, c_uint32, c_uint64, c_void_p)
 
-TR_ABI_VERSION = 3
+TR_ABI_VERSION = 4
 TR_VERSION = (0, 1, 0)
 
 # tr_status codes by name.
@@ -148,12 +148,13 @@ class ResidencyStats(Structure):
                 ('prefetch_hits', c_uint64),
                 ('prefetch_misses', c_uint64),
                 ('transfer_wait_ns', c_uint64),
+                ('load_wait_ns', c_uint64),
                 ('oom_retries', c_uint64),
                 ('page_locked_allocs', c_uint64),
                 ('page_locked_bytes', c_uint64),
                 ('pageable_copies', c_uint64),
                 ('pageable_copy_bytes', c_uint64),
-                ('op_waits', c_uint64),
+                ('write_through_waits', c_uint64),
                 ('read_waits', c_uint64),
                 ('needless_write_backs', c_uint64),
                 ('drops', c_uint64),

@@ -193,12 +193,13 @@ class Stats(NamedTuple):
     prefetch_hits: int
     prefetch_misses: int
     transfer_wait_ns: int
+    load_wait_ns: int
     oom_retries: int
     page_locked_allocs: int
     page_locked_bytes: int
     pageable_copies: int
     pageable_copy_bytes: int
-    op_waits: int
+    write_through_waits: int
     read_waits: int
     needless_write_backs: int
     drops: int
