@@ -5,7 +5,7 @@
 use super::manager::Manager;
 use super::report::EventKind;
 use super::storage::Home;
-use super::trace::TraceKey;
+use super::trace::{Ahead, TraceKey};
 
 impl Manager {
     /// Starts loading the storages the next recorded ops read, so the copy engine stays busy
@@ -15,7 +15,10 @@ impl Manager {
     /// with slack for smaller storages read beside them), because every
     /// eviction further ahead would throw out a storage the recorded order keeps resident for
     /// the next iteration, and load it again. A storage is fetched only if it fits beside every
-    /// op that runs before its use (see `Trace::prefetch_plan`); it evicts only clean copies
+    /// op that runs before its use, and if the largest result those ops make fits beside it in
+    /// room that is free or held by copies used after it, which a result's room takes first
+    /// (see `Trace::prefetch_plan`): else that result would evict the prefetched copy, fetched
+    /// again after the op, once per op. It evicts only clean copies
     /// needed later than itself (a speculative load never costs a write-back, nor a remake),
     /// never another prefetch, and never a copy written ahead (it leaves where the followed
     /// order evicts it: taken earlier, it is loaded back more often). A dropped result is not
@@ -24,10 +27,10 @@ impl Manager {
     pub(super) fn prefetch(&mut self) {
         let room = self.cfg.budget.saturating_sub(self.stats.pinned_bytes);
         let plan = self.trace.prefetch_plan(self.cfg.prefetch_depth);
-        let plan: Vec<(u64, u64)> = plan.into_iter().filter_map(|(key, before)| Some((self.storage_for(key)?, before))).collect();
+        let plan: Vec<_> = plan.into_iter().filter_map(|(key, ahead)| Some((self.storage_for(key)?, ahead))).collect();
         let window = 5 * plan.iter().filter_map(|(id, _)| self.storages.get(id)).map(|s| s.bytes).max().unwrap_or(0) / 2;
         let (mut committed, mut ahead) = (0, 0);
-        for (id, before) in plan {
+        for (id, Ahead { working_set, results }) in plan {
             let Some(s) = self.storages.get(&id) else { continue };
             if s.pinned || !s.counted() || s.dropped() || matches!(s.kind, Home::External { .. }) {
                 continue;
@@ -38,20 +41,23 @@ impl Manager {
                 continue;
             }
             let fits_free = self.used() + bytes <= self.cfg.budget;
-            if committed + bytes + before > room || (!fits_free && ahead + bytes > window) {
+            if committed + bytes + working_set > room || (!fits_free && ahead + bytes > window) {
+                return;
+            }
+            let mut later = self
+                .candidates()
+                .into_iter()
+                .filter(|c| {
+                    let s = &self.storages[&c.uid];
+                    !s.dirty && !s.prefetched && !s.written_ahead && self.trace.next_use(c.key) > wanted
+                })
+                .collect::<Vec<_>>();
+            if self.used() + bytes + results > self.cfg.budget + later.iter().map(|c| c.bytes).sum::<u64>() {
                 return;
             }
             while self.used() + bytes > self.cfg.budget {
-                let later = self
-                    .candidates()
-                    .into_iter()
-                    .filter(|c| {
-                        let s = &self.storages[&c.uid];
-                        !s.dirty && !s.prefetched && !s.written_ahead && self.trace.next_use(c.key) > wanted
-                    })
-                    .collect::<Vec<_>>();
                 match self.policy.pick_victim(&later, self.clock, &self.trace) {
-                    Some(victim) if self.evict(victim, "prefetch").is_ok() => {}
+                    Some(victim) if self.evict(victim, "prefetch").is_ok() => later.retain(|c| c.uid != victim),
                     _ => return,
                 }
             }

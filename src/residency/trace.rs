@@ -125,19 +125,20 @@ impl Trace {
 
     /// What to prefetch for the next `depth` recorded ops (from the op about to run): each input
     /// that exists now (persistent, or made earlier in this iteration: an activation autograd
-    /// saved, read again in backward) with the largest working set (inputs + result) of the ops
-    /// that run before its use. A prefetched tensor must fit beside those, or it would be
-    /// evicted unused.
-    pub(crate) fn prefetch_plan(&self, depth: usize) -> Vec<(TraceKey, u64)> {
+    /// saved, read again in backward) with what must fit beside it until its use (`Ahead`). A
+    /// prefetched tensor must fit beside those, or it would be evicted unused.
+    pub(crate) fn prefetch_plan(&self, depth: usize) -> Vec<(TraceKey, Ahead)> {
         let Some(r) = self.recorded.as_ref().filter(|_| self.following) else { return vec![] };
         let mut plan = vec![];
-        let mut before = 0;
+        let (mut before, mut results) = (0, 0);
         for d in 0..depth.min(r.ops.len()) {
             let op = &r.ops[(self.pos as usize + d) % r.ops.len()];
+            results = results.max(op.output.map_or(0, |o| o.1));
+            let ahead = Ahead { working_set: before, results };
             for (k, _) in &op.inputs {
                 match *k {
-                    NormKey::Persistent(uid) => plan.push((TraceKey::Persistent(uid), before)),
-                    NormKey::Produced(made) if made < self.pos => plan.push((TraceKey::Produced { iteration: self.iteration, op: made }, before)),
+                    NormKey::Persistent(uid) => plan.push((TraceKey::Persistent(uid), ahead)),
+                    NormKey::Produced(made) if made < self.pos => plan.push((TraceKey::Produced { iteration: self.iteration, op: made }, ahead)),
                     _ => {}
                 }
             }
@@ -147,6 +148,19 @@ impl Trace {
         plan
     }
 
+}
+
+/// What must fit on the device beside a prefetched tensor until the op that reads it has run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ahead {
+    /// The largest working set (inputs + result) of the ops that run before it.
+    pub working_set: u64,
+    /// The largest result of the ops up to its own: made while it stays, in room that holds no
+    /// tensor yet.
+    pub results: u64,
+}
+
+impl Trace {
     /// Records a finished op. `anchor` is a signature of the already-used persistent tensors it
     /// read (None if it read none); a repeated anchor starts a new iteration. Returns the key of
     /// the op's result.
