@@ -6,7 +6,8 @@
 //! CUDA the caching allocator's peak reserved bytes in the run, its cache emptied as the run starts,
 //! and how much that peak grew after the third step: a long run at a tight budget shows any drift), bytes loaded and written back and results
 //! made again per step, the steady-state counters of the Flow GPU work (page-locked allocations,
-//! pageable copies, write-through waits, needless write-backs), and the losses (the same under every policy).
+//! pageable copies, write-through waits, needless write-backs, inputs loaded on demand, the ops' waits for
+//! copies), and the losses (the same under every policy).
 //! A row whose losses differ from Resident's, whose device memory passes its budget, or whose
 //! modelled step beats its own bound is printed as FAILED, and the run exits non-zero. `benches/training_peers.py` trains
 //! the same encoder in PyTorch: unmanaged, with `save_on_cpu` and with activation checkpointing
@@ -221,6 +222,8 @@ fn train(a: &Args) -> Result<Run> {
         pageable_copies: last.pageable_copies - before.pageable_copies,
         write_through_waits: last.write_through_waits - before.write_through_waits,
         needless_write_backs: last.needless_write_backs - before.needless_write_backs,
+        prefetch_misses: last.prefetch_misses - before.prefetch_misses,
+        load_wait_ns: last.load_wait_ns - before.load_wait_ns,
         ..ResidencyStats::default()
     };
     let model = residency::schedule_log().map(|step| a.rates.replay(&step, 4));
@@ -317,8 +320,8 @@ fn main() -> Result<()> {
         return soak(&a, peak, minutes);
     }
     println!(
-        "{:<16} {:>9} {:>9} {:>7} {:>7} {:>11} {:>10} {:>11} {:>11} {:>9} {:>8} {:>9} {:>6} {:>9}  losses",
-        "policy", "budget", "ms/step", "x Res.", "model x", "peak/budget", "reserved", "loaded/st", "written/st", "remade/st", "pinned+", "pageable", "waits", "needless"
+        "{:<16} {:>9} {:>9} {:>7} {:>7} {:>11} {:>10} {:>11} {:>11} {:>9} {:>8} {:>9} {:>6} {:>9} {:>8} {:>10}  losses",
+        "policy", "budget", "ms/step", "x Res.", "model x", "peak/budget", "reserved", "loaded/st", "written/st", "remade/st", "pinned+", "pageable", "wthru", "needless", "misses", "load wait"
     );
     let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1 << 20) as f64);
     let row = |name: &str, budget: Option<u64>, r: &Run| {
@@ -326,7 +329,7 @@ fn main() -> Result<()> {
         let per_step = |b: u64| mib(b / measured);
         let s = &r.steady;
         println!(
-            "{:<16} {:>9} {:>9.1} {:>7.2} {:>7} {:>11} {:>10} {:>11} {:>11} {:>9} {:>8} {:>9} {:>6} {:>9}  {}",
+            "{:<16} {:>9} {:>9.1} {:>7.2} {:>7} {:>11} {:>10} {:>11} {:>11} {:>9} {:>8} {:>9} {:>6} {:>9} {:>8} {:>7.2} ms  {}",
             name,
             budget.map_or("-".into(), mib),
             r.ms_per_step,
@@ -344,6 +347,8 @@ fn main() -> Result<()> {
             s.pageable_copies,
             s.write_through_waits,
             s.needless_write_backs,
+            s.prefetch_misses / measured,
+            s.load_wait_ns as f64 / 1e6 / measured as f64,
             r.losses.iter().map(|l| format!("{l:.4}")).collect::<Vec<_>>().join(" ")
         );
     };
@@ -365,8 +370,10 @@ fn main() -> Result<()> {
         }
     }
     println!("\nPer step and counters: the steps after the third (steady state). pinned+: new page-locked");
-    println!("allocations; pageable: copies from or to pageable memory; waits: ops that waited on a copy;");
-    println!("needless: write-backs of copies nobody modified; remade: results made again (+cheaper: dropped");
+    println!("allocations; pageable: copies from or to pageable memory; wthru: ops that waited for a write-through");
+    println!("of memory shared outside; needless: write-backs of copies nobody modified; misses: inputs loaded");
+    println!("on demand a step (not prefetched); load wait: time a step's ops waited for their inputs' copies");
+    println!("(on the simulated device, the demand copies); remade: results made again (+cheaper: dropped");
     println!("when remaking is estimated cheaper than the copies; +always: whenever they can be made again).");
     println!("reserved: the CUDA caching allocator's peak in the run (the manager's bytes, others' and fragmentation),");
     println!("and how much it grew after the third step (drift; run many --steps to see it).");

@@ -56,7 +56,8 @@ impl ComputeDevice {
         if tch::Cuda::is_available() { ComputeDevice::Cuda(0) } else { ComputeDevice::Simulated }
     }
 
-    pub(crate) fn tch(self) -> Device {
+    /// The libtorch device its kernels run on (the host for the simulated device).
+    pub fn tch(self) -> Device {
         match self {
             ComputeDevice::Cuda(n) => Device::Cuda(n),
             ComputeDevice::Cpu | ComputeDevice::Simulated => Device::Cpu,
