@@ -102,10 +102,9 @@ fn view_ops_share_the_storage_and_cost_no_bytes() {
             x.detach()?,
             x.contiguous()?,
         ];
-        for v in &views {
-            assert!(v.is_resident()? == x.is_resident()?, "a view is resident with its base");
-        }
         let s = residency::stats().unwrap();
+        // Every view alive at once, and the books hold at most one copy of their one storage.
+        assert!(s.device_bytes <= x_bytes as u64, "{policy:?}: a view was counted as a storage of its own: {s:?}");
         if policy != PolicyKind::Resident {
             assert!(s.peak_device_bytes <= x_bytes as u64, "views were counted again: {s:?}");
         }

@@ -163,7 +163,12 @@ fn same_under_every_policy(budgets: &[u64], dropout: bool, f: impl Fn() -> Resul
         match recompute {
             Recompute::Off => assert_eq!((stats.drops, stats.recomputations), (0, 0), "{what}: {stats:?}"),
             Recompute::Always => assert!(stats.drops > 0 && stats.recomputations > 0, "{what}: nothing recomputed {stats:?}"),
-            Recompute::Cheaper => {}
+            // Only what was dropped is made again; and Flow, which keeps results, finds some whose
+            // remaking is cheaper than their copies at these budgets (dropout's outputs).
+            Recompute::Cheaper => assert!(
+                stats.recomputations <= stats.drops && stats.recomputed_bytes <= stats.dropped_bytes && (policy != PolicyKind::Flow || stats.drops > 0),
+                "{what}: {stats:?}"
+            ),
         }
         assert_eq!(live_handles(), live, "{what}: handles leaked");
     }
@@ -563,24 +568,25 @@ fn flow_prefetches_saved_activations_ahead_of_backward() {
 }
 
 /// The schedule model of a training step (src/residency/schedule.rs): each unpack for backward
-/// knows which op saved its tensor, so the backward's cost is `BACKWARD_COST` times the forward's,
-/// counted once; results made again are costed apart, so the step with nothing moved or remade
-/// costs the same whatever the recomputation mode.
-#[cfg(not(feature = "cuda-tests"))]
+/// knows which op saved its tensor, and backward costs between one and three times the forward
+/// (a matrix product's backward is two products of its size: the input's gradient and the
+/// weight's), counted once however often the budget makes a saved tensor move; results made again
+/// are costed apart. So the step with nothing moved or remade costs the same whatever the budget
+/// and the recomputation mode.
 #[test]
 fn the_schedule_model_costs_a_training_step_backward_included() {
-    use tensorref::residency::schedule::{self, Step, Work, BACKWARD_COST};
+    use tensorref::residency::schedule::{self, Step, Work};
     let _turn = turn();
     let compute = schedule::roofline(1e12, 3e11, 4);
-    let logged = |recompute: Recompute| {
-        let _managed = Managed::recomputing(PolicyKind::Flow, MLP_BUDGETS[0], recompute);
+    let logged = |recompute: Recompute, budget: u64| {
+        let _managed = Managed::recomputing(PolicyKind::Flow, budget, recompute);
         residency::schedule_log_start().unwrap();
         train(Mlp::new, 3, false, Optimizer::Adam).unwrap();
         residency::schedule_log().expect("a step was logged")
     };
     let mut unmanaged = vec![];
-    for recompute in [Recompute::Off, Recompute::Always] {
-        let pass = logged(recompute);
+    for (recompute, budget) in [(Recompute::Off, MLP_BUDGETS[0]), (Recompute::Always, MLP_BUDGETS[0]), (Recompute::Off, 64 << 20)] {
+        let pass = logged(recompute, budget);
         let ops: Vec<&Step> = pass.ops().collect();
         let work = |s: &Step| if let Step::Op { work, .. } = s { *work } else { unreachable!() };
         let first_unpack = ops.iter().position(|s| matches!(work(s), Work::Backward { .. })).expect("backward unpacked saved tensors");
@@ -589,14 +595,14 @@ fn the_schedule_model_costs_a_training_step_backward_included() {
         let (forward, after) = (cost(&ops[..first_unpack]), cost(&ops[first_unpack..]));
         assert!(forward > 0.0 && after > 0.0, "the forward, and the optimizer step after backward");
         let r = schedule::replay(&pass, schedule::H100.link, &compute);
-        let expected = forward * (1.0 + BACKWARD_COST) + after;
-        assert!((r.unmanaged - expected).abs() <= 1e-9 * expected, "{recompute:?}: {r:?}, expected {expected}");
+        let backward = r.unmanaged - forward - after;
+        assert!(backward >= forward * (1.0 - 1e-9) && backward <= 3.0 * forward * (1.0 + 1e-9), "{recompute:?} at {budget}: backward {backward} against forward {forward}: {r:?}");
         let remade = ops.iter().filter(|s| work(s) == Work::Remake).count();
         assert_eq!(remade > 0, recompute == Recompute::Always, "{recompute:?}: {remade} remakes logged");
         assert!(r.compute_busy >= r.unmanaged && r.makespan >= r.compute_busy * (1.0 - 1e-9), "{r:?}");
         unmanaged.push(r.unmanaged);
     }
-    assert!((unmanaged[0] - unmanaged[1]).abs() <= 1e-9 * unmanaged[0], "the step without a manager: {unmanaged:?}");
+    assert!(unmanaged.iter().all(|u| (u - unmanaged[0]).abs() <= 1e-9 * unmanaged[0]), "the step with nothing moved or remade: {unmanaged:?}");
 }
 
 /// While Flow follows the recorded order, a tensor the recorded step evicted is written back as

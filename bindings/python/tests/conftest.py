@@ -1,7 +1,8 @@
 """Shared fixtures. The package under test is this source tree (bindings/python), loading the
 library named by TENSORREF_LIB or found in the repository. The whole session must leave the
 library's live handle count (tr_live_handles) where it found it, and no test may leave a scope
-open on the main thread."""
+open on the main thread. An exception raised in a finaliser (`__del__`), which Python only
+prints, fails the test during which it was raised."""
 import gc
 import pathlib
 import sys
@@ -11,6 +12,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import pytest  # noqa: E402
 
 import tensorref as tr  # noqa: E402
+
+
+def pytest_configure(config):
+    config.addinivalue_line("filterwarnings", "error::pytest.PytestUnraisableExceptionWarning")
 
 
 @pytest.fixture(scope="session", autouse=True)
