@@ -20,7 +20,7 @@ LIB_DIR := $(ROOT)/target/debug
 CFLAGS_STRICT := -std=c11 -Wall -Wextra -Wpedantic -Werror -I$(ROOT)/include
 LINK := -L$(LIB_DIR) -ltensorref -Wl,-rpath,$(LIB_DIR) -lpthread
 
-.PHONY: demo test setup build gen header-check test-rust test-core test-c test-examples-rust bench bench-overhead soak clean test-cuda gpu-bundle test-gpu-driver test-bench-peers
+.PHONY: demo test setup build gen header-check test-rust test-core test-c test-examples-rust bench bench-overhead soak clean test-cuda gpu-bundle test-gpu-driver test-bench-peers test-bench-residency
 
 # ---------------------------------------------------------------- install
 setup: $(STAMPS)/venv $(STAMPS)/cbindgen-$(CBINDGEN_VERSION)
@@ -55,7 +55,7 @@ demo: setup $(STAMPS)/model
 
 # ---------------------------------------------------------------- tests
 # Each language adds its suite in mk/<language>.mk: `TEST_SUITES += test-<language>`.
-TEST_SUITES := test-rust test-core test-c test-examples-rust test-gpu-driver test-bench-peers
+TEST_SUITES := test-rust test-core test-c test-examples-rust test-gpu-driver test-bench-peers test-bench-residency
 BENCH_SUITES :=
 include $(sort $(wildcard mk/*.mk))
 
@@ -148,4 +148,18 @@ test-bench-peers: setup
 	for row in $(PEER_ROWS); do \
 	  grep -qE "^  $${row/-/ } +[0-9.]+ +[0-9.e+-]+ +[0-9.e+-]+ +ok" build/bench-peers.log \
 	    || { echo "test-bench-peers: no passing output check for $$row"; exit 1; }; \
+	done
+
+# The residency benchmark on the simulated device, small, square layers and OPT-style f16 blocks:
+# it exits 1 on a failed output check, a row faster than its bound or Flow loading fewer bytes
+# than any schedule can; and each row's whole-output check is printed.
+RESIDENCY_ROWS := CPU-only Resident Genoa Flow
+test-bench-residency: setup
+	mkdir -p build
+	cargo test --quiet --bench residency -- --passes 2 | tee build/bench-residency.log
+	cargo test --quiet --bench residency -- --passes 2 --shape opt30b --width 128 --layers 8 --batch 64 --dtype f16 \
+	  | tee -a build/bench-residency.log
+	for row in $(RESIDENCY_ROWS); do \
+	  test $$(grep -cE "^$$row .*max \|difference\| .*: ok$$" build/bench-residency.log) -eq 2 \
+	    || { echo "test-bench-residency: no passing output check for $$row in each run"; exit 1; }; \
 	done
