@@ -359,8 +359,9 @@ pub struct Rates {
     pub launch: f64,
 }
 
-/// An H100's: PCIe 5 from page-locked memory (53.6 GB/s, measured by benches/residency.rs), f32
-/// products without TF32, HBM3. The recomputation cost rule prices with these on every device.
+/// An H100's: PCIe 5 from page-locked memory, f32 products without TF32, HBM3 (the measured
+/// figures and their sources: docs/performance.md, "The hardware the model and the docs
+/// assume"). The recomputation cost rule prices with these on every device.
 /// cbindgen:ignore
 pub const H100: Rates = Rates { link: 53.6e9, flops: 50e12, memory_bandwidth: 3e12, launch: 5e-6 };
 
