@@ -842,8 +842,11 @@ struct ResidencyStats {
     uint64_t prefetch_hits = 0;
     /// Inputs loaded at op time while the program followed a recorded trace.
     uint64_t prefetch_misses = 0;
-    /// Time ops waited on loads and write-backs, in nanoseconds.
+    /// Host time spent starting copies and waiting for synchronous ones, in nanoseconds.
     uint64_t transfer_wait_ns = 0;
+    /// Time ops' kernels waited for their inputs' copies, in nanoseconds (timed on the compute
+    /// stream on CUDA; the copies made when an op needed them on the simulated device).
+    uint64_t load_wait_ns = 0;
     /// Ops retried after an out-of-memory error made the manager evict.
     uint64_t oom_retries = 0;
     /// Homes given page-locked memory (a result leaving the device the first time, or a tensor
@@ -853,8 +856,9 @@ struct ResidencyStats {
     /// Copies from or to pageable host memory (synchronous on CUDA), and their bytes.
     uint64_t pageable_copies = 0;
     uint64_t pageable_copy_bytes = 0;
-    /// Ops that made the host wait for a copy before returning (memory shared outside).
-    uint64_t op_waits = 0;
+    /// Ops that made the host wait for a write-back before returning (memory shared outside is
+    /// written through).
+    uint64_t write_through_waits = 0;
     /// Data reads that waited for a write-back still copying into the home.
     uint64_t read_waits = 0;
     /// Write-backs of a device copy no op had modified (always 0; a regression guard).
@@ -876,9 +880,10 @@ struct ResidencyStats {
           evictions(s.evictions), evicted_bytes(s.evicted_bytes), write_backs(s.write_backs),
           write_back_bytes(s.write_back_bytes), prefetches(s.prefetches), prefetch_bytes(s.prefetch_bytes),
           prefetch_hits(s.prefetch_hits), prefetch_misses(s.prefetch_misses),
-          transfer_wait_ns(s.transfer_wait_ns), oom_retries(s.oom_retries),
+          transfer_wait_ns(s.transfer_wait_ns), load_wait_ns(s.load_wait_ns), oom_retries(s.oom_retries),
           page_locked_allocs(s.page_locked_allocs), page_locked_bytes(s.page_locked_bytes),
-          pageable_copies(s.pageable_copies), pageable_copy_bytes(s.pageable_copy_bytes), op_waits(s.op_waits),
+          pageable_copies(s.pageable_copies), pageable_copy_bytes(s.pageable_copy_bytes),
+          write_through_waits(s.write_through_waits),
           read_waits(s.read_waits), needless_write_backs(s.needless_write_backs), drops(s.drops),
           dropped_bytes(s.dropped_bytes), recomputations(s.recomputations), recomputed_bytes(s.recomputed_bytes),
           reserved_bytes(s.reserved_bytes), peak_reserved_bytes(s.peak_reserved_bytes) {}
@@ -899,12 +904,13 @@ struct ResidencyStats {
         d.prefetch_hits -= earlier.prefetch_hits;
         d.prefetch_misses -= earlier.prefetch_misses;
         d.transfer_wait_ns -= earlier.transfer_wait_ns;
+        d.load_wait_ns -= earlier.load_wait_ns;
         d.oom_retries -= earlier.oom_retries;
         d.page_locked_allocs -= earlier.page_locked_allocs;
         d.page_locked_bytes -= earlier.page_locked_bytes;
         d.pageable_copies -= earlier.pageable_copies;
         d.pageable_copy_bytes -= earlier.pageable_copy_bytes;
-        d.op_waits -= earlier.op_waits;
+        d.write_through_waits -= earlier.write_through_waits;
         d.read_waits -= earlier.read_waits;
         d.needless_write_backs -= earlier.needless_write_backs;
         d.drops -= earlier.drops;
