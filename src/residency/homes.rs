@@ -83,9 +83,8 @@ impl Manager {
     }
 
     /// Moves a home into page-locked memory, copying it once. The other way, registering the
-    /// memory in place (cudaHostRegister), is faster once: 375 ms per GiB on an H100, where this
-    /// copy measured 0.74 to 1.07 s per GiB (the benchmark's first Resident pass, 4 and 27.6 GiB
-    /// of weights: new blocks from CUDA's caching host allocator, then a memcpy). It is taken
+    /// memory in place (cudaHostRegister), is faster once (about half the time on an H100:
+    /// docs/performance.md, "The final run"). It is taken
     /// because the memory then belongs to that allocator, which records the copies that use it,
     /// reuses it for later homes and frees it; registered memory must be unregistered before its
     /// owner frees it, which the library cannot see (a wrapper around the storage's deleter, as
