@@ -94,8 +94,8 @@ def shape_table(shape, ours, peers, v: Verdicts):
         if r.get("ok") is False:
             check = "FAILED"
             v.fail(name)
-        elif ms is not None and bound is not None and ms < bound:
-            check = "SUSPECT"  # faster than the link allows for its own bytes
+        elif r.get("suspect") or (ms is not None and bound is not None and ms < bound):
+            check = "SUSPECT"  # faster than the link allows for its own bytes, or for the fewest
             v.fail(f"{name} below its bound")
         else:
             check = "ok" if r.get("ok") else "-"
@@ -128,6 +128,8 @@ def shape_table(shape, ours, peers, v: Verdicts):
         if ms.get("PCIe bound (all weights)"):
             v.bar("PCIe bound (all weights) / Flow (30B bar)", ms["PCIe bound (all weights)"] / f, ">=", 0.90,
                   head.get("shape") == "opt30b")
+        if flow.get("peak_reserved") and head.get("reserved_bar"):
+            v.bar("Flow peak reserved / (budget + allowance)", flow["peak_reserved"] / head["reserved_bar"], "<=", 1.0)
         if flow.get("model_efficiency") is not None:
             print(f"  {'schedule model: bound / makespan':<44} {flow['model_efficiency']:8.3f}")
     if our_resident and ms.get("PyTorch resident"):
