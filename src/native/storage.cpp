@@ -114,6 +114,23 @@ c10::StorageImpl *impl_of(const void *t) {
     return static_cast<const at::Tensor *>(t)->storage().unsafeGetStorageImpl();
 }
 
+// A tensor of `dtype` with `sizes`, `strides` and `offset` over `storage`, on its device: what
+// at::empty({0}) and set_ make, built directly, without their two calls through the dispatcher
+// (autograd's wrappers, the version bump of an in-place op): every managed op makes a few.
+at::Tensor tensor_over(c10::Storage storage, caffe2::TypeMeta dtype, at::IntArrayRef sizes, at::IntArrayRef strides,
+                       int64_t offset) {
+    c10::DispatchKeySet keys(c10::computeDispatchKey(c10::typeMetaToScalarType(dtype), at::kStrided, storage.device()));
+    auto t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), keys, dtype);
+    t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, offset);
+    return t;
+}
+
+// A 1-D byte tensor over all of `storage`.
+at::Tensor bytes_over(c10::Storage storage) {
+    auto n = static_cast<int64_t>(storage.nbytes());
+    return tensor_over(std::move(storage), caffe2::TypeMeta::Make<uint8_t>(), {n}, {1}, 0);
+}
+
 bool is_page_locked(const at::DataPtr &dp, bool cuda) {
     if (dp.get_deleter() == &simulated_free) {
         return true;
@@ -173,9 +190,7 @@ uintptr_t tr_native_tensor_impl(const void *t) {
 int tr_native_storage_bytes(const void *t, void **out, char *err, size_t err_len) {
     return guarded(err, err_len, [&] {
         const auto &src = *static_cast<const at::Tensor *>(t);
-        auto bytes = at::empty({0}, src.options().dtype(at::kByte));
-        auto n = static_cast<int64_t>(src.storage().nbytes());
-        bytes.set_(src.storage(), 0, {n}, {1});
+        auto bytes = bytes_over(src.storage());
         bytes.unsafeGetTensorImpl()->set_version_counter(src.unsafeGetTensorImpl()->version_counter());
         *out = new at::Tensor(std::move(bytes));
     });
@@ -188,8 +203,7 @@ int tr_native_view_on(const void *holder, const void *like, void **out, char *er
         const auto &h = *static_cast<const at::Tensor *>(holder);
         const auto &l = *static_cast<const at::Tensor *>(like);
         TORCH_CHECK(h.storage().nbytes() >= l.storage().nbytes(), "view_on: the storage is smaller than the view's");
-        auto view = at::empty({0}, l.options().device(h.device()));
-        view.set_(h.storage(), l.storage_offset(), l.sizes(), l.strides());
+        auto view = tensor_over(h.storage(), l.dtype(), l.sizes(), l.strides(), l.storage_offset());
         // One version counter per storage (see tr_native_share_version).
         view.unsafeGetTensorImpl()->set_version_counter(h.unsafeGetTensorImpl()->version_counter());
         *out = new at::Tensor(std::move(view));
@@ -209,9 +223,7 @@ int tr_native_alias_bytes(const void *holder, uint64_t offset, uint64_t nbytes, 
         at::DataPtr memory(data, new Alias{storage}, &alias_deleter, storage.device());
         auto impl = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes,
                                                           std::move(memory), nullptr, /*resizable=*/false);
-        auto alias = at::empty({0}, h.options().dtype(at::kByte));
-        alias.set_(at::Storage(std::move(impl)), 0, {static_cast<int64_t>(nbytes)}, {1});
-        *out = new at::Tensor(std::move(alias));
+        *out = new at::Tensor(bytes_over(at::Storage(std::move(impl))));
     });
 }
 
@@ -223,9 +235,7 @@ int tr_native_lazy_home(const void *like, void **out, char *err, size_t err_len)
         auto impl = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), l.storage().nbytes(),
                                                           at::DataPtr(nullptr, at::Device(at::kCPU)), nullptr,
                                                           /*resizable=*/false);
-        auto home = at::empty({0}, l.options().device(at::kCPU));
-        home.set_(at::Storage(std::move(impl)), l.storage_offset(), l.sizes(), l.strides());
-        *out = new at::Tensor(std::move(home));
+        *out = new at::Tensor(tensor_over(at::Storage(std::move(impl)), l.dtype(), l.sizes(), l.strides(), l.storage_offset()));
     });
 }
 
@@ -251,9 +261,7 @@ int tr_native_home_pin(const void *home, int cuda, void **out_old, char *err, si
         at::DataPtr old = s->set_data_ptr(std::move(fresh));
         auto impl = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), n, std::move(old),
                                                           nullptr, /*resizable=*/false);
-        auto holder = at::empty({0}, at::TensorOptions().dtype(at::kByte));
-        holder.set_(at::Storage(std::move(impl)), 0, {static_cast<int64_t>(n)}, {1});
-        *out_old = new at::Tensor(std::move(holder));
+        *out_old = new at::Tensor(bytes_over(at::Storage(std::move(impl))));
     });
 }
 
