@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::native;
 use crate::registry::Entry;
 use std::cell::RefCell;
-use std::collections::HashMap;
+use super::id_map::IdMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -58,19 +58,19 @@ pub(crate) struct Acquired {
 pub(crate) struct Manager {
     pub(crate) cfg: Config,
     pub(super) policy: Box<dyn Policy>,
-    pub(super) storages: HashMap<u64, Storage>,
+    pub(super) storages: IdMap<u64, Storage>,
     /// Home StorageImpl address -> storage.
-    pub(super) by_home: HashMap<usize, u64>,
+    pub(super) by_home: IdMap<usize, u64>,
     /// Device copy StorageImpl address -> storage, for the storages on the device (how an op's
     /// result or a tensor autograd saves is recognised as a view of a known storage).
-    pub(super) by_device: HashMap<usize, u64>,
+    pub(super) by_device: IdMap<usize, u64>,
     /// Trace key -> storage, for the storages results and saved tensors made (how Flow finds
     /// what to prefetch in backward).
-    pub(super) by_key: HashMap<TraceKey, u64>,
+    pub(super) by_key: IdMap<TraceKey, u64>,
     /// Registered entry -> the storage it views.
-    pub(super) entries: HashMap<u64, u64>,
+    pub(super) entries: IdMap<u64, u64>,
     /// Storage -> the storages whose recipes read it (see `recompute`).
-    pub(super) dependents: HashMap<u64, Vec<u64>>,
+    pub(super) dependents: IdMap<u64, Vec<u64>>,
     pub(super) next_id: u64,
     /// Storages whose registered views have all died while other tensors still held their home:
     /// forgotten once those are gone too (see `forget`).
@@ -109,12 +109,12 @@ impl Manager {
         Ok(Manager {
             cfg,
             policy,
-            storages: HashMap::new(),
-            by_home: HashMap::new(),
-            by_device: HashMap::new(),
-            by_key: HashMap::new(),
-            entries: HashMap::new(),
-            dependents: HashMap::new(),
+            storages: IdMap::default(),
+            by_home: IdMap::default(),
+            by_device: IdMap::default(),
+            by_key: IdMap::default(),
+            entries: IdMap::default(),
+            dependents: IdMap::default(),
             next_id: 1,
             orphans: Vec::new(),
             forgotten: 0,

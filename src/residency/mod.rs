@@ -10,7 +10,7 @@
 //!
 //! Files: `faults` (faults injected on the simulated device, for tests), `manager` (state and
 //! moves), `storage` (one storage's placement and its home), `homes` (which storage a tensor
-//! views; registering and forgetting storages), `external` (several storages over one memory
+//! views; registering and forgetting storages), `id_map` (the maps keyed by ids), `external` (several storages over one memory
 //! the outside can reach), `prefetch` (Flow's loads ahead of use), `ticket`
 //! (one op's protocol), `policy` (the trait) with `resident`, `genoa`, `flow`, `trace` (learned
 //! access order, offline optimum), `device` (copies) with `cuda` (side-stream copies through
@@ -32,6 +32,7 @@ mod flow;
 mod genoa;
 mod grads;
 mod homes;
+mod id_map;
 mod manager;
 mod policy;
 mod prefetch;

@@ -6,6 +6,7 @@
 //! iteration are named by the op that made them, so the next iteration's activations match.
 //! `offline_min_loads` computes the optimum (Belady's MIN) any policy could reach on a trace.
 
+use super::id_map::IdMap;
 use std::collections::{HashMap, HashSet};
 
 /// How a tensor is named in the trace.
@@ -35,14 +36,14 @@ pub struct OpRecord {
 
 struct Recorded {
     ops: Vec<OpRecord>,
-    uses: HashMap<NormKey, Vec<u32>>,
+    uses: IdMap<NormKey, Vec<u32>>,
     /// The tensors evicted (not dropped) in the recorded iteration.
     evicted: HashSet<NormKey>,
 }
 
 impl Recorded {
     fn new(ops: Vec<OpRecord>, evicted: HashSet<NormKey>) -> Recorded {
-        let mut uses: HashMap<NormKey, Vec<u32>> = HashMap::new();
+        let mut uses: IdMap<NormKey, Vec<u32>> = IdMap::default();
         for (i, op) in ops.iter().enumerate() {
             for (k, _) in &op.inputs {
                 uses.entry(*k).or_default().push(i as u32);
@@ -84,7 +85,7 @@ pub(crate) struct Trace {
     following: bool,
     explicit: bool,
     /// Auto-detection: the op index in `current` where each anchor signature first appeared.
-    anchors: HashMap<u64, usize>,
+    anchors: IdMap<u64, usize>,
     /// The tensors evicted (not dropped) so far in this iteration.
     evicted: HashSet<NormKey>,
 }
