@@ -13,6 +13,7 @@
 use super::device::{ComputeDevice, Transfer};
 use super::device_memory;
 use super::faults::Fault;
+use super::id_map::IdMap;
 use super::policy::{Candidate, Policy, PolicyKind};
 use super::recompute::{LinkLoad, Recipe, Recompute};
 use super::report::{Event, EventKind, Reporter, ResidencyStats};
@@ -24,7 +25,7 @@ use crate::error::{Error, Result};
 use crate::native;
 use crate::registry::Entry;
 use std::cell::RefCell;
-use super::id_map::IdMap;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -93,8 +94,9 @@ pub(crate) struct Manager {
     /// by it) or when asked for.
     pub(crate) schedule: Option<Log>,
     pub(super) link: LinkLoad,
-    /// The compute stream's timed waits for copies not yet passed (CUDA; see `count_stalls`).
-    stalls: Vec<super::cuda::Stall>,
+    /// The compute stream's timed waits for copies not yet passed, in the order it meets them
+    /// (CUDA; see `count_stalls`).
+    stalls: VecDeque<super::cuda::Stall>,
 }
 
 impl Manager {
@@ -128,7 +130,7 @@ impl Manager {
             report: Reporter::new(),
             schedule,
             link: LinkLoad::default(),
-            stalls: Vec::new(),
+            stalls: VecDeque::new(),
         })
     }
 
@@ -276,16 +278,13 @@ impl Manager {
         Ok(())
     }
 
-    /// Adds the compute stream's waits for copies that it has passed to `load_wait_ns`.
+    /// Adds the compute stream's waits for copies that it has passed to `load_wait_ns`: one
+    /// stream meets them in order, so the first it has not passed ends the count.
     pub(crate) fn count_stalls(&mut self) {
-        let stats = &mut self.stats;
-        self.stalls.retain(|stall| match stall.ns() {
-            Some(ns) => {
-                stats.load_wait_ns += ns;
-                false
-            }
-            None => true,
-        });
+        while let Some(ns) = self.stalls.front().and_then(super::cuda::Stall::ns) {
+            self.stats.load_wait_ns += ns;
+            self.stalls.pop_front();
+        }
     }
 
     /// Evicts until `bytes` more fit in the budget. Where they cannot, even with every copy

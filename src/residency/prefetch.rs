@@ -44,16 +44,20 @@ impl Manager {
             if committed + bytes + working_set > room || (!fits_free && ahead + bytes > window) {
                 return;
             }
-            let mut later = self
-                .candidates()
-                .into_iter()
-                .filter(|c| {
-                    let s = &self.storages[&c.uid];
-                    !s.dirty && !s.prefetched && !s.written_ahead && self.trace.next_use(c.key) > wanted
-                })
-                .collect::<Vec<_>>();
-            if self.used() + bytes + results > self.cfg.budget + later.iter().map(|c| c.bytes).sum::<u64>() {
-                return;
+            // The copies a prefetch may evict (every storage looked at): only when free room is short.
+            let mut later = Vec::new();
+            if self.used() + bytes + results > self.cfg.budget {
+                later = self
+                    .candidates()
+                    .into_iter()
+                    .filter(|c| {
+                        let s = &self.storages[&c.uid];
+                        !s.dirty && !s.prefetched && !s.written_ahead && self.trace.next_use(c.key) > wanted
+                    })
+                    .collect();
+                if self.used() + bytes + results > self.cfg.budget + later.iter().map(|c| c.bytes).sum::<u64>() {
+                    return;
+                }
             }
             while self.used() + bytes > self.cfg.budget {
                 match self.policy.pick_victim(&later, self.clock, &self.trace) {
