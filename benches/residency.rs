@@ -13,7 +13,7 @@
 //! Two bounds for the bytes a pass loads, as time over the link: the bytes Flow loaded, and the
 //! fewest bytes any schedule that repeats every pass must load within the budget (`min_loads`).
 //! On CUDA a row faster than either is SUSPECT; on the simulated device the schedule model's
-//! replay of the pass (a lower bound for a GPU at given rates, `schedule`) is held to them. The
+//! replay of the pass (a lower bound for a GPU at given rates, `residency::model`) is held to them. The
 //! "/Belady" column is the loads over Belady's MIN on the recorded trace: exact for equal sizes,
 //! a heuristic (not a bound) when sizes differ. A failed output check, a SUSPECT row, or loads
 //! below the fewest possible make the run exit 1. `benches/residency_peers.py` runs the same
@@ -31,7 +31,7 @@ mod cli;
 use cli::Cli;
 use std::time::Instant;
 use tch::{Device, Kind};
-use tensorref::residency::{self, schedule, ComputeDevice, Config, PolicyKind, ResidencyStats};
+use tensorref::residency::{self, model, ComputeDevice, Config, PolicyKind, ResidencyStats};
 use tensorref::{no_grad, with_scope, DType, Result, Tensor};
 
 struct Args {
@@ -214,7 +214,7 @@ struct Row {
     optimum: Option<u64>,
     check: Check,
     /// The schedule model's replay of the last pass, and the bytes that pass loaded.
-    replay: Option<(schedule::Replay, u64)>,
+    replay: Option<(model::Replay, u64)>,
     /// The counters over the timed passes (differences), and at their end.
     steady: Option<(ResidencyStats, ResidencyStats)>,
     /// The simulated device's allocator peak over the row (0 elsewhere).
@@ -263,7 +263,7 @@ struct Setup<'a, C> {
 
 /// Runs the passes (the first is a warm-up that records the trace) and measures the rest, each
 /// in its own window (see the module's comment).
-fn run<C: Fn(&schedule::Step) -> f64>(model: &Model, name: &str, cfg: Option<Config>, setup: &Setup<C>) -> Result<Row> {
+fn run<C: Fn(&model::Step) -> f64>(model: &Model, name: &str, cfg: Option<Config>, setup: &Setup<C>) -> Result<Row> {
     let sync = || {
         if let ComputeDevice::Cuda(n) = setup.device {
             tch::Cuda::synchronize(n as i64);
@@ -295,7 +295,7 @@ fn run<C: Fn(&schedule::Step) -> f64>(model: &Model, name: &str, cfg: Option<Con
     let after = residency::stats().unwrap_or_default();
     let allocator_peak = if cfg.is_some() { residency::device_memory(false).peak } else { 0 };
     let optimum = residency::recorded_trace().map(|t| residency::offline_min_loads(&t, after.budget, after.pinned_bytes, 3));
-    let replay = residency::schedule_log().map(|pass| (schedule::replay(&pass, setup.bandwidth, &setup.compute), pass.loaded_bytes()));
+    let replay = residency::schedule_log().map(|pass| (model::replay(&pass, setup.bandwidth, &setup.compute), pass.loaded_bytes()));
     // Without a manager the pass runs on the host.
     let device = if cfg.is_some() { setup.device.tch() } else { Device::Cpu };
     let check = setup.reference.check(out.as_ref().expect("at least one timed pass"), device)?;
@@ -366,11 +366,11 @@ fn main() -> Result<()> {
     let elem = a.dtype.size() as u64;
     let min_loads = model.min_loads(budget, elem)?;
     let measured = measured_bandwidth(a.device);
-    let bandwidth = measured.unwrap_or(schedule::H100.link);
+    let bandwidth = measured.unwrap_or(model::Rates::H100.link);
     // The schedule model's compute rate: an H100's f16 rate on tensor cores as PyTorch resident
     // ran the 30B shape (121 TFLOP in 173.0 ms), and its f32 rate without TF32, libtorch's
     // default for matrix products (docs/performance.md).
-    let flops = a.tflops.map_or(if a.dtype == DType::F16 { 700e12 } else { schedule::H100.flops }, |t| t * 1e12);
+    let flops = a.tflops.map_or(if a.dtype == DType::F16 { 700e12 } else { model::Rates::H100.flops }, |t| t * 1e12);
     println!(
         "{} {} of {}x{} {:?} ({} of weights), batch {}, device budget {} (weights / {}), device {}, {} timed passes",
         a.layers, if a.opt30b { "OPT-style blocks" } else { "layers" }, a.width, a.width, a.dtype, mib(weight_bytes), a.batch, mib(budget), a.budget_div, a.device, a.passes
@@ -386,7 +386,7 @@ fn main() -> Result<()> {
     let peak = output.f_abs()?.f_max()?.f_double_value(&[])?;
     let reference = Reference { output, device: a.device.tch(), dtype: a.dtype, peak };
     // Elementwise ops at an H100's memory bandwidth.
-    let setup = Setup { reference: &reference, device: a.device, passes: a.passes, bandwidth, compute: schedule::roofline(flops, 3e12, a.dtype.size()) };
+    let setup = Setup { reference: &reference, device: a.device, passes: a.passes, bandwidth, compute: model::roofline(flops, 3e12, a.dtype.size()) };
 
     let cfg = |policy| Config::new(a.device, policy, budget);
     let wants = |p: &str| a.policies.iter().any(|x| x == p);

@@ -14,7 +14,7 @@
 //! (with the same seeds, its losses are ours on the CPU).
 //!
 //! Each managed row also gives the schedule model's prediction for a GPU (src/residency/
-//! schedule.rs): the last step as the manager logged it, replayed with a copy engine at an
+//! src/residency/model): the last step as the manager logged it, replayed with a copy engine at an
 //! H100's PCIe bandwidth beside a compute engine at `--tflops` (matrix products) and 3 TB/s
 //! (everything else), each kernel taking at least `--launch-us`, against the same step with
 //! nothing moved or remade.
@@ -28,7 +28,7 @@
 mod cli;
 use cli::Cli;
 use std::time::Instant;
-use tensorref::residency::{self, schedule, ComputeDevice, Config, PolicyKind, Recompute, ResidencyStats};
+use tensorref::residency::{self, model, ComputeDevice, Config, PolicyKind, Recompute, ResidencyStats};
 use tensorref::{manual_seed, no_grad, with_scope, DType, Result, Tensor};
 
 struct Args {
@@ -41,7 +41,7 @@ struct Args {
     steps: usize,
     dropout: f64,
     /// The schedule model's device: an H100's, with `--tflops` and `--launch-us` if given.
-    rates: schedule::Rates,
+    rates: model::Rates,
     /// The managed runs: policy and recomputation, each at a budget of the unmanaged peak over
     /// each of `budgets`.
     runs: Vec<(PolicyKind, Recompute)>,
@@ -78,10 +78,10 @@ fn args() -> Args {
         batch: cli.num("--batch", 16),
         steps: cli.num("--steps", 6) as usize,
         dropout: cli.value("--dropout").and_then(|v| v.parse().ok()).unwrap_or(0.1),
-        rates: schedule::Rates {
-            flops: cli.value("--tflops").and_then(|v| v.parse::<f64>().ok()).map_or(schedule::H100.flops, |t| t * 1e12),
-            launch: cli.value("--launch-us").and_then(|v| v.parse::<f64>().ok()).map_or(schedule::H100.launch, |us| us * 1e-6),
-            ..schedule::H100
+        rates: model::Rates {
+            flops: cli.value("--tflops").and_then(|v| v.parse::<f64>().ok()).map_or(model::Rates::H100.flops, |t| t * 1e12),
+            launch: cli.value("--launch-us").and_then(|v| v.parse::<f64>().ok()).map_or(model::Rates::H100.launch, |us| us * 1e-6),
+            ..model::Rates::H100
         },
         runs: cli.value("--runs").unwrap_or_else(|| "genoa,flow,flow+cheaper,flow+always".into()).split(',').map(run_named).collect(),
         budgets: cli.value("--budgets").unwrap_or_else(|| "2,4".into()).split(',').map(|d| d.parse().expect("--budgets: divisors of the peak")).collect(),
@@ -147,7 +147,7 @@ struct Run {
     /// is drift.
     reserved_peak_before: u64,
     /// The schedule model's replay of the last step.
-    model: Option<schedule::Replay>,
+    model: Option<model::Replay>,
     /// The most device bytes alive at once: on the simulated device as its allocator counts them
     /// (backward's gradients in flight and kernels' scratch included), elsewhere in the books.
     peak: u64,

@@ -1,4 +1,4 @@
-//! Recomputation under the residency manager (src/residency/recompute.rs): a result dropped
+//! Recomputation under the residency manager (src/residency/training/recompute.rs): a result dropped
 //! rather than written back reads the same wherever it is made again (an op's input, a read, an
 //! in-place write to one of its inputs, the manager's end); random ops are made again with the
 //! numbers they drew; results read by an in-place write are never made again from stale inputs; remakes stay within the chain limit;
@@ -6,7 +6,7 @@
 //! (One test binary: the manager is process-wide, so these tests take turns.)
 
 use std::sync::{Mutex, MutexGuard};
-use tensorref::residency::{self, ComputeDevice, Config, PolicyKind, Recompute, ResidencyStats};
+use tensorref::residency::{self, ComputeDevice, Config, PolicyKind, Rates, Recompute, ResidencyStats};
 use tensorref::{live_handles, manual_seed, DType, Result, Tensor};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -33,8 +33,12 @@ impl Managed {
     }
 
     fn recomputing(recompute: Recompute, policy: PolicyKind, budget: u64) -> Managed {
+        Managed::priced(recompute, policy, budget, None)
+    }
+
+    fn priced(recompute: Recompute, policy: PolicyKind, budget: u64, rates: Option<Rates>) -> Managed {
         let turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-        let config = Config { recompute, ..Config::new(ComputeDevice::Simulated, policy, budget) };
+        let config = Config { recompute, rates, ..Config::new(ComputeDevice::Simulated, policy, budget) };
         residency::configure(config).unwrap();
         Managed(turn)
     }
@@ -188,7 +192,7 @@ fn turning_the_manager_off_makes_every_dropped_result_again() -> Result<()> {
     Ok(())
 }
 
-/// `Cheaper` prices an op as an H100 would run it, whatever the device: a 1 MiB elementwise
+/// `Cheaper` on the simulated device prices an op as an H100 would run it (the preset): a 1 MiB elementwise
 /// result is dropped (remaking it is a kernel's launch, 5 us, where writing it back and loading it
 /// again takes 39 us at 53.6 GB/s), a 4 KiB one is written back (0.15 us of copies).
 #[test]
@@ -203,6 +207,27 @@ fn cheaper_drops_what_an_h100_would_remake_faster_than_it_moves_it() -> Result<(
         assert!(s.evictions > before.evictions, "{floats} floats: the budget evicts {s:?}");
         assert_eq!(moved(s.drops, before.drops) > 0, dropped, "{floats} floats: {s:?}");
         assert_eq!(moved(s.write_backs, before.write_backs) > 0, !dropped, "{floats} floats: {s:?}");
+        assert!(results.iter().all(|r| r.to_vec::<f32>().map(|v| v.iter().all(|&x| x == 2.0)).unwrap_or(false)));
+    }
+    Ok(())
+}
+
+/// `Cheaper` prices with the configuration's rates where it names them: over a link of 1 MB/s
+/// the 4 KiB result the H100 preset writes back is dropped (8 ms of copies against a launch),
+/// over a link of 1 PB/s the 1 MiB result it drops is written back (2 ns of copies).
+#[test]
+fn cheaper_prices_with_the_rates_the_configuration_names() -> Result<()> {
+    for (floats, link, dropped) in [(N, 1e6, true), (1i64 << 18, 1e15, false)] {
+        let bytes = floats as u64 * 4;
+        let rates = Rates { link, ..Rates::H100 };
+        let _m = Managed::priced(Recompute::Cheaper, PolicyKind::Flow, 3 * bytes, Some(rates));
+        let filler = Tensor::ones(&[floats], DType::F32)?;
+        let before = stats();
+        let results: Vec<Tensor> = (0..5).map(|_| filler.mul_scalar(2.0)).collect::<Result<_>>()?;
+        let s = stats();
+        assert!(s.evictions > before.evictions, "{floats} floats: the budget evicts {s:?}");
+        assert_eq!(s.drops > before.drops, dropped, "{floats} floats at {link} B/s: {s:?}");
+        assert_eq!(s.write_backs > before.write_backs, !dropped, "{floats} floats at {link} B/s: {s:?}");
         assert!(results.iter().all(|r| r.to_vec::<f32>().map(|v| v.iter().all(|&x| x == 2.0)).unwrap_or(false)));
     }
     Ok(())

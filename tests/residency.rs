@@ -518,7 +518,7 @@ fn dlpack_export_shares_the_current_data_and_settles_it_home() {
 /// their output on the host: 16 layers whose weights are 4x the budget, activations a quarter of
 /// a weight. Returns the last pass's schedule log and the counters after the first pass and after
 /// the last.
-fn logged_stack(cfg: Config) -> Result<(tensorref::residency::schedule::Pass, residency::ResidencyStats, residency::ResidencyStats)> {
+fn logged_stack(cfg: Config) -> Result<(tensorref::residency::model::Pass, residency::ResidencyStats, residency::ResidencyStats)> {
     let (width, layers, batch) = (256i64, 16, 64i64);
     let weights: Vec<Tensor> = (0..layers).map(|_| Tensor::randn(&[width, width], DType::F32)).collect::<Result<_>>()?;
     let x = Tensor::randn(&[batch, width], DType::F32)?;
@@ -560,7 +560,7 @@ const BALANCED_TFLOPS: f64 = 1.7;
 /// the compute or neither is the bottleneck.
 #[test]
 fn flow_in_steady_state_pays_nothing_a_gpu_would_stall_on_and_overlaps_its_copies() {
-    use tensorref::residency::schedule;
+    use tensorref::residency::model;
     exclusive(|| {
         let (log, first, s) = logged_stack(Config::new(DEVICE, PolicyKind::Flow, STACK_BUDGET))?; // prefetch as far as the budget allows
         assert!(first.page_locked_allocs > 0, "the first pass moves the weights into page-locked memory: {first:?}");
@@ -576,7 +576,7 @@ fn flow_in_steady_state_pays_nothing_a_gpu_would_stall_on_and_overlaps_its_copie
         }
         assert!(s.prefetch_hits > 0 && s.peak_device_bytes <= STACK_BUDGET, "{s:?}");
         for tflops in [6.0, BALANCED_TFLOPS, 0.5] {
-            let r = schedule::replay(&log, 53.6e9, schedule::roofline(tflops * 1e12, 3e12, 4));
+            let r = model::replay(&log, 53.6e9, model::roofline(tflops * 1e12, 3e12, 4));
             assert!(r.efficiency() >= 0.95 && r.efficiency() <= 1.0 + 1e-9, "{tflops} TFLOP/s: {r:?}");
         }
         Ok(())
@@ -588,11 +588,11 @@ fn flow_in_steady_state_pays_nothing_a_gpu_would_stall_on_and_overlaps_its_copie
 /// balanced rate, and the ops wait for their copies.
 #[test]
 fn without_prefetching_the_schedule_model_shows_the_stalls() {
-    use tensorref::residency::schedule;
+    use tensorref::residency::model;
     exclusive(|| {
         let cfg = Config { prefetch_depth: 0, ..Config::new(DEVICE, PolicyKind::Flow, STACK_BUDGET) };
         let (log, first, s) = logged_stack(cfg)?;
-        let r = schedule::replay(&log, 53.6e9, schedule::roofline(BALANCED_TFLOPS * 1e12, 3e12, 4));
+        let r = model::replay(&log, 53.6e9, model::roofline(BALANCED_TFLOPS * 1e12, 3e12, 4));
         assert!(r.efficiency() < 0.8, "loads on demand overlap as if prefetched: {r:?}");
         assert!(s.load_wait_ns > first.load_wait_ns, "no op waited for a copy: {s:?}");
         Ok(())
@@ -606,7 +606,7 @@ fn without_prefetching_the_schedule_model_shows_the_stalls() {
 /// being written back ran beside another load as if on an engine of its own.
 #[test]
 fn the_schedule_model_never_beats_its_bound() {
-    use tensorref::residency::schedule::{replay, Pass, Step, Work};
+    use tensorref::residency::model::{replay, Pass, Step, Work};
     let op = |storages: Vec<u64>| Step::Op { name: "relu", storages, input_bytes: vec![], shapes: vec![], output_bytes: 1 << 20, work: Work::Program };
     let gib = 1u64 << 30;
     let beside = Pass {
@@ -656,7 +656,7 @@ fn the_schedule_model_never_beats_its_bound() {
 /// whose write-back is under way follows it on the write-back stream.
 #[test]
 fn the_schedule_model_copies_both_ways_at_once_but_loads_a_home_only_once_written() {
-    use tensorref::residency::schedule::{replay, Pass, Step, Work};
+    use tensorref::residency::model::{replay, Pass, Step, Work};
     let op = |storages: Vec<u64>| Step::Op { name: "relu", storages, input_bytes: vec![], shapes: vec![], output_bytes: 0, work: Work::Program };
     // An op, a write-back of storage 1, a load of `loaded` as large, an op reading it.
     let pass = |loaded: u64| Pass {
@@ -672,7 +672,7 @@ fn the_schedule_model_copies_both_ways_at_once_but_loads_a_home_only_once_writte
 /// made, where the same load issued before the read overlaps the op.
 #[test]
 fn the_schedule_model_starts_nothing_before_the_host_issues_it() {
-    use tensorref::residency::schedule::{replay, Pass, Step, Work};
+    use tensorref::residency::model::{replay, Pass, Step, Work};
     let op = |storages: Vec<u64>| Step::Op { name: "relu", storages, input_bytes: vec![], shapes: vec![], output_bytes: 0, work: Work::Program };
     let (load, read) = (Step::Load { storage: 1, bytes: 1 << 30, after: None }, Step::HostWait { after: 0 });
     let replayed = |steps: Vec<Step>| replay(&Pass { steps }, 1e9, |s: &Step| if matches!(s, Step::Op { storages, .. } if storages.is_empty()) { 1.0 } else { 0.0 });

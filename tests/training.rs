@@ -567,7 +567,7 @@ fn flow_prefetches_saved_activations_ahead_of_backward() {
     assert!(3 * with <= without, "prefetch left {with} of {without} demand loads in backward: {stats:?}");
 }
 
-/// The schedule model of a training step (src/residency/schedule.rs): each unpack for backward
+/// The schedule model of a training step (src/residency/model): each unpack for backward
 /// knows which op saved its tensor, and backward costs between one and three times the forward
 /// (a matrix product's backward is two products of its size: the input's gradient and the
 /// weight's), counted once however often the budget makes a saved tensor move; results made again
@@ -575,9 +575,9 @@ fn flow_prefetches_saved_activations_ahead_of_backward() {
 /// and the recomputation mode.
 #[test]
 fn the_schedule_model_costs_a_training_step_backward_included() {
-    use tensorref::residency::schedule::{self, Step, Work};
+    use tensorref::residency::model::{self, Step, Work};
     let _turn = turn();
-    let compute = schedule::roofline(1e12, 3e11, 4);
+    let compute = model::roofline(1e12, 3e11, 4);
     let logged = |recompute: Recompute, budget: u64| {
         let _managed = Managed::recomputing(PolicyKind::Flow, budget, recompute);
         residency::schedule_log_start().unwrap();
@@ -594,7 +594,7 @@ fn the_schedule_model_costs_a_training_step_backward_included() {
         let cost = |range: &[&Step]| range.iter().filter(|s| work(s) == Work::Program).map(|s| compute(s)).sum::<f64>();
         let (forward, after) = (cost(&ops[..first_unpack]), cost(&ops[first_unpack..]));
         assert!(forward > 0.0 && after > 0.0, "the forward, and the optimizer step after backward");
-        let r = schedule::replay(&pass, schedule::H100.link, &compute);
+        let r = model::replay(&pass, model::Rates::H100.link, &compute);
         let backward = r.unmanaged - forward - after;
         assert!(backward >= forward * (1.0 - 1e-9) && backward <= 3.0 * forward * (1.0 + 1e-9), "{recompute:?} at {budget}: backward {backward} against forward {forward}: {r:?}");
         let remade = ops.iter().filter(|s| work(s) == Work::Remake).count();
@@ -644,7 +644,7 @@ fn flow_writes_back_ahead_what_the_followed_step_evicted() {
 #[cfg(not(feature = "cuda-tests"))]
 #[test]
 fn flow_trains_near_the_unmanaged_speed_in_the_schedule_model() {
-    use tensorref::residency::schedule;
+    use tensorref::residency::model;
     let _turn = turn();
     let wide = || Encoder::of(WIDE);
     let peak = unmanaged_peak(|| train_with(wide, 2, true, Optimizer::Adam, Grads::Clear, |_| {}).map(drop));
@@ -653,7 +653,7 @@ fn flow_trains_near_the_unmanaged_speed_in_the_schedule_model() {
         residency::schedule_log_start().unwrap();
         train_with(wide, 5, true, Optimizer::Adam, Grads::Clear, |_| {}).unwrap();
         let step = residency::schedule_log().expect("a step was logged");
-        let r = schedule::H100.replay(&step, 4);
+        let r = model::Rates::H100.replay(&step, 4);
         let what = format!("{:.2} of the peak: {r:?}, {:.2}x the unmanaged step", budget as f64 / peak as f64, r.slowdown());
         assert!(r.slowdown() <= slowdown && r.efficiency() >= efficiency && r.efficiency() <= 1.0 + 1e-9, "{what}");
     }

@@ -54,7 +54,7 @@ class Op:
     @property
     def replayable(self) -> bool:
         """The op makes a new tensor from its inputs and values alone, so the residency manager
-        may drop its result and run it again (src/residency/recompute.rs)."""
+        may drop its result and run it again (src/residency/training/recompute.rs)."""
         return (self.ret == "T" and not self.creates and self.name not in RANDOM
                 and all(cell(p.ty, "replay") for p in self.params))
 

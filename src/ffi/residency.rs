@@ -124,6 +124,7 @@ pub extern "C" fn tr_residency_configure(config: *const TrResidencyConfig) -> St
             prefetch_depth: c.prefetch_depth as usize,
             simulated_capacity: (c.simulated_capacity > 0).then_some(c.simulated_capacity),
             recompute: Recompute::try_from(c.recompute)?,
+            rates: None,
         })
     })
 }

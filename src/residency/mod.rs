@@ -8,61 +8,41 @@
 //! can reach (DLPack imports and exports) is never cached on the device past the op using it, and
 //! several storages over the same such memory share one device copy in an op (`external`).
 //!
-//! Files: `faults` (faults injected on the simulated device, for tests), `manager` (state and
-//! moves), `storage` (one storage's placement and its home), `homes` (which storage a tensor
-//! views; registering and forgetting storages), `id_map` (the maps keyed by ids), `external` (several storages over one memory
-//! the outside can reach), `prefetch` (Flow's loads ahead of use), `ticket`
-//! (one op's protocol), `policy` (the trait) with `resident`, `genoa`, `flow`, `trace` (learned
-//! access order, offline optimum), `device` (copies) with `cuda` (side-stream copies through
-//! src/native/streams.cpp) and `device_memory` (the simulated device's memory as its allocator
-//! counts it), `report` (stats, events, timeline), `schedule` (a model of one recorded pass on a
-//! copy engine and a compute engine), `room` (ops on several threads waiting for room in the one
-//! budget).
+//! Folders, by concern: `core` (the manager's state and moves, storages and their homes, one
+//! op's protocol, room on several threads, stats and events), `policy` (the trait, `resident`,
+//! `genoa`, and `flow` with its recorded order and prefetch), `device` (copies, CUDA's side
+//! streams, the simulated device's memory, injected faults), `training` (saved tensors,
+//! gradients, recomputation and the rates it prices with), `model` (the schedule model: the log
+//! the manager keeps of a pass, and its replay, a tool for tests and benchmarks).
 //!
 //! Autograd runs through managed tensors (see `ticket`), and what it saves for backward is
 //! managed too (`saved`). A result that can be made again from its inputs may be dropped rather
 //! than written back (`recompute`).
 
-mod cuda;
+mod core;
 mod device;
-mod device_memory;
-mod external;
-mod faults;
-mod flow;
-mod genoa;
-mod grads;
-mod homes;
-mod id_map;
-mod manager;
+pub mod model;
 mod policy;
-mod prefetch;
-mod recompute;
-mod report;
-mod resident;
-mod room;
-mod saved;
-pub mod schedule;
-mod storage;
-mod ticket;
-mod trace;
+mod training;
 
 pub use device::ComputeDevice;
-pub use device_memory::{device_memory, DeviceMemory};
+pub use device::memory::{device_memory, DeviceMemory};
 #[doc(hidden)]
-pub use faults::{inject_fault, Fault};
+pub use device::faults::{inject_fault, Fault};
 pub use policy::PolicyKind;
-pub use recompute::Recompute;
-pub use report::{Callback, Event, EventKind, ResidencyStats};
-pub use trace::{offline_min_loads, NormKey, OpRecord};
-pub(crate) use recompute::{Recipe, Replay};
-pub(crate) use saved::{save as save_for_backward, Saved};
-pub(crate) use ticket::Ticket;
-pub(crate) use room::with_room;
+pub use model::Rates;
+pub use training::recipe::Recompute;
+pub use self::core::report::{Callback, Event, EventKind, ResidencyStats};
+pub use policy::flow::trace::{offline_min_loads, NormKey, OpRecord};
+pub(crate) use training::recipe::{Recipe, Replay};
+pub(crate) use training::saved::{save as save_for_backward, Saved};
+pub(crate) use self::core::ticket::Ticket;
+pub(crate) use self::core::room::with_room;
 
 use crate::error::{Error, Result};
 use crate::registry::{Entry, TensorId};
 use device::Transfer;
-use manager::Manager;
+use self::core::manager::Manager;
 use std::cell::Cell;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -87,6 +67,10 @@ pub struct Config {
     /// Whether evicted results that can be made again are dropped rather than written back
     /// (see `recompute`; Resident, which evicts nothing, ignores it).
     pub recompute: Recompute,
+    /// The device's rates `Recompute::Cheaper` prices remakes and copies with (None: the
+    /// device's own, `ComputeDevice::rates`: measured as the manager starts on CUDA, the
+    /// `Rates::H100` preset on the simulated device).
+    pub rates: Option<Rates>,
 }
 
 /// Flow looks ahead this many recorded ops by default: in practice, as far as the budget allows.
@@ -94,7 +78,7 @@ pub const DEFAULT_PREFETCH_DEPTH: usize = 256;
 
 impl Config {
     pub fn new(device: ComputeDevice, policy: PolicyKind, budget: u64) -> Config {
-        Config { device, budget, policy, pin_host_memory: true, prefetch_depth: DEFAULT_PREFETCH_DEPTH, simulated_capacity: None, recompute: Recompute::Off }
+        Config { device, budget, policy, pin_host_memory: true, prefetch_depth: DEFAULT_PREFETCH_DEPTH, simulated_capacity: None, recompute: Recompute::Off, rates: None }
     }
 }
 
@@ -117,7 +101,7 @@ static ANY_DEFERRED: AtomicBool = AtomicBool::new(false);
 /// an op's kernel; the manager counts its loads and remakes itself (`device_memory`).
 struct Held {
     guard: MutexGuard<'static, Option<Manager>>,
-    _host: Option<device_memory::Scope>,
+    _host: Option<device::memory::Scope>,
 }
 
 impl Drop for Held {
@@ -148,7 +132,7 @@ fn lock() -> Result<Held> {
         ));
     }
     let guard = MANAGER.lock().unwrap_or_else(PoisonError::into_inner);
-    let mut held = Held { guard, _host: device_memory::Scope::host() };
+    let mut held = Held { guard, _host: device::memory::Scope::host() };
     HOLDING.with(|h| h.set(true));
     if ANY_DEFERRED.swap(false, Ordering::AcqRel) {
         let uids = std::mem::take(&mut *DEFERRED.lock().unwrap_or_else(PoisonError::into_inner));
@@ -185,7 +169,7 @@ pub fn configure(cfg: Config) -> Result<()> {
     crate::registry::on_forget(forget);
     let mut guard = lock()?;
     if cfg.device == ComputeDevice::Simulated {
-        device_memory::install();
+        device::memory::install();
     }
     let mut fresh = Manager::new(cfg)?;
     let mut writing = vec![];
@@ -193,12 +177,12 @@ pub fn configure(cfg: Config) -> Result<()> {
         writing = old.drain()?;
         fresh.report.callback = old.report.callback.take();
     }
-    device_memory::device_memory(true); // the peak from this manager's start, after the last's drain
+    device::memory::device_memory(true); // the peak from this manager's start, after the last's drain
     let moves = fresh.moves();
     let old = guard.replace(fresh);
     ACTIVE.store(true, Ordering::Release);
     drop(guard);
-    saved::manage(moves)?;
+    training::saved::manage(moves)?;
     wait_all(writing)?;
     drop(old);
     Ok(())
@@ -215,10 +199,10 @@ pub fn disable() -> Result<()> {
     let old = guard.take();
     ACTIVE.store(false, Ordering::Release);
     drop(guard);
-    saved::manage(false)?;
+    training::saved::manage(false)?;
     wait_all(writing)?;
     drop(old);
-    room::freed();
+    self::core::room::freed();
     Ok(())
 }
 
@@ -264,7 +248,7 @@ pub fn stats() -> Option<ResidencyStats> {
         (m.stats, m.cfg.device)
     })?;
     if let (s, ComputeDevice::Cuda(index)) = &mut stats {
-        (s.reserved_bytes, s.peak_reserved_bytes) = cuda::reserved(*index).unwrap_or_default();
+        (s.reserved_bytes, s.peak_reserved_bytes) = device::cuda::reserved(*index).unwrap_or_default();
     }
     Some(stats.0)
 }
@@ -275,7 +259,7 @@ pub fn stats() -> Option<ResidencyStats> {
 #[doc(hidden)]
 pub fn reset_reserved_peak() -> Result<()> {
     match lock()?.as_ref().map(|m| m.cfg.device) {
-        Some(ComputeDevice::Cuda(index)) => cuda::reset_peak(index),
+        Some(ComputeDevice::Cuda(index)) => device::cuda::reset_peak(index),
         _ => Ok(()),
     }
 }
@@ -342,7 +326,7 @@ pub fn schedule_log_start() -> Result<()> {
 
 /// The last complete iteration's schedule log (see `schedule`), if one was started and an
 /// iteration has ended since.
-pub fn schedule_log() -> Option<schedule::Pass> {
+pub fn schedule_log() -> Option<model::Pass> {
     lock().ok()?.as_ref().and_then(|m| m.schedule_log())
 }
 

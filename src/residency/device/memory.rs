@@ -8,7 +8,7 @@
 //! What the CPU's worker threads allocate inside a parallel kernel is not seen (their mode is the
 //! host's); libtorch's CPU kernels allocate their outputs on the calling thread.
 
-use super::with;
+use crate::residency::with;
 use crate::error::Error;
 use std::cell::{Cell, RefCell};
 use std::os::raw::c_int;
@@ -140,7 +140,7 @@ unsafe extern "C" fn room_for(bytes: u64) -> c_int {
         });
         match made {
             // Backward cannot run again from the start: it waits for the room in place.
-            Err(Error::RoomTaken { freed, .. }) if op == "backward" => super::room::wait_for_free(freed),
+            Err(Error::RoomTaken { freed, .. }) if op == "backward" => crate::residency::core::room::wait_for_free(freed),
             made => break made,
         }
     });

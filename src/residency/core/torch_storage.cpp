@@ -1,4 +1,4 @@
-// Storages for the residency manager (src/residency/storage.rs): which storage a tensor views,
+// Storages for the residency manager (src/residency/core/storage.rs): which storage a tensor views,
 // whose memory it is, and the host memory ("home") the manager keeps a storage's bytes in.
 //
 // The manager moves storages, not tensors: every view of one storage shares one home and one
@@ -212,7 +212,7 @@ int tr_native_view_on(const void *holder, const void *like, void **out, char *er
 
 // A 1-D uint8 tensor of `nbytes` over the memory of `holder`'s storage from byte `offset` on, in a
 // StorageImpl of its own that keeps `holder`'s alive: the same device bytes under another storage,
-// as two imports of one memory are on the host (src/residency/external.rs).
+// as two imports of one memory are on the host (src/residency/core/external.rs).
 int tr_native_alias_bytes(const void *holder, uint64_t offset, uint64_t nbytes, void **out, char *err, size_t err_len) {
     return guarded(err, err_len, [&] {
         const auto &h = *static_cast<const at::Tensor *>(holder);

@@ -15,8 +15,8 @@
 //! Storages that overlap without one holding the other are still copied apart (see
 //! docs/residency.md).
 
-use super::manager::Manager;
-use super::storage::{Home, Storage};
+use crate::residency::core::manager::Manager;
+use crate::residency::core::storage::{Home, Storage};
 use crate::error::{Error, Result};
 use crate::native;
 
@@ -33,7 +33,7 @@ impl Manager {
     /// The outermost external storage whose bytes hold `id`'s, and where `id`'s bytes start in
     /// it, unless that is `id` itself. Of several spanning the same bytes the first registered
     /// is the outer one, so that the choice is the same from each of them.
-    pub(super) fn outer_memory(&self, id: u64) -> Option<(u64, usize)> {
+    pub(in crate::residency) fn outer_memory(&self, id: u64) -> Option<(u64, usize)> {
         let (start, end) = span(&self.storages[&id])?;
         let (outer, outer_start, _) = self
             .storages
@@ -46,7 +46,7 @@ impl Manager {
 
     /// Gives `id` (not on the device, its outer storage held by the running op) a view of the
     /// outer storage's device copy over its own bytes.
-    pub(super) fn alias_within(&mut self, id: u64, outer: u64, offset: usize) -> Result<()> {
+    pub(in crate::residency) fn alias_within(&mut self, id: u64, outer: u64, offset: usize) -> Result<()> {
         let device = self.storages[&outer].device.as_ref().expect("the outer storage is held on the device").shallow_clone();
         let s = self.storages.get_mut(&id).expect("registered");
         s.within = Some(outer);
@@ -61,20 +61,20 @@ impl Manager {
     /// Before external `id` is loaded with a copy of its own: no storage inside its bytes may
     /// have a device copy of its own, which the op would read apart from `id`'s. Such a copy was
     /// loaded before `id` was known to hold it: the op lets go of everything and runs again.
-    pub(super) fn no_copy_inside(&self, id: u64, op: &'static str) -> Result<()> {
+    pub(in crate::residency) fn no_copy_inside(&self, id: u64, op: &'static str) -> Result<()> {
         let Some((start, end)) = span(&self.storages[&id]) else { return Ok(()) };
         let inside = self.storages.iter().any(|(&other, s)| {
             other != id && s.resident() && s.within.is_none() && span(s).is_some_and(|(lo, hi)| start <= lo && hi <= end)
         });
         match inside {
-            true => Err(Error::RoomTaken { op: op.to_string(), freed: super::room::freed_so_far() }),
+            true => Err(Error::RoomTaken { op: op.to_string(), freed: crate::residency::core::room::freed_so_far() }),
             false => Ok(()),
         }
     }
 
     /// When the running ops no longer use `id`, a view of its outer storage's copy: the view
     /// goes (the outer storage, written if the op wrote through `id`, is let go by the caller).
-    pub(super) fn end_alias(&mut self, id: u64) {
+    pub(in crate::residency) fn end_alias(&mut self, id: u64) {
         let s = self.storages.get_mut(&id).expect("registered");
         if s.in_use == 0 {
             s.within = None;

@@ -1,6 +1,10 @@
 //! The one small trait every residency policy implements, and what it sees of a resident tensor.
 
-use super::trace::{Trace, TraceKey};
+pub(super) mod flow;
+mod genoa;
+mod resident;
+
+use flow::trace::{Trace, TraceKey};
 use tensorref_derive::CEnum;
 
 /// Which policy the residency manager runs.
@@ -44,6 +48,17 @@ pub(crate) trait Policy: Send {
     }
     /// The candidate to evict next. `now` is the manager's op clock.
     fn pick_victim(&self, candidates: &[Candidate], now: u64, trace: &Trace) -> Option<u64>;
+}
+
+impl PolicyKind {
+    /// The policy's rules.
+    pub(crate) fn rules(self) -> Box<dyn Policy> {
+        match self {
+            PolicyKind::Resident => Box::new(resident::Resident),
+            PolicyKind::Genoa => Box::new(genoa::Genoa),
+            PolicyKind::Flow => Box::new(flow::Flow),
+        }
+    }
 }
 
 /// Least recently used first; the fallback of every policy.

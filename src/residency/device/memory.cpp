@@ -1,4 +1,4 @@
-// The simulated device's memory, counted where it is allocated (src/residency/device_memory.rs).
+// The simulated device's memory, counted where it is allocated (src/residency/device/memory.rs).
 //
 // The simulated device's copies are host memory from libtorch's CPU allocator. A counting
 // allocator wraps that allocator; what a thread allocates while its mode says "device" is device

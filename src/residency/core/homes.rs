@@ -2,9 +2,9 @@
 //! time an op uses it (memory of the library's is moved into page-locked memory once), and
 //! forgetting it when its last view dies.
 
-use super::manager::Manager;
-use super::storage::{page_locked, Home, Storage};
-use super::trace::TraceKey;
+use crate::residency::core::manager::Manager;
+use crate::residency::core::storage::{page_locked, Home, Storage};
+use crate::residency::policy::flow::trace::TraceKey;
 use crate::error::Result;
 use crate::native;
 use crate::registry::Entry;
@@ -17,7 +17,7 @@ static RETIRED: Mutex<Vec<tch::Tensor>> = Mutex::new(Vec::new());
 
 impl Manager {
     /// The storage `entry` views, registering it (and the storage, the first time) if needed.
-    pub(super) fn storage_of(&mut self, entry: &Entry) -> Result<u64> {
+    pub(in crate::residency) fn storage_of(&mut self, entry: &Entry) -> Result<u64> {
         if let Some(&id) = self.entries.get(&entry.uid()) {
             return Ok(id);
         }
@@ -31,7 +31,7 @@ impl Manager {
     }
 
     /// The storage `entry` views if the manager knows it (nothing is registered).
-    pub(super) fn find(&self, entry: &Entry) -> Result<Option<u64>> {
+    pub(in crate::residency) fn find(&self, entry: &Entry) -> Result<Option<u64>> {
         if let Some(&id) = self.entries.get(&entry.uid()) {
             return Ok(Some(id));
         }
@@ -39,25 +39,25 @@ impl Manager {
     }
 
     /// The storage whose home `t` views, if any.
-    pub(super) fn home_of(&self, t: &tch::Tensor) -> Result<Option<u64>> {
+    pub(in crate::residency) fn home_of(&self, t: &tch::Tensor) -> Result<Option<u64>> {
         let info = native::storage(t, self.cuda())?;
         Ok(self.by_home.get(&info.id).copied())
     }
 
-    pub(super) fn attach(&mut self, entry: &Entry, id: u64) {
+    pub(in crate::residency) fn attach(&mut self, entry: &Entry, id: u64) {
         entry.registered.store(true, Ordering::Release);
         self.entries.insert(entry.uid(), id);
         self.storages.get_mut(&id).expect("attached to a known storage").views += 1;
     }
 
-    pub(super) fn new_id(&mut self) -> u64 {
+    pub(in crate::residency) fn new_id(&mut self) -> u64 {
         self.next_id += 1;
         self.next_id - 1
     }
 
     /// Registers the storage of a tensor made outside the manager. Pageable memory of ours is
     /// moved into page-locked memory now, once (see `pin_home`).
-    pub(super) fn add_storage(&mut self, entry: &Entry, info: native::StorageInfo) -> Result<u64> {
+    pub(in crate::residency) fn add_storage(&mut self, entry: &Entry, info: native::StorageInfo) -> Result<u64> {
         let id = self.new_id();
         let home = native::storage_bytes(entry)?;
         let on_device = self.cuda() && entry.device() == self.cfg.device.tch();
@@ -91,7 +91,7 @@ impl Manager {
     /// `native::mark_external` puts on external memory, could: the way to register in place).
     /// The home's StorageImpl takes the new memory, so every view of it follows; the old memory is
     /// freed once no reader can still use it.
-    pub(super) fn pin_home(&mut self, s: &mut Storage) -> Result<()> {
+    pub(in crate::residency) fn pin_home(&mut self, s: &mut Storage) -> Result<()> {
         let (old, new) = page_locked(self.cfg.device, || native::home_pin(&s.home, self.cuda()))?;
         RETIRED.lock().unwrap_or_else(PoisonError::into_inner).push(old);
         s.kind = Home::PageLocked;
@@ -100,9 +100,9 @@ impl Manager {
     }
 
     /// Frees the memory homes moved out of, if no reader is running.
-    pub(super) fn free_retired(&self) {
+    pub(in crate::residency) fn free_retired(&self) {
         let mut retired = RETIRED.lock().unwrap_or_else(PoisonError::into_inner);
-        if !retired.is_empty() && super::readers() == 0 {
+        if !retired.is_empty() && crate::residency::readers() == 0 {
             retired.clear();
         }
     }
@@ -143,7 +143,7 @@ impl Manager {
 
     /// Forgets a storage no registered view uses if nothing beyond `ours` references holds its
     /// home (a home without memory too: a leaf's gradient holds one). Returns whether it did.
-    pub(super) fn forget_unheld(&mut self, id: u64, ours: i32) -> bool {
+    pub(in crate::residency) fn forget_unheld(&mut self, id: u64, ours: i32) -> bool {
         let Some(s) = self.storages.get(&id) else { return true };
         if s.views > 0 {
             return true; // registered again: no longer an orphan
@@ -163,7 +163,7 @@ impl Manager {
         }
         if s.resident() && s.counted() {
             self.stats.device_bytes -= s.bytes;
-            super::room::freed();
+            crate::residency::core::room::freed();
         }
         if s.pinned {
             self.stats.pinned_bytes -= s.bytes;

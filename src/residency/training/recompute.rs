@@ -7,9 +7,9 @@
 //! evicted neighbourhood) costs less than the write-back and the reload its eviction would take,
 //! copies weighed by how loaded the link was in the last iteration (`LinkLoad`: recompute more
 //! where the link is the bottleneck, reload where compute is); with `Recompute::Always`, whenever
-//! it has a recipe. Costs are an H100's, estimated from the op's shapes (`remake_estimate_ns`),
-//! the same on every device, so the choice made on the simulated device is the one a GPU would
-//! make.
+//! it has a recipe. Costs are estimated from the op's shapes at the device's rates
+//! (`remake_estimate_ns`, `Config::rates`): on the simulated device an H100's, so the choice made
+//! there is the one an H100 would make. What a recipe is: `recipe`.
 //!
 //! What keeps a recipe sound:
 //! - Only ops whose result depends on nothing but their inputs have replay functions, never an
@@ -27,102 +27,31 @@
 //!   Memory shared with the outside is treated the same way. Each input's version is checked at
 //!   every remake anyway: a write the manager did not see is an error, never a wrong value.
 
-use super::device::ComputeDevice;
-use super::device_memory::{Mode, Scope};
-use super::faults::Fault;
-use super::manager::Manager;
-use super::report::EventKind;
-use super::schedule;
-use super::storage::Home;
+use crate::residency::device::ComputeDevice;
+use crate::residency::device::memory::{Mode, Scope};
+use crate::residency::device::faults::Fault;
+use crate::residency::core::manager::Manager;
+use crate::residency::core::report::EventKind;
+use crate::residency::training::costs::op_seconds;
+use crate::residency::core::storage::Home;
 use crate::error::{Error, Result};
 use crate::native;
 use crate::registry::Entry;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
-use tensorref_derive::CEnum;
-
-/// Whether the manager drops results it can make again rather than writing them back.
-#[repr(i32)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, CEnum)]
-#[c_enum(what = "recompute mode")]
-pub enum Recompute {
-    /// Every evicted result is written back.
-    Off = 0,
-    /// A result is dropped when remaking it is estimated cheaper than writing it back and
-    /// loading it again over the link.
-    Cheaper = 1,
-    /// Every result that can be made again is dropped when evicted (as activation
-    /// checkpointing would, op by op).
-    Always = 2,
-}
-
-/// How many recipes deep a remake may go.
-pub(crate) const MAX_CHAIN: u32 = 8;
+use crate::residency::training::recipe::{Recipe, Recompute, Replay, MAX_CHAIN};
 
 /// An input the recorded order reads again within this many ops of a result's next use is
 /// brought back for that read anyway, so making the result again costs no load of it (in
 /// backward, an op's input is read right after its result).
 const SHARED_WITHIN: u64 = 8;
 
-/// The link's bandwidth the cost rule assumes, bytes per nanosecond (an H100's).
-const LINK_BYTES_PER_NS: f64 = schedule::H100.link / 1e9;
-
-/// What `Cheaper` knows of the link's load, learned at each mark: `pressure` is the link's time
-/// over the kernels' time in the iteration that ended, had nothing been dropped (its busier
-/// direction, a dropped result counted as written back and loaded again, against the kernels the
-/// program ran, backward included, at an H100's rates; 1 before the first mark). A copy's time is
-/// weighed by it: above 1 the link is the bottleneck and every copy delays the step, below 1
-/// copies run under the kernels while a remake takes the compute engine's time. Counting drops as
-/// copies keeps it from swinging with the drops it leads to.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct LinkLoad {
-    pub(super) pressure: f64,
-    /// The loaded, remade, written-back and dropped bytes counted at the last mark.
-    at_mark: [u64; 4],
-}
-
-impl Default for LinkLoad {
-    fn default() -> Self {
-        LinkLoad { pressure: 1.0, at_mark: [0; 4] }
-    }
-}
-
-/// An op's replay function: its inputs' device copies (None for an absent optional input) to
-/// its result.
-pub(crate) type Replay = Arc<dyn Fn(&[Option<&tch::Tensor>]) -> Result<tch::Tensor> + Send + Sync>;
-
-/// How to make a result again.
-pub(crate) struct Recipe {
-    /// Set by the manager: the op's name.
-    pub(crate) op: &'static str,
-    /// The op's tensor inputs as the replay function takes them.
-    pub(crate) inputs: Vec<Option<Arc<Entry>>>,
-    pub(crate) replay: Replay,
-    /// Set by the manager: the op's estimated time on the device, in nanoseconds.
-    pub(crate) cost_ns: f64,
-    /// Set by the manager: each present input's storage and its version when the op ran.
-    pub(crate) storages: Vec<(u64, u32)>,
-    /// Recipes deep (1: every input is kept data).
-    pub(crate) depth: u32,
-    /// Set by the manager: the bytes on the device while it runs (`Manager::working_set`).
-    pub(crate) working_set: u64,
-    /// What its kernel allocated at its peak the first time, result and scratch, as the simulated
-    /// device's allocator counted it (0 elsewhere: the result's bytes are used).
-    pub(crate) kernel_bytes: u64,
-}
-
-impl Recipe {
-    pub(crate) fn new(inputs: Vec<Option<Arc<Entry>>>, replay: Replay) -> Recipe {
-        Recipe { op: "", inputs, replay, cost_ns: 0.0, storages: Vec::new(), depth: 0, working_set: 0, kernel_bytes: 0 }
-    }
-}
-
 impl Manager {
     /// Gives a new result of `op` its recipe, unless an input is memory the outside may write or
     /// the chain would be too deep. The recipe holds views of its own of the inputs' storages
     /// (`recipe_holds`), not the program's tensors.
-    pub(super) fn keep_recipe(&mut self, id: u64, op: &'static str, mut recipe: Recipe) -> Result<()> {
+    pub(in crate::residency) fn keep_recipe(&mut self, id: u64, op: &'static str, mut recipe: Recipe) -> Result<()> {
         recipe.op = op;
         let mut depth = 0;
         for entry in recipe.inputs.iter().flatten() {
@@ -188,7 +117,7 @@ impl Manager {
     /// Makes again every dropped result whose remake no longer fits beside the pins (a pin was
     /// just counted): while the pinned storage is not on the device yet, it still does. Such a
     /// result is written back from now on (`droppable`).
-    pub(super) fn remake_crowded(&mut self) -> Result<()> {
+    pub(in crate::residency) fn remake_crowded(&mut self) -> Result<()> {
         let mut crowded: Vec<u64> = self
             .storages
             .iter()
@@ -199,7 +128,7 @@ impl Manager {
         crowded.into_iter().try_for_each(|id| self.remake_if_dropped(id, "pin_resident"))
     }
 
-    /// The time `recipe`'s op would take to make `id` again on an H100 (`schedule::op_seconds`,
+    /// The time `recipe`'s op would take to make `id` again at the device's rates (`op_seconds`,
     /// at least a launch). Not the op's measured time: on CUDA the host sees only the launch
     /// (kernels run asynchronously), and on the simulated device the CPU's compute; an estimate
     /// makes the choice a GPU would make on both.
@@ -208,13 +137,13 @@ impl Manager {
         let k = first.and_then(|e| e.size().last().copied());
         let elem = first.map_or(4, |e| e.kind().elt_size_in_bytes());
         let input_bytes = recipe.storages.iter().map(|(input, _)| self.storages[input].bytes).sum();
-        let h100 = schedule::H100;
-        let seconds = schedule::op_seconds(recipe.op, k, input_bytes, self.storages[&id].bytes, h100.flops, h100.memory_bandwidth, elem);
-        seconds.max(h100.launch) * 1e9
+        let rates = self.rates;
+        let seconds = op_seconds(recipe.op, k, input_bytes, self.storages[&id].bytes, rates.flops, rates.memory_bandwidth, elem);
+        seconds.max(rates.launch) * 1e9
     }
 
     /// See `residency::keep_saved_recipe`: only a storage that was saved and has no recipe yet.
-    pub(super) fn keep_saved_recipe(&mut self, t: &tch::Tensor, op: &'static str, replay: Replay) -> Result<()> {
+    pub(in crate::residency) fn keep_saved_recipe(&mut self, t: &tch::Tensor, op: &'static str, replay: Replay) -> Result<()> {
         if self.cfg.recompute == Recompute::Off || !self.moves() {
             return Ok(());
         }
@@ -226,7 +155,7 @@ impl Manager {
     }
 
     /// Drops a storage's recipe: its inputs are no longer held for it, nor is it their dependent.
-    pub(super) fn drop_recipe(&mut self, id: u64) {
+    pub(in crate::residency) fn drop_recipe(&mut self, id: u64) {
         let Some(recipe) = self.storages.get_mut(&id).and_then(|s| s.recipe.take()) else { return };
         for &(input, _) in &recipe.storages {
             if let Some(s) = self.storages.get_mut(&input) {
@@ -240,7 +169,7 @@ impl Manager {
 
     /// After a view of `id` died: once only recipes hold it, it is dropped from the device if it
     /// can be made again (nothing but a remake needs it).
-    pub(super) fn held_by_recipes(&mut self, id: u64) {
+    pub(in crate::residency) fn held_by_recipes(&mut self, id: u64) {
         let s = &self.storages[&id];
         if s.held_by_recipes_only() && s.evictable() && self.droppable(id) {
             let _ = self.evict(id, "held by recipes only");
@@ -248,7 +177,7 @@ impl Manager {
     }
 
     /// Whether evicting `id` should drop its device copy rather than write it back.
-    pub(super) fn droppable(&self, id: u64) -> bool {
+    pub(in crate::residency) fn droppable(&self, id: u64) -> bool {
         let s = &self.storages[&id];
         if s.kind != Home::Lazy || !s.recipe.as_ref().is_some_and(|r| self.fits_beside_pins(r)) {
             return false;
@@ -259,7 +188,7 @@ impl Manager {
             Recompute::Cheaper => {
                 let due = self.trace.next_use(s.key);
                 let (kernels, copies) = self.remake_ns(id, due, &mut HashSet::new());
-                let moves = 2.0 * s.bytes as f64 / LINK_BYTES_PER_NS;
+                let moves = 2.0 * s.bytes as f64 / self.link_bytes_per_ns();
                 s.held_by_recipes_only() || kernels + self.link.pressure * copies < self.link.pressure * moves
             }
         }
@@ -283,24 +212,29 @@ impl Manager {
                 kernels += k;
                 copies += c;
             } else {
-                copies += s.bytes as f64 / LINK_BYTES_PER_NS;
+                copies += s.bytes as f64 / self.link_bytes_per_ns();
             }
         }
         (kernels, copies)
     }
 
+    /// The link's bandwidth in bytes per nanosecond, at the device's rates.
+    fn link_bytes_per_ns(&self) -> f64 {
+        self.rates.link / 1e9
+    }
+
     /// At a mark, under `Cheaper`: how loaded the link was in the iteration that ended (see
     /// `LinkLoad`).
-    pub(super) fn weigh_link(&mut self) {
+    pub(in crate::residency) fn weigh_link(&mut self) {
         let s = &self.stats;
         let now = [s.load_bytes, s.recomputed_bytes, s.write_back_bytes, s.dropped_bytes];
         let [loaded, remade, written, dropped] = std::array::from_fn(|i| now[i] - self.link.at_mark[i]);
         self.link.at_mark = now;
         let Some(pass) = self.schedule.as_ref().and_then(|log| log.last_pass()) else { return };
         // f32 kernels: the log keeps no element size.
-        let kernels = schedule::H100.replay(pass, 4).unmanaged;
+        let kernels = self.rates.unmanaged_seconds(pass, 4);
         if kernels > 0.0 {
-            let link = (loaded + remade).max(written + dropped) as f64 / schedule::H100.link;
+            let link = (loaded + remade).max(written + dropped) as f64 / self.rates.link;
             self.link.pressure = link / kernels;
         }
     }
@@ -308,7 +242,7 @@ impl Manager {
     /// Makes a dropped storage again: its inputs are acquired (made again too, if dropped), its
     /// op runs under no-grad (the graph was recorded the first time), and the result becomes the
     /// device copy.
-    pub(super) fn recompute(&mut self, id: u64, op: &'static str) -> Result<()> {
+    pub(in crate::residency) fn recompute(&mut self, id: u64, op: &'static str) -> Result<()> {
         let started = Instant::now();
         let recipe = self.storages[&id].recipe.clone().ok_or_else(|| Error::Device("a dropped storage has no recipe".into()))?;
         let mut acquired = Vec::new();
@@ -368,7 +302,7 @@ impl Manager {
     }
 
     /// Brings a storage to the device for an op: loaded from its home, or made again.
-    pub(super) fn bring(&mut self, id: u64, op: &'static str, kind: EventKind) -> Result<()> {
+    pub(in crate::residency) fn bring(&mut self, id: u64, op: &'static str, kind: EventKind) -> Result<()> {
         if self.storages[&id].dropped() {
             return self.recompute(id, op);
         }
@@ -377,7 +311,7 @@ impl Manager {
     }
 
     /// Makes a dropped storage again outside an op (a read, an export, the manager's end).
-    pub(super) fn remake_if_dropped(&mut self, id: u64, op: &'static str) -> Result<()> {
+    pub(in crate::residency) fn remake_if_dropped(&mut self, id: u64, op: &'static str) -> Result<()> {
         match self.storages[&id].dropped() {
             true => self.recompute(id, op),
             false => Ok(()),
@@ -387,7 +321,7 @@ impl Manager {
     /// Before `id`'s data changes: its own recipe no longer describes it, and neither does any
     /// dependent's. A dependent that was dropped is made again first, from the data as it is.
     /// The caller has brought `id` itself to the device.
-    pub(super) fn before_write(&mut self, id: u64, op: &'static str) -> Result<()> {
+    pub(in crate::residency) fn before_write(&mut self, id: u64, op: &'static str) -> Result<()> {
         self.drop_recipe(id);
         let Some(dependents) = self.dependents.remove(&id) else { return Ok(()) };
         for (i, &d) in dependents.iter().enumerate() {

@@ -4,8 +4,11 @@
 //! too). Once the trace is recorded and the program follows it, the victim is the tensor whose
 //! next use is furthest away (Belady), and the manager prefetches the next uses.
 
-use super::policy::{Candidate, Policy};
-use super::trace::Trace;
+pub(in crate::residency) mod prefetch;
+pub(in crate::residency) mod trace;
+
+use super::{Candidate, Policy};
+use trace::Trace;
 
 pub(crate) struct Flow;
 

@@ -9,9 +9,9 @@
 //! the manager forgets a storage when no tensor but the dying entry's holds its home, which it
 //! could not tell if they shared one.
 
-use super::device_memory::{Mode, Scope};
-use super::manager::Manager;
-use super::{active, with};
+use crate::residency::device::memory::{Mode, Scope};
+use crate::residency::core::manager::Manager;
+use crate::residency::{active, with};
 use crate::error::Result;
 use crate::native;
 use crate::registry::Entry;
@@ -39,7 +39,7 @@ impl Manager {
         let bytes = (grad.numel() * grad.kind().elt_size_in_bytes()) as u64;
         self.make_room(bytes, "grad")?;
         let owned = {
-            let _counted = (self.cfg.device == super::ComputeDevice::Simulated).then(|| Scope::enter(Mode::Count));
+            let _counted = (self.cfg.device == crate::residency::ComputeDevice::Simulated).then(|| Scope::enter(Mode::Count));
             grad.f_empty_like()?
         };
         owned.shallow_clone().f_copy_(grad)?;
@@ -74,7 +74,7 @@ fn accumulate(leaf: tch::Tensor, grad: tch::Tensor) -> Result<()> {
         return accumulate_on_the_host(&leaf, &grad);
     }
     // Inside backward: where other ops hold the room, it waits for it (see `room::with_room`).
-    super::with_room(|| with(|m| m.accumulate_grad(&leaf, &grad))).map(drop)
+    crate::residency::with_room(|| with(|m| m.accumulate_grad(&leaf, &grad))).map(drop)
 }
 
 /// The gradient node's hook: takes a new `at::Tensor*` for the leaf and one for the gradient.

@@ -2,8 +2,8 @@
 //! is written back and every device copy is dropped right after. Minimal device memory,
 //! maximal traffic.
 
-use super::policy::{least_recent, Candidate, Policy};
-use super::trace::Trace;
+use crate::residency::policy::{least_recent, Candidate, Policy};
+use crate::residency::policy::flow::trace::Trace;
 
 pub(crate) struct Genoa;
 

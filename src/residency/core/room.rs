@@ -117,7 +117,7 @@ fn finish_all(endings: Vec<Ending>) -> Result<()> {
     if endings.is_empty() {
         return Ok(());
     }
-    let owed = match super::lock()?.as_mut() {
+    let owed = match crate::residency::lock()?.as_mut() {
         Some(m) => {
             let mut owed = Vec::new();
             for Ending { op, storages } in endings {
@@ -136,7 +136,7 @@ fn finish_all(endings: Vec<Ending>) -> Result<()> {
         }
         None => return Ok(()), // turned off since: nothing is held any more
     };
-    super::wait_all(owed)
+    crate::residency::wait_all(owed)
 }
 
 /// Runs `attempt`, then finishes the ops it ran (see `finish_op`), also if it panics.
@@ -162,7 +162,7 @@ fn attempt_then_finish<R>(attempt: &mut impl FnMut() -> Result<R>) -> Result<R> 
 /// inputs and perhaps the queue's first place: the inner one waits for a free without queueing.
 #[inline]
 pub(crate) fn with_room<R>(mut attempt: impl FnMut() -> Result<R>) -> Result<R> {
-    if !super::active() {
+    if !crate::residency::active() {
         return attempt();
     }
     if ATTEMPTING.with(Cell::get) {

@@ -2,10 +2,10 @@
 //! started ahead, so the copy engine stays busy while the compute engine works: weights and
 //! inputs, and in backward the activations autograd saved in forward.
 
-use super::manager::Manager;
-use super::report::EventKind;
-use super::storage::Home;
-use super::trace::{Ahead, TraceKey};
+use crate::residency::core::manager::Manager;
+use crate::residency::core::report::EventKind;
+use crate::residency::core::storage::Home;
+use crate::residency::policy::flow::trace::{Ahead, TraceKey};
 
 impl Manager {
     /// Starts loading the storages the next recorded ops read, so the copy engine stays busy
@@ -24,7 +24,7 @@ impl Manager {
     /// order evicts it: taken earlier, it is loaded back more often). A dropped result is not
     /// fetched: it is made again at its use.
     /// Errors stop the prefetch; the op then loads what it needs.
-    pub(super) fn prefetch(&mut self) {
+    pub(in crate::residency) fn prefetch(&mut self) {
         let room = self.cfg.budget.saturating_sub(self.stats.pinned_bytes);
         let plan = self.trace.prefetch_plan(self.cfg.prefetch_depth);
         let plan: Vec<_> = plan.into_iter().filter_map(|(key, ahead)| Some((self.storage_for(key)?, ahead))).collect();

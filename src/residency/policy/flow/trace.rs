@@ -6,7 +6,7 @@
 //! iteration are named by the op that made them, so the next iteration's activations match.
 //! `offline_min_loads` computes the optimum (Belady's MIN) any policy could reach on a trace.
 
-use super::id_map::IdMap;
+use crate::residency::core::id_map::IdMap;
 use std::collections::{HashMap, HashSet};
 
 /// How a tensor is named in the trace.

@@ -7,7 +7,10 @@
 use crate::error::{Error, Result};
 use crate::native::{check, ERR_LEN};
 use std::ffi::{c_char, c_int, c_void};
+use crate::residency::model::Rates;
 use std::ptr::NonNull;
+use std::time::Instant;
+use tch::{Device, Kind, Tensor};
 
 // The shim is internal: keep it out of the public header.
 #[allow(unused_doc_comments)]
@@ -135,4 +138,37 @@ pub(crate) fn reset_peak(index: usize) -> Result<()> {
     // SAFETY: a plain call; the shim catches every C++ exception.
     let status = unsafe { tr_native_cuda_reset_peak(index as i64, err.as_mut_ptr(), ERR_LEN) };
     Ok(check("cuda_reset_peak", status, &err)?)
+}
+
+/// CUDA device `index`'s rates, measured: the link by a 64 MiB copy from page-locked memory,
+/// the memory bandwidth by a copy on the device (read and written), the matrix products by one
+/// f32 product of 2048-square matrices, a launch by 100 small kernels issued back to back. Each
+/// is timed twice between synchronisations of the device, the faster kept (the first warms up);
+/// about 10 ms on an H100.
+pub(crate) fn measure_rates(index: usize) -> Result<Rates> {
+    const BYTES: i64 = 64 << 20;
+    const N: i64 = 2048;
+    const LAUNCHES: u32 = 100;
+    let device = Device::Cuda(index);
+    let timed = |work: &mut dyn FnMut() -> std::result::Result<(), tch::TchError>| -> Result<f64> {
+        let mut best = f64::INFINITY;
+        for _ in 0..2 {
+            tch::Cuda::synchronize(index as i64);
+            let started = Instant::now();
+            work()?;
+            tch::Cuda::synchronize(index as i64);
+            best = best.min(started.elapsed().as_secs_f64());
+        }
+        Ok(best.max(1e-9))
+    };
+    let host = Tensor::f_zeros([BYTES], (Kind::Uint8, Device::Cpu))?.f_pin_memory(device)?;
+    let mut on_device = Tensor::f_zeros([BYTES], (Kind::Uint8, device))?;
+    let mut other = Tensor::f_zeros([BYTES], (Kind::Uint8, device))?;
+    let link = BYTES as f64 / timed(&mut || on_device.f_copy_(&host))?;
+    let memory_bandwidth = 2.0 * BYTES as f64 / timed(&mut || other.f_copy_(&on_device))?;
+    let a = Tensor::f_ones([N, N], (Kind::Float, device))?;
+    let flops = 2.0 * (N * N * N) as f64 / timed(&mut || a.f_matmul(&a).map(drop))?;
+    let small = Tensor::f_ones([4], (Kind::Float, device))?;
+    let launch = timed(&mut || (0..LAUNCHES).try_for_each(|_| small.f_add_scalar(1.0).map(drop)))? / LAUNCHES as f64;
+    Ok(Rates { link, flops, memory_bandwidth, launch })
 }

@@ -1,7 +1,7 @@
 //! Resident: every tensor used by an op stays on the compute device. The baseline; no budget.
 
-use super::policy::{Candidate, Policy};
-use super::trace::Trace;
+use crate::residency::policy::{Candidate, Policy};
+use crate::residency::policy::flow::trace::Trace;
 
 pub(crate) struct Resident;
 

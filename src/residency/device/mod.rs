@@ -4,9 +4,13 @@
 //! integrity are exercised on machines without a GPU, and every place CUDA would wait or copy
 //! from pageable memory is counted the same way on both (see `manager`).
 
-use super::cuda;
-use super::device_memory::{self, Mode, Scope};
-use super::faults::{self, Fault};
+pub(super) mod cuda;
+pub(super) mod faults;
+pub(super) mod memory;
+
+use crate::residency::model::Rates;
+use faults::Fault;
+use memory::{Mode, Scope};
 use crate::native;
 use crate::error::{Error, Result};
 use tch::Device;
@@ -79,6 +83,16 @@ impl ComputeDevice {
         Ok(())
     }
 
+    /// The rates recomputation prices ops and copies with when the configuration names none:
+    /// a CUDA device's measured (`cuda::measure_rates`), the H100 preset elsewhere (the simulated
+    /// device makes the choices an H100 would; on the host nothing moves).
+    pub(crate) fn rates(self) -> Result<Rates> {
+        match self {
+            ComputeDevice::Cuda(n) => cuda::measure_rates(n),
+            ComputeDevice::Cpu | ComputeDevice::Simulated => Ok(Rates::H100),
+        }
+    }
+
     /// An injected fault's error, for an event of `kind` on the simulated device (see `faults`).
     pub(crate) fn fault(self, kind: Fault, what: &str) -> Result<()> {
         match self {
@@ -105,7 +119,7 @@ impl ComputeDevice {
                 let _counted = Scope::enter(Mode::Count);
                 let pad = misaligned();
                 let bytes = home.numel() as u64;
-                device_memory::lead(pad as u64);
+                memory::lead(pad as u64);
                 let memory = tch::Tensor::f_empty([pad as i64 + bytes as i64], (tch::Kind::Uint8, Device::Cpu))?;
                 let copy = native::alias_bytes(&memory, pad, bytes)?;
                 native::copy_quiet(&copy, home)?;

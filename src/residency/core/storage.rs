@@ -3,12 +3,12 @@
 //! the whole of its own), so views and aliases share one home, one device copy and one entry in
 //! the budget, and a write through any of them is seen through all of them.
 
-use super::device::{ComputeDevice, Transfer};
-use super::faults::Fault;
+use crate::residency::device::{ComputeDevice, Transfer};
+use crate::residency::device::faults::Fault;
 use crate::error::Result;
 use crate::native;
-use super::recompute::Recipe;
-use super::trace::TraceKey;
+use crate::residency::training::recipe::Recipe;
+use crate::residency::policy::flow::trace::TraceKey;
 use std::sync::Arc;
 
 /// What a storage's home memory is.
@@ -155,7 +155,7 @@ impl Storage {
 /// Runs a request for page-locked memory on `device`'s host; returns its result and how many new
 /// allocations it took (0 when the allocator's cache served it: microseconds on CUDA rather than
 /// milliseconds).
-pub(super) fn page_locked<R>(device: ComputeDevice, request: impl FnOnce() -> std::result::Result<R, tch::TchError>) -> Result<(R, u64)> {
+pub(in crate::residency) fn page_locked<R>(device: ComputeDevice, request: impl FnOnce() -> std::result::Result<R, tch::TchError>) -> Result<(R, u64)> {
     device.fault(Fault::PageLockedAllocation, "allocating page-locked memory")?;
     let cuda = device.cuda();
     let before = native::page_locked_allocations(cuda);

@@ -9,17 +9,14 @@
 //! An in-place write to a saved tensor is caught at unpack (libtorch skips its own check when
 //! hooks hold the data): every copy and view of a storage shares one version counter.
 
-use super::manager::Manager;
-use super::{active, with};
+use crate::residency::core::manager::Manager;
+use crate::residency::model::SAVE;
+use crate::residency::{active, with};
 use crate::error::{Error, Result};
 use crate::native;
 use crate::registry::Entry;
 use std::ffi::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-
-/// The op the trace records for a saved tensor that becomes a storage of its own. It runs inside
-/// the op that saves it, and no kernel of its own.
-pub(super) const SAVE: &str = "save";
 
 /// One saved tensor, as an engine's hooks hold it: ours (below), or a host language's own engine
 /// through the C ABI (`tr_saved_pack`, src/ffi/saved.rs).
@@ -51,7 +48,7 @@ impl Manager {
     /// The device copy of a saved tensor for backward (loaded if it was evicted). It is not held
     /// in use: the node that unpacked it holds its memory while it runs, and the copy is not
     /// evicted while it does (`Storage::held_outside`).
-    fn unpack(&mut self, entry: &Entry, logged_at: Option<usize>) -> Result<(tch::Tensor, Vec<std::sync::Arc<super::Transfer>>)> {
+    fn unpack(&mut self, entry: &Entry, logged_at: Option<usize>) -> Result<(tch::Tensor, Vec<std::sync::Arc<crate::residency::Transfer>>)> {
         self.op_begin("unpack");
         let a = self.acquire(entry, false, "unpack")?;
         self.end_op("unpack", &[(a.key, a.bytes)], None, None);
@@ -70,7 +67,7 @@ pub(crate) fn save(t: tch::Tensor) -> Result<Saved> {
     }
     if active() {
         let version = native::version(&t);
-        let saved = super::with_room(|| {
+        let saved = crate::residency::with_room(|| {
             with(|m| {
                 let entry = m.save(&t)?;
                 // Taken after `save`, which may log a step of its own: the index the running op's
@@ -104,12 +101,12 @@ impl Saved {
         }
         if !active() {
             // The manager was turned off since: the data is home.
-            return Ok(super::readable(entry)?.shallow_clone());
+            return Ok(crate::residency::readable(entry)?.shallow_clone());
         }
         // Backward holds its inputs while it waits: several threads in backward at once at a
         // tight budget may wait on one another.
-        let (view, owed) = super::with_room(|| with(|m| m.unpack(entry, logged_at)))?;
-        super::wait_all(owed)?;
+        let (view, owed) = crate::residency::with_room(|| with(|m| m.unpack(entry, logged_at)))?;
+        crate::residency::wait_all(owed)?;
         Ok(view)
     }
 }

@@ -9,10 +9,10 @@
 //! the gradients (`grads`). An optimizer step and `zero_grad` load a parameter's gradient like any
 //! input and hand it to the op as the gradient of the parameter's device copy.
 
-use super::device_memory;
-use super::recompute::Recipe;
-use super::trace::TraceKey;
-use super::{lock, with};
+use crate::residency::device::memory;
+use crate::residency::training::recipe::Recipe;
+use crate::residency::policy::flow::trace::TraceKey;
+use crate::residency::{lock, with};
 use crate::error::{Error, Result};
 use crate::registry::Entry;
 use std::sync::Arc;
@@ -73,8 +73,8 @@ impl Ticket {
             Ok(mut held) => {
                 let m = held.as_mut()?;
                 m.op_begin(op);
-                let recomputes = m.moves() && m.policy.bounded() && m.cfg.recompute != super::Recompute::Off;
-                let simulated = m.moves() && m.cfg.device == super::ComputeDevice::Simulated;
+                let recomputes = m.moves() && m.policy.bounded() && m.cfg.recompute != crate::residency::Recompute::Off;
+                let simulated = m.moves() && m.cfg.device == crate::residency::ComputeDevice::Simulated;
                 Some(ticket(None, m.moves(), recomputes, simulated))
             }
         }
@@ -89,20 +89,20 @@ impl Ticket {
     /// that the op's outputs and scratch fit the budget before they exist; an op refused room
     /// fails with why (another op holds it: the op runs again). `backward` runs the whole graph
     /// and cannot run twice: where other ops hold the room it needs it waits for it in place
-    /// (`device_memory::room_for`), and the gradients its nodes pass on are in flight until they
+    /// (`memory::room_for`), and the gradients its nodes pass on are in flight until they
     /// are freed or become a leaf's gradient.
     pub(crate) fn kernel<R>(&self, body: impl FnOnce() -> Result<R>) -> Result<R> {
         if !self.simulated || self.acquired.is_empty() {
             return body(); // a creation op's result is host memory (see `finish`)
         }
         let result = {
-            let _kernel = device_memory::Scope::kernel(self.op);
-            device_memory::kernel_peak();
+            let _kernel = memory::Scope::kernel(self.op);
+            memory::kernel_peak();
             let result = body();
-            self.kernel_bytes.set(device_memory::kernel_peak());
+            self.kernel_bytes.set(memory::kernel_peak());
             result
         };
-        match device_memory::refusal() {
+        match memory::refusal() {
             Some(why) => Err(why),
             None => result,
         }
@@ -148,7 +148,7 @@ impl Ticket {
             }
         } else if entry.requires_grad() && (recording || self.op == "backward") {
             if entry.is_leaf() {
-                super::grads::connect_leaf(&view, entry)?;
+                crate::residency::training::grads::connect_leaf(&view, entry)?;
             } else {
                 crate::native::connect_grad(&view, entry)?;
             }
@@ -179,7 +179,7 @@ impl Ticket {
         if !grad.defined() {
             return Ok(None);
         }
-        let grad = Arc::new(Entry::new(super::grads::alias(&grad)?));
+        let grad = Arc::new(Entry::new(crate::residency::training::grads::alias(&grad)?));
         let device = self.acquire_storage(&grad, write)?;
         self.grads.push(grad);
         Ok(Some(device))
@@ -226,7 +226,7 @@ impl Ticket {
                 return Err(e);
             }
         };
-        super::room::finish_op(Some(self.op), acquired)?;
+        crate::residency::core::room::finish_op(Some(self.op), acquired)?;
         if let Some(result) = graph {
             crate::native::connect_grad(&entry, &result)?;
         }
@@ -243,7 +243,7 @@ impl Ticket {
             m.end_op(self.op, &self.record, None, anchor);
             Ok(())
         })?;
-        super::room::finish_op(Some(self.op), acquired)?;
+        crate::residency::core::room::finish_op(Some(self.op), acquired)?;
         self.follow_written()
     }
 
@@ -263,6 +263,6 @@ impl Drop for Ticket {
         if acquired.is_empty() {
             return;
         }
-        let _ = super::room::finish_op(None, acquired);
+        let _ = crate::residency::core::room::finish_op(None, acquired);
     }
 }

@@ -4,23 +4,23 @@
 //! leave the device). Registering and forgetting storages is in `homes`, Flow's loads ahead of
 //! use in `prefetch`.
 //!
-//! One manager per process behind one mutex (`super::MANAGER`). Copies are started while it is
+//! One manager per process behind one mutex (`crate::residency::MANAGER`). Copies are started while it is
 //! held, so the accounting is exact at every event, but the host never waits on the GPU under
 //! it: the waits a caller owes (a read of a home still being written, memory shared with the
 //! outside) are handed back and waited for after the lock is released. The policy only chooses
 //! victims and sets the rules.
 
-use super::device::{ComputeDevice, Transfer};
-use super::device_memory;
-use super::faults::Fault;
-use super::id_map::IdMap;
-use super::policy::{Candidate, Policy, PolicyKind};
-use super::recompute::{LinkLoad, Recipe, Recompute};
-use super::report::{Event, EventKind, Reporter, ResidencyStats};
-use super::schedule::Log;
-use super::storage::{page_locked, Home, Storage};
-use super::trace::{Trace, TraceKey};
-use super::Config;
+use crate::residency::device::{ComputeDevice, Transfer};
+use crate::residency::device::memory;
+use crate::residency::device::faults::Fault;
+use crate::residency::core::id_map::IdMap;
+use crate::residency::policy::{Candidate, Policy};
+use crate::residency::training::recipe::{LinkLoad, Recipe, Recompute};
+use crate::residency::core::report::{Event, EventKind, Reporter, ResidencyStats};
+use crate::residency::model::{Log, Rates};
+use crate::residency::core::storage::{page_locked, Home, Storage};
+use crate::residency::policy::flow::trace::{Trace, TraceKey};
+use crate::residency::Config;
 use crate::error::{Error, Result};
 use crate::native;
 use crate::registry::Entry;
@@ -36,15 +36,6 @@ thread_local! {
     static HOLDS: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The rules of a policy.
-fn policy(kind: PolicyKind) -> Box<dyn Policy> {
-    match kind {
-        PolicyKind::Resident => Box::new(super::resident::Resident),
-        PolicyKind::Genoa => Box::new(super::genoa::Genoa),
-        PolicyKind::Flow => Box::new(super::flow::Flow),
-    }
-}
-
 /// What `acquire` gives an op for one input.
 pub(crate) struct Acquired {
     /// The input's view of its storage's device copy.
@@ -58,28 +49,28 @@ pub(crate) struct Acquired {
 
 pub(crate) struct Manager {
     pub(crate) cfg: Config,
-    pub(super) policy: Box<dyn Policy>,
-    pub(super) storages: IdMap<u64, Storage>,
+    pub(in crate::residency) policy: Box<dyn Policy>,
+    pub(in crate::residency) storages: IdMap<u64, Storage>,
     /// Home StorageImpl address -> storage.
-    pub(super) by_home: IdMap<usize, u64>,
+    pub(in crate::residency) by_home: IdMap<usize, u64>,
     /// Device copy StorageImpl address -> storage, for the storages on the device (how an op's
     /// result or a tensor autograd saves is recognised as a view of a known storage).
-    pub(super) by_device: IdMap<usize, u64>,
+    pub(in crate::residency) by_device: IdMap<usize, u64>,
     /// Trace key -> storage, for the storages results and saved tensors made (how Flow finds
     /// what to prefetch in backward).
-    pub(super) by_key: IdMap<TraceKey, u64>,
+    pub(in crate::residency) by_key: IdMap<TraceKey, u64>,
     /// Registered entry -> the storage it views.
-    pub(super) entries: IdMap<u64, u64>,
+    pub(in crate::residency) entries: IdMap<u64, u64>,
     /// Storage -> the storages whose recipes read it (see `recompute`).
-    pub(super) dependents: IdMap<u64, Vec<u64>>,
-    pub(super) next_id: u64,
+    pub(in crate::residency) dependents: IdMap<u64, Vec<u64>>,
+    pub(in crate::residency) next_id: u64,
     /// Storages whose registered views have all died while other tensors still held their home:
     /// forgotten once those are gone too (see `forget`).
-    pub(super) orphans: Vec<u64>,
+    pub(in crate::residency) orphans: Vec<u64>,
     /// Entries forgotten since the orphans were last checked (see `forget`).
-    pub(super) forgotten: usize,
+    pub(in crate::residency) forgotten: usize,
     /// Write-backs of external memory the running op must wait for before it returns.
-    pub(super) owed: Vec<Arc<Transfer>>,
+    pub(in crate::residency) owed: Vec<Arc<Transfer>>,
     /// Storages the running op made or wrote (see `write_ahead`).
     written_now: Vec<u64>,
     /// Results a policy that keeps none lets go of as their op finishes (see `add_produced`).
@@ -87,26 +78,34 @@ pub(crate) struct Manager {
     /// Flow's prefetch after the last op, made as the next op begins (`op_begin`).
     prefetch_due: bool,
     pub(crate) stats: ResidencyStats,
-    pub(super) clock: u64,
+    pub(in crate::residency) clock: u64,
     pub(crate) trace: Trace,
     pub(crate) report: Reporter,
     /// A log of each iteration for the schedule model: kept under `Cheaper` (which weighs copies
     /// by it) or when asked for.
     pub(crate) schedule: Option<Log>,
-    pub(super) link: LinkLoad,
+    pub(in crate::residency) link: LinkLoad,
     /// The compute stream's timed waits for copies not yet passed, in the order it meets them
     /// (CUDA; see `count_stalls`).
-    stalls: VecDeque<super::cuda::Stall>,
+    stalls: VecDeque<crate::residency::device::cuda::Stall>,
+    /// What `Recompute::Cheaper` prices with: the configuration's rates, else the device's (read
+    /// only under `Cheaper`, the one mode that prices, so no other start measures a device).
+    pub(in crate::residency) rates: Rates,
 }
 
 impl Manager {
     pub(crate) fn new(cfg: Config) -> Result<Manager> {
         cfg.device.check_available()?;
-        let policy = policy(cfg.policy);
+        let policy = cfg.policy.rules();
         if policy.bounded() && cfg.budget == 0 {
             return Err(Error::InvalidArg(format!("{:?} needs a device budget above 0 bytes", cfg.policy)));
         }
         let stats = ResidencyStats { budget: if policy.bounded() { cfg.budget } else { u64::MAX }, ..Default::default() };
+        let rates = match cfg.rates {
+            Some(rates) => rates,
+            None if cfg.recompute == Recompute::Cheaper => cfg.device.rates()?,
+            None => Rates::H100,
+        };
         let schedule = (cfg.recompute == Recompute::Cheaper && cfg.device != ComputeDevice::Cpu).then(Log::default);
         Ok(Manager {
             cfg,
@@ -131,6 +130,7 @@ impl Manager {
             schedule,
             link: LinkLoad::default(),
             stalls: VecDeque::new(),
+            rates,
         })
     }
 
@@ -139,11 +139,11 @@ impl Manager {
         self.cfg.device != ComputeDevice::Cpu
     }
 
-    pub(super) fn cuda(&self) -> bool {
+    pub(in crate::residency) fn cuda(&self) -> bool {
         self.cfg.device.cuda()
     }
 
-    pub(super) fn event(&mut self, kind: EventKind, storage: u64, bytes: u64, op: &'static str, started: Option<Instant>) {
+    pub(in crate::residency) fn event(&mut self, kind: EventKind, storage: u64, bytes: u64, op: &'static str, started: Option<Instant>) {
         let duration_us = started.map_or(0.0, |s| s.elapsed().as_secs_f64() * 1e6);
         if let Some(s) = started {
             self.stats.transfer_wait_ns += s.elapsed().as_nanos() as u64;
@@ -242,7 +242,7 @@ impl Manager {
         Ok(device)
     }
 
-    pub(super) fn load(&mut self, id: u64, op: &'static str, kind: EventKind) -> Result<()> {
+    pub(in crate::residency) fn load(&mut self, id: u64, op: &'static str, kind: EventKind) -> Result<()> {
         let started = Instant::now();
         let s = self.storages.get_mut(&id).expect("registered");
         debug_assert!(s.kind != Home::Lazy, "a storage without a home is always on the device");
@@ -281,7 +281,7 @@ impl Manager {
     /// Adds the compute stream's waits for copies that it has passed to `load_wait_ns`: one
     /// stream meets them in order, so the first it has not passed ends the count.
     pub(crate) fn count_stalls(&mut self) {
-        while let Some(ns) = self.stalls.front().and_then(super::cuda::Stall::ns) {
+        while let Some(ns) = self.stalls.front().and_then(crate::residency::device::cuda::Stall::ns) {
             self.stats.load_wait_ns += ns;
             self.stalls.pop_front();
         }
@@ -291,7 +291,7 @@ impl Manager {
     /// that may leave gone (then nothing is evicted), says why: the op's own holds, the pins and
     /// `bytes` exceed the budget (`BudgetTooSmall`, with what the op needs by itself), or other
     /// running ops hold the rest (`RoomTaken`: the op waits and runs again).
-    pub(super) fn make_room(&mut self, bytes: u64, op: &'static str) -> Result<()> {
+    pub(in crate::residency) fn make_room(&mut self, bytes: u64, op: &'static str) -> Result<()> {
         if !self.policy.bounded() || self.used() + bytes <= self.cfg.budget {
             return Ok(());
         }
@@ -311,14 +311,14 @@ impl Manager {
 
     /// The device bytes counted against the budget: the storages', and on the simulated device
     /// what running kernels allocated that is not a storage yet (see `device_memory`).
-    pub(super) fn used(&self) -> u64 {
+    pub(in crate::residency) fn used(&self) -> u64 {
         self.stats.device_bytes + self.in_flight().in_flight
     }
 
-    fn in_flight(&self) -> device_memory::DeviceMemory {
+    fn in_flight(&self) -> memory::DeviceMemory {
         match self.cfg.device {
-            ComputeDevice::Simulated => device_memory::device_memory(false),
-            _ => device_memory::DeviceMemory::default(),
+            ComputeDevice::Simulated => memory::device_memory(false),
+            _ => memory::DeviceMemory::default(),
         }
     }
 
@@ -337,7 +337,7 @@ impl Manager {
         let others = flight.in_flight > flight.in_flight_here
             || self.storages.iter().any(|(id, s)| s.resident() && s.in_use > 0 && own.binary_search(id).is_err());
         if needed <= self.cfg.budget && others {
-            Error::RoomTaken { op: op.to_string(), freed: super::room::freed_so_far() }
+            Error::RoomTaken { op: op.to_string(), freed: crate::residency::core::room::freed_so_far() }
         } else {
             Error::BudgetTooSmall { op: op.to_string(), needed, budget: self.cfg.budget }
         }
@@ -346,7 +346,7 @@ impl Manager {
     /// The storages that may be evicted now, oldest first (so that a policy's ties are broken the
     /// same way in every run, not by the map's order). One that would be dropped to be made again
     /// counts as clean: evicting it costs no write-back.
-    pub(super) fn candidates(&self) -> Vec<Candidate> {
+    pub(in crate::residency) fn candidates(&self) -> Vec<Candidate> {
         let mut candidates: Vec<Candidate> = self
             .storages
             .iter()
@@ -360,7 +360,7 @@ impl Manager {
     /// Starts copying a newer device copy home (a home without memory gets memory first,
     /// page-locked unless the configuration says not to). The home may be read once the write-back has finished; memory the outside can
     /// reach is waited for before the running op returns.
-    pub(super) fn write_home(&mut self, id: u64, op: &'static str) -> Result<()> {
+    pub(in crate::residency) fn write_home(&mut self, id: u64, op: &'static str) -> Result<()> {
         let started = Instant::now();
         let (cuda, pin) = (self.cuda(), self.cfg.pin_host_memory);
         let on = self.cfg.device;
@@ -398,7 +398,7 @@ impl Manager {
     /// Drops the device copy, writing it home first if it is the newer one, unless it is a
     /// result better made again (`droppable`). On a failed write-back the copy stays where it
     /// was: nothing is lost.
-    pub(super) fn evict(&mut self, id: u64, op: &'static str) -> Result<()> {
+    pub(in crate::residency) fn evict(&mut self, id: u64, op: &'static str) -> Result<()> {
         let dropping = self.droppable(id);
         if !dropping {
             self.write_home(id, op)?;
@@ -434,7 +434,7 @@ impl Manager {
                 h.swap_remove(i);
             }
         });
-        super::room::freed();
+        crate::residency::core::room::freed();
         let Some(s) = self.storages.get_mut(&id) else { return };
         s.in_use = s.in_use.saturating_sub(1);
         if let Some(outer) = s.within {
@@ -467,7 +467,7 @@ impl Manager {
     /// storage, recording `op` in the trace: its working set is checked against the budget, room
     /// is made, and its entry's home is a host tensor without memory until the storage must leave
     /// the device.
-    pub(super) fn add_produced(
+    pub(in crate::residency) fn add_produced(
         &mut self,
         t: &tch::Tensor,
         info: &native::StorageInfo,
@@ -478,7 +478,7 @@ impl Manager {
     ) -> Result<Entry> {
         let bytes = info.nbytes;
         if self.cfg.device == ComputeDevice::Simulated {
-            device_memory::adopt(t); // counted from here on as a storage's
+            memory::adopt(t); // counted from here on as a storage's
         }
         self.cfg.device.fault(Fault::DeviceAllocation, &format!("allocating the result of `{op}`"))?;
         if let Some(cap) = self.cfg.simulated_capacity.filter(|_| self.cfg.device == ComputeDevice::Simulated) {
@@ -625,7 +625,7 @@ impl Manager {
         self.schedule = Some(Log::default());
     }
 
-    pub(crate) fn schedule_log(&self) -> Option<super::schedule::Pass> {
+    pub(crate) fn schedule_log(&self) -> Option<crate::residency::model::Pass> {
         self.schedule.as_ref().and_then(|l| l.last_pass().cloned())
     }
 
@@ -694,7 +694,7 @@ impl Manager {
         if !pinned {
             self.storages.get_mut(&id).expect("registered").pinned = false;
             self.stats.pinned_bytes -= bytes;
-            super::room::freed();
+            crate::residency::core::room::freed();
             return Ok(());
         }
         if self.policy.bounded() && self.stats.pinned_bytes + bytes > self.cfg.budget {

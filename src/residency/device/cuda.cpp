@@ -1,4 +1,4 @@
-// Asynchronous copies for the residency manager on CUDA (src/residency/cuda.rs).
+// Asynchronous copies for the residency manager on CUDA (src/residency/device/cuda.rs).
 //
 // Mechanism: two side streams per device, one for loads and one for write-backs, taken once from
 // c10's stream pool and ordered against the compute stream (the device's current stream, where
