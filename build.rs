@@ -5,7 +5,7 @@ use std::path::Path;
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=src/native");
+    println!("cargo:rerun-if-changed=src");
     let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") else {
         println!("cargo:warning=DEP_TCH_LIBTORCH_LIB is unset; binaries will need LD_LIBRARY_PATH");
         println!("cargo:rustc-env=TR_LIBTORCH_VERSION=unknown");
@@ -20,26 +20,35 @@ fn main() {
     compile_native(Path::new(&lib));
 }
 
-/// The C++ shims in src/native (DLPack exchange through libtorch's own converters; side-stream
-/// copies for the residency manager on CUDA), compiled
-/// against the headers of the wheel that provides libtorch.
+/// The C++ shims, each beside the Rust module that wraps it (src/shim says how they report
+/// errors), compiled against the headers of the wheel that provides libtorch.
 fn compile_native(lib: &Path) {
     let include = lib.join("../include");
+    let mut shims = vec![];
+    cpp_files(Path::new("src"), &mut shims);
+    shims.sort();
     cc::Build::new()
         .cpp(true)
-        .file("src/native/dlpack.cpp")
-        .file("src/native/streams.cpp")
-        .file("src/native/tensors.cpp")
-        .file("src/native/storage.cpp")
-        .file("src/native/autograd.cpp")
-        .file("src/native/random.cpp")
-        .file("src/native/device_memory.cpp")
+        .files(&shims)
+        .include("src/shim")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))
         .flag("-std=c++17")
         .define("_GLIBCXX_USE_CXX11_ABI", "1")
         .warnings(false)
         .compile("tensorref_native");
+}
+
+/// Every `.cpp` file under `dir`.
+fn cpp_files(dir: &Path, found: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("src is readable").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            cpp_files(&path, found);
+        } else if path.extension().is_some_and(|e| e == "cpp") {
+            found.push(path);
+        }
+    }
 }
 
 /// The version of the PyTorch wheel that provides libtorch (its `torch/version.py`, beside `lib`).

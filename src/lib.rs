@@ -25,7 +25,7 @@ pub mod ffi;
 mod interop;
 #[cfg(feature = "models")]
 pub mod models;
-mod native;
+mod shim;
 mod ops;
 mod registry;
 pub mod residency;

@@ -6,7 +6,6 @@
 use super::boundary::{call, out_arg};
 use crate::error::{Error, Status};
 use crate::interop::dlpack;
-use crate::native;
 use crate::residency::{self, Saved};
 use std::ffi::c_void;
 
@@ -26,7 +25,7 @@ pub extern "C" fn tr_saved_pack(tensor_impl: *mut c_void, out_saved: *mut *mut c
             return Err(Error::NullArg("tensor_impl"));
         }
         // SAFETY: the caller passes a live TensorImpl (documented).
-        let t = unsafe { native::tensor_of_impl(tensor_impl) }?;
+        let t = unsafe { crate::residency::autograd::tensor_of_impl(tensor_impl) }?;
         *out = Box::into_raw(Box::new(residency::save_for_backward(t)?)).cast();
         Ok(())
     })

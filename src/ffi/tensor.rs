@@ -209,7 +209,7 @@ pub extern "C" fn tr_manual_seed(seed: u64) -> Status {
 #[no_mangle]
 pub extern "C" fn tr_grad_set_enabled(enabled: bool, out_previous: *mut bool) -> Status {
     call(|| {
-        let previous = crate::native::set_grad_enabled(enabled);
+        let previous = crate::residency::autograd::set_grad_enabled(enabled);
         if let Ok(out) = out_arg(out_previous, "out_previous") {
             *out = previous;
         }

@@ -1,5 +1,5 @@
 //! Zero-copy exchange through DLPack (PyTorch, NumPy, CuPy, JAX), using libtorch's own
-//! converters `at::fromDLPack` / `at::toDLPack` from the C++ shim `src/native/dlpack.cpp`.
+//! converters `at::fromDLPack` / `at::toDLPack` from the C++ shim `dlpack.cpp` beside it.
 //! Both directions share memory: nothing is copied, so writes through one side are seen by the
 //! other. Only the legacy, unversioned `DLManagedTensor` of dlpack.h crosses here.
 
@@ -45,7 +45,7 @@ pub(crate) unsafe fn from_dlpack(managed: *mut c_void) -> Result<TensorId> {
     // An unsupported dtype: dropping `tensor` here runs the producer's deleter.
     DType::from_kind(tensor.f_kind()?)?;
     // The producer can still reach the memory: the residency manager must never cache it.
-    crate::native::mark_external(&tensor)?;
+    crate::residency::torch_storage::mark_external(&tensor)?;
     Ok(registry::insert(tensor))
 }
 

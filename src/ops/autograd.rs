@@ -43,7 +43,7 @@ pub(crate) fn zero_grad(a: &tch::Tensor) -> Result<()> {
 pub(crate) fn clear_grad(a: &tch::Tensor) -> Result<()> {
     let grad = a.f_grad()?;
     if grad.defined() {
-        crate::native::set_grad(a, &tch::Tensor::new())?;
+        crate::residency::autograd::set_grad(a, &tch::Tensor::new())?;
         crate::residency::let_go(grad)?;
     }
     Ok(())
@@ -53,5 +53,5 @@ pub(crate) fn clear_grad(a: &tch::Tensor) -> Result<()> {
 /// manager keeps gradients as storages, and tells their holders apart by tensor).
 pub(crate) fn grad(a: &tch::Tensor) -> Result<tch::Tensor> {
     let grad = a.f_grad()?;
-    Ok(if grad.defined() { crate::native::view_on(&grad, &grad)? } else { grad })
+    Ok(if grad.defined() { crate::residency::torch_storage::view_on(&grad, &grad)? } else { grad })
 }

@@ -10,7 +10,7 @@ use super::generated::core;
 use super::scalars::Scalar;
 use crate::dtype::DType::{self, Bool, F32, I64};
 use crate::error::Result;
-use crate::native::{is_meta, to_meta};
+use crate::ops::kernels::{is_meta, to_meta};
 use crate::registry::{self, TensorId};
 
 mod cases;

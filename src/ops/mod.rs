@@ -10,6 +10,7 @@ mod device_sweep;
 pub(crate) mod data;
 pub(crate) mod exec;
 pub(crate) mod generated;
+pub(crate) mod kernels;
 pub(crate) mod lists;
 mod operators;
 pub(crate) mod optim;

@@ -60,7 +60,7 @@ pub(crate) fn scalar(with: &tch::Tensor, v: impl Into<Scalar>) -> Result<tch::Te
         Scalar::Float(_) => DType::F32,
         Scalar::Bool(_) => DType::Bool,
     };
-    crate::native::scalar_like(with, v, dtype)
+    crate::ops::kernels::scalar_like(with, v, dtype)
 }
 
 /// The range of an integer dtype, None for the others.
@@ -94,14 +94,14 @@ pub(crate) fn check_fits(what: &str, value: Scalar, dtype: DType) -> Result<()> 
 pub(crate) fn full(shape: &[i64], value: Scalar, dtype: DType) -> Result<tch::Tensor> {
     check_fits("full", value, dtype)?;
     let t = tch::Tensor::f_empty(shape, opts(dtype))?;
-    crate::native::fill(&t, value)?;
+    crate::ops::kernels::fill(&t, value)?;
     Ok(t)
 }
 
 /// Fills `a` in place with `value` (Tensor.fill_), which must fit `a`'s dtype.
 pub(crate) fn fill_(a: &tch::Tensor, value: Scalar) -> Result<()> {
     check_fits("fill_", value, DType::from_kind(a.f_kind()?)?)?;
-    Ok(crate::native::fill(a, value)?)
+    Ok(crate::ops::kernels::fill(a, value)?)
 }
 
 /// `a ** exponent` with libtorch's Scalar kernel, as PyTorch computes `t ** 2` (a square, not the
@@ -109,13 +109,13 @@ pub(crate) fn fill_(a: &tch::Tensor, value: Scalar) -> Result<()> {
 /// integer is refused with our words first.
 pub(crate) fn pow(a: &tch::Tensor, exponent: Scalar) -> Result<tch::Tensor> {
     check_pow(a, exponent)?;
-    Ok(crate::native::pow(a, exponent)?)
+    Ok(crate::ops::kernels::pow(a, exponent)?)
 }
 
 /// `a **= exponent` (see `pow`).
 pub(crate) fn pow_(a: &tch::Tensor, exponent: Scalar) -> Result<()> {
     check_pow(a, exponent)?;
-    Ok(crate::native::pow_(a, exponent)?)
+    Ok(crate::ops::kernels::pow_(a, exponent)?)
 }
 
 fn check_pow(a: &tch::Tensor, exponent: Scalar) -> Result<()> {
@@ -132,7 +132,7 @@ fn check_pow(a: &tch::Tensor, exponent: Scalar) -> Result<()> {
 /// Through a C++ shim, not tch's `Scalar` (see above): libtorch's checks of the bounds, the
 /// step, the size and the dtype are errors like any other.
 pub(crate) fn arange(start: f64, end: f64, step: f64, dtype: DType) -> Result<tch::Tensor> {
-    Ok(crate::native::arange(start, end, step, dtype)?)
+    Ok(crate::ops::kernels::arange(start, end, step, dtype)?)
 }
 
 #[cfg(test)]

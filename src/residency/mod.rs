@@ -37,6 +37,8 @@ pub use policy::flow::trace::{offline_min_loads, NormKey, OpRecord};
 pub(crate) use training::recipe::{Recipe, Replay};
 pub(crate) use training::saved::{save as save_for_backward, Saved};
 pub(crate) use self::core::ticket::Ticket;
+pub(crate) use self::core::torch_storage;
+pub(crate) use training::autograd;
 pub(crate) use self::core::room::with_room;
 
 use crate::error::{Error, Result};
@@ -237,7 +239,7 @@ pub fn enabled() -> bool {
 /// PyTorch's Python engine does, whose hooks the Python binding sets, src/ffi/saved.rs, nor after
 /// torch was imported into the process since the manager was configured).
 pub fn saved_tensors_managed() -> bool {
-    crate::native::saved_managed()
+    crate::residency::autograd::saved_managed()
 }
 
 /// The counters since the manager was configured (None without a manager), with the CUDA
@@ -340,7 +342,7 @@ pub(crate) fn forget(uid: u64, tensor: &tch::Tensor) {
     match lock() {
         Ok(mut held) => {
             if let Some(m) = held.as_mut() {
-                m.forget(uid, crate::native::tensor_holders(tensor) == 1);
+                m.forget(uid, crate::residency::torch_storage::tensor_holders(tensor) == 1);
             }
         }
         Err(_) => {
@@ -414,7 +416,7 @@ pub(crate) fn let_go(t: tch::Tensor) -> Result<()> {
 /// (never cached on the device again, never moved), writes a newer device copy back and waits
 /// for it, so the outside reads current data and its writes are not shadowed by a stale copy.
 pub(crate) fn settle_home(entry: &Entry) -> Result<()> {
-    crate::native::mark_external(entry)?;
+    crate::residency::torch_storage::mark_external(entry)?;
     if !active() {
         return Ok(());
     }

@@ -200,7 +200,7 @@ impl Weights {
             let t = match page_locked {
                 None => tch::Tensor::f_from_data_size(view.data(), &shape, dtype.kind())?,
                 Some(cuda) => {
-                    let t = crate::native::page_locked_empty(&shape, dtype, cuda)?;
+                    let t = crate::residency::torch_storage::page_locked_empty(&shape, dtype, cuda)?;
                     if !view.data().is_empty() {
                         // SAFETY: `t` is a new contiguous tensor of exactly the view's bytes
                         // (safetensors checked the shape against the byte length).

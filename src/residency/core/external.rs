@@ -6,7 +6,7 @@
 //!
 //! So while an op uses it, an external storage whose bytes lie inside another external storage's
 //! (the outermost such, `outer_memory`) has no device copy of its own: it views the outer one's,
-//! through a StorageImpl of its own over the same device bytes (`native::alias_bytes`), which
+//! through a StorageImpl of its own over the same device bytes (`crate::residency::torch_storage::alias_bytes`), which
 //! keeps the outer copy alive. The outer storage is held for as long, and a write through the
 //! inner one makes the outer copy the newer one, written home when the op ends like any external
 //! write. An inner storage loaded with a copy of its own before the outer one was known (both
@@ -18,7 +18,6 @@
 use crate::residency::core::manager::Manager;
 use crate::residency::core::storage::{Home, Storage};
 use crate::error::{Error, Result};
-use crate::native;
 
 /// The bytes of external memory a storage's home spans, if it is external and not empty.
 fn span(s: &Storage) -> Option<(usize, usize)> {
@@ -50,9 +49,9 @@ impl Manager {
         let device = self.storages[&outer].device.as_ref().expect("the outer storage is held on the device").shallow_clone();
         let s = self.storages.get_mut(&id).expect("registered");
         s.within = Some(outer);
-        let alias = native::alias_bytes(&device, offset, s.bytes)?;
-        native::share_version(&alias, &s.home)?;
-        s.device_id = native::storage(&alias, false)?.id;
+        let alias = crate::residency::torch_storage::alias_bytes(&device, offset, s.bytes)?;
+        crate::residency::autograd::share_version(&alias, &s.home)?;
+        s.device_id = crate::residency::torch_storage::storage(&alias, false)?.id;
         s.device = Some(alias);
         self.by_device.insert(s.device_id, id);
         Ok(())

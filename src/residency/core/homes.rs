@@ -6,7 +6,6 @@ use crate::residency::core::manager::Manager;
 use crate::residency::core::storage::{page_locked, Home, Storage};
 use crate::residency::policy::flow::trace::TraceKey;
 use crate::error::Result;
-use crate::native;
 use crate::registry::Entry;
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, PoisonError};
@@ -21,7 +20,7 @@ impl Manager {
         if let Some(&id) = self.entries.get(&entry.uid()) {
             return Ok(id);
         }
-        let info = native::storage(entry, self.cuda())?;
+        let info = crate::residency::torch_storage::storage(entry, self.cuda())?;
         let id = match self.by_home.get(&info.id) {
             Some(&id) => id,
             None => self.add_storage(entry, info)?,
@@ -40,7 +39,7 @@ impl Manager {
 
     /// The storage whose home `t` views, if any.
     pub(in crate::residency) fn home_of(&self, t: &tch::Tensor) -> Result<Option<u64>> {
-        let info = native::storage(t, self.cuda())?;
+        let info = crate::residency::torch_storage::storage(t, self.cuda())?;
         Ok(self.by_home.get(&info.id).copied())
     }
 
@@ -57,9 +56,9 @@ impl Manager {
 
     /// Registers the storage of a tensor made outside the manager. Pageable memory of ours is
     /// moved into page-locked memory now, once (see `pin_home`).
-    pub(in crate::residency) fn add_storage(&mut self, entry: &Entry, info: native::StorageInfo) -> Result<u64> {
+    pub(in crate::residency) fn add_storage(&mut self, entry: &Entry, info: crate::residency::torch_storage::StorageInfo) -> Result<u64> {
         let id = self.new_id();
-        let home = native::storage_bytes(entry)?;
+        let home = crate::residency::torch_storage::storage_bytes(entry)?;
         let on_device = self.cuda() && entry.device() == self.cfg.device.tch();
         let kind = match () {
             _ if on_device => Home::OnDevice,
@@ -88,11 +87,11 @@ impl Manager {
     /// because the memory then belongs to that allocator, which records the copies that use it,
     /// reuses it for later homes and frees it; registered memory must be unregistered before its
     /// owner frees it, which the library cannot see (a wrapper around the storage's deleter, as
-    /// `native::mark_external` puts on external memory, could: the way to register in place).
+    /// `crate::residency::torch_storage::mark_external` puts on external memory, could: the way to register in place).
     /// The home's StorageImpl takes the new memory, so every view of it follows; the old memory is
     /// freed once no reader can still use it.
     pub(in crate::residency) fn pin_home(&mut self, s: &mut Storage) -> Result<()> {
-        let (old, new) = page_locked(self.cfg.device, || native::home_pin(&s.home, self.cuda()))?;
+        let (old, new) = page_locked(self.cfg.device, || crate::residency::torch_storage::home_pin(&s.home, self.cuda()))?;
         RETIRED.lock().unwrap_or_else(PoisonError::into_inner).push(old);
         s.kind = Home::PageLocked;
         self.stats.count_page_locked(new, s.bytes);
@@ -148,7 +147,7 @@ impl Manager {
         if s.views > 0 {
             return true; // registered again: no longer an orphan
         }
-        if native::storage(&s.home, false).map_or(0, |i| i.holders) > ours {
+        if crate::residency::torch_storage::storage(&s.home, false).map_or(0, |i| i.holders) > ours {
             return false;
         }
         self.drop_recipe(id);

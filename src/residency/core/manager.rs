@@ -22,7 +22,6 @@ use crate::residency::core::storage::{page_locked, Home, Storage};
 use crate::residency::policy::flow::trace::{Trace, TraceKey};
 use crate::residency::Config;
 use crate::error::{Error, Result};
-use crate::native;
 use crate::registry::Entry;
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -168,7 +167,7 @@ impl Manager {
     pub(crate) fn acquire(&mut self, entry: &Entry, write: bool, op: &'static str) -> Result<Acquired> {
         let id = self.storage_of(entry)?;
         let device = self.hold(id, write, op)?;
-        let view = match native::view_on(&device, entry) {
+        let view = match crate::residency::torch_storage::view_on(&device, entry) {
             Ok(view) => view,
             Err(e) => {
                 self.release(id, false);
@@ -248,8 +247,8 @@ impl Manager {
         debug_assert!(s.kind != Home::Lazy, "a storage without a home is always on the device");
         let after_write = s.pending_write().is_some();
         let (copy, transfer) = self.cfg.device.load(&s.home, after_write)?;
-        native::share_version(&copy, &s.home)?;
-        s.device_id = native::storage(&copy, false)?.id;
+        crate::residency::autograd::share_version(&copy, &s.home)?;
+        s.device_id = crate::residency::torch_storage::storage(&copy, false)?.id;
         s.device = Some(copy);
         self.by_device.insert(s.device_id, id);
         s.loading = Some(transfer);
@@ -368,7 +367,7 @@ impl Manager {
         let Some(device) = s.device.as_ref().filter(|_| s.dirty).map(tch::Tensor::shallow_clone) else { return Ok(()) };
         let mut new_memory = 0;
         if s.kind == Home::Lazy {
-            new_memory = page_locked(on, || native::home_allocate(&s.home, pin, cuda))?.1;
+            new_memory = page_locked(on, || crate::residency::torch_storage::home_allocate(&s.home, pin, cuda))?.1;
             s.kind = if pin { Home::PageLocked } else { Home::Pageable };
         }
         let transfer = Arc::new(self.cfg.device.write_back(&device, &s.home)?);
@@ -453,9 +452,9 @@ impl Manager {
     /// bytes, nothing to write back). Anything else is a new storage (`add_produced`), which keeps
     /// `recipe` if one is given.
     pub(crate) fn place_result(&mut self, result: tch::Tensor, op: &'static str, inputs: &[(TraceKey, u64)], anchor: Option<u64>, recipe: Option<Recipe>) -> Result<Entry> {
-        let info = native::storage(&result, self.cuda())?;
+        let info = crate::residency::torch_storage::storage(&result, self.cuda())?;
         if let Some(&id) = self.by_device.get(&info.id) {
-            let entry = Entry::new(native::view_on(&self.storages[&id].home, &result)?);
+            let entry = Entry::new(crate::residency::torch_storage::view_on(&self.storages[&id].home, &result)?);
             self.end_op(op, inputs, None, anchor);
             self.attach(&entry, id);
             return Ok(entry);
@@ -470,7 +469,7 @@ impl Manager {
     pub(in crate::residency) fn add_produced(
         &mut self,
         t: &tch::Tensor,
-        info: &native::StorageInfo,
+        info: &crate::residency::torch_storage::StorageInfo,
         op: &'static str,
         inputs: &[(TraceKey, u64)],
         anchor: Option<u64>,
@@ -490,11 +489,11 @@ impl Manager {
             }
         }
         self.make_room(bytes, op)?;
-        let home_view = native::lazy_home(t)?;
-        native::share_version(&home_view, t)?;
-        let home = native::storage_bytes(&home_view)?;
-        let home_id = native::storage(&home_view, false)?.id;
-        let device = native::storage_bytes(t)?;
+        let home_view = crate::residency::torch_storage::lazy_home(t)?;
+        crate::residency::autograd::share_version(&home_view, t)?;
+        let home = crate::residency::torch_storage::storage_bytes(&home_view)?;
+        let home_id = crate::residency::torch_storage::storage(&home_view, false)?.id;
+        let device = crate::residency::torch_storage::storage_bytes(t)?;
         let key = self.end_op(op, inputs, Some(bytes), anchor);
         let id = self.new_id();
         let mut s = Storage::new(home, Home::Lazy, bytes, key);
@@ -645,7 +644,7 @@ impl Manager {
         }
         let s = self.storages.get_mut(&id).expect("found");
         match (&s.device, s.dirty) {
-            (Some(device), true) => Ok((native::view_on(device, entry)?, None)),
+            (Some(device), true) => Ok((crate::residency::torch_storage::view_on(device, entry)?, None)),
             _ => Ok((entry.shallow_clone(), s.pending_write())),
         }
     }
@@ -665,7 +664,7 @@ impl Manager {
         }
         self.owed.clear();
         let s = self.storages.get_mut(&id).expect("registered");
-        native::mark_external(&s.home)?;
+        crate::residency::torch_storage::mark_external(&s.home)?;
         if let Home::PageLocked | Home::Pageable = s.kind {
             s.kind = Home::External { page_locked: s.kind == Home::PageLocked };
         }

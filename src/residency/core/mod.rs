@@ -11,4 +11,5 @@ pub(super) mod manager;
 pub(super) mod report;
 pub(super) mod room;
 pub(super) mod storage;
+pub(crate) mod torch_storage;
 pub(super) mod ticket;

@@ -6,7 +6,6 @@
 use crate::residency::device::{ComputeDevice, Transfer};
 use crate::residency::device::faults::Fault;
 use crate::error::Result;
-use crate::native;
 use crate::residency::training::recipe::Recipe;
 use crate::residency::policy::flow::trace::TraceKey;
 use std::sync::Arc;
@@ -140,7 +139,7 @@ impl Storage {
     /// saved during the op, a batched product's reshaped copy). Asks libtorch (two reference
     /// counts): callers ask it last.
     pub(crate) fn held_outside(&self) -> bool {
-        self.device.as_ref().is_some_and(crate::native::memory_shared)
+        self.device.as_ref().is_some_and(crate::residency::torch_storage::memory_shared)
     }
 
     /// A finished write-back is forgotten; a running one is returned for the caller to wait on.
@@ -158,7 +157,7 @@ impl Storage {
 pub(in crate::residency) fn page_locked<R>(device: ComputeDevice, request: impl FnOnce() -> std::result::Result<R, tch::TchError>) -> Result<(R, u64)> {
     device.fault(Fault::PageLockedAllocation, "allocating page-locked memory")?;
     let cuda = device.cuda();
-    let before = native::page_locked_allocations(cuda);
+    let before = crate::residency::torch_storage::page_locked_allocations(cuda);
     let result = request()?;
-    Ok((result, native::page_locked_allocations(cuda).saturating_sub(before)))
+    Ok((result, crate::residency::torch_storage::page_locked_allocations(cuda).saturating_sub(before)))
 }

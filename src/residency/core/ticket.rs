@@ -4,7 +4,7 @@
 //! and waits then, outside the manager's lock, for what it owes before it returns.
 //!
 //! Autograd runs through managed tensors. An op reads device copies, and a result is registered
-//! as a host tensor standing for its device copy; `native::connect_grad` joins each to the tensor
+//! as a host tensor standing for its device copy; `crate::residency::autograd::connect_grad` joins each to the tensor
 //! it stands for, so the graph runs from every result back to the leaves, where the manager keeps
 //! the gradients (`grads`). An optimizer step and `zero_grad` load a parameter's gradient like any
 //! input and hand it to the op as the gradient of the parameter's device copy.
@@ -121,7 +121,7 @@ impl Ticket {
         let grad_op = GRAD_OPS.contains(&self.op);
         // Grad mode is read (two calls into libtorch) only for an input that autograd concerns:
         // one written, or one that requires grad; not for the plain reads of inference.
-        let recording = (write || entry.requires_grad()) && !grad_op && crate::native::grad_enabled();
+        let recording = (write || entry.requires_grad()) && !grad_op && crate::residency::autograd::grad_enabled();
         if write && recording && entry.requires_grad() && entry.is_leaf() {
             // What libtorch says without a manager, where a device copy would not be a leaf.
             return Err(Error::InvalidArg(format!("`{}`: a leaf Variable that requires grad is being used in an in-place operation.", self.op)));
@@ -133,24 +133,24 @@ impl Ticket {
             // Only the gradient is needed, not the parameter's data: an empty tensor carries it.
             let grad = self.load_grad(entry, true)?;
             let holder = tch::Tensor::f_empty([0], (entry.kind(), grad.as_ref().map_or(tch::Device::Cpu, tch::Tensor::device)))?;
-            grad.map_or(Ok(()), |g| crate::native::set_grad(&holder, &g))?;
+            grad.map_or(Ok(()), |g| crate::residency::autograd::set_grad(&holder, &g))?;
             return Ok(holder);
         }
         let view = self.acquire_storage(entry, write)?;
-        let tensor = crate::native::tensor_impl(entry);
+        let tensor = crate::residency::torch_storage::tensor_impl(entry);
         if let Some((_, first, _)) = self.views.iter().find(|(t, _, _)| *t == tensor) {
             return Ok(first.shallow_clone());
         }
         self.views.push((tensor, view.shallow_clone(), entry.shallow_clone()));
         if grad_op {
             if let Some(grad) = self.load_grad(entry, false)? {
-                crate::native::set_grad(&view, &grad)?;
+                crate::residency::autograd::set_grad(&view, &grad)?;
             }
         } else if entry.requires_grad() && (recording || self.op == "backward") {
             if entry.is_leaf() {
                 crate::residency::training::grads::connect_leaf(&view, entry)?;
             } else {
-                crate::native::connect_grad(&view, entry)?;
+                crate::residency::autograd::connect_grad(&view, entry)?;
             }
         }
         if write && recording {
@@ -190,7 +190,7 @@ impl Ticket {
     fn follow_written(&mut self) -> Result<()> {
         for (tensor, view) in std::mem::take(&mut self.written) {
             if view.requires_grad() {
-                crate::native::connect_grad(&tensor, &view)?;
+                crate::residency::autograd::connect_grad(&tensor, &view)?;
             }
         }
         Ok(())
@@ -205,8 +205,8 @@ impl Ticket {
             self.end()?;
             return Ok(Arc::new(Entry::new(result)));
         }
-        let made = crate::native::tensor_impl(&result);
-        if let Some((_, _, input)) = self.views.iter().find(|(_, view, _)| crate::native::tensor_impl(view) == made) {
+        let made = crate::residency::torch_storage::tensor_impl(&result);
+        if let Some((_, _, input)) = self.views.iter().find(|(_, view, _)| crate::residency::torch_storage::tensor_impl(view) == made) {
             let input = input.shallow_clone();
             self.end()?;
             return Ok(Arc::new(Entry::new(input)));
@@ -228,7 +228,7 @@ impl Ticket {
         };
         crate::residency::core::room::finish_op(Some(self.op), acquired)?;
         if let Some(result) = graph {
-            crate::native::connect_grad(&entry, &result)?;
+            crate::residency::autograd::connect_grad(&entry, &result)?;
         }
         self.follow_written()?;
         Ok(Arc::new(entry))

@@ -1,11 +1,11 @@
-//! Asynchronous CUDA copies for the manager, through src/native/streams.cpp: loads on a side
+//! Asynchronous CUDA copies for the manager, through src/residency/device/cuda.cpp: loads on a side
 //! stream that the compute stream waits for only when an op needs the data, and write-backs on a
 //! second side stream after the compute work that produced the data, so that the two directions
 //! overlap. A load of a home still being written is queued behind that write-back, on its stream.
 //! The host waits only where it reads a home. Used only with `ComputeDevice::Cuda`.
 
 use crate::error::{Error, Result};
-use crate::native::{check, ERR_LEN};
+use crate::shim::{check, ERR_LEN};
 use std::ffi::{c_char, c_int, c_void};
 use crate::residency::model::Rates;
 use std::ptr::NonNull;

@@ -1,4 +1,4 @@
-//! The simulated device's memory as its allocator sees it (`src/native/device_memory.cpp`): the
+//! The simulated device's memory as its allocator sees it (`src/residency/device/memory.cpp`): the
 //! real bytes of its copies alive, counted where they are allocated and freed, not in the
 //! manager's books. An op's kernel runs in `Mode::Kernel`: each allocation first asks the manager
 //! for room (`room_for`), so an op's outputs and its scratch find room before they exist, and the

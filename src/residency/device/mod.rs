@@ -11,7 +11,6 @@ pub(super) mod memory;
 use crate::residency::model::Rates;
 use faults::Fault;
 use memory::{Mode, Scope};
-use crate::native;
 use crate::error::{Error, Result};
 use tch::Device;
 
@@ -121,8 +120,8 @@ impl ComputeDevice {
                 let bytes = home.numel() as u64;
                 memory::lead(pad as u64);
                 let memory = tch::Tensor::f_empty([pad as i64 + bytes as i64], (tch::Kind::Uint8, Device::Cpu))?;
-                let copy = native::alias_bytes(&memory, pad, bytes)?;
-                native::copy_quiet(&copy, home)?;
+                let copy = crate::residency::torch_storage::alias_bytes(&memory, pad, bytes)?;
+                crate::residency::torch_storage::copy_quiet(&copy, home)?;
                 Ok((copy, Transfer::done()))
             }
             _ => {
@@ -139,7 +138,7 @@ impl ComputeDevice {
         match self {
             ComputeDevice::Cuda(_) => cuda::write_back_async(device, home).map(|e| Transfer(Some(e))),
             _ => {
-                native::copy_quiet(home, device)?;
+                crate::residency::torch_storage::copy_quiet(home, device)?;
                 Ok(Transfer::done())
             }
         }

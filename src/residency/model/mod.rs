@@ -1,8 +1,8 @@
 //! A model of one recorded pass on a GPU, to optimise Flow before one is at hand. The manager
 //! logs what it did in a pass (`Log`): each op with the storages it read, and each copy it
 //! started with what the copy had to wait for. `replay` runs that log on three engines, a copy
-//! engine for each direction at a given bandwidth (the link is full duplex; src/native/
-//! streams.cpp has a side stream for each) and a compute engine at given per-op times, with the
+//! engine for each direction at a given bandwidth (the link is full duplex;
+//! src/residency/device/cuda.cpp has a side stream for each) and a compute engine at given per-op times, with the
 //! dependencies the real device has:
 //! - an op starts when the previous op has ended and the loads of its inputs have ended (it waits
 //!   only on the copies it needs);

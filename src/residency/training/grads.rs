@@ -1,5 +1,5 @@
 //! Leaf gradients kept by the manager, as storages like any other. A leaf's device copy hands its
-//! gradient to `accumulate` (see `native::connect_leaf`) rather than to libtorch's accumulator,
+//! gradient to `accumulate` (see `crate::residency::autograd::connect_leaf`) rather than to libtorch's accumulator,
 //! which would copy it to the leaf's device, the host: the first gradient becomes a new storage
 //! (computed on the device, written home only when evicted) and the leaf's `grad` is the host
 //! tensor standing for it; later ones are added to its device copy. An optimizer step or
@@ -13,7 +13,6 @@ use crate::residency::device::memory::{Mode, Scope};
 use crate::residency::core::manager::Manager;
 use crate::residency::{active, with};
 use crate::error::Result;
-use crate::native;
 use crate::registry::Entry;
 use std::ffi::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -43,16 +42,16 @@ impl Manager {
             grad.f_empty_like()?
         };
         owned.shallow_clone().f_copy_(grad)?;
-        let info = native::storage(&owned, self.cuda())?;
+        let info = crate::residency::torch_storage::storage(&owned, self.cuda())?;
         let entry = self.add_produced(&owned, &info, "grad", &[], None, None)?;
-        native::set_grad(leaf, &alias(&entry)?)?;
+        crate::residency::autograd::set_grad(leaf, &alias(&entry)?)?;
         Ok(entry)
     }
 }
 
 /// Another tensor over `t`'s storage (same geometry, same version counter).
 pub(crate) fn alias(t: &tch::Tensor) -> Result<tch::Tensor> {
-    Ok(native::view_on(t, t)?)
+    Ok(crate::residency::torch_storage::view_on(t, t)?)
 }
 
 /// Without a manager (turned off since the forward pass), the gradient goes to the leaf's device
@@ -64,7 +63,7 @@ fn accumulate_on_the_host(leaf: &tch::Tensor, grad: &tch::Tensor) -> Result<()> 
     if existing.defined() {
         let _ = existing.shallow_clone().f_add_(&grad)?;
     } else {
-        native::set_grad(leaf, &grad.f_contiguous()?.f_detach()?)?;
+        crate::residency::autograd::set_grad(leaf, &grad.f_contiguous()?.f_detach()?)?;
     }
     Ok(())
 }
@@ -86,11 +85,11 @@ unsafe extern "C" fn accumulate_hook(leaf: *mut c_void, grad: *mut c_void, err: 
         Ok(Err(e)) => e.to_string(),
         Err(_) => "libtensorref panicked while accumulating a gradient".to_string(),
     };
-    native::write_error(err, err_len, &message);
+    crate::shim::write_error(err, err_len, &message);
     1
 }
 
 /// Makes `view` (the device copy of the leaf `leaf`) hand its gradient to the manager.
 pub(crate) fn connect_leaf(view: &tch::Tensor, leaf: &tch::Tensor) -> Result<()> {
-    Ok(native::connect_leaf(view, leaf, accumulate_hook)?)
+    Ok(crate::residency::autograd::connect_leaf(view, leaf, accumulate_hook)?)
 }

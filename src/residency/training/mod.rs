@@ -4,6 +4,7 @@
 //! (`costs`).
 
 pub(super) mod costs;
+pub(crate) mod autograd;
 pub(super) mod grads;
 pub(super) mod recipe;
 pub(super) mod recompute;

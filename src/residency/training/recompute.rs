@@ -35,7 +35,6 @@ use crate::residency::core::report::EventKind;
 use crate::residency::training::costs::op_seconds;
 use crate::residency::core::storage::Home;
 use crate::error::{Error, Result};
-use crate::native;
 use crate::registry::Entry;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -61,7 +60,7 @@ impl Manager {
                 return Ok(());
             }
             depth = depth.max(s.recipe.as_ref().map_or(0, |r| r.depth));
-            recipe.storages.push((input, native::version(&s.home)));
+            recipe.storages.push((input, crate::residency::autograd::version(&s.home)));
         }
         recipe.depth = depth + 1;
         recipe.working_set = self.working_set(id, &recipe);
@@ -71,7 +70,7 @@ impl Manager {
         recipe.cost_ns = self.remake_estimate_ns(id, &recipe);
         let mut views = Vec::with_capacity(recipe.storages.len());
         for (entry, &(input, _)) in recipe.inputs.iter().flatten().zip(&recipe.storages) {
-            views.push(Entry::new(native::view_on(&self.storages[&input].home, entry)?));
+            views.push(Entry::new(crate::residency::torch_storage::view_on(&self.storages[&input].home, entry)?));
         }
         let mut held = recipe.storages.iter().map(|&(input, _)| input).zip(views);
         for slot in recipe.inputs.iter_mut().filter(|i| i.is_some()) {
@@ -147,7 +146,7 @@ impl Manager {
         if self.cfg.recompute == Recompute::Off || !self.moves() {
             return Ok(());
         }
-        let info = native::storage(t, self.cuda())?;
+        let info = crate::residency::torch_storage::storage(t, self.cuda())?;
         match self.by_device.get(&info.id) {
             Some(&id) if self.storages[&id].recipe.is_none() => self.keep_recipe(id, op, Recipe::new(Vec::new(), replay)),
             _ => Ok(()),
@@ -250,13 +249,13 @@ impl Manager {
         let made = self.replay(&recipe, self.kernel_bytes(id, &recipe), &mut acquired, op);
         acquired.into_iter().for_each(|input| self.release(input, true));
         let result = made?;
-        let info = native::storage(&result, self.cuda())?;
+        let info = crate::residency::torch_storage::storage(&result, self.cuda())?;
         let s = self.storages.get_mut(&id).expect("known: forgetting waits for the manager");
         if info.nbytes != s.bytes || self.by_device.contains_key(&info.id) {
             return Err(Error::Device(format!("`{}` made again is not the storage it made first", recipe.op)));
         }
-        let device = native::storage_bytes(&result)?;
-        native::share_version(&device, &s.home)?;
+        let device = crate::residency::torch_storage::storage_bytes(&result)?;
+        crate::residency::autograd::share_version(&device, &s.home)?;
         (s.device, s.device_id, s.dirty, s.modified) = (Some(device), info.id, true, true);
         let bytes = s.bytes;
         self.by_device.insert(info.id, id);
@@ -287,7 +286,7 @@ impl Manager {
             views.push(Some(a.view));
         }
         for &(input, version) in &recipe.storages {
-            if native::version(&self.storages[&input].home) != version {
+            if crate::residency::autograd::version(&self.storages[&input].home) != version {
                 return Err(Error::Device(format!(
                     "an input of `{}` was modified where the residency manager could not see it, after the result was dropped to be made again",
                     recipe.op

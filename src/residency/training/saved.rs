@@ -1,5 +1,5 @@
 //! What autograd saves for backward, managed like any other storage. Through the engine hooks of
-//! src/native/autograd.cpp (which says why that mechanism), each tensor an op saves is handed to
+//! src/residency/training/autograd.cpp (which says why that mechanism), each tensor an op saves is handed to
 //! `pack`: a device copy of a known storage becomes one more view of it; anything else (a dropout
 //! mask, a normalisation's statistics) becomes a new storage, counted against the budget. The
 //! saved tensor then holds no device memory of its own: the storage may be evicted (a newer copy
@@ -13,7 +13,6 @@ use crate::residency::core::manager::Manager;
 use crate::residency::model::SAVE;
 use crate::residency::{active, with};
 use crate::error::{Error, Result};
-use crate::native;
 use crate::registry::Entry;
 use std::ffi::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -33,9 +32,9 @@ impl Manager {
     /// The entry standing for a tensor autograd saves, registering it as a new storage if it is
     /// not a device copy of a known one. None when it is not on the compute device.
     fn save(&mut self, t: &tch::Tensor) -> Result<Option<Entry>> {
-        let info = native::storage(t, self.cuda())?;
+        let info = crate::residency::torch_storage::storage(t, self.cuda())?;
         if let Some(&id) = self.by_device.get(&info.id) {
-            let entry = Entry::new(native::view_on(&self.storages[&id].home, t)?);
+            let entry = Entry::new(crate::residency::torch_storage::view_on(&self.storages[&id].home, t)?);
             self.attach(&entry, id);
             return Ok(Some(entry));
         }
@@ -66,7 +65,7 @@ pub(crate) fn save(t: tch::Tensor) -> Result<Saved> {
         return Ok(Saved::Kept(t));
     }
     if active() {
-        let version = native::version(&t);
+        let version = crate::residency::autograd::version(&t);
         let saved = crate::residency::with_room(|| {
             with(|m| {
                 let entry = m.save(&t)?;
@@ -89,7 +88,7 @@ impl Saved {
             Saved::Kept(t) => return Ok(t.shallow_clone()),
             Saved::Managed { entry, version, logged_at } => (entry, *version, *logged_at),
         };
-        let now = native::version(entry);
+        let now = crate::residency::autograd::version(entry);
         if now != version {
             // libtorch's own check and words, and its status: as without a manager.
             return Err(Error::Torch(format!(
@@ -118,11 +117,11 @@ unsafe extern "C" fn pack(tensor: *mut c_void, err: *mut c_char, err_len: usize)
     match catch_unwind(AssertUnwindSafe(|| save(t))) {
         Ok(Ok(saved)) => Box::into_raw(Box::new(saved)).cast(),
         Ok(Err(e)) => {
-            native::write_error(err, err_len, &e.to_string());
+            crate::shim::write_error(err, err_len, &e.to_string());
             std::ptr::null_mut()
         }
         Err(_) => {
-            native::write_error(err, err_len, "libtensorref panicked while saving a tensor for backward");
+            crate::shim::write_error(err, err_len, "libtensorref panicked while saving a tensor for backward");
             std::ptr::null_mut()
         }
     }
@@ -141,7 +140,7 @@ unsafe extern "C" fn unpack(token: *mut c_void, out: *mut *mut c_void, err: *mut
         Ok(Err(e)) => e.to_string(),
         Err(_) => "libtensorref panicked while unpacking a saved tensor".to_string(),
     };
-    native::write_error(err, err_len, &message);
+    crate::shim::write_error(err, err_len, &message);
     1
 }
 
@@ -155,5 +154,5 @@ unsafe extern "C" fn free(token: *mut c_void) {
 /// Turns the managing of saved tensors on or off (not where PyTorch's Python engine runs
 /// backward: `residency::saved_tensors_managed` says which).
 pub(crate) fn manage(on: bool) -> Result<()> {
-    Ok(native::manage_saved(pack, unpack, free, on)?)
+    Ok(crate::residency::autograd::manage_saved(pack, unpack, free, on)?)
 }

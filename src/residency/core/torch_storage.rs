@@ -1,0 +1,147 @@
+//! What libtorch knows of the storage a tensor views, and the manager's ways to make tensors
+//! over storages (torch_storage.cpp beside this file): its StorageImpl and memory, views of one
+//! storage's bytes, homes without memory until a storage must leave the device, page-locked
+//! memory, and how many handles share a tensor.
+
+use crate::dtype::DType;
+use crate::shim::{make, run, Result};
+use std::ffi::{c_char, c_int, c_void};
+
+/// What the residency manager knows of the storage a tensor views (see storage.cpp).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct StorageInfo {
+    /// The StorageImpl's address: stable while any tensor views the storage.
+    pub(crate) id: usize,
+    pub(crate) nbytes: u64,
+    /// 0 for a home without memory yet.
+    has_memory: i32,
+    external: i32,
+    page_locked: i32,
+    /// References to the StorageImpl (each tensor viewing it holds one).
+    pub(crate) holders: i32,
+}
+
+impl StorageInfo {
+    /// Code outside the library can reach the memory (a DLPack import or export).
+    pub(crate) fn external(&self) -> bool {
+        self.external != 0
+    }
+    pub(crate) fn page_locked(&self) -> bool {
+        self.page_locked != 0
+    }
+}
+
+#[allow(unused_doc_comments)]
+/// cbindgen:ignore
+extern "C" {
+    fn tr_native_storage(t: *const c_void, cuda: c_int, out: *mut StorageInfo, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_storage_bytes(t: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_view_on(holder: *const c_void, like: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_alias_bytes(holder: *const c_void, offset: u64, nbytes: u64, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_lazy_home(like: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_home_allocate(home: *const c_void, pinned: c_int, cuda: c_int, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_home_pin(home: *const c_void, cuda: c_int, out_old: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_copy_quiet(dst: *const c_void, src: *const c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_mark_external(t: *const c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_page_locked_empty(sizes: *const i64, ndim: usize, dtype: c_int, cuda: c_int, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_page_locked_allocations(cuda: c_int) -> u64;
+    fn tr_native_tensor_holders(t: *const c_void) -> i32;
+    fn tr_native_tensor_impl(t: *const c_void) -> usize;
+    fn tr_native_memory_shared(t: *const c_void) -> c_int;
+}
+
+/// The storage `t` views. `cuda`: CUDA's page-locked allocator is in use (only then can its
+/// memory be recognised).
+pub(crate) fn storage(t: &tch::Tensor, cuda: bool) -> Result<StorageInfo> {
+    let mut info = StorageInfo::default();
+    // SAFETY: `t` is live for the call; `info` is a valid out pointer.
+    run("storage", |err, len| unsafe { tr_native_storage(t.as_ptr().cast(), cuda.into(), &mut info, err, len) })?;
+    Ok(info)
+}
+
+/// How many handles (`tch::Tensor`s, libtorch's `at::Tensor`s) share `t`'s TensorImpl: two
+/// registered tensors may be one (an op may return its input).
+pub(crate) fn tensor_holders(t: &tch::Tensor) -> i32 {
+    // SAFETY: `t` is live for the call; the shim reads a reference count.
+    unsafe { tr_native_tensor_holders(t.as_ptr().cast()) }
+}
+
+/// Whether anything but `t` keeps its memory alive (another handle to its TensorImpl, another
+/// TensorImpl over its storage): dropping `t` would free nothing yet.
+pub(crate) fn memory_shared(t: &tch::Tensor) -> bool {
+    // SAFETY: `t` is live for the call; the shim reads reference counts.
+    unsafe { tr_native_memory_shared(t.as_ptr().cast()) != 0 }
+}
+
+/// The address of `t`'s TensorImpl: handles with the same one are one tensor (`is_same`) to
+/// libtorch's overlap checks.
+pub(crate) fn tensor_impl(t: &tch::Tensor) -> usize {
+    // SAFETY: `t` is live for the call; the shim reads a pointer.
+    unsafe { tr_native_tensor_impl(t.as_ptr().cast()) }
+}
+
+/// A 1-D uint8 tensor over the whole storage of `t`, on `t`'s device.
+pub(crate) fn storage_bytes(t: &tch::Tensor) -> Result<tch::Tensor> {
+    // SAFETY: `t` is live for the call.
+    make("storage bytes", |out, err, len| unsafe { tr_native_storage_bytes(t.as_ptr().cast(), out, err, len) })
+}
+
+/// `like`'s dtype and geometry over the storage (and on the device) of `holder`.
+pub(crate) fn view_on(holder: &tch::Tensor, like: &tch::Tensor) -> Result<tch::Tensor> {
+    // SAFETY: both are live for the call.
+    make("view", |out, err, len| unsafe { tr_native_view_on(holder.as_ptr().cast(), like.as_ptr().cast(), out, err, len) })
+}
+
+/// `nbytes` of `holder`'s storage from byte `offset` on, as a 1-D byte tensor over a storage of
+/// its own that keeps `holder`'s alive (see storage.cpp).
+pub(crate) fn alias_bytes(holder: &tch::Tensor, offset: usize, nbytes: u64) -> Result<tch::Tensor> {
+    // SAFETY: `holder` is live for the call.
+    make("alias", |out, err, len| unsafe { tr_native_alias_bytes(holder.as_ptr().cast(), offset as u64, nbytes, out, err, len) })
+}
+
+/// A host tensor shaped like `like` over a new storage of the same size with no memory yet.
+pub(crate) fn lazy_home(like: &tch::Tensor) -> Result<tch::Tensor> {
+    // SAFETY: `like` is live for the call.
+    make("lazy home", |out, err, len| unsafe { tr_native_lazy_home(like.as_ptr().cast(), out, err, len) })
+}
+
+/// Gives the lazy storage of `home` memory: page-locked when `pinned` (CUDA's caching host
+/// allocator, or the simulated device's), else libtorch's pageable memory.
+pub(crate) fn home_allocate(home: &tch::Tensor, pinned: bool, cuda: bool) -> Result<()> {
+    // SAFETY: `home` is live for the call.
+    run("home", |err, len| unsafe { tr_native_home_allocate(home.as_ptr().cast(), pinned.into(), cuda.into(), err, len) })
+}
+
+/// Moves the storage of `home` into page-locked memory; returns the old memory, to be freed when
+/// no reader can still be using it.
+pub(crate) fn home_pin(home: &tch::Tensor, cuda: bool) -> Result<tch::Tensor> {
+    // SAFETY: `home` is live for the call.
+    make("page-locked home", |out, err, len| unsafe { tr_native_home_pin(home.as_ptr().cast(), cuda.into(), out, err, len) })
+}
+
+/// Copies `src` into `dst` without bumping autograd's version counter (the manager's copies are
+/// not writes by the program).
+pub(crate) fn copy_quiet(dst: &tch::Tensor, src: &tch::Tensor) -> Result<()> {
+    // SAFETY: both are live for the call.
+    run("copy", |err, len| unsafe { tr_native_copy_quiet(dst.as_ptr().cast(), src.as_ptr().cast(), err, len) })
+}
+
+/// Marks the storage of `t` as reachable from outside the library (before an export).
+pub(crate) fn mark_external(t: &tch::Tensor) -> Result<()> {
+    // SAFETY: `t` is live for the call.
+    run("mark external", |err, len| unsafe { tr_native_mark_external(t.as_ptr().cast(), err, len) })
+}
+
+/// An uninitialised contiguous host tensor in page-locked memory.
+pub(crate) fn page_locked_empty(shape: &[i64], dtype: DType, cuda: bool) -> Result<tch::Tensor> {
+    // SAFETY: `shape` is valid for its length during the call; DType codes are c10's.
+    make("page-locked tensor", |out, err, len| unsafe { tr_native_page_locked_empty(shape.as_ptr(), shape.len(), dtype as c_int, cuda.into(), out, err, len) })
+}
+
+/// How many times page-locked memory has had to be allocated (not served from the allocator's
+/// cache): CUDA's caching host allocator's count (process-wide), or the simulated cache's.
+pub(crate) fn page_locked_allocations(cuda: bool) -> u64 {
+    // SAFETY: a plain call; the shim catches everything.
+    unsafe { tr_native_page_locked_allocations(cuda.into()) }
+}

@@ -1,0 +1,53 @@
+//! How the C++ shims reach Rust: each `.cpp` file sits beside the Rust module that wraps it
+//! (src/residency/core/torch_storage.cpp, src/residency/device/cuda.cpp and memory.cpp,
+//! src/residency/training/autograd.cpp, src/ops/kernels.cpp and random.cpp,
+//! src/interop/dlpack.cpp), built by build.rs against the wheel's headers. Tensors cross as
+//! `at::Tensor*`; every shim returns 0, or 1 with libtorch's message in a caller's buffer
+//! (`guarded.h` here), which becomes a `TchError`, so the wrappers work inside op bodies as tch's
+//! own `f_*` calls do.
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+use tch::TchError;
+
+pub(crate) type Result<T> = std::result::Result<T, TchError>;
+
+/// Room for libtorch's first line (what `Error` keeps anyway).
+pub(crate) const ERR_LEN: usize = 512;
+
+/// Runs a shim that makes one tensor.
+pub(crate) fn make(what: &str, call: impl FnOnce(*mut *mut c_void, *mut c_char, usize) -> c_int) -> Result<tch::Tensor> {
+    let mut out = std::ptr::null_mut();
+    let mut err = [0 as c_char; ERR_LEN];
+    check(what, call(&mut out, err.as_mut_ptr(), ERR_LEN), &err)?;
+    // SAFETY: on success the shim wrote a new heap `at::Tensor*`, which tch's Tensor owns.
+    Ok(unsafe { tch::Tensor::from_ptr(out.cast()) })
+}
+
+/// A shim's status as a `Result`, with its message.
+pub(crate) fn check(what: &str, status: c_int, err: &[c_char]) -> Result<()> {
+    if status == 0 {
+        return Ok(());
+    }
+    // SAFETY: the shims NUL-terminate within the buffer (and it starts zeroed).
+    let msg = unsafe { CStr::from_ptr(err.as_ptr()) }.to_string_lossy();
+    Err(TchError::Torch(format!("{what}: {msg}")))
+}
+
+/// Runs a shim that makes nothing.
+pub(crate) fn run(what: &str, call: impl FnOnce(*mut c_char, usize) -> c_int) -> Result<()> {
+    let mut err = [0 as c_char; ERR_LEN];
+    check(what, call(err.as_mut_ptr(), ERR_LEN), &err)
+}
+
+/// Copies `msg` NUL-terminated into a shim's error buffer (the other way from `check`).
+pub(crate) fn write_error(err: *mut c_char, err_len: usize, msg: &str) {
+    if err.is_null() || err_len == 0 {
+        return;
+    }
+    let n = msg.len().min(err_len - 1);
+    // SAFETY: the buffer holds `err_len` bytes; n + 1 <= err_len.
+    unsafe {
+        std::ptr::copy_nonoverlapping(msg.as_ptr().cast::<c_char>(), err, n);
+        *err.add(n) = 0;
+    }
+}
