@@ -1,11 +1,12 @@
 //! The manager's state and its moves, over storages (see `storage`): loads, evictions (a clean
 //! copy is dropped for free, a newer one is written back asynchronously), result placement (a
 //! view of an input shares its storage; a new storage gets a home without memory until it must
-//! leave the device). Registering and forgetting storages is in `homes`, Flow's loads ahead of
-//! use in `prefetch`.
+//! leave the device). Making room is in `eviction`, registering and forgetting storages in
+//! `homes`, what reaches the manager outside ops (reads, exports, pins, the drain) in `outside`;
+//! Flow's loads ahead of use and write-ahead are in `policy::flow`.
 //!
-//! One manager per process behind one mutex (`crate::residency::MANAGER`). Copies are started while it is
-//! held, so the accounting is exact at every event, but the host never waits on the GPU under
+//! One manager per process behind one mutex (`residency::MANAGER`). Copies are started while it
+//! is held, so the accounting is exact at every event, but the host never waits on the GPU under
 //! it: the waits a caller owes (a read of a home still being written, memory shared with the
 //! outside) are handed back and waited for after the lock is released. The policy only chooses
 //! victims and sets the rules.
@@ -14,11 +15,11 @@ use crate::residency::device::{ComputeDevice, Transfer};
 use crate::residency::device::memory;
 use crate::residency::device::faults::Fault;
 use crate::residency::core::id_map::IdMap;
-use crate::residency::policy::{Candidate, Policy};
+use crate::residency::policy::Policy;
 use crate::residency::training::recipe::{LinkLoad, Recipe, Recompute};
 use crate::residency::core::report::{Event, EventKind, Reporter, ResidencyStats};
 use crate::residency::model::{Log, Rates};
-use crate::residency::core::storage::{page_locked, Home, Storage};
+use crate::residency::core::storage::{Home, Storage};
 use crate::residency::policy::flow::trace::{Trace, TraceKey};
 use crate::residency::Config;
 use crate::error::{Error, Result};
@@ -32,7 +33,7 @@ thread_local! {
     /// The storages the op running on this thread holds (`acquire` to `release`): what it needs
     /// by itself, told apart from what ops on other threads hold (`make_room`). An op runs on one
     /// thread, and a remake inside it on the same.
-    static HOLDS: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+    pub(in crate::residency) static HOLDS: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
 }
 
 /// What `acquire` gives an op for one input.
@@ -71,9 +72,9 @@ pub(crate) struct Manager {
     /// Write-backs of external memory the running op must wait for before it returns.
     pub(in crate::residency) owed: Vec<Arc<Transfer>>,
     /// Storages the running op made or wrote (see `write_ahead`).
-    written_now: Vec<u64>,
+    pub(in crate::residency) written_now: Vec<u64>,
     /// Results a policy that keeps none lets go of as their op finishes (see `add_produced`).
-    unkept: Vec<u64>,
+    pub(in crate::residency) unkept: Vec<u64>,
     /// Flow's prefetch after the last op, made as the next op begins (`op_begin`).
     prefetch_due: bool,
     pub(crate) stats: ResidencyStats,
@@ -286,143 +287,6 @@ impl Manager {
         }
     }
 
-    /// Evicts until `bytes` more fit in the budget. Where they cannot, even with every copy
-    /// that may leave gone (then nothing is evicted), says why: the op's own holds, the pins and
-    /// `bytes` exceed the budget (`BudgetTooSmall`, with what the op needs by itself), or other
-    /// running ops hold the rest (`RoomTaken`: the op waits and runs again).
-    pub(in crate::residency) fn make_room(&mut self, bytes: u64, op: &'static str) -> Result<()> {
-        if !self.policy.bounded() || self.used() + bytes <= self.cfg.budget {
-            return Ok(());
-        }
-        let leaving: u64 = self.candidates().iter().map(|c| c.bytes).sum();
-        if self.used().saturating_sub(leaving) + bytes > self.cfg.budget {
-            return Err(self.no_room(bytes, op));
-        }
-        while self.used() + bytes > self.cfg.budget {
-            let candidates = self.candidates();
-            let Some(victim) = self.policy.pick_victim(&candidates, self.clock, &self.trace) else {
-                return Err(self.no_room(bytes, op));
-            };
-            self.evict(victim, op)?;
-        }
-        Ok(())
-    }
-
-    /// The device bytes counted against the budget: the storages', and on the simulated device
-    /// what running kernels allocated that is not a storage yet (see `device_memory`).
-    pub(in crate::residency) fn used(&self) -> u64 {
-        self.stats.device_bytes + self.in_flight().in_flight
-    }
-
-    fn in_flight(&self) -> memory::DeviceMemory {
-        match self.cfg.device {
-            ComputeDevice::Simulated => memory::device_memory(false),
-            _ => memory::DeviceMemory::default(),
-        }
-    }
-
-    /// Why `bytes` more do not fit (see `make_room`).
-    fn no_room(&self, bytes: u64, op: &'static str) -> Error {
-        let mut own = HOLDS.with(|h| h.borrow().clone());
-        own.sort_unstable();
-        own.dedup();
-        let held = |id: &u64| self.storages.get(id).filter(|s| s.resident() && s.counted() && !s.pinned).map_or(0, |s| s.bytes);
-        // What backward's nodes hold of what they unpacked: counted as this thread's (another
-        // thread's would be freed soon; this one's, waited for, never would).
-        let outside = |s: &&Storage| s.in_use == 0 && s.counted() && !s.pinned && s.held_outside();
-        let lent: u64 = self.storages.values().filter(outside).map(|s| s.bytes).sum();
-        let flight = self.in_flight();
-        let needed = own.iter().map(held).sum::<u64>() + lent + self.stats.pinned_bytes + flight.in_flight_here + bytes;
-        let others = flight.in_flight > flight.in_flight_here
-            || self.storages.iter().any(|(id, s)| s.resident() && s.in_use > 0 && own.binary_search(id).is_err());
-        if needed <= self.cfg.budget && others {
-            Error::RoomTaken { op: op.to_string(), freed: crate::residency::core::room::freed_so_far() }
-        } else {
-            Error::BudgetTooSmall { op: op.to_string(), needed, budget: self.cfg.budget }
-        }
-    }
-
-    /// The storages that may be evicted now, oldest first (so that a policy's ties are broken the
-    /// same way in every run, not by the map's order). One that would be dropped to be made again
-    /// counts as clean: evicting it costs no write-back.
-    pub(in crate::residency) fn candidates(&self) -> Vec<Candidate> {
-        let mut candidates: Vec<Candidate> = self
-            .storages
-            .iter()
-            .filter(|(_, s)| s.evictable())
-            .map(|(&uid, s)| Candidate { uid, bytes: s.bytes, dirty: s.dirty && !self.droppable(uid), last_use: s.last_use, uses: s.uses, key: s.key })
-            .collect();
-        candidates.sort_unstable_by_key(|c| c.uid);
-        candidates
-    }
-
-    /// Starts copying a newer device copy home (a home without memory gets memory first,
-    /// page-locked unless the configuration says not to). The home may be read once the write-back has finished; memory the outside can
-    /// reach is waited for before the running op returns.
-    pub(in crate::residency) fn write_home(&mut self, id: u64, op: &'static str) -> Result<()> {
-        let started = Instant::now();
-        let (cuda, pin) = (self.cuda(), self.cfg.pin_host_memory);
-        let on = self.cfg.device;
-        let s = self.storages.get_mut(&id).expect("registered");
-        let Some(device) = s.device.as_ref().filter(|_| s.dirty).map(tch::Tensor::shallow_clone) else { return Ok(()) };
-        let mut new_memory = 0;
-        if s.kind == Home::Lazy {
-            new_memory = page_locked(on, || crate::residency::torch_storage::home_allocate(&s.home, pin, cuda))?.1;
-            s.kind = if pin { Home::PageLocked } else { Home::Pageable };
-        }
-        let transfer = Arc::new(self.cfg.device.write_back(&device, &s.home)?);
-        if matches!(s.kind, Home::External { .. }) {
-            self.owed.push(transfer.clone());
-        }
-        s.writing = Some(transfer);
-        let (bytes, pageable, modified) = (s.bytes, s.kind.pageable(), s.modified);
-        (s.dirty, s.modified) = (false, false);
-        self.stats.count_page_locked(new_memory, bytes);
-        if pageable {
-            self.stats.pageable_copies += 1;
-            self.stats.pageable_copy_bytes += bytes;
-        }
-        if !modified {
-            self.stats.needless_write_backs += 1;
-        }
-        self.stats.write_backs += 1;
-        self.stats.write_back_bytes += bytes;
-        if let Some(log) = &mut self.schedule {
-            log.write_back(id, bytes);
-        }
-        self.event(EventKind::WriteBack, id, bytes, op, Some(started));
-        Ok(())
-    }
-
-    /// Drops the device copy, writing it home first if it is the newer one, unless it is a
-    /// result better made again (`droppable`). On a failed write-back the copy stays where it
-    /// was: nothing is lost.
-    pub(in crate::residency) fn evict(&mut self, id: u64, op: &'static str) -> Result<()> {
-        let dropping = self.droppable(id);
-        if !dropping {
-            self.write_home(id, op)?;
-            self.trace.evicted(self.storages[&id].key);
-        }
-        let s = self.storages.get_mut(&id).expect("victim is registered");
-        drop(s.device.take().expect("victim is resident"));
-        self.by_device.remove(&s.device_id);
-        s.loading = None; // a prefetch never used: its memory belongs to the load stream
-        (s.prefetched, s.written_ahead) = (false, false);
-        let bytes = s.bytes;
-        self.stats.device_bytes -= bytes;
-        self.stats.evictions += 1;
-        self.stats.evicted_bytes += bytes;
-        if dropping {
-            self.stats.drops += 1;
-            self.stats.dropped_bytes += bytes;
-        }
-        if let Some(log) = &mut self.schedule {
-            log.evict(id);
-        }
-        self.event(if dropping { EventKind::Drop } else { EventKind::Evict }, id, bytes, op, None);
-        Ok(())
-    }
-
     /// Ends a running op's use of a storage's device copy. Memory the outside can reach leaves
     /// the device at once, and under Genoa so does every input of an op that `ended` (not one
     /// that gave up, to run again: its inputs stay for that, free to evict).
@@ -548,45 +412,6 @@ impl Manager {
         owed
     }
 
-    /// Evicts the results a policy keeps none of, but those another running op still holds.
-    pub(crate) fn evict_unkept(&mut self, op: &'static str) {
-        for id in std::mem::take(&mut self.unkept) {
-            match self.storages.get(&id) {
-                // Even if the write-back failed: the copy then stays on the device (nothing lost).
-                Some(s) if s.evictable() => drop(self.evict(id, op)),
-                Some(s) if s.resident() => self.unkept.push(id),
-                _ => {}
-            }
-        }
-    }
-
-    /// While Flow follows the recorded order, each storage the op made or wrote that the
-    /// recorded iteration evicted starts its write-back now, and stays on the device, clean: it
-    /// will leave as it did then, and leaving then costs nothing. The write-backs run while the
-    /// producing ops do, rather than queueing up where memory runs out, late in the forward pass,
-    /// ahead of the reloads backward needs first. A failure leaves the write-back to the
-    /// eviction.
-    fn write_ahead(&mut self, op: &'static str) {
-        if self.policy.prefetches() && self.trace.following() {
-            let written = std::mem::take(&mut self.written_now);
-            for &id in &written {
-                let Some(s) = self.storages.get(&id) else { continue };
-                let eligible = s.resident() && s.dirty && s.in_use == 0 && !s.pinned && s.counted() && !matches!(s.kind, Home::External { .. });
-                if eligible && !self.droppable(id) && self.trace.evicted_last_time(s.key) && self.write_home(id, op).is_ok() {
-                    self.storages.get_mut(&id).expect("written above").written_ahead = true;
-                }
-            }
-            self.written_now = written; // its capacity serves the next op
-        }
-        self.written_now.clear();
-    }
-
-    /// Evicts every device copy no running op uses (out-of-memory recovery). Returns the count.
-    pub(crate) fn evict_unused(&mut self) -> usize {
-        let victims: Vec<u64> = self.candidates().iter().map(|c| c.uid).collect();
-        victims.iter().filter(|&&id| self.evict(id, "out-of-memory recovery").is_ok()).count()
-    }
-
     pub(crate) fn take_owed(&mut self) -> Vec<Arc<Transfer>> {
         std::mem::take(&mut self.owed)
     }
@@ -628,121 +453,4 @@ impl Manager {
         self.schedule.as_ref().and_then(|l| l.last_pass().cloned())
     }
 
-    // ------------------------------------------------------------ outside ops
-
-    pub(crate) fn is_resident(&self, entry: &Entry) -> Result<bool> {
-        Ok(self.find(entry)?.is_some_and(|id| self.storages[&id].resident()))
-    }
-
-    /// What a read of `entry` should read: its view of the device copy if that is newer, else
-    /// its home, with the write-back still copying into it (to wait for outside the lock).
-    pub(crate) fn readable(&mut self, entry: &Entry) -> Result<(tch::Tensor, Option<Arc<Transfer>>)> {
-        let Some(id) = self.find(entry)? else { return Ok((entry.shallow_clone(), None)) };
-        self.remake_if_dropped(id, "read")?;
-        if let Some(log) = &mut self.schedule {
-            log.host_read(id);
-        }
-        let s = self.storages.get_mut(&id).expect("found");
-        match (&s.device, s.dirty) {
-            (Some(device), true) => Ok((crate::residency::torch_storage::view_on(device, entry)?, None)),
-            _ => Ok((entry.shallow_clone(), s.pending_write())),
-        }
-    }
-
-    /// Before `entry`'s home is shared outside: its storage becomes external (its home memory is
-    /// marked so; see `Home::External`), a newer device copy is written home and the device copy
-    /// dropped unless an op uses it. Returns the write-back to wait for.
-    pub(crate) fn settle_home(&mut self, entry: &Entry) -> Result<Vec<Arc<Transfer>>> {
-        let id = self.storage_of(entry)?;
-        self.remake_if_dropped(id, "export")?;
-        self.before_write(id, "export")?;
-        self.pin_storage(id, false)?; // shared memory is never held on the device (see `pin`)
-        if self.storages[&id].evictable() {
-            self.evict(id, "export")?;
-        } else {
-            self.write_home(id, "export")?;
-        }
-        self.owed.clear();
-        let s = self.storages.get_mut(&id).expect("registered");
-        crate::residency::torch_storage::mark_external(&s.home)?;
-        if let Home::PageLocked | Home::Pageable = s.kind {
-            s.kind = Home::External { page_locked: s.kind == Home::PageLocked };
-        }
-        Ok(s.pending_write().into_iter().collect())
-    }
-
-    /// Pins (or unpins) an entry's storage: loaded now, never evicted, counted against the
-    /// budget. Pinned bytes alone may not exceed the budget. Memory shared with code outside
-    /// the library stays write-through: it is never held on the device past an op, pinned or
-    /// not (a pin of it does nothing, and exporting a pinned storage ends its pin), so the
-    /// outside's writes are seen at the next op and ours before the op returns.
-    pub(crate) fn pin(&mut self, entry: &Entry, pinned: bool) -> Result<()> {
-        let id = self.storage_of(entry)?;
-        self.pin_storage(id, pinned)
-    }
-
-    fn pin_storage(&mut self, id: u64, pinned: bool) -> Result<()> {
-        let s = &self.storages[&id];
-        if pinned && matches!(s.kind, Home::External { .. }) {
-            return Ok(());
-        }
-        let (bytes, was_pinned) = (s.bytes, s.pinned);
-        if was_pinned == pinned {
-            return Ok(());
-        }
-        if !pinned {
-            self.storages.get_mut(&id).expect("registered").pinned = false;
-            self.stats.pinned_bytes -= bytes;
-            crate::residency::core::room::freed();
-            return Ok(());
-        }
-        if self.policy.bounded() && self.stats.pinned_bytes + bytes > self.cfg.budget {
-            return Err(Error::BudgetTooSmall { op: "pin_resident".into(), needed: self.stats.pinned_bytes + bytes, budget: self.cfg.budget });
-        }
-        // Counted from here, so that no result is dropped whose remake would not fit beside it.
-        self.stats.pinned_bytes += bytes;
-        // Whether it is resident is asked after the remakes, which may have made it (an input of
-        // a crowded result) or evicted it.
-        let brought = self.remake_crowded().and_then(|()| match self.storages[&id].resident() {
-            true => Ok(()),
-            false => self.bring(id, "pin_resident", EventKind::Load),
-        });
-        if let Err(e) = brought {
-            self.stats.pinned_bytes -= bytes;
-            return Err(e);
-        }
-        self.storages.get_mut(&id).expect("registered").pinned = true;
-        Ok(())
-    }
-
-    /// Starts writing every newer device copy home and drops every device copy (before
-    /// reconfiguring). It cannot fail for want of room: pins end first, everything on the device
-    /// leaves (a clean copy for free), and then each dropped result is made again in the order
-    /// it was first made (a recipe's inputs are older than its result, so each is home again
-    /// before its dependents need it), needing only its own working set, which `keep_recipe`
-    /// holds to the budget. Nothing is dropped from here on. Returns the write-backs to wait for
-    /// once the lock is released.
-    pub(crate) fn drain(&mut self) -> Result<Vec<Arc<Transfer>>> {
-        self.cfg.recompute = Recompute::Off;
-        self.storages.values_mut().for_each(|s| s.pinned = false);
-        self.stats.pinned_bytes = 0;
-        self.evict_all("drain")?;
-        let mut dropped: Vec<u64> = self.storages.iter().filter(|(_, s)| s.dropped()).map(|(&id, _)| id).collect();
-        dropped.sort_unstable();
-        for id in dropped {
-            self.remake_if_dropped(id, "drain")?;
-        }
-        self.evict_all("drain")?;
-        self.owed.clear();
-        self.free_retired();
-        Ok(self.storages.values_mut().filter_map(Storage::pending_write).collect())
-    }
-
-    /// Evicts every device copy the manager counts, oldest first (one a running op uses too: a
-    /// drain runs while no op does).
-    fn evict_all(&mut self, op: &'static str) -> Result<()> {
-        let mut ids: Vec<u64> = self.storages.iter().filter(|(_, s)| s.resident() && s.counted()).map(|(&id, _)| id).collect();
-        ids.sort_unstable();
-        ids.into_iter().try_for_each(|id| self.evict(id, op))
-    }
 }

@@ -1,5 +1,7 @@
-//! What every policy runs on: the manager's state and moves (`manager`), one storage's placement
-//! and its home (`storage`), which storage a tensor views (`homes`), several storages over one
+//! What every policy runs on: the manager's state, loads and result placement (`manager`), room
+//! in the budget (`eviction`), reads, exports, pins and the drain (`outside`), one storage's
+//! placement and its home (`storage`) and what libtorch knows of it (`torch_storage`, with its
+//! C++), which storage a tensor views (`homes`), several storages over one
 //! memory the outside can reach (`external`), one op's protocol (`ticket`), ops on several
 //! threads waiting for room in the one budget (`room`), counters, events and the timeline
 //! (`report`), and the maps keyed by ids (`id_map`).
@@ -7,7 +9,9 @@
 pub(super) mod external;
 pub(super) mod homes;
 pub(super) mod id_map;
+pub(super) mod eviction;
 pub(super) mod manager;
+pub(super) mod outside;
 pub(super) mod report;
 pub(super) mod room;
 pub(super) mod storage;

@@ -6,6 +6,7 @@
 
 pub(in crate::residency) mod prefetch;
 pub(in crate::residency) mod trace;
+mod write_ahead;
 
 use super::{Candidate, Policy};
 use trace::Trace;

@@ -1,0 +1,170 @@
+//! Room in the budget: evicting until bytes fit (a clean copy is dropped for free, a newer one
+//! written back asynchronously, a result with a recipe dropped), why they cannot, and what may
+//! leave (`candidates`, chosen among by the policy).
+
+use crate::error::{Error, Result};
+use crate::residency::core::manager::{Manager, HOLDS};
+use crate::residency::core::report::EventKind;
+use crate::residency::core::storage::{page_locked, Home, Storage};
+use crate::residency::device::memory;
+use crate::residency::device::ComputeDevice;
+use crate::residency::policy::Candidate;
+use std::sync::Arc;
+use std::time::Instant;
+
+impl Manager {
+    /// Evicts until `bytes` more fit in the budget. Where they cannot, even with every copy
+    /// that may leave gone (then nothing is evicted), says why: the op's own holds, the pins and
+    /// `bytes` exceed the budget (`BudgetTooSmall`, with what the op needs by itself), or other
+    /// running ops hold the rest (`RoomTaken`: the op waits and runs again).
+    pub(in crate::residency) fn make_room(&mut self, bytes: u64, op: &'static str) -> Result<()> {
+        if !self.policy.bounded() || self.used() + bytes <= self.cfg.budget {
+            return Ok(());
+        }
+        let leaving: u64 = self.candidates().iter().map(|c| c.bytes).sum();
+        if self.used().saturating_sub(leaving) + bytes > self.cfg.budget {
+            return Err(self.no_room(bytes, op));
+        }
+        while self.used() + bytes > self.cfg.budget {
+            let candidates = self.candidates();
+            let Some(victim) = self.policy.pick_victim(&candidates, self.clock, &self.trace) else {
+                return Err(self.no_room(bytes, op));
+            };
+            self.evict(victim, op)?;
+        }
+        Ok(())
+    }
+
+    /// The device bytes counted against the budget: the storages', and on the simulated device
+    /// what running kernels allocated that is not a storage yet (see `device_memory`).
+    pub(in crate::residency) fn used(&self) -> u64 {
+        self.stats.device_bytes + self.in_flight().in_flight
+    }
+
+    pub(in crate::residency) fn in_flight(&self) -> memory::DeviceMemory {
+        match self.cfg.device {
+            ComputeDevice::Simulated => memory::device_memory(false),
+            _ => memory::DeviceMemory::default(),
+        }
+    }
+
+    /// Why `bytes` more do not fit (see `make_room`).
+    pub(in crate::residency) fn no_room(&self, bytes: u64, op: &'static str) -> Error {
+        let mut own = HOLDS.with(|h| h.borrow().clone());
+        own.sort_unstable();
+        own.dedup();
+        let held = |id: &u64| self.storages.get(id).filter(|s| s.resident() && s.counted() && !s.pinned).map_or(0, |s| s.bytes);
+        // What backward's nodes hold of what they unpacked: counted as this thread's (another
+        // thread's would be freed soon; this one's, waited for, never would).
+        let outside = |s: &&Storage| s.in_use == 0 && s.counted() && !s.pinned && s.held_outside();
+        let lent: u64 = self.storages.values().filter(outside).map(|s| s.bytes).sum();
+        let flight = self.in_flight();
+        let needed = own.iter().map(held).sum::<u64>() + lent + self.stats.pinned_bytes + flight.in_flight_here + bytes;
+        let others = flight.in_flight > flight.in_flight_here
+            || self.storages.iter().any(|(id, s)| s.resident() && s.in_use > 0 && own.binary_search(id).is_err());
+        if needed <= self.cfg.budget && others {
+            Error::RoomTaken { op: op.to_string(), freed: crate::residency::core::room::freed_so_far() }
+        } else {
+            Error::BudgetTooSmall { op: op.to_string(), needed, budget: self.cfg.budget }
+        }
+    }
+
+    /// The storages that may be evicted now, oldest first (so that a policy's ties are broken the
+    /// same way in every run, not by the map's order). One that would be dropped to be made again
+    /// counts as clean: evicting it costs no write-back.
+    pub(in crate::residency) fn candidates(&self) -> Vec<Candidate> {
+        let mut candidates: Vec<Candidate> = self
+            .storages
+            .iter()
+            .filter(|(_, s)| s.evictable())
+            .map(|(&uid, s)| Candidate { uid, bytes: s.bytes, dirty: s.dirty && !self.droppable(uid), last_use: s.last_use, uses: s.uses, key: s.key })
+            .collect();
+        candidates.sort_unstable_by_key(|c| c.uid);
+        candidates
+    }
+
+    /// Starts copying a newer device copy home (a home without memory gets memory first,
+    /// page-locked unless the configuration says not to). The home may be read once the write-back has finished; memory the outside can
+    /// reach is waited for before the running op returns.
+    pub(in crate::residency) fn write_home(&mut self, id: u64, op: &'static str) -> Result<()> {
+        let started = Instant::now();
+        let (cuda, pin) = (self.cuda(), self.cfg.pin_host_memory);
+        let on = self.cfg.device;
+        let s = self.storages.get_mut(&id).expect("registered");
+        let Some(device) = s.device.as_ref().filter(|_| s.dirty).map(tch::Tensor::shallow_clone) else { return Ok(()) };
+        let mut new_memory = 0;
+        if s.kind == Home::Lazy {
+            new_memory = page_locked(on, || crate::residency::torch_storage::home_allocate(&s.home, pin, cuda))?.1;
+            s.kind = if pin { Home::PageLocked } else { Home::Pageable };
+        }
+        let transfer = Arc::new(self.cfg.device.write_back(&device, &s.home)?);
+        if matches!(s.kind, Home::External { .. }) {
+            self.owed.push(transfer.clone());
+        }
+        s.writing = Some(transfer);
+        let (bytes, pageable, modified) = (s.bytes, s.kind.pageable(), s.modified);
+        (s.dirty, s.modified) = (false, false);
+        self.stats.count_page_locked(new_memory, bytes);
+        if pageable {
+            self.stats.pageable_copies += 1;
+            self.stats.pageable_copy_bytes += bytes;
+        }
+        if !modified {
+            self.stats.needless_write_backs += 1;
+        }
+        self.stats.write_backs += 1;
+        self.stats.write_back_bytes += bytes;
+        if let Some(log) = &mut self.schedule {
+            log.write_back(id, bytes);
+        }
+        self.event(EventKind::WriteBack, id, bytes, op, Some(started));
+        Ok(())
+    }
+
+    /// Drops the device copy, writing it home first if it is the newer one, unless it is a
+    /// result better made again (`droppable`). On a failed write-back the copy stays where it
+    /// was: nothing is lost.
+    pub(in crate::residency) fn evict(&mut self, id: u64, op: &'static str) -> Result<()> {
+        let dropping = self.droppable(id);
+        if !dropping {
+            self.write_home(id, op)?;
+            self.trace.evicted(self.storages[&id].key);
+        }
+        let s = self.storages.get_mut(&id).expect("victim is registered");
+        drop(s.device.take().expect("victim is resident"));
+        self.by_device.remove(&s.device_id);
+        s.loading = None; // a prefetch never used: its memory belongs to the load stream
+        (s.prefetched, s.written_ahead) = (false, false);
+        let bytes = s.bytes;
+        self.stats.device_bytes -= bytes;
+        self.stats.evictions += 1;
+        self.stats.evicted_bytes += bytes;
+        if dropping {
+            self.stats.drops += 1;
+            self.stats.dropped_bytes += bytes;
+        }
+        if let Some(log) = &mut self.schedule {
+            log.evict(id);
+        }
+        self.event(if dropping { EventKind::Drop } else { EventKind::Evict }, id, bytes, op, None);
+        Ok(())
+    }
+
+    /// Evicts the results a policy keeps none of, but those another running op still holds.
+    pub(crate) fn evict_unkept(&mut self, op: &'static str) {
+        for id in std::mem::take(&mut self.unkept) {
+            match self.storages.get(&id) {
+                // Even if the write-back failed: the copy then stays on the device (nothing lost).
+                Some(s) if s.evictable() => drop(self.evict(id, op)),
+                Some(s) if s.resident() => self.unkept.push(id),
+                _ => {}
+            }
+        }
+    }
+
+    /// Evicts every device copy no running op uses (out-of-memory recovery). Returns the count.
+    pub(crate) fn evict_unused(&mut self) -> usize {
+        let victims: Vec<u64> = self.candidates().iter().map(|c| c.uid).collect();
+        victims.iter().filter(|&&id| self.evict(id, "out-of-memory recovery").is_ok()).count()
+    }
+}

@@ -1,0 +1,28 @@
+//! Flow's write-ahead: while the recorded order is followed, a storage the op made or wrote that
+//! the recorded iteration evicted starts its write-back as the op ends.
+
+use crate::residency::core::manager::Manager;
+use crate::residency::core::storage::Home;
+
+impl Manager {
+    /// While Flow follows the recorded order, each storage the op made or wrote that the
+    /// recorded iteration evicted starts its write-back now, and stays on the device, clean: it
+    /// will leave as it did then, and leaving then costs nothing. The write-backs run while the
+    /// producing ops do, rather than queueing up where memory runs out, late in the forward pass,
+    /// ahead of the reloads backward needs first. A failure leaves the write-back to the
+    /// eviction.
+    pub(in crate::residency) fn write_ahead(&mut self, op: &'static str) {
+        if self.policy.prefetches() && self.trace.following() {
+            let written = std::mem::take(&mut self.written_now);
+            for &id in &written {
+                let Some(s) = self.storages.get(&id) else { continue };
+                let eligible = s.resident() && s.dirty && s.in_use == 0 && !s.pinned && s.counted() && !matches!(s.kind, Home::External { .. });
+                if eligible && !self.droppable(id) && self.trace.evicted_last_time(s.key) && self.write_home(id, op).is_ok() {
+                    self.storages.get_mut(&id).expect("written above").written_ahead = true;
+                }
+            }
+            self.written_now = written; // its capacity serves the next op
+        }
+        self.written_now.clear();
+    }
+}
