@@ -20,7 +20,7 @@ LIB_DIR := $(ROOT)/target/debug
 CFLAGS_STRICT := -std=c11 -Wall -Wextra -Wpedantic -Werror -I$(ROOT)/include
 LINK := -L$(LIB_DIR) -ltensorref -Wl,-rpath,$(LIB_DIR) -lpthread
 
-.PHONY: demo test setup build gen header-check test-rust test-core test-c test-examples-rust bench bench-overhead soak clean test-cuda gpu-bundle test-gpu-driver test-bench-peers test-bench-residency
+.PHONY: demo test setup build gen header-check test-structure test-rust test-core test-c test-examples-rust bench bench-overhead soak clean test-cuda gpu-bundle test-gpu-driver test-bench-peers test-bench-residency
 
 # ---------------------------------------------------------------- install
 setup: $(STAMPS)/venv $(STAMPS)/cbindgen-$(CBINDGEN_VERSION)
@@ -55,7 +55,7 @@ demo: setup $(STAMPS)/model
 
 # ---------------------------------------------------------------- tests
 # Each language adds its suite in mk/<language>.mk: `TEST_SUITES += test-<language>`.
-TEST_SUITES := test-rust test-core test-c test-examples-rust test-gpu-driver test-bench-peers test-bench-residency
+TEST_SUITES := test-structure test-rust test-core test-c test-examples-rust test-gpu-driver test-bench-peers test-bench-residency
 BENCH_SUITES :=
 include $(sort $(wildcard mk/*.mk))
 
@@ -64,6 +64,10 @@ test: setup header-check $(TEST_SUITES)
 
 test-rust: setup
 	cargo test --quiet
+
+# No file of the crate imports another that imports it back, directly or around a loop.
+test-structure:
+	python3 tools/import_cycles.py src
 
 # The core library without the demonstration model (the `models` feature): it builds, and it
 # depends on neither the tokenizer nor its regex engine.

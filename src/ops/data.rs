@@ -3,7 +3,7 @@
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::ops::Scalar;
+use crate::ops::scalars::Scalar;
 use crate::registry::{self, TensorId};
 
 fn checked_numel(shape: &[i64]) -> Result<usize> {

@@ -406,7 +406,7 @@ pub(crate) mod core {
             fn replay(inputs: &[Option<&tch::Tensor>], base: Scalar) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(crate::ops::kernels::rpow(a, base)?)
+                Ok(crate::ops::scalars::rpow(a, base)?)
             }
             let mut op = Op::begin("rpow_scalar");
             let [a] = op.get([a])?;

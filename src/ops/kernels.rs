@@ -3,7 +3,6 @@
 //! `fill_`, `arange`, and the meta device (tch's `Device` cannot name it).
 
 use crate::dtype::DType;
-use crate::ops::Scalar;
 use crate::shim::{check, make, Result, ERR_LEN};
 use std::ffi::{c_char, c_double, c_int, c_void};
 
@@ -19,43 +18,38 @@ extern "C" {
     fn tr_native_arange(start: c_double, end: c_double, step: c_double, kind: c_int, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
 }
 
-/// A scalar as the shims take it: a tag (0 int, 1 float, 2 bool) and its int and float slots.
-fn tagged(value: Scalar) -> (c_int, i64, c_double) {
-    match value {
-        Scalar::Int(i) => (0, i, 0.0),
-        Scalar::Float(f) => (1, 0, f),
-        Scalar::Bool(b) => (2, i64::from(b), 0.0),
-    }
-}
+/// A scalar as the shims take it: a tag (0 int, 1 float, 2 bool) and its int and float slots
+/// (`Scalar::tagged`).
+pub(crate) type Tagged = (c_int, i64, c_double);
 
 /// A 0-dim tensor of `dtype` holding `value` on the device of `like`, a wrapped number as
 /// PyTorch makes of a Python number (libtorch converts the value to `dtype` with its overflow
 /// checks).
-pub(crate) fn scalar_like(like: &tch::Tensor, value: Scalar, dtype: DType) -> Result<tch::Tensor> {
-    let (tag, i, f) = tagged(value);
+pub(crate) fn scalar_like(like: &tch::Tensor, value: Tagged, dtype: DType) -> Result<tch::Tensor> {
+    let (tag, i, f) = value;
     // SAFETY: `like` is live for the call; out and err are valid (see `make`). DType codes are
     // c10's ScalarType numbers.
     make("scalar", |out, err, len| unsafe { tr_native_scalar_like(like.as_ptr().cast(), tag, i, f, dtype as c_int, out, err, len) })
 }
 
 /// `t ** exponent` as libtorch computes it for a Scalar exponent (its special exponents too).
-pub(crate) fn pow(t: &tch::Tensor, exponent: Scalar) -> Result<tch::Tensor> {
-    let (tag, i, f) = tagged(exponent);
+pub(crate) fn pow(t: &tch::Tensor, exponent: Tagged) -> Result<tch::Tensor> {
+    let (tag, i, f) = exponent;
     // SAFETY: `t` is live for the call; out and err are valid (see `make`).
     make("pow", |out, err, len| unsafe { tr_native_pow(t.as_ptr().cast(), tag, i, f, 0, out, err, len) })
 }
 
 /// `base ** t` as libtorch's Scalar overload computes it: a contiguous result, whatever `t`'s
 /// layout, as PyTorch gives for `2 ** t`.
-pub(crate) fn rpow(t: &tch::Tensor, base: Scalar) -> Result<tch::Tensor> {
-    let (tag, i, f) = tagged(base);
+pub(crate) fn rpow(t: &tch::Tensor, base: Tagged) -> Result<tch::Tensor> {
+    let (tag, i, f) = base;
     // SAFETY: `t` is live for the call; out and err are valid (see `make`).
     make("pow", |out, err, len| unsafe { tr_native_pow(t.as_ptr().cast(), tag, i, f, 2, out, err, len) })
 }
 
 /// `t **= exponent` (see `pow`).
-pub(crate) fn pow_(t: &tch::Tensor, exponent: Scalar) -> Result<()> {
-    let (tag, i, f) = tagged(exponent);
+pub(crate) fn pow_(t: &tch::Tensor, exponent: Tagged) -> Result<()> {
+    let (tag, i, f) = exponent;
     let mut err = [0 as c_char; ERR_LEN];
     // SAFETY: `t` is live for the call; err is valid for ERR_LEN bytes; no tensor is made.
     let status = unsafe { tr_native_pow(t.as_ptr().cast(), tag, i, f, 1, std::ptr::null_mut(), err.as_mut_ptr(), ERR_LEN) };
@@ -69,8 +63,8 @@ pub(crate) fn arange(start: f64, end: f64, step: f64, dtype: DType) -> Result<tc
 }
 
 /// Fills `t` in place with `value`, converted to its dtype as libtorch's `fill_` does.
-pub(crate) fn fill(t: &tch::Tensor, value: Scalar) -> Result<()> {
-    let (tag, i, f) = tagged(value);
+pub(crate) fn fill(t: &tch::Tensor, value: Tagged) -> Result<()> {
+    let (tag, i, f) = value;
     let mut err = [0 as c_char; ERR_LEN];
     // SAFETY: `t` is live for the call; err is valid for ERR_LEN bytes.
     let status = unsafe { tr_native_fill(t.as_ptr().cast(), tag, i, f, err.as_mut_ptr(), ERR_LEN) };

@@ -11,7 +11,10 @@
 //! wrapped float64 beside a floating tensor (never widens it, a 0-dim float32 either) and a
 //! float32, the default float dtype, beside an integer or bool tensor, and a bool is a bool.
 
-use super::prelude::*;
+use super::kernels;
+use tch::Kind;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
 
 /// A scalar argument of an op, which keeps its type (PyTorch's `Scalar`): an integer, a
 /// floating-point number or a bool.
@@ -34,6 +37,17 @@ macro_rules! scalar_from {
 }
 
 scalar_from!(f64 => Float, f32 => Float, i64 => Int, i32 => Int, bool => Bool);
+
+impl Scalar {
+    /// The scalar as the C++ shims take it (`kernels::Tagged`).
+    fn tagged(self) -> kernels::Tagged {
+        match self {
+            Scalar::Int(i) => (0, i, 0.0),
+            Scalar::Float(f) => (1, 0, f),
+            Scalar::Bool(b) => (2, i64::from(b), 0.0),
+        }
+    }
+}
 
 impl std::fmt::Display for Scalar {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -60,7 +74,7 @@ pub(crate) fn scalar(with: &tch::Tensor, v: impl Into<Scalar>) -> Result<tch::Te
         Scalar::Float(_) => DType::F32,
         Scalar::Bool(_) => DType::Bool,
     };
-    crate::ops::kernels::scalar_like(with, v, dtype)
+    kernels::scalar_like(with, v.tagged(), dtype)
 }
 
 /// The range of an integer dtype, None for the others.
@@ -93,15 +107,15 @@ pub(crate) fn check_fits(what: &str, value: Scalar, dtype: DType) -> Result<()> 
 
 pub(crate) fn full(shape: &[i64], value: Scalar, dtype: DType) -> Result<tch::Tensor> {
     check_fits("full", value, dtype)?;
-    let t = tch::Tensor::f_empty(shape, opts(dtype))?;
-    crate::ops::kernels::fill(&t, value)?;
+    let t = tch::Tensor::f_empty(shape, (dtype.kind(), tch::Device::Cpu))?;
+    kernels::fill(&t, value.tagged())?;
     Ok(t)
 }
 
 /// Fills `a` in place with `value` (Tensor.fill_), which must fit `a`'s dtype.
 pub(crate) fn fill_(a: &tch::Tensor, value: Scalar) -> Result<()> {
     check_fits("fill_", value, DType::from_kind(a.f_kind()?)?)?;
-    Ok(crate::ops::kernels::fill(a, value)?)
+    Ok(kernels::fill(a, value.tagged())?)
 }
 
 /// `a ** exponent` with libtorch's Scalar kernel, as PyTorch computes `t ** 2` (a square, not the
@@ -109,13 +123,18 @@ pub(crate) fn fill_(a: &tch::Tensor, value: Scalar) -> Result<()> {
 /// integer is refused with our words first.
 pub(crate) fn pow(a: &tch::Tensor, exponent: Scalar) -> Result<tch::Tensor> {
     check_pow(a, exponent)?;
-    Ok(crate::ops::kernels::pow(a, exponent)?)
+    Ok(kernels::pow(a, exponent.tagged())?)
 }
 
 /// `a **= exponent` (see `pow`).
 pub(crate) fn pow_(a: &tch::Tensor, exponent: Scalar) -> Result<()> {
     check_pow(a, exponent)?;
-    Ok(crate::ops::kernels::pow_(a, exponent)?)
+    Ok(kernels::pow_(a, exponent.tagged())?)
+}
+
+/// `base ** a` (see `kernels::rpow`).
+pub(crate) fn rpow(a: &tch::Tensor, base: Scalar) -> Result<tch::Tensor, tch::TchError> {
+    kernels::rpow(a, base.tagged())
 }
 
 fn check_pow(a: &tch::Tensor, exponent: Scalar) -> Result<()> {
@@ -132,7 +151,7 @@ fn check_pow(a: &tch::Tensor, exponent: Scalar) -> Result<()> {
 /// Through a C++ shim, not tch's `Scalar` (see above): libtorch's checks of the bounds, the
 /// step, the size and the dtype are errors like any other.
 pub(crate) fn arange(start: f64, end: f64, step: f64, dtype: DType) -> Result<tch::Tensor> {
-    Ok(crate::ops::kernels::arange(start, end, step, dtype)?)
+    Ok(kernels::arange(start, end, step, dtype)?)
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@
 //! tests and benchmarks: the runtime decides only with the rates and op costs of
 //! `training::costs`.
 
-mod pass;
+pub(in crate::residency) mod pass;
 mod replay;
 
 pub(crate) use pass::{Log, SAVE};

@@ -3,7 +3,7 @@
 //! backward of a training step counted. Recomputation decides with these; the schedule model's
 //! replay (`model`) uses the same.
 
-use crate::residency::model::{Pass, Step, Work, SAVE};
+use crate::residency::model::pass::{Pass, Step, Work, SAVE};
 
 /// A backward op's cost against its forward op's: a matrix product's backward is two products
 /// of its size (the inputs' gradients and the weight's), an elementwise op's reads and writes
