@@ -6,8 +6,9 @@
  *
  * A model is an opaque tr_minilm, made by tr_minilm_load and freed by tr_minilm_free. A pointer
  * that is not a live model (freed already, or never made by tr_minilm_load) is refused with
- * TR_ERR_INVALID_HANDLE; NULL with TR_ERR_NULL_ARG (tr_minilm_free(NULL) is a no-op). Statuses,
- * tr_last_error and threads work as in tensorref.h.
+ * TR_ERR_INVALID_HANDLE (a freed one until a later model happens to get the same address); NULL
+ * with TR_ERR_NULL_ARG (tr_minilm_free(NULL) is a no-op). Statuses, tr_last_error and threads
+ * work as in tensorref.h.
  */
 
 

@@ -3,9 +3,10 @@
 //!
 //! A model is an object of this add-on, not a registry handle: `tr_minilm_load` hands out an
 //! opaque `tr_minilm *` and `tr_minilm_free` frees it. The add-on keeps the models it handed out,
-//! so a pointer that is not one of them (freed already, never made here) is refused with
-//! TR_ERR_INVALID_HANDLE instead of being read, and a call in flight keeps its model alive
-//! while another thread frees it.
+//! by address, so a pointer that is not one of them (freed already, never made here) is refused
+//! with TR_ERR_INVALID_HANDLE instead of being read, and a call in flight keeps its model alive
+//! while another thread frees it. Unlike a generation-checked handle, a freed pointer is caught
+//! only until a later model is given the same address.
 
 use super::boundary::{call, out_arg, slice_arg, slice_out};
 use super::weights::path_arg;
