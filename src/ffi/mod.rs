@@ -3,8 +3,8 @@
 //! tensor lifetime and data, scopes), then DLPack, the residency manager and saved tensors for a host's own autograd engine, and weights.
 //! The op functions (`ops`, generated from the op table) get a header of their own,
 //! `include/tensorref_ops.h`, which tensorref.h includes. The demonstration model (`models`,
-//! feature `models`) is an add-on with its own header, `include/tensorref_minilm.h`, which
-//! includes tensorref.h. Every exported body runs inside
+//! behind the Cargo feature of that name) is an add-on with its own header,
+//! `include/tensorref_minilm.h`, which includes tensorref.h. Every exported body runs inside
 //! `boundary::call`, the one panic boundary. Like rustls-ffi, the functions are safe
 //! `extern "C" fn`s: the pointer contract is the C caller's, stated on each function, and
 //! checked for NULL on entry.
