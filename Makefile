@@ -17,6 +17,11 @@ export VIRTUAL_ENV := $(VENV)
 export LIBTORCH_USE_PYTORCH := 1
 
 LIB_DIR := $(ROOT)/target/debug
+# The library the suites and the bindings load (target/debug/libtensorref.so) is built with the
+# demonstration model, an add-on (Cargo feature `models`; the default build leaves it out). Every
+# cargo command of the suites builds with these same features, so that none replaces that library
+# with a build without the model.
+TEST_FEATURES := --features models
 CFLAGS_STRICT := -std=c11 -Wall -Wextra -Wpedantic -Werror -I$(ROOT)/include
 LINK := -L$(LIB_DIR) -ltensorref -Wl,-rpath,$(LIB_DIR) -lpthread
 
@@ -37,7 +42,7 @@ $(STAMPS)/cbindgen-$(CBINDGEN_VERSION):
 
 # ---------------------------------------------------------------- build
 build: setup
-	cargo build --quiet
+	cargo build --quiet $(TEST_FEATURES)
 
 # Everything written from the op table and the C ABI, in one pass (tools/gen.py): after changing
 # src/ops/ops.def or anything under src/ffi, the Rust op code, the headers, the ABI manifest and
@@ -51,7 +56,7 @@ header-check: setup
 # ---------------------------------------------------------------- demo
 # all-MiniLM-L6-v2 under a device budget of a quarter of its weights (mk/model.mk installs it).
 demo: setup $(STAMPS)/model
-	cargo run --quiet --release --example minilm_demo
+	cargo run --quiet --release --features models --example minilm_demo
 
 # ---------------------------------------------------------------- tests
 # Each language adds its suite in mk/<language>.mk: `TEST_SUITES += test-<language>`.
@@ -63,23 +68,36 @@ test: setup header-check $(TEST_SUITES)
 	@echo "make test: all suites passed ($(TEST_SUITES))"
 
 test-rust: setup
-	cargo test --quiet
+	cargo test --quiet $(TEST_FEATURES)
 
 # No file of the crate imports another that imports it back, directly or around a loop.
 test-structure:
 	python3 tools/import_cycles.py src
 
-# The core library without the demonstration model (the `models` feature): it builds, and it
-# depends on neither the tokenizer nor its regex engine.
+# The core library, the default build, without the demonstration model (the `models` feature):
+# it builds; neither it nor the build without default features depends on the tokenizer or its
+# regex engine; it exports no tr_minilm_*; and the Python binding loads it and runs an op, while
+# the model's add-on package refuses it with what to do. The library the other suites load is
+# built again at the end.
 test-core: setup
-	cargo build --quiet --lib --no-default-features
-	! cargo tree --no-default-features -e normal | grep -E ' (tokenizers|onig) v' \
-	  || { echo "the core depends on the model's tokenizer"; exit 1; }
+	cargo build --quiet --lib
+	for flags in "" --no-default-features; do \
+	  ! cargo tree $$flags -e normal | grep -E ' (tokenizers|onig) v' \
+	    || { echo "the core (cargo tree $$flags) depends on the model's tokenizer"; exit 1; }; \
+	done
+	! nm -D --defined-only $(LIB_DIR)/libtensorref.so | grep -w 'tr_minilm_[a-z_]*' \
+	  || { echo "the default build exports the model's functions"; exit 1; }
+	cd $(ROOT)/bindings/python && TENSORREF_LIB=$(LIB_DIR)/libtensorref.so python3 -c \
+	  'import tensorref as tr, tensorref._lib as l; assert l.missing == [], l.missing; assert (tr.ones([2]) + 1).sum().item() == 4'
+	mkdir -p build
+	cd $(ROOT)/bindings/python && ! TENSORREF_LIB=$(LIB_DIR)/libtensorref.so python3 -c 'import tensorref_minilm' 2>$(ROOT)/build/core-addon.err
+	grep -q 'built without the demonstration model' build/core-addon.err || { cat build/core-addon.err; exit 1; }
+	cargo build --quiet $(TEST_FEATURES)
 
 # The Rust examples, each of which checks its own claims (flat live count, budget, results).
 test-examples-rust: setup
-	cargo run --quiet --example train_mlp 100
-	cargo run --quiet --example flow_stack
+	cargo run --quiet $(TEST_FEATURES) --example train_mlp 100
+	cargo run --quiet $(TEST_FEATURES) --example flow_stack
 
 # C tests: compiled against the committed header with warnings as errors, run, then run once
 # more under AddressSanitizer. ASan works with libtorch loaded (checked: its interceptors catch
@@ -128,9 +146,9 @@ clean:
 # a Rust toolchain); `make gpu-bundle` packs the same, built here, for a GPU machine without one
 # (tools/gpu/bundle.sh; run it there with `bash target/gpu-bundle/run.sh`).
 test-cuda: setup $(STAMPS)/model
-	cargo test --release --features cuda-tests -- --test-threads 1
+	cargo test --release --features cuda-tests,models -- --test-threads 1
 	cargo run --release --example flow_stack -- --device cuda
-	cargo run --release --example minilm_demo -- --device cuda
+	cargo run --release --features models --example minilm_demo -- --device cuda
 
 gpu-bundle: setup $(STAMPS)/model
 	bash tools/gpu/bundle.sh
@@ -160,8 +178,8 @@ test-bench-peers: setup
 RESIDENCY_ROWS := CPU-only Resident Genoa Flow
 test-bench-residency: setup
 	mkdir -p build
-	cargo test --quiet --bench residency -- --passes 2 | tee build/bench-residency.log
-	cargo test --quiet --bench residency -- --passes 2 --shape opt30b --width 128 --layers 8 --batch 64 --dtype f16 \
+	cargo test --quiet $(TEST_FEATURES) --bench residency -- --passes 2 | tee build/bench-residency.log
+	cargo test --quiet $(TEST_FEATURES) --bench residency -- --passes 2 --shape opt30b --width 128 --layers 8 --batch 64 --dtype f16 \
 	  | tee -a build/bench-residency.log
 	for row in $(RESIDENCY_ROWS); do \
 	  test $$(grep -cE "^$$row .*max \|difference\| .*: ok$$" build/bench-residency.log) -eq 2 \

@@ -5,7 +5,7 @@
 //! (host->device loads and device->host write-backs), peak device bytes. A first pass records
 //! the trace (Flow) and is not measured. Writes the figures and the batches' token ids to JSON.
 //!
-//!     cargo bench --bench minilm_compare -- --json target/minilm-compare.json [--passes 3]
+//!     cargo bench --features models --bench minilm_compare -- --json target/minilm-compare.json [--passes 3]
 
 use std::fmt::Write as _;
 use std::time::Instant;

@@ -4,7 +4,7 @@
 //! cosine-similarity matrix, the bytes moved, the peak device bytes (never above the budget) and
 //! the time; progress goes to stderr; the manager's events are written as a Chrome trace.
 //!
-//!     cargo run --release --example minilm_demo -- [--device auto|cuda|cuda:N|simulated]
+//!     cargo run --release --features models --example minilm_demo -- [--device auto|cuda|cuda:N|simulated]
 //!                                                  [--chunk] [--timeline PATH] [--budget-div N]
 //!
 //! The accelerator (`auto`, the default) is CUDA where libtorch sees one, else the simulated

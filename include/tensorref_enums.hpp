@@ -168,24 +168,6 @@ inline const char* to_string(EventKind v) noexcept {
     return "unknown";
 }
 
-/// How a model's weights use the device under the residency manager.
-enum class WeightMode : int32_t {
-    /// Weights are loaded for their op and may leave after (pytorch-optimem's `page`).
-    Page = TR_WEIGHT_MODE_PAGE,
-    /// The first weights in execution order, up to `chunk_capacity` bytes, stay pinned resident
-    /// on the device; the rest page (pytorch-optimem's `chunk`).
-    Chunk = TR_WEIGHT_MODE_CHUNK,
-};
-
-/// The value's name: its constant's last words in lower case (`page`).
-inline const char* to_string(WeightMode v) noexcept {
-    switch (v) {
-        case WeightMode::Page: return "page";
-        case WeightMode::Chunk: return "chunk";
-    }
-    return "unknown";
-}
-
 }  // namespace tr
 
 #endif  // TENSORREF_ENUMS_HPP

@@ -7,7 +7,8 @@
 #                               it, abi_mismatch.cpp, built against a header of another ABI version,
 #                               must be refused by the binding. test_weights.cpp and test_minilm.cpp
 #                               load all-MiniLM-L6-v2 (mk/model.mk installs it; tests/cpp/model_files.hpp
-#                               finds it).
+#                               finds it); test_minilm.cpp uses the model add-on's header
+#                               (include/tensorref_minilm.hpp; the library is built with `models`).
 #   make test-examples-native   builds the C examples (C11, -Wpedantic -Werror) and the C++ ones,
 #                               runs each (each checks its own claims and exits 1 otherwise), and
 #                               checks that C and C++ agree: train_mlp reaches the same final loss,
@@ -24,7 +25,8 @@ CXXFLAGS_STRICT := -std=c++17 -Wall -Wextra -Wpedantic -Werror -I$(ROOT)/include
 CXX_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 CPP_HEADERS := include/tensorref.h include/tensorref_ops.h include/tensorref.hpp \
                include/tensorref_enums.hpp include/tensorref_ops.hpp \
-               include/tensorref_functions.hpp
+               include/tensorref_functions.hpp include/tensorref_minilm.h \
+               include/tensorref_minilm.hpp include/tensorref_minilm_enums.hpp
 CPP_TEST_UNITS := main $(patsubst tests/cpp/%.cpp,%,$(sort $(wildcard tests/cpp/test_*.cpp)))
 
 build/cpp/%.o: tests/cpp/%.cpp $(CPP_HEADERS) tests/cpp/harness.hpp tests/cpp/model_files.hpp

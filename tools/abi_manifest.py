@@ -1,7 +1,14 @@
 """The manifest of the C ABI: every function, struct, enum, callback type and constant of the
 committed header include/tensorref.h (and the headers it includes), read by a real C parser.
 
-    build(header: Path) -> dict      # what tools/gen.py writes to include/tensorref_abi.json
+    build(header: Path, features: dict[str, Path]) -> dict
+        # what tools/gen.py writes to include/tensorref_abi.json
+
+A Cargo feature's add-on has a header of its own that includes tensorref.h (the `models`
+feature: include/tensorref_minilm.h). Its declarations are not the core's: they are listed
+apart, under `features` -> the feature's name, with the same keys plus `header`, so that each
+binding declares them in the add-on's own package and the core never names them. The core's keys
+hold the core alone.
 
 The header is preprocessed by the system's C compiler (`cc -E`, C11) against the stand-in
 standard headers of tools/c_std, so that every type keeps the name the header gives it
@@ -118,7 +125,26 @@ class _Docs:
         return "\n".join(text).strip()
 
 
-def build(header: Path) -> dict:
+def _name(item) -> str:
+    return item if isinstance(item, str) else item["name"]
+
+
+def build(header: Path, features: dict[str, Path] | None = None) -> dict:
+    """The core's declarations (`header` and what it includes) and, under `features`, each
+    feature header's own: those it adds to the core's."""
+    out = _parse(header)
+    out["features"] = {}
+    for feature, feature_header in (features or {}).items():
+        whole = _parse(feature_header)
+        section: dict = {"header": feature_header.name}
+        for key, items in whole.items():
+            core = {_name(i) for i in out[key]}
+            section[key] = [i for i in items if _name(i) not in core]
+        out["features"][feature] = section
+    return out
+
+
+def _parse(header: Path) -> dict:
     include_dir = header.parent
     source = f'#include "{header.name}"\n'
     macros = _macros(source, include_dir)
@@ -130,7 +156,7 @@ def build(header: Path) -> dict:
                             and isinstance(n.type, c_ast.TypeDecl) and isinstance(n.type.type, c_ast.Struct)
                             and n.name == n.type.type.name)
     docs = _Docs()
-    out: dict = {"functions": [], "inline_functions": [], "structs": [], "enums": [],
+    out: dict = {"functions": [], "inline_functions": [], "structs": [], "opaque": [], "enums": [],
                  "callbacks": [], "constants": []}
     enum_types: dict[str, str] = {}
 
@@ -141,6 +167,9 @@ def build(header: Path) -> dict:
             t = node.type
             if isinstance(t, c_ast.TypeDecl) and isinstance(t.type, c_ast.Struct) and t.type.decls is not None:
                 out["structs"].append(_struct(t.type, docs, docs.above(node.coord) or docs.above(t.type.coord)))
+            elif isinstance(t, c_ast.TypeDecl) and isinstance(t.type, c_ast.Struct):
+                # An opaque struct (`typedef struct tr_minilm tr_minilm;`): only ever behind a pointer.
+                out["opaque"].append({"name": node.name, "doc": docs.above(node.coord)})
             elif isinstance(t, c_ast.PtrDecl) and isinstance(t.type, c_ast.FuncDecl):
                 f = t.type
                 out["callbacks"].append({"name": node.name, "doc": docs.above(node.coord),
@@ -182,4 +211,5 @@ def _enum(e: c_ast.Enum, docs: _Docs, doc: str) -> dict:
 if __name__ == "__main__":
     import json
     import sys
-    print(json.dumps(build(Path(sys.argv[1] if len(sys.argv) > 1 else "include/tensorref.h")), indent=1))
+    print(json.dumps(build(Path(sys.argv[1] if len(sys.argv) > 1 else "include/tensorref.h"),
+                           {"models": Path("include/tensorref_minilm.h")}), indent=1))

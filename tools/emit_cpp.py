@@ -12,6 +12,8 @@ Writes three headers, all included by include/tensorref.hpp (never on their own)
                                    PascalCase, its values the constants' last words
                                    (TR_POLICY_FLOW -> `tr::Policy::Flow`), and `tr::to_string`
                                    of each ("flow").
+  include/tensorref_minilm_enums.hpp  the same for the enums of the model add-on's section of the
+                                   manifest (`tr::WeightMode`), included by tensorref_minilm.hpp.
 
 Names are the C names without `tr_tensor_` (snake_case, in-place ops keep the trailing `_`). Every
 wrapper goes through `tr::detail::call`, which checks the ABI version on first use and throws
@@ -245,14 +247,17 @@ def enum_class(e: dict) -> str:
     return "\n".join(lines)
 
 
-def emit_enums(manifest: dict) -> str:
+def emit_enums(manifest: dict, name: str = "tensorref_enums", includer: str = "tensorref.hpp") -> str:
+    """The enum classes of `manifest` (the whole manifest, or one feature's section), in
+    include/<name>.hpp, which only `includer` may include."""
     enums = "\n\n".join(enum_class(e) for e in manifest["enums"] if e["name"] != "tr_status")
-    return f"""{HEADER.format(src="include/tensorref_abi.json")}// The C enums of the ABI as C++ enum classes. Include tensorref.hpp, not this file.
-#ifndef TENSORREF_ENUMS_HPP
-#define TENSORREF_ENUMS_HPP
+    guard, inside = name.upper() + "_HPP", includer.replace(".", "_").upper() + "_INSIDE"
+    return f"""{HEADER.format(src="include/tensorref_abi.json")}// The C enums of the ABI as C++ enum classes. Include {includer}, not this file.
+#ifndef {guard}
+#define {guard}
 
-#ifndef TENSORREF_HPP_INSIDE
-#error "include tensorref.hpp, not tensorref_enums.hpp"
+#ifndef {inside}
+#error "include {includer}, not {name}.hpp"
 #endif
 
 namespace tr {{
@@ -261,7 +266,7 @@ namespace tr {{
 
 }}  // namespace tr
 
-#endif  // TENSORREF_ENUMS_HPP
+#endif  // {guard}
 """
 
 
@@ -270,4 +275,6 @@ def outputs(ops, manifest: dict, root: Path) -> dict[Path, str]:
         root / "include/tensorref_ops.hpp": emit_members(ops),
         root / "include/tensorref_functions.hpp": emit_functions(ops),
         root / "include/tensorref_enums.hpp": emit_enums(manifest),
+        root / "include/tensorref_minilm_enums.hpp": emit_enums(manifest["features"]["models"],
+                                                               "tensorref_minilm_enums", "tensorref_minilm.hpp"),
     }

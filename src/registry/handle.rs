@@ -1,8 +1,8 @@
 //! Generation-checked handles. A handle is a `u64`: the slot index in bits 0..32, the slot's
 //! generation in bits 32..60 (never 0, so 0 is never a valid handle), the handle's kind in bits
-//! 60..62 (0 tensor, 1 scope, 2 the demonstration model's, with the `models` feature), and bit 63
-//! clear. Removing an entry bumps its slot's generation, so an old handle stays detectably stale
-//! after the slot is reused; a handle of another kind never reaches a slot.
+//! 60..62 (0 tensor, 1 scope), and bit 63 clear. Removing an entry bumps its slot's generation,
+//! so an old handle stays detectably stale after the slot is reused; a handle of another kind
+//! never reaches a slot.
 
 use crate::error::{Error, HandleKind, Result};
 use slab::Slab;
@@ -10,17 +10,12 @@ use slab::Slab;
 const KEY_BITS: u32 = 32;
 const GEN_MASK: u64 = (1 << 28) - 1;
 const KIND_SHIFT: u32 = 60;
-#[cfg(not(feature = "models"))]
 const KINDS: [HandleKind; 2] = [HandleKind::Tensor, HandleKind::Scope];
-#[cfg(feature = "models")]
-const KINDS: [HandleKind; 3] = [HandleKind::Tensor, HandleKind::Scope, HandleKind::Model];
 
 const fn kind_tag(kind: HandleKind) -> u64 {
     match kind {
         HandleKind::Tensor => 0,
         HandleKind::Scope => 1,
-        #[cfg(feature = "models")]
-        HandleKind::Model => 2,
     }
 }
 

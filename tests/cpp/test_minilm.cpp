@@ -3,8 +3,10 @@
 // of the weights, page and chunk modes give embeddings identical to the unmanaged run with the
 // peak device bytes (the manager's counter and every event seen by the callback) within the
 // budget, chunk pinning weights and loading fewer bytes than page. Errors carry the library's
-// statuses; a moved-from model owns nothing. Two model loads in all (about 90 MB each).
-#include "tensorref.hpp"
+// statuses; a moved-from model owns nothing, and a freed model pointer is refused, not freed
+// twice. Two model loads in all (about 90 MB each). tr::MiniLM is the add-on header's
+// (tensorref_minilm.hpp).
+#include "tensorref_minilm.hpp"
 
 #include "harness.hpp"
 #include "model_files.hpp"
@@ -128,11 +130,13 @@ TEST(minilm_errors_carry_the_library_status) {
         tr::Residency r(tr::ResidencyConfig(tr::Policy::Flow, 1 << 20));
         CHECK_THROWS(m.embed({"too small a budget"}), TR_ERR_BUDGET_TOO_SMALL, "");
     }
-    tr_minilm raw = m.raw();
+    tr_minilm* raw = m.raw();
     MiniLM moved = std::move(m);
-    CHECK(!m && moved && moved.raw().id == raw.id);
-    CHECK_THROWS(m.dim(), TR_ERR_INVALID_HANDLE, "");
-    moved = MiniLM(model_files::dir());  // the first model is released on assignment
+    CHECK(!m && moved && moved.raw() == raw);
+    CHECK_THROWS(m.dim(), TR_ERR_NULL_ARG, "");
+    moved = MiniLM(model_files::dir());  // the first model is freed on assignment
     size_t dim = 0;
-    CHECK_EQ(tr_minilm_dim(raw, &dim), TR_ERR_STALE_HANDLE);
+    CHECK_EQ(tr_minilm_dim(raw, &dim), TR_ERR_INVALID_HANDLE);
+    CHECK_EQ(tr_minilm_free(raw), TR_ERR_INVALID_HANDLE);  // freed already: refused, not freed twice
+    CHECK_EQ(tr_minilm_free(nullptr), TR_OK);
 }

@@ -2,7 +2,7 @@
 policy, weight mode, budget and batch size) recomputed from its token ids and masks by the
 independent PyTorch implementation in minilm_torch.py; max |difference| must be <= 1e-4.
 
-    cargo test --test minilm && python3 -m pytest tests/model     (make test-model runs both)
+    cargo test --features models --test minilm && python3 -m pytest tests/model     (make test-model runs both)
 """
 import json
 import sys
@@ -22,7 +22,7 @@ TOLERANCE = 1e-4
 @pytest.fixture(scope="module")
 def runs():
     if not RUNS.exists():
-        pytest.fail(f"{RUNS} is missing: run `cargo test --test minilm` first (make test-model does)")
+        pytest.fail(f"{RUNS} is missing: run `cargo test --features models --test minilm` first (make test-model does)")
     return json.loads(RUNS.read_text())
 
 

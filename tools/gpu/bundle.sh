@@ -17,7 +17,8 @@ rm -rf "$out" target/gpu-model
 mkdir -p "$out/bin" "$out/lib" "$out/wheels" target/gpu-model
 
 echo "== building release binaries with the CUDA tests (several minutes on two cores)"
-cargo build --release --features cuda-tests --lib --examples --bench residency --bench training --tests \
+# `models`: the demonstration model's add-on, which test-minilm and minilm_demo run.
+cargo build --release --features cuda-tests,models --lib --examples --bench residency --bench training --tests \
   --message-format=json-render-diagnostics > target/gpu-bundle.json
 # Each executable cargo made, named by its kind and target: test-residency, bench-residency, ...
 python3 - "$out/bin" target/gpu-bundle.json <<'PY'

@@ -8,9 +8,15 @@
 //
 // The static constructor checks the library's ABI version against the header this binding was
 // generated from and refuses a mismatch before any other call is made.
+//
+// The demonstration model's add-on assembly (TensorRef.MiniLM, bindings/dotnet/minilm) uses this
+// error path and C strings, hence InternalsVisibleTo.
 using System;
+using System.Runtime.CompilerServices;
 using System.Runtime.InteropServices;
 using System.Text;
+
+[assembly: InternalsVisibleTo("TensorRef.MiniLM")]
 
 namespace TensorRef
 {

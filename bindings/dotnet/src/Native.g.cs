@@ -174,21 +174,6 @@ namespace TensorRef
         Drop = 7,
     }
 
-    /// <summary>How a model's weights use the device under the residency manager.</summary>
-    public enum WeightMode
-    {
-        /// <summary>
-        /// TR_WEIGHT_MODE_PAGE: Weights are loaded for their op and may leave after (pytorch-
-        /// optimem's `page`).
-        /// </summary>
-        Page = 0,
-        /// <summary>
-        /// TR_WEIGHT_MODE_CHUNK: The first weights in execution order, up to `chunk_capacity`
-        /// bytes, stay pinned resident on the device; the rest page (pytorch-optimem's `chunk`).
-        /// </summary>
-        Chunk = 1,
-    }
-
     /// <summary>The C struct tr_scalar.</summary>
     [StructLayout(LayoutKind.Sequential)]
     public partial struct Scalar
@@ -284,18 +269,6 @@ namespace TensorRef
         public IntPtr Op;
         public double TimeUs;
         public double DurationUs;
-    }
-
-    /// <summary>The C struct tr_minilm_options.</summary>
-    [StructLayout(LayoutKind.Sequential)]
-    internal struct NativeMiniLMOptions
-    {
-        public WeightMode WeightMode;
-        public ulong ChunkCapacity;
-        public uint BatchSize;
-        public uint MaxSeqLength;
-        public ulong EmbeddingBlockBytes;
-        [MarshalAs(UnmanagedType.I1)] public bool Progress;
     }
 
     /// <summary>tr_event_fn: A function receiving manager events; `user` is the pointer given with it.</summary>
@@ -478,30 +451,6 @@ namespace TensorRef
         internal static extern Status tr_saved_free(IntPtr saved);
         [DllImport(Lib, EntryPoint = "tr_weights_load", ExactSpelling = true)]
         internal static extern Status tr_weights_load(byte[] path, ulong[] tensors, UIntPtr tensors_len, byte[] names, UIntPtr names_len, out UIntPtr out_count, out UIntPtr out_names_len);
-        [DllImport(Lib, EntryPoint = "tr_minilm_options_default", ExactSpelling = true)]
-        internal static extern Status tr_minilm_options_default(out NativeMiniLMOptions @out);
-        [DllImport(Lib, EntryPoint = "tr_minilm_load", ExactSpelling = true)]
-        internal static extern Status tr_minilm_load(byte[] model_dir, ref NativeMiniLMOptions options, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_minilm_release", ExactSpelling = true)]
-        internal static extern Status tr_minilm_release(MiniLMHandle m);
-        [DllImport(Lib, EntryPoint = "tr_minilm_release", ExactSpelling = true)]
-        internal static extern Status tr_minilm_release(ulong m);
-        [DllImport(Lib, EntryPoint = "tr_minilm_set_weight_mode", ExactSpelling = true)]
-        internal static extern Status tr_minilm_set_weight_mode(MiniLMHandle m, WeightMode weight_mode, ulong chunk_capacity);
-        [DllImport(Lib, EntryPoint = "tr_minilm_set_weight_mode", ExactSpelling = true)]
-        internal static extern Status tr_minilm_set_weight_mode(ulong m, WeightMode weight_mode, ulong chunk_capacity);
-        [DllImport(Lib, EntryPoint = "tr_minilm_dim", ExactSpelling = true)]
-        internal static extern Status tr_minilm_dim(MiniLMHandle m, out UIntPtr @out);
-        [DllImport(Lib, EntryPoint = "tr_minilm_dim", ExactSpelling = true)]
-        internal static extern Status tr_minilm_dim(ulong m, out UIntPtr @out);
-        [DllImport(Lib, EntryPoint = "tr_minilm_weight_bytes", ExactSpelling = true)]
-        internal static extern Status tr_minilm_weight_bytes(MiniLMHandle m, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_minilm_weight_bytes", ExactSpelling = true)]
-        internal static extern Status tr_minilm_weight_bytes(ulong m, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_minilm_embed", ExactSpelling = true)]
-        internal static extern Status tr_minilm_embed(MiniLMHandle m, IntPtr[] sentences, UIntPtr count, float[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_minilm_embed", ExactSpelling = true)]
-        internal static extern Status tr_minilm_embed(ulong m, IntPtr[] sentences, UIntPtr count, float[] @out, UIntPtr out_len, out UIntPtr out_written);
         [DllImport(Lib, EntryPoint = "tr_tensor_zeros", ExactSpelling = true)]
         internal static extern Status tr_tensor_zeros(long[] shape, UIntPtr shape_len, DType dtype, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_ones", ExactSpelling = true)]

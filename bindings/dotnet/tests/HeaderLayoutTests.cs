@@ -15,7 +15,8 @@ namespace TensorRef.Tests
 {
     static class HeaderLayoutTests
     {
-        // The header's struct -> the binding's mirror (internal types of the TensorRef assembly).
+        // The header's struct -> the binding's mirror (internal types of the TensorRef assembly, and
+        // of TensorRef.MiniLM for the model add-on's).
         static readonly Dictionary<string, string> Mirrors = new Dictionary<string, string>
         {
             { "tr_stats", "TensorRef.NativeStats" },
@@ -49,7 +50,8 @@ namespace TensorRef.Tests
         static string Pascal(string snake) =>
             string.Concat(snake.Split('_').Select(p => p.Length == 0 ? "" : char.ToUpperInvariant(p[0]) + p.Substring(1)));
 
-        static Type Internal(string name) => typeof(torch).Assembly.GetType(name, true);
+        static Type Internal(string name) =>
+            typeof(torch).Assembly.GetType(name) ?? typeof(MiniLM).Assembly.GetType(name, true);
 
         [Test]
         static void NativeStructs_MatchTheHeaderFieldByField()

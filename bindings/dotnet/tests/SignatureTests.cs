@@ -1,9 +1,11 @@
-// Every P/Invoke declaration of the binding (hand-written in Native.cs and generated in Ops.g.cs)
-// against its prototype in the committed header include/tensorref.h: the function exists, the
+// Every P/Invoke declaration of the binding (hand-written in Native.cs and generated in Ops.g.cs;
+// the model add-on's in NativeMiniLM.g.cs of TensorRef.MiniLM.dll) against its prototype in the
+// committed headers include/tensorref.h and include/tensorref_minilm.h: the function exists, the
 // parameter count matches, and each C type is marshalled by a C# type of the same size and
 // passing convention. A hand-copied declaration that drifted from the header fails here, not as
 // a corrupted stack at run time. A `bool` return must be marshalled as one byte. Every residency,
-// weights and model function and tr_tensor_release_many must be bound. (The structs passed by
+// weights and model function and tr_tensor_release_many must be bound, the model's by the add-on
+// alone (the core assembly declares none). (The structs passed by
 // pointer and the callback type are checked field by field in HeaderLayoutTests.)
 using System;
 using System.Collections.Generic;
@@ -24,8 +26,9 @@ namespace TensorRef.Tests
             { "struct tr_tensor", new[] { "TensorHandle", "UInt64" } },
             { "struct tr_scope", new[] { "ScopeHandle", "UInt64" } },
             { "struct tr_tensor *", new[] { "UInt64&", "UInt64[]" } },
-            { "struct tr_minilm", new[] { "MiniLMHandle", "UInt64" } },
-            { "struct tr_minilm *", new[] { "UInt64&" } },
+            { "struct tr_minilm *", new[] { "MiniLMHandle", "IntPtr" } },
+            { "const struct tr_minilm *", new[] { "MiniLMHandle", "IntPtr" } },
+            { "struct tr_minilm **", new[] { "IntPtr&" } },
             { "const struct tr_minilm_options *", new[] { "NativeMiniLMOptions&" } },
             { "struct tr_minilm_options *", new[] { "NativeMiniLMOptions&" } },
             { "const char *const *", new[] { "IntPtr[]" } },
@@ -75,7 +78,7 @@ namespace TensorRef.Tests
             { "uint64_t", "UInt64" }, { "size_t", "UIntPtr" }, { "bool", "Boolean/I1" },
         };
 
-        /// <summary>include/tensorref.h followed by the ops header it includes.</summary>
+        /// <summary>include/tensorref.h, the ops header it includes, and the model add-on's header.</summary>
         internal static string HeaderText()
         {
             for (var dir = new DirectoryInfo(Path.GetDirectoryName(typeof(SignatureTests).Assembly.Location));
@@ -83,7 +86,8 @@ namespace TensorRef.Tests
             {
                 var path = Path.Combine(dir.FullName, "include", "tensorref.h");
                 if (File.Exists(path))
-                    return File.ReadAllText(path) + File.ReadAllText(Path.Combine(dir.FullName, "include", "tensorref_ops.h"));
+                    return File.ReadAllText(path) + File.ReadAllText(Path.Combine(dir.FullName, "include", "tensorref_ops.h")) +
+                           File.ReadAllText(Path.Combine(dir.FullName, "include", "tensorref_minilm.h"));
             }
             throw new CheckFailed("include/tensorref.h not found above " + typeof(SignatureTests).Assembly.Location);
         }
@@ -115,10 +119,15 @@ namespace TensorRef.Tests
         {
             var protos = Prototypes();
             Check.True(protos.Count > 100, "the header's prototypes were parsed (" + protos.Count + ")");
-            var native = typeof(torch).Assembly.GetType("TensorRef.Native");
-            var methods = native.GetMethods(BindingFlags.Static | BindingFlags.NonPublic | BindingFlags.Public)
-                                .Where(m => (m.Attributes & MethodAttributes.PinvokeImpl) != 0).ToList();
-            Check.True(methods.Count > 100, "Native's P/Invoke methods were found (" + methods.Count + ")");
+            Func<Type, List<MethodInfo>> pinvokes = t => t.GetMethods(BindingFlags.Static | BindingFlags.NonPublic | BindingFlags.Public)
+                                                          .Where(m => (m.Attributes & MethodAttributes.PinvokeImpl) != 0).ToList();
+            var core = pinvokes(typeof(torch).Assembly.GetType("TensorRef.Native", true));
+            var addOn = pinvokes(typeof(MiniLM).Assembly.GetType("TensorRef.NativeMiniLM", true));
+            Check.True(core.Count > 100, "Native's P/Invoke methods were found (" + core.Count + ")");
+            Check.True(addOn.Count >= 7, "NativeMiniLM's P/Invoke methods were found (" + addOn.Count + ")");
+            var coreModel = core.Where(m => m.Name.StartsWith("tr_minilm_")).Select(m => m.Name).ToList();
+            Check.True(coreModel.Count == 0, "the core assembly declares no model function: " + string.Join(", ", coreModel));
+            var methods = core.Concat(addOn).ToList();
             var problems = new List<string>();
             foreach (var m in methods)
             {

@@ -32,7 +32,6 @@ from .interop import from_dlpack, from_torch, to_torch
 from .scope import Scope, Stats, current_scope, reset_stats, scope, stats
 from . import weights  # tr.weights.load(path)
 from . import residency  # the residency manager: tr.residency.session(...), tr.residency.stats() ...
-from .minilm import MiniLM
 from . import _habits, _indexing, _protocols
 _protocols.install()
 _indexing.install()
@@ -102,7 +101,7 @@ class no_grad:
 
 __all__ = [
     *_op_names, "Tensor", "from_numpy", "tensor", "from_dlpack", "from_torch", "to_torch",
-    "weights", "flush_releases", "set_release_batch", "MiniLM", "MinMax", "residency",
+    "weights", "flush_releases", "set_release_batch", "MinMax", "residency",
     "Scope", "Stats", "scope", "current_scope", "stats", "reset_stats",
     "DType", "dtype", "uint8", "int8", "int16", "int32", "int64", "float16", "float32",
     "float64", "bool_", "bfloat16",

