@@ -39,7 +39,7 @@
 
 #define TR_VERSION_PATCH 0
 
-#define TR_ABI_VERSION 4
+#define TR_ABI_VERSION 5
 
 /**
  * Status codes of the C ABI (`tr_status`, an `int32_t`). Grouped by hundreds; a released code

@@ -278,7 +278,7 @@ namespace TensorRef
     internal static partial class Native
     {
         /// <summary>TR_ABI_VERSION of the header this binding was generated from.</summary>
-        internal const uint AbiVersion = 4;
+        internal const uint AbiVersion = 5;
 
         /// <summary>TR_VERSION_MAJOR.MINOR.PATCH of that header.</summary>
         internal const string HeaderVersion = "0.1.0";

@@ -5,7 +5,7 @@ tr_abi_version() differs from TR_ABI_VERSION."""
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_bool, c_char, c_char_p, c_double, c_int32,
                     c_int64, c_size_t, c_uint32, c_uint64, c_void_p)
 
-TR_ABI_VERSION = 4
+TR_ABI_VERSION = 5
 TR_VERSION = (0, 1, 0)
 
 # tr_status codes by name.
