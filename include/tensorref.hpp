@@ -52,7 +52,8 @@
 // Ops are generated from src/ops/ops.def by tools/emit_cpp.py: member functions
 // (include/tensorref_ops.hpp: a.add(b), x.relu(), w.requires_grad_(true)) and free functions
 // (include/tensorref_functions.hpp: tr::add(a, b), tr::zeros({2, 3}), tr::optim_sgd_step({w}, 0.1)),
-// named as in C without the `tr_` prefix and the receiver `tensor_` (tr::add, tr::optim_sgd_step). Arithmetic operators are defined below.
+// named as in C without the `tr_` prefix and the receiver `tensor_` (tr::add, tr::optim_sgd_step),
+// and the operators (include/tensorref_operators_generated.hpp: `a + b`, `2 * a`, `a += b` in place).
 //
 // Every function is inline or a template member: the header is ODR-safe in any number of
 // translation units. Link with -ltensorref.
@@ -1416,54 +1417,10 @@ class MiniLM {
     tr_minilm h_{0};
 };
 
-
 }  // namespace tr
 
 #include "tensorref_functions.hpp"
+#include "tensorref_operators_generated.hpp"
 #undef TENSORREF_HPP_INSIDE
-
-namespace tr {
-
-// ---------------------------------------------------------------- operators
-// Each returns a new tensor (owned by the current scope, if any). Scalars (tr::Scalar: any
-// integer, floating or bool value) keep their type and promote as in PyTorch: `ints + 1` stays
-// integer, `ints / 2` and `ints + 0.5` are f32. Compound assignments are in place, as in PyTorch.
-
-[[nodiscard]] inline Tensor operator+(const Tensor& a, const Tensor& b) { return a.add(b); }
-[[nodiscard]] inline Tensor operator-(const Tensor& a, const Tensor& b) { return a.sub(b); }
-[[nodiscard]] inline Tensor operator*(const Tensor& a, const Tensor& b) { return a.mul(b); }
-[[nodiscard]] inline Tensor operator/(const Tensor& a, const Tensor& b) { return a.div(b); }
-[[nodiscard]] inline Tensor operator%(const Tensor& a, const Tensor& b) { return a.remainder(b); }
-
-[[nodiscard]] inline Tensor operator+(const Tensor& a, Scalar s) { return a.add_scalar(s); }
-[[nodiscard]] inline Tensor operator-(const Tensor& a, Scalar s) { return a.sub_scalar(s); }
-[[nodiscard]] inline Tensor operator*(const Tensor& a, Scalar s) { return a.mul_scalar(s); }
-[[nodiscard]] inline Tensor operator/(const Tensor& a, Scalar s) { return a.div_scalar(s); }
-[[nodiscard]] inline Tensor operator%(const Tensor& a, Scalar s) { return a.remainder_scalar(s); }
-
-[[nodiscard]] inline Tensor operator+(Scalar s, const Tensor& a) { return a.add_scalar(s); }
-[[nodiscard]] inline Tensor operator-(Scalar s, const Tensor& a) { return a.rsub_scalar(s); }
-[[nodiscard]] inline Tensor operator*(Scalar s, const Tensor& a) { return a.mul_scalar(s); }
-/// s / a: a true division, as torch's `s / a`.
-[[nodiscard]] inline Tensor operator/(Scalar s, const Tensor& a) { return a.rdiv_scalar(s); }
-[[nodiscard]] inline Tensor operator%(Scalar s, const Tensor& a) { return a.rremainder_scalar(s); }
-
-[[nodiscard]] inline Tensor operator-(const Tensor& a) { return a.neg(); }
-
-// No comparison operators: Tensor's `explicit operator bool` says whether it holds a handle, so
-// `if (a < b)` would test that. Compare with the ops: a.lt(b), a.gt_scalar(0), ...
-
-inline Tensor& operator+=(Tensor& a, const Tensor& b) { return a.add_(b); }
-inline Tensor& operator-=(Tensor& a, const Tensor& b) { return a.sub_(b); }
-inline Tensor& operator*=(Tensor& a, const Tensor& b) { return a.mul_(b); }
-inline Tensor& operator/=(Tensor& a, const Tensor& b) { return a.div_(b); }
-inline Tensor& operator%=(Tensor& a, const Tensor& b) { return a.remainder_(b); }
-inline Tensor& operator+=(Tensor& a, Scalar s) { return a.add_scalar_(s); }
-inline Tensor& operator-=(Tensor& a, Scalar s) { return a.sub_scalar_(s); }
-inline Tensor& operator*=(Tensor& a, Scalar s) { return a.mul_scalar_(s); }
-inline Tensor& operator/=(Tensor& a, Scalar s) { return a.div_scalar_(s); }
-inline Tensor& operator%=(Tensor& a, Scalar s) { return a.remainder_scalar_(s); }
-
-}  // namespace tr
 
 #endif  // TENSORREF_HPP

@@ -28,7 +28,7 @@ DOTNET_LIB_SRC := \
   bindings/dotnet/src/MiniLM.cs \
   bindings/dotnet/src/Native.cs \
   bindings/dotnet/src/Native.g.cs \
-  bindings/dotnet/src/Operators.cs \
+  bindings/dotnet/src/Operators.g.cs \
   bindings/dotnet/src/Ops.g.cs \
   bindings/dotnet/src/Residency.cs \
   bindings/dotnet/src/Scalar.cs \

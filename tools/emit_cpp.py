@@ -1,6 +1,6 @@
 """C++ emitter of tools/gen.py: the op wrappers and the enums of include/tensorref.hpp.
 
-Writes three headers, all included by include/tensorref.hpp (never on their own):
+Writes four headers, all included by include/tensorref.hpp (never on their own):
 
   include/tensorref_ops.hpp        `tr::detail::TensorOps<Self>`, a CRTP base of `tr::Tensor` holding
                                    one member function per op whose first parameter is a tensor
@@ -12,6 +12,10 @@ Writes three headers, all included by include/tensorref.hpp (never on their own)
                                    PascalCase, its values the constants' last words
                                    (TR_POLICY_FLOW -> `tr::Policy::Flow`), and `tr::to_string`
                                    of each ("flow").
+  include/tensorref_operators_generated.hpp
+                                   tr::Tensor's operators, from the ops' operator attributes in
+                                   ops.def (`a + b` is a.add(b), `2 * a` a.mul_scalar(2), `a += b`
+                                   a.add_(b): compound assignments are in place, as in PyTorch).
 
 Names are the C names without `tr_tensor_` (snake_case, in-place ops keep the trailing `_`). Every
 wrapper goes through `tr::detail::call`, which checks the ABI version on first use and throws
@@ -224,6 +228,54 @@ namespace tr {{
 """
 
 
+# ---------------------------------------------------------------- operators
+
+def operator(op, o) -> str | None:
+    """The C++ operator of the operator expression `o` of `op`, or None where C++ has none."""
+    if not o.cell("cpp"):
+        return None
+    first, *rest = op.params
+    decls = [param_decl(p, "Tensor") for p in op.params]
+    call = f"{ident(first.name)}.{op.name}({', '.join(ident(p.name) for p in rest)})"
+    if o.form == "compound":
+        decls[0] = f"Tensor& {ident(first.name)}"
+        head = f"inline Tensor& operator{o.symbol}="
+    else:
+        head = f"[[nodiscard]] inline Tensor operator{o.symbol}"
+        if o.form == "reflected":
+            decls.reverse()
+    return f"/// {op.name}: {op.doc}\n{head}({', '.join(decls)}) {{ return {call}; }}"
+
+
+def emit_operators(ops) -> str:
+    defs = "\n".join(text for op in ops for o in op.operators if (text := operator(op, o)))
+    return f"""{HEADER.format(src="src/ops/ops.def")}// The operators of tr::Tensor, one per operator attribute of an op in ops.def that C++ can
+// define. Include tensorref.hpp, not this file.
+//
+// Each but the compound assignments returns a new tensor (owned by the current scope, if any).
+// Scalars (tr::Scalar: any integer, floating or bool value) keep their type and promote as in
+// PyTorch: `ints + 1` stays integer, `ints / 2` and `ints + 0.5` are f32. Compound assignments
+// are in place, as in PyTorch: `a += b` is a.add_(b), seen by every owner of a's handle and every
+// tensor sharing its storage. No comparison operators: Tensor's `explicit operator bool` says
+// whether it holds a handle, so `if (a < b)` would test that; compare with the ops (a.lt(b),
+// a.gt_scalar(0), ...).
+#ifndef TENSORREF_OPERATORS_GENERATED_HPP
+#define TENSORREF_OPERATORS_GENERATED_HPP
+
+#ifndef TENSORREF_HPP_INSIDE
+#error "include tensorref.hpp, not tensorref_operators_generated.hpp"
+#endif
+
+namespace tr {{
+
+{defs}
+
+}}  // namespace tr
+
+#endif  // TENSORREF_OPERATORS_GENERATED_HPP
+"""
+
+
 # ---------------------------------------------------------------- enums (from the manifest)
 
 def enum_class(e: dict) -> str:
@@ -270,4 +322,5 @@ def outputs(ops, manifest: dict, root: Path) -> dict[Path, str]:
         root / "include/tensorref_ops.hpp": emit_members(ops),
         root / "include/tensorref_functions.hpp": emit_functions(ops),
         root / "include/tensorref_enums.hpp": emit_enums(manifest),
+        root / "include/tensorref_operators_generated.hpp": emit_operators(ops),
     }
