@@ -2,7 +2,8 @@
 (bindings/python/tensorref).
 
   _abi.py  from the ABI manifest (include/tensorref_abi.json): the ABI version, each C enum's
-           codes as a dict (`POLICY_CODES = {"RESIDENT": 0, ...}`), each struct as a ctypes
+           codes as a dict (`POLICY_CODES = {"RESIDENT": 0, ...}`), the status groups
+           (`STATUS_GROUPS`, `status_group(code)`), each struct as a ctypes
            Structure (handle structs as c_uint64 subclasses), the callback types, and
            `signatures(Tensor)`: the ctypes (restype, argtypes) of every C function, which
            `_lib.declare_all` sets when the package loads.
@@ -103,6 +104,17 @@ def emit_abi(manifest: dict) -> str:
         out.append(f"{codes_name(e['name'])} = {{")
         out += [f"    {(v['name'] if full else value_suffix(e['name'], v['name']))!r}: {v['value']}," for v in e["values"]]
         out += ["}", ""]
+    out.append("# tr_status's groups: name -> (first code, last code, what it means); errors.py raises one")
+    out.append("# class per group.")
+    out.append("STATUS_GROUPS = {")
+    out += [f"    {g['name']!r}: ({g['first']}, {g['last']}, {g['doc']!r})," for g in manifest["status_groups"]]
+    out += ["}", "", "",
+            "def status_group(status: int):",
+            '    """The name of the group of a status code, or None (TR_OK, an unknown code)."""',
+            "    for name, (first, last, _) in STATUS_GROUPS.items():",
+            "        if first <= status <= last:",
+            "            return name",
+            "    return None", ""]
     for name, cls in abi.handles.items():
         if cls != "T":
             out += ["", f"class {cls}(c_uint64):", f'    """A ``{name}`` passed by value."""', "    __slots__ = ()", ""]
