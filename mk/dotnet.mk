@@ -31,6 +31,7 @@ DOTNET_LIB_SRC := \
   bindings/dotnet/src/Operators.g.cs \
   bindings/dotnet/src/Ops.g.cs \
   bindings/dotnet/src/Residency.cs \
+  bindings/dotnet/src/ResidencyStats.g.cs \
   bindings/dotnet/src/Scalar.cs \
   bindings/dotnet/src/Tensor.cs \
   bindings/dotnet/src/Torch.cs \

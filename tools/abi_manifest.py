@@ -11,7 +11,9 @@ which a C parser discards, are taken from the lines right above each declaration
 located.
 
 Types are spelled canonically: `struct tr_tensor`, `const int64_t *`, `const char *const *`.
-The status groups (`status_groups`: name, first and last code, doc) are the list items of
+The fields of tr_residency_stats say whether each is a gauge (a level now: bytes held, the budget)
+rather than a counter (`gauge`, from GAUGES below), so the bindings' `since` keeps gauges as they
+are and subtracts counters. The status groups (`status_groups`: name, first and last code, doc) are the list items of
 tr_status's doc comment (`- 200-299 handle: ...`), checked to hold every code but TR_OK once.
 Every binding's declarations are generated from this manifest, never from the header's text.
 """
@@ -121,6 +123,12 @@ class _Docs:
         return "\n".join(text).strip()
 
 
+# The gauges of each statistics struct: every other field counts events since the manager was
+# configured. A new field is a counter unless listed here.
+GAUGES = {"tr_residency_stats": {"budget", "device_bytes", "peak_device_bytes", "pinned_bytes",
+                                 "reserved_bytes", "peak_reserved_bytes"}}
+
+
 def build(header: Path) -> dict:
     include_dir = header.parent
     source = f'#include "{header.name}"\n'
@@ -165,6 +173,13 @@ def build(header: Path) -> dict:
                 out["structs"].append(_struct(node.type, docs, docs.above(node.coord)))
     for e in out["enums"]:
         e["type"] = enum_types.get(e["name"], "int")
+    for st in out["structs"]:
+        if st["name"] in GAUGES:
+            names = {f["name"] for f in st["fields"]}
+            if not GAUGES[st["name"]] <= names:
+                raise SystemExit(f"abi_manifest: {st['name']} has no fields {sorted(GAUGES[st['name']] - names)}")
+            for f in st["fields"]:
+                f["gauge"] = f["name"] in GAUGES[st["name"]]
     out["status_groups"] = _status_groups(next(e for e in out["enums"] if e["name"] == "tr_status"))
     return out
 

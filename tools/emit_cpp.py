@@ -1,6 +1,6 @@
 """C++ emitter of tools/gen.py: the op wrappers and the enums of include/tensorref.hpp.
 
-Writes four headers, all included by include/tensorref.hpp (never on their own):
+Writes five headers, all included by include/tensorref.hpp (never on their own):
 
   include/tensorref_ops.hpp        `tr::detail::TensorOps<Self>`, a CRTP base of `tr::Tensor` holding
                                    one member function per op whose first parameter is a tensor
@@ -16,6 +16,9 @@ Writes four headers, all included by include/tensorref.hpp (never on their own):
                                    tr::Tensor's operators, from the ops' operator attributes in
                                    ops.def (`a + b` is a.add(b), `2 * a` a.mul_scalar(2), `a += b`
                                    a.add_(b): compound assignments are in place, as in PyTorch).
+  include/tensorref_stats_generated.hpp
+                                   tr::ResidencyStats, tr_residency_stats field by field from the
+                                   ABI manifest, with its converting constructor and `since`.
 
 Names are the C names without `tr_tensor_` (snake_case, in-place ops keep the trailing `_`). Every
 wrapper goes through `tr::detail::call`, which checks the ABI version on first use and throws
@@ -276,6 +279,62 @@ namespace tr {{
 """
 
 
+# ---------------------------------------------------------------- statistics (from the manifest)
+
+CPP_FIELD = {"uint64_t": "uint64_t", "int64_t": "int64_t"}
+
+
+def comment(doc: str, indent: str) -> list[str]:
+    return [f"{indent}/// {l}" for l in textwrap.wrap(" ".join(doc.split()), 100 - len(indent) - 4)]
+
+
+def emit_stats(manifest: dict) -> str:
+    st = next(s for s in manifest["structs"] if s["name"] == "tr_residency_stats")
+    fields = []
+    for f in st["fields"]:
+        if f["type"] not in CPP_FIELD:
+            raise SystemExit(f"emit_cpp: no C++ type for tr_residency_stats.{f['name']} ({f['type']})")
+        fields += comment(f["doc"], "    ") + [f"    {CPP_FIELD[f['type']]} {f['name']} = 0;"]
+    inits = textwrap.fill(", ".join(f"{f['name']}(s.{f['name']})" for f in st["fields"]) + " {}", 90,
+                          initial_indent="        : ", subsequent_indent="          ")
+    counters = "\n".join(f"        d.{f['name']} -= earlier.{f['name']};" for f in st["fields"] if not f["gauge"])
+    gauges = ", ".join(f["name"] for f in st["fields"] if f["gauge"])
+    head = "\n".join(comment(f"The manager's counters (tr_residency_stats): {st['doc']}", ""))
+    since = "\n".join(comment(f"What happened since `earlier` (an older reading): the counters' differences, "
+                              f"with the gauges ({gauges}) as they are now.", "    "))
+    return f"""{HEADER.format(src="include/tensorref_abi.json")}// tr::ResidencyStats (tr::Residency::stats()), tr_residency_stats field by field. Include
+// tensorref.hpp, not this file.
+#ifndef TENSORREF_STATS_GENERATED_HPP
+#define TENSORREF_STATS_GENERATED_HPP
+
+#ifndef TENSORREF_HPP_INSIDE
+#error "include tensorref.hpp, not tensorref_stats_generated.hpp"
+#endif
+
+namespace tr {{
+
+{head}
+struct ResidencyStats {{
+{chr(10).join(fields)}
+
+    ResidencyStats() noexcept = default;
+    explicit ResidencyStats(const tr_residency_stats& s) noexcept
+{inits}
+
+{since}
+    ResidencyStats since(const ResidencyStats& earlier) const noexcept {{
+        ResidencyStats d = *this;
+{counters}
+        return d;
+    }}
+}};
+
+}}  // namespace tr
+
+#endif  // TENSORREF_STATS_GENERATED_HPP
+"""
+
+
 # ---------------------------------------------------------------- enums (from the manifest)
 
 def enum_class(e: dict) -> str:
@@ -323,4 +382,5 @@ def outputs(ops, manifest: dict, root: Path) -> dict[Path, str]:
         root / "include/tensorref_functions.hpp": emit_functions(ops),
         root / "include/tensorref_enums.hpp": emit_enums(manifest),
         root / "include/tensorref_operators_generated.hpp": emit_operators(ops),
+        root / "include/tensorref_stats_generated.hpp": emit_stats(manifest),
     }

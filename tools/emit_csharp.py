@@ -345,6 +345,47 @@ namespace TensorRef
 """
 
 
+# ---------------------------------------------------------------- statistics (from the manifest)
+
+def emit_stats(manifest: dict) -> str:
+    """ResidencyStats: tr_residency_stats field by field, as read-only properties (the hand-written
+    half in Residency.cs adds what is computed from them)."""
+    st = next(s for s in manifest["structs"] if s["name"] == "tr_residency_stats")
+    props, copies, shown = [], [], []
+    for f in st["fields"]:
+        if f["type"] not in FIELD or FIELD[f["type"]] in ("IntPtr", BOOL):
+            raise SystemExit(f"emit_csharp: no C# property type for tr_residency_stats.{f['name']} ({f['type']})")
+        name = pascal(f["name"])
+        copies.append(f"            {name} = s.{name};")
+        if f["doc"]:
+            props += summary(f["doc"], "        ")
+        props.append(f"        public {FIELD[f['type']]} {name} {{ get; }}")
+        shown.append(f'"{f["name"]} " + {name}')
+    text = " + \", \" +\n               ".join(shown)
+    return f"""{HEADER.format(src="include/tensorref_abi.json")}// ResidencyStats (ResidencyManager.Stats): tr_residency_stats field by field, from the ABI
+// manifest. Residency.cs holds the rest of the struct.
+using System;
+
+namespace TensorRef
+{{
+{chr(10).join(summary("The manager's counters at one moment (tr_residency_stats): " + " ".join(st["doc"].split()), "    "))}
+    public partial struct ResidencyStats
+    {{
+        internal ResidencyStats(NativeResidencyStats s)
+        {{
+{chr(10).join(copies)}
+        }}
+
+{chr(10).join(props)}
+
+        /// <summary>Every field, by its C name.</summary>
+        public override string ToString() =>
+            {text};
+    }}
+}}
+"""
+
+
 # ---------------------------------------------------------------- operators
 
 def operator(op: Op, o, name_of, in_place: dict) -> str | None:
@@ -403,4 +444,4 @@ namespace TensorRef
 def outputs(ops: list[Op], manifest: dict, root: Path, name_of=lambda op: method_name(op.name)) -> dict[Path, str]:
     out = root / "bindings/dotnet/src"
     return {out / "Ops.g.cs": emit_ops(ops, name_of), out / "Native.g.cs": emit_native(manifest),
-            out / "Operators.g.cs": emit_operators(ops, name_of)}
+            out / "Operators.g.cs": emit_operators(ops, name_of), out / "ResidencyStats.g.cs": emit_stats(manifest)}

@@ -3,8 +3,8 @@
  * Job: the arithmetic operators of tensorref.Tensor (those of _speedups_generated.h, generated
  * from the operator attributes of src/ops/ops.def: + - * / % // @ **, their reflected and in-place
  * forms, unary - and abs) on a Tensor or an exact int/float operand (a typed tr_scalar: an int
- * stays an int64), and Tensor.__del__ (the deferred release: append the handle to the buffer, release the
- * batch when it is full). Nothing else. Every other case (another operand type, a bool or NumPy
+ * stays an int64), and Tensor.__del__ (the deferred release: append the handle to the buffer,
+ * release the batch when it is full). Nothing else. Every other case (another operand type, a bool or NumPy
  * number, an int beyond int64) is handed to the pure-Python method these replace, and a failing call raises through the binding's one error path (_lib.fail), so
  * behaviour is that of the ctypes binding. tensorref/_accel.py loads and installs it.
  *
