@@ -52,7 +52,8 @@
 // Ops are generated from src/ops/ops.def by tools/emit_cpp.py: member functions
 // (include/tensorref_ops.hpp: a.add(b), x.relu(), w.requires_grad_(true)) and free functions
 // (include/tensorref_functions.hpp: tr::add(a, b), tr::zeros({2, 3}), tr::optim_sgd_step({w}, 0.1)),
-// named as in C without the `tr_` prefix and the receiver `tensor_` (tr::add, tr::optim_sgd_step). Arithmetic operators are defined below.
+// named as in C without the `tr_` prefix and the receiver `tensor_` (tr::add, tr::optim_sgd_step),
+// and the operators (include/tensorref_operators_generated.hpp: `a + b`, `2 * a`, `a += b` in place).
 //
 // Every function is inline or a template member: the header is ODR-safe in any number of
 // translation units. Link with -ltensorref.
@@ -821,105 +822,12 @@ struct ResidencyConfig {
     }
 };
 
-/// The manager's counters since it was configured (tr_residency_stats). Bytes are device bytes.
-struct ResidencyStats {
-    // Gauges.
-    uint64_t budget = 0;
-    uint64_t device_bytes = 0;
-    uint64_t peak_device_bytes = 0;
-    uint64_t pinned_bytes = 0;
-    // Counters.
-    uint64_t ops = 0;
-    uint64_t loads = 0;
-    uint64_t load_bytes = 0;
-    uint64_t evictions = 0;
-    uint64_t evicted_bytes = 0;
-    uint64_t write_backs = 0;
-    uint64_t write_back_bytes = 0;
-    uint64_t prefetches = 0;
-    uint64_t prefetch_bytes = 0;
-    /// Inputs found on the device because a prefetch brought them.
-    uint64_t prefetch_hits = 0;
-    /// Inputs loaded at op time while the program followed a recorded trace.
-    uint64_t prefetch_misses = 0;
-    /// Host time spent starting copies and waiting for synchronous ones, in nanoseconds.
-    uint64_t transfer_wait_ns = 0;
-    /// Time ops' kernels waited for their inputs' copies, in nanoseconds (timed on the compute
-    /// stream on CUDA; the copies made when an op needed them on the simulated device).
-    uint64_t load_wait_ns = 0;
-    /// Ops retried after an out-of-memory error made the manager evict.
-    uint64_t oom_retries = 0;
-    /// Homes given page-locked memory (a result leaving the device the first time, or a tensor
-    /// made elsewhere moved into page-locked memory once), and their bytes.
-    uint64_t page_locked_allocs = 0;
-    uint64_t page_locked_bytes = 0;
-    /// Copies from or to pageable host memory (synchronous on CUDA), and their bytes.
-    uint64_t pageable_copies = 0;
-    uint64_t pageable_copy_bytes = 0;
-    /// Ops that made the host wait for a write-back before returning (memory shared outside is
-    /// written through).
-    uint64_t write_through_waits = 0;
-    /// Data reads that waited for a write-back still copying into the home.
-    uint64_t read_waits = 0;
-    /// Write-backs of a device copy no op had modified (always 0; a regression guard).
-    uint64_t needless_write_backs = 0;
-    /// Evictions that dropped a result to be made again rather than writing it back, and their
-    /// bytes; results made again, and their bytes.
-    uint64_t drops = 0;
-    uint64_t dropped_bytes = 0;
-    uint64_t recomputations = 0;
-    uint64_t recomputed_bytes = 0;
-    // Gauges: what CUDA's caching allocator holds on the device, now and at its peak (0 elsewhere).
-    uint64_t reserved_bytes = 0;
-    uint64_t peak_reserved_bytes = 0;
+}  // namespace tr
 
-    ResidencyStats() noexcept = default;
-    explicit ResidencyStats(const tr_residency_stats& s) noexcept
-        : budget(s.budget), device_bytes(s.device_bytes), peak_device_bytes(s.peak_device_bytes),
-          pinned_bytes(s.pinned_bytes), ops(s.ops), loads(s.loads), load_bytes(s.load_bytes),
-          evictions(s.evictions), evicted_bytes(s.evicted_bytes), write_backs(s.write_backs),
-          write_back_bytes(s.write_back_bytes), prefetches(s.prefetches), prefetch_bytes(s.prefetch_bytes),
-          prefetch_hits(s.prefetch_hits), prefetch_misses(s.prefetch_misses),
-          transfer_wait_ns(s.transfer_wait_ns), load_wait_ns(s.load_wait_ns), oom_retries(s.oom_retries),
-          page_locked_allocs(s.page_locked_allocs), page_locked_bytes(s.page_locked_bytes),
-          pageable_copies(s.pageable_copies), pageable_copy_bytes(s.pageable_copy_bytes),
-          write_through_waits(s.write_through_waits),
-          read_waits(s.read_waits), needless_write_backs(s.needless_write_backs), drops(s.drops),
-          dropped_bytes(s.dropped_bytes), recomputations(s.recomputations), recomputed_bytes(s.recomputed_bytes),
-          reserved_bytes(s.reserved_bytes), peak_reserved_bytes(s.peak_reserved_bytes) {}
+// tr::ResidencyStats, generated from the ABI manifest (TENSORREF_HPP_INSIDE is defined above).
+#include "tensorref_stats_generated.hpp"
 
-    /// What happened since `earlier` (an older reading): the counters' differences, with the
-    /// gauges (budget, device, peak, pinned and reserved bytes) as they are now.
-    ResidencyStats since(const ResidencyStats& earlier) const noexcept {
-        ResidencyStats d = *this;
-        d.ops -= earlier.ops;
-        d.loads -= earlier.loads;
-        d.load_bytes -= earlier.load_bytes;
-        d.evictions -= earlier.evictions;
-        d.evicted_bytes -= earlier.evicted_bytes;
-        d.write_backs -= earlier.write_backs;
-        d.write_back_bytes -= earlier.write_back_bytes;
-        d.prefetches -= earlier.prefetches;
-        d.prefetch_bytes -= earlier.prefetch_bytes;
-        d.prefetch_hits -= earlier.prefetch_hits;
-        d.prefetch_misses -= earlier.prefetch_misses;
-        d.transfer_wait_ns -= earlier.transfer_wait_ns;
-        d.load_wait_ns -= earlier.load_wait_ns;
-        d.oom_retries -= earlier.oom_retries;
-        d.page_locked_allocs -= earlier.page_locked_allocs;
-        d.page_locked_bytes -= earlier.page_locked_bytes;
-        d.pageable_copies -= earlier.pageable_copies;
-        d.pageable_copy_bytes -= earlier.pageable_copy_bytes;
-        d.write_through_waits -= earlier.write_through_waits;
-        d.read_waits -= earlier.read_waits;
-        d.needless_write_backs -= earlier.needless_write_backs;
-        d.drops -= earlier.drops;
-        d.dropped_bytes -= earlier.dropped_bytes;
-        d.recomputations -= earlier.recomputations;
-        d.recomputed_bytes -= earlier.recomputed_bytes;
-        return d;
-    }
-};
+namespace tr {
 
 /// One manager event (tr_event), as the callback receives it (tr::to_string(kind) names it).
 struct Event {
@@ -1289,50 +1197,7 @@ class Weights {
 }  // namespace tr
 
 #include "tensorref_functions.hpp"
+#include "tensorref_operators_generated.hpp"
 #undef TENSORREF_HPP_INSIDE
-
-namespace tr {
-
-// ---------------------------------------------------------------- operators
-// Each returns a new tensor (owned by the current scope, if any). Scalars (tr::Scalar: any
-// integer, floating or bool value) keep their type and promote as in PyTorch: `ints + 1` stays
-// integer, `ints / 2` and `ints + 0.5` are f32. Compound assignments are in place, as in PyTorch.
-
-[[nodiscard]] inline Tensor operator+(const Tensor& a, const Tensor& b) { return a.add(b); }
-[[nodiscard]] inline Tensor operator-(const Tensor& a, const Tensor& b) { return a.sub(b); }
-[[nodiscard]] inline Tensor operator*(const Tensor& a, const Tensor& b) { return a.mul(b); }
-[[nodiscard]] inline Tensor operator/(const Tensor& a, const Tensor& b) { return a.div(b); }
-[[nodiscard]] inline Tensor operator%(const Tensor& a, const Tensor& b) { return a.remainder(b); }
-
-[[nodiscard]] inline Tensor operator+(const Tensor& a, Scalar s) { return a.add_scalar(s); }
-[[nodiscard]] inline Tensor operator-(const Tensor& a, Scalar s) { return a.sub_scalar(s); }
-[[nodiscard]] inline Tensor operator*(const Tensor& a, Scalar s) { return a.mul_scalar(s); }
-[[nodiscard]] inline Tensor operator/(const Tensor& a, Scalar s) { return a.div_scalar(s); }
-[[nodiscard]] inline Tensor operator%(const Tensor& a, Scalar s) { return a.remainder_scalar(s); }
-
-[[nodiscard]] inline Tensor operator+(Scalar s, const Tensor& a) { return a.add_scalar(s); }
-[[nodiscard]] inline Tensor operator-(Scalar s, const Tensor& a) { return a.rsub_scalar(s); }
-[[nodiscard]] inline Tensor operator*(Scalar s, const Tensor& a) { return a.mul_scalar(s); }
-/// s / a: a true division, as torch's `s / a`.
-[[nodiscard]] inline Tensor operator/(Scalar s, const Tensor& a) { return a.rdiv_scalar(s); }
-[[nodiscard]] inline Tensor operator%(Scalar s, const Tensor& a) { return a.rremainder_scalar(s); }
-
-[[nodiscard]] inline Tensor operator-(const Tensor& a) { return a.neg(); }
-
-// No comparison operators: Tensor's `explicit operator bool` says whether it holds a handle, so
-// `if (a < b)` would test that. Compare with the ops: a.lt(b), a.gt_scalar(0), ...
-
-inline Tensor& operator+=(Tensor& a, const Tensor& b) { return a.add_(b); }
-inline Tensor& operator-=(Tensor& a, const Tensor& b) { return a.sub_(b); }
-inline Tensor& operator*=(Tensor& a, const Tensor& b) { return a.mul_(b); }
-inline Tensor& operator/=(Tensor& a, const Tensor& b) { return a.div_(b); }
-inline Tensor& operator%=(Tensor& a, const Tensor& b) { return a.remainder_(b); }
-inline Tensor& operator+=(Tensor& a, Scalar s) { return a.add_scalar_(s); }
-inline Tensor& operator-=(Tensor& a, Scalar s) { return a.sub_scalar_(s); }
-inline Tensor& operator*=(Tensor& a, Scalar s) { return a.mul_scalar_(s); }
-inline Tensor& operator/=(Tensor& a, Scalar s) { return a.div_scalar_(s); }
-inline Tensor& operator%=(Tensor& a, Scalar s) { return a.remainder_scalar_(s); }
-
-}  // namespace tr
 
 #endif  // TENSORREF_HPP

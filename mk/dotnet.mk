@@ -29,9 +29,10 @@ DOTNET_LIB_SRC := \
   bindings/dotnet/src/Handles.cs \
   bindings/dotnet/src/Native.cs \
   bindings/dotnet/src/Native.g.cs \
-  bindings/dotnet/src/Operators.cs \
+  bindings/dotnet/src/Operators.g.cs \
   bindings/dotnet/src/Ops.g.cs \
   bindings/dotnet/src/Residency.cs \
+  bindings/dotnet/src/ResidencyStats.g.cs \
   bindings/dotnet/src/Scalar.cs \
   bindings/dotnet/src/Tensor.cs \
   bindings/dotnet/src/Torch.cs \

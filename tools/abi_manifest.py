@@ -18,10 +18,15 @@ which a C parser discards, are taken from the lines right above each declaration
 located.
 
 Types are spelled canonically: `struct tr_tensor`, `const int64_t *`, `const char *const *`.
+The fields of tr_residency_stats say whether each is a gauge (a level now: bytes held, the budget)
+rather than a counter (`gauge`, from GAUGES below), so the bindings' `since` keeps gauges as they
+are and subtracts counters. The status groups (`status_groups`: name, first and last code, doc) are the list items of
+tr_status's doc comment (`- 200-299 handle: ...`), checked to hold every code but TR_OK once.
 Every binding's declarations are generated from this manifest, never from the header's text.
 """
 from __future__ import annotations
 
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -125,6 +130,12 @@ class _Docs:
         return "\n".join(text).strip()
 
 
+# The gauges of each statistics struct: every other field counts events since the manager was
+# configured. A new field is a counter unless listed here.
+GAUGES = {"tr_residency_stats": {"budget", "device_bytes", "peak_device_bytes", "pinned_bytes",
+                                 "reserved_bytes", "peak_reserved_bytes"}}
+
+
 def _name(item) -> str:
     return item if isinstance(item, str) else item["name"]
 
@@ -191,7 +202,32 @@ def _parse(header: Path) -> dict:
                 out["structs"].append(_struct(node.type, docs, docs.above(node.coord)))
     for e in out["enums"]:
         e["type"] = enum_types.get(e["name"], "int")
+    for st in out["structs"]:
+        if st["name"] in GAUGES:
+            names = {f["name"] for f in st["fields"]}
+            if not GAUGES[st["name"]] <= names:
+                raise SystemExit(f"abi_manifest: {st['name']} has no fields {sorted(GAUGES[st['name']] - names)}")
+            for f in st["fields"]:
+                f["gauge"] = f["name"] in GAUGES[st["name"]]
+    out["status_groups"] = _status_groups(next(e for e in out["enums"] if e["name"] == "tr_status"))
     return out
+
+
+def _status_groups(status: dict) -> list[dict]:
+    """The groups of tr_status, from the list that ends its doc comment (an item runs on to the
+    next `- `); every code but TR_OK is in exactly one, and groups do not overlap."""
+    groups = [{"name": m[3], "first": int(m[1]), "last": int(m[2]), "doc": " ".join(m[4].split())}
+              for m in re.finditer(r"^- (\d+)-(\d+) (\w+): (.*(?:\n(?!- ).*)*)", status["doc"], re.M)]
+    if not groups:
+        raise SystemExit("abi_manifest: tr_status's doc comment lists no groups (`- 100-199 name: doc`)")
+    for g, h in zip(groups, groups[1:]):
+        if not g["first"] <= g["last"] < h["first"]:
+            raise SystemExit(f"abi_manifest: status groups {g['name']} and {h['name']} overlap or are out of order")
+    for v in status["values"]:
+        within = [g["name"] for g in groups if g["first"] <= v["value"] <= g["last"]]
+        if len(within) != (0 if v["name"] == "TR_OK" else 1):
+            raise SystemExit(f"abi_manifest: {v['name']} is in the status groups {within or 'none'}")
+    return groups
 
 
 def _struct(s: c_ast.Struct, docs: _Docs, doc: str) -> dict:

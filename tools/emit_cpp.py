@@ -1,6 +1,6 @@
 """C++ emitter of tools/gen.py: the op wrappers and the enums of include/tensorref.hpp.
 
-Writes three headers, all included by include/tensorref.hpp (never on their own):
+Writes five headers, all included by include/tensorref.hpp (never on their own):
 
   include/tensorref_ops.hpp        `tr::detail::TensorOps<Self>`, a CRTP base of `tr::Tensor` holding
                                    one member function per op whose first parameter is a tensor
@@ -14,6 +14,13 @@ Writes three headers, all included by include/tensorref.hpp (never on their own)
                                    of each ("flow").
   include/tensorref_minilm_enums.hpp  the same for the enums of the model add-on's section of the
                                    manifest (`tr::WeightMode`), included by tensorref_minilm.hpp.
+  include/tensorref_operators_generated.hpp
+                                   tr::Tensor's operators, from the ops' operator attributes in
+                                   ops.def (`a + b` is a.add(b), `2 * a` a.mul_scalar(2), `a += b`
+                                   a.add_(b): compound assignments are in place, as in PyTorch).
+  include/tensorref_stats_generated.hpp
+                                   tr::ResidencyStats, tr_residency_stats field by field from the
+                                   ABI manifest, with its converting constructor and `since`.
 
 Names are the C names without `tr_tensor_` (snake_case, in-place ops keep the trailing `_`). Every
 wrapper goes through `tr::detail::call`, which checks the ABI version on first use and throws
@@ -226,6 +233,110 @@ namespace tr {{
 """
 
 
+# ---------------------------------------------------------------- operators
+
+def operator(op, o) -> str | None:
+    """The C++ operator of the operator expression `o` of `op`, or None where C++ has none."""
+    if not o.cell("cpp"):
+        return None
+    first, *rest = op.params
+    decls = [param_decl(p, "Tensor") for p in op.params]
+    call = f"{ident(first.name)}.{op.name}({', '.join(ident(p.name) for p in rest)})"
+    if o.form == "compound":
+        decls[0] = f"Tensor& {ident(first.name)}"
+        head = f"inline Tensor& operator{o.symbol}="
+    else:
+        head = f"[[nodiscard]] inline Tensor operator{o.symbol}"
+        if o.form == "reflected":
+            decls.reverse()
+    return f"/// {op.name}: {op.doc}\n{head}({', '.join(decls)}) {{ return {call}; }}"
+
+
+def emit_operators(ops) -> str:
+    defs = "\n".join(text for op in ops for o in op.operators if (text := operator(op, o)))
+    return f"""{HEADER.format(src="src/ops/ops.def")}// The operators of tr::Tensor, one per operator attribute of an op in ops.def that C++ can
+// define. Include tensorref.hpp, not this file.
+//
+// Each but the compound assignments returns a new tensor (owned by the current scope, if any).
+// Scalars (tr::Scalar: any integer, floating or bool value) keep their type and promote as in
+// PyTorch: `ints + 1` stays integer, `ints / 2` and `ints + 0.5` are f32. Compound assignments
+// are in place, as in PyTorch: `a += b` is a.add_(b), seen by every owner of a's handle and every
+// tensor sharing its storage. No comparison operators: Tensor's `explicit operator bool` says
+// whether it holds a handle, so `if (a < b)` would test that; compare with the ops (a.lt(b),
+// a.gt_scalar(0), ...).
+#ifndef TENSORREF_OPERATORS_GENERATED_HPP
+#define TENSORREF_OPERATORS_GENERATED_HPP
+
+#ifndef TENSORREF_HPP_INSIDE
+#error "include tensorref.hpp, not tensorref_operators_generated.hpp"
+#endif
+
+namespace tr {{
+
+{defs}
+
+}}  // namespace tr
+
+#endif  // TENSORREF_OPERATORS_GENERATED_HPP
+"""
+
+
+# ---------------------------------------------------------------- statistics (from the manifest)
+
+CPP_FIELD = {"uint64_t": "uint64_t", "int64_t": "int64_t"}
+
+
+def comment(doc: str, indent: str) -> list[str]:
+    return [f"{indent}/// {l}" for l in textwrap.wrap(" ".join(doc.split()), 100 - len(indent) - 4)]
+
+
+def emit_stats(manifest: dict) -> str:
+    st = next(s for s in manifest["structs"] if s["name"] == "tr_residency_stats")
+    fields = []
+    for f in st["fields"]:
+        if f["type"] not in CPP_FIELD:
+            raise SystemExit(f"emit_cpp: no C++ type for tr_residency_stats.{f['name']} ({f['type']})")
+        fields += comment(f["doc"], "    ") + [f"    {CPP_FIELD[f['type']]} {f['name']} = 0;"]
+    inits = textwrap.fill(", ".join(f"{f['name']}(s.{f['name']})" for f in st["fields"]) + " {}", 90,
+                          initial_indent="        : ", subsequent_indent="          ")
+    counters = "\n".join(f"        d.{f['name']} -= earlier.{f['name']};" for f in st["fields"] if not f["gauge"])
+    gauges = ", ".join(f["name"] for f in st["fields"] if f["gauge"])
+    head = "\n".join(comment(f"The manager's counters (tr_residency_stats): {st['doc']}", ""))
+    since = "\n".join(comment(f"What happened since `earlier` (an older reading): the counters' differences, "
+                              f"with the gauges ({gauges}) as they are now.", "    "))
+    return f"""{HEADER.format(src="include/tensorref_abi.json")}// tr::ResidencyStats (tr::Residency::stats()), tr_residency_stats field by field. Include
+// tensorref.hpp, not this file.
+#ifndef TENSORREF_STATS_GENERATED_HPP
+#define TENSORREF_STATS_GENERATED_HPP
+
+#ifndef TENSORREF_HPP_INSIDE
+#error "include tensorref.hpp, not tensorref_stats_generated.hpp"
+#endif
+
+namespace tr {{
+
+{head}
+struct ResidencyStats {{
+{chr(10).join(fields)}
+
+    ResidencyStats() noexcept = default;
+    explicit ResidencyStats(const tr_residency_stats& s) noexcept
+{inits}
+
+{since}
+    ResidencyStats since(const ResidencyStats& earlier) const noexcept {{
+        ResidencyStats d = *this;
+{counters}
+        return d;
+    }}
+}};
+
+}}  // namespace tr
+
+#endif  // TENSORREF_STATS_GENERATED_HPP
+"""
+
+
 # ---------------------------------------------------------------- enums (from the manifest)
 
 def enum_class(e: dict) -> str:
@@ -277,4 +388,6 @@ def outputs(ops, manifest: dict, root: Path) -> dict[Path, str]:
         root / "include/tensorref_enums.hpp": emit_enums(manifest),
         root / "include/tensorref_minilm_enums.hpp": emit_enums(manifest["features"]["models"],
                                                                "tensorref_minilm_enums", "tensorref_minilm.hpp"),
+        root / "include/tensorref_operators_generated.hpp": emit_operators(ops),
+        root / "include/tensorref_stats_generated.hpp": emit_stats(manifest),
     }

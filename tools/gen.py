@@ -4,9 +4,9 @@
     python3 tools/gen.py          # rewrite what changed (make gen)
     python3 tools/gen.py --check  # exit 1 if any generated file is stale (make header-check, CI)
 
-1. The op table src/ops/ops.def (tools/optable.py) -> the Rust core functions and `Tensor`
-   methods (emit_rust.py), the C functions (emit_ffi.py), the meta-device sweep's cases
-   (emit_device_sweep.py).
+1. The op table src/ops/ops.def (tools/optable.py) -> the Rust core functions, `Tensor`
+   methods and operators (emit_rust.py), the C functions (emit_ffi.py), the meta-device sweep's
+   cases (emit_device_sweep.py).
 2. The Rust sources -> the headers, by the pinned cbindgen: include/tensorref.h from the crate
    (cbindgen.toml; it includes the next one), include/tensorref_ops.h from the C functions of
    step 1 alone (cbindgen_ops.toml), and the demonstration model's add-on header
@@ -14,8 +14,10 @@
    `models`).
 3. The headers -> the ABI manifest include/tensorref_abi.json (abi_manifest.py, pycparser): the
    core, and the model's declarations apart under features -> models.
-4. The manifest and the op table -> each binding's declarations and wrappers: C++
-   (emit_cpp.py), C# (emit_csharp.py), Python (emit_python.py).
+4. The manifest and the op table -> each binding's declarations and wrappers, its operators
+   (from the ops' operator attributes) and its residency statistics (from the manifest's
+   tr_residency_stats): C++ (emit_cpp.py), C# (emit_csharp.py), Python (emit_python.py, the
+   compiled accelerator's operator table included).
 
 Every output is made in memory (the headers in a temporary folder) before anything is written,
 so one run is enough and --check sees exactly what a run would write.

@@ -3,13 +3,18 @@ with a column per language. Every emitter (tools/emit_*.py) writes a type throug
 of these tables and nothing else, so a type without a cell for a language is an error in that
 emitter (`cell`), never a guess.
 
-    name | params | returns | body | doc          (one line per op; see ops.def's header)
+    name | params | returns | body | doc [| attributes]    (one line per op; see ops.def's header)
+
+The optional attributes are flags (`FLAGS`) and the operator expressions the op stands for
+(`BINARY_OPERATORS`, `UNARY_OPERATORS`: a row per symbol with a column per language; each
+language's operators are generated from the ops that name them).
 
 In a cell, `{n}` is the parameter's name as the language spells it (a keyword escaped) and
 `{name}` its name as ops.def writes it.
 """
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +26,12 @@ TABLE = ROOT / "src/ops/ops.def"
 # The receivers an op's name may start with, besides a tensor (tr_tensor_*).
 RECEIVERS = {"optim"}
 
-# Ops whose result depends on the random generator: their body (src/ops/random.rs) draws and,
-# given `keep` (the residency manager keeps recipes), returns a replay that draws the same numbers
-# again from a snapshot of the generator, which becomes the result's recipe (see emit_rust).
-RANDOM = {"dropout"}
+# The flags an op's attribute column may hold.
+#   random  the result depends on the random generator: the body (src/ops/random.rs) draws and,
+#           given `keep` (the residency manager keeps recipes), returns a replay that draws the
+#           same numbers again from a snapshot of the generator, which becomes the result's recipe
+#           (see emit_rust); such an op is never recomputed from its inputs alone.
+FLAGS = {"random"}
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,12 @@ class Op:
     ret: str
     body: str
     doc: str
+    flags: frozenset[str] = frozenset()
+    operators: tuple["Operator", ...] = ()
+
+    @property
+    def random(self) -> bool:
+        return "random" in self.flags
 
     @property
     def is_method(self) -> bool:
@@ -55,7 +68,7 @@ class Op:
     def replayable(self) -> bool:
         """The op makes a new tensor from its inputs and values alone, so the residency manager
         may drop its result and run it again (src/residency/training/recompute.rs)."""
-        return (self.ret == "T" and not self.creates and self.name not in RANDOM
+        return (self.ret == "T" and not self.creates and not self.random
                 and all(cell(p.ty, "replay") for p in self.params))
 
     @property
@@ -312,16 +325,122 @@ def fill(template: str, p: Param, n: str | None = None, **extra) -> str:
     return template.format(n=n or p.name, name=p.name, **extra)
 
 
+# ---------------------------------------------------------------- operators
+#
+# An op's attribute column may list the operator expressions it stands for, written with the
+# op's own parameter names, and each language defines the operators its column allows:
+#   `a + b`   binary: the op's first parameter (a tensor) on the left, its second (a tensor or a
+#             scalar) on the right; the op returns a new tensor (T)
+#   `s - a`   reflected: a scalar on the left of the op's tensor (`2 - t`)
+#   `a += b`  compound assignment, in place (the op returns T!, its first input)
+#   `-a`, `abs(a)`  unary, on the op's one tensor parameter
+# A language whose cell is empty (None/False) has no such operator: the op stays a method there.
+#
+# Columns of a binary symbol:
+#   compound   whether `a <sym>= b` exists (not for comparisons)
+#   rust       the std::ops trait (`Add`; compound: `AddAssign`), or None
+#   cpp        whether C++ defines it (comparisons: no; `if (a < b)` would test Tensor's
+#              `explicit operator bool`)
+#   cs         whether C# defines it (comparisons: no; `==` must stay reference equality, for
+#              null tests); C# has no compound-assignment operators at all (`x += y` is always
+#              `x = x + y`), so compound forms are never C# operators
+#   py         the Python method's stem (`add`: __add__, __radd__, __iadd__)
+#   py_reflected  whether Python has the reflected method (`__radd__`; comparisons reflect into
+#              one another instead, which Python does by itself)
+#   py_slot    the CPython number slot's stem (`add`: nb_add, nb_inplace_add) the compiled
+#              accelerator fills (bindings/python/tensorref/_speedups.c), or None
+BINARY_OPERATORS: dict[str, dict] = {
+    "+": dict(compound=True, rust="Add", cpp=True, cs=True, py="add", py_reflected=True, py_slot="add"),
+    "-": dict(compound=True, rust="Sub", cpp=True, cs=True, py="sub", py_reflected=True, py_slot="subtract"),
+    "*": dict(compound=True, rust="Mul", cpp=True, cs=True, py="mul", py_reflected=True, py_slot="multiply"),
+    "/": dict(compound=True, rust="Div", cpp=True, cs=True, py="truediv", py_reflected=True,
+              py_slot="true_divide"),
+    "%": dict(compound=True, rust="Rem", cpp=True, cs=True, py="mod", py_reflected=True, py_slot="remainder"),
+    "//": dict(compound=True, rust=None, cpp=False, cs=False, py="floordiv", py_reflected=True,
+               py_slot="floor_divide"),
+    "@": dict(compound=True, rust=None, cpp=False, cs=False, py="matmul", py_reflected=True,
+              py_slot="matrix_multiply"),
+    "**": dict(compound=True, rust=None, cpp=False, cs=False, py="pow", py_reflected=True, py_slot="power"),
+    "==": dict(compound=False, rust=None, cpp=False, cs=False, py="eq", py_reflected=False, py_slot=None),
+    "!=": dict(compound=False, rust=None, cpp=False, cs=False, py="ne", py_reflected=False, py_slot=None),
+    "<": dict(compound=False, rust=None, cpp=False, cs=False, py="lt", py_reflected=False, py_slot=None),
+    "<=": dict(compound=False, rust=None, cpp=False, cs=False, py="le", py_reflected=False, py_slot=None),
+    ">": dict(compound=False, rust=None, cpp=False, cs=False, py="gt", py_reflected=False, py_slot=None),
+    ">=": dict(compound=False, rust=None, cpp=False, cs=False, py="ge", py_reflected=False, py_slot=None),
+}
+# Unary operators (`-a`) and Python builtins (`abs(a)`): the same columns as far as they apply.
+UNARY_OPERATORS: dict[str, dict] = {
+    "-": dict(rust="Neg", cpp=True, cs=True, py="neg", py_slot="negative"),
+    "abs": dict(rust=None, cpp=False, cs=False, py="abs", py_slot="absolute"),
+}
+
+
+@dataclass(frozen=True)
+class Operator:
+    """One operator expression of an op: `symbol` in `form` (binary, reflected, compound,
+    unary), the other operand of type `operand` ("T" or "scalar"; None when unary)."""
+    symbol: str
+    form: str
+    operand: str | None
+    text: str
+
+    def cell(self, column: str):
+        table = UNARY_OPERATORS if self.form == "unary" else BINARY_OPERATORS
+        return table[self.symbol][column]
+
+
+def parse_operator(text: str, params: tuple[Param, ...], ret: str, where: str) -> Operator:
+    """The operator expression `text` of an op with `params` and return type `ret`, checked."""
+    names = [p.name for p in params]
+    types = {p.name: p.ty for p in params}
+
+    def bad(why: str):
+        sys.exit(f"{where}: operator `{text}`: {why}")
+
+    m = re.fullmatch(r"(\w+) (\S+) (\w+)", text)
+    if m:
+        left, sym, right = m.groups()
+        if sym in BINARY_OPERATORS:
+            form = "binary" if [left, right] == names else "reflected" if [right, left] == names else None
+            if form is None:
+                bad(f"the operands must be the op's two parameters, {' and '.join(names) or 'none'}")
+            if ret != "T":
+                bad("a binary operator's op returns a new tensor (T)")
+            if types[names[0]] != "T" or types[names[1]] not in ("T", "scalar"):
+                bad("the op takes a tensor, then a tensor or a scalar")
+            if form == "reflected" and types[names[1]] != "scalar":
+                bad("only a scalar goes on the left (a tensor's own operator takes the other side)")
+            return Operator(sym, form, types[names[1]], text)
+        if sym.endswith("=") and BINARY_OPERATORS.get(sym[:-1], {}).get("compound"):
+            if [left, right] != names or ret != "T!" or types[right] not in ("T", "scalar"):
+                bad("a compound assignment writes an in-place op (T!) of a tensor and a tensor or scalar, in order")
+            return Operator(sym[:-1], "compound", types[right], text)
+        bad(f"unknown operator {sym!r} (one of {', '.join(BINARY_OPERATORS)}, or those with = for compound assignment)")
+    m = re.fullmatch(r"(\w+)\((\w+)\)", text) or re.fullmatch(r"(\W+)(\w+)", text)
+    if m and m.group(1) in UNARY_OPERATORS:
+        if names != [m.group(2)] or types[m.group(2)] != "T" or ret != "T":
+            bad("a unary operator's op takes one tensor and returns a new one")
+        return Operator(m.group(1), "unary", None, text)
+    bad(f"not an operator expression (`a + b`, `s - a`, `a += b`, `-a`, {', '.join(f'`{u}(a)`' for u in UNARY_OPERATORS if u.isalpha())})")
+
+
+def operator_key(o: Operator) -> tuple:
+    """What two ops must not both claim."""
+    return (o.symbol, o.form, o.operand)
+
+
 def parse(text: str) -> list[Op]:
     _check_tables()
     ops = []
+    claimed: dict[tuple, str] = {}
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         cols = [c.strip() for c in line.split(" | ")]
-        if len(cols) != 5:
-            sys.exit(f"ops.def:{lineno}: expected 5 columns separated by ' | ', got {len(cols)}")
-        name, params, ret, body, doc = cols
+        if len(cols) not in (5, 6):
+            sys.exit(f"ops.def:{lineno}: expected 5 columns separated by ' | ' and optional attributes, got {len(cols)}")
+        name, params, ret, body, doc = cols[:5]
+        attributes = [a.strip() for a in cols[5].split(",")] if len(cols) == 6 else []
         plist = []
         for p in filter(None, (p.strip() for p in params.split(","))):
             pname, _, pty = (x.strip() for x in p.partition(":"))
@@ -332,7 +451,19 @@ def parse(text: str) -> list[Op]:
             sys.exit(f"ops.def:{lineno}: unknown return type {ret!r} (one of {', '.join(RETURNS)})")
         if ret == "T!" and not (plist and plist[0].ty == "T"):
             sys.exit(f"ops.def:{lineno}: an in-place op needs a tensor first")
-        ops.append(Op(name, tuple(plist), ret, body, doc))
+        flags, operators = set(), []
+        for a in attributes:
+            if a in FLAGS:
+                flags.add(a)
+            elif re.fullmatch(r"\w+", a):
+                sys.exit(f"ops.def:{lineno}: unknown flag {a!r} (one of {', '.join(sorted(FLAGS))})")
+            else:
+                operators.append(parse_operator(a, tuple(plist), ret, f"ops.def:{lineno}"))
+        for o in operators:
+            if operator_key(o) in claimed:
+                sys.exit(f"ops.def:{lineno}: operator `{o.text}` is already op {claimed[operator_key(o)]!r}'s")
+            claimed[operator_key(o)] = name
+        ops.append(Op(name, tuple(plist), ret, body, doc, frozenset(flags), tuple(operators)))
     return ops
 
 

@@ -1,8 +1,9 @@
 //! Tensor operations. Almost every op is one line of `ops.def`, from which `tools/gen.py`
 //! generates the core function on handles, the `Tensor` method and the C function. Ops never
 //! consume their inputs; new results are registered in the current scope. Hand-written here:
-//! host data (`data`), autograd helpers, optimizer steps, random ops made again exactly (`random`)
-//! and the arithmetic operators.
+//! host data (`data`), autograd helpers, optimizer steps and random ops made again exactly
+//! (`random`). The arithmetic operators are generated too (operators_generated.rs, from the
+//! operator attributes of ops.def).
 
 pub(crate) mod autograd;
 #[cfg(test)]
@@ -12,7 +13,7 @@ pub(crate) mod exec;
 pub(crate) mod generated;
 pub(crate) mod kernels;
 pub(crate) mod lists;
-mod operators;
+mod operators_generated;
 pub(crate) mod optim;
 pub(crate) mod random;
 pub(crate) mod scalars;

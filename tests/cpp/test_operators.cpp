@@ -101,6 +101,37 @@ TEST(compound_assignment_is_in_place_on_the_same_handle) {
     CHECK_EQ(view.to_vector<float>(), (F{2, 2, 2}));  // same storage
 }
 
+// % is Python's (and PyTorch's remainder): the result takes the divisor's sign.
+TEST(remainder_operators_take_the_divisors_sign) {
+    Tensor a = f32({7, -7, 5.5f, 2});
+    Tensor b = f32({2, 2, -2, 4});
+    CHECK_EQ((a % b).to_vector<float>(), (F{1, 1, -0.5f, 2}));
+    CHECK_EQ((a % 2.0).to_vector<float>(), (F{1, 1, 1.5f, 0}));
+    CHECK_EQ((5.0 % f32({2, 3, -4})).to_vector<float>(), (F{1, 2, -3}));
+    Tensor ints = Tensor::from_vector(std::vector<int64_t>{7, -7, 9});
+    CHECK((ints % 4).dtype() == tr::DType::I64);  // an integer scalar keeps the integer dtype
+    CHECK_EQ((ints % 4).to_vector<int64_t>(), (std::vector<int64_t>{3, 1, 1}));
+    CHECK_EQ((2 * ints + 1).to_vector<int64_t>(), (std::vector<int64_t>{15, -13, 19}));
+}
+
+TEST(every_compound_assignment_writes_through_a_shared_storage) {
+    Tensor w = f32({8, 6, 4});
+    Tensor shared = w.alias();  // another handle, same storage
+    size_t live = tr::live_handles();
+    w /= f32({2, 2, 2});
+    w %= 3.0;
+    CHECK_EQ(shared.to_vector<float>(), (F{1, 0, 2}));
+    w += 1;
+    w -= 0.5;
+    w %= f32({2, 2, 2});
+    CHECK_EQ(shared.to_vector<float>(), (F{1.5f, 0.5f, 0.5f}));
+    CHECK_EQ(tr::live_handles(), live);
+    Tensor& same = (w *= 2);  // returns the left-hand tensor itself
+    CHECK(&same == &w);
+    Tensor ints = Tensor::from_vector(std::vector<int64_t>{1, 2});
+    CHECK_THROWS(ints %= 0.5, TR_ERR_DTYPE, "can't be cast");  // a float remainder into i64
+}
+
 TEST(operators_register_results_in_the_current_scope) {
     Tensor a = f32({1, 2});
     tr::Scope s;

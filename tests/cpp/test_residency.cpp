@@ -10,7 +10,9 @@
 
 #include "harness.hpp"
 
+#include <array>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -388,6 +390,22 @@ TEST(the_timeline_is_written_as_chrome_trace_json) {
         if (text.find(needle) == std::string::npos) harness::fail(__FILE__, __LINE__, std::string(needle) + " missing");
     }
     CHECK_THROWS(Residency::timeline_write("/nonexistent-dir/timeline.json"), TR_ERR_IO, "cannot write");
+}
+
+// tr::ResidencyStats is generated from the ABI manifest field by field: as many 64-bit fields as
+// the C struct, each copied (a field the wrapper lacked, or copied from the wrong one, fails here).
+static_assert(sizeof(tr::ResidencyStats) == sizeof(tr_residency_stats), "a field of tr_residency_stats is missing");
+
+TEST(stats_copies_every_field) {
+    constexpr size_t n = sizeof(tr_residency_stats) / sizeof(uint64_t);
+    std::array<uint64_t, n> in{}, out{};
+    for (size_t i = 0; i < n; i++) in[i] = 1000 + i;
+    tr_residency_stats c{};
+    std::memcpy(&c, in.data(), sizeof c);
+    tr::ResidencyStats s(c);
+    std::memcpy(out.data(), &s, sizeof s);
+    CHECK_EQ(std::vector<uint64_t>(out.begin(), out.end()), std::vector<uint64_t>(in.begin(), in.end()));
+    CHECK_EQ(s.reserved_bytes, c.reserved_bytes);
 }
 
 TEST(stats_since_subtracts_counters_and_keeps_gauges) {

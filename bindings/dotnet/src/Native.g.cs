@@ -7,7 +7,16 @@ namespace TensorRef
 {
     /// <summary>
     /// Status codes of the C ABI (`tr_status`, an `int32_t`). Grouped by hundreds; a released code
-    /// is never renumbered. Each code's doc comment is also its `tr_status_str` text.
+    /// is never renumbered. Each code's doc comment is also its `tr_status_str` text. The groups,
+    /// one error class each in the bindings (tools/abi_manifest.py reads them from these lines into
+    /// the ABI manifest, from which the bindings' group checks are generated): - 100-199 argument:
+    /// a NULL pointer, a bad argument value, a buffer too small. - 200-299 handle: a stale
+    /// (released, disposed) or invalid handle. - 300-399 scope: the scope was already disposed. -
+    /// 400-499 shape_dtype: the tensors' shapes or dtypes do not fit the operation. - 500-599
+    /// device: a device is unavailable, tensors are on different devices, out of memory (host or
+    /// device), or the residency budget is too small. - 600-699 torch: any other error reported by
+    /// libtorch. - 700-799 file: a file is missing or unreadable, or its contents are malformed. -
+    /// 900-999 panic: a bug in libtensorref, caught at the C boundary.
     /// </summary>
     public enum Status
     {

@@ -416,110 +416,14 @@ namespace TensorRef
         public ulong InFlightHere { get; }
     }
 
-    /// <summary>The manager's counters at one moment (tr_residency_stats), since it was configured.</summary>
-    public struct ResidencyStats
+    // ResidencyStats: its fields are generated from the ABI manifest (ResidencyStats.g.cs); what
+    // is computed from them is here.
+    public partial struct ResidencyStats
     {
-        internal ResidencyStats(NativeResidencyStats s)
-        {
-            Budget = s.Budget;
-            DeviceBytes = s.DeviceBytes;
-            PeakDeviceBytes = s.PeakDeviceBytes;
-            PinnedBytes = s.PinnedBytes;
-            Ops = s.Ops;
-            Loads = s.Loads;
-            LoadBytes = s.LoadBytes;
-            Evictions = s.Evictions;
-            EvictedBytes = s.EvictedBytes;
-            WriteBacks = s.WriteBacks;
-            WriteBackBytes = s.WriteBackBytes;
-            Prefetches = s.Prefetches;
-            PrefetchBytes = s.PrefetchBytes;
-            PrefetchHits = s.PrefetchHits;
-            PrefetchMisses = s.PrefetchMisses;
-            TransferWaitNs = s.TransferWaitNs;
-            LoadWaitNs = s.LoadWaitNs;
-            OomRetries = s.OomRetries;
-            PageLockedAllocs = s.PageLockedAllocs;
-            PageLockedBytes = s.PageLockedBytes;
-            PageableCopies = s.PageableCopies;
-            PageableCopyBytes = s.PageableCopyBytes;
-            WriteThroughWaits = s.WriteThroughWaits;
-            ReadWaits = s.ReadWaits;
-            NeedlessWriteBacks = s.NeedlessWriteBacks;
-            Drops = s.Drops;
-            DroppedBytes = s.DroppedBytes;
-            Recomputations = s.Recomputations;
-            RecomputedBytes = s.RecomputedBytes;
-            ReservedBytes = s.ReservedBytes;
-            PeakReservedBytes = s.PeakReservedBytes;
-        }
-
-        /// <summary>The device byte budget; ulong.MaxValue for a policy without one (Resident).</summary>
-        public ulong Budget { get; }
-        /// <summary>Bytes the manager holds on the device now.</summary>
-        public ulong DeviceBytes { get; }
-        public ulong PeakDeviceBytes { get; }
-        public ulong PinnedBytes { get; }
-        public ulong Ops { get; }
-        /// <summary>Copies to the device, prefetches included.</summary>
-        public ulong Loads { get; }
-        public ulong LoadBytes { get; }
-        public ulong Evictions { get; }
-        public ulong EvictedBytes { get; }
-        /// <summary>Evicted device copies that were newer than the host copy and were copied back first.</summary>
-        public ulong WriteBacks { get; }
-        public ulong WriteBackBytes { get; }
-        public ulong Prefetches { get; }
-        public ulong PrefetchBytes { get; }
-        /// <summary>Inputs found on the device because a prefetch brought them.</summary>
-        public ulong PrefetchHits { get; }
-        /// <summary>Inputs loaded at op time while the program followed a recorded trace.</summary>
-        public ulong PrefetchMisses { get; }
-        /// <summary>Host time spent starting copies and waiting for synchronous ones, in nanoseconds.</summary>
-        public ulong TransferWaitNs { get; }
-        /// <summary>Time ops' kernels waited for their inputs' copies, in nanoseconds (timed on the compute stream on CUDA; a copy made when the op needed it on the simulated device).</summary>
-        public ulong LoadWaitNs { get; }
-        /// <summary>Ops retried after an out-of-memory error made the manager evict.</summary>
-        public ulong OomRetries { get; }
-        /// <summary>Homes given page-locked memory (a result leaving the device the first time, or a tensor made elsewhere moved into page-locked memory once).</summary>
-        public ulong PageLockedAllocs { get; }
-        public ulong PageLockedBytes { get; }
-        /// <summary>Copies from or to pageable host memory (synchronous on CUDA, about a third as fast).</summary>
-        public ulong PageableCopies { get; }
-        public ulong PageableCopyBytes { get; }
-        /// <summary>Ops that made the host wait for a write-back before returning (memory shared outside the library is written through).</summary>
-        public ulong WriteThroughWaits { get; }
-        /// <summary>Data reads that waited for a write-back still copying into the home.</summary>
-        public ulong ReadWaits { get; }
-        /// <summary>Write-backs of a device copy no op had modified (always 0; a regression guard).</summary>
-        public ulong NeedlessWriteBacks { get; }
-        /// <summary>Evictions that dropped a result to be made again rather than writing it back.</summary>
-        public ulong Drops { get; }
-        public ulong DroppedBytes { get; }
-        /// <summary>Results made again from their inputs.</summary>
-        public ulong Recomputations { get; }
-        public ulong RecomputedBytes { get; }
-        /// <summary>What CUDA's caching allocator holds on the device now (in use or cached); 0 on other devices.</summary>
-        public ulong ReservedBytes { get; }
-        public ulong PeakReservedBytes { get; }
-
         /// <summary>Whether the policy keeps to a budget (false under Resident).</summary>
         public bool IsBounded => Budget != ulong.MaxValue;
 
         public TimeSpan TransferWait => TimeSpan.FromTicks((long)(TransferWaitNs / 100));
-
-        public override string ToString() =>
-            string.Format("device {0} B (peak {1}, budget {2}, pinned {3}), {4} ops, {5} loads ({6} B), " +
-                          "{7} evictions ({8} B), {9} write-backs ({10} B), {11} prefetches ({12} B), " +
-                          "prefetch hits {13} misses {14}, transfer wait {15} ns, load wait {30} ns, {16} OOM retries, " +
-                          "{17} page-locked allocations ({18} B), {19} pageable copies ({20} B), {21} write-through waits, " +
-                          "{22} read waits, {23} needless write-backs, {24} drops ({25} B), {26} recomputations ({27} B), " +
-                          "reserved {28} B (peak {29})",
-                          DeviceBytes, PeakDeviceBytes, IsBounded ? Budget.ToString() : "none", PinnedBytes, Ops, Loads,
-                          LoadBytes, Evictions, EvictedBytes, WriteBacks, WriteBackBytes, Prefetches, PrefetchBytes,
-                          PrefetchHits, PrefetchMisses, TransferWaitNs, OomRetries, PageLockedAllocs, PageLockedBytes,
-                          PageableCopies, PageableCopyBytes, WriteThroughWaits, ReadWaits, NeedlessWriteBacks, Drops, DroppedBytes,
-                          Recomputations, RecomputedBytes, ReservedBytes, PeakReservedBytes, LoadWaitNs);
     }
 
     /// <summary>One manager event (tr_event), copied for the handler.</summary>

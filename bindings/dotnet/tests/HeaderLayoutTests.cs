@@ -98,6 +98,18 @@ namespace TensorRef.Tests
         }
 
         [Test]
+        static void ResidencyStats_HasEveryFieldOfTheHeader_AndShowsIt()
+        {
+            var fields = CFields(SignatureTests.HeaderText(), "tr_residency_stats");
+            var props = typeof(ResidencyStats).GetProperties().Select(p => p.Name).ToList();
+            var missing = fields.Where(f => !props.Contains(Pascal(f.Item2))).Select(f => f.Item2).ToList();
+            Check.True(missing.Count == 0, "ResidencyStats has a property per field; missing: " + string.Join(", ", missing));
+            var text = new ResidencyStats().ToString();
+            var unshown = fields.Where(f => !text.Contains(f.Item2 + " 0")).Select(f => f.Item2).ToList();
+            Check.True(unshown.Count == 0, "ToString shows every field; missing: " + string.Join(", ", unshown));
+        }
+
+        [Test]
         static void EventCallback_MatchesTrEventFn()
         {
             var m = Regex.Match(SignatureTests.HeaderText(), @"typedef void \(\*tr_event_fn\)\(([^)]*)\);");

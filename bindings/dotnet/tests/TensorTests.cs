@@ -53,6 +53,46 @@ namespace TensorRef.Tests
         }
 
         [Test]
+        static void Remainder_TakesTheDivisorsSign_OnEitherSide()
+        {
+            using (torch.NewDisposeScope())
+            {
+                var a = torch.Tensor(new float[] { 7, -7, 5.5f, 2 });
+                var b = torch.Tensor(new float[] { 2, 2, -2, 4 });
+                Check.Values(new float[] { 1, 1, -0.5f, 2 }, a % b, "a % b");
+                Check.Values(new float[] { 1, 1, 1.5f, 0 }, a % 2.0, "a % 2.0");
+                Check.Values(new float[] { 1, 2, -3 }, 5.0 % torch.Tensor(new float[] { 2, 3, -4 }), "5.0 % t");
+                var ints = torch.Tensor(new long[] { 7, -7, 9 });
+                Check.Equal(DType.I64, (ints % 4).Dtype, "an integer scalar keeps the dtype");
+                Check.Equal("3,1,1", string.Join(",", (ints % 4).ToArray<long>()), "ints % 4");
+            }
+        }
+
+        [Test]
+        static void CompoundAssignment_IsANewTensor_TheMethodIsInPlace()
+        {
+            using (torch.NewDisposeScope())
+            {
+                var w = torch.Tensor(new float[] { 1, 2, 3 });
+                var kept = w;  // another reference to the same Tensor, as a parameter list holds
+                var g = torch.Tensor(new float[] { 1, 1, 1 });
+                w += g;  // C#: w = w + g, a new tensor
+                Check.True(!ReferenceEquals(w, kept), "+= assigned a new Tensor");
+                Check.Values(new float[] { 2, 3, 4 }, w, "w after +=");
+                Check.Values(new float[] { 1, 2, 3 }, kept, "the old tensor is unchanged");
+                w %= 3.0;
+                Check.Values(new float[] { 2, 0, 1 }, w, "w after %=");
+
+                var same = kept.Add_(g);  // PyTorch's in-place +=
+                Check.True(ReferenceEquals(same, kept), "Add_ returns its receiver");
+                Check.Values(new float[] { 2, 3, 4 }, kept, "kept after Add_");
+                var alias = kept.Alias();
+                kept.RemainderScalar_(3);
+                Check.Values(new float[] { 2, 0, 1 }, alias, "an in-place method writes the shared storage");
+            }
+        }
+
+        [Test]
         static void GeneratedOps_ReductionsShapesLists()
         {
             using (torch.NewDisposeScope())

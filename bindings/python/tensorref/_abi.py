@@ -82,6 +82,27 @@ EVENT_KIND_CODES = {
     'DROP': 7,
 }
 
+# tr_status's groups: name -> (first code, last code, what it means); errors.py raises one
+# class per group.
+STATUS_GROUPS = {
+    'argument': (100, 199, 'a NULL pointer, a bad argument value, a buffer too small.'),
+    'handle': (200, 299, 'a stale (released, disposed) or invalid handle.'),
+    'scope': (300, 399, 'the scope was already disposed.'),
+    'shape_dtype': (400, 499, "the tensors' shapes or dtypes do not fit the operation."),
+    'device': (500, 599, 'a device is unavailable, tensors are on different devices, out of memory (host or device), or the residency budget is too small.'),
+    'torch': (600, 699, 'any other error reported by libtorch.'),
+    'file': (700, 799, 'a file is missing or unreadable, or its contents are malformed.'),
+    'panic': (900, 999, 'a bug in libtensorref, caught at the C boundary.'),
+}
+
+
+def status_group(status: int):
+    """The name of the group of a status code, or None (TR_OK, an unknown code)."""
+    for name, (first, last, _) in STATUS_GROUPS.items():
+        if first <= status <= last:
+            return name
+    return None
+
 
 class ScopeHandle(c_uint64):
     """A ``tr_scope`` passed by value."""

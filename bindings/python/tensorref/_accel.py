@@ -1,8 +1,10 @@
 """The optional compiled hot path: ``tensorref._speedups``, a small C extension that
 ``pip install`` builds from ``_speedups.c`` (no library is linked in), takes over Tensor's
-arithmetic operators (``+ - * / @ **``, unary ``-``, the reflected ``+`` and ``*``, ``+= -= *= /=``)
-and its finalizer (the deferred release), and the generated ops that mean the same on two
-Tensors (``add sub mul div matmul add_ sub_ mul_ div_``, as methods and as module functions).
+arithmetic operators (those with a CPython number slot, generated from the operator attributes of
+src/ops/ops.def: ``+ - * / % // @ **``, their reflected and in-place forms, unary ``-`` and
+``abs``; ``_ops._ACCELERATED``) and its finalizer (the deferred release), and the generated ops
+that mean the same on two Tensors (``add``, ``add_``, ``remainder``... ``_ops._ACCELERATED_NAMED``,
+as methods and as module functions).
 ``tensorref.accelerated`` says whether it is in use.
 
 It binds at import to the library ctypes already loaded, through the addresses of its C
@@ -28,16 +30,13 @@ from . import _lib, _ops, _ownership
 from ._tensor import Tensor
 
 # The methods it replaces, as the generated _ops.py and _tensor.py define them.
-ROUTED = ("__add__", "__sub__", "__mul__", "__truediv__", "__matmul__", "__pow__", "__radd__",
-          "__rmul__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__neg__", "__del__")
+ROUTED = _ops._ACCELERATED + ("__del__",)
 PURE = {name: Tensor.__dict__[name] for name in ROUTED}
 
 # Generated ops that are an operator on two exact Tensors (name -> that operator's method). Their
 # routed form calls the compiled operator then, and the generated function for anything else
 # (whose errors, a TypeError for a float say, stay those of the generated op).
-NAMED = {"add": "__add__", "sub": "__sub__", "mul": "__mul__", "div": "__truediv__",
-         "matmul": "__matmul__", "add_": "__iadd__", "sub_": "__isub__", "mul_": "__imul__",
-         "div_": "__itruediv__"}
+NAMED = dict(_ops._ACCELERATED_NAMED)
 PURE_NAMED = {name: getattr(_ops, name) for name in NAMED}
 FAST_NAMED: dict = {}
 

@@ -22,7 +22,7 @@ import os
 from ctypes import byref, c_size_t, c_uint32
 from pathlib import Path
 
-from ._abi import STATUS_CODES, TR_ABI_VERSION, signatures
+from ._abi import STATUS_CODES, TR_ABI_VERSION, signatures, status_group
 from .errors import AbiMismatchError, error_class
 
 LIBNAME = "libtensorref.so"
@@ -146,7 +146,7 @@ def fail(status: int, function: str, *tensors):
     """The one error path of every checked call: raises the class of the status group with the
     library's message for this failure. `tensors` are the call's tensor arguments: ctypes lets a
     bare int through as a handle, so a handle error on a non-Tensor argument is a TypeError."""
-    if 200 <= status < 300:
+    if status_group(status) == "handle":
         wrong = [type(t).__name__ for t in tensors if t is not None and not isinstance(t, Tensor)]
         if wrong:
             raise TypeError(f"{function}: expected tensorref.Tensor arguments, got {', '.join(wrong)}")

@@ -2796,145 +2796,6 @@ def __add__(self, other):
     return NotImplemented
 
 
-def __sub__(self, other):
-    if type(other) is _T or isinstance(other, _T):
-        out = _T()
-        out._own = True
-        st = _f_sub(self, other, out)
-        if st:
-            _fail(st, 'tr_tensor_sub', self, other)
-        return out
-    s = _operand(other)
-    if s is not None:
-        out = _T()
-        out._own = True
-        st = _f_sub_scalar(self, s, out)
-        if st:
-            _fail(st, 'tr_tensor_sub_scalar', self)
-        return out
-    if isinstance(other, _ndarray):
-        return _T.__sub__(self, _from_numpy(other))
-    return NotImplemented
-
-
-def __mul__(self, other):
-    if type(other) is _T or isinstance(other, _T):
-        out = _T()
-        out._own = True
-        st = _f_mul(self, other, out)
-        if st:
-            _fail(st, 'tr_tensor_mul', self, other)
-        return out
-    s = _operand(other)
-    if s is not None:
-        out = _T()
-        out._own = True
-        st = _f_mul_scalar(self, s, out)
-        if st:
-            _fail(st, 'tr_tensor_mul_scalar', self)
-        return out
-    if isinstance(other, _ndarray):
-        return _T.__mul__(self, _from_numpy(other))
-    return NotImplemented
-
-
-def __truediv__(self, other):
-    if type(other) is _T or isinstance(other, _T):
-        out = _T()
-        out._own = True
-        st = _f_div(self, other, out)
-        if st:
-            _fail(st, 'tr_tensor_div', self, other)
-        return out
-    s = _operand(other)
-    if s is not None:
-        out = _T()
-        out._own = True
-        st = _f_div_scalar(self, s, out)
-        if st:
-            _fail(st, 'tr_tensor_div_scalar', self)
-        return out
-    if isinstance(other, _ndarray):
-        return _T.__truediv__(self, _from_numpy(other))
-    return NotImplemented
-
-
-def __floordiv__(self, other):
-    if type(other) is _T or isinstance(other, _T):
-        out = _T()
-        out._own = True
-        st = _f_floor_divide(self, other, out)
-        if st:
-            _fail(st, 'tr_tensor_floor_divide', self, other)
-        return out
-    s = _operand(other)
-    if s is not None:
-        out = _T()
-        out._own = True
-        st = _f_floor_divide_scalar(self, s, out)
-        if st:
-            _fail(st, 'tr_tensor_floor_divide_scalar', self)
-        return out
-    if isinstance(other, _ndarray):
-        return _T.__floordiv__(self, _from_numpy(other))
-    return NotImplemented
-
-
-def __mod__(self, other):
-    if type(other) is _T or isinstance(other, _T):
-        out = _T()
-        out._own = True
-        st = _f_remainder(self, other, out)
-        if st:
-            _fail(st, 'tr_tensor_remainder', self, other)
-        return out
-    s = _operand(other)
-    if s is not None:
-        out = _T()
-        out._own = True
-        st = _f_remainder_scalar(self, s, out)
-        if st:
-            _fail(st, 'tr_tensor_remainder_scalar', self)
-        return out
-    if isinstance(other, _ndarray):
-        return _T.__mod__(self, _from_numpy(other))
-    return NotImplemented
-
-
-def __matmul__(self, other):
-    if type(other) is _T or isinstance(other, _T):
-        out = _T()
-        out._own = True
-        st = _f_matmul(self, other, out)
-        if st:
-            _fail(st, 'tr_tensor_matmul', self, other)
-        return out
-    if isinstance(other, _ndarray):
-        return _T.__matmul__(self, _from_numpy(other))
-    return NotImplemented
-
-
-def __pow__(self, other):
-    if type(other) is _T or isinstance(other, _T):
-        out = _T()
-        out._own = True
-        st = _f_pow(self, other, out)
-        if st:
-            _fail(st, 'tr_tensor_pow', self, other)
-        return out
-    s = _operand(other)
-    if s is not None:
-        out = _T()
-        out._own = True
-        st = _f_pow_scalar(self, s, out)
-        if st:
-            _fail(st, 'tr_tensor_pow_scalar', self)
-        return out
-    if isinstance(other, _ndarray):
-        return _T.__pow__(self, _from_numpy(other))
-    return NotImplemented
-
-
 def __radd__(self, other):
     if type(other) is _T or isinstance(other, _T):
         out = _T()
@@ -2953,6 +2814,44 @@ def __radd__(self, other):
         return out
     if isinstance(other, _ndarray):
         return _T.__add__(_from_numpy(other), self)
+    return NotImplemented
+
+
+def __iadd__(self, other):
+    if type(other) is _T or isinstance(other, _T):
+        st = _f_add_(self, other)
+        if st:
+            _fail(st, 'tr_tensor_add_', self, other)
+        return self
+    s = _operand(other)
+    if s is not None:
+        st = _f_add_scalar_(self, s)
+        if st:
+            _fail(st, 'tr_tensor_add_scalar_', self)
+        return self
+    if isinstance(other, _ndarray):
+        return _T.__iadd__(self, _from_numpy(other))
+    return NotImplemented
+
+
+def __sub__(self, other):
+    if type(other) is _T or isinstance(other, _T):
+        out = _T()
+        out._own = True
+        st = _f_sub(self, other, out)
+        if st:
+            _fail(st, 'tr_tensor_sub', self, other)
+        return out
+    s = _operand(other)
+    if s is not None:
+        out = _T()
+        out._own = True
+        st = _f_sub_scalar(self, s, out)
+        if st:
+            _fail(st, 'tr_tensor_sub_scalar', self)
+        return out
+    if isinstance(other, _ndarray):
+        return _T.__sub__(self, _from_numpy(other))
     return NotImplemented
 
 
@@ -2977,6 +2876,44 @@ def __rsub__(self, other):
     return NotImplemented
 
 
+def __isub__(self, other):
+    if type(other) is _T or isinstance(other, _T):
+        st = _f_sub_(self, other)
+        if st:
+            _fail(st, 'tr_tensor_sub_', self, other)
+        return self
+    s = _operand(other)
+    if s is not None:
+        st = _f_sub_scalar_(self, s)
+        if st:
+            _fail(st, 'tr_tensor_sub_scalar_', self)
+        return self
+    if isinstance(other, _ndarray):
+        return _T.__isub__(self, _from_numpy(other))
+    return NotImplemented
+
+
+def __mul__(self, other):
+    if type(other) is _T or isinstance(other, _T):
+        out = _T()
+        out._own = True
+        st = _f_mul(self, other, out)
+        if st:
+            _fail(st, 'tr_tensor_mul', self, other)
+        return out
+    s = _operand(other)
+    if s is not None:
+        out = _T()
+        out._own = True
+        st = _f_mul_scalar(self, s, out)
+        if st:
+            _fail(st, 'tr_tensor_mul_scalar', self)
+        return out
+    if isinstance(other, _ndarray):
+        return _T.__mul__(self, _from_numpy(other))
+    return NotImplemented
+
+
 def __rmul__(self, other):
     if type(other) is _T or isinstance(other, _T):
         out = _T()
@@ -2995,6 +2932,44 @@ def __rmul__(self, other):
         return out
     if isinstance(other, _ndarray):
         return _T.__mul__(_from_numpy(other), self)
+    return NotImplemented
+
+
+def __imul__(self, other):
+    if type(other) is _T or isinstance(other, _T):
+        st = _f_mul_(self, other)
+        if st:
+            _fail(st, 'tr_tensor_mul_', self, other)
+        return self
+    s = _operand(other)
+    if s is not None:
+        st = _f_mul_scalar_(self, s)
+        if st:
+            _fail(st, 'tr_tensor_mul_scalar_', self)
+        return self
+    if isinstance(other, _ndarray):
+        return _T.__imul__(self, _from_numpy(other))
+    return NotImplemented
+
+
+def __truediv__(self, other):
+    if type(other) is _T or isinstance(other, _T):
+        out = _T()
+        out._own = True
+        st = _f_div(self, other, out)
+        if st:
+            _fail(st, 'tr_tensor_div', self, other)
+        return out
+    s = _operand(other)
+    if s is not None:
+        out = _T()
+        out._own = True
+        st = _f_div_scalar(self, s, out)
+        if st:
+            _fail(st, 'tr_tensor_div_scalar', self)
+        return out
+    if isinstance(other, _ndarray):
+        return _T.__truediv__(self, _from_numpy(other))
     return NotImplemented
 
 
@@ -3019,24 +2994,41 @@ def __rtruediv__(self, other):
     return NotImplemented
 
 
-def __rfloordiv__(self, other):
+def __itruediv__(self, other):
+    if type(other) is _T or isinstance(other, _T):
+        st = _f_div_(self, other)
+        if st:
+            _fail(st, 'tr_tensor_div_', self, other)
+        return self
+    s = _operand(other)
+    if s is not None:
+        st = _f_div_scalar_(self, s)
+        if st:
+            _fail(st, 'tr_tensor_div_scalar_', self)
+        return self
+    if isinstance(other, _ndarray):
+        return _T.__itruediv__(self, _from_numpy(other))
+    return NotImplemented
+
+
+def __mod__(self, other):
     if type(other) is _T or isinstance(other, _T):
         out = _T()
         out._own = True
-        st = _f_floor_divide(other, self, out)
+        st = _f_remainder(self, other, out)
         if st:
-            _fail(st, 'tr_tensor_floor_divide', self, other)
+            _fail(st, 'tr_tensor_remainder', self, other)
         return out
     s = _operand(other)
     if s is not None:
         out = _T()
         out._own = True
-        st = _f_rfloor_divide_scalar(self, s, out)
+        st = _f_remainder_scalar(self, s, out)
         if st:
-            _fail(st, 'tr_tensor_rfloor_divide_scalar', self)
+            _fail(st, 'tr_tensor_remainder_scalar', self)
         return out
     if isinstance(other, _ndarray):
-        return _T.__floordiv__(_from_numpy(other), self)
+        return _T.__mod__(self, _from_numpy(other))
     return NotImplemented
 
 
@@ -3061,6 +3053,95 @@ def __rmod__(self, other):
     return NotImplemented
 
 
+def __imod__(self, other):
+    if type(other) is _T or isinstance(other, _T):
+        st = _f_remainder_(self, other)
+        if st:
+            _fail(st, 'tr_tensor_remainder_', self, other)
+        return self
+    s = _operand(other)
+    if s is not None:
+        st = _f_remainder_scalar_(self, s)
+        if st:
+            _fail(st, 'tr_tensor_remainder_scalar_', self)
+        return self
+    if isinstance(other, _ndarray):
+        return _T.__imod__(self, _from_numpy(other))
+    return NotImplemented
+
+
+def __floordiv__(self, other):
+    if type(other) is _T or isinstance(other, _T):
+        out = _T()
+        out._own = True
+        st = _f_floor_divide(self, other, out)
+        if st:
+            _fail(st, 'tr_tensor_floor_divide', self, other)
+        return out
+    s = _operand(other)
+    if s is not None:
+        out = _T()
+        out._own = True
+        st = _f_floor_divide_scalar(self, s, out)
+        if st:
+            _fail(st, 'tr_tensor_floor_divide_scalar', self)
+        return out
+    if isinstance(other, _ndarray):
+        return _T.__floordiv__(self, _from_numpy(other))
+    return NotImplemented
+
+
+def __rfloordiv__(self, other):
+    if type(other) is _T or isinstance(other, _T):
+        out = _T()
+        out._own = True
+        st = _f_floor_divide(other, self, out)
+        if st:
+            _fail(st, 'tr_tensor_floor_divide', self, other)
+        return out
+    s = _operand(other)
+    if s is not None:
+        out = _T()
+        out._own = True
+        st = _f_rfloor_divide_scalar(self, s, out)
+        if st:
+            _fail(st, 'tr_tensor_rfloor_divide_scalar', self)
+        return out
+    if isinstance(other, _ndarray):
+        return _T.__floordiv__(_from_numpy(other), self)
+    return NotImplemented
+
+
+def __ifloordiv__(self, other):
+    if type(other) is _T or isinstance(other, _T):
+        st = _f_floor_divide_(self, other)
+        if st:
+            _fail(st, 'tr_tensor_floor_divide_', self, other)
+        return self
+    s = _operand(other)
+    if s is not None:
+        st = _f_floor_divide_scalar_(self, s)
+        if st:
+            _fail(st, 'tr_tensor_floor_divide_scalar_', self)
+        return self
+    if isinstance(other, _ndarray):
+        return _T.__ifloordiv__(self, _from_numpy(other))
+    return NotImplemented
+
+
+def __matmul__(self, other):
+    if type(other) is _T or isinstance(other, _T):
+        out = _T()
+        out._own = True
+        st = _f_matmul(self, other, out)
+        if st:
+            _fail(st, 'tr_tensor_matmul', self, other)
+        return out
+    if isinstance(other, _ndarray):
+        return _T.__matmul__(self, _from_numpy(other))
+    return NotImplemented
+
+
 def __rmatmul__(self, other):
     if type(other) is _T or isinstance(other, _T):
         out = _T()
@@ -3071,6 +3152,27 @@ def __rmatmul__(self, other):
         return out
     if isinstance(other, _ndarray):
         return _T.__matmul__(_from_numpy(other), self)
+    return NotImplemented
+
+
+def __pow__(self, other):
+    if type(other) is _T or isinstance(other, _T):
+        out = _T()
+        out._own = True
+        st = _f_pow(self, other, out)
+        if st:
+            _fail(st, 'tr_tensor_pow', self, other)
+        return out
+    s = _operand(other)
+    if s is not None:
+        out = _T()
+        out._own = True
+        st = _f_pow_scalar(self, s, out)
+        if st:
+            _fail(st, 'tr_tensor_pow_scalar', self)
+        return out
+    if isinstance(other, _ndarray):
+        return _T.__pow__(self, _from_numpy(other))
     return NotImplemented
 
 
@@ -3092,108 +3194,6 @@ def __rpow__(self, other):
         return out
     if isinstance(other, _ndarray):
         return _T.__pow__(_from_numpy(other), self)
-    return NotImplemented
-
-
-def __iadd__(self, other):
-    if type(other) is _T or isinstance(other, _T):
-        st = _f_add_(self, other)
-        if st:
-            _fail(st, 'tr_tensor_add_', self, other)
-        return self
-    s = _operand(other)
-    if s is not None:
-        st = _f_add_scalar_(self, s)
-        if st:
-            _fail(st, 'tr_tensor_add_scalar_', self)
-        return self
-    if isinstance(other, _ndarray):
-        return _T.__iadd__(self, _from_numpy(other))
-    return NotImplemented
-
-
-def __isub__(self, other):
-    if type(other) is _T or isinstance(other, _T):
-        st = _f_sub_(self, other)
-        if st:
-            _fail(st, 'tr_tensor_sub_', self, other)
-        return self
-    s = _operand(other)
-    if s is not None:
-        st = _f_sub_scalar_(self, s)
-        if st:
-            _fail(st, 'tr_tensor_sub_scalar_', self)
-        return self
-    if isinstance(other, _ndarray):
-        return _T.__isub__(self, _from_numpy(other))
-    return NotImplemented
-
-
-def __imul__(self, other):
-    if type(other) is _T or isinstance(other, _T):
-        st = _f_mul_(self, other)
-        if st:
-            _fail(st, 'tr_tensor_mul_', self, other)
-        return self
-    s = _operand(other)
-    if s is not None:
-        st = _f_mul_scalar_(self, s)
-        if st:
-            _fail(st, 'tr_tensor_mul_scalar_', self)
-        return self
-    if isinstance(other, _ndarray):
-        return _T.__imul__(self, _from_numpy(other))
-    return NotImplemented
-
-
-def __itruediv__(self, other):
-    if type(other) is _T or isinstance(other, _T):
-        st = _f_div_(self, other)
-        if st:
-            _fail(st, 'tr_tensor_div_', self, other)
-        return self
-    s = _operand(other)
-    if s is not None:
-        st = _f_div_scalar_(self, s)
-        if st:
-            _fail(st, 'tr_tensor_div_scalar_', self)
-        return self
-    if isinstance(other, _ndarray):
-        return _T.__itruediv__(self, _from_numpy(other))
-    return NotImplemented
-
-
-def __ifloordiv__(self, other):
-    if type(other) is _T or isinstance(other, _T):
-        st = _f_floor_divide_(self, other)
-        if st:
-            _fail(st, 'tr_tensor_floor_divide_', self, other)
-        return self
-    s = _operand(other)
-    if s is not None:
-        st = _f_floor_divide_scalar_(self, s)
-        if st:
-            _fail(st, 'tr_tensor_floor_divide_scalar_', self)
-        return self
-    if isinstance(other, _ndarray):
-        return _T.__ifloordiv__(self, _from_numpy(other))
-    return NotImplemented
-
-
-def __imod__(self, other):
-    if type(other) is _T or isinstance(other, _T):
-        st = _f_remainder_(self, other)
-        if st:
-            _fail(st, 'tr_tensor_remainder_', self, other)
-        return self
-    s = _operand(other)
-    if s is not None:
-        st = _f_remainder_scalar_(self, s)
-        if st:
-            _fail(st, 'tr_tensor_remainder_scalar_', self)
-        return self
-    if isinstance(other, _ndarray):
-        return _T.__imod__(self, _from_numpy(other))
     return NotImplemented
 
 
@@ -3348,7 +3348,12 @@ def __abs__(self):
     return abs(self)
 
 
-_OPERATORS = (__add__, __sub__, __mul__, __truediv__, __floordiv__, __mod__, __matmul__, __pow__, __radd__, __rsub__, __rmul__, __rtruediv__, __rfloordiv__, __rmod__, __rmatmul__, __rpow__, __iadd__, __isub__, __imul__, __itruediv__, __ifloordiv__, __imod__, __ipow__, __eq__, __ne__, __lt__, __le__, __gt__, __ge__, __neg__, __abs__,)
+_OPERATORS = (__add__, __radd__, __iadd__, __sub__, __rsub__, __isub__, __mul__, __rmul__, __imul__, __truediv__, __rtruediv__, __itruediv__, __mod__, __rmod__, __imod__, __floordiv__, __rfloordiv__, __ifloordiv__, __matmul__, __rmatmul__, __pow__, __rpow__, __ipow__, __eq__, __ne__, __lt__, __le__, __gt__, __ge__, __neg__, __abs__,)
+
+# The operators the compiled accelerator (_speedups.c, _speedups_generated.h) replaces, and the
+# ops that are one of them on two Tensors (op -> its method); _accel.py reads both.
+_ACCELERATED = ('__add__', '__radd__', '__iadd__', '__sub__', '__rsub__', '__isub__', '__mul__', '__rmul__', '__imul__', '__truediv__', '__rtruediv__', '__itruediv__', '__mod__', '__rmod__', '__imod__', '__floordiv__', '__rfloordiv__', '__ifloordiv__', '__matmul__', '__pow__', '__rpow__', '__ipow__', '__neg__', '__abs__',)
+_ACCELERATED_NAMED = {'add': '__add__', 'add_': '__iadd__', 'sub': '__sub__', 'sub_': '__isub__', 'mul': '__mul__', 'mul_': '__imul__', 'div': '__truediv__', 'div_': '__itruediv__', 'remainder': '__mod__', 'remainder_': '__imod__', 'floor_divide': '__floordiv__', 'floor_divide_': '__ifloordiv__', 'matmul': '__matmul__', 'pow': '__pow__', 'pow_': '__ipow__'}
 
 # Tensor methods: the ops whose first parameter is a tensor, and the operators.
 for _f in [globals()[_n] for _n in (

@@ -1,9 +1,10 @@
 /* tensorref._speedups: the hot path of the Python binding, compiled (optional).
  *
- * Job: the arithmetic operators of tensorref.Tensor (+ - * / @ ** unary -, the reflected + and *,
- * += -= *= /=) on a Tensor or an exact int/float operand (a typed tr_scalar: an int stays an
- * int64), and Tensor.__del__ (the deferred release: append the handle to the buffer, release the
- * batch when it is full). Nothing else. Every other case (another operand type, a bool or NumPy
+ * Job: the arithmetic operators of tensorref.Tensor (those of _speedups_generated.h, generated
+ * from the operator attributes of src/ops/ops.def: + - * / % // @ **, their reflected and in-place
+ * forms, unary - and abs) on a Tensor or an exact int/float operand (a typed tr_scalar: an int
+ * stays an int64), and Tensor.__del__ (the deferred release: append the handle to the buffer,
+ * release the batch when it is full). Nothing else. Every other case (another operand type, a bool or NumPy
  * number, an int beyond int64) is handed to the pure-Python method these replace, and a failing call raises through the binding's one error path (_lib.fail), so
  * behaviour is that of the ctypes binding. tensorref/_accel.py loads and installs it.
  *
@@ -51,29 +52,13 @@ typedef tr_status (*release_many_fn)(const tr_tensor *, size_t);
 #if defined(__GNUC__)
 #define SAME_TYPE(fn, ptr) \
     _Static_assert(__builtin_types_compatible_p(__typeof__(&fn), ptr), #fn " is not " #ptr)
-SAME_TYPE(tr_tensor_add, op_tt);
-SAME_TYPE(tr_tensor_sub, op_tt);
-SAME_TYPE(tr_tensor_mul, op_tt);
-SAME_TYPE(tr_tensor_div, op_tt);
-SAME_TYPE(tr_tensor_matmul, op_tt);
-SAME_TYPE(tr_tensor_pow, op_tt);
-SAME_TYPE(tr_tensor_add_scalar, op_ts);
-SAME_TYPE(tr_tensor_sub_scalar, op_ts);
-SAME_TYPE(tr_tensor_mul_scalar, op_ts);
-SAME_TYPE(tr_tensor_div_scalar, op_ts);
-SAME_TYPE(tr_tensor_pow_scalar, op_ts);
-SAME_TYPE(tr_tensor_neg, op_t);
-SAME_TYPE(tr_tensor_add_, ip_tt);
-SAME_TYPE(tr_tensor_sub_, ip_tt);
-SAME_TYPE(tr_tensor_mul_, ip_tt);
-SAME_TYPE(tr_tensor_div_, ip_tt);
-SAME_TYPE(tr_tensor_add_scalar_, ip_ts);
-SAME_TYPE(tr_tensor_sub_scalar_, ip_ts);
-SAME_TYPE(tr_tensor_mul_scalar_, ip_ts);
-SAME_TYPE(tr_tensor_div_scalar_, ip_ts);
 SAME_TYPE(tr_tensor_release, release_fn);
 SAME_TYPE(tr_tensor_release_many, release_many_fn);
 #endif
+
+/* The operators, their C functions (each checked as above) and type slots. */
+#include "_speedups_generated.h"
+
 typedef void (*any_fn)(void);  /* stored as this, called through its real type above */
 
 /* One operator: its C functions for a Tensor and for a scalar operand (NULL: none; that
@@ -89,23 +74,12 @@ typedef struct {
 #define OP(method, reflected, c_tensor, c_scalar, in_place) \
     {method, reflected, c_tensor, c_scalar, in_place, NULL, NULL, NULL, NULL}
 
-enum { ADD, SUB, MUL, DIV, MATMUL, POW, RADD, RMUL, IADD, ISUB, IMUL, IDIV, NEG, N_OPS };
+#define ENUM_ENTRY(E, method, reflected, c_tensor, c_scalar, in_place) E,
+enum { OPERATORS(ENUM_ENTRY) N_OPS };
 
-static Op ops[N_OPS] = {
-    [ADD] = OP("__add__", "__radd__", "tr_tensor_add", "tr_tensor_add_scalar", 0),
-    [SUB] = OP("__sub__", "__rsub__", "tr_tensor_sub", "tr_tensor_sub_scalar", 0),
-    [MUL] = OP("__mul__", "__rmul__", "tr_tensor_mul", "tr_tensor_mul_scalar", 0),
-    [DIV] = OP("__truediv__", "__rtruediv__", "tr_tensor_div", "tr_tensor_div_scalar", 0),
-    [MATMUL] = OP("__matmul__", "__rmatmul__", "tr_tensor_matmul", NULL, 0),
-    [POW] = OP("__pow__", "__rpow__", "tr_tensor_pow", "tr_tensor_pow_scalar", 0),
-    [RADD] = OP("__radd__", NULL, NULL, "tr_tensor_add_scalar", 0),
-    [RMUL] = OP("__rmul__", NULL, NULL, "tr_tensor_mul_scalar", 0),
-    [IADD] = OP("__iadd__", NULL, "tr_tensor_add_", "tr_tensor_add_scalar_", 1),
-    [ISUB] = OP("__isub__", NULL, "tr_tensor_sub_", "tr_tensor_sub_scalar_", 1),
-    [IMUL] = OP("__imul__", NULL, "tr_tensor_mul_", "tr_tensor_mul_scalar_", 1),
-    [IDIV] = OP("__itruediv__", NULL, "tr_tensor_div_", "tr_tensor_div_scalar_", 1),
-    [NEG] = OP("__neg__", NULL, "tr_tensor_neg", NULL, 0),
-};
+#define OP_ENTRY(E, method, reflected, c_tensor, c_scalar, in_place) \
+    [E] = OP(method, reflected, c_tensor, c_scalar, in_place),
+static Op ops[N_OPS] = { OPERATORS(OP_ENTRY) };
 
 /* Set by install(); strong references kept for the life of the process. */
 static PyTypeObject *Tensor;      /* tensorref.Tensor */
@@ -217,16 +191,16 @@ pure: {
     }
 }
 
-static PyObject *neg(PyObject *self, PyObject *Py_UNUSED(ignored))
+static PyObject *unary(const Op *op, PyObject *self)
 {
     tr_tensor a, out = {0};
     tr_status st;
     a = handle_of(self);
     Py_BEGIN_ALLOW_THREADS
-    st = ((op_t)ops[NEG].tensor)(a, &out);
+    st = ((op_t)op->tensor)(a, &out);
     Py_END_ALLOW_THREADS
     if (st)
-        return raise_status(st, ops[NEG].c_tensor, self, NULL);
+        return raise_status(st, op->c_tensor, self, NULL);
     return wrap(out);
 }
 
@@ -290,22 +264,19 @@ static PyObject *tensor_del(PyObject *self, PyObject *Py_UNUSED(ignored))
 
 /* ---------------------------------------------------------------- methods and slots */
 
-/* Tensor's binary methods: each a C function bound to its op, listed once. */
-#define BINARY_METHODS(X) \
-    X(add, ADD, "__add__") X(sub, SUB, "__sub__") X(mul, MUL, "__mul__") \
-    X(truediv, DIV, "__truediv__") X(matmul, MATMUL, "__matmul__") X(pow_, POW, "__pow__") \
-    X(radd, RADD, "__radd__") X(rmul, RMUL, "__rmul__") \
-    X(iadd, IADD, "__iadd__") X(isub, ISUB, "__isub__") X(imul, IMUL, "__imul__") \
-    X(itruediv, IDIV, "__itruediv__")
+/* Tensor's methods: each a C function bound to its op. */
+#define BINARY_METHOD(E, dunder) \
+    static PyObject *method_##E(PyObject *self, PyObject *other) { return binary(&ops[E], self, other); }
+BINARY_METHODS(BINARY_METHOD)
+#define UNARY_METHOD(E, dunder) \
+    static PyObject *method_##E(PyObject *self, PyObject *Py_UNUSED(ignored)) { return unary(&ops[E], self); }
+UNARY_METHODS(UNARY_METHOD)
 
-#define METHOD(name, OP, dunder) \
-    static PyObject *name(PyObject *self, PyObject *other) { return binary(&ops[OP], self, other); }
-BINARY_METHODS(METHOD)
-
-#define METHOD_ENTRY(name, OP, dunder) {dunder, name, METH_O, NULL},
+#define BINARY_ENTRY(E, dunder) {dunder, method_##E, METH_O, NULL},
+#define UNARY_ENTRY(E, dunder) {dunder, method_##E, METH_NOARGS, NULL},
 static PyMethodDef tensor_methods[] = {
-    BINARY_METHODS(METHOD_ENTRY)
-    {"__neg__", neg, METH_NOARGS, NULL},
+    BINARY_METHODS(BINARY_ENTRY)
+    UNARY_METHODS(UNARY_ENTRY)
     {"__del__", tensor_del, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
@@ -363,42 +334,43 @@ static PyObject *reflected(const Op *op, PyObject *self, PyObject *other)
     return r;
 }
 
-#define BINARY_SLOT(slot, OP) \
+#define BINARY_SLOT(slot, E) \
     static PyObject *direct_##slot(PyObject *a, PyObject *b) \
-    { return Py_IS_TYPE(a, Tensor) ? binary(&ops[OP], a, b) : reflected(&ops[OP], b, a); }
-BINARY_SLOT(nb_add, ADD)
-BINARY_SLOT(nb_subtract, SUB)
-BINARY_SLOT(nb_multiply, MUL)
-BINARY_SLOT(nb_true_divide, DIV)
-BINARY_SLOT(nb_matrix_multiply, MATMUL)
+    { return Py_IS_TYPE(a, Tensor) ? binary(&ops[E], a, b) : reflected(&ops[E], b, a); }
+BINARY_SLOTS(BINARY_SLOT)
 
 /* Three-argument power calls self.__pow__(other, mod) (the pure method: it refuses it), and
  * never the reflected method. */
-static PyObject *direct_nb_power(PyObject *a, PyObject *b, PyObject *mod)
-{
-    if (mod == Py_None)
-        return Py_IS_TYPE(a, Tensor) ? binary(&ops[POW], a, b) : reflected(&ops[POW], b, a);
-    if (!Py_IS_TYPE(a, Tensor))
-        Py_RETURN_NOTIMPLEMENTED;
-    return PyObject_CallFunctionObjArgs(ops[POW].fallback, a, b, mod, NULL);
-}
+#define POWER_SLOT(slot, E) \
+    static PyObject *direct_##slot(PyObject *a, PyObject *b, PyObject *mod) \
+    { \
+        if (mod == Py_None) \
+            return Py_IS_TYPE(a, Tensor) ? binary(&ops[E], a, b) : reflected(&ops[E], b, a); \
+        if (!Py_IS_TYPE(a, Tensor)) \
+            Py_RETURN_NOTIMPLEMENTED; \
+        return PyObject_CallFunctionObjArgs(ops[E].fallback, a, b, mod, NULL); \
+    }
+POWER_SLOTS(POWER_SLOT)
 
 /* The in-place slots and the unary and finalizer slots only ever see their own type's
  * objects; anything else would go to the generic slot they replaced. */
-#define INPLACE_SLOT(slot, OP) \
+#define INPLACE_SLOT(slot, E) \
     static binaryfunc generic_##slot; \
     static PyObject *direct_##slot(PyObject *a, PyObject *b) \
-    { return Py_IS_TYPE(a, Tensor) ? binary(&ops[OP], a, b) : generic_##slot(a, b); }
-INPLACE_SLOT(nb_inplace_add, IADD)
-INPLACE_SLOT(nb_inplace_subtract, ISUB)
-INPLACE_SLOT(nb_inplace_multiply, IMUL)
-INPLACE_SLOT(nb_inplace_true_divide, IDIV)
+    { return Py_IS_TYPE(a, Tensor) ? binary(&ops[E], a, b) : generic_##slot(a, b); }
+INPLACE_SLOTS(INPLACE_SLOT)
 
-static unaryfunc generic_nb_negative;
-static PyObject *direct_nb_negative(PyObject *a)
-{
-    return Py_IS_TYPE(a, Tensor) ? neg(a, NULL) : generic_nb_negative(a);
-}
+#define INPLACE_POWER_SLOT(slot, E) \
+    static ternaryfunc generic_##slot; \
+    static PyObject *direct_##slot(PyObject *a, PyObject *b, PyObject *mod) \
+    { return Py_IS_TYPE(a, Tensor) && mod == Py_None ? binary(&ops[E], a, b) : generic_##slot(a, b, mod); }
+INPLACE_POWER_SLOTS(INPLACE_POWER_SLOT)
+
+#define UNARY_SLOT(slot, E) \
+    static unaryfunc generic_##slot; \
+    static PyObject *direct_##slot(PyObject *a) \
+    { return Py_IS_TYPE(a, Tensor) ? unary(&ops[E], a) : generic_##slot(a); }
+UNARY_SLOTS(UNARY_SLOT)
 
 static destructor generic_tp_finalize;
 static void direct_tp_finalize(PyObject *self)
@@ -432,33 +404,25 @@ static PyObject *bind_slots(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ign
         || Tensor->tp_as_number != &((PyHeapTypeObject *)Tensor)->as_number)
         Py_RETURN_FALSE;
     nb = Tensor->tp_as_number;
-    if (nb->nb_add == NULL || nb->nb_subtract == NULL || nb->nb_multiply == NULL
-        || nb->nb_true_divide == NULL || nb->nb_matrix_multiply == NULL || nb->nb_power == NULL
-        || nb->nb_inplace_add == NULL || nb->nb_inplace_subtract == NULL
-        || nb->nb_inplace_multiply == NULL || nb->nb_inplace_true_divide == NULL
-        || nb->nb_negative == NULL
-        || Tensor->tp_finalize == NULL)
+#define MISSING(slot, E) || nb->slot == NULL
+    if (Tensor->tp_finalize == NULL BINARY_SLOTS(MISSING) POWER_SLOTS(MISSING) INPLACE_SLOTS(MISSING)
+        INPLACE_POWER_SLOTS(MISSING) UNARY_SLOTS(MISSING))
         Py_RETURN_FALSE;  /* a method is missing: the class is not what install() saw */
-#define KEEP(slot) if (nb->slot != direct_##slot) generic_##slot = nb->slot;
-    KEEP(nb_inplace_add)
-    KEEP(nb_inplace_subtract)
-    KEEP(nb_inplace_multiply)
-    KEEP(nb_inplace_true_divide)
-    KEEP(nb_negative)
+#undef MISSING
+#define KEEP(slot, E) if (nb->slot != direct_##slot) generic_##slot = nb->slot;
+    INPLACE_SLOTS(KEEP)
+    INPLACE_POWER_SLOTS(KEEP)
+    UNARY_SLOTS(KEEP)
 #undef KEEP
     if (Tensor->tp_finalize != direct_tp_finalize)
         generic_tp_finalize = Tensor->tp_finalize;
-    nb->nb_add = direct_nb_add;
-    nb->nb_subtract = direct_nb_subtract;
-    nb->nb_multiply = direct_nb_multiply;
-    nb->nb_true_divide = direct_nb_true_divide;
-    nb->nb_matrix_multiply = direct_nb_matrix_multiply;
-    nb->nb_power = direct_nb_power;
-    nb->nb_inplace_add = direct_nb_inplace_add;
-    nb->nb_inplace_subtract = direct_nb_inplace_subtract;
-    nb->nb_inplace_multiply = direct_nb_inplace_multiply;
-    nb->nb_inplace_true_divide = direct_nb_inplace_true_divide;
-    nb->nb_negative = direct_nb_negative;
+#define SET(slot, E) nb->slot = direct_##slot;
+    BINARY_SLOTS(SET)
+    POWER_SLOTS(SET)
+    INPLACE_SLOTS(SET)
+    INPLACE_POWER_SLOTS(SET)
+    UNARY_SLOTS(SET)
+#undef SET
     Tensor->tp_finalize = direct_tp_finalize;
     Py_RETURN_TRUE;
 }

@@ -1,10 +1,14 @@
 """The exceptions of tensorref: one class per status group of the C ABI, under TensorRefError.
+The groups (their codes and meaning) come from the ABI manifest (``_abi.STATUS_GROUPS``, generated
+from tr_status's doc comment); each class here names one, and its docstring gets the group's codes.
 
 Every failing C call raises the class of its status group, carrying the status code, its name
 and the library's own message (``tr_last_error``). Python-side misuse (a wrong argument type)
 raises the ordinary TypeError / ValueError instead.
 """
 from __future__ import annotations
+
+from ._abi import STATUS_GROUPS, status_group
 
 __all__ = [
     "TensorRefError", "ArgumentError", "HandleError", "ScopeError", "ShapeDtypeError",
@@ -25,47 +29,53 @@ class TensorRefError(Exception):
 
 
 class ArgumentError(TensorRefError, ValueError):
-    """Status 100-199: a NULL pointer, a bad argument value, a buffer too small."""
+    """A NULL pointer, a bad argument value, a buffer too small."""
 
 
 class HandleError(TensorRefError):
-    """Status 200-299: a stale (released, disposed) or invalid handle."""
+    """A stale (released, disposed) or invalid handle."""
 
 
 class ScopeError(TensorRefError):
-    """Status 300-399: the scope was already disposed."""
+    """The scope was already disposed."""
 
 
 class ShapeDtypeError(TensorRefError, ValueError):
-    """Status 400-499: the tensors' shapes or dtypes do not fit the operation."""
+    """The tensors' shapes or dtypes do not fit the operation."""
 
 
 class DeviceError(TensorRefError):
-    """Status 500-599: a device is unavailable, tensors are on different devices, out of memory
+    """A device is unavailable, tensors are on different devices, out of memory
     (host or device), or the residency budget is too small."""
 
 
 class TorchError(TensorRefError, RuntimeError):
-    """Status 600-699: any other error reported by libtorch (a RuntimeError, as PyTorch raises
+    """Any other error reported by libtorch (a RuntimeError, as PyTorch raises
     libtorch's errors: an in-place write to a tensor saved for backward, say)."""
 
 
 class FileError(TensorRefError):
-    """Status 700-799: a file is missing or unreadable, or its contents are malformed."""
+    """A file is missing or unreadable, or its contents are malformed."""
 
 
 class PanicError(TensorRefError):
-    """Status 900-999: a bug in libtensorref, caught at the C boundary."""
+    """A bug in libtensorref, caught at the C boundary."""
 
 
 class AbiMismatchError(ImportError):
     """The shared library was built for another ABI version than this package was generated for."""
 
 
-_GROUPS = {1: ArgumentError, 2: HandleError, 3: ScopeError, 4: ShapeDtypeError,
-           5: DeviceError, 6: TorchError, 7: FileError, 9: PanicError}
+# The class of each status group of the manifest.
+GROUP_CLASSES = {"argument": ArgumentError, "handle": HandleError, "scope": ScopeError,
+                 "shape_dtype": ShapeDtypeError, "device": DeviceError, "torch": TorchError,
+                 "file": FileError, "panic": PanicError}
+for _name, (_first, _last, _) in STATUS_GROUPS.items():
+    if _name in GROUP_CLASSES:
+        GROUP_CLASSES[_name].__doc__ = f"Status {_first}-{_last}: {GROUP_CLASSES[_name].__doc__}"
+del _name, _first, _last
 
 
 def error_class(status: int) -> type[TensorRefError]:
     """The exception class for a status code (TensorRefError itself for an unknown group)."""
-    return _GROUPS.get(status // 100, TensorRefError)
+    return GROUP_CLASSES.get(status_group(status), TensorRefError)

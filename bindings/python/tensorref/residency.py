@@ -175,39 +175,10 @@ class session:
             _torch_saved.follow(c.device != DEVICE_CODES["CPU"])
 
 
-class Stats(NamedTuple):
-    """tr_residency_stats: the manager's counters since it was configured (device bytes)."""
-    budget: int
-    device_bytes: int
-    peak_device_bytes: int
-    pinned_bytes: int
-    ops: int
-    loads: int
-    load_bytes: int
-    evictions: int
-    evicted_bytes: int
-    write_backs: int
-    write_back_bytes: int
-    prefetches: int
-    prefetch_bytes: int
-    prefetch_hits: int
-    prefetch_misses: int
-    transfer_wait_ns: int
-    load_wait_ns: int
-    oom_retries: int
-    page_locked_allocs: int
-    page_locked_bytes: int
-    pageable_copies: int
-    pageable_copy_bytes: int
-    write_through_waits: int
-    read_waits: int
-    needless_write_backs: int
-    drops: int
-    dropped_bytes: int
-    recomputations: int
-    recomputed_bytes: int
-    reserved_bytes: int
-    peak_reserved_bytes: int
+# tr_residency_stats field by field, as its ctypes Structure (generated into _abi.py from the ABI
+# manifest) has them: a field the library adds reaches Stats by `make gen`.
+Stats = NamedTuple("Stats", [(name, int) for name, _ in _CStats._fields_])
+Stats.__doc__ = "tr_residency_stats: the manager's counters since it was configured (device bytes)."
 
 
 def stats() -> Stats:

@@ -119,6 +119,12 @@ def expressions(a, b, p, row, sq, sub, ints):
         "a + 'x'": lambda: a + "x", "'x' + a": lambda: "x" + a, "a @ 2": lambda: a @ 2,
         "2 @ a": lambda: 2 @ a, "2 ** a": lambda: 2 ** a, "pow(a, 2.0, 3)": lambda: pow(a, 2.0, 3),
         "a + 10**400": lambda: a + 10 ** 400, "a + None": lambda: a + None,
+        # the operators generated from ops.def beyond those above
+        "a % p": lambda: a % p, "a % 2": lambda: a % 2, "7.5 % p": lambda: 7.5 % p,
+        "a // p": lambda: a // p, "a // 0.5": lambda: a // 0.5, "3 // p": lambda: 3 // p,
+        "ints % 3": lambda: ints % 3, "ints // 2": lambda: ints // 2, "abs(a)": lambda: abs(a),
+        "abs(stale)": lambda: abs(stale), "1 - ints": lambda: 1 - ints, "a % 'x'": lambda: a % "x",
+        "2 ** p": lambda: 2 ** p, "a % sub": lambda: a % sub,
     }
 
 
@@ -126,7 +132,8 @@ def in_place(a, b, fresh):
     """The in-place operators: in place for a Tensor (and *= scalar), a new object otherwise."""
     seen = []
     for op, operand in (("+=", b), ("-=", b), ("*=", b), ("*=", 0.5), ("+=", 1.0), ("-=", 2),
-                        ("/=", b), ("+=", "x"), ("+=", a.narrow(0, 0, 1))):
+                        ("/=", b), ("+=", "x"), ("+=", a.narrow(0, 0, 1)), ("%=", b), ("%=", 0.75),
+                        ("//=", 0.5), ("//=", b), ("**=", 2), ("**=", 3.0), ("%=", "x")):
         x = fresh()
         before = x
         try:
@@ -136,8 +143,14 @@ def in_place(a, b, fresh):
                 x -= operand
             elif op == "*=":
                 x *= operand
-            else:
+            elif op == "/=":
                 x /= operand
+            elif op == "%=":
+                x %= operand
+            elif op == "//=":
+                x //= operand
+            else:
+                x **= operand
         except Exception as e:  # noqa: BLE001
             seen.append((op, "raises", type(e).__name__, re.sub(r"0x[0-9a-f]+", "0x..", str(e))))
             continue
@@ -218,7 +231,7 @@ def named_ops():
     before = tr.live_handles()
     a, b, sq = tr.from_numpy(A), tr.from_numpy(B), tr.from_numpy(SQ)
     for name in _accel.NAMED:
-        x = tr.from_numpy(A)
+        x = tr.from_numpy(P if name.startswith("pow") else A)  # no NaN (NaN != NaN in the comparison)
         rhs = sq if name == "matmul" else b
         for how, call in (("method", lambda: getattr(x, name)(rhs)), ("function", lambda: getattr(tr, name)(x, rhs))):
             r = call()
