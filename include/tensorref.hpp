@@ -50,8 +50,8 @@
 //   own header, tensorref_minilm.hpp.
 //
 // Ops are generated from src/ops/ops.def by tools/emit_cpp.py: member functions
-// (include/tensorref_ops.hpp: a.add(b), x.relu(), w.requires_grad_(true)) and free functions
-// (include/tensorref_functions.hpp: tr::add(a, b), tr::zeros({2, 3}), tr::optim_sgd_step({w}, 0.1)),
+// (include/tensorref_ops_generated.hpp: a.add(b), x.relu(), w.requires_grad_(true)) and free functions
+// (include/tensorref_functions_generated.hpp: tr::add(a, b), tr::zeros({2, 3}), tr::optim_sgd_step({w}, 0.1)),
 // named as in C without the `tr_` prefix and the receiver `tensor_` (tr::add, tr::optim_sgd_step),
 // and the operators (include/tensorref_operators_generated.hpp: `a + b`, `2 * a`, `a += b` in place).
 //
@@ -81,7 +81,7 @@
 
 // The C enums as enum classes (tr::DType, tr::Policy, ...), generated from the ABI manifest.
 #define TENSORREF_HPP_INSIDE
-#include "tensorref_enums.hpp"
+#include "tensorref_enums_generated.hpp"
 #undef TENSORREF_HPP_INSIDE
 
 namespace tr {
@@ -188,7 +188,7 @@ inline const char* c_string(const std::string& text, const char* what) {
 }  // namespace detail
 
 // ---------------------------------------------------------------- dtypes
-// tr::DType and the other enums are generated (tensorref_enums.hpp, included above).
+// tr::DType and the other enums are generated (tensorref_enums_generated.hpp, included above).
 
 /// The dtype of a C++ element type (no C++ type maps to F16 or BF16).
 template <class T>
@@ -332,7 +332,7 @@ class Scalar {
 }  // namespace tr
 
 #define TENSORREF_HPP_INSIDE
-#include "tensorref_ops.hpp"
+#include "tensorref_ops_generated.hpp"
 
 namespace tr {
 
@@ -763,7 +763,7 @@ class NoGradGuard {
 // The residency manager (docs/residency.md) decides where each tensor's bytes live: ops
 // bring their inputs to the compute device and the policy places the results, under a hard device
 // byte budget. There is one manager per process; tr::Residency runs it for as long as it lives.
-// Its enums (tr::Device, tr::Policy, tr::EventKind) are generated in tensorref_enums.hpp.
+// Its enums (tr::Device, tr::Policy, tr::EventKind) are generated in tensorref_enums_generated.hpp.
 
 /// The manager's configuration (tr_residency_config). A default-constructed one holds the
 /// library's defaults (tr_residency_config_default): simulated device, Flow, pinned host memory,
@@ -1196,7 +1196,7 @@ class Weights {
 
 }  // namespace tr
 
-#include "tensorref_functions.hpp"
+#include "tensorref_functions_generated.hpp"
 #include "tensorref_operators_generated.hpp"
 #undef TENSORREF_HPP_INSIDE
 

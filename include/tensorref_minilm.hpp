@@ -19,7 +19,7 @@
 
 // The add-on's C enums as enum classes (tr::WeightMode), generated from the ABI manifest.
 #define TENSORREF_MINILM_HPP_INSIDE
-#include "tensorref_minilm_enums.hpp"
+#include "tensorref_minilm_enums_generated.hpp"
 #undef TENSORREF_MINILM_HPP_INSIDE
 
 namespace tr {

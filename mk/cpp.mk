@@ -24,10 +24,10 @@ TEST_SUITES += test-cpp test-examples-native
 CXXFLAGS_STRICT := -std=c++17 -Wall -Wextra -Wpedantic -Werror -I$(ROOT)/include -g
 CXX_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 CPP_HEADERS := include/tensorref.h include/tensorref_ops.h include/tensorref.hpp \
-               include/tensorref_enums.hpp include/tensorref_ops.hpp \
-               include/tensorref_functions.hpp include/tensorref_operators_generated.hpp \
+               include/tensorref_enums_generated.hpp include/tensorref_ops_generated.hpp \
+               include/tensorref_functions_generated.hpp include/tensorref_operators_generated.hpp \
                include/tensorref_stats_generated.hpp include/tensorref_minilm.h \
-               include/tensorref_minilm.hpp include/tensorref_minilm_enums.hpp
+               include/tensorref_minilm.hpp include/tensorref_minilm_enums_generated.hpp
 CPP_TEST_UNITS := main $(patsubst tests/cpp/%.cpp,%,$(sort $(wildcard tests/cpp/test_*.cpp)))
 
 build/cpp/%.o: tests/cpp/%.cpp $(CPP_HEADERS) tests/cpp/harness.hpp tests/cpp/model_files.hpp

@@ -2,17 +2,17 @@
 
 Writes five headers, all included by include/tensorref.hpp (never on their own):
 
-  include/tensorref_ops.hpp        `tr::detail::TensorOps<Self>`, a CRTP base of `tr::Tensor` holding
+  include/tensorref_ops_generated.hpp        `tr::detail::TensorOps<Self>`, a CRTP base of `tr::Tensor` holding
                                    one member function per op whose first parameter is a tensor
                                    (`a.add(b)`, `x.linear(w, b)`, `p.mul_scalar_(0.5)`).
-  include/tensorref_functions.hpp  one free function per op (`tr::add(a, b)`, `tr::zeros({2, 3})`,
+  include/tensorref_functions_generated.hpp  one free function per op (`tr::add(a, b)`, `tr::zeros({2, 3})`,
                                    `tr::optim_sgd_step({w, b}, 0.1)`), defined once `tr::Tensor` is complete.
-  include/tensorref_enums.hpp      an `enum class` per C enum of the ABI manifest (`tr::DType`,
+  include/tensorref_enums_generated.hpp      an `enum class` per C enum of the ABI manifest (`tr::DType`,
                                    `tr::Policy`, ...): the C enum's name without `tr_`, in
                                    PascalCase, its values the constants' last words
                                    (TR_POLICY_FLOW -> `tr::Policy::Flow`), and `tr::to_string`
                                    of each ("flow").
-  include/tensorref_minilm_enums.hpp  the same for the enums of the model add-on's section of the
+  include/tensorref_minilm_enums_generated.hpp  the same for the enums of the model add-on's section of the
                                    manifest (`tr::WeightMode`), included by tensorref_minilm.hpp.
   include/tensorref_operators_generated.hpp
                                    tr::Tensor's operators, from the ops' operator attributes in
@@ -159,7 +159,7 @@ def emit_members(ops) -> str:
 #define TENSORREF_OPS_HPP
 
 #ifndef TENSORREF_HPP_INSIDE
-#error "include tensorref.hpp, not tensorref_ops.hpp"
+#error "include tensorref.hpp, not tensorref_ops_generated.hpp"
 #endif
 
 namespace tr {{
@@ -220,7 +220,7 @@ def emit_functions(ops) -> str:
 #define TENSORREF_FUNCTIONS_HPP
 
 #ifndef TENSORREF_HPP_INSIDE
-#error "include tensorref.hpp, not tensorref_functions.hpp"
+#error "include tensorref.hpp, not tensorref_functions_generated.hpp"
 #endif
 
 namespace tr {{
@@ -358,7 +358,7 @@ def enum_class(e: dict) -> str:
     return "\n".join(lines)
 
 
-def emit_enums(manifest: dict, name: str = "tensorref_enums", includer: str = "tensorref.hpp") -> str:
+def emit_enums(manifest: dict, name: str = "tensorref_enums_generated", includer: str = "tensorref.hpp") -> str:
     """The enum classes of `manifest` (the whole manifest, or one feature's section), in
     include/<name>.hpp, which only `includer` may include."""
     enums = "\n\n".join(enum_class(e) for e in manifest["enums"] if e["name"] != "tr_status")
@@ -383,11 +383,11 @@ namespace tr {{
 
 def outputs(ops, manifest: dict, root: Path) -> dict[Path, str]:
     return {
-        root / "include/tensorref_ops.hpp": emit_members(ops),
-        root / "include/tensorref_functions.hpp": emit_functions(ops),
-        root / "include/tensorref_enums.hpp": emit_enums(manifest),
-        root / "include/tensorref_minilm_enums.hpp": emit_enums(manifest["features"]["models"],
-                                                               "tensorref_minilm_enums", "tensorref_minilm.hpp"),
+        root / "include/tensorref_ops_generated.hpp": emit_members(ops),
+        root / "include/tensorref_functions_generated.hpp": emit_functions(ops),
+        root / "include/tensorref_enums_generated.hpp": emit_enums(manifest),
+        root / "include/tensorref_minilm_enums_generated.hpp": emit_enums(manifest["features"]["models"],
+                                                               "tensorref_minilm_enums_generated", "tensorref_minilm.hpp"),
         root / "include/tensorref_operators_generated.hpp": emit_operators(ops),
         root / "include/tensorref_stats_generated.hpp": emit_stats(manifest),
     }

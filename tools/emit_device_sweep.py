@@ -1,4 +1,4 @@
-"""Emits the device-placement sweep's cases (src/ops/device_sweep/cases.rs): one call of every op
+"""Emits the device-placement sweep's cases (src/ops/device_sweep/cases_generated.rs): one call of every op
 of the table with its tensor inputs on libtorch's `meta` device, so a test without a GPU finds
 any op that makes a tensor on another device than its inputs' (a CPU tensor beside a meta input
 fails exactly as it would beside a CUDA one).
@@ -118,4 +118,4 @@ pub(super) const NOT_ON_META: &[(&str, &str)] = &[
 {skipped}
 ];
 """
-    return {root / "src/ops/device_sweep/cases.rs": text}
+    return {root / "src/ops/device_sweep/cases_generated.rs": text}

@@ -1,4 +1,4 @@
-"""C ABI emitter: the C function of every op (src/ffi/ops.rs), each through the one panic
+"""C ABI emitter: the C function of every op (src/ffi/ops_generated.rs), each through the one panic
 boundary (`call`). cbindgen turns this file alone into include/tensorref_ops.h, whose opening
 paragraph (cbindgen_ops.toml) states what every op shares; each function's doc comment keeps
 the op's own sentence and what deviates from that paragraph.
@@ -57,4 +57,4 @@ use crate::ops::generated::core;
 
 {fns}
 """
-    return {root / "src/ffi/ops.rs": text}
+    return {root / "src/ffi/ops_generated.rs": text}

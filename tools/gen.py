@@ -2,7 +2,8 @@
 """Generates everything that is written from the op table and the C ABI, in one pass:
 
     python3 tools/gen.py          # rewrite what changed (make gen)
-    python3 tools/gen.py --check  # exit 1 if any generated file is stale (make header-check, CI)
+    python3 tools/gen.py --check  # exit 1 if any generated file is stale, or not marked generated
+                                  # in .gitattributes (make header-check, CI)
 
 1. The op table src/ops/ops.def (tools/optable.py) -> the Rust core functions, `Tensor`
    methods and operators (emit_rust.py), the C functions (emit_ffi.py), the meta-device sweep's
@@ -64,7 +65,7 @@ def outputs() -> dict[Path, str]:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         ffi_ops = tmp / "ops.rs"
-        ffi_ops.write_text(files[ROOT / "src/ffi/ops.rs"])
+        ffi_ops.write_text(files[ROOT / "src/ffi/ops_generated.rs"])
         cbindgen("--config", "cbindgen.toml", "--output", str(tmp / "tensorref.h"))
         cbindgen("--config", "cbindgen_ops.toml", "--output", str(tmp / "tensorref_ops.h"), str(ffi_ops))
         cbindgen("--config", "cbindgen_minilm.toml", "--output", str(tmp / "tensorref_minilm.h"),
@@ -80,16 +81,28 @@ def outputs() -> dict[Path, str]:
     return files
 
 
+def generated_attribute(path: Path) -> bool:
+    """Whether .gitattributes marks `path` generated (so reviews and GitHub fold it)."""
+    run = subprocess.run(["git", "check-attr", "linguist-generated", "--", str(path)], cwd=ROOT,
+                         capture_output=True, text=True)
+    return run.stdout.strip().endswith(": true")
+
+
 def main() -> int:
     check = "--check" in sys.argv[1:]
     stale = []
-    for path, text in outputs().items():
+    files = outputs()
+    for path, text in files.items():
         if path.exists() and path.read_text() == text:
             continue
         stale.append(path.relative_to(ROOT))
         if not check:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
+    unmarked = [p.relative_to(ROOT) for p in files if not generated_attribute(p.relative_to(ROOT))]
+    if check and unmarked:
+        print("generated files that .gitattributes does not mark linguist-generated:", *unmarked, sep="\n  ")
+        return 1
     if check and stale:
         print("stale generated files (run `make gen` and commit them):", *stale, sep="\n  ")
         return 1

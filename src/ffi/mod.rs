@@ -23,14 +23,14 @@ mod weights;
 #[cfg(feature = "models")]
 mod models;
 /// cbindgen:ignore
-mod ops;
+mod ops_generated;
 
 pub use boundary::{tr_last_error, tr_status_str};
 pub use dlpack::*;
 pub use handles::*;
 #[cfg(feature = "models")]
 pub use models::*;
-pub use ops::*;
+pub use ops_generated::*;
 pub use residency::*;
 pub use saved::*;
 pub use scope::*;

@@ -2,7 +2,7 @@
 //! `meta` device (shapes and dtypes, no data), and every tensor it returns must be on meta too.
 //! An op body that makes a tensor on the CPU (a scalar, a constant, a mask) fails here exactly
 //! as it would beside a CUDA input, so this catches on a machine without a GPU what would break
-//! on one. The cases are generated from the op table (`cases.rs`, tools/emit_device_sweep.py):
+//! on one. The cases are generated from the op table (`cases_generated.rs`, tools/emit_device_sweep.py):
 //! a new op is covered automatically. With `--features cuda-tests` the same cases run through
 //! the manager on CUDA and are compared with plain tch on CUDA.
 
@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::ops::kernels::{is_meta, to_meta};
 use crate::registry::{self, TensorId};
 
-mod cases;
+mod cases_generated;
 
 pub(super) struct Case {
     op: &'static str,
@@ -78,10 +78,10 @@ fn on_meta(id: TensorId) -> bool {
 
 #[test]
 fn every_op_keeps_what_it_makes_on_its_inputs_device() {
-    let skipped: Vec<&str> = cases::NOT_ON_META.iter().map(|s| s.0).collect();
+    let skipped: Vec<&str> = cases_generated::NOT_ON_META.iter().map(|s| s.0).collect();
     let mut failures = vec![];
     crate::scope::with_scope(|_| -> Result<()> {
-        for case in cases::cases().iter().filter(|c| !skipped.contains(&c.op)) {
+        for case in cases_generated::cases().iter().filter(|c| !skipped.contains(&c.op)) {
             match (case.run)() {
                 Err(e) => failures.push(format!(
                     "{}: {e} (a tensor made on another device than its inputs', or arguments that do not suit the op: \
@@ -103,8 +103,8 @@ fn every_op_keeps_what_it_makes_on_its_inputs_device() {
 #[test]
 fn ops_listed_as_not_running_on_meta_still_fail_there() {
     crate::scope::with_scope(|_| -> Result<()> {
-        for (op, why) in cases::NOT_ON_META {
-            let case = cases::cases().into_iter().find(|c| c.op == *op).unwrap_or_else(|| panic!("{op} is not in the table"));
+        for (op, why) in cases_generated::NOT_ON_META {
+            let case = cases_generated::cases().into_iter().find(|c| c.op == *op).unwrap_or_else(|| panic!("{op} is not in the table"));
             assert!((case.run)().is_err(), "{op} runs on meta now ({why} no longer holds): remove it from NOT_ON_META");
         }
         Ok(())
@@ -149,7 +149,7 @@ fn every_op_under_the_manager_matches_plain_tch_on_cuda() {
     };
     let mut failures = vec![];
     let _grad = crate::NoGradGuard::new();
-    for case in cases::cases().iter().filter(|c| !AUTOGRAD.contains(&c.op)) {
+    for case in cases_generated::cases().iter().filter(|c| !AUTOGRAD.contains(&c.op)) {
         let expected = match run(case, Inputs::Cuda) {
             Ok(v) => v,
             Err(e) => {

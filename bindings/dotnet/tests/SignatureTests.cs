@@ -65,7 +65,7 @@ namespace TensorRef.Tests
             { "int32_t *", new[] { "Int32&" } },
             { "void **", new[] { "IntPtr&" } },
             { "tr_weight_mode", new[] { "WeightMode" } },
-            // The ops header (cbindgen on src/ffi/ops.rs alone) names the structs by their typedefs.
+            // The ops header (cbindgen on src/ffi/ops_generated.rs alone) names the structs by their typedefs.
             { "tr_tensor", new[] { "TensorHandle", "UInt64" } },
             { "tr_tensor *", new[] { "UInt64&" } },
             { "const tr_tensor *", new[] { "UInt64[]" } },

@@ -15,11 +15,11 @@ the finalizer of Tensor, tensorref._accel) is in use; TENSORREF_PURE_PYTHON=1 tu
 from __future__ import annotations
 
 from . import errors
-from ._abi import TR_ABI_VERSION, TR_VERSION
+from ._abi_generated import TR_ABI_VERSION, TR_VERSION
 from ._lib import LIB_PATH, check as _check, lib as _cdll
-from ._ops import *  # noqa: F401,F403  (the op table)
-from ._ops import __all__ as _op_names
-from ._ops import abs, pow, slice  # noqa: A004  (kept out of `import *`)
+from ._ops_generated import *  # noqa: F401,F403  (the op table)
+from ._ops_generated import __all__ as _op_names
+from ._ops_generated import abs, pow, slice  # noqa: A004  (kept out of `import *`)
 from ._habits import (MinMax, arange, argmax, argmin, expand, full, max, mean, min, ones,  # noqa: A004
                       permute, rand, randn, reshape, squeeze, sum, view, zeros)
 from ._ownership import flush_releases, set_release_batch
@@ -36,7 +36,7 @@ from . import _habits, _indexing, _protocols
 _protocols.install()
 _indexing.install()
 _habits.install()
-from . import _accel  # after _ops: the compiled operators replace the generated ones
+from . import _accel  # after _ops_generated: the compiled operators replace the generated ones
 _protocols.hide_buffer()  # after _accel, which checks its reading of Tensor against the buffer
 
 __version__ = ".".join(map(str, TR_VERSION))

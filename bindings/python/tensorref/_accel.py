@@ -2,8 +2,8 @@
 ``pip install`` builds from ``_speedups.c`` (no library is linked in), takes over Tensor's
 arithmetic operators (those with a CPython number slot, generated from the operator attributes of
 src/ops/ops.def: ``+ - * / % // @ **``, their reflected and in-place forms, unary ``-`` and
-``abs``; ``_ops._ACCELERATED``) and its finalizer (the deferred release), and the generated ops
-that mean the same on two Tensors (``add``, ``add_``, ``remainder``... ``_ops._ACCELERATED_NAMED``,
+``abs``; ``_ops_generated._ACCELERATED``) and its finalizer (the deferred release), and the generated ops
+that mean the same on two Tensors (``add``, ``add_``, ``remainder``... ``_ops_generated._ACCELERATED_NAMED``,
 as methods and as module functions).
 ``tensorref.accelerated`` says whether it is in use.
 
@@ -26,18 +26,18 @@ import importlib
 import os
 import sys
 
-from . import _lib, _ops, _ownership
+from . import _lib, _ops_generated, _ownership
 from ._tensor import Tensor
 
-# The methods it replaces, as the generated _ops.py and _tensor.py define them.
-ROUTED = _ops._ACCELERATED + ("__del__",)
+# The methods it replaces, as the generated _ops_generated.py and _tensor.py define them.
+ROUTED = _ops_generated._ACCELERATED + ("__del__",)
 PURE = {name: Tensor.__dict__[name] for name in ROUTED}
 
 # Generated ops that are an operator on two exact Tensors (name -> that operator's method). Their
 # routed form calls the compiled operator then, and the generated function for anything else
 # (whose errors, a TypeError for a float say, stay those of the generated op).
-NAMED = dict(_ops._ACCELERATED_NAMED)
-PURE_NAMED = {name: getattr(_ops, name) for name in NAMED}
+NAMED = dict(_ops_generated._ACCELERATED_NAMED)
+PURE_NAMED = {name: getattr(_ops_generated, name) for name in NAMED}
 FAST_NAMED: dict = {}
 
 # The compiled methods (name -> method descriptor), or None; whether they are on Tensor now.
@@ -67,7 +67,7 @@ def use(on: bool) -> bool:
         setattr(Tensor, name, method)
     package = sys.modules[__package__]
     for name, function in (FAST_NAMED if on else PURE_NAMED).items():
-        for holder in (Tensor, _ops, package):  # Tensor.add is tensorref.add, as generated
+        for holder in (Tensor, _ops_generated, package):  # Tensor.add is tensorref.add, as generated
             setattr(holder, name, function)
     if on:
         _speedups.bind_slots()  # the type's operator and finalizer slots straight to them

@@ -1,4 +1,4 @@
-"""The call forms PyTorch users bring, over the generated ops of ``_ops.py``:
+"""The call forms PyTorch users bring, over the generated ops of ``_ops_generated.py``:
 
 - shapes as varargs or one sequence: ``tr.zeros(2, 3)``, ``tr.zeros((2, 3))``,
   ``t.reshape(4, 1)``, ``t.view(-1)``, ``t.permute(1, 0)``, ``t.expand(3, -1)``; NumPy integers
@@ -15,7 +15,7 @@ from __future__ import annotations
 from operator import index as _index
 from typing import NamedTuple
 
-from . import _ops
+from . import _ops_generated
 from . import dtypes as _dtypes
 from ._tensor import Tensor
 
@@ -45,7 +45,7 @@ def _creation(op):
     return create
 
 
-zeros, ones, rand, randn = (_creation(op) for op in (_ops.zeros, _ops.ones, _ops.rand, _ops.randn))
+zeros, ones, rand, randn = (_creation(op) for op in (_ops_generated.zeros, _ops_generated.ones, _ops_generated.rand, _ops_generated.randn))
 
 
 def _inferred(*values) -> _dtypes.DType:
@@ -60,7 +60,7 @@ def _inferred(*values) -> _dtypes.DType:
 def full(size, fill_value, dtype=None) -> Tensor:
     """A tensor of shape `size` filled with `fill_value`; the dtype follows the value (int64 for
     an int, bool for a bool, float32 for a float) unless given."""
-    return _ops.full(_ints((size,), "size"), fill_value, _inferred(fill_value) if dtype is None else dtype)
+    return _ops_generated.full(_ints((size,), "size"), fill_value, _inferred(fill_value) if dtype is None else dtype)
 
 
 def arange(start, end=None, step=1, dtype=None) -> Tensor:
@@ -69,35 +69,35 @@ def arange(start, end=None, step=1, dtype=None) -> Tensor:
     if end is None:
         start, end = 0, start
     d = _inferred(start, end, step) if dtype is None else dtype
-    return _ops.arange(float(start), float(end), float(step), d)
+    return _ops_generated.arange(float(start), float(end), float(step), d)
 
 
 # ------------------------------------------------------------ shapes as varargs
 def reshape(self, *shape) -> Tensor:
     """Same elements in a new shape: ``t.reshape(4, 1)`` or ``t.reshape((4, 1))``."""
-    return _ops.reshape(self, _ints(shape, "shape"))
+    return _ops_generated.reshape(self, _ints(shape, "shape"))
 
 
 def view(self, *shape) -> Tensor:
     """A view with a new shape: ``t.view(-1)``."""
-    return _ops.view(self, _ints(shape, "shape"))
+    return _ops_generated.view(self, _ints(shape, "shape"))
 
 
 def permute(self, *dims) -> Tensor:
     """A view with dimensions reordered: ``t.permute(1, 0)``."""
-    return _ops.permute(self, _ints(dims, "dims"))
+    return _ops_generated.permute(self, _ints(dims, "dims"))
 
 
 def expand(self, *shape) -> Tensor:
     """A view broadcast to `shape` (-1 keeps a dimension): ``t.expand(3, -1)``."""
-    return _ops.expand(self, _ints(shape, "shape"))
+    return _ops_generated.expand(self, _ints(shape, "shape"))
 
 
 def squeeze(self, dim=None) -> Tensor:
     """Without `dim`, every dimension of size 1 removed; with it, that one if its size is 1."""
     if dim is not None:
-        return _ops.squeeze(self, dim)
-    return _ops.reshape(self, [d for d in self.shape if d != 1])
+        return _ops_generated.squeeze(self, dim)
+    return _ops_generated.reshape(self, [d for d in self.shape if d != 1])
 
 
 # ------------------------------------------------------------ reductions
@@ -107,12 +107,12 @@ def _dims(dim) -> list[int]:
 
 def sum(self, dim=None, keepdim: bool = False) -> Tensor:  # noqa: A001
     """The sum of all elements, or over `dim` (an int or a sequence of them)."""
-    return _ops.sum(self) if dim is None else _ops.sum_dim(self, _dims(dim), keepdim)
+    return _ops_generated.sum(self) if dim is None else _ops_generated.sum_dim(self, _dims(dim), keepdim)
 
 
 def mean(self, dim=None, keepdim: bool = False) -> Tensor:
     """The mean of all elements, or over `dim` (an int or a sequence of them)."""
-    return _ops.mean(self) if dim is None else _ops.mean_dim(self, _dims(dim), keepdim)
+    return _ops_generated.mean(self) if dim is None else _ops_generated.mean_dim(self, _dims(dim), keepdim)
 
 
 class MinMax(NamedTuple):
@@ -125,35 +125,35 @@ def _ordered(t: Tensor) -> Tensor:
     """`t` as the argmax / argmin kernels take it: bool, which they refuse (as PyTorch's do),
     as uint8 with the same order, for the indices of ``max(dim)`` / ``min(dim)``, which PyTorch
     gives for bool too."""
-    return _ops.to_dtype(t, _dtypes.uint8) if t.dtype is _dtypes.bool_ else t
+    return _ops_generated.to_dtype(t, _dtypes.uint8) if t.dtype is _dtypes.bool_ else t
 
 
 def max(self, dim=None, keepdim: bool = False):  # noqa: A001
     """The largest element; with `dim`, the largest values along it and their indices."""
     if dim is None:
-        return _ops.max(self)
-    return MinMax(_ops.max_dim(self, dim, keepdim), _ops.argmax(_ordered(self), dim, keepdim))
+        return _ops_generated.max(self)
+    return MinMax(_ops_generated.max_dim(self, dim, keepdim), _ops_generated.argmax(_ordered(self), dim, keepdim))
 
 
 def min(self, dim=None, keepdim: bool = False):  # noqa: A001
     """The smallest element; with `dim`, the smallest values along it and their indices."""
     if dim is None:
-        return _ops.min(self)
-    return MinMax(_ops.min_dim(self, dim, keepdim), _ops.argmin(_ordered(self), dim, keepdim))
+        return _ops_generated.min(self)
+    return MinMax(_ops_generated.min_dim(self, dim, keepdim), _ops_generated.argmin(_ordered(self), dim, keepdim))
 
 
 def argmax(self, dim=None, keepdim: bool = False) -> Tensor:
     """The index of the largest element (of the flattened tensor without `dim`)."""
     if dim is None:
-        return _ops.argmax(_ops.reshape(self, [-1]), 0, False)
-    return _ops.argmax(self, dim, keepdim)
+        return _ops_generated.argmax(_ops_generated.reshape(self, [-1]), 0, False)
+    return _ops_generated.argmax(self, dim, keepdim)
 
 
 def argmin(self, dim=None, keepdim: bool = False) -> Tensor:
     """The index of the smallest element (of the flattened tensor without `dim`)."""
     if dim is None:
-        return _ops.argmin(_ops.reshape(self, [-1]), 0, False)
-    return _ops.argmin(self, dim, keepdim)
+        return _ops_generated.argmin(_ops_generated.reshape(self, [-1]), 0, False)
+    return _ops_generated.argmin(self, dim, keepdim)
 
 
 # ------------------------------------------------------------ dtype conversions
@@ -165,12 +165,12 @@ def to(self, dtype) -> Tensor:
     except TypeError:
         raise TypeError(f"Tensor.to({dtype!r}): only a dtype; the residency manager moves tensors "
                         f"between devices (tr.residency.session(device='cuda', ...))") from None
-    return _ops.to_dtype(self, d)
+    return _ops_generated.to_dtype(self, d)
 
 
 def _as(d: _dtypes.DType):
     def convert(self) -> Tensor:
-        return _ops.to_dtype(self, d)
+        return _ops_generated.to_dtype(self, d)
     convert.__doc__ = f"Conversion to {d.name}."
     return convert
 

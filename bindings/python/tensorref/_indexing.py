@@ -35,7 +35,7 @@ from math import prod
 
 import numpy as np
 
-from . import _ops
+from . import _ops_generated
 from . import dtypes as _dtypes
 from ._scalar import operand as _operand
 from ._tensor import Tensor, from_numpy, tensor
@@ -105,11 +105,11 @@ def _positions(index, n: int, dim: int) -> Tensor:
         return from_numpy(flat)
     flat = index.reshape([-1])
     if flat.numel():
-        lo, hi = _ops.min(flat).item(), _ops.max(flat).item()
+        lo, hi = _ops_generated.min(flat).item(), _ops_generated.max(flat).item()
         if hi >= n or lo < -n:
             raise _out_of_range(hi if hi >= n else lo, n, dim)
         if lo < 0:
-            flat = _ops.remainder_scalar(flat, n)
+            flat = _ops_generated.remainder_scalar(flat, n)
     return flat
 
 
@@ -289,7 +289,7 @@ def _assert_no_overlap(view: Tensor, value: Tensor) -> None:
     if not value.numel():
         return  # nothing to overlap; and index_copy_ could succeed (a no-op)
     try:
-        view.index_copy_(0, _ops.zeros([0], _dtypes.int64), value)
+        view.index_copy_(0, _ops_generated.zeros([0], _dtypes.int64), value)
     except TorchError as e:
         if _INPUT_OVERLAP in str(e):
             raise

@@ -1,5 +1,5 @@
 """Loads libtensorref, checks its ABI version, sets the signature of every C function (from
-the generated ``_abi.signatures``), and owns the one checked-call error path (``fail``).
+the generated ``_abi_generated.signatures``), and owns the one checked-call error path (``fail``).
 
 The library is found as follows (the first that exists wins):
 
@@ -22,7 +22,7 @@ import os
 from ctypes import byref, c_size_t, c_uint32
 from pathlib import Path
 
-from ._abi import STATUS_CODES, TR_ABI_VERSION, signatures, status_group
+from ._abi_generated import STATUS_CODES, TR_ABI_VERSION, signatures, status_group
 from .errors import AbiMismatchError, error_class
 
 LIBNAME = "libtensorref.so"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._abi import SCALAR_KIND_CODES, Scalar
+from ._abi_generated import SCALAR_KIND_CODES, Scalar
 
 INT, FLOAT, BOOL = SCALAR_KIND_CODES["INT"], SCALAR_KIND_CODES["FLOAT"], SCALAR_KIND_CODES["BOOL"]
 _I64_MIN, _I64_MAX = -(2 ** 63), 2 ** 63 - 1

@@ -1,6 +1,6 @@
 """The Tensor class: a libtensorref handle as a Python object, its lifetime, metadata, host
 copies (NumPy) and the arithmetic operators. The ops of the table are attached by the generated
-``_ops.py``; the PyTorch habits (indexing, varargs shapes, comparisons, NumPy protocols) by
+``_ops_generated.py``; the PyTorch habits (indexing, varargs shapes, comparisons, NumPy protocols) by
 ``_habits.py``.
 
 Lifetime: Python frees on the last reference, and so does a Tensor. Every Tensor the package
@@ -16,7 +16,7 @@ Tensor is a ``c_uint64`` holding the handle, and the very class the ctypes signa
 for tr_tensor: ctypes passes an instance of exactly the declared class without conversion.
 
 When the optional accelerator is in use (``tensorref._accel``), ``Tensor.__del__`` below and the
-arithmetic operators of ``_ops.py`` are replaced by compiled versions in ``_speedups.c``, which
+arithmetic operators of ``_ops_generated.py`` are replaced by compiled versions in ``_speedups.c``, which
 share the release state of ``_ownership`` (``_pending``, ``_limit``, ``in_callback``): a change
 to the release rules must be made there too (``tests/test_accel.py`` compares them).
 """
@@ -28,7 +28,7 @@ import numpy as np
 
 from . import dtypes as _dtypes
 from . import _lib
-from ._abi import ScopeHandle
+from ._abi_generated import ScopeHandle
 from ._lib import fail, lib
 from ._ownership import _limit, _pending, flush_releases, in_callback
 from ._scalar import Scalar as _Scalar, from_c as _from_scalar
@@ -195,7 +195,7 @@ class Tensor(c_uint64):
     __hash__ = object.__hash__
 
     # The operators (+ - * / // % @ **, the reflected and in-place ones, == != < <= > >=,
-    # unary - and abs) are generated in _ops.py; the other Python and NumPy protocols (repr,
+    # unary - and abs) are generated in _ops_generated.py; the other Python and NumPy protocols (repr,
     # float(), NumPy arrays, DLPack, copies ...) are in _protocols.py, indexing in _indexing.py,
     # `scope` in scope.py, `to_torch` in interop.py, `pin_resident` in residency.py: each where
     # its concept lives, so that this module imports none of them.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._abi import DTYPE_CODES
+from ._abi_generated import DTYPE_CODES
 
 __all__ = ["DType", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64",
            "bool_", "bfloat16", "dtype", "ALL"]

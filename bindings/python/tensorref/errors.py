@@ -1,5 +1,5 @@
 """The exceptions of tensorref: one class per status group of the C ABI, under TensorRefError.
-The groups (their codes and meaning) come from the ABI manifest (``_abi.STATUS_GROUPS``, generated
+The groups (their codes and meaning) come from the ABI manifest (``_abi_generated.STATUS_GROUPS``, generated
 from tr_status's doc comment); each class here names one, and its docstring gets the group's codes.
 
 Every failing C call raises the class of its status group, carrying the status code, its name
@@ -8,7 +8,7 @@ raises the ordinary TypeError / ValueError instead.
 """
 from __future__ import annotations
 
-from ._abi import STATUS_GROUPS, status_group
+from ._abi_generated import STATUS_GROUPS, status_group
 
 __all__ = [
     "TensorRefError", "ArgumentError", "HandleError", "ScopeError", "ShapeDtypeError",

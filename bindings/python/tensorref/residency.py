@@ -25,8 +25,8 @@ from ctypes import byref, c_bool
 from typing import Callable, NamedTuple
 
 from . import _ownership, _torch_saved
-from ._abi import DEVICE_CODES, EVENT_KIND_CODES, POLICY_CODES, RECOMPUTE_CODES, EventFn as _EventFn
-from ._abi import DeviceMemory as _CDeviceMemory, ResidencyConfig as _CConfig, ResidencyStats as _CStats
+from ._abi_generated import DEVICE_CODES, EVENT_KIND_CODES, POLICY_CODES, RECOMPUTE_CODES, EventFn as _EventFn
+from ._abi_generated import DeviceMemory as _CDeviceMemory, ResidencyConfig as _CConfig, ResidencyStats as _CStats
 from ._lib import c_path, fail, lib
 from ._ownership import flush_releases
 from ._tensor import Tensor
@@ -175,7 +175,7 @@ class session:
             _torch_saved.follow(c.device != DEVICE_CODES["CPU"])
 
 
-# tr_residency_stats field by field, as its ctypes Structure (generated into _abi.py from the ABI
+# tr_residency_stats field by field, as its ctypes Structure (generated into _abi_generated.py from the ABI
 # manifest) has them: a field the library adds reaches Stats by `make gen`.
 Stats = NamedTuple("Stats", [(name, int) for name, _ in _CStats._fields_])
 Stats.__doc__ = "tr_residency_stats: the manager's counters since it was configured (device bytes)."

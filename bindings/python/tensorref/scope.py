@@ -17,7 +17,7 @@ from __future__ import annotations
 from ctypes import byref, c_bool, c_size_t, c_uint64
 from typing import NamedTuple
 
-from ._abi import ScopeHandle, Stats as _CStats
+from ._abi_generated import ScopeHandle, Stats as _CStats
 from ._lib import fail, lib
 from .errors import ScopeError
 from ._ownership import flush_releases

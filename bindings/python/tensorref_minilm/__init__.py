@@ -27,7 +27,7 @@ import tensorref
 from tensorref._lib import LIB_PATH, c_path, declare, fail, lib
 from tensorref._ownership import flush_releases
 
-from ._abi import WEIGHT_MODE_CODES, MiniLMOptions, MiniLMPtr, signatures
+from ._abi_generated import WEIGHT_MODE_CODES, MiniLMOptions, MiniLMPtr, signatures
 
 __all__ = ["MiniLM", "model_dir"]
 

@@ -13,7 +13,7 @@ from ctypes import POINTER, c_bool, c_char, c_char_p, c_double, c_int32, c_int64
 import pytest
 
 import tensorref as tr
-from tensorref import _abi, _lib, _scalar
+from tensorref import _abi_generated, _lib, _scalar
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 # tensorref.h and the ops header it includes.
@@ -23,22 +23,22 @@ PACKAGE_DIR = str(pathlib.Path(tr.__file__).resolve().parents[1])
 # What each C type of the header must be declared as.
 C_TO_CTYPES = {
     "struct tr_tensor": tr.Tensor, "struct tr_tensor *": POINTER(tr.Tensor),
-    "const struct tr_tensor *": POINTER(c_uint64), "struct tr_scope": _abi.ScopeHandle,
-    "struct tr_scope *": POINTER(_abi.ScopeHandle), "struct tr_stats *": POINTER(_abi.Stats),
+    "const struct tr_tensor *": POINTER(c_uint64), "struct tr_scope": _abi_generated.ScopeHandle,
+    "struct tr_scope *": POINTER(_abi_generated.ScopeHandle), "struct tr_stats *": POINTER(_abi_generated.Stats),
     "bool": c_bool, "bool *": POINTER(c_bool), "size_t": c_size_t, "size_t *": POINTER(c_size_t),
     "int64_t": c_int64, "int64_t *": POINTER(c_int64), "const int64_t *": POINTER(c_int64),
     "double": c_double, "double *": POINTER(c_double), "int32_t": c_int32, "tr_dtype": c_int32,
     "tr_dtype *": POINTER(c_int32), "uint32_t": c_uint32, "uint64_t": c_uint64,
     "char *": POINTER(c_char), "const char *": c_char_p, "void *": c_void_p,
     "void **": POINTER(c_void_p), "const uint8_t *": c_void_p, "uint8_t *": c_void_p,
-    "tr_event_fn": _abi.EventFn, "struct tr_residency_config *": POINTER(_abi.ResidencyConfig),
-    "const struct tr_residency_config *": POINTER(_abi.ResidencyConfig),
-    "struct tr_residency_stats *": POINTER(_abi.ResidencyStats),
-    "struct tr_device_memory *": POINTER(_abi.DeviceMemory),
+    "tr_event_fn": _abi_generated.EventFn, "struct tr_residency_config *": POINTER(_abi_generated.ResidencyConfig),
+    "const struct tr_residency_config *": POINTER(_abi_generated.ResidencyConfig),
+    "struct tr_residency_stats *": POINTER(_abi_generated.ResidencyStats),
+    "struct tr_device_memory *": POINTER(_abi_generated.DeviceMemory),
     "uint64_t *": POINTER(c_uint64), "float *": c_void_p, "const char const **": POINTER(c_char_p),
     "tr_status": c_int32, "int32_t *": POINTER(c_int32), "struct tr_scalar": _scalar.Scalar,
     "struct tr_scalar *": POINTER(_scalar.Scalar),
-    # The ops header (cbindgen on src/ffi/ops.rs alone) names the structs by their typedefs.
+    # The ops header (cbindgen on src/ffi/ops_generated.rs alone) names the structs by their typedefs.
     "tr_tensor": tr.Tensor, "tr_tensor *": POINTER(tr.Tensor), "const tr_tensor *": POINTER(c_uint64),
     "tr_scalar": _scalar.Scalar,
 }
@@ -89,15 +89,15 @@ def test_every_function_has_matching_argtypes_and_restype(name, ret, params):
 
 def test_generated_constants_equal_the_header():
     define = lambda n: int(re.search(rf"#define {n} (\d+)", HEADER).group(1))  # noqa: E731
-    assert _abi.TR_ABI_VERSION == define("TR_ABI_VERSION") == tr.abi_version()
-    assert _abi.TR_VERSION == tuple(define(f"TR_VERSION_{p}") for p in ("MAJOR", "MINOR", "PATCH"))
+    assert _abi_generated.TR_ABI_VERSION == define("TR_ABI_VERSION") == tr.abi_version()
+    assert _abi_generated.TR_VERSION == tuple(define(f"TR_VERSION_{p}") for p in ("MAJOR", "MINOR", "PATCH"))
     statuses = {k: int(v) for k, v in re.findall(r"^\s+(TR_(?:OK|ERR_\w+)) = (\d+),", HEADER, re.M)}
-    assert _abi.STATUS_CODES == statuses
-    for prefix, codes in (("DTYPE", _abi.DTYPE_CODES), ("SCALAR_KIND", _abi.SCALAR_KIND_CODES),
-                          ("DEVICE", _abi.DEVICE_CODES), ("POLICY", _abi.POLICY_CODES),
-                          ("EVENT_KIND", _abi.EVENT_KIND_CODES)):
+    assert _abi_generated.STATUS_CODES == statuses
+    for prefix, codes in (("DTYPE", _abi_generated.DTYPE_CODES), ("SCALAR_KIND", _abi_generated.SCALAR_KIND_CODES),
+                          ("DEVICE", _abi_generated.DEVICE_CODES), ("POLICY", _abi_generated.POLICY_CODES),
+                          ("EVENT_KIND", _abi_generated.EVENT_KIND_CODES)):
         assert codes == {k: int(v) for k, v in re.findall(rf"^\s+TR_{prefix}_(\w+) = (\d+),", HEADER, re.M)}
-    assert {d.code for d in tr.dtypes.ALL} == set(_abi.DTYPE_CODES.values())
+    assert {d.code for d in tr.dtypes.ALL} == set(_abi_generated.DTYPE_CODES.values())
 
 
 def test_the_scalar_struct_matches_the_header():
@@ -158,9 +158,9 @@ def test_import_with_the_right_library_succeeds():
     assert r.stdout.strip() == tr.LIB_PATH
 
 
-@pytest.mark.parametrize("cname,cls", [("tr_residency_config", _abi.ResidencyConfig),
-                                       ("tr_residency_stats", _abi.ResidencyStats),
-                                       ("tr_event", _abi.Event)])
+@pytest.mark.parametrize("cname,cls", [("tr_residency_config", _abi_generated.ResidencyConfig),
+                                       ("tr_residency_stats", _abi_generated.ResidencyStats),
+                                       ("tr_event", _abi_generated.Event)])
 def test_structs_have_the_headers_fields_in_order(cname, cls, header=HEADER):
     body = re.search(rf"typedef struct {cname} \{{(.*?)\}} {cname};", header, re.S).group(1)
     body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)

@@ -95,18 +95,18 @@ def test_each_group_maps_to_its_class():
 def test_the_groups_are_the_manifests_and_each_has_a_class():
     import json
     import pathlib
-    from tensorref import _abi
+    from tensorref import _abi_generated
     from tensorref.errors import GROUP_CLASSES
     manifest = json.loads((pathlib.Path(__file__).resolve().parents[3] / "include/tensorref_abi.json").read_text())
     groups = {g["name"]: (g["first"], g["last"]) for g in manifest["status_groups"]}
-    assert {k: v[:2] for k, v in _abi.STATUS_GROUPS.items()} == groups
+    assert {k: v[:2] for k, v in _abi_generated.STATUS_GROUPS.items()} == groups
     assert set(GROUP_CLASSES) == set(groups), "a status group without its exception class"
     for name, (first, last) in groups.items():
         cls = GROUP_CLASSES[name]
         assert error_class(first) is cls and error_class(last) is cls
         assert cls.__doc__.startswith(f"Status {first}-{last}: ")
-    for code in _abi.STATUS_CODES.values():  # every code the library returns, but TR_OK, has one
-        assert (_abi.status_group(code) is None) == (code == 0)
+    for code in _abi_generated.STATUS_CODES.values():  # every code the library returns, but TR_OK, has one
+        assert (_abi_generated.status_group(code) is None) == (code == 0)
     assert error_class(0) is tr.TensorRefError and error_class(1000) is tr.TensorRefError
 
 

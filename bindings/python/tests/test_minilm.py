@@ -21,7 +21,7 @@ import pytest
 import tensorref as tr
 import tensorref_minilm
 from tensorref_minilm import MiniLM, model_dir
-from tensorref_minilm._abi import WEIGHT_MODE_CODES, MiniLMOptions, MiniLMPtr
+from tensorref_minilm._abi_generated import WEIGHT_MODE_CODES, MiniLMOptions, MiniLMPtr
 import test_abi
 from test_abi import PACKAGE_DIR, c_type
 
@@ -99,9 +99,9 @@ def test_a_closed_model_is_refused_and_a_freed_pointer_too():
     with pytest.raises(ValueError, match="closed"):
         model.embed(["too late"])
     lib = tensorref_minilm.lib
-    assert lib.tr_minilm_free(raw) == tr._abi.STATUS_CODES["TR_ERR_INVALID_HANDLE"]
+    assert lib.tr_minilm_free(raw) == tr._abi_generated.STATUS_CODES["TR_ERR_INVALID_HANDLE"]
     assert "tr_minilm" in tr._lib.last_error() and "not live" in tr._lib.last_error()
-    assert lib.tr_minilm_dim(raw, None) == tr._abi.STATUS_CODES["TR_ERR_NULL_ARG"]
+    assert lib.tr_minilm_dim(raw, None) == tr._abi_generated.STATUS_CODES["TR_ERR_NULL_ARG"]
     assert lib.tr_minilm_free(MiniLMPtr()) == 0  # NULL: a no-op
 
 
@@ -133,7 +133,7 @@ def test_the_addon_header_declares_the_model_and_the_core_header_does_not():
                                           "tr_minilm_weight_bytes", "tr_minilm_embed"}
     assert not any(name.startswith("tr_minilm") for name, _, _ in test_abi.PROTOTYPES)
     assert "struct tr_minilm" not in test_abi.HEADER and "TR_WEIGHT_MODE" not in test_abi.HEADER
-    assert not any(name.startswith("tr_minilm") for name in tr._abi.signatures(tr.Tensor))
+    assert not any(name.startswith("tr_minilm") for name in tr._abi_generated.signatures(tr.Tensor))
 
 
 @pytest.mark.parametrize("name,ret,params", PROTOTYPES, ids=[p[0] for p in PROTOTYPES])

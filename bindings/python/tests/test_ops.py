@@ -211,9 +211,9 @@ def test_every_op_of_the_table_has_a_wrapper():
     finally:
         sys.path.pop(0)
     ops = optable.parse((root / "src/ops/ops.def").read_text())
-    from tensorref import _habits, _ops
+    from tensorref import _habits, _ops_generated
     for op in ops:
-        generated = getattr(_ops, op.name)  # (or its accelerated route, with the same doc)
+        generated = getattr(_ops_generated, op.name)  # (or its accelerated route, with the same doc)
         assert op.c_name in generated.__doc__
         # The package's function and method: the generated one, or the PyTorch-style form over it
         # (tr.zeros(2, 3), t.sum(0)).

@@ -139,7 +139,7 @@ def test_a_dlpack_description_is_checked_before_use(field, value, message):
     from_dlpack = ctypes.CDLL(tr._lib.LIB_PATH).tr_tensor_from_dlpack
     from_dlpack.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)]
     st = from_dlpack(ctypes.byref(m), ctypes.byref(out))
-    assert st == tr._abi.STATUS_CODES["TR_ERR_INVALID_ARG"], st
+    assert st == tr._abi_generated.STATUS_CODES["TR_ERR_INVALID_ARG"], st
     assert message in tr._lib.last_error()
     assert deleted == [True], "the producer's deleter runs once when the import fails"
     assert tr.live_handles() == live

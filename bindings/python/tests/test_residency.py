@@ -57,7 +57,7 @@ def test_results_equal_unmanaged_and_budget_holds_at_every_event(weights, policy
     assert any(e.op == "matmul" for e in events)
     assert s.budget == BUDGET and 0 < s.peak_device_bytes <= BUDGET
     assert s.ops > 0 and s.loads > 0 and s.evictions > 0
-    assert set(s._fields) == {f for f, _ in tr._abi.ResidencyStats._fields_}
+    assert set(s._fields) == {f for f, _ in tr._abi_generated.ResidencyStats._fields_}
 
 
 def test_flow_learns_the_order_and_prefetches(weights):

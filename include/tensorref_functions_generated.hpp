@@ -4,7 +4,7 @@
 #define TENSORREF_FUNCTIONS_HPP
 
 #ifndef TENSORREF_HPP_INSIDE
-#error "include tensorref.hpp, not tensorref_functions.hpp"
+#error "include tensorref.hpp, not tensorref_functions_generated.hpp"
 #endif
 
 namespace tr {

@@ -4,7 +4,7 @@
 #define TENSORREF_OPS_HPP
 
 #ifndef TENSORREF_HPP_INSIDE
-#error "include tensorref.hpp, not tensorref_ops.hpp"
+#error "include tensorref.hpp, not tensorref_ops_generated.hpp"
 #endif
 
 namespace tr {
