@@ -10,12 +10,13 @@ from __future__ import annotations
 from ctypes import ArgumentError as _CArgumentError
 from ctypes import c_bool as _c_bool
 from ctypes import c_double as _c_double
-from ctypes import c_int64 as _i64
-from ctypes import c_uint64 as _u64
-from operator import index as _index
 
 from numpy import ndarray as _ndarray
 
+from ._call import bad_call as _bad_call
+from ._call import handles as _handles
+from ._call import hook_error as _hook_error
+from ._call import i64s as _i64s
 from ._lib import fail as _fail
 from ._lib import lib as _lib
 from ._scalar import operand as _operand
@@ -26,40 +27,6 @@ from .dtypes import code_of as _code
 from .dtypes import float32
 
 _NONE = _T(0)
-
-
-def _hook_error(e):
-    """A Python hook autograd called while the library ran (the manager's saved-tensor hooks under
-    PyTorch's engine, or the program's own) raised: the call returns with that exception set, which
-    Python reports as a SystemError caused by it. The hook's exception is the one to raise."""
-    return e.__cause__ if isinstance(e.__cause__, Exception) else e
-
-
-def _handles(ts, name):
-    """The Tensors of an iterable as a list, a C array of their handles, and its length. The
-    caller keeps the list for the duration of the call: it is what keeps the Tensors (and their
-    handles) alive, temporaries and a generator's items included."""
-    if isinstance(ts, _T):
-        raise TypeError(f"`{name}` must be a sequence of tensorref.Tensor, not one Tensor: write [t]")
-    ts = list(ts)
-    for t in ts:
-        if not isinstance(t, _T):
-            raise TypeError(f"`{name}` must be a sequence of tensorref.Tensor, not of {type(t).__name__}")
-    return ts, (_u64 * len(ts))(*[t.value for t in ts]), len(ts)
-
-
-def _i64s(v, name):
-    """A C array of int64 from an int or a sequence of ints (Python or NumPy integers, anything
-    with __index__), and its length."""
-    try:
-        v = (_index(v),) if not hasattr(v, "__iter__") else tuple(_index(x) for x in v)
-        return (_i64 * len(v))(*v), len(v)
-    except TypeError:
-        raise TypeError(f"`{name}` must be an int or a sequence of ints, not {v!r}") from None
-
-
-def _bad_call(op, params, e):
-    return TypeError(f"{op}({params}): {e}")
 
 
 __all__ = [
