@@ -27,7 +27,8 @@ CPP_HEADERS := include/tensorref.h include/tensorref_ops.h include/tensorref.hpp
                include/tensorref_enums_generated.hpp include/tensorref_ops_generated.hpp \
                include/tensorref_functions_generated.hpp include/tensorref_operators_generated.hpp \
                include/tensorref_stats_generated.hpp include/tensorref_minilm.h \
-               include/tensorref_minilm.hpp include/tensorref_minilm_enums_generated.hpp
+               include/tensorref_minilm.hpp include/tensorref_minilm_enums_generated.hpp \
+               $(wildcard include/tensorref/*.hpp)
 CPP_TEST_UNITS := main $(patsubst tests/cpp/%.cpp,%,$(sort $(wildcard tests/cpp/test_*.cpp)))
 
 build/cpp/%.o: tests/cpp/%.cpp $(CPP_HEADERS) tests/cpp/harness.hpp tests/cpp/model_files.hpp
