@@ -70,9 +70,11 @@ test: setup header-check $(TEST_SUITES)
 test-rust: setup
 	cargo test --quiet $(TEST_FEATURES)
 
-# No file of the crate imports another that imports it back, directly or around a loop.
+# No file of the crate imports another that imports it back, directly or around a loop; and
+# every name of the README's naming table is in the ABI manifest or defined in its language.
 test-structure:
 	python3 tools/import_cycles.py src
+	python3 tools/naming_table.py
 
 # The core library, the default build, without the demonstration model (the `models` feature):
 # it builds; neither it nor the build without default features depends on the tokenizer or its

@@ -16,7 +16,7 @@ use cli::Cli;
 use std::hint::black_box;
 use std::time::Instant;
 use tensorref::ffi::{tr_tensor_add, tr_tensor_release, TrTensor};
-use tensorref::residency::{self, ComputeDevice, Config, PolicyKind};
+use tensorref::residency::{self, Device, Config, Policy};
 use tensorref::{DType, Result, Tensor};
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -26,9 +26,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Nanoseconds per op (add + release) over `rounds` rounds of `ops` ops on random pairs of `n`
 /// live tensors, made under `policy` (none: no manager).
-fn per_op(policy: Option<PolicyKind>, n: usize, rounds: usize, ops: usize) -> Result<f64> {
+fn per_op(policy: Option<Policy>, n: usize, rounds: usize, ops: usize) -> Result<f64> {
     if let Some(policy) = policy {
-        residency::configure(Config::new(ComputeDevice::Simulated, policy, 1 << 30))?;
+        residency::configure(Config::new(Device::Simulated, policy, 1 << 30))?;
     }
     let live: Vec<Tensor> = (0..n).map(|_| Tensor::ones(&[4], DType::F32)).collect::<Result<_>>()?;
     let handles: Vec<TrTensor> = live.iter().map(|t| TrTensor::from(t.id())).collect();
@@ -69,12 +69,12 @@ fn main() -> Result<()> {
     let live: Vec<usize> = cli.value("--live").unwrap_or_else(|| "100,10000,100000".into()).split(',').map(|n| n.parse().expect("--live")).collect();
     let (rounds, ops) = (cli.num("--rounds", 11) as usize, cli.num("--ops", 20_000) as usize);
     let names = cli.value("--policies").unwrap_or_else(|| "resident,genoa,flow".into());
-    let policies: Vec<PolicyKind> = names
+    let policies: Vec<Policy> = names
         .split(',')
         .map(|p| match p {
-            "resident" => PolicyKind::Resident,
-            "genoa" => PolicyKind::Genoa,
-            "flow" => PolicyKind::Flow,
+            "resident" => Policy::Resident,
+            "genoa" => Policy::Genoa,
+            "flow" => Policy::Flow,
             other => panic!("--policies: {other} is not resident, genoa or flow"),
         })
         .collect();

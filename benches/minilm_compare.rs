@@ -10,7 +10,7 @@
 use std::fmt::Write as _;
 use std::time::Instant;
 use tensorref::models::{find_model_dir, MiniLm, MiniLmOptions, WeightMode};
-use tensorref::residency::{self, ComputeDevice, Config, PolicyKind};
+use tensorref::residency::{self, Device, Config, Policy};
 use tensorref::{NoGradGuard, Result};
 
 const BATCH: usize = 8;
@@ -65,14 +65,14 @@ fn main() -> Result<()> {
     let weight_bytes = page.weight_bytes();
     let budget = weight_bytes / 4;
     let chunk = load(WeightMode::Chunk { capacity: budget / 2 })?;
-    let device = if tch::Cuda::is_available() { ComputeDevice::Cuda(0) } else { ComputeDevice::Simulated };
+    let device = if tch::Cuda::is_available() { Device::Cuda(0) } else { Device::Simulated };
     let cfg = |policy| Some(Config::new(device, policy, budget));
     eprintln!("[minilm_compare] {} sentences, batches of {BATCH}, budget {budget} bytes, device {device:?}, {passes} measured passes", texts.len());
     let rows = vec![
         measure(&page, &texts, "no manager (CPU)", None, passes)?,
-        measure(&page, &texts, "Genoa page", cfg(PolicyKind::Genoa), passes)?,
-        measure(&page, &texts, "Flow page", cfg(PolicyKind::Flow), passes)?,
-        measure(&chunk, &texts, "Flow chunk", cfg(PolicyKind::Flow), passes)?,
+        measure(&page, &texts, "Genoa page", cfg(Policy::Genoa), passes)?,
+        measure(&page, &texts, "Flow page", cfg(Policy::Flow), passes)?,
+        measure(&chunk, &texts, "Flow chunk", cfg(Policy::Flow), passes)?,
     ];
 
     println!("libtensorref, all-MiniLM-L6-v2, {} sentences in batches of {BATCH}, device {device:?}, budget {:.2} MiB (weights / 4)", texts.len(), budget as f64 / 1048576.0);

@@ -30,12 +30,12 @@
 mod cli;
 use cli::Cli;
 use std::time::Instant;
-use tch::{Device, Kind};
-use tensorref::residency::{self, model, ComputeDevice, Config, PolicyKind, ResidencyStats};
+use tch::Kind;
+use tensorref::residency::{self, model, Device, Config, Policy, ResidencyStats};
 use tensorref::{no_grad, with_scope, DType, Result, Tensor};
 
 struct Args {
-    device: ComputeDevice,
+    device: Device,
     width: i64,
     layers: usize,
     batch: i64,
@@ -54,7 +54,7 @@ fn args() -> Args {
     // Activations of 1.5x a layer's weights: a layer's working set (in + weights + out) is then
     // exactly the budget, and Genoa moves activations as well as weights.
     Args {
-        device: cli.value("--device").map_or(ComputeDevice::Simulated, |d| d.parse().expect("--device")),
+        device: cli.value("--device").map_or(Device::Simulated, |d| d.parse().expect("--device")),
         width: cli.num("--width", 512),
         layers: cli.num("--layers", 16) as usize,
         batch: cli.num("--batch", 768),
@@ -90,7 +90,7 @@ impl Model {
         tch::manual_seed(0);
         let draw = |shape: &[i64], scale: f64| -> Result<Tensor> {
             let t = tch::Tensor::f_randn(shape, (Kind::Float, a.device.tch()))?.f_mul_scalar(scale)?;
-            Ok(Tensor::from_tch(t.f_to_kind(kind(a.dtype))?.f_to_device(Device::Cpu)?))
+            Ok(Tensor::from_tch(t.f_to_kind(kind(a.dtype))?.f_to_device(tch::Device::Cpu)?))
         };
         let layers = (0..a.layers)
             .map(|_| {
@@ -160,7 +160,7 @@ impl Model {
 
     /// The same pass in plain libtorch with every weight on `device`: the reference every row's
     /// output is checked against.
-    fn reference(&self, device: Device) -> Result<tch::Tensor> {
+    fn reference(&self, device: tch::Device) -> Result<tch::Tensor> {
         let on = |t: &Tensor| -> Result<tch::Tensor> { Ok(t.with_tch(|t| t.f_to_device(device))??) };
         let _no_grad = tch::no_grad_guard();
         let mut h = on(&self.x)?;
@@ -177,7 +177,7 @@ impl Model {
                 _ => unreachable!("one or four weights per layer"),
             };
         }
-        Ok(h.f_to_kind(Kind::Float)?.f_to_device(Device::Cpu)?)
+        Ok(h.f_to_kind(Kind::Float)?.f_to_device(tch::Device::Cpu)?)
     }
 }
 
@@ -224,7 +224,7 @@ struct Row {
 /// What a row is checked against: `Model::reference`'s output, computed on `device`.
 struct Reference {
     output: tch::Tensor,
-    device: Device,
+    device: tch::Device,
     dtype: DType,
     /// max |output|.
     peak: f64,
@@ -235,17 +235,17 @@ impl Reference {
     /// same kernels on the host (the simulated device is host memory); on the same GPU the
     /// rounding of kernels chosen anew (cuBLAS may pick another algorithm for another
     /// workspace), as benches/residency_peers.py allows; on another device that of other kernels.
-    fn tolerance(&self, device: Device) -> f64 {
+    fn tolerance(&self, device: tch::Device) -> f64 {
         let f16 = self.dtype == DType::F16;
         match (device == self.device, device) {
-            (true, Device::Cpu) => 0.0,
+            (true, tch::Device::Cpu) => 0.0,
             (true, _) => if f16 { 2e-2 } else { 1e-4 },
             (false, _) => if f16 { 5e-2 } else { 1e-3 },
         }
     }
 
-    fn check(&self, out: &Tensor, device: Device) -> Result<Check> {
-        let out = out.with_tch(|t| t.f_to_device(Device::Cpu))??;
+    fn check(&self, out: &Tensor, device: tch::Device) -> Result<Check> {
+        let out = out.with_tch(|t| t.f_to_device(tch::Device::Cpu))??;
         let max_diff = if out.size() == self.output.size() { out.f_sub(&self.output)?.f_abs()?.f_max()?.f_double_value(&[])? } else { f64::INFINITY };
         Ok(Check { max_diff, tolerance: self.tolerance(device) * self.peak })
     }
@@ -255,7 +255,7 @@ impl Reference {
 /// schedule model's link and compute.
 struct Setup<'a, C> {
     reference: &'a Reference,
-    device: ComputeDevice,
+    device: Device,
     passes: usize,
     bandwidth: f64,
     compute: C,
@@ -265,7 +265,7 @@ struct Setup<'a, C> {
 /// in its own window (see the module's comment).
 fn run<C: Fn(&model::Step) -> f64>(model: &Model, name: &str, cfg: Option<Config>, setup: &Setup<C>) -> Result<Row> {
     let sync = || {
-        if let ComputeDevice::Cuda(n) = setup.device {
+        if let Device::Cuda(n) = setup.device {
             tch::Cuda::synchronize(n as i64);
         }
     };
@@ -297,7 +297,7 @@ fn run<C: Fn(&model::Step) -> f64>(model: &Model, name: &str, cfg: Option<Config
     let optimum = residency::recorded_trace().map(|t| residency::offline_min_loads(&t, after.budget, after.pinned_bytes, 3));
     let replay = residency::schedule_log().map(|pass| (model::replay(&pass, setup.bandwidth, &setup.compute), pass.loaded_bytes()));
     // Without a manager the pass runs on the host.
-    let device = if cfg.is_some() { setup.device.tch() } else { Device::Cpu };
+    let device = if cfg.is_some() { setup.device.tch() } else { tch::Device::Cpu };
     let check = setup.reference.check(out.as_ref().expect("at least one timed pass"), device)?;
     drop(out);
     residency::disable()?;
@@ -332,14 +332,14 @@ fn delta(after: &ResidencyStats, before: &ResidencyStats) -> ResidencyStats {
 }
 
 /// Host-to-device bandwidth from page-locked memory: a 1 GiB copy, best of three.
-fn measured_bandwidth(device: ComputeDevice) -> Option<f64> {
-    let ComputeDevice::Cuda(n) = device else { return None };
-    let host = tch::Tensor::zeros([1 << 28], (Kind::Float, Device::Cpu)).pin_memory(Device::Cuda(n));
+fn measured_bandwidth(device: Device) -> Option<f64> {
+    let Device::Cuda(n) = device else { return None };
+    let host = tch::Tensor::zeros([1 << 28], (Kind::Float, tch::Device::Cpu)).pin_memory(tch::Device::Cuda(n));
     let mut best = f64::MAX;
     for _ in 0..4 {
         tch::Cuda::synchronize(n as i64);
         let start = Instant::now();
-        let d = host.to_device_(Device::Cuda(n), Kind::Float, true, false);
+        let d = host.to_device_(tch::Device::Cuda(n), Kind::Float, true, false);
         tch::Cuda::synchronize(n as i64);
         best = best.min(start.elapsed().as_secs_f64());
         drop(d);
@@ -381,7 +381,7 @@ fn main() -> Result<()> {
     }
     println!("fewest bytes a pass can load within the budget: {} (the weights less what can stay beside the smallest working set)\n", mib(min_loads));
 
-    let cuda = matches!(a.device, ComputeDevice::Cuda(_));
+    let cuda = matches!(a.device, Device::Cuda(_));
     let output = model.reference(a.device.tch())?;
     let peak = output.f_abs()?.f_max()?.f_double_value(&[])?;
     let reference = Reference { output, device: a.device.tch(), dtype: a.dtype, peak };
@@ -395,14 +395,14 @@ fn main() -> Result<()> {
         rows.push(no_grad(|| run(&model, "CPU-only", None, &setup))?);
     }
     if wants("resident") {
-        let unbounded = Config { budget: weight_bytes * 4, ..cfg(PolicyKind::Resident) };
+        let unbounded = Config { budget_bytes: weight_bytes * 4, ..cfg(Policy::Resident) };
         rows.push(run(&model, "Resident (fits: no budget)", Some(unbounded), &setup)?);
     }
     if wants("genoa") {
-        rows.push(run(&model, "Genoa", Some(cfg(PolicyKind::Genoa)), &setup)?);
+        rows.push(run(&model, "Genoa", Some(cfg(Policy::Genoa)), &setup)?);
     }
     if wants("flow") {
-        rows.push(run(&model, "Flow", Some(cfg(PolicyKind::Flow)), &setup)?);
+        rows.push(run(&model, "Flow", Some(cfg(Policy::Flow)), &setup)?);
     }
 
     let link_ms = |bytes: u64| bytes as f64 / bandwidth * 1e3;

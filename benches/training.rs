@@ -28,11 +28,11 @@
 mod cli;
 use cli::Cli;
 use std::time::Instant;
-use tensorref::residency::{self, model, ComputeDevice, Config, PolicyKind, Recompute, ResidencyStats};
+use tensorref::residency::{self, model, Device, Config, Policy, Recompute, ResidencyStats};
 use tensorref::{manual_seed, no_grad, with_scope, DType, Result, Tensor};
 
 struct Args {
-    device: ComputeDevice,
+    device: Device,
     width: i64,
     layers: usize,
     heads: i64,
@@ -44,7 +44,7 @@ struct Args {
     rates: model::Rates,
     /// The managed runs: policy and recomputation, each at a budget of the unmanaged peak over
     /// each of `budgets`.
-    runs: Vec<(PolicyKind, Recompute)>,
+    runs: Vec<(Policy, Recompute)>,
     budgets: Vec<u64>,
     /// `--soak MINUTES`: instead of the table, train under Flow with recomputation where cheaper
     /// at a quarter of the peak for this long (see `soak`).
@@ -52,10 +52,10 @@ struct Args {
 }
 
 /// A run named as `--runs` takes it: `genoa`, `flow`, `flow+cheaper`, `flow+always`.
-fn run_named(name: &str) -> (PolicyKind, Recompute) {
+fn run_named(name: &str) -> (Policy, Recompute) {
     let policy = match name.split('+').next() {
-        Some("genoa") => PolicyKind::Genoa,
-        Some("flow") => PolicyKind::Flow,
+        Some("genoa") => Policy::Genoa,
+        Some("flow") => Policy::Flow,
         _ => panic!("--runs: `{name}` is not genoa or flow"),
     };
     let recompute = match name.split_once('+').map(|(_, r)| r) {
@@ -70,7 +70,7 @@ fn run_named(name: &str) -> (PolicyKind, Recompute) {
 fn args() -> Args {
     let cli = Cli::new();
     Args {
-        device: cli.value("--device").map_or(ComputeDevice::Simulated, |d| d.parse().expect("--device")),
+        device: cli.value("--device").map_or(Device::Simulated, |d| d.parse().expect("--device")),
         width: cli.num("--width", 256),
         layers: cli.num("--layers", 4) as usize,
         heads: cli.num("--heads", 4),
@@ -263,7 +263,7 @@ fn rss_bytes() -> u64 {
 /// allocator's caching moves it by a few MiB from step to step, a leak only up).
 fn soak(a: &Args, peak: u64, minutes: u64) -> Result<()> {
     const WARM_UP: usize = 5;
-    residency::configure(Config { recompute: Recompute::Cheaper, ..Config::new(a.device, PolicyKind::Flow, peak / 4) })?;
+    residency::configure(Config { recompute: Recompute::Cheaper, ..Config::new(a.device, Policy::Flow, peak / 4) })?;
     let training = Training::new(a)?;
     let started = Instant::now();
     let (mut before, mut steady, mut live) = (residency::stats().unwrap_or_default(), None, 0);
@@ -311,7 +311,7 @@ fn main() -> Result<()> {
         "Training a {}-layer encoder (width {}, {} heads, {} sequences of {} tokens, dropout {}) for {} steps on {}.",
         a.layers, a.width, a.heads, a.batch, a.tokens, a.dropout, a.steps, a.device
     );
-    residency::configure(Config::new(a.device, PolicyKind::Resident, u64::MAX))?;
+    residency::configure(Config::new(a.device, Policy::Resident, u64::MAX))?;
     let resident = train(&a)?;
     residency::disable()?;
     let peak = resident.peak;
@@ -400,7 +400,7 @@ fn main() -> Result<()> {
 /// reductions may run in another order), device memory above the budget, a modelled step below
 /// its own bound.
 fn checks(a: &Args, name: &str, budget: u64, run: &Run, resident: &Run) -> Vec<String> {
-    let tolerance = if matches!(a.device, ComputeDevice::Cuda(_)) { 1e-4 } else { 0.0 };
+    let tolerance = if matches!(a.device, Device::Cuda(_)) { 1e-4 } else { 0.0 };
     let mut failed = vec![];
     if let Some((step, (x, y))) = run.losses.iter().zip(&resident.losses).enumerate().find(|(_, (x, y))| (*x - *y).abs() > tolerance * (1.0 + y.abs())) {
         failed.push(format!("{name}: the loss of step {} is {x}, Resident's {y}", step + 1));

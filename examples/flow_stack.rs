@@ -5,7 +5,7 @@
 //!
 //!     cargo run --release --example flow_stack -- [--device auto|cuda|cuda:N|simulated|cpu]
 
-use tensorref::residency::{self, ComputeDevice, Config, PolicyKind};
+use tensorref::residency::{self, Device, Config, Policy};
 use tensorref::{with_scope, DType, NoGradGuard, Result, Tensor};
 
 const LAYERS: usize = 8;
@@ -23,8 +23,8 @@ fn main() -> Result<()> {
 
     let weight_bytes = (LAYERS as i64 * WIDTH * WIDTH * 4) as u64;
     let argv: Vec<String> = std::env::args().collect();
-    let device: ComputeDevice = argv.iter().position(|a| a == "--device").and_then(|i| argv.get(i + 1)).map_or("auto", |s| s.as_str()).parse()?;
-    residency::configure(Config::new(device, PolicyKind::Flow, weight_bytes / 4))?;
+    let device: Device = argv.iter().position(|a| a == "--device").and_then(|i| argv.get(i + 1)).map_or("auto", |s| s.as_str()).parse()?;
+    residency::configure(Config::new(device, Policy::Flow, weight_bytes / 4))?;
     println!("running on {device}");
     println!("{LAYERS} layers, {} KiB of weights, budget {} KiB", weight_bytes >> 10, (weight_bytes / 4) >> 10);
     println!("{:>4} {:>7} {:>11} {:>9} {:>13} {:>13} {:>11}", "pass", "loads", "loaded KiB", "evictions", "prefetch hits", "prefetch miss", "peak KiB");
@@ -33,7 +33,7 @@ fn main() -> Result<()> {
         let y = forward(&weights, &x)?;
         residency::mark_iteration()?;
         // Bit for bit on the host; CUDA's kernels round differently from the CPU's.
-        let tolerance = if let ComputeDevice::Cuda(_) = device { 1e-4 } else { 0.0 };
+        let tolerance = if let Device::Cuda(_) = device { 1e-4 } else { 0.0 };
         let worst = y.iter().zip(&expected).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
         assert!(worst <= tolerance, "the manager changes where tensors live, never the results ({worst})");
         let s = residency::stats().unwrap_or_default();

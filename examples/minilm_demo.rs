@@ -12,7 +12,7 @@
 
 use std::time::Instant;
 use tensorref::models::{find_model_dir, MiniLm, MiniLmOptions, WeightMode};
-use tensorref::residency::{self, ComputeDevice, Config, PolicyKind};
+use tensorref::residency::{self, Device, Config, Policy};
 use tensorref::{NoGradGuard, Result};
 
 const SENTENCES: &[&str] = &[
@@ -47,7 +47,7 @@ fn main() -> Result<()> {
     }
     let mut model = model;
     model.set_mode(opts.mode)?;
-    let device: ComputeDevice = value("--device").as_deref().unwrap_or("auto").parse()?;
+    let device: Device = value("--device").as_deref().unwrap_or("auto").parse()?;
     println!("all-MiniLM-L6-v2 from {}", dir.display());
     println!("running on          {device}");
     println!(
@@ -55,7 +55,7 @@ fn main() -> Result<()> {
         mib(model.weight_bytes()), mib(budget), opts.mode, SENTENCES.len(), opts.batch_size
     );
 
-    residency::configure(Config::new(device, PolicyKind::Flow, budget))?;
+    residency::configure(Config::new(device, Policy::Flow, budget))?;
     residency::timeline_start()?;
     let start = Instant::now();
     let emb = model.embed(SENTENCES)?;

@@ -7,7 +7,7 @@
 
 mod common;
 use std::sync::Mutex;
-use tensorref::residency::{self, ComputeDevice, Config, PolicyKind};
+use tensorref::residency::{self, Device, Config, Policy};
 use tensorref::{no_grad, DType, Error, Result, Tensor};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -36,11 +36,11 @@ fn the_allocator_never_counts_more_device_bytes_than_the_budget() -> Result<()> 
         // Room for an op's inputs and result, and a little more: every op evicts.
         let budget = 4 * TENSOR;
         for (policy, recompute) in common::policy_runs() {
-            if policy == PolicyKind::Resident {
+            if policy == Policy::Resident {
                 continue; // keeps everything: no budget to hold
             }
             let what = format!("{policy:?}, recompute {recompute:?}");
-            residency::configure(Config { recompute, ..Config::new(ComputeDevice::Simulated, policy, budget) })?;
+            residency::configure(Config { recompute, ..Config::new(Device::Simulated, policy, budget) })?;
             residency::device_memory(true);
             let run = chain();
             let memory = residency::device_memory(false);
@@ -68,7 +68,7 @@ fn an_ops_scratch_needs_room_too() -> Result<()> {
         let plain = logits.cross_entropy(&targets)?.to_vec::<f32>()?;
         // The inputs and the scalar result fit; the scratch beside them does not.
         let tight = logits_bytes + targets_bytes + 1024;
-        residency::configure(Config::new(ComputeDevice::Simulated, PolicyKind::Flow, tight))?;
+        residency::configure(Config::new(Device::Simulated, Policy::Flow, tight))?;
         let refused = logits.cross_entropy(&targets);
         residency::disable()?;
         match refused {
@@ -79,7 +79,7 @@ fn an_ops_scratch_needs_room_too() -> Result<()> {
             other => panic!("cross_entropy at a budget without room for its scratch: {other:?}"),
         }
         let roomy = 2 * logits_bytes + targets_bytes + 1024;
-        residency::configure(Config::new(ComputeDevice::Simulated, PolicyKind::Flow, roomy))?;
+        residency::configure(Config::new(Device::Simulated, Policy::Flow, roomy))?;
         residency::device_memory(true);
         let loss = logits.cross_entropy(&targets)?.to_vec::<f32>()?;
         let memory = residency::device_memory(false);

@@ -6,7 +6,7 @@
 //! (One test binary: the manager and the faults are process-wide.)
 
 mod common;
-use tensorref::residency::{self, inject_fault, ComputeDevice, Config, Fault, PolicyKind};
+use tensorref::residency::{self, inject_fault, Device, Config, Fault, Policy};
 use tensorref::{live_handles, no_grad, Error, Result, Tensor};
 
 /// How many events of each kind the program is faulted at: the first K.
@@ -59,7 +59,7 @@ fn every_fault_is_a_status_and_loses_nothing() {
             for kind in [Fault::DeviceAllocation, Fault::Copy, Fault::PageLockedAllocation] {
                 let mut faulted = 0;
                 for k in 1..=K {
-                    let mut cfg = Config::new(ComputeDevice::Simulated, policy, 3 * 1024);
+                    let mut cfg = Config::new(Device::Simulated, policy, 3 * 1024);
                     cfg.recompute = recompute;
                     residency::configure(cfg)?;
                     inject_fault(kind, k);
@@ -77,7 +77,7 @@ fn every_fault_is_a_status_and_loses_nothing() {
                 }
                 // Each kind happens in each run at least once, so some of its faults reach an op
                 // (others are absorbed: an out-of-memory result is retried after evicting).
-                assert!(faulted > 0 || policy == PolicyKind::Resident, "{policy:?}, {recompute:?}: no {kind:?} fault reached an op");
+                assert!(faulted > 0 || policy == Policy::Resident, "{policy:?}, {recompute:?}: no {kind:?} fault reached an op");
             }
         }
         assert_eq!(live_handles(), live, "handles leaked");

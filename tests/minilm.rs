@@ -19,15 +19,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tensorref::ffi::*;
 use tensorref::models::{find_model_dir, MiniLm, MiniLmOptions, WeightMode};
-use tensorref::residency::{self, ComputeDevice, Config, PolicyKind, ResidencyStats};
+use tensorref::residency::{self, Device, Config, Policy, ResidencyStats};
 use tensorref::{live_handles, no_grad, Status};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
 #[cfg(not(feature = "cuda-tests"))]
-const DEVICE: ComputeDevice = ComputeDevice::Simulated;
+const DEVICE: Device = Device::Simulated;
 #[cfg(feature = "cuda-tests")]
-const DEVICE: ComputeDevice = ComputeDevice::Cuda(0);
+const DEVICE: Device = Device::Cuda(0);
 /// Bit for bit on the host (docs/residency.md, guarantee 1: host copies keep a dense view's
 /// strides, so kernels sum in the same order as without a manager); CUDA's kernels round
 /// differently from the CPU's.
@@ -95,10 +95,10 @@ fn every_policy_and_mode_matches_the_unmanaged_run_within_budget() {
     let quarter = weight_bytes / 4;
     let sim = |policy, budget| Some(Config::new(DEVICE, policy, budget));
     let configs: Vec<(&str, Option<Config>, u64)> = vec![
-        ("Resident", sim(PolicyKind::Resident, weight_bytes * 2), weight_bytes * 2),
-        ("Genoa 1/4", sim(PolicyKind::Genoa, quarter), quarter),
-        ("Flow 1/4", sim(PolicyKind::Flow, quarter), quarter),
-        ("Flow 1/8", sim(PolicyKind::Flow, weight_bytes / 8), weight_bytes / 8),
+        ("Resident", sim(Policy::Resident, weight_bytes * 2), weight_bytes * 2),
+        ("Genoa 1/4", sim(Policy::Genoa, quarter), quarter),
+        ("Flow 1/4", sim(Policy::Flow, quarter), quarter),
+        ("Flow 1/8", sim(Policy::Flow, weight_bytes / 8), weight_bytes / 8),
     ];
     let mut runs = vec![];
     for bs in BATCH_SIZES {
@@ -194,7 +194,7 @@ fn embeddings_are_unit_length_and_similar_sentences_are_closer() {
 fn a_budget_below_one_block_is_a_clear_error() {
     let _turn = turn();
     let m = model(WeightMode::Page, 2);
-    residency::configure(Config::new(DEVICE, PolicyKind::Flow, 1 << 20)).unwrap();
+    residency::configure(Config::new(DEVICE, Policy::Flow, 1 << 20)).unwrap();
     let err = no_grad(|| m.embed(&["too small a budget"])).unwrap_err();
     residency::disable().unwrap();
     assert_eq!(err.status(), Status::TR_ERR_BUDGET_TOO_SMALL, "{err}");
@@ -208,7 +208,7 @@ fn flow_in_steady_state_pays_nothing_a_gpu_would_stall_on() {
     let _turn = turn();
     let m = model(WeightMode::Page, 4);
     let batch = m.tokenize(&SENTENCES[..4]).unwrap();
-    residency::configure(Config::new(DEVICE, PolicyKind::Flow, m.weight_bytes() / 4)).unwrap();
+    residency::configure(Config::new(DEVICE, Policy::Flow, m.weight_bytes() / 4)).unwrap();
     let pass = || {
         no_grad(|| m.forward(&batch)).unwrap();
         residency::mark_iteration().unwrap();

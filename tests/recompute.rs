@@ -6,7 +6,7 @@
 //! (One test binary: the manager is process-wide, so these tests take turns.)
 
 use std::sync::{Mutex, MutexGuard};
-use tensorref::residency::{self, ComputeDevice, Config, PolicyKind, Rates, Recompute, ResidencyStats};
+use tensorref::residency::{self, Device, Config, Policy, Rates, Recompute, ResidencyStats};
 use tensorref::{live_handles, manual_seed, DType, Result, Tensor};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -20,25 +20,25 @@ struct Managed(#[allow(dead_code)] MutexGuard<'static, ()>);
 
 impl Managed {
     fn new(budget: u64) -> Managed {
-        Managed::with(PolicyKind::Flow, budget)
+        Managed::with(Policy::Flow, budget)
     }
 
     /// Genoa: every result leaves the device as soon as it is made.
     fn genoa() -> Managed {
-        Managed::with(PolicyKind::Genoa, 3 * TENSOR)
+        Managed::with(Policy::Genoa, 3 * TENSOR)
     }
 
-    fn with(policy: PolicyKind, budget: u64) -> Managed {
+    fn with(policy: Policy, budget: u64) -> Managed {
         Managed::recomputing(Recompute::Always, policy, budget)
     }
 
-    fn recomputing(recompute: Recompute, policy: PolicyKind, budget: u64) -> Managed {
+    fn recomputing(recompute: Recompute, policy: Policy, budget: u64) -> Managed {
         Managed::priced(recompute, policy, budget, None)
     }
 
-    fn priced(recompute: Recompute, policy: PolicyKind, budget: u64, rates: Option<Rates>) -> Managed {
+    fn priced(recompute: Recompute, policy: Policy, budget: u64, rates: Option<Rates>) -> Managed {
         let turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-        let config = Config { recompute, rates, ..Config::new(ComputeDevice::Simulated, policy, budget) };
+        let config = Config { recompute, rates, ..Config::new(Device::Simulated, policy, budget) };
         residency::configure(config).unwrap();
         Managed(turn)
     }
@@ -123,7 +123,7 @@ fn a_random_result_is_made_again_with_the_numbers_it_drew() -> Result<()> {
     let draw = || -> Result<Tensor> { Tensor::ones(&[N], DType::F32)?.mul_scalar(1.0)?.dropout(0.5, true) };
     let (plain_first, plain_second) = {
         // Nothing moved or kept: the plain draws, straight from the generator.
-        let _resident = Managed::recomputing(Recompute::Off, PolicyKind::Resident, 1);
+        let _resident = Managed::recomputing(Recompute::Off, Policy::Resident, 1);
         manual_seed(3);
         (draw()?.to_vec::<f32>()?, draw()?.to_vec::<f32>()?)
     };
@@ -199,7 +199,7 @@ fn turning_the_manager_off_makes_every_dropped_result_again() -> Result<()> {
 fn cheaper_drops_what_an_h100_would_remake_faster_than_it_moves_it() -> Result<()> {
     for (floats, dropped) in [(1i64 << 18, true), (N, false)] {
         let bytes = floats as u64 * 4;
-        let _m = Managed::recomputing(Recompute::Cheaper, PolicyKind::Flow, 3 * bytes);
+        let _m = Managed::recomputing(Recompute::Cheaper, Policy::Flow, 3 * bytes);
         let filler = Tensor::ones(&[floats], DType::F32)?;
         let before = stats();
         let results: Vec<Tensor> = (0..5).map(|_| filler.mul_scalar(2.0)).collect::<Result<_>>()?;
@@ -220,7 +220,7 @@ fn cheaper_prices_with_the_rates_the_configuration_names() -> Result<()> {
     for (floats, link, dropped) in [(N, 1e6, true), (1i64 << 18, 1e15, false)] {
         let bytes = floats as u64 * 4;
         let rates = Rates { link, ..Rates::H100 };
-        let _m = Managed::priced(Recompute::Cheaper, PolicyKind::Flow, 3 * bytes, Some(rates));
+        let _m = Managed::priced(Recompute::Cheaper, Policy::Flow, 3 * bytes, Some(rates));
         let filler = Tensor::ones(&[floats], DType::F32)?;
         let before = stats();
         let results: Vec<Tensor> = (0..5).map(|_| filler.mul_scalar(2.0)).collect::<Result<_>>()?;
@@ -240,7 +240,7 @@ fn cheaper_prices_with_the_rates_the_configuration_names() -> Result<()> {
 #[test]
 fn cheaper_recomputes_more_after_an_iteration_where_the_link_was_the_bottleneck() -> Result<()> {
     for link_bound in [false, true] {
-        let _m = Managed::recomputing(Recompute::Cheaper, PolicyKind::Flow, (16 << 20) + (5 << 19));
+        let _m = Managed::recomputing(Recompute::Cheaper, Policy::Flow, (16 << 20) + (5 << 19));
         let (x, w) = (Tensor::ones(&[256, 8192], DType::F32)?, Tensor::ones(&[8192, 256], DType::F32)?);
         let filler = Tensor::ones(&[1 << 18], DType::F32)?;
         x.pin_resident(true)?;
@@ -272,7 +272,7 @@ fn cheaper_recomputes_more_after_an_iteration_where_the_link_was_the_bottleneck(
 fn cheaper_counts_no_load_for_an_input_read_next_to_the_result() -> Result<()> {
     let floats = 1i64 << 18; // 1 MiB: a copy takes 20 us, longer than a launch
     for (gap, dropped) in [(0, true), (16, false)] {
-        let _m = Managed::recomputing(Recompute::Cheaper, PolicyKind::Flow, 4 * 4 * floats as u64);
+        let _m = Managed::recomputing(Recompute::Cheaper, Policy::Flow, 4 * 4 * floats as u64);
         let (a, c) = (Tensor::ones(&[2, floats], DType::F32)?, Tensor::ones(&[2, floats], DType::F32)?);
         let mut last = (0, 0);
         for _ in 0..3 {

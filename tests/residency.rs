@@ -13,15 +13,15 @@ mod common;
 use common::shared_with_outside;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use tensorref::residency::{self, ComputeDevice, Config, EventKind, PolicyKind};
+use tensorref::residency::{self, Device, Config, EventKind, Policy};
 use tensorref::{live_handles, no_grad, with_scope, DType, Error, Result, Tensor};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
 #[cfg(not(feature = "cuda-tests"))]
-const DEVICE: ComputeDevice = ComputeDevice::Simulated;
+const DEVICE: Device = Device::Simulated;
 #[cfg(feature = "cuda-tests")]
-const DEVICE: ComputeDevice = ComputeDevice::Cuda(0);
+const DEVICE: Device = Device::Cuda(0);
 /// Where the plain-tch reference runs.
 const REFERENCE: tch::Device = if cfg!(feature = "cuda-tests") { tch::Device::Cuda(0) } else { tch::Device::Cpu };
 
@@ -36,7 +36,7 @@ fn exclusive(f: impl FnOnce() -> Result<()>) {
 }
 
 /// Configures the manager and records the highest device byte count seen at any event.
-fn configure(policy: PolicyKind, budget: u64) -> Arc<AtomicU64> {
+fn configure(policy: Policy, budget: u64) -> Arc<AtomicU64> {
     let mut cfg = Config::new(DEVICE, policy, budget);
     cfg.prefetch_depth = 2;
     residency::configure(cfg).unwrap();
@@ -263,12 +263,12 @@ fn random_programs_match_plain_tch_under_every_policy_and_budget() {
             let (sizes, instrs) = program(seed, 24);
             let expected = run_tch(seed, &sizes, &instrs);
             let least = smallest_feasible(&sizes, &instrs);
-            for policy in [PolicyKind::Resident, PolicyKind::Genoa, PolicyKind::Flow] {
+            for policy in [Policy::Resident, Policy::Genoa, Policy::Flow] {
                 for budget in [least, least * 3 / 2, least * 3, 1 << 30] {
                     let peak = configure(policy, budget);
                     let got = run_tr(seed, &sizes, &instrs).unwrap_or_else(|e| panic!("seed {seed} {policy:?} budget {budget}: {e}"));
                     assert_same(&got, &expected, &format!("seed {seed} {policy:?} budget {budget}"));
-                    if policy != PolicyKind::Resident {
+                    if policy != Policy::Resident {
                         assert!(peak.load(Ordering::Relaxed) <= budget, "seed {seed} {policy:?}: over budget");
                         assert!(residency::stats().unwrap().peak_device_bytes <= budget);
                         let memory = residency::device_memory(false);
@@ -292,7 +292,7 @@ fn budget_too_small_names_the_op_and_loses_nothing() {
         let a = Tensor::randn(&[64, 64], DType::F32)?; // 16 KiB
         let b = Tensor::randn(&[64, 64], DType::F32)?;
         let expected = a.matmul(&b)?.to_vec::<f32>()?;
-        configure(PolicyKind::Flow, 20_000);
+        configure(Policy::Flow, 20_000);
         let err = a.matmul(&b).unwrap_err();
         match &err {
             Error::BudgetTooSmall { op, needed, budget } => {
@@ -311,7 +311,7 @@ fn budget_too_small_names_the_op_and_loses_nothing() {
 #[test]
 fn release_in_flight_frees_device_bytes_when_the_op_ends() {
     exclusive(|| {
-        configure(PolicyKind::Flow, 64 << 20);
+        configure(Policy::Flow, 64 << 20);
         let a = Tensor::randn(&[512, 512], DType::F32)?;
         let id = a.into_raw();
         let worker = std::thread::spawn(move || -> Result<()> {
@@ -342,7 +342,7 @@ fn release_in_flight_frees_device_bytes_when_the_op_ends() {
 fn out_of_memory_makes_flow_evict_and_retry() {
     exclusive(|| {
         let ts: Vec<Tensor> = (0..4).map(|_| Tensor::randn(&[32, 32], DType::F32)).collect::<Result<_>>()?; // 4 KiB each
-        let mut cfg = Config::new(DEVICE, PolicyKind::Flow, 64 << 10);
+        let mut cfg = Config::new(DEVICE, Policy::Flow, 64 << 10);
         cfg.simulated_capacity = Some(14 << 10); // the device is smaller than the budget
         residency::configure(cfg)?;
         let sums: Vec<Tensor> = ts.windows(2).map(|w| w[0].add(&w[1])).collect::<Result<_>>()?;
@@ -363,7 +363,7 @@ fn pins_count_against_the_budget_and_stay_resident() {
         let big = Tensor::randn(&[80, 64], DType::F32)?; // 20 KiB
         let pinned = Tensor::randn(&[32, 32], DType::F32)?; // 4 KiB
         let x = Tensor::randn(&[32, 32], DType::F32)?;
-        let peak = configure(PolicyKind::Flow, 16 << 10);
+        let peak = configure(Policy::Flow, 16 << 10);
         let err = big.pin_resident(true).unwrap_err();
         assert!(matches!(&err, Error::BudgetTooSmall { op, .. } if op == "pin_resident"), "{err:?}");
         pinned.pin_resident(true)?;
@@ -394,7 +394,7 @@ fn genoa_keeps_nothing_on_the_device_between_ops() {
     exclusive(|| {
         let w = Tensor::randn(&[32, 32], DType::F32)?;
         let x = Tensor::randn(&[8, 32], DType::F32)?;
-        configure(PolicyKind::Genoa, 1 << 20);
+        configure(Policy::Genoa, 1 << 20);
         let ends = Arc::new(Mutex::new(Vec::new()));
         let log = ends.clone();
         residency::set_callback(Some(Box::new(move |e| {
@@ -445,7 +445,7 @@ fn flow_with_a_recorded_trace_is_near_optimal_and_far_below_genoa() {
             values(&h)
         };
         let mut per_pass = std::collections::HashMap::new();
-        for policy in [PolicyKind::Genoa, PolicyKind::Flow] {
+        for policy in [Policy::Genoa, Policy::Flow] {
             let peak = configure(policy, budget);
             let mut loads = vec![];
             for _ in 0..4 {
@@ -458,7 +458,7 @@ fn flow_with_a_recorded_trace_is_near_optimal_and_far_below_genoa() {
             let trace = residency::recorded_trace().expect("an iteration was recorded");
             let optimum = residency::offline_min_loads(&trace, budget, 0, 3);
             per_pass.insert(format!("{policy:?}"), (*loads.last().unwrap(), optimum));
-            if policy == PolicyKind::Flow {
+            if policy == Policy::Flow {
                 let s = residency::stats().unwrap();
                 assert!(s.prefetch_hits > 0, "prefetch brought weights ahead of use: {s:?}");
             }
@@ -476,7 +476,7 @@ fn flow_with_a_recorded_trace_is_near_optimal_and_far_below_genoa() {
 fn timeline_is_chrome_trace_json() {
     exclusive(|| {
         let a = Tensor::randn(&[16, 16], DType::F32)?;
-        configure(PolicyKind::Flow, 4096);
+        configure(Policy::Flow, 4096);
         residency::timeline_start()?;
         let _b = a.matmul(&a)?.relu()?;
         let path = std::env::temp_dir().join(format!("tensorref-timeline-{}.json", std::process::id()));
@@ -498,7 +498,7 @@ fn dlpack_export_shares_the_current_data_and_settles_it_home() {
     exclusive(|| {
         let a = Tensor::randn(&[8, 8], DType::F32)?;
         let expected = a.add(&a)?.to_vec::<f32>()?;
-        configure(PolicyKind::Flow, 1 << 20);
+        configure(Policy::Flow, 1 << 20);
         let y = a.add(&a)?; // its newest copy is on the device
         assert!(y.is_resident()?);
         let mut managed = std::ptr::null_mut();
@@ -562,14 +562,14 @@ const BALANCED_TFLOPS: f64 = 1.7;
 fn flow_in_steady_state_pays_nothing_a_gpu_would_stall_on_and_overlaps_its_copies() {
     use tensorref::residency::model;
     exclusive(|| {
-        let (log, first, s) = logged_stack(Config::new(DEVICE, PolicyKind::Flow, STACK_BUDGET))?; // prefetch as far as the budget allows
+        let (log, first, s) = logged_stack(Config::new(DEVICE, Policy::Flow, STACK_BUDGET))?; // prefetch as far as the budget allows
         assert!(first.page_locked_allocs > 0, "the first pass moves the weights into page-locked memory: {first:?}");
         assert_eq!(s.page_locked_allocs, first.page_locked_allocs, "new page-locked memory in steady state: {s:?}");
         assert_eq!(s.pageable_copies, 0, "{s:?}");
         assert_eq!(s.write_through_waits, 0, "{s:?}");
         assert_eq!(s.needless_write_backs, 0, "{s:?}");
         assert_eq!(s.prefetch_misses, first.prefetch_misses, "an input loaded on demand in steady state: {s:?}");
-        if DEVICE == ComputeDevice::Simulated {
+        if DEVICE == Device::Simulated {
             // On a GPU much faster than the host, an op may be queued before its prefetch has
             // ended: the stream then waits a little whatever the schedule.
             assert_eq!(s.load_wait_ns, first.load_wait_ns, "an op waited for its input's copy in steady state: {s:?}");
@@ -590,7 +590,7 @@ fn flow_in_steady_state_pays_nothing_a_gpu_would_stall_on_and_overlaps_its_copie
 fn without_prefetching_the_schedule_model_shows_the_stalls() {
     use tensorref::residency::model;
     exclusive(|| {
-        let cfg = Config { prefetch_depth: 0, ..Config::new(DEVICE, PolicyKind::Flow, STACK_BUDGET) };
+        let cfg = Config { prefetch_depth: 0, ..Config::new(DEVICE, Policy::Flow, STACK_BUDGET) };
         let (log, first, s) = logged_stack(cfg)?;
         let r = model::replay(&log, 53.6e9, model::roofline(BALANCED_TFLOPS * 1e12, 3e12, 4));
         assert!(r.efficiency() < 0.8, "loads on demand overlap as if prefetched: {r:?}");
@@ -689,7 +689,7 @@ fn without_page_locking_every_home_stays_pageable() {
     exclusive(|| {
         let ws: Vec<Tensor> = (0..6).map(|_| Tensor::randn(&[32, 32], DType::F32)).collect::<Result<_>>()?;
         let expected: Vec<Vec<f32>> = ws.windows(2).map(|w| w[0].matmul(&w[1])?.to_vec::<f32>()).collect::<Result<_>>()?;
-        let mut cfg = Config::new(DEVICE, PolicyKind::Genoa, 16 << 10);
+        let mut cfg = Config::new(DEVICE, Policy::Genoa, 16 << 10);
         cfg.pin_host_memory = false;
         residency::configure(cfg)?;
         let got: Vec<Tensor> = ws.windows(2).map(|w| w[0].matmul(&w[1])).collect::<Result<_>>()?;

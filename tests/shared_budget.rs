@@ -9,7 +9,7 @@
 mod common;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use tensorref::residency::{self, ComputeDevice, Config};
+use tensorref::residency::{self, Device, Config};
 use tensorref::{no_grad, with_scope, DType, Result, Tensor};
 
 const THREADS: usize = 8;
@@ -58,7 +58,7 @@ fn threads_share_a_tight_budget_without_spurious_errors() -> Result<()> {
             let mut peaks = vec![];
             let mut results = vec![];
             for together in [false, true] {
-                residency::configure(Config { recompute, ..Config::new(ComputeDevice::Simulated, policy, budget) })?;
+                residency::configure(Config { recompute, ..Config::new(Device::Simulated, policy, budget) })?;
                 let peak = Arc::new(AtomicU64::new(0));
                 let seen = peak.clone();
                 residency::set_callback(Some(Box::new(move |e| {

@@ -11,21 +11,21 @@ mod common;
 use common::shared_with_outside;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tensorref::ffi::{tr_tensor_from_dlpack, tr_tensor_to_dlpack, TrTensor};
-use tensorref::residency::{self, ComputeDevice, Config, EventKind, PolicyKind};
+use tensorref::residency::{self, Device, Config, EventKind, Policy};
 use tensorref::{live_handles, no_grad, DType, Result, Status, Tensor};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
 #[cfg(not(feature = "cuda-tests"))]
-const DEVICE: ComputeDevice = ComputeDevice::Simulated;
+const DEVICE: Device = Device::Simulated;
 #[cfg(feature = "cuda-tests")]
-const DEVICE: ComputeDevice = ComputeDevice::Cuda(0);
+const DEVICE: Device = Device::Cuda(0);
 
-const POLICIES: [PolicyKind; 3] = [PolicyKind::Resident, PolicyKind::Genoa, PolicyKind::Flow];
+const POLICIES: [Policy; 3] = [Policy::Resident, Policy::Genoa, Policy::Flow];
 
 /// Runs `f` once per policy and budget, with the manager to itself; afterwards the manager is
 /// off and no handle leaked.
-fn each_policy(budgets: &[u64], f: impl Fn(PolicyKind, u64) -> Result<()>) {
+fn each_policy(budgets: &[u64], f: impl Fn(Policy, u64) -> Result<()>) {
     let _turn: MutexGuard<()> = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     for policy in POLICIES {
         for &budget in budgets {
@@ -36,7 +36,7 @@ fn each_policy(budgets: &[u64], f: impl Fn(PolicyKind, u64) -> Result<()>) {
             residency::disable().unwrap();
             result.unwrap_or_else(|e| panic!("{policy:?} budget {budget}: {e}"));
             assert_eq!(stats.needless_write_backs, 0, "{policy:?} budget {budget}: {stats:?}");
-            if policy != PolicyKind::Resident {
+            if policy != Policy::Resident {
                 assert!(stats.peak_device_bytes <= budget, "{policy:?} budget {budget}: over budget {stats:?}");
             }
             assert_eq!(live_handles(), live, "{policy:?} budget {budget}: handles leaked");
@@ -105,7 +105,7 @@ fn view_ops_share_the_storage_and_cost_no_bytes() {
         let s = residency::stats().unwrap();
         // Every view alive at once, and the books hold at most one copy of their one storage.
         assert!(s.device_bytes <= x_bytes as u64, "{policy:?}: a view was counted as a storage of its own: {s:?}");
-        if policy != PolicyKind::Resident {
+        if policy != Policy::Resident {
             assert!(s.peak_device_bytes <= x_bytes as u64, "views were counted again: {s:?}");
         }
         assert_eq!(s.write_backs, 0, "nothing was modified, nothing is written back: {s:?}");

@@ -14,7 +14,7 @@
 //! `reference`).
 
 use std::sync::{Arc, Mutex, MutexGuard};
-use tensorref::residency::{self, ComputeDevice, Config, EventKind, PolicyKind, Recompute, ResidencyStats};
+use tensorref::residency::{self, Device, Config, EventKind, Policy, Recompute, ResidencyStats};
 use tensorref::{live_handles, manual_seed, no_grad, DType, Result, Tensor};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -28,11 +28,11 @@ fn turn() -> MutexGuard<'static, ()> {
 struct Managed;
 
 impl Managed {
-    fn new(policy: PolicyKind, budget: u64) -> Managed {
+    fn new(policy: Policy, budget: u64) -> Managed {
         Managed::recomputing(policy, budget, Recompute::Off)
     }
 
-    fn recomputing(policy: PolicyKind, budget: u64, recompute: Recompute) -> Managed {
+    fn recomputing(policy: Policy, budget: u64, recompute: Recompute) -> Managed {
         residency::configure(Config { recompute, ..Config::new(DEVICE, policy, budget) }).unwrap();
         Managed
     }
@@ -45,9 +45,9 @@ impl Drop for Managed {
 }
 
 #[cfg(not(feature = "cuda-tests"))]
-const DEVICE: ComputeDevice = ComputeDevice::Simulated;
+const DEVICE: Device = Device::Simulated;
 #[cfg(feature = "cuda-tests")]
-const DEVICE: ComputeDevice = ComputeDevice::Cuda(0);
+const DEVICE: Device = Device::Cuda(0);
 
 /// What a run gives: its losses, then its parameters' values after the last step.
 #[derive(Debug, PartialEq)]
@@ -122,7 +122,7 @@ fn train_with<M: Model>(make: impl Fn() -> Result<M>, steps: usize, dropout: boo
 /// the ops run on the host, whose generator draws other numbers.
 fn reference(dropout: bool, f: impl Fn() -> Result<Run>) -> Run {
     if cfg!(feature = "cuda-tests") && dropout {
-        let _resident = Managed::new(PolicyKind::Resident, 0);
+        let _resident = Managed::new(Policy::Resident, 0);
         return f().unwrap();
     }
     f().unwrap()
@@ -137,8 +137,8 @@ fn same_under_every_policy(budgets: &[u64], dropout: bool, f: impl Fn() -> Resul
     let live = live_handles();
     let plain = reference(dropout, &f);
     assert!(plain.losses.last() < plain.losses.first(), "the loss goes down: {:?}", plain.losses);
-    let mut runs = vec![(PolicyKind::Resident, 0, Recompute::Off)];
-    for policy in [PolicyKind::Genoa, PolicyKind::Flow] {
+    let mut runs = vec![(Policy::Resident, 0, Recompute::Off)];
+    for policy in [Policy::Genoa, Policy::Flow] {
         for &budget in budgets {
             runs.extend([Recompute::Off, Recompute::Cheaper, Recompute::Always].map(|r| (policy, budget, r)));
         }
@@ -153,7 +153,7 @@ fn same_under_every_policy(budgets: &[u64], dropout: bool, f: impl Fn() -> Resul
         drop(managed);
         let run = run.unwrap_or_else(|e| panic!("{what}: {e}"));
         assert_same(&plain, &run, &what);
-        if policy != PolicyKind::Resident {
+        if policy != Policy::Resident {
             assert!(stats.peak_device_bytes <= budget, "{what}: over budget {stats:?}");
             if !cfg!(feature = "cuda-tests") {
                 assert!(memory.peak <= budget, "{what}: the allocator saw {} device bytes alive at once", memory.peak);
@@ -166,7 +166,7 @@ fn same_under_every_policy(budgets: &[u64], dropout: bool, f: impl Fn() -> Resul
             // Only what was dropped is made again; and Flow, which keeps results, finds some whose
             // remaking is cheaper than their copies at these budgets (dropout's outputs).
             Recompute::Cheaper => assert!(
-                stats.recomputations <= stats.drops && stats.recomputed_bytes <= stats.dropped_bytes && (policy != PolicyKind::Flow || stats.drops > 0),
+                stats.recomputations <= stats.drops && stats.recomputed_bytes <= stats.dropped_bytes && (policy != Policy::Flow || stats.drops > 0),
                 "{what}: {stats:?}"
             ),
         }
@@ -356,8 +356,8 @@ fn a_transformer_encoder_with_dropout_trains_the_same_under_every_policy_with_sg
 // ---------------------------------------------------------------- gradients as in PyTorch
 
 /// Runs `f` under each policy at a budget of a few small tensors (the caller has its turn).
-fn each_policy(f: impl Fn(PolicyKind) -> Result<()>) {
-    for policy in [PolicyKind::Resident, PolicyKind::Genoa, PolicyKind::Flow] {
+fn each_policy(f: impl Fn(Policy) -> Result<()>) {
+    for policy in [Policy::Resident, Policy::Genoa, Policy::Flow] {
         let managed = Managed::new(policy, 4 << 10);
         let result = f(policy);
         drop(managed);
@@ -404,7 +404,7 @@ fn a_cleared_gradient_leaves_the_device_at_once_unless_the_program_holds_it() {
         let with_grad = device_bytes();
         w.clear_grad()?;
         assert!(w.grad()?.is_none(), "{policy:?}: cleared");
-        if policy == PolicyKind::Flow {
+        if policy == Policy::Flow {
             // Flow keeps results on the device: the gradient was there.
             assert_eq!(device_bytes(), with_grad - 16, "{policy:?}: the gradient's 16 bytes left the device");
         }
@@ -472,7 +472,7 @@ fn what_autograd_saves_is_managed_evicted_in_forward_and_brought_back_in_backwar
     let _turn = turn();
     let plain = reference(true, || train(Mlp::new, 3, true, Optimizer::Sgd));
     let budget = MLP_BUDGETS[0];
-    let managed = Managed::new(PolicyKind::Flow, budget);
+    let managed = Managed::new(Policy::Flow, budget);
     assert!(residency::saved_tensors_managed(), "backward runs on libtorch's engine here");
     // Each event's kind, op and the device bytes after it.
     type Seen = Vec<(EventKind, &'static str, u64)>;
@@ -500,7 +500,7 @@ fn what_autograd_saves_is_managed_evicted_in_forward_and_brought_back_in_backwar
 /// device, the most the simulated device's allocator saw alive at once (backward's gradients in
 /// flight and kernels' scratch included); on CUDA, the most Resident's books held.
 fn unmanaged_peak(f: impl FnOnce() -> Result<()>) -> u64 {
-    let _resident = Managed::new(PolicyKind::Resident, 1);
+    let _resident = Managed::new(Policy::Resident, 1);
     residency::device_memory(true);
     f().unwrap();
     residency::device_memory(false).peak.max(residency::stats().unwrap().peak_device_bytes)
@@ -515,7 +515,7 @@ fn at_half_the_unmanaged_peak_flow_trains_with_no_needless_cost_in_steady_state(
     for grads in [Grads::Zero, Grads::Clear] {
         let learned_at = 3;
         let peak = unmanaged_peak(|| train_with(Encoder::new, 6, true, Optimizer::Adam, grads, |_| {}).map(drop));
-        let managed = Managed::new(PolicyKind::Flow, peak / 2);
+        let managed = Managed::new(Policy::Flow, peak / 2);
         let mut learned = None;
         train_with(Encoder::new, 6, true, Optimizer::Adam, grads, |step| {
             if step == learned_at {
@@ -543,7 +543,7 @@ fn flow_prefetches_saved_activations_ahead_of_backward() {
     // prefetch, 6 prefetching weights only, 3 prefetching saved activations too.
     let budget = MLP_BUDGETS[1];
     let demand_loads = |prefetch_depth: usize| {
-        let mut config = Config::new(DEVICE, PolicyKind::Flow, budget);
+        let mut config = Config::new(DEVICE, Policy::Flow, budget);
         config.prefetch_depth = prefetch_depth;
         residency::configure(config).unwrap();
         let loads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -579,7 +579,7 @@ fn the_schedule_model_costs_a_training_step_backward_included() {
     let _turn = turn();
     let compute = model::roofline(1e12, 3e11, 4);
     let logged = |recompute: Recompute, budget: u64| {
-        let _managed = Managed::recomputing(PolicyKind::Flow, budget, recompute);
+        let _managed = Managed::recomputing(Policy::Flow, budget, recompute);
         residency::schedule_log_start().unwrap();
         train(Mlp::new, 3, false, Optimizer::Adam).unwrap();
         residency::schedule_log().expect("a step was logged")
@@ -612,7 +612,7 @@ fn the_schedule_model_costs_a_training_step_backward_included() {
 #[test]
 fn flow_writes_back_ahead_what_the_followed_step_evicted() {
     let _turn = turn();
-    let _managed = Managed::new(PolicyKind::Flow, ENCODER_BUDGETS[0]);
+    let _managed = Managed::new(Policy::Flow, ENCODER_BUDGETS[0]);
     let events = Arc::new(Mutex::new(Vec::new()));
     let (seen, counting) = (events.clone(), Arc::new(std::sync::atomic::AtomicBool::new(false)));
     let on = counting.clone();
@@ -649,7 +649,7 @@ fn flow_trains_near_the_unmanaged_speed_in_the_schedule_model() {
     let wide = || Encoder::of(WIDE);
     let peak = unmanaged_peak(|| train_with(wide, 2, true, Optimizer::Adam, Grads::Clear, |_| {}).map(drop));
     for (budget, slowdown, efficiency) in [(peak * 3 / 4, 1.05, 0.95), (peak / 2, 1.35, 0.75)] {
-        let _managed = Managed::new(PolicyKind::Flow, budget);
+        let _managed = Managed::new(Policy::Flow, budget);
         residency::schedule_log_start().unwrap();
         train_with(wide, 5, true, Optimizer::Adam, Grads::Clear, |_| {}).unwrap();
         let step = residency::schedule_log().expect("a step was logged");

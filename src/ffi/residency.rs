@@ -5,7 +5,7 @@ use super::boundary::{call, out_arg};
 use super::handles::TrTensor;
 use crate::error::{Error, Status};
 use crate::registry::TensorId;
-use crate::residency::{self, ComputeDevice, Config, DeviceMemory, Event, PolicyKind, Recompute, ResidencyStats};
+use crate::residency::{self, Device, Config, DeviceMemory, Event, Policy, Recompute, ResidencyStats};
 use crate::tensor::Tensor;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr, CString};
@@ -29,7 +29,7 @@ pub enum DeviceKind {
 /// A `tr_device` as it crosses the ABI (`DeviceKind::try_from` checks it).
 /// cbindgen:ignore
 pub type TrDevice = i32;
-/// A `tr_policy` as it crosses the ABI (`PolicyKind::try_from` checks it).
+/// A `tr_policy` as it crosses the ABI (`Policy::try_from` checks it).
 /// cbindgen:ignore
 pub type TrPolicy = i32;
 /// A `tr_recompute` as it crosses the ABI (`Recompute::try_from` checks it).
@@ -91,7 +91,7 @@ pub extern "C" fn tr_residency_config_default(out: *mut TrResidencyConfig) -> St
         *out_arg(out, "out")? = TrResidencyConfig {
             device: DeviceKind::Simulated as i32,
             device_index: 0,
-            policy: PolicyKind::Flow as i32,
+            policy: Policy::Flow as i32,
             budget_bytes: 0,
             pin_host_memory: true,
             prefetch_depth: residency::DEFAULT_PREFETCH_DEPTH as u32,
@@ -112,14 +112,14 @@ pub extern "C" fn tr_residency_configure(config: *const TrResidencyConfig) -> St
     call(|| {
         let c = *out_arg(config.cast_mut(), "config")?;
         let device = match DeviceKind::try_from(c.device)? {
-            DeviceKind::Cpu => ComputeDevice::Cpu,
-            DeviceKind::Cuda => ComputeDevice::Cuda(usize::try_from(c.device_index).map_err(|_| Error::InvalidArg(format!("device_index {}", c.device_index)))?),
-            DeviceKind::Simulated => ComputeDevice::Simulated,
+            DeviceKind::Cpu => Device::Cpu,
+            DeviceKind::Cuda => Device::Cuda(usize::try_from(c.device_index).map_err(|_| Error::InvalidArg(format!("device_index {}", c.device_index)))?),
+            DeviceKind::Simulated => Device::Simulated,
         };
         residency::configure(Config {
             device,
-            budget: c.budget_bytes,
-            policy: PolicyKind::try_from(c.policy)?,
+            budget_bytes: c.budget_bytes,
+            policy: Policy::try_from(c.policy)?,
             pin_host_memory: c.pin_host_memory,
             prefetch_depth: c.prefetch_depth as usize,
             simulated_capacity: (c.simulated_capacity > 0).then_some(c.simulated_capacity),

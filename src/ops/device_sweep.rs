@@ -130,7 +130,7 @@ fn a_cpu_tensor_beside_a_meta_input_fails_as_beside_a_cuda_one() {
 #[cfg(feature = "cuda-tests")]
 #[test]
 fn every_op_under_the_manager_matches_plain_tch_on_cuda() {
-    use crate::residency::{self, ComputeDevice, Config, PolicyKind};
+    use crate::residency::{self, Device, Config, Policy};
     const AUTOGRAD: [&str; 8] = ["backward", "grad", "zero_grad", "clear_grad", "optim_sgd_step", "optim_adam_step", "requires_grad_", "requires_grad"];
     let run = |case: &Case, inputs: Inputs| -> Result<Vec<Vec<f64>>> {
         INPUTS.with(|i| i.set(inputs));
@@ -157,8 +157,8 @@ fn every_op_under_the_manager_matches_plain_tch_on_cuda() {
                 continue;
             }
         };
-        for (policy, budget) in [(PolicyKind::Resident, 1 << 30), (PolicyKind::Genoa, 4096), (PolicyKind::Flow, 4096)] {
-            residency::configure(Config::new(ComputeDevice::Cuda(0), policy, budget)).unwrap();
+        for (policy, budget) in [(Policy::Resident, 1 << 30), (Policy::Genoa, 4096), (Policy::Flow, 4096)] {
+            residency::configure(Config::new(Device::Cuda(0), policy, budget)).unwrap();
             let got = run(case, Inputs::Host);
             residency::disable().unwrap();
             match got {

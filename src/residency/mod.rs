@@ -25,11 +25,11 @@ pub mod model;
 mod policy;
 mod training;
 
-pub use device::ComputeDevice;
+pub use device::Device;
 pub use device::memory::{device_memory, DeviceMemory};
 #[doc(hidden)]
 pub use device::faults::{inject_fault, Fault};
-pub use policy::PolicyKind;
+pub use policy::Policy;
 pub use model::Rates;
 pub use training::recipe::Recompute;
 pub use self::core::report::{Callback, Event, EventKind, ResidencyStats};
@@ -53,10 +53,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 /// How the manager runs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Config {
-    pub device: ComputeDevice,
+    pub device: Device,
     /// Hard limit on the bytes the manager holds on the device (ignored by Resident).
-    pub budget: u64,
-    pub policy: PolicyKind,
+    pub budget_bytes: u64,
+    pub policy: Policy,
     /// Page-locked host homes, so CUDA copies are asynchronous and run at full speed. A tensor
     /// made elsewhere is moved into page-locked memory once, the first time the manager sees it.
     pub pin_host_memory: bool,
@@ -70,7 +70,7 @@ pub struct Config {
     /// (see `recompute`; Resident, which evicts nothing, ignores it).
     pub recompute: Recompute,
     /// The device's rates `Recompute::Cheaper` prices remakes and copies with (None: the
-    /// device's own, `ComputeDevice::rates`: measured as the manager starts on CUDA, the
+    /// device's own, `Device::rates`: measured as the manager starts on CUDA, the
     /// `Rates::H100` preset on the simulated device).
     pub rates: Option<Rates>,
 }
@@ -79,8 +79,8 @@ pub struct Config {
 pub const DEFAULT_PREFETCH_DEPTH: usize = 256;
 
 impl Config {
-    pub fn new(device: ComputeDevice, policy: PolicyKind, budget: u64) -> Config {
-        Config { device, budget, policy, pin_host_memory: true, prefetch_depth: DEFAULT_PREFETCH_DEPTH, simulated_capacity: None, recompute: Recompute::Off, rates: None }
+    pub fn new(device: Device, policy: Policy, budget_bytes: u64) -> Config {
+        Config { device, budget_bytes, policy, pin_host_memory: true, prefetch_depth: DEFAULT_PREFETCH_DEPTH, simulated_capacity: None, recompute: Recompute::Off, rates: None }
     }
 }
 
@@ -170,7 +170,7 @@ fn wait_all(transfers: Vec<Arc<Transfer>>) -> Result<()> {
 pub fn configure(cfg: Config) -> Result<()> {
     crate::registry::on_forget(forget);
     let mut guard = lock()?;
-    if cfg.device == ComputeDevice::Simulated {
+    if cfg.device == Device::Simulated {
         device::memory::install();
     }
     let mut fresh = Manager::new(cfg)?;
@@ -249,7 +249,7 @@ pub fn stats() -> Option<ResidencyStats> {
         m.count_stalls();
         (m.stats, m.cfg.device)
     })?;
-    if let (s, ComputeDevice::Cuda(index)) = &mut stats {
+    if let (s, Device::Cuda(index)) = &mut stats {
         (s.reserved_bytes, s.peak_reserved_bytes) = device::cuda::reserved(*index).unwrap_or_default();
     }
     Some(stats.0)
@@ -261,7 +261,7 @@ pub fn stats() -> Option<ResidencyStats> {
 #[doc(hidden)]
 pub fn reset_reserved_peak() -> Result<()> {
     match lock()?.as_ref().map(|m| m.cfg.device) {
-        Some(ComputeDevice::Cuda(index)) => device::cuda::reset_peak(index),
+        Some(Device::Cuda(index)) => device::cuda::reset_peak(index),
         _ => Ok(()),
     }
 }

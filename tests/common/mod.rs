@@ -42,7 +42,7 @@ pub fn shared_with_outside(outside: &tch::Tensor) -> Result<Tensor> {
 }
 
 /// Every policy, and Flow with recomputation too: the runs a test of the manager covers.
-pub fn policy_runs() -> [(tensorref::residency::PolicyKind, tensorref::residency::Recompute); 4] {
-    use tensorref::residency::{PolicyKind, Recompute};
-    [(PolicyKind::Resident, Recompute::Off), (PolicyKind::Genoa, Recompute::Off), (PolicyKind::Flow, Recompute::Off), (PolicyKind::Flow, Recompute::Always)]
+pub fn policy_runs() -> [(tensorref::residency::Policy, tensorref::residency::Recompute); 4] {
+    use tensorref::residency::{Policy, Recompute};
+    [(Policy::Resident, Recompute::Off), (Policy::Genoa, Recompute::Off), (Policy::Flow, Recompute::Off), (Policy::Flow, Recompute::Always)]
 }

@@ -7,7 +7,7 @@ use crate::residency::core::manager::{Manager, HOLDS};
 use crate::residency::core::report::EventKind;
 use crate::residency::core::storage::{page_locked, Home, Storage};
 use crate::residency::device::memory;
-use crate::residency::device::ComputeDevice;
+use crate::residency::device::Device;
 use crate::residency::policy::Candidate;
 use std::sync::Arc;
 use std::time::Instant;
@@ -18,14 +18,14 @@ impl Manager {
     /// `bytes` exceed the budget (`BudgetTooSmall`, with what the op needs by itself), or other
     /// running ops hold the rest (`RoomTaken`: the op waits and runs again).
     pub(in crate::residency) fn make_room(&mut self, bytes: u64, op: &'static str) -> Result<()> {
-        if !self.policy.bounded() || self.used() + bytes <= self.cfg.budget {
+        if !self.policy.bounded() || self.used() + bytes <= self.cfg.budget_bytes {
             return Ok(());
         }
         let leaving: u64 = self.candidates().iter().map(|c| c.bytes).sum();
-        if self.used().saturating_sub(leaving) + bytes > self.cfg.budget {
+        if self.used().saturating_sub(leaving) + bytes > self.cfg.budget_bytes {
             return Err(self.no_room(bytes, op));
         }
-        while self.used() + bytes > self.cfg.budget {
+        while self.used() + bytes > self.cfg.budget_bytes {
             let candidates = self.candidates();
             let Some(victim) = self.policy.pick_victim(&candidates, self.clock, &self.trace) else {
                 return Err(self.no_room(bytes, op));
@@ -43,7 +43,7 @@ impl Manager {
 
     pub(in crate::residency) fn in_flight(&self) -> memory::DeviceMemory {
         match self.cfg.device {
-            ComputeDevice::Simulated => memory::device_memory(false),
+            Device::Simulated => memory::device_memory(false),
             _ => memory::DeviceMemory::default(),
         }
     }
@@ -62,10 +62,10 @@ impl Manager {
         let needed = own.iter().map(held).sum::<u64>() + lent + self.stats.pinned_bytes + flight.in_flight_here + bytes;
         let others = flight.in_flight > flight.in_flight_here
             || self.storages.iter().any(|(id, s)| s.resident() && s.in_use > 0 && own.binary_search(id).is_err());
-        if needed <= self.cfg.budget && others {
+        if needed <= self.cfg.budget_bytes && others {
             Error::RoomTaken { op: op.to_string(), freed: crate::residency::core::room::freed_so_far() }
         } else {
-            Error::BudgetTooSmall { op: op.to_string(), needed, budget: self.cfg.budget }
+            Error::BudgetTooSmall { op: op.to_string(), needed, budget: self.cfg.budget_bytes }
         }
     }
 

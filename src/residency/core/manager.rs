@@ -11,11 +11,11 @@
 //! outside) are handed back and waited for after the lock is released. The policy only chooses
 //! victims and sets the rules.
 
-use crate::residency::device::{ComputeDevice, Transfer};
+use crate::residency::device::{Device, Transfer};
 use crate::residency::device::memory;
 use crate::residency::device::faults::Fault;
 use crate::residency::core::id_map::IdMap;
-use crate::residency::policy::Policy;
+use crate::residency::policy::Rules;
 use crate::residency::training::recipe::{LinkLoad, Recipe, Recompute};
 use crate::residency::core::report::{Event, EventKind, Reporter, ResidencyStats};
 use crate::residency::model::{Log, Rates};
@@ -49,7 +49,7 @@ pub(crate) struct Acquired {
 
 pub(crate) struct Manager {
     pub(crate) cfg: Config,
-    pub(in crate::residency) policy: Box<dyn Policy>,
+    pub(in crate::residency) policy: Box<dyn Rules>,
     pub(in crate::residency) storages: IdMap<u64, Storage>,
     /// Home StorageImpl address -> storage.
     pub(in crate::residency) by_home: IdMap<usize, u64>,
@@ -97,16 +97,16 @@ impl Manager {
     pub(crate) fn new(cfg: Config) -> Result<Manager> {
         cfg.device.check_available()?;
         let policy = cfg.policy.rules();
-        if policy.bounded() && cfg.budget == 0 {
+        if policy.bounded() && cfg.budget_bytes == 0 {
             return Err(Error::InvalidArg(format!("{:?} needs a device budget above 0 bytes", cfg.policy)));
         }
-        let stats = ResidencyStats { budget: if policy.bounded() { cfg.budget } else { u64::MAX }, ..Default::default() };
+        let stats = ResidencyStats { budget: if policy.bounded() { cfg.budget_bytes } else { u64::MAX }, ..Default::default() };
         let rates = match cfg.rates {
             Some(rates) => rates,
             None if cfg.recompute == Recompute::Cheaper => cfg.device.rates()?,
             None => Rates::H100,
         };
-        let schedule = (cfg.recompute == Recompute::Cheaper && cfg.device != ComputeDevice::Cpu).then(Log::default);
+        let schedule = (cfg.recompute == Recompute::Cheaper && cfg.device != Device::Cpu).then(Log::default);
         Ok(Manager {
             cfg,
             policy,
@@ -136,7 +136,7 @@ impl Manager {
 
     /// Whether anything moves: on the CPU the manager only counts ops.
     pub(crate) fn moves(&self) -> bool {
-        self.cfg.device != ComputeDevice::Cpu
+        self.cfg.device != Device::Cpu
     }
 
     pub(in crate::residency) fn cuda(&self) -> bool {
@@ -340,11 +340,11 @@ impl Manager {
         recipe: Option<Recipe>,
     ) -> Result<Entry> {
         let bytes = info.nbytes;
-        if self.cfg.device == ComputeDevice::Simulated {
+        if self.cfg.device == Device::Simulated {
             memory::adopt(t); // counted from here on as a storage's
         }
         self.cfg.device.fault(Fault::DeviceAllocation, &format!("allocating the result of `{op}`"))?;
-        if let Some(cap) = self.cfg.simulated_capacity.filter(|_| self.cfg.device == ComputeDevice::Simulated) {
+        if let Some(cap) = self.cfg.simulated_capacity.filter(|_| self.cfg.device == Device::Simulated) {
             if self.stats.device_bytes + bytes > cap {
                 return Err(Error::OutOfMemory(format!(
                     "simulated device: {bytes} bytes for the result of `{op}` do not fit ({} of {cap} in use)",

@@ -77,8 +77,8 @@ impl Manager {
             crate::residency::core::room::freed();
             return Ok(());
         }
-        if self.policy.bounded() && self.stats.pinned_bytes + bytes > self.cfg.budget {
-            return Err(Error::BudgetTooSmall { op: "pin_resident".into(), needed: self.stats.pinned_bytes + bytes, budget: self.cfg.budget });
+        if self.policy.bounded() && self.stats.pinned_bytes + bytes > self.cfg.budget_bytes {
+            return Err(Error::BudgetTooSmall { op: "pin_resident".into(), needed: self.stats.pinned_bytes + bytes, budget: self.cfg.budget_bytes });
         }
         // Counted from here, so that no result is dropped whose remake would not fit beside it.
         self.stats.pinned_bytes += bytes;

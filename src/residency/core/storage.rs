@@ -3,7 +3,7 @@
 //! the whole of its own), so views and aliases share one home, one device copy and one entry in
 //! the budget, and a write through any of them is seen through all of them.
 
-use crate::residency::device::{ComputeDevice, Transfer};
+use crate::residency::device::{Device, Transfer};
 use crate::residency::device::faults::Fault;
 use crate::error::Result;
 use crate::residency::training::recipe::Recipe;
@@ -154,7 +154,7 @@ impl Storage {
 /// Runs a request for page-locked memory on `device`'s host; returns its result and how many new
 /// allocations it took (0 when the allocator's cache served it: microseconds on CUDA rather than
 /// milliseconds).
-pub(in crate::residency) fn page_locked<R>(device: ComputeDevice, request: impl FnOnce() -> std::result::Result<R, tch::TchError>) -> Result<(R, u64)> {
+pub(in crate::residency) fn page_locked<R>(device: Device, request: impl FnOnce() -> std::result::Result<R, tch::TchError>) -> Result<(R, u64)> {
     device.fault(Fault::PageLockedAllocation, "allocating page-locked memory")?;
     let cuda = device.cuda();
     let before = crate::residency::torch_storage::page_locked_allocations(cuda);

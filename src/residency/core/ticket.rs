@@ -74,7 +74,7 @@ impl Ticket {
                 let m = held.as_mut()?;
                 m.op_begin(op);
                 let recomputes = m.moves() && m.policy.bounded() && m.cfg.recompute != crate::residency::Recompute::Off;
-                let simulated = m.moves() && m.cfg.device == crate::residency::ComputeDevice::Simulated;
+                let simulated = m.moves() && m.cfg.device == crate::residency::Device::Simulated;
                 Some(ticket(None, m.moves(), recomputes, simulated))
             }
         }

@@ -2,7 +2,7 @@
 //! stream that the compute stream waits for only when an op needs the data, and write-backs on a
 //! second side stream after the compute work that produced the data, so that the two directions
 //! overlap. A load of a home still being written is queued behind that write-back, on its stream.
-//! The host waits only where it reads a home. Used only with `ComputeDevice::Cuda`.
+//! The host waits only where it reads a home. Used only with `Device::Cuda`.
 
 use crate::error::{Error, Result};
 use crate::shim::{check, ERR_LEN};
@@ -10,7 +10,7 @@ use std::ffi::{c_char, c_int, c_void};
 use crate::residency::model::Rates;
 use std::ptr::NonNull;
 use std::time::Instant;
-use tch::{Device, Kind, Tensor};
+use tch::{Kind, Tensor};
 
 // The shim is internal: keep it out of the public header.
 #[allow(unused_doc_comments)]
@@ -149,7 +149,7 @@ pub(crate) fn measure_rates(index: usize) -> Result<Rates> {
     const BYTES: i64 = 64 << 20;
     const N: i64 = 2048;
     const LAUNCHES: u32 = 100;
-    let device = Device::Cuda(index);
+    let device = tch::Device::Cuda(index);
     let timed = |work: &mut dyn FnMut() -> std::result::Result<(), tch::TchError>| -> Result<f64> {
         let mut best = f64::INFINITY;
         for _ in 0..2 {
@@ -161,7 +161,7 @@ pub(crate) fn measure_rates(index: usize) -> Result<Rates> {
         }
         Ok(best.max(1e-9))
     };
-    let host = Tensor::f_zeros([BYTES], (Kind::Uint8, Device::Cpu))?.f_pin_memory(device)?;
+    let host = Tensor::f_zeros([BYTES], (Kind::Uint8, tch::Device::Cpu))?.f_pin_memory(device)?;
     let mut on_device = Tensor::f_zeros([BYTES], (Kind::Uint8, device))?;
     let mut other = Tensor::f_zeros([BYTES], (Kind::Uint8, device))?;
     let link = BYTES as f64 / timed(&mut || on_device.f_copy_(&host))?;

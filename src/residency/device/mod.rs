@@ -12,13 +12,12 @@ use crate::residency::model::Rates;
 use faults::Fault;
 use memory::{Mode, Scope};
 use crate::error::{Error, Result};
-use tch::Device;
 
 /// The alignment libtorch's CPU allocator gives, which a simulated copy keeps of its home.
 const ALIGNMENT: usize = 64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ComputeDevice {
+pub enum Device {
     /// Host memory; nothing moves (the manager only accounts).
     Cpu,
     /// CUDA device `n`.
@@ -53,27 +52,27 @@ impl Transfer {
     }
 }
 
-impl ComputeDevice {
+impl Device {
     /// CUDA device 0 where libtorch sees one, else the simulated accelerator.
-    pub fn best_available() -> ComputeDevice {
-        if tch::Cuda::is_available() { ComputeDevice::Cuda(0) } else { ComputeDevice::Simulated }
+    pub fn best_available() -> Device {
+        if tch::Cuda::is_available() { Device::Cuda(0) } else { Device::Simulated }
     }
 
     /// The libtorch device its kernels run on (the host for the simulated device).
-    pub fn tch(self) -> Device {
+    pub fn tch(self) -> tch::Device {
         match self {
-            ComputeDevice::Cuda(n) => Device::Cuda(n),
-            ComputeDevice::Cpu | ComputeDevice::Simulated => Device::Cpu,
+            Device::Cuda(n) => tch::Device::Cuda(n),
+            Device::Cpu | Device::Simulated => tch::Device::Cpu,
         }
     }
 
     /// Whether the device has CUDA's page-locked allocator behind it.
     pub(crate) fn cuda(self) -> bool {
-        matches!(self, ComputeDevice::Cuda(_))
+        matches!(self, Device::Cuda(_))
     }
 
     pub(crate) fn check_available(self) -> Result<()> {
-        if let ComputeDevice::Cuda(n) = self {
+        if let Device::Cuda(n) = self {
             let count = tch::Cuda::device_count() as usize;
             if n >= count {
                 return Err(Error::Device(format!("CUDA device {n} requested, {count} available")));
@@ -87,15 +86,15 @@ impl ComputeDevice {
     /// device makes the choices an H100 would; on the host nothing moves).
     pub(crate) fn rates(self) -> Result<Rates> {
         match self {
-            ComputeDevice::Cuda(n) => cuda::measure_rates(n),
-            ComputeDevice::Cpu | ComputeDevice::Simulated => Ok(Rates::H100),
+            Device::Cuda(n) => cuda::measure_rates(n),
+            Device::Cpu | Device::Simulated => Ok(Rates::H100),
         }
     }
 
     /// An injected fault's error, for an event of `kind` on the simulated device (see `faults`).
     pub(crate) fn fault(self, kind: Fault, what: &str) -> Result<()> {
         match self {
-            ComputeDevice::Simulated => faults::check(kind, what),
+            Device::Simulated => faults::check(kind, what),
             _ => Ok(()),
         }
     }
@@ -113,19 +112,19 @@ impl ComputeDevice {
         // Asked of the simulated device only: a load on CUDA pays no call into libtorch for it.
         let misaligned = || home.data_ptr() as usize % ALIGNMENT;
         match self {
-            ComputeDevice::Cuda(n) => cuda::load_async(home, n, after_write).map(|(t, e)| (t, Transfer(Some(e)))),
-            ComputeDevice::Simulated if misaligned() > 0 => {
+            Device::Cuda(n) => cuda::load_async(home, n, after_write).map(|(t, e)| (t, Transfer(Some(e)))),
+            Device::Simulated if misaligned() > 0 => {
                 let _counted = Scope::enter(Mode::Count);
                 let pad = misaligned();
                 let bytes = home.numel() as u64;
                 memory::lead(pad as u64);
-                let memory = tch::Tensor::f_empty([pad as i64 + bytes as i64], (tch::Kind::Uint8, Device::Cpu))?;
+                let memory = tch::Tensor::f_empty([pad as i64 + bytes as i64], (tch::Kind::Uint8, tch::Device::Cpu))?;
                 let copy = crate::residency::torch_storage::alias_bytes(&memory, pad, bytes)?;
                 crate::residency::torch_storage::copy_quiet(&copy, home)?;
                 Ok((copy, Transfer::done()))
             }
             _ => {
-                let _counted = (self == ComputeDevice::Simulated).then(|| Scope::enter(Mode::Count));
+                let _counted = (self == Device::Simulated).then(|| Scope::enter(Mode::Count));
                 Ok((home.f_to_device_(self.tch(), home.f_kind()?, false, true)?, Transfer::done()))
             }
         }
@@ -136,7 +135,7 @@ impl ComputeDevice {
     pub(crate) fn write_back(self, device: &tch::Tensor, home: &tch::Tensor) -> Result<Transfer> {
         self.fault(Fault::Copy, "writing a device copy back")?;
         match self {
-            ComputeDevice::Cuda(_) => cuda::write_back_async(device, home).map(|e| Transfer(Some(e))),
+            Device::Cuda(_) => cuda::write_back_async(device, home).map(|e| Transfer(Some(e))),
             _ => {
                 crate::residency::torch_storage::copy_quiet(home, device)?;
                 Ok(Transfer::done())
@@ -147,29 +146,29 @@ impl ComputeDevice {
 
 /// Parses `cpu`, `simulated`, `cuda`, `cuda:N` and `auto` (see `best_available`), as the
 /// examples' `--device` option takes them.
-impl std::str::FromStr for ComputeDevice {
+impl std::str::FromStr for Device {
     type Err = Error;
-    fn from_str(s: &str) -> Result<ComputeDevice> {
+    fn from_str(s: &str) -> Result<Device> {
         match s {
-            "auto" => Ok(ComputeDevice::best_available()),
-            "cpu" => Ok(ComputeDevice::Cpu),
-            "simulated" => Ok(ComputeDevice::Simulated),
-            "cuda" => Ok(ComputeDevice::Cuda(0)),
+            "auto" => Ok(Device::best_available()),
+            "cpu" => Ok(Device::Cpu),
+            "simulated" => Ok(Device::Simulated),
+            "cuda" => Ok(Device::Cuda(0)),
             _ => s
                 .strip_prefix("cuda:")
                 .and_then(|n| n.parse().ok())
-                .map(ComputeDevice::Cuda)
+                .map(Device::Cuda)
                 .ok_or_else(|| Error::InvalidArg(format!("unknown device `{s}`: expected cpu, simulated, cuda, cuda:N or auto"))),
         }
     }
 }
 
-impl std::fmt::Display for ComputeDevice {
+impl std::fmt::Display for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ComputeDevice::Cpu => write!(f, "cpu (nothing moves)"),
-            ComputeDevice::Simulated => write!(f, "simulated accelerator (host memory accounted as device memory)"),
-            ComputeDevice::Cuda(n) => write!(f, "cuda:{n} (of {} CUDA devices libtorch sees)", tch::Cuda::device_count()),
+            Device::Cpu => write!(f, "cpu (nothing moves)"),
+            Device::Simulated => write!(f, "simulated accelerator (host memory accounted as device memory)"),
+            Device::Cuda(n) => write!(f, "cuda:{n} (of {} CUDA devices libtorch sees)", tch::Cuda::device_count()),
         }
     }
 }

@@ -2,12 +2,12 @@
 //! is written back and every device copy is dropped right after. Minimal device memory,
 //! maximal traffic.
 
-use crate::residency::policy::{least_recent, Candidate, Policy};
+use crate::residency::policy::{least_recent, Candidate, Rules};
 use crate::residency::policy::flow::trace::Trace;
 
 pub(crate) struct Genoa;
 
-impl Policy for Genoa {
+impl Rules for Genoa {
     fn keeps_results(&self) -> bool {
         false
     }

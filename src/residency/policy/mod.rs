@@ -11,7 +11,7 @@ use tensorref_derive::CEnum;
 #[repr(i32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, CEnum)]
 #[c_enum(what = "policy")]
-pub enum PolicyKind {
+pub enum Policy {
     /// Everything on the compute device; no budget.
     Resident = 0,
     /// Inputs to the device before each op; results and inputs back right after.
@@ -31,7 +31,7 @@ pub(crate) struct Candidate {
     pub(crate) key: TraceKey,
 }
 
-pub(crate) trait Policy: Send {
+pub(crate) trait Rules: Send {
     /// Whether the device budget applies.
     fn bounded(&self) -> bool {
         true
@@ -50,13 +50,13 @@ pub(crate) trait Policy: Send {
     fn pick_victim(&self, candidates: &[Candidate], now: u64, trace: &Trace) -> Option<u64>;
 }
 
-impl PolicyKind {
+impl Policy {
     /// The policy's rules.
-    pub(crate) fn rules(self) -> Box<dyn Policy> {
+    pub(crate) fn rules(self) -> Box<dyn Rules> {
         match self {
-            PolicyKind::Resident => Box::new(resident::Resident),
-            PolicyKind::Genoa => Box::new(genoa::Genoa),
-            PolicyKind::Flow => Box::new(flow::Flow),
+            Policy::Resident => Box::new(resident::Resident),
+            Policy::Genoa => Box::new(genoa::Genoa),
+            Policy::Flow => Box::new(flow::Flow),
         }
     }
 }

@@ -1,11 +1,11 @@
 //! Resident: every tensor used by an op stays on the compute device. The baseline; no budget.
 
-use crate::residency::policy::{Candidate, Policy};
+use crate::residency::policy::{Candidate, Rules};
 use crate::residency::policy::flow::trace::Trace;
 
 pub(crate) struct Resident;
 
-impl Policy for Resident {
+impl Rules for Resident {
     fn bounded(&self) -> bool {
         false
     }

@@ -38,7 +38,7 @@ impl Manager {
         let bytes = (grad.numel() * grad.kind().elt_size_in_bytes()) as u64;
         self.make_room(bytes, "grad")?;
         let owned = {
-            let _counted = (self.cfg.device == crate::residency::ComputeDevice::Simulated).then(|| Scope::enter(Mode::Count));
+            let _counted = (self.cfg.device == crate::residency::Device::Simulated).then(|| Scope::enter(Mode::Count));
             grad.f_empty_like()?
         };
         owned.shallow_clone().f_copy_(grad)?;

@@ -27,7 +27,7 @@
 //!   Memory shared with the outside is treated the same way. Each input's version is checked at
 //!   every remake anyway: a write the manager did not see is an error, never a wrong value.
 
-use crate::residency::device::ComputeDevice;
+use crate::residency::device::Device;
 use crate::residency::device::memory::{Mode, Scope};
 use crate::residency::device::faults::Fault;
 use crate::residency::core::manager::Manager;
@@ -110,7 +110,7 @@ impl Manager {
             .filter(|&i| first(i))
             .filter_map(|i| self.storages.get(&inputs[i].0).filter(|s| s.pinned).map(|s| s.bytes))
             .sum();
-        recipe.working_set + self.stats.pinned_bytes - counted_twice <= self.cfg.budget
+        recipe.working_set + self.stats.pinned_bytes - counted_twice <= self.cfg.budget_bytes
     }
 
     /// Makes again every dropped result whose remake no longer fits beside the pins (a pin was
@@ -296,7 +296,7 @@ impl Manager {
         self.make_room(bytes, op)?;
         self.cfg.device.fault(Fault::DeviceAllocation, &format!("allocating `{}` made again", recipe.op))?;
         let _no_grad = tch::no_grad_guard();
-        let _counted = (self.cfg.device == ComputeDevice::Simulated).then(|| Scope::enter(Mode::Count));
+        let _counted = (self.cfg.device == Device::Simulated).then(|| Scope::enter(Mode::Count));
         (recipe.replay)(&views.iter().map(Option::as_ref).collect::<Vec<_>>())
     }
 

@@ -8,7 +8,7 @@ pub(in crate::residency) mod prefetch;
 pub(in crate::residency) mod trace;
 mod write_ahead;
 
-use super::{Candidate, Policy};
+use super::{Candidate, Rules};
 use trace::Trace;
 
 pub(crate) struct Flow;
@@ -23,7 +23,7 @@ impl Flow {
     }
 }
 
-impl Policy for Flow {
+impl Rules for Flow {
     fn keeps_results(&self) -> bool {
         true
     }

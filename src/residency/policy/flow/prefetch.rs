@@ -25,7 +25,7 @@ impl Manager {
     /// fetched: it is made again at its use.
     /// Errors stop the prefetch; the op then loads what it needs.
     pub(in crate::residency) fn prefetch(&mut self) {
-        let room = self.cfg.budget.saturating_sub(self.stats.pinned_bytes);
+        let room = self.cfg.budget_bytes.saturating_sub(self.stats.pinned_bytes);
         let plan = self.trace.prefetch_plan(self.cfg.prefetch_depth);
         let plan: Vec<_> = plan.into_iter().filter_map(|(key, ahead)| Some((self.storage_for(key)?, ahead))).collect();
         let window = 5 * plan.iter().filter_map(|(id, _)| self.storages.get(id)).map(|s| s.bytes).max().unwrap_or(0) / 2;
@@ -40,13 +40,13 @@ impl Manager {
                 ahead += if s.prefetched { bytes } else { 0 };
                 continue;
             }
-            let fits_free = self.used() + bytes <= self.cfg.budget;
+            let fits_free = self.used() + bytes <= self.cfg.budget_bytes;
             if committed + bytes + working_set > room || (!fits_free && ahead + bytes > window) {
                 return;
             }
             // The copies a prefetch may evict (every storage looked at): only when free room is short.
             let mut later = Vec::new();
-            if self.used() + bytes + results > self.cfg.budget {
+            if self.used() + bytes + results > self.cfg.budget_bytes {
                 later = self
                     .candidates()
                     .into_iter()
@@ -55,11 +55,11 @@ impl Manager {
                         !s.dirty && !s.prefetched && !s.written_ahead && self.trace.next_use(c.key) > wanted
                     })
                     .collect();
-                if self.used() + bytes + results > self.cfg.budget + later.iter().map(|c| c.bytes).sum::<u64>() {
+                if self.used() + bytes + results > self.cfg.budget_bytes + later.iter().map(|c| c.bytes).sum::<u64>() {
                     return;
                 }
             }
-            while self.used() + bytes > self.cfg.budget {
+            while self.used() + bytes > self.cfg.budget_bytes {
                 match self.policy.pick_victim(&later, self.clock, &self.trace) {
                     Some(victim) if self.evict(victim, "prefetch").is_ok() => later.retain(|c| c.uid != victim),
                     _ => return,
