@@ -49,8 +49,8 @@ def main() -> int:
     edges: dict[tuple[str, ...], set[tuple[str, ...]]] = {m: set() for m in files}
     for me, file in files.items():
         text = re.sub(r"//[^\n]*", "", file.read_text())
-        # The module `self` names, and its parent (`super`).
-        here = me if is_dir_module(file) else me
+        # The module `self` names (a file's own, a folder's for its mod.rs), and `super` its parent.
+        here = me
         paths = list(PATH.findall(text))
         for root, prefix, group in USE_GROUP.findall(text):
             paths += [(root, f"{prefix}::{item.strip().split('::')[0].split(' ')[0]}")

@@ -169,6 +169,14 @@ fn wait_all(transfers: Vec<Arc<Transfer>>) -> Result<()> {
 /// uses are written back and dropped.
 pub fn configure(cfg: Config) -> Result<()> {
     crate::registry::on_forget(forget);
+    // The device's rates are measured before the manager's lock is taken: measuring waits on it.
+    let cfg = match cfg.rates {
+        None if cfg.recompute == Recompute::Cheaper => {
+            cfg.device.check_available()?;
+            Config { rates: Some(cfg.device.rates()?), ..cfg }
+        }
+        _ => cfg,
+    };
     let mut guard = lock()?;
     if cfg.device == Device::Simulated {
         device::memory::install();

@@ -88,8 +88,9 @@ pub(crate) struct Manager {
     /// The compute stream's timed waits for copies not yet passed, in the order it meets them
     /// (CUDA; see `count_stalls`).
     stalls: VecDeque<crate::residency::device::cuda::Stall>,
-    /// What `Recompute::Cheaper` prices with: the configuration's rates, else the device's (read
-    /// only under `Cheaper`, the one mode that prices, so no other start measures a device).
+    /// What `Recompute::Cheaper` prices with: the configuration's rates, which `configure` fills
+    /// with the device's under `Cheaper` (the one mode that prices, so no other start measures a
+    /// device); the preset where none is set, which then prices nothing.
     pub(in crate::residency) rates: Rates,
 }
 
@@ -101,11 +102,7 @@ impl Manager {
             return Err(Error::InvalidArg(format!("{:?} needs a device budget above 0 bytes", cfg.policy)));
         }
         let stats = ResidencyStats { budget: if policy.bounded() { cfg.budget_bytes } else { u64::MAX }, ..Default::default() };
-        let rates = match cfg.rates {
-            Some(rates) => rates,
-            None if cfg.recompute == Recompute::Cheaper => cfg.device.rates()?,
-            None => Rates::H100,
-        };
+        let rates = cfg.rates.unwrap_or(Rates::H100);
         let schedule = (cfg.recompute == Recompute::Cheaper && cfg.device != Device::Cpu).then(Log::default);
         Ok(Manager {
             cfg,
