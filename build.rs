@@ -4,8 +4,9 @@
 use std::path::Path;
 
 fn main() {
+    // The C++ shims alone, file by file: watching `src` would recompile them on every Rust edit.
+    // A new .cpp file is picked up on the next change to build.rs or to any shim.
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=src");
     let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") else {
         println!("cargo:warning=DEP_TCH_LIBTORCH_LIB is unset; binaries will need LD_LIBRARY_PATH");
         println!("cargo:rustc-env=TR_LIBTORCH_VERSION=unknown");
@@ -25,8 +26,13 @@ fn main() {
 fn compile_native(lib: &Path) {
     let include = lib.join("../include");
     let mut shims = vec![];
-    cpp_files(Path::new("src"), &mut shims);
+    sources(Path::new("src"), "cpp", &mut shims);
     shims.sort();
+    let mut headers = vec![];
+    sources(Path::new("src"), "h", &mut headers);
+    for f in shims.iter().chain(&headers) {
+        println!("cargo:rerun-if-changed={}", f.display());
+    }
     cc::Build::new()
         .cpp(true)
         .files(&shims)
@@ -39,13 +45,13 @@ fn compile_native(lib: &Path) {
         .compile("tensorref_native");
 }
 
-/// Every `.cpp` file under `dir`.
-fn cpp_files(dir: &Path, found: &mut Vec<std::path::PathBuf>) {
+/// Every file under `dir` whose extension is `ext`.
+fn sources(dir: &Path, ext: &str, found: &mut Vec<std::path::PathBuf>) {
     for entry in std::fs::read_dir(dir).expect("src is readable").flatten() {
         let path = entry.path();
         if path.is_dir() {
-            cpp_files(&path, found);
-        } else if path.extension().is_some_and(|e| e == "cpp") {
+            sources(&path, ext, found);
+        } else if path.extension().is_some_and(|e| e == ext) {
             found.push(path);
         }
     }
