@@ -163,9 +163,15 @@ impl Manager {
     /// first), as `entry`'s view of it. The storage is in use until `release`. With `write`,
     /// the device copy becomes the newer one.
     pub(crate) fn acquire(&mut self, entry: &Entry, write: bool, op: &'static str) -> Result<Acquired> {
+        self.acquire_as(entry, entry, write, op)
+    }
+
+    /// `acquire`, viewed as `like` (a tensor over the same storage as `entry`, with its own
+    /// dtype, sizes, strides and offset).
+    pub(crate) fn acquire_as(&mut self, entry: &Entry, like: &tch::Tensor, write: bool, op: &'static str) -> Result<Acquired> {
         let id = self.storage_of(entry)?;
         let device = self.hold(id, write, op)?;
-        let view = match crate::residency::torch_storage::view_on(&device, entry) {
+        let view = match crate::residency::torch_storage::view_on(&device, like) {
             Ok(view) => view,
             Err(e) => {
                 self.release(id, false);

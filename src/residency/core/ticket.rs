@@ -136,7 +136,7 @@ impl Ticket {
             grad.map_or(Ok(()), |g| crate::residency::autograd::set_grad(&holder, &g))?;
             return Ok(holder);
         }
-        let view = self.acquire_storage(entry, write)?;
+        let view = self.acquire_storage(entry, entry, write)?;
         let tensor = crate::residency::torch_storage::tensor_impl(entry);
         if let Some((_, first, _)) = self.views.iter().find(|(t, _, _)| *t == tensor) {
             return Ok(first.shallow_clone());
@@ -159,8 +159,20 @@ impl Ticket {
         Ok(view)
     }
 
-    fn acquire_storage(&mut self, entry: &Entry, write: bool) -> Result<tch::Tensor> {
-        let a = with(|m| m.acquire(entry, write, self.op))?;
+    /// The device copy of the storage `entry` stands for, viewed as `like` (a tensor over that
+    /// storage), for a front door whose tensors are not the registry's: the `tensorref` device,
+    /// where autograd runs above the manager and nothing here joins graphs. Each call holds the
+    /// storage once more and returns a view of its own.
+    pub(crate) fn acquire_as(&mut self, entry: &Entry, like: &tch::Tensor, write: bool) -> Result<tch::Tensor> {
+        self.check()?;
+        if !self.moves {
+            return Ok(crate::residency::torch_storage::view_on(entry, like)?);
+        }
+        self.acquire_storage(entry, like, write)
+    }
+
+    fn acquire_storage(&mut self, entry: &Entry, like: &tch::Tensor, write: bool) -> Result<tch::Tensor> {
+        let a = with(|m| m.acquire_as(entry, like, write, self.op))?;
         if let (TraceKey::Persistent(id), true) = (a.key, a.used_before) {
             // FNV-1a over the already-used persistent inputs: the op's anchor signature.
             self.anchor = (self.anchor ^ id).wrapping_mul(0x100_0000_01b3);
@@ -180,7 +192,7 @@ impl Ticket {
             return Ok(None);
         }
         let grad = Arc::new(Entry::new(crate::residency::training::grads::alias(&grad)?));
-        let device = self.acquire_storage(&grad, write)?;
+        let device = self.acquire_storage(&grad, &grad, write)?;
         self.grads.push(grad);
         Ok(Some(device))
     }
@@ -232,6 +244,24 @@ impl Ticket {
         }
         self.follow_written()?;
         Ok(Arc::new(entry))
+    }
+
+    /// Places each of an op's results (a new storage each, or a view of a storage the manager
+    /// knows), then ends the op; for `acquire_as`'s front door, which keeps no recipes. The trace
+    /// records the op once per result, so that each has a key of its own. On an error the ticket
+    /// stays open, as with `finish`.
+    pub(crate) fn finish_many(&mut self, results: &[tch::Tensor]) -> Result<Vec<Entry>> {
+        self.check()?;
+        if !self.moves || self.acquired.is_empty() {
+            self.end()?;
+            return Ok(results.iter().map(|r| Entry::new(r.shallow_clone())).collect());
+        }
+        let anchor = self.anchored.then_some(self.anchor);
+        let (op, record) = (self.op, &self.record);
+        let placed = with(|m| results.iter().map(|r| m.place_result(r.shallow_clone(), op, record, anchor, None)).collect::<Result<Vec<_>>>())?;
+        let acquired = std::mem::take(&mut self.acquired);
+        crate::residency::core::room::finish_op(Some(self.op), acquired)?;
+        Ok(placed)
     }
 
     /// Ends an op that made no tensor.
