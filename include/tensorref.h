@@ -1015,6 +1015,15 @@ tr_status tr_weights_load(const char *path,
                           size_t *out_count,
                           size_t *out_names_len);
 
+/**
+ * Registers the `tensorref` device with the libtorch this library runs on: afterwards
+ * `at::Tensor`s on device `tensorref` (libtorch's PrivateUse1 backend, renamed) are the residency
+ * manager's, and every aten op on them runs under it. Idempotent: later calls return the first
+ * call's status. Fails with TR_ERR_TORCH when another backend has taken PrivateUse1. Python's
+ * `import tensorref` calls it and names the device on the torch side too.
+ */
+tr_status tr_torch_device_register(void);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

@@ -31,6 +31,8 @@ mod registry;
 pub mod residency;
 pub mod scope;
 mod tensor;
+/// cbindgen:ignore
+pub mod torch_device;
 pub mod weights;
 
 pub use dtype::{DType, Element};

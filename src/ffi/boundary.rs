@@ -53,7 +53,7 @@ fn call_quiet(f: impl FnOnce() -> Result<()>) -> Status {
 
 /// A panic as an error: the first line of its message. Counted.
 #[cold]
-fn panic_error(payload: Box<dyn std::any::Any + Send>) -> Error {
+pub(crate) fn panic_error(payload: Box<dyn std::any::Any + Send>) -> Error {
     PANICS.fetch_add(1, Ordering::Relaxed);
     let text = payload
         .downcast_ref::<&str>()

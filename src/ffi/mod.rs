@@ -11,7 +11,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 mod version;
-mod boundary;
+pub(crate) mod boundary;
 mod handles;
 mod tensor;
 mod scope;
@@ -19,6 +19,7 @@ mod dlpack;
 mod residency;
 mod saved;
 mod weights;
+mod torch_device;
 /// cbindgen:ignore
 #[cfg(feature = "models")]
 mod models;
@@ -35,5 +36,6 @@ pub use residency::*;
 pub use saved::*;
 pub use scope::*;
 pub use tensor::*;
+pub use torch_device::*;
 pub use version::*;
 pub use weights::*;

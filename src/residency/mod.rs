@@ -263,6 +263,14 @@ pub fn stats() -> Option<ResidencyStats> {
     Some(stats.0)
 }
 
+/// The CUDA device the manager computes on (None without one, or on the host).
+pub(crate) fn cuda_index() -> Option<usize> {
+    match lock().ok()?.as_ref()?.cfg.device {
+        Device::Cuda(index) => Some(index),
+        _ => None,
+    }
+}
+
 /// Under a CUDA manager, gives the caching allocator's unused blocks back and starts its reserved
 /// peak (`ResidencyStats::peak_reserved_bytes`) anew, so that a benchmark's run reports its own
 /// (the allocator's peak is the process's, across managers). Nothing elsewhere.

@@ -38,6 +38,13 @@ _indexing.install()
 _habits.install()
 from . import _accel  # after _ops_generated: the compiled operators replace the generated ones
 _protocols.hide_buffer()  # after _accel, which checks its reading of Tensor against the buffer
+try:
+    import torch as _torch  # noqa: F401
+except ImportError:
+    torch_device = None  # the `tensorref` device needs torch
+else:
+    from . import torch_device  # model.to("tensorref"): torch's tensors under the manager
+    torch_device.register()
 
 __version__ = ".".join(map(str, TR_VERSION))
 

@@ -41,7 +41,9 @@ class _Saved:
                 break
 
 
-def _pack(t) -> _Saved:
+def _pack(t):
+    if t.device.type == "tensorref":
+        return t  # the manager's already (tensorref.torch_device)
     out = c_void_p()
     st = lib.tr_saved_pack(c_void_p(t._cdata), byref(out))
     if st:
@@ -49,7 +51,9 @@ def _pack(t) -> _Saved:
     return _Saved(out.value)
 
 
-def _unpack(saved: _Saved):
+def _unpack(saved):
+    if not isinstance(saved, _Saved):
+        return saved
     out = c_void_p()
     st = lib.tr_saved_unpack(saved.ptr, byref(out))
     if st:

@@ -61,7 +61,7 @@ impl Manager {
 
 /// Takes a tensor autograd saves for backward.
 pub(crate) fn save(t: tch::Tensor) -> Result<Saved> {
-    if !t.defined() {
+    if !t.defined() || crate::torch_device::owns(&t) {
         return Ok(Saved::Kept(t));
     }
     if active() {

@@ -1,0 +1,139 @@
+"""The `tensorref` device in torch: PyTorch modules, unchanged, under the residency manager. On
+the simulated device every op runs the CPU's own kernel over the manager's copies, so each
+result equals the same module's on the CPU bit for bit, at budgets below its peak."""
+import copy
+
+import pytest
+import torch
+
+import tensorref as tr
+from tensorref import residency
+
+pytestmark = pytest.mark.usefixtures("no_manager_left_and_no_leak")
+
+
+def _model():
+    """An MLP whose largest op (a 64 x 64 layer on 8 rows, about 21 KiB) fits in a quarter of its
+    weights (about 27 KiB)."""
+    torch.manual_seed(0)
+    hidden = [m for _ in range(6) for m in (torch.nn.Linear(64, 64), torch.nn.ReLU())]
+    return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.LayerNorm(64), *hidden,
+                               torch.nn.Dropout(0.0), torch.nn.Linear(64, 8))
+
+
+def _weights(model):
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def test_the_device_is_torch_s_and_tensors_round_trip():
+    assert torch.tensorref.is_available() and torch.tensorref.device_count() == 1
+    x = torch.randn(3, 5)
+    t = x.to("tensorref")
+    assert t.device == torch.device("tensorref", 0) and t.is_tensorref
+    assert torch.equal(t.cpu(), x)
+    assert torch.equal(t.t().contiguous().cpu(), x.t()) and torch.equal(t[1:, 2].cpu(), x[1:, 2])
+    assert torch.equal(torch.zeros(2, 2, device="tensorref").cpu(), torch.zeros(2, 2))
+    assert t.sum().item() == pytest.approx(x.sum().item())
+
+
+def test_model_to_keeps_parameters_and_tied_weights():
+    model = _model()
+    last = model[-1]
+    head = torch.nn.Linear(64, 8, bias=False)
+    head.weight = last.weight  # tied, as GPT-2 ties its embedding and head
+    holder = torch.nn.ModuleList([model, head])
+    before = [id(p) for p in holder.parameters()]
+    holder.to("tensorref")
+    assert [id(p) for p in holder.parameters()] == before
+    assert head.weight is last.weight and head.weight.device.type == "tensorref"
+    assert head.weight.untyped_storage().data_ptr() == last.weight.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("policy", ["genoa", "flow"])
+@pytest.mark.parametrize("fraction", [2, 4])
+def test_inference_equals_the_cpu_under_a_budget(policy, fraction):
+    model = _model()
+    x = torch.randn(8, 32)
+    with torch.no_grad():
+        ref = model(x)
+    budget = _weights(model) // fraction
+    with residency.session(policy=policy, budget_bytes=budget):
+        on = copy.deepcopy(model).to("tensorref")
+        for _ in range(3):
+            with torch.no_grad():
+                assert torch.equal(on(x.to("tensorref")).cpu(), ref)
+        s = residency.stats()
+        peak = residency.device_memory().peak
+    assert s.ops > 3 * len(model), "every op of the forward pass ran through the manager"
+    assert s.loads > 0 and s.evictions > 0
+    assert s.peak_device_bytes <= budget and peak <= budget
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw", "adamw-foreach"])
+def test_training_equals_the_cpu_under_a_budget(optimizer):
+    model = _model()
+    torch.manual_seed(1)
+    batches = [(torch.randn(8, 32), torch.randint(0, 8, (8,))) for _ in range(4)]
+
+    def train(device):
+        m = copy.deepcopy(model).to(device)
+        opt = (torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) if optimizer == "sgd" else
+               torch.optim.AdamW(m.parameters(), lr=1e-2, foreach=optimizer == "adamw-foreach"))
+        losses = []
+        for x, target in batches:
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(m(x.to(device)), target.to(device))
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses, [p.detach().cpu() for p in m.parameters()]
+
+    ref_losses, ref_params = train("cpu")
+    budget = 3 * _weights(model)  # weights, gradients and AdamW's two moments do not fit at once
+    with residency.session(policy="flow", budget_bytes=budget):
+        losses, params = train("tensorref")
+        s = residency.stats()
+        peak = residency.device_memory().peak
+    assert losses == ref_losses
+    assert all(torch.equal(a, b) for a, b in zip(params, ref_params))
+    assert s.evictions > 0 and s.peak_device_bytes <= budget and peak <= budget
+
+
+def test_without_a_manager_ops_run_on_the_host_homes():
+    model = _model()
+    x = torch.randn(4, 32)
+    with torch.no_grad():
+        assert torch.equal(copy.deepcopy(model).to("tensorref")(x.to("tensorref")).cpu(), model(x))
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.jit, which models still ship as
+def test_a_torchscript_module_runs_unchanged(tmp_path):
+    path = tmp_path / "model.pt"
+    torch.jit.save(torch.jit.script(_model().eval()), str(path))
+    scripted = torch.jit.load(str(path))
+    x = torch.randn(5, 32)
+    with torch.no_grad():
+        ref = scripted(x)
+    with residency.session(policy="flow", budget_bytes=_weights(_model()) // 2):
+        on = torch.jit.load(str(path), map_location="cpu").to("tensorref")
+        with torch.no_grad():
+            assert torch.equal(on(x.to("tensorref")).cpu(), ref)
+        assert residency.stats().ops > 0
+
+
+def test_errors_from_kernels_keep_their_type_and_words():
+    a, b = torch.randn(2, 3).to("tensorref"), torch.randn(4, 5).to("tensorref")
+    with residency.session(policy="flow", budget_bytes=1 << 20):
+        with pytest.raises(RuntimeError, match="cannot be multiplied"):
+            a @ b
+        with pytest.raises(IndexError):
+            a[5]
+        assert torch.equal((a * 2).cpu(), a.cpu() * 2)  # the manager carries on
+
+
+def test_out_tensors_of_another_size_are_resized():
+    a = torch.randn(3, 4)
+    with residency.session(policy="flow", budget_bytes=1 << 20):
+        out = torch.empty(0, device="tensorref")
+        torch.add(a.to("tensorref"), 1, out=out)
+        assert out.shape == (3, 4) and torch.equal(out.cpu(), a + 1)

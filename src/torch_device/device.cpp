@@ -1,0 +1,175 @@
+// The `tensorref` backend's registration with libtorch: its name, its allocator (a host home per
+// storage), its device guard and its hooks. Registered at run time by
+// `tr_native_torch_device_register` (mod.rs, `register`), not by static initializers, which a
+// linker drops from a static archive that nothing references.
+#include "device.h"
+
+#include "guarded.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+namespace tr_device {
+
+const Callbacks *callbacks = nullptr;
+
+namespace {
+
+// The storage's DataPtr: the home is both its context and its data pointer (the data pointer
+// names the storage; its bytes live wherever the manager put them).
+void release_home(void *home) { callbacks->release(static_cast<const Entry *>(home)); }
+
+c10::DataPtr home_ptr(const Entry *home) {
+    void *p = const_cast<Entry *>(home);
+    return c10::DataPtr(p, p, &release_home, c10::Device(kDevice, 0));
+}
+
+struct HomeAllocator final : c10::Allocator {
+    c10::DataPtr allocate(size_t nbytes) override {
+        at::Tensor host = at::empty({static_cast<int64_t>(nbytes)}, at::TensorOptions().dtype(at::kByte));
+        return home_ptr(callbacks->adopt(new at::Tensor(std::move(host))));
+    }
+    c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+    void copy_data(void *, const void *, std::size_t) const override {
+        TORCH_CHECK(false, "tensorref storages are copied by ops (copy_), not byte for byte");
+    }
+};
+
+// One device, one stream. Every op runs its kernel on the compute device's current stream (the
+// manager orders its own copies against it with CUDA events), so work on this device is already
+// in order: an event here is complete once recorded.
+struct Guard final : c10::impl::DeviceGuardImplInterface {
+    c10::DeviceType type() const override { return kDevice; }
+    c10::Device exchangeDevice(c10::Device d) const override {
+        check(d);
+        return c10::Device(kDevice, 0);
+    }
+    c10::Device getDevice() const override { return c10::Device(kDevice, 0); }
+    void setDevice(c10::Device d) const override { check(d); }
+    void uncheckedSetDevice(c10::Device) const noexcept override {}
+    c10::Stream getStream(c10::Device) const override { return c10::Stream(c10::Stream::DEFAULT, c10::Device(kDevice, 0)); }
+    c10::Stream getDefaultStream(c10::Device d) const override { return getStream(d); }
+    c10::Stream getNewStream(c10::Device d, int) const override { return getStream(d); }
+    c10::Stream getStreamFromGlobalPool(c10::Device d, bool) const override { return getStream(d); }
+    c10::Stream exchangeStream(c10::Stream s) const override { return getStream(s.device()); }
+    c10::DeviceIndex deviceCount() const noexcept override { return 1; }
+    void record(void **event, const c10::Stream &, const c10::DeviceIndex, const c10::EventFlag) const override {
+        *event = reinterpret_cast<void *>(1); // any non-NULL value: there is nothing to wait for
+    }
+    void block(void *, const c10::Stream &) const override {}
+    bool queryEvent(void *) const override { return true; }
+    void destroyEvent(void *, const c10::DeviceIndex) const noexcept override {}
+    bool queryStream(const c10::Stream &) const override { return true; }
+    void synchronizeStream(const c10::Stream &) const override {}
+    void synchronizeEvent(void *) const override {}
+    void synchronizeDevice(const c10::DeviceIndex) const override {}
+    void recordDataPtrOnStream(const c10::DataPtr &, const c10::Stream &) const override {}
+
+  private:
+    static void check(c10::Device d) {
+        TORCH_CHECK(d.type() == kDevice && d.index() <= 0, "the tensorref device has one index, 0; not ", d);
+    }
+};
+
+// Random ops run the compute device's kernels over its copies, with its generator: on the
+// simulated device the CPU's, so that a seeded program draws what it draws on the CPU.
+struct Hooks final : at::PrivateUse1HooksInterface {
+    bool isBuilt() const override { return true; }
+    bool isAvailable() const override { return true; }
+    bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
+    const at::Generator &getDefaultGenerator(c10::DeviceIndex) const override {
+        return at::detail::getDefaultCPUGenerator();
+    }
+    at::Generator getNewGenerator(c10::DeviceIndex) const override { return at::detail::createCPUGenerator(); }
+    at::Device getDeviceFromPtr(void *) const override { return c10::Device(kDevice, 0); }
+    bool isPinnedPtr(const void *) const override { return false; }
+    c10::Allocator *getPinnedMemoryAllocator() const override { return at::getCPUAllocator(); }
+};
+
+} // namespace
+
+const Entry *home_of(const at::Tensor &t) {
+    const c10::DataPtr &p = t.storage().data_ptr();
+    TORCH_CHECK(p.get_deleter() == &release_home, "a tensorref tensor whose storage the library did not make");
+    return static_cast<const Entry *>(p.get_context());
+}
+
+c10::Allocator *allocator() {
+    static HomeAllocator homes;
+    return &homes;
+}
+
+c10::Storage storage_over(const Entry *home, size_t nbytes) {
+    return c10::Storage(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes, home_ptr(home),
+                                                              allocator(), /*resizable=*/false));
+}
+
+at::Tensor tensor_over(c10::Storage storage, const at::Tensor &like) {
+    auto t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                                      like.dtype());
+    t.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+    return t;
+}
+
+at::Tensor Attempt::acquire(const at::Tensor &t, bool write) {
+    void *out = nullptr;
+    if (callbacks->acquire(ticket_, home_of(t), &t, write ? 1 : 0, &out) != 0) {
+        throw RustFailed{};
+    }
+    auto *view = static_cast<at::Tensor *>(out);
+    at::Tensor copy = std::move(*view);
+    delete view;
+    // A StorageImpl of its own over the copy's memory, which keeps the copy's alive. A kernel that
+    // resizes it (an out= argument of another size) gives it new memory of the compute device's
+    // allocator, and the fallback makes that a new storage of the argument's.
+    c10::Storage shared = copy.storage();
+    auto keep = new c10::Storage(shared);
+    c10::DataPtr memory(shared.mutable_data(), keep, [](void *p) { delete static_cast<c10::Storage *>(p); }, shared.device());
+    auto impl = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), shared.nbytes(), std::move(memory),
+                                                      at::GetAllocator(shared.device().type()), /*resizable=*/true);
+    auto alias = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(std::move(impl)), copy.key_set(), copy.dtype());
+    alias.unsafeGetTensorImpl()->set_sizes_and_strides(copy.sizes(), copy.strides(), copy.storage_offset());
+    return alias;
+}
+
+std::vector<at::Tensor> Attempt::place(const std::vector<at::Tensor> &results) {
+    std::vector<const void *> ptrs;
+    ptrs.reserve(results.size());
+    for (const auto &r : results) {
+        ptrs.push_back(&r);
+    }
+    std::vector<const Entry *> homes(results.size(), nullptr);
+    if (callbacks->place(ticket_, ptrs.data(), ptrs.size(), homes.data()) != 0) {
+        throw RustFailed{};
+    }
+    std::vector<at::Tensor> placed;
+    placed.reserve(results.size());
+    for (size_t i = 0; i < results.size(); ++i) {
+        placed.push_back(tensor_over(storage_over(homes[i], results[i].storage().nbytes()), results[i]));
+    }
+    return placed;
+}
+
+void Attempt::end() {
+    if (callbacks->end(ticket_) != 0) {
+        throw RustFailed{};
+    }
+}
+
+} // namespace tr_device
+
+extern "C" int tr_native_torch_device_owns(const void *t) {
+    return tr_device::ours(*static_cast<const at::Tensor *>(t)) ? 1 : 0;
+}
+
+extern "C" int tr_native_torch_device_register(const tr_device::Callbacks *cb, char *err, size_t err_len) {
+    return tr_native::guarded(err, err_len, [&] {
+        tr_device::callbacks = cb;
+        c10::register_privateuse1_backend("tensorref");
+        c10::SetAllocator(tr_device::kDevice, tr_device::allocator());
+        static c10::impl::DeviceGuardImplRegistrar guard(tr_device::kDevice, new tr_device::Guard());
+        at::RegisterPrivateUse1HooksInterface(new tr_device::Hooks());
+        tr_device::register_kernels();
+    });
+}

@@ -1,0 +1,135 @@
+// The `tensorref` device's C++ half, shared by device.cpp (registration, allocator, guard,
+// hooks) and kernels.cpp (its own kernels and the boxed fallback). The Rust half, mod.rs beside
+// this, answers through `Callbacks`.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstddef>
+#include <exception>
+#include <utility>
+
+namespace tr_device {
+
+struct Ticket; // the manager's ticket for one op (Rust)
+struct Entry;  // a storage's host home (Rust's Arc<Entry>)
+
+using AttemptFn = int (*)(void *ctx, Ticket *ticket);
+using BodyFn = int (*)(void *ctx);
+
+// Field for field the Rust struct `Callbacks` (mod.rs), which documents each.
+struct Callbacks {
+    int (*run)(const char *op, AttemptFn attempt, void *ctx, char *err, size_t len);
+    int (*acquire)(Ticket *ticket, const Entry *home, const void *like, int write, void **out);
+    int (*kernel)(Ticket *ticket, BodyFn body, void *ctx);
+    int (*place)(Ticket *ticket, const void *const *results, size_t n, const Entry **homes);
+    int (*end)(Ticket *ticket);
+    const Entry *(*adopt)(void *host);
+    void (*release)(const Entry *home);
+    int (*accelerator)();
+};
+
+extern const Callbacks *callbacks;
+
+constexpr c10::DeviceType kDevice = c10::DeviceType::PrivateUse1;
+
+// Whether `t` is a tensor of this device.
+inline bool ours(const at::Tensor &t) { return t.defined() && t.device().type() == kDevice; }
+
+// The home of the storage `t` views (t is ours).
+const Entry *home_of(const at::Tensor &t);
+
+// A storage of this device over `home` (whose reference it takes) of `nbytes` bytes.
+c10::Storage storage_over(const Entry *home, size_t nbytes);
+
+// A tensor of this device over `storage` with the dtype and geometry of `like`.
+at::Tensor tensor_over(c10::Storage storage, const at::Tensor &like);
+
+// The allocator of this device: a home in host memory per storage.
+c10::Allocator *allocator();
+
+// A Rust callback failed; its error waits on the Rust side.
+struct RustFailed {};
+
+// One attempt at an op under the manager (the ticket is NULL with no manager).
+class Attempt {
+  public:
+    explicit Attempt(Ticket *ticket) : ticket_(ticket) {}
+
+    // The device copy of `t`'s storage, viewed as `t`, in a StorageImpl of its own (a kernel that
+    // resizes it moves that one to new memory, never the manager's copy).
+    at::Tensor acquire(const at::Tensor &t, bool write);
+
+    // Runs the kernel; on the simulated device its allocations ask the budget for room.
+    template <typename F> void kernel(F &&body) {
+        struct Ctx {
+            F *body;
+            std::exception_ptr error;
+        } ctx{&body, nullptr};
+        auto trampoline = [](void *p) -> int {
+            auto *c = static_cast<Ctx *>(p);
+            try {
+                (*c->body)();
+                return 0;
+            } catch (...) {
+                c->error = std::current_exception();
+                return 1;
+            }
+        };
+        int rc = callbacks->kernel(ticket_, trampoline, &ctx);
+        if (rc == 2 && ctx.error) {
+            std::rethrow_exception(ctx.error); // the kernel's own error
+        }
+        if (rc != 0) {
+            throw RustFailed{}; // refused room, or failed otherwise on the Rust side
+        }
+    }
+
+    // Makes each result (a tensor of the compute device) a new managed storage and ends the op;
+    // returns the results as tensors of this device.
+    std::vector<at::Tensor> place(const std::vector<at::Tensor> &results);
+
+    // Ends an op that made no new storage.
+    void end();
+
+  private:
+    Ticket *ticket_;
+};
+
+// Runs `attempt(Attempt&)` under the manager: again while other ops hold the room it needs,
+// once more after evicting if the device ran out of memory. Errors come out as exceptions.
+template <typename F> void run(const char *op, F &&attempt) {
+    struct Ctx {
+        F *attempt;
+        std::exception_ptr error;
+    } ctx{&attempt, nullptr};
+    auto trampoline = [](void *p, Ticket *ticket) -> int {
+        auto *c = static_cast<Ctx *>(p);
+        c->error = nullptr;
+        try {
+            Attempt a(ticket);
+            (*c->attempt)(a);
+            return 0;
+        } catch (const RustFailed &) {
+            return 1;
+        } catch (const c10::OutOfMemoryError &) {
+            c->error = std::current_exception();
+            return 3;
+        } catch (...) {
+            c->error = std::current_exception();
+            return 2;
+        }
+    };
+    char err[512] = {0};
+    if (callbacks->run(op, trampoline, &ctx, err, sizeof err) != 0) {
+        if (ctx.error) {
+            std::rethrow_exception(ctx.error);
+        }
+        TORCH_CHECK(false, err);
+    }
+}
+
+// Registers the kernels and the fallback (kernels.cpp).
+void register_kernels();
+
+} // namespace tr_device

@@ -1,0 +1,316 @@
+// The `tensorref` device's kernels. Every aten op without a kernel of its own here reaches the
+// boxed fallback, which runs it under the manager: each input's device copy acquired, the
+// compute device's own kernel over them (no copy of data in the fallback), each new output a
+// managed storage. What needs kernels of its own: making tensors (a storage never written has
+// nothing to load), views (a view never loads its storage), copies between devices, resizing,
+// `set_`, and whether two tensors can share a TensorImpl's type (`Module._apply` keeps a
+// parameter's identity when they can).
+#include "device.h"
+
+#include <ATen/CPUFunctions.h>
+#include <ATen/native/TensorFactories.h>
+#include <ATen/native/TensorShape.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/native/Resize.h>
+#include <torch/library.h>
+
+#include <string>
+#include <vector>
+
+namespace tr_device {
+namespace {
+
+constexpr c10::DispatchKeySet kKeys{c10::DispatchKey::PrivateUse1};
+
+void check_options(std::optional<c10::Layout> layout, std::optional<bool> pin_memory) {
+    TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided, "the tensorref device holds strided tensors only");
+    TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), "pin_memory is for host tensors, not tensorref ones");
+}
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
+                               std::optional<c10::Device>, std::optional<bool> pin_memory,
+                               std::optional<c10::MemoryFormat> memory_format) {
+    check_options(layout, pin_memory);
+    return at::detail::empty_generic(size, allocator(), kKeys, c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
+                         std::optional<c10::Layout> layout, std::optional<c10::Device>, std::optional<bool> pin_memory) {
+    check_options(layout, pin_memory);
+    return at::detail::empty_strided_generic(size, stride, allocator(), kKeys, c10::dtype_or_default(dtype));
+}
+
+at::Tensor as_strided(const at::Tensor &self, c10::SymIntArrayRef size, c10::SymIntArrayRef stride,
+                      std::optional<c10::SymInt> storage_offset) {
+    return at::cpu::as_strided_symint(self, size, stride, std::move(storage_offset));
+}
+
+at::Tensor view(const at::Tensor &self, c10::SymIntArrayRef size) {
+    return at::native::view(self, C10_AS_INTARRAYREF_SLOW(size));
+}
+
+at::Tensor reshape_alias(const at::Tensor &self, c10::SymIntArrayRef size, c10::SymIntArrayRef stride) {
+    return at::native::_reshape_alias(self, C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride));
+}
+
+// A copy into, out of, or within the device, as one op: the destination's device copy written.
+at::Tensor copy_from(const at::Tensor &self, const at::Tensor &dst, bool non_blocking) {
+    run("aten::copy_", [&](Attempt &a) {
+        at::Tensor src = ours(self) ? a.acquire(self, false) : self;
+        at::Tensor out = ours(dst) ? a.acquire(dst, true) : dst;
+        a.kernel([&] { out.copy_(src, non_blocking); });
+        a.end();
+    });
+    return dst;
+}
+
+// A 1-D byte tensor of this device over the first `n` bytes of `storage`.
+at::Tensor bytes_of(c10::Storage storage, int64_t n) {
+    auto t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), kKeys, caffe2::TypeMeta::Make<uint8_t>());
+    t.unsafeGetTensorImpl()->set_sizes_contiguous({n});
+    return t;
+}
+
+// resize_: a storage of this device cannot grow in place (the manager's copies have its size),
+// so one that must grow is replaced by a new storage that starts with the old bytes.
+const at::Tensor &resize(const at::Tensor &self, c10::SymIntArrayRef size, std::optional<c10::MemoryFormat> memory_format) {
+    auto *impl = self.unsafeGetTensorImpl();
+    const auto format = memory_format.value_or(c10::MemoryFormat::Contiguous);
+    TORCH_CHECK(format != c10::MemoryFormat::Preserve, "resize_: Preserve is not a memory format to resize to");
+    impl->set_sizes_contiguous(C10_AS_INTARRAYREF_SLOW(size));
+    if (format != c10::MemoryFormat::Contiguous) {
+        impl->empty_tensor_restride(format);
+    }
+    const size_t had = self.storage().nbytes();
+    const size_t needed = at::detail::computeStorageNbytes(impl->sizes(), impl->strides(), self.dtype().itemsize(),
+                                                           impl->storage_offset());
+    if (needed > had) {
+        c10::Storage fresh =
+            at::detail::empty_generic({static_cast<int64_t>(needed)}, allocator(), kKeys, at::kByte, std::nullopt).storage();
+        if (had > 0) {
+            copy_from(bytes_of(self.storage(), static_cast<int64_t>(had)), bytes_of(fresh, static_cast<int64_t>(had)), false);
+        }
+        impl->set_storage_keep_dtype(std::move(fresh));
+    }
+    return self;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor &self, const at::Tensor &dst) {
+    if (ours(dst)) {
+        resize(dst, self.sym_sizes(), std::nullopt);
+    } else {
+        dst.resize_(self.sizes());
+    }
+    return copy_from(self, dst, false);
+}
+
+at::Tensor &set_storage(at::Tensor &self, c10::Storage source, int64_t offset, c10::IntArrayRef size, c10::IntArrayRef stride) {
+    TORCH_CHECK(source.device().type() == kDevice, "set_: a tensorref tensor takes a tensorref storage, not a ", source.device().type(),
+                " one");
+    const size_t needed = at::detail::computeStorageNbytes(size, stride, self.dtype().itemsize(), offset);
+    TORCH_CHECK(needed <= source.nbytes(), "set_: the view needs ", needed, " bytes, the storage has ", source.nbytes());
+    auto *impl = self.unsafeGetTensorImpl();
+    impl->set_storage_keep_dtype(std::move(source));
+    impl->set_sizes_and_strides(size, stride, offset);
+    return self;
+}
+
+at::Tensor &set_tensor(at::Tensor &self, const at::Tensor &source) {
+    return set_storage(self, source.storage(), source.storage_offset(), source.sizes(), source.strides());
+}
+
+at::Tensor &set_whole_storage(at::Tensor &self, c10::Storage source) {
+    const int64_t n = static_cast<int64_t>(source.nbytes() / self.dtype().itemsize());
+    return set_storage(self, std::move(source), 0, {n}, {1});
+}
+
+at::Tensor &set_empty(at::Tensor &self) {
+    return set_storage(self, at::detail::empty_generic({0}, allocator(), kKeys, self.scalar_type(), std::nullopt).storage(), 0, {0}, {1});
+}
+
+bool shallow_copy_compatible(const at::Tensor &self, const at::Tensor &from) {
+    auto dense = [](const at::Tensor &t) { return t.layout() == c10::kStrided && !t.is_nested() && (ours(t) || t.is_cpu() || t.is_cuda()); };
+    return dense(self) && dense(from);
+}
+
+// ----------------------------------------------------------------------------- the fallback
+
+// Calls `f(tensor)` on every tensor an IValue holds (a tensor, or a list of optional ones), and
+// puts back what it returns.
+template <typename F> void each_tensor(c10::IValue &v, F &&f) {
+    if (v.isTensor()) {
+        v = f(v.toTensor());
+    } else if (v.isTensorList()) {
+        c10::List<at::Tensor> list = v.toTensorList();
+        c10::List<at::Tensor> mapped;
+        mapped.reserve(list.size());
+        for (const at::Tensor &t : list) {
+            mapped.push_back(f(t));
+        }
+        v = std::move(mapped);
+    } else if (v.isList() && v.toListRef().size() > 0 && (v.toListRef()[0].isTensor() || v.toListRef()[0].isNone())) {
+        c10::List<std::optional<at::Tensor>> mapped;
+        for (const c10::IValue &e : v.toListRef()) {
+            mapped.push_back(e.isTensor() ? std::optional<at::Tensor>(f(e.toTensor())) : std::nullopt);
+        }
+        v = std::move(mapped);
+    }
+}
+
+struct Input {
+    at::Tensor tensor;    // the op's argument, of this device
+    at::Tensor view;      // its device copy, as the kernel sees it
+    const void *memory;   // where the view's memory was before the kernel
+};
+
+// The argument (of this device) a kernel's output is, if any: the same TensorImpl as a view, or
+// a view of the same memory (an output of this device over the argument's storage).
+at::Tensor back_to_device(const at::Tensor &out, const std::vector<Input> &inputs) {
+    for (const auto &in : inputs) {
+        if (out.unsafeGetTensorImpl() == in.view.unsafeGetTensorImpl()) {
+            return in.tensor;
+        }
+    }
+    for (const auto &in : inputs) {
+        if (out.storage().data() == in.view.storage().data() && out.device() == in.view.device() && out.storage().nbytes() > 0) {
+            return tensor_over(in.tensor.storage(), out);
+        }
+    }
+    return out;
+}
+
+void fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
+    const auto &schema = op.schema();
+    const size_t n = schema.arguments().size();
+    const size_t first = stack->size() - n;
+    std::vector<c10::IValue> args(std::make_move_iterator(stack->begin() + static_cast<std::ptrdiff_t>(first)),
+                                  std::make_move_iterator(stack->end()));
+    stack->resize(first);
+    // Whether each argument's tensors are written (a `Tensor(a!)` in the schema).
+    std::vector<bool> writes(n, false);
+    for (size_t i = 0; i < n; ++i) {
+        const auto *alias = schema.arguments()[i].alias_info();
+        writes[i] = alias != nullptr && alias->isWrite();
+    }
+    run(schema.name().c_str(), [&](Attempt &a) {
+        stack->resize(first);
+        std::vector<Input> inputs;
+        for (size_t i = 0; i < n; ++i) {
+            c10::IValue v = args[i];
+            each_tensor(v, [&](const at::Tensor &t) {
+                if (!ours(t)) {
+                    return t;
+                }
+                for (const auto &in : inputs) {
+                    if (in.tensor.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) {
+                        return in.view; // given twice: the same view, as libtorch's overlap checks expect
+                    }
+                }
+                bool write = false; // written through any of its places
+                for (size_t j = 0; j < n && !write; ++j) {
+                    c10::IValue w = args[j];
+                    each_tensor(w, [&](const at::Tensor &u) {
+                        write = write || (writes[j] && u.unsafeGetTensorImpl() == t.unsafeGetTensorImpl());
+                        return u;
+                    });
+                }
+                at::Tensor view = a.acquire(t, write);
+                const void *memory = view.storage().data();
+                inputs.push_back({t, std::move(view), memory});
+                return inputs.back().view;
+            });
+            stack->push_back(std::move(v));
+        }
+        // A `device=` of this device means the compute device (the host where nothing was acquired).
+        const int cuda = inputs.empty() ? -1 : callbacks->accelerator();
+        const c10::Device compute = cuda < 0 ? c10::Device(c10::kCPU) : c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda));
+        for (size_t i = first; i < stack->size(); ++i) {
+            if ((*stack)[i].isDevice() && (*stack)[i].toDevice().type() == kDevice) {
+                (*stack)[i] = compute;
+            }
+        }
+        a.kernel([&] { op.callBoxed(stack); });
+        // Outputs: an argument again (in place, out=), a view of one, or new storages.
+        std::vector<at::Tensor> fresh;
+        for (size_t i = first; i < stack->size(); ++i) {
+            each_tensor((*stack)[i], [&](const at::Tensor &t) {
+                if (!t.defined() || ours(t)) {
+                    return t;
+                }
+                at::Tensor back = back_to_device(t, inputs);
+                if (!ours(back)) {
+                    fresh.push_back(back);
+                }
+                return back;
+            });
+        }
+        // Arguments the kernel resized (out=): new memory becomes a new storage of the argument's,
+        // a new geometry within the old memory is the argument's own.
+        std::vector<const Input *> moved;
+        for (const auto &in : inputs) {
+            if (in.view.storage().data() != in.memory) {
+                moved.push_back(&in);
+                fresh.push_back(in.view);
+            } else if (!in.view.is_same_size(in.tensor) || in.view.strides() != in.tensor.strides() ||
+                       in.view.storage_offset() != in.tensor.storage_offset()) {
+                in.tensor.unsafeGetTensorImpl()->set_sizes_and_strides(in.view.sizes(), in.view.strides(), in.view.storage_offset());
+            }
+        }
+        if (fresh.empty()) {
+            a.end();
+            return;
+        }
+        std::vector<at::Tensor> placed = a.place(fresh);
+        size_t next = 0;
+        for (size_t i = first; i < stack->size(); ++i) {
+            each_tensor((*stack)[i], [&](const at::Tensor &t) { return t.defined() && !ours(t) ? placed[next++] : t; });
+        }
+        for (const Input *in : moved) {
+            const at::Tensor &now = placed[next++];
+            in->tensor.unsafeGetTensorImpl()->set_storage_keep_dtype(now.storage());
+            in->tensor.unsafeGetTensorImpl()->set_sizes_and_strides(now.sizes(), now.strides(), now.storage_offset());
+        }
+    });
+}
+
+} // namespace
+
+void register_kernels() {
+    static auto *aten = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+    aten->impl("empty.memory_format", TORCH_FN(empty_memory_format));
+    aten->impl("empty_strided", TORCH_FN(empty_strided));
+    aten->impl("as_strided", TORCH_FN(as_strided));
+    aten->impl("view", TORCH_FN(view));
+    aten->impl("_reshape_alias", TORCH_FN(reshape_alias));
+    aten->impl("_copy_from", TORCH_FN(copy_from));
+    aten->impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
+    aten->impl("resize_", TORCH_FN(resize));
+    aten->impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage));
+    aten->impl("set_.source_Tensor", TORCH_FN(set_tensor));
+    aten->impl("set_.source_Storage", TORCH_FN(set_whole_storage));
+    aten->impl("set_", TORCH_FN(set_empty));
+    aten->impl("_has_compatible_shallow_copy_type", TORCH_FN(shallow_copy_compatible));
+    // A composite kernel ranks above a fallback: an op the host computes with a kernel of its own
+    // that also has a CompositeExplicitAutograd one (native_layer_norm's `math_` version) would
+    // run that instead, with other rounding. Such ops take the fallback as their kernel here, so
+    // every op runs the compute device's own kernel (bit for bit the host's on the simulated
+    // device). Autograd is unchanged: their derivatives are registered apart.
+    auto &dispatcher = c10::Dispatcher::singleton();
+    for (const c10::OperatorName &name : dispatcher.getAllOpNames()) {
+        auto op = dispatcher.findOp(name);
+        if (!op || name.name.rfind("aten::", 0) != 0 || op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1) ||
+            !op->hasKernelForDispatchKey(c10::DispatchKey::CPU)) {
+            continue;
+        }
+        if (op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+            op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) {
+            std::string schema = name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name);
+            aten->impl(schema.c_str(), torch::CppFunction::makeFromBoxedFunction<&fallback>());
+        }
+    }
+    static auto *all = new torch::Library(torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+    all->fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>());
+}
+
+} // namespace tr_device

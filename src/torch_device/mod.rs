@@ -1,0 +1,233 @@
+//! The `tensorref` device in libtorch's dispatcher: ordinary `at::Tensor`s (and `torch.Tensor`s)
+//! whose storages are the residency manager's, so that a model nobody wrote for this library
+//! runs under its budget unchanged.
+//!
+//! The C++ half (`device.cpp`: the backend's registration, allocator and guard; `kernels.cpp`:
+//! the kernels a backend must have of its own and the boxed fallback every other aten op
+//! reaches) calls back into this file through `Callbacks`, which reach the manager through its
+//! one interface, `Ticket`, and nothing else of it:
+//!
+//! * A `tensorref` storage is one manager storage. Its `DataPtr`'s context is the storage's host
+//!   home, an `Arc<Entry>` over a host tensor (`adopt`, `release`); its data pointer is that same
+//!   context, which names the storage (two tensors share a storage exactly when their data
+//!   pointers are equal) but is not its bytes: they live wherever the manager put them.
+//! * `run` runs one op: `with_room` around attempts that each take a `Ticket`, acquire every
+//!   input's device copy (`acquire`: an alias of the copy with the input's geometry, on the
+//!   manager's compute device), run the compute device's own kernel over them (`kernel`), and
+//!   place what the kernel made (`place`: each result a new managed storage) or `end`.
+//! * With no manager configured an op runs over the homes themselves, on the host.
+
+use crate::error::{Error, Result};
+use crate::registry::Entry;
+use crate::residency::Ticket;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+/// What the C++ half calls. Every function returns 0, or 1 with the error kept for `run`
+/// (`failed`); none lets a panic out.
+#[repr(C)]
+pub(crate) struct Callbacks {
+    run: extern "C" fn(op: *const c_char, attempt: Attempt, ctx: *mut c_void, err: *mut c_char, len: usize) -> c_int,
+    acquire: extern "C" fn(ticket: *mut Ticket, home: *const Entry, like: *const c_void, write: c_int, out: *mut *mut c_void) -> c_int,
+    kernel: extern "C" fn(ticket: *mut Ticket, body: Body, ctx: *mut c_void) -> c_int,
+    place: extern "C" fn(ticket: *mut Ticket, results: *const *const c_void, n: usize, homes: *mut *const Entry) -> c_int,
+    end: extern "C" fn(ticket: *mut Ticket) -> c_int,
+    adopt: extern "C" fn(host: *mut c_void) -> *const Entry,
+    release: extern "C" fn(home: *const Entry),
+    accelerator: extern "C" fn() -> c_int,
+}
+
+/// One attempt at an op, in C++: given the op's ticket (NULL with no manager), it acquires,
+/// runs and places; 0 on success.
+type Attempt = extern "C" fn(ctx: *mut c_void, ticket: *mut Ticket) -> c_int;
+/// The kernel itself, in C++; 0 on success, else the C++ exception is kept on its side.
+type Body = extern "C" fn(ctx: *mut c_void) -> c_int;
+
+extern "C" {
+    fn tr_native_torch_device_owns(t: *const c_void) -> c_int;
+    fn tr_native_torch_device_register(callbacks: *const Callbacks, err: *mut c_char, len: usize) -> c_int;
+}
+
+static CALLBACKS: Callbacks = Callbacks { run, acquire, kernel, place, end, adopt, release, accelerator };
+
+/// Registers the `tensorref` backend with libtorch (once per process; later calls return the
+/// first call's outcome).
+pub fn register() -> Result<()> {
+    static DONE: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    let done = DONE.get_or_init(|| {
+        // SAFETY: `CALLBACKS` lives for the process.
+        crate::shim::run("registering the tensorref device", |err, len| unsafe { tr_native_torch_device_register(&CALLBACKS, err, len) })
+            .map_err(|e| e.to_string())
+    });
+    done.clone().map_err(Error::Torch)
+}
+
+/// Whether `t` is a tensor of the `tensorref` device (its storage is the manager's already).
+pub(crate) fn owns(t: &tch::Tensor) -> bool {
+    // SAFETY: `t` is live for the call; the shim only reads its device.
+    unsafe { tr_native_torch_device_owns(t.as_ptr().cast()) != 0 }
+}
+
+thread_local! {
+    /// The error a callback failed with, for `run` to return as it is (`RoomTaken` must reach
+    /// `with_room` unchanged).
+    static FAILED: RefCell<Option<Error>> = const { RefCell::new(None) };
+}
+
+/// Runs a callback's body: 0, or 1 with its error (a panic too) kept in `FAILED`.
+fn guarded(f: impl FnOnce() -> Result<()>) -> c_int {
+    let result = catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| Err(crate::ffi::boundary::panic_error(p)));
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            FAILED.with(|f| *f.borrow_mut() = Some(e));
+            1
+        }
+    }
+}
+
+fn failed(what: &str) -> Error {
+    FAILED.with(|f| f.borrow_mut().take()).unwrap_or_else(|| Error::Torch(format!("{what} failed")))
+}
+
+/// Op names as the manager's events and trace keep them (`&'static str`): each distinct name is
+/// kept once, found by the address of libtorch's own (which lives as long as the operator).
+fn op_name(op: *const c_char) -> &'static str {
+    static NAMES: Mutex<Option<HashMap<usize, &'static str>>> = Mutex::new(None);
+    let mut names = NAMES.lock().unwrap_or_else(PoisonError::into_inner);
+    names.get_or_insert_with(HashMap::new).entry(op as usize).or_insert_with(|| {
+        // SAFETY: the C++ half passes libtorch's NUL-terminated operator name.
+        let name = unsafe { CStr::from_ptr(op) }.to_string_lossy().into_owned();
+        Box::leak(name.into_boxed_str())
+    })
+}
+
+extern "C" fn run(op: *const c_char, attempt: Attempt, ctx: *mut c_void, err: *mut c_char, len: usize) -> c_int {
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        let name = op_name(op);
+        crate::residency::with_room(|| {
+            let mut retried = false;
+            loop {
+                let mut ticket = Ticket::begin(name);
+                let raw = ticket.as_mut().map_or(std::ptr::null_mut(), |t| t as *mut Ticket);
+                let outcome = match attempt(ctx, raw) {
+                    0 => Ok(()),
+                    _ => Err(failed(name)),
+                };
+                match (outcome, ticket) {
+                    (Err(Error::OutOfMemory(_)), Some(t)) if !retried && t.evict_unused() > 0 => retried = true,
+                    (outcome, _) => return outcome,
+                }
+            }
+        })
+    }))
+    .unwrap_or_else(|p| Err(crate::ffi::boundary::panic_error(p)));
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            crate::shim::write_error(err, len, &e.to_string());
+            1
+        }
+    }
+}
+
+/// # Safety (all callbacks)
+/// The C++ half passes a live ticket (or NULL), live `at::Tensor`s and homes it holds.
+extern "C" fn acquire(ticket: *mut Ticket, home: *const Entry, like: *const c_void, write: c_int, out: *mut *mut c_void) -> c_int {
+    guarded(|| {
+        // SAFETY: see above; `like` is borrowed for the call.
+        let (home, like) = unsafe { (&*home, std::mem::ManuallyDrop::new(tch::Tensor::from_ptr(like as *mut _))) };
+        let view = match unsafe { ticket.as_mut() } {
+            Some(t) => t.acquire_as(home, &like, write != 0)?,
+            None => crate::residency::torch_storage::view_on(home, &like).map_err(Error::from)?,
+        };
+        // SAFETY: `out` is the C++ half's slot; it takes ownership of the new `at::Tensor*`.
+        unsafe { *out = std::mem::ManuallyDrop::new(view).as_mut_ptr().cast() };
+        Ok(())
+    })
+}
+
+/// Returns 2 when the kernel itself failed (its C++ exception is the error), 1 when the manager
+/// refused it room or failed.
+extern "C" fn kernel(ticket: *mut Ticket, body: Body, ctx: *mut c_void) -> c_int {
+    let body_failed = std::cell::Cell::new(false);
+    let rc = guarded(|| {
+        let run = || match body(ctx) {
+            0 => Ok(()),
+            _ => {
+                body_failed.set(true);
+                Err(Error::Torch("the kernel failed".into()))
+            }
+        };
+        // SAFETY: see `acquire`.
+        match unsafe { ticket.as_ref() } {
+            Some(t) => t.kernel(run),
+            None => run(),
+        }
+    });
+    match FAILED.with(|f| matches!(&*f.borrow(), Some(Error::Torch(_)))) && body_failed.get() {
+        true => {
+            FAILED.with(|f| f.borrow_mut().take());
+            2
+        }
+        false => rc,
+    }
+}
+
+extern "C" fn place(ticket: *mut Ticket, results: *const *const c_void, n: usize, homes: *mut *const Entry) -> c_int {
+    guarded(|| {
+        // SAFETY: `results` holds `n` live tensors, `homes` room for `n` pointers.
+        let results: Vec<tch::Tensor> = unsafe { std::slice::from_raw_parts(results, n) }
+            .iter()
+            .map(|&r| unsafe { tch::Tensor::from_ptr(r as *mut _) }.shallow_clone_leaked())
+            .collect();
+        let entries = match unsafe { ticket.as_mut() } {
+            Some(t) => t.finish_many(&results)?,
+            None => results.iter().map(|r| Entry::new(r.shallow_clone())).collect(),
+        };
+        for (i, e) in entries.into_iter().enumerate() {
+            unsafe { *homes.add(i) = Arc::into_raw(Arc::new(e)) };
+        }
+        Ok(())
+    })
+}
+
+extern "C" fn end(ticket: *mut Ticket) -> c_int {
+    // SAFETY: see `acquire`.
+    guarded(|| unsafe { ticket.as_mut() }.map_or(Ok(()), Ticket::end))
+}
+
+/// A host tensor (ownership passed) as a storage's home.
+extern "C" fn adopt(host: *mut c_void) -> *const Entry {
+    // SAFETY: the C++ half hands over a tensor it allocated with `new`.
+    let host = unsafe { tch::Tensor::from_ptr(host as *mut _) };
+    Arc::into_raw(Arc::new(Entry::new(host)))
+}
+
+/// A `tensorref` storage died: its home goes (the manager forgets it with its last view).
+extern "C" fn release(home: *const Entry) {
+    // SAFETY: `home` came from `Arc::into_raw` in `adopt` or `place`, released once.
+    let _ = catch_unwind(AssertUnwindSafe(|| drop(unsafe { Arc::from_raw(home) })));
+}
+
+/// The device ops compute on: -1 for the host (no manager, or the simulated device), else the
+/// CUDA device's index.
+extern "C" fn accelerator() -> c_int {
+    crate::residency::cuda_index().map_or(-1, |i| i as c_int)
+}
+
+/// `tch::Tensor::from_ptr` borrows here: a new handle to the same TensorImpl, the borrowed
+/// pointer left to its owner.
+trait Borrowed {
+    fn shallow_clone_leaked(self) -> tch::Tensor;
+}
+
+impl Borrowed for tch::Tensor {
+    fn shallow_clone_leaked(self) -> tch::Tensor {
+        let t = std::mem::ManuallyDrop::new(self);
+        t.shallow_clone()
+    }
+}
