@@ -97,7 +97,8 @@ class Attempt {
 };
 
 // Runs `attempt(Attempt&)` under the manager: again while other ops hold the room it needs,
-// once more after evicting if the device ran out of memory. Errors come out as exceptions.
+// once more after evicting if the device ran out of memory. Errors come out as exceptions: the
+// kernel's own, c10::OutOfMemoryError when the device or its budget has no room, else c10::Error.
 template <typename F> void run(const char *op, F &&attempt) {
     struct Ctx {
         F *attempt;
@@ -121,10 +122,12 @@ template <typename F> void run(const char *op, F &&attempt) {
         }
     };
     char err[512] = {0};
-    if (callbacks->run(op, trampoline, &ctx, err, sizeof err) != 0) {
+    const int rc = callbacks->run(op, trampoline, &ctx, err, sizeof err);
+    if (rc != 0) {
         if (ctx.error) {
             std::rethrow_exception(ctx.error);
         }
+        TORCH_CHECK_WITH(OutOfMemoryError, rc != 4, err); // no room on the device or in its budget
         TORCH_CHECK(false, err);
     }
 }

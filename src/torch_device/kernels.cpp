@@ -10,6 +10,7 @@
 #include <ATen/CPUFunctions.h>
 #include <ATen/native/TensorFactories.h>
 #include <ATen/native/TensorShape.h>
+#include <ATen/native/transformers/attention.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/Resize.h>
@@ -274,9 +275,63 @@ void fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
     });
 }
 
+// A fused optimizer step (`_fused_adamw_` ...) takes every parameter at once, with its gradient
+// and state: as one op, all of them would have to be on the device together. Its parameters are
+// independent, so it runs once per parameter, each through the fallback.
+void per_parameter(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
+    const size_t n = op.schema().arguments().size();
+    const size_t first = stack->size() - n;
+    std::vector<c10::IValue> args(std::make_move_iterator(stack->begin() + static_cast<std::ptrdiff_t>(first)),
+                                  std::make_move_iterator(stack->end()));
+    stack->resize(first);
+    size_t count = 0;
+    for (const auto &a : args) {
+        if (a.isTensorList() && a.toTensorList().size() > 0) {
+            const size_t len = a.toTensorList().size();
+            TORCH_CHECK(count == 0 || count == len, op.schema().name(), ": tensor lists of different lengths");
+            count = len;
+        }
+    }
+    for (size_t i = 0; i < count; ++i) {
+        for (const auto &a : args) {
+            if (a.isTensorList() && a.toTensorList().size() > 0) {
+                stack->push_back(c10::List<at::Tensor>({a.toTensorList().get(i)}));
+            } else {
+                stack->push_back(a);
+            }
+        }
+        fallback(op, stack);
+        stack->resize(first); // the in-place steps return nothing
+    }
+}
+
+// Model code takes the accelerator's branch on any device that is not the CPU, and may ask for
+// what CUDA has and the host has not: transformers' MoE layers count tokens per expert with
+// `histc` of integers. On the host it runs in float (exact for counts below 2^24) and returns the
+// input's dtype, as CUDA's does.
+void histc(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
+    c10::IValue &input = (*stack)[stack->size() - op.schema().arguments().size()];
+    const auto dtype = input.toTensor().scalar_type();
+    if (!at::isIntegralType(dtype, /*includeBool=*/true)) {
+        return fallback(op, stack);
+    }
+    input = input.toTensor().to(at::kFloat);
+    fallback(op, stack);
+    stack->back() = stack->back().toTensor().to(dtype);
+}
+
+// scaled_dot_product_attention asks the device's DispatchStub which kernel to take, and takes the
+// math path on a device without one. This answers with the compute device's own choice (asked
+// through the fallback, over the inputs' copies), so attention runs the kernel it runs there.
+int64_t sdp_choice(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const std::optional<at::Tensor> &mask,
+                   double dropout, bool causal, std::optional<double> scale, bool gqa) {
+    return at::_fused_sdp_choice(q, k, v, mask, dropout, causal, scale, gqa);
+}
+
 } // namespace
 
 void register_kernels() {
+    at::native::_fused_sdp_choice_stub.set_privateuse1_dispatch_ptr(&sdp_choice);
     static auto *aten = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
     aten->impl("empty.memory_format", TORCH_FN(empty_memory_format));
     aten->impl("empty_strided", TORCH_FN(empty_strided));
@@ -291,12 +346,23 @@ void register_kernels() {
     aten->impl("set_.source_Storage", TORCH_FN(set_whole_storage));
     aten->impl("set_", TORCH_FN(set_empty));
     aten->impl("_has_compatible_shallow_copy_type", TORCH_FN(shallow_copy_compatible));
+    aten->impl("histc", torch::CppFunction::makeFromBoxedFunction<&histc>());
+    auto &dispatcher = c10::Dispatcher::singleton();
+    const std::pair<const char *, const char *> fused[] = {{"_fused_adam_", ""},    {"_fused_adam_", "tensor_lr"},
+                                                           {"_fused_adamw_", ""},   {"_fused_adamw_", "tensor_lr"},
+                                                           {"_fused_sgd_", ""},     {"_fused_sgd_", "tensor_lr"},
+                                                           {"_fused_adagrad_", ""}, {"_fused_adagrad_", "tensor_lr"}};
+    for (const auto &[name, overload] : fused) {
+        if (dispatcher.findOp(c10::OperatorName(std::string("aten::") + name, overload))) {
+            std::string schema = std::string(name) + (*overload ? std::string(".") + overload : "");
+            aten->impl(schema.c_str(), torch::CppFunction::makeFromBoxedFunction<&per_parameter>());
+        }
+    }
     // A composite kernel ranks above a fallback: an op the host computes with a kernel of its own
     // that also has a CompositeExplicitAutograd one (native_layer_norm's `math_` version) would
     // run that instead, with other rounding. Such ops take the fallback as their kernel here, so
     // every op runs the compute device's own kernel (bit for bit the host's on the simulated
     // device). Autograd is unchanged: their derivatives are registered apart.
-    auto &dispatcher = c10::Dispatcher::singleton();
     for (const c10::OperatorName &name : dispatcher.getAllOpNames()) {
         auto op = dispatcher.findOp(name);
         if (!op || name.name.rfind("aten::", 0) != 0 || op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1) ||

@@ -27,7 +27,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 /// What the C++ half calls. Every function returns 0, or 1 with the error kept for `run`
-/// (`failed`); none lets a panic out.
+/// (`failed`); none lets a panic out. `run` returns 4 when the device or its budget had no room
+/// (libtorch's OutOfMemoryError, `torch.OutOfMemoryError` in Python), else 1 with the message.
 #[repr(C)]
 pub(crate) struct Callbacks {
     run: extern "C" fn(op: *const c_char, attempt: Attempt, ctx: *mut c_void, err: *mut c_char, len: usize) -> c_int,
@@ -129,7 +130,10 @@ extern "C" fn run(op: *const c_char, attempt: Attempt, ctx: *mut c_void, err: *m
         Ok(()) => 0,
         Err(e) => {
             crate::shim::write_error(err, len, &e.to_string());
-            1
+            match e {
+                Error::OutOfMemory(_) | Error::BudgetTooSmall { .. } => 4,
+                _ => 1,
+            }
         }
     }
 }

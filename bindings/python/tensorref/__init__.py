@@ -14,6 +14,8 @@ the finalizer of Tensor, tensorref._accel) is in use; TENSORREF_PURE_PYTHON=1 tu
 """
 from __future__ import annotations
 
+import sys as _sys
+
 from . import errors
 from ._abi_generated import TR_ABI_VERSION, TR_VERSION
 from ._lib import LIB_PATH, check as _check, lib as _cdll
@@ -38,12 +40,12 @@ _indexing.install()
 _habits.install()
 from . import _accel  # after _ops_generated: the compiled operators replace the generated ones
 _protocols.hide_buffer()  # after _accel, which checks its reading of Tensor against the buffer
-try:
-    import torch as _torch  # noqa: F401
-except ImportError:
-    torch_device = None  # the `tensorref` device needs torch
-else:
-    from . import torch_device  # model.to("tensorref"): torch's tensors under the manager
+# The `tensorref` torch device (model.to("tensorref")): registered in libtorch now, before any
+# backward starts the autograd engine's device threads; named in torch's Python once torch is
+# imported (now, or by a manager's configuration, or by tensorref.torch_device.register()).
+_check(_cdll.tr_torch_device_register(), "tr_torch_device_register")
+if "torch" in _sys.modules:
+    from . import torch_device
     torch_device.register()
 
 __version__ = ".".join(map(str, TR_VERSION))

@@ -20,6 +20,7 @@ locked: it must not call tensorref; its exceptions are caught and kept (`callbac
 from __future__ import annotations
 
 import dataclasses
+import sys
 import warnings
 from ctypes import byref, c_bool
 from typing import Callable, NamedTuple
@@ -119,6 +120,11 @@ def configure(config: Config | None = None, **fields) -> Config:
     flush_releases()
     _check(lib.tr_residency_configure(byref(c)), "tr_residency_configure")
     _torch_saved.follow(c.device != DEVICE_CODES["CPU"])
+    marked_by_program.clear()
+    if "torch" in sys.modules:
+        from . import torch_device
+        torch_device.register()
+        torch_device.mark_iterations()
     if not _saved_batch:
         _saved_batch.append(_ownership.set_release_batch(1))
     _configured.append(config)
@@ -199,9 +205,15 @@ def device_memory(reset_peak: bool = False):
     return out
 
 
+# Whether the program marks iterations itself (then the tensorref device's modules do not).
+marked_by_program: list[bool] = []
+
+
 def mark_iteration() -> None:
     """Marks the end of an iteration (a step, a forward pass): Flow evicts and prefetches by
-    the ops since the previous mark."""
+    the ops since the previous mark. A model on the `tensorref` torch device is marked at each
+    outermost forward call until the program calls this itself (under each manager)."""
+    marked_by_program[:] = [True]
     _check(lib.tr_residency_mark_iteration(), "tr_residency_mark_iteration")
 
 

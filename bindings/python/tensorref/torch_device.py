@@ -6,15 +6,20 @@ PyTorch model nobody wrote for this library runs under its budget unchanged.
         model.to("tensorref")
         y = model(x.to("tensorref")).cpu()
 
-`import tensorref` registers it when torch can be imported (`register`). The library takes
-torch's PrivateUse1 backend and names it `tensorref`; `torch.tensorref` is its device module.
+`import tensorref` registers it with libtorch (before any backward: the autograd engine sizes its
+device threads once, at its first backward), and names it in torch's Python when torch is
+imported already; configuring a manager names it too, and `register()` at any time. The library
+takes torch's PrivateUse1 backend and names it `tensorref`; `torch.tensorref` is its device
+module.
 """
 from __future__ import annotations
 
+import threading
 import types
 
 import torch
 
+from . import residency
 from ._lib import check, lib
 
 NAME = "tensorref"
@@ -45,3 +50,35 @@ def register() -> None:
         torch.utils.rename_privateuse1_backend(NAME)
         torch._register_device_module(NAME, _device_module())
         torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
+
+
+_calls = threading.local()  # .depth: module forward calls running on this thread
+_hooks: list = []
+
+
+def _before_forward(module, args):
+    depth = getattr(_calls, "depth", 0)
+    _calls.depth = depth + 1
+    if depth == 0 and not residency.marked_by_program and _on_device(module) and residency.enabled():
+        residency.mark_iteration()
+        residency.marked_by_program.clear()
+
+
+def _after_forward(module, args, output):
+    _calls.depth -= 1
+
+
+def _on_device(module) -> bool:
+    p = next(module.parameters(), None)
+    return p is not None and p.device.type == NAME
+
+
+def mark_iterations() -> None:
+    """Iterations without being told: each outermost forward call of a module whose parameters
+    are on the device marks one (a training step's forward, backward and optimizer step; one
+    decode step of generate()), so Flow learns the op order of a model that never calls
+    `residency.mark_iteration`. Installed with the first manager; a program that marks itself
+    turns it off. Global module hooks: each module call costs two Python calls more."""
+    if not _hooks:
+        _hooks.append(torch.nn.modules.module.register_module_forward_pre_hook(_before_forward))
+        _hooks.append(torch.nn.modules.module.register_module_forward_hook(_after_forward, always_call=True))
