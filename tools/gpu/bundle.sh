@@ -40,7 +40,9 @@ rm -f "$out/bin/train_mlp"
 strip --strip-debug "$out"/bin/* "$out"/lib/*.so  # symbols stay: stacks sampled there name our functions
 
 cp tools/gpu/run.sh tools/gpu/steps.sh tools/gpu/summary.py tools/gpu/minilm_check.py tools/gpu/safetensors_dtype.py \
-  benches/residency_peers.py benches/training_peers.py "$out/"
+  tools/gpu/torch_device_cuda.py benches/residency_peers.py benches/training_peers.py "$out/"
+# The Python package, for the tensorref torch device's checks (pure ctypes: no accelerator built).
+mkdir -p "$out/python" && cp -r bindings/python/tensorref "$out/python/" && rm -rf "$out"/python/tensorref/{__pycache__,*.so}
 # The PyTorch the library was built against (the build's libtorch is the venv's): run.sh refuses a
 # machine whose PyTorch is another release or not a CUDA build.
 py=$( [[ -x .venv/bin/python3 ]] && echo .venv/bin/python3 || echo python3)

@@ -3,7 +3,7 @@
 # table last. libtorch is this machine's own PyTorch 2.11 (found through python3). Made by
 # `make gpu-bundle`; the MiniLM weights come beside it in ../gpu-model (see tools/gpu/bundle.sh).
 #
-#     bash gpu-bundle/run.sh [PART...]   parts: tests b2048 shapes opt30b training drift (default: all;
+#     bash gpu-bundle/run.sh [PART...]   parts: tests b2048 shapes opt30b training drift torch-device (default: all;
 #                                       a GPU lease's 10-minute calls take them in groups)
 # Logs and JSON results go to ./gpu-results, and where $OUT is set (the device tool) packed into
 # $OUT/gpu-results.tgz with the summary beside it; each step is cut after $STEP_TIMEOUT seconds
@@ -46,7 +46,7 @@ if [[ -f "$here/../gpu-model/model.f16.safetensors" ]]; then
   export TR_MINILM_DIR="$model_dir"
 fi
 
-parts=${*:-tests b2048 shapes opt30b training drift}
+parts=${*:-tests b2048 shapes opt30b training drift torch-device}
 wants() { [[ " $parts " == *" $1 "* ]]; }
 
 # Correctness: every CUDA suite, the examples and the demonstration on CUDA.
@@ -99,6 +99,13 @@ fi
 # the third step.
 if wants drift; then
   step bench-drift "$here/bin/bench-training" --device cuda --steps 300 --runs flow,flow+cheaper --budgets 4
+fi
+
+# The tensorref torch device: unchanged PyTorch models on it against plain PyTorch on CUDA, then
+# a Llama-shaped fp16 decoder through a quarter of its weights beside accelerate and the bound.
+if wants torch-device; then
+  step torch-device env PYTHONPATH="$here/python" TENSORREF_LIB="$here/lib/libtensorref.so" \
+    python3 "$here/torch_device_cuda.py" ${TORCH_DEVICE_ARGS:-}
 fi
 
 finish python3 "$here/summary.py" "$results"
