@@ -263,6 +263,14 @@ pub fn stats() -> Option<ResidencyStats> {
     Some(stats.0)
 }
 
+/// Whether the manager holds the storage `entry` views (it may then have a newer device copy).
+pub(crate) fn knows(entry: &crate::registry::Entry) -> Result<bool> {
+    match lock()?.as_ref() {
+        Some(m) => Ok(m.find(entry)?.is_some()),
+        None => Ok(false),
+    }
+}
+
 /// The CUDA device the manager computes on (None without one, or on the host).
 pub(crate) fn cuda_index() -> Option<usize> {
     match lock().ok()?.as_ref()?.cfg.device {

@@ -10,6 +10,8 @@
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <mutex>
+
 namespace tr_device {
 
 const Callbacks *callbacks = nullptr;
@@ -25,8 +27,34 @@ c10::DataPtr home_ptr(const Entry *home) {
     return c10::DataPtr(p, p, &release_home, c10::Device(kDevice, 0));
 }
 
+// Random ops run the compute device's kernels over its copies, with its generator: on the
+// simulated device the CPU's, so that a seeded program draws what it draws on the CPU.
+struct Hooks final : at::PrivateUse1HooksInterface {
+    bool isBuilt() const override { return true; }
+    bool isAvailable() const override { return true; }
+    bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
+    const at::Generator &getDefaultGenerator(c10::DeviceIndex) const override {
+        return at::detail::getDefaultCPUGenerator();
+    }
+    at::Generator getNewGenerator(c10::DeviceIndex) const override { return at::detail::createCPUGenerator(); }
+    at::Device getDeviceFromPtr(void *) const override { return c10::Device(kDevice, 0); }
+    bool isPinnedPtr(const void *) const override { return false; }
+    c10::Allocator *getPinnedMemoryAllocator() const override { return at::getCPUAllocator(); }
+};
+
+// libtorch takes a backend with hooks registered for the process's accelerator, and its autograd
+// engine then asks only that accelerator for streams: a plain CUDA backward fails in a process
+// whose PrivateUse1 backend has hooks (pytorch/pytorch#161129). So the hooks are registered with
+// the first storage of this device, not with the device: importing the library leaves a CUDA
+// program's autograd alone until it puts a tensor on `tensorref`.
+void hooks_once() {
+    static std::once_flag once;
+    std::call_once(once, [] { at::RegisterPrivateUse1HooksInterface(new Hooks()); });
+}
+
 struct HomeAllocator final : c10::Allocator {
     c10::DataPtr allocate(size_t nbytes) override {
+        hooks_once();
         at::Tensor host = at::empty({static_cast<int64_t>(nbytes)}, at::TensorOptions().dtype(at::kByte));
         return home_ptr(callbacks->adopt(new at::Tensor(std::move(host))));
     }
@@ -72,21 +100,6 @@ struct Guard final : c10::impl::DeviceGuardImplInterface {
     }
 };
 
-// Random ops run the compute device's kernels over its copies, with its generator: on the
-// simulated device the CPU's, so that a seeded program draws what it draws on the CPU.
-struct Hooks final : at::PrivateUse1HooksInterface {
-    bool isBuilt() const override { return true; }
-    bool isAvailable() const override { return true; }
-    bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
-    const at::Generator &getDefaultGenerator(c10::DeviceIndex) const override {
-        return at::detail::getDefaultCPUGenerator();
-    }
-    at::Generator getNewGenerator(c10::DeviceIndex) const override { return at::detail::createCPUGenerator(); }
-    at::Device getDeviceFromPtr(void *) const override { return c10::Device(kDevice, 0); }
-    bool isPinnedPtr(const void *) const override { return false; }
-    c10::Allocator *getPinnedMemoryAllocator() const override { return at::getCPUAllocator(); }
-};
-
 } // namespace
 
 const Entry *home_of(const at::Tensor &t) {
@@ -95,12 +108,26 @@ const Entry *home_of(const at::Tensor &t) {
     return static_cast<const Entry *>(p.get_context());
 }
 
+at::Tensor unheld_home(const at::Tensor &t) {
+    void *out = nullptr;
+    char err[512] = {0};
+    TORCH_CHECK(callbacks->unheld_home(home_of(t), &t, &out, err, sizeof err) == 0, err);
+    if (out == nullptr) {
+        return at::Tensor();
+    }
+    auto *view = static_cast<at::Tensor *>(out);
+    at::Tensor home = std::move(*view);
+    delete view;
+    return home;
+}
+
 c10::Allocator *allocator() {
     static HomeAllocator homes;
     return &homes;
 }
 
 c10::Storage storage_over(const Entry *home, size_t nbytes) {
+    hooks_once();
     return c10::Storage(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes, home_ptr(home),
                                                               allocator(), /*resizable=*/false));
 }
@@ -169,7 +196,6 @@ extern "C" int tr_native_torch_device_register(const tr_device::Callbacks *cb, c
         c10::register_privateuse1_backend("tensorref");
         c10::SetAllocator(tr_device::kDevice, tr_device::allocator());
         static c10::impl::DeviceGuardImplRegistrar guard(tr_device::kDevice, new tr_device::Guard());
-        at::RegisterPrivateUse1HooksInterface(new tr_device::Hooks());
-        tr_device::register_kernels();
+        tr_device::register_kernels(); // the hooks come with the first storage (hooks_once)
     });
 }

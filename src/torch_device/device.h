@@ -24,6 +24,7 @@ struct Callbacks {
     int (*kernel)(Ticket *ticket, BodyFn body, void *ctx);
     int (*place)(Ticket *ticket, const void *const *results, size_t n, const Entry **homes);
     int (*end)(Ticket *ticket);
+    int (*unheld_home)(const Entry *home, const void *like, void **out, char *err, size_t len);
     const Entry *(*adopt)(void *host);
     void (*release)(const Entry *home);
     int (*accelerator)();
@@ -38,6 +39,10 @@ inline bool ours(const at::Tensor &t) { return t.defined() && t.device().type() 
 
 // The home of the storage `t` views (t is ours).
 const Entry *home_of(const at::Tensor &t);
+
+// The host memory of `t`'s storage viewed as `t`, when the manager does not hold that storage
+// (undefined when it does: its device copy may be newer).
+at::Tensor unheld_home(const at::Tensor &t);
 
 // A storage of this device over `home` (whose reference it takes) of `nbytes` bytes.
 c10::Storage storage_over(const Entry *home, size_t nbytes);

@@ -56,7 +56,16 @@ at::Tensor reshape_alias(const at::Tensor &self, c10::SymIntArrayRef size, c10::
 }
 
 // A copy into, out of, or within the device, as one op: the destination's device copy written.
+// Into a storage the manager does not hold yet (`model.to("tensorref")`), the copy writes its
+// host home, and the device is not involved.
 at::Tensor copy_from(const at::Tensor &self, const at::Tensor &dst, bool non_blocking) {
+    if (ours(dst) && !ours(self)) {
+        at::Tensor home = unheld_home(dst);
+        if (home.defined()) {
+            home.copy_(self);
+            return dst;
+        }
+    }
     run("aten::copy_", [&](Attempt &a) {
         at::Tensor src = ours(self) ? a.acquire(self, false) : self;
         at::Tensor out = ours(dst) ? a.acquire(dst, true) : dst;
@@ -181,97 +190,118 @@ at::Tensor back_to_device(const at::Tensor &out, const std::vector<Input> &input
     return out;
 }
 
+// Takes the op's `n` arguments off the stack.
+std::vector<c10::IValue> pop_arguments(torch::jit::Stack *stack, size_t n) {
+    const auto first = stack->end() - static_cast<std::ptrdiff_t>(n);
+    std::vector<c10::IValue> args(std::make_move_iterator(first), std::make_move_iterator(stack->end()));
+    stack->erase(first, stack->end());
+    return args;
+}
+
+// Whether the op writes `t` through any of its arguments (a `Tensor(a!)` in the schema).
+bool written(const at::Tensor &t, const c10::FunctionSchema &schema, const std::vector<c10::IValue> &args) {
+    bool write = false;
+    for (size_t i = 0; i < args.size() && !write; ++i) {
+        const auto *alias = schema.arguments()[i].alias_info();
+        if (alias == nullptr || !alias->isWrite()) {
+            continue;
+        }
+        c10::IValue v = args[i];
+        each_tensor(v, [&](const at::Tensor &u) {
+            write = write || u.unsafeGetTensorImpl() == t.unsafeGetTensorImpl();
+            return u;
+        });
+    }
+    return write;
+}
+
+// Pushes the arguments with each tensor of this device replaced by its device copy, and a
+// `device=` of this device by the compute device (the host where nothing was acquired).
+std::vector<Input> push_arguments(Attempt &a, const c10::FunctionSchema &schema, const std::vector<c10::IValue> &args,
+                                  torch::jit::Stack *stack) {
+    const size_t first = stack->size();
+    std::vector<Input> inputs;
+    for (const c10::IValue &arg : args) {
+        c10::IValue v = arg;
+        each_tensor(v, [&](const at::Tensor &t) {
+            if (!ours(t)) {
+                return t;
+            }
+            for (const auto &in : inputs) {
+                if (in.tensor.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) {
+                    return in.view; // given twice: the same view, as libtorch's overlap checks expect
+                }
+            }
+            at::Tensor view = a.acquire(t, written(t, schema, args));
+            const void *memory = view.storage().data();
+            inputs.push_back({t, std::move(view), memory});
+            return inputs.back().view;
+        });
+        stack->push_back(std::move(v));
+    }
+    const int cuda = inputs.empty() ? -1 : callbacks->accelerator();
+    const c10::Device compute = cuda < 0 ? c10::Device(c10::kCPU) : c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda));
+    for (size_t i = first; i < stack->size(); ++i) {
+        if ((*stack)[i].isDevice() && (*stack)[i].toDevice().type() == kDevice) {
+            (*stack)[i] = compute;
+        }
+    }
+    return inputs;
+}
+
+// Turns the kernel's outputs (from `first` on the stack) into tensors of this device: an argument
+// again (in place, out=), a view of one, or new storages; and an argument the kernel resized
+// (out=) takes its new memory as a new storage, or its new geometry within the old one. Ends the op.
+void place_outputs(Attempt &a, torch::jit::Stack *stack, size_t first, const std::vector<Input> &inputs) {
+    std::vector<at::Tensor> fresh;
+    for (size_t i = first; i < stack->size(); ++i) {
+        each_tensor((*stack)[i], [&](const at::Tensor &t) {
+            if (!t.defined() || ours(t)) {
+                return t;
+            }
+            at::Tensor back = back_to_device(t, inputs);
+            if (!ours(back)) {
+                fresh.push_back(back);
+            }
+            return back;
+        });
+    }
+    std::vector<const Input *> moved;
+    for (const auto &in : inputs) {
+        if (in.view.storage().data() != in.memory) {
+            moved.push_back(&in);
+            fresh.push_back(in.view);
+        } else if (!in.view.is_same_size(in.tensor) || in.view.strides() != in.tensor.strides() ||
+                   in.view.storage_offset() != in.tensor.storage_offset()) {
+            in.tensor.unsafeGetTensorImpl()->set_sizes_and_strides(in.view.sizes(), in.view.strides(), in.view.storage_offset());
+        }
+    }
+    if (fresh.empty()) {
+        return a.end();
+    }
+    std::vector<at::Tensor> placed = a.place(fresh);
+    size_t next = 0;
+    for (size_t i = first; i < stack->size(); ++i) {
+        each_tensor((*stack)[i], [&](const at::Tensor &t) { return t.defined() && !ours(t) ? placed[next++] : t; });
+    }
+    for (const Input *in : moved) {
+        const at::Tensor &now = placed[next++];
+        in->tensor.unsafeGetTensorImpl()->set_storage_keep_dtype(now.storage());
+        in->tensor.unsafeGetTensorImpl()->set_sizes_and_strides(now.sizes(), now.strides(), now.storage_offset());
+    }
+}
+
+// Every op without a kernel of its own: acquired inputs, the compute device's kernel, placed
+// outputs, as one op under the manager (run again from its arguments when it must wait for room).
 void fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
     const auto &schema = op.schema();
-    const size_t n = schema.arguments().size();
-    const size_t first = stack->size() - n;
-    std::vector<c10::IValue> args(std::make_move_iterator(stack->begin() + static_cast<std::ptrdiff_t>(first)),
-                                  std::make_move_iterator(stack->end()));
-    stack->resize(first);
-    // Whether each argument's tensors are written (a `Tensor(a!)` in the schema).
-    std::vector<bool> writes(n, false);
-    for (size_t i = 0; i < n; ++i) {
-        const auto *alias = schema.arguments()[i].alias_info();
-        writes[i] = alias != nullptr && alias->isWrite();
-    }
+    const std::vector<c10::IValue> args = pop_arguments(stack, schema.arguments().size());
+    const size_t first = stack->size();
     run(schema.name().c_str(), [&](Attempt &a) {
         stack->resize(first);
-        std::vector<Input> inputs;
-        for (size_t i = 0; i < n; ++i) {
-            c10::IValue v = args[i];
-            each_tensor(v, [&](const at::Tensor &t) {
-                if (!ours(t)) {
-                    return t;
-                }
-                for (const auto &in : inputs) {
-                    if (in.tensor.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) {
-                        return in.view; // given twice: the same view, as libtorch's overlap checks expect
-                    }
-                }
-                bool write = false; // written through any of its places
-                for (size_t j = 0; j < n && !write; ++j) {
-                    c10::IValue w = args[j];
-                    each_tensor(w, [&](const at::Tensor &u) {
-                        write = write || (writes[j] && u.unsafeGetTensorImpl() == t.unsafeGetTensorImpl());
-                        return u;
-                    });
-                }
-                at::Tensor view = a.acquire(t, write);
-                const void *memory = view.storage().data();
-                inputs.push_back({t, std::move(view), memory});
-                return inputs.back().view;
-            });
-            stack->push_back(std::move(v));
-        }
-        // A `device=` of this device means the compute device (the host where nothing was acquired).
-        const int cuda = inputs.empty() ? -1 : callbacks->accelerator();
-        const c10::Device compute = cuda < 0 ? c10::Device(c10::kCPU) : c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda));
-        for (size_t i = first; i < stack->size(); ++i) {
-            if ((*stack)[i].isDevice() && (*stack)[i].toDevice().type() == kDevice) {
-                (*stack)[i] = compute;
-            }
-        }
+        std::vector<Input> inputs = push_arguments(a, schema, args, stack);
         a.kernel([&] { op.callBoxed(stack); });
-        // Outputs: an argument again (in place, out=), a view of one, or new storages.
-        std::vector<at::Tensor> fresh;
-        for (size_t i = first; i < stack->size(); ++i) {
-            each_tensor((*stack)[i], [&](const at::Tensor &t) {
-                if (!t.defined() || ours(t)) {
-                    return t;
-                }
-                at::Tensor back = back_to_device(t, inputs);
-                if (!ours(back)) {
-                    fresh.push_back(back);
-                }
-                return back;
-            });
-        }
-        // Arguments the kernel resized (out=): new memory becomes a new storage of the argument's,
-        // a new geometry within the old memory is the argument's own.
-        std::vector<const Input *> moved;
-        for (const auto &in : inputs) {
-            if (in.view.storage().data() != in.memory) {
-                moved.push_back(&in);
-                fresh.push_back(in.view);
-            } else if (!in.view.is_same_size(in.tensor) || in.view.strides() != in.tensor.strides() ||
-                       in.view.storage_offset() != in.tensor.storage_offset()) {
-                in.tensor.unsafeGetTensorImpl()->set_sizes_and_strides(in.view.sizes(), in.view.strides(), in.view.storage_offset());
-            }
-        }
-        if (fresh.empty()) {
-            a.end();
-            return;
-        }
-        std::vector<at::Tensor> placed = a.place(fresh);
-        size_t next = 0;
-        for (size_t i = first; i < stack->size(); ++i) {
-            each_tensor((*stack)[i], [&](const at::Tensor &t) { return t.defined() && !ours(t) ? placed[next++] : t; });
-        }
-        for (const Input *in : moved) {
-            const at::Tensor &now = placed[next++];
-            in->tensor.unsafeGetTensorImpl()->set_storage_keep_dtype(now.storage());
-            in->tensor.unsafeGetTensorImpl()->set_sizes_and_strides(now.sizes(), now.strides(), now.storage_offset());
-        }
+        place_outputs(a, stack, first, inputs);
     });
 }
 
@@ -279,11 +309,8 @@ void fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
 // and state: as one op, all of them would have to be on the device together. Its parameters are
 // independent, so it runs once per parameter, each through the fallback.
 void per_parameter(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
-    const size_t n = op.schema().arguments().size();
-    const size_t first = stack->size() - n;
-    std::vector<c10::IValue> args(std::make_move_iterator(stack->begin() + static_cast<std::ptrdiff_t>(first)),
-                                  std::make_move_iterator(stack->end()));
-    stack->resize(first);
+    const std::vector<c10::IValue> args = pop_arguments(stack, op.schema().arguments().size());
+    const size_t first = stack->size();
     size_t count = 0;
     for (const auto &a : args) {
         if (a.isTensorList() && a.toTensorList().size() > 0) {

@@ -36,6 +36,7 @@ pub(crate) struct Callbacks {
     kernel: extern "C" fn(ticket: *mut Ticket, body: Body, ctx: *mut c_void) -> c_int,
     place: extern "C" fn(ticket: *mut Ticket, results: *const *const c_void, n: usize, homes: *mut *const Entry) -> c_int,
     end: extern "C" fn(ticket: *mut Ticket) -> c_int,
+    unheld_home: extern "C" fn(home: *const Entry, like: *const c_void, out: *mut *mut c_void, err: *mut c_char, len: usize) -> c_int,
     adopt: extern "C" fn(host: *mut c_void) -> *const Entry,
     release: extern "C" fn(home: *const Entry),
     accelerator: extern "C" fn() -> c_int,
@@ -52,7 +53,7 @@ extern "C" {
     fn tr_native_torch_device_register(callbacks: *const Callbacks, err: *mut c_char, len: usize) -> c_int;
 }
 
-static CALLBACKS: Callbacks = Callbacks { run, acquire, kernel, place, end, adopt, release, accelerator };
+static CALLBACKS: Callbacks = Callbacks { run, acquire, kernel, place, end, unheld_home, adopt, release, accelerator };
 
 /// Registers the `tensorref` backend with libtorch (once per process; later calls return the
 /// first call's outcome).
@@ -202,6 +203,31 @@ extern "C" fn place(ticket: *mut Ticket, results: *const *const c_void, n: usize
 extern "C" fn end(ticket: *mut Ticket) -> c_int {
     // SAFETY: see `acquire`.
     guarded(|| unsafe { ticket.as_mut() }.map_or(Ok(()), Ticket::end))
+}
+
+/// The home of a storage the manager does not hold, viewed as `like` (a new `at::Tensor*` in
+/// `*out`), or NULL there when it holds it: a copy into an unheld storage (`model.to("tensorref")`)
+/// writes its host memory and needs no room on the device. Outside any op: an error's message
+/// goes to `err`.
+extern "C" fn unheld_home(home: *const Entry, like: *const c_void, out: *mut *mut c_void, err: *mut c_char, len: usize) -> c_int {
+    let rc = guarded(|| {
+        // SAFETY: see `acquire`.
+        let (home, like) = unsafe { (&*home, std::mem::ManuallyDrop::new(tch::Tensor::from_ptr(like as *mut _))) };
+        let view = match crate::residency::knows(home)? {
+            true => std::ptr::null_mut(),
+            false => {
+                let view = crate::residency::torch_storage::view_on(home, &like).map_err(Error::from)?;
+                std::mem::ManuallyDrop::new(view).as_mut_ptr().cast()
+            }
+        };
+        // SAFETY: `out` is the C++ half's slot; it takes ownership of a new tensor.
+        unsafe { *out = view };
+        Ok(())
+    });
+    if rc != 0 {
+        crate::shim::write_error(err, len, &failed("reading a home").to_string());
+    }
+    rc
 }
 
 /// A host tensor (ownership passed) as a storage's home.

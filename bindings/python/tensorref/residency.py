@@ -20,7 +20,6 @@ locked: it must not call tensorref; its exceptions are caught and kept (`callbac
 from __future__ import annotations
 
 import dataclasses
-import sys
 import warnings
 from ctypes import byref, c_bool
 from typing import Callable, NamedTuple
@@ -121,10 +120,6 @@ def configure(config: Config | None = None, **fields) -> Config:
     _check(lib.tr_residency_configure(byref(c)), "tr_residency_configure")
     _torch_saved.follow(c.device != DEVICE_CODES["CPU"])
     marked_by_program.clear()
-    if "torch" in sys.modules:
-        from . import torch_device
-        torch_device.register()
-        torch_device.mark_iterations()
     if not _saved_batch:
         _saved_batch.append(_ownership.set_release_batch(1))
     _configured.append(config)

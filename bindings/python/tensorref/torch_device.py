@@ -7,10 +7,9 @@ PyTorch model nobody wrote for this library runs under its budget unchanged.
         y = model(x.to("tensorref")).cpu()
 
 `import tensorref` registers it with libtorch (before any backward: the autograd engine sizes its
-device threads once, at its first backward), and names it in torch's Python when torch is
-imported already; configuring a manager names it too, and `register()` at any time. The library
-takes torch's PrivateUse1 backend and names it `tensorref`; `torch.tensorref` is its device
-module.
+device threads once, at its first backward), and, when torch is imported already, names it in
+torch's Python (`register`; a program that imports torch later calls it). The library takes
+torch's PrivateUse1 backend and names it `tensorref`; `torch.tensorref` is its device module.
 """
 from __future__ import annotations
 
@@ -44,12 +43,14 @@ def _device_module() -> types.ModuleType:
 
 
 def register() -> None:
-    """Registers the device with libtorch (tr_torch_device_register) and names it in torch."""
+    """Registers the device with libtorch (tr_torch_device_register), names it in torch, and
+    marks iterations at modules' forward calls (`mark_iterations`). Idempotent."""
     check(lib.tr_torch_device_register(), "tr_torch_device_register")
     if getattr(torch, NAME, None) is None:
         torch.utils.rename_privateuse1_backend(NAME)
         torch._register_device_module(NAME, _device_module())
         torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
+    mark_iterations()
 
 
 _calls = threading.local()  # .depth: module forward calls running on this thread
@@ -77,8 +78,9 @@ def mark_iterations() -> None:
     """Iterations without being told: each outermost forward call of a module whose parameters
     are on the device marks one (a training step's forward, backward and optimizer step; one
     decode step of generate()), so Flow learns the op order of a model that never calls
-    `residency.mark_iteration`. Installed with the first manager; a program that marks itself
-    turns it off. Global module hooks: each module call costs two Python calls more."""
+    `residency.mark_iteration`. Installed by `register`; a program that marks itself
+    turns it off (until the next manager). Global module hooks: each module call costs two Python
+    calls more."""
     if not _hooks:
         _hooks.append(torch.nn.modules.module.register_module_forward_pre_hook(_before_forward))
         _hooks.append(torch.nn.modules.module.register_module_forward_hook(_after_forward, always_call=True))

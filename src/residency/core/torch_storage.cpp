@@ -140,6 +140,14 @@ bool is_page_locked(const at::DataPtr &dp, bool cuda) {
 
 } // namespace
 
+// `to` counts versions with `from`'s counter. A tensor made under inference mode has none, and
+// one whose counter is off shares nothing: each keeps its own.
+static void share_version(const at::Tensor &to, const at::Tensor &from) {
+    if (!to.is_inference() && !from.is_inference()) {
+        to.unsafeGetTensorImpl()->set_version_counter(from.unsafeGetTensorImpl()->version_counter());
+    }
+}
+
 extern "C" {
 
 // What the manager needs to know of the storage a host or device tensor views.
@@ -191,7 +199,7 @@ int tr_native_storage_bytes(const void *t, void **out, char *err, size_t err_len
     return guarded(err, err_len, [&] {
         const auto &src = *static_cast<const at::Tensor *>(t);
         auto bytes = bytes_over(src.storage());
-        bytes.unsafeGetTensorImpl()->set_version_counter(src.unsafeGetTensorImpl()->version_counter());
+        share_version(bytes, src);
         *out = new at::Tensor(std::move(bytes));
     });
 }
@@ -205,7 +213,7 @@ int tr_native_view_on(const void *holder, const void *like, void **out, char *er
         TORCH_CHECK(h.storage().nbytes() >= l.storage().nbytes(), "view_on: the storage is smaller than the view's");
         auto view = tensor_over(h.storage(), l.dtype(), l.sizes(), l.strides(), l.storage_offset());
         // One version counter per storage (see tr_native_share_version).
-        view.unsafeGetTensorImpl()->set_version_counter(h.unsafeGetTensorImpl()->version_counter());
+        share_version(view, h);
         *out = new at::Tensor(std::move(view));
     });
 }

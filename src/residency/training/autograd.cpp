@@ -198,8 +198,10 @@ int tr_native_connect_grad(const void *to, const void *from, AccumulateFn accumu
 int tr_native_share_version(const void *to, const void *from, char *err, size_t err_len) {
     return guarded(err, err_len, [&] {
         const auto &f = *static_cast<const at::Tensor *>(from);
-        static_cast<const at::Tensor *>(to)->unsafeGetTensorImpl()->set_version_counter(
-            f.unsafeGetTensorImpl()->version_counter());
+        const auto &t = *static_cast<const at::Tensor *>(to);
+        if (!t.is_inference() && !f.is_inference()) { // a tensor made under inference mode has no counter
+            t.unsafeGetTensorImpl()->set_version_counter(f.unsafeGetTensorImpl()->version_counter());
+        }
     });
 }
 
