@@ -1,7 +1,9 @@
 //! How the C++ shims reach Rust: each `.cpp` file sits beside the Rust module that wraps it
 //! (src/residency/core/torch_storage.cpp, src/residency/device/cuda.cpp and memory.cpp,
 //! src/residency/training/autograd.cpp, src/ops/kernels.cpp and random.cpp,
-//! src/interop/dlpack.cpp), built by build.rs against the wheel's headers. Tensors cross as
+//! src/interop/dlpack.cpp, src/torch_device/device.cpp and kernels.cpp), built by build.rs
+//! against the wheel's headers. The `tensorref` device's C++ also calls back into Rust, through
+//! a table of functions it is given at registration (src/torch_device/mod.rs). Tensors cross as
 //! `at::Tensor*`; every shim returns 0, or 1 with libtorch's message in a caller's buffer
 //! (`guarded.h` here), which becomes a `TchError`, so the wrappers work inside op bodies as tch's
 //! own `f_*` calls do.

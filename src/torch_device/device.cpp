@@ -10,8 +10,6 @@
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
-#include <mutex>
-
 namespace tr_device {
 
 const Callbacks *callbacks = nullptr;
@@ -42,19 +40,8 @@ struct Hooks final : at::PrivateUse1HooksInterface {
     c10::Allocator *getPinnedMemoryAllocator() const override { return at::getCPUAllocator(); }
 };
 
-// libtorch takes a backend with hooks registered for the process's accelerator, and its autograd
-// engine then asks only that accelerator for streams: a plain CUDA backward fails in a process
-// whose PrivateUse1 backend has hooks (pytorch/pytorch#161129). So the hooks are registered with
-// the first storage of this device, not with the device: importing the library leaves a CUDA
-// program's autograd alone until it puts a tensor on `tensorref`.
-void hooks_once() {
-    static std::once_flag once;
-    std::call_once(once, [] { at::RegisterPrivateUse1HooksInterface(new Hooks()); });
-}
-
 struct HomeAllocator final : c10::Allocator {
     c10::DataPtr allocate(size_t nbytes) override {
-        hooks_once();
         at::Tensor host = at::empty({static_cast<int64_t>(nbytes)}, at::TensorOptions().dtype(at::kByte));
         return home_ptr(callbacks->adopt(new at::Tensor(std::move(host))));
     }
@@ -127,7 +114,6 @@ c10::Allocator *allocator() {
 }
 
 c10::Storage storage_over(const Entry *home, size_t nbytes) {
-    hooks_once();
     return c10::Storage(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes, home_ptr(home),
                                                               allocator(), /*resizable=*/false));
 }
@@ -196,6 +182,10 @@ extern "C" int tr_native_torch_device_register(const tr_device::Callbacks *cb, c
         c10::register_privateuse1_backend("tensorref");
         c10::SetAllocator(tr_device::kDevice, tr_device::allocator());
         static c10::impl::DeviceGuardImplRegistrar guard(tr_device::kDevice, new tr_device::Guard());
-        tr_device::register_kernels(); // the hooks come with the first storage (hooks_once)
+        // With the backend named, libtorch asks its hooks (torch::manual_seed does): they come
+        // with it. They make it libtorch's accelerator, which costs plain CUDA autograd in this
+        // process (pytorch/pytorch#161129; docs/residency.md).
+        at::RegisterPrivateUse1HooksInterface(new tr_device::Hooks());
+        tr_device::register_kernels();
     });
 }

@@ -5,7 +5,8 @@
 //! The C++ half (`device.cpp`: the backend's registration, allocator and guard; `kernels.cpp`:
 //! the kernels a backend must have of its own and the boxed fallback every other aten op
 //! reaches) calls back into this file through `Callbacks`, which reach the manager through its
-//! one interface, `Ticket`, and nothing else of it:
+//! one interface, `Ticket`, and two questions beside it (`residency::knows`: whether the manager
+//! holds a storage; `residency::cuda_index`: where it computes):
 //!
 //! * A `tensorref` storage is one manager storage. Its `DataPtr`'s context is the storage's host
 //!   home, an `Arc<Entry>` over a host tensor (`adopt`, `release`); its data pointer is that same
@@ -15,6 +16,8 @@
 //!   input's device copy (`acquire`: an alias of the copy with the input's geometry, on the
 //!   manager's compute device), run the compute device's own kernel over them (`kernel`), and
 //!   place what the kernel made (`place`: each result a new managed storage) or `end`.
+//! * A copy into a storage the manager does not hold yet (`model.to("tensorref")`) writes its home
+//!   directly (`unheld_home`): the device is not involved.
 //! * With no manager configured an op runs over the homes themselves, on the host.
 
 use crate::error::{Error, Result};
