@@ -133,6 +133,9 @@ at::Tensor Attempt::acquire(const at::Tensor &t, bool write) {
     auto *view = static_cast<at::Tensor *>(out);
     at::Tensor copy = std::move(*view);
     delete view;
+    if (!write) {
+        return copy;
+    }
     // A StorageImpl of its own over the copy's memory, which keeps the copy's alive. A kernel that
     // resizes it (an out= argument of another size) gives it new memory of the compute device's
     // allocator, and the fallback makes that a new storage of the argument's.

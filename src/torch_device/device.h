@@ -61,8 +61,8 @@ class Attempt {
   public:
     explicit Attempt(Ticket *ticket) : ticket_(ticket) {}
 
-    // The device copy of `t`'s storage, viewed as `t`, in a StorageImpl of its own (a kernel that
-    // resizes it moves that one to new memory, never the manager's copy).
+    // The device copy of `t`'s storage, viewed as `t`; one to `write` in a StorageImpl of its own
+    // (a kernel that resizes it moves that one to new memory, never the manager's copy).
     at::Tensor acquire(const at::Tensor &t, bool write);
 
     // Runs the kernel; on the simulated device its allocations ask the budget for room.

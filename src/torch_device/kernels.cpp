@@ -239,11 +239,10 @@ std::vector<Input> push_arguments(Attempt &a, const c10::FunctionSchema &schema,
         });
         stack->push_back(std::move(v));
     }
-    const int cuda = inputs.empty() ? -1 : callbacks->accelerator();
-    const c10::Device compute = cuda < 0 ? c10::Device(c10::kCPU) : c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda));
     for (size_t i = first; i < stack->size(); ++i) {
         if ((*stack)[i].isDevice() && (*stack)[i].toDevice().type() == kDevice) {
-            (*stack)[i] = compute;
+            const int cuda = inputs.empty() ? -1 : callbacks->accelerator();
+            (*stack)[i] = cuda < 0 ? c10::Device(c10::kCPU) : c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(cuda));
         }
     }
     return inputs;
