@@ -346,7 +346,7 @@ impl Manager {
         if self.cfg.device == Device::Simulated {
             memory::adopt(t); // counted from here on as a storage's
         }
-        self.cfg.device.fault(Fault::DeviceAllocation, &format!("allocating the result of `{op}`"))?;
+        self.cfg.device.fault(Fault::DeviceAllocation, format_args!("allocating the result of `{op}`"))?;
         if let Some(cap) = self.cfg.simulated_capacity.filter(|_| self.cfg.device == Device::Simulated) {
             if self.stats.device_bytes + bytes > cap {
                 return Err(Error::OutOfMemory(format!(

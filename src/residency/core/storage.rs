@@ -155,7 +155,7 @@ impl Storage {
 /// allocations it took (0 when the allocator's cache served it: microseconds on CUDA rather than
 /// milliseconds).
 pub(in crate::residency) fn page_locked<R>(device: Device, request: impl FnOnce() -> std::result::Result<R, tch::TchError>) -> Result<(R, u64)> {
-    device.fault(Fault::PageLockedAllocation, "allocating page-locked memory")?;
+    device.fault(Fault::PageLockedAllocation, format_args!("allocating page-locked memory"))?;
     let cuda = device.cuda();
     let before = crate::residency::torch_storage::page_locked_allocations(cuda);
     let result = request()?;

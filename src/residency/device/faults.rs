@@ -27,7 +27,7 @@ pub fn inject_fault(kind: Fault, k: u64) {
 }
 
 /// Counts one event of `kind`: the error of an injected fault when it is the one armed.
-pub(crate) fn check(kind: Fault, what: &str) -> Result<()> {
+pub(crate) fn check(kind: Fault, what: std::fmt::Arguments<'_>) -> Result<()> {
     let counter = &COUNTDOWN[kind as usize];
     let hit = counter.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)) == Ok(1);
     match (hit, kind) {

@@ -92,7 +92,7 @@ impl Device {
     }
 
     /// An injected fault's error, for an event of `kind` on the simulated device (see `faults`).
-    pub(crate) fn fault(self, kind: Fault, what: &str) -> Result<()> {
+    pub(crate) fn fault(self, kind: Fault, what: std::fmt::Arguments<'_>) -> Result<()> {
         match self {
             Device::Simulated => faults::check(kind, what),
             _ => Ok(()),
@@ -107,8 +107,8 @@ impl Device {
     /// take other paths and round otherwise on other alignments, so the copy computes as the home
     /// would. The padding before the data is not counted as device memory.
     pub(crate) fn load(self, home: &tch::Tensor, after_write: bool) -> Result<(tch::Tensor, Transfer)> {
-        self.fault(Fault::DeviceAllocation, "allocating a device copy")?;
-        self.fault(Fault::Copy, "loading a device copy")?;
+        self.fault(Fault::DeviceAllocation, format_args!("allocating a device copy"))?;
+        self.fault(Fault::Copy, format_args!("loading a device copy"))?;
         // Asked of the simulated device only: a load on CUDA pays no call into libtorch for it.
         let misaligned = || home.data_ptr() as usize % ALIGNMENT;
         match self {
@@ -133,7 +133,7 @@ impl Device {
     /// Starts copying a device copy's bytes into its home; the home is readable once the
     /// returned transfer has finished.
     pub(crate) fn write_back(self, device: &tch::Tensor, home: &tch::Tensor) -> Result<Transfer> {
-        self.fault(Fault::Copy, "writing a device copy back")?;
+        self.fault(Fault::Copy, format_args!("writing a device copy back"))?;
         match self {
             Device::Cuda(_) => cuda::write_back_async(device, home).map(|e| Transfer(Some(e))),
             _ => {

@@ -294,7 +294,7 @@ impl Manager {
             }
         }
         self.make_room(bytes, op)?;
-        self.cfg.device.fault(Fault::DeviceAllocation, &format!("allocating `{}` made again", recipe.op))?;
+        self.cfg.device.fault(Fault::DeviceAllocation, format_args!("allocating `{}` made again", recipe.op))?;
         let _no_grad = tch::no_grad_guard();
         let _counted = (self.cfg.device == Device::Simulated).then(|| Scope::enter(Mode::Count));
         (recipe.replay)(&views.iter().map(Option::as_ref).collect::<Vec<_>>())
