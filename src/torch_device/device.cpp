@@ -10,6 +10,8 @@
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <algorithm>
+
 namespace tr_device {
 
 const Callbacks *callbacks = nullptr;
@@ -115,7 +117,7 @@ c10::Allocator *allocator() {
 
 c10::Storage storage_over(const Entry *home, size_t nbytes) {
     return c10::Storage(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes, home_ptr(home),
-                                                              allocator(), /*resizable=*/false));
+                                                              allocator(), /*resizable=*/true));
 }
 
 at::Tensor tensor_over(c10::Storage storage, const at::Tensor &like) {
@@ -125,7 +127,18 @@ at::Tensor tensor_over(c10::Storage storage, const at::Tensor &like) {
     return t;
 }
 
-at::Tensor Attempt::acquire(const at::Tensor &t, bool write) {
+void grow(const c10::Storage &storage, const c10::Storage &grown) {
+    c10::StorageImpl *impl = storage.unsafeGetStorageImpl();
+    TORCH_CHECK(impl->resizable(), "Trying to resize storage that is not resizable");
+    impl->set_data_ptr_noswap(grown.unsafeGetStorageImpl()->set_data_ptr(c10::DataPtr(nullptr, grown.device())));
+    impl->set_nbytes(grown.nbytes());
+}
+
+void Attempt::writes(const at::Tensor &t) { written_.push_back(t.storage().unsafeGetStorageImpl()); }
+
+at::Tensor Attempt::acquire(const at::Tensor &t) {
+    const c10::StorageImpl *storage = t.storage().unsafeGetStorageImpl();
+    const bool write = std::find(written_.begin(), written_.end(), storage) != written_.end();
     void *out = nullptr;
     if (callbacks->acquire(ticket_, home_of(t), &t, write ? 1 : 0, &out) != 0) {
         throw RustFailed{};
@@ -136,15 +149,19 @@ at::Tensor Attempt::acquire(const at::Tensor &t, bool write) {
     if (!write) {
         return copy;
     }
-    // A StorageImpl of its own over the copy's memory, which keeps the copy's alive. A kernel that
-    // resizes it (an out= argument of another size) gives it new memory of the compute device's
-    // allocator, and the fallback makes that a new storage of the argument's.
-    c10::Storage shared = copy.storage();
-    auto keep = new c10::Storage(shared);
-    c10::DataPtr memory(shared.mutable_data(), keep, [](void *p) { delete static_cast<c10::Storage *>(p); }, shared.device());
-    auto impl = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), shared.nbytes(), std::move(memory),
-                                                      at::GetAllocator(shared.device().type()), /*resizable=*/true);
-    auto alias = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(std::move(impl)), copy.key_set(), copy.dtype());
+    auto found = std::find_if(aliases_.begin(), aliases_.end(), [&](const auto &a) { return a.first == storage; });
+    if (found == aliases_.end()) {
+        // Over the copy's memory, keeping the copy alive; resizable, with the compute device's
+        // allocator, as the kernel expects of an out= argument's storage.
+        c10::Storage shared = copy.storage();
+        auto keep = new c10::Storage(shared);
+        c10::DataPtr memory(shared.mutable_data(), keep, [](void *p) { delete static_cast<c10::Storage *>(p); }, shared.device());
+        aliases_.emplace_back(storage, c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+                                           c10::StorageImpl::use_byte_size_t(), shared.nbytes(), std::move(memory),
+                                           at::GetAllocator(shared.device().type()), /*resizable=*/true)));
+        found = aliases_.end() - 1;
+    }
+    auto alias = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(found->second), copy.key_set(), copy.dtype());
     alias.unsafeGetTensorImpl()->set_sizes_and_strides(copy.sizes(), copy.strides(), copy.storage_offset());
     return alias;
 }

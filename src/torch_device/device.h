@@ -50,6 +50,10 @@ c10::Storage storage_over(const Entry *home, size_t nbytes);
 // A tensor of this device over `storage` with the dtype and geometry of `like`.
 at::Tensor tensor_over(c10::Storage storage, const at::Tensor &like);
 
+// Gives `storage` (of this device) the memory of `grown`, a larger one, as libtorch grows a
+// storage in place: every tensor over it sees the new bytes.
+void grow(const c10::Storage &storage, const c10::Storage &grown);
+
 // The allocator of this device: a home in host memory per storage.
 c10::Allocator *allocator();
 
@@ -61,9 +65,14 @@ class Attempt {
   public:
     explicit Attempt(Ticket *ticket) : ticket_(ticket) {}
 
-    // The device copy of `t`'s storage, viewed as `t`; one to `write` in a StorageImpl of its own
-    // (a kernel that resizes it moves that one to new memory, never the manager's copy).
-    at::Tensor acquire(const at::Tensor &t, bool write);
+    // Declares that the op writes `t` (before any input is acquired).
+    void writes(const at::Tensor &t);
+
+    // The device copy of `t`'s storage, viewed as `t`. Inputs over a storage the op writes all
+    // view one StorageImpl of their own over the copy's memory: libtorch's overlap checks see
+    // them as one storage, as on the CPU, and a kernel that resizes an out= argument moves that
+    // one to new memory, never the manager's copy.
+    at::Tensor acquire(const at::Tensor &t);
 
     // Runs the kernel; on the simulated device its allocations ask the budget for room.
     template <typename F> void kernel(F &&body) {
@@ -99,6 +108,8 @@ class Attempt {
 
   private:
     Ticket *ticket_;
+    std::vector<const c10::StorageImpl *> written_;                      // storages of this device the op writes
+    std::vector<std::pair<const c10::StorageImpl *, c10::Storage>> aliases_; // each one's StorageImpl for the kernel
 };
 
 // Runs `attempt(Attempt&)` under the manager: again while other ops hold the room it needs,

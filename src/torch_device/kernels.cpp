@@ -16,6 +16,7 @@
 #include <ATen/native/Resize.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -67,8 +68,11 @@ at::Tensor copy_from(const at::Tensor &self, const at::Tensor &dst, bool non_blo
         }
     }
     run("aten::copy_", [&](Attempt &a) {
-        at::Tensor src = ours(self) ? a.acquire(self, false) : self;
-        at::Tensor out = ours(dst) ? a.acquire(dst, true) : dst;
+        if (ours(dst)) {
+            a.writes(dst);
+        }
+        at::Tensor src = ours(self) ? a.acquire(self) : self;
+        at::Tensor out = ours(dst) ? a.acquire(dst) : dst;
         a.kernel([&] { out.copy_(src, non_blocking); });
         a.end();
     });
@@ -82,15 +86,16 @@ at::Tensor bytes_of(c10::Storage storage, int64_t n) {
     return t;
 }
 
-// resize_: a storage of this device cannot grow in place (the manager's copies have its size),
-// so one that must grow is replaced by a new storage that starts with the old bytes.
+// resize_, as libtorch's: a tensor of the size it has keeps its strides; a storage that must grow
+// takes new memory (a new home that starts with the old bytes), and every tensor over it sees it.
 const at::Tensor &resize(const at::Tensor &self, c10::SymIntArrayRef size, std::optional<c10::MemoryFormat> memory_format) {
     auto *impl = self.unsafeGetTensorImpl();
-    const auto format = memory_format.value_or(c10::MemoryFormat::Contiguous);
-    TORCH_CHECK(format != c10::MemoryFormat::Preserve, "resize_: Preserve is not a memory format to resize to");
-    impl->set_sizes_contiguous(C10_AS_INTARRAYREF_SLOW(size));
-    if (format != c10::MemoryFormat::Contiguous) {
-        impl->empty_tensor_restride(format);
+    TORCH_CHECK(memory_format != c10::MemoryFormat::Preserve, "resize_: Preserve is not a memory format to resize to");
+    if (self.sym_sizes() != size) {
+        impl->set_sizes_contiguous(C10_AS_INTARRAYREF_SLOW(size));
+    }
+    if (memory_format.has_value()) {
+        impl->empty_tensor_restride(*memory_format);
     }
     const size_t had = self.storage().nbytes();
     const size_t needed = at::detail::computeStorageNbytes(impl->sizes(), impl->strides(), self.dtype().itemsize(),
@@ -101,7 +106,7 @@ const at::Tensor &resize(const at::Tensor &self, c10::SymIntArrayRef size, std::
         if (had > 0) {
             copy_from(bytes_of(self.storage(), static_cast<int64_t>(had)), bytes_of(fresh, static_cast<int64_t>(had)), false);
         }
-        impl->set_storage_keep_dtype(std::move(fresh));
+        grow(self.storage(), fresh);
     }
     return self;
 }
@@ -198,21 +203,22 @@ std::vector<c10::IValue> pop_arguments(torch::jit::Stack *stack, size_t n) {
     return args;
 }
 
-// Whether the op writes `t` through any of its arguments (a `Tensor(a!)` in the schema).
-bool written(const at::Tensor &t, const c10::FunctionSchema &schema, const std::vector<c10::IValue> &args) {
-    bool write = false;
-    for (size_t i = 0; i < args.size() && !write; ++i) {
+// Declares each tensor of this device the op writes through its arguments (a `Tensor(a!)` in the
+// schema).
+void declare_written(Attempt &a, const c10::FunctionSchema &schema, const std::vector<c10::IValue> &args) {
+    for (size_t i = 0; i < args.size(); ++i) {
         const auto *alias = schema.arguments()[i].alias_info();
         if (alias == nullptr || !alias->isWrite()) {
             continue;
         }
         c10::IValue v = args[i];
-        each_tensor(v, [&](const at::Tensor &u) {
-            write = write || u.unsafeGetTensorImpl() == t.unsafeGetTensorImpl();
-            return u;
+        each_tensor(v, [&](const at::Tensor &t) {
+            if (ours(t)) {
+                a.writes(t);
+            }
+            return t;
         });
     }
-    return write;
 }
 
 // Pushes the arguments with each tensor of this device replaced by its device copy, and a
@@ -221,6 +227,7 @@ std::vector<Input> push_arguments(Attempt &a, const c10::FunctionSchema &schema,
                                   torch::jit::Stack *stack) {
     const size_t first = stack->size();
     std::vector<Input> inputs;
+    declare_written(a, schema, args);
     for (const c10::IValue &arg : args) {
         c10::IValue v = arg;
         each_tensor(v, [&](const at::Tensor &t) {
@@ -232,7 +239,7 @@ std::vector<Input> push_arguments(Attempt &a, const c10::FunctionSchema &schema,
                     return in.view; // given twice: the same view, as libtorch's overlap checks expect
                 }
             }
-            at::Tensor view = a.acquire(t, written(t, schema, args));
+            at::Tensor view = a.acquire(t);
             const void *memory = view.storage().data();
             inputs.push_back({t, std::move(view), memory});
             return inputs.back().view;
@@ -249,8 +256,9 @@ std::vector<Input> push_arguments(Attempt &a, const c10::FunctionSchema &schema,
 }
 
 // Turns the kernel's outputs (from `first` on the stack) into tensors of this device: an argument
-// again (in place, out=), a view of one, or new storages; and an argument the kernel resized
-// (out=) takes its new memory as a new storage, or its new geometry within the old one. Ends the op.
+// again (in place, out=), a view of one, or new storages; a storage whose memory the kernel moved
+// (an out= argument it resized to more) grows to that memory, placed as a new home; and each
+// argument takes the geometry the kernel gave it. Ends the op.
 void place_outputs(Attempt &a, torch::jit::Stack *stack, size_t first, const std::vector<Input> &inputs) {
     std::vector<at::Tensor> fresh;
     for (size_t i = first; i < stack->size(); ++i) {
@@ -265,28 +273,34 @@ void place_outputs(Attempt &a, torch::jit::Stack *stack, size_t first, const std
             return back;
         });
     }
-    std::vector<const Input *> moved;
+    std::vector<const Input *> moved; // the first input over each storage the kernel moved
     for (const auto &in : inputs) {
-        if (in.view.storage().data() != in.memory) {
+        const bool first_over_it = std::none_of(moved.begin(), moved.end(), [&](const Input *m) {
+            return m->view.storage().is_alias_of(in.view.storage());
+        });
+        if (in.view.storage().data() != in.memory && first_over_it) {
             moved.push_back(&in);
             fresh.push_back(in.view);
-        } else if (!in.view.is_same_size(in.tensor) || in.view.strides() != in.tensor.strides() ||
-                   in.view.storage_offset() != in.tensor.storage_offset()) {
-            in.tensor.unsafeGetTensorImpl()->set_sizes_and_strides(in.view.sizes(), in.view.strides(), in.view.storage_offset());
         }
     }
+    std::vector<at::Tensor> placed;
     if (fresh.empty()) {
-        return a.end();
+        a.end();
+    } else {
+        placed = a.place(fresh);
     }
-    std::vector<at::Tensor> placed = a.place(fresh);
     size_t next = 0;
     for (size_t i = first; i < stack->size(); ++i) {
         each_tensor((*stack)[i], [&](const at::Tensor &t) { return t.defined() && !ours(t) ? placed[next++] : t; });
     }
     for (const Input *in : moved) {
-        const at::Tensor &now = placed[next++];
-        in->tensor.unsafeGetTensorImpl()->set_storage_keep_dtype(now.storage());
-        in->tensor.unsafeGetTensorImpl()->set_sizes_and_strides(now.sizes(), now.strides(), now.storage_offset());
+        grow(in->tensor.storage(), placed[next++].storage());
+    }
+    for (const auto &in : inputs) {
+        if (!in.view.is_same_size(in.tensor) || in.view.strides() != in.tensor.strides() ||
+            in.view.storage_offset() != in.tensor.storage_offset()) {
+            in.tensor.unsafeGetTensorImpl()->set_sizes_and_strides(in.view.sizes(), in.view.strides(), in.view.storage_offset());
+        }
     }
 }
 
