@@ -11,9 +11,12 @@
 #                       examples/python/train_mlp.py and examples/python/flow_stack.py
 #                       (scenario b: Flow under a budget a quarter of the weights) with the
 #                       installed package; each fails on a wrong result, a budget overrun or a
-#                       moved live handle count.
+#                       moved live handle count; and benches/torch_device_overhead.py, briefly
+#                       (its figures on a debug library only show it runs; it fails when an op's
+#                       output on the device differs from the CPU's).
 #   make bench-python   builds the release library and the accelerator and runs
-#                       benches/python/bench_ops.py on them (accelerated and pure ctypes).
+#                       benches/python/bench_ops.py on them (accelerated and pure ctypes) and
+#                       benches/torch_device_overhead.py (the tensorref device's host time per op).
 #
 # TENSORREF_LIB pins the library each run uses (the package would otherwise take the newer of
 # target/release and target/debug). The suite and the benchmark import this source tree, hence
@@ -43,10 +46,13 @@ test-python: build python-ext
 	  python3 train_mlp.py
 	cd $(ROOT)/examples/python && TENSORREF_LIB=$(ROOT)/target/debug/libtensorref.so \
 	  python3 flow_stack.py
+	TENSORREF_LIB=$(ROOT)/target/debug/libtensorref.so python3 $(ROOT)/benches/torch_device_overhead.py \
+	  --repeats 200 --model-repeats 2 --op-repeats 5
 
 bench-python: setup python-ext
 	cargo build --quiet --release
 	TENSORREF_LIB=$(ROOT)/target/release/libtensorref.so python3 $(ROOT)/benches/python/bench_ops.py
+	TENSORREF_LIB=$(ROOT)/target/release/libtensorref.so python3 $(ROOT)/benches/torch_device_overhead.py
 
 # make fuzz SECONDS=600 [FUZZ_ARGS="--policy flow --steps 1000 --avoid-known"]: the fuzzer of
 # bindings/python/tests/fuzz_api.py over fresh seeds (each printed) until SECONDS have passed, on
