@@ -1024,6 +1024,30 @@ tr_status tr_weights_load(const char *path,
  */
 tr_status tr_torch_device_register(void);
 
+/**
+ * Writes to `*out_tensor_impl` a tensor of the `tensorref` device over the storage of `t`, with
+ * its dtype, sizes, strides and offset: a new `c10::TensorImpl*` reference of the libtorch this
+ * library uses, which the caller owns (C++: `at::Tensor(c10::intrusive_ptr<c10::TensorImpl>::reclaim(p))`,
+ * as include/tensorref_torch.hpp does). The handle and the tensor are one storage of the
+ * residency manager: ATen ops on the tensor run under it, each sees the other's writes, and the
+ * storage lives while either does. Registers the device if it is not yet.
+ * Errors: TR_ERR_NULL_ARG, TR_ERR_STALE_HANDLE, TR_ERR_INVALID_HANDLE; TR_ERR_INVALID_ARG (`t` is
+ * on a GPU with no manager configured: a device tensor's home is host memory); TR_ERR_TORCH.
+ * Safe to call from any thread.
+ */
+tr_status tr_torch_device_tensor(struct tr_tensor t,
+                                 void **out_tensor_impl);
+
+/**
+ * A new handle (owned by this thread's current scope, or by the caller) over the storage of
+ * `tensor_impl`, a `c10::TensorImpl*` of a tensor on the `tensorref` device (C++:
+ * `tensor.unsafeGetTensorImpl()`; Python: `torch.Tensor._cdata`), with its dtype and geometry:
+ * one storage of the residency manager with that tensor. The tensor stays its owner's.
+ * Errors: TR_ERR_NULL_ARG; TR_ERR_INVALID_ARG (a tensor of another device); TR_ERR_TORCH.
+ * Safe to call from any thread.
+ */
+tr_status tr_torch_device_handle(void *tensor_impl, struct tr_tensor *out);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

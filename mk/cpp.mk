@@ -14,7 +14,9 @@
 #                               checks that C and C++ agree: train_mlp reaches the same final loss,
 #                               flow_stack (scenario b: layers 4x the budget under Flow on the
 #                               simulated device) prints the same per-pass table and peak (same ops,
-#                               same seed).
+#                               same seed); and examples/cpp/aten_device.cpp, the same stack in
+#                               ATen over handles as `tensorref` device tensors (include/tensorref_torch.hpp),
+#                               equal to ATen on the CPU.
 #
 # Objects are built by pattern rules, so a second run recompiles only what changed.
 
@@ -65,9 +67,22 @@ build/examples/%_cpp: examples/cpp/%.cpp $(CPP_HEADERS)
 	@mkdir -p $(@D)
 	$(CXX) $(CXXFLAGS_STRICT) $< -o $@ $(LINK)
 
+# An example in ATen compiles against the libtorch the library runs on (the venv's torch), whose
+# headers are system headers (warnings as errors apply to ours).
+TORCH_DIR = $(shell $(VENV)/bin/python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))')
+ATEN_FLAGS = -isystem $(TORCH_DIR)/include -isystem $(TORCH_DIR)/include/torch/csrc/api/include \
+  -D_GLIBCXX_USE_CXX11_ABI=$(shell $(VENV)/bin/python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
+ATEN_LINK = -L$(TORCH_DIR)/lib -ltorch_cpu -lc10 -Wl,-rpath,$(TORCH_DIR)/lib
+
+build/examples/aten_device_cpp: examples/cpp/aten_device.cpp include/tensorref_torch.hpp $(CPP_HEADERS)
+	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS_STRICT) $(ATEN_FLAGS) $< -o $@ $(LINK) $(ATEN_LINK)
+
 NATIVE_EXAMPLES := train_mlp flow_stack
 
-test-examples-native: build $(foreach e,$(NATIVE_EXAMPLES),build/examples/$(e)_c build/examples/$(e)_cpp)
+test-examples-native: build $(foreach e,$(NATIVE_EXAMPLES),build/examples/$(e)_c build/examples/$(e)_cpp) \
+  build/examples/aten_device_cpp
+	build/examples/aten_device_cpp
 	build/examples/train_mlp_c | tee build/examples/train_mlp_c.out
 	build/examples/train_mlp_cpp | tee build/examples/train_mlp_cpp.out
 	c=$$(grep '^final loss' build/examples/train_mlp_c.out); \

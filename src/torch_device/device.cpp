@@ -196,6 +196,23 @@ extern "C" int tr_native_torch_device_owns(const void *t) {
     return tr_device::ours(*static_cast<const at::Tensor *>(t)) ? 1 : 0;
 }
 
+// A tensor of this device over `home`'s storage (whose reference it takes), with the dtype and
+// geometry of `like` (a host tensor over that storage): a new `c10::TensorImpl*` reference.
+extern "C" int tr_native_torch_device_tensor(const tr_device::Entry *home, const void *like, void **out_impl, char *err,
+                                             size_t err_len) {
+    c10::Storage storage; // owns the home's reference from here on, also if what follows throws
+    return tr_native::guarded(err, err_len, [&] {
+        const auto &l = *static_cast<const at::Tensor *>(like);
+        storage = tr_device::storage_over(home, l.storage().nbytes());
+        *out_impl = tr_device::tensor_over(std::move(storage), l).unsafeReleaseTensorImpl();
+    });
+}
+
+// The home of the storage of `t` (an `at::Tensor*` of this device), borrowed.
+extern "C" int tr_native_torch_device_home(const void *t, const tr_device::Entry **home, char *err, size_t err_len) {
+    return tr_native::guarded(err, err_len, [&] { *home = tr_device::home_of(*static_cast<const at::Tensor *>(t)); });
+}
+
 extern "C" int tr_native_torch_device_register(const tr_device::Callbacks *cb, char *err, size_t err_len) {
     return tr_native::guarded(err, err_len, [&] {
         tr_device::callbacks = cb;

@@ -52,7 +52,9 @@ type Attempt = extern "C" fn(ctx: *mut c_void, ticket: *mut Ticket) -> c_int;
 type Body = extern "C" fn(ctx: *mut c_void) -> c_int;
 
 extern "C" {
+    fn tr_native_torch_device_home(t: *const c_void, home: *mut *const Entry, err: *mut c_char, len: usize) -> c_int;
     fn tr_native_torch_device_owns(t: *const c_void) -> c_int;
+    fn tr_native_torch_device_tensor(home: *const Entry, like: *const c_void, out_impl: *mut *mut c_void, err: *mut c_char, len: usize) -> c_int;
     fn tr_native_torch_device_register(callbacks: *const Callbacks, err: *mut c_char, len: usize) -> c_int;
 }
 
@@ -74,6 +76,40 @@ pub fn register() -> Result<()> {
 pub(crate) fn owns(t: &tch::Tensor) -> bool {
     // SAFETY: `t` is live for the call; the shim only reads its device.
     unsafe { tr_native_torch_device_owns(t.as_ptr().cast()) != 0 }
+}
+
+/// A tensor of the `tensorref` device over the storage of `entry` (a handle's), with its dtype and
+/// geometry, as a new `c10::TensorImpl*` reference the caller owns. The device tensor's storage
+/// has `entry` as its home, so the two are one storage of the manager's: each sees the other's
+/// writes, and the storage lives while either does.
+pub(crate) fn tensor_of(entry: &Arc<Entry>) -> Result<*mut c_void> {
+    register()?;
+    if entry.device() != tch::Device::Cpu {
+        return Err(Error::InvalidArg(format!(
+            "a tensor on {:?} cannot be a tensorref tensor: its home must be host memory (configure a residency manager, whose tensors are homes on the host)",
+            entry.device()
+        )));
+    }
+    let mut out = std::ptr::null_mut();
+    let home = Arc::into_raw(entry.clone()); // the device storage's reference (released by its deleter)
+    // SAFETY: `home` is a live reference passed over; the entry's tensor is live for the call.
+    crate::shim::run("a tensorref tensor over a handle", |err, len| unsafe {
+        tr_native_torch_device_tensor(home, entry.as_ptr().cast(), &mut out, err, len)
+    })?;
+    Ok(out)
+}
+
+/// The entry a handle over the storage of `t` (a tensor of the `tensorref` device) takes: a view
+/// of that storage's home with `t`'s geometry, one storage of the manager's with `t`'s.
+pub(crate) fn entry_of(t: &tch::Tensor) -> Result<tch::Tensor> {
+    if !owns(t) {
+        return Err(Error::InvalidArg(format!("a tensor on {:?}, not on the tensorref device", t.device())));
+    }
+    let mut home: *const Entry = std::ptr::null();
+    // SAFETY: `t` is live for the call; the home is borrowed while `t` keeps its storage.
+    crate::shim::run("the home of a tensorref tensor", |err, len| unsafe { tr_native_torch_device_home(t.as_ptr().cast(), &mut home, err, len) })?;
+    // SAFETY: the home is live while `t` is.
+    crate::residency::torch_storage::view_on(unsafe { &*home }, t).map_err(Error::from)
 }
 
 thread_local! {

@@ -462,6 +462,12 @@ namespace TensorRef
         internal static extern Status tr_weights_load(byte[] path, ulong[] tensors, UIntPtr tensors_len, byte[] names, UIntPtr names_len, out UIntPtr out_count, out UIntPtr out_names_len);
         [DllImport(Lib, EntryPoint = "tr_torch_device_register", ExactSpelling = true)]
         internal static extern Status tr_torch_device_register();
+        [DllImport(Lib, EntryPoint = "tr_torch_device_tensor", ExactSpelling = true)]
+        internal static extern Status tr_torch_device_tensor(TensorHandle t, out IntPtr out_tensor_impl);
+        [DllImport(Lib, EntryPoint = "tr_torch_device_tensor", ExactSpelling = true)]
+        internal static extern Status tr_torch_device_tensor(ulong t, out IntPtr out_tensor_impl);
+        [DllImport(Lib, EntryPoint = "tr_torch_device_handle", ExactSpelling = true)]
+        internal static extern Status tr_torch_device_handle(IntPtr tensor_impl, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_zeros", ExactSpelling = true)]
         internal static extern Status tr_tensor_zeros(long[] shape, UIntPtr shape_len, DType dtype, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_ones", ExactSpelling = true)]
