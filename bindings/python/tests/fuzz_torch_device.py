@@ -755,8 +755,11 @@ class Fuzzer:
                               f"device {type(e_dev).__name__}: {e_dev}; CPU {type(e_cpu).__name__}: {e_cpu}")
             if e_dev is not None:
                 # Both raised: libtorch may have changed an argument before raising (an out=
-                # resized, then a bad dim), the device does not: the tensors named are dropped.
-                for n in set(re.findall(r"\bt\d+\b", a.code)) & set(self.names):
+                # resized, then a bad dim), the device does not: the tensors named, and the
+                # other names of the same tensors, are dropped.
+                named = set(re.findall(r"\bt\d+\b", a.code)) & set(self.names)
+                same = {id(self.S(n)) for n in named}
+                for n in [n for n in self.names if n in named or id(self.S(n)) in same]:
                     self.names.remove(n)
                     del self.env["dev"][n], self.env["cpu"][n]
             else:

@@ -248,8 +248,8 @@ impl Ticket {
 
     /// Places each of an op's results (a new storage each, or a view of a storage the manager
     /// knows), then ends the op; for `acquire_as`'s front door, which keeps no recipes. The trace
-    /// records the op once per result, so that each has a key of its own. On an error the ticket
-    /// stays open, as with `finish`.
+    /// records the op once per result, so that each has a key of its own; the stats count it
+    /// once. On an error the ticket stays open, as with `finish`.
     pub(crate) fn finish_many(&mut self, results: &[tch::Tensor]) -> Result<Vec<Entry>> {
         self.check()?;
         if !self.moves || self.acquired.is_empty() {
@@ -258,7 +258,11 @@ impl Ticket {
         }
         let anchor = self.anchored.then_some(self.anchor);
         let (op, record) = (self.op, &self.record);
-        let placed = with(|m| results.iter().map(|r| m.place_result(r.shallow_clone(), op, record, anchor, None)).collect::<Result<Vec<_>>>())?;
+        let placed = with(|m| {
+            let placed = results.iter().map(|r| m.place_result(r.shallow_clone(), op, record, anchor, None)).collect::<Result<Vec<_>>>()?;
+            m.stats.ops -= results.len().saturating_sub(1) as u64; // one op, however many results
+            Ok(placed)
+        })?;
         let acquired = std::mem::take(&mut self.acquired);
         crate::residency::core::room::finish_op(Some(self.op), acquired)?;
         Ok(placed)
