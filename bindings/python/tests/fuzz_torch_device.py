@@ -579,10 +579,11 @@ class Fuzzer:
         elif k in (5, 6, 7):
             idx_ = self.index(s) if r.random() < 0.6 else self.tindex(a, s)
             val = r.choice((self.scalar(s), b or self.scalar(s), f"{b or a}.sum()"))
-            if val in self.shares(a) | {a} and self.S(val).dim() == 0:
-                # The CPU fills from a 0-dim CPU value; a device copies it, as CUDA does, and
-                # libtorch's overlap check refuses a copy within one storage: not compared.
-                val += ".clone()"
+            if val in self.names and self.S(val).dim() == 0 and (val in self.shares(a) | {a} or self.S(val).dtype != s.dtype):
+                # The CPU fills from a 0-dim CPU value (through a Scalar); a device copies it, as
+                # CUDA does: libtorch's overlap check refuses a copy within one storage, and a
+                # cast's NaN payload may differ from the Scalar's. Not compared.
+                val += ".clone()" if self.S(val).dtype == s.dtype else ".item()"
             code = f"{a}{idx_} = {val}"
         elif k == 8 and s.dim():
             acc = r.random() < 0.5

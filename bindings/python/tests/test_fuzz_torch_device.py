@@ -27,8 +27,9 @@ SINGLE = [(s, 300, (p,)) for p, seeds in (("flow", (101, 105, 113, 114)),
 # Seeds that found a resize_ or an out= the kernel resized moving one tensor to a storage of its
 # own, where libtorch grows the storage every view shares (2, 4, 12, 16); in-place and out= writes
 # whose inputs view the written storage, unchecked for overlap (10, 24, 28); resize_ to the size a
-# tensor has, which libtorch leaves alone (53); a 0-dim value set into its own storage (18).
-FOUND = [(s, 300, fuzz.POLICIES) for s in (2, 4, 10, 12, 16, 18, 24, 28, 53)]
+# tensor has, which libtorch leaves alone (53); a 0-dim value set into its own storage (18) or of
+# another dtype (77): the fuzzer's own mistakes, where the CPU fills from a Scalar.
+FOUND = [(s, 300, fuzz.POLICIES) for s in (2, 4, 10, 12, 16, 18, 24, 28, 53)] + [(77, 400, fuzz.POLICIES)]
 SEEDS = MIXED + SINGLE + FOUND
 
 
