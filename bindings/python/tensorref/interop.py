@@ -99,7 +99,15 @@ def from_dlpack(obj) -> Tensor:
 def from_torch(t) -> Tensor:
     """A new tensor sharing the storage of the torch.Tensor `t` (no copy). Like every DLPack
     export, PyTorch refuses a tensor that requires grad (BufferError): pass ``t.detach()``.
-    A dtype libtensorref has no type for (uint16, complex ...) is a TypeError naming it."""
+    A dtype libtensorref has no type for (uint16, complex ...) is a TypeError naming it.
+    A tensor on the `tensorref` device is one storage of the residency manager with the new
+    tensor (tr_torch_device_handle): each sees the other's writes."""
+    if t.device.type == "tensorref":
+        out = new()
+        st = lib.tr_torch_device_handle(c_void_p(t._cdata), out)
+        if st:
+            fail(st, "tr_torch_device_handle")
+        return out
     try:
         dtypes.dtype(t.dtype)
     except TypeError:

@@ -168,3 +168,18 @@ def test_an_op_with_several_outputs_is_one_op():
         assert residency.stats().ops - before == 1
         want = torch.topk(x, 3)
         assert torch.equal(values.cpu(), want.values) and torch.equal(indices.cpu(), want.indices)
+
+
+def test_a_device_tensor_and_its_handle_are_one_storage():
+    x = torch.arange(12.0).reshape(3, 4)
+    with residency.session(policy="flow", budget_bytes=1 << 20):
+        t = x.to("tensorref")
+        view = t[1:, ::2]
+        h = tr.from_torch(view)
+        assert h.shape == (2, 2) and h.numpy().tolist() == x[1:, ::2].tolist()
+        h.mul_(10)  # through the library's op table ...
+        assert torch.equal(t.cpu()[1:, ::2], x[1:, ::2] * 10)  # ... seen by the torch tensor
+        t.add_(1)  # and the other way
+        assert h.numpy().tolist() == (x[1:, ::2] * 10 + 1).tolist()
+        assert residency.stats().device_bytes == x.numel() * 4  # one copy on the device
+        h.dispose()
