@@ -23,8 +23,8 @@ inline void register_torch_device() { detail::call(tr_torch_device_register); }
 }
 
 /// A new handle (owned by the current scope, or by the caller) over the storage of `t`, a tensor
-/// of the `tensorref` device, with its dtype and geometry. Throws tr::InvalidArgError for a
-/// tensor of another device.
+/// of the `tensorref` device, with its dtype and geometry. Throws tr::Error (TR_ERR_INVALID_ARG)
+/// for a tensor of another device.
 [[nodiscard]] inline Tensor from_aten(const at::Tensor& t) {
     tr_tensor out{0};
     detail::call(tr_torch_device_handle, static_cast<void*>(t.unsafeGetTensorImpl()), &out);

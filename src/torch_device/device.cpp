@@ -200,7 +200,7 @@ extern "C" int tr_native_torch_device_owns(const void *t) {
 // geometry of `like` (a host tensor over that storage): a new `c10::TensorImpl*` reference.
 extern "C" int tr_native_torch_device_tensor(const tr_device::Entry *home, const void *like, void **out_impl, char *err,
                                              size_t err_len) {
-    c10::Storage storage; // owns the home's reference from here on, also if what follows throws
+    c10::Storage storage; // once made, owns the home's reference, also if what follows throws
     return tr_native::guarded(err, err_len, [&] {
         const auto &l = *static_cast<const at::Tensor *>(like);
         storage = tr_device::storage_over(home, l.storage().nbytes());
