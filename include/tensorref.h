@@ -1028,7 +1028,7 @@ tr_status tr_torch_device_register(void);
  * Writes to `*out_tensor_impl` a tensor of the `tensorref` device over the storage of `t`, with
  * its dtype, sizes, strides and offset: a new `c10::TensorImpl*` reference of the libtorch this
  * library uses, which the caller owns (C++: `at::Tensor(c10::intrusive_ptr<c10::TensorImpl>::reclaim(p))`,
- * as include/tensorref_torch.hpp does). The handle and the tensor are one storage of the
+ * as include/tensorref_torch.hpp does; else `tr_torch_device_tensor_release`). The handle and the tensor are one storage of the
  * residency manager: ATen ops on the tensor run under it, each sees the other's writes, and the
  * storage lives while either does. Registers the device if it is not yet.
  * Errors: TR_ERR_NULL_ARG, TR_ERR_STALE_HANDLE, TR_ERR_INVALID_HANDLE; TR_ERR_INVALID_ARG (`t` is
@@ -1037,6 +1037,14 @@ tr_status tr_torch_device_register(void);
  */
 tr_status tr_torch_device_tensor(struct tr_tensor t,
                                  void **out_tensor_impl);
+
+/**
+ * Drops the `c10::TensorImpl*` reference `tr_torch_device_tensor` gave, once the program has
+ * handed the tensor on (for a caller without C++: a C program, Python's
+ * `torch._C._wrap_tensor_impl`, which takes a reference of its own). NULL is a no-op.
+ * Safe to call from any thread, once per reference.
+ */
+tr_status tr_torch_device_tensor_release(void *tensor_impl);
 
 /**
  * A new handle (owned by this thread's current scope, or by the caller) over the storage of

@@ -19,7 +19,7 @@ pub extern "C" fn tr_torch_device_register() -> Status {
 /// Writes to `*out_tensor_impl` a tensor of the `tensorref` device over the storage of `t`, with
 /// its dtype, sizes, strides and offset: a new `c10::TensorImpl*` reference of the libtorch this
 /// library uses, which the caller owns (C++: `at::Tensor(c10::intrusive_ptr<c10::TensorImpl>::reclaim(p))`,
-/// as include/tensorref_torch.hpp does). The handle and the tensor are one storage of the
+/// as include/tensorref_torch.hpp does; else `tr_torch_device_tensor_release`). The handle and the tensor are one storage of the
 /// residency manager: ATen ops on the tensor run under it, each sees the other's writes, and the
 /// storage lives while either does. Registers the device if it is not yet.
 /// Errors: TR_ERR_NULL_ARG, TR_ERR_STALE_HANDLE, TR_ERR_INVALID_HANDLE; TR_ERR_INVALID_ARG (`t` is
@@ -31,6 +31,21 @@ pub extern "C" fn tr_torch_device_tensor(t: TrTensor, out_tensor_impl: *mut *mut
         let out = out_arg(out_tensor_impl, "out_tensor_impl")?;
         let [entry] = registry::get([t.into()])?;
         *out = crate::torch_device::tensor_of(&entry)?;
+        Ok(())
+    })
+}
+
+/// Drops the `c10::TensorImpl*` reference `tr_torch_device_tensor` gave, once the program has
+/// handed the tensor on (for a caller without C++: a C program, Python's
+/// `torch._C._wrap_tensor_impl`, which takes a reference of its own). NULL is a no-op.
+/// Safe to call from any thread, once per reference.
+#[no_mangle]
+pub extern "C" fn tr_torch_device_tensor_release(tensor_impl: *mut c_void) -> Status {
+    call(|| {
+        if !tensor_impl.is_null() {
+            // SAFETY: a reference from tr_torch_device_tensor, given up once (documented).
+            unsafe { crate::torch_device::release_tensor(tensor_impl) };
+        }
         Ok(())
     })
 }

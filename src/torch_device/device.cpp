@@ -208,6 +208,11 @@ extern "C" int tr_native_torch_device_tensor(const tr_device::Entry *home, const
     });
 }
 
+// Drops one reference to `tensor_impl` (from tr_native_torch_device_tensor).
+extern "C" void tr_native_torch_device_tensor_release(void *tensor_impl) {
+    c10::intrusive_ptr<c10::TensorImpl>::reclaim(static_cast<c10::TensorImpl *>(tensor_impl)); // dropped here
+}
+
 // The home of the storage of `t` (an `at::Tensor*` of this device), borrowed.
 extern "C" int tr_native_torch_device_home(const void *t, const tr_device::Entry **home, char *err, size_t err_len) {
     return tr_native::guarded(err, err_len, [&] { *home = tr_device::home_of(*static_cast<const at::Tensor *>(t)); });

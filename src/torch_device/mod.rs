@@ -55,6 +55,7 @@ extern "C" {
     fn tr_native_torch_device_home(t: *const c_void, home: *mut *const Entry, err: *mut c_char, len: usize) -> c_int;
     fn tr_native_torch_device_owns(t: *const c_void) -> c_int;
     fn tr_native_torch_device_tensor(home: *const Entry, like: *const c_void, out_impl: *mut *mut c_void, err: *mut c_char, len: usize) -> c_int;
+    fn tr_native_torch_device_tensor_release(tensor_impl: *mut c_void);
     fn tr_native_torch_device_register(callbacks: *const Callbacks, err: *mut c_char, len: usize) -> c_int;
 }
 
@@ -97,6 +98,15 @@ pub(crate) fn tensor_of(entry: &Arc<Entry>) -> Result<*mut c_void> {
         tr_native_torch_device_tensor(home, entry.as_ptr().cast(), &mut out, err, len)
     })?;
     Ok(out)
+}
+
+/// Drops the reference to `tensor_impl` that `tensor_of` gave.
+///
+/// # Safety
+/// `tensor_impl` is a live `c10::TensorImpl*` whose reference the caller owns and gives up.
+pub(crate) unsafe fn release_tensor(tensor_impl: *mut c_void) {
+    // SAFETY: the caller's contract.
+    unsafe { tr_native_torch_device_tensor_release(tensor_impl) }
 }
 
 /// The entry a handle over the storage of `t` (a tensor of the `tensorref` device) takes: a view

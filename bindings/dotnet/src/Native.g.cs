@@ -466,6 +466,8 @@ namespace TensorRef
         internal static extern Status tr_torch_device_tensor(TensorHandle t, out IntPtr out_tensor_impl);
         [DllImport(Lib, EntryPoint = "tr_torch_device_tensor", ExactSpelling = true)]
         internal static extern Status tr_torch_device_tensor(ulong t, out IntPtr out_tensor_impl);
+        [DllImport(Lib, EntryPoint = "tr_torch_device_tensor_release", ExactSpelling = true)]
+        internal static extern Status tr_torch_device_tensor_release(IntPtr tensor_impl);
         [DllImport(Lib, EntryPoint = "tr_torch_device_handle", ExactSpelling = true)]
         internal static extern Status tr_torch_device_handle(IntPtr tensor_impl, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_zeros", ExactSpelling = true)]

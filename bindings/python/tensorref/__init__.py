@@ -30,7 +30,7 @@ from .dtypes import (DType, bfloat16, bool_, dtype, float16, float32, float64, i
                      int32, int64, uint8)
 from .errors import (AbiMismatchError, ArgumentError, DeviceError, FileError, HandleError,
                      PanicError, ScopeError, ShapeDtypeError, TensorRefError, TorchError)
-from .interop import from_dlpack, from_torch, to_torch
+from .interop import from_dlpack, from_torch, to_torch, to_torch_device
 from .scope import Scope, Stats, current_scope, reset_stats, scope, stats
 from . import weights  # tr.weights.load(path)
 from . import residency  # the residency manager: tr.residency.session(...), tr.residency.stats() ...
@@ -109,7 +109,7 @@ class no_grad:
 
 
 __all__ = [
-    *_op_names, "Tensor", "from_numpy", "tensor", "from_dlpack", "from_torch", "to_torch",
+    *_op_names, "Tensor", "from_numpy", "tensor", "from_dlpack", "from_torch", "to_torch", "to_torch_device",
     "weights", "flush_releases", "set_release_batch", "MinMax", "residency",
     "Scope", "Stats", "scope", "current_scope", "stats", "reset_stats",
     "DType", "dtype", "uint8", "int8", "int16", "int32", "int64", "float16", "float32",

@@ -261,6 +261,7 @@ def signatures(T) -> dict:
         'tr_weights_load': (c_int32, (c_char_p, POINTER(T), c_size_t, POINTER(c_char), c_size_t, POINTER(c_size_t), POINTER(c_size_t))),
         'tr_torch_device_register': (c_int32, ()),
         'tr_torch_device_tensor': (c_int32, (T, POINTER(c_void_p))),
+        'tr_torch_device_tensor_release': (c_int32, (c_void_p,)),
         'tr_torch_device_handle': (c_int32, (c_void_p, POINTER(T))),
         'tr_tensor_zeros': (c_int32, (POINTER(c_int64), c_size_t, c_int32, POINTER(T))),
         'tr_tensor_ones': (c_int32, (POINTER(c_int64), c_size_t, c_int32, POINTER(T))),

@@ -125,6 +125,23 @@ def to_torch(t: Tensor):
     return torch_taking(managed.value)
 
 
+def to_torch_device(t: Tensor):
+    """A torch.Tensor on the `tensorref` device over the storage of `t` (no copy): one storage of
+    the residency manager, so torch ops on it run under the manager and each sees the other's
+    writes (tr_torch_device_tensor)."""
+    import torch
+
+    impl = c_void_p()
+    st = lib.tr_torch_device_tensor(t, byref(impl))
+    if st:
+        fail(st, "tr_torch_device_tensor")
+    try:
+        # A capsule of the pointer (no destructor): torch takes a reference of its own.
+        return torch._C._wrap_tensor_impl(_new_capsule(impl.value, None, None))
+    finally:
+        lib.tr_torch_device_tensor_release(impl)
+
+
 def torch_taking(managed: int):
     """A torch.Tensor taking over the DLManagedTensor* `managed` (given back if PyTorch refuses)."""
     import torch.utils.dlpack
@@ -144,3 +161,4 @@ def _to_torch(self: Tensor):
 
 _to_torch.__name__ = "to_torch"
 Tensor.to_torch = _to_torch
+Tensor.to_torch_device = to_torch_device

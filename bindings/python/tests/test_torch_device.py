@@ -2,6 +2,7 @@
 the simulated device every op runs the CPU's own kernel over the manager's copies, so each
 result equals the same module's on the CPU bit for bit, at budgets below its peak."""
 import copy
+import gc
 
 import pytest
 import torch
@@ -183,3 +184,19 @@ def test_a_device_tensor_and_its_handle_are_one_storage():
         assert h.numpy().tolist() == (x[1:, ::2] * 10 + 1).tolist()
         assert residency.stats().device_bytes == x.numel() * 4  # one copy on the device
         h.dispose()
+
+
+def test_a_handle_as_a_torch_tensor_of_the_device_lives_as_long_as_either():
+    x = torch.arange(6.0)
+    with residency.session(policy="flow", budget_bytes=1 << 20):
+        h = tr.from_numpy(x.numpy().copy())
+        t = h.to_torch_device()
+        assert t.device.type == "tensorref" and torch.equal(t.cpu(), x)
+        t.mul_(2)  # through torch, seen through the handle
+        assert h.numpy().tolist() == (x * 2).tolist()
+        h.dispose()  # the storage lives on in the torch tensor ...
+        assert torch.equal((t + 1).cpu(), x * 2 + 1)
+        assert residency.stats().device_bytes > 0
+        del t  # ... and dies with it: nothing holds it any more
+        gc.collect()
+        assert residency.stats().device_bytes == 0
