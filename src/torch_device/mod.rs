@@ -52,9 +52,9 @@ type Attempt = extern "C" fn(ctx: *mut c_void, ticket: *mut Ticket) -> c_int;
 type Body = extern "C" fn(ctx: *mut c_void) -> c_int;
 
 extern "C" {
-    fn tr_native_torch_device_home(t: *const c_void, home: *mut *const Entry, err: *mut c_char, len: usize) -> c_int;
+    fn tr_native_torch_device_home(t: *const c_void, home: *mut *const c_void, err: *mut c_char, len: usize) -> c_int;
     fn tr_native_torch_device_owns(t: *const c_void) -> c_int;
-    fn tr_native_torch_device_tensor(home: *const Entry, like: *const c_void, out_impl: *mut *mut c_void, err: *mut c_char, len: usize) -> c_int;
+    fn tr_native_torch_device_tensor(home: *const c_void, like: *const c_void, out_impl: *mut *mut c_void, err: *mut c_char, len: usize) -> c_int;
     fn tr_native_torch_device_tensor_release(tensor_impl: *mut c_void);
     fn tr_native_torch_device_register(callbacks: *const Callbacks, err: *mut c_char, len: usize) -> c_int;
 }
@@ -95,7 +95,7 @@ pub(crate) fn tensor_of(entry: &Arc<Entry>) -> Result<*mut c_void> {
     let home = Arc::into_raw(entry.clone()); // the device storage's reference (released by its deleter)
     // SAFETY: `home` is a live reference passed over; the entry's tensor is live for the call.
     crate::shim::run("a tensorref tensor over a handle", |err, len| unsafe {
-        tr_native_torch_device_tensor(home, entry.as_ptr().cast(), &mut out, err, len)
+        tr_native_torch_device_tensor(home.cast(), entry.as_ptr().cast(), &mut out, err, len)
     })?;
     Ok(out)
 }
@@ -115,11 +115,11 @@ pub(crate) fn entry_of(t: &tch::Tensor) -> Result<tch::Tensor> {
     if !owns(t) {
         return Err(Error::InvalidArg(format!("a tensor on {:?}, not on the tensorref device", t.device())));
     }
-    let mut home: *const Entry = std::ptr::null();
+    let mut home: *const c_void = std::ptr::null();
     // SAFETY: `t` is live for the call; the home is borrowed while `t` keeps its storage.
     crate::shim::run("the home of a tensorref tensor", |err, len| unsafe { tr_native_torch_device_home(t.as_ptr().cast(), &mut home, err, len) })?;
-    // SAFETY: the home is live while `t` is.
-    crate::residency::torch_storage::view_on(unsafe { &*home }, t).map_err(Error::from)
+    // SAFETY: the home (an `Entry` the C++ half holds) is live while `t` is.
+    crate::residency::torch_storage::view_on(unsafe { &*home.cast::<Entry>() }, t).map_err(Error::from)
 }
 
 thread_local! {
