@@ -16,7 +16,8 @@
 #                       output on the device differs from the CPU's).
 #   make bench-python   builds the release library and the accelerator and runs
 #                       benches/python/bench_ops.py on them (accelerated and pure ctypes) and
-#                       benches/torch_device_overhead.py (the tensorref device's host time per op).
+#                       benches/torch_device_overhead.py (the tensorref device's host time per op;
+#                       it fails while the median misses the issue's 3 us bar).
 #
 # TENSORREF_LIB pins the library each run uses (the package would otherwise take the newer of
 # target/release and target/debug). The suite and the benchmark import this source tree, hence
@@ -52,7 +53,7 @@ test-python: build python-ext
 bench-python: setup python-ext
 	cargo build --quiet --release
 	TENSORREF_LIB=$(ROOT)/target/release/libtensorref.so python3 $(ROOT)/benches/python/bench_ops.py
-	TENSORREF_LIB=$(ROOT)/target/release/libtensorref.so python3 $(ROOT)/benches/torch_device_overhead.py
+	TENSORREF_LIB=$(ROOT)/target/release/libtensorref.so python3 $(ROOT)/benches/torch_device_overhead.py --judge
 
 # make fuzz SECONDS=600 [FUZZ_ARGS="--policy flow --steps 1000 --avoid-known"]: the fuzzer of
 # bindings/python/tests/fuzz_api.py over fresh seeds (each printed) until SECONDS have passed, on
