@@ -1,7 +1,7 @@
 //! How the C++ shims reach Rust: each `.cpp` file sits beside the Rust module that wraps it
 //! (src/residency/core/torch_storage.cpp, src/residency/device/cuda.cpp and memory.cpp,
 //! src/residency/training/autograd.cpp, src/ops/kernels.cpp and random.cpp,
-//! src/interop/dlpack.cpp, src/torch_device/device.cpp and kernels.cpp), built by build.rs
+//! src/interop/dlpack.cpp, src/torch_device/device.cpp, kernels.cpp and replay.cpp), built by build.rs
 //! against the wheel's headers. The `tensorref` device's C++ also calls back into Rust, through
 //! a table of functions it is given at registration (src/torch_device/mod.rs). Tensors cross as
 //! `at::Tensor*`; every shim returns 0, or 1 with libtorch's message in a caller's buffer

@@ -166,14 +166,24 @@ at::Tensor Attempt::acquire(const at::Tensor &t) {
     return alias;
 }
 
-std::vector<at::Tensor> Attempt::place(const std::vector<at::Tensor> &results) {
+bool Attempt::recomputes() const { return callbacks->recomputes(ticket_) != 0; }
+
+std::vector<at::Tensor> Attempt::place(const std::vector<at::Tensor> &results, std::unique_ptr<Replay> replay,
+                                       const std::vector<at::Tensor> &inputs) {
     std::vector<const void *> ptrs;
     ptrs.reserve(results.size());
     for (const auto &r : results) {
         ptrs.push_back(&r);
     }
     std::vector<const Entry *> homes(results.size(), nullptr);
-    if (callbacks->place(ticket_, ptrs.data(), ptrs.size(), homes.data()) != 0) {
+    std::vector<const Entry *> input_homes;
+    std::vector<const void *> likes;
+    for (const auto &in : inputs) {
+        input_homes.push_back(home_of(in));
+        likes.push_back(&in);
+    }
+    RecipeIn recipe{replay.release(), input_homes.data(), likes.data(), inputs.size()};
+    if (callbacks->place(ticket_, ptrs.data(), ptrs.size(), recipe.replay ? &recipe : nullptr, homes.data()) != 0) {
         throw RustFailed{};
     }
     std::vector<at::Tensor> placed;

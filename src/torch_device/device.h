@@ -4,10 +4,13 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 
 #include <cstddef>
 #include <exception>
+#include <memory>
 #include <utility>
+#include <vector>
 
 namespace tr_device {
 
@@ -17,12 +20,29 @@ struct Entry;  // a storage's host home (Rust's Arc<Entry>)
 using AttemptFn = int (*)(void *ctx, Ticket *ticket);
 using BodyFn = int (*)(void *ctx);
 
+// How to run an op again (replay.cpp): the op, and its arguments as its kernel got them, each
+// input's place held by a placeholder (`replay_of`).
+struct Replay {
+    c10::OperatorHandle op;
+    std::vector<c10::IValue> args;
+};
+
+// An op's recipe as Rust takes it (`RecipeIn`, replay.rs): the replay (Rust owns it from then on)
+// and the op's inputs, each a home and a tensor of this device with the input's geometry.
+struct RecipeIn {
+    Replay *replay;
+    const Entry *const *homes;
+    const void *const *likes;
+    size_t n;
+};
+
 // Field for field the Rust struct `Callbacks` (mod.rs), which documents each.
 struct Callbacks {
     int (*run)(const char *op, AttemptFn attempt, void *ctx, char *err, size_t len);
     int (*acquire)(Ticket *ticket, const Entry *home, const void *like, int write, void **out);
     int (*kernel)(Ticket *ticket, BodyFn body, void *ctx);
-    int (*place)(Ticket *ticket, const void *const *results, size_t n, const Entry **homes);
+    int (*recomputes)(Ticket *ticket);
+    int (*place)(Ticket *ticket, const void *const *results, size_t n, RecipeIn *recipe, const Entry **homes);
     int (*end)(Ticket *ticket);
     int (*unheld_home)(const Entry *home, const void *like, void **out, char *err, size_t len);
     const Entry *(*adopt)(void *host);
@@ -36,6 +56,28 @@ constexpr c10::DeviceType kDevice = c10::DeviceType::PrivateUse1;
 
 // Whether `t` is a tensor of this device.
 inline bool ours(const at::Tensor &t) { return t.defined() && t.device().type() == kDevice; }
+
+// Calls `f(tensor)` on every tensor an IValue holds (a tensor, or a list of optional ones), and
+// puts back what it returns.
+template <typename F> void each_tensor(c10::IValue &v, F &&f) {
+    if (v.isTensor()) {
+        v = f(v.toTensor());
+    } else if (v.isTensorList()) {
+        c10::List<at::Tensor> list = v.toTensorList();
+        c10::List<at::Tensor> mapped;
+        mapped.reserve(list.size());
+        for (const at::Tensor &t : list) {
+            mapped.push_back(f(t));
+        }
+        v = std::move(mapped);
+    } else if (v.isList() && v.toListRef().size() > 0 && (v.toListRef()[0].isTensor() || v.toListRef()[0].isNone())) {
+        c10::List<std::optional<at::Tensor>> mapped;
+        for (const c10::IValue &e : v.toListRef()) {
+            mapped.push_back(e.isTensor() ? std::optional<at::Tensor>(f(e.toTensor())) : std::nullopt);
+        }
+        v = std::move(mapped);
+    }
+}
 
 // The home of the storage `t` views (t is ours).
 const Entry *home_of(const at::Tensor &t);
@@ -99,9 +141,14 @@ class Attempt {
         }
     }
 
+    // Whether the op's results may keep recipes (the manager recomputes).
+    bool recomputes() const;
+
     // Makes each result (a tensor of the compute device) a new managed storage and ends the op;
-    // returns the results as tensors of this device.
-    std::vector<at::Tensor> place(const std::vector<at::Tensor> &results);
+    // returns the results as tensors of this device. With `replay` (how to make each result
+    // again from `inputs`), each result keeps a recipe.
+    std::vector<at::Tensor> place(const std::vector<at::Tensor> &results, std::unique_ptr<Replay> replay = nullptr,
+                                  const std::vector<at::Tensor> &inputs = {});
 
     // Ends an op that made no new storage.
     void end();
@@ -147,6 +194,12 @@ template <typename F> void run(const char *op, F &&attempt) {
         TORCH_CHECK(false, err);
     }
 }
+
+// How to make the outputs of `op` again, or nullptr when they depend on more than its inputs
+// (replay.cpp): `args` are its arguments, `pushed` the same as its kernel gets them (from `first`
+// on). `inputs` gets each input, in the order the replay takes them.
+std::unique_ptr<Replay> replay_of(const c10::OperatorHandle &op, const std::vector<c10::IValue> &args,
+                                  const std::vector<c10::IValue> &pushed, size_t first, std::vector<at::Tensor> &inputs);
 
 // Registers the kernels and the fallback (kernels.cpp).
 void register_kernels();

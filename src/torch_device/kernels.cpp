@@ -151,28 +151,6 @@ bool shallow_copy_compatible(const at::Tensor &self, const at::Tensor &from) {
 
 // ----------------------------------------------------------------------------- the fallback
 
-// Calls `f(tensor)` on every tensor an IValue holds (a tensor, or a list of optional ones), and
-// puts back what it returns.
-template <typename F> void each_tensor(c10::IValue &v, F &&f) {
-    if (v.isTensor()) {
-        v = f(v.toTensor());
-    } else if (v.isTensorList()) {
-        c10::List<at::Tensor> list = v.toTensorList();
-        c10::List<at::Tensor> mapped;
-        mapped.reserve(list.size());
-        for (const at::Tensor &t : list) {
-            mapped.push_back(f(t));
-        }
-        v = std::move(mapped);
-    } else if (v.isList() && v.toListRef().size() > 0 && (v.toListRef()[0].isTensor() || v.toListRef()[0].isNone())) {
-        c10::List<std::optional<at::Tensor>> mapped;
-        for (const c10::IValue &e : v.toListRef()) {
-            mapped.push_back(e.isTensor() ? std::optional<at::Tensor>(f(e.toTensor())) : std::nullopt);
-        }
-        v = std::move(mapped);
-    }
-}
-
 struct Input {
     at::Tensor tensor;    // the op's argument, of this device
     at::Tensor view;      // its device copy, as the kernel sees it
@@ -258,18 +236,23 @@ std::vector<Input> push_arguments(Attempt &a, const c10::FunctionSchema &schema,
 // Turns the kernel's outputs (from `first` on the stack) into tensors of this device: an argument
 // again (in place, out=), a view of one, or new storages; a storage whose memory the kernel moved
 // (an out= argument it resized to more) grows to that memory, placed as a new home; and each
-// argument takes the geometry the kernel gave it. Ends the op.
-void place_outputs(Attempt &a, torch::jit::Stack *stack, size_t first, const std::vector<Input> &inputs) {
+// argument takes the geometry the kernel gave it. Ends the op. New storages keep recipes from
+// `replay` (over `sources`, the op's inputs) when every output is one.
+void place_outputs(Attempt &a, torch::jit::Stack *stack, size_t first, const std::vector<Input> &inputs,
+                   std::unique_ptr<Replay> replay, const std::vector<at::Tensor> &sources) {
     std::vector<at::Tensor> fresh;
+    bool all_fresh = true;
     for (size_t i = first; i < stack->size(); ++i) {
         each_tensor((*stack)[i], [&](const at::Tensor &t) {
             if (!t.defined() || ours(t)) {
+                all_fresh = all_fresh && !t.defined();
                 return t;
             }
             at::Tensor back = back_to_device(t, inputs);
             if (!ours(back)) {
                 fresh.push_back(back);
             }
+            all_fresh = all_fresh && !ours(back);
             return back;
         });
     }
@@ -286,6 +269,8 @@ void place_outputs(Attempt &a, torch::jit::Stack *stack, size_t first, const std
     std::vector<at::Tensor> placed;
     if (fresh.empty()) {
         a.end();
+    } else if (all_fresh && moved.empty()) {
+        placed = a.place(fresh, std::move(replay), sources);
     } else {
         placed = a.place(fresh);
     }
@@ -305,7 +290,8 @@ void place_outputs(Attempt &a, torch::jit::Stack *stack, size_t first, const std
 }
 
 // Every op without a kernel of its own: acquired inputs, the compute device's kernel, placed
-// outputs, as one op under the manager (run again from its arguments when it must wait for room).
+// outputs (with recipes, where the manager recomputes and the op can be run again), as one op
+// under the manager (run again from its arguments when it must wait for room).
 void fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
     const auto &schema = op.schema();
     const std::vector<c10::IValue> args = pop_arguments(stack, schema.arguments().size());
@@ -313,8 +299,10 @@ void fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
     run(schema.name().c_str(), [&](Attempt &a) {
         stack->resize(first);
         std::vector<Input> inputs = push_arguments(a, schema, args, stack);
+        std::vector<at::Tensor> sources;
+        std::unique_ptr<Replay> replay = a.recomputes() ? replay_of(op, args, *stack, first, sources) : nullptr;
         a.kernel([&] { op.callBoxed(stack); });
-        place_outputs(a, stack, first, inputs);
+        place_outputs(a, stack, first, inputs, std::move(replay), sources);
     });
 }
 

@@ -15,7 +15,8 @@
 //! * `run` runs one op: `with_room` around attempts that each take a `Ticket`, acquire every
 //!   input's device copy (`acquire`: an alias of the copy with the input's geometry, on the
 //!   manager's compute device), run the compute device's own kernel over them (`kernel`), and
-//!   place what the kernel made (`place`: each result a new managed storage) or `end`.
+//!   place what the kernel made (`place`: each result a new managed storage, with a recipe
+//!   where the manager recomputes and the op can run again: `replay`) or `end`.
 //! * A copy into a storage the manager does not hold yet (`model.to("tensorref")`) writes its home
 //!   directly (`unheld_home`): the device is not involved.
 //! * With no manager configured an op runs over the homes themselves, on the host.
@@ -23,11 +24,14 @@
 use crate::error::{Error, Result};
 use crate::registry::Entry;
 use crate::residency::Ticket;
+use replay::RecipeIn;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+mod replay;
 
 /// What the C++ half calls. Every function returns 0, or 1 with the error kept for `run`
 /// (`failed`); none lets a panic out. `run` returns 4 when the device or its budget had no room
@@ -37,7 +41,8 @@ pub(crate) struct Callbacks {
     run: extern "C" fn(op: *const c_char, attempt: Attempt, ctx: *mut c_void, err: *mut c_char, len: usize) -> c_int,
     acquire: extern "C" fn(ticket: *mut Ticket, home: *const Entry, like: *const c_void, write: c_int, out: *mut *mut c_void) -> c_int,
     kernel: extern "C" fn(ticket: *mut Ticket, body: Body, ctx: *mut c_void) -> c_int,
-    place: extern "C" fn(ticket: *mut Ticket, results: *const *const c_void, n: usize, homes: *mut *const Entry) -> c_int,
+    recomputes: extern "C" fn(ticket: *mut Ticket) -> c_int,
+    place: extern "C" fn(ticket: *mut Ticket, results: *const *const c_void, n: usize, recipe: *const RecipeIn, homes: *mut *const Entry) -> c_int,
     end: extern "C" fn(ticket: *mut Ticket) -> c_int,
     unheld_home: extern "C" fn(home: *const Entry, like: *const c_void, out: *mut *mut c_void, err: *mut c_char, len: usize) -> c_int,
     adopt: extern "C" fn(host: *mut c_void) -> *const Entry,
@@ -59,7 +64,7 @@ extern "C" {
     fn tr_native_torch_device_register(callbacks: *const Callbacks, err: *mut c_char, len: usize) -> c_int;
 }
 
-static CALLBACKS: Callbacks = Callbacks { run, acquire, kernel, place, end, unheld_home, adopt, release, accelerator };
+static CALLBACKS: Callbacks = Callbacks { run, acquire, kernel, recomputes, place, end, unheld_home, adopt, release, accelerator };
 
 /// Registers the `tensorref` backend with libtorch (once per process; later calls return the
 /// first call's outcome).
@@ -231,15 +236,26 @@ extern "C" fn kernel(ticket: *mut Ticket, body: Body, ctx: *mut c_void) -> c_int
     }
 }
 
-extern "C" fn place(ticket: *mut Ticket, results: *const *const c_void, n: usize, homes: *mut *const Entry) -> c_int {
+extern "C" fn recomputes(ticket: *mut Ticket) -> c_int {
+    // SAFETY: see `acquire`.
+    unsafe { ticket.as_ref() }.is_some_and(Ticket::recomputes).into()
+}
+
+/// Places `n` results, each with a recipe when `recipe` is not NULL (its replay is taken over
+/// whatever happens).
+extern "C" fn place(ticket: *mut Ticket, results: *const *const c_void, n: usize, recipe: *const RecipeIn, homes: *mut *const Entry) -> c_int {
     guarded(|| {
+        // SAFETY: see `acquire`.
+        let mut ticket = unsafe { ticket.as_mut() };
+        // SAFETY: `recipe` is NULL or live, its replay handed over.
+        let recipes = unsafe { replay::recipes(recipe, n, ticket.as_ref().is_some_and(|t| t.recomputes())) }?;
         // SAFETY: `results` holds `n` live tensors, `homes` room for `n` pointers.
         let results: Vec<tch::Tensor> = unsafe { std::slice::from_raw_parts(results, n) }
             .iter()
             .map(|&r| unsafe { tch::Tensor::from_ptr(r as *mut _) }.shallow_clone_leaked())
             .collect();
-        let entries = match unsafe { ticket.as_mut() } {
-            Some(t) => t.finish_many(&results)?,
+        let entries = match ticket.as_mut() {
+            Some(t) => t.finish_many(&results, recipes)?,
             None => results.iter().map(|r| Entry::new(r.shallow_clone())).collect(),
         };
         for (i, e) in entries.into_iter().enumerate() {

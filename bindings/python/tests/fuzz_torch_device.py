@@ -16,7 +16,8 @@ elementwise ops, reductions, matmuls, multi-output and data-dependent ops, write
 (through views too, setitem, index_put_, copy_ across devices and dtypes, resize_, set_), out=
 variants (with outs of the wrong size), autograd, value reads (.item, .tolist, .cpu, torch.equal),
 drops tensors, or configures / disables the residency manager (policies flow, genoa, resident,
-budgets of a few KiB to a few MiB, one-op sessions) or runs with none.
+budgets of a few KiB to a few MiB, recomputation off, cheaper or always, one-op sessions) or
+runs with none.
 
 Checked:
 - an op that raises on one side raises on the other, with the same exception type; the only
@@ -156,6 +157,8 @@ class Fuzzer:
     def __init__(self, seed: int, policies=POLICIES, check_p: float | None = None):
         self.seed = seed
         self.rng = random.Random(seed)
+        # Recomputation is drawn apart, so that a seed's program is the one it was before it.
+        self.recompute_rng = random.Random(f"recompute {seed}")
         self.policies = tuple(policies)
         self.check_p = check_p if check_p is not None else self.rng.choice((0.2, 0.5, 1.0))
         self.step = 0
@@ -165,6 +168,8 @@ class Fuzzer:
         self.budget: int | None = None   # the bounded budget configured now
         self.policy = "none"
         self.skipped = 0
+        self.remade = 0  # results the manager made again (a report, counted between steps)
+        self._remade_seen = 0
         base = {"torch": torch, "F": F, "math": math}
         exec(PRELUDE, base)  # noqa: S102
         self.env = {"dev": dict(base, DEV="tensorref", residency=residency),
@@ -678,6 +683,14 @@ class Fuzzer:
         lines += [f"_y = {body}", "_y.backward()", "v = (_y.detach(), _a.grad" + (", _b.grad)" if b else ")")]
         return Action("\n".join(lines), vals=["v"])
 
+    def configure(self, policy: str, budget: int) -> str:
+        """The arguments of a session or configure call: Resident with no budget, a bounded
+        policy with `budget` and a recomputation mode."""
+        if policy == "resident":
+            return "policy='resident', budget_bytes=0"
+        recompute = self.recompute_rng.choice(("off", "off", "cheaper", "always"))
+        return f"policy={policy!r}, budget_bytes={budget}" + ("" if recompute == "off" else f", recompute={recompute!r}")
+
     def manager(self):
         r = self.rng
         k = r.random()
@@ -690,13 +703,13 @@ class Fuzzer:
             while op is None or op.kind != "op" or "\n" in op.code:
                 op = r.choice((self.elementwise, self.reduction, self.inplace, self.view))()
             b = budget if policy != "resident" else 0
-            op.code = f"with residency.session(policy={policy!r}, budget_bytes={b}):\n    {op.code}"
+            op.code = f"with residency.session({self.configure(policy, b)}):\n    {op.code}"
             op.budget = b or None
             return op
         if policy == "none":
             return Action("residency.disable()", kind="manager", manager=["disable"])
         b = budget if policy != "resident" else 0
-        return Action(f"residency.configure(policy={policy!r}, budget_bytes={b})", kind="manager",
+        return Action(f"residency.configure({self.configure(policy, b)})", kind="manager",
                       manager=["configure", policy, b])
 
     # ------------------------------------------------------------------ running
@@ -720,6 +733,7 @@ class Fuzzer:
                 self.policy, self.budget = "none", None
         else:
             self.run_op(a)
+        self.count_remade()
         self.check_budget()
         if a.check:
             self.check_all()
@@ -839,6 +853,12 @@ class Fuzzer:
                 raise Failure("storage sharing differs",
                               f"{n} and {other} share a storage on {'the device' if owner[kd][0] != kc else 'the CPU'} only")
 
+    def count_remade(self) -> None:
+        """Adds the recomputations since the last step (a new manager starts its count at 0)."""
+        now = residency.stats().recomputations if residency.enabled() else 0
+        self.remade += max(0, now - self._remade_seen) if now >= self._remade_seen else now
+        self._remade_seen = now
+
     def check_budget(self) -> None:
         if self.budget is None or not residency.enabled():
             return
@@ -876,7 +896,7 @@ def run_seed(seed: int, steps: int, policies=POLICIES, actions=None, check_p=Non
             first = [p for p in fz.policies if p != "none"]
             p = fz.rng.choice(first)
             b = fz.rng.choice(BUDGETS) if p != "resident" else 0
-            start = Action(f"residency.configure(policy={p!r}, budget_bytes={b})", kind="manager", manager=["configure", p, b])
+            start = Action(f"residency.configure({fz.configure(p, b)})", kind="manager", manager=["configure", p, b])
         else:
             start = None
         todo = iter(actions) if actions is not None else None
@@ -1019,7 +1039,7 @@ def main(argv=None):
         t0 = time.monotonic()
         fz, failure, _ = run_seed(seed, args.steps, policies, check_p=args.check_p)
         if failure is None:
-            print(f"seed {seed}: ok, {args.steps} steps ({fz.skipped} over the budget) in {time.monotonic() - t0:.1f} s", flush=True)
+            print(f"seed {seed}: ok, {args.steps} steps ({fz.skipped} over the budget, {fz.remade} made again) in {time.monotonic() - t0:.1f} s", flush=True)
         else:
             bad += 1
             print("FAIL " + fz.report(failure), flush=True)

@@ -247,19 +247,30 @@ impl Ticket {
     }
 
     /// Places each of an op's results (a new storage each, or a view of a storage the manager
-    /// knows), then ends the op; for `acquire_as`'s front door, which keeps no recipes. The trace
-    /// records the op once per result, so that each has a key of its own; the stats count it
-    /// once. On an error the ticket stays open, as with `finish`.
-    pub(crate) fn finish_many(&mut self, results: &[tch::Tensor]) -> Result<Vec<Entry>> {
+    /// knows), then ends the op; for `acquire_as`'s front door. A new storage keeps its recipe
+    /// from `recipes` (one per result). The trace records the op once per result, so that each
+    /// has a key of its own; the stats count it once. On an error the ticket stays open, as with
+    /// `finish`.
+    pub(crate) fn finish_many(&mut self, results: &[tch::Tensor], recipes: Option<Vec<Recipe>>) -> Result<Vec<Entry>> {
         self.check()?;
         if !self.moves || self.acquired.is_empty() {
             self.end()?;
             return Ok(results.iter().map(|r| Entry::new(r.shallow_clone())).collect());
         }
         let anchor = self.anchored.then_some(self.anchor);
-        let (op, record) = (self.op, &self.record);
+        let (op, record, kernel_bytes) = (self.op, &self.record, self.kernel_bytes.get());
+        let mut recipes = recipes.map(Vec::into_iter);
         let placed = with(|m| {
-            let placed = results.iter().map(|r| m.place_result(r.shallow_clone(), op, record, anchor, None)).collect::<Result<Vec<_>>>()?;
+            let placed = results
+                .iter()
+                .map(|r| {
+                    let recipe = recipes.as_mut().and_then(Iterator::next).map(|mut recipe| {
+                        recipe.kernel_bytes = kernel_bytes;
+                        recipe
+                    });
+                    m.place_result(r.shallow_clone(), op, record, anchor, recipe)
+                })
+                .collect::<Result<Vec<_>>>()?;
             m.stats.ops -= results.len().saturating_sub(1) as u64; // one op, however many results
             Ok(placed)
         })?;

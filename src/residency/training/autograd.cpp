@@ -158,9 +158,11 @@ int tr_native_saved_managed(void) {
     return managing.load(std::memory_order_acquire) && &torch::autograd::Engine::get_default_engine() == &managing_engine();
 }
 
-// The version of `t`'s data (autograd's version counter, bumped by every in-place write).
+// The version of `t`'s data (autograd's version counter, bumped by every in-place write); 0 for
+// a tensor made in inference mode, which has no counter (reading it would throw).
 uint32_t tr_native_version(const void *t) {
-    return static_cast<const at::Tensor *>(t)->unsafeGetTensorImpl()->version_counter().current_version();
+    const auto &counter = static_cast<const at::Tensor *>(t)->unsafeGetTensorImpl()->version_counter();
+    return counter.enabled() ? counter.current_version() : 0;
 }
 
 // Makes `to` (a tensor over the same values as `from`: its device copy, or the host tensor

@@ -97,7 +97,8 @@ pub(crate) fn saved_managed() -> bool {
     unsafe { tr_native_saved_managed() != 0 }
 }
 
-/// The version of `t`'s data: autograd's version counter, bumped by every in-place write.
+/// The version of `t`'s data: autograd's version counter, bumped by every in-place write (0 for
+/// a tensor made in inference mode, which has none: only the writes the manager sees count).
 pub(crate) fn version(t: &tch::Tensor) -> u32 {
     // SAFETY: `t` is live for the call.
     unsafe { tr_native_version(t.as_ptr().cast()) }
