@@ -135,6 +135,26 @@ def test_greedy_generation_with_its_kv_cache_equals_the_cpu(name, recompute):
     assert peak <= budget
 
 
+def test_flow_prefetches_what_each_decode_step_reads():
+    """Each step of `generate()` reads the token the step before made at its end: the manager
+    still takes the steps for repeats of one another, and loads the weights ahead of their use
+    (before, the order was lost at each step's first op and nearly every load waited)."""
+    model, ids = _made("llama"), _inputs()
+    mask = torch.ones_like(ids)
+    gen = dict(max_new_tokens=8, min_new_tokens=8, do_sample=False)
+    with torch.no_grad():
+        ref = model.generate(ids, attention_mask=mask, **gen)
+        with residency.session(policy="flow", budget_bytes=sum(p.nbytes for p in model.parameters()) // 4):
+            on = copy.deepcopy(model).to("tensorref")
+            on.generate(ids.to("tensorref"), attention_mask=mask.to("tensorref"), **gen)
+            before = residency.stats()
+            got = on.generate(ids.to("tensorref"), attention_mask=mask.to("tensorref"), **gen).cpu()
+            s = residency.stats()
+    assert torch.equal(got, ref)
+    loaded, ahead = s.load_bytes - before.load_bytes, s.prefetch_bytes - before.prefetch_bytes
+    assert loaded > 0 and ahead >= 0.9 * loaded, (ahead, loaded)
+
+
 @pytest.mark.parametrize("recompute", ["cheaper", "always"])
 def test_a_forward_pass_in_inference_mode_with_recomputation_equals_the_cpu(recompute):
     """Results are dropped rather than written back and made again when read; tensors made in

@@ -53,13 +53,17 @@ impl Recorded {
     }
 
     /// Whether `now` repeats the recorded op `then`: same name, same inputs by key. Sizes may
-    /// differ (a batch of another length), and a persistent tensor the recording never used may
-    /// stand for a recorded persistent one (a new batch's inputs, made by the host each time).
-    fn same_op(&self, then: &OpRecord, now: &OpRecord) -> bool {
+    /// differ (a batch of another length). A persistent tensor may stand for a recorded
+    /// persistent one when the recording never used it (a new batch's inputs, made by the host
+    /// each time), or when both are young (`Young`): the next token of a decode step is made at
+    /// the end of the step before, and read by the recording too.
+    fn same_op(&self, then: &OpRecord, now: &OpRecord, young: Young) -> bool {
         then.name == now.name
             && then.inputs.len() == now.inputs.len()
-            && then.inputs.iter().zip(&now.inputs).all(|((a, _), (b, _))| {
-                a == b || matches!((a, b), (NormKey::Persistent(_), NormKey::Persistent(_))) && !self.uses.contains_key(b)
+            && then.inputs.iter().zip(&now.inputs).all(|((a, _), (b, _))| match (a, b) {
+                _ if a == b => true,
+                (NormKey::Persistent(a), NormKey::Persistent(b)) => !self.uses.contains_key(&NormKey::Persistent(*b)) || young.stands_for(*a, *b),
+                _ => false,
             })
     }
 
@@ -72,6 +76,26 @@ impl Recorded {
             None if matches!(key, NormKey::Persistent(_)) => uses[0] as u64 + self.ops.len() as u64,
             None => u64::MAX,
         }
+    }
+}
+
+/// Which persistent tensors are young: first read in the iteration before the recorded one or
+/// later (`recorded_from`), or in the recorded one or later (`current_from`), by their ids, which
+/// grow as storages are registered.
+#[derive(Debug, Clone, Copy)]
+struct Young {
+    recorded_from: u64,
+    current_from: u64,
+}
+
+impl Young {
+    /// Whether `now`, read where the recording read `then`, is the same tensor of a later
+    /// iteration: both were made near the start of their iteration, `then` in the one before the
+    /// recording or during it, `now` in the recording or since. A weight is never young once
+    /// three iterations have passed, so a changed order of weights (Mixtral's routing) still
+    /// ends the following.
+    fn stands_for(&self, then: u64, now: u64) -> bool {
+        then >= self.recorded_from && now >= self.current_from
     }
 }
 
@@ -88,6 +112,10 @@ pub(crate) struct Trace {
     anchors: IdMap<u64, usize>,
     /// The tensors evicted (not dropped) so far in this iteration.
     evicted: HashSet<NormKey>,
+    /// The first persistent id of the iteration before the recorded one, of the recorded one
+    /// and of the current one (None before there was one), and one past the largest read so far.
+    firsts: [Option<u64>; 3],
+    newest: u64,
 }
 
 /// At most this many ops are kept while no iteration boundary has been found.
@@ -184,8 +212,17 @@ impl Trace {
             inputs: inputs.iter().map(|&(k, b)| (self.norm(k), b)).collect(),
             output: output_bytes.map(|b| (self.norm(key), b)),
         };
+        for (k, _) in inputs {
+            if let TraceKey::Persistent(uid) = k {
+                self.newest = self.newest.max(uid + 1);
+            }
+        }
         if let Some(r) = &self.recorded {
-            self.following &= r.ops.get(self.pos as usize).is_some_and(|e| r.same_op(e, &record));
+            let young = match self.firsts {
+                [Some(recorded_from), Some(current_from), _] => Young { recorded_from, current_from },
+                _ => Young { recorded_from: u64::MAX, current_from: u64::MAX },
+            };
+            self.following &= r.ops.get(self.pos as usize).is_some_and(|e| r.same_op(e, &record, young));
         }
         if self.explicit || self.current.len() < MAX_UNMARKED_OPS {
             self.current.push(record);
@@ -223,6 +260,7 @@ impl Trace {
         }
         self.current.clear();
         self.anchors.clear();
+        self.firsts = [self.firsts[1], self.firsts[2], Some(self.newest)];
         self.iteration += 1;
         self.pos = 0;
         self.following = true;
@@ -290,4 +328,42 @@ pub fn offline_min_loads(ops: &[OpRecord], budget: u64, pinned: u64, repeat: usi
         }
     }
     loaded
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One decode step: the embedding of the token the step before made at its end (a persistent
+    /// tensor to the trace, first read there), a product with a weight, and the next token, which
+    /// the stopping criteria read at once.
+    fn step(t: &mut Trace, token: u64, weights: [u64; 2]) {
+        t.mark();
+        let h = t.op_end("embedding", &[(TraceKey::Persistent(weights[0]), 64), (TraceKey::Persistent(token), 8)], Some(32), None);
+        let logits = t.op_end("mm", &[(h, 32), (TraceKey::Persistent(weights[1]), 64)], Some(8), None);
+        t.op_end("argmax", &[(logits, 8)], Some(8), None);
+        t.op_end("isin", &[(TraceKey::Persistent(token + 1), 8)], Some(1), None);
+    }
+
+    #[test]
+    fn a_token_made_at_the_end_of_the_step_before_keeps_the_steps_followed() {
+        let mut t = Trace::default();
+        for token in 10..20 {
+            step(&mut t, token, [1, 2]);
+            if token >= 13 {
+                assert!(t.following(), "step reading token {token} no longer follows the one before");
+            }
+        }
+    }
+
+    #[test]
+    fn weights_read_in_another_order_end_the_following() {
+        let mut t = Trace::default();
+        for token in 10..16 {
+            step(&mut t, token, [1, 2]);
+        }
+        assert!(t.following());
+        step(&mut t, 16, [2, 1]);
+        assert!(!t.following());
+    }
 }
