@@ -3,8 +3,15 @@ unmanaged, activations offloaded to page-locked host memory (torch.autograd.grap
 and full activation checkpointing (torch.utils.checkpoint per layer). Prints time per step and,
 on CUDA, the peak of allocated and of reserved device memory.
 
+With --tensorref, the same PyTorch code runs unchanged on the `tensorref` device instead, its
+manager computing on --device (cuda, or the simulated device for cpu): under Resident (whose peak
+of device bytes is the unmanaged peak the budgets are fractions of), under Flow at 1/2 of it, and
+at 1/4 with recomputation ("cheaper"). Run it in a process of its own: once the device is
+registered, libtorch takes it for the process's accelerator and a plain CUDA backward fails
+(pytorch/pytorch#161129); the GPU bundle runs the peers, then these rows, and compares.
+
     python3 benches/training_peers.py [--device cpu|cuda] [--width 256] [--layers 4] [--heads 4]
-        [--tokens 64] [--batch 16] [--steps 6] [--dropout 0.1] [--json PATH]
+        [--tokens 64] [--batch 16] [--steps 6] [--dropout 0.1] [--tensorref] [--json PATH]
 """
 import argparse
 import json
@@ -47,13 +54,13 @@ def layer(x, p, a):
     return F.layer_norm(x + ff, [w], p[8], p[9])
 
 
-def train(a, device, mode):
+def train(a, device, mode, sync=None):
     layers, classifier = build(a, device)
     params = [p for l in layers for p in l] + [classifier]
     opt = torch.optim.Adam(params, lr=1e-3)
     x = torch.randn(a.batch, a.tokens, a.width, device=device)
     labels = (torch.arange(a.batch) % 8).to(device)
-    cuda = device == "cuda"
+    cuda = device == "cuda" or sync == "cuda"
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -85,23 +92,48 @@ def train(a, device, mode):
     return {"mode": mode, "ms_per_step": ms, "peak_allocated": peak, "peak_reserved": reserved, "losses": losses}
 
 
+def train_on_tensorref(a):
+    """The rows of the `tensorref` device: Resident, Flow at 1/2 of Resident's peak, and Flow at
+    1/4 with recomputation. Each row carries the manager's counters."""
+    import tensorref  # noqa: F401  (registers the device)
+    from tensorref import residency
+
+    manager_device = "cuda" if a.device == "cuda" else "simulated"
+    rows, peak = [], None
+    for mode, fraction, recompute in [("tensorref resident", None, "off"), ("tensorref flow 1/2", 2, "off"),
+                                      ("tensorref flow 1/4+rc", 4, "cheaper")]:
+        cfg = dict(policy="resident") if fraction is None else dict(policy="flow", budget_bytes=peak // fraction, recompute=recompute)
+        with residency.session(device=manager_device, **cfg):
+            row = train(a, "tensorref", mode, sync=a.device)
+            s = residency.stats()
+        peak = peak or s.peak_device_bytes
+        row.update(budget=cfg.get("budget_bytes"), manager_peak=s.peak_device_bytes, load_bytes=s.load_bytes,
+                   write_back_bytes=s.write_back_bytes, recomputed_bytes=s.recomputed_bytes)
+        rows.append(row)
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     for name, default in [("width", 256), ("layers", 4), ("heads", 4), ("tokens", 64), ("batch", 16), ("steps", 6)]:
         ap.add_argument(f"--{name}", type=int, default=default)
     ap.add_argument("--dropout", type=float, default=0.1)
+    ap.add_argument("--tensorref", action="store_true", help="the rows of the tensorref device instead of the peers")
     ap.add_argument("--json")
     a = ap.parse_args()
     print(f"PyTorch {torch.__version__} on {a.device}: a {a.layers}-layer encoder (width {a.width}, {a.heads} heads, "
           f"{a.batch} sequences of {a.tokens} tokens), Adam, {a.steps} steps")
-    rows = [train(a, a.device, mode) for mode in ["unmanaged", "save_on_cpu", "checkpoint"]]
+    if a.tensorref:
+        rows = train_on_tensorref(a)
+    else:
+        rows = [train(a, a.device, mode) for mode in ["unmanaged", "save_on_cpu", "checkpoint"]]
     base = rows[0]["ms_per_step"]
     mib = lambda b: "-" if b is None else f"{b / 2**20:.1f} MiB"
-    print(f"{'PyTorch':<12} {'ms/step':>9} {'x unman.':>9} {'peak alloc':>12} {'peak reserved':>14}  losses")
+    print(f"{'':<22} {'ms/step':>9} {'x first':>9} {'budget':>12} {'peak alloc':>12} {'peak reserved':>14}  losses")
     for r in rows:
-        print(f"{r['mode']:<12} {r['ms_per_step']:>9.1f} {r['ms_per_step'] / base:>9.2f} {mib(r['peak_allocated']):>12} "
-              f"{mib(r['peak_reserved']):>14}  " + " ".join(f"{l:.4f}" for l in r["losses"]))
+        print(f"{r['mode']:<22} {r['ms_per_step']:>9.1f} {r['ms_per_step'] / base:>9.2f} {mib(r.get('budget')):>12} "
+              f"{mib(r['peak_allocated']):>12} {mib(r['peak_reserved']):>14}  " + " ".join(f"{l:.4f}" for l in r["losses"]))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)

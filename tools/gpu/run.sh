@@ -34,9 +34,15 @@ export LD_LIBRARY_PATH="$torch_lib:$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH
 export TR_MINILM_CHECK_DIR="$results/minilm-check"
 python3 -c "import torch; print('PyTorch', torch.__version__, '|', torch.cuda.get_device_name(0))" | tee "$results/device.txt"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv,noheader | tee -a "$results/device.txt"
-# The peers' pinned packages (accelerate, pytorch-optimem), their dependencies being this machine's.
+# The peers' pinned packages (accelerate, pytorch-optimem, diffusers), their other dependencies being this machine's.
 step install-peers python3 -m pip install --upgrade --no-deps --no-index --target "$results/site" "$here"/wheels/*.whl \
   && export PYTHONPATH="$results/site${PYTHONPATH:+:$PYTHONPATH}"
+# diffusers' own needs, where the machine lacks them: requests and its dependencies, and a
+# stand-in for Pillow (the bundle has no room for its wheel; diffusers imports it, the peer never
+# calls it).
+python3 -c "import requests" 2>/dev/null || step install-requests python3 -m pip install --no-deps --no-index \
+  --target "$results/site" "$here"/wheels/missing/*.whl
+python3 -c "import PIL" 2>/dev/null || export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$here/pil_stub"
 
 # The model's weights, back to f32 (both sides read the same values).
 model_dir="$results/minilm"
@@ -87,11 +93,15 @@ if wants opt30b; then
 fi
 
 # Training under a budget: a BERT-base-sized encoder under Resident, Genoa and Flow at a half and a
-# quarter of its unmanaged peak, and PyTorch unmanaged, with save_on_cpu and with checkpointing.
+# quarter of its unmanaged peak, and PyTorch unmanaged, with save_on_cpu and with checkpointing;
+# then the same PyTorch code on the tensorref device at a half, and a quarter with recomputation.
 if wants training; then
   enc=(--width 768 --layers 12 --heads 12 --tokens 128 --batch 32 --steps 8)
   step bench-training "$here/bin/bench-training" --device cuda "${enc[@]}"
   step peers-training python3 "$here/training_peers.py" --device cuda "${enc[@]}" --json "$results/peers-training.json"
+  # The same PyTorch code on the tensorref device, in a process of its own (pytorch/pytorch#161129).
+  step device-training env PYTHONPATH="$here/python" TENSORREF_LIB="$here/lib/libtensorref.so" \
+    python3 "$here/training_peers.py" --device cuda "${enc[@]}" --tensorref --json "$results/device-training.json"
 fi
 
 # Fragmentation: the default encoder for 300 steps at a quarter of its peak, with and without

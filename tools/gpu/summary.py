@@ -136,6 +136,28 @@ def shape_table(shape, ours, peers, v: Verdicts):
         v.bar("Resident / PyTorch resident", our_resident / ms["PyTorch resident"], "<=", 1.05)
 
 
+def training_table(peers, device, v: Verdicts):
+    """The encoder trained as plain PyTorch on the tensorref device against the PyTorch peers, with
+    the issue's bars: at 1/2 of the peak at most 1.15x the unmanaged step; at 1/4 faster than
+    save_on_cpu and than checkpointing. Every row's losses must equal the unmanaged run's."""
+    rows = {r["mode"]: r for r in peers + device}
+    print("\ntraining on the tensorref device (PyTorch code unchanged) beside the PyTorch peers")
+    print(f"  {'':<22} {'ms/step':>9} {'budget':>10} {'peak alloc':>11} {'peak reserved':>14}  losses equal")
+    base = rows["unmanaged"]
+    for r in peers + device:
+        same = r["losses"] == base["losses"]
+        if not same:
+            v.fail(f"training losses of {r['mode']}")
+        print(f"  {r['mode']:<22} {r['ms_per_step']:>9.1f} {mib(r.get('budget')):>10} {mib(r['peak_allocated']):>11} "
+              f"{mib(r['peak_reserved']):>14}  {'yes' if same else 'NO'}")
+    half, quarter = rows.get("tensorref flow 1/2"), rows.get("tensorref flow 1/4+rc")
+    if half:
+        v.bar("flow 1/2 / unmanaged", half["ms_per_step"] / base["ms_per_step"], "<=", 1.15)
+    if quarter:
+        for peer in ("save_on_cpu", "checkpoint"):
+            v.bar(f"{peer} / flow 1/4 with recomputation", rows[peer]["ms_per_step"] / quarter["ms_per_step"], ">=", 1.0)
+
+
 def main(results: Path) -> int:
     v = Verdicts()
     print(f"{'step':<34} {'result':>9} {'seconds':>8}")
@@ -156,6 +178,9 @@ def main(results: Path) -> int:
                if isinstance(load(p), dict) and "weight_bytes" in load(p)}
     for shape in sorted(shapes):
         shape_table(shape, load(results / f"bench-{shape}.json"), load(results / f"peers-{shape}.json"), v)
+    peers, device = load(results / "peers-training.json"), load(results / "device-training.json")
+    if peers and device:
+        training_table(peers, device, v)
     print()
     if v.failed:
         print(f"summary: FAILED ({len(v.failed)}): {', '.join(v.failed)}")

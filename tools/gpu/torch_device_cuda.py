@@ -10,10 +10,15 @@ tokens and --decode greedy steps, as
 - resident: plain PyTorch, every weight on the GPU;
 - tensorref Flow: the unchanged model on device `tensorref` under Flow at a quarter of its weights;
 - accelerate: `cpu_offload` (weights copied in as each module runs);
+- diffusers: `apply_group_offloading` with `use_stream=True` (the next group copied in on a side
+  stream while one runs), at block level (one decoder layer per group) and at leaf level; each
+  row prints its peak of allocated device memory beside ours;
 - PCIe bound: the bytes Flow loaded over the measured host-to-device bandwidth.
 Each row's generated tokens must equal the resident row's. Exits 1 on any failure.
 
     python3 torch_device_cuda.py [--width 4096 --layers 8 --prompt 2048 --decode 16]
+    python3 torch_device_cuda.py --simulated --width 256 --layers 8 --vocab 2000 --prompt 64 --decode 8   # no GPU:
+        the decoder on the simulated device, its bytes moved and waits
 """
 from __future__ import annotations
 
@@ -134,22 +139,68 @@ def h2d_bandwidth() -> float:
     return host.numel() / sorted(times)[2]
 
 
-def decoder(args) -> None:
+def group_offloaded(model, level: str, run, ref):
+    """diffusers' group offloading of a copy of `model` with streams (block level: one decoder
+    layer per group), run once to warm up (its page-locked copies are made then) and once timed."""
+    from diffusers.hooks import apply_group_offloading
+    off = copy.deepcopy(model)
+    per_group = dict(num_blocks_per_group=1) if level == "block_level" else {}
+    apply_group_offloading(off, onload_device=torch.device("cuda"), offload_device=torch.device("cpu"),
+                           offload_type=level, use_stream=True, **per_group)
+    run(off)
+    torch.cuda.reset_peak_memory_stats()
+    s, out = timed(lambda: run(off))
+    return (f"diffusers {level.split('_')[0]}, streams", s, torch.cuda.max_memory_allocated(), torch.equal(out, ref))
+
+
+def llama_decoder(args, dtype):
+    """The benchmark's model (seeded random weights), its prompt and its attention mask."""
     import transformers
-    from tensorref import residency
     torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=32000, hidden_size=args.width, intermediate_size=args.width * 11 // 4,
-                                   num_hidden_layers=args.layers, num_attention_heads=args.width // 128,
-                                   num_key_value_heads=args.width // 128, max_position_embeddings=4096,
-                                   torch_dtype=torch.float16)
+    heads = max(1, args.width // 128)
+    cfg = transformers.LlamaConfig(vocab_size=args.vocab, hidden_size=args.width, intermediate_size=args.width * 11 // 4,
+                                   num_hidden_layers=args.layers, num_attention_heads=heads,
+                                   num_key_value_heads=heads, max_position_embeddings=4096, torch_dtype=dtype)
     with torch.device("cpu"):
-        model = transformers.LlamaForCausalLM(cfg).to(torch.float16).eval()
-    ids = torch.randint(3, 32000, (1, args.prompt))
-    mask = torch.ones_like(ids)
+        model = transformers.LlamaForCausalLM(cfg).to(dtype).eval()
+    ids = torch.randint(3, args.vocab, (1, args.prompt))
     weights = weights_of(model)
-    budget = weights // 4
-    print(f"decoder: {args.layers} Llama layers, width {args.width}, fp16, {weights / 2**30:.2f} GiB of weights; "
-          f"prefill {args.prompt} tokens, {args.decode} greedy steps; budget {budget / 2**30:.2f} GiB (1/4)")
+    print(f"decoder: {args.layers} Llama layers, width {args.width}, {dtype}, {weights / 2**30:.3f} GiB of weights; "
+          f"prefill {args.prompt} tokens, {args.decode} greedy steps; budget {weights / 4 / 2**30:.3f} GiB (1/4)")
+    return model, ids, torch.ones_like(ids), weights // 4
+
+
+def decoder_simulated(args) -> None:
+    """The decoder on the simulated device (the CPU's kernels, f32): what the GPU run's times come
+    from, in bytes and waits. Flow at 1/4 after a first generate that teaches it the order; the
+    tokens must equal the CPU's."""
+    from tensorref import residency
+    model, ids, mask, budget = llama_decoder(args, torch.float32)
+    gen = dict(max_new_tokens=args.decode, do_sample=False, min_new_tokens=args.decode)
+    with torch.no_grad():
+        ref = model.generate(ids, attention_mask=mask, **gen)
+        with residency.session(policy="flow", budget_bytes=budget):
+            on = copy.deepcopy(model).to("tensorref")
+            on.generate(ids.to("tensorref"), attention_mask=mask.to("tensorref"), **gen)
+            before = residency.stats()
+            out = on.generate(ids.to("tensorref"), attention_mask=mask.to("tensorref"), **gen).cpu()
+            s = residency.stats()
+    check("Flow 1/4 on the simulated device: the tokens equal the CPU's", torch.equal(out, ref))
+    check("the peak of device bytes stayed within the budget", s.peak_device_bytes <= budget,
+          f"{s.peak_device_bytes} of {budget}")
+    d = {f: getattr(s, f) - getattr(before, f) for f in (
+        "ops", "load_bytes", "prefetch_bytes", "write_back_bytes", "prefetch_hits", "prefetch_misses",
+        "load_wait_ns", "read_waits", "needless_write_backs")}
+    print(f"  one generate after the first: {d['ops']} ops; loaded {d['load_bytes'] / 2**30:.3f} GiB "
+          f"({d['prefetch_bytes'] / 2**30:.3f} GiB prefetched ahead), written back {d['write_back_bytes'] / 2**30:.3f} GiB; "
+          f"prefetch hits {d['prefetch_hits']}, misses {d['prefetch_misses']}; "
+          f"loads waited for {d['load_wait_ns'] / 1e6:.1f} ms, reads waited {d['read_waits']} times; "
+          f"needless write-backs {d['needless_write_backs']}")
+
+
+def decoder(args) -> None:
+    from tensorref import residency
+    model, ids, mask, budget = llama_decoder(args, torch.float16)
     gen = dict(max_new_tokens=args.decode, do_sample=False, min_new_tokens=args.decode)
     rows = []
     with torch.no_grad():
@@ -185,6 +236,13 @@ def decoder(args) -> None:
             rows.append(("accelerate cpu_offload", s, torch.cuda.max_memory_allocated(), torch.equal(out, ref)))
         except Exception as e:  # noqa: BLE001
             print(f"  accelerate: {type(e).__name__}: {e}")
+        torch.cuda.empty_cache()
+        for level in ("block_level", "leaf_level"):
+            try:
+                rows.append(group_offloaded(model, level, lambda m: m.generate(ids.cuda(), attention_mask=mask.cuda(), **gen).cpu(), ref))
+            except Exception as e:  # noqa: BLE001
+                print(f"  diffusers {level}: {type(e).__name__}: {e}")
+            torch.cuda.empty_cache()
     bw = h2d_bandwidth()
     rows.append(("PCIe bound for Flow's loads", loaded / bw, None, True))
     print(f"  host-to-device bandwidth {bw / 1e9:.1f} GB/s")
@@ -202,13 +260,18 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--prompt", type=int, default=2048)
     p.add_argument("--decode", type=int, default=16)
+    p.add_argument("--vocab", type=int, default=32000)
     p.add_argument("--skip-checks", action="store_true")
+    p.add_argument("--simulated", action="store_true", help="the decoder on the simulated device: bytes and waits, no times")
     p.add_argument("--reference-training", action="store_true", help="print plain PyTorch's MLP losses on CUDA (JSON)")
     args = p.parse_args()
     if args.reference_training:
         print(json.dumps(train_mlp("cuda")))
         return
     import tensorref  # noqa: F401  (registers the device)
+    if args.simulated:
+        decoder_simulated(args)
+        sys.exit(f"FAILED: {failed}" if failed else 0)
     if not args.skip_checks:
         try:
             checks()

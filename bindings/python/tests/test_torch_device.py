@@ -160,6 +160,27 @@ def test_flow_learns_the_order_of_a_model_that_never_marks_an_iteration():
     assert s.prefetch_hits > 0, s
 
 
+def test_flow_learns_the_order_of_code_with_no_module_and_no_mark():
+    """No module call marks an iteration here: the manager finds the passes in the repeating op
+    sequence itself, as it does for C and C++ programs (examples/cpp/aten_device.cpp)."""
+    torch.manual_seed(0)
+    weights = [torch.randn(64, 64) / 8 for _ in range(8)]
+    x = torch.randn(16, 64)
+
+    def forward(ws, h):
+        for w in ws:
+            h = (h @ w).relu()
+        return h
+
+    ref = forward(weights, x)
+    with torch.no_grad(), residency.session(policy="flow", budget_bytes=sum(w.nbytes for w in weights) // 4):
+        ws, tx = [w.to("tensorref") for w in weights], x.to("tensorref")
+        for _ in range(4):
+            assert torch.equal(forward(ws, tx).cpu(), ref)
+        s = residency.stats()
+    assert s.prefetch_hits > 0 and s.evictions > 0, s
+
+
 def test_an_op_with_several_outputs_is_one_op():
     x = torch.randn(16)
     with residency.session(policy="flow", budget_bytes=1 << 20):

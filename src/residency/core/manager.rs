@@ -141,10 +141,14 @@ impl Manager {
     }
 
     pub(in crate::residency) fn event(&mut self, kind: EventKind, storage: u64, bytes: u64, op: &'static str, started: Option<Instant>) {
-        let duration_us = started.map_or(0.0, |s| s.elapsed().as_secs_f64() * 1e6);
-        if let Some(s) = started {
-            self.stats.transfer_wait_ns += s.elapsed().as_nanos() as u64;
+        let waited = started.map(|s| s.elapsed());
+        if let Some(w) = waited {
+            self.stats.transfer_wait_ns += w.as_nanos() as u64;
         }
+        if !self.report.listened() {
+            return;
+        }
+        let duration_us = waited.map_or(0.0, |w| w.as_secs_f64() * 1e6);
         let time_us = self.report.now_us();
         let device_bytes = self.stats.device_bytes;
         self.report.emit(Event { kind, entry: storage, bytes, device_bytes, op, time_us, duration_us });
@@ -356,11 +360,8 @@ impl Manager {
             }
         }
         self.make_room(bytes, op)?;
-        let home_view = crate::residency::torch_storage::lazy_home(t)?;
-        crate::residency::autograd::share_version(&home_view, t)?;
-        let home = crate::residency::torch_storage::storage_bytes(&home_view)?;
-        let home_id = crate::residency::torch_storage::storage(&home_view, false)?.id;
-        let device = crate::residency::torch_storage::storage_bytes(t)?;
+        let crate::residency::torch_storage::ResultHome { home: home_view, home_bytes: home, home_id, device_bytes: device } =
+            crate::residency::torch_storage::result_home(t)?;
         let key = self.end_op(op, inputs, Some(bytes), anchor);
         let id = self.new_id();
         let mut s = Storage::new(home, Home::Lazy, bytes, key);

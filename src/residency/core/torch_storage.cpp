@@ -235,15 +235,28 @@ int tr_native_alias_bytes(const void *holder, uint64_t offset, uint64_t nbytes, 
     });
 }
 
-// A host tensor shaped like `like` (a device tensor) over a new storage of `like`'s storage size
-// that has no memory yet (see tr_native_home_allocate).
-int tr_native_lazy_home(const void *like, void **out, char *err, size_t err_len) {
+// What the manager keeps of a result `t` (a device tensor) it registers, in one call: its home,
+// a host tensor shaped like `t` over a new storage of `t`'s storage size that has no memory yet
+// (see tr_native_home_allocate), with `t`'s version counter; that home's bytes and StorageImpl;
+// and `t`'s storage's bytes.
+int tr_native_result_home(const void *t, void **out_home, void **out_home_bytes, uintptr_t *out_home_id,
+                          void **out_device_bytes, char *err, size_t err_len) {
     return guarded(err, err_len, [&] {
-        const auto &l = *static_cast<const at::Tensor *>(like);
-        auto impl = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), l.storage().nbytes(),
+        const auto &src = *static_cast<const at::Tensor *>(t);
+        auto impl = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), src.storage().nbytes(),
                                                           at::DataPtr(nullptr, at::Device(at::kCPU)), nullptr,
                                                           /*resizable=*/false);
-        *out = new at::Tensor(tensor_over(at::Storage(std::move(impl)), l.dtype(), l.sizes(), l.strides(), l.storage_offset()));
+        *out_home_id = reinterpret_cast<uintptr_t>(impl.get());
+        at::Storage storage(std::move(impl));
+        auto home = tensor_over(storage, src.dtype(), src.sizes(), src.strides(), src.storage_offset());
+        share_version(home, src);
+        auto home_bytes = bytes_over(std::move(storage));
+        share_version(home_bytes, home);
+        auto device_bytes = bytes_over(src.storage());
+        share_version(device_bytes, src);
+        *out_home = new at::Tensor(std::move(home));
+        *out_home_bytes = new at::Tensor(std::move(home_bytes));
+        *out_device_bytes = new at::Tensor(std::move(device_bytes));
     });
 }
 

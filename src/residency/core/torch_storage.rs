@@ -39,7 +39,7 @@ extern "C" {
     fn tr_native_storage_bytes(t: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_view_on(holder: *const c_void, like: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_alias_bytes(holder: *const c_void, offset: u64, nbytes: u64, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
-    fn tr_native_lazy_home(like: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_result_home(t: *const c_void, out_home: *mut *mut c_void, out_home_bytes: *mut *mut c_void, out_home_id: *mut usize, out_device_bytes: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_home_allocate(home: *const c_void, pinned: c_int, cuda: c_int, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_home_pin(home: *const c_void, cuda: c_int, out_old: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_copy_quiet(dst: *const c_void, src: *const c_void, err: *mut c_char, err_len: usize) -> c_int;
@@ -100,10 +100,30 @@ pub(crate) fn alias_bytes(holder: &tch::Tensor, offset: usize, nbytes: u64) -> R
     make("alias", |out, err, len| unsafe { tr_native_alias_bytes(holder.as_ptr().cast(), offset as u64, nbytes, out, err, len) })
 }
 
-/// A host tensor shaped like `like` over a new storage of the same size with no memory yet.
-pub(crate) fn lazy_home(like: &tch::Tensor) -> Result<tch::Tensor> {
-    // SAFETY: `like` is live for the call.
-    make("lazy home", |out, err, len| unsafe { tr_native_lazy_home(like.as_ptr().cast(), out, err, len) })
+/// What the manager keeps of a result it registers (see `result_home`).
+pub(crate) struct ResultHome {
+    /// A host tensor shaped like the result over a new storage of the same size with no memory
+    /// yet, sharing the result's version counter.
+    pub(crate) home: tch::Tensor,
+    /// That storage's bytes, and its StorageImpl's address.
+    pub(crate) home_bytes: tch::Tensor,
+    pub(crate) home_id: usize,
+    /// The result's storage's bytes.
+    pub(crate) device_bytes: tch::Tensor,
+}
+
+/// The home of a result `t` (a device tensor), with what the manager keeps of both storages, in
+/// one call into libtorch.
+pub(crate) fn result_home(t: &tch::Tensor) -> Result<ResultHome> {
+    let (mut home, mut home_bytes, mut device_bytes) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+    let mut home_id = 0;
+    // SAFETY: `t` is live for the call; the out pointers are valid.
+    run("result home", |err, len| unsafe {
+        tr_native_result_home(t.as_ptr().cast(), &mut home, &mut home_bytes, &mut home_id, &mut device_bytes, err, len)
+    })?;
+    // SAFETY: on success the shim wrote three new heap `at::Tensor*`, which tch's Tensors own.
+    let own = |p: *mut c_void| unsafe { tch::Tensor::from_ptr(p.cast()) };
+    Ok(ResultHome { home: own(home), home_bytes: own(home_bytes), home_id, device_bytes: own(device_bytes) })
 }
 
 /// Gives the lazy storage of `home` memory: page-locked when `pinned` (CUDA's caching host
