@@ -9,6 +9,8 @@
 
 #include <ATen/core/enum_tag.h>
 
+#include <algorithm>
+
 namespace tr_device {
 namespace {
 

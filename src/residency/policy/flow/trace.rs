@@ -79,23 +79,22 @@ impl Recorded {
     }
 }
 
-/// Which persistent tensors are young: first read in the iteration before the recorded one or
-/// later (`recorded_from`), or in the recorded one or later (`current_from`), by their ids, which
-/// grow as storages are registered.
+/// Which persistent tensors are young, by their ids (which grow as storages are registered): a
+/// recorded one first read in the iteration before the recording or later (`then_from`), a
+/// current one first read in the recorded iteration or later (`now_from`).
 #[derive(Debug, Clone, Copy)]
 struct Young {
-    recorded_from: u64,
-    current_from: u64,
+    then_from: u64,
+    now_from: u64,
 }
 
 impl Young {
-    /// Whether `now`, read where the recording read `then`, is the same tensor of a later
-    /// iteration: both were made near the start of their iteration, `then` in the one before the
-    /// recording or during it, `now` in the recording or since. A weight is never young once
-    /// three iterations have passed, so a changed order of weights (Mixtral's routing) still
-    /// ends the following.
+    /// Whether `now`, read where the recording read `then`, plays the same part one iteration
+    /// later: both are young (a decode step's token, made at the end of the step before). A
+    /// weight is never young once three iterations have passed, so weights read in another order
+    /// (Mixtral's routing) still end the following.
     fn stands_for(&self, then: u64, now: u64) -> bool {
-        then >= self.recorded_from && now >= self.current_from
+        then >= self.then_from && now >= self.now_from
     }
 }
 
@@ -219,8 +218,8 @@ impl Trace {
         }
         if let Some(r) = &self.recorded {
             let young = match self.firsts {
-                [Some(recorded_from), Some(current_from), _] => Young { recorded_from, current_from },
-                _ => Young { recorded_from: u64::MAX, current_from: u64::MAX },
+                [Some(then_from), Some(now_from), _] => Young { then_from, now_from },
+                _ => Young { then_from: u64::MAX, now_from: u64::MAX },
             };
             self.following &= r.ops.get(self.pos as usize).is_some_and(|e| r.same_op(e, &record, young));
         }
