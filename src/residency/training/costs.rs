@@ -75,24 +75,59 @@ impl Rates {
     }
 }
 
-/// A roofline cost for `replay`: a matrix product (linear, matmul, bmm) takes its FLOPs at
-/// `flops` per second, anything else reads its inputs and writes its output at
-/// `memory_bandwidth` bytes per second. A product's FLOPs are 2 k per element of its result of
-/// `elem`-byte elements, k being the last dimension of its first input as the op read it.
+/// A roofline cost for `replay`: a matrix product or an attention takes its FLOPs at `flops`
+/// per second (`op_flops`), anything else reads its inputs and writes its output at
+/// `memory_bandwidth` bytes per second.
 pub fn roofline(flops: f64, memory_bandwidth: f64, elem: usize) -> impl Fn(&Step) -> f64 {
     move |op| {
         let Step::Op { name, input_bytes, shapes, output_bytes, .. } = op else { return 0.0 };
-        let k = shapes.first().and_then(|s| s.last().copied());
-        op_seconds(name, k, input_bytes.iter().sum(), *output_bytes, flops, memory_bandwidth, elem)
+        op_seconds(name, shapes, input_bytes.iter().sum(), *output_bytes, flops, memory_bandwidth, elem)
     }
 }
 
-/// One op's time by `roofline`'s rule: `k`, the last dimension of its first input as it read
-/// it; `input_bytes`, what it read.
-pub(crate) fn op_seconds(name: &str, k: Option<i64>, input_bytes: u64, output_bytes: u64, flops: f64, memory_bandwidth: f64, elem: usize) -> f64 {
-    match (name, k) {
+/// One op's time by `roofline`'s rule: `shapes`, its inputs' as it read them; `input_bytes`,
+/// what it read; its result of `output_bytes` in `elem`-byte elements.
+pub(crate) fn op_seconds(name: &str, shapes: &[Vec<i64>], input_bytes: u64, output_bytes: u64, flops: f64, memory_bandwidth: f64, elem: usize) -> f64 {
+    match (name, op_flops(name, shapes, output_bytes / elem as u64)) {
         (SAVE, _) => 0.0,
-        ("linear" | "matmul" | "bmm", Some(k)) => 2.0 * k as f64 * (output_bytes / elem as u64) as f64 / flops,
+        (_, Some(f)) => f / flops,
         _ => (input_bytes + output_bytes) as f64 / memory_bandwidth,
+    }
+}
+
+/// The FLOPs of a matrix product or an attention, by the op table's names and by aten's (the
+/// `tensorref` device's ops); None for any other op. A product makes each of its `results`
+/// elements in 2 k FLOPs, k being the last dimension of its first matrix (the first input, or
+/// the second where the first is the added one: `addmm`, `baddbmm`). An attention over queries
+/// of shape (..., L, d) and keys of shape (..., S, d) takes 4 S FLOPs per element of its queries
+/// (the scores, and their product with the values).
+fn op_flops(name: &str, shapes: &[Vec<i64>], results: u64) -> Option<f64> {
+    let dim = |input: usize, from_end: usize| shapes.get(input).and_then(|s| s.len().checked_sub(from_end).map(|i| s[i]));
+    let product = |k: Option<i64>| k.map(|k| 2.0 * k as f64 * results as f64);
+    match name.strip_prefix("aten::").unwrap_or(name) {
+        "linear" | "matmul" | "bmm" | "mm" => product(dim(0, 1)),
+        "addmm" | "baddbmm" | "addbmm" => product(dim(1, 1)),
+        n if n.starts_with("scaled_dot_product") || n.starts_with("_scaled_dot_product") => {
+            let queries: i64 = shapes.first()?.iter().product();
+            Some(4.0 * dim(1, 2)? as f64 * queries as f64)
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn products_and_attention_cost_their_flops_by_either_name() {
+        let (a, b) = (vec![64, 128], vec![128, 32]);
+        let mm = 2.0 * 128.0 * (64 * 32) as f64;
+        assert_eq!(op_flops("matmul", &[a.clone(), b.clone()], 64 * 32), Some(mm));
+        assert_eq!(op_flops("aten::mm", &[a.clone(), b.clone()], 64 * 32), Some(mm));
+        assert_eq!(op_flops("aten::addmm", &[vec![32], a.clone(), b], 64 * 32), Some(mm));
+        let (q, k) = (vec![2, 4, 16, 8], vec![2, 4, 24, 8]);
+        assert_eq!(op_flops("aten::_scaled_dot_product_flash_attention_for_cpu", &[q.clone(), k.clone(), k], 2 * 4 * 16 * 8), Some(4.0 * 24.0 * (2 * 4 * 16 * 8) as f64));
+        assert_eq!(op_flops("aten::add", &[q.clone(), q], 2 * 4 * 16 * 8), None);
     }
 }

@@ -132,12 +132,11 @@ impl Manager {
     /// (kernels run asynchronously), and on the simulated device the CPU's compute; an estimate
     /// makes the choice a GPU would make on both.
     fn remake_estimate_ns(&self, id: u64, recipe: &Recipe) -> f64 {
-        let first = recipe.inputs.iter().flatten().next();
-        let k = first.and_then(|e| e.size().last().copied());
-        let elem = first.map_or(4, |e| e.kind().elt_size_in_bytes());
+        let shapes: Vec<Vec<i64>> = recipe.inputs.iter().flatten().map(|e| e.size()).collect();
+        let elem = recipe.inputs.iter().flatten().next().map_or(4, |e| e.kind().elt_size_in_bytes());
         let input_bytes = recipe.storages.iter().map(|(input, _)| self.storages[input].bytes).sum();
         let rates = self.rates;
-        let seconds = op_seconds(recipe.op, k, input_bytes, self.storages[&id].bytes, rates.flops, rates.memory_bandwidth, elem);
+        let seconds = op_seconds(recipe.op, &shapes, input_bytes, self.storages[&id].bytes, rates.flops, rates.memory_bandwidth, elem);
         seconds.max(rates.launch) * 1e9
     }
 
