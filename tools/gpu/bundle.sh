@@ -54,7 +54,7 @@ python3 -m pip download --quiet --disable-pip-version-check --no-deps --dest "$o
 # What diffusers needs beyond transformers' dependencies, pure Python, installed there only where
 # missing; and a stand-in for Pillow, whose wheel does not fit.
 python3 -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: --platform any \
-  --python-version 3.9 --implementation py --dest "$out/wheels/missing" \
+  --python-version 3.10 --implementation py --dest "$out/wheels/missing" \
   requests==2.34.2 urllib3==2.8.0 idna==3.20 charset-normalizer==3.5.3 certifi==2026.10.19.post1
 cp -r tools/gpu/pil_stub "$out/"
 
