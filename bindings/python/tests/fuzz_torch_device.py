@@ -148,6 +148,11 @@ def _oom_allowed(e: BaseException, budget: int | None) -> bool:
     return bool(m) and budget is not None and int(m.group(2)) == budget and int(m.group(1)) > budget
 
 
+def _sum_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of a full `.sum()` of a tensor of `dtype`: integers and bools sum to int64."""
+    return dtype if dtype.is_floating_point or dtype.is_complex else torch.int64
+
+
 def _storage_key(t: torch.Tensor):
     s = t.untyped_storage()
     return s.data_ptr() if s.nbytes() > 0 else None
@@ -584,11 +589,13 @@ class Fuzzer:
         elif k in (5, 6, 7):
             idx_ = self.index(s) if r.random() < 0.6 else self.tindex(a, s)
             val = r.choice((self.scalar(s), b or self.scalar(s), f"{b or a}.sum()"))
+            # The CPU fills from a 0-dim CPU value (through a Scalar); a device copies it, as
+            # CUDA does: libtorch's overlap check refuses a copy within one storage, and a cast's
+            # NaN payload may differ from the Scalar's. Not compared.
             if val in self.names and self.S(val).dim() == 0 and (val in self.shares(a) | {a} or self.S(val).dtype != s.dtype):
-                # The CPU fills from a 0-dim CPU value (through a Scalar); a device copies it, as
-                # CUDA does: libtorch's overlap check refuses a copy within one storage, and a
-                # cast's NaN payload may differ from the Scalar's. Not compared.
                 val += ".clone()" if self.S(val).dtype == s.dtype else ".item()"
+            elif val.endswith(".sum()") and _sum_dtype(self.S(val[:-len(".sum()")]).dtype) != s.dtype:
+                val += ".item()"
             code = f"{a}{idx_} = {val}"
         elif k == 8 and s.dim():
             acc = r.random() < 0.5
