@@ -223,6 +223,7 @@ def test_a_few_adamw_steps_of_llama_equal_the_cpu_at_a_quarter_of_its_peak_with_
     assert got == ref
     assert real <= budget, (s, real)
     assert s.recomputations > 0 and s.dropped_bytes > 0, s
+    assert s.pageable_copies == 0, s  # on a GPU, no copy would come from pageable memory
 
 
 def test_minilm_with_its_real_weights_equals_the_cpu_under_a_budget():
