@@ -14,6 +14,9 @@ fn main() {
     };
     println!("cargo:rustc-env=TR_LIBTORCH_VERSION={}", libtorch_version(Path::new(&lib)));
     println!("cargo:rustc-link-arg=-Wl,-rpath,{lib}");
+    // Installed (`make install`), the library is found by this name, which programs linked
+    // against it record.
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libtensorref.so");
     if Path::new(&lib).join("libtorch_cuda.so").exists() {
         // The linker would drop it as unneeded, and tch::Cuda::is_available() would then be false.
         println!("cargo:rustc-link-arg=-Wl,--no-as-needed,-ltorch_cuda,--as-needed");
