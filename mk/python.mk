@@ -19,13 +19,22 @@
 #                       benches/torch_device_overhead.py (the tensorref device's host time per op;
 #                       it fails while the median misses the issue's 3 us bar).
 #
+#   make wheel          a platform wheel in dist/: the package, libtensorref.so (release, the core;
+#                       WHEEL_PROFILE=debug takes the suites' library) and the compiled
+#                       accelerator; it requires torch==2.11.* and numpy.
+#   make test-wheel     builds the wheel from the suites' library and installs it into a fresh
+#                       venv outside the tree (tests/install/python_wheel.sh), which runs
+#                       `python -m tensorref` and examples/python/* there.
+#
 # TENSORREF_LIB pins the library each run uses (the package would otherwise take the newer of
 # target/release and target/debug). The suite and the benchmark import this source tree, hence
 # the in-place build of tensorref._speedups (python-ext; ignored by git).
 
-TEST_SUITES += test-python
+TEST_SUITES += test-python test-wheel
 BENCH_SUITES += bench-python
-.PHONY: test-python bench-python python-ext
+.PHONY: test-python bench-python python-ext wheel test-wheel
+
+WHEEL_PROFILE ?= release
 
 PY_PURE_TESTS := test_ops.py test_lifetime.py test_scope_facts.py test_scope_ops.py \
   test_deferred_release.py test_errors.py test_accel.py test_lists.py test_callbacks.py \
@@ -49,6 +58,18 @@ test-python: build python-ext
 	  python3 flow_stack.py
 	TENSORREF_LIB=$(ROOT)/target/debug/libtensorref.so python3 $(ROOT)/benches/torch_device_overhead.py \
 	  --repeats 200 --model-repeats 2 --op-repeats 5
+
+wheel: setup
+	cargo build --quiet --lib $(if $(filter release,$(WHEEL_PROFILE)),--release,$(TEST_FEATURES))
+	rm -rf $(ROOT)/dist/tensorref-*.whl $(ROOT)/bindings/python/build
+	cd $(ROOT)/bindings/python && TENSORREF_WHEEL_LIB=$(ROOT)/target/$(WHEEL_PROFILE)/libtensorref.so \
+	  python3 -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation -w $(ROOT)/dist .
+	rm -rf $(ROOT)/bindings/python/build
+	@ls $(ROOT)/dist/tensorref-*.whl
+
+test-wheel: build
+	$(MAKE) --no-print-directory wheel WHEEL_PROFILE=debug
+	tests/install/python_wheel.sh $(ROOT)
 
 bench-python: setup python-ext
 	cargo build --quiet --release

@@ -4,9 +4,11 @@ the generated ``_abi_generated.signatures``), and owns the one checked-call erro
 The library is found as follows (the first that exists wins):
 
 1. ``TENSORREF_LIB``: the path of ``libtensorref.so`` (or of the directory holding it);
-2. the repository this package sits in, or the one around the current directory:
+2. the library inside this package (a wheel, ``make wheel``), which finds libtorch as the torch
+   package of the same environment has loaded it: torch is imported first;
+3. the repository this package sits in, or the one around the current directory:
    ``target/release/libtensorref.so`` or ``target/debug/libtensorref.so``, the newer of the two;
-3. the system loader's search path (``LD_LIBRARY_PATH``, ldconfig).
+4. the system loader's search path (``LD_LIBRARY_PATH``, ldconfig).
 
 Handles are passed as ``c_uint64``: ``tr_tensor`` and ``tr_scope`` are C structs of one
 ``uint64_t`` passed by value, which the x86-64 SysV and AArch64 calling conventions pass exactly
@@ -53,6 +55,10 @@ def find_library() -> str:
         if not path.is_file():
             raise ImportError(f"TENSORREF_LIB={env!r}: no such file ({path})")
         return str(path)
+    bundled = Path(__file__).resolve().parent / LIBNAME
+    if bundled.is_file():
+        import torch  # noqa: F401  (loads the libtorch the bundled library links by name)
+        return str(bundled)
     for root in _repo_roots():
         built = [p for p in (root / "target/release" / LIBNAME, root / "target/debug" / LIBNAME) if p.is_file()]
         if built:
