@@ -25,7 +25,7 @@ TEST_FEATURES := --features models
 CFLAGS_STRICT := -std=c11 -Wall -Wextra -Wpedantic -Werror -I$(ROOT)/include
 LINK := -L$(LIB_DIR) -ltensorref -Wl,-rpath,$(LIB_DIR) -lpthread
 
-.PHONY: demo test setup build gen header-check test-structure test-rust test-core test-c test-examples-rust bench bench-overhead soak clean test-cuda gpu-bundle test-gpu-driver test-bench-peers test-bench-residency
+.PHONY: demo test setup build gen header-check package test-package test-structure test-rust test-core test-c test-examples-rust bench bench-overhead soak clean test-cuda gpu-bundle test-gpu-driver test-bench-peers test-bench-residency
 
 # ---------------------------------------------------------------- install
 setup: $(STAMPS)/venv $(STAMPS)/cbindgen-$(CBINDGEN_VERSION)
@@ -60,7 +60,7 @@ demo: setup $(STAMPS)/model
 
 # ---------------------------------------------------------------- tests
 # Each language adds its suite in mk/<language>.mk: `TEST_SUITES += test-<language>`.
-TEST_SUITES := test-structure test-rust test-core test-c test-examples-rust test-gpu-driver test-bench-peers test-bench-residency
+TEST_SUITES := test-structure test-package test-rust test-core test-c test-examples-rust test-gpu-driver test-bench-peers test-bench-residency
 BENCH_SUITES :=
 include $(sort $(wildcard mk/*.mk))
 
@@ -75,6 +75,16 @@ test-rust: setup
 test-structure:
 	python3 tools/import_cycles.py src
 	python3 tools/naming_table.py
+
+# The crates as crates.io takes them: both package (`cargo package --workspace`, the derive
+# crate first; `make package` also builds them from the packaged sources, about 4 minutes), and
+# the API documentation builds without a warning. `cargo test` (test-rust) runs its examples.
+test-package: setup
+	cargo package --workspace --no-verify --allow-dirty --quiet 2>&1 | { grep -v '^warning: ignoring' || true; }
+	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
+
+package: setup
+	cargo package --workspace
 
 # The core library, the default build, without the demonstration model (the `models` feature):
 # it builds; neither it nor the build without default features depends on the tokenizer or its

@@ -371,8 +371,8 @@ namespace tr {
     return a.matmul(b);
 }
 
-/// Batched matrix product of [B,n,m] and [B,m,p]. Calls `tr_tensor_bmm`; throws tr::Error on
-/// failure.
+/// Batched matrix product of `[B,n,m]` and `[B,m,p]`. Calls `tr_tensor_bmm`; throws tr::Error
+/// on failure.
 [[nodiscard]] inline Tensor bmm(const Tensor& a, const Tensor& b) {
     return a.bmm(b);
 }
@@ -463,7 +463,7 @@ namespace tr {
     return a.expand(shape);
 }
 
-/// A view of entry `index` of `dim`, without that dimension (a[index] on dim 0). Calls
+/// A view of entry `index` of `dim`, without that dimension (`a[index]` on dim 0). Calls
 /// `tr_tensor_select`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor select(const Tensor& a, int64_t dim, int64_t index) {
     return a.select(dim, index);
@@ -520,7 +520,7 @@ namespace tr {
     return a.dropout(p, train);
 }
 
-/// 2-D convolution of [N,C,H,W] input. Calls `tr_tensor_conv2d`; throws tr::Error on failure.
+/// 2-D convolution of `[N,C,H,W]` input. Calls `tr_tensor_conv2d`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor conv2d(
     const Tensor& input,
     const Tensor& weight,
@@ -548,7 +548,7 @@ namespace tr {
     return input.mse_loss(target);
 }
 
-/// Mean cross-entropy of [N,C] logits against i64 class `targets`. Calls
+/// Mean cross-entropy of `[N,C]` logits against i64 class `targets`. Calls
 /// `tr_tensor_cross_entropy`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
     return logits.cross_entropy(targets);

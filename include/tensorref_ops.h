@@ -373,7 +373,7 @@ tr_status tr_tensor_log_softmax(tr_tensor a, int64_t dim, tr_tensor *out);
 tr_status tr_tensor_matmul(tr_tensor a, tr_tensor b, tr_tensor *out);
 
 /**
- * Batched matrix product of [B,n,m] and [B,m,p].
+ * Batched matrix product of `[B,n,m]` and `[B,m,p]`.
  */
 tr_status tr_tensor_bmm(tr_tensor a, tr_tensor b, tr_tensor *out);
 
@@ -451,7 +451,7 @@ tr_status tr_tensor_clone(tr_tensor a, tr_tensor *out);
 tr_status tr_tensor_expand(tr_tensor a, const int64_t *shape, size_t shape_len, tr_tensor *out);
 
 /**
- * A view of entry `index` of `dim`, without that dimension (a[index] on dim 0).
+ * A view of entry `index` of `dim`, without that dimension (`a[index]` on dim 0).
  */
 tr_status tr_tensor_select(tr_tensor a, int64_t dim, int64_t index, tr_tensor *out);
 
@@ -503,7 +503,7 @@ tr_status tr_tensor_layer_norm(tr_tensor a,
 tr_status tr_tensor_dropout(tr_tensor a, double p, bool train, tr_tensor *out);
 
 /**
- * 2-D convolution of [N,C,H,W] input. `bias` is optional (the handle 0 for none).
+ * 2-D convolution of `[N,C,H,W]` input. `bias` is optional (the handle 0 for none).
  */
 tr_status tr_tensor_conv2d(tr_tensor input,
                            tr_tensor weight,
@@ -538,7 +538,7 @@ tr_status tr_tensor_max_pool2d(tr_tensor a,
 tr_status tr_tensor_mse_loss(tr_tensor input, tr_tensor target, tr_tensor *out);
 
 /**
- * Mean cross-entropy of [N,C] logits against i64 class `targets`.
+ * Mean cross-entropy of `[N,C]` logits against i64 class `targets`.
  */
 tr_status tr_tensor_cross_entropy(tr_tensor logits, tr_tensor targets, tr_tensor *out);
 

@@ -467,8 +467,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// Batched matrix product of [B,n,m] and [B,m,p]. (`a` is *this.) Calls `tr_tensor_bmm`;
-    /// throws tr::Error on failure.
+    /// Batched matrix product of `[B,n,m]` and `[B,m,p]`. (`a` is *this.) Calls
+    /// `tr_tensor_bmm`; throws tr::Error on failure.
     [[nodiscard]] Self bmm(const Self& b) const {
         tr_tensor out{0};
         detail::call(tr_tensor_bmm, self().raw(), b.raw(), &out);
@@ -571,7 +571,7 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// A view of entry `index` of `dim`, without that dimension (a[index] on dim 0). (`a` is
+    /// A view of entry `index` of `dim`, without that dimension (`a[index]` on dim 0). (`a` is
     /// *this.) Calls `tr_tensor_select`; throws tr::Error on failure.
     [[nodiscard]] Self select(int64_t dim, int64_t index) const {
         tr_tensor out{0};
@@ -640,8 +640,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// 2-D convolution of [N,C,H,W] input. (`input` is *this.) Calls `tr_tensor_conv2d`; throws
-    /// tr::Error on failure.
+    /// 2-D convolution of `[N,C,H,W]` input. (`input` is *this.) Calls `tr_tensor_conv2d`;
+    /// throws tr::Error on failure.
     [[nodiscard]] Self conv2d(
         const Self& weight,
         OptionalTensor bias,
@@ -679,7 +679,7 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// Mean cross-entropy of [N,C] logits against i64 class `targets`. (`logits` is *this.)
+    /// Mean cross-entropy of `[N,C]` logits against i64 class `targets`. (`logits` is *this.)
     /// Calls `tr_tensor_cross_entropy`; throws tr::Error on failure.
     [[nodiscard]] Self cross_entropy(const Self& targets) const {
         tr_tensor out{0};

@@ -695,7 +695,7 @@ pub extern "C" fn tr_tensor_matmul(a: TrTensor, b: TrTensor, out: *mut TrTensor)
     })
 }
 
-/// Batched matrix product of [B,n,m] and [B,m,p].
+/// Batched matrix product of `[B,n,m]` and `[B,m,p]`.
 #[no_mangle]
 pub extern "C" fn tr_tensor_bmm(a: TrTensor, b: TrTensor, out: *mut TrTensor) -> Status {
     call(|| {
@@ -851,7 +851,7 @@ pub extern "C" fn tr_tensor_expand(a: TrTensor, shape: *const i64, shape_len: us
     })
 }
 
-/// A view of entry `index` of `dim`, without that dimension (a[index] on dim 0).
+/// A view of entry `index` of `dim`, without that dimension (`a[index]` on dim 0).
 #[no_mangle]
 pub extern "C" fn tr_tensor_select(a: TrTensor, dim: i64, index: i64, out: *mut TrTensor) -> Status {
     call(|| {
@@ -934,7 +934,7 @@ pub extern "C" fn tr_tensor_dropout(a: TrTensor, p: f64, train: bool, out: *mut 
     })
 }
 
-/// 2-D convolution of [N,C,H,W] input. `bias` is optional (the handle 0 for none).
+/// 2-D convolution of `[N,C,H,W]` input. `bias` is optional (the handle 0 for none).
 #[no_mangle]
 pub extern "C" fn tr_tensor_conv2d(input: TrTensor, weight: TrTensor, bias: TrTensor, stride: *const i64, stride_len: usize, padding: *const i64, padding_len: usize, dilation: *const i64, dilation_len: usize, groups: i64, out: *mut TrTensor) -> Status {
     call(|| {
@@ -971,7 +971,7 @@ pub extern "C" fn tr_tensor_mse_loss(input: TrTensor, target: TrTensor, out: *mu
     })
 }
 
-/// Mean cross-entropy of [N,C] logits against i64 class `targets`.
+/// Mean cross-entropy of `[N,C]` logits against i64 class `targets`.
 #[no_mangle]
 pub extern "C" fn tr_tensor_cross_entropy(logits: TrTensor, targets: TrTensor, out: *mut TrTensor) -> Status {
     call(|| {

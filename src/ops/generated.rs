@@ -1022,7 +1022,7 @@ pub(crate) mod core {
         })
     }
 
-    /// Batched matrix product of [B,n,m] and [B,m,p].
+    /// Batched matrix product of `[B,n,m]` and `[B,m,p]`.
     pub(crate) fn bmm(a: TensorId, b: TensorId) -> Result<TensorId> {
         admitted(|| {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
@@ -1267,7 +1267,7 @@ pub(crate) mod core {
         })
     }
 
-    /// A view of entry `index` of `dim`, without that dimension (a[index] on dim 0).
+    /// A view of entry `index` of `dim`, without that dimension (`a[index]` on dim 0).
     pub(crate) fn select(a: TensorId, dim: i64, index: i64) -> Result<TensorId> {
         admitted(|| {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, index: i64) -> Result<tch::Tensor> {
@@ -1399,7 +1399,7 @@ pub(crate) mod core {
         })
     }
 
-    /// 2-D convolution of [N,C,H,W] input.
+    /// 2-D convolution of `[N,C,H,W]` input.
     pub(crate) fn conv2d(input: TensorId, weight: TensorId, bias: TensorId, stride: &[i64], padding: &[i64], dilation: &[i64], groups: i64) -> Result<TensorId> {
         admitted(|| {
             fn replay(inputs: &[Option<&tch::Tensor>], stride: &[i64], padding: &[i64], dilation: &[i64], groups: i64) -> Result<tch::Tensor> {
@@ -1461,7 +1461,7 @@ pub(crate) mod core {
         })
     }
 
-    /// Mean cross-entropy of [N,C] logits against i64 class `targets`.
+    /// Mean cross-entropy of `[N,C]` logits against i64 class `targets`.
     pub(crate) fn cross_entropy(logits: TensorId, targets: TensorId) -> Result<TensorId> {
         admitted(|| {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
@@ -2172,7 +2172,7 @@ impl Tensor {
         Ok(Tensor::from_raw(core::matmul(self.id(), b.id())?))
     }
 
-    /// Batched matrix product of [B,n,m] and [B,m,p].
+    /// Batched matrix product of `[B,n,m]` and `[B,m,p]`.
     pub fn bmm(&self, b: &Tensor) -> Result<Tensor> {
         Ok(Tensor::from_raw(core::bmm(self.id(), b.id())?))
     }
@@ -2247,7 +2247,7 @@ impl Tensor {
         Ok(Tensor::from_raw(core::expand(self.id(), shape)?))
     }
 
-    /// A view of entry `index` of `dim`, without that dimension (a[index] on dim 0).
+    /// A view of entry `index` of `dim`, without that dimension (`a[index]` on dim 0).
     pub fn select(&self, dim: i64, index: i64) -> Result<Tensor> {
         Ok(Tensor::from_raw(core::select(self.id(), dim, index)?))
     }
@@ -2287,7 +2287,7 @@ impl Tensor {
         Ok(Tensor::from_raw(core::dropout(self.id(), p, train)?))
     }
 
-    /// 2-D convolution of [N,C,H,W] input.
+    /// 2-D convolution of `[N,C,H,W]` input.
     pub fn conv2d(&self, weight: &Tensor, bias: Option<&Tensor>, stride: &[i64], padding: &[i64], dilation: &[i64], groups: i64) -> Result<Tensor> {
         Ok(Tensor::from_raw(core::conv2d(self.id(), weight.id(), bias.map_or(TensorId(0), Tensor::id), stride, padding, dilation, groups)?))
     }
@@ -2302,7 +2302,7 @@ impl Tensor {
         Ok(Tensor::from_raw(core::mse_loss(self.id(), target.id())?))
     }
 
-    /// Mean cross-entropy of [N,C] logits against i64 class `targets`.
+    /// Mean cross-entropy of `[N,C]` logits against i64 class `targets`.
     pub fn cross_entropy(&self, targets: &Tensor) -> Result<Tensor> {
         Ok(Tensor::from_raw(core::cross_entropy(self.id(), targets.id())?))
     }

@@ -612,7 +612,7 @@ namespace TensorRef
         }
 
         /// <summary>
-        /// Batched matrix product of [B,n,m] and [B,m,p]. Calls tr_tensor_bmm; throws
+        /// Batched matrix product of `[B,n,m]` and `[B,m,p]`. Calls tr_tensor_bmm; throws
         /// TensorRefException on failure.
         /// </summary>
         public Tensor Bmm(Tensor b)
@@ -759,7 +759,7 @@ namespace TensorRef
         }
 
         /// <summary>
-        /// A view of entry `index` of `dim`, without that dimension (a[index] on dim 0). Calls
+        /// A view of entry `index` of `dim`, without that dimension (`a[index]` on dim 0). Calls
         /// tr_tensor_select; throws TensorRefException on failure.
         /// </summary>
         public Tensor Select(long dim, long index)
@@ -848,7 +848,7 @@ namespace TensorRef
         }
 
         /// <summary>
-        /// 2-D convolution of [N,C,H,W] input. Optional tensors may be null. Calls
+        /// 2-D convolution of `[N,C,H,W]` input. Optional tensors may be null. Calls
         /// tr_tensor_conv2d; throws TensorRefException on failure.
         /// </summary>
         public Tensor Conv2d(Tensor weight, Tensor bias, long[] stride, long[] padding, long[] dilation, long groups)
@@ -886,7 +886,7 @@ namespace TensorRef
         }
 
         /// <summary>
-        /// Mean cross-entropy of [N,C] logits against i64 class `targets`. Calls
+        /// Mean cross-entropy of `[N,C]` logits against i64 class `targets`. Calls
         /// tr_tensor_cross_entropy; throws TensorRefException on failure.
         /// </summary>
         public Tensor CrossEntropy(Tensor targets)

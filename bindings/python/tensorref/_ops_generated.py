@@ -1550,7 +1550,7 @@ _f_bmm = _lib.tr_tensor_bmm
 
 
 def bmm(a, b):
-    """Batched matrix product of [B,n,m] and [B,m,p].
+    """Batched matrix product of `[B,n,m]` and `[B,m,p]`.
 
     bmm(a: Tensor, b: Tensor) -> Tensor   [C: tr_tensor_bmm]
     """
@@ -1871,7 +1871,7 @@ _f_select = _lib.tr_tensor_select
 
 
 def select(a, dim, index):
-    """A view of entry `index` of `dim`, without that dimension (a[index] on dim 0).
+    """A view of entry `index` of `dim`, without that dimension (`a[index]` on dim 0).
 
     select(a: Tensor, dim: int, index: int) -> Tensor   [C: tr_tensor_select]
     """
@@ -2040,7 +2040,7 @@ _f_conv2d = _lib.tr_tensor_conv2d
 
 
 def conv2d(input, weight, bias, stride, padding, dilation, groups):
-    """2-D convolution of [N,C,H,W] input.
+    """2-D convolution of `[N,C,H,W]` input.
 
     conv2d(input: Tensor, weight: Tensor, bias: Tensor | None, stride: int | Sequence[int], padding: int | Sequence[int], dilation: int | Sequence[int], groups: int) -> Tensor   [C: tr_tensor_conv2d]
     """
@@ -2110,7 +2110,7 @@ _f_cross_entropy = _lib.tr_tensor_cross_entropy
 
 
 def cross_entropy(logits, targets):
-    """Mean cross-entropy of [N,C] logits against i64 class `targets`.
+    """Mean cross-entropy of `[N,C]` logits against i64 class `targets`.
 
     cross_entropy(logits: Tensor, targets: Tensor) -> Tensor   [C: tr_tensor_cross_entropy]
     """
