@@ -41,8 +41,13 @@ $(STAMPS)/cbindgen-$(CBINDGEN_VERSION):
 	mkdir -p $(STAMPS) && touch $@
 
 # ---------------------------------------------------------------- build
+# One build (Cargo's dev profile, with the model) serves `make demo` and every suite, so that
+# `make test` after `make demo` compiles only the tests. Cargo names each crate as it compiles
+# it, with a progress bar on a terminal.
+FIRST_BUILD_NOTE := the first build compiles about 150 crates and the C++ shims against libtorch's headers: about 5 minutes on 2 cores; later builds take seconds
 build: setup
-	cargo build --quiet $(TEST_FEATURES)
+	@test -f $(LIB_DIR)/libtensorref.so || echo "building libtensorref ($(FIRST_BUILD_NOTE))"
+	cargo build $(TEST_FEATURES)
 
 # Everything written from the op table and the C ABI, in one pass (tools/gen.py): after changing
 # src/ops/ops.def or anything under src/ffi, the Rust op code, the headers, the ABI manifest and
@@ -55,8 +60,9 @@ header-check: setup
 
 # ---------------------------------------------------------------- demo
 # all-MiniLM-L6-v2 under a device budget of a quarter of its weights (mk/model.mk installs it).
-demo: setup $(STAMPS)/model
-	cargo run --quiet --release --features models --example minilm_demo
+demo: $(STAMPS)/venv $(STAMPS)/model
+	@test -f $(LIB_DIR)/libtensorref.so || echo "make demo: building libtensorref and the demo ($(FIRST_BUILD_NOTE))"
+	cargo run $(TEST_FEATURES) --example minilm_demo
 
 # ---------------------------------------------------------------- tests
 # Each language adds its suite in mk/<language>.mk: `TEST_SUITES += test-<language>`.
@@ -64,7 +70,7 @@ TEST_SUITES := test-structure test-package test-rust test-core test-c test-examp
 BENCH_SUITES :=
 include $(sort $(wildcard mk/*.mk))
 
-test: setup header-check $(TEST_SUITES)
+test: setup header-check build $(TEST_SUITES)
 	@echo "make test: all suites passed ($(TEST_SUITES))"
 
 test-rust: setup
@@ -81,7 +87,7 @@ test-structure:
 # the API documentation builds without a warning. `cargo test` (test-rust) runs its examples.
 test-package: setup
 	cargo package --workspace --no-verify --allow-dirty --quiet 2>&1 | { grep -v '^warning: ignoring' || true; }
-	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
+	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps
 
 package: setup
 	cargo package --workspace
