@@ -22,6 +22,9 @@ LIB_DIR := $(ROOT)/target/debug
 # cargo command of the suites builds with these same features, so that none replaces that library
 # with a build without the model.
 TEST_FEATURES := --features models
+# The release's version (Cargo's, shared by every package) and the C ABI's.
+TR_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+TR_ABI := $(shell sed -n 's/^\#define TR_ABI_VERSION \([0-9]*\)/\1/p' include/tensorref.h)
 CFLAGS_STRICT := -std=c11 -Wall -Wextra -Wpedantic -Werror -I$(ROOT)/include
 LINK := -L$(LIB_DIR) -ltensorref -Wl,-rpath,$(LIB_DIR) -lpthread
 

@@ -7,6 +7,13 @@
 #                       add-on assembly TensorRef.MiniLM.dll, bindings/dotnet/minilm, built beside
 #                       the core TensorRef.dll) and the examples in examples/csharp:
 #                       TrainMlp.cs (dispose scopes) and FlowStack.cs (the residency manager's Flow)
+#   make nuget          the NuGet package, build/nuget/TensorRef.<version>.nupkg: the managed assembly
+#                       (lib/net45) and libtensorref.so (runtimes/linux-x64/native; release, or
+#                       NUGET_PROFILE=debug for the suites' library), written in NuGet's layout by
+#                       tools/install/nupkg.py; it states the libtorch it needs and how it finds one
+#   make test-nuget     restores that package with NuGet (Debian's `nuget`) into a fresh project
+#                       outside the tree, builds the C# examples against what it restored, and
+#                       runs them with the native library it carried
 #   make bench-dotnet   4-element add through C# against the same add from C, and what a C#
 #                       residency Events handler costs per event (release library)
 #
@@ -14,9 +21,9 @@
 # on each mono command below; this works for Mono and the .NET SDK alike, so no Mono-only dllmap
 # config is needed.
 
-TEST_SUITES += test-dotnet
+TEST_SUITES += test-dotnet test-nuget
 BENCH_SUITES += bench-dotnet
-.PHONY: test-dotnet bench-dotnet dotnet-setup
+.PHONY: test-dotnet bench-dotnet dotnet-setup nuget test-nuget nuget-setup
 
 DOTNET_OUT := $(ROOT)/build/dotnet
 MCS := mcs -langversion:7.2 -nologo -warnaserror+ -nowarn:1591
@@ -91,6 +98,38 @@ test-dotnet: build $(STAMPS)/model $(DOTNET_OUT)/TensorRef.Tests.exe $(DOTNET_EX
 	  echo "== examples/csharp/$$ex.cs"; \
 	  (cd $(DOTNET_OUT) && LD_LIBRARY_PATH=$(LIB_DIR) $(MONO) $$ex.exe); \
 	done
+
+# ---------------------------------------------------------------- NuGet package
+NUGET_PROFILE ?= release
+NUGET_OUT := $(ROOT)/build/nuget
+
+nuget: setup $(DOTNET_OUT)/TensorRef.dll
+	cargo build --quiet --lib $(if $(filter release,$(NUGET_PROFILE)),--release,$(TEST_FEATURES))
+	rm -f $(NUGET_OUT)/TensorRef.*.nupkg
+	python3 tools/install/nupkg.py --version $(TR_VERSION) --abi $(TR_ABI) --assembly $(DOTNET_OUT)/TensorRef.dll \
+	  --native $(ROOT)/target/$(NUGET_PROFILE)/libtensorref.so --out $(NUGET_OUT)
+
+nuget-setup: dotnet-setup
+	command -v nuget >/dev/null || { apt-get update && apt-get install -y nuget; }
+
+# A project of packages.config's kind, as Mono builds one: NuGet restores the package into its
+# packages folder, the assembly is referenced from there and copied beside the program, and the
+# native library is found in the package's runtimes folder.
+test-nuget: build nuget-setup
+	$(MAKE) --no-print-directory nuget NUGET_PROFILE=debug
+	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	mkdir -p $$tmp/app; cp $(addprefix examples/csharp/,$(DOTNET_EXAMPLES:%=%.cs)) $$tmp/app/; \
+	cd $$tmp/app && HOME=$$tmp nuget install TensorRef -Version $(TR_VERSION) -Source $(NUGET_OUT) \
+	  -OutputDirectory packages -NonInteractive -NoCache; \
+	pkg=$$tmp/app/packages/TensorRef.$(TR_VERSION); \
+	test -f $$pkg/runtimes/linux-x64/native/libtensorref.so || { echo "test-nuget: no native library restored"; exit 1; }; \
+	cp $$pkg/lib/net45/TensorRef.dll .; \
+	for ex in $(DOTNET_EXAMPLES); do \
+	  mcs -nologo -warnaserror+ -r:TensorRef.dll -out:$$ex.exe $$ex.cs; \
+	  echo "== $$ex.exe (TensorRef $(TR_VERSION) from its NuGet package)"; \
+	  LD_LIBRARY_PATH=$$pkg/runtimes/linux-x64/native mono $$ex.exe; \
+	done; \
+	echo "test-nuget: the package restores into a fresh project and the C# examples run"
 
 # ---------------------------------------------------------------- benchmark (release library)
 DOTNET_BENCH := $(DOTNET_OUT)/bench

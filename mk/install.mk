@@ -19,8 +19,6 @@ TEST_SUITES += test-install
 
 PREFIX ?= /usr/local
 INSTALL_PROFILE ?= release
-TR_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
-TR_ABI := $(shell sed -n 's/^\#define TR_ABI_VERSION \([0-9]*\)/\1/p' include/tensorref.h)
 INSTALL_LIB_DIR := $(ROOT)/target/$(INSTALL_PROFILE)
 INSTALL_FEATURES := $(if $(filter debug,$(INSTALL_PROFILE)),$(TEST_FEATURES),)
 CORE_HEADERS := tensorref.h tensorref_ops.h tensorref.hpp tensorref_torch.hpp \
