@@ -2,10 +2,11 @@
 //! weights as TensorRefs) computed on an accelerator whose budget is a quarter of the model,
 //! under Flow with the weights paged (or, with `--chunk`, the first ones pinned). Prints the
 //! cosine-similarity matrix, the bytes moved, the peak device bytes (never above the budget) and
-//! the time; progress goes to stderr; the manager's events are written as a Chrome trace.
+//! the time; progress goes to stderr; the manager's events are written as a Chrome trace and
+//! drawn as a picture of memory over time (SVG).
 //!
-//!     cargo run --release --features models --example minilm_demo -- [--device auto|cuda|cuda:N|simulated]
-//!                                                  [--chunk] [--timeline PATH] [--budget-div N]
+//!     cargo run --features models --example minilm_demo -- [--device auto|cuda|cuda:N|simulated]
+//!         [--chunk] [--timeline PATH] [--memory PATH.svg] [--budget-div N]
 //!
 //! The accelerator (`auto`, the default) is CUDA where libtorch sees one, else the simulated
 //! accelerator (host memory accounted as device memory, with real copies).
@@ -35,6 +36,7 @@ fn main() -> Result<()> {
     let value = |name: &str| argv.iter().position(|s| s == name).and_then(|i| argv.get(i + 1)).cloned();
     let chunk = argv.iter().any(|a| a == "--chunk");
     let timeline = value("--timeline").unwrap_or_else(|| "target/minilm_timeline.json".into());
+    let memory = value("--memory").unwrap_or_else(|| "target/minilm_memory.svg".into());
     let divisor: u64 = value("--budget-div").and_then(|v| v.parse().ok()).unwrap_or(4);
     let _no_grad = NoGradGuard::new();
 
@@ -62,6 +64,7 @@ fn main() -> Result<()> {
     let secs = start.elapsed().as_secs_f64();
     let stats = residency::stats().unwrap_or_default();
     residency::timeline_write(std::path::Path::new(&timeline))?;
+    residency::timeline_write(std::path::Path::new(&memory))?;
     residency::disable()?;
 
     let dim = model.dim();
@@ -86,6 +89,7 @@ fn main() -> Result<()> {
     println!("pinned              {}", mib(stats.pinned_bytes));
     println!("peak device bytes   {} of a {} budget ({:.1} %)", mib(stats.peak_device_bytes), mib(budget), 100.0 * stats.peak_device_bytes as f64 / budget as f64);
     println!("timeline            {timeline} (open in ui.perfetto.dev or chrome://tracing)");
+    println!("memory over time    {memory} (a picture: open it in a browser)");
     if stats.peak_device_bytes > budget {
         eprintln!("peak device bytes exceeded the budget");
         std::process::exit(1);

@@ -518,6 +518,73 @@ fn dlpack_export_shares_the_current_data_and_settles_it_home() {
 /// their output on the host: 16 layers whose weights are 4x the budget, activations a quarter of
 /// a weight. Returns the last pass's schedule log and the counters after the first pass and after
 /// the last.
+/// The numbers of an SVG attribute's value (a path's `d`, a line's coordinate).
+fn numbers(value: &str) -> Vec<f64> {
+    value.split(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-')).filter(|n| !n.is_empty()).map(|n| n.parse().unwrap()).collect()
+}
+
+/// The value of attribute `name` in the first element of `svg` that `marker` starts.
+fn attribute<'a>(svg: &'a str, marker: &str, name: &str) -> &'a str {
+    let element = &svg[svg.find(marker).unwrap_or_else(|| panic!("{marker} missing"))..];
+    let element = &element[..element.find('>').unwrap()];
+    let start = element.find(&format!(" {name}=\"")).unwrap_or_else(|| panic!("{marker} has no {name}")) + name.len() + 3;
+    &element[start..start + element[start..].find('"').unwrap()]
+}
+
+/// The memory picture of a stack under Flow at a quarter of its weights: its budget line sits at
+/// the budget, no layer rises above it, the tallest stack is the peak the events saw, each
+/// marked iteration has its line, and loads and prefetches have their marks.
+#[test]
+fn timeline_svg_draws_memory_under_the_budget_line() {
+    exclusive(|| {
+        let budget = 4 * 64 * 64 * 4;
+        let weights: Vec<Tensor> = (0..16).map(|_| Tensor::randn(&[64, 64], DType::F32)).collect::<Result<_>>()?;
+        let x = Tensor::randn(&[8, 64], DType::F32)?;
+        let peak = configure(Policy::Flow, budget);
+        residency::timeline_start()?;
+        for _ in 0..3 {
+            with_scope(|_| {
+                let mut h = x.alias()?;
+                for w in &weights {
+                    h = h.matmul(w)?.relu()?;
+                }
+                h.sum()?.item()
+            })?;
+            residency::mark_iteration()?;
+        }
+        let path = std::env::temp_dir().join(format!("tensorref-memory-{}.svg", std::process::id()));
+        residency::timeline_write(&path)?;
+        let svg = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+
+        let number = |name| attribute(&svg, "<svg", name).parse::<f64>().unwrap();
+        let (drawn_peak, max) = (number("data-peak-bytes"), number("data-max-bytes"));
+        assert_eq!(number("data-budget-bytes"), budget as f64);
+        assert_eq!(drawn_peak, peak.load(Ordering::Relaxed) as f64, "the picture's peak is the events' peak");
+        assert!(drawn_peak > 0.0 && drawn_peak <= budget as f64);
+        let plot = numbers(attribute(&svg, "<svg", "data-plot")); // left top right bottom
+        let y = |bytes: f64| plot[3] - (plot[3] - plot[1]) * bytes / max;
+        let budget_y = numbers(attribute(&svg, r#"<line class="budget""#, "y1"))[0];
+        assert!((budget_y - y(budget as f64)).abs() < 0.01, "budget line at {budget_y}, the budget at {}", y(budget as f64));
+
+        let mut top = f64::MAX;
+        for layer in svg.split(r#"<path class="layer""#).skip(1) {
+            let d = &layer[layer.find(" d=\"").unwrap() + 4..];
+            let ys: Vec<f64> = numbers(&d[..d.find('"').unwrap()]).into_iter().skip(1).step_by(2).collect();
+            top = ys.iter().copied().fold(top, f64::min);
+            assert!(ys.iter().all(|&v| v >= budget_y - 0.01), "a layer rises above the budget line");
+        }
+        assert!((top - y(drawn_peak)).abs() < 0.01, "the tallest stack ({top}) is the peak ({})", y(drawn_peak));
+        assert_eq!(svg.matches(r#"<line class="iteration""#).count(), 3);
+        for kind in ["loads", "prefetches"] {
+            assert!(attribute(&svg, &format!(r#"data-kind="{kind}""#), "d").contains('M'), "no {kind} marked");
+        }
+        let weights_layer = attribute(&svg, r#"data-role="weights and inputs""#, "d");
+        assert!(numbers(weights_layer).into_iter().skip(1).step_by(2).any(|v| v < plot[3] - 1.0), "no weights drawn");
+        Ok(())
+    });
+}
+
 fn logged_stack(cfg: Config) -> Result<(tensorref::residency::model::Pass, residency::ResidencyStats, residency::ResidencyStats)> {
     let (width, layers, batch) = (256i64, 16, 64i64);
     let weights: Vec<Tensor> = (0..layers).map(|_| Tensor::randn(&[width, width], DType::F32)).collect::<Result<_>>()?;

@@ -330,10 +330,23 @@ pub fn timeline_start() -> Result<()> {
     })
 }
 
-/// Writes the recorded events as Chrome trace / Perfetto JSON.
+/// Writes the recorded events: to a path ending in `.svg`, a picture of memory over time (the
+/// device bytes stacked by what they hold, the budget line, loads, prefetches and write-backs,
+/// where iterations began); to any other, Chrome trace / Perfetto JSON.
 pub fn timeline_write(path: &std::path::Path) -> Result<()> {
-    let json = with(|m| m.report.timeline_json().ok_or_else(|| Error::InvalidArg("no timeline is being recorded".into())))?;
-    std::fs::write(path, json).map_err(|e| Error::Io(format!("cannot write {}: {e}", path.display())))
+    let svg = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("svg"));
+    let text = with(|m| {
+        let none = || Error::InvalidArg("no timeline is being recorded (call timeline_start first)".into());
+        match svg {
+            true => {
+                let device = format!("{:?}", m.cfg.device).to_lowercase();
+                let title = format!("{:?} on the {device} device", m.cfg.policy);
+                m.report.timeline().map(|t| self::core::picture::svg(t, m.stats.budget, &title)).ok_or_else(none)
+            }
+            false => m.report.timeline_json().ok_or_else(none),
+        }
+    })?;
+    std::fs::write(path, text).map_err(|e| Error::Io(format!("cannot write {}: {e}", path.display())))
 }
 
 /// The last recorded iteration (for computing the offline optimum), if any.

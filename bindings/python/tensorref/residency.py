@@ -302,6 +302,8 @@ def timeline_start() -> None:
 
 
 def timeline_write(path) -> None:
-    """Writes the recorded events to `path` as Chrome trace / Perfetto JSON. Raises ArgumentError
+    """Writes the recorded events to `path`: to a ``.svg`` path, a picture of memory over time
+    (device bytes stacked by what they hold, the budget line, loads, prefetches and write-backs,
+    iteration boundaries); to any other, Chrome trace / Perfetto JSON. Raises ArgumentError
     without a timeline started, FileError when the path cannot be written."""
     _check(lib.tr_residency_timeline_write(c_path(path)), "tr_residency_timeline_write")

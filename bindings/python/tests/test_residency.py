@@ -113,6 +113,28 @@ def test_timeline_is_json(weights, tmp_path):
     assert len(entries) > 0
 
 
+def test_timeline_to_an_svg_path_is_a_picture_of_memory_under_the_budget(weights, tmp_path):
+    ws, x = weights
+    path = tmp_path / "memory.svg"
+    with tr.residency.session(policy="flow", budget_bytes=BUDGET):
+        tr.residency.timeline_start()
+        for _ in range(2):
+            forward(ws, x)
+            tr.residency.mark_iteration()
+        tr.residency.timeline_write(path)
+        peak = tr.residency.stats().peak_device_bytes
+    import xml.etree.ElementTree as ET
+
+    root = ET.parse(path).getroot()  # well-formed XML
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    assert int(root.get("data-budget-bytes")) == BUDGET
+    assert 0 < int(root.get("data-peak-bytes")) <= peak <= BUDGET
+    lines = {e.get("class"): e for e in root.iter("{http://www.w3.org/2000/svg}line") if e.get("class")}
+    assert int(lines["budget"].get("data-bytes")) == BUDGET
+    roles = {e.get("data-role") for e in root.iter("{http://www.w3.org/2000/svg}path") if e.get("class") == "layer"}
+    assert roles == {"weights and inputs", "activations", "saved for backward", "gradients", "state across iterations"}
+
+
 def test_context_manager_restores_the_outer_manager(weights):
     ws, x = weights
     with tr.residency.session(tr.residency.Config(policy="flow", budget_bytes=BUDGET)):

@@ -137,6 +137,7 @@ impl Manager {
         (s.prefetched, s.written_ahead) = (false, false);
         let bytes = s.bytes;
         self.stats.device_bytes -= bytes;
+        self.device_by_role.sub(s.role, bytes);
         self.stats.evictions += 1;
         self.stats.evicted_bytes += bytes;
         if dropping {

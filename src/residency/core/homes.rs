@@ -162,6 +162,7 @@ impl Manager {
         }
         if s.resident() && s.counted() {
             self.stats.device_bytes -= s.bytes;
+            self.device_by_role.sub(s.role, s.bytes);
             crate::residency::core::room::freed();
         }
         if s.pinned {

@@ -19,7 +19,7 @@ use crate::residency::policy::Rules;
 use crate::residency::training::recipe::{LinkLoad, Recipe, Recompute};
 use crate::residency::core::report::{Event, EventKind, Reporter, ResidencyStats};
 use crate::residency::model::{Log, Rates};
-use crate::residency::core::storage::{Home, Storage};
+use crate::residency::core::storage::{ByRole, Home, Role, Storage};
 use crate::residency::policy::flow::trace::{Trace, TraceKey};
 use crate::residency::Config;
 use crate::error::{Error, Result};
@@ -78,6 +78,8 @@ pub(crate) struct Manager {
     /// Flow's prefetch after the last op, made as the next op begins (`op_begin`).
     prefetch_due: bool,
     pub(crate) stats: ResidencyStats,
+    /// `stats.device_bytes` by what the storages hold, for the memory picture.
+    pub(in crate::residency) device_by_role: ByRole,
     pub(in crate::residency) clock: u64,
     pub(crate) trace: Trace,
     pub(crate) report: Reporter,
@@ -121,6 +123,7 @@ impl Manager {
             unkept: Vec::new(),
             prefetch_due: false,
             stats,
+            device_by_role: ByRole::default(),
             clock: 0,
             trace: Trace::default(),
             report: Reporter::new(),
@@ -151,7 +154,7 @@ impl Manager {
         let duration_us = waited.map_or(0.0, |w| w.as_secs_f64() * 1e6);
         let time_us = self.report.now_us();
         let device_bytes = self.stats.device_bytes;
-        self.report.emit(Event { kind, entry: storage, bytes, device_bytes, op, time_us, duration_us });
+        self.report.emit(Event { kind, entry: storage, bytes, device_bytes, op, time_us, duration_us }, self.device_by_role);
     }
 
     /// Before an op: the prefetch the previous op left due (made now, once that op's inputs are
@@ -261,12 +264,13 @@ impl Manager {
         self.by_device.insert(s.device_id, id);
         s.loading = Some(transfer);
         s.prefetched = kind == EventKind::Prefetch;
-        let (bytes, pageable) = (s.bytes, s.kind.pageable());
+        let (bytes, pageable, role) = (s.bytes, s.kind.pageable(), s.role);
         if pageable {
             self.stats.pageable_copies += 1;
             self.stats.pageable_copy_bytes += bytes;
         }
         self.stats.device_bytes += bytes;
+        self.device_by_role.add(role, bytes);
         self.stats.peak_device_bytes = self.stats.peak_device_bytes.max(self.stats.device_bytes);
         if kind == EventKind::Prefetch {
             self.stats.prefetches += 1;
@@ -330,13 +334,14 @@ impl Manager {
             self.attach(&entry, id);
             return Ok(entry);
         }
-        self.add_produced(&result, &info, op, inputs, anchor, recipe)
+        self.add_produced(&result, &info, op, inputs, anchor, recipe, Role::Activations)
     }
 
-    /// Registers a tensor made on the device (an op's result, or one autograd saved) as a new
-    /// storage, recording `op` in the trace: its working set is checked against the budget, room
-    /// is made, and its entry's home is a host tensor without memory until the storage must leave
-    /// the device.
+    /// Registers a tensor made on the device (an op's result, a gradient, or one autograd saved:
+    /// `role`) as a new storage, recording `op` in the trace: its working set is checked against
+    /// the budget, room is made, and its entry's home is a host tensor without memory until the
+    /// storage must leave the device.
+    #[allow(clippy::too_many_arguments)]
     pub(in crate::residency) fn add_produced(
         &mut self,
         t: &tch::Tensor,
@@ -345,6 +350,7 @@ impl Manager {
         inputs: &[(TraceKey, u64)],
         anchor: Option<u64>,
         recipe: Option<Recipe>,
+        role: Role,
     ) -> Result<Entry> {
         let bytes = info.nbytes;
         if self.cfg.device == Device::Simulated {
@@ -365,7 +371,7 @@ impl Manager {
         let key = self.end_op(op, inputs, Some(bytes), anchor);
         let id = self.new_id();
         let mut s = Storage::new(home, Home::Lazy, bytes, key);
-        (s.home_id, s.device_id, s.device, s.dirty, s.modified) = (home_id, info.id, Some(device), true, true);
+        (s.home_id, s.device_id, s.device, s.dirty, s.modified, s.role) = (home_id, info.id, Some(device), true, true, role);
         s.last_use = self.clock;
         self.storages.insert(id, s);
         self.written_now.push(id);
@@ -373,6 +379,7 @@ impl Manager {
         self.by_device.insert(info.id, id);
         self.by_key.insert(key, id);
         self.stats.device_bytes += bytes;
+        self.device_by_role.add(role, bytes);
         self.stats.peak_device_bytes = self.stats.peak_device_bytes.max(self.stats.device_bytes);
         let entry = Entry::new(home_view);
         self.attach(&entry, id);
@@ -397,7 +404,12 @@ impl Manager {
         if let Some(log) = &mut self.schedule {
             log.op(op, inputs, output);
         }
-        self.trace.op_end(op, inputs, output, anchor)
+        let iteration = self.trace.iteration();
+        let key = self.trace.op_end(op, inputs, output, anchor);
+        if self.trace.iteration() != iteration {
+            self.report.iteration(); // a boundary Flow found by itself
+        }
+        key
     }
 
     /// After an op: the results a policy keeps none of leave (those another running op still
@@ -422,6 +434,7 @@ impl Manager {
 
     pub(crate) fn mark_iteration(&mut self) {
         self.trace.mark();
+        self.report.iteration();
         self.persist_survivors();
         if let Some(log) = &mut self.schedule {
             log.mark();
@@ -444,6 +457,13 @@ impl Manager {
                 if made < iteration {
                     self.by_key.remove(&s.key);
                     s.key = TraceKey::Persistent(id);
+                    if s.role == Role::Activations {
+                        s.role = Role::State;
+                        if s.resident() && s.counted() {
+                            self.device_by_role.sub(Role::Activations, s.bytes);
+                            self.device_by_role.add(Role::State, s.bytes);
+                        }
+                    }
                 }
             }
         }

@@ -11,6 +11,7 @@ pub(super) mod homes;
 pub(super) mod id_map;
 pub(super) mod eviction;
 pub(super) mod manager;
+pub(super) mod picture;
 pub(super) mod outside;
 pub(super) mod report;
 pub(super) mod room;

@@ -1,7 +1,9 @@
 //! What the manager reports: counters (`ResidencyStats`, also the C ABI's struct), events
 //! delivered to a callback as they happen, and a timeline of the same events written as Chrome
-//! trace / Perfetto JSON (open it at ui.perfetto.dev or chrome://tracing).
+//! trace / Perfetto JSON (open it at ui.perfetto.dev or chrome://tracing) or drawn as a picture
+//! of memory over time (`picture`).
 
+use crate::residency::core::storage::ByRole;
 use std::fmt::Write as _;
 use std::time::Instant;
 use tensorref_derive::CEnum;
@@ -123,7 +125,15 @@ pub type Callback = Box<dyn Fn(&Event) + Send + Sync>;
 pub(crate) struct Reporter {
     start: Instant,
     pub(crate) callback: Option<Callback>,
-    timeline: Option<Vec<Event>>,
+    timeline: Option<Timeline>,
+}
+
+/// The recorded events, each with the device bytes of each role right after it, and the times
+/// iterations began (marked by the program, or found by Flow).
+#[derive(Default)]
+pub(crate) struct Timeline {
+    pub(crate) events: Vec<(Event, ByRole)>,
+    pub(crate) iterations: Vec<f64>,
 }
 
 impl Reporter {
@@ -141,23 +151,36 @@ impl Reporter {
         self.callback.is_some() || self.timeline.is_some()
     }
 
-    pub(crate) fn emit(&mut self, event: Event) {
+    pub(crate) fn emit(&mut self, event: Event, by_role: ByRole) {
+        debug_assert_eq!(by_role.0.iter().sum::<u64>(), event.device_bytes, "the device bytes by role add up to the device bytes");
         if let Some(cb) = &self.callback {
             cb(&event);
         }
         if let Some(t) = &mut self.timeline {
-            t.push(event);
+            t.events.push((event, by_role));
+        }
+    }
+
+    /// An iteration begins now (kept on the timeline).
+    pub(crate) fn iteration(&mut self) {
+        if self.timeline.is_some() {
+            let now = self.now_us();
+            self.timeline.as_mut().expect("recording").iterations.push(now);
         }
     }
 
     pub(crate) fn start_timeline(&mut self) {
-        self.timeline = Some(Vec::new());
+        self.timeline = Some(Timeline::default());
+    }
+
+    pub(crate) fn timeline(&self) -> Option<&Timeline> {
+        self.timeline.as_ref()
     }
 
     /// The recorded events as Chrome trace JSON: ops on one track, transfers on another, and a
     /// counter track of device bytes.
     pub(crate) fn timeline_json(&self) -> Option<String> {
-        let events = self.timeline.as_ref()?;
+        let events = self.timeline.as_ref()?.events.iter().map(|(e, _)| e);
         let mut out = String::from("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
         let _ = write!(out, r#"{{"ph":"M","pid":1,"tid":1,"name":"thread_name","args":{{"name":"ops"}}}},"#);
         let _ = writeln!(out, r#"{{"ph":"M","pid":1,"tid":2,"name":"thread_name","args":{{"name":"transfers"}}}}"#);

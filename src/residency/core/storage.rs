@@ -36,6 +36,48 @@ impl Home {
     }
 }
 
+/// What a storage holds, as the memory picture stacks it (`picture`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// Made outside any op and handed to the manager (weights, a batch's inputs), or made by an
+    /// op from nothing (`zeros_like`, `empty`: a creation's result starts in host memory), which
+    /// is where an optimizer's state and the device's gradients begin.
+    Weights,
+    /// An op's result, in the iteration that made it.
+    Activations,
+    /// A tensor autograd saved for backward (through the saved-tensor hooks).
+    Saved,
+    /// A parameter's gradient.
+    Gradients,
+    /// A result that outlived the iteration that made it: optimizer state, a cache.
+    State,
+}
+
+impl Role {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Role::Weights => "weights and inputs",
+            Role::Activations => "activations",
+            Role::Saved => "saved for backward",
+            Role::Gradients => "gradients",
+            Role::State => "state across iterations",
+        }
+    }
+}
+
+/// The device bytes of the storages of each role.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ByRole(pub(crate) [u64; 5]);
+
+impl ByRole {
+    pub(crate) fn add(&mut self, role: Role, bytes: u64) {
+        self.0[role as usize] += bytes;
+    }
+    pub(crate) fn sub(&mut self, role: Role, bytes: u64) {
+        self.0[role as usize] -= bytes;
+    }
+}
+
 pub(crate) struct Storage {
     /// 1-D bytes over the home StorageImpl, which every host view of the storage shares.
     pub(crate) home: tch::Tensor,
@@ -79,6 +121,7 @@ pub(crate) struct Storage {
     /// lying inside that one's (see `external`). Such a view is not counted: its bytes are the
     /// other's.
     pub(crate) within: Option<u64>,
+    pub(crate) role: Role,
 }
 
 impl Storage {
@@ -105,6 +148,7 @@ impl Storage {
             recipe: None,
             recipe_holds: 0,
             within: None,
+            role: Role::Weights,
         }
     }
 

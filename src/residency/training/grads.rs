@@ -11,6 +11,7 @@
 
 use crate::residency::device::memory::{Mode, Scope};
 use crate::residency::core::manager::Manager;
+use crate::residency::core::storage::Role;
 use crate::residency::{active, with};
 use crate::error::Result;
 use crate::registry::Entry;
@@ -43,7 +44,7 @@ impl Manager {
         };
         owned.shallow_clone().f_copy_(grad)?;
         let info = crate::residency::torch_storage::storage(&owned, self.cuda())?;
-        let entry = self.add_produced(&owned, &info, "grad", &[], None, None)?;
+        let entry = self.add_produced(&owned, &info, "grad", &[], None, None, Role::Gradients)?;
         crate::residency::autograd::set_grad(leaf, &alias(&entry)?)?;
         Ok(entry)
     }

@@ -259,6 +259,7 @@ impl Manager {
         let bytes = s.bytes;
         self.by_device.insert(info.id, id);
         self.stats.device_bytes += bytes;
+        self.device_by_role.add(s.role, bytes);
         self.stats.peak_device_bytes = self.stats.peak_device_bytes.max(self.stats.device_bytes);
         self.stats.recomputations += 1;
         self.stats.recomputed_bytes += bytes;

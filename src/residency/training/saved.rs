@@ -10,6 +10,7 @@
 //! hooks hold the data): every copy and view of a storage shares one version counter.
 
 use crate::residency::core::manager::Manager;
+use crate::residency::core::storage::Role;
 use crate::residency::model::SAVE;
 use crate::residency::{active, with};
 use crate::error::{Error, Result};
@@ -41,7 +42,7 @@ impl Manager {
         if t.device() != self.cfg.device.tch() {
             return Ok(None);
         }
-        self.add_produced(t, &info, SAVE, &[], None, None).map(Some)
+        self.add_produced(t, &info, SAVE, &[], None, None, Role::Saved).map(Some)
     }
 
     /// The device copy of a saved tensor for backward (loaded if it was evicted). It is not held
