@@ -34,8 +34,9 @@ LINK := -L$(LIB_DIR) -ltensorref -Wl,-rpath,$(LIB_DIR) -lpthread
 setup: $(STAMPS)/venv $(STAMPS)/cbindgen-$(CBINDGEN_VERSION)
 
 $(STAMPS)/venv: requirements.txt
+	@echo "installing the project venv (.venv): PyTorch 2.11 with its CUDA libraries (about 4 GiB to download the first time) and the test dependencies"
 	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(VENV)/bin/pip install --disable-pip-version-check -r requirements.txt
 	mkdir -p $(STAMPS) && touch $@
 
 $(STAMPS)/cbindgen-$(CBINDGEN_VERSION):
