@@ -954,8 +954,11 @@ tr_status tr_residency_set_callback(tr_event_fn callback, void *user);
 tr_status tr_residency_timeline_start(void);
 
 /**
- * Writes the recorded events to `path` (NUL-terminated UTF-8) as Chrome trace / Perfetto JSON.
- * Errors: TR_ERR_NULL_ARG; TR_ERR_INVALID_ARG (no manager, no timeline started); TR_ERR_IO
+ * Writes the recorded events to `path` (NUL-terminated UTF-8): to a path ending in `.svg`, a
+ * picture of memory over time (the device bytes stacked by what they hold: weights and inputs,
+ * activations, saved for backward, gradients, state across iterations; the budget line; loads,
+ * prefetches and write-backs; where iterations began); to any other, Chrome trace / Perfetto
+ * JSON (ui.perfetto.dev). Errors: TR_ERR_NULL_ARG; TR_ERR_INVALID_ARG (no manager, no timeline started); TR_ERR_IO
  * (the path cannot be written).
  */
 tr_status tr_residency_timeline_write(const char *path);

@@ -33,7 +33,7 @@ install: setup
 	install -m 755 $(INSTALL_LIB_DIR)/libtensorref.so $(PREFIX)/lib/libtensorref.so
 	install -m 644 $(addprefix include/,$(CORE_HEADERS)) $(PREFIX)/include/
 	install -m 644 include/tensorref/*.hpp $(PREFIX)/include/tensorref/
-	if nm -D --defined-only $(INSTALL_LIB_DIR)/libtensorref.so | grep -qw tr_minilm_load; then \
+	if nm -D --defined-only $(INSTALL_LIB_DIR)/libtensorref.so | grep -w tr_minilm_load >/dev/null; then \
 	  install -m 644 $(addprefix include/,$(MODEL_HEADERS)) $(PREFIX)/include/; fi
 	install -m 644 include/tensorref_abi.json $(PREFIX)/share/tensorref/
 	libtorch=$$(readelf -d $(PREFIX)/lib/libtensorref.so | sed -n 's/.*R[UN]*PATH.*\[\(.*\)\]/\1/p' | tr : '\n' | head -1); \
@@ -55,6 +55,8 @@ test-install: build install-setup
 	  || { echo "test-install: the installed library has no SONAME libtensorref.so"; exit 1; }; \
 	ldd $$tmp/prefix/lib/libtensorref.so | grep -q 'libtorch_cpu.so => /' \
 	  || { echo "test-install: the installed library does not find libtorch by itself"; exit 1; }; \
+	test -f $$tmp/prefix/include/tensorref_minilm.h \
+	  || { echo "test-install: the model add-on's header is missing beside a library built with it"; exit 1; }; \
 	mkdir -p $$tmp/app/c $$tmp/app/cpp; \
 	cp examples/c/train_mlp.c examples/c/flow_stack.c $$tmp/app/c/; \
 	cp examples/cpp/train_mlp.cpp examples/cpp/flow_stack.cpp $$tmp/app/cpp/; \
