@@ -36,9 +36,9 @@ fn compile_native(lib: &Path) {
     for f in shims.iter().chain(&headers) {
         println!("cargo:rerun-if-changed={}", f.display());
     }
-    cc::Build::new()
+    let mut build = cc::Build::new();
+    build
         .cpp(true)
-        .files(&shims)
         .include("src/shim")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))
@@ -49,8 +49,32 @@ fn compile_native(lib: &Path) {
         // their files and lines.
         .debug(false)
         .flag("-g1")
-        .warnings(false)
-        .compile("tensorref_native");
+        .warnings(false);
+    if let Some(header) = precompile(&build, Path::new("src/shim/libtorch.h")) {
+        build.flag("-include").flag(header.to_str().expect("OUT_DIR is UTF-8")).flag("-Winvalid-pch");
+    }
+    build.files(&shims).compile("tensorref_native");
+}
+
+/// Precompiles `header` with the flags the shims are compiled with (a header precompiled with
+/// other flags is not used), beside a copy of it in OUT_DIR; returns the copy's path, which
+/// the compiler then reads from the `.gch` beside it. None (the shims then compile without it)
+/// where the compiler cannot.
+fn precompile(build: &cc::Build, header: &Path) -> Option<std::path::PathBuf> {
+    let dir = Path::new(&std::env::var("OUT_DIR").ok()?).join("pch");
+    std::fs::create_dir_all(&dir).ok()?;
+    let copy = dir.join(header.file_name()?);
+    std::fs::copy(header, &copy).ok()?;
+    let gch = dir.join(format!("{}.gch", header.file_name()?.to_str()?));
+    let mut cmd = build.get_compiler().to_command();
+    cmd.arg("-x").arg("c++-header").arg(&copy).arg("-o").arg(&gch);
+    match cmd.status() {
+        Ok(s) if s.success() => Some(copy),
+        _ => {
+            println!("cargo:warning=the libtorch headers could not be precompiled; each shim parses them itself");
+            None
+        }
+    }
 }
 
 /// Every file under `dir` whose extension is `ext`.
