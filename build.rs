@@ -51,15 +51,16 @@ fn compile_native(lib: &Path) {
         .flag("-g1")
         .warnings(false);
     if let Some(header) = precompile(&build, Path::new("src/shim/libtorch.h")) {
-        build.flag("-include").flag(header.to_str().expect("OUT_DIR is UTF-8")).flag("-Winvalid-pch");
+        build.flag("-include").flag(header.to_str().expect("OUT_DIR is UTF-8"));
     }
     build.files(&shims).compile("tensorref_native");
 }
 
-/// Precompiles `header` with the flags the shims are compiled with (a header precompiled with
-/// other flags is not used), beside a copy of it in OUT_DIR; returns the copy's path, which
-/// the compiler then reads from the `.gch` beside it. None (the shims then compile without it)
-/// where the compiler cannot.
+/// Precompiles `header` with the flags the shims are compiled with (the compiler silently
+/// parses the header instead of a `.gch` made with other flags; `g++ -H` marks a used one with
+/// `!`), beside a copy of it in OUT_DIR; returns the copy's path, which the compiler then reads
+/// from the `.gch` beside it. None (the shims then compile without it) where the compiler
+/// cannot.
 fn precompile(build: &cc::Build, header: &Path) -> Option<std::path::PathBuf> {
     let dir = Path::new(&std::env::var("OUT_DIR").ok()?).join("pch");
     std::fs::create_dir_all(&dir).ok()?;
