@@ -131,8 +131,11 @@ def test_timeline_to_an_svg_path_is_a_picture_of_memory_under_the_budget(weights
     assert 0 < int(root.get("data-peak-bytes")) <= peak <= BUDGET
     lines = {e.get("class"): e for e in root.iter("{http://www.w3.org/2000/svg}line") if e.get("class")}
     assert int(lines["budget"].get("data-bytes")) == BUDGET
-    roles = {e.get("data-role") for e in root.iter("{http://www.w3.org/2000/svg}path") if e.get("class") == "layer"}
-    assert roles == {"weights and inputs", "activations", "saved for backward", "gradients", "state across iterations"}
+    layers = {e.get("data-role"): e.get("d") for e in root.iter("{http://www.w3.org/2000/svg}path") if e.get("class") == "layer"}
+    assert set(layers) == {"weights and inputs", "activations", "saved for backward", "gradients", "state across iterations"}
+    bottom = float(root.get("data-plot").split()[3])
+    weights_ys = [float(p.split(",")[1]) for p in layers["weights and inputs"].replace("M", "").replace("L", "").replace("Z", "").split()]
+    assert min(weights_ys) < bottom - 1, "the weights the forward pass loaded are drawn"
 
 
 def test_context_manager_restores_the_outer_manager(weights):

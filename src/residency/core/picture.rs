@@ -24,10 +24,10 @@ const STACK: [(Role, &str); 5] = [
     (Role::Saved, "#edc948"),
     (Role::Activations, "#f28e2b"),
 ];
-const MARKS: [(&str, &str, [EventKind; 1]); 3] = [
-    ("loads", "#4e79a7", [EventKind::Load]),
-    ("prefetches", "#76b7b2", [EventKind::Prefetch]),
-    ("write-backs", "#e15759", [EventKind::WriteBack]),
+const MARKS: [(&str, &str, EventKind); 3] = [
+    ("loads", "#4e79a7", EventKind::Load),
+    ("prefetches", "#76b7b2", EventKind::Prefetch),
+    ("write-backs", "#e15759", EventKind::WriteBack),
 ];
 
 fn mib(bytes: f64) -> String {
@@ -58,8 +58,8 @@ pub(crate) fn svg(timeline: &Timeline, budget: u64, title: &str) -> String {
         if fullest[c].map_or(true, |j| total(i) >= total(j)) {
             fullest[c] = Some(i);
         }
-        for (m, (_, _, kinds)) in MARKS.iter().enumerate() {
-            marked[c][m] |= kinds.contains(&e.kind);
+        for (m, (_, _, kind)) in MARKS.iter().enumerate() {
+            marked[c][m] |= e.kind == *kind;
         }
     }
     // Each column without an event keeps the state of the last event before it.
