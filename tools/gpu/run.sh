@@ -4,7 +4,9 @@
 # `make gpu-bundle`; the MiniLM weights come beside it in ../gpu-model (see tools/gpu/bundle.sh).
 #
 #     bash gpu-bundle/run.sh [PART...]   parts: tests b2048 shapes opt30b training drift torch-device (default: all;
-#                                       a GPU lease's 10-minute calls take them in groups)
+#                                       a GPU lease's 10-minute calls take them in groups), or
+#                                       device-training: training's PyTorch rows alone, plain and on
+#                                       the tensorref device, without the Rust benchmark
 # Logs and JSON results go to ./gpu-results, and where $OUT is set (the device tool) packed into
 # $OUT/gpu-results.tgz with the summary beside it; each step is cut after $STEP_TIMEOUT seconds
 # (300). A failed step does not stop the later ones, but the run exits 1 at the end when any step
@@ -95,12 +97,14 @@ fi
 # Training under a budget: a BERT-base-sized encoder under Resident, Genoa and Flow at a half and a
 # quarter of its unmanaged peak, and PyTorch unmanaged, with save_on_cpu and with checkpointing;
 # then the same PyTorch code on the tensorref device at a half, and a quarter with recomputation.
+enc=(--width 768 --layers 12 --heads 12 --tokens 128 --batch 32 --steps 8)
 if wants training; then
-  enc=(--width 768 --layers 12 --heads 12 --tokens 128 --batch 32 --steps 8)
   step bench-training "$here/bin/bench-training" --device cuda "${enc[@]}"
+fi
+if wants training || wants device-training; then
   step peers-training python3 "$here/training_peers.py" --device cuda "${enc[@]}" --json "$results/peers-training.json"
   # The same PyTorch code on the tensorref device, in a process of its own (pytorch/pytorch#161129).
-  step device-training env PYTHONPATH="$here/python" TENSORREF_LIB="$here/lib/libtensorref.so" \
+  step device-training env PYTHONPATH="$here/python${PYTHONPATH:+:$PYTHONPATH}" TENSORREF_LIB="$here/lib/libtensorref.so" \
     python3 "$here/training_peers.py" --device cuda "${enc[@]}" --tensorref --json "$results/device-training.json"
 fi
 
@@ -114,7 +118,7 @@ fi
 # The tensorref torch device: unchanged PyTorch models on it against plain PyTorch on CUDA, then
 # a Llama-shaped fp16 decoder through a quarter of its weights beside accelerate and the bound.
 if wants torch-device; then
-  step torch-device env PYTHONPATH="$here/python" TENSORREF_LIB="$here/lib/libtensorref.so" \
+  step torch-device env PYTHONPATH="$here/python${PYTHONPATH:+:$PYTHONPATH}" TENSORREF_LIB="$here/lib/libtensorref.so" \
     python3 "$here/torch_device_cuda.py" ${TORCH_DEVICE_ARGS:-}
 fi
 
