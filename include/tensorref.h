@@ -39,7 +39,7 @@
 
 #define TR_VERSION_PATCH 0
 
-#define TR_ABI_VERSION 5
+#define TR_ABI_VERSION 6
 
 /**
  * Status codes of the C ABI (`tr_status`, an `int32_t`). Grouped by hundreds; a released code
@@ -221,7 +221,10 @@ typedef int32_t tr_scalar_kind;
 #endif // __cplusplus
 
 /**
- * The kind of compute device the residency manager places storages on.
+ * A kind of device: where the residency manager computes (`tr_residency_config`), and where a
+ * tensor's memory is (`tr_tensor_device`, `tr_live_bytes`), each with a device index beside it.
+ * Values from 3 on are reserved for kinds to come (the `tensorref` device of libtorch's
+ * dispatcher, should a handle ever name it).
  */
 enum tr_device
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -694,11 +697,12 @@ tr_status tr_tensor_shape(struct tr_tensor t, int64_t *dims, size_t len, size_t 
 tr_status tr_tensor_dtype(struct tr_tensor t, tr_dtype *out);
 
 /**
- * Writes where the memory of `t` is: -1 for host memory, n >= 0 for CUDA device n (as
- * `tr_live_bytes` numbers devices). Under a residency manager this is the tensor's home; the
- * manager's device copies are its own. Errors: TR_ERR_NULL_ARG, bad handles.
+ * Writes where the memory of `t` is, as `tr_residency_config` names devices: TR_DEVICE_CPU
+ * with index 0 for host memory, TR_DEVICE_CUDA with the device number. Under a residency
+ * manager this is the tensor's home; the manager's device copies are its own. Errors:
+ * TR_ERR_NULL_ARG, bad handles, TR_ERR_DEVICE (memory of a kind the ABI cannot name).
  */
-tr_status tr_tensor_device(struct tr_tensor t, int32_t *out);
+tr_status tr_tensor_device(struct tr_tensor t, tr_device *device, int32_t *index);
 
 /**
  * Writes the number of elements of `t`. Errors: TR_ERR_NULL_ARG, bad handles.
@@ -731,9 +735,12 @@ tr_status tr_tensor_scope(struct tr_tensor t, struct tr_scope *out);
 size_t tr_live_handles(void);
 
 /**
- * Logical bytes held by live handles on a device: -1 for host memory, n >= 0 for CUDA device n.
+ * Writes the logical bytes held by live handles on a device: TR_DEVICE_CPU (host memory;
+ * `index` is ignored) or TR_DEVICE_CUDA with the device number. Errors: TR_ERR_NULL_ARG;
+ * TR_ERR_INVALID_ARG for an unknown device, a negative index, or TR_DEVICE_SIMULATED (a manager's
+ * way to compute, not where a tensor lives: its memory is host memory).
  */
-uint64_t tr_live_bytes(int32_t device);
+tr_status tr_live_bytes(tr_device device, int32_t index, uint64_t *out);
 
 /**
  * Seeds libtorch's default random generator (rand, randn, dropout): same seed, same values.

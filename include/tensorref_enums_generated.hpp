@@ -70,7 +70,10 @@ inline const char* to_string(ScalarKind v) noexcept {
     return "unknown";
 }
 
-/// The kind of compute device the residency manager places storages on.
+/// A kind of device: where the residency manager computes (`tr_residency_config`), and where a
+/// tensor's memory is (`tr_tensor_device`, `tr_live_bytes`), each with a device index beside it.
+/// Values from 3 on are reserved for kinds to come (the `tensorref` device of libtorch's
+/// dispatcher, should a handle ever name it).
 enum class Device : int32_t {
     /// Host memory; nothing moves (the manager only accounts).
     Cpu = TR_DEVICE_CPU,

@@ -110,8 +110,9 @@ impl Tensor {
         data::item(self.id)
     }
 
-    /// Where the memory is: -1 for host memory, n >= 0 for CUDA device n.
-    pub fn device_index(&self) -> Result<i32> {
+    /// Where the memory is (under a residency manager, the tensor's home: the manager's device
+    /// copies are its own).
+    pub fn device(&self) -> Result<tch::Device> {
         data::device(self.id)
     }
 

@@ -136,6 +136,7 @@ fn live_bytes_follow_handles() {
         let cpu = tch::Device::Cpu;
         let before = tensorref::live_bytes(cpu);
         let t = Tensor::zeros(&[256], DType::F64)?;
+        assert_eq!(t.device()?, cpu);
         let held = tensorref::live_bytes(cpu);
         assert!(held >= before + 2048, "{held} bytes live, {before} before");
         drop(t);

@@ -16,10 +16,13 @@ inline size_t live_handles() {
     return tr_live_handles();
 }
 
-/// Logical bytes held by live handles on a device: -1 host memory, n >= 0 CUDA device n.
-inline uint64_t live_bytes(int32_t device = -1) {
+/// Logical bytes held by live handles on a device: Device::Cpu (host memory), or Device::Cuda
+/// with its number.
+inline uint64_t live_bytes(Device device = Device::Cpu, int32_t index = 0) {
     detail::ensure_abi();
-    return tr_live_bytes(device);
+    uint64_t n = 0;
+    detail::call(tr_live_bytes, static_cast<tr_device>(device), index, &n);
+    return n;
 }
 
 /// Seeds libtorch's default random generator (rand, randn, dropout).

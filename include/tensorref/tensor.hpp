@@ -162,11 +162,20 @@ class Tensor : public detail::TensorOps<Tensor> {
         return n;
     }
 
-    /// Where the memory is: -1 for host memory, n >= 0 for CUDA device n.
+    /// Where the memory is: Device::Cpu (host memory) or Device::Cuda (`device_index` says which).
+    Device device() const {
+        tr_device d = TR_DEVICE_CPU;
+        int32_t index = 0;
+        detail::call(tr_tensor_device, h_, &d, &index);
+        return static_cast<Device>(d);
+    }
+
+    /// The CUDA device number of a tensor on Device::Cuda; 0 for host memory.
     int32_t device_index() const {
-        int32_t d = -1;
-        detail::call(tr_tensor_device, h_, &d);
-        return d;
+        tr_device d = TR_DEVICE_CPU;
+        int32_t index = 0;
+        detail::call(tr_tensor_device, h_, &d, &index);
+        return index;
     }
 
     /// The value of a one-element tensor as a double (else TR_ERR_SHAPE).

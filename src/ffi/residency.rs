@@ -13,7 +13,10 @@ use std::mem::ManuallyDrop;
 use std::sync::Mutex;
 use tensorref_derive::CEnum;
 
-/// The kind of compute device the residency manager places storages on.
+/// A kind of device: where the residency manager computes (`tr_residency_config`), and where a
+/// tensor's memory is (`tr_tensor_device`, `tr_live_bytes`), each with a device index beside it.
+/// Values from 3 on are reserved for kinds to come (the `tensorref` device of libtorch's
+/// dispatcher, should a handle ever name it).
 #[repr(i32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, CEnum)]
 #[c_enum(what = "device kind")]

@@ -3,7 +3,8 @@
 use super::boundary::{call, handles_arg, out_arg, slice_arg, slice_out};
 use super::handles::{TrDtype, TrScalar, TrScope, TrTensor};
 use crate::dtype::DType;
-use crate::error::Status;
+use super::residency::{DeviceKind, TrDevice};
+use crate::error::{Error, Status};
 use crate::ops::data;
 use crate::registry::{self, TensorId};
 
@@ -124,14 +125,20 @@ pub extern "C" fn tr_tensor_dtype(t: TrTensor, out: *mut TrDtype) -> Status {
     })
 }
 
-/// Writes where the memory of `t` is: -1 for host memory, n >= 0 for CUDA device n (as
-/// `tr_live_bytes` numbers devices). Under a residency manager this is the tensor's home; the
-/// manager's device copies are its own. Errors: TR_ERR_NULL_ARG, bad handles.
+/// Writes where the memory of `t` is, as `tr_residency_config` names devices: TR_DEVICE_CPU
+/// with index 0 for host memory, TR_DEVICE_CUDA with the device number. Under a residency
+/// manager this is the tensor's home; the manager's device copies are its own. Errors:
+/// TR_ERR_NULL_ARG, bad handles, TR_ERR_DEVICE (memory of a kind the ABI cannot name).
 #[no_mangle]
-pub extern "C" fn tr_tensor_device(t: TrTensor, out: *mut i32) -> Status {
+pub extern "C" fn tr_tensor_device(t: TrTensor, device: *mut TrDevice, index: *mut i32) -> Status {
     call(|| {
-        let out = out_arg(out, "out")?;
-        *out = data::device(t.into())?;
+        let (kind, n) = match data::device(t.into())? {
+            tch::Device::Cpu => (DeviceKind::Cpu, 0),
+            tch::Device::Cuda(n) => (DeviceKind::Cuda, i32::try_from(n).map_err(|_| Error::Device(format!("CUDA device {n}")))?),
+            other => return Err(Error::Device(format!("the tensor is on {other:?}, which the C ABI cannot name"))),
+        };
+        *out_arg(device, "device")? = kind as TrDevice;
+        *out_arg(index, "index")? = n;
         Ok(())
     })
 }
@@ -187,11 +194,24 @@ pub extern "C" fn tr_live_handles() -> usize {
     registry::live_handles()
 }
 
-/// Logical bytes held by live handles on a device: -1 for host memory, n >= 0 for CUDA device n.
+/// Writes the logical bytes held by live handles on a device: TR_DEVICE_CPU (host memory;
+/// `index` is ignored) or TR_DEVICE_CUDA with the device number. Errors: TR_ERR_NULL_ARG;
+/// TR_ERR_INVALID_ARG for an unknown device, a negative index, or TR_DEVICE_SIMULATED (a manager's
+/// way to compute, not where a tensor lives: its memory is host memory).
 #[no_mangle]
-pub extern "C" fn tr_live_bytes(device: i32) -> u64 {
-    let device = usize::try_from(device).map_or(tch::Device::Cpu, tch::Device::Cuda);
-    registry::live_bytes(device)
+pub extern "C" fn tr_live_bytes(device: TrDevice, index: i32, out: *mut u64) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        let device = match DeviceKind::try_from(device)? {
+            DeviceKind::Cpu => tch::Device::Cpu,
+            DeviceKind::Cuda => tch::Device::Cuda(usize::try_from(index).map_err(|_| Error::InvalidArg(format!("device index {index}")))?),
+            DeviceKind::Simulated => {
+                return Err(Error::InvalidArg("TR_DEVICE_SIMULATED names how a manager computes, not where a tensor lives: its memory is host memory (TR_DEVICE_CPU)".into()))
+            }
+        };
+        *out = registry::live_bytes(device);
+        Ok(())
+    })
 }
 
 /// Seeds libtorch's default random generator (rand, randn, dropout): same seed, same values.

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 pub const TR_VERSION_MAJOR: u32 = 0;
 pub const TR_VERSION_MINOR: u32 = 1;
 pub const TR_VERSION_PATCH: u32 = 0;
-pub const TR_ABI_VERSION: u32 = 5;
+pub const TR_ABI_VERSION: u32 = 6;
 
 /// The ABI version the library was built with; equals the header's TR_ABI_VERSION when the
 /// header and the library match.

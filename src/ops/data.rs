@@ -57,14 +57,10 @@ pub(crate) fn dtype(id: TensorId) -> Result<DType> {
     DType::from_kind(e.f_kind()?)
 }
 
-/// Where the tensor's memory is: -1 for host memory, n >= 0 for CUDA device n.
-pub(crate) fn device(id: TensorId) -> Result<i32> {
+/// Where the tensor's memory is (under a residency manager, its home's).
+pub(crate) fn device(id: TensorId) -> Result<tch::Device> {
     let [e] = registry::get([id])?;
-    match e.device() {
-        tch::Device::Cpu => Ok(-1),
-        tch::Device::Cuda(n) => i32::try_from(n).map_err(|_| Error::Device(format!("CUDA device {n}"))),
-        other => Err(Error::Device(format!("the tensor is on {other:?}, which the C ABI cannot name"))),
-    }
+    Ok(e.device())
 }
 
 pub(crate) fn numel(id: TensorId) -> Result<usize> {

@@ -126,12 +126,20 @@ static void alias_shares_storage_with_own_life(void) {
 
 static void live_bytes_follow_handles(void) {
     const int64_t shape[2] = {4, 8};
-    uint64_t before = tr_live_bytes(-1);
+    uint64_t before = 0, now = 0;
+    CHECK_OK(tr_live_bytes(TR_DEVICE_CPU, 0, &before));
     tr_tensor t = {0};
     REQUIRE_OK(tr_tensor_zeros(shape, 2, TR_DTYPE_F64, &t));
-    CHECK_EQ_U(tr_live_bytes(-1), before + 4 * 8 * 8);
+    CHECK_OK(tr_live_bytes(TR_DEVICE_CPU, 0, &now));
+    CHECK_EQ_U(now, before + 4 * 8 * 8);
     CHECK_OK(tr_tensor_release(t));
-    CHECK_EQ_U(tr_live_bytes(-1), before);
+    CHECK_OK(tr_live_bytes(TR_DEVICE_CPU, 0, &now));
+    CHECK_EQ_U(now, before);
+    CHECK_OK(tr_live_bytes(TR_DEVICE_CUDA, 0, &now)); /* no CUDA handle here, or none yet */
+    CHECK_ERR(tr_live_bytes(TR_DEVICE_SIMULATED, 0, &now), TR_ERR_INVALID_ARG, "host memory");
+    CHECK_ERR(tr_live_bytes(TR_DEVICE_CUDA, -1, &now), TR_ERR_INVALID_ARG, "device index -1");
+    CHECK_ERR(tr_live_bytes((tr_device)7, 0, &now), TR_ERR_INVALID_ARG, "7");
+    CHECK_ERR(tr_live_bytes(TR_DEVICE_CPU, 0, NULL), TR_ERR_NULL_ARG, "`out`");
 }
 
 /* ------------------------------------------------------------------ host data */
@@ -553,7 +561,8 @@ static void scalars_keep_their_type(void) {
     tr_dtype dt = -1;
     tr_scalar v = tr_scalar_bool(false);
     int64_t got = 0;
-    int32_t device = 0;
+    tr_device device = TR_DEVICE_CUDA;
+    int32_t index = -1;
     tr_scope s = {0};
     REQUIRE_OK(tr_scope_new(&s));
     REQUIRE_OK(tr_tensor_from_data((const uint8_t *)big, sizeof big, &one, 1, TR_DTYPE_I64, &a));
@@ -573,8 +582,9 @@ static void scalars_keep_their_type(void) {
     CHECK_ERR(tr_tensor_full(&one, 1, tr_scalar_float(1.0 / 0.0), TR_DTYPE_I64, &r), TR_ERR_INVALID_ARG, "does not fit");
     CHECK_ERR(tr_tensor_add_scalar(a, (tr_scalar){.kind = 7}, &r), TR_ERR_INVALID_ARG, "unknown scalar kind 7");
     CHECK_ERR(tr_tensor_item_scalar(a, NULL), TR_ERR_NULL_ARG, "`out`");
-    CHECK_OK(tr_tensor_device(a, &device));
-    CHECK(device == -1);
+    CHECK_OK(tr_tensor_device(a, &device, &index));
+    CHECK(device == TR_DEVICE_CPU && index == 0);
+    CHECK_ERR(tr_tensor_device(a, &device, NULL), TR_ERR_NULL_ARG, "`index`");
     CHECK_OK(tr_scope_dispose(s));
 }
 

@@ -236,3 +236,17 @@ TEST(no_grad_guard_restores_the_mode) {
     }
     CHECK((w * 2.0).requires_grad());
 }
+
+TEST(device_and_live_bytes_name_devices_as_the_config_does) {
+    uint64_t before = tr::live_bytes();
+    {
+        Tensor t = tr::zeros({4, 8}, tr::DType::F64);
+        CHECK(t.device() == tr::Device::Cpu);
+        CHECK_EQ(t.device_index(), 0);
+        CHECK_EQ(tr::live_bytes(tr::Device::Cpu), before + 4 * 8 * 8);
+        CHECK_EQ(tr::live_bytes(tr::Device::Cuda, 0), uint64_t{0});  // no CUDA handle
+        CHECK_THROWS(tr::live_bytes(tr::Device::Simulated), TR_ERR_INVALID_ARG, "host memory");
+        CHECK_THROWS(tr::live_bytes(tr::Device::Cuda, -1), TR_ERR_INVALID_ARG, "device index -1");
+    }
+    CHECK_EQ(tr::live_bytes(), before);
+}

@@ -3,7 +3,7 @@ root, the managed assembly under lib/<framework>/, the native library under
 runtimes/linux-x64/native/, and the Open Packaging Conventions parts NuGet clients expect), so
 that no .NET SDK is needed to make it.
 
-    python3 tools/install/nupkg.py --version 0.1.0 --abi 5 --assembly build/dotnet/TensorRef.dll \
+    python3 tools/install/nupkg.py --version 0.1.0 --abi 6 --assembly build/dotnet/TensorRef.dll \
         --native target/release/libtensorref.so --out build/nuget      (make nuget)
 
 The assembly is Mono's mcs build, against the .NET Framework 4.5 profile (lib/net45): it runs on

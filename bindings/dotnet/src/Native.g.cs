@@ -108,7 +108,12 @@ namespace TensorRef
         Bool = 2,
     }
 
-    /// <summary>The kind of compute device the residency manager places storages on.</summary>
+    /// <summary>
+    /// A kind of device: where the residency manager computes (`tr_residency_config`), and where a
+    /// tensor's memory is (`tr_tensor_device`, `tr_live_bytes`), each with a device index beside
+    /// it. Values from 3 on are reserved for kinds to come (the `tensorref` device of libtorch's
+    /// dispatcher, should a handle ever name it).
+    /// </summary>
     public enum Device
     {
         /// <summary>TR_DEVICE_CPU: Host memory; nothing moves (the manager only accounts).</summary>
@@ -287,7 +292,7 @@ namespace TensorRef
     internal static partial class Native
     {
         /// <summary>TR_ABI_VERSION of the header this binding was generated from.</summary>
-        internal const uint AbiVersion = 5;
+        internal const uint AbiVersion = 6;
 
         /// <summary>TR_VERSION_MAJOR.MINOR.PATCH of that header.</summary>
         internal const string HeaderVersion = "0.1.0";
@@ -335,9 +340,9 @@ namespace TensorRef
         [DllImport(Lib, EntryPoint = "tr_tensor_dtype", ExactSpelling = true)]
         internal static extern Status tr_tensor_dtype(ulong t, out DType @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_device", ExactSpelling = true)]
-        internal static extern Status tr_tensor_device(TensorHandle t, out int @out);
+        internal static extern Status tr_tensor_device(TensorHandle t, out Device device, out int index);
         [DllImport(Lib, EntryPoint = "tr_tensor_device", ExactSpelling = true)]
-        internal static extern Status tr_tensor_device(ulong t, out int @out);
+        internal static extern Status tr_tensor_device(ulong t, out Device device, out int index);
         [DllImport(Lib, EntryPoint = "tr_tensor_numel", ExactSpelling = true)]
         internal static extern Status tr_tensor_numel(TensorHandle t, out UIntPtr @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_numel", ExactSpelling = true)]
@@ -357,7 +362,7 @@ namespace TensorRef
         [DllImport(Lib, EntryPoint = "tr_live_handles", ExactSpelling = true)]
         internal static extern UIntPtr tr_live_handles();
         [DllImport(Lib, EntryPoint = "tr_live_bytes", ExactSpelling = true)]
-        internal static extern ulong tr_live_bytes(int device);
+        internal static extern Status tr_live_bytes(Device device, int index, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_manual_seed", ExactSpelling = true)]
         internal static extern Status tr_manual_seed(ulong seed);
         [DllImport(Lib, EntryPoint = "tr_grad_set_enabled", ExactSpelling = true)]

@@ -171,14 +171,32 @@ namespace TensorRef
             }
         }
 
-        /// <summary>Where the memory is: -1 for host memory, n for CUDA device n.</summary>
+        void Where(out TensorRef.Device device, out int index)
+        {
+            Native.Check(Native.tr_tensor_device(Handle, out device, out index), "tr_tensor_device");
+        }
+
+        /// <summary>Where the memory is: Device.Cpu (host memory) or Device.Cuda (DeviceIndex says which).</summary>
+        public TensorRef.Device DeviceType
+        {
+            get
+            {
+                TensorRef.Device d;
+                int n;
+                Where(out d, out n);
+                return d;
+            }
+        }
+
+        /// <summary>The CUDA device number of a tensor on Device.Cuda; 0 for host memory.</summary>
         public int DeviceIndex
         {
             get
             {
-                int d;
-                Native.Check(Native.tr_tensor_device(Handle, out d), "tr_tensor_device");
-                return d;
+                TensorRef.Device d;
+                int n;
+                Where(out d, out n);
+                return n;
             }
         }
 
@@ -187,8 +205,10 @@ namespace TensorRef
         {
             get
             {
-                int d = DeviceIndex;
-                return d < 0 ? "cpu" : "cuda:" + d;
+                TensorRef.Device d;
+                int n;
+                Where(out d, out n);
+                return d == TensorRef.Device.Cuda ? "cuda:" + n : "cpu";
             }
         }
 

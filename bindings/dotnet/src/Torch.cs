@@ -39,8 +39,13 @@ namespace TensorRef
         /// <summary>Live tensor handles in the whole process, all threads (tr_live_handles).</summary>
         public static long LiveHandles => (long)(ulong)Native.tr_live_handles();
 
-        /// <summary>Bytes held by live handles: device -1 is host memory, n >= 0 CUDA device n.</summary>
-        public static ulong LiveBytes(int device = -1) => Native.tr_live_bytes(device);
+        /// <summary>Bytes held by live handles on a device: Device.Cpu (host memory), or Device.Cuda with its number.</summary>
+        public static ulong LiveBytes(Device device = Device.Cpu, int index = 0)
+        {
+            ulong n;
+            Native.Check(Native.tr_live_bytes(device, index, out n), "tr_live_bytes");
+            return n;
+        }
 
         /// <summary>The library's version text (tr_version).</summary>
         public static string Version => Marshal.PtrToStringAnsi(Native.tr_version());

@@ -50,6 +50,8 @@ namespace TensorRef.Tests
             { "bool *", new[] { "Boolean&/I1" } },
             { "tr_dtype", new[] { "DType" } },
             { "tr_dtype *", new[] { "DType&" } },
+            { "tr_device", new[] { "Device" } },
+            { "tr_device *", new[] { "Device&" } },
             { "char *", new[] { "Byte[]" } },
             { "const uint8_t *", new[] { "IntPtr" } },
             { "uint8_t *", new[] { "IntPtr" } },

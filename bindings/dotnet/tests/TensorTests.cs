@@ -32,6 +32,23 @@ namespace TensorRef.Tests
         }
 
         [Test]
+        static void Device_AndLiveBytes_NameDevicesAsTheConfigDoes()
+        {
+            ulong before = torch.LiveBytes();
+            using (torch.NewDisposeScope())
+            {
+                var t = torch.Zeros(new long[] { 4, 8 }, DType.F64);
+                Check.Equal(Device.Cpu, t.DeviceType, "device type");
+                Check.Equal(0, t.DeviceIndex, "device index of host memory");
+                Check.Equal("cpu", t.Device, "device name");
+                Check.Equal(before + 4 * 8 * 8, torch.LiveBytes(Device.Cpu), "host bytes held");
+                Check.Equal(0UL, torch.LiveBytes(Device.Cuda, 0), "no CUDA handle");
+                Check.Throws(Status.InvalidArg, () => torch.LiveBytes(Device.Simulated), "host memory");
+            }
+            Check.Equal(before, torch.LiveBytes(), "bytes given back with the scope");
+        }
+
+        [Test]
         static void Operators_MatchHandComputedValues()
         {
             using (torch.NewDisposeScope())

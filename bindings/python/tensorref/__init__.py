@@ -15,9 +15,10 @@ the finalizer of Tensor, tensorref._accel) is in use; TENSORREF_PURE_PYTHON=1 tu
 from __future__ import annotations
 
 import sys as _sys
+from ctypes import byref as _byref, c_uint64 as _c_uint64
 
 from . import errors
-from ._abi_generated import TR_ABI_VERSION, TR_VERSION
+from ._abi_generated import DEVICE_CODES as _DEVICE_CODES, TR_ABI_VERSION, TR_VERSION
 from ._lib import LIB_PATH, check as _check, lib as _cdll
 from ._ops_generated import *  # noqa: F401,F403  (the op table)
 from ._ops_generated import __all__ as _op_names
@@ -82,11 +83,16 @@ def panics_caught() -> int:
     return _cdll.tr_panics_caught()
 
 
-def live_bytes(device: int = -1) -> int:
-    """Logical bytes held by live handles: device -1 is host memory, n >= 0 CUDA device n
+def live_bytes(device: str = "cpu") -> int:
+    """Logical bytes held by live handles on a device: "cpu" (host memory), or "cuda" / "cuda:n"
     (deferred releases are flushed first)."""
+    kind, _, index = str(device).partition(":")
+    if kind not in ("cpu", "cuda") or (index and (kind == "cpu" or not index.isdigit())):
+        raise ValueError(f"live_bytes: a device is \"cpu\", \"cuda\" or \"cuda:n\", not {device!r}")
     flush_releases()
-    return _cdll.tr_live_bytes(device)
+    out = _c_uint64()
+    _check(_cdll.tr_live_bytes(_DEVICE_CODES[kind.upper()], int(index or 0), _byref(out)), "tr_live_bytes")
+    return out.value
 
 
 def manual_seed(seed: int) -> None:

@@ -5,7 +5,7 @@ tr_abi_version() differs from TR_ABI_VERSION."""
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_bool, c_char, c_char_p, c_double, c_int32,
                     c_int64, c_size_t, c_uint32, c_uint64, c_void_p)
 
-TR_ABI_VERSION = 5
+TR_ABI_VERSION = 6
 TR_VERSION = (0, 1, 0)
 
 # tr_status codes by name.
@@ -216,13 +216,13 @@ def signatures(T) -> dict:
         'tr_tensor_copy_to': (c_int32, (T, c_void_p, c_size_t, POINTER(c_size_t))),
         'tr_tensor_shape': (c_int32, (T, POINTER(c_int64), c_size_t, POINTER(c_size_t))),
         'tr_tensor_dtype': (c_int32, (T, POINTER(c_int32))),
-        'tr_tensor_device': (c_int32, (T, POINTER(c_int32))),
+        'tr_tensor_device': (c_int32, (T, POINTER(c_int32), POINTER(c_int32))),
         'tr_tensor_numel': (c_int32, (T, POINTER(c_size_t))),
         'tr_tensor_item': (c_int32, (T, POINTER(c_double))),
         'tr_tensor_item_scalar': (c_int32, (T, POINTER(Scalar))),
         'tr_tensor_scope': (c_int32, (T, POINTER(ScopeHandle))),
         'tr_live_handles': (c_size_t, ()),
-        'tr_live_bytes': (c_uint64, (c_int32,)),
+        'tr_live_bytes': (c_int32, (c_int32, c_int32, POINTER(c_uint64))),
         'tr_manual_seed': (c_int32, (c_uint64,)),
         'tr_grad_set_enabled': (c_int32, (c_bool, POINTER(c_bool))),
         'tr_scope_new': (c_int32, (POINTER(ScopeHandle),)),

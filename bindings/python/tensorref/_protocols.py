@@ -13,6 +13,7 @@ from ctypes import byref, c_int32, c_void_p
 import numpy as np
 
 from . import dtypes as _dtypes
+from ._abi_generated import DEVICE_CODES
 from ._lib import fail, lib
 from ._tensor import Tensor
 from .interop import dlpack_capsule
@@ -71,17 +72,18 @@ def __array__(self, dtype=None, copy=None):
 
 
 # ------------------------------------------------------------ DLPack
-def _device_index(t: Tensor) -> int:
-    out = c_int32()
-    st = lib.tr_tensor_device(t, byref(out))
+def _where(t: Tensor) -> tuple[bool, int]:
+    """Whether `t`'s memory is on a CUDA device, and that device's number."""
+    kind, index = c_int32(), c_int32()
+    st = lib.tr_tensor_device(t, byref(kind), byref(index))
     if st:
         fail(st, "tr_tensor_device", t)
-    return out.value
+    return kind.value == DEVICE_CODES["CUDA"], index.value
 
 
 def __dlpack_device__(self) -> tuple[int, int]:
-    d = _device_index(self)
-    return (_KDLCPU, 0) if d < 0 else (_KDLCUDA, d)
+    cuda, index = _where(self)
+    return (_KDLCUDA, index) if cuda else (_KDLCPU, 0)
 
 
 def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
@@ -97,8 +99,8 @@ def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None
 @property
 def device(self) -> str:
     """"cpu" or "cuda:n": where the tensor's memory is (its home under a residency manager)."""
-    d = _device_index(self)
-    return "cpu" if d < 0 else f"cuda:{d}"
+    cuda, index = _where(self)
+    return f"cuda:{index}" if cuda else "cpu"
 
 
 # ------------------------------------------------------------ sequences and shapes

@@ -81,6 +81,18 @@ def test_torch_and_numpy_take_a_tensor_through_dlpack():
     assert tr.live_handles() == before - 1
 
 
+def test_live_bytes_name_devices_as_torch_does():
+    before = tr.live_bytes()
+    a = tr.zeros([4, 8], dtype=tr.float64)
+    assert tr.live_bytes("cpu") == before + 4 * 8 * 8
+    assert tr.live_bytes("cuda") == tr.live_bytes("cuda:0") == 0  # no CUDA handle
+    for wrong in ("simulated", "cpu:0", "cuda:x", -1):
+        with pytest.raises(ValueError, match="live_bytes: a device is"):
+            tr.live_bytes(wrong)
+    a.close()
+    assert tr.live_bytes() == before
+
+
 def test_an_unconsumed_dlpack_capsule_gives_its_reference_back():
     x = torch.zeros(3)
     a = tr.from_torch(x)  # the library's tensor holds x's TensorImpl
