@@ -20,6 +20,7 @@ locked: it must not call tensorref; its exceptions are caught and kept (`callbac
 from __future__ import annotations
 
 import dataclasses
+import sys
 import warnings
 from ctypes import byref, c_bool
 from typing import Callable, NamedTuple
@@ -119,6 +120,11 @@ def configure(config: Config | None = None, **fields) -> Config:
     flush_releases()
     _check(lib.tr_residency_configure(byref(c)), "tr_residency_configure")
     _torch_saved.follow(c.device != DEVICE_CODES["CPU"])
+    if c.device == DEVICE_CODES["CUDA"] and "torch" in sys.modules:
+        # PyTorch's own lazy CUDA initialisation, which the manager's start in C++ does not run:
+        # until it runs, torch.manual_seed only queues the CUDA generator's seed, and the random
+        # ops of the `tensorref` device, which run on CUDA, would draw unseeded.
+        sys.modules["torch"].cuda.init()
     marked_by_program.clear()
     if not _saved_batch:
         _saved_batch.append(_ownership.set_release_batch(1))
