@@ -22,6 +22,9 @@ pub(crate) struct Entry {
     uid: OnceLock<u64>,
     /// Whether the residency manager tracks this entry (it is then told when the entry dies).
     pub(crate) registered: AtomicBool,
+    /// Its memory was never written: a storage the `tensorref` device made (`empty`) that no one
+    /// has seen on the host. The manager gives such a storage device memory without loading it.
+    fresh: AtomicBool,
 }
 
 // SAFETY: `tch::Tensor` is `Send` but not `Sync` because it wraps a pointer to a heap
@@ -33,7 +36,20 @@ unsafe impl Sync for Entry {}
 
 impl Entry {
     pub(crate) fn new(tensor: tch::Tensor) -> Entry {
-        Entry { tensor, footprint: OnceLock::new(), uid: OnceLock::new(), registered: AtomicBool::new(false) }
+        Entry { tensor, footprint: OnceLock::new(), uid: OnceLock::new(), registered: AtomicBool::new(false), fresh: AtomicBool::new(false) }
+    }
+
+    /// An entry whose memory was never written (see `fresh`).
+    pub(crate) fn fresh(tensor: tch::Tensor) -> Entry {
+        let entry = Entry::new(tensor);
+        entry.fresh.store(true, Ordering::Release);
+        entry
+    }
+
+    /// Whether its memory was never written, and from now on it counts as written: the caller
+    /// either writes it on the host or gives it to the manager, which knows.
+    pub(crate) fn take_fresh(&self) -> bool {
+        self.fresh.swap(false, Ordering::AcqRel)
     }
 
     /// Logical bytes: elements times element size (a view counts at its own size).
@@ -60,6 +76,7 @@ impl Entry {
         debug_assert!(!self.is_registered(), "the residency manager still tracks this entry");
         self.footprint.take();
         self.uid.take();
+        self.fresh.store(false, Ordering::Release);
         // SAFETY: a null tensor owns nothing; `at_free(NULL)` would be `delete nullptr`, and
         // `refill` forgets it rather than dropping it anyway. Nothing reads an emptied entry.
         std::mem::replace(&mut self.tensor, unsafe { tch::Tensor::from_ptr(std::ptr::null_mut()) })

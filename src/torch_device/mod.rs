@@ -124,7 +124,15 @@ pub(crate) fn entry_of(t: &tch::Tensor) -> Result<tch::Tensor> {
     // SAFETY: `t` is live for the call; the home is borrowed while `t` keeps its storage.
     crate::shim::run("the home of a tensorref tensor", |err, len| unsafe { tr_native_torch_device_home(t.as_ptr().cast(), &mut home, err, len) })?;
     // SAFETY: the home (an `Entry` the C++ half holds) is live while `t` is.
-    crate::residency::torch_storage::view_on(unsafe { &*home.cast::<Entry>() }, t).map_err(Error::from)
+    host_view(unsafe { &*home.cast::<Entry>() }, t)
+}
+
+/// A view of a storage's home memory as `like`, for code that reads or writes it on the host,
+/// outside the manager: from here on its memory counts as written (see `Entry::fresh`). Every
+/// host path to a home goes through here.
+fn host_view(home: &Entry, like: &tch::Tensor) -> Result<tch::Tensor> {
+    home.take_fresh();
+    crate::residency::torch_storage::view_on(home, like).map_err(Error::from)
 }
 
 thread_local! {
@@ -201,7 +209,7 @@ extern "C" fn acquire(ticket: *mut Ticket, home: *const Entry, like: *const c_vo
         let (home, like) = unsafe { (&*home, std::mem::ManuallyDrop::new(tch::Tensor::from_ptr(like as *mut _))) };
         let view = match unsafe { ticket.as_mut() } {
             Some(t) => t.acquire_as(home, &like, write != 0)?,
-            None => crate::residency::torch_storage::view_on(home, &like).map_err(Error::from)?,
+            None => host_view(home, &like)?,
         };
         // SAFETY: `out` is the C++ half's slot; it takes ownership of the new `at::Tensor*`.
         unsafe { *out = std::mem::ManuallyDrop::new(view).as_mut_ptr().cast() };
@@ -281,7 +289,7 @@ extern "C" fn unheld_home(home: *const Entry, like: *const c_void, out: *mut *mu
         let view = match crate::residency::knows(home)? {
             true => std::ptr::null_mut(),
             false => {
-                let view = crate::residency::torch_storage::view_on(home, &like).map_err(Error::from)?;
+                let view = host_view(home, &like)?;
                 std::mem::ManuallyDrop::new(view).as_mut_ptr().cast()
             }
         };
@@ -295,11 +303,11 @@ extern "C" fn unheld_home(home: *const Entry, like: *const c_void, out: *mut *mu
     rc
 }
 
-/// A host tensor (ownership passed) as a storage's home.
+/// A new storage's host memory (ownership passed, never written yet) as its home.
 extern "C" fn adopt(host: *mut c_void) -> *const Entry {
     // SAFETY: the C++ half hands over a tensor it allocated with `new`.
     let host = unsafe { tch::Tensor::from_ptr(host as *mut _) };
-    Arc::into_raw(Arc::new(Entry::new(host)))
+    Arc::into_raw(Arc::new(Entry::fresh(host)))
 }
 
 /// A `tensorref` storage died: its home goes (the manager forgets it with its last view).

@@ -106,6 +106,25 @@ def test_training_equals_the_cpu_under_a_budget(optimizer):
     assert s.evictions > 0 and s.peak_device_bytes <= budget and peak <= budget
 
 
+def test_a_tensor_the_device_makes_is_never_loaded_and_nothing_written_is_lost():
+    x = torch.randn(64, 64)
+    with residency.session(policy="flow", budget_bytes=4 * x.nbytes):
+        t = x.to("tensorref")  # written on the host, before the manager sees it
+        loads = residency.stats().load_bytes
+        # contiguous() and zeros(): memory the device makes, then fills on the device. Neither
+        # is loaded: only t, read here for the first time.
+        y, z = t.t().contiguous(), torch.zeros(64, 64, device="tensorref")
+        assert residency.stats().load_bytes - loads == x.nbytes
+        e = torch.empty(4, device="tensorref")
+        e.copy_(torch.arange(4.0))  # written on the host: the manager must load it
+        assert torch.equal((e + 1).cpu(), torch.arange(1.0, 5.0))
+        # Written on the device only, then pushed out by larger tensors: written back, not lost.
+        pushed = [torch.ones(64, 64, device="tensorref") * i for i in range(6)]
+        assert residency.stats().write_backs > 0
+        assert torch.equal(y.cpu(), x.t()) and torch.equal(z.cpu(), torch.zeros(64, 64))
+        assert [p[0, 0].item() for p in pushed] == [float(i) for i in range(6)]
+
+
 def test_without_a_manager_ops_run_on_the_host_homes():
     model = _model()
     x = torch.randn(4, 32)

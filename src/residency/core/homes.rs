@@ -55,7 +55,8 @@ impl Manager {
     }
 
     /// Registers the storage of a tensor made outside the manager. Pageable memory of ours is
-    /// moved into page-locked memory now, once (see `pin_home`).
+    /// moved into page-locked memory now, once (see `pin_home`); memory never written yet
+    /// (`Entry::fresh`) is replaced without a copy, and is not loaded when brought to the device.
     pub(in crate::residency) fn add_storage(&mut self, entry: &Entry, info: crate::residency::torch_storage::StorageInfo) -> Result<u64> {
         let id = self.new_id();
         let home = crate::residency::torch_storage::storage_bytes(entry)?;
@@ -68,6 +69,7 @@ impl Manager {
         };
         let mut s = Storage::new(home, kind, info.nbytes, TraceKey::Persistent(id));
         s.home_id = info.id;
+        s.fresh = self.moves() && matches!(kind, Home::Pageable | Home::PageLocked) && entry.take_fresh();
         if on_device {
             s.device = Some(s.home.shallow_clone());
             s.device_id = info.id;
@@ -91,7 +93,7 @@ impl Manager {
     /// The home's StorageImpl takes the new memory, so every view of it follows; the old memory is
     /// freed once no reader can still use it.
     pub(in crate::residency) fn pin_home(&mut self, s: &mut Storage) -> Result<()> {
-        let (old, new) = page_locked(self.cfg.device, || crate::residency::torch_storage::home_pin(&s.home, self.cuda()))?;
+        let (old, new) = page_locked(self.cfg.device, || crate::residency::torch_storage::home_pin(&s.home, self.cuda(), !s.fresh))?;
         RETIRED.lock().unwrap_or_else(PoisonError::into_inner).push(old);
         s.kind = Home::PageLocked;
         self.stats.count_page_locked(new, s.bytes);

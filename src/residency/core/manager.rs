@@ -261,6 +261,7 @@ impl Manager {
         crate::residency::autograd::share_version(&copy, &s.home)?;
         s.device_id = crate::residency::torch_storage::storage(&copy, false)?.id;
         s.device = Some(copy);
+        s.fresh = false; // what the home holds is on the device now, written or not
         self.by_device.insert(s.device_id, id);
         s.loading = Some(transfer);
         s.prefetched = kind == EventKind::Prefetch;
@@ -286,6 +287,26 @@ impl Manager {
             self.stats.load_wait_ns += started.elapsed().as_nanos() as u64;
         }
         self.event(kind, id, bytes, op, Some(started));
+        Ok(())
+    }
+
+    /// Gives a storage never written (`Storage::fresh`) memory on the device, where its data
+    /// will be from now on: nothing to load, and its home is out of date.
+    pub(in crate::residency) fn allocate(&mut self, id: u64, op: &'static str) -> Result<()> {
+        let s = self.storages.get_mut(&id).expect("registered");
+        let memory = self.cfg.device.allocate(s.bytes, op)?;
+        crate::residency::autograd::share_version(&memory, &s.home)?;
+        s.device_id = crate::residency::torch_storage::storage(&memory, false)?.id;
+        s.device = Some(memory);
+        (s.fresh, s.dirty, s.modified) = (false, true, true);
+        let (bytes, role) = (s.bytes, s.role);
+        self.by_device.insert(s.device_id, id);
+        self.stats.device_bytes += bytes;
+        self.device_by_role.add(role, bytes);
+        self.stats.peak_device_bytes = self.stats.peak_device_bytes.max(self.stats.device_bytes);
+        if let Some(log) = &mut self.schedule {
+            log.made(id);
+        }
         Ok(())
     }
 

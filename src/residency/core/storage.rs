@@ -122,6 +122,9 @@ pub(crate) struct Storage {
     /// other's.
     pub(crate) within: Option<u64>,
     pub(crate) role: Role,
+    /// Its memory was never written (a storage the `tensorref` device made): brought to the
+    /// device, it gets memory there and nothing is loaded.
+    pub(crate) fresh: bool,
 }
 
 impl Storage {
@@ -149,6 +152,7 @@ impl Storage {
             recipe_holds: 0,
             within: None,
             role: Role::Weights,
+            fresh: false,
         }
     }
 

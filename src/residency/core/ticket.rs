@@ -166,6 +166,7 @@ impl Ticket {
     pub(crate) fn acquire_as(&mut self, entry: &Entry, like: &tch::Tensor, write: bool) -> Result<tch::Tensor> {
         self.check()?;
         if !self.moves {
+            entry.take_fresh(); // the op reads or writes the home itself
             return Ok(crate::residency::torch_storage::view_on(entry, like)?);
         }
         self.acquire_storage(entry, like, write)

@@ -270,15 +270,18 @@ int tr_native_home_allocate(const void *home, int pinned, int cuda, char *err, s
 }
 
 // Moves the storage of `home` (pageable memory of the library's) into page-locked memory: the
-// bytes are copied and the StorageImpl takes the new memory. The old memory is written to
+// bytes are copied (unless `copy` is 0: memory never written) and the StorageImpl takes the new
+// memory. The old memory is written to
 // `*out_old` as a uint8 tensor that owns it: the caller frees it when no reader can still be using
 // it.
-int tr_native_home_pin(const void *home, int cuda, void **out_old, char *err, size_t err_len) {
+int tr_native_home_pin(const void *home, int cuda, int copy, void **out_old, char *err, size_t err_len) {
     return guarded(err, err_len, [&] {
         c10::StorageImpl *s = impl_of(home);
         auto n = s->nbytes();
         at::DataPtr fresh = page_locked(n, cuda != 0);
-        std::memcpy(fresh.get(), s->_mutable_data_ptr_no_checks().get(), n);
+        if (copy != 0) {
+            std::memcpy(fresh.get(), s->_mutable_data_ptr_no_checks().get(), n);
+        }
         at::DataPtr old = s->set_data_ptr(std::move(fresh));
         auto impl = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), n, std::move(old),
                                                           nullptr, /*resizable=*/false);

@@ -41,7 +41,7 @@ extern "C" {
     fn tr_native_alias_bytes(holder: *const c_void, offset: u64, nbytes: u64, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_result_home(t: *const c_void, out_home: *mut *mut c_void, out_home_bytes: *mut *mut c_void, out_home_id: *mut usize, out_device_bytes: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_home_allocate(home: *const c_void, pinned: c_int, cuda: c_int, err: *mut c_char, err_len: usize) -> c_int;
-    fn tr_native_home_pin(home: *const c_void, cuda: c_int, out_old: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_home_pin(home: *const c_void, cuda: c_int, copy: c_int, out_old: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_copy_quiet(dst: *const c_void, src: *const c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_mark_external(t: *const c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_page_locked_empty(sizes: *const i64, ndim: usize, dtype: c_int, cuda: c_int, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
@@ -133,11 +133,12 @@ pub(crate) fn home_allocate(home: &tch::Tensor, pinned: bool, cuda: bool) -> Res
     run("home", |err, len| unsafe { tr_native_home_allocate(home.as_ptr().cast(), pinned.into(), cuda.into(), err, len) })
 }
 
-/// Moves the storage of `home` into page-locked memory; returns the old memory, to be freed when
-/// no reader can still be using it.
-pub(crate) fn home_pin(home: &tch::Tensor, cuda: bool) -> Result<tch::Tensor> {
+/// Moves the storage of `home` into page-locked memory, its bytes copied unless `copy` is false
+/// (memory never written); returns the old memory, to be freed when no reader can still be
+/// using it.
+pub(crate) fn home_pin(home: &tch::Tensor, cuda: bool, copy: bool) -> Result<tch::Tensor> {
     // SAFETY: `home` is live for the call.
-    make("page-locked home", |out, err, len| unsafe { tr_native_home_pin(home.as_ptr().cast(), cuda.into(), out, err, len) })
+    make("page-locked home", |out, err, len| unsafe { tr_native_home_pin(home.as_ptr().cast(), cuda.into(), copy.into(), out, err, len) })
 }
 
 /// Copies `src` into `dst` without bumping autograd's version counter (the manager's copies are

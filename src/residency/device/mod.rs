@@ -99,6 +99,13 @@ impl Device {
         }
     }
 
+    /// Device memory for `bytes` bytes never written (a 1-D byte tensor), for `op`.
+    pub(crate) fn allocate(self, bytes: u64, op: &str) -> Result<tch::Tensor> {
+        self.fault(Fault::DeviceAllocation, format_args!("allocating device memory for `{op}`"))?;
+        let _counted = (self == Device::Simulated).then(|| Scope::enter(Mode::Count));
+        Ok(tch::Tensor::f_empty([bytes as i64], (tch::Kind::Uint8, self.tch()))?)
+    }
+
     /// A device copy of a home (a 1-D byte tensor), and the copy still running. With `after_write`
     /// (the home's write-back may still be running), the copy follows the write-backs.
     ///

@@ -300,13 +300,17 @@ impl Manager {
         (recipe.replay)(&views.iter().map(Option::as_ref).collect::<Vec<_>>())
     }
 
-    /// Brings a storage to the device for an op: loaded from its home, or made again.
+    /// Brings a storage to the device for an op: loaded from its home, made again, or, never
+    /// written yet, given device memory.
     pub(in crate::residency) fn bring(&mut self, id: u64, op: &'static str, kind: EventKind) -> Result<()> {
         if self.storages[&id].dropped() {
             return self.recompute(id, op);
         }
         self.make_room(self.storages[&id].bytes, op)?;
-        self.load(id, op, kind)
+        match self.storages[&id].fresh {
+            true => self.allocate(id, op),
+            false => self.load(id, op, kind),
+        }
     }
 
     /// Makes a dropped storage again outside an op (a read, an export, the manager's end).

@@ -32,7 +32,8 @@ impl Manager {
         let (mut committed, mut ahead) = (0, 0);
         for (id, Ahead { working_set, results }) in plan {
             let Some(s) = self.storages.get(&id) else { continue };
-            if s.pinned || !s.counted() || s.dropped() || matches!(s.kind, Home::External { .. }) {
+            // A storage never written has nothing to load: it gets device memory at its use.
+            if s.pinned || !s.counted() || s.dropped() || s.fresh || matches!(s.kind, Home::External { .. }) {
                 continue;
             }
             let (bytes, wanted) = (s.bytes, self.trace.next_use(s.key));
