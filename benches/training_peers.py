@@ -11,7 +11,10 @@ registered, libtorch takes it for the process's accelerator and a plain CUDA bac
 (pytorch/pytorch#161129); the GPU bundle runs the peers, then these rows, and compares.
 
     python3 benches/training_peers.py [--device cpu|cuda] [--width 256] [--layers 4] [--heads 4]
-        [--tokens 64] [--batch 16] [--steps 6] [--dropout 0.1] [--tensorref] [--json PATH]
+        [--tokens 64] [--batch 16] [--steps 6] [--dropout 0.1] [--tensorref] [--json PATH] [--profile]
+
+--profile prints where each row's last step spends its time (torch.profiler: the ops by their own
+host time, and the device's kernels and copies), after the timed steps.
 """
 import argparse
 import json
@@ -54,6 +57,40 @@ def layer(x, p, a):
     return F.layer_norm(x + ff, [w], p[8], p[9])
 
 
+def step_once(layers, classifier, opt, x, labels, a, mode, cuda) -> float:
+    """One training step; returns its loss."""
+    h = x
+    if mode == "save_on_cpu":
+        with torch.autograd.graph.save_on_cpu(pin_memory=cuda):
+            for p in layers:
+                h = layer(h, p, a)
+            loss = F.cross_entropy(h.mean(1) @ classifier, labels)
+    else:
+        for p in layers:
+            h = checkpoint(layer, h, p, a, use_reentrant=False) if mode == "checkpoint" else layer(h, p, a)
+        loss = F.cross_entropy(h.mean(1) @ classifier, labels)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return loss.item()
+
+
+def profile_step(step, mode, cuda) -> None:
+    """Prints where one more step spends its time: the ops by their own host time and, on CUDA,
+    the kernels and copies by their device time."""
+    from torch.profiler import ProfilerActivity, profile
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        step()
+        if cuda:
+            torch.cuda.synchronize()
+    print(f"-- {mode}: one step, by host time")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14))
+    if cuda:
+        print(f"-- {mode}: one step, by device time")
+        print(prof.key_averages().table(sort_by="self_device_time_total", row_limit=8))
+
+
 def train(a, device, mode, sync=None, timing_starts=lambda: None):
     layers, classifier = build(a, device)
     params = [p for l in layers for p in l] + [classifier]
@@ -71,23 +108,12 @@ def train(a, device, mode, sync=None, timing_starts=lambda: None):
                 torch.cuda.synchronize()
             timing_starts()
             started = time.perf_counter()
-        h = x
-        if mode == "save_on_cpu":
-            with torch.autograd.graph.save_on_cpu(pin_memory=cuda):
-                for p in layers:
-                    h = layer(h, p, a)
-                loss = F.cross_entropy(h.mean(1) @ classifier, labels)
-        else:
-            for p in layers:
-                h = checkpoint(layer, h, p, a, use_reentrant=False) if mode == "checkpoint" else layer(h, p, a)
-            loss = F.cross_entropy(h.mean(1) @ classifier, labels)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+        losses.append(step_once(layers, classifier, opt, x, labels, a, mode, cuda))
     if cuda:
         torch.cuda.synchronize()
     ms = (time.perf_counter() - started) * 1e3 / (a.steps - 1)
+    if a.profile:
+        profile_step(lambda: step_once(layers, classifier, opt, x, labels, a, mode, cuda), mode, cuda)
     peak = torch.cuda.max_memory_allocated() if cuda else None
     reserved = torch.cuda.max_memory_reserved() if cuda else None
     return {"mode": mode, "ms_per_step": ms, "peak_allocated": peak, "peak_reserved": reserved, "losses": losses}
@@ -123,6 +149,7 @@ def main():
     ap.add_argument("--dropout", type=float, default=0.1)
     ap.add_argument("--tensorref", action="store_true", help="the rows of the tensorref device instead of the peers")
     ap.add_argument("--json")
+    ap.add_argument("--profile", action="store_true", help="print where each row's last step spends its time")
     a = ap.parse_args()
     print(f"PyTorch {torch.__version__} on {a.device}: a {a.layers}-layer encoder (width {a.width}, {a.heads} heads, "
           f"{a.batch} sequences of {a.tokens} tokens), Adam, {a.steps} steps")
