@@ -279,6 +279,12 @@ pub(crate) fn cuda_index() -> Option<usize> {
     }
 }
 
+/// Whether a budget bounds what an op may hold on the device: a manager that moves data, under a
+/// policy with a budget (Genoa, Flow).
+pub(crate) fn bounded() -> bool {
+    lock().ok().and_then(|held| held.as_ref().map(|m| m.moves() && m.policy.bounded())).unwrap_or(false)
+}
+
 /// Under a CUDA manager, gives the caching allocator's unused blocks back and starts its reserved
 /// peak (`ResidencyStats::peak_reserved_bytes`) anew, so that a benchmark's run reports its own
 /// (the allocator's peak is the process's, across managers). Nothing elsewhere.

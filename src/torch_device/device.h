@@ -48,6 +48,7 @@ struct Callbacks {
     const Entry *(*adopt)(void *host);
     void (*release)(const Entry *home);
     int (*accelerator)();
+    int (*bounded)();
 };
 
 extern const Callbacks *callbacks;

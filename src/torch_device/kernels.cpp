@@ -3,8 +3,9 @@
 // compute device's own kernel over them (no copy of data in the fallback), each new output a
 // managed storage. What needs kernels of its own: making tensors (a storage never written has
 // nothing to load), views (a view never loads its storage), copies between devices, resizing,
-// `set_`, and whether two tensors can share a TensorImpl's type (`Module._apply` keeps a
-// parameter's identity when they can).
+// `set_`, whether two tensors can share a TensorImpl's type (`Module._apply` keeps a parameter's
+// identity when they can), and ops over lists of parameters (fused and foreach optimizer steps),
+// which run once per parameter under a budget.
 #include "device.h"
 
 #include <ATen/CPUFunctions.h>
@@ -306,30 +307,63 @@ void fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
     });
 }
 
-// A fused optimizer step (`_fused_adamw_` ...) takes every parameter at once, with its gradient
-// and state: as one op, all of them would have to be on the device together. Its parameters are
-// independent, so it runs once per parameter, each through the fallback.
+// The `i`th element of a list argument, as a list of one (a tensor list, or a list of scalars:
+// `_foreach_div_.ScalarList`).
+c10::IValue element(const c10::IValue &list, size_t i) {
+    if (list.isTensorList()) {
+        return c10::List<at::Tensor>({list.toTensorList().get(i)});
+    }
+    c10::impl::GenericList one(list.toList().elementType());
+    one.push_back(list.toList().get(i));
+    return one;
+}
+
+// An op over lists of independent tensors (a fused optimizer step, `_fused_adamw_`; a foreach
+// step, `_foreach_addcdiv_`) run once per tensor, each through the fallback: as one op, every
+// parameter, with its gradient and state, would have to be on the device together. Each list
+// argument of the op's length is cut into its elements; a list the op returns is put back
+// together from the runs'.
 void per_parameter(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
-    const std::vector<c10::IValue> args = pop_arguments(stack, op.schema().arguments().size());
+    const auto &schema = op.schema();
+    const std::vector<c10::IValue> args = pop_arguments(stack, schema.arguments().size());
     const size_t first = stack->size();
     size_t count = 0;
     for (const auto &a : args) {
         if (a.isTensorList() && a.toTensorList().size() > 0) {
             const size_t len = a.toTensorList().size();
-            TORCH_CHECK(count == 0 || count == len, op.schema().name(), ": tensor lists of different lengths");
+            TORCH_CHECK(count == 0 || count == len, schema.name(), ": tensor lists of different lengths");
             count = len;
         }
     }
+    const bool returns_list = schema.returns().size() == 1 && schema.returns()[0].type()->kind() == c10::TypeKind::ListType;
+    c10::List<at::Tensor> returned;
     for (size_t i = 0; i < count; ++i) {
         for (const auto &a : args) {
-            if (a.isTensorList() && a.toTensorList().size() > 0) {
-                stack->push_back(c10::List<at::Tensor>({a.toTensorList().get(i)}));
-            } else {
-                stack->push_back(a);
-            }
+            const bool cut = a.isList() && a.toList().size() == count;
+            stack->push_back(cut ? element(a, i) : a);
         }
         fallback(op, stack);
-        stack->resize(first); // the in-place steps return nothing
+        if (returns_list) {
+            returned.push_back(stack->back().toTensorList().get(0));
+        }
+        stack->resize(first);
+    }
+    if (returns_list) {
+        stack->push_back(std::move(returned));
+    }
+}
+
+// A foreach op (`_foreach_lerp_`, `_foreach_sqrt` ...: an optimizer's steps over all its
+// parameters) as the compute device runs it: its own multi-tensor kernel, so that an optimizer
+// on this device rounds as it does there (libtorch's composite version, one op per tensor, rounds
+// otherwise than CUDA's). Where a budget bounds what an op may hold, once per tensor
+// (`per_parameter`); else as one op over whole lists, a few ops a step rather than one per
+// parameter.
+void foreach_op(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
+    if (callbacks->bounded() != 0) {
+        per_parameter(op, stack);
+    } else {
+        fallback(op, stack);
     }
 }
 
@@ -384,6 +418,12 @@ void register_kernels() {
         if (dispatcher.findOp(c10::OperatorName(std::string("aten::") + name, overload))) {
             std::string schema = std::string(name) + (*overload ? std::string(".") + overload : "");
             aten->impl(schema.c_str(), torch::CppFunction::makeFromBoxedFunction<&per_parameter>());
+        }
+    }
+    for (const c10::OperatorName &name : dispatcher.getAllOpNames()) {
+        if (name.name.rfind("aten::_foreach_", 0) == 0) {
+            std::string schema = name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name);
+            aten->impl(schema.c_str(), torch::CppFunction::makeFromBoxedFunction<&foreach_op>());
         }
     }
     // A composite kernel ranks above a fallback: an op the host computes with a kernel of its own

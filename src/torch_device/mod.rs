@@ -48,6 +48,7 @@ pub(crate) struct Callbacks {
     adopt: extern "C" fn(host: *mut c_void) -> *const Entry,
     release: extern "C" fn(home: *const Entry),
     accelerator: extern "C" fn() -> c_int,
+    bounded: extern "C" fn() -> c_int,
 }
 
 /// One attempt at an op, in C++: given the op's ticket (NULL with no manager), it acquires,
@@ -64,7 +65,7 @@ extern "C" {
     fn tr_native_torch_device_register(callbacks: *const Callbacks, err: *mut c_char, len: usize) -> c_int;
 }
 
-static CALLBACKS: Callbacks = Callbacks { run, acquire, kernel, recomputes, place, end, unheld_home, adopt, release, accelerator };
+static CALLBACKS: Callbacks = Callbacks { run, acquire, kernel, recomputes, place, end, unheld_home, adopt, release, accelerator, bounded };
 
 /// Registers the `tensorref` backend with libtorch (once per process; later calls return the
 /// first call's outcome).
@@ -320,6 +321,12 @@ extern "C" fn release(home: *const Entry) {
 /// CUDA device's index.
 extern "C" fn accelerator() -> c_int {
     crate::residency::cuda_index().map_or(-1, |i| i as c_int)
+}
+
+/// 1 when a budget bounds what an op may hold on the device (a manager that moves data under
+/// Genoa or Flow), else 0.
+extern "C" fn bounded() -> c_int {
+    crate::residency::bounded().into()
 }
 
 /// `tch::Tensor::from_ptr` borrows here: a new handle to the same TensorImpl, the borrowed

@@ -106,6 +106,30 @@ def test_training_equals_the_cpu_under_a_budget(optimizer):
     assert s.evictions > 0 and s.peak_device_bytes <= budget and peak <= budget
 
 
+def test_a_foreach_optimizer_step_is_a_few_ops_where_no_budget_bounds_it():
+    model, x = _model(), torch.randn(8, 32)
+
+    def two_steps(device):
+        m = copy.deepcopy(model).to(device)
+        opt = torch.optim.Adam(m.parameters(), lr=1e-2, foreach=True)
+        ops = []
+        for _ in range(2):
+            m(x.to(device)).square().mean().backward()
+            before = residency.stats().ops if residency.enabled() else 0
+            opt.step()
+            ops.append(residency.stats().ops - before if residency.enabled() else 0)
+        return ops, [p.detach().cpu() for p in m.parameters()]
+
+    _, ref = two_steps("cpu")
+    with residency.session(policy="resident"):
+        ops, params = two_steps("tensorref")
+    assert all(torch.equal(a, b) for a, b in zip(params, ref))
+    # Adam's foreach step is seven foreach ops (lerp_, mul_, addcmul_, sqrt, div_, add_,
+    # addcdiv_), each one op over every parameter; the first step also makes the state.
+    n = len(list(model.parameters()))
+    assert ops[1] == 7 < n, f"{ops[1]} ops for a step over {n} parameters"
+
+
 def test_a_tensor_the_device_makes_is_never_loaded_and_nothing_written_is_lost():
     x = torch.randn(64, 64)
     with residency.session(policy="flow", budget_bytes=4 * x.nbytes):
