@@ -24,6 +24,8 @@ LIB_DIR := $(ROOT)/target/debug
 TEST_FEATURES := --features models
 # The release's version (Cargo's, shared by every package) and the C ABI's.
 TR_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+# A long step in a log rather than a terminal prints a line every 20 s (tools/heartbeat.sh).
+HEARTBEAT := bash tools/heartbeat.sh
 TR_ABI := $(shell sed -n 's/^\#define TR_ABI_VERSION \([0-9]*\)/\1/p' include/tensorref.h)
 CFLAGS_STRICT := -std=c11 -Wall -Wextra -Wpedantic -Werror -I$(ROOT)/include
 LINK := -L$(LIB_DIR) -ltensorref -Wl,-rpath,$(LIB_DIR) -lpthread
@@ -36,7 +38,7 @@ setup: $(STAMPS)/venv $(STAMPS)/cbindgen-$(CBINDGEN_VERSION)
 $(STAMPS)/venv: requirements.txt
 	@echo "installing the project venv (.venv): PyTorch 2.11 with its CUDA libraries (about 4 GiB to download the first time) and the test dependencies"
 	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
-	$(VENV)/bin/pip install --disable-pip-version-check -r requirements.txt
+	$(HEARTBEAT) "installing the venv" $(VENV)/bin/pip install --disable-pip-version-check -r requirements.txt
 	mkdir -p $(STAMPS) && touch $@
 
 $(STAMPS)/cbindgen-$(CBINDGEN_VERSION):
@@ -51,7 +53,7 @@ $(STAMPS)/cbindgen-$(CBINDGEN_VERSION):
 FIRST_BUILD_NOTE := the first build compiles about 150 crates and the C++ shims against libtorch's headers: about 5 minutes on 2 cores; later builds take seconds
 build: setup
 	@test -f $(LIB_DIR)/libtensorref.so || echo "building libtensorref ($(FIRST_BUILD_NOTE))"
-	cargo build $(TEST_FEATURES)
+	$(HEARTBEAT) "building libtensorref" cargo build $(TEST_FEATURES)
 
 # Everything written from the op table and the C ABI, in one pass (tools/gen.py): after changing
 # src/ops/ops.def or anything under src/ffi, the Rust op code, the headers, the ABI manifest and
@@ -66,7 +68,7 @@ header-check: setup
 # all-MiniLM-L6-v2 under a device budget of a quarter of its weights (mk/model.mk installs it).
 demo: $(STAMPS)/venv $(STAMPS)/model
 	@test -f $(LIB_DIR)/libtensorref.so || echo "make demo: building libtensorref and the demo ($(FIRST_BUILD_NOTE))"
-	cargo run $(TEST_FEATURES) --example minilm_demo
+	$(HEARTBEAT) "building and running the demo" cargo run $(TEST_FEATURES) --example minilm_demo
 
 # ---------------------------------------------------------------- tests
 # Each language adds its suite in mk/<language>.mk: `TEST_SUITES += test-<language>`.
@@ -78,13 +80,14 @@ test: setup header-check build $(TEST_SUITES)
 	@echo "make test: all suites passed ($(TEST_SUITES))"
 
 test-rust: setup
-	cargo test --quiet $(TEST_FEATURES)
+	$(HEARTBEAT) "building and running the Rust tests" cargo test --quiet $(TEST_FEATURES)
 
 # No file of the crate imports another that imports it back, directly or around a loop; and
 # every name of the README's naming table is in the ABI manifest or defined in its language.
 test-structure:
 	python3 tools/import_cycles.py src
 	python3 tools/naming_table.py
+	bash tools/test_heartbeat.sh
 
 # The crates as crates.io takes them: both package (`cargo package --workspace`, the derive
 # crate first; `make package` also builds them from the packaged sources, about 4 minutes), and
