@@ -19,7 +19,7 @@ equal the resident row's. Exits 1 on any failure: a differing row, a peer that d
 faster than its own bound, or a missed bar of the issue (Flow within 1.10x of max(resident,
 bound); diffusers' best level 1.2x and accelerate 8x slower than Flow).
 
-    python3 torch_device_cuda.py [--width 4096 --layers 8 --prompt 2048 --decode 16]
+    python3 torch_device_cuda.py [--width 4096 --layers 8 --prompt 2048 --decode 16] [--skip-checks] [--skip-peers]
     python3 torch_device_cuda.py --simulated --width 256 --layers 8 --vocab 2000 --prompt 64 --decode 8   # no GPU:
         the decoder on the simulated device, its bytes moved and waits
 """
@@ -206,6 +206,29 @@ def peaks() -> tuple[int, int]:
     return torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
 
 
+def peer_rows(model, run, ref) -> list:
+    """The offloading peers' rows: accelerate's cpu_offload, and diffusers' group offloading at
+    block and at leaf level."""
+    rows = []
+    try:
+        import accelerate
+        off = copy.deepcopy(model)
+        accelerate.cpu_offload(off, execution_device=torch.device("cuda"))
+        torch.cuda.reset_peak_memory_stats()
+        s, out = timed(lambda: run(off))
+        rows.append(("accelerate cpu_offload", s, peaks(), torch.equal(out, ref)))
+    except Exception as e:  # noqa: BLE001
+        check(f"accelerate cpu_offload ran ({type(e).__name__}: {str(e)[:120]})", False)
+    torch.cuda.empty_cache()
+    for level in ("block_level", "leaf_level"):
+        try:
+            rows.append(group_offloaded(model, level, run, ref))
+        except Exception as e:  # noqa: BLE001
+            check(f"diffusers {level} ran ({type(e).__name__}: {str(e)[:120]})", False)
+        torch.cuda.empty_cache()
+    return rows
+
+
 def decoder(args) -> None:
     from tensorref import residency
     model, ids, mask, budget = llama_decoder(args, torch.float16)
@@ -234,23 +257,8 @@ def decoder(args) -> None:
                   f"of {budget / 2**30:.2f}, ops {after.ops - before.ops}")
             del on
         torch.cuda.empty_cache()
-
-        try:
-            import accelerate
-            off = copy.deepcopy(model)
-            accelerate.cpu_offload(off, execution_device=torch.device("cuda"))
-            torch.cuda.reset_peak_memory_stats()
-            s, out = timed(lambda: off.generate(ids.cuda(), attention_mask=mask.cuda(), **gen).cpu())
-            rows.append(("accelerate cpu_offload", s, peaks(), torch.equal(out, ref)))
-        except Exception as e:  # noqa: BLE001
-            check(f"accelerate cpu_offload ran ({type(e).__name__}: {str(e)[:120]})", False)
-        torch.cuda.empty_cache()
-        for level in ("block_level", "leaf_level"):
-            try:
-                rows.append(group_offloaded(model, level, lambda m: m.generate(ids.cuda(), attention_mask=mask.cuda(), **gen).cpu(), ref))
-            except Exception as e:  # noqa: BLE001
-                check(f"diffusers {level} ran ({type(e).__name__}: {str(e)[:120]})", False)
-            torch.cuda.empty_cache()
+        if not args.skip_peers:
+            rows += peer_rows(model, lambda m: m.generate(ids.cuda(), attention_mask=mask.cuda(), **gen).cpu(), ref)
     bw = h2d_bandwidth()
     bound = loaded / bw
     rows.append(("PCIe bound for Flow's loads", bound, None, True))
@@ -285,6 +293,7 @@ def main() -> None:
     p.add_argument("--decode", type=int, default=16)
     p.add_argument("--vocab", type=int, default=32000)
     p.add_argument("--skip-checks", action="store_true")
+    p.add_argument("--skip-peers", action="store_true", help="the decoder's resident, Flow and bound rows alone (a short GPU lease)")
     p.add_argument("--simulated", action="store_true", help="the decoder on the simulated device: bytes and waits, no times")
     p.add_argument("--reference-training", action="store_true", help="print plain PyTorch's MLP losses on CUDA (JSON)")
     args = p.parse_args()

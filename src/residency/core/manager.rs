@@ -217,8 +217,8 @@ impl Manager {
                 self.stats.prefetch_hits += 1;
             }
         } else {
-            if following {
-                self.stats.prefetch_misses += 1;
+            if following && !s.fresh {
+                self.stats.prefetch_misses += 1; // (a storage never written has nothing to fetch)
             }
             let brought = match outer {
                 Some((outer, offset)) => self.alias_within(id, outer, offset),
