@@ -130,7 +130,8 @@ pub(crate) fn entry_of(t: &tch::Tensor) -> Result<tch::Tensor> {
 
 /// A view of a storage's home memory as `like`, for code that reads or writes it on the host,
 /// outside the manager: from here on its memory counts as written (see `Entry::fresh`). Every
-/// host path to a home goes through here.
+/// path of this file to a home's memory goes through here; the manager's own (an op under a
+/// manager that moves nothing) clears the mark in `Ticket::acquire_as`.
 fn host_view(home: &Entry, like: &tch::Tensor) -> Result<tch::Tensor> {
     home.take_fresh();
     crate::residency::torch_storage::view_on(home, like).map_err(Error::from)

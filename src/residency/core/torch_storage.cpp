@@ -271,9 +271,8 @@ int tr_native_home_allocate(const void *home, int pinned, int cuda, char *err, s
 
 // Moves the storage of `home` (pageable memory of the library's) into page-locked memory: the
 // bytes are copied (unless `copy` is 0: memory never written) and the StorageImpl takes the new
-// memory. The old memory is written to
-// `*out_old` as a uint8 tensor that owns it: the caller frees it when no reader can still be using
-// it.
+// memory. The old memory is written to `*out_old` as a uint8 tensor that owns it: the caller frees
+// it when no reader can still be using it.
 int tr_native_home_pin(const void *home, int cuda, int copy, void **out_old, char *err, size_t err_len) {
     return guarded(err, err_len, [&] {
         c10::StorageImpl *s = impl_of(home);
