@@ -94,7 +94,7 @@ test-structure:
 # the API documentation builds without a warning. `cargo test` (test-rust) runs its examples.
 test-package: setup
 	cargo package --workspace --no-verify --allow-dirty --quiet 2>&1 | { grep -v '^warning: ignoring' || true; }
-	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps
+	RUSTDOCFLAGS="-D warnings" $(HEARTBEAT) "documenting the crate" cargo doc --no-deps
 
 package: setup
 	cargo package --workspace
@@ -105,7 +105,7 @@ package: setup
 # the model's add-on package refuses it with what to do. The library the other suites load is
 # built again at the end.
 test-core: setup
-	cargo build --quiet --lib
+	$(HEARTBEAT) "building the core library" cargo build --quiet --lib
 	for flags in "" --no-default-features; do \
 	  ! cargo tree $$flags -e normal | grep -E ' (tokenizers|onig) v' \
 	    || { echo "the core (cargo tree $$flags) depends on the model's tokenizer"; exit 1; }; \
@@ -117,7 +117,7 @@ test-core: setup
 	mkdir -p build
 	cd $(ROOT)/bindings/python && ! TENSORREF_LIB=$(LIB_DIR)/libtensorref.so python3 -c 'import tensorref_minilm' 2>$(ROOT)/build/core-addon.err
 	grep -q 'built without the demonstration model' build/core-addon.err || { cat build/core-addon.err; exit 1; }
-	cargo build --quiet $(TEST_FEATURES)
+	$(HEARTBEAT) "building the library the suites load" cargo build --quiet $(TEST_FEATURES)
 
 # The Rust examples, each of which checks its own claims (flat live count, budget, results).
 test-examples-rust: setup
