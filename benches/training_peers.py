@@ -121,7 +121,8 @@ def train(a, device, mode, sync=None, timing_starts=lambda: None):
 
 def train_on_tensorref(a):
     """The rows of the `tensorref` device: Resident, Flow at 1/2 of Resident's peak, and Flow at
-    1/4 with recomputation. Each row carries the manager's counters over the timed steps."""
+    1/4 with recomputation. Each row carries the manager's counters over the timed steps, page-locked
+    allocations (`cudaHostAlloc` on CUDA where its caching allocator has no free block) among them."""
     import tensorref  # noqa: F401  (registers the device)
     from tensorref import residency
 
@@ -136,7 +137,7 @@ def train_on_tensorref(a):
             s = residency.stats()
         peak = peak or s.peak_device_bytes
         row.update(budget=cfg.get("budget_bytes"), manager_peak=s.peak_device_bytes,
-                   **{f: getattr(s, f) - getattr(timed[0], f) for f in ("load_bytes", "write_back_bytes", "recomputed_bytes")})
+                   **{f: getattr(s, f) - getattr(timed[0], f) for f in ("load_bytes", "write_back_bytes", "recomputed_bytes", "page_locked_allocs", "page_locked_bytes")})
         rows.append(row)
     return rows
 
@@ -163,6 +164,12 @@ def main():
     for r in rows:
         print(f"{r['mode']:<22} {r['ms_per_step']:>9.1f} {r['ms_per_step'] / base:>9.2f} {mib(r.get('budget')):>12} "
               f"{mib(r['peak_allocated']):>12} {mib(r['peak_reserved']):>14}  " + " ".join(f"{l:.4f}" for l in r["losses"]))
+    for r in rows:
+        if "load_bytes" in r:
+            per_step = lambda f: r[f] / (a.steps - 1)
+            print(f"{r['mode']:<22} per timed step: loads {mib(per_step('load_bytes'))}, write-backs "
+                  f"{mib(per_step('write_back_bytes'))}, recomputed {mib(per_step('recomputed_bytes'))}, "
+                  f"{per_step('page_locked_allocs'):.1f} page-locked allocations ({mib(per_step('page_locked_bytes'))})")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -149,6 +149,24 @@ def test_a_tensor_the_device_makes_is_never_loaded_and_nothing_written_is_lost()
         assert [p[0, 0].item() for p in pushed] == [float(i) for i in range(6)]
 
 
+def test_a_tensor_the_device_makes_gets_page_locked_memory_only_when_written_home():
+    # 32 MiB and a little: a size class (64 MiB) of the page-locked cache no other test uses, so
+    # that pinning it at registration would count a new allocation.
+    n = 2**23 + 16
+    with residency.session(policy="resident"):
+        before = residency.stats().page_locked_allocs
+        z = torch.zeros(n, device="tensorref")
+        assert (z + 1).sum().item() == n
+        assert residency.stats().page_locked_allocs == before
+    # Written on the device, then evicted: its home gets page-locked memory then, and the data.
+    with residency.session(policy="flow", budget_bytes=3 * n * 4):
+        z = torch.zeros(n, device="tensorref")
+        z += 2
+        pushed = [torch.ones(n, device="tensorref") for _ in range(3)]
+        assert residency.stats().write_backs > 0
+        assert z[-1].item() == 2 and pushed[0][0].item() == 1
+
+
 def test_without_a_manager_ops_run_on_the_host_homes():
     model = _model()
     x = torch.randn(4, 32)

@@ -5,6 +5,7 @@
 use crate::error::{Error, Result};
 use crate::residency::core::manager::{Manager, HOLDS};
 use crate::residency::core::report::EventKind;
+use crate::residency::core::homes::pin_home;
 use crate::residency::core::storage::{page_locked, Home, Storage};
 use crate::residency::device::memory;
 use crate::residency::device::Device;
@@ -83,9 +84,12 @@ impl Manager {
         candidates
     }
 
-    /// Starts copying a newer device copy home (a home without memory gets memory first,
-    /// page-locked unless the configuration says not to). The home may be read once the write-back has finished; memory the outside can
-    /// reach is waited for before the running op returns.
+    /// Starts copying a newer device copy home. A home without memory gets memory first,
+    /// page-locked unless the configuration says not to; so does, with the configuration's
+    /// page-locking on, the pageable home of a storage registered never written (the only
+    /// pageable home of ours left then: `add_storage`), in place of its pageable memory. The
+    /// home may be read once the write-back has finished; memory the outside can reach is waited
+    /// for before the running op returns.
     pub(in crate::residency) fn write_home(&mut self, id: u64, op: &'static str) -> Result<()> {
         let started = Instant::now();
         let (cuda, pin) = (self.cuda(), self.cfg.pin_host_memory);
@@ -96,6 +100,8 @@ impl Manager {
         if s.kind == Home::Lazy {
             new_memory = page_locked(on, || crate::residency::torch_storage::home_allocate(&s.home, pin, cuda))?.1;
             s.kind = if pin { Home::PageLocked } else { Home::Pageable };
+        } else if s.kind == Home::Pageable && pin {
+            new_memory = pin_home(s, on, false)?;
         }
         let transfer = Arc::new(self.cfg.device.write_back(&device, &s.home)?);
         if matches!(s.kind, Home::External { .. }) {

@@ -3,6 +3,7 @@
 //! forgetting it when its last view dies.
 
 use crate::residency::core::manager::Manager;
+use crate::residency::device::Device;
 use crate::residency::core::storage::{page_locked, Home, Storage};
 use crate::residency::policy::flow::trace::TraceKey;
 use crate::error::Result;
@@ -55,8 +56,10 @@ impl Manager {
     }
 
     /// Registers the storage of a tensor made outside the manager. Pageable memory of ours is
-    /// moved into page-locked memory now, once (see `pin_home`); memory never written yet
-    /// (`Entry::fresh`) is replaced without a copy, and is not loaded when brought to the device.
+    /// moved into page-locked memory now, once, copying it (see `pin_home`). Memory never written
+    /// yet (`Entry::fresh`) stays as it is: it is never loaded (brought to the device by
+    /// allocating there), so it needs page-locked memory only when its device copy is first
+    /// written home, and gets it then, without a copy (`write_home`).
     pub(in crate::residency) fn add_storage(&mut self, entry: &Entry, info: crate::residency::torch_storage::StorageInfo) -> Result<u64> {
         let id = self.new_id();
         let home = crate::residency::torch_storage::storage_bytes(entry)?;
@@ -75,29 +78,13 @@ impl Manager {
             s.device_id = info.id;
             self.by_device.insert(info.id, id);
         }
-        if kind == Home::Pageable && self.moves() && self.cfg.pin_host_memory {
-            self.pin_home(&mut s)?;
+        if kind == Home::Pageable && self.moves() && self.cfg.pin_host_memory && !s.fresh {
+            let allocations = pin_home(&mut s, self.cfg.device, true)?;
+            self.stats.count_page_locked(allocations, s.bytes);
         }
         self.by_home.insert(info.id, id);
         self.storages.insert(id, s);
         Ok(id)
-    }
-
-    /// Moves a home into page-locked memory, copying it once. The other way, registering the
-    /// memory in place (cudaHostRegister), is faster once (about half the time on an H100:
-    /// docs/performance.md, "The final run"). It is taken
-    /// because the memory then belongs to that allocator, which records the copies that use it,
-    /// reuses it for later homes and frees it; registered memory must be unregistered before its
-    /// owner frees it, which the library cannot see (a wrapper around the storage's deleter, as
-    /// `crate::residency::torch_storage::mark_external` puts on external memory, could: the way to register in place).
-    /// The home's StorageImpl takes the new memory, so every view of it follows; the old memory is
-    /// freed once no reader can still use it.
-    pub(in crate::residency) fn pin_home(&mut self, s: &mut Storage) -> Result<()> {
-        let (old, new) = page_locked(self.cfg.device, || crate::residency::torch_storage::home_pin(&s.home, self.cuda(), !s.fresh))?;
-        RETIRED.lock().unwrap_or_else(PoisonError::into_inner).push(old);
-        s.kind = Home::PageLocked;
-        self.stats.count_page_locked(new, s.bytes);
-        Ok(())
     }
 
     /// Frees the memory homes moved out of, if no reader is running.
@@ -172,4 +159,21 @@ impl Manager {
         }
         true
     }
+}
+
+/// Moves a home into page-locked memory, copying it unless `copy` is false (the whole home is
+/// overwritten next: a write-back). The other way, registering the memory in place
+/// (cudaHostRegister), is faster once (about half the time on an H100: docs/performance.md, "The
+/// final run"). This way is taken because the memory then belongs to that allocator, which
+/// records the copies that use it, reuses it for later homes and frees it; registered memory must
+/// be unregistered before its owner frees it, which the library cannot see (a wrapper around the
+/// storage's deleter, as `crate::residency::torch_storage::mark_external` puts on external memory,
+/// could: the way to register in place). The home's StorageImpl takes the new memory, so every
+/// view of it follows; the old memory is freed once no reader can still use it. Returns how many
+/// page-locked allocations it took (for the stats).
+pub(in crate::residency) fn pin_home(s: &mut Storage, device: Device, copy: bool) -> Result<u64> {
+    let (old, allocations) = page_locked(device, || crate::residency::torch_storage::home_pin(&s.home, device.cuda(), copy))?;
+    RETIRED.lock().unwrap_or_else(PoisonError::into_inner).push(old);
+    s.kind = Home::PageLocked;
+    Ok(allocations)
 }
