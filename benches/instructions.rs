@@ -1,13 +1,19 @@
 //! Instructions per 4-element add (op + release), raw tch against TensorRef through Rust and
-//! through the C ABI: a figure that does not depend on how busy the machine is. Run under
-//! callgrind twice with different counts; the difference cancels libtorch's start-up:
+//! through the C ABI, and through the C ABI under a manager (`resident`, `genoa`, `flow`: the
+//! simulated device, a budget of 1 GiB that nothing is evicted under): a figure that does not
+//! depend on how busy the machine is. Run under callgrind twice with different counts; the
+//! difference cancels libtorch's start-up:
 //!
 //!     cargo bench --bench instructions --no-run
-//!     valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/deps/instructions-<hash> <raw|rust|c> 10000
+//!     valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/deps/instructions-<hash> <raw|rust|c|resident|genoa|flow> 10000
 //!     (and again with 30000; instructions per op = difference / 20000)
+//!
+//! For the C ABI's rows, counting only inside its two calls takes one run (per op = total / n):
+//! add `--toggle-collect='tr_tensor_*'`.
 
 use std::hint::black_box;
 use tensorref::ffi::{tr_tensor_add, tr_tensor_release, TrTensor};
+use tensorref::residency::{self, Config, Device, Policy};
 use tensorref::{DType, Tensor};
 
 fn main() {
@@ -20,7 +26,16 @@ fn main() {
                 drop(black_box(a.f_add(&b).unwrap()));
             }
         }
-        "c" => {
+        "c" | "resident" | "genoa" | "flow" => {
+            let policy = match mode {
+                "resident" => Some(Policy::Resident),
+                "genoa" => Some(Policy::Genoa),
+                "flow" => Some(Policy::Flow),
+                _ => None,
+            };
+            if let Some(policy) = policy {
+                residency::configure(Config::new(Device::Simulated, policy, 1 << 30)).unwrap();
+            }
             let (a, b) = (Tensor::ones(&[4], DType::F32).unwrap(), Tensor::ones(&[4], DType::F32).unwrap());
             let (ca, cb) = (TrTensor::from(a.id()), TrTensor::from(b.id()));
             for _ in 0..n {

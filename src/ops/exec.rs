@@ -7,6 +7,7 @@
 use crate::error::{Error, Result};
 use crate::registry::{self, Entry, TensorId};
 use crate::residency::{self, Recipe, Replay, Ticket};
+use smallvec::SmallVec;
 use std::ops::Deref;
 use std::sync::Arc;
 
@@ -61,8 +62,8 @@ impl Deref for Input {
 /// the input made for `originals[i]`.
 struct Managed {
     ticket: Ticket,
-    originals: Vec<Arc<Entry>>,
-    placed: Vec<Arc<Entry>>,
+    originals: SmallVec<[Arc<Entry>; 4]>,
+    placed: SmallVec<[Arc<Entry>; 4]>,
 }
 
 impl Managed {
@@ -85,7 +86,7 @@ impl Op {
     #[inline]
     pub(crate) fn begin(name: &'static str) -> Op {
         let ticket = if residency::active() { Ticket::begin(name) } else { None };
-        Op { managed: ticket.map(|ticket| Box::new(Managed { ticket, originals: Vec::new(), placed: Vec::new() })) }
+        Op { managed: ticket.map(|ticket| Box::new(Managed { ticket, originals: SmallVec::new(), placed: SmallVec::new() })) }
     }
 
     #[inline]
@@ -93,7 +94,7 @@ impl Op {
         match &mut self.managed {
             None => Ok(Input(entry)),
             Some(m) => {
-                let input = Arc::new(Entry::new(m.ticket.acquire(&entry, write)?));
+                let input = m.ticket.acquire(&entry, write)?;
                 if m.ticket.recomputes() {
                     m.placed.push(input.clone());
                 }
@@ -115,11 +116,11 @@ impl Op {
     /// Out of line, like `output_managed`: each op inlines only the unmanaged path.
     #[inline(never)]
     fn place_all<const N: usize>(&mut self, entries: [Arc<Entry>; N]) -> Result<[Input; N]> {
-        let mut placed = Vec::with_capacity(N);
-        for e in entries {
-            placed.push(self.place(e, false)?);
+        let mut placed: [Option<Input>; N] = std::array::from_fn(|_| None);
+        for (slot, e) in placed.iter_mut().zip(entries) {
+            *slot = Some(self.place(e, false)?);
         }
-        Ok(placed.try_into().unwrap_or_else(|_| unreachable!("N inputs placed")))
+        Ok(placed.map(|p| p.expect("each input placed above")))
     }
 
     /// The input an in-place op writes to (under a manager, its device copy becomes the newer

@@ -36,8 +36,14 @@ thread_local! {
 /// An op's end: the storages it held, and its name if it ran to its end (rather than giving up).
 struct Ending {
     op: Option<&'static str>,
-    storages: Vec<u64>,
+    storages: Held,
 }
+
+/// The storages an op holds: a few, kept inline.
+pub(crate) type Held = smallvec::SmallVec<[u64; 4]>;
+
+/// The ops an attempt ended: usually one.
+type Endings = smallvec::SmallVec<[Ending; 1]>;
 
 /// How long a waiter sleeps at most before it looks again.
 const AT_MOST: Duration = Duration::from_millis(20);
@@ -102,18 +108,18 @@ impl Drop for Place {
 /// Inside an attempt this waits until the attempt has returned: until then the op's own views of
 /// the device copies (its inputs, as its body holds them) are alive, and evicting a copy it lets
 /// go of would free nothing yet.
-pub(crate) fn finish_op(op: Option<&'static str>, storages: Vec<u64>) -> Result<()> {
+pub(crate) fn finish_op(op: Option<&'static str>, storages: Held) -> Result<()> {
     let ending = Ending { op, storages };
     if ATTEMPTING.with(Cell::get) {
         ENDING.with(|e| e.borrow_mut().push(ending));
         return Ok(());
     }
-    finish_all(vec![ending])
+    finish_all(smallvec::smallvec![ending])
 }
 
 /// Finishes ops (see `finish_op`) and waits for the write-backs they owe (memory the outside
 /// can reach).
-fn finish_all(endings: Vec<Ending>) -> Result<()> {
+fn finish_all(endings: Endings) -> Result<()> {
     if endings.is_empty() {
         return Ok(());
     }
@@ -142,7 +148,7 @@ fn finish_all(endings: Vec<Ending>) -> Result<()> {
 /// Runs `attempt`, then finishes the ops it ran (see `finish_op`), also if it panics.
 fn attempt_then_finish<R>(attempt: &mut impl FnMut() -> Result<R>) -> Result<R> {
     let from = ENDING.with(|e| e.borrow().len());
-    let ended = move || ENDING.with(|e| e.borrow_mut().split_off(from));
+    let ended = move || ENDING.with(|e| e.borrow_mut().drain(from..).collect::<Endings>());
     let unwinding = scopeguard::guard((), |()| {
         let _ = finish_all(ended());
     });

@@ -15,6 +15,8 @@ use crate::residency::policy::flow::trace::TraceKey;
 use crate::residency::{lock, with};
 use crate::error::{Error, Result};
 use crate::registry::Entry;
+use crate::residency::core::room::Held;
+use smallvec::SmallVec;
 use std::sync::Arc;
 
 /// Ops that act on the tensor's own autograd state: never moved.
@@ -27,9 +29,9 @@ pub(crate) struct Ticket {
     /// Why the op may not run (the manager was called from its own event callback).
     refused: Option<Error>,
     /// Storages acquired, one per input (released when the op ends).
-    acquired: Vec<u64>,
+    acquired: Held,
     /// What the trace records: each storage read, once.
-    record: Vec<(TraceKey, u64)>,
+    record: SmallVec<[(TraceKey, u64); 4]>,
     anchor: u64,
     anchored: bool,
     moves: bool,
@@ -44,11 +46,20 @@ pub(crate) struct Ticket {
     written: Vec<(tch::Tensor, tch::Tensor)>,
     /// Gradients an optimizer step or `zero_grad` loaded (alive until the op ends).
     grads: Vec<Arc<Entry>>,
-    /// Each input's TensorImpl, the view the op got for it, and the input itself. An input given
-    /// twice (the same handle, or two that are one tensor) gets the same view again, and a result
-    /// that is one of the views is that input again (`contiguous` of a contiguous tensor), so that
-    /// libtorch's identity and overlap checks see what they would without a manager.
-    views: Vec<(usize, tch::Tensor, tch::Tensor)>,
+    /// Each input's view, as the op got it. An input given twice (the same handle, or two that
+    /// are one tensor) gets the same view again, and a result that is one of the views is that
+    /// input again (`contiguous` of a contiguous tensor), so that libtorch's identity and overlap
+    /// checks see what they would without a manager.
+    views: SmallVec<[View; 4]>,
+}
+
+/// An input of an op through `Ticket::acquire`, and the view of its device copy the op got.
+struct View {
+    /// The input's TensorImpl, and the view's.
+    input: usize,
+    view: usize,
+    placed: Arc<Entry>,
+    original: Arc<Entry>,
 }
 
 impl Ticket {
@@ -56,8 +67,8 @@ impl Ticket {
         let ticket = |refused, moves, recomputes, simulated| Ticket {
             op,
             refused,
-            acquired: Vec::new(),
-            record: Vec::new(),
+            acquired: Held::new(),
+            record: SmallVec::new(),
             anchor: 0xcbf2_9ce4_8422_2325,
             anchored: false,
             moves,
@@ -66,7 +77,7 @@ impl Ticket {
             kernel_bytes: std::cell::Cell::new(0),
             written: Vec::new(),
             grads: Vec::new(),
-            views: Vec::new(),
+            views: SmallVec::new(),
         };
         match lock() {
             Err(e) => Some(ticket(Some(e), false, false, false)),
@@ -112,11 +123,12 @@ impl Ticket {
         self.refused.clone().map_or(Ok(()), Err)
     }
 
-    /// The device copy of an input (the tensor itself when nothing moves).
-    pub(crate) fn acquire(&mut self, entry: &Entry, write: bool) -> Result<tch::Tensor> {
+    /// The device copy of an input, as the op gets it (the input itself when nothing moves).
+    pub(crate) fn acquire(&mut self, entry: &Arc<Entry>, write: bool) -> Result<Arc<Entry>> {
         self.check()?;
+        let unmoved = || Ok(entry.clone());
         if ON_THE_TENSOR.contains(&self.op) {
-            return Ok(entry.shallow_clone());
+            return unmoved();
         }
         let grad_op = GRAD_OPS.contains(&self.op);
         // Grad mode is read (two calls into libtorch) only for an input that autograd concerns:
@@ -127,21 +139,20 @@ impl Ticket {
             return Err(Error::InvalidArg(format!("`{}`: a leaf Variable that requires grad is being used in an in-place operation.", self.op)));
         }
         if !self.moves {
-            return Ok(entry.shallow_clone());
+            return unmoved();
         }
         if self.op == "zero_grad" {
             // Only the gradient is needed, not the parameter's data: an empty tensor carries it.
             let grad = self.load_grad(entry, true)?;
             let holder = tch::Tensor::f_empty([0], (entry.kind(), grad.as_ref().map_or(tch::Device::Cpu, tch::Tensor::device)))?;
             grad.map_or(Ok(()), |g| crate::residency::autograd::set_grad(&holder, &g))?;
-            return Ok(holder);
+            return Ok(Arc::new(Entry::new(holder)));
         }
         let view = self.acquire_storage(entry, entry, write)?;
-        let tensor = crate::residency::torch_storage::tensor_impl(entry);
-        if let Some((_, first, _)) = self.views.iter().find(|(t, _, _)| *t == tensor) {
-            return Ok(first.shallow_clone());
+        let input = crate::residency::torch_storage::tensor_impl(entry);
+        if let Some(first) = self.views.iter().find(|v| v.input == input) {
+            return Ok(first.placed.clone());
         }
-        self.views.push((tensor, view.shallow_clone(), entry.shallow_clone()));
         if grad_op {
             if let Some(grad) = self.load_grad(entry, false)? {
                 crate::residency::autograd::set_grad(&view, &grad)?;
@@ -156,7 +167,10 @@ impl Ticket {
         if write && recording {
             self.written.push((entry.shallow_clone(), view.shallow_clone()));
         }
-        Ok(view)
+        let placed = Arc::new(Entry::new(view));
+        let view = crate::residency::torch_storage::tensor_impl(&placed);
+        self.views.push(View { input, view, placed: placed.clone(), original: entry.clone() });
+        Ok(placed)
     }
 
     /// The device copy of the storage `entry` stands for, viewed as `like` (a tensor over that
@@ -219,8 +233,8 @@ impl Ticket {
             return Ok(Arc::new(Entry::new(result)));
         }
         let made = crate::residency::torch_storage::tensor_impl(&result);
-        if let Some((_, _, input)) = self.views.iter().find(|(_, view, _)| crate::residency::torch_storage::tensor_impl(view) == made) {
-            let input = input.shallow_clone();
+        if let Some(v) = self.views.iter().find(|v| v.view == made) {
+            let input = v.original.shallow_clone();
             self.end()?;
             return Ok(Arc::new(Entry::new(input)));
         }
