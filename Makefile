@@ -86,6 +86,7 @@ test-rust: setup
 # every name of the README's naming table is in the ABI manifest or defined in its language.
 test-structure:
 	python3 tools/import_cycles.py src
+	python3 tools/schema.py --check
 	python3 tools/naming_table.py
 	bash tools/test_heartbeat.sh
 
