@@ -279,10 +279,13 @@ pub(crate) fn cuda_index() -> Option<usize> {
     }
 }
 
-/// Whether a budget bounds what an op may hold on the device: a manager that moves data, under a
-/// policy with a budget (Genoa, Flow).
-pub(crate) fn bounded() -> bool {
-    lock().ok().and_then(|held| held.as_ref().map(|m| m.moves() && m.policy.bounded())).unwrap_or(false)
+/// How many bytes of tensors one op over lists of parameters (a foreach or fused optimizer step)
+/// may read, where a budget bounds what an op may hold (a manager that moves data, under Genoa
+/// or Flow): a quarter of the budget, so that its inputs, its results and the copies it
+/// displaces fit beside each other. 0 where nothing bounds an op.
+pub(crate) fn list_op_bytes() -> u64 {
+    let bound = |m: &Manager| (m.moves() && m.policy.bounded()).then_some(m.cfg.budget_bytes / 4);
+    lock().ok().and_then(|held| held.as_ref().and_then(bound)).unwrap_or(0)
 }
 
 /// Under a CUDA manager, gives the caching allocator's unused blocks back and starts its reserved

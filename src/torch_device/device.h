@@ -48,7 +48,7 @@ struct Callbacks {
     const Entry *(*adopt)(void *host);
     void (*release)(const Entry *home);
     int (*accelerator)();
-    int (*bounded)();
+    uint64_t (*list_op_bytes)();
 };
 
 extern const Callbacks *callbacks;

@@ -5,7 +5,7 @@
 // nothing to load), views (a view never loads its storage), copies between devices, resizing,
 // `set_`, whether two tensors can share a TensorImpl's type (`Module._apply` keeps a parameter's
 // identity when they can), and ops over lists of parameters (fused and foreach optimizer steps),
-// which run once per parameter under a budget.
+// which run in chunks under a budget.
 #include "device.h"
 
 #include <ATen/CPUFunctions.h>
@@ -307,23 +307,40 @@ void fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
     });
 }
 
-// The `i`th element of a list argument, as a list of one (a tensor list, or a list of scalars:
+// Elements `from` to `to` of a list argument, as a list (a tensor list, or a list of scalars:
 // `_foreach_div_.ScalarList`).
-c10::IValue element(const c10::IValue &list, size_t i) {
+c10::IValue slice(const c10::IValue &list, size_t from, size_t to) {
     if (list.isTensorList()) {
-        return c10::List<at::Tensor>({list.toTensorList().get(i)});
+        const auto all = list.toTensorList();
+        c10::List<at::Tensor> part;
+        for (size_t i = from; i < to; ++i) {
+            part.push_back(all.get(i));
+        }
+        return part;
     }
-    c10::impl::GenericList one(list.toList().elementType());
-    one.push_back(list.toList().get(i));
-    return one;
+    const auto all = list.toList();
+    c10::impl::GenericList part(all.elementType());
+    for (size_t i = from; i < to; ++i) {
+        part.push_back(all.get(i));
+    }
+    return part;
 }
 
 // An op over lists of independent tensors (a fused optimizer step, `_fused_adamw_`; a foreach
-// step, `_foreach_addcdiv_`) run once per tensor, each through the fallback: as one op, every
-// parameter, with its gradient and state, would have to be on the device together. Each list
-// argument of the op's length is cut into its elements; a list the op returns is put back
-// together from the runs'.
-void per_parameter(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
+// step, `_foreach_addcdiv_`: an optimizer's steps over all its parameters), run on the compute
+// device's own kernel, through the fallback: as one op where nothing bounds what an op may hold,
+// else in chunks of consecutive elements, each one op whose tensors stay within the manager's
+// limit (`list_op_bytes`; at least one element), since as one op every parameter, with its
+// gradient and state, would have to be on the device together. Each list argument of the op's
+// length is cut into the chunk's elements; a list the op returns is put back together from the
+// chunks'. The device's own kernel, not libtorch's composite version (one op per tensor), so
+// that an optimizer on this device rounds as it does there.
+void list_op(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
+    const uint64_t limit = callbacks->list_op_bytes();
+    if (limit == 0) {
+        fallback(op, stack);
+        return;
+    }
     const auto &schema = op.schema();
     const std::vector<c10::IValue> args = pop_arguments(stack, schema.arguments().size());
     const size_t first = stack->size();
@@ -335,35 +352,38 @@ void per_parameter(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
             count = len;
         }
     }
+    std::vector<uint64_t> bytes(count, 0); // element i's tensors, over every list
+    for (const auto &a : args) {
+        if (a.isTensorList() && a.toTensorList().size() == count) {
+            const auto list = a.toTensorList();
+            for (size_t i = 0; i < count; ++i) {
+                const at::Tensor t = list.get(i);
+                bytes[i] += t.defined() ? t.nbytes() : 0;
+            }
+        }
+    }
     const bool returns_list = schema.returns().size() == 1 && schema.returns()[0].type()->kind() == c10::TypeKind::ListType;
     c10::List<at::Tensor> returned;
-    for (size_t i = 0; i < count; ++i) {
+    for (size_t from = 0; from < count;) {
+        size_t to = from + 1;
+        for (uint64_t held = bytes[from]; to < count && held + bytes[to] <= limit; ++to) {
+            held += bytes[to];
+        }
         for (const auto &a : args) {
             const bool cut = a.isList() && a.toList().size() == count;
-            stack->push_back(cut ? element(a, i) : a);
+            stack->push_back(cut ? slice(a, from, to) : a);
         }
         fallback(op, stack);
         if (returns_list) {
-            returned.push_back(stack->back().toTensorList().get(0));
+            for (const at::Tensor &t : stack->back().toTensorList()) {
+                returned.push_back(t);
+            }
         }
         stack->resize(first);
+        from = to;
     }
     if (returns_list) {
         stack->push_back(std::move(returned));
-    }
-}
-
-// A foreach op (`_foreach_lerp_`, `_foreach_sqrt` ...: an optimizer's steps over all its
-// parameters) as the compute device runs it: its own multi-tensor kernel, so that an optimizer
-// on this device rounds as it does there (libtorch's composite version, one op per tensor, rounds
-// otherwise than CUDA's). Where a budget bounds what an op may hold, once per tensor
-// (`per_parameter`); else as one op over whole lists, a few ops a step rather than one per
-// parameter.
-void foreach_op(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
-    if (callbacks->bounded() != 0) {
-        per_parameter(op, stack);
-    } else {
-        fallback(op, stack);
     }
 }
 
@@ -417,13 +437,13 @@ void register_kernels() {
     for (const auto &[name, overload] : fused) {
         if (dispatcher.findOp(c10::OperatorName(std::string("aten::") + name, overload))) {
             std::string schema = std::string(name) + (*overload ? std::string(".") + overload : "");
-            aten->impl(schema.c_str(), torch::CppFunction::makeFromBoxedFunction<&per_parameter>());
+            aten->impl(schema.c_str(), torch::CppFunction::makeFromBoxedFunction<&list_op>());
         }
     }
     for (const c10::OperatorName &name : dispatcher.getAllOpNames()) {
         if (name.name.rfind("aten::_foreach_", 0) == 0) {
             std::string schema = name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name);
-            aten->impl(schema.c_str(), torch::CppFunction::makeFromBoxedFunction<&foreach_op>());
+            aten->impl(schema.c_str(), torch::CppFunction::makeFromBoxedFunction<&list_op>());
         }
     }
     // A composite kernel ranks above a fallback: an op the host computes with a kernel of its own

@@ -48,7 +48,7 @@ pub(crate) struct Callbacks {
     adopt: extern "C" fn(host: *mut c_void) -> *const Entry,
     release: extern "C" fn(home: *const Entry),
     accelerator: extern "C" fn() -> c_int,
-    bounded: extern "C" fn() -> c_int,
+    list_op_bytes: extern "C" fn() -> u64,
 }
 
 /// One attempt at an op, in C++: given the op's ticket (NULL with no manager), it acquires,
@@ -65,7 +65,7 @@ extern "C" {
     fn tr_native_torch_device_register(callbacks: *const Callbacks, err: *mut c_char, len: usize) -> c_int;
 }
 
-static CALLBACKS: Callbacks = Callbacks { run, acquire, kernel, recomputes, place, end, unheld_home, adopt, release, accelerator, bounded };
+static CALLBACKS: Callbacks = Callbacks { run, acquire, kernel, recomputes, place, end, unheld_home, adopt, release, accelerator, list_op_bytes };
 
 /// Registers the `tensorref` backend with libtorch (once per process; later calls return the
 /// first call's outcome).
@@ -324,10 +324,10 @@ extern "C" fn accelerator() -> c_int {
     crate::residency::cuda_index().map_or(-1, |i| i as c_int)
 }
 
-/// 1 when a budget bounds what an op may hold on the device (a manager that moves data under
-/// Genoa or Flow), else 0.
-extern "C" fn bounded() -> c_int {
-    crate::residency::bounded().into()
+/// The bytes one op over lists of parameters may read (see `residency::list_op_bytes`); 0 where
+/// nothing bounds an op.
+extern "C" fn list_op_bytes() -> u64 {
+    crate::residency::list_op_bytes()
 }
 
 /// `tch::Tensor::from_ptr` borrows here: a new handle to the same TensorImpl, the borrowed
