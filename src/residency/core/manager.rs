@@ -473,8 +473,12 @@ impl Manager {
     /// boundary may be wrong, and persistent inputs sign the ops that detect them.
     fn persist_survivors(&mut self) {
         let iteration = self.trace.iteration();
+        let mut survived = Vec::new();
         for (&id, s) in &mut self.storages {
-            if let TraceKey::Produced { iteration: made, .. } = s.key {
+            if let TraceKey::Produced { iteration: made, op } = s.key {
+                if made + 1 == iteration {
+                    survived.push((id, op));
+                }
                 if made < iteration {
                     self.by_key.remove(&s.key);
                     s.key = TraceKey::Persistent(id);
@@ -488,6 +492,7 @@ impl Manager {
                 }
             }
         }
+        self.trace.survived(survived);
     }
 
     pub(crate) fn start_schedule_log(&mut self) {

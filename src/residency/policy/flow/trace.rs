@@ -115,6 +115,18 @@ pub(crate) struct Trace {
     /// and of the current one (None before there was one), and one past the largest read so far.
     firsts: [Option<u64>; 3],
     newest: u64,
+    /// The results of the iteration before that outlived it, named by their own id since the
+    /// last mark (a decode step's KV cache), by the op that made them; and those of the mark
+    /// before, which the recorded iteration read. See `stand_in`.
+    survivors: Survivors,
+    survived_before: Survivors,
+}
+
+/// Persisted survivors of one iteration: op -> id, and id -> op.
+#[derive(Default)]
+struct Survivors {
+    by_op: IdMap<u32, u64>,
+    by_id: IdMap<u64, u32>,
 }
 
 /// At most this many ops are kept while no iteration boundary has been found.
@@ -147,8 +159,35 @@ impl Trace {
     pub(crate) fn next_use(&self, key: TraceKey) -> u64 {
         match (&self.recorded, self.norm(key)) {
             (_, NormKey::Stale) | (None, _) => u64::MAX,
-            (Some(r), k) => r.next_use(k, self.pos),
+            (Some(r), k) => r.next_use(self.stand_in(k), self.pos),
         }
+    }
+
+    /// After a mark, the results of the iteration before that survived it (`survived`: their
+    /// ids and the ops that made them).
+    pub(crate) fn survived(&mut self, survivors: impl IntoIterator<Item = (u64, u32)>) {
+        let mut now = Survivors::default();
+        for (id, op) in survivors {
+            now.by_op.insert(op, id);
+            now.by_id.insert(id, op);
+        }
+        self.survived_before = std::mem::replace(&mut self.survivors, now);
+    }
+
+    /// A survivor of the iteration before plays, in the recording, the part of the survivor the
+    /// same op made one iteration earlier: the KV cache a decode step reads is the one the step
+    /// before made, a new tensor each step. Its key there, for `next_use`.
+    fn stand_in(&self, key: NormKey) -> NormKey {
+        let NormKey::Persistent(id) = key else { return key };
+        let then = self.survivors.by_id.get(&id).and_then(|op| self.survived_before.by_op.get(op));
+        then.map_or(key, |&then| NormKey::Persistent(then))
+    }
+
+    /// The other way: the survivor of the iteration before that stands for `id`, a survivor the
+    /// recording read (for `prefetch_plan`).
+    fn standing_for(&self, id: u64) -> u64 {
+        let now = self.survived_before.by_id.get(&id).and_then(|op| self.survivors.by_op.get(op));
+        now.copied().unwrap_or(id)
     }
 
     /// What to prefetch for the next `depth` recorded ops (from the op about to run): each input
@@ -165,7 +204,7 @@ impl Trace {
             let ahead = Ahead { working_set: before, results };
             for (k, _) in &op.inputs {
                 match *k {
-                    NormKey::Persistent(uid) => plan.push((TraceKey::Persistent(uid), ahead)),
+                    NormKey::Persistent(uid) => plan.push((TraceKey::Persistent(self.standing_for(uid)), ahead)),
                     NormKey::Produced(made) if made < self.pos => plan.push((TraceKey::Produced { iteration: self.iteration, op: made }, ahead)),
                     _ => {}
                 }
@@ -352,6 +391,25 @@ mod tests {
             if token >= 13 {
                 assert!(t.following(), "step reading token {token} no longer follows the one before");
             }
+        }
+    }
+
+    #[test]
+    fn the_cache_the_step_before_made_stands_for_the_one_the_recording_read() {
+        // Each step reads the cache the step before made (op 1 there; persisted at the mark, a
+        // new id each step) beside a weight, then makes the next one.
+        let mut t = Trace::default();
+        for step in 0..6u64 {
+            let cache = 100 + step;
+            t.mark();
+            t.survived([(cache, 1)]);
+            if step >= 3 {
+                assert!(t.following(), "step {step}");
+                assert_eq!(t.next_use(TraceKey::Persistent(cache)), 0, "step {step}: the cache is read by the next op");
+                assert!(t.prefetch_plan(1).iter().any(|(k, _)| *k == TraceKey::Persistent(cache)), "step {step}: the cache is fetched ahead");
+            }
+            t.op_end("cat", &[(TraceKey::Persistent(cache), 8), (TraceKey::Persistent(1), 8)], Some(16), None);
+            t.op_end("mm", &[(TraceKey::Persistent(2), 8)], Some(16), None);
         }
     }
 
