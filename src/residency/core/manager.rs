@@ -492,7 +492,8 @@ impl Manager {
                 }
             }
         }
-        self.trace.survived(survived);
+        let storages = &self.storages;
+        self.trace.survived(survived, |id| storages.contains_key(&id));
     }
 
     pub(crate) fn start_schedule_log(&mut self) {

@@ -163,15 +163,20 @@ impl Trace {
         }
     }
 
-    /// After a mark, the results of the iteration before that survived it (`survived`: their
-    /// ids and the ops that made them).
-    pub(crate) fn survived(&mut self, survivors: impl IntoIterator<Item = (u64, u32)>) {
+    /// After a mark, the results of the iteration before that survived it (`survivors`: their
+    /// ids and the ops that made them). Of the mark before's, only those gone since (`alive`
+    /// says which are not) get a stand-in: one still alive (an optimizer's moments) is read as
+    /// itself.
+    pub(crate) fn survived(&mut self, survivors: impl IntoIterator<Item = (u64, u32)>, alive: impl Fn(u64) -> bool) {
         let mut now = Survivors::default();
         for (id, op) in survivors {
             now.by_op.insert(op, id);
             now.by_id.insert(id, op);
         }
-        self.survived_before = std::mem::replace(&mut self.survivors, now);
+        let mut before = std::mem::replace(&mut self.survivors, now);
+        before.by_id.retain(|&id, _| !alive(id));
+        before.by_op.retain(|_, &mut id| !alive(id));
+        self.survived_before = before;
     }
 
     /// A survivor of the iteration before plays, in the recording, the part of the survivor the
@@ -402,13 +407,36 @@ mod tests {
         for step in 0..6u64 {
             let cache = 100 + step;
             t.mark();
-            t.survived([(cache, 1)]);
+            t.survived([(cache, 1)], |id| id == cache);
             if step >= 3 {
                 assert!(t.following(), "step {step}");
                 assert_eq!(t.next_use(TraceKey::Persistent(cache)), 0, "step {step}: the cache is read by the next op");
                 assert!(t.prefetch_plan(1).iter().any(|(k, _)| *k == TraceKey::Persistent(cache)), "step {step}: the cache is fetched ahead");
             }
             t.op_end("cat", &[(TraceKey::Persistent(cache), 8), (TraceKey::Persistent(1), 8)], Some(16), None);
+            t.op_end("mm", &[(TraceKey::Persistent(2), 8)], Some(16), None);
+        }
+    }
+
+    #[test]
+    fn a_survivor_still_alive_is_read_as_itself() {
+        // A state made by op 1 of the first step and read by op 0 of every step after; the
+        // second step's op 1 makes another tensor that outlives it.
+        let mut t = Trace::default();
+        let (state, other) = (50, 60);
+        for step in 0..4u64 {
+            t.mark();
+            match step {
+                1 => t.survived([(state, 1)], |_| true),
+                2 => t.survived([(other, 1)], |_| true),
+                _ => t.survived([], |_| true),
+            }
+            if step >= 2 {
+                assert!(t.prefetch_plan(1).iter().any(|(k, _)| *k == TraceKey::Persistent(state)), "step {step}: the state itself is fetched");
+                assert_eq!(t.next_use(TraceKey::Persistent(other)), u64::MAX, "step {step}: the other tensor is read by nothing");
+            }
+            let read: &[(TraceKey, u64)] = if step == 0 { &[(TraceKey::Persistent(1), 8)] } else { &[(TraceKey::Persistent(1), 8), (TraceKey::Persistent(state), 8)] };
+            t.op_end("add", read, Some(16), None);
             t.op_end("mm", &[(TraceKey::Persistent(2), 8)], Some(16), None);
         }
     }
