@@ -12,9 +12,9 @@
 //! add `--toggle-collect='tr_tensor_*'`.
 
 use std::hint::black_box;
-use tensorref::ffi::{tr_tensor_add, tr_tensor_release, TrTensor};
+use tensorref::ffi::{tr_tensor_add, tr_tensor_copy_to, tr_tensor_release, TrTensor};
 use tensorref::residency::{self, Config, Device, Policy};
-use tensorref::{DType, Tensor};
+use tensorref::{DType, Status, Tensor};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -38,9 +38,17 @@ fn main() {
             }
             let (a, b) = (Tensor::ones(&[4], DType::F32).unwrap(), Tensor::ones(&[4], DType::F32).unwrap());
             let (ca, cb) = (TrTensor::from(a.id()), TrTensor::from(b.id()));
-            for _ in 0..n {
+            for i in 0..n {
                 let mut out = TrTensor { id: 0 };
-                tr_tensor_add(ca, cb, &mut out);
+                assert_eq!(tr_tensor_add(ca, cb, &mut out), Status::TR_OK);
+                if i + 1 == n {
+                    // The last result, read back whole: the counted ops computed what they should.
+                    let mut bytes = [0u8; 16];
+                    let mut written = 0;
+                    assert_eq!(tr_tensor_copy_to(out, bytes.as_mut_ptr(), bytes.len(), &mut written), Status::TR_OK);
+                    let values: Vec<f32> = bytes.chunks(4).map(|c| f32::from_ne_bytes(c.try_into().unwrap())).collect();
+                    assert_eq!((written, values), (16, vec![2.0; 4]), "{mode}: 1 + 1");
+                }
                 tr_tensor_release(black_box(out));
             }
         }

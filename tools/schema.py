@@ -72,7 +72,7 @@ class Arg:
         """The type without alias annotation, list size and optionality."""
         t = re.sub(r"\([^)]*\)", "", self.type)
         t = re.sub(r"\[\d+\]", "[]", t)
-        return t.replace("?", "", 1) if t.endswith("?") else t.replace("?[]", "?[]")
+        return t.removesuffix("?")
 
     @property
     def mutable(self) -> bool:
@@ -88,7 +88,6 @@ class Overload:
     dispatch: list[str] = field(default_factory=list)
     # Its kernels are its `out=` variant's (structured): CPU and CUDA have them.
     structured: bool = False
-    tags: list[str] = field(default_factory=list)
 
     @property
     def full_name(self) -> str:
@@ -159,8 +158,6 @@ def load(path: Path | None = None) -> list[Overload]:
         for keys in (e.get("dispatch") or {}):
             o.dispatch.extend(k.strip() for k in keys.split(","))
         o.structured = "structured_delegate" in e
-        tags = e.get("tags") or []
-        o.tags = [tags] if isinstance(tags, str) else list(tags)
         overloads.append(o)
     return overloads
 

@@ -150,6 +150,11 @@ def training_table(peers, device, v: Verdicts):
             v.fail(f"training losses of {r['mode']}")
         print(f"  {r['mode']:<22} {r['ms_per_step']:>9.1f} {mib(r.get('budget')):>10} {mib(r['peak_allocated']):>11} "
               f"{mib(r['peak_reserved']):>14}  {'yes' if same else 'NO'}")
+    for r in device:
+        if "page_locked_allocs" in r:  # cudaHostAlloc calls the caching host allocator did not serve
+            steps = len(r["losses"]) - 1
+            print(f"  {r['mode']:<22} new page-locked blocks per timed step: {r['page_locked_allocs'] / steps:.1f} "
+                  f"({mib(r['page_locked_bytes'] / steps)})")
     half, quarter = rows.get("tensorref flow 1/2"), rows.get("tensorref flow 1/4+rc")
     if half:
         v.bar("flow 1/2 / unmanaged", half["ms_per_step"] / base["ms_per_step"], "<=", 1.15)
