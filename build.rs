@@ -36,6 +36,8 @@ fn compile_native(lib: &Path) {
     for f in shims.iter().chain(&headers) {
         println!("cargo:rerun-if-changed={}", f.display());
     }
+    // The kernels generated from libtorch's schema: a file added or removed there too.
+    println!("cargo:rerun-if-changed=src/ops/aten/generated");
     let mut build = cc::Build::new();
     build
         .cpp(true)

@@ -714,6 +714,8352 @@ tr_status tr_optim_adam_step(const tr_tensor *params,
                              double eps,
                              double weight_decay);
 
+/**
+ * `data(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_data(tr_tensor input, tr_tensor *out);
+
+/**
+ * `is_leaf(Tensor self) -> bool` `*out` receives the value.
+ */
+tr_status tr_tensor_is_leaf(tr_tensor input, bool *out);
+
+/**
+ * `output_nr(Tensor self) -> int` `*out` receives the value.
+ */
+tr_status tr_tensor_output_nr(tr_tensor input, int64_t *out);
+
+/**
+ * `retains_grad(Tensor self) -> bool` `*out` receives the value.
+ */
+tr_status tr_tensor_retains_grad(tr_tensor input, bool *out);
+
+/**
+ * `align_as(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_align_as(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `align_tensors(Tensor[] tensors) -> Tensor[]` `out` (room for `out_len` handles) receives the
+ * results' handles, in order, and `*out_written` their number, also when `out_len` is too small
+ * (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_align_tensors(const tr_tensor *tensors,
+                                  size_t tensors_len,
+                                  tr_tensor *out,
+                                  size_t out_len,
+                                  size_t *out_written);
+
+/**
+ * `sym_constrain_range(Scalar size, *, int? min=None, int? max=None) -> ()` Returns nothing but
+ * the status.
+ */
+tr_status tr_tensor_sym_constrain_range(tr_scalar size, const int64_t *min, const int64_t *max);
+
+/**
+ * `sym_constrain_range_for_size(Scalar size, *, int? min=None, int? max=None) -> ()` Returns
+ * nothing but the status.
+ */
+tr_status tr_tensor_sym_constrain_range_for_size(tr_scalar size,
+                                                 const int64_t *min,
+                                                 const int64_t *max);
+
+/**
+ * `native_dropout(Tensor input, float p, bool? train) -> (Tensor, Tensor)` `out` (room for
+ * `out_len` handles) receives the results' handles, in order, and `*out_written` the op's 2, also
+ * when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_native_dropout(tr_tensor input,
+                                   double p,
+                                   const bool *train,
+                                   tr_tensor *out,
+                                   size_t out_len,
+                                   size_t *out_written);
+
+/**
+ * `dropout_(Tensor(a!) self, float p, bool train) -> Tensor(a!)` In place: modifies `input`; no
+ * new handle.
+ */
+tr_status tr_tensor_dropout_(tr_tensor input, double p, bool train);
+
+/**
+ * `feature_dropout(Tensor input, float p, bool train) -> Tensor`
+ */
+tr_status tr_tensor_feature_dropout(tr_tensor input, double p, bool train, tr_tensor *out);
+
+/**
+ * `feature_dropout_(Tensor(a!) self, float p, bool train) -> Tensor(a!)` In place: modifies
+ * `input`; no new handle.
+ */
+tr_status tr_tensor_feature_dropout_(tr_tensor input, double p, bool train);
+
+/**
+ * `alpha_dropout(Tensor input, float p, bool train) -> Tensor`
+ */
+tr_status tr_tensor_alpha_dropout(tr_tensor input, double p, bool train, tr_tensor *out);
+
+/**
+ * `alpha_dropout_(Tensor(a!) self, float p, bool train) -> Tensor(a!)` In place: modifies `input`;
+ * no new handle.
+ */
+tr_status tr_tensor_alpha_dropout_(tr_tensor input, double p, bool train);
+
+/**
+ * `feature_alpha_dropout(Tensor input, float p, bool train) -> Tensor`
+ */
+tr_status tr_tensor_feature_alpha_dropout(tr_tensor input, double p, bool train, tr_tensor *out);
+
+/**
+ * `feature_alpha_dropout_(Tensor(a!) self, float p, bool train) -> Tensor(a!)` In place: modifies
+ * `input`; no new handle.
+ */
+tr_status tr_tensor_feature_alpha_dropout_(tr_tensor input, double p, bool train);
+
+/**
+ * `abs_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_abs_(tr_tensor input);
+
+/**
+ * `absolute(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_absolute(tr_tensor input, tr_tensor *out);
+
+/**
+ * `absolute_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_absolute_(tr_tensor input);
+
+/**
+ * `angle(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_angle(tr_tensor input, tr_tensor *out);
+
+/**
+ * `view_as_real(Tensor(a) self) -> Tensor(a)`
+ */
+tr_status tr_tensor_view_as_real(tr_tensor input, tr_tensor *out);
+
+/**
+ * `view_as_complex(Tensor(a) self) -> Tensor(a)`
+ */
+tr_status tr_tensor_view_as_complex(tr_tensor input, tr_tensor *out);
+
+/**
+ * `sgn(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_sgn(tr_tensor input, tr_tensor *out);
+
+/**
+ * `sgn_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_sgn_(tr_tensor input);
+
+/**
+ * `chalf(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor`
+ */
+tr_status tr_tensor_chalf(tr_tensor input, tr_tensor *out);
+
+/**
+ * `real(Tensor(a) self) -> Tensor(a)`
+ */
+tr_status tr_tensor_real(tr_tensor input, tr_tensor *out);
+
+/**
+ * `imag(Tensor(a) self) -> Tensor(a)`
+ */
+tr_status tr_tensor_imag(tr_tensor input, tr_tensor *out);
+
+/**
+ * `conj(Tensor(a) self) -> Tensor(a)`
+ */
+tr_status tr_tensor_conj(tr_tensor input, tr_tensor *out);
+
+/**
+ * `conj_physical(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_conj_physical(tr_tensor input, tr_tensor *out);
+
+/**
+ * `conj_physical_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_conj_physical_(tr_tensor input);
+
+/**
+ * `resolve_conj(Tensor(a) self) -> Tensor(a)`
+ */
+tr_status tr_tensor_resolve_conj(tr_tensor input, tr_tensor *out);
+
+/**
+ * `resolve_neg(Tensor(a) self) -> Tensor(a)`
+ */
+tr_status tr_tensor_resolve_neg(tr_tensor input, tr_tensor *out);
+
+/**
+ * `acos(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_acos(tr_tensor input, tr_tensor *out);
+
+/**
+ * `acos_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_acos_(tr_tensor input);
+
+/**
+ * `arccos(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_arccos(tr_tensor input, tr_tensor *out);
+
+/**
+ * `arccos_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_arccos_(tr_tensor input);
+
+/**
+ * `avg_pool1d(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=0, bool
+ * ceil_mode=False, bool count_include_pad=True) -> Tensor`
+ */
+tr_status tr_tensor_avg_pool1d(tr_tensor input,
+                               const int64_t *kernel_size,
+                               size_t kernel_size_len,
+                               const int64_t *stride,
+                               size_t stride_len,
+                               const int64_t *padding,
+                               size_t padding_len,
+                               bool ceil_mode,
+                               bool count_include_pad,
+                               tr_tensor *out);
+
+/**
+ * `adaptive_avg_pool1d(Tensor self, int[1] output_size) -> Tensor`
+ */
+tr_status tr_tensor_adaptive_avg_pool1d(tr_tensor input,
+                                        const int64_t *output_size,
+                                        size_t output_size_len,
+                                        tr_tensor *out);
+
+/**
+ * `adaptive_max_pool1d(Tensor self, int[1] output_size) -> (Tensor, Tensor)` `out` (room for
+ * `out_len` handles) receives the results' handles, in order, and `*out_written` the op's 2, also
+ * when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_adaptive_max_pool1d(tr_tensor input,
+                                        const int64_t *output_size,
+                                        size_t output_size_len,
+                                        tr_tensor *out,
+                                        size_t out_len,
+                                        size_t *out_written);
+
+/**
+ * `add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor`
+ */
+tr_status tr_tensor_add_tensor(tr_tensor input, tr_tensor other, tr_scalar alpha, tr_tensor *out);
+
+/**
+ * `add_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)` In place: modifies
+ * `input`; no new handle.
+ */
+tr_status tr_tensor_add_tensor_(tr_tensor input, tr_tensor other, tr_scalar alpha);
+
+/**
+ * `addmv(Tensor self, Tensor mat, Tensor vec, *, Scalar beta=1, Scalar alpha=1) -> Tensor`
+ */
+tr_status tr_tensor_addmv(tr_tensor input,
+                          tr_tensor mat,
+                          tr_tensor vec,
+                          tr_scalar beta,
+                          tr_scalar alpha,
+                          tr_tensor *out);
+
+/**
+ * `addmv_(Tensor(a!) self, Tensor mat, Tensor vec, *, Scalar beta=1, Scalar alpha=1) ->
+ * Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_addmv_(tr_tensor input,
+                           tr_tensor mat,
+                           tr_tensor vec,
+                           tr_scalar beta,
+                           tr_scalar alpha);
+
+/**
+ * `addr(Tensor self, Tensor vec1, Tensor vec2, *, Scalar beta=1, Scalar alpha=1) -> Tensor`
+ */
+tr_status tr_tensor_addr(tr_tensor input,
+                         tr_tensor vec1,
+                         tr_tensor vec2,
+                         tr_scalar beta,
+                         tr_scalar alpha,
+                         tr_tensor *out);
+
+/**
+ * `addr_(Tensor(a!) self, Tensor vec1, Tensor vec2, *, Scalar beta=1, Scalar alpha=1) ->
+ * Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_addr_(tr_tensor input,
+                          tr_tensor vec1,
+                          tr_tensor vec2,
+                          tr_scalar beta,
+                          tr_scalar alpha);
+
+/**
+ * `affine_grid_generator(Tensor theta, SymInt[] size, bool align_corners) -> Tensor`
+ */
+tr_status tr_tensor_affine_grid_generator(tr_tensor theta,
+                                          const int64_t *size,
+                                          size_t size_len,
+                                          bool align_corners,
+                                          tr_tensor *out);
+
+/**
+ * `all.dim(Tensor self, int dim, bool keepdim=False) -> Tensor`
+ */
+tr_status tr_tensor_all_dim(tr_tensor input, int64_t dim, bool keepdim, tr_tensor *out);
+
+/**
+ * `all.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor`
+ */
+tr_status tr_tensor_all_dims(tr_tensor input,
+                             const int64_t *dim,
+                             size_t dim_len,
+                             bool keepdim,
+                             tr_tensor *out);
+
+/**
+ * `allclose(Tensor self, Tensor other, float rtol=1e-05, float atol=1e-08, bool equal_nan=False)
+ * -> bool` `*out` receives the value.
+ */
+tr_status tr_tensor_allclose(tr_tensor input,
+                             tr_tensor other,
+                             double rtol,
+                             double atol,
+                             bool equal_nan,
+                             bool *out);
+
+/**
+ * `any.dim(Tensor self, int dim, bool keepdim=False) -> Tensor`
+ */
+tr_status tr_tensor_any_dim(tr_tensor input, int64_t dim, bool keepdim, tr_tensor *out);
+
+/**
+ * `any.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor`
+ */
+tr_status tr_tensor_any_dims(tr_tensor input,
+                             const int64_t *dim,
+                             size_t dim_len,
+                             bool keepdim,
+                             tr_tensor *out);
+
+/**
+ * `arange.start(Scalar start, Scalar end, *, ScalarType? dtype=None, Layout? layout=None, Device?
+ * device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_arange_start(tr_scalar start,
+                                 tr_scalar end,
+                                 const tr_dtype *dtype,
+                                 tr_tensor *out);
+
+/**
+ * `arange.start_step(Scalar start, Scalar end, Scalar step=1, *, ScalarType? dtype=None, Layout?
+ * layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_arange_start_step(tr_scalar start,
+                                      tr_scalar end,
+                                      tr_scalar step,
+                                      const tr_dtype *dtype,
+                                      tr_tensor *out);
+
+/**
+ * `acosh(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_acosh(tr_tensor input, tr_tensor *out);
+
+/**
+ * `acosh_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_acosh_(tr_tensor input);
+
+/**
+ * `arccosh(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_arccosh(tr_tensor input, tr_tensor *out);
+
+/**
+ * `arccosh_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_arccosh_(tr_tensor input);
+
+/**
+ * `asinh(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_asinh(tr_tensor input, tr_tensor *out);
+
+/**
+ * `asinh_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_asinh_(tr_tensor input);
+
+/**
+ * `arcsinh(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_arcsinh(tr_tensor input, tr_tensor *out);
+
+/**
+ * `arcsinh_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_arcsinh_(tr_tensor input);
+
+/**
+ * `atanh(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_atanh(tr_tensor input, tr_tensor *out);
+
+/**
+ * `atanh_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_atanh_(tr_tensor input);
+
+/**
+ * `arctanh(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_arctanh(tr_tensor input, tr_tensor *out);
+
+/**
+ * `arctanh_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_arctanh_(tr_tensor input);
+
+/**
+ * `as_strided(Tensor(a) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) ->
+ * Tensor(a)`
+ */
+tr_status tr_tensor_as_strided(tr_tensor input,
+                               const int64_t *size,
+                               size_t size_len,
+                               const int64_t *stride,
+                               size_t stride_len,
+                               const int64_t *storage_offset,
+                               tr_tensor *out);
+
+/**
+ * `as_strided_(Tensor(a!) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) ->
+ * Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_as_strided_(tr_tensor input,
+                                const int64_t *size,
+                                size_t size_len,
+                                const int64_t *stride,
+                                size_t stride_len,
+                                const int64_t *storage_offset);
+
+/**
+ * `asin(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_asin(tr_tensor input, tr_tensor *out);
+
+/**
+ * `asin_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_asin_(tr_tensor input);
+
+/**
+ * `arcsin(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_arcsin(tr_tensor input, tr_tensor *out);
+
+/**
+ * `arcsin_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_arcsin_(tr_tensor input);
+
+/**
+ * `atan(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_atan(tr_tensor input, tr_tensor *out);
+
+/**
+ * `atan_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_atan_(tr_tensor input);
+
+/**
+ * `arctan(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_arctan(tr_tensor input, tr_tensor *out);
+
+/**
+ * `arctan_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_arctan_(tr_tensor input);
+
+/**
+ * `atleast_1d(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_atleast_1d(tr_tensor input, tr_tensor *out);
+
+/**
+ * `atleast_1d.Sequence(Tensor[] tensors) -> Tensor[]` `out` (room for `out_len` handles) receives
+ * the results' handles, in order, and `*out_written` their number, also when `out_len` is too
+ * small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_atleast_1d_sequence(const tr_tensor *tensors,
+                                        size_t tensors_len,
+                                        tr_tensor *out,
+                                        size_t out_len,
+                                        size_t *out_written);
+
+/**
+ * `atleast_2d(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_atleast_2d(tr_tensor input, tr_tensor *out);
+
+/**
+ * `atleast_2d.Sequence(Tensor[] tensors) -> Tensor[]` `out` (room for `out_len` handles) receives
+ * the results' handles, in order, and `*out_written` their number, also when `out_len` is too
+ * small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_atleast_2d_sequence(const tr_tensor *tensors,
+                                        size_t tensors_len,
+                                        tr_tensor *out,
+                                        size_t out_len,
+                                        size_t *out_written);
+
+/**
+ * `atleast_3d(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_atleast_3d(tr_tensor input, tr_tensor *out);
+
+/**
+ * `atleast_3d.Sequence(Tensor[] tensors) -> Tensor[]` `out` (room for `out_len` handles) receives
+ * the results' handles, in order, and `*out_written` their number, also when `out_len` is too
+ * small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_atleast_3d_sequence(const tr_tensor *tensors,
+                                        size_t tensors_len,
+                                        tr_tensor *out,
+                                        size_t out_len,
+                                        size_t *out_written);
+
+/**
+ * `baddbmm(Tensor self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) -> Tensor`
+ */
+tr_status tr_tensor_baddbmm(tr_tensor input,
+                            tr_tensor batch1,
+                            tr_tensor batch2,
+                            tr_scalar beta,
+                            tr_scalar alpha,
+                            tr_tensor *out);
+
+/**
+ * `baddbmm_(Tensor(a!) self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) ->
+ * Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_baddbmm_(tr_tensor input,
+                             tr_tensor batch1,
+                             tr_tensor batch2,
+                             tr_scalar beta,
+                             tr_scalar alpha);
+
+/**
+ * `baddbmm.dtype(Tensor self, Tensor batch1, Tensor batch2, ScalarType out_dtype, *, Scalar
+ * beta=1, Scalar alpha=1) -> Tensor`
+ */
+tr_status tr_tensor_baddbmm_dtype(tr_tensor input,
+                                  tr_tensor batch1,
+                                  tr_tensor batch2,
+                                  tr_dtype out_dtype,
+                                  tr_scalar beta,
+                                  tr_scalar alpha,
+                                  tr_tensor *out);
+
+/**
+ * `bartlett_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device?
+ * device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_bartlett_window(int64_t window_length, const tr_dtype *dtype, tr_tensor *out);
+
+/**
+ * `bartlett_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None, Layout?
+ * layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_bartlett_window_periodic(int64_t window_length,
+                                             bool periodic,
+                                             const tr_dtype *dtype,
+                                             tr_tensor *out);
+
+/**
+ * `batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor?
+ * running_var, bool training, float momentum, float eps, bool cudnn_enabled) -> Tensor` `weight`
+ * and `bias` and `running_mean` and `running_var` are optional (the handle 0 for none).
+ */
+tr_status tr_tensor_batch_norm(tr_tensor input,
+                               tr_tensor weight,
+                               tr_tensor bias,
+                               tr_tensor running_mean,
+                               tr_tensor running_var,
+                               bool training,
+                               double momentum,
+                               double eps,
+                               bool cudnn_enabled,
+                               tr_tensor *out);
+
+/**
+ * `bernoulli(Tensor self, *, Generator? generator=None) -> Tensor`
+ */
+tr_status tr_tensor_bernoulli(tr_tensor input, tr_tensor *out);
+
+/**
+ * `bernoulli_.Tensor(Tensor(a!) self, Tensor p, *, Generator? generator=None) -> Tensor(a!)` In
+ * place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_bernoulli_tensor_(tr_tensor input, tr_tensor p);
+
+/**
+ * `bernoulli_.float(Tensor(a!) self, float p=0.5, *, Generator? generator=None) -> Tensor(a!)` In
+ * place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_bernoulli_float_(tr_tensor input, double p);
+
+/**
+ * `bernoulli.p(Tensor self, float p, *, Generator? generator=None) -> Tensor`
+ */
+tr_status tr_tensor_bernoulli_p(tr_tensor input, double p, tr_tensor *out);
+
+/**
+ * `bilinear(Tensor input1, Tensor input2, Tensor weight, Tensor? bias=None) -> Tensor` `bias` is
+ * optional (the handle 0 for none).
+ */
+tr_status tr_tensor_bilinear(tr_tensor input1,
+                             tr_tensor input2,
+                             tr_tensor weight,
+                             tr_tensor bias,
+                             tr_tensor *out);
+
+/**
+ * `binary_cross_entropy(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean) ->
+ * Tensor` `weight` is optional (the handle 0 for none).
+ */
+tr_status tr_tensor_binary_cross_entropy(tr_tensor input,
+                                         tr_tensor target,
+                                         tr_tensor weight,
+                                         int64_t reduction,
+                                         tr_tensor *out);
+
+/**
+ * `binary_cross_entropy_with_logits(Tensor self, Tensor target, Tensor? weight=None, Tensor?
+ * pos_weight=None, int reduction=Mean) -> Tensor` `weight` and `pos_weight` are optional (the
+ * handle 0 for none).
+ */
+tr_status tr_tensor_binary_cross_entropy_with_logits(tr_tensor input,
+                                                     tr_tensor target,
+                                                     tr_tensor weight,
+                                                     tr_tensor pos_weight,
+                                                     int64_t reduction,
+                                                     tr_tensor *out);
+
+/**
+ * `bincount(Tensor self, Tensor? weights=None, SymInt minlength=0) -> Tensor` `weights` is
+ * optional (the handle 0 for none).
+ */
+tr_status tr_tensor_bincount(tr_tensor input, tr_tensor weights, int64_t minlength, tr_tensor *out);
+
+/**
+ * `bitwise_not(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_bitwise_not(tr_tensor input, tr_tensor *out);
+
+/**
+ * `bitwise_not_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_bitwise_not_(tr_tensor input);
+
+/**
+ * `copysign.Tensor(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_copysign_tensor(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `copysign_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`; no
+ * new handle.
+ */
+tr_status tr_tensor_copysign_tensor_(tr_tensor input, tr_tensor other);
+
+/**
+ * `copysign.Scalar(Tensor self, Scalar other) -> Tensor`
+ */
+tr_status tr_tensor_copysign_scalar(tr_tensor input, tr_scalar other, tr_tensor *out);
+
+/**
+ * `copysign_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` In place: modifies `input`; no
+ * new handle.
+ */
+tr_status tr_tensor_copysign_scalar_(tr_tensor input, tr_scalar other);
+
+/**
+ * `logical_not(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_logical_not(tr_tensor input, tr_tensor *out);
+
+/**
+ * `logical_not_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_logical_not_(tr_tensor input);
+
+/**
+ * `logical_xor(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_logical_xor(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `logical_xor_(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_logical_xor_(tr_tensor input, tr_tensor other);
+
+/**
+ * `logical_and(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_logical_and(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `logical_and_(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_logical_and_(tr_tensor input, tr_tensor other);
+
+/**
+ * `logical_or(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_logical_or(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `logical_or_(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_logical_or_(tr_tensor input, tr_tensor other);
+
+/**
+ * `blackman_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device?
+ * device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_blackman_window(int64_t window_length, const tr_dtype *dtype, tr_tensor *out);
+
+/**
+ * `blackman_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None, Layout?
+ * layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_blackman_window_periodic(int64_t window_length,
+                                             bool periodic,
+                                             const tr_dtype *dtype,
+                                             tr_tensor *out);
+
+/**
+ * `bmm.dtype(Tensor self, Tensor mat2, ScalarType out_dtype) -> Tensor`
+ */
+tr_status tr_tensor_bmm_dtype(tr_tensor input, tr_tensor mat2, tr_dtype out_dtype, tr_tensor *out);
+
+/**
+ * `broadcast_tensors(Tensor[] tensors) -> Tensor[]` `out` (room for `out_len` handles) receives
+ * the results' handles, in order, and `*out_written` their number, also when `out_len` is too
+ * small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_broadcast_tensors(const tr_tensor *tensors,
+                                      size_t tensors_len,
+                                      tr_tensor *out,
+                                      size_t out_len,
+                                      size_t *out_written);
+
+/**
+ * `broadcast_to(Tensor(a) self, SymInt[] size) -> Tensor(a)`
+ */
+tr_status tr_tensor_broadcast_to(tr_tensor input,
+                                 const int64_t *size,
+                                 size_t size_len,
+                                 tr_tensor *out);
+
+/**
+ * `concat(Tensor[] tensors, int dim=0) -> Tensor`
+ */
+tr_status tr_tensor_concat(const tr_tensor *tensors,
+                           size_t tensors_len,
+                           int64_t dim,
+                           tr_tensor *out);
+
+/**
+ * `concatenate(Tensor[] tensors, int dim=0) -> Tensor`
+ */
+tr_status tr_tensor_concatenate(const tr_tensor *tensors,
+                                size_t tensors_len,
+                                int64_t dim,
+                                tr_tensor *out);
+
+/**
+ * `block_diag(Tensor[] tensors) -> Tensor`
+ */
+tr_status tr_tensor_block_diag(const tr_tensor *tensors, size_t tensors_len, tr_tensor *out);
+
+/**
+ * `ceil(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_ceil(tr_tensor input, tr_tensor *out);
+
+/**
+ * `ceil_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_ceil_(tr_tensor input);
+
+/**
+ * `chain_matmul(Tensor[] matrices) -> Tensor`
+ */
+tr_status tr_tensor_chain_matmul(const tr_tensor *matrices, size_t matrices_len, tr_tensor *out);
+
+/**
+ * `unsafe_chunk(Tensor self, int chunks, int dim=0) -> Tensor[]` `out` (room for `out_len`
+ * handles) receives the results' handles, in order, and `*out_written` their number, also when
+ * `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_unsafe_chunk(tr_tensor input,
+                                 int64_t chunks,
+                                 int64_t dim,
+                                 tr_tensor *out,
+                                 size_t out_len,
+                                 size_t *out_written);
+
+/**
+ * `chunk(Tensor(a -> *) self, int chunks, int dim=0) -> Tensor(a)[]` `out` (room for `out_len`
+ * handles) receives the results' handles, in order, and `*out_written` their number, also when
+ * `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_chunk(tr_tensor input,
+                          int64_t chunks,
+                          int64_t dim,
+                          tr_tensor *out,
+                          size_t out_len,
+                          size_t *out_written);
+
+/**
+ * `tensor_split.sections(Tensor(a -> *) self, SymInt sections, int dim=0) -> Tensor(a)[]` `out`
+ * (room for `out_len` handles) receives the results' handles, in order, and `*out_written` their
+ * number, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_tensor_split_sections(tr_tensor input,
+                                          int64_t sections,
+                                          int64_t dim,
+                                          tr_tensor *out,
+                                          size_t out_len,
+                                          size_t *out_written);
+
+/**
+ * `tensor_split.indices(Tensor(a -> *) self, SymInt[] indices, int dim=0) -> Tensor(a)[]` `out`
+ * (room for `out_len` handles) receives the results' handles, in order, and `*out_written` their
+ * number, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_tensor_split_indices(tr_tensor input,
+                                         const int64_t *indices,
+                                         size_t indices_len,
+                                         int64_t dim,
+                                         tr_tensor *out,
+                                         size_t out_len,
+                                         size_t *out_written);
+
+/**
+ * `tensor_split.tensor_indices_or_sections(Tensor(a -> *) self, Tensor tensor_indices_or_sections,
+ * int dim=0) -> Tensor(a)[]` `out` (room for `out_len` handles) receives the results' handles, in
+ * order, and `*out_written` their number, also when `out_len` is too small (then
+ * TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_tensor_split_tensor_indices_or_sections(tr_tensor input,
+                                                            tr_tensor tensor_indices_or_sections,
+                                                            int64_t dim,
+                                                            tr_tensor *out,
+                                                            size_t out_len,
+                                                            size_t *out_written);
+
+/**
+ * `clamp.Tensor(Tensor self, Tensor? min=None, Tensor? max=None) -> Tensor` `min` and `max` are
+ * optional (the handle 0 for none).
+ */
+tr_status tr_tensor_clamp_tensor(tr_tensor input, tr_tensor min, tr_tensor max, tr_tensor *out);
+
+/**
+ * `clamp_(Tensor(a!) self, Scalar? min=None, Scalar? max=None) -> Tensor(a!)` In place: modifies
+ * `input`; no new handle.
+ */
+tr_status tr_tensor_clamp_(tr_tensor input, const tr_scalar *min, const tr_scalar *max);
+
+/**
+ * `clamp_.Tensor(Tensor(a!) self, Tensor? min=None, Tensor? max=None) -> Tensor(a!)` `min` and
+ * `max` are optional (the handle 0 for none). In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_clamp_tensor_(tr_tensor input, tr_tensor min, tr_tensor max);
+
+/**
+ * `clamp_max(Tensor self, Scalar max) -> Tensor`
+ */
+tr_status tr_tensor_clamp_max(tr_tensor input, tr_scalar max, tr_tensor *out);
+
+/**
+ * `clamp_max.Tensor(Tensor self, Tensor max) -> Tensor`
+ */
+tr_status tr_tensor_clamp_max_tensor(tr_tensor input, tr_tensor max, tr_tensor *out);
+
+/**
+ * `clamp_max_(Tensor(a!) self, Scalar max) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_clamp_max_(tr_tensor input, tr_scalar max);
+
+/**
+ * `clamp_max_.Tensor(Tensor(a!) self, Tensor max) -> Tensor(a!)` In place: modifies `input`; no
+ * new handle.
+ */
+tr_status tr_tensor_clamp_max_tensor_(tr_tensor input, tr_tensor max);
+
+/**
+ * `clamp_min(Tensor self, Scalar min) -> Tensor`
+ */
+tr_status tr_tensor_clamp_min(tr_tensor input, tr_scalar min, tr_tensor *out);
+
+/**
+ * `clamp_min.Tensor(Tensor self, Tensor min) -> Tensor`
+ */
+tr_status tr_tensor_clamp_min_tensor(tr_tensor input, tr_tensor min, tr_tensor *out);
+
+/**
+ * `clamp_min_(Tensor(a!) self, Scalar min) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_clamp_min_(tr_tensor input, tr_scalar min);
+
+/**
+ * `clamp_min_.Tensor(Tensor(a!) self, Tensor min) -> Tensor(a!)` In place: modifies `input`; no
+ * new handle.
+ */
+tr_status tr_tensor_clamp_min_tensor_(tr_tensor input, tr_tensor min);
+
+/**
+ * `clip(Tensor self, Scalar? min=None, Scalar? max=None) -> Tensor`
+ */
+tr_status tr_tensor_clip(tr_tensor input,
+                         const tr_scalar *min,
+                         const tr_scalar *max,
+                         tr_tensor *out);
+
+/**
+ * `clip.Tensor(Tensor self, Tensor? min=None, Tensor? max=None) -> Tensor` `min` and `max` are
+ * optional (the handle 0 for none).
+ */
+tr_status tr_tensor_clip_tensor(tr_tensor input, tr_tensor min, tr_tensor max, tr_tensor *out);
+
+/**
+ * `clip_(Tensor(a!) self, Scalar? min=None, Scalar? max=None) -> Tensor(a!)` In place: modifies
+ * `input`; no new handle.
+ */
+tr_status tr_tensor_clip_(tr_tensor input, const tr_scalar *min, const tr_scalar *max);
+
+/**
+ * `clip_.Tensor(Tensor(a!) self, Tensor? min=None, Tensor? max=None) -> Tensor(a!)` `min` and
+ * `max` are optional (the handle 0 for none). In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_clip_tensor_(tr_tensor input, tr_tensor min, tr_tensor max);
+
+/**
+ * `complex(Tensor real, Tensor imag) -> Tensor`
+ */
+tr_status tr_tensor_complex(tr_tensor real, tr_tensor imag, tr_tensor *out);
+
+/**
+ * `polar(Tensor abs, Tensor angle) -> Tensor`
+ */
+tr_status tr_tensor_polar(tr_tensor abs, tr_tensor angle, tr_tensor *out);
+
+/**
+ * `constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor`
+ */
+tr_status tr_tensor_constant_pad_nd(tr_tensor input,
+                                    const int64_t *pad,
+                                    size_t pad_len,
+                                    tr_scalar value,
+                                    tr_tensor *out);
+
+/**
+ * `convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding,
+ * SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups) -> Tensor` `bias` is
+ * optional (the handle 0 for none).
+ */
+tr_status tr_tensor_convolution(tr_tensor input,
+                                tr_tensor weight,
+                                tr_tensor bias,
+                                const int64_t *stride,
+                                size_t stride_len,
+                                const int64_t *padding,
+                                size_t padding_len,
+                                const int64_t *dilation,
+                                size_t dilation_len,
+                                bool transposed,
+                                const int64_t *output_padding,
+                                size_t output_padding_len,
+                                int64_t groups,
+                                tr_tensor *out);
+
+/**
+ * `convolution_overrideable(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[]
+ * padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups) -> Tensor`
+ * `bias` is optional (the handle 0 for none).
+ */
+tr_status tr_tensor_convolution_overrideable(tr_tensor input,
+                                             tr_tensor weight,
+                                             tr_tensor bias,
+                                             const int64_t *stride,
+                                             size_t stride_len,
+                                             const int64_t *padding,
+                                             size_t padding_len,
+                                             const int64_t *dilation,
+                                             size_t dilation_len,
+                                             bool transposed,
+                                             const int64_t *output_padding,
+                                             size_t output_padding_len,
+                                             int64_t groups,
+                                             tr_tensor *out);
+
+/**
+ * `conv1d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=1, SymInt[1] padding=0,
+ * SymInt[1] dilation=1, SymInt groups=1) -> Tensor` `bias` is optional (the handle 0 for none).
+ */
+tr_status tr_tensor_conv1d(tr_tensor input,
+                           tr_tensor weight,
+                           tr_tensor bias,
+                           const int64_t *stride,
+                           size_t stride_len,
+                           const int64_t *padding,
+                           size_t padding_len,
+                           const int64_t *dilation,
+                           size_t dilation_len,
+                           int64_t groups,
+                           tr_tensor *out);
+
+/**
+ * `conv3d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=1, SymInt[3] padding=0,
+ * SymInt[3] dilation=1, SymInt groups=1) -> Tensor` `bias` is optional (the handle 0 for none).
+ */
+tr_status tr_tensor_conv3d(tr_tensor input,
+                           tr_tensor weight,
+                           tr_tensor bias,
+                           const int64_t *stride,
+                           size_t stride_len,
+                           const int64_t *padding,
+                           size_t padding_len,
+                           const int64_t *dilation,
+                           size_t dilation_len,
+                           int64_t groups,
+                           tr_tensor *out);
+
+/**
+ * `conv1d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=1, str
+ * padding="valid", SymInt[1] dilation=1, SymInt groups=1) -> Tensor` `bias` is optional (the
+ * handle 0 for none).
+ */
+tr_status tr_tensor_conv1d_padding(tr_tensor input,
+                                   tr_tensor weight,
+                                   tr_tensor bias,
+                                   const int64_t *stride,
+                                   size_t stride_len,
+                                   const char *padding,
+                                   const int64_t *dilation,
+                                   size_t dilation_len,
+                                   int64_t groups,
+                                   tr_tensor *out);
+
+/**
+ * `conv2d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, str
+ * padding="valid", SymInt[2] dilation=1, SymInt groups=1) -> Tensor` `bias` is optional (the
+ * handle 0 for none).
+ */
+tr_status tr_tensor_conv2d_padding(tr_tensor input,
+                                   tr_tensor weight,
+                                   tr_tensor bias,
+                                   const int64_t *stride,
+                                   size_t stride_len,
+                                   const char *padding,
+                                   const int64_t *dilation,
+                                   size_t dilation_len,
+                                   int64_t groups,
+                                   tr_tensor *out);
+
+/**
+ * `conv3d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=1, str
+ * padding="valid", SymInt[3] dilation=1, SymInt groups=1) -> Tensor` `bias` is optional (the
+ * handle 0 for none).
+ */
+tr_status tr_tensor_conv3d_padding(tr_tensor input,
+                                   tr_tensor weight,
+                                   tr_tensor bias,
+                                   const int64_t *stride,
+                                   size_t stride_len,
+                                   const char *padding,
+                                   const int64_t *dilation,
+                                   size_t dilation_len,
+                                   int64_t groups,
+                                   tr_tensor *out);
+
+/**
+ * `conv_tbc(Tensor self, Tensor weight, Tensor bias, int pad=0) -> Tensor`
+ */
+tr_status tr_tensor_conv_tbc(tr_tensor input,
+                             tr_tensor weight,
+                             tr_tensor bias,
+                             int64_t pad,
+                             tr_tensor *out);
+
+/**
+ * `conv_transpose1d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=1, SymInt[1]
+ * padding=0, SymInt[1] output_padding=0, SymInt groups=1, SymInt[1] dilation=1) -> Tensor` `bias`
+ * is optional (the handle 0 for none).
+ */
+tr_status tr_tensor_conv_transpose1d(tr_tensor input,
+                                     tr_tensor weight,
+                                     tr_tensor bias,
+                                     const int64_t *stride,
+                                     size_t stride_len,
+                                     const int64_t *padding,
+                                     size_t padding_len,
+                                     const int64_t *output_padding,
+                                     size_t output_padding_len,
+                                     int64_t groups,
+                                     const int64_t *dilation,
+                                     size_t dilation_len,
+                                     tr_tensor *out);
+
+/**
+ * `conv_transpose2d.input(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1,
+ * SymInt[2] padding=0, SymInt[2] output_padding=0, SymInt groups=1, SymInt[2] dilation=1) ->
+ * Tensor` `bias` is optional (the handle 0 for none).
+ */
+tr_status tr_tensor_conv_transpose2d_input(tr_tensor input,
+                                           tr_tensor weight,
+                                           tr_tensor bias,
+                                           const int64_t *stride,
+                                           size_t stride_len,
+                                           const int64_t *padding,
+                                           size_t padding_len,
+                                           const int64_t *output_padding,
+                                           size_t output_padding_len,
+                                           int64_t groups,
+                                           const int64_t *dilation,
+                                           size_t dilation_len,
+                                           tr_tensor *out);
+
+/**
+ * `conv_transpose3d.input(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=1,
+ * SymInt[3] padding=0, SymInt[3] output_padding=0, SymInt groups=1, SymInt[3] dilation=1) ->
+ * Tensor` `bias` is optional (the handle 0 for none).
+ */
+tr_status tr_tensor_conv_transpose3d_input(tr_tensor input,
+                                           tr_tensor weight,
+                                           tr_tensor bias,
+                                           const int64_t *stride,
+                                           size_t stride_len,
+                                           const int64_t *padding,
+                                           size_t padding_len,
+                                           const int64_t *output_padding,
+                                           size_t output_padding_len,
+                                           int64_t groups,
+                                           const int64_t *dilation,
+                                           size_t dilation_len,
+                                           tr_tensor *out);
+
+/**
+ * `copy(Tensor self, Tensor src, bool non_blocking=False) -> Tensor`
+ */
+tr_status tr_tensor_copy(tr_tensor input, tr_tensor src, bool non_blocking, tr_tensor *out);
+
+/**
+ * `cos(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_cos(tr_tensor input, tr_tensor *out);
+
+/**
+ * `cos_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_cos_(tr_tensor input);
+
+/**
+ * `cosh(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_cosh(tr_tensor input, tr_tensor *out);
+
+/**
+ * `cosh_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_cosh_(tr_tensor input);
+
+/**
+ * `cosine_embedding_loss(Tensor input1, Tensor input2, Tensor target, float margin=0.0, int
+ * reduction=Mean) -> Tensor`
+ */
+tr_status tr_tensor_cosine_embedding_loss(tr_tensor input1,
+                                          tr_tensor input2,
+                                          tr_tensor target,
+                                          double margin,
+                                          int64_t reduction,
+                                          tr_tensor *out);
+
+/**
+ * `count_nonzero.dim_IntList(Tensor self, int[] dim) -> Tensor`
+ */
+tr_status tr_tensor_count_nonzero_dim_intlist(tr_tensor input,
+                                              const int64_t *dim,
+                                              size_t dim_len,
+                                              tr_tensor *out);
+
+/**
+ * `count_nonzero(Tensor self, int? dim=None) -> Tensor`
+ */
+tr_status tr_tensor_count_nonzero(tr_tensor input, const int64_t *dim, tr_tensor *out);
+
+/**
+ * `cov(Tensor self, *, int correction=1, Tensor? fweights=None, Tensor? aweights=None) -> Tensor`
+ * `fweights` and `aweights` are optional (the handle 0 for none).
+ */
+tr_status tr_tensor_cov(tr_tensor input,
+                        int64_t correction,
+                        tr_tensor fweights,
+                        tr_tensor aweights,
+                        tr_tensor *out);
+
+/**
+ * `corrcoef(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_corrcoef(tr_tensor input, tr_tensor *out);
+
+/**
+ * `cummax(Tensor self, int dim) -> (Tensor values, Tensor indices)` `out` (room for `out_len`
+ * handles) receives the results' handles, in order, and `*out_written` the op's 2, also when
+ * `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_cummax(tr_tensor input,
+                           int64_t dim,
+                           tr_tensor *out,
+                           size_t out_len,
+                           size_t *out_written);
+
+/**
+ * `cummin(Tensor self, int dim) -> (Tensor values, Tensor indices)` `out` (room for `out_len`
+ * handles) receives the results' handles, in order, and `*out_written` the op's 2, also when
+ * `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_cummin(tr_tensor input,
+                           int64_t dim,
+                           tr_tensor *out,
+                           size_t out_len,
+                           size_t *out_written);
+
+/**
+ * `cumprod(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor`
+ */
+tr_status tr_tensor_cumprod(tr_tensor input, int64_t dim, const tr_dtype *dtype, tr_tensor *out);
+
+/**
+ * `cumprod_(Tensor(a!) self, int dim, *, ScalarType? dtype=None) -> Tensor(a!)` In place: modifies
+ * `input`; no new handle.
+ */
+tr_status tr_tensor_cumprod_(tr_tensor input, int64_t dim, const tr_dtype *dtype);
+
+/**
+ * `cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor`
+ */
+tr_status tr_tensor_cumsum(tr_tensor input, int64_t dim, const tr_dtype *dtype, tr_tensor *out);
+
+/**
+ * `cumsum_(Tensor(a!) self, int dim, *, ScalarType? dtype=None) -> Tensor(a!)` In place: modifies
+ * `input`; no new handle.
+ */
+tr_status tr_tensor_cumsum_(tr_tensor input, int64_t dim, const tr_dtype *dtype);
+
+/**
+ * `cumulative_trapezoid.x(Tensor y, Tensor x, *, int dim=-1) -> Tensor`
+ */
+tr_status tr_tensor_cumulative_trapezoid_x(tr_tensor y, tr_tensor x, int64_t dim, tr_tensor *out);
+
+/**
+ * `cumulative_trapezoid.dx(Tensor y, *, Scalar dx=1, int dim=-1) -> Tensor`
+ */
+tr_status tr_tensor_cumulative_trapezoid_dx(tr_tensor y, tr_scalar dx, int64_t dim, tr_tensor *out);
+
+/**
+ * `ctc_loss.IntList(Tensor log_probs, Tensor targets, int[] input_lengths, int[] target_lengths,
+ * int blank=0, int reduction=Mean, bool zero_infinity=False) -> Tensor`
+ */
+tr_status tr_tensor_ctc_loss_intlist(tr_tensor log_probs,
+                                     tr_tensor targets,
+                                     const int64_t *input_lengths,
+                                     size_t input_lengths_len,
+                                     const int64_t *target_lengths,
+                                     size_t target_lengths_len,
+                                     int64_t blank,
+                                     int64_t reduction,
+                                     bool zero_infinity,
+                                     tr_tensor *out);
+
+/**
+ * `ctc_loss.Tensor(Tensor log_probs, Tensor targets, Tensor input_lengths, Tensor target_lengths,
+ * int blank=0, int reduction=Mean, bool zero_infinity=False) -> Tensor`
+ */
+tr_status tr_tensor_ctc_loss_tensor(tr_tensor log_probs,
+                                    tr_tensor targets,
+                                    tr_tensor input_lengths,
+                                    tr_tensor target_lengths,
+                                    int64_t blank,
+                                    int64_t reduction,
+                                    bool zero_infinity,
+                                    tr_tensor *out);
+
+/**
+ * `diag_embed(Tensor self, int offset=0, int dim1=-2, int dim2=-1) -> Tensor`
+ */
+tr_status tr_tensor_diag_embed(tr_tensor input,
+                               int64_t offset,
+                               int64_t dim1,
+                               int64_t dim2,
+                               tr_tensor *out);
+
+/**
+ * `diagflat(Tensor self, int offset=0) -> Tensor`
+ */
+tr_status tr_tensor_diagflat(tr_tensor input, int64_t offset, tr_tensor *out);
+
+/**
+ * `diagonal(Tensor(a) self, int offset=0, int dim1=0, int dim2=1) -> Tensor(a)`
+ */
+tr_status tr_tensor_diagonal(tr_tensor input,
+                             int64_t offset,
+                             int64_t dim1,
+                             int64_t dim2,
+                             tr_tensor *out);
+
+/**
+ * `linalg_diagonal(Tensor(a) A, *, int offset=0, int dim1=-2, int dim2=-1) -> Tensor(a)`
+ */
+tr_status tr_tensor_linalg_diagonal(tr_tensor a,
+                                    int64_t offset,
+                                    int64_t dim1,
+                                    int64_t dim2,
+                                    tr_tensor *out);
+
+/**
+ * `fill_diagonal_(Tensor(a!) self, Scalar fill_value, bool wrap=False) -> Tensor(a!)` In place:
+ * modifies `input`; no new handle.
+ */
+tr_status tr_tensor_fill_diagonal_(tr_tensor input, tr_scalar fill_value, bool wrap);
+
+/**
+ * `diff(Tensor self, int n=1, int dim=-1, Tensor? prepend=None, Tensor? append=None) -> Tensor`
+ * `prepend` and `append` are optional (the handle 0 for none).
+ */
+tr_status tr_tensor_diff(tr_tensor input,
+                         int64_t n,
+                         int64_t dim,
+                         tr_tensor prepend,
+                         tr_tensor append,
+                         tr_tensor *out);
+
+/**
+ * `gradient.scalarint(Tensor self, *, Scalar? spacing=None, int? dim=None, int edge_order=1) ->
+ * Tensor[]` `out` (room for `out_len` handles) receives the results' handles, in order, and
+ * `*out_written` their number, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and
+ * no result is kept).
+ */
+tr_status tr_tensor_gradient_scalarint(tr_tensor input,
+                                       const tr_scalar *spacing,
+                                       const int64_t *dim,
+                                       int64_t edge_order,
+                                       tr_tensor *out,
+                                       size_t out_len,
+                                       size_t *out_written);
+
+/**
+ * `gradient.scalararray(Tensor self, *, Scalar spacing, int[] dim, int edge_order=1) -> Tensor[]`
+ * `out` (room for `out_len` handles) receives the results' handles, in order, and `*out_written`
+ * their number, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is
+ * kept).
+ */
+tr_status tr_tensor_gradient_scalararray(tr_tensor input,
+                                         tr_scalar spacing,
+                                         const int64_t *dim,
+                                         size_t dim_len,
+                                         int64_t edge_order,
+                                         tr_tensor *out,
+                                         size_t out_len,
+                                         size_t *out_written);
+
+/**
+ * `gradient.array(Tensor self, *, int[] dim, int edge_order=1) -> Tensor[]` `out` (room for
+ * `out_len` handles) receives the results' handles, in order, and `*out_written` their number,
+ * also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_gradient_array(tr_tensor input,
+                                   const int64_t *dim,
+                                   size_t dim_len,
+                                   int64_t edge_order,
+                                   tr_tensor *out,
+                                   size_t out_len,
+                                   size_t *out_written);
+
+/**
+ * `gradient.tensorarrayint(Tensor self, *, Tensor[] spacing, int? dim=None, int edge_order=1) ->
+ * Tensor[]` `out` (room for `out_len` handles) receives the results' handles, in order, and
+ * `*out_written` their number, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and
+ * no result is kept).
+ */
+tr_status tr_tensor_gradient_tensorarrayint(tr_tensor input,
+                                            const tr_tensor *spacing,
+                                            size_t spacing_len,
+                                            const int64_t *dim,
+                                            int64_t edge_order,
+                                            tr_tensor *out,
+                                            size_t out_len,
+                                            size_t *out_written);
+
+/**
+ * `gradient.tensorarray(Tensor self, *, Tensor[] spacing, int[] dim, int edge_order=1) ->
+ * Tensor[]` `out` (room for `out_len` handles) receives the results' handles, in order, and
+ * `*out_written` their number, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and
+ * no result is kept).
+ */
+tr_status tr_tensor_gradient_tensorarray(tr_tensor input,
+                                         const tr_tensor *spacing,
+                                         size_t spacing_len,
+                                         const int64_t *dim,
+                                         size_t dim_len,
+                                         int64_t edge_order,
+                                         tr_tensor *out,
+                                         size_t out_len,
+                                         size_t *out_written);
+
+/**
+ * `div.Tensor(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_div_tensor(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `div_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_div_tensor_(tr_tensor input, tr_tensor other);
+
+/**
+ * `div.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor`
+ */
+tr_status tr_tensor_div_tensor_mode(tr_tensor input,
+                                    tr_tensor other,
+                                    const char *rounding_mode,
+                                    tr_tensor *out);
+
+/**
+ * `div_.Tensor_mode(Tensor(a!) self, Tensor other, *, str? rounding_mode) -> Tensor(a!)` In place:
+ * modifies `input`; no new handle.
+ */
+tr_status tr_tensor_div_tensor_mode_(tr_tensor input, tr_tensor other, const char *rounding_mode);
+
+/**
+ * `div.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor`
+ */
+tr_status tr_tensor_div_scalar_mode(tr_tensor input,
+                                    tr_scalar other,
+                                    const char *rounding_mode,
+                                    tr_tensor *out);
+
+/**
+ * `div_.Scalar_mode(Tensor(a!) self, Scalar other, *, str? rounding_mode) -> Tensor(a!)` In place:
+ * modifies `input`; no new handle.
+ */
+tr_status tr_tensor_div_scalar_mode_(tr_tensor input, tr_scalar other, const char *rounding_mode);
+
+/**
+ * `divide.Tensor(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_divide_tensor(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `divide_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_divide_tensor_(tr_tensor input, tr_tensor other);
+
+/**
+ * `divide.Scalar(Tensor self, Scalar other) -> Tensor`
+ */
+tr_status tr_tensor_divide_scalar(tr_tensor input, tr_scalar other, tr_tensor *out);
+
+/**
+ * `divide_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_divide_scalar_(tr_tensor input, tr_scalar other);
+
+/**
+ * `divide.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor`
+ */
+tr_status tr_tensor_divide_tensor_mode(tr_tensor input,
+                                       tr_tensor other,
+                                       const char *rounding_mode,
+                                       tr_tensor *out);
+
+/**
+ * `divide_.Tensor_mode(Tensor(a!) self, Tensor other, *, str? rounding_mode) -> Tensor(a!)` In
+ * place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_divide_tensor_mode_(tr_tensor input,
+                                        tr_tensor other,
+                                        const char *rounding_mode);
+
+/**
+ * `divide.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor`
+ */
+tr_status tr_tensor_divide_scalar_mode(tr_tensor input,
+                                       tr_scalar other,
+                                       const char *rounding_mode,
+                                       tr_tensor *out);
+
+/**
+ * `divide_.Scalar_mode(Tensor(a!) self, Scalar other, *, str? rounding_mode) -> Tensor(a!)` In
+ * place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_divide_scalar_mode_(tr_tensor input,
+                                        tr_scalar other,
+                                        const char *rounding_mode);
+
+/**
+ * `true_divide.Tensor(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_true_divide_tensor(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `true_divide_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`;
+ * no new handle.
+ */
+tr_status tr_tensor_true_divide_tensor_(tr_tensor input, tr_tensor other);
+
+/**
+ * `true_divide.Scalar(Tensor self, Scalar other) -> Tensor`
+ */
+tr_status tr_tensor_true_divide_scalar(tr_tensor input, tr_scalar other, tr_tensor *out);
+
+/**
+ * `true_divide_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` In place: modifies `input`;
+ * no new handle.
+ */
+tr_status tr_tensor_true_divide_scalar_(tr_tensor input, tr_scalar other);
+
+/**
+ * `dot(Tensor self, Tensor tensor) -> Tensor`
+ */
+tr_status tr_tensor_dot(tr_tensor input, tr_tensor tensor, tr_tensor *out);
+
+/**
+ * `vdot(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_vdot(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `einsum(str equation, Tensor[] tensors, *, int[]? path=None) -> Tensor`
+ */
+tr_status tr_tensor_einsum(const char *equation,
+                           const tr_tensor *tensors,
+                           size_t tensors_len,
+                           const int64_t *path,
+                           size_t path_len,
+                           tr_tensor *out);
+
+/**
+ * `embedding_renorm_(Tensor(a!) self, Tensor indices, float max_norm, float norm_type) ->
+ * Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_embedding_renorm_(tr_tensor input,
+                                      tr_tensor indices,
+                                      double max_norm,
+                                      double norm_type);
+
+/**
+ * `row_stack(Tensor[] tensors) -> Tensor`
+ */
+tr_status tr_tensor_row_stack(const tr_tensor *tensors, size_t tensors_len, tr_tensor *out);
+
+/**
+ * `embedding_bag(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq=False, int
+ * mode=0, bool sparse=False, Tensor? per_sample_weights=None, bool include_last_offset=False) ->
+ * (Tensor, Tensor, Tensor, Tensor)` `per_sample_weights` is optional (the handle 0 for none).
+ * `out` (room for `out_len` handles) receives the results' handles, in order, and `*out_written`
+ * the op's 4, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is
+ * kept).
+ */
+tr_status tr_tensor_embedding_bag(tr_tensor weight,
+                                  tr_tensor indices,
+                                  tr_tensor offsets,
+                                  bool scale_grad_by_freq,
+                                  int64_t mode,
+                                  bool sparse,
+                                  tr_tensor per_sample_weights,
+                                  bool include_last_offset,
+                                  tr_tensor *out,
+                                  size_t out_len,
+                                  size_t *out_written);
+
+/**
+ * `embedding_bag.padding_idx(Tensor weight, Tensor indices, Tensor offsets, bool
+ * scale_grad_by_freq, int mode, bool sparse, Tensor? per_sample_weights, bool include_last_offset,
+ * int? padding_idx) -> (Tensor, Tensor, Tensor, Tensor)` `per_sample_weights` is optional (the
+ * handle 0 for none). `out` (room for `out_len` handles) receives the results' handles, in order,
+ * and `*out_written` the op's 4, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL,
+ * and no result is kept).
+ */
+tr_status tr_tensor_embedding_bag_padding_idx(tr_tensor weight,
+                                              tr_tensor indices,
+                                              tr_tensor offsets,
+                                              bool scale_grad_by_freq,
+                                              int64_t mode,
+                                              bool sparse,
+                                              tr_tensor per_sample_weights,
+                                              bool include_last_offset,
+                                              const int64_t *padding_idx,
+                                              tr_tensor *out,
+                                              size_t out_len,
+                                              size_t *out_written);
+
+/**
+ * `empty.memory_format(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device?
+ * device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
+ */
+tr_status tr_tensor_empty_memory_format(const int64_t *size,
+                                        size_t size_len,
+                                        const tr_dtype *dtype,
+                                        tr_tensor *out);
+
+/**
+ * `empty_permuted(SymInt[] size, int[] physical_layout, *, ScalarType? dtype=None, Layout?
+ * layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_empty_permuted(const int64_t *size,
+                                   size_t size_len,
+                                   const int64_t *physical_layout,
+                                   size_t physical_layout_len,
+                                   const tr_dtype *dtype,
+                                   tr_tensor *out);
+
+/**
+ * `new_empty(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device?
+ * device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_new_empty(tr_tensor input,
+                              const int64_t *size,
+                              size_t size_len,
+                              const tr_dtype *dtype,
+                              tr_tensor *out);
+
+/**
+ * `new_empty_strided(Tensor self, SymInt[] size, SymInt[] stride, *, ScalarType? dtype=None,
+ * Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_new_empty_strided(tr_tensor input,
+                                      const int64_t *size,
+                                      size_t size_len,
+                                      const int64_t *stride,
+                                      size_t stride_len,
+                                      const tr_dtype *dtype,
+                                      tr_tensor *out);
+
+/**
+ * `new_full(Tensor self, SymInt[] size, Scalar fill_value, *, ScalarType? dtype=None, Layout?
+ * layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_new_full(tr_tensor input,
+                             const int64_t *size,
+                             size_t size_len,
+                             tr_scalar fill_value,
+                             const tr_dtype *dtype,
+                             tr_tensor *out);
+
+/**
+ * `new_zeros(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device?
+ * device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_new_zeros(tr_tensor input,
+                              const int64_t *size,
+                              size_t size_len,
+                              const tr_dtype *dtype,
+                              tr_tensor *out);
+
+/**
+ * `new_ones(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device?
+ * device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_new_ones(tr_tensor input,
+                             const int64_t *size,
+                             size_t size_len,
+                             const tr_dtype *dtype,
+                             tr_tensor *out);
+
+/**
+ * `resize_(Tensor(a!) self, SymInt[] size, *, MemoryFormat? memory_format=None) -> Tensor(a!)` In
+ * place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_resize_(tr_tensor input, const int64_t *size, size_t size_len);
+
+/**
+ * `empty_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None,
+ * bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
+ */
+tr_status tr_tensor_empty_like(tr_tensor input, const tr_dtype *dtype, tr_tensor *out);
+
+/**
+ * `empty_strided(SymInt[] size, SymInt[] stride, *, ScalarType? dtype=None, Layout? layout=None,
+ * Device? device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_empty_strided(const int64_t *size,
+                                  size_t size_len,
+                                  const int64_t *stride,
+                                  size_t stride_len,
+                                  const tr_dtype *dtype,
+                                  tr_tensor *out);
+
+/**
+ * `erf(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_erf(tr_tensor input, tr_tensor *out);
+
+/**
+ * `erf_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_erf_(tr_tensor input);
+
+/**
+ * `erfc(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_erfc(tr_tensor input, tr_tensor *out);
+
+/**
+ * `erfc_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_erfc_(tr_tensor input);
+
+/**
+ * `exp_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_exp_(tr_tensor input);
+
+/**
+ * `exp2(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_exp2(tr_tensor input, tr_tensor *out);
+
+/**
+ * `exp2_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_exp2_(tr_tensor input);
+
+/**
+ * `expm1(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_expm1(tr_tensor input, tr_tensor *out);
+
+/**
+ * `expm1_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_expm1_(tr_tensor input);
+
+/**
+ * `expand_as(Tensor(a) self, Tensor other) -> Tensor(a)`
+ */
+tr_status tr_tensor_expand_as(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `eye.m(SymInt n, SymInt m, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None,
+ * bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_eye_m(int64_t n, int64_t m, const tr_dtype *dtype, tr_tensor *out);
+
+/**
+ * `flatten.using_ints(Tensor(a) self, int start_dim=0, int end_dim=-1) -> Tensor(a)`
+ */
+tr_status tr_tensor_flatten_using_ints(tr_tensor input,
+                                       int64_t start_dim,
+                                       int64_t end_dim,
+                                       tr_tensor *out);
+
+/**
+ * `unflatten.int(Tensor(a) self, int dim, SymInt[] sizes) -> Tensor(a)`
+ */
+tr_status tr_tensor_unflatten_int(tr_tensor input,
+                                  int64_t dim,
+                                  const int64_t *sizes,
+                                  size_t sizes_len,
+                                  tr_tensor *out);
+
+/**
+ * `fill.Scalar(Tensor self, Scalar value) -> Tensor`
+ */
+tr_status tr_tensor_fill_scalar(tr_tensor input, tr_scalar value, tr_tensor *out);
+
+/**
+ * `fill.Tensor(Tensor self, Tensor value) -> Tensor`
+ */
+tr_status tr_tensor_fill_tensor(tr_tensor input, tr_tensor value, tr_tensor *out);
+
+/**
+ * `fill_.Scalar(Tensor(a!) self, Scalar value) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_fill_scalar_(tr_tensor input, tr_scalar value);
+
+/**
+ * `fill_.Tensor(Tensor(a!) self, Tensor value) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_fill_tensor_(tr_tensor input, tr_tensor value);
+
+/**
+ * `floor(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_floor(tr_tensor input, tr_tensor *out);
+
+/**
+ * `floor_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_floor_(tr_tensor input);
+
+/**
+ * `floor_divide_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`;
+ * no new handle.
+ */
+tr_status tr_tensor_floor_divide_tensor_(tr_tensor input, tr_tensor other);
+
+/**
+ * `frac(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_frac(tr_tensor input, tr_tensor *out);
+
+/**
+ * `frac_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_frac_(tr_tensor input);
+
+/**
+ * `full_like(Tensor self, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None,
+ * Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
+ */
+tr_status tr_tensor_full_like(tr_tensor input,
+                              tr_scalar fill_value,
+                              const tr_dtype *dtype,
+                              tr_tensor *out);
+
+/**
+ * `from_file(str filename, bool? shared=None, int? size=0, *, ScalarType? dtype=None, Layout?
+ * layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_from_file(const char *filename,
+                              const bool *shared,
+                              const int64_t *size,
+                              const tr_dtype *dtype,
+                              tr_tensor *out);
+
+/**
+ * `gcd(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_gcd(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `gcd_(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_gcd_(tr_tensor input, tr_tensor other);
+
+/**
+ * `lcm(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_lcm(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `lcm_(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_lcm_(tr_tensor input, tr_tensor other);
+
+/**
+ * `grid_sampler(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool
+ * align_corners) -> Tensor`
+ */
+tr_status tr_tensor_grid_sampler(tr_tensor input,
+                                 tr_tensor grid,
+                                 int64_t interpolation_mode,
+                                 int64_t padding_mode,
+                                 bool align_corners,
+                                 tr_tensor *out);
+
+/**
+ * `grid_sampler_2d(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool
+ * align_corners) -> Tensor`
+ */
+tr_status tr_tensor_grid_sampler_2d(tr_tensor input,
+                                    tr_tensor grid,
+                                    int64_t interpolation_mode,
+                                    int64_t padding_mode,
+                                    bool align_corners,
+                                    tr_tensor *out);
+
+/**
+ * `grid_sampler_3d(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool
+ * align_corners) -> Tensor`
+ */
+tr_status tr_tensor_grid_sampler_3d(tr_tensor input,
+                                    tr_tensor grid,
+                                    int64_t interpolation_mode,
+                                    int64_t padding_mode,
+                                    bool align_corners,
+                                    tr_tensor *out);
+
+/**
+ * `hann_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device?
+ * device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_hann_window(int64_t window_length, const tr_dtype *dtype, tr_tensor *out);
+
+/**
+ * `hann_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None, Layout?
+ * layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_hann_window_periodic(int64_t window_length,
+                                         bool periodic,
+                                         const tr_dtype *dtype,
+                                         tr_tensor *out);
+
+/**
+ * `hamming_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device?
+ * device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_hamming_window(int64_t window_length, const tr_dtype *dtype, tr_tensor *out);
+
+/**
+ * `hamming_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None, Layout?
+ * layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_hamming_window_periodic(int64_t window_length,
+                                            bool periodic,
+                                            const tr_dtype *dtype,
+                                            tr_tensor *out);
+
+/**
+ * `hamming_window.periodic_alpha(int window_length, bool periodic, float alpha, *, ScalarType?
+ * dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_hamming_window_periodic_alpha(int64_t window_length,
+                                                  bool periodic,
+                                                  double alpha,
+                                                  const tr_dtype *dtype,
+                                                  tr_tensor *out);
+
+/**
+ * `hamming_window.periodic_alpha_beta(int window_length, bool periodic, float alpha, float beta,
+ * *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) ->
+ * Tensor`
+ */
+tr_status tr_tensor_hamming_window_periodic_alpha_beta(int64_t window_length,
+                                                       bool periodic,
+                                                       double alpha,
+                                                       double beta,
+                                                       const tr_dtype *dtype,
+                                                       tr_tensor *out);
+
+/**
+ * `kaiser_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device?
+ * device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_kaiser_window(int64_t window_length, const tr_dtype *dtype, tr_tensor *out);
+
+/**
+ * `kaiser_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None, Layout?
+ * layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_kaiser_window_periodic(int64_t window_length,
+                                           bool periodic,
+                                           const tr_dtype *dtype,
+                                           tr_tensor *out);
+
+/**
+ * `kaiser_window.beta(int window_length, bool periodic, float beta, *, ScalarType? dtype=None,
+ * Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_kaiser_window_beta(int64_t window_length,
+                                       bool periodic,
+                                       double beta,
+                                       const tr_dtype *dtype,
+                                       tr_tensor *out);
+
+/**
+ * `hinge_embedding_loss(Tensor self, Tensor target, float margin=1.0, int reduction=Mean) ->
+ * Tensor`
+ */
+tr_status tr_tensor_hinge_embedding_loss(tr_tensor input,
+                                         tr_tensor target,
+                                         double margin,
+                                         int64_t reduction,
+                                         tr_tensor *out);
+
+/**
+ * `group_norm(Tensor input, int num_groups, Tensor? weight=None, Tensor? bias=None, float
+ * eps=1e-05, bool cudnn_enabled=True) -> Tensor` `weight` and `bias` are optional (the handle 0
+ * for none).
+ */
+tr_status tr_tensor_group_norm(tr_tensor input,
+                               int64_t num_groups,
+                               tr_tensor weight,
+                               tr_tensor bias,
+                               double eps,
+                               bool cudnn_enabled,
+                               tr_tensor *out);
+
+/**
+ * `native_group_norm(Tensor input, Tensor? weight, Tensor? bias, SymInt N, SymInt C, SymInt HxW,
+ * int group, float eps) -> (Tensor, Tensor, Tensor)` `weight` and `bias` are optional (the handle
+ * 0 for none). `out` (room for `out_len` handles) receives the results' handles, in order, and
+ * `*out_written` the op's 3, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and
+ * no result is kept).
+ */
+tr_status tr_tensor_native_group_norm(tr_tensor input,
+                                      tr_tensor weight,
+                                      tr_tensor bias,
+                                      int64_t n,
+                                      int64_t c,
+                                      int64_t hxw,
+                                      int64_t group,
+                                      double eps,
+                                      tr_tensor *out,
+                                      size_t out_len,
+                                      size_t *out_written);
+
+/**
+ * `index.Tensor(Tensor self, Tensor?[] indices) -> Tensor`
+ */
+tr_status tr_tensor_index_tensor(tr_tensor input,
+                                 const tr_tensor *indices,
+                                 size_t indices_len,
+                                 tr_tensor *out);
+
+/**
+ * `index_copy(Tensor self, int dim, Tensor index, Tensor source) -> Tensor`
+ */
+tr_status tr_tensor_index_copy(tr_tensor input,
+                               int64_t dim,
+                               tr_tensor index,
+                               tr_tensor source,
+                               tr_tensor *out);
+
+/**
+ * `index_put_(Tensor(a!) self, Tensor?[] indices, Tensor values, bool accumulate=False) ->
+ * Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_index_put_(tr_tensor input,
+                               const tr_tensor *indices,
+                               size_t indices_len,
+                               tr_tensor values,
+                               bool accumulate);
+
+/**
+ * `index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor`
+ */
+tr_status tr_tensor_index_put(tr_tensor input,
+                              const tr_tensor *indices,
+                              size_t indices_len,
+                              tr_tensor values,
+                              bool accumulate,
+                              tr_tensor *out);
+
+/**
+ * `instance_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor?
+ * running_var, bool use_input_stats, float momentum, float eps, bool cudnn_enabled) -> Tensor`
+ * `weight` and `bias` and `running_mean` and `running_var` are optional (the handle 0 for none).
+ */
+tr_status tr_tensor_instance_norm(tr_tensor input,
+                                  tr_tensor weight,
+                                  tr_tensor bias,
+                                  tr_tensor running_mean,
+                                  tr_tensor running_var,
+                                  bool use_input_stats,
+                                  double momentum,
+                                  double eps,
+                                  bool cudnn_enabled,
+                                  tr_tensor *out);
+
+/**
+ * `isclose(Tensor self, Tensor other, float rtol=1e-05, float atol=1e-08, bool equal_nan=False) ->
+ * Tensor`
+ */
+tr_status tr_tensor_isclose(tr_tensor input,
+                            tr_tensor other,
+                            double rtol,
+                            double atol,
+                            bool equal_nan,
+                            tr_tensor *out);
+
+/**
+ * `isin.Tensor_Tensor(Tensor elements, Tensor test_elements, *, bool assume_unique=False, bool
+ * invert=False) -> Tensor`
+ */
+tr_status tr_tensor_isin_tensor_tensor(tr_tensor elements,
+                                       tr_tensor test_elements,
+                                       bool assume_unique,
+                                       bool invert,
+                                       tr_tensor *out);
+
+/**
+ * `isin.Tensor_Scalar(Tensor elements, Scalar test_element, *, bool assume_unique=False, bool
+ * invert=False) -> Tensor`
+ */
+tr_status tr_tensor_isin_tensor_scalar(tr_tensor elements,
+                                       tr_scalar test_element,
+                                       bool assume_unique,
+                                       bool invert,
+                                       tr_tensor *out);
+
+/**
+ * `isin.Scalar_Tensor(Scalar element, Tensor test_elements, *, bool assume_unique=False, bool
+ * invert=False) -> Tensor`
+ */
+tr_status tr_tensor_isin_scalar_tensor(tr_scalar element,
+                                       tr_tensor test_elements,
+                                       bool assume_unique,
+                                       bool invert,
+                                       tr_tensor *out);
+
+/**
+ * `isnan(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_isnan(tr_tensor input, tr_tensor *out);
+
+/**
+ * `is_distributed(Tensor self) -> bool` `*out` receives the value.
+ */
+tr_status tr_tensor_is_distributed(tr_tensor input, bool *out);
+
+/**
+ * `is_floating_point(Tensor self) -> bool` `*out` receives the value.
+ */
+tr_status tr_tensor_is_floating_point(tr_tensor input, bool *out);
+
+/**
+ * `is_complex(Tensor self) -> bool` `*out` receives the value.
+ */
+tr_status tr_tensor_is_complex(tr_tensor input, bool *out);
+
+/**
+ * `is_conj(Tensor self) -> bool` `*out` receives the value.
+ */
+tr_status tr_tensor_is_conj(tr_tensor input, bool *out);
+
+/**
+ * `is_neg(Tensor self) -> bool` `*out` receives the value.
+ */
+tr_status tr_tensor_is_neg(tr_tensor input, bool *out);
+
+/**
+ * `isreal(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_isreal(tr_tensor input, tr_tensor *out);
+
+/**
+ * `is_nonzero(Tensor self) -> bool` `*out` receives the value.
+ */
+tr_status tr_tensor_is_nonzero(tr_tensor input, bool *out);
+
+/**
+ * `is_same_size(Tensor self, Tensor other) -> bool` `*out` receives the value.
+ */
+tr_status tr_tensor_is_same_size(tr_tensor input, tr_tensor other, bool *out);
+
+/**
+ * `is_signed(Tensor self) -> bool` `*out` receives the value.
+ */
+tr_status tr_tensor_is_signed(tr_tensor input, bool *out);
+
+/**
+ * `is_inference(Tensor self) -> bool` `*out` receives the value.
+ */
+tr_status tr_tensor_is_inference(tr_tensor input, bool *out);
+
+/**
+ * `kl_div(Tensor self, Tensor target, int reduction=Mean, *, bool log_target=False) -> Tensor`
+ */
+tr_status tr_tensor_kl_div(tr_tensor input,
+                           tr_tensor target,
+                           int64_t reduction,
+                           bool log_target,
+                           tr_tensor *out);
+
+/**
+ * `kron(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_kron(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `kthvalue(Tensor self, SymInt k, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor
+ * indices)` `out` (room for `out_len` handles) receives the results' handles, in order, and
+ * `*out_written` the op's 2, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and
+ * no result is kept).
+ */
+tr_status tr_tensor_kthvalue(tr_tensor input,
+                             int64_t k,
+                             int64_t dim,
+                             bool keepdim,
+                             tr_tensor *out,
+                             size_t out_len,
+                             size_t *out_written);
+
+/**
+ * `native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias, float
+ * eps) -> (Tensor, Tensor, Tensor)` `weight` and `bias` are optional (the handle 0 for none).
+ * `out` (room for `out_len` handles) receives the results' handles, in order, and `*out_written`
+ * the op's 3, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is
+ * kept).
+ */
+tr_status tr_tensor_native_layer_norm(tr_tensor input,
+                                      const int64_t *normalized_shape,
+                                      size_t normalized_shape_len,
+                                      tr_tensor weight,
+                                      tr_tensor bias,
+                                      double eps,
+                                      tr_tensor *out,
+                                      size_t out_len,
+                                      size_t *out_written);
+
+/**
+ * `rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, float? eps=None) ->
+ * Tensor` `weight` is optional (the handle 0 for none).
+ */
+tr_status tr_tensor_rms_norm(tr_tensor input,
+                             const int64_t *normalized_shape,
+                             size_t normalized_shape_len,
+                             tr_tensor weight,
+                             const double *eps,
+                             tr_tensor *out);
+
+/**
+ * `nan_to_num(Tensor self, float? nan=None, float? posinf=None, float? neginf=None) -> Tensor`
+ */
+tr_status tr_tensor_nan_to_num(tr_tensor input,
+                               const double *nan,
+                               const double *posinf,
+                               const double *neginf,
+                               tr_tensor *out);
+
+/**
+ * `nan_to_num_(Tensor(a!) self, float? nan=None, float? posinf=None, float? neginf=None) ->
+ * Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_nan_to_num_(tr_tensor input,
+                                const double *nan,
+                                const double *posinf,
+                                const double *neginf);
+
+/**
+ * `ldexp.Tensor(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_ldexp_tensor(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `ldexp_(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_ldexp_(tr_tensor input, tr_tensor other);
+
+/**
+ * `linspace(Scalar start, Scalar end, int steps, *, ScalarType? dtype=None, Layout? layout=None,
+ * Device? device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_linspace(tr_scalar start,
+                             tr_scalar end,
+                             int64_t steps,
+                             const tr_dtype *dtype,
+                             tr_tensor *out);
+
+/**
+ * `linspace.Tensor_Tensor(Tensor start, Tensor end, int steps, *, ScalarType? dtype=None, Layout?
+ * layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_linspace_tensor_tensor(tr_tensor start,
+                                           tr_tensor end,
+                                           int64_t steps,
+                                           const tr_dtype *dtype,
+                                           tr_tensor *out);
+
+/**
+ * `linspace.Tensor_Scalar(Tensor start, Scalar end, int steps, *, ScalarType? dtype=None, Layout?
+ * layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_linspace_tensor_scalar(tr_tensor start,
+                                           tr_scalar end,
+                                           int64_t steps,
+                                           const tr_dtype *dtype,
+                                           tr_tensor *out);
+
+/**
+ * `linspace.Scalar_Tensor(Scalar start, Tensor end, int steps, *, ScalarType? dtype=None, Layout?
+ * layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_linspace_scalar_tensor(tr_scalar start,
+                                           tr_tensor end,
+                                           int64_t steps,
+                                           const tr_dtype *dtype,
+                                           tr_tensor *out);
+
+/**
+ * `log_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_log_(tr_tensor input);
+
+/**
+ * `log10(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_log10(tr_tensor input, tr_tensor *out);
+
+/**
+ * `log10_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_log10_(tr_tensor input);
+
+/**
+ * `log1p(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_log1p(tr_tensor input, tr_tensor *out);
+
+/**
+ * `log1p_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_log1p_(tr_tensor input);
+
+/**
+ * `log2(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_log2(tr_tensor input, tr_tensor *out);
+
+/**
+ * `log2_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_log2_(tr_tensor input);
+
+/**
+ * `logaddexp(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_logaddexp(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `logaddexp2(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_logaddexp2(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `xlogy.Tensor(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_xlogy_tensor(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `xlogy.Scalar_Self(Scalar self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_xlogy_scalar_self(tr_scalar input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `xlogy.Scalar_Other(Tensor self, Scalar other) -> Tensor`
+ */
+tr_status tr_tensor_xlogy_scalar_other(tr_tensor input, tr_scalar other, tr_tensor *out);
+
+/**
+ * `xlogy_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_xlogy_tensor_(tr_tensor input, tr_tensor other);
+
+/**
+ * `xlogy_.Scalar_Other(Tensor(a!) self, Scalar other) -> Tensor(a!)` In place: modifies `input`;
+ * no new handle.
+ */
+tr_status tr_tensor_xlogy_scalar_other_(tr_tensor input, tr_scalar other);
+
+/**
+ * `logspace(Scalar start, Scalar end, int steps, float base=10.0, *, ScalarType? dtype=None,
+ * Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_logspace(tr_scalar start,
+                             tr_scalar end,
+                             int64_t steps,
+                             double base,
+                             const tr_dtype *dtype,
+                             tr_tensor *out);
+
+/**
+ * `logspace.Tensor_Tensor(Tensor start, Tensor end, int steps, float base=10.0, *, ScalarType?
+ * dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_logspace_tensor_tensor(tr_tensor start,
+                                           tr_tensor end,
+                                           int64_t steps,
+                                           double base,
+                                           const tr_dtype *dtype,
+                                           tr_tensor *out);
+
+/**
+ * `logspace.Tensor_Scalar(Tensor start, Scalar end, int steps, float base=10.0, *, ScalarType?
+ * dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_logspace_tensor_scalar(tr_tensor start,
+                                           tr_scalar end,
+                                           int64_t steps,
+                                           double base,
+                                           const tr_dtype *dtype,
+                                           tr_tensor *out);
+
+/**
+ * `logspace.Scalar_Tensor(Scalar start, Tensor end, int steps, float base=10.0, *, ScalarType?
+ * dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_logspace_scalar_tensor(tr_scalar start,
+                                           tr_tensor end,
+                                           int64_t steps,
+                                           double base,
+                                           const tr_dtype *dtype,
+                                           tr_tensor *out);
+
+/**
+ * `log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor`
+ */
+tr_status tr_tensor_log_softmax_int(tr_tensor input,
+                                    int64_t dim,
+                                    const tr_dtype *dtype,
+                                    tr_tensor *out);
+
+/**
+ * `logcumsumexp(Tensor self, int dim) -> Tensor`
+ */
+tr_status tr_tensor_logcumsumexp(tr_tensor input, int64_t dim, tr_tensor *out);
+
+/**
+ * `logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor`
+ */
+tr_status tr_tensor_logsumexp(tr_tensor input,
+                              const int64_t *dim,
+                              size_t dim_len,
+                              bool keepdim,
+                              tr_tensor *out);
+
+/**
+ * `margin_ranking_loss(Tensor input1, Tensor input2, Tensor target, float margin=0.0, int
+ * reduction=Mean) -> Tensor`
+ */
+tr_status tr_tensor_margin_ranking_loss(tr_tensor input1,
+                                        tr_tensor input2,
+                                        tr_tensor target,
+                                        double margin,
+                                        int64_t reduction,
+                                        tr_tensor *out);
+
+/**
+ * `matrix_power(Tensor self, int n) -> Tensor`
+ */
+tr_status tr_tensor_matrix_power(tr_tensor input, int64_t n, tr_tensor *out);
+
+/**
+ * `matrix_exp(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_matrix_exp(tr_tensor input, tr_tensor *out);
+
+/**
+ * `aminmax(Tensor self, *, int? dim=None, bool keepdim=False) -> (Tensor min, Tensor max)` `out`
+ * (room for `out_len` handles) receives the results' handles, in order, and `*out_written` the
+ * op's 2, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_aminmax(tr_tensor input,
+                            const int64_t *dim,
+                            bool keepdim,
+                            tr_tensor *out,
+                            size_t out_len,
+                            size_t *out_written);
+
+/**
+ * `amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor`
+ */
+tr_status tr_tensor_amax(tr_tensor input,
+                         const int64_t *dim,
+                         size_t dim_len,
+                         bool keepdim,
+                         tr_tensor *out);
+
+/**
+ * `max_pool1d_with_indices(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=0,
+ * int[1] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)` `out` (room for `out_len` handles)
+ * receives the results' handles, in order, and `*out_written` the op's 2, also when `out_len` is
+ * too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_max_pool1d_with_indices(tr_tensor input,
+                                            const int64_t *kernel_size,
+                                            size_t kernel_size_len,
+                                            const int64_t *stride,
+                                            size_t stride_len,
+                                            const int64_t *padding,
+                                            size_t padding_len,
+                                            const int64_t *dilation,
+                                            size_t dilation_len,
+                                            bool ceil_mode,
+                                            tr_tensor *out,
+                                            size_t out_len,
+                                            size_t *out_written);
+
+/**
+ * `max_pool1d(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=0, int[1]
+ * dilation=1, bool ceil_mode=False) -> Tensor`
+ */
+tr_status tr_tensor_max_pool1d(tr_tensor input,
+                               const int64_t *kernel_size,
+                               size_t kernel_size_len,
+                               const int64_t *stride,
+                               size_t stride_len,
+                               const int64_t *padding,
+                               size_t padding_len,
+                               const int64_t *dilation,
+                               size_t dilation_len,
+                               bool ceil_mode,
+                               tr_tensor *out);
+
+/**
+ * `max_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, int[3]
+ * dilation=1, bool ceil_mode=False) -> Tensor`
+ */
+tr_status tr_tensor_max_pool3d(tr_tensor input,
+                               const int64_t *kernel_size,
+                               size_t kernel_size_len,
+                               const int64_t *stride,
+                               size_t stride_len,
+                               const int64_t *padding,
+                               size_t padding_len,
+                               const int64_t *dilation,
+                               size_t dilation_len,
+                               bool ceil_mode,
+                               tr_tensor *out);
+
+/**
+ * `nanmean(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) ->
+ * Tensor`
+ */
+tr_status tr_tensor_nanmean(tr_tensor input,
+                            const int64_t *dim,
+                            size_t dim_len,
+                            bool keepdim,
+                            const tr_dtype *dtype,
+                            tr_tensor *out);
+
+/**
+ * `median(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_median(tr_tensor input, tr_tensor *out);
+
+/**
+ * `median.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)` `out`
+ * (room for `out_len` handles) receives the results' handles, in order, and `*out_written` the
+ * op's 2, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_median_dim(tr_tensor input,
+                               int64_t dim,
+                               bool keepdim,
+                               tr_tensor *out,
+                               size_t out_len,
+                               size_t *out_written);
+
+/**
+ * `nanmedian(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_nanmedian(tr_tensor input, tr_tensor *out);
+
+/**
+ * `nanmedian.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)`
+ * `out` (room for `out_len` handles) receives the results' handles, in order, and `*out_written`
+ * the op's 2, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is
+ * kept).
+ */
+tr_status tr_tensor_nanmedian_dim(tr_tensor input,
+                                  int64_t dim,
+                                  bool keepdim,
+                                  tr_tensor *out,
+                                  size_t out_len,
+                                  size_t *out_written);
+
+/**
+ * `amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor`
+ */
+tr_status tr_tensor_amin(tr_tensor input,
+                         const int64_t *dim,
+                         size_t dim_len,
+                         bool keepdim,
+                         tr_tensor *out);
+
+/**
+ * `mm(Tensor self, Tensor mat2) -> Tensor`
+ */
+tr_status tr_tensor_mm(tr_tensor input, tr_tensor mat2, tr_tensor *out);
+
+/**
+ * `mm.dtype(Tensor self, Tensor mat2, ScalarType out_dtype) -> Tensor`
+ */
+tr_status tr_tensor_mm_dtype(tr_tensor input, tr_tensor mat2, tr_dtype out_dtype, tr_tensor *out);
+
+/**
+ * `mode(Tensor self, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)` `out`
+ * (room for `out_len` handles) receives the results' handles, in order, and `*out_written` the
+ * op's 2, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_mode(tr_tensor input,
+                         int64_t dim,
+                         bool keepdim,
+                         tr_tensor *out,
+                         size_t out_len,
+                         size_t *out_written);
+
+/**
+ * `mul.Tensor(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_mul_tensor(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `mul_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_mul_tensor_(tr_tensor input, tr_tensor other);
+
+/**
+ * `multiply.Tensor(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_multiply_tensor(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `multiply_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`; no
+ * new handle.
+ */
+tr_status tr_tensor_multiply_tensor_(tr_tensor input, tr_tensor other);
+
+/**
+ * `multiply.Scalar(Tensor self, Scalar other) -> Tensor`
+ */
+tr_status tr_tensor_multiply_scalar(tr_tensor input, tr_scalar other, tr_tensor *out);
+
+/**
+ * `multiply_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` In place: modifies `input`; no
+ * new handle.
+ */
+tr_status tr_tensor_multiply_scalar_(tr_tensor input, tr_scalar other);
+
+/**
+ * `mv(Tensor self, Tensor vec) -> Tensor`
+ */
+tr_status tr_tensor_mv(tr_tensor input, tr_tensor vec, tr_tensor *out);
+
+/**
+ * `mvlgamma(Tensor self, int p) -> Tensor`
+ */
+tr_status tr_tensor_mvlgamma(tr_tensor input, int64_t p, tr_tensor *out);
+
+/**
+ * `mvlgamma_(Tensor(a!) self, int p) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_mvlgamma_(tr_tensor input, int64_t p);
+
+/**
+ * `narrow_copy(Tensor self, int dim, SymInt start, SymInt length) -> Tensor`
+ */
+tr_status tr_tensor_narrow_copy(tr_tensor input,
+                                int64_t dim,
+                                int64_t start,
+                                int64_t length,
+                                tr_tensor *out);
+
+/**
+ * `narrow.Tensor(Tensor(a) self, int dim, Tensor start, SymInt length) -> Tensor(a)`
+ */
+tr_status tr_tensor_narrow_tensor(tr_tensor input,
+                                  int64_t dim,
+                                  tr_tensor start,
+                                  int64_t length,
+                                  tr_tensor *out);
+
+/**
+ * `native_batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor?
+ * running_var, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor)` `weight` and
+ * `bias` and `running_mean` and `running_var` are optional (the handle 0 for none). `out` (room
+ * for `out_len` handles) receives the results' handles, in order, and `*out_written` the op's 3,
+ * also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_native_batch_norm(tr_tensor input,
+                                      tr_tensor weight,
+                                      tr_tensor bias,
+                                      tr_tensor running_mean,
+                                      tr_tensor running_var,
+                                      bool training,
+                                      double momentum,
+                                      double eps,
+                                      tr_tensor *out,
+                                      size_t out_len,
+                                      size_t *out_written);
+
+/**
+ * `batch_norm_stats(Tensor input, float eps) -> (Tensor, Tensor)` `out` (room for `out_len`
+ * handles) receives the results' handles, in order, and `*out_written` the op's 2, also when
+ * `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_batch_norm_stats(tr_tensor input,
+                                     double eps,
+                                     tr_tensor *out,
+                                     size_t out_len,
+                                     size_t *out_written);
+
+/**
+ * `batch_norm_elemt(Tensor input, Tensor? weight, Tensor? bias, Tensor mean, Tensor invstd, float
+ * eps) -> Tensor` `weight` and `bias` are optional (the handle 0 for none).
+ */
+tr_status tr_tensor_batch_norm_elemt(tr_tensor input,
+                                     tr_tensor weight,
+                                     tr_tensor bias,
+                                     tr_tensor mean,
+                                     tr_tensor invstd,
+                                     double eps,
+                                     tr_tensor *out);
+
+/**
+ * `batch_norm_gather_stats(Tensor input, Tensor mean, Tensor invstd, Tensor? running_mean, Tensor?
+ * running_var, float momentum, float eps, int count) -> (Tensor, Tensor)` `running_mean` and
+ * `running_var` are optional (the handle 0 for none). `out` (room for `out_len` handles) receives
+ * the results' handles, in order, and `*out_written` the op's 2, also when `out_len` is too small
+ * (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_batch_norm_gather_stats(tr_tensor input,
+                                            tr_tensor mean,
+                                            tr_tensor invstd,
+                                            tr_tensor running_mean,
+                                            tr_tensor running_var,
+                                            double momentum,
+                                            double eps,
+                                            int64_t count,
+                                            tr_tensor *out,
+                                            size_t out_len,
+                                            size_t *out_written);
+
+/**
+ * `batch_norm_gather_stats_with_counts(Tensor input, Tensor mean, Tensor invstd, Tensor?
+ * running_mean, Tensor? running_var, float momentum, float eps, Tensor counts) -> (Tensor,
+ * Tensor)` `running_mean` and `running_var` are optional (the handle 0 for none). `out` (room for
+ * `out_len` handles) receives the results' handles, in order, and `*out_written` the op's 2, also
+ * when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_batch_norm_gather_stats_with_counts(tr_tensor input,
+                                                        tr_tensor mean,
+                                                        tr_tensor invstd,
+                                                        tr_tensor running_mean,
+                                                        tr_tensor running_var,
+                                                        double momentum,
+                                                        double eps,
+                                                        tr_tensor counts,
+                                                        tr_tensor *out,
+                                                        size_t out_len,
+                                                        size_t *out_written);
+
+/**
+ * `batch_norm_update_stats(Tensor input, Tensor? running_mean, Tensor? running_var, float
+ * momentum) -> (Tensor, Tensor)` `running_mean` and `running_var` are optional (the handle 0 for
+ * none). `out` (room for `out_len` handles) receives the results' handles, in order, and
+ * `*out_written` the op's 2, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and
+ * no result is kept).
+ */
+tr_status tr_tensor_batch_norm_update_stats(tr_tensor input,
+                                            tr_tensor running_mean,
+                                            tr_tensor running_var,
+                                            double momentum,
+                                            tr_tensor *out,
+                                            size_t out_len,
+                                            size_t *out_written);
+
+/**
+ * `pairwise_distance(Tensor x1, Tensor x2, float p=2, float eps=1e-06, bool keepdim=False) ->
+ * Tensor`
+ */
+tr_status tr_tensor_pairwise_distance(tr_tensor x1,
+                                      tr_tensor x2,
+                                      double p,
+                                      double eps,
+                                      bool keepdim,
+                                      tr_tensor *out);
+
+/**
+ * `cdist(Tensor x1, Tensor x2, float p=2, int? compute_mode=None) -> Tensor`
+ */
+tr_status tr_tensor_cdist(tr_tensor x1,
+                          tr_tensor x2,
+                          double p,
+                          const int64_t *compute_mode,
+                          tr_tensor *out);
+
+/**
+ * `pdist(Tensor self, float p=2) -> Tensor`
+ */
+tr_status tr_tensor_pdist(tr_tensor input, double p, tr_tensor *out);
+
+/**
+ * `cosine_similarity(Tensor x1, Tensor x2, int dim=1, float eps=1e-08) -> Tensor`
+ */
+tr_status tr_tensor_cosine_similarity(tr_tensor x1,
+                                      tr_tensor x2,
+                                      int64_t dim,
+                                      double eps,
+                                      tr_tensor *out);
+
+/**
+ * `movedim.intlist(Tensor(a) self, int[] source, int[] destination) -> Tensor(a)`
+ */
+tr_status tr_tensor_movedim_intlist(tr_tensor input,
+                                    const int64_t *source,
+                                    size_t source_len,
+                                    const int64_t *destination,
+                                    size_t destination_len,
+                                    tr_tensor *out);
+
+/**
+ * `movedim.int(Tensor(a) self, int source, int destination) -> Tensor(a)`
+ */
+tr_status tr_tensor_movedim_int(tr_tensor input,
+                                int64_t source,
+                                int64_t destination,
+                                tr_tensor *out);
+
+/**
+ * `moveaxis.intlist(Tensor(a) self, int[] source, int[] destination) -> Tensor(a)`
+ */
+tr_status tr_tensor_moveaxis_intlist(tr_tensor input,
+                                     const int64_t *source,
+                                     size_t source_len,
+                                     const int64_t *destination,
+                                     size_t destination_len,
+                                     tr_tensor *out);
+
+/**
+ * `moveaxis.int(Tensor(a) self, int source, int destination) -> Tensor(a)`
+ */
+tr_status tr_tensor_moveaxis_int(tr_tensor input,
+                                 int64_t source,
+                                 int64_t destination,
+                                 tr_tensor *out);
+
+/**
+ * `numpy_T(Tensor(a) self) -> Tensor(a)`
+ */
+tr_status tr_tensor_numpy_t(tr_tensor input, tr_tensor *out);
+
+/**
+ * `matrix_H(Tensor(a) self) -> Tensor(a)`
+ */
+tr_status tr_tensor_matrix_h(tr_tensor input, tr_tensor *out);
+
+/**
+ * `mT(Tensor(a) self) -> Tensor(a)`
+ */
+tr_status tr_tensor_mt(tr_tensor input, tr_tensor *out);
+
+/**
+ * `mH(Tensor(a) self) -> Tensor(a)`
+ */
+tr_status tr_tensor_mh(tr_tensor input, tr_tensor *out);
+
+/**
+ * `adjoint(Tensor(a) self) -> Tensor(a)`
+ */
+tr_status tr_tensor_adjoint(tr_tensor input, tr_tensor *out);
+
+/**
+ * `pixel_shuffle(Tensor self, int upscale_factor) -> Tensor`
+ */
+tr_status tr_tensor_pixel_shuffle(tr_tensor input, int64_t upscale_factor, tr_tensor *out);
+
+/**
+ * `pixel_unshuffle(Tensor self, int downscale_factor) -> Tensor`
+ */
+tr_status tr_tensor_pixel_unshuffle(tr_tensor input, int64_t downscale_factor, tr_tensor *out);
+
+/**
+ * `channel_shuffle(Tensor self, SymInt groups) -> Tensor`
+ */
+tr_status tr_tensor_channel_shuffle(tr_tensor input, int64_t groups, tr_tensor *out);
+
+/**
+ * `native_channel_shuffle(Tensor self, SymInt groups) -> Tensor`
+ */
+tr_status tr_tensor_native_channel_shuffle(tr_tensor input, int64_t groups, tr_tensor *out);
+
+/**
+ * `is_pinned(Tensor self, Device? device=None) -> bool` `*out` receives the value.
+ */
+tr_status tr_tensor_is_pinned(tr_tensor input, bool *out);
+
+/**
+ * `pin_memory(Tensor(a) self, Device? device=None) -> Tensor(a)`
+ */
+tr_status tr_tensor_pin_memory(tr_tensor input, tr_tensor *out);
+
+/**
+ * `pinverse(Tensor self, float rcond=1e-15) -> Tensor`
+ */
+tr_status tr_tensor_pinverse(tr_tensor input, double rcond, tr_tensor *out);
+
+/**
+ * `poisson_nll_loss(Tensor input, Tensor target, bool log_input, bool full, float eps, int
+ * reduction) -> Tensor`
+ */
+tr_status tr_tensor_poisson_nll_loss(tr_tensor input,
+                                     tr_tensor target,
+                                     bool log_input,
+                                     bool full,
+                                     double eps,
+                                     int64_t reduction,
+                                     tr_tensor *out);
+
+/**
+ * `rad2deg(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_rad2deg(tr_tensor input, tr_tensor *out);
+
+/**
+ * `rad2deg_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_rad2deg_(tr_tensor input);
+
+/**
+ * `deg2rad(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_deg2rad(tr_tensor input, tr_tensor *out);
+
+/**
+ * `deg2rad_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_deg2rad_(tr_tensor input);
+
+/**
+ * `scalar_tensor(Scalar s, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None,
+ * bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_scalar_tensor(tr_scalar s, const tr_dtype *dtype, tr_tensor *out);
+
+/**
+ * `rand.generator(SymInt[] size, *, Generator? generator, ScalarType? dtype=None, Layout?
+ * layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_rand_generator(const int64_t *size,
+                                   size_t size_len,
+                                   const tr_dtype *dtype,
+                                   tr_tensor *out);
+
+/**
+ * `rand_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None,
+ * bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
+ */
+tr_status tr_tensor_rand_like(tr_tensor input, const tr_dtype *dtype, tr_tensor *out);
+
+/**
+ * `rand_like.generator(Tensor self, *, Generator? generator, ScalarType? dtype=None, Layout?
+ * layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) ->
+ * Tensor`
+ */
+tr_status tr_tensor_rand_like_generator(tr_tensor input, const tr_dtype *dtype, tr_tensor *out);
+
+/**
+ * `randint(SymInt high, SymInt[] size, *, ScalarType? dtype=long, Layout? layout=None, Device?
+ * device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_randint(int64_t high,
+                            const int64_t *size,
+                            size_t size_len,
+                            const tr_dtype *dtype,
+                            tr_tensor *out);
+
+/**
+ * `randint.generator(SymInt high, SymInt[] size, *, Generator? generator, ScalarType? dtype=long,
+ * Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_randint_generator(int64_t high,
+                                      const int64_t *size,
+                                      size_t size_len,
+                                      const tr_dtype *dtype,
+                                      tr_tensor *out);
+
+/**
+ * `randint.low(SymInt low, SymInt high, SymInt[] size, *, ScalarType? dtype=long, Layout?
+ * layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_randint_low(int64_t low,
+                                int64_t high,
+                                const int64_t *size,
+                                size_t size_len,
+                                const tr_dtype *dtype,
+                                tr_tensor *out);
+
+/**
+ * `randint.low_generator(SymInt low, SymInt high, SymInt[] size, *, Generator? generator,
+ * ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) ->
+ * Tensor`
+ */
+tr_status tr_tensor_randint_low_generator(int64_t low,
+                                          int64_t high,
+                                          const int64_t *size,
+                                          size_t size_len,
+                                          const tr_dtype *dtype,
+                                          tr_tensor *out);
+
+/**
+ * `randint_like(Tensor self, SymInt high, *, ScalarType? dtype=None, Layout? layout=None, Device?
+ * device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
+ */
+tr_status tr_tensor_randint_like(tr_tensor input,
+                                 int64_t high,
+                                 const tr_dtype *dtype,
+                                 tr_tensor *out);
+
+/**
+ * `randint_like.generator(Tensor self, SymInt high, *, Generator? generator, ScalarType?
+ * dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat?
+ * memory_format=None) -> Tensor`
+ */
+tr_status tr_tensor_randint_like_generator(tr_tensor input,
+                                           int64_t high,
+                                           const tr_dtype *dtype,
+                                           tr_tensor *out);
+
+/**
+ * `randint_like.Tensor(Tensor self, Tensor high, *, ScalarType? dtype=None, Layout? layout=None,
+ * Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
+ */
+tr_status tr_tensor_randint_like_tensor(tr_tensor input,
+                                        tr_tensor high,
+                                        const tr_dtype *dtype,
+                                        tr_tensor *out);
+
+/**
+ * `randint_like.Tensor_generator(Tensor self, Tensor high, *, Generator? generator, ScalarType?
+ * dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat?
+ * memory_format=None) -> Tensor`
+ */
+tr_status tr_tensor_randint_like_tensor_generator(tr_tensor input,
+                                                  tr_tensor high,
+                                                  const tr_dtype *dtype,
+                                                  tr_tensor *out);
+
+/**
+ * `randint_like.low_dtype(Tensor self, SymInt low, SymInt high, *, ScalarType? dtype=None, Layout?
+ * layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) ->
+ * Tensor`
+ */
+tr_status tr_tensor_randint_like_low_dtype(tr_tensor input,
+                                           int64_t low,
+                                           int64_t high,
+                                           const tr_dtype *dtype,
+                                           tr_tensor *out);
+
+/**
+ * `randint_like.low_generator_dtype(Tensor self, SymInt low, SymInt high, *, Generator? generator,
+ * ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None,
+ * MemoryFormat? memory_format=None) -> Tensor`
+ */
+tr_status tr_tensor_randint_like_low_generator_dtype(tr_tensor input,
+                                                     int64_t low,
+                                                     int64_t high,
+                                                     const tr_dtype *dtype,
+                                                     tr_tensor *out);
+
+/**
+ * `randn.generator(SymInt[] size, *, Generator? generator, ScalarType? dtype=None, Layout?
+ * layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_randn_generator(const int64_t *size,
+                                    size_t size_len,
+                                    const tr_dtype *dtype,
+                                    tr_tensor *out);
+
+/**
+ * `randn_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None,
+ * bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
+ */
+tr_status tr_tensor_randn_like(tr_tensor input, const tr_dtype *dtype, tr_tensor *out);
+
+/**
+ * `randn_like.generator(Tensor self, *, Generator? generator, ScalarType? dtype=None, Layout?
+ * layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) ->
+ * Tensor`
+ */
+tr_status tr_tensor_randn_like_generator(tr_tensor input, const tr_dtype *dtype, tr_tensor *out);
+
+/**
+ * `randperm(SymInt n, *, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool?
+ * pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_randperm(int64_t n, const tr_dtype *dtype, tr_tensor *out);
+
+/**
+ * `randperm.generator(SymInt n, *, Generator? generator, ScalarType? dtype=long, Layout?
+ * layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_randperm_generator(int64_t n, const tr_dtype *dtype, tr_tensor *out);
+
+/**
+ * `range.step(Scalar start, Scalar end, Scalar step=1, *, ScalarType? dtype=None, Layout?
+ * layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_range_step(tr_scalar start,
+                               tr_scalar end,
+                               tr_scalar step,
+                               const tr_dtype *dtype,
+                               tr_tensor *out);
+
+/**
+ * `range(Scalar start, Scalar end, *, ScalarType? dtype=None, Layout? layout=None, Device?
+ * device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_range(tr_scalar start, tr_scalar end, const tr_dtype *dtype, tr_tensor *out);
+
+/**
+ * `ravel(Tensor(a) self) -> Tensor(a)`
+ */
+tr_status tr_tensor_ravel(tr_tensor input, tr_tensor *out);
+
+/**
+ * `reciprocal(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_reciprocal(tr_tensor input, tr_tensor *out);
+
+/**
+ * `reciprocal_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_reciprocal_(tr_tensor input);
+
+/**
+ * `neg_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_neg_(tr_tensor input);
+
+/**
+ * `negative(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_negative(tr_tensor input, tr_tensor *out);
+
+/**
+ * `negative_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_negative_(tr_tensor input);
+
+/**
+ * `repeat(Tensor self, SymInt[] repeats) -> Tensor`
+ */
+tr_status tr_tensor_repeat(tr_tensor input,
+                           const int64_t *repeats,
+                           size_t repeats_len,
+                           tr_tensor *out);
+
+/**
+ * `repeat_interleave.Tensor(Tensor repeats, *, SymInt? output_size=None) -> Tensor`
+ */
+tr_status tr_tensor_repeat_interleave_tensor(tr_tensor repeats,
+                                             const int64_t *output_size,
+                                             tr_tensor *out);
+
+/**
+ * `repeat_interleave.self_Tensor(Tensor self, Tensor repeats, int? dim=None, *, SymInt?
+ * output_size=None) -> Tensor`
+ */
+tr_status tr_tensor_repeat_interleave_self_tensor(tr_tensor input,
+                                                  tr_tensor repeats,
+                                                  const int64_t *dim,
+                                                  const int64_t *output_size,
+                                                  tr_tensor *out);
+
+/**
+ * `repeat_interleave.self_int(Tensor self, SymInt repeats, int? dim=None, *, SymInt?
+ * output_size=None) -> Tensor`
+ */
+tr_status tr_tensor_repeat_interleave_self_int(tr_tensor input,
+                                               int64_t repeats,
+                                               const int64_t *dim,
+                                               const int64_t *output_size,
+                                               tr_tensor *out);
+
+/**
+ * `reshape_as(Tensor(a) self, Tensor other) -> Tensor(a)`
+ */
+tr_status tr_tensor_reshape_as(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `round(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_round(tr_tensor input, tr_tensor *out);
+
+/**
+ * `round_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_round_(tr_tensor input);
+
+/**
+ * `round.decimals(Tensor self, *, int decimals) -> Tensor`
+ */
+tr_status tr_tensor_round_decimals(tr_tensor input, int64_t decimals, tr_tensor *out);
+
+/**
+ * `round_.decimals(Tensor(a!) self, *, int decimals) -> Tensor(a!)` In place: modifies `input`; no
+ * new handle.
+ */
+tr_status tr_tensor_round_decimals_(tr_tensor input, int64_t decimals);
+
+/**
+ * `rrelu(Tensor self, Scalar lower=0.125, Scalar upper=0.3333333333333333, bool training=False,
+ * Generator? generator=None) -> Tensor`
+ */
+tr_status tr_tensor_rrelu(tr_tensor input,
+                          tr_scalar lower,
+                          tr_scalar upper,
+                          bool training,
+                          tr_tensor *out);
+
+/**
+ * `rrelu_(Tensor(a!) self, Scalar lower=0.125, Scalar upper=0.3333333333333333, bool
+ * training=False, Generator? generator=None) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_rrelu_(tr_tensor input, tr_scalar lower, tr_scalar upper, bool training);
+
+/**
+ * `relu_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_relu_(tr_tensor input);
+
+/**
+ * `relu6(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_relu6(tr_tensor input, tr_tensor *out);
+
+/**
+ * `relu6_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_relu6_(tr_tensor input);
+
+/**
+ * `prelu(Tensor self, Tensor weight) -> Tensor`
+ */
+tr_status tr_tensor_prelu(tr_tensor input, tr_tensor weight, tr_tensor *out);
+
+/**
+ * `gelu_(Tensor(a!) self, *, str approximate='none') -> Tensor(a!)` In place: modifies `input`; no
+ * new handle.
+ */
+tr_status tr_tensor_gelu_(tr_tensor input, const char *approximate);
+
+/**
+ * `hardshrink(Tensor self, Scalar lambd=0.5) -> Tensor`
+ */
+tr_status tr_tensor_hardshrink(tr_tensor input, tr_scalar lambd, tr_tensor *out);
+
+/**
+ * `rsqrt(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_rsqrt(tr_tensor input, tr_tensor *out);
+
+/**
+ * `rsqrt_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_rsqrt_(tr_tensor input);
+
+/**
+ * `select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)`
+ */
+tr_status tr_tensor_select_int(tr_tensor input, int64_t dim, int64_t index, tr_tensor *out);
+
+/**
+ * `selu(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_selu(tr_tensor input, tr_tensor *out);
+
+/**
+ * `selu_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_selu_(tr_tensor input);
+
+/**
+ * `celu(Tensor self, Scalar alpha=1.0) -> Tensor`
+ */
+tr_status tr_tensor_celu(tr_tensor input, tr_scalar alpha, tr_tensor *out);
+
+/**
+ * `celu_(Tensor(a!) self, Scalar alpha=1.0) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_celu_(tr_tensor input, tr_scalar alpha);
+
+/**
+ * `silu_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_silu_(tr_tensor input);
+
+/**
+ * `mish(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_mish(tr_tensor input, tr_tensor *out);
+
+/**
+ * `mish_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_mish_(tr_tensor input);
+
+/**
+ * `sigmoid_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_sigmoid_(tr_tensor input);
+
+/**
+ * `logit(Tensor self, float? eps=None) -> Tensor`
+ */
+tr_status tr_tensor_logit(tr_tensor input, const double *eps, tr_tensor *out);
+
+/**
+ * `logit_(Tensor(a!) self, float? eps=None) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_logit_(tr_tensor input, const double *eps);
+
+/**
+ * `sin(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_sin(tr_tensor input, tr_tensor *out);
+
+/**
+ * `sin_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_sin_(tr_tensor input);
+
+/**
+ * `sinc(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_sinc(tr_tensor input, tr_tensor *out);
+
+/**
+ * `sinc_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_sinc_(tr_tensor input);
+
+/**
+ * `sinh(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_sinh(tr_tensor input, tr_tensor *out);
+
+/**
+ * `sinh_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_sinh_(tr_tensor input);
+
+/**
+ * `detach_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_detach_(tr_tensor input);
+
+/**
+ * `size.int(Tensor self, int dim) -> int` `*out` receives the value.
+ */
+tr_status tr_tensor_size_int(tr_tensor input, int64_t dim, int64_t *out);
+
+/**
+ * `sym_size.int(Tensor self, int dim) -> SymInt` `*out` receives the value.
+ */
+tr_status tr_tensor_sym_size_int(tr_tensor input, int64_t dim, int64_t *out);
+
+/**
+ * `sym_numel(Tensor self) -> SymInt` `*out` receives the value.
+ */
+tr_status tr_tensor_sym_numel(tr_tensor input, int64_t *out);
+
+/**
+ * `sym_storage_offset(Tensor self) -> SymInt` `*out` receives the value.
+ */
+tr_status tr_tensor_sym_storage_offset(tr_tensor input, int64_t *out);
+
+/**
+ * `slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) ->
+ * Tensor(a)`
+ */
+tr_status tr_tensor_slice_tensor(tr_tensor input,
+                                 int64_t dim,
+                                 const int64_t *start,
+                                 const int64_t *end,
+                                 int64_t step,
+                                 tr_tensor *out);
+
+/**
+ * `slice_inverse(Tensor(a) self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None,
+ * SymInt step=1) -> Tensor(a)`
+ */
+tr_status tr_tensor_slice_inverse(tr_tensor input,
+                                  tr_tensor src,
+                                  int64_t dim,
+                                  const int64_t *start,
+                                  const int64_t *end,
+                                  int64_t step,
+                                  tr_tensor *out);
+
+/**
+ * `slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt
+ * step=1) -> Tensor`
+ */
+tr_status tr_tensor_slice_scatter(tr_tensor input,
+                                  tr_tensor src,
+                                  int64_t dim,
+                                  const int64_t *start,
+                                  const int64_t *end,
+                                  int64_t step,
+                                  tr_tensor *out);
+
+/**
+ * `select_scatter(Tensor self, Tensor src, int dim, SymInt index) -> Tensor`
+ */
+tr_status tr_tensor_select_scatter(tr_tensor input,
+                                   tr_tensor src,
+                                   int64_t dim,
+                                   int64_t index,
+                                   tr_tensor *out);
+
+/**
+ * `diagonal_scatter(Tensor self, Tensor src, int offset=0, int dim1=0, int dim2=1) -> Tensor`
+ */
+tr_status tr_tensor_diagonal_scatter(tr_tensor input,
+                                     tr_tensor src,
+                                     int64_t offset,
+                                     int64_t dim1,
+                                     int64_t dim2,
+                                     tr_tensor *out);
+
+/**
+ * `as_strided_scatter(Tensor self, Tensor src, SymInt[] size, SymInt[] stride, SymInt?
+ * storage_offset=None) -> Tensor`
+ */
+tr_status tr_tensor_as_strided_scatter(tr_tensor input,
+                                       tr_tensor src,
+                                       const int64_t *size,
+                                       size_t size_len,
+                                       const int64_t *stride,
+                                       size_t stride_len,
+                                       const int64_t *storage_offset,
+                                       tr_tensor *out);
+
+/**
+ * `smm(Tensor self, Tensor mat2) -> Tensor`
+ */
+tr_status tr_tensor_smm(tr_tensor input, tr_tensor mat2, tr_tensor *out);
+
+/**
+ * `softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor`
+ */
+tr_status tr_tensor_softmax_int(tr_tensor input,
+                                int64_t dim,
+                                const tr_dtype *dtype,
+                                tr_tensor *out);
+
+/**
+ * `unsafe_split.Tensor(Tensor self, SymInt split_size, int dim=0) -> Tensor[]` `out` (room for
+ * `out_len` handles) receives the results' handles, in order, and `*out_written` their number,
+ * also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_unsafe_split_tensor(tr_tensor input,
+                                        int64_t split_size,
+                                        int64_t dim,
+                                        tr_tensor *out,
+                                        size_t out_len,
+                                        size_t *out_written);
+
+/**
+ * `split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]` `out` (room for
+ * `out_len` handles) receives the results' handles, in order, and `*out_written` their number,
+ * also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_split_tensor(tr_tensor input,
+                                 int64_t split_size,
+                                 int64_t dim,
+                                 tr_tensor *out,
+                                 size_t out_len,
+                                 size_t *out_written);
+
+/**
+ * `split.sizes(Tensor(a -> *) self, SymInt[] split_size, int dim=0) -> Tensor(a)[]` `out` (room
+ * for `out_len` handles) receives the results' handles, in order, and `*out_written` their number,
+ * also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_split_sizes(tr_tensor input,
+                                const int64_t *split_size,
+                                size_t split_size_len,
+                                int64_t dim,
+                                tr_tensor *out,
+                                size_t out_len,
+                                size_t *out_written);
+
+/**
+ * `unsafe_split_with_sizes(Tensor self, SymInt[] split_sizes, int dim=0) -> Tensor[]` `out` (room
+ * for `out_len` handles) receives the results' handles, in order, and `*out_written` their number,
+ * also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_unsafe_split_with_sizes(tr_tensor input,
+                                            const int64_t *split_sizes,
+                                            size_t split_sizes_len,
+                                            int64_t dim,
+                                            tr_tensor *out,
+                                            size_t out_len,
+                                            size_t *out_written);
+
+/**
+ * `split_with_sizes(Tensor(a -> *) self, SymInt[] split_sizes, int dim=0) -> Tensor(a)[]` `out`
+ * (room for `out_len` handles) receives the results' handles, in order, and `*out_written` their
+ * number, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_split_with_sizes(tr_tensor input,
+                                     const int64_t *split_sizes,
+                                     size_t split_sizes_len,
+                                     int64_t dim,
+                                     tr_tensor *out,
+                                     size_t out_len,
+                                     size_t *out_written);
+
+/**
+ * `hsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]` `out` (room for `out_len`
+ * handles) receives the results' handles, in order, and `*out_written` their number, also when
+ * `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_hsplit_int(tr_tensor input,
+                               int64_t sections,
+                               tr_tensor *out,
+                               size_t out_len,
+                               size_t *out_written);
+
+/**
+ * `hsplit.array(Tensor(a -> *) self, int[] indices) -> Tensor(a)[]` `out` (room for `out_len`
+ * handles) receives the results' handles, in order, and `*out_written` their number, also when
+ * `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_hsplit_array(tr_tensor input,
+                                 const int64_t *indices,
+                                 size_t indices_len,
+                                 tr_tensor *out,
+                                 size_t out_len,
+                                 size_t *out_written);
+
+/**
+ * `vsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]` `out` (room for `out_len`
+ * handles) receives the results' handles, in order, and `*out_written` their number, also when
+ * `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_vsplit_int(tr_tensor input,
+                               int64_t sections,
+                               tr_tensor *out,
+                               size_t out_len,
+                               size_t *out_written);
+
+/**
+ * `vsplit.array(Tensor(a -> *) self, int[] indices) -> Tensor(a)[]` `out` (room for `out_len`
+ * handles) receives the results' handles, in order, and `*out_written` their number, also when
+ * `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_vsplit_array(tr_tensor input,
+                                 const int64_t *indices,
+                                 size_t indices_len,
+                                 tr_tensor *out,
+                                 size_t out_len,
+                                 size_t *out_written);
+
+/**
+ * `dsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]` `out` (room for `out_len`
+ * handles) receives the results' handles, in order, and `*out_written` their number, also when
+ * `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_dsplit_int(tr_tensor input,
+                               int64_t sections,
+                               tr_tensor *out,
+                               size_t out_len,
+                               size_t *out_written);
+
+/**
+ * `dsplit.array(Tensor(a -> *) self, int[] indices) -> Tensor(a)[]` `out` (room for `out_len`
+ * handles) receives the results' handles, in order, and `*out_written` their number, also when
+ * `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_dsplit_array(tr_tensor input,
+                                 const int64_t *indices,
+                                 size_t indices_len,
+                                 tr_tensor *out,
+                                 size_t out_len,
+                                 size_t *out_written);
+
+/**
+ * `squeeze.dim(Tensor(a) self, int dim) -> Tensor(a)`
+ */
+tr_status tr_tensor_squeeze_dim(tr_tensor input, int64_t dim, tr_tensor *out);
+
+/**
+ * `squeeze.dims(Tensor(a) self, int[] dim) -> Tensor(a)`
+ */
+tr_status tr_tensor_squeeze_dims(tr_tensor input,
+                                 const int64_t *dim,
+                                 size_t dim_len,
+                                 tr_tensor *out);
+
+/**
+ * `squeeze_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_squeeze_(tr_tensor input);
+
+/**
+ * `squeeze_.dim(Tensor(a!) self, int dim) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_squeeze_dim_(tr_tensor input, int64_t dim);
+
+/**
+ * `squeeze_.dims(Tensor(a!) self, int[] dim) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_squeeze_dims_(tr_tensor input, const int64_t *dim, size_t dim_len);
+
+/**
+ * `sspaddmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor`
+ */
+tr_status tr_tensor_sspaddmm(tr_tensor input,
+                             tr_tensor mat1,
+                             tr_tensor mat2,
+                             tr_scalar beta,
+                             tr_scalar alpha,
+                             tr_tensor *out);
+
+/**
+ * `hstack(Tensor[] tensors) -> Tensor`
+ */
+tr_status tr_tensor_hstack(const tr_tensor *tensors, size_t tensors_len, tr_tensor *out);
+
+/**
+ * `vstack(Tensor[] tensors) -> Tensor`
+ */
+tr_status tr_tensor_vstack(const tr_tensor *tensors, size_t tensors_len, tr_tensor *out);
+
+/**
+ * `dstack(Tensor[] tensors) -> Tensor`
+ */
+tr_status tr_tensor_dstack(const tr_tensor *tensors, size_t tensors_len, tr_tensor *out);
+
+/**
+ * `stft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None,
+ * bool normalized=False, bool? onesided=None, bool? return_complex=None, bool?
+ * align_to_window=None) -> Tensor` `window` is optional (the handle 0 for none).
+ */
+tr_status tr_tensor_stft(tr_tensor input,
+                         int64_t n_fft,
+                         const int64_t *hop_length,
+                         const int64_t *win_length,
+                         tr_tensor window,
+                         bool normalized,
+                         const bool *onesided,
+                         const bool *return_complex,
+                         const bool *align_to_window,
+                         tr_tensor *out);
+
+/**
+ * `stft.center(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor?
+ * window=None, bool center=True, str pad_mode="reflect", bool normalized=False, bool?
+ * onesided=None, bool? return_complex=None, bool? align_to_window=None) -> Tensor` `window` is
+ * optional (the handle 0 for none).
+ */
+tr_status tr_tensor_stft_center(tr_tensor input,
+                                int64_t n_fft,
+                                const int64_t *hop_length,
+                                const int64_t *win_length,
+                                tr_tensor window,
+                                bool center,
+                                const char *pad_mode,
+                                bool normalized,
+                                const bool *onesided,
+                                const bool *return_complex,
+                                const bool *align_to_window,
+                                tr_tensor *out);
+
+/**
+ * `istft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None,
+ * bool center=True, bool normalized=False, bool? onesided=None, int? length=None, bool
+ * return_complex=False) -> Tensor` `window` is optional (the handle 0 for none).
+ */
+tr_status tr_tensor_istft(tr_tensor input,
+                          int64_t n_fft,
+                          const int64_t *hop_length,
+                          const int64_t *win_length,
+                          tr_tensor window,
+                          bool center,
+                          bool normalized,
+                          const bool *onesided,
+                          const int64_t *length,
+                          bool return_complex,
+                          tr_tensor *out);
+
+/**
+ * `stride.int(Tensor self, int dim) -> int` `*out` receives the value.
+ */
+tr_status tr_tensor_stride_int(tr_tensor input, int64_t dim, int64_t *out);
+
+/**
+ * `sym_stride.int(Tensor self, int dim) -> SymInt` `*out` receives the value.
+ */
+tr_status tr_tensor_sym_stride_int(tr_tensor input, int64_t dim, int64_t *out);
+
+/**
+ * `sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) ->
+ * Tensor`
+ */
+tr_status tr_tensor_sum_dim_intlist(tr_tensor input,
+                                    const int64_t *dim,
+                                    size_t dim_len,
+                                    bool keepdim,
+                                    const tr_dtype *dtype,
+                                    tr_tensor *out);
+
+/**
+ * `nansum(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`
+ */
+tr_status tr_tensor_nansum(tr_tensor input,
+                           const int64_t *dim,
+                           size_t dim_len,
+                           bool keepdim,
+                           const tr_dtype *dtype,
+                           tr_tensor *out);
+
+/**
+ * `hash_tensor(Tensor self, int[1] dim=[], *, bool keepdim=False, int mode=0) -> Tensor`
+ */
+tr_status tr_tensor_hash_tensor(tr_tensor input,
+                                const int64_t *dim,
+                                size_t dim_len,
+                                bool keepdim,
+                                int64_t mode,
+                                tr_tensor *out);
+
+/**
+ * `sum_to_size(Tensor self, SymInt[] size) -> Tensor`
+ */
+tr_status tr_tensor_sum_to_size(tr_tensor input,
+                                const int64_t *size,
+                                size_t size_len,
+                                tr_tensor *out);
+
+/**
+ * `sqrt_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_sqrt_(tr_tensor input);
+
+/**
+ * `square(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_square(tr_tensor input, tr_tensor *out);
+
+/**
+ * `square_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_square_(tr_tensor input);
+
+/**
+ * `std(Tensor self, bool unbiased=True) -> Tensor`
+ */
+tr_status tr_tensor_std(tr_tensor input, bool unbiased, tr_tensor *out);
+
+/**
+ * `std.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor`
+ */
+tr_status tr_tensor_std_dim(tr_tensor input,
+                            const int64_t *dim,
+                            size_t dim_len,
+                            bool unbiased,
+                            bool keepdim,
+                            tr_tensor *out);
+
+/**
+ * `std.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False)
+ * -> Tensor`
+ */
+tr_status tr_tensor_std_correction(tr_tensor input,
+                                   const int64_t *dim,
+                                   size_t dim_len,
+                                   const tr_scalar *correction,
+                                   bool keepdim,
+                                   tr_tensor *out);
+
+/**
+ * `std_mean(Tensor self, bool unbiased=True) -> (Tensor, Tensor)` `out` (room for `out_len`
+ * handles) receives the results' handles, in order, and `*out_written` the op's 2, also when
+ * `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_std_mean(tr_tensor input,
+                             bool unbiased,
+                             tr_tensor *out,
+                             size_t out_len,
+                             size_t *out_written);
+
+/**
+ * `std_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> (Tensor,
+ * Tensor)` `out` (room for `out_len` handles) receives the results' handles, in order, and
+ * `*out_written` the op's 2, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and
+ * no result is kept).
+ */
+tr_status tr_tensor_std_mean_dim(tr_tensor input,
+                                 const int64_t *dim,
+                                 size_t dim_len,
+                                 bool unbiased,
+                                 bool keepdim,
+                                 tr_tensor *out,
+                                 size_t out_len,
+                                 size_t *out_written);
+
+/**
+ * `std_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool
+ * keepdim=False) -> (Tensor, Tensor)` `out` (room for `out_len` handles) receives the results'
+ * handles, in order, and `*out_written` the op's 2, also when `out_len` is too small (then
+ * TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_std_mean_correction(tr_tensor input,
+                                        const int64_t *dim,
+                                        size_t dim_len,
+                                        const tr_scalar *correction,
+                                        bool keepdim,
+                                        tr_tensor *out,
+                                        size_t out_len,
+                                        size_t *out_written);
+
+/**
+ * `prod(Tensor self, *, ScalarType? dtype=None) -> Tensor`
+ */
+tr_status tr_tensor_prod(tr_tensor input, const tr_dtype *dtype, tr_tensor *out);
+
+/**
+ * `prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`
+ */
+tr_status tr_tensor_prod_dim_int(tr_tensor input,
+                                 int64_t dim,
+                                 bool keepdim,
+                                 const tr_dtype *dtype,
+                                 tr_tensor *out);
+
+/**
+ * `t(Tensor(a) self) -> Tensor(a)`
+ */
+tr_status tr_tensor_t(tr_tensor input, tr_tensor *out);
+
+/**
+ * `t_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_t_(tr_tensor input);
+
+/**
+ * `tan(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_tan(tr_tensor input, tr_tensor *out);
+
+/**
+ * `tan_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_tan_(tr_tensor input);
+
+/**
+ * `tanh_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_tanh_(tr_tensor input);
+
+/**
+ * `tensordot(Tensor self, Tensor other, int[] dims_self, int[] dims_other) -> Tensor`
+ */
+tr_status tr_tensor_tensordot(tr_tensor input,
+                              tr_tensor other,
+                              const int64_t *dims_self,
+                              size_t dims_self_len,
+                              const int64_t *dims_other,
+                              size_t dims_other_len,
+                              tr_tensor *out);
+
+/**
+ * `threshold(Tensor self, Scalar threshold, Scalar value) -> Tensor`
+ */
+tr_status tr_tensor_threshold(tr_tensor input,
+                              tr_scalar threshold,
+                              tr_scalar value,
+                              tr_tensor *out);
+
+/**
+ * `threshold_(Tensor(a!) self, Scalar threshold, Scalar value) -> Tensor(a!)` In place: modifies
+ * `input`; no new handle.
+ */
+tr_status tr_tensor_threshold_(tr_tensor input, tr_scalar threshold, tr_scalar value);
+
+/**
+ * `tile(Tensor self, SymInt[] dims) -> Tensor`
+ */
+tr_status tr_tensor_tile(tr_tensor input, const int64_t *dims, size_t dims_len, tr_tensor *out);
+
+/**
+ * `transpose.int(Tensor(a) self, int dim0, int dim1) -> Tensor(a)`
+ */
+tr_status tr_tensor_transpose_int(tr_tensor input, int64_t dim0, int64_t dim1, tr_tensor *out);
+
+/**
+ * `transpose_(Tensor(a!) self, int dim0, int dim1) -> Tensor(a!)` In place: modifies `input`; no
+ * new handle.
+ */
+tr_status tr_tensor_transpose_(tr_tensor input, int64_t dim0, int64_t dim1);
+
+/**
+ * `one_hot(Tensor self, int num_classes=-1) -> Tensor`
+ */
+tr_status tr_tensor_one_hot(tr_tensor input, int64_t num_classes, tr_tensor *out);
+
+/**
+ * `flip(Tensor self, int[] dims) -> Tensor`
+ */
+tr_status tr_tensor_flip(tr_tensor input, const int64_t *dims, size_t dims_len, tr_tensor *out);
+
+/**
+ * `fliplr(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_fliplr(tr_tensor input, tr_tensor *out);
+
+/**
+ * `flipud(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_flipud(tr_tensor input, tr_tensor *out);
+
+/**
+ * `roll(Tensor self, SymInt[1] shifts, int[1] dims=[]) -> Tensor`
+ */
+tr_status tr_tensor_roll(tr_tensor input,
+                         const int64_t *shifts,
+                         size_t shifts_len,
+                         const int64_t *dims,
+                         size_t dims_len,
+                         tr_tensor *out);
+
+/**
+ * `rot90(Tensor self, int k=1, int[] dims=[0,1]) -> Tensor`
+ */
+tr_status tr_tensor_rot90(tr_tensor input,
+                          int64_t k,
+                          const int64_t *dims,
+                          size_t dims_len,
+                          tr_tensor *out);
+
+/**
+ * `trapezoid.x(Tensor y, Tensor x, *, int dim=-1) -> Tensor`
+ */
+tr_status tr_tensor_trapezoid_x(tr_tensor y, tr_tensor x, int64_t dim, tr_tensor *out);
+
+/**
+ * `trapezoid.dx(Tensor y, *, Scalar dx=1, int dim=-1) -> Tensor`
+ */
+tr_status tr_tensor_trapezoid_dx(tr_tensor y, tr_scalar dx, int64_t dim, tr_tensor *out);
+
+/**
+ * `trapz.x(Tensor y, Tensor x, *, int dim=-1) -> Tensor`
+ */
+tr_status tr_tensor_trapz_x(tr_tensor y, tr_tensor x, int64_t dim, tr_tensor *out);
+
+/**
+ * `trapz.dx(Tensor y, *, float dx=1, int dim=-1) -> Tensor`
+ */
+tr_status tr_tensor_trapz_dx(tr_tensor y, double dx, int64_t dim, tr_tensor *out);
+
+/**
+ * `triplet_margin_loss(Tensor anchor, Tensor positive, Tensor negative, float margin=1.0, float
+ * p=2, float eps=1e-06, bool swap=False, int reduction=Mean) -> Tensor`
+ */
+tr_status tr_tensor_triplet_margin_loss(tr_tensor anchor,
+                                        tr_tensor positive,
+                                        tr_tensor negative,
+                                        double margin,
+                                        double p,
+                                        double eps,
+                                        bool swap,
+                                        int64_t reduction,
+                                        tr_tensor *out);
+
+/**
+ * `trunc(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_trunc(tr_tensor input, tr_tensor *out);
+
+/**
+ * `trunc_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_trunc_(tr_tensor input);
+
+/**
+ * `fix(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_fix(tr_tensor input, tr_tensor *out);
+
+/**
+ * `fix_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_fix_(tr_tensor input);
+
+/**
+ * `type_as(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_type_as(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `unique_dim(Tensor self, int dim, bool sorted=True, bool return_inverse=False, bool
+ * return_counts=False) -> (Tensor, Tensor, Tensor)` `out` (room for `out_len` handles) receives
+ * the results' handles, in order, and `*out_written` the op's 3, also when `out_len` is too small
+ * (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_unique_dim(tr_tensor input,
+                               int64_t dim,
+                               bool sorted,
+                               bool return_inverse,
+                               bool return_counts,
+                               tr_tensor *out,
+                               size_t out_len,
+                               size_t *out_written);
+
+/**
+ * `unique_consecutive(Tensor self, bool return_inverse=False, bool return_counts=False, int?
+ * dim=None) -> (Tensor, Tensor, Tensor)` `out` (room for `out_len` handles) receives the results'
+ * handles, in order, and `*out_written` the op's 3, also when `out_len` is too small (then
+ * TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_unique_consecutive(tr_tensor input,
+                                       bool return_inverse,
+                                       bool return_counts,
+                                       const int64_t *dim,
+                                       tr_tensor *out,
+                                       size_t out_len,
+                                       size_t *out_written);
+
+/**
+ * `unique_dim_consecutive(Tensor self, int dim, bool return_inverse=False, bool
+ * return_counts=False) -> (Tensor, Tensor, Tensor)` `out` (room for `out_len` handles) receives
+ * the results' handles, in order, and `*out_written` the op's 3, also when `out_len` is too small
+ * (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_unique_dim_consecutive(tr_tensor input,
+                                           int64_t dim,
+                                           bool return_inverse,
+                                           bool return_counts,
+                                           tr_tensor *out,
+                                           size_t out_len,
+                                           size_t *out_written);
+
+/**
+ * `unsqueeze_(Tensor(a!) self, int dim) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_unsqueeze_(tr_tensor input, int64_t dim);
+
+/**
+ * `vander(Tensor x, int? N=None, bool increasing=False) -> Tensor`
+ */
+tr_status tr_tensor_vander(tr_tensor x, const int64_t *n, bool increasing, tr_tensor *out);
+
+/**
+ * `var(Tensor self, bool unbiased=True) -> Tensor`
+ */
+tr_status tr_tensor_var(tr_tensor input, bool unbiased, tr_tensor *out);
+
+/**
+ * `var.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor`
+ */
+tr_status tr_tensor_var_dim(tr_tensor input,
+                            const int64_t *dim,
+                            size_t dim_len,
+                            bool unbiased,
+                            bool keepdim,
+                            tr_tensor *out);
+
+/**
+ * `var.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False)
+ * -> Tensor`
+ */
+tr_status tr_tensor_var_correction(tr_tensor input,
+                                   const int64_t *dim,
+                                   size_t dim_len,
+                                   const tr_scalar *correction,
+                                   bool keepdim,
+                                   tr_tensor *out);
+
+/**
+ * `var_mean(Tensor self, bool unbiased=True) -> (Tensor, Tensor)` `out` (room for `out_len`
+ * handles) receives the results' handles, in order, and `*out_written` the op's 2, also when
+ * `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_var_mean(tr_tensor input,
+                             bool unbiased,
+                             tr_tensor *out,
+                             size_t out_len,
+                             size_t *out_written);
+
+/**
+ * `var_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> (Tensor,
+ * Tensor)` `out` (room for `out_len` handles) receives the results' handles, in order, and
+ * `*out_written` the op's 2, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and
+ * no result is kept).
+ */
+tr_status tr_tensor_var_mean_dim(tr_tensor input,
+                                 const int64_t *dim,
+                                 size_t dim_len,
+                                 bool unbiased,
+                                 bool keepdim,
+                                 tr_tensor *out,
+                                 size_t out_len,
+                                 size_t *out_written);
+
+/**
+ * `var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool
+ * keepdim=False) -> (Tensor, Tensor)` `out` (room for `out_len` handles) receives the results'
+ * handles, in order, and `*out_written` the op's 2, also when `out_len` is too small (then
+ * TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_var_mean_correction(tr_tensor input,
+                                        const int64_t *dim,
+                                        size_t dim_len,
+                                        const tr_scalar *correction,
+                                        bool keepdim,
+                                        tr_tensor *out,
+                                        size_t out_len,
+                                        size_t *out_written);
+
+/**
+ * `view_as(Tensor(a) self, Tensor other) -> Tensor(a)`
+ */
+tr_status tr_tensor_view_as(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `where.ScalarSelf(Tensor condition, Scalar self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_where_scalarself(tr_tensor condition,
+                                     tr_scalar input,
+                                     tr_tensor other,
+                                     tr_tensor *out);
+
+/**
+ * `where.ScalarOther(Tensor condition, Tensor self, Scalar other) -> Tensor`
+ */
+tr_status tr_tensor_where_scalarother(tr_tensor condition,
+                                      tr_tensor input,
+                                      tr_scalar other,
+                                      tr_tensor *out);
+
+/**
+ * `where.Scalar(Tensor condition, Scalar self, Scalar other) -> Tensor`
+ */
+tr_status tr_tensor_where_scalar(tr_tensor condition,
+                                 tr_scalar input,
+                                 tr_scalar other,
+                                 tr_tensor *out);
+
+/**
+ * `where(Tensor condition) -> Tensor[]` `out` (room for `out_len` handles) receives the results'
+ * handles, in order, and `*out_written` their number, also when `out_len` is too small (then
+ * TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_where(tr_tensor condition, tr_tensor *out, size_t out_len, size_t *out_written);
+
+/**
+ * `norm_except_dim(Tensor v, int pow=2, int dim=0) -> Tensor`
+ */
+tr_status tr_tensor_norm_except_dim(tr_tensor v, int64_t pow, int64_t dim, tr_tensor *out);
+
+/**
+ * `poisson(Tensor self, Generator? generator=None) -> Tensor`
+ */
+tr_status tr_tensor_poisson(tr_tensor input, tr_tensor *out);
+
+/**
+ * `binomial(Tensor count, Tensor prob, Generator? generator=None) -> Tensor`
+ */
+tr_status tr_tensor_binomial(tr_tensor count, tr_tensor prob, tr_tensor *out);
+
+/**
+ * `norm.ScalarOpt_dtype(Tensor self, Scalar? p, *, ScalarType dtype) -> Tensor`
+ */
+tr_status tr_tensor_norm_scalaropt_dtype(tr_tensor input,
+                                         const tr_scalar *p,
+                                         tr_dtype dtype,
+                                         tr_tensor *out);
+
+/**
+ * `norm.Scalar(Tensor self, Scalar p=2) -> Tensor`
+ */
+tr_status tr_tensor_norm_scalar(tr_tensor input, tr_scalar p, tr_tensor *out);
+
+/**
+ * `norm.ScalarOpt_dim_dtype(Tensor self, Scalar? p, int[1] dim, bool keepdim, *, ScalarType dtype)
+ * -> Tensor`
+ */
+tr_status tr_tensor_norm_scalaropt_dim_dtype(tr_tensor input,
+                                             const tr_scalar *p,
+                                             const int64_t *dim,
+                                             size_t dim_len,
+                                             bool keepdim,
+                                             tr_dtype dtype,
+                                             tr_tensor *out);
+
+/**
+ * `norm.ScalarOpt_dim(Tensor self, Scalar? p, int[1] dim, bool keepdim=False) -> Tensor`
+ */
+tr_status tr_tensor_norm_scalaropt_dim(tr_tensor input,
+                                       const tr_scalar *p,
+                                       const int64_t *dim,
+                                       size_t dim_len,
+                                       bool keepdim,
+                                       tr_tensor *out);
+
+/**
+ * `frexp.Tensor(Tensor self) -> (Tensor mantissa, Tensor exponent)` `out` (room for `out_len`
+ * handles) receives the results' handles, in order, and `*out_written` the op's 2, also when
+ * `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_frexp_tensor(tr_tensor input,
+                                 tr_tensor *out,
+                                 size_t out_len,
+                                 size_t *out_written);
+
+/**
+ * `frobenius_norm.dim(Tensor self, int[1] dim, bool keepdim=False) -> Tensor`
+ */
+tr_status tr_tensor_frobenius_norm_dim(tr_tensor input,
+                                       const int64_t *dim,
+                                       size_t dim_len,
+                                       bool keepdim,
+                                       tr_tensor *out);
+
+/**
+ * `nuclear_norm(Tensor self, bool keepdim=False) -> Tensor`
+ */
+tr_status tr_tensor_nuclear_norm(tr_tensor input, bool keepdim, tr_tensor *out);
+
+/**
+ * `nuclear_norm.dim(Tensor self, int[2] dim, bool keepdim=False) -> Tensor`
+ */
+tr_status tr_tensor_nuclear_norm_dim(tr_tensor input,
+                                     const int64_t *dim,
+                                     size_t dim_len,
+                                     bool keepdim,
+                                     tr_tensor *out);
+
+/**
+ * `positive(Tensor(a) self) -> Tensor(a)`
+ */
+tr_status tr_tensor_positive(tr_tensor input, tr_tensor *out);
+
+/**
+ * `resize_as_(Tensor(a!) self, Tensor the_template, *, MemoryFormat? memory_format=None) ->
+ * Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_resize_as_(tr_tensor input, tr_tensor the_template);
+
+/**
+ * `sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor`
+ */
+tr_status tr_tensor_sub_tensor(tr_tensor input, tr_tensor other, tr_scalar alpha, tr_tensor *out);
+
+/**
+ * `sub_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)` In place: modifies
+ * `input`; no new handle.
+ */
+tr_status tr_tensor_sub_tensor_(tr_tensor input, tr_tensor other, tr_scalar alpha);
+
+/**
+ * `subtract.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor`
+ */
+tr_status tr_tensor_subtract_tensor(tr_tensor input,
+                                    tr_tensor other,
+                                    tr_scalar alpha,
+                                    tr_tensor *out);
+
+/**
+ * `subtract_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)` In place:
+ * modifies `input`; no new handle.
+ */
+tr_status tr_tensor_subtract_tensor_(tr_tensor input, tr_tensor other, tr_scalar alpha);
+
+/**
+ * `subtract.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor`
+ */
+tr_status tr_tensor_subtract_scalar(tr_tensor input,
+                                    tr_scalar other,
+                                    tr_scalar alpha,
+                                    tr_tensor *out);
+
+/**
+ * `subtract_.Scalar(Tensor(a!) self, Scalar other, Scalar alpha=1) -> Tensor(a!)` In place:
+ * modifies `input`; no new handle.
+ */
+tr_status tr_tensor_subtract_scalar_(tr_tensor input, tr_scalar other, tr_scalar alpha);
+
+/**
+ * `rsub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor`
+ */
+tr_status tr_tensor_rsub_tensor(tr_tensor input, tr_tensor other, tr_scalar alpha, tr_tensor *out);
+
+/**
+ * `heaviside(Tensor self, Tensor values) -> Tensor`
+ */
+tr_status tr_tensor_heaviside(tr_tensor input, tr_tensor values, tr_tensor *out);
+
+/**
+ * `heaviside_(Tensor(a!) self, Tensor values) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_heaviside_(tr_tensor input, tr_tensor values);
+
+/**
+ * `addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor`
+ */
+tr_status tr_tensor_addmm(tr_tensor input,
+                          tr_tensor mat1,
+                          tr_tensor mat2,
+                          tr_scalar beta,
+                          tr_scalar alpha,
+                          tr_tensor *out);
+
+/**
+ * `addmm.dtype(Tensor self, Tensor mat1, Tensor mat2, ScalarType out_dtype, *, Scalar beta=1,
+ * Scalar alpha=1) -> Tensor`
+ */
+tr_status tr_tensor_addmm_dtype(tr_tensor input,
+                                tr_tensor mat1,
+                                tr_tensor mat2,
+                                tr_dtype out_dtype,
+                                tr_scalar beta,
+                                tr_scalar alpha,
+                                tr_tensor *out);
+
+/**
+ * `addmm_(Tensor(a!) self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) ->
+ * Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_addmm_(tr_tensor input,
+                           tr_tensor mat1,
+                           tr_tensor mat2,
+                           tr_scalar beta,
+                           tr_scalar alpha);
+
+/**
+ * `unbind.int(Tensor(a -> *) self, int dim=0) -> Tensor(a)[]` `out` (room for `out_len` handles)
+ * receives the results' handles, in order, and `*out_written` their number, also when `out_len` is
+ * too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_unbind_int(tr_tensor input,
+                               int64_t dim,
+                               tr_tensor *out,
+                               size_t out_len,
+                               size_t *out_written);
+
+/**
+ * `choose_qparams_optimized(Tensor input, int numel, int n_bins, float ratio, int bit_width) ->
+ * (Tensor, Tensor)` `out` (room for `out_len` handles) receives the results' handles, in order,
+ * and `*out_written` the op's 2, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL,
+ * and no result is kept).
+ */
+tr_status tr_tensor_choose_qparams_optimized(tr_tensor input,
+                                             int64_t numel,
+                                             int64_t n_bins,
+                                             double ratio,
+                                             int64_t bit_width,
+                                             tr_tensor *out,
+                                             size_t out_len,
+                                             size_t *out_written);
+
+/**
+ * `to.dtype_layout(Tensor(a) self, *, ScalarType? dtype=None, Layout? layout=None, Device?
+ * device=None, bool? pin_memory=None, bool non_blocking=False, bool copy=False, MemoryFormat?
+ * memory_format=None) -> Tensor(a)`
+ */
+tr_status tr_tensor_to_dtype_layout(tr_tensor input,
+                                    const tr_dtype *dtype,
+                                    bool non_blocking,
+                                    bool copy,
+                                    tr_tensor *out);
+
+/**
+ * `to.other(Tensor(a) self, Tensor other, bool non_blocking=False, bool copy=False, MemoryFormat?
+ * memory_format=None) -> Tensor(a)`
+ */
+tr_status tr_tensor_to_other(tr_tensor input,
+                             tr_tensor other,
+                             bool non_blocking,
+                             bool copy,
+                             tr_tensor *out);
+
+/**
+ * `meshgrid(Tensor[] tensors) -> Tensor[]` `out` (room for `out_len` handles) receives the
+ * results' handles, in order, and `*out_written` their number, also when `out_len` is too small
+ * (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_meshgrid(const tr_tensor *tensors,
+                             size_t tensors_len,
+                             tr_tensor *out,
+                             size_t out_len,
+                             size_t *out_written);
+
+/**
+ * `meshgrid.indexing(Tensor[] tensors, *, str indexing) -> Tensor[]` `out` (room for `out_len`
+ * handles) receives the results' handles, in order, and `*out_written` their number, also when
+ * `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_meshgrid_indexing(const tr_tensor *tensors,
+                                      size_t tensors_len,
+                                      const char *indexing,
+                                      tr_tensor *out,
+                                      size_t out_len,
+                                      size_t *out_written);
+
+/**
+ * `cartesian_prod(Tensor[] tensors) -> Tensor`
+ */
+tr_status tr_tensor_cartesian_prod(const tr_tensor *tensors, size_t tensors_len, tr_tensor *out);
+
+/**
+ * `combinations(Tensor self, int r=2, bool with_replacement=False) -> Tensor`
+ */
+tr_status tr_tensor_combinations(tr_tensor input, int64_t r, bool with_replacement, tr_tensor *out);
+
+/**
+ * `can_cast(ScalarType from_, ScalarType to) -> bool` `*out` receives the value.
+ */
+tr_status tr_tensor_can_cast(tr_dtype from_, tr_dtype to, bool *out);
+
+/**
+ * `lstm.input(Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float
+ * dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor, Tensor)` `out`
+ * (room for `out_len` handles) receives the results' handles, in order, and `*out_written` the
+ * op's 3, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_lstm_input(tr_tensor input,
+                               const tr_tensor *hx,
+                               size_t hx_len,
+                               const tr_tensor *params,
+                               size_t params_len,
+                               bool has_biases,
+                               int64_t num_layers,
+                               double dropout,
+                               bool train,
+                               bool bidirectional,
+                               bool batch_first,
+                               tr_tensor *out,
+                               size_t out_len,
+                               size_t *out_written);
+
+/**
+ * `lstm.data(Tensor data, Tensor batch_sizes, Tensor[] hx, Tensor[] params, bool has_biases, int
+ * num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor, Tensor)` `out`
+ * (room for `out_len` handles) receives the results' handles, in order, and `*out_written` the
+ * op's 3, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_lstm_data(tr_tensor data,
+                              tr_tensor batch_sizes,
+                              const tr_tensor *hx,
+                              size_t hx_len,
+                              const tr_tensor *params,
+                              size_t params_len,
+                              bool has_biases,
+                              int64_t num_layers,
+                              double dropout,
+                              bool train,
+                              bool bidirectional,
+                              tr_tensor *out,
+                              size_t out_len,
+                              size_t *out_written);
+
+/**
+ * `gru.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float
+ * dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)` `out` (room for
+ * `out_len` handles) receives the results' handles, in order, and `*out_written` the op's 2, also
+ * when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_gru_input(tr_tensor input,
+                              tr_tensor hx,
+                              const tr_tensor *params,
+                              size_t params_len,
+                              bool has_biases,
+                              int64_t num_layers,
+                              double dropout,
+                              bool train,
+                              bool bidirectional,
+                              bool batch_first,
+                              tr_tensor *out,
+                              size_t out_len,
+                              size_t *out_written);
+
+/**
+ * `gru.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases, int
+ * num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor)` `out` (room for
+ * `out_len` handles) receives the results' handles, in order, and `*out_written` the op's 2, also
+ * when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_gru_data(tr_tensor data,
+                             tr_tensor batch_sizes,
+                             tr_tensor hx,
+                             const tr_tensor *params,
+                             size_t params_len,
+                             bool has_biases,
+                             int64_t num_layers,
+                             double dropout,
+                             bool train,
+                             bool bidirectional,
+                             tr_tensor *out,
+                             size_t out_len,
+                             size_t *out_written);
+
+/**
+ * `rnn_tanh.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float
+ * dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)` `out` (room for
+ * `out_len` handles) receives the results' handles, in order, and `*out_written` the op's 2, also
+ * when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_rnn_tanh_input(tr_tensor input,
+                                   tr_tensor hx,
+                                   const tr_tensor *params,
+                                   size_t params_len,
+                                   bool has_biases,
+                                   int64_t num_layers,
+                                   double dropout,
+                                   bool train,
+                                   bool bidirectional,
+                                   bool batch_first,
+                                   tr_tensor *out,
+                                   size_t out_len,
+                                   size_t *out_written);
+
+/**
+ * `rnn_tanh.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases, int
+ * num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor)` `out` (room for
+ * `out_len` handles) receives the results' handles, in order, and `*out_written` the op's 2, also
+ * when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_rnn_tanh_data(tr_tensor data,
+                                  tr_tensor batch_sizes,
+                                  tr_tensor hx,
+                                  const tr_tensor *params,
+                                  size_t params_len,
+                                  bool has_biases,
+                                  int64_t num_layers,
+                                  double dropout,
+                                  bool train,
+                                  bool bidirectional,
+                                  tr_tensor *out,
+                                  size_t out_len,
+                                  size_t *out_written);
+
+/**
+ * `rnn_relu.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float
+ * dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)` `out` (room for
+ * `out_len` handles) receives the results' handles, in order, and `*out_written` the op's 2, also
+ * when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_rnn_relu_input(tr_tensor input,
+                                   tr_tensor hx,
+                                   const tr_tensor *params,
+                                   size_t params_len,
+                                   bool has_biases,
+                                   int64_t num_layers,
+                                   double dropout,
+                                   bool train,
+                                   bool bidirectional,
+                                   bool batch_first,
+                                   tr_tensor *out,
+                                   size_t out_len,
+                                   size_t *out_written);
+
+/**
+ * `rnn_relu.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases, int
+ * num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor)` `out` (room for
+ * `out_len` handles) receives the results' handles, in order, and `*out_written` the op's 2, also
+ * when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_rnn_relu_data(tr_tensor data,
+                                  tr_tensor batch_sizes,
+                                  tr_tensor hx,
+                                  const tr_tensor *params,
+                                  size_t params_len,
+                                  bool has_biases,
+                                  int64_t num_layers,
+                                  double dropout,
+                                  bool train,
+                                  bool bidirectional,
+                                  tr_tensor *out,
+                                  size_t out_len,
+                                  size_t *out_written);
+
+/**
+ * `lstm_cell(Tensor input, Tensor[] hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor?
+ * b_hh=None) -> (Tensor, Tensor)` `b_ih` and `b_hh` are optional (the handle 0 for none). `out`
+ * (room for `out_len` handles) receives the results' handles, in order, and `*out_written` the
+ * op's 2, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_lstm_cell(tr_tensor input,
+                              const tr_tensor *hx,
+                              size_t hx_len,
+                              tr_tensor w_ih,
+                              tr_tensor w_hh,
+                              tr_tensor b_ih,
+                              tr_tensor b_hh,
+                              tr_tensor *out,
+                              size_t out_len,
+                              size_t *out_written);
+
+/**
+ * `gru_cell(Tensor input, Tensor hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor?
+ * b_hh=None) -> Tensor` `b_ih` and `b_hh` are optional (the handle 0 for none).
+ */
+tr_status tr_tensor_gru_cell(tr_tensor input,
+                             tr_tensor hx,
+                             tr_tensor w_ih,
+                             tr_tensor w_hh,
+                             tr_tensor b_ih,
+                             tr_tensor b_hh,
+                             tr_tensor *out);
+
+/**
+ * `rnn_tanh_cell(Tensor input, Tensor hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor?
+ * b_hh=None) -> Tensor` `b_ih` and `b_hh` are optional (the handle 0 for none).
+ */
+tr_status tr_tensor_rnn_tanh_cell(tr_tensor input,
+                                  tr_tensor hx,
+                                  tr_tensor w_ih,
+                                  tr_tensor w_hh,
+                                  tr_tensor b_ih,
+                                  tr_tensor b_hh,
+                                  tr_tensor *out);
+
+/**
+ * `rnn_relu_cell(Tensor input, Tensor hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor?
+ * b_hh=None) -> Tensor` `b_ih` and `b_hh` are optional (the handle 0 for none).
+ */
+tr_status tr_tensor_rnn_relu_cell(tr_tensor input,
+                                  tr_tensor hx,
+                                  tr_tensor w_ih,
+                                  tr_tensor w_hh,
+                                  tr_tensor b_ih,
+                                  tr_tensor b_hh,
+                                  tr_tensor *out);
+
+/**
+ * `set_.source_Tensor_storage_offset(Tensor(a!) self, Tensor source, SymInt storage_offset,
+ * SymInt[] size, SymInt[] stride=[]) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_set_source_tensor_storage_offset_(tr_tensor input,
+                                                      tr_tensor source,
+                                                      int64_t storage_offset,
+                                                      const int64_t *size,
+                                                      size_t size_len,
+                                                      const int64_t *stride,
+                                                      size_t stride_len);
+
+/**
+ * `set_.source_Tensor(Tensor(a!) self, Tensor source) -> Tensor(a!)` In place: modifies `input`;
+ * no new handle.
+ */
+tr_status tr_tensor_set_source_tensor_(tr_tensor input, tr_tensor source);
+
+/**
+ * `set_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_set_(tr_tensor input);
+
+/**
+ * `lift(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_lift(tr_tensor input, tr_tensor *out);
+
+/**
+ * `lift_fresh(Tensor(a) self) -> Tensor(a)`
+ */
+tr_status tr_tensor_lift_fresh(tr_tensor input, tr_tensor *out);
+
+/**
+ * `lift_fresh_copy(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_lift_fresh_copy(tr_tensor input, tr_tensor *out);
+
+/**
+ * `is_set_to(Tensor self, Tensor tensor) -> bool` `*out` receives the value.
+ */
+tr_status tr_tensor_is_set_to(tr_tensor input, tr_tensor tensor, bool *out);
+
+/**
+ * `masked_fill_.Scalar(Tensor(a!) self, Tensor mask, Scalar value) -> Tensor(a!)` In place:
+ * modifies `input`; no new handle.
+ */
+tr_status tr_tensor_masked_fill_scalar_(tr_tensor input, tr_tensor mask, tr_scalar value);
+
+/**
+ * `masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor`
+ */
+tr_status tr_tensor_masked_fill_scalar(tr_tensor input,
+                                       tr_tensor mask,
+                                       tr_scalar value,
+                                       tr_tensor *out);
+
+/**
+ * `masked_fill_.Tensor(Tensor(a!) self, Tensor mask, Tensor value) -> Tensor(a!)` In place:
+ * modifies `input`; no new handle.
+ */
+tr_status tr_tensor_masked_fill_tensor_(tr_tensor input, tr_tensor mask, tr_tensor value);
+
+/**
+ * `masked_fill.Tensor(Tensor self, Tensor mask, Tensor value) -> Tensor`
+ */
+tr_status tr_tensor_masked_fill_tensor(tr_tensor input,
+                                       tr_tensor mask,
+                                       tr_tensor value,
+                                       tr_tensor *out);
+
+/**
+ * `masked_scatter(Tensor self, Tensor mask, Tensor source) -> Tensor`
+ */
+tr_status tr_tensor_masked_scatter(tr_tensor input,
+                                   tr_tensor mask,
+                                   tr_tensor source,
+                                   tr_tensor *out);
+
+/**
+ * `view.dtype(Tensor(a) self, ScalarType dtype) -> Tensor(a)`
+ */
+tr_status tr_tensor_view_dtype(tr_tensor input, tr_dtype dtype, tr_tensor *out);
+
+/**
+ * `put_(Tensor(a!) self, Tensor index, Tensor source, bool accumulate=False) -> Tensor(a!)` In
+ * place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_put_(tr_tensor input, tr_tensor index, tr_tensor source, bool accumulate);
+
+/**
+ * `put(Tensor self, Tensor index, Tensor source, bool accumulate=False) -> Tensor`
+ */
+tr_status tr_tensor_put(tr_tensor input,
+                        tr_tensor index,
+                        tr_tensor source,
+                        bool accumulate,
+                        tr_tensor *out);
+
+/**
+ * `index_add_(Tensor(a!) self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) ->
+ * Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_index_add_(tr_tensor input,
+                               int64_t dim,
+                               tr_tensor index,
+                               tr_tensor source,
+                               tr_scalar alpha);
+
+/**
+ * `index_add(Tensor self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) -> Tensor`
+ */
+tr_status tr_tensor_index_add(tr_tensor input,
+                              int64_t dim,
+                              tr_tensor index,
+                              tr_tensor source,
+                              tr_scalar alpha,
+                              tr_tensor *out);
+
+/**
+ * `index_reduce_(Tensor(a!) self, int dim, Tensor index, Tensor source, str reduce, *, bool
+ * include_self=True) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_index_reduce_(tr_tensor input,
+                                  int64_t dim,
+                                  tr_tensor index,
+                                  tr_tensor source,
+                                  const char *reduce,
+                                  bool include_self);
+
+/**
+ * `index_reduce(Tensor self, int dim, Tensor index, Tensor source, str reduce, *, bool
+ * include_self=True) -> Tensor`
+ */
+tr_status tr_tensor_index_reduce(tr_tensor input,
+                                 int64_t dim,
+                                 tr_tensor index,
+                                 tr_tensor source,
+                                 const char *reduce,
+                                 bool include_self,
+                                 tr_tensor *out);
+
+/**
+ * `index_fill_.int_Scalar(Tensor(a!) self, int dim, Tensor index, Scalar value) -> Tensor(a!)` In
+ * place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_index_fill_int_scalar_(tr_tensor input,
+                                           int64_t dim,
+                                           tr_tensor index,
+                                           tr_scalar value);
+
+/**
+ * `index_fill.int_Scalar(Tensor self, int dim, Tensor index, Scalar value) -> Tensor`
+ */
+tr_status tr_tensor_index_fill_int_scalar(tr_tensor input,
+                                          int64_t dim,
+                                          tr_tensor index,
+                                          tr_scalar value,
+                                          tr_tensor *out);
+
+/**
+ * `index_fill_.int_Tensor(Tensor(a!) self, int dim, Tensor index, Tensor value) -> Tensor(a!)` In
+ * place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_index_fill_int_tensor_(tr_tensor input,
+                                           int64_t dim,
+                                           tr_tensor index,
+                                           tr_tensor value);
+
+/**
+ * `index_fill.int_Tensor(Tensor self, int dim, Tensor index, Tensor value) -> Tensor`
+ */
+tr_status tr_tensor_index_fill_int_tensor(tr_tensor input,
+                                          int64_t dim,
+                                          tr_tensor index,
+                                          tr_tensor value,
+                                          tr_tensor *out);
+
+/**
+ * `scatter.src(Tensor self, int dim, Tensor index, Tensor src) -> Tensor`
+ */
+tr_status tr_tensor_scatter_src(tr_tensor input,
+                                int64_t dim,
+                                tr_tensor index,
+                                tr_tensor src,
+                                tr_tensor *out);
+
+/**
+ * `scatter_.src(Tensor(a!) self, int dim, Tensor index, Tensor src) -> Tensor(a!)` In place:
+ * modifies `input`; no new handle.
+ */
+tr_status tr_tensor_scatter_src_(tr_tensor input, int64_t dim, tr_tensor index, tr_tensor src);
+
+/**
+ * `scatter.value(Tensor self, int dim, Tensor index, Scalar value) -> Tensor`
+ */
+tr_status tr_tensor_scatter_value(tr_tensor input,
+                                  int64_t dim,
+                                  tr_tensor index,
+                                  tr_scalar value,
+                                  tr_tensor *out);
+
+/**
+ * `scatter_.value(Tensor(a!) self, int dim, Tensor index, Scalar value) -> Tensor(a!)` In place:
+ * modifies `input`; no new handle.
+ */
+tr_status tr_tensor_scatter_value_(tr_tensor input, int64_t dim, tr_tensor index, tr_scalar value);
+
+/**
+ * `scatter.reduce(Tensor self, int dim, Tensor index, Tensor src, *, str reduce) -> Tensor`
+ */
+tr_status tr_tensor_scatter_reduce(tr_tensor input,
+                                   int64_t dim,
+                                   tr_tensor index,
+                                   tr_tensor src,
+                                   const char *reduce,
+                                   tr_tensor *out);
+
+/**
+ * `scatter_.reduce(Tensor(a!) self, int dim, Tensor index, Tensor src, *, str reduce) ->
+ * Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_scatter_reduce_(tr_tensor input,
+                                    int64_t dim,
+                                    tr_tensor index,
+                                    tr_tensor src,
+                                    const char *reduce);
+
+/**
+ * `scatter.value_reduce(Tensor self, int dim, Tensor index, Scalar value, *, str reduce) ->
+ * Tensor`
+ */
+tr_status tr_tensor_scatter_value_reduce(tr_tensor input,
+                                         int64_t dim,
+                                         tr_tensor index,
+                                         tr_scalar value,
+                                         const char *reduce,
+                                         tr_tensor *out);
+
+/**
+ * `scatter_.value_reduce(Tensor(a!) self, int dim, Tensor index, Scalar value, *, str reduce) ->
+ * Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_scatter_value_reduce_(tr_tensor input,
+                                          int64_t dim,
+                                          tr_tensor index,
+                                          tr_scalar value,
+                                          const char *reduce);
+
+/**
+ * `scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor`
+ */
+tr_status tr_tensor_scatter_add(tr_tensor input,
+                                int64_t dim,
+                                tr_tensor index,
+                                tr_tensor src,
+                                tr_tensor *out);
+
+/**
+ * `scatter_add_(Tensor(a!) self, int dim, Tensor index, Tensor src) -> Tensor(a!)` In place:
+ * modifies `input`; no new handle.
+ */
+tr_status tr_tensor_scatter_add_(tr_tensor input, int64_t dim, tr_tensor index, tr_tensor src);
+
+/**
+ * `scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool
+ * include_self=True) -> Tensor`
+ */
+tr_status tr_tensor_scatter_reduce_two(tr_tensor input,
+                                       int64_t dim,
+                                       tr_tensor index,
+                                       tr_tensor src,
+                                       const char *reduce,
+                                       bool include_self,
+                                       tr_tensor *out);
+
+/**
+ * `scatter_reduce_.two(Tensor(a!) self, int dim, Tensor index, Tensor src, str reduce, *, bool
+ * include_self=True) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_scatter_reduce_two_(tr_tensor input,
+                                        int64_t dim,
+                                        tr_tensor index,
+                                        tr_tensor src,
+                                        const char *reduce,
+                                        bool include_self);
+
+/**
+ * `eq_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_eq_scalar_(tr_tensor input, tr_scalar other);
+
+/**
+ * `eq_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_eq_tensor_(tr_tensor input, tr_tensor other);
+
+/**
+ * `bitwise_and.Scalar(Tensor self, Scalar other) -> Tensor`
+ */
+tr_status tr_tensor_bitwise_and_scalar(tr_tensor input, tr_scalar other, tr_tensor *out);
+
+/**
+ * `bitwise_and.Scalar_Tensor(Scalar self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_bitwise_and_scalar_tensor(tr_scalar input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `bitwise_and.Tensor(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_bitwise_and_tensor(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `bitwise_and_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` In place: modifies `input`;
+ * no new handle.
+ */
+tr_status tr_tensor_bitwise_and_scalar_(tr_tensor input, tr_scalar other);
+
+/**
+ * `bitwise_and_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`;
+ * no new handle.
+ */
+tr_status tr_tensor_bitwise_and_tensor_(tr_tensor input, tr_tensor other);
+
+/**
+ * `bitwise_or.Scalar(Tensor self, Scalar other) -> Tensor`
+ */
+tr_status tr_tensor_bitwise_or_scalar(tr_tensor input, tr_scalar other, tr_tensor *out);
+
+/**
+ * `bitwise_or.Scalar_Tensor(Scalar self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_bitwise_or_scalar_tensor(tr_scalar input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `bitwise_or.Tensor(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_bitwise_or_tensor(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `bitwise_or_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` In place: modifies `input`; no
+ * new handle.
+ */
+tr_status tr_tensor_bitwise_or_scalar_(tr_tensor input, tr_scalar other);
+
+/**
+ * `bitwise_or_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`; no
+ * new handle.
+ */
+tr_status tr_tensor_bitwise_or_tensor_(tr_tensor input, tr_tensor other);
+
+/**
+ * `bitwise_xor.Scalar(Tensor self, Scalar other) -> Tensor`
+ */
+tr_status tr_tensor_bitwise_xor_scalar(tr_tensor input, tr_scalar other, tr_tensor *out);
+
+/**
+ * `bitwise_xor.Scalar_Tensor(Scalar self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_bitwise_xor_scalar_tensor(tr_scalar input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `bitwise_xor.Tensor(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_bitwise_xor_tensor(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `bitwise_xor_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` In place: modifies `input`;
+ * no new handle.
+ */
+tr_status tr_tensor_bitwise_xor_scalar_(tr_tensor input, tr_scalar other);
+
+/**
+ * `bitwise_xor_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`;
+ * no new handle.
+ */
+tr_status tr_tensor_bitwise_xor_tensor_(tr_tensor input, tr_tensor other);
+
+/**
+ * `bitwise_left_shift.Tensor(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_bitwise_left_shift_tensor(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `bitwise_left_shift_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies
+ * `input`; no new handle.
+ */
+tr_status tr_tensor_bitwise_left_shift_tensor_(tr_tensor input, tr_tensor other);
+
+/**
+ * `bitwise_left_shift.Tensor_Scalar(Tensor self, Scalar other) -> Tensor`
+ */
+tr_status tr_tensor_bitwise_left_shift_tensor_scalar(tr_tensor input,
+                                                     tr_scalar other,
+                                                     tr_tensor *out);
+
+/**
+ * `bitwise_left_shift_.Tensor_Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` In place:
+ * modifies `input`; no new handle.
+ */
+tr_status tr_tensor_bitwise_left_shift_tensor_scalar_(tr_tensor input, tr_scalar other);
+
+/**
+ * `bitwise_left_shift.Scalar_Tensor(Scalar self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_bitwise_left_shift_scalar_tensor(tr_scalar input,
+                                                     tr_tensor other,
+                                                     tr_tensor *out);
+
+/**
+ * `bitwise_right_shift.Tensor(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_bitwise_right_shift_tensor(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `bitwise_right_shift_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies
+ * `input`; no new handle.
+ */
+tr_status tr_tensor_bitwise_right_shift_tensor_(tr_tensor input, tr_tensor other);
+
+/**
+ * `bitwise_right_shift.Tensor_Scalar(Tensor self, Scalar other) -> Tensor`
+ */
+tr_status tr_tensor_bitwise_right_shift_tensor_scalar(tr_tensor input,
+                                                      tr_scalar other,
+                                                      tr_tensor *out);
+
+/**
+ * `bitwise_right_shift_.Tensor_Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` In place:
+ * modifies `input`; no new handle.
+ */
+tr_status tr_tensor_bitwise_right_shift_tensor_scalar_(tr_tensor input, tr_scalar other);
+
+/**
+ * `bitwise_right_shift.Scalar_Tensor(Scalar self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_bitwise_right_shift_scalar_tensor(tr_scalar input,
+                                                      tr_tensor other,
+                                                      tr_tensor *out);
+
+/**
+ * `tril_(Tensor(a!) self, SymInt diagonal=0) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_tril_(tr_tensor input, int64_t diagonal);
+
+/**
+ * `triu_(Tensor(a!) self, SymInt diagonal=0) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_triu_(tr_tensor input, int64_t diagonal);
+
+/**
+ * `digamma_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_digamma_(tr_tensor input);
+
+/**
+ * `lerp_.Scalar(Tensor(a!) self, Tensor end, Scalar weight) -> Tensor(a!)` In place: modifies
+ * `input`; no new handle.
+ */
+tr_status tr_tensor_lerp_scalar_(tr_tensor input, tr_tensor end, tr_scalar weight);
+
+/**
+ * `lerp_.Tensor(Tensor(a!) self, Tensor end, Tensor weight) -> Tensor(a!)` In place: modifies
+ * `input`; no new handle.
+ */
+tr_status tr_tensor_lerp_tensor_(tr_tensor input, tr_tensor end, tr_tensor weight);
+
+/**
+ * `addbmm_(Tensor(a!) self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) ->
+ * Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_addbmm_(tr_tensor input,
+                            tr_tensor batch1,
+                            tr_tensor batch2,
+                            tr_scalar beta,
+                            tr_scalar alpha);
+
+/**
+ * `addbmm(Tensor self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) -> Tensor`
+ */
+tr_status tr_tensor_addbmm(tr_tensor input,
+                           tr_tensor batch1,
+                           tr_tensor batch2,
+                           tr_scalar beta,
+                           tr_scalar alpha,
+                           tr_tensor *out);
+
+/**
+ * `random_.from(Tensor(a!) self, int from, int? to, *, Generator? generator=None) -> Tensor(a!)`
+ * In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_random_from_(tr_tensor input, int64_t from, const int64_t *to);
+
+/**
+ * `random_.to(Tensor(a!) self, int to, *, Generator? generator=None) -> Tensor(a!)` In place:
+ * modifies `input`; no new handle.
+ */
+tr_status tr_tensor_random_to_(tr_tensor input, int64_t to);
+
+/**
+ * `random_(Tensor(a!) self, *, Generator? generator=None) -> Tensor(a!)` In place: modifies
+ * `input`; no new handle.
+ */
+tr_status tr_tensor_random_(tr_tensor input);
+
+/**
+ * `uniform_(Tensor(a!) self, float from=0, float to=1, *, Generator? generator=None) ->
+ * Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_uniform_(tr_tensor input, double from, double to);
+
+/**
+ * `cauchy_(Tensor(a!) self, float median=0, float sigma=1, *, Generator? generator=None) ->
+ * Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_cauchy_(tr_tensor input, double median, double sigma);
+
+/**
+ * `log_normal_(Tensor(a!) self, float mean=1, float std=2, *, Generator? generator=None) ->
+ * Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_log_normal_(tr_tensor input, double mean, double std);
+
+/**
+ * `exponential_(Tensor(a!) self, float lambd=1, *, Generator? generator=None) -> Tensor(a!)` In
+ * place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_exponential_(tr_tensor input, double lambd);
+
+/**
+ * `geometric_(Tensor(a!) self, float p, *, Generator? generator=None) -> Tensor(a!)` In place:
+ * modifies `input`; no new handle.
+ */
+tr_status tr_tensor_geometric_(tr_tensor input, double p);
+
+/**
+ * `diag(Tensor self, int diagonal=0) -> Tensor`
+ */
+tr_status tr_tensor_diag(tr_tensor input, int64_t diagonal, tr_tensor *out);
+
+/**
+ * `cross(Tensor self, Tensor other, int? dim=None) -> Tensor`
+ */
+tr_status tr_tensor_cross(tr_tensor input, tr_tensor other, const int64_t *dim, tr_tensor *out);
+
+/**
+ * `triu(Tensor self, SymInt diagonal=0) -> Tensor`
+ */
+tr_status tr_tensor_triu(tr_tensor input, int64_t diagonal, tr_tensor *out);
+
+/**
+ * `tril(Tensor self, SymInt diagonal=0) -> Tensor`
+ */
+tr_status tr_tensor_tril(tr_tensor input, int64_t diagonal, tr_tensor *out);
+
+/**
+ * `tril_indices(int row, int col, int offset=0, *, ScalarType? dtype=long, Layout? layout=None,
+ * Device? device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_tril_indices(int64_t row,
+                                 int64_t col,
+                                 int64_t offset,
+                                 const tr_dtype *dtype,
+                                 tr_tensor *out);
+
+/**
+ * `triu_indices(int row, int col, int offset=0, *, ScalarType? dtype=long, Layout? layout=None,
+ * Device? device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_triu_indices(int64_t row,
+                                 int64_t col,
+                                 int64_t offset,
+                                 const tr_dtype *dtype,
+                                 tr_tensor *out);
+
+/**
+ * `trace(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_trace(tr_tensor input, tr_tensor *out);
+
+/**
+ * `ne.Tensor(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_ne_tensor(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `ne_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_ne_scalar_(tr_tensor input, tr_scalar other);
+
+/**
+ * `ne_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_ne_tensor_(tr_tensor input, tr_tensor other);
+
+/**
+ * `not_equal.Scalar(Tensor self, Scalar other) -> Tensor`
+ */
+tr_status tr_tensor_not_equal_scalar(tr_tensor input, tr_scalar other, tr_tensor *out);
+
+/**
+ * `not_equal.Tensor(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_not_equal_tensor(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `not_equal_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` In place: modifies `input`; no
+ * new handle.
+ */
+tr_status tr_tensor_not_equal_scalar_(tr_tensor input, tr_scalar other);
+
+/**
+ * `not_equal_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`; no
+ * new handle.
+ */
+tr_status tr_tensor_not_equal_tensor_(tr_tensor input, tr_tensor other);
+
+/**
+ * `eq.Tensor(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_eq_tensor(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `ge.Tensor(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_ge_tensor(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `ge_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_ge_scalar_(tr_tensor input, tr_scalar other);
+
+/**
+ * `ge_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_ge_tensor_(tr_tensor input, tr_tensor other);
+
+/**
+ * `greater_equal.Scalar(Tensor self, Scalar other) -> Tensor`
+ */
+tr_status tr_tensor_greater_equal_scalar(tr_tensor input, tr_scalar other, tr_tensor *out);
+
+/**
+ * `greater_equal.Tensor(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_greater_equal_tensor(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `greater_equal_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` In place: modifies `input`;
+ * no new handle.
+ */
+tr_status tr_tensor_greater_equal_scalar_(tr_tensor input, tr_scalar other);
+
+/**
+ * `greater_equal_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`;
+ * no new handle.
+ */
+tr_status tr_tensor_greater_equal_tensor_(tr_tensor input, tr_tensor other);
+
+/**
+ * `le.Tensor(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_le_tensor(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `le_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_le_scalar_(tr_tensor input, tr_scalar other);
+
+/**
+ * `le_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_le_tensor_(tr_tensor input, tr_tensor other);
+
+/**
+ * `less_equal.Scalar(Tensor self, Scalar other) -> Tensor`
+ */
+tr_status tr_tensor_less_equal_scalar(tr_tensor input, tr_scalar other, tr_tensor *out);
+
+/**
+ * `less_equal.Tensor(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_less_equal_tensor(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `less_equal_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` In place: modifies `input`; no
+ * new handle.
+ */
+tr_status tr_tensor_less_equal_scalar_(tr_tensor input, tr_scalar other);
+
+/**
+ * `less_equal_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`; no
+ * new handle.
+ */
+tr_status tr_tensor_less_equal_tensor_(tr_tensor input, tr_tensor other);
+
+/**
+ * `gt.Tensor(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_gt_tensor(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `gt_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_gt_scalar_(tr_tensor input, tr_scalar other);
+
+/**
+ * `gt_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_gt_tensor_(tr_tensor input, tr_tensor other);
+
+/**
+ * `greater.Scalar(Tensor self, Scalar other) -> Tensor`
+ */
+tr_status tr_tensor_greater_scalar(tr_tensor input, tr_scalar other, tr_tensor *out);
+
+/**
+ * `greater.Tensor(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_greater_tensor(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `greater_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` In place: modifies `input`; no
+ * new handle.
+ */
+tr_status tr_tensor_greater_scalar_(tr_tensor input, tr_scalar other);
+
+/**
+ * `greater_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`; no
+ * new handle.
+ */
+tr_status tr_tensor_greater_tensor_(tr_tensor input, tr_tensor other);
+
+/**
+ * `lt.Tensor(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_lt_tensor(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `lt_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_lt_scalar_(tr_tensor input, tr_scalar other);
+
+/**
+ * `lt_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_lt_tensor_(tr_tensor input, tr_tensor other);
+
+/**
+ * `less.Scalar(Tensor self, Scalar other) -> Tensor`
+ */
+tr_status tr_tensor_less_scalar(tr_tensor input, tr_scalar other, tr_tensor *out);
+
+/**
+ * `less.Tensor(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_less_tensor(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `less_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_less_scalar_(tr_tensor input, tr_scalar other);
+
+/**
+ * `less_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_less_tensor_(tr_tensor input, tr_tensor other);
+
+/**
+ * `take(Tensor self, Tensor index) -> Tensor`
+ */
+tr_status tr_tensor_take(tr_tensor input, tr_tensor index, tr_tensor *out);
+
+/**
+ * `take_along_dim(Tensor self, Tensor indices, int? dim=None) -> Tensor`
+ */
+tr_status tr_tensor_take_along_dim(tr_tensor input,
+                                   tr_tensor indices,
+                                   const int64_t *dim,
+                                   tr_tensor *out);
+
+/**
+ * `nonzero_static(Tensor self, *, SymInt size, int fill_value=-1) -> Tensor`
+ */
+tr_status tr_tensor_nonzero_static(tr_tensor input,
+                                   int64_t size,
+                                   int64_t fill_value,
+                                   tr_tensor *out);
+
+/**
+ * `nonzero_numpy(Tensor self) -> Tensor[]` `out` (room for `out_len` handles) receives the
+ * results' handles, in order, and `*out_written` their number, also when `out_len` is too small
+ * (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_nonzero_numpy(tr_tensor input,
+                                  tr_tensor *out,
+                                  size_t out_len,
+                                  size_t *out_written);
+
+/**
+ * `argwhere(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_argwhere(tr_tensor input, tr_tensor *out);
+
+/**
+ * `gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor`
+ */
+tr_status tr_tensor_gather(tr_tensor input,
+                           int64_t dim,
+                           tr_tensor index,
+                           bool sparse_grad,
+                           tr_tensor *out);
+
+/**
+ * `addcmul(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor`
+ */
+tr_status tr_tensor_addcmul(tr_tensor input,
+                            tr_tensor tensor1,
+                            tr_tensor tensor2,
+                            tr_scalar value,
+                            tr_tensor *out);
+
+/**
+ * `addcmul_(Tensor(a!) self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor(a!)` In
+ * place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_addcmul_(tr_tensor input,
+                             tr_tensor tensor1,
+                             tr_tensor tensor2,
+                             tr_scalar value);
+
+/**
+ * `addcdiv(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor`
+ */
+tr_status tr_tensor_addcdiv(tr_tensor input,
+                            tr_tensor tensor1,
+                            tr_tensor tensor2,
+                            tr_scalar value,
+                            tr_tensor *out);
+
+/**
+ * `addcdiv_(Tensor(a!) self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor(a!)` In
+ * place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_addcdiv_(tr_tensor input,
+                             tr_tensor tensor1,
+                             tr_tensor tensor2,
+                             tr_scalar value);
+
+/**
+ * `cross_entropy_loss(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean, SymInt
+ * ignore_index=-100, float label_smoothing=0.0) -> Tensor` `weight` is optional (the handle 0 for
+ * none).
+ */
+tr_status tr_tensor_cross_entropy_loss(tr_tensor input,
+                                       tr_tensor target,
+                                       tr_tensor weight,
+                                       int64_t reduction,
+                                       int64_t ignore_index,
+                                       double label_smoothing,
+                                       tr_tensor *out);
+
+/**
+ * `triangular_solve(Tensor self, Tensor A, bool upper=True, bool transpose=False, bool
+ * unitriangular=False) -> (Tensor solution, Tensor cloned_coefficient)` `out` (room for `out_len`
+ * handles) receives the results' handles, in order, and `*out_written` the op's 2, also when
+ * `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_triangular_solve(tr_tensor input,
+                                     tr_tensor a,
+                                     bool upper,
+                                     bool transpose,
+                                     bool unitriangular,
+                                     tr_tensor *out,
+                                     size_t out_len,
+                                     size_t *out_written);
+
+/**
+ * `linalg_solve_triangular(Tensor self, Tensor B, *, bool upper, bool left=True, bool
+ * unitriangular=False) -> Tensor`
+ */
+tr_status tr_tensor_linalg_solve_triangular(tr_tensor input,
+                                            tr_tensor b,
+                                            bool upper,
+                                            bool left,
+                                            bool unitriangular,
+                                            tr_tensor *out);
+
+/**
+ * `linalg_vander(Tensor x, *, SymInt? N=None) -> Tensor`
+ */
+tr_status tr_tensor_linalg_vander(tr_tensor x, const int64_t *n, tr_tensor *out);
+
+/**
+ * `svd(Tensor self, bool some=True, bool compute_uv=True) -> (Tensor U, Tensor S, Tensor V)` `out`
+ * (room for `out_len` handles) receives the results' handles, in order, and `*out_written` the
+ * op's 3, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_svd(tr_tensor input,
+                        bool some,
+                        bool compute_uv,
+                        tr_tensor *out,
+                        size_t out_len,
+                        size_t *out_written);
+
+/**
+ * `swapaxes(Tensor(a) self, int axis0, int axis1) -> Tensor(a)`
+ */
+tr_status tr_tensor_swapaxes(tr_tensor input, int64_t axis0, int64_t axis1, tr_tensor *out);
+
+/**
+ * `swapaxes_(Tensor(a!) self, int axis0, int axis1) -> Tensor(a!)` In place: modifies `input`; no
+ * new handle.
+ */
+tr_status tr_tensor_swapaxes_(tr_tensor input, int64_t axis0, int64_t axis1);
+
+/**
+ * `swapdims(Tensor(a) self, int dim0, int dim1) -> Tensor(a)`
+ */
+tr_status tr_tensor_swapdims(tr_tensor input, int64_t dim0, int64_t dim1, tr_tensor *out);
+
+/**
+ * `swapdims_(Tensor(a!) self, int dim0, int dim1) -> Tensor(a!)` In place: modifies `input`; no
+ * new handle.
+ */
+tr_status tr_tensor_swapdims_(tr_tensor input, int64_t dim0, int64_t dim1);
+
+/**
+ * `cholesky(Tensor self, bool upper=False) -> Tensor`
+ */
+tr_status tr_tensor_cholesky(tr_tensor input, bool upper, tr_tensor *out);
+
+/**
+ * `cholesky_solve(Tensor self, Tensor input2, bool upper=False) -> Tensor`
+ */
+tr_status tr_tensor_cholesky_solve(tr_tensor input, tr_tensor input2, bool upper, tr_tensor *out);
+
+/**
+ * `cholesky_inverse(Tensor self, bool upper=False) -> Tensor`
+ */
+tr_status tr_tensor_cholesky_inverse(tr_tensor input, bool upper, tr_tensor *out);
+
+/**
+ * `qr(Tensor self, bool some=True) -> (Tensor Q, Tensor R)` `out` (room for `out_len` handles)
+ * receives the results' handles, in order, and `*out_written` the op's 2, also when `out_len` is
+ * too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_qr(tr_tensor input,
+                       bool some,
+                       tr_tensor *out,
+                       size_t out_len,
+                       size_t *out_written);
+
+/**
+ * `geqrf(Tensor self) -> (Tensor a, Tensor tau)` `out` (room for `out_len` handles) receives the
+ * results' handles, in order, and `*out_written` the op's 2, also when `out_len` is too small
+ * (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_geqrf(tr_tensor input, tr_tensor *out, size_t out_len, size_t *out_written);
+
+/**
+ * `orgqr(Tensor self, Tensor input2) -> Tensor`
+ */
+tr_status tr_tensor_orgqr(tr_tensor input, tr_tensor input2, tr_tensor *out);
+
+/**
+ * `ormqr(Tensor self, Tensor input2, Tensor input3, bool left=True, bool transpose=False) ->
+ * Tensor`
+ */
+tr_status tr_tensor_ormqr(tr_tensor input,
+                          tr_tensor input2,
+                          tr_tensor input3,
+                          bool left,
+                          bool transpose,
+                          tr_tensor *out);
+
+/**
+ * `lu_solve(Tensor self, Tensor LU_data, Tensor LU_pivots) -> Tensor`
+ */
+tr_status tr_tensor_lu_solve(tr_tensor input,
+                             tr_tensor lu_data,
+                             tr_tensor lu_pivots,
+                             tr_tensor *out);
+
+/**
+ * `lu_unpack(Tensor LU_data, Tensor LU_pivots, bool unpack_data=True, bool unpack_pivots=True) ->
+ * (Tensor P, Tensor L, Tensor U)` `out` (room for `out_len` handles) receives the results'
+ * handles, in order, and `*out_written` the op's 3, also when `out_len` is too small (then
+ * TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_lu_unpack(tr_tensor lu_data,
+                              tr_tensor lu_pivots,
+                              bool unpack_data,
+                              bool unpack_pivots,
+                              tr_tensor *out,
+                              size_t out_len,
+                              size_t *out_written);
+
+/**
+ * `multinomial(Tensor self, SymInt num_samples, bool replacement=False, *, Generator?
+ * generator=None) -> Tensor`
+ */
+tr_status tr_tensor_multinomial(tr_tensor input,
+                                int64_t num_samples,
+                                bool replacement,
+                                tr_tensor *out);
+
+/**
+ * `lgamma_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_lgamma_(tr_tensor input);
+
+/**
+ * `lgamma(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_lgamma(tr_tensor input, tr_tensor *out);
+
+/**
+ * `digamma(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_digamma(tr_tensor input, tr_tensor *out);
+
+/**
+ * `polygamma(int n, Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_polygamma(int64_t n, tr_tensor input, tr_tensor *out);
+
+/**
+ * `polygamma_(Tensor(a!) self, int n) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_polygamma_(tr_tensor input, int64_t n);
+
+/**
+ * `erfinv(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_erfinv(tr_tensor input, tr_tensor *out);
+
+/**
+ * `erfinv_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_erfinv_(tr_tensor input);
+
+/**
+ * `i0(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_i0(tr_tensor input, tr_tensor *out);
+
+/**
+ * `i0_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_i0_(tr_tensor input);
+
+/**
+ * `sign(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_sign(tr_tensor input, tr_tensor *out);
+
+/**
+ * `sign_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_sign_(tr_tensor input);
+
+/**
+ * `signbit(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_signbit(tr_tensor input, tr_tensor *out);
+
+/**
+ * `dist(Tensor self, Tensor other, Scalar p=2) -> Tensor`
+ */
+tr_status tr_tensor_dist(tr_tensor input, tr_tensor other, tr_scalar p, tr_tensor *out);
+
+/**
+ * `atan2_(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_atan2_(tr_tensor input, tr_tensor other);
+
+/**
+ * `atan2(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_atan2(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `arctan2(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_arctan2(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `arctan2_(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_arctan2_(tr_tensor input, tr_tensor other);
+
+/**
+ * `lerp.Scalar(Tensor self, Tensor end, Scalar weight) -> Tensor`
+ */
+tr_status tr_tensor_lerp_scalar(tr_tensor input, tr_tensor end, tr_scalar weight, tr_tensor *out);
+
+/**
+ * `lerp.Tensor(Tensor self, Tensor end, Tensor weight) -> Tensor`
+ */
+tr_status tr_tensor_lerp_tensor(tr_tensor input, tr_tensor end, tr_tensor weight, tr_tensor *out);
+
+/**
+ * `histc(Tensor self, int bins=100, Scalar min=0, Scalar max=0) -> Tensor`
+ */
+tr_status tr_tensor_histc(tr_tensor input,
+                          int64_t bins,
+                          tr_scalar min,
+                          tr_scalar max,
+                          tr_tensor *out);
+
+/**
+ * `histogram.bins_tensor(Tensor self, Tensor bins, *, Tensor? weight=None, bool density=False) ->
+ * (Tensor hist, Tensor bin_edges)` `weight` is optional (the handle 0 for none). `out` (room for
+ * `out_len` handles) receives the results' handles, in order, and `*out_written` the op's 2, also
+ * when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_histogram_bins_tensor(tr_tensor input,
+                                          tr_tensor bins,
+                                          tr_tensor weight,
+                                          bool density,
+                                          tr_tensor *out,
+                                          size_t out_len,
+                                          size_t *out_written);
+
+/**
+ * `histogram.bin_ct(Tensor self, int bins=100, *, float[]? range=None, Tensor? weight=None, bool
+ * density=False) -> (Tensor hist, Tensor bin_edges)` `weight` is optional (the handle 0 for none).
+ * `out` (room for `out_len` handles) receives the results' handles, in order, and `*out_written`
+ * the op's 2, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is
+ * kept).
+ */
+tr_status tr_tensor_histogram_bin_ct(tr_tensor input,
+                                     int64_t bins,
+                                     const double *range,
+                                     size_t range_len,
+                                     tr_tensor weight,
+                                     bool density,
+                                     tr_tensor *out,
+                                     size_t out_len,
+                                     size_t *out_written);
+
+/**
+ * `fmod.Scalar(Tensor self, Scalar other) -> Tensor`
+ */
+tr_status tr_tensor_fmod_scalar(tr_tensor input, tr_scalar other, tr_tensor *out);
+
+/**
+ * `fmod_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_fmod_scalar_(tr_tensor input, tr_scalar other);
+
+/**
+ * `fmod.Tensor(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_fmod_tensor(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `fmod_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_fmod_tensor_(tr_tensor input, tr_tensor other);
+
+/**
+ * `hypot(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_hypot(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `hypot_(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_hypot_(tr_tensor input, tr_tensor other);
+
+/**
+ * `igamma(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_igamma(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `igamma_(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_igamma_(tr_tensor input, tr_tensor other);
+
+/**
+ * `igammac(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_igammac(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `igammac_(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_igammac_(tr_tensor input, tr_tensor other);
+
+/**
+ * `nextafter(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_nextafter(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `nextafter_(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_nextafter_(tr_tensor input, tr_tensor other);
+
+/**
+ * `remainder.Tensor(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_remainder_tensor(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `remainder_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` In place: modifies `input`; no
+ * new handle.
+ */
+tr_status tr_tensor_remainder_tensor_(tr_tensor input, tr_tensor other);
+
+/**
+ * `remainder.Scalar_Tensor(Scalar self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_remainder_scalar_tensor(tr_scalar input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `fmin(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_fmin(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `fmax(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_fmax(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `maximum(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_maximum(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `max.other(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_max_other(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `minimum(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_minimum(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `min.other(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_min_other(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `quantile(Tensor self, Tensor q, int? dim=None, bool keepdim=False, *, str
+ * interpolation='linear') -> Tensor`
+ */
+tr_status tr_tensor_quantile(tr_tensor input,
+                             tr_tensor q,
+                             const int64_t *dim,
+                             bool keepdim,
+                             const char *interpolation,
+                             tr_tensor *out);
+
+/**
+ * `quantile.scalar(Tensor self, float q, int? dim=None, bool keepdim=False, *, str
+ * interpolation='linear') -> Tensor`
+ */
+tr_status tr_tensor_quantile_scalar(tr_tensor input,
+                                    double q,
+                                    const int64_t *dim,
+                                    bool keepdim,
+                                    const char *interpolation,
+                                    tr_tensor *out);
+
+/**
+ * `nanquantile(Tensor self, Tensor q, int? dim=None, bool keepdim=False, *, str
+ * interpolation='linear') -> Tensor`
+ */
+tr_status tr_tensor_nanquantile(tr_tensor input,
+                                tr_tensor q,
+                                const int64_t *dim,
+                                bool keepdim,
+                                const char *interpolation,
+                                tr_tensor *out);
+
+/**
+ * `nanquantile.scalar(Tensor self, float q, int? dim=None, bool keepdim=False, *, str
+ * interpolation='linear') -> Tensor`
+ */
+tr_status tr_tensor_nanquantile_scalar(tr_tensor input,
+                                       double q,
+                                       const int64_t *dim,
+                                       bool keepdim,
+                                       const char *interpolation,
+                                       tr_tensor *out);
+
+/**
+ * `sort(Tensor self, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)` `out`
+ * (room for `out_len` handles) receives the results' handles, in order, and `*out_written` the
+ * op's 2, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_sort(tr_tensor input,
+                         int64_t dim,
+                         bool descending,
+                         tr_tensor *out,
+                         size_t out_len,
+                         size_t *out_written);
+
+/**
+ * `sort.stable(Tensor self, *, bool? stable, int dim=-1, bool descending=False) -> (Tensor values,
+ * Tensor indices)` `out` (room for `out_len` handles) receives the results' handles, in order, and
+ * `*out_written` the op's 2, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and
+ * no result is kept).
+ */
+tr_status tr_tensor_sort_stable(tr_tensor input,
+                                const bool *stable,
+                                int64_t dim,
+                                bool descending,
+                                tr_tensor *out,
+                                size_t out_len,
+                                size_t *out_written);
+
+/**
+ * `msort(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_msort(tr_tensor input, tr_tensor *out);
+
+/**
+ * `argsort(Tensor self, int dim=-1, bool descending=False) -> Tensor`
+ */
+tr_status tr_tensor_argsort(tr_tensor input, int64_t dim, bool descending, tr_tensor *out);
+
+/**
+ * `argsort.stable(Tensor self, *, bool stable, int dim=-1, bool descending=False) -> Tensor`
+ */
+tr_status tr_tensor_argsort_stable(tr_tensor input,
+                                   bool stable,
+                                   int64_t dim,
+                                   bool descending,
+                                   tr_tensor *out);
+
+/**
+ * `topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> (Tensor values,
+ * Tensor indices)` `out` (room for `out_len` handles) receives the results' handles, in order, and
+ * `*out_written` the op's 2, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and
+ * no result is kept).
+ */
+tr_status tr_tensor_topk(tr_tensor input,
+                         int64_t k,
+                         int64_t dim,
+                         bool largest,
+                         bool sorted,
+                         tr_tensor *out,
+                         size_t out_len,
+                         size_t *out_written);
+
+/**
+ * `all(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_all(tr_tensor input, tr_tensor *out);
+
+/**
+ * `any(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_any(tr_tensor input, tr_tensor *out);
+
+/**
+ * `renorm(Tensor self, Scalar p, int dim, Scalar maxnorm) -> Tensor`
+ */
+tr_status tr_tensor_renorm(tr_tensor input,
+                           tr_scalar p,
+                           int64_t dim,
+                           tr_scalar maxnorm,
+                           tr_tensor *out);
+
+/**
+ * `renorm_(Tensor(a!) self, Scalar p, int dim, Scalar maxnorm) -> Tensor(a!)` In place: modifies
+ * `input`; no new handle.
+ */
+tr_status tr_tensor_renorm_(tr_tensor input, tr_scalar p, int64_t dim, tr_scalar maxnorm);
+
+/**
+ * `unfold(Tensor(a) self, int dimension, int size, int step) -> Tensor(a)`
+ */
+tr_status tr_tensor_unfold(tr_tensor input,
+                           int64_t dimension,
+                           int64_t size,
+                           int64_t step,
+                           tr_tensor *out);
+
+/**
+ * `equal(Tensor self, Tensor other) -> bool` `*out` receives the value.
+ */
+tr_status tr_tensor_equal(tr_tensor input, tr_tensor other, bool *out);
+
+/**
+ * `pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor`
+ */
+tr_status tr_tensor_pow_tensor_tensor(tr_tensor input, tr_tensor exponent, tr_tensor *out);
+
+/**
+ * `pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor`
+ */
+tr_status tr_tensor_pow_tensor_scalar(tr_tensor input, tr_scalar exponent, tr_tensor *out);
+
+/**
+ * `pow_.Tensor(Tensor(a!) self, Tensor exponent) -> Tensor(a!)` In place: modifies `input`; no new
+ * handle.
+ */
+tr_status tr_tensor_pow_tensor_(tr_tensor input, tr_tensor exponent);
+
+/**
+ * `float_power.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor`
+ */
+tr_status tr_tensor_float_power_tensor_tensor(tr_tensor input, tr_tensor exponent, tr_tensor *out);
+
+/**
+ * `float_power.Scalar(Scalar self, Tensor exponent) -> Tensor`
+ */
+tr_status tr_tensor_float_power_scalar(tr_scalar input, tr_tensor exponent, tr_tensor *out);
+
+/**
+ * `float_power.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor`
+ */
+tr_status tr_tensor_float_power_tensor_scalar(tr_tensor input, tr_scalar exponent, tr_tensor *out);
+
+/**
+ * `float_power_.Scalar(Tensor(a!) self, Scalar exponent) -> Tensor(a!)` In place: modifies
+ * `input`; no new handle.
+ */
+tr_status tr_tensor_float_power_scalar_(tr_tensor input, tr_scalar exponent);
+
+/**
+ * `float_power_.Tensor(Tensor(a!) self, Tensor exponent) -> Tensor(a!)` In place: modifies
+ * `input`; no new handle.
+ */
+tr_status tr_tensor_float_power_tensor_(tr_tensor input, tr_tensor exponent);
+
+/**
+ * `normal_(Tensor(a!) self, float mean=0, float std=1, *, Generator? generator=None) ->
+ * Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_normal_(tr_tensor input, double mean, double std);
+
+/**
+ * `normal_functional(Tensor self, float mean=0, float std=1, *, Generator? generator=None) ->
+ * Tensor`
+ */
+tr_status tr_tensor_normal_functional(tr_tensor input, double mean, double std, tr_tensor *out);
+
+/**
+ * `normal.Tensor_float(Tensor mean, float std=1, *, Generator? generator=None) -> Tensor`
+ */
+tr_status tr_tensor_normal_tensor_float(tr_tensor mean, double std, tr_tensor *out);
+
+/**
+ * `normal.float_Tensor(float mean, Tensor std, *, Generator? generator=None) -> Tensor`
+ */
+tr_status tr_tensor_normal_float_tensor(double mean, tr_tensor std, tr_tensor *out);
+
+/**
+ * `normal.Tensor_Tensor(Tensor mean, Tensor std, *, Generator? generator=None) -> Tensor`
+ */
+tr_status tr_tensor_normal_tensor_tensor(tr_tensor mean, tr_tensor std, tr_tensor *out);
+
+/**
+ * `normal.float_float(float mean, float std, SymInt[] size, *, Generator? generator=None,
+ * ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) ->
+ * Tensor`
+ */
+tr_status tr_tensor_normal_float_float(double mean,
+                                       double std,
+                                       const int64_t *size,
+                                       size_t size_len,
+                                       const tr_dtype *dtype,
+                                       tr_tensor *out);
+
+/**
+ * `bucketize.Tensor(Tensor self, Tensor boundaries, *, bool out_int32=False, bool right=False) ->
+ * Tensor`
+ */
+tr_status tr_tensor_bucketize_tensor(tr_tensor input,
+                                     tr_tensor boundaries,
+                                     bool out_int32,
+                                     bool right,
+                                     tr_tensor *out);
+
+/**
+ * `bucketize.Scalar(Scalar self, Tensor boundaries, *, bool out_int32=False, bool right=False) ->
+ * Tensor`
+ */
+tr_status tr_tensor_bucketize_scalar(tr_scalar input,
+                                     tr_tensor boundaries,
+                                     bool out_int32,
+                                     bool right,
+                                     tr_tensor *out);
+
+/**
+ * `searchsorted.Tensor(Tensor sorted_sequence, Tensor self, *, bool out_int32=False, bool
+ * right=False, str? side=None, Tensor? sorter=None) -> Tensor` `sorter` is optional (the handle 0
+ * for none).
+ */
+tr_status tr_tensor_searchsorted_tensor(tr_tensor sorted_sequence,
+                                        tr_tensor input,
+                                        bool out_int32,
+                                        bool right,
+                                        const char *side,
+                                        tr_tensor sorter,
+                                        tr_tensor *out);
+
+/**
+ * `searchsorted.Scalar(Tensor sorted_sequence, Scalar self, *, bool out_int32=False, bool
+ * right=False, str? side=None, Tensor? sorter=None) -> Tensor` `sorter` is optional (the handle 0
+ * for none).
+ */
+tr_status tr_tensor_searchsorted_scalar(tr_tensor sorted_sequence,
+                                        tr_scalar input,
+                                        bool out_int32,
+                                        bool right,
+                                        const char *side,
+                                        tr_tensor sorter,
+                                        tr_tensor *out);
+
+/**
+ * `l1_loss(Tensor self, Tensor target, int reduction=Mean) -> Tensor`
+ */
+tr_status tr_tensor_l1_loss(tr_tensor input, tr_tensor target, int64_t reduction, tr_tensor *out);
+
+/**
+ * `multi_margin_loss(Tensor self, Tensor target, Scalar p=1, Scalar margin=1, Tensor? weight=None,
+ * int reduction=Mean) -> Tensor` `weight` is optional (the handle 0 for none).
+ */
+tr_status tr_tensor_multi_margin_loss(tr_tensor input,
+                                      tr_tensor target,
+                                      tr_scalar p,
+                                      tr_scalar margin,
+                                      tr_tensor weight,
+                                      int64_t reduction,
+                                      tr_tensor *out);
+
+/**
+ * `multilabel_margin_loss(Tensor self, Tensor target, int reduction=Mean) -> Tensor`
+ */
+tr_status tr_tensor_multilabel_margin_loss(tr_tensor input,
+                                           tr_tensor target,
+                                           int64_t reduction,
+                                           tr_tensor *out);
+
+/**
+ * `multilabel_margin_loss_forward(Tensor self, Tensor target, int reduction) -> (Tensor output,
+ * Tensor is_target)` `out` (room for `out_len` handles) receives the results' handles, in order,
+ * and `*out_written` the op's 2, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL,
+ * and no result is kept).
+ */
+tr_status tr_tensor_multilabel_margin_loss_forward(tr_tensor input,
+                                                   tr_tensor target,
+                                                   int64_t reduction,
+                                                   tr_tensor *out,
+                                                   size_t out_len,
+                                                   size_t *out_written);
+
+/**
+ * `nll_loss_nd(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean, SymInt
+ * ignore_index=-100) -> Tensor` `weight` is optional (the handle 0 for none).
+ */
+tr_status tr_tensor_nll_loss_nd(tr_tensor input,
+                                tr_tensor target,
+                                tr_tensor weight,
+                                int64_t reduction,
+                                int64_t ignore_index,
+                                tr_tensor *out);
+
+/**
+ * `nll_loss(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean, SymInt
+ * ignore_index=-100) -> Tensor` `weight` is optional (the handle 0 for none).
+ */
+tr_status tr_tensor_nll_loss(tr_tensor input,
+                             tr_tensor target,
+                             tr_tensor weight,
+                             int64_t reduction,
+                             int64_t ignore_index,
+                             tr_tensor *out);
+
+/**
+ * `nll_loss_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt
+ * ignore_index) -> (Tensor output, Tensor total_weight)` `weight` is optional (the handle 0 for
+ * none). `out` (room for `out_len` handles) receives the results' handles, in order, and
+ * `*out_written` the op's 2, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and
+ * no result is kept).
+ */
+tr_status tr_tensor_nll_loss_forward(tr_tensor input,
+                                     tr_tensor target,
+                                     tr_tensor weight,
+                                     int64_t reduction,
+                                     int64_t ignore_index,
+                                     tr_tensor *out,
+                                     size_t out_len,
+                                     size_t *out_written);
+
+/**
+ * `nll_loss2d(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean, SymInt
+ * ignore_index=-100) -> Tensor` `weight` is optional (the handle 0 for none).
+ */
+tr_status tr_tensor_nll_loss2d(tr_tensor input,
+                               tr_tensor target,
+                               tr_tensor weight,
+                               int64_t reduction,
+                               int64_t ignore_index,
+                               tr_tensor *out);
+
+/**
+ * `nll_loss2d_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt
+ * ignore_index) -> (Tensor output, Tensor total_weight)` `weight` is optional (the handle 0 for
+ * none). `out` (room for `out_len` handles) receives the results' handles, in order, and
+ * `*out_written` the op's 2, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and
+ * no result is kept).
+ */
+tr_status tr_tensor_nll_loss2d_forward(tr_tensor input,
+                                       tr_tensor target,
+                                       tr_tensor weight,
+                                       int64_t reduction,
+                                       int64_t ignore_index,
+                                       tr_tensor *out,
+                                       size_t out_len,
+                                       size_t *out_written);
+
+/**
+ * `smooth_l1_loss(Tensor self, Tensor target, int reduction=Mean, float beta=1.0) -> Tensor`
+ */
+tr_status tr_tensor_smooth_l1_loss(tr_tensor input,
+                                   tr_tensor target,
+                                   int64_t reduction,
+                                   double beta,
+                                   tr_tensor *out);
+
+/**
+ * `huber_loss(Tensor self, Tensor target, int reduction=Mean, float delta=1.0) -> Tensor`
+ */
+tr_status tr_tensor_huber_loss(tr_tensor input,
+                               tr_tensor target,
+                               int64_t reduction,
+                               double delta,
+                               tr_tensor *out);
+
+/**
+ * `soft_margin_loss(Tensor self, Tensor target, int reduction=Mean) -> Tensor`
+ */
+tr_status tr_tensor_soft_margin_loss(tr_tensor input,
+                                     tr_tensor target,
+                                     int64_t reduction,
+                                     tr_tensor *out);
+
+/**
+ * `elu(Tensor self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor`
+ */
+tr_status tr_tensor_elu(tr_tensor input,
+                        tr_scalar alpha,
+                        tr_scalar scale,
+                        tr_scalar input_scale,
+                        tr_tensor *out);
+
+/**
+ * `elu_(Tensor(a!) self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor(a!)` In
+ * place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_elu_(tr_tensor input, tr_scalar alpha, tr_scalar scale, tr_scalar input_scale);
+
+/**
+ * `glu(Tensor self, int dim=-1) -> Tensor`
+ */
+tr_status tr_tensor_glu(tr_tensor input, int64_t dim, tr_tensor *out);
+
+/**
+ * `glu_jvp(Tensor glu, Tensor x, Tensor dx, int dim) -> Tensor`
+ */
+tr_status tr_tensor_glu_jvp(tr_tensor glu, tr_tensor x, tr_tensor dx, int64_t dim, tr_tensor *out);
+
+/**
+ * `hardsigmoid(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_hardsigmoid(tr_tensor input, tr_tensor *out);
+
+/**
+ * `hardsigmoid_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_hardsigmoid_(tr_tensor input);
+
+/**
+ * `hardtanh(Tensor self, Scalar min_val=-1, Scalar max_val=1) -> Tensor`
+ */
+tr_status tr_tensor_hardtanh(tr_tensor input, tr_scalar min_val, tr_scalar max_val, tr_tensor *out);
+
+/**
+ * `hardtanh_(Tensor(a!) self, Scalar min_val=-1, Scalar max_val=1) -> Tensor(a!)` In place:
+ * modifies `input`; no new handle.
+ */
+tr_status tr_tensor_hardtanh_(tr_tensor input, tr_scalar min_val, tr_scalar max_val);
+
+/**
+ * `hardswish(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_hardswish(tr_tensor input, tr_tensor *out);
+
+/**
+ * `hardswish_(Tensor(a!) self) -> Tensor(a!)` In place: modifies `input`; no new handle.
+ */
+tr_status tr_tensor_hardswish_(tr_tensor input);
+
+/**
+ * `leaky_relu(Tensor self, Scalar negative_slope=0.01) -> Tensor`
+ */
+tr_status tr_tensor_leaky_relu(tr_tensor input, tr_scalar negative_slope, tr_tensor *out);
+
+/**
+ * `leaky_relu_(Tensor(a!) self, Scalar negative_slope=0.01) -> Tensor(a!)` In place: modifies
+ * `input`; no new handle.
+ */
+tr_status tr_tensor_leaky_relu_(tr_tensor input, tr_scalar negative_slope);
+
+/**
+ * `log_sigmoid(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_log_sigmoid(tr_tensor input, tr_tensor *out);
+
+/**
+ * `log_sigmoid_forward(Tensor self) -> (Tensor output, Tensor buffer)` `out` (room for `out_len`
+ * handles) receives the results' handles, in order, and `*out_written` the op's 2, also when
+ * `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_log_sigmoid_forward(tr_tensor input,
+                                        tr_tensor *out,
+                                        size_t out_len,
+                                        size_t *out_written);
+
+/**
+ * `softplus(Tensor self, Scalar beta=1, Scalar threshold=20) -> Tensor`
+ */
+tr_status tr_tensor_softplus(tr_tensor input, tr_scalar beta, tr_scalar threshold, tr_tensor *out);
+
+/**
+ * `softshrink(Tensor self, Scalar lambd=0.5) -> Tensor`
+ */
+tr_status tr_tensor_softshrink(tr_tensor input, tr_scalar lambd, tr_tensor *out);
+
+/**
+ * `adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> Tensor`
+ */
+tr_status tr_tensor_adaptive_avg_pool2d(tr_tensor input,
+                                        const int64_t *output_size,
+                                        size_t output_size_len,
+                                        tr_tensor *out);
+
+/**
+ * `adaptive_avg_pool3d(Tensor self, SymInt[3] output_size) -> Tensor`
+ */
+tr_status tr_tensor_adaptive_avg_pool3d(tr_tensor input,
+                                        const int64_t *output_size,
+                                        size_t output_size_len,
+                                        tr_tensor *out);
+
+/**
+ * `adaptive_max_pool2d(Tensor self, int[2] output_size) -> (Tensor, Tensor)` `out` (room for
+ * `out_len` handles) receives the results' handles, in order, and `*out_written` the op's 2, also
+ * when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_adaptive_max_pool2d(tr_tensor input,
+                                        const int64_t *output_size,
+                                        size_t output_size_len,
+                                        tr_tensor *out,
+                                        size_t out_len,
+                                        size_t *out_written);
+
+/**
+ * `adaptive_max_pool3d(Tensor self, int[3] output_size) -> (Tensor, Tensor)` `out` (room for
+ * `out_len` handles) receives the results' handles, in order, and `*out_written` the op's 2, also
+ * when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_adaptive_max_pool3d(tr_tensor input,
+                                        const int64_t *output_size,
+                                        size_t output_size_len,
+                                        tr_tensor *out,
+                                        size_t out_len,
+                                        size_t *out_written);
+
+/**
+ * `avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, bool
+ * ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor`
+ */
+tr_status tr_tensor_avg_pool2d(tr_tensor input,
+                               const int64_t *kernel_size,
+                               size_t kernel_size_len,
+                               const int64_t *stride,
+                               size_t stride_len,
+                               const int64_t *padding,
+                               size_t padding_len,
+                               bool ceil_mode,
+                               bool count_include_pad,
+                               const int64_t *divisor_override,
+                               tr_tensor *out);
+
+/**
+ * `avg_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, bool
+ * ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor`
+ */
+tr_status tr_tensor_avg_pool3d(tr_tensor input,
+                               const int64_t *kernel_size,
+                               size_t kernel_size_len,
+                               const int64_t *stride,
+                               size_t stride_len,
+                               const int64_t *padding,
+                               size_t padding_len,
+                               bool ceil_mode,
+                               bool count_include_pad,
+                               const int64_t *divisor_override,
+                               tr_tensor *out);
+
+/**
+ * `fractional_max_pool2d(Tensor self, int[2] kernel_size, int[2] output_size, Tensor
+ * random_samples) -> (Tensor, Tensor)` `out` (room for `out_len` handles) receives the results'
+ * handles, in order, and `*out_written` the op's 2, also when `out_len` is too small (then
+ * TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_fractional_max_pool2d(tr_tensor input,
+                                          const int64_t *kernel_size,
+                                          size_t kernel_size_len,
+                                          const int64_t *output_size,
+                                          size_t output_size_len,
+                                          tr_tensor random_samples,
+                                          tr_tensor *out,
+                                          size_t out_len,
+                                          size_t *out_written);
+
+/**
+ * `fractional_max_pool3d(Tensor self, int[3] kernel_size, int[3] output_size, Tensor
+ * random_samples) -> (Tensor, Tensor)` `out` (room for `out_len` handles) receives the results'
+ * handles, in order, and `*out_written` the op's 2, also when `out_len` is too small (then
+ * TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_fractional_max_pool3d(tr_tensor input,
+                                          const int64_t *kernel_size,
+                                          size_t kernel_size_len,
+                                          const int64_t *output_size,
+                                          size_t output_size_len,
+                                          tr_tensor random_samples,
+                                          tr_tensor *out,
+                                          size_t out_len,
+                                          size_t *out_written);
+
+/**
+ * `max_pool2d_with_indices(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0,
+ * int[2] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)` `out` (room for `out_len` handles)
+ * receives the results' handles, in order, and `*out_written` the op's 2, also when `out_len` is
+ * too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_max_pool2d_with_indices(tr_tensor input,
+                                            const int64_t *kernel_size,
+                                            size_t kernel_size_len,
+                                            const int64_t *stride,
+                                            size_t stride_len,
+                                            const int64_t *padding,
+                                            size_t padding_len,
+                                            const int64_t *dilation,
+                                            size_t dilation_len,
+                                            bool ceil_mode,
+                                            tr_tensor *out,
+                                            size_t out_len,
+                                            size_t *out_written);
+
+/**
+ * `max_pool3d_with_indices(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0,
+ * int[3] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)` `out` (room for `out_len` handles)
+ * receives the results' handles, in order, and `*out_written` the op's 2, also when `out_len` is
+ * too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_max_pool3d_with_indices(tr_tensor input,
+                                            const int64_t *kernel_size,
+                                            size_t kernel_size_len,
+                                            const int64_t *stride,
+                                            size_t stride_len,
+                                            const int64_t *padding,
+                                            size_t padding_len,
+                                            const int64_t *dilation,
+                                            size_t dilation_len,
+                                            bool ceil_mode,
+                                            tr_tensor *out,
+                                            size_t out_len,
+                                            size_t *out_written);
+
+/**
+ * `max_unpool2d(Tensor self, Tensor indices, SymInt[2] output_size) -> Tensor`
+ */
+tr_status tr_tensor_max_unpool2d(tr_tensor input,
+                                 tr_tensor indices,
+                                 const int64_t *output_size,
+                                 size_t output_size_len,
+                                 tr_tensor *out);
+
+/**
+ * `max_unpool3d(Tensor self, Tensor indices, SymInt[3] output_size, int[3] stride, int[3] padding)
+ * -> Tensor`
+ */
+tr_status tr_tensor_max_unpool3d(tr_tensor input,
+                                 tr_tensor indices,
+                                 const int64_t *output_size,
+                                 size_t output_size_len,
+                                 const int64_t *stride,
+                                 size_t stride_len,
+                                 const int64_t *padding,
+                                 size_t padding_len,
+                                 tr_tensor *out);
+
+/**
+ * `reflection_pad1d(Tensor self, SymInt[2] padding) -> Tensor`
+ */
+tr_status tr_tensor_reflection_pad1d(tr_tensor input,
+                                     const int64_t *padding,
+                                     size_t padding_len,
+                                     tr_tensor *out);
+
+/**
+ * `reflection_pad2d(Tensor self, SymInt[4] padding) -> Tensor`
+ */
+tr_status tr_tensor_reflection_pad2d(tr_tensor input,
+                                     const int64_t *padding,
+                                     size_t padding_len,
+                                     tr_tensor *out);
+
+/**
+ * `reflection_pad3d(Tensor self, SymInt[6] padding) -> Tensor`
+ */
+tr_status tr_tensor_reflection_pad3d(tr_tensor input,
+                                     const int64_t *padding,
+                                     size_t padding_len,
+                                     tr_tensor *out);
+
+/**
+ * `replication_pad1d(Tensor self, SymInt[2] padding) -> Tensor`
+ */
+tr_status tr_tensor_replication_pad1d(tr_tensor input,
+                                      const int64_t *padding,
+                                      size_t padding_len,
+                                      tr_tensor *out);
+
+/**
+ * `replication_pad2d(Tensor self, SymInt[4] padding) -> Tensor`
+ */
+tr_status tr_tensor_replication_pad2d(tr_tensor input,
+                                      const int64_t *padding,
+                                      size_t padding_len,
+                                      tr_tensor *out);
+
+/**
+ * `replication_pad3d(Tensor self, SymInt[6] padding) -> Tensor`
+ */
+tr_status tr_tensor_replication_pad3d(tr_tensor input,
+                                      const int64_t *padding,
+                                      size_t padding_len,
+                                      tr_tensor *out);
+
+/**
+ * `pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -> Tensor`
+ */
+tr_status tr_tensor_pad(tr_tensor input,
+                        const int64_t *pad,
+                        size_t pad_len,
+                        const char *mode,
+                        const double *value,
+                        tr_tensor *out);
+
+/**
+ * `upsample_linear1d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]?
+ * scale_factors) -> Tensor`
+ */
+tr_status tr_tensor_upsample_linear1d_vec(tr_tensor input,
+                                          const int64_t *output_size,
+                                          size_t output_size_len,
+                                          bool align_corners,
+                                          const double *scale_factors,
+                                          size_t scale_factors_len,
+                                          tr_tensor *out);
+
+/**
+ * `upsample_bilinear2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]?
+ * scale_factors) -> Tensor`
+ */
+tr_status tr_tensor_upsample_bilinear2d_vec(tr_tensor input,
+                                            const int64_t *output_size,
+                                            size_t output_size_len,
+                                            bool align_corners,
+                                            const double *scale_factors,
+                                            size_t scale_factors_len,
+                                            tr_tensor *out);
+
+/**
+ * `upsample_trilinear3d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]?
+ * scale_factors) -> Tensor`
+ */
+tr_status tr_tensor_upsample_trilinear3d_vec(tr_tensor input,
+                                             const int64_t *output_size,
+                                             size_t output_size_len,
+                                             bool align_corners,
+                                             const double *scale_factors,
+                                             size_t scale_factors_len,
+                                             tr_tensor *out);
+
+/**
+ * `upsample_bicubic2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]?
+ * scale_factors) -> Tensor`
+ */
+tr_status tr_tensor_upsample_bicubic2d_vec(tr_tensor input,
+                                           const int64_t *output_size,
+                                           size_t output_size_len,
+                                           bool align_corners,
+                                           const double *scale_factors,
+                                           size_t scale_factors_len,
+                                           tr_tensor *out);
+
+/**
+ * `upsample_nearest1d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor`
+ */
+tr_status tr_tensor_upsample_nearest1d_vec(tr_tensor input,
+                                           const int64_t *output_size,
+                                           size_t output_size_len,
+                                           const double *scale_factors,
+                                           size_t scale_factors_len,
+                                           tr_tensor *out);
+
+/**
+ * `upsample_nearest2d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor`
+ */
+tr_status tr_tensor_upsample_nearest2d_vec(tr_tensor input,
+                                           const int64_t *output_size,
+                                           size_t output_size_len,
+                                           const double *scale_factors,
+                                           size_t scale_factors_len,
+                                           tr_tensor *out);
+
+/**
+ * `upsample_nearest3d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor`
+ */
+tr_status tr_tensor_upsample_nearest3d_vec(tr_tensor input,
+                                           const int64_t *output_size,
+                                           size_t output_size_len,
+                                           const double *scale_factors,
+                                           size_t scale_factors_len,
+                                           tr_tensor *out);
+
+/**
+ * `upsample_linear1d(Tensor self, SymInt[1] output_size, bool align_corners, float? scales=None)
+ * -> Tensor`
+ */
+tr_status tr_tensor_upsample_linear1d(tr_tensor input,
+                                      const int64_t *output_size,
+                                      size_t output_size_len,
+                                      bool align_corners,
+                                      const double *scales,
+                                      tr_tensor *out);
+
+/**
+ * `upsample_bilinear2d(Tensor self, SymInt[2] output_size, bool align_corners, float?
+ * scales_h=None, float? scales_w=None) -> Tensor`
+ */
+tr_status tr_tensor_upsample_bilinear2d(tr_tensor input,
+                                        const int64_t *output_size,
+                                        size_t output_size_len,
+                                        bool align_corners,
+                                        const double *scales_h,
+                                        const double *scales_w,
+                                        tr_tensor *out);
+
+/**
+ * `upsample_bicubic2d(Tensor self, SymInt[2] output_size, bool align_corners, float?
+ * scales_h=None, float? scales_w=None) -> Tensor`
+ */
+tr_status tr_tensor_upsample_bicubic2d(tr_tensor input,
+                                       const int64_t *output_size,
+                                       size_t output_size_len,
+                                       bool align_corners,
+                                       const double *scales_h,
+                                       const double *scales_w,
+                                       tr_tensor *out);
+
+/**
+ * `upsample_trilinear3d(Tensor self, SymInt[3] output_size, bool align_corners, float?
+ * scales_d=None, float? scales_h=None, float? scales_w=None) -> Tensor`
+ */
+tr_status tr_tensor_upsample_trilinear3d(tr_tensor input,
+                                         const int64_t *output_size,
+                                         size_t output_size_len,
+                                         bool align_corners,
+                                         const double *scales_d,
+                                         const double *scales_h,
+                                         const double *scales_w,
+                                         tr_tensor *out);
+
+/**
+ * `upsample_nearest1d(Tensor self, SymInt[1] output_size, float? scales=None) -> Tensor`
+ */
+tr_status tr_tensor_upsample_nearest1d(tr_tensor input,
+                                       const int64_t *output_size,
+                                       size_t output_size_len,
+                                       const double *scales,
+                                       tr_tensor *out);
+
+/**
+ * `upsample_nearest2d(Tensor self, SymInt[2] output_size, float? scales_h=None, float?
+ * scales_w=None) -> Tensor`
+ */
+tr_status tr_tensor_upsample_nearest2d(tr_tensor input,
+                                       const int64_t *output_size,
+                                       size_t output_size_len,
+                                       const double *scales_h,
+                                       const double *scales_w,
+                                       tr_tensor *out);
+
+/**
+ * `upsample_nearest3d(Tensor self, SymInt[3] output_size, float? scales_d=None, float?
+ * scales_h=None, float? scales_w=None) -> Tensor`
+ */
+tr_status tr_tensor_upsample_nearest3d(tr_tensor input,
+                                       const int64_t *output_size,
+                                       size_t output_size_len,
+                                       const double *scales_d,
+                                       const double *scales_h,
+                                       const double *scales_w,
+                                       tr_tensor *out);
+
+/**
+ * `slow_conv_transpose2d(Tensor self, Tensor weight, SymInt[2] kernel_size, Tensor? bias=None,
+ * SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] output_padding=0, SymInt[2] dilation=1) ->
+ * Tensor` `bias` is optional (the handle 0 for none).
+ */
+tr_status tr_tensor_slow_conv_transpose2d(tr_tensor input,
+                                          tr_tensor weight,
+                                          const int64_t *kernel_size,
+                                          size_t kernel_size_len,
+                                          tr_tensor bias,
+                                          const int64_t *stride,
+                                          size_t stride_len,
+                                          const int64_t *padding,
+                                          size_t padding_len,
+                                          const int64_t *output_padding,
+                                          size_t output_padding_len,
+                                          const int64_t *dilation,
+                                          size_t dilation_len,
+                                          tr_tensor *out);
+
+/**
+ * `slow_conv_transpose3d(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias=None,
+ * SymInt[3] stride=1, SymInt[3] padding=0, SymInt[3] output_padding=0, SymInt[3] dilation=1) ->
+ * Tensor` `bias` is optional (the handle 0 for none).
+ */
+tr_status tr_tensor_slow_conv_transpose3d(tr_tensor input,
+                                          tr_tensor weight,
+                                          const int64_t *kernel_size,
+                                          size_t kernel_size_len,
+                                          tr_tensor bias,
+                                          const int64_t *stride,
+                                          size_t stride_len,
+                                          const int64_t *padding,
+                                          size_t padding_len,
+                                          const int64_t *output_padding,
+                                          size_t output_padding_len,
+                                          const int64_t *dilation,
+                                          size_t dilation_len,
+                                          tr_tensor *out);
+
+/**
+ * `thnn_conv2d(Tensor self, Tensor weight, SymInt[2] kernel_size, Tensor? bias=None, SymInt[2]
+ * stride=1, SymInt[2] padding=0) -> Tensor` `bias` is optional (the handle 0 for none).
+ */
+tr_status tr_tensor_thnn_conv2d(tr_tensor input,
+                                tr_tensor weight,
+                                const int64_t *kernel_size,
+                                size_t kernel_size_len,
+                                tr_tensor bias,
+                                const int64_t *stride,
+                                size_t stride_len,
+                                const int64_t *padding,
+                                size_t padding_len,
+                                tr_tensor *out);
+
+/**
+ * `conv_depthwise3d(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias, SymInt[3]
+ * stride, SymInt[3] padding, SymInt[3] dilation) -> Tensor` `bias` is optional (the handle 0 for
+ * none).
+ */
+tr_status tr_tensor_conv_depthwise3d(tr_tensor input,
+                                     tr_tensor weight,
+                                     const int64_t *kernel_size,
+                                     size_t kernel_size_len,
+                                     tr_tensor bias,
+                                     const int64_t *stride,
+                                     size_t stride_len,
+                                     const int64_t *padding,
+                                     size_t padding_len,
+                                     const int64_t *dilation,
+                                     size_t dilation_len,
+                                     tr_tensor *out);
+
+/**
+ * `slow_conv3d(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias=None, SymInt[3]
+ * stride=1, SymInt[3] padding=0) -> Tensor` `bias` is optional (the handle 0 for none).
+ */
+tr_status tr_tensor_slow_conv3d(tr_tensor input,
+                                tr_tensor weight,
+                                const int64_t *kernel_size,
+                                size_t kernel_size_len,
+                                tr_tensor bias,
+                                const int64_t *stride,
+                                size_t stride_len,
+                                const int64_t *padding,
+                                size_t padding_len,
+                                tr_tensor *out);
+
+/**
+ * `slow_conv3d_forward(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias, SymInt[3]
+ * stride, SymInt[3] padding) -> Tensor` `bias` is optional (the handle 0 for none).
+ */
+tr_status tr_tensor_slow_conv3d_forward(tr_tensor input,
+                                        tr_tensor weight,
+                                        const int64_t *kernel_size,
+                                        size_t kernel_size_len,
+                                        tr_tensor bias,
+                                        const int64_t *stride,
+                                        size_t stride_len,
+                                        const int64_t *padding,
+                                        size_t padding_len,
+                                        tr_tensor *out);
+
+/**
+ * `slow_conv_dilated2d(Tensor self, Tensor weight, SymInt[2] kernel_size, Tensor? bias=None,
+ * SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] dilation=1) -> Tensor` `bias` is optional
+ * (the handle 0 for none).
+ */
+tr_status tr_tensor_slow_conv_dilated2d(tr_tensor input,
+                                        tr_tensor weight,
+                                        const int64_t *kernel_size,
+                                        size_t kernel_size_len,
+                                        tr_tensor bias,
+                                        const int64_t *stride,
+                                        size_t stride_len,
+                                        const int64_t *padding,
+                                        size_t padding_len,
+                                        const int64_t *dilation,
+                                        size_t dilation_len,
+                                        tr_tensor *out);
+
+/**
+ * `slow_conv_dilated3d(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias=None,
+ * SymInt[3] stride=1, SymInt[3] padding=0, SymInt[3] dilation=1) -> Tensor` `bias` is optional
+ * (the handle 0 for none).
+ */
+tr_status tr_tensor_slow_conv_dilated3d(tr_tensor input,
+                                        tr_tensor weight,
+                                        const int64_t *kernel_size,
+                                        size_t kernel_size_len,
+                                        tr_tensor bias,
+                                        const int64_t *stride,
+                                        size_t stride_len,
+                                        const int64_t *padding,
+                                        size_t padding_len,
+                                        const int64_t *dilation,
+                                        size_t dilation_len,
+                                        tr_tensor *out);
+
+/**
+ * `col2im(Tensor self, SymInt[2] output_size, int[2] kernel_size, int[2] dilation, int[2] padding,
+ * int[2] stride) -> Tensor`
+ */
+tr_status tr_tensor_col2im(tr_tensor input,
+                           const int64_t *output_size,
+                           size_t output_size_len,
+                           const int64_t *kernel_size,
+                           size_t kernel_size_len,
+                           const int64_t *dilation,
+                           size_t dilation_len,
+                           const int64_t *padding,
+                           size_t padding_len,
+                           const int64_t *stride,
+                           size_t stride_len,
+                           tr_tensor *out);
+
+/**
+ * `column_stack(Tensor[] tensors) -> Tensor`
+ */
+tr_status tr_tensor_column_stack(const tr_tensor *tensors, size_t tensors_len, tr_tensor *out);
+
+/**
+ * `im2col(Tensor self, int[2] kernel_size, int[2] dilation, int[2] padding, int[2] stride) ->
+ * Tensor`
+ */
+tr_status tr_tensor_im2col(tr_tensor input,
+                           const int64_t *kernel_size,
+                           size_t kernel_size_len,
+                           const int64_t *dilation,
+                           size_t dilation_len,
+                           const int64_t *padding,
+                           size_t padding_len,
+                           const int64_t *stride,
+                           size_t stride_len,
+                           tr_tensor *out);
+
+/**
+ * `isfinite(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_isfinite(tr_tensor input, tr_tensor *out);
+
+/**
+ * `isinf(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_isinf(tr_tensor input, tr_tensor *out);
+
+/**
+ * `isposinf(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_isposinf(tr_tensor input, tr_tensor *out);
+
+/**
+ * `isneginf(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_isneginf(tr_tensor input, tr_tensor *out);
+
+/**
+ * `special_entr(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_special_entr(tr_tensor input, tr_tensor *out);
+
+/**
+ * `special_ndtri(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_special_ndtri(tr_tensor input, tr_tensor *out);
+
+/**
+ * `special_log_ndtr(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_special_log_ndtr(tr_tensor input, tr_tensor *out);
+
+/**
+ * `special_expm1(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_special_expm1(tr_tensor input, tr_tensor *out);
+
+/**
+ * `special_exp2(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_special_exp2(tr_tensor input, tr_tensor *out);
+
+/**
+ * `special_psi(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_special_psi(tr_tensor input, tr_tensor *out);
+
+/**
+ * `special_digamma(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_special_digamma(tr_tensor input, tr_tensor *out);
+
+/**
+ * `special_gammaln(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_special_gammaln(tr_tensor input, tr_tensor *out);
+
+/**
+ * `special_erf(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_special_erf(tr_tensor input, tr_tensor *out);
+
+/**
+ * `special_erfc(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_special_erfc(tr_tensor input, tr_tensor *out);
+
+/**
+ * `special_erfcx(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_special_erfcx(tr_tensor input, tr_tensor *out);
+
+/**
+ * `special_erfinv(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_special_erfinv(tr_tensor input, tr_tensor *out);
+
+/**
+ * `special_ndtr(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_special_ndtr(tr_tensor input, tr_tensor *out);
+
+/**
+ * `special_xlog1py(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_special_xlog1py(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `special_xlog1py.self_scalar(Scalar self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_special_xlog1py_self_scalar(tr_scalar input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `special_xlog1py.other_scalar(Tensor self, Scalar other) -> Tensor`
+ */
+tr_status tr_tensor_special_xlog1py_other_scalar(tr_tensor input, tr_scalar other, tr_tensor *out);
+
+/**
+ * `special_xlogy(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_special_xlogy(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `special_xlogy.self_scalar(Scalar self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_special_xlogy_self_scalar(tr_scalar input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `special_xlogy.other_scalar(Tensor self, Scalar other) -> Tensor`
+ */
+tr_status tr_tensor_special_xlogy_other_scalar(tr_tensor input, tr_scalar other, tr_tensor *out);
+
+/**
+ * `special_zeta(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_special_zeta(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `special_zeta.self_scalar(Scalar self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_special_zeta_self_scalar(tr_scalar input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `special_zeta.other_scalar(Tensor self, Scalar other) -> Tensor`
+ */
+tr_status tr_tensor_special_zeta_other_scalar(tr_tensor input, tr_scalar other, tr_tensor *out);
+
+/**
+ * `special_i0(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_special_i0(tr_tensor input, tr_tensor *out);
+
+/**
+ * `special_i0e(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_special_i0e(tr_tensor input, tr_tensor *out);
+
+/**
+ * `special_i1(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_special_i1(tr_tensor input, tr_tensor *out);
+
+/**
+ * `special_i1e(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_special_i1e(tr_tensor input, tr_tensor *out);
+
+/**
+ * `special_logit(Tensor self, float? eps=None) -> Tensor`
+ */
+tr_status tr_tensor_special_logit(tr_tensor input, const double *eps, tr_tensor *out);
+
+/**
+ * `special_polygamma(int n, Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_special_polygamma(int64_t n, tr_tensor input, tr_tensor *out);
+
+/**
+ * `special_logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor`
+ */
+tr_status tr_tensor_special_logsumexp(tr_tensor input,
+                                      const int64_t *dim,
+                                      size_t dim_len,
+                                      bool keepdim,
+                                      tr_tensor *out);
+
+/**
+ * `special_expit(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_special_expit(tr_tensor input, tr_tensor *out);
+
+/**
+ * `special_sinc(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_special_sinc(tr_tensor input, tr_tensor *out);
+
+/**
+ * `special_round(Tensor self, *, int decimals=0) -> Tensor`
+ */
+tr_status tr_tensor_special_round(tr_tensor input, int64_t decimals, tr_tensor *out);
+
+/**
+ * `special_log1p(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_special_log1p(tr_tensor input, tr_tensor *out);
+
+/**
+ * `special_log_softmax(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor`
+ */
+tr_status tr_tensor_special_log_softmax(tr_tensor input,
+                                        int64_t dim,
+                                        const tr_dtype *dtype,
+                                        tr_tensor *out);
+
+/**
+ * `special_gammainc(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_special_gammainc(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `special_gammaincc(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_special_gammaincc(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `special_multigammaln(Tensor self, int p) -> Tensor`
+ */
+tr_status tr_tensor_special_multigammaln(tr_tensor input, int64_t p, tr_tensor *out);
+
+/**
+ * `special_softmax(Tensor self, int dim, ScalarType? dtype=None) -> Tensor`
+ */
+tr_status tr_tensor_special_softmax(tr_tensor input,
+                                    int64_t dim,
+                                    const tr_dtype *dtype,
+                                    tr_tensor *out);
+
+/**
+ * `fft_fft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor`
+ */
+tr_status tr_tensor_fft_fft(tr_tensor input,
+                            const int64_t *n,
+                            int64_t dim,
+                            const char *norm,
+                            tr_tensor *out);
+
+/**
+ * `fft_ifft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor`
+ */
+tr_status tr_tensor_fft_ifft(tr_tensor input,
+                             const int64_t *n,
+                             int64_t dim,
+                             const char *norm,
+                             tr_tensor *out);
+
+/**
+ * `fft_rfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor`
+ */
+tr_status tr_tensor_fft_rfft(tr_tensor input,
+                             const int64_t *n,
+                             int64_t dim,
+                             const char *norm,
+                             tr_tensor *out);
+
+/**
+ * `fft_irfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor`
+ */
+tr_status tr_tensor_fft_irfft(tr_tensor input,
+                              const int64_t *n,
+                              int64_t dim,
+                              const char *norm,
+                              tr_tensor *out);
+
+/**
+ * `fft_hfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor`
+ */
+tr_status tr_tensor_fft_hfft(tr_tensor input,
+                             const int64_t *n,
+                             int64_t dim,
+                             const char *norm,
+                             tr_tensor *out);
+
+/**
+ * `fft_ihfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor`
+ */
+tr_status tr_tensor_fft_ihfft(tr_tensor input,
+                              const int64_t *n,
+                              int64_t dim,
+                              const char *norm,
+                              tr_tensor *out);
+
+/**
+ * `fft_fft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`
+ */
+tr_status tr_tensor_fft_fft2(tr_tensor input,
+                             const int64_t *s,
+                             size_t s_len,
+                             const int64_t *dim,
+                             size_t dim_len,
+                             const char *norm,
+                             tr_tensor *out);
+
+/**
+ * `fft_ifft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`
+ */
+tr_status tr_tensor_fft_ifft2(tr_tensor input,
+                              const int64_t *s,
+                              size_t s_len,
+                              const int64_t *dim,
+                              size_t dim_len,
+                              const char *norm,
+                              tr_tensor *out);
+
+/**
+ * `fft_rfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`
+ */
+tr_status tr_tensor_fft_rfft2(tr_tensor input,
+                              const int64_t *s,
+                              size_t s_len,
+                              const int64_t *dim,
+                              size_t dim_len,
+                              const char *norm,
+                              tr_tensor *out);
+
+/**
+ * `fft_irfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`
+ */
+tr_status tr_tensor_fft_irfft2(tr_tensor input,
+                               const int64_t *s,
+                               size_t s_len,
+                               const int64_t *dim,
+                               size_t dim_len,
+                               const char *norm,
+                               tr_tensor *out);
+
+/**
+ * `fft_hfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`
+ */
+tr_status tr_tensor_fft_hfft2(tr_tensor input,
+                              const int64_t *s,
+                              size_t s_len,
+                              const int64_t *dim,
+                              size_t dim_len,
+                              const char *norm,
+                              tr_tensor *out);
+
+/**
+ * `fft_ihfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`
+ */
+tr_status tr_tensor_fft_ihfft2(tr_tensor input,
+                               const int64_t *s,
+                               size_t s_len,
+                               const int64_t *dim,
+                               size_t dim_len,
+                               const char *norm,
+                               tr_tensor *out);
+
+/**
+ * `fft_fftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
+ */
+tr_status tr_tensor_fft_fftn(tr_tensor input,
+                             const int64_t *s,
+                             size_t s_len,
+                             const int64_t *dim,
+                             size_t dim_len,
+                             const char *norm,
+                             tr_tensor *out);
+
+/**
+ * `fft_ifftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
+ */
+tr_status tr_tensor_fft_ifftn(tr_tensor input,
+                              const int64_t *s,
+                              size_t s_len,
+                              const int64_t *dim,
+                              size_t dim_len,
+                              const char *norm,
+                              tr_tensor *out);
+
+/**
+ * `fft_rfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
+ */
+tr_status tr_tensor_fft_rfftn(tr_tensor input,
+                              const int64_t *s,
+                              size_t s_len,
+                              const int64_t *dim,
+                              size_t dim_len,
+                              const char *norm,
+                              tr_tensor *out);
+
+/**
+ * `fft_irfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
+ */
+tr_status tr_tensor_fft_irfftn(tr_tensor input,
+                               const int64_t *s,
+                               size_t s_len,
+                               const int64_t *dim,
+                               size_t dim_len,
+                               const char *norm,
+                               tr_tensor *out);
+
+/**
+ * `fft_hfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
+ */
+tr_status tr_tensor_fft_hfftn(tr_tensor input,
+                              const int64_t *s,
+                              size_t s_len,
+                              const int64_t *dim,
+                              size_t dim_len,
+                              const char *norm,
+                              tr_tensor *out);
+
+/**
+ * `fft_ihfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
+ */
+tr_status tr_tensor_fft_ihfftn(tr_tensor input,
+                               const int64_t *s,
+                               size_t s_len,
+                               const int64_t *dim,
+                               size_t dim_len,
+                               const char *norm,
+                               tr_tensor *out);
+
+/**
+ * `fft_fftfreq(int n, float d=1.0, *, ScalarType? dtype=None, Layout? layout=None, Device?
+ * device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_fft_fftfreq(int64_t n, double d, const tr_dtype *dtype, tr_tensor *out);
+
+/**
+ * `fft_rfftfreq(int n, float d=1.0, *, ScalarType? dtype=None, Layout? layout=None, Device?
+ * device=None, bool? pin_memory=None) -> Tensor`
+ */
+tr_status tr_tensor_fft_rfftfreq(int64_t n, double d, const tr_dtype *dtype, tr_tensor *out);
+
+/**
+ * `fft_fftshift(Tensor self, int[1]? dim=None) -> Tensor`
+ */
+tr_status tr_tensor_fft_fftshift(tr_tensor input,
+                                 const int64_t *dim,
+                                 size_t dim_len,
+                                 tr_tensor *out);
+
+/**
+ * `fft_ifftshift(Tensor self, int[1]? dim=None) -> Tensor`
+ */
+tr_status tr_tensor_fft_ifftshift(tr_tensor input,
+                                  const int64_t *dim,
+                                  size_t dim_len,
+                                  tr_tensor *out);
+
+/**
+ * `linalg_cholesky_ex(Tensor self, *, bool upper=False, bool check_errors=False) -> (Tensor L,
+ * Tensor info)` `out` (room for `out_len` handles) receives the results' handles, in order, and
+ * `*out_written` the op's 2, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and
+ * no result is kept).
+ */
+tr_status tr_tensor_linalg_cholesky_ex(tr_tensor input,
+                                       bool upper,
+                                       bool check_errors,
+                                       tr_tensor *out,
+                                       size_t out_len,
+                                       size_t *out_written);
+
+/**
+ * `linalg_cholesky(Tensor self, *, bool upper=False) -> Tensor`
+ */
+tr_status tr_tensor_linalg_cholesky(tr_tensor input, bool upper, tr_tensor *out);
+
+/**
+ * `linalg_cross(Tensor self, Tensor other, *, int dim=-1) -> Tensor`
+ */
+tr_status tr_tensor_linalg_cross(tr_tensor input, tr_tensor other, int64_t dim, tr_tensor *out);
+
+/**
+ * `linalg_lu_factor(Tensor A, *, bool pivot=True) -> (Tensor LU, Tensor pivots)` `out` (room for
+ * `out_len` handles) receives the results' handles, in order, and `*out_written` the op's 2, also
+ * when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_linalg_lu_factor(tr_tensor a,
+                                     bool pivot,
+                                     tr_tensor *out,
+                                     size_t out_len,
+                                     size_t *out_written);
+
+/**
+ * `linalg_lu_factor_ex(Tensor A, *, bool pivot=True, bool check_errors=False) -> (Tensor LU,
+ * Tensor pivots, Tensor info)` `out` (room for `out_len` handles) receives the results' handles,
+ * in order, and `*out_written` the op's 3, also when `out_len` is too small (then
+ * TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_linalg_lu_factor_ex(tr_tensor a,
+                                        bool pivot,
+                                        bool check_errors,
+                                        tr_tensor *out,
+                                        size_t out_len,
+                                        size_t *out_written);
+
+/**
+ * `linalg_lu(Tensor A, *, bool pivot=True) -> (Tensor P, Tensor L, Tensor U)` `out` (room for
+ * `out_len` handles) receives the results' handles, in order, and `*out_written` the op's 3, also
+ * when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_linalg_lu(tr_tensor a,
+                              bool pivot,
+                              tr_tensor *out,
+                              size_t out_len,
+                              size_t *out_written);
+
+/**
+ * `linalg_lu_solve(Tensor LU, Tensor pivots, Tensor B, *, bool left=True, bool adjoint=False) ->
+ * Tensor`
+ */
+tr_status tr_tensor_linalg_lu_solve(tr_tensor lu,
+                                    tr_tensor pivots,
+                                    tr_tensor b,
+                                    bool left,
+                                    bool adjoint,
+                                    tr_tensor *out);
+
+/**
+ * `linalg_det(Tensor A) -> Tensor`
+ */
+tr_status tr_tensor_linalg_det(tr_tensor a, tr_tensor *out);
+
+/**
+ * `det(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_det(tr_tensor input, tr_tensor *out);
+
+/**
+ * `linalg_ldl_factor_ex(Tensor self, *, bool hermitian=False, bool check_errors=False) -> (Tensor
+ * LD, Tensor pivots, Tensor info)` `out` (room for `out_len` handles) receives the results'
+ * handles, in order, and `*out_written` the op's 3, also when `out_len` is too small (then
+ * TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_linalg_ldl_factor_ex(tr_tensor input,
+                                         bool hermitian,
+                                         bool check_errors,
+                                         tr_tensor *out,
+                                         size_t out_len,
+                                         size_t *out_written);
+
+/**
+ * `linalg_ldl_factor(Tensor self, *, bool hermitian=False) -> (Tensor LD, Tensor pivots)` `out`
+ * (room for `out_len` handles) receives the results' handles, in order, and `*out_written` the
+ * op's 2, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_linalg_ldl_factor(tr_tensor input,
+                                      bool hermitian,
+                                      tr_tensor *out,
+                                      size_t out_len,
+                                      size_t *out_written);
+
+/**
+ * `linalg_ldl_solve(Tensor LD, Tensor pivots, Tensor B, *, bool hermitian=False) -> Tensor`
+ */
+tr_status tr_tensor_linalg_ldl_solve(tr_tensor ld,
+                                     tr_tensor pivots,
+                                     tr_tensor b,
+                                     bool hermitian,
+                                     tr_tensor *out);
+
+/**
+ * `linalg_lstsq(Tensor self, Tensor b, float? rcond=None, *, str? driver=None) -> (Tensor
+ * solution, Tensor residuals, Tensor rank, Tensor singular_values)` `out` (room for `out_len`
+ * handles) receives the results' handles, in order, and `*out_written` the op's 4, also when
+ * `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_linalg_lstsq(tr_tensor input,
+                                 tr_tensor b,
+                                 const double *rcond,
+                                 const char *driver,
+                                 tr_tensor *out,
+                                 size_t out_len,
+                                 size_t *out_written);
+
+/**
+ * `linalg_matmul(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_linalg_matmul(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `linalg_vecdot(Tensor x, Tensor y, *, int dim=-1) -> Tensor`
+ */
+tr_status tr_tensor_linalg_vecdot(tr_tensor x, tr_tensor y, int64_t dim, tr_tensor *out);
+
+/**
+ * `linalg_matrix_exp(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_linalg_matrix_exp(tr_tensor input, tr_tensor *out);
+
+/**
+ * `linalg_slogdet(Tensor A) -> (Tensor sign, Tensor logabsdet)` `out` (room for `out_len` handles)
+ * receives the results' handles, in order, and `*out_written` the op's 2, also when `out_len` is
+ * too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_linalg_slogdet(tr_tensor a,
+                                   tr_tensor *out,
+                                   size_t out_len,
+                                   size_t *out_written);
+
+/**
+ * `slogdet(Tensor self) -> (Tensor sign, Tensor logabsdet)` `out` (room for `out_len` handles)
+ * receives the results' handles, in order, and `*out_written` the op's 2, also when `out_len` is
+ * too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_slogdet(tr_tensor input, tr_tensor *out, size_t out_len, size_t *out_written);
+
+/**
+ * `logdet(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_logdet(tr_tensor input, tr_tensor *out);
+
+/**
+ * `linalg_eig(Tensor self) -> (Tensor eigenvalues, Tensor eigenvectors)` `out` (room for `out_len`
+ * handles) receives the results' handles, in order, and `*out_written` the op's 2, also when
+ * `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_linalg_eig(tr_tensor input,
+                               tr_tensor *out,
+                               size_t out_len,
+                               size_t *out_written);
+
+/**
+ * `linalg_eigvals(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_linalg_eigvals(tr_tensor input, tr_tensor *out);
+
+/**
+ * `linalg_eigh(Tensor self, str UPLO="L") -> (Tensor eigenvalues, Tensor eigenvectors)` `out`
+ * (room for `out_len` handles) receives the results' handles, in order, and `*out_written` the
+ * op's 2, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_linalg_eigh(tr_tensor input,
+                                const char *uplo,
+                                tr_tensor *out,
+                                size_t out_len,
+                                size_t *out_written);
+
+/**
+ * `linalg_eigvalsh(Tensor self, str UPLO="L") -> Tensor`
+ */
+tr_status tr_tensor_linalg_eigvalsh(tr_tensor input, const char *uplo, tr_tensor *out);
+
+/**
+ * `linalg_householder_product(Tensor input, Tensor tau) -> Tensor`
+ */
+tr_status tr_tensor_linalg_householder_product(tr_tensor input, tr_tensor tau, tr_tensor *out);
+
+/**
+ * `linalg_inv_ex(Tensor A, *, bool check_errors=False) -> (Tensor inverse, Tensor info)` `out`
+ * (room for `out_len` handles) receives the results' handles, in order, and `*out_written` the
+ * op's 2, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_linalg_inv_ex(tr_tensor a,
+                                  bool check_errors,
+                                  tr_tensor *out,
+                                  size_t out_len,
+                                  size_t *out_written);
+
+/**
+ * `linalg_inv(Tensor A) -> Tensor`
+ */
+tr_status tr_tensor_linalg_inv(tr_tensor a, tr_tensor *out);
+
+/**
+ * `inverse(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_inverse(tr_tensor input, tr_tensor *out);
+
+/**
+ * `inner(Tensor self, Tensor other) -> Tensor`
+ */
+tr_status tr_tensor_inner(tr_tensor input, tr_tensor other, tr_tensor *out);
+
+/**
+ * `outer(Tensor self, Tensor vec2) -> Tensor`
+ */
+tr_status tr_tensor_outer(tr_tensor input, tr_tensor vec2, tr_tensor *out);
+
+/**
+ * `ger(Tensor self, Tensor vec2) -> Tensor`
+ */
+tr_status tr_tensor_ger(tr_tensor input, tr_tensor vec2, tr_tensor *out);
+
+/**
+ * `linalg_norm(Tensor self, Scalar? ord=None, int[1]? dim=None, bool keepdim=False, *, ScalarType?
+ * dtype=None) -> Tensor`
+ */
+tr_status tr_tensor_linalg_norm(tr_tensor input,
+                                const tr_scalar *ord,
+                                const int64_t *dim,
+                                size_t dim_len,
+                                bool keepdim,
+                                const tr_dtype *dtype,
+                                tr_tensor *out);
+
+/**
+ * `linalg_norm.ord_str(Tensor self, str ord, int[1]? dim=None, bool keepdim=False, *, ScalarType?
+ * dtype=None) -> Tensor`
+ */
+tr_status tr_tensor_linalg_norm_ord_str(tr_tensor input,
+                                        const char *ord,
+                                        const int64_t *dim,
+                                        size_t dim_len,
+                                        bool keepdim,
+                                        const tr_dtype *dtype,
+                                        tr_tensor *out);
+
+/**
+ * `linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *,
+ * ScalarType? dtype=None) -> Tensor`
+ */
+tr_status tr_tensor_linalg_vector_norm(tr_tensor input,
+                                       tr_scalar ord,
+                                       const int64_t *dim,
+                                       size_t dim_len,
+                                       bool keepdim,
+                                       const tr_dtype *dtype,
+                                       tr_tensor *out);
+
+/**
+ * `linalg_matrix_norm(Tensor self, Scalar ord, int[] dim=[-2,-1], bool keepdim=False, *,
+ * ScalarType? dtype=None) -> Tensor`
+ */
+tr_status tr_tensor_linalg_matrix_norm(tr_tensor input,
+                                       tr_scalar ord,
+                                       const int64_t *dim,
+                                       size_t dim_len,
+                                       bool keepdim,
+                                       const tr_dtype *dtype,
+                                       tr_tensor *out);
+
+/**
+ * `linalg_matrix_norm.str_ord(Tensor self, str ord='fro', int[] dim=[-2,-1], bool keepdim=False,
+ * *, ScalarType? dtype=None) -> Tensor`
+ */
+tr_status tr_tensor_linalg_matrix_norm_str_ord(tr_tensor input,
+                                               const char *ord,
+                                               const int64_t *dim,
+                                               size_t dim_len,
+                                               bool keepdim,
+                                               const tr_dtype *dtype,
+                                               tr_tensor *out);
+
+/**
+ * `linalg_svd(Tensor A, bool full_matrices=True, *, str? driver=None) -> (Tensor U, Tensor S,
+ * Tensor Vh)` `out` (room for `out_len` handles) receives the results' handles, in order, and
+ * `*out_written` the op's 3, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and
+ * no result is kept).
+ */
+tr_status tr_tensor_linalg_svd(tr_tensor a,
+                               bool full_matrices,
+                               const char *driver,
+                               tr_tensor *out,
+                               size_t out_len,
+                               size_t *out_written);
+
+/**
+ * `linalg_svdvals(Tensor A, *, str? driver=None) -> Tensor`
+ */
+tr_status tr_tensor_linalg_svdvals(tr_tensor a, const char *driver, tr_tensor *out);
+
+/**
+ * `linalg_cond(Tensor self, Scalar? p=None) -> Tensor`
+ */
+tr_status tr_tensor_linalg_cond(tr_tensor input, const tr_scalar *p, tr_tensor *out);
+
+/**
+ * `linalg_cond.p_str(Tensor self, str p) -> Tensor`
+ */
+tr_status tr_tensor_linalg_cond_p_str(tr_tensor input, const char *p, tr_tensor *out);
+
+/**
+ * `linalg_pinv.atol_rtol_tensor(Tensor self, *, Tensor? atol=None, Tensor? rtol=None, bool
+ * hermitian=False) -> Tensor` `atol` and `rtol` are optional (the handle 0 for none).
+ */
+tr_status tr_tensor_linalg_pinv_atol_rtol_tensor(tr_tensor input,
+                                                 tr_tensor atol,
+                                                 tr_tensor rtol,
+                                                 bool hermitian,
+                                                 tr_tensor *out);
+
+/**
+ * `linalg_pinv.atol_rtol_float(Tensor self, *, float? atol=None, float? rtol=None, bool
+ * hermitian=False) -> Tensor`
+ */
+tr_status tr_tensor_linalg_pinv_atol_rtol_float(tr_tensor input,
+                                                const double *atol,
+                                                const double *rtol,
+                                                bool hermitian,
+                                                tr_tensor *out);
+
+/**
+ * `linalg_pinv(Tensor self, float rcond, bool hermitian=False) -> Tensor`
+ */
+tr_status tr_tensor_linalg_pinv(tr_tensor input, double rcond, bool hermitian, tr_tensor *out);
+
+/**
+ * `linalg_pinv.rcond_tensor(Tensor self, Tensor rcond, bool hermitian=False) -> Tensor`
+ */
+tr_status tr_tensor_linalg_pinv_rcond_tensor(tr_tensor input,
+                                             tr_tensor rcond,
+                                             bool hermitian,
+                                             tr_tensor *out);
+
+/**
+ * `linalg_solve_ex(Tensor A, Tensor B, *, bool left=True, bool check_errors=False) -> (Tensor
+ * result, Tensor info)` `out` (room for `out_len` handles) receives the results' handles, in
+ * order, and `*out_written` the op's 2, also when `out_len` is too small (then
+ * TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_linalg_solve_ex(tr_tensor a,
+                                    tr_tensor b,
+                                    bool left,
+                                    bool check_errors,
+                                    tr_tensor *out,
+                                    size_t out_len,
+                                    size_t *out_written);
+
+/**
+ * `linalg_solve(Tensor A, Tensor B, *, bool left=True) -> Tensor`
+ */
+tr_status tr_tensor_linalg_solve(tr_tensor a, tr_tensor b, bool left, tr_tensor *out);
+
+/**
+ * `linalg_tensorinv(Tensor self, int ind=2) -> Tensor`
+ */
+tr_status tr_tensor_linalg_tensorinv(tr_tensor input, int64_t ind, tr_tensor *out);
+
+/**
+ * `linalg_tensorsolve(Tensor self, Tensor other, int[]? dims=None) -> Tensor`
+ */
+tr_status tr_tensor_linalg_tensorsolve(tr_tensor input,
+                                       tr_tensor other,
+                                       const int64_t *dims,
+                                       size_t dims_len,
+                                       tr_tensor *out);
+
+/**
+ * `linalg_qr(Tensor A, str mode='reduced') -> (Tensor Q, Tensor R)` `out` (room for `out_len`
+ * handles) receives the results' handles, in order, and `*out_written` the op's 2, also when
+ * `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_linalg_qr(tr_tensor a,
+                              const char *mode,
+                              tr_tensor *out,
+                              size_t out_len,
+                              size_t *out_written);
+
+/**
+ * `linalg_matrix_power(Tensor self, int n) -> Tensor`
+ */
+tr_status tr_tensor_linalg_matrix_power(tr_tensor input, int64_t n, tr_tensor *out);
+
+/**
+ * `linalg_matrix_rank.atol_rtol_tensor(Tensor input, *, Tensor? atol=None, Tensor? rtol=None, bool
+ * hermitian=False) -> Tensor` `atol` and `rtol` are optional (the handle 0 for none).
+ */
+tr_status tr_tensor_linalg_matrix_rank_atol_rtol_tensor(tr_tensor input,
+                                                        tr_tensor atol,
+                                                        tr_tensor rtol,
+                                                        bool hermitian,
+                                                        tr_tensor *out);
+
+/**
+ * `linalg_matrix_rank.atol_rtol_float(Tensor self, *, float? atol=None, float? rtol=None, bool
+ * hermitian=False) -> Tensor`
+ */
+tr_status tr_tensor_linalg_matrix_rank_atol_rtol_float(tr_tensor input,
+                                                       const double *atol,
+                                                       const double *rtol,
+                                                       bool hermitian,
+                                                       tr_tensor *out);
+
+/**
+ * `linalg_matrix_rank(Tensor self, float tol, bool hermitian=False) -> Tensor`
+ */
+tr_status tr_tensor_linalg_matrix_rank(tr_tensor input, double tol, bool hermitian, tr_tensor *out);
+
+/**
+ * `linalg_matrix_rank.tol_tensor(Tensor input, Tensor tol, bool hermitian=False) -> Tensor`
+ */
+tr_status tr_tensor_linalg_matrix_rank_tol_tensor(tr_tensor input,
+                                                  tr_tensor tol,
+                                                  bool hermitian,
+                                                  tr_tensor *out);
+
+/**
+ * `linalg_multi_dot(Tensor[] tensors) -> Tensor`
+ */
+tr_status tr_tensor_linalg_multi_dot(const tr_tensor *tensors, size_t tensors_len, tr_tensor *out);
+
+/**
+ * `segment_reduce(Tensor data, str reduce, *, Tensor? lengths=None, Tensor? indices=None, Tensor?
+ * offsets=None, int axis=0, bool unsafe=False, Scalar? initial=None) -> Tensor` `lengths` and
+ * `indices` and `offsets` are optional (the handle 0 for none).
+ */
+tr_status tr_tensor_segment_reduce(tr_tensor data,
+                                   const char *reduce,
+                                   tr_tensor lengths,
+                                   tr_tensor indices,
+                                   tr_tensor offsets,
+                                   int64_t axis,
+                                   bool unsafe_,
+                                   const tr_scalar *initial,
+                                   tr_tensor *out);
+
+/**
+ * `pad_sequence(Tensor[] sequences, bool batch_first=False, float padding_value=0.0, str
+ * padding_side="right") -> Tensor`
+ */
+tr_status tr_tensor_pad_sequence(const tr_tensor *sequences,
+                                 size_t sequences_len,
+                                 bool batch_first,
+                                 double padding_value,
+                                 const char *padding_side,
+                                 tr_tensor *out);
+
+/**
+ * `flatten_dense_tensors(Tensor[] tensors) -> Tensor`
+ */
+tr_status tr_tensor_flatten_dense_tensors(const tr_tensor *tensors,
+                                          size_t tensors_len,
+                                          tr_tensor *out);
+
+/**
+ * `unflatten_dense_tensors(Tensor flat, Tensor[] tensors) -> Tensor[]` `out` (room for `out_len`
+ * handles) receives the results' handles, in order, and `*out_written` their number, also when
+ * `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_unflatten_dense_tensors(tr_tensor flat,
+                                            const tr_tensor *tensors,
+                                            size_t tensors_len,
+                                            tr_tensor *out,
+                                            size_t out_len,
+                                            size_t *out_written);
+
+/**
+ * `view_as_real_copy(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_view_as_real_copy(tr_tensor input, tr_tensor *out);
+
+/**
+ * `view_as_complex_copy(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_view_as_complex_copy(tr_tensor input, tr_tensor *out);
+
+/**
+ * `as_strided_copy(Tensor self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) ->
+ * Tensor`
+ */
+tr_status tr_tensor_as_strided_copy(tr_tensor input,
+                                    const int64_t *size,
+                                    size_t size_len,
+                                    const int64_t *stride,
+                                    size_t stride_len,
+                                    const int64_t *storage_offset,
+                                    tr_tensor *out);
+
+/**
+ * `diagonal_copy(Tensor self, int offset=0, int dim1=0, int dim2=1) -> Tensor`
+ */
+tr_status tr_tensor_diagonal_copy(tr_tensor input,
+                                  int64_t offset,
+                                  int64_t dim1,
+                                  int64_t dim2,
+                                  tr_tensor *out);
+
+/**
+ * `expand_copy(Tensor self, SymInt[] size, *, bool implicit=False) -> Tensor`
+ */
+tr_status tr_tensor_expand_copy(tr_tensor input,
+                                const int64_t *size,
+                                size_t size_len,
+                                bool implicit,
+                                tr_tensor *out);
+
+/**
+ * `permute_copy(Tensor self, int[] dims) -> Tensor`
+ */
+tr_status tr_tensor_permute_copy(tr_tensor input,
+                                 const int64_t *dims,
+                                 size_t dims_len,
+                                 tr_tensor *out);
+
+/**
+ * `select_copy.int(Tensor self, int dim, SymInt index) -> Tensor`
+ */
+tr_status tr_tensor_select_copy_int(tr_tensor input, int64_t dim, int64_t index, tr_tensor *out);
+
+/**
+ * `detach_copy(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_detach_copy(tr_tensor input, tr_tensor *out);
+
+/**
+ * `slice_copy.Tensor(Tensor self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1)
+ * -> Tensor`
+ */
+tr_status tr_tensor_slice_copy_tensor(tr_tensor input,
+                                      int64_t dim,
+                                      const int64_t *start,
+                                      const int64_t *end,
+                                      int64_t step,
+                                      tr_tensor *out);
+
+/**
+ * `split_copy.Tensor(Tensor self, SymInt split_size, int dim=0) -> Tensor[]` `out` (room for
+ * `out_len` handles) receives the results' handles, in order, and `*out_written` their number,
+ * also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_split_copy_tensor(tr_tensor input,
+                                      int64_t split_size,
+                                      int64_t dim,
+                                      tr_tensor *out,
+                                      size_t out_len,
+                                      size_t *out_written);
+
+/**
+ * `split_with_sizes_copy(Tensor self, SymInt[] split_sizes, int dim=0) -> Tensor[]` `out` (room
+ * for `out_len` handles) receives the results' handles, in order, and `*out_written` their number,
+ * also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_split_with_sizes_copy(tr_tensor input,
+                                          const int64_t *split_sizes,
+                                          size_t split_sizes_len,
+                                          int64_t dim,
+                                          tr_tensor *out,
+                                          size_t out_len,
+                                          size_t *out_written);
+
+/**
+ * `squeeze_copy(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_squeeze_copy(tr_tensor input, tr_tensor *out);
+
+/**
+ * `squeeze_copy.dim(Tensor self, int dim) -> Tensor`
+ */
+tr_status tr_tensor_squeeze_copy_dim(tr_tensor input, int64_t dim, tr_tensor *out);
+
+/**
+ * `squeeze_copy.dims(Tensor self, int[] dim) -> Tensor`
+ */
+tr_status tr_tensor_squeeze_copy_dims(tr_tensor input,
+                                      const int64_t *dim,
+                                      size_t dim_len,
+                                      tr_tensor *out);
+
+/**
+ * `t_copy(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_t_copy(tr_tensor input, tr_tensor *out);
+
+/**
+ * `transpose_copy.int(Tensor self, int dim0, int dim1) -> Tensor`
+ */
+tr_status tr_tensor_transpose_copy_int(tr_tensor input, int64_t dim0, int64_t dim1, tr_tensor *out);
+
+/**
+ * `unsqueeze_copy(Tensor self, int dim) -> Tensor`
+ */
+tr_status tr_tensor_unsqueeze_copy(tr_tensor input, int64_t dim, tr_tensor *out);
+
+/**
+ * `unbind_copy.int(Tensor self, int dim=0) -> Tensor[]` `out` (room for `out_len` handles)
+ * receives the results' handles, in order, and `*out_written` their number, also when `out_len` is
+ * too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).
+ */
+tr_status tr_tensor_unbind_copy_int(tr_tensor input,
+                                    int64_t dim,
+                                    tr_tensor *out,
+                                    size_t out_len,
+                                    size_t *out_written);
+
+/**
+ * `view_copy(Tensor self, SymInt[] size) -> Tensor`
+ */
+tr_status tr_tensor_view_copy(tr_tensor input,
+                              const int64_t *size,
+                              size_t size_len,
+                              tr_tensor *out);
+
+/**
+ * `view_copy.dtype(Tensor self, ScalarType dtype) -> Tensor`
+ */
+tr_status tr_tensor_view_copy_dtype(tr_tensor input, tr_dtype dtype, tr_tensor *out);
+
+/**
+ * `unfold_copy(Tensor self, int dimension, int size, int step) -> Tensor`
+ */
+tr_status tr_tensor_unfold_copy(tr_tensor input,
+                                int64_t dimension,
+                                int64_t size,
+                                int64_t step,
+                                tr_tensor *out);
+
+/**
+ * `alias_copy(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_alias_copy(tr_tensor input, tr_tensor *out);
+
+/**
+ * `scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None,
+ * float dropout_p=0.0, bool is_causal=False, *, float? scale=None, bool enable_gqa=False) ->
+ * Tensor` `attn_mask` is optional (the handle 0 for none).
+ */
+tr_status tr_tensor_scaled_dot_product_attention(tr_tensor query,
+                                                 tr_tensor key,
+                                                 tr_tensor value,
+                                                 tr_tensor attn_mask,
+                                                 double dropout_p,
+                                                 bool is_causal,
+                                                 const double *scale,
+                                                 bool enable_gqa,
+                                                 tr_tensor *out);
+
+/**
+ * `special_airy_ai(Tensor x) -> Tensor`
+ */
+tr_status tr_tensor_special_airy_ai(tr_tensor x, tr_tensor *out);
+
+/**
+ * `special_bessel_j0(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_special_bessel_j0(tr_tensor input, tr_tensor *out);
+
+/**
+ * `special_bessel_j1(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_special_bessel_j1(tr_tensor input, tr_tensor *out);
+
+/**
+ * `special_bessel_y0(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_special_bessel_y0(tr_tensor input, tr_tensor *out);
+
+/**
+ * `special_bessel_y1(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_special_bessel_y1(tr_tensor input, tr_tensor *out);
+
+/**
+ * `special_chebyshev_polynomial_t(Tensor x, Tensor n) -> Tensor`
+ */
+tr_status tr_tensor_special_chebyshev_polynomial_t(tr_tensor x, tr_tensor n, tr_tensor *out);
+
+/**
+ * `special_chebyshev_polynomial_t.x_scalar(Scalar x, Tensor n) -> Tensor`
+ */
+tr_status tr_tensor_special_chebyshev_polynomial_t_x_scalar(tr_scalar x,
+                                                            tr_tensor n,
+                                                            tr_tensor *out);
+
+/**
+ * `special_chebyshev_polynomial_t.n_scalar(Tensor x, Scalar n) -> Tensor`
+ */
+tr_status tr_tensor_special_chebyshev_polynomial_t_n_scalar(tr_tensor x,
+                                                            tr_scalar n,
+                                                            tr_tensor *out);
+
+/**
+ * `special_chebyshev_polynomial_u(Tensor x, Tensor n) -> Tensor`
+ */
+tr_status tr_tensor_special_chebyshev_polynomial_u(tr_tensor x, tr_tensor n, tr_tensor *out);
+
+/**
+ * `special_chebyshev_polynomial_u.x_scalar(Scalar x, Tensor n) -> Tensor`
+ */
+tr_status tr_tensor_special_chebyshev_polynomial_u_x_scalar(tr_scalar x,
+                                                            tr_tensor n,
+                                                            tr_tensor *out);
+
+/**
+ * `special_chebyshev_polynomial_u.n_scalar(Tensor x, Scalar n) -> Tensor`
+ */
+tr_status tr_tensor_special_chebyshev_polynomial_u_n_scalar(tr_tensor x,
+                                                            tr_scalar n,
+                                                            tr_tensor *out);
+
+/**
+ * `special_chebyshev_polynomial_v(Tensor x, Tensor n) -> Tensor`
+ */
+tr_status tr_tensor_special_chebyshev_polynomial_v(tr_tensor x, tr_tensor n, tr_tensor *out);
+
+/**
+ * `special_chebyshev_polynomial_v.x_scalar(Scalar x, Tensor n) -> Tensor`
+ */
+tr_status tr_tensor_special_chebyshev_polynomial_v_x_scalar(tr_scalar x,
+                                                            tr_tensor n,
+                                                            tr_tensor *out);
+
+/**
+ * `special_chebyshev_polynomial_v.n_scalar(Tensor x, Scalar n) -> Tensor`
+ */
+tr_status tr_tensor_special_chebyshev_polynomial_v_n_scalar(tr_tensor x,
+                                                            tr_scalar n,
+                                                            tr_tensor *out);
+
+/**
+ * `special_chebyshev_polynomial_w(Tensor x, Tensor n) -> Tensor`
+ */
+tr_status tr_tensor_special_chebyshev_polynomial_w(tr_tensor x, tr_tensor n, tr_tensor *out);
+
+/**
+ * `special_chebyshev_polynomial_w.x_scalar(Scalar x, Tensor n) -> Tensor`
+ */
+tr_status tr_tensor_special_chebyshev_polynomial_w_x_scalar(tr_scalar x,
+                                                            tr_tensor n,
+                                                            tr_tensor *out);
+
+/**
+ * `special_chebyshev_polynomial_w.n_scalar(Tensor x, Scalar n) -> Tensor`
+ */
+tr_status tr_tensor_special_chebyshev_polynomial_w_n_scalar(tr_tensor x,
+                                                            tr_scalar n,
+                                                            tr_tensor *out);
+
+/**
+ * `special_hermite_polynomial_h(Tensor x, Tensor n) -> Tensor`
+ */
+tr_status tr_tensor_special_hermite_polynomial_h(tr_tensor x, tr_tensor n, tr_tensor *out);
+
+/**
+ * `special_hermite_polynomial_h.x_scalar(Scalar x, Tensor n) -> Tensor`
+ */
+tr_status tr_tensor_special_hermite_polynomial_h_x_scalar(tr_scalar x, tr_tensor n, tr_tensor *out);
+
+/**
+ * `special_hermite_polynomial_h.n_scalar(Tensor x, Scalar n) -> Tensor`
+ */
+tr_status tr_tensor_special_hermite_polynomial_h_n_scalar(tr_tensor x, tr_scalar n, tr_tensor *out);
+
+/**
+ * `special_hermite_polynomial_he(Tensor x, Tensor n) -> Tensor`
+ */
+tr_status tr_tensor_special_hermite_polynomial_he(tr_tensor x, tr_tensor n, tr_tensor *out);
+
+/**
+ * `special_hermite_polynomial_he.x_scalar(Scalar x, Tensor n) -> Tensor`
+ */
+tr_status tr_tensor_special_hermite_polynomial_he_x_scalar(tr_scalar x,
+                                                           tr_tensor n,
+                                                           tr_tensor *out);
+
+/**
+ * `special_hermite_polynomial_he.n_scalar(Tensor x, Scalar n) -> Tensor`
+ */
+tr_status tr_tensor_special_hermite_polynomial_he_n_scalar(tr_tensor x,
+                                                           tr_scalar n,
+                                                           tr_tensor *out);
+
+/**
+ * `special_laguerre_polynomial_l(Tensor x, Tensor n) -> Tensor`
+ */
+tr_status tr_tensor_special_laguerre_polynomial_l(tr_tensor x, tr_tensor n, tr_tensor *out);
+
+/**
+ * `special_laguerre_polynomial_l.x_scalar(Scalar x, Tensor n) -> Tensor`
+ */
+tr_status tr_tensor_special_laguerre_polynomial_l_x_scalar(tr_scalar x,
+                                                           tr_tensor n,
+                                                           tr_tensor *out);
+
+/**
+ * `special_laguerre_polynomial_l.n_scalar(Tensor x, Scalar n) -> Tensor`
+ */
+tr_status tr_tensor_special_laguerre_polynomial_l_n_scalar(tr_tensor x,
+                                                           tr_scalar n,
+                                                           tr_tensor *out);
+
+/**
+ * `special_legendre_polynomial_p(Tensor x, Tensor n) -> Tensor`
+ */
+tr_status tr_tensor_special_legendre_polynomial_p(tr_tensor x, tr_tensor n, tr_tensor *out);
+
+/**
+ * `special_legendre_polynomial_p.x_scalar(Scalar x, Tensor n) -> Tensor`
+ */
+tr_status tr_tensor_special_legendre_polynomial_p_x_scalar(tr_scalar x,
+                                                           tr_tensor n,
+                                                           tr_tensor *out);
+
+/**
+ * `special_legendre_polynomial_p.n_scalar(Tensor x, Scalar n) -> Tensor`
+ */
+tr_status tr_tensor_special_legendre_polynomial_p_n_scalar(tr_tensor x,
+                                                           tr_scalar n,
+                                                           tr_tensor *out);
+
+/**
+ * `special_modified_bessel_i0(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_special_modified_bessel_i0(tr_tensor input, tr_tensor *out);
+
+/**
+ * `special_modified_bessel_i1(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_special_modified_bessel_i1(tr_tensor input, tr_tensor *out);
+
+/**
+ * `special_modified_bessel_k0(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_special_modified_bessel_k0(tr_tensor input, tr_tensor *out);
+
+/**
+ * `special_modified_bessel_k1(Tensor self) -> Tensor`
+ */
+tr_status tr_tensor_special_modified_bessel_k1(tr_tensor input, tr_tensor *out);
+
+/**
+ * `special_scaled_modified_bessel_k0(Tensor x) -> Tensor`
+ */
+tr_status tr_tensor_special_scaled_modified_bessel_k0(tr_tensor x, tr_tensor *out);
+
+/**
+ * `special_scaled_modified_bessel_k1(Tensor x) -> Tensor`
+ */
+tr_status tr_tensor_special_scaled_modified_bessel_k1(tr_tensor x, tr_tensor *out);
+
+/**
+ * `special_shifted_chebyshev_polynomial_t(Tensor x, Tensor n) -> Tensor`
+ */
+tr_status tr_tensor_special_shifted_chebyshev_polynomial_t(tr_tensor x,
+                                                           tr_tensor n,
+                                                           tr_tensor *out);
+
+/**
+ * `special_shifted_chebyshev_polynomial_t.x_scalar(Scalar x, Tensor n) -> Tensor`
+ */
+tr_status tr_tensor_special_shifted_chebyshev_polynomial_t_x_scalar(tr_scalar x,
+                                                                    tr_tensor n,
+                                                                    tr_tensor *out);
+
+/**
+ * `special_shifted_chebyshev_polynomial_t.n_scalar(Tensor x, Scalar n) -> Tensor`
+ */
+tr_status tr_tensor_special_shifted_chebyshev_polynomial_t_n_scalar(tr_tensor x,
+                                                                    tr_scalar n,
+                                                                    tr_tensor *out);
+
+/**
+ * `special_shifted_chebyshev_polynomial_u(Tensor x, Tensor n) -> Tensor`
+ */
+tr_status tr_tensor_special_shifted_chebyshev_polynomial_u(tr_tensor x,
+                                                           tr_tensor n,
+                                                           tr_tensor *out);
+
+/**
+ * `special_shifted_chebyshev_polynomial_u.x_scalar(Scalar x, Tensor n) -> Tensor`
+ */
+tr_status tr_tensor_special_shifted_chebyshev_polynomial_u_x_scalar(tr_scalar x,
+                                                                    tr_tensor n,
+                                                                    tr_tensor *out);
+
+/**
+ * `special_shifted_chebyshev_polynomial_u.n_scalar(Tensor x, Scalar n) -> Tensor`
+ */
+tr_status tr_tensor_special_shifted_chebyshev_polynomial_u_n_scalar(tr_tensor x,
+                                                                    tr_scalar n,
+                                                                    tr_tensor *out);
+
+/**
+ * `special_shifted_chebyshev_polynomial_v(Tensor x, Tensor n) -> Tensor`
+ */
+tr_status tr_tensor_special_shifted_chebyshev_polynomial_v(tr_tensor x,
+                                                           tr_tensor n,
+                                                           tr_tensor *out);
+
+/**
+ * `special_shifted_chebyshev_polynomial_v.x_scalar(Scalar x, Tensor n) -> Tensor`
+ */
+tr_status tr_tensor_special_shifted_chebyshev_polynomial_v_x_scalar(tr_scalar x,
+                                                                    tr_tensor n,
+                                                                    tr_tensor *out);
+
+/**
+ * `special_shifted_chebyshev_polynomial_v.n_scalar(Tensor x, Scalar n) -> Tensor`
+ */
+tr_status tr_tensor_special_shifted_chebyshev_polynomial_v_n_scalar(tr_tensor x,
+                                                                    tr_scalar n,
+                                                                    tr_tensor *out);
+
+/**
+ * `special_shifted_chebyshev_polynomial_w(Tensor x, Tensor n) -> Tensor`
+ */
+tr_status tr_tensor_special_shifted_chebyshev_polynomial_w(tr_tensor x,
+                                                           tr_tensor n,
+                                                           tr_tensor *out);
+
+/**
+ * `special_shifted_chebyshev_polynomial_w.x_scalar(Scalar x, Tensor n) -> Tensor`
+ */
+tr_status tr_tensor_special_shifted_chebyshev_polynomial_w_x_scalar(tr_scalar x,
+                                                                    tr_tensor n,
+                                                                    tr_tensor *out);
+
+/**
+ * `special_shifted_chebyshev_polynomial_w.n_scalar(Tensor x, Scalar n) -> Tensor`
+ */
+tr_status tr_tensor_special_shifted_chebyshev_polynomial_w_n_scalar(tr_tensor x,
+                                                                    tr_scalar n,
+                                                                    tr_tensor *out);
+
+/**
+ * `special_spherical_bessel_j0(Tensor x) -> Tensor`
+ */
+tr_status tr_tensor_special_spherical_bessel_j0(tr_tensor x, tr_tensor *out);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

@@ -21,6 +21,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = ROOT / "src/ops/ops.def"
+# Where the ops come from, as generated files say.
+SOURCES = "src/ops/ops.def and libtorch's schema (tools/schema.py)"
 
 
 # The receivers an op's name may start with, besides a tensor (tr_tensor_*).
@@ -31,7 +33,15 @@ RECEIVERS = {"optim"}
 #           given `keep` (the residency manager keeps recipes), returns a replay that draws the
 #           same numbers again from a snapshot of the generator, which becomes the result's recipe
 #           (see emit_rust); such an op is never recomputed from its inputs alone.
-FLAGS = {"random"}
+#   seeded  the result depends on the random generator, and the body cannot replay its draw (an
+#           op generated from the schema's `nondeterministic_seeded` ops): never recomputed.
+FLAGS = {"random", "seeded"}
+
+
+# Rust's keywords, which a name from libtorch's schema may be.
+RUST_KEYWORDS = set("""as async await break const continue crate dyn else enum extern false fn for if impl in let loop
+match mod move mut pub ref return self static struct super trait true type unsafe use where while abstract become
+box do final macro override priv try typeof unsized virtual yield""".split())
 
 
 @dataclass(frozen=True)
@@ -49,6 +59,8 @@ class Op:
     doc: str
     flags: frozenset[str] = frozenset()
     operators: tuple["Operator", ...] = ()
+    # The schema overload an op generated from libtorch's schema stands for (tools/schema.py).
+    schema: object = None
 
     @property
     def random(self) -> bool:
@@ -68,8 +80,19 @@ class Op:
     def replayable(self) -> bool:
         """The op makes a new tensor from its inputs and values alone, so the residency manager
         may drop its result and run it again (src/residency/training/recompute.rs)."""
-        return (self.ret == "T" and not self.creates and not self.random
+        return (self.ret == "T" and not self.creates and not self.random and "seeded" not in self.flags
                 and all(cell(p.ty, "replay") for p in self.params))
+
+    @property
+    def rust_name(self) -> str:
+        """Its name in Rust: a keyword (`where`) as a raw identifier."""
+        return f"r#{self.name}" if self.name in RUST_KEYWORDS else self.name
+
+    @property
+    def bound(self) -> bool:
+        """Every type it has has the bindings' cells (C++, C#, Python)."""
+        types = [PARAMS[p.ty] for p in self.params] + [RETURNS[self.ret]]
+        return all(row.get("bindings", True) for row in types)
 
     @property
     def c_name(self) -> str:
@@ -136,7 +159,7 @@ PARAMS: dict[str, dict] = {
         rust_method="&Tensor", rust_arg="{n}.id()",
         ffi_params="{n}: TrTensor", ffi_pre=None, ffi_arg="{n}.into()",
         cpp_type="const {tensor}&", cpp_args=["{n}.raw()"],
-        cs_type="Tensor", cs_pre=None, cs_args=['Tensor.Arg({n}, "{name}")'],
+        cs_type="Tensor", cs_pre=None, cs_args=['TensorRef.Tensor.Arg({n}, "{name}")'],
         py_hint="Tensor", py_pre=None, py_args=["{n}"],
         sweep="m(&[4, 4], F32)", replay="tensor"),
     "T?": dict(
@@ -145,7 +168,7 @@ PARAMS: dict[str, dict] = {
         rust_method="Option<&Tensor>", rust_arg="{n}.map_or(TensorId(0), Tensor::id)",
         ffi_params="{n}: TrTensor", ffi_pre=None, ffi_arg="{n}.into()",
         cpp_type="OptionalTensor", cpp_args=["{n}.raw()"],
-        cs_type="Tensor", cs_pre=None, cs_args=["Tensor.OptArg({n})"],
+        cs_type="Tensor", cs_pre=None, cs_args=["TensorRef.Tensor.OptArg({n})"],
         py_hint="Tensor | None", py_pre=None, py_args=["_NONE if {n} is None else {n}"],
         sweep="m(&[4], F32)", replay="optional"),
     "T[]": PARAMS_T_LIST,
@@ -205,6 +228,49 @@ PARAMS: dict[str, dict] = {
         sweep="DType::F32", replay="copy"),
 }
 
+
+def _rust_c_only(doc: str, rust: str, ffi_params: str, ffi_pre: str | None, sweep: str, replay: str | None,
+                 method: str | None = None) -> dict:
+    """A value type of the ops generated from the schema that the bindings do not take yet: its
+    Rust and C cells (`rust` is the core's and, unless `method` says otherwise, the method's
+    type; the C function passes what `ffi_pre` made)."""
+    return dict(
+        doc=doc, tensor=False, each=False, rust_core=rust, rust_fetch=None, rust_bind=None,
+        rust_method=method or rust, rust_arg="{n}", ffi_params=ffi_params, ffi_pre=ffi_pre, ffi_arg="{n}",
+        cpp_type=None, cpp_args=None, cs_type=None, cs_pre=None, cs_args=None, py_hint=None, py_pre=None,
+        py_args=None, sweep=sweep, replay=replay, bindings=False)
+
+
+PARAMS.update({
+    "T?[]": {**PARAMS_T_LIST, "doc": "a list of optional tensors (handle 0 for none)",
+             "rust_fetch": "let {n} = op.get_many_opt({n})?;",
+             "rust_bind": "let {n} = &{n}.iter().map(|e| e.as_deref()).collect::<Vec<_>>()[..];",
+             "rust_method": "&[Option<&Tensor>]",
+             "rust_arg": "&{n}.iter().map(|t| t.map_or(TensorId(0), Tensor::id)).collect::<Vec<_>>()",
+             "cpp_type": None, "cpp_args": None, "cs_type": None, "cs_pre": None, "cs_args": None,
+             "py_hint": None, "py_pre": None, "py_args": None, "sweep": "&[m(&[4], I64)]", "bindings": False},
+    "i64?": _rust_c_only("an optional integer (NULL for none)", "Option<i64>", "{n}: *const i64",
+                         "let {n} = opt_arg({n});", "None", "copy"),
+    "f64?": _rust_c_only("an optional double (NULL for none)", "Option<f64>", "{n}: *const f64",
+                         "let {n} = opt_arg({n});", "None", "copy"),
+    "bool?": _rust_c_only("an optional bool (NULL for none)", "Option<bool>", "{n}: *const bool",
+                          "let {n} = opt_arg({n});", "None", "copy"),
+    "dtype?": _rust_c_only("an optional element type (NULL for none)", "Option<DType>", "{n}: *const TrDtype",
+                           "let {n} = opt_arg({n}).map(DType::try_from).transpose()?;", "None", "copy"),
+    "scalar?": _rust_c_only("an optional scalar (NULL for none)", "Option<Scalar>", "{n}: *const TrScalar",
+                            'let {n} = opt_arg({n}).map(|s| s.parse("{name}")).transpose()?;', "None", "copy"),
+    "i64[]?": _rust_c_only("an optional list of integers (NULL for none)", "Option<&[i64]>",
+                           "{n}: *const i64, {n}_len: usize", 'let {n} = opt_slice_arg({n}, {n}_len);', "None", None),
+    "f64[]": _rust_c_only("a list of doubles", "&[f64]", "{n}: *const f64, {n}_len: usize",
+                          'let {n} = slice_arg({n}, {n}_len, "{name}")?;', "&[0.5]", "owned"),
+    "f64[]?": _rust_c_only("an optional list of doubles (NULL for none)", "Option<&[f64]>",
+                           "{n}: *const f64, {n}_len: usize", 'let {n} = opt_slice_arg({n}, {n}_len);', "None", None),
+    "str": _rust_c_only("a string (NUL-terminated UTF-8)", "&str", "{n}: *const c_char",
+                        'let {n} = str_arg({n}, "{name}")?;', '"none"', "owned"),
+    "str?": _rust_c_only("an optional string (NULL for none)", "Option<&str>", "{n}: *const c_char",
+                         'let {n} = opt_str_arg({n}, "{name}")?;', "None", None),
+})
+
 # ---------------------------------------------------------------- return types
 #
 # Columns:
@@ -215,7 +281,8 @@ PARAMS: dict[str, dict] = {
 #   rust_method  the `Tensor` method's result type
 #   rust_wrap    how the method turns the core's result into its own ({call}: the call with `?`,
 #                {bare}: without)
-#   ffi_out      the C function's output parameter, or None
+#   ffi_out      the C function's output parameters, or None
+#   ffi_out_pre  the statement that checks them on entry, or None
 #   ffi_store    how the C function stores the core's result ({call})
 #   c_doc        what the header says of the result, beyond the ops header's conventions
 #   cpp_type     the C++ result type ({tensor}: the tensor class)
@@ -229,12 +296,14 @@ PARAMS: dict[str, dict] = {
 #   py_return    the statement returning it
 #   sweep        how the sweep collects the tensors it made ({call})
 
+OUT = 'let out = out_arg(out, "out")?;'
+
 RETURNS: dict[str, dict] = {
     "T": dict(
         doc="a new handle",
         rust_core="TensorId", rust_first=None, rust_run="op.output(|| {body})",
         rust_method="Tensor", rust_wrap="Ok(Tensor::from_raw({call}))",
-        ffi_out="*mut TrTensor", ffi_store="*out = {call}.into();", c_doc=None,
+        ffi_out="out: *mut TrTensor", ffi_out_pre=OUT, ffi_store="*out = {call}.into();", c_doc=None,
         cpp_type="{tensor}", cpp_out="tr_tensor out{{0}};", cpp_return="return {tensor}::adopt(out);",
         cs_type="Tensor", cs_out="ulong __result;", cs_return="return new Tensor(__result);",
         py_hint="Tensor", py_out=["out = _T()", "out._own = True"], py_return="return out",
@@ -244,7 +313,7 @@ RETURNS: dict[str, dict] = {
         rust_core="TensorId", rust_first="let handle = {first};\n    let {first} = op.get_mut({first})?;",
         rust_run="op.value(|| {body}).map(|_| handle)",
         rust_method="&Tensor", rust_wrap="{call};\n        Ok(self)",
-        ffi_out=None, ffi_store="{call};", c_doc="In place: modifies `{first}`; no new handle.",
+        ffi_out=None, ffi_out_pre=None, ffi_store="{call};", c_doc="In place: modifies `{first}`; no new handle.",
         cpp_type=None, cpp_out=None, cpp_return=None,
         cs_type="Tensor", cs_out=None, cs_return="return this;",
         py_hint="Tensor", py_out=[], py_return="return {first}",
@@ -253,7 +322,7 @@ RETURNS: dict[str, dict] = {
         doc="a new handle, or none",
         rust_core="Option<TensorId>", rust_first=None, rust_run="op.output_opt(|| {body})",
         rust_method="Option<Tensor>", rust_wrap="Ok({call}.map(Tensor::from_raw))",
-        ffi_out="*mut TrTensor", ffi_store="*out = {call}.map_or(TrTensor {{ id: 0 }}, TrTensor::from);",
+        ffi_out="out: *mut TrTensor", ffi_out_pre=OUT, ffi_store="*out = {call}.map_or(TrTensor {{ id: 0 }}, TrTensor::from);",
         c_doc="`*out` receives the handle 0 when there is none.",
         cpp_type="std::optional<{tensor}>", cpp_out="tr_tensor out{{0}};",
         cpp_return="return out.id == 0 ? std::optional<{tensor}>() : std::optional<{tensor}>({tensor}::adopt(out));",
@@ -264,7 +333,7 @@ RETURNS: dict[str, dict] = {
         doc="nothing",
         rust_core="()", rust_first=None, rust_run="op.value(|| {body})",
         rust_method="()", rust_wrap="{bare}",
-        ffi_out=None, ffi_store="{call};", c_doc="Returns nothing but the status.",
+        ffi_out=None, ffi_out_pre=None, ffi_store="{call};", c_doc="Returns nothing but the status.",
         cpp_type="void", cpp_out=None, cpp_return="",
         cs_type="void", cs_out=None, cs_return="",
         py_hint="None", py_out=[], py_return="return None",
@@ -273,7 +342,7 @@ RETURNS: dict[str, dict] = {
         doc="a double",
         rust_core="f64", rust_first=None, rust_run="op.value(|| {body})",
         rust_method="f64", rust_wrap="{bare}",
-        ffi_out="*mut f64", ffi_store="*out = {call};", c_doc="`*out` receives the value.",
+        ffi_out="out: *mut f64", ffi_out_pre=OUT, ffi_store="*out = {call};", c_doc="`*out` receives the value.",
         cpp_type="double", cpp_out="double out = 0;", cpp_return="return out;",
         cs_type="double", cs_out="double __result;", cs_return="return __result;",
         py_hint="float", py_out=["out = _c_double()"], py_return="return out.value",
@@ -282,7 +351,7 @@ RETURNS: dict[str, dict] = {
         doc="a bool",
         rust_core="bool", rust_first=None, rust_run="op.value(|| {body})",
         rust_method="bool", rust_wrap="{bare}",
-        ffi_out="*mut bool", ffi_store="*out = {call};", c_doc="`*out` receives the value.",
+        ffi_out="out: *mut bool", ffi_out_pre=OUT, ffi_store="*out = {call};", c_doc="`*out` receives the value.",
         cpp_type="bool", cpp_out="bool out = false;", cpp_return="return out;",
         cs_type="bool", cs_out="bool __result;", cs_return="return __result;",
         py_hint="bool", py_out=["out = _c_bool()"], py_return="return out.value",
@@ -290,13 +359,41 @@ RETURNS: dict[str, dict] = {
 }
 
 
+
+def _tensors_returned(n: int | None) -> dict:
+    """The tuple of `n` tensors, or (None) the list, that an op generated from the schema returns,
+    into an output buffer of handles (the C ABI's rule for outputs): Rust and C only for now."""
+    count = f"the op's {n}" if n else "their number"
+    c_doc = (f"`out` (room for `out_len` handles) receives the results' handles, in order, and `*out_written` "
+             f"{count}, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).")
+    out = "out: *mut TrTensor, out_len: usize, out_written: *mut usize"
+    pre = 'let written = out_arg(out_written, "out_written")?;\n        let out = slice_out(out, out_len, "out")?;'
+    store = "store_list(out, written, {call})?;"
+    return dict(
+        doc=f"{n} new handles" if n else "a list of new handles",
+        rust_core="Vec<TensorId>", rust_first=None, rust_run="op.outputs(|| {body})",
+        rust_method="Vec<Tensor>", rust_wrap="Ok({call}.into_iter().map(Tensor::from_raw).collect())",
+        ffi_out=out, ffi_out_pre=pre, ffi_store=store, c_doc=c_doc,
+        cpp_type=None, cpp_out=None, cpp_return=None, cs_type=None, cs_out=None, cs_return=None,
+        py_hint=None, py_out=None, py_return=None, sweep="Ok({call})", bindings=False)
+
+
+RETURNS.update({
+    "T,T": _tensors_returned(2), "T,T,T": _tensors_returned(3), "T,T,T,T": _tensors_returned(4),
+    "T[]": _tensors_returned(None),
+    "i64": {**RETURNS["f64"], "doc": "a 64-bit integer", "rust_core": "i64", "rust_method": "i64",
+            "ffi_out": "out: *mut i64", "cpp_type": None, "cpp_out": None, "cpp_return": None, "cs_type": None,
+            "cs_out": None, "cs_return": None, "py_hint": None, "py_out": None, "py_return": None, "bindings": False},
+})
+
+
 def _check_tables() -> None:
     for ty, row in PARAMS.items():
-        if set(row) != set(_COLUMNS):
+        if set(row) - {"bindings"} != set(_COLUMNS):
             sys.exit(f"optable: parameter type {ty!r} has columns {sorted(set(row) ^ set(_COLUMNS))} wrong")
     columns = set(next(iter(RETURNS.values())))
     for ty, row in RETURNS.items():
-        if set(row) != columns:
+        if set(row) - {"bindings"} != columns:
             sys.exit(f"optable: return type {ty!r} has columns {sorted(set(row) ^ columns)} wrong")
 
 

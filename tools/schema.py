@@ -12,8 +12,8 @@ the ops to generate or one exclusion group, each with its reason.
 
 An overload is generated when it is public (no leading `_`), functional or in place on `self`,
 positional (no `Dimname`), not a backward formula, not tied to one backend or to sparse or
-quantized tensors, and every argument and return has a type the generator handles
-(`ARG_TYPES`, `RETURN_TYPES`). The first group that matches wins, in the order of `GROUPS`.
+quantized tensors, and every argument and return has a type the generator handles (`ARGS`,
+`DEFAULTED`, `RETURNS`). The first group that matches wins, in the order of `GROUPS`.
 """
 from __future__ import annotations
 
@@ -26,14 +26,38 @@ from pathlib import Path
 # The issue's bar: at least this many op functions generated.
 MIN_GENERATED = 1150
 
-# Argument types the generator handles, once alias annotations (`(a!)`), fixed list sizes
-# (`int[2]`) and optionality (`?`) are taken off: `Tensor?[]` is a list of optional tensors.
-ARG_TYPES = {
-    "Tensor", "Tensor[]", "Tensor?[]", "int", "int[]", "SymInt", "SymInt[]", "float", "float[]",
-    "bool", "bool[]", "Scalar", "ScalarType", "Layout", "Device", "MemoryFormat", "str",
-    "Generator",
+# Each argument type the generator handles (`?`: optional; alias annotations and list sizes taken
+# off, so `Tensor?[]` is a list of optional tensors): the op table's type for it
+# (tools/optable.py) and the accessor of `Arg` (src/ops/aten/args.h) the kernel reads it with.
+ARGS = {
+    "Tensor": ("T", "tensor"), "Tensor?": ("T?", "opt_tensor"), "Tensor[]": ("T[]", "tensors"),
+    "Tensor?[]": ("T?[]", "opt_tensors"),
+    "int": ("i64", "int_"), "int?": ("i64?", "opt_int"), "int[]": ("i64[]", "ints"), "int[]?": ("i64[]?", "opt_ints"),
+    "SymInt": ("i64", "sym_int"), "SymInt?": ("i64?", "opt_sym_int"), "SymInt[]": ("i64[]", "sym_ints"),
+    "SymInt[]?": ("i64[]?", "opt_sym_ints"),
+    "float": ("f64", "float_"), "float?": ("f64?", "opt_float"), "float[]": ("f64[]", "floats"),
+    "float[]?": ("f64[]?", "opt_floats"),
+    "bool": ("bool", "bool_"), "bool?": ("bool?", "opt_bool"),
+    "Scalar": ("scalar", "scalar"), "Scalar?": ("scalar?", "opt_scalar"),
+    "ScalarType": ("dtype", "dtype"), "ScalarType?": ("dtype?", "opt_dtype"),
+    "str": ("str", "str"), "str?": ("str?", "opt_str"),
 }
-RETURN_TYPES = {"Tensor", "Tensor[]", "int", "SymInt", "float", "bool", "Scalar", "ScalarType"}
+# Optional arguments the C function does not take: the kernel passes none, libtorch's default.
+# Where a tensor lives and how its memory is laid out is the residency manager's to decide
+# (an op makes its tensors where its inputs are, a creation op in host memory, as the table's
+# do), and random ops draw from the default generator (reproducible after `manual_seed`).
+DEFAULTED = {"Layout?", "Device?", "MemoryFormat?", "Generator?"}
+DEFAULTED_NAMES = {"pin_memory"}  # a `bool?` beside layout and device
+
+# Return types, as the op table writes them: one tensor (or `self` of an in-place op: T!),
+# several (a tuple, N handles), a list, a value or nothing.
+RETURNS = {
+    ("Tensor",): "T", ("Tensor", "Tensor"): "T,T", ("Tensor", "Tensor", "Tensor"): "T,T,T",
+    ("Tensor", "Tensor", "Tensor", "Tensor"): "T,T,T,T", ("Tensor[]",): "T[]",
+    ("bool",): "bool", ("int",): "i64", ("SymInt",): "i64", (): "()",
+}
+# Ops with these tags draw random numbers: never recomputed from their inputs alone.
+RANDOM_TAG = "nondeterministic_seeded"
 
 # Ops tied to one backend or to sparse or quantized tensors: by the start of their name, or by
 # name (the accessors of sparse layouts).
@@ -75,6 +99,17 @@ class Arg:
         return t.removesuffix("?")
 
     @property
+    def key(self) -> str:
+        """The type as ARGS and DEFAULTED name it: its base, `?` if optional."""
+        t = re.sub(r"\([^)]*\)", "", self.type)
+        return re.sub(r"\[\d+\]", "[]", t)
+
+    @property
+    def defaulted(self) -> bool:
+        """Not an argument of the C function (DEFAULTED)."""
+        return self.key in DEFAULTED or (self.name in DEFAULTED_NAMES and self.key == "bool?")
+
+    @property
     def mutable(self) -> bool:
         return "!" in self.type
 
@@ -86,6 +121,9 @@ class Overload:
     args: list[Arg]
     returns: list[str]
     dispatch: list[str] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)
+    # The `func:` line itself, for the generated code's comments.
+    func: str = ""
     # Its kernels are its `out=` variant's (structured): CPU and CUDA have them.
     structured: bool = False
 
@@ -100,11 +138,11 @@ class Overload:
     @property
     def c_name(self) -> str:
         """Its name in the C ABI, after `tr_tensor_` (the rule docs/c-abi.md states): the op's
-        name, then its overload's in lower case if it has one, then `_` if it is in place:
+        name, then its overload's if it has one, in lower case, then `_` if it is in place:
         `add.Tensor` -> `add_tensor`, `add_.Tensor` -> `add_tensor_`, `relu` -> `relu`."""
         base = self.name.removesuffix("_") if self.in_place else self.name
-        name = f"{base}_{self.overload.lower()}" if self.overload else base
-        return name + "_" if self.in_place else name
+        name = f"{base}_{self.overload}" if self.overload else base
+        return name.lower() + "_" if self.in_place else name.lower()
 
 
 def split_top(text: str, sep: str = ",") -> list[str]:
@@ -145,7 +183,7 @@ def parse_func(func: str) -> Overload:
     else:
         returns = [returns_text.split(" ")[0]]
     returns = [re.sub(r"\([^)]*\)", "", r) for r in returns if r]
-    return Overload(name, overload, args, returns)
+    return Overload(name, overload, args, returns, func=func.strip())
 
 
 def load(path: Path | None = None) -> list[Overload]:
@@ -158,12 +196,16 @@ def load(path: Path | None = None) -> list[Overload]:
         for keys in (e.get("dispatch") or {}):
             o.dispatch.extend(k.strip() for k in keys.split(","))
         o.structured = "structured_delegate" in e
+        tags = e.get("tags") or []
+        o.tags = [tags] if isinstance(tags, str) else list(tags)
         overloads.append(o)
     return overloads
 
 
 def unhandled_types(o: Overload) -> list[str]:
-    types = [a.base for a in o.args if a.base not in ARG_TYPES] + [r for r in o.returns if r not in RETURN_TYPES]
+    types = [a.key for a in o.args if a.key not in ARGS and not a.defaulted]
+    if tuple(o.returns) not in RETURNS:
+        types.append("returns " + ", ".join(o.returns))
     return sorted(set(types))
 
 
@@ -175,7 +217,8 @@ def backend_specific(o: Overload) -> bool:
 
 # (group, reason, test), in the order they are asked.
 GROUPS = [
-    ("internal", "a `_`-prefixed op: libtorch's internals, not its public API", lambda o: o.name.startswith("_")),
+    ("internal", "a `_`-prefixed op (or part, `linalg__powsum`): libtorch's internals, not its public API",
+     lambda o: o.name.startswith("_") or "__" in o.name),
     ("out", "an `out=` variant: the functional form covers it, and the manager places results itself",
      lambda o: any(a.keyword_only and a.mutable for a in o.args)),
     ("backward", "a backward formula: autograd calls it, a program calls backward()", lambda o: "backward" in o.name),

@@ -93,6 +93,48 @@ pub(crate) fn slice_out<'a, T>(p: *mut T, len: usize, name: &'static str) -> Res
     Ok(unsafe { std::slice::from_raw_parts_mut(p, len) })
 }
 
+/// An optional input value: NULL means none.
+pub(crate) fn opt_arg<T: Copy>(p: *const T) -> Option<T> {
+    // SAFETY: the C caller passes NULL or a valid, aligned, readable pointer (documented).
+    unsafe { p.as_ref() }.copied()
+}
+
+/// An optional input array: NULL means none (an empty list is a non-NULL pointer, or any
+/// pointer with `len` 0 but NULL).
+pub(crate) fn opt_slice_arg<'a, T>(p: *const T, len: usize) -> Option<&'a [T]> {
+    // SAFETY: as for `slice_arg`.
+    (!p.is_null()).then(|| unsafe { std::slice::from_raw_parts(p, len) })
+}
+
+/// An input string: NUL-terminated UTF-8.
+pub(crate) fn str_arg<'a>(p: *const c_char, name: &'static str) -> Result<&'a str> {
+    opt_str_arg(p, name)?.ok_or(Error::NullArg(name))
+}
+
+/// An optional input string: NULL means none.
+pub(crate) fn opt_str_arg<'a>(p: *const c_char, name: &'static str) -> Result<Option<&'a str>> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: the C caller passes a NUL-terminated string (documented).
+    let text = unsafe { std::ffi::CStr::from_ptr(p) };
+    text.to_str().map(Some).map_err(|_| Error::InvalidArg(format!("{name} is not UTF-8")))
+}
+
+/// Stores the handles of an op's results and their number; when `out` is too small, releases them, and the
+/// caller learns only the number (TR_ERR_BUFFER_TOO_SMALL).
+pub(crate) fn store_list(out: &mut [TrTensor], written: &mut usize, ids: Vec<TensorId>) -> Result<()> {
+    *written = ids.len();
+    if ids.len() > out.len() {
+        crate::registry::release_many(&ids)?;
+        return Err(Error::BufferTooSmall { needed: ids.len(), given: out.len() });
+    }
+    for (slot, id) in out.iter_mut().zip(ids) {
+        *slot = id.into();
+    }
+    Ok(())
+}
+
 /// An input array of tensor handles.
 pub(crate) fn handles_arg(p: *const TrTensor, len: usize, name: &'static str) -> Result<Vec<TensorId>> {
     Ok(slice_arg(p, len, name)?.iter().map(|&t| t.into()).collect())

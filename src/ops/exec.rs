@@ -135,6 +135,11 @@ impl Op {
         registry::get_opt(id)?.map(|e| self.place(e, false)).transpose()
     }
 
+    /// A list of optional inputs; handle 0 means none.
+    pub(crate) fn get_many_opt(&mut self, ids: &[TensorId]) -> Result<Vec<Option<Input>>> {
+        ids.iter().map(|&id| self.get_opt(id)).collect()
+    }
+
     pub(crate) fn get_many(&mut self, ids: &[TensorId]) -> Result<Vec<Input>> {
         registry::get_many(ids)?.into_iter().map(|e| self.place(e, false)).collect()
     }
@@ -233,6 +238,38 @@ impl Op {
             match placed {
                 Err(Error::OutOfMemory(_)) if !retried && ticket.evict_unused() > 0 => retried = true,
                 other => return other.map(|e| e.map(registry::insert_entry)),
+            }
+        }
+    }
+
+    /// Runs `body` for an op that makes several tensors (a tuple or a list) and registers each;
+    /// an undefined one (libtorch's "no such output") gets the handle 0. Under a manager each
+    /// result is placed as `finish` places one, with a trace key of its own; none keeps a recipe.
+    pub(crate) fn outputs<E: Into<Error>>(mut self, body: impl Fn() -> Result<Vec<tch::Tensor>, E>) -> Result<Vec<TensorId>> {
+        let register = |t: tch::Tensor| if t.defined() { registry::insert(t) } else { TensorId(0) };
+        let Some(Managed { ticket, .. }) = self.managed.as_deref_mut() else {
+            return Ok(body().map_err(Into::into)?.into_iter().map(register).collect());
+        };
+        let mut retried = false;
+        loop {
+            let results = ticket.kernel(|| body().map_err(Into::into));
+            let placed = results.and_then(|all| {
+                let defined: Vec<tch::Tensor> = all.iter().filter(|t| t.defined()).map(|t| t.shallow_clone()).collect();
+                let entries = ticket.finish_many(&defined, None)?;
+                for (entry, result) in entries.iter().zip(&defined) {
+                    if result.requires_grad() {
+                        crate::residency::autograd::connect_grad(entry, result)?;
+                    }
+                }
+                let mut entries = entries.into_iter();
+                Ok(all.iter().map(|t| match t.defined() {
+                    true => registry::insert_entry(Arc::new(entries.next().expect("one entry per defined result"))),
+                    false => TensorId(0),
+                }).collect())
+            });
+            match placed {
+                Err(Error::OutOfMemory(_)) if !retried && ticket.evict_unused() > 0 => retried = true,
+                other => return other,
             }
         }
     }

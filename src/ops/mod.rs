@@ -5,6 +5,7 @@
 //! (`random`). The arithmetic operators are generated too (operators_generated.rs, from the
 //! operator attributes of ops.def).
 
+pub(crate) mod aten;
 pub(crate) mod autograd;
 #[cfg(test)]
 mod device_sweep;
@@ -24,6 +25,7 @@ pub use scalars::Scalar;
 /// What the generated code sees.
 pub(crate) mod prelude {
     pub(crate) use super::optim::AdamHyper;
+    pub(crate) use super::aten::{self, kernels, Arg};
     pub(crate) use super::exec::{admitted, given, replay_args, same_lengths, Op};
     pub(crate) use super::scalars::{self, scalar, Scalar};
     pub(crate) use super::{autograd, lists, optim, random};

@@ -40,7 +40,7 @@ scalar_from!(f64 => Float, f32 => Float, i64 => Int, i32 => Int, bool => Bool);
 
 impl Scalar {
     /// The scalar as the C++ shims take it (`kernels::Tagged`).
-    fn tagged(self) -> kernels::Tagged {
+    pub(crate) fn tagged(self) -> kernels::Tagged {
         match self {
             Scalar::Int(i) => (0, i, 0.0),
             Scalar::Float(f) => (1, 0, f),

@@ -38,7 +38,12 @@ namespace TensorRef.Tests
             { "const struct tr_tensor *", new[] { "UInt64[]" } },
             { "struct tr_stats *", new[] { "NativeStats&" } },
             { "const int64_t *", new[] { "Int64[]" } },
-            { "int64_t *", new[] { "Int64[]" } },
+            { "int64_t *", new[] { "Int64[]", "Int64&" } },
+            // Optional values of the ops generated from libtorch's schema: an array of one, or null.
+            { "const double *", new[] { "Double[]" } },
+            { "const bool *", new[] { "Boolean[]" } },
+            { "const tr_dtype *", new[] { "DType[]" } },
+            { "const tr_scalar *", new[] { "Scalar&" } },
             { "int64_t", new[] { "Int64" } },
             { "uint64_t", new[] { "UInt64" } },
             { "int32_t", new[] { "Int32" } },
@@ -69,7 +74,7 @@ namespace TensorRef.Tests
             { "tr_weight_mode", new[] { "WeightMode" } },
             // The ops header (cbindgen on src/ffi/ops_generated.rs alone) names the structs by their typedefs.
             { "tr_tensor", new[] { "TensorHandle", "UInt64" } },
-            { "tr_tensor *", new[] { "UInt64&" } },
+            { "tr_tensor *", new[] { "UInt64&", "UInt64[]" } },
             { "const tr_tensor *", new[] { "UInt64[]" } },
             { "tr_scalar", new[] { "Scalar" } },
         };

@@ -41,7 +41,8 @@ C_TO_CTYPES = {
     "struct tr_scalar *": POINTER(_scalar.Scalar),
     # The ops header (cbindgen on src/ffi/ops_generated.rs alone) names the structs by their typedefs.
     "tr_tensor": tr.Tensor, "tr_tensor *": POINTER(tr.Tensor), "const tr_tensor *": POINTER(c_uint64),
-    "tr_scalar": _scalar.Scalar,
+    "tr_scalar": _scalar.Scalar, "const tr_scalar *": POINTER(_scalar.Scalar), "const tr_dtype *": POINTER(c_int32),
+    "const double *": POINTER(c_double), "const bool *": POINTER(c_bool),
 }
 
 

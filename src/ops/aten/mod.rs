@@ -1,0 +1,194 @@
+//! The ops generated from libtorch's schema (tools/schema.py, tools/emit_aten.py). Each is an op
+//! of the table whose body calls its C++ kernel (generated/*.cpp): the Rust side passes the
+//! arguments as an array of `Arg`s, the kernel calls the schema's overload through libtorch's
+//! dispatcher and hands its tensors back through `Results`. args.h is the C++ side of both.
+
+pub(crate) mod kernels_generated;
+
+pub(crate) use kernels_generated as kernels;
+
+use crate::dtype::DType;
+use crate::ops::scalars::Scalar;
+use crate::shim::{check, Result, ERR_LEN};
+use smallvec::SmallVec;
+use std::ffi::{c_char, c_int, c_void};
+use std::marker::PhantomData;
+use tch::TchError;
+
+/// The tags of args.h.
+#[repr(i32)]
+#[derive(Clone, Copy)]
+enum Tag {
+    None = 0,
+    Tensor = 1,
+    Tensors = 2,
+    Int = 3,
+    Ints = 4,
+    Float = 5,
+    Floats = 6,
+    Bool = 7,
+    Scalar = 9,
+    DType = 10,
+    Str = 11,
+}
+
+/// One argument of a kernel, borrowing what it points to for `'a`.
+#[repr(C)]
+pub(crate) struct Arg<'a> {
+    tag: Tag,
+    i: i64,
+    f: f64,
+    p: *const c_void,
+    len: usize,
+    _borrows: PhantomData<&'a ()>,
+}
+
+impl<'a> Arg<'a> {
+    fn new(tag: Tag, i: i64, f: f64, p: *const c_void, len: usize) -> Self {
+        Arg { tag, i, f, p, len, _borrows: PhantomData }
+    }
+    fn slice<T>(tag: Tag, s: &'a [T]) -> Self {
+        Arg::new(tag, 0, 0.0, s.as_ptr().cast(), s.len())
+    }
+    fn opt<T>(v: Option<T>, some: impl FnOnce(T) -> Self) -> Self {
+        v.map_or(Arg::new(Tag::None, 0, 0.0, std::ptr::null(), 0), some)
+    }
+    pub(crate) fn tensor(t: &'a tch::Tensor) -> Self {
+        Arg::new(Tag::Tensor, 0, 0.0, t.as_ptr().cast(), 0)
+    }
+    pub(crate) fn opt_tensor(t: Option<&'a tch::Tensor>) -> Self {
+        Arg::opt(t, Arg::tensor)
+    }
+    /// `ptrs` from `aten::ptrs` or `aten::opt_ptrs` (a null pointer for an absent tensor).
+    pub(crate) fn tensors(ptrs: &'a [*const c_void]) -> Self {
+        Arg::slice(Tag::Tensors, ptrs)
+    }
+    pub(crate) fn int(i: i64) -> Self {
+        Arg::new(Tag::Int, i, 0.0, std::ptr::null(), 0)
+    }
+    pub(crate) fn opt_int(i: Option<i64>) -> Self {
+        Arg::opt(i, Arg::int)
+    }
+    pub(crate) fn ints(v: &'a [i64]) -> Self {
+        Arg::slice(Tag::Ints, v)
+    }
+    pub(crate) fn opt_ints(v: Option<&'a [i64]>) -> Self {
+        Arg::opt(v, Arg::ints)
+    }
+    pub(crate) fn float(f: f64) -> Self {
+        Arg::new(Tag::Float, 0, f, std::ptr::null(), 0)
+    }
+    pub(crate) fn opt_float(f: Option<f64>) -> Self {
+        Arg::opt(f, Arg::float)
+    }
+    pub(crate) fn floats(v: &'a [f64]) -> Self {
+        Arg::slice(Tag::Floats, v)
+    }
+    pub(crate) fn opt_floats(v: Option<&'a [f64]>) -> Self {
+        Arg::opt(v, Arg::floats)
+    }
+    pub(crate) fn bool(b: bool) -> Self {
+        Arg::new(Tag::Bool, i64::from(b), 0.0, std::ptr::null(), 0)
+    }
+    pub(crate) fn opt_bool(b: Option<bool>) -> Self {
+        Arg::opt(b, Arg::bool)
+    }
+    pub(crate) fn scalar(s: Scalar) -> Self {
+        let (kind, i, f) = s.tagged();
+        Arg::new(Tag::Scalar, i, f, std::ptr::null(), kind as usize)
+    }
+    pub(crate) fn opt_scalar(s: Option<Scalar>) -> Self {
+        Arg::opt(s, Arg::scalar)
+    }
+    /// DType codes are c10's ScalarType numbers.
+    pub(crate) fn dtype(d: DType) -> Self {
+        Arg::new(Tag::DType, d as i64, 0.0, std::ptr::null(), 0)
+    }
+    pub(crate) fn opt_dtype(d: Option<DType>) -> Self {
+        Arg::opt(d, Arg::dtype)
+    }
+    pub(crate) fn str(s: &'a str) -> Self {
+        Arg::new(Tag::Str, 0, 0.0, s.as_ptr().cast(), s.len())
+    }
+    pub(crate) fn opt_str(s: Option<&'a str>) -> Self {
+        Arg::opt(s, Arg::str)
+    }
+}
+
+/// The `at::Tensor*` of each tensor of a list, for `Arg::tensors`.
+pub(crate) fn ptrs(list: &[&tch::Tensor]) -> Vec<*const c_void> {
+    list.iter().map(|t| t.as_ptr().cast()).collect()
+}
+
+/// Like `ptrs`, null for an absent tensor.
+pub(crate) fn opt_ptrs(list: &[Option<&tch::Tensor>]) -> Vec<*const c_void> {
+    list.iter().map(|t| t.map_or(std::ptr::null(), |t| t.as_ptr().cast())).collect()
+}
+
+/// Where a kernel puts its results (args.h's `Results`).
+#[repr(C)]
+pub(crate) struct Results {
+    ctx: *mut c_void,
+    push: extern "C" fn(*mut c_void, *mut c_void),
+    i: i64,
+}
+
+/// A kernel's results: its tensors, in order, and its value.
+struct Collected {
+    tensors: SmallVec<[tch::Tensor; 2]>,
+    i: i64,
+}
+
+extern "C" fn push(ctx: *mut c_void, tensor: *mut c_void) {
+    // SAFETY: `ctx` is the `tensors` of the `call` running the kernel, which is waiting for it
+    // on this thread; `tensor` is a new heap `at::Tensor*`, which tch's Tensor then owns.
+    let tensors = unsafe { &mut *ctx.cast::<SmallVec<[tch::Tensor; 2]>>() };
+    tensors.push(unsafe { tch::Tensor::from_ptr(tensor.cast()) });
+}
+
+/// A generated kernel (kernels_generated.rs).
+pub(crate) type Kernel = unsafe extern "C" fn(*const Arg, *mut Results, *mut c_char, usize) -> c_int;
+
+/// Runs `kernel` (the schema's overload `op`) on `args`.
+fn call(kernel: Kernel, op: &str, args: &[Arg]) -> Result<Collected> {
+    let mut tensors: SmallVec<[tch::Tensor; 2]> = SmallVec::new();
+    let mut results = Results { ctx: (&mut tensors as *mut SmallVec<[tch::Tensor; 2]>).cast(), push, i: 0 };
+    let mut err = [0 as c_char; ERR_LEN];
+    // SAFETY: the arguments borrow what they point to for the call; `results` and `err` outlive
+    // it; the kernel reads as many arguments as the generator gave it (its own overload's).
+    let status = unsafe { kernel(args.as_ptr(), &mut results, err.as_mut_ptr(), ERR_LEN) };
+    check(op, status, &err)?;
+    Ok(Collected { tensors, i: results.i })
+}
+
+/// An op that returns one tensor.
+pub(crate) fn tensor(kernel: Kernel, op: &str, args: &[Arg]) -> Result<tch::Tensor> {
+    call(kernel, op, args)?.tensors.into_iter().next().ok_or_else(|| TchError::Torch(format!("{op}: no result")))
+}
+
+/// An op that returns several tensors, or a list.
+pub(crate) fn tensors(kernel: Kernel, op: &str, args: &[Arg]) -> Result<Vec<tch::Tensor>> {
+    Ok(call(kernel, op, args)?.tensors.into_vec())
+}
+
+/// A tuple's tensors, checked to be `n`.
+pub(crate) fn exactly(n: usize, tensors: Result<Vec<tch::Tensor>>) -> Result<Vec<tch::Tensor>> {
+    let tensors = tensors?;
+    match tensors.len() == n {
+        true => Ok(tensors),
+        false => Err(TchError::Torch(format!("{} results where the schema says {n}", tensors.len()))),
+    }
+}
+
+/// An op that writes its first argument, or returns nothing.
+pub(crate) fn unit(kernel: Kernel, op: &str, args: &[Arg]) -> Result<()> {
+    call(kernel, op, args).map(drop)
+}
+
+pub(crate) fn bool(kernel: Kernel, op: &str, args: &[Arg]) -> Result<bool> {
+    Ok(call(kernel, op, args)?.i != 0)
+}
+
+pub(crate) fn int(kernel: Kernel, op: &str, args: &[Arg]) -> Result<i64> {
+    Ok(call(kernel, op, args)?.i)
+}
