@@ -3,7 +3,8 @@
 //! tensors, lists of tensors and of optional tensors, optional numbers and lists, strings,
 //! dtypes, tuples and lists of results, in-place forms, values) equals libtorch called
 //! directly, without a manager and under Flow on the simulated device at a budget that forces
-//! evictions. Errors come back as errors, and nothing leaks.
+//! evictions. Errors come back as errors (a list of the wrong fixed size among them), and
+//! nothing leaks.
 
 use std::sync::Mutex;
 use tensorref::residency::{self, Config, Device, Policy};
@@ -73,6 +74,13 @@ fn sample() -> Result<()> {
     assert_eq!(tx.size_int(1)?, 6);
     // Creation with an optional dtype: host memory, as libtorch's default.
     same(&Tensor::arange_start_step(0, 10, 3, Some(DType::I64))?, &tch::Tensor::arange_start_step(0, 10, 3, (tch::Kind::Int64, tch::Device::Cpu)));
+    // A list of fixed size (`int[2] kernel_size`): one value stands for all, and a length that
+    // is neither is refused before libtorch would read past the list's end.
+    let img = tch::Tensor::randn([1, 2, 4, 4], (tch::Kind::Float, tch::Device::Cpu));
+    let pooled = t(&img).avg_pool2d(&[2], &[], &[0], false, true, None)?;
+    same(&pooled, &img.avg_pool2d([2, 2], [2, 2], [0, 0], false, true, None));
+    let err = t(&img).avg_pool2d(&[2, 2, 2], &[], &[0], false, true, None).unwrap_err().to_string();
+    assert!(err.contains("expected 2 values"), "{err}");
     // Errors are errors: a shape libtorch refuses, and a string it does not know.
     assert!(tx.rms_norm(&[5], None, None).is_err());
     assert!(t(&d).div_tensor_mode(&t(&e), Some("sideways")).is_err());

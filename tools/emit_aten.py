@@ -127,7 +127,11 @@ def select(root: Path, table: list[Op]) -> tuple[list[schema.Overload], list[sch
 def cpp_arg(a: schema.Arg, k: int) -> str:
     if a.defaulted:
         return DEFAULT_CPP
-    return f"a[{k}].{schema.ARGS[a.key][1]}()"
+    accessor = schema.ARGS[a.key][1]
+    if accessor in ("ints", "sym_ints") and (a.size or 0) > 1:
+        # A list of fixed size (`int[2] stride`), which kernels read without checking its length.
+        return f"a[{k}].{accessor}_n<{a.size}>()"
+    return f"a[{k}].{accessor}()"
 
 
 def kernel(o: schema.Overload) -> str:

@@ -105,6 +105,12 @@ class Arg:
         return re.sub(r"\[\d+\]", "[]", t)
 
     @property
+    def size(self) -> int | None:
+        """A list's fixed size (`int[2] stride`), if it has one."""
+        m = re.search(r"\[(\d+)\]", self.type)
+        return int(m.group(1)) if m else None
+
+    @property
     def defaulted(self) -> bool:
         """Not an argument of the C function (DEFAULTED)."""
         return self.key in DEFAULTED or (self.name in DEFAULTED_NAMES and self.key == "bool?")

@@ -89,6 +89,21 @@ struct Arg {
         expect(INTS);
         return at::IntArrayRef(static_cast<const int64_t *>(p), len);
     }
+    // A list the schema gives a fixed size N > 1 (`int[2] stride`): N values, one for all N (as
+    // PyTorch's Python API takes `stride=2`), or none where the op has a meaning for none
+    // (pooling's stride); any other length is an error, not a read past the list's end.
+    template <size_t N> std::vector<int64_t> ints_n() const {
+        auto given = ints();
+        if (given.size() > 1 && given.size() != N) {
+            throw std::invalid_argument("expected " + std::to_string(N) + " values (or one for all), got " +
+                                        std::to_string(given.size()));
+        }
+        return given.size() == 1 ? std::vector<int64_t>(N, given[0]) : given.vec();
+    }
+    template <size_t N> std::vector<c10::SymInt> sym_ints_n() const {
+        auto given = ints_n<N>();
+        return std::vector<c10::SymInt>(given.begin(), given.end());
+    }
     at::OptionalIntArrayRef opt_ints() const {
         return none() ? at::OptionalIntArrayRef() : at::OptionalIntArrayRef(ints());
     }

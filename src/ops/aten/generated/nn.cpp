@@ -75,16 +75,16 @@ TR_ATEN_KERNEL(convolution_overrideable, r->add(at::_ops::convolution_overrideab
 TR_ATEN_KERNEL(conv1d, r->add(at::_ops::conv1d::call(a[0].tensor(), a[1].tensor(), a[2].opt_tensor(), a[3].sym_ints(), a[4].sym_ints(), a[5].sym_ints(), a[6].sym_int())))
 
 // conv3d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=1, SymInt[3] padding=0, SymInt[3] dilation=1, SymInt groups=1) -> Tensor
-TR_ATEN_KERNEL(conv3d, r->add(at::_ops::conv3d::call(a[0].tensor(), a[1].tensor(), a[2].opt_tensor(), a[3].sym_ints(), a[4].sym_ints(), a[5].sym_ints(), a[6].sym_int())))
+TR_ATEN_KERNEL(conv3d, r->add(at::_ops::conv3d::call(a[0].tensor(), a[1].tensor(), a[2].opt_tensor(), a[3].sym_ints_n<3>(), a[4].sym_ints_n<3>(), a[5].sym_ints_n<3>(), a[6].sym_int())))
 
 // conv1d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=1, str padding="valid", SymInt[1] dilation=1, SymInt groups=1) -> Tensor
 TR_ATEN_KERNEL(conv1d_padding, r->add(at::_ops::conv1d_padding::call(a[0].tensor(), a[1].tensor(), a[2].opt_tensor(), a[3].sym_ints(), a[4].str(), a[5].sym_ints(), a[6].sym_int())))
 
 // conv2d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, str padding="valid", SymInt[2] dilation=1, SymInt groups=1) -> Tensor
-TR_ATEN_KERNEL(conv2d_padding, r->add(at::_ops::conv2d_padding::call(a[0].tensor(), a[1].tensor(), a[2].opt_tensor(), a[3].sym_ints(), a[4].str(), a[5].sym_ints(), a[6].sym_int())))
+TR_ATEN_KERNEL(conv2d_padding, r->add(at::_ops::conv2d_padding::call(a[0].tensor(), a[1].tensor(), a[2].opt_tensor(), a[3].sym_ints_n<2>(), a[4].str(), a[5].sym_ints_n<2>(), a[6].sym_int())))
 
 // conv3d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=1, str padding="valid", SymInt[3] dilation=1, SymInt groups=1) -> Tensor
-TR_ATEN_KERNEL(conv3d_padding, r->add(at::_ops::conv3d_padding::call(a[0].tensor(), a[1].tensor(), a[2].opt_tensor(), a[3].sym_ints(), a[4].str(), a[5].sym_ints(), a[6].sym_int())))
+TR_ATEN_KERNEL(conv3d_padding, r->add(at::_ops::conv3d_padding::call(a[0].tensor(), a[1].tensor(), a[2].opt_tensor(), a[3].sym_ints_n<3>(), a[4].str(), a[5].sym_ints_n<3>(), a[6].sym_int())))
 
 // conv_tbc(Tensor self, Tensor weight, Tensor bias, int pad=0) -> Tensor
 TR_ATEN_KERNEL(conv_tbc, r->add(at::_ops::conv_tbc::call(a[0].tensor(), a[1].tensor(), a[2].tensor(), a[3].int_())))
@@ -93,10 +93,10 @@ TR_ATEN_KERNEL(conv_tbc, r->add(at::_ops::conv_tbc::call(a[0].tensor(), a[1].ten
 TR_ATEN_KERNEL(conv_transpose1d, r->add(at::_ops::conv_transpose1d::call(a[0].tensor(), a[1].tensor(), a[2].opt_tensor(), a[3].sym_ints(), a[4].sym_ints(), a[5].sym_ints(), a[6].sym_int(), a[7].sym_ints())))
 
 // conv_transpose2d.input(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] output_padding=0, SymInt groups=1, SymInt[2] dilation=1) -> Tensor
-TR_ATEN_KERNEL(conv_transpose2d_input, r->add(at::_ops::conv_transpose2d_input::call(a[0].tensor(), a[1].tensor(), a[2].opt_tensor(), a[3].sym_ints(), a[4].sym_ints(), a[5].sym_ints(), a[6].sym_int(), a[7].sym_ints())))
+TR_ATEN_KERNEL(conv_transpose2d_input, r->add(at::_ops::conv_transpose2d_input::call(a[0].tensor(), a[1].tensor(), a[2].opt_tensor(), a[3].sym_ints_n<2>(), a[4].sym_ints_n<2>(), a[5].sym_ints_n<2>(), a[6].sym_int(), a[7].sym_ints_n<2>())))
 
 // conv_transpose3d.input(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=1, SymInt[3] padding=0, SymInt[3] output_padding=0, SymInt groups=1, SymInt[3] dilation=1) -> Tensor
-TR_ATEN_KERNEL(conv_transpose3d_input, r->add(at::_ops::conv_transpose3d_input::call(a[0].tensor(), a[1].tensor(), a[2].opt_tensor(), a[3].sym_ints(), a[4].sym_ints(), a[5].sym_ints(), a[6].sym_int(), a[7].sym_ints())))
+TR_ATEN_KERNEL(conv_transpose3d_input, r->add(at::_ops::conv_transpose3d_input::call(a[0].tensor(), a[1].tensor(), a[2].opt_tensor(), a[3].sym_ints_n<3>(), a[4].sym_ints_n<3>(), a[5].sym_ints_n<3>(), a[6].sym_int(), a[7].sym_ints_n<3>())))
 
 // cosine_embedding_loss(Tensor input1, Tensor input2, Tensor target, float margin=0.0, int reduction=Mean) -> Tensor
 TR_ATEN_KERNEL(cosine_embedding_loss, r->add(at::_ops::cosine_embedding_loss::call(a[0].tensor(), a[1].tensor(), a[2].tensor(), a[3].float_(), a[4].int_())))
@@ -156,7 +156,7 @@ TR_ATEN_KERNEL(max_pool1d_with_indices, r->add(at::_ops::max_pool1d_with_indices
 TR_ATEN_KERNEL(max_pool1d, r->add(at::_ops::max_pool1d::call(a[0].tensor(), a[1].ints(), a[2].ints(), a[3].ints(), a[4].ints(), a[5].bool_())))
 
 // max_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, int[3] dilation=1, bool ceil_mode=False) -> Tensor
-TR_ATEN_KERNEL(max_pool3d, r->add(at::_ops::max_pool3d::call(a[0].tensor(), a[1].ints(), a[2].ints(), a[3].ints(), a[4].ints(), a[5].bool_())))
+TR_ATEN_KERNEL(max_pool3d, r->add(at::_ops::max_pool3d::call(a[0].tensor(), a[1].ints_n<3>(), a[2].ints_n<3>(), a[3].ints_n<3>(), a[4].ints_n<3>(), a[5].bool_())))
 
 // native_batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor)
 TR_ATEN_KERNEL(native_batch_norm, r->add(at::_ops::native_batch_norm::call(a[0].tensor(), a[1].opt_tensor(), a[2].opt_tensor(), a[3].opt_tensor(), a[4].opt_tensor(), a[5].bool_(), a[6].float_(), a[7].float_())))
@@ -282,7 +282,7 @@ TR_ATEN_KERNEL(frobenius_norm_dim, r->add(at::_ops::frobenius_norm_dim::call(a[0
 TR_ATEN_KERNEL(nuclear_norm, r->add(at::_ops::nuclear_norm::call(a[0].tensor(), a[1].bool_())))
 
 // nuclear_norm.dim(Tensor self, int[2] dim, bool keepdim=False) -> Tensor
-TR_ATEN_KERNEL(nuclear_norm_dim, r->add(at::_ops::nuclear_norm_dim::call(a[0].tensor(), a[1].ints(), a[2].bool_())))
+TR_ATEN_KERNEL(nuclear_norm_dim, r->add(at::_ops::nuclear_norm_dim::call(a[0].tensor(), a[1].ints_n<2>(), a[2].bool_())))
 
 // rnn_tanh.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)
 TR_ATEN_KERNEL(rnn_tanh_input, r->add(at::_ops::rnn_tanh_input::call(a[0].tensor(), a[1].tensor(), a[2].tensors(), a[3].bool_(), a[4].int_(), a[5].float_(), a[6].bool_(), a[7].bool_(), a[8].bool_())))
@@ -417,58 +417,58 @@ TR_ATEN_KERNEL(softplus, r->add(at::_ops::softplus::call(a[0].tensor(), a[1].sca
 TR_ATEN_KERNEL(softshrink, r->add(at::_ops::softshrink::call(a[0].tensor(), a[1].scalar())))
 
 // adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> Tensor
-TR_ATEN_KERNEL(adaptive_avg_pool2d, r->add(at::_ops::adaptive_avg_pool2d::call(a[0].tensor(), a[1].sym_ints())))
+TR_ATEN_KERNEL(adaptive_avg_pool2d, r->add(at::_ops::adaptive_avg_pool2d::call(a[0].tensor(), a[1].sym_ints_n<2>())))
 
 // adaptive_avg_pool3d(Tensor self, SymInt[3] output_size) -> Tensor
-TR_ATEN_KERNEL(adaptive_avg_pool3d, r->add(at::_ops::adaptive_avg_pool3d::call(a[0].tensor(), a[1].sym_ints())))
+TR_ATEN_KERNEL(adaptive_avg_pool3d, r->add(at::_ops::adaptive_avg_pool3d::call(a[0].tensor(), a[1].sym_ints_n<3>())))
 
 // adaptive_max_pool2d(Tensor self, int[2] output_size) -> (Tensor, Tensor)
-TR_ATEN_KERNEL(adaptive_max_pool2d, r->add(at::_ops::adaptive_max_pool2d::call(a[0].tensor(), a[1].ints())))
+TR_ATEN_KERNEL(adaptive_max_pool2d, r->add(at::_ops::adaptive_max_pool2d::call(a[0].tensor(), a[1].ints_n<2>())))
 
 // adaptive_max_pool3d(Tensor self, int[3] output_size) -> (Tensor, Tensor)
-TR_ATEN_KERNEL(adaptive_max_pool3d, r->add(at::_ops::adaptive_max_pool3d::call(a[0].tensor(), a[1].ints())))
+TR_ATEN_KERNEL(adaptive_max_pool3d, r->add(at::_ops::adaptive_max_pool3d::call(a[0].tensor(), a[1].ints_n<3>())))
 
 // avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor
-TR_ATEN_KERNEL(avg_pool2d, r->add(at::_ops::avg_pool2d::call(a[0].tensor(), a[1].ints(), a[2].ints(), a[3].ints(), a[4].bool_(), a[5].bool_(), a[6].opt_int())))
+TR_ATEN_KERNEL(avg_pool2d, r->add(at::_ops::avg_pool2d::call(a[0].tensor(), a[1].ints_n<2>(), a[2].ints_n<2>(), a[3].ints_n<2>(), a[4].bool_(), a[5].bool_(), a[6].opt_int())))
 
 // avg_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor
-TR_ATEN_KERNEL(avg_pool3d, r->add(at::_ops::avg_pool3d::call(a[0].tensor(), a[1].ints(), a[2].ints(), a[3].ints(), a[4].bool_(), a[5].bool_(), a[6].opt_int())))
+TR_ATEN_KERNEL(avg_pool3d, r->add(at::_ops::avg_pool3d::call(a[0].tensor(), a[1].ints_n<3>(), a[2].ints_n<3>(), a[3].ints_n<3>(), a[4].bool_(), a[5].bool_(), a[6].opt_int())))
 
 // fractional_max_pool2d(Tensor self, int[2] kernel_size, int[2] output_size, Tensor random_samples) -> (Tensor, Tensor)
-TR_ATEN_KERNEL(fractional_max_pool2d, r->add(at::_ops::fractional_max_pool2d::call(a[0].tensor(), a[1].ints(), a[2].ints(), a[3].tensor())))
+TR_ATEN_KERNEL(fractional_max_pool2d, r->add(at::_ops::fractional_max_pool2d::call(a[0].tensor(), a[1].ints_n<2>(), a[2].ints_n<2>(), a[3].tensor())))
 
 // fractional_max_pool3d(Tensor self, int[3] kernel_size, int[3] output_size, Tensor random_samples) -> (Tensor, Tensor)
-TR_ATEN_KERNEL(fractional_max_pool3d, r->add(at::_ops::fractional_max_pool3d::call(a[0].tensor(), a[1].ints(), a[2].ints(), a[3].tensor())))
+TR_ATEN_KERNEL(fractional_max_pool3d, r->add(at::_ops::fractional_max_pool3d::call(a[0].tensor(), a[1].ints_n<3>(), a[2].ints_n<3>(), a[3].tensor())))
 
 // max_pool2d_with_indices(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, int[2] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)
-TR_ATEN_KERNEL(max_pool2d_with_indices, r->add(at::_ops::max_pool2d_with_indices::call(a[0].tensor(), a[1].ints(), a[2].ints(), a[3].ints(), a[4].ints(), a[5].bool_())))
+TR_ATEN_KERNEL(max_pool2d_with_indices, r->add(at::_ops::max_pool2d_with_indices::call(a[0].tensor(), a[1].ints_n<2>(), a[2].ints_n<2>(), a[3].ints_n<2>(), a[4].ints_n<2>(), a[5].bool_())))
 
 // max_pool3d_with_indices(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, int[3] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)
-TR_ATEN_KERNEL(max_pool3d_with_indices, r->add(at::_ops::max_pool3d_with_indices::call(a[0].tensor(), a[1].ints(), a[2].ints(), a[3].ints(), a[4].ints(), a[5].bool_())))
+TR_ATEN_KERNEL(max_pool3d_with_indices, r->add(at::_ops::max_pool3d_with_indices::call(a[0].tensor(), a[1].ints_n<3>(), a[2].ints_n<3>(), a[3].ints_n<3>(), a[4].ints_n<3>(), a[5].bool_())))
 
 // max_unpool2d(Tensor self, Tensor indices, SymInt[2] output_size) -> Tensor
-TR_ATEN_KERNEL(max_unpool2d, r->add(at::_ops::max_unpool2d::call(a[0].tensor(), a[1].tensor(), a[2].sym_ints())))
+TR_ATEN_KERNEL(max_unpool2d, r->add(at::_ops::max_unpool2d::call(a[0].tensor(), a[1].tensor(), a[2].sym_ints_n<2>())))
 
 // max_unpool3d(Tensor self, Tensor indices, SymInt[3] output_size, int[3] stride, int[3] padding) -> Tensor
-TR_ATEN_KERNEL(max_unpool3d, r->add(at::_ops::max_unpool3d::call(a[0].tensor(), a[1].tensor(), a[2].sym_ints(), a[3].ints(), a[4].ints())))
+TR_ATEN_KERNEL(max_unpool3d, r->add(at::_ops::max_unpool3d::call(a[0].tensor(), a[1].tensor(), a[2].sym_ints_n<3>(), a[3].ints_n<3>(), a[4].ints_n<3>())))
 
 // reflection_pad1d(Tensor self, SymInt[2] padding) -> Tensor
-TR_ATEN_KERNEL(reflection_pad1d, r->add(at::_ops::reflection_pad1d::call(a[0].tensor(), a[1].sym_ints())))
+TR_ATEN_KERNEL(reflection_pad1d, r->add(at::_ops::reflection_pad1d::call(a[0].tensor(), a[1].sym_ints_n<2>())))
 
 // reflection_pad2d(Tensor self, SymInt[4] padding) -> Tensor
-TR_ATEN_KERNEL(reflection_pad2d, r->add(at::_ops::reflection_pad2d::call(a[0].tensor(), a[1].sym_ints())))
+TR_ATEN_KERNEL(reflection_pad2d, r->add(at::_ops::reflection_pad2d::call(a[0].tensor(), a[1].sym_ints_n<4>())))
 
 // reflection_pad3d(Tensor self, SymInt[6] padding) -> Tensor
-TR_ATEN_KERNEL(reflection_pad3d, r->add(at::_ops::reflection_pad3d::call(a[0].tensor(), a[1].sym_ints())))
+TR_ATEN_KERNEL(reflection_pad3d, r->add(at::_ops::reflection_pad3d::call(a[0].tensor(), a[1].sym_ints_n<6>())))
 
 // replication_pad1d(Tensor self, SymInt[2] padding) -> Tensor
-TR_ATEN_KERNEL(replication_pad1d, r->add(at::_ops::replication_pad1d::call(a[0].tensor(), a[1].sym_ints())))
+TR_ATEN_KERNEL(replication_pad1d, r->add(at::_ops::replication_pad1d::call(a[0].tensor(), a[1].sym_ints_n<2>())))
 
 // replication_pad2d(Tensor self, SymInt[4] padding) -> Tensor
-TR_ATEN_KERNEL(replication_pad2d, r->add(at::_ops::replication_pad2d::call(a[0].tensor(), a[1].sym_ints())))
+TR_ATEN_KERNEL(replication_pad2d, r->add(at::_ops::replication_pad2d::call(a[0].tensor(), a[1].sym_ints_n<4>())))
 
 // replication_pad3d(Tensor self, SymInt[6] padding) -> Tensor
-TR_ATEN_KERNEL(replication_pad3d, r->add(at::_ops::replication_pad3d::call(a[0].tensor(), a[1].sym_ints())))
+TR_ATEN_KERNEL(replication_pad3d, r->add(at::_ops::replication_pad3d::call(a[0].tensor(), a[1].sym_ints_n<6>())))
 
 // pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -> Tensor
 TR_ATEN_KERNEL(pad, r->add(at::_ops::pad::call(a[0].tensor(), a[1].sym_ints(), a[2].str(), a[3].opt_float())))
@@ -498,52 +498,52 @@ TR_ATEN_KERNEL(upsample_nearest3d_vec, r->add(at::_ops::upsample_nearest3d_vec::
 TR_ATEN_KERNEL(upsample_linear1d, r->add(at::_ops::upsample_linear1d::call(a[0].tensor(), a[1].sym_ints(), a[2].bool_(), a[3].opt_float())))
 
 // upsample_bilinear2d(Tensor self, SymInt[2] output_size, bool align_corners, float? scales_h=None, float? scales_w=None) -> Tensor
-TR_ATEN_KERNEL(upsample_bilinear2d, r->add(at::_ops::upsample_bilinear2d::call(a[0].tensor(), a[1].sym_ints(), a[2].bool_(), a[3].opt_float(), a[4].opt_float())))
+TR_ATEN_KERNEL(upsample_bilinear2d, r->add(at::_ops::upsample_bilinear2d::call(a[0].tensor(), a[1].sym_ints_n<2>(), a[2].bool_(), a[3].opt_float(), a[4].opt_float())))
 
 // upsample_bicubic2d(Tensor self, SymInt[2] output_size, bool align_corners, float? scales_h=None, float? scales_w=None) -> Tensor
-TR_ATEN_KERNEL(upsample_bicubic2d, r->add(at::_ops::upsample_bicubic2d::call(a[0].tensor(), a[1].sym_ints(), a[2].bool_(), a[3].opt_float(), a[4].opt_float())))
+TR_ATEN_KERNEL(upsample_bicubic2d, r->add(at::_ops::upsample_bicubic2d::call(a[0].tensor(), a[1].sym_ints_n<2>(), a[2].bool_(), a[3].opt_float(), a[4].opt_float())))
 
 // upsample_trilinear3d(Tensor self, SymInt[3] output_size, bool align_corners, float? scales_d=None, float? scales_h=None, float? scales_w=None) -> Tensor
-TR_ATEN_KERNEL(upsample_trilinear3d, r->add(at::_ops::upsample_trilinear3d::call(a[0].tensor(), a[1].sym_ints(), a[2].bool_(), a[3].opt_float(), a[4].opt_float(), a[5].opt_float())))
+TR_ATEN_KERNEL(upsample_trilinear3d, r->add(at::_ops::upsample_trilinear3d::call(a[0].tensor(), a[1].sym_ints_n<3>(), a[2].bool_(), a[3].opt_float(), a[4].opt_float(), a[5].opt_float())))
 
 // upsample_nearest1d(Tensor self, SymInt[1] output_size, float? scales=None) -> Tensor
 TR_ATEN_KERNEL(upsample_nearest1d, r->add(at::_ops::upsample_nearest1d::call(a[0].tensor(), a[1].sym_ints(), a[2].opt_float())))
 
 // upsample_nearest2d(Tensor self, SymInt[2] output_size, float? scales_h=None, float? scales_w=None) -> Tensor
-TR_ATEN_KERNEL(upsample_nearest2d, r->add(at::_ops::upsample_nearest2d::call(a[0].tensor(), a[1].sym_ints(), a[2].opt_float(), a[3].opt_float())))
+TR_ATEN_KERNEL(upsample_nearest2d, r->add(at::_ops::upsample_nearest2d::call(a[0].tensor(), a[1].sym_ints_n<2>(), a[2].opt_float(), a[3].opt_float())))
 
 // upsample_nearest3d(Tensor self, SymInt[3] output_size, float? scales_d=None, float? scales_h=None, float? scales_w=None) -> Tensor
-TR_ATEN_KERNEL(upsample_nearest3d, r->add(at::_ops::upsample_nearest3d::call(a[0].tensor(), a[1].sym_ints(), a[2].opt_float(), a[3].opt_float(), a[4].opt_float())))
+TR_ATEN_KERNEL(upsample_nearest3d, r->add(at::_ops::upsample_nearest3d::call(a[0].tensor(), a[1].sym_ints_n<3>(), a[2].opt_float(), a[3].opt_float(), a[4].opt_float())))
 
 // slow_conv_transpose2d(Tensor self, Tensor weight, SymInt[2] kernel_size, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] output_padding=0, SymInt[2] dilation=1) -> Tensor
-TR_ATEN_KERNEL(slow_conv_transpose2d, r->add(at::_ops::slow_conv_transpose2d::call(a[0].tensor(), a[1].tensor(), a[2].sym_ints(), a[3].opt_tensor(), a[4].sym_ints(), a[5].sym_ints(), a[6].sym_ints(), a[7].sym_ints())))
+TR_ATEN_KERNEL(slow_conv_transpose2d, r->add(at::_ops::slow_conv_transpose2d::call(a[0].tensor(), a[1].tensor(), a[2].sym_ints_n<2>(), a[3].opt_tensor(), a[4].sym_ints_n<2>(), a[5].sym_ints_n<2>(), a[6].sym_ints_n<2>(), a[7].sym_ints_n<2>())))
 
 // slow_conv_transpose3d(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias=None, SymInt[3] stride=1, SymInt[3] padding=0, SymInt[3] output_padding=0, SymInt[3] dilation=1) -> Tensor
-TR_ATEN_KERNEL(slow_conv_transpose3d, r->add(at::_ops::slow_conv_transpose3d::call(a[0].tensor(), a[1].tensor(), a[2].sym_ints(), a[3].opt_tensor(), a[4].sym_ints(), a[5].sym_ints(), a[6].sym_ints(), a[7].sym_ints())))
+TR_ATEN_KERNEL(slow_conv_transpose3d, r->add(at::_ops::slow_conv_transpose3d::call(a[0].tensor(), a[1].tensor(), a[2].sym_ints_n<3>(), a[3].opt_tensor(), a[4].sym_ints_n<3>(), a[5].sym_ints_n<3>(), a[6].sym_ints_n<3>(), a[7].sym_ints_n<3>())))
 
 // thnn_conv2d(Tensor self, Tensor weight, SymInt[2] kernel_size, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0) -> Tensor
-TR_ATEN_KERNEL(thnn_conv2d, r->add(at::_ops::thnn_conv2d::call(a[0].tensor(), a[1].tensor(), a[2].sym_ints(), a[3].opt_tensor(), a[4].sym_ints(), a[5].sym_ints())))
+TR_ATEN_KERNEL(thnn_conv2d, r->add(at::_ops::thnn_conv2d::call(a[0].tensor(), a[1].tensor(), a[2].sym_ints_n<2>(), a[3].opt_tensor(), a[4].sym_ints_n<2>(), a[5].sym_ints_n<2>())))
 
 // conv_depthwise3d(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias, SymInt[3] stride, SymInt[3] padding, SymInt[3] dilation) -> Tensor
-TR_ATEN_KERNEL(conv_depthwise3d, r->add(at::_ops::conv_depthwise3d::call(a[0].tensor(), a[1].tensor(), a[2].sym_ints(), a[3].opt_tensor(), a[4].sym_ints(), a[5].sym_ints(), a[6].sym_ints())))
+TR_ATEN_KERNEL(conv_depthwise3d, r->add(at::_ops::conv_depthwise3d::call(a[0].tensor(), a[1].tensor(), a[2].sym_ints_n<3>(), a[3].opt_tensor(), a[4].sym_ints_n<3>(), a[5].sym_ints_n<3>(), a[6].sym_ints_n<3>())))
 
 // slow_conv3d(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias=None, SymInt[3] stride=1, SymInt[3] padding=0) -> Tensor
-TR_ATEN_KERNEL(slow_conv3d, r->add(at::_ops::slow_conv3d::call(a[0].tensor(), a[1].tensor(), a[2].sym_ints(), a[3].opt_tensor(), a[4].sym_ints(), a[5].sym_ints())))
+TR_ATEN_KERNEL(slow_conv3d, r->add(at::_ops::slow_conv3d::call(a[0].tensor(), a[1].tensor(), a[2].sym_ints_n<3>(), a[3].opt_tensor(), a[4].sym_ints_n<3>(), a[5].sym_ints_n<3>())))
 
 // slow_conv3d_forward(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias, SymInt[3] stride, SymInt[3] padding) -> Tensor
-TR_ATEN_KERNEL(slow_conv3d_forward, r->add(at::_ops::slow_conv3d_forward::call(a[0].tensor(), a[1].tensor(), a[2].sym_ints(), a[3].opt_tensor(), a[4].sym_ints(), a[5].sym_ints())))
+TR_ATEN_KERNEL(slow_conv3d_forward, r->add(at::_ops::slow_conv3d_forward::call(a[0].tensor(), a[1].tensor(), a[2].sym_ints_n<3>(), a[3].opt_tensor(), a[4].sym_ints_n<3>(), a[5].sym_ints_n<3>())))
 
 // slow_conv_dilated2d(Tensor self, Tensor weight, SymInt[2] kernel_size, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] dilation=1) -> Tensor
-TR_ATEN_KERNEL(slow_conv_dilated2d, r->add(at::_ops::slow_conv_dilated2d::call(a[0].tensor(), a[1].tensor(), a[2].sym_ints(), a[3].opt_tensor(), a[4].sym_ints(), a[5].sym_ints(), a[6].sym_ints())))
+TR_ATEN_KERNEL(slow_conv_dilated2d, r->add(at::_ops::slow_conv_dilated2d::call(a[0].tensor(), a[1].tensor(), a[2].sym_ints_n<2>(), a[3].opt_tensor(), a[4].sym_ints_n<2>(), a[5].sym_ints_n<2>(), a[6].sym_ints_n<2>())))
 
 // slow_conv_dilated3d(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias=None, SymInt[3] stride=1, SymInt[3] padding=0, SymInt[3] dilation=1) -> Tensor
-TR_ATEN_KERNEL(slow_conv_dilated3d, r->add(at::_ops::slow_conv_dilated3d::call(a[0].tensor(), a[1].tensor(), a[2].sym_ints(), a[3].opt_tensor(), a[4].sym_ints(), a[5].sym_ints(), a[6].sym_ints())))
+TR_ATEN_KERNEL(slow_conv_dilated3d, r->add(at::_ops::slow_conv_dilated3d::call(a[0].tensor(), a[1].tensor(), a[2].sym_ints_n<3>(), a[3].opt_tensor(), a[4].sym_ints_n<3>(), a[5].sym_ints_n<3>(), a[6].sym_ints_n<3>())))
 
 // col2im(Tensor self, SymInt[2] output_size, int[2] kernel_size, int[2] dilation, int[2] padding, int[2] stride) -> Tensor
-TR_ATEN_KERNEL(col2im, r->add(at::_ops::col2im::call(a[0].tensor(), a[1].sym_ints(), a[2].ints(), a[3].ints(), a[4].ints(), a[5].ints())))
+TR_ATEN_KERNEL(col2im, r->add(at::_ops::col2im::call(a[0].tensor(), a[1].sym_ints_n<2>(), a[2].ints_n<2>(), a[3].ints_n<2>(), a[4].ints_n<2>(), a[5].ints_n<2>())))
 
 // im2col(Tensor self, int[2] kernel_size, int[2] dilation, int[2] padding, int[2] stride) -> Tensor
-TR_ATEN_KERNEL(im2col, r->add(at::_ops::im2col::call(a[0].tensor(), a[1].ints(), a[2].ints(), a[3].ints(), a[4].ints())))
+TR_ATEN_KERNEL(im2col, r->add(at::_ops::im2col::call(a[0].tensor(), a[1].ints_n<2>(), a[2].ints_n<2>(), a[3].ints_n<2>(), a[4].ints_n<2>())))
 
 // pad_sequence(Tensor[] sequences, bool batch_first=False, float padding_value=0.0, str padding_side="right") -> Tensor
 TR_ATEN_KERNEL(pad_sequence, r->add(at::_ops::pad_sequence::call(a[0].tensors(), a[1].bool_(), a[2].float_(), a[3].str())))
