@@ -742,6 +742,11 @@ inline void optim_adam_step(
     return input.is_leaf();
 }
 
+/// `output_nr(Tensor self) -> int` Calls `tr_tensor_output_nr`; throws tr::Error on failure.
+[[nodiscard]] inline int64_t output_nr(const Tensor& input) {
+    return input.output_nr();
+}
+
 /// `retains_grad(Tensor self) -> bool` Calls `tr_tensor_retains_grad`; throws tr::Error on
 /// failure.
 [[nodiscard]] inline bool retains_grad(const Tensor& input) {
@@ -752,6 +757,43 @@ inline void optim_adam_step(
 /// on failure.
 [[nodiscard]] inline Tensor align_as(const Tensor& input, const Tensor& other) {
     return input.align_as(other);
+}
+
+/// `align_tensors(Tensor[] tensors) -> Tensor[]` Calls `tr_tensor_align_tensors`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> align_tensors(const TensorList& tensors) {
+    return detail::call_tensors<Tensor>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+            return tr_tensor_align_tensors(tensors.data(), tensors.size(), out_, room_, written_);
+            });
+}
+
+/// `sym_constrain_range(Scalar size, *, int? min=None, int? max=None) -> ()` Calls
+/// `tr_tensor_sym_constrain_range`; throws tr::Error on failure.
+inline void sym_constrain_range(
+    Scalar size,
+    std::optional<int64_t> min,
+    std::optional<int64_t> max) {
+    detail::call(tr_tensor_sym_constrain_range, size.raw(), detail::c_opt(min).ptr(),
+            detail::c_opt(max).ptr());
+}
+
+/// `sym_constrain_range_for_size(Scalar size, *, int? min=None, int? max=None) -> ()` Calls
+/// `tr_tensor_sym_constrain_range_for_size`; throws tr::Error on failure.
+inline void sym_constrain_range_for_size(
+    Scalar size,
+    std::optional<int64_t> min,
+    std::optional<int64_t> max) {
+    detail::call(tr_tensor_sym_constrain_range_for_size, size.raw(), detail::c_opt(min).ptr(),
+            detail::c_opt(max).ptr());
+}
+
+/// `native_dropout(Tensor input, float p, bool? train) -> (Tensor, Tensor)` Calls
+/// `tr_tensor_native_dropout`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> native_dropout(
+    const Tensor& input,
+    double p,
+    std::optional<bool> train) {
+    return input.native_dropout(p, train);
 }
 
 /// `dropout_(Tensor(a!) self, float p, bool train) -> Tensor(a!)` Calls `tr_tensor_dropout_`;
@@ -924,6 +966,14 @@ inline Tensor& arccos_(Tensor& input) {
     return input.adaptive_avg_pool1d(output_size);
 }
 
+/// `adaptive_max_pool1d(Tensor self, int[1] output_size) -> (Tensor, Tensor)` Calls
+/// `tr_tensor_adaptive_max_pool1d`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> adaptive_max_pool1d(
+    const Tensor& input,
+    IntList output_size) {
+    return input.adaptive_max_pool1d(output_size);
+}
+
 /// `add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor` Calls
 /// `tr_tensor_add_tensor`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor add_tensor(const Tensor& input, const Tensor& other, Scalar alpha) {
@@ -995,6 +1045,15 @@ inline Tensor& addr_(
     return input.all_dim(dim, keepdim);
 }
 
+/// `all.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor` Calls
+/// `tr_tensor_all_dims`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor all_dims(
+    const Tensor& input,
+    const std::optional<IntList>& dim,
+    bool keepdim) {
+    return input.all_dims(dim, keepdim);
+}
+
 /// `allclose(Tensor self, Tensor other, float rtol=1e-05, float atol=1e-08, bool
 /// equal_nan=False) -> bool` Calls `tr_tensor_allclose`; throws tr::Error on failure.
 [[nodiscard]] inline bool allclose(
@@ -1010,6 +1069,38 @@ inline Tensor& addr_(
 /// throws tr::Error on failure.
 [[nodiscard]] inline Tensor any_dim(const Tensor& input, int64_t dim, bool keepdim) {
     return input.any_dim(dim, keepdim);
+}
+
+/// `any.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor` Calls
+/// `tr_tensor_any_dims`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor any_dims(
+    const Tensor& input,
+    const std::optional<IntList>& dim,
+    bool keepdim) {
+    return input.any_dims(dim, keepdim);
+}
+
+/// `arange.start(Scalar start, Scalar end, *, ScalarType? dtype=None, Layout? layout=None,
+/// Device? device=None, bool? pin_memory=None) -> Tensor` Calls `tr_tensor_arange_start`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor arange_start(Scalar start, Scalar end, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_arange_start, start.raw(), end.raw(), detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// `arange.start_step(Scalar start, Scalar end, Scalar step=1, *, ScalarType? dtype=None,
+/// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
+/// `tr_tensor_arange_start_step`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor arange_start_step(
+    Scalar start,
+    Scalar end,
+    Scalar step,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_arange_start_step, start.raw(), end.raw(), step.raw(),
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
 }
 
 /// `acosh(Tensor self) -> Tensor` Calls `tr_tensor_acosh`; throws tr::Error on failure.
@@ -1078,6 +1169,26 @@ inline Tensor& arctanh_(Tensor& input) {
     return input.arctanh_();
 }
 
+/// `as_strided(Tensor(a) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) ->
+/// Tensor(a)` Calls `tr_tensor_as_strided`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor as_strided(
+    const Tensor& input,
+    IntList size,
+    IntList stride,
+    std::optional<int64_t> storage_offset) {
+    return input.as_strided(size, stride, storage_offset);
+}
+
+/// `as_strided_(Tensor(a!) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None)
+/// -> Tensor(a!)` Calls `tr_tensor_as_strided_`; throws tr::Error on failure.
+inline Tensor& as_strided_(
+    Tensor& input,
+    IntList size,
+    IntList stride,
+    std::optional<int64_t> storage_offset) {
+    return input.as_strided_(size, stride, storage_offset);
+}
+
 /// `asin(Tensor self) -> Tensor` Calls `tr_tensor_asin`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor asin(const Tensor& input) {
     return input.asin();
@@ -1126,16 +1237,40 @@ inline Tensor& arctan_(Tensor& input) {
     return input.atleast_1d();
 }
 
+/// `atleast_1d.Sequence(Tensor[] tensors) -> Tensor[]` Calls `tr_tensor_atleast_1d_sequence`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> atleast_1d_sequence(const TensorList& tensors) {
+    return detail::call_tensors<Tensor>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+            return tr_tensor_atleast_1d_sequence(tensors.data(), tensors.size(), out_, room_,
+            written_); });
+}
+
 /// `atleast_2d(Tensor self) -> Tensor` Calls `tr_tensor_atleast_2d`; throws tr::Error on
 /// failure.
 [[nodiscard]] inline Tensor atleast_2d(const Tensor& input) {
     return input.atleast_2d();
 }
 
+/// `atleast_2d.Sequence(Tensor[] tensors) -> Tensor[]` Calls `tr_tensor_atleast_2d_sequence`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> atleast_2d_sequence(const TensorList& tensors) {
+    return detail::call_tensors<Tensor>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+            return tr_tensor_atleast_2d_sequence(tensors.data(), tensors.size(), out_, room_,
+            written_); });
+}
+
 /// `atleast_3d(Tensor self) -> Tensor` Calls `tr_tensor_atleast_3d`; throws tr::Error on
 /// failure.
 [[nodiscard]] inline Tensor atleast_3d(const Tensor& input) {
     return input.atleast_3d();
+}
+
+/// `atleast_3d.Sequence(Tensor[] tensors) -> Tensor[]` Calls `tr_tensor_atleast_3d_sequence`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> atleast_3d_sequence(const TensorList& tensors) {
+    return detail::call_tensors<Tensor>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+            return tr_tensor_atleast_3d_sequence(tensors.data(), tensors.size(), out_, room_,
+            written_); });
 }
 
 /// `baddbmm(Tensor self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) ->
@@ -1171,6 +1306,28 @@ inline Tensor& baddbmm_(
     Scalar beta,
     Scalar alpha) {
     return input.baddbmm_dtype(batch1, batch2, out_dtype, beta, alpha);
+}
+
+/// `bartlett_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device?
+/// device=None, bool? pin_memory=None) -> Tensor` Calls `tr_tensor_bartlett_window`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor bartlett_window(int64_t window_length, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_bartlett_window, window_length, detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// `bartlett_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None,
+/// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
+/// `tr_tensor_bartlett_window_periodic`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor bartlett_window_periodic(
+    int64_t window_length,
+    bool periodic,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_bartlett_window_periodic, window_length, periodic,
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
 }
 
 /// `batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor?
@@ -1338,6 +1495,28 @@ inline Tensor& logical_or_(Tensor& input, const Tensor& other) {
     return input.logical_or_(other);
 }
 
+/// `blackman_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device?
+/// device=None, bool? pin_memory=None) -> Tensor` Calls `tr_tensor_blackman_window`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor blackman_window(int64_t window_length, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_blackman_window, window_length, detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// `blackman_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None,
+/// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
+/// `tr_tensor_blackman_window_periodic`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor blackman_window_periodic(
+    int64_t window_length,
+    bool periodic,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_blackman_window_periodic, window_length, periodic,
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
 /// `bmm.dtype(Tensor self, Tensor mat2, ScalarType out_dtype) -> Tensor` Calls
 /// `tr_tensor_bmm_dtype`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor bmm_dtype(
@@ -1345,6 +1524,14 @@ inline Tensor& logical_or_(Tensor& input, const Tensor& other) {
     const Tensor& mat2,
     DType out_dtype = DType::F32) {
     return input.bmm_dtype(mat2, out_dtype);
+}
+
+/// `broadcast_tensors(Tensor[] tensors) -> Tensor[]` Calls `tr_tensor_broadcast_tensors`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> broadcast_tensors(const TensorList& tensors) {
+    return detail::call_tensors<Tensor>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+            return tr_tensor_broadcast_tensors(tensors.data(), tensors.size(), out_, room_,
+            written_); });
 }
 
 /// `broadcast_to(Tensor(a) self, SymInt[] size) -> Tensor(a)` Calls `tr_tensor_broadcast_to`;
@@ -1395,6 +1582,49 @@ inline Tensor& ceil_(Tensor& input) {
     return Tensor::adopt(out);
 }
 
+/// `unsafe_chunk(Tensor self, int chunks, int dim=0) -> Tensor[]` Calls
+/// `tr_tensor_unsafe_chunk`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> unsafe_chunk(
+    const Tensor& input,
+    int64_t chunks,
+    int64_t dim) {
+    return input.unsafe_chunk(chunks, dim);
+}
+
+/// `chunk(Tensor(a -> *) self, int chunks, int dim=0) -> Tensor(a)[]` Calls `tr_tensor_chunk`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> chunk(const Tensor& input, int64_t chunks, int64_t dim) {
+    return input.chunk(chunks, dim);
+}
+
+/// `tensor_split.sections(Tensor(a -> *) self, SymInt sections, int dim=0) -> Tensor(a)[]`
+/// Calls `tr_tensor_tensor_split_sections`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> tensor_split_sections(
+    const Tensor& input,
+    int64_t sections,
+    int64_t dim) {
+    return input.tensor_split_sections(sections, dim);
+}
+
+/// `tensor_split.indices(Tensor(a -> *) self, SymInt[] indices, int dim=0) -> Tensor(a)[]`
+/// Calls `tr_tensor_tensor_split_indices`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> tensor_split_indices(
+    const Tensor& input,
+    IntList indices,
+    int64_t dim) {
+    return input.tensor_split_indices(indices, dim);
+}
+
+/// `tensor_split.tensor_indices_or_sections(Tensor(a -> *) self, Tensor
+/// tensor_indices_or_sections, int dim=0) -> Tensor(a)[]` Calls
+/// `tr_tensor_tensor_split_tensor_indices_or_sections`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> tensor_split_tensor_indices_or_sections(
+    const Tensor& input,
+    const Tensor& tensor_indices_or_sections,
+    int64_t dim) {
+    return input.tensor_split_tensor_indices_or_sections(tensor_indices_or_sections, dim);
+}
+
 /// `clamp.Tensor(Tensor self, Tensor? min=None, Tensor? max=None) -> Tensor` Calls
 /// `tr_tensor_clamp_tensor`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor clamp_tensor(
@@ -1402,6 +1632,12 @@ inline Tensor& ceil_(Tensor& input) {
     OptionalTensor min,
     OptionalTensor max) {
     return input.clamp_tensor(min, max);
+}
+
+/// `clamp_(Tensor(a!) self, Scalar? min=None, Scalar? max=None) -> Tensor(a!)` Calls
+/// `tr_tensor_clamp_`; throws tr::Error on failure.
+inline Tensor& clamp_(Tensor& input, std::optional<Scalar> min, std::optional<Scalar> max) {
+    return input.clamp_(min, max);
 }
 
 /// `clamp_.Tensor(Tensor(a!) self, Tensor? min=None, Tensor? max=None) -> Tensor(a!)` Calls
@@ -1458,6 +1694,15 @@ inline Tensor& clamp_min_tensor_(Tensor& input, const Tensor& min) {
     return input.clamp_min_tensor_(min);
 }
 
+/// `clip(Tensor self, Scalar? min=None, Scalar? max=None) -> Tensor` Calls `tr_tensor_clip`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor clip(
+    const Tensor& input,
+    std::optional<Scalar> min,
+    std::optional<Scalar> max) {
+    return input.clip(min, max);
+}
+
 /// `clip.Tensor(Tensor self, Tensor? min=None, Tensor? max=None) -> Tensor` Calls
 /// `tr_tensor_clip_tensor`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor clip_tensor(
@@ -1465,6 +1710,12 @@ inline Tensor& clamp_min_tensor_(Tensor& input, const Tensor& min) {
     OptionalTensor min,
     OptionalTensor max) {
     return input.clip_tensor(min, max);
+}
+
+/// `clip_(Tensor(a!) self, Scalar? min=None, Scalar? max=None) -> Tensor(a!)` Calls
+/// `tr_tensor_clip_`; throws tr::Error on failure.
+inline Tensor& clip_(Tensor& input, std::optional<Scalar> min, std::optional<Scalar> max) {
+    return input.clip_(min, max);
 }
 
 /// `clip_.Tensor(Tensor(a!) self, Tensor? min=None, Tensor? max=None) -> Tensor(a!)` Calls
@@ -1549,6 +1800,48 @@ inline Tensor& clip_tensor_(Tensor& input, OptionalTensor min, OptionalTensor ma
     IntList dilation,
     int64_t groups) {
     return input.conv3d(weight, bias, stride, padding, dilation, groups);
+}
+
+/// `conv1d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=1, str
+/// padding="valid", SymInt[1] dilation=1, SymInt groups=1) -> Tensor` Calls
+/// `tr_tensor_conv1d_padding`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor conv1d_padding(
+    const Tensor& input,
+    const Tensor& weight,
+    OptionalTensor bias,
+    IntList stride,
+    const std::string& padding,
+    IntList dilation,
+    int64_t groups) {
+    return input.conv1d_padding(weight, bias, stride, padding, dilation, groups);
+}
+
+/// `conv2d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, str
+/// padding="valid", SymInt[2] dilation=1, SymInt groups=1) -> Tensor` Calls
+/// `tr_tensor_conv2d_padding`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor conv2d_padding(
+    const Tensor& input,
+    const Tensor& weight,
+    OptionalTensor bias,
+    IntList stride,
+    const std::string& padding,
+    IntList dilation,
+    int64_t groups) {
+    return input.conv2d_padding(weight, bias, stride, padding, dilation, groups);
+}
+
+/// `conv3d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=1, str
+/// padding="valid", SymInt[3] dilation=1, SymInt groups=1) -> Tensor` Calls
+/// `tr_tensor_conv3d_padding`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor conv3d_padding(
+    const Tensor& input,
+    const Tensor& weight,
+    OptionalTensor bias,
+    IntList stride,
+    const std::string& padding,
+    IntList dilation,
+    int64_t groups) {
+    return input.conv3d_padding(weight, bias, stride, padding, dilation, groups);
 }
 
 /// `conv_tbc(Tensor self, Tensor weight, Tensor bias, int pad=0) -> Tensor` Calls
@@ -1650,6 +1943,12 @@ inline Tensor& cosh_(Tensor& input) {
     return input.count_nonzero_dim_intlist(dim);
 }
 
+/// `count_nonzero(Tensor self, int? dim=None) -> Tensor` Calls `tr_tensor_count_nonzero`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor count_nonzero(const Tensor& input, std::optional<int64_t> dim) {
+    return input.count_nonzero(dim);
+}
+
 /// `cov(Tensor self, *, int correction=1, Tensor? fweights=None, Tensor? aweights=None) ->
 /// Tensor` Calls `tr_tensor_cov`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor cov(
@@ -1663,6 +1962,42 @@ inline Tensor& cosh_(Tensor& input) {
 /// `corrcoef(Tensor self) -> Tensor` Calls `tr_tensor_corrcoef`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor corrcoef(const Tensor& input) {
     return input.corrcoef();
+}
+
+/// `cummax(Tensor self, int dim) -> (Tensor values, Tensor indices)` Calls `tr_tensor_cummax`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> cummax(const Tensor& input, int64_t dim) {
+    return input.cummax(dim);
+}
+
+/// `cummin(Tensor self, int dim) -> (Tensor values, Tensor indices)` Calls `tr_tensor_cummin`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> cummin(const Tensor& input, int64_t dim) {
+    return input.cummin(dim);
+}
+
+/// `cumprod(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor` Calls
+/// `tr_tensor_cumprod`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor cumprod(const Tensor& input, int64_t dim, std::optional<DType> dtype) {
+    return input.cumprod(dim, dtype);
+}
+
+/// `cumprod_(Tensor(a!) self, int dim, *, ScalarType? dtype=None) -> Tensor(a!)` Calls
+/// `tr_tensor_cumprod_`; throws tr::Error on failure.
+inline Tensor& cumprod_(Tensor& input, int64_t dim, std::optional<DType> dtype) {
+    return input.cumprod_(dim, dtype);
+}
+
+/// `cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor` Calls
+/// `tr_tensor_cumsum`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor cumsum(const Tensor& input, int64_t dim, std::optional<DType> dtype) {
+    return input.cumsum(dim, dtype);
+}
+
+/// `cumsum_(Tensor(a!) self, int dim, *, ScalarType? dtype=None) -> Tensor(a!)` Calls
+/// `tr_tensor_cumsum_`; throws tr::Error on failure.
+inline Tensor& cumsum_(Tensor& input, int64_t dim, std::optional<DType> dtype) {
+    return input.cumsum_(dim, dtype);
 }
 
 /// `cumulative_trapezoid.x(Tensor y, Tensor x, *, int dim=-1) -> Tensor` Calls
@@ -1758,6 +2093,55 @@ inline Tensor& fill_diagonal_(Tensor& input, Scalar fill_value, bool wrap) {
     return input.diff(n, dim, prepend, append);
 }
 
+/// `gradient.scalarint(Tensor self, *, Scalar? spacing=None, int? dim=None, int edge_order=1)
+/// -> Tensor[]` Calls `tr_tensor_gradient_scalarint`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> gradient_scalarint(
+    const Tensor& input,
+    std::optional<Scalar> spacing,
+    std::optional<int64_t> dim,
+    int64_t edge_order) {
+    return input.gradient_scalarint(spacing, dim, edge_order);
+}
+
+/// `gradient.scalararray(Tensor self, *, Scalar spacing, int[] dim, int edge_order=1) ->
+/// Tensor[]` Calls `tr_tensor_gradient_scalararray`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> gradient_scalararray(
+    const Tensor& input,
+    Scalar spacing,
+    IntList dim,
+    int64_t edge_order) {
+    return input.gradient_scalararray(spacing, dim, edge_order);
+}
+
+/// `gradient.array(Tensor self, *, int[] dim, int edge_order=1) -> Tensor[]` Calls
+/// `tr_tensor_gradient_array`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> gradient_array(
+    const Tensor& input,
+    IntList dim,
+    int64_t edge_order) {
+    return input.gradient_array(dim, edge_order);
+}
+
+/// `gradient.tensorarrayint(Tensor self, *, Tensor[] spacing, int? dim=None, int edge_order=1)
+/// -> Tensor[]` Calls `tr_tensor_gradient_tensorarrayint`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> gradient_tensorarrayint(
+    const Tensor& input,
+    const TensorList& spacing,
+    std::optional<int64_t> dim,
+    int64_t edge_order) {
+    return input.gradient_tensorarrayint(spacing, dim, edge_order);
+}
+
+/// `gradient.tensorarray(Tensor self, *, Tensor[] spacing, int[] dim, int edge_order=1) ->
+/// Tensor[]` Calls `tr_tensor_gradient_tensorarray`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> gradient_tensorarray(
+    const Tensor& input,
+    const TensorList& spacing,
+    IntList dim,
+    int64_t edge_order) {
+    return input.gradient_tensorarray(spacing, dim, edge_order);
+}
+
 /// `div.Tensor(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_div_tensor`; throws
 /// tr::Error on failure.
 [[nodiscard]] inline Tensor div_tensor(const Tensor& input, const Tensor& other) {
@@ -1768,6 +2152,42 @@ inline Tensor& fill_diagonal_(Tensor& input, Scalar fill_value, bool wrap) {
 /// throws tr::Error on failure.
 inline Tensor& div_tensor_(Tensor& input, const Tensor& other) {
     return input.div_tensor_(other);
+}
+
+/// `div.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor` Calls
+/// `tr_tensor_div_tensor_mode`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor div_tensor_mode(
+    const Tensor& input,
+    const Tensor& other,
+    const std::optional<std::string>& rounding_mode) {
+    return input.div_tensor_mode(other, rounding_mode);
+}
+
+/// `div_.Tensor_mode(Tensor(a!) self, Tensor other, *, str? rounding_mode) -> Tensor(a!)` Calls
+/// `tr_tensor_div_tensor_mode_`; throws tr::Error on failure.
+inline Tensor& div_tensor_mode_(
+    Tensor& input,
+    const Tensor& other,
+    const std::optional<std::string>& rounding_mode) {
+    return input.div_tensor_mode_(other, rounding_mode);
+}
+
+/// `div.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor` Calls
+/// `tr_tensor_div_scalar_mode`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor div_scalar_mode(
+    const Tensor& input,
+    Scalar other,
+    const std::optional<std::string>& rounding_mode) {
+    return input.div_scalar_mode(other, rounding_mode);
+}
+
+/// `div_.Scalar_mode(Tensor(a!) self, Scalar other, *, str? rounding_mode) -> Tensor(a!)` Calls
+/// `tr_tensor_div_scalar_mode_`; throws tr::Error on failure.
+inline Tensor& div_scalar_mode_(
+    Tensor& input,
+    Scalar other,
+    const std::optional<std::string>& rounding_mode) {
+    return input.div_scalar_mode_(other, rounding_mode);
 }
 
 /// `divide.Tensor(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_divide_tensor`; throws
@@ -1792,6 +2212,42 @@ inline Tensor& divide_tensor_(Tensor& input, const Tensor& other) {
 /// `tr_tensor_divide_scalar_`; throws tr::Error on failure.
 inline Tensor& divide_scalar_(Tensor& input, Scalar other) {
     return input.divide_scalar_(other);
+}
+
+/// `divide.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor` Calls
+/// `tr_tensor_divide_tensor_mode`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor divide_tensor_mode(
+    const Tensor& input,
+    const Tensor& other,
+    const std::optional<std::string>& rounding_mode) {
+    return input.divide_tensor_mode(other, rounding_mode);
+}
+
+/// `divide_.Tensor_mode(Tensor(a!) self, Tensor other, *, str? rounding_mode) -> Tensor(a!)`
+/// Calls `tr_tensor_divide_tensor_mode_`; throws tr::Error on failure.
+inline Tensor& divide_tensor_mode_(
+    Tensor& input,
+    const Tensor& other,
+    const std::optional<std::string>& rounding_mode) {
+    return input.divide_tensor_mode_(other, rounding_mode);
+}
+
+/// `divide.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor` Calls
+/// `tr_tensor_divide_scalar_mode`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor divide_scalar_mode(
+    const Tensor& input,
+    Scalar other,
+    const std::optional<std::string>& rounding_mode) {
+    return input.divide_scalar_mode(other, rounding_mode);
+}
+
+/// `divide_.Scalar_mode(Tensor(a!) self, Scalar other, *, str? rounding_mode) -> Tensor(a!)`
+/// Calls `tr_tensor_divide_scalar_mode_`; throws tr::Error on failure.
+inline Tensor& divide_scalar_mode_(
+    Tensor& input,
+    Scalar other,
+    const std::optional<std::string>& rounding_mode) {
+    return input.divide_scalar_mode_(other, rounding_mode);
 }
 
 /// `true_divide.Tensor(Tensor self, Tensor other) -> Tensor` Calls
@@ -1830,6 +2286,18 @@ inline Tensor& true_divide_scalar_(Tensor& input, Scalar other) {
     return input.vdot(other);
 }
 
+/// `einsum(str equation, Tensor[] tensors, *, int[]? path=None) -> Tensor` Calls
+/// `tr_tensor_einsum`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor einsum(
+    const std::string& equation,
+    const TensorList& tensors,
+    const std::optional<IntList>& path) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_einsum, detail::c_string(equation, "equation"), tensors.data(),
+            tensors.size(), path ? path->data() : nullptr, path ? path->size() : 0, &out);
+    return Tensor::adopt(out);
+}
+
 /// `embedding_renorm_(Tensor(a!) self, Tensor indices, float max_norm, float norm_type) ->
 /// Tensor(a!)` Calls `tr_tensor_embedding_renorm_`; throws tr::Error on failure.
 inline Tensor& embedding_renorm_(
@@ -1848,10 +2316,138 @@ inline Tensor& embedding_renorm_(
     return Tensor::adopt(out);
 }
 
+/// `embedding_bag(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq=False,
+/// int mode=0, bool sparse=False, Tensor? per_sample_weights=None, bool
+/// include_last_offset=False) -> (Tensor, Tensor, Tensor, Tensor)` Calls
+/// `tr_tensor_embedding_bag`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 4> embedding_bag(
+    const Tensor& weight,
+    const Tensor& indices,
+    const Tensor& offsets,
+    bool scale_grad_by_freq,
+    int64_t mode,
+    bool sparse,
+    OptionalTensor per_sample_weights,
+    bool include_last_offset) {
+    return weight.embedding_bag(indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights, include_last_offset);
+}
+
+/// `embedding_bag.padding_idx(Tensor weight, Tensor indices, Tensor offsets, bool
+/// scale_grad_by_freq, int mode, bool sparse, Tensor? per_sample_weights, bool
+/// include_last_offset, int? padding_idx) -> (Tensor, Tensor, Tensor, Tensor)` Calls
+/// `tr_tensor_embedding_bag_padding_idx`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 4> embedding_bag_padding_idx(
+    const Tensor& weight,
+    const Tensor& indices,
+    const Tensor& offsets,
+    bool scale_grad_by_freq,
+    int64_t mode,
+    bool sparse,
+    OptionalTensor per_sample_weights,
+    bool include_last_offset,
+    std::optional<int64_t> padding_idx) {
+    return weight.embedding_bag_padding_idx(indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights, include_last_offset, padding_idx);
+}
+
+/// `empty.memory_format(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device?
+/// device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor` Calls
+/// `tr_tensor_empty_memory_format`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor empty_memory_format(IntList size, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_empty_memory_format, size.data(), size.size(),
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// `empty_permuted(SymInt[] size, int[] physical_layout, *, ScalarType? dtype=None, Layout?
+/// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
+/// `tr_tensor_empty_permuted`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor empty_permuted(
+    IntList size,
+    IntList physical_layout,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_empty_permuted, size.data(), size.size(), physical_layout.data(),
+            physical_layout.size(), detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// `new_empty(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None,
+/// Device? device=None, bool? pin_memory=None) -> Tensor` Calls `tr_tensor_new_empty`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor new_empty(
+    const Tensor& input,
+    IntList size,
+    std::optional<DType> dtype) {
+    return input.new_empty(size, dtype);
+}
+
+/// `new_empty_strided(Tensor self, SymInt[] size, SymInt[] stride, *, ScalarType? dtype=None,
+/// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
+/// `tr_tensor_new_empty_strided`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor new_empty_strided(
+    const Tensor& input,
+    IntList size,
+    IntList stride,
+    std::optional<DType> dtype) {
+    return input.new_empty_strided(size, stride, dtype);
+}
+
+/// `new_full(Tensor self, SymInt[] size, Scalar fill_value, *, ScalarType? dtype=None, Layout?
+/// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
+/// `tr_tensor_new_full`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor new_full(
+    const Tensor& input,
+    IntList size,
+    Scalar fill_value,
+    std::optional<DType> dtype) {
+    return input.new_full(size, fill_value, dtype);
+}
+
+/// `new_zeros(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None,
+/// Device? device=None, bool? pin_memory=None) -> Tensor` Calls `tr_tensor_new_zeros`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor new_zeros(
+    const Tensor& input,
+    IntList size,
+    std::optional<DType> dtype) {
+    return input.new_zeros(size, dtype);
+}
+
+/// `new_ones(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None,
+/// Device? device=None, bool? pin_memory=None) -> Tensor` Calls `tr_tensor_new_ones`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor new_ones(
+    const Tensor& input,
+    IntList size,
+    std::optional<DType> dtype) {
+    return input.new_ones(size, dtype);
+}
+
 /// `resize_(Tensor(a!) self, SymInt[] size, *, MemoryFormat? memory_format=None) -> Tensor(a!)`
 /// Calls `tr_tensor_resize_`; throws tr::Error on failure.
 inline Tensor& resize_(Tensor& input, IntList size) {
     return input.resize_(size);
+}
+
+/// `empty_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device?
+/// device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor` Calls
+/// `tr_tensor_empty_like`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor empty_like(const Tensor& input, std::optional<DType> dtype) {
+    return input.empty_like(dtype);
+}
+
+/// `empty_strided(SymInt[] size, SymInt[] stride, *, ScalarType? dtype=None, Layout?
+/// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
+/// `tr_tensor_empty_strided`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor empty_strided(
+    IntList size,
+    IntList stride,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_empty_strided, size.data(), size.size(), stride.data(), stride.size(),
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
 }
 
 /// `erf(Tensor self) -> Tensor` Calls `tr_tensor_erf`; throws tr::Error on failure.
@@ -1904,6 +2500,15 @@ inline Tensor& expm1_(Tensor& input) {
 /// tr::Error on failure.
 [[nodiscard]] inline Tensor expand_as(const Tensor& input, const Tensor& other) {
     return input.expand_as(other);
+}
+
+/// `eye.m(SymInt n, SymInt m, *, ScalarType? dtype=None, Layout? layout=None, Device?
+/// device=None, bool? pin_memory=None) -> Tensor` Calls `tr_tensor_eye_m`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor eye_m(int64_t n, int64_t m, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_eye_m, n, m, detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
 }
 
 /// `flatten.using_ints(Tensor(a) self, int start_dim=0, int end_dim=-1) -> Tensor(a)` Calls
@@ -1972,6 +2577,31 @@ inline Tensor& frac_(Tensor& input) {
     return input.frac_();
 }
 
+/// `full_like(Tensor self, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None,
+/// Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
+/// Calls `tr_tensor_full_like`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor full_like(
+    const Tensor& input,
+    Scalar fill_value,
+    std::optional<DType> dtype) {
+    return input.full_like(fill_value, dtype);
+}
+
+/// `from_file(str filename, bool? shared=None, int? size=0, *, ScalarType? dtype=None, Layout?
+/// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
+/// `tr_tensor_from_file`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor from_file(
+    const std::string& filename,
+    std::optional<bool> shared,
+    std::optional<int64_t> size,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_from_file, detail::c_string(filename, "filename"),
+            detail::c_opt(shared).ptr(), detail::c_opt(size).ptr(), detail::c_opt(dtype).ptr(),
+            &out);
+    return Tensor::adopt(out);
+}
+
 /// `gcd(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_gcd`; throws tr::Error on
 /// failure.
 [[nodiscard]] inline Tensor gcd(const Tensor& input, const Tensor& other) {
@@ -2029,6 +2659,116 @@ inline Tensor& lcm_(Tensor& input, const Tensor& other) {
     return input.grid_sampler_3d(grid, interpolation_mode, padding_mode, align_corners);
 }
 
+/// `hann_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device?
+/// device=None, bool? pin_memory=None) -> Tensor` Calls `tr_tensor_hann_window`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor hann_window(int64_t window_length, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_hann_window, window_length, detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// `hann_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None, Layout?
+/// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
+/// `tr_tensor_hann_window_periodic`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor hann_window_periodic(
+    int64_t window_length,
+    bool periodic,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_hann_window_periodic, window_length, periodic,
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// `hamming_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device?
+/// device=None, bool? pin_memory=None) -> Tensor` Calls `tr_tensor_hamming_window`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor hamming_window(int64_t window_length, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_hamming_window, window_length, detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// `hamming_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None,
+/// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
+/// `tr_tensor_hamming_window_periodic`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor hamming_window_periodic(
+    int64_t window_length,
+    bool periodic,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_hamming_window_periodic, window_length, periodic,
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// `hamming_window.periodic_alpha(int window_length, bool periodic, float alpha, *, ScalarType?
+/// dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+/// Calls `tr_tensor_hamming_window_periodic_alpha`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor hamming_window_periodic_alpha(
+    int64_t window_length,
+    bool periodic,
+    double alpha,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_hamming_window_periodic_alpha, window_length, periodic, alpha,
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// `hamming_window.periodic_alpha_beta(int window_length, bool periodic, float alpha, float
+/// beta, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool?
+/// pin_memory=None) -> Tensor` Calls `tr_tensor_hamming_window_periodic_alpha_beta`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor hamming_window_periodic_alpha_beta(
+    int64_t window_length,
+    bool periodic,
+    double alpha,
+    double beta,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_hamming_window_periodic_alpha_beta, window_length, periodic, alpha, beta,
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// `kaiser_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device?
+/// device=None, bool? pin_memory=None) -> Tensor` Calls `tr_tensor_kaiser_window`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor kaiser_window(int64_t window_length, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_kaiser_window, window_length, detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// `kaiser_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None, Layout?
+/// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
+/// `tr_tensor_kaiser_window_periodic`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor kaiser_window_periodic(
+    int64_t window_length,
+    bool periodic,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_kaiser_window_periodic, window_length, periodic,
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// `kaiser_window.beta(int window_length, bool periodic, float beta, *, ScalarType? dtype=None,
+/// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
+/// `tr_tensor_kaiser_window_beta`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor kaiser_window_beta(
+    int64_t window_length,
+    bool periodic,
+    double beta,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_kaiser_window_beta, window_length, periodic, beta,
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
 /// `hinge_embedding_loss(Tensor self, Tensor target, float margin=1.0, int reduction=Mean) ->
 /// Tensor` Calls `tr_tensor_hinge_embedding_loss`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor hinge_embedding_loss(
@@ -2052,6 +2792,29 @@ inline Tensor& lcm_(Tensor& input, const Tensor& other) {
     return input.group_norm(num_groups, weight, bias, eps, cudnn_enabled);
 }
 
+/// `native_group_norm(Tensor input, Tensor? weight, Tensor? bias, SymInt N, SymInt C, SymInt
+/// HxW, int group, float eps) -> (Tensor, Tensor, Tensor)` Calls `tr_tensor_native_group_norm`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 3> native_group_norm(
+    const Tensor& input,
+    OptionalTensor weight,
+    OptionalTensor bias,
+    int64_t n,
+    int64_t c,
+    int64_t hxw,
+    int64_t group,
+    double eps) {
+    return input.native_group_norm(weight, bias, n, c, hxw, group, eps);
+}
+
+/// `index.Tensor(Tensor self, Tensor?[] indices) -> Tensor` Calls `tr_tensor_index_tensor`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor index_tensor(
+    const Tensor& input,
+    const std::vector<OptionalTensor>& indices) {
+    return input.index_tensor(indices);
+}
+
 /// `index_copy(Tensor self, int dim, Tensor index, Tensor source) -> Tensor` Calls
 /// `tr_tensor_index_copy`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor index_copy(
@@ -2060,6 +2823,26 @@ inline Tensor& lcm_(Tensor& input, const Tensor& other) {
     const Tensor& index,
     const Tensor& source) {
     return input.index_copy(dim, index, source);
+}
+
+/// `index_put_(Tensor(a!) self, Tensor?[] indices, Tensor values, bool accumulate=False) ->
+/// Tensor(a!)` Calls `tr_tensor_index_put_`; throws tr::Error on failure.
+inline Tensor& index_put_(
+    Tensor& input,
+    const std::vector<OptionalTensor>& indices,
+    const Tensor& values,
+    bool accumulate) {
+    return input.index_put_(indices, values, accumulate);
+}
+
+/// `index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor`
+/// Calls `tr_tensor_index_put`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor index_put(
+    const Tensor& input,
+    const std::vector<OptionalTensor>& indices,
+    const Tensor& values,
+    bool accumulate) {
+    return input.index_put(indices, values, accumulate);
 }
 
 /// `instance_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor?
@@ -2197,6 +2980,58 @@ inline Tensor& lcm_(Tensor& input, const Tensor& other) {
     return input.kron(other);
 }
 
+/// `kthvalue(Tensor self, SymInt k, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor
+/// indices)` Calls `tr_tensor_kthvalue`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> kthvalue(
+    const Tensor& input,
+    int64_t k,
+    int64_t dim,
+    bool keepdim) {
+    return input.kthvalue(k, dim, keepdim);
+}
+
+/// `native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias,
+/// float eps) -> (Tensor, Tensor, Tensor)` Calls `tr_tensor_native_layer_norm`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 3> native_layer_norm(
+    const Tensor& input,
+    IntList normalized_shape,
+    OptionalTensor weight,
+    OptionalTensor bias,
+    double eps) {
+    return input.native_layer_norm(normalized_shape, weight, bias, eps);
+}
+
+/// `rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, float? eps=None) ->
+/// Tensor` Calls `tr_tensor_rms_norm`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor rms_norm(
+    const Tensor& input,
+    IntList normalized_shape,
+    OptionalTensor weight,
+    std::optional<double> eps) {
+    return input.rms_norm(normalized_shape, weight, eps);
+}
+
+/// `nan_to_num(Tensor self, float? nan=None, float? posinf=None, float? neginf=None) -> Tensor`
+/// Calls `tr_tensor_nan_to_num`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor nan_to_num(
+    const Tensor& input,
+    std::optional<double> nan,
+    std::optional<double> posinf,
+    std::optional<double> neginf) {
+    return input.nan_to_num(nan, posinf, neginf);
+}
+
+/// `nan_to_num_(Tensor(a!) self, float? nan=None, float? posinf=None, float? neginf=None) ->
+/// Tensor(a!)` Calls `tr_tensor_nan_to_num_`; throws tr::Error on failure.
+inline Tensor& nan_to_num_(
+    Tensor& input,
+    std::optional<double> nan,
+    std::optional<double> posinf,
+    std::optional<double> neginf) {
+    return input.nan_to_num_(nan, posinf, neginf);
+}
+
 /// `ldexp.Tensor(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_ldexp_tensor`; throws
 /// tr::Error on failure.
 [[nodiscard]] inline Tensor ldexp_tensor(const Tensor& input, const Tensor& other) {
@@ -2207,6 +3042,56 @@ inline Tensor& lcm_(Tensor& input, const Tensor& other) {
 /// tr::Error on failure.
 inline Tensor& ldexp_(Tensor& input, const Tensor& other) {
     return input.ldexp_(other);
+}
+
+/// `linspace(Scalar start, Scalar end, int steps, *, ScalarType? dtype=None, Layout?
+/// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
+/// `tr_tensor_linspace`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linspace(
+    Scalar start,
+    Scalar end,
+    int64_t steps,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_linspace, start.raw(), end.raw(), steps, detail::c_opt(dtype).ptr(),
+            &out);
+    return Tensor::adopt(out);
+}
+
+/// `linspace.Tensor_Tensor(Tensor start, Tensor end, int steps, *, ScalarType? dtype=None,
+/// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
+/// `tr_tensor_linspace_tensor_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linspace_tensor_tensor(
+    const Tensor& start,
+    const Tensor& end,
+    int64_t steps,
+    std::optional<DType> dtype) {
+    return start.linspace_tensor_tensor(end, steps, dtype);
+}
+
+/// `linspace.Tensor_Scalar(Tensor start, Scalar end, int steps, *, ScalarType? dtype=None,
+/// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
+/// `tr_tensor_linspace_tensor_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linspace_tensor_scalar(
+    const Tensor& start,
+    Scalar end,
+    int64_t steps,
+    std::optional<DType> dtype) {
+    return start.linspace_tensor_scalar(end, steps, dtype);
+}
+
+/// `linspace.Scalar_Tensor(Scalar start, Tensor end, int steps, *, ScalarType? dtype=None,
+/// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
+/// `tr_tensor_linspace_scalar_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linspace_scalar_tensor(
+    Scalar start,
+    const Tensor& end,
+    int64_t steps,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_linspace_scalar_tensor, start.raw(), end.raw(), steps,
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
 }
 
 /// `log_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_log_`; throws tr::Error on failure.
@@ -2290,6 +3175,69 @@ inline Tensor& xlogy_scalar_other_(Tensor& input, Scalar other) {
     return input.xlogy_scalar_other_(other);
 }
 
+/// `logspace(Scalar start, Scalar end, int steps, float base=10.0, *, ScalarType? dtype=None,
+/// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
+/// `tr_tensor_logspace`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor logspace(
+    Scalar start,
+    Scalar end,
+    int64_t steps,
+    double base,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_logspace, start.raw(), end.raw(), steps, base,
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// `logspace.Tensor_Tensor(Tensor start, Tensor end, int steps, float base=10.0, *, ScalarType?
+/// dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+/// Calls `tr_tensor_logspace_tensor_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor logspace_tensor_tensor(
+    const Tensor& start,
+    const Tensor& end,
+    int64_t steps,
+    double base,
+    std::optional<DType> dtype) {
+    return start.logspace_tensor_tensor(end, steps, base, dtype);
+}
+
+/// `logspace.Tensor_Scalar(Tensor start, Scalar end, int steps, float base=10.0, *, ScalarType?
+/// dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+/// Calls `tr_tensor_logspace_tensor_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor logspace_tensor_scalar(
+    const Tensor& start,
+    Scalar end,
+    int64_t steps,
+    double base,
+    std::optional<DType> dtype) {
+    return start.logspace_tensor_scalar(end, steps, base, dtype);
+}
+
+/// `logspace.Scalar_Tensor(Scalar start, Tensor end, int steps, float base=10.0, *, ScalarType?
+/// dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+/// Calls `tr_tensor_logspace_scalar_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor logspace_scalar_tensor(
+    Scalar start,
+    const Tensor& end,
+    int64_t steps,
+    double base,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_logspace_scalar_tensor, start.raw(), end.raw(), steps, base,
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// `log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor` Calls
+/// `tr_tensor_log_softmax_int`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor log_softmax_int(
+    const Tensor& input,
+    int64_t dim,
+    std::optional<DType> dtype) {
+    return input.log_softmax_int(dim, dtype);
+}
+
 /// `logcumsumexp(Tensor self, int dim) -> Tensor` Calls `tr_tensor_logcumsumexp`; throws
 /// tr::Error on failure.
 [[nodiscard]] inline Tensor logcumsumexp(const Tensor& input, int64_t dim) {
@@ -2326,10 +3274,32 @@ inline Tensor& xlogy_scalar_other_(Tensor& input, Scalar other) {
     return input.matrix_exp();
 }
 
+/// `aminmax(Tensor self, *, int? dim=None, bool keepdim=False) -> (Tensor min, Tensor max)`
+/// Calls `tr_tensor_aminmax`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> aminmax(
+    const Tensor& input,
+    std::optional<int64_t> dim,
+    bool keepdim) {
+    return input.aminmax(dim, keepdim);
+}
+
 /// `amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor` Calls `tr_tensor_amax`;
 /// throws tr::Error on failure.
 [[nodiscard]] inline Tensor amax(const Tensor& input, IntList dim, bool keepdim) {
     return input.amax(dim, keepdim);
+}
+
+/// `max_pool1d_with_indices(Tensor self, int[1] kernel_size, int[1] stride=[], int[1]
+/// padding=0, int[1] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)` Calls
+/// `tr_tensor_max_pool1d_with_indices`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> max_pool1d_with_indices(
+    const Tensor& input,
+    IntList kernel_size,
+    IntList stride,
+    IntList padding,
+    IntList dilation,
+    bool ceil_mode) {
+    return input.max_pool1d_with_indices(kernel_size, stride, padding, dilation, ceil_mode);
 }
 
 /// `max_pool1d(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=0, int[1]
@@ -2358,14 +3328,42 @@ inline Tensor& xlogy_scalar_other_(Tensor& input, Scalar other) {
     return input.max_pool3d(kernel_size, stride, padding, dilation, ceil_mode);
 }
 
+/// `nanmean(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) ->
+/// Tensor` Calls `tr_tensor_nanmean`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor nanmean(
+    const Tensor& input,
+    const std::optional<IntList>& dim,
+    bool keepdim,
+    std::optional<DType> dtype) {
+    return input.nanmean(dim, keepdim, dtype);
+}
+
 /// `median(Tensor self) -> Tensor` Calls `tr_tensor_median`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor median(const Tensor& input) {
     return input.median();
 }
 
+/// `median.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)`
+/// Calls `tr_tensor_median_dim`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> median_dim(
+    const Tensor& input,
+    int64_t dim,
+    bool keepdim) {
+    return input.median_dim(dim, keepdim);
+}
+
 /// `nanmedian(Tensor self) -> Tensor` Calls `tr_tensor_nanmedian`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor nanmedian(const Tensor& input) {
     return input.nanmedian();
+}
+
+/// `nanmedian.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)`
+/// Calls `tr_tensor_nanmedian_dim`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> nanmedian_dim(
+    const Tensor& input,
+    int64_t dim,
+    bool keepdim) {
+    return input.nanmedian_dim(dim, keepdim);
 }
 
 /// `amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor` Calls `tr_tensor_amin`;
@@ -2386,6 +3384,12 @@ inline Tensor& xlogy_scalar_other_(Tensor& input, Scalar other) {
     const Tensor& mat2,
     DType out_dtype = DType::F32) {
     return input.mm_dtype(mat2, out_dtype);
+}
+
+/// `mode(Tensor self, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)` Calls
+/// `tr_tensor_mode`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> mode(const Tensor& input, int64_t dim, bool keepdim) {
+    return input.mode(dim, keepdim);
 }
 
 /// `mul.Tensor(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_mul_tensor`; throws
@@ -2461,6 +3465,27 @@ inline Tensor& mvlgamma_(Tensor& input, int64_t p) {
     return input.narrow_tensor(dim, start, length);
 }
 
+/// `native_batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor?
+/// running_var, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor)` Calls
+/// `tr_tensor_native_batch_norm`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 3> native_batch_norm(
+    const Tensor& input,
+    OptionalTensor weight,
+    OptionalTensor bias,
+    OptionalTensor running_mean,
+    OptionalTensor running_var,
+    bool training,
+    double momentum,
+    double eps) {
+    return input.native_batch_norm(weight, bias, running_mean, running_var, training, momentum, eps);
+}
+
+/// `batch_norm_stats(Tensor input, float eps) -> (Tensor, Tensor)` Calls
+/// `tr_tensor_batch_norm_stats`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> batch_norm_stats(const Tensor& input, double eps) {
+    return input.batch_norm_stats(eps);
+}
+
 /// `batch_norm_elemt(Tensor input, Tensor? weight, Tensor? bias, Tensor mean, Tensor invstd,
 /// float eps) -> Tensor` Calls `tr_tensor_batch_norm_elemt`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor batch_norm_elemt(
@@ -2473,6 +3498,47 @@ inline Tensor& mvlgamma_(Tensor& input, int64_t p) {
     return input.batch_norm_elemt(weight, bias, mean, invstd, eps);
 }
 
+/// `batch_norm_gather_stats(Tensor input, Tensor mean, Tensor invstd, Tensor? running_mean,
+/// Tensor? running_var, float momentum, float eps, int count) -> (Tensor, Tensor)` Calls
+/// `tr_tensor_batch_norm_gather_stats`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> batch_norm_gather_stats(
+    const Tensor& input,
+    const Tensor& mean,
+    const Tensor& invstd,
+    OptionalTensor running_mean,
+    OptionalTensor running_var,
+    double momentum,
+    double eps,
+    int64_t count) {
+    return input.batch_norm_gather_stats(mean, invstd, running_mean, running_var, momentum, eps, count);
+}
+
+/// `batch_norm_gather_stats_with_counts(Tensor input, Tensor mean, Tensor invstd, Tensor?
+/// running_mean, Tensor? running_var, float momentum, float eps, Tensor counts) -> (Tensor,
+/// Tensor)` Calls `tr_tensor_batch_norm_gather_stats_with_counts`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> batch_norm_gather_stats_with_counts(
+    const Tensor& input,
+    const Tensor& mean,
+    const Tensor& invstd,
+    OptionalTensor running_mean,
+    OptionalTensor running_var,
+    double momentum,
+    double eps,
+    const Tensor& counts) {
+    return input.batch_norm_gather_stats_with_counts(mean, invstd, running_mean, running_var, momentum, eps, counts);
+}
+
+/// `batch_norm_update_stats(Tensor input, Tensor? running_mean, Tensor? running_var, float
+/// momentum) -> (Tensor, Tensor)` Calls `tr_tensor_batch_norm_update_stats`; throws tr::Error
+/// on failure.
+[[nodiscard]] inline std::array<Tensor, 2> batch_norm_update_stats(
+    const Tensor& input,
+    OptionalTensor running_mean,
+    OptionalTensor running_var,
+    double momentum) {
+    return input.batch_norm_update_stats(running_mean, running_var, momentum);
+}
+
 /// `pairwise_distance(Tensor x1, Tensor x2, float p=2, float eps=1e-06, bool keepdim=False) ->
 /// Tensor` Calls `tr_tensor_pairwise_distance`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor pairwise_distance(
@@ -2482,6 +3548,16 @@ inline Tensor& mvlgamma_(Tensor& input, int64_t p) {
     double eps,
     bool keepdim) {
     return x1.pairwise_distance(x2, p, eps, keepdim);
+}
+
+/// `cdist(Tensor x1, Tensor x2, float p=2, int? compute_mode=None) -> Tensor` Calls
+/// `tr_tensor_cdist`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor cdist(
+    const Tensor& x1,
+    const Tensor& x2,
+    double p,
+    std::optional<int64_t> compute_mode) {
+    return x1.cdist(x2, p, compute_mode);
 }
 
 /// `pdist(Tensor self, float p=2) -> Tensor` Calls `tr_tensor_pdist`; throws tr::Error on
@@ -2634,6 +3710,220 @@ inline Tensor& deg2rad_(Tensor& input) {
     return input.deg2rad_();
 }
 
+/// `scalar_tensor(Scalar s, *, ScalarType? dtype=None, Layout? layout=None, Device?
+/// device=None, bool? pin_memory=None) -> Tensor` Calls `tr_tensor_scalar_tensor`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor scalar_tensor(Scalar s, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_scalar_tensor, s.raw(), detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// `rand.generator(SymInt[] size, *, Generator? generator, ScalarType? dtype=None, Layout?
+/// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
+/// `tr_tensor_rand_generator`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor rand_generator(IntList size, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_rand_generator, size.data(), size.size(), detail::c_opt(dtype).ptr(),
+            &out);
+    return Tensor::adopt(out);
+}
+
+/// `rand_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None,
+/// bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor` Calls
+/// `tr_tensor_rand_like`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor rand_like(const Tensor& input, std::optional<DType> dtype) {
+    return input.rand_like(dtype);
+}
+
+/// `rand_like.generator(Tensor self, *, Generator? generator, ScalarType? dtype=None, Layout?
+/// layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None)
+/// -> Tensor` Calls `tr_tensor_rand_like_generator`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor rand_like_generator(const Tensor& input, std::optional<DType> dtype) {
+    return input.rand_like_generator(dtype);
+}
+
+/// `randint(SymInt high, SymInt[] size, *, ScalarType? dtype=long, Layout? layout=None, Device?
+/// device=None, bool? pin_memory=None) -> Tensor` Calls `tr_tensor_randint`; throws tr::Error
+/// on failure.
+[[nodiscard]] inline Tensor randint(int64_t high, IntList size, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_randint, high, size.data(), size.size(), detail::c_opt(dtype).ptr(),
+            &out);
+    return Tensor::adopt(out);
+}
+
+/// `randint.generator(SymInt high, SymInt[] size, *, Generator? generator, ScalarType?
+/// dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+/// Calls `tr_tensor_randint_generator`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor randint_generator(
+    int64_t high,
+    IntList size,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_randint_generator, high, size.data(), size.size(),
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// `randint.low(SymInt low, SymInt high, SymInt[] size, *, ScalarType? dtype=long, Layout?
+/// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
+/// `tr_tensor_randint_low`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor randint_low(
+    int64_t low,
+    int64_t high,
+    IntList size,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_randint_low, low, high, size.data(), size.size(),
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// `randint.low_generator(SymInt low, SymInt high, SymInt[] size, *, Generator? generator,
+/// ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) ->
+/// Tensor` Calls `tr_tensor_randint_low_generator`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor randint_low_generator(
+    int64_t low,
+    int64_t high,
+    IntList size,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_randint_low_generator, low, high, size.data(), size.size(),
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// `randint_like(Tensor self, SymInt high, *, ScalarType? dtype=None, Layout? layout=None,
+/// Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
+/// Calls `tr_tensor_randint_like`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor randint_like(
+    const Tensor& input,
+    int64_t high,
+    std::optional<DType> dtype) {
+    return input.randint_like(high, dtype);
+}
+
+/// `randint_like.generator(Tensor self, SymInt high, *, Generator? generator, ScalarType?
+/// dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat?
+/// memory_format=None) -> Tensor` Calls `tr_tensor_randint_like_generator`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor randint_like_generator(
+    const Tensor& input,
+    int64_t high,
+    std::optional<DType> dtype) {
+    return input.randint_like_generator(high, dtype);
+}
+
+/// `randint_like.Tensor(Tensor self, Tensor high, *, ScalarType? dtype=None, Layout?
+/// layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None)
+/// -> Tensor` Calls `tr_tensor_randint_like_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor randint_like_tensor(
+    const Tensor& input,
+    const Tensor& high,
+    std::optional<DType> dtype) {
+    return input.randint_like_tensor(high, dtype);
+}
+
+/// `randint_like.Tensor_generator(Tensor self, Tensor high, *, Generator? generator,
+/// ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None,
+/// MemoryFormat? memory_format=None) -> Tensor` Calls
+/// `tr_tensor_randint_like_tensor_generator`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor randint_like_tensor_generator(
+    const Tensor& input,
+    const Tensor& high,
+    std::optional<DType> dtype) {
+    return input.randint_like_tensor_generator(high, dtype);
+}
+
+/// `randint_like.low_dtype(Tensor self, SymInt low, SymInt high, *, ScalarType? dtype=None,
+/// Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat?
+/// memory_format=None) -> Tensor` Calls `tr_tensor_randint_like_low_dtype`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor randint_like_low_dtype(
+    const Tensor& input,
+    int64_t low,
+    int64_t high,
+    std::optional<DType> dtype) {
+    return input.randint_like_low_dtype(low, high, dtype);
+}
+
+/// `randint_like.low_generator_dtype(Tensor self, SymInt low, SymInt high, *, Generator?
+/// generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool?
+/// pin_memory=None, MemoryFormat? memory_format=None) -> Tensor` Calls
+/// `tr_tensor_randint_like_low_generator_dtype`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor randint_like_low_generator_dtype(
+    const Tensor& input,
+    int64_t low,
+    int64_t high,
+    std::optional<DType> dtype) {
+    return input.randint_like_low_generator_dtype(low, high, dtype);
+}
+
+/// `randn.generator(SymInt[] size, *, Generator? generator, ScalarType? dtype=None, Layout?
+/// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
+/// `tr_tensor_randn_generator`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor randn_generator(IntList size, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_randn_generator, size.data(), size.size(), detail::c_opt(dtype).ptr(),
+            &out);
+    return Tensor::adopt(out);
+}
+
+/// `randn_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device?
+/// device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor` Calls
+/// `tr_tensor_randn_like`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor randn_like(const Tensor& input, std::optional<DType> dtype) {
+    return input.randn_like(dtype);
+}
+
+/// `randn_like.generator(Tensor self, *, Generator? generator, ScalarType? dtype=None, Layout?
+/// layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None)
+/// -> Tensor` Calls `tr_tensor_randn_like_generator`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor randn_like_generator(const Tensor& input, std::optional<DType> dtype) {
+    return input.randn_like_generator(dtype);
+}
+
+/// `randperm(SymInt n, *, ScalarType? dtype=long, Layout? layout=None, Device? device=None,
+/// bool? pin_memory=None) -> Tensor` Calls `tr_tensor_randperm`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor randperm(int64_t n, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_randperm, n, detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// `randperm.generator(SymInt n, *, Generator? generator, ScalarType? dtype=long, Layout?
+/// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
+/// `tr_tensor_randperm_generator`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor randperm_generator(int64_t n, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_randperm_generator, n, detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// `range.step(Scalar start, Scalar end, Scalar step=1, *, ScalarType? dtype=None, Layout?
+/// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
+/// `tr_tensor_range_step`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor range_step(
+    Scalar start,
+    Scalar end,
+    Scalar step,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_range_step, start.raw(), end.raw(), step.raw(),
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// `range(Scalar start, Scalar end, *, ScalarType? dtype=None, Layout? layout=None, Device?
+/// device=None, bool? pin_memory=None) -> Tensor` Calls `tr_tensor_range`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor range(Scalar start, Scalar end, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_range, start.raw(), end.raw(), detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
 /// `ravel(Tensor(a) self) -> Tensor(a)` Calls `tr_tensor_ravel`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor ravel(const Tensor& input) {
     return input.ravel();
@@ -2671,6 +3961,36 @@ inline Tensor& negative_(Tensor& input) {
 /// on failure.
 [[nodiscard]] inline Tensor repeat(const Tensor& input, IntList repeats) {
     return input.repeat(repeats);
+}
+
+/// `repeat_interleave.Tensor(Tensor repeats, *, SymInt? output_size=None) -> Tensor` Calls
+/// `tr_tensor_repeat_interleave_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor repeat_interleave_tensor(
+    const Tensor& repeats,
+    std::optional<int64_t> output_size) {
+    return repeats.repeat_interleave_tensor(output_size);
+}
+
+/// `repeat_interleave.self_Tensor(Tensor self, Tensor repeats, int? dim=None, *, SymInt?
+/// output_size=None) -> Tensor` Calls `tr_tensor_repeat_interleave_self_tensor`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor repeat_interleave_self_tensor(
+    const Tensor& input,
+    const Tensor& repeats,
+    std::optional<int64_t> dim,
+    std::optional<int64_t> output_size) {
+    return input.repeat_interleave_self_tensor(repeats, dim, output_size);
+}
+
+/// `repeat_interleave.self_int(Tensor self, SymInt repeats, int? dim=None, *, SymInt?
+/// output_size=None) -> Tensor` Calls `tr_tensor_repeat_interleave_self_int`; throws tr::Error
+/// on failure.
+[[nodiscard]] inline Tensor repeat_interleave_self_int(
+    const Tensor& input,
+    int64_t repeats,
+    std::optional<int64_t> dim,
+    std::optional<int64_t> output_size) {
+    return input.repeat_interleave_self_int(repeats, dim, output_size);
 }
 
 /// `reshape_as(Tensor(a) self, Tensor other) -> Tensor(a)` Calls `tr_tensor_reshape_as`; throws
@@ -2736,6 +4056,12 @@ inline Tensor& relu6_(Tensor& input) {
 /// failure.
 [[nodiscard]] inline Tensor prelu(const Tensor& input, const Tensor& weight) {
     return input.prelu(weight);
+}
+
+/// `gelu_(Tensor(a!) self, *, str approximate='none') -> Tensor(a!)` Calls `tr_tensor_gelu_`;
+/// throws tr::Error on failure.
+inline Tensor& gelu_(Tensor& input, const std::string& approximate) {
+    return input.gelu_(approximate);
 }
 
 /// `hardshrink(Tensor self, Scalar lambd=0.5) -> Tensor` Calls `tr_tensor_hardshrink`; throws
@@ -2804,6 +4130,18 @@ inline Tensor& sigmoid_(Tensor& input) {
     return input.sigmoid_();
 }
 
+/// `logit(Tensor self, float? eps=None) -> Tensor` Calls `tr_tensor_logit`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor logit(const Tensor& input, std::optional<double> eps) {
+    return input.logit(eps);
+}
+
+/// `logit_(Tensor(a!) self, float? eps=None) -> Tensor(a!)` Calls `tr_tensor_logit_`; throws
+/// tr::Error on failure.
+inline Tensor& logit_(Tensor& input, std::optional<double> eps) {
+    return input.logit_(eps);
+}
+
 /// `sin(Tensor self) -> Tensor` Calls `tr_tensor_sin`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor sin(const Tensor& input) {
     return input.sin();
@@ -2840,6 +4178,64 @@ inline Tensor& detach_(Tensor& input) {
     return input.detach_();
 }
 
+/// `size.int(Tensor self, int dim) -> int` Calls `tr_tensor_size_int`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline int64_t size_int(const Tensor& input, int64_t dim) {
+    return input.size_int(dim);
+}
+
+/// `sym_size.int(Tensor self, int dim) -> SymInt` Calls `tr_tensor_sym_size_int`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline int64_t sym_size_int(const Tensor& input, int64_t dim) {
+    return input.sym_size_int(dim);
+}
+
+/// `sym_numel(Tensor self) -> SymInt` Calls `tr_tensor_sym_numel`; throws tr::Error on failure.
+[[nodiscard]] inline int64_t sym_numel(const Tensor& input) {
+    return input.sym_numel();
+}
+
+/// `sym_storage_offset(Tensor self) -> SymInt` Calls `tr_tensor_sym_storage_offset`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline int64_t sym_storage_offset(const Tensor& input) {
+    return input.sym_storage_offset();
+}
+
+/// `slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt
+/// step=1) -> Tensor(a)` Calls `tr_tensor_slice_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor slice_tensor(
+    const Tensor& input,
+    int64_t dim,
+    std::optional<int64_t> start,
+    std::optional<int64_t> end,
+    int64_t step) {
+    return input.slice_tensor(dim, start, end, step);
+}
+
+/// `slice_inverse(Tensor(a) self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None,
+/// SymInt step=1) -> Tensor(a)` Calls `tr_tensor_slice_inverse`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor slice_inverse(
+    const Tensor& input,
+    const Tensor& src,
+    int64_t dim,
+    std::optional<int64_t> start,
+    std::optional<int64_t> end,
+    int64_t step) {
+    return input.slice_inverse(src, dim, start, end, step);
+}
+
+/// `slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None,
+/// SymInt step=1) -> Tensor` Calls `tr_tensor_slice_scatter`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor slice_scatter(
+    const Tensor& input,
+    const Tensor& src,
+    int64_t dim,
+    std::optional<int64_t> start,
+    std::optional<int64_t> end,
+    int64_t step) {
+    return input.slice_scatter(src, dim, start, end, step);
+}
+
 /// `select_scatter(Tensor self, Tensor src, int dim, SymInt index) -> Tensor` Calls
 /// `tr_tensor_select_scatter`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor select_scatter(
@@ -2861,10 +4257,112 @@ inline Tensor& detach_(Tensor& input) {
     return input.diagonal_scatter(src, offset, dim1, dim2);
 }
 
+/// `as_strided_scatter(Tensor self, Tensor src, SymInt[] size, SymInt[] stride, SymInt?
+/// storage_offset=None) -> Tensor` Calls `tr_tensor_as_strided_scatter`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor as_strided_scatter(
+    const Tensor& input,
+    const Tensor& src,
+    IntList size,
+    IntList stride,
+    std::optional<int64_t> storage_offset) {
+    return input.as_strided_scatter(src, size, stride, storage_offset);
+}
+
 /// `smm(Tensor self, Tensor mat2) -> Tensor` Calls `tr_tensor_smm`; throws tr::Error on
 /// failure.
 [[nodiscard]] inline Tensor smm(const Tensor& input, const Tensor& mat2) {
     return input.smm(mat2);
+}
+
+/// `softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor` Calls
+/// `tr_tensor_softmax_int`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor softmax_int(
+    const Tensor& input,
+    int64_t dim,
+    std::optional<DType> dtype) {
+    return input.softmax_int(dim, dtype);
+}
+
+/// `unsafe_split.Tensor(Tensor self, SymInt split_size, int dim=0) -> Tensor[]` Calls
+/// `tr_tensor_unsafe_split_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> unsafe_split_tensor(
+    const Tensor& input,
+    int64_t split_size,
+    int64_t dim) {
+    return input.unsafe_split_tensor(split_size, dim);
+}
+
+/// `split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]` Calls
+/// `tr_tensor_split_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> split_tensor(
+    const Tensor& input,
+    int64_t split_size,
+    int64_t dim) {
+    return input.split_tensor(split_size, dim);
+}
+
+/// `split.sizes(Tensor(a -> *) self, SymInt[] split_size, int dim=0) -> Tensor(a)[]` Calls
+/// `tr_tensor_split_sizes`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> split_sizes(
+    const Tensor& input,
+    IntList split_size,
+    int64_t dim) {
+    return input.split_sizes(split_size, dim);
+}
+
+/// `unsafe_split_with_sizes(Tensor self, SymInt[] split_sizes, int dim=0) -> Tensor[]` Calls
+/// `tr_tensor_unsafe_split_with_sizes`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> unsafe_split_with_sizes(
+    const Tensor& input,
+    IntList split_sizes,
+    int64_t dim) {
+    return input.unsafe_split_with_sizes(split_sizes, dim);
+}
+
+/// `split_with_sizes(Tensor(a -> *) self, SymInt[] split_sizes, int dim=0) -> Tensor(a)[]`
+/// Calls `tr_tensor_split_with_sizes`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> split_with_sizes(
+    const Tensor& input,
+    IntList split_sizes,
+    int64_t dim) {
+    return input.split_with_sizes(split_sizes, dim);
+}
+
+/// `hsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]` Calls `tr_tensor_hsplit_int`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> hsplit_int(const Tensor& input, int64_t sections) {
+    return input.hsplit_int(sections);
+}
+
+/// `hsplit.array(Tensor(a -> *) self, int[] indices) -> Tensor(a)[]` Calls
+/// `tr_tensor_hsplit_array`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> hsplit_array(const Tensor& input, IntList indices) {
+    return input.hsplit_array(indices);
+}
+
+/// `vsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]` Calls `tr_tensor_vsplit_int`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> vsplit_int(const Tensor& input, int64_t sections) {
+    return input.vsplit_int(sections);
+}
+
+/// `vsplit.array(Tensor(a -> *) self, int[] indices) -> Tensor(a)[]` Calls
+/// `tr_tensor_vsplit_array`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> vsplit_array(const Tensor& input, IntList indices) {
+    return input.vsplit_array(indices);
+}
+
+/// `dsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]` Calls `tr_tensor_dsplit_int`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> dsplit_int(const Tensor& input, int64_t sections) {
+    return input.dsplit_int(sections);
+}
+
+/// `dsplit.array(Tensor(a -> *) self, int[] indices) -> Tensor(a)[]` Calls
+/// `tr_tensor_dsplit_array`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> dsplit_array(const Tensor& input, IntList indices) {
+    return input.dsplit_array(indices);
 }
 
 /// `squeeze.dim(Tensor(a) self, int dim) -> Tensor(a)` Calls `tr_tensor_squeeze_dim`; throws
@@ -2929,6 +4427,90 @@ inline Tensor& squeeze_dims_(Tensor& input, IntList dim) {
     return Tensor::adopt(out);
 }
 
+/// `stft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor?
+/// window=None, bool normalized=False, bool? onesided=None, bool? return_complex=None, bool?
+/// align_to_window=None) -> Tensor` Calls `tr_tensor_stft`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor stft(
+    const Tensor& input,
+    int64_t n_fft,
+    std::optional<int64_t> hop_length,
+    std::optional<int64_t> win_length,
+    OptionalTensor window,
+    bool normalized,
+    std::optional<bool> onesided,
+    std::optional<bool> return_complex,
+    std::optional<bool> align_to_window) {
+    return input.stft(n_fft, hop_length, win_length, window, normalized, onesided, return_complex, align_to_window);
+}
+
+/// `stft.center(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor?
+/// window=None, bool center=True, str pad_mode="reflect", bool normalized=False, bool?
+/// onesided=None, bool? return_complex=None, bool? align_to_window=None) -> Tensor` Calls
+/// `tr_tensor_stft_center`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor stft_center(
+    const Tensor& input,
+    int64_t n_fft,
+    std::optional<int64_t> hop_length,
+    std::optional<int64_t> win_length,
+    OptionalTensor window,
+    bool center,
+    const std::string& pad_mode,
+    bool normalized,
+    std::optional<bool> onesided,
+    std::optional<bool> return_complex,
+    std::optional<bool> align_to_window) {
+    return input.stft_center(n_fft, hop_length, win_length, window, center, pad_mode, normalized, onesided, return_complex, align_to_window);
+}
+
+/// `istft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor?
+/// window=None, bool center=True, bool normalized=False, bool? onesided=None, int? length=None,
+/// bool return_complex=False) -> Tensor` Calls `tr_tensor_istft`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor istft(
+    const Tensor& input,
+    int64_t n_fft,
+    std::optional<int64_t> hop_length,
+    std::optional<int64_t> win_length,
+    OptionalTensor window,
+    bool center,
+    bool normalized,
+    std::optional<bool> onesided,
+    std::optional<int64_t> length,
+    bool return_complex) {
+    return input.istft(n_fft, hop_length, win_length, window, center, normalized, onesided, length, return_complex);
+}
+
+/// `stride.int(Tensor self, int dim) -> int` Calls `tr_tensor_stride_int`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline int64_t stride_int(const Tensor& input, int64_t dim) {
+    return input.stride_int(dim);
+}
+
+/// `sym_stride.int(Tensor self, int dim) -> SymInt` Calls `tr_tensor_sym_stride_int`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline int64_t sym_stride_int(const Tensor& input, int64_t dim) {
+    return input.sym_stride_int(dim);
+}
+
+/// `sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) ->
+/// Tensor` Calls `tr_tensor_sum_dim_intlist`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor sum_dim_intlist(
+    const Tensor& input,
+    const std::optional<IntList>& dim,
+    bool keepdim,
+    std::optional<DType> dtype) {
+    return input.sum_dim_intlist(dim, keepdim, dtype);
+}
+
+/// `nansum(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) ->
+/// Tensor` Calls `tr_tensor_nansum`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor nansum(
+    const Tensor& input,
+    const std::optional<IntList>& dim,
+    bool keepdim,
+    std::optional<DType> dtype) {
+    return input.nansum(dim, keepdim, dtype);
+}
+
 /// `hash_tensor(Tensor self, int[1] dim=[], *, bool keepdim=False, int mode=0) -> Tensor` Calls
 /// `tr_tensor_hash_tensor`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor hash_tensor(
@@ -2965,6 +4547,69 @@ inline Tensor& square_(Tensor& input) {
 /// failure.
 [[nodiscard]] inline Tensor std(const Tensor& input, bool unbiased) {
     return input.std(unbiased);
+}
+
+/// `std.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor` Calls
+/// `tr_tensor_std_dim`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor std_dim(
+    const Tensor& input,
+    const std::optional<IntList>& dim,
+    bool unbiased,
+    bool keepdim) {
+    return input.std_dim(dim, unbiased, keepdim);
+}
+
+/// `std.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool
+/// keepdim=False) -> Tensor` Calls `tr_tensor_std_correction`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor std_correction(
+    const Tensor& input,
+    const std::optional<IntList>& dim,
+    std::optional<Scalar> correction,
+    bool keepdim) {
+    return input.std_correction(dim, correction, keepdim);
+}
+
+/// `std_mean(Tensor self, bool unbiased=True) -> (Tensor, Tensor)` Calls `tr_tensor_std_mean`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> std_mean(const Tensor& input, bool unbiased) {
+    return input.std_mean(unbiased);
+}
+
+/// `std_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> (Tensor,
+/// Tensor)` Calls `tr_tensor_std_mean_dim`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> std_mean_dim(
+    const Tensor& input,
+    const std::optional<IntList>& dim,
+    bool unbiased,
+    bool keepdim) {
+    return input.std_mean_dim(dim, unbiased, keepdim);
+}
+
+/// `std_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool
+/// keepdim=False) -> (Tensor, Tensor)` Calls `tr_tensor_std_mean_correction`; throws tr::Error
+/// on failure.
+[[nodiscard]] inline std::array<Tensor, 2> std_mean_correction(
+    const Tensor& input,
+    const std::optional<IntList>& dim,
+    std::optional<Scalar> correction,
+    bool keepdim) {
+    return input.std_mean_correction(dim, correction, keepdim);
+}
+
+/// `prod(Tensor self, *, ScalarType? dtype=None) -> Tensor` Calls `tr_tensor_prod`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor prod(const Tensor& input, std::optional<DType> dtype) {
+    return input.prod(dtype);
+}
+
+/// `prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) ->
+/// Tensor` Calls `tr_tensor_prod_dim_int`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor prod_dim_int(
+    const Tensor& input,
+    int64_t dim,
+    bool keepdim,
+    std::optional<DType> dtype) {
+    return input.prod_dim_int(dim, keepdim, dtype);
 }
 
 /// `t(Tensor(a) self) -> Tensor(a)` Calls `tr_tensor_t`; throws tr::Error on failure.
@@ -3132,16 +4777,103 @@ inline Tensor& fix_(Tensor& input) {
     return input.type_as(other);
 }
 
+/// `unique_dim(Tensor self, int dim, bool sorted=True, bool return_inverse=False, bool
+/// return_counts=False) -> (Tensor, Tensor, Tensor)` Calls `tr_tensor_unique_dim`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 3> unique_dim(
+    const Tensor& input,
+    int64_t dim,
+    bool sorted,
+    bool return_inverse,
+    bool return_counts) {
+    return input.unique_dim(dim, sorted, return_inverse, return_counts);
+}
+
+/// `unique_consecutive(Tensor self, bool return_inverse=False, bool return_counts=False, int?
+/// dim=None) -> (Tensor, Tensor, Tensor)` Calls `tr_tensor_unique_consecutive`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 3> unique_consecutive(
+    const Tensor& input,
+    bool return_inverse,
+    bool return_counts,
+    std::optional<int64_t> dim) {
+    return input.unique_consecutive(return_inverse, return_counts, dim);
+}
+
+/// `unique_dim_consecutive(Tensor self, int dim, bool return_inverse=False, bool
+/// return_counts=False) -> (Tensor, Tensor, Tensor)` Calls `tr_tensor_unique_dim_consecutive`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 3> unique_dim_consecutive(
+    const Tensor& input,
+    int64_t dim,
+    bool return_inverse,
+    bool return_counts) {
+    return input.unique_dim_consecutive(dim, return_inverse, return_counts);
+}
+
 /// `unsqueeze_(Tensor(a!) self, int dim) -> Tensor(a!)` Calls `tr_tensor_unsqueeze_`; throws
 /// tr::Error on failure.
 inline Tensor& unsqueeze_(Tensor& input, int64_t dim) {
     return input.unsqueeze_(dim);
 }
 
+/// `vander(Tensor x, int? N=None, bool increasing=False) -> Tensor` Calls `tr_tensor_vander`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor vander(const Tensor& x, std::optional<int64_t> n, bool increasing) {
+    return x.vander(n, increasing);
+}
+
 /// `var(Tensor self, bool unbiased=True) -> Tensor` Calls `tr_tensor_var`; throws tr::Error on
 /// failure.
 [[nodiscard]] inline Tensor var(const Tensor& input, bool unbiased) {
     return input.var(unbiased);
+}
+
+/// `var.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor` Calls
+/// `tr_tensor_var_dim`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor var_dim(
+    const Tensor& input,
+    const std::optional<IntList>& dim,
+    bool unbiased,
+    bool keepdim) {
+    return input.var_dim(dim, unbiased, keepdim);
+}
+
+/// `var.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool
+/// keepdim=False) -> Tensor` Calls `tr_tensor_var_correction`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor var_correction(
+    const Tensor& input,
+    const std::optional<IntList>& dim,
+    std::optional<Scalar> correction,
+    bool keepdim) {
+    return input.var_correction(dim, correction, keepdim);
+}
+
+/// `var_mean(Tensor self, bool unbiased=True) -> (Tensor, Tensor)` Calls `tr_tensor_var_mean`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> var_mean(const Tensor& input, bool unbiased) {
+    return input.var_mean(unbiased);
+}
+
+/// `var_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> (Tensor,
+/// Tensor)` Calls `tr_tensor_var_mean_dim`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> var_mean_dim(
+    const Tensor& input,
+    const std::optional<IntList>& dim,
+    bool unbiased,
+    bool keepdim) {
+    return input.var_mean_dim(dim, unbiased, keepdim);
+}
+
+/// `var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool
+/// keepdim=False) -> (Tensor, Tensor)` Calls `tr_tensor_var_mean_correction`; throws tr::Error
+/// on failure.
+[[nodiscard]] inline std::array<Tensor, 2> var_mean_correction(
+    const Tensor& input,
+    const std::optional<IntList>& dim,
+    std::optional<Scalar> correction,
+    bool keepdim) {
+    return input.var_mean_correction(dim, correction, keepdim);
 }
 
 /// `view_as(Tensor(a) self, Tensor other) -> Tensor(a)` Calls `tr_tensor_view_as`; throws
@@ -3174,6 +4906,11 @@ inline Tensor& unsqueeze_(Tensor& input, int64_t dim) {
     return condition.where_scalar(input, other);
 }
 
+/// `where(Tensor condition) -> Tensor[]` Calls `tr_tensor_where`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> where(const Tensor& condition) {
+    return condition.where();
+}
+
 /// `norm_except_dim(Tensor v, int pow=2, int dim=0) -> Tensor` Calls
 /// `tr_tensor_norm_except_dim`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor norm_except_dim(const Tensor& v, int64_t pow, int64_t dim) {
@@ -3192,10 +4929,46 @@ inline Tensor& unsqueeze_(Tensor& input, int64_t dim) {
     return count.binomial(prob);
 }
 
+/// `norm.ScalarOpt_dtype(Tensor self, Scalar? p, *, ScalarType dtype) -> Tensor` Calls
+/// `tr_tensor_norm_scalaropt_dtype`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor norm_scalaropt_dtype(
+    const Tensor& input,
+    std::optional<Scalar> p,
+    DType dtype = DType::F32) {
+    return input.norm_scalaropt_dtype(p, dtype);
+}
+
 /// `norm.Scalar(Tensor self, Scalar p=2) -> Tensor` Calls `tr_tensor_norm_scalar`; throws
 /// tr::Error on failure.
 [[nodiscard]] inline Tensor norm_scalar(const Tensor& input, Scalar p) {
     return input.norm_scalar(p);
+}
+
+/// `norm.ScalarOpt_dim_dtype(Tensor self, Scalar? p, int[1] dim, bool keepdim, *, ScalarType
+/// dtype) -> Tensor` Calls `tr_tensor_norm_scalaropt_dim_dtype`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor norm_scalaropt_dim_dtype(
+    const Tensor& input,
+    std::optional<Scalar> p,
+    IntList dim,
+    bool keepdim,
+    DType dtype = DType::F32) {
+    return input.norm_scalaropt_dim_dtype(p, dim, keepdim, dtype);
+}
+
+/// `norm.ScalarOpt_dim(Tensor self, Scalar? p, int[1] dim, bool keepdim=False) -> Tensor` Calls
+/// `tr_tensor_norm_scalaropt_dim`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor norm_scalaropt_dim(
+    const Tensor& input,
+    std::optional<Scalar> p,
+    IntList dim,
+    bool keepdim) {
+    return input.norm_scalaropt_dim(p, dim, keepdim);
+}
+
+/// `frexp.Tensor(Tensor self) -> (Tensor mantissa, Tensor exponent)` Calls
+/// `tr_tensor_frexp_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> frexp_tensor(const Tensor& input) {
+    return input.frexp_tensor();
 }
 
 /// `frobenius_norm.dim(Tensor self, int[1] dim, bool keepdim=False) -> Tensor` Calls
@@ -3319,6 +5092,36 @@ inline Tensor& addmm_(
     return input.addmm_(mat1, mat2, beta, alpha);
 }
 
+/// `unbind.int(Tensor(a -> *) self, int dim=0) -> Tensor(a)[]` Calls `tr_tensor_unbind_int`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> unbind_int(const Tensor& input, int64_t dim) {
+    return input.unbind_int(dim);
+}
+
+/// `choose_qparams_optimized(Tensor input, int numel, int n_bins, float ratio, int bit_width)
+/// -> (Tensor, Tensor)` Calls `tr_tensor_choose_qparams_optimized`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline std::array<Tensor, 2> choose_qparams_optimized(
+    const Tensor& input,
+    int64_t numel,
+    int64_t n_bins,
+    double ratio,
+    int64_t bit_width) {
+    return input.choose_qparams_optimized(numel, n_bins, ratio, bit_width);
+}
+
+/// `to.dtype_layout(Tensor(a) self, *, ScalarType? dtype=None, Layout? layout=None, Device?
+/// device=None, bool? pin_memory=None, bool non_blocking=False, bool copy=False, MemoryFormat?
+/// memory_format=None) -> Tensor(a)` Calls `tr_tensor_to_dtype_layout`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor to_dtype_layout(
+    const Tensor& input,
+    std::optional<DType> dtype,
+    bool non_blocking,
+    bool copy) {
+    return input.to_dtype_layout(dtype, non_blocking, copy);
+}
+
 /// `to.other(Tensor(a) self, Tensor other, bool non_blocking=False, bool copy=False,
 /// MemoryFormat? memory_format=None) -> Tensor(a)` Calls `tr_tensor_to_other`; throws tr::Error
 /// on failure.
@@ -3328,6 +5131,23 @@ inline Tensor& addmm_(
     bool non_blocking,
     bool copy) {
     return input.to_other(other, non_blocking, copy);
+}
+
+/// `meshgrid(Tensor[] tensors) -> Tensor[]` Calls `tr_tensor_meshgrid`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline std::vector<Tensor> meshgrid(const TensorList& tensors) {
+    return detail::call_tensors<Tensor>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+            return tr_tensor_meshgrid(tensors.data(), tensors.size(), out_, room_, written_); });
+}
+
+/// `meshgrid.indexing(Tensor[] tensors, *, str indexing) -> Tensor[]` Calls
+/// `tr_tensor_meshgrid_indexing`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> meshgrid_indexing(
+    const TensorList& tensors,
+    const std::string& indexing) {
+    return detail::call_tensors<Tensor>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+            return tr_tensor_meshgrid_indexing(tensors.data(), tensors.size(),
+            detail::c_string(indexing, "indexing"), out_, room_, written_); });
 }
 
 /// `cartesian_prod(Tensor[] tensors) -> Tensor` Calls `tr_tensor_cartesian_prod`; throws
@@ -3350,6 +5170,146 @@ inline Tensor& addmm_(
     bool out = false;
     detail::call(tr_tensor_can_cast, static_cast<tr_dtype>(from_), static_cast<tr_dtype>(to), &out);
     return out;
+}
+
+/// `lstm.input(Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers,
+/// float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor,
+/// Tensor)` Calls `tr_tensor_lstm_input`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 3> lstm_input(
+    const Tensor& input,
+    const TensorList& hx,
+    const TensorList& params,
+    bool has_biases,
+    int64_t num_layers,
+    double dropout,
+    bool train,
+    bool bidirectional,
+    bool batch_first) {
+    return input.lstm_input(hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first);
+}
+
+/// `lstm.data(Tensor data, Tensor batch_sizes, Tensor[] hx, Tensor[] params, bool has_biases,
+/// int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor, Tensor)`
+/// Calls `tr_tensor_lstm_data`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 3> lstm_data(
+    const Tensor& data,
+    const Tensor& batch_sizes,
+    const TensorList& hx,
+    const TensorList& params,
+    bool has_biases,
+    int64_t num_layers,
+    double dropout,
+    bool train,
+    bool bidirectional) {
+    return data.lstm_data(batch_sizes, hx, params, has_biases, num_layers, dropout, train, bidirectional);
+}
+
+/// `gru.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float
+/// dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)` Calls
+/// `tr_tensor_gru_input`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> gru_input(
+    const Tensor& input,
+    const Tensor& hx,
+    const TensorList& params,
+    bool has_biases,
+    int64_t num_layers,
+    double dropout,
+    bool train,
+    bool bidirectional,
+    bool batch_first) {
+    return input.gru_input(hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first);
+}
+
+/// `gru.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases, int
+/// num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor)` Calls
+/// `tr_tensor_gru_data`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> gru_data(
+    const Tensor& data,
+    const Tensor& batch_sizes,
+    const Tensor& hx,
+    const TensorList& params,
+    bool has_biases,
+    int64_t num_layers,
+    double dropout,
+    bool train,
+    bool bidirectional) {
+    return data.gru_data(batch_sizes, hx, params, has_biases, num_layers, dropout, train, bidirectional);
+}
+
+/// `rnn_tanh.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers,
+/// float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)` Calls
+/// `tr_tensor_rnn_tanh_input`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> rnn_tanh_input(
+    const Tensor& input,
+    const Tensor& hx,
+    const TensorList& params,
+    bool has_biases,
+    int64_t num_layers,
+    double dropout,
+    bool train,
+    bool bidirectional,
+    bool batch_first) {
+    return input.rnn_tanh_input(hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first);
+}
+
+/// `rnn_tanh.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases,
+/// int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor)` Calls
+/// `tr_tensor_rnn_tanh_data`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> rnn_tanh_data(
+    const Tensor& data,
+    const Tensor& batch_sizes,
+    const Tensor& hx,
+    const TensorList& params,
+    bool has_biases,
+    int64_t num_layers,
+    double dropout,
+    bool train,
+    bool bidirectional) {
+    return data.rnn_tanh_data(batch_sizes, hx, params, has_biases, num_layers, dropout, train, bidirectional);
+}
+
+/// `rnn_relu.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers,
+/// float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)` Calls
+/// `tr_tensor_rnn_relu_input`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> rnn_relu_input(
+    const Tensor& input,
+    const Tensor& hx,
+    const TensorList& params,
+    bool has_biases,
+    int64_t num_layers,
+    double dropout,
+    bool train,
+    bool bidirectional,
+    bool batch_first) {
+    return input.rnn_relu_input(hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first);
+}
+
+/// `rnn_relu.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases,
+/// int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor)` Calls
+/// `tr_tensor_rnn_relu_data`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> rnn_relu_data(
+    const Tensor& data,
+    const Tensor& batch_sizes,
+    const Tensor& hx,
+    const TensorList& params,
+    bool has_biases,
+    int64_t num_layers,
+    double dropout,
+    bool train,
+    bool bidirectional) {
+    return data.rnn_relu_data(batch_sizes, hx, params, has_biases, num_layers, dropout, train, bidirectional);
+}
+
+/// `lstm_cell(Tensor input, Tensor[] hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor?
+/// b_hh=None) -> (Tensor, Tensor)` Calls `tr_tensor_lstm_cell`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> lstm_cell(
+    const Tensor& input,
+    const TensorList& hx,
+    const Tensor& w_ih,
+    const Tensor& w_hh,
+    OptionalTensor b_ih,
+    OptionalTensor b_hh) {
+    return input.lstm_cell(hx, w_ih, w_hh, b_ih, b_hh);
 }
 
 /// `gru_cell(Tensor input, Tensor hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor?
@@ -3517,6 +5477,31 @@ inline Tensor& index_add_(
     return input.index_add(dim, index, source, alpha);
 }
 
+/// `index_reduce_(Tensor(a!) self, int dim, Tensor index, Tensor source, str reduce, *, bool
+/// include_self=True) -> Tensor(a!)` Calls `tr_tensor_index_reduce_`; throws tr::Error on
+/// failure.
+inline Tensor& index_reduce_(
+    Tensor& input,
+    int64_t dim,
+    const Tensor& index,
+    const Tensor& source,
+    const std::string& reduce,
+    bool include_self) {
+    return input.index_reduce_(dim, index, source, reduce, include_self);
+}
+
+/// `index_reduce(Tensor self, int dim, Tensor index, Tensor source, str reduce, *, bool
+/// include_self=True) -> Tensor` Calls `tr_tensor_index_reduce`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor index_reduce(
+    const Tensor& input,
+    int64_t dim,
+    const Tensor& index,
+    const Tensor& source,
+    const std::string& reduce,
+    bool include_self) {
+    return input.index_reduce(dim, index, source, reduce, include_self);
+}
+
 /// `index_fill_.int_Scalar(Tensor(a!) self, int dim, Tensor index, Scalar value) -> Tensor(a!)`
 /// Calls `tr_tensor_index_fill_int_scalar_`; throws tr::Error on failure.
 inline Tensor& index_fill_int_scalar_(
@@ -3589,6 +5574,50 @@ inline Tensor& scatter_value_(Tensor& input, int64_t dim, const Tensor& index, S
     return input.scatter_value_(dim, index, value);
 }
 
+/// `scatter.reduce(Tensor self, int dim, Tensor index, Tensor src, *, str reduce) -> Tensor`
+/// Calls `tr_tensor_scatter_reduce`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor scatter_reduce(
+    const Tensor& input,
+    int64_t dim,
+    const Tensor& index,
+    const Tensor& src,
+    const std::string& reduce) {
+    return input.scatter_reduce(dim, index, src, reduce);
+}
+
+/// `scatter_.reduce(Tensor(a!) self, int dim, Tensor index, Tensor src, *, str reduce) ->
+/// Tensor(a!)` Calls `tr_tensor_scatter_reduce_`; throws tr::Error on failure.
+inline Tensor& scatter_reduce_(
+    Tensor& input,
+    int64_t dim,
+    const Tensor& index,
+    const Tensor& src,
+    const std::string& reduce) {
+    return input.scatter_reduce_(dim, index, src, reduce);
+}
+
+/// `scatter.value_reduce(Tensor self, int dim, Tensor index, Scalar value, *, str reduce) ->
+/// Tensor` Calls `tr_tensor_scatter_value_reduce`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor scatter_value_reduce(
+    const Tensor& input,
+    int64_t dim,
+    const Tensor& index,
+    Scalar value,
+    const std::string& reduce) {
+    return input.scatter_value_reduce(dim, index, value, reduce);
+}
+
+/// `scatter_.value_reduce(Tensor(a!) self, int dim, Tensor index, Scalar value, *, str reduce)
+/// -> Tensor(a!)` Calls `tr_tensor_scatter_value_reduce_`; throws tr::Error on failure.
+inline Tensor& scatter_value_reduce_(
+    Tensor& input,
+    int64_t dim,
+    const Tensor& index,
+    Scalar value,
+    const std::string& reduce) {
+    return input.scatter_value_reduce_(dim, index, value, reduce);
+}
+
 /// `scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor` Calls
 /// `tr_tensor_scatter_add`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor scatter_add(
@@ -3603,6 +5632,32 @@ inline Tensor& scatter_value_(Tensor& input, int64_t dim, const Tensor& index, S
 /// `tr_tensor_scatter_add_`; throws tr::Error on failure.
 inline Tensor& scatter_add_(Tensor& input, int64_t dim, const Tensor& index, const Tensor& src) {
     return input.scatter_add_(dim, index, src);
+}
+
+/// `scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool
+/// include_self=True) -> Tensor` Calls `tr_tensor_scatter_reduce_two`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor scatter_reduce_two(
+    const Tensor& input,
+    int64_t dim,
+    const Tensor& index,
+    const Tensor& src,
+    const std::string& reduce,
+    bool include_self) {
+    return input.scatter_reduce_two(dim, index, src, reduce, include_self);
+}
+
+/// `scatter_reduce_.two(Tensor(a!) self, int dim, Tensor index, Tensor src, str reduce, *, bool
+/// include_self=True) -> Tensor(a!)` Calls `tr_tensor_scatter_reduce_two_`; throws tr::Error on
+/// failure.
+inline Tensor& scatter_reduce_two_(
+    Tensor& input,
+    int64_t dim,
+    const Tensor& index,
+    const Tensor& src,
+    const std::string& reduce,
+    bool include_self) {
+    return input.scatter_reduce_two_(dim, index, src, reduce, include_self);
 }
 
 /// `eq_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` Calls `tr_tensor_eq_scalar_`;
@@ -3829,6 +5884,12 @@ inline Tensor& addbmm_(
     return input.addbmm(batch1, batch2, beta, alpha);
 }
 
+/// `random_.from(Tensor(a!) self, int from, int? to, *, Generator? generator=None) ->
+/// Tensor(a!)` Calls `tr_tensor_random_from_`; throws tr::Error on failure.
+inline Tensor& random_from_(Tensor& input, int64_t from, std::optional<int64_t> to) {
+    return input.random_from_(from, to);
+}
+
 /// `random_.to(Tensor(a!) self, int to, *, Generator? generator=None) -> Tensor(a!)` Calls
 /// `tr_tensor_random_to_`; throws tr::Error on failure.
 inline Tensor& random_to_(Tensor& input, int64_t to) {
@@ -3877,6 +5938,15 @@ inline Tensor& geometric_(Tensor& input, double p) {
     return input.diag(diagonal);
 }
 
+/// `cross(Tensor self, Tensor other, int? dim=None) -> Tensor` Calls `tr_tensor_cross`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor cross(
+    const Tensor& input,
+    const Tensor& other,
+    std::optional<int64_t> dim) {
+    return input.cross(other, dim);
+}
+
 /// `triu(Tensor self, SymInt diagonal=0) -> Tensor` Calls `tr_tensor_triu`; throws tr::Error on
 /// failure.
 [[nodiscard]] inline Tensor triu(const Tensor& input, int64_t diagonal) {
@@ -3887,6 +5957,32 @@ inline Tensor& geometric_(Tensor& input, double p) {
 /// failure.
 [[nodiscard]] inline Tensor tril(const Tensor& input, int64_t diagonal) {
     return input.tril(diagonal);
+}
+
+/// `tril_indices(int row, int col, int offset=0, *, ScalarType? dtype=long, Layout?
+/// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
+/// `tr_tensor_tril_indices`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor tril_indices(
+    int64_t row,
+    int64_t col,
+    int64_t offset,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_tril_indices, row, col, offset, detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// `triu_indices(int row, int col, int offset=0, *, ScalarType? dtype=long, Layout?
+/// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
+/// `tr_tensor_triu_indices`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor triu_indices(
+    int64_t row,
+    int64_t col,
+    int64_t offset,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_triu_indices, row, col, offset, detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
 }
 
 /// `trace(Tensor self) -> Tensor` Calls `tr_tensor_trace`; throws tr::Error on failure.
@@ -4116,10 +6212,25 @@ inline Tensor& less_tensor_(Tensor& input, const Tensor& other) {
     return input.take(index);
 }
 
+/// `take_along_dim(Tensor self, Tensor indices, int? dim=None) -> Tensor` Calls
+/// `tr_tensor_take_along_dim`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor take_along_dim(
+    const Tensor& input,
+    const Tensor& indices,
+    std::optional<int64_t> dim) {
+    return input.take_along_dim(indices, dim);
+}
+
 /// `nonzero_static(Tensor self, *, SymInt size, int fill_value=-1) -> Tensor` Calls
 /// `tr_tensor_nonzero_static`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor nonzero_static(const Tensor& input, int64_t size, int64_t fill_value) {
     return input.nonzero_static(size, fill_value);
+}
+
+/// `nonzero_numpy(Tensor self) -> Tensor[]` Calls `tr_tensor_nonzero_numpy`; throws tr::Error
+/// on failure.
+[[nodiscard]] inline std::vector<Tensor> nonzero_numpy(const Tensor& input) {
+    return input.nonzero_numpy();
 }
 
 /// `argwhere(Tensor self) -> Tensor` Calls `tr_tensor_argwhere`; throws tr::Error on failure.
@@ -4182,6 +6293,18 @@ inline Tensor& addcdiv_(Tensor& input, const Tensor& tensor1, const Tensor& tens
     return input.cross_entropy_loss(target, weight, reduction, ignore_index, label_smoothing);
 }
 
+/// `triangular_solve(Tensor self, Tensor A, bool upper=True, bool transpose=False, bool
+/// unitriangular=False) -> (Tensor solution, Tensor cloned_coefficient)` Calls
+/// `tr_tensor_triangular_solve`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> triangular_solve(
+    const Tensor& input,
+    const Tensor& a,
+    bool upper,
+    bool transpose,
+    bool unitriangular) {
+    return input.triangular_solve(a, upper, transpose, unitriangular);
+}
+
 /// `linalg_solve_triangular(Tensor self, Tensor B, *, bool upper, bool left=True, bool
 /// unitriangular=False) -> Tensor` Calls `tr_tensor_linalg_solve_triangular`; throws tr::Error
 /// on failure.
@@ -4192,6 +6315,18 @@ inline Tensor& addcdiv_(Tensor& input, const Tensor& tensor1, const Tensor& tens
     bool left,
     bool unitriangular) {
     return input.linalg_solve_triangular(b, upper, left, unitriangular);
+}
+
+/// `linalg_vander(Tensor x, *, SymInt? N=None) -> Tensor` Calls `tr_tensor_linalg_vander`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_vander(const Tensor& x, std::optional<int64_t> n) {
+    return x.linalg_vander(n);
+}
+
+/// `svd(Tensor self, bool some=True, bool compute_uv=True) -> (Tensor U, Tensor S, Tensor V)`
+/// Calls `tr_tensor_svd`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 3> svd(const Tensor& input, bool some, bool compute_uv) {
+    return input.svd(some, compute_uv);
 }
 
 /// `swapaxes(Tensor(a) self, int axis0, int axis1) -> Tensor(a)` Calls `tr_tensor_swapaxes`;
@@ -4236,6 +6371,18 @@ inline Tensor& swapdims_(Tensor& input, int64_t dim0, int64_t dim1) {
     return input.cholesky_inverse(upper);
 }
 
+/// `qr(Tensor self, bool some=True) -> (Tensor Q, Tensor R)` Calls `tr_tensor_qr`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> qr(const Tensor& input, bool some) {
+    return input.qr(some);
+}
+
+/// `geqrf(Tensor self) -> (Tensor a, Tensor tau)` Calls `tr_tensor_geqrf`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline std::array<Tensor, 2> geqrf(const Tensor& input) {
+    return input.geqrf();
+}
+
 /// `orgqr(Tensor self, Tensor input2) -> Tensor` Calls `tr_tensor_orgqr`; throws tr::Error on
 /// failure.
 [[nodiscard]] inline Tensor orgqr(const Tensor& input, const Tensor& input2) {
@@ -4260,6 +6407,16 @@ inline Tensor& swapdims_(Tensor& input, int64_t dim0, int64_t dim1) {
     const Tensor& lu_data,
     const Tensor& lu_pivots) {
     return input.lu_solve(lu_data, lu_pivots);
+}
+
+/// `lu_unpack(Tensor LU_data, Tensor LU_pivots, bool unpack_data=True, bool unpack_pivots=True)
+/// -> (Tensor P, Tensor L, Tensor U)` Calls `tr_tensor_lu_unpack`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 3> lu_unpack(
+    const Tensor& lu_data,
+    const Tensor& lu_pivots,
+    bool unpack_data,
+    bool unpack_pivots) {
+    return lu_data.lu_unpack(lu_pivots, unpack_data, unpack_pivots);
 }
 
 /// `multinomial(Tensor self, SymInt num_samples, bool replacement=False, *, Generator?
@@ -4386,6 +6543,29 @@ inline Tensor& arctan2_(Tensor& input, const Tensor& other) {
 /// `tr_tensor_histc`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor histc(const Tensor& input, int64_t bins, Scalar min, Scalar max) {
     return input.histc(bins, min, max);
+}
+
+/// `histogram.bins_tensor(Tensor self, Tensor bins, *, Tensor? weight=None, bool density=False)
+/// -> (Tensor hist, Tensor bin_edges)` Calls `tr_tensor_histogram_bins_tensor`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> histogram_bins_tensor(
+    const Tensor& input,
+    const Tensor& bins,
+    OptionalTensor weight,
+    bool density) {
+    return input.histogram_bins_tensor(bins, weight, density);
+}
+
+/// `histogram.bin_ct(Tensor self, int bins=100, *, float[]? range=None, Tensor? weight=None,
+/// bool density=False) -> (Tensor hist, Tensor bin_edges)` Calls `tr_tensor_histogram_bin_ct`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> histogram_bin_ct(
+    const Tensor& input,
+    int64_t bins,
+    const std::optional<std::vector<double>>& range,
+    OptionalTensor weight,
+    bool density) {
+    return input.histogram_bin_ct(bins, range, weight, density);
 }
 
 /// `fmod.Scalar(Tensor self, Scalar other) -> Tensor` Calls `tr_tensor_fmod_scalar`; throws
@@ -4516,6 +6696,69 @@ inline Tensor& remainder_tensor_(Tensor& input, const Tensor& other) {
     return input.min_other(other);
 }
 
+/// `quantile(Tensor self, Tensor q, int? dim=None, bool keepdim=False, *, str
+/// interpolation='linear') -> Tensor` Calls `tr_tensor_quantile`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor quantile(
+    const Tensor& input,
+    const Tensor& q,
+    std::optional<int64_t> dim,
+    bool keepdim,
+    const std::string& interpolation) {
+    return input.quantile(q, dim, keepdim, interpolation);
+}
+
+/// `quantile.scalar(Tensor self, float q, int? dim=None, bool keepdim=False, *, str
+/// interpolation='linear') -> Tensor` Calls `tr_tensor_quantile_scalar`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor quantile_scalar(
+    const Tensor& input,
+    double q,
+    std::optional<int64_t> dim,
+    bool keepdim,
+    const std::string& interpolation) {
+    return input.quantile_scalar(q, dim, keepdim, interpolation);
+}
+
+/// `nanquantile(Tensor self, Tensor q, int? dim=None, bool keepdim=False, *, str
+/// interpolation='linear') -> Tensor` Calls `tr_tensor_nanquantile`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor nanquantile(
+    const Tensor& input,
+    const Tensor& q,
+    std::optional<int64_t> dim,
+    bool keepdim,
+    const std::string& interpolation) {
+    return input.nanquantile(q, dim, keepdim, interpolation);
+}
+
+/// `nanquantile.scalar(Tensor self, float q, int? dim=None, bool keepdim=False, *, str
+/// interpolation='linear') -> Tensor` Calls `tr_tensor_nanquantile_scalar`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor nanquantile_scalar(
+    const Tensor& input,
+    double q,
+    std::optional<int64_t> dim,
+    bool keepdim,
+    const std::string& interpolation) {
+    return input.nanquantile_scalar(q, dim, keepdim, interpolation);
+}
+
+/// `sort(Tensor self, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)`
+/// Calls `tr_tensor_sort`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> sort(const Tensor& input, int64_t dim, bool descending) {
+    return input.sort(dim, descending);
+}
+
+/// `sort.stable(Tensor self, *, bool? stable, int dim=-1, bool descending=False) -> (Tensor
+/// values, Tensor indices)` Calls `tr_tensor_sort_stable`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> sort_stable(
+    const Tensor& input,
+    std::optional<bool> stable,
+    int64_t dim,
+    bool descending) {
+    return input.sort_stable(stable, dim, descending);
+}
+
 /// `msort(Tensor self) -> Tensor` Calls `tr_tensor_msort`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor msort(const Tensor& input) {
     return input.msort();
@@ -4535,6 +6778,17 @@ inline Tensor& remainder_tensor_(Tensor& input, const Tensor& other) {
     int64_t dim,
     bool descending) {
     return input.argsort_stable(stable, dim, descending);
+}
+
+/// `topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> (Tensor
+/// values, Tensor indices)` Calls `tr_tensor_topk`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> topk(
+    const Tensor& input,
+    int64_t k,
+    int64_t dim,
+    bool largest,
+    bool sorted) {
+    return input.topk(k, dim, largest, sorted);
 }
 
 /// `all(Tensor self) -> Tensor` Calls `tr_tensor_all`; throws tr::Error on failure.
@@ -4657,6 +6911,20 @@ inline Tensor& normal_(Tensor& input, double mean, double std) {
     return mean.normal_tensor_tensor(std);
 }
 
+/// `normal.float_float(float mean, float std, SymInt[] size, *, Generator? generator=None,
+/// ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) ->
+/// Tensor` Calls `tr_tensor_normal_float_float`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor normal_float_float(
+    double mean,
+    double std,
+    IntList size,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_normal_float_float, mean, std, size.data(), size.size(),
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
 /// `bucketize.Tensor(Tensor self, Tensor boundaries, *, bool out_int32=False, bool right=False)
 /// -> Tensor` Calls `tr_tensor_bucketize_tensor`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor bucketize_tensor(
@@ -4677,6 +6945,32 @@ inline Tensor& normal_(Tensor& input, double mean, double std) {
     tr_tensor out{0};
     detail::call(tr_tensor_bucketize_scalar, input.raw(), boundaries.raw(), out_int32, right, &out);
     return Tensor::adopt(out);
+}
+
+/// `searchsorted.Tensor(Tensor sorted_sequence, Tensor self, *, bool out_int32=False, bool
+/// right=False, str? side=None, Tensor? sorter=None) -> Tensor` Calls
+/// `tr_tensor_searchsorted_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor searchsorted_tensor(
+    const Tensor& sorted_sequence,
+    const Tensor& input,
+    bool out_int32,
+    bool right,
+    const std::optional<std::string>& side,
+    OptionalTensor sorter) {
+    return sorted_sequence.searchsorted_tensor(input, out_int32, right, side, sorter);
+}
+
+/// `searchsorted.Scalar(Tensor sorted_sequence, Scalar self, *, bool out_int32=False, bool
+/// right=False, str? side=None, Tensor? sorter=None) -> Tensor` Calls
+/// `tr_tensor_searchsorted_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor searchsorted_scalar(
+    const Tensor& sorted_sequence,
+    Scalar input,
+    bool out_int32,
+    bool right,
+    const std::optional<std::string>& side,
+    OptionalTensor sorter) {
+    return sorted_sequence.searchsorted_scalar(input, out_int32, right, side, sorter);
 }
 
 /// `l1_loss(Tensor self, Tensor target, int reduction=Mean) -> Tensor` Calls
@@ -4707,6 +7001,16 @@ inline Tensor& normal_(Tensor& input, double mean, double std) {
     return input.multilabel_margin_loss(target, reduction);
 }
 
+/// `multilabel_margin_loss_forward(Tensor self, Tensor target, int reduction) -> (Tensor
+/// output, Tensor is_target)` Calls `tr_tensor_multilabel_margin_loss_forward`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> multilabel_margin_loss_forward(
+    const Tensor& input,
+    const Tensor& target,
+    int64_t reduction) {
+    return input.multilabel_margin_loss_forward(target, reduction);
+}
+
 /// `nll_loss_nd(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean, SymInt
 /// ignore_index=-100) -> Tensor` Calls `tr_tensor_nll_loss_nd`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor nll_loss_nd(
@@ -4729,6 +7033,18 @@ inline Tensor& normal_(Tensor& input, double mean, double std) {
     return input.nll_loss(target, weight, reduction, ignore_index);
 }
 
+/// `nll_loss_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt
+/// ignore_index) -> (Tensor output, Tensor total_weight)` Calls `tr_tensor_nll_loss_forward`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> nll_loss_forward(
+    const Tensor& input,
+    const Tensor& target,
+    OptionalTensor weight,
+    int64_t reduction,
+    int64_t ignore_index) {
+    return input.nll_loss_forward(target, weight, reduction, ignore_index);
+}
+
 /// `nll_loss2d(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean, SymInt
 /// ignore_index=-100) -> Tensor` Calls `tr_tensor_nll_loss2d`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor nll_loss2d(
@@ -4738,6 +7054,18 @@ inline Tensor& normal_(Tensor& input, double mean, double std) {
     int64_t reduction,
     int64_t ignore_index) {
     return input.nll_loss2d(target, weight, reduction, ignore_index);
+}
+
+/// `nll_loss2d_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt
+/// ignore_index) -> (Tensor output, Tensor total_weight)` Calls `tr_tensor_nll_loss2d_forward`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> nll_loss2d_forward(
+    const Tensor& input,
+    const Tensor& target,
+    OptionalTensor weight,
+    int64_t reduction,
+    int64_t ignore_index) {
+    return input.nll_loss2d_forward(target, weight, reduction, ignore_index);
 }
 
 /// `smooth_l1_loss(Tensor self, Tensor target, int reduction=Mean, float beta=1.0) -> Tensor`
@@ -4853,6 +7181,12 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return input.log_sigmoid();
 }
 
+/// `log_sigmoid_forward(Tensor self) -> (Tensor output, Tensor buffer)` Calls
+/// `tr_tensor_log_sigmoid_forward`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> log_sigmoid_forward(const Tensor& input) {
+    return input.log_sigmoid_forward();
+}
+
 /// `softplus(Tensor self, Scalar beta=1, Scalar threshold=20) -> Tensor` Calls
 /// `tr_tensor_softplus`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor softplus(const Tensor& input, Scalar beta, Scalar threshold) {
@@ -4875,6 +7209,98 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
 /// `tr_tensor_adaptive_avg_pool3d`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor adaptive_avg_pool3d(const Tensor& input, IntList output_size) {
     return input.adaptive_avg_pool3d(output_size);
+}
+
+/// `adaptive_max_pool2d(Tensor self, int[2] output_size) -> (Tensor, Tensor)` Calls
+/// `tr_tensor_adaptive_max_pool2d`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> adaptive_max_pool2d(
+    const Tensor& input,
+    IntList output_size) {
+    return input.adaptive_max_pool2d(output_size);
+}
+
+/// `adaptive_max_pool3d(Tensor self, int[3] output_size) -> (Tensor, Tensor)` Calls
+/// `tr_tensor_adaptive_max_pool3d`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> adaptive_max_pool3d(
+    const Tensor& input,
+    IntList output_size) {
+    return input.adaptive_max_pool3d(output_size);
+}
+
+/// `avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, bool
+/// ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor` Calls
+/// `tr_tensor_avg_pool2d`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor avg_pool2d(
+    const Tensor& input,
+    IntList kernel_size,
+    IntList stride,
+    IntList padding,
+    bool ceil_mode,
+    bool count_include_pad,
+    std::optional<int64_t> divisor_override) {
+    return input.avg_pool2d(kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override);
+}
+
+/// `avg_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, bool
+/// ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor` Calls
+/// `tr_tensor_avg_pool3d`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor avg_pool3d(
+    const Tensor& input,
+    IntList kernel_size,
+    IntList stride,
+    IntList padding,
+    bool ceil_mode,
+    bool count_include_pad,
+    std::optional<int64_t> divisor_override) {
+    return input.avg_pool3d(kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override);
+}
+
+/// `fractional_max_pool2d(Tensor self, int[2] kernel_size, int[2] output_size, Tensor
+/// random_samples) -> (Tensor, Tensor)` Calls `tr_tensor_fractional_max_pool2d`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> fractional_max_pool2d(
+    const Tensor& input,
+    IntList kernel_size,
+    IntList output_size,
+    const Tensor& random_samples) {
+    return input.fractional_max_pool2d(kernel_size, output_size, random_samples);
+}
+
+/// `fractional_max_pool3d(Tensor self, int[3] kernel_size, int[3] output_size, Tensor
+/// random_samples) -> (Tensor, Tensor)` Calls `tr_tensor_fractional_max_pool3d`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> fractional_max_pool3d(
+    const Tensor& input,
+    IntList kernel_size,
+    IntList output_size,
+    const Tensor& random_samples) {
+    return input.fractional_max_pool3d(kernel_size, output_size, random_samples);
+}
+
+/// `max_pool2d_with_indices(Tensor self, int[2] kernel_size, int[2] stride=[], int[2]
+/// padding=0, int[2] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)` Calls
+/// `tr_tensor_max_pool2d_with_indices`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> max_pool2d_with_indices(
+    const Tensor& input,
+    IntList kernel_size,
+    IntList stride,
+    IntList padding,
+    IntList dilation,
+    bool ceil_mode) {
+    return input.max_pool2d_with_indices(kernel_size, stride, padding, dilation, ceil_mode);
+}
+
+/// `max_pool3d_with_indices(Tensor self, int[3] kernel_size, int[3] stride=[], int[3]
+/// padding=0, int[3] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)` Calls
+/// `tr_tensor_max_pool3d_with_indices`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> max_pool3d_with_indices(
+    const Tensor& input,
+    IntList kernel_size,
+    IntList stride,
+    IntList padding,
+    IntList dilation,
+    bool ceil_mode) {
+    return input.max_pool3d_with_indices(kernel_size, stride, padding, dilation, ceil_mode);
 }
 
 /// `max_unpool2d(Tensor self, Tensor indices, SymInt[2] output_size) -> Tensor` Calls
@@ -4931,6 +7357,165 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
 /// `tr_tensor_replication_pad3d`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor replication_pad3d(const Tensor& input, IntList padding) {
     return input.replication_pad3d(padding);
+}
+
+/// `pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -> Tensor` Calls
+/// `tr_tensor_pad`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor pad(
+    const Tensor& input,
+    IntList pad,
+    const std::string& mode,
+    std::optional<double> value) {
+    return input.pad(pad, mode, value);
+}
+
+/// `upsample_linear1d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]?
+/// scale_factors) -> Tensor` Calls `tr_tensor_upsample_linear1d_vec`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor upsample_linear1d_vec(
+    const Tensor& input,
+    const std::optional<IntList>& output_size,
+    bool align_corners,
+    const std::optional<std::vector<double>>& scale_factors) {
+    return input.upsample_linear1d_vec(output_size, align_corners, scale_factors);
+}
+
+/// `upsample_bilinear2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]?
+/// scale_factors) -> Tensor` Calls `tr_tensor_upsample_bilinear2d_vec`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor upsample_bilinear2d_vec(
+    const Tensor& input,
+    const std::optional<IntList>& output_size,
+    bool align_corners,
+    const std::optional<std::vector<double>>& scale_factors) {
+    return input.upsample_bilinear2d_vec(output_size, align_corners, scale_factors);
+}
+
+/// `upsample_trilinear3d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]?
+/// scale_factors) -> Tensor` Calls `tr_tensor_upsample_trilinear3d_vec`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor upsample_trilinear3d_vec(
+    const Tensor& input,
+    const std::optional<IntList>& output_size,
+    bool align_corners,
+    const std::optional<std::vector<double>>& scale_factors) {
+    return input.upsample_trilinear3d_vec(output_size, align_corners, scale_factors);
+}
+
+/// `upsample_bicubic2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]?
+/// scale_factors) -> Tensor` Calls `tr_tensor_upsample_bicubic2d_vec`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor upsample_bicubic2d_vec(
+    const Tensor& input,
+    const std::optional<IntList>& output_size,
+    bool align_corners,
+    const std::optional<std::vector<double>>& scale_factors) {
+    return input.upsample_bicubic2d_vec(output_size, align_corners, scale_factors);
+}
+
+/// `upsample_nearest1d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) ->
+/// Tensor` Calls `tr_tensor_upsample_nearest1d_vec`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor upsample_nearest1d_vec(
+    const Tensor& input,
+    const std::optional<IntList>& output_size,
+    const std::optional<std::vector<double>>& scale_factors) {
+    return input.upsample_nearest1d_vec(output_size, scale_factors);
+}
+
+/// `upsample_nearest2d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) ->
+/// Tensor` Calls `tr_tensor_upsample_nearest2d_vec`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor upsample_nearest2d_vec(
+    const Tensor& input,
+    const std::optional<IntList>& output_size,
+    const std::optional<std::vector<double>>& scale_factors) {
+    return input.upsample_nearest2d_vec(output_size, scale_factors);
+}
+
+/// `upsample_nearest3d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) ->
+/// Tensor` Calls `tr_tensor_upsample_nearest3d_vec`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor upsample_nearest3d_vec(
+    const Tensor& input,
+    const std::optional<IntList>& output_size,
+    const std::optional<std::vector<double>>& scale_factors) {
+    return input.upsample_nearest3d_vec(output_size, scale_factors);
+}
+
+/// `upsample_linear1d(Tensor self, SymInt[1] output_size, bool align_corners, float?
+/// scales=None) -> Tensor` Calls `tr_tensor_upsample_linear1d`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor upsample_linear1d(
+    const Tensor& input,
+    IntList output_size,
+    bool align_corners,
+    std::optional<double> scales) {
+    return input.upsample_linear1d(output_size, align_corners, scales);
+}
+
+/// `upsample_bilinear2d(Tensor self, SymInt[2] output_size, bool align_corners, float?
+/// scales_h=None, float? scales_w=None) -> Tensor` Calls `tr_tensor_upsample_bilinear2d`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor upsample_bilinear2d(
+    const Tensor& input,
+    IntList output_size,
+    bool align_corners,
+    std::optional<double> scales_h,
+    std::optional<double> scales_w) {
+    return input.upsample_bilinear2d(output_size, align_corners, scales_h, scales_w);
+}
+
+/// `upsample_bicubic2d(Tensor self, SymInt[2] output_size, bool align_corners, float?
+/// scales_h=None, float? scales_w=None) -> Tensor` Calls `tr_tensor_upsample_bicubic2d`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor upsample_bicubic2d(
+    const Tensor& input,
+    IntList output_size,
+    bool align_corners,
+    std::optional<double> scales_h,
+    std::optional<double> scales_w) {
+    return input.upsample_bicubic2d(output_size, align_corners, scales_h, scales_w);
+}
+
+/// `upsample_trilinear3d(Tensor self, SymInt[3] output_size, bool align_corners, float?
+/// scales_d=None, float? scales_h=None, float? scales_w=None) -> Tensor` Calls
+/// `tr_tensor_upsample_trilinear3d`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor upsample_trilinear3d(
+    const Tensor& input,
+    IntList output_size,
+    bool align_corners,
+    std::optional<double> scales_d,
+    std::optional<double> scales_h,
+    std::optional<double> scales_w) {
+    return input.upsample_trilinear3d(output_size, align_corners, scales_d, scales_h, scales_w);
+}
+
+/// `upsample_nearest1d(Tensor self, SymInt[1] output_size, float? scales=None) -> Tensor` Calls
+/// `tr_tensor_upsample_nearest1d`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor upsample_nearest1d(
+    const Tensor& input,
+    IntList output_size,
+    std::optional<double> scales) {
+    return input.upsample_nearest1d(output_size, scales);
+}
+
+/// `upsample_nearest2d(Tensor self, SymInt[2] output_size, float? scales_h=None, float?
+/// scales_w=None) -> Tensor` Calls `tr_tensor_upsample_nearest2d`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor upsample_nearest2d(
+    const Tensor& input,
+    IntList output_size,
+    std::optional<double> scales_h,
+    std::optional<double> scales_w) {
+    return input.upsample_nearest2d(output_size, scales_h, scales_w);
+}
+
+/// `upsample_nearest3d(Tensor self, SymInt[3] output_size, float? scales_d=None, float?
+/// scales_h=None, float? scales_w=None) -> Tensor` Calls `tr_tensor_upsample_nearest3d`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor upsample_nearest3d(
+    const Tensor& input,
+    IntList output_size,
+    std::optional<double> scales_d,
+    std::optional<double> scales_h,
+    std::optional<double> scales_w) {
+    return input.upsample_nearest3d(output_size, scales_d, scales_h, scales_w);
 }
 
 /// `slow_conv_transpose2d(Tensor self, Tensor weight, SymInt[2] kernel_size, Tensor? bias=None,
@@ -5257,6 +7842,12 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return input.special_i1e();
 }
 
+/// `special_logit(Tensor self, float? eps=None) -> Tensor` Calls `tr_tensor_special_logit`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor special_logit(const Tensor& input, std::optional<double> eps) {
+    return input.special_logit(eps);
+}
+
 /// `special_polygamma(int n, Tensor self) -> Tensor` Calls `tr_tensor_special_polygamma`;
 /// throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_polygamma(int64_t n, const Tensor& input) {
@@ -5295,6 +7886,15 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return input.special_log1p();
 }
 
+/// `special_log_softmax(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor` Calls
+/// `tr_tensor_special_log_softmax`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor special_log_softmax(
+    const Tensor& input,
+    int64_t dim,
+    std::optional<DType> dtype) {
+    return input.special_log_softmax(dim, dtype);
+}
+
 /// `special_gammainc(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_special_gammainc`;
 /// throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_gammainc(const Tensor& input, const Tensor& other) {
@@ -5313,6 +7913,234 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return input.special_multigammaln(p);
 }
 
+/// `special_softmax(Tensor self, int dim, ScalarType? dtype=None) -> Tensor` Calls
+/// `tr_tensor_special_softmax`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor special_softmax(
+    const Tensor& input,
+    int64_t dim,
+    std::optional<DType> dtype) {
+    return input.special_softmax(dim, dtype);
+}
+
+/// `fft_fft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor` Calls
+/// `tr_tensor_fft_fft`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor fft_fft(
+    const Tensor& input,
+    std::optional<int64_t> n,
+    int64_t dim,
+    const std::optional<std::string>& norm) {
+    return input.fft_fft(n, dim, norm);
+}
+
+/// `fft_ifft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor` Calls
+/// `tr_tensor_fft_ifft`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor fft_ifft(
+    const Tensor& input,
+    std::optional<int64_t> n,
+    int64_t dim,
+    const std::optional<std::string>& norm) {
+    return input.fft_ifft(n, dim, norm);
+}
+
+/// `fft_rfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor` Calls
+/// `tr_tensor_fft_rfft`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor fft_rfft(
+    const Tensor& input,
+    std::optional<int64_t> n,
+    int64_t dim,
+    const std::optional<std::string>& norm) {
+    return input.fft_rfft(n, dim, norm);
+}
+
+/// `fft_irfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor` Calls
+/// `tr_tensor_fft_irfft`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor fft_irfft(
+    const Tensor& input,
+    std::optional<int64_t> n,
+    int64_t dim,
+    const std::optional<std::string>& norm) {
+    return input.fft_irfft(n, dim, norm);
+}
+
+/// `fft_hfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor` Calls
+/// `tr_tensor_fft_hfft`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor fft_hfft(
+    const Tensor& input,
+    std::optional<int64_t> n,
+    int64_t dim,
+    const std::optional<std::string>& norm) {
+    return input.fft_hfft(n, dim, norm);
+}
+
+/// `fft_ihfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor` Calls
+/// `tr_tensor_fft_ihfft`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor fft_ihfft(
+    const Tensor& input,
+    std::optional<int64_t> n,
+    int64_t dim,
+    const std::optional<std::string>& norm) {
+    return input.fft_ihfft(n, dim, norm);
+}
+
+/// `fft_fft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`
+/// Calls `tr_tensor_fft_fft2`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor fft_fft2(
+    const Tensor& input,
+    const std::optional<IntList>& s,
+    IntList dim,
+    const std::optional<std::string>& norm) {
+    return input.fft_fft2(s, dim, norm);
+}
+
+/// `fft_ifft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`
+/// Calls `tr_tensor_fft_ifft2`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor fft_ifft2(
+    const Tensor& input,
+    const std::optional<IntList>& s,
+    IntList dim,
+    const std::optional<std::string>& norm) {
+    return input.fft_ifft2(s, dim, norm);
+}
+
+/// `fft_rfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`
+/// Calls `tr_tensor_fft_rfft2`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor fft_rfft2(
+    const Tensor& input,
+    const std::optional<IntList>& s,
+    IntList dim,
+    const std::optional<std::string>& norm) {
+    return input.fft_rfft2(s, dim, norm);
+}
+
+/// `fft_irfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`
+/// Calls `tr_tensor_fft_irfft2`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor fft_irfft2(
+    const Tensor& input,
+    const std::optional<IntList>& s,
+    IntList dim,
+    const std::optional<std::string>& norm) {
+    return input.fft_irfft2(s, dim, norm);
+}
+
+/// `fft_hfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`
+/// Calls `tr_tensor_fft_hfft2`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor fft_hfft2(
+    const Tensor& input,
+    const std::optional<IntList>& s,
+    IntList dim,
+    const std::optional<std::string>& norm) {
+    return input.fft_hfft2(s, dim, norm);
+}
+
+/// `fft_ihfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`
+/// Calls `tr_tensor_fft_ihfft2`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor fft_ihfft2(
+    const Tensor& input,
+    const std::optional<IntList>& s,
+    IntList dim,
+    const std::optional<std::string>& norm) {
+    return input.fft_ihfft2(s, dim, norm);
+}
+
+/// `fft_fftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor` Calls
+/// `tr_tensor_fft_fftn`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor fft_fftn(
+    const Tensor& input,
+    const std::optional<IntList>& s,
+    const std::optional<IntList>& dim,
+    const std::optional<std::string>& norm) {
+    return input.fft_fftn(s, dim, norm);
+}
+
+/// `fft_ifftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
+/// Calls `tr_tensor_fft_ifftn`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor fft_ifftn(
+    const Tensor& input,
+    const std::optional<IntList>& s,
+    const std::optional<IntList>& dim,
+    const std::optional<std::string>& norm) {
+    return input.fft_ifftn(s, dim, norm);
+}
+
+/// `fft_rfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
+/// Calls `tr_tensor_fft_rfftn`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor fft_rfftn(
+    const Tensor& input,
+    const std::optional<IntList>& s,
+    const std::optional<IntList>& dim,
+    const std::optional<std::string>& norm) {
+    return input.fft_rfftn(s, dim, norm);
+}
+
+/// `fft_irfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
+/// Calls `tr_tensor_fft_irfftn`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor fft_irfftn(
+    const Tensor& input,
+    const std::optional<IntList>& s,
+    const std::optional<IntList>& dim,
+    const std::optional<std::string>& norm) {
+    return input.fft_irfftn(s, dim, norm);
+}
+
+/// `fft_hfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
+/// Calls `tr_tensor_fft_hfftn`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor fft_hfftn(
+    const Tensor& input,
+    const std::optional<IntList>& s,
+    const std::optional<IntList>& dim,
+    const std::optional<std::string>& norm) {
+    return input.fft_hfftn(s, dim, norm);
+}
+
+/// `fft_ihfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
+/// Calls `tr_tensor_fft_ihfftn`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor fft_ihfftn(
+    const Tensor& input,
+    const std::optional<IntList>& s,
+    const std::optional<IntList>& dim,
+    const std::optional<std::string>& norm) {
+    return input.fft_ihfftn(s, dim, norm);
+}
+
+/// `fft_fftfreq(int n, float d=1.0, *, ScalarType? dtype=None, Layout? layout=None, Device?
+/// device=None, bool? pin_memory=None) -> Tensor` Calls `tr_tensor_fft_fftfreq`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor fft_fftfreq(int64_t n, double d, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_fft_fftfreq, n, d, detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// `fft_rfftfreq(int n, float d=1.0, *, ScalarType? dtype=None, Layout? layout=None, Device?
+/// device=None, bool? pin_memory=None) -> Tensor` Calls `tr_tensor_fft_rfftfreq`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor fft_rfftfreq(int64_t n, double d, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_fft_rfftfreq, n, d, detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// `fft_fftshift(Tensor self, int[1]? dim=None) -> Tensor` Calls `tr_tensor_fft_fftshift`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor fft_fftshift(const Tensor& input, const std::optional<IntList>& dim) {
+    return input.fft_fftshift(dim);
+}
+
+/// `fft_ifftshift(Tensor self, int[1]? dim=None) -> Tensor` Calls `tr_tensor_fft_ifftshift`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor fft_ifftshift(const Tensor& input, const std::optional<IntList>& dim) {
+    return input.fft_ifftshift(dim);
+}
+
+/// `linalg_cholesky_ex(Tensor self, *, bool upper=False, bool check_errors=False) -> (Tensor L,
+/// Tensor info)` Calls `tr_tensor_linalg_cholesky_ex`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> linalg_cholesky_ex(
+    const Tensor& input,
+    bool upper,
+    bool check_errors) {
+    return input.linalg_cholesky_ex(upper, check_errors);
+}
+
 /// `linalg_cholesky(Tensor self, *, bool upper=False) -> Tensor` Calls
 /// `tr_tensor_linalg_cholesky`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor linalg_cholesky(const Tensor& input, bool upper) {
@@ -5323,6 +8151,28 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
 /// `tr_tensor_linalg_cross`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor linalg_cross(const Tensor& input, const Tensor& other, int64_t dim) {
     return input.linalg_cross(other, dim);
+}
+
+/// `linalg_lu_factor(Tensor A, *, bool pivot=True) -> (Tensor LU, Tensor pivots)` Calls
+/// `tr_tensor_linalg_lu_factor`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> linalg_lu_factor(const Tensor& a, bool pivot) {
+    return a.linalg_lu_factor(pivot);
+}
+
+/// `linalg_lu_factor_ex(Tensor A, *, bool pivot=True, bool check_errors=False) -> (Tensor LU,
+/// Tensor pivots, Tensor info)` Calls `tr_tensor_linalg_lu_factor_ex`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline std::array<Tensor, 3> linalg_lu_factor_ex(
+    const Tensor& a,
+    bool pivot,
+    bool check_errors) {
+    return a.linalg_lu_factor_ex(pivot, check_errors);
+}
+
+/// `linalg_lu(Tensor A, *, bool pivot=True) -> (Tensor P, Tensor L, Tensor U)` Calls
+/// `tr_tensor_linalg_lu`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 3> linalg_lu(const Tensor& a, bool pivot) {
+    return a.linalg_lu(pivot);
 }
 
 /// `linalg_lu_solve(Tensor LU, Tensor pivots, Tensor B, *, bool left=True, bool adjoint=False)
@@ -5346,6 +8196,22 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return input.det();
 }
 
+/// `linalg_ldl_factor_ex(Tensor self, *, bool hermitian=False, bool check_errors=False) ->
+/// (Tensor LD, Tensor pivots, Tensor info)` Calls `tr_tensor_linalg_ldl_factor_ex`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 3> linalg_ldl_factor_ex(
+    const Tensor& input,
+    bool hermitian,
+    bool check_errors) {
+    return input.linalg_ldl_factor_ex(hermitian, check_errors);
+}
+
+/// `linalg_ldl_factor(Tensor self, *, bool hermitian=False) -> (Tensor LD, Tensor pivots)`
+/// Calls `tr_tensor_linalg_ldl_factor`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> linalg_ldl_factor(const Tensor& input, bool hermitian) {
+    return input.linalg_ldl_factor(hermitian);
+}
+
 /// `linalg_ldl_solve(Tensor LD, Tensor pivots, Tensor B, *, bool hermitian=False) -> Tensor`
 /// Calls `tr_tensor_linalg_ldl_solve`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor linalg_ldl_solve(
@@ -5354,6 +8220,17 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     const Tensor& b,
     bool hermitian) {
     return ld.linalg_ldl_solve(pivots, b, hermitian);
+}
+
+/// `linalg_lstsq(Tensor self, Tensor b, float? rcond=None, *, str? driver=None) -> (Tensor
+/// solution, Tensor residuals, Tensor rank, Tensor singular_values)` Calls
+/// `tr_tensor_linalg_lstsq`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 4> linalg_lstsq(
+    const Tensor& input,
+    const Tensor& b,
+    std::optional<double> rcond,
+    const std::optional<std::string>& driver) {
+    return input.linalg_lstsq(b, rcond, driver);
 }
 
 /// `linalg_matmul(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_linalg_matmul`; throws
@@ -5374,9 +8251,27 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return input.linalg_matrix_exp();
 }
 
+/// `linalg_slogdet(Tensor A) -> (Tensor sign, Tensor logabsdet)` Calls
+/// `tr_tensor_linalg_slogdet`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> linalg_slogdet(const Tensor& a) {
+    return a.linalg_slogdet();
+}
+
+/// `slogdet(Tensor self) -> (Tensor sign, Tensor logabsdet)` Calls `tr_tensor_slogdet`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> slogdet(const Tensor& input) {
+    return input.slogdet();
+}
+
 /// `logdet(Tensor self) -> Tensor` Calls `tr_tensor_logdet`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor logdet(const Tensor& input) {
     return input.logdet();
+}
+
+/// `linalg_eig(Tensor self) -> (Tensor eigenvalues, Tensor eigenvectors)` Calls
+/// `tr_tensor_linalg_eig`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> linalg_eig(const Tensor& input) {
+    return input.linalg_eig();
 }
 
 /// `linalg_eigvals(Tensor self) -> Tensor` Calls `tr_tensor_linalg_eigvals`; throws tr::Error
@@ -5385,10 +8280,30 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return input.linalg_eigvals();
 }
 
+/// `linalg_eigh(Tensor self, str UPLO="L") -> (Tensor eigenvalues, Tensor eigenvectors)` Calls
+/// `tr_tensor_linalg_eigh`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> linalg_eigh(
+    const Tensor& input,
+    const std::string& uplo) {
+    return input.linalg_eigh(uplo);
+}
+
+/// `linalg_eigvalsh(Tensor self, str UPLO="L") -> Tensor` Calls `tr_tensor_linalg_eigvalsh`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_eigvalsh(const Tensor& input, const std::string& uplo) {
+    return input.linalg_eigvalsh(uplo);
+}
+
 /// `linalg_householder_product(Tensor input, Tensor tau) -> Tensor` Calls
 /// `tr_tensor_linalg_householder_product`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor linalg_householder_product(const Tensor& input, const Tensor& tau) {
     return input.linalg_householder_product(tau);
+}
+
+/// `linalg_inv_ex(Tensor A, *, bool check_errors=False) -> (Tensor inverse, Tensor info)` Calls
+/// `tr_tensor_linalg_inv_ex`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> linalg_inv_ex(const Tensor& a, bool check_errors) {
+    return a.linalg_inv_ex(check_errors);
 }
 
 /// `linalg_inv(Tensor A) -> Tensor` Calls `tr_tensor_linalg_inv`; throws tr::Error on failure.
@@ -5419,6 +8334,95 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return input.ger(vec2);
 }
 
+/// `linalg_norm(Tensor self, Scalar? ord=None, int[1]? dim=None, bool keepdim=False, *,
+/// ScalarType? dtype=None) -> Tensor` Calls `tr_tensor_linalg_norm`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor linalg_norm(
+    const Tensor& input,
+    std::optional<Scalar> ord,
+    const std::optional<IntList>& dim,
+    bool keepdim,
+    std::optional<DType> dtype) {
+    return input.linalg_norm(ord, dim, keepdim, dtype);
+}
+
+/// `linalg_norm.ord_str(Tensor self, str ord, int[1]? dim=None, bool keepdim=False, *,
+/// ScalarType? dtype=None) -> Tensor` Calls `tr_tensor_linalg_norm_ord_str`; throws tr::Error
+/// on failure.
+[[nodiscard]] inline Tensor linalg_norm_ord_str(
+    const Tensor& input,
+    const std::string& ord,
+    const std::optional<IntList>& dim,
+    bool keepdim,
+    std::optional<DType> dtype) {
+    return input.linalg_norm_ord_str(ord, dim, keepdim, dtype);
+}
+
+/// `linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *,
+/// ScalarType? dtype=None) -> Tensor` Calls `tr_tensor_linalg_vector_norm`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor linalg_vector_norm(
+    const Tensor& input,
+    Scalar ord,
+    const std::optional<IntList>& dim,
+    bool keepdim,
+    std::optional<DType> dtype) {
+    return input.linalg_vector_norm(ord, dim, keepdim, dtype);
+}
+
+/// `linalg_matrix_norm(Tensor self, Scalar ord, int[] dim=[-2,-1], bool keepdim=False, *,
+/// ScalarType? dtype=None) -> Tensor` Calls `tr_tensor_linalg_matrix_norm`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor linalg_matrix_norm(
+    const Tensor& input,
+    Scalar ord,
+    IntList dim,
+    bool keepdim,
+    std::optional<DType> dtype) {
+    return input.linalg_matrix_norm(ord, dim, keepdim, dtype);
+}
+
+/// `linalg_matrix_norm.str_ord(Tensor self, str ord='fro', int[] dim=[-2,-1], bool
+/// keepdim=False, *, ScalarType? dtype=None) -> Tensor` Calls
+/// `tr_tensor_linalg_matrix_norm_str_ord`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_matrix_norm_str_ord(
+    const Tensor& input,
+    const std::string& ord,
+    IntList dim,
+    bool keepdim,
+    std::optional<DType> dtype) {
+    return input.linalg_matrix_norm_str_ord(ord, dim, keepdim, dtype);
+}
+
+/// `linalg_svd(Tensor A, bool full_matrices=True, *, str? driver=None) -> (Tensor U, Tensor S,
+/// Tensor Vh)` Calls `tr_tensor_linalg_svd`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 3> linalg_svd(
+    const Tensor& a,
+    bool full_matrices,
+    const std::optional<std::string>& driver) {
+    return a.linalg_svd(full_matrices, driver);
+}
+
+/// `linalg_svdvals(Tensor A, *, str? driver=None) -> Tensor` Calls `tr_tensor_linalg_svdvals`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_svdvals(
+    const Tensor& a,
+    const std::optional<std::string>& driver) {
+    return a.linalg_svdvals(driver);
+}
+
+/// `linalg_cond(Tensor self, Scalar? p=None) -> Tensor` Calls `tr_tensor_linalg_cond`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_cond(const Tensor& input, std::optional<Scalar> p) {
+    return input.linalg_cond(p);
+}
+
+/// `linalg_cond.p_str(Tensor self, str p) -> Tensor` Calls `tr_tensor_linalg_cond_p_str`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_cond_p_str(const Tensor& input, const std::string& p) {
+    return input.linalg_cond_p_str(p);
+}
+
 /// `linalg_pinv.atol_rtol_tensor(Tensor self, *, Tensor? atol=None, Tensor? rtol=None, bool
 /// hermitian=False) -> Tensor` Calls `tr_tensor_linalg_pinv_atol_rtol_tensor`; throws tr::Error
 /// on failure.
@@ -5428,6 +8432,17 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     OptionalTensor rtol,
     bool hermitian) {
     return input.linalg_pinv_atol_rtol_tensor(atol, rtol, hermitian);
+}
+
+/// `linalg_pinv.atol_rtol_float(Tensor self, *, float? atol=None, float? rtol=None, bool
+/// hermitian=False) -> Tensor` Calls `tr_tensor_linalg_pinv_atol_rtol_float`; throws tr::Error
+/// on failure.
+[[nodiscard]] inline Tensor linalg_pinv_atol_rtol_float(
+    const Tensor& input,
+    std::optional<double> atol,
+    std::optional<double> rtol,
+    bool hermitian) {
+    return input.linalg_pinv_atol_rtol_float(atol, rtol, hermitian);
 }
 
 /// `linalg_pinv(Tensor self, float rcond, bool hermitian=False) -> Tensor` Calls
@@ -5445,6 +8460,16 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return input.linalg_pinv_rcond_tensor(rcond, hermitian);
 }
 
+/// `linalg_solve_ex(Tensor A, Tensor B, *, bool left=True, bool check_errors=False) -> (Tensor
+/// result, Tensor info)` Calls `tr_tensor_linalg_solve_ex`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> linalg_solve_ex(
+    const Tensor& a,
+    const Tensor& b,
+    bool left,
+    bool check_errors) {
+    return a.linalg_solve_ex(b, left, check_errors);
+}
+
 /// `linalg_solve(Tensor A, Tensor B, *, bool left=True) -> Tensor` Calls
 /// `tr_tensor_linalg_solve`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor linalg_solve(const Tensor& a, const Tensor& b, bool left) {
@@ -5455,6 +8480,21 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
 /// throws tr::Error on failure.
 [[nodiscard]] inline Tensor linalg_tensorinv(const Tensor& input, int64_t ind) {
     return input.linalg_tensorinv(ind);
+}
+
+/// `linalg_tensorsolve(Tensor self, Tensor other, int[]? dims=None) -> Tensor` Calls
+/// `tr_tensor_linalg_tensorsolve`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_tensorsolve(
+    const Tensor& input,
+    const Tensor& other,
+    const std::optional<IntList>& dims) {
+    return input.linalg_tensorsolve(other, dims);
+}
+
+/// `linalg_qr(Tensor A, str mode='reduced') -> (Tensor Q, Tensor R)` Calls
+/// `tr_tensor_linalg_qr`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> linalg_qr(const Tensor& a, const std::string& mode) {
+    return a.linalg_qr(mode);
 }
 
 /// `linalg_matrix_power(Tensor self, int n) -> Tensor` Calls `tr_tensor_linalg_matrix_power`;
@@ -5472,6 +8512,17 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     OptionalTensor rtol,
     bool hermitian) {
     return input.linalg_matrix_rank_atol_rtol_tensor(atol, rtol, hermitian);
+}
+
+/// `linalg_matrix_rank.atol_rtol_float(Tensor self, *, float? atol=None, float? rtol=None, bool
+/// hermitian=False) -> Tensor` Calls `tr_tensor_linalg_matrix_rank_atol_rtol_float`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_matrix_rank_atol_rtol_float(
+    const Tensor& input,
+    std::optional<double> atol,
+    std::optional<double> rtol,
+    bool hermitian) {
+    return input.linalg_matrix_rank_atol_rtol_float(atol, rtol, hermitian);
 }
 
 /// `linalg_matrix_rank(Tensor self, float tol, bool hermitian=False) -> Tensor` Calls
@@ -5497,12 +8548,49 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return Tensor::adopt(out);
 }
 
+/// `segment_reduce(Tensor data, str reduce, *, Tensor? lengths=None, Tensor? indices=None,
+/// Tensor? offsets=None, int axis=0, bool unsafe=False, Scalar? initial=None) -> Tensor` Calls
+/// `tr_tensor_segment_reduce`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor segment_reduce(
+    const Tensor& data,
+    const std::string& reduce,
+    OptionalTensor lengths,
+    OptionalTensor indices,
+    OptionalTensor offsets,
+    int64_t axis,
+    bool unsafe_,
+    std::optional<Scalar> initial) {
+    return data.segment_reduce(reduce, lengths, indices, offsets, axis, unsafe_, initial);
+}
+
+/// `pad_sequence(Tensor[] sequences, bool batch_first=False, float padding_value=0.0, str
+/// padding_side="right") -> Tensor` Calls `tr_tensor_pad_sequence`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor pad_sequence(
+    const TensorList& sequences,
+    bool batch_first,
+    double padding_value,
+    const std::string& padding_side) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_pad_sequence, sequences.data(), sequences.size(), batch_first,
+            padding_value, detail::c_string(padding_side, "padding_side"), &out);
+    return Tensor::adopt(out);
+}
+
 /// `flatten_dense_tensors(Tensor[] tensors) -> Tensor` Calls `tr_tensor_flatten_dense_tensors`;
 /// throws tr::Error on failure.
 [[nodiscard]] inline Tensor flatten_dense_tensors(const TensorList& tensors) {
     tr_tensor out{0};
     detail::call(tr_tensor_flatten_dense_tensors, tensors.data(), tensors.size(), &out);
     return Tensor::adopt(out);
+}
+
+/// `unflatten_dense_tensors(Tensor flat, Tensor[] tensors) -> Tensor[]` Calls
+/// `tr_tensor_unflatten_dense_tensors`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> unflatten_dense_tensors(
+    const Tensor& flat,
+    const TensorList& tensors) {
+    return flat.unflatten_dense_tensors(tensors);
 }
 
 /// `view_as_real_copy(Tensor self) -> Tensor` Calls `tr_tensor_view_as_real_copy`; throws
@@ -5515,6 +8603,16 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
 /// tr::Error on failure.
 [[nodiscard]] inline Tensor view_as_complex_copy(const Tensor& input) {
     return input.view_as_complex_copy();
+}
+
+/// `as_strided_copy(Tensor self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None)
+/// -> Tensor` Calls `tr_tensor_as_strided_copy`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor as_strided_copy(
+    const Tensor& input,
+    IntList size,
+    IntList stride,
+    std::optional<int64_t> storage_offset) {
+    return input.as_strided_copy(size, stride, storage_offset);
 }
 
 /// `diagonal_copy(Tensor self, int offset=0, int dim1=0, int dim2=1) -> Tensor` Calls
@@ -5549,6 +8647,35 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
 /// failure.
 [[nodiscard]] inline Tensor detach_copy(const Tensor& input) {
     return input.detach_copy();
+}
+
+/// `slice_copy.Tensor(Tensor self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt
+/// step=1) -> Tensor` Calls `tr_tensor_slice_copy_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor slice_copy_tensor(
+    const Tensor& input,
+    int64_t dim,
+    std::optional<int64_t> start,
+    std::optional<int64_t> end,
+    int64_t step) {
+    return input.slice_copy_tensor(dim, start, end, step);
+}
+
+/// `split_copy.Tensor(Tensor self, SymInt split_size, int dim=0) -> Tensor[]` Calls
+/// `tr_tensor_split_copy_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> split_copy_tensor(
+    const Tensor& input,
+    int64_t split_size,
+    int64_t dim) {
+    return input.split_copy_tensor(split_size, dim);
+}
+
+/// `split_with_sizes_copy(Tensor self, SymInt[] split_sizes, int dim=0) -> Tensor[]` Calls
+/// `tr_tensor_split_with_sizes_copy`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> split_with_sizes_copy(
+    const Tensor& input,
+    IntList split_sizes,
+    int64_t dim) {
+    return input.split_with_sizes_copy(split_sizes, dim);
 }
 
 /// `squeeze_copy(Tensor self) -> Tensor` Calls `tr_tensor_squeeze_copy`; throws tr::Error on
@@ -5586,6 +8713,12 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return input.unsqueeze_copy(dim);
 }
 
+/// `unbind_copy.int(Tensor self, int dim=0) -> Tensor[]` Calls `tr_tensor_unbind_copy_int`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> unbind_copy_int(const Tensor& input, int64_t dim) {
+    return input.unbind_copy_int(dim);
+}
+
 /// `view_copy(Tensor self, SymInt[] size) -> Tensor` Calls `tr_tensor_view_copy`; throws
 /// tr::Error on failure.
 [[nodiscard]] inline Tensor view_copy(const Tensor& input, IntList size) {
@@ -5612,6 +8745,22 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
 /// failure.
 [[nodiscard]] inline Tensor alias_copy(const Tensor& input) {
     return input.alias_copy();
+}
+
+/// `scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor?
+/// attn_mask=None, float dropout_p=0.0, bool is_causal=False, *, float? scale=None, bool
+/// enable_gqa=False) -> Tensor` Calls `tr_tensor_scaled_dot_product_attention`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor scaled_dot_product_attention(
+    const Tensor& query,
+    const Tensor& key,
+    const Tensor& value,
+    OptionalTensor attn_mask,
+    double dropout_p,
+    bool is_causal,
+    std::optional<double> scale,
+    bool enable_gqa) {
+    return query.scaled_dot_product_attention(key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa);
 }
 
 /// `special_airy_ai(Tensor x) -> Tensor` Calls `tr_tensor_special_airy_ai`; throws tr::Error on

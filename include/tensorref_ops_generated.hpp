@@ -1000,6 +1000,14 @@ class TensorOps {
         return out;
     }
 
+    /// `output_nr(Tensor self) -> int` (`input` is *this.) Calls `tr_tensor_output_nr`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] int64_t output_nr() const {
+        int64_t out = 0;
+        detail::call(tr_tensor_output_nr, self().raw(), &out);
+        return out;
+    }
+
     /// `retains_grad(Tensor self) -> bool` (`input` is *this.) Calls `tr_tensor_retains_grad`;
     /// throws tr::Error on failure.
     [[nodiscard]] bool retains_grad() const {
@@ -1014,6 +1022,14 @@ class TensorOps {
         tr_tensor out{0};
         detail::call(tr_tensor_align_as, self().raw(), other.raw(), &out);
         return Self::adopt(out);
+    }
+
+    /// `native_dropout(Tensor input, float p, bool? train) -> (Tensor, Tensor)` (`input` is
+    /// *this.) Calls `tr_tensor_native_dropout`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> native_dropout(double p, std::optional<bool> train) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_native_dropout(self().raw(), p, detail::c_opt(train).ptr(), out_,
+                room_, written_); });
     }
 
     /// `dropout_(Tensor(a!) self, float p, bool train) -> Tensor(a!)` (`input` is *this.) Calls
@@ -1297,6 +1313,14 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `adaptive_max_pool1d(Tensor self, int[1] output_size) -> (Tensor, Tensor)` (`input` is
+    /// *this.) Calls `tr_tensor_adaptive_max_pool1d`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> adaptive_max_pool1d(IntList output_size) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_adaptive_max_pool1d(self().raw(), output_size.data(),
+                output_size.size(), out_, room_, written_); });
+    }
+
     /// `add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor` (`input` is *this.)
     /// Calls `tr_tensor_add_tensor`; throws tr::Error on failure.
     [[nodiscard]] Self add_tensor(const Self& other, Scalar alpha) const {
@@ -1379,6 +1403,15 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `all.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor` (`input` is
+    /// *this.) Calls `tr_tensor_all_dims`; throws tr::Error on failure.
+    [[nodiscard]] Self all_dims(const std::optional<IntList>& dim, bool keepdim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_all_dims, self().raw(), dim ? dim->data() : nullptr, dim ?
+                dim->size() : 0, keepdim, &out);
+        return Self::adopt(out);
+    }
+
     /// `allclose(Tensor self, Tensor other, float rtol=1e-05, float atol=1e-08, bool
     /// equal_nan=False) -> bool` (`input` is *this.) Calls `tr_tensor_allclose`; throws
     /// tr::Error on failure.
@@ -1393,6 +1426,15 @@ class TensorOps {
     [[nodiscard]] Self any_dim(int64_t dim, bool keepdim) const {
         tr_tensor out{0};
         detail::call(tr_tensor_any_dim, self().raw(), dim, keepdim, &out);
+        return Self::adopt(out);
+    }
+
+    /// `any.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor` (`input` is
+    /// *this.) Calls `tr_tensor_any_dims`; throws tr::Error on failure.
+    [[nodiscard]] Self any_dims(const std::optional<IntList>& dim, bool keepdim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_any_dims, self().raw(), dim ? dim->data() : nullptr, dim ?
+                dim->size() : 0, keepdim, &out);
         return Self::adopt(out);
     }
 
@@ -1513,6 +1555,37 @@ class TensorOps {
     /// As above, on an rvalue: returns the owner itself, moved.
     [[nodiscard]] Self arctanh_() && {
         detail::call(tr_tensor_arctanh_, self().raw());
+        return std::move(self());
+    }
+
+    /// `as_strided(Tensor(a) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None)
+    /// -> Tensor(a)` (`input` is *this.) Calls `tr_tensor_as_strided`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self as_strided(
+        IntList size,
+        IntList stride,
+        std::optional<int64_t> storage_offset) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_as_strided, self().raw(), size.data(), size.size(), stride.data(),
+                stride.size(), detail::c_opt(storage_offset).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `as_strided_(Tensor(a!) self, SymInt[] size, SymInt[] stride, SymInt?
+    /// storage_offset=None) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_as_strided_`;
+    /// throws tr::Error on failure.
+    Self& as_strided_(IntList size, IntList stride, std::optional<int64_t> storage_offset) & {
+        detail::call(tr_tensor_as_strided_, self().raw(), size.data(), size.size(), stride.data(),
+                stride.size(), detail::c_opt(storage_offset).ptr());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self as_strided_(
+        IntList size,
+        IntList stride,
+        std::optional<int64_t> storage_offset) && {
+        detail::call(tr_tensor_as_strided_, self().raw(), size.data(), size.size(), stride.data(),
+                stride.size(), detail::c_opt(storage_offset).ptr());
         return std::move(self());
     }
 
@@ -1949,12 +2022,68 @@ class TensorOps {
         return std::move(self());
     }
 
+    /// `unsafe_chunk(Tensor self, int chunks, int dim=0) -> Tensor[]` (`input` is *this.) Calls
+    /// `tr_tensor_unsafe_chunk`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> unsafe_chunk(int64_t chunks, int64_t dim) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_unsafe_chunk(self().raw(), chunks, dim, out_, room_, written_); });
+    }
+
+    /// `chunk(Tensor(a -> *) self, int chunks, int dim=0) -> Tensor(a)[]` (`input` is *this.)
+    /// Calls `tr_tensor_chunk`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> chunk(int64_t chunks, int64_t dim) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_chunk(self().raw(), chunks, dim, out_, room_, written_); });
+    }
+
+    /// `tensor_split.sections(Tensor(a -> *) self, SymInt sections, int dim=0) -> Tensor(a)[]`
+    /// (`input` is *this.) Calls `tr_tensor_tensor_split_sections`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] std::vector<Self> tensor_split_sections(int64_t sections, int64_t dim) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_tensor_split_sections(self().raw(), sections, dim, out_, room_,
+                written_); });
+    }
+
+    /// `tensor_split.indices(Tensor(a -> *) self, SymInt[] indices, int dim=0) -> Tensor(a)[]`
+    /// (`input` is *this.) Calls `tr_tensor_tensor_split_indices`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> tensor_split_indices(IntList indices, int64_t dim) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_tensor_split_indices(self().raw(), indices.data(), indices.size(),
+                dim, out_, room_, written_); });
+    }
+
+    /// `tensor_split.tensor_indices_or_sections(Tensor(a -> *) self, Tensor
+    /// tensor_indices_or_sections, int dim=0) -> Tensor(a)[]` (`input` is *this.) Calls
+    /// `tr_tensor_tensor_split_tensor_indices_or_sections`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> tensor_split_tensor_indices_or_sections(
+        const Self& tensor_indices_or_sections,
+        int64_t dim) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_tensor_split_tensor_indices_or_sections(self().raw(),
+                tensor_indices_or_sections.raw(), dim, out_, room_, written_); });
+    }
+
     /// `clamp.Tensor(Tensor self, Tensor? min=None, Tensor? max=None) -> Tensor` (`input` is
     /// *this.) Calls `tr_tensor_clamp_tensor`; throws tr::Error on failure.
     [[nodiscard]] Self clamp_tensor(OptionalTensor min, OptionalTensor max) const {
         tr_tensor out{0};
         detail::call(tr_tensor_clamp_tensor, self().raw(), min.raw(), max.raw(), &out);
         return Self::adopt(out);
+    }
+
+    /// `clamp_(Tensor(a!) self, Scalar? min=None, Scalar? max=None) -> Tensor(a!)` (`input` is
+    /// *this.) Calls `tr_tensor_clamp_`; throws tr::Error on failure.
+    Self& clamp_(std::optional<Scalar> min, std::optional<Scalar> max) & {
+        detail::call(tr_tensor_clamp_, self().raw(), detail::c_opt(min).ptr(),
+                detail::c_opt(max).ptr());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self clamp_(std::optional<Scalar> min, std::optional<Scalar> max) && {
+        detail::call(tr_tensor_clamp_, self().raw(), detail::c_opt(min).ptr(),
+                detail::c_opt(max).ptr());
+        return std::move(self());
     }
 
     /// `clamp_.Tensor(Tensor(a!) self, Tensor? min=None, Tensor? max=None) -> Tensor(a!)`
@@ -2049,12 +2178,35 @@ class TensorOps {
         return std::move(self());
     }
 
+    /// `clip(Tensor self, Scalar? min=None, Scalar? max=None) -> Tensor` (`input` is *this.)
+    /// Calls `tr_tensor_clip`; throws tr::Error on failure.
+    [[nodiscard]] Self clip(std::optional<Scalar> min, std::optional<Scalar> max) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_clip, self().raw(), detail::c_opt(min).ptr(),
+                detail::c_opt(max).ptr(), &out);
+        return Self::adopt(out);
+    }
+
     /// `clip.Tensor(Tensor self, Tensor? min=None, Tensor? max=None) -> Tensor` (`input` is
     /// *this.) Calls `tr_tensor_clip_tensor`; throws tr::Error on failure.
     [[nodiscard]] Self clip_tensor(OptionalTensor min, OptionalTensor max) const {
         tr_tensor out{0};
         detail::call(tr_tensor_clip_tensor, self().raw(), min.raw(), max.raw(), &out);
         return Self::adopt(out);
+    }
+
+    /// `clip_(Tensor(a!) self, Scalar? min=None, Scalar? max=None) -> Tensor(a!)` (`input` is
+    /// *this.) Calls `tr_tensor_clip_`; throws tr::Error on failure.
+    Self& clip_(std::optional<Scalar> min, std::optional<Scalar> max) & {
+        detail::call(tr_tensor_clip_, self().raw(), detail::c_opt(min).ptr(),
+                detail::c_opt(max).ptr());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self clip_(std::optional<Scalar> min, std::optional<Scalar> max) && {
+        detail::call(tr_tensor_clip_, self().raw(), detail::c_opt(min).ptr(),
+                detail::c_opt(max).ptr());
+        return std::move(self());
     }
 
     /// `clip_.Tensor(Tensor(a!) self, Tensor? min=None, Tensor? max=None) -> Tensor(a!)`
@@ -2165,6 +2317,57 @@ class TensorOps {
         detail::call(tr_tensor_conv3d, self().raw(), weight.raw(), bias.raw(), stride.data(),
                 stride.size(), padding.data(), padding.size(), dilation.data(), dilation.size(),
                 groups, &out);
+        return Self::adopt(out);
+    }
+
+    /// `conv1d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=1, str
+    /// padding="valid", SymInt[1] dilation=1, SymInt groups=1) -> Tensor` (`input` is *this.)
+    /// Calls `tr_tensor_conv1d_padding`; throws tr::Error on failure.
+    [[nodiscard]] Self conv1d_padding(
+        const Self& weight,
+        OptionalTensor bias,
+        IntList stride,
+        const std::string& padding,
+        IntList dilation,
+        int64_t groups) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_conv1d_padding, self().raw(), weight.raw(), bias.raw(),
+                stride.data(), stride.size(), detail::c_string(padding, "padding"), dilation.data(),
+                dilation.size(), groups, &out);
+        return Self::adopt(out);
+    }
+
+    /// `conv2d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, str
+    /// padding="valid", SymInt[2] dilation=1, SymInt groups=1) -> Tensor` (`input` is *this.)
+    /// Calls `tr_tensor_conv2d_padding`; throws tr::Error on failure.
+    [[nodiscard]] Self conv2d_padding(
+        const Self& weight,
+        OptionalTensor bias,
+        IntList stride,
+        const std::string& padding,
+        IntList dilation,
+        int64_t groups) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_conv2d_padding, self().raw(), weight.raw(), bias.raw(),
+                stride.data(), stride.size(), detail::c_string(padding, "padding"), dilation.data(),
+                dilation.size(), groups, &out);
+        return Self::adopt(out);
+    }
+
+    /// `conv3d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=1, str
+    /// padding="valid", SymInt[3] dilation=1, SymInt groups=1) -> Tensor` (`input` is *this.)
+    /// Calls `tr_tensor_conv3d_padding`; throws tr::Error on failure.
+    [[nodiscard]] Self conv3d_padding(
+        const Self& weight,
+        OptionalTensor bias,
+        IntList stride,
+        const std::string& padding,
+        IntList dilation,
+        int64_t groups) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_conv3d_padding, self().raw(), weight.raw(), bias.raw(),
+                stride.data(), stride.size(), detail::c_string(padding, "padding"), dilation.data(),
+                dilation.size(), groups, &out);
         return Self::adopt(out);
     }
 
@@ -2304,6 +2507,14 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `count_nonzero(Tensor self, int? dim=None) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_count_nonzero`; throws tr::Error on failure.
+    [[nodiscard]] Self count_nonzero(std::optional<int64_t> dim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_count_nonzero, self().raw(), detail::c_opt(dim).ptr(), &out);
+        return Self::adopt(out);
+    }
+
     /// `cov(Tensor self, *, int correction=1, Tensor? fweights=None, Tensor? aweights=None) ->
     /// Tensor` (`input` is *this.) Calls `tr_tensor_cov`; throws tr::Error on failure.
     [[nodiscard]] Self cov(
@@ -2321,6 +2532,60 @@ class TensorOps {
         tr_tensor out{0};
         detail::call(tr_tensor_corrcoef, self().raw(), &out);
         return Self::adopt(out);
+    }
+
+    /// `cummax(Tensor self, int dim) -> (Tensor values, Tensor indices)` (`input` is *this.)
+    /// Calls `tr_tensor_cummax`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> cummax(int64_t dim) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_cummax(self().raw(), dim, out_, room_, written_); });
+    }
+
+    /// `cummin(Tensor self, int dim) -> (Tensor values, Tensor indices)` (`input` is *this.)
+    /// Calls `tr_tensor_cummin`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> cummin(int64_t dim) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_cummin(self().raw(), dim, out_, room_, written_); });
+    }
+
+    /// `cumprod(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor` (`input` is *this.)
+    /// Calls `tr_tensor_cumprod`; throws tr::Error on failure.
+    [[nodiscard]] Self cumprod(int64_t dim, std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_cumprod, self().raw(), dim, detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `cumprod_(Tensor(a!) self, int dim, *, ScalarType? dtype=None) -> Tensor(a!)` (`input`
+    /// is *this.) Calls `tr_tensor_cumprod_`; throws tr::Error on failure.
+    Self& cumprod_(int64_t dim, std::optional<DType> dtype) & {
+        detail::call(tr_tensor_cumprod_, self().raw(), dim, detail::c_opt(dtype).ptr());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self cumprod_(int64_t dim, std::optional<DType> dtype) && {
+        detail::call(tr_tensor_cumprod_, self().raw(), dim, detail::c_opt(dtype).ptr());
+        return std::move(self());
+    }
+
+    /// `cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor` (`input` is *this.)
+    /// Calls `tr_tensor_cumsum`; throws tr::Error on failure.
+    [[nodiscard]] Self cumsum(int64_t dim, std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_cumsum, self().raw(), dim, detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `cumsum_(Tensor(a!) self, int dim, *, ScalarType? dtype=None) -> Tensor(a!)` (`input` is
+    /// *this.) Calls `tr_tensor_cumsum_`; throws tr::Error on failure.
+    Self& cumsum_(int64_t dim, std::optional<DType> dtype) & {
+        detail::call(tr_tensor_cumsum_, self().raw(), dim, detail::c_opt(dtype).ptr());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self cumsum_(int64_t dim, std::optional<DType> dtype) && {
+        detail::call(tr_tensor_cumsum_, self().raw(), dim, detail::c_opt(dtype).ptr());
+        return std::move(self());
     }
 
     /// `cumulative_trapezoid.x(Tensor y, Tensor x, *, int dim=-1) -> Tensor` (`y` is *this.)
@@ -2428,6 +2693,62 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `gradient.scalarint(Tensor self, *, Scalar? spacing=None, int? dim=None, int
+    /// edge_order=1) -> Tensor[]` (`input` is *this.) Calls `tr_tensor_gradient_scalarint`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> gradient_scalarint(
+        std::optional<Scalar> spacing,
+        std::optional<int64_t> dim,
+        int64_t edge_order) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_gradient_scalarint(self().raw(), detail::c_opt(spacing).ptr(),
+                detail::c_opt(dim).ptr(), edge_order, out_, room_, written_); });
+    }
+
+    /// `gradient.scalararray(Tensor self, *, Scalar spacing, int[] dim, int edge_order=1) ->
+    /// Tensor[]` (`input` is *this.) Calls `tr_tensor_gradient_scalararray`; throws tr::Error
+    /// on failure.
+    [[nodiscard]] std::vector<Self> gradient_scalararray(
+        Scalar spacing,
+        IntList dim,
+        int64_t edge_order) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_gradient_scalararray(self().raw(), spacing.raw(), dim.data(),
+                dim.size(), edge_order, out_, room_, written_); });
+    }
+
+    /// `gradient.array(Tensor self, *, int[] dim, int edge_order=1) -> Tensor[]` (`input` is
+    /// *this.) Calls `tr_tensor_gradient_array`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> gradient_array(IntList dim, int64_t edge_order) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_gradient_array(self().raw(), dim.data(), dim.size(), edge_order,
+                out_, room_, written_); });
+    }
+
+    /// `gradient.tensorarrayint(Tensor self, *, Tensor[] spacing, int? dim=None, int
+    /// edge_order=1) -> Tensor[]` (`input` is *this.) Calls
+    /// `tr_tensor_gradient_tensorarrayint`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> gradient_tensorarrayint(
+        const TensorList& spacing,
+        std::optional<int64_t> dim,
+        int64_t edge_order) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_gradient_tensorarrayint(self().raw(), spacing.data(),
+                spacing.size(), detail::c_opt(dim).ptr(), edge_order, out_, room_, written_); });
+    }
+
+    /// `gradient.tensorarray(Tensor self, *, Tensor[] spacing, int[] dim, int edge_order=1) ->
+    /// Tensor[]` (`input` is *this.) Calls `tr_tensor_gradient_tensorarray`; throws tr::Error
+    /// on failure.
+    [[nodiscard]] std::vector<Self> gradient_tensorarray(
+        const TensorList& spacing,
+        IntList dim,
+        int64_t edge_order) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_gradient_tensorarray(self().raw(), spacing.data(), spacing.size(),
+                dim.data(), dim.size(), edge_order, out_, room_, written_); });
+    }
+
     /// `div.Tensor(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
     /// `tr_tensor_div_tensor`; throws tr::Error on failure.
     [[nodiscard]] Self div_tensor(const Self& other) const {
@@ -2445,6 +2766,60 @@ class TensorOps {
     /// As above, on an rvalue: returns the owner itself, moved.
     [[nodiscard]] Self div_tensor_(const Self& other) && {
         detail::call(tr_tensor_div_tensor_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// `div.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor` (`input`
+    /// is *this.) Calls `tr_tensor_div_tensor_mode`; throws tr::Error on failure.
+    [[nodiscard]] Self div_tensor_mode(
+        const Self& other,
+        const std::optional<std::string>& rounding_mode) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_div_tensor_mode, self().raw(), other.raw(), rounding_mode ?
+                detail::c_string(*rounding_mode, "rounding_mode") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// `div_.Tensor_mode(Tensor(a!) self, Tensor other, *, str? rounding_mode) -> Tensor(a!)`
+    /// (`input` is *this.) Calls `tr_tensor_div_tensor_mode_`; throws tr::Error on failure.
+    Self& div_tensor_mode_(const Self& other, const std::optional<std::string>& rounding_mode) & {
+        detail::call(tr_tensor_div_tensor_mode_, self().raw(), other.raw(), rounding_mode ?
+                detail::c_string(*rounding_mode, "rounding_mode") : nullptr);
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self div_tensor_mode_(
+        const Self& other,
+        const std::optional<std::string>& rounding_mode) && {
+        detail::call(tr_tensor_div_tensor_mode_, self().raw(), other.raw(), rounding_mode ?
+                detail::c_string(*rounding_mode, "rounding_mode") : nullptr);
+        return std::move(self());
+    }
+
+    /// `div.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor` (`input`
+    /// is *this.) Calls `tr_tensor_div_scalar_mode`; throws tr::Error on failure.
+    [[nodiscard]] Self div_scalar_mode(
+        Scalar other,
+        const std::optional<std::string>& rounding_mode) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_div_scalar_mode, self().raw(), other.raw(), rounding_mode ?
+                detail::c_string(*rounding_mode, "rounding_mode") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// `div_.Scalar_mode(Tensor(a!) self, Scalar other, *, str? rounding_mode) -> Tensor(a!)`
+    /// (`input` is *this.) Calls `tr_tensor_div_scalar_mode_`; throws tr::Error on failure.
+    Self& div_scalar_mode_(Scalar other, const std::optional<std::string>& rounding_mode) & {
+        detail::call(tr_tensor_div_scalar_mode_, self().raw(), other.raw(), rounding_mode ?
+                detail::c_string(*rounding_mode, "rounding_mode") : nullptr);
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self div_scalar_mode_(
+        Scalar other,
+        const std::optional<std::string>& rounding_mode) && {
+        detail::call(tr_tensor_div_scalar_mode_, self().raw(), other.raw(), rounding_mode ?
+                detail::c_string(*rounding_mode, "rounding_mode") : nullptr);
         return std::move(self());
     }
 
@@ -2485,6 +2860,64 @@ class TensorOps {
     /// As above, on an rvalue: returns the owner itself, moved.
     [[nodiscard]] Self divide_scalar_(Scalar other) && {
         detail::call(tr_tensor_divide_scalar_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// `divide.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor`
+    /// (`input` is *this.) Calls `tr_tensor_divide_tensor_mode`; throws tr::Error on failure.
+    [[nodiscard]] Self divide_tensor_mode(
+        const Self& other,
+        const std::optional<std::string>& rounding_mode) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_divide_tensor_mode, self().raw(), other.raw(), rounding_mode ?
+                detail::c_string(*rounding_mode, "rounding_mode") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// `divide_.Tensor_mode(Tensor(a!) self, Tensor other, *, str? rounding_mode) ->
+    /// Tensor(a!)` (`input` is *this.) Calls `tr_tensor_divide_tensor_mode_`; throws tr::Error
+    /// on failure.
+    Self& divide_tensor_mode_(
+        const Self& other,
+        const std::optional<std::string>& rounding_mode) & {
+        detail::call(tr_tensor_divide_tensor_mode_, self().raw(), other.raw(), rounding_mode ?
+                detail::c_string(*rounding_mode, "rounding_mode") : nullptr);
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self divide_tensor_mode_(
+        const Self& other,
+        const std::optional<std::string>& rounding_mode) && {
+        detail::call(tr_tensor_divide_tensor_mode_, self().raw(), other.raw(), rounding_mode ?
+                detail::c_string(*rounding_mode, "rounding_mode") : nullptr);
+        return std::move(self());
+    }
+
+    /// `divide.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor`
+    /// (`input` is *this.) Calls `tr_tensor_divide_scalar_mode`; throws tr::Error on failure.
+    [[nodiscard]] Self divide_scalar_mode(
+        Scalar other,
+        const std::optional<std::string>& rounding_mode) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_divide_scalar_mode, self().raw(), other.raw(), rounding_mode ?
+                detail::c_string(*rounding_mode, "rounding_mode") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// `divide_.Scalar_mode(Tensor(a!) self, Scalar other, *, str? rounding_mode) ->
+    /// Tensor(a!)` (`input` is *this.) Calls `tr_tensor_divide_scalar_mode_`; throws tr::Error
+    /// on failure.
+    Self& divide_scalar_mode_(Scalar other, const std::optional<std::string>& rounding_mode) & {
+        detail::call(tr_tensor_divide_scalar_mode_, self().raw(), other.raw(), rounding_mode ?
+                detail::c_string(*rounding_mode, "rounding_mode") : nullptr);
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self divide_scalar_mode_(
+        Scalar other,
+        const std::optional<std::string>& rounding_mode) && {
+        detail::call(tr_tensor_divide_scalar_mode_, self().raw(), other.raw(), rounding_mode ?
+                detail::c_string(*rounding_mode, "rounding_mode") : nullptr);
         return std::move(self());
     }
 
@@ -2560,6 +2993,97 @@ class TensorOps {
         return std::move(self());
     }
 
+    /// `embedding_bag(Tensor weight, Tensor indices, Tensor offsets, bool
+    /// scale_grad_by_freq=False, int mode=0, bool sparse=False, Tensor?
+    /// per_sample_weights=None, bool include_last_offset=False) -> (Tensor, Tensor, Tensor,
+    /// Tensor)` (`weight` is *this.) Calls `tr_tensor_embedding_bag`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] std::array<Self, 4> embedding_bag(
+        const Self& indices,
+        const Self& offsets,
+        bool scale_grad_by_freq,
+        int64_t mode,
+        bool sparse,
+        OptionalTensor per_sample_weights,
+        bool include_last_offset) const {
+        return detail::call_tensors<Self, 4>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_embedding_bag(self().raw(), indices.raw(), offsets.raw(),
+                scale_grad_by_freq, mode, sparse, per_sample_weights.raw(), include_last_offset,
+                out_, room_, written_); });
+    }
+
+    /// `embedding_bag.padding_idx(Tensor weight, Tensor indices, Tensor offsets, bool
+    /// scale_grad_by_freq, int mode, bool sparse, Tensor? per_sample_weights, bool
+    /// include_last_offset, int? padding_idx) -> (Tensor, Tensor, Tensor, Tensor)` (`weight` is
+    /// *this.) Calls `tr_tensor_embedding_bag_padding_idx`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 4> embedding_bag_padding_idx(
+        const Self& indices,
+        const Self& offsets,
+        bool scale_grad_by_freq,
+        int64_t mode,
+        bool sparse,
+        OptionalTensor per_sample_weights,
+        bool include_last_offset,
+        std::optional<int64_t> padding_idx) const {
+        return detail::call_tensors<Self, 4>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_embedding_bag_padding_idx(self().raw(), indices.raw(),
+                offsets.raw(), scale_grad_by_freq, mode, sparse, per_sample_weights.raw(),
+                include_last_offset, detail::c_opt(padding_idx).ptr(), out_, room_, written_); });
+    }
+
+    /// `new_empty(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None,
+    /// Device? device=None, bool? pin_memory=None) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_new_empty`; throws tr::Error on failure.
+    [[nodiscard]] Self new_empty(IntList size, std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_new_empty, self().raw(), size.data(), size.size(),
+                detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `new_empty_strided(Tensor self, SymInt[] size, SymInt[] stride, *, ScalarType?
+    /// dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+    /// (`input` is *this.) Calls `tr_tensor_new_empty_strided`; throws tr::Error on failure.
+    [[nodiscard]] Self new_empty_strided(
+        IntList size,
+        IntList stride,
+        std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_new_empty_strided, self().raw(), size.data(), size.size(),
+                stride.data(), stride.size(), detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `new_full(Tensor self, SymInt[] size, Scalar fill_value, *, ScalarType? dtype=None,
+    /// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` (`input` is
+    /// *this.) Calls `tr_tensor_new_full`; throws tr::Error on failure.
+    [[nodiscard]] Self new_full(IntList size, Scalar fill_value, std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_new_full, self().raw(), size.data(), size.size(), fill_value.raw(),
+                detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `new_zeros(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None,
+    /// Device? device=None, bool? pin_memory=None) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_new_zeros`; throws tr::Error on failure.
+    [[nodiscard]] Self new_zeros(IntList size, std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_new_zeros, self().raw(), size.data(), size.size(),
+                detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `new_ones(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None,
+    /// Device? device=None, bool? pin_memory=None) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_new_ones`; throws tr::Error on failure.
+    [[nodiscard]] Self new_ones(IntList size, std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_new_ones, self().raw(), size.data(), size.size(),
+                detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
     /// `resize_(Tensor(a!) self, SymInt[] size, *, MemoryFormat? memory_format=None) ->
     /// Tensor(a!)` (`input` is *this.) Calls `tr_tensor_resize_`; throws tr::Error on failure.
     Self& resize_(IntList size) & {
@@ -2570,6 +3094,15 @@ class TensorOps {
     [[nodiscard]] Self resize_(IntList size) && {
         detail::call(tr_tensor_resize_, self().raw(), size.data(), size.size());
         return std::move(self());
+    }
+
+    /// `empty_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device?
+    /// device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
+    /// (`input` is *this.) Calls `tr_tensor_empty_like`; throws tr::Error on failure.
+    [[nodiscard]] Self empty_like(std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_empty_like, self().raw(), detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
     }
 
     /// `erf(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_erf`; throws tr::Error
@@ -2780,6 +3313,17 @@ class TensorOps {
         return std::move(self());
     }
 
+    /// `full_like(Tensor self, Scalar fill_value, *, ScalarType? dtype=None, Layout?
+    /// layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat?
+    /// memory_format=None) -> Tensor` (`input` is *this.) Calls `tr_tensor_full_like`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self full_like(Scalar fill_value, std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_full_like, self().raw(), fill_value.raw(),
+                detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
     /// `gcd(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls `tr_tensor_gcd`;
     /// throws tr::Error on failure.
     [[nodiscard]] Self gcd(const Self& other) const {
@@ -2890,11 +3434,69 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `native_group_norm(Tensor input, Tensor? weight, Tensor? bias, SymInt N, SymInt C,
+    /// SymInt HxW, int group, float eps) -> (Tensor, Tensor, Tensor)` (`input` is *this.) Calls
+    /// `tr_tensor_native_group_norm`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 3> native_group_norm(
+        OptionalTensor weight,
+        OptionalTensor bias,
+        int64_t n,
+        int64_t c,
+        int64_t hxw,
+        int64_t group,
+        double eps) const {
+        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_native_group_norm(self().raw(), weight.raw(), bias.raw(), n, c,
+                hxw, group, eps, out_, room_, written_); });
+    }
+
+    /// `index.Tensor(Tensor self, Tensor?[] indices) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_index_tensor`; throws tr::Error on failure.
+    [[nodiscard]] Self index_tensor(const std::vector<OptionalTensor>& indices) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_index_tensor, self().raw(), detail::raw_ids(indices).data(),
+                indices.size(), &out);
+        return Self::adopt(out);
+    }
+
     /// `index_copy(Tensor self, int dim, Tensor index, Tensor source) -> Tensor` (`input` is
     /// *this.) Calls `tr_tensor_index_copy`; throws tr::Error on failure.
     [[nodiscard]] Self index_copy(int64_t dim, const Self& index, const Self& source) const {
         tr_tensor out{0};
         detail::call(tr_tensor_index_copy, self().raw(), dim, index.raw(), source.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `index_put_(Tensor(a!) self, Tensor?[] indices, Tensor values, bool accumulate=False) ->
+    /// Tensor(a!)` (`input` is *this.) Calls `tr_tensor_index_put_`; throws tr::Error on
+    /// failure.
+    Self& index_put_(
+        const std::vector<OptionalTensor>& indices,
+        const Self& values,
+        bool accumulate) & {
+        detail::call(tr_tensor_index_put_, self().raw(), detail::raw_ids(indices).data(),
+                indices.size(), values.raw(), accumulate);
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self index_put_(
+        const std::vector<OptionalTensor>& indices,
+        const Self& values,
+        bool accumulate) && {
+        detail::call(tr_tensor_index_put_, self().raw(), detail::raw_ids(indices).data(),
+                indices.size(), values.raw(), accumulate);
+        return std::move(self());
+    }
+
+    /// `index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) ->
+    /// Tensor` (`input` is *this.) Calls `tr_tensor_index_put`; throws tr::Error on failure.
+    [[nodiscard]] Self index_put(
+        const std::vector<OptionalTensor>& indices,
+        const Self& values,
+        bool accumulate) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_index_put, self().raw(), detail::raw_ids(indices).data(),
+                indices.size(), values.raw(), accumulate, &out);
         return Self::adopt(out);
     }
 
@@ -3057,6 +3659,72 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `kthvalue(Tensor self, SymInt k, int dim=-1, bool keepdim=False) -> (Tensor values,
+    /// Tensor indices)` (`input` is *this.) Calls `tr_tensor_kthvalue`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] std::array<Self, 2> kthvalue(int64_t k, int64_t dim, bool keepdim) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_kthvalue(self().raw(), k, dim, keepdim, out_, room_, written_); });
+    }
+
+    /// `native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor?
+    /// bias, float eps) -> (Tensor, Tensor, Tensor)` (`input` is *this.) Calls
+    /// `tr_tensor_native_layer_norm`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 3> native_layer_norm(
+        IntList normalized_shape,
+        OptionalTensor weight,
+        OptionalTensor bias,
+        double eps) const {
+        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_native_layer_norm(self().raw(), normalized_shape.data(),
+                normalized_shape.size(), weight.raw(), bias.raw(), eps, out_, room_, written_); });
+    }
+
+    /// `rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, float? eps=None)
+    /// -> Tensor` (`input` is *this.) Calls `tr_tensor_rms_norm`; throws tr::Error on failure.
+    [[nodiscard]] Self rms_norm(
+        IntList normalized_shape,
+        OptionalTensor weight,
+        std::optional<double> eps) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_rms_norm, self().raw(), normalized_shape.data(),
+                normalized_shape.size(), weight.raw(), detail::c_opt(eps).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `nan_to_num(Tensor self, float? nan=None, float? posinf=None, float? neginf=None) ->
+    /// Tensor` (`input` is *this.) Calls `tr_tensor_nan_to_num`; throws tr::Error on failure.
+    [[nodiscard]] Self nan_to_num(
+        std::optional<double> nan,
+        std::optional<double> posinf,
+        std::optional<double> neginf) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_nan_to_num, self().raw(), detail::c_opt(nan).ptr(),
+                detail::c_opt(posinf).ptr(), detail::c_opt(neginf).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `nan_to_num_(Tensor(a!) self, float? nan=None, float? posinf=None, float? neginf=None)
+    /// -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_nan_to_num_`; throws tr::Error on
+    /// failure.
+    Self& nan_to_num_(
+        std::optional<double> nan,
+        std::optional<double> posinf,
+        std::optional<double> neginf) & {
+        detail::call(tr_tensor_nan_to_num_, self().raw(), detail::c_opt(nan).ptr(),
+                detail::c_opt(posinf).ptr(), detail::c_opt(neginf).ptr());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self nan_to_num_(
+        std::optional<double> nan,
+        std::optional<double> posinf,
+        std::optional<double> neginf) && {
+        detail::call(tr_tensor_nan_to_num_, self().raw(), detail::c_opt(nan).ptr(),
+                detail::c_opt(posinf).ptr(), detail::c_opt(neginf).ptr());
+        return std::move(self());
+    }
+
     /// `ldexp.Tensor(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
     /// `tr_tensor_ldexp_tensor`; throws tr::Error on failure.
     [[nodiscard]] Self ldexp_tensor(const Self& other) const {
@@ -3075,6 +3743,32 @@ class TensorOps {
     [[nodiscard]] Self ldexp_(const Self& other) && {
         detail::call(tr_tensor_ldexp_, self().raw(), other.raw());
         return std::move(self());
+    }
+
+    /// `linspace.Tensor_Tensor(Tensor start, Tensor end, int steps, *, ScalarType? dtype=None,
+    /// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` (`start` is
+    /// *this.) Calls `tr_tensor_linspace_tensor_tensor`; throws tr::Error on failure.
+    [[nodiscard]] Self linspace_tensor_tensor(
+        const Self& end,
+        int64_t steps,
+        std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linspace_tensor_tensor, self().raw(), end.raw(), steps,
+                detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `linspace.Tensor_Scalar(Tensor start, Scalar end, int steps, *, ScalarType? dtype=None,
+    /// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` (`start` is
+    /// *this.) Calls `tr_tensor_linspace_tensor_scalar`; throws tr::Error on failure.
+    [[nodiscard]] Self linspace_tensor_scalar(
+        Scalar end,
+        int64_t steps,
+        std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linspace_tensor_scalar, self().raw(), end.raw(), steps,
+                detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
     }
 
     /// `log_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_log_`; throws
@@ -3205,6 +3899,45 @@ class TensorOps {
         return std::move(self());
     }
 
+    /// `logspace.Tensor_Tensor(Tensor start, Tensor end, int steps, float base=10.0, *,
+    /// ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None)
+    /// -> Tensor` (`start` is *this.) Calls `tr_tensor_logspace_tensor_tensor`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self logspace_tensor_tensor(
+        const Self& end,
+        int64_t steps,
+        double base,
+        std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_logspace_tensor_tensor, self().raw(), end.raw(), steps, base,
+                detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `logspace.Tensor_Scalar(Tensor start, Scalar end, int steps, float base=10.0, *,
+    /// ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None)
+    /// -> Tensor` (`start` is *this.) Calls `tr_tensor_logspace_tensor_scalar`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self logspace_tensor_scalar(
+        Scalar end,
+        int64_t steps,
+        double base,
+        std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_logspace_tensor_scalar, self().raw(), end.raw(), steps, base,
+                detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor` (`input` is
+    /// *this.) Calls `tr_tensor_log_softmax_int`; throws tr::Error on failure.
+    [[nodiscard]] Self log_softmax_int(int64_t dim, std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_log_softmax_int, self().raw(), dim, detail::c_opt(dtype).ptr(),
+                &out);
+        return Self::adopt(out);
+    }
+
     /// `logcumsumexp(Tensor self, int dim) -> Tensor` (`input` is *this.) Calls
     /// `tr_tensor_logcumsumexp`; throws tr::Error on failure.
     [[nodiscard]] Self logcumsumexp(int64_t dim) const {
@@ -3251,12 +3984,35 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `aminmax(Tensor self, *, int? dim=None, bool keepdim=False) -> (Tensor min, Tensor max)`
+    /// (`input` is *this.) Calls `tr_tensor_aminmax`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> aminmax(std::optional<int64_t> dim, bool keepdim) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_aminmax(self().raw(), detail::c_opt(dim).ptr(), keepdim, out_,
+                room_, written_); });
+    }
+
     /// `amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor` (`input` is *this.)
     /// Calls `tr_tensor_amax`; throws tr::Error on failure.
     [[nodiscard]] Self amax(IntList dim, bool keepdim) const {
         tr_tensor out{0};
         detail::call(tr_tensor_amax, self().raw(), dim.data(), dim.size(), keepdim, &out);
         return Self::adopt(out);
+    }
+
+    /// `max_pool1d_with_indices(Tensor self, int[1] kernel_size, int[1] stride=[], int[1]
+    /// padding=0, int[1] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)` (`input` is
+    /// *this.) Calls `tr_tensor_max_pool1d_with_indices`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> max_pool1d_with_indices(
+        IntList kernel_size,
+        IntList stride,
+        IntList padding,
+        IntList dilation,
+        bool ceil_mode) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_max_pool1d_with_indices(self().raw(), kernel_size.data(),
+                kernel_size.size(), stride.data(), stride.size(), padding.data(), padding.size(),
+                dilation.data(), dilation.size(), ceil_mode, out_, room_, written_); });
     }
 
     /// `max_pool1d(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=0, int[1]
@@ -3291,6 +4047,18 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `nanmean(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None)
+    /// -> Tensor` (`input` is *this.) Calls `tr_tensor_nanmean`; throws tr::Error on failure.
+    [[nodiscard]] Self nanmean(
+        const std::optional<IntList>& dim,
+        bool keepdim,
+        std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_nanmean, self().raw(), dim ? dim->data() : nullptr, dim ? dim->size()
+                : 0, keepdim, detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
     /// `median(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_median`; throws
     /// tr::Error on failure.
     [[nodiscard]] Self median() const {
@@ -3299,12 +4067,28 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `median.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor
+    /// indices)` (`input` is *this.) Calls `tr_tensor_median_dim`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> median_dim(int64_t dim, bool keepdim) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_median_dim(self().raw(), dim, keepdim, out_, room_, written_); });
+    }
+
     /// `nanmedian(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_nanmedian`;
     /// throws tr::Error on failure.
     [[nodiscard]] Self nanmedian() const {
         tr_tensor out{0};
         detail::call(tr_tensor_nanmedian, self().raw(), &out);
         return Self::adopt(out);
+    }
+
+    /// `nanmedian.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor
+    /// indices)` (`input` is *this.) Calls `tr_tensor_nanmedian_dim`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] std::array<Self, 2> nanmedian_dim(int64_t dim, bool keepdim) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_nanmedian_dim(self().raw(), dim, keepdim, out_, room_, written_);
+                });
     }
 
     /// `amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor` (`input` is *this.)
@@ -3330,6 +4114,13 @@ class TensorOps {
         detail::call(tr_tensor_mm_dtype, self().raw(), mat2.raw(), static_cast<tr_dtype>(out_dtype),
                 &out);
         return Self::adopt(out);
+    }
+
+    /// `mode(Tensor self, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)`
+    /// (`input` is *this.) Calls `tr_tensor_mode`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> mode(int64_t dim, bool keepdim) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_mode(self().raw(), dim, keepdim, out_, room_, written_); });
     }
 
     /// `mul.Tensor(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
@@ -3436,6 +4227,31 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `native_batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean,
+    /// Tensor? running_var, bool training, float momentum, float eps) -> (Tensor, Tensor,
+    /// Tensor)` (`input` is *this.) Calls `tr_tensor_native_batch_norm`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] std::array<Self, 3> native_batch_norm(
+        OptionalTensor weight,
+        OptionalTensor bias,
+        OptionalTensor running_mean,
+        OptionalTensor running_var,
+        bool training,
+        double momentum,
+        double eps) const {
+        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_native_batch_norm(self().raw(), weight.raw(), bias.raw(),
+                running_mean.raw(), running_var.raw(), training, momentum, eps, out_, room_,
+                written_); });
+    }
+
+    /// `batch_norm_stats(Tensor input, float eps) -> (Tensor, Tensor)` (`input` is *this.)
+    /// Calls `tr_tensor_batch_norm_stats`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> batch_norm_stats(double eps) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_batch_norm_stats(self().raw(), eps, out_, room_, written_); });
+    }
+
     /// `batch_norm_elemt(Tensor input, Tensor? weight, Tensor? bias, Tensor mean, Tensor
     /// invstd, float eps) -> Tensor` (`input` is *this.) Calls `tr_tensor_batch_norm_elemt`;
     /// throws tr::Error on failure.
@@ -3451,12 +4267,68 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `batch_norm_gather_stats(Tensor input, Tensor mean, Tensor invstd, Tensor? running_mean,
+    /// Tensor? running_var, float momentum, float eps, int count) -> (Tensor, Tensor)` (`input`
+    /// is *this.) Calls `tr_tensor_batch_norm_gather_stats`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> batch_norm_gather_stats(
+        const Self& mean,
+        const Self& invstd,
+        OptionalTensor running_mean,
+        OptionalTensor running_var,
+        double momentum,
+        double eps,
+        int64_t count) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_batch_norm_gather_stats(self().raw(), mean.raw(), invstd.raw(),
+                running_mean.raw(), running_var.raw(), momentum, eps, count, out_, room_, written_);
+                });
+    }
+
+    /// `batch_norm_gather_stats_with_counts(Tensor input, Tensor mean, Tensor invstd, Tensor?
+    /// running_mean, Tensor? running_var, float momentum, float eps, Tensor counts) -> (Tensor,
+    /// Tensor)` (`input` is *this.) Calls `tr_tensor_batch_norm_gather_stats_with_counts`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> batch_norm_gather_stats_with_counts(
+        const Self& mean,
+        const Self& invstd,
+        OptionalTensor running_mean,
+        OptionalTensor running_var,
+        double momentum,
+        double eps,
+        const Self& counts) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_batch_norm_gather_stats_with_counts(self().raw(), mean.raw(),
+                invstd.raw(), running_mean.raw(), running_var.raw(), momentum, eps, counts.raw(),
+                out_, room_, written_); });
+    }
+
+    /// `batch_norm_update_stats(Tensor input, Tensor? running_mean, Tensor? running_var, float
+    /// momentum) -> (Tensor, Tensor)` (`input` is *this.) Calls
+    /// `tr_tensor_batch_norm_update_stats`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> batch_norm_update_stats(
+        OptionalTensor running_mean,
+        OptionalTensor running_var,
+        double momentum) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_batch_norm_update_stats(self().raw(), running_mean.raw(),
+                running_var.raw(), momentum, out_, room_, written_); });
+    }
+
     /// `pairwise_distance(Tensor x1, Tensor x2, float p=2, float eps=1e-06, bool keepdim=False)
     /// -> Tensor` (`x1` is *this.) Calls `tr_tensor_pairwise_distance`; throws tr::Error on
     /// failure.
     [[nodiscard]] Self pairwise_distance(const Self& x2, double p, double eps, bool keepdim) const {
         tr_tensor out{0};
         detail::call(tr_tensor_pairwise_distance, self().raw(), x2.raw(), p, eps, keepdim, &out);
+        return Self::adopt(out);
+    }
+
+    /// `cdist(Tensor x1, Tensor x2, float p=2, int? compute_mode=None) -> Tensor` (`x1` is
+    /// *this.) Calls `tr_tensor_cdist`; throws tr::Error on failure.
+    [[nodiscard]] Self cdist(const Self& x2, double p, std::optional<int64_t> compute_mode) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_cdist, self().raw(), x2.raw(), p, detail::c_opt(compute_mode).ptr(),
+                &out);
         return Self::adopt(out);
     }
 
@@ -3661,6 +4533,117 @@ class TensorOps {
         return std::move(self());
     }
 
+    /// `rand_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device?
+    /// device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
+    /// (`input` is *this.) Calls `tr_tensor_rand_like`; throws tr::Error on failure.
+    [[nodiscard]] Self rand_like(std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_rand_like, self().raw(), detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `rand_like.generator(Tensor self, *, Generator? generator, ScalarType? dtype=None,
+    /// Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat?
+    /// memory_format=None) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_rand_like_generator`; throws tr::Error on failure.
+    [[nodiscard]] Self rand_like_generator(std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_rand_like_generator, self().raw(), detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `randint_like(Tensor self, SymInt high, *, ScalarType? dtype=None, Layout? layout=None,
+    /// Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
+    /// (`input` is *this.) Calls `tr_tensor_randint_like`; throws tr::Error on failure.
+    [[nodiscard]] Self randint_like(int64_t high, std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_randint_like, self().raw(), high, detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `randint_like.generator(Tensor self, SymInt high, *, Generator? generator, ScalarType?
+    /// dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None,
+    /// MemoryFormat? memory_format=None) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_randint_like_generator`; throws tr::Error on failure.
+    [[nodiscard]] Self randint_like_generator(int64_t high, std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_randint_like_generator, self().raw(), high,
+                detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `randint_like.Tensor(Tensor self, Tensor high, *, ScalarType? dtype=None, Layout?
+    /// layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat?
+    /// memory_format=None) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_randint_like_tensor`; throws tr::Error on failure.
+    [[nodiscard]] Self randint_like_tensor(const Self& high, std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_randint_like_tensor, self().raw(), high.raw(),
+                detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `randint_like.Tensor_generator(Tensor self, Tensor high, *, Generator? generator,
+    /// ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None,
+    /// MemoryFormat? memory_format=None) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_randint_like_tensor_generator`; throws tr::Error on failure.
+    [[nodiscard]] Self randint_like_tensor_generator(
+        const Self& high,
+        std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_randint_like_tensor_generator, self().raw(), high.raw(),
+                detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `randint_like.low_dtype(Tensor self, SymInt low, SymInt high, *, ScalarType? dtype=None,
+    /// Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat?
+    /// memory_format=None) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_randint_like_low_dtype`; throws tr::Error on failure.
+    [[nodiscard]] Self randint_like_low_dtype(
+        int64_t low,
+        int64_t high,
+        std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_randint_like_low_dtype, self().raw(), low, high,
+                detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `randint_like.low_generator_dtype(Tensor self, SymInt low, SymInt high, *, Generator?
+    /// generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool?
+    /// pin_memory=None, MemoryFormat? memory_format=None) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_randint_like_low_generator_dtype`; throws tr::Error on failure.
+    [[nodiscard]] Self randint_like_low_generator_dtype(
+        int64_t low,
+        int64_t high,
+        std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_randint_like_low_generator_dtype, self().raw(), low, high,
+                detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `randn_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device?
+    /// device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
+    /// (`input` is *this.) Calls `tr_tensor_randn_like`; throws tr::Error on failure.
+    [[nodiscard]] Self randn_like(std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_randn_like, self().raw(), detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `randn_like.generator(Tensor self, *, Generator? generator, ScalarType? dtype=None,
+    /// Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat?
+    /// memory_format=None) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_randn_like_generator`; throws tr::Error on failure.
+    [[nodiscard]] Self randn_like_generator(std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_randn_like_generator, self().raw(), detail::c_opt(dtype).ptr(),
+                &out);
+        return Self::adopt(out);
+    }
+
     /// `ravel(Tensor(a) self) -> Tensor(a)` (`input` is *this.) Calls `tr_tensor_ravel`; throws
     /// tr::Error on failure.
     [[nodiscard]] Self ravel() const {
@@ -3726,6 +4709,42 @@ class TensorOps {
     [[nodiscard]] Self repeat(IntList repeats) const {
         tr_tensor out{0};
         detail::call(tr_tensor_repeat, self().raw(), repeats.data(), repeats.size(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `repeat_interleave.Tensor(Tensor repeats, *, SymInt? output_size=None) -> Tensor`
+    /// (`repeats` is *this.) Calls `tr_tensor_repeat_interleave_tensor`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self repeat_interleave_tensor(std::optional<int64_t> output_size) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_repeat_interleave_tensor, self().raw(),
+                detail::c_opt(output_size).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `repeat_interleave.self_Tensor(Tensor self, Tensor repeats, int? dim=None, *, SymInt?
+    /// output_size=None) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_repeat_interleave_self_tensor`; throws tr::Error on failure.
+    [[nodiscard]] Self repeat_interleave_self_tensor(
+        const Self& repeats,
+        std::optional<int64_t> dim,
+        std::optional<int64_t> output_size) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_repeat_interleave_self_tensor, self().raw(), repeats.raw(),
+                detail::c_opt(dim).ptr(), detail::c_opt(output_size).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `repeat_interleave.self_int(Tensor self, SymInt repeats, int? dim=None, *, SymInt?
+    /// output_size=None) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_repeat_interleave_self_int`; throws tr::Error on failure.
+    [[nodiscard]] Self repeat_interleave_self_int(
+        int64_t repeats,
+        std::optional<int64_t> dim,
+        std::optional<int64_t> output_size) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_repeat_interleave_self_int, self().raw(), repeats,
+                detail::c_opt(dim).ptr(), detail::c_opt(output_size).ptr(), &out);
         return Self::adopt(out);
     }
 
@@ -3837,6 +4856,18 @@ class TensorOps {
         tr_tensor out{0};
         detail::call(tr_tensor_prelu, self().raw(), weight.raw(), &out);
         return Self::adopt(out);
+    }
+
+    /// `gelu_(Tensor(a!) self, *, str approximate='none') -> Tensor(a!)` (`input` is *this.)
+    /// Calls `tr_tensor_gelu_`; throws tr::Error on failure.
+    Self& gelu_(const std::string& approximate) & {
+        detail::call(tr_tensor_gelu_, self().raw(), detail::c_string(approximate, "approximate"));
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self gelu_(const std::string& approximate) && {
+        detail::call(tr_tensor_gelu_, self().raw(), detail::c_string(approximate, "approximate"));
+        return std::move(self());
     }
 
     /// `hardshrink(Tensor self, Scalar lambd=0.5) -> Tensor` (`input` is *this.) Calls
@@ -3959,6 +4990,26 @@ class TensorOps {
         return std::move(self());
     }
 
+    /// `logit(Tensor self, float? eps=None) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_logit`; throws tr::Error on failure.
+    [[nodiscard]] Self logit(std::optional<double> eps) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_logit, self().raw(), detail::c_opt(eps).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `logit_(Tensor(a!) self, float? eps=None) -> Tensor(a!)` (`input` is *this.) Calls
+    /// `tr_tensor_logit_`; throws tr::Error on failure.
+    Self& logit_(std::optional<double> eps) & {
+        detail::call(tr_tensor_logit_, self().raw(), detail::c_opt(eps).ptr());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self logit_(std::optional<double> eps) && {
+        detail::call(tr_tensor_logit_, self().raw(), detail::c_opt(eps).ptr());
+        return std::move(self());
+    }
+
     /// `sin(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_sin`; throws tr::Error
     /// on failure.
     [[nodiscard]] Self sin() const {
@@ -4031,6 +5082,82 @@ class TensorOps {
         return std::move(self());
     }
 
+    /// `size.int(Tensor self, int dim) -> int` (`input` is *this.) Calls `tr_tensor_size_int`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] int64_t size_int(int64_t dim) const {
+        int64_t out = 0;
+        detail::call(tr_tensor_size_int, self().raw(), dim, &out);
+        return out;
+    }
+
+    /// `sym_size.int(Tensor self, int dim) -> SymInt` (`input` is *this.) Calls
+    /// `tr_tensor_sym_size_int`; throws tr::Error on failure.
+    [[nodiscard]] int64_t sym_size_int(int64_t dim) const {
+        int64_t out = 0;
+        detail::call(tr_tensor_sym_size_int, self().raw(), dim, &out);
+        return out;
+    }
+
+    /// `sym_numel(Tensor self) -> SymInt` (`input` is *this.) Calls `tr_tensor_sym_numel`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] int64_t sym_numel() const {
+        int64_t out = 0;
+        detail::call(tr_tensor_sym_numel, self().raw(), &out);
+        return out;
+    }
+
+    /// `sym_storage_offset(Tensor self) -> SymInt` (`input` is *this.) Calls
+    /// `tr_tensor_sym_storage_offset`; throws tr::Error on failure.
+    [[nodiscard]] int64_t sym_storage_offset() const {
+        int64_t out = 0;
+        detail::call(tr_tensor_sym_storage_offset, self().raw(), &out);
+        return out;
+    }
+
+    /// `slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt
+    /// step=1) -> Tensor(a)` (`input` is *this.) Calls `tr_tensor_slice_tensor`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self slice_tensor(
+        int64_t dim,
+        std::optional<int64_t> start,
+        std::optional<int64_t> end,
+        int64_t step) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_slice_tensor, self().raw(), dim, detail::c_opt(start).ptr(),
+                detail::c_opt(end).ptr(), step, &out);
+        return Self::adopt(out);
+    }
+
+    /// `slice_inverse(Tensor(a) self, Tensor src, int dim=0, SymInt? start=None, SymInt?
+    /// end=None, SymInt step=1) -> Tensor(a)` (`input` is *this.) Calls
+    /// `tr_tensor_slice_inverse`; throws tr::Error on failure.
+    [[nodiscard]] Self slice_inverse(
+        const Self& src,
+        int64_t dim,
+        std::optional<int64_t> start,
+        std::optional<int64_t> end,
+        int64_t step) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_slice_inverse, self().raw(), src.raw(), dim,
+                detail::c_opt(start).ptr(), detail::c_opt(end).ptr(), step, &out);
+        return Self::adopt(out);
+    }
+
+    /// `slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None,
+    /// SymInt step=1) -> Tensor` (`input` is *this.) Calls `tr_tensor_slice_scatter`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self slice_scatter(
+        const Self& src,
+        int64_t dim,
+        std::optional<int64_t> start,
+        std::optional<int64_t> end,
+        int64_t step) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_slice_scatter, self().raw(), src.raw(), dim,
+                detail::c_opt(start).ptr(), detail::c_opt(end).ptr(), step, &out);
+        return Self::adopt(out);
+    }
+
     /// `select_scatter(Tensor self, Tensor src, int dim, SymInt index) -> Tensor` (`input` is
     /// *this.) Calls `tr_tensor_select_scatter`; throws tr::Error on failure.
     [[nodiscard]] Self select_scatter(const Self& src, int64_t dim, int64_t index) const {
@@ -4052,12 +5179,123 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `as_strided_scatter(Tensor self, Tensor src, SymInt[] size, SymInt[] stride, SymInt?
+    /// storage_offset=None) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_as_strided_scatter`; throws tr::Error on failure.
+    [[nodiscard]] Self as_strided_scatter(
+        const Self& src,
+        IntList size,
+        IntList stride,
+        std::optional<int64_t> storage_offset) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_as_strided_scatter, self().raw(), src.raw(), size.data(),
+                size.size(), stride.data(), stride.size(), detail::c_opt(storage_offset).ptr(),
+                &out);
+        return Self::adopt(out);
+    }
+
     /// `smm(Tensor self, Tensor mat2) -> Tensor` (`input` is *this.) Calls `tr_tensor_smm`;
     /// throws tr::Error on failure.
     [[nodiscard]] Self smm(const Self& mat2) const {
         tr_tensor out{0};
         detail::call(tr_tensor_smm, self().raw(), mat2.raw(), &out);
         return Self::adopt(out);
+    }
+
+    /// `softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor` (`input` is
+    /// *this.) Calls `tr_tensor_softmax_int`; throws tr::Error on failure.
+    [[nodiscard]] Self softmax_int(int64_t dim, std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_softmax_int, self().raw(), dim, detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `unsafe_split.Tensor(Tensor self, SymInt split_size, int dim=0) -> Tensor[]` (`input` is
+    /// *this.) Calls `tr_tensor_unsafe_split_tensor`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> unsafe_split_tensor(int64_t split_size, int64_t dim) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_unsafe_split_tensor(self().raw(), split_size, dim, out_, room_,
+                written_); });
+    }
+
+    /// `split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]`
+    /// (`input` is *this.) Calls `tr_tensor_split_tensor`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> split_tensor(int64_t split_size, int64_t dim) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_split_tensor(self().raw(), split_size, dim, out_, room_, written_);
+                });
+    }
+
+    /// `split.sizes(Tensor(a -> *) self, SymInt[] split_size, int dim=0) -> Tensor(a)[]`
+    /// (`input` is *this.) Calls `tr_tensor_split_sizes`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> split_sizes(IntList split_size, int64_t dim) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_split_sizes(self().raw(), split_size.data(), split_size.size(),
+                dim, out_, room_, written_); });
+    }
+
+    /// `unsafe_split_with_sizes(Tensor self, SymInt[] split_sizes, int dim=0) -> Tensor[]`
+    /// (`input` is *this.) Calls `tr_tensor_unsafe_split_with_sizes`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] std::vector<Self> unsafe_split_with_sizes(
+        IntList split_sizes,
+        int64_t dim) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_unsafe_split_with_sizes(self().raw(), split_sizes.data(),
+                split_sizes.size(), dim, out_, room_, written_); });
+    }
+
+    /// `split_with_sizes(Tensor(a -> *) self, SymInt[] split_sizes, int dim=0) -> Tensor(a)[]`
+    /// (`input` is *this.) Calls `tr_tensor_split_with_sizes`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> split_with_sizes(IntList split_sizes, int64_t dim) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_split_with_sizes(self().raw(), split_sizes.data(),
+                split_sizes.size(), dim, out_, room_, written_); });
+    }
+
+    /// `hsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]` (`input` is *this.) Calls
+    /// `tr_tensor_hsplit_int`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> hsplit_int(int64_t sections) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_hsplit_int(self().raw(), sections, out_, room_, written_); });
+    }
+
+    /// `hsplit.array(Tensor(a -> *) self, int[] indices) -> Tensor(a)[]` (`input` is *this.)
+    /// Calls `tr_tensor_hsplit_array`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> hsplit_array(IntList indices) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_hsplit_array(self().raw(), indices.data(), indices.size(), out_,
+                room_, written_); });
+    }
+
+    /// `vsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]` (`input` is *this.) Calls
+    /// `tr_tensor_vsplit_int`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> vsplit_int(int64_t sections) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_vsplit_int(self().raw(), sections, out_, room_, written_); });
+    }
+
+    /// `vsplit.array(Tensor(a -> *) self, int[] indices) -> Tensor(a)[]` (`input` is *this.)
+    /// Calls `tr_tensor_vsplit_array`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> vsplit_array(IntList indices) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_vsplit_array(self().raw(), indices.data(), indices.size(), out_,
+                room_, written_); });
+    }
+
+    /// `dsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]` (`input` is *this.) Calls
+    /// `tr_tensor_dsplit_int`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> dsplit_int(int64_t sections) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_dsplit_int(self().raw(), sections, out_, room_, written_); });
+    }
+
+    /// `dsplit.array(Tensor(a -> *) self, int[] indices) -> Tensor(a)[]` (`input` is *this.)
+    /// Calls `tr_tensor_dsplit_array`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> dsplit_array(IntList indices) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_dsplit_array(self().raw(), indices.data(), indices.size(), out_,
+                room_, written_); });
     }
 
     /// `squeeze.dim(Tensor(a) self, int dim) -> Tensor(a)` (`input` is *this.) Calls
@@ -4125,6 +5363,112 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `stft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor?
+    /// window=None, bool normalized=False, bool? onesided=None, bool? return_complex=None,
+    /// bool? align_to_window=None) -> Tensor` (`input` is *this.) Calls `tr_tensor_stft`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self stft(
+        int64_t n_fft,
+        std::optional<int64_t> hop_length,
+        std::optional<int64_t> win_length,
+        OptionalTensor window,
+        bool normalized,
+        std::optional<bool> onesided,
+        std::optional<bool> return_complex,
+        std::optional<bool> align_to_window) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_stft, self().raw(), n_fft, detail::c_opt(hop_length).ptr(),
+                detail::c_opt(win_length).ptr(), window.raw(), normalized,
+                detail::c_opt(onesided).ptr(), detail::c_opt(return_complex).ptr(),
+                detail::c_opt(align_to_window).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `stft.center(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor?
+    /// window=None, bool center=True, str pad_mode="reflect", bool normalized=False, bool?
+    /// onesided=None, bool? return_complex=None, bool? align_to_window=None) -> Tensor`
+    /// (`input` is *this.) Calls `tr_tensor_stft_center`; throws tr::Error on failure.
+    [[nodiscard]] Self stft_center(
+        int64_t n_fft,
+        std::optional<int64_t> hop_length,
+        std::optional<int64_t> win_length,
+        OptionalTensor window,
+        bool center,
+        const std::string& pad_mode,
+        bool normalized,
+        std::optional<bool> onesided,
+        std::optional<bool> return_complex,
+        std::optional<bool> align_to_window) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_stft_center, self().raw(), n_fft, detail::c_opt(hop_length).ptr(),
+                detail::c_opt(win_length).ptr(), window.raw(), center, detail::c_string(pad_mode,
+                "pad_mode"), normalized, detail::c_opt(onesided).ptr(),
+                detail::c_opt(return_complex).ptr(), detail::c_opt(align_to_window).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `istft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor?
+    /// window=None, bool center=True, bool normalized=False, bool? onesided=None, int?
+    /// length=None, bool return_complex=False) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_istft`; throws tr::Error on failure.
+    [[nodiscard]] Self istft(
+        int64_t n_fft,
+        std::optional<int64_t> hop_length,
+        std::optional<int64_t> win_length,
+        OptionalTensor window,
+        bool center,
+        bool normalized,
+        std::optional<bool> onesided,
+        std::optional<int64_t> length,
+        bool return_complex) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_istft, self().raw(), n_fft, detail::c_opt(hop_length).ptr(),
+                detail::c_opt(win_length).ptr(), window.raw(), center, normalized,
+                detail::c_opt(onesided).ptr(), detail::c_opt(length).ptr(), return_complex, &out);
+        return Self::adopt(out);
+    }
+
+    /// `stride.int(Tensor self, int dim) -> int` (`input` is *this.) Calls
+    /// `tr_tensor_stride_int`; throws tr::Error on failure.
+    [[nodiscard]] int64_t stride_int(int64_t dim) const {
+        int64_t out = 0;
+        detail::call(tr_tensor_stride_int, self().raw(), dim, &out);
+        return out;
+    }
+
+    /// `sym_stride.int(Tensor self, int dim) -> SymInt` (`input` is *this.) Calls
+    /// `tr_tensor_sym_stride_int`; throws tr::Error on failure.
+    [[nodiscard]] int64_t sym_stride_int(int64_t dim) const {
+        int64_t out = 0;
+        detail::call(tr_tensor_sym_stride_int, self().raw(), dim, &out);
+        return out;
+    }
+
+    /// `sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType?
+    /// dtype=None) -> Tensor` (`input` is *this.) Calls `tr_tensor_sum_dim_intlist`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self sum_dim_intlist(
+        const std::optional<IntList>& dim,
+        bool keepdim,
+        std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_sum_dim_intlist, self().raw(), dim ? dim->data() : nullptr, dim ?
+                dim->size() : 0, keepdim, detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `nansum(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) ->
+    /// Tensor` (`input` is *this.) Calls `tr_tensor_nansum`; throws tr::Error on failure.
+    [[nodiscard]] Self nansum(
+        const std::optional<IntList>& dim,
+        bool keepdim,
+        std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_nansum, self().raw(), dim ? dim->data() : nullptr, dim ? dim->size()
+                : 0, keepdim, detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
     /// `hash_tensor(Tensor self, int[1] dim=[], *, bool keepdim=False, int mode=0) -> Tensor`
     /// (`input` is *this.) Calls `tr_tensor_hash_tensor`; throws tr::Error on failure.
     [[nodiscard]] Self hash_tensor(IntList dim, bool keepdim, int64_t mode) const {
@@ -4179,6 +5523,80 @@ class TensorOps {
     [[nodiscard]] Self std(bool unbiased) const {
         tr_tensor out{0};
         detail::call(tr_tensor_std, self().raw(), unbiased, &out);
+        return Self::adopt(out);
+    }
+
+    /// `std.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor`
+    /// (`input` is *this.) Calls `tr_tensor_std_dim`; throws tr::Error on failure.
+    [[nodiscard]] Self std_dim(
+        const std::optional<IntList>& dim,
+        bool unbiased,
+        bool keepdim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_std_dim, self().raw(), dim ? dim->data() : nullptr, dim ? dim->size()
+                : 0, unbiased, keepdim, &out);
+        return Self::adopt(out);
+    }
+
+    /// `std.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool
+    /// keepdim=False) -> Tensor` (`input` is *this.) Calls `tr_tensor_std_correction`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self std_correction(
+        const std::optional<IntList>& dim,
+        std::optional<Scalar> correction,
+        bool keepdim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_std_correction, self().raw(), dim ? dim->data() : nullptr, dim ?
+                dim->size() : 0, detail::c_opt(correction).ptr(), keepdim, &out);
+        return Self::adopt(out);
+    }
+
+    /// `std_mean(Tensor self, bool unbiased=True) -> (Tensor, Tensor)` (`input` is *this.)
+    /// Calls `tr_tensor_std_mean`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> std_mean(bool unbiased) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_std_mean(self().raw(), unbiased, out_, room_, written_); });
+    }
+
+    /// `std_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) ->
+    /// (Tensor, Tensor)` (`input` is *this.) Calls `tr_tensor_std_mean_dim`; throws tr::Error
+    /// on failure.
+    [[nodiscard]] std::array<Self, 2> std_mean_dim(
+        const std::optional<IntList>& dim,
+        bool unbiased,
+        bool keepdim) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_std_mean_dim(self().raw(), dim ? dim->data() : nullptr, dim ?
+                dim->size() : 0, unbiased, keepdim, out_, room_, written_); });
+    }
+
+    /// `std_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool
+    /// keepdim=False) -> (Tensor, Tensor)` (`input` is *this.) Calls
+    /// `tr_tensor_std_mean_correction`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> std_mean_correction(
+        const std::optional<IntList>& dim,
+        std::optional<Scalar> correction,
+        bool keepdim) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_std_mean_correction(self().raw(), dim ? dim->data() : nullptr, dim
+                ? dim->size() : 0, detail::c_opt(correction).ptr(), keepdim, out_, room_, written_);
+                });
+    }
+
+    /// `prod(Tensor self, *, ScalarType? dtype=None) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_prod`; throws tr::Error on failure.
+    [[nodiscard]] Self prod(std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_prod, self().raw(), detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) ->
+    /// Tensor` (`input` is *this.) Calls `tr_tensor_prod_dim_int`; throws tr::Error on failure.
+    [[nodiscard]] Self prod_dim_int(int64_t dim, bool keepdim, std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_prod_dim_int, self().raw(), dim, keepdim, detail::c_opt(dtype).ptr(),
+                &out);
         return Self::adopt(out);
     }
 
@@ -4437,6 +5855,43 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `unique_dim(Tensor self, int dim, bool sorted=True, bool return_inverse=False, bool
+    /// return_counts=False) -> (Tensor, Tensor, Tensor)` (`input` is *this.) Calls
+    /// `tr_tensor_unique_dim`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 3> unique_dim(
+        int64_t dim,
+        bool sorted,
+        bool return_inverse,
+        bool return_counts) const {
+        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_unique_dim(self().raw(), dim, sorted, return_inverse,
+                return_counts, out_, room_, written_); });
+    }
+
+    /// `unique_consecutive(Tensor self, bool return_inverse=False, bool return_counts=False,
+    /// int? dim=None) -> (Tensor, Tensor, Tensor)` (`input` is *this.) Calls
+    /// `tr_tensor_unique_consecutive`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 3> unique_consecutive(
+        bool return_inverse,
+        bool return_counts,
+        std::optional<int64_t> dim) const {
+        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_unique_consecutive(self().raw(), return_inverse, return_counts,
+                detail::c_opt(dim).ptr(), out_, room_, written_); });
+    }
+
+    /// `unique_dim_consecutive(Tensor self, int dim, bool return_inverse=False, bool
+    /// return_counts=False) -> (Tensor, Tensor, Tensor)` (`input` is *this.) Calls
+    /// `tr_tensor_unique_dim_consecutive`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 3> unique_dim_consecutive(
+        int64_t dim,
+        bool return_inverse,
+        bool return_counts) const {
+        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_unique_dim_consecutive(self().raw(), dim, return_inverse,
+                return_counts, out_, room_, written_); });
+    }
+
     /// `unsqueeze_(Tensor(a!) self, int dim) -> Tensor(a!)` (`input` is *this.) Calls
     /// `tr_tensor_unsqueeze_`; throws tr::Error on failure.
     Self& unsqueeze_(int64_t dim) & {
@@ -4449,12 +5904,77 @@ class TensorOps {
         return std::move(self());
     }
 
+    /// `vander(Tensor x, int? N=None, bool increasing=False) -> Tensor` (`x` is *this.) Calls
+    /// `tr_tensor_vander`; throws tr::Error on failure.
+    [[nodiscard]] Self vander(std::optional<int64_t> n, bool increasing) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_vander, self().raw(), detail::c_opt(n).ptr(), increasing, &out);
+        return Self::adopt(out);
+    }
+
     /// `var(Tensor self, bool unbiased=True) -> Tensor` (`input` is *this.) Calls
     /// `tr_tensor_var`; throws tr::Error on failure.
     [[nodiscard]] Self var(bool unbiased) const {
         tr_tensor out{0};
         detail::call(tr_tensor_var, self().raw(), unbiased, &out);
         return Self::adopt(out);
+    }
+
+    /// `var.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor`
+    /// (`input` is *this.) Calls `tr_tensor_var_dim`; throws tr::Error on failure.
+    [[nodiscard]] Self var_dim(
+        const std::optional<IntList>& dim,
+        bool unbiased,
+        bool keepdim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_var_dim, self().raw(), dim ? dim->data() : nullptr, dim ? dim->size()
+                : 0, unbiased, keepdim, &out);
+        return Self::adopt(out);
+    }
+
+    /// `var.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool
+    /// keepdim=False) -> Tensor` (`input` is *this.) Calls `tr_tensor_var_correction`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self var_correction(
+        const std::optional<IntList>& dim,
+        std::optional<Scalar> correction,
+        bool keepdim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_var_correction, self().raw(), dim ? dim->data() : nullptr, dim ?
+                dim->size() : 0, detail::c_opt(correction).ptr(), keepdim, &out);
+        return Self::adopt(out);
+    }
+
+    /// `var_mean(Tensor self, bool unbiased=True) -> (Tensor, Tensor)` (`input` is *this.)
+    /// Calls `tr_tensor_var_mean`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> var_mean(bool unbiased) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_var_mean(self().raw(), unbiased, out_, room_, written_); });
+    }
+
+    /// `var_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) ->
+    /// (Tensor, Tensor)` (`input` is *this.) Calls `tr_tensor_var_mean_dim`; throws tr::Error
+    /// on failure.
+    [[nodiscard]] std::array<Self, 2> var_mean_dim(
+        const std::optional<IntList>& dim,
+        bool unbiased,
+        bool keepdim) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_var_mean_dim(self().raw(), dim ? dim->data() : nullptr, dim ?
+                dim->size() : 0, unbiased, keepdim, out_, room_, written_); });
+    }
+
+    /// `var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool
+    /// keepdim=False) -> (Tensor, Tensor)` (`input` is *this.) Calls
+    /// `tr_tensor_var_mean_correction`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> var_mean_correction(
+        const std::optional<IntList>& dim,
+        std::optional<Scalar> correction,
+        bool keepdim) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_var_mean_correction(self().raw(), dim ? dim->data() : nullptr, dim
+                ? dim->size() : 0, detail::c_opt(correction).ptr(), keepdim, out_, room_, written_);
+                });
     }
 
     /// `view_as(Tensor(a) self, Tensor other) -> Tensor(a)` (`input` is *this.) Calls
@@ -4489,6 +6009,13 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `where(Tensor condition) -> Tensor[]` (`condition` is *this.) Calls `tr_tensor_where`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> where() const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_where(self().raw(), out_, room_, written_); });
+    }
+
     /// `norm_except_dim(Tensor v, int pow=2, int dim=0) -> Tensor` (`v` is *this.) Calls
     /// `tr_tensor_norm_except_dim`; throws tr::Error on failure.
     [[nodiscard]] Self norm_except_dim(int64_t pow, int64_t dim) const {
@@ -4513,12 +6040,56 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `norm.ScalarOpt_dtype(Tensor self, Scalar? p, *, ScalarType dtype) -> Tensor` (`input`
+    /// is *this.) Calls `tr_tensor_norm_scalaropt_dtype`; throws tr::Error on failure.
+    [[nodiscard]] Self norm_scalaropt_dtype(
+        std::optional<Scalar> p,
+        DType dtype = DType::F32) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_norm_scalaropt_dtype, self().raw(), detail::c_opt(p).ptr(),
+                static_cast<tr_dtype>(dtype), &out);
+        return Self::adopt(out);
+    }
+
     /// `norm.Scalar(Tensor self, Scalar p=2) -> Tensor` (`input` is *this.) Calls
     /// `tr_tensor_norm_scalar`; throws tr::Error on failure.
     [[nodiscard]] Self norm_scalar(Scalar p) const {
         tr_tensor out{0};
         detail::call(tr_tensor_norm_scalar, self().raw(), p.raw(), &out);
         return Self::adopt(out);
+    }
+
+    /// `norm.ScalarOpt_dim_dtype(Tensor self, Scalar? p, int[1] dim, bool keepdim, *,
+    /// ScalarType dtype) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_norm_scalaropt_dim_dtype`; throws tr::Error on failure.
+    [[nodiscard]] Self norm_scalaropt_dim_dtype(
+        std::optional<Scalar> p,
+        IntList dim,
+        bool keepdim,
+        DType dtype = DType::F32) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_norm_scalaropt_dim_dtype, self().raw(), detail::c_opt(p).ptr(),
+                dim.data(), dim.size(), keepdim, static_cast<tr_dtype>(dtype), &out);
+        return Self::adopt(out);
+    }
+
+    /// `norm.ScalarOpt_dim(Tensor self, Scalar? p, int[1] dim, bool keepdim=False) -> Tensor`
+    /// (`input` is *this.) Calls `tr_tensor_norm_scalaropt_dim`; throws tr::Error on failure.
+    [[nodiscard]] Self norm_scalaropt_dim(
+        std::optional<Scalar> p,
+        IntList dim,
+        bool keepdim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_norm_scalaropt_dim, self().raw(), detail::c_opt(p).ptr(), dim.data(),
+                dim.size(), keepdim, &out);
+        return Self::adopt(out);
+    }
+
+    /// `frexp.Tensor(Tensor self) -> (Tensor mantissa, Tensor exponent)` (`input` is *this.)
+    /// Calls `tr_tensor_frexp_tensor`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> frexp_tensor() const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_frexp_tensor(self().raw(), out_, room_, written_); });
     }
 
     /// `frobenius_norm.dim(Tensor self, int[1] dim, bool keepdim=False) -> Tensor` (`input` is
@@ -4694,6 +6265,40 @@ class TensorOps {
         return std::move(self());
     }
 
+    /// `unbind.int(Tensor(a -> *) self, int dim=0) -> Tensor(a)[]` (`input` is *this.) Calls
+    /// `tr_tensor_unbind_int`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> unbind_int(int64_t dim) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_unbind_int(self().raw(), dim, out_, room_, written_); });
+    }
+
+    /// `choose_qparams_optimized(Tensor input, int numel, int n_bins, float ratio, int
+    /// bit_width) -> (Tensor, Tensor)` (`input` is *this.) Calls
+    /// `tr_tensor_choose_qparams_optimized`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> choose_qparams_optimized(
+        int64_t numel,
+        int64_t n_bins,
+        double ratio,
+        int64_t bit_width) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_choose_qparams_optimized(self().raw(), numel, n_bins, ratio,
+                bit_width, out_, room_, written_); });
+    }
+
+    /// `to.dtype_layout(Tensor(a) self, *, ScalarType? dtype=None, Layout? layout=None, Device?
+    /// device=None, bool? pin_memory=None, bool non_blocking=False, bool copy=False,
+    /// MemoryFormat? memory_format=None) -> Tensor(a)` (`input` is *this.) Calls
+    /// `tr_tensor_to_dtype_layout`; throws tr::Error on failure.
+    [[nodiscard]] Self to_dtype_layout(
+        std::optional<DType> dtype,
+        bool non_blocking,
+        bool copy) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_to_dtype_layout, self().raw(), detail::c_opt(dtype).ptr(),
+                non_blocking, copy, &out);
+        return Self::adopt(out);
+    }
+
     /// `to.other(Tensor(a) self, Tensor other, bool non_blocking=False, bool copy=False,
     /// MemoryFormat? memory_format=None) -> Tensor(a)` (`input` is *this.) Calls
     /// `tr_tensor_to_other`; throws tr::Error on failure.
@@ -4709,6 +6314,169 @@ class TensorOps {
         tr_tensor out{0};
         detail::call(tr_tensor_combinations, self().raw(), r, with_replacement, &out);
         return Self::adopt(out);
+    }
+
+    /// `lstm.input(Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers,
+    /// float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor,
+    /// Tensor)` (`input` is *this.) Calls `tr_tensor_lstm_input`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 3> lstm_input(
+        const TensorList& hx,
+        const TensorList& params,
+        bool has_biases,
+        int64_t num_layers,
+        double dropout,
+        bool train,
+        bool bidirectional,
+        bool batch_first) const {
+        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_lstm_input(self().raw(), hx.data(), hx.size(), params.data(),
+                params.size(), has_biases, num_layers, dropout, train, bidirectional, batch_first,
+                out_, room_, written_); });
+    }
+
+    /// `lstm.data(Tensor data, Tensor batch_sizes, Tensor[] hx, Tensor[] params, bool
+    /// has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor,
+    /// Tensor, Tensor)` (`data` is *this.) Calls `tr_tensor_lstm_data`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] std::array<Self, 3> lstm_data(
+        const Self& batch_sizes,
+        const TensorList& hx,
+        const TensorList& params,
+        bool has_biases,
+        int64_t num_layers,
+        double dropout,
+        bool train,
+        bool bidirectional) const {
+        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_lstm_data(self().raw(), batch_sizes.raw(), hx.data(), hx.size(),
+                params.data(), params.size(), has_biases, num_layers, dropout, train, bidirectional,
+                out_, room_, written_); });
+    }
+
+    /// `gru.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers,
+    /// float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)`
+    /// (`input` is *this.) Calls `tr_tensor_gru_input`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> gru_input(
+        const Self& hx,
+        const TensorList& params,
+        bool has_biases,
+        int64_t num_layers,
+        double dropout,
+        bool train,
+        bool bidirectional,
+        bool batch_first) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_gru_input(self().raw(), hx.raw(), params.data(), params.size(),
+                has_biases, num_layers, dropout, train, bidirectional, batch_first, out_, room_,
+                written_); });
+    }
+
+    /// `gru.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases,
+    /// int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor)`
+    /// (`data` is *this.) Calls `tr_tensor_gru_data`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> gru_data(
+        const Self& batch_sizes,
+        const Self& hx,
+        const TensorList& params,
+        bool has_biases,
+        int64_t num_layers,
+        double dropout,
+        bool train,
+        bool bidirectional) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_gru_data(self().raw(), batch_sizes.raw(), hx.raw(), params.data(),
+                params.size(), has_biases, num_layers, dropout, train, bidirectional, out_, room_,
+                written_); });
+    }
+
+    /// `rnn_tanh.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int
+    /// num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor,
+    /// Tensor)` (`input` is *this.) Calls `tr_tensor_rnn_tanh_input`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] std::array<Self, 2> rnn_tanh_input(
+        const Self& hx,
+        const TensorList& params,
+        bool has_biases,
+        int64_t num_layers,
+        double dropout,
+        bool train,
+        bool bidirectional,
+        bool batch_first) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_rnn_tanh_input(self().raw(), hx.raw(), params.data(),
+                params.size(), has_biases, num_layers, dropout, train, bidirectional, batch_first,
+                out_, room_, written_); });
+    }
+
+    /// `rnn_tanh.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool
+    /// has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor,
+    /// Tensor)` (`data` is *this.) Calls `tr_tensor_rnn_tanh_data`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] std::array<Self, 2> rnn_tanh_data(
+        const Self& batch_sizes,
+        const Self& hx,
+        const TensorList& params,
+        bool has_biases,
+        int64_t num_layers,
+        double dropout,
+        bool train,
+        bool bidirectional) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_rnn_tanh_data(self().raw(), batch_sizes.raw(), hx.raw(),
+                params.data(), params.size(), has_biases, num_layers, dropout, train, bidirectional,
+                out_, room_, written_); });
+    }
+
+    /// `rnn_relu.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int
+    /// num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor,
+    /// Tensor)` (`input` is *this.) Calls `tr_tensor_rnn_relu_input`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] std::array<Self, 2> rnn_relu_input(
+        const Self& hx,
+        const TensorList& params,
+        bool has_biases,
+        int64_t num_layers,
+        double dropout,
+        bool train,
+        bool bidirectional,
+        bool batch_first) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_rnn_relu_input(self().raw(), hx.raw(), params.data(),
+                params.size(), has_biases, num_layers, dropout, train, bidirectional, batch_first,
+                out_, room_, written_); });
+    }
+
+    /// `rnn_relu.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool
+    /// has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor,
+    /// Tensor)` (`data` is *this.) Calls `tr_tensor_rnn_relu_data`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] std::array<Self, 2> rnn_relu_data(
+        const Self& batch_sizes,
+        const Self& hx,
+        const TensorList& params,
+        bool has_biases,
+        int64_t num_layers,
+        double dropout,
+        bool train,
+        bool bidirectional) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_rnn_relu_data(self().raw(), batch_sizes.raw(), hx.raw(),
+                params.data(), params.size(), has_biases, num_layers, dropout, train, bidirectional,
+                out_, room_, written_); });
+    }
+
+    /// `lstm_cell(Tensor input, Tensor[] hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None,
+    /// Tensor? b_hh=None) -> (Tensor, Tensor)` (`input` is *this.) Calls `tr_tensor_lstm_cell`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> lstm_cell(
+        const TensorList& hx,
+        const Self& w_ih,
+        const Self& w_hh,
+        OptionalTensor b_ih,
+        OptionalTensor b_hh) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_lstm_cell(self().raw(), hx.data(), hx.size(), w_ih.raw(),
+                w_hh.raw(), b_ih.raw(), b_hh.raw(), out_, room_, written_); });
     }
 
     /// `gru_cell(Tensor input, Tensor hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor?
@@ -4943,6 +6711,46 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `index_reduce_(Tensor(a!) self, int dim, Tensor index, Tensor source, str reduce, *,
+    /// bool include_self=True) -> Tensor(a!)` (`input` is *this.) Calls
+    /// `tr_tensor_index_reduce_`; throws tr::Error on failure.
+    Self& index_reduce_(
+        int64_t dim,
+        const Self& index,
+        const Self& source,
+        const std::string& reduce,
+        bool include_self) & {
+        detail::call(tr_tensor_index_reduce_, self().raw(), dim, index.raw(), source.raw(),
+                detail::c_string(reduce, "reduce"), include_self);
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self index_reduce_(
+        int64_t dim,
+        const Self& index,
+        const Self& source,
+        const std::string& reduce,
+        bool include_self) && {
+        detail::call(tr_tensor_index_reduce_, self().raw(), dim, index.raw(), source.raw(),
+                detail::c_string(reduce, "reduce"), include_self);
+        return std::move(self());
+    }
+
+    /// `index_reduce(Tensor self, int dim, Tensor index, Tensor source, str reduce, *, bool
+    /// include_self=True) -> Tensor` (`input` is *this.) Calls `tr_tensor_index_reduce`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self index_reduce(
+        int64_t dim,
+        const Self& index,
+        const Self& source,
+        const std::string& reduce,
+        bool include_self) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_index_reduce, self().raw(), dim, index.raw(), source.raw(),
+                detail::c_string(reduce, "reduce"), include_self, &out);
+        return Self::adopt(out);
+    }
+
     /// `index_fill_.int_Scalar(Tensor(a!) self, int dim, Tensor index, Scalar value) ->
     /// Tensor(a!)` (`input` is *this.) Calls `tr_tensor_index_fill_int_scalar_`; throws
     /// tr::Error on failure.
@@ -5035,6 +6843,80 @@ class TensorOps {
         return std::move(self());
     }
 
+    /// `scatter.reduce(Tensor self, int dim, Tensor index, Tensor src, *, str reduce) ->
+    /// Tensor` (`input` is *this.) Calls `tr_tensor_scatter_reduce`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self scatter_reduce(
+        int64_t dim,
+        const Self& index,
+        const Self& src,
+        const std::string& reduce) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_scatter_reduce, self().raw(), dim, index.raw(), src.raw(),
+                detail::c_string(reduce, "reduce"), &out);
+        return Self::adopt(out);
+    }
+
+    /// `scatter_.reduce(Tensor(a!) self, int dim, Tensor index, Tensor src, *, str reduce) ->
+    /// Tensor(a!)` (`input` is *this.) Calls `tr_tensor_scatter_reduce_`; throws tr::Error on
+    /// failure.
+    Self& scatter_reduce_(
+        int64_t dim,
+        const Self& index,
+        const Self& src,
+        const std::string& reduce) & {
+        detail::call(tr_tensor_scatter_reduce_, self().raw(), dim, index.raw(), src.raw(),
+                detail::c_string(reduce, "reduce"));
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self scatter_reduce_(
+        int64_t dim,
+        const Self& index,
+        const Self& src,
+        const std::string& reduce) && {
+        detail::call(tr_tensor_scatter_reduce_, self().raw(), dim, index.raw(), src.raw(),
+                detail::c_string(reduce, "reduce"));
+        return std::move(self());
+    }
+
+    /// `scatter.value_reduce(Tensor self, int dim, Tensor index, Scalar value, *, str reduce)
+    /// -> Tensor` (`input` is *this.) Calls `tr_tensor_scatter_value_reduce`; throws tr::Error
+    /// on failure.
+    [[nodiscard]] Self scatter_value_reduce(
+        int64_t dim,
+        const Self& index,
+        Scalar value,
+        const std::string& reduce) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_scatter_value_reduce, self().raw(), dim, index.raw(), value.raw(),
+                detail::c_string(reduce, "reduce"), &out);
+        return Self::adopt(out);
+    }
+
+    /// `scatter_.value_reduce(Tensor(a!) self, int dim, Tensor index, Scalar value, *, str
+    /// reduce) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_scatter_value_reduce_`;
+    /// throws tr::Error on failure.
+    Self& scatter_value_reduce_(
+        int64_t dim,
+        const Self& index,
+        Scalar value,
+        const std::string& reduce) & {
+        detail::call(tr_tensor_scatter_value_reduce_, self().raw(), dim, index.raw(), value.raw(),
+                detail::c_string(reduce, "reduce"));
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self scatter_value_reduce_(
+        int64_t dim,
+        const Self& index,
+        Scalar value,
+        const std::string& reduce) && {
+        detail::call(tr_tensor_scatter_value_reduce_, self().raw(), dim, index.raw(), value.raw(),
+                detail::c_string(reduce, "reduce"));
+        return std::move(self());
+    }
+
     /// `scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor` (`input` is
     /// *this.) Calls `tr_tensor_scatter_add`; throws tr::Error on failure.
     [[nodiscard]] Self scatter_add(int64_t dim, const Self& index, const Self& src) const {
@@ -5052,6 +6934,46 @@ class TensorOps {
     /// As above, on an rvalue: returns the owner itself, moved.
     [[nodiscard]] Self scatter_add_(int64_t dim, const Self& index, const Self& src) && {
         detail::call(tr_tensor_scatter_add_, self().raw(), dim, index.raw(), src.raw());
+        return std::move(self());
+    }
+
+    /// `scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool
+    /// include_self=True) -> Tensor` (`input` is *this.) Calls `tr_tensor_scatter_reduce_two`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self scatter_reduce_two(
+        int64_t dim,
+        const Self& index,
+        const Self& src,
+        const std::string& reduce,
+        bool include_self) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_scatter_reduce_two, self().raw(), dim, index.raw(), src.raw(),
+                detail::c_string(reduce, "reduce"), include_self, &out);
+        return Self::adopt(out);
+    }
+
+    /// `scatter_reduce_.two(Tensor(a!) self, int dim, Tensor index, Tensor src, str reduce, *,
+    /// bool include_self=True) -> Tensor(a!)` (`input` is *this.) Calls
+    /// `tr_tensor_scatter_reduce_two_`; throws tr::Error on failure.
+    Self& scatter_reduce_two_(
+        int64_t dim,
+        const Self& index,
+        const Self& src,
+        const std::string& reduce,
+        bool include_self) & {
+        detail::call(tr_tensor_scatter_reduce_two_, self().raw(), dim, index.raw(), src.raw(),
+                detail::c_string(reduce, "reduce"), include_self);
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self scatter_reduce_two_(
+        int64_t dim,
+        const Self& index,
+        const Self& src,
+        const std::string& reduce,
+        bool include_self) && {
+        detail::call(tr_tensor_scatter_reduce_two_, self().raw(), dim, index.raw(), src.raw(),
+                detail::c_string(reduce, "reduce"), include_self);
         return std::move(self());
     }
 
@@ -5374,6 +7296,19 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `random_.from(Tensor(a!) self, int from, int? to, *, Generator? generator=None) ->
+    /// Tensor(a!)` (`input` is *this.) Calls `tr_tensor_random_from_`; throws tr::Error on
+    /// failure.
+    Self& random_from_(int64_t from, std::optional<int64_t> to) & {
+        detail::call(tr_tensor_random_from_, self().raw(), from, detail::c_opt(to).ptr());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self random_from_(int64_t from, std::optional<int64_t> to) && {
+        detail::call(tr_tensor_random_from_, self().raw(), from, detail::c_opt(to).ptr());
+        return std::move(self());
+    }
+
     /// `random_.to(Tensor(a!) self, int to, *, Generator? generator=None) -> Tensor(a!)`
     /// (`input` is *this.) Calls `tr_tensor_random_to_`; throws tr::Error on failure.
     Self& random_to_(int64_t to) & {
@@ -5466,6 +7401,14 @@ class TensorOps {
     [[nodiscard]] Self diag(int64_t diagonal) const {
         tr_tensor out{0};
         detail::call(tr_tensor_diag, self().raw(), diagonal, &out);
+        return Self::adopt(out);
+    }
+
+    /// `cross(Tensor self, Tensor other, int? dim=None) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_cross`; throws tr::Error on failure.
+    [[nodiscard]] Self cross(const Self& other, std::optional<int64_t> dim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_cross, self().raw(), other.raw(), detail::c_opt(dim).ptr(), &out);
         return Self::adopt(out);
     }
 
@@ -5869,12 +7812,28 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `take_along_dim(Tensor self, Tensor indices, int? dim=None) -> Tensor` (`input` is
+    /// *this.) Calls `tr_tensor_take_along_dim`; throws tr::Error on failure.
+    [[nodiscard]] Self take_along_dim(const Self& indices, std::optional<int64_t> dim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_take_along_dim, self().raw(), indices.raw(),
+                detail::c_opt(dim).ptr(), &out);
+        return Self::adopt(out);
+    }
+
     /// `nonzero_static(Tensor self, *, SymInt size, int fill_value=-1) -> Tensor` (`input` is
     /// *this.) Calls `tr_tensor_nonzero_static`; throws tr::Error on failure.
     [[nodiscard]] Self nonzero_static(int64_t size, int64_t fill_value) const {
         tr_tensor out{0};
         detail::call(tr_tensor_nonzero_static, self().raw(), size, fill_value, &out);
         return Self::adopt(out);
+    }
+
+    /// `nonzero_numpy(Tensor self) -> Tensor[]` (`input` is *this.) Calls
+    /// `tr_tensor_nonzero_numpy`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> nonzero_numpy() const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_nonzero_numpy(self().raw(), out_, room_, written_); });
     }
 
     /// `argwhere(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_argwhere`; throws
@@ -5950,6 +7909,19 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `triangular_solve(Tensor self, Tensor A, bool upper=True, bool transpose=False, bool
+    /// unitriangular=False) -> (Tensor solution, Tensor cloned_coefficient)` (`input` is
+    /// *this.) Calls `tr_tensor_triangular_solve`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> triangular_solve(
+        const Self& a,
+        bool upper,
+        bool transpose,
+        bool unitriangular) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_triangular_solve(self().raw(), a.raw(), upper, transpose,
+                unitriangular, out_, room_, written_); });
+    }
+
     /// `linalg_solve_triangular(Tensor self, Tensor B, *, bool upper, bool left=True, bool
     /// unitriangular=False) -> Tensor` (`input` is *this.) Calls
     /// `tr_tensor_linalg_solve_triangular`; throws tr::Error on failure.
@@ -5962,6 +7934,21 @@ class TensorOps {
         detail::call(tr_tensor_linalg_solve_triangular, self().raw(), b.raw(), upper, left,
                 unitriangular, &out);
         return Self::adopt(out);
+    }
+
+    /// `linalg_vander(Tensor x, *, SymInt? N=None) -> Tensor` (`x` is *this.) Calls
+    /// `tr_tensor_linalg_vander`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_vander(std::optional<int64_t> n) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_vander, self().raw(), detail::c_opt(n).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `svd(Tensor self, bool some=True, bool compute_uv=True) -> (Tensor U, Tensor S, Tensor
+    /// V)` (`input` is *this.) Calls `tr_tensor_svd`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 3> svd(bool some, bool compute_uv) const {
+        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_svd(self().raw(), some, compute_uv, out_, room_, written_); });
     }
 
     /// `swapaxes(Tensor(a) self, int axis0, int axis1) -> Tensor(a)` (`input` is *this.) Calls
@@ -6028,6 +8015,20 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `qr(Tensor self, bool some=True) -> (Tensor Q, Tensor R)` (`input` is *this.) Calls
+    /// `tr_tensor_qr`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> qr(bool some) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_qr(self().raw(), some, out_, room_, written_); });
+    }
+
+    /// `geqrf(Tensor self) -> (Tensor a, Tensor tau)` (`input` is *this.) Calls
+    /// `tr_tensor_geqrf`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> geqrf() const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_geqrf(self().raw(), out_, room_, written_); });
+    }
+
     /// `orgqr(Tensor self, Tensor input2) -> Tensor` (`input` is *this.) Calls
     /// `tr_tensor_orgqr`; throws tr::Error on failure.
     [[nodiscard]] Self orgqr(const Self& input2) const {
@@ -6055,6 +8056,18 @@ class TensorOps {
         tr_tensor out{0};
         detail::call(tr_tensor_lu_solve, self().raw(), lu_data.raw(), lu_pivots.raw(), &out);
         return Self::adopt(out);
+    }
+
+    /// `lu_unpack(Tensor LU_data, Tensor LU_pivots, bool unpack_data=True, bool
+    /// unpack_pivots=True) -> (Tensor P, Tensor L, Tensor U)` (`lu_data` is *this.) Calls
+    /// `tr_tensor_lu_unpack`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 3> lu_unpack(
+        const Self& lu_pivots,
+        bool unpack_data,
+        bool unpack_pivots) const {
+        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_lu_unpack(self().raw(), lu_pivots.raw(), unpack_data,
+                unpack_pivots, out_, room_, written_); });
     }
 
     /// `multinomial(Tensor self, SymInt num_samples, bool replacement=False, *, Generator?
@@ -6246,6 +8259,32 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `histogram.bins_tensor(Tensor self, Tensor bins, *, Tensor? weight=None, bool
+    /// density=False) -> (Tensor hist, Tensor bin_edges)` (`input` is *this.) Calls
+    /// `tr_tensor_histogram_bins_tensor`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> histogram_bins_tensor(
+        const Self& bins,
+        OptionalTensor weight,
+        bool density) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_histogram_bins_tensor(self().raw(), bins.raw(), weight.raw(),
+                density, out_, room_, written_); });
+    }
+
+    /// `histogram.bin_ct(Tensor self, int bins=100, *, float[]? range=None, Tensor?
+    /// weight=None, bool density=False) -> (Tensor hist, Tensor bin_edges)` (`input` is *this.)
+    /// Calls `tr_tensor_histogram_bin_ct`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> histogram_bin_ct(
+        int64_t bins,
+        const std::optional<std::vector<double>>& range,
+        OptionalTensor weight,
+        bool density) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_histogram_bin_ct(self().raw(), bins, range ? range->data() :
+                nullptr, range ? range->size() : 0, weight.raw(), density, out_, room_, written_);
+                });
+    }
+
     /// `fmod.Scalar(Tensor self, Scalar other) -> Tensor` (`input` is *this.) Calls
     /// `tr_tensor_fmod_scalar`; throws tr::Error on failure.
     [[nodiscard]] Self fmod_scalar(Scalar other) const {
@@ -6434,6 +8473,81 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `quantile(Tensor self, Tensor q, int? dim=None, bool keepdim=False, *, str
+    /// interpolation='linear') -> Tensor` (`input` is *this.) Calls `tr_tensor_quantile`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self quantile(
+        const Self& q,
+        std::optional<int64_t> dim,
+        bool keepdim,
+        const std::string& interpolation) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_quantile, self().raw(), q.raw(), detail::c_opt(dim).ptr(), keepdim,
+                detail::c_string(interpolation, "interpolation"), &out);
+        return Self::adopt(out);
+    }
+
+    /// `quantile.scalar(Tensor self, float q, int? dim=None, bool keepdim=False, *, str
+    /// interpolation='linear') -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_quantile_scalar`; throws tr::Error on failure.
+    [[nodiscard]] Self quantile_scalar(
+        double q,
+        std::optional<int64_t> dim,
+        bool keepdim,
+        const std::string& interpolation) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_quantile_scalar, self().raw(), q, detail::c_opt(dim).ptr(), keepdim,
+                detail::c_string(interpolation, "interpolation"), &out);
+        return Self::adopt(out);
+    }
+
+    /// `nanquantile(Tensor self, Tensor q, int? dim=None, bool keepdim=False, *, str
+    /// interpolation='linear') -> Tensor` (`input` is *this.) Calls `tr_tensor_nanquantile`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self nanquantile(
+        const Self& q,
+        std::optional<int64_t> dim,
+        bool keepdim,
+        const std::string& interpolation) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_nanquantile, self().raw(), q.raw(), detail::c_opt(dim).ptr(),
+                keepdim, detail::c_string(interpolation, "interpolation"), &out);
+        return Self::adopt(out);
+    }
+
+    /// `nanquantile.scalar(Tensor self, float q, int? dim=None, bool keepdim=False, *, str
+    /// interpolation='linear') -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_nanquantile_scalar`; throws tr::Error on failure.
+    [[nodiscard]] Self nanquantile_scalar(
+        double q,
+        std::optional<int64_t> dim,
+        bool keepdim,
+        const std::string& interpolation) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_nanquantile_scalar, self().raw(), q, detail::c_opt(dim).ptr(),
+                keepdim, detail::c_string(interpolation, "interpolation"), &out);
+        return Self::adopt(out);
+    }
+
+    /// `sort(Tensor self, int dim=-1, bool descending=False) -> (Tensor values, Tensor
+    /// indices)` (`input` is *this.) Calls `tr_tensor_sort`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> sort(int64_t dim, bool descending) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_sort(self().raw(), dim, descending, out_, room_, written_); });
+    }
+
+    /// `sort.stable(Tensor self, *, bool? stable, int dim=-1, bool descending=False) -> (Tensor
+    /// values, Tensor indices)` (`input` is *this.) Calls `tr_tensor_sort_stable`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> sort_stable(
+        std::optional<bool> stable,
+        int64_t dim,
+        bool descending) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_sort_stable(self().raw(), detail::c_opt(stable).ptr(), dim,
+                descending, out_, room_, written_); });
+    }
+
     /// `msort(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_msort`; throws
     /// tr::Error on failure.
     [[nodiscard]] Self msort() const {
@@ -6457,6 +8571,19 @@ class TensorOps {
         tr_tensor out{0};
         detail::call(tr_tensor_argsort_stable, self().raw(), stable, dim, descending, &out);
         return Self::adopt(out);
+    }
+
+    /// `topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> (Tensor
+    /// values, Tensor indices)` (`input` is *this.) Calls `tr_tensor_topk`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] std::array<Self, 2> topk(
+        int64_t k,
+        int64_t dim,
+        bool largest,
+        bool sorted) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_topk(self().raw(), k, dim, largest, sorted, out_, room_, written_);
+                });
     }
 
     /// `all(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_all`; throws tr::Error
@@ -6626,6 +8753,36 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `searchsorted.Tensor(Tensor sorted_sequence, Tensor self, *, bool out_int32=False, bool
+    /// right=False, str? side=None, Tensor? sorter=None) -> Tensor` (`sorted_sequence` is
+    /// *this.) Calls `tr_tensor_searchsorted_tensor`; throws tr::Error on failure.
+    [[nodiscard]] Self searchsorted_tensor(
+        const Self& input,
+        bool out_int32,
+        bool right,
+        const std::optional<std::string>& side,
+        OptionalTensor sorter) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_searchsorted_tensor, self().raw(), input.raw(), out_int32, right,
+                side ? detail::c_string(*side, "side") : nullptr, sorter.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `searchsorted.Scalar(Tensor sorted_sequence, Scalar self, *, bool out_int32=False, bool
+    /// right=False, str? side=None, Tensor? sorter=None) -> Tensor` (`sorted_sequence` is
+    /// *this.) Calls `tr_tensor_searchsorted_scalar`; throws tr::Error on failure.
+    [[nodiscard]] Self searchsorted_scalar(
+        Scalar input,
+        bool out_int32,
+        bool right,
+        const std::optional<std::string>& side,
+        OptionalTensor sorter) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_searchsorted_scalar, self().raw(), input.raw(), out_int32, right,
+                side ? detail::c_string(*side, "side") : nullptr, sorter.raw(), &out);
+        return Self::adopt(out);
+    }
+
     /// `l1_loss(Tensor self, Tensor target, int reduction=Mean) -> Tensor` (`input` is *this.)
     /// Calls `tr_tensor_l1_loss`; throws tr::Error on failure.
     [[nodiscard]] Self l1_loss(const Self& target, int64_t reduction) const {
@@ -6658,6 +8815,17 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `multilabel_margin_loss_forward(Tensor self, Tensor target, int reduction) -> (Tensor
+    /// output, Tensor is_target)` (`input` is *this.) Calls
+    /// `tr_tensor_multilabel_margin_loss_forward`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> multilabel_margin_loss_forward(
+        const Self& target,
+        int64_t reduction) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_multilabel_margin_loss_forward(self().raw(), target.raw(),
+                reduction, out_, room_, written_); });
+    }
+
     /// `nll_loss_nd(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean, SymInt
     /// ignore_index=-100) -> Tensor` (`input` is *this.) Calls `tr_tensor_nll_loss_nd`; throws
     /// tr::Error on failure.
@@ -6686,6 +8854,19 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `nll_loss_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt
+    /// ignore_index) -> (Tensor output, Tensor total_weight)` (`input` is *this.) Calls
+    /// `tr_tensor_nll_loss_forward`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> nll_loss_forward(
+        const Self& target,
+        OptionalTensor weight,
+        int64_t reduction,
+        int64_t ignore_index) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_nll_loss_forward(self().raw(), target.raw(), weight.raw(),
+                reduction, ignore_index, out_, room_, written_); });
+    }
+
     /// `nll_loss2d(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean, SymInt
     /// ignore_index=-100) -> Tensor` (`input` is *this.) Calls `tr_tensor_nll_loss2d`; throws
     /// tr::Error on failure.
@@ -6698,6 +8879,19 @@ class TensorOps {
         detail::call(tr_tensor_nll_loss2d, self().raw(), target.raw(), weight.raw(), reduction,
                 ignore_index, &out);
         return Self::adopt(out);
+    }
+
+    /// `nll_loss2d_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt
+    /// ignore_index) -> (Tensor output, Tensor total_weight)` (`input` is *this.) Calls
+    /// `tr_tensor_nll_loss2d_forward`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> nll_loss2d_forward(
+        const Self& target,
+        OptionalTensor weight,
+        int64_t reduction,
+        int64_t ignore_index) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_nll_loss2d_forward(self().raw(), target.raw(), weight.raw(),
+                reduction, ignore_index, out_, room_, written_); });
     }
 
     /// `smooth_l1_loss(Tensor self, Tensor target, int reduction=Mean, float beta=1.0) ->
@@ -6850,6 +9044,13 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `log_sigmoid_forward(Tensor self) -> (Tensor output, Tensor buffer)` (`input` is *this.)
+    /// Calls `tr_tensor_log_sigmoid_forward`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> log_sigmoid_forward() const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_log_sigmoid_forward(self().raw(), out_, room_, written_); });
+    }
+
     /// `softplus(Tensor self, Scalar beta=1, Scalar threshold=20) -> Tensor` (`input` is
     /// *this.) Calls `tr_tensor_softplus`; throws tr::Error on failure.
     [[nodiscard]] Self softplus(Scalar beta, Scalar threshold) const {
@@ -6882,6 +9083,112 @@ class TensorOps {
         detail::call(tr_tensor_adaptive_avg_pool3d, self().raw(), output_size.data(),
                 output_size.size(), &out);
         return Self::adopt(out);
+    }
+
+    /// `adaptive_max_pool2d(Tensor self, int[2] output_size) -> (Tensor, Tensor)` (`input` is
+    /// *this.) Calls `tr_tensor_adaptive_max_pool2d`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> adaptive_max_pool2d(IntList output_size) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_adaptive_max_pool2d(self().raw(), output_size.data(),
+                output_size.size(), out_, room_, written_); });
+    }
+
+    /// `adaptive_max_pool3d(Tensor self, int[3] output_size) -> (Tensor, Tensor)` (`input` is
+    /// *this.) Calls `tr_tensor_adaptive_max_pool3d`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> adaptive_max_pool3d(IntList output_size) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_adaptive_max_pool3d(self().raw(), output_size.data(),
+                output_size.size(), out_, room_, written_); });
+    }
+
+    /// `avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, bool
+    /// ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor`
+    /// (`input` is *this.) Calls `tr_tensor_avg_pool2d`; throws tr::Error on failure.
+    [[nodiscard]] Self avg_pool2d(
+        IntList kernel_size,
+        IntList stride,
+        IntList padding,
+        bool ceil_mode,
+        bool count_include_pad,
+        std::optional<int64_t> divisor_override) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_avg_pool2d, self().raw(), kernel_size.data(), kernel_size.size(),
+                stride.data(), stride.size(), padding.data(), padding.size(), ceil_mode,
+                count_include_pad, detail::c_opt(divisor_override).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `avg_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, bool
+    /// ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor`
+    /// (`input` is *this.) Calls `tr_tensor_avg_pool3d`; throws tr::Error on failure.
+    [[nodiscard]] Self avg_pool3d(
+        IntList kernel_size,
+        IntList stride,
+        IntList padding,
+        bool ceil_mode,
+        bool count_include_pad,
+        std::optional<int64_t> divisor_override) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_avg_pool3d, self().raw(), kernel_size.data(), kernel_size.size(),
+                stride.data(), stride.size(), padding.data(), padding.size(), ceil_mode,
+                count_include_pad, detail::c_opt(divisor_override).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `fractional_max_pool2d(Tensor self, int[2] kernel_size, int[2] output_size, Tensor
+    /// random_samples) -> (Tensor, Tensor)` (`input` is *this.) Calls
+    /// `tr_tensor_fractional_max_pool2d`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> fractional_max_pool2d(
+        IntList kernel_size,
+        IntList output_size,
+        const Self& random_samples) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_fractional_max_pool2d(self().raw(), kernel_size.data(),
+                kernel_size.size(), output_size.data(), output_size.size(), random_samples.raw(),
+                out_, room_, written_); });
+    }
+
+    /// `fractional_max_pool3d(Tensor self, int[3] kernel_size, int[3] output_size, Tensor
+    /// random_samples) -> (Tensor, Tensor)` (`input` is *this.) Calls
+    /// `tr_tensor_fractional_max_pool3d`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> fractional_max_pool3d(
+        IntList kernel_size,
+        IntList output_size,
+        const Self& random_samples) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_fractional_max_pool3d(self().raw(), kernel_size.data(),
+                kernel_size.size(), output_size.data(), output_size.size(), random_samples.raw(),
+                out_, room_, written_); });
+    }
+
+    /// `max_pool2d_with_indices(Tensor self, int[2] kernel_size, int[2] stride=[], int[2]
+    /// padding=0, int[2] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)` (`input` is
+    /// *this.) Calls `tr_tensor_max_pool2d_with_indices`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> max_pool2d_with_indices(
+        IntList kernel_size,
+        IntList stride,
+        IntList padding,
+        IntList dilation,
+        bool ceil_mode) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_max_pool2d_with_indices(self().raw(), kernel_size.data(),
+                kernel_size.size(), stride.data(), stride.size(), padding.data(), padding.size(),
+                dilation.data(), dilation.size(), ceil_mode, out_, room_, written_); });
+    }
+
+    /// `max_pool3d_with_indices(Tensor self, int[3] kernel_size, int[3] stride=[], int[3]
+    /// padding=0, int[3] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)` (`input` is
+    /// *this.) Calls `tr_tensor_max_pool3d_with_indices`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> max_pool3d_with_indices(
+        IntList kernel_size,
+        IntList stride,
+        IntList padding,
+        IntList dilation,
+        bool ceil_mode) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_max_pool3d_with_indices(self().raw(), kernel_size.data(),
+                kernel_size.size(), stride.data(), stride.size(), padding.data(), padding.size(),
+                dilation.data(), dilation.size(), ceil_mode, out_, room_, written_); });
     }
 
     /// `max_unpool2d(Tensor self, Tensor indices, SymInt[2] output_size) -> Tensor` (`input` is
@@ -6959,6 +9266,214 @@ class TensorOps {
         tr_tensor out{0};
         detail::call(tr_tensor_replication_pad3d, self().raw(), padding.data(), padding.size(),
                 &out);
+        return Self::adopt(out);
+    }
+
+    /// `pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -> Tensor`
+    /// (`input` is *this.) Calls `tr_tensor_pad`; throws tr::Error on failure.
+    [[nodiscard]] Self pad(
+        IntList pad,
+        const std::string& mode,
+        std::optional<double> value) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_pad, self().raw(), pad.data(), pad.size(), detail::c_string(mode,
+                "mode"), detail::c_opt(value).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `upsample_linear1d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]?
+    /// scale_factors) -> Tensor` (`input` is *this.) Calls `tr_tensor_upsample_linear1d_vec`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self upsample_linear1d_vec(
+        const std::optional<IntList>& output_size,
+        bool align_corners,
+        const std::optional<std::vector<double>>& scale_factors) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_upsample_linear1d_vec, self().raw(), output_size ?
+                output_size->data() : nullptr, output_size ? output_size->size() : 0, align_corners,
+                scale_factors ? scale_factors->data() : nullptr, scale_factors ?
+                scale_factors->size() : 0, &out);
+        return Self::adopt(out);
+    }
+
+    /// `upsample_bilinear2d.vec(Tensor input, SymInt[]? output_size, bool align_corners,
+    /// float[]? scale_factors) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_upsample_bilinear2d_vec`; throws tr::Error on failure.
+    [[nodiscard]] Self upsample_bilinear2d_vec(
+        const std::optional<IntList>& output_size,
+        bool align_corners,
+        const std::optional<std::vector<double>>& scale_factors) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_upsample_bilinear2d_vec, self().raw(), output_size ?
+                output_size->data() : nullptr, output_size ? output_size->size() : 0, align_corners,
+                scale_factors ? scale_factors->data() : nullptr, scale_factors ?
+                scale_factors->size() : 0, &out);
+        return Self::adopt(out);
+    }
+
+    /// `upsample_trilinear3d.vec(Tensor input, SymInt[]? output_size, bool align_corners,
+    /// float[]? scale_factors) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_upsample_trilinear3d_vec`; throws tr::Error on failure.
+    [[nodiscard]] Self upsample_trilinear3d_vec(
+        const std::optional<IntList>& output_size,
+        bool align_corners,
+        const std::optional<std::vector<double>>& scale_factors) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_upsample_trilinear3d_vec, self().raw(), output_size ?
+                output_size->data() : nullptr, output_size ? output_size->size() : 0, align_corners,
+                scale_factors ? scale_factors->data() : nullptr, scale_factors ?
+                scale_factors->size() : 0, &out);
+        return Self::adopt(out);
+    }
+
+    /// `upsample_bicubic2d.vec(Tensor input, SymInt[]? output_size, bool align_corners,
+    /// float[]? scale_factors) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_upsample_bicubic2d_vec`; throws tr::Error on failure.
+    [[nodiscard]] Self upsample_bicubic2d_vec(
+        const std::optional<IntList>& output_size,
+        bool align_corners,
+        const std::optional<std::vector<double>>& scale_factors) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_upsample_bicubic2d_vec, self().raw(), output_size ?
+                output_size->data() : nullptr, output_size ? output_size->size() : 0, align_corners,
+                scale_factors ? scale_factors->data() : nullptr, scale_factors ?
+                scale_factors->size() : 0, &out);
+        return Self::adopt(out);
+    }
+
+    /// `upsample_nearest1d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) ->
+    /// Tensor` (`input` is *this.) Calls `tr_tensor_upsample_nearest1d_vec`; throws tr::Error
+    /// on failure.
+    [[nodiscard]] Self upsample_nearest1d_vec(
+        const std::optional<IntList>& output_size,
+        const std::optional<std::vector<double>>& scale_factors) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_upsample_nearest1d_vec, self().raw(), output_size ?
+                output_size->data() : nullptr, output_size ? output_size->size() : 0, scale_factors
+                ? scale_factors->data() : nullptr, scale_factors ? scale_factors->size() : 0, &out);
+        return Self::adopt(out);
+    }
+
+    /// `upsample_nearest2d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) ->
+    /// Tensor` (`input` is *this.) Calls `tr_tensor_upsample_nearest2d_vec`; throws tr::Error
+    /// on failure.
+    [[nodiscard]] Self upsample_nearest2d_vec(
+        const std::optional<IntList>& output_size,
+        const std::optional<std::vector<double>>& scale_factors) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_upsample_nearest2d_vec, self().raw(), output_size ?
+                output_size->data() : nullptr, output_size ? output_size->size() : 0, scale_factors
+                ? scale_factors->data() : nullptr, scale_factors ? scale_factors->size() : 0, &out);
+        return Self::adopt(out);
+    }
+
+    /// `upsample_nearest3d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) ->
+    /// Tensor` (`input` is *this.) Calls `tr_tensor_upsample_nearest3d_vec`; throws tr::Error
+    /// on failure.
+    [[nodiscard]] Self upsample_nearest3d_vec(
+        const std::optional<IntList>& output_size,
+        const std::optional<std::vector<double>>& scale_factors) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_upsample_nearest3d_vec, self().raw(), output_size ?
+                output_size->data() : nullptr, output_size ? output_size->size() : 0, scale_factors
+                ? scale_factors->data() : nullptr, scale_factors ? scale_factors->size() : 0, &out);
+        return Self::adopt(out);
+    }
+
+    /// `upsample_linear1d(Tensor self, SymInt[1] output_size, bool align_corners, float?
+    /// scales=None) -> Tensor` (`input` is *this.) Calls `tr_tensor_upsample_linear1d`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self upsample_linear1d(
+        IntList output_size,
+        bool align_corners,
+        std::optional<double> scales) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_upsample_linear1d, self().raw(), output_size.data(),
+                output_size.size(), align_corners, detail::c_opt(scales).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `upsample_bilinear2d(Tensor self, SymInt[2] output_size, bool align_corners, float?
+    /// scales_h=None, float? scales_w=None) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_upsample_bilinear2d`; throws tr::Error on failure.
+    [[nodiscard]] Self upsample_bilinear2d(
+        IntList output_size,
+        bool align_corners,
+        std::optional<double> scales_h,
+        std::optional<double> scales_w) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_upsample_bilinear2d, self().raw(), output_size.data(),
+                output_size.size(), align_corners, detail::c_opt(scales_h).ptr(),
+                detail::c_opt(scales_w).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `upsample_bicubic2d(Tensor self, SymInt[2] output_size, bool align_corners, float?
+    /// scales_h=None, float? scales_w=None) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_upsample_bicubic2d`; throws tr::Error on failure.
+    [[nodiscard]] Self upsample_bicubic2d(
+        IntList output_size,
+        bool align_corners,
+        std::optional<double> scales_h,
+        std::optional<double> scales_w) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_upsample_bicubic2d, self().raw(), output_size.data(),
+                output_size.size(), align_corners, detail::c_opt(scales_h).ptr(),
+                detail::c_opt(scales_w).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `upsample_trilinear3d(Tensor self, SymInt[3] output_size, bool align_corners, float?
+    /// scales_d=None, float? scales_h=None, float? scales_w=None) -> Tensor` (`input` is
+    /// *this.) Calls `tr_tensor_upsample_trilinear3d`; throws tr::Error on failure.
+    [[nodiscard]] Self upsample_trilinear3d(
+        IntList output_size,
+        bool align_corners,
+        std::optional<double> scales_d,
+        std::optional<double> scales_h,
+        std::optional<double> scales_w) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_upsample_trilinear3d, self().raw(), output_size.data(),
+                output_size.size(), align_corners, detail::c_opt(scales_d).ptr(),
+                detail::c_opt(scales_h).ptr(), detail::c_opt(scales_w).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `upsample_nearest1d(Tensor self, SymInt[1] output_size, float? scales=None) -> Tensor`
+    /// (`input` is *this.) Calls `tr_tensor_upsample_nearest1d`; throws tr::Error on failure.
+    [[nodiscard]] Self upsample_nearest1d(IntList output_size, std::optional<double> scales) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_upsample_nearest1d, self().raw(), output_size.data(),
+                output_size.size(), detail::c_opt(scales).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `upsample_nearest2d(Tensor self, SymInt[2] output_size, float? scales_h=None, float?
+    /// scales_w=None) -> Tensor` (`input` is *this.) Calls `tr_tensor_upsample_nearest2d`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self upsample_nearest2d(
+        IntList output_size,
+        std::optional<double> scales_h,
+        std::optional<double> scales_w) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_upsample_nearest2d, self().raw(), output_size.data(),
+                output_size.size(), detail::c_opt(scales_h).ptr(), detail::c_opt(scales_w).ptr(),
+                &out);
+        return Self::adopt(out);
+    }
+
+    /// `upsample_nearest3d(Tensor self, SymInt[3] output_size, float? scales_d=None, float?
+    /// scales_h=None, float? scales_w=None) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_upsample_nearest3d`; throws tr::Error on failure.
+    [[nodiscard]] Self upsample_nearest3d(
+        IntList output_size,
+        std::optional<double> scales_d,
+        std::optional<double> scales_h,
+        std::optional<double> scales_w) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_upsample_nearest3d, self().raw(), output_size.data(),
+                output_size.size(), detail::c_opt(scales_d).ptr(), detail::c_opt(scales_h).ptr(),
+                detail::c_opt(scales_w).ptr(), &out);
         return Self::adopt(out);
     }
 
@@ -7347,6 +9862,14 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `special_logit(Tensor self, float? eps=None) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_special_logit`; throws tr::Error on failure.
+    [[nodiscard]] Self special_logit(std::optional<double> eps) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_logit, self().raw(), detail::c_opt(eps).ptr(), &out);
+        return Self::adopt(out);
+    }
+
     /// `special_logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor` (`input` is
     /// *this.) Calls `tr_tensor_special_logsumexp`; throws tr::Error on failure.
     [[nodiscard]] Self special_logsumexp(IntList dim, bool keepdim) const {
@@ -7388,6 +9911,15 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `special_log_softmax(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor`
+    /// (`input` is *this.) Calls `tr_tensor_special_log_softmax`; throws tr::Error on failure.
+    [[nodiscard]] Self special_log_softmax(int64_t dim, std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_log_softmax, self().raw(), dim, detail::c_opt(dtype).ptr(),
+                &out);
+        return Self::adopt(out);
+    }
+
     /// `special_gammainc(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
     /// `tr_tensor_special_gammainc`; throws tr::Error on failure.
     [[nodiscard]] Self special_gammainc(const Self& other) const {
@@ -7412,6 +9944,264 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `special_softmax(Tensor self, int dim, ScalarType? dtype=None) -> Tensor` (`input` is
+    /// *this.) Calls `tr_tensor_special_softmax`; throws tr::Error on failure.
+    [[nodiscard]] Self special_softmax(int64_t dim, std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_softmax, self().raw(), dim, detail::c_opt(dtype).ptr(),
+                &out);
+        return Self::adopt(out);
+    }
+
+    /// `fft_fft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor` (`input` is
+    /// *this.) Calls `tr_tensor_fft_fft`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_fft(
+        std::optional<int64_t> n,
+        int64_t dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_fft, self().raw(), detail::c_opt(n).ptr(), dim, norm ?
+                detail::c_string(*norm, "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// `fft_ifft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor` (`input`
+    /// is *this.) Calls `tr_tensor_fft_ifft`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_ifft(
+        std::optional<int64_t> n,
+        int64_t dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_ifft, self().raw(), detail::c_opt(n).ptr(), dim, norm ?
+                detail::c_string(*norm, "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// `fft_rfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor` (`input`
+    /// is *this.) Calls `tr_tensor_fft_rfft`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_rfft(
+        std::optional<int64_t> n,
+        int64_t dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_rfft, self().raw(), detail::c_opt(n).ptr(), dim, norm ?
+                detail::c_string(*norm, "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// `fft_irfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor` (`input`
+    /// is *this.) Calls `tr_tensor_fft_irfft`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_irfft(
+        std::optional<int64_t> n,
+        int64_t dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_irfft, self().raw(), detail::c_opt(n).ptr(), dim, norm ?
+                detail::c_string(*norm, "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// `fft_hfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor` (`input`
+    /// is *this.) Calls `tr_tensor_fft_hfft`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_hfft(
+        std::optional<int64_t> n,
+        int64_t dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_hfft, self().raw(), detail::c_opt(n).ptr(), dim, norm ?
+                detail::c_string(*norm, "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// `fft_ihfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor` (`input`
+    /// is *this.) Calls `tr_tensor_fft_ihfft`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_ihfft(
+        std::optional<int64_t> n,
+        int64_t dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_ihfft, self().raw(), detail::c_opt(n).ptr(), dim, norm ?
+                detail::c_string(*norm, "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// `fft_fft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`
+    /// (`input` is *this.) Calls `tr_tensor_fft_fft2`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_fft2(
+        const std::optional<IntList>& s,
+        IntList dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_fft2, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
+                dim.data(), dim.size(), norm ? detail::c_string(*norm, "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// `fft_ifft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) ->
+    /// Tensor` (`input` is *this.) Calls `tr_tensor_fft_ifft2`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_ifft2(
+        const std::optional<IntList>& s,
+        IntList dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_ifft2, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
+                dim.data(), dim.size(), norm ? detail::c_string(*norm, "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// `fft_rfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) ->
+    /// Tensor` (`input` is *this.) Calls `tr_tensor_fft_rfft2`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_rfft2(
+        const std::optional<IntList>& s,
+        IntList dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_rfft2, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
+                dim.data(), dim.size(), norm ? detail::c_string(*norm, "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// `fft_irfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) ->
+    /// Tensor` (`input` is *this.) Calls `tr_tensor_fft_irfft2`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_irfft2(
+        const std::optional<IntList>& s,
+        IntList dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_irfft2, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
+                dim.data(), dim.size(), norm ? detail::c_string(*norm, "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// `fft_hfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) ->
+    /// Tensor` (`input` is *this.) Calls `tr_tensor_fft_hfft2`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_hfft2(
+        const std::optional<IntList>& s,
+        IntList dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_hfft2, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
+                dim.data(), dim.size(), norm ? detail::c_string(*norm, "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// `fft_ihfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) ->
+    /// Tensor` (`input` is *this.) Calls `tr_tensor_fft_ihfft2`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_ihfft2(
+        const std::optional<IntList>& s,
+        IntList dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_ihfft2, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
+                dim.data(), dim.size(), norm ? detail::c_string(*norm, "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// `fft_fftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
+    /// (`input` is *this.) Calls `tr_tensor_fft_fftn`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_fftn(
+        const std::optional<IntList>& s,
+        const std::optional<IntList>& dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_fftn, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
+                dim ? dim->data() : nullptr, dim ? dim->size() : 0, norm ? detail::c_string(*norm,
+                "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// `fft_ifftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
+    /// (`input` is *this.) Calls `tr_tensor_fft_ifftn`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_ifftn(
+        const std::optional<IntList>& s,
+        const std::optional<IntList>& dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_ifftn, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
+                dim ? dim->data() : nullptr, dim ? dim->size() : 0, norm ? detail::c_string(*norm,
+                "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// `fft_rfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
+    /// (`input` is *this.) Calls `tr_tensor_fft_rfftn`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_rfftn(
+        const std::optional<IntList>& s,
+        const std::optional<IntList>& dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_rfftn, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
+                dim ? dim->data() : nullptr, dim ? dim->size() : 0, norm ? detail::c_string(*norm,
+                "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// `fft_irfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
+    /// (`input` is *this.) Calls `tr_tensor_fft_irfftn`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_irfftn(
+        const std::optional<IntList>& s,
+        const std::optional<IntList>& dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_irfftn, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
+                dim ? dim->data() : nullptr, dim ? dim->size() : 0, norm ? detail::c_string(*norm,
+                "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// `fft_hfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
+    /// (`input` is *this.) Calls `tr_tensor_fft_hfftn`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_hfftn(
+        const std::optional<IntList>& s,
+        const std::optional<IntList>& dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_hfftn, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
+                dim ? dim->data() : nullptr, dim ? dim->size() : 0, norm ? detail::c_string(*norm,
+                "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// `fft_ihfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
+    /// (`input` is *this.) Calls `tr_tensor_fft_ihfftn`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_ihfftn(
+        const std::optional<IntList>& s,
+        const std::optional<IntList>& dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_ihfftn, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
+                dim ? dim->data() : nullptr, dim ? dim->size() : 0, norm ? detail::c_string(*norm,
+                "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// `fft_fftshift(Tensor self, int[1]? dim=None) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_fft_fftshift`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_fftshift(const std::optional<IntList>& dim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_fftshift, self().raw(), dim ? dim->data() : nullptr, dim ?
+                dim->size() : 0, &out);
+        return Self::adopt(out);
+    }
+
+    /// `fft_ifftshift(Tensor self, int[1]? dim=None) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_fft_ifftshift`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_ifftshift(const std::optional<IntList>& dim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_ifftshift, self().raw(), dim ? dim->data() : nullptr, dim ?
+                dim->size() : 0, &out);
+        return Self::adopt(out);
+    }
+
+    /// `linalg_cholesky_ex(Tensor self, *, bool upper=False, bool check_errors=False) ->
+    /// (Tensor L, Tensor info)` (`input` is *this.) Calls `tr_tensor_linalg_cholesky_ex`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> linalg_cholesky_ex(bool upper, bool check_errors) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_linalg_cholesky_ex(self().raw(), upper, check_errors, out_, room_,
+                written_); });
+    }
+
     /// `linalg_cholesky(Tensor self, *, bool upper=False) -> Tensor` (`input` is *this.) Calls
     /// `tr_tensor_linalg_cholesky`; throws tr::Error on failure.
     [[nodiscard]] Self linalg_cholesky(bool upper) const {
@@ -7426,6 +10216,29 @@ class TensorOps {
         tr_tensor out{0};
         detail::call(tr_tensor_linalg_cross, self().raw(), other.raw(), dim, &out);
         return Self::adopt(out);
+    }
+
+    /// `linalg_lu_factor(Tensor A, *, bool pivot=True) -> (Tensor LU, Tensor pivots)` (`a` is
+    /// *this.) Calls `tr_tensor_linalg_lu_factor`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> linalg_lu_factor(bool pivot) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_linalg_lu_factor(self().raw(), pivot, out_, room_, written_); });
+    }
+
+    /// `linalg_lu_factor_ex(Tensor A, *, bool pivot=True, bool check_errors=False) -> (Tensor
+    /// LU, Tensor pivots, Tensor info)` (`a` is *this.) Calls `tr_tensor_linalg_lu_factor_ex`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 3> linalg_lu_factor_ex(bool pivot, bool check_errors) const {
+        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_linalg_lu_factor_ex(self().raw(), pivot, check_errors, out_, room_,
+                written_); });
+    }
+
+    /// `linalg_lu(Tensor A, *, bool pivot=True) -> (Tensor P, Tensor L, Tensor U)` (`a` is
+    /// *this.) Calls `tr_tensor_linalg_lu`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 3> linalg_lu(bool pivot) const {
+        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_linalg_lu(self().raw(), pivot, out_, room_, written_); });
     }
 
     /// `linalg_lu_solve(Tensor LU, Tensor pivots, Tensor B, *, bool left=True, bool
@@ -7458,6 +10271,25 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `linalg_ldl_factor_ex(Tensor self, *, bool hermitian=False, bool check_errors=False) ->
+    /// (Tensor LD, Tensor pivots, Tensor info)` (`input` is *this.) Calls
+    /// `tr_tensor_linalg_ldl_factor_ex`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 3> linalg_ldl_factor_ex(
+        bool hermitian,
+        bool check_errors) const {
+        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_linalg_ldl_factor_ex(self().raw(), hermitian, check_errors, out_,
+                room_, written_); });
+    }
+
+    /// `linalg_ldl_factor(Tensor self, *, bool hermitian=False) -> (Tensor LD, Tensor pivots)`
+    /// (`input` is *this.) Calls `tr_tensor_linalg_ldl_factor`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> linalg_ldl_factor(bool hermitian) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_linalg_ldl_factor(self().raw(), hermitian, out_, room_, written_);
+                });
+    }
+
     /// `linalg_ldl_solve(Tensor LD, Tensor pivots, Tensor B, *, bool hermitian=False) ->
     /// Tensor` (`ld` is *this.) Calls `tr_tensor_linalg_ldl_solve`; throws tr::Error on
     /// failure.
@@ -7466,6 +10298,18 @@ class TensorOps {
         detail::call(tr_tensor_linalg_ldl_solve, self().raw(), pivots.raw(), b.raw(), hermitian,
                 &out);
         return Self::adopt(out);
+    }
+
+    /// `linalg_lstsq(Tensor self, Tensor b, float? rcond=None, *, str? driver=None) -> (Tensor
+    /// solution, Tensor residuals, Tensor rank, Tensor singular_values)` (`input` is *this.)
+    /// Calls `tr_tensor_linalg_lstsq`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 4> linalg_lstsq(
+        const Self& b,
+        std::optional<double> rcond,
+        const std::optional<std::string>& driver) const {
+        return detail::call_tensors<Self, 4>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_linalg_lstsq(self().raw(), b.raw(), detail::c_opt(rcond).ptr(),
+                driver ? detail::c_string(*driver, "driver") : nullptr, out_, room_, written_); });
     }
 
     /// `linalg_matmul(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
@@ -7492,12 +10336,33 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `linalg_slogdet(Tensor A) -> (Tensor sign, Tensor logabsdet)` (`a` is *this.) Calls
+    /// `tr_tensor_linalg_slogdet`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> linalg_slogdet() const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_linalg_slogdet(self().raw(), out_, room_, written_); });
+    }
+
+    /// `slogdet(Tensor self) -> (Tensor sign, Tensor logabsdet)` (`input` is *this.) Calls
+    /// `tr_tensor_slogdet`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> slogdet() const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_slogdet(self().raw(), out_, room_, written_); });
+    }
+
     /// `logdet(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_logdet`; throws
     /// tr::Error on failure.
     [[nodiscard]] Self logdet() const {
         tr_tensor out{0};
         detail::call(tr_tensor_logdet, self().raw(), &out);
         return Self::adopt(out);
+    }
+
+    /// `linalg_eig(Tensor self) -> (Tensor eigenvalues, Tensor eigenvectors)` (`input` is
+    /// *this.) Calls `tr_tensor_linalg_eig`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> linalg_eig() const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_linalg_eig(self().raw(), out_, room_, written_); });
     }
 
     /// `linalg_eigvals(Tensor self) -> Tensor` (`input` is *this.) Calls
@@ -7508,12 +10373,36 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `linalg_eigh(Tensor self, str UPLO="L") -> (Tensor eigenvalues, Tensor eigenvectors)`
+    /// (`input` is *this.) Calls `tr_tensor_linalg_eigh`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> linalg_eigh(const std::string& uplo) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_linalg_eigh(self().raw(), detail::c_string(uplo, "uplo"), out_,
+                room_, written_); });
+    }
+
+    /// `linalg_eigvalsh(Tensor self, str UPLO="L") -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_linalg_eigvalsh`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_eigvalsh(const std::string& uplo) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_eigvalsh, self().raw(), detail::c_string(uplo, "uplo"), &out);
+        return Self::adopt(out);
+    }
+
     /// `linalg_householder_product(Tensor input, Tensor tau) -> Tensor` (`input` is *this.)
     /// Calls `tr_tensor_linalg_householder_product`; throws tr::Error on failure.
     [[nodiscard]] Self linalg_householder_product(const Self& tau) const {
         tr_tensor out{0};
         detail::call(tr_tensor_linalg_householder_product, self().raw(), tau.raw(), &out);
         return Self::adopt(out);
+    }
+
+    /// `linalg_inv_ex(Tensor A, *, bool check_errors=False) -> (Tensor inverse, Tensor info)`
+    /// (`a` is *this.) Calls `tr_tensor_linalg_inv_ex`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> linalg_inv_ex(bool check_errors) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_linalg_inv_ex(self().raw(), check_errors, out_, room_, written_);
+                });
     }
 
     /// `linalg_inv(Tensor A) -> Tensor` (`a` is *this.) Calls `tr_tensor_linalg_inv`; throws
@@ -7556,6 +10445,114 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `linalg_norm(Tensor self, Scalar? ord=None, int[1]? dim=None, bool keepdim=False, *,
+    /// ScalarType? dtype=None) -> Tensor` (`input` is *this.) Calls `tr_tensor_linalg_norm`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self linalg_norm(
+        std::optional<Scalar> ord,
+        const std::optional<IntList>& dim,
+        bool keepdim,
+        std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_norm, self().raw(), detail::c_opt(ord).ptr(), dim ?
+                dim->data() : nullptr, dim ? dim->size() : 0, keepdim, detail::c_opt(dtype).ptr(),
+                &out);
+        return Self::adopt(out);
+    }
+
+    /// `linalg_norm.ord_str(Tensor self, str ord, int[1]? dim=None, bool keepdim=False, *,
+    /// ScalarType? dtype=None) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_linalg_norm_ord_str`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_norm_ord_str(
+        const std::string& ord,
+        const std::optional<IntList>& dim,
+        bool keepdim,
+        std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_norm_ord_str, self().raw(), detail::c_string(ord, "ord"), dim
+                ? dim->data() : nullptr, dim ? dim->size() : 0, keepdim, detail::c_opt(dtype).ptr(),
+                &out);
+        return Self::adopt(out);
+    }
+
+    /// `linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *,
+    /// ScalarType? dtype=None) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_linalg_vector_norm`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_vector_norm(
+        Scalar ord,
+        const std::optional<IntList>& dim,
+        bool keepdim,
+        std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_vector_norm, self().raw(), ord.raw(), dim ? dim->data() :
+                nullptr, dim ? dim->size() : 0, keepdim, detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `linalg_matrix_norm(Tensor self, Scalar ord, int[] dim=[-2,-1], bool keepdim=False, *,
+    /// ScalarType? dtype=None) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_linalg_matrix_norm`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_matrix_norm(
+        Scalar ord,
+        IntList dim,
+        bool keepdim,
+        std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_matrix_norm, self().raw(), ord.raw(), dim.data(), dim.size(),
+                keepdim, detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `linalg_matrix_norm.str_ord(Tensor self, str ord='fro', int[] dim=[-2,-1], bool
+    /// keepdim=False, *, ScalarType? dtype=None) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_linalg_matrix_norm_str_ord`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_matrix_norm_str_ord(
+        const std::string& ord,
+        IntList dim,
+        bool keepdim,
+        std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_matrix_norm_str_ord, self().raw(), detail::c_string(ord,
+                "ord"), dim.data(), dim.size(), keepdim, detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `linalg_svd(Tensor A, bool full_matrices=True, *, str? driver=None) -> (Tensor U, Tensor
+    /// S, Tensor Vh)` (`a` is *this.) Calls `tr_tensor_linalg_svd`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] std::array<Self, 3> linalg_svd(
+        bool full_matrices,
+        const std::optional<std::string>& driver) const {
+        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_linalg_svd(self().raw(), full_matrices, driver ?
+                detail::c_string(*driver, "driver") : nullptr, out_, room_, written_); });
+    }
+
+    /// `linalg_svdvals(Tensor A, *, str? driver=None) -> Tensor` (`a` is *this.) Calls
+    /// `tr_tensor_linalg_svdvals`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_svdvals(const std::optional<std::string>& driver) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_svdvals, self().raw(), driver ? detail::c_string(*driver,
+                "driver") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// `linalg_cond(Tensor self, Scalar? p=None) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_linalg_cond`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_cond(std::optional<Scalar> p) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_cond, self().raw(), detail::c_opt(p).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `linalg_cond.p_str(Tensor self, str p) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_linalg_cond_p_str`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_cond_p_str(const std::string& p) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_cond_p_str, self().raw(), detail::c_string(p, "p"), &out);
+        return Self::adopt(out);
+    }
+
     /// `linalg_pinv.atol_rtol_tensor(Tensor self, *, Tensor? atol=None, Tensor? rtol=None, bool
     /// hermitian=False) -> Tensor` (`input` is *this.) Calls
     /// `tr_tensor_linalg_pinv_atol_rtol_tensor`; throws tr::Error on failure.
@@ -7566,6 +10563,19 @@ class TensorOps {
         tr_tensor out{0};
         detail::call(tr_tensor_linalg_pinv_atol_rtol_tensor, self().raw(), atol.raw(), rtol.raw(),
                 hermitian, &out);
+        return Self::adopt(out);
+    }
+
+    /// `linalg_pinv.atol_rtol_float(Tensor self, *, float? atol=None, float? rtol=None, bool
+    /// hermitian=False) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_linalg_pinv_atol_rtol_float`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_pinv_atol_rtol_float(
+        std::optional<double> atol,
+        std::optional<double> rtol,
+        bool hermitian) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_pinv_atol_rtol_float, self().raw(), detail::c_opt(atol).ptr(),
+                detail::c_opt(rtol).ptr(), hermitian, &out);
         return Self::adopt(out);
     }
 
@@ -7587,6 +10597,18 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `linalg_solve_ex(Tensor A, Tensor B, *, bool left=True, bool check_errors=False) ->
+    /// (Tensor result, Tensor info)` (`a` is *this.) Calls `tr_tensor_linalg_solve_ex`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> linalg_solve_ex(
+        const Self& b,
+        bool left,
+        bool check_errors) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_linalg_solve_ex(self().raw(), b.raw(), left, check_errors, out_,
+                room_, written_); });
+    }
+
     /// `linalg_solve(Tensor A, Tensor B, *, bool left=True) -> Tensor` (`a` is *this.) Calls
     /// `tr_tensor_linalg_solve`; throws tr::Error on failure.
     [[nodiscard]] Self linalg_solve(const Self& b, bool left) const {
@@ -7601,6 +10623,25 @@ class TensorOps {
         tr_tensor out{0};
         detail::call(tr_tensor_linalg_tensorinv, self().raw(), ind, &out);
         return Self::adopt(out);
+    }
+
+    /// `linalg_tensorsolve(Tensor self, Tensor other, int[]? dims=None) -> Tensor` (`input` is
+    /// *this.) Calls `tr_tensor_linalg_tensorsolve`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_tensorsolve(
+        const Self& other,
+        const std::optional<IntList>& dims) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_tensorsolve, self().raw(), other.raw(), dims ? dims->data() :
+                nullptr, dims ? dims->size() : 0, &out);
+        return Self::adopt(out);
+    }
+
+    /// `linalg_qr(Tensor A, str mode='reduced') -> (Tensor Q, Tensor R)` (`a` is *this.) Calls
+    /// `tr_tensor_linalg_qr`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> linalg_qr(const std::string& mode) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_linalg_qr(self().raw(), detail::c_string(mode, "mode"), out_,
+                room_, written_); });
     }
 
     /// `linalg_matrix_power(Tensor self, int n) -> Tensor` (`input` is *this.) Calls
@@ -7624,6 +10665,19 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `linalg_matrix_rank.atol_rtol_float(Tensor self, *, float? atol=None, float? rtol=None,
+    /// bool hermitian=False) -> Tensor` (`input` is *this.) Calls
+    /// `tr_tensor_linalg_matrix_rank_atol_rtol_float`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_matrix_rank_atol_rtol_float(
+        std::optional<double> atol,
+        std::optional<double> rtol,
+        bool hermitian) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_matrix_rank_atol_rtol_float, self().raw(),
+                detail::c_opt(atol).ptr(), detail::c_opt(rtol).ptr(), hermitian, &out);
+        return Self::adopt(out);
+    }
+
     /// `linalg_matrix_rank(Tensor self, float tol, bool hermitian=False) -> Tensor` (`input` is
     /// *this.) Calls `tr_tensor_linalg_matrix_rank`; throws tr::Error on failure.
     [[nodiscard]] Self linalg_matrix_rank(double tol, bool hermitian) const {
@@ -7642,6 +10696,32 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `segment_reduce(Tensor data, str reduce, *, Tensor? lengths=None, Tensor? indices=None,
+    /// Tensor? offsets=None, int axis=0, bool unsafe=False, Scalar? initial=None) -> Tensor`
+    /// (`data` is *this.) Calls `tr_tensor_segment_reduce`; throws tr::Error on failure.
+    [[nodiscard]] Self segment_reduce(
+        const std::string& reduce,
+        OptionalTensor lengths,
+        OptionalTensor indices,
+        OptionalTensor offsets,
+        int64_t axis,
+        bool unsafe_,
+        std::optional<Scalar> initial) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_segment_reduce, self().raw(), detail::c_string(reduce, "reduce"),
+                lengths.raw(), indices.raw(), offsets.raw(), axis, unsafe_,
+                detail::c_opt(initial).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `unflatten_dense_tensors(Tensor flat, Tensor[] tensors) -> Tensor[]` (`flat` is *this.)
+    /// Calls `tr_tensor_unflatten_dense_tensors`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> unflatten_dense_tensors(const TensorList& tensors) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_unflatten_dense_tensors(self().raw(), tensors.data(),
+                tensors.size(), out_, room_, written_); });
+    }
+
     /// `view_as_real_copy(Tensor self) -> Tensor` (`input` is *this.) Calls
     /// `tr_tensor_view_as_real_copy`; throws tr::Error on failure.
     [[nodiscard]] Self view_as_real_copy() const {
@@ -7655,6 +10735,19 @@ class TensorOps {
     [[nodiscard]] Self view_as_complex_copy() const {
         tr_tensor out{0};
         detail::call(tr_tensor_view_as_complex_copy, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `as_strided_copy(Tensor self, SymInt[] size, SymInt[] stride, SymInt?
+    /// storage_offset=None) -> Tensor` (`input` is *this.) Calls `tr_tensor_as_strided_copy`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self as_strided_copy(
+        IntList size,
+        IntList stride,
+        std::optional<int64_t> storage_offset) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_as_strided_copy, self().raw(), size.data(), size.size(),
+                stride.data(), stride.size(), detail::c_opt(storage_offset).ptr(), &out);
         return Self::adopt(out);
     }
 
@@ -7696,6 +10789,37 @@ class TensorOps {
         tr_tensor out{0};
         detail::call(tr_tensor_detach_copy, self().raw(), &out);
         return Self::adopt(out);
+    }
+
+    /// `slice_copy.Tensor(Tensor self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt
+    /// step=1) -> Tensor` (`input` is *this.) Calls `tr_tensor_slice_copy_tensor`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self slice_copy_tensor(
+        int64_t dim,
+        std::optional<int64_t> start,
+        std::optional<int64_t> end,
+        int64_t step) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_slice_copy_tensor, self().raw(), dim, detail::c_opt(start).ptr(),
+                detail::c_opt(end).ptr(), step, &out);
+        return Self::adopt(out);
+    }
+
+    /// `split_copy.Tensor(Tensor self, SymInt split_size, int dim=0) -> Tensor[]` (`input` is
+    /// *this.) Calls `tr_tensor_split_copy_tensor`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> split_copy_tensor(int64_t split_size, int64_t dim) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_split_copy_tensor(self().raw(), split_size, dim, out_, room_,
+                written_); });
+    }
+
+    /// `split_with_sizes_copy(Tensor self, SymInt[] split_sizes, int dim=0) -> Tensor[]`
+    /// (`input` is *this.) Calls `tr_tensor_split_with_sizes_copy`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] std::vector<Self> split_with_sizes_copy(IntList split_sizes, int64_t dim) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_split_with_sizes_copy(self().raw(), split_sizes.data(),
+                split_sizes.size(), dim, out_, room_, written_); });
     }
 
     /// `squeeze_copy(Tensor self) -> Tensor` (`input` is *this.) Calls
@@ -7746,6 +10870,13 @@ class TensorOps {
         return Self::adopt(out);
     }
 
+    /// `unbind_copy.int(Tensor self, int dim=0) -> Tensor[]` (`input` is *this.) Calls
+    /// `tr_tensor_unbind_copy_int`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> unbind_copy_int(int64_t dim) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_unbind_copy_int(self().raw(), dim, out_, room_, written_); });
+    }
+
     /// `view_copy(Tensor self, SymInt[] size) -> Tensor` (`input` is *this.) Calls
     /// `tr_tensor_view_copy`; throws tr::Error on failure.
     [[nodiscard]] Self view_copy(IntList size) const {
@@ -7775,6 +10906,25 @@ class TensorOps {
     [[nodiscard]] Self alias_copy() const {
         tr_tensor out{0};
         detail::call(tr_tensor_alias_copy, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor?
+    /// attn_mask=None, float dropout_p=0.0, bool is_causal=False, *, float? scale=None, bool
+    /// enable_gqa=False) -> Tensor` (`query` is *this.) Calls
+    /// `tr_tensor_scaled_dot_product_attention`; throws tr::Error on failure.
+    [[nodiscard]] Self scaled_dot_product_attention(
+        const Self& key,
+        const Self& value,
+        OptionalTensor attn_mask,
+        double dropout_p,
+        bool is_causal,
+        std::optional<double> scale,
+        bool enable_gqa) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_scaled_dot_product_attention, self().raw(), key.raw(), value.raw(),
+                attn_mask.raw(), dropout_p, is_causal, detail::c_opt(scale).ptr(), enable_gqa,
+                &out);
         return Self::adopt(out);
     }
 

@@ -60,6 +60,7 @@ DOTNET_TEST_SRC := \
   bindings/dotnet/tests/ResidencyApiTests.cs \
   bindings/dotnet/tests/ResidencyTests.cs \
   bindings/dotnet/tests/Runner.cs \
+  bindings/dotnet/tests/SchemaOpsTests.cs \
   bindings/dotnet/tests/ScopeApiTests.cs \
   bindings/dotnet/tests/ScopeFactsTests.cs \
   bindings/dotnet/tests/SignatureTests.cs \

@@ -117,11 +117,28 @@ def table_op(o: schema.Overload) -> Op:
     return Op(o.c_name, params, ret, body, f"`{o.func}`", flags, schema=o)
 
 
-def select(root: Path, table: list[Op]) -> tuple[list[schema.Overload], list[schema.Overload]]:
-    """The overloads to generate, and those whose name ops.def or a hand-written function takes."""
+def select(root: Path, table: list[Op]) -> tuple[list[schema.Overload], dict[str, list[schema.Overload]]]:
+    """The overloads to generate, and every other overload by exclusion group (schema.GROUPS,
+    and `named`: ops.def or a hand-written function has its name)."""
     taken = {op.name for op in table} | reserved(root)
-    generate = schema.sort(schema.load())["generate"]
-    return [o for o in generate if o.c_name not in taken], [o for o in generate if o.c_name in taken]
+    groups = schema.sort(schema.load())
+    generate = groups.pop("generate")
+    groups["named"] = [o for o in generate if o.c_name in taken]
+    return [o for o in generate if o.c_name not in taken], groups
+
+
+def report(generated: list[schema.Overload], excluded: dict[str, list[schema.Overload]]) -> str:
+    """What `make gen` says of the schema: how many overloads it generated and left out, by group."""
+    total = len(generated) + sum(len(g) for g in excluded.values())
+    in_place = sum(o.in_place for o in generated)
+    lines = [f"gen: libtorch's schema: {total} overloads, {len(generated)} generated "
+             f"({len(generated) - in_place} functional, {in_place} in place); left out:"]
+    reasons = {g: why for g, why, _ in schema.GROUPS} | {"named": NAMED}
+    lines += [f"{len(excluded[g]):>6}  {g}: {reasons[g]}" for g in excluded]
+    return "\n".join(lines)
+
+
+NAMED = "ops.def or a hand-written function has the name (tr_tensor_relu, tr_tensor_numel ...)"
 
 
 def cpp_arg(a: schema.Arg, k: int) -> str:

@@ -77,14 +77,18 @@ def doc_lines(op, indent: str, member: bool = False) -> list[str]:
     return [f"{indent}/// {line}" for line in textwrap.wrap(text, 96 - len(indent) - 4)]
 
 
-def call_expr(op, receiver: str | None) -> tuple[list[str], str]:
-    """Statements before the call and the `detail::call(...)` expression itself."""
+def call_expr(op, receiver: str | None, tensor: str) -> tuple[list[str], str]:
+    """Statements before the call and the `detail::call(...)` expression itself (or, for an op
+    returning tensors into a buffer, the statement that calls and returns)."""
     args = []
     for i, p in enumerate(op.params):
         if i == 0 and receiver is not None:
             args.append(receiver)
         else:
             args.extend(c_args(p))
+    whole = ret_cell(op.ret, "cpp_call")
+    if whole:
+        return [], whole.format(fn=op.c_name, args="".join(a + ", " for a in args), tensor=tensor)
     out = ret_cell(op.ret, "cpp_out")
     pre = [out.format()] if out else []
     if out:
@@ -133,7 +137,7 @@ def body(lines: list[str], indent: str) -> str:
 def member(op) -> str:
     params = op.params[1:]
     decls = with_defaults(params, [param_decl(p, "Self") for p in params])
-    pre, call = call_expr(op, "self().raw()")
+    pre, call = call_expr(op, "self().raw()", "Self")
     out = doc_lines(op, "    ", member=True)
     if op.ret == "T!":
         # In place: the receiver is modified and returned (nothing new is registered). On an
@@ -206,7 +210,7 @@ def free_function(op) -> str:
         out.append(f"    {call};" if op.ret == "()" else f"    return {call};")
         out.append("}")
     else:
-        pre, call = call_expr(op, None)
+        pre, call = call_expr(op, None, "Tensor")
         out.append(signature(f"{ret_type(op, 'Tensor', inline=True)} {op.name}", decls, "", ""))
         out.append(body(pre + [call, returns(op, "Tensor")], "    "))
         out.append("}")

@@ -89,6 +89,7 @@ PINVOKE = {
     ("const double *", "array"): "double[]",
     ("const bool *", "in"): "[MarshalAs(UnmanagedType.LPArray, ArraySubType = UnmanagedType.I1)] bool[]",
     ("enum *", "in"): "{E}[]",
+    ("optional scalar", "in"): "Scalar[]",
     ("const int64_t *", "array"): "long[]",
     ("uint64_t", "in"): "ulong",
     ("uint64_t *", "out"): "out ulong",
@@ -148,6 +149,8 @@ class Abi:
             # `tr_minilm *` is the object itself, whether const or not; `tr_minilm **` an output.
             base = base.rstrip(" *")
             key = ("opaque *", "in") if t.count("*") == 1 else ("opaque **", role)
+        elif t == "const struct tr_scalar *":
+            key = ("optional scalar", role)  # an op's `Scalar?`: an array of one, or null
         elif t.startswith(("struct ", "const struct ")) and base in self.handles:
             key = (t, role) if role == "in" else (t.replace(f"struct {base}", "handle"), role)
         elif t.startswith(("struct ", "const struct ")):
@@ -359,8 +362,10 @@ def wrapper(op: Op, method: bool, name: str) -> str:
     out = ret_cell(op.ret, "cs_out")
     if out:
         pre.append(out)
-        args.append("out __result")
-    call = f'Native.Check(Native.{op.c_name}({", ".join(args)}), "{op.c_name}");'
+        args.append(ret_cell(op.ret, "cs_out_args"))
+    bare = f'Native.{op.c_name}({", ".join(args)})'
+    whole = ret_cell(op.ret, "cs_call")
+    call = whole.format(call=bare, fn=op.c_name) if whole else f'Native.Check({bare}, "{op.c_name}");'
     body = pre + usings + [("    " if usings else "") + call]
     back = ret_cell(op.ret, "cs_return")
     if back:

@@ -228,7 +228,7 @@ def emit_op(op: Op, by_name: dict) -> str:
     made = ret_cell(op.ret, "py_out")
     body += made
     if made:
-        args.append("out")
+        args.append(ret_cell(op.ret, "py_out_args"))
     fn = f"_f_{op.name}"
     params_text = ", ".join(f"{_py_name(p.name)}: {cell(p.ty, 'py_hint')}" for p in op.params)
     tensors = "".join(f", {_py_name(p.name)}" for p in op.params if p.ty in ("T", "T?"))
@@ -238,6 +238,7 @@ def emit_op(op: Op, by_name: dict) -> str:
              f"    raise _bad_call({op.name!r}, {params_text!r}, e) from None",
              "except SystemError as e:",
              "    raise _hook_error(e) from None",
+             *retry(op, fn, args),
              "if st:",
              f"    _fail(st, {op.c_name!r}{tensors})",
              ret_cell(op.ret, "py_return").format(first=_py_name(op.params[0].name) if op.params else "")]
@@ -250,6 +251,15 @@ def emit_op(op: Op, by_name: dict) -> str:
         f'    """{doc}\n    """',
         *("    " + line for line in body),
     ])
+
+
+def retry(op: Op, fn: str, args: list[str]) -> list[str]:
+    """For an op returning a list into a buffer too small for it: make room and call again."""
+    again = ret_cell(op.ret, "py_retry")
+    if not again:
+        return []
+    head, *rest = again.split("\n")
+    return [head, *rest, f"    st = {fn}({', '.join(args)})"]
 
 
 def python_operators(ops) -> dict[str, tuple]:
@@ -416,15 +426,28 @@ handle straight into a new Tensor object, and raises through the one error path 
 from __future__ import annotations
 
 from ctypes import ArgumentError as _CArgumentError
+from ctypes import byref as _byref
 from ctypes import c_bool as _c_bool
 from ctypes import c_double as _c_double
+from ctypes import c_int64 as _c_int64
+from ctypes import c_size_t as _c_size_t
 
 from numpy import ndarray as _ndarray
 
+from ._call import TOO_SMALL as _TOO_SMALL
+from ._call import adopt_all as _adopt_all
 from ._call import bad_call as _bad_call
+from ._call import c_str as _c_str
+from ._call import f64s as _f64s
 from ._call import handles as _handles
 from ._call import hook_error as _hook_error
 from ._call import i64s as _i64s
+from ._call import opt as _opt
+from ._call import opt_dtype as _opt_dtype
+from ._call import opt_f64s as _opt_f64s
+from ._call import opt_handles as _opt_handles
+from ._call import opt_i64s as _opt_i64s
+from ._call import opt_scalar as _opt_scalar
 from ._lib import fail as _fail
 from ._lib import lib as _lib
 from ._scalar import operand as _operand

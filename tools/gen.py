@@ -59,9 +59,8 @@ def cbindgen(*args: str) -> None:
 
 def outputs() -> dict[Path, str]:
     table = optable.load()
-    overloads, named = emit_aten.select(ROOT, table)
+    overloads, excluded = emit_aten.select(ROOT, table)
     ops = table + [emit_aten.table_op(o) for o in overloads]
-    bound = [op for op in ops if op.bound]
     files: dict[Path, str] = emit_aten.outputs(overloads, ROOT)
     for emitter in (emit_rust, emit_ffi, emit_device_sweep):
         files.update(emitter.outputs(ops, ROOT))
@@ -79,14 +78,12 @@ def outputs() -> dict[Path, str]:
         manifest = abi_manifest.build(tmp / "tensorref.h", {"models": tmp / "tensorref_minilm.h"})
     files[ROOT / "include/tensorref_abi.json"] = json.dumps(manifest, indent=1) + "\n"
 
-    # Every C function is declared in each binding; the ops whose types the bindings do not take
-    # yet have no wrapper there.
-    files.update(emit_cpp.outputs(bound, manifest, ROOT))
-    files.update(emit_csharp.outputs(bound, manifest, ROOT))
-    files.update(emit_python.outputs(bound, manifest, ROOT))
-    print(f"gen: {len(ops)} ops: {len(table)} of ops.def, {len(overloads)} from libtorch's schema "
-          f"({len(named)} more named as ops.def or a hand-written function names one); "
-          f"{len(bound)} in every binding")
+    files.update(emit_cpp.outputs(ops, manifest, ROOT))
+    files.update(emit_csharp.outputs(ops, manifest, ROOT))
+    files.update(emit_python.outputs(ops, manifest, ROOT))
+    print(emit_aten.report(overloads, excluded))
+    print(f"gen: {len(ops)} op functions ({len(table)} of ops.def, {len(overloads)} from the schema), "
+          f"each in C, Rust, C++, C# and Python")
     return files
 
 

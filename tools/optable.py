@@ -89,12 +89,6 @@ class Op:
         return f"r#{self.name}" if self.name in RUST_KEYWORDS else self.name
 
     @property
-    def bound(self) -> bool:
-        """Every type it has has the bindings' cells (C++, C#, Python)."""
-        types = [PARAMS[p.ty] for p in self.params] + [RETURNS[self.ret]]
-        return all(row.get("bindings", True) for row in types)
-
-    @property
     def c_name(self) -> str:
         """`tr_tensor_<name>`; an op whose name starts with a receiver other than a tensor keeps
         it (`optim_sgd_step`, whose receiver is a list of parameters: `tr_optim_sgd_step`)."""
@@ -229,46 +223,76 @@ PARAMS: dict[str, dict] = {
 }
 
 
-def _rust_c_only(doc: str, rust: str, ffi_params: str, ffi_pre: str | None, sweep: str, replay: str | None,
-                 method: str | None = None) -> dict:
-    """A value type of the ops generated from the schema that the bindings do not take yet: its
-    Rust and C cells (`rust` is the core's and, unless `method` says otherwise, the method's
-    type; the C function passes what `ffi_pre` made)."""
+def _value(doc: str, rust: str, ffi_params: str, ffi_pre: str | None, sweep: str, replay: str | None,
+           cpp: tuple, cs: tuple, py: tuple) -> dict:
+    """A value type of the ops generated from the schema (an optional number, a list, a string):
+    `rust` is the core's and the method's type, the C function passes what `ffi_pre` made, and
+    `cpp`, `cs`, `py` are each binding's (type, pre, args) cells."""
     return dict(
         doc=doc, tensor=False, each=False, rust_core=rust, rust_fetch=None, rust_bind=None,
-        rust_method=method or rust, rust_arg="{n}", ffi_params=ffi_params, ffi_pre=ffi_pre, ffi_arg="{n}",
-        cpp_type=None, cpp_args=None, cs_type=None, cs_pre=None, cs_args=None, py_hint=None, py_pre=None,
-        py_args=None, sweep=sweep, replay=replay, bindings=False)
+        rust_method=rust, rust_arg="{n}", ffi_params=ffi_params, ffi_pre=ffi_pre, ffi_arg="{n}",
+        cpp_type=cpp[0], cpp_args=cpp[2], cs_type=cs[0], cs_pre=cs[1], cs_args=cs[2],
+        py_hint=py[0], py_pre=py[1], py_args=py[2], sweep=sweep, replay=replay)
 
 
+def _optional(doc: str, rust: str, c: str, ffi_pre: str, cpp: str, cs: str, py: str, py_arg: str) -> dict:
+    """An optional value, passed in C as a pointer to it or NULL (and in C# as an array of one
+    or null)."""
+    return _value(doc, f"Option<{rust}>", f"{{n}}: *const {c}", ffi_pre, "None", "copy",
+                  (f"std::optional<{cpp}>", None, ["detail::c_opt({n}).ptr()"]),
+                  (f"{cs}?", None, ["{n}.HasValue ? new[] {{ {n}.Value }} : null"]),
+                  (f"{py} | None", None, [py_arg]))
+
+
+_NULL_CHECK = 'if ({n} == null) throw new ArgumentNullException("{name}");'
 PARAMS.update({
     "T?[]": {**PARAMS_T_LIST, "doc": "a list of optional tensors (handle 0 for none)",
              "rust_fetch": "let {n} = op.get_many_opt({n})?;",
              "rust_bind": "let {n} = &{n}.iter().map(|e| e.as_deref()).collect::<Vec<_>>()[..];",
              "rust_method": "&[Option<&Tensor>]",
              "rust_arg": "&{n}.iter().map(|t| t.map_or(TensorId(0), Tensor::id)).collect::<Vec<_>>()",
-             "cpp_type": None, "cpp_args": None, "cs_type": None, "cs_pre": None, "cs_args": None,
-             "py_hint": None, "py_pre": None, "py_args": None, "sweep": "&[m(&[4], I64)]", "bindings": False},
-    "i64?": _rust_c_only("an optional integer (NULL for none)", "Option<i64>", "{n}: *const i64",
-                         "let {n} = opt_arg({n});", "None", "copy"),
-    "f64?": _rust_c_only("an optional double (NULL for none)", "Option<f64>", "{n}: *const f64",
-                         "let {n} = opt_arg({n});", "None", "copy"),
-    "bool?": _rust_c_only("an optional bool (NULL for none)", "Option<bool>", "{n}: *const bool",
-                          "let {n} = opt_arg({n});", "None", "copy"),
-    "dtype?": _rust_c_only("an optional element type (NULL for none)", "Option<DType>", "{n}: *const TrDtype",
-                           "let {n} = opt_arg({n}).map(DType::try_from).transpose()?;", "None", "copy"),
-    "scalar?": _rust_c_only("an optional scalar (NULL for none)", "Option<Scalar>", "{n}: *const TrScalar",
-                            'let {n} = opt_arg({n}).map(|s| s.parse("{name}")).transpose()?;', "None", "copy"),
-    "i64[]?": _rust_c_only("an optional list of integers (NULL for none)", "Option<&[i64]>",
-                           "{n}: *const i64, {n}_len: usize", 'let {n} = opt_slice_arg({n}, {n}_len);', "None", None),
-    "f64[]": _rust_c_only("a list of doubles", "&[f64]", "{n}: *const f64, {n}_len: usize",
-                          'let {n} = slice_arg({n}, {n}_len, "{name}")?;', "&[0.5]", "owned"),
-    "f64[]?": _rust_c_only("an optional list of doubles (NULL for none)", "Option<&[f64]>",
-                           "{n}: *const f64, {n}_len: usize", 'let {n} = opt_slice_arg({n}, {n}_len);', "None", None),
-    "str": _rust_c_only("a string (NUL-terminated UTF-8)", "&str", "{n}: *const c_char",
-                        'let {n} = str_arg({n}, "{name}")?;', '"none"', "owned"),
-    "str?": _rust_c_only("an optional string (NULL for none)", "Option<&str>", "{n}: *const c_char",
-                         'let {n} = opt_str_arg({n}, "{name}")?;', "None", None),
+             "cpp_type": "const std::vector<OptionalTensor>&", "cpp_args": ["detail::raw_ids({n}).data()", "{n}.size()"],
+             "cs_pre": 'using (var __{name} = new HandleList({n}, "{name}", true))',
+             "py_hint": "Sequence[Tensor | None]", "py_pre": "{n}, _{n}, _{n}_len = _opt_handles({n}, {name!r})",
+             "sweep": "&[m(&[4], I64)]"},
+    "i64?": _optional("an optional integer (NULL for none)", "i64", "i64", "let {n} = opt_arg({n});",
+                      "int64_t", "long", "int", "_opt({n}, _c_int64)"),
+    "f64?": _optional("an optional double (NULL for none)", "f64", "f64", "let {n} = opt_arg({n});",
+                      "double", "double", "float", "_opt({n}, _c_double)"),
+    "bool?": _optional("an optional bool (NULL for none)", "bool", "bool", "let {n} = opt_arg({n});",
+                       "bool", "bool", "bool", "_opt({n}, _c_bool)"),
+    "dtype?": _optional("an optional element type (NULL for none)", "DType", "TrDtype",
+                        "let {n} = opt_arg({n}).map(DType::try_from).transpose()?;", "DType", "DType", "DType",
+                        "_opt_dtype({n})"),
+    "scalar?": _optional("an optional scalar (NULL for none)", "Scalar", "TrScalar",
+                         'let {n} = opt_arg({n}).map(|s| s.parse("{name}")).transpose()?;', "Scalar", "Scalar",
+                         "int | float | bool", "_opt_scalar({n}, {name!r})"),
+    "i64[]?": _value("an optional list of integers (NULL for none)", "Option<&[i64]>",
+                     "{n}: *const i64, {n}_len: usize", "let {n} = opt_slice_arg({n}, {n}_len);", "None", None,
+                     ("const std::optional<IntList>&", None, ["{n} ? {n}->data() : nullptr", "{n} ? {n}->size() : 0"]),
+                     ("long[]", None, ["{n}", "(UIntPtr)({n} == null ? 0 : {n}.Length)"]),
+                     ("int | Sequence[int] | None", "{n}, {n}_len = _opt_i64s({n}, {name!r})", ["{n}", "{n}_len"])),
+    "f64[]": _value("a list of doubles", "&[f64]", "{n}: *const f64, {n}_len: usize",
+                    'let {n} = slice_arg({n}, {n}_len, "{name}")?;', "&[0.5]", "owned",
+                    ("const std::vector<double>&", None, ["{n}.data()", "{n}.size()"]),
+                    ("double[]", _NULL_CHECK, ["{n}", "(UIntPtr){n}.Length"]),
+                    ("float | Sequence[float]", "{n}, {n}_len = _f64s({n}, {name!r})", ["{n}", "{n}_len"])),
+    "f64[]?": _value("an optional list of doubles (NULL for none)", "Option<&[f64]>",
+                     "{n}: *const f64, {n}_len: usize", "let {n} = opt_slice_arg({n}, {n}_len);", "None", None,
+                     ("const std::optional<std::vector<double>>&", None,
+                      ["{n} ? {n}->data() : nullptr", "{n} ? {n}->size() : 0"]),
+                     ("double[]", None, ["{n}", "(UIntPtr)({n} == null ? 0 : {n}.Length)"]),
+                     ("float | Sequence[float] | None", "{n}, {n}_len = _opt_f64s({n}, {name!r})", ["{n}", "{n}_len"])),
+    "str": _value("a string (NUL-terminated UTF-8)", "&str", "{n}: *const c_char", 'let {n} = str_arg({n}, "{name}")?;',
+                  '"none"', "owned",
+                  ("const std::string&", None, ['detail::c_string({n}, "{name}")']),
+                  ("string", _NULL_CHECK, ["Native.Utf8Z({n})"]),
+                  ("str", None, ["_c_str({n}, {name!r})"])),
+    "str?": _value("an optional string (NULL for none)", "Option<&str>", "{n}: *const c_char",
+                   'let {n} = opt_str_arg({n}, "{name}")?;', "None", None,
+                   ("const std::optional<std::string>&", None, ['{n} ? detail::c_string(*{n}, "{name}") : nullptr']),
+                   ("string", None, ["{n} == null ? null : Native.Utf8Z({n})"]),
+                   ("str | None", None, ["None if {n} is None else _c_str({n}, {name!r})"])),
 })
 
 # ---------------------------------------------------------------- return types
@@ -288,13 +312,23 @@ PARAMS.update({
 #   cpp_type     the C++ result type ({tensor}: the tensor class)
 #   cpp_out      the declaration of the C output, or None
 #   cpp_return   the statement returning it
+#   cpp_call     the statement that calls and returns, where a plain `detail::call` cannot
+#                ({fn}: the C function, {args}: its arguments, each followed by ", "), or None
 #   cs_type      the C# result type
 #   cs_out       the declaration of the C output, or None
+#   cs_out_args  the P/Invoke arguments the output becomes
+#   cs_call      the statements that call and check, where a plain `Native.Check` cannot ({call}:
+#                the P/Invoke call, {fn}: the C function), or None
 #   cs_return    the statement returning it
 #   py_hint      the Python result type in docstrings
 #   py_out       the statements making the C output, or []
+#   py_out_args  the C arguments the output becomes
+#   py_retry     the statements that make room for a result that did not fit, before the call
+#                is made again, or None
 #   py_return    the statement returning it
 #   sweep        how the sweep collects the tensors it made ({call})
+#
+# (The last five columns of bindings are set below for the rows that do not need them.)
 
 OUT = 'let out = out_arg(out, "out")?;'
 
@@ -362,38 +396,60 @@ RETURNS: dict[str, dict] = {
 
 def _tensors_returned(n: int | None) -> dict:
     """The tuple of `n` tensors, or (None) the list, that an op generated from the schema returns,
-    into an output buffer of handles (the C ABI's rule for outputs): Rust and C only for now."""
+    into an output buffer of handles (the C ABI's rule for outputs). The bindings give a list
+    room for 64 results first, and where the op made more, run it once more with room for all
+    (its results were released); a tuple gets an array of exactly `n`."""
     count = f"the op's {n}" if n else "their number"
     c_doc = (f"`out` (room for `out_len` handles) receives the results' handles, in order, and `*out_written` "
              f"{count}, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and no result is kept).")
     out = "out: *mut TrTensor, out_len: usize, out_written: *mut usize"
     pre = 'let written = out_arg(out_written, "out_written")?;\n        let out = slice_out(out, out_len, "out")?;'
     store = "store_list(out, written, {call})?;"
+    room = n or 64
+    cs_retry = "" if n else (" if (__st == Status.BufferTooSmall && (int)__written > __out.Length) {{ "
+                             "__out = new ulong[(int)__written]; __st = {call}; }}")
     return dict(
         doc=f"{n} new handles" if n else "a list of new handles",
         rust_core="Vec<TensorId>", rust_first=None, rust_run="op.outputs(|| {body})",
         rust_method="Vec<Tensor>", rust_wrap="Ok({call}.into_iter().map(Tensor::from_raw).collect())",
         ffi_out=out, ffi_out_pre=pre, ffi_store=store, c_doc=c_doc,
-        cpp_type=None, cpp_out=None, cpp_return=None, cs_type=None, cs_out=None, cs_return=None,
-        py_hint=None, py_out=None, py_return=None, sweep="Ok({call})", bindings=False)
+        cpp_type=f"std::array<{{tensor}}, {n}>" if n else "std::vector<{tensor}>", cpp_out=None, cpp_return="",
+        cpp_call=("return detail::call_tensors<{tensor}" + (f", {n}" if n else "") + ">([&](tr_tensor* out_, size_t room_, "
+                  "size_t* written_) {{ return {fn}({args}out_, room_, written_); }});"),
+        cs_type="Tensor[]", cs_out=f"var __out = new ulong[{room}]; UIntPtr __written;",
+        cs_out_args="__out, (UIntPtr)__out.Length, out __written",
+        cs_call="{{ var __st = {call};" + cs_retry + ' Native.Check(__st, "{fn}"); }}',
+        cs_return="return TensorRef.Tensor.AdoptAll(__out, (int)__written);",
+        py_hint=f"tuple[{', '.join(['Tensor'] * n)}]" if n else "list[Tensor]",
+        py_out=[f"out = (_T * {room})()", "written = _c_size_t()"], py_out_args="out, len(out), _byref(written)",
+        py_retry=None if n else "if st == _TOO_SMALL and written.value > len(out):\n    out = (_T * written.value)()",
+        py_return=f"return {'tuple' if n else 'list'}(_adopt_all(out, written.value))",
+        sweep="Ok({call})")
 
 
 RETURNS.update({
     "T,T": _tensors_returned(2), "T,T,T": _tensors_returned(3), "T,T,T,T": _tensors_returned(4),
     "T[]": _tensors_returned(None),
     "i64": {**RETURNS["f64"], "doc": "a 64-bit integer", "rust_core": "i64", "rust_method": "i64",
-            "ffi_out": "out: *mut i64", "cpp_type": None, "cpp_out": None, "cpp_return": None, "cs_type": None,
-            "cs_out": None, "cs_return": None, "py_hint": None, "py_out": None, "py_return": None, "bindings": False},
+            "ffi_out": "out: *mut i64", "cpp_type": "int64_t", "cpp_out": "int64_t out = 0;",
+            "cs_type": "long", "cs_out": "long __result;", "py_hint": "int", "py_out": ["out = _c_int64()"]},
 })
+# How the bindings pass an output and call (the tuples and lists above say otherwise).
+for _row in RETURNS.values():
+    _row.setdefault("cpp_call", None)
+    _row.setdefault("cs_out_args", "out __result")
+    _row.setdefault("cs_call", None)
+    _row.setdefault("py_out_args", "out")
+    _row.setdefault("py_retry", None)
 
 
 def _check_tables() -> None:
     for ty, row in PARAMS.items():
-        if set(row) - {"bindings"} != set(_COLUMNS):
+        if set(row) != set(_COLUMNS):
             sys.exit(f"optable: parameter type {ty!r} has columns {sorted(set(row) ^ set(_COLUMNS))} wrong")
     columns = set(next(iter(RETURNS.values())))
     for ty, row in RETURNS.items():
-        if set(row) - {"bindings"} != columns:
+        if set(row) != columns:
             sys.exit(f"optable: return type {ty!r} has columns {sorted(set(row) ^ columns)} wrong")
 
 

@@ -150,6 +150,35 @@ class Scalar {
     tr_scalar s_;
 };
 
+namespace detail {
+
+/// The C form of an optional argument (`const T *`, NULL for none): a copy of the value, which
+/// lives until the end of the call it is made in.
+template <class C>
+struct COptional {
+    std::optional<C> value;
+    const C* ptr() const noexcept { return value ? &*value : nullptr; }
+};
+template <class T>
+COptional<T> c_opt(const std::optional<T>& v) {
+    return {v};
+}
+inline COptional<tr_dtype> c_opt(const std::optional<DType>& v) {
+    return {v ? std::optional<tr_dtype>(static_cast<tr_dtype>(*v)) : std::nullopt};
+}
+inline COptional<tr_scalar> c_opt(const std::optional<Scalar>& v) {
+    return {v ? std::optional<tr_scalar>(v->raw()) : std::nullopt};
+}
+
+/// The handles of a list of optional tensors (0 for none), for the length of a call.
+inline std::vector<tr_tensor> raw_ids(const std::vector<OptionalTensor>& list) {
+    std::vector<tr_tensor> ids;
+    ids.reserve(list.size());
+    for (const OptionalTensor& t : list) ids.push_back(t.raw());
+    return ids;
+}
+
+}  // namespace detail
 }  // namespace tr
 
 #endif  // TENSORREF_ARGUMENTS_HPP

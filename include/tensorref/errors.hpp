@@ -99,6 +99,37 @@ inline void call(Fn fn, Args... args) {
     if (status != TR_OK) throw Error::last(status);
 }
 
+template <class T, size_t... I>
+std::array<T, sizeof...(I)> adopt_array(const std::vector<tr_tensor>& out, std::index_sequence<I...>) {
+    return {T::adopt(out[I])...};
+}
+
+/// Calls a C function that writes tensor handles into a buffer (an op returning a tuple or a
+/// list), as `c(out, room, &written)`: with room for N handles (a tuple of N, as a std::array),
+/// or for 64 (a list, as a std::vector), and a list that did not fit is made again with room for
+/// all of it (the library released the first results). An output the op did not make is an
+/// empty T (handle 0). Throws tr::Error unless the call returns TR_OK.
+template <class T, size_t N = 0, class C>
+inline auto call_tensors(C c) {
+    ensure_abi();
+    std::vector<tr_tensor> out(N ? N : 64);
+    size_t written = 0;
+    tr_status status = c(out.data(), out.size(), &written);
+    if (N == 0 && status == TR_ERR_BUFFER_TOO_SMALL && written > out.size()) {
+        out.resize(written);
+        status = c(out.data(), out.size(), &written);
+    }
+    if (status != TR_OK) throw Error::last(status);
+    if constexpr (N == 0) {
+        std::vector<T> list;
+        list.reserve(written);
+        for (size_t i = 0; i < written; i++) list.push_back(T::adopt(out[i]));
+        return list;
+    } else {
+        return adopt_array<T>(out, std::make_index_sequence<N>{});
+    }
+}
+
 /// `text` as a C string argument; a NUL inside it would end the C string there ("a\0b" would
 /// open "a"), so it throws TR_ERR_INVALID_ARG.
 inline const char* c_string(const std::string& text, const char* what) {

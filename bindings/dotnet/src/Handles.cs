@@ -96,7 +96,8 @@ namespace TensorRef
         readonly TensorHandle[] _held;
         public readonly ulong[] Ids;
 
-        public HandleList(Tensor[] tensors, string name)
+        /// <param name="optional">Whether an element may be null (the id 0: a list of optional tensors).</param>
+        public HandleList(Tensor[] tensors, string name, bool optional = false)
         {
             if (tensors == null) throw new ArgumentNullException(name);
             Ids = new ulong[tensors.Length];
@@ -105,6 +106,7 @@ namespace TensorRef
             {
                 for (int i = 0; i < tensors.Length; i++)
                 {
+                    if (optional && tensors[i] == null) continue;
                     var h = Tensor.Arg(tensors[i], name);
                     bool added = false;
                     h.DangerousAddRef(ref added);

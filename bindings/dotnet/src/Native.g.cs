@@ -972,7 +972,7 @@ namespace TensorRef
         [DllImport(Lib, EntryPoint = "tr_tensor_clamp_tensor", ExactSpelling = true)]
         internal static extern Status tr_tensor_clamp_tensor(TensorHandle input, TensorHandle min, TensorHandle max, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_clamp_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_clamp_(TensorHandle input, ref Scalar min, ref Scalar max);
+        internal static extern Status tr_tensor_clamp_(TensorHandle input, Scalar[] min, Scalar[] max);
         [DllImport(Lib, EntryPoint = "tr_tensor_clamp_tensor_", ExactSpelling = true)]
         internal static extern Status tr_tensor_clamp_tensor_(TensorHandle input, TensorHandle min, TensorHandle max);
         [DllImport(Lib, EntryPoint = "tr_tensor_clamp_max", ExactSpelling = true)]
@@ -992,11 +992,11 @@ namespace TensorRef
         [DllImport(Lib, EntryPoint = "tr_tensor_clamp_min_tensor_", ExactSpelling = true)]
         internal static extern Status tr_tensor_clamp_min_tensor_(TensorHandle input, TensorHandle min);
         [DllImport(Lib, EntryPoint = "tr_tensor_clip", ExactSpelling = true)]
-        internal static extern Status tr_tensor_clip(TensorHandle input, ref Scalar min, ref Scalar max, out ulong @out);
+        internal static extern Status tr_tensor_clip(TensorHandle input, Scalar[] min, Scalar[] max, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_clip_tensor", ExactSpelling = true)]
         internal static extern Status tr_tensor_clip_tensor(TensorHandle input, TensorHandle min, TensorHandle max, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_clip_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_clip_(TensorHandle input, ref Scalar min, ref Scalar max);
+        internal static extern Status tr_tensor_clip_(TensorHandle input, Scalar[] min, Scalar[] max);
         [DllImport(Lib, EntryPoint = "tr_tensor_clip_tensor_", ExactSpelling = true)]
         internal static extern Status tr_tensor_clip_tensor_(TensorHandle input, TensorHandle min, TensorHandle max);
         [DllImport(Lib, EntryPoint = "tr_tensor_complex", ExactSpelling = true)]
@@ -1080,7 +1080,7 @@ namespace TensorRef
         [DllImport(Lib, EntryPoint = "tr_tensor_diff", ExactSpelling = true)]
         internal static extern Status tr_tensor_diff(TensorHandle input, long n, long dim, TensorHandle prepend, TensorHandle append, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_gradient_scalarint", ExactSpelling = true)]
-        internal static extern Status tr_tensor_gradient_scalarint(TensorHandle input, ref Scalar spacing, long[] dim, long edge_order, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        internal static extern Status tr_tensor_gradient_scalarint(TensorHandle input, Scalar[] spacing, long[] dim, long edge_order, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
         [DllImport(Lib, EntryPoint = "tr_tensor_gradient_scalararray", ExactSpelling = true)]
         internal static extern Status tr_tensor_gradient_scalararray(TensorHandle input, Scalar spacing, long[] dim, UIntPtr dim_len, long edge_order, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
         [DllImport(Lib, EntryPoint = "tr_tensor_gradient_array", ExactSpelling = true)]
@@ -1692,13 +1692,13 @@ namespace TensorRef
         [DllImport(Lib, EntryPoint = "tr_tensor_std_dim", ExactSpelling = true)]
         internal static extern Status tr_tensor_std_dim(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool unbiased, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_std_correction", ExactSpelling = true)]
-        internal static extern Status tr_tensor_std_correction(TensorHandle input, long[] dim, UIntPtr dim_len, ref Scalar correction, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
+        internal static extern Status tr_tensor_std_correction(TensorHandle input, long[] dim, UIntPtr dim_len, Scalar[] correction, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_std_mean", ExactSpelling = true)]
         internal static extern Status tr_tensor_std_mean(TensorHandle input, [MarshalAs(UnmanagedType.I1)] bool unbiased, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
         [DllImport(Lib, EntryPoint = "tr_tensor_std_mean_dim", ExactSpelling = true)]
         internal static extern Status tr_tensor_std_mean_dim(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool unbiased, [MarshalAs(UnmanagedType.I1)] bool keepdim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
         [DllImport(Lib, EntryPoint = "tr_tensor_std_mean_correction", ExactSpelling = true)]
-        internal static extern Status tr_tensor_std_mean_correction(TensorHandle input, long[] dim, UIntPtr dim_len, ref Scalar correction, [MarshalAs(UnmanagedType.I1)] bool keepdim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        internal static extern Status tr_tensor_std_mean_correction(TensorHandle input, long[] dim, UIntPtr dim_len, Scalar[] correction, [MarshalAs(UnmanagedType.I1)] bool keepdim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
         [DllImport(Lib, EntryPoint = "tr_tensor_prod", ExactSpelling = true)]
         internal static extern Status tr_tensor_prod(TensorHandle input, DType[] dtype, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_prod_dim_int", ExactSpelling = true)]
@@ -1772,13 +1772,13 @@ namespace TensorRef
         [DllImport(Lib, EntryPoint = "tr_tensor_var_dim", ExactSpelling = true)]
         internal static extern Status tr_tensor_var_dim(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool unbiased, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_var_correction", ExactSpelling = true)]
-        internal static extern Status tr_tensor_var_correction(TensorHandle input, long[] dim, UIntPtr dim_len, ref Scalar correction, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
+        internal static extern Status tr_tensor_var_correction(TensorHandle input, long[] dim, UIntPtr dim_len, Scalar[] correction, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_var_mean", ExactSpelling = true)]
         internal static extern Status tr_tensor_var_mean(TensorHandle input, [MarshalAs(UnmanagedType.I1)] bool unbiased, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
         [DllImport(Lib, EntryPoint = "tr_tensor_var_mean_dim", ExactSpelling = true)]
         internal static extern Status tr_tensor_var_mean_dim(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool unbiased, [MarshalAs(UnmanagedType.I1)] bool keepdim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
         [DllImport(Lib, EntryPoint = "tr_tensor_var_mean_correction", ExactSpelling = true)]
-        internal static extern Status tr_tensor_var_mean_correction(TensorHandle input, long[] dim, UIntPtr dim_len, ref Scalar correction, [MarshalAs(UnmanagedType.I1)] bool keepdim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        internal static extern Status tr_tensor_var_mean_correction(TensorHandle input, long[] dim, UIntPtr dim_len, Scalar[] correction, [MarshalAs(UnmanagedType.I1)] bool keepdim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
         [DllImport(Lib, EntryPoint = "tr_tensor_view_as", ExactSpelling = true)]
         internal static extern Status tr_tensor_view_as(TensorHandle input, TensorHandle other, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_where_scalarself", ExactSpelling = true)]
@@ -1796,13 +1796,13 @@ namespace TensorRef
         [DllImport(Lib, EntryPoint = "tr_tensor_binomial", ExactSpelling = true)]
         internal static extern Status tr_tensor_binomial(TensorHandle count, TensorHandle prob, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_norm_scalaropt_dtype", ExactSpelling = true)]
-        internal static extern Status tr_tensor_norm_scalaropt_dtype(TensorHandle input, ref Scalar p, DType dtype, out ulong @out);
+        internal static extern Status tr_tensor_norm_scalaropt_dtype(TensorHandle input, Scalar[] p, DType dtype, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_norm_scalar", ExactSpelling = true)]
         internal static extern Status tr_tensor_norm_scalar(TensorHandle input, Scalar p, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_norm_scalaropt_dim_dtype", ExactSpelling = true)]
-        internal static extern Status tr_tensor_norm_scalaropt_dim_dtype(TensorHandle input, ref Scalar p, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, DType dtype, out ulong @out);
+        internal static extern Status tr_tensor_norm_scalaropt_dim_dtype(TensorHandle input, Scalar[] p, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, DType dtype, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_norm_scalaropt_dim", ExactSpelling = true)]
-        internal static extern Status tr_tensor_norm_scalaropt_dim(TensorHandle input, ref Scalar p, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
+        internal static extern Status tr_tensor_norm_scalaropt_dim(TensorHandle input, Scalar[] p, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_frexp_tensor", ExactSpelling = true)]
         internal static extern Status tr_tensor_frexp_tensor(TensorHandle input, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
         [DllImport(Lib, EntryPoint = "tr_tensor_frobenius_norm_dim", ExactSpelling = true)]
@@ -2666,7 +2666,7 @@ namespace TensorRef
         [DllImport(Lib, EntryPoint = "tr_tensor_ger", ExactSpelling = true)]
         internal static extern Status tr_tensor_ger(TensorHandle input, TensorHandle vec2, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_linalg_norm", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_norm(TensorHandle input, ref Scalar ord, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, DType[] dtype, out ulong @out);
+        internal static extern Status tr_tensor_linalg_norm(TensorHandle input, Scalar[] ord, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, DType[] dtype, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_linalg_norm_ord_str", ExactSpelling = true)]
         internal static extern Status tr_tensor_linalg_norm_ord_str(TensorHandle input, byte[] ord, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, DType[] dtype, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_linalg_vector_norm", ExactSpelling = true)]
@@ -2680,7 +2680,7 @@ namespace TensorRef
         [DllImport(Lib, EntryPoint = "tr_tensor_linalg_svdvals", ExactSpelling = true)]
         internal static extern Status tr_tensor_linalg_svdvals(TensorHandle a, byte[] driver, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_linalg_cond", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_cond(TensorHandle input, ref Scalar p, out ulong @out);
+        internal static extern Status tr_tensor_linalg_cond(TensorHandle input, Scalar[] p, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_linalg_cond_p_str", ExactSpelling = true)]
         internal static extern Status tr_tensor_linalg_cond_p_str(TensorHandle input, byte[] p, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_linalg_pinv_atol_rtol_tensor", ExactSpelling = true)]
@@ -2714,7 +2714,7 @@ namespace TensorRef
         [DllImport(Lib, EntryPoint = "tr_tensor_linalg_multi_dot", ExactSpelling = true)]
         internal static extern Status tr_tensor_linalg_multi_dot(ulong[] tensors, UIntPtr tensors_len, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_segment_reduce", ExactSpelling = true)]
-        internal static extern Status tr_tensor_segment_reduce(TensorHandle data, byte[] reduce, TensorHandle lengths, TensorHandle indices, TensorHandle offsets, long axis, [MarshalAs(UnmanagedType.I1)] bool unsafe_, ref Scalar initial, out ulong @out);
+        internal static extern Status tr_tensor_segment_reduce(TensorHandle data, byte[] reduce, TensorHandle lengths, TensorHandle indices, TensorHandle offsets, long axis, [MarshalAs(UnmanagedType.I1)] bool unsafe_, Scalar[] initial, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_pad_sequence", ExactSpelling = true)]
         internal static extern Status tr_tensor_pad_sequence(ulong[] sequences, UIntPtr sequences_len, [MarshalAs(UnmanagedType.I1)] bool batch_first, double padding_value, byte[] padding_side, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_flatten_dense_tensors", ExactSpelling = true)]

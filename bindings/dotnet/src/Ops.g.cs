@@ -1187,6 +1187,17 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `output_nr(Tensor self) -&gt; int` Calls tr_tensor_output_nr; throws TensorRefException
+        /// on failure.
+        /// </summary>
+        public long OutputNr()
+        {
+            long __result;
+            Native.Check(Native.tr_tensor_output_nr(Handle, out __result), "tr_tensor_output_nr");
+            return __result;
+        }
+
+        /// <summary>
         /// `retains_grad(Tensor self) -&gt; bool` Calls tr_tensor_retains_grad; throws
         /// TensorRefException on failure.
         /// </summary>
@@ -1206,6 +1217,17 @@ namespace TensorRef
             ulong __result;
             Native.Check(Native.tr_tensor_align_as(Handle, TensorRef.Tensor.Arg(other, "other"), out __result), "tr_tensor_align_as");
             return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `native_dropout(Tensor input, float p, bool? train) -&gt; (Tensor, Tensor)` Calls
+        /// tr_tensor_native_dropout; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] NativeDropout(double p, bool? train)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_native_dropout(Handle, p, train.HasValue ? new[] { train.Value } : null, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_native_dropout"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
         }
 
         /// <summary>
@@ -1523,6 +1545,18 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `adaptive_max_pool1d(Tensor self, int[1] output_size) -&gt; (Tensor, Tensor)` Calls
+        /// tr_tensor_adaptive_max_pool1d; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] AdaptiveMaxPool1d(long[] output_size)
+        {
+            if (output_size == null) throw new ArgumentNullException("output_size");
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_adaptive_max_pool1d(Handle, output_size, (UIntPtr)output_size.Length, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_adaptive_max_pool1d"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
         /// `add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -&gt; Tensor` Calls
         /// tr_tensor_add_tensor; throws TensorRefException on failure.
         /// </summary>
@@ -1609,6 +1643,17 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `all.dims(Tensor self, int[]? dim=None, bool keepdim=False) -&gt; Tensor` Calls
+        /// tr_tensor_all_dims; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor AllDims(long[] dim, bool keepdim)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_all_dims(Handle, dim, (UIntPtr)(dim == null ? 0 : dim.Length), keepdim, out __result), "tr_tensor_all_dims");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
         /// `allclose(Tensor self, Tensor other, float rtol=1e-05, float atol=1e-08, bool
         /// equal_nan=False) -&gt; bool` Calls tr_tensor_allclose; throws TensorRefException on
         /// failure.
@@ -1628,6 +1673,17 @@ namespace TensorRef
         {
             ulong __result;
             Native.Check(Native.tr_tensor_any_dim(Handle, dim, keepdim, out __result), "tr_tensor_any_dim");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `any.dims(Tensor self, int[]? dim=None, bool keepdim=False) -&gt; Tensor` Calls
+        /// tr_tensor_any_dims; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor AnyDims(long[] dim, bool keepdim)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_any_dims(Handle, dim, (UIntPtr)(dim == null ? 0 : dim.Length), keepdim, out __result), "tr_tensor_any_dims");
             return new Tensor(__result);
         }
 
@@ -1754,6 +1810,32 @@ namespace TensorRef
         public Tensor Arctanh_()
         {
             Native.Check(Native.tr_tensor_arctanh_(Handle), "tr_tensor_arctanh_");
+            return this;
+        }
+
+        /// <summary>
+        /// `as_strided(Tensor(a) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None)
+        /// -&gt; Tensor(a)` Calls tr_tensor_as_strided; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor AsStrided(long[] size, long[] stride, long? storage_offset)
+        {
+            if (size == null) throw new ArgumentNullException("size");
+            if (stride == null) throw new ArgumentNullException("stride");
+            ulong __result;
+            Native.Check(Native.tr_tensor_as_strided(Handle, size, (UIntPtr)size.Length, stride, (UIntPtr)stride.Length, storage_offset.HasValue ? new[] { storage_offset.Value } : null, out __result), "tr_tensor_as_strided");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `as_strided_(Tensor(a!) self, SymInt[] size, SymInt[] stride, SymInt?
+        /// storage_offset=None) -&gt; Tensor(a!)` Calls tr_tensor_as_strided_; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor AsStrided_(long[] size, long[] stride, long? storage_offset)
+        {
+            if (size == null) throw new ArgumentNullException("size");
+            if (stride == null) throw new ArgumentNullException("stride");
+            Native.Check(Native.tr_tensor_as_strided_(Handle, size, (UIntPtr)size.Length, stride, (UIntPtr)stride.Length, storage_offset.HasValue ? new[] { storage_offset.Value } : null), "tr_tensor_as_strided_");
             return this;
         }
 
@@ -2202,6 +2284,64 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `unsafe_chunk(Tensor self, int chunks, int dim=0) -&gt; Tensor[]` Calls
+        /// tr_tensor_unsafe_chunk; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] UnsafeChunk(long chunks, long dim)
+        {
+            var __out = new ulong[64]; UIntPtr __written;
+            { var __st = Native.tr_tensor_unsafe_chunk(Handle, chunks, dim, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_unsafe_chunk(Handle, chunks, dim, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_unsafe_chunk"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `chunk(Tensor(a -&gt; *) self, int chunks, int dim=0) -&gt; Tensor(a)[]` Calls
+        /// tr_tensor_chunk; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] Chunk(long chunks, long dim)
+        {
+            var __out = new ulong[64]; UIntPtr __written;
+            { var __st = Native.tr_tensor_chunk(Handle, chunks, dim, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_chunk(Handle, chunks, dim, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_chunk"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `tensor_split.sections(Tensor(a -&gt; *) self, SymInt sections, int dim=0) -&gt;
+        /// Tensor(a)[]` Calls tr_tensor_tensor_split_sections; throws TensorRefException on
+        /// failure.
+        /// </summary>
+        public Tensor[] TensorSplitSections(long sections, long dim)
+        {
+            var __out = new ulong[64]; UIntPtr __written;
+            { var __st = Native.tr_tensor_tensor_split_sections(Handle, sections, dim, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_tensor_split_sections(Handle, sections, dim, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_tensor_split_sections"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `tensor_split.indices(Tensor(a -&gt; *) self, SymInt[] indices, int dim=0) -&gt;
+        /// Tensor(a)[]` Calls tr_tensor_tensor_split_indices; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] TensorSplitIndices(long[] indices, long dim)
+        {
+            if (indices == null) throw new ArgumentNullException("indices");
+            var __out = new ulong[64]; UIntPtr __written;
+            { var __st = Native.tr_tensor_tensor_split_indices(Handle, indices, (UIntPtr)indices.Length, dim, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_tensor_split_indices(Handle, indices, (UIntPtr)indices.Length, dim, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_tensor_split_indices"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `tensor_split.tensor_indices_or_sections(Tensor(a -&gt; *) self, Tensor
+        /// tensor_indices_or_sections, int dim=0) -&gt; Tensor(a)[]` Calls
+        /// tr_tensor_tensor_split_tensor_indices_or_sections; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] TensorSplitTensorIndicesOrSections(Tensor tensor_indices_or_sections, long dim)
+        {
+            var __out = new ulong[64]; UIntPtr __written;
+            { var __st = Native.tr_tensor_tensor_split_tensor_indices_or_sections(Handle, TensorRef.Tensor.Arg(tensor_indices_or_sections, "tensor_indices_or_sections"), dim, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_tensor_split_tensor_indices_or_sections(Handle, TensorRef.Tensor.Arg(tensor_indices_or_sections, "tensor_indices_or_sections"), dim, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_tensor_split_tensor_indices_or_sections"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
         /// `clamp.Tensor(Tensor self, Tensor? min=None, Tensor? max=None) -&gt; Tensor` Optional
         /// tensors may be null. Calls tr_tensor_clamp_tensor; throws TensorRefException on failure.
         /// </summary>
@@ -2210,6 +2350,16 @@ namespace TensorRef
             ulong __result;
             Native.Check(Native.tr_tensor_clamp_tensor(Handle, TensorRef.Tensor.OptArg(min), TensorRef.Tensor.OptArg(max), out __result), "tr_tensor_clamp_tensor");
             return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `clamp_(Tensor(a!) self, Scalar? min=None, Scalar? max=None) -&gt; Tensor(a!)` Calls
+        /// tr_tensor_clamp_; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor Clamp_(Scalar? min, Scalar? max)
+        {
+            Native.Check(Native.tr_tensor_clamp_(Handle, min.HasValue ? new[] { min.Value } : null, max.HasValue ? new[] { max.Value } : null), "tr_tensor_clamp_");
+            return this;
         }
 
         /// <summary>
@@ -2308,6 +2458,17 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `clip(Tensor self, Scalar? min=None, Scalar? max=None) -&gt; Tensor` Calls
+        /// tr_tensor_clip; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor Clip(Scalar? min, Scalar? max)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_clip(Handle, min.HasValue ? new[] { min.Value } : null, max.HasValue ? new[] { max.Value } : null, out __result), "tr_tensor_clip");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
         /// `clip.Tensor(Tensor self, Tensor? min=None, Tensor? max=None) -&gt; Tensor` Optional
         /// tensors may be null. Calls tr_tensor_clip_tensor; throws TensorRefException on failure.
         /// </summary>
@@ -2316,6 +2477,16 @@ namespace TensorRef
             ulong __result;
             Native.Check(Native.tr_tensor_clip_tensor(Handle, TensorRef.Tensor.OptArg(min), TensorRef.Tensor.OptArg(max), out __result), "tr_tensor_clip_tensor");
             return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `clip_(Tensor(a!) self, Scalar? min=None, Scalar? max=None) -&gt; Tensor(a!)` Calls
+        /// tr_tensor_clip_; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor Clip_(Scalar? min, Scalar? max)
+        {
+            Native.Check(Native.tr_tensor_clip_(Handle, min.HasValue ? new[] { min.Value } : null, max.HasValue ? new[] { max.Value } : null), "tr_tensor_clip_");
+            return this;
         }
 
         /// <summary>
@@ -2424,6 +2595,51 @@ namespace TensorRef
             if (dilation == null) throw new ArgumentNullException("dilation");
             ulong __result;
             Native.Check(Native.tr_tensor_conv3d(Handle, TensorRef.Tensor.Arg(weight, "weight"), TensorRef.Tensor.OptArg(bias), stride, (UIntPtr)stride.Length, padding, (UIntPtr)padding.Length, dilation, (UIntPtr)dilation.Length, groups, out __result), "tr_tensor_conv3d");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `conv1d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=1, str
+        /// padding="valid", SymInt[1] dilation=1, SymInt groups=1) -&gt; Tensor` Optional tensors
+        /// may be null. Calls tr_tensor_conv1d_padding; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor Conv1dPadding(Tensor weight, Tensor bias, long[] stride, string padding, long[] dilation, long groups)
+        {
+            if (stride == null) throw new ArgumentNullException("stride");
+            if (padding == null) throw new ArgumentNullException("padding");
+            if (dilation == null) throw new ArgumentNullException("dilation");
+            ulong __result;
+            Native.Check(Native.tr_tensor_conv1d_padding(Handle, TensorRef.Tensor.Arg(weight, "weight"), TensorRef.Tensor.OptArg(bias), stride, (UIntPtr)stride.Length, Native.Utf8Z(padding), dilation, (UIntPtr)dilation.Length, groups, out __result), "tr_tensor_conv1d_padding");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `conv2d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, str
+        /// padding="valid", SymInt[2] dilation=1, SymInt groups=1) -&gt; Tensor` Optional tensors
+        /// may be null. Calls tr_tensor_conv2d_padding; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor Conv2dPadding(Tensor weight, Tensor bias, long[] stride, string padding, long[] dilation, long groups)
+        {
+            if (stride == null) throw new ArgumentNullException("stride");
+            if (padding == null) throw new ArgumentNullException("padding");
+            if (dilation == null) throw new ArgumentNullException("dilation");
+            ulong __result;
+            Native.Check(Native.tr_tensor_conv2d_padding(Handle, TensorRef.Tensor.Arg(weight, "weight"), TensorRef.Tensor.OptArg(bias), stride, (UIntPtr)stride.Length, Native.Utf8Z(padding), dilation, (UIntPtr)dilation.Length, groups, out __result), "tr_tensor_conv2d_padding");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `conv3d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=1, str
+        /// padding="valid", SymInt[3] dilation=1, SymInt groups=1) -&gt; Tensor` Optional tensors
+        /// may be null. Calls tr_tensor_conv3d_padding; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor Conv3dPadding(Tensor weight, Tensor bias, long[] stride, string padding, long[] dilation, long groups)
+        {
+            if (stride == null) throw new ArgumentNullException("stride");
+            if (padding == null) throw new ArgumentNullException("padding");
+            if (dilation == null) throw new ArgumentNullException("dilation");
+            ulong __result;
+            Native.Check(Native.tr_tensor_conv3d_padding(Handle, TensorRef.Tensor.Arg(weight, "weight"), TensorRef.Tensor.OptArg(bias), stride, (UIntPtr)stride.Length, Native.Utf8Z(padding), dilation, (UIntPtr)dilation.Length, groups, out __result), "tr_tensor_conv3d_padding");
             return new Tensor(__result);
         }
 
@@ -2567,6 +2783,17 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `count_nonzero(Tensor self, int? dim=None) -&gt; Tensor` Calls tr_tensor_count_nonzero;
+        /// throws TensorRefException on failure.
+        /// </summary>
+        public Tensor CountNonzero(long? dim)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_count_nonzero(Handle, dim.HasValue ? new[] { dim.Value } : null, out __result), "tr_tensor_count_nonzero");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
         /// `cov(Tensor self, *, int correction=1, Tensor? fweights=None, Tensor? aweights=None)
         /// -&gt; Tensor` Optional tensors may be null. Calls tr_tensor_cov; throws
         /// TensorRefException on failure.
@@ -2587,6 +2814,70 @@ namespace TensorRef
             ulong __result;
             Native.Check(Native.tr_tensor_corrcoef(Handle, out __result), "tr_tensor_corrcoef");
             return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `cummax(Tensor self, int dim) -&gt; (Tensor values, Tensor indices)` Calls
+        /// tr_tensor_cummax; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] Cummax(long dim)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_cummax(Handle, dim, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_cummax"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `cummin(Tensor self, int dim) -&gt; (Tensor values, Tensor indices)` Calls
+        /// tr_tensor_cummin; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] Cummin(long dim)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_cummin(Handle, dim, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_cummin"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `cumprod(Tensor self, int dim, *, ScalarType? dtype=None) -&gt; Tensor` Calls
+        /// tr_tensor_cumprod; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor Cumprod(long dim, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_cumprod(Handle, dim, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_cumprod");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `cumprod_(Tensor(a!) self, int dim, *, ScalarType? dtype=None) -&gt; Tensor(a!)` Calls
+        /// tr_tensor_cumprod_; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor Cumprod_(long dim, DType? dtype)
+        {
+            Native.Check(Native.tr_tensor_cumprod_(Handle, dim, dtype.HasValue ? new[] { dtype.Value } : null), "tr_tensor_cumprod_");
+            return this;
+        }
+
+        /// <summary>
+        /// `cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -&gt; Tensor` Calls
+        /// tr_tensor_cumsum; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor Cumsum(long dim, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_cumsum(Handle, dim, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_cumsum");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `cumsum_(Tensor(a!) self, int dim, *, ScalarType? dtype=None) -&gt; Tensor(a!)` Calls
+        /// tr_tensor_cumsum_; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor Cumsum_(long dim, DType? dtype)
+        {
+            Native.Check(Native.tr_tensor_cumsum_(Handle, dim, dtype.HasValue ? new[] { dtype.Value } : null), "tr_tensor_cumsum_");
+            return this;
         }
 
         /// <summary>
@@ -2704,6 +2995,69 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `gradient.scalarint(Tensor self, *, Scalar? spacing=None, int? dim=None, int
+        /// edge_order=1) -&gt; Tensor[]` Calls tr_tensor_gradient_scalarint; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor[] GradientScalarint(Scalar? spacing, long? dim, long edge_order)
+        {
+            var __out = new ulong[64]; UIntPtr __written;
+            { var __st = Native.tr_tensor_gradient_scalarint(Handle, spacing.HasValue ? new[] { spacing.Value } : null, dim.HasValue ? new[] { dim.Value } : null, edge_order, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_gradient_scalarint(Handle, spacing.HasValue ? new[] { spacing.Value } : null, dim.HasValue ? new[] { dim.Value } : null, edge_order, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_gradient_scalarint"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `gradient.scalararray(Tensor self, *, Scalar spacing, int[] dim, int edge_order=1) -&gt;
+        /// Tensor[]` Calls tr_tensor_gradient_scalararray; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] GradientScalararray(Scalar spacing, long[] dim, long edge_order)
+        {
+            if (dim == null) throw new ArgumentNullException("dim");
+            var __out = new ulong[64]; UIntPtr __written;
+            { var __st = Native.tr_tensor_gradient_scalararray(Handle, spacing, dim, (UIntPtr)dim.Length, edge_order, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_gradient_scalararray(Handle, spacing, dim, (UIntPtr)dim.Length, edge_order, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_gradient_scalararray"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `gradient.array(Tensor self, *, int[] dim, int edge_order=1) -&gt; Tensor[]` Calls
+        /// tr_tensor_gradient_array; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] GradientArray(long[] dim, long edge_order)
+        {
+            if (dim == null) throw new ArgumentNullException("dim");
+            var __out = new ulong[64]; UIntPtr __written;
+            { var __st = Native.tr_tensor_gradient_array(Handle, dim, (UIntPtr)dim.Length, edge_order, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_gradient_array(Handle, dim, (UIntPtr)dim.Length, edge_order, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_gradient_array"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `gradient.tensorarrayint(Tensor self, *, Tensor[] spacing, int? dim=None, int
+        /// edge_order=1) -&gt; Tensor[]` Calls tr_tensor_gradient_tensorarrayint; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor[] GradientTensorarrayint(Tensor[] spacing, long? dim, long edge_order)
+        {
+            var __out = new ulong[64]; UIntPtr __written;
+            using (var __spacing = new HandleList(spacing, "spacing"))
+                { var __st = Native.tr_tensor_gradient_tensorarrayint(Handle, __spacing.Ids, __spacing.Length, dim.HasValue ? new[] { dim.Value } : null, edge_order, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_gradient_tensorarrayint(Handle, __spacing.Ids, __spacing.Length, dim.HasValue ? new[] { dim.Value } : null, edge_order, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_gradient_tensorarrayint"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `gradient.tensorarray(Tensor self, *, Tensor[] spacing, int[] dim, int edge_order=1)
+        /// -&gt; Tensor[]` Calls tr_tensor_gradient_tensorarray; throws TensorRefException on
+        /// failure.
+        /// </summary>
+        public Tensor[] GradientTensorarray(Tensor[] spacing, long[] dim, long edge_order)
+        {
+            if (dim == null) throw new ArgumentNullException("dim");
+            var __out = new ulong[64]; UIntPtr __written;
+            using (var __spacing = new HandleList(spacing, "spacing"))
+                { var __st = Native.tr_tensor_gradient_tensorarray(Handle, __spacing.Ids, __spacing.Length, dim, (UIntPtr)dim.Length, edge_order, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_gradient_tensorarray(Handle, __spacing.Ids, __spacing.Length, dim, (UIntPtr)dim.Length, edge_order, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_gradient_tensorarray"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
         /// `div.Tensor(Tensor self, Tensor other) -&gt; Tensor` Calls tr_tensor_div_tensor; throws
         /// TensorRefException on failure.
         /// </summary>
@@ -2721,6 +3075,48 @@ namespace TensorRef
         public Tensor DivTensor_(Tensor other)
         {
             Native.Check(Native.tr_tensor_div_tensor_(Handle, TensorRef.Tensor.Arg(other, "other")), "tr_tensor_div_tensor_");
+            return this;
+        }
+
+        /// <summary>
+        /// `div.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -&gt; Tensor` Calls
+        /// tr_tensor_div_tensor_mode; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor DivTensorMode(Tensor other, string rounding_mode)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_div_tensor_mode(Handle, TensorRef.Tensor.Arg(other, "other"), rounding_mode == null ? null : Native.Utf8Z(rounding_mode), out __result), "tr_tensor_div_tensor_mode");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `div_.Tensor_mode(Tensor(a!) self, Tensor other, *, str? rounding_mode) -&gt;
+        /// Tensor(a!)` Calls tr_tensor_div_tensor_mode_; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor DivTensorMode_(Tensor other, string rounding_mode)
+        {
+            Native.Check(Native.tr_tensor_div_tensor_mode_(Handle, TensorRef.Tensor.Arg(other, "other"), rounding_mode == null ? null : Native.Utf8Z(rounding_mode)), "tr_tensor_div_tensor_mode_");
+            return this;
+        }
+
+        /// <summary>
+        /// `div.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -&gt; Tensor` Calls
+        /// tr_tensor_div_scalar_mode; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor DivScalarMode(Scalar other, string rounding_mode)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_div_scalar_mode(Handle, other, rounding_mode == null ? null : Native.Utf8Z(rounding_mode), out __result), "tr_tensor_div_scalar_mode");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `div_.Scalar_mode(Tensor(a!) self, Scalar other, *, str? rounding_mode) -&gt;
+        /// Tensor(a!)` Calls tr_tensor_div_scalar_mode_; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor DivScalarMode_(Scalar other, string rounding_mode)
+        {
+            Native.Check(Native.tr_tensor_div_scalar_mode_(Handle, other, rounding_mode == null ? null : Native.Utf8Z(rounding_mode)), "tr_tensor_div_scalar_mode_");
             return this;
         }
 
@@ -2763,6 +3159,48 @@ namespace TensorRef
         public Tensor DivideScalar_(Scalar other)
         {
             Native.Check(Native.tr_tensor_divide_scalar_(Handle, other), "tr_tensor_divide_scalar_");
+            return this;
+        }
+
+        /// <summary>
+        /// `divide.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -&gt; Tensor`
+        /// Calls tr_tensor_divide_tensor_mode; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor DivideTensorMode(Tensor other, string rounding_mode)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_divide_tensor_mode(Handle, TensorRef.Tensor.Arg(other, "other"), rounding_mode == null ? null : Native.Utf8Z(rounding_mode), out __result), "tr_tensor_divide_tensor_mode");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `divide_.Tensor_mode(Tensor(a!) self, Tensor other, *, str? rounding_mode) -&gt;
+        /// Tensor(a!)` Calls tr_tensor_divide_tensor_mode_; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor DivideTensorMode_(Tensor other, string rounding_mode)
+        {
+            Native.Check(Native.tr_tensor_divide_tensor_mode_(Handle, TensorRef.Tensor.Arg(other, "other"), rounding_mode == null ? null : Native.Utf8Z(rounding_mode)), "tr_tensor_divide_tensor_mode_");
+            return this;
+        }
+
+        /// <summary>
+        /// `divide.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -&gt; Tensor`
+        /// Calls tr_tensor_divide_scalar_mode; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor DivideScalarMode(Scalar other, string rounding_mode)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_divide_scalar_mode(Handle, other, rounding_mode == null ? null : Native.Utf8Z(rounding_mode), out __result), "tr_tensor_divide_scalar_mode");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `divide_.Scalar_mode(Tensor(a!) self, Scalar other, *, str? rounding_mode) -&gt;
+        /// Tensor(a!)` Calls tr_tensor_divide_scalar_mode_; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor DivideScalarMode_(Scalar other, string rounding_mode)
+        {
+            Native.Check(Native.tr_tensor_divide_scalar_mode_(Handle, other, rounding_mode == null ? null : Native.Utf8Z(rounding_mode)), "tr_tensor_divide_scalar_mode_");
             return this;
         }
 
@@ -2842,6 +3280,100 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `embedding_bag(Tensor weight, Tensor indices, Tensor offsets, bool
+        /// scale_grad_by_freq=False, int mode=0, bool sparse=False, Tensor?
+        /// per_sample_weights=None, bool include_last_offset=False) -&gt; (Tensor, Tensor, Tensor,
+        /// Tensor)` Optional tensors may be null. Calls tr_tensor_embedding_bag; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor[] EmbeddingBag(Tensor indices, Tensor offsets, bool scale_grad_by_freq, long mode, bool sparse, Tensor per_sample_weights, bool include_last_offset)
+        {
+            var __out = new ulong[4]; UIntPtr __written;
+            { var __st = Native.tr_tensor_embedding_bag(Handle, TensorRef.Tensor.Arg(indices, "indices"), TensorRef.Tensor.Arg(offsets, "offsets"), scale_grad_by_freq, mode, sparse, TensorRef.Tensor.OptArg(per_sample_weights), include_last_offset, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_embedding_bag"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `embedding_bag.padding_idx(Tensor weight, Tensor indices, Tensor offsets, bool
+        /// scale_grad_by_freq, int mode, bool sparse, Tensor? per_sample_weights, bool
+        /// include_last_offset, int? padding_idx) -&gt; (Tensor, Tensor, Tensor, Tensor)` Optional
+        /// tensors may be null. Calls tr_tensor_embedding_bag_padding_idx; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor[] EmbeddingBagPaddingIdx(Tensor indices, Tensor offsets, bool scale_grad_by_freq, long mode, bool sparse, Tensor per_sample_weights, bool include_last_offset, long? padding_idx)
+        {
+            var __out = new ulong[4]; UIntPtr __written;
+            { var __st = Native.tr_tensor_embedding_bag_padding_idx(Handle, TensorRef.Tensor.Arg(indices, "indices"), TensorRef.Tensor.Arg(offsets, "offsets"), scale_grad_by_freq, mode, sparse, TensorRef.Tensor.OptArg(per_sample_weights), include_last_offset, padding_idx.HasValue ? new[] { padding_idx.Value } : null, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_embedding_bag_padding_idx"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `new_empty(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None,
+        /// Device? device=None, bool? pin_memory=None) -&gt; Tensor` Calls tr_tensor_new_empty;
+        /// throws TensorRefException on failure.
+        /// </summary>
+        public Tensor NewEmpty(long[] size, DType? dtype)
+        {
+            if (size == null) throw new ArgumentNullException("size");
+            ulong __result;
+            Native.Check(Native.tr_tensor_new_empty(Handle, size, (UIntPtr)size.Length, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_new_empty");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `new_empty_strided(Tensor self, SymInt[] size, SymInt[] stride, *, ScalarType?
+        /// dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -&gt;
+        /// Tensor` Calls tr_tensor_new_empty_strided; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor NewEmptyStrided(long[] size, long[] stride, DType? dtype)
+        {
+            if (size == null) throw new ArgumentNullException("size");
+            if (stride == null) throw new ArgumentNullException("stride");
+            ulong __result;
+            Native.Check(Native.tr_tensor_new_empty_strided(Handle, size, (UIntPtr)size.Length, stride, (UIntPtr)stride.Length, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_new_empty_strided");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `new_full(Tensor self, SymInt[] size, Scalar fill_value, *, ScalarType? dtype=None,
+        /// Layout? layout=None, Device? device=None, bool? pin_memory=None) -&gt; Tensor` Calls
+        /// tr_tensor_new_full; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor NewFull(long[] size, Scalar fill_value, DType? dtype)
+        {
+            if (size == null) throw new ArgumentNullException("size");
+            ulong __result;
+            Native.Check(Native.tr_tensor_new_full(Handle, size, (UIntPtr)size.Length, fill_value, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_new_full");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `new_zeros(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None,
+        /// Device? device=None, bool? pin_memory=None) -&gt; Tensor` Calls tr_tensor_new_zeros;
+        /// throws TensorRefException on failure.
+        /// </summary>
+        public Tensor NewZeros(long[] size, DType? dtype)
+        {
+            if (size == null) throw new ArgumentNullException("size");
+            ulong __result;
+            Native.Check(Native.tr_tensor_new_zeros(Handle, size, (UIntPtr)size.Length, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_new_zeros");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `new_ones(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None,
+        /// Device? device=None, bool? pin_memory=None) -&gt; Tensor` Calls tr_tensor_new_ones;
+        /// throws TensorRefException on failure.
+        /// </summary>
+        public Tensor NewOnes(long[] size, DType? dtype)
+        {
+            if (size == null) throw new ArgumentNullException("size");
+            ulong __result;
+            Native.Check(Native.tr_tensor_new_ones(Handle, size, (UIntPtr)size.Length, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_new_ones");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
         /// `resize_(Tensor(a!) self, SymInt[] size, *, MemoryFormat? memory_format=None) -&gt;
         /// Tensor(a!)` Calls tr_tensor_resize_; throws TensorRefException on failure.
         /// </summary>
@@ -2850,6 +3382,18 @@ namespace TensorRef
             if (size == null) throw new ArgumentNullException("size");
             Native.Check(Native.tr_tensor_resize_(Handle, size, (UIntPtr)size.Length), "tr_tensor_resize_");
             return this;
+        }
+
+        /// <summary>
+        /// `empty_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device?
+        /// device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -&gt; Tensor`
+        /// Calls tr_tensor_empty_like; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor EmptyLike(DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_empty_like(Handle, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_empty_like");
+            return new Tensor(__result);
         }
 
         /// <summary>
@@ -3075,6 +3619,19 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `full_like(Tensor self, Scalar fill_value, *, ScalarType? dtype=None, Layout?
+        /// layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat?
+        /// memory_format=None) -&gt; Tensor` Calls tr_tensor_full_like; throws TensorRefException
+        /// on failure.
+        /// </summary>
+        public Tensor FullLike(Scalar fill_value, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_full_like(Handle, fill_value, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_full_like");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
         /// `gcd(Tensor self, Tensor other) -&gt; Tensor` Calls tr_tensor_gcd; throws
         /// TensorRefException on failure.
         /// </summary>
@@ -3177,6 +3734,30 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `native_group_norm(Tensor input, Tensor? weight, Tensor? bias, SymInt N, SymInt C,
+        /// SymInt HxW, int group, float eps) -&gt; (Tensor, Tensor, Tensor)` Optional tensors may
+        /// be null. Calls tr_tensor_native_group_norm; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] NativeGroupNorm(Tensor weight, Tensor bias, long n, long c, long hxw, long group, double eps)
+        {
+            var __out = new ulong[3]; UIntPtr __written;
+            { var __st = Native.tr_tensor_native_group_norm(Handle, TensorRef.Tensor.OptArg(weight), TensorRef.Tensor.OptArg(bias), n, c, hxw, group, eps, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_native_group_norm"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `index.Tensor(Tensor self, Tensor?[] indices) -&gt; Tensor` Calls
+        /// tr_tensor_index_tensor; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor IndexTensor(Tensor[] indices)
+        {
+            ulong __result;
+            using (var __indices = new HandleList(indices, "indices", true))
+                Native.Check(Native.tr_tensor_index_tensor(Handle, __indices.Ids, __indices.Length, out __result), "tr_tensor_index_tensor");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
         /// `index_copy(Tensor self, int dim, Tensor index, Tensor source) -&gt; Tensor` Calls
         /// tr_tensor_index_copy; throws TensorRefException on failure.
         /// </summary>
@@ -3184,6 +3765,29 @@ namespace TensorRef
         {
             ulong __result;
             Native.Check(Native.tr_tensor_index_copy(Handle, dim, TensorRef.Tensor.Arg(index, "index"), TensorRef.Tensor.Arg(source, "source"), out __result), "tr_tensor_index_copy");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `index_put_(Tensor(a!) self, Tensor?[] indices, Tensor values, bool accumulate=False)
+        /// -&gt; Tensor(a!)` Calls tr_tensor_index_put_; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor IndexPut_(Tensor[] indices, Tensor values, bool accumulate)
+        {
+            using (var __indices = new HandleList(indices, "indices", true))
+                Native.Check(Native.tr_tensor_index_put_(Handle, __indices.Ids, __indices.Length, TensorRef.Tensor.Arg(values, "values"), accumulate), "tr_tensor_index_put_");
+            return this;
+        }
+
+        /// <summary>
+        /// `index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -&gt;
+        /// Tensor` Calls tr_tensor_index_put; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor IndexPut(Tensor[] indices, Tensor values, bool accumulate)
+        {
+            ulong __result;
+            using (var __indices = new HandleList(indices, "indices", true))
+                Native.Check(Native.tr_tensor_index_put(Handle, __indices.Ids, __indices.Length, TensorRef.Tensor.Arg(values, "values"), accumulate, out __result), "tr_tensor_index_put");
             return new Tensor(__result);
         }
 
@@ -3380,6 +3984,64 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `kthvalue(Tensor self, SymInt k, int dim=-1, bool keepdim=False) -&gt; (Tensor values,
+        /// Tensor indices)` Calls tr_tensor_kthvalue; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] Kthvalue(long k, long dim, bool keepdim)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_kthvalue(Handle, k, dim, keepdim, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_kthvalue"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor?
+        /// bias, float eps) -&gt; (Tensor, Tensor, Tensor)` Optional tensors may be null. Calls
+        /// tr_tensor_native_layer_norm; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] NativeLayerNorm(long[] normalized_shape, Tensor weight, Tensor bias, double eps)
+        {
+            if (normalized_shape == null) throw new ArgumentNullException("normalized_shape");
+            var __out = new ulong[3]; UIntPtr __written;
+            { var __st = Native.tr_tensor_native_layer_norm(Handle, normalized_shape, (UIntPtr)normalized_shape.Length, TensorRef.Tensor.OptArg(weight), TensorRef.Tensor.OptArg(bias), eps, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_native_layer_norm"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, float? eps=None)
+        /// -&gt; Tensor` Optional tensors may be null. Calls tr_tensor_rms_norm; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor RmsNorm(long[] normalized_shape, Tensor weight, double? eps)
+        {
+            if (normalized_shape == null) throw new ArgumentNullException("normalized_shape");
+            ulong __result;
+            Native.Check(Native.tr_tensor_rms_norm(Handle, normalized_shape, (UIntPtr)normalized_shape.Length, TensorRef.Tensor.OptArg(weight), eps.HasValue ? new[] { eps.Value } : null, out __result), "tr_tensor_rms_norm");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `nan_to_num(Tensor self, float? nan=None, float? posinf=None, float? neginf=None) -&gt;
+        /// Tensor` Calls tr_tensor_nan_to_num; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor NanToNum(double? nan, double? posinf, double? neginf)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_nan_to_num(Handle, nan.HasValue ? new[] { nan.Value } : null, posinf.HasValue ? new[] { posinf.Value } : null, neginf.HasValue ? new[] { neginf.Value } : null, out __result), "tr_tensor_nan_to_num");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `nan_to_num_(Tensor(a!) self, float? nan=None, float? posinf=None, float? neginf=None)
+        /// -&gt; Tensor(a!)` Calls tr_tensor_nan_to_num_; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor NanToNum_(double? nan, double? posinf, double? neginf)
+        {
+            Native.Check(Native.tr_tensor_nan_to_num_(Handle, nan.HasValue ? new[] { nan.Value } : null, posinf.HasValue ? new[] { posinf.Value } : null, neginf.HasValue ? new[] { neginf.Value } : null), "tr_tensor_nan_to_num_");
+            return this;
+        }
+
+        /// <summary>
         /// `ldexp.Tensor(Tensor self, Tensor other) -&gt; Tensor` Calls tr_tensor_ldexp_tensor;
         /// throws TensorRefException on failure.
         /// </summary>
@@ -3398,6 +4060,30 @@ namespace TensorRef
         {
             Native.Check(Native.tr_tensor_ldexp_(Handle, TensorRef.Tensor.Arg(other, "other")), "tr_tensor_ldexp_");
             return this;
+        }
+
+        /// <summary>
+        /// `linspace.Tensor_Tensor(Tensor start, Tensor end, int steps, *, ScalarType? dtype=None,
+        /// Layout? layout=None, Device? device=None, bool? pin_memory=None) -&gt; Tensor` Calls
+        /// tr_tensor_linspace_tensor_tensor; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor LinspaceTensorTensor(Tensor end, long steps, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_linspace_tensor_tensor(Handle, TensorRef.Tensor.Arg(end, "end"), steps, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_linspace_tensor_tensor");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `linspace.Tensor_Scalar(Tensor start, Scalar end, int steps, *, ScalarType? dtype=None,
+        /// Layout? layout=None, Device? device=None, bool? pin_memory=None) -&gt; Tensor` Calls
+        /// tr_tensor_linspace_tensor_scalar; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor LinspaceTensorScalar(Scalar end, long steps, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_linspace_tensor_scalar(Handle, end, steps, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_linspace_tensor_scalar");
+            return new Tensor(__result);
         }
 
         /// <summary>
@@ -3538,6 +4224,43 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `logspace.Tensor_Tensor(Tensor start, Tensor end, int steps, float base=10.0, *,
+        /// ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None)
+        /// -&gt; Tensor` Calls tr_tensor_logspace_tensor_tensor; throws TensorRefException on
+        /// failure.
+        /// </summary>
+        public Tensor LogspaceTensorTensor(Tensor end, long steps, double @base, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_logspace_tensor_tensor(Handle, TensorRef.Tensor.Arg(end, "end"), steps, @base, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_logspace_tensor_tensor");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `logspace.Tensor_Scalar(Tensor start, Scalar end, int steps, float base=10.0, *,
+        /// ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None)
+        /// -&gt; Tensor` Calls tr_tensor_logspace_tensor_scalar; throws TensorRefException on
+        /// failure.
+        /// </summary>
+        public Tensor LogspaceTensorScalar(Scalar end, long steps, double @base, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_logspace_tensor_scalar(Handle, end, steps, @base, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_logspace_tensor_scalar");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -&gt; Tensor` Calls
+        /// tr_tensor_log_softmax_int; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor LogSoftmaxInt(long dim, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_log_softmax_int(Handle, dim, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_log_softmax_int");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
         /// `logcumsumexp(Tensor self, int dim) -&gt; Tensor` Calls tr_tensor_logcumsumexp; throws
         /// TensorRefException on failure.
         /// </summary>
@@ -3595,6 +4318,17 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `aminmax(Tensor self, *, int? dim=None, bool keepdim=False) -&gt; (Tensor min, Tensor
+        /// max)` Calls tr_tensor_aminmax; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] Aminmax(long? dim, bool keepdim)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_aminmax(Handle, dim.HasValue ? new[] { dim.Value } : null, keepdim, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_aminmax"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
         /// `amax(Tensor self, int[1] dim=[], bool keepdim=False) -&gt; Tensor` Calls
         /// tr_tensor_amax; throws TensorRefException on failure.
         /// </summary>
@@ -3604,6 +4338,22 @@ namespace TensorRef
             ulong __result;
             Native.Check(Native.tr_tensor_amax(Handle, dim, (UIntPtr)dim.Length, keepdim, out __result), "tr_tensor_amax");
             return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `max_pool1d_with_indices(Tensor self, int[1] kernel_size, int[1] stride=[], int[1]
+        /// padding=0, int[1] dilation=1, bool ceil_mode=False) -&gt; (Tensor, Tensor)` Calls
+        /// tr_tensor_max_pool1d_with_indices; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] MaxPool1dWithIndices(long[] kernel_size, long[] stride, long[] padding, long[] dilation, bool ceil_mode)
+        {
+            if (kernel_size == null) throw new ArgumentNullException("kernel_size");
+            if (stride == null) throw new ArgumentNullException("stride");
+            if (padding == null) throw new ArgumentNullException("padding");
+            if (dilation == null) throw new ArgumentNullException("dilation");
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_max_pool1d_with_indices(Handle, kernel_size, (UIntPtr)kernel_size.Length, stride, (UIntPtr)stride.Length, padding, (UIntPtr)padding.Length, dilation, (UIntPtr)dilation.Length, ceil_mode, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_max_pool1d_with_indices"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
         }
 
         /// <summary>
@@ -3639,6 +4389,17 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `nanmean(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None)
+        /// -&gt; Tensor` Calls tr_tensor_nanmean; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor Nanmean(long[] dim, bool keepdim, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_nanmean(Handle, dim, (UIntPtr)(dim == null ? 0 : dim.Length), keepdim, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_nanmean");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
         /// `median(Tensor self) -&gt; Tensor` Calls tr_tensor_median; throws TensorRefException on
         /// failure.
         /// </summary>
@@ -3650,6 +4411,17 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `median.dim(Tensor self, int dim, bool keepdim=False) -&gt; (Tensor values, Tensor
+        /// indices)` Calls tr_tensor_median_dim; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] MedianDim(long dim, bool keepdim)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_median_dim(Handle, dim, keepdim, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_median_dim"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
         /// `nanmedian(Tensor self) -&gt; Tensor` Calls tr_tensor_nanmedian; throws
         /// TensorRefException on failure.
         /// </summary>
@@ -3658,6 +4430,17 @@ namespace TensorRef
             ulong __result;
             Native.Check(Native.tr_tensor_nanmedian(Handle, out __result), "tr_tensor_nanmedian");
             return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `nanmedian.dim(Tensor self, int dim, bool keepdim=False) -&gt; (Tensor values, Tensor
+        /// indices)` Calls tr_tensor_nanmedian_dim; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] NanmedianDim(long dim, bool keepdim)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_nanmedian_dim(Handle, dim, keepdim, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_nanmedian_dim"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
         }
 
         /// <summary>
@@ -3692,6 +4475,17 @@ namespace TensorRef
             ulong __result;
             Native.Check(Native.tr_tensor_mm_dtype(Handle, TensorRef.Tensor.Arg(mat2, "mat2"), out_dtype, out __result), "tr_tensor_mm_dtype");
             return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `mode(Tensor self, int dim=-1, bool keepdim=False) -&gt; (Tensor values, Tensor
+        /// indices)` Calls tr_tensor_mode; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] Mode(long dim, bool keepdim)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_mode(Handle, dim, keepdim, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_mode"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
         }
 
         /// <summary>
@@ -3812,6 +4606,30 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `native_batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean,
+        /// Tensor? running_var, bool training, float momentum, float eps) -&gt; (Tensor, Tensor,
+        /// Tensor)` Optional tensors may be null. Calls tr_tensor_native_batch_norm; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor[] NativeBatchNorm(Tensor weight, Tensor bias, Tensor running_mean, Tensor running_var, bool training, double momentum, double eps)
+        {
+            var __out = new ulong[3]; UIntPtr __written;
+            { var __st = Native.tr_tensor_native_batch_norm(Handle, TensorRef.Tensor.OptArg(weight), TensorRef.Tensor.OptArg(bias), TensorRef.Tensor.OptArg(running_mean), TensorRef.Tensor.OptArg(running_var), training, momentum, eps, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_native_batch_norm"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `batch_norm_stats(Tensor input, float eps) -&gt; (Tensor, Tensor)` Calls
+        /// tr_tensor_batch_norm_stats; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] BatchNormStats(double eps)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_batch_norm_stats(Handle, eps, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_batch_norm_stats"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
         /// `batch_norm_elemt(Tensor input, Tensor? weight, Tensor? bias, Tensor mean, Tensor
         /// invstd, float eps) -&gt; Tensor` Optional tensors may be null. Calls
         /// tr_tensor_batch_norm_elemt; throws TensorRefException on failure.
@@ -3824,6 +4642,44 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `batch_norm_gather_stats(Tensor input, Tensor mean, Tensor invstd, Tensor? running_mean,
+        /// Tensor? running_var, float momentum, float eps, int count) -&gt; (Tensor, Tensor)`
+        /// Optional tensors may be null. Calls tr_tensor_batch_norm_gather_stats; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor[] BatchNormGatherStats(Tensor mean, Tensor invstd, Tensor running_mean, Tensor running_var, double momentum, double eps, long count)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_batch_norm_gather_stats(Handle, TensorRef.Tensor.Arg(mean, "mean"), TensorRef.Tensor.Arg(invstd, "invstd"), TensorRef.Tensor.OptArg(running_mean), TensorRef.Tensor.OptArg(running_var), momentum, eps, count, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_batch_norm_gather_stats"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `batch_norm_gather_stats_with_counts(Tensor input, Tensor mean, Tensor invstd, Tensor?
+        /// running_mean, Tensor? running_var, float momentum, float eps, Tensor counts) -&gt;
+        /// (Tensor, Tensor)` Optional tensors may be null. Calls
+        /// tr_tensor_batch_norm_gather_stats_with_counts; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] BatchNormGatherStatsWithCounts(Tensor mean, Tensor invstd, Tensor running_mean, Tensor running_var, double momentum, double eps, Tensor counts)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_batch_norm_gather_stats_with_counts(Handle, TensorRef.Tensor.Arg(mean, "mean"), TensorRef.Tensor.Arg(invstd, "invstd"), TensorRef.Tensor.OptArg(running_mean), TensorRef.Tensor.OptArg(running_var), momentum, eps, TensorRef.Tensor.Arg(counts, "counts"), __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_batch_norm_gather_stats_with_counts"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `batch_norm_update_stats(Tensor input, Tensor? running_mean, Tensor? running_var, float
+        /// momentum) -&gt; (Tensor, Tensor)` Optional tensors may be null. Calls
+        /// tr_tensor_batch_norm_update_stats; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] BatchNormUpdateStats(Tensor running_mean, Tensor running_var, double momentum)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_batch_norm_update_stats(Handle, TensorRef.Tensor.OptArg(running_mean), TensorRef.Tensor.OptArg(running_var), momentum, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_batch_norm_update_stats"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
         /// `pairwise_distance(Tensor x1, Tensor x2, float p=2, float eps=1e-06, bool keepdim=False)
         /// -&gt; Tensor` Calls tr_tensor_pairwise_distance; throws TensorRefException on failure.
         /// </summary>
@@ -3831,6 +4687,17 @@ namespace TensorRef
         {
             ulong __result;
             Native.Check(Native.tr_tensor_pairwise_distance(Handle, TensorRef.Tensor.Arg(x2, "x2"), p, eps, keepdim, out __result), "tr_tensor_pairwise_distance");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `cdist(Tensor x1, Tensor x2, float p=2, int? compute_mode=None) -&gt; Tensor` Calls
+        /// tr_tensor_cdist; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor Cdist(Tensor x2, double p, long? compute_mode)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_cdist(Handle, TensorRef.Tensor.Arg(x2, "x2"), p, compute_mode.HasValue ? new[] { compute_mode.Value } : null, out __result), "tr_tensor_cdist");
             return new Tensor(__result);
         }
 
@@ -4091,6 +4958,133 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `rand_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device?
+        /// device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -&gt; Tensor`
+        /// Calls tr_tensor_rand_like; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor RandLike(DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_rand_like(Handle, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_rand_like");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `rand_like.generator(Tensor self, *, Generator? generator, ScalarType? dtype=None,
+        /// Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat?
+        /// memory_format=None) -&gt; Tensor` Calls tr_tensor_rand_like_generator; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor RandLikeGenerator(DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_rand_like_generator(Handle, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_rand_like_generator");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `randint_like(Tensor self, SymInt high, *, ScalarType? dtype=None, Layout? layout=None,
+        /// Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -&gt;
+        /// Tensor` Calls tr_tensor_randint_like; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor RandintLike(long high, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_randint_like(Handle, high, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_randint_like");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `randint_like.generator(Tensor self, SymInt high, *, Generator? generator, ScalarType?
+        /// dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None,
+        /// MemoryFormat? memory_format=None) -&gt; Tensor` Calls tr_tensor_randint_like_generator;
+        /// throws TensorRefException on failure.
+        /// </summary>
+        public Tensor RandintLikeGenerator(long high, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_randint_like_generator(Handle, high, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_randint_like_generator");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `randint_like.Tensor(Tensor self, Tensor high, *, ScalarType? dtype=None, Layout?
+        /// layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat?
+        /// memory_format=None) -&gt; Tensor` Calls tr_tensor_randint_like_tensor; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor RandintLikeTensor(Tensor high, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_randint_like_tensor(Handle, TensorRef.Tensor.Arg(high, "high"), dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_randint_like_tensor");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `randint_like.Tensor_generator(Tensor self, Tensor high, *, Generator? generator,
+        /// ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None,
+        /// MemoryFormat? memory_format=None) -&gt; Tensor` Calls
+        /// tr_tensor_randint_like_tensor_generator; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor RandintLikeTensorGenerator(Tensor high, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_randint_like_tensor_generator(Handle, TensorRef.Tensor.Arg(high, "high"), dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_randint_like_tensor_generator");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `randint_like.low_dtype(Tensor self, SymInt low, SymInt high, *, ScalarType? dtype=None,
+        /// Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat?
+        /// memory_format=None) -&gt; Tensor` Calls tr_tensor_randint_like_low_dtype; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor RandintLikeLowDtype(long low, long high, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_randint_like_low_dtype(Handle, low, high, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_randint_like_low_dtype");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `randint_like.low_generator_dtype(Tensor self, SymInt low, SymInt high, *, Generator?
+        /// generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool?
+        /// pin_memory=None, MemoryFormat? memory_format=None) -&gt; Tensor` Calls
+        /// tr_tensor_randint_like_low_generator_dtype; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor RandintLikeLowGeneratorDtype(long low, long high, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_randint_like_low_generator_dtype(Handle, low, high, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_randint_like_low_generator_dtype");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `randn_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device?
+        /// device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -&gt; Tensor`
+        /// Calls tr_tensor_randn_like; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor RandnLike(DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_randn_like(Handle, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_randn_like");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `randn_like.generator(Tensor self, *, Generator? generator, ScalarType? dtype=None,
+        /// Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat?
+        /// memory_format=None) -&gt; Tensor` Calls tr_tensor_randn_like_generator; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor RandnLikeGenerator(DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_randn_like_generator(Handle, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_randn_like_generator");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
         /// `ravel(Tensor(a) self) -&gt; Tensor(a)` Calls tr_tensor_ravel; throws TensorRefException
         /// on failure.
         /// </summary>
@@ -4162,6 +5156,41 @@ namespace TensorRef
             if (repeats == null) throw new ArgumentNullException("repeats");
             ulong __result;
             Native.Check(Native.tr_tensor_repeat(Handle, repeats, (UIntPtr)repeats.Length, out __result), "tr_tensor_repeat");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `repeat_interleave.Tensor(Tensor repeats, *, SymInt? output_size=None) -&gt; Tensor`
+        /// Calls tr_tensor_repeat_interleave_tensor; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor RepeatInterleaveTensor(long? output_size)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_repeat_interleave_tensor(Handle, output_size.HasValue ? new[] { output_size.Value } : null, out __result), "tr_tensor_repeat_interleave_tensor");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `repeat_interleave.self_Tensor(Tensor self, Tensor repeats, int? dim=None, *, SymInt?
+        /// output_size=None) -&gt; Tensor` Calls tr_tensor_repeat_interleave_self_tensor; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor RepeatInterleaveSelfTensor(Tensor repeats, long? dim, long? output_size)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_repeat_interleave_self_tensor(Handle, TensorRef.Tensor.Arg(repeats, "repeats"), dim.HasValue ? new[] { dim.Value } : null, output_size.HasValue ? new[] { output_size.Value } : null, out __result), "tr_tensor_repeat_interleave_self_tensor");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `repeat_interleave.self_int(Tensor self, SymInt repeats, int? dim=None, *, SymInt?
+        /// output_size=None) -&gt; Tensor` Calls tr_tensor_repeat_interleave_self_int; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor RepeatInterleaveSelfInt(long repeats, long? dim, long? output_size)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_repeat_interleave_self_int(Handle, repeats, dim.HasValue ? new[] { dim.Value } : null, output_size.HasValue ? new[] { output_size.Value } : null, out __result), "tr_tensor_repeat_interleave_self_int");
             return new Tensor(__result);
         }
 
@@ -4281,6 +5310,17 @@ namespace TensorRef
             ulong __result;
             Native.Check(Native.tr_tensor_prelu(Handle, TensorRef.Tensor.Arg(weight, "weight"), out __result), "tr_tensor_prelu");
             return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `gelu_(Tensor(a!) self, *, str approximate='none') -&gt; Tensor(a!)` Calls
+        /// tr_tensor_gelu_; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor Gelu_(string approximate)
+        {
+            if (approximate == null) throw new ArgumentNullException("approximate");
+            Native.Check(Native.tr_tensor_gelu_(Handle, Native.Utf8Z(approximate)), "tr_tensor_gelu_");
+            return this;
         }
 
         /// <summary>
@@ -4410,6 +5450,27 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `logit(Tensor self, float? eps=None) -&gt; Tensor` Calls tr_tensor_logit; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor Logit(double? eps)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_logit(Handle, eps.HasValue ? new[] { eps.Value } : null, out __result), "tr_tensor_logit");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `logit_(Tensor(a!) self, float? eps=None) -&gt; Tensor(a!)` Calls tr_tensor_logit_;
+        /// throws TensorRefException on failure.
+        /// </summary>
+        public Tensor Logit_(double? eps)
+        {
+            Native.Check(Native.tr_tensor_logit_(Handle, eps.HasValue ? new[] { eps.Value } : null), "tr_tensor_logit_");
+            return this;
+        }
+
+        /// <summary>
         /// `sin(Tensor self) -&gt; Tensor` Calls tr_tensor_sin; throws TensorRefException on
         /// failure.
         /// </summary>
@@ -4483,6 +5544,86 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `size.int(Tensor self, int dim) -&gt; int` Calls tr_tensor_size_int; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public long SizeInt(long dim)
+        {
+            long __result;
+            Native.Check(Native.tr_tensor_size_int(Handle, dim, out __result), "tr_tensor_size_int");
+            return __result;
+        }
+
+        /// <summary>
+        /// `sym_size.int(Tensor self, int dim) -&gt; SymInt` Calls tr_tensor_sym_size_int; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public long SymSizeInt(long dim)
+        {
+            long __result;
+            Native.Check(Native.tr_tensor_sym_size_int(Handle, dim, out __result), "tr_tensor_sym_size_int");
+            return __result;
+        }
+
+        /// <summary>
+        /// `sym_numel(Tensor self) -&gt; SymInt` Calls tr_tensor_sym_numel; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public long SymNumel()
+        {
+            long __result;
+            Native.Check(Native.tr_tensor_sym_numel(Handle, out __result), "tr_tensor_sym_numel");
+            return __result;
+        }
+
+        /// <summary>
+        /// `sym_storage_offset(Tensor self) -&gt; SymInt` Calls tr_tensor_sym_storage_offset;
+        /// throws TensorRefException on failure.
+        /// </summary>
+        public long SymStorageOffset()
+        {
+            long __result;
+            Native.Check(Native.tr_tensor_sym_storage_offset(Handle, out __result), "tr_tensor_sym_storage_offset");
+            return __result;
+        }
+
+        /// <summary>
+        /// `slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt
+        /// step=1) -&gt; Tensor(a)` Calls tr_tensor_slice_tensor; throws TensorRefException on
+        /// failure.
+        /// </summary>
+        public Tensor SliceTensor(long dim, long? start, long? end, long step)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_slice_tensor(Handle, dim, start.HasValue ? new[] { start.Value } : null, end.HasValue ? new[] { end.Value } : null, step, out __result), "tr_tensor_slice_tensor");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `slice_inverse(Tensor(a) self, Tensor src, int dim=0, SymInt? start=None, SymInt?
+        /// end=None, SymInt step=1) -&gt; Tensor(a)` Calls tr_tensor_slice_inverse; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor SliceInverse(Tensor src, long dim, long? start, long? end, long step)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_slice_inverse(Handle, TensorRef.Tensor.Arg(src, "src"), dim, start.HasValue ? new[] { start.Value } : null, end.HasValue ? new[] { end.Value } : null, step, out __result), "tr_tensor_slice_inverse");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None,
+        /// SymInt step=1) -&gt; Tensor` Calls tr_tensor_slice_scatter; throws TensorRefException on
+        /// failure.
+        /// </summary>
+        public Tensor SliceScatter(Tensor src, long dim, long? start, long? end, long step)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_slice_scatter(Handle, TensorRef.Tensor.Arg(src, "src"), dim, start.HasValue ? new[] { start.Value } : null, end.HasValue ? new[] { end.Value } : null, step, out __result), "tr_tensor_slice_scatter");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
         /// `select_scatter(Tensor self, Tensor src, int dim, SymInt index) -&gt; Tensor` Calls
         /// tr_tensor_select_scatter; throws TensorRefException on failure.
         /// </summary>
@@ -4505,6 +5646,20 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `as_strided_scatter(Tensor self, Tensor src, SymInt[] size, SymInt[] stride, SymInt?
+        /// storage_offset=None) -&gt; Tensor` Calls tr_tensor_as_strided_scatter; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor AsStridedScatter(Tensor src, long[] size, long[] stride, long? storage_offset)
+        {
+            if (size == null) throw new ArgumentNullException("size");
+            if (stride == null) throw new ArgumentNullException("stride");
+            ulong __result;
+            Native.Check(Native.tr_tensor_as_strided_scatter(Handle, TensorRef.Tensor.Arg(src, "src"), size, (UIntPtr)size.Length, stride, (UIntPtr)stride.Length, storage_offset.HasValue ? new[] { storage_offset.Value } : null, out __result), "tr_tensor_as_strided_scatter");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
         /// `smm(Tensor self, Tensor mat2) -&gt; Tensor` Calls tr_tensor_smm; throws
         /// TensorRefException on failure.
         /// </summary>
@@ -4513,6 +5668,144 @@ namespace TensorRef
             ulong __result;
             Native.Check(Native.tr_tensor_smm(Handle, TensorRef.Tensor.Arg(mat2, "mat2"), out __result), "tr_tensor_smm");
             return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `softmax.int(Tensor self, int dim, ScalarType? dtype=None) -&gt; Tensor` Calls
+        /// tr_tensor_softmax_int; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor SoftmaxInt(long dim, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_softmax_int(Handle, dim, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_softmax_int");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `unsafe_split.Tensor(Tensor self, SymInt split_size, int dim=0) -&gt; Tensor[]` Calls
+        /// tr_tensor_unsafe_split_tensor; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] UnsafeSplitTensor(long split_size, long dim)
+        {
+            var __out = new ulong[64]; UIntPtr __written;
+            { var __st = Native.tr_tensor_unsafe_split_tensor(Handle, split_size, dim, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_unsafe_split_tensor(Handle, split_size, dim, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_unsafe_split_tensor"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `split.Tensor(Tensor(a -&gt; *) self, SymInt split_size, int dim=0) -&gt; Tensor(a)[]`
+        /// Calls tr_tensor_split_tensor; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] SplitTensor(long split_size, long dim)
+        {
+            var __out = new ulong[64]; UIntPtr __written;
+            { var __st = Native.tr_tensor_split_tensor(Handle, split_size, dim, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_split_tensor(Handle, split_size, dim, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_split_tensor"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `split.sizes(Tensor(a -&gt; *) self, SymInt[] split_size, int dim=0) -&gt; Tensor(a)[]`
+        /// Calls tr_tensor_split_sizes; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] SplitSizes(long[] split_size, long dim)
+        {
+            if (split_size == null) throw new ArgumentNullException("split_size");
+            var __out = new ulong[64]; UIntPtr __written;
+            { var __st = Native.tr_tensor_split_sizes(Handle, split_size, (UIntPtr)split_size.Length, dim, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_split_sizes(Handle, split_size, (UIntPtr)split_size.Length, dim, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_split_sizes"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `unsafe_split_with_sizes(Tensor self, SymInt[] split_sizes, int dim=0) -&gt; Tensor[]`
+        /// Calls tr_tensor_unsafe_split_with_sizes; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] UnsafeSplitWithSizes(long[] split_sizes, long dim)
+        {
+            if (split_sizes == null) throw new ArgumentNullException("split_sizes");
+            var __out = new ulong[64]; UIntPtr __written;
+            { var __st = Native.tr_tensor_unsafe_split_with_sizes(Handle, split_sizes, (UIntPtr)split_sizes.Length, dim, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_unsafe_split_with_sizes(Handle, split_sizes, (UIntPtr)split_sizes.Length, dim, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_unsafe_split_with_sizes"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `split_with_sizes(Tensor(a -&gt; *) self, SymInt[] split_sizes, int dim=0) -&gt;
+        /// Tensor(a)[]` Calls tr_tensor_split_with_sizes; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] SplitWithSizes(long[] split_sizes, long dim)
+        {
+            if (split_sizes == null) throw new ArgumentNullException("split_sizes");
+            var __out = new ulong[64]; UIntPtr __written;
+            { var __st = Native.tr_tensor_split_with_sizes(Handle, split_sizes, (UIntPtr)split_sizes.Length, dim, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_split_with_sizes(Handle, split_sizes, (UIntPtr)split_sizes.Length, dim, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_split_with_sizes"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `hsplit.int(Tensor(a -&gt; *) self, int sections) -&gt; Tensor(a)[]` Calls
+        /// tr_tensor_hsplit_int; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] HsplitInt(long sections)
+        {
+            var __out = new ulong[64]; UIntPtr __written;
+            { var __st = Native.tr_tensor_hsplit_int(Handle, sections, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_hsplit_int(Handle, sections, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_hsplit_int"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `hsplit.array(Tensor(a -&gt; *) self, int[] indices) -&gt; Tensor(a)[]` Calls
+        /// tr_tensor_hsplit_array; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] HsplitArray(long[] indices)
+        {
+            if (indices == null) throw new ArgumentNullException("indices");
+            var __out = new ulong[64]; UIntPtr __written;
+            { var __st = Native.tr_tensor_hsplit_array(Handle, indices, (UIntPtr)indices.Length, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_hsplit_array(Handle, indices, (UIntPtr)indices.Length, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_hsplit_array"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `vsplit.int(Tensor(a -&gt; *) self, int sections) -&gt; Tensor(a)[]` Calls
+        /// tr_tensor_vsplit_int; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] VsplitInt(long sections)
+        {
+            var __out = new ulong[64]; UIntPtr __written;
+            { var __st = Native.tr_tensor_vsplit_int(Handle, sections, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_vsplit_int(Handle, sections, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_vsplit_int"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `vsplit.array(Tensor(a -&gt; *) self, int[] indices) -&gt; Tensor(a)[]` Calls
+        /// tr_tensor_vsplit_array; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] VsplitArray(long[] indices)
+        {
+            if (indices == null) throw new ArgumentNullException("indices");
+            var __out = new ulong[64]; UIntPtr __written;
+            { var __st = Native.tr_tensor_vsplit_array(Handle, indices, (UIntPtr)indices.Length, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_vsplit_array(Handle, indices, (UIntPtr)indices.Length, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_vsplit_array"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `dsplit.int(Tensor(a -&gt; *) self, int sections) -&gt; Tensor(a)[]` Calls
+        /// tr_tensor_dsplit_int; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] DsplitInt(long sections)
+        {
+            var __out = new ulong[64]; UIntPtr __written;
+            { var __st = Native.tr_tensor_dsplit_int(Handle, sections, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_dsplit_int(Handle, sections, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_dsplit_int"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `dsplit.array(Tensor(a -&gt; *) self, int[] indices) -&gt; Tensor(a)[]` Calls
+        /// tr_tensor_dsplit_array; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] DsplitArray(long[] indices)
+        {
+            if (indices == null) throw new ArgumentNullException("indices");
+            var __out = new ulong[64]; UIntPtr __written;
+            { var __st = Native.tr_tensor_dsplit_array(Handle, indices, (UIntPtr)indices.Length, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_dsplit_array(Handle, indices, (UIntPtr)indices.Length, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_dsplit_array"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
         }
 
         /// <summary>
@@ -4581,6 +5874,92 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `stft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor?
+        /// window=None, bool normalized=False, bool? onesided=None, bool? return_complex=None,
+        /// bool? align_to_window=None) -&gt; Tensor` Optional tensors may be null. Calls
+        /// tr_tensor_stft; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor Stft(long n_fft, long? hop_length, long? win_length, Tensor window, bool normalized, bool? onesided, bool? return_complex, bool? align_to_window)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_stft(Handle, n_fft, hop_length.HasValue ? new[] { hop_length.Value } : null, win_length.HasValue ? new[] { win_length.Value } : null, TensorRef.Tensor.OptArg(window), normalized, onesided.HasValue ? new[] { onesided.Value } : null, return_complex.HasValue ? new[] { return_complex.Value } : null, align_to_window.HasValue ? new[] { align_to_window.Value } : null, out __result), "tr_tensor_stft");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `stft.center(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor?
+        /// window=None, bool center=True, str pad_mode="reflect", bool normalized=False, bool?
+        /// onesided=None, bool? return_complex=None, bool? align_to_window=None) -&gt; Tensor`
+        /// Optional tensors may be null. Calls tr_tensor_stft_center; throws TensorRefException on
+        /// failure.
+        /// </summary>
+        public Tensor StftCenter(long n_fft, long? hop_length, long? win_length, Tensor window, bool center, string pad_mode, bool normalized, bool? onesided, bool? return_complex, bool? align_to_window)
+        {
+            if (pad_mode == null) throw new ArgumentNullException("pad_mode");
+            ulong __result;
+            Native.Check(Native.tr_tensor_stft_center(Handle, n_fft, hop_length.HasValue ? new[] { hop_length.Value } : null, win_length.HasValue ? new[] { win_length.Value } : null, TensorRef.Tensor.OptArg(window), center, Native.Utf8Z(pad_mode), normalized, onesided.HasValue ? new[] { onesided.Value } : null, return_complex.HasValue ? new[] { return_complex.Value } : null, align_to_window.HasValue ? new[] { align_to_window.Value } : null, out __result), "tr_tensor_stft_center");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `istft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor?
+        /// window=None, bool center=True, bool normalized=False, bool? onesided=None, int?
+        /// length=None, bool return_complex=False) -&gt; Tensor` Optional tensors may be null.
+        /// Calls tr_tensor_istft; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor Istft(long n_fft, long? hop_length, long? win_length, Tensor window, bool center, bool normalized, bool? onesided, long? length, bool return_complex)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_istft(Handle, n_fft, hop_length.HasValue ? new[] { hop_length.Value } : null, win_length.HasValue ? new[] { win_length.Value } : null, TensorRef.Tensor.OptArg(window), center, normalized, onesided.HasValue ? new[] { onesided.Value } : null, length.HasValue ? new[] { length.Value } : null, return_complex, out __result), "tr_tensor_istft");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `stride.int(Tensor self, int dim) -&gt; int` Calls tr_tensor_stride_int; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public long StrideInt(long dim)
+        {
+            long __result;
+            Native.Check(Native.tr_tensor_stride_int(Handle, dim, out __result), "tr_tensor_stride_int");
+            return __result;
+        }
+
+        /// <summary>
+        /// `sym_stride.int(Tensor self, int dim) -&gt; SymInt` Calls tr_tensor_sym_stride_int;
+        /// throws TensorRefException on failure.
+        /// </summary>
+        public long SymStrideInt(long dim)
+        {
+            long __result;
+            Native.Check(Native.tr_tensor_sym_stride_int(Handle, dim, out __result), "tr_tensor_sym_stride_int");
+            return __result;
+        }
+
+        /// <summary>
+        /// `sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType?
+        /// dtype=None) -&gt; Tensor` Calls tr_tensor_sum_dim_intlist; throws TensorRefException on
+        /// failure.
+        /// </summary>
+        public Tensor SumDimIntlist(long[] dim, bool keepdim, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_sum_dim_intlist(Handle, dim, (UIntPtr)(dim == null ? 0 : dim.Length), keepdim, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_sum_dim_intlist");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `nansum(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None)
+        /// -&gt; Tensor` Calls tr_tensor_nansum; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor Nansum(long[] dim, bool keepdim, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_nansum(Handle, dim, (UIntPtr)(dim == null ? 0 : dim.Length), keepdim, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_nansum");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
         /// `hash_tensor(Tensor self, int[1] dim=[], *, bool keepdim=False, int mode=0) -&gt;
         /// Tensor` Calls tr_tensor_hash_tensor; throws TensorRefException on failure.
         /// </summary>
@@ -4643,6 +6022,85 @@ namespace TensorRef
         {
             ulong __result;
             Native.Check(Native.tr_tensor_std(Handle, unbiased, out __result), "tr_tensor_std");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `std.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -&gt; Tensor`
+        /// Calls tr_tensor_std_dim; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor StdDim(long[] dim, bool unbiased, bool keepdim)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_std_dim(Handle, dim, (UIntPtr)(dim == null ? 0 : dim.Length), unbiased, keepdim, out __result), "tr_tensor_std_dim");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `std.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool
+        /// keepdim=False) -&gt; Tensor` Calls tr_tensor_std_correction; throws TensorRefException
+        /// on failure.
+        /// </summary>
+        public Tensor StdCorrection(long[] dim, Scalar? correction, bool keepdim)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_std_correction(Handle, dim, (UIntPtr)(dim == null ? 0 : dim.Length), correction.HasValue ? new[] { correction.Value } : null, keepdim, out __result), "tr_tensor_std_correction");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `std_mean(Tensor self, bool unbiased=True) -&gt; (Tensor, Tensor)` Calls
+        /// tr_tensor_std_mean; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] StdMean(bool unbiased)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_std_mean(Handle, unbiased, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_std_mean"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `std_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -&gt;
+        /// (Tensor, Tensor)` Calls tr_tensor_std_mean_dim; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] StdMeanDim(long[] dim, bool unbiased, bool keepdim)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_std_mean_dim(Handle, dim, (UIntPtr)(dim == null ? 0 : dim.Length), unbiased, keepdim, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_std_mean_dim"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `std_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool
+        /// keepdim=False) -&gt; (Tensor, Tensor)` Calls tr_tensor_std_mean_correction; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor[] StdMeanCorrection(long[] dim, Scalar? correction, bool keepdim)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_std_mean_correction(Handle, dim, (UIntPtr)(dim == null ? 0 : dim.Length), correction.HasValue ? new[] { correction.Value } : null, keepdim, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_std_mean_correction"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `prod(Tensor self, *, ScalarType? dtype=None) -&gt; Tensor` Calls tr_tensor_prod; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor Prod(DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_prod(Handle, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_prod");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) -&gt;
+        /// Tensor` Calls tr_tensor_prod_dim_int; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor ProdDimInt(long dim, bool keepdim, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_prod_dim_int(Handle, dim, keepdim, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_prod_dim_int");
             return new Tensor(__result);
         }
 
@@ -4945,6 +6403,42 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `unique_dim(Tensor self, int dim, bool sorted=True, bool return_inverse=False, bool
+        /// return_counts=False) -&gt; (Tensor, Tensor, Tensor)` Calls tr_tensor_unique_dim; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor[] UniqueDim(long dim, bool sorted, bool return_inverse, bool return_counts)
+        {
+            var __out = new ulong[3]; UIntPtr __written;
+            { var __st = Native.tr_tensor_unique_dim(Handle, dim, sorted, return_inverse, return_counts, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_unique_dim"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `unique_consecutive(Tensor self, bool return_inverse=False, bool return_counts=False,
+        /// int? dim=None) -&gt; (Tensor, Tensor, Tensor)` Calls tr_tensor_unique_consecutive;
+        /// throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] UniqueConsecutive(bool return_inverse, bool return_counts, long? dim)
+        {
+            var __out = new ulong[3]; UIntPtr __written;
+            { var __st = Native.tr_tensor_unique_consecutive(Handle, return_inverse, return_counts, dim.HasValue ? new[] { dim.Value } : null, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_unique_consecutive"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `unique_dim_consecutive(Tensor self, int dim, bool return_inverse=False, bool
+        /// return_counts=False) -&gt; (Tensor, Tensor, Tensor)` Calls
+        /// tr_tensor_unique_dim_consecutive; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] UniqueDimConsecutive(long dim, bool return_inverse, bool return_counts)
+        {
+            var __out = new ulong[3]; UIntPtr __written;
+            { var __st = Native.tr_tensor_unique_dim_consecutive(Handle, dim, return_inverse, return_counts, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_unique_dim_consecutive"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
         /// `unsqueeze_(Tensor(a!) self, int dim) -&gt; Tensor(a!)` Calls tr_tensor_unsqueeze_;
         /// throws TensorRefException on failure.
         /// </summary>
@@ -4952,6 +6446,17 @@ namespace TensorRef
         {
             Native.Check(Native.tr_tensor_unsqueeze_(Handle, dim), "tr_tensor_unsqueeze_");
             return this;
+        }
+
+        /// <summary>
+        /// `vander(Tensor x, int? N=None, bool increasing=False) -&gt; Tensor` Calls
+        /// tr_tensor_vander; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor Vander(long? n, bool increasing)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_vander(Handle, n.HasValue ? new[] { n.Value } : null, increasing, out __result), "tr_tensor_vander");
+            return new Tensor(__result);
         }
 
         /// <summary>
@@ -4963,6 +6468,63 @@ namespace TensorRef
             ulong __result;
             Native.Check(Native.tr_tensor_var(Handle, unbiased, out __result), "tr_tensor_var");
             return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `var.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -&gt; Tensor`
+        /// Calls tr_tensor_var_dim; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor VarDim(long[] dim, bool unbiased, bool keepdim)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_var_dim(Handle, dim, (UIntPtr)(dim == null ? 0 : dim.Length), unbiased, keepdim, out __result), "tr_tensor_var_dim");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `var.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool
+        /// keepdim=False) -&gt; Tensor` Calls tr_tensor_var_correction; throws TensorRefException
+        /// on failure.
+        /// </summary>
+        public Tensor VarCorrection(long[] dim, Scalar? correction, bool keepdim)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_var_correction(Handle, dim, (UIntPtr)(dim == null ? 0 : dim.Length), correction.HasValue ? new[] { correction.Value } : null, keepdim, out __result), "tr_tensor_var_correction");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `var_mean(Tensor self, bool unbiased=True) -&gt; (Tensor, Tensor)` Calls
+        /// tr_tensor_var_mean; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] VarMean(bool unbiased)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_var_mean(Handle, unbiased, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_var_mean"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `var_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -&gt;
+        /// (Tensor, Tensor)` Calls tr_tensor_var_mean_dim; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] VarMeanDim(long[] dim, bool unbiased, bool keepdim)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_var_mean_dim(Handle, dim, (UIntPtr)(dim == null ? 0 : dim.Length), unbiased, keepdim, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_var_mean_dim"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool
+        /// keepdim=False) -&gt; (Tensor, Tensor)` Calls tr_tensor_var_mean_correction; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor[] VarMeanCorrection(long[] dim, Scalar? correction, bool keepdim)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_var_mean_correction(Handle, dim, (UIntPtr)(dim == null ? 0 : dim.Length), correction.HasValue ? new[] { correction.Value } : null, keepdim, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_var_mean_correction"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
         }
 
         /// <summary>
@@ -5010,6 +6572,17 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `where(Tensor condition) -&gt; Tensor[]` Calls tr_tensor_where; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor[] Where()
+        {
+            var __out = new ulong[64]; UIntPtr __written;
+            { var __st = Native.tr_tensor_where(Handle, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_where(Handle, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_where"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
         /// `norm_except_dim(Tensor v, int pow=2, int dim=0) -&gt; Tensor` Calls
         /// tr_tensor_norm_except_dim; throws TensorRefException on failure.
         /// </summary>
@@ -5043,6 +6616,17 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `norm.ScalarOpt_dtype(Tensor self, Scalar? p, *, ScalarType dtype) -&gt; Tensor` Calls
+        /// tr_tensor_norm_scalaropt_dtype; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor NormScalaroptDtype(Scalar? p, DType dtype = DType.F32)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_norm_scalaropt_dtype(Handle, p.HasValue ? new[] { p.Value } : null, dtype, out __result), "tr_tensor_norm_scalaropt_dtype");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
         /// `norm.Scalar(Tensor self, Scalar p=2) -&gt; Tensor` Calls tr_tensor_norm_scalar; throws
         /// TensorRefException on failure.
         /// </summary>
@@ -5051,6 +6635,42 @@ namespace TensorRef
             ulong __result;
             Native.Check(Native.tr_tensor_norm_scalar(Handle, p, out __result), "tr_tensor_norm_scalar");
             return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `norm.ScalarOpt_dim_dtype(Tensor self, Scalar? p, int[1] dim, bool keepdim, *,
+        /// ScalarType dtype) -&gt; Tensor` Calls tr_tensor_norm_scalaropt_dim_dtype; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor NormScalaroptDimDtype(Scalar? p, long[] dim, bool keepdim, DType dtype = DType.F32)
+        {
+            if (dim == null) throw new ArgumentNullException("dim");
+            ulong __result;
+            Native.Check(Native.tr_tensor_norm_scalaropt_dim_dtype(Handle, p.HasValue ? new[] { p.Value } : null, dim, (UIntPtr)dim.Length, keepdim, dtype, out __result), "tr_tensor_norm_scalaropt_dim_dtype");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `norm.ScalarOpt_dim(Tensor self, Scalar? p, int[1] dim, bool keepdim=False) -&gt;
+        /// Tensor` Calls tr_tensor_norm_scalaropt_dim; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor NormScalaroptDim(Scalar? p, long[] dim, bool keepdim)
+        {
+            if (dim == null) throw new ArgumentNullException("dim");
+            ulong __result;
+            Native.Check(Native.tr_tensor_norm_scalaropt_dim(Handle, p.HasValue ? new[] { p.Value } : null, dim, (UIntPtr)dim.Length, keepdim, out __result), "tr_tensor_norm_scalaropt_dim");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `frexp.Tensor(Tensor self) -&gt; (Tensor mantissa, Tensor exponent)` Calls
+        /// tr_tensor_frexp_tensor; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] FrexpTensor()
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_frexp_tensor(Handle, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_frexp_tensor"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
         }
 
         /// <summary>
@@ -5238,6 +6858,42 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `unbind.int(Tensor(a -&gt; *) self, int dim=0) -&gt; Tensor(a)[]` Calls
+        /// tr_tensor_unbind_int; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] UnbindInt(long dim)
+        {
+            var __out = new ulong[64]; UIntPtr __written;
+            { var __st = Native.tr_tensor_unbind_int(Handle, dim, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_unbind_int(Handle, dim, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_unbind_int"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `choose_qparams_optimized(Tensor input, int numel, int n_bins, float ratio, int
+        /// bit_width) -&gt; (Tensor, Tensor)` Calls tr_tensor_choose_qparams_optimized; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor[] ChooseQparamsOptimized(long numel, long n_bins, double ratio, long bit_width)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_choose_qparams_optimized(Handle, numel, n_bins, ratio, bit_width, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_choose_qparams_optimized"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `to.dtype_layout(Tensor(a) self, *, ScalarType? dtype=None, Layout? layout=None, Device?
+        /// device=None, bool? pin_memory=None, bool non_blocking=False, bool copy=False,
+        /// MemoryFormat? memory_format=None) -&gt; Tensor(a)` Calls tr_tensor_to_dtype_layout;
+        /// throws TensorRefException on failure.
+        /// </summary>
+        public Tensor ToDtypeLayout(DType? dtype, bool non_blocking, bool copy)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_to_dtype_layout(Handle, dtype.HasValue ? new[] { dtype.Value } : null, non_blocking, copy, out __result), "tr_tensor_to_dtype_layout");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
         /// `to.other(Tensor(a) self, Tensor other, bool non_blocking=False, bool copy=False,
         /// MemoryFormat? memory_format=None) -&gt; Tensor(a)` Calls tr_tensor_to_other; throws
         /// TensorRefException on failure.
@@ -5258,6 +6914,126 @@ namespace TensorRef
             ulong __result;
             Native.Check(Native.tr_tensor_combinations(Handle, r, with_replacement, out __result), "tr_tensor_combinations");
             return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `lstm.input(Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers,
+        /// float dropout, bool train, bool bidirectional, bool batch_first) -&gt; (Tensor, Tensor,
+        /// Tensor)` Calls tr_tensor_lstm_input; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] LstmInput(Tensor[] hx, Tensor[] @params, bool has_biases, long num_layers, double dropout, bool train, bool bidirectional, bool batch_first)
+        {
+            var __out = new ulong[3]; UIntPtr __written;
+            using (var __hx = new HandleList(hx, "hx"))
+            using (var __params = new HandleList(@params, "params"))
+                { var __st = Native.tr_tensor_lstm_input(Handle, __hx.Ids, __hx.Length, __params.Ids, __params.Length, has_biases, num_layers, dropout, train, bidirectional, batch_first, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_lstm_input"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `lstm.data(Tensor data, Tensor batch_sizes, Tensor[] hx, Tensor[] params, bool
+        /// has_biases, int num_layers, float dropout, bool train, bool bidirectional) -&gt;
+        /// (Tensor, Tensor, Tensor)` Calls tr_tensor_lstm_data; throws TensorRefException on
+        /// failure.
+        /// </summary>
+        public Tensor[] LstmData(Tensor batch_sizes, Tensor[] hx, Tensor[] @params, bool has_biases, long num_layers, double dropout, bool train, bool bidirectional)
+        {
+            var __out = new ulong[3]; UIntPtr __written;
+            using (var __hx = new HandleList(hx, "hx"))
+            using (var __params = new HandleList(@params, "params"))
+                { var __st = Native.tr_tensor_lstm_data(Handle, TensorRef.Tensor.Arg(batch_sizes, "batch_sizes"), __hx.Ids, __hx.Length, __params.Ids, __params.Length, has_biases, num_layers, dropout, train, bidirectional, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_lstm_data"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `gru.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers,
+        /// float dropout, bool train, bool bidirectional, bool batch_first) -&gt; (Tensor, Tensor)`
+        /// Calls tr_tensor_gru_input; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] GruInput(Tensor hx, Tensor[] @params, bool has_biases, long num_layers, double dropout, bool train, bool bidirectional, bool batch_first)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            using (var __params = new HandleList(@params, "params"))
+                { var __st = Native.tr_tensor_gru_input(Handle, TensorRef.Tensor.Arg(hx, "hx"), __params.Ids, __params.Length, has_biases, num_layers, dropout, train, bidirectional, batch_first, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_gru_input"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `gru.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases,
+        /// int num_layers, float dropout, bool train, bool bidirectional) -&gt; (Tensor, Tensor)`
+        /// Calls tr_tensor_gru_data; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] GruData(Tensor batch_sizes, Tensor hx, Tensor[] @params, bool has_biases, long num_layers, double dropout, bool train, bool bidirectional)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            using (var __params = new HandleList(@params, "params"))
+                { var __st = Native.tr_tensor_gru_data(Handle, TensorRef.Tensor.Arg(batch_sizes, "batch_sizes"), TensorRef.Tensor.Arg(hx, "hx"), __params.Ids, __params.Length, has_biases, num_layers, dropout, train, bidirectional, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_gru_data"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `rnn_tanh.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int
+        /// num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -&gt;
+        /// (Tensor, Tensor)` Calls tr_tensor_rnn_tanh_input; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] RnnTanhInput(Tensor hx, Tensor[] @params, bool has_biases, long num_layers, double dropout, bool train, bool bidirectional, bool batch_first)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            using (var __params = new HandleList(@params, "params"))
+                { var __st = Native.tr_tensor_rnn_tanh_input(Handle, TensorRef.Tensor.Arg(hx, "hx"), __params.Ids, __params.Length, has_biases, num_layers, dropout, train, bidirectional, batch_first, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_rnn_tanh_input"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `rnn_tanh.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool
+        /// has_biases, int num_layers, float dropout, bool train, bool bidirectional) -&gt;
+        /// (Tensor, Tensor)` Calls tr_tensor_rnn_tanh_data; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] RnnTanhData(Tensor batch_sizes, Tensor hx, Tensor[] @params, bool has_biases, long num_layers, double dropout, bool train, bool bidirectional)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            using (var __params = new HandleList(@params, "params"))
+                { var __st = Native.tr_tensor_rnn_tanh_data(Handle, TensorRef.Tensor.Arg(batch_sizes, "batch_sizes"), TensorRef.Tensor.Arg(hx, "hx"), __params.Ids, __params.Length, has_biases, num_layers, dropout, train, bidirectional, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_rnn_tanh_data"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `rnn_relu.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int
+        /// num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -&gt;
+        /// (Tensor, Tensor)` Calls tr_tensor_rnn_relu_input; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] RnnReluInput(Tensor hx, Tensor[] @params, bool has_biases, long num_layers, double dropout, bool train, bool bidirectional, bool batch_first)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            using (var __params = new HandleList(@params, "params"))
+                { var __st = Native.tr_tensor_rnn_relu_input(Handle, TensorRef.Tensor.Arg(hx, "hx"), __params.Ids, __params.Length, has_biases, num_layers, dropout, train, bidirectional, batch_first, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_rnn_relu_input"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `rnn_relu.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool
+        /// has_biases, int num_layers, float dropout, bool train, bool bidirectional) -&gt;
+        /// (Tensor, Tensor)` Calls tr_tensor_rnn_relu_data; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] RnnReluData(Tensor batch_sizes, Tensor hx, Tensor[] @params, bool has_biases, long num_layers, double dropout, bool train, bool bidirectional)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            using (var __params = new HandleList(@params, "params"))
+                { var __st = Native.tr_tensor_rnn_relu_data(Handle, TensorRef.Tensor.Arg(batch_sizes, "batch_sizes"), TensorRef.Tensor.Arg(hx, "hx"), __params.Ids, __params.Length, has_biases, num_layers, dropout, train, bidirectional, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_rnn_relu_data"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `lstm_cell(Tensor input, Tensor[] hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None,
+        /// Tensor? b_hh=None) -&gt; (Tensor, Tensor)` Optional tensors may be null. Calls
+        /// tr_tensor_lstm_cell; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] LstmCell(Tensor[] hx, Tensor w_ih, Tensor w_hh, Tensor b_ih, Tensor b_hh)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            using (var __hx = new HandleList(hx, "hx"))
+                { var __st = Native.tr_tensor_lstm_cell(Handle, __hx.Ids, __hx.Length, TensorRef.Tensor.Arg(w_ih, "w_ih"), TensorRef.Tensor.Arg(w_hh, "w_hh"), TensorRef.Tensor.OptArg(b_ih), TensorRef.Tensor.OptArg(b_hh), __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_lstm_cell"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
         }
 
         /// <summary>
@@ -5480,6 +7256,31 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `index_reduce_(Tensor(a!) self, int dim, Tensor index, Tensor source, str reduce, *,
+        /// bool include_self=True) -&gt; Tensor(a!)` Calls tr_tensor_index_reduce_; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor IndexReduce_(long dim, Tensor index, Tensor source, string reduce, bool include_self)
+        {
+            if (reduce == null) throw new ArgumentNullException("reduce");
+            Native.Check(Native.tr_tensor_index_reduce_(Handle, dim, TensorRef.Tensor.Arg(index, "index"), TensorRef.Tensor.Arg(source, "source"), Native.Utf8Z(reduce), include_self), "tr_tensor_index_reduce_");
+            return this;
+        }
+
+        /// <summary>
+        /// `index_reduce(Tensor self, int dim, Tensor index, Tensor source, str reduce, *, bool
+        /// include_self=True) -&gt; Tensor` Calls tr_tensor_index_reduce; throws TensorRefException
+        /// on failure.
+        /// </summary>
+        public Tensor IndexReduce(long dim, Tensor index, Tensor source, string reduce, bool include_self)
+        {
+            if (reduce == null) throw new ArgumentNullException("reduce");
+            ulong __result;
+            Native.Check(Native.tr_tensor_index_reduce(Handle, dim, TensorRef.Tensor.Arg(index, "index"), TensorRef.Tensor.Arg(source, "source"), Native.Utf8Z(reduce), include_self, out __result), "tr_tensor_index_reduce");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
         /// `index_fill_.int_Scalar(Tensor(a!) self, int dim, Tensor index, Scalar value) -&gt;
         /// Tensor(a!)` Calls tr_tensor_index_fill_int_scalar_; throws TensorRefException on
         /// failure.
@@ -5566,6 +7367,54 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `scatter.reduce(Tensor self, int dim, Tensor index, Tensor src, *, str reduce) -&gt;
+        /// Tensor` Calls tr_tensor_scatter_reduce; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor ScatterReduce(long dim, Tensor index, Tensor src, string reduce)
+        {
+            if (reduce == null) throw new ArgumentNullException("reduce");
+            ulong __result;
+            Native.Check(Native.tr_tensor_scatter_reduce(Handle, dim, TensorRef.Tensor.Arg(index, "index"), TensorRef.Tensor.Arg(src, "src"), Native.Utf8Z(reduce), out __result), "tr_tensor_scatter_reduce");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `scatter_.reduce(Tensor(a!) self, int dim, Tensor index, Tensor src, *, str reduce)
+        /// -&gt; Tensor(a!)` Calls tr_tensor_scatter_reduce_; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor ScatterReduce_(long dim, Tensor index, Tensor src, string reduce)
+        {
+            if (reduce == null) throw new ArgumentNullException("reduce");
+            Native.Check(Native.tr_tensor_scatter_reduce_(Handle, dim, TensorRef.Tensor.Arg(index, "index"), TensorRef.Tensor.Arg(src, "src"), Native.Utf8Z(reduce)), "tr_tensor_scatter_reduce_");
+            return this;
+        }
+
+        /// <summary>
+        /// `scatter.value_reduce(Tensor self, int dim, Tensor index, Scalar value, *, str reduce)
+        /// -&gt; Tensor` Calls tr_tensor_scatter_value_reduce; throws TensorRefException on
+        /// failure.
+        /// </summary>
+        public Tensor ScatterValueReduce(long dim, Tensor index, Scalar value, string reduce)
+        {
+            if (reduce == null) throw new ArgumentNullException("reduce");
+            ulong __result;
+            Native.Check(Native.tr_tensor_scatter_value_reduce(Handle, dim, TensorRef.Tensor.Arg(index, "index"), value, Native.Utf8Z(reduce), out __result), "tr_tensor_scatter_value_reduce");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `scatter_.value_reduce(Tensor(a!) self, int dim, Tensor index, Scalar value, *, str
+        /// reduce) -&gt; Tensor(a!)` Calls tr_tensor_scatter_value_reduce_; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor ScatterValueReduce_(long dim, Tensor index, Scalar value, string reduce)
+        {
+            if (reduce == null) throw new ArgumentNullException("reduce");
+            Native.Check(Native.tr_tensor_scatter_value_reduce_(Handle, dim, TensorRef.Tensor.Arg(index, "index"), value, Native.Utf8Z(reduce)), "tr_tensor_scatter_value_reduce_");
+            return this;
+        }
+
+        /// <summary>
         /// `scatter_add(Tensor self, int dim, Tensor index, Tensor src) -&gt; Tensor` Calls
         /// tr_tensor_scatter_add; throws TensorRefException on failure.
         /// </summary>
@@ -5583,6 +7432,31 @@ namespace TensorRef
         public Tensor ScatterAdd_(long dim, Tensor index, Tensor src)
         {
             Native.Check(Native.tr_tensor_scatter_add_(Handle, dim, TensorRef.Tensor.Arg(index, "index"), TensorRef.Tensor.Arg(src, "src")), "tr_tensor_scatter_add_");
+            return this;
+        }
+
+        /// <summary>
+        /// `scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool
+        /// include_self=True) -&gt; Tensor` Calls tr_tensor_scatter_reduce_two; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor ScatterReduceTwo(long dim, Tensor index, Tensor src, string reduce, bool include_self)
+        {
+            if (reduce == null) throw new ArgumentNullException("reduce");
+            ulong __result;
+            Native.Check(Native.tr_tensor_scatter_reduce_two(Handle, dim, TensorRef.Tensor.Arg(index, "index"), TensorRef.Tensor.Arg(src, "src"), Native.Utf8Z(reduce), include_self, out __result), "tr_tensor_scatter_reduce_two");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `scatter_reduce_.two(Tensor(a!) self, int dim, Tensor index, Tensor src, str reduce, *,
+        /// bool include_self=True) -&gt; Tensor(a!)` Calls tr_tensor_scatter_reduce_two_; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor ScatterReduceTwo_(long dim, Tensor index, Tensor src, string reduce, bool include_self)
+        {
+            if (reduce == null) throw new ArgumentNullException("reduce");
+            Native.Check(Native.tr_tensor_scatter_reduce_two_(Handle, dim, TensorRef.Tensor.Arg(index, "index"), TensorRef.Tensor.Arg(src, "src"), Native.Utf8Z(reduce), include_self), "tr_tensor_scatter_reduce_two_");
             return this;
         }
 
@@ -5890,6 +7764,16 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `random_.from(Tensor(a!) self, int from, int? to, *, Generator? generator=None) -&gt;
+        /// Tensor(a!)` Calls tr_tensor_random_from_; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor RandomFrom_(long from, long? to)
+        {
+            Native.Check(Native.tr_tensor_random_from_(Handle, from, to.HasValue ? new[] { to.Value } : null), "tr_tensor_random_from_");
+            return this;
+        }
+
+        /// <summary>
         /// `random_.to(Tensor(a!) self, int to, *, Generator? generator=None) -&gt; Tensor(a!)`
         /// Calls tr_tensor_random_to_; throws TensorRefException on failure.
         /// </summary>
@@ -5967,6 +7851,17 @@ namespace TensorRef
         {
             ulong __result;
             Native.Check(Native.tr_tensor_diag(Handle, diagonal, out __result), "tr_tensor_diag");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `cross(Tensor self, Tensor other, int? dim=None) -&gt; Tensor` Calls tr_tensor_cross;
+        /// throws TensorRefException on failure.
+        /// </summary>
+        public Tensor Cross(Tensor other, long? dim)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_cross(Handle, TensorRef.Tensor.Arg(other, "other"), dim.HasValue ? new[] { dim.Value } : null, out __result), "tr_tensor_cross");
             return new Tensor(__result);
         }
 
@@ -6391,6 +8286,17 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `take_along_dim(Tensor self, Tensor indices, int? dim=None) -&gt; Tensor` Calls
+        /// tr_tensor_take_along_dim; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor TakeAlongDim(Tensor indices, long? dim)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_take_along_dim(Handle, TensorRef.Tensor.Arg(indices, "indices"), dim.HasValue ? new[] { dim.Value } : null, out __result), "tr_tensor_take_along_dim");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
         /// `nonzero_static(Tensor self, *, SymInt size, int fill_value=-1) -&gt; Tensor` Calls
         /// tr_tensor_nonzero_static; throws TensorRefException on failure.
         /// </summary>
@@ -6399,6 +8305,17 @@ namespace TensorRef
             ulong __result;
             Native.Check(Native.tr_tensor_nonzero_static(Handle, size, fill_value, out __result), "tr_tensor_nonzero_static");
             return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `nonzero_numpy(Tensor self) -&gt; Tensor[]` Calls tr_tensor_nonzero_numpy; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor[] NonzeroNumpy()
+        {
+            var __out = new ulong[64]; UIntPtr __written;
+            { var __st = Native.tr_tensor_nonzero_numpy(Handle, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_nonzero_numpy(Handle, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_nonzero_numpy"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
         }
 
         /// <summary>
@@ -6478,6 +8395,18 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `triangular_solve(Tensor self, Tensor A, bool upper=True, bool transpose=False, bool
+        /// unitriangular=False) -&gt; (Tensor solution, Tensor cloned_coefficient)` Calls
+        /// tr_tensor_triangular_solve; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] TriangularSolve(Tensor a, bool upper, bool transpose, bool unitriangular)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_triangular_solve(Handle, TensorRef.Tensor.Arg(a, "a"), upper, transpose, unitriangular, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_triangular_solve"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
         /// `linalg_solve_triangular(Tensor self, Tensor B, *, bool upper, bool left=True, bool
         /// unitriangular=False) -&gt; Tensor` Calls tr_tensor_linalg_solve_triangular; throws
         /// TensorRefException on failure.
@@ -6487,6 +8416,28 @@ namespace TensorRef
             ulong __result;
             Native.Check(Native.tr_tensor_linalg_solve_triangular(Handle, TensorRef.Tensor.Arg(b, "b"), upper, left, unitriangular, out __result), "tr_tensor_linalg_solve_triangular");
             return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `linalg_vander(Tensor x, *, SymInt? N=None) -&gt; Tensor` Calls tr_tensor_linalg_vander;
+        /// throws TensorRefException on failure.
+        /// </summary>
+        public Tensor LinalgVander(long? n)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_linalg_vander(Handle, n.HasValue ? new[] { n.Value } : null, out __result), "tr_tensor_linalg_vander");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `svd(Tensor self, bool some=True, bool compute_uv=True) -&gt; (Tensor U, Tensor S,
+        /// Tensor V)` Calls tr_tensor_svd; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] Svd(bool some, bool compute_uv)
+        {
+            var __out = new ulong[3]; UIntPtr __written;
+            { var __st = Native.tr_tensor_svd(Handle, some, compute_uv, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_svd"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
         }
 
         /// <summary>
@@ -6565,6 +8516,28 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `qr(Tensor self, bool some=True) -&gt; (Tensor Q, Tensor R)` Calls tr_tensor_qr; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor[] Qr(bool some)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_qr(Handle, some, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_qr"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `geqrf(Tensor self) -&gt; (Tensor a, Tensor tau)` Calls tr_tensor_geqrf; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor[] Geqrf()
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_geqrf(Handle, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_geqrf"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
         /// `orgqr(Tensor self, Tensor input2) -&gt; Tensor` Calls tr_tensor_orgqr; throws
         /// TensorRefException on failure.
         /// </summary>
@@ -6595,6 +8568,18 @@ namespace TensorRef
             ulong __result;
             Native.Check(Native.tr_tensor_lu_solve(Handle, TensorRef.Tensor.Arg(lu_data, "lu_data"), TensorRef.Tensor.Arg(lu_pivots, "lu_pivots"), out __result), "tr_tensor_lu_solve");
             return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `lu_unpack(Tensor LU_data, Tensor LU_pivots, bool unpack_data=True, bool
+        /// unpack_pivots=True) -&gt; (Tensor P, Tensor L, Tensor U)` Calls tr_tensor_lu_unpack;
+        /// throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] LuUnpack(Tensor lu_pivots, bool unpack_data, bool unpack_pivots)
+        {
+            var __out = new ulong[3]; UIntPtr __written;
+            { var __st = Native.tr_tensor_lu_unpack(Handle, TensorRef.Tensor.Arg(lu_pivots, "lu_pivots"), unpack_data, unpack_pivots, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_lu_unpack"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
         }
 
         /// <summary>
@@ -6811,6 +8796,30 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `histogram.bins_tensor(Tensor self, Tensor bins, *, Tensor? weight=None, bool
+        /// density=False) -&gt; (Tensor hist, Tensor bin_edges)` Optional tensors may be null.
+        /// Calls tr_tensor_histogram_bins_tensor; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] HistogramBinsTensor(Tensor bins, Tensor weight, bool density)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_histogram_bins_tensor(Handle, TensorRef.Tensor.Arg(bins, "bins"), TensorRef.Tensor.OptArg(weight), density, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_histogram_bins_tensor"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `histogram.bin_ct(Tensor self, int bins=100, *, float[]? range=None, Tensor?
+        /// weight=None, bool density=False) -&gt; (Tensor hist, Tensor bin_edges)` Optional tensors
+        /// may be null. Calls tr_tensor_histogram_bin_ct; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] HistogramBinCt(long bins, double[] range, Tensor weight, bool density)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_histogram_bin_ct(Handle, bins, range, (UIntPtr)(range == null ? 0 : range.Length), TensorRef.Tensor.OptArg(weight), density, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_histogram_bin_ct"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
         /// `fmod.Scalar(Tensor self, Scalar other) -&gt; Tensor` Calls tr_tensor_fmod_scalar;
         /// throws TensorRefException on failure.
         /// </summary>
@@ -7024,6 +9033,81 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `quantile(Tensor self, Tensor q, int? dim=None, bool keepdim=False, *, str
+        /// interpolation='linear') -&gt; Tensor` Calls tr_tensor_quantile; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor Quantile(Tensor q, long? dim, bool keepdim, string interpolation)
+        {
+            if (interpolation == null) throw new ArgumentNullException("interpolation");
+            ulong __result;
+            Native.Check(Native.tr_tensor_quantile(Handle, TensorRef.Tensor.Arg(q, "q"), dim.HasValue ? new[] { dim.Value } : null, keepdim, Native.Utf8Z(interpolation), out __result), "tr_tensor_quantile");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `quantile.scalar(Tensor self, float q, int? dim=None, bool keepdim=False, *, str
+        /// interpolation='linear') -&gt; Tensor` Calls tr_tensor_quantile_scalar; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor QuantileScalar(double q, long? dim, bool keepdim, string interpolation)
+        {
+            if (interpolation == null) throw new ArgumentNullException("interpolation");
+            ulong __result;
+            Native.Check(Native.tr_tensor_quantile_scalar(Handle, q, dim.HasValue ? new[] { dim.Value } : null, keepdim, Native.Utf8Z(interpolation), out __result), "tr_tensor_quantile_scalar");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `nanquantile(Tensor self, Tensor q, int? dim=None, bool keepdim=False, *, str
+        /// interpolation='linear') -&gt; Tensor` Calls tr_tensor_nanquantile; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor Nanquantile(Tensor q, long? dim, bool keepdim, string interpolation)
+        {
+            if (interpolation == null) throw new ArgumentNullException("interpolation");
+            ulong __result;
+            Native.Check(Native.tr_tensor_nanquantile(Handle, TensorRef.Tensor.Arg(q, "q"), dim.HasValue ? new[] { dim.Value } : null, keepdim, Native.Utf8Z(interpolation), out __result), "tr_tensor_nanquantile");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `nanquantile.scalar(Tensor self, float q, int? dim=None, bool keepdim=False, *, str
+        /// interpolation='linear') -&gt; Tensor` Calls tr_tensor_nanquantile_scalar; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor NanquantileScalar(double q, long? dim, bool keepdim, string interpolation)
+        {
+            if (interpolation == null) throw new ArgumentNullException("interpolation");
+            ulong __result;
+            Native.Check(Native.tr_tensor_nanquantile_scalar(Handle, q, dim.HasValue ? new[] { dim.Value } : null, keepdim, Native.Utf8Z(interpolation), out __result), "tr_tensor_nanquantile_scalar");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `sort(Tensor self, int dim=-1, bool descending=False) -&gt; (Tensor values, Tensor
+        /// indices)` Calls tr_tensor_sort; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] Sort(long dim, bool descending)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_sort(Handle, dim, descending, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_sort"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `sort.stable(Tensor self, *, bool? stable, int dim=-1, bool descending=False) -&gt;
+        /// (Tensor values, Tensor indices)` Calls tr_tensor_sort_stable; throws TensorRefException
+        /// on failure.
+        /// </summary>
+        public Tensor[] SortStable(bool? stable, long dim, bool descending)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_sort_stable(Handle, stable.HasValue ? new[] { stable.Value } : null, dim, descending, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_sort_stable"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
         /// `msort(Tensor self) -&gt; Tensor` Calls tr_tensor_msort; throws TensorRefException on
         /// failure.
         /// </summary>
@@ -7054,6 +9138,18 @@ namespace TensorRef
             ulong __result;
             Native.Check(Native.tr_tensor_argsort_stable(Handle, stable, dim, descending, out __result), "tr_tensor_argsort_stable");
             return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -&gt;
+        /// (Tensor values, Tensor indices)` Calls tr_tensor_topk; throws TensorRefException on
+        /// failure.
+        /// </summary>
+        public Tensor[] Topk(long k, long dim, bool largest, bool sorted)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_topk(Handle, k, dim, largest, sorted, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_topk"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
         }
 
         /// <summary>
@@ -7251,6 +9347,30 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `searchsorted.Tensor(Tensor sorted_sequence, Tensor self, *, bool out_int32=False, bool
+        /// right=False, str? side=None, Tensor? sorter=None) -&gt; Tensor` Optional tensors may be
+        /// null. Calls tr_tensor_searchsorted_tensor; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor SearchsortedTensor(Tensor input, bool out_int32, bool right, string side, Tensor sorter)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_searchsorted_tensor(Handle, TensorRef.Tensor.Arg(input, "input"), out_int32, right, side == null ? null : Native.Utf8Z(side), TensorRef.Tensor.OptArg(sorter), out __result), "tr_tensor_searchsorted_tensor");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `searchsorted.Scalar(Tensor sorted_sequence, Scalar self, *, bool out_int32=False, bool
+        /// right=False, str? side=None, Tensor? sorter=None) -&gt; Tensor` Optional tensors may be
+        /// null. Calls tr_tensor_searchsorted_scalar; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor SearchsortedScalar(Scalar input, bool out_int32, bool right, string side, Tensor sorter)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_searchsorted_scalar(Handle, input, out_int32, right, side == null ? null : Native.Utf8Z(side), TensorRef.Tensor.OptArg(sorter), out __result), "tr_tensor_searchsorted_scalar");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
         /// `l1_loss(Tensor self, Tensor target, int reduction=Mean) -&gt; Tensor` Calls
         /// tr_tensor_l1_loss; throws TensorRefException on failure.
         /// </summary>
@@ -7285,6 +9405,18 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `multilabel_margin_loss_forward(Tensor self, Tensor target, int reduction) -&gt; (Tensor
+        /// output, Tensor is_target)` Calls tr_tensor_multilabel_margin_loss_forward; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor[] MultilabelMarginLossForward(Tensor target, long reduction)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_multilabel_margin_loss_forward(Handle, TensorRef.Tensor.Arg(target, "target"), reduction, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_multilabel_margin_loss_forward"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
         /// `nll_loss_nd(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean, SymInt
         /// ignore_index=-100) -&gt; Tensor` Optional tensors may be null. Calls
         /// tr_tensor_nll_loss_nd; throws TensorRefException on failure.
@@ -7309,6 +9441,18 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `nll_loss_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt
+        /// ignore_index) -&gt; (Tensor output, Tensor total_weight)` Optional tensors may be null.
+        /// Calls tr_tensor_nll_loss_forward; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] NllLossForward(Tensor target, Tensor weight, long reduction, long ignore_index)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_nll_loss_forward(Handle, TensorRef.Tensor.Arg(target, "target"), TensorRef.Tensor.OptArg(weight), reduction, ignore_index, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_nll_loss_forward"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
         /// `nll_loss2d(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean, SymInt
         /// ignore_index=-100) -&gt; Tensor` Optional tensors may be null. Calls
         /// tr_tensor_nll_loss2d; throws TensorRefException on failure.
@@ -7318,6 +9462,18 @@ namespace TensorRef
             ulong __result;
             Native.Check(Native.tr_tensor_nll_loss2d(Handle, TensorRef.Tensor.Arg(target, "target"), TensorRef.Tensor.OptArg(weight), reduction, ignore_index, out __result), "tr_tensor_nll_loss2d");
             return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `nll_loss2d_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt
+        /// ignore_index) -&gt; (Tensor output, Tensor total_weight)` Optional tensors may be null.
+        /// Calls tr_tensor_nll_loss2d_forward; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] NllLoss2dForward(Tensor target, Tensor weight, long reduction, long ignore_index)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_nll_loss2d_forward(Handle, TensorRef.Tensor.Arg(target, "target"), TensorRef.Tensor.OptArg(weight), reduction, ignore_index, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_nll_loss2d_forward"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
         }
 
         /// <summary>
@@ -7492,6 +9648,17 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `log_sigmoid_forward(Tensor self) -&gt; (Tensor output, Tensor buffer)` Calls
+        /// tr_tensor_log_sigmoid_forward; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] LogSigmoidForward()
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_log_sigmoid_forward(Handle, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_log_sigmoid_forward"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
         /// `softplus(Tensor self, Scalar beta=1, Scalar threshold=20) -&gt; Tensor` Calls
         /// tr_tensor_softplus; throws TensorRefException on failure.
         /// </summary>
@@ -7535,6 +9702,120 @@ namespace TensorRef
             ulong __result;
             Native.Check(Native.tr_tensor_adaptive_avg_pool3d(Handle, output_size, (UIntPtr)output_size.Length, out __result), "tr_tensor_adaptive_avg_pool3d");
             return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `adaptive_max_pool2d(Tensor self, int[2] output_size) -&gt; (Tensor, Tensor)` Calls
+        /// tr_tensor_adaptive_max_pool2d; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] AdaptiveMaxPool2d(long[] output_size)
+        {
+            if (output_size == null) throw new ArgumentNullException("output_size");
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_adaptive_max_pool2d(Handle, output_size, (UIntPtr)output_size.Length, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_adaptive_max_pool2d"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `adaptive_max_pool3d(Tensor self, int[3] output_size) -&gt; (Tensor, Tensor)` Calls
+        /// tr_tensor_adaptive_max_pool3d; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] AdaptiveMaxPool3d(long[] output_size)
+        {
+            if (output_size == null) throw new ArgumentNullException("output_size");
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_adaptive_max_pool3d(Handle, output_size, (UIntPtr)output_size.Length, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_adaptive_max_pool3d"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, bool
+        /// ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -&gt; Tensor`
+        /// Calls tr_tensor_avg_pool2d; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor AvgPool2d(long[] kernel_size, long[] stride, long[] padding, bool ceil_mode, bool count_include_pad, long? divisor_override)
+        {
+            if (kernel_size == null) throw new ArgumentNullException("kernel_size");
+            if (stride == null) throw new ArgumentNullException("stride");
+            if (padding == null) throw new ArgumentNullException("padding");
+            ulong __result;
+            Native.Check(Native.tr_tensor_avg_pool2d(Handle, kernel_size, (UIntPtr)kernel_size.Length, stride, (UIntPtr)stride.Length, padding, (UIntPtr)padding.Length, ceil_mode, count_include_pad, divisor_override.HasValue ? new[] { divisor_override.Value } : null, out __result), "tr_tensor_avg_pool2d");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `avg_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, bool
+        /// ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -&gt; Tensor`
+        /// Calls tr_tensor_avg_pool3d; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor AvgPool3d(long[] kernel_size, long[] stride, long[] padding, bool ceil_mode, bool count_include_pad, long? divisor_override)
+        {
+            if (kernel_size == null) throw new ArgumentNullException("kernel_size");
+            if (stride == null) throw new ArgumentNullException("stride");
+            if (padding == null) throw new ArgumentNullException("padding");
+            ulong __result;
+            Native.Check(Native.tr_tensor_avg_pool3d(Handle, kernel_size, (UIntPtr)kernel_size.Length, stride, (UIntPtr)stride.Length, padding, (UIntPtr)padding.Length, ceil_mode, count_include_pad, divisor_override.HasValue ? new[] { divisor_override.Value } : null, out __result), "tr_tensor_avg_pool3d");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `fractional_max_pool2d(Tensor self, int[2] kernel_size, int[2] output_size, Tensor
+        /// random_samples) -&gt; (Tensor, Tensor)` Calls tr_tensor_fractional_max_pool2d; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor[] FractionalMaxPool2d(long[] kernel_size, long[] output_size, Tensor random_samples)
+        {
+            if (kernel_size == null) throw new ArgumentNullException("kernel_size");
+            if (output_size == null) throw new ArgumentNullException("output_size");
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_fractional_max_pool2d(Handle, kernel_size, (UIntPtr)kernel_size.Length, output_size, (UIntPtr)output_size.Length, TensorRef.Tensor.Arg(random_samples, "random_samples"), __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_fractional_max_pool2d"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `fractional_max_pool3d(Tensor self, int[3] kernel_size, int[3] output_size, Tensor
+        /// random_samples) -&gt; (Tensor, Tensor)` Calls tr_tensor_fractional_max_pool3d; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor[] FractionalMaxPool3d(long[] kernel_size, long[] output_size, Tensor random_samples)
+        {
+            if (kernel_size == null) throw new ArgumentNullException("kernel_size");
+            if (output_size == null) throw new ArgumentNullException("output_size");
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_fractional_max_pool3d(Handle, kernel_size, (UIntPtr)kernel_size.Length, output_size, (UIntPtr)output_size.Length, TensorRef.Tensor.Arg(random_samples, "random_samples"), __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_fractional_max_pool3d"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `max_pool2d_with_indices(Tensor self, int[2] kernel_size, int[2] stride=[], int[2]
+        /// padding=0, int[2] dilation=1, bool ceil_mode=False) -&gt; (Tensor, Tensor)` Calls
+        /// tr_tensor_max_pool2d_with_indices; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] MaxPool2dWithIndices(long[] kernel_size, long[] stride, long[] padding, long[] dilation, bool ceil_mode)
+        {
+            if (kernel_size == null) throw new ArgumentNullException("kernel_size");
+            if (stride == null) throw new ArgumentNullException("stride");
+            if (padding == null) throw new ArgumentNullException("padding");
+            if (dilation == null) throw new ArgumentNullException("dilation");
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_max_pool2d_with_indices(Handle, kernel_size, (UIntPtr)kernel_size.Length, stride, (UIntPtr)stride.Length, padding, (UIntPtr)padding.Length, dilation, (UIntPtr)dilation.Length, ceil_mode, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_max_pool2d_with_indices"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `max_pool3d_with_indices(Tensor self, int[3] kernel_size, int[3] stride=[], int[3]
+        /// padding=0, int[3] dilation=1, bool ceil_mode=False) -&gt; (Tensor, Tensor)` Calls
+        /// tr_tensor_max_pool3d_with_indices; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] MaxPool3dWithIndices(long[] kernel_size, long[] stride, long[] padding, long[] dilation, bool ceil_mode)
+        {
+            if (kernel_size == null) throw new ArgumentNullException("kernel_size");
+            if (stride == null) throw new ArgumentNullException("stride");
+            if (padding == null) throw new ArgumentNullException("padding");
+            if (dilation == null) throw new ArgumentNullException("dilation");
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_max_pool3d_with_indices(Handle, kernel_size, (UIntPtr)kernel_size.Length, stride, (UIntPtr)stride.Length, padding, (UIntPtr)padding.Length, dilation, (UIntPtr)dilation.Length, ceil_mode, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_max_pool3d_with_indices"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
         }
 
         /// <summary>
@@ -7633,6 +9914,193 @@ namespace TensorRef
             if (padding == null) throw new ArgumentNullException("padding");
             ulong __result;
             Native.Check(Native.tr_tensor_replication_pad3d(Handle, padding, (UIntPtr)padding.Length, out __result), "tr_tensor_replication_pad3d");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -&gt; Tensor`
+        /// Calls tr_tensor_pad; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor Pad(long[] pad, string mode, double? value)
+        {
+            if (pad == null) throw new ArgumentNullException("pad");
+            if (mode == null) throw new ArgumentNullException("mode");
+            ulong __result;
+            Native.Check(Native.tr_tensor_pad(Handle, pad, (UIntPtr)pad.Length, Native.Utf8Z(mode), value.HasValue ? new[] { value.Value } : null, out __result), "tr_tensor_pad");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `upsample_linear1d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]?
+        /// scale_factors) -&gt; Tensor` Calls tr_tensor_upsample_linear1d_vec; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor UpsampleLinear1dVec(long[] output_size, bool align_corners, double[] scale_factors)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_upsample_linear1d_vec(Handle, output_size, (UIntPtr)(output_size == null ? 0 : output_size.Length), align_corners, scale_factors, (UIntPtr)(scale_factors == null ? 0 : scale_factors.Length), out __result), "tr_tensor_upsample_linear1d_vec");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `upsample_bilinear2d.vec(Tensor input, SymInt[]? output_size, bool align_corners,
+        /// float[]? scale_factors) -&gt; Tensor` Calls tr_tensor_upsample_bilinear2d_vec; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor UpsampleBilinear2dVec(long[] output_size, bool align_corners, double[] scale_factors)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_upsample_bilinear2d_vec(Handle, output_size, (UIntPtr)(output_size == null ? 0 : output_size.Length), align_corners, scale_factors, (UIntPtr)(scale_factors == null ? 0 : scale_factors.Length), out __result), "tr_tensor_upsample_bilinear2d_vec");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `upsample_trilinear3d.vec(Tensor input, SymInt[]? output_size, bool align_corners,
+        /// float[]? scale_factors) -&gt; Tensor` Calls tr_tensor_upsample_trilinear3d_vec; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor UpsampleTrilinear3dVec(long[] output_size, bool align_corners, double[] scale_factors)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_upsample_trilinear3d_vec(Handle, output_size, (UIntPtr)(output_size == null ? 0 : output_size.Length), align_corners, scale_factors, (UIntPtr)(scale_factors == null ? 0 : scale_factors.Length), out __result), "tr_tensor_upsample_trilinear3d_vec");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `upsample_bicubic2d.vec(Tensor input, SymInt[]? output_size, bool align_corners,
+        /// float[]? scale_factors) -&gt; Tensor` Calls tr_tensor_upsample_bicubic2d_vec; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor UpsampleBicubic2dVec(long[] output_size, bool align_corners, double[] scale_factors)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_upsample_bicubic2d_vec(Handle, output_size, (UIntPtr)(output_size == null ? 0 : output_size.Length), align_corners, scale_factors, (UIntPtr)(scale_factors == null ? 0 : scale_factors.Length), out __result), "tr_tensor_upsample_bicubic2d_vec");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `upsample_nearest1d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors)
+        /// -&gt; Tensor` Calls tr_tensor_upsample_nearest1d_vec; throws TensorRefException on
+        /// failure.
+        /// </summary>
+        public Tensor UpsampleNearest1dVec(long[] output_size, double[] scale_factors)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_upsample_nearest1d_vec(Handle, output_size, (UIntPtr)(output_size == null ? 0 : output_size.Length), scale_factors, (UIntPtr)(scale_factors == null ? 0 : scale_factors.Length), out __result), "tr_tensor_upsample_nearest1d_vec");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `upsample_nearest2d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors)
+        /// -&gt; Tensor` Calls tr_tensor_upsample_nearest2d_vec; throws TensorRefException on
+        /// failure.
+        /// </summary>
+        public Tensor UpsampleNearest2dVec(long[] output_size, double[] scale_factors)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_upsample_nearest2d_vec(Handle, output_size, (UIntPtr)(output_size == null ? 0 : output_size.Length), scale_factors, (UIntPtr)(scale_factors == null ? 0 : scale_factors.Length), out __result), "tr_tensor_upsample_nearest2d_vec");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `upsample_nearest3d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors)
+        /// -&gt; Tensor` Calls tr_tensor_upsample_nearest3d_vec; throws TensorRefException on
+        /// failure.
+        /// </summary>
+        public Tensor UpsampleNearest3dVec(long[] output_size, double[] scale_factors)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_upsample_nearest3d_vec(Handle, output_size, (UIntPtr)(output_size == null ? 0 : output_size.Length), scale_factors, (UIntPtr)(scale_factors == null ? 0 : scale_factors.Length), out __result), "tr_tensor_upsample_nearest3d_vec");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `upsample_linear1d(Tensor self, SymInt[1] output_size, bool align_corners, float?
+        /// scales=None) -&gt; Tensor` Calls tr_tensor_upsample_linear1d; throws TensorRefException
+        /// on failure.
+        /// </summary>
+        public Tensor UpsampleLinear1d(long[] output_size, bool align_corners, double? scales)
+        {
+            if (output_size == null) throw new ArgumentNullException("output_size");
+            ulong __result;
+            Native.Check(Native.tr_tensor_upsample_linear1d(Handle, output_size, (UIntPtr)output_size.Length, align_corners, scales.HasValue ? new[] { scales.Value } : null, out __result), "tr_tensor_upsample_linear1d");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `upsample_bilinear2d(Tensor self, SymInt[2] output_size, bool align_corners, float?
+        /// scales_h=None, float? scales_w=None) -&gt; Tensor` Calls tr_tensor_upsample_bilinear2d;
+        /// throws TensorRefException on failure.
+        /// </summary>
+        public Tensor UpsampleBilinear2d(long[] output_size, bool align_corners, double? scales_h, double? scales_w)
+        {
+            if (output_size == null) throw new ArgumentNullException("output_size");
+            ulong __result;
+            Native.Check(Native.tr_tensor_upsample_bilinear2d(Handle, output_size, (UIntPtr)output_size.Length, align_corners, scales_h.HasValue ? new[] { scales_h.Value } : null, scales_w.HasValue ? new[] { scales_w.Value } : null, out __result), "tr_tensor_upsample_bilinear2d");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `upsample_bicubic2d(Tensor self, SymInt[2] output_size, bool align_corners, float?
+        /// scales_h=None, float? scales_w=None) -&gt; Tensor` Calls tr_tensor_upsample_bicubic2d;
+        /// throws TensorRefException on failure.
+        /// </summary>
+        public Tensor UpsampleBicubic2d(long[] output_size, bool align_corners, double? scales_h, double? scales_w)
+        {
+            if (output_size == null) throw new ArgumentNullException("output_size");
+            ulong __result;
+            Native.Check(Native.tr_tensor_upsample_bicubic2d(Handle, output_size, (UIntPtr)output_size.Length, align_corners, scales_h.HasValue ? new[] { scales_h.Value } : null, scales_w.HasValue ? new[] { scales_w.Value } : null, out __result), "tr_tensor_upsample_bicubic2d");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `upsample_trilinear3d(Tensor self, SymInt[3] output_size, bool align_corners, float?
+        /// scales_d=None, float? scales_h=None, float? scales_w=None) -&gt; Tensor` Calls
+        /// tr_tensor_upsample_trilinear3d; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor UpsampleTrilinear3d(long[] output_size, bool align_corners, double? scales_d, double? scales_h, double? scales_w)
+        {
+            if (output_size == null) throw new ArgumentNullException("output_size");
+            ulong __result;
+            Native.Check(Native.tr_tensor_upsample_trilinear3d(Handle, output_size, (UIntPtr)output_size.Length, align_corners, scales_d.HasValue ? new[] { scales_d.Value } : null, scales_h.HasValue ? new[] { scales_h.Value } : null, scales_w.HasValue ? new[] { scales_w.Value } : null, out __result), "tr_tensor_upsample_trilinear3d");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `upsample_nearest1d(Tensor self, SymInt[1] output_size, float? scales=None) -&gt;
+        /// Tensor` Calls tr_tensor_upsample_nearest1d; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor UpsampleNearest1d(long[] output_size, double? scales)
+        {
+            if (output_size == null) throw new ArgumentNullException("output_size");
+            ulong __result;
+            Native.Check(Native.tr_tensor_upsample_nearest1d(Handle, output_size, (UIntPtr)output_size.Length, scales.HasValue ? new[] { scales.Value } : null, out __result), "tr_tensor_upsample_nearest1d");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `upsample_nearest2d(Tensor self, SymInt[2] output_size, float? scales_h=None, float?
+        /// scales_w=None) -&gt; Tensor` Calls tr_tensor_upsample_nearest2d; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor UpsampleNearest2d(long[] output_size, double? scales_h, double? scales_w)
+        {
+            if (output_size == null) throw new ArgumentNullException("output_size");
+            ulong __result;
+            Native.Check(Native.tr_tensor_upsample_nearest2d(Handle, output_size, (UIntPtr)output_size.Length, scales_h.HasValue ? new[] { scales_h.Value } : null, scales_w.HasValue ? new[] { scales_w.Value } : null, out __result), "tr_tensor_upsample_nearest2d");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `upsample_nearest3d(Tensor self, SymInt[3] output_size, float? scales_d=None, float?
+        /// scales_h=None, float? scales_w=None) -&gt; Tensor` Calls tr_tensor_upsample_nearest3d;
+        /// throws TensorRefException on failure.
+        /// </summary>
+        public Tensor UpsampleNearest3d(long[] output_size, double? scales_d, double? scales_h, double? scales_w)
+        {
+            if (output_size == null) throw new ArgumentNullException("output_size");
+            ulong __result;
+            Native.Check(Native.tr_tensor_upsample_nearest3d(Handle, output_size, (UIntPtr)output_size.Length, scales_d.HasValue ? new[] { scales_d.Value } : null, scales_h.HasValue ? new[] { scales_h.Value } : null, scales_w.HasValue ? new[] { scales_w.Value } : null, out __result), "tr_tensor_upsample_nearest3d");
             return new Tensor(__result);
         }
 
@@ -8097,6 +10565,17 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `special_logit(Tensor self, float? eps=None) -&gt; Tensor` Calls
+        /// tr_tensor_special_logit; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor SpecialLogit(double? eps)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_special_logit(Handle, eps.HasValue ? new[] { eps.Value } : null, out __result), "tr_tensor_special_logit");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
         /// `special_logsumexp(Tensor self, int[1] dim, bool keepdim=False) -&gt; Tensor` Calls
         /// tr_tensor_special_logsumexp; throws TensorRefException on failure.
         /// </summary>
@@ -8153,6 +10632,17 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `special_log_softmax(Tensor self, int dim, *, ScalarType? dtype=None) -&gt; Tensor`
+        /// Calls tr_tensor_special_log_softmax; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor SpecialLogSoftmax(long dim, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_special_log_softmax(Handle, dim, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_special_log_softmax");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
         /// `special_gammainc(Tensor self, Tensor other) -&gt; Tensor` Calls
         /// tr_tensor_special_gammainc; throws TensorRefException on failure.
         /// </summary>
@@ -8186,6 +10676,255 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `special_softmax(Tensor self, int dim, ScalarType? dtype=None) -&gt; Tensor` Calls
+        /// tr_tensor_special_softmax; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor SpecialSoftmax(long dim, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_special_softmax(Handle, dim, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_special_softmax");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `fft_fft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -&gt; Tensor` Calls
+        /// tr_tensor_fft_fft; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor FftFft(long? n, long dim, string norm)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_fft_fft(Handle, n.HasValue ? new[] { n.Value } : null, dim, norm == null ? null : Native.Utf8Z(norm), out __result), "tr_tensor_fft_fft");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `fft_ifft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -&gt; Tensor` Calls
+        /// tr_tensor_fft_ifft; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor FftIfft(long? n, long dim, string norm)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_fft_ifft(Handle, n.HasValue ? new[] { n.Value } : null, dim, norm == null ? null : Native.Utf8Z(norm), out __result), "tr_tensor_fft_ifft");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `fft_rfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -&gt; Tensor` Calls
+        /// tr_tensor_fft_rfft; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor FftRfft(long? n, long dim, string norm)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_fft_rfft(Handle, n.HasValue ? new[] { n.Value } : null, dim, norm == null ? null : Native.Utf8Z(norm), out __result), "tr_tensor_fft_rfft");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `fft_irfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -&gt; Tensor` Calls
+        /// tr_tensor_fft_irfft; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor FftIrfft(long? n, long dim, string norm)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_fft_irfft(Handle, n.HasValue ? new[] { n.Value } : null, dim, norm == null ? null : Native.Utf8Z(norm), out __result), "tr_tensor_fft_irfft");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `fft_hfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -&gt; Tensor` Calls
+        /// tr_tensor_fft_hfft; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor FftHfft(long? n, long dim, string norm)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_fft_hfft(Handle, n.HasValue ? new[] { n.Value } : null, dim, norm == null ? null : Native.Utf8Z(norm), out __result), "tr_tensor_fft_hfft");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `fft_ihfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -&gt; Tensor` Calls
+        /// tr_tensor_fft_ihfft; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor FftIhfft(long? n, long dim, string norm)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_fft_ihfft(Handle, n.HasValue ? new[] { n.Value } : null, dim, norm == null ? null : Native.Utf8Z(norm), out __result), "tr_tensor_fft_ihfft");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `fft_fft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -&gt;
+        /// Tensor` Calls tr_tensor_fft_fft2; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor FftFft2(long[] s, long[] dim, string norm)
+        {
+            if (dim == null) throw new ArgumentNullException("dim");
+            ulong __result;
+            Native.Check(Native.tr_tensor_fft_fft2(Handle, s, (UIntPtr)(s == null ? 0 : s.Length), dim, (UIntPtr)dim.Length, norm == null ? null : Native.Utf8Z(norm), out __result), "tr_tensor_fft_fft2");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `fft_ifft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -&gt;
+        /// Tensor` Calls tr_tensor_fft_ifft2; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor FftIfft2(long[] s, long[] dim, string norm)
+        {
+            if (dim == null) throw new ArgumentNullException("dim");
+            ulong __result;
+            Native.Check(Native.tr_tensor_fft_ifft2(Handle, s, (UIntPtr)(s == null ? 0 : s.Length), dim, (UIntPtr)dim.Length, norm == null ? null : Native.Utf8Z(norm), out __result), "tr_tensor_fft_ifft2");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `fft_rfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -&gt;
+        /// Tensor` Calls tr_tensor_fft_rfft2; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor FftRfft2(long[] s, long[] dim, string norm)
+        {
+            if (dim == null) throw new ArgumentNullException("dim");
+            ulong __result;
+            Native.Check(Native.tr_tensor_fft_rfft2(Handle, s, (UIntPtr)(s == null ? 0 : s.Length), dim, (UIntPtr)dim.Length, norm == null ? null : Native.Utf8Z(norm), out __result), "tr_tensor_fft_rfft2");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `fft_irfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -&gt;
+        /// Tensor` Calls tr_tensor_fft_irfft2; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor FftIrfft2(long[] s, long[] dim, string norm)
+        {
+            if (dim == null) throw new ArgumentNullException("dim");
+            ulong __result;
+            Native.Check(Native.tr_tensor_fft_irfft2(Handle, s, (UIntPtr)(s == null ? 0 : s.Length), dim, (UIntPtr)dim.Length, norm == null ? null : Native.Utf8Z(norm), out __result), "tr_tensor_fft_irfft2");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `fft_hfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -&gt;
+        /// Tensor` Calls tr_tensor_fft_hfft2; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor FftHfft2(long[] s, long[] dim, string norm)
+        {
+            if (dim == null) throw new ArgumentNullException("dim");
+            ulong __result;
+            Native.Check(Native.tr_tensor_fft_hfft2(Handle, s, (UIntPtr)(s == null ? 0 : s.Length), dim, (UIntPtr)dim.Length, norm == null ? null : Native.Utf8Z(norm), out __result), "tr_tensor_fft_hfft2");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `fft_ihfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -&gt;
+        /// Tensor` Calls tr_tensor_fft_ihfft2; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor FftIhfft2(long[] s, long[] dim, string norm)
+        {
+            if (dim == null) throw new ArgumentNullException("dim");
+            ulong __result;
+            Native.Check(Native.tr_tensor_fft_ihfft2(Handle, s, (UIntPtr)(s == null ? 0 : s.Length), dim, (UIntPtr)dim.Length, norm == null ? null : Native.Utf8Z(norm), out __result), "tr_tensor_fft_ihfft2");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `fft_fftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -&gt;
+        /// Tensor` Calls tr_tensor_fft_fftn; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor FftFftn(long[] s, long[] dim, string norm)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_fft_fftn(Handle, s, (UIntPtr)(s == null ? 0 : s.Length), dim, (UIntPtr)(dim == null ? 0 : dim.Length), norm == null ? null : Native.Utf8Z(norm), out __result), "tr_tensor_fft_fftn");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `fft_ifftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -&gt;
+        /// Tensor` Calls tr_tensor_fft_ifftn; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor FftIfftn(long[] s, long[] dim, string norm)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_fft_ifftn(Handle, s, (UIntPtr)(s == null ? 0 : s.Length), dim, (UIntPtr)(dim == null ? 0 : dim.Length), norm == null ? null : Native.Utf8Z(norm), out __result), "tr_tensor_fft_ifftn");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `fft_rfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -&gt;
+        /// Tensor` Calls tr_tensor_fft_rfftn; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor FftRfftn(long[] s, long[] dim, string norm)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_fft_rfftn(Handle, s, (UIntPtr)(s == null ? 0 : s.Length), dim, (UIntPtr)(dim == null ? 0 : dim.Length), norm == null ? null : Native.Utf8Z(norm), out __result), "tr_tensor_fft_rfftn");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `fft_irfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -&gt;
+        /// Tensor` Calls tr_tensor_fft_irfftn; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor FftIrfftn(long[] s, long[] dim, string norm)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_fft_irfftn(Handle, s, (UIntPtr)(s == null ? 0 : s.Length), dim, (UIntPtr)(dim == null ? 0 : dim.Length), norm == null ? null : Native.Utf8Z(norm), out __result), "tr_tensor_fft_irfftn");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `fft_hfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -&gt;
+        /// Tensor` Calls tr_tensor_fft_hfftn; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor FftHfftn(long[] s, long[] dim, string norm)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_fft_hfftn(Handle, s, (UIntPtr)(s == null ? 0 : s.Length), dim, (UIntPtr)(dim == null ? 0 : dim.Length), norm == null ? null : Native.Utf8Z(norm), out __result), "tr_tensor_fft_hfftn");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `fft_ihfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -&gt;
+        /// Tensor` Calls tr_tensor_fft_ihfftn; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor FftIhfftn(long[] s, long[] dim, string norm)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_fft_ihfftn(Handle, s, (UIntPtr)(s == null ? 0 : s.Length), dim, (UIntPtr)(dim == null ? 0 : dim.Length), norm == null ? null : Native.Utf8Z(norm), out __result), "tr_tensor_fft_ihfftn");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `fft_fftshift(Tensor self, int[1]? dim=None) -&gt; Tensor` Calls tr_tensor_fft_fftshift;
+        /// throws TensorRefException on failure.
+        /// </summary>
+        public Tensor FftFftshift(long[] dim)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_fft_fftshift(Handle, dim, (UIntPtr)(dim == null ? 0 : dim.Length), out __result), "tr_tensor_fft_fftshift");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `fft_ifftshift(Tensor self, int[1]? dim=None) -&gt; Tensor` Calls
+        /// tr_tensor_fft_ifftshift; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor FftIfftshift(long[] dim)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_fft_ifftshift(Handle, dim, (UIntPtr)(dim == null ? 0 : dim.Length), out __result), "tr_tensor_fft_ifftshift");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `linalg_cholesky_ex(Tensor self, *, bool upper=False, bool check_errors=False) -&gt;
+        /// (Tensor L, Tensor info)` Calls tr_tensor_linalg_cholesky_ex; throws TensorRefException
+        /// on failure.
+        /// </summary>
+        public Tensor[] LinalgCholeskyEx(bool upper, bool check_errors)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_linalg_cholesky_ex(Handle, upper, check_errors, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_linalg_cholesky_ex"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
         /// `linalg_cholesky(Tensor self, *, bool upper=False) -&gt; Tensor` Calls
         /// tr_tensor_linalg_cholesky; throws TensorRefException on failure.
         /// </summary>
@@ -8205,6 +10944,40 @@ namespace TensorRef
             ulong __result;
             Native.Check(Native.tr_tensor_linalg_cross(Handle, TensorRef.Tensor.Arg(other, "other"), dim, out __result), "tr_tensor_linalg_cross");
             return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `linalg_lu_factor(Tensor A, *, bool pivot=True) -&gt; (Tensor LU, Tensor pivots)` Calls
+        /// tr_tensor_linalg_lu_factor; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] LinalgLuFactor(bool pivot)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_linalg_lu_factor(Handle, pivot, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_linalg_lu_factor"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `linalg_lu_factor_ex(Tensor A, *, bool pivot=True, bool check_errors=False) -&gt;
+        /// (Tensor LU, Tensor pivots, Tensor info)` Calls tr_tensor_linalg_lu_factor_ex; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor[] LinalgLuFactorEx(bool pivot, bool check_errors)
+        {
+            var __out = new ulong[3]; UIntPtr __written;
+            { var __st = Native.tr_tensor_linalg_lu_factor_ex(Handle, pivot, check_errors, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_linalg_lu_factor_ex"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `linalg_lu(Tensor A, *, bool pivot=True) -&gt; (Tensor P, Tensor L, Tensor U)` Calls
+        /// tr_tensor_linalg_lu; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] LinalgLu(bool pivot)
+        {
+            var __out = new ulong[3]; UIntPtr __written;
+            { var __st = Native.tr_tensor_linalg_lu(Handle, pivot, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_linalg_lu"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
         }
 
         /// <summary>
@@ -8242,6 +11015,29 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `linalg_ldl_factor_ex(Tensor self, *, bool hermitian=False, bool check_errors=False)
+        /// -&gt; (Tensor LD, Tensor pivots, Tensor info)` Calls tr_tensor_linalg_ldl_factor_ex;
+        /// throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] LinalgLdlFactorEx(bool hermitian, bool check_errors)
+        {
+            var __out = new ulong[3]; UIntPtr __written;
+            { var __st = Native.tr_tensor_linalg_ldl_factor_ex(Handle, hermitian, check_errors, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_linalg_ldl_factor_ex"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `linalg_ldl_factor(Tensor self, *, bool hermitian=False) -&gt; (Tensor LD, Tensor
+        /// pivots)` Calls tr_tensor_linalg_ldl_factor; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] LinalgLdlFactor(bool hermitian)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_linalg_ldl_factor(Handle, hermitian, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_linalg_ldl_factor"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
         /// `linalg_ldl_solve(Tensor LD, Tensor pivots, Tensor B, *, bool hermitian=False) -&gt;
         /// Tensor` Calls tr_tensor_linalg_ldl_solve; throws TensorRefException on failure.
         /// </summary>
@@ -8250,6 +11046,18 @@ namespace TensorRef
             ulong __result;
             Native.Check(Native.tr_tensor_linalg_ldl_solve(Handle, TensorRef.Tensor.Arg(pivots, "pivots"), TensorRef.Tensor.Arg(b, "b"), hermitian, out __result), "tr_tensor_linalg_ldl_solve");
             return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `linalg_lstsq(Tensor self, Tensor b, float? rcond=None, *, str? driver=None) -&gt;
+        /// (Tensor solution, Tensor residuals, Tensor rank, Tensor singular_values)` Calls
+        /// tr_tensor_linalg_lstsq; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] LinalgLstsq(Tensor b, double? rcond, string driver)
+        {
+            var __out = new ulong[4]; UIntPtr __written;
+            { var __st = Native.tr_tensor_linalg_lstsq(Handle, TensorRef.Tensor.Arg(b, "b"), rcond.HasValue ? new[] { rcond.Value } : null, driver == null ? null : Native.Utf8Z(driver), __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_linalg_lstsq"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
         }
 
         /// <summary>
@@ -8286,6 +11094,28 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `linalg_slogdet(Tensor A) -&gt; (Tensor sign, Tensor logabsdet)` Calls
+        /// tr_tensor_linalg_slogdet; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] LinalgSlogdet()
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_linalg_slogdet(Handle, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_linalg_slogdet"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `slogdet(Tensor self) -&gt; (Tensor sign, Tensor logabsdet)` Calls tr_tensor_slogdet;
+        /// throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] Slogdet()
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_slogdet(Handle, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_slogdet"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
         /// `logdet(Tensor self) -&gt; Tensor` Calls tr_tensor_logdet; throws TensorRefException on
         /// failure.
         /// </summary>
@@ -8294,6 +11124,17 @@ namespace TensorRef
             ulong __result;
             Native.Check(Native.tr_tensor_logdet(Handle, out __result), "tr_tensor_logdet");
             return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `linalg_eig(Tensor self) -&gt; (Tensor eigenvalues, Tensor eigenvectors)` Calls
+        /// tr_tensor_linalg_eig; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] LinalgEig()
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_linalg_eig(Handle, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_linalg_eig"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
         }
 
         /// <summary>
@@ -8308,6 +11149,30 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `linalg_eigh(Tensor self, str UPLO="L") -&gt; (Tensor eigenvalues, Tensor eigenvectors)`
+        /// Calls tr_tensor_linalg_eigh; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] LinalgEigh(string uplo)
+        {
+            if (uplo == null) throw new ArgumentNullException("uplo");
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_linalg_eigh(Handle, Native.Utf8Z(uplo), __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_linalg_eigh"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `linalg_eigvalsh(Tensor self, str UPLO="L") -&gt; Tensor` Calls
+        /// tr_tensor_linalg_eigvalsh; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor LinalgEigvalsh(string uplo)
+        {
+            if (uplo == null) throw new ArgumentNullException("uplo");
+            ulong __result;
+            Native.Check(Native.tr_tensor_linalg_eigvalsh(Handle, Native.Utf8Z(uplo), out __result), "tr_tensor_linalg_eigvalsh");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
         /// `linalg_householder_product(Tensor input, Tensor tau) -&gt; Tensor` Calls
         /// tr_tensor_linalg_householder_product; throws TensorRefException on failure.
         /// </summary>
@@ -8316,6 +11181,17 @@ namespace TensorRef
             ulong __result;
             Native.Check(Native.tr_tensor_linalg_householder_product(Handle, TensorRef.Tensor.Arg(tau, "tau"), out __result), "tr_tensor_linalg_householder_product");
             return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `linalg_inv_ex(Tensor A, *, bool check_errors=False) -&gt; (Tensor inverse, Tensor
+        /// info)` Calls tr_tensor_linalg_inv_ex; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] LinalgInvEx(bool check_errors)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_linalg_inv_ex(Handle, check_errors, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_linalg_inv_ex"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
         }
 
         /// <summary>
@@ -8374,6 +11250,115 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `linalg_norm(Tensor self, Scalar? ord=None, int[1]? dim=None, bool keepdim=False, *,
+        /// ScalarType? dtype=None) -&gt; Tensor` Calls tr_tensor_linalg_norm; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor LinalgNorm(Scalar? ord, long[] dim, bool keepdim, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_linalg_norm(Handle, ord.HasValue ? new[] { ord.Value } : null, dim, (UIntPtr)(dim == null ? 0 : dim.Length), keepdim, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_linalg_norm");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `linalg_norm.ord_str(Tensor self, str ord, int[1]? dim=None, bool keepdim=False, *,
+        /// ScalarType? dtype=None) -&gt; Tensor` Calls tr_tensor_linalg_norm_ord_str; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor LinalgNormOrdStr(string ord, long[] dim, bool keepdim, DType? dtype)
+        {
+            if (ord == null) throw new ArgumentNullException("ord");
+            ulong __result;
+            Native.Check(Native.tr_tensor_linalg_norm_ord_str(Handle, Native.Utf8Z(ord), dim, (UIntPtr)(dim == null ? 0 : dim.Length), keepdim, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_linalg_norm_ord_str");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *,
+        /// ScalarType? dtype=None) -&gt; Tensor` Calls tr_tensor_linalg_vector_norm; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor LinalgVectorNorm(Scalar ord, long[] dim, bool keepdim, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_linalg_vector_norm(Handle, ord, dim, (UIntPtr)(dim == null ? 0 : dim.Length), keepdim, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_linalg_vector_norm");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `linalg_matrix_norm(Tensor self, Scalar ord, int[] dim=[-2,-1], bool keepdim=False, *,
+        /// ScalarType? dtype=None) -&gt; Tensor` Calls tr_tensor_linalg_matrix_norm; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor LinalgMatrixNorm(Scalar ord, long[] dim, bool keepdim, DType? dtype)
+        {
+            if (dim == null) throw new ArgumentNullException("dim");
+            ulong __result;
+            Native.Check(Native.tr_tensor_linalg_matrix_norm(Handle, ord, dim, (UIntPtr)dim.Length, keepdim, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_linalg_matrix_norm");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `linalg_matrix_norm.str_ord(Tensor self, str ord='fro', int[] dim=[-2,-1], bool
+        /// keepdim=False, *, ScalarType? dtype=None) -&gt; Tensor` Calls
+        /// tr_tensor_linalg_matrix_norm_str_ord; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor LinalgMatrixNormStrOrd(string ord, long[] dim, bool keepdim, DType? dtype)
+        {
+            if (ord == null) throw new ArgumentNullException("ord");
+            if (dim == null) throw new ArgumentNullException("dim");
+            ulong __result;
+            Native.Check(Native.tr_tensor_linalg_matrix_norm_str_ord(Handle, Native.Utf8Z(ord), dim, (UIntPtr)dim.Length, keepdim, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_linalg_matrix_norm_str_ord");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `linalg_svd(Tensor A, bool full_matrices=True, *, str? driver=None) -&gt; (Tensor U,
+        /// Tensor S, Tensor Vh)` Calls tr_tensor_linalg_svd; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] LinalgSvd(bool full_matrices, string driver)
+        {
+            var __out = new ulong[3]; UIntPtr __written;
+            { var __st = Native.tr_tensor_linalg_svd(Handle, full_matrices, driver == null ? null : Native.Utf8Z(driver), __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_linalg_svd"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `linalg_svdvals(Tensor A, *, str? driver=None) -&gt; Tensor` Calls
+        /// tr_tensor_linalg_svdvals; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor LinalgSvdvals(string driver)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_linalg_svdvals(Handle, driver == null ? null : Native.Utf8Z(driver), out __result), "tr_tensor_linalg_svdvals");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `linalg_cond(Tensor self, Scalar? p=None) -&gt; Tensor` Calls tr_tensor_linalg_cond;
+        /// throws TensorRefException on failure.
+        /// </summary>
+        public Tensor LinalgCond(Scalar? p)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_linalg_cond(Handle, p.HasValue ? new[] { p.Value } : null, out __result), "tr_tensor_linalg_cond");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `linalg_cond.p_str(Tensor self, str p) -&gt; Tensor` Calls tr_tensor_linalg_cond_p_str;
+        /// throws TensorRefException on failure.
+        /// </summary>
+        public Tensor LinalgCondPStr(string p)
+        {
+            if (p == null) throw new ArgumentNullException("p");
+            ulong __result;
+            Native.Check(Native.tr_tensor_linalg_cond_p_str(Handle, Native.Utf8Z(p), out __result), "tr_tensor_linalg_cond_p_str");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
         /// `linalg_pinv.atol_rtol_tensor(Tensor self, *, Tensor? atol=None, Tensor? rtol=None, bool
         /// hermitian=False) -&gt; Tensor` Optional tensors may be null. Calls
         /// tr_tensor_linalg_pinv_atol_rtol_tensor; throws TensorRefException on failure.
@@ -8382,6 +11367,18 @@ namespace TensorRef
         {
             ulong __result;
             Native.Check(Native.tr_tensor_linalg_pinv_atol_rtol_tensor(Handle, TensorRef.Tensor.OptArg(atol), TensorRef.Tensor.OptArg(rtol), hermitian, out __result), "tr_tensor_linalg_pinv_atol_rtol_tensor");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `linalg_pinv.atol_rtol_float(Tensor self, *, float? atol=None, float? rtol=None, bool
+        /// hermitian=False) -&gt; Tensor` Calls tr_tensor_linalg_pinv_atol_rtol_float; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor LinalgPinvAtolRtolFloat(double? atol, double? rtol, bool hermitian)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_linalg_pinv_atol_rtol_float(Handle, atol.HasValue ? new[] { atol.Value } : null, rtol.HasValue ? new[] { rtol.Value } : null, hermitian, out __result), "tr_tensor_linalg_pinv_atol_rtol_float");
             return new Tensor(__result);
         }
 
@@ -8408,6 +11405,18 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `linalg_solve_ex(Tensor A, Tensor B, *, bool left=True, bool check_errors=False) -&gt;
+        /// (Tensor result, Tensor info)` Calls tr_tensor_linalg_solve_ex; throws TensorRefException
+        /// on failure.
+        /// </summary>
+        public Tensor[] LinalgSolveEx(Tensor b, bool left, bool check_errors)
+        {
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_linalg_solve_ex(Handle, TensorRef.Tensor.Arg(b, "b"), left, check_errors, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_linalg_solve_ex"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
         /// `linalg_solve(Tensor A, Tensor B, *, bool left=True) -&gt; Tensor` Calls
         /// tr_tensor_linalg_solve; throws TensorRefException on failure.
         /// </summary>
@@ -8430,6 +11439,29 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `linalg_tensorsolve(Tensor self, Tensor other, int[]? dims=None) -&gt; Tensor` Calls
+        /// tr_tensor_linalg_tensorsolve; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor LinalgTensorsolve(Tensor other, long[] dims)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_linalg_tensorsolve(Handle, TensorRef.Tensor.Arg(other, "other"), dims, (UIntPtr)(dims == null ? 0 : dims.Length), out __result), "tr_tensor_linalg_tensorsolve");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `linalg_qr(Tensor A, str mode='reduced') -&gt; (Tensor Q, Tensor R)` Calls
+        /// tr_tensor_linalg_qr; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] LinalgQr(string mode)
+        {
+            if (mode == null) throw new ArgumentNullException("mode");
+            var __out = new ulong[2]; UIntPtr __written;
+            { var __st = Native.tr_tensor_linalg_qr(Handle, Native.Utf8Z(mode), __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_linalg_qr"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
         /// `linalg_matrix_power(Tensor self, int n) -&gt; Tensor` Calls
         /// tr_tensor_linalg_matrix_power; throws TensorRefException on failure.
         /// </summary>
@@ -8449,6 +11481,18 @@ namespace TensorRef
         {
             ulong __result;
             Native.Check(Native.tr_tensor_linalg_matrix_rank_atol_rtol_tensor(Handle, TensorRef.Tensor.OptArg(atol), TensorRef.Tensor.OptArg(rtol), hermitian, out __result), "tr_tensor_linalg_matrix_rank_atol_rtol_tensor");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `linalg_matrix_rank.atol_rtol_float(Tensor self, *, float? atol=None, float? rtol=None,
+        /// bool hermitian=False) -&gt; Tensor` Calls tr_tensor_linalg_matrix_rank_atol_rtol_float;
+        /// throws TensorRefException on failure.
+        /// </summary>
+        public Tensor LinalgMatrixRankAtolRtolFloat(double? atol, double? rtol, bool hermitian)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_linalg_matrix_rank_atol_rtol_float(Handle, atol.HasValue ? new[] { atol.Value } : null, rtol.HasValue ? new[] { rtol.Value } : null, hermitian, out __result), "tr_tensor_linalg_matrix_rank_atol_rtol_float");
             return new Tensor(__result);
         }
 
@@ -8476,6 +11520,32 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `segment_reduce(Tensor data, str reduce, *, Tensor? lengths=None, Tensor? indices=None,
+        /// Tensor? offsets=None, int axis=0, bool unsafe=False, Scalar? initial=None) -&gt; Tensor`
+        /// Optional tensors may be null. Calls tr_tensor_segment_reduce; throws TensorRefException
+        /// on failure.
+        /// </summary>
+        public Tensor SegmentReduce(string reduce, Tensor lengths, Tensor indices, Tensor offsets, long axis, bool unsafe_, Scalar? initial)
+        {
+            if (reduce == null) throw new ArgumentNullException("reduce");
+            ulong __result;
+            Native.Check(Native.tr_tensor_segment_reduce(Handle, Native.Utf8Z(reduce), TensorRef.Tensor.OptArg(lengths), TensorRef.Tensor.OptArg(indices), TensorRef.Tensor.OptArg(offsets), axis, unsafe_, initial.HasValue ? new[] { initial.Value } : null, out __result), "tr_tensor_segment_reduce");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `unflatten_dense_tensors(Tensor flat, Tensor[] tensors) -&gt; Tensor[]` Calls
+        /// tr_tensor_unflatten_dense_tensors; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] UnflattenDenseTensors(Tensor[] tensors)
+        {
+            var __out = new ulong[64]; UIntPtr __written;
+            using (var __tensors = new HandleList(tensors, "tensors"))
+                { var __st = Native.tr_tensor_unflatten_dense_tensors(Handle, __tensors.Ids, __tensors.Length, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_unflatten_dense_tensors(Handle, __tensors.Ids, __tensors.Length, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_unflatten_dense_tensors"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
         /// `view_as_real_copy(Tensor self) -&gt; Tensor` Calls tr_tensor_view_as_real_copy; throws
         /// TensorRefException on failure.
         /// </summary>
@@ -8494,6 +11564,20 @@ namespace TensorRef
         {
             ulong __result;
             Native.Check(Native.tr_tensor_view_as_complex_copy(Handle, out __result), "tr_tensor_view_as_complex_copy");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `as_strided_copy(Tensor self, SymInt[] size, SymInt[] stride, SymInt?
+        /// storage_offset=None) -&gt; Tensor` Calls tr_tensor_as_strided_copy; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor AsStridedCopy(long[] size, long[] stride, long? storage_offset)
+        {
+            if (size == null) throw new ArgumentNullException("size");
+            if (stride == null) throw new ArgumentNullException("stride");
+            ulong __result;
+            Native.Check(Native.tr_tensor_as_strided_copy(Handle, size, (UIntPtr)size.Length, stride, (UIntPtr)stride.Length, storage_offset.HasValue ? new[] { storage_offset.Value } : null, out __result), "tr_tensor_as_strided_copy");
             return new Tensor(__result);
         }
 
@@ -8552,6 +11636,41 @@ namespace TensorRef
             ulong __result;
             Native.Check(Native.tr_tensor_detach_copy(Handle, out __result), "tr_tensor_detach_copy");
             return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `slice_copy.Tensor(Tensor self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt
+        /// step=1) -&gt; Tensor` Calls tr_tensor_slice_copy_tensor; throws TensorRefException on
+        /// failure.
+        /// </summary>
+        public Tensor SliceCopyTensor(long dim, long? start, long? end, long step)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_slice_copy_tensor(Handle, dim, start.HasValue ? new[] { start.Value } : null, end.HasValue ? new[] { end.Value } : null, step, out __result), "tr_tensor_slice_copy_tensor");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `split_copy.Tensor(Tensor self, SymInt split_size, int dim=0) -&gt; Tensor[]` Calls
+        /// tr_tensor_split_copy_tensor; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] SplitCopyTensor(long split_size, long dim)
+        {
+            var __out = new ulong[64]; UIntPtr __written;
+            { var __st = Native.tr_tensor_split_copy_tensor(Handle, split_size, dim, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_split_copy_tensor(Handle, split_size, dim, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_split_copy_tensor"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `split_with_sizes_copy(Tensor self, SymInt[] split_sizes, int dim=0) -&gt; Tensor[]`
+        /// Calls tr_tensor_split_with_sizes_copy; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] SplitWithSizesCopy(long[] split_sizes, long dim)
+        {
+            if (split_sizes == null) throw new ArgumentNullException("split_sizes");
+            var __out = new ulong[64]; UIntPtr __written;
+            { var __st = Native.tr_tensor_split_with_sizes_copy(Handle, split_sizes, (UIntPtr)split_sizes.Length, dim, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_split_with_sizes_copy(Handle, split_sizes, (UIntPtr)split_sizes.Length, dim, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_split_with_sizes_copy"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
         }
 
         /// <summary>
@@ -8622,6 +11741,17 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `unbind_copy.int(Tensor self, int dim=0) -&gt; Tensor[]` Calls
+        /// tr_tensor_unbind_copy_int; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] UnbindCopyInt(long dim)
+        {
+            var __out = new ulong[64]; UIntPtr __written;
+            { var __st = Native.tr_tensor_unbind_copy_int(Handle, dim, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_unbind_copy_int(Handle, dim, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_unbind_copy_int"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
         /// `view_copy(Tensor self, SymInt[] size) -&gt; Tensor` Calls tr_tensor_view_copy; throws
         /// TensorRefException on failure.
         /// </summary>
@@ -8663,6 +11793,19 @@ namespace TensorRef
         {
             ulong __result;
             Native.Check(Native.tr_tensor_alias_copy(Handle, out __result), "tr_tensor_alias_copy");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor?
+        /// attn_mask=None, float dropout_p=0.0, bool is_causal=False, *, float? scale=None, bool
+        /// enable_gqa=False) -&gt; Tensor` Optional tensors may be null. Calls
+        /// tr_tensor_scaled_dot_product_attention; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor ScaledDotProductAttention(Tensor key, Tensor value, Tensor attn_mask, double dropout_p, bool is_causal, double? scale, bool enable_gqa)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_scaled_dot_product_attention(Handle, TensorRef.Tensor.Arg(key, "key"), TensorRef.Tensor.Arg(value, "value"), TensorRef.Tensor.OptArg(attn_mask), dropout_p, is_causal, scale.HasValue ? new[] { scale.Value } : null, enable_gqa, out __result), "tr_tensor_scaled_dot_product_attention");
             return new Tensor(__result);
         }
 
@@ -9197,6 +12340,156 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `align_tensors(Tensor[] tensors) -&gt; Tensor[]` Calls tr_tensor_align_tensors; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public static Tensor[] AlignTensors(Tensor[] tensors)
+        {
+            var __out = new ulong[64]; UIntPtr __written;
+            using (var __tensors = new HandleList(tensors, "tensors"))
+                { var __st = Native.tr_tensor_align_tensors(__tensors.Ids, __tensors.Length, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_align_tensors(__tensors.Ids, __tensors.Length, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_align_tensors"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `sym_constrain_range(Scalar size, *, int? min=None, int? max=None) -&gt; ()` Calls
+        /// tr_tensor_sym_constrain_range; throws TensorRefException on failure.
+        /// </summary>
+        public static void SymConstrainRange(Scalar size, long? min, long? max)
+        {
+            Native.Check(Native.tr_tensor_sym_constrain_range(size, min.HasValue ? new[] { min.Value } : null, max.HasValue ? new[] { max.Value } : null), "tr_tensor_sym_constrain_range");
+        }
+
+        /// <summary>
+        /// `sym_constrain_range_for_size(Scalar size, *, int? min=None, int? max=None) -&gt; ()`
+        /// Calls tr_tensor_sym_constrain_range_for_size; throws TensorRefException on failure.
+        /// </summary>
+        public static void SymConstrainRangeForSize(Scalar size, long? min, long? max)
+        {
+            Native.Check(Native.tr_tensor_sym_constrain_range_for_size(size, min.HasValue ? new[] { min.Value } : null, max.HasValue ? new[] { max.Value } : null), "tr_tensor_sym_constrain_range_for_size");
+        }
+
+        /// <summary>
+        /// `arange.start(Scalar start, Scalar end, *, ScalarType? dtype=None, Layout? layout=None,
+        /// Device? device=None, bool? pin_memory=None) -&gt; Tensor` Calls tr_tensor_arange_start;
+        /// throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor ArangeStart(Scalar start, Scalar end, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_arange_start(start, end, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_arange_start");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `arange.start_step(Scalar start, Scalar end, Scalar step=1, *, ScalarType? dtype=None,
+        /// Layout? layout=None, Device? device=None, bool? pin_memory=None) -&gt; Tensor` Calls
+        /// tr_tensor_arange_start_step; throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor ArangeStartStep(Scalar start, Scalar end, Scalar step, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_arange_start_step(start, end, step, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_arange_start_step");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `atleast_1d.Sequence(Tensor[] tensors) -&gt; Tensor[]` Calls
+        /// tr_tensor_atleast_1d_sequence; throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor[] Atleast1dSequence(Tensor[] tensors)
+        {
+            var __out = new ulong[64]; UIntPtr __written;
+            using (var __tensors = new HandleList(tensors, "tensors"))
+                { var __st = Native.tr_tensor_atleast_1d_sequence(__tensors.Ids, __tensors.Length, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_atleast_1d_sequence(__tensors.Ids, __tensors.Length, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_atleast_1d_sequence"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `atleast_2d.Sequence(Tensor[] tensors) -&gt; Tensor[]` Calls
+        /// tr_tensor_atleast_2d_sequence; throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor[] Atleast2dSequence(Tensor[] tensors)
+        {
+            var __out = new ulong[64]; UIntPtr __written;
+            using (var __tensors = new HandleList(tensors, "tensors"))
+                { var __st = Native.tr_tensor_atleast_2d_sequence(__tensors.Ids, __tensors.Length, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_atleast_2d_sequence(__tensors.Ids, __tensors.Length, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_atleast_2d_sequence"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `atleast_3d.Sequence(Tensor[] tensors) -&gt; Tensor[]` Calls
+        /// tr_tensor_atleast_3d_sequence; throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor[] Atleast3dSequence(Tensor[] tensors)
+        {
+            var __out = new ulong[64]; UIntPtr __written;
+            using (var __tensors = new HandleList(tensors, "tensors"))
+                { var __st = Native.tr_tensor_atleast_3d_sequence(__tensors.Ids, __tensors.Length, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_atleast_3d_sequence(__tensors.Ids, __tensors.Length, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_atleast_3d_sequence"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `bartlett_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None,
+        /// Device? device=None, bool? pin_memory=None) -&gt; Tensor` Calls
+        /// tr_tensor_bartlett_window; throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor BartlettWindow(long window_length, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_bartlett_window(window_length, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_bartlett_window");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `bartlett_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None,
+        /// Layout? layout=None, Device? device=None, bool? pin_memory=None) -&gt; Tensor` Calls
+        /// tr_tensor_bartlett_window_periodic; throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor BartlettWindowPeriodic(long window_length, bool periodic, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_bartlett_window_periodic(window_length, periodic, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_bartlett_window_periodic");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `blackman_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None,
+        /// Device? device=None, bool? pin_memory=None) -&gt; Tensor` Calls
+        /// tr_tensor_blackman_window; throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor BlackmanWindow(long window_length, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_blackman_window(window_length, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_blackman_window");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `blackman_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None,
+        /// Layout? layout=None, Device? device=None, bool? pin_memory=None) -&gt; Tensor` Calls
+        /// tr_tensor_blackman_window_periodic; throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor BlackmanWindowPeriodic(long window_length, bool periodic, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_blackman_window_periodic(window_length, periodic, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_blackman_window_periodic");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `broadcast_tensors(Tensor[] tensors) -&gt; Tensor[]` Calls tr_tensor_broadcast_tensors;
+        /// throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor[] BroadcastTensors(Tensor[] tensors)
+        {
+            var __out = new ulong[64]; UIntPtr __written;
+            using (var __tensors = new HandleList(tensors, "tensors"))
+                { var __st = Native.tr_tensor_broadcast_tensors(__tensors.Ids, __tensors.Length, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_broadcast_tensors(__tensors.Ids, __tensors.Length, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_broadcast_tensors"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
         /// `concat(Tensor[] tensors, int dim=0) -&gt; Tensor` Calls tr_tensor_concat; throws
         /// TensorRefException on failure.
         /// </summary>
@@ -9245,6 +12538,19 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `einsum(str equation, Tensor[] tensors, *, int[]? path=None) -&gt; Tensor` Calls
+        /// tr_tensor_einsum; throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor Einsum(string equation, Tensor[] tensors, long[] path)
+        {
+            if (equation == null) throw new ArgumentNullException("equation");
+            ulong __result;
+            using (var __tensors = new HandleList(tensors, "tensors"))
+                Native.Check(Native.tr_tensor_einsum(Native.Utf8Z(equation), __tensors.Ids, __tensors.Length, path, (UIntPtr)(path == null ? 0 : path.Length), out __result), "tr_tensor_einsum");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
         /// `row_stack(Tensor[] tensors) -&gt; Tensor` Calls tr_tensor_row_stack; throws
         /// TensorRefException on failure.
         /// </summary>
@@ -9253,6 +12559,182 @@ namespace TensorRef
             ulong __result;
             using (var __tensors = new HandleList(tensors, "tensors"))
                 Native.Check(Native.tr_tensor_row_stack(__tensors.Ids, __tensors.Length, out __result), "tr_tensor_row_stack");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `empty.memory_format(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None,
+        /// Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -&gt;
+        /// Tensor` Calls tr_tensor_empty_memory_format; throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor EmptyMemoryFormat(long[] size, DType? dtype)
+        {
+            if (size == null) throw new ArgumentNullException("size");
+            ulong __result;
+            Native.Check(Native.tr_tensor_empty_memory_format(size, (UIntPtr)size.Length, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_empty_memory_format");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `empty_permuted(SymInt[] size, int[] physical_layout, *, ScalarType? dtype=None, Layout?
+        /// layout=None, Device? device=None, bool? pin_memory=None) -&gt; Tensor` Calls
+        /// tr_tensor_empty_permuted; throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor EmptyPermuted(long[] size, long[] physical_layout, DType? dtype)
+        {
+            if (size == null) throw new ArgumentNullException("size");
+            if (physical_layout == null) throw new ArgumentNullException("physical_layout");
+            ulong __result;
+            Native.Check(Native.tr_tensor_empty_permuted(size, (UIntPtr)size.Length, physical_layout, (UIntPtr)physical_layout.Length, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_empty_permuted");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `empty_strided(SymInt[] size, SymInt[] stride, *, ScalarType? dtype=None, Layout?
+        /// layout=None, Device? device=None, bool? pin_memory=None) -&gt; Tensor` Calls
+        /// tr_tensor_empty_strided; throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor EmptyStrided(long[] size, long[] stride, DType? dtype)
+        {
+            if (size == null) throw new ArgumentNullException("size");
+            if (stride == null) throw new ArgumentNullException("stride");
+            ulong __result;
+            Native.Check(Native.tr_tensor_empty_strided(size, (UIntPtr)size.Length, stride, (UIntPtr)stride.Length, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_empty_strided");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `eye.m(SymInt n, SymInt m, *, ScalarType? dtype=None, Layout? layout=None, Device?
+        /// device=None, bool? pin_memory=None) -&gt; Tensor` Calls tr_tensor_eye_m; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public static Tensor EyeM(long n, long m, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_eye_m(n, m, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_eye_m");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `from_file(str filename, bool? shared=None, int? size=0, *, ScalarType? dtype=None,
+        /// Layout? layout=None, Device? device=None, bool? pin_memory=None) -&gt; Tensor` Calls
+        /// tr_tensor_from_file; throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor FromFile(string filename, bool? shared, long? size, DType? dtype)
+        {
+            if (filename == null) throw new ArgumentNullException("filename");
+            ulong __result;
+            Native.Check(Native.tr_tensor_from_file(Native.Utf8Z(filename), shared.HasValue ? new[] { shared.Value } : null, size.HasValue ? new[] { size.Value } : null, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_from_file");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `hann_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device?
+        /// device=None, bool? pin_memory=None) -&gt; Tensor` Calls tr_tensor_hann_window; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public static Tensor HannWindow(long window_length, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_hann_window(window_length, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_hann_window");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `hann_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None,
+        /// Layout? layout=None, Device? device=None, bool? pin_memory=None) -&gt; Tensor` Calls
+        /// tr_tensor_hann_window_periodic; throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor HannWindowPeriodic(long window_length, bool periodic, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_hann_window_periodic(window_length, periodic, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_hann_window_periodic");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `hamming_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None,
+        /// Device? device=None, bool? pin_memory=None) -&gt; Tensor` Calls
+        /// tr_tensor_hamming_window; throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor HammingWindow(long window_length, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_hamming_window(window_length, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_hamming_window");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `hamming_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None,
+        /// Layout? layout=None, Device? device=None, bool? pin_memory=None) -&gt; Tensor` Calls
+        /// tr_tensor_hamming_window_periodic; throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor HammingWindowPeriodic(long window_length, bool periodic, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_hamming_window_periodic(window_length, periodic, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_hamming_window_periodic");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `hamming_window.periodic_alpha(int window_length, bool periodic, float alpha, *,
+        /// ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None)
+        /// -&gt; Tensor` Calls tr_tensor_hamming_window_periodic_alpha; throws TensorRefException
+        /// on failure.
+        /// </summary>
+        public static Tensor HammingWindowPeriodicAlpha(long window_length, bool periodic, double alpha, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_hamming_window_periodic_alpha(window_length, periodic, alpha, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_hamming_window_periodic_alpha");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `hamming_window.periodic_alpha_beta(int window_length, bool periodic, float alpha, float
+        /// beta, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool?
+        /// pin_memory=None) -&gt; Tensor` Calls tr_tensor_hamming_window_periodic_alpha_beta;
+        /// throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor HammingWindowPeriodicAlphaBeta(long window_length, bool periodic, double alpha, double beta, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_hamming_window_periodic_alpha_beta(window_length, periodic, alpha, beta, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_hamming_window_periodic_alpha_beta");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `kaiser_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None,
+        /// Device? device=None, bool? pin_memory=None) -&gt; Tensor` Calls tr_tensor_kaiser_window;
+        /// throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor KaiserWindow(long window_length, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_kaiser_window(window_length, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_kaiser_window");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `kaiser_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None,
+        /// Layout? layout=None, Device? device=None, bool? pin_memory=None) -&gt; Tensor` Calls
+        /// tr_tensor_kaiser_window_periodic; throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor KaiserWindowPeriodic(long window_length, bool periodic, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_kaiser_window_periodic(window_length, periodic, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_kaiser_window_periodic");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `kaiser_window.beta(int window_length, bool periodic, float beta, *, ScalarType?
+        /// dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -&gt;
+        /// Tensor` Calls tr_tensor_kaiser_window_beta; throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor KaiserWindowBeta(long window_length, bool periodic, double beta, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_kaiser_window_beta(window_length, periodic, beta, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_kaiser_window_beta");
             return new Tensor(__result);
         }
 
@@ -9269,6 +12751,30 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `linspace(Scalar start, Scalar end, int steps, *, ScalarType? dtype=None, Layout?
+        /// layout=None, Device? device=None, bool? pin_memory=None) -&gt; Tensor` Calls
+        /// tr_tensor_linspace; throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor Linspace(Scalar start, Scalar end, long steps, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_linspace(start, end, steps, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_linspace");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `linspace.Scalar_Tensor(Scalar start, Tensor end, int steps, *, ScalarType? dtype=None,
+        /// Layout? layout=None, Device? device=None, bool? pin_memory=None) -&gt; Tensor` Calls
+        /// tr_tensor_linspace_scalar_tensor; throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor LinspaceScalarTensor(Scalar start, Tensor end, long steps, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_linspace_scalar_tensor(start, TensorRef.Tensor.Arg(end, "end"), steps, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_linspace_scalar_tensor");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
         /// `xlogy.Scalar_Self(Scalar self, Tensor other) -&gt; Tensor` Calls
         /// tr_tensor_xlogy_scalar_self; throws TensorRefException on failure.
         /// </summary>
@@ -9276,6 +12782,170 @@ namespace TensorRef
         {
             ulong __result;
             Native.Check(Native.tr_tensor_xlogy_scalar_self(input, TensorRef.Tensor.Arg(other, "other"), out __result), "tr_tensor_xlogy_scalar_self");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `logspace(Scalar start, Scalar end, int steps, float base=10.0, *, ScalarType?
+        /// dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -&gt;
+        /// Tensor` Calls tr_tensor_logspace; throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor Logspace(Scalar start, Scalar end, long steps, double @base, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_logspace(start, end, steps, @base, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_logspace");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `logspace.Scalar_Tensor(Scalar start, Tensor end, int steps, float base=10.0, *,
+        /// ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None)
+        /// -&gt; Tensor` Calls tr_tensor_logspace_scalar_tensor; throws TensorRefException on
+        /// failure.
+        /// </summary>
+        public static Tensor LogspaceScalarTensor(Scalar start, Tensor end, long steps, double @base, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_logspace_scalar_tensor(start, TensorRef.Tensor.Arg(end, "end"), steps, @base, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_logspace_scalar_tensor");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `scalar_tensor(Scalar s, *, ScalarType? dtype=None, Layout? layout=None, Device?
+        /// device=None, bool? pin_memory=None) -&gt; Tensor` Calls tr_tensor_scalar_tensor; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public static Tensor ScalarTensor(Scalar s, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_scalar_tensor(s, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_scalar_tensor");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `rand.generator(SymInt[] size, *, Generator? generator, ScalarType? dtype=None, Layout?
+        /// layout=None, Device? device=None, bool? pin_memory=None) -&gt; Tensor` Calls
+        /// tr_tensor_rand_generator; throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor RandGenerator(long[] size, DType? dtype)
+        {
+            if (size == null) throw new ArgumentNullException("size");
+            ulong __result;
+            Native.Check(Native.tr_tensor_rand_generator(size, (UIntPtr)size.Length, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_rand_generator");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `randint(SymInt high, SymInt[] size, *, ScalarType? dtype=long, Layout? layout=None,
+        /// Device? device=None, bool? pin_memory=None) -&gt; Tensor` Calls tr_tensor_randint;
+        /// throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor Randint(long high, long[] size, DType? dtype)
+        {
+            if (size == null) throw new ArgumentNullException("size");
+            ulong __result;
+            Native.Check(Native.tr_tensor_randint(high, size, (UIntPtr)size.Length, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_randint");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `randint.generator(SymInt high, SymInt[] size, *, Generator? generator, ScalarType?
+        /// dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -&gt;
+        /// Tensor` Calls tr_tensor_randint_generator; throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor RandintGenerator(long high, long[] size, DType? dtype)
+        {
+            if (size == null) throw new ArgumentNullException("size");
+            ulong __result;
+            Native.Check(Native.tr_tensor_randint_generator(high, size, (UIntPtr)size.Length, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_randint_generator");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `randint.low(SymInt low, SymInt high, SymInt[] size, *, ScalarType? dtype=long, Layout?
+        /// layout=None, Device? device=None, bool? pin_memory=None) -&gt; Tensor` Calls
+        /// tr_tensor_randint_low; throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor RandintLow(long low, long high, long[] size, DType? dtype)
+        {
+            if (size == null) throw new ArgumentNullException("size");
+            ulong __result;
+            Native.Check(Native.tr_tensor_randint_low(low, high, size, (UIntPtr)size.Length, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_randint_low");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `randint.low_generator(SymInt low, SymInt high, SymInt[] size, *, Generator? generator,
+        /// ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None)
+        /// -&gt; Tensor` Calls tr_tensor_randint_low_generator; throws TensorRefException on
+        /// failure.
+        /// </summary>
+        public static Tensor RandintLowGenerator(long low, long high, long[] size, DType? dtype)
+        {
+            if (size == null) throw new ArgumentNullException("size");
+            ulong __result;
+            Native.Check(Native.tr_tensor_randint_low_generator(low, high, size, (UIntPtr)size.Length, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_randint_low_generator");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `randn.generator(SymInt[] size, *, Generator? generator, ScalarType? dtype=None, Layout?
+        /// layout=None, Device? device=None, bool? pin_memory=None) -&gt; Tensor` Calls
+        /// tr_tensor_randn_generator; throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor RandnGenerator(long[] size, DType? dtype)
+        {
+            if (size == null) throw new ArgumentNullException("size");
+            ulong __result;
+            Native.Check(Native.tr_tensor_randn_generator(size, (UIntPtr)size.Length, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_randn_generator");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `randperm(SymInt n, *, ScalarType? dtype=long, Layout? layout=None, Device? device=None,
+        /// bool? pin_memory=None) -&gt; Tensor` Calls tr_tensor_randperm; throws TensorRefException
+        /// on failure.
+        /// </summary>
+        public static Tensor Randperm(long n, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_randperm(n, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_randperm");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `randperm.generator(SymInt n, *, Generator? generator, ScalarType? dtype=long, Layout?
+        /// layout=None, Device? device=None, bool? pin_memory=None) -&gt; Tensor` Calls
+        /// tr_tensor_randperm_generator; throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor RandpermGenerator(long n, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_randperm_generator(n, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_randperm_generator");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `range.step(Scalar start, Scalar end, Scalar step=1, *, ScalarType? dtype=None, Layout?
+        /// layout=None, Device? device=None, bool? pin_memory=None) -&gt; Tensor` Calls
+        /// tr_tensor_range_step; throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor RangeStep(Scalar start, Scalar end, Scalar step, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_range_step(start, end, step, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_range_step");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `range(Scalar start, Scalar end, *, ScalarType? dtype=None, Layout? layout=None, Device?
+        /// device=None, bool? pin_memory=None) -&gt; Tensor` Calls tr_tensor_range; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public static Tensor Range(Scalar start, Scalar end, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_range(start, end, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_range");
             return new Tensor(__result);
         }
 
@@ -9313,6 +12983,31 @@ namespace TensorRef
             using (var __tensors = new HandleList(tensors, "tensors"))
                 Native.Check(Native.tr_tensor_dstack(__tensors.Ids, __tensors.Length, out __result), "tr_tensor_dstack");
             return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `meshgrid(Tensor[] tensors) -&gt; Tensor[]` Calls tr_tensor_meshgrid; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public static Tensor[] Meshgrid(Tensor[] tensors)
+        {
+            var __out = new ulong[64]; UIntPtr __written;
+            using (var __tensors = new HandleList(tensors, "tensors"))
+                { var __st = Native.tr_tensor_meshgrid(__tensors.Ids, __tensors.Length, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_meshgrid(__tensors.Ids, __tensors.Length, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_meshgrid"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `meshgrid.indexing(Tensor[] tensors, *, str indexing) -&gt; Tensor[]` Calls
+        /// tr_tensor_meshgrid_indexing; throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor[] MeshgridIndexing(Tensor[] tensors, string indexing)
+        {
+            if (indexing == null) throw new ArgumentNullException("indexing");
+            var __out = new ulong[64]; UIntPtr __written;
+            using (var __tensors = new HandleList(tensors, "tensors"))
+                { var __st = Native.tr_tensor_meshgrid_indexing(__tensors.Ids, __tensors.Length, Native.Utf8Z(indexing), __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_meshgrid_indexing(__tensors.Ids, __tensors.Length, Native.Utf8Z(indexing), __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_meshgrid_indexing"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
         }
 
         /// <summary>
@@ -9394,6 +13089,30 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `tril_indices(int row, int col, int offset=0, *, ScalarType? dtype=long, Layout?
+        /// layout=None, Device? device=None, bool? pin_memory=None) -&gt; Tensor` Calls
+        /// tr_tensor_tril_indices; throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor TrilIndices(long row, long col, long offset, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_tril_indices(row, col, offset, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_tril_indices");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `triu_indices(int row, int col, int offset=0, *, ScalarType? dtype=long, Layout?
+        /// layout=None, Device? device=None, bool? pin_memory=None) -&gt; Tensor` Calls
+        /// tr_tensor_triu_indices; throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor TriuIndices(long row, long col, long offset, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_triu_indices(row, col, offset, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_triu_indices");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
         /// `polygamma(int n, Tensor self) -&gt; Tensor` Calls tr_tensor_polygamma; throws
         /// TensorRefException on failure.
         /// </summary>
@@ -9434,6 +13153,19 @@ namespace TensorRef
         {
             ulong __result;
             Native.Check(Native.tr_tensor_normal_float_tensor(mean, TensorRef.Tensor.Arg(std, "std"), out __result), "tr_tensor_normal_float_tensor");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `normal.float_float(float mean, float std, SymInt[] size, *, Generator? generator=None,
+        /// ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None)
+        /// -&gt; Tensor` Calls tr_tensor_normal_float_float; throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor NormalFloatFloat(double mean, double std, long[] size, DType? dtype)
+        {
+            if (size == null) throw new ArgumentNullException("size");
+            ulong __result;
+            Native.Check(Native.tr_tensor_normal_float_float(mean, std, size, (UIntPtr)size.Length, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_normal_float_float");
             return new Tensor(__result);
         }
 
@@ -9506,6 +13238,30 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `fft_fftfreq(int n, float d=1.0, *, ScalarType? dtype=None, Layout? layout=None, Device?
+        /// device=None, bool? pin_memory=None) -&gt; Tensor` Calls tr_tensor_fft_fftfreq; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public static Tensor FftFftfreq(long n, double d, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_fft_fftfreq(n, d, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_fft_fftfreq");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `fft_rfftfreq(int n, float d=1.0, *, ScalarType? dtype=None, Layout? layout=None,
+        /// Device? device=None, bool? pin_memory=None) -&gt; Tensor` Calls tr_tensor_fft_rfftfreq;
+        /// throws TensorRefException on failure.
+        /// </summary>
+        public static Tensor FftRfftfreq(long n, double d, DType? dtype)
+        {
+            ulong __result;
+            Native.Check(Native.tr_tensor_fft_rfftfreq(n, d, dtype.HasValue ? new[] { dtype.Value } : null, out __result), "tr_tensor_fft_rfftfreq");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
         /// `linalg_multi_dot(Tensor[] tensors) -&gt; Tensor` Calls tr_tensor_linalg_multi_dot;
         /// throws TensorRefException on failure.
         /// </summary>
@@ -9514,6 +13270,20 @@ namespace TensorRef
             ulong __result;
             using (var __tensors = new HandleList(tensors, "tensors"))
                 Native.Check(Native.tr_tensor_linalg_multi_dot(__tensors.Ids, __tensors.Length, out __result), "tr_tensor_linalg_multi_dot");
+            return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `pad_sequence(Tensor[] sequences, bool batch_first=False, float padding_value=0.0, str
+        /// padding_side="right") -&gt; Tensor` Calls tr_tensor_pad_sequence; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public static Tensor PadSequence(Tensor[] sequences, bool batch_first, double padding_value, string padding_side)
+        {
+            if (padding_side == null) throw new ArgumentNullException("padding_side");
+            ulong __result;
+            using (var __sequences = new HandleList(sequences, "sequences"))
+                Native.Check(Native.tr_tensor_pad_sequence(__sequences.Ids, __sequences.Length, batch_first, padding_value, Native.Utf8Z(padding_side), out __result), "tr_tensor_pad_sequence");
             return new Tensor(__result);
         }
 

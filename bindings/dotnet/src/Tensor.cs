@@ -75,6 +75,18 @@ namespace TensorRef
             return t == null ? TensorHandle.None : t.Handle;
         }
 
+        /// <summary>
+        /// Takes ownership of the first <paramref name="n"/> handles an op wrote (a tuple or a list
+        /// of results); an output the op did not make (the id 0) is null.
+        /// </summary>
+        internal static Tensor[] AdoptAll(ulong[] ids, int n)
+        {
+            var tensors = new Tensor[n];
+            for (int i = 0; i < n; i++)
+                tensors[i] = ids[i] == 0 ? null : new Tensor(ids[i]);
+            return tensors;
+        }
+
         // ------------------------------------------------------------ lifecycle
 
         /// <summary>A new handle to the same storage with its own life, owned by the current scope.</summary>

@@ -43,7 +43,7 @@ namespace TensorRef.Tests
             { "const double *", new[] { "Double[]" } },
             { "const bool *", new[] { "Boolean[]" } },
             { "const tr_dtype *", new[] { "DType[]" } },
-            { "const tr_scalar *", new[] { "Scalar&" } },
+            { "const tr_scalar *", new[] { "Scalar[]" } },
             { "int64_t", new[] { "Int64" } },
             { "uint64_t", new[] { "UInt64" } },
             { "int32_t", new[] { "Int32" } },

@@ -8,15 +8,28 @@ handle straight into a new Tensor object, and raises through the one error path 
 from __future__ import annotations
 
 from ctypes import ArgumentError as _CArgumentError
+from ctypes import byref as _byref
 from ctypes import c_bool as _c_bool
 from ctypes import c_double as _c_double
+from ctypes import c_int64 as _c_int64
+from ctypes import c_size_t as _c_size_t
 
 from numpy import ndarray as _ndarray
 
+from ._call import TOO_SMALL as _TOO_SMALL
+from ._call import adopt_all as _adopt_all
 from ._call import bad_call as _bad_call
+from ._call import c_str as _c_str
+from ._call import f64s as _f64s
 from ._call import handles as _handles
 from ._call import hook_error as _hook_error
 from ._call import i64s as _i64s
+from ._call import opt as _opt
+from ._call import opt_dtype as _opt_dtype
+from ._call import opt_f64s as _opt_f64s
+from ._call import opt_handles as _opt_handles
+from ._call import opt_i64s as _opt_i64s
+from ._call import opt_scalar as _opt_scalar
 from ._lib import fail as _fail
 from ._lib import lib as _lib
 from ._scalar import operand as _operand
@@ -148,8 +161,13 @@ __all__ = [
     'optim_adam_step',
     'data',
     'is_leaf',
+    'output_nr',
     'retains_grad',
     'align_as',
+    'align_tensors',
+    'sym_constrain_range',
+    'sym_constrain_range_for_size',
+    'native_dropout',
     'dropout_',
     'feature_dropout',
     'feature_dropout_',
@@ -179,6 +197,7 @@ __all__ = [
     'arccos_',
     'avg_pool1d',
     'adaptive_avg_pool1d',
+    'adaptive_max_pool1d',
     'add_tensor',
     'add_tensor_',
     'addmv',
@@ -187,8 +206,12 @@ __all__ = [
     'addr_',
     'affine_grid_generator',
     'all_dim',
+    'all_dims',
     'allclose',
     'any_dim',
+    'any_dims',
+    'arange_start',
+    'arange_start_step',
     'acosh',
     'acosh_',
     'arccosh',
@@ -201,6 +224,8 @@ __all__ = [
     'atanh_',
     'arctanh',
     'arctanh_',
+    'as_strided',
+    'as_strided_',
     'asin',
     'asin_',
     'arcsin',
@@ -210,11 +235,16 @@ __all__ = [
     'arctan',
     'arctan_',
     'atleast_1d',
+    'atleast_1d_sequence',
     'atleast_2d',
+    'atleast_2d_sequence',
     'atleast_3d',
+    'atleast_3d_sequence',
     'baddbmm',
     'baddbmm_',
     'baddbmm_dtype',
+    'bartlett_window',
+    'bartlett_window_periodic',
     'batch_norm',
     'bernoulli',
     'bernoulli_tensor_',
@@ -238,7 +268,10 @@ __all__ = [
     'logical_and_',
     'logical_or',
     'logical_or_',
+    'blackman_window',
+    'blackman_window_periodic',
     'bmm_dtype',
+    'broadcast_tensors',
     'broadcast_to',
     'concat',
     'concatenate',
@@ -246,7 +279,13 @@ __all__ = [
     'ceil',
     'ceil_',
     'chain_matmul',
+    'unsafe_chunk',
+    'chunk',
+    'tensor_split_sections',
+    'tensor_split_indices',
+    'tensor_split_tensor_indices_or_sections',
     'clamp_tensor',
+    'clamp_',
     'clamp_tensor_',
     'clamp_max',
     'clamp_max_tensor',
@@ -256,7 +295,9 @@ __all__ = [
     'clamp_min_tensor',
     'clamp_min_',
     'clamp_min_tensor_',
+    'clip',
     'clip_tensor',
+    'clip_',
     'clip_tensor_',
     'complex',
     'polar',
@@ -265,6 +306,9 @@ __all__ = [
     'convolution_overrideable',
     'conv1d',
     'conv3d',
+    'conv1d_padding',
+    'conv2d_padding',
+    'conv3d_padding',
     'conv_tbc',
     'conv_transpose1d',
     'conv_transpose2d_input',
@@ -276,8 +320,15 @@ __all__ = [
     'cosh_',
     'cosine_embedding_loss',
     'count_nonzero_dim_intlist',
+    'count_nonzero',
     'cov',
     'corrcoef',
+    'cummax',
+    'cummin',
+    'cumprod',
+    'cumprod_',
+    'cumsum',
+    'cumsum_',
     'cumulative_trapezoid_x',
     'cumulative_trapezoid_dx',
     'ctc_loss_intlist',
@@ -288,21 +339,46 @@ __all__ = [
     'linalg_diagonal',
     'fill_diagonal_',
     'diff',
+    'gradient_scalarint',
+    'gradient_scalararray',
+    'gradient_array',
+    'gradient_tensorarrayint',
+    'gradient_tensorarray',
     'div_tensor',
     'div_tensor_',
+    'div_tensor_mode',
+    'div_tensor_mode_',
+    'div_scalar_mode',
+    'div_scalar_mode_',
     'divide_tensor',
     'divide_tensor_',
     'divide_scalar',
     'divide_scalar_',
+    'divide_tensor_mode',
+    'divide_tensor_mode_',
+    'divide_scalar_mode',
+    'divide_scalar_mode_',
     'true_divide_tensor',
     'true_divide_tensor_',
     'true_divide_scalar',
     'true_divide_scalar_',
     'dot',
     'vdot',
+    'einsum',
     'embedding_renorm_',
     'row_stack',
+    'embedding_bag',
+    'embedding_bag_padding_idx',
+    'empty_memory_format',
+    'empty_permuted',
+    'new_empty',
+    'new_empty_strided',
+    'new_full',
+    'new_zeros',
+    'new_ones',
     'resize_',
+    'empty_like',
+    'empty_strided',
     'erf',
     'erf_',
     'erfc',
@@ -313,6 +389,7 @@ __all__ = [
     'expm1',
     'expm1_',
     'expand_as',
+    'eye_m',
     'flatten_using_ints',
     'unflatten_int',
     'fill_scalar',
@@ -324,6 +401,8 @@ __all__ = [
     'floor_divide_tensor_',
     'frac',
     'frac_',
+    'full_like',
+    'from_file',
     'gcd',
     'gcd_',
     'lcm',
@@ -331,9 +410,22 @@ __all__ = [
     'grid_sampler',
     'grid_sampler_2d',
     'grid_sampler_3d',
+    'hann_window',
+    'hann_window_periodic',
+    'hamming_window',
+    'hamming_window_periodic',
+    'hamming_window_periodic_alpha',
+    'hamming_window_periodic_alpha_beta',
+    'kaiser_window',
+    'kaiser_window_periodic',
+    'kaiser_window_beta',
     'hinge_embedding_loss',
     'group_norm',
+    'native_group_norm',
+    'index_tensor',
     'index_copy',
+    'index_put_',
+    'index_put',
     'instance_norm',
     'isclose',
     'isin_tensor_tensor',
@@ -352,8 +444,17 @@ __all__ = [
     'is_inference',
     'kl_div',
     'kron',
+    'kthvalue',
+    'native_layer_norm',
+    'rms_norm',
+    'nan_to_num',
+    'nan_to_num_',
     'ldexp_tensor',
     'ldexp_',
+    'linspace',
+    'linspace_tensor_tensor',
+    'linspace_tensor_scalar',
+    'linspace_scalar_tensor',
     'log_',
     'log10',
     'log10_',
@@ -368,19 +469,30 @@ __all__ = [
     'xlogy_scalar_other',
     'xlogy_tensor_',
     'xlogy_scalar_other_',
+    'logspace',
+    'logspace_tensor_tensor',
+    'logspace_tensor_scalar',
+    'logspace_scalar_tensor',
+    'log_softmax_int',
     'logcumsumexp',
     'logsumexp',
     'margin_ranking_loss',
     'matrix_power',
     'matrix_exp',
+    'aminmax',
     'amax',
+    'max_pool1d_with_indices',
     'max_pool1d',
     'max_pool3d',
+    'nanmean',
     'median',
+    'median_dim',
     'nanmedian',
+    'nanmedian_dim',
     'amin',
     'mm',
     'mm_dtype',
+    'mode',
     'mul_tensor',
     'mul_tensor_',
     'multiply_tensor',
@@ -392,8 +504,14 @@ __all__ = [
     'mvlgamma_',
     'narrow_copy',
     'narrow_tensor',
+    'native_batch_norm',
+    'batch_norm_stats',
     'batch_norm_elemt',
+    'batch_norm_gather_stats',
+    'batch_norm_gather_stats_with_counts',
+    'batch_norm_update_stats',
     'pairwise_distance',
+    'cdist',
     'pdist',
     'cosine_similarity',
     'movedim_intlist',
@@ -417,6 +535,27 @@ __all__ = [
     'rad2deg_',
     'deg2rad',
     'deg2rad_',
+    'scalar_tensor',
+    'rand_generator',
+    'rand_like',
+    'rand_like_generator',
+    'randint',
+    'randint_generator',
+    'randint_low',
+    'randint_low_generator',
+    'randint_like',
+    'randint_like_generator',
+    'randint_like_tensor',
+    'randint_like_tensor_generator',
+    'randint_like_low_dtype',
+    'randint_like_low_generator_dtype',
+    'randn_generator',
+    'randn_like',
+    'randn_like_generator',
+    'randperm',
+    'randperm_generator',
+    'range_step',
+    'range',
     'ravel',
     'reciprocal',
     'reciprocal_',
@@ -424,6 +563,9 @@ __all__ = [
     'negative',
     'negative_',
     'repeat',
+    'repeat_interleave_tensor',
+    'repeat_interleave_self_tensor',
+    'repeat_interleave_self_int',
     'reshape_as',
     'round',
     'round_',
@@ -435,6 +577,7 @@ __all__ = [
     'relu6',
     'relu6_',
     'prelu',
+    'gelu_',
     'hardshrink',
     'rsqrt',
     'rsqrt_',
@@ -447,6 +590,8 @@ __all__ = [
     'mish',
     'mish_',
     'sigmoid_',
+    'logit',
+    'logit_',
     'sin',
     'sin_',
     'sinc',
@@ -454,9 +599,29 @@ __all__ = [
     'sinh',
     'sinh_',
     'detach_',
+    'size_int',
+    'sym_size_int',
+    'sym_numel',
+    'sym_storage_offset',
+    'slice_tensor',
+    'slice_inverse',
+    'slice_scatter',
     'select_scatter',
     'diagonal_scatter',
+    'as_strided_scatter',
     'smm',
+    'softmax_int',
+    'unsafe_split_tensor',
+    'split_tensor',
+    'split_sizes',
+    'unsafe_split_with_sizes',
+    'split_with_sizes',
+    'hsplit_int',
+    'hsplit_array',
+    'vsplit_int',
+    'vsplit_array',
+    'dsplit_int',
+    'dsplit_array',
     'squeeze_dim',
     'squeeze_dims',
     'squeeze_',
@@ -466,12 +631,26 @@ __all__ = [
     'hstack',
     'vstack',
     'dstack',
+    'stft',
+    'stft_center',
+    'istft',
+    'stride_int',
+    'sym_stride_int',
+    'sum_dim_intlist',
+    'nansum',
     'hash_tensor',
     'sum_to_size',
     'sqrt_',
     'square',
     'square_',
     'std',
+    'std_dim',
+    'std_correction',
+    'std_mean',
+    'std_mean_dim',
+    'std_mean_correction',
+    'prod',
+    'prod_dim_int',
     't',
     't_',
     'tan',
@@ -499,16 +678,30 @@ __all__ = [
     'fix',
     'fix_',
     'type_as',
+    'unique_dim',
+    'unique_consecutive',
+    'unique_dim_consecutive',
     'unsqueeze_',
+    'vander',
     'var',
+    'var_dim',
+    'var_correction',
+    'var_mean',
+    'var_mean_dim',
+    'var_mean_correction',
     'view_as',
     'where_scalarself',
     'where_scalarother',
     'where_scalar',
+    'where',
     'norm_except_dim',
     'poisson',
     'binomial',
+    'norm_scalaropt_dtype',
     'norm_scalar',
+    'norm_scalaropt_dim_dtype',
+    'norm_scalaropt_dim',
+    'frexp_tensor',
     'frobenius_norm_dim',
     'nuclear_norm',
     'nuclear_norm_dim',
@@ -526,10 +719,24 @@ __all__ = [
     'addmm',
     'addmm_dtype',
     'addmm_',
+    'unbind_int',
+    'choose_qparams_optimized',
+    'to_dtype_layout',
     'to_other',
+    'meshgrid',
+    'meshgrid_indexing',
     'cartesian_prod',
     'combinations',
     'can_cast',
+    'lstm_input',
+    'lstm_data',
+    'gru_input',
+    'gru_data',
+    'rnn_tanh_input',
+    'rnn_tanh_data',
+    'rnn_relu_input',
+    'rnn_relu_data',
+    'lstm_cell',
     'gru_cell',
     'rnn_tanh_cell',
     'rnn_relu_cell',
@@ -550,6 +757,8 @@ __all__ = [
     'put',
     'index_add_',
     'index_add',
+    'index_reduce_',
+    'index_reduce',
     'index_fill_int_scalar_',
     'index_fill_int_scalar',
     'index_fill_int_tensor_',
@@ -558,8 +767,14 @@ __all__ = [
     'scatter_src_',
     'scatter_value',
     'scatter_value_',
+    'scatter_reduce',
+    'scatter_reduce_',
+    'scatter_value_reduce',
+    'scatter_value_reduce_',
     'scatter_add',
     'scatter_add_',
+    'scatter_reduce_two',
+    'scatter_reduce_two_',
     'eq_scalar_',
     'eq_tensor_',
     'bitwise_and_scalar',
@@ -594,6 +809,7 @@ __all__ = [
     'lerp_tensor_',
     'addbmm_',
     'addbmm',
+    'random_from_',
     'random_to_',
     'random_',
     'uniform_',
@@ -602,8 +818,11 @@ __all__ = [
     'exponential_',
     'geometric_',
     'diag',
+    'cross',
     'triu',
     'tril',
+    'tril_indices',
+    'triu_indices',
     'trace',
     'ne_tensor',
     'ne_scalar_',
@@ -642,7 +861,9 @@ __all__ = [
     'less_scalar_',
     'less_tensor_',
     'take',
+    'take_along_dim',
     'nonzero_static',
+    'nonzero_numpy',
     'argwhere',
     'gather',
     'addcmul',
@@ -650,7 +871,10 @@ __all__ = [
     'addcdiv',
     'addcdiv_',
     'cross_entropy_loss',
+    'triangular_solve',
     'linalg_solve_triangular',
+    'linalg_vander',
+    'svd',
     'swapaxes',
     'swapaxes_',
     'swapdims',
@@ -658,9 +882,12 @@ __all__ = [
     'cholesky',
     'cholesky_solve',
     'cholesky_inverse',
+    'qr',
+    'geqrf',
     'orgqr',
     'ormqr',
     'lu_solve',
+    'lu_unpack',
     'multinomial',
     'lgamma_',
     'lgamma',
@@ -682,6 +909,8 @@ __all__ = [
     'lerp_scalar',
     'lerp_tensor',
     'histc',
+    'histogram_bins_tensor',
+    'histogram_bin_ct',
     'fmod_scalar',
     'fmod_scalar_',
     'fmod_tensor',
@@ -703,9 +932,16 @@ __all__ = [
     'max_other',
     'minimum',
     'min_other',
+    'quantile',
+    'quantile_scalar',
+    'nanquantile',
+    'nanquantile_scalar',
+    'sort',
+    'sort_stable',
     'msort',
     'argsort',
     'argsort_stable',
+    'topk',
     'all',
     'any',
     'renorm',
@@ -725,14 +961,20 @@ __all__ = [
     'normal_tensor_float',
     'normal_float_tensor',
     'normal_tensor_tensor',
+    'normal_float_float',
     'bucketize_tensor',
     'bucketize_scalar',
+    'searchsorted_tensor',
+    'searchsorted_scalar',
     'l1_loss',
     'multi_margin_loss',
     'multilabel_margin_loss',
+    'multilabel_margin_loss_forward',
     'nll_loss_nd',
     'nll_loss',
+    'nll_loss_forward',
     'nll_loss2d',
+    'nll_loss2d_forward',
     'smooth_l1_loss',
     'huber_loss',
     'soft_margin_loss',
@@ -749,10 +991,19 @@ __all__ = [
     'leaky_relu',
     'leaky_relu_',
     'log_sigmoid',
+    'log_sigmoid_forward',
     'softplus',
     'softshrink',
     'adaptive_avg_pool2d',
     'adaptive_avg_pool3d',
+    'adaptive_max_pool2d',
+    'adaptive_max_pool3d',
+    'avg_pool2d',
+    'avg_pool3d',
+    'fractional_max_pool2d',
+    'fractional_max_pool3d',
+    'max_pool2d_with_indices',
+    'max_pool3d_with_indices',
     'max_unpool2d',
     'max_unpool3d',
     'reflection_pad1d',
@@ -761,6 +1012,21 @@ __all__ = [
     'replication_pad1d',
     'replication_pad2d',
     'replication_pad3d',
+    'pad',
+    'upsample_linear1d_vec',
+    'upsample_bilinear2d_vec',
+    'upsample_trilinear3d_vec',
+    'upsample_bicubic2d_vec',
+    'upsample_nearest1d_vec',
+    'upsample_nearest2d_vec',
+    'upsample_nearest3d_vec',
+    'upsample_linear1d',
+    'upsample_bilinear2d',
+    'upsample_bicubic2d',
+    'upsample_trilinear3d',
+    'upsample_nearest1d',
+    'upsample_nearest2d',
+    'upsample_nearest3d',
     'slow_conv_transpose2d',
     'slow_conv_transpose3d',
     'thnn_conv2d',
@@ -802,60 +1068,121 @@ __all__ = [
     'special_i0e',
     'special_i1',
     'special_i1e',
+    'special_logit',
     'special_polygamma',
     'special_logsumexp',
     'special_expit',
     'special_sinc',
     'special_round',
     'special_log1p',
+    'special_log_softmax',
     'special_gammainc',
     'special_gammaincc',
     'special_multigammaln',
+    'special_softmax',
+    'fft_fft',
+    'fft_ifft',
+    'fft_rfft',
+    'fft_irfft',
+    'fft_hfft',
+    'fft_ihfft',
+    'fft_fft2',
+    'fft_ifft2',
+    'fft_rfft2',
+    'fft_irfft2',
+    'fft_hfft2',
+    'fft_ihfft2',
+    'fft_fftn',
+    'fft_ifftn',
+    'fft_rfftn',
+    'fft_irfftn',
+    'fft_hfftn',
+    'fft_ihfftn',
+    'fft_fftfreq',
+    'fft_rfftfreq',
+    'fft_fftshift',
+    'fft_ifftshift',
+    'linalg_cholesky_ex',
     'linalg_cholesky',
     'linalg_cross',
+    'linalg_lu_factor',
+    'linalg_lu_factor_ex',
+    'linalg_lu',
     'linalg_lu_solve',
     'linalg_det',
     'det',
+    'linalg_ldl_factor_ex',
+    'linalg_ldl_factor',
     'linalg_ldl_solve',
+    'linalg_lstsq',
     'linalg_matmul',
     'linalg_vecdot',
     'linalg_matrix_exp',
+    'linalg_slogdet',
+    'slogdet',
     'logdet',
+    'linalg_eig',
     'linalg_eigvals',
+    'linalg_eigh',
+    'linalg_eigvalsh',
     'linalg_householder_product',
+    'linalg_inv_ex',
     'linalg_inv',
     'inverse',
     'inner',
     'outer',
     'ger',
+    'linalg_norm',
+    'linalg_norm_ord_str',
+    'linalg_vector_norm',
+    'linalg_matrix_norm',
+    'linalg_matrix_norm_str_ord',
+    'linalg_svd',
+    'linalg_svdvals',
+    'linalg_cond',
+    'linalg_cond_p_str',
     'linalg_pinv_atol_rtol_tensor',
+    'linalg_pinv_atol_rtol_float',
     'linalg_pinv',
     'linalg_pinv_rcond_tensor',
+    'linalg_solve_ex',
     'linalg_solve',
     'linalg_tensorinv',
+    'linalg_tensorsolve',
+    'linalg_qr',
     'linalg_matrix_power',
     'linalg_matrix_rank_atol_rtol_tensor',
+    'linalg_matrix_rank_atol_rtol_float',
     'linalg_matrix_rank',
     'linalg_matrix_rank_tol_tensor',
     'linalg_multi_dot',
+    'segment_reduce',
+    'pad_sequence',
     'flatten_dense_tensors',
+    'unflatten_dense_tensors',
     'view_as_real_copy',
     'view_as_complex_copy',
+    'as_strided_copy',
     'diagonal_copy',
     'expand_copy',
     'permute_copy',
     'select_copy_int',
     'detach_copy',
+    'slice_copy_tensor',
+    'split_copy_tensor',
+    'split_with_sizes_copy',
     'squeeze_copy',
     'squeeze_copy_dim',
     'squeeze_copy_dims',
     't_copy',
     'transpose_copy_int',
     'unsqueeze_copy',
+    'unbind_copy_int',
     'view_copy',
     'view_copy_dtype',
     'unfold_copy',
     'alias_copy',
+    'scaled_dot_product_attention',
     'special_airy_ai',
     'special_bessel_j0',
     'special_bessel_j1',
@@ -3541,6 +3868,26 @@ def is_leaf(input):
     return out.value
 
 
+_f_output_nr = _lib.tr_tensor_output_nr
+
+
+def output_nr(input):
+    """`output_nr(Tensor self) -> int`
+
+    output_nr(input: Tensor) -> int   [C: tr_tensor_output_nr]
+    """
+    out = _c_int64()
+    try:
+        st = _f_output_nr(input, out)
+    except _CArgumentError as e:
+        raise _bad_call('output_nr', 'input: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_output_nr', input)
+    return out.value
+
+
 _f_retains_grad = _lib.tr_tensor_retains_grad
 
 
@@ -3580,6 +3927,90 @@ def align_as(input, other):
     if st:
         _fail(st, 'tr_tensor_align_as', input, other)
     return out
+
+
+_f_align_tensors = _lib.tr_tensor_align_tensors
+
+
+def align_tensors(tensors):
+    """`align_tensors(Tensor[] tensors) -> Tensor[]`
+
+    align_tensors(tensors: Sequence[Tensor]) -> list[Tensor]   [C: tr_tensor_align_tensors]
+    """
+    tensors, _tensors, _tensors_len = _handles(tensors, 'tensors')
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_align_tensors(_tensors, _tensors_len, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('align_tensors', 'tensors: Sequence[Tensor]', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_align_tensors(_tensors, _tensors_len, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_align_tensors')
+    return list(_adopt_all(out, written.value))
+
+
+_f_sym_constrain_range = _lib.tr_tensor_sym_constrain_range
+
+
+def sym_constrain_range(size, min, max):
+    """`sym_constrain_range(Scalar size, *, int? min=None, int? max=None) -> ()`
+
+    sym_constrain_range(size: int | float | bool, min: int | None, max: int | None) -> None   [C: tr_tensor_sym_constrain_range]
+    """
+    try:
+        st = _f_sym_constrain_range(_scalar(size, 'size'), _opt(min, _c_int64), _opt(max, _c_int64))
+    except _CArgumentError as e:
+        raise _bad_call('sym_constrain_range', 'size: int | float | bool, min: int | None, max: int | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_sym_constrain_range')
+    return None
+
+
+_f_sym_constrain_range_for_size = _lib.tr_tensor_sym_constrain_range_for_size
+
+
+def sym_constrain_range_for_size(size, min, max):
+    """`sym_constrain_range_for_size(Scalar size, *, int? min=None, int? max=None) -> ()`
+
+    sym_constrain_range_for_size(size: int | float | bool, min: int | None, max: int | None) -> None   [C: tr_tensor_sym_constrain_range_for_size]
+    """
+    try:
+        st = _f_sym_constrain_range_for_size(_scalar(size, 'size'), _opt(min, _c_int64), _opt(max, _c_int64))
+    except _CArgumentError as e:
+        raise _bad_call('sym_constrain_range_for_size', 'size: int | float | bool, min: int | None, max: int | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_sym_constrain_range_for_size')
+    return None
+
+
+_f_native_dropout = _lib.tr_tensor_native_dropout
+
+
+def native_dropout(input, p, train):
+    """`native_dropout(Tensor input, float p, bool? train) -> (Tensor, Tensor)`
+
+    native_dropout(input: Tensor, p: float, train: bool | None) -> tuple[Tensor, Tensor]   [C: tr_tensor_native_dropout]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_native_dropout(input, p, _opt(train, _c_bool), out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('native_dropout', 'input: Tensor, p: float, train: bool | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_native_dropout', input)
+    return tuple(_adopt_all(out, written.value))
 
 
 _f_dropout_ = _lib.tr_tensor_dropout_
@@ -4185,6 +4616,28 @@ def adaptive_avg_pool1d(input, output_size):
     return out
 
 
+_f_adaptive_max_pool1d = _lib.tr_tensor_adaptive_max_pool1d
+
+
+def adaptive_max_pool1d(input, output_size):
+    """`adaptive_max_pool1d(Tensor self, int[1] output_size) -> (Tensor, Tensor)`
+
+    adaptive_max_pool1d(input: Tensor, output_size: int | Sequence[int]) -> tuple[Tensor, Tensor]   [C: tr_tensor_adaptive_max_pool1d]
+    """
+    output_size, output_size_len = _i64s(output_size, 'output_size')
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_adaptive_max_pool1d(input, output_size, output_size_len, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('adaptive_max_pool1d', 'input: Tensor, output_size: int | Sequence[int]', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_adaptive_max_pool1d', input)
+    return tuple(_adopt_all(out, written.value))
+
+
 _f_add_tensor = _lib.tr_tensor_add_tensor
 
 
@@ -4351,6 +4804,28 @@ def all_dim(input, dim, keepdim):
     return out
 
 
+_f_all_dims = _lib.tr_tensor_all_dims
+
+
+def all_dims(input, dim, keepdim):
+    """`all.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor`
+
+    all_dims(input: Tensor, dim: int | Sequence[int] | None, keepdim: bool) -> Tensor   [C: tr_tensor_all_dims]
+    """
+    dim, dim_len = _opt_i64s(dim, 'dim')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_all_dims(input, dim, dim_len, keepdim, out)
+    except _CArgumentError as e:
+        raise _bad_call('all_dims', 'input: Tensor, dim: int | Sequence[int] | None, keepdim: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_all_dims', input)
+    return out
+
+
 _f_allclose = _lib.tr_tensor_allclose
 
 
@@ -4389,6 +4864,70 @@ def any_dim(input, dim, keepdim):
         raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_any_dim', input)
+    return out
+
+
+_f_any_dims = _lib.tr_tensor_any_dims
+
+
+def any_dims(input, dim, keepdim):
+    """`any.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor`
+
+    any_dims(input: Tensor, dim: int | Sequence[int] | None, keepdim: bool) -> Tensor   [C: tr_tensor_any_dims]
+    """
+    dim, dim_len = _opt_i64s(dim, 'dim')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_any_dims(input, dim, dim_len, keepdim, out)
+    except _CArgumentError as e:
+        raise _bad_call('any_dims', 'input: Tensor, dim: int | Sequence[int] | None, keepdim: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_any_dims', input)
+    return out
+
+
+_f_arange_start = _lib.tr_tensor_arange_start
+
+
+def arange_start(start, end, dtype):
+    """`arange.start(Scalar start, Scalar end, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    arange_start(start: int | float | bool, end: int | float | bool, dtype: DType | None) -> Tensor   [C: tr_tensor_arange_start]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_arange_start(_scalar(start, 'start'), _scalar(end, 'end'), _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('arange_start', 'start: int | float | bool, end: int | float | bool, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_arange_start')
+    return out
+
+
+_f_arange_start_step = _lib.tr_tensor_arange_start_step
+
+
+def arange_start_step(start, end, step, dtype):
+    """`arange.start_step(Scalar start, Scalar end, Scalar step=1, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    arange_start_step(start: int | float | bool, end: int | float | bool, step: int | float | bool, dtype: DType | None) -> Tensor   [C: tr_tensor_arange_start_step]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_arange_start_step(_scalar(start, 'start'), _scalar(end, 'end'), _scalar(step, 'step'), _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('arange_start_step', 'start: int | float | bool, end: int | float | bool, step: int | float | bool, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_arange_start_step')
     return out
 
 
@@ -4638,6 +5177,51 @@ def arctanh_(input):
     return input
 
 
+_f_as_strided = _lib.tr_tensor_as_strided
+
+
+def as_strided(input, size, stride, storage_offset):
+    """`as_strided(Tensor(a) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) -> Tensor(a)`
+
+    as_strided(input: Tensor, size: int | Sequence[int], stride: int | Sequence[int], storage_offset: int | None) -> Tensor   [C: tr_tensor_as_strided]
+    """
+    size, size_len = _i64s(size, 'size')
+    stride, stride_len = _i64s(stride, 'stride')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_as_strided(input, size, size_len, stride, stride_len, _opt(storage_offset, _c_int64), out)
+    except _CArgumentError as e:
+        raise _bad_call('as_strided', 'input: Tensor, size: int | Sequence[int], stride: int | Sequence[int], storage_offset: int | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_as_strided', input)
+    return out
+
+
+_f_as_strided_ = _lib.tr_tensor_as_strided_
+
+
+def as_strided_(input, size, stride, storage_offset):
+    """`as_strided_(Tensor(a!) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) -> Tensor(a!)`
+
+    as_strided_(input: Tensor, size: int | Sequence[int], stride: int | Sequence[int], storage_offset: int | None) -> Tensor   [C: tr_tensor_as_strided_]
+    In place: modifies and returns `input`.
+    """
+    size, size_len = _i64s(size, 'size')
+    stride, stride_len = _i64s(stride, 'stride')
+    try:
+        st = _f_as_strided_(input, size, size_len, stride, stride_len, _opt(storage_offset, _c_int64))
+    except _CArgumentError as e:
+        raise _bad_call('as_strided_', 'input: Tensor, size: int | Sequence[int], stride: int | Sequence[int], storage_offset: int | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_as_strided_', input)
+    return input
+
+
 _f_asin = _lib.tr_tensor_asin
 
 
@@ -4823,6 +5407,31 @@ def atleast_1d(input):
     return out
 
 
+_f_atleast_1d_sequence = _lib.tr_tensor_atleast_1d_sequence
+
+
+def atleast_1d_sequence(tensors):
+    """`atleast_1d.Sequence(Tensor[] tensors) -> Tensor[]`
+
+    atleast_1d_sequence(tensors: Sequence[Tensor]) -> list[Tensor]   [C: tr_tensor_atleast_1d_sequence]
+    """
+    tensors, _tensors, _tensors_len = _handles(tensors, 'tensors')
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_atleast_1d_sequence(_tensors, _tensors_len, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('atleast_1d_sequence', 'tensors: Sequence[Tensor]', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_atleast_1d_sequence(_tensors, _tensors_len, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_atleast_1d_sequence')
+    return list(_adopt_all(out, written.value))
+
+
 _f_atleast_2d = _lib.tr_tensor_atleast_2d
 
 
@@ -4844,6 +5453,31 @@ def atleast_2d(input):
     return out
 
 
+_f_atleast_2d_sequence = _lib.tr_tensor_atleast_2d_sequence
+
+
+def atleast_2d_sequence(tensors):
+    """`atleast_2d.Sequence(Tensor[] tensors) -> Tensor[]`
+
+    atleast_2d_sequence(tensors: Sequence[Tensor]) -> list[Tensor]   [C: tr_tensor_atleast_2d_sequence]
+    """
+    tensors, _tensors, _tensors_len = _handles(tensors, 'tensors')
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_atleast_2d_sequence(_tensors, _tensors_len, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('atleast_2d_sequence', 'tensors: Sequence[Tensor]', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_atleast_2d_sequence(_tensors, _tensors_len, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_atleast_2d_sequence')
+    return list(_adopt_all(out, written.value))
+
+
 _f_atleast_3d = _lib.tr_tensor_atleast_3d
 
 
@@ -4863,6 +5497,31 @@ def atleast_3d(input):
     if st:
         _fail(st, 'tr_tensor_atleast_3d', input)
     return out
+
+
+_f_atleast_3d_sequence = _lib.tr_tensor_atleast_3d_sequence
+
+
+def atleast_3d_sequence(tensors):
+    """`atleast_3d.Sequence(Tensor[] tensors) -> Tensor[]`
+
+    atleast_3d_sequence(tensors: Sequence[Tensor]) -> list[Tensor]   [C: tr_tensor_atleast_3d_sequence]
+    """
+    tensors, _tensors, _tensors_len = _handles(tensors, 'tensors')
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_atleast_3d_sequence(_tensors, _tensors_len, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('atleast_3d_sequence', 'tensors: Sequence[Tensor]', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_atleast_3d_sequence(_tensors, _tensors_len, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_atleast_3d_sequence')
+    return list(_adopt_all(out, written.value))
 
 
 _f_baddbmm = _lib.tr_tensor_baddbmm
@@ -4924,6 +5583,48 @@ def baddbmm_dtype(input, batch1, batch2, out_dtype, beta, alpha):
         raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_baddbmm_dtype', input, batch1, batch2)
+    return out
+
+
+_f_bartlett_window = _lib.tr_tensor_bartlett_window
+
+
+def bartlett_window(window_length, dtype):
+    """`bartlett_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    bartlett_window(window_length: int, dtype: DType | None) -> Tensor   [C: tr_tensor_bartlett_window]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_bartlett_window(window_length, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('bartlett_window', 'window_length: int, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_bartlett_window')
+    return out
+
+
+_f_bartlett_window_periodic = _lib.tr_tensor_bartlett_window_periodic
+
+
+def bartlett_window_periodic(window_length, periodic, dtype):
+    """`bartlett_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    bartlett_window_periodic(window_length: int, periodic: bool, dtype: DType | None) -> Tensor   [C: tr_tensor_bartlett_window_periodic]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_bartlett_window_periodic(window_length, periodic, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('bartlett_window_periodic', 'window_length: int, periodic: bool, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_bartlett_window_periodic')
     return out
 
 
@@ -5401,6 +6102,48 @@ def logical_or_(input, other):
     return input
 
 
+_f_blackman_window = _lib.tr_tensor_blackman_window
+
+
+def blackman_window(window_length, dtype):
+    """`blackman_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    blackman_window(window_length: int, dtype: DType | None) -> Tensor   [C: tr_tensor_blackman_window]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_blackman_window(window_length, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('blackman_window', 'window_length: int, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_blackman_window')
+    return out
+
+
+_f_blackman_window_periodic = _lib.tr_tensor_blackman_window_periodic
+
+
+def blackman_window_periodic(window_length, periodic, dtype):
+    """`blackman_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    blackman_window_periodic(window_length: int, periodic: bool, dtype: DType | None) -> Tensor   [C: tr_tensor_blackman_window_periodic]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_blackman_window_periodic(window_length, periodic, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('blackman_window_periodic', 'window_length: int, periodic: bool, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_blackman_window_periodic')
+    return out
+
+
 _f_bmm_dtype = _lib.tr_tensor_bmm_dtype
 
 
@@ -5420,6 +6163,31 @@ def bmm_dtype(input, mat2, out_dtype):
     if st:
         _fail(st, 'tr_tensor_bmm_dtype', input, mat2)
     return out
+
+
+_f_broadcast_tensors = _lib.tr_tensor_broadcast_tensors
+
+
+def broadcast_tensors(tensors):
+    """`broadcast_tensors(Tensor[] tensors) -> Tensor[]`
+
+    broadcast_tensors(tensors: Sequence[Tensor]) -> list[Tensor]   [C: tr_tensor_broadcast_tensors]
+    """
+    tensors, _tensors, _tensors_len = _handles(tensors, 'tensors')
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_broadcast_tensors(_tensors, _tensors_len, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('broadcast_tensors', 'tensors: Sequence[Tensor]', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_broadcast_tensors(_tensors, _tensors_len, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_broadcast_tensors')
+    return list(_adopt_all(out, written.value))
 
 
 _f_broadcast_to = _lib.tr_tensor_broadcast_to
@@ -5573,6 +6341,127 @@ def chain_matmul(matrices):
     return out
 
 
+_f_unsafe_chunk = _lib.tr_tensor_unsafe_chunk
+
+
+def unsafe_chunk(input, chunks, dim):
+    """`unsafe_chunk(Tensor self, int chunks, int dim=0) -> Tensor[]`
+
+    unsafe_chunk(input: Tensor, chunks: int, dim: int) -> list[Tensor]   [C: tr_tensor_unsafe_chunk]
+    """
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_unsafe_chunk(input, chunks, dim, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('unsafe_chunk', 'input: Tensor, chunks: int, dim: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_unsafe_chunk(input, chunks, dim, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_unsafe_chunk', input)
+    return list(_adopt_all(out, written.value))
+
+
+_f_chunk = _lib.tr_tensor_chunk
+
+
+def chunk(input, chunks, dim):
+    """`chunk(Tensor(a -> *) self, int chunks, int dim=0) -> Tensor(a)[]`
+
+    chunk(input: Tensor, chunks: int, dim: int) -> list[Tensor]   [C: tr_tensor_chunk]
+    """
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_chunk(input, chunks, dim, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('chunk', 'input: Tensor, chunks: int, dim: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_chunk(input, chunks, dim, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_chunk', input)
+    return list(_adopt_all(out, written.value))
+
+
+_f_tensor_split_sections = _lib.tr_tensor_tensor_split_sections
+
+
+def tensor_split_sections(input, sections, dim):
+    """`tensor_split.sections(Tensor(a -> *) self, SymInt sections, int dim=0) -> Tensor(a)[]`
+
+    tensor_split_sections(input: Tensor, sections: int, dim: int) -> list[Tensor]   [C: tr_tensor_tensor_split_sections]
+    """
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_tensor_split_sections(input, sections, dim, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('tensor_split_sections', 'input: Tensor, sections: int, dim: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_tensor_split_sections(input, sections, dim, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_tensor_split_sections', input)
+    return list(_adopt_all(out, written.value))
+
+
+_f_tensor_split_indices = _lib.tr_tensor_tensor_split_indices
+
+
+def tensor_split_indices(input, indices, dim):
+    """`tensor_split.indices(Tensor(a -> *) self, SymInt[] indices, int dim=0) -> Tensor(a)[]`
+
+    tensor_split_indices(input: Tensor, indices: int | Sequence[int], dim: int) -> list[Tensor]   [C: tr_tensor_tensor_split_indices]
+    """
+    indices, indices_len = _i64s(indices, 'indices')
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_tensor_split_indices(input, indices, indices_len, dim, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('tensor_split_indices', 'input: Tensor, indices: int | Sequence[int], dim: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_tensor_split_indices(input, indices, indices_len, dim, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_tensor_split_indices', input)
+    return list(_adopt_all(out, written.value))
+
+
+_f_tensor_split_tensor_indices_or_sections = _lib.tr_tensor_tensor_split_tensor_indices_or_sections
+
+
+def tensor_split_tensor_indices_or_sections(input, tensor_indices_or_sections, dim):
+    """`tensor_split.tensor_indices_or_sections(Tensor(a -> *) self, Tensor tensor_indices_or_sections, int dim=0) -> Tensor(a)[]`
+
+    tensor_split_tensor_indices_or_sections(input: Tensor, tensor_indices_or_sections: Tensor, dim: int) -> list[Tensor]   [C: tr_tensor_tensor_split_tensor_indices_or_sections]
+    """
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_tensor_split_tensor_indices_or_sections(input, tensor_indices_or_sections, dim, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('tensor_split_tensor_indices_or_sections', 'input: Tensor, tensor_indices_or_sections: Tensor, dim: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_tensor_split_tensor_indices_or_sections(input, tensor_indices_or_sections, dim, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_tensor_split_tensor_indices_or_sections', input, tensor_indices_or_sections)
+    return list(_adopt_all(out, written.value))
+
+
 _f_clamp_tensor = _lib.tr_tensor_clamp_tensor
 
 
@@ -5592,6 +6481,26 @@ def clamp_tensor(input, min=None, max=None):
     if st:
         _fail(st, 'tr_tensor_clamp_tensor', input, min, max)
     return out
+
+
+_f_clamp_ = _lib.tr_tensor_clamp_
+
+
+def clamp_(input, min, max):
+    """`clamp_(Tensor(a!) self, Scalar? min=None, Scalar? max=None) -> Tensor(a!)`
+
+    clamp_(input: Tensor, min: int | float | bool | None, max: int | float | bool | None) -> Tensor   [C: tr_tensor_clamp_]
+    In place: modifies and returns `input`.
+    """
+    try:
+        st = _f_clamp_(input, _opt_scalar(min, 'min'), _opt_scalar(max, 'max'))
+    except _CArgumentError as e:
+        raise _bad_call('clamp_', 'input: Tensor, min: int | float | bool | None, max: int | float | bool | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_clamp_', input)
+    return input
 
 
 _f_clamp_tensor_ = _lib.tr_tensor_clamp_tensor_
@@ -5778,6 +6687,27 @@ def clamp_min_tensor_(input, min):
     return input
 
 
+_f_clip = _lib.tr_tensor_clip
+
+
+def clip(input, min, max):
+    """`clip(Tensor self, Scalar? min=None, Scalar? max=None) -> Tensor`
+
+    clip(input: Tensor, min: int | float | bool | None, max: int | float | bool | None) -> Tensor   [C: tr_tensor_clip]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_clip(input, _opt_scalar(min, 'min'), _opt_scalar(max, 'max'), out)
+    except _CArgumentError as e:
+        raise _bad_call('clip', 'input: Tensor, min: int | float | bool | None, max: int | float | bool | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_clip', input)
+    return out
+
+
 _f_clip_tensor = _lib.tr_tensor_clip_tensor
 
 
@@ -5797,6 +6727,26 @@ def clip_tensor(input, min=None, max=None):
     if st:
         _fail(st, 'tr_tensor_clip_tensor', input, min, max)
     return out
+
+
+_f_clip_ = _lib.tr_tensor_clip_
+
+
+def clip_(input, min, max):
+    """`clip_(Tensor(a!) self, Scalar? min=None, Scalar? max=None) -> Tensor(a!)`
+
+    clip_(input: Tensor, min: int | float | bool | None, max: int | float | bool | None) -> Tensor   [C: tr_tensor_clip_]
+    In place: modifies and returns `input`.
+    """
+    try:
+        st = _f_clip_(input, _opt_scalar(min, 'min'), _opt_scalar(max, 'max'))
+    except _CArgumentError as e:
+        raise _bad_call('clip_', 'input: Tensor, min: int | float | bool | None, max: int | float | bool | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_clip_', input)
+    return input
 
 
 _f_clip_tensor_ = _lib.tr_tensor_clip_tensor_
@@ -5978,6 +6928,75 @@ def conv3d(input, weight, bias, stride, padding, dilation, groups):
         raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_conv3d', input, weight, bias)
+    return out
+
+
+_f_conv1d_padding = _lib.tr_tensor_conv1d_padding
+
+
+def conv1d_padding(input, weight, bias, stride, padding, dilation, groups):
+    """`conv1d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=1, str padding="valid", SymInt[1] dilation=1, SymInt groups=1) -> Tensor`
+
+    conv1d_padding(input: Tensor, weight: Tensor, bias: Tensor | None, stride: int | Sequence[int], padding: str, dilation: int | Sequence[int], groups: int) -> Tensor   [C: tr_tensor_conv1d_padding]
+    """
+    stride, stride_len = _i64s(stride, 'stride')
+    dilation, dilation_len = _i64s(dilation, 'dilation')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_conv1d_padding(input, weight, _NONE if bias is None else bias, stride, stride_len, _c_str(padding, 'padding'), dilation, dilation_len, groups, out)
+    except _CArgumentError as e:
+        raise _bad_call('conv1d_padding', 'input: Tensor, weight: Tensor, bias: Tensor | None, stride: int | Sequence[int], padding: str, dilation: int | Sequence[int], groups: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_conv1d_padding', input, weight, bias)
+    return out
+
+
+_f_conv2d_padding = _lib.tr_tensor_conv2d_padding
+
+
+def conv2d_padding(input, weight, bias, stride, padding, dilation, groups):
+    """`conv2d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, str padding="valid", SymInt[2] dilation=1, SymInt groups=1) -> Tensor`
+
+    conv2d_padding(input: Tensor, weight: Tensor, bias: Tensor | None, stride: int | Sequence[int], padding: str, dilation: int | Sequence[int], groups: int) -> Tensor   [C: tr_tensor_conv2d_padding]
+    """
+    stride, stride_len = _i64s(stride, 'stride')
+    dilation, dilation_len = _i64s(dilation, 'dilation')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_conv2d_padding(input, weight, _NONE if bias is None else bias, stride, stride_len, _c_str(padding, 'padding'), dilation, dilation_len, groups, out)
+    except _CArgumentError as e:
+        raise _bad_call('conv2d_padding', 'input: Tensor, weight: Tensor, bias: Tensor | None, stride: int | Sequence[int], padding: str, dilation: int | Sequence[int], groups: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_conv2d_padding', input, weight, bias)
+    return out
+
+
+_f_conv3d_padding = _lib.tr_tensor_conv3d_padding
+
+
+def conv3d_padding(input, weight, bias, stride, padding, dilation, groups):
+    """`conv3d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=1, str padding="valid", SymInt[3] dilation=1, SymInt groups=1) -> Tensor`
+
+    conv3d_padding(input: Tensor, weight: Tensor, bias: Tensor | None, stride: int | Sequence[int], padding: str, dilation: int | Sequence[int], groups: int) -> Tensor   [C: tr_tensor_conv3d_padding]
+    """
+    stride, stride_len = _i64s(stride, 'stride')
+    dilation, dilation_len = _i64s(dilation, 'dilation')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_conv3d_padding(input, weight, _NONE if bias is None else bias, stride, stride_len, _c_str(padding, 'padding'), dilation, dilation_len, groups, out)
+    except _CArgumentError as e:
+        raise _bad_call('conv3d_padding', 'input: Tensor, weight: Tensor, bias: Tensor | None, stride: int | Sequence[int], padding: str, dilation: int | Sequence[int], groups: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_conv3d_padding', input, weight, bias)
     return out
 
 
@@ -6223,6 +7242,27 @@ def count_nonzero_dim_intlist(input, dim):
     return out
 
 
+_f_count_nonzero = _lib.tr_tensor_count_nonzero
+
+
+def count_nonzero(input, dim):
+    """`count_nonzero(Tensor self, int? dim=None) -> Tensor`
+
+    count_nonzero(input: Tensor, dim: int | None) -> Tensor   [C: tr_tensor_count_nonzero]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_count_nonzero(input, _opt(dim, _c_int64), out)
+    except _CArgumentError as e:
+        raise _bad_call('count_nonzero', 'input: Tensor, dim: int | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_count_nonzero', input)
+    return out
+
+
 _f_cov = _lib.tr_tensor_cov
 
 
@@ -6263,6 +7303,130 @@ def corrcoef(input):
     if st:
         _fail(st, 'tr_tensor_corrcoef', input)
     return out
+
+
+_f_cummax = _lib.tr_tensor_cummax
+
+
+def cummax(input, dim):
+    """`cummax(Tensor self, int dim) -> (Tensor values, Tensor indices)`
+
+    cummax(input: Tensor, dim: int) -> tuple[Tensor, Tensor]   [C: tr_tensor_cummax]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_cummax(input, dim, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('cummax', 'input: Tensor, dim: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_cummax', input)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_cummin = _lib.tr_tensor_cummin
+
+
+def cummin(input, dim):
+    """`cummin(Tensor self, int dim) -> (Tensor values, Tensor indices)`
+
+    cummin(input: Tensor, dim: int) -> tuple[Tensor, Tensor]   [C: tr_tensor_cummin]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_cummin(input, dim, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('cummin', 'input: Tensor, dim: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_cummin', input)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_cumprod = _lib.tr_tensor_cumprod
+
+
+def cumprod(input, dim, dtype):
+    """`cumprod(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor`
+
+    cumprod(input: Tensor, dim: int, dtype: DType | None) -> Tensor   [C: tr_tensor_cumprod]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_cumprod(input, dim, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('cumprod', 'input: Tensor, dim: int, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_cumprod', input)
+    return out
+
+
+_f_cumprod_ = _lib.tr_tensor_cumprod_
+
+
+def cumprod_(input, dim, dtype):
+    """`cumprod_(Tensor(a!) self, int dim, *, ScalarType? dtype=None) -> Tensor(a!)`
+
+    cumprod_(input: Tensor, dim: int, dtype: DType | None) -> Tensor   [C: tr_tensor_cumprod_]
+    In place: modifies and returns `input`.
+    """
+    try:
+        st = _f_cumprod_(input, dim, _opt_dtype(dtype))
+    except _CArgumentError as e:
+        raise _bad_call('cumprod_', 'input: Tensor, dim: int, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_cumprod_', input)
+    return input
+
+
+_f_cumsum = _lib.tr_tensor_cumsum
+
+
+def cumsum(input, dim, dtype):
+    """`cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor`
+
+    cumsum(input: Tensor, dim: int, dtype: DType | None) -> Tensor   [C: tr_tensor_cumsum]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_cumsum(input, dim, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('cumsum', 'input: Tensor, dim: int, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_cumsum', input)
+    return out
+
+
+_f_cumsum_ = _lib.tr_tensor_cumsum_
+
+
+def cumsum_(input, dim, dtype):
+    """`cumsum_(Tensor(a!) self, int dim, *, ScalarType? dtype=None) -> Tensor(a!)`
+
+    cumsum_(input: Tensor, dim: int, dtype: DType | None) -> Tensor   [C: tr_tensor_cumsum_]
+    In place: modifies and returns `input`.
+    """
+    try:
+        st = _f_cumsum_(input, dim, _opt_dtype(dtype))
+    except _CArgumentError as e:
+        raise _bad_call('cumsum_', 'input: Tensor, dim: int, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_cumsum_', input)
+    return input
 
 
 _f_cumulative_trapezoid_x = _lib.tr_tensor_cumulative_trapezoid_x
@@ -6476,6 +7640,131 @@ def diff(input, n, dim, prepend=None, append=None):
     return out
 
 
+_f_gradient_scalarint = _lib.tr_tensor_gradient_scalarint
+
+
+def gradient_scalarint(input, spacing, dim, edge_order):
+    """`gradient.scalarint(Tensor self, *, Scalar? spacing=None, int? dim=None, int edge_order=1) -> Tensor[]`
+
+    gradient_scalarint(input: Tensor, spacing: int | float | bool | None, dim: int | None, edge_order: int) -> list[Tensor]   [C: tr_tensor_gradient_scalarint]
+    """
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_gradient_scalarint(input, _opt_scalar(spacing, 'spacing'), _opt(dim, _c_int64), edge_order, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('gradient_scalarint', 'input: Tensor, spacing: int | float | bool | None, dim: int | None, edge_order: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_gradient_scalarint(input, _opt_scalar(spacing, 'spacing'), _opt(dim, _c_int64), edge_order, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_gradient_scalarint', input)
+    return list(_adopt_all(out, written.value))
+
+
+_f_gradient_scalararray = _lib.tr_tensor_gradient_scalararray
+
+
+def gradient_scalararray(input, spacing, dim, edge_order):
+    """`gradient.scalararray(Tensor self, *, Scalar spacing, int[] dim, int edge_order=1) -> Tensor[]`
+
+    gradient_scalararray(input: Tensor, spacing: int | float | bool, dim: int | Sequence[int], edge_order: int) -> list[Tensor]   [C: tr_tensor_gradient_scalararray]
+    """
+    dim, dim_len = _i64s(dim, 'dim')
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_gradient_scalararray(input, _scalar(spacing, 'spacing'), dim, dim_len, edge_order, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('gradient_scalararray', 'input: Tensor, spacing: int | float | bool, dim: int | Sequence[int], edge_order: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_gradient_scalararray(input, _scalar(spacing, 'spacing'), dim, dim_len, edge_order, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_gradient_scalararray', input)
+    return list(_adopt_all(out, written.value))
+
+
+_f_gradient_array = _lib.tr_tensor_gradient_array
+
+
+def gradient_array(input, dim, edge_order):
+    """`gradient.array(Tensor self, *, int[] dim, int edge_order=1) -> Tensor[]`
+
+    gradient_array(input: Tensor, dim: int | Sequence[int], edge_order: int) -> list[Tensor]   [C: tr_tensor_gradient_array]
+    """
+    dim, dim_len = _i64s(dim, 'dim')
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_gradient_array(input, dim, dim_len, edge_order, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('gradient_array', 'input: Tensor, dim: int | Sequence[int], edge_order: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_gradient_array(input, dim, dim_len, edge_order, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_gradient_array', input)
+    return list(_adopt_all(out, written.value))
+
+
+_f_gradient_tensorarrayint = _lib.tr_tensor_gradient_tensorarrayint
+
+
+def gradient_tensorarrayint(input, spacing, dim, edge_order):
+    """`gradient.tensorarrayint(Tensor self, *, Tensor[] spacing, int? dim=None, int edge_order=1) -> Tensor[]`
+
+    gradient_tensorarrayint(input: Tensor, spacing: Sequence[Tensor], dim: int | None, edge_order: int) -> list[Tensor]   [C: tr_tensor_gradient_tensorarrayint]
+    """
+    spacing, _spacing, _spacing_len = _handles(spacing, 'spacing')
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_gradient_tensorarrayint(input, _spacing, _spacing_len, _opt(dim, _c_int64), edge_order, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('gradient_tensorarrayint', 'input: Tensor, spacing: Sequence[Tensor], dim: int | None, edge_order: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_gradient_tensorarrayint(input, _spacing, _spacing_len, _opt(dim, _c_int64), edge_order, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_gradient_tensorarrayint', input)
+    return list(_adopt_all(out, written.value))
+
+
+_f_gradient_tensorarray = _lib.tr_tensor_gradient_tensorarray
+
+
+def gradient_tensorarray(input, spacing, dim, edge_order):
+    """`gradient.tensorarray(Tensor self, *, Tensor[] spacing, int[] dim, int edge_order=1) -> Tensor[]`
+
+    gradient_tensorarray(input: Tensor, spacing: Sequence[Tensor], dim: int | Sequence[int], edge_order: int) -> list[Tensor]   [C: tr_tensor_gradient_tensorarray]
+    """
+    spacing, _spacing, _spacing_len = _handles(spacing, 'spacing')
+    dim, dim_len = _i64s(dim, 'dim')
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_gradient_tensorarray(input, _spacing, _spacing_len, dim, dim_len, edge_order, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('gradient_tensorarray', 'input: Tensor, spacing: Sequence[Tensor], dim: int | Sequence[int], edge_order: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_gradient_tensorarray(input, _spacing, _spacing_len, dim, dim_len, edge_order, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_gradient_tensorarray', input)
+    return list(_adopt_all(out, written.value))
+
+
 _f_div_tensor = _lib.tr_tensor_div_tensor
 
 
@@ -6514,6 +7803,88 @@ def div_tensor_(input, other):
         raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_div_tensor_', input, other)
+    return input
+
+
+_f_div_tensor_mode = _lib.tr_tensor_div_tensor_mode
+
+
+def div_tensor_mode(input, other, rounding_mode):
+    """`div.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor`
+
+    div_tensor_mode(input: Tensor, other: Tensor, rounding_mode: str | None) -> Tensor   [C: tr_tensor_div_tensor_mode]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_div_tensor_mode(input, other, None if rounding_mode is None else _c_str(rounding_mode, 'rounding_mode'), out)
+    except _CArgumentError as e:
+        raise _bad_call('div_tensor_mode', 'input: Tensor, other: Tensor, rounding_mode: str | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_div_tensor_mode', input, other)
+    return out
+
+
+_f_div_tensor_mode_ = _lib.tr_tensor_div_tensor_mode_
+
+
+def div_tensor_mode_(input, other, rounding_mode):
+    """`div_.Tensor_mode(Tensor(a!) self, Tensor other, *, str? rounding_mode) -> Tensor(a!)`
+
+    div_tensor_mode_(input: Tensor, other: Tensor, rounding_mode: str | None) -> Tensor   [C: tr_tensor_div_tensor_mode_]
+    In place: modifies and returns `input`.
+    """
+    try:
+        st = _f_div_tensor_mode_(input, other, None if rounding_mode is None else _c_str(rounding_mode, 'rounding_mode'))
+    except _CArgumentError as e:
+        raise _bad_call('div_tensor_mode_', 'input: Tensor, other: Tensor, rounding_mode: str | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_div_tensor_mode_', input, other)
+    return input
+
+
+_f_div_scalar_mode = _lib.tr_tensor_div_scalar_mode
+
+
+def div_scalar_mode(input, other, rounding_mode):
+    """`div.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor`
+
+    div_scalar_mode(input: Tensor, other: int | float | bool, rounding_mode: str | None) -> Tensor   [C: tr_tensor_div_scalar_mode]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_div_scalar_mode(input, _scalar(other, 'other'), None if rounding_mode is None else _c_str(rounding_mode, 'rounding_mode'), out)
+    except _CArgumentError as e:
+        raise _bad_call('div_scalar_mode', 'input: Tensor, other: int | float | bool, rounding_mode: str | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_div_scalar_mode', input)
+    return out
+
+
+_f_div_scalar_mode_ = _lib.tr_tensor_div_scalar_mode_
+
+
+def div_scalar_mode_(input, other, rounding_mode):
+    """`div_.Scalar_mode(Tensor(a!) self, Scalar other, *, str? rounding_mode) -> Tensor(a!)`
+
+    div_scalar_mode_(input: Tensor, other: int | float | bool, rounding_mode: str | None) -> Tensor   [C: tr_tensor_div_scalar_mode_]
+    In place: modifies and returns `input`.
+    """
+    try:
+        st = _f_div_scalar_mode_(input, _scalar(other, 'other'), None if rounding_mode is None else _c_str(rounding_mode, 'rounding_mode'))
+    except _CArgumentError as e:
+        raise _bad_call('div_scalar_mode_', 'input: Tensor, other: int | float | bool, rounding_mode: str | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_div_scalar_mode_', input)
     return input
 
 
@@ -6596,6 +7967,88 @@ def divide_scalar_(input, other):
         raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_divide_scalar_', input)
+    return input
+
+
+_f_divide_tensor_mode = _lib.tr_tensor_divide_tensor_mode
+
+
+def divide_tensor_mode(input, other, rounding_mode):
+    """`divide.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor`
+
+    divide_tensor_mode(input: Tensor, other: Tensor, rounding_mode: str | None) -> Tensor   [C: tr_tensor_divide_tensor_mode]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_divide_tensor_mode(input, other, None if rounding_mode is None else _c_str(rounding_mode, 'rounding_mode'), out)
+    except _CArgumentError as e:
+        raise _bad_call('divide_tensor_mode', 'input: Tensor, other: Tensor, rounding_mode: str | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_divide_tensor_mode', input, other)
+    return out
+
+
+_f_divide_tensor_mode_ = _lib.tr_tensor_divide_tensor_mode_
+
+
+def divide_tensor_mode_(input, other, rounding_mode):
+    """`divide_.Tensor_mode(Tensor(a!) self, Tensor other, *, str? rounding_mode) -> Tensor(a!)`
+
+    divide_tensor_mode_(input: Tensor, other: Tensor, rounding_mode: str | None) -> Tensor   [C: tr_tensor_divide_tensor_mode_]
+    In place: modifies and returns `input`.
+    """
+    try:
+        st = _f_divide_tensor_mode_(input, other, None if rounding_mode is None else _c_str(rounding_mode, 'rounding_mode'))
+    except _CArgumentError as e:
+        raise _bad_call('divide_tensor_mode_', 'input: Tensor, other: Tensor, rounding_mode: str | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_divide_tensor_mode_', input, other)
+    return input
+
+
+_f_divide_scalar_mode = _lib.tr_tensor_divide_scalar_mode
+
+
+def divide_scalar_mode(input, other, rounding_mode):
+    """`divide.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor`
+
+    divide_scalar_mode(input: Tensor, other: int | float | bool, rounding_mode: str | None) -> Tensor   [C: tr_tensor_divide_scalar_mode]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_divide_scalar_mode(input, _scalar(other, 'other'), None if rounding_mode is None else _c_str(rounding_mode, 'rounding_mode'), out)
+    except _CArgumentError as e:
+        raise _bad_call('divide_scalar_mode', 'input: Tensor, other: int | float | bool, rounding_mode: str | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_divide_scalar_mode', input)
+    return out
+
+
+_f_divide_scalar_mode_ = _lib.tr_tensor_divide_scalar_mode_
+
+
+def divide_scalar_mode_(input, other, rounding_mode):
+    """`divide_.Scalar_mode(Tensor(a!) self, Scalar other, *, str? rounding_mode) -> Tensor(a!)`
+
+    divide_scalar_mode_(input: Tensor, other: int | float | bool, rounding_mode: str | None) -> Tensor   [C: tr_tensor_divide_scalar_mode_]
+    In place: modifies and returns `input`.
+    """
+    try:
+        st = _f_divide_scalar_mode_(input, _scalar(other, 'other'), None if rounding_mode is None else _c_str(rounding_mode, 'rounding_mode'))
+    except _CArgumentError as e:
+        raise _bad_call('divide_scalar_mode_', 'input: Tensor, other: int | float | bool, rounding_mode: str | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_divide_scalar_mode_', input)
     return input
 
 
@@ -6723,6 +8176,29 @@ def vdot(input, other):
     return out
 
 
+_f_einsum = _lib.tr_tensor_einsum
+
+
+def einsum(equation, tensors, path):
+    """`einsum(str equation, Tensor[] tensors, *, int[]? path=None) -> Tensor`
+
+    einsum(equation: str, tensors: Sequence[Tensor], path: int | Sequence[int] | None) -> Tensor   [C: tr_tensor_einsum]
+    """
+    tensors, _tensors, _tensors_len = _handles(tensors, 'tensors')
+    path, path_len = _opt_i64s(path, 'path')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_einsum(_c_str(equation, 'equation'), _tensors, _tensors_len, path, path_len, out)
+    except _CArgumentError as e:
+        raise _bad_call('einsum', 'equation: str, tensors: Sequence[Tensor], path: int | Sequence[int] | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_einsum')
+    return out
+
+
 _f_embedding_renorm_ = _lib.tr_tensor_embedding_renorm_
 
 
@@ -6765,6 +8241,204 @@ def row_stack(tensors):
     return out
 
 
+_f_embedding_bag = _lib.tr_tensor_embedding_bag
+
+
+def embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights, include_last_offset):
+    """`embedding_bag(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq=False, int mode=0, bool sparse=False, Tensor? per_sample_weights=None, bool include_last_offset=False) -> (Tensor, Tensor, Tensor, Tensor)`
+
+    embedding_bag(weight: Tensor, indices: Tensor, offsets: Tensor, scale_grad_by_freq: bool, mode: int, sparse: bool, per_sample_weights: Tensor | None, include_last_offset: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]   [C: tr_tensor_embedding_bag]
+    """
+    out = (_T * 4)()
+    written = _c_size_t()
+    try:
+        st = _f_embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode, sparse, _NONE if per_sample_weights is None else per_sample_weights, include_last_offset, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('embedding_bag', 'weight: Tensor, indices: Tensor, offsets: Tensor, scale_grad_by_freq: bool, mode: int, sparse: bool, per_sample_weights: Tensor | None, include_last_offset: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_embedding_bag', weight, indices, offsets, per_sample_weights)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_embedding_bag_padding_idx = _lib.tr_tensor_embedding_bag_padding_idx
+
+
+def embedding_bag_padding_idx(weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights, include_last_offset, padding_idx):
+    """`embedding_bag.padding_idx(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq, int mode, bool sparse, Tensor? per_sample_weights, bool include_last_offset, int? padding_idx) -> (Tensor, Tensor, Tensor, Tensor)`
+
+    embedding_bag_padding_idx(weight: Tensor, indices: Tensor, offsets: Tensor, scale_grad_by_freq: bool, mode: int, sparse: bool, per_sample_weights: Tensor | None, include_last_offset: bool, padding_idx: int | None) -> tuple[Tensor, Tensor, Tensor, Tensor]   [C: tr_tensor_embedding_bag_padding_idx]
+    """
+    out = (_T * 4)()
+    written = _c_size_t()
+    try:
+        st = _f_embedding_bag_padding_idx(weight, indices, offsets, scale_grad_by_freq, mode, sparse, _NONE if per_sample_weights is None else per_sample_weights, include_last_offset, _opt(padding_idx, _c_int64), out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('embedding_bag_padding_idx', 'weight: Tensor, indices: Tensor, offsets: Tensor, scale_grad_by_freq: bool, mode: int, sparse: bool, per_sample_weights: Tensor | None, include_last_offset: bool, padding_idx: int | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_embedding_bag_padding_idx', weight, indices, offsets, per_sample_weights)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_empty_memory_format = _lib.tr_tensor_empty_memory_format
+
+
+def empty_memory_format(size, dtype):
+    """`empty.memory_format(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
+
+    empty_memory_format(size: int | Sequence[int], dtype: DType | None) -> Tensor   [C: tr_tensor_empty_memory_format]
+    """
+    size, size_len = _i64s(size, 'size')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_empty_memory_format(size, size_len, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('empty_memory_format', 'size: int | Sequence[int], dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_empty_memory_format')
+    return out
+
+
+_f_empty_permuted = _lib.tr_tensor_empty_permuted
+
+
+def empty_permuted(size, physical_layout, dtype):
+    """`empty_permuted(SymInt[] size, int[] physical_layout, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    empty_permuted(size: int | Sequence[int], physical_layout: int | Sequence[int], dtype: DType | None) -> Tensor   [C: tr_tensor_empty_permuted]
+    """
+    size, size_len = _i64s(size, 'size')
+    physical_layout, physical_layout_len = _i64s(physical_layout, 'physical_layout')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_empty_permuted(size, size_len, physical_layout, physical_layout_len, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('empty_permuted', 'size: int | Sequence[int], physical_layout: int | Sequence[int], dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_empty_permuted')
+    return out
+
+
+_f_new_empty = _lib.tr_tensor_new_empty
+
+
+def new_empty(input, size, dtype):
+    """`new_empty(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    new_empty(input: Tensor, size: int | Sequence[int], dtype: DType | None) -> Tensor   [C: tr_tensor_new_empty]
+    """
+    size, size_len = _i64s(size, 'size')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_new_empty(input, size, size_len, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('new_empty', 'input: Tensor, size: int | Sequence[int], dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_new_empty', input)
+    return out
+
+
+_f_new_empty_strided = _lib.tr_tensor_new_empty_strided
+
+
+def new_empty_strided(input, size, stride, dtype):
+    """`new_empty_strided(Tensor self, SymInt[] size, SymInt[] stride, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    new_empty_strided(input: Tensor, size: int | Sequence[int], stride: int | Sequence[int], dtype: DType | None) -> Tensor   [C: tr_tensor_new_empty_strided]
+    """
+    size, size_len = _i64s(size, 'size')
+    stride, stride_len = _i64s(stride, 'stride')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_new_empty_strided(input, size, size_len, stride, stride_len, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('new_empty_strided', 'input: Tensor, size: int | Sequence[int], stride: int | Sequence[int], dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_new_empty_strided', input)
+    return out
+
+
+_f_new_full = _lib.tr_tensor_new_full
+
+
+def new_full(input, size, fill_value, dtype):
+    """`new_full(Tensor self, SymInt[] size, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    new_full(input: Tensor, size: int | Sequence[int], fill_value: int | float | bool, dtype: DType | None) -> Tensor   [C: tr_tensor_new_full]
+    """
+    size, size_len = _i64s(size, 'size')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_new_full(input, size, size_len, _scalar(fill_value, 'fill_value'), _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('new_full', 'input: Tensor, size: int | Sequence[int], fill_value: int | float | bool, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_new_full', input)
+    return out
+
+
+_f_new_zeros = _lib.tr_tensor_new_zeros
+
+
+def new_zeros(input, size, dtype):
+    """`new_zeros(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    new_zeros(input: Tensor, size: int | Sequence[int], dtype: DType | None) -> Tensor   [C: tr_tensor_new_zeros]
+    """
+    size, size_len = _i64s(size, 'size')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_new_zeros(input, size, size_len, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('new_zeros', 'input: Tensor, size: int | Sequence[int], dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_new_zeros', input)
+    return out
+
+
+_f_new_ones = _lib.tr_tensor_new_ones
+
+
+def new_ones(input, size, dtype):
+    """`new_ones(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    new_ones(input: Tensor, size: int | Sequence[int], dtype: DType | None) -> Tensor   [C: tr_tensor_new_ones]
+    """
+    size, size_len = _i64s(size, 'size')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_new_ones(input, size, size_len, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('new_ones', 'input: Tensor, size: int | Sequence[int], dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_new_ones', input)
+    return out
+
+
 _f_resize_ = _lib.tr_tensor_resize_
 
 
@@ -6784,6 +8458,50 @@ def resize_(input, size):
     if st:
         _fail(st, 'tr_tensor_resize_', input)
     return input
+
+
+_f_empty_like = _lib.tr_tensor_empty_like
+
+
+def empty_like(input, dtype):
+    """`empty_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
+
+    empty_like(input: Tensor, dtype: DType | None) -> Tensor   [C: tr_tensor_empty_like]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_empty_like(input, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('empty_like', 'input: Tensor, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_empty_like', input)
+    return out
+
+
+_f_empty_strided = _lib.tr_tensor_empty_strided
+
+
+def empty_strided(size, stride, dtype):
+    """`empty_strided(SymInt[] size, SymInt[] stride, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    empty_strided(size: int | Sequence[int], stride: int | Sequence[int], dtype: DType | None) -> Tensor   [C: tr_tensor_empty_strided]
+    """
+    size, size_len = _i64s(size, 'size')
+    stride, stride_len = _i64s(stride, 'stride')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_empty_strided(size, size_len, stride, stride_len, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('empty_strided', 'size: int | Sequence[int], stride: int | Sequence[int], dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_empty_strided')
+    return out
 
 
 _f_erf = _lib.tr_tensor_erf
@@ -6988,6 +8706,27 @@ def expand_as(input, other):
         raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_expand_as', input, other)
+    return out
+
+
+_f_eye_m = _lib.tr_tensor_eye_m
+
+
+def eye_m(n, m, dtype):
+    """`eye.m(SymInt n, SymInt m, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    eye_m(n: int, m: int, dtype: DType | None) -> Tensor   [C: tr_tensor_eye_m]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_eye_m(n, m, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('eye_m', 'n: int, m: int, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_eye_m')
     return out
 
 
@@ -7218,6 +8957,48 @@ def frac_(input):
     return input
 
 
+_f_full_like = _lib.tr_tensor_full_like
+
+
+def full_like(input, fill_value, dtype):
+    """`full_like(Tensor self, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
+
+    full_like(input: Tensor, fill_value: int | float | bool, dtype: DType | None) -> Tensor   [C: tr_tensor_full_like]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_full_like(input, _scalar(fill_value, 'fill_value'), _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('full_like', 'input: Tensor, fill_value: int | float | bool, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_full_like', input)
+    return out
+
+
+_f_from_file = _lib.tr_tensor_from_file
+
+
+def from_file(filename, shared, size, dtype):
+    """`from_file(str filename, bool? shared=None, int? size=0, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    from_file(filename: str, shared: bool | None, size: int | None, dtype: DType | None) -> Tensor   [C: tr_tensor_from_file]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_from_file(_c_str(filename, 'filename'), _opt(shared, _c_bool), _opt(size, _c_int64), _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('from_file', 'filename: str, shared: bool | None, size: int | None, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_from_file')
+    return out
+
+
 _f_gcd = _lib.tr_tensor_gcd
 
 
@@ -7363,6 +9144,195 @@ def grid_sampler_3d(input, grid, interpolation_mode, padding_mode, align_corners
     return out
 
 
+_f_hann_window = _lib.tr_tensor_hann_window
+
+
+def hann_window(window_length, dtype):
+    """`hann_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    hann_window(window_length: int, dtype: DType | None) -> Tensor   [C: tr_tensor_hann_window]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_hann_window(window_length, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('hann_window', 'window_length: int, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_hann_window')
+    return out
+
+
+_f_hann_window_periodic = _lib.tr_tensor_hann_window_periodic
+
+
+def hann_window_periodic(window_length, periodic, dtype):
+    """`hann_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    hann_window_periodic(window_length: int, periodic: bool, dtype: DType | None) -> Tensor   [C: tr_tensor_hann_window_periodic]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_hann_window_periodic(window_length, periodic, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('hann_window_periodic', 'window_length: int, periodic: bool, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_hann_window_periodic')
+    return out
+
+
+_f_hamming_window = _lib.tr_tensor_hamming_window
+
+
+def hamming_window(window_length, dtype):
+    """`hamming_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    hamming_window(window_length: int, dtype: DType | None) -> Tensor   [C: tr_tensor_hamming_window]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_hamming_window(window_length, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('hamming_window', 'window_length: int, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_hamming_window')
+    return out
+
+
+_f_hamming_window_periodic = _lib.tr_tensor_hamming_window_periodic
+
+
+def hamming_window_periodic(window_length, periodic, dtype):
+    """`hamming_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    hamming_window_periodic(window_length: int, periodic: bool, dtype: DType | None) -> Tensor   [C: tr_tensor_hamming_window_periodic]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_hamming_window_periodic(window_length, periodic, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('hamming_window_periodic', 'window_length: int, periodic: bool, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_hamming_window_periodic')
+    return out
+
+
+_f_hamming_window_periodic_alpha = _lib.tr_tensor_hamming_window_periodic_alpha
+
+
+def hamming_window_periodic_alpha(window_length, periodic, alpha, dtype):
+    """`hamming_window.periodic_alpha(int window_length, bool periodic, float alpha, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    hamming_window_periodic_alpha(window_length: int, periodic: bool, alpha: float, dtype: DType | None) -> Tensor   [C: tr_tensor_hamming_window_periodic_alpha]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_hamming_window_periodic_alpha(window_length, periodic, alpha, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('hamming_window_periodic_alpha', 'window_length: int, periodic: bool, alpha: float, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_hamming_window_periodic_alpha')
+    return out
+
+
+_f_hamming_window_periodic_alpha_beta = _lib.tr_tensor_hamming_window_periodic_alpha_beta
+
+
+def hamming_window_periodic_alpha_beta(window_length, periodic, alpha, beta, dtype):
+    """`hamming_window.periodic_alpha_beta(int window_length, bool periodic, float alpha, float beta, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    hamming_window_periodic_alpha_beta(window_length: int, periodic: bool, alpha: float, beta: float, dtype: DType | None) -> Tensor   [C: tr_tensor_hamming_window_periodic_alpha_beta]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_hamming_window_periodic_alpha_beta(window_length, periodic, alpha, beta, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('hamming_window_periodic_alpha_beta', 'window_length: int, periodic: bool, alpha: float, beta: float, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_hamming_window_periodic_alpha_beta')
+    return out
+
+
+_f_kaiser_window = _lib.tr_tensor_kaiser_window
+
+
+def kaiser_window(window_length, dtype):
+    """`kaiser_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    kaiser_window(window_length: int, dtype: DType | None) -> Tensor   [C: tr_tensor_kaiser_window]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_kaiser_window(window_length, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('kaiser_window', 'window_length: int, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_kaiser_window')
+    return out
+
+
+_f_kaiser_window_periodic = _lib.tr_tensor_kaiser_window_periodic
+
+
+def kaiser_window_periodic(window_length, periodic, dtype):
+    """`kaiser_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    kaiser_window_periodic(window_length: int, periodic: bool, dtype: DType | None) -> Tensor   [C: tr_tensor_kaiser_window_periodic]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_kaiser_window_periodic(window_length, periodic, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('kaiser_window_periodic', 'window_length: int, periodic: bool, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_kaiser_window_periodic')
+    return out
+
+
+_f_kaiser_window_beta = _lib.tr_tensor_kaiser_window_beta
+
+
+def kaiser_window_beta(window_length, periodic, beta, dtype):
+    """`kaiser_window.beta(int window_length, bool periodic, float beta, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    kaiser_window_beta(window_length: int, periodic: bool, beta: float, dtype: DType | None) -> Tensor   [C: tr_tensor_kaiser_window_beta]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_kaiser_window_beta(window_length, periodic, beta, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('kaiser_window_beta', 'window_length: int, periodic: bool, beta: float, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_kaiser_window_beta')
+    return out
+
+
 _f_hinge_embedding_loss = _lib.tr_tensor_hinge_embedding_loss
 
 
@@ -7405,6 +9375,49 @@ def group_norm(input, num_groups, weight, bias, eps, cudnn_enabled):
     return out
 
 
+_f_native_group_norm = _lib.tr_tensor_native_group_norm
+
+
+def native_group_norm(input, weight, bias, n, c, hxw, group, eps):
+    """`native_group_norm(Tensor input, Tensor? weight, Tensor? bias, SymInt N, SymInt C, SymInt HxW, int group, float eps) -> (Tensor, Tensor, Tensor)`
+
+    native_group_norm(input: Tensor, weight: Tensor | None, bias: Tensor | None, n: int, c: int, hxw: int, group: int, eps: float) -> tuple[Tensor, Tensor, Tensor]   [C: tr_tensor_native_group_norm]
+    """
+    out = (_T * 3)()
+    written = _c_size_t()
+    try:
+        st = _f_native_group_norm(input, _NONE if weight is None else weight, _NONE if bias is None else bias, n, c, hxw, group, eps, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('native_group_norm', 'input: Tensor, weight: Tensor | None, bias: Tensor | None, n: int, c: int, hxw: int, group: int, eps: float', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_native_group_norm', input, weight, bias)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_index_tensor = _lib.tr_tensor_index_tensor
+
+
+def index_tensor(input, indices):
+    """`index.Tensor(Tensor self, Tensor?[] indices) -> Tensor`
+
+    index_tensor(input: Tensor, indices: Sequence[Tensor | None]) -> Tensor   [C: tr_tensor_index_tensor]
+    """
+    indices, _indices, _indices_len = _opt_handles(indices, 'indices')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_index_tensor(input, _indices, _indices_len, out)
+    except _CArgumentError as e:
+        raise _bad_call('index_tensor', 'input: Tensor, indices: Sequence[Tensor | None]', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_index_tensor', input)
+    return out
+
+
 _f_index_copy = _lib.tr_tensor_index_copy
 
 
@@ -7423,6 +9436,49 @@ def index_copy(input, dim, index, source):
         raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_index_copy', input, index, source)
+    return out
+
+
+_f_index_put_ = _lib.tr_tensor_index_put_
+
+
+def index_put_(input, indices, values, accumulate):
+    """`index_put_(Tensor(a!) self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor(a!)`
+
+    index_put_(input: Tensor, indices: Sequence[Tensor | None], values: Tensor, accumulate: bool) -> Tensor   [C: tr_tensor_index_put_]
+    In place: modifies and returns `input`.
+    """
+    indices, _indices, _indices_len = _opt_handles(indices, 'indices')
+    try:
+        st = _f_index_put_(input, _indices, _indices_len, values, accumulate)
+    except _CArgumentError as e:
+        raise _bad_call('index_put_', 'input: Tensor, indices: Sequence[Tensor | None], values: Tensor, accumulate: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_index_put_', input, values)
+    return input
+
+
+_f_index_put = _lib.tr_tensor_index_put
+
+
+def index_put(input, indices, values, accumulate):
+    """`index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor`
+
+    index_put(input: Tensor, indices: Sequence[Tensor | None], values: Tensor, accumulate: bool) -> Tensor   [C: tr_tensor_index_put]
+    """
+    indices, _indices, _indices_len = _opt_handles(indices, 'indices')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_index_put(input, _indices, _indices_len, values, accumulate, out)
+    except _CArgumentError as e:
+        raise _bad_call('index_put', 'input: Tensor, indices: Sequence[Tensor | None], values: Tensor, accumulate: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_index_put', input, values)
     return out
 
 
@@ -7795,6 +9851,112 @@ def kron(input, other):
     return out
 
 
+_f_kthvalue = _lib.tr_tensor_kthvalue
+
+
+def kthvalue(input, k, dim, keepdim):
+    """`kthvalue(Tensor self, SymInt k, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)`
+
+    kthvalue(input: Tensor, k: int, dim: int, keepdim: bool) -> tuple[Tensor, Tensor]   [C: tr_tensor_kthvalue]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_kthvalue(input, k, dim, keepdim, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('kthvalue', 'input: Tensor, k: int, dim: int, keepdim: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_kthvalue', input)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_native_layer_norm = _lib.tr_tensor_native_layer_norm
+
+
+def native_layer_norm(input, normalized_shape, weight, bias, eps):
+    """`native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor)`
+
+    native_layer_norm(input: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | None, bias: Tensor | None, eps: float) -> tuple[Tensor, Tensor, Tensor]   [C: tr_tensor_native_layer_norm]
+    """
+    normalized_shape, normalized_shape_len = _i64s(normalized_shape, 'normalized_shape')
+    out = (_T * 3)()
+    written = _c_size_t()
+    try:
+        st = _f_native_layer_norm(input, normalized_shape, normalized_shape_len, _NONE if weight is None else weight, _NONE if bias is None else bias, eps, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('native_layer_norm', 'input: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | None, bias: Tensor | None, eps: float', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_native_layer_norm', input, weight, bias)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_rms_norm = _lib.tr_tensor_rms_norm
+
+
+def rms_norm(input, normalized_shape, weight, eps):
+    """`rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, float? eps=None) -> Tensor`
+
+    rms_norm(input: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | None, eps: float | None) -> Tensor   [C: tr_tensor_rms_norm]
+    """
+    normalized_shape, normalized_shape_len = _i64s(normalized_shape, 'normalized_shape')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_rms_norm(input, normalized_shape, normalized_shape_len, _NONE if weight is None else weight, _opt(eps, _c_double), out)
+    except _CArgumentError as e:
+        raise _bad_call('rms_norm', 'input: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | None, eps: float | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_rms_norm', input, weight)
+    return out
+
+
+_f_nan_to_num = _lib.tr_tensor_nan_to_num
+
+
+def nan_to_num(input, nan, posinf, neginf):
+    """`nan_to_num(Tensor self, float? nan=None, float? posinf=None, float? neginf=None) -> Tensor`
+
+    nan_to_num(input: Tensor, nan: float | None, posinf: float | None, neginf: float | None) -> Tensor   [C: tr_tensor_nan_to_num]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_nan_to_num(input, _opt(nan, _c_double), _opt(posinf, _c_double), _opt(neginf, _c_double), out)
+    except _CArgumentError as e:
+        raise _bad_call('nan_to_num', 'input: Tensor, nan: float | None, posinf: float | None, neginf: float | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_nan_to_num', input)
+    return out
+
+
+_f_nan_to_num_ = _lib.tr_tensor_nan_to_num_
+
+
+def nan_to_num_(input, nan, posinf, neginf):
+    """`nan_to_num_(Tensor(a!) self, float? nan=None, float? posinf=None, float? neginf=None) -> Tensor(a!)`
+
+    nan_to_num_(input: Tensor, nan: float | None, posinf: float | None, neginf: float | None) -> Tensor   [C: tr_tensor_nan_to_num_]
+    In place: modifies and returns `input`.
+    """
+    try:
+        st = _f_nan_to_num_(input, _opt(nan, _c_double), _opt(posinf, _c_double), _opt(neginf, _c_double))
+    except _CArgumentError as e:
+        raise _bad_call('nan_to_num_', 'input: Tensor, nan: float | None, posinf: float | None, neginf: float | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_nan_to_num_', input)
+    return input
+
+
 _f_ldexp_tensor = _lib.tr_tensor_ldexp_tensor
 
 
@@ -7834,6 +9996,90 @@ def ldexp_(input, other):
     if st:
         _fail(st, 'tr_tensor_ldexp_', input, other)
     return input
+
+
+_f_linspace = _lib.tr_tensor_linspace
+
+
+def linspace(start, end, steps, dtype):
+    """`linspace(Scalar start, Scalar end, int steps, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    linspace(start: int | float | bool, end: int | float | bool, steps: int, dtype: DType | None) -> Tensor   [C: tr_tensor_linspace]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_linspace(_scalar(start, 'start'), _scalar(end, 'end'), steps, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('linspace', 'start: int | float | bool, end: int | float | bool, steps: int, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_linspace')
+    return out
+
+
+_f_linspace_tensor_tensor = _lib.tr_tensor_linspace_tensor_tensor
+
+
+def linspace_tensor_tensor(start, end, steps, dtype):
+    """`linspace.Tensor_Tensor(Tensor start, Tensor end, int steps, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    linspace_tensor_tensor(start: Tensor, end: Tensor, steps: int, dtype: DType | None) -> Tensor   [C: tr_tensor_linspace_tensor_tensor]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_linspace_tensor_tensor(start, end, steps, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('linspace_tensor_tensor', 'start: Tensor, end: Tensor, steps: int, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_linspace_tensor_tensor', start, end)
+    return out
+
+
+_f_linspace_tensor_scalar = _lib.tr_tensor_linspace_tensor_scalar
+
+
+def linspace_tensor_scalar(start, end, steps, dtype):
+    """`linspace.Tensor_Scalar(Tensor start, Scalar end, int steps, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    linspace_tensor_scalar(start: Tensor, end: int | float | bool, steps: int, dtype: DType | None) -> Tensor   [C: tr_tensor_linspace_tensor_scalar]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_linspace_tensor_scalar(start, _scalar(end, 'end'), steps, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('linspace_tensor_scalar', 'start: Tensor, end: int | float | bool, steps: int, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_linspace_tensor_scalar', start)
+    return out
+
+
+_f_linspace_scalar_tensor = _lib.tr_tensor_linspace_scalar_tensor
+
+
+def linspace_scalar_tensor(start, end, steps, dtype):
+    """`linspace.Scalar_Tensor(Scalar start, Tensor end, int steps, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    linspace_scalar_tensor(start: int | float | bool, end: Tensor, steps: int, dtype: DType | None) -> Tensor   [C: tr_tensor_linspace_scalar_tensor]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_linspace_scalar_tensor(_scalar(start, 'start'), end, steps, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('linspace_scalar_tensor', 'start: int | float | bool, end: Tensor, steps: int, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_linspace_scalar_tensor', end)
+    return out
 
 
 _f_log_ = _lib.tr_tensor_log_
@@ -8124,6 +10370,111 @@ def xlogy_scalar_other_(input, other):
     return input
 
 
+_f_logspace = _lib.tr_tensor_logspace
+
+
+def logspace(start, end, steps, base, dtype):
+    """`logspace(Scalar start, Scalar end, int steps, float base=10.0, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    logspace(start: int | float | bool, end: int | float | bool, steps: int, base: float, dtype: DType | None) -> Tensor   [C: tr_tensor_logspace]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_logspace(_scalar(start, 'start'), _scalar(end, 'end'), steps, base, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('logspace', 'start: int | float | bool, end: int | float | bool, steps: int, base: float, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_logspace')
+    return out
+
+
+_f_logspace_tensor_tensor = _lib.tr_tensor_logspace_tensor_tensor
+
+
+def logspace_tensor_tensor(start, end, steps, base, dtype):
+    """`logspace.Tensor_Tensor(Tensor start, Tensor end, int steps, float base=10.0, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    logspace_tensor_tensor(start: Tensor, end: Tensor, steps: int, base: float, dtype: DType | None) -> Tensor   [C: tr_tensor_logspace_tensor_tensor]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_logspace_tensor_tensor(start, end, steps, base, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('logspace_tensor_tensor', 'start: Tensor, end: Tensor, steps: int, base: float, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_logspace_tensor_tensor', start, end)
+    return out
+
+
+_f_logspace_tensor_scalar = _lib.tr_tensor_logspace_tensor_scalar
+
+
+def logspace_tensor_scalar(start, end, steps, base, dtype):
+    """`logspace.Tensor_Scalar(Tensor start, Scalar end, int steps, float base=10.0, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    logspace_tensor_scalar(start: Tensor, end: int | float | bool, steps: int, base: float, dtype: DType | None) -> Tensor   [C: tr_tensor_logspace_tensor_scalar]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_logspace_tensor_scalar(start, _scalar(end, 'end'), steps, base, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('logspace_tensor_scalar', 'start: Tensor, end: int | float | bool, steps: int, base: float, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_logspace_tensor_scalar', start)
+    return out
+
+
+_f_logspace_scalar_tensor = _lib.tr_tensor_logspace_scalar_tensor
+
+
+def logspace_scalar_tensor(start, end, steps, base, dtype):
+    """`logspace.Scalar_Tensor(Scalar start, Tensor end, int steps, float base=10.0, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    logspace_scalar_tensor(start: int | float | bool, end: Tensor, steps: int, base: float, dtype: DType | None) -> Tensor   [C: tr_tensor_logspace_scalar_tensor]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_logspace_scalar_tensor(_scalar(start, 'start'), end, steps, base, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('logspace_scalar_tensor', 'start: int | float | bool, end: Tensor, steps: int, base: float, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_logspace_scalar_tensor', end)
+    return out
+
+
+_f_log_softmax_int = _lib.tr_tensor_log_softmax_int
+
+
+def log_softmax_int(input, dim, dtype):
+    """`log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor`
+
+    log_softmax_int(input: Tensor, dim: int, dtype: DType | None) -> Tensor   [C: tr_tensor_log_softmax_int]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_log_softmax_int(input, dim, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('log_softmax_int', 'input: Tensor, dim: int, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_log_softmax_int', input)
+    return out
+
+
 _f_logcumsumexp = _lib.tr_tensor_logcumsumexp
 
 
@@ -8230,6 +10581,27 @@ def matrix_exp(input):
     return out
 
 
+_f_aminmax = _lib.tr_tensor_aminmax
+
+
+def aminmax(input, dim, keepdim):
+    """`aminmax(Tensor self, *, int? dim=None, bool keepdim=False) -> (Tensor min, Tensor max)`
+
+    aminmax(input: Tensor, dim: int | None, keepdim: bool) -> tuple[Tensor, Tensor]   [C: tr_tensor_aminmax]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_aminmax(input, _opt(dim, _c_int64), keepdim, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('aminmax', 'input: Tensor, dim: int | None, keepdim: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_aminmax', input)
+    return tuple(_adopt_all(out, written.value))
+
+
 _f_amax = _lib.tr_tensor_amax
 
 
@@ -8250,6 +10622,31 @@ def amax(input, dim, keepdim):
     if st:
         _fail(st, 'tr_tensor_amax', input)
     return out
+
+
+_f_max_pool1d_with_indices = _lib.tr_tensor_max_pool1d_with_indices
+
+
+def max_pool1d_with_indices(input, kernel_size, stride, padding, dilation, ceil_mode):
+    """`max_pool1d_with_indices(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=0, int[1] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)`
+
+    max_pool1d_with_indices(input: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int], padding: int | Sequence[int], dilation: int | Sequence[int], ceil_mode: bool) -> tuple[Tensor, Tensor]   [C: tr_tensor_max_pool1d_with_indices]
+    """
+    kernel_size, kernel_size_len = _i64s(kernel_size, 'kernel_size')
+    stride, stride_len = _i64s(stride, 'stride')
+    padding, padding_len = _i64s(padding, 'padding')
+    dilation, dilation_len = _i64s(dilation, 'dilation')
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_max_pool1d_with_indices(input, kernel_size, kernel_size_len, stride, stride_len, padding, padding_len, dilation, dilation_len, ceil_mode, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('max_pool1d_with_indices', 'input: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int], padding: int | Sequence[int], dilation: int | Sequence[int], ceil_mode: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_max_pool1d_with_indices', input)
+    return tuple(_adopt_all(out, written.value))
 
 
 _f_max_pool1d = _lib.tr_tensor_max_pool1d
@@ -8302,6 +10699,28 @@ def max_pool3d(input, kernel_size, stride, padding, dilation, ceil_mode):
     return out
 
 
+_f_nanmean = _lib.tr_tensor_nanmean
+
+
+def nanmean(input, dim, keepdim, dtype):
+    """`nanmean(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`
+
+    nanmean(input: Tensor, dim: int | Sequence[int] | None, keepdim: bool, dtype: DType | None) -> Tensor   [C: tr_tensor_nanmean]
+    """
+    dim, dim_len = _opt_i64s(dim, 'dim')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_nanmean(input, dim, dim_len, keepdim, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('nanmean', 'input: Tensor, dim: int | Sequence[int] | None, keepdim: bool, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_nanmean', input)
+    return out
+
+
 _f_median = _lib.tr_tensor_median
 
 
@@ -8323,6 +10742,27 @@ def median(input):
     return out
 
 
+_f_median_dim = _lib.tr_tensor_median_dim
+
+
+def median_dim(input, dim, keepdim):
+    """`median.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)`
+
+    median_dim(input: Tensor, dim: int, keepdim: bool) -> tuple[Tensor, Tensor]   [C: tr_tensor_median_dim]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_median_dim(input, dim, keepdim, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('median_dim', 'input: Tensor, dim: int, keepdim: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_median_dim', input)
+    return tuple(_adopt_all(out, written.value))
+
+
 _f_nanmedian = _lib.tr_tensor_nanmedian
 
 
@@ -8342,6 +10782,27 @@ def nanmedian(input):
     if st:
         _fail(st, 'tr_tensor_nanmedian', input)
     return out
+
+
+_f_nanmedian_dim = _lib.tr_tensor_nanmedian_dim
+
+
+def nanmedian_dim(input, dim, keepdim):
+    """`nanmedian.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)`
+
+    nanmedian_dim(input: Tensor, dim: int, keepdim: bool) -> tuple[Tensor, Tensor]   [C: tr_tensor_nanmedian_dim]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_nanmedian_dim(input, dim, keepdim, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('nanmedian_dim', 'input: Tensor, dim: int, keepdim: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_nanmedian_dim', input)
+    return tuple(_adopt_all(out, written.value))
 
 
 _f_amin = _lib.tr_tensor_amin
@@ -8406,6 +10867,27 @@ def mm_dtype(input, mat2, out_dtype):
     if st:
         _fail(st, 'tr_tensor_mm_dtype', input, mat2)
     return out
+
+
+_f_mode = _lib.tr_tensor_mode
+
+
+def mode(input, dim, keepdim):
+    """`mode(Tensor self, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)`
+
+    mode(input: Tensor, dim: int, keepdim: bool) -> tuple[Tensor, Tensor]   [C: tr_tensor_mode]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_mode(input, dim, keepdim, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('mode', 'input: Tensor, dim: int, keepdim: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_mode', input)
+    return tuple(_adopt_all(out, written.value))
 
 
 _f_mul_tensor = _lib.tr_tensor_mul_tensor
@@ -8635,6 +11117,48 @@ def narrow_tensor(input, dim, start, length):
     return out
 
 
+_f_native_batch_norm = _lib.tr_tensor_native_batch_norm
+
+
+def native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    """`native_batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor)`
+
+    native_batch_norm(input: Tensor, weight: Tensor | None, bias: Tensor | None, running_mean: Tensor | None, running_var: Tensor | None, training: bool, momentum: float, eps: float) -> tuple[Tensor, Tensor, Tensor]   [C: tr_tensor_native_batch_norm]
+    """
+    out = (_T * 3)()
+    written = _c_size_t()
+    try:
+        st = _f_native_batch_norm(input, _NONE if weight is None else weight, _NONE if bias is None else bias, _NONE if running_mean is None else running_mean, _NONE if running_var is None else running_var, training, momentum, eps, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('native_batch_norm', 'input: Tensor, weight: Tensor | None, bias: Tensor | None, running_mean: Tensor | None, running_var: Tensor | None, training: bool, momentum: float, eps: float', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_native_batch_norm', input, weight, bias, running_mean, running_var)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_batch_norm_stats = _lib.tr_tensor_batch_norm_stats
+
+
+def batch_norm_stats(input, eps):
+    """`batch_norm_stats(Tensor input, float eps) -> (Tensor, Tensor)`
+
+    batch_norm_stats(input: Tensor, eps: float) -> tuple[Tensor, Tensor]   [C: tr_tensor_batch_norm_stats]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_batch_norm_stats(input, eps, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('batch_norm_stats', 'input: Tensor, eps: float', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_batch_norm_stats', input)
+    return tuple(_adopt_all(out, written.value))
+
+
 _f_batch_norm_elemt = _lib.tr_tensor_batch_norm_elemt
 
 
@@ -8656,6 +11180,69 @@ def batch_norm_elemt(input, weight, bias, mean, invstd, eps):
     return out
 
 
+_f_batch_norm_gather_stats = _lib.tr_tensor_batch_norm_gather_stats
+
+
+def batch_norm_gather_stats(input, mean, invstd, running_mean, running_var, momentum, eps, count):
+    """`batch_norm_gather_stats(Tensor input, Tensor mean, Tensor invstd, Tensor? running_mean, Tensor? running_var, float momentum, float eps, int count) -> (Tensor, Tensor)`
+
+    batch_norm_gather_stats(input: Tensor, mean: Tensor, invstd: Tensor, running_mean: Tensor | None, running_var: Tensor | None, momentum: float, eps: float, count: int) -> tuple[Tensor, Tensor]   [C: tr_tensor_batch_norm_gather_stats]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_batch_norm_gather_stats(input, mean, invstd, _NONE if running_mean is None else running_mean, _NONE if running_var is None else running_var, momentum, eps, count, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('batch_norm_gather_stats', 'input: Tensor, mean: Tensor, invstd: Tensor, running_mean: Tensor | None, running_var: Tensor | None, momentum: float, eps: float, count: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_batch_norm_gather_stats', input, mean, invstd, running_mean, running_var)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_batch_norm_gather_stats_with_counts = _lib.tr_tensor_batch_norm_gather_stats_with_counts
+
+
+def batch_norm_gather_stats_with_counts(input, mean, invstd, running_mean, running_var, momentum, eps, counts):
+    """`batch_norm_gather_stats_with_counts(Tensor input, Tensor mean, Tensor invstd, Tensor? running_mean, Tensor? running_var, float momentum, float eps, Tensor counts) -> (Tensor, Tensor)`
+
+    batch_norm_gather_stats_with_counts(input: Tensor, mean: Tensor, invstd: Tensor, running_mean: Tensor | None, running_var: Tensor | None, momentum: float, eps: float, counts: Tensor) -> tuple[Tensor, Tensor]   [C: tr_tensor_batch_norm_gather_stats_with_counts]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_batch_norm_gather_stats_with_counts(input, mean, invstd, _NONE if running_mean is None else running_mean, _NONE if running_var is None else running_var, momentum, eps, counts, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('batch_norm_gather_stats_with_counts', 'input: Tensor, mean: Tensor, invstd: Tensor, running_mean: Tensor | None, running_var: Tensor | None, momentum: float, eps: float, counts: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_batch_norm_gather_stats_with_counts', input, mean, invstd, running_mean, running_var, counts)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_batch_norm_update_stats = _lib.tr_tensor_batch_norm_update_stats
+
+
+def batch_norm_update_stats(input, running_mean, running_var, momentum):
+    """`batch_norm_update_stats(Tensor input, Tensor? running_mean, Tensor? running_var, float momentum) -> (Tensor, Tensor)`
+
+    batch_norm_update_stats(input: Tensor, running_mean: Tensor | None, running_var: Tensor | None, momentum: float) -> tuple[Tensor, Tensor]   [C: tr_tensor_batch_norm_update_stats]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_batch_norm_update_stats(input, _NONE if running_mean is None else running_mean, _NONE if running_var is None else running_var, momentum, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('batch_norm_update_stats', 'input: Tensor, running_mean: Tensor | None, running_var: Tensor | None, momentum: float', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_batch_norm_update_stats', input, running_mean, running_var)
+    return tuple(_adopt_all(out, written.value))
+
+
 _f_pairwise_distance = _lib.tr_tensor_pairwise_distance
 
 
@@ -8674,6 +11261,27 @@ def pairwise_distance(x1, x2, p, eps, keepdim):
         raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_pairwise_distance', x1, x2)
+    return out
+
+
+_f_cdist = _lib.tr_tensor_cdist
+
+
+def cdist(x1, x2, p, compute_mode):
+    """`cdist(Tensor x1, Tensor x2, float p=2, int? compute_mode=None) -> Tensor`
+
+    cdist(x1: Tensor, x2: Tensor, p: float, compute_mode: int | None) -> Tensor   [C: tr_tensor_cdist]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_cdist(x1, x2, p, _opt(compute_mode, _c_int64), out)
+    except _CArgumentError as e:
+        raise _bad_call('cdist', 'x1: Tensor, x2: Tensor, p: float, compute_mode: int | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_cdist', x1, x2)
     return out
 
 
@@ -9161,6 +11769,453 @@ def deg2rad_(input):
     return input
 
 
+_f_scalar_tensor = _lib.tr_tensor_scalar_tensor
+
+
+def scalar_tensor(s, dtype):
+    """`scalar_tensor(Scalar s, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    scalar_tensor(s: int | float | bool, dtype: DType | None) -> Tensor   [C: tr_tensor_scalar_tensor]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_scalar_tensor(_scalar(s, 's'), _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('scalar_tensor', 's: int | float | bool, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_scalar_tensor')
+    return out
+
+
+_f_rand_generator = _lib.tr_tensor_rand_generator
+
+
+def rand_generator(size, dtype):
+    """`rand.generator(SymInt[] size, *, Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    rand_generator(size: int | Sequence[int], dtype: DType | None) -> Tensor   [C: tr_tensor_rand_generator]
+    """
+    size, size_len = _i64s(size, 'size')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_rand_generator(size, size_len, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('rand_generator', 'size: int | Sequence[int], dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_rand_generator')
+    return out
+
+
+_f_rand_like = _lib.tr_tensor_rand_like
+
+
+def rand_like(input, dtype):
+    """`rand_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
+
+    rand_like(input: Tensor, dtype: DType | None) -> Tensor   [C: tr_tensor_rand_like]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_rand_like(input, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('rand_like', 'input: Tensor, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_rand_like', input)
+    return out
+
+
+_f_rand_like_generator = _lib.tr_tensor_rand_like_generator
+
+
+def rand_like_generator(input, dtype):
+    """`rand_like.generator(Tensor self, *, Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
+
+    rand_like_generator(input: Tensor, dtype: DType | None) -> Tensor   [C: tr_tensor_rand_like_generator]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_rand_like_generator(input, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('rand_like_generator', 'input: Tensor, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_rand_like_generator', input)
+    return out
+
+
+_f_randint = _lib.tr_tensor_randint
+
+
+def randint(high, size, dtype):
+    """`randint(SymInt high, SymInt[] size, *, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    randint(high: int, size: int | Sequence[int], dtype: DType | None) -> Tensor   [C: tr_tensor_randint]
+    """
+    size, size_len = _i64s(size, 'size')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_randint(high, size, size_len, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('randint', 'high: int, size: int | Sequence[int], dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_randint')
+    return out
+
+
+_f_randint_generator = _lib.tr_tensor_randint_generator
+
+
+def randint_generator(high, size, dtype):
+    """`randint.generator(SymInt high, SymInt[] size, *, Generator? generator, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    randint_generator(high: int, size: int | Sequence[int], dtype: DType | None) -> Tensor   [C: tr_tensor_randint_generator]
+    """
+    size, size_len = _i64s(size, 'size')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_randint_generator(high, size, size_len, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('randint_generator', 'high: int, size: int | Sequence[int], dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_randint_generator')
+    return out
+
+
+_f_randint_low = _lib.tr_tensor_randint_low
+
+
+def randint_low(low, high, size, dtype):
+    """`randint.low(SymInt low, SymInt high, SymInt[] size, *, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    randint_low(low: int, high: int, size: int | Sequence[int], dtype: DType | None) -> Tensor   [C: tr_tensor_randint_low]
+    """
+    size, size_len = _i64s(size, 'size')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_randint_low(low, high, size, size_len, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('randint_low', 'low: int, high: int, size: int | Sequence[int], dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_randint_low')
+    return out
+
+
+_f_randint_low_generator = _lib.tr_tensor_randint_low_generator
+
+
+def randint_low_generator(low, high, size, dtype):
+    """`randint.low_generator(SymInt low, SymInt high, SymInt[] size, *, Generator? generator, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    randint_low_generator(low: int, high: int, size: int | Sequence[int], dtype: DType | None) -> Tensor   [C: tr_tensor_randint_low_generator]
+    """
+    size, size_len = _i64s(size, 'size')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_randint_low_generator(low, high, size, size_len, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('randint_low_generator', 'low: int, high: int, size: int | Sequence[int], dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_randint_low_generator')
+    return out
+
+
+_f_randint_like = _lib.tr_tensor_randint_like
+
+
+def randint_like(input, high, dtype):
+    """`randint_like(Tensor self, SymInt high, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
+
+    randint_like(input: Tensor, high: int, dtype: DType | None) -> Tensor   [C: tr_tensor_randint_like]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_randint_like(input, high, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('randint_like', 'input: Tensor, high: int, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_randint_like', input)
+    return out
+
+
+_f_randint_like_generator = _lib.tr_tensor_randint_like_generator
+
+
+def randint_like_generator(input, high, dtype):
+    """`randint_like.generator(Tensor self, SymInt high, *, Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
+
+    randint_like_generator(input: Tensor, high: int, dtype: DType | None) -> Tensor   [C: tr_tensor_randint_like_generator]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_randint_like_generator(input, high, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('randint_like_generator', 'input: Tensor, high: int, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_randint_like_generator', input)
+    return out
+
+
+_f_randint_like_tensor = _lib.tr_tensor_randint_like_tensor
+
+
+def randint_like_tensor(input, high, dtype):
+    """`randint_like.Tensor(Tensor self, Tensor high, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
+
+    randint_like_tensor(input: Tensor, high: Tensor, dtype: DType | None) -> Tensor   [C: tr_tensor_randint_like_tensor]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_randint_like_tensor(input, high, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('randint_like_tensor', 'input: Tensor, high: Tensor, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_randint_like_tensor', input, high)
+    return out
+
+
+_f_randint_like_tensor_generator = _lib.tr_tensor_randint_like_tensor_generator
+
+
+def randint_like_tensor_generator(input, high, dtype):
+    """`randint_like.Tensor_generator(Tensor self, Tensor high, *, Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
+
+    randint_like_tensor_generator(input: Tensor, high: Tensor, dtype: DType | None) -> Tensor   [C: tr_tensor_randint_like_tensor_generator]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_randint_like_tensor_generator(input, high, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('randint_like_tensor_generator', 'input: Tensor, high: Tensor, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_randint_like_tensor_generator', input, high)
+    return out
+
+
+_f_randint_like_low_dtype = _lib.tr_tensor_randint_like_low_dtype
+
+
+def randint_like_low_dtype(input, low, high, dtype):
+    """`randint_like.low_dtype(Tensor self, SymInt low, SymInt high, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
+
+    randint_like_low_dtype(input: Tensor, low: int, high: int, dtype: DType | None) -> Tensor   [C: tr_tensor_randint_like_low_dtype]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_randint_like_low_dtype(input, low, high, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('randint_like_low_dtype', 'input: Tensor, low: int, high: int, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_randint_like_low_dtype', input)
+    return out
+
+
+_f_randint_like_low_generator_dtype = _lib.tr_tensor_randint_like_low_generator_dtype
+
+
+def randint_like_low_generator_dtype(input, low, high, dtype):
+    """`randint_like.low_generator_dtype(Tensor self, SymInt low, SymInt high, *, Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
+
+    randint_like_low_generator_dtype(input: Tensor, low: int, high: int, dtype: DType | None) -> Tensor   [C: tr_tensor_randint_like_low_generator_dtype]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_randint_like_low_generator_dtype(input, low, high, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('randint_like_low_generator_dtype', 'input: Tensor, low: int, high: int, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_randint_like_low_generator_dtype', input)
+    return out
+
+
+_f_randn_generator = _lib.tr_tensor_randn_generator
+
+
+def randn_generator(size, dtype):
+    """`randn.generator(SymInt[] size, *, Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    randn_generator(size: int | Sequence[int], dtype: DType | None) -> Tensor   [C: tr_tensor_randn_generator]
+    """
+    size, size_len = _i64s(size, 'size')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_randn_generator(size, size_len, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('randn_generator', 'size: int | Sequence[int], dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_randn_generator')
+    return out
+
+
+_f_randn_like = _lib.tr_tensor_randn_like
+
+
+def randn_like(input, dtype):
+    """`randn_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
+
+    randn_like(input: Tensor, dtype: DType | None) -> Tensor   [C: tr_tensor_randn_like]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_randn_like(input, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('randn_like', 'input: Tensor, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_randn_like', input)
+    return out
+
+
+_f_randn_like_generator = _lib.tr_tensor_randn_like_generator
+
+
+def randn_like_generator(input, dtype):
+    """`randn_like.generator(Tensor self, *, Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
+
+    randn_like_generator(input: Tensor, dtype: DType | None) -> Tensor   [C: tr_tensor_randn_like_generator]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_randn_like_generator(input, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('randn_like_generator', 'input: Tensor, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_randn_like_generator', input)
+    return out
+
+
+_f_randperm = _lib.tr_tensor_randperm
+
+
+def randperm(n, dtype):
+    """`randperm(SymInt n, *, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    randperm(n: int, dtype: DType | None) -> Tensor   [C: tr_tensor_randperm]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_randperm(n, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('randperm', 'n: int, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_randperm')
+    return out
+
+
+_f_randperm_generator = _lib.tr_tensor_randperm_generator
+
+
+def randperm_generator(n, dtype):
+    """`randperm.generator(SymInt n, *, Generator? generator, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    randperm_generator(n: int, dtype: DType | None) -> Tensor   [C: tr_tensor_randperm_generator]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_randperm_generator(n, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('randperm_generator', 'n: int, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_randperm_generator')
+    return out
+
+
+_f_range_step = _lib.tr_tensor_range_step
+
+
+def range_step(start, end, step, dtype):
+    """`range.step(Scalar start, Scalar end, Scalar step=1, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    range_step(start: int | float | bool, end: int | float | bool, step: int | float | bool, dtype: DType | None) -> Tensor   [C: tr_tensor_range_step]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_range_step(_scalar(start, 'start'), _scalar(end, 'end'), _scalar(step, 'step'), _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('range_step', 'start: int | float | bool, end: int | float | bool, step: int | float | bool, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_range_step')
+    return out
+
+
+_f_range = _lib.tr_tensor_range
+
+
+def range(start, end, dtype):
+    """`range(Scalar start, Scalar end, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    range(start: int | float | bool, end: int | float | bool, dtype: DType | None) -> Tensor   [C: tr_tensor_range]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_range(_scalar(start, 'start'), _scalar(end, 'end'), _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('range', 'start: int | float | bool, end: int | float | bool, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_range')
+    return out
+
+
 _f_ravel = _lib.tr_tensor_ravel
 
 
@@ -9303,6 +12358,69 @@ def repeat(input, repeats):
         raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_repeat', input)
+    return out
+
+
+_f_repeat_interleave_tensor = _lib.tr_tensor_repeat_interleave_tensor
+
+
+def repeat_interleave_tensor(repeats, output_size):
+    """`repeat_interleave.Tensor(Tensor repeats, *, SymInt? output_size=None) -> Tensor`
+
+    repeat_interleave_tensor(repeats: Tensor, output_size: int | None) -> Tensor   [C: tr_tensor_repeat_interleave_tensor]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_repeat_interleave_tensor(repeats, _opt(output_size, _c_int64), out)
+    except _CArgumentError as e:
+        raise _bad_call('repeat_interleave_tensor', 'repeats: Tensor, output_size: int | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_repeat_interleave_tensor', repeats)
+    return out
+
+
+_f_repeat_interleave_self_tensor = _lib.tr_tensor_repeat_interleave_self_tensor
+
+
+def repeat_interleave_self_tensor(input, repeats, dim, output_size):
+    """`repeat_interleave.self_Tensor(Tensor self, Tensor repeats, int? dim=None, *, SymInt? output_size=None) -> Tensor`
+
+    repeat_interleave_self_tensor(input: Tensor, repeats: Tensor, dim: int | None, output_size: int | None) -> Tensor   [C: tr_tensor_repeat_interleave_self_tensor]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_repeat_interleave_self_tensor(input, repeats, _opt(dim, _c_int64), _opt(output_size, _c_int64), out)
+    except _CArgumentError as e:
+        raise _bad_call('repeat_interleave_self_tensor', 'input: Tensor, repeats: Tensor, dim: int | None, output_size: int | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_repeat_interleave_self_tensor', input, repeats)
+    return out
+
+
+_f_repeat_interleave_self_int = _lib.tr_tensor_repeat_interleave_self_int
+
+
+def repeat_interleave_self_int(input, repeats, dim, output_size):
+    """`repeat_interleave.self_int(Tensor self, SymInt repeats, int? dim=None, *, SymInt? output_size=None) -> Tensor`
+
+    repeat_interleave_self_int(input: Tensor, repeats: int, dim: int | None, output_size: int | None) -> Tensor   [C: tr_tensor_repeat_interleave_self_int]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_repeat_interleave_self_int(input, repeats, _opt(dim, _c_int64), _opt(output_size, _c_int64), out)
+    except _CArgumentError as e:
+        raise _bad_call('repeat_interleave_self_int', 'input: Tensor, repeats: int, dim: int | None, output_size: int | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_repeat_interleave_self_int', input)
     return out
 
 
@@ -9530,6 +12648,26 @@ def prelu(input, weight):
     if st:
         _fail(st, 'tr_tensor_prelu', input, weight)
     return out
+
+
+_f_gelu_ = _lib.tr_tensor_gelu_
+
+
+def gelu_(input, approximate):
+    """`gelu_(Tensor(a!) self, *, str approximate='none') -> Tensor(a!)`
+
+    gelu_(input: Tensor, approximate: str) -> Tensor   [C: tr_tensor_gelu_]
+    In place: modifies and returns `input`.
+    """
+    try:
+        st = _f_gelu_(input, _c_str(approximate, 'approximate'))
+    except _CArgumentError as e:
+        raise _bad_call('gelu_', 'input: Tensor, approximate: str', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_gelu_', input)
+    return input
 
 
 _f_hardshrink = _lib.tr_tensor_hardshrink
@@ -9778,6 +12916,47 @@ def sigmoid_(input):
     return input
 
 
+_f_logit = _lib.tr_tensor_logit
+
+
+def logit(input, eps):
+    """`logit(Tensor self, float? eps=None) -> Tensor`
+
+    logit(input: Tensor, eps: float | None) -> Tensor   [C: tr_tensor_logit]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_logit(input, _opt(eps, _c_double), out)
+    except _CArgumentError as e:
+        raise _bad_call('logit', 'input: Tensor, eps: float | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_logit', input)
+    return out
+
+
+_f_logit_ = _lib.tr_tensor_logit_
+
+
+def logit_(input, eps):
+    """`logit_(Tensor(a!) self, float? eps=None) -> Tensor(a!)`
+
+    logit_(input: Tensor, eps: float | None) -> Tensor   [C: tr_tensor_logit_]
+    In place: modifies and returns `input`.
+    """
+    try:
+        st = _f_logit_(input, _opt(eps, _c_double))
+    except _CArgumentError as e:
+        raise _bad_call('logit_', 'input: Tensor, eps: float | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_logit_', input)
+    return input
+
+
 _f_sin = _lib.tr_tensor_sin
 
 
@@ -9921,6 +13100,149 @@ def detach_(input):
     return input
 
 
+_f_size_int = _lib.tr_tensor_size_int
+
+
+def size_int(input, dim):
+    """`size.int(Tensor self, int dim) -> int`
+
+    size_int(input: Tensor, dim: int) -> int   [C: tr_tensor_size_int]
+    """
+    out = _c_int64()
+    try:
+        st = _f_size_int(input, dim, out)
+    except _CArgumentError as e:
+        raise _bad_call('size_int', 'input: Tensor, dim: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_size_int', input)
+    return out.value
+
+
+_f_sym_size_int = _lib.tr_tensor_sym_size_int
+
+
+def sym_size_int(input, dim):
+    """`sym_size.int(Tensor self, int dim) -> SymInt`
+
+    sym_size_int(input: Tensor, dim: int) -> int   [C: tr_tensor_sym_size_int]
+    """
+    out = _c_int64()
+    try:
+        st = _f_sym_size_int(input, dim, out)
+    except _CArgumentError as e:
+        raise _bad_call('sym_size_int', 'input: Tensor, dim: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_sym_size_int', input)
+    return out.value
+
+
+_f_sym_numel = _lib.tr_tensor_sym_numel
+
+
+def sym_numel(input):
+    """`sym_numel(Tensor self) -> SymInt`
+
+    sym_numel(input: Tensor) -> int   [C: tr_tensor_sym_numel]
+    """
+    out = _c_int64()
+    try:
+        st = _f_sym_numel(input, out)
+    except _CArgumentError as e:
+        raise _bad_call('sym_numel', 'input: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_sym_numel', input)
+    return out.value
+
+
+_f_sym_storage_offset = _lib.tr_tensor_sym_storage_offset
+
+
+def sym_storage_offset(input):
+    """`sym_storage_offset(Tensor self) -> SymInt`
+
+    sym_storage_offset(input: Tensor) -> int   [C: tr_tensor_sym_storage_offset]
+    """
+    out = _c_int64()
+    try:
+        st = _f_sym_storage_offset(input, out)
+    except _CArgumentError as e:
+        raise _bad_call('sym_storage_offset', 'input: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_sym_storage_offset', input)
+    return out.value
+
+
+_f_slice_tensor = _lib.tr_tensor_slice_tensor
+
+
+def slice_tensor(input, dim, start, end, step):
+    """`slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a)`
+
+    slice_tensor(input: Tensor, dim: int, start: int | None, end: int | None, step: int) -> Tensor   [C: tr_tensor_slice_tensor]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_slice_tensor(input, dim, _opt(start, _c_int64), _opt(end, _c_int64), step, out)
+    except _CArgumentError as e:
+        raise _bad_call('slice_tensor', 'input: Tensor, dim: int, start: int | None, end: int | None, step: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_slice_tensor', input)
+    return out
+
+
+_f_slice_inverse = _lib.tr_tensor_slice_inverse
+
+
+def slice_inverse(input, src, dim, start, end, step):
+    """`slice_inverse(Tensor(a) self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a)`
+
+    slice_inverse(input: Tensor, src: Tensor, dim: int, start: int | None, end: int | None, step: int) -> Tensor   [C: tr_tensor_slice_inverse]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_slice_inverse(input, src, dim, _opt(start, _c_int64), _opt(end, _c_int64), step, out)
+    except _CArgumentError as e:
+        raise _bad_call('slice_inverse', 'input: Tensor, src: Tensor, dim: int, start: int | None, end: int | None, step: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_slice_inverse', input, src)
+    return out
+
+
+_f_slice_scatter = _lib.tr_tensor_slice_scatter
+
+
+def slice_scatter(input, src, dim, start, end, step):
+    """`slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor`
+
+    slice_scatter(input: Tensor, src: Tensor, dim: int, start: int | None, end: int | None, step: int) -> Tensor   [C: tr_tensor_slice_scatter]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_slice_scatter(input, src, dim, _opt(start, _c_int64), _opt(end, _c_int64), step, out)
+    except _CArgumentError as e:
+        raise _bad_call('slice_scatter', 'input: Tensor, src: Tensor, dim: int, start: int | None, end: int | None, step: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_slice_scatter', input, src)
+    return out
+
+
 _f_select_scatter = _lib.tr_tensor_select_scatter
 
 
@@ -9963,6 +13285,29 @@ def diagonal_scatter(input, src, offset, dim1, dim2):
     return out
 
 
+_f_as_strided_scatter = _lib.tr_tensor_as_strided_scatter
+
+
+def as_strided_scatter(input, src, size, stride, storage_offset):
+    """`as_strided_scatter(Tensor self, Tensor src, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) -> Tensor`
+
+    as_strided_scatter(input: Tensor, src: Tensor, size: int | Sequence[int], stride: int | Sequence[int], storage_offset: int | None) -> Tensor   [C: tr_tensor_as_strided_scatter]
+    """
+    size, size_len = _i64s(size, 'size')
+    stride, stride_len = _i64s(stride, 'stride')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_as_strided_scatter(input, src, size, size_len, stride, stride_len, _opt(storage_offset, _c_int64), out)
+    except _CArgumentError as e:
+        raise _bad_call('as_strided_scatter', 'input: Tensor, src: Tensor, size: int | Sequence[int], stride: int | Sequence[int], storage_offset: int | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_as_strided_scatter', input, src)
+    return out
+
+
 _f_smm = _lib.tr_tensor_smm
 
 
@@ -9982,6 +13327,297 @@ def smm(input, mat2):
     if st:
         _fail(st, 'tr_tensor_smm', input, mat2)
     return out
+
+
+_f_softmax_int = _lib.tr_tensor_softmax_int
+
+
+def softmax_int(input, dim, dtype):
+    """`softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor`
+
+    softmax_int(input: Tensor, dim: int, dtype: DType | None) -> Tensor   [C: tr_tensor_softmax_int]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_softmax_int(input, dim, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('softmax_int', 'input: Tensor, dim: int, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_softmax_int', input)
+    return out
+
+
+_f_unsafe_split_tensor = _lib.tr_tensor_unsafe_split_tensor
+
+
+def unsafe_split_tensor(input, split_size, dim):
+    """`unsafe_split.Tensor(Tensor self, SymInt split_size, int dim=0) -> Tensor[]`
+
+    unsafe_split_tensor(input: Tensor, split_size: int, dim: int) -> list[Tensor]   [C: tr_tensor_unsafe_split_tensor]
+    """
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_unsafe_split_tensor(input, split_size, dim, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('unsafe_split_tensor', 'input: Tensor, split_size: int, dim: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_unsafe_split_tensor(input, split_size, dim, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_unsafe_split_tensor', input)
+    return list(_adopt_all(out, written.value))
+
+
+_f_split_tensor = _lib.tr_tensor_split_tensor
+
+
+def split_tensor(input, split_size, dim):
+    """`split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]`
+
+    split_tensor(input: Tensor, split_size: int, dim: int) -> list[Tensor]   [C: tr_tensor_split_tensor]
+    """
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_split_tensor(input, split_size, dim, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('split_tensor', 'input: Tensor, split_size: int, dim: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_split_tensor(input, split_size, dim, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_split_tensor', input)
+    return list(_adopt_all(out, written.value))
+
+
+_f_split_sizes = _lib.tr_tensor_split_sizes
+
+
+def split_sizes(input, split_size, dim):
+    """`split.sizes(Tensor(a -> *) self, SymInt[] split_size, int dim=0) -> Tensor(a)[]`
+
+    split_sizes(input: Tensor, split_size: int | Sequence[int], dim: int) -> list[Tensor]   [C: tr_tensor_split_sizes]
+    """
+    split_size, split_size_len = _i64s(split_size, 'split_size')
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_split_sizes(input, split_size, split_size_len, dim, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('split_sizes', 'input: Tensor, split_size: int | Sequence[int], dim: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_split_sizes(input, split_size, split_size_len, dim, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_split_sizes', input)
+    return list(_adopt_all(out, written.value))
+
+
+_f_unsafe_split_with_sizes = _lib.tr_tensor_unsafe_split_with_sizes
+
+
+def unsafe_split_with_sizes(input, split_sizes, dim):
+    """`unsafe_split_with_sizes(Tensor self, SymInt[] split_sizes, int dim=0) -> Tensor[]`
+
+    unsafe_split_with_sizes(input: Tensor, split_sizes: int | Sequence[int], dim: int) -> list[Tensor]   [C: tr_tensor_unsafe_split_with_sizes]
+    """
+    split_sizes, split_sizes_len = _i64s(split_sizes, 'split_sizes')
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_unsafe_split_with_sizes(input, split_sizes, split_sizes_len, dim, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('unsafe_split_with_sizes', 'input: Tensor, split_sizes: int | Sequence[int], dim: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_unsafe_split_with_sizes(input, split_sizes, split_sizes_len, dim, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_unsafe_split_with_sizes', input)
+    return list(_adopt_all(out, written.value))
+
+
+_f_split_with_sizes = _lib.tr_tensor_split_with_sizes
+
+
+def split_with_sizes(input, split_sizes, dim):
+    """`split_with_sizes(Tensor(a -> *) self, SymInt[] split_sizes, int dim=0) -> Tensor(a)[]`
+
+    split_with_sizes(input: Tensor, split_sizes: int | Sequence[int], dim: int) -> list[Tensor]   [C: tr_tensor_split_with_sizes]
+    """
+    split_sizes, split_sizes_len = _i64s(split_sizes, 'split_sizes')
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_split_with_sizes(input, split_sizes, split_sizes_len, dim, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('split_with_sizes', 'input: Tensor, split_sizes: int | Sequence[int], dim: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_split_with_sizes(input, split_sizes, split_sizes_len, dim, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_split_with_sizes', input)
+    return list(_adopt_all(out, written.value))
+
+
+_f_hsplit_int = _lib.tr_tensor_hsplit_int
+
+
+def hsplit_int(input, sections):
+    """`hsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]`
+
+    hsplit_int(input: Tensor, sections: int) -> list[Tensor]   [C: tr_tensor_hsplit_int]
+    """
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_hsplit_int(input, sections, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('hsplit_int', 'input: Tensor, sections: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_hsplit_int(input, sections, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_hsplit_int', input)
+    return list(_adopt_all(out, written.value))
+
+
+_f_hsplit_array = _lib.tr_tensor_hsplit_array
+
+
+def hsplit_array(input, indices):
+    """`hsplit.array(Tensor(a -> *) self, int[] indices) -> Tensor(a)[]`
+
+    hsplit_array(input: Tensor, indices: int | Sequence[int]) -> list[Tensor]   [C: tr_tensor_hsplit_array]
+    """
+    indices, indices_len = _i64s(indices, 'indices')
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_hsplit_array(input, indices, indices_len, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('hsplit_array', 'input: Tensor, indices: int | Sequence[int]', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_hsplit_array(input, indices, indices_len, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_hsplit_array', input)
+    return list(_adopt_all(out, written.value))
+
+
+_f_vsplit_int = _lib.tr_tensor_vsplit_int
+
+
+def vsplit_int(input, sections):
+    """`vsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]`
+
+    vsplit_int(input: Tensor, sections: int) -> list[Tensor]   [C: tr_tensor_vsplit_int]
+    """
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_vsplit_int(input, sections, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('vsplit_int', 'input: Tensor, sections: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_vsplit_int(input, sections, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_vsplit_int', input)
+    return list(_adopt_all(out, written.value))
+
+
+_f_vsplit_array = _lib.tr_tensor_vsplit_array
+
+
+def vsplit_array(input, indices):
+    """`vsplit.array(Tensor(a -> *) self, int[] indices) -> Tensor(a)[]`
+
+    vsplit_array(input: Tensor, indices: int | Sequence[int]) -> list[Tensor]   [C: tr_tensor_vsplit_array]
+    """
+    indices, indices_len = _i64s(indices, 'indices')
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_vsplit_array(input, indices, indices_len, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('vsplit_array', 'input: Tensor, indices: int | Sequence[int]', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_vsplit_array(input, indices, indices_len, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_vsplit_array', input)
+    return list(_adopt_all(out, written.value))
+
+
+_f_dsplit_int = _lib.tr_tensor_dsplit_int
+
+
+def dsplit_int(input, sections):
+    """`dsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]`
+
+    dsplit_int(input: Tensor, sections: int) -> list[Tensor]   [C: tr_tensor_dsplit_int]
+    """
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_dsplit_int(input, sections, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('dsplit_int', 'input: Tensor, sections: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_dsplit_int(input, sections, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_dsplit_int', input)
+    return list(_adopt_all(out, written.value))
+
+
+_f_dsplit_array = _lib.tr_tensor_dsplit_array
+
+
+def dsplit_array(input, indices):
+    """`dsplit.array(Tensor(a -> *) self, int[] indices) -> Tensor(a)[]`
+
+    dsplit_array(input: Tensor, indices: int | Sequence[int]) -> list[Tensor]   [C: tr_tensor_dsplit_array]
+    """
+    indices, indices_len = _i64s(indices, 'indices')
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_dsplit_array(input, indices, indices_len, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('dsplit_array', 'input: Tensor, indices: int | Sequence[int]', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_dsplit_array(input, indices, indices_len, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_dsplit_array', input)
+    return list(_adopt_all(out, written.value))
 
 
 _f_squeeze_dim = _lib.tr_tensor_squeeze_dim
@@ -10175,6 +13811,153 @@ def dstack(tensors):
     return out
 
 
+_f_stft = _lib.tr_tensor_stft
+
+
+def stft(input, n_fft, hop_length, win_length, window, normalized, onesided, return_complex, align_to_window):
+    """`stft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool normalized=False, bool? onesided=None, bool? return_complex=None, bool? align_to_window=None) -> Tensor`
+
+    stft(input: Tensor, n_fft: int, hop_length: int | None, win_length: int | None, window: Tensor | None, normalized: bool, onesided: bool | None, return_complex: bool | None, align_to_window: bool | None) -> Tensor   [C: tr_tensor_stft]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_stft(input, n_fft, _opt(hop_length, _c_int64), _opt(win_length, _c_int64), _NONE if window is None else window, normalized, _opt(onesided, _c_bool), _opt(return_complex, _c_bool), _opt(align_to_window, _c_bool), out)
+    except _CArgumentError as e:
+        raise _bad_call('stft', 'input: Tensor, n_fft: int, hop_length: int | None, win_length: int | None, window: Tensor | None, normalized: bool, onesided: bool | None, return_complex: bool | None, align_to_window: bool | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_stft', input, window)
+    return out
+
+
+_f_stft_center = _lib.tr_tensor_stft_center
+
+
+def stft_center(input, n_fft, hop_length, win_length, window, center, pad_mode, normalized, onesided, return_complex, align_to_window):
+    """`stft.center(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool center=True, str pad_mode="reflect", bool normalized=False, bool? onesided=None, bool? return_complex=None, bool? align_to_window=None) -> Tensor`
+
+    stft_center(input: Tensor, n_fft: int, hop_length: int | None, win_length: int | None, window: Tensor | None, center: bool, pad_mode: str, normalized: bool, onesided: bool | None, return_complex: bool | None, align_to_window: bool | None) -> Tensor   [C: tr_tensor_stft_center]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_stft_center(input, n_fft, _opt(hop_length, _c_int64), _opt(win_length, _c_int64), _NONE if window is None else window, center, _c_str(pad_mode, 'pad_mode'), normalized, _opt(onesided, _c_bool), _opt(return_complex, _c_bool), _opt(align_to_window, _c_bool), out)
+    except _CArgumentError as e:
+        raise _bad_call('stft_center', 'input: Tensor, n_fft: int, hop_length: int | None, win_length: int | None, window: Tensor | None, center: bool, pad_mode: str, normalized: bool, onesided: bool | None, return_complex: bool | None, align_to_window: bool | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_stft_center', input, window)
+    return out
+
+
+_f_istft = _lib.tr_tensor_istft
+
+
+def istft(input, n_fft, hop_length, win_length, window, center, normalized, onesided, length, return_complex):
+    """`istft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool center=True, bool normalized=False, bool? onesided=None, int? length=None, bool return_complex=False) -> Tensor`
+
+    istft(input: Tensor, n_fft: int, hop_length: int | None, win_length: int | None, window: Tensor | None, center: bool, normalized: bool, onesided: bool | None, length: int | None, return_complex: bool) -> Tensor   [C: tr_tensor_istft]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_istft(input, n_fft, _opt(hop_length, _c_int64), _opt(win_length, _c_int64), _NONE if window is None else window, center, normalized, _opt(onesided, _c_bool), _opt(length, _c_int64), return_complex, out)
+    except _CArgumentError as e:
+        raise _bad_call('istft', 'input: Tensor, n_fft: int, hop_length: int | None, win_length: int | None, window: Tensor | None, center: bool, normalized: bool, onesided: bool | None, length: int | None, return_complex: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_istft', input, window)
+    return out
+
+
+_f_stride_int = _lib.tr_tensor_stride_int
+
+
+def stride_int(input, dim):
+    """`stride.int(Tensor self, int dim) -> int`
+
+    stride_int(input: Tensor, dim: int) -> int   [C: tr_tensor_stride_int]
+    """
+    out = _c_int64()
+    try:
+        st = _f_stride_int(input, dim, out)
+    except _CArgumentError as e:
+        raise _bad_call('stride_int', 'input: Tensor, dim: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_stride_int', input)
+    return out.value
+
+
+_f_sym_stride_int = _lib.tr_tensor_sym_stride_int
+
+
+def sym_stride_int(input, dim):
+    """`sym_stride.int(Tensor self, int dim) -> SymInt`
+
+    sym_stride_int(input: Tensor, dim: int) -> int   [C: tr_tensor_sym_stride_int]
+    """
+    out = _c_int64()
+    try:
+        st = _f_sym_stride_int(input, dim, out)
+    except _CArgumentError as e:
+        raise _bad_call('sym_stride_int', 'input: Tensor, dim: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_sym_stride_int', input)
+    return out.value
+
+
+_f_sum_dim_intlist = _lib.tr_tensor_sum_dim_intlist
+
+
+def sum_dim_intlist(input, dim, keepdim, dtype):
+    """`sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`
+
+    sum_dim_intlist(input: Tensor, dim: int | Sequence[int] | None, keepdim: bool, dtype: DType | None) -> Tensor   [C: tr_tensor_sum_dim_intlist]
+    """
+    dim, dim_len = _opt_i64s(dim, 'dim')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_sum_dim_intlist(input, dim, dim_len, keepdim, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('sum_dim_intlist', 'input: Tensor, dim: int | Sequence[int] | None, keepdim: bool, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_sum_dim_intlist', input)
+    return out
+
+
+_f_nansum = _lib.tr_tensor_nansum
+
+
+def nansum(input, dim, keepdim, dtype):
+    """`nansum(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`
+
+    nansum(input: Tensor, dim: int | Sequence[int] | None, keepdim: bool, dtype: DType | None) -> Tensor   [C: tr_tensor_nansum]
+    """
+    dim, dim_len = _opt_i64s(dim, 'dim')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_nansum(input, dim, dim_len, keepdim, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('nansum', 'input: Tensor, dim: int | Sequence[int] | None, keepdim: bool, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_nansum', input)
+    return out
+
+
 _f_hash_tensor = _lib.tr_tensor_hash_tensor
 
 
@@ -10298,6 +14081,157 @@ def std(input, unbiased):
         raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_std', input)
+    return out
+
+
+_f_std_dim = _lib.tr_tensor_std_dim
+
+
+def std_dim(input, dim, unbiased, keepdim):
+    """`std.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor`
+
+    std_dim(input: Tensor, dim: int | Sequence[int] | None, unbiased: bool, keepdim: bool) -> Tensor   [C: tr_tensor_std_dim]
+    """
+    dim, dim_len = _opt_i64s(dim, 'dim')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_std_dim(input, dim, dim_len, unbiased, keepdim, out)
+    except _CArgumentError as e:
+        raise _bad_call('std_dim', 'input: Tensor, dim: int | Sequence[int] | None, unbiased: bool, keepdim: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_std_dim', input)
+    return out
+
+
+_f_std_correction = _lib.tr_tensor_std_correction
+
+
+def std_correction(input, dim, correction, keepdim):
+    """`std.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> Tensor`
+
+    std_correction(input: Tensor, dim: int | Sequence[int] | None, correction: int | float | bool | None, keepdim: bool) -> Tensor   [C: tr_tensor_std_correction]
+    """
+    dim, dim_len = _opt_i64s(dim, 'dim')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_std_correction(input, dim, dim_len, _opt_scalar(correction, 'correction'), keepdim, out)
+    except _CArgumentError as e:
+        raise _bad_call('std_correction', 'input: Tensor, dim: int | Sequence[int] | None, correction: int | float | bool | None, keepdim: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_std_correction', input)
+    return out
+
+
+_f_std_mean = _lib.tr_tensor_std_mean
+
+
+def std_mean(input, unbiased):
+    """`std_mean(Tensor self, bool unbiased=True) -> (Tensor, Tensor)`
+
+    std_mean(input: Tensor, unbiased: bool) -> tuple[Tensor, Tensor]   [C: tr_tensor_std_mean]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_std_mean(input, unbiased, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('std_mean', 'input: Tensor, unbiased: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_std_mean', input)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_std_mean_dim = _lib.tr_tensor_std_mean_dim
+
+
+def std_mean_dim(input, dim, unbiased, keepdim):
+    """`std_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> (Tensor, Tensor)`
+
+    std_mean_dim(input: Tensor, dim: int | Sequence[int] | None, unbiased: bool, keepdim: bool) -> tuple[Tensor, Tensor]   [C: tr_tensor_std_mean_dim]
+    """
+    dim, dim_len = _opt_i64s(dim, 'dim')
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_std_mean_dim(input, dim, dim_len, unbiased, keepdim, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('std_mean_dim', 'input: Tensor, dim: int | Sequence[int] | None, unbiased: bool, keepdim: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_std_mean_dim', input)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_std_mean_correction = _lib.tr_tensor_std_mean_correction
+
+
+def std_mean_correction(input, dim, correction, keepdim):
+    """`std_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> (Tensor, Tensor)`
+
+    std_mean_correction(input: Tensor, dim: int | Sequence[int] | None, correction: int | float | bool | None, keepdim: bool) -> tuple[Tensor, Tensor]   [C: tr_tensor_std_mean_correction]
+    """
+    dim, dim_len = _opt_i64s(dim, 'dim')
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_std_mean_correction(input, dim, dim_len, _opt_scalar(correction, 'correction'), keepdim, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('std_mean_correction', 'input: Tensor, dim: int | Sequence[int] | None, correction: int | float | bool | None, keepdim: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_std_mean_correction', input)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_prod = _lib.tr_tensor_prod
+
+
+def prod(input, dtype):
+    """`prod(Tensor self, *, ScalarType? dtype=None) -> Tensor`
+
+    prod(input: Tensor, dtype: DType | None) -> Tensor   [C: tr_tensor_prod]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_prod(input, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('prod', 'input: Tensor, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_prod', input)
+    return out
+
+
+_f_prod_dim_int = _lib.tr_tensor_prod_dim_int
+
+
+def prod_dim_int(input, dim, keepdim, dtype):
+    """`prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`
+
+    prod_dim_int(input: Tensor, dim: int, keepdim: bool, dtype: DType | None) -> Tensor   [C: tr_tensor_prod_dim_int]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_prod_dim_int(input, dim, keepdim, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('prod_dim_int', 'input: Tensor, dim: int, keepdim: bool, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_prod_dim_int', input)
     return out
 
 
@@ -10868,6 +14802,69 @@ def type_as(input, other):
     return out
 
 
+_f_unique_dim = _lib.tr_tensor_unique_dim
+
+
+def unique_dim(input, dim, sorted, return_inverse, return_counts):
+    """`unique_dim(Tensor self, int dim, bool sorted=True, bool return_inverse=False, bool return_counts=False) -> (Tensor, Tensor, Tensor)`
+
+    unique_dim(input: Tensor, dim: int, sorted: bool, return_inverse: bool, return_counts: bool) -> tuple[Tensor, Tensor, Tensor]   [C: tr_tensor_unique_dim]
+    """
+    out = (_T * 3)()
+    written = _c_size_t()
+    try:
+        st = _f_unique_dim(input, dim, sorted, return_inverse, return_counts, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('unique_dim', 'input: Tensor, dim: int, sorted: bool, return_inverse: bool, return_counts: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_unique_dim', input)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_unique_consecutive = _lib.tr_tensor_unique_consecutive
+
+
+def unique_consecutive(input, return_inverse, return_counts, dim):
+    """`unique_consecutive(Tensor self, bool return_inverse=False, bool return_counts=False, int? dim=None) -> (Tensor, Tensor, Tensor)`
+
+    unique_consecutive(input: Tensor, return_inverse: bool, return_counts: bool, dim: int | None) -> tuple[Tensor, Tensor, Tensor]   [C: tr_tensor_unique_consecutive]
+    """
+    out = (_T * 3)()
+    written = _c_size_t()
+    try:
+        st = _f_unique_consecutive(input, return_inverse, return_counts, _opt(dim, _c_int64), out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('unique_consecutive', 'input: Tensor, return_inverse: bool, return_counts: bool, dim: int | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_unique_consecutive', input)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_unique_dim_consecutive = _lib.tr_tensor_unique_dim_consecutive
+
+
+def unique_dim_consecutive(input, dim, return_inverse, return_counts):
+    """`unique_dim_consecutive(Tensor self, int dim, bool return_inverse=False, bool return_counts=False) -> (Tensor, Tensor, Tensor)`
+
+    unique_dim_consecutive(input: Tensor, dim: int, return_inverse: bool, return_counts: bool) -> tuple[Tensor, Tensor, Tensor]   [C: tr_tensor_unique_dim_consecutive]
+    """
+    out = (_T * 3)()
+    written = _c_size_t()
+    try:
+        st = _f_unique_dim_consecutive(input, dim, return_inverse, return_counts, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('unique_dim_consecutive', 'input: Tensor, dim: int, return_inverse: bool, return_counts: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_unique_dim_consecutive', input)
+    return tuple(_adopt_all(out, written.value))
+
+
 _f_unsqueeze_ = _lib.tr_tensor_unsqueeze_
 
 
@@ -10886,6 +14883,27 @@ def unsqueeze_(input, dim):
     if st:
         _fail(st, 'tr_tensor_unsqueeze_', input)
     return input
+
+
+_f_vander = _lib.tr_tensor_vander
+
+
+def vander(x, n, increasing):
+    """`vander(Tensor x, int? N=None, bool increasing=False) -> Tensor`
+
+    vander(x: Tensor, n: int | None, increasing: bool) -> Tensor   [C: tr_tensor_vander]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_vander(x, _opt(n, _c_int64), increasing, out)
+    except _CArgumentError as e:
+        raise _bad_call('vander', 'x: Tensor, n: int | None, increasing: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_vander', x)
+    return out
 
 
 _f_var = _lib.tr_tensor_var
@@ -10907,6 +14925,115 @@ def var(input, unbiased):
     if st:
         _fail(st, 'tr_tensor_var', input)
     return out
+
+
+_f_var_dim = _lib.tr_tensor_var_dim
+
+
+def var_dim(input, dim, unbiased, keepdim):
+    """`var.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor`
+
+    var_dim(input: Tensor, dim: int | Sequence[int] | None, unbiased: bool, keepdim: bool) -> Tensor   [C: tr_tensor_var_dim]
+    """
+    dim, dim_len = _opt_i64s(dim, 'dim')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_var_dim(input, dim, dim_len, unbiased, keepdim, out)
+    except _CArgumentError as e:
+        raise _bad_call('var_dim', 'input: Tensor, dim: int | Sequence[int] | None, unbiased: bool, keepdim: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_var_dim', input)
+    return out
+
+
+_f_var_correction = _lib.tr_tensor_var_correction
+
+
+def var_correction(input, dim, correction, keepdim):
+    """`var.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> Tensor`
+
+    var_correction(input: Tensor, dim: int | Sequence[int] | None, correction: int | float | bool | None, keepdim: bool) -> Tensor   [C: tr_tensor_var_correction]
+    """
+    dim, dim_len = _opt_i64s(dim, 'dim')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_var_correction(input, dim, dim_len, _opt_scalar(correction, 'correction'), keepdim, out)
+    except _CArgumentError as e:
+        raise _bad_call('var_correction', 'input: Tensor, dim: int | Sequence[int] | None, correction: int | float | bool | None, keepdim: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_var_correction', input)
+    return out
+
+
+_f_var_mean = _lib.tr_tensor_var_mean
+
+
+def var_mean(input, unbiased):
+    """`var_mean(Tensor self, bool unbiased=True) -> (Tensor, Tensor)`
+
+    var_mean(input: Tensor, unbiased: bool) -> tuple[Tensor, Tensor]   [C: tr_tensor_var_mean]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_var_mean(input, unbiased, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('var_mean', 'input: Tensor, unbiased: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_var_mean', input)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_var_mean_dim = _lib.tr_tensor_var_mean_dim
+
+
+def var_mean_dim(input, dim, unbiased, keepdim):
+    """`var_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> (Tensor, Tensor)`
+
+    var_mean_dim(input: Tensor, dim: int | Sequence[int] | None, unbiased: bool, keepdim: bool) -> tuple[Tensor, Tensor]   [C: tr_tensor_var_mean_dim]
+    """
+    dim, dim_len = _opt_i64s(dim, 'dim')
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_var_mean_dim(input, dim, dim_len, unbiased, keepdim, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('var_mean_dim', 'input: Tensor, dim: int | Sequence[int] | None, unbiased: bool, keepdim: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_var_mean_dim', input)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_var_mean_correction = _lib.tr_tensor_var_mean_correction
+
+
+def var_mean_correction(input, dim, correction, keepdim):
+    """`var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> (Tensor, Tensor)`
+
+    var_mean_correction(input: Tensor, dim: int | Sequence[int] | None, correction: int | float | bool | None, keepdim: bool) -> tuple[Tensor, Tensor]   [C: tr_tensor_var_mean_correction]
+    """
+    dim, dim_len = _opt_i64s(dim, 'dim')
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_var_mean_correction(input, dim, dim_len, _opt_scalar(correction, 'correction'), keepdim, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('var_mean_correction', 'input: Tensor, dim: int | Sequence[int] | None, correction: int | float | bool | None, keepdim: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_var_mean_correction', input)
+    return tuple(_adopt_all(out, written.value))
 
 
 _f_view_as = _lib.tr_tensor_view_as
@@ -10993,6 +15120,30 @@ def where_scalar(condition, input, other):
     return out
 
 
+_f_where = _lib.tr_tensor_where
+
+
+def where(condition):
+    """`where(Tensor condition) -> Tensor[]`
+
+    where(condition: Tensor) -> list[Tensor]   [C: tr_tensor_where]
+    """
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_where(condition, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('where', 'condition: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_where(condition, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_where', condition)
+    return list(_adopt_all(out, written.value))
+
+
 _f_norm_except_dim = _lib.tr_tensor_norm_except_dim
 
 
@@ -11056,6 +15207,27 @@ def binomial(count, prob):
     return out
 
 
+_f_norm_scalaropt_dtype = _lib.tr_tensor_norm_scalaropt_dtype
+
+
+def norm_scalaropt_dtype(input, p, dtype):
+    """`norm.ScalarOpt_dtype(Tensor self, Scalar? p, *, ScalarType dtype) -> Tensor`
+
+    norm_scalaropt_dtype(input: Tensor, p: int | float | bool | None, dtype: DType) -> Tensor   [C: tr_tensor_norm_scalaropt_dtype]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_norm_scalaropt_dtype(input, _opt_scalar(p, 'p'), _code(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('norm_scalaropt_dtype', 'input: Tensor, p: int | float | bool | None, dtype: DType', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_norm_scalaropt_dtype', input)
+    return out
+
+
 _f_norm_scalar = _lib.tr_tensor_norm_scalar
 
 
@@ -11075,6 +15247,71 @@ def norm_scalar(input, p):
     if st:
         _fail(st, 'tr_tensor_norm_scalar', input)
     return out
+
+
+_f_norm_scalaropt_dim_dtype = _lib.tr_tensor_norm_scalaropt_dim_dtype
+
+
+def norm_scalaropt_dim_dtype(input, p, dim, keepdim, dtype):
+    """`norm.ScalarOpt_dim_dtype(Tensor self, Scalar? p, int[1] dim, bool keepdim, *, ScalarType dtype) -> Tensor`
+
+    norm_scalaropt_dim_dtype(input: Tensor, p: int | float | bool | None, dim: int | Sequence[int], keepdim: bool, dtype: DType) -> Tensor   [C: tr_tensor_norm_scalaropt_dim_dtype]
+    """
+    dim, dim_len = _i64s(dim, 'dim')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_norm_scalaropt_dim_dtype(input, _opt_scalar(p, 'p'), dim, dim_len, keepdim, _code(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('norm_scalaropt_dim_dtype', 'input: Tensor, p: int | float | bool | None, dim: int | Sequence[int], keepdim: bool, dtype: DType', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_norm_scalaropt_dim_dtype', input)
+    return out
+
+
+_f_norm_scalaropt_dim = _lib.tr_tensor_norm_scalaropt_dim
+
+
+def norm_scalaropt_dim(input, p, dim, keepdim):
+    """`norm.ScalarOpt_dim(Tensor self, Scalar? p, int[1] dim, bool keepdim=False) -> Tensor`
+
+    norm_scalaropt_dim(input: Tensor, p: int | float | bool | None, dim: int | Sequence[int], keepdim: bool) -> Tensor   [C: tr_tensor_norm_scalaropt_dim]
+    """
+    dim, dim_len = _i64s(dim, 'dim')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_norm_scalaropt_dim(input, _opt_scalar(p, 'p'), dim, dim_len, keepdim, out)
+    except _CArgumentError as e:
+        raise _bad_call('norm_scalaropt_dim', 'input: Tensor, p: int | float | bool | None, dim: int | Sequence[int], keepdim: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_norm_scalaropt_dim', input)
+    return out
+
+
+_f_frexp_tensor = _lib.tr_tensor_frexp_tensor
+
+
+def frexp_tensor(input):
+    """`frexp.Tensor(Tensor self) -> (Tensor mantissa, Tensor exponent)`
+
+    frexp_tensor(input: Tensor) -> tuple[Tensor, Tensor]   [C: tr_tensor_frexp_tensor]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_frexp_tensor(input, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('frexp_tensor', 'input: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_frexp_tensor', input)
+    return tuple(_adopt_all(out, written.value))
 
 
 _f_frobenius_norm_dim = _lib.tr_tensor_frobenius_norm_dim
@@ -11430,6 +15667,72 @@ def addmm_(input, mat1, mat2, beta, alpha):
     return input
 
 
+_f_unbind_int = _lib.tr_tensor_unbind_int
+
+
+def unbind_int(input, dim):
+    """`unbind.int(Tensor(a -> *) self, int dim=0) -> Tensor(a)[]`
+
+    unbind_int(input: Tensor, dim: int) -> list[Tensor]   [C: tr_tensor_unbind_int]
+    """
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_unbind_int(input, dim, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('unbind_int', 'input: Tensor, dim: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_unbind_int(input, dim, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_unbind_int', input)
+    return list(_adopt_all(out, written.value))
+
+
+_f_choose_qparams_optimized = _lib.tr_tensor_choose_qparams_optimized
+
+
+def choose_qparams_optimized(input, numel, n_bins, ratio, bit_width):
+    """`choose_qparams_optimized(Tensor input, int numel, int n_bins, float ratio, int bit_width) -> (Tensor, Tensor)`
+
+    choose_qparams_optimized(input: Tensor, numel: int, n_bins: int, ratio: float, bit_width: int) -> tuple[Tensor, Tensor]   [C: tr_tensor_choose_qparams_optimized]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_choose_qparams_optimized(input, numel, n_bins, ratio, bit_width, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('choose_qparams_optimized', 'input: Tensor, numel: int, n_bins: int, ratio: float, bit_width: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_choose_qparams_optimized', input)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_to_dtype_layout = _lib.tr_tensor_to_dtype_layout
+
+
+def to_dtype_layout(input, dtype, non_blocking, copy):
+    """`to.dtype_layout(Tensor(a) self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor(a)`
+
+    to_dtype_layout(input: Tensor, dtype: DType | None, non_blocking: bool, copy: bool) -> Tensor   [C: tr_tensor_to_dtype_layout]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_to_dtype_layout(input, _opt_dtype(dtype), non_blocking, copy, out)
+    except _CArgumentError as e:
+        raise _bad_call('to_dtype_layout', 'input: Tensor, dtype: DType | None, non_blocking: bool, copy: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_to_dtype_layout', input)
+    return out
+
+
 _f_to_other = _lib.tr_tensor_to_other
 
 
@@ -11449,6 +15752,56 @@ def to_other(input, other, non_blocking, copy):
     if st:
         _fail(st, 'tr_tensor_to_other', input, other)
     return out
+
+
+_f_meshgrid = _lib.tr_tensor_meshgrid
+
+
+def meshgrid(tensors):
+    """`meshgrid(Tensor[] tensors) -> Tensor[]`
+
+    meshgrid(tensors: Sequence[Tensor]) -> list[Tensor]   [C: tr_tensor_meshgrid]
+    """
+    tensors, _tensors, _tensors_len = _handles(tensors, 'tensors')
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_meshgrid(_tensors, _tensors_len, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('meshgrid', 'tensors: Sequence[Tensor]', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_meshgrid(_tensors, _tensors_len, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_meshgrid')
+    return list(_adopt_all(out, written.value))
+
+
+_f_meshgrid_indexing = _lib.tr_tensor_meshgrid_indexing
+
+
+def meshgrid_indexing(tensors, indexing):
+    """`meshgrid.indexing(Tensor[] tensors, *, str indexing) -> Tensor[]`
+
+    meshgrid_indexing(tensors: Sequence[Tensor], indexing: str) -> list[Tensor]   [C: tr_tensor_meshgrid_indexing]
+    """
+    tensors, _tensors, _tensors_len = _handles(tensors, 'tensors')
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_meshgrid_indexing(_tensors, _tensors_len, _c_str(indexing, 'indexing'), out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('meshgrid_indexing', 'tensors: Sequence[Tensor], indexing: str', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_meshgrid_indexing(_tensors, _tensors_len, _c_str(indexing, 'indexing'), out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_meshgrid_indexing')
+    return list(_adopt_all(out, written.value))
 
 
 _f_cartesian_prod = _lib.tr_tensor_cartesian_prod
@@ -11512,6 +15865,206 @@ def can_cast(from_=float32, to=float32):
     if st:
         _fail(st, 'tr_tensor_can_cast')
     return out.value
+
+
+_f_lstm_input = _lib.tr_tensor_lstm_input
+
+
+def lstm_input(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+    """`lstm.input(Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor, Tensor)`
+
+    lstm_input(input: Tensor, hx: Sequence[Tensor], params: Sequence[Tensor], has_biases: bool, num_layers: int, dropout: float, train: bool, bidirectional: bool, batch_first: bool) -> tuple[Tensor, Tensor, Tensor]   [C: tr_tensor_lstm_input]
+    """
+    hx, _hx, _hx_len = _handles(hx, 'hx')
+    params, _params, _params_len = _handles(params, 'params')
+    out = (_T * 3)()
+    written = _c_size_t()
+    try:
+        st = _f_lstm_input(input, _hx, _hx_len, _params, _params_len, has_biases, num_layers, dropout, train, bidirectional, batch_first, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('lstm_input', 'input: Tensor, hx: Sequence[Tensor], params: Sequence[Tensor], has_biases: bool, num_layers: int, dropout: float, train: bool, bidirectional: bool, batch_first: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_lstm_input', input)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_lstm_data = _lib.tr_tensor_lstm_data
+
+
+def lstm_data(data, batch_sizes, hx, params, has_biases, num_layers, dropout, train, bidirectional):
+    """`lstm.data(Tensor data, Tensor batch_sizes, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor, Tensor)`
+
+    lstm_data(data: Tensor, batch_sizes: Tensor, hx: Sequence[Tensor], params: Sequence[Tensor], has_biases: bool, num_layers: int, dropout: float, train: bool, bidirectional: bool) -> tuple[Tensor, Tensor, Tensor]   [C: tr_tensor_lstm_data]
+    """
+    hx, _hx, _hx_len = _handles(hx, 'hx')
+    params, _params, _params_len = _handles(params, 'params')
+    out = (_T * 3)()
+    written = _c_size_t()
+    try:
+        st = _f_lstm_data(data, batch_sizes, _hx, _hx_len, _params, _params_len, has_biases, num_layers, dropout, train, bidirectional, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('lstm_data', 'data: Tensor, batch_sizes: Tensor, hx: Sequence[Tensor], params: Sequence[Tensor], has_biases: bool, num_layers: int, dropout: float, train: bool, bidirectional: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_lstm_data', data, batch_sizes)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_gru_input = _lib.tr_tensor_gru_input
+
+
+def gru_input(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+    """`gru.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)`
+
+    gru_input(input: Tensor, hx: Tensor, params: Sequence[Tensor], has_biases: bool, num_layers: int, dropout: float, train: bool, bidirectional: bool, batch_first: bool) -> tuple[Tensor, Tensor]   [C: tr_tensor_gru_input]
+    """
+    params, _params, _params_len = _handles(params, 'params')
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_gru_input(input, hx, _params, _params_len, has_biases, num_layers, dropout, train, bidirectional, batch_first, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('gru_input', 'input: Tensor, hx: Tensor, params: Sequence[Tensor], has_biases: bool, num_layers: int, dropout: float, train: bool, bidirectional: bool, batch_first: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_gru_input', input, hx)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_gru_data = _lib.tr_tensor_gru_data
+
+
+def gru_data(data, batch_sizes, hx, params, has_biases, num_layers, dropout, train, bidirectional):
+    """`gru.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor)`
+
+    gru_data(data: Tensor, batch_sizes: Tensor, hx: Tensor, params: Sequence[Tensor], has_biases: bool, num_layers: int, dropout: float, train: bool, bidirectional: bool) -> tuple[Tensor, Tensor]   [C: tr_tensor_gru_data]
+    """
+    params, _params, _params_len = _handles(params, 'params')
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_gru_data(data, batch_sizes, hx, _params, _params_len, has_biases, num_layers, dropout, train, bidirectional, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('gru_data', 'data: Tensor, batch_sizes: Tensor, hx: Tensor, params: Sequence[Tensor], has_biases: bool, num_layers: int, dropout: float, train: bool, bidirectional: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_gru_data', data, batch_sizes, hx)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_rnn_tanh_input = _lib.tr_tensor_rnn_tanh_input
+
+
+def rnn_tanh_input(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+    """`rnn_tanh.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)`
+
+    rnn_tanh_input(input: Tensor, hx: Tensor, params: Sequence[Tensor], has_biases: bool, num_layers: int, dropout: float, train: bool, bidirectional: bool, batch_first: bool) -> tuple[Tensor, Tensor]   [C: tr_tensor_rnn_tanh_input]
+    """
+    params, _params, _params_len = _handles(params, 'params')
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_rnn_tanh_input(input, hx, _params, _params_len, has_biases, num_layers, dropout, train, bidirectional, batch_first, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('rnn_tanh_input', 'input: Tensor, hx: Tensor, params: Sequence[Tensor], has_biases: bool, num_layers: int, dropout: float, train: bool, bidirectional: bool, batch_first: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_rnn_tanh_input', input, hx)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_rnn_tanh_data = _lib.tr_tensor_rnn_tanh_data
+
+
+def rnn_tanh_data(data, batch_sizes, hx, params, has_biases, num_layers, dropout, train, bidirectional):
+    """`rnn_tanh.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor)`
+
+    rnn_tanh_data(data: Tensor, batch_sizes: Tensor, hx: Tensor, params: Sequence[Tensor], has_biases: bool, num_layers: int, dropout: float, train: bool, bidirectional: bool) -> tuple[Tensor, Tensor]   [C: tr_tensor_rnn_tanh_data]
+    """
+    params, _params, _params_len = _handles(params, 'params')
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_rnn_tanh_data(data, batch_sizes, hx, _params, _params_len, has_biases, num_layers, dropout, train, bidirectional, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('rnn_tanh_data', 'data: Tensor, batch_sizes: Tensor, hx: Tensor, params: Sequence[Tensor], has_biases: bool, num_layers: int, dropout: float, train: bool, bidirectional: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_rnn_tanh_data', data, batch_sizes, hx)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_rnn_relu_input = _lib.tr_tensor_rnn_relu_input
+
+
+def rnn_relu_input(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+    """`rnn_relu.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)`
+
+    rnn_relu_input(input: Tensor, hx: Tensor, params: Sequence[Tensor], has_biases: bool, num_layers: int, dropout: float, train: bool, bidirectional: bool, batch_first: bool) -> tuple[Tensor, Tensor]   [C: tr_tensor_rnn_relu_input]
+    """
+    params, _params, _params_len = _handles(params, 'params')
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_rnn_relu_input(input, hx, _params, _params_len, has_biases, num_layers, dropout, train, bidirectional, batch_first, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('rnn_relu_input', 'input: Tensor, hx: Tensor, params: Sequence[Tensor], has_biases: bool, num_layers: int, dropout: float, train: bool, bidirectional: bool, batch_first: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_rnn_relu_input', input, hx)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_rnn_relu_data = _lib.tr_tensor_rnn_relu_data
+
+
+def rnn_relu_data(data, batch_sizes, hx, params, has_biases, num_layers, dropout, train, bidirectional):
+    """`rnn_relu.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor)`
+
+    rnn_relu_data(data: Tensor, batch_sizes: Tensor, hx: Tensor, params: Sequence[Tensor], has_biases: bool, num_layers: int, dropout: float, train: bool, bidirectional: bool) -> tuple[Tensor, Tensor]   [C: tr_tensor_rnn_relu_data]
+    """
+    params, _params, _params_len = _handles(params, 'params')
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_rnn_relu_data(data, batch_sizes, hx, _params, _params_len, has_biases, num_layers, dropout, train, bidirectional, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('rnn_relu_data', 'data: Tensor, batch_sizes: Tensor, hx: Tensor, params: Sequence[Tensor], has_biases: bool, num_layers: int, dropout: float, train: bool, bidirectional: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_rnn_relu_data', data, batch_sizes, hx)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_lstm_cell = _lib.tr_tensor_lstm_cell
+
+
+def lstm_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):
+    """`lstm_cell(Tensor input, Tensor[] hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> (Tensor, Tensor)`
+
+    lstm_cell(input: Tensor, hx: Sequence[Tensor], w_ih: Tensor, w_hh: Tensor, b_ih: Tensor | None, b_hh: Tensor | None) -> tuple[Tensor, Tensor]   [C: tr_tensor_lstm_cell]
+    """
+    hx, _hx, _hx_len = _handles(hx, 'hx')
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_lstm_cell(input, _hx, _hx_len, w_ih, w_hh, _NONE if b_ih is None else b_ih, _NONE if b_hh is None else b_hh, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('lstm_cell', 'input: Tensor, hx: Sequence[Tensor], w_ih: Tensor, w_hh: Tensor, b_ih: Tensor | None, b_hh: Tensor | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_lstm_cell', input, w_ih, w_hh, b_ih, b_hh)
+    return tuple(_adopt_all(out, written.value))
 
 
 _f_gru_cell = _lib.tr_tensor_gru_cell
@@ -11928,6 +16481,47 @@ def index_add(input, dim, index, source, alpha):
     return out
 
 
+_f_index_reduce_ = _lib.tr_tensor_index_reduce_
+
+
+def index_reduce_(input, dim, index, source, reduce, include_self):
+    """`index_reduce_(Tensor(a!) self, int dim, Tensor index, Tensor source, str reduce, *, bool include_self=True) -> Tensor(a!)`
+
+    index_reduce_(input: Tensor, dim: int, index: Tensor, source: Tensor, reduce: str, include_self: bool) -> Tensor   [C: tr_tensor_index_reduce_]
+    In place: modifies and returns `input`.
+    """
+    try:
+        st = _f_index_reduce_(input, dim, index, source, _c_str(reduce, 'reduce'), include_self)
+    except _CArgumentError as e:
+        raise _bad_call('index_reduce_', 'input: Tensor, dim: int, index: Tensor, source: Tensor, reduce: str, include_self: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_index_reduce_', input, index, source)
+    return input
+
+
+_f_index_reduce = _lib.tr_tensor_index_reduce
+
+
+def index_reduce(input, dim, index, source, reduce, include_self):
+    """`index_reduce(Tensor self, int dim, Tensor index, Tensor source, str reduce, *, bool include_self=True) -> Tensor`
+
+    index_reduce(input: Tensor, dim: int, index: Tensor, source: Tensor, reduce: str, include_self: bool) -> Tensor   [C: tr_tensor_index_reduce]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_index_reduce(input, dim, index, source, _c_str(reduce, 'reduce'), include_self, out)
+    except _CArgumentError as e:
+        raise _bad_call('index_reduce', 'input: Tensor, dim: int, index: Tensor, source: Tensor, reduce: str, include_self: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_index_reduce', input, index, source)
+    return out
+
+
 _f_index_fill_int_scalar_ = _lib.tr_tensor_index_fill_int_scalar_
 
 
@@ -12092,6 +16686,88 @@ def scatter_value_(input, dim, index, value):
     return input
 
 
+_f_scatter_reduce = _lib.tr_tensor_scatter_reduce
+
+
+def scatter_reduce(input, dim, index, src, reduce):
+    """`scatter.reduce(Tensor self, int dim, Tensor index, Tensor src, *, str reduce) -> Tensor`
+
+    scatter_reduce(input: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str) -> Tensor   [C: tr_tensor_scatter_reduce]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_scatter_reduce(input, dim, index, src, _c_str(reduce, 'reduce'), out)
+    except _CArgumentError as e:
+        raise _bad_call('scatter_reduce', 'input: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_scatter_reduce', input, index, src)
+    return out
+
+
+_f_scatter_reduce_ = _lib.tr_tensor_scatter_reduce_
+
+
+def scatter_reduce_(input, dim, index, src, reduce):
+    """`scatter_.reduce(Tensor(a!) self, int dim, Tensor index, Tensor src, *, str reduce) -> Tensor(a!)`
+
+    scatter_reduce_(input: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str) -> Tensor   [C: tr_tensor_scatter_reduce_]
+    In place: modifies and returns `input`.
+    """
+    try:
+        st = _f_scatter_reduce_(input, dim, index, src, _c_str(reduce, 'reduce'))
+    except _CArgumentError as e:
+        raise _bad_call('scatter_reduce_', 'input: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_scatter_reduce_', input, index, src)
+    return input
+
+
+_f_scatter_value_reduce = _lib.tr_tensor_scatter_value_reduce
+
+
+def scatter_value_reduce(input, dim, index, value, reduce):
+    """`scatter.value_reduce(Tensor self, int dim, Tensor index, Scalar value, *, str reduce) -> Tensor`
+
+    scatter_value_reduce(input: Tensor, dim: int, index: Tensor, value: int | float | bool, reduce: str) -> Tensor   [C: tr_tensor_scatter_value_reduce]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_scatter_value_reduce(input, dim, index, _scalar(value, 'value'), _c_str(reduce, 'reduce'), out)
+    except _CArgumentError as e:
+        raise _bad_call('scatter_value_reduce', 'input: Tensor, dim: int, index: Tensor, value: int | float | bool, reduce: str', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_scatter_value_reduce', input, index)
+    return out
+
+
+_f_scatter_value_reduce_ = _lib.tr_tensor_scatter_value_reduce_
+
+
+def scatter_value_reduce_(input, dim, index, value, reduce):
+    """`scatter_.value_reduce(Tensor(a!) self, int dim, Tensor index, Scalar value, *, str reduce) -> Tensor(a!)`
+
+    scatter_value_reduce_(input: Tensor, dim: int, index: Tensor, value: int | float | bool, reduce: str) -> Tensor   [C: tr_tensor_scatter_value_reduce_]
+    In place: modifies and returns `input`.
+    """
+    try:
+        st = _f_scatter_value_reduce_(input, dim, index, _scalar(value, 'value'), _c_str(reduce, 'reduce'))
+    except _CArgumentError as e:
+        raise _bad_call('scatter_value_reduce_', 'input: Tensor, dim: int, index: Tensor, value: int | float | bool, reduce: str', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_scatter_value_reduce_', input, index)
+    return input
+
+
 _f_scatter_add = _lib.tr_tensor_scatter_add
 
 
@@ -12130,6 +16806,47 @@ def scatter_add_(input, dim, index, src):
         raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_scatter_add_', input, index, src)
+    return input
+
+
+_f_scatter_reduce_two = _lib.tr_tensor_scatter_reduce_two
+
+
+def scatter_reduce_two(input, dim, index, src, reduce, include_self):
+    """`scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor`
+
+    scatter_reduce_two(input: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, include_self: bool) -> Tensor   [C: tr_tensor_scatter_reduce_two]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_scatter_reduce_two(input, dim, index, src, _c_str(reduce, 'reduce'), include_self, out)
+    except _CArgumentError as e:
+        raise _bad_call('scatter_reduce_two', 'input: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, include_self: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_scatter_reduce_two', input, index, src)
+    return out
+
+
+_f_scatter_reduce_two_ = _lib.tr_tensor_scatter_reduce_two_
+
+
+def scatter_reduce_two_(input, dim, index, src, reduce, include_self):
+    """`scatter_reduce_.two(Tensor(a!) self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor(a!)`
+
+    scatter_reduce_two_(input: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, include_self: bool) -> Tensor   [C: tr_tensor_scatter_reduce_two_]
+    In place: modifies and returns `input`.
+    """
+    try:
+        st = _f_scatter_reduce_two_(input, dim, index, src, _c_str(reduce, 'reduce'), include_self)
+    except _CArgumentError as e:
+        raise _bad_call('scatter_reduce_two_', 'input: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, include_self: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_scatter_reduce_two_', input, index, src)
     return input
 
 
@@ -12837,6 +17554,26 @@ def addbmm(input, batch1, batch2, beta, alpha):
     return out
 
 
+_f_random_from_ = _lib.tr_tensor_random_from_
+
+
+def random_from_(input, from_, to):
+    """`random_.from(Tensor(a!) self, int from, int? to, *, Generator? generator=None) -> Tensor(a!)`
+
+    random_from_(input: Tensor, from_: int, to: int | None) -> Tensor   [C: tr_tensor_random_from_]
+    In place: modifies and returns `input`.
+    """
+    try:
+        st = _f_random_from_(input, from_, _opt(to, _c_int64))
+    except _CArgumentError as e:
+        raise _bad_call('random_from_', 'input: Tensor, from_: int, to: int | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_random_from_', input)
+    return input
+
+
 _f_random_to_ = _lib.tr_tensor_random_to_
 
 
@@ -12998,6 +17735,27 @@ def diag(input, diagonal):
     return out
 
 
+_f_cross = _lib.tr_tensor_cross
+
+
+def cross(input, other, dim):
+    """`cross(Tensor self, Tensor other, int? dim=None) -> Tensor`
+
+    cross(input: Tensor, other: Tensor, dim: int | None) -> Tensor   [C: tr_tensor_cross]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_cross(input, other, _opt(dim, _c_int64), out)
+    except _CArgumentError as e:
+        raise _bad_call('cross', 'input: Tensor, other: Tensor, dim: int | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_cross', input, other)
+    return out
+
+
 _f_triu = _lib.tr_tensor_triu
 
 
@@ -13037,6 +17795,48 @@ def tril(input, diagonal):
         raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_tril', input)
+    return out
+
+
+_f_tril_indices = _lib.tr_tensor_tril_indices
+
+
+def tril_indices(row, col, offset, dtype):
+    """`tril_indices(int row, int col, int offset=0, *, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    tril_indices(row: int, col: int, offset: int, dtype: DType | None) -> Tensor   [C: tr_tensor_tril_indices]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_tril_indices(row, col, offset, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('tril_indices', 'row: int, col: int, offset: int, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_tril_indices')
+    return out
+
+
+_f_triu_indices = _lib.tr_tensor_triu_indices
+
+
+def triu_indices(row, col, offset, dtype):
+    """`triu_indices(int row, int col, int offset=0, *, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    triu_indices(row: int, col: int, offset: int, dtype: DType | None) -> Tensor   [C: tr_tensor_triu_indices]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_triu_indices(row, col, offset, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('triu_indices', 'row: int, col: int, offset: int, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_triu_indices')
     return out
 
 
@@ -13818,6 +18618,27 @@ def take(input, index):
     return out
 
 
+_f_take_along_dim = _lib.tr_tensor_take_along_dim
+
+
+def take_along_dim(input, indices, dim):
+    """`take_along_dim(Tensor self, Tensor indices, int? dim=None) -> Tensor`
+
+    take_along_dim(input: Tensor, indices: Tensor, dim: int | None) -> Tensor   [C: tr_tensor_take_along_dim]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_take_along_dim(input, indices, _opt(dim, _c_int64), out)
+    except _CArgumentError as e:
+        raise _bad_call('take_along_dim', 'input: Tensor, indices: Tensor, dim: int | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_take_along_dim', input, indices)
+    return out
+
+
 _f_nonzero_static = _lib.tr_tensor_nonzero_static
 
 
@@ -13837,6 +18658,30 @@ def nonzero_static(input, size, fill_value):
     if st:
         _fail(st, 'tr_tensor_nonzero_static', input)
     return out
+
+
+_f_nonzero_numpy = _lib.tr_tensor_nonzero_numpy
+
+
+def nonzero_numpy(input):
+    """`nonzero_numpy(Tensor self) -> Tensor[]`
+
+    nonzero_numpy(input: Tensor) -> list[Tensor]   [C: tr_tensor_nonzero_numpy]
+    """
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_nonzero_numpy(input, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('nonzero_numpy', 'input: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_nonzero_numpy(input, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_nonzero_numpy', input)
+    return list(_adopt_all(out, written.value))
 
 
 _f_argwhere = _lib.tr_tensor_argwhere
@@ -13984,6 +18829,27 @@ def cross_entropy_loss(input, target, weight, reduction, ignore_index, label_smo
     return out
 
 
+_f_triangular_solve = _lib.tr_tensor_triangular_solve
+
+
+def triangular_solve(input, a, upper, transpose, unitriangular):
+    """`triangular_solve(Tensor self, Tensor A, bool upper=True, bool transpose=False, bool unitriangular=False) -> (Tensor solution, Tensor cloned_coefficient)`
+
+    triangular_solve(input: Tensor, a: Tensor, upper: bool, transpose: bool, unitriangular: bool) -> tuple[Tensor, Tensor]   [C: tr_tensor_triangular_solve]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_triangular_solve(input, a, upper, transpose, unitriangular, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('triangular_solve', 'input: Tensor, a: Tensor, upper: bool, transpose: bool, unitriangular: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_triangular_solve', input, a)
+    return tuple(_adopt_all(out, written.value))
+
+
 _f_linalg_solve_triangular = _lib.tr_tensor_linalg_solve_triangular
 
 
@@ -14003,6 +18869,48 @@ def linalg_solve_triangular(input, b, upper, left, unitriangular):
     if st:
         _fail(st, 'tr_tensor_linalg_solve_triangular', input, b)
     return out
+
+
+_f_linalg_vander = _lib.tr_tensor_linalg_vander
+
+
+def linalg_vander(x, n):
+    """`linalg_vander(Tensor x, *, SymInt? N=None) -> Tensor`
+
+    linalg_vander(x: Tensor, n: int | None) -> Tensor   [C: tr_tensor_linalg_vander]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_linalg_vander(x, _opt(n, _c_int64), out)
+    except _CArgumentError as e:
+        raise _bad_call('linalg_vander', 'x: Tensor, n: int | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_linalg_vander', x)
+    return out
+
+
+_f_svd = _lib.tr_tensor_svd
+
+
+def svd(input, some, compute_uv):
+    """`svd(Tensor self, bool some=True, bool compute_uv=True) -> (Tensor U, Tensor S, Tensor V)`
+
+    svd(input: Tensor, some: bool, compute_uv: bool) -> tuple[Tensor, Tensor, Tensor]   [C: tr_tensor_svd]
+    """
+    out = (_T * 3)()
+    written = _c_size_t()
+    try:
+        st = _f_svd(input, some, compute_uv, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('svd', 'input: Tensor, some: bool, compute_uv: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_svd', input)
+    return tuple(_adopt_all(out, written.value))
 
 
 _f_swapaxes = _lib.tr_tensor_swapaxes
@@ -14150,6 +19058,48 @@ def cholesky_inverse(input, upper):
     return out
 
 
+_f_qr = _lib.tr_tensor_qr
+
+
+def qr(input, some):
+    """`qr(Tensor self, bool some=True) -> (Tensor Q, Tensor R)`
+
+    qr(input: Tensor, some: bool) -> tuple[Tensor, Tensor]   [C: tr_tensor_qr]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_qr(input, some, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('qr', 'input: Tensor, some: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_qr', input)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_geqrf = _lib.tr_tensor_geqrf
+
+
+def geqrf(input):
+    """`geqrf(Tensor self) -> (Tensor a, Tensor tau)`
+
+    geqrf(input: Tensor) -> tuple[Tensor, Tensor]   [C: tr_tensor_geqrf]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_geqrf(input, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('geqrf', 'input: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_geqrf', input)
+    return tuple(_adopt_all(out, written.value))
+
+
 _f_orgqr = _lib.tr_tensor_orgqr
 
 
@@ -14211,6 +19161,27 @@ def lu_solve(input, lu_data, lu_pivots):
     if st:
         _fail(st, 'tr_tensor_lu_solve', input, lu_data, lu_pivots)
     return out
+
+
+_f_lu_unpack = _lib.tr_tensor_lu_unpack
+
+
+def lu_unpack(lu_data, lu_pivots, unpack_data, unpack_pivots):
+    """`lu_unpack(Tensor LU_data, Tensor LU_pivots, bool unpack_data=True, bool unpack_pivots=True) -> (Tensor P, Tensor L, Tensor U)`
+
+    lu_unpack(lu_data: Tensor, lu_pivots: Tensor, unpack_data: bool, unpack_pivots: bool) -> tuple[Tensor, Tensor, Tensor]   [C: tr_tensor_lu_unpack]
+    """
+    out = (_T * 3)()
+    written = _c_size_t()
+    try:
+        st = _f_lu_unpack(lu_data, lu_pivots, unpack_data, unpack_pivots, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('lu_unpack', 'lu_data: Tensor, lu_pivots: Tensor, unpack_data: bool, unpack_pivots: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_lu_unpack', lu_data, lu_pivots)
+    return tuple(_adopt_all(out, written.value))
 
 
 _f_multinomial = _lib.tr_tensor_multinomial
@@ -14647,6 +19618,49 @@ def histc(input, bins, min, max):
     return out
 
 
+_f_histogram_bins_tensor = _lib.tr_tensor_histogram_bins_tensor
+
+
+def histogram_bins_tensor(input, bins, weight, density):
+    """`histogram.bins_tensor(Tensor self, Tensor bins, *, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor bin_edges)`
+
+    histogram_bins_tensor(input: Tensor, bins: Tensor, weight: Tensor | None, density: bool) -> tuple[Tensor, Tensor]   [C: tr_tensor_histogram_bins_tensor]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_histogram_bins_tensor(input, bins, _NONE if weight is None else weight, density, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('histogram_bins_tensor', 'input: Tensor, bins: Tensor, weight: Tensor | None, density: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_histogram_bins_tensor', input, bins, weight)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_histogram_bin_ct = _lib.tr_tensor_histogram_bin_ct
+
+
+def histogram_bin_ct(input, bins, range, weight, density):
+    """`histogram.bin_ct(Tensor self, int bins=100, *, float[]? range=None, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor bin_edges)`
+
+    histogram_bin_ct(input: Tensor, bins: int, range: float | Sequence[float] | None, weight: Tensor | None, density: bool) -> tuple[Tensor, Tensor]   [C: tr_tensor_histogram_bin_ct]
+    """
+    range, range_len = _opt_f64s(range, 'range')
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_histogram_bin_ct(input, bins, range, range_len, _NONE if weight is None else weight, density, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('histogram_bin_ct', 'input: Tensor, bins: int, range: float | Sequence[float] | None, weight: Tensor | None, density: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_histogram_bin_ct', input, weight)
+    return tuple(_adopt_all(out, written.value))
+
+
 _f_fmod_scalar = _lib.tr_tensor_fmod_scalar
 
 
@@ -15081,6 +20095,132 @@ def min_other(input, other):
     return out
 
 
+_f_quantile = _lib.tr_tensor_quantile
+
+
+def quantile(input, q, dim, keepdim, interpolation):
+    """`quantile(Tensor self, Tensor q, int? dim=None, bool keepdim=False, *, str interpolation='linear') -> Tensor`
+
+    quantile(input: Tensor, q: Tensor, dim: int | None, keepdim: bool, interpolation: str) -> Tensor   [C: tr_tensor_quantile]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_quantile(input, q, _opt(dim, _c_int64), keepdim, _c_str(interpolation, 'interpolation'), out)
+    except _CArgumentError as e:
+        raise _bad_call('quantile', 'input: Tensor, q: Tensor, dim: int | None, keepdim: bool, interpolation: str', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_quantile', input, q)
+    return out
+
+
+_f_quantile_scalar = _lib.tr_tensor_quantile_scalar
+
+
+def quantile_scalar(input, q, dim, keepdim, interpolation):
+    """`quantile.scalar(Tensor self, float q, int? dim=None, bool keepdim=False, *, str interpolation='linear') -> Tensor`
+
+    quantile_scalar(input: Tensor, q: float, dim: int | None, keepdim: bool, interpolation: str) -> Tensor   [C: tr_tensor_quantile_scalar]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_quantile_scalar(input, q, _opt(dim, _c_int64), keepdim, _c_str(interpolation, 'interpolation'), out)
+    except _CArgumentError as e:
+        raise _bad_call('quantile_scalar', 'input: Tensor, q: float, dim: int | None, keepdim: bool, interpolation: str', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_quantile_scalar', input)
+    return out
+
+
+_f_nanquantile = _lib.tr_tensor_nanquantile
+
+
+def nanquantile(input, q, dim, keepdim, interpolation):
+    """`nanquantile(Tensor self, Tensor q, int? dim=None, bool keepdim=False, *, str interpolation='linear') -> Tensor`
+
+    nanquantile(input: Tensor, q: Tensor, dim: int | None, keepdim: bool, interpolation: str) -> Tensor   [C: tr_tensor_nanquantile]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_nanquantile(input, q, _opt(dim, _c_int64), keepdim, _c_str(interpolation, 'interpolation'), out)
+    except _CArgumentError as e:
+        raise _bad_call('nanquantile', 'input: Tensor, q: Tensor, dim: int | None, keepdim: bool, interpolation: str', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_nanquantile', input, q)
+    return out
+
+
+_f_nanquantile_scalar = _lib.tr_tensor_nanquantile_scalar
+
+
+def nanquantile_scalar(input, q, dim, keepdim, interpolation):
+    """`nanquantile.scalar(Tensor self, float q, int? dim=None, bool keepdim=False, *, str interpolation='linear') -> Tensor`
+
+    nanquantile_scalar(input: Tensor, q: float, dim: int | None, keepdim: bool, interpolation: str) -> Tensor   [C: tr_tensor_nanquantile_scalar]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_nanquantile_scalar(input, q, _opt(dim, _c_int64), keepdim, _c_str(interpolation, 'interpolation'), out)
+    except _CArgumentError as e:
+        raise _bad_call('nanquantile_scalar', 'input: Tensor, q: float, dim: int | None, keepdim: bool, interpolation: str', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_nanquantile_scalar', input)
+    return out
+
+
+_f_sort = _lib.tr_tensor_sort
+
+
+def sort(input, dim, descending):
+    """`sort(Tensor self, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)`
+
+    sort(input: Tensor, dim: int, descending: bool) -> tuple[Tensor, Tensor]   [C: tr_tensor_sort]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_sort(input, dim, descending, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('sort', 'input: Tensor, dim: int, descending: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_sort', input)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_sort_stable = _lib.tr_tensor_sort_stable
+
+
+def sort_stable(input, stable, dim, descending):
+    """`sort.stable(Tensor self, *, bool? stable, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)`
+
+    sort_stable(input: Tensor, stable: bool | None, dim: int, descending: bool) -> tuple[Tensor, Tensor]   [C: tr_tensor_sort_stable]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_sort_stable(input, _opt(stable, _c_bool), dim, descending, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('sort_stable', 'input: Tensor, stable: bool | None, dim: int, descending: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_sort_stable', input)
+    return tuple(_adopt_all(out, written.value))
+
+
 _f_msort = _lib.tr_tensor_msort
 
 
@@ -15142,6 +20282,27 @@ def argsort_stable(input, stable, dim, descending):
     if st:
         _fail(st, 'tr_tensor_argsort_stable', input)
     return out
+
+
+_f_topk = _lib.tr_tensor_topk
+
+
+def topk(input, k, dim, largest, sorted):
+    """`topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> (Tensor values, Tensor indices)`
+
+    topk(input: Tensor, k: int, dim: int, largest: bool, sorted: bool) -> tuple[Tensor, Tensor]   [C: tr_tensor_topk]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_topk(input, k, dim, largest, sorted, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('topk', 'input: Tensor, k: int, dim: int, largest: bool, sorted: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_topk', input)
+    return tuple(_adopt_all(out, written.value))
 
 
 _f_all = _lib.tr_tensor_all
@@ -15537,6 +20698,28 @@ def normal_tensor_tensor(mean, std):
     return out
 
 
+_f_normal_float_float = _lib.tr_tensor_normal_float_float
+
+
+def normal_float_float(mean, std, size, dtype):
+    """`normal.float_float(float mean, float std, SymInt[] size, *, Generator? generator=None, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    normal_float_float(mean: float, std: float, size: int | Sequence[int], dtype: DType | None) -> Tensor   [C: tr_tensor_normal_float_float]
+    """
+    size, size_len = _i64s(size, 'size')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_normal_float_float(mean, std, size, size_len, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('normal_float_float', 'mean: float, std: float, size: int | Sequence[int], dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_normal_float_float')
+    return out
+
+
 _f_bucketize_tensor = _lib.tr_tensor_bucketize_tensor
 
 
@@ -15576,6 +20759,48 @@ def bucketize_scalar(input, boundaries, out_int32, right):
         raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_bucketize_scalar', boundaries)
+    return out
+
+
+_f_searchsorted_tensor = _lib.tr_tensor_searchsorted_tensor
+
+
+def searchsorted_tensor(sorted_sequence, input, out_int32, right, side, sorter=None):
+    """`searchsorted.Tensor(Tensor sorted_sequence, Tensor self, *, bool out_int32=False, bool right=False, str? side=None, Tensor? sorter=None) -> Tensor`
+
+    searchsorted_tensor(sorted_sequence: Tensor, input: Tensor, out_int32: bool, right: bool, side: str | None, sorter: Tensor | None) -> Tensor   [C: tr_tensor_searchsorted_tensor]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_searchsorted_tensor(sorted_sequence, input, out_int32, right, None if side is None else _c_str(side, 'side'), _NONE if sorter is None else sorter, out)
+    except _CArgumentError as e:
+        raise _bad_call('searchsorted_tensor', 'sorted_sequence: Tensor, input: Tensor, out_int32: bool, right: bool, side: str | None, sorter: Tensor | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_searchsorted_tensor', sorted_sequence, input, sorter)
+    return out
+
+
+_f_searchsorted_scalar = _lib.tr_tensor_searchsorted_scalar
+
+
+def searchsorted_scalar(sorted_sequence, input, out_int32, right, side, sorter=None):
+    """`searchsorted.Scalar(Tensor sorted_sequence, Scalar self, *, bool out_int32=False, bool right=False, str? side=None, Tensor? sorter=None) -> Tensor`
+
+    searchsorted_scalar(sorted_sequence: Tensor, input: int | float | bool, out_int32: bool, right: bool, side: str | None, sorter: Tensor | None) -> Tensor   [C: tr_tensor_searchsorted_scalar]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_searchsorted_scalar(sorted_sequence, _scalar(input, 'input'), out_int32, right, None if side is None else _c_str(side, 'side'), _NONE if sorter is None else sorter, out)
+    except _CArgumentError as e:
+        raise _bad_call('searchsorted_scalar', 'sorted_sequence: Tensor, input: int | float | bool, out_int32: bool, right: bool, side: str | None, sorter: Tensor | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_searchsorted_scalar', sorted_sequence, sorter)
     return out
 
 
@@ -15642,6 +20867,27 @@ def multilabel_margin_loss(input, target, reduction):
     return out
 
 
+_f_multilabel_margin_loss_forward = _lib.tr_tensor_multilabel_margin_loss_forward
+
+
+def multilabel_margin_loss_forward(input, target, reduction):
+    """`multilabel_margin_loss_forward(Tensor self, Tensor target, int reduction) -> (Tensor output, Tensor is_target)`
+
+    multilabel_margin_loss_forward(input: Tensor, target: Tensor, reduction: int) -> tuple[Tensor, Tensor]   [C: tr_tensor_multilabel_margin_loss_forward]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_multilabel_margin_loss_forward(input, target, reduction, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('multilabel_margin_loss_forward', 'input: Tensor, target: Tensor, reduction: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_multilabel_margin_loss_forward', input, target)
+    return tuple(_adopt_all(out, written.value))
+
+
 _f_nll_loss_nd = _lib.tr_tensor_nll_loss_nd
 
 
@@ -15684,6 +20930,27 @@ def nll_loss(input, target, weight, reduction, ignore_index):
     return out
 
 
+_f_nll_loss_forward = _lib.tr_tensor_nll_loss_forward
+
+
+def nll_loss_forward(input, target, weight, reduction, ignore_index):
+    """`nll_loss_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt ignore_index) -> (Tensor output, Tensor total_weight)`
+
+    nll_loss_forward(input: Tensor, target: Tensor, weight: Tensor | None, reduction: int, ignore_index: int) -> tuple[Tensor, Tensor]   [C: tr_tensor_nll_loss_forward]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_nll_loss_forward(input, target, _NONE if weight is None else weight, reduction, ignore_index, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('nll_loss_forward', 'input: Tensor, target: Tensor, weight: Tensor | None, reduction: int, ignore_index: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_nll_loss_forward', input, target, weight)
+    return tuple(_adopt_all(out, written.value))
+
+
 _f_nll_loss2d = _lib.tr_tensor_nll_loss2d
 
 
@@ -15703,6 +20970,27 @@ def nll_loss2d(input, target, weight, reduction, ignore_index):
     if st:
         _fail(st, 'tr_tensor_nll_loss2d', input, target, weight)
     return out
+
+
+_f_nll_loss2d_forward = _lib.tr_tensor_nll_loss2d_forward
+
+
+def nll_loss2d_forward(input, target, weight, reduction, ignore_index):
+    """`nll_loss2d_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt ignore_index) -> (Tensor output, Tensor total_weight)`
+
+    nll_loss2d_forward(input: Tensor, target: Tensor, weight: Tensor | None, reduction: int, ignore_index: int) -> tuple[Tensor, Tensor]   [C: tr_tensor_nll_loss2d_forward]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_nll_loss2d_forward(input, target, _NONE if weight is None else weight, reduction, ignore_index, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('nll_loss2d_forward', 'input: Tensor, target: Tensor, weight: Tensor | None, reduction: int, ignore_index: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_nll_loss2d_forward', input, target, weight)
+    return tuple(_adopt_all(out, written.value))
 
 
 _f_smooth_l1_loss = _lib.tr_tensor_smooth_l1_loss
@@ -16036,6 +21324,27 @@ def log_sigmoid(input):
     return out
 
 
+_f_log_sigmoid_forward = _lib.tr_tensor_log_sigmoid_forward
+
+
+def log_sigmoid_forward(input):
+    """`log_sigmoid_forward(Tensor self) -> (Tensor output, Tensor buffer)`
+
+    log_sigmoid_forward(input: Tensor) -> tuple[Tensor, Tensor]   [C: tr_tensor_log_sigmoid_forward]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_log_sigmoid_forward(input, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('log_sigmoid_forward', 'input: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_log_sigmoid_forward', input)
+    return tuple(_adopt_all(out, written.value))
+
+
 _f_softplus = _lib.tr_tensor_softplus
 
 
@@ -16120,6 +21429,194 @@ def adaptive_avg_pool3d(input, output_size):
     if st:
         _fail(st, 'tr_tensor_adaptive_avg_pool3d', input)
     return out
+
+
+_f_adaptive_max_pool2d = _lib.tr_tensor_adaptive_max_pool2d
+
+
+def adaptive_max_pool2d(input, output_size):
+    """`adaptive_max_pool2d(Tensor self, int[2] output_size) -> (Tensor, Tensor)`
+
+    adaptive_max_pool2d(input: Tensor, output_size: int | Sequence[int]) -> tuple[Tensor, Tensor]   [C: tr_tensor_adaptive_max_pool2d]
+    """
+    output_size, output_size_len = _i64s(output_size, 'output_size')
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_adaptive_max_pool2d(input, output_size, output_size_len, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('adaptive_max_pool2d', 'input: Tensor, output_size: int | Sequence[int]', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_adaptive_max_pool2d', input)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_adaptive_max_pool3d = _lib.tr_tensor_adaptive_max_pool3d
+
+
+def adaptive_max_pool3d(input, output_size):
+    """`adaptive_max_pool3d(Tensor self, int[3] output_size) -> (Tensor, Tensor)`
+
+    adaptive_max_pool3d(input: Tensor, output_size: int | Sequence[int]) -> tuple[Tensor, Tensor]   [C: tr_tensor_adaptive_max_pool3d]
+    """
+    output_size, output_size_len = _i64s(output_size, 'output_size')
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_adaptive_max_pool3d(input, output_size, output_size_len, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('adaptive_max_pool3d', 'input: Tensor, output_size: int | Sequence[int]', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_adaptive_max_pool3d', input)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_avg_pool2d = _lib.tr_tensor_avg_pool2d
+
+
+def avg_pool2d(input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    """`avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor`
+
+    avg_pool2d(input: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int], padding: int | Sequence[int], ceil_mode: bool, count_include_pad: bool, divisor_override: int | None) -> Tensor   [C: tr_tensor_avg_pool2d]
+    """
+    kernel_size, kernel_size_len = _i64s(kernel_size, 'kernel_size')
+    stride, stride_len = _i64s(stride, 'stride')
+    padding, padding_len = _i64s(padding, 'padding')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_avg_pool2d(input, kernel_size, kernel_size_len, stride, stride_len, padding, padding_len, ceil_mode, count_include_pad, _opt(divisor_override, _c_int64), out)
+    except _CArgumentError as e:
+        raise _bad_call('avg_pool2d', 'input: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int], padding: int | Sequence[int], ceil_mode: bool, count_include_pad: bool, divisor_override: int | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_avg_pool2d', input)
+    return out
+
+
+_f_avg_pool3d = _lib.tr_tensor_avg_pool3d
+
+
+def avg_pool3d(input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    """`avg_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor`
+
+    avg_pool3d(input: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int], padding: int | Sequence[int], ceil_mode: bool, count_include_pad: bool, divisor_override: int | None) -> Tensor   [C: tr_tensor_avg_pool3d]
+    """
+    kernel_size, kernel_size_len = _i64s(kernel_size, 'kernel_size')
+    stride, stride_len = _i64s(stride, 'stride')
+    padding, padding_len = _i64s(padding, 'padding')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_avg_pool3d(input, kernel_size, kernel_size_len, stride, stride_len, padding, padding_len, ceil_mode, count_include_pad, _opt(divisor_override, _c_int64), out)
+    except _CArgumentError as e:
+        raise _bad_call('avg_pool3d', 'input: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int], padding: int | Sequence[int], ceil_mode: bool, count_include_pad: bool, divisor_override: int | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_avg_pool3d', input)
+    return out
+
+
+_f_fractional_max_pool2d = _lib.tr_tensor_fractional_max_pool2d
+
+
+def fractional_max_pool2d(input, kernel_size, output_size, random_samples):
+    """`fractional_max_pool2d(Tensor self, int[2] kernel_size, int[2] output_size, Tensor random_samples) -> (Tensor, Tensor)`
+
+    fractional_max_pool2d(input: Tensor, kernel_size: int | Sequence[int], output_size: int | Sequence[int], random_samples: Tensor) -> tuple[Tensor, Tensor]   [C: tr_tensor_fractional_max_pool2d]
+    """
+    kernel_size, kernel_size_len = _i64s(kernel_size, 'kernel_size')
+    output_size, output_size_len = _i64s(output_size, 'output_size')
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_fractional_max_pool2d(input, kernel_size, kernel_size_len, output_size, output_size_len, random_samples, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('fractional_max_pool2d', 'input: Tensor, kernel_size: int | Sequence[int], output_size: int | Sequence[int], random_samples: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_fractional_max_pool2d', input, random_samples)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_fractional_max_pool3d = _lib.tr_tensor_fractional_max_pool3d
+
+
+def fractional_max_pool3d(input, kernel_size, output_size, random_samples):
+    """`fractional_max_pool3d(Tensor self, int[3] kernel_size, int[3] output_size, Tensor random_samples) -> (Tensor, Tensor)`
+
+    fractional_max_pool3d(input: Tensor, kernel_size: int | Sequence[int], output_size: int | Sequence[int], random_samples: Tensor) -> tuple[Tensor, Tensor]   [C: tr_tensor_fractional_max_pool3d]
+    """
+    kernel_size, kernel_size_len = _i64s(kernel_size, 'kernel_size')
+    output_size, output_size_len = _i64s(output_size, 'output_size')
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_fractional_max_pool3d(input, kernel_size, kernel_size_len, output_size, output_size_len, random_samples, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('fractional_max_pool3d', 'input: Tensor, kernel_size: int | Sequence[int], output_size: int | Sequence[int], random_samples: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_fractional_max_pool3d', input, random_samples)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_max_pool2d_with_indices = _lib.tr_tensor_max_pool2d_with_indices
+
+
+def max_pool2d_with_indices(input, kernel_size, stride, padding, dilation, ceil_mode):
+    """`max_pool2d_with_indices(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, int[2] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)`
+
+    max_pool2d_with_indices(input: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int], padding: int | Sequence[int], dilation: int | Sequence[int], ceil_mode: bool) -> tuple[Tensor, Tensor]   [C: tr_tensor_max_pool2d_with_indices]
+    """
+    kernel_size, kernel_size_len = _i64s(kernel_size, 'kernel_size')
+    stride, stride_len = _i64s(stride, 'stride')
+    padding, padding_len = _i64s(padding, 'padding')
+    dilation, dilation_len = _i64s(dilation, 'dilation')
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_max_pool2d_with_indices(input, kernel_size, kernel_size_len, stride, stride_len, padding, padding_len, dilation, dilation_len, ceil_mode, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('max_pool2d_with_indices', 'input: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int], padding: int | Sequence[int], dilation: int | Sequence[int], ceil_mode: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_max_pool2d_with_indices', input)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_max_pool3d_with_indices = _lib.tr_tensor_max_pool3d_with_indices
+
+
+def max_pool3d_with_indices(input, kernel_size, stride, padding, dilation, ceil_mode):
+    """`max_pool3d_with_indices(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, int[3] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)`
+
+    max_pool3d_with_indices(input: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int], padding: int | Sequence[int], dilation: int | Sequence[int], ceil_mode: bool) -> tuple[Tensor, Tensor]   [C: tr_tensor_max_pool3d_with_indices]
+    """
+    kernel_size, kernel_size_len = _i64s(kernel_size, 'kernel_size')
+    stride, stride_len = _i64s(stride, 'stride')
+    padding, padding_len = _i64s(padding, 'padding')
+    dilation, dilation_len = _i64s(dilation, 'dilation')
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_max_pool3d_with_indices(input, kernel_size, kernel_size_len, stride, stride_len, padding, padding_len, dilation, dilation_len, ceil_mode, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('max_pool3d_with_indices', 'input: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int], padding: int | Sequence[int], dilation: int | Sequence[int], ceil_mode: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_max_pool3d_with_indices', input)
+    return tuple(_adopt_all(out, written.value))
 
 
 _f_max_unpool2d = _lib.tr_tensor_max_unpool2d
@@ -16297,6 +21794,343 @@ def replication_pad3d(input, padding):
         raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_replication_pad3d', input)
+    return out
+
+
+_f_pad = _lib.tr_tensor_pad
+
+
+def pad(input, pad, mode, value):
+    """`pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -> Tensor`
+
+    pad(input: Tensor, pad: int | Sequence[int], mode: str, value: float | None) -> Tensor   [C: tr_tensor_pad]
+    """
+    pad, pad_len = _i64s(pad, 'pad')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_pad(input, pad, pad_len, _c_str(mode, 'mode'), _opt(value, _c_double), out)
+    except _CArgumentError as e:
+        raise _bad_call('pad', 'input: Tensor, pad: int | Sequence[int], mode: str, value: float | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_pad', input)
+    return out
+
+
+_f_upsample_linear1d_vec = _lib.tr_tensor_upsample_linear1d_vec
+
+
+def upsample_linear1d_vec(input, output_size, align_corners, scale_factors):
+    """`upsample_linear1d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor`
+
+    upsample_linear1d_vec(input: Tensor, output_size: int | Sequence[int] | None, align_corners: bool, scale_factors: float | Sequence[float] | None) -> Tensor   [C: tr_tensor_upsample_linear1d_vec]
+    """
+    output_size, output_size_len = _opt_i64s(output_size, 'output_size')
+    scale_factors, scale_factors_len = _opt_f64s(scale_factors, 'scale_factors')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_upsample_linear1d_vec(input, output_size, output_size_len, align_corners, scale_factors, scale_factors_len, out)
+    except _CArgumentError as e:
+        raise _bad_call('upsample_linear1d_vec', 'input: Tensor, output_size: int | Sequence[int] | None, align_corners: bool, scale_factors: float | Sequence[float] | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_upsample_linear1d_vec', input)
+    return out
+
+
+_f_upsample_bilinear2d_vec = _lib.tr_tensor_upsample_bilinear2d_vec
+
+
+def upsample_bilinear2d_vec(input, output_size, align_corners, scale_factors):
+    """`upsample_bilinear2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor`
+
+    upsample_bilinear2d_vec(input: Tensor, output_size: int | Sequence[int] | None, align_corners: bool, scale_factors: float | Sequence[float] | None) -> Tensor   [C: tr_tensor_upsample_bilinear2d_vec]
+    """
+    output_size, output_size_len = _opt_i64s(output_size, 'output_size')
+    scale_factors, scale_factors_len = _opt_f64s(scale_factors, 'scale_factors')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_upsample_bilinear2d_vec(input, output_size, output_size_len, align_corners, scale_factors, scale_factors_len, out)
+    except _CArgumentError as e:
+        raise _bad_call('upsample_bilinear2d_vec', 'input: Tensor, output_size: int | Sequence[int] | None, align_corners: bool, scale_factors: float | Sequence[float] | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_upsample_bilinear2d_vec', input)
+    return out
+
+
+_f_upsample_trilinear3d_vec = _lib.tr_tensor_upsample_trilinear3d_vec
+
+
+def upsample_trilinear3d_vec(input, output_size, align_corners, scale_factors):
+    """`upsample_trilinear3d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor`
+
+    upsample_trilinear3d_vec(input: Tensor, output_size: int | Sequence[int] | None, align_corners: bool, scale_factors: float | Sequence[float] | None) -> Tensor   [C: tr_tensor_upsample_trilinear3d_vec]
+    """
+    output_size, output_size_len = _opt_i64s(output_size, 'output_size')
+    scale_factors, scale_factors_len = _opt_f64s(scale_factors, 'scale_factors')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_upsample_trilinear3d_vec(input, output_size, output_size_len, align_corners, scale_factors, scale_factors_len, out)
+    except _CArgumentError as e:
+        raise _bad_call('upsample_trilinear3d_vec', 'input: Tensor, output_size: int | Sequence[int] | None, align_corners: bool, scale_factors: float | Sequence[float] | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_upsample_trilinear3d_vec', input)
+    return out
+
+
+_f_upsample_bicubic2d_vec = _lib.tr_tensor_upsample_bicubic2d_vec
+
+
+def upsample_bicubic2d_vec(input, output_size, align_corners, scale_factors):
+    """`upsample_bicubic2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor`
+
+    upsample_bicubic2d_vec(input: Tensor, output_size: int | Sequence[int] | None, align_corners: bool, scale_factors: float | Sequence[float] | None) -> Tensor   [C: tr_tensor_upsample_bicubic2d_vec]
+    """
+    output_size, output_size_len = _opt_i64s(output_size, 'output_size')
+    scale_factors, scale_factors_len = _opt_f64s(scale_factors, 'scale_factors')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_upsample_bicubic2d_vec(input, output_size, output_size_len, align_corners, scale_factors, scale_factors_len, out)
+    except _CArgumentError as e:
+        raise _bad_call('upsample_bicubic2d_vec', 'input: Tensor, output_size: int | Sequence[int] | None, align_corners: bool, scale_factors: float | Sequence[float] | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_upsample_bicubic2d_vec', input)
+    return out
+
+
+_f_upsample_nearest1d_vec = _lib.tr_tensor_upsample_nearest1d_vec
+
+
+def upsample_nearest1d_vec(input, output_size, scale_factors):
+    """`upsample_nearest1d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor`
+
+    upsample_nearest1d_vec(input: Tensor, output_size: int | Sequence[int] | None, scale_factors: float | Sequence[float] | None) -> Tensor   [C: tr_tensor_upsample_nearest1d_vec]
+    """
+    output_size, output_size_len = _opt_i64s(output_size, 'output_size')
+    scale_factors, scale_factors_len = _opt_f64s(scale_factors, 'scale_factors')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_upsample_nearest1d_vec(input, output_size, output_size_len, scale_factors, scale_factors_len, out)
+    except _CArgumentError as e:
+        raise _bad_call('upsample_nearest1d_vec', 'input: Tensor, output_size: int | Sequence[int] | None, scale_factors: float | Sequence[float] | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_upsample_nearest1d_vec', input)
+    return out
+
+
+_f_upsample_nearest2d_vec = _lib.tr_tensor_upsample_nearest2d_vec
+
+
+def upsample_nearest2d_vec(input, output_size, scale_factors):
+    """`upsample_nearest2d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor`
+
+    upsample_nearest2d_vec(input: Tensor, output_size: int | Sequence[int] | None, scale_factors: float | Sequence[float] | None) -> Tensor   [C: tr_tensor_upsample_nearest2d_vec]
+    """
+    output_size, output_size_len = _opt_i64s(output_size, 'output_size')
+    scale_factors, scale_factors_len = _opt_f64s(scale_factors, 'scale_factors')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_upsample_nearest2d_vec(input, output_size, output_size_len, scale_factors, scale_factors_len, out)
+    except _CArgumentError as e:
+        raise _bad_call('upsample_nearest2d_vec', 'input: Tensor, output_size: int | Sequence[int] | None, scale_factors: float | Sequence[float] | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_upsample_nearest2d_vec', input)
+    return out
+
+
+_f_upsample_nearest3d_vec = _lib.tr_tensor_upsample_nearest3d_vec
+
+
+def upsample_nearest3d_vec(input, output_size, scale_factors):
+    """`upsample_nearest3d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor`
+
+    upsample_nearest3d_vec(input: Tensor, output_size: int | Sequence[int] | None, scale_factors: float | Sequence[float] | None) -> Tensor   [C: tr_tensor_upsample_nearest3d_vec]
+    """
+    output_size, output_size_len = _opt_i64s(output_size, 'output_size')
+    scale_factors, scale_factors_len = _opt_f64s(scale_factors, 'scale_factors')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_upsample_nearest3d_vec(input, output_size, output_size_len, scale_factors, scale_factors_len, out)
+    except _CArgumentError as e:
+        raise _bad_call('upsample_nearest3d_vec', 'input: Tensor, output_size: int | Sequence[int] | None, scale_factors: float | Sequence[float] | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_upsample_nearest3d_vec', input)
+    return out
+
+
+_f_upsample_linear1d = _lib.tr_tensor_upsample_linear1d
+
+
+def upsample_linear1d(input, output_size, align_corners, scales):
+    """`upsample_linear1d(Tensor self, SymInt[1] output_size, bool align_corners, float? scales=None) -> Tensor`
+
+    upsample_linear1d(input: Tensor, output_size: int | Sequence[int], align_corners: bool, scales: float | None) -> Tensor   [C: tr_tensor_upsample_linear1d]
+    """
+    output_size, output_size_len = _i64s(output_size, 'output_size')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_upsample_linear1d(input, output_size, output_size_len, align_corners, _opt(scales, _c_double), out)
+    except _CArgumentError as e:
+        raise _bad_call('upsample_linear1d', 'input: Tensor, output_size: int | Sequence[int], align_corners: bool, scales: float | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_upsample_linear1d', input)
+    return out
+
+
+_f_upsample_bilinear2d = _lib.tr_tensor_upsample_bilinear2d
+
+
+def upsample_bilinear2d(input, output_size, align_corners, scales_h, scales_w):
+    """`upsample_bilinear2d(Tensor self, SymInt[2] output_size, bool align_corners, float? scales_h=None, float? scales_w=None) -> Tensor`
+
+    upsample_bilinear2d(input: Tensor, output_size: int | Sequence[int], align_corners: bool, scales_h: float | None, scales_w: float | None) -> Tensor   [C: tr_tensor_upsample_bilinear2d]
+    """
+    output_size, output_size_len = _i64s(output_size, 'output_size')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_upsample_bilinear2d(input, output_size, output_size_len, align_corners, _opt(scales_h, _c_double), _opt(scales_w, _c_double), out)
+    except _CArgumentError as e:
+        raise _bad_call('upsample_bilinear2d', 'input: Tensor, output_size: int | Sequence[int], align_corners: bool, scales_h: float | None, scales_w: float | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_upsample_bilinear2d', input)
+    return out
+
+
+_f_upsample_bicubic2d = _lib.tr_tensor_upsample_bicubic2d
+
+
+def upsample_bicubic2d(input, output_size, align_corners, scales_h, scales_w):
+    """`upsample_bicubic2d(Tensor self, SymInt[2] output_size, bool align_corners, float? scales_h=None, float? scales_w=None) -> Tensor`
+
+    upsample_bicubic2d(input: Tensor, output_size: int | Sequence[int], align_corners: bool, scales_h: float | None, scales_w: float | None) -> Tensor   [C: tr_tensor_upsample_bicubic2d]
+    """
+    output_size, output_size_len = _i64s(output_size, 'output_size')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_upsample_bicubic2d(input, output_size, output_size_len, align_corners, _opt(scales_h, _c_double), _opt(scales_w, _c_double), out)
+    except _CArgumentError as e:
+        raise _bad_call('upsample_bicubic2d', 'input: Tensor, output_size: int | Sequence[int], align_corners: bool, scales_h: float | None, scales_w: float | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_upsample_bicubic2d', input)
+    return out
+
+
+_f_upsample_trilinear3d = _lib.tr_tensor_upsample_trilinear3d
+
+
+def upsample_trilinear3d(input, output_size, align_corners, scales_d, scales_h, scales_w):
+    """`upsample_trilinear3d(Tensor self, SymInt[3] output_size, bool align_corners, float? scales_d=None, float? scales_h=None, float? scales_w=None) -> Tensor`
+
+    upsample_trilinear3d(input: Tensor, output_size: int | Sequence[int], align_corners: bool, scales_d: float | None, scales_h: float | None, scales_w: float | None) -> Tensor   [C: tr_tensor_upsample_trilinear3d]
+    """
+    output_size, output_size_len = _i64s(output_size, 'output_size')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_upsample_trilinear3d(input, output_size, output_size_len, align_corners, _opt(scales_d, _c_double), _opt(scales_h, _c_double), _opt(scales_w, _c_double), out)
+    except _CArgumentError as e:
+        raise _bad_call('upsample_trilinear3d', 'input: Tensor, output_size: int | Sequence[int], align_corners: bool, scales_d: float | None, scales_h: float | None, scales_w: float | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_upsample_trilinear3d', input)
+    return out
+
+
+_f_upsample_nearest1d = _lib.tr_tensor_upsample_nearest1d
+
+
+def upsample_nearest1d(input, output_size, scales):
+    """`upsample_nearest1d(Tensor self, SymInt[1] output_size, float? scales=None) -> Tensor`
+
+    upsample_nearest1d(input: Tensor, output_size: int | Sequence[int], scales: float | None) -> Tensor   [C: tr_tensor_upsample_nearest1d]
+    """
+    output_size, output_size_len = _i64s(output_size, 'output_size')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_upsample_nearest1d(input, output_size, output_size_len, _opt(scales, _c_double), out)
+    except _CArgumentError as e:
+        raise _bad_call('upsample_nearest1d', 'input: Tensor, output_size: int | Sequence[int], scales: float | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_upsample_nearest1d', input)
+    return out
+
+
+_f_upsample_nearest2d = _lib.tr_tensor_upsample_nearest2d
+
+
+def upsample_nearest2d(input, output_size, scales_h, scales_w):
+    """`upsample_nearest2d(Tensor self, SymInt[2] output_size, float? scales_h=None, float? scales_w=None) -> Tensor`
+
+    upsample_nearest2d(input: Tensor, output_size: int | Sequence[int], scales_h: float | None, scales_w: float | None) -> Tensor   [C: tr_tensor_upsample_nearest2d]
+    """
+    output_size, output_size_len = _i64s(output_size, 'output_size')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_upsample_nearest2d(input, output_size, output_size_len, _opt(scales_h, _c_double), _opt(scales_w, _c_double), out)
+    except _CArgumentError as e:
+        raise _bad_call('upsample_nearest2d', 'input: Tensor, output_size: int | Sequence[int], scales_h: float | None, scales_w: float | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_upsample_nearest2d', input)
+    return out
+
+
+_f_upsample_nearest3d = _lib.tr_tensor_upsample_nearest3d
+
+
+def upsample_nearest3d(input, output_size, scales_d, scales_h, scales_w):
+    """`upsample_nearest3d(Tensor self, SymInt[3] output_size, float? scales_d=None, float? scales_h=None, float? scales_w=None) -> Tensor`
+
+    upsample_nearest3d(input: Tensor, output_size: int | Sequence[int], scales_d: float | None, scales_h: float | None, scales_w: float | None) -> Tensor   [C: tr_tensor_upsample_nearest3d]
+    """
+    output_size, output_size_len = _i64s(output_size, 'output_size')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_upsample_nearest3d(input, output_size, output_size_len, _opt(scales_d, _c_double), _opt(scales_h, _c_double), _opt(scales_w, _c_double), out)
+    except _CArgumentError as e:
+        raise _bad_call('upsample_nearest3d', 'input: Tensor, output_size: int | Sequence[int], scales_d: float | None, scales_h: float | None, scales_w: float | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_upsample_nearest3d', input)
     return out
 
 
@@ -17202,6 +23036,27 @@ def special_i1e(input):
     return out
 
 
+_f_special_logit = _lib.tr_tensor_special_logit
+
+
+def special_logit(input, eps):
+    """`special_logit(Tensor self, float? eps=None) -> Tensor`
+
+    special_logit(input: Tensor, eps: float | None) -> Tensor   [C: tr_tensor_special_logit]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_special_logit(input, _opt(eps, _c_double), out)
+    except _CArgumentError as e:
+        raise _bad_call('special_logit', 'input: Tensor, eps: float | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_special_logit', input)
+    return out
+
+
 _f_special_polygamma = _lib.tr_tensor_special_polygamma
 
 
@@ -17329,6 +23184,27 @@ def special_log1p(input):
     return out
 
 
+_f_special_log_softmax = _lib.tr_tensor_special_log_softmax
+
+
+def special_log_softmax(input, dim, dtype):
+    """`special_log_softmax(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor`
+
+    special_log_softmax(input: Tensor, dim: int, dtype: DType | None) -> Tensor   [C: tr_tensor_special_log_softmax]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_special_log_softmax(input, dim, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('special_log_softmax', 'input: Tensor, dim: int, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_special_log_softmax', input)
+    return out
+
+
 _f_special_gammainc = _lib.tr_tensor_special_gammainc
 
 
@@ -17392,6 +23268,536 @@ def special_multigammaln(input, p):
     return out
 
 
+_f_special_softmax = _lib.tr_tensor_special_softmax
+
+
+def special_softmax(input, dim, dtype):
+    """`special_softmax(Tensor self, int dim, ScalarType? dtype=None) -> Tensor`
+
+    special_softmax(input: Tensor, dim: int, dtype: DType | None) -> Tensor   [C: tr_tensor_special_softmax]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_special_softmax(input, dim, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('special_softmax', 'input: Tensor, dim: int, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_special_softmax', input)
+    return out
+
+
+_f_fft_fft = _lib.tr_tensor_fft_fft
+
+
+def fft_fft(input, n, dim, norm):
+    """`fft_fft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor`
+
+    fft_fft(input: Tensor, n: int | None, dim: int, norm: str | None) -> Tensor   [C: tr_tensor_fft_fft]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_fft_fft(input, _opt(n, _c_int64), dim, None if norm is None else _c_str(norm, 'norm'), out)
+    except _CArgumentError as e:
+        raise _bad_call('fft_fft', 'input: Tensor, n: int | None, dim: int, norm: str | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_fft_fft', input)
+    return out
+
+
+_f_fft_ifft = _lib.tr_tensor_fft_ifft
+
+
+def fft_ifft(input, n, dim, norm):
+    """`fft_ifft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor`
+
+    fft_ifft(input: Tensor, n: int | None, dim: int, norm: str | None) -> Tensor   [C: tr_tensor_fft_ifft]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_fft_ifft(input, _opt(n, _c_int64), dim, None if norm is None else _c_str(norm, 'norm'), out)
+    except _CArgumentError as e:
+        raise _bad_call('fft_ifft', 'input: Tensor, n: int | None, dim: int, norm: str | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_fft_ifft', input)
+    return out
+
+
+_f_fft_rfft = _lib.tr_tensor_fft_rfft
+
+
+def fft_rfft(input, n, dim, norm):
+    """`fft_rfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor`
+
+    fft_rfft(input: Tensor, n: int | None, dim: int, norm: str | None) -> Tensor   [C: tr_tensor_fft_rfft]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_fft_rfft(input, _opt(n, _c_int64), dim, None if norm is None else _c_str(norm, 'norm'), out)
+    except _CArgumentError as e:
+        raise _bad_call('fft_rfft', 'input: Tensor, n: int | None, dim: int, norm: str | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_fft_rfft', input)
+    return out
+
+
+_f_fft_irfft = _lib.tr_tensor_fft_irfft
+
+
+def fft_irfft(input, n, dim, norm):
+    """`fft_irfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor`
+
+    fft_irfft(input: Tensor, n: int | None, dim: int, norm: str | None) -> Tensor   [C: tr_tensor_fft_irfft]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_fft_irfft(input, _opt(n, _c_int64), dim, None if norm is None else _c_str(norm, 'norm'), out)
+    except _CArgumentError as e:
+        raise _bad_call('fft_irfft', 'input: Tensor, n: int | None, dim: int, norm: str | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_fft_irfft', input)
+    return out
+
+
+_f_fft_hfft = _lib.tr_tensor_fft_hfft
+
+
+def fft_hfft(input, n, dim, norm):
+    """`fft_hfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor`
+
+    fft_hfft(input: Tensor, n: int | None, dim: int, norm: str | None) -> Tensor   [C: tr_tensor_fft_hfft]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_fft_hfft(input, _opt(n, _c_int64), dim, None if norm is None else _c_str(norm, 'norm'), out)
+    except _CArgumentError as e:
+        raise _bad_call('fft_hfft', 'input: Tensor, n: int | None, dim: int, norm: str | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_fft_hfft', input)
+    return out
+
+
+_f_fft_ihfft = _lib.tr_tensor_fft_ihfft
+
+
+def fft_ihfft(input, n, dim, norm):
+    """`fft_ihfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor`
+
+    fft_ihfft(input: Tensor, n: int | None, dim: int, norm: str | None) -> Tensor   [C: tr_tensor_fft_ihfft]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_fft_ihfft(input, _opt(n, _c_int64), dim, None if norm is None else _c_str(norm, 'norm'), out)
+    except _CArgumentError as e:
+        raise _bad_call('fft_ihfft', 'input: Tensor, n: int | None, dim: int, norm: str | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_fft_ihfft', input)
+    return out
+
+
+_f_fft_fft2 = _lib.tr_tensor_fft_fft2
+
+
+def fft_fft2(input, s, dim, norm):
+    """`fft_fft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`
+
+    fft_fft2(input: Tensor, s: int | Sequence[int] | None, dim: int | Sequence[int], norm: str | None) -> Tensor   [C: tr_tensor_fft_fft2]
+    """
+    s, s_len = _opt_i64s(s, 's')
+    dim, dim_len = _i64s(dim, 'dim')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_fft_fft2(input, s, s_len, dim, dim_len, None if norm is None else _c_str(norm, 'norm'), out)
+    except _CArgumentError as e:
+        raise _bad_call('fft_fft2', 'input: Tensor, s: int | Sequence[int] | None, dim: int | Sequence[int], norm: str | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_fft_fft2', input)
+    return out
+
+
+_f_fft_ifft2 = _lib.tr_tensor_fft_ifft2
+
+
+def fft_ifft2(input, s, dim, norm):
+    """`fft_ifft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`
+
+    fft_ifft2(input: Tensor, s: int | Sequence[int] | None, dim: int | Sequence[int], norm: str | None) -> Tensor   [C: tr_tensor_fft_ifft2]
+    """
+    s, s_len = _opt_i64s(s, 's')
+    dim, dim_len = _i64s(dim, 'dim')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_fft_ifft2(input, s, s_len, dim, dim_len, None if norm is None else _c_str(norm, 'norm'), out)
+    except _CArgumentError as e:
+        raise _bad_call('fft_ifft2', 'input: Tensor, s: int | Sequence[int] | None, dim: int | Sequence[int], norm: str | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_fft_ifft2', input)
+    return out
+
+
+_f_fft_rfft2 = _lib.tr_tensor_fft_rfft2
+
+
+def fft_rfft2(input, s, dim, norm):
+    """`fft_rfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`
+
+    fft_rfft2(input: Tensor, s: int | Sequence[int] | None, dim: int | Sequence[int], norm: str | None) -> Tensor   [C: tr_tensor_fft_rfft2]
+    """
+    s, s_len = _opt_i64s(s, 's')
+    dim, dim_len = _i64s(dim, 'dim')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_fft_rfft2(input, s, s_len, dim, dim_len, None if norm is None else _c_str(norm, 'norm'), out)
+    except _CArgumentError as e:
+        raise _bad_call('fft_rfft2', 'input: Tensor, s: int | Sequence[int] | None, dim: int | Sequence[int], norm: str | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_fft_rfft2', input)
+    return out
+
+
+_f_fft_irfft2 = _lib.tr_tensor_fft_irfft2
+
+
+def fft_irfft2(input, s, dim, norm):
+    """`fft_irfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`
+
+    fft_irfft2(input: Tensor, s: int | Sequence[int] | None, dim: int | Sequence[int], norm: str | None) -> Tensor   [C: tr_tensor_fft_irfft2]
+    """
+    s, s_len = _opt_i64s(s, 's')
+    dim, dim_len = _i64s(dim, 'dim')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_fft_irfft2(input, s, s_len, dim, dim_len, None if norm is None else _c_str(norm, 'norm'), out)
+    except _CArgumentError as e:
+        raise _bad_call('fft_irfft2', 'input: Tensor, s: int | Sequence[int] | None, dim: int | Sequence[int], norm: str | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_fft_irfft2', input)
+    return out
+
+
+_f_fft_hfft2 = _lib.tr_tensor_fft_hfft2
+
+
+def fft_hfft2(input, s, dim, norm):
+    """`fft_hfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`
+
+    fft_hfft2(input: Tensor, s: int | Sequence[int] | None, dim: int | Sequence[int], norm: str | None) -> Tensor   [C: tr_tensor_fft_hfft2]
+    """
+    s, s_len = _opt_i64s(s, 's')
+    dim, dim_len = _i64s(dim, 'dim')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_fft_hfft2(input, s, s_len, dim, dim_len, None if norm is None else _c_str(norm, 'norm'), out)
+    except _CArgumentError as e:
+        raise _bad_call('fft_hfft2', 'input: Tensor, s: int | Sequence[int] | None, dim: int | Sequence[int], norm: str | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_fft_hfft2', input)
+    return out
+
+
+_f_fft_ihfft2 = _lib.tr_tensor_fft_ihfft2
+
+
+def fft_ihfft2(input, s, dim, norm):
+    """`fft_ihfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`
+
+    fft_ihfft2(input: Tensor, s: int | Sequence[int] | None, dim: int | Sequence[int], norm: str | None) -> Tensor   [C: tr_tensor_fft_ihfft2]
+    """
+    s, s_len = _opt_i64s(s, 's')
+    dim, dim_len = _i64s(dim, 'dim')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_fft_ihfft2(input, s, s_len, dim, dim_len, None if norm is None else _c_str(norm, 'norm'), out)
+    except _CArgumentError as e:
+        raise _bad_call('fft_ihfft2', 'input: Tensor, s: int | Sequence[int] | None, dim: int | Sequence[int], norm: str | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_fft_ihfft2', input)
+    return out
+
+
+_f_fft_fftn = _lib.tr_tensor_fft_fftn
+
+
+def fft_fftn(input, s, dim, norm):
+    """`fft_fftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
+
+    fft_fftn(input: Tensor, s: int | Sequence[int] | None, dim: int | Sequence[int] | None, norm: str | None) -> Tensor   [C: tr_tensor_fft_fftn]
+    """
+    s, s_len = _opt_i64s(s, 's')
+    dim, dim_len = _opt_i64s(dim, 'dim')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_fft_fftn(input, s, s_len, dim, dim_len, None if norm is None else _c_str(norm, 'norm'), out)
+    except _CArgumentError as e:
+        raise _bad_call('fft_fftn', 'input: Tensor, s: int | Sequence[int] | None, dim: int | Sequence[int] | None, norm: str | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_fft_fftn', input)
+    return out
+
+
+_f_fft_ifftn = _lib.tr_tensor_fft_ifftn
+
+
+def fft_ifftn(input, s, dim, norm):
+    """`fft_ifftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
+
+    fft_ifftn(input: Tensor, s: int | Sequence[int] | None, dim: int | Sequence[int] | None, norm: str | None) -> Tensor   [C: tr_tensor_fft_ifftn]
+    """
+    s, s_len = _opt_i64s(s, 's')
+    dim, dim_len = _opt_i64s(dim, 'dim')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_fft_ifftn(input, s, s_len, dim, dim_len, None if norm is None else _c_str(norm, 'norm'), out)
+    except _CArgumentError as e:
+        raise _bad_call('fft_ifftn', 'input: Tensor, s: int | Sequence[int] | None, dim: int | Sequence[int] | None, norm: str | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_fft_ifftn', input)
+    return out
+
+
+_f_fft_rfftn = _lib.tr_tensor_fft_rfftn
+
+
+def fft_rfftn(input, s, dim, norm):
+    """`fft_rfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
+
+    fft_rfftn(input: Tensor, s: int | Sequence[int] | None, dim: int | Sequence[int] | None, norm: str | None) -> Tensor   [C: tr_tensor_fft_rfftn]
+    """
+    s, s_len = _opt_i64s(s, 's')
+    dim, dim_len = _opt_i64s(dim, 'dim')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_fft_rfftn(input, s, s_len, dim, dim_len, None if norm is None else _c_str(norm, 'norm'), out)
+    except _CArgumentError as e:
+        raise _bad_call('fft_rfftn', 'input: Tensor, s: int | Sequence[int] | None, dim: int | Sequence[int] | None, norm: str | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_fft_rfftn', input)
+    return out
+
+
+_f_fft_irfftn = _lib.tr_tensor_fft_irfftn
+
+
+def fft_irfftn(input, s, dim, norm):
+    """`fft_irfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
+
+    fft_irfftn(input: Tensor, s: int | Sequence[int] | None, dim: int | Sequence[int] | None, norm: str | None) -> Tensor   [C: tr_tensor_fft_irfftn]
+    """
+    s, s_len = _opt_i64s(s, 's')
+    dim, dim_len = _opt_i64s(dim, 'dim')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_fft_irfftn(input, s, s_len, dim, dim_len, None if norm is None else _c_str(norm, 'norm'), out)
+    except _CArgumentError as e:
+        raise _bad_call('fft_irfftn', 'input: Tensor, s: int | Sequence[int] | None, dim: int | Sequence[int] | None, norm: str | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_fft_irfftn', input)
+    return out
+
+
+_f_fft_hfftn = _lib.tr_tensor_fft_hfftn
+
+
+def fft_hfftn(input, s, dim, norm):
+    """`fft_hfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
+
+    fft_hfftn(input: Tensor, s: int | Sequence[int] | None, dim: int | Sequence[int] | None, norm: str | None) -> Tensor   [C: tr_tensor_fft_hfftn]
+    """
+    s, s_len = _opt_i64s(s, 's')
+    dim, dim_len = _opt_i64s(dim, 'dim')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_fft_hfftn(input, s, s_len, dim, dim_len, None if norm is None else _c_str(norm, 'norm'), out)
+    except _CArgumentError as e:
+        raise _bad_call('fft_hfftn', 'input: Tensor, s: int | Sequence[int] | None, dim: int | Sequence[int] | None, norm: str | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_fft_hfftn', input)
+    return out
+
+
+_f_fft_ihfftn = _lib.tr_tensor_fft_ihfftn
+
+
+def fft_ihfftn(input, s, dim, norm):
+    """`fft_ihfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
+
+    fft_ihfftn(input: Tensor, s: int | Sequence[int] | None, dim: int | Sequence[int] | None, norm: str | None) -> Tensor   [C: tr_tensor_fft_ihfftn]
+    """
+    s, s_len = _opt_i64s(s, 's')
+    dim, dim_len = _opt_i64s(dim, 'dim')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_fft_ihfftn(input, s, s_len, dim, dim_len, None if norm is None else _c_str(norm, 'norm'), out)
+    except _CArgumentError as e:
+        raise _bad_call('fft_ihfftn', 'input: Tensor, s: int | Sequence[int] | None, dim: int | Sequence[int] | None, norm: str | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_fft_ihfftn', input)
+    return out
+
+
+_f_fft_fftfreq = _lib.tr_tensor_fft_fftfreq
+
+
+def fft_fftfreq(n, d, dtype):
+    """`fft_fftfreq(int n, float d=1.0, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    fft_fftfreq(n: int, d: float, dtype: DType | None) -> Tensor   [C: tr_tensor_fft_fftfreq]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_fft_fftfreq(n, d, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('fft_fftfreq', 'n: int, d: float, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_fft_fftfreq')
+    return out
+
+
+_f_fft_rfftfreq = _lib.tr_tensor_fft_rfftfreq
+
+
+def fft_rfftfreq(n, d, dtype):
+    """`fft_rfftfreq(int n, float d=1.0, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
+
+    fft_rfftfreq(n: int, d: float, dtype: DType | None) -> Tensor   [C: tr_tensor_fft_rfftfreq]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_fft_rfftfreq(n, d, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('fft_rfftfreq', 'n: int, d: float, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_fft_rfftfreq')
+    return out
+
+
+_f_fft_fftshift = _lib.tr_tensor_fft_fftshift
+
+
+def fft_fftshift(input, dim):
+    """`fft_fftshift(Tensor self, int[1]? dim=None) -> Tensor`
+
+    fft_fftshift(input: Tensor, dim: int | Sequence[int] | None) -> Tensor   [C: tr_tensor_fft_fftshift]
+    """
+    dim, dim_len = _opt_i64s(dim, 'dim')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_fft_fftshift(input, dim, dim_len, out)
+    except _CArgumentError as e:
+        raise _bad_call('fft_fftshift', 'input: Tensor, dim: int | Sequence[int] | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_fft_fftshift', input)
+    return out
+
+
+_f_fft_ifftshift = _lib.tr_tensor_fft_ifftshift
+
+
+def fft_ifftshift(input, dim):
+    """`fft_ifftshift(Tensor self, int[1]? dim=None) -> Tensor`
+
+    fft_ifftshift(input: Tensor, dim: int | Sequence[int] | None) -> Tensor   [C: tr_tensor_fft_ifftshift]
+    """
+    dim, dim_len = _opt_i64s(dim, 'dim')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_fft_ifftshift(input, dim, dim_len, out)
+    except _CArgumentError as e:
+        raise _bad_call('fft_ifftshift', 'input: Tensor, dim: int | Sequence[int] | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_fft_ifftshift', input)
+    return out
+
+
+_f_linalg_cholesky_ex = _lib.tr_tensor_linalg_cholesky_ex
+
+
+def linalg_cholesky_ex(input, upper, check_errors):
+    """`linalg_cholesky_ex(Tensor self, *, bool upper=False, bool check_errors=False) -> (Tensor L, Tensor info)`
+
+    linalg_cholesky_ex(input: Tensor, upper: bool, check_errors: bool) -> tuple[Tensor, Tensor]   [C: tr_tensor_linalg_cholesky_ex]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_linalg_cholesky_ex(input, upper, check_errors, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('linalg_cholesky_ex', 'input: Tensor, upper: bool, check_errors: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_linalg_cholesky_ex', input)
+    return tuple(_adopt_all(out, written.value))
+
+
 _f_linalg_cholesky = _lib.tr_tensor_linalg_cholesky
 
 
@@ -17432,6 +23838,69 @@ def linalg_cross(input, other, dim):
     if st:
         _fail(st, 'tr_tensor_linalg_cross', input, other)
     return out
+
+
+_f_linalg_lu_factor = _lib.tr_tensor_linalg_lu_factor
+
+
+def linalg_lu_factor(a, pivot):
+    """`linalg_lu_factor(Tensor A, *, bool pivot=True) -> (Tensor LU, Tensor pivots)`
+
+    linalg_lu_factor(a: Tensor, pivot: bool) -> tuple[Tensor, Tensor]   [C: tr_tensor_linalg_lu_factor]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_linalg_lu_factor(a, pivot, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('linalg_lu_factor', 'a: Tensor, pivot: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_linalg_lu_factor', a)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_linalg_lu_factor_ex = _lib.tr_tensor_linalg_lu_factor_ex
+
+
+def linalg_lu_factor_ex(a, pivot, check_errors):
+    """`linalg_lu_factor_ex(Tensor A, *, bool pivot=True, bool check_errors=False) -> (Tensor LU, Tensor pivots, Tensor info)`
+
+    linalg_lu_factor_ex(a: Tensor, pivot: bool, check_errors: bool) -> tuple[Tensor, Tensor, Tensor]   [C: tr_tensor_linalg_lu_factor_ex]
+    """
+    out = (_T * 3)()
+    written = _c_size_t()
+    try:
+        st = _f_linalg_lu_factor_ex(a, pivot, check_errors, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('linalg_lu_factor_ex', 'a: Tensor, pivot: bool, check_errors: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_linalg_lu_factor_ex', a)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_linalg_lu = _lib.tr_tensor_linalg_lu
+
+
+def linalg_lu(a, pivot):
+    """`linalg_lu(Tensor A, *, bool pivot=True) -> (Tensor P, Tensor L, Tensor U)`
+
+    linalg_lu(a: Tensor, pivot: bool) -> tuple[Tensor, Tensor, Tensor]   [C: tr_tensor_linalg_lu]
+    """
+    out = (_T * 3)()
+    written = _c_size_t()
+    try:
+        st = _f_linalg_lu(a, pivot, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('linalg_lu', 'a: Tensor, pivot: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_linalg_lu', a)
+    return tuple(_adopt_all(out, written.value))
 
 
 _f_linalg_lu_solve = _lib.tr_tensor_linalg_lu_solve
@@ -17497,6 +23966,48 @@ def det(input):
     return out
 
 
+_f_linalg_ldl_factor_ex = _lib.tr_tensor_linalg_ldl_factor_ex
+
+
+def linalg_ldl_factor_ex(input, hermitian, check_errors):
+    """`linalg_ldl_factor_ex(Tensor self, *, bool hermitian=False, bool check_errors=False) -> (Tensor LD, Tensor pivots, Tensor info)`
+
+    linalg_ldl_factor_ex(input: Tensor, hermitian: bool, check_errors: bool) -> tuple[Tensor, Tensor, Tensor]   [C: tr_tensor_linalg_ldl_factor_ex]
+    """
+    out = (_T * 3)()
+    written = _c_size_t()
+    try:
+        st = _f_linalg_ldl_factor_ex(input, hermitian, check_errors, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('linalg_ldl_factor_ex', 'input: Tensor, hermitian: bool, check_errors: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_linalg_ldl_factor_ex', input)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_linalg_ldl_factor = _lib.tr_tensor_linalg_ldl_factor
+
+
+def linalg_ldl_factor(input, hermitian):
+    """`linalg_ldl_factor(Tensor self, *, bool hermitian=False) -> (Tensor LD, Tensor pivots)`
+
+    linalg_ldl_factor(input: Tensor, hermitian: bool) -> tuple[Tensor, Tensor]   [C: tr_tensor_linalg_ldl_factor]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_linalg_ldl_factor(input, hermitian, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('linalg_ldl_factor', 'input: Tensor, hermitian: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_linalg_ldl_factor', input)
+    return tuple(_adopt_all(out, written.value))
+
+
 _f_linalg_ldl_solve = _lib.tr_tensor_linalg_ldl_solve
 
 
@@ -17516,6 +24027,27 @@ def linalg_ldl_solve(ld, pivots, b, hermitian):
     if st:
         _fail(st, 'tr_tensor_linalg_ldl_solve', ld, pivots, b)
     return out
+
+
+_f_linalg_lstsq = _lib.tr_tensor_linalg_lstsq
+
+
+def linalg_lstsq(input, b, rcond, driver):
+    """`linalg_lstsq(Tensor self, Tensor b, float? rcond=None, *, str? driver=None) -> (Tensor solution, Tensor residuals, Tensor rank, Tensor singular_values)`
+
+    linalg_lstsq(input: Tensor, b: Tensor, rcond: float | None, driver: str | None) -> tuple[Tensor, Tensor, Tensor, Tensor]   [C: tr_tensor_linalg_lstsq]
+    """
+    out = (_T * 4)()
+    written = _c_size_t()
+    try:
+        st = _f_linalg_lstsq(input, b, _opt(rcond, _c_double), None if driver is None else _c_str(driver, 'driver'), out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('linalg_lstsq', 'input: Tensor, b: Tensor, rcond: float | None, driver: str | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_linalg_lstsq', input, b)
+    return tuple(_adopt_all(out, written.value))
 
 
 _f_linalg_matmul = _lib.tr_tensor_linalg_matmul
@@ -17581,6 +24113,48 @@ def linalg_matrix_exp(input):
     return out
 
 
+_f_linalg_slogdet = _lib.tr_tensor_linalg_slogdet
+
+
+def linalg_slogdet(a):
+    """`linalg_slogdet(Tensor A) -> (Tensor sign, Tensor logabsdet)`
+
+    linalg_slogdet(a: Tensor) -> tuple[Tensor, Tensor]   [C: tr_tensor_linalg_slogdet]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_linalg_slogdet(a, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('linalg_slogdet', 'a: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_linalg_slogdet', a)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_slogdet = _lib.tr_tensor_slogdet
+
+
+def slogdet(input):
+    """`slogdet(Tensor self) -> (Tensor sign, Tensor logabsdet)`
+
+    slogdet(input: Tensor) -> tuple[Tensor, Tensor]   [C: tr_tensor_slogdet]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_slogdet(input, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('slogdet', 'input: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_slogdet', input)
+    return tuple(_adopt_all(out, written.value))
+
+
 _f_logdet = _lib.tr_tensor_logdet
 
 
@@ -17600,6 +24174,27 @@ def logdet(input):
     if st:
         _fail(st, 'tr_tensor_logdet', input)
     return out
+
+
+_f_linalg_eig = _lib.tr_tensor_linalg_eig
+
+
+def linalg_eig(input):
+    """`linalg_eig(Tensor self) -> (Tensor eigenvalues, Tensor eigenvectors)`
+
+    linalg_eig(input: Tensor) -> tuple[Tensor, Tensor]   [C: tr_tensor_linalg_eig]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_linalg_eig(input, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('linalg_eig', 'input: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_linalg_eig', input)
+    return tuple(_adopt_all(out, written.value))
 
 
 _f_linalg_eigvals = _lib.tr_tensor_linalg_eigvals
@@ -17623,6 +24218,48 @@ def linalg_eigvals(input):
     return out
 
 
+_f_linalg_eigh = _lib.tr_tensor_linalg_eigh
+
+
+def linalg_eigh(input, uplo):
+    """`linalg_eigh(Tensor self, str UPLO="L") -> (Tensor eigenvalues, Tensor eigenvectors)`
+
+    linalg_eigh(input: Tensor, uplo: str) -> tuple[Tensor, Tensor]   [C: tr_tensor_linalg_eigh]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_linalg_eigh(input, _c_str(uplo, 'uplo'), out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('linalg_eigh', 'input: Tensor, uplo: str', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_linalg_eigh', input)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_linalg_eigvalsh = _lib.tr_tensor_linalg_eigvalsh
+
+
+def linalg_eigvalsh(input, uplo):
+    """`linalg_eigvalsh(Tensor self, str UPLO="L") -> Tensor`
+
+    linalg_eigvalsh(input: Tensor, uplo: str) -> Tensor   [C: tr_tensor_linalg_eigvalsh]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_linalg_eigvalsh(input, _c_str(uplo, 'uplo'), out)
+    except _CArgumentError as e:
+        raise _bad_call('linalg_eigvalsh', 'input: Tensor, uplo: str', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_linalg_eigvalsh', input)
+    return out
+
+
 _f_linalg_householder_product = _lib.tr_tensor_linalg_householder_product
 
 
@@ -17642,6 +24279,27 @@ def linalg_householder_product(input, tau):
     if st:
         _fail(st, 'tr_tensor_linalg_householder_product', input, tau)
     return out
+
+
+_f_linalg_inv_ex = _lib.tr_tensor_linalg_inv_ex
+
+
+def linalg_inv_ex(a, check_errors):
+    """`linalg_inv_ex(Tensor A, *, bool check_errors=False) -> (Tensor inverse, Tensor info)`
+
+    linalg_inv_ex(a: Tensor, check_errors: bool) -> tuple[Tensor, Tensor]   [C: tr_tensor_linalg_inv_ex]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_linalg_inv_ex(a, check_errors, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('linalg_inv_ex', 'a: Tensor, check_errors: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_linalg_inv_ex', a)
+    return tuple(_adopt_all(out, written.value))
 
 
 _f_linalg_inv = _lib.tr_tensor_linalg_inv
@@ -17749,6 +24407,200 @@ def ger(input, vec2):
     return out
 
 
+_f_linalg_norm = _lib.tr_tensor_linalg_norm
+
+
+def linalg_norm(input, ord, dim, keepdim, dtype):
+    """`linalg_norm(Tensor self, Scalar? ord=None, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`
+
+    linalg_norm(input: Tensor, ord: int | float | bool | None, dim: int | Sequence[int] | None, keepdim: bool, dtype: DType | None) -> Tensor   [C: tr_tensor_linalg_norm]
+    """
+    dim, dim_len = _opt_i64s(dim, 'dim')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_linalg_norm(input, _opt_scalar(ord, 'ord'), dim, dim_len, keepdim, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('linalg_norm', 'input: Tensor, ord: int | float | bool | None, dim: int | Sequence[int] | None, keepdim: bool, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_linalg_norm', input)
+    return out
+
+
+_f_linalg_norm_ord_str = _lib.tr_tensor_linalg_norm_ord_str
+
+
+def linalg_norm_ord_str(input, ord, dim, keepdim, dtype):
+    """`linalg_norm.ord_str(Tensor self, str ord, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`
+
+    linalg_norm_ord_str(input: Tensor, ord: str, dim: int | Sequence[int] | None, keepdim: bool, dtype: DType | None) -> Tensor   [C: tr_tensor_linalg_norm_ord_str]
+    """
+    dim, dim_len = _opt_i64s(dim, 'dim')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_linalg_norm_ord_str(input, _c_str(ord, 'ord'), dim, dim_len, keepdim, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('linalg_norm_ord_str', 'input: Tensor, ord: str, dim: int | Sequence[int] | None, keepdim: bool, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_linalg_norm_ord_str', input)
+    return out
+
+
+_f_linalg_vector_norm = _lib.tr_tensor_linalg_vector_norm
+
+
+def linalg_vector_norm(input, ord, dim, keepdim, dtype):
+    """`linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`
+
+    linalg_vector_norm(input: Tensor, ord: int | float | bool, dim: int | Sequence[int] | None, keepdim: bool, dtype: DType | None) -> Tensor   [C: tr_tensor_linalg_vector_norm]
+    """
+    dim, dim_len = _opt_i64s(dim, 'dim')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_linalg_vector_norm(input, _scalar(ord, 'ord'), dim, dim_len, keepdim, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('linalg_vector_norm', 'input: Tensor, ord: int | float | bool, dim: int | Sequence[int] | None, keepdim: bool, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_linalg_vector_norm', input)
+    return out
+
+
+_f_linalg_matrix_norm = _lib.tr_tensor_linalg_matrix_norm
+
+
+def linalg_matrix_norm(input, ord, dim, keepdim, dtype):
+    """`linalg_matrix_norm(Tensor self, Scalar ord, int[] dim=[-2,-1], bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`
+
+    linalg_matrix_norm(input: Tensor, ord: int | float | bool, dim: int | Sequence[int], keepdim: bool, dtype: DType | None) -> Tensor   [C: tr_tensor_linalg_matrix_norm]
+    """
+    dim, dim_len = _i64s(dim, 'dim')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_linalg_matrix_norm(input, _scalar(ord, 'ord'), dim, dim_len, keepdim, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('linalg_matrix_norm', 'input: Tensor, ord: int | float | bool, dim: int | Sequence[int], keepdim: bool, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_linalg_matrix_norm', input)
+    return out
+
+
+_f_linalg_matrix_norm_str_ord = _lib.tr_tensor_linalg_matrix_norm_str_ord
+
+
+def linalg_matrix_norm_str_ord(input, ord, dim, keepdim, dtype):
+    """`linalg_matrix_norm.str_ord(Tensor self, str ord='fro', int[] dim=[-2,-1], bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`
+
+    linalg_matrix_norm_str_ord(input: Tensor, ord: str, dim: int | Sequence[int], keepdim: bool, dtype: DType | None) -> Tensor   [C: tr_tensor_linalg_matrix_norm_str_ord]
+    """
+    dim, dim_len = _i64s(dim, 'dim')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_linalg_matrix_norm_str_ord(input, _c_str(ord, 'ord'), dim, dim_len, keepdim, _opt_dtype(dtype), out)
+    except _CArgumentError as e:
+        raise _bad_call('linalg_matrix_norm_str_ord', 'input: Tensor, ord: str, dim: int | Sequence[int], keepdim: bool, dtype: DType | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_linalg_matrix_norm_str_ord', input)
+    return out
+
+
+_f_linalg_svd = _lib.tr_tensor_linalg_svd
+
+
+def linalg_svd(a, full_matrices, driver):
+    """`linalg_svd(Tensor A, bool full_matrices=True, *, str? driver=None) -> (Tensor U, Tensor S, Tensor Vh)`
+
+    linalg_svd(a: Tensor, full_matrices: bool, driver: str | None) -> tuple[Tensor, Tensor, Tensor]   [C: tr_tensor_linalg_svd]
+    """
+    out = (_T * 3)()
+    written = _c_size_t()
+    try:
+        st = _f_linalg_svd(a, full_matrices, None if driver is None else _c_str(driver, 'driver'), out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('linalg_svd', 'a: Tensor, full_matrices: bool, driver: str | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_linalg_svd', a)
+    return tuple(_adopt_all(out, written.value))
+
+
+_f_linalg_svdvals = _lib.tr_tensor_linalg_svdvals
+
+
+def linalg_svdvals(a, driver):
+    """`linalg_svdvals(Tensor A, *, str? driver=None) -> Tensor`
+
+    linalg_svdvals(a: Tensor, driver: str | None) -> Tensor   [C: tr_tensor_linalg_svdvals]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_linalg_svdvals(a, None if driver is None else _c_str(driver, 'driver'), out)
+    except _CArgumentError as e:
+        raise _bad_call('linalg_svdvals', 'a: Tensor, driver: str | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_linalg_svdvals', a)
+    return out
+
+
+_f_linalg_cond = _lib.tr_tensor_linalg_cond
+
+
+def linalg_cond(input, p):
+    """`linalg_cond(Tensor self, Scalar? p=None) -> Tensor`
+
+    linalg_cond(input: Tensor, p: int | float | bool | None) -> Tensor   [C: tr_tensor_linalg_cond]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_linalg_cond(input, _opt_scalar(p, 'p'), out)
+    except _CArgumentError as e:
+        raise _bad_call('linalg_cond', 'input: Tensor, p: int | float | bool | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_linalg_cond', input)
+    return out
+
+
+_f_linalg_cond_p_str = _lib.tr_tensor_linalg_cond_p_str
+
+
+def linalg_cond_p_str(input, p):
+    """`linalg_cond.p_str(Tensor self, str p) -> Tensor`
+
+    linalg_cond_p_str(input: Tensor, p: str) -> Tensor   [C: tr_tensor_linalg_cond_p_str]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_linalg_cond_p_str(input, _c_str(p, 'p'), out)
+    except _CArgumentError as e:
+        raise _bad_call('linalg_cond_p_str', 'input: Tensor, p: str', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_linalg_cond_p_str', input)
+    return out
+
+
 _f_linalg_pinv_atol_rtol_tensor = _lib.tr_tensor_linalg_pinv_atol_rtol_tensor
 
 
@@ -17767,6 +24619,27 @@ def linalg_pinv_atol_rtol_tensor(input, atol, rtol, hermitian):
         raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_linalg_pinv_atol_rtol_tensor', input, atol, rtol)
+    return out
+
+
+_f_linalg_pinv_atol_rtol_float = _lib.tr_tensor_linalg_pinv_atol_rtol_float
+
+
+def linalg_pinv_atol_rtol_float(input, atol, rtol, hermitian):
+    """`linalg_pinv.atol_rtol_float(Tensor self, *, float? atol=None, float? rtol=None, bool hermitian=False) -> Tensor`
+
+    linalg_pinv_atol_rtol_float(input: Tensor, atol: float | None, rtol: float | None, hermitian: bool) -> Tensor   [C: tr_tensor_linalg_pinv_atol_rtol_float]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_linalg_pinv_atol_rtol_float(input, _opt(atol, _c_double), _opt(rtol, _c_double), hermitian, out)
+    except _CArgumentError as e:
+        raise _bad_call('linalg_pinv_atol_rtol_float', 'input: Tensor, atol: float | None, rtol: float | None, hermitian: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_linalg_pinv_atol_rtol_float', input)
     return out
 
 
@@ -17812,6 +24685,27 @@ def linalg_pinv_rcond_tensor(input, rcond, hermitian):
     return out
 
 
+_f_linalg_solve_ex = _lib.tr_tensor_linalg_solve_ex
+
+
+def linalg_solve_ex(a, b, left, check_errors):
+    """`linalg_solve_ex(Tensor A, Tensor B, *, bool left=True, bool check_errors=False) -> (Tensor result, Tensor info)`
+
+    linalg_solve_ex(a: Tensor, b: Tensor, left: bool, check_errors: bool) -> tuple[Tensor, Tensor]   [C: tr_tensor_linalg_solve_ex]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_linalg_solve_ex(a, b, left, check_errors, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('linalg_solve_ex', 'a: Tensor, b: Tensor, left: bool, check_errors: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_linalg_solve_ex', a, b)
+    return tuple(_adopt_all(out, written.value))
+
+
 _f_linalg_solve = _lib.tr_tensor_linalg_solve
 
 
@@ -17854,6 +24748,49 @@ def linalg_tensorinv(input, ind):
     return out
 
 
+_f_linalg_tensorsolve = _lib.tr_tensor_linalg_tensorsolve
+
+
+def linalg_tensorsolve(input, other, dims):
+    """`linalg_tensorsolve(Tensor self, Tensor other, int[]? dims=None) -> Tensor`
+
+    linalg_tensorsolve(input: Tensor, other: Tensor, dims: int | Sequence[int] | None) -> Tensor   [C: tr_tensor_linalg_tensorsolve]
+    """
+    dims, dims_len = _opt_i64s(dims, 'dims')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_linalg_tensorsolve(input, other, dims, dims_len, out)
+    except _CArgumentError as e:
+        raise _bad_call('linalg_tensorsolve', 'input: Tensor, other: Tensor, dims: int | Sequence[int] | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_linalg_tensorsolve', input, other)
+    return out
+
+
+_f_linalg_qr = _lib.tr_tensor_linalg_qr
+
+
+def linalg_qr(a, mode):
+    """`linalg_qr(Tensor A, str mode='reduced') -> (Tensor Q, Tensor R)`
+
+    linalg_qr(a: Tensor, mode: str) -> tuple[Tensor, Tensor]   [C: tr_tensor_linalg_qr]
+    """
+    out = (_T * 2)()
+    written = _c_size_t()
+    try:
+        st = _f_linalg_qr(a, _c_str(mode, 'mode'), out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('linalg_qr', 'a: Tensor, mode: str', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_linalg_qr', a)
+    return tuple(_adopt_all(out, written.value))
+
+
 _f_linalg_matrix_power = _lib.tr_tensor_linalg_matrix_power
 
 
@@ -17893,6 +24830,27 @@ def linalg_matrix_rank_atol_rtol_tensor(input, atol, rtol, hermitian):
         raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_linalg_matrix_rank_atol_rtol_tensor', input, atol, rtol)
+    return out
+
+
+_f_linalg_matrix_rank_atol_rtol_float = _lib.tr_tensor_linalg_matrix_rank_atol_rtol_float
+
+
+def linalg_matrix_rank_atol_rtol_float(input, atol, rtol, hermitian):
+    """`linalg_matrix_rank.atol_rtol_float(Tensor self, *, float? atol=None, float? rtol=None, bool hermitian=False) -> Tensor`
+
+    linalg_matrix_rank_atol_rtol_float(input: Tensor, atol: float | None, rtol: float | None, hermitian: bool) -> Tensor   [C: tr_tensor_linalg_matrix_rank_atol_rtol_float]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_linalg_matrix_rank_atol_rtol_float(input, _opt(atol, _c_double), _opt(rtol, _c_double), hermitian, out)
+    except _CArgumentError as e:
+        raise _bad_call('linalg_matrix_rank_atol_rtol_float', 'input: Tensor, atol: float | None, rtol: float | None, hermitian: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_linalg_matrix_rank_atol_rtol_float', input)
     return out
 
 
@@ -17960,6 +24918,49 @@ def linalg_multi_dot(tensors):
     return out
 
 
+_f_segment_reduce = _lib.tr_tensor_segment_reduce
+
+
+def segment_reduce(data, reduce, lengths, indices, offsets, axis, unsafe_, initial):
+    """`segment_reduce(Tensor data, str reduce, *, Tensor? lengths=None, Tensor? indices=None, Tensor? offsets=None, int axis=0, bool unsafe=False, Scalar? initial=None) -> Tensor`
+
+    segment_reduce(data: Tensor, reduce: str, lengths: Tensor | None, indices: Tensor | None, offsets: Tensor | None, axis: int, unsafe_: bool, initial: int | float | bool | None) -> Tensor   [C: tr_tensor_segment_reduce]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_segment_reduce(data, _c_str(reduce, 'reduce'), _NONE if lengths is None else lengths, _NONE if indices is None else indices, _NONE if offsets is None else offsets, axis, unsafe_, _opt_scalar(initial, 'initial'), out)
+    except _CArgumentError as e:
+        raise _bad_call('segment_reduce', 'data: Tensor, reduce: str, lengths: Tensor | None, indices: Tensor | None, offsets: Tensor | None, axis: int, unsafe_: bool, initial: int | float | bool | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_segment_reduce', data, lengths, indices, offsets)
+    return out
+
+
+_f_pad_sequence = _lib.tr_tensor_pad_sequence
+
+
+def pad_sequence(sequences, batch_first, padding_value, padding_side):
+    """`pad_sequence(Tensor[] sequences, bool batch_first=False, float padding_value=0.0, str padding_side="right") -> Tensor`
+
+    pad_sequence(sequences: Sequence[Tensor], batch_first: bool, padding_value: float, padding_side: str) -> Tensor   [C: tr_tensor_pad_sequence]
+    """
+    sequences, _sequences, _sequences_len = _handles(sequences, 'sequences')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_pad_sequence(_sequences, _sequences_len, batch_first, padding_value, _c_str(padding_side, 'padding_side'), out)
+    except _CArgumentError as e:
+        raise _bad_call('pad_sequence', 'sequences: Sequence[Tensor], batch_first: bool, padding_value: float, padding_side: str', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_pad_sequence')
+    return out
+
+
 _f_flatten_dense_tensors = _lib.tr_tensor_flatten_dense_tensors
 
 
@@ -17980,6 +24981,31 @@ def flatten_dense_tensors(tensors):
     if st:
         _fail(st, 'tr_tensor_flatten_dense_tensors')
     return out
+
+
+_f_unflatten_dense_tensors = _lib.tr_tensor_unflatten_dense_tensors
+
+
+def unflatten_dense_tensors(flat, tensors):
+    """`unflatten_dense_tensors(Tensor flat, Tensor[] tensors) -> Tensor[]`
+
+    unflatten_dense_tensors(flat: Tensor, tensors: Sequence[Tensor]) -> list[Tensor]   [C: tr_tensor_unflatten_dense_tensors]
+    """
+    tensors, _tensors, _tensors_len = _handles(tensors, 'tensors')
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_unflatten_dense_tensors(flat, _tensors, _tensors_len, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('unflatten_dense_tensors', 'flat: Tensor, tensors: Sequence[Tensor]', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_unflatten_dense_tensors(flat, _tensors, _tensors_len, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_unflatten_dense_tensors', flat)
+    return list(_adopt_all(out, written.value))
 
 
 _f_view_as_real_copy = _lib.tr_tensor_view_as_real_copy
@@ -18021,6 +25047,29 @@ def view_as_complex_copy(input):
         raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_view_as_complex_copy', input)
+    return out
+
+
+_f_as_strided_copy = _lib.tr_tensor_as_strided_copy
+
+
+def as_strided_copy(input, size, stride, storage_offset):
+    """`as_strided_copy(Tensor self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) -> Tensor`
+
+    as_strided_copy(input: Tensor, size: int | Sequence[int], stride: int | Sequence[int], storage_offset: int | None) -> Tensor   [C: tr_tensor_as_strided_copy]
+    """
+    size, size_len = _i64s(size, 'size')
+    stride, stride_len = _i64s(stride, 'stride')
+    out = _T()
+    out._own = True
+    try:
+        st = _f_as_strided_copy(input, size, size_len, stride, stride_len, _opt(storage_offset, _c_int64), out)
+    except _CArgumentError as e:
+        raise _bad_call('as_strided_copy', 'input: Tensor, size: int | Sequence[int], stride: int | Sequence[int], storage_offset: int | None', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_as_strided_copy', input)
     return out
 
 
@@ -18129,6 +25178,76 @@ def detach_copy(input):
     if st:
         _fail(st, 'tr_tensor_detach_copy', input)
     return out
+
+
+_f_slice_copy_tensor = _lib.tr_tensor_slice_copy_tensor
+
+
+def slice_copy_tensor(input, dim, start, end, step):
+    """`slice_copy.Tensor(Tensor self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor`
+
+    slice_copy_tensor(input: Tensor, dim: int, start: int | None, end: int | None, step: int) -> Tensor   [C: tr_tensor_slice_copy_tensor]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_slice_copy_tensor(input, dim, _opt(start, _c_int64), _opt(end, _c_int64), step, out)
+    except _CArgumentError as e:
+        raise _bad_call('slice_copy_tensor', 'input: Tensor, dim: int, start: int | None, end: int | None, step: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_slice_copy_tensor', input)
+    return out
+
+
+_f_split_copy_tensor = _lib.tr_tensor_split_copy_tensor
+
+
+def split_copy_tensor(input, split_size, dim):
+    """`split_copy.Tensor(Tensor self, SymInt split_size, int dim=0) -> Tensor[]`
+
+    split_copy_tensor(input: Tensor, split_size: int, dim: int) -> list[Tensor]   [C: tr_tensor_split_copy_tensor]
+    """
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_split_copy_tensor(input, split_size, dim, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('split_copy_tensor', 'input: Tensor, split_size: int, dim: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_split_copy_tensor(input, split_size, dim, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_split_copy_tensor', input)
+    return list(_adopt_all(out, written.value))
+
+
+_f_split_with_sizes_copy = _lib.tr_tensor_split_with_sizes_copy
+
+
+def split_with_sizes_copy(input, split_sizes, dim):
+    """`split_with_sizes_copy(Tensor self, SymInt[] split_sizes, int dim=0) -> Tensor[]`
+
+    split_with_sizes_copy(input: Tensor, split_sizes: int | Sequence[int], dim: int) -> list[Tensor]   [C: tr_tensor_split_with_sizes_copy]
+    """
+    split_sizes, split_sizes_len = _i64s(split_sizes, 'split_sizes')
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_split_with_sizes_copy(input, split_sizes, split_sizes_len, dim, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('split_with_sizes_copy', 'input: Tensor, split_sizes: int | Sequence[int], dim: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_split_with_sizes_copy(input, split_sizes, split_sizes_len, dim, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_split_with_sizes_copy', input)
+    return list(_adopt_all(out, written.value))
 
 
 _f_squeeze_copy = _lib.tr_tensor_squeeze_copy
@@ -18258,6 +25377,30 @@ def unsqueeze_copy(input, dim):
     return out
 
 
+_f_unbind_copy_int = _lib.tr_tensor_unbind_copy_int
+
+
+def unbind_copy_int(input, dim):
+    """`unbind_copy.int(Tensor self, int dim=0) -> Tensor[]`
+
+    unbind_copy_int(input: Tensor, dim: int) -> list[Tensor]   [C: tr_tensor_unbind_copy_int]
+    """
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_unbind_copy_int(input, dim, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('unbind_copy_int', 'input: Tensor, dim: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_unbind_copy_int(input, dim, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_unbind_copy_int', input)
+    return list(_adopt_all(out, written.value))
+
+
 _f_view_copy = _lib.tr_tensor_view_copy
 
 
@@ -18340,6 +25483,27 @@ def alias_copy(input):
         raise _hook_error(e) from None
     if st:
         _fail(st, 'tr_tensor_alias_copy', input)
+    return out
+
+
+_f_scaled_dot_product_attention = _lib.tr_tensor_scaled_dot_product_attention
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+    """`scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float dropout_p=0.0, bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor`
+
+    scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None, dropout_p: float, is_causal: bool, scale: float | None, enable_gqa: bool) -> Tensor   [C: tr_tensor_scaled_dot_product_attention]
+    """
+    out = _T()
+    out._own = True
+    try:
+        st = _f_scaled_dot_product_attention(query, key, value, _NONE if attn_mask is None else attn_mask, dropout_p, is_causal, _opt(scale, _c_double), enable_gqa, out)
+    except _CArgumentError as e:
+        raise _bad_call('scaled_dot_product_attention', 'query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None, dropout_p: float, is_causal: bool, scale: float | None, enable_gqa: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_scaled_dot_product_attention', query, key, value, attn_mask)
     return out
 
 
@@ -20046,8 +27210,10 @@ for _f in [globals()[_n] for _n in (
     'detach',
     'data',
     'is_leaf',
+    'output_nr',
     'retains_grad',
     'align_as',
+    'native_dropout',
     'dropout_',
     'feature_dropout',
     'feature_dropout_',
@@ -20077,6 +27243,7 @@ for _f in [globals()[_n] for _n in (
     'arccos_',
     'avg_pool1d',
     'adaptive_avg_pool1d',
+    'adaptive_max_pool1d',
     'add_tensor',
     'add_tensor_',
     'addmv',
@@ -20085,8 +27252,10 @@ for _f in [globals()[_n] for _n in (
     'addr_',
     'affine_grid_generator',
     'all_dim',
+    'all_dims',
     'allclose',
     'any_dim',
+    'any_dims',
     'acosh',
     'acosh_',
     'arccosh',
@@ -20099,6 +27268,8 @@ for _f in [globals()[_n] for _n in (
     'atanh_',
     'arctanh',
     'arctanh_',
+    'as_strided',
+    'as_strided_',
     'asin',
     'asin_',
     'arcsin',
@@ -20140,7 +27311,13 @@ for _f in [globals()[_n] for _n in (
     'broadcast_to',
     'ceil',
     'ceil_',
+    'unsafe_chunk',
+    'chunk',
+    'tensor_split_sections',
+    'tensor_split_indices',
+    'tensor_split_tensor_indices_or_sections',
     'clamp_tensor',
+    'clamp_',
     'clamp_tensor_',
     'clamp_max',
     'clamp_max_tensor',
@@ -20150,7 +27327,9 @@ for _f in [globals()[_n] for _n in (
     'clamp_min_tensor',
     'clamp_min_',
     'clamp_min_tensor_',
+    'clip',
     'clip_tensor',
+    'clip_',
     'clip_tensor_',
     'complex',
     'polar',
@@ -20159,6 +27338,9 @@ for _f in [globals()[_n] for _n in (
     'convolution_overrideable',
     'conv1d',
     'conv3d',
+    'conv1d_padding',
+    'conv2d_padding',
+    'conv3d_padding',
     'conv_tbc',
     'conv_transpose1d',
     'conv_transpose2d_input',
@@ -20170,8 +27352,15 @@ for _f in [globals()[_n] for _n in (
     'cosh_',
     'cosine_embedding_loss',
     'count_nonzero_dim_intlist',
+    'count_nonzero',
     'cov',
     'corrcoef',
+    'cummax',
+    'cummin',
+    'cumprod',
+    'cumprod_',
+    'cumsum',
+    'cumsum_',
     'cumulative_trapezoid_x',
     'cumulative_trapezoid_dx',
     'ctc_loss_intlist',
@@ -20182,12 +27371,25 @@ for _f in [globals()[_n] for _n in (
     'linalg_diagonal',
     'fill_diagonal_',
     'diff',
+    'gradient_scalarint',
+    'gradient_scalararray',
+    'gradient_array',
+    'gradient_tensorarrayint',
+    'gradient_tensorarray',
     'div_tensor',
     'div_tensor_',
+    'div_tensor_mode',
+    'div_tensor_mode_',
+    'div_scalar_mode',
+    'div_scalar_mode_',
     'divide_tensor',
     'divide_tensor_',
     'divide_scalar',
     'divide_scalar_',
+    'divide_tensor_mode',
+    'divide_tensor_mode_',
+    'divide_scalar_mode',
+    'divide_scalar_mode_',
     'true_divide_tensor',
     'true_divide_tensor_',
     'true_divide_scalar',
@@ -20195,7 +27397,15 @@ for _f in [globals()[_n] for _n in (
     'dot',
     'vdot',
     'embedding_renorm_',
+    'embedding_bag',
+    'embedding_bag_padding_idx',
+    'new_empty',
+    'new_empty_strided',
+    'new_full',
+    'new_zeros',
+    'new_ones',
     'resize_',
+    'empty_like',
     'erf',
     'erf_',
     'erfc',
@@ -20217,6 +27427,7 @@ for _f in [globals()[_n] for _n in (
     'floor_divide_tensor_',
     'frac',
     'frac_',
+    'full_like',
     'gcd',
     'gcd_',
     'lcm',
@@ -20226,7 +27437,11 @@ for _f in [globals()[_n] for _n in (
     'grid_sampler_3d',
     'hinge_embedding_loss',
     'group_norm',
+    'native_group_norm',
+    'index_tensor',
     'index_copy',
+    'index_put_',
+    'index_put',
     'instance_norm',
     'isclose',
     'isin_tensor_tensor',
@@ -20244,8 +27459,15 @@ for _f in [globals()[_n] for _n in (
     'is_inference',
     'kl_div',
     'kron',
+    'kthvalue',
+    'native_layer_norm',
+    'rms_norm',
+    'nan_to_num',
+    'nan_to_num_',
     'ldexp_tensor',
     'ldexp_',
+    'linspace_tensor_tensor',
+    'linspace_tensor_scalar',
     'log_',
     'log10',
     'log10_',
@@ -20259,19 +27481,28 @@ for _f in [globals()[_n] for _n in (
     'xlogy_scalar_other',
     'xlogy_tensor_',
     'xlogy_scalar_other_',
+    'logspace_tensor_tensor',
+    'logspace_tensor_scalar',
+    'log_softmax_int',
     'logcumsumexp',
     'logsumexp',
     'margin_ranking_loss',
     'matrix_power',
     'matrix_exp',
+    'aminmax',
     'amax',
+    'max_pool1d_with_indices',
     'max_pool1d',
     'max_pool3d',
+    'nanmean',
     'median',
+    'median_dim',
     'nanmedian',
+    'nanmedian_dim',
     'amin',
     'mm',
     'mm_dtype',
+    'mode',
     'mul_tensor',
     'mul_tensor_',
     'multiply_tensor',
@@ -20283,8 +27514,14 @@ for _f in [globals()[_n] for _n in (
     'mvlgamma_',
     'narrow_copy',
     'narrow_tensor',
+    'native_batch_norm',
+    'batch_norm_stats',
     'batch_norm_elemt',
+    'batch_norm_gather_stats',
+    'batch_norm_gather_stats_with_counts',
+    'batch_norm_update_stats',
     'pairwise_distance',
+    'cdist',
     'pdist',
     'cosine_similarity',
     'movedim_intlist',
@@ -20308,6 +27545,16 @@ for _f in [globals()[_n] for _n in (
     'rad2deg_',
     'deg2rad',
     'deg2rad_',
+    'rand_like',
+    'rand_like_generator',
+    'randint_like',
+    'randint_like_generator',
+    'randint_like_tensor',
+    'randint_like_tensor_generator',
+    'randint_like_low_dtype',
+    'randint_like_low_generator_dtype',
+    'randn_like',
+    'randn_like_generator',
     'ravel',
     'reciprocal',
     'reciprocal_',
@@ -20315,6 +27562,9 @@ for _f in [globals()[_n] for _n in (
     'negative',
     'negative_',
     'repeat',
+    'repeat_interleave_tensor',
+    'repeat_interleave_self_tensor',
+    'repeat_interleave_self_int',
     'reshape_as',
     'round',
     'round_',
@@ -20326,6 +27576,7 @@ for _f in [globals()[_n] for _n in (
     'relu6',
     'relu6_',
     'prelu',
+    'gelu_',
     'hardshrink',
     'rsqrt',
     'rsqrt_',
@@ -20338,6 +27589,8 @@ for _f in [globals()[_n] for _n in (
     'mish',
     'mish_',
     'sigmoid_',
+    'logit',
+    'logit_',
     'sin',
     'sin_',
     'sinc',
@@ -20345,21 +27598,55 @@ for _f in [globals()[_n] for _n in (
     'sinh',
     'sinh_',
     'detach_',
+    'size_int',
+    'sym_size_int',
+    'sym_numel',
+    'sym_storage_offset',
+    'slice_tensor',
+    'slice_inverse',
+    'slice_scatter',
     'select_scatter',
     'diagonal_scatter',
+    'as_strided_scatter',
     'smm',
+    'softmax_int',
+    'unsafe_split_tensor',
+    'split_tensor',
+    'split_sizes',
+    'unsafe_split_with_sizes',
+    'split_with_sizes',
+    'hsplit_int',
+    'hsplit_array',
+    'vsplit_int',
+    'vsplit_array',
+    'dsplit_int',
+    'dsplit_array',
     'squeeze_dim',
     'squeeze_dims',
     'squeeze_',
     'squeeze_dim_',
     'squeeze_dims_',
     'sspaddmm',
+    'stft',
+    'stft_center',
+    'istft',
+    'stride_int',
+    'sym_stride_int',
+    'sum_dim_intlist',
+    'nansum',
     'hash_tensor',
     'sum_to_size',
     'sqrt_',
     'square',
     'square_',
     'std',
+    'std_dim',
+    'std_correction',
+    'std_mean',
+    'std_mean_dim',
+    'std_mean_correction',
+    'prod',
+    'prod_dim_int',
     't',
     't_',
     'tan',
@@ -20387,16 +27674,30 @@ for _f in [globals()[_n] for _n in (
     'fix',
     'fix_',
     'type_as',
+    'unique_dim',
+    'unique_consecutive',
+    'unique_dim_consecutive',
     'unsqueeze_',
+    'vander',
     'var',
+    'var_dim',
+    'var_correction',
+    'var_mean',
+    'var_mean_dim',
+    'var_mean_correction',
     'view_as',
     'where_scalarself',
     'where_scalarother',
     'where_scalar',
+    'where',
     'norm_except_dim',
     'poisson',
     'binomial',
+    'norm_scalaropt_dtype',
     'norm_scalar',
+    'norm_scalaropt_dim_dtype',
+    'norm_scalaropt_dim',
+    'frexp_tensor',
     'frobenius_norm_dim',
     'nuclear_norm',
     'nuclear_norm_dim',
@@ -20414,8 +27715,20 @@ for _f in [globals()[_n] for _n in (
     'addmm',
     'addmm_dtype',
     'addmm_',
+    'unbind_int',
+    'choose_qparams_optimized',
+    'to_dtype_layout',
     'to_other',
     'combinations',
+    'lstm_input',
+    'lstm_data',
+    'gru_input',
+    'gru_data',
+    'rnn_tanh_input',
+    'rnn_tanh_data',
+    'rnn_relu_input',
+    'rnn_relu_data',
+    'lstm_cell',
     'gru_cell',
     'rnn_tanh_cell',
     'rnn_relu_cell',
@@ -20436,6 +27749,8 @@ for _f in [globals()[_n] for _n in (
     'put',
     'index_add_',
     'index_add',
+    'index_reduce_',
+    'index_reduce',
     'index_fill_int_scalar_',
     'index_fill_int_scalar',
     'index_fill_int_tensor_',
@@ -20444,8 +27759,14 @@ for _f in [globals()[_n] for _n in (
     'scatter_src_',
     'scatter_value',
     'scatter_value_',
+    'scatter_reduce',
+    'scatter_reduce_',
+    'scatter_value_reduce',
+    'scatter_value_reduce_',
     'scatter_add',
     'scatter_add_',
+    'scatter_reduce_two',
+    'scatter_reduce_two_',
     'eq_scalar_',
     'eq_tensor_',
     'bitwise_and_scalar',
@@ -20475,6 +27796,7 @@ for _f in [globals()[_n] for _n in (
     'lerp_tensor_',
     'addbmm_',
     'addbmm',
+    'random_from_',
     'random_to_',
     'random_',
     'uniform_',
@@ -20483,6 +27805,7 @@ for _f in [globals()[_n] for _n in (
     'exponential_',
     'geometric_',
     'diag',
+    'cross',
     'triu',
     'tril',
     'trace',
@@ -20523,7 +27846,9 @@ for _f in [globals()[_n] for _n in (
     'less_scalar_',
     'less_tensor_',
     'take',
+    'take_along_dim',
     'nonzero_static',
+    'nonzero_numpy',
     'argwhere',
     'gather',
     'addcmul',
@@ -20531,7 +27856,10 @@ for _f in [globals()[_n] for _n in (
     'addcdiv',
     'addcdiv_',
     'cross_entropy_loss',
+    'triangular_solve',
     'linalg_solve_triangular',
+    'linalg_vander',
+    'svd',
     'swapaxes',
     'swapaxes_',
     'swapdims',
@@ -20539,9 +27867,12 @@ for _f in [globals()[_n] for _n in (
     'cholesky',
     'cholesky_solve',
     'cholesky_inverse',
+    'qr',
+    'geqrf',
     'orgqr',
     'ormqr',
     'lu_solve',
+    'lu_unpack',
     'multinomial',
     'lgamma_',
     'lgamma',
@@ -20562,6 +27893,8 @@ for _f in [globals()[_n] for _n in (
     'lerp_scalar',
     'lerp_tensor',
     'histc',
+    'histogram_bins_tensor',
+    'histogram_bin_ct',
     'fmod_scalar',
     'fmod_scalar_',
     'fmod_tensor',
@@ -20582,9 +27915,16 @@ for _f in [globals()[_n] for _n in (
     'max_other',
     'minimum',
     'min_other',
+    'quantile',
+    'quantile_scalar',
+    'nanquantile',
+    'nanquantile_scalar',
+    'sort',
+    'sort_stable',
     'msort',
     'argsort',
     'argsort_stable',
+    'topk',
     'all',
     'any',
     'renorm',
@@ -20603,12 +27943,17 @@ for _f in [globals()[_n] for _n in (
     'normal_tensor_float',
     'normal_tensor_tensor',
     'bucketize_tensor',
+    'searchsorted_tensor',
+    'searchsorted_scalar',
     'l1_loss',
     'multi_margin_loss',
     'multilabel_margin_loss',
+    'multilabel_margin_loss_forward',
     'nll_loss_nd',
     'nll_loss',
+    'nll_loss_forward',
     'nll_loss2d',
+    'nll_loss2d_forward',
     'smooth_l1_loss',
     'huber_loss',
     'soft_margin_loss',
@@ -20625,10 +27970,19 @@ for _f in [globals()[_n] for _n in (
     'leaky_relu',
     'leaky_relu_',
     'log_sigmoid',
+    'log_sigmoid_forward',
     'softplus',
     'softshrink',
     'adaptive_avg_pool2d',
     'adaptive_avg_pool3d',
+    'adaptive_max_pool2d',
+    'adaptive_max_pool3d',
+    'avg_pool2d',
+    'avg_pool3d',
+    'fractional_max_pool2d',
+    'fractional_max_pool3d',
+    'max_pool2d_with_indices',
+    'max_pool3d_with_indices',
     'max_unpool2d',
     'max_unpool3d',
     'reflection_pad1d',
@@ -20637,6 +27991,21 @@ for _f in [globals()[_n] for _n in (
     'replication_pad1d',
     'replication_pad2d',
     'replication_pad3d',
+    'pad',
+    'upsample_linear1d_vec',
+    'upsample_bilinear2d_vec',
+    'upsample_trilinear3d_vec',
+    'upsample_bicubic2d_vec',
+    'upsample_nearest1d_vec',
+    'upsample_nearest2d_vec',
+    'upsample_nearest3d_vec',
+    'upsample_linear1d',
+    'upsample_bilinear2d',
+    'upsample_bicubic2d',
+    'upsample_trilinear3d',
+    'upsample_nearest1d',
+    'upsample_nearest2d',
+    'upsample_nearest3d',
     'slow_conv_transpose2d',
     'slow_conv_transpose3d',
     'thnn_conv2d',
@@ -20674,57 +28043,115 @@ for _f in [globals()[_n] for _n in (
     'special_i0e',
     'special_i1',
     'special_i1e',
+    'special_logit',
     'special_logsumexp',
     'special_expit',
     'special_sinc',
     'special_round',
     'special_log1p',
+    'special_log_softmax',
     'special_gammainc',
     'special_gammaincc',
     'special_multigammaln',
+    'special_softmax',
+    'fft_fft',
+    'fft_ifft',
+    'fft_rfft',
+    'fft_irfft',
+    'fft_hfft',
+    'fft_ihfft',
+    'fft_fft2',
+    'fft_ifft2',
+    'fft_rfft2',
+    'fft_irfft2',
+    'fft_hfft2',
+    'fft_ihfft2',
+    'fft_fftn',
+    'fft_ifftn',
+    'fft_rfftn',
+    'fft_irfftn',
+    'fft_hfftn',
+    'fft_ihfftn',
+    'fft_fftshift',
+    'fft_ifftshift',
+    'linalg_cholesky_ex',
     'linalg_cholesky',
     'linalg_cross',
+    'linalg_lu_factor',
+    'linalg_lu_factor_ex',
+    'linalg_lu',
     'linalg_lu_solve',
     'linalg_det',
     'det',
+    'linalg_ldl_factor_ex',
+    'linalg_ldl_factor',
     'linalg_ldl_solve',
+    'linalg_lstsq',
     'linalg_matmul',
     'linalg_vecdot',
     'linalg_matrix_exp',
+    'linalg_slogdet',
+    'slogdet',
     'logdet',
+    'linalg_eig',
     'linalg_eigvals',
+    'linalg_eigh',
+    'linalg_eigvalsh',
     'linalg_householder_product',
+    'linalg_inv_ex',
     'linalg_inv',
     'inverse',
     'inner',
     'outer',
     'ger',
+    'linalg_norm',
+    'linalg_norm_ord_str',
+    'linalg_vector_norm',
+    'linalg_matrix_norm',
+    'linalg_matrix_norm_str_ord',
+    'linalg_svd',
+    'linalg_svdvals',
+    'linalg_cond',
+    'linalg_cond_p_str',
     'linalg_pinv_atol_rtol_tensor',
+    'linalg_pinv_atol_rtol_float',
     'linalg_pinv',
     'linalg_pinv_rcond_tensor',
+    'linalg_solve_ex',
     'linalg_solve',
     'linalg_tensorinv',
+    'linalg_tensorsolve',
+    'linalg_qr',
     'linalg_matrix_power',
     'linalg_matrix_rank_atol_rtol_tensor',
+    'linalg_matrix_rank_atol_rtol_float',
     'linalg_matrix_rank',
     'linalg_matrix_rank_tol_tensor',
+    'segment_reduce',
+    'unflatten_dense_tensors',
     'view_as_real_copy',
     'view_as_complex_copy',
+    'as_strided_copy',
     'diagonal_copy',
     'expand_copy',
     'permute_copy',
     'select_copy_int',
     'detach_copy',
+    'slice_copy_tensor',
+    'split_copy_tensor',
+    'split_with_sizes_copy',
     'squeeze_copy',
     'squeeze_copy_dim',
     'squeeze_copy_dims',
     't_copy',
     'transpose_copy_int',
     'unsqueeze_copy',
+    'unbind_copy_int',
     'view_copy',
     'view_copy_dtype',
     'unfold_copy',
     'alias_copy',
+    'scaled_dot_product_attention',
     'special_airy_ai',
     'special_bessel_j0',
     'special_bessel_j1',
