@@ -23,7 +23,7 @@ def core_fn(op: Op) -> str:
     head = [f"/// {op.doc}", f"pub(crate) fn {op.rust_name}({sig}) -> Result<{ret_cell(op.ret, 'rust_core')}> {{"]
     each = [p.name for p in op.params if cell(p.ty, "each")]
     if not each:
-        return "\n".join(head + admitted(one_op(op)) + ["}"])
+        return "\n".join(head + admitted(one_op(op), erased(op)) + ["}"])
     # Lists written element by element: one op per index, each given one-element lists.
     assert op.ret == "()", f"{op.name}: an op run per element returns nothing"
     pairs = ", ".join(f'("{n}", {n})' for n in each)
@@ -31,14 +31,24 @@ def core_fn(op: Op) -> str:
     if len(each) > 1:
         names, slices = f"({names})", f"({slices})"
     loop = [f"    same_lengths(&[{pairs}])?;", f"    for i in 0..{each[0]}.len() {{", f"        let {names} = {slices};"]
-    body = ["    " + l for l in admitted(one_op(op))]
+    body = ["    " + l for l in admitted(one_op(op), erased(op))]
     body[-1] += "?;"
     return "\n".join(head + loop + body + ["    }", "    Ok(())", "}"])
 
 
-def admitted(lines: list[str]) -> list[str]:
+def erased(op: Op) -> bool:
+    """An op generated from the schema hands its closures to the op executor as trait objects
+    (`exec::erased`), so that the executor's generic functions are made once for all of them
+    rather than once per op: a thousand copies of the managed path made the library five times
+    larger."""
+    return op.schema is not None
+
+
+def admitted(lines: list[str], erase: bool) -> list[str]:
     """The op's statements as one attempt, run again from the start while the room it needs in
     the budget is held by ops on other threads (`admitted`, src/ops/exec.rs)."""
+    if erase:
+        return ["    admitted(erased_mut(&mut || {"] + ["    " + l for l in lines] + ["    }))"]
     return ["    admitted(|| {"] + ["    " + l for l in lines] + ["    })"]
 
 
@@ -67,7 +77,10 @@ def one_op(op: Op) -> list[str]:
         return lines + [f"    op.output_drawn([{inputs}], |keep| {op.body})"]
     if op.replayable:
         return replay_fn(op) + lines + replayed(op)
-    run = ret_cell(op.ret, "rust_run").format(body=op.body, first=params[0].name if params else "")
+    run = ret_cell(op.ret, "rust_run")
+    if erased(op):
+        run = run.replace("(|| {body})", "(erased(&|| {body}))")
+    run = run.format(body=op.body, first=params[0].name if params else "")
     return lines + [f"    {run}"]
 
 
@@ -89,13 +102,18 @@ def replayed(op: Op) -> list[str]:
     inputs = ", ".join(f"Some({p.name})" if cell(p.ty, "replay") == "tensor" else p.name for p in op.params if cell(p.ty, "tensor"))
     values = [p for p in op.params if not cell(p.ty, "tensor")]
     if not values:  # `replay` itself is the replay function
+        if erased(op):
+            return [f"    op.output_replayable([{inputs}], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))"]
         return [f"    op.output_replayable([{inputs}], replay, || Arc::new(replay))"]
     owned = [p.name for p in values if cell(p.ty, "replay") == "owned"]
     held = "".join(", " + (f"&{p.name}" if p.name in owned else p.name) for p in values)
     passed = "".join(f", {p.name}" for p in values)
-    return ([f"    op.output_replayable([{inputs}], |inputs| replay(inputs{passed}), || {{"]
+    run, keep, close = f"|inputs| replay(inputs{passed})", "|| {", "    })"
+    if erased(op):
+        run, keep, close = f"erased_run(&|inputs| replay(inputs{passed}))", "erased_keep(&mut || {", "    }))"
+    return ([f"    op.output_replayable([{inputs}], {run}, {keep}"]
             + [f"        let {n} = {n}.to_owned();" for n in owned]
-            + [f"        Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs{held}))", "    })"])
+            + [f"        Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs{held}))", close])
 
 
 

@@ -21,6 +21,28 @@ pub(crate) fn admitted<R>(attempt: impl FnMut() -> Result<R>) -> Result<R> {
     residency::with_room(attempt)
 }
 
+/// The closures of an op generated from the schema, as trait objects: the executor's generic
+/// functions (`admitted`, `Op::output`, `Op::output_replayable` ...) are then made once for
+/// every such op instead of once per op (tools/emit_rust.py, `erased`).
+pub(crate) fn erased<R>(body: &dyn Fn() -> R) -> &dyn Fn() -> R {
+    body
+}
+
+/// `erased` for an op's whole attempt (`admitted`).
+pub(crate) fn erased_mut<R>(attempt: &mut dyn FnMut() -> R) -> &mut dyn FnMut() -> R {
+    attempt
+}
+
+/// `erased` for a replayable op's body (`Op::output_replayable`).
+pub(crate) fn erased_run<'a>(run: &'a dyn Fn(&[Option<&tch::Tensor>]) -> Result<tch::Tensor>) -> &'a dyn Fn(&[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
+    run
+}
+
+/// `erased` for the function that keeps a replayable op's arguments (`Op::output_replayable`).
+pub(crate) fn erased_keep(keep: &mut dyn FnMut() -> Replay) -> &mut dyn FnMut() -> Replay {
+    keep
+}
+
 /// A replayed op's inputs, as many as it takes (see `Op::output_replayable`).
 pub(crate) fn replay_args<'a, const N: usize>(inputs: &[Option<&'a tch::Tensor>]) -> Result<[Option<&'a tch::Tensor>; N]> {
     inputs.try_into().map_err(|_| Error::Device(format!("an op replayed with {} inputs, not {N}", inputs.len())))

@@ -1847,7 +1847,7 @@ pub(crate) mod core {
 
     /// `data(Tensor self) -> Tensor`
     pub(crate) fn data(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -1856,43 +1856,43 @@ pub(crate) mod core {
             let mut op = Op::begin("data");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `is_leaf(Tensor self) -> bool`
     pub(crate) fn is_leaf(input: TensorId) -> Result<bool> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("is_leaf");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::bool(kernels::tr_aten_is_leaf, "is_leaf", &[Arg::tensor(input)]))
-        })
+            op.value(erased(&|| aten::bool(kernels::tr_aten_is_leaf, "is_leaf", &[Arg::tensor(input)])))
+        }))
     }
 
     /// `output_nr(Tensor self) -> int`
     pub(crate) fn output_nr(input: TensorId) -> Result<i64> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("output_nr");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::int(kernels::tr_aten_output_nr, "output_nr", &[Arg::tensor(input)]))
-        })
+            op.value(erased(&|| aten::int(kernels::tr_aten_output_nr, "output_nr", &[Arg::tensor(input)])))
+        }))
     }
 
     /// `retains_grad(Tensor self) -> bool`
     pub(crate) fn retains_grad(input: TensorId) -> Result<bool> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("retains_grad");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::bool(kernels::tr_aten_retains_grad, "retains_grad", &[Arg::tensor(input)]))
-        })
+            op.value(erased(&|| aten::bool(kernels::tr_aten_retains_grad, "retains_grad", &[Arg::tensor(input)])))
+        }))
     }
 
     /// `align_as(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn align_as(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -1903,134 +1903,134 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `align_tensors(Tensor[] tensors) -> Tensor[]`
     pub(crate) fn align_tensors(tensors: &[TensorId]) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("align_tensors");
             let tensors = op.get_many(tensors)?;
             let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(|| aten::tensors(kernels::tr_aten_align_tensors, "align_tensors", &[Arg::tensors(&aten::ptrs(tensors))]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_align_tensors, "align_tensors", &[Arg::tensors(&aten::ptrs(tensors))])))
+        }))
     }
 
     /// `sym_constrain_range(Scalar size, *, int? min=None, int? max=None) -> ()`
     pub(crate) fn sym_constrain_range(size: Scalar, min: Option<i64>, max: Option<i64>) -> Result<()> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("sym_constrain_range");
-            op.value(|| aten::unit(kernels::tr_aten_sym_constrain_range, "sym_constrain_range", &[Arg::scalar(size), Arg::opt_int(min), Arg::opt_int(max)]))
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_sym_constrain_range, "sym_constrain_range", &[Arg::scalar(size), Arg::opt_int(min), Arg::opt_int(max)])))
+        }))
     }
 
     /// `sym_constrain_range_for_size(Scalar size, *, int? min=None, int? max=None) -> ()`
     pub(crate) fn sym_constrain_range_for_size(size: Scalar, min: Option<i64>, max: Option<i64>) -> Result<()> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("sym_constrain_range_for_size");
-            op.value(|| aten::unit(kernels::tr_aten_sym_constrain_range_for_size, "sym_constrain_range_for_size", &[Arg::scalar(size), Arg::opt_int(min), Arg::opt_int(max)]))
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_sym_constrain_range_for_size, "sym_constrain_range_for_size", &[Arg::scalar(size), Arg::opt_int(min), Arg::opt_int(max)])))
+        }))
     }
 
     /// `native_dropout(Tensor input, float p, bool? train) -> (Tensor, Tensor)`
     pub(crate) fn native_dropout(input: TensorId, p: f64, train: Option<bool>) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("native_dropout");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_native_dropout, "native_dropout", &[Arg::tensor(input), Arg::float(p), Arg::opt_bool(train)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_native_dropout, "native_dropout", &[Arg::tensor(input), Arg::float(p), Arg::opt_bool(train)]))))
+        }))
     }
 
     /// `dropout_(Tensor(a!) self, float p, bool train) -> Tensor(a!)`
     pub(crate) fn dropout_(input: TensorId, p: f64, train: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("dropout_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_dropout_, "dropout_", &[Arg::tensor(input), Arg::float(p), Arg::bool(train)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_dropout_, "dropout_", &[Arg::tensor(input), Arg::float(p), Arg::bool(train)]))).map(|_| handle)
+        }))
     }
 
     /// `feature_dropout(Tensor input, float p, bool train) -> Tensor`
     pub(crate) fn feature_dropout(input: TensorId, p: f64, train: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("feature_dropout");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_feature_dropout, "feature_dropout", &[Arg::tensor(input), Arg::float(p), Arg::bool(train)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_feature_dropout, "feature_dropout", &[Arg::tensor(input), Arg::float(p), Arg::bool(train)])))
+        }))
     }
 
     /// `feature_dropout_(Tensor(a!) self, float p, bool train) -> Tensor(a!)`
     pub(crate) fn feature_dropout_(input: TensorId, p: f64, train: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("feature_dropout_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_feature_dropout_, "feature_dropout_", &[Arg::tensor(input), Arg::float(p), Arg::bool(train)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_feature_dropout_, "feature_dropout_", &[Arg::tensor(input), Arg::float(p), Arg::bool(train)]))).map(|_| handle)
+        }))
     }
 
     /// `alpha_dropout(Tensor input, float p, bool train) -> Tensor`
     pub(crate) fn alpha_dropout(input: TensorId, p: f64, train: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("alpha_dropout");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_alpha_dropout, "alpha_dropout", &[Arg::tensor(input), Arg::float(p), Arg::bool(train)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_alpha_dropout, "alpha_dropout", &[Arg::tensor(input), Arg::float(p), Arg::bool(train)])))
+        }))
     }
 
     /// `alpha_dropout_(Tensor(a!) self, float p, bool train) -> Tensor(a!)`
     pub(crate) fn alpha_dropout_(input: TensorId, p: f64, train: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("alpha_dropout_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_alpha_dropout_, "alpha_dropout_", &[Arg::tensor(input), Arg::float(p), Arg::bool(train)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_alpha_dropout_, "alpha_dropout_", &[Arg::tensor(input), Arg::float(p), Arg::bool(train)]))).map(|_| handle)
+        }))
     }
 
     /// `feature_alpha_dropout(Tensor input, float p, bool train) -> Tensor`
     pub(crate) fn feature_alpha_dropout(input: TensorId, p: f64, train: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("feature_alpha_dropout");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_feature_alpha_dropout, "feature_alpha_dropout", &[Arg::tensor(input), Arg::float(p), Arg::bool(train)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_feature_alpha_dropout, "feature_alpha_dropout", &[Arg::tensor(input), Arg::float(p), Arg::bool(train)])))
+        }))
     }
 
     /// `feature_alpha_dropout_(Tensor(a!) self, float p, bool train) -> Tensor(a!)`
     pub(crate) fn feature_alpha_dropout_(input: TensorId, p: f64, train: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("feature_alpha_dropout_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_feature_alpha_dropout_, "feature_alpha_dropout_", &[Arg::tensor(input), Arg::float(p), Arg::bool(train)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_feature_alpha_dropout_, "feature_alpha_dropout_", &[Arg::tensor(input), Arg::float(p), Arg::bool(train)]))).map(|_| handle)
+        }))
     }
 
     /// `abs_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn abs_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("abs_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_abs_, "abs_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_abs_, "abs_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `absolute(Tensor self) -> Tensor`
     pub(crate) fn absolute(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2039,24 +2039,24 @@ pub(crate) mod core {
             let mut op = Op::begin("absolute");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `absolute_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn absolute_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("absolute_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_absolute_, "absolute_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_absolute_, "absolute_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `angle(Tensor self) -> Tensor`
     pub(crate) fn angle(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2065,13 +2065,13 @@ pub(crate) mod core {
             let mut op = Op::begin("angle");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `view_as_real(Tensor(a) self) -> Tensor(a)`
     pub(crate) fn view_as_real(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2080,13 +2080,13 @@ pub(crate) mod core {
             let mut op = Op::begin("view_as_real");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `view_as_complex(Tensor(a) self) -> Tensor(a)`
     pub(crate) fn view_as_complex(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2095,13 +2095,13 @@ pub(crate) mod core {
             let mut op = Op::begin("view_as_complex");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `sgn(Tensor self) -> Tensor`
     pub(crate) fn sgn(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2110,24 +2110,24 @@ pub(crate) mod core {
             let mut op = Op::begin("sgn");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `sgn_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn sgn_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("sgn_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_sgn_, "sgn_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_sgn_, "sgn_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `chalf(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor`
     pub(crate) fn chalf(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2136,13 +2136,13 @@ pub(crate) mod core {
             let mut op = Op::begin("chalf");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `real(Tensor(a) self) -> Tensor(a)`
     pub(crate) fn real(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2151,13 +2151,13 @@ pub(crate) mod core {
             let mut op = Op::begin("real");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `imag(Tensor(a) self) -> Tensor(a)`
     pub(crate) fn imag(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2166,13 +2166,13 @@ pub(crate) mod core {
             let mut op = Op::begin("imag");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `conj(Tensor(a) self) -> Tensor(a)`
     pub(crate) fn conj(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2181,13 +2181,13 @@ pub(crate) mod core {
             let mut op = Op::begin("conj");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `conj_physical(Tensor self) -> Tensor`
     pub(crate) fn conj_physical(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2196,24 +2196,24 @@ pub(crate) mod core {
             let mut op = Op::begin("conj_physical");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `conj_physical_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn conj_physical_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("conj_physical_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_conj_physical_, "conj_physical_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_conj_physical_, "conj_physical_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `resolve_conj(Tensor(a) self) -> Tensor(a)`
     pub(crate) fn resolve_conj(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2222,13 +2222,13 @@ pub(crate) mod core {
             let mut op = Op::begin("resolve_conj");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `resolve_neg(Tensor(a) self) -> Tensor(a)`
     pub(crate) fn resolve_neg(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2237,13 +2237,13 @@ pub(crate) mod core {
             let mut op = Op::begin("resolve_neg");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `acos(Tensor self) -> Tensor`
     pub(crate) fn acos(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2252,24 +2252,24 @@ pub(crate) mod core {
             let mut op = Op::begin("acos");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `acos_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn acos_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("acos_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_acos_, "acos_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_acos_, "acos_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `arccos(Tensor self) -> Tensor`
     pub(crate) fn arccos(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2278,24 +2278,24 @@ pub(crate) mod core {
             let mut op = Op::begin("arccos");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `arccos_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn arccos_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("arccos_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_arccos_, "arccos_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_arccos_, "arccos_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `avg_pool1d(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=0, bool ceil_mode=False, bool count_include_pad=True) -> Tensor`
     pub(crate) fn avg_pool1d(input: TensorId, kernel_size: &[i64], stride: &[i64], padding: &[i64], ceil_mode: bool, count_include_pad: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], kernel_size: &[i64], stride: &[i64], padding: &[i64], ceil_mode: bool, count_include_pad: bool) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2304,18 +2304,18 @@ pub(crate) mod core {
             let mut op = Op::begin("avg_pool1d");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, kernel_size, stride, padding, ceil_mode, count_include_pad), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, kernel_size, stride, padding, ceil_mode, count_include_pad)), erased_keep(&mut || {
                 let kernel_size = kernel_size.to_owned();
                 let stride = stride.to_owned();
                 let padding = padding.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &kernel_size, &stride, &padding, ceil_mode, count_include_pad))
-            })
-        })
+            }))
+        }))
     }
 
     /// `adaptive_avg_pool1d(Tensor self, int[1] output_size) -> Tensor`
     pub(crate) fn adaptive_avg_pool1d(input: TensorId, output_size: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], output_size: &[i64]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2324,26 +2324,26 @@ pub(crate) mod core {
             let mut op = Op::begin("adaptive_avg_pool1d");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, output_size), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, output_size)), erased_keep(&mut || {
                 let output_size = output_size.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &output_size))
-            })
-        })
+            }))
+        }))
     }
 
     /// `adaptive_max_pool1d(Tensor self, int[1] output_size) -> (Tensor, Tensor)`
     pub(crate) fn adaptive_max_pool1d(input: TensorId, output_size: &[i64]) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("adaptive_max_pool1d");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_adaptive_max_pool1d, "adaptive_max_pool1d", &[Arg::tensor(input), Arg::ints(output_size)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_adaptive_max_pool1d, "adaptive_max_pool1d", &[Arg::tensor(input), Arg::ints(output_size)]))))
+        }))
     }
 
     /// `add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor`
     pub(crate) fn add_tensor(input: TensorId, other: TensorId, alpha: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], alpha: Scalar) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2354,28 +2354,28 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], |inputs| replay(inputs, alpha), || {
+            op.output_replayable([Some(input), Some(other)], erased_run(&|inputs| replay(inputs, alpha)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, alpha))
-            })
-        })
+            }))
+        }))
     }
 
     /// `add_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)`
     pub(crate) fn add_tensor_(input: TensorId, other: TensorId, alpha: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("add_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_add_tensor_, "add_.Tensor", &[Arg::tensor(input), Arg::tensor(other), Arg::scalar(alpha)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_add_tensor_, "add_.Tensor", &[Arg::tensor(input), Arg::tensor(other), Arg::scalar(alpha)]))).map(|_| handle)
+        }))
     }
 
     /// `addmv(Tensor self, Tensor mat, Tensor vec, *, Scalar beta=1, Scalar alpha=1) -> Tensor`
     pub(crate) fn addmv(input: TensorId, mat: TensorId, vec: TensorId, beta: Scalar, alpha: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], beta: Scalar, alpha: Scalar) -> Result<tch::Tensor> {
                 let [input, mat, vec] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2388,15 +2388,15 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let mat: &tch::Tensor = &mat;
             let vec: &tch::Tensor = &vec;
-            op.output_replayable([Some(input), Some(mat), Some(vec)], |inputs| replay(inputs, beta, alpha), || {
+            op.output_replayable([Some(input), Some(mat), Some(vec)], erased_run(&|inputs| replay(inputs, beta, alpha)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, beta, alpha))
-            })
-        })
+            }))
+        }))
     }
 
     /// `addmv_(Tensor(a!) self, Tensor mat, Tensor vec, *, Scalar beta=1, Scalar alpha=1) -> Tensor(a!)`
     pub(crate) fn addmv_(input: TensorId, mat: TensorId, vec: TensorId, beta: Scalar, alpha: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("addmv_");
             let handle = input;
         let input = op.get_mut(input)?;
@@ -2404,13 +2404,13 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let mat: &tch::Tensor = &mat;
             let vec: &tch::Tensor = &vec;
-            op.value(|| aten::unit(kernels::tr_aten_addmv_, "addmv_", &[Arg::tensor(input), Arg::tensor(mat), Arg::tensor(vec), Arg::scalar(beta), Arg::scalar(alpha)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_addmv_, "addmv_", &[Arg::tensor(input), Arg::tensor(mat), Arg::tensor(vec), Arg::scalar(beta), Arg::scalar(alpha)]))).map(|_| handle)
+        }))
     }
 
     /// `addr(Tensor self, Tensor vec1, Tensor vec2, *, Scalar beta=1, Scalar alpha=1) -> Tensor`
     pub(crate) fn addr(input: TensorId, vec1: TensorId, vec2: TensorId, beta: Scalar, alpha: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], beta: Scalar, alpha: Scalar) -> Result<tch::Tensor> {
                 let [input, vec1, vec2] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2423,15 +2423,15 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let vec1: &tch::Tensor = &vec1;
             let vec2: &tch::Tensor = &vec2;
-            op.output_replayable([Some(input), Some(vec1), Some(vec2)], |inputs| replay(inputs, beta, alpha), || {
+            op.output_replayable([Some(input), Some(vec1), Some(vec2)], erased_run(&|inputs| replay(inputs, beta, alpha)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, beta, alpha))
-            })
-        })
+            }))
+        }))
     }
 
     /// `addr_(Tensor(a!) self, Tensor vec1, Tensor vec2, *, Scalar beta=1, Scalar alpha=1) -> Tensor(a!)`
     pub(crate) fn addr_(input: TensorId, vec1: TensorId, vec2: TensorId, beta: Scalar, alpha: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("addr_");
             let handle = input;
         let input = op.get_mut(input)?;
@@ -2439,13 +2439,13 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let vec1: &tch::Tensor = &vec1;
             let vec2: &tch::Tensor = &vec2;
-            op.value(|| aten::unit(kernels::tr_aten_addr_, "addr_", &[Arg::tensor(input), Arg::tensor(vec1), Arg::tensor(vec2), Arg::scalar(beta), Arg::scalar(alpha)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_addr_, "addr_", &[Arg::tensor(input), Arg::tensor(vec1), Arg::tensor(vec2), Arg::scalar(beta), Arg::scalar(alpha)]))).map(|_| handle)
+        }))
     }
 
     /// `affine_grid_generator(Tensor theta, SymInt[] size, bool align_corners) -> Tensor`
     pub(crate) fn affine_grid_generator(theta: TensorId, size: &[i64], align_corners: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], size: &[i64], align_corners: bool) -> Result<tch::Tensor> {
                 let [theta] = replay_args(inputs)?;
                 let theta = given(theta)?;
@@ -2454,16 +2454,16 @@ pub(crate) mod core {
             let mut op = Op::begin("affine_grid_generator");
             let [theta] = op.get([theta])?;
             let theta: &tch::Tensor = &theta;
-            op.output_replayable([Some(theta)], |inputs| replay(inputs, size, align_corners), || {
+            op.output_replayable([Some(theta)], erased_run(&|inputs| replay(inputs, size, align_corners)), erased_keep(&mut || {
                 let size = size.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &size, align_corners))
-            })
-        })
+            }))
+        }))
     }
 
     /// `all.dim(Tensor self, int dim, bool keepdim=False) -> Tensor`
     pub(crate) fn all_dim(input: TensorId, dim: i64, keepdim: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, keepdim: bool) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2472,36 +2472,36 @@ pub(crate) mod core {
             let mut op = Op::begin("all_dim");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim, keepdim), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, keepdim)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, keepdim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `all.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor`
     pub(crate) fn all_dims(input: TensorId, dim: Option<&[i64]>, keepdim: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("all_dims");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_all_dims, "all.dims", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::bool(keepdim)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_all_dims, "all.dims", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::bool(keepdim)])))
+        }))
     }
 
     /// `allclose(Tensor self, Tensor other, float rtol=1e-05, float atol=1e-08, bool equal_nan=False) -> bool`
     pub(crate) fn allclose(input: TensorId, other: TensorId, rtol: f64, atol: f64, equal_nan: bool) -> Result<bool> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("allclose");
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::bool(kernels::tr_aten_allclose, "allclose", &[Arg::tensor(input), Arg::tensor(other), Arg::float(rtol), Arg::float(atol), Arg::bool(equal_nan)]))
-        })
+            op.value(erased(&|| aten::bool(kernels::tr_aten_allclose, "allclose", &[Arg::tensor(input), Arg::tensor(other), Arg::float(rtol), Arg::float(atol), Arg::bool(equal_nan)])))
+        }))
     }
 
     /// `any.dim(Tensor self, int dim, bool keepdim=False) -> Tensor`
     pub(crate) fn any_dim(input: TensorId, dim: i64, keepdim: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, keepdim: bool) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2510,41 +2510,41 @@ pub(crate) mod core {
             let mut op = Op::begin("any_dim");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim, keepdim), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, keepdim)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, keepdim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `any.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor`
     pub(crate) fn any_dims(input: TensorId, dim: Option<&[i64]>, keepdim: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("any_dims");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_any_dims, "any.dims", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::bool(keepdim)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_any_dims, "any.dims", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::bool(keepdim)])))
+        }))
     }
 
     /// `arange.start(Scalar start, Scalar end, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn arange_start(start: Scalar, end: Scalar, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("arange_start");
-            op.output(|| aten::tensor(kernels::tr_aten_arange_start, "arange.start", &[Arg::scalar(start), Arg::scalar(end), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_arange_start, "arange.start", &[Arg::scalar(start), Arg::scalar(end), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `arange.start_step(Scalar start, Scalar end, Scalar step=1, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn arange_start_step(start: Scalar, end: Scalar, step: Scalar, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("arange_start_step");
-            op.output(|| aten::tensor(kernels::tr_aten_arange_start_step, "arange.start_step", &[Arg::scalar(start), Arg::scalar(end), Arg::scalar(step), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_arange_start_step, "arange.start_step", &[Arg::scalar(start), Arg::scalar(end), Arg::scalar(step), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `acosh(Tensor self) -> Tensor`
     pub(crate) fn acosh(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2553,24 +2553,24 @@ pub(crate) mod core {
             let mut op = Op::begin("acosh");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `acosh_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn acosh_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("acosh_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_acosh_, "acosh_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_acosh_, "acosh_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `arccosh(Tensor self) -> Tensor`
     pub(crate) fn arccosh(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2579,24 +2579,24 @@ pub(crate) mod core {
             let mut op = Op::begin("arccosh");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `arccosh_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn arccosh_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("arccosh_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_arccosh_, "arccosh_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_arccosh_, "arccosh_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `asinh(Tensor self) -> Tensor`
     pub(crate) fn asinh(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2605,24 +2605,24 @@ pub(crate) mod core {
             let mut op = Op::begin("asinh");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `asinh_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn asinh_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("asinh_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_asinh_, "asinh_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_asinh_, "asinh_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `arcsinh(Tensor self) -> Tensor`
     pub(crate) fn arcsinh(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2631,24 +2631,24 @@ pub(crate) mod core {
             let mut op = Op::begin("arcsinh");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `arcsinh_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn arcsinh_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("arcsinh_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_arcsinh_, "arcsinh_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_arcsinh_, "arcsinh_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `atanh(Tensor self) -> Tensor`
     pub(crate) fn atanh(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2657,24 +2657,24 @@ pub(crate) mod core {
             let mut op = Op::begin("atanh");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `atanh_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn atanh_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("atanh_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_atanh_, "atanh_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_atanh_, "atanh_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `arctanh(Tensor self) -> Tensor`
     pub(crate) fn arctanh(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2683,24 +2683,24 @@ pub(crate) mod core {
             let mut op = Op::begin("arctanh");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `arctanh_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn arctanh_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("arctanh_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_arctanh_, "arctanh_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_arctanh_, "arctanh_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `as_strided(Tensor(a) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) -> Tensor(a)`
     pub(crate) fn as_strided(input: TensorId, size: &[i64], stride: &[i64], storage_offset: Option<i64>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], size: &[i64], stride: &[i64], storage_offset: Option<i64>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2709,28 +2709,28 @@ pub(crate) mod core {
             let mut op = Op::begin("as_strided");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, size, stride, storage_offset), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, size, stride, storage_offset)), erased_keep(&mut || {
                 let size = size.to_owned();
                 let stride = stride.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &size, &stride, storage_offset))
-            })
-        })
+            }))
+        }))
     }
 
     /// `as_strided_(Tensor(a!) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) -> Tensor(a!)`
     pub(crate) fn as_strided_(input: TensorId, size: &[i64], stride: &[i64], storage_offset: Option<i64>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("as_strided_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_as_strided_, "as_strided_", &[Arg::tensor(input), Arg::ints(size), Arg::ints(stride), Arg::opt_int(storage_offset)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_as_strided_, "as_strided_", &[Arg::tensor(input), Arg::ints(size), Arg::ints(stride), Arg::opt_int(storage_offset)]))).map(|_| handle)
+        }))
     }
 
     /// `asin(Tensor self) -> Tensor`
     pub(crate) fn asin(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2739,24 +2739,24 @@ pub(crate) mod core {
             let mut op = Op::begin("asin");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `asin_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn asin_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("asin_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_asin_, "asin_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_asin_, "asin_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `arcsin(Tensor self) -> Tensor`
     pub(crate) fn arcsin(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2765,24 +2765,24 @@ pub(crate) mod core {
             let mut op = Op::begin("arcsin");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `arcsin_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn arcsin_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("arcsin_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_arcsin_, "arcsin_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_arcsin_, "arcsin_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `atan(Tensor self) -> Tensor`
     pub(crate) fn atan(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2791,24 +2791,24 @@ pub(crate) mod core {
             let mut op = Op::begin("atan");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `atan_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn atan_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("atan_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_atan_, "atan_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_atan_, "atan_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `arctan(Tensor self) -> Tensor`
     pub(crate) fn arctan(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2817,24 +2817,24 @@ pub(crate) mod core {
             let mut op = Op::begin("arctan");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `arctan_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn arctan_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("arctan_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_arctan_, "arctan_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_arctan_, "arctan_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `atleast_1d(Tensor self) -> Tensor`
     pub(crate) fn atleast_1d(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2843,23 +2843,23 @@ pub(crate) mod core {
             let mut op = Op::begin("atleast_1d");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `atleast_1d.Sequence(Tensor[] tensors) -> Tensor[]`
     pub(crate) fn atleast_1d_sequence(tensors: &[TensorId]) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("atleast_1d_sequence");
             let tensors = op.get_many(tensors)?;
             let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(|| aten::tensors(kernels::tr_aten_atleast_1d_sequence, "atleast_1d.Sequence", &[Arg::tensors(&aten::ptrs(tensors))]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_atleast_1d_sequence, "atleast_1d.Sequence", &[Arg::tensors(&aten::ptrs(tensors))])))
+        }))
     }
 
     /// `atleast_2d(Tensor self) -> Tensor`
     pub(crate) fn atleast_2d(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2868,23 +2868,23 @@ pub(crate) mod core {
             let mut op = Op::begin("atleast_2d");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `atleast_2d.Sequence(Tensor[] tensors) -> Tensor[]`
     pub(crate) fn atleast_2d_sequence(tensors: &[TensorId]) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("atleast_2d_sequence");
             let tensors = op.get_many(tensors)?;
             let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(|| aten::tensors(kernels::tr_aten_atleast_2d_sequence, "atleast_2d.Sequence", &[Arg::tensors(&aten::ptrs(tensors))]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_atleast_2d_sequence, "atleast_2d.Sequence", &[Arg::tensors(&aten::ptrs(tensors))])))
+        }))
     }
 
     /// `atleast_3d(Tensor self) -> Tensor`
     pub(crate) fn atleast_3d(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2893,23 +2893,23 @@ pub(crate) mod core {
             let mut op = Op::begin("atleast_3d");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `atleast_3d.Sequence(Tensor[] tensors) -> Tensor[]`
     pub(crate) fn atleast_3d_sequence(tensors: &[TensorId]) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("atleast_3d_sequence");
             let tensors = op.get_many(tensors)?;
             let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(|| aten::tensors(kernels::tr_aten_atleast_3d_sequence, "atleast_3d.Sequence", &[Arg::tensors(&aten::ptrs(tensors))]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_atleast_3d_sequence, "atleast_3d.Sequence", &[Arg::tensors(&aten::ptrs(tensors))])))
+        }))
     }
 
     /// `baddbmm(Tensor self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) -> Tensor`
     pub(crate) fn baddbmm(input: TensorId, batch1: TensorId, batch2: TensorId, beta: Scalar, alpha: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], beta: Scalar, alpha: Scalar) -> Result<tch::Tensor> {
                 let [input, batch1, batch2] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2922,15 +2922,15 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let batch1: &tch::Tensor = &batch1;
             let batch2: &tch::Tensor = &batch2;
-            op.output_replayable([Some(input), Some(batch1), Some(batch2)], |inputs| replay(inputs, beta, alpha), || {
+            op.output_replayable([Some(input), Some(batch1), Some(batch2)], erased_run(&|inputs| replay(inputs, beta, alpha)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, beta, alpha))
-            })
-        })
+            }))
+        }))
     }
 
     /// `baddbmm_(Tensor(a!) self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) -> Tensor(a!)`
     pub(crate) fn baddbmm_(input: TensorId, batch1: TensorId, batch2: TensorId, beta: Scalar, alpha: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("baddbmm_");
             let handle = input;
         let input = op.get_mut(input)?;
@@ -2938,13 +2938,13 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let batch1: &tch::Tensor = &batch1;
             let batch2: &tch::Tensor = &batch2;
-            op.value(|| aten::unit(kernels::tr_aten_baddbmm_, "baddbmm_", &[Arg::tensor(input), Arg::tensor(batch1), Arg::tensor(batch2), Arg::scalar(beta), Arg::scalar(alpha)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_baddbmm_, "baddbmm_", &[Arg::tensor(input), Arg::tensor(batch1), Arg::tensor(batch2), Arg::scalar(beta), Arg::scalar(alpha)]))).map(|_| handle)
+        }))
     }
 
     /// `baddbmm.dtype(Tensor self, Tensor batch1, Tensor batch2, ScalarType out_dtype, *, Scalar beta=1, Scalar alpha=1) -> Tensor`
     pub(crate) fn baddbmm_dtype(input: TensorId, batch1: TensorId, batch2: TensorId, out_dtype: DType, beta: Scalar, alpha: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], out_dtype: DType, beta: Scalar, alpha: Scalar) -> Result<tch::Tensor> {
                 let [input, batch1, batch2] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2957,31 +2957,31 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let batch1: &tch::Tensor = &batch1;
             let batch2: &tch::Tensor = &batch2;
-            op.output_replayable([Some(input), Some(batch1), Some(batch2)], |inputs| replay(inputs, out_dtype, beta, alpha), || {
+            op.output_replayable([Some(input), Some(batch1), Some(batch2)], erased_run(&|inputs| replay(inputs, out_dtype, beta, alpha)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, out_dtype, beta, alpha))
-            })
-        })
+            }))
+        }))
     }
 
     /// `bartlett_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn bartlett_window(window_length: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("bartlett_window");
-            op.output(|| aten::tensor(kernels::tr_aten_bartlett_window, "bartlett_window", &[Arg::int(window_length), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_bartlett_window, "bartlett_window", &[Arg::int(window_length), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `bartlett_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn bartlett_window_periodic(window_length: i64, periodic: bool, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("bartlett_window_periodic");
-            op.output(|| aten::tensor(kernels::tr_aten_bartlett_window_periodic, "bartlett_window.periodic", &[Arg::int(window_length), Arg::bool(periodic), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_bartlett_window_periodic, "bartlett_window.periodic", &[Arg::int(window_length), Arg::bool(periodic), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, bool training, float momentum, float eps, bool cudnn_enabled) -> Tensor`
     pub(crate) fn batch_norm(input: TensorId, weight: TensorId, bias: TensorId, running_mean: TensorId, running_var: TensorId, training: bool, momentum: f64, eps: f64, cudnn_enabled: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], training: bool, momentum: f64, eps: f64, cudnn_enabled: bool) -> Result<tch::Tensor> {
                 let [input, weight, bias, running_mean, running_var] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -2998,59 +2998,59 @@ pub(crate) mod core {
             let bias = bias.as_deref();
             let running_mean = running_mean.as_deref();
             let running_var = running_var.as_deref();
-            op.output_replayable([Some(input), weight, bias, running_mean, running_var], |inputs| replay(inputs, training, momentum, eps, cudnn_enabled), || {
+            op.output_replayable([Some(input), weight, bias, running_mean, running_var], erased_run(&|inputs| replay(inputs, training, momentum, eps, cudnn_enabled)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, training, momentum, eps, cudnn_enabled))
-            })
-        })
+            }))
+        }))
     }
 
     /// `bernoulli(Tensor self, *, Generator? generator=None) -> Tensor`
     pub(crate) fn bernoulli(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("bernoulli");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_bernoulli, "bernoulli", &[Arg::tensor(input)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_bernoulli, "bernoulli", &[Arg::tensor(input)])))
+        }))
     }
 
     /// `bernoulli_.Tensor(Tensor(a!) self, Tensor p, *, Generator? generator=None) -> Tensor(a!)`
     pub(crate) fn bernoulli_tensor_(input: TensorId, p: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("bernoulli_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [p] = op.get([p])?;
             let input: &tch::Tensor = &input;
             let p: &tch::Tensor = &p;
-            op.value(|| aten::unit(kernels::tr_aten_bernoulli_tensor_, "bernoulli_.Tensor", &[Arg::tensor(input), Arg::tensor(p)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_bernoulli_tensor_, "bernoulli_.Tensor", &[Arg::tensor(input), Arg::tensor(p)]))).map(|_| handle)
+        }))
     }
 
     /// `bernoulli_.float(Tensor(a!) self, float p=0.5, *, Generator? generator=None) -> Tensor(a!)`
     pub(crate) fn bernoulli_float_(input: TensorId, p: f64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("bernoulli_float_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_bernoulli_float_, "bernoulli_.float", &[Arg::tensor(input), Arg::float(p)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_bernoulli_float_, "bernoulli_.float", &[Arg::tensor(input), Arg::float(p)]))).map(|_| handle)
+        }))
     }
 
     /// `bernoulli.p(Tensor self, float p, *, Generator? generator=None) -> Tensor`
     pub(crate) fn bernoulli_p(input: TensorId, p: f64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("bernoulli_p");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_bernoulli_p, "bernoulli.p", &[Arg::tensor(input), Arg::float(p)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_bernoulli_p, "bernoulli.p", &[Arg::tensor(input), Arg::float(p)])))
+        }))
     }
 
     /// `bilinear(Tensor input1, Tensor input2, Tensor weight, Tensor? bias=None) -> Tensor`
     pub(crate) fn bilinear(input1: TensorId, input2: TensorId, weight: TensorId, bias: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input1, input2, weight, bias] = replay_args(inputs)?;
                 let input1 = given(input1)?;
@@ -3065,13 +3065,13 @@ pub(crate) mod core {
             let input2: &tch::Tensor = &input2;
             let weight: &tch::Tensor = &weight;
             let bias = bias.as_deref();
-            op.output_replayable([Some(input1), Some(input2), Some(weight), bias], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input1), Some(input2), Some(weight), bias], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `binary_cross_entropy(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean) -> Tensor`
     pub(crate) fn binary_cross_entropy(input: TensorId, target: TensorId, weight: TensorId, reduction: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], reduction: i64) -> Result<tch::Tensor> {
                 let [input, target, weight] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -3084,15 +3084,15 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let target: &tch::Tensor = &target;
             let weight = weight.as_deref();
-            op.output_replayable([Some(input), Some(target), weight], |inputs| replay(inputs, reduction), || {
+            op.output_replayable([Some(input), Some(target), weight], erased_run(&|inputs| replay(inputs, reduction)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, reduction))
-            })
-        })
+            }))
+        }))
     }
 
     /// `binary_cross_entropy_with_logits(Tensor self, Tensor target, Tensor? weight=None, Tensor? pos_weight=None, int reduction=Mean) -> Tensor`
     pub(crate) fn binary_cross_entropy_with_logits(input: TensorId, target: TensorId, weight: TensorId, pos_weight: TensorId, reduction: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], reduction: i64) -> Result<tch::Tensor> {
                 let [input, target, weight, pos_weight] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -3107,15 +3107,15 @@ pub(crate) mod core {
             let target: &tch::Tensor = &target;
             let weight = weight.as_deref();
             let pos_weight = pos_weight.as_deref();
-            op.output_replayable([Some(input), Some(target), weight, pos_weight], |inputs| replay(inputs, reduction), || {
+            op.output_replayable([Some(input), Some(target), weight, pos_weight], erased_run(&|inputs| replay(inputs, reduction)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, reduction))
-            })
-        })
+            }))
+        }))
     }
 
     /// `bincount(Tensor self, Tensor? weights=None, SymInt minlength=0) -> Tensor`
     pub(crate) fn bincount(input: TensorId, weights: TensorId, minlength: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], minlength: i64) -> Result<tch::Tensor> {
                 let [input, weights] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -3126,15 +3126,15 @@ pub(crate) mod core {
             let weights = op.get_opt(weights)?;
             let input: &tch::Tensor = &input;
             let weights = weights.as_deref();
-            op.output_replayable([Some(input), weights], |inputs| replay(inputs, minlength), || {
+            op.output_replayable([Some(input), weights], erased_run(&|inputs| replay(inputs, minlength)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, minlength))
-            })
-        })
+            }))
+        }))
     }
 
     /// `bitwise_not(Tensor self) -> Tensor`
     pub(crate) fn bitwise_not(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -3143,24 +3143,24 @@ pub(crate) mod core {
             let mut op = Op::begin("bitwise_not");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `bitwise_not_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn bitwise_not_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("bitwise_not_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_bitwise_not_, "bitwise_not_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_bitwise_not_, "bitwise_not_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `copysign.Tensor(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn copysign_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -3171,26 +3171,26 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `copysign_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn copysign_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("copysign_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_copysign_tensor_, "copysign_.Tensor", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_copysign_tensor_, "copysign_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `copysign.Scalar(Tensor self, Scalar other) -> Tensor`
     pub(crate) fn copysign_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -3199,26 +3199,26 @@ pub(crate) mod core {
             let mut op = Op::begin("copysign_scalar");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, other), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            })
-        })
+            }))
+        }))
     }
 
     /// `copysign_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`
     pub(crate) fn copysign_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("copysign_scalar_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_copysign_scalar_, "copysign_.Scalar", &[Arg::tensor(input), Arg::scalar(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_copysign_scalar_, "copysign_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
+        }))
     }
 
     /// `logical_not(Tensor self) -> Tensor`
     pub(crate) fn logical_not(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -3227,24 +3227,24 @@ pub(crate) mod core {
             let mut op = Op::begin("logical_not");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `logical_not_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn logical_not_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("logical_not_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_logical_not_, "logical_not_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_logical_not_, "logical_not_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `logical_xor(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn logical_xor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -3255,26 +3255,26 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `logical_xor_(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn logical_xor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("logical_xor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_logical_xor_, "logical_xor_", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_logical_xor_, "logical_xor_", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `logical_and(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn logical_and(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -3285,26 +3285,26 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `logical_and_(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn logical_and_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("logical_and_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_logical_and_, "logical_and_", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_logical_and_, "logical_and_", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `logical_or(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn logical_or(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -3315,42 +3315,42 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `logical_or_(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn logical_or_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("logical_or_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_logical_or_, "logical_or_", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_logical_or_, "logical_or_", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `blackman_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn blackman_window(window_length: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("blackman_window");
-            op.output(|| aten::tensor(kernels::tr_aten_blackman_window, "blackman_window", &[Arg::int(window_length), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_blackman_window, "blackman_window", &[Arg::int(window_length), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `blackman_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn blackman_window_periodic(window_length: i64, periodic: bool, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("blackman_window_periodic");
-            op.output(|| aten::tensor(kernels::tr_aten_blackman_window_periodic, "blackman_window.periodic", &[Arg::int(window_length), Arg::bool(periodic), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_blackman_window_periodic, "blackman_window.periodic", &[Arg::int(window_length), Arg::bool(periodic), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `bmm.dtype(Tensor self, Tensor mat2, ScalarType out_dtype) -> Tensor`
     pub(crate) fn bmm_dtype(input: TensorId, mat2: TensorId, out_dtype: DType) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], out_dtype: DType) -> Result<tch::Tensor> {
                 let [input, mat2] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -3361,25 +3361,25 @@ pub(crate) mod core {
             let [input, mat2] = op.get([input, mat2])?;
             let input: &tch::Tensor = &input;
             let mat2: &tch::Tensor = &mat2;
-            op.output_replayable([Some(input), Some(mat2)], |inputs| replay(inputs, out_dtype), || {
+            op.output_replayable([Some(input), Some(mat2)], erased_run(&|inputs| replay(inputs, out_dtype)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, out_dtype))
-            })
-        })
+            }))
+        }))
     }
 
     /// `broadcast_tensors(Tensor[] tensors) -> Tensor[]`
     pub(crate) fn broadcast_tensors(tensors: &[TensorId]) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("broadcast_tensors");
             let tensors = op.get_many(tensors)?;
             let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(|| aten::tensors(kernels::tr_aten_broadcast_tensors, "broadcast_tensors", &[Arg::tensors(&aten::ptrs(tensors))]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_broadcast_tensors, "broadcast_tensors", &[Arg::tensors(&aten::ptrs(tensors))])))
+        }))
     }
 
     /// `broadcast_to(Tensor(a) self, SymInt[] size) -> Tensor(a)`
     pub(crate) fn broadcast_to(input: TensorId, size: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], size: &[i64]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -3388,46 +3388,46 @@ pub(crate) mod core {
             let mut op = Op::begin("broadcast_to");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, size), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, size)), erased_keep(&mut || {
                 let size = size.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &size))
-            })
-        })
+            }))
+        }))
     }
 
     /// `concat(Tensor[] tensors, int dim=0) -> Tensor`
     pub(crate) fn concat(tensors: &[TensorId], dim: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("concat");
             let tensors = op.get_many(tensors)?;
             let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.output(|| aten::tensor(kernels::tr_aten_concat, "concat", &[Arg::tensors(&aten::ptrs(tensors)), Arg::int(dim)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_concat, "concat", &[Arg::tensors(&aten::ptrs(tensors)), Arg::int(dim)])))
+        }))
     }
 
     /// `concatenate(Tensor[] tensors, int dim=0) -> Tensor`
     pub(crate) fn concatenate(tensors: &[TensorId], dim: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("concatenate");
             let tensors = op.get_many(tensors)?;
             let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.output(|| aten::tensor(kernels::tr_aten_concatenate, "concatenate", &[Arg::tensors(&aten::ptrs(tensors)), Arg::int(dim)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_concatenate, "concatenate", &[Arg::tensors(&aten::ptrs(tensors)), Arg::int(dim)])))
+        }))
     }
 
     /// `block_diag(Tensor[] tensors) -> Tensor`
     pub(crate) fn block_diag(tensors: &[TensorId]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("block_diag");
             let tensors = op.get_many(tensors)?;
             let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.output(|| aten::tensor(kernels::tr_aten_block_diag, "block_diag", &[Arg::tensors(&aten::ptrs(tensors))]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_block_diag, "block_diag", &[Arg::tensors(&aten::ptrs(tensors))])))
+        }))
     }
 
     /// `ceil(Tensor self) -> Tensor`
     pub(crate) fn ceil(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -3436,85 +3436,85 @@ pub(crate) mod core {
             let mut op = Op::begin("ceil");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `ceil_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn ceil_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("ceil_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_ceil_, "ceil_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_ceil_, "ceil_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `chain_matmul(Tensor[] matrices) -> Tensor`
     pub(crate) fn chain_matmul(matrices: &[TensorId]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("chain_matmul");
             let matrices = op.get_many(matrices)?;
             let matrices = &matrices.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.output(|| aten::tensor(kernels::tr_aten_chain_matmul, "chain_matmul", &[Arg::tensors(&aten::ptrs(matrices))]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_chain_matmul, "chain_matmul", &[Arg::tensors(&aten::ptrs(matrices))])))
+        }))
     }
 
     /// `unsafe_chunk(Tensor self, int chunks, int dim=0) -> Tensor[]`
     pub(crate) fn unsafe_chunk(input: TensorId, chunks: i64, dim: i64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("unsafe_chunk");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::tensors(kernels::tr_aten_unsafe_chunk, "unsafe_chunk", &[Arg::tensor(input), Arg::int(chunks), Arg::int(dim)]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_unsafe_chunk, "unsafe_chunk", &[Arg::tensor(input), Arg::int(chunks), Arg::int(dim)])))
+        }))
     }
 
     /// `chunk(Tensor(a -> *) self, int chunks, int dim=0) -> Tensor(a)[]`
     pub(crate) fn chunk(input: TensorId, chunks: i64, dim: i64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("chunk");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::tensors(kernels::tr_aten_chunk, "chunk", &[Arg::tensor(input), Arg::int(chunks), Arg::int(dim)]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_chunk, "chunk", &[Arg::tensor(input), Arg::int(chunks), Arg::int(dim)])))
+        }))
     }
 
     /// `tensor_split.sections(Tensor(a -> *) self, SymInt sections, int dim=0) -> Tensor(a)[]`
     pub(crate) fn tensor_split_sections(input: TensorId, sections: i64, dim: i64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("tensor_split_sections");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::tensors(kernels::tr_aten_tensor_split_sections, "tensor_split.sections", &[Arg::tensor(input), Arg::int(sections), Arg::int(dim)]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_tensor_split_sections, "tensor_split.sections", &[Arg::tensor(input), Arg::int(sections), Arg::int(dim)])))
+        }))
     }
 
     /// `tensor_split.indices(Tensor(a -> *) self, SymInt[] indices, int dim=0) -> Tensor(a)[]`
     pub(crate) fn tensor_split_indices(input: TensorId, indices: &[i64], dim: i64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("tensor_split_indices");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::tensors(kernels::tr_aten_tensor_split_indices, "tensor_split.indices", &[Arg::tensor(input), Arg::ints(indices), Arg::int(dim)]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_tensor_split_indices, "tensor_split.indices", &[Arg::tensor(input), Arg::ints(indices), Arg::int(dim)])))
+        }))
     }
 
     /// `tensor_split.tensor_indices_or_sections(Tensor(a -> *) self, Tensor tensor_indices_or_sections, int dim=0) -> Tensor(a)[]`
     pub(crate) fn tensor_split_tensor_indices_or_sections(input: TensorId, tensor_indices_or_sections: TensorId, dim: i64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("tensor_split_tensor_indices_or_sections");
             let [input, tensor_indices_or_sections] = op.get([input, tensor_indices_or_sections])?;
             let input: &tch::Tensor = &input;
             let tensor_indices_or_sections: &tch::Tensor = &tensor_indices_or_sections;
-            op.outputs(|| aten::tensors(kernels::tr_aten_tensor_split_tensor_indices_or_sections, "tensor_split.tensor_indices_or_sections", &[Arg::tensor(input), Arg::tensor(tensor_indices_or_sections), Arg::int(dim)]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_tensor_split_tensor_indices_or_sections, "tensor_split.tensor_indices_or_sections", &[Arg::tensor(input), Arg::tensor(tensor_indices_or_sections), Arg::int(dim)])))
+        }))
     }
 
     /// `clamp.Tensor(Tensor self, Tensor? min=None, Tensor? max=None) -> Tensor`
     pub(crate) fn clamp_tensor(input: TensorId, min: TensorId, max: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, min, max] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -3527,24 +3527,24 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let min = min.as_deref();
             let max = max.as_deref();
-            op.output_replayable([Some(input), min, max], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), min, max], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `clamp_(Tensor(a!) self, Scalar? min=None, Scalar? max=None) -> Tensor(a!)`
     pub(crate) fn clamp_(input: TensorId, min: Option<Scalar>, max: Option<Scalar>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("clamp_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_clamp_, "clamp_", &[Arg::tensor(input), Arg::opt_scalar(min), Arg::opt_scalar(max)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_clamp_, "clamp_", &[Arg::tensor(input), Arg::opt_scalar(min), Arg::opt_scalar(max)]))).map(|_| handle)
+        }))
     }
 
     /// `clamp_.Tensor(Tensor(a!) self, Tensor? min=None, Tensor? max=None) -> Tensor(a!)`
     pub(crate) fn clamp_tensor_(input: TensorId, min: TensorId, max: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("clamp_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
@@ -3553,13 +3553,13 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let min = min.as_deref();
             let max = max.as_deref();
-            op.value(|| aten::unit(kernels::tr_aten_clamp_tensor_, "clamp_.Tensor", &[Arg::tensor(input), Arg::opt_tensor(min), Arg::opt_tensor(max)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_clamp_tensor_, "clamp_.Tensor", &[Arg::tensor(input), Arg::opt_tensor(min), Arg::opt_tensor(max)]))).map(|_| handle)
+        }))
     }
 
     /// `clamp_max(Tensor self, Scalar max) -> Tensor`
     pub(crate) fn clamp_max(input: TensorId, max: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], max: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -3568,15 +3568,15 @@ pub(crate) mod core {
             let mut op = Op::begin("clamp_max");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, max), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, max)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, max))
-            })
-        })
+            }))
+        }))
     }
 
     /// `clamp_max.Tensor(Tensor self, Tensor max) -> Tensor`
     pub(crate) fn clamp_max_tensor(input: TensorId, max: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, max] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -3587,37 +3587,37 @@ pub(crate) mod core {
             let [input, max] = op.get([input, max])?;
             let input: &tch::Tensor = &input;
             let max: &tch::Tensor = &max;
-            op.output_replayable([Some(input), Some(max)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(max)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `clamp_max_(Tensor(a!) self, Scalar max) -> Tensor(a!)`
     pub(crate) fn clamp_max_(input: TensorId, max: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("clamp_max_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_clamp_max_, "clamp_max_", &[Arg::tensor(input), Arg::scalar(max)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_clamp_max_, "clamp_max_", &[Arg::tensor(input), Arg::scalar(max)]))).map(|_| handle)
+        }))
     }
 
     /// `clamp_max_.Tensor(Tensor(a!) self, Tensor max) -> Tensor(a!)`
     pub(crate) fn clamp_max_tensor_(input: TensorId, max: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("clamp_max_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [max] = op.get([max])?;
             let input: &tch::Tensor = &input;
             let max: &tch::Tensor = &max;
-            op.value(|| aten::unit(kernels::tr_aten_clamp_max_tensor_, "clamp_max_.Tensor", &[Arg::tensor(input), Arg::tensor(max)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_clamp_max_tensor_, "clamp_max_.Tensor", &[Arg::tensor(input), Arg::tensor(max)]))).map(|_| handle)
+        }))
     }
 
     /// `clamp_min(Tensor self, Scalar min) -> Tensor`
     pub(crate) fn clamp_min(input: TensorId, min: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], min: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -3626,15 +3626,15 @@ pub(crate) mod core {
             let mut op = Op::begin("clamp_min");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, min), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, min)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, min))
-            })
-        })
+            }))
+        }))
     }
 
     /// `clamp_min.Tensor(Tensor self, Tensor min) -> Tensor`
     pub(crate) fn clamp_min_tensor(input: TensorId, min: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, min] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -3645,37 +3645,37 @@ pub(crate) mod core {
             let [input, min] = op.get([input, min])?;
             let input: &tch::Tensor = &input;
             let min: &tch::Tensor = &min;
-            op.output_replayable([Some(input), Some(min)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(min)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `clamp_min_(Tensor(a!) self, Scalar min) -> Tensor(a!)`
     pub(crate) fn clamp_min_(input: TensorId, min: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("clamp_min_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_clamp_min_, "clamp_min_", &[Arg::tensor(input), Arg::scalar(min)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_clamp_min_, "clamp_min_", &[Arg::tensor(input), Arg::scalar(min)]))).map(|_| handle)
+        }))
     }
 
     /// `clamp_min_.Tensor(Tensor(a!) self, Tensor min) -> Tensor(a!)`
     pub(crate) fn clamp_min_tensor_(input: TensorId, min: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("clamp_min_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [min] = op.get([min])?;
             let input: &tch::Tensor = &input;
             let min: &tch::Tensor = &min;
-            op.value(|| aten::unit(kernels::tr_aten_clamp_min_tensor_, "clamp_min_.Tensor", &[Arg::tensor(input), Arg::tensor(min)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_clamp_min_tensor_, "clamp_min_.Tensor", &[Arg::tensor(input), Arg::tensor(min)]))).map(|_| handle)
+        }))
     }
 
     /// `clip(Tensor self, Scalar? min=None, Scalar? max=None) -> Tensor`
     pub(crate) fn clip(input: TensorId, min: Option<Scalar>, max: Option<Scalar>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], min: Option<Scalar>, max: Option<Scalar>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -3684,15 +3684,15 @@ pub(crate) mod core {
             let mut op = Op::begin("clip");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, min, max), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, min, max)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, min, max))
-            })
-        })
+            }))
+        }))
     }
 
     /// `clip.Tensor(Tensor self, Tensor? min=None, Tensor? max=None) -> Tensor`
     pub(crate) fn clip_tensor(input: TensorId, min: TensorId, max: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, min, max] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -3705,24 +3705,24 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let min = min.as_deref();
             let max = max.as_deref();
-            op.output_replayable([Some(input), min, max], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), min, max], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `clip_(Tensor(a!) self, Scalar? min=None, Scalar? max=None) -> Tensor(a!)`
     pub(crate) fn clip_(input: TensorId, min: Option<Scalar>, max: Option<Scalar>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("clip_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_clip_, "clip_", &[Arg::tensor(input), Arg::opt_scalar(min), Arg::opt_scalar(max)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_clip_, "clip_", &[Arg::tensor(input), Arg::opt_scalar(min), Arg::opt_scalar(max)]))).map(|_| handle)
+        }))
     }
 
     /// `clip_.Tensor(Tensor(a!) self, Tensor? min=None, Tensor? max=None) -> Tensor(a!)`
     pub(crate) fn clip_tensor_(input: TensorId, min: TensorId, max: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("clip_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
@@ -3731,13 +3731,13 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let min = min.as_deref();
             let max = max.as_deref();
-            op.value(|| aten::unit(kernels::tr_aten_clip_tensor_, "clip_.Tensor", &[Arg::tensor(input), Arg::opt_tensor(min), Arg::opt_tensor(max)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_clip_tensor_, "clip_.Tensor", &[Arg::tensor(input), Arg::opt_tensor(min), Arg::opt_tensor(max)]))).map(|_| handle)
+        }))
     }
 
     /// `complex(Tensor real, Tensor imag) -> Tensor`
     pub(crate) fn complex(real: TensorId, imag: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [real, imag] = replay_args(inputs)?;
                 let real = given(real)?;
@@ -3748,13 +3748,13 @@ pub(crate) mod core {
             let [real, imag] = op.get([real, imag])?;
             let real: &tch::Tensor = &real;
             let imag: &tch::Tensor = &imag;
-            op.output_replayable([Some(real), Some(imag)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(real), Some(imag)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `polar(Tensor abs, Tensor angle) -> Tensor`
     pub(crate) fn polar(abs: TensorId, angle: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [abs, angle] = replay_args(inputs)?;
                 let abs = given(abs)?;
@@ -3765,13 +3765,13 @@ pub(crate) mod core {
             let [abs, angle] = op.get([abs, angle])?;
             let abs: &tch::Tensor = &abs;
             let angle: &tch::Tensor = &angle;
-            op.output_replayable([Some(abs), Some(angle)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(abs), Some(angle)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor`
     pub(crate) fn constant_pad_nd(input: TensorId, pad: &[i64], value: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], pad: &[i64], value: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -3780,16 +3780,16 @@ pub(crate) mod core {
             let mut op = Op::begin("constant_pad_nd");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, pad, value), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, pad, value)), erased_keep(&mut || {
                 let pad = pad.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &pad, value))
-            })
-        })
+            }))
+        }))
     }
 
     /// `convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups) -> Tensor`
     pub(crate) fn convolution(input: TensorId, weight: TensorId, bias: TensorId, stride: &[i64], padding: &[i64], dilation: &[i64], transposed: bool, output_padding: &[i64], groups: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], stride: &[i64], padding: &[i64], dilation: &[i64], transposed: bool, output_padding: &[i64], groups: i64) -> Result<tch::Tensor> {
                 let [input, weight, bias] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -3802,19 +3802,19 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let weight: &tch::Tensor = &weight;
             let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], |inputs| replay(inputs, stride, padding, dilation, transposed, output_padding, groups), || {
+            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, stride, padding, dilation, transposed, output_padding, groups)), erased_keep(&mut || {
                 let stride = stride.to_owned();
                 let padding = padding.to_owned();
                 let dilation = dilation.to_owned();
                 let output_padding = output_padding.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &stride, &padding, &dilation, transposed, &output_padding, groups))
-            })
-        })
+            }))
+        }))
     }
 
     /// `convolution_overrideable(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups) -> Tensor`
     pub(crate) fn convolution_overrideable(input: TensorId, weight: TensorId, bias: TensorId, stride: &[i64], padding: &[i64], dilation: &[i64], transposed: bool, output_padding: &[i64], groups: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], stride: &[i64], padding: &[i64], dilation: &[i64], transposed: bool, output_padding: &[i64], groups: i64) -> Result<tch::Tensor> {
                 let [input, weight, bias] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -3827,19 +3827,19 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let weight: &tch::Tensor = &weight;
             let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], |inputs| replay(inputs, stride, padding, dilation, transposed, output_padding, groups), || {
+            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, stride, padding, dilation, transposed, output_padding, groups)), erased_keep(&mut || {
                 let stride = stride.to_owned();
                 let padding = padding.to_owned();
                 let dilation = dilation.to_owned();
                 let output_padding = output_padding.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &stride, &padding, &dilation, transposed, &output_padding, groups))
-            })
-        })
+            }))
+        }))
     }
 
     /// `conv1d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=1, SymInt[1] padding=0, SymInt[1] dilation=1, SymInt groups=1) -> Tensor`
     pub(crate) fn conv1d(input: TensorId, weight: TensorId, bias: TensorId, stride: &[i64], padding: &[i64], dilation: &[i64], groups: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], stride: &[i64], padding: &[i64], dilation: &[i64], groups: i64) -> Result<tch::Tensor> {
                 let [input, weight, bias] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -3852,18 +3852,18 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let weight: &tch::Tensor = &weight;
             let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], |inputs| replay(inputs, stride, padding, dilation, groups), || {
+            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, stride, padding, dilation, groups)), erased_keep(&mut || {
                 let stride = stride.to_owned();
                 let padding = padding.to_owned();
                 let dilation = dilation.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &stride, &padding, &dilation, groups))
-            })
-        })
+            }))
+        }))
     }
 
     /// `conv3d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=1, SymInt[3] padding=0, SymInt[3] dilation=1, SymInt groups=1) -> Tensor`
     pub(crate) fn conv3d(input: TensorId, weight: TensorId, bias: TensorId, stride: &[i64], padding: &[i64], dilation: &[i64], groups: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], stride: &[i64], padding: &[i64], dilation: &[i64], groups: i64) -> Result<tch::Tensor> {
                 let [input, weight, bias] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -3876,18 +3876,18 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let weight: &tch::Tensor = &weight;
             let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], |inputs| replay(inputs, stride, padding, dilation, groups), || {
+            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, stride, padding, dilation, groups)), erased_keep(&mut || {
                 let stride = stride.to_owned();
                 let padding = padding.to_owned();
                 let dilation = dilation.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &stride, &padding, &dilation, groups))
-            })
-        })
+            }))
+        }))
     }
 
     /// `conv1d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=1, str padding="valid", SymInt[1] dilation=1, SymInt groups=1) -> Tensor`
     pub(crate) fn conv1d_padding(input: TensorId, weight: TensorId, bias: TensorId, stride: &[i64], padding: &str, dilation: &[i64], groups: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], stride: &[i64], padding: &str, dilation: &[i64], groups: i64) -> Result<tch::Tensor> {
                 let [input, weight, bias] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -3900,18 +3900,18 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let weight: &tch::Tensor = &weight;
             let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], |inputs| replay(inputs, stride, padding, dilation, groups), || {
+            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, stride, padding, dilation, groups)), erased_keep(&mut || {
                 let stride = stride.to_owned();
                 let padding = padding.to_owned();
                 let dilation = dilation.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &stride, &padding, &dilation, groups))
-            })
-        })
+            }))
+        }))
     }
 
     /// `conv2d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, str padding="valid", SymInt[2] dilation=1, SymInt groups=1) -> Tensor`
     pub(crate) fn conv2d_padding(input: TensorId, weight: TensorId, bias: TensorId, stride: &[i64], padding: &str, dilation: &[i64], groups: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], stride: &[i64], padding: &str, dilation: &[i64], groups: i64) -> Result<tch::Tensor> {
                 let [input, weight, bias] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -3924,18 +3924,18 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let weight: &tch::Tensor = &weight;
             let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], |inputs| replay(inputs, stride, padding, dilation, groups), || {
+            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, stride, padding, dilation, groups)), erased_keep(&mut || {
                 let stride = stride.to_owned();
                 let padding = padding.to_owned();
                 let dilation = dilation.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &stride, &padding, &dilation, groups))
-            })
-        })
+            }))
+        }))
     }
 
     /// `conv3d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=1, str padding="valid", SymInt[3] dilation=1, SymInt groups=1) -> Tensor`
     pub(crate) fn conv3d_padding(input: TensorId, weight: TensorId, bias: TensorId, stride: &[i64], padding: &str, dilation: &[i64], groups: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], stride: &[i64], padding: &str, dilation: &[i64], groups: i64) -> Result<tch::Tensor> {
                 let [input, weight, bias] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -3948,18 +3948,18 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let weight: &tch::Tensor = &weight;
             let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], |inputs| replay(inputs, stride, padding, dilation, groups), || {
+            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, stride, padding, dilation, groups)), erased_keep(&mut || {
                 let stride = stride.to_owned();
                 let padding = padding.to_owned();
                 let dilation = dilation.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &stride, &padding, &dilation, groups))
-            })
-        })
+            }))
+        }))
     }
 
     /// `conv_tbc(Tensor self, Tensor weight, Tensor bias, int pad=0) -> Tensor`
     pub(crate) fn conv_tbc(input: TensorId, weight: TensorId, bias: TensorId, pad: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], pad: i64) -> Result<tch::Tensor> {
                 let [input, weight, bias] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -3972,15 +3972,15 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let weight: &tch::Tensor = &weight;
             let bias: &tch::Tensor = &bias;
-            op.output_replayable([Some(input), Some(weight), Some(bias)], |inputs| replay(inputs, pad), || {
+            op.output_replayable([Some(input), Some(weight), Some(bias)], erased_run(&|inputs| replay(inputs, pad)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, pad))
-            })
-        })
+            }))
+        }))
     }
 
     /// `conv_transpose1d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=1, SymInt[1] padding=0, SymInt[1] output_padding=0, SymInt groups=1, SymInt[1] dilation=1) -> Tensor`
     pub(crate) fn conv_transpose1d(input: TensorId, weight: TensorId, bias: TensorId, stride: &[i64], padding: &[i64], output_padding: &[i64], groups: i64, dilation: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], stride: &[i64], padding: &[i64], output_padding: &[i64], groups: i64, dilation: &[i64]) -> Result<tch::Tensor> {
                 let [input, weight, bias] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -3993,19 +3993,19 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let weight: &tch::Tensor = &weight;
             let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], |inputs| replay(inputs, stride, padding, output_padding, groups, dilation), || {
+            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, stride, padding, output_padding, groups, dilation)), erased_keep(&mut || {
                 let stride = stride.to_owned();
                 let padding = padding.to_owned();
                 let output_padding = output_padding.to_owned();
                 let dilation = dilation.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &stride, &padding, &output_padding, groups, &dilation))
-            })
-        })
+            }))
+        }))
     }
 
     /// `conv_transpose2d.input(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] output_padding=0, SymInt groups=1, SymInt[2] dilation=1) -> Tensor`
     pub(crate) fn conv_transpose2d_input(input: TensorId, weight: TensorId, bias: TensorId, stride: &[i64], padding: &[i64], output_padding: &[i64], groups: i64, dilation: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], stride: &[i64], padding: &[i64], output_padding: &[i64], groups: i64, dilation: &[i64]) -> Result<tch::Tensor> {
                 let [input, weight, bias] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -4018,19 +4018,19 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let weight: &tch::Tensor = &weight;
             let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], |inputs| replay(inputs, stride, padding, output_padding, groups, dilation), || {
+            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, stride, padding, output_padding, groups, dilation)), erased_keep(&mut || {
                 let stride = stride.to_owned();
                 let padding = padding.to_owned();
                 let output_padding = output_padding.to_owned();
                 let dilation = dilation.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &stride, &padding, &output_padding, groups, &dilation))
-            })
-        })
+            }))
+        }))
     }
 
     /// `conv_transpose3d.input(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=1, SymInt[3] padding=0, SymInt[3] output_padding=0, SymInt groups=1, SymInt[3] dilation=1) -> Tensor`
     pub(crate) fn conv_transpose3d_input(input: TensorId, weight: TensorId, bias: TensorId, stride: &[i64], padding: &[i64], output_padding: &[i64], groups: i64, dilation: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], stride: &[i64], padding: &[i64], output_padding: &[i64], groups: i64, dilation: &[i64]) -> Result<tch::Tensor> {
                 let [input, weight, bias] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -4043,19 +4043,19 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let weight: &tch::Tensor = &weight;
             let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], |inputs| replay(inputs, stride, padding, output_padding, groups, dilation), || {
+            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, stride, padding, output_padding, groups, dilation)), erased_keep(&mut || {
                 let stride = stride.to_owned();
                 let padding = padding.to_owned();
                 let output_padding = output_padding.to_owned();
                 let dilation = dilation.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &stride, &padding, &output_padding, groups, &dilation))
-            })
-        })
+            }))
+        }))
     }
 
     /// `copy(Tensor self, Tensor src, bool non_blocking=False) -> Tensor`
     pub(crate) fn copy(input: TensorId, src: TensorId, non_blocking: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], non_blocking: bool) -> Result<tch::Tensor> {
                 let [input, src] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -4066,15 +4066,15 @@ pub(crate) mod core {
             let [input, src] = op.get([input, src])?;
             let input: &tch::Tensor = &input;
             let src: &tch::Tensor = &src;
-            op.output_replayable([Some(input), Some(src)], |inputs| replay(inputs, non_blocking), || {
+            op.output_replayable([Some(input), Some(src)], erased_run(&|inputs| replay(inputs, non_blocking)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, non_blocking))
-            })
-        })
+            }))
+        }))
     }
 
     /// `cos(Tensor self) -> Tensor`
     pub(crate) fn cos(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -4083,24 +4083,24 @@ pub(crate) mod core {
             let mut op = Op::begin("cos");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `cos_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn cos_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("cos_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_cos_, "cos_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_cos_, "cos_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `cosh(Tensor self) -> Tensor`
     pub(crate) fn cosh(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -4109,24 +4109,24 @@ pub(crate) mod core {
             let mut op = Op::begin("cosh");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `cosh_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn cosh_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("cosh_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_cosh_, "cosh_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_cosh_, "cosh_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `cosine_embedding_loss(Tensor input1, Tensor input2, Tensor target, float margin=0.0, int reduction=Mean) -> Tensor`
     pub(crate) fn cosine_embedding_loss(input1: TensorId, input2: TensorId, target: TensorId, margin: f64, reduction: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], margin: f64, reduction: i64) -> Result<tch::Tensor> {
                 let [input1, input2, target] = replay_args(inputs)?;
                 let input1 = given(input1)?;
@@ -4139,15 +4139,15 @@ pub(crate) mod core {
             let input1: &tch::Tensor = &input1;
             let input2: &tch::Tensor = &input2;
             let target: &tch::Tensor = &target;
-            op.output_replayable([Some(input1), Some(input2), Some(target)], |inputs| replay(inputs, margin, reduction), || {
+            op.output_replayable([Some(input1), Some(input2), Some(target)], erased_run(&|inputs| replay(inputs, margin, reduction)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, margin, reduction))
-            })
-        })
+            }))
+        }))
     }
 
     /// `count_nonzero.dim_IntList(Tensor self, int[] dim) -> Tensor`
     pub(crate) fn count_nonzero_dim_intlist(input: TensorId, dim: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: &[i64]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -4156,16 +4156,16 @@ pub(crate) mod core {
             let mut op = Op::begin("count_nonzero_dim_intlist");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
                 let dim = dim.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `count_nonzero(Tensor self, int? dim=None) -> Tensor`
     pub(crate) fn count_nonzero(input: TensorId, dim: Option<i64>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: Option<i64>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -4174,15 +4174,15 @@ pub(crate) mod core {
             let mut op = Op::begin("count_nonzero");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `cov(Tensor self, *, int correction=1, Tensor? fweights=None, Tensor? aweights=None) -> Tensor`
     pub(crate) fn cov(input: TensorId, correction: i64, fweights: TensorId, aweights: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], correction: i64) -> Result<tch::Tensor> {
                 let [input, fweights, aweights] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -4195,15 +4195,15 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let fweights = fweights.as_deref();
             let aweights = aweights.as_deref();
-            op.output_replayable([Some(input), fweights, aweights], |inputs| replay(inputs, correction), || {
+            op.output_replayable([Some(input), fweights, aweights], erased_run(&|inputs| replay(inputs, correction)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, correction))
-            })
-        })
+            }))
+        }))
     }
 
     /// `corrcoef(Tensor self) -> Tensor`
     pub(crate) fn corrcoef(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -4212,33 +4212,33 @@ pub(crate) mod core {
             let mut op = Op::begin("corrcoef");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `cummax(Tensor self, int dim) -> (Tensor values, Tensor indices)`
     pub(crate) fn cummax(input: TensorId, dim: i64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("cummax");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_cummax, "cummax", &[Arg::tensor(input), Arg::int(dim)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_cummax, "cummax", &[Arg::tensor(input), Arg::int(dim)]))))
+        }))
     }
 
     /// `cummin(Tensor self, int dim) -> (Tensor values, Tensor indices)`
     pub(crate) fn cummin(input: TensorId, dim: i64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("cummin");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_cummin, "cummin", &[Arg::tensor(input), Arg::int(dim)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_cummin, "cummin", &[Arg::tensor(input), Arg::int(dim)]))))
+        }))
     }
 
     /// `cumprod(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor`
     pub(crate) fn cumprod(input: TensorId, dim: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, dtype: Option<DType>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -4247,26 +4247,26 @@ pub(crate) mod core {
             let mut op = Op::begin("cumprod");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim, dtype), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, dtype)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, dtype))
-            })
-        })
+            }))
+        }))
     }
 
     /// `cumprod_(Tensor(a!) self, int dim, *, ScalarType? dtype=None) -> Tensor(a!)`
     pub(crate) fn cumprod_(input: TensorId, dim: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("cumprod_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_cumprod_, "cumprod_", &[Arg::tensor(input), Arg::int(dim), Arg::opt_dtype(dtype)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_cumprod_, "cumprod_", &[Arg::tensor(input), Arg::int(dim), Arg::opt_dtype(dtype)]))).map(|_| handle)
+        }))
     }
 
     /// `cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor`
     pub(crate) fn cumsum(input: TensorId, dim: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, dtype: Option<DType>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -4275,26 +4275,26 @@ pub(crate) mod core {
             let mut op = Op::begin("cumsum");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim, dtype), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, dtype)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, dtype))
-            })
-        })
+            }))
+        }))
     }
 
     /// `cumsum_(Tensor(a!) self, int dim, *, ScalarType? dtype=None) -> Tensor(a!)`
     pub(crate) fn cumsum_(input: TensorId, dim: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("cumsum_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_cumsum_, "cumsum_", &[Arg::tensor(input), Arg::int(dim), Arg::opt_dtype(dtype)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_cumsum_, "cumsum_", &[Arg::tensor(input), Arg::int(dim), Arg::opt_dtype(dtype)]))).map(|_| handle)
+        }))
     }
 
     /// `cumulative_trapezoid.x(Tensor y, Tensor x, *, int dim=-1) -> Tensor`
     pub(crate) fn cumulative_trapezoid_x(y: TensorId, x: TensorId, dim: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
                 let [y, x] = replay_args(inputs)?;
                 let y = given(y)?;
@@ -4305,15 +4305,15 @@ pub(crate) mod core {
             let [y, x] = op.get([y, x])?;
             let y: &tch::Tensor = &y;
             let x: &tch::Tensor = &x;
-            op.output_replayable([Some(y), Some(x)], |inputs| replay(inputs, dim), || {
+            op.output_replayable([Some(y), Some(x)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `cumulative_trapezoid.dx(Tensor y, *, Scalar dx=1, int dim=-1) -> Tensor`
     pub(crate) fn cumulative_trapezoid_dx(y: TensorId, dx: Scalar, dim: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dx: Scalar, dim: i64) -> Result<tch::Tensor> {
                 let [y] = replay_args(inputs)?;
                 let y = given(y)?;
@@ -4322,15 +4322,15 @@ pub(crate) mod core {
             let mut op = Op::begin("cumulative_trapezoid_dx");
             let [y] = op.get([y])?;
             let y: &tch::Tensor = &y;
-            op.output_replayable([Some(y)], |inputs| replay(inputs, dx, dim), || {
+            op.output_replayable([Some(y)], erased_run(&|inputs| replay(inputs, dx, dim)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dx, dim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `ctc_loss.IntList(Tensor log_probs, Tensor targets, int[] input_lengths, int[] target_lengths, int blank=0, int reduction=Mean, bool zero_infinity=False) -> Tensor`
     pub(crate) fn ctc_loss_intlist(log_probs: TensorId, targets: TensorId, input_lengths: &[i64], target_lengths: &[i64], blank: i64, reduction: i64, zero_infinity: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], input_lengths: &[i64], target_lengths: &[i64], blank: i64, reduction: i64, zero_infinity: bool) -> Result<tch::Tensor> {
                 let [log_probs, targets] = replay_args(inputs)?;
                 let log_probs = given(log_probs)?;
@@ -4341,17 +4341,17 @@ pub(crate) mod core {
             let [log_probs, targets] = op.get([log_probs, targets])?;
             let log_probs: &tch::Tensor = &log_probs;
             let targets: &tch::Tensor = &targets;
-            op.output_replayable([Some(log_probs), Some(targets)], |inputs| replay(inputs, input_lengths, target_lengths, blank, reduction, zero_infinity), || {
+            op.output_replayable([Some(log_probs), Some(targets)], erased_run(&|inputs| replay(inputs, input_lengths, target_lengths, blank, reduction, zero_infinity)), erased_keep(&mut || {
                 let input_lengths = input_lengths.to_owned();
                 let target_lengths = target_lengths.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &input_lengths, &target_lengths, blank, reduction, zero_infinity))
-            })
-        })
+            }))
+        }))
     }
 
     /// `ctc_loss.Tensor(Tensor log_probs, Tensor targets, Tensor input_lengths, Tensor target_lengths, int blank=0, int reduction=Mean, bool zero_infinity=False) -> Tensor`
     pub(crate) fn ctc_loss_tensor(log_probs: TensorId, targets: TensorId, input_lengths: TensorId, target_lengths: TensorId, blank: i64, reduction: i64, zero_infinity: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], blank: i64, reduction: i64, zero_infinity: bool) -> Result<tch::Tensor> {
                 let [log_probs, targets, input_lengths, target_lengths] = replay_args(inputs)?;
                 let log_probs = given(log_probs)?;
@@ -4366,15 +4366,15 @@ pub(crate) mod core {
             let targets: &tch::Tensor = &targets;
             let input_lengths: &tch::Tensor = &input_lengths;
             let target_lengths: &tch::Tensor = &target_lengths;
-            op.output_replayable([Some(log_probs), Some(targets), Some(input_lengths), Some(target_lengths)], |inputs| replay(inputs, blank, reduction, zero_infinity), || {
+            op.output_replayable([Some(log_probs), Some(targets), Some(input_lengths), Some(target_lengths)], erased_run(&|inputs| replay(inputs, blank, reduction, zero_infinity)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, blank, reduction, zero_infinity))
-            })
-        })
+            }))
+        }))
     }
 
     /// `diag_embed(Tensor self, int offset=0, int dim1=-2, int dim2=-1) -> Tensor`
     pub(crate) fn diag_embed(input: TensorId, offset: i64, dim1: i64, dim2: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], offset: i64, dim1: i64, dim2: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -4383,15 +4383,15 @@ pub(crate) mod core {
             let mut op = Op::begin("diag_embed");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, offset, dim1, dim2), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, offset, dim1, dim2)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, offset, dim1, dim2))
-            })
-        })
+            }))
+        }))
     }
 
     /// `diagflat(Tensor self, int offset=0) -> Tensor`
     pub(crate) fn diagflat(input: TensorId, offset: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], offset: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -4400,15 +4400,15 @@ pub(crate) mod core {
             let mut op = Op::begin("diagflat");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, offset), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, offset)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, offset))
-            })
-        })
+            }))
+        }))
     }
 
     /// `diagonal(Tensor(a) self, int offset=0, int dim1=0, int dim2=1) -> Tensor(a)`
     pub(crate) fn diagonal(input: TensorId, offset: i64, dim1: i64, dim2: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], offset: i64, dim1: i64, dim2: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -4417,15 +4417,15 @@ pub(crate) mod core {
             let mut op = Op::begin("diagonal");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, offset, dim1, dim2), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, offset, dim1, dim2)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, offset, dim1, dim2))
-            })
-        })
+            }))
+        }))
     }
 
     /// `linalg_diagonal(Tensor(a) A, *, int offset=0, int dim1=-2, int dim2=-1) -> Tensor(a)`
     pub(crate) fn linalg_diagonal(a: TensorId, offset: i64, dim1: i64, dim2: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], offset: i64, dim1: i64, dim2: i64) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
@@ -4434,26 +4434,26 @@ pub(crate) mod core {
             let mut op = Op::begin("linalg_diagonal");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, offset, dim1, dim2), || {
+            op.output_replayable([Some(a)], erased_run(&|inputs| replay(inputs, offset, dim1, dim2)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, offset, dim1, dim2))
-            })
-        })
+            }))
+        }))
     }
 
     /// `fill_diagonal_(Tensor(a!) self, Scalar fill_value, bool wrap=False) -> Tensor(a!)`
     pub(crate) fn fill_diagonal_(input: TensorId, fill_value: Scalar, wrap: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("fill_diagonal_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_fill_diagonal_, "fill_diagonal_", &[Arg::tensor(input), Arg::scalar(fill_value), Arg::bool(wrap)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_fill_diagonal_, "fill_diagonal_", &[Arg::tensor(input), Arg::scalar(fill_value), Arg::bool(wrap)]))).map(|_| handle)
+        }))
     }
 
     /// `diff(Tensor self, int n=1, int dim=-1, Tensor? prepend=None, Tensor? append=None) -> Tensor`
     pub(crate) fn diff(input: TensorId, n: i64, dim: i64, prepend: TensorId, append: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], n: i64, dim: i64) -> Result<tch::Tensor> {
                 let [input, prepend, append] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -4466,69 +4466,69 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let prepend = prepend.as_deref();
             let append = append.as_deref();
-            op.output_replayable([Some(input), prepend, append], |inputs| replay(inputs, n, dim), || {
+            op.output_replayable([Some(input), prepend, append], erased_run(&|inputs| replay(inputs, n, dim)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n, dim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `gradient.scalarint(Tensor self, *, Scalar? spacing=None, int? dim=None, int edge_order=1) -> Tensor[]`
     pub(crate) fn gradient_scalarint(input: TensorId, spacing: Option<Scalar>, dim: Option<i64>, edge_order: i64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("gradient_scalarint");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::tensors(kernels::tr_aten_gradient_scalarint, "gradient.scalarint", &[Arg::tensor(input), Arg::opt_scalar(spacing), Arg::opt_int(dim), Arg::int(edge_order)]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_gradient_scalarint, "gradient.scalarint", &[Arg::tensor(input), Arg::opt_scalar(spacing), Arg::opt_int(dim), Arg::int(edge_order)])))
+        }))
     }
 
     /// `gradient.scalararray(Tensor self, *, Scalar spacing, int[] dim, int edge_order=1) -> Tensor[]`
     pub(crate) fn gradient_scalararray(input: TensorId, spacing: Scalar, dim: &[i64], edge_order: i64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("gradient_scalararray");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::tensors(kernels::tr_aten_gradient_scalararray, "gradient.scalararray", &[Arg::tensor(input), Arg::scalar(spacing), Arg::ints(dim), Arg::int(edge_order)]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_gradient_scalararray, "gradient.scalararray", &[Arg::tensor(input), Arg::scalar(spacing), Arg::ints(dim), Arg::int(edge_order)])))
+        }))
     }
 
     /// `gradient.array(Tensor self, *, int[] dim, int edge_order=1) -> Tensor[]`
     pub(crate) fn gradient_array(input: TensorId, dim: &[i64], edge_order: i64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("gradient_array");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::tensors(kernels::tr_aten_gradient_array, "gradient.array", &[Arg::tensor(input), Arg::ints(dim), Arg::int(edge_order)]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_gradient_array, "gradient.array", &[Arg::tensor(input), Arg::ints(dim), Arg::int(edge_order)])))
+        }))
     }
 
     /// `gradient.tensorarrayint(Tensor self, *, Tensor[] spacing, int? dim=None, int edge_order=1) -> Tensor[]`
     pub(crate) fn gradient_tensorarrayint(input: TensorId, spacing: &[TensorId], dim: Option<i64>, edge_order: i64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("gradient_tensorarrayint");
             let [input] = op.get([input])?;
             let spacing = op.get_many(spacing)?;
             let input: &tch::Tensor = &input;
             let spacing = &spacing.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(|| aten::tensors(kernels::tr_aten_gradient_tensorarrayint, "gradient.tensorarrayint", &[Arg::tensor(input), Arg::tensors(&aten::ptrs(spacing)), Arg::opt_int(dim), Arg::int(edge_order)]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_gradient_tensorarrayint, "gradient.tensorarrayint", &[Arg::tensor(input), Arg::tensors(&aten::ptrs(spacing)), Arg::opt_int(dim), Arg::int(edge_order)])))
+        }))
     }
 
     /// `gradient.tensorarray(Tensor self, *, Tensor[] spacing, int[] dim, int edge_order=1) -> Tensor[]`
     pub(crate) fn gradient_tensorarray(input: TensorId, spacing: &[TensorId], dim: &[i64], edge_order: i64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("gradient_tensorarray");
             let [input] = op.get([input])?;
             let spacing = op.get_many(spacing)?;
             let input: &tch::Tensor = &input;
             let spacing = &spacing.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(|| aten::tensors(kernels::tr_aten_gradient_tensorarray, "gradient.tensorarray", &[Arg::tensor(input), Arg::tensors(&aten::ptrs(spacing)), Arg::ints(dim), Arg::int(edge_order)]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_gradient_tensorarray, "gradient.tensorarray", &[Arg::tensor(input), Arg::tensors(&aten::ptrs(spacing)), Arg::ints(dim), Arg::int(edge_order)])))
+        }))
     }
 
     /// `div.Tensor(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn div_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -4539,71 +4539,71 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `div_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn div_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("div_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_div_tensor_, "div_.Tensor", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_div_tensor_, "div_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `div.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor`
     pub(crate) fn div_tensor_mode(input: TensorId, other: TensorId, rounding_mode: Option<&str>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("div_tensor_mode");
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output(|| aten::tensor(kernels::tr_aten_div_tensor_mode, "div.Tensor_mode", &[Arg::tensor(input), Arg::tensor(other), Arg::opt_str(rounding_mode)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_div_tensor_mode, "div.Tensor_mode", &[Arg::tensor(input), Arg::tensor(other), Arg::opt_str(rounding_mode)])))
+        }))
     }
 
     /// `div_.Tensor_mode(Tensor(a!) self, Tensor other, *, str? rounding_mode) -> Tensor(a!)`
     pub(crate) fn div_tensor_mode_(input: TensorId, other: TensorId, rounding_mode: Option<&str>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("div_tensor_mode_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_div_tensor_mode_, "div_.Tensor_mode", &[Arg::tensor(input), Arg::tensor(other), Arg::opt_str(rounding_mode)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_div_tensor_mode_, "div_.Tensor_mode", &[Arg::tensor(input), Arg::tensor(other), Arg::opt_str(rounding_mode)]))).map(|_| handle)
+        }))
     }
 
     /// `div.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor`
     pub(crate) fn div_scalar_mode(input: TensorId, other: Scalar, rounding_mode: Option<&str>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("div_scalar_mode");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_div_scalar_mode, "div.Scalar_mode", &[Arg::tensor(input), Arg::scalar(other), Arg::opt_str(rounding_mode)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_div_scalar_mode, "div.Scalar_mode", &[Arg::tensor(input), Arg::scalar(other), Arg::opt_str(rounding_mode)])))
+        }))
     }
 
     /// `div_.Scalar_mode(Tensor(a!) self, Scalar other, *, str? rounding_mode) -> Tensor(a!)`
     pub(crate) fn div_scalar_mode_(input: TensorId, other: Scalar, rounding_mode: Option<&str>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("div_scalar_mode_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_div_scalar_mode_, "div_.Scalar_mode", &[Arg::tensor(input), Arg::scalar(other), Arg::opt_str(rounding_mode)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_div_scalar_mode_, "div_.Scalar_mode", &[Arg::tensor(input), Arg::scalar(other), Arg::opt_str(rounding_mode)]))).map(|_| handle)
+        }))
     }
 
     /// `divide.Tensor(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn divide_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -4614,26 +4614,26 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `divide_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn divide_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("divide_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_divide_tensor_, "divide_.Tensor", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_divide_tensor_, "divide_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `divide.Scalar(Tensor self, Scalar other) -> Tensor`
     pub(crate) fn divide_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -4642,71 +4642,71 @@ pub(crate) mod core {
             let mut op = Op::begin("divide_scalar");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, other), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            })
-        })
+            }))
+        }))
     }
 
     /// `divide_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`
     pub(crate) fn divide_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("divide_scalar_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_divide_scalar_, "divide_.Scalar", &[Arg::tensor(input), Arg::scalar(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_divide_scalar_, "divide_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
+        }))
     }
 
     /// `divide.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor`
     pub(crate) fn divide_tensor_mode(input: TensorId, other: TensorId, rounding_mode: Option<&str>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("divide_tensor_mode");
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output(|| aten::tensor(kernels::tr_aten_divide_tensor_mode, "divide.Tensor_mode", &[Arg::tensor(input), Arg::tensor(other), Arg::opt_str(rounding_mode)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_divide_tensor_mode, "divide.Tensor_mode", &[Arg::tensor(input), Arg::tensor(other), Arg::opt_str(rounding_mode)])))
+        }))
     }
 
     /// `divide_.Tensor_mode(Tensor(a!) self, Tensor other, *, str? rounding_mode) -> Tensor(a!)`
     pub(crate) fn divide_tensor_mode_(input: TensorId, other: TensorId, rounding_mode: Option<&str>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("divide_tensor_mode_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_divide_tensor_mode_, "divide_.Tensor_mode", &[Arg::tensor(input), Arg::tensor(other), Arg::opt_str(rounding_mode)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_divide_tensor_mode_, "divide_.Tensor_mode", &[Arg::tensor(input), Arg::tensor(other), Arg::opt_str(rounding_mode)]))).map(|_| handle)
+        }))
     }
 
     /// `divide.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor`
     pub(crate) fn divide_scalar_mode(input: TensorId, other: Scalar, rounding_mode: Option<&str>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("divide_scalar_mode");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_divide_scalar_mode, "divide.Scalar_mode", &[Arg::tensor(input), Arg::scalar(other), Arg::opt_str(rounding_mode)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_divide_scalar_mode, "divide.Scalar_mode", &[Arg::tensor(input), Arg::scalar(other), Arg::opt_str(rounding_mode)])))
+        }))
     }
 
     /// `divide_.Scalar_mode(Tensor(a!) self, Scalar other, *, str? rounding_mode) -> Tensor(a!)`
     pub(crate) fn divide_scalar_mode_(input: TensorId, other: Scalar, rounding_mode: Option<&str>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("divide_scalar_mode_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_divide_scalar_mode_, "divide_.Scalar_mode", &[Arg::tensor(input), Arg::scalar(other), Arg::opt_str(rounding_mode)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_divide_scalar_mode_, "divide_.Scalar_mode", &[Arg::tensor(input), Arg::scalar(other), Arg::opt_str(rounding_mode)]))).map(|_| handle)
+        }))
     }
 
     /// `true_divide.Tensor(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn true_divide_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -4717,26 +4717,26 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `true_divide_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn true_divide_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("true_divide_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_true_divide_tensor_, "true_divide_.Tensor", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_true_divide_tensor_, "true_divide_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `true_divide.Scalar(Tensor self, Scalar other) -> Tensor`
     pub(crate) fn true_divide_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -4745,26 +4745,26 @@ pub(crate) mod core {
             let mut op = Op::begin("true_divide_scalar");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, other), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            })
-        })
+            }))
+        }))
     }
 
     /// `true_divide_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`
     pub(crate) fn true_divide_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("true_divide_scalar_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_true_divide_scalar_, "true_divide_.Scalar", &[Arg::tensor(input), Arg::scalar(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_true_divide_scalar_, "true_divide_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
+        }))
     }
 
     /// `dot(Tensor self, Tensor tensor) -> Tensor`
     pub(crate) fn dot(input: TensorId, tensor: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, tensor] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -4775,13 +4775,13 @@ pub(crate) mod core {
             let [input, tensor] = op.get([input, tensor])?;
             let input: &tch::Tensor = &input;
             let tensor: &tch::Tensor = &tensor;
-            op.output_replayable([Some(input), Some(tensor)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(tensor)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `vdot(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn vdot(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -4792,46 +4792,46 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `einsum(str equation, Tensor[] tensors, *, int[]? path=None) -> Tensor`
     pub(crate) fn einsum(equation: &str, tensors: &[TensorId], path: Option<&[i64]>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("einsum");
             let tensors = op.get_many(tensors)?;
             let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.output(|| aten::tensor(kernels::tr_aten_einsum, "einsum", &[Arg::str(equation), Arg::tensors(&aten::ptrs(tensors)), Arg::opt_ints(path)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_einsum, "einsum", &[Arg::str(equation), Arg::tensors(&aten::ptrs(tensors)), Arg::opt_ints(path)])))
+        }))
     }
 
     /// `embedding_renorm_(Tensor(a!) self, Tensor indices, float max_norm, float norm_type) -> Tensor(a!)`
     pub(crate) fn embedding_renorm_(input: TensorId, indices: TensorId, max_norm: f64, norm_type: f64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("embedding_renorm_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [indices] = op.get([indices])?;
             let input: &tch::Tensor = &input;
             let indices: &tch::Tensor = &indices;
-            op.value(|| aten::unit(kernels::tr_aten_embedding_renorm_, "embedding_renorm_", &[Arg::tensor(input), Arg::tensor(indices), Arg::float(max_norm), Arg::float(norm_type)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_embedding_renorm_, "embedding_renorm_", &[Arg::tensor(input), Arg::tensor(indices), Arg::float(max_norm), Arg::float(norm_type)]))).map(|_| handle)
+        }))
     }
 
     /// `row_stack(Tensor[] tensors) -> Tensor`
     pub(crate) fn row_stack(tensors: &[TensorId]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("row_stack");
             let tensors = op.get_many(tensors)?;
             let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.output(|| aten::tensor(kernels::tr_aten_row_stack, "row_stack", &[Arg::tensors(&aten::ptrs(tensors))]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_row_stack, "row_stack", &[Arg::tensors(&aten::ptrs(tensors))])))
+        }))
     }
 
     /// `embedding_bag(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq=False, int mode=0, bool sparse=False, Tensor? per_sample_weights=None, bool include_last_offset=False) -> (Tensor, Tensor, Tensor, Tensor)`
     pub(crate) fn embedding_bag(weight: TensorId, indices: TensorId, offsets: TensorId, scale_grad_by_freq: bool, mode: i64, sparse: bool, per_sample_weights: TensorId, include_last_offset: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("embedding_bag");
             let [weight, indices, offsets] = op.get([weight, indices, offsets])?;
             let per_sample_weights = op.get_opt(per_sample_weights)?;
@@ -4839,13 +4839,13 @@ pub(crate) mod core {
             let indices: &tch::Tensor = &indices;
             let offsets: &tch::Tensor = &offsets;
             let per_sample_weights = per_sample_weights.as_deref();
-            op.outputs(|| aten::exactly(4, aten::tensors(kernels::tr_aten_embedding_bag, "embedding_bag", &[Arg::tensor(weight), Arg::tensor(indices), Arg::tensor(offsets), Arg::bool(scale_grad_by_freq), Arg::int(mode), Arg::bool(sparse), Arg::opt_tensor(per_sample_weights), Arg::bool(include_last_offset)])))
-        })
+            op.outputs(erased(&|| aten::exactly(4, aten::tensors(kernels::tr_aten_embedding_bag, "embedding_bag", &[Arg::tensor(weight), Arg::tensor(indices), Arg::tensor(offsets), Arg::bool(scale_grad_by_freq), Arg::int(mode), Arg::bool(sparse), Arg::opt_tensor(per_sample_weights), Arg::bool(include_last_offset)]))))
+        }))
     }
 
     /// `embedding_bag.padding_idx(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq, int mode, bool sparse, Tensor? per_sample_weights, bool include_last_offset, int? padding_idx) -> (Tensor, Tensor, Tensor, Tensor)`
     pub(crate) fn embedding_bag_padding_idx(weight: TensorId, indices: TensorId, offsets: TensorId, scale_grad_by_freq: bool, mode: i64, sparse: bool, per_sample_weights: TensorId, include_last_offset: bool, padding_idx: Option<i64>) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("embedding_bag_padding_idx");
             let [weight, indices, offsets] = op.get([weight, indices, offsets])?;
             let per_sample_weights = op.get_opt(per_sample_weights)?;
@@ -4853,29 +4853,29 @@ pub(crate) mod core {
             let indices: &tch::Tensor = &indices;
             let offsets: &tch::Tensor = &offsets;
             let per_sample_weights = per_sample_weights.as_deref();
-            op.outputs(|| aten::exactly(4, aten::tensors(kernels::tr_aten_embedding_bag_padding_idx, "embedding_bag.padding_idx", &[Arg::tensor(weight), Arg::tensor(indices), Arg::tensor(offsets), Arg::bool(scale_grad_by_freq), Arg::int(mode), Arg::bool(sparse), Arg::opt_tensor(per_sample_weights), Arg::bool(include_last_offset), Arg::opt_int(padding_idx)])))
-        })
+            op.outputs(erased(&|| aten::exactly(4, aten::tensors(kernels::tr_aten_embedding_bag_padding_idx, "embedding_bag.padding_idx", &[Arg::tensor(weight), Arg::tensor(indices), Arg::tensor(offsets), Arg::bool(scale_grad_by_freq), Arg::int(mode), Arg::bool(sparse), Arg::opt_tensor(per_sample_weights), Arg::bool(include_last_offset), Arg::opt_int(padding_idx)]))))
+        }))
     }
 
     /// `empty.memory_format(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
     pub(crate) fn empty_memory_format(size: &[i64], dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("empty_memory_format");
-            op.output(|| aten::tensor(kernels::tr_aten_empty_memory_format, "empty.memory_format", &[Arg::ints(size), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_empty_memory_format, "empty.memory_format", &[Arg::ints(size), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `empty_permuted(SymInt[] size, int[] physical_layout, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn empty_permuted(size: &[i64], physical_layout: &[i64], dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("empty_permuted");
-            op.output(|| aten::tensor(kernels::tr_aten_empty_permuted, "empty_permuted", &[Arg::ints(size), Arg::ints(physical_layout), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_empty_permuted, "empty_permuted", &[Arg::ints(size), Arg::ints(physical_layout), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `new_empty(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn new_empty(input: TensorId, size: &[i64], dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], size: &[i64], dtype: Option<DType>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -4884,16 +4884,16 @@ pub(crate) mod core {
             let mut op = Op::begin("new_empty");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, size, dtype), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, size, dtype)), erased_keep(&mut || {
                 let size = size.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &size, dtype))
-            })
-        })
+            }))
+        }))
     }
 
     /// `new_empty_strided(Tensor self, SymInt[] size, SymInt[] stride, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn new_empty_strided(input: TensorId, size: &[i64], stride: &[i64], dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], size: &[i64], stride: &[i64], dtype: Option<DType>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -4902,17 +4902,17 @@ pub(crate) mod core {
             let mut op = Op::begin("new_empty_strided");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, size, stride, dtype), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, size, stride, dtype)), erased_keep(&mut || {
                 let size = size.to_owned();
                 let stride = stride.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &size, &stride, dtype))
-            })
-        })
+            }))
+        }))
     }
 
     /// `new_full(Tensor self, SymInt[] size, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn new_full(input: TensorId, size: &[i64], fill_value: Scalar, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], size: &[i64], fill_value: Scalar, dtype: Option<DType>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -4921,16 +4921,16 @@ pub(crate) mod core {
             let mut op = Op::begin("new_full");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, size, fill_value, dtype), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, size, fill_value, dtype)), erased_keep(&mut || {
                 let size = size.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &size, fill_value, dtype))
-            })
-        })
+            }))
+        }))
     }
 
     /// `new_zeros(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn new_zeros(input: TensorId, size: &[i64], dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], size: &[i64], dtype: Option<DType>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -4939,16 +4939,16 @@ pub(crate) mod core {
             let mut op = Op::begin("new_zeros");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, size, dtype), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, size, dtype)), erased_keep(&mut || {
                 let size = size.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &size, dtype))
-            })
-        })
+            }))
+        }))
     }
 
     /// `new_ones(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn new_ones(input: TensorId, size: &[i64], dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], size: &[i64], dtype: Option<DType>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -4957,27 +4957,27 @@ pub(crate) mod core {
             let mut op = Op::begin("new_ones");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, size, dtype), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, size, dtype)), erased_keep(&mut || {
                 let size = size.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &size, dtype))
-            })
-        })
+            }))
+        }))
     }
 
     /// `resize_(Tensor(a!) self, SymInt[] size, *, MemoryFormat? memory_format=None) -> Tensor(a!)`
     pub(crate) fn resize_(input: TensorId, size: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("resize_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_resize_, "resize_", &[Arg::tensor(input), Arg::ints(size)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_resize_, "resize_", &[Arg::tensor(input), Arg::ints(size)]))).map(|_| handle)
+        }))
     }
 
     /// `empty_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
     pub(crate) fn empty_like(input: TensorId, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dtype: Option<DType>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -4986,23 +4986,23 @@ pub(crate) mod core {
             let mut op = Op::begin("empty_like");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dtype), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dtype)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dtype))
-            })
-        })
+            }))
+        }))
     }
 
     /// `empty_strided(SymInt[] size, SymInt[] stride, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn empty_strided(size: &[i64], stride: &[i64], dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("empty_strided");
-            op.output(|| aten::tensor(kernels::tr_aten_empty_strided, "empty_strided", &[Arg::ints(size), Arg::ints(stride), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_empty_strided, "empty_strided", &[Arg::ints(size), Arg::ints(stride), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `erf(Tensor self) -> Tensor`
     pub(crate) fn erf(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -5011,24 +5011,24 @@ pub(crate) mod core {
             let mut op = Op::begin("erf");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `erf_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn erf_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("erf_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_erf_, "erf_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_erf_, "erf_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `erfc(Tensor self) -> Tensor`
     pub(crate) fn erfc(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -5037,35 +5037,35 @@ pub(crate) mod core {
             let mut op = Op::begin("erfc");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `erfc_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn erfc_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("erfc_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_erfc_, "erfc_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_erfc_, "erfc_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `exp_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn exp_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("exp_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_exp_, "exp_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_exp_, "exp_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `exp2(Tensor self) -> Tensor`
     pub(crate) fn exp2(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -5074,24 +5074,24 @@ pub(crate) mod core {
             let mut op = Op::begin("exp2");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `exp2_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn exp2_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("exp2_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_exp2_, "exp2_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_exp2_, "exp2_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `expm1(Tensor self) -> Tensor`
     pub(crate) fn expm1(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -5100,24 +5100,24 @@ pub(crate) mod core {
             let mut op = Op::begin("expm1");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `expm1_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn expm1_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("expm1_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_expm1_, "expm1_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_expm1_, "expm1_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `expand_as(Tensor(a) self, Tensor other) -> Tensor(a)`
     pub(crate) fn expand_as(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -5128,21 +5128,21 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `eye.m(SymInt n, SymInt m, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn eye_m(n: i64, m: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("eye_m");
-            op.output(|| aten::tensor(kernels::tr_aten_eye_m, "eye.m", &[Arg::int(n), Arg::int(m), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_eye_m, "eye.m", &[Arg::int(n), Arg::int(m), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `flatten.using_ints(Tensor(a) self, int start_dim=0, int end_dim=-1) -> Tensor(a)`
     pub(crate) fn flatten_using_ints(input: TensorId, start_dim: i64, end_dim: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], start_dim: i64, end_dim: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -5151,15 +5151,15 @@ pub(crate) mod core {
             let mut op = Op::begin("flatten_using_ints");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, start_dim, end_dim), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, start_dim, end_dim)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, start_dim, end_dim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `unflatten.int(Tensor(a) self, int dim, SymInt[] sizes) -> Tensor(a)`
     pub(crate) fn unflatten_int(input: TensorId, dim: i64, sizes: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, sizes: &[i64]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -5168,16 +5168,16 @@ pub(crate) mod core {
             let mut op = Op::begin("unflatten_int");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim, sizes), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, sizes)), erased_keep(&mut || {
                 let sizes = sizes.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, &sizes))
-            })
-        })
+            }))
+        }))
     }
 
     /// `fill.Scalar(Tensor self, Scalar value) -> Tensor`
     pub(crate) fn fill_scalar(input: TensorId, value: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], value: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -5186,15 +5186,15 @@ pub(crate) mod core {
             let mut op = Op::begin("fill_scalar");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, value), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, value)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, value))
-            })
-        })
+            }))
+        }))
     }
 
     /// `fill.Tensor(Tensor self, Tensor value) -> Tensor`
     pub(crate) fn fill_tensor(input: TensorId, value: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, value] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -5205,37 +5205,37 @@ pub(crate) mod core {
             let [input, value] = op.get([input, value])?;
             let input: &tch::Tensor = &input;
             let value: &tch::Tensor = &value;
-            op.output_replayable([Some(input), Some(value)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(value)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `fill_.Scalar(Tensor(a!) self, Scalar value) -> Tensor(a!)`
     pub(crate) fn fill_scalar_(input: TensorId, value: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("fill_scalar_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_fill_scalar_, "fill_.Scalar", &[Arg::tensor(input), Arg::scalar(value)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_fill_scalar_, "fill_.Scalar", &[Arg::tensor(input), Arg::scalar(value)]))).map(|_| handle)
+        }))
     }
 
     /// `fill_.Tensor(Tensor(a!) self, Tensor value) -> Tensor(a!)`
     pub(crate) fn fill_tensor_(input: TensorId, value: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("fill_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [value] = op.get([value])?;
             let input: &tch::Tensor = &input;
             let value: &tch::Tensor = &value;
-            op.value(|| aten::unit(kernels::tr_aten_fill_tensor_, "fill_.Tensor", &[Arg::tensor(input), Arg::tensor(value)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_fill_tensor_, "fill_.Tensor", &[Arg::tensor(input), Arg::tensor(value)]))).map(|_| handle)
+        }))
     }
 
     /// `floor(Tensor self) -> Tensor`
     pub(crate) fn floor(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -5244,37 +5244,37 @@ pub(crate) mod core {
             let mut op = Op::begin("floor");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `floor_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn floor_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("floor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_floor_, "floor_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_floor_, "floor_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `floor_divide_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn floor_divide_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("floor_divide_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_floor_divide_tensor_, "floor_divide_.Tensor", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_floor_divide_tensor_, "floor_divide_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `frac(Tensor self) -> Tensor`
     pub(crate) fn frac(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -5283,24 +5283,24 @@ pub(crate) mod core {
             let mut op = Op::begin("frac");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `frac_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn frac_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("frac_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_frac_, "frac_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_frac_, "frac_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `full_like(Tensor self, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
     pub(crate) fn full_like(input: TensorId, fill_value: Scalar, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], fill_value: Scalar, dtype: Option<DType>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -5309,23 +5309,23 @@ pub(crate) mod core {
             let mut op = Op::begin("full_like");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, fill_value, dtype), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, fill_value, dtype)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, fill_value, dtype))
-            })
-        })
+            }))
+        }))
     }
 
     /// `from_file(str filename, bool? shared=None, int? size=0, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn from_file(filename: &str, shared: Option<bool>, size: Option<i64>, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("from_file");
-            op.output(|| aten::tensor(kernels::tr_aten_from_file, "from_file", &[Arg::str(filename), Arg::opt_bool(shared), Arg::opt_int(size), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_from_file, "from_file", &[Arg::str(filename), Arg::opt_bool(shared), Arg::opt_int(size), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `gcd(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn gcd(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -5336,26 +5336,26 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `gcd_(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn gcd_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("gcd_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_gcd_, "gcd_", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_gcd_, "gcd_", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `lcm(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn lcm(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -5366,26 +5366,26 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `lcm_(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn lcm_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("lcm_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_lcm_, "lcm_", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_lcm_, "lcm_", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `grid_sampler(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool align_corners) -> Tensor`
     pub(crate) fn grid_sampler(input: TensorId, grid: TensorId, interpolation_mode: i64, padding_mode: i64, align_corners: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], interpolation_mode: i64, padding_mode: i64, align_corners: bool) -> Result<tch::Tensor> {
                 let [input, grid] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -5396,15 +5396,15 @@ pub(crate) mod core {
             let [input, grid] = op.get([input, grid])?;
             let input: &tch::Tensor = &input;
             let grid: &tch::Tensor = &grid;
-            op.output_replayable([Some(input), Some(grid)], |inputs| replay(inputs, interpolation_mode, padding_mode, align_corners), || {
+            op.output_replayable([Some(input), Some(grid)], erased_run(&|inputs| replay(inputs, interpolation_mode, padding_mode, align_corners)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, interpolation_mode, padding_mode, align_corners))
-            })
-        })
+            }))
+        }))
     }
 
     /// `grid_sampler_2d(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool align_corners) -> Tensor`
     pub(crate) fn grid_sampler_2d(input: TensorId, grid: TensorId, interpolation_mode: i64, padding_mode: i64, align_corners: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], interpolation_mode: i64, padding_mode: i64, align_corners: bool) -> Result<tch::Tensor> {
                 let [input, grid] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -5415,15 +5415,15 @@ pub(crate) mod core {
             let [input, grid] = op.get([input, grid])?;
             let input: &tch::Tensor = &input;
             let grid: &tch::Tensor = &grid;
-            op.output_replayable([Some(input), Some(grid)], |inputs| replay(inputs, interpolation_mode, padding_mode, align_corners), || {
+            op.output_replayable([Some(input), Some(grid)], erased_run(&|inputs| replay(inputs, interpolation_mode, padding_mode, align_corners)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, interpolation_mode, padding_mode, align_corners))
-            })
-        })
+            }))
+        }))
     }
 
     /// `grid_sampler_3d(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool align_corners) -> Tensor`
     pub(crate) fn grid_sampler_3d(input: TensorId, grid: TensorId, interpolation_mode: i64, padding_mode: i64, align_corners: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], interpolation_mode: i64, padding_mode: i64, align_corners: bool) -> Result<tch::Tensor> {
                 let [input, grid] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -5434,87 +5434,87 @@ pub(crate) mod core {
             let [input, grid] = op.get([input, grid])?;
             let input: &tch::Tensor = &input;
             let grid: &tch::Tensor = &grid;
-            op.output_replayable([Some(input), Some(grid)], |inputs| replay(inputs, interpolation_mode, padding_mode, align_corners), || {
+            op.output_replayable([Some(input), Some(grid)], erased_run(&|inputs| replay(inputs, interpolation_mode, padding_mode, align_corners)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, interpolation_mode, padding_mode, align_corners))
-            })
-        })
+            }))
+        }))
     }
 
     /// `hann_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn hann_window(window_length: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("hann_window");
-            op.output(|| aten::tensor(kernels::tr_aten_hann_window, "hann_window", &[Arg::int(window_length), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_hann_window, "hann_window", &[Arg::int(window_length), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `hann_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn hann_window_periodic(window_length: i64, periodic: bool, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("hann_window_periodic");
-            op.output(|| aten::tensor(kernels::tr_aten_hann_window_periodic, "hann_window.periodic", &[Arg::int(window_length), Arg::bool(periodic), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_hann_window_periodic, "hann_window.periodic", &[Arg::int(window_length), Arg::bool(periodic), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `hamming_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn hamming_window(window_length: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("hamming_window");
-            op.output(|| aten::tensor(kernels::tr_aten_hamming_window, "hamming_window", &[Arg::int(window_length), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_hamming_window, "hamming_window", &[Arg::int(window_length), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `hamming_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn hamming_window_periodic(window_length: i64, periodic: bool, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("hamming_window_periodic");
-            op.output(|| aten::tensor(kernels::tr_aten_hamming_window_periodic, "hamming_window.periodic", &[Arg::int(window_length), Arg::bool(periodic), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_hamming_window_periodic, "hamming_window.periodic", &[Arg::int(window_length), Arg::bool(periodic), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `hamming_window.periodic_alpha(int window_length, bool periodic, float alpha, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn hamming_window_periodic_alpha(window_length: i64, periodic: bool, alpha: f64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("hamming_window_periodic_alpha");
-            op.output(|| aten::tensor(kernels::tr_aten_hamming_window_periodic_alpha, "hamming_window.periodic_alpha", &[Arg::int(window_length), Arg::bool(periodic), Arg::float(alpha), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_hamming_window_periodic_alpha, "hamming_window.periodic_alpha", &[Arg::int(window_length), Arg::bool(periodic), Arg::float(alpha), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `hamming_window.periodic_alpha_beta(int window_length, bool periodic, float alpha, float beta, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn hamming_window_periodic_alpha_beta(window_length: i64, periodic: bool, alpha: f64, beta: f64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("hamming_window_periodic_alpha_beta");
-            op.output(|| aten::tensor(kernels::tr_aten_hamming_window_periodic_alpha_beta, "hamming_window.periodic_alpha_beta", &[Arg::int(window_length), Arg::bool(periodic), Arg::float(alpha), Arg::float(beta), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_hamming_window_periodic_alpha_beta, "hamming_window.periodic_alpha_beta", &[Arg::int(window_length), Arg::bool(periodic), Arg::float(alpha), Arg::float(beta), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `kaiser_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn kaiser_window(window_length: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("kaiser_window");
-            op.output(|| aten::tensor(kernels::tr_aten_kaiser_window, "kaiser_window", &[Arg::int(window_length), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_kaiser_window, "kaiser_window", &[Arg::int(window_length), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `kaiser_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn kaiser_window_periodic(window_length: i64, periodic: bool, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("kaiser_window_periodic");
-            op.output(|| aten::tensor(kernels::tr_aten_kaiser_window_periodic, "kaiser_window.periodic", &[Arg::int(window_length), Arg::bool(periodic), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_kaiser_window_periodic, "kaiser_window.periodic", &[Arg::int(window_length), Arg::bool(periodic), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `kaiser_window.beta(int window_length, bool periodic, float beta, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn kaiser_window_beta(window_length: i64, periodic: bool, beta: f64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("kaiser_window_beta");
-            op.output(|| aten::tensor(kernels::tr_aten_kaiser_window_beta, "kaiser_window.beta", &[Arg::int(window_length), Arg::bool(periodic), Arg::float(beta), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_kaiser_window_beta, "kaiser_window.beta", &[Arg::int(window_length), Arg::bool(periodic), Arg::float(beta), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `hinge_embedding_loss(Tensor self, Tensor target, float margin=1.0, int reduction=Mean) -> Tensor`
     pub(crate) fn hinge_embedding_loss(input: TensorId, target: TensorId, margin: f64, reduction: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], margin: f64, reduction: i64) -> Result<tch::Tensor> {
                 let [input, target] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -5525,15 +5525,15 @@ pub(crate) mod core {
             let [input, target] = op.get([input, target])?;
             let input: &tch::Tensor = &input;
             let target: &tch::Tensor = &target;
-            op.output_replayable([Some(input), Some(target)], |inputs| replay(inputs, margin, reduction), || {
+            op.output_replayable([Some(input), Some(target)], erased_run(&|inputs| replay(inputs, margin, reduction)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, margin, reduction))
-            })
-        })
+            }))
+        }))
     }
 
     /// `group_norm(Tensor input, int num_groups, Tensor? weight=None, Tensor? bias=None, float eps=1e-05, bool cudnn_enabled=True) -> Tensor`
     pub(crate) fn group_norm(input: TensorId, num_groups: i64, weight: TensorId, bias: TensorId, eps: f64, cudnn_enabled: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], num_groups: i64, eps: f64, cudnn_enabled: bool) -> Result<tch::Tensor> {
                 let [input, weight, bias] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -5546,15 +5546,15 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let weight = weight.as_deref();
             let bias = bias.as_deref();
-            op.output_replayable([Some(input), weight, bias], |inputs| replay(inputs, num_groups, eps, cudnn_enabled), || {
+            op.output_replayable([Some(input), weight, bias], erased_run(&|inputs| replay(inputs, num_groups, eps, cudnn_enabled)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, num_groups, eps, cudnn_enabled))
-            })
-        })
+            }))
+        }))
     }
 
     /// `native_group_norm(Tensor input, Tensor? weight, Tensor? bias, SymInt N, SymInt C, SymInt HxW, int group, float eps) -> (Tensor, Tensor, Tensor)`
     pub(crate) fn native_group_norm(input: TensorId, weight: TensorId, bias: TensorId, n: i64, c: i64, hxw: i64, group: i64, eps: f64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("native_group_norm");
             let [input] = op.get([input])?;
             let weight = op.get_opt(weight)?;
@@ -5562,25 +5562,25 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let weight = weight.as_deref();
             let bias = bias.as_deref();
-            op.outputs(|| aten::exactly(3, aten::tensors(kernels::tr_aten_native_group_norm, "native_group_norm", &[Arg::tensor(input), Arg::opt_tensor(weight), Arg::opt_tensor(bias), Arg::int(n), Arg::int(c), Arg::int(hxw), Arg::int(group), Arg::float(eps)])))
-        })
+            op.outputs(erased(&|| aten::exactly(3, aten::tensors(kernels::tr_aten_native_group_norm, "native_group_norm", &[Arg::tensor(input), Arg::opt_tensor(weight), Arg::opt_tensor(bias), Arg::int(n), Arg::int(c), Arg::int(hxw), Arg::int(group), Arg::float(eps)]))))
+        }))
     }
 
     /// `index.Tensor(Tensor self, Tensor?[] indices) -> Tensor`
     pub(crate) fn index_tensor(input: TensorId, indices: &[TensorId]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("index_tensor");
             let [input] = op.get([input])?;
             let indices = op.get_many_opt(indices)?;
             let input: &tch::Tensor = &input;
             let indices = &indices.iter().map(|e| e.as_deref()).collect::<Vec<_>>()[..];
-            op.output(|| aten::tensor(kernels::tr_aten_index_tensor, "index.Tensor", &[Arg::tensor(input), Arg::tensors(&aten::opt_ptrs(indices))]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_index_tensor, "index.Tensor", &[Arg::tensor(input), Arg::tensors(&aten::opt_ptrs(indices))])))
+        }))
     }
 
     /// `index_copy(Tensor self, int dim, Tensor index, Tensor source) -> Tensor`
     pub(crate) fn index_copy(input: TensorId, dim: i64, index: TensorId, source: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
                 let [input, index, source] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -5593,15 +5593,15 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let index: &tch::Tensor = &index;
             let source: &tch::Tensor = &source;
-            op.output_replayable([Some(input), Some(index), Some(source)], |inputs| replay(inputs, dim), || {
+            op.output_replayable([Some(input), Some(index), Some(source)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `index_put_(Tensor(a!) self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor(a!)`
     pub(crate) fn index_put_(input: TensorId, indices: &[TensorId], values: TensorId, accumulate: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("index_put_");
             let handle = input;
         let input = op.get_mut(input)?;
@@ -5610,26 +5610,26 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let indices = &indices.iter().map(|e| e.as_deref()).collect::<Vec<_>>()[..];
             let values: &tch::Tensor = &values;
-            op.value(|| aten::unit(kernels::tr_aten_index_put_, "index_put_", &[Arg::tensor(input), Arg::tensors(&aten::opt_ptrs(indices)), Arg::tensor(values), Arg::bool(accumulate)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_index_put_, "index_put_", &[Arg::tensor(input), Arg::tensors(&aten::opt_ptrs(indices)), Arg::tensor(values), Arg::bool(accumulate)]))).map(|_| handle)
+        }))
     }
 
     /// `index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor`
     pub(crate) fn index_put(input: TensorId, indices: &[TensorId], values: TensorId, accumulate: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("index_put");
             let [input, values] = op.get([input, values])?;
             let indices = op.get_many_opt(indices)?;
             let input: &tch::Tensor = &input;
             let indices = &indices.iter().map(|e| e.as_deref()).collect::<Vec<_>>()[..];
             let values: &tch::Tensor = &values;
-            op.output(|| aten::tensor(kernels::tr_aten_index_put, "index_put", &[Arg::tensor(input), Arg::tensors(&aten::opt_ptrs(indices)), Arg::tensor(values), Arg::bool(accumulate)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_index_put, "index_put", &[Arg::tensor(input), Arg::tensors(&aten::opt_ptrs(indices)), Arg::tensor(values), Arg::bool(accumulate)])))
+        }))
     }
 
     /// `instance_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, bool use_input_stats, float momentum, float eps, bool cudnn_enabled) -> Tensor`
     pub(crate) fn instance_norm(input: TensorId, weight: TensorId, bias: TensorId, running_mean: TensorId, running_var: TensorId, use_input_stats: bool, momentum: f64, eps: f64, cudnn_enabled: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], use_input_stats: bool, momentum: f64, eps: f64, cudnn_enabled: bool) -> Result<tch::Tensor> {
                 let [input, weight, bias, running_mean, running_var] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -5646,15 +5646,15 @@ pub(crate) mod core {
             let bias = bias.as_deref();
             let running_mean = running_mean.as_deref();
             let running_var = running_var.as_deref();
-            op.output_replayable([Some(input), weight, bias, running_mean, running_var], |inputs| replay(inputs, use_input_stats, momentum, eps, cudnn_enabled), || {
+            op.output_replayable([Some(input), weight, bias, running_mean, running_var], erased_run(&|inputs| replay(inputs, use_input_stats, momentum, eps, cudnn_enabled)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, use_input_stats, momentum, eps, cudnn_enabled))
-            })
-        })
+            }))
+        }))
     }
 
     /// `isclose(Tensor self, Tensor other, float rtol=1e-05, float atol=1e-08, bool equal_nan=False) -> Tensor`
     pub(crate) fn isclose(input: TensorId, other: TensorId, rtol: f64, atol: f64, equal_nan: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], rtol: f64, atol: f64, equal_nan: bool) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -5665,15 +5665,15 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], |inputs| replay(inputs, rtol, atol, equal_nan), || {
+            op.output_replayable([Some(input), Some(other)], erased_run(&|inputs| replay(inputs, rtol, atol, equal_nan)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, rtol, atol, equal_nan))
-            })
-        })
+            }))
+        }))
     }
 
     /// `isin.Tensor_Tensor(Tensor elements, Tensor test_elements, *, bool assume_unique=False, bool invert=False) -> Tensor`
     pub(crate) fn isin_tensor_tensor(elements: TensorId, test_elements: TensorId, assume_unique: bool, invert: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], assume_unique: bool, invert: bool) -> Result<tch::Tensor> {
                 let [elements, test_elements] = replay_args(inputs)?;
                 let elements = given(elements)?;
@@ -5684,15 +5684,15 @@ pub(crate) mod core {
             let [elements, test_elements] = op.get([elements, test_elements])?;
             let elements: &tch::Tensor = &elements;
             let test_elements: &tch::Tensor = &test_elements;
-            op.output_replayable([Some(elements), Some(test_elements)], |inputs| replay(inputs, assume_unique, invert), || {
+            op.output_replayable([Some(elements), Some(test_elements)], erased_run(&|inputs| replay(inputs, assume_unique, invert)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, assume_unique, invert))
-            })
-        })
+            }))
+        }))
     }
 
     /// `isin.Tensor_Scalar(Tensor elements, Scalar test_element, *, bool assume_unique=False, bool invert=False) -> Tensor`
     pub(crate) fn isin_tensor_scalar(elements: TensorId, test_element: Scalar, assume_unique: bool, invert: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], test_element: Scalar, assume_unique: bool, invert: bool) -> Result<tch::Tensor> {
                 let [elements] = replay_args(inputs)?;
                 let elements = given(elements)?;
@@ -5701,15 +5701,15 @@ pub(crate) mod core {
             let mut op = Op::begin("isin_tensor_scalar");
             let [elements] = op.get([elements])?;
             let elements: &tch::Tensor = &elements;
-            op.output_replayable([Some(elements)], |inputs| replay(inputs, test_element, assume_unique, invert), || {
+            op.output_replayable([Some(elements)], erased_run(&|inputs| replay(inputs, test_element, assume_unique, invert)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, test_element, assume_unique, invert))
-            })
-        })
+            }))
+        }))
     }
 
     /// `isin.Scalar_Tensor(Scalar element, Tensor test_elements, *, bool assume_unique=False, bool invert=False) -> Tensor`
     pub(crate) fn isin_scalar_tensor(element: Scalar, test_elements: TensorId, assume_unique: bool, invert: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], element: Scalar, assume_unique: bool, invert: bool) -> Result<tch::Tensor> {
                 let [test_elements] = replay_args(inputs)?;
                 let test_elements = given(test_elements)?;
@@ -5718,15 +5718,15 @@ pub(crate) mod core {
             let mut op = Op::begin("isin_scalar_tensor");
             let [test_elements] = op.get([test_elements])?;
             let test_elements: &tch::Tensor = &test_elements;
-            op.output_replayable([Some(test_elements)], |inputs| replay(inputs, element, assume_unique, invert), || {
+            op.output_replayable([Some(test_elements)], erased_run(&|inputs| replay(inputs, element, assume_unique, invert)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, element, assume_unique, invert))
-            })
-        })
+            }))
+        }))
     }
 
     /// `isnan(Tensor self) -> Tensor`
     pub(crate) fn isnan(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -5735,63 +5735,63 @@ pub(crate) mod core {
             let mut op = Op::begin("isnan");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `is_distributed(Tensor self) -> bool`
     pub(crate) fn is_distributed(input: TensorId) -> Result<bool> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("is_distributed");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::bool(kernels::tr_aten_is_distributed, "is_distributed", &[Arg::tensor(input)]))
-        })
+            op.value(erased(&|| aten::bool(kernels::tr_aten_is_distributed, "is_distributed", &[Arg::tensor(input)])))
+        }))
     }
 
     /// `is_floating_point(Tensor self) -> bool`
     pub(crate) fn is_floating_point(input: TensorId) -> Result<bool> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("is_floating_point");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::bool(kernels::tr_aten_is_floating_point, "is_floating_point", &[Arg::tensor(input)]))
-        })
+            op.value(erased(&|| aten::bool(kernels::tr_aten_is_floating_point, "is_floating_point", &[Arg::tensor(input)])))
+        }))
     }
 
     /// `is_complex(Tensor self) -> bool`
     pub(crate) fn is_complex(input: TensorId) -> Result<bool> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("is_complex");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::bool(kernels::tr_aten_is_complex, "is_complex", &[Arg::tensor(input)]))
-        })
+            op.value(erased(&|| aten::bool(kernels::tr_aten_is_complex, "is_complex", &[Arg::tensor(input)])))
+        }))
     }
 
     /// `is_conj(Tensor self) -> bool`
     pub(crate) fn is_conj(input: TensorId) -> Result<bool> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("is_conj");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::bool(kernels::tr_aten_is_conj, "is_conj", &[Arg::tensor(input)]))
-        })
+            op.value(erased(&|| aten::bool(kernels::tr_aten_is_conj, "is_conj", &[Arg::tensor(input)])))
+        }))
     }
 
     /// `is_neg(Tensor self) -> bool`
     pub(crate) fn is_neg(input: TensorId) -> Result<bool> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("is_neg");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::bool(kernels::tr_aten_is_neg, "is_neg", &[Arg::tensor(input)]))
-        })
+            op.value(erased(&|| aten::bool(kernels::tr_aten_is_neg, "is_neg", &[Arg::tensor(input)])))
+        }))
     }
 
     /// `isreal(Tensor self) -> Tensor`
     pub(crate) fn isreal(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -5800,54 +5800,54 @@ pub(crate) mod core {
             let mut op = Op::begin("isreal");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `is_nonzero(Tensor self) -> bool`
     pub(crate) fn is_nonzero(input: TensorId) -> Result<bool> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("is_nonzero");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::bool(kernels::tr_aten_is_nonzero, "is_nonzero", &[Arg::tensor(input)]))
-        })
+            op.value(erased(&|| aten::bool(kernels::tr_aten_is_nonzero, "is_nonzero", &[Arg::tensor(input)])))
+        }))
     }
 
     /// `is_same_size(Tensor self, Tensor other) -> bool`
     pub(crate) fn is_same_size(input: TensorId, other: TensorId) -> Result<bool> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("is_same_size");
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::bool(kernels::tr_aten_is_same_size, "is_same_size", &[Arg::tensor(input), Arg::tensor(other)]))
-        })
+            op.value(erased(&|| aten::bool(kernels::tr_aten_is_same_size, "is_same_size", &[Arg::tensor(input), Arg::tensor(other)])))
+        }))
     }
 
     /// `is_signed(Tensor self) -> bool`
     pub(crate) fn is_signed(input: TensorId) -> Result<bool> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("is_signed");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::bool(kernels::tr_aten_is_signed, "is_signed", &[Arg::tensor(input)]))
-        })
+            op.value(erased(&|| aten::bool(kernels::tr_aten_is_signed, "is_signed", &[Arg::tensor(input)])))
+        }))
     }
 
     /// `is_inference(Tensor self) -> bool`
     pub(crate) fn is_inference(input: TensorId) -> Result<bool> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("is_inference");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::bool(kernels::tr_aten_is_inference, "is_inference", &[Arg::tensor(input)]))
-        })
+            op.value(erased(&|| aten::bool(kernels::tr_aten_is_inference, "is_inference", &[Arg::tensor(input)])))
+        }))
     }
 
     /// `kl_div(Tensor self, Tensor target, int reduction=Mean, *, bool log_target=False) -> Tensor`
     pub(crate) fn kl_div(input: TensorId, target: TensorId, reduction: i64, log_target: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], reduction: i64, log_target: bool) -> Result<tch::Tensor> {
                 let [input, target] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -5858,15 +5858,15 @@ pub(crate) mod core {
             let [input, target] = op.get([input, target])?;
             let input: &tch::Tensor = &input;
             let target: &tch::Tensor = &target;
-            op.output_replayable([Some(input), Some(target)], |inputs| replay(inputs, reduction, log_target), || {
+            op.output_replayable([Some(input), Some(target)], erased_run(&|inputs| replay(inputs, reduction, log_target)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, reduction, log_target))
-            })
-        })
+            }))
+        }))
     }
 
     /// `kron(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn kron(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -5877,23 +5877,23 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `kthvalue(Tensor self, SymInt k, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)`
     pub(crate) fn kthvalue(input: TensorId, k: i64, dim: i64, keepdim: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("kthvalue");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_kthvalue, "kthvalue", &[Arg::tensor(input), Arg::int(k), Arg::int(dim), Arg::bool(keepdim)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_kthvalue, "kthvalue", &[Arg::tensor(input), Arg::int(k), Arg::int(dim), Arg::bool(keepdim)]))))
+        }))
     }
 
     /// `native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor)`
     pub(crate) fn native_layer_norm(input: TensorId, normalized_shape: &[i64], weight: TensorId, bias: TensorId, eps: f64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("native_layer_norm");
             let [input] = op.get([input])?;
             let weight = op.get_opt(weight)?;
@@ -5901,13 +5901,13 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let weight = weight.as_deref();
             let bias = bias.as_deref();
-            op.outputs(|| aten::exactly(3, aten::tensors(kernels::tr_aten_native_layer_norm, "native_layer_norm", &[Arg::tensor(input), Arg::ints(normalized_shape), Arg::opt_tensor(weight), Arg::opt_tensor(bias), Arg::float(eps)])))
-        })
+            op.outputs(erased(&|| aten::exactly(3, aten::tensors(kernels::tr_aten_native_layer_norm, "native_layer_norm", &[Arg::tensor(input), Arg::ints(normalized_shape), Arg::opt_tensor(weight), Arg::opt_tensor(bias), Arg::float(eps)]))))
+        }))
     }
 
     /// `rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, float? eps=None) -> Tensor`
     pub(crate) fn rms_norm(input: TensorId, normalized_shape: &[i64], weight: TensorId, eps: Option<f64>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], normalized_shape: &[i64], eps: Option<f64>) -> Result<tch::Tensor> {
                 let [input, weight] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -5918,16 +5918,16 @@ pub(crate) mod core {
             let weight = op.get_opt(weight)?;
             let input: &tch::Tensor = &input;
             let weight = weight.as_deref();
-            op.output_replayable([Some(input), weight], |inputs| replay(inputs, normalized_shape, eps), || {
+            op.output_replayable([Some(input), weight], erased_run(&|inputs| replay(inputs, normalized_shape, eps)), erased_keep(&mut || {
                 let normalized_shape = normalized_shape.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &normalized_shape, eps))
-            })
-        })
+            }))
+        }))
     }
 
     /// `nan_to_num(Tensor self, float? nan=None, float? posinf=None, float? neginf=None) -> Tensor`
     pub(crate) fn nan_to_num(input: TensorId, nan: Option<f64>, posinf: Option<f64>, neginf: Option<f64>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], nan: Option<f64>, posinf: Option<f64>, neginf: Option<f64>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -5936,26 +5936,26 @@ pub(crate) mod core {
             let mut op = Op::begin("nan_to_num");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, nan, posinf, neginf), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, nan, posinf, neginf)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, nan, posinf, neginf))
-            })
-        })
+            }))
+        }))
     }
 
     /// `nan_to_num_(Tensor(a!) self, float? nan=None, float? posinf=None, float? neginf=None) -> Tensor(a!)`
     pub(crate) fn nan_to_num_(input: TensorId, nan: Option<f64>, posinf: Option<f64>, neginf: Option<f64>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("nan_to_num_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_nan_to_num_, "nan_to_num_", &[Arg::tensor(input), Arg::opt_float(nan), Arg::opt_float(posinf), Arg::opt_float(neginf)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_nan_to_num_, "nan_to_num_", &[Arg::tensor(input), Arg::opt_float(nan), Arg::opt_float(posinf), Arg::opt_float(neginf)]))).map(|_| handle)
+        }))
     }
 
     /// `ldexp.Tensor(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn ldexp_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -5966,34 +5966,34 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `ldexp_(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn ldexp_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("ldexp_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_ldexp_, "ldexp_", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_ldexp_, "ldexp_", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `linspace(Scalar start, Scalar end, int steps, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn linspace(start: Scalar, end: Scalar, steps: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("linspace");
-            op.output(|| aten::tensor(kernels::tr_aten_linspace, "linspace", &[Arg::scalar(start), Arg::scalar(end), Arg::int(steps), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_linspace, "linspace", &[Arg::scalar(start), Arg::scalar(end), Arg::int(steps), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `linspace.Tensor_Tensor(Tensor start, Tensor end, int steps, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn linspace_tensor_tensor(start: TensorId, end: TensorId, steps: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], steps: i64, dtype: Option<DType>) -> Result<tch::Tensor> {
                 let [start, end] = replay_args(inputs)?;
                 let start = given(start)?;
@@ -6004,15 +6004,15 @@ pub(crate) mod core {
             let [start, end] = op.get([start, end])?;
             let start: &tch::Tensor = &start;
             let end: &tch::Tensor = &end;
-            op.output_replayable([Some(start), Some(end)], |inputs| replay(inputs, steps, dtype), || {
+            op.output_replayable([Some(start), Some(end)], erased_run(&|inputs| replay(inputs, steps, dtype)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, steps, dtype))
-            })
-        })
+            }))
+        }))
     }
 
     /// `linspace.Tensor_Scalar(Tensor start, Scalar end, int steps, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn linspace_tensor_scalar(start: TensorId, end: Scalar, steps: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], end: Scalar, steps: i64, dtype: Option<DType>) -> Result<tch::Tensor> {
                 let [start] = replay_args(inputs)?;
                 let start = given(start)?;
@@ -6021,15 +6021,15 @@ pub(crate) mod core {
             let mut op = Op::begin("linspace_tensor_scalar");
             let [start] = op.get([start])?;
             let start: &tch::Tensor = &start;
-            op.output_replayable([Some(start)], |inputs| replay(inputs, end, steps, dtype), || {
+            op.output_replayable([Some(start)], erased_run(&|inputs| replay(inputs, end, steps, dtype)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, end, steps, dtype))
-            })
-        })
+            }))
+        }))
     }
 
     /// `linspace.Scalar_Tensor(Scalar start, Tensor end, int steps, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn linspace_scalar_tensor(start: Scalar, end: TensorId, steps: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], start: Scalar, steps: i64, dtype: Option<DType>) -> Result<tch::Tensor> {
                 let [end] = replay_args(inputs)?;
                 let end = given(end)?;
@@ -6038,26 +6038,26 @@ pub(crate) mod core {
             let mut op = Op::begin("linspace_scalar_tensor");
             let [end] = op.get([end])?;
             let end: &tch::Tensor = &end;
-            op.output_replayable([Some(end)], |inputs| replay(inputs, start, steps, dtype), || {
+            op.output_replayable([Some(end)], erased_run(&|inputs| replay(inputs, start, steps, dtype)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, start, steps, dtype))
-            })
-        })
+            }))
+        }))
     }
 
     /// `log_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn log_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("log_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_log_, "log_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_log_, "log_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `log10(Tensor self) -> Tensor`
     pub(crate) fn log10(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -6066,24 +6066,24 @@ pub(crate) mod core {
             let mut op = Op::begin("log10");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `log10_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn log10_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("log10_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_log10_, "log10_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_log10_, "log10_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `log1p(Tensor self) -> Tensor`
     pub(crate) fn log1p(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -6092,24 +6092,24 @@ pub(crate) mod core {
             let mut op = Op::begin("log1p");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `log1p_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn log1p_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("log1p_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_log1p_, "log1p_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_log1p_, "log1p_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `log2(Tensor self) -> Tensor`
     pub(crate) fn log2(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -6118,24 +6118,24 @@ pub(crate) mod core {
             let mut op = Op::begin("log2");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `log2_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn log2_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("log2_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_log2_, "log2_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_log2_, "log2_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `logaddexp(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn logaddexp(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -6146,13 +6146,13 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `logaddexp2(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn logaddexp2(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -6163,13 +6163,13 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `xlogy.Tensor(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn xlogy_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -6180,13 +6180,13 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `xlogy.Scalar_Self(Scalar self, Tensor other) -> Tensor`
     pub(crate) fn xlogy_scalar_self(input: Scalar, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], input: Scalar) -> Result<tch::Tensor> {
                 let [other] = replay_args(inputs)?;
                 let other = given(other)?;
@@ -6195,15 +6195,15 @@ pub(crate) mod core {
             let mut op = Op::begin("xlogy_scalar_self");
             let [other] = op.get([other])?;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(other)], |inputs| replay(inputs, input), || {
+            op.output_replayable([Some(other)], erased_run(&|inputs| replay(inputs, input)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, input))
-            })
-        })
+            }))
+        }))
     }
 
     /// `xlogy.Scalar_Other(Tensor self, Scalar other) -> Tensor`
     pub(crate) fn xlogy_scalar_other(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -6212,47 +6212,47 @@ pub(crate) mod core {
             let mut op = Op::begin("xlogy_scalar_other");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, other), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            })
-        })
+            }))
+        }))
     }
 
     /// `xlogy_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn xlogy_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("xlogy_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_xlogy_tensor_, "xlogy_.Tensor", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_xlogy_tensor_, "xlogy_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `xlogy_.Scalar_Other(Tensor(a!) self, Scalar other) -> Tensor(a!)`
     pub(crate) fn xlogy_scalar_other_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("xlogy_scalar_other_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_xlogy_scalar_other_, "xlogy_.Scalar_Other", &[Arg::tensor(input), Arg::scalar(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_xlogy_scalar_other_, "xlogy_.Scalar_Other", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
+        }))
     }
 
     /// `logspace(Scalar start, Scalar end, int steps, float base=10.0, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn logspace(start: Scalar, end: Scalar, steps: i64, base: f64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("logspace");
-            op.output(|| aten::tensor(kernels::tr_aten_logspace, "logspace", &[Arg::scalar(start), Arg::scalar(end), Arg::int(steps), Arg::float(base), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_logspace, "logspace", &[Arg::scalar(start), Arg::scalar(end), Arg::int(steps), Arg::float(base), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `logspace.Tensor_Tensor(Tensor start, Tensor end, int steps, float base=10.0, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn logspace_tensor_tensor(start: TensorId, end: TensorId, steps: i64, base: f64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], steps: i64, base: f64, dtype: Option<DType>) -> Result<tch::Tensor> {
                 let [start, end] = replay_args(inputs)?;
                 let start = given(start)?;
@@ -6263,15 +6263,15 @@ pub(crate) mod core {
             let [start, end] = op.get([start, end])?;
             let start: &tch::Tensor = &start;
             let end: &tch::Tensor = &end;
-            op.output_replayable([Some(start), Some(end)], |inputs| replay(inputs, steps, base, dtype), || {
+            op.output_replayable([Some(start), Some(end)], erased_run(&|inputs| replay(inputs, steps, base, dtype)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, steps, base, dtype))
-            })
-        })
+            }))
+        }))
     }
 
     /// `logspace.Tensor_Scalar(Tensor start, Scalar end, int steps, float base=10.0, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn logspace_tensor_scalar(start: TensorId, end: Scalar, steps: i64, base: f64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], end: Scalar, steps: i64, base: f64, dtype: Option<DType>) -> Result<tch::Tensor> {
                 let [start] = replay_args(inputs)?;
                 let start = given(start)?;
@@ -6280,15 +6280,15 @@ pub(crate) mod core {
             let mut op = Op::begin("logspace_tensor_scalar");
             let [start] = op.get([start])?;
             let start: &tch::Tensor = &start;
-            op.output_replayable([Some(start)], |inputs| replay(inputs, end, steps, base, dtype), || {
+            op.output_replayable([Some(start)], erased_run(&|inputs| replay(inputs, end, steps, base, dtype)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, end, steps, base, dtype))
-            })
-        })
+            }))
+        }))
     }
 
     /// `logspace.Scalar_Tensor(Scalar start, Tensor end, int steps, float base=10.0, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn logspace_scalar_tensor(start: Scalar, end: TensorId, steps: i64, base: f64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], start: Scalar, steps: i64, base: f64, dtype: Option<DType>) -> Result<tch::Tensor> {
                 let [end] = replay_args(inputs)?;
                 let end = given(end)?;
@@ -6297,15 +6297,15 @@ pub(crate) mod core {
             let mut op = Op::begin("logspace_scalar_tensor");
             let [end] = op.get([end])?;
             let end: &tch::Tensor = &end;
-            op.output_replayable([Some(end)], |inputs| replay(inputs, start, steps, base, dtype), || {
+            op.output_replayable([Some(end)], erased_run(&|inputs| replay(inputs, start, steps, base, dtype)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, start, steps, base, dtype))
-            })
-        })
+            }))
+        }))
     }
 
     /// `log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor`
     pub(crate) fn log_softmax_int(input: TensorId, dim: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, dtype: Option<DType>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -6314,15 +6314,15 @@ pub(crate) mod core {
             let mut op = Op::begin("log_softmax_int");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim, dtype), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, dtype)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, dtype))
-            })
-        })
+            }))
+        }))
     }
 
     /// `logcumsumexp(Tensor self, int dim) -> Tensor`
     pub(crate) fn logcumsumexp(input: TensorId, dim: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -6331,15 +6331,15 @@ pub(crate) mod core {
             let mut op = Op::begin("logcumsumexp");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor`
     pub(crate) fn logsumexp(input: TensorId, dim: &[i64], keepdim: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: &[i64], keepdim: bool) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -6348,16 +6348,16 @@ pub(crate) mod core {
             let mut op = Op::begin("logsumexp");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim, keepdim), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, keepdim)), erased_keep(&mut || {
                 let dim = dim.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dim, keepdim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `margin_ranking_loss(Tensor input1, Tensor input2, Tensor target, float margin=0.0, int reduction=Mean) -> Tensor`
     pub(crate) fn margin_ranking_loss(input1: TensorId, input2: TensorId, target: TensorId, margin: f64, reduction: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], margin: f64, reduction: i64) -> Result<tch::Tensor> {
                 let [input1, input2, target] = replay_args(inputs)?;
                 let input1 = given(input1)?;
@@ -6370,15 +6370,15 @@ pub(crate) mod core {
             let input1: &tch::Tensor = &input1;
             let input2: &tch::Tensor = &input2;
             let target: &tch::Tensor = &target;
-            op.output_replayable([Some(input1), Some(input2), Some(target)], |inputs| replay(inputs, margin, reduction), || {
+            op.output_replayable([Some(input1), Some(input2), Some(target)], erased_run(&|inputs| replay(inputs, margin, reduction)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, margin, reduction))
-            })
-        })
+            }))
+        }))
     }
 
     /// `matrix_power(Tensor self, int n) -> Tensor`
     pub(crate) fn matrix_power(input: TensorId, n: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], n: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -6387,15 +6387,15 @@ pub(crate) mod core {
             let mut op = Op::begin("matrix_power");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, n), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            })
-        })
+            }))
+        }))
     }
 
     /// `matrix_exp(Tensor self) -> Tensor`
     pub(crate) fn matrix_exp(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -6404,23 +6404,23 @@ pub(crate) mod core {
             let mut op = Op::begin("matrix_exp");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `aminmax(Tensor self, *, int? dim=None, bool keepdim=False) -> (Tensor min, Tensor max)`
     pub(crate) fn aminmax(input: TensorId, dim: Option<i64>, keepdim: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("aminmax");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_aminmax, "aminmax", &[Arg::tensor(input), Arg::opt_int(dim), Arg::bool(keepdim)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_aminmax, "aminmax", &[Arg::tensor(input), Arg::opt_int(dim), Arg::bool(keepdim)]))))
+        }))
     }
 
     /// `amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor`
     pub(crate) fn amax(input: TensorId, dim: &[i64], keepdim: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: &[i64], keepdim: bool) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -6429,26 +6429,26 @@ pub(crate) mod core {
             let mut op = Op::begin("amax");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim, keepdim), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, keepdim)), erased_keep(&mut || {
                 let dim = dim.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dim, keepdim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `max_pool1d_with_indices(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=0, int[1] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)`
     pub(crate) fn max_pool1d_with_indices(input: TensorId, kernel_size: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64], ceil_mode: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("max_pool1d_with_indices");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_max_pool1d_with_indices, "max_pool1d_with_indices", &[Arg::tensor(input), Arg::ints(kernel_size), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::bool(ceil_mode)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_max_pool1d_with_indices, "max_pool1d_with_indices", &[Arg::tensor(input), Arg::ints(kernel_size), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::bool(ceil_mode)]))))
+        }))
     }
 
     /// `max_pool1d(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=0, int[1] dilation=1, bool ceil_mode=False) -> Tensor`
     pub(crate) fn max_pool1d(input: TensorId, kernel_size: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64], ceil_mode: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], kernel_size: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64], ceil_mode: bool) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -6457,19 +6457,19 @@ pub(crate) mod core {
             let mut op = Op::begin("max_pool1d");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, kernel_size, stride, padding, dilation, ceil_mode), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, kernel_size, stride, padding, dilation, ceil_mode)), erased_keep(&mut || {
                 let kernel_size = kernel_size.to_owned();
                 let stride = stride.to_owned();
                 let padding = padding.to_owned();
                 let dilation = dilation.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &kernel_size, &stride, &padding, &dilation, ceil_mode))
-            })
-        })
+            }))
+        }))
     }
 
     /// `max_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, int[3] dilation=1, bool ceil_mode=False) -> Tensor`
     pub(crate) fn max_pool3d(input: TensorId, kernel_size: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64], ceil_mode: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], kernel_size: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64], ceil_mode: bool) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -6478,29 +6478,29 @@ pub(crate) mod core {
             let mut op = Op::begin("max_pool3d");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, kernel_size, stride, padding, dilation, ceil_mode), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, kernel_size, stride, padding, dilation, ceil_mode)), erased_keep(&mut || {
                 let kernel_size = kernel_size.to_owned();
                 let stride = stride.to_owned();
                 let padding = padding.to_owned();
                 let dilation = dilation.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &kernel_size, &stride, &padding, &dilation, ceil_mode))
-            })
-        })
+            }))
+        }))
     }
 
     /// `nanmean(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`
     pub(crate) fn nanmean(input: TensorId, dim: Option<&[i64]>, keepdim: bool, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("nanmean");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_nanmean, "nanmean", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::bool(keepdim), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_nanmean, "nanmean", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::bool(keepdim), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `median(Tensor self) -> Tensor`
     pub(crate) fn median(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -6509,23 +6509,23 @@ pub(crate) mod core {
             let mut op = Op::begin("median");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `median.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)`
     pub(crate) fn median_dim(input: TensorId, dim: i64, keepdim: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("median_dim");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_median_dim, "median.dim", &[Arg::tensor(input), Arg::int(dim), Arg::bool(keepdim)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_median_dim, "median.dim", &[Arg::tensor(input), Arg::int(dim), Arg::bool(keepdim)]))))
+        }))
     }
 
     /// `nanmedian(Tensor self) -> Tensor`
     pub(crate) fn nanmedian(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -6534,23 +6534,23 @@ pub(crate) mod core {
             let mut op = Op::begin("nanmedian");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `nanmedian.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)`
     pub(crate) fn nanmedian_dim(input: TensorId, dim: i64, keepdim: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("nanmedian_dim");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_nanmedian_dim, "nanmedian.dim", &[Arg::tensor(input), Arg::int(dim), Arg::bool(keepdim)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_nanmedian_dim, "nanmedian.dim", &[Arg::tensor(input), Arg::int(dim), Arg::bool(keepdim)]))))
+        }))
     }
 
     /// `amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor`
     pub(crate) fn amin(input: TensorId, dim: &[i64], keepdim: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: &[i64], keepdim: bool) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -6559,16 +6559,16 @@ pub(crate) mod core {
             let mut op = Op::begin("amin");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim, keepdim), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, keepdim)), erased_keep(&mut || {
                 let dim = dim.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dim, keepdim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `mm(Tensor self, Tensor mat2) -> Tensor`
     pub(crate) fn mm(input: TensorId, mat2: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, mat2] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -6579,13 +6579,13 @@ pub(crate) mod core {
             let [input, mat2] = op.get([input, mat2])?;
             let input: &tch::Tensor = &input;
             let mat2: &tch::Tensor = &mat2;
-            op.output_replayable([Some(input), Some(mat2)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(mat2)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `mm.dtype(Tensor self, Tensor mat2, ScalarType out_dtype) -> Tensor`
     pub(crate) fn mm_dtype(input: TensorId, mat2: TensorId, out_dtype: DType) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], out_dtype: DType) -> Result<tch::Tensor> {
                 let [input, mat2] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -6596,25 +6596,25 @@ pub(crate) mod core {
             let [input, mat2] = op.get([input, mat2])?;
             let input: &tch::Tensor = &input;
             let mat2: &tch::Tensor = &mat2;
-            op.output_replayable([Some(input), Some(mat2)], |inputs| replay(inputs, out_dtype), || {
+            op.output_replayable([Some(input), Some(mat2)], erased_run(&|inputs| replay(inputs, out_dtype)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, out_dtype))
-            })
-        })
+            }))
+        }))
     }
 
     /// `mode(Tensor self, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)`
     pub(crate) fn mode(input: TensorId, dim: i64, keepdim: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("mode");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_mode, "mode", &[Arg::tensor(input), Arg::int(dim), Arg::bool(keepdim)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_mode, "mode", &[Arg::tensor(input), Arg::int(dim), Arg::bool(keepdim)]))))
+        }))
     }
 
     /// `mul.Tensor(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn mul_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -6625,26 +6625,26 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `mul_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn mul_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("mul_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_mul_tensor_, "mul_.Tensor", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_mul_tensor_, "mul_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `multiply.Tensor(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn multiply_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -6655,26 +6655,26 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `multiply_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn multiply_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("multiply_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_multiply_tensor_, "multiply_.Tensor", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_multiply_tensor_, "multiply_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `multiply.Scalar(Tensor self, Scalar other) -> Tensor`
     pub(crate) fn multiply_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -6683,26 +6683,26 @@ pub(crate) mod core {
             let mut op = Op::begin("multiply_scalar");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, other), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            })
-        })
+            }))
+        }))
     }
 
     /// `multiply_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`
     pub(crate) fn multiply_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("multiply_scalar_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_multiply_scalar_, "multiply_.Scalar", &[Arg::tensor(input), Arg::scalar(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_multiply_scalar_, "multiply_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
+        }))
     }
 
     /// `mv(Tensor self, Tensor vec) -> Tensor`
     pub(crate) fn mv(input: TensorId, vec: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, vec] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -6713,13 +6713,13 @@ pub(crate) mod core {
             let [input, vec] = op.get([input, vec])?;
             let input: &tch::Tensor = &input;
             let vec: &tch::Tensor = &vec;
-            op.output_replayable([Some(input), Some(vec)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(vec)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `mvlgamma(Tensor self, int p) -> Tensor`
     pub(crate) fn mvlgamma(input: TensorId, p: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], p: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -6728,26 +6728,26 @@ pub(crate) mod core {
             let mut op = Op::begin("mvlgamma");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, p), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, p)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, p))
-            })
-        })
+            }))
+        }))
     }
 
     /// `mvlgamma_(Tensor(a!) self, int p) -> Tensor(a!)`
     pub(crate) fn mvlgamma_(input: TensorId, p: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("mvlgamma_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_mvlgamma_, "mvlgamma_", &[Arg::tensor(input), Arg::int(p)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_mvlgamma_, "mvlgamma_", &[Arg::tensor(input), Arg::int(p)]))).map(|_| handle)
+        }))
     }
 
     /// `narrow_copy(Tensor self, int dim, SymInt start, SymInt length) -> Tensor`
     pub(crate) fn narrow_copy(input: TensorId, dim: i64, start: i64, length: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, start: i64, length: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -6756,15 +6756,15 @@ pub(crate) mod core {
             let mut op = Op::begin("narrow_copy");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim, start, length), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, start, length)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, start, length))
-            })
-        })
+            }))
+        }))
     }
 
     /// `narrow.Tensor(Tensor(a) self, int dim, Tensor start, SymInt length) -> Tensor(a)`
     pub(crate) fn narrow_tensor(input: TensorId, dim: i64, start: TensorId, length: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, length: i64) -> Result<tch::Tensor> {
                 let [input, start] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -6775,15 +6775,15 @@ pub(crate) mod core {
             let [input, start] = op.get([input, start])?;
             let input: &tch::Tensor = &input;
             let start: &tch::Tensor = &start;
-            op.output_replayable([Some(input), Some(start)], |inputs| replay(inputs, dim, length), || {
+            op.output_replayable([Some(input), Some(start)], erased_run(&|inputs| replay(inputs, dim, length)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, length))
-            })
-        })
+            }))
+        }))
     }
 
     /// `native_batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor)`
     pub(crate) fn native_batch_norm(input: TensorId, weight: TensorId, bias: TensorId, running_mean: TensorId, running_var: TensorId, training: bool, momentum: f64, eps: f64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("native_batch_norm");
             let [input] = op.get([input])?;
             let weight = op.get_opt(weight)?;
@@ -6795,23 +6795,23 @@ pub(crate) mod core {
             let bias = bias.as_deref();
             let running_mean = running_mean.as_deref();
             let running_var = running_var.as_deref();
-            op.outputs(|| aten::exactly(3, aten::tensors(kernels::tr_aten_native_batch_norm, "native_batch_norm", &[Arg::tensor(input), Arg::opt_tensor(weight), Arg::opt_tensor(bias), Arg::opt_tensor(running_mean), Arg::opt_tensor(running_var), Arg::bool(training), Arg::float(momentum), Arg::float(eps)])))
-        })
+            op.outputs(erased(&|| aten::exactly(3, aten::tensors(kernels::tr_aten_native_batch_norm, "native_batch_norm", &[Arg::tensor(input), Arg::opt_tensor(weight), Arg::opt_tensor(bias), Arg::opt_tensor(running_mean), Arg::opt_tensor(running_var), Arg::bool(training), Arg::float(momentum), Arg::float(eps)]))))
+        }))
     }
 
     /// `batch_norm_stats(Tensor input, float eps) -> (Tensor, Tensor)`
     pub(crate) fn batch_norm_stats(input: TensorId, eps: f64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("batch_norm_stats");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_batch_norm_stats, "batch_norm_stats", &[Arg::tensor(input), Arg::float(eps)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_batch_norm_stats, "batch_norm_stats", &[Arg::tensor(input), Arg::float(eps)]))))
+        }))
     }
 
     /// `batch_norm_elemt(Tensor input, Tensor? weight, Tensor? bias, Tensor mean, Tensor invstd, float eps) -> Tensor`
     pub(crate) fn batch_norm_elemt(input: TensorId, weight: TensorId, bias: TensorId, mean: TensorId, invstd: TensorId, eps: f64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], eps: f64) -> Result<tch::Tensor> {
                 let [input, weight, bias, mean, invstd] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -6828,15 +6828,15 @@ pub(crate) mod core {
             let bias = bias.as_deref();
             let mean: &tch::Tensor = &mean;
             let invstd: &tch::Tensor = &invstd;
-            op.output_replayable([Some(input), weight, bias, Some(mean), Some(invstd)], |inputs| replay(inputs, eps), || {
+            op.output_replayable([Some(input), weight, bias, Some(mean), Some(invstd)], erased_run(&|inputs| replay(inputs, eps)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, eps))
-            })
-        })
+            }))
+        }))
     }
 
     /// `batch_norm_gather_stats(Tensor input, Tensor mean, Tensor invstd, Tensor? running_mean, Tensor? running_var, float momentum, float eps, int count) -> (Tensor, Tensor)`
     pub(crate) fn batch_norm_gather_stats(input: TensorId, mean: TensorId, invstd: TensorId, running_mean: TensorId, running_var: TensorId, momentum: f64, eps: f64, count: i64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("batch_norm_gather_stats");
             let [input, mean, invstd] = op.get([input, mean, invstd])?;
             let running_mean = op.get_opt(running_mean)?;
@@ -6846,13 +6846,13 @@ pub(crate) mod core {
             let invstd: &tch::Tensor = &invstd;
             let running_mean = running_mean.as_deref();
             let running_var = running_var.as_deref();
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_batch_norm_gather_stats, "batch_norm_gather_stats", &[Arg::tensor(input), Arg::tensor(mean), Arg::tensor(invstd), Arg::opt_tensor(running_mean), Arg::opt_tensor(running_var), Arg::float(momentum), Arg::float(eps), Arg::int(count)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_batch_norm_gather_stats, "batch_norm_gather_stats", &[Arg::tensor(input), Arg::tensor(mean), Arg::tensor(invstd), Arg::opt_tensor(running_mean), Arg::opt_tensor(running_var), Arg::float(momentum), Arg::float(eps), Arg::int(count)]))))
+        }))
     }
 
     /// `batch_norm_gather_stats_with_counts(Tensor input, Tensor mean, Tensor invstd, Tensor? running_mean, Tensor? running_var, float momentum, float eps, Tensor counts) -> (Tensor, Tensor)`
     pub(crate) fn batch_norm_gather_stats_with_counts(input: TensorId, mean: TensorId, invstd: TensorId, running_mean: TensorId, running_var: TensorId, momentum: f64, eps: f64, counts: TensorId) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("batch_norm_gather_stats_with_counts");
             let [input, mean, invstd, counts] = op.get([input, mean, invstd, counts])?;
             let running_mean = op.get_opt(running_mean)?;
@@ -6863,13 +6863,13 @@ pub(crate) mod core {
             let running_mean = running_mean.as_deref();
             let running_var = running_var.as_deref();
             let counts: &tch::Tensor = &counts;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_batch_norm_gather_stats_with_counts, "batch_norm_gather_stats_with_counts", &[Arg::tensor(input), Arg::tensor(mean), Arg::tensor(invstd), Arg::opt_tensor(running_mean), Arg::opt_tensor(running_var), Arg::float(momentum), Arg::float(eps), Arg::tensor(counts)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_batch_norm_gather_stats_with_counts, "batch_norm_gather_stats_with_counts", &[Arg::tensor(input), Arg::tensor(mean), Arg::tensor(invstd), Arg::opt_tensor(running_mean), Arg::opt_tensor(running_var), Arg::float(momentum), Arg::float(eps), Arg::tensor(counts)]))))
+        }))
     }
 
     /// `batch_norm_update_stats(Tensor input, Tensor? running_mean, Tensor? running_var, float momentum) -> (Tensor, Tensor)`
     pub(crate) fn batch_norm_update_stats(input: TensorId, running_mean: TensorId, running_var: TensorId, momentum: f64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("batch_norm_update_stats");
             let [input] = op.get([input])?;
             let running_mean = op.get_opt(running_mean)?;
@@ -6877,13 +6877,13 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let running_mean = running_mean.as_deref();
             let running_var = running_var.as_deref();
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_batch_norm_update_stats, "batch_norm_update_stats", &[Arg::tensor(input), Arg::opt_tensor(running_mean), Arg::opt_tensor(running_var), Arg::float(momentum)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_batch_norm_update_stats, "batch_norm_update_stats", &[Arg::tensor(input), Arg::opt_tensor(running_mean), Arg::opt_tensor(running_var), Arg::float(momentum)]))))
+        }))
     }
 
     /// `pairwise_distance(Tensor x1, Tensor x2, float p=2, float eps=1e-06, bool keepdim=False) -> Tensor`
     pub(crate) fn pairwise_distance(x1: TensorId, x2: TensorId, p: f64, eps: f64, keepdim: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], p: f64, eps: f64, keepdim: bool) -> Result<tch::Tensor> {
                 let [x1, x2] = replay_args(inputs)?;
                 let x1 = given(x1)?;
@@ -6894,15 +6894,15 @@ pub(crate) mod core {
             let [x1, x2] = op.get([x1, x2])?;
             let x1: &tch::Tensor = &x1;
             let x2: &tch::Tensor = &x2;
-            op.output_replayable([Some(x1), Some(x2)], |inputs| replay(inputs, p, eps, keepdim), || {
+            op.output_replayable([Some(x1), Some(x2)], erased_run(&|inputs| replay(inputs, p, eps, keepdim)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, p, eps, keepdim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `cdist(Tensor x1, Tensor x2, float p=2, int? compute_mode=None) -> Tensor`
     pub(crate) fn cdist(x1: TensorId, x2: TensorId, p: f64, compute_mode: Option<i64>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], p: f64, compute_mode: Option<i64>) -> Result<tch::Tensor> {
                 let [x1, x2] = replay_args(inputs)?;
                 let x1 = given(x1)?;
@@ -6913,15 +6913,15 @@ pub(crate) mod core {
             let [x1, x2] = op.get([x1, x2])?;
             let x1: &tch::Tensor = &x1;
             let x2: &tch::Tensor = &x2;
-            op.output_replayable([Some(x1), Some(x2)], |inputs| replay(inputs, p, compute_mode), || {
+            op.output_replayable([Some(x1), Some(x2)], erased_run(&|inputs| replay(inputs, p, compute_mode)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, p, compute_mode))
-            })
-        })
+            }))
+        }))
     }
 
     /// `pdist(Tensor self, float p=2) -> Tensor`
     pub(crate) fn pdist(input: TensorId, p: f64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], p: f64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -6930,15 +6930,15 @@ pub(crate) mod core {
             let mut op = Op::begin("pdist");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, p), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, p)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, p))
-            })
-        })
+            }))
+        }))
     }
 
     /// `cosine_similarity(Tensor x1, Tensor x2, int dim=1, float eps=1e-08) -> Tensor`
     pub(crate) fn cosine_similarity(x1: TensorId, x2: TensorId, dim: i64, eps: f64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, eps: f64) -> Result<tch::Tensor> {
                 let [x1, x2] = replay_args(inputs)?;
                 let x1 = given(x1)?;
@@ -6949,15 +6949,15 @@ pub(crate) mod core {
             let [x1, x2] = op.get([x1, x2])?;
             let x1: &tch::Tensor = &x1;
             let x2: &tch::Tensor = &x2;
-            op.output_replayable([Some(x1), Some(x2)], |inputs| replay(inputs, dim, eps), || {
+            op.output_replayable([Some(x1), Some(x2)], erased_run(&|inputs| replay(inputs, dim, eps)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, eps))
-            })
-        })
+            }))
+        }))
     }
 
     /// `movedim.intlist(Tensor(a) self, int[] source, int[] destination) -> Tensor(a)`
     pub(crate) fn movedim_intlist(input: TensorId, source: &[i64], destination: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], source: &[i64], destination: &[i64]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -6966,17 +6966,17 @@ pub(crate) mod core {
             let mut op = Op::begin("movedim_intlist");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, source, destination), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, source, destination)), erased_keep(&mut || {
                 let source = source.to_owned();
                 let destination = destination.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &source, &destination))
-            })
-        })
+            }))
+        }))
     }
 
     /// `movedim.int(Tensor(a) self, int source, int destination) -> Tensor(a)`
     pub(crate) fn movedim_int(input: TensorId, source: i64, destination: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], source: i64, destination: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -6985,15 +6985,15 @@ pub(crate) mod core {
             let mut op = Op::begin("movedim_int");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, source, destination), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, source, destination)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, source, destination))
-            })
-        })
+            }))
+        }))
     }
 
     /// `moveaxis.intlist(Tensor(a) self, int[] source, int[] destination) -> Tensor(a)`
     pub(crate) fn moveaxis_intlist(input: TensorId, source: &[i64], destination: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], source: &[i64], destination: &[i64]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7002,17 +7002,17 @@ pub(crate) mod core {
             let mut op = Op::begin("moveaxis_intlist");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, source, destination), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, source, destination)), erased_keep(&mut || {
                 let source = source.to_owned();
                 let destination = destination.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &source, &destination))
-            })
-        })
+            }))
+        }))
     }
 
     /// `moveaxis.int(Tensor(a) self, int source, int destination) -> Tensor(a)`
     pub(crate) fn moveaxis_int(input: TensorId, source: i64, destination: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], source: i64, destination: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7021,15 +7021,15 @@ pub(crate) mod core {
             let mut op = Op::begin("moveaxis_int");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, source, destination), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, source, destination)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, source, destination))
-            })
-        })
+            }))
+        }))
     }
 
     /// `numpy_T(Tensor(a) self) -> Tensor(a)`
     pub(crate) fn numpy_t(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7038,13 +7038,13 @@ pub(crate) mod core {
             let mut op = Op::begin("numpy_t");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `matrix_H(Tensor(a) self) -> Tensor(a)`
     pub(crate) fn matrix_h(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7053,13 +7053,13 @@ pub(crate) mod core {
             let mut op = Op::begin("matrix_h");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `mT(Tensor(a) self) -> Tensor(a)`
     pub(crate) fn mt(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7068,13 +7068,13 @@ pub(crate) mod core {
             let mut op = Op::begin("mt");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `mH(Tensor(a) self) -> Tensor(a)`
     pub(crate) fn mh(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7083,13 +7083,13 @@ pub(crate) mod core {
             let mut op = Op::begin("mh");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `adjoint(Tensor(a) self) -> Tensor(a)`
     pub(crate) fn adjoint(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7098,13 +7098,13 @@ pub(crate) mod core {
             let mut op = Op::begin("adjoint");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `pixel_shuffle(Tensor self, int upscale_factor) -> Tensor`
     pub(crate) fn pixel_shuffle(input: TensorId, upscale_factor: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], upscale_factor: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7113,15 +7113,15 @@ pub(crate) mod core {
             let mut op = Op::begin("pixel_shuffle");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, upscale_factor), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, upscale_factor)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, upscale_factor))
-            })
-        })
+            }))
+        }))
     }
 
     /// `pixel_unshuffle(Tensor self, int downscale_factor) -> Tensor`
     pub(crate) fn pixel_unshuffle(input: TensorId, downscale_factor: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], downscale_factor: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7130,15 +7130,15 @@ pub(crate) mod core {
             let mut op = Op::begin("pixel_unshuffle");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, downscale_factor), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, downscale_factor)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, downscale_factor))
-            })
-        })
+            }))
+        }))
     }
 
     /// `channel_shuffle(Tensor self, SymInt groups) -> Tensor`
     pub(crate) fn channel_shuffle(input: TensorId, groups: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], groups: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7147,15 +7147,15 @@ pub(crate) mod core {
             let mut op = Op::begin("channel_shuffle");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, groups), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, groups)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, groups))
-            })
-        })
+            }))
+        }))
     }
 
     /// `native_channel_shuffle(Tensor self, SymInt groups) -> Tensor`
     pub(crate) fn native_channel_shuffle(input: TensorId, groups: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], groups: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7164,25 +7164,25 @@ pub(crate) mod core {
             let mut op = Op::begin("native_channel_shuffle");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, groups), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, groups)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, groups))
-            })
-        })
+            }))
+        }))
     }
 
     /// `is_pinned(Tensor self, Device? device=None) -> bool`
     pub(crate) fn is_pinned(input: TensorId) -> Result<bool> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("is_pinned");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::bool(kernels::tr_aten_is_pinned, "is_pinned", &[Arg::tensor(input)]))
-        })
+            op.value(erased(&|| aten::bool(kernels::tr_aten_is_pinned, "is_pinned", &[Arg::tensor(input)])))
+        }))
     }
 
     /// `pin_memory(Tensor(a) self, Device? device=None) -> Tensor(a)`
     pub(crate) fn pin_memory(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7191,13 +7191,13 @@ pub(crate) mod core {
             let mut op = Op::begin("pin_memory");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `pinverse(Tensor self, float rcond=1e-15) -> Tensor`
     pub(crate) fn pinverse(input: TensorId, rcond: f64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], rcond: f64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7206,15 +7206,15 @@ pub(crate) mod core {
             let mut op = Op::begin("pinverse");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, rcond), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, rcond)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, rcond))
-            })
-        })
+            }))
+        }))
     }
 
     /// `poisson_nll_loss(Tensor input, Tensor target, bool log_input, bool full, float eps, int reduction) -> Tensor`
     pub(crate) fn poisson_nll_loss(input: TensorId, target: TensorId, log_input: bool, full: bool, eps: f64, reduction: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], log_input: bool, full: bool, eps: f64, reduction: i64) -> Result<tch::Tensor> {
                 let [input, target] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7225,15 +7225,15 @@ pub(crate) mod core {
             let [input, target] = op.get([input, target])?;
             let input: &tch::Tensor = &input;
             let target: &tch::Tensor = &target;
-            op.output_replayable([Some(input), Some(target)], |inputs| replay(inputs, log_input, full, eps, reduction), || {
+            op.output_replayable([Some(input), Some(target)], erased_run(&|inputs| replay(inputs, log_input, full, eps, reduction)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, log_input, full, eps, reduction))
-            })
-        })
+            }))
+        }))
     }
 
     /// `rad2deg(Tensor self) -> Tensor`
     pub(crate) fn rad2deg(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7242,24 +7242,24 @@ pub(crate) mod core {
             let mut op = Op::begin("rad2deg");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `rad2deg_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn rad2deg_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("rad2deg_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_rad2deg_, "rad2deg_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_rad2deg_, "rad2deg_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `deg2rad(Tensor self) -> Tensor`
     pub(crate) fn deg2rad(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7268,214 +7268,214 @@ pub(crate) mod core {
             let mut op = Op::begin("deg2rad");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `deg2rad_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn deg2rad_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("deg2rad_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_deg2rad_, "deg2rad_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_deg2rad_, "deg2rad_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `scalar_tensor(Scalar s, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn scalar_tensor(s: Scalar, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("scalar_tensor");
-            op.output(|| aten::tensor(kernels::tr_aten_scalar_tensor, "scalar_tensor", &[Arg::scalar(s), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_scalar_tensor, "scalar_tensor", &[Arg::scalar(s), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `rand.generator(SymInt[] size, *, Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn rand_generator(size: &[i64], dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("rand_generator");
-            op.output(|| aten::tensor(kernels::tr_aten_rand_generator, "rand.generator", &[Arg::ints(size), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_rand_generator, "rand.generator", &[Arg::ints(size), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `rand_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
     pub(crate) fn rand_like(input: TensorId, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("rand_like");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_rand_like, "rand_like", &[Arg::tensor(input), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_rand_like, "rand_like", &[Arg::tensor(input), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `rand_like.generator(Tensor self, *, Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
     pub(crate) fn rand_like_generator(input: TensorId, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("rand_like_generator");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_rand_like_generator, "rand_like.generator", &[Arg::tensor(input), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_rand_like_generator, "rand_like.generator", &[Arg::tensor(input), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `randint(SymInt high, SymInt[] size, *, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn randint(high: i64, size: &[i64], dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("randint");
-            op.output(|| aten::tensor(kernels::tr_aten_randint, "randint", &[Arg::int(high), Arg::ints(size), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_randint, "randint", &[Arg::int(high), Arg::ints(size), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `randint.generator(SymInt high, SymInt[] size, *, Generator? generator, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn randint_generator(high: i64, size: &[i64], dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("randint_generator");
-            op.output(|| aten::tensor(kernels::tr_aten_randint_generator, "randint.generator", &[Arg::int(high), Arg::ints(size), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_randint_generator, "randint.generator", &[Arg::int(high), Arg::ints(size), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `randint.low(SymInt low, SymInt high, SymInt[] size, *, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn randint_low(low: i64, high: i64, size: &[i64], dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("randint_low");
-            op.output(|| aten::tensor(kernels::tr_aten_randint_low, "randint.low", &[Arg::int(low), Arg::int(high), Arg::ints(size), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_randint_low, "randint.low", &[Arg::int(low), Arg::int(high), Arg::ints(size), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `randint.low_generator(SymInt low, SymInt high, SymInt[] size, *, Generator? generator, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn randint_low_generator(low: i64, high: i64, size: &[i64], dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("randint_low_generator");
-            op.output(|| aten::tensor(kernels::tr_aten_randint_low_generator, "randint.low_generator", &[Arg::int(low), Arg::int(high), Arg::ints(size), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_randint_low_generator, "randint.low_generator", &[Arg::int(low), Arg::int(high), Arg::ints(size), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `randint_like(Tensor self, SymInt high, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
     pub(crate) fn randint_like(input: TensorId, high: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("randint_like");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_randint_like, "randint_like", &[Arg::tensor(input), Arg::int(high), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_randint_like, "randint_like", &[Arg::tensor(input), Arg::int(high), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `randint_like.generator(Tensor self, SymInt high, *, Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
     pub(crate) fn randint_like_generator(input: TensorId, high: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("randint_like_generator");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_randint_like_generator, "randint_like.generator", &[Arg::tensor(input), Arg::int(high), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_randint_like_generator, "randint_like.generator", &[Arg::tensor(input), Arg::int(high), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `randint_like.Tensor(Tensor self, Tensor high, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
     pub(crate) fn randint_like_tensor(input: TensorId, high: TensorId, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("randint_like_tensor");
             let [input, high] = op.get([input, high])?;
             let input: &tch::Tensor = &input;
             let high: &tch::Tensor = &high;
-            op.output(|| aten::tensor(kernels::tr_aten_randint_like_tensor, "randint_like.Tensor", &[Arg::tensor(input), Arg::tensor(high), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_randint_like_tensor, "randint_like.Tensor", &[Arg::tensor(input), Arg::tensor(high), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `randint_like.Tensor_generator(Tensor self, Tensor high, *, Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
     pub(crate) fn randint_like_tensor_generator(input: TensorId, high: TensorId, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("randint_like_tensor_generator");
             let [input, high] = op.get([input, high])?;
             let input: &tch::Tensor = &input;
             let high: &tch::Tensor = &high;
-            op.output(|| aten::tensor(kernels::tr_aten_randint_like_tensor_generator, "randint_like.Tensor_generator", &[Arg::tensor(input), Arg::tensor(high), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_randint_like_tensor_generator, "randint_like.Tensor_generator", &[Arg::tensor(input), Arg::tensor(high), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `randint_like.low_dtype(Tensor self, SymInt low, SymInt high, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
     pub(crate) fn randint_like_low_dtype(input: TensorId, low: i64, high: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("randint_like_low_dtype");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_randint_like_low_dtype, "randint_like.low_dtype", &[Arg::tensor(input), Arg::int(low), Arg::int(high), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_randint_like_low_dtype, "randint_like.low_dtype", &[Arg::tensor(input), Arg::int(low), Arg::int(high), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `randint_like.low_generator_dtype(Tensor self, SymInt low, SymInt high, *, Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
     pub(crate) fn randint_like_low_generator_dtype(input: TensorId, low: i64, high: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("randint_like_low_generator_dtype");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_randint_like_low_generator_dtype, "randint_like.low_generator_dtype", &[Arg::tensor(input), Arg::int(low), Arg::int(high), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_randint_like_low_generator_dtype, "randint_like.low_generator_dtype", &[Arg::tensor(input), Arg::int(low), Arg::int(high), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `randn.generator(SymInt[] size, *, Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn randn_generator(size: &[i64], dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("randn_generator");
-            op.output(|| aten::tensor(kernels::tr_aten_randn_generator, "randn.generator", &[Arg::ints(size), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_randn_generator, "randn.generator", &[Arg::ints(size), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `randn_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
     pub(crate) fn randn_like(input: TensorId, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("randn_like");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_randn_like, "randn_like", &[Arg::tensor(input), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_randn_like, "randn_like", &[Arg::tensor(input), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `randn_like.generator(Tensor self, *, Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
     pub(crate) fn randn_like_generator(input: TensorId, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("randn_like_generator");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_randn_like_generator, "randn_like.generator", &[Arg::tensor(input), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_randn_like_generator, "randn_like.generator", &[Arg::tensor(input), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `randperm(SymInt n, *, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn randperm(n: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("randperm");
-            op.output(|| aten::tensor(kernels::tr_aten_randperm, "randperm", &[Arg::int(n), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_randperm, "randperm", &[Arg::int(n), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `randperm.generator(SymInt n, *, Generator? generator, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn randperm_generator(n: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("randperm_generator");
-            op.output(|| aten::tensor(kernels::tr_aten_randperm_generator, "randperm.generator", &[Arg::int(n), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_randperm_generator, "randperm.generator", &[Arg::int(n), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `range.step(Scalar start, Scalar end, Scalar step=1, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn range_step(start: Scalar, end: Scalar, step: Scalar, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("range_step");
-            op.output(|| aten::tensor(kernels::tr_aten_range_step, "range.step", &[Arg::scalar(start), Arg::scalar(end), Arg::scalar(step), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_range_step, "range.step", &[Arg::scalar(start), Arg::scalar(end), Arg::scalar(step), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `range(Scalar start, Scalar end, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn range(start: Scalar, end: Scalar, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("range");
-            op.output(|| aten::tensor(kernels::tr_aten_range, "range", &[Arg::scalar(start), Arg::scalar(end), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_range, "range", &[Arg::scalar(start), Arg::scalar(end), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `ravel(Tensor(a) self) -> Tensor(a)`
     pub(crate) fn ravel(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7484,13 +7484,13 @@ pub(crate) mod core {
             let mut op = Op::begin("ravel");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `reciprocal(Tensor self) -> Tensor`
     pub(crate) fn reciprocal(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7499,35 +7499,35 @@ pub(crate) mod core {
             let mut op = Op::begin("reciprocal");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `reciprocal_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn reciprocal_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("reciprocal_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_reciprocal_, "reciprocal_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_reciprocal_, "reciprocal_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `neg_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn neg_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("neg_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_neg_, "neg_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_neg_, "neg_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `negative(Tensor self) -> Tensor`
     pub(crate) fn negative(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7536,24 +7536,24 @@ pub(crate) mod core {
             let mut op = Op::begin("negative");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `negative_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn negative_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("negative_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_negative_, "negative_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_negative_, "negative_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `repeat(Tensor self, SymInt[] repeats) -> Tensor`
     pub(crate) fn repeat(input: TensorId, repeats: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], repeats: &[i64]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7562,16 +7562,16 @@ pub(crate) mod core {
             let mut op = Op::begin("repeat");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, repeats), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, repeats)), erased_keep(&mut || {
                 let repeats = repeats.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &repeats))
-            })
-        })
+            }))
+        }))
     }
 
     /// `repeat_interleave.Tensor(Tensor repeats, *, SymInt? output_size=None) -> Tensor`
     pub(crate) fn repeat_interleave_tensor(repeats: TensorId, output_size: Option<i64>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], output_size: Option<i64>) -> Result<tch::Tensor> {
                 let [repeats] = replay_args(inputs)?;
                 let repeats = given(repeats)?;
@@ -7580,15 +7580,15 @@ pub(crate) mod core {
             let mut op = Op::begin("repeat_interleave_tensor");
             let [repeats] = op.get([repeats])?;
             let repeats: &tch::Tensor = &repeats;
-            op.output_replayable([Some(repeats)], |inputs| replay(inputs, output_size), || {
+            op.output_replayable([Some(repeats)], erased_run(&|inputs| replay(inputs, output_size)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, output_size))
-            })
-        })
+            }))
+        }))
     }
 
     /// `repeat_interleave.self_Tensor(Tensor self, Tensor repeats, int? dim=None, *, SymInt? output_size=None) -> Tensor`
     pub(crate) fn repeat_interleave_self_tensor(input: TensorId, repeats: TensorId, dim: Option<i64>, output_size: Option<i64>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: Option<i64>, output_size: Option<i64>) -> Result<tch::Tensor> {
                 let [input, repeats] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7599,15 +7599,15 @@ pub(crate) mod core {
             let [input, repeats] = op.get([input, repeats])?;
             let input: &tch::Tensor = &input;
             let repeats: &tch::Tensor = &repeats;
-            op.output_replayable([Some(input), Some(repeats)], |inputs| replay(inputs, dim, output_size), || {
+            op.output_replayable([Some(input), Some(repeats)], erased_run(&|inputs| replay(inputs, dim, output_size)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, output_size))
-            })
-        })
+            }))
+        }))
     }
 
     /// `repeat_interleave.self_int(Tensor self, SymInt repeats, int? dim=None, *, SymInt? output_size=None) -> Tensor`
     pub(crate) fn repeat_interleave_self_int(input: TensorId, repeats: i64, dim: Option<i64>, output_size: Option<i64>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], repeats: i64, dim: Option<i64>, output_size: Option<i64>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7616,15 +7616,15 @@ pub(crate) mod core {
             let mut op = Op::begin("repeat_interleave_self_int");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, repeats, dim, output_size), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, repeats, dim, output_size)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, repeats, dim, output_size))
-            })
-        })
+            }))
+        }))
     }
 
     /// `reshape_as(Tensor(a) self, Tensor other) -> Tensor(a)`
     pub(crate) fn reshape_as(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7635,13 +7635,13 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `round(Tensor self) -> Tensor`
     pub(crate) fn round(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7650,24 +7650,24 @@ pub(crate) mod core {
             let mut op = Op::begin("round");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `round_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn round_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("round_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_round_, "round_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_round_, "round_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `round.decimals(Tensor self, *, int decimals) -> Tensor`
     pub(crate) fn round_decimals(input: TensorId, decimals: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], decimals: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7676,58 +7676,58 @@ pub(crate) mod core {
             let mut op = Op::begin("round_decimals");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, decimals), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, decimals)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, decimals))
-            })
-        })
+            }))
+        }))
     }
 
     /// `round_.decimals(Tensor(a!) self, *, int decimals) -> Tensor(a!)`
     pub(crate) fn round_decimals_(input: TensorId, decimals: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("round_decimals_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_round_decimals_, "round_.decimals", &[Arg::tensor(input), Arg::int(decimals)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_round_decimals_, "round_.decimals", &[Arg::tensor(input), Arg::int(decimals)]))).map(|_| handle)
+        }))
     }
 
     /// `rrelu(Tensor self, Scalar lower=0.125, Scalar upper=0.3333333333333333, bool training=False, Generator? generator=None) -> Tensor`
     pub(crate) fn rrelu(input: TensorId, lower: Scalar, upper: Scalar, training: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("rrelu");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_rrelu, "rrelu", &[Arg::tensor(input), Arg::scalar(lower), Arg::scalar(upper), Arg::bool(training)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_rrelu, "rrelu", &[Arg::tensor(input), Arg::scalar(lower), Arg::scalar(upper), Arg::bool(training)])))
+        }))
     }
 
     /// `rrelu_(Tensor(a!) self, Scalar lower=0.125, Scalar upper=0.3333333333333333, bool training=False, Generator? generator=None) -> Tensor(a!)`
     pub(crate) fn rrelu_(input: TensorId, lower: Scalar, upper: Scalar, training: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("rrelu_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_rrelu_, "rrelu_", &[Arg::tensor(input), Arg::scalar(lower), Arg::scalar(upper), Arg::bool(training)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_rrelu_, "rrelu_", &[Arg::tensor(input), Arg::scalar(lower), Arg::scalar(upper), Arg::bool(training)]))).map(|_| handle)
+        }))
     }
 
     /// `relu_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn relu_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("relu_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_relu_, "relu_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_relu_, "relu_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `relu6(Tensor self) -> Tensor`
     pub(crate) fn relu6(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7736,24 +7736,24 @@ pub(crate) mod core {
             let mut op = Op::begin("relu6");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `relu6_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn relu6_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("relu6_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_relu6_, "relu6_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_relu6_, "relu6_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `prelu(Tensor self, Tensor weight) -> Tensor`
     pub(crate) fn prelu(input: TensorId, weight: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, weight] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7764,24 +7764,24 @@ pub(crate) mod core {
             let [input, weight] = op.get([input, weight])?;
             let input: &tch::Tensor = &input;
             let weight: &tch::Tensor = &weight;
-            op.output_replayable([Some(input), Some(weight)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(weight)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `gelu_(Tensor(a!) self, *, str approximate='none') -> Tensor(a!)`
     pub(crate) fn gelu_(input: TensorId, approximate: &str) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("gelu_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_gelu_, "gelu_", &[Arg::tensor(input), Arg::str(approximate)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_gelu_, "gelu_", &[Arg::tensor(input), Arg::str(approximate)]))).map(|_| handle)
+        }))
     }
 
     /// `hardshrink(Tensor self, Scalar lambd=0.5) -> Tensor`
     pub(crate) fn hardshrink(input: TensorId, lambd: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], lambd: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7790,15 +7790,15 @@ pub(crate) mod core {
             let mut op = Op::begin("hardshrink");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, lambd), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, lambd)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, lambd))
-            })
-        })
+            }))
+        }))
     }
 
     /// `rsqrt(Tensor self) -> Tensor`
     pub(crate) fn rsqrt(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7807,24 +7807,24 @@ pub(crate) mod core {
             let mut op = Op::begin("rsqrt");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `rsqrt_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn rsqrt_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("rsqrt_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_rsqrt_, "rsqrt_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_rsqrt_, "rsqrt_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)`
     pub(crate) fn select_int(input: TensorId, dim: i64, index: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, index: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7833,15 +7833,15 @@ pub(crate) mod core {
             let mut op = Op::begin("select_int");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim, index), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, index)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, index))
-            })
-        })
+            }))
+        }))
     }
 
     /// `selu(Tensor self) -> Tensor`
     pub(crate) fn selu(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7850,24 +7850,24 @@ pub(crate) mod core {
             let mut op = Op::begin("selu");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `selu_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn selu_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("selu_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_selu_, "selu_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_selu_, "selu_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `celu(Tensor self, Scalar alpha=1.0) -> Tensor`
     pub(crate) fn celu(input: TensorId, alpha: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], alpha: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7876,37 +7876,37 @@ pub(crate) mod core {
             let mut op = Op::begin("celu");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, alpha), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, alpha)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, alpha))
-            })
-        })
+            }))
+        }))
     }
 
     /// `celu_(Tensor(a!) self, Scalar alpha=1.0) -> Tensor(a!)`
     pub(crate) fn celu_(input: TensorId, alpha: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("celu_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_celu_, "celu_", &[Arg::tensor(input), Arg::scalar(alpha)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_celu_, "celu_", &[Arg::tensor(input), Arg::scalar(alpha)]))).map(|_| handle)
+        }))
     }
 
     /// `silu_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn silu_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("silu_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_silu_, "silu_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_silu_, "silu_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `mish(Tensor self) -> Tensor`
     pub(crate) fn mish(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7915,35 +7915,35 @@ pub(crate) mod core {
             let mut op = Op::begin("mish");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `mish_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn mish_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("mish_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_mish_, "mish_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_mish_, "mish_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `sigmoid_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn sigmoid_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("sigmoid_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_sigmoid_, "sigmoid_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_sigmoid_, "sigmoid_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `logit(Tensor self, float? eps=None) -> Tensor`
     pub(crate) fn logit(input: TensorId, eps: Option<f64>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], eps: Option<f64>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7952,26 +7952,26 @@ pub(crate) mod core {
             let mut op = Op::begin("logit");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, eps), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, eps)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, eps))
-            })
-        })
+            }))
+        }))
     }
 
     /// `logit_(Tensor(a!) self, float? eps=None) -> Tensor(a!)`
     pub(crate) fn logit_(input: TensorId, eps: Option<f64>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("logit_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_logit_, "logit_", &[Arg::tensor(input), Arg::opt_float(eps)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_logit_, "logit_", &[Arg::tensor(input), Arg::opt_float(eps)]))).map(|_| handle)
+        }))
     }
 
     /// `sin(Tensor self) -> Tensor`
     pub(crate) fn sin(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -7980,24 +7980,24 @@ pub(crate) mod core {
             let mut op = Op::begin("sin");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `sin_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn sin_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("sin_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_sin_, "sin_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_sin_, "sin_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `sinc(Tensor self) -> Tensor`
     pub(crate) fn sinc(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8006,24 +8006,24 @@ pub(crate) mod core {
             let mut op = Op::begin("sinc");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `sinc_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn sinc_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("sinc_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_sinc_, "sinc_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_sinc_, "sinc_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `sinh(Tensor self) -> Tensor`
     pub(crate) fn sinh(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8032,75 +8032,75 @@ pub(crate) mod core {
             let mut op = Op::begin("sinh");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `sinh_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn sinh_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("sinh_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_sinh_, "sinh_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_sinh_, "sinh_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `detach_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn detach_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("detach_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_detach_, "detach_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_detach_, "detach_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `size.int(Tensor self, int dim) -> int`
     pub(crate) fn size_int(input: TensorId, dim: i64) -> Result<i64> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("size_int");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::int(kernels::tr_aten_size_int, "size.int", &[Arg::tensor(input), Arg::int(dim)]))
-        })
+            op.value(erased(&|| aten::int(kernels::tr_aten_size_int, "size.int", &[Arg::tensor(input), Arg::int(dim)])))
+        }))
     }
 
     /// `sym_size.int(Tensor self, int dim) -> SymInt`
     pub(crate) fn sym_size_int(input: TensorId, dim: i64) -> Result<i64> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("sym_size_int");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::int(kernels::tr_aten_sym_size_int, "sym_size.int", &[Arg::tensor(input), Arg::int(dim)]))
-        })
+            op.value(erased(&|| aten::int(kernels::tr_aten_sym_size_int, "sym_size.int", &[Arg::tensor(input), Arg::int(dim)])))
+        }))
     }
 
     /// `sym_numel(Tensor self) -> SymInt`
     pub(crate) fn sym_numel(input: TensorId) -> Result<i64> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("sym_numel");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::int(kernels::tr_aten_sym_numel, "sym_numel", &[Arg::tensor(input)]))
-        })
+            op.value(erased(&|| aten::int(kernels::tr_aten_sym_numel, "sym_numel", &[Arg::tensor(input)])))
+        }))
     }
 
     /// `sym_storage_offset(Tensor self) -> SymInt`
     pub(crate) fn sym_storage_offset(input: TensorId) -> Result<i64> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("sym_storage_offset");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::int(kernels::tr_aten_sym_storage_offset, "sym_storage_offset", &[Arg::tensor(input)]))
-        })
+            op.value(erased(&|| aten::int(kernels::tr_aten_sym_storage_offset, "sym_storage_offset", &[Arg::tensor(input)])))
+        }))
     }
 
     /// `slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a)`
     pub(crate) fn slice_tensor(input: TensorId, dim: i64, start: Option<i64>, end: Option<i64>, step: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, start: Option<i64>, end: Option<i64>, step: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8109,15 +8109,15 @@ pub(crate) mod core {
             let mut op = Op::begin("slice_tensor");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim, start, end, step), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, start, end, step)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, start, end, step))
-            })
-        })
+            }))
+        }))
     }
 
     /// `slice_inverse(Tensor(a) self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a)`
     pub(crate) fn slice_inverse(input: TensorId, src: TensorId, dim: i64, start: Option<i64>, end: Option<i64>, step: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, start: Option<i64>, end: Option<i64>, step: i64) -> Result<tch::Tensor> {
                 let [input, src] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8128,15 +8128,15 @@ pub(crate) mod core {
             let [input, src] = op.get([input, src])?;
             let input: &tch::Tensor = &input;
             let src: &tch::Tensor = &src;
-            op.output_replayable([Some(input), Some(src)], |inputs| replay(inputs, dim, start, end, step), || {
+            op.output_replayable([Some(input), Some(src)], erased_run(&|inputs| replay(inputs, dim, start, end, step)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, start, end, step))
-            })
-        })
+            }))
+        }))
     }
 
     /// `slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor`
     pub(crate) fn slice_scatter(input: TensorId, src: TensorId, dim: i64, start: Option<i64>, end: Option<i64>, step: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, start: Option<i64>, end: Option<i64>, step: i64) -> Result<tch::Tensor> {
                 let [input, src] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8147,15 +8147,15 @@ pub(crate) mod core {
             let [input, src] = op.get([input, src])?;
             let input: &tch::Tensor = &input;
             let src: &tch::Tensor = &src;
-            op.output_replayable([Some(input), Some(src)], |inputs| replay(inputs, dim, start, end, step), || {
+            op.output_replayable([Some(input), Some(src)], erased_run(&|inputs| replay(inputs, dim, start, end, step)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, start, end, step))
-            })
-        })
+            }))
+        }))
     }
 
     /// `select_scatter(Tensor self, Tensor src, int dim, SymInt index) -> Tensor`
     pub(crate) fn select_scatter(input: TensorId, src: TensorId, dim: i64, index: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, index: i64) -> Result<tch::Tensor> {
                 let [input, src] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8166,15 +8166,15 @@ pub(crate) mod core {
             let [input, src] = op.get([input, src])?;
             let input: &tch::Tensor = &input;
             let src: &tch::Tensor = &src;
-            op.output_replayable([Some(input), Some(src)], |inputs| replay(inputs, dim, index), || {
+            op.output_replayable([Some(input), Some(src)], erased_run(&|inputs| replay(inputs, dim, index)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, index))
-            })
-        })
+            }))
+        }))
     }
 
     /// `diagonal_scatter(Tensor self, Tensor src, int offset=0, int dim1=0, int dim2=1) -> Tensor`
     pub(crate) fn diagonal_scatter(input: TensorId, src: TensorId, offset: i64, dim1: i64, dim2: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], offset: i64, dim1: i64, dim2: i64) -> Result<tch::Tensor> {
                 let [input, src] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8185,15 +8185,15 @@ pub(crate) mod core {
             let [input, src] = op.get([input, src])?;
             let input: &tch::Tensor = &input;
             let src: &tch::Tensor = &src;
-            op.output_replayable([Some(input), Some(src)], |inputs| replay(inputs, offset, dim1, dim2), || {
+            op.output_replayable([Some(input), Some(src)], erased_run(&|inputs| replay(inputs, offset, dim1, dim2)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, offset, dim1, dim2))
-            })
-        })
+            }))
+        }))
     }
 
     /// `as_strided_scatter(Tensor self, Tensor src, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) -> Tensor`
     pub(crate) fn as_strided_scatter(input: TensorId, src: TensorId, size: &[i64], stride: &[i64], storage_offset: Option<i64>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], size: &[i64], stride: &[i64], storage_offset: Option<i64>) -> Result<tch::Tensor> {
                 let [input, src] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8204,17 +8204,17 @@ pub(crate) mod core {
             let [input, src] = op.get([input, src])?;
             let input: &tch::Tensor = &input;
             let src: &tch::Tensor = &src;
-            op.output_replayable([Some(input), Some(src)], |inputs| replay(inputs, size, stride, storage_offset), || {
+            op.output_replayable([Some(input), Some(src)], erased_run(&|inputs| replay(inputs, size, stride, storage_offset)), erased_keep(&mut || {
                 let size = size.to_owned();
                 let stride = stride.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &size, &stride, storage_offset))
-            })
-        })
+            }))
+        }))
     }
 
     /// `smm(Tensor self, Tensor mat2) -> Tensor`
     pub(crate) fn smm(input: TensorId, mat2: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, mat2] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8225,13 +8225,13 @@ pub(crate) mod core {
             let [input, mat2] = op.get([input, mat2])?;
             let input: &tch::Tensor = &input;
             let mat2: &tch::Tensor = &mat2;
-            op.output_replayable([Some(input), Some(mat2)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(mat2)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor`
     pub(crate) fn softmax_int(input: TensorId, dim: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, dtype: Option<DType>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8240,125 +8240,125 @@ pub(crate) mod core {
             let mut op = Op::begin("softmax_int");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim, dtype), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, dtype)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, dtype))
-            })
-        })
+            }))
+        }))
     }
 
     /// `unsafe_split.Tensor(Tensor self, SymInt split_size, int dim=0) -> Tensor[]`
     pub(crate) fn unsafe_split_tensor(input: TensorId, split_size: i64, dim: i64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("unsafe_split_tensor");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::tensors(kernels::tr_aten_unsafe_split_tensor, "unsafe_split.Tensor", &[Arg::tensor(input), Arg::int(split_size), Arg::int(dim)]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_unsafe_split_tensor, "unsafe_split.Tensor", &[Arg::tensor(input), Arg::int(split_size), Arg::int(dim)])))
+        }))
     }
 
     /// `split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]`
     pub(crate) fn split_tensor(input: TensorId, split_size: i64, dim: i64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("split_tensor");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::tensors(kernels::tr_aten_split_tensor, "split.Tensor", &[Arg::tensor(input), Arg::int(split_size), Arg::int(dim)]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_split_tensor, "split.Tensor", &[Arg::tensor(input), Arg::int(split_size), Arg::int(dim)])))
+        }))
     }
 
     /// `split.sizes(Tensor(a -> *) self, SymInt[] split_size, int dim=0) -> Tensor(a)[]`
     pub(crate) fn split_sizes(input: TensorId, split_size: &[i64], dim: i64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("split_sizes");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::tensors(kernels::tr_aten_split_sizes, "split.sizes", &[Arg::tensor(input), Arg::ints(split_size), Arg::int(dim)]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_split_sizes, "split.sizes", &[Arg::tensor(input), Arg::ints(split_size), Arg::int(dim)])))
+        }))
     }
 
     /// `unsafe_split_with_sizes(Tensor self, SymInt[] split_sizes, int dim=0) -> Tensor[]`
     pub(crate) fn unsafe_split_with_sizes(input: TensorId, split_sizes: &[i64], dim: i64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("unsafe_split_with_sizes");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::tensors(kernels::tr_aten_unsafe_split_with_sizes, "unsafe_split_with_sizes", &[Arg::tensor(input), Arg::ints(split_sizes), Arg::int(dim)]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_unsafe_split_with_sizes, "unsafe_split_with_sizes", &[Arg::tensor(input), Arg::ints(split_sizes), Arg::int(dim)])))
+        }))
     }
 
     /// `split_with_sizes(Tensor(a -> *) self, SymInt[] split_sizes, int dim=0) -> Tensor(a)[]`
     pub(crate) fn split_with_sizes(input: TensorId, split_sizes: &[i64], dim: i64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("split_with_sizes");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::tensors(kernels::tr_aten_split_with_sizes, "split_with_sizes", &[Arg::tensor(input), Arg::ints(split_sizes), Arg::int(dim)]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_split_with_sizes, "split_with_sizes", &[Arg::tensor(input), Arg::ints(split_sizes), Arg::int(dim)])))
+        }))
     }
 
     /// `hsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]`
     pub(crate) fn hsplit_int(input: TensorId, sections: i64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("hsplit_int");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::tensors(kernels::tr_aten_hsplit_int, "hsplit.int", &[Arg::tensor(input), Arg::int(sections)]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_hsplit_int, "hsplit.int", &[Arg::tensor(input), Arg::int(sections)])))
+        }))
     }
 
     /// `hsplit.array(Tensor(a -> *) self, int[] indices) -> Tensor(a)[]`
     pub(crate) fn hsplit_array(input: TensorId, indices: &[i64]) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("hsplit_array");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::tensors(kernels::tr_aten_hsplit_array, "hsplit.array", &[Arg::tensor(input), Arg::ints(indices)]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_hsplit_array, "hsplit.array", &[Arg::tensor(input), Arg::ints(indices)])))
+        }))
     }
 
     /// `vsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]`
     pub(crate) fn vsplit_int(input: TensorId, sections: i64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("vsplit_int");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::tensors(kernels::tr_aten_vsplit_int, "vsplit.int", &[Arg::tensor(input), Arg::int(sections)]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_vsplit_int, "vsplit.int", &[Arg::tensor(input), Arg::int(sections)])))
+        }))
     }
 
     /// `vsplit.array(Tensor(a -> *) self, int[] indices) -> Tensor(a)[]`
     pub(crate) fn vsplit_array(input: TensorId, indices: &[i64]) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("vsplit_array");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::tensors(kernels::tr_aten_vsplit_array, "vsplit.array", &[Arg::tensor(input), Arg::ints(indices)]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_vsplit_array, "vsplit.array", &[Arg::tensor(input), Arg::ints(indices)])))
+        }))
     }
 
     /// `dsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]`
     pub(crate) fn dsplit_int(input: TensorId, sections: i64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("dsplit_int");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::tensors(kernels::tr_aten_dsplit_int, "dsplit.int", &[Arg::tensor(input), Arg::int(sections)]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_dsplit_int, "dsplit.int", &[Arg::tensor(input), Arg::int(sections)])))
+        }))
     }
 
     /// `dsplit.array(Tensor(a -> *) self, int[] indices) -> Tensor(a)[]`
     pub(crate) fn dsplit_array(input: TensorId, indices: &[i64]) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("dsplit_array");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::tensors(kernels::tr_aten_dsplit_array, "dsplit.array", &[Arg::tensor(input), Arg::ints(indices)]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_dsplit_array, "dsplit.array", &[Arg::tensor(input), Arg::ints(indices)])))
+        }))
     }
 
     /// `squeeze.dim(Tensor(a) self, int dim) -> Tensor(a)`
     pub(crate) fn squeeze_dim(input: TensorId, dim: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8367,15 +8367,15 @@ pub(crate) mod core {
             let mut op = Op::begin("squeeze_dim");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `squeeze.dims(Tensor(a) self, int[] dim) -> Tensor(a)`
     pub(crate) fn squeeze_dims(input: TensorId, dim: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: &[i64]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8384,49 +8384,49 @@ pub(crate) mod core {
             let mut op = Op::begin("squeeze_dims");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
                 let dim = dim.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `squeeze_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn squeeze_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("squeeze_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_squeeze_, "squeeze_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_squeeze_, "squeeze_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `squeeze_.dim(Tensor(a!) self, int dim) -> Tensor(a!)`
     pub(crate) fn squeeze_dim_(input: TensorId, dim: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("squeeze_dim_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_squeeze_dim_, "squeeze_.dim", &[Arg::tensor(input), Arg::int(dim)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_squeeze_dim_, "squeeze_.dim", &[Arg::tensor(input), Arg::int(dim)]))).map(|_| handle)
+        }))
     }
 
     /// `squeeze_.dims(Tensor(a!) self, int[] dim) -> Tensor(a!)`
     pub(crate) fn squeeze_dims_(input: TensorId, dim: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("squeeze_dims_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_squeeze_dims_, "squeeze_.dims", &[Arg::tensor(input), Arg::ints(dim)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_squeeze_dims_, "squeeze_.dims", &[Arg::tensor(input), Arg::ints(dim)]))).map(|_| handle)
+        }))
     }
 
     /// `sspaddmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor`
     pub(crate) fn sspaddmm(input: TensorId, mat1: TensorId, mat2: TensorId, beta: Scalar, alpha: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], beta: Scalar, alpha: Scalar) -> Result<tch::Tensor> {
                 let [input, mat1, mat2] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8439,45 +8439,45 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let mat1: &tch::Tensor = &mat1;
             let mat2: &tch::Tensor = &mat2;
-            op.output_replayable([Some(input), Some(mat1), Some(mat2)], |inputs| replay(inputs, beta, alpha), || {
+            op.output_replayable([Some(input), Some(mat1), Some(mat2)], erased_run(&|inputs| replay(inputs, beta, alpha)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, beta, alpha))
-            })
-        })
+            }))
+        }))
     }
 
     /// `hstack(Tensor[] tensors) -> Tensor`
     pub(crate) fn hstack(tensors: &[TensorId]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("hstack");
             let tensors = op.get_many(tensors)?;
             let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.output(|| aten::tensor(kernels::tr_aten_hstack, "hstack", &[Arg::tensors(&aten::ptrs(tensors))]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_hstack, "hstack", &[Arg::tensors(&aten::ptrs(tensors))])))
+        }))
     }
 
     /// `vstack(Tensor[] tensors) -> Tensor`
     pub(crate) fn vstack(tensors: &[TensorId]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("vstack");
             let tensors = op.get_many(tensors)?;
             let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.output(|| aten::tensor(kernels::tr_aten_vstack, "vstack", &[Arg::tensors(&aten::ptrs(tensors))]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_vstack, "vstack", &[Arg::tensors(&aten::ptrs(tensors))])))
+        }))
     }
 
     /// `dstack(Tensor[] tensors) -> Tensor`
     pub(crate) fn dstack(tensors: &[TensorId]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("dstack");
             let tensors = op.get_many(tensors)?;
             let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.output(|| aten::tensor(kernels::tr_aten_dstack, "dstack", &[Arg::tensors(&aten::ptrs(tensors))]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_dstack, "dstack", &[Arg::tensors(&aten::ptrs(tensors))])))
+        }))
     }
 
     /// `stft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool normalized=False, bool? onesided=None, bool? return_complex=None, bool? align_to_window=None) -> Tensor`
     pub(crate) fn stft(input: TensorId, n_fft: i64, hop_length: Option<i64>, win_length: Option<i64>, window: TensorId, normalized: bool, onesided: Option<bool>, return_complex: Option<bool>, align_to_window: Option<bool>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], n_fft: i64, hop_length: Option<i64>, win_length: Option<i64>, normalized: bool, onesided: Option<bool>, return_complex: Option<bool>, align_to_window: Option<bool>) -> Result<tch::Tensor> {
                 let [input, window] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8488,15 +8488,15 @@ pub(crate) mod core {
             let window = op.get_opt(window)?;
             let input: &tch::Tensor = &input;
             let window = window.as_deref();
-            op.output_replayable([Some(input), window], |inputs| replay(inputs, n_fft, hop_length, win_length, normalized, onesided, return_complex, align_to_window), || {
+            op.output_replayable([Some(input), window], erased_run(&|inputs| replay(inputs, n_fft, hop_length, win_length, normalized, onesided, return_complex, align_to_window)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n_fft, hop_length, win_length, normalized, onesided, return_complex, align_to_window))
-            })
-        })
+            }))
+        }))
     }
 
     /// `stft.center(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool center=True, str pad_mode="reflect", bool normalized=False, bool? onesided=None, bool? return_complex=None, bool? align_to_window=None) -> Tensor`
     pub(crate) fn stft_center(input: TensorId, n_fft: i64, hop_length: Option<i64>, win_length: Option<i64>, window: TensorId, center: bool, pad_mode: &str, normalized: bool, onesided: Option<bool>, return_complex: Option<bool>, align_to_window: Option<bool>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], n_fft: i64, hop_length: Option<i64>, win_length: Option<i64>, center: bool, pad_mode: &str, normalized: bool, onesided: Option<bool>, return_complex: Option<bool>, align_to_window: Option<bool>) -> Result<tch::Tensor> {
                 let [input, window] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8507,16 +8507,16 @@ pub(crate) mod core {
             let window = op.get_opt(window)?;
             let input: &tch::Tensor = &input;
             let window = window.as_deref();
-            op.output_replayable([Some(input), window], |inputs| replay(inputs, n_fft, hop_length, win_length, center, pad_mode, normalized, onesided, return_complex, align_to_window), || {
+            op.output_replayable([Some(input), window], erased_run(&|inputs| replay(inputs, n_fft, hop_length, win_length, center, pad_mode, normalized, onesided, return_complex, align_to_window)), erased_keep(&mut || {
                 let pad_mode = pad_mode.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n_fft, hop_length, win_length, center, &pad_mode, normalized, onesided, return_complex, align_to_window))
-            })
-        })
+            }))
+        }))
     }
 
     /// `istft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool center=True, bool normalized=False, bool? onesided=None, int? length=None, bool return_complex=False) -> Tensor`
     pub(crate) fn istft(input: TensorId, n_fft: i64, hop_length: Option<i64>, win_length: Option<i64>, window: TensorId, center: bool, normalized: bool, onesided: Option<bool>, length: Option<i64>, return_complex: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], n_fft: i64, hop_length: Option<i64>, win_length: Option<i64>, center: bool, normalized: bool, onesided: Option<bool>, length: Option<i64>, return_complex: bool) -> Result<tch::Tensor> {
                 let [input, window] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8527,55 +8527,55 @@ pub(crate) mod core {
             let window = op.get_opt(window)?;
             let input: &tch::Tensor = &input;
             let window = window.as_deref();
-            op.output_replayable([Some(input), window], |inputs| replay(inputs, n_fft, hop_length, win_length, center, normalized, onesided, length, return_complex), || {
+            op.output_replayable([Some(input), window], erased_run(&|inputs| replay(inputs, n_fft, hop_length, win_length, center, normalized, onesided, length, return_complex)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n_fft, hop_length, win_length, center, normalized, onesided, length, return_complex))
-            })
-        })
+            }))
+        }))
     }
 
     /// `stride.int(Tensor self, int dim) -> int`
     pub(crate) fn stride_int(input: TensorId, dim: i64) -> Result<i64> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("stride_int");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::int(kernels::tr_aten_stride_int, "stride.int", &[Arg::tensor(input), Arg::int(dim)]))
-        })
+            op.value(erased(&|| aten::int(kernels::tr_aten_stride_int, "stride.int", &[Arg::tensor(input), Arg::int(dim)])))
+        }))
     }
 
     /// `sym_stride.int(Tensor self, int dim) -> SymInt`
     pub(crate) fn sym_stride_int(input: TensorId, dim: i64) -> Result<i64> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("sym_stride_int");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::int(kernels::tr_aten_sym_stride_int, "sym_stride.int", &[Arg::tensor(input), Arg::int(dim)]))
-        })
+            op.value(erased(&|| aten::int(kernels::tr_aten_sym_stride_int, "sym_stride.int", &[Arg::tensor(input), Arg::int(dim)])))
+        }))
     }
 
     /// `sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`
     pub(crate) fn sum_dim_intlist(input: TensorId, dim: Option<&[i64]>, keepdim: bool, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("sum_dim_intlist");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_sum_dim_intlist, "sum.dim_IntList", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::bool(keepdim), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_sum_dim_intlist, "sum.dim_IntList", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::bool(keepdim), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `nansum(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`
     pub(crate) fn nansum(input: TensorId, dim: Option<&[i64]>, keepdim: bool, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("nansum");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_nansum, "nansum", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::bool(keepdim), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_nansum, "nansum", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::bool(keepdim), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `hash_tensor(Tensor self, int[1] dim=[], *, bool keepdim=False, int mode=0) -> Tensor`
     pub(crate) fn hash_tensor(input: TensorId, dim: &[i64], keepdim: bool, mode: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: &[i64], keepdim: bool, mode: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8584,16 +8584,16 @@ pub(crate) mod core {
             let mut op = Op::begin("hash_tensor");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim, keepdim, mode), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, keepdim, mode)), erased_keep(&mut || {
                 let dim = dim.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dim, keepdim, mode))
-            })
-        })
+            }))
+        }))
     }
 
     /// `sum_to_size(Tensor self, SymInt[] size) -> Tensor`
     pub(crate) fn sum_to_size(input: TensorId, size: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], size: &[i64]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8602,27 +8602,27 @@ pub(crate) mod core {
             let mut op = Op::begin("sum_to_size");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, size), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, size)), erased_keep(&mut || {
                 let size = size.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &size))
-            })
-        })
+            }))
+        }))
     }
 
     /// `sqrt_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn sqrt_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("sqrt_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_sqrt_, "sqrt_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_sqrt_, "sqrt_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `square(Tensor self) -> Tensor`
     pub(crate) fn square(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8631,24 +8631,24 @@ pub(crate) mod core {
             let mut op = Op::begin("square");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `square_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn square_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("square_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_square_, "square_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_square_, "square_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `std(Tensor self, bool unbiased=True) -> Tensor`
     pub(crate) fn std(input: TensorId, unbiased: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], unbiased: bool) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8657,65 +8657,65 @@ pub(crate) mod core {
             let mut op = Op::begin("std");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, unbiased), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, unbiased)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, unbiased))
-            })
-        })
+            }))
+        }))
     }
 
     /// `std.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor`
     pub(crate) fn std_dim(input: TensorId, dim: Option<&[i64]>, unbiased: bool, keepdim: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("std_dim");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_std_dim, "std.dim", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::bool(unbiased), Arg::bool(keepdim)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_std_dim, "std.dim", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::bool(unbiased), Arg::bool(keepdim)])))
+        }))
     }
 
     /// `std.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> Tensor`
     pub(crate) fn std_correction(input: TensorId, dim: Option<&[i64]>, correction: Option<Scalar>, keepdim: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("std_correction");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_std_correction, "std.correction", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::opt_scalar(correction), Arg::bool(keepdim)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_std_correction, "std.correction", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::opt_scalar(correction), Arg::bool(keepdim)])))
+        }))
     }
 
     /// `std_mean(Tensor self, bool unbiased=True) -> (Tensor, Tensor)`
     pub(crate) fn std_mean(input: TensorId, unbiased: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("std_mean");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_std_mean, "std_mean", &[Arg::tensor(input), Arg::bool(unbiased)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_std_mean, "std_mean", &[Arg::tensor(input), Arg::bool(unbiased)]))))
+        }))
     }
 
     /// `std_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> (Tensor, Tensor)`
     pub(crate) fn std_mean_dim(input: TensorId, dim: Option<&[i64]>, unbiased: bool, keepdim: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("std_mean_dim");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_std_mean_dim, "std_mean.dim", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::bool(unbiased), Arg::bool(keepdim)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_std_mean_dim, "std_mean.dim", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::bool(unbiased), Arg::bool(keepdim)]))))
+        }))
     }
 
     /// `std_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> (Tensor, Tensor)`
     pub(crate) fn std_mean_correction(input: TensorId, dim: Option<&[i64]>, correction: Option<Scalar>, keepdim: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("std_mean_correction");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_std_mean_correction, "std_mean.correction", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::opt_scalar(correction), Arg::bool(keepdim)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_std_mean_correction, "std_mean.correction", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::opt_scalar(correction), Arg::bool(keepdim)]))))
+        }))
     }
 
     /// `prod(Tensor self, *, ScalarType? dtype=None) -> Tensor`
     pub(crate) fn prod(input: TensorId, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dtype: Option<DType>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8724,15 +8724,15 @@ pub(crate) mod core {
             let mut op = Op::begin("prod");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dtype), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dtype)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dtype))
-            })
-        })
+            }))
+        }))
     }
 
     /// `prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`
     pub(crate) fn prod_dim_int(input: TensorId, dim: i64, keepdim: bool, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, keepdim: bool, dtype: Option<DType>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8741,15 +8741,15 @@ pub(crate) mod core {
             let mut op = Op::begin("prod_dim_int");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim, keepdim, dtype), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, keepdim, dtype)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, keepdim, dtype))
-            })
-        })
+            }))
+        }))
     }
 
     /// `t(Tensor(a) self) -> Tensor(a)`
     pub(crate) fn t(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8758,24 +8758,24 @@ pub(crate) mod core {
             let mut op = Op::begin("t");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `t_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn t_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("t_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_t_, "t_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_t_, "t_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `tan(Tensor self) -> Tensor`
     pub(crate) fn tan(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8784,35 +8784,35 @@ pub(crate) mod core {
             let mut op = Op::begin("tan");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `tan_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn tan_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("tan_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_tan_, "tan_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_tan_, "tan_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `tanh_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn tanh_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("tanh_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_tanh_, "tanh_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_tanh_, "tanh_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `tensordot(Tensor self, Tensor other, int[] dims_self, int[] dims_other) -> Tensor`
     pub(crate) fn tensordot(input: TensorId, other: TensorId, dims_self: &[i64], dims_other: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dims_self: &[i64], dims_other: &[i64]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8823,17 +8823,17 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], |inputs| replay(inputs, dims_self, dims_other), || {
+            op.output_replayable([Some(input), Some(other)], erased_run(&|inputs| replay(inputs, dims_self, dims_other)), erased_keep(&mut || {
                 let dims_self = dims_self.to_owned();
                 let dims_other = dims_other.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dims_self, &dims_other))
-            })
-        })
+            }))
+        }))
     }
 
     /// `threshold(Tensor self, Scalar threshold, Scalar value) -> Tensor`
     pub(crate) fn threshold(input: TensorId, threshold: Scalar, value: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], threshold: Scalar, value: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8842,26 +8842,26 @@ pub(crate) mod core {
             let mut op = Op::begin("threshold");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, threshold, value), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, threshold, value)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, threshold, value))
-            })
-        })
+            }))
+        }))
     }
 
     /// `threshold_(Tensor(a!) self, Scalar threshold, Scalar value) -> Tensor(a!)`
     pub(crate) fn threshold_(input: TensorId, threshold: Scalar, value: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("threshold_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_threshold_, "threshold_", &[Arg::tensor(input), Arg::scalar(threshold), Arg::scalar(value)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_threshold_, "threshold_", &[Arg::tensor(input), Arg::scalar(threshold), Arg::scalar(value)]))).map(|_| handle)
+        }))
     }
 
     /// `tile(Tensor self, SymInt[] dims) -> Tensor`
     pub(crate) fn tile(input: TensorId, dims: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dims: &[i64]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8870,16 +8870,16 @@ pub(crate) mod core {
             let mut op = Op::begin("tile");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dims), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dims)), erased_keep(&mut || {
                 let dims = dims.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dims))
-            })
-        })
+            }))
+        }))
     }
 
     /// `transpose.int(Tensor(a) self, int dim0, int dim1) -> Tensor(a)`
     pub(crate) fn transpose_int(input: TensorId, dim0: i64, dim1: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim0: i64, dim1: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8888,26 +8888,26 @@ pub(crate) mod core {
             let mut op = Op::begin("transpose_int");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim0, dim1), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim0, dim1)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim0, dim1))
-            })
-        })
+            }))
+        }))
     }
 
     /// `transpose_(Tensor(a!) self, int dim0, int dim1) -> Tensor(a!)`
     pub(crate) fn transpose_(input: TensorId, dim0: i64, dim1: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("transpose_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_transpose_, "transpose_", &[Arg::tensor(input), Arg::int(dim0), Arg::int(dim1)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_transpose_, "transpose_", &[Arg::tensor(input), Arg::int(dim0), Arg::int(dim1)]))).map(|_| handle)
+        }))
     }
 
     /// `one_hot(Tensor self, int num_classes=-1) -> Tensor`
     pub(crate) fn one_hot(input: TensorId, num_classes: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], num_classes: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8916,15 +8916,15 @@ pub(crate) mod core {
             let mut op = Op::begin("one_hot");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, num_classes), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, num_classes)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, num_classes))
-            })
-        })
+            }))
+        }))
     }
 
     /// `flip(Tensor self, int[] dims) -> Tensor`
     pub(crate) fn flip(input: TensorId, dims: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dims: &[i64]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8933,16 +8933,16 @@ pub(crate) mod core {
             let mut op = Op::begin("flip");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dims), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dims)), erased_keep(&mut || {
                 let dims = dims.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dims))
-            })
-        })
+            }))
+        }))
     }
 
     /// `fliplr(Tensor self) -> Tensor`
     pub(crate) fn fliplr(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8951,13 +8951,13 @@ pub(crate) mod core {
             let mut op = Op::begin("fliplr");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `flipud(Tensor self) -> Tensor`
     pub(crate) fn flipud(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8966,13 +8966,13 @@ pub(crate) mod core {
             let mut op = Op::begin("flipud");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `roll(Tensor self, SymInt[1] shifts, int[1] dims=[]) -> Tensor`
     pub(crate) fn roll(input: TensorId, shifts: &[i64], dims: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], shifts: &[i64], dims: &[i64]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -8981,17 +8981,17 @@ pub(crate) mod core {
             let mut op = Op::begin("roll");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, shifts, dims), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, shifts, dims)), erased_keep(&mut || {
                 let shifts = shifts.to_owned();
                 let dims = dims.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &shifts, &dims))
-            })
-        })
+            }))
+        }))
     }
 
     /// `rot90(Tensor self, int k=1, int[] dims=[0,1]) -> Tensor`
     pub(crate) fn rot90(input: TensorId, k: i64, dims: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], k: i64, dims: &[i64]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -9000,16 +9000,16 @@ pub(crate) mod core {
             let mut op = Op::begin("rot90");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, k, dims), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, k, dims)), erased_keep(&mut || {
                 let dims = dims.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, k, &dims))
-            })
-        })
+            }))
+        }))
     }
 
     /// `trapezoid.x(Tensor y, Tensor x, *, int dim=-1) -> Tensor`
     pub(crate) fn trapezoid_x(y: TensorId, x: TensorId, dim: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
                 let [y, x] = replay_args(inputs)?;
                 let y = given(y)?;
@@ -9020,15 +9020,15 @@ pub(crate) mod core {
             let [y, x] = op.get([y, x])?;
             let y: &tch::Tensor = &y;
             let x: &tch::Tensor = &x;
-            op.output_replayable([Some(y), Some(x)], |inputs| replay(inputs, dim), || {
+            op.output_replayable([Some(y), Some(x)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `trapezoid.dx(Tensor y, *, Scalar dx=1, int dim=-1) -> Tensor`
     pub(crate) fn trapezoid_dx(y: TensorId, dx: Scalar, dim: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dx: Scalar, dim: i64) -> Result<tch::Tensor> {
                 let [y] = replay_args(inputs)?;
                 let y = given(y)?;
@@ -9037,15 +9037,15 @@ pub(crate) mod core {
             let mut op = Op::begin("trapezoid_dx");
             let [y] = op.get([y])?;
             let y: &tch::Tensor = &y;
-            op.output_replayable([Some(y)], |inputs| replay(inputs, dx, dim), || {
+            op.output_replayable([Some(y)], erased_run(&|inputs| replay(inputs, dx, dim)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dx, dim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `trapz.x(Tensor y, Tensor x, *, int dim=-1) -> Tensor`
     pub(crate) fn trapz_x(y: TensorId, x: TensorId, dim: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
                 let [y, x] = replay_args(inputs)?;
                 let y = given(y)?;
@@ -9056,15 +9056,15 @@ pub(crate) mod core {
             let [y, x] = op.get([y, x])?;
             let y: &tch::Tensor = &y;
             let x: &tch::Tensor = &x;
-            op.output_replayable([Some(y), Some(x)], |inputs| replay(inputs, dim), || {
+            op.output_replayable([Some(y), Some(x)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `trapz.dx(Tensor y, *, float dx=1, int dim=-1) -> Tensor`
     pub(crate) fn trapz_dx(y: TensorId, dx: f64, dim: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dx: f64, dim: i64) -> Result<tch::Tensor> {
                 let [y] = replay_args(inputs)?;
                 let y = given(y)?;
@@ -9073,15 +9073,15 @@ pub(crate) mod core {
             let mut op = Op::begin("trapz_dx");
             let [y] = op.get([y])?;
             let y: &tch::Tensor = &y;
-            op.output_replayable([Some(y)], |inputs| replay(inputs, dx, dim), || {
+            op.output_replayable([Some(y)], erased_run(&|inputs| replay(inputs, dx, dim)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dx, dim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `triplet_margin_loss(Tensor anchor, Tensor positive, Tensor negative, float margin=1.0, float p=2, float eps=1e-06, bool swap=False, int reduction=Mean) -> Tensor`
     pub(crate) fn triplet_margin_loss(anchor: TensorId, positive: TensorId, negative: TensorId, margin: f64, p: f64, eps: f64, swap: bool, reduction: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], margin: f64, p: f64, eps: f64, swap: bool, reduction: i64) -> Result<tch::Tensor> {
                 let [anchor, positive, negative] = replay_args(inputs)?;
                 let anchor = given(anchor)?;
@@ -9094,15 +9094,15 @@ pub(crate) mod core {
             let anchor: &tch::Tensor = &anchor;
             let positive: &tch::Tensor = &positive;
             let negative: &tch::Tensor = &negative;
-            op.output_replayable([Some(anchor), Some(positive), Some(negative)], |inputs| replay(inputs, margin, p, eps, swap, reduction), || {
+            op.output_replayable([Some(anchor), Some(positive), Some(negative)], erased_run(&|inputs| replay(inputs, margin, p, eps, swap, reduction)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, margin, p, eps, swap, reduction))
-            })
-        })
+            }))
+        }))
     }
 
     /// `trunc(Tensor self) -> Tensor`
     pub(crate) fn trunc(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -9111,24 +9111,24 @@ pub(crate) mod core {
             let mut op = Op::begin("trunc");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `trunc_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn trunc_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("trunc_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_trunc_, "trunc_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_trunc_, "trunc_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `fix(Tensor self) -> Tensor`
     pub(crate) fn fix(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -9137,24 +9137,24 @@ pub(crate) mod core {
             let mut op = Op::begin("fix");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `fix_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn fix_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("fix_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_fix_, "fix_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_fix_, "fix_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `type_as(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn type_as(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -9165,54 +9165,54 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `unique_dim(Tensor self, int dim, bool sorted=True, bool return_inverse=False, bool return_counts=False) -> (Tensor, Tensor, Tensor)`
     pub(crate) fn unique_dim(input: TensorId, dim: i64, sorted: bool, return_inverse: bool, return_counts: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("unique_dim");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(3, aten::tensors(kernels::tr_aten_unique_dim, "unique_dim", &[Arg::tensor(input), Arg::int(dim), Arg::bool(sorted), Arg::bool(return_inverse), Arg::bool(return_counts)])))
-        })
+            op.outputs(erased(&|| aten::exactly(3, aten::tensors(kernels::tr_aten_unique_dim, "unique_dim", &[Arg::tensor(input), Arg::int(dim), Arg::bool(sorted), Arg::bool(return_inverse), Arg::bool(return_counts)]))))
+        }))
     }
 
     /// `unique_consecutive(Tensor self, bool return_inverse=False, bool return_counts=False, int? dim=None) -> (Tensor, Tensor, Tensor)`
     pub(crate) fn unique_consecutive(input: TensorId, return_inverse: bool, return_counts: bool, dim: Option<i64>) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("unique_consecutive");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(3, aten::tensors(kernels::tr_aten_unique_consecutive, "unique_consecutive", &[Arg::tensor(input), Arg::bool(return_inverse), Arg::bool(return_counts), Arg::opt_int(dim)])))
-        })
+            op.outputs(erased(&|| aten::exactly(3, aten::tensors(kernels::tr_aten_unique_consecutive, "unique_consecutive", &[Arg::tensor(input), Arg::bool(return_inverse), Arg::bool(return_counts), Arg::opt_int(dim)]))))
+        }))
     }
 
     /// `unique_dim_consecutive(Tensor self, int dim, bool return_inverse=False, bool return_counts=False) -> (Tensor, Tensor, Tensor)`
     pub(crate) fn unique_dim_consecutive(input: TensorId, dim: i64, return_inverse: bool, return_counts: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("unique_dim_consecutive");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(3, aten::tensors(kernels::tr_aten_unique_dim_consecutive, "unique_dim_consecutive", &[Arg::tensor(input), Arg::int(dim), Arg::bool(return_inverse), Arg::bool(return_counts)])))
-        })
+            op.outputs(erased(&|| aten::exactly(3, aten::tensors(kernels::tr_aten_unique_dim_consecutive, "unique_dim_consecutive", &[Arg::tensor(input), Arg::int(dim), Arg::bool(return_inverse), Arg::bool(return_counts)]))))
+        }))
     }
 
     /// `unsqueeze_(Tensor(a!) self, int dim) -> Tensor(a!)`
     pub(crate) fn unsqueeze_(input: TensorId, dim: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("unsqueeze_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_unsqueeze_, "unsqueeze_", &[Arg::tensor(input), Arg::int(dim)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_unsqueeze_, "unsqueeze_", &[Arg::tensor(input), Arg::int(dim)]))).map(|_| handle)
+        }))
     }
 
     /// `vander(Tensor x, int? N=None, bool increasing=False) -> Tensor`
     pub(crate) fn vander(x: TensorId, n: Option<i64>, increasing: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], n: Option<i64>, increasing: bool) -> Result<tch::Tensor> {
                 let [x] = replay_args(inputs)?;
                 let x = given(x)?;
@@ -9221,15 +9221,15 @@ pub(crate) mod core {
             let mut op = Op::begin("vander");
             let [x] = op.get([x])?;
             let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], |inputs| replay(inputs, n, increasing), || {
+            op.output_replayable([Some(x)], erased_run(&|inputs| replay(inputs, n, increasing)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n, increasing))
-            })
-        })
+            }))
+        }))
     }
 
     /// `var(Tensor self, bool unbiased=True) -> Tensor`
     pub(crate) fn var(input: TensorId, unbiased: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], unbiased: bool) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -9238,65 +9238,65 @@ pub(crate) mod core {
             let mut op = Op::begin("var");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, unbiased), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, unbiased)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, unbiased))
-            })
-        })
+            }))
+        }))
     }
 
     /// `var.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor`
     pub(crate) fn var_dim(input: TensorId, dim: Option<&[i64]>, unbiased: bool, keepdim: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("var_dim");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_var_dim, "var.dim", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::bool(unbiased), Arg::bool(keepdim)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_var_dim, "var.dim", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::bool(unbiased), Arg::bool(keepdim)])))
+        }))
     }
 
     /// `var.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> Tensor`
     pub(crate) fn var_correction(input: TensorId, dim: Option<&[i64]>, correction: Option<Scalar>, keepdim: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("var_correction");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_var_correction, "var.correction", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::opt_scalar(correction), Arg::bool(keepdim)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_var_correction, "var.correction", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::opt_scalar(correction), Arg::bool(keepdim)])))
+        }))
     }
 
     /// `var_mean(Tensor self, bool unbiased=True) -> (Tensor, Tensor)`
     pub(crate) fn var_mean(input: TensorId, unbiased: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("var_mean");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_var_mean, "var_mean", &[Arg::tensor(input), Arg::bool(unbiased)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_var_mean, "var_mean", &[Arg::tensor(input), Arg::bool(unbiased)]))))
+        }))
     }
 
     /// `var_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> (Tensor, Tensor)`
     pub(crate) fn var_mean_dim(input: TensorId, dim: Option<&[i64]>, unbiased: bool, keepdim: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("var_mean_dim");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_var_mean_dim, "var_mean.dim", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::bool(unbiased), Arg::bool(keepdim)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_var_mean_dim, "var_mean.dim", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::bool(unbiased), Arg::bool(keepdim)]))))
+        }))
     }
 
     /// `var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> (Tensor, Tensor)`
     pub(crate) fn var_mean_correction(input: TensorId, dim: Option<&[i64]>, correction: Option<Scalar>, keepdim: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("var_mean_correction");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_var_mean_correction, "var_mean.correction", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::opt_scalar(correction), Arg::bool(keepdim)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_var_mean_correction, "var_mean.correction", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::opt_scalar(correction), Arg::bool(keepdim)]))))
+        }))
     }
 
     /// `view_as(Tensor(a) self, Tensor other) -> Tensor(a)`
     pub(crate) fn view_as(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -9307,13 +9307,13 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `where.ScalarSelf(Tensor condition, Scalar self, Tensor other) -> Tensor`
     pub(crate) fn where_scalarself(condition: TensorId, input: Scalar, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], input: Scalar) -> Result<tch::Tensor> {
                 let [condition, other] = replay_args(inputs)?;
                 let condition = given(condition)?;
@@ -9324,15 +9324,15 @@ pub(crate) mod core {
             let [condition, other] = op.get([condition, other])?;
             let condition: &tch::Tensor = &condition;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(condition), Some(other)], |inputs| replay(inputs, input), || {
+            op.output_replayable([Some(condition), Some(other)], erased_run(&|inputs| replay(inputs, input)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, input))
-            })
-        })
+            }))
+        }))
     }
 
     /// `where.ScalarOther(Tensor condition, Tensor self, Scalar other) -> Tensor`
     pub(crate) fn where_scalarother(condition: TensorId, input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
                 let [condition, input] = replay_args(inputs)?;
                 let condition = given(condition)?;
@@ -9343,15 +9343,15 @@ pub(crate) mod core {
             let [condition, input] = op.get([condition, input])?;
             let condition: &tch::Tensor = &condition;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(condition), Some(input)], |inputs| replay(inputs, other), || {
+            op.output_replayable([Some(condition), Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            })
-        })
+            }))
+        }))
     }
 
     /// `where.Scalar(Tensor condition, Scalar self, Scalar other) -> Tensor`
     pub(crate) fn where_scalar(condition: TensorId, input: Scalar, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], input: Scalar, other: Scalar) -> Result<tch::Tensor> {
                 let [condition] = replay_args(inputs)?;
                 let condition = given(condition)?;
@@ -9360,25 +9360,25 @@ pub(crate) mod core {
             let mut op = Op::begin("where_scalar");
             let [condition] = op.get([condition])?;
             let condition: &tch::Tensor = &condition;
-            op.output_replayable([Some(condition)], |inputs| replay(inputs, input, other), || {
+            op.output_replayable([Some(condition)], erased_run(&|inputs| replay(inputs, input, other)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, input, other))
-            })
-        })
+            }))
+        }))
     }
 
     /// `where(Tensor condition) -> Tensor[]`
     pub(crate) fn r#where(condition: TensorId) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("where");
             let [condition] = op.get([condition])?;
             let condition: &tch::Tensor = &condition;
-            op.outputs(|| aten::tensors(kernels::tr_aten_where, "where", &[Arg::tensor(condition)]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_where, "where", &[Arg::tensor(condition)])))
+        }))
     }
 
     /// `norm_except_dim(Tensor v, int pow=2, int dim=0) -> Tensor`
     pub(crate) fn norm_except_dim(v: TensorId, pow: i64, dim: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], pow: i64, dim: i64) -> Result<tch::Tensor> {
                 let [v] = replay_args(inputs)?;
                 let v = given(v)?;
@@ -9387,36 +9387,36 @@ pub(crate) mod core {
             let mut op = Op::begin("norm_except_dim");
             let [v] = op.get([v])?;
             let v: &tch::Tensor = &v;
-            op.output_replayable([Some(v)], |inputs| replay(inputs, pow, dim), || {
+            op.output_replayable([Some(v)], erased_run(&|inputs| replay(inputs, pow, dim)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, pow, dim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `poisson(Tensor self, Generator? generator=None) -> Tensor`
     pub(crate) fn poisson(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("poisson");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_poisson, "poisson", &[Arg::tensor(input)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_poisson, "poisson", &[Arg::tensor(input)])))
+        }))
     }
 
     /// `binomial(Tensor count, Tensor prob, Generator? generator=None) -> Tensor`
     pub(crate) fn binomial(count: TensorId, prob: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("binomial");
             let [count, prob] = op.get([count, prob])?;
             let count: &tch::Tensor = &count;
             let prob: &tch::Tensor = &prob;
-            op.output(|| aten::tensor(kernels::tr_aten_binomial, "binomial", &[Arg::tensor(count), Arg::tensor(prob)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_binomial, "binomial", &[Arg::tensor(count), Arg::tensor(prob)])))
+        }))
     }
 
     /// `norm.ScalarOpt_dtype(Tensor self, Scalar? p, *, ScalarType dtype) -> Tensor`
     pub(crate) fn norm_scalaropt_dtype(input: TensorId, p: Option<Scalar>, dtype: DType) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], p: Option<Scalar>, dtype: DType) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -9425,15 +9425,15 @@ pub(crate) mod core {
             let mut op = Op::begin("norm_scalaropt_dtype");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, p, dtype), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, p, dtype)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, p, dtype))
-            })
-        })
+            }))
+        }))
     }
 
     /// `norm.Scalar(Tensor self, Scalar p=2) -> Tensor`
     pub(crate) fn norm_scalar(input: TensorId, p: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], p: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -9442,15 +9442,15 @@ pub(crate) mod core {
             let mut op = Op::begin("norm_scalar");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, p), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, p)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, p))
-            })
-        })
+            }))
+        }))
     }
 
     /// `norm.ScalarOpt_dim_dtype(Tensor self, Scalar? p, int[1] dim, bool keepdim, *, ScalarType dtype) -> Tensor`
     pub(crate) fn norm_scalaropt_dim_dtype(input: TensorId, p: Option<Scalar>, dim: &[i64], keepdim: bool, dtype: DType) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], p: Option<Scalar>, dim: &[i64], keepdim: bool, dtype: DType) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -9459,16 +9459,16 @@ pub(crate) mod core {
             let mut op = Op::begin("norm_scalaropt_dim_dtype");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, p, dim, keepdim, dtype), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, p, dim, keepdim, dtype)), erased_keep(&mut || {
                 let dim = dim.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, p, &dim, keepdim, dtype))
-            })
-        })
+            }))
+        }))
     }
 
     /// `norm.ScalarOpt_dim(Tensor self, Scalar? p, int[1] dim, bool keepdim=False) -> Tensor`
     pub(crate) fn norm_scalaropt_dim(input: TensorId, p: Option<Scalar>, dim: &[i64], keepdim: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], p: Option<Scalar>, dim: &[i64], keepdim: bool) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -9477,26 +9477,26 @@ pub(crate) mod core {
             let mut op = Op::begin("norm_scalaropt_dim");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, p, dim, keepdim), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, p, dim, keepdim)), erased_keep(&mut || {
                 let dim = dim.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, p, &dim, keepdim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `frexp.Tensor(Tensor self) -> (Tensor mantissa, Tensor exponent)`
     pub(crate) fn frexp_tensor(input: TensorId) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("frexp_tensor");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_frexp_tensor, "frexp.Tensor", &[Arg::tensor(input)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_frexp_tensor, "frexp.Tensor", &[Arg::tensor(input)]))))
+        }))
     }
 
     /// `frobenius_norm.dim(Tensor self, int[1] dim, bool keepdim=False) -> Tensor`
     pub(crate) fn frobenius_norm_dim(input: TensorId, dim: &[i64], keepdim: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: &[i64], keepdim: bool) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -9505,16 +9505,16 @@ pub(crate) mod core {
             let mut op = Op::begin("frobenius_norm_dim");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim, keepdim), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, keepdim)), erased_keep(&mut || {
                 let dim = dim.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dim, keepdim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `nuclear_norm(Tensor self, bool keepdim=False) -> Tensor`
     pub(crate) fn nuclear_norm(input: TensorId, keepdim: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], keepdim: bool) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -9523,15 +9523,15 @@ pub(crate) mod core {
             let mut op = Op::begin("nuclear_norm");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, keepdim), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, keepdim)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, keepdim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `nuclear_norm.dim(Tensor self, int[2] dim, bool keepdim=False) -> Tensor`
     pub(crate) fn nuclear_norm_dim(input: TensorId, dim: &[i64], keepdim: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: &[i64], keepdim: bool) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -9540,16 +9540,16 @@ pub(crate) mod core {
             let mut op = Op::begin("nuclear_norm_dim");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim, keepdim), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, keepdim)), erased_keep(&mut || {
                 let dim = dim.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dim, keepdim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `positive(Tensor(a) self) -> Tensor(a)`
     pub(crate) fn positive(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -9558,26 +9558,26 @@ pub(crate) mod core {
             let mut op = Op::begin("positive");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `resize_as_(Tensor(a!) self, Tensor the_template, *, MemoryFormat? memory_format=None) -> Tensor(a!)`
     pub(crate) fn resize_as_(input: TensorId, the_template: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("resize_as_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [the_template] = op.get([the_template])?;
             let input: &tch::Tensor = &input;
             let the_template: &tch::Tensor = &the_template;
-            op.value(|| aten::unit(kernels::tr_aten_resize_as_, "resize_as_", &[Arg::tensor(input), Arg::tensor(the_template)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_resize_as_, "resize_as_", &[Arg::tensor(input), Arg::tensor(the_template)]))).map(|_| handle)
+        }))
     }
 
     /// `sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor`
     pub(crate) fn sub_tensor(input: TensorId, other: TensorId, alpha: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], alpha: Scalar) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -9588,28 +9588,28 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], |inputs| replay(inputs, alpha), || {
+            op.output_replayable([Some(input), Some(other)], erased_run(&|inputs| replay(inputs, alpha)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, alpha))
-            })
-        })
+            }))
+        }))
     }
 
     /// `sub_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)`
     pub(crate) fn sub_tensor_(input: TensorId, other: TensorId, alpha: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("sub_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_sub_tensor_, "sub_.Tensor", &[Arg::tensor(input), Arg::tensor(other), Arg::scalar(alpha)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_sub_tensor_, "sub_.Tensor", &[Arg::tensor(input), Arg::tensor(other), Arg::scalar(alpha)]))).map(|_| handle)
+        }))
     }
 
     /// `subtract.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor`
     pub(crate) fn subtract_tensor(input: TensorId, other: TensorId, alpha: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], alpha: Scalar) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -9620,28 +9620,28 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], |inputs| replay(inputs, alpha), || {
+            op.output_replayable([Some(input), Some(other)], erased_run(&|inputs| replay(inputs, alpha)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, alpha))
-            })
-        })
+            }))
+        }))
     }
 
     /// `subtract_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)`
     pub(crate) fn subtract_tensor_(input: TensorId, other: TensorId, alpha: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("subtract_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_subtract_tensor_, "subtract_.Tensor", &[Arg::tensor(input), Arg::tensor(other), Arg::scalar(alpha)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_subtract_tensor_, "subtract_.Tensor", &[Arg::tensor(input), Arg::tensor(other), Arg::scalar(alpha)]))).map(|_| handle)
+        }))
     }
 
     /// `subtract.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor`
     pub(crate) fn subtract_scalar(input: TensorId, other: Scalar, alpha: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar, alpha: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -9650,26 +9650,26 @@ pub(crate) mod core {
             let mut op = Op::begin("subtract_scalar");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, other, alpha), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other, alpha)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other, alpha))
-            })
-        })
+            }))
+        }))
     }
 
     /// `subtract_.Scalar(Tensor(a!) self, Scalar other, Scalar alpha=1) -> Tensor(a!)`
     pub(crate) fn subtract_scalar_(input: TensorId, other: Scalar, alpha: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("subtract_scalar_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_subtract_scalar_, "subtract_.Scalar", &[Arg::tensor(input), Arg::scalar(other), Arg::scalar(alpha)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_subtract_scalar_, "subtract_.Scalar", &[Arg::tensor(input), Arg::scalar(other), Arg::scalar(alpha)]))).map(|_| handle)
+        }))
     }
 
     /// `rsub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor`
     pub(crate) fn rsub_tensor(input: TensorId, other: TensorId, alpha: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], alpha: Scalar) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -9680,15 +9680,15 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], |inputs| replay(inputs, alpha), || {
+            op.output_replayable([Some(input), Some(other)], erased_run(&|inputs| replay(inputs, alpha)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, alpha))
-            })
-        })
+            }))
+        }))
     }
 
     /// `heaviside(Tensor self, Tensor values) -> Tensor`
     pub(crate) fn heaviside(input: TensorId, values: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, values] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -9699,26 +9699,26 @@ pub(crate) mod core {
             let [input, values] = op.get([input, values])?;
             let input: &tch::Tensor = &input;
             let values: &tch::Tensor = &values;
-            op.output_replayable([Some(input), Some(values)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(values)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `heaviside_(Tensor(a!) self, Tensor values) -> Tensor(a!)`
     pub(crate) fn heaviside_(input: TensorId, values: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("heaviside_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [values] = op.get([values])?;
             let input: &tch::Tensor = &input;
             let values: &tch::Tensor = &values;
-            op.value(|| aten::unit(kernels::tr_aten_heaviside_, "heaviside_", &[Arg::tensor(input), Arg::tensor(values)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_heaviside_, "heaviside_", &[Arg::tensor(input), Arg::tensor(values)]))).map(|_| handle)
+        }))
     }
 
     /// `addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor`
     pub(crate) fn addmm(input: TensorId, mat1: TensorId, mat2: TensorId, beta: Scalar, alpha: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], beta: Scalar, alpha: Scalar) -> Result<tch::Tensor> {
                 let [input, mat1, mat2] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -9731,15 +9731,15 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let mat1: &tch::Tensor = &mat1;
             let mat2: &tch::Tensor = &mat2;
-            op.output_replayable([Some(input), Some(mat1), Some(mat2)], |inputs| replay(inputs, beta, alpha), || {
+            op.output_replayable([Some(input), Some(mat1), Some(mat2)], erased_run(&|inputs| replay(inputs, beta, alpha)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, beta, alpha))
-            })
-        })
+            }))
+        }))
     }
 
     /// `addmm.dtype(Tensor self, Tensor mat1, Tensor mat2, ScalarType out_dtype, *, Scalar beta=1, Scalar alpha=1) -> Tensor`
     pub(crate) fn addmm_dtype(input: TensorId, mat1: TensorId, mat2: TensorId, out_dtype: DType, beta: Scalar, alpha: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], out_dtype: DType, beta: Scalar, alpha: Scalar) -> Result<tch::Tensor> {
                 let [input, mat1, mat2] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -9752,15 +9752,15 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let mat1: &tch::Tensor = &mat1;
             let mat2: &tch::Tensor = &mat2;
-            op.output_replayable([Some(input), Some(mat1), Some(mat2)], |inputs| replay(inputs, out_dtype, beta, alpha), || {
+            op.output_replayable([Some(input), Some(mat1), Some(mat2)], erased_run(&|inputs| replay(inputs, out_dtype, beta, alpha)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, out_dtype, beta, alpha))
-            })
-        })
+            }))
+        }))
     }
 
     /// `addmm_(Tensor(a!) self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor(a!)`
     pub(crate) fn addmm_(input: TensorId, mat1: TensorId, mat2: TensorId, beta: Scalar, alpha: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("addmm_");
             let handle = input;
         let input = op.get_mut(input)?;
@@ -9768,33 +9768,33 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let mat1: &tch::Tensor = &mat1;
             let mat2: &tch::Tensor = &mat2;
-            op.value(|| aten::unit(kernels::tr_aten_addmm_, "addmm_", &[Arg::tensor(input), Arg::tensor(mat1), Arg::tensor(mat2), Arg::scalar(beta), Arg::scalar(alpha)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_addmm_, "addmm_", &[Arg::tensor(input), Arg::tensor(mat1), Arg::tensor(mat2), Arg::scalar(beta), Arg::scalar(alpha)]))).map(|_| handle)
+        }))
     }
 
     /// `unbind.int(Tensor(a -> *) self, int dim=0) -> Tensor(a)[]`
     pub(crate) fn unbind_int(input: TensorId, dim: i64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("unbind_int");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::tensors(kernels::tr_aten_unbind_int, "unbind.int", &[Arg::tensor(input), Arg::int(dim)]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_unbind_int, "unbind.int", &[Arg::tensor(input), Arg::int(dim)])))
+        }))
     }
 
     /// `choose_qparams_optimized(Tensor input, int numel, int n_bins, float ratio, int bit_width) -> (Tensor, Tensor)`
     pub(crate) fn choose_qparams_optimized(input: TensorId, numel: i64, n_bins: i64, ratio: f64, bit_width: i64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("choose_qparams_optimized");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_choose_qparams_optimized, "choose_qparams_optimized", &[Arg::tensor(input), Arg::int(numel), Arg::int(n_bins), Arg::float(ratio), Arg::int(bit_width)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_choose_qparams_optimized, "choose_qparams_optimized", &[Arg::tensor(input), Arg::int(numel), Arg::int(n_bins), Arg::float(ratio), Arg::int(bit_width)]))))
+        }))
     }
 
     /// `to.dtype_layout(Tensor(a) self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor(a)`
     pub(crate) fn to_dtype_layout(input: TensorId, dtype: Option<DType>, non_blocking: bool, copy: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dtype: Option<DType>, non_blocking: bool, copy: bool) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -9803,15 +9803,15 @@ pub(crate) mod core {
             let mut op = Op::begin("to_dtype_layout");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dtype, non_blocking, copy), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dtype, non_blocking, copy)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dtype, non_blocking, copy))
-            })
-        })
+            }))
+        }))
     }
 
     /// `to.other(Tensor(a) self, Tensor other, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor(a)`
     pub(crate) fn to_other(input: TensorId, other: TensorId, non_blocking: bool, copy: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], non_blocking: bool, copy: bool) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -9822,45 +9822,45 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], |inputs| replay(inputs, non_blocking, copy), || {
+            op.output_replayable([Some(input), Some(other)], erased_run(&|inputs| replay(inputs, non_blocking, copy)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, non_blocking, copy))
-            })
-        })
+            }))
+        }))
     }
 
     /// `meshgrid(Tensor[] tensors) -> Tensor[]`
     pub(crate) fn meshgrid(tensors: &[TensorId]) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("meshgrid");
             let tensors = op.get_many(tensors)?;
             let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(|| aten::tensors(kernels::tr_aten_meshgrid, "meshgrid", &[Arg::tensors(&aten::ptrs(tensors))]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_meshgrid, "meshgrid", &[Arg::tensors(&aten::ptrs(tensors))])))
+        }))
     }
 
     /// `meshgrid.indexing(Tensor[] tensors, *, str indexing) -> Tensor[]`
     pub(crate) fn meshgrid_indexing(tensors: &[TensorId], indexing: &str) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("meshgrid_indexing");
             let tensors = op.get_many(tensors)?;
             let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(|| aten::tensors(kernels::tr_aten_meshgrid_indexing, "meshgrid.indexing", &[Arg::tensors(&aten::ptrs(tensors)), Arg::str(indexing)]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_meshgrid_indexing, "meshgrid.indexing", &[Arg::tensors(&aten::ptrs(tensors)), Arg::str(indexing)])))
+        }))
     }
 
     /// `cartesian_prod(Tensor[] tensors) -> Tensor`
     pub(crate) fn cartesian_prod(tensors: &[TensorId]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("cartesian_prod");
             let tensors = op.get_many(tensors)?;
             let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.output(|| aten::tensor(kernels::tr_aten_cartesian_prod, "cartesian_prod", &[Arg::tensors(&aten::ptrs(tensors))]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_cartesian_prod, "cartesian_prod", &[Arg::tensors(&aten::ptrs(tensors))])))
+        }))
     }
 
     /// `combinations(Tensor self, int r=2, bool with_replacement=False) -> Tensor`
     pub(crate) fn combinations(input: TensorId, r: i64, with_replacement: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], r: i64, with_replacement: bool) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -9869,23 +9869,23 @@ pub(crate) mod core {
             let mut op = Op::begin("combinations");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, r, with_replacement), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, r, with_replacement)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, r, with_replacement))
-            })
-        })
+            }))
+        }))
     }
 
     /// `can_cast(ScalarType from_, ScalarType to) -> bool`
     pub(crate) fn can_cast(from_: DType, to: DType) -> Result<bool> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("can_cast");
-            op.value(|| aten::bool(kernels::tr_aten_can_cast, "can_cast", &[Arg::dtype(from_), Arg::dtype(to)]))
-        })
+            op.value(erased(&|| aten::bool(kernels::tr_aten_can_cast, "can_cast", &[Arg::dtype(from_), Arg::dtype(to)])))
+        }))
     }
 
     /// `lstm.input(Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor, Tensor)`
     pub(crate) fn lstm_input(input: TensorId, hx: &[TensorId], params: &[TensorId], has_biases: bool, num_layers: i64, dropout: f64, train: bool, bidirectional: bool, batch_first: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("lstm_input");
             let [input] = op.get([input])?;
             let hx = op.get_many(hx)?;
@@ -9893,13 +9893,13 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let hx = &hx.iter().map(|e| &**e).collect::<Vec<_>>()[..];
             let params = &params.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(|| aten::exactly(3, aten::tensors(kernels::tr_aten_lstm_input, "lstm.input", &[Arg::tensor(input), Arg::tensors(&aten::ptrs(hx)), Arg::tensors(&aten::ptrs(params)), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional), Arg::bool(batch_first)])))
-        })
+            op.outputs(erased(&|| aten::exactly(3, aten::tensors(kernels::tr_aten_lstm_input, "lstm.input", &[Arg::tensor(input), Arg::tensors(&aten::ptrs(hx)), Arg::tensors(&aten::ptrs(params)), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional), Arg::bool(batch_first)]))))
+        }))
     }
 
     /// `lstm.data(Tensor data, Tensor batch_sizes, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor, Tensor)`
     pub(crate) fn lstm_data(data: TensorId, batch_sizes: TensorId, hx: &[TensorId], params: &[TensorId], has_biases: bool, num_layers: i64, dropout: f64, train: bool, bidirectional: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("lstm_data");
             let [data, batch_sizes] = op.get([data, batch_sizes])?;
             let hx = op.get_many(hx)?;
@@ -9908,26 +9908,26 @@ pub(crate) mod core {
             let batch_sizes: &tch::Tensor = &batch_sizes;
             let hx = &hx.iter().map(|e| &**e).collect::<Vec<_>>()[..];
             let params = &params.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(|| aten::exactly(3, aten::tensors(kernels::tr_aten_lstm_data, "lstm.data", &[Arg::tensor(data), Arg::tensor(batch_sizes), Arg::tensors(&aten::ptrs(hx)), Arg::tensors(&aten::ptrs(params)), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional)])))
-        })
+            op.outputs(erased(&|| aten::exactly(3, aten::tensors(kernels::tr_aten_lstm_data, "lstm.data", &[Arg::tensor(data), Arg::tensor(batch_sizes), Arg::tensors(&aten::ptrs(hx)), Arg::tensors(&aten::ptrs(params)), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional)]))))
+        }))
     }
 
     /// `gru.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)`
     pub(crate) fn gru_input(input: TensorId, hx: TensorId, params: &[TensorId], has_biases: bool, num_layers: i64, dropout: f64, train: bool, bidirectional: bool, batch_first: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("gru_input");
             let [input, hx] = op.get([input, hx])?;
             let params = op.get_many(params)?;
             let input: &tch::Tensor = &input;
             let hx: &tch::Tensor = &hx;
             let params = &params.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_gru_input, "gru.input", &[Arg::tensor(input), Arg::tensor(hx), Arg::tensors(&aten::ptrs(params)), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional), Arg::bool(batch_first)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_gru_input, "gru.input", &[Arg::tensor(input), Arg::tensor(hx), Arg::tensors(&aten::ptrs(params)), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional), Arg::bool(batch_first)]))))
+        }))
     }
 
     /// `gru.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor)`
     pub(crate) fn gru_data(data: TensorId, batch_sizes: TensorId, hx: TensorId, params: &[TensorId], has_biases: bool, num_layers: i64, dropout: f64, train: bool, bidirectional: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("gru_data");
             let [data, batch_sizes, hx] = op.get([data, batch_sizes, hx])?;
             let params = op.get_many(params)?;
@@ -9935,26 +9935,26 @@ pub(crate) mod core {
             let batch_sizes: &tch::Tensor = &batch_sizes;
             let hx: &tch::Tensor = &hx;
             let params = &params.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_gru_data, "gru.data", &[Arg::tensor(data), Arg::tensor(batch_sizes), Arg::tensor(hx), Arg::tensors(&aten::ptrs(params)), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_gru_data, "gru.data", &[Arg::tensor(data), Arg::tensor(batch_sizes), Arg::tensor(hx), Arg::tensors(&aten::ptrs(params)), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional)]))))
+        }))
     }
 
     /// `rnn_tanh.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)`
     pub(crate) fn rnn_tanh_input(input: TensorId, hx: TensorId, params: &[TensorId], has_biases: bool, num_layers: i64, dropout: f64, train: bool, bidirectional: bool, batch_first: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("rnn_tanh_input");
             let [input, hx] = op.get([input, hx])?;
             let params = op.get_many(params)?;
             let input: &tch::Tensor = &input;
             let hx: &tch::Tensor = &hx;
             let params = &params.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_rnn_tanh_input, "rnn_tanh.input", &[Arg::tensor(input), Arg::tensor(hx), Arg::tensors(&aten::ptrs(params)), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional), Arg::bool(batch_first)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_rnn_tanh_input, "rnn_tanh.input", &[Arg::tensor(input), Arg::tensor(hx), Arg::tensors(&aten::ptrs(params)), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional), Arg::bool(batch_first)]))))
+        }))
     }
 
     /// `rnn_tanh.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor)`
     pub(crate) fn rnn_tanh_data(data: TensorId, batch_sizes: TensorId, hx: TensorId, params: &[TensorId], has_biases: bool, num_layers: i64, dropout: f64, train: bool, bidirectional: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("rnn_tanh_data");
             let [data, batch_sizes, hx] = op.get([data, batch_sizes, hx])?;
             let params = op.get_many(params)?;
@@ -9962,26 +9962,26 @@ pub(crate) mod core {
             let batch_sizes: &tch::Tensor = &batch_sizes;
             let hx: &tch::Tensor = &hx;
             let params = &params.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_rnn_tanh_data, "rnn_tanh.data", &[Arg::tensor(data), Arg::tensor(batch_sizes), Arg::tensor(hx), Arg::tensors(&aten::ptrs(params)), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_rnn_tanh_data, "rnn_tanh.data", &[Arg::tensor(data), Arg::tensor(batch_sizes), Arg::tensor(hx), Arg::tensors(&aten::ptrs(params)), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional)]))))
+        }))
     }
 
     /// `rnn_relu.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)`
     pub(crate) fn rnn_relu_input(input: TensorId, hx: TensorId, params: &[TensorId], has_biases: bool, num_layers: i64, dropout: f64, train: bool, bidirectional: bool, batch_first: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("rnn_relu_input");
             let [input, hx] = op.get([input, hx])?;
             let params = op.get_many(params)?;
             let input: &tch::Tensor = &input;
             let hx: &tch::Tensor = &hx;
             let params = &params.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_rnn_relu_input, "rnn_relu.input", &[Arg::tensor(input), Arg::tensor(hx), Arg::tensors(&aten::ptrs(params)), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional), Arg::bool(batch_first)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_rnn_relu_input, "rnn_relu.input", &[Arg::tensor(input), Arg::tensor(hx), Arg::tensors(&aten::ptrs(params)), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional), Arg::bool(batch_first)]))))
+        }))
     }
 
     /// `rnn_relu.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor)`
     pub(crate) fn rnn_relu_data(data: TensorId, batch_sizes: TensorId, hx: TensorId, params: &[TensorId], has_biases: bool, num_layers: i64, dropout: f64, train: bool, bidirectional: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("rnn_relu_data");
             let [data, batch_sizes, hx] = op.get([data, batch_sizes, hx])?;
             let params = op.get_many(params)?;
@@ -9989,13 +9989,13 @@ pub(crate) mod core {
             let batch_sizes: &tch::Tensor = &batch_sizes;
             let hx: &tch::Tensor = &hx;
             let params = &params.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_rnn_relu_data, "rnn_relu.data", &[Arg::tensor(data), Arg::tensor(batch_sizes), Arg::tensor(hx), Arg::tensors(&aten::ptrs(params)), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_rnn_relu_data, "rnn_relu.data", &[Arg::tensor(data), Arg::tensor(batch_sizes), Arg::tensor(hx), Arg::tensors(&aten::ptrs(params)), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional)]))))
+        }))
     }
 
     /// `lstm_cell(Tensor input, Tensor[] hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> (Tensor, Tensor)`
     pub(crate) fn lstm_cell(input: TensorId, hx: &[TensorId], w_ih: TensorId, w_hh: TensorId, b_ih: TensorId, b_hh: TensorId) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("lstm_cell");
             let [input, w_ih, w_hh] = op.get([input, w_ih, w_hh])?;
             let hx = op.get_many(hx)?;
@@ -10007,13 +10007,13 @@ pub(crate) mod core {
             let w_hh: &tch::Tensor = &w_hh;
             let b_ih = b_ih.as_deref();
             let b_hh = b_hh.as_deref();
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_lstm_cell, "lstm_cell", &[Arg::tensor(input), Arg::tensors(&aten::ptrs(hx)), Arg::tensor(w_ih), Arg::tensor(w_hh), Arg::opt_tensor(b_ih), Arg::opt_tensor(b_hh)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_lstm_cell, "lstm_cell", &[Arg::tensor(input), Arg::tensors(&aten::ptrs(hx)), Arg::tensor(w_ih), Arg::tensor(w_hh), Arg::opt_tensor(b_ih), Arg::opt_tensor(b_hh)]))))
+        }))
     }
 
     /// `gru_cell(Tensor input, Tensor hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> Tensor`
     pub(crate) fn gru_cell(input: TensorId, hx: TensorId, w_ih: TensorId, w_hh: TensorId, b_ih: TensorId, b_hh: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, hx, w_ih, w_hh, b_ih, b_hh] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -10032,13 +10032,13 @@ pub(crate) mod core {
             let w_hh: &tch::Tensor = &w_hh;
             let b_ih = b_ih.as_deref();
             let b_hh = b_hh.as_deref();
-            op.output_replayable([Some(input), Some(hx), Some(w_ih), Some(w_hh), b_ih, b_hh], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(hx), Some(w_ih), Some(w_hh), b_ih, b_hh], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `rnn_tanh_cell(Tensor input, Tensor hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> Tensor`
     pub(crate) fn rnn_tanh_cell(input: TensorId, hx: TensorId, w_ih: TensorId, w_hh: TensorId, b_ih: TensorId, b_hh: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, hx, w_ih, w_hh, b_ih, b_hh] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -10057,13 +10057,13 @@ pub(crate) mod core {
             let w_hh: &tch::Tensor = &w_hh;
             let b_ih = b_ih.as_deref();
             let b_hh = b_hh.as_deref();
-            op.output_replayable([Some(input), Some(hx), Some(w_ih), Some(w_hh), b_ih, b_hh], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(hx), Some(w_ih), Some(w_hh), b_ih, b_hh], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `rnn_relu_cell(Tensor input, Tensor hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> Tensor`
     pub(crate) fn rnn_relu_cell(input: TensorId, hx: TensorId, w_ih: TensorId, w_hh: TensorId, b_ih: TensorId, b_hh: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, hx, w_ih, w_hh, b_ih, b_hh] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -10082,50 +10082,50 @@ pub(crate) mod core {
             let w_hh: &tch::Tensor = &w_hh;
             let b_ih = b_ih.as_deref();
             let b_hh = b_hh.as_deref();
-            op.output_replayable([Some(input), Some(hx), Some(w_ih), Some(w_hh), b_ih, b_hh], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(hx), Some(w_ih), Some(w_hh), b_ih, b_hh], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `set_.source_Tensor_storage_offset(Tensor(a!) self, Tensor source, SymInt storage_offset, SymInt[] size, SymInt[] stride=[]) -> Tensor(a!)`
     pub(crate) fn set_source_tensor_storage_offset_(input: TensorId, source: TensorId, storage_offset: i64, size: &[i64], stride: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("set_source_tensor_storage_offset_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [source] = op.get([source])?;
             let input: &tch::Tensor = &input;
             let source: &tch::Tensor = &source;
-            op.value(|| aten::unit(kernels::tr_aten_set_source_tensor_storage_offset_, "set_.source_Tensor_storage_offset", &[Arg::tensor(input), Arg::tensor(source), Arg::int(storage_offset), Arg::ints(size), Arg::ints(stride)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_set_source_tensor_storage_offset_, "set_.source_Tensor_storage_offset", &[Arg::tensor(input), Arg::tensor(source), Arg::int(storage_offset), Arg::ints(size), Arg::ints(stride)]))).map(|_| handle)
+        }))
     }
 
     /// `set_.source_Tensor(Tensor(a!) self, Tensor source) -> Tensor(a!)`
     pub(crate) fn set_source_tensor_(input: TensorId, source: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("set_source_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [source] = op.get([source])?;
             let input: &tch::Tensor = &input;
             let source: &tch::Tensor = &source;
-            op.value(|| aten::unit(kernels::tr_aten_set_source_tensor_, "set_.source_Tensor", &[Arg::tensor(input), Arg::tensor(source)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_set_source_tensor_, "set_.source_Tensor", &[Arg::tensor(input), Arg::tensor(source)]))).map(|_| handle)
+        }))
     }
 
     /// `set_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn set_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("set_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_set_, "set_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_set_, "set_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `lift(Tensor self) -> Tensor`
     pub(crate) fn lift(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -10134,13 +10134,13 @@ pub(crate) mod core {
             let mut op = Op::begin("lift");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `lift_fresh(Tensor(a) self) -> Tensor(a)`
     pub(crate) fn lift_fresh(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -10149,13 +10149,13 @@ pub(crate) mod core {
             let mut op = Op::begin("lift_fresh");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `lift_fresh_copy(Tensor self) -> Tensor`
     pub(crate) fn lift_fresh_copy(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -10164,37 +10164,37 @@ pub(crate) mod core {
             let mut op = Op::begin("lift_fresh_copy");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `is_set_to(Tensor self, Tensor tensor) -> bool`
     pub(crate) fn is_set_to(input: TensorId, tensor: TensorId) -> Result<bool> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("is_set_to");
             let [input, tensor] = op.get([input, tensor])?;
             let input: &tch::Tensor = &input;
             let tensor: &tch::Tensor = &tensor;
-            op.value(|| aten::bool(kernels::tr_aten_is_set_to, "is_set_to", &[Arg::tensor(input), Arg::tensor(tensor)]))
-        })
+            op.value(erased(&|| aten::bool(kernels::tr_aten_is_set_to, "is_set_to", &[Arg::tensor(input), Arg::tensor(tensor)])))
+        }))
     }
 
     /// `masked_fill_.Scalar(Tensor(a!) self, Tensor mask, Scalar value) -> Tensor(a!)`
     pub(crate) fn masked_fill_scalar_(input: TensorId, mask: TensorId, value: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("masked_fill_scalar_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [mask] = op.get([mask])?;
             let input: &tch::Tensor = &input;
             let mask: &tch::Tensor = &mask;
-            op.value(|| aten::unit(kernels::tr_aten_masked_fill_scalar_, "masked_fill_.Scalar", &[Arg::tensor(input), Arg::tensor(mask), Arg::scalar(value)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_masked_fill_scalar_, "masked_fill_.Scalar", &[Arg::tensor(input), Arg::tensor(mask), Arg::scalar(value)]))).map(|_| handle)
+        }))
     }
 
     /// `masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor`
     pub(crate) fn masked_fill_scalar(input: TensorId, mask: TensorId, value: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], value: Scalar) -> Result<tch::Tensor> {
                 let [input, mask] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -10205,15 +10205,15 @@ pub(crate) mod core {
             let [input, mask] = op.get([input, mask])?;
             let input: &tch::Tensor = &input;
             let mask: &tch::Tensor = &mask;
-            op.output_replayable([Some(input), Some(mask)], |inputs| replay(inputs, value), || {
+            op.output_replayable([Some(input), Some(mask)], erased_run(&|inputs| replay(inputs, value)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, value))
-            })
-        })
+            }))
+        }))
     }
 
     /// `masked_fill_.Tensor(Tensor(a!) self, Tensor mask, Tensor value) -> Tensor(a!)`
     pub(crate) fn masked_fill_tensor_(input: TensorId, mask: TensorId, value: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("masked_fill_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
@@ -10221,13 +10221,13 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let mask: &tch::Tensor = &mask;
             let value: &tch::Tensor = &value;
-            op.value(|| aten::unit(kernels::tr_aten_masked_fill_tensor_, "masked_fill_.Tensor", &[Arg::tensor(input), Arg::tensor(mask), Arg::tensor(value)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_masked_fill_tensor_, "masked_fill_.Tensor", &[Arg::tensor(input), Arg::tensor(mask), Arg::tensor(value)]))).map(|_| handle)
+        }))
     }
 
     /// `masked_fill.Tensor(Tensor self, Tensor mask, Tensor value) -> Tensor`
     pub(crate) fn masked_fill_tensor(input: TensorId, mask: TensorId, value: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, mask, value] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -10240,13 +10240,13 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let mask: &tch::Tensor = &mask;
             let value: &tch::Tensor = &value;
-            op.output_replayable([Some(input), Some(mask), Some(value)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(mask), Some(value)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `masked_scatter(Tensor self, Tensor mask, Tensor source) -> Tensor`
     pub(crate) fn masked_scatter(input: TensorId, mask: TensorId, source: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, mask, source] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -10259,13 +10259,13 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let mask: &tch::Tensor = &mask;
             let source: &tch::Tensor = &source;
-            op.output_replayable([Some(input), Some(mask), Some(source)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(mask), Some(source)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `view.dtype(Tensor(a) self, ScalarType dtype) -> Tensor(a)`
     pub(crate) fn view_dtype(input: TensorId, dtype: DType) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dtype: DType) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -10274,15 +10274,15 @@ pub(crate) mod core {
             let mut op = Op::begin("view_dtype");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dtype), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dtype)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dtype))
-            })
-        })
+            }))
+        }))
     }
 
     /// `put_(Tensor(a!) self, Tensor index, Tensor source, bool accumulate=False) -> Tensor(a!)`
     pub(crate) fn put_(input: TensorId, index: TensorId, source: TensorId, accumulate: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("put_");
             let handle = input;
         let input = op.get_mut(input)?;
@@ -10290,13 +10290,13 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let index: &tch::Tensor = &index;
             let source: &tch::Tensor = &source;
-            op.value(|| aten::unit(kernels::tr_aten_put_, "put_", &[Arg::tensor(input), Arg::tensor(index), Arg::tensor(source), Arg::bool(accumulate)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_put_, "put_", &[Arg::tensor(input), Arg::tensor(index), Arg::tensor(source), Arg::bool(accumulate)]))).map(|_| handle)
+        }))
     }
 
     /// `put(Tensor self, Tensor index, Tensor source, bool accumulate=False) -> Tensor`
     pub(crate) fn put(input: TensorId, index: TensorId, source: TensorId, accumulate: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], accumulate: bool) -> Result<tch::Tensor> {
                 let [input, index, source] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -10309,15 +10309,15 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let index: &tch::Tensor = &index;
             let source: &tch::Tensor = &source;
-            op.output_replayable([Some(input), Some(index), Some(source)], |inputs| replay(inputs, accumulate), || {
+            op.output_replayable([Some(input), Some(index), Some(source)], erased_run(&|inputs| replay(inputs, accumulate)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, accumulate))
-            })
-        })
+            }))
+        }))
     }
 
     /// `index_add_(Tensor(a!) self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) -> Tensor(a!)`
     pub(crate) fn index_add_(input: TensorId, dim: i64, index: TensorId, source: TensorId, alpha: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("index_add_");
             let handle = input;
         let input = op.get_mut(input)?;
@@ -10325,13 +10325,13 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let index: &tch::Tensor = &index;
             let source: &tch::Tensor = &source;
-            op.value(|| aten::unit(kernels::tr_aten_index_add_, "index_add_", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::tensor(source), Arg::scalar(alpha)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_index_add_, "index_add_", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::tensor(source), Arg::scalar(alpha)]))).map(|_| handle)
+        }))
     }
 
     /// `index_add(Tensor self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) -> Tensor`
     pub(crate) fn index_add(input: TensorId, dim: i64, index: TensorId, source: TensorId, alpha: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, alpha: Scalar) -> Result<tch::Tensor> {
                 let [input, index, source] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -10344,15 +10344,15 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let index: &tch::Tensor = &index;
             let source: &tch::Tensor = &source;
-            op.output_replayable([Some(input), Some(index), Some(source)], |inputs| replay(inputs, dim, alpha), || {
+            op.output_replayable([Some(input), Some(index), Some(source)], erased_run(&|inputs| replay(inputs, dim, alpha)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, alpha))
-            })
-        })
+            }))
+        }))
     }
 
     /// `index_reduce_(Tensor(a!) self, int dim, Tensor index, Tensor source, str reduce, *, bool include_self=True) -> Tensor(a!)`
     pub(crate) fn index_reduce_(input: TensorId, dim: i64, index: TensorId, source: TensorId, reduce: &str, include_self: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("index_reduce_");
             let handle = input;
         let input = op.get_mut(input)?;
@@ -10360,13 +10360,13 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let index: &tch::Tensor = &index;
             let source: &tch::Tensor = &source;
-            op.value(|| aten::unit(kernels::tr_aten_index_reduce_, "index_reduce_", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::tensor(source), Arg::str(reduce), Arg::bool(include_self)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_index_reduce_, "index_reduce_", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::tensor(source), Arg::str(reduce), Arg::bool(include_self)]))).map(|_| handle)
+        }))
     }
 
     /// `index_reduce(Tensor self, int dim, Tensor index, Tensor source, str reduce, *, bool include_self=True) -> Tensor`
     pub(crate) fn index_reduce(input: TensorId, dim: i64, index: TensorId, source: TensorId, reduce: &str, include_self: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, reduce: &str, include_self: bool) -> Result<tch::Tensor> {
                 let [input, index, source] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -10379,29 +10379,29 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let index: &tch::Tensor = &index;
             let source: &tch::Tensor = &source;
-            op.output_replayable([Some(input), Some(index), Some(source)], |inputs| replay(inputs, dim, reduce, include_self), || {
+            op.output_replayable([Some(input), Some(index), Some(source)], erased_run(&|inputs| replay(inputs, dim, reduce, include_self)), erased_keep(&mut || {
                 let reduce = reduce.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, &reduce, include_self))
-            })
-        })
+            }))
+        }))
     }
 
     /// `index_fill_.int_Scalar(Tensor(a!) self, int dim, Tensor index, Scalar value) -> Tensor(a!)`
     pub(crate) fn index_fill_int_scalar_(input: TensorId, dim: i64, index: TensorId, value: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("index_fill_int_scalar_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [index] = op.get([index])?;
             let input: &tch::Tensor = &input;
             let index: &tch::Tensor = &index;
-            op.value(|| aten::unit(kernels::tr_aten_index_fill_int_scalar_, "index_fill_.int_Scalar", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::scalar(value)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_index_fill_int_scalar_, "index_fill_.int_Scalar", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::scalar(value)]))).map(|_| handle)
+        }))
     }
 
     /// `index_fill.int_Scalar(Tensor self, int dim, Tensor index, Scalar value) -> Tensor`
     pub(crate) fn index_fill_int_scalar(input: TensorId, dim: i64, index: TensorId, value: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, value: Scalar) -> Result<tch::Tensor> {
                 let [input, index] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -10412,15 +10412,15 @@ pub(crate) mod core {
             let [input, index] = op.get([input, index])?;
             let input: &tch::Tensor = &input;
             let index: &tch::Tensor = &index;
-            op.output_replayable([Some(input), Some(index)], |inputs| replay(inputs, dim, value), || {
+            op.output_replayable([Some(input), Some(index)], erased_run(&|inputs| replay(inputs, dim, value)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, value))
-            })
-        })
+            }))
+        }))
     }
 
     /// `index_fill_.int_Tensor(Tensor(a!) self, int dim, Tensor index, Tensor value) -> Tensor(a!)`
     pub(crate) fn index_fill_int_tensor_(input: TensorId, dim: i64, index: TensorId, value: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("index_fill_int_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
@@ -10428,13 +10428,13 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let index: &tch::Tensor = &index;
             let value: &tch::Tensor = &value;
-            op.value(|| aten::unit(kernels::tr_aten_index_fill_int_tensor_, "index_fill_.int_Tensor", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::tensor(value)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_index_fill_int_tensor_, "index_fill_.int_Tensor", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::tensor(value)]))).map(|_| handle)
+        }))
     }
 
     /// `index_fill.int_Tensor(Tensor self, int dim, Tensor index, Tensor value) -> Tensor`
     pub(crate) fn index_fill_int_tensor(input: TensorId, dim: i64, index: TensorId, value: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
                 let [input, index, value] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -10447,15 +10447,15 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let index: &tch::Tensor = &index;
             let value: &tch::Tensor = &value;
-            op.output_replayable([Some(input), Some(index), Some(value)], |inputs| replay(inputs, dim), || {
+            op.output_replayable([Some(input), Some(index), Some(value)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `scatter.src(Tensor self, int dim, Tensor index, Tensor src) -> Tensor`
     pub(crate) fn scatter_src(input: TensorId, dim: i64, index: TensorId, src: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
                 let [input, index, src] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -10468,15 +10468,15 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let index: &tch::Tensor = &index;
             let src: &tch::Tensor = &src;
-            op.output_replayable([Some(input), Some(index), Some(src)], |inputs| replay(inputs, dim), || {
+            op.output_replayable([Some(input), Some(index), Some(src)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `scatter_.src(Tensor(a!) self, int dim, Tensor index, Tensor src) -> Tensor(a!)`
     pub(crate) fn scatter_src_(input: TensorId, dim: i64, index: TensorId, src: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("scatter_src_");
             let handle = input;
         let input = op.get_mut(input)?;
@@ -10484,13 +10484,13 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let index: &tch::Tensor = &index;
             let src: &tch::Tensor = &src;
-            op.value(|| aten::unit(kernels::tr_aten_scatter_src_, "scatter_.src", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::tensor(src)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_scatter_src_, "scatter_.src", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::tensor(src)]))).map(|_| handle)
+        }))
     }
 
     /// `scatter.value(Tensor self, int dim, Tensor index, Scalar value) -> Tensor`
     pub(crate) fn scatter_value(input: TensorId, dim: i64, index: TensorId, value: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, value: Scalar) -> Result<tch::Tensor> {
                 let [input, index] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -10501,28 +10501,28 @@ pub(crate) mod core {
             let [input, index] = op.get([input, index])?;
             let input: &tch::Tensor = &input;
             let index: &tch::Tensor = &index;
-            op.output_replayable([Some(input), Some(index)], |inputs| replay(inputs, dim, value), || {
+            op.output_replayable([Some(input), Some(index)], erased_run(&|inputs| replay(inputs, dim, value)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, value))
-            })
-        })
+            }))
+        }))
     }
 
     /// `scatter_.value(Tensor(a!) self, int dim, Tensor index, Scalar value) -> Tensor(a!)`
     pub(crate) fn scatter_value_(input: TensorId, dim: i64, index: TensorId, value: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("scatter_value_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [index] = op.get([index])?;
             let input: &tch::Tensor = &input;
             let index: &tch::Tensor = &index;
-            op.value(|| aten::unit(kernels::tr_aten_scatter_value_, "scatter_.value", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::scalar(value)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_scatter_value_, "scatter_.value", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::scalar(value)]))).map(|_| handle)
+        }))
     }
 
     /// `scatter.reduce(Tensor self, int dim, Tensor index, Tensor src, *, str reduce) -> Tensor`
     pub(crate) fn scatter_reduce(input: TensorId, dim: i64, index: TensorId, src: TensorId, reduce: &str) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, reduce: &str) -> Result<tch::Tensor> {
                 let [input, index, src] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -10535,16 +10535,16 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let index: &tch::Tensor = &index;
             let src: &tch::Tensor = &src;
-            op.output_replayable([Some(input), Some(index), Some(src)], |inputs| replay(inputs, dim, reduce), || {
+            op.output_replayable([Some(input), Some(index), Some(src)], erased_run(&|inputs| replay(inputs, dim, reduce)), erased_keep(&mut || {
                 let reduce = reduce.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, &reduce))
-            })
-        })
+            }))
+        }))
     }
 
     /// `scatter_.reduce(Tensor(a!) self, int dim, Tensor index, Tensor src, *, str reduce) -> Tensor(a!)`
     pub(crate) fn scatter_reduce_(input: TensorId, dim: i64, index: TensorId, src: TensorId, reduce: &str) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("scatter_reduce_");
             let handle = input;
         let input = op.get_mut(input)?;
@@ -10552,13 +10552,13 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let index: &tch::Tensor = &index;
             let src: &tch::Tensor = &src;
-            op.value(|| aten::unit(kernels::tr_aten_scatter_reduce_, "scatter_.reduce", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::tensor(src), Arg::str(reduce)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_scatter_reduce_, "scatter_.reduce", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::tensor(src), Arg::str(reduce)]))).map(|_| handle)
+        }))
     }
 
     /// `scatter.value_reduce(Tensor self, int dim, Tensor index, Scalar value, *, str reduce) -> Tensor`
     pub(crate) fn scatter_value_reduce(input: TensorId, dim: i64, index: TensorId, value: Scalar, reduce: &str) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, value: Scalar, reduce: &str) -> Result<tch::Tensor> {
                 let [input, index] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -10569,29 +10569,29 @@ pub(crate) mod core {
             let [input, index] = op.get([input, index])?;
             let input: &tch::Tensor = &input;
             let index: &tch::Tensor = &index;
-            op.output_replayable([Some(input), Some(index)], |inputs| replay(inputs, dim, value, reduce), || {
+            op.output_replayable([Some(input), Some(index)], erased_run(&|inputs| replay(inputs, dim, value, reduce)), erased_keep(&mut || {
                 let reduce = reduce.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, value, &reduce))
-            })
-        })
+            }))
+        }))
     }
 
     /// `scatter_.value_reduce(Tensor(a!) self, int dim, Tensor index, Scalar value, *, str reduce) -> Tensor(a!)`
     pub(crate) fn scatter_value_reduce_(input: TensorId, dim: i64, index: TensorId, value: Scalar, reduce: &str) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("scatter_value_reduce_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [index] = op.get([index])?;
             let input: &tch::Tensor = &input;
             let index: &tch::Tensor = &index;
-            op.value(|| aten::unit(kernels::tr_aten_scatter_value_reduce_, "scatter_.value_reduce", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::scalar(value), Arg::str(reduce)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_scatter_value_reduce_, "scatter_.value_reduce", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::scalar(value), Arg::str(reduce)]))).map(|_| handle)
+        }))
     }
 
     /// `scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor`
     pub(crate) fn scatter_add(input: TensorId, dim: i64, index: TensorId, src: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
                 let [input, index, src] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -10604,15 +10604,15 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let index: &tch::Tensor = &index;
             let src: &tch::Tensor = &src;
-            op.output_replayable([Some(input), Some(index), Some(src)], |inputs| replay(inputs, dim), || {
+            op.output_replayable([Some(input), Some(index), Some(src)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `scatter_add_(Tensor(a!) self, int dim, Tensor index, Tensor src) -> Tensor(a!)`
     pub(crate) fn scatter_add_(input: TensorId, dim: i64, index: TensorId, src: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("scatter_add_");
             let handle = input;
         let input = op.get_mut(input)?;
@@ -10620,13 +10620,13 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let index: &tch::Tensor = &index;
             let src: &tch::Tensor = &src;
-            op.value(|| aten::unit(kernels::tr_aten_scatter_add_, "scatter_add_", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::tensor(src)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_scatter_add_, "scatter_add_", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::tensor(src)]))).map(|_| handle)
+        }))
     }
 
     /// `scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor`
     pub(crate) fn scatter_reduce_two(input: TensorId, dim: i64, index: TensorId, src: TensorId, reduce: &str, include_self: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, reduce: &str, include_self: bool) -> Result<tch::Tensor> {
                 let [input, index, src] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -10639,16 +10639,16 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let index: &tch::Tensor = &index;
             let src: &tch::Tensor = &src;
-            op.output_replayable([Some(input), Some(index), Some(src)], |inputs| replay(inputs, dim, reduce, include_self), || {
+            op.output_replayable([Some(input), Some(index), Some(src)], erased_run(&|inputs| replay(inputs, dim, reduce, include_self)), erased_keep(&mut || {
                 let reduce = reduce.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, &reduce, include_self))
-            })
-        })
+            }))
+        }))
     }
 
     /// `scatter_reduce_.two(Tensor(a!) self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor(a!)`
     pub(crate) fn scatter_reduce_two_(input: TensorId, dim: i64, index: TensorId, src: TensorId, reduce: &str, include_self: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("scatter_reduce_two_");
             let handle = input;
         let input = op.get_mut(input)?;
@@ -10656,37 +10656,37 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let index: &tch::Tensor = &index;
             let src: &tch::Tensor = &src;
-            op.value(|| aten::unit(kernels::tr_aten_scatter_reduce_two_, "scatter_reduce_.two", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::tensor(src), Arg::str(reduce), Arg::bool(include_self)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_scatter_reduce_two_, "scatter_reduce_.two", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::tensor(src), Arg::str(reduce), Arg::bool(include_self)]))).map(|_| handle)
+        }))
     }
 
     /// `eq_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`
     pub(crate) fn eq_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("eq_scalar_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_eq_scalar_, "eq_.Scalar", &[Arg::tensor(input), Arg::scalar(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_eq_scalar_, "eq_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
+        }))
     }
 
     /// `eq_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn eq_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("eq_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_eq_tensor_, "eq_.Tensor", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_eq_tensor_, "eq_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `bitwise_and.Scalar(Tensor self, Scalar other) -> Tensor`
     pub(crate) fn bitwise_and_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -10695,15 +10695,15 @@ pub(crate) mod core {
             let mut op = Op::begin("bitwise_and_scalar");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, other), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            })
-        })
+            }))
+        }))
     }
 
     /// `bitwise_and.Scalar_Tensor(Scalar self, Tensor other) -> Tensor`
     pub(crate) fn bitwise_and_scalar_tensor(input: Scalar, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], input: Scalar) -> Result<tch::Tensor> {
                 let [other] = replay_args(inputs)?;
                 let other = given(other)?;
@@ -10712,15 +10712,15 @@ pub(crate) mod core {
             let mut op = Op::begin("bitwise_and_scalar_tensor");
             let [other] = op.get([other])?;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(other)], |inputs| replay(inputs, input), || {
+            op.output_replayable([Some(other)], erased_run(&|inputs| replay(inputs, input)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, input))
-            })
-        })
+            }))
+        }))
     }
 
     /// `bitwise_and.Tensor(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn bitwise_and_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -10731,37 +10731,37 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `bitwise_and_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`
     pub(crate) fn bitwise_and_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("bitwise_and_scalar_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_bitwise_and_scalar_, "bitwise_and_.Scalar", &[Arg::tensor(input), Arg::scalar(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_bitwise_and_scalar_, "bitwise_and_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
+        }))
     }
 
     /// `bitwise_and_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn bitwise_and_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("bitwise_and_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_bitwise_and_tensor_, "bitwise_and_.Tensor", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_bitwise_and_tensor_, "bitwise_and_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `bitwise_or.Scalar(Tensor self, Scalar other) -> Tensor`
     pub(crate) fn bitwise_or_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -10770,15 +10770,15 @@ pub(crate) mod core {
             let mut op = Op::begin("bitwise_or_scalar");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, other), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            })
-        })
+            }))
+        }))
     }
 
     /// `bitwise_or.Scalar_Tensor(Scalar self, Tensor other) -> Tensor`
     pub(crate) fn bitwise_or_scalar_tensor(input: Scalar, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], input: Scalar) -> Result<tch::Tensor> {
                 let [other] = replay_args(inputs)?;
                 let other = given(other)?;
@@ -10787,15 +10787,15 @@ pub(crate) mod core {
             let mut op = Op::begin("bitwise_or_scalar_tensor");
             let [other] = op.get([other])?;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(other)], |inputs| replay(inputs, input), || {
+            op.output_replayable([Some(other)], erased_run(&|inputs| replay(inputs, input)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, input))
-            })
-        })
+            }))
+        }))
     }
 
     /// `bitwise_or.Tensor(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn bitwise_or_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -10806,37 +10806,37 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `bitwise_or_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`
     pub(crate) fn bitwise_or_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("bitwise_or_scalar_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_bitwise_or_scalar_, "bitwise_or_.Scalar", &[Arg::tensor(input), Arg::scalar(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_bitwise_or_scalar_, "bitwise_or_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
+        }))
     }
 
     /// `bitwise_or_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn bitwise_or_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("bitwise_or_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_bitwise_or_tensor_, "bitwise_or_.Tensor", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_bitwise_or_tensor_, "bitwise_or_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `bitwise_xor.Scalar(Tensor self, Scalar other) -> Tensor`
     pub(crate) fn bitwise_xor_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -10845,15 +10845,15 @@ pub(crate) mod core {
             let mut op = Op::begin("bitwise_xor_scalar");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, other), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            })
-        })
+            }))
+        }))
     }
 
     /// `bitwise_xor.Scalar_Tensor(Scalar self, Tensor other) -> Tensor`
     pub(crate) fn bitwise_xor_scalar_tensor(input: Scalar, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], input: Scalar) -> Result<tch::Tensor> {
                 let [other] = replay_args(inputs)?;
                 let other = given(other)?;
@@ -10862,15 +10862,15 @@ pub(crate) mod core {
             let mut op = Op::begin("bitwise_xor_scalar_tensor");
             let [other] = op.get([other])?;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(other)], |inputs| replay(inputs, input), || {
+            op.output_replayable([Some(other)], erased_run(&|inputs| replay(inputs, input)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, input))
-            })
-        })
+            }))
+        }))
     }
 
     /// `bitwise_xor.Tensor(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn bitwise_xor_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -10881,37 +10881,37 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `bitwise_xor_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`
     pub(crate) fn bitwise_xor_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("bitwise_xor_scalar_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_bitwise_xor_scalar_, "bitwise_xor_.Scalar", &[Arg::tensor(input), Arg::scalar(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_bitwise_xor_scalar_, "bitwise_xor_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
+        }))
     }
 
     /// `bitwise_xor_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn bitwise_xor_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("bitwise_xor_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_bitwise_xor_tensor_, "bitwise_xor_.Tensor", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_bitwise_xor_tensor_, "bitwise_xor_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `bitwise_left_shift.Tensor(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn bitwise_left_shift_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -10922,26 +10922,26 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `bitwise_left_shift_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn bitwise_left_shift_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("bitwise_left_shift_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_bitwise_left_shift_tensor_, "bitwise_left_shift_.Tensor", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_bitwise_left_shift_tensor_, "bitwise_left_shift_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `bitwise_left_shift.Tensor_Scalar(Tensor self, Scalar other) -> Tensor`
     pub(crate) fn bitwise_left_shift_tensor_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -10950,26 +10950,26 @@ pub(crate) mod core {
             let mut op = Op::begin("bitwise_left_shift_tensor_scalar");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, other), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            })
-        })
+            }))
+        }))
     }
 
     /// `bitwise_left_shift_.Tensor_Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`
     pub(crate) fn bitwise_left_shift_tensor_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("bitwise_left_shift_tensor_scalar_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_bitwise_left_shift_tensor_scalar_, "bitwise_left_shift_.Tensor_Scalar", &[Arg::tensor(input), Arg::scalar(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_bitwise_left_shift_tensor_scalar_, "bitwise_left_shift_.Tensor_Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
+        }))
     }
 
     /// `bitwise_left_shift.Scalar_Tensor(Scalar self, Tensor other) -> Tensor`
     pub(crate) fn bitwise_left_shift_scalar_tensor(input: Scalar, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], input: Scalar) -> Result<tch::Tensor> {
                 let [other] = replay_args(inputs)?;
                 let other = given(other)?;
@@ -10978,15 +10978,15 @@ pub(crate) mod core {
             let mut op = Op::begin("bitwise_left_shift_scalar_tensor");
             let [other] = op.get([other])?;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(other)], |inputs| replay(inputs, input), || {
+            op.output_replayable([Some(other)], erased_run(&|inputs| replay(inputs, input)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, input))
-            })
-        })
+            }))
+        }))
     }
 
     /// `bitwise_right_shift.Tensor(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn bitwise_right_shift_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -10997,26 +10997,26 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `bitwise_right_shift_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn bitwise_right_shift_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("bitwise_right_shift_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_bitwise_right_shift_tensor_, "bitwise_right_shift_.Tensor", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_bitwise_right_shift_tensor_, "bitwise_right_shift_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `bitwise_right_shift.Tensor_Scalar(Tensor self, Scalar other) -> Tensor`
     pub(crate) fn bitwise_right_shift_tensor_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -11025,26 +11025,26 @@ pub(crate) mod core {
             let mut op = Op::begin("bitwise_right_shift_tensor_scalar");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, other), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            })
-        })
+            }))
+        }))
     }
 
     /// `bitwise_right_shift_.Tensor_Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`
     pub(crate) fn bitwise_right_shift_tensor_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("bitwise_right_shift_tensor_scalar_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_bitwise_right_shift_tensor_scalar_, "bitwise_right_shift_.Tensor_Scalar", &[Arg::tensor(input), Arg::scalar(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_bitwise_right_shift_tensor_scalar_, "bitwise_right_shift_.Tensor_Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
+        }))
     }
 
     /// `bitwise_right_shift.Scalar_Tensor(Scalar self, Tensor other) -> Tensor`
     pub(crate) fn bitwise_right_shift_scalar_tensor(input: Scalar, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], input: Scalar) -> Result<tch::Tensor> {
                 let [other] = replay_args(inputs)?;
                 let other = given(other)?;
@@ -11053,61 +11053,61 @@ pub(crate) mod core {
             let mut op = Op::begin("bitwise_right_shift_scalar_tensor");
             let [other] = op.get([other])?;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(other)], |inputs| replay(inputs, input), || {
+            op.output_replayable([Some(other)], erased_run(&|inputs| replay(inputs, input)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, input))
-            })
-        })
+            }))
+        }))
     }
 
     /// `tril_(Tensor(a!) self, SymInt diagonal=0) -> Tensor(a!)`
     pub(crate) fn tril_(input: TensorId, diagonal: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("tril_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_tril_, "tril_", &[Arg::tensor(input), Arg::int(diagonal)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_tril_, "tril_", &[Arg::tensor(input), Arg::int(diagonal)]))).map(|_| handle)
+        }))
     }
 
     /// `triu_(Tensor(a!) self, SymInt diagonal=0) -> Tensor(a!)`
     pub(crate) fn triu_(input: TensorId, diagonal: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("triu_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_triu_, "triu_", &[Arg::tensor(input), Arg::int(diagonal)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_triu_, "triu_", &[Arg::tensor(input), Arg::int(diagonal)]))).map(|_| handle)
+        }))
     }
 
     /// `digamma_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn digamma_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("digamma_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_digamma_, "digamma_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_digamma_, "digamma_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `lerp_.Scalar(Tensor(a!) self, Tensor end, Scalar weight) -> Tensor(a!)`
     pub(crate) fn lerp_scalar_(input: TensorId, end: TensorId, weight: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("lerp_scalar_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [end] = op.get([end])?;
             let input: &tch::Tensor = &input;
             let end: &tch::Tensor = &end;
-            op.value(|| aten::unit(kernels::tr_aten_lerp_scalar_, "lerp_.Scalar", &[Arg::tensor(input), Arg::tensor(end), Arg::scalar(weight)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_lerp_scalar_, "lerp_.Scalar", &[Arg::tensor(input), Arg::tensor(end), Arg::scalar(weight)]))).map(|_| handle)
+        }))
     }
 
     /// `lerp_.Tensor(Tensor(a!) self, Tensor end, Tensor weight) -> Tensor(a!)`
     pub(crate) fn lerp_tensor_(input: TensorId, end: TensorId, weight: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("lerp_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
@@ -11115,13 +11115,13 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let end: &tch::Tensor = &end;
             let weight: &tch::Tensor = &weight;
-            op.value(|| aten::unit(kernels::tr_aten_lerp_tensor_, "lerp_.Tensor", &[Arg::tensor(input), Arg::tensor(end), Arg::tensor(weight)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_lerp_tensor_, "lerp_.Tensor", &[Arg::tensor(input), Arg::tensor(end), Arg::tensor(weight)]))).map(|_| handle)
+        }))
     }
 
     /// `addbmm_(Tensor(a!) self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) -> Tensor(a!)`
     pub(crate) fn addbmm_(input: TensorId, batch1: TensorId, batch2: TensorId, beta: Scalar, alpha: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("addbmm_");
             let handle = input;
         let input = op.get_mut(input)?;
@@ -11129,13 +11129,13 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let batch1: &tch::Tensor = &batch1;
             let batch2: &tch::Tensor = &batch2;
-            op.value(|| aten::unit(kernels::tr_aten_addbmm_, "addbmm_", &[Arg::tensor(input), Arg::tensor(batch1), Arg::tensor(batch2), Arg::scalar(beta), Arg::scalar(alpha)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_addbmm_, "addbmm_", &[Arg::tensor(input), Arg::tensor(batch1), Arg::tensor(batch2), Arg::scalar(beta), Arg::scalar(alpha)]))).map(|_| handle)
+        }))
     }
 
     /// `addbmm(Tensor self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) -> Tensor`
     pub(crate) fn addbmm(input: TensorId, batch1: TensorId, batch2: TensorId, beta: Scalar, alpha: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], beta: Scalar, alpha: Scalar) -> Result<tch::Tensor> {
                 let [input, batch1, batch2] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -11148,103 +11148,103 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let batch1: &tch::Tensor = &batch1;
             let batch2: &tch::Tensor = &batch2;
-            op.output_replayable([Some(input), Some(batch1), Some(batch2)], |inputs| replay(inputs, beta, alpha), || {
+            op.output_replayable([Some(input), Some(batch1), Some(batch2)], erased_run(&|inputs| replay(inputs, beta, alpha)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, beta, alpha))
-            })
-        })
+            }))
+        }))
     }
 
     /// `random_.from(Tensor(a!) self, int from, int? to, *, Generator? generator=None) -> Tensor(a!)`
     pub(crate) fn random_from_(input: TensorId, from: i64, to: Option<i64>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("random_from_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_random_from_, "random_.from", &[Arg::tensor(input), Arg::int(from), Arg::opt_int(to)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_random_from_, "random_.from", &[Arg::tensor(input), Arg::int(from), Arg::opt_int(to)]))).map(|_| handle)
+        }))
     }
 
     /// `random_.to(Tensor(a!) self, int to, *, Generator? generator=None) -> Tensor(a!)`
     pub(crate) fn random_to_(input: TensorId, to: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("random_to_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_random_to_, "random_.to", &[Arg::tensor(input), Arg::int(to)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_random_to_, "random_.to", &[Arg::tensor(input), Arg::int(to)]))).map(|_| handle)
+        }))
     }
 
     /// `random_(Tensor(a!) self, *, Generator? generator=None) -> Tensor(a!)`
     pub(crate) fn random_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("random_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_random_, "random_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_random_, "random_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `uniform_(Tensor(a!) self, float from=0, float to=1, *, Generator? generator=None) -> Tensor(a!)`
     pub(crate) fn uniform_(input: TensorId, from: f64, to: f64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("uniform_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_uniform_, "uniform_", &[Arg::tensor(input), Arg::float(from), Arg::float(to)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_uniform_, "uniform_", &[Arg::tensor(input), Arg::float(from), Arg::float(to)]))).map(|_| handle)
+        }))
     }
 
     /// `cauchy_(Tensor(a!) self, float median=0, float sigma=1, *, Generator? generator=None) -> Tensor(a!)`
     pub(crate) fn cauchy_(input: TensorId, median: f64, sigma: f64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("cauchy_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_cauchy_, "cauchy_", &[Arg::tensor(input), Arg::float(median), Arg::float(sigma)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_cauchy_, "cauchy_", &[Arg::tensor(input), Arg::float(median), Arg::float(sigma)]))).map(|_| handle)
+        }))
     }
 
     /// `log_normal_(Tensor(a!) self, float mean=1, float std=2, *, Generator? generator=None) -> Tensor(a!)`
     pub(crate) fn log_normal_(input: TensorId, mean: f64, std: f64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("log_normal_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_log_normal_, "log_normal_", &[Arg::tensor(input), Arg::float(mean), Arg::float(std)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_log_normal_, "log_normal_", &[Arg::tensor(input), Arg::float(mean), Arg::float(std)]))).map(|_| handle)
+        }))
     }
 
     /// `exponential_(Tensor(a!) self, float lambd=1, *, Generator? generator=None) -> Tensor(a!)`
     pub(crate) fn exponential_(input: TensorId, lambd: f64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("exponential_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_exponential_, "exponential_", &[Arg::tensor(input), Arg::float(lambd)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_exponential_, "exponential_", &[Arg::tensor(input), Arg::float(lambd)]))).map(|_| handle)
+        }))
     }
 
     /// `geometric_(Tensor(a!) self, float p, *, Generator? generator=None) -> Tensor(a!)`
     pub(crate) fn geometric_(input: TensorId, p: f64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("geometric_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_geometric_, "geometric_", &[Arg::tensor(input), Arg::float(p)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_geometric_, "geometric_", &[Arg::tensor(input), Arg::float(p)]))).map(|_| handle)
+        }))
     }
 
     /// `diag(Tensor self, int diagonal=0) -> Tensor`
     pub(crate) fn diag(input: TensorId, diagonal: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], diagonal: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -11253,15 +11253,15 @@ pub(crate) mod core {
             let mut op = Op::begin("diag");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, diagonal), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, diagonal)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, diagonal))
-            })
-        })
+            }))
+        }))
     }
 
     /// `cross(Tensor self, Tensor other, int? dim=None) -> Tensor`
     pub(crate) fn cross(input: TensorId, other: TensorId, dim: Option<i64>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: Option<i64>) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -11272,15 +11272,15 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], |inputs| replay(inputs, dim), || {
+            op.output_replayable([Some(input), Some(other)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `triu(Tensor self, SymInt diagonal=0) -> Tensor`
     pub(crate) fn triu(input: TensorId, diagonal: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], diagonal: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -11289,15 +11289,15 @@ pub(crate) mod core {
             let mut op = Op::begin("triu");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, diagonal), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, diagonal)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, diagonal))
-            })
-        })
+            }))
+        }))
     }
 
     /// `tril(Tensor self, SymInt diagonal=0) -> Tensor`
     pub(crate) fn tril(input: TensorId, diagonal: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], diagonal: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -11306,31 +11306,31 @@ pub(crate) mod core {
             let mut op = Op::begin("tril");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, diagonal), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, diagonal)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, diagonal))
-            })
-        })
+            }))
+        }))
     }
 
     /// `tril_indices(int row, int col, int offset=0, *, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn tril_indices(row: i64, col: i64, offset: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("tril_indices");
-            op.output(|| aten::tensor(kernels::tr_aten_tril_indices, "tril_indices", &[Arg::int(row), Arg::int(col), Arg::int(offset), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_tril_indices, "tril_indices", &[Arg::int(row), Arg::int(col), Arg::int(offset), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `triu_indices(int row, int col, int offset=0, *, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn triu_indices(row: i64, col: i64, offset: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("triu_indices");
-            op.output(|| aten::tensor(kernels::tr_aten_triu_indices, "triu_indices", &[Arg::int(row), Arg::int(col), Arg::int(offset), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_triu_indices, "triu_indices", &[Arg::int(row), Arg::int(col), Arg::int(offset), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `trace(Tensor self) -> Tensor`
     pub(crate) fn trace(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -11339,13 +11339,13 @@ pub(crate) mod core {
             let mut op = Op::begin("trace");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `ne.Tensor(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn ne_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -11356,37 +11356,37 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `ne_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`
     pub(crate) fn ne_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("ne_scalar_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_ne_scalar_, "ne_.Scalar", &[Arg::tensor(input), Arg::scalar(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_ne_scalar_, "ne_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
+        }))
     }
 
     /// `ne_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn ne_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("ne_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_ne_tensor_, "ne_.Tensor", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_ne_tensor_, "ne_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `not_equal.Scalar(Tensor self, Scalar other) -> Tensor`
     pub(crate) fn not_equal_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -11395,15 +11395,15 @@ pub(crate) mod core {
             let mut op = Op::begin("not_equal_scalar");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, other), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            })
-        })
+            }))
+        }))
     }
 
     /// `not_equal.Tensor(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn not_equal_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -11414,37 +11414,37 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `not_equal_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`
     pub(crate) fn not_equal_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("not_equal_scalar_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_not_equal_scalar_, "not_equal_.Scalar", &[Arg::tensor(input), Arg::scalar(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_not_equal_scalar_, "not_equal_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
+        }))
     }
 
     /// `not_equal_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn not_equal_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("not_equal_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_not_equal_tensor_, "not_equal_.Tensor", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_not_equal_tensor_, "not_equal_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `eq.Tensor(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn eq_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -11455,13 +11455,13 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `ge.Tensor(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn ge_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -11472,37 +11472,37 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `ge_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`
     pub(crate) fn ge_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("ge_scalar_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_ge_scalar_, "ge_.Scalar", &[Arg::tensor(input), Arg::scalar(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_ge_scalar_, "ge_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
+        }))
     }
 
     /// `ge_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn ge_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("ge_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_ge_tensor_, "ge_.Tensor", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_ge_tensor_, "ge_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `greater_equal.Scalar(Tensor self, Scalar other) -> Tensor`
     pub(crate) fn greater_equal_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -11511,15 +11511,15 @@ pub(crate) mod core {
             let mut op = Op::begin("greater_equal_scalar");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, other), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            })
-        })
+            }))
+        }))
     }
 
     /// `greater_equal.Tensor(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn greater_equal_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -11530,37 +11530,37 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `greater_equal_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`
     pub(crate) fn greater_equal_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("greater_equal_scalar_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_greater_equal_scalar_, "greater_equal_.Scalar", &[Arg::tensor(input), Arg::scalar(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_greater_equal_scalar_, "greater_equal_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
+        }))
     }
 
     /// `greater_equal_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn greater_equal_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("greater_equal_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_greater_equal_tensor_, "greater_equal_.Tensor", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_greater_equal_tensor_, "greater_equal_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `le.Tensor(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn le_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -11571,37 +11571,37 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `le_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`
     pub(crate) fn le_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("le_scalar_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_le_scalar_, "le_.Scalar", &[Arg::tensor(input), Arg::scalar(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_le_scalar_, "le_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
+        }))
     }
 
     /// `le_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn le_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("le_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_le_tensor_, "le_.Tensor", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_le_tensor_, "le_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `less_equal.Scalar(Tensor self, Scalar other) -> Tensor`
     pub(crate) fn less_equal_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -11610,15 +11610,15 @@ pub(crate) mod core {
             let mut op = Op::begin("less_equal_scalar");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, other), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            })
-        })
+            }))
+        }))
     }
 
     /// `less_equal.Tensor(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn less_equal_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -11629,37 +11629,37 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `less_equal_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`
     pub(crate) fn less_equal_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("less_equal_scalar_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_less_equal_scalar_, "less_equal_.Scalar", &[Arg::tensor(input), Arg::scalar(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_less_equal_scalar_, "less_equal_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
+        }))
     }
 
     /// `less_equal_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn less_equal_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("less_equal_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_less_equal_tensor_, "less_equal_.Tensor", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_less_equal_tensor_, "less_equal_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `gt.Tensor(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn gt_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -11670,37 +11670,37 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `gt_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`
     pub(crate) fn gt_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("gt_scalar_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_gt_scalar_, "gt_.Scalar", &[Arg::tensor(input), Arg::scalar(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_gt_scalar_, "gt_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
+        }))
     }
 
     /// `gt_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn gt_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("gt_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_gt_tensor_, "gt_.Tensor", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_gt_tensor_, "gt_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `greater.Scalar(Tensor self, Scalar other) -> Tensor`
     pub(crate) fn greater_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -11709,15 +11709,15 @@ pub(crate) mod core {
             let mut op = Op::begin("greater_scalar");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, other), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            })
-        })
+            }))
+        }))
     }
 
     /// `greater.Tensor(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn greater_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -11728,37 +11728,37 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `greater_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`
     pub(crate) fn greater_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("greater_scalar_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_greater_scalar_, "greater_.Scalar", &[Arg::tensor(input), Arg::scalar(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_greater_scalar_, "greater_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
+        }))
     }
 
     /// `greater_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn greater_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("greater_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_greater_tensor_, "greater_.Tensor", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_greater_tensor_, "greater_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `lt.Tensor(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn lt_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -11769,37 +11769,37 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `lt_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`
     pub(crate) fn lt_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("lt_scalar_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_lt_scalar_, "lt_.Scalar", &[Arg::tensor(input), Arg::scalar(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_lt_scalar_, "lt_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
+        }))
     }
 
     /// `lt_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn lt_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("lt_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_lt_tensor_, "lt_.Tensor", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_lt_tensor_, "lt_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `less.Scalar(Tensor self, Scalar other) -> Tensor`
     pub(crate) fn less_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -11808,15 +11808,15 @@ pub(crate) mod core {
             let mut op = Op::begin("less_scalar");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, other), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            })
-        })
+            }))
+        }))
     }
 
     /// `less.Tensor(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn less_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -11827,37 +11827,37 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `less_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`
     pub(crate) fn less_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("less_scalar_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_less_scalar_, "less_.Scalar", &[Arg::tensor(input), Arg::scalar(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_less_scalar_, "less_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
+        }))
     }
 
     /// `less_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn less_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("less_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_less_tensor_, "less_.Tensor", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_less_tensor_, "less_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `take(Tensor self, Tensor index) -> Tensor`
     pub(crate) fn take(input: TensorId, index: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, index] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -11868,13 +11868,13 @@ pub(crate) mod core {
             let [input, index] = op.get([input, index])?;
             let input: &tch::Tensor = &input;
             let index: &tch::Tensor = &index;
-            op.output_replayable([Some(input), Some(index)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(index)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `take_along_dim(Tensor self, Tensor indices, int? dim=None) -> Tensor`
     pub(crate) fn take_along_dim(input: TensorId, indices: TensorId, dim: Option<i64>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: Option<i64>) -> Result<tch::Tensor> {
                 let [input, indices] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -11885,15 +11885,15 @@ pub(crate) mod core {
             let [input, indices] = op.get([input, indices])?;
             let input: &tch::Tensor = &input;
             let indices: &tch::Tensor = &indices;
-            op.output_replayable([Some(input), Some(indices)], |inputs| replay(inputs, dim), || {
+            op.output_replayable([Some(input), Some(indices)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `nonzero_static(Tensor self, *, SymInt size, int fill_value=-1) -> Tensor`
     pub(crate) fn nonzero_static(input: TensorId, size: i64, fill_value: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], size: i64, fill_value: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -11902,25 +11902,25 @@ pub(crate) mod core {
             let mut op = Op::begin("nonzero_static");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, size, fill_value), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, size, fill_value)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, size, fill_value))
-            })
-        })
+            }))
+        }))
     }
 
     /// `nonzero_numpy(Tensor self) -> Tensor[]`
     pub(crate) fn nonzero_numpy(input: TensorId) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("nonzero_numpy");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::tensors(kernels::tr_aten_nonzero_numpy, "nonzero_numpy", &[Arg::tensor(input)]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_nonzero_numpy, "nonzero_numpy", &[Arg::tensor(input)])))
+        }))
     }
 
     /// `argwhere(Tensor self) -> Tensor`
     pub(crate) fn argwhere(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -11929,13 +11929,13 @@ pub(crate) mod core {
             let mut op = Op::begin("argwhere");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor`
     pub(crate) fn gather(input: TensorId, dim: i64, index: TensorId, sparse_grad: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, sparse_grad: bool) -> Result<tch::Tensor> {
                 let [input, index] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -11946,15 +11946,15 @@ pub(crate) mod core {
             let [input, index] = op.get([input, index])?;
             let input: &tch::Tensor = &input;
             let index: &tch::Tensor = &index;
-            op.output_replayable([Some(input), Some(index)], |inputs| replay(inputs, dim, sparse_grad), || {
+            op.output_replayable([Some(input), Some(index)], erased_run(&|inputs| replay(inputs, dim, sparse_grad)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, sparse_grad))
-            })
-        })
+            }))
+        }))
     }
 
     /// `addcmul(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor`
     pub(crate) fn addcmul(input: TensorId, tensor1: TensorId, tensor2: TensorId, value: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], value: Scalar) -> Result<tch::Tensor> {
                 let [input, tensor1, tensor2] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -11967,15 +11967,15 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let tensor1: &tch::Tensor = &tensor1;
             let tensor2: &tch::Tensor = &tensor2;
-            op.output_replayable([Some(input), Some(tensor1), Some(tensor2)], |inputs| replay(inputs, value), || {
+            op.output_replayable([Some(input), Some(tensor1), Some(tensor2)], erased_run(&|inputs| replay(inputs, value)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, value))
-            })
-        })
+            }))
+        }))
     }
 
     /// `addcmul_(Tensor(a!) self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor(a!)`
     pub(crate) fn addcmul_(input: TensorId, tensor1: TensorId, tensor2: TensorId, value: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("addcmul_");
             let handle = input;
         let input = op.get_mut(input)?;
@@ -11983,13 +11983,13 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let tensor1: &tch::Tensor = &tensor1;
             let tensor2: &tch::Tensor = &tensor2;
-            op.value(|| aten::unit(kernels::tr_aten_addcmul_, "addcmul_", &[Arg::tensor(input), Arg::tensor(tensor1), Arg::tensor(tensor2), Arg::scalar(value)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_addcmul_, "addcmul_", &[Arg::tensor(input), Arg::tensor(tensor1), Arg::tensor(tensor2), Arg::scalar(value)]))).map(|_| handle)
+        }))
     }
 
     /// `addcdiv(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor`
     pub(crate) fn addcdiv(input: TensorId, tensor1: TensorId, tensor2: TensorId, value: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], value: Scalar) -> Result<tch::Tensor> {
                 let [input, tensor1, tensor2] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12002,15 +12002,15 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let tensor1: &tch::Tensor = &tensor1;
             let tensor2: &tch::Tensor = &tensor2;
-            op.output_replayable([Some(input), Some(tensor1), Some(tensor2)], |inputs| replay(inputs, value), || {
+            op.output_replayable([Some(input), Some(tensor1), Some(tensor2)], erased_run(&|inputs| replay(inputs, value)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, value))
-            })
-        })
+            }))
+        }))
     }
 
     /// `addcdiv_(Tensor(a!) self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor(a!)`
     pub(crate) fn addcdiv_(input: TensorId, tensor1: TensorId, tensor2: TensorId, value: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("addcdiv_");
             let handle = input;
         let input = op.get_mut(input)?;
@@ -12018,13 +12018,13 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let tensor1: &tch::Tensor = &tensor1;
             let tensor2: &tch::Tensor = &tensor2;
-            op.value(|| aten::unit(kernels::tr_aten_addcdiv_, "addcdiv_", &[Arg::tensor(input), Arg::tensor(tensor1), Arg::tensor(tensor2), Arg::scalar(value)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_addcdiv_, "addcdiv_", &[Arg::tensor(input), Arg::tensor(tensor1), Arg::tensor(tensor2), Arg::scalar(value)]))).map(|_| handle)
+        }))
     }
 
     /// `cross_entropy_loss(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean, SymInt ignore_index=-100, float label_smoothing=0.0) -> Tensor`
     pub(crate) fn cross_entropy_loss(input: TensorId, target: TensorId, weight: TensorId, reduction: i64, ignore_index: i64, label_smoothing: f64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], reduction: i64, ignore_index: i64, label_smoothing: f64) -> Result<tch::Tensor> {
                 let [input, target, weight] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12037,26 +12037,26 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let target: &tch::Tensor = &target;
             let weight = weight.as_deref();
-            op.output_replayable([Some(input), Some(target), weight], |inputs| replay(inputs, reduction, ignore_index, label_smoothing), || {
+            op.output_replayable([Some(input), Some(target), weight], erased_run(&|inputs| replay(inputs, reduction, ignore_index, label_smoothing)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, reduction, ignore_index, label_smoothing))
-            })
-        })
+            }))
+        }))
     }
 
     /// `triangular_solve(Tensor self, Tensor A, bool upper=True, bool transpose=False, bool unitriangular=False) -> (Tensor solution, Tensor cloned_coefficient)`
     pub(crate) fn triangular_solve(input: TensorId, a: TensorId, upper: bool, transpose: bool, unitriangular: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("triangular_solve");
             let [input, a] = op.get([input, a])?;
             let input: &tch::Tensor = &input;
             let a: &tch::Tensor = &a;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_triangular_solve, "triangular_solve", &[Arg::tensor(input), Arg::tensor(a), Arg::bool(upper), Arg::bool(transpose), Arg::bool(unitriangular)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_triangular_solve, "triangular_solve", &[Arg::tensor(input), Arg::tensor(a), Arg::bool(upper), Arg::bool(transpose), Arg::bool(unitriangular)]))))
+        }))
     }
 
     /// `linalg_solve_triangular(Tensor self, Tensor B, *, bool upper, bool left=True, bool unitriangular=False) -> Tensor`
     pub(crate) fn linalg_solve_triangular(input: TensorId, b: TensorId, upper: bool, left: bool, unitriangular: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], upper: bool, left: bool, unitriangular: bool) -> Result<tch::Tensor> {
                 let [input, b] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12067,15 +12067,15 @@ pub(crate) mod core {
             let [input, b] = op.get([input, b])?;
             let input: &tch::Tensor = &input;
             let b: &tch::Tensor = &b;
-            op.output_replayable([Some(input), Some(b)], |inputs| replay(inputs, upper, left, unitriangular), || {
+            op.output_replayable([Some(input), Some(b)], erased_run(&|inputs| replay(inputs, upper, left, unitriangular)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, upper, left, unitriangular))
-            })
-        })
+            }))
+        }))
     }
 
     /// `linalg_vander(Tensor x, *, SymInt? N=None) -> Tensor`
     pub(crate) fn linalg_vander(x: TensorId, n: Option<i64>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], n: Option<i64>) -> Result<tch::Tensor> {
                 let [x] = replay_args(inputs)?;
                 let x = given(x)?;
@@ -12084,25 +12084,25 @@ pub(crate) mod core {
             let mut op = Op::begin("linalg_vander");
             let [x] = op.get([x])?;
             let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], |inputs| replay(inputs, n), || {
+            op.output_replayable([Some(x)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            })
-        })
+            }))
+        }))
     }
 
     /// `svd(Tensor self, bool some=True, bool compute_uv=True) -> (Tensor U, Tensor S, Tensor V)`
     pub(crate) fn svd(input: TensorId, some: bool, compute_uv: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("svd");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(3, aten::tensors(kernels::tr_aten_svd, "svd", &[Arg::tensor(input), Arg::bool(some), Arg::bool(compute_uv)])))
-        })
+            op.outputs(erased(&|| aten::exactly(3, aten::tensors(kernels::tr_aten_svd, "svd", &[Arg::tensor(input), Arg::bool(some), Arg::bool(compute_uv)]))))
+        }))
     }
 
     /// `swapaxes(Tensor(a) self, int axis0, int axis1) -> Tensor(a)`
     pub(crate) fn swapaxes(input: TensorId, axis0: i64, axis1: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], axis0: i64, axis1: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12111,26 +12111,26 @@ pub(crate) mod core {
             let mut op = Op::begin("swapaxes");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, axis0, axis1), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, axis0, axis1)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, axis0, axis1))
-            })
-        })
+            }))
+        }))
     }
 
     /// `swapaxes_(Tensor(a!) self, int axis0, int axis1) -> Tensor(a!)`
     pub(crate) fn swapaxes_(input: TensorId, axis0: i64, axis1: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("swapaxes_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_swapaxes_, "swapaxes_", &[Arg::tensor(input), Arg::int(axis0), Arg::int(axis1)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_swapaxes_, "swapaxes_", &[Arg::tensor(input), Arg::int(axis0), Arg::int(axis1)]))).map(|_| handle)
+        }))
     }
 
     /// `swapdims(Tensor(a) self, int dim0, int dim1) -> Tensor(a)`
     pub(crate) fn swapdims(input: TensorId, dim0: i64, dim1: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim0: i64, dim1: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12139,26 +12139,26 @@ pub(crate) mod core {
             let mut op = Op::begin("swapdims");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim0, dim1), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim0, dim1)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim0, dim1))
-            })
-        })
+            }))
+        }))
     }
 
     /// `swapdims_(Tensor(a!) self, int dim0, int dim1) -> Tensor(a!)`
     pub(crate) fn swapdims_(input: TensorId, dim0: i64, dim1: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("swapdims_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_swapdims_, "swapdims_", &[Arg::tensor(input), Arg::int(dim0), Arg::int(dim1)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_swapdims_, "swapdims_", &[Arg::tensor(input), Arg::int(dim0), Arg::int(dim1)]))).map(|_| handle)
+        }))
     }
 
     /// `cholesky(Tensor self, bool upper=False) -> Tensor`
     pub(crate) fn cholesky(input: TensorId, upper: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], upper: bool) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12167,15 +12167,15 @@ pub(crate) mod core {
             let mut op = Op::begin("cholesky");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, upper), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, upper)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, upper))
-            })
-        })
+            }))
+        }))
     }
 
     /// `cholesky_solve(Tensor self, Tensor input2, bool upper=False) -> Tensor`
     pub(crate) fn cholesky_solve(input: TensorId, input2: TensorId, upper: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], upper: bool) -> Result<tch::Tensor> {
                 let [input, input2] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12186,15 +12186,15 @@ pub(crate) mod core {
             let [input, input2] = op.get([input, input2])?;
             let input: &tch::Tensor = &input;
             let input2: &tch::Tensor = &input2;
-            op.output_replayable([Some(input), Some(input2)], |inputs| replay(inputs, upper), || {
+            op.output_replayable([Some(input), Some(input2)], erased_run(&|inputs| replay(inputs, upper)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, upper))
-            })
-        })
+            }))
+        }))
     }
 
     /// `cholesky_inverse(Tensor self, bool upper=False) -> Tensor`
     pub(crate) fn cholesky_inverse(input: TensorId, upper: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], upper: bool) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12203,35 +12203,35 @@ pub(crate) mod core {
             let mut op = Op::begin("cholesky_inverse");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, upper), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, upper)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, upper))
-            })
-        })
+            }))
+        }))
     }
 
     /// `qr(Tensor self, bool some=True) -> (Tensor Q, Tensor R)`
     pub(crate) fn qr(input: TensorId, some: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("qr");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_qr, "qr", &[Arg::tensor(input), Arg::bool(some)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_qr, "qr", &[Arg::tensor(input), Arg::bool(some)]))))
+        }))
     }
 
     /// `geqrf(Tensor self) -> (Tensor a, Tensor tau)`
     pub(crate) fn geqrf(input: TensorId) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("geqrf");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_geqrf, "geqrf", &[Arg::tensor(input)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_geqrf, "geqrf", &[Arg::tensor(input)]))))
+        }))
     }
 
     /// `orgqr(Tensor self, Tensor input2) -> Tensor`
     pub(crate) fn orgqr(input: TensorId, input2: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, input2] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12242,13 +12242,13 @@ pub(crate) mod core {
             let [input, input2] = op.get([input, input2])?;
             let input: &tch::Tensor = &input;
             let input2: &tch::Tensor = &input2;
-            op.output_replayable([Some(input), Some(input2)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(input2)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `ormqr(Tensor self, Tensor input2, Tensor input3, bool left=True, bool transpose=False) -> Tensor`
     pub(crate) fn ormqr(input: TensorId, input2: TensorId, input3: TensorId, left: bool, transpose: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], left: bool, transpose: bool) -> Result<tch::Tensor> {
                 let [input, input2, input3] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12261,15 +12261,15 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let input2: &tch::Tensor = &input2;
             let input3: &tch::Tensor = &input3;
-            op.output_replayable([Some(input), Some(input2), Some(input3)], |inputs| replay(inputs, left, transpose), || {
+            op.output_replayable([Some(input), Some(input2), Some(input3)], erased_run(&|inputs| replay(inputs, left, transpose)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, left, transpose))
-            })
-        })
+            }))
+        }))
     }
 
     /// `lu_solve(Tensor self, Tensor LU_data, Tensor LU_pivots) -> Tensor`
     pub(crate) fn lu_solve(input: TensorId, lu_data: TensorId, lu_pivots: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, lu_data, lu_pivots] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12282,45 +12282,45 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let lu_data: &tch::Tensor = &lu_data;
             let lu_pivots: &tch::Tensor = &lu_pivots;
-            op.output_replayable([Some(input), Some(lu_data), Some(lu_pivots)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(lu_data), Some(lu_pivots)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `lu_unpack(Tensor LU_data, Tensor LU_pivots, bool unpack_data=True, bool unpack_pivots=True) -> (Tensor P, Tensor L, Tensor U)`
     pub(crate) fn lu_unpack(lu_data: TensorId, lu_pivots: TensorId, unpack_data: bool, unpack_pivots: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("lu_unpack");
             let [lu_data, lu_pivots] = op.get([lu_data, lu_pivots])?;
             let lu_data: &tch::Tensor = &lu_data;
             let lu_pivots: &tch::Tensor = &lu_pivots;
-            op.outputs(|| aten::exactly(3, aten::tensors(kernels::tr_aten_lu_unpack, "lu_unpack", &[Arg::tensor(lu_data), Arg::tensor(lu_pivots), Arg::bool(unpack_data), Arg::bool(unpack_pivots)])))
-        })
+            op.outputs(erased(&|| aten::exactly(3, aten::tensors(kernels::tr_aten_lu_unpack, "lu_unpack", &[Arg::tensor(lu_data), Arg::tensor(lu_pivots), Arg::bool(unpack_data), Arg::bool(unpack_pivots)]))))
+        }))
     }
 
     /// `multinomial(Tensor self, SymInt num_samples, bool replacement=False, *, Generator? generator=None) -> Tensor`
     pub(crate) fn multinomial(input: TensorId, num_samples: i64, replacement: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("multinomial");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_multinomial, "multinomial", &[Arg::tensor(input), Arg::int(num_samples), Arg::bool(replacement)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_multinomial, "multinomial", &[Arg::tensor(input), Arg::int(num_samples), Arg::bool(replacement)])))
+        }))
     }
 
     /// `lgamma_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn lgamma_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("lgamma_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_lgamma_, "lgamma_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_lgamma_, "lgamma_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `lgamma(Tensor self) -> Tensor`
     pub(crate) fn lgamma(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12329,13 +12329,13 @@ pub(crate) mod core {
             let mut op = Op::begin("lgamma");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `digamma(Tensor self) -> Tensor`
     pub(crate) fn digamma(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12344,13 +12344,13 @@ pub(crate) mod core {
             let mut op = Op::begin("digamma");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `polygamma(int n, Tensor self) -> Tensor`
     pub(crate) fn polygamma(n: i64, input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], n: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12359,26 +12359,26 @@ pub(crate) mod core {
             let mut op = Op::begin("polygamma");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, n), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            })
-        })
+            }))
+        }))
     }
 
     /// `polygamma_(Tensor(a!) self, int n) -> Tensor(a!)`
     pub(crate) fn polygamma_(input: TensorId, n: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("polygamma_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_polygamma_, "polygamma_", &[Arg::tensor(input), Arg::int(n)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_polygamma_, "polygamma_", &[Arg::tensor(input), Arg::int(n)]))).map(|_| handle)
+        }))
     }
 
     /// `erfinv(Tensor self) -> Tensor`
     pub(crate) fn erfinv(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12387,24 +12387,24 @@ pub(crate) mod core {
             let mut op = Op::begin("erfinv");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `erfinv_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn erfinv_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("erfinv_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_erfinv_, "erfinv_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_erfinv_, "erfinv_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `i0(Tensor self) -> Tensor`
     pub(crate) fn i0(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12413,24 +12413,24 @@ pub(crate) mod core {
             let mut op = Op::begin("i0");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `i0_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn i0_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("i0_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_i0_, "i0_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_i0_, "i0_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `sign(Tensor self) -> Tensor`
     pub(crate) fn sign(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12439,24 +12439,24 @@ pub(crate) mod core {
             let mut op = Op::begin("sign");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `sign_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn sign_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("sign_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_sign_, "sign_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_sign_, "sign_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `signbit(Tensor self) -> Tensor`
     pub(crate) fn signbit(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12465,13 +12465,13 @@ pub(crate) mod core {
             let mut op = Op::begin("signbit");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `dist(Tensor self, Tensor other, Scalar p=2) -> Tensor`
     pub(crate) fn dist(input: TensorId, other: TensorId, p: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], p: Scalar) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12482,28 +12482,28 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], |inputs| replay(inputs, p), || {
+            op.output_replayable([Some(input), Some(other)], erased_run(&|inputs| replay(inputs, p)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, p))
-            })
-        })
+            }))
+        }))
     }
 
     /// `atan2_(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn atan2_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("atan2_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_atan2_, "atan2_", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_atan2_, "atan2_", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `atan2(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn atan2(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12514,13 +12514,13 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `arctan2(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn arctan2(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12531,26 +12531,26 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `arctan2_(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn arctan2_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("arctan2_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_arctan2_, "arctan2_", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_arctan2_, "arctan2_", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `lerp.Scalar(Tensor self, Tensor end, Scalar weight) -> Tensor`
     pub(crate) fn lerp_scalar(input: TensorId, end: TensorId, weight: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], weight: Scalar) -> Result<tch::Tensor> {
                 let [input, end] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12561,15 +12561,15 @@ pub(crate) mod core {
             let [input, end] = op.get([input, end])?;
             let input: &tch::Tensor = &input;
             let end: &tch::Tensor = &end;
-            op.output_replayable([Some(input), Some(end)], |inputs| replay(inputs, weight), || {
+            op.output_replayable([Some(input), Some(end)], erased_run(&|inputs| replay(inputs, weight)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, weight))
-            })
-        })
+            }))
+        }))
     }
 
     /// `lerp.Tensor(Tensor self, Tensor end, Tensor weight) -> Tensor`
     pub(crate) fn lerp_tensor(input: TensorId, end: TensorId, weight: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, end, weight] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12582,13 +12582,13 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let end: &tch::Tensor = &end;
             let weight: &tch::Tensor = &weight;
-            op.output_replayable([Some(input), Some(end), Some(weight)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(end), Some(weight)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `histc(Tensor self, int bins=100, Scalar min=0, Scalar max=0) -> Tensor`
     pub(crate) fn histc(input: TensorId, bins: i64, min: Scalar, max: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], bins: i64, min: Scalar, max: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12597,40 +12597,40 @@ pub(crate) mod core {
             let mut op = Op::begin("histc");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, bins, min, max), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, bins, min, max)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, bins, min, max))
-            })
-        })
+            }))
+        }))
     }
 
     /// `histogram.bins_tensor(Tensor self, Tensor bins, *, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor bin_edges)`
     pub(crate) fn histogram_bins_tensor(input: TensorId, bins: TensorId, weight: TensorId, density: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("histogram_bins_tensor");
             let [input, bins] = op.get([input, bins])?;
             let weight = op.get_opt(weight)?;
             let input: &tch::Tensor = &input;
             let bins: &tch::Tensor = &bins;
             let weight = weight.as_deref();
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_histogram_bins_tensor, "histogram.bins_tensor", &[Arg::tensor(input), Arg::tensor(bins), Arg::opt_tensor(weight), Arg::bool(density)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_histogram_bins_tensor, "histogram.bins_tensor", &[Arg::tensor(input), Arg::tensor(bins), Arg::opt_tensor(weight), Arg::bool(density)]))))
+        }))
     }
 
     /// `histogram.bin_ct(Tensor self, int bins=100, *, float[]? range=None, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor bin_edges)`
     pub(crate) fn histogram_bin_ct(input: TensorId, bins: i64, range: Option<&[f64]>, weight: TensorId, density: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("histogram_bin_ct");
             let [input] = op.get([input])?;
             let weight = op.get_opt(weight)?;
             let input: &tch::Tensor = &input;
             let weight = weight.as_deref();
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_histogram_bin_ct, "histogram.bin_ct", &[Arg::tensor(input), Arg::int(bins), Arg::opt_floats(range), Arg::opt_tensor(weight), Arg::bool(density)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_histogram_bin_ct, "histogram.bin_ct", &[Arg::tensor(input), Arg::int(bins), Arg::opt_floats(range), Arg::opt_tensor(weight), Arg::bool(density)]))))
+        }))
     }
 
     /// `fmod.Scalar(Tensor self, Scalar other) -> Tensor`
     pub(crate) fn fmod_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12639,26 +12639,26 @@ pub(crate) mod core {
             let mut op = Op::begin("fmod_scalar");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, other), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            })
-        })
+            }))
+        }))
     }
 
     /// `fmod_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`
     pub(crate) fn fmod_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("fmod_scalar_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_fmod_scalar_, "fmod_.Scalar", &[Arg::tensor(input), Arg::scalar(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_fmod_scalar_, "fmod_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
+        }))
     }
 
     /// `fmod.Tensor(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn fmod_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12669,26 +12669,26 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `fmod_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn fmod_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("fmod_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_fmod_tensor_, "fmod_.Tensor", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_fmod_tensor_, "fmod_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `hypot(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn hypot(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12699,26 +12699,26 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `hypot_(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn hypot_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("hypot_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_hypot_, "hypot_", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_hypot_, "hypot_", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `igamma(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn igamma(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12729,26 +12729,26 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `igamma_(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn igamma_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("igamma_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_igamma_, "igamma_", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_igamma_, "igamma_", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `igammac(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn igammac(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12759,26 +12759,26 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `igammac_(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn igammac_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("igammac_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_igammac_, "igammac_", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_igammac_, "igammac_", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `nextafter(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn nextafter(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12789,26 +12789,26 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `nextafter_(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn nextafter_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("nextafter_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_nextafter_, "nextafter_", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_nextafter_, "nextafter_", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `remainder.Tensor(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn remainder_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12819,26 +12819,26 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `remainder_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`
     pub(crate) fn remainder_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("remainder_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [other] = op.get([other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::unit(kernels::tr_aten_remainder_tensor_, "remainder_.Tensor", &[Arg::tensor(input), Arg::tensor(other)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_remainder_tensor_, "remainder_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
+        }))
     }
 
     /// `remainder.Scalar_Tensor(Scalar self, Tensor other) -> Tensor`
     pub(crate) fn remainder_scalar_tensor(input: Scalar, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], input: Scalar) -> Result<tch::Tensor> {
                 let [other] = replay_args(inputs)?;
                 let other = given(other)?;
@@ -12847,15 +12847,15 @@ pub(crate) mod core {
             let mut op = Op::begin("remainder_scalar_tensor");
             let [other] = op.get([other])?;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(other)], |inputs| replay(inputs, input), || {
+            op.output_replayable([Some(other)], erased_run(&|inputs| replay(inputs, input)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, input))
-            })
-        })
+            }))
+        }))
     }
 
     /// `fmin(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn fmin(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12866,13 +12866,13 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `fmax(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn fmax(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12883,13 +12883,13 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `maximum(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn maximum(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12900,13 +12900,13 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `max.other(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn max_other(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12917,13 +12917,13 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `minimum(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn minimum(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12934,13 +12934,13 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `min.other(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn min_other(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12951,13 +12951,13 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `quantile(Tensor self, Tensor q, int? dim=None, bool keepdim=False, *, str interpolation='linear') -> Tensor`
     pub(crate) fn quantile(input: TensorId, q: TensorId, dim: Option<i64>, keepdim: bool, interpolation: &str) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: Option<i64>, keepdim: bool, interpolation: &str) -> Result<tch::Tensor> {
                 let [input, q] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12968,16 +12968,16 @@ pub(crate) mod core {
             let [input, q] = op.get([input, q])?;
             let input: &tch::Tensor = &input;
             let q: &tch::Tensor = &q;
-            op.output_replayable([Some(input), Some(q)], |inputs| replay(inputs, dim, keepdim, interpolation), || {
+            op.output_replayable([Some(input), Some(q)], erased_run(&|inputs| replay(inputs, dim, keepdim, interpolation)), erased_keep(&mut || {
                 let interpolation = interpolation.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, keepdim, &interpolation))
-            })
-        })
+            }))
+        }))
     }
 
     /// `quantile.scalar(Tensor self, float q, int? dim=None, bool keepdim=False, *, str interpolation='linear') -> Tensor`
     pub(crate) fn quantile_scalar(input: TensorId, q: f64, dim: Option<i64>, keepdim: bool, interpolation: &str) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], q: f64, dim: Option<i64>, keepdim: bool, interpolation: &str) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -12986,16 +12986,16 @@ pub(crate) mod core {
             let mut op = Op::begin("quantile_scalar");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, q, dim, keepdim, interpolation), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, q, dim, keepdim, interpolation)), erased_keep(&mut || {
                 let interpolation = interpolation.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, q, dim, keepdim, &interpolation))
-            })
-        })
+            }))
+        }))
     }
 
     /// `nanquantile(Tensor self, Tensor q, int? dim=None, bool keepdim=False, *, str interpolation='linear') -> Tensor`
     pub(crate) fn nanquantile(input: TensorId, q: TensorId, dim: Option<i64>, keepdim: bool, interpolation: &str) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: Option<i64>, keepdim: bool, interpolation: &str) -> Result<tch::Tensor> {
                 let [input, q] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13006,16 +13006,16 @@ pub(crate) mod core {
             let [input, q] = op.get([input, q])?;
             let input: &tch::Tensor = &input;
             let q: &tch::Tensor = &q;
-            op.output_replayable([Some(input), Some(q)], |inputs| replay(inputs, dim, keepdim, interpolation), || {
+            op.output_replayable([Some(input), Some(q)], erased_run(&|inputs| replay(inputs, dim, keepdim, interpolation)), erased_keep(&mut || {
                 let interpolation = interpolation.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, keepdim, &interpolation))
-            })
-        })
+            }))
+        }))
     }
 
     /// `nanquantile.scalar(Tensor self, float q, int? dim=None, bool keepdim=False, *, str interpolation='linear') -> Tensor`
     pub(crate) fn nanquantile_scalar(input: TensorId, q: f64, dim: Option<i64>, keepdim: bool, interpolation: &str) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], q: f64, dim: Option<i64>, keepdim: bool, interpolation: &str) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13024,36 +13024,36 @@ pub(crate) mod core {
             let mut op = Op::begin("nanquantile_scalar");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, q, dim, keepdim, interpolation), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, q, dim, keepdim, interpolation)), erased_keep(&mut || {
                 let interpolation = interpolation.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, q, dim, keepdim, &interpolation))
-            })
-        })
+            }))
+        }))
     }
 
     /// `sort(Tensor self, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)`
     pub(crate) fn sort(input: TensorId, dim: i64, descending: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("sort");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_sort, "sort", &[Arg::tensor(input), Arg::int(dim), Arg::bool(descending)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_sort, "sort", &[Arg::tensor(input), Arg::int(dim), Arg::bool(descending)]))))
+        }))
     }
 
     /// `sort.stable(Tensor self, *, bool? stable, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)`
     pub(crate) fn sort_stable(input: TensorId, stable: Option<bool>, dim: i64, descending: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("sort_stable");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_sort_stable, "sort.stable", &[Arg::tensor(input), Arg::opt_bool(stable), Arg::int(dim), Arg::bool(descending)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_sort_stable, "sort.stable", &[Arg::tensor(input), Arg::opt_bool(stable), Arg::int(dim), Arg::bool(descending)]))))
+        }))
     }
 
     /// `msort(Tensor self) -> Tensor`
     pub(crate) fn msort(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13062,13 +13062,13 @@ pub(crate) mod core {
             let mut op = Op::begin("msort");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `argsort(Tensor self, int dim=-1, bool descending=False) -> Tensor`
     pub(crate) fn argsort(input: TensorId, dim: i64, descending: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, descending: bool) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13077,15 +13077,15 @@ pub(crate) mod core {
             let mut op = Op::begin("argsort");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim, descending), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, descending)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, descending))
-            })
-        })
+            }))
+        }))
     }
 
     /// `argsort.stable(Tensor self, *, bool stable, int dim=-1, bool descending=False) -> Tensor`
     pub(crate) fn argsort_stable(input: TensorId, stable: bool, dim: i64, descending: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], stable: bool, dim: i64, descending: bool) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13094,25 +13094,25 @@ pub(crate) mod core {
             let mut op = Op::begin("argsort_stable");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, stable, dim, descending), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, stable, dim, descending)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, stable, dim, descending))
-            })
-        })
+            }))
+        }))
     }
 
     /// `topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> (Tensor values, Tensor indices)`
     pub(crate) fn topk(input: TensorId, k: i64, dim: i64, largest: bool, sorted: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("topk");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_topk, "topk", &[Arg::tensor(input), Arg::int(k), Arg::int(dim), Arg::bool(largest), Arg::bool(sorted)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_topk, "topk", &[Arg::tensor(input), Arg::int(k), Arg::int(dim), Arg::bool(largest), Arg::bool(sorted)]))))
+        }))
     }
 
     /// `all(Tensor self) -> Tensor`
     pub(crate) fn all(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13121,13 +13121,13 @@ pub(crate) mod core {
             let mut op = Op::begin("all");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `any(Tensor self) -> Tensor`
     pub(crate) fn any(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13136,13 +13136,13 @@ pub(crate) mod core {
             let mut op = Op::begin("any");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `renorm(Tensor self, Scalar p, int dim, Scalar maxnorm) -> Tensor`
     pub(crate) fn renorm(input: TensorId, p: Scalar, dim: i64, maxnorm: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], p: Scalar, dim: i64, maxnorm: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13151,26 +13151,26 @@ pub(crate) mod core {
             let mut op = Op::begin("renorm");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, p, dim, maxnorm), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, p, dim, maxnorm)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, p, dim, maxnorm))
-            })
-        })
+            }))
+        }))
     }
 
     /// `renorm_(Tensor(a!) self, Scalar p, int dim, Scalar maxnorm) -> Tensor(a!)`
     pub(crate) fn renorm_(input: TensorId, p: Scalar, dim: i64, maxnorm: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("renorm_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_renorm_, "renorm_", &[Arg::tensor(input), Arg::scalar(p), Arg::int(dim), Arg::scalar(maxnorm)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_renorm_, "renorm_", &[Arg::tensor(input), Arg::scalar(p), Arg::int(dim), Arg::scalar(maxnorm)]))).map(|_| handle)
+        }))
     }
 
     /// `unfold(Tensor(a) self, int dimension, int size, int step) -> Tensor(a)`
     pub(crate) fn unfold(input: TensorId, dimension: i64, size: i64, step: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dimension: i64, size: i64, step: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13179,26 +13179,26 @@ pub(crate) mod core {
             let mut op = Op::begin("unfold");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dimension, size, step), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dimension, size, step)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dimension, size, step))
-            })
-        })
+            }))
+        }))
     }
 
     /// `equal(Tensor self, Tensor other) -> bool`
     pub(crate) fn equal(input: TensorId, other: TensorId) -> Result<bool> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("equal");
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.value(|| aten::bool(kernels::tr_aten_equal, "equal", &[Arg::tensor(input), Arg::tensor(other)]))
-        })
+            op.value(erased(&|| aten::bool(kernels::tr_aten_equal, "equal", &[Arg::tensor(input), Arg::tensor(other)])))
+        }))
     }
 
     /// `pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor`
     pub(crate) fn pow_tensor_tensor(input: TensorId, exponent: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, exponent] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13209,13 +13209,13 @@ pub(crate) mod core {
             let [input, exponent] = op.get([input, exponent])?;
             let input: &tch::Tensor = &input;
             let exponent: &tch::Tensor = &exponent;
-            op.output_replayable([Some(input), Some(exponent)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(exponent)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor`
     pub(crate) fn pow_tensor_scalar(input: TensorId, exponent: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], exponent: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13224,28 +13224,28 @@ pub(crate) mod core {
             let mut op = Op::begin("pow_tensor_scalar");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, exponent), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, exponent)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, exponent))
-            })
-        })
+            }))
+        }))
     }
 
     /// `pow_.Tensor(Tensor(a!) self, Tensor exponent) -> Tensor(a!)`
     pub(crate) fn pow_tensor_(input: TensorId, exponent: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("pow_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [exponent] = op.get([exponent])?;
             let input: &tch::Tensor = &input;
             let exponent: &tch::Tensor = &exponent;
-            op.value(|| aten::unit(kernels::tr_aten_pow_tensor_, "pow_.Tensor", &[Arg::tensor(input), Arg::tensor(exponent)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_pow_tensor_, "pow_.Tensor", &[Arg::tensor(input), Arg::tensor(exponent)]))).map(|_| handle)
+        }))
     }
 
     /// `float_power.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor`
     pub(crate) fn float_power_tensor_tensor(input: TensorId, exponent: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, exponent] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13256,13 +13256,13 @@ pub(crate) mod core {
             let [input, exponent] = op.get([input, exponent])?;
             let input: &tch::Tensor = &input;
             let exponent: &tch::Tensor = &exponent;
-            op.output_replayable([Some(input), Some(exponent)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(exponent)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `float_power.Scalar(Scalar self, Tensor exponent) -> Tensor`
     pub(crate) fn float_power_scalar(input: Scalar, exponent: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], input: Scalar) -> Result<tch::Tensor> {
                 let [exponent] = replay_args(inputs)?;
                 let exponent = given(exponent)?;
@@ -13271,15 +13271,15 @@ pub(crate) mod core {
             let mut op = Op::begin("float_power_scalar");
             let [exponent] = op.get([exponent])?;
             let exponent: &tch::Tensor = &exponent;
-            op.output_replayable([Some(exponent)], |inputs| replay(inputs, input), || {
+            op.output_replayable([Some(exponent)], erased_run(&|inputs| replay(inputs, input)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, input))
-            })
-        })
+            }))
+        }))
     }
 
     /// `float_power.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor`
     pub(crate) fn float_power_tensor_scalar(input: TensorId, exponent: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], exponent: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13288,99 +13288,99 @@ pub(crate) mod core {
             let mut op = Op::begin("float_power_tensor_scalar");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, exponent), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, exponent)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, exponent))
-            })
-        })
+            }))
+        }))
     }
 
     /// `float_power_.Scalar(Tensor(a!) self, Scalar exponent) -> Tensor(a!)`
     pub(crate) fn float_power_scalar_(input: TensorId, exponent: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("float_power_scalar_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_float_power_scalar_, "float_power_.Scalar", &[Arg::tensor(input), Arg::scalar(exponent)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_float_power_scalar_, "float_power_.Scalar", &[Arg::tensor(input), Arg::scalar(exponent)]))).map(|_| handle)
+        }))
     }
 
     /// `float_power_.Tensor(Tensor(a!) self, Tensor exponent) -> Tensor(a!)`
     pub(crate) fn float_power_tensor_(input: TensorId, exponent: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("float_power_tensor_");
             let handle = input;
         let input = op.get_mut(input)?;
             let [exponent] = op.get([exponent])?;
             let input: &tch::Tensor = &input;
             let exponent: &tch::Tensor = &exponent;
-            op.value(|| aten::unit(kernels::tr_aten_float_power_tensor_, "float_power_.Tensor", &[Arg::tensor(input), Arg::tensor(exponent)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_float_power_tensor_, "float_power_.Tensor", &[Arg::tensor(input), Arg::tensor(exponent)]))).map(|_| handle)
+        }))
     }
 
     /// `normal_(Tensor(a!) self, float mean=0, float std=1, *, Generator? generator=None) -> Tensor(a!)`
     pub(crate) fn normal_(input: TensorId, mean: f64, std: f64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("normal_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_normal_, "normal_", &[Arg::tensor(input), Arg::float(mean), Arg::float(std)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_normal_, "normal_", &[Arg::tensor(input), Arg::float(mean), Arg::float(std)]))).map(|_| handle)
+        }))
     }
 
     /// `normal_functional(Tensor self, float mean=0, float std=1, *, Generator? generator=None) -> Tensor`
     pub(crate) fn normal_functional(input: TensorId, mean: f64, std: f64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("normal_functional");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_normal_functional, "normal_functional", &[Arg::tensor(input), Arg::float(mean), Arg::float(std)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_normal_functional, "normal_functional", &[Arg::tensor(input), Arg::float(mean), Arg::float(std)])))
+        }))
     }
 
     /// `normal.Tensor_float(Tensor mean, float std=1, *, Generator? generator=None) -> Tensor`
     pub(crate) fn normal_tensor_float(mean: TensorId, std: f64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("normal_tensor_float");
             let [mean] = op.get([mean])?;
             let mean: &tch::Tensor = &mean;
-            op.output(|| aten::tensor(kernels::tr_aten_normal_tensor_float, "normal.Tensor_float", &[Arg::tensor(mean), Arg::float(std)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_normal_tensor_float, "normal.Tensor_float", &[Arg::tensor(mean), Arg::float(std)])))
+        }))
     }
 
     /// `normal.float_Tensor(float mean, Tensor std, *, Generator? generator=None) -> Tensor`
     pub(crate) fn normal_float_tensor(mean: f64, std: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("normal_float_tensor");
             let [std] = op.get([std])?;
             let std: &tch::Tensor = &std;
-            op.output(|| aten::tensor(kernels::tr_aten_normal_float_tensor, "normal.float_Tensor", &[Arg::float(mean), Arg::tensor(std)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_normal_float_tensor, "normal.float_Tensor", &[Arg::float(mean), Arg::tensor(std)])))
+        }))
     }
 
     /// `normal.Tensor_Tensor(Tensor mean, Tensor std, *, Generator? generator=None) -> Tensor`
     pub(crate) fn normal_tensor_tensor(mean: TensorId, std: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("normal_tensor_tensor");
             let [mean, std] = op.get([mean, std])?;
             let mean: &tch::Tensor = &mean;
             let std: &tch::Tensor = &std;
-            op.output(|| aten::tensor(kernels::tr_aten_normal_tensor_tensor, "normal.Tensor_Tensor", &[Arg::tensor(mean), Arg::tensor(std)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_normal_tensor_tensor, "normal.Tensor_Tensor", &[Arg::tensor(mean), Arg::tensor(std)])))
+        }))
     }
 
     /// `normal.float_float(float mean, float std, SymInt[] size, *, Generator? generator=None, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn normal_float_float(mean: f64, std: f64, size: &[i64], dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("normal_float_float");
-            op.output(|| aten::tensor(kernels::tr_aten_normal_float_float, "normal.float_float", &[Arg::float(mean), Arg::float(std), Arg::ints(size), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_normal_float_float, "normal.float_float", &[Arg::float(mean), Arg::float(std), Arg::ints(size), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `bucketize.Tensor(Tensor self, Tensor boundaries, *, bool out_int32=False, bool right=False) -> Tensor`
     pub(crate) fn bucketize_tensor(input: TensorId, boundaries: TensorId, out_int32: bool, right: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], out_int32: bool, right: bool) -> Result<tch::Tensor> {
                 let [input, boundaries] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13391,15 +13391,15 @@ pub(crate) mod core {
             let [input, boundaries] = op.get([input, boundaries])?;
             let input: &tch::Tensor = &input;
             let boundaries: &tch::Tensor = &boundaries;
-            op.output_replayable([Some(input), Some(boundaries)], |inputs| replay(inputs, out_int32, right), || {
+            op.output_replayable([Some(input), Some(boundaries)], erased_run(&|inputs| replay(inputs, out_int32, right)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, out_int32, right))
-            })
-        })
+            }))
+        }))
     }
 
     /// `bucketize.Scalar(Scalar self, Tensor boundaries, *, bool out_int32=False, bool right=False) -> Tensor`
     pub(crate) fn bucketize_scalar(input: Scalar, boundaries: TensorId, out_int32: bool, right: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], input: Scalar, out_int32: bool, right: bool) -> Result<tch::Tensor> {
                 let [boundaries] = replay_args(inputs)?;
                 let boundaries = given(boundaries)?;
@@ -13408,40 +13408,40 @@ pub(crate) mod core {
             let mut op = Op::begin("bucketize_scalar");
             let [boundaries] = op.get([boundaries])?;
             let boundaries: &tch::Tensor = &boundaries;
-            op.output_replayable([Some(boundaries)], |inputs| replay(inputs, input, out_int32, right), || {
+            op.output_replayable([Some(boundaries)], erased_run(&|inputs| replay(inputs, input, out_int32, right)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, input, out_int32, right))
-            })
-        })
+            }))
+        }))
     }
 
     /// `searchsorted.Tensor(Tensor sorted_sequence, Tensor self, *, bool out_int32=False, bool right=False, str? side=None, Tensor? sorter=None) -> Tensor`
     pub(crate) fn searchsorted_tensor(sorted_sequence: TensorId, input: TensorId, out_int32: bool, right: bool, side: Option<&str>, sorter: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("searchsorted_tensor");
             let [sorted_sequence, input] = op.get([sorted_sequence, input])?;
             let sorter = op.get_opt(sorter)?;
             let sorted_sequence: &tch::Tensor = &sorted_sequence;
             let input: &tch::Tensor = &input;
             let sorter = sorter.as_deref();
-            op.output(|| aten::tensor(kernels::tr_aten_searchsorted_tensor, "searchsorted.Tensor", &[Arg::tensor(sorted_sequence), Arg::tensor(input), Arg::bool(out_int32), Arg::bool(right), Arg::opt_str(side), Arg::opt_tensor(sorter)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_searchsorted_tensor, "searchsorted.Tensor", &[Arg::tensor(sorted_sequence), Arg::tensor(input), Arg::bool(out_int32), Arg::bool(right), Arg::opt_str(side), Arg::opt_tensor(sorter)])))
+        }))
     }
 
     /// `searchsorted.Scalar(Tensor sorted_sequence, Scalar self, *, bool out_int32=False, bool right=False, str? side=None, Tensor? sorter=None) -> Tensor`
     pub(crate) fn searchsorted_scalar(sorted_sequence: TensorId, input: Scalar, out_int32: bool, right: bool, side: Option<&str>, sorter: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("searchsorted_scalar");
             let [sorted_sequence] = op.get([sorted_sequence])?;
             let sorter = op.get_opt(sorter)?;
             let sorted_sequence: &tch::Tensor = &sorted_sequence;
             let sorter = sorter.as_deref();
-            op.output(|| aten::tensor(kernels::tr_aten_searchsorted_scalar, "searchsorted.Scalar", &[Arg::tensor(sorted_sequence), Arg::scalar(input), Arg::bool(out_int32), Arg::bool(right), Arg::opt_str(side), Arg::opt_tensor(sorter)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_searchsorted_scalar, "searchsorted.Scalar", &[Arg::tensor(sorted_sequence), Arg::scalar(input), Arg::bool(out_int32), Arg::bool(right), Arg::opt_str(side), Arg::opt_tensor(sorter)])))
+        }))
     }
 
     /// `l1_loss(Tensor self, Tensor target, int reduction=Mean) -> Tensor`
     pub(crate) fn l1_loss(input: TensorId, target: TensorId, reduction: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], reduction: i64) -> Result<tch::Tensor> {
                 let [input, target] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13452,15 +13452,15 @@ pub(crate) mod core {
             let [input, target] = op.get([input, target])?;
             let input: &tch::Tensor = &input;
             let target: &tch::Tensor = &target;
-            op.output_replayable([Some(input), Some(target)], |inputs| replay(inputs, reduction), || {
+            op.output_replayable([Some(input), Some(target)], erased_run(&|inputs| replay(inputs, reduction)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, reduction))
-            })
-        })
+            }))
+        }))
     }
 
     /// `multi_margin_loss(Tensor self, Tensor target, Scalar p=1, Scalar margin=1, Tensor? weight=None, int reduction=Mean) -> Tensor`
     pub(crate) fn multi_margin_loss(input: TensorId, target: TensorId, p: Scalar, margin: Scalar, weight: TensorId, reduction: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], p: Scalar, margin: Scalar, reduction: i64) -> Result<tch::Tensor> {
                 let [input, target, weight] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13473,15 +13473,15 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let target: &tch::Tensor = &target;
             let weight = weight.as_deref();
-            op.output_replayable([Some(input), Some(target), weight], |inputs| replay(inputs, p, margin, reduction), || {
+            op.output_replayable([Some(input), Some(target), weight], erased_run(&|inputs| replay(inputs, p, margin, reduction)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, p, margin, reduction))
-            })
-        })
+            }))
+        }))
     }
 
     /// `multilabel_margin_loss(Tensor self, Tensor target, int reduction=Mean) -> Tensor`
     pub(crate) fn multilabel_margin_loss(input: TensorId, target: TensorId, reduction: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], reduction: i64) -> Result<tch::Tensor> {
                 let [input, target] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13492,26 +13492,26 @@ pub(crate) mod core {
             let [input, target] = op.get([input, target])?;
             let input: &tch::Tensor = &input;
             let target: &tch::Tensor = &target;
-            op.output_replayable([Some(input), Some(target)], |inputs| replay(inputs, reduction), || {
+            op.output_replayable([Some(input), Some(target)], erased_run(&|inputs| replay(inputs, reduction)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, reduction))
-            })
-        })
+            }))
+        }))
     }
 
     /// `multilabel_margin_loss_forward(Tensor self, Tensor target, int reduction) -> (Tensor output, Tensor is_target)`
     pub(crate) fn multilabel_margin_loss_forward(input: TensorId, target: TensorId, reduction: i64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("multilabel_margin_loss_forward");
             let [input, target] = op.get([input, target])?;
             let input: &tch::Tensor = &input;
             let target: &tch::Tensor = &target;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_multilabel_margin_loss_forward, "multilabel_margin_loss_forward", &[Arg::tensor(input), Arg::tensor(target), Arg::int(reduction)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_multilabel_margin_loss_forward, "multilabel_margin_loss_forward", &[Arg::tensor(input), Arg::tensor(target), Arg::int(reduction)]))))
+        }))
     }
 
     /// `nll_loss_nd(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean, SymInt ignore_index=-100) -> Tensor`
     pub(crate) fn nll_loss_nd(input: TensorId, target: TensorId, weight: TensorId, reduction: i64, ignore_index: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], reduction: i64, ignore_index: i64) -> Result<tch::Tensor> {
                 let [input, target, weight] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13524,15 +13524,15 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let target: &tch::Tensor = &target;
             let weight = weight.as_deref();
-            op.output_replayable([Some(input), Some(target), weight], |inputs| replay(inputs, reduction, ignore_index), || {
+            op.output_replayable([Some(input), Some(target), weight], erased_run(&|inputs| replay(inputs, reduction, ignore_index)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, reduction, ignore_index))
-            })
-        })
+            }))
+        }))
     }
 
     /// `nll_loss(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean, SymInt ignore_index=-100) -> Tensor`
     pub(crate) fn nll_loss(input: TensorId, target: TensorId, weight: TensorId, reduction: i64, ignore_index: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], reduction: i64, ignore_index: i64) -> Result<tch::Tensor> {
                 let [input, target, weight] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13545,28 +13545,28 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let target: &tch::Tensor = &target;
             let weight = weight.as_deref();
-            op.output_replayable([Some(input), Some(target), weight], |inputs| replay(inputs, reduction, ignore_index), || {
+            op.output_replayable([Some(input), Some(target), weight], erased_run(&|inputs| replay(inputs, reduction, ignore_index)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, reduction, ignore_index))
-            })
-        })
+            }))
+        }))
     }
 
     /// `nll_loss_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt ignore_index) -> (Tensor output, Tensor total_weight)`
     pub(crate) fn nll_loss_forward(input: TensorId, target: TensorId, weight: TensorId, reduction: i64, ignore_index: i64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("nll_loss_forward");
             let [input, target] = op.get([input, target])?;
             let weight = op.get_opt(weight)?;
             let input: &tch::Tensor = &input;
             let target: &tch::Tensor = &target;
             let weight = weight.as_deref();
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_nll_loss_forward, "nll_loss_forward", &[Arg::tensor(input), Arg::tensor(target), Arg::opt_tensor(weight), Arg::int(reduction), Arg::int(ignore_index)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_nll_loss_forward, "nll_loss_forward", &[Arg::tensor(input), Arg::tensor(target), Arg::opt_tensor(weight), Arg::int(reduction), Arg::int(ignore_index)]))))
+        }))
     }
 
     /// `nll_loss2d(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean, SymInt ignore_index=-100) -> Tensor`
     pub(crate) fn nll_loss2d(input: TensorId, target: TensorId, weight: TensorId, reduction: i64, ignore_index: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], reduction: i64, ignore_index: i64) -> Result<tch::Tensor> {
                 let [input, target, weight] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13579,28 +13579,28 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let target: &tch::Tensor = &target;
             let weight = weight.as_deref();
-            op.output_replayable([Some(input), Some(target), weight], |inputs| replay(inputs, reduction, ignore_index), || {
+            op.output_replayable([Some(input), Some(target), weight], erased_run(&|inputs| replay(inputs, reduction, ignore_index)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, reduction, ignore_index))
-            })
-        })
+            }))
+        }))
     }
 
     /// `nll_loss2d_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt ignore_index) -> (Tensor output, Tensor total_weight)`
     pub(crate) fn nll_loss2d_forward(input: TensorId, target: TensorId, weight: TensorId, reduction: i64, ignore_index: i64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("nll_loss2d_forward");
             let [input, target] = op.get([input, target])?;
             let weight = op.get_opt(weight)?;
             let input: &tch::Tensor = &input;
             let target: &tch::Tensor = &target;
             let weight = weight.as_deref();
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_nll_loss2d_forward, "nll_loss2d_forward", &[Arg::tensor(input), Arg::tensor(target), Arg::opt_tensor(weight), Arg::int(reduction), Arg::int(ignore_index)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_nll_loss2d_forward, "nll_loss2d_forward", &[Arg::tensor(input), Arg::tensor(target), Arg::opt_tensor(weight), Arg::int(reduction), Arg::int(ignore_index)]))))
+        }))
     }
 
     /// `smooth_l1_loss(Tensor self, Tensor target, int reduction=Mean, float beta=1.0) -> Tensor`
     pub(crate) fn smooth_l1_loss(input: TensorId, target: TensorId, reduction: i64, beta: f64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], reduction: i64, beta: f64) -> Result<tch::Tensor> {
                 let [input, target] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13611,15 +13611,15 @@ pub(crate) mod core {
             let [input, target] = op.get([input, target])?;
             let input: &tch::Tensor = &input;
             let target: &tch::Tensor = &target;
-            op.output_replayable([Some(input), Some(target)], |inputs| replay(inputs, reduction, beta), || {
+            op.output_replayable([Some(input), Some(target)], erased_run(&|inputs| replay(inputs, reduction, beta)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, reduction, beta))
-            })
-        })
+            }))
+        }))
     }
 
     /// `huber_loss(Tensor self, Tensor target, int reduction=Mean, float delta=1.0) -> Tensor`
     pub(crate) fn huber_loss(input: TensorId, target: TensorId, reduction: i64, delta: f64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], reduction: i64, delta: f64) -> Result<tch::Tensor> {
                 let [input, target] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13630,15 +13630,15 @@ pub(crate) mod core {
             let [input, target] = op.get([input, target])?;
             let input: &tch::Tensor = &input;
             let target: &tch::Tensor = &target;
-            op.output_replayable([Some(input), Some(target)], |inputs| replay(inputs, reduction, delta), || {
+            op.output_replayable([Some(input), Some(target)], erased_run(&|inputs| replay(inputs, reduction, delta)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, reduction, delta))
-            })
-        })
+            }))
+        }))
     }
 
     /// `soft_margin_loss(Tensor self, Tensor target, int reduction=Mean) -> Tensor`
     pub(crate) fn soft_margin_loss(input: TensorId, target: TensorId, reduction: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], reduction: i64) -> Result<tch::Tensor> {
                 let [input, target] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13649,15 +13649,15 @@ pub(crate) mod core {
             let [input, target] = op.get([input, target])?;
             let input: &tch::Tensor = &input;
             let target: &tch::Tensor = &target;
-            op.output_replayable([Some(input), Some(target)], |inputs| replay(inputs, reduction), || {
+            op.output_replayable([Some(input), Some(target)], erased_run(&|inputs| replay(inputs, reduction)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, reduction))
-            })
-        })
+            }))
+        }))
     }
 
     /// `elu(Tensor self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor`
     pub(crate) fn elu(input: TensorId, alpha: Scalar, scale: Scalar, input_scale: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], alpha: Scalar, scale: Scalar, input_scale: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13666,26 +13666,26 @@ pub(crate) mod core {
             let mut op = Op::begin("elu");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, alpha, scale, input_scale), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, alpha, scale, input_scale)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, alpha, scale, input_scale))
-            })
-        })
+            }))
+        }))
     }
 
     /// `elu_(Tensor(a!) self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor(a!)`
     pub(crate) fn elu_(input: TensorId, alpha: Scalar, scale: Scalar, input_scale: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("elu_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_elu_, "elu_", &[Arg::tensor(input), Arg::scalar(alpha), Arg::scalar(scale), Arg::scalar(input_scale)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_elu_, "elu_", &[Arg::tensor(input), Arg::scalar(alpha), Arg::scalar(scale), Arg::scalar(input_scale)]))).map(|_| handle)
+        }))
     }
 
     /// `glu(Tensor self, int dim=-1) -> Tensor`
     pub(crate) fn glu(input: TensorId, dim: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13694,15 +13694,15 @@ pub(crate) mod core {
             let mut op = Op::begin("glu");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `glu_jvp(Tensor glu, Tensor x, Tensor dx, int dim) -> Tensor`
     pub(crate) fn glu_jvp(glu: TensorId, x: TensorId, dx: TensorId, dim: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
                 let [glu, x, dx] = replay_args(inputs)?;
                 let glu = given(glu)?;
@@ -13715,15 +13715,15 @@ pub(crate) mod core {
             let glu: &tch::Tensor = &glu;
             let x: &tch::Tensor = &x;
             let dx: &tch::Tensor = &dx;
-            op.output_replayable([Some(glu), Some(x), Some(dx)], |inputs| replay(inputs, dim), || {
+            op.output_replayable([Some(glu), Some(x), Some(dx)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `hardsigmoid(Tensor self) -> Tensor`
     pub(crate) fn hardsigmoid(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13732,24 +13732,24 @@ pub(crate) mod core {
             let mut op = Op::begin("hardsigmoid");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `hardsigmoid_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn hardsigmoid_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("hardsigmoid_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_hardsigmoid_, "hardsigmoid_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_hardsigmoid_, "hardsigmoid_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `hardtanh(Tensor self, Scalar min_val=-1, Scalar max_val=1) -> Tensor`
     pub(crate) fn hardtanh(input: TensorId, min_val: Scalar, max_val: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], min_val: Scalar, max_val: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13758,26 +13758,26 @@ pub(crate) mod core {
             let mut op = Op::begin("hardtanh");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, min_val, max_val), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, min_val, max_val)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, min_val, max_val))
-            })
-        })
+            }))
+        }))
     }
 
     /// `hardtanh_(Tensor(a!) self, Scalar min_val=-1, Scalar max_val=1) -> Tensor(a!)`
     pub(crate) fn hardtanh_(input: TensorId, min_val: Scalar, max_val: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("hardtanh_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_hardtanh_, "hardtanh_", &[Arg::tensor(input), Arg::scalar(min_val), Arg::scalar(max_val)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_hardtanh_, "hardtanh_", &[Arg::tensor(input), Arg::scalar(min_val), Arg::scalar(max_val)]))).map(|_| handle)
+        }))
     }
 
     /// `hardswish(Tensor self) -> Tensor`
     pub(crate) fn hardswish(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13786,24 +13786,24 @@ pub(crate) mod core {
             let mut op = Op::begin("hardswish");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `hardswish_(Tensor(a!) self) -> Tensor(a!)`
     pub(crate) fn hardswish_(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("hardswish_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_hardswish_, "hardswish_", &[Arg::tensor(input)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_hardswish_, "hardswish_", &[Arg::tensor(input)]))).map(|_| handle)
+        }))
     }
 
     /// `leaky_relu(Tensor self, Scalar negative_slope=0.01) -> Tensor`
     pub(crate) fn leaky_relu(input: TensorId, negative_slope: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], negative_slope: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13812,26 +13812,26 @@ pub(crate) mod core {
             let mut op = Op::begin("leaky_relu");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, negative_slope), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, negative_slope)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, negative_slope))
-            })
-        })
+            }))
+        }))
     }
 
     /// `leaky_relu_(Tensor(a!) self, Scalar negative_slope=0.01) -> Tensor(a!)`
     pub(crate) fn leaky_relu_(input: TensorId, negative_slope: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("leaky_relu_");
             let handle = input;
         let input = op.get_mut(input)?;
             let input: &tch::Tensor = &input;
-            op.value(|| aten::unit(kernels::tr_aten_leaky_relu_, "leaky_relu_", &[Arg::tensor(input), Arg::scalar(negative_slope)])).map(|_| handle)
-        })
+            op.value(erased(&|| aten::unit(kernels::tr_aten_leaky_relu_, "leaky_relu_", &[Arg::tensor(input), Arg::scalar(negative_slope)]))).map(|_| handle)
+        }))
     }
 
     /// `log_sigmoid(Tensor self) -> Tensor`
     pub(crate) fn log_sigmoid(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13840,23 +13840,23 @@ pub(crate) mod core {
             let mut op = Op::begin("log_sigmoid");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `log_sigmoid_forward(Tensor self) -> (Tensor output, Tensor buffer)`
     pub(crate) fn log_sigmoid_forward(input: TensorId) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("log_sigmoid_forward");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_log_sigmoid_forward, "log_sigmoid_forward", &[Arg::tensor(input)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_log_sigmoid_forward, "log_sigmoid_forward", &[Arg::tensor(input)]))))
+        }))
     }
 
     /// `softplus(Tensor self, Scalar beta=1, Scalar threshold=20) -> Tensor`
     pub(crate) fn softplus(input: TensorId, beta: Scalar, threshold: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], beta: Scalar, threshold: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13865,15 +13865,15 @@ pub(crate) mod core {
             let mut op = Op::begin("softplus");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, beta, threshold), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, beta, threshold)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, beta, threshold))
-            })
-        })
+            }))
+        }))
     }
 
     /// `softshrink(Tensor self, Scalar lambd=0.5) -> Tensor`
     pub(crate) fn softshrink(input: TensorId, lambd: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], lambd: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13882,15 +13882,15 @@ pub(crate) mod core {
             let mut op = Op::begin("softshrink");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, lambd), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, lambd)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, lambd))
-            })
-        })
+            }))
+        }))
     }
 
     /// `adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> Tensor`
     pub(crate) fn adaptive_avg_pool2d(input: TensorId, output_size: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], output_size: &[i64]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13899,16 +13899,16 @@ pub(crate) mod core {
             let mut op = Op::begin("adaptive_avg_pool2d");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, output_size), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, output_size)), erased_keep(&mut || {
                 let output_size = output_size.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &output_size))
-            })
-        })
+            }))
+        }))
     }
 
     /// `adaptive_avg_pool3d(Tensor self, SymInt[3] output_size) -> Tensor`
     pub(crate) fn adaptive_avg_pool3d(input: TensorId, output_size: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], output_size: &[i64]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13917,36 +13917,36 @@ pub(crate) mod core {
             let mut op = Op::begin("adaptive_avg_pool3d");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, output_size), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, output_size)), erased_keep(&mut || {
                 let output_size = output_size.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &output_size))
-            })
-        })
+            }))
+        }))
     }
 
     /// `adaptive_max_pool2d(Tensor self, int[2] output_size) -> (Tensor, Tensor)`
     pub(crate) fn adaptive_max_pool2d(input: TensorId, output_size: &[i64]) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("adaptive_max_pool2d");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_adaptive_max_pool2d, "adaptive_max_pool2d", &[Arg::tensor(input), Arg::ints(output_size)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_adaptive_max_pool2d, "adaptive_max_pool2d", &[Arg::tensor(input), Arg::ints(output_size)]))))
+        }))
     }
 
     /// `adaptive_max_pool3d(Tensor self, int[3] output_size) -> (Tensor, Tensor)`
     pub(crate) fn adaptive_max_pool3d(input: TensorId, output_size: &[i64]) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("adaptive_max_pool3d");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_adaptive_max_pool3d, "adaptive_max_pool3d", &[Arg::tensor(input), Arg::ints(output_size)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_adaptive_max_pool3d, "adaptive_max_pool3d", &[Arg::tensor(input), Arg::ints(output_size)]))))
+        }))
     }
 
     /// `avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor`
     pub(crate) fn avg_pool2d(input: TensorId, kernel_size: &[i64], stride: &[i64], padding: &[i64], ceil_mode: bool, count_include_pad: bool, divisor_override: Option<i64>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], kernel_size: &[i64], stride: &[i64], padding: &[i64], ceil_mode: bool, count_include_pad: bool, divisor_override: Option<i64>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13955,18 +13955,18 @@ pub(crate) mod core {
             let mut op = Op::begin("avg_pool2d");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)), erased_keep(&mut || {
                 let kernel_size = kernel_size.to_owned();
                 let stride = stride.to_owned();
                 let padding = padding.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &kernel_size, &stride, &padding, ceil_mode, count_include_pad, divisor_override))
-            })
-        })
+            }))
+        }))
     }
 
     /// `avg_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor`
     pub(crate) fn avg_pool3d(input: TensorId, kernel_size: &[i64], stride: &[i64], padding: &[i64], ceil_mode: bool, count_include_pad: bool, divisor_override: Option<i64>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], kernel_size: &[i64], stride: &[i64], padding: &[i64], ceil_mode: bool, count_include_pad: bool, divisor_override: Option<i64>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -13975,60 +13975,60 @@ pub(crate) mod core {
             let mut op = Op::begin("avg_pool3d");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)), erased_keep(&mut || {
                 let kernel_size = kernel_size.to_owned();
                 let stride = stride.to_owned();
                 let padding = padding.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &kernel_size, &stride, &padding, ceil_mode, count_include_pad, divisor_override))
-            })
-        })
+            }))
+        }))
     }
 
     /// `fractional_max_pool2d(Tensor self, int[2] kernel_size, int[2] output_size, Tensor random_samples) -> (Tensor, Tensor)`
     pub(crate) fn fractional_max_pool2d(input: TensorId, kernel_size: &[i64], output_size: &[i64], random_samples: TensorId) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("fractional_max_pool2d");
             let [input, random_samples] = op.get([input, random_samples])?;
             let input: &tch::Tensor = &input;
             let random_samples: &tch::Tensor = &random_samples;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_fractional_max_pool2d, "fractional_max_pool2d", &[Arg::tensor(input), Arg::ints(kernel_size), Arg::ints(output_size), Arg::tensor(random_samples)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_fractional_max_pool2d, "fractional_max_pool2d", &[Arg::tensor(input), Arg::ints(kernel_size), Arg::ints(output_size), Arg::tensor(random_samples)]))))
+        }))
     }
 
     /// `fractional_max_pool3d(Tensor self, int[3] kernel_size, int[3] output_size, Tensor random_samples) -> (Tensor, Tensor)`
     pub(crate) fn fractional_max_pool3d(input: TensorId, kernel_size: &[i64], output_size: &[i64], random_samples: TensorId) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("fractional_max_pool3d");
             let [input, random_samples] = op.get([input, random_samples])?;
             let input: &tch::Tensor = &input;
             let random_samples: &tch::Tensor = &random_samples;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_fractional_max_pool3d, "fractional_max_pool3d", &[Arg::tensor(input), Arg::ints(kernel_size), Arg::ints(output_size), Arg::tensor(random_samples)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_fractional_max_pool3d, "fractional_max_pool3d", &[Arg::tensor(input), Arg::ints(kernel_size), Arg::ints(output_size), Arg::tensor(random_samples)]))))
+        }))
     }
 
     /// `max_pool2d_with_indices(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, int[2] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)`
     pub(crate) fn max_pool2d_with_indices(input: TensorId, kernel_size: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64], ceil_mode: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("max_pool2d_with_indices");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_max_pool2d_with_indices, "max_pool2d_with_indices", &[Arg::tensor(input), Arg::ints(kernel_size), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::bool(ceil_mode)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_max_pool2d_with_indices, "max_pool2d_with_indices", &[Arg::tensor(input), Arg::ints(kernel_size), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::bool(ceil_mode)]))))
+        }))
     }
 
     /// `max_pool3d_with_indices(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, int[3] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)`
     pub(crate) fn max_pool3d_with_indices(input: TensorId, kernel_size: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64], ceil_mode: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("max_pool3d_with_indices");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_max_pool3d_with_indices, "max_pool3d_with_indices", &[Arg::tensor(input), Arg::ints(kernel_size), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::bool(ceil_mode)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_max_pool3d_with_indices, "max_pool3d_with_indices", &[Arg::tensor(input), Arg::ints(kernel_size), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::bool(ceil_mode)]))))
+        }))
     }
 
     /// `max_unpool2d(Tensor self, Tensor indices, SymInt[2] output_size) -> Tensor`
     pub(crate) fn max_unpool2d(input: TensorId, indices: TensorId, output_size: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], output_size: &[i64]) -> Result<tch::Tensor> {
                 let [input, indices] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14039,16 +14039,16 @@ pub(crate) mod core {
             let [input, indices] = op.get([input, indices])?;
             let input: &tch::Tensor = &input;
             let indices: &tch::Tensor = &indices;
-            op.output_replayable([Some(input), Some(indices)], |inputs| replay(inputs, output_size), || {
+            op.output_replayable([Some(input), Some(indices)], erased_run(&|inputs| replay(inputs, output_size)), erased_keep(&mut || {
                 let output_size = output_size.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &output_size))
-            })
-        })
+            }))
+        }))
     }
 
     /// `max_unpool3d(Tensor self, Tensor indices, SymInt[3] output_size, int[3] stride, int[3] padding) -> Tensor`
     pub(crate) fn max_unpool3d(input: TensorId, indices: TensorId, output_size: &[i64], stride: &[i64], padding: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], output_size: &[i64], stride: &[i64], padding: &[i64]) -> Result<tch::Tensor> {
                 let [input, indices] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14059,18 +14059,18 @@ pub(crate) mod core {
             let [input, indices] = op.get([input, indices])?;
             let input: &tch::Tensor = &input;
             let indices: &tch::Tensor = &indices;
-            op.output_replayable([Some(input), Some(indices)], |inputs| replay(inputs, output_size, stride, padding), || {
+            op.output_replayable([Some(input), Some(indices)], erased_run(&|inputs| replay(inputs, output_size, stride, padding)), erased_keep(&mut || {
                 let output_size = output_size.to_owned();
                 let stride = stride.to_owned();
                 let padding = padding.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &output_size, &stride, &padding))
-            })
-        })
+            }))
+        }))
     }
 
     /// `reflection_pad1d(Tensor self, SymInt[2] padding) -> Tensor`
     pub(crate) fn reflection_pad1d(input: TensorId, padding: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], padding: &[i64]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14079,16 +14079,16 @@ pub(crate) mod core {
             let mut op = Op::begin("reflection_pad1d");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, padding), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, padding)), erased_keep(&mut || {
                 let padding = padding.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &padding))
-            })
-        })
+            }))
+        }))
     }
 
     /// `reflection_pad2d(Tensor self, SymInt[4] padding) -> Tensor`
     pub(crate) fn reflection_pad2d(input: TensorId, padding: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], padding: &[i64]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14097,16 +14097,16 @@ pub(crate) mod core {
             let mut op = Op::begin("reflection_pad2d");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, padding), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, padding)), erased_keep(&mut || {
                 let padding = padding.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &padding))
-            })
-        })
+            }))
+        }))
     }
 
     /// `reflection_pad3d(Tensor self, SymInt[6] padding) -> Tensor`
     pub(crate) fn reflection_pad3d(input: TensorId, padding: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], padding: &[i64]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14115,16 +14115,16 @@ pub(crate) mod core {
             let mut op = Op::begin("reflection_pad3d");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, padding), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, padding)), erased_keep(&mut || {
                 let padding = padding.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &padding))
-            })
-        })
+            }))
+        }))
     }
 
     /// `replication_pad1d(Tensor self, SymInt[2] padding) -> Tensor`
     pub(crate) fn replication_pad1d(input: TensorId, padding: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], padding: &[i64]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14133,16 +14133,16 @@ pub(crate) mod core {
             let mut op = Op::begin("replication_pad1d");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, padding), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, padding)), erased_keep(&mut || {
                 let padding = padding.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &padding))
-            })
-        })
+            }))
+        }))
     }
 
     /// `replication_pad2d(Tensor self, SymInt[4] padding) -> Tensor`
     pub(crate) fn replication_pad2d(input: TensorId, padding: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], padding: &[i64]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14151,16 +14151,16 @@ pub(crate) mod core {
             let mut op = Op::begin("replication_pad2d");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, padding), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, padding)), erased_keep(&mut || {
                 let padding = padding.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &padding))
-            })
-        })
+            }))
+        }))
     }
 
     /// `replication_pad3d(Tensor self, SymInt[6] padding) -> Tensor`
     pub(crate) fn replication_pad3d(input: TensorId, padding: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], padding: &[i64]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14169,16 +14169,16 @@ pub(crate) mod core {
             let mut op = Op::begin("replication_pad3d");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, padding), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, padding)), erased_keep(&mut || {
                 let padding = padding.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &padding))
-            })
-        })
+            }))
+        }))
     }
 
     /// `pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -> Tensor`
     pub(crate) fn pad(input: TensorId, pad: &[i64], mode: &str, value: Option<f64>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], pad: &[i64], mode: &str, value: Option<f64>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14187,87 +14187,87 @@ pub(crate) mod core {
             let mut op = Op::begin("pad");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, pad, mode, value), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, pad, mode, value)), erased_keep(&mut || {
                 let pad = pad.to_owned();
                 let mode = mode.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &pad, &mode, value))
-            })
-        })
+            }))
+        }))
     }
 
     /// `upsample_linear1d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor`
     pub(crate) fn upsample_linear1d_vec(input: TensorId, output_size: Option<&[i64]>, align_corners: bool, scale_factors: Option<&[f64]>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("upsample_linear1d_vec");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_upsample_linear1d_vec, "upsample_linear1d.vec", &[Arg::tensor(input), Arg::opt_ints(output_size), Arg::bool(align_corners), Arg::opt_floats(scale_factors)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_upsample_linear1d_vec, "upsample_linear1d.vec", &[Arg::tensor(input), Arg::opt_ints(output_size), Arg::bool(align_corners), Arg::opt_floats(scale_factors)])))
+        }))
     }
 
     /// `upsample_bilinear2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor`
     pub(crate) fn upsample_bilinear2d_vec(input: TensorId, output_size: Option<&[i64]>, align_corners: bool, scale_factors: Option<&[f64]>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("upsample_bilinear2d_vec");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_upsample_bilinear2d_vec, "upsample_bilinear2d.vec", &[Arg::tensor(input), Arg::opt_ints(output_size), Arg::bool(align_corners), Arg::opt_floats(scale_factors)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_upsample_bilinear2d_vec, "upsample_bilinear2d.vec", &[Arg::tensor(input), Arg::opt_ints(output_size), Arg::bool(align_corners), Arg::opt_floats(scale_factors)])))
+        }))
     }
 
     /// `upsample_trilinear3d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor`
     pub(crate) fn upsample_trilinear3d_vec(input: TensorId, output_size: Option<&[i64]>, align_corners: bool, scale_factors: Option<&[f64]>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("upsample_trilinear3d_vec");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_upsample_trilinear3d_vec, "upsample_trilinear3d.vec", &[Arg::tensor(input), Arg::opt_ints(output_size), Arg::bool(align_corners), Arg::opt_floats(scale_factors)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_upsample_trilinear3d_vec, "upsample_trilinear3d.vec", &[Arg::tensor(input), Arg::opt_ints(output_size), Arg::bool(align_corners), Arg::opt_floats(scale_factors)])))
+        }))
     }
 
     /// `upsample_bicubic2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor`
     pub(crate) fn upsample_bicubic2d_vec(input: TensorId, output_size: Option<&[i64]>, align_corners: bool, scale_factors: Option<&[f64]>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("upsample_bicubic2d_vec");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_upsample_bicubic2d_vec, "upsample_bicubic2d.vec", &[Arg::tensor(input), Arg::opt_ints(output_size), Arg::bool(align_corners), Arg::opt_floats(scale_factors)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_upsample_bicubic2d_vec, "upsample_bicubic2d.vec", &[Arg::tensor(input), Arg::opt_ints(output_size), Arg::bool(align_corners), Arg::opt_floats(scale_factors)])))
+        }))
     }
 
     /// `upsample_nearest1d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor`
     pub(crate) fn upsample_nearest1d_vec(input: TensorId, output_size: Option<&[i64]>, scale_factors: Option<&[f64]>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("upsample_nearest1d_vec");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_upsample_nearest1d_vec, "upsample_nearest1d.vec", &[Arg::tensor(input), Arg::opt_ints(output_size), Arg::opt_floats(scale_factors)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_upsample_nearest1d_vec, "upsample_nearest1d.vec", &[Arg::tensor(input), Arg::opt_ints(output_size), Arg::opt_floats(scale_factors)])))
+        }))
     }
 
     /// `upsample_nearest2d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor`
     pub(crate) fn upsample_nearest2d_vec(input: TensorId, output_size: Option<&[i64]>, scale_factors: Option<&[f64]>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("upsample_nearest2d_vec");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_upsample_nearest2d_vec, "upsample_nearest2d.vec", &[Arg::tensor(input), Arg::opt_ints(output_size), Arg::opt_floats(scale_factors)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_upsample_nearest2d_vec, "upsample_nearest2d.vec", &[Arg::tensor(input), Arg::opt_ints(output_size), Arg::opt_floats(scale_factors)])))
+        }))
     }
 
     /// `upsample_nearest3d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor`
     pub(crate) fn upsample_nearest3d_vec(input: TensorId, output_size: Option<&[i64]>, scale_factors: Option<&[f64]>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("upsample_nearest3d_vec");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_upsample_nearest3d_vec, "upsample_nearest3d.vec", &[Arg::tensor(input), Arg::opt_ints(output_size), Arg::opt_floats(scale_factors)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_upsample_nearest3d_vec, "upsample_nearest3d.vec", &[Arg::tensor(input), Arg::opt_ints(output_size), Arg::opt_floats(scale_factors)])))
+        }))
     }
 
     /// `upsample_linear1d(Tensor self, SymInt[1] output_size, bool align_corners, float? scales=None) -> Tensor`
     pub(crate) fn upsample_linear1d(input: TensorId, output_size: &[i64], align_corners: bool, scales: Option<f64>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], output_size: &[i64], align_corners: bool, scales: Option<f64>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14276,16 +14276,16 @@ pub(crate) mod core {
             let mut op = Op::begin("upsample_linear1d");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, output_size, align_corners, scales), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, output_size, align_corners, scales)), erased_keep(&mut || {
                 let output_size = output_size.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &output_size, align_corners, scales))
-            })
-        })
+            }))
+        }))
     }
 
     /// `upsample_bilinear2d(Tensor self, SymInt[2] output_size, bool align_corners, float? scales_h=None, float? scales_w=None) -> Tensor`
     pub(crate) fn upsample_bilinear2d(input: TensorId, output_size: &[i64], align_corners: bool, scales_h: Option<f64>, scales_w: Option<f64>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], output_size: &[i64], align_corners: bool, scales_h: Option<f64>, scales_w: Option<f64>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14294,16 +14294,16 @@ pub(crate) mod core {
             let mut op = Op::begin("upsample_bilinear2d");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, output_size, align_corners, scales_h, scales_w), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, output_size, align_corners, scales_h, scales_w)), erased_keep(&mut || {
                 let output_size = output_size.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &output_size, align_corners, scales_h, scales_w))
-            })
-        })
+            }))
+        }))
     }
 
     /// `upsample_bicubic2d(Tensor self, SymInt[2] output_size, bool align_corners, float? scales_h=None, float? scales_w=None) -> Tensor`
     pub(crate) fn upsample_bicubic2d(input: TensorId, output_size: &[i64], align_corners: bool, scales_h: Option<f64>, scales_w: Option<f64>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], output_size: &[i64], align_corners: bool, scales_h: Option<f64>, scales_w: Option<f64>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14312,16 +14312,16 @@ pub(crate) mod core {
             let mut op = Op::begin("upsample_bicubic2d");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, output_size, align_corners, scales_h, scales_w), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, output_size, align_corners, scales_h, scales_w)), erased_keep(&mut || {
                 let output_size = output_size.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &output_size, align_corners, scales_h, scales_w))
-            })
-        })
+            }))
+        }))
     }
 
     /// `upsample_trilinear3d(Tensor self, SymInt[3] output_size, bool align_corners, float? scales_d=None, float? scales_h=None, float? scales_w=None) -> Tensor`
     pub(crate) fn upsample_trilinear3d(input: TensorId, output_size: &[i64], align_corners: bool, scales_d: Option<f64>, scales_h: Option<f64>, scales_w: Option<f64>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], output_size: &[i64], align_corners: bool, scales_d: Option<f64>, scales_h: Option<f64>, scales_w: Option<f64>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14330,16 +14330,16 @@ pub(crate) mod core {
             let mut op = Op::begin("upsample_trilinear3d");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, output_size, align_corners, scales_d, scales_h, scales_w), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, output_size, align_corners, scales_d, scales_h, scales_w)), erased_keep(&mut || {
                 let output_size = output_size.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &output_size, align_corners, scales_d, scales_h, scales_w))
-            })
-        })
+            }))
+        }))
     }
 
     /// `upsample_nearest1d(Tensor self, SymInt[1] output_size, float? scales=None) -> Tensor`
     pub(crate) fn upsample_nearest1d(input: TensorId, output_size: &[i64], scales: Option<f64>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], output_size: &[i64], scales: Option<f64>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14348,16 +14348,16 @@ pub(crate) mod core {
             let mut op = Op::begin("upsample_nearest1d");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, output_size, scales), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, output_size, scales)), erased_keep(&mut || {
                 let output_size = output_size.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &output_size, scales))
-            })
-        })
+            }))
+        }))
     }
 
     /// `upsample_nearest2d(Tensor self, SymInt[2] output_size, float? scales_h=None, float? scales_w=None) -> Tensor`
     pub(crate) fn upsample_nearest2d(input: TensorId, output_size: &[i64], scales_h: Option<f64>, scales_w: Option<f64>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], output_size: &[i64], scales_h: Option<f64>, scales_w: Option<f64>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14366,16 +14366,16 @@ pub(crate) mod core {
             let mut op = Op::begin("upsample_nearest2d");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, output_size, scales_h, scales_w), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, output_size, scales_h, scales_w)), erased_keep(&mut || {
                 let output_size = output_size.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &output_size, scales_h, scales_w))
-            })
-        })
+            }))
+        }))
     }
 
     /// `upsample_nearest3d(Tensor self, SymInt[3] output_size, float? scales_d=None, float? scales_h=None, float? scales_w=None) -> Tensor`
     pub(crate) fn upsample_nearest3d(input: TensorId, output_size: &[i64], scales_d: Option<f64>, scales_h: Option<f64>, scales_w: Option<f64>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], output_size: &[i64], scales_d: Option<f64>, scales_h: Option<f64>, scales_w: Option<f64>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14384,16 +14384,16 @@ pub(crate) mod core {
             let mut op = Op::begin("upsample_nearest3d");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, output_size, scales_d, scales_h, scales_w), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, output_size, scales_d, scales_h, scales_w)), erased_keep(&mut || {
                 let output_size = output_size.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &output_size, scales_d, scales_h, scales_w))
-            })
-        })
+            }))
+        }))
     }
 
     /// `slow_conv_transpose2d(Tensor self, Tensor weight, SymInt[2] kernel_size, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] output_padding=0, SymInt[2] dilation=1) -> Tensor`
     pub(crate) fn slow_conv_transpose2d(input: TensorId, weight: TensorId, kernel_size: &[i64], bias: TensorId, stride: &[i64], padding: &[i64], output_padding: &[i64], dilation: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], kernel_size: &[i64], stride: &[i64], padding: &[i64], output_padding: &[i64], dilation: &[i64]) -> Result<tch::Tensor> {
                 let [input, weight, bias] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14406,20 +14406,20 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let weight: &tch::Tensor = &weight;
             let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], |inputs| replay(inputs, kernel_size, stride, padding, output_padding, dilation), || {
+            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, kernel_size, stride, padding, output_padding, dilation)), erased_keep(&mut || {
                 let kernel_size = kernel_size.to_owned();
                 let stride = stride.to_owned();
                 let padding = padding.to_owned();
                 let output_padding = output_padding.to_owned();
                 let dilation = dilation.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &kernel_size, &stride, &padding, &output_padding, &dilation))
-            })
-        })
+            }))
+        }))
     }
 
     /// `slow_conv_transpose3d(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias=None, SymInt[3] stride=1, SymInt[3] padding=0, SymInt[3] output_padding=0, SymInt[3] dilation=1) -> Tensor`
     pub(crate) fn slow_conv_transpose3d(input: TensorId, weight: TensorId, kernel_size: &[i64], bias: TensorId, stride: &[i64], padding: &[i64], output_padding: &[i64], dilation: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], kernel_size: &[i64], stride: &[i64], padding: &[i64], output_padding: &[i64], dilation: &[i64]) -> Result<tch::Tensor> {
                 let [input, weight, bias] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14432,20 +14432,20 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let weight: &tch::Tensor = &weight;
             let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], |inputs| replay(inputs, kernel_size, stride, padding, output_padding, dilation), || {
+            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, kernel_size, stride, padding, output_padding, dilation)), erased_keep(&mut || {
                 let kernel_size = kernel_size.to_owned();
                 let stride = stride.to_owned();
                 let padding = padding.to_owned();
                 let output_padding = output_padding.to_owned();
                 let dilation = dilation.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &kernel_size, &stride, &padding, &output_padding, &dilation))
-            })
-        })
+            }))
+        }))
     }
 
     /// `thnn_conv2d(Tensor self, Tensor weight, SymInt[2] kernel_size, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0) -> Tensor`
     pub(crate) fn thnn_conv2d(input: TensorId, weight: TensorId, kernel_size: &[i64], bias: TensorId, stride: &[i64], padding: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], kernel_size: &[i64], stride: &[i64], padding: &[i64]) -> Result<tch::Tensor> {
                 let [input, weight, bias] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14458,18 +14458,18 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let weight: &tch::Tensor = &weight;
             let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], |inputs| replay(inputs, kernel_size, stride, padding), || {
+            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, kernel_size, stride, padding)), erased_keep(&mut || {
                 let kernel_size = kernel_size.to_owned();
                 let stride = stride.to_owned();
                 let padding = padding.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &kernel_size, &stride, &padding))
-            })
-        })
+            }))
+        }))
     }
 
     /// `conv_depthwise3d(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias, SymInt[3] stride, SymInt[3] padding, SymInt[3] dilation) -> Tensor`
     pub(crate) fn conv_depthwise3d(input: TensorId, weight: TensorId, kernel_size: &[i64], bias: TensorId, stride: &[i64], padding: &[i64], dilation: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], kernel_size: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64]) -> Result<tch::Tensor> {
                 let [input, weight, bias] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14482,19 +14482,19 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let weight: &tch::Tensor = &weight;
             let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], |inputs| replay(inputs, kernel_size, stride, padding, dilation), || {
+            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, kernel_size, stride, padding, dilation)), erased_keep(&mut || {
                 let kernel_size = kernel_size.to_owned();
                 let stride = stride.to_owned();
                 let padding = padding.to_owned();
                 let dilation = dilation.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &kernel_size, &stride, &padding, &dilation))
-            })
-        })
+            }))
+        }))
     }
 
     /// `slow_conv3d(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias=None, SymInt[3] stride=1, SymInt[3] padding=0) -> Tensor`
     pub(crate) fn slow_conv3d(input: TensorId, weight: TensorId, kernel_size: &[i64], bias: TensorId, stride: &[i64], padding: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], kernel_size: &[i64], stride: &[i64], padding: &[i64]) -> Result<tch::Tensor> {
                 let [input, weight, bias] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14507,18 +14507,18 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let weight: &tch::Tensor = &weight;
             let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], |inputs| replay(inputs, kernel_size, stride, padding), || {
+            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, kernel_size, stride, padding)), erased_keep(&mut || {
                 let kernel_size = kernel_size.to_owned();
                 let stride = stride.to_owned();
                 let padding = padding.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &kernel_size, &stride, &padding))
-            })
-        })
+            }))
+        }))
     }
 
     /// `slow_conv3d_forward(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias, SymInt[3] stride, SymInt[3] padding) -> Tensor`
     pub(crate) fn slow_conv3d_forward(input: TensorId, weight: TensorId, kernel_size: &[i64], bias: TensorId, stride: &[i64], padding: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], kernel_size: &[i64], stride: &[i64], padding: &[i64]) -> Result<tch::Tensor> {
                 let [input, weight, bias] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14531,18 +14531,18 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let weight: &tch::Tensor = &weight;
             let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], |inputs| replay(inputs, kernel_size, stride, padding), || {
+            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, kernel_size, stride, padding)), erased_keep(&mut || {
                 let kernel_size = kernel_size.to_owned();
                 let stride = stride.to_owned();
                 let padding = padding.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &kernel_size, &stride, &padding))
-            })
-        })
+            }))
+        }))
     }
 
     /// `slow_conv_dilated2d(Tensor self, Tensor weight, SymInt[2] kernel_size, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] dilation=1) -> Tensor`
     pub(crate) fn slow_conv_dilated2d(input: TensorId, weight: TensorId, kernel_size: &[i64], bias: TensorId, stride: &[i64], padding: &[i64], dilation: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], kernel_size: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64]) -> Result<tch::Tensor> {
                 let [input, weight, bias] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14555,19 +14555,19 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let weight: &tch::Tensor = &weight;
             let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], |inputs| replay(inputs, kernel_size, stride, padding, dilation), || {
+            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, kernel_size, stride, padding, dilation)), erased_keep(&mut || {
                 let kernel_size = kernel_size.to_owned();
                 let stride = stride.to_owned();
                 let padding = padding.to_owned();
                 let dilation = dilation.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &kernel_size, &stride, &padding, &dilation))
-            })
-        })
+            }))
+        }))
     }
 
     /// `slow_conv_dilated3d(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias=None, SymInt[3] stride=1, SymInt[3] padding=0, SymInt[3] dilation=1) -> Tensor`
     pub(crate) fn slow_conv_dilated3d(input: TensorId, weight: TensorId, kernel_size: &[i64], bias: TensorId, stride: &[i64], padding: &[i64], dilation: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], kernel_size: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64]) -> Result<tch::Tensor> {
                 let [input, weight, bias] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14580,19 +14580,19 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let weight: &tch::Tensor = &weight;
             let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], |inputs| replay(inputs, kernel_size, stride, padding, dilation), || {
+            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, kernel_size, stride, padding, dilation)), erased_keep(&mut || {
                 let kernel_size = kernel_size.to_owned();
                 let stride = stride.to_owned();
                 let padding = padding.to_owned();
                 let dilation = dilation.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &kernel_size, &stride, &padding, &dilation))
-            })
-        })
+            }))
+        }))
     }
 
     /// `col2im(Tensor self, SymInt[2] output_size, int[2] kernel_size, int[2] dilation, int[2] padding, int[2] stride) -> Tensor`
     pub(crate) fn col2im(input: TensorId, output_size: &[i64], kernel_size: &[i64], dilation: &[i64], padding: &[i64], stride: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], output_size: &[i64], kernel_size: &[i64], dilation: &[i64], padding: &[i64], stride: &[i64]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14601,30 +14601,30 @@ pub(crate) mod core {
             let mut op = Op::begin("col2im");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, output_size, kernel_size, dilation, padding, stride), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, output_size, kernel_size, dilation, padding, stride)), erased_keep(&mut || {
                 let output_size = output_size.to_owned();
                 let kernel_size = kernel_size.to_owned();
                 let dilation = dilation.to_owned();
                 let padding = padding.to_owned();
                 let stride = stride.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &output_size, &kernel_size, &dilation, &padding, &stride))
-            })
-        })
+            }))
+        }))
     }
 
     /// `column_stack(Tensor[] tensors) -> Tensor`
     pub(crate) fn column_stack(tensors: &[TensorId]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("column_stack");
             let tensors = op.get_many(tensors)?;
             let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.output(|| aten::tensor(kernels::tr_aten_column_stack, "column_stack", &[Arg::tensors(&aten::ptrs(tensors))]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_column_stack, "column_stack", &[Arg::tensors(&aten::ptrs(tensors))])))
+        }))
     }
 
     /// `im2col(Tensor self, int[2] kernel_size, int[2] dilation, int[2] padding, int[2] stride) -> Tensor`
     pub(crate) fn im2col(input: TensorId, kernel_size: &[i64], dilation: &[i64], padding: &[i64], stride: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], kernel_size: &[i64], dilation: &[i64], padding: &[i64], stride: &[i64]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14633,19 +14633,19 @@ pub(crate) mod core {
             let mut op = Op::begin("im2col");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, kernel_size, dilation, padding, stride), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, kernel_size, dilation, padding, stride)), erased_keep(&mut || {
                 let kernel_size = kernel_size.to_owned();
                 let dilation = dilation.to_owned();
                 let padding = padding.to_owned();
                 let stride = stride.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &kernel_size, &dilation, &padding, &stride))
-            })
-        })
+            }))
+        }))
     }
 
     /// `isfinite(Tensor self) -> Tensor`
     pub(crate) fn isfinite(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14654,13 +14654,13 @@ pub(crate) mod core {
             let mut op = Op::begin("isfinite");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `isinf(Tensor self) -> Tensor`
     pub(crate) fn isinf(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14669,13 +14669,13 @@ pub(crate) mod core {
             let mut op = Op::begin("isinf");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `isposinf(Tensor self) -> Tensor`
     pub(crate) fn isposinf(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14684,13 +14684,13 @@ pub(crate) mod core {
             let mut op = Op::begin("isposinf");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `isneginf(Tensor self) -> Tensor`
     pub(crate) fn isneginf(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14699,13 +14699,13 @@ pub(crate) mod core {
             let mut op = Op::begin("isneginf");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_entr(Tensor self) -> Tensor`
     pub(crate) fn special_entr(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14714,13 +14714,13 @@ pub(crate) mod core {
             let mut op = Op::begin("special_entr");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_ndtri(Tensor self) -> Tensor`
     pub(crate) fn special_ndtri(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14729,13 +14729,13 @@ pub(crate) mod core {
             let mut op = Op::begin("special_ndtri");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_log_ndtr(Tensor self) -> Tensor`
     pub(crate) fn special_log_ndtr(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14744,13 +14744,13 @@ pub(crate) mod core {
             let mut op = Op::begin("special_log_ndtr");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_expm1(Tensor self) -> Tensor`
     pub(crate) fn special_expm1(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14759,13 +14759,13 @@ pub(crate) mod core {
             let mut op = Op::begin("special_expm1");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_exp2(Tensor self) -> Tensor`
     pub(crate) fn special_exp2(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14774,13 +14774,13 @@ pub(crate) mod core {
             let mut op = Op::begin("special_exp2");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_psi(Tensor self) -> Tensor`
     pub(crate) fn special_psi(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14789,13 +14789,13 @@ pub(crate) mod core {
             let mut op = Op::begin("special_psi");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_digamma(Tensor self) -> Tensor`
     pub(crate) fn special_digamma(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14804,13 +14804,13 @@ pub(crate) mod core {
             let mut op = Op::begin("special_digamma");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_gammaln(Tensor self) -> Tensor`
     pub(crate) fn special_gammaln(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14819,13 +14819,13 @@ pub(crate) mod core {
             let mut op = Op::begin("special_gammaln");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_erf(Tensor self) -> Tensor`
     pub(crate) fn special_erf(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14834,13 +14834,13 @@ pub(crate) mod core {
             let mut op = Op::begin("special_erf");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_erfc(Tensor self) -> Tensor`
     pub(crate) fn special_erfc(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14849,13 +14849,13 @@ pub(crate) mod core {
             let mut op = Op::begin("special_erfc");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_erfcx(Tensor self) -> Tensor`
     pub(crate) fn special_erfcx(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14864,13 +14864,13 @@ pub(crate) mod core {
             let mut op = Op::begin("special_erfcx");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_erfinv(Tensor self) -> Tensor`
     pub(crate) fn special_erfinv(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14879,13 +14879,13 @@ pub(crate) mod core {
             let mut op = Op::begin("special_erfinv");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_ndtr(Tensor self) -> Tensor`
     pub(crate) fn special_ndtr(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14894,13 +14894,13 @@ pub(crate) mod core {
             let mut op = Op::begin("special_ndtr");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_xlog1py(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn special_xlog1py(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14911,13 +14911,13 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_xlog1py.self_scalar(Scalar self, Tensor other) -> Tensor`
     pub(crate) fn special_xlog1py_self_scalar(input: Scalar, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], input: Scalar) -> Result<tch::Tensor> {
                 let [other] = replay_args(inputs)?;
                 let other = given(other)?;
@@ -14926,15 +14926,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_xlog1py_self_scalar");
             let [other] = op.get([other])?;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(other)], |inputs| replay(inputs, input), || {
+            op.output_replayable([Some(other)], erased_run(&|inputs| replay(inputs, input)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, input))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_xlog1py.other_scalar(Tensor self, Scalar other) -> Tensor`
     pub(crate) fn special_xlog1py_other_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14943,15 +14943,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_xlog1py_other_scalar");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, other), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_xlogy(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn special_xlogy(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14962,13 +14962,13 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_xlogy.self_scalar(Scalar self, Tensor other) -> Tensor`
     pub(crate) fn special_xlogy_self_scalar(input: Scalar, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], input: Scalar) -> Result<tch::Tensor> {
                 let [other] = replay_args(inputs)?;
                 let other = given(other)?;
@@ -14977,15 +14977,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_xlogy_self_scalar");
             let [other] = op.get([other])?;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(other)], |inputs| replay(inputs, input), || {
+            op.output_replayable([Some(other)], erased_run(&|inputs| replay(inputs, input)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, input))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_xlogy.other_scalar(Tensor self, Scalar other) -> Tensor`
     pub(crate) fn special_xlogy_other_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -14994,15 +14994,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_xlogy_other_scalar");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, other), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_zeta(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn special_zeta(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -15013,13 +15013,13 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_zeta.self_scalar(Scalar self, Tensor other) -> Tensor`
     pub(crate) fn special_zeta_self_scalar(input: Scalar, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], input: Scalar) -> Result<tch::Tensor> {
                 let [other] = replay_args(inputs)?;
                 let other = given(other)?;
@@ -15028,15 +15028,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_zeta_self_scalar");
             let [other] = op.get([other])?;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(other)], |inputs| replay(inputs, input), || {
+            op.output_replayable([Some(other)], erased_run(&|inputs| replay(inputs, input)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, input))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_zeta.other_scalar(Tensor self, Scalar other) -> Tensor`
     pub(crate) fn special_zeta_other_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -15045,15 +15045,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_zeta_other_scalar");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, other), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_i0(Tensor self) -> Tensor`
     pub(crate) fn special_i0(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -15062,13 +15062,13 @@ pub(crate) mod core {
             let mut op = Op::begin("special_i0");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_i0e(Tensor self) -> Tensor`
     pub(crate) fn special_i0e(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -15077,13 +15077,13 @@ pub(crate) mod core {
             let mut op = Op::begin("special_i0e");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_i1(Tensor self) -> Tensor`
     pub(crate) fn special_i1(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -15092,13 +15092,13 @@ pub(crate) mod core {
             let mut op = Op::begin("special_i1");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_i1e(Tensor self) -> Tensor`
     pub(crate) fn special_i1e(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -15107,13 +15107,13 @@ pub(crate) mod core {
             let mut op = Op::begin("special_i1e");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_logit(Tensor self, float? eps=None) -> Tensor`
     pub(crate) fn special_logit(input: TensorId, eps: Option<f64>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], eps: Option<f64>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -15122,15 +15122,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_logit");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, eps), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, eps)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, eps))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_polygamma(int n, Tensor self) -> Tensor`
     pub(crate) fn special_polygamma(n: i64, input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], n: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -15139,15 +15139,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_polygamma");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, n), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor`
     pub(crate) fn special_logsumexp(input: TensorId, dim: &[i64], keepdim: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: &[i64], keepdim: bool) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -15156,16 +15156,16 @@ pub(crate) mod core {
             let mut op = Op::begin("special_logsumexp");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim, keepdim), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, keepdim)), erased_keep(&mut || {
                 let dim = dim.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dim, keepdim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_expit(Tensor self) -> Tensor`
     pub(crate) fn special_expit(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -15174,13 +15174,13 @@ pub(crate) mod core {
             let mut op = Op::begin("special_expit");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_sinc(Tensor self) -> Tensor`
     pub(crate) fn special_sinc(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -15189,13 +15189,13 @@ pub(crate) mod core {
             let mut op = Op::begin("special_sinc");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_round(Tensor self, *, int decimals=0) -> Tensor`
     pub(crate) fn special_round(input: TensorId, decimals: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], decimals: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -15204,15 +15204,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_round");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, decimals), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, decimals)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, decimals))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_log1p(Tensor self) -> Tensor`
     pub(crate) fn special_log1p(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -15221,13 +15221,13 @@ pub(crate) mod core {
             let mut op = Op::begin("special_log1p");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_log_softmax(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor`
     pub(crate) fn special_log_softmax(input: TensorId, dim: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, dtype: Option<DType>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -15236,15 +15236,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_log_softmax");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim, dtype), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, dtype)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, dtype))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_gammainc(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn special_gammainc(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -15255,13 +15255,13 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_gammaincc(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn special_gammaincc(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -15272,13 +15272,13 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_multigammaln(Tensor self, int p) -> Tensor`
     pub(crate) fn special_multigammaln(input: TensorId, p: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], p: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -15287,15 +15287,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_multigammaln");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, p), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, p)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, p))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_softmax(Tensor self, int dim, ScalarType? dtype=None) -> Tensor`
     pub(crate) fn special_softmax(input: TensorId, dim: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, dtype: Option<DType>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -15304,241 +15304,241 @@ pub(crate) mod core {
             let mut op = Op::begin("special_softmax");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim, dtype), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, dtype)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, dtype))
-            })
-        })
+            }))
+        }))
     }
 
     /// `fft_fft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor`
     pub(crate) fn fft_fft(input: TensorId, n: Option<i64>, dim: i64, norm: Option<&str>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("fft_fft");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_fft_fft, "fft_fft", &[Arg::tensor(input), Arg::opt_int(n), Arg::int(dim), Arg::opt_str(norm)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_fft, "fft_fft", &[Arg::tensor(input), Arg::opt_int(n), Arg::int(dim), Arg::opt_str(norm)])))
+        }))
     }
 
     /// `fft_ifft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor`
     pub(crate) fn fft_ifft(input: TensorId, n: Option<i64>, dim: i64, norm: Option<&str>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("fft_ifft");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_fft_ifft, "fft_ifft", &[Arg::tensor(input), Arg::opt_int(n), Arg::int(dim), Arg::opt_str(norm)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_ifft, "fft_ifft", &[Arg::tensor(input), Arg::opt_int(n), Arg::int(dim), Arg::opt_str(norm)])))
+        }))
     }
 
     /// `fft_rfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor`
     pub(crate) fn fft_rfft(input: TensorId, n: Option<i64>, dim: i64, norm: Option<&str>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("fft_rfft");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_fft_rfft, "fft_rfft", &[Arg::tensor(input), Arg::opt_int(n), Arg::int(dim), Arg::opt_str(norm)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_rfft, "fft_rfft", &[Arg::tensor(input), Arg::opt_int(n), Arg::int(dim), Arg::opt_str(norm)])))
+        }))
     }
 
     /// `fft_irfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor`
     pub(crate) fn fft_irfft(input: TensorId, n: Option<i64>, dim: i64, norm: Option<&str>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("fft_irfft");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_fft_irfft, "fft_irfft", &[Arg::tensor(input), Arg::opt_int(n), Arg::int(dim), Arg::opt_str(norm)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_irfft, "fft_irfft", &[Arg::tensor(input), Arg::opt_int(n), Arg::int(dim), Arg::opt_str(norm)])))
+        }))
     }
 
     /// `fft_hfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor`
     pub(crate) fn fft_hfft(input: TensorId, n: Option<i64>, dim: i64, norm: Option<&str>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("fft_hfft");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_fft_hfft, "fft_hfft", &[Arg::tensor(input), Arg::opt_int(n), Arg::int(dim), Arg::opt_str(norm)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_hfft, "fft_hfft", &[Arg::tensor(input), Arg::opt_int(n), Arg::int(dim), Arg::opt_str(norm)])))
+        }))
     }
 
     /// `fft_ihfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor`
     pub(crate) fn fft_ihfft(input: TensorId, n: Option<i64>, dim: i64, norm: Option<&str>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("fft_ihfft");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_fft_ihfft, "fft_ihfft", &[Arg::tensor(input), Arg::opt_int(n), Arg::int(dim), Arg::opt_str(norm)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_ihfft, "fft_ihfft", &[Arg::tensor(input), Arg::opt_int(n), Arg::int(dim), Arg::opt_str(norm)])))
+        }))
     }
 
     /// `fft_fft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`
     pub(crate) fn fft_fft2(input: TensorId, s: Option<&[i64]>, dim: &[i64], norm: Option<&str>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("fft_fft2");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_fft_fft2, "fft_fft2", &[Arg::tensor(input), Arg::opt_ints(s), Arg::ints(dim), Arg::opt_str(norm)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_fft2, "fft_fft2", &[Arg::tensor(input), Arg::opt_ints(s), Arg::ints(dim), Arg::opt_str(norm)])))
+        }))
     }
 
     /// `fft_ifft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`
     pub(crate) fn fft_ifft2(input: TensorId, s: Option<&[i64]>, dim: &[i64], norm: Option<&str>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("fft_ifft2");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_fft_ifft2, "fft_ifft2", &[Arg::tensor(input), Arg::opt_ints(s), Arg::ints(dim), Arg::opt_str(norm)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_ifft2, "fft_ifft2", &[Arg::tensor(input), Arg::opt_ints(s), Arg::ints(dim), Arg::opt_str(norm)])))
+        }))
     }
 
     /// `fft_rfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`
     pub(crate) fn fft_rfft2(input: TensorId, s: Option<&[i64]>, dim: &[i64], norm: Option<&str>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("fft_rfft2");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_fft_rfft2, "fft_rfft2", &[Arg::tensor(input), Arg::opt_ints(s), Arg::ints(dim), Arg::opt_str(norm)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_rfft2, "fft_rfft2", &[Arg::tensor(input), Arg::opt_ints(s), Arg::ints(dim), Arg::opt_str(norm)])))
+        }))
     }
 
     /// `fft_irfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`
     pub(crate) fn fft_irfft2(input: TensorId, s: Option<&[i64]>, dim: &[i64], norm: Option<&str>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("fft_irfft2");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_fft_irfft2, "fft_irfft2", &[Arg::tensor(input), Arg::opt_ints(s), Arg::ints(dim), Arg::opt_str(norm)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_irfft2, "fft_irfft2", &[Arg::tensor(input), Arg::opt_ints(s), Arg::ints(dim), Arg::opt_str(norm)])))
+        }))
     }
 
     /// `fft_hfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`
     pub(crate) fn fft_hfft2(input: TensorId, s: Option<&[i64]>, dim: &[i64], norm: Option<&str>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("fft_hfft2");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_fft_hfft2, "fft_hfft2", &[Arg::tensor(input), Arg::opt_ints(s), Arg::ints(dim), Arg::opt_str(norm)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_hfft2, "fft_hfft2", &[Arg::tensor(input), Arg::opt_ints(s), Arg::ints(dim), Arg::opt_str(norm)])))
+        }))
     }
 
     /// `fft_ihfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`
     pub(crate) fn fft_ihfft2(input: TensorId, s: Option<&[i64]>, dim: &[i64], norm: Option<&str>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("fft_ihfft2");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_fft_ihfft2, "fft_ihfft2", &[Arg::tensor(input), Arg::opt_ints(s), Arg::ints(dim), Arg::opt_str(norm)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_ihfft2, "fft_ihfft2", &[Arg::tensor(input), Arg::opt_ints(s), Arg::ints(dim), Arg::opt_str(norm)])))
+        }))
     }
 
     /// `fft_fftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
     pub(crate) fn fft_fftn(input: TensorId, s: Option<&[i64]>, dim: Option<&[i64]>, norm: Option<&str>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("fft_fftn");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_fft_fftn, "fft_fftn", &[Arg::tensor(input), Arg::opt_ints(s), Arg::opt_ints(dim), Arg::opt_str(norm)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_fftn, "fft_fftn", &[Arg::tensor(input), Arg::opt_ints(s), Arg::opt_ints(dim), Arg::opt_str(norm)])))
+        }))
     }
 
     /// `fft_ifftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
     pub(crate) fn fft_ifftn(input: TensorId, s: Option<&[i64]>, dim: Option<&[i64]>, norm: Option<&str>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("fft_ifftn");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_fft_ifftn, "fft_ifftn", &[Arg::tensor(input), Arg::opt_ints(s), Arg::opt_ints(dim), Arg::opt_str(norm)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_ifftn, "fft_ifftn", &[Arg::tensor(input), Arg::opt_ints(s), Arg::opt_ints(dim), Arg::opt_str(norm)])))
+        }))
     }
 
     /// `fft_rfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
     pub(crate) fn fft_rfftn(input: TensorId, s: Option<&[i64]>, dim: Option<&[i64]>, norm: Option<&str>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("fft_rfftn");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_fft_rfftn, "fft_rfftn", &[Arg::tensor(input), Arg::opt_ints(s), Arg::opt_ints(dim), Arg::opt_str(norm)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_rfftn, "fft_rfftn", &[Arg::tensor(input), Arg::opt_ints(s), Arg::opt_ints(dim), Arg::opt_str(norm)])))
+        }))
     }
 
     /// `fft_irfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
     pub(crate) fn fft_irfftn(input: TensorId, s: Option<&[i64]>, dim: Option<&[i64]>, norm: Option<&str>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("fft_irfftn");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_fft_irfftn, "fft_irfftn", &[Arg::tensor(input), Arg::opt_ints(s), Arg::opt_ints(dim), Arg::opt_str(norm)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_irfftn, "fft_irfftn", &[Arg::tensor(input), Arg::opt_ints(s), Arg::opt_ints(dim), Arg::opt_str(norm)])))
+        }))
     }
 
     /// `fft_hfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
     pub(crate) fn fft_hfftn(input: TensorId, s: Option<&[i64]>, dim: Option<&[i64]>, norm: Option<&str>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("fft_hfftn");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_fft_hfftn, "fft_hfftn", &[Arg::tensor(input), Arg::opt_ints(s), Arg::opt_ints(dim), Arg::opt_str(norm)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_hfftn, "fft_hfftn", &[Arg::tensor(input), Arg::opt_ints(s), Arg::opt_ints(dim), Arg::opt_str(norm)])))
+        }))
     }
 
     /// `fft_ihfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
     pub(crate) fn fft_ihfftn(input: TensorId, s: Option<&[i64]>, dim: Option<&[i64]>, norm: Option<&str>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("fft_ihfftn");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_fft_ihfftn, "fft_ihfftn", &[Arg::tensor(input), Arg::opt_ints(s), Arg::opt_ints(dim), Arg::opt_str(norm)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_ihfftn, "fft_ihfftn", &[Arg::tensor(input), Arg::opt_ints(s), Arg::opt_ints(dim), Arg::opt_str(norm)])))
+        }))
     }
 
     /// `fft_fftfreq(int n, float d=1.0, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn fft_fftfreq(n: i64, d: f64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("fft_fftfreq");
-            op.output(|| aten::tensor(kernels::tr_aten_fft_fftfreq, "fft_fftfreq", &[Arg::int(n), Arg::float(d), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_fftfreq, "fft_fftfreq", &[Arg::int(n), Arg::float(d), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `fft_rfftfreq(int n, float d=1.0, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
     pub(crate) fn fft_rfftfreq(n: i64, d: f64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let op = Op::begin("fft_rfftfreq");
-            op.output(|| aten::tensor(kernels::tr_aten_fft_rfftfreq, "fft_rfftfreq", &[Arg::int(n), Arg::float(d), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_rfftfreq, "fft_rfftfreq", &[Arg::int(n), Arg::float(d), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `fft_fftshift(Tensor self, int[1]? dim=None) -> Tensor`
     pub(crate) fn fft_fftshift(input: TensorId, dim: Option<&[i64]>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("fft_fftshift");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_fft_fftshift, "fft_fftshift", &[Arg::tensor(input), Arg::opt_ints(dim)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_fftshift, "fft_fftshift", &[Arg::tensor(input), Arg::opt_ints(dim)])))
+        }))
     }
 
     /// `fft_ifftshift(Tensor self, int[1]? dim=None) -> Tensor`
     pub(crate) fn fft_ifftshift(input: TensorId, dim: Option<&[i64]>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("fft_ifftshift");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_fft_ifftshift, "fft_ifftshift", &[Arg::tensor(input), Arg::opt_ints(dim)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_ifftshift, "fft_ifftshift", &[Arg::tensor(input), Arg::opt_ints(dim)])))
+        }))
     }
 
     /// `linalg_cholesky_ex(Tensor self, *, bool upper=False, bool check_errors=False) -> (Tensor L, Tensor info)`
     pub(crate) fn linalg_cholesky_ex(input: TensorId, upper: bool, check_errors: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("linalg_cholesky_ex");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_linalg_cholesky_ex, "linalg_cholesky_ex", &[Arg::tensor(input), Arg::bool(upper), Arg::bool(check_errors)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_linalg_cholesky_ex, "linalg_cholesky_ex", &[Arg::tensor(input), Arg::bool(upper), Arg::bool(check_errors)]))))
+        }))
     }
 
     /// `linalg_cholesky(Tensor self, *, bool upper=False) -> Tensor`
     pub(crate) fn linalg_cholesky(input: TensorId, upper: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], upper: bool) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -15547,15 +15547,15 @@ pub(crate) mod core {
             let mut op = Op::begin("linalg_cholesky");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, upper), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, upper)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, upper))
-            })
-        })
+            }))
+        }))
     }
 
     /// `linalg_cross(Tensor self, Tensor other, *, int dim=-1) -> Tensor`
     pub(crate) fn linalg_cross(input: TensorId, other: TensorId, dim: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -15566,45 +15566,45 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], |inputs| replay(inputs, dim), || {
+            op.output_replayable([Some(input), Some(other)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `linalg_lu_factor(Tensor A, *, bool pivot=True) -> (Tensor LU, Tensor pivots)`
     pub(crate) fn linalg_lu_factor(a: TensorId, pivot: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("linalg_lu_factor");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_linalg_lu_factor, "linalg_lu_factor", &[Arg::tensor(a), Arg::bool(pivot)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_linalg_lu_factor, "linalg_lu_factor", &[Arg::tensor(a), Arg::bool(pivot)]))))
+        }))
     }
 
     /// `linalg_lu_factor_ex(Tensor A, *, bool pivot=True, bool check_errors=False) -> (Tensor LU, Tensor pivots, Tensor info)`
     pub(crate) fn linalg_lu_factor_ex(a: TensorId, pivot: bool, check_errors: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("linalg_lu_factor_ex");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.outputs(|| aten::exactly(3, aten::tensors(kernels::tr_aten_linalg_lu_factor_ex, "linalg_lu_factor_ex", &[Arg::tensor(a), Arg::bool(pivot), Arg::bool(check_errors)])))
-        })
+            op.outputs(erased(&|| aten::exactly(3, aten::tensors(kernels::tr_aten_linalg_lu_factor_ex, "linalg_lu_factor_ex", &[Arg::tensor(a), Arg::bool(pivot), Arg::bool(check_errors)]))))
+        }))
     }
 
     /// `linalg_lu(Tensor A, *, bool pivot=True) -> (Tensor P, Tensor L, Tensor U)`
     pub(crate) fn linalg_lu(a: TensorId, pivot: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("linalg_lu");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.outputs(|| aten::exactly(3, aten::tensors(kernels::tr_aten_linalg_lu, "linalg_lu", &[Arg::tensor(a), Arg::bool(pivot)])))
-        })
+            op.outputs(erased(&|| aten::exactly(3, aten::tensors(kernels::tr_aten_linalg_lu, "linalg_lu", &[Arg::tensor(a), Arg::bool(pivot)]))))
+        }))
     }
 
     /// `linalg_lu_solve(Tensor LU, Tensor pivots, Tensor B, *, bool left=True, bool adjoint=False) -> Tensor`
     pub(crate) fn linalg_lu_solve(lu: TensorId, pivots: TensorId, b: TensorId, left: bool, adjoint: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], left: bool, adjoint: bool) -> Result<tch::Tensor> {
                 let [lu, pivots, b] = replay_args(inputs)?;
                 let lu = given(lu)?;
@@ -15617,15 +15617,15 @@ pub(crate) mod core {
             let lu: &tch::Tensor = &lu;
             let pivots: &tch::Tensor = &pivots;
             let b: &tch::Tensor = &b;
-            op.output_replayable([Some(lu), Some(pivots), Some(b)], |inputs| replay(inputs, left, adjoint), || {
+            op.output_replayable([Some(lu), Some(pivots), Some(b)], erased_run(&|inputs| replay(inputs, left, adjoint)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, left, adjoint))
-            })
-        })
+            }))
+        }))
     }
 
     /// `linalg_det(Tensor A) -> Tensor`
     pub(crate) fn linalg_det(a: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
@@ -15634,13 +15634,13 @@ pub(crate) mod core {
             let mut op = Op::begin("linalg_det");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(a)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `det(Tensor self) -> Tensor`
     pub(crate) fn det(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -15649,33 +15649,33 @@ pub(crate) mod core {
             let mut op = Op::begin("det");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `linalg_ldl_factor_ex(Tensor self, *, bool hermitian=False, bool check_errors=False) -> (Tensor LD, Tensor pivots, Tensor info)`
     pub(crate) fn linalg_ldl_factor_ex(input: TensorId, hermitian: bool, check_errors: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("linalg_ldl_factor_ex");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(3, aten::tensors(kernels::tr_aten_linalg_ldl_factor_ex, "linalg_ldl_factor_ex", &[Arg::tensor(input), Arg::bool(hermitian), Arg::bool(check_errors)])))
-        })
+            op.outputs(erased(&|| aten::exactly(3, aten::tensors(kernels::tr_aten_linalg_ldl_factor_ex, "linalg_ldl_factor_ex", &[Arg::tensor(input), Arg::bool(hermitian), Arg::bool(check_errors)]))))
+        }))
     }
 
     /// `linalg_ldl_factor(Tensor self, *, bool hermitian=False) -> (Tensor LD, Tensor pivots)`
     pub(crate) fn linalg_ldl_factor(input: TensorId, hermitian: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("linalg_ldl_factor");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_linalg_ldl_factor, "linalg_ldl_factor", &[Arg::tensor(input), Arg::bool(hermitian)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_linalg_ldl_factor, "linalg_ldl_factor", &[Arg::tensor(input), Arg::bool(hermitian)]))))
+        }))
     }
 
     /// `linalg_ldl_solve(Tensor LD, Tensor pivots, Tensor B, *, bool hermitian=False) -> Tensor`
     pub(crate) fn linalg_ldl_solve(ld: TensorId, pivots: TensorId, b: TensorId, hermitian: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], hermitian: bool) -> Result<tch::Tensor> {
                 let [ld, pivots, b] = replay_args(inputs)?;
                 let ld = given(ld)?;
@@ -15688,26 +15688,26 @@ pub(crate) mod core {
             let ld: &tch::Tensor = &ld;
             let pivots: &tch::Tensor = &pivots;
             let b: &tch::Tensor = &b;
-            op.output_replayable([Some(ld), Some(pivots), Some(b)], |inputs| replay(inputs, hermitian), || {
+            op.output_replayable([Some(ld), Some(pivots), Some(b)], erased_run(&|inputs| replay(inputs, hermitian)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, hermitian))
-            })
-        })
+            }))
+        }))
     }
 
     /// `linalg_lstsq(Tensor self, Tensor b, float? rcond=None, *, str? driver=None) -> (Tensor solution, Tensor residuals, Tensor rank, Tensor singular_values)`
     pub(crate) fn linalg_lstsq(input: TensorId, b: TensorId, rcond: Option<f64>, driver: Option<&str>) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("linalg_lstsq");
             let [input, b] = op.get([input, b])?;
             let input: &tch::Tensor = &input;
             let b: &tch::Tensor = &b;
-            op.outputs(|| aten::exactly(4, aten::tensors(kernels::tr_aten_linalg_lstsq, "linalg_lstsq", &[Arg::tensor(input), Arg::tensor(b), Arg::opt_float(rcond), Arg::opt_str(driver)])))
-        })
+            op.outputs(erased(&|| aten::exactly(4, aten::tensors(kernels::tr_aten_linalg_lstsq, "linalg_lstsq", &[Arg::tensor(input), Arg::tensor(b), Arg::opt_float(rcond), Arg::opt_str(driver)]))))
+        }))
     }
 
     /// `linalg_matmul(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn linalg_matmul(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -15718,13 +15718,13 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `linalg_vecdot(Tensor x, Tensor y, *, int dim=-1) -> Tensor`
     pub(crate) fn linalg_vecdot(x: TensorId, y: TensorId, dim: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
                 let [x, y] = replay_args(inputs)?;
                 let x = given(x)?;
@@ -15735,15 +15735,15 @@ pub(crate) mod core {
             let [x, y] = op.get([x, y])?;
             let x: &tch::Tensor = &x;
             let y: &tch::Tensor = &y;
-            op.output_replayable([Some(x), Some(y)], |inputs| replay(inputs, dim), || {
+            op.output_replayable([Some(x), Some(y)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `linalg_matrix_exp(Tensor self) -> Tensor`
     pub(crate) fn linalg_matrix_exp(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -15752,33 +15752,33 @@ pub(crate) mod core {
             let mut op = Op::begin("linalg_matrix_exp");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `linalg_slogdet(Tensor A) -> (Tensor sign, Tensor logabsdet)`
     pub(crate) fn linalg_slogdet(a: TensorId) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("linalg_slogdet");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_linalg_slogdet, "linalg_slogdet", &[Arg::tensor(a)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_linalg_slogdet, "linalg_slogdet", &[Arg::tensor(a)]))))
+        }))
     }
 
     /// `slogdet(Tensor self) -> (Tensor sign, Tensor logabsdet)`
     pub(crate) fn slogdet(input: TensorId) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("slogdet");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_slogdet, "slogdet", &[Arg::tensor(input)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_slogdet, "slogdet", &[Arg::tensor(input)]))))
+        }))
     }
 
     /// `logdet(Tensor self) -> Tensor`
     pub(crate) fn logdet(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -15787,23 +15787,23 @@ pub(crate) mod core {
             let mut op = Op::begin("logdet");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `linalg_eig(Tensor self) -> (Tensor eigenvalues, Tensor eigenvectors)`
     pub(crate) fn linalg_eig(input: TensorId) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("linalg_eig");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_linalg_eig, "linalg_eig", &[Arg::tensor(input)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_linalg_eig, "linalg_eig", &[Arg::tensor(input)]))))
+        }))
     }
 
     /// `linalg_eigvals(Tensor self) -> Tensor`
     pub(crate) fn linalg_eigvals(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -15812,23 +15812,23 @@ pub(crate) mod core {
             let mut op = Op::begin("linalg_eigvals");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `linalg_eigh(Tensor self, str UPLO="L") -> (Tensor eigenvalues, Tensor eigenvectors)`
     pub(crate) fn linalg_eigh(input: TensorId, uplo: &str) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("linalg_eigh");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_linalg_eigh, "linalg_eigh", &[Arg::tensor(input), Arg::str(uplo)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_linalg_eigh, "linalg_eigh", &[Arg::tensor(input), Arg::str(uplo)]))))
+        }))
     }
 
     /// `linalg_eigvalsh(Tensor self, str UPLO="L") -> Tensor`
     pub(crate) fn linalg_eigvalsh(input: TensorId, uplo: &str) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], uplo: &str) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -15837,16 +15837,16 @@ pub(crate) mod core {
             let mut op = Op::begin("linalg_eigvalsh");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, uplo), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, uplo)), erased_keep(&mut || {
                 let uplo = uplo.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &uplo))
-            })
-        })
+            }))
+        }))
     }
 
     /// `linalg_householder_product(Tensor input, Tensor tau) -> Tensor`
     pub(crate) fn linalg_householder_product(input: TensorId, tau: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, tau] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -15857,23 +15857,23 @@ pub(crate) mod core {
             let [input, tau] = op.get([input, tau])?;
             let input: &tch::Tensor = &input;
             let tau: &tch::Tensor = &tau;
-            op.output_replayable([Some(input), Some(tau)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(tau)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `linalg_inv_ex(Tensor A, *, bool check_errors=False) -> (Tensor inverse, Tensor info)`
     pub(crate) fn linalg_inv_ex(a: TensorId, check_errors: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("linalg_inv_ex");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_linalg_inv_ex, "linalg_inv_ex", &[Arg::tensor(a), Arg::bool(check_errors)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_linalg_inv_ex, "linalg_inv_ex", &[Arg::tensor(a), Arg::bool(check_errors)]))))
+        }))
     }
 
     /// `linalg_inv(Tensor A) -> Tensor`
     pub(crate) fn linalg_inv(a: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
@@ -15882,13 +15882,13 @@ pub(crate) mod core {
             let mut op = Op::begin("linalg_inv");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(a)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `inverse(Tensor self) -> Tensor`
     pub(crate) fn inverse(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -15897,13 +15897,13 @@ pub(crate) mod core {
             let mut op = Op::begin("inverse");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `inner(Tensor self, Tensor other) -> Tensor`
     pub(crate) fn inner(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, other] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -15914,13 +15914,13 @@ pub(crate) mod core {
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `outer(Tensor self, Tensor vec2) -> Tensor`
     pub(crate) fn outer(input: TensorId, vec2: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, vec2] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -15931,13 +15931,13 @@ pub(crate) mod core {
             let [input, vec2] = op.get([input, vec2])?;
             let input: &tch::Tensor = &input;
             let vec2: &tch::Tensor = &vec2;
-            op.output_replayable([Some(input), Some(vec2)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(vec2)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `ger(Tensor self, Tensor vec2) -> Tensor`
     pub(crate) fn ger(input: TensorId, vec2: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input, vec2] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -15948,43 +15948,43 @@ pub(crate) mod core {
             let [input, vec2] = op.get([input, vec2])?;
             let input: &tch::Tensor = &input;
             let vec2: &tch::Tensor = &vec2;
-            op.output_replayable([Some(input), Some(vec2)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input), Some(vec2)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `linalg_norm(Tensor self, Scalar? ord=None, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`
     pub(crate) fn linalg_norm(input: TensorId, ord: Option<Scalar>, dim: Option<&[i64]>, keepdim: bool, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("linalg_norm");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_linalg_norm, "linalg_norm", &[Arg::tensor(input), Arg::opt_scalar(ord), Arg::opt_ints(dim), Arg::bool(keepdim), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_linalg_norm, "linalg_norm", &[Arg::tensor(input), Arg::opt_scalar(ord), Arg::opt_ints(dim), Arg::bool(keepdim), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `linalg_norm.ord_str(Tensor self, str ord, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`
     pub(crate) fn linalg_norm_ord_str(input: TensorId, ord: &str, dim: Option<&[i64]>, keepdim: bool, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("linalg_norm_ord_str");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_linalg_norm_ord_str, "linalg_norm.ord_str", &[Arg::tensor(input), Arg::str(ord), Arg::opt_ints(dim), Arg::bool(keepdim), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_linalg_norm_ord_str, "linalg_norm.ord_str", &[Arg::tensor(input), Arg::str(ord), Arg::opt_ints(dim), Arg::bool(keepdim), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`
     pub(crate) fn linalg_vector_norm(input: TensorId, ord: Scalar, dim: Option<&[i64]>, keepdim: bool, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("linalg_vector_norm");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output(|| aten::tensor(kernels::tr_aten_linalg_vector_norm, "linalg_vector_norm", &[Arg::tensor(input), Arg::scalar(ord), Arg::opt_ints(dim), Arg::bool(keepdim), Arg::opt_dtype(dtype)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_linalg_vector_norm, "linalg_vector_norm", &[Arg::tensor(input), Arg::scalar(ord), Arg::opt_ints(dim), Arg::bool(keepdim), Arg::opt_dtype(dtype)])))
+        }))
     }
 
     /// `linalg_matrix_norm(Tensor self, Scalar ord, int[] dim=[-2,-1], bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`
     pub(crate) fn linalg_matrix_norm(input: TensorId, ord: Scalar, dim: &[i64], keepdim: bool, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], ord: Scalar, dim: &[i64], keepdim: bool, dtype: Option<DType>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -15993,16 +15993,16 @@ pub(crate) mod core {
             let mut op = Op::begin("linalg_matrix_norm");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, ord, dim, keepdim, dtype), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, ord, dim, keepdim, dtype)), erased_keep(&mut || {
                 let dim = dim.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, ord, &dim, keepdim, dtype))
-            })
-        })
+            }))
+        }))
     }
 
     /// `linalg_matrix_norm.str_ord(Tensor self, str ord='fro', int[] dim=[-2,-1], bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`
     pub(crate) fn linalg_matrix_norm_str_ord(input: TensorId, ord: &str, dim: &[i64], keepdim: bool, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], ord: &str, dim: &[i64], keepdim: bool, dtype: Option<DType>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16011,37 +16011,37 @@ pub(crate) mod core {
             let mut op = Op::begin("linalg_matrix_norm_str_ord");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, ord, dim, keepdim, dtype), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, ord, dim, keepdim, dtype)), erased_keep(&mut || {
                 let ord = ord.to_owned();
                 let dim = dim.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &ord, &dim, keepdim, dtype))
-            })
-        })
+            }))
+        }))
     }
 
     /// `linalg_svd(Tensor A, bool full_matrices=True, *, str? driver=None) -> (Tensor U, Tensor S, Tensor Vh)`
     pub(crate) fn linalg_svd(a: TensorId, full_matrices: bool, driver: Option<&str>) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("linalg_svd");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.outputs(|| aten::exactly(3, aten::tensors(kernels::tr_aten_linalg_svd, "linalg_svd", &[Arg::tensor(a), Arg::bool(full_matrices), Arg::opt_str(driver)])))
-        })
+            op.outputs(erased(&|| aten::exactly(3, aten::tensors(kernels::tr_aten_linalg_svd, "linalg_svd", &[Arg::tensor(a), Arg::bool(full_matrices), Arg::opt_str(driver)]))))
+        }))
     }
 
     /// `linalg_svdvals(Tensor A, *, str? driver=None) -> Tensor`
     pub(crate) fn linalg_svdvals(a: TensorId, driver: Option<&str>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("linalg_svdvals");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output(|| aten::tensor(kernels::tr_aten_linalg_svdvals, "linalg_svdvals", &[Arg::tensor(a), Arg::opt_str(driver)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_linalg_svdvals, "linalg_svdvals", &[Arg::tensor(a), Arg::opt_str(driver)])))
+        }))
     }
 
     /// `linalg_cond(Tensor self, Scalar? p=None) -> Tensor`
     pub(crate) fn linalg_cond(input: TensorId, p: Option<Scalar>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], p: Option<Scalar>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16050,15 +16050,15 @@ pub(crate) mod core {
             let mut op = Op::begin("linalg_cond");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, p), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, p)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, p))
-            })
-        })
+            }))
+        }))
     }
 
     /// `linalg_cond.p_str(Tensor self, str p) -> Tensor`
     pub(crate) fn linalg_cond_p_str(input: TensorId, p: &str) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], p: &str) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16067,16 +16067,16 @@ pub(crate) mod core {
             let mut op = Op::begin("linalg_cond_p_str");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, p), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, p)), erased_keep(&mut || {
                 let p = p.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &p))
-            })
-        })
+            }))
+        }))
     }
 
     /// `linalg_pinv.atol_rtol_tensor(Tensor self, *, Tensor? atol=None, Tensor? rtol=None, bool hermitian=False) -> Tensor`
     pub(crate) fn linalg_pinv_atol_rtol_tensor(input: TensorId, atol: TensorId, rtol: TensorId, hermitian: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], hermitian: bool) -> Result<tch::Tensor> {
                 let [input, atol, rtol] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16089,15 +16089,15 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let atol = atol.as_deref();
             let rtol = rtol.as_deref();
-            op.output_replayable([Some(input), atol, rtol], |inputs| replay(inputs, hermitian), || {
+            op.output_replayable([Some(input), atol, rtol], erased_run(&|inputs| replay(inputs, hermitian)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, hermitian))
-            })
-        })
+            }))
+        }))
     }
 
     /// `linalg_pinv.atol_rtol_float(Tensor self, *, float? atol=None, float? rtol=None, bool hermitian=False) -> Tensor`
     pub(crate) fn linalg_pinv_atol_rtol_float(input: TensorId, atol: Option<f64>, rtol: Option<f64>, hermitian: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], atol: Option<f64>, rtol: Option<f64>, hermitian: bool) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16106,15 +16106,15 @@ pub(crate) mod core {
             let mut op = Op::begin("linalg_pinv_atol_rtol_float");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, atol, rtol, hermitian), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, atol, rtol, hermitian)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, atol, rtol, hermitian))
-            })
-        })
+            }))
+        }))
     }
 
     /// `linalg_pinv(Tensor self, float rcond, bool hermitian=False) -> Tensor`
     pub(crate) fn linalg_pinv(input: TensorId, rcond: f64, hermitian: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], rcond: f64, hermitian: bool) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16123,15 +16123,15 @@ pub(crate) mod core {
             let mut op = Op::begin("linalg_pinv");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, rcond, hermitian), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, rcond, hermitian)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, rcond, hermitian))
-            })
-        })
+            }))
+        }))
     }
 
     /// `linalg_pinv.rcond_tensor(Tensor self, Tensor rcond, bool hermitian=False) -> Tensor`
     pub(crate) fn linalg_pinv_rcond_tensor(input: TensorId, rcond: TensorId, hermitian: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], hermitian: bool) -> Result<tch::Tensor> {
                 let [input, rcond] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16142,26 +16142,26 @@ pub(crate) mod core {
             let [input, rcond] = op.get([input, rcond])?;
             let input: &tch::Tensor = &input;
             let rcond: &tch::Tensor = &rcond;
-            op.output_replayable([Some(input), Some(rcond)], |inputs| replay(inputs, hermitian), || {
+            op.output_replayable([Some(input), Some(rcond)], erased_run(&|inputs| replay(inputs, hermitian)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, hermitian))
-            })
-        })
+            }))
+        }))
     }
 
     /// `linalg_solve_ex(Tensor A, Tensor B, *, bool left=True, bool check_errors=False) -> (Tensor result, Tensor info)`
     pub(crate) fn linalg_solve_ex(a: TensorId, b: TensorId, left: bool, check_errors: bool) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("linalg_solve_ex");
             let [a, b] = op.get([a, b])?;
             let a: &tch::Tensor = &a;
             let b: &tch::Tensor = &b;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_linalg_solve_ex, "linalg_solve_ex", &[Arg::tensor(a), Arg::tensor(b), Arg::bool(left), Arg::bool(check_errors)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_linalg_solve_ex, "linalg_solve_ex", &[Arg::tensor(a), Arg::tensor(b), Arg::bool(left), Arg::bool(check_errors)]))))
+        }))
     }
 
     /// `linalg_solve(Tensor A, Tensor B, *, bool left=True) -> Tensor`
     pub(crate) fn linalg_solve(a: TensorId, b: TensorId, left: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], left: bool) -> Result<tch::Tensor> {
                 let [a, b] = replay_args(inputs)?;
                 let a = given(a)?;
@@ -16172,15 +16172,15 @@ pub(crate) mod core {
             let [a, b] = op.get([a, b])?;
             let a: &tch::Tensor = &a;
             let b: &tch::Tensor = &b;
-            op.output_replayable([Some(a), Some(b)], |inputs| replay(inputs, left), || {
+            op.output_replayable([Some(a), Some(b)], erased_run(&|inputs| replay(inputs, left)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, left))
-            })
-        })
+            }))
+        }))
     }
 
     /// `linalg_tensorinv(Tensor self, int ind=2) -> Tensor`
     pub(crate) fn linalg_tensorinv(input: TensorId, ind: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], ind: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16189,36 +16189,36 @@ pub(crate) mod core {
             let mut op = Op::begin("linalg_tensorinv");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, ind), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, ind)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, ind))
-            })
-        })
+            }))
+        }))
     }
 
     /// `linalg_tensorsolve(Tensor self, Tensor other, int[]? dims=None) -> Tensor`
     pub(crate) fn linalg_tensorsolve(input: TensorId, other: TensorId, dims: Option<&[i64]>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("linalg_tensorsolve");
             let [input, other] = op.get([input, other])?;
             let input: &tch::Tensor = &input;
             let other: &tch::Tensor = &other;
-            op.output(|| aten::tensor(kernels::tr_aten_linalg_tensorsolve, "linalg_tensorsolve", &[Arg::tensor(input), Arg::tensor(other), Arg::opt_ints(dims)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_linalg_tensorsolve, "linalg_tensorsolve", &[Arg::tensor(input), Arg::tensor(other), Arg::opt_ints(dims)])))
+        }))
     }
 
     /// `linalg_qr(Tensor A, str mode='reduced') -> (Tensor Q, Tensor R)`
     pub(crate) fn linalg_qr(a: TensorId, mode: &str) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("linalg_qr");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.outputs(|| aten::exactly(2, aten::tensors(kernels::tr_aten_linalg_qr, "linalg_qr", &[Arg::tensor(a), Arg::str(mode)])))
-        })
+            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_linalg_qr, "linalg_qr", &[Arg::tensor(a), Arg::str(mode)]))))
+        }))
     }
 
     /// `linalg_matrix_power(Tensor self, int n) -> Tensor`
     pub(crate) fn linalg_matrix_power(input: TensorId, n: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], n: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16227,15 +16227,15 @@ pub(crate) mod core {
             let mut op = Op::begin("linalg_matrix_power");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, n), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            })
-        })
+            }))
+        }))
     }
 
     /// `linalg_matrix_rank.atol_rtol_tensor(Tensor input, *, Tensor? atol=None, Tensor? rtol=None, bool hermitian=False) -> Tensor`
     pub(crate) fn linalg_matrix_rank_atol_rtol_tensor(input: TensorId, atol: TensorId, rtol: TensorId, hermitian: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], hermitian: bool) -> Result<tch::Tensor> {
                 let [input, atol, rtol] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16248,15 +16248,15 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let atol = atol.as_deref();
             let rtol = rtol.as_deref();
-            op.output_replayable([Some(input), atol, rtol], |inputs| replay(inputs, hermitian), || {
+            op.output_replayable([Some(input), atol, rtol], erased_run(&|inputs| replay(inputs, hermitian)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, hermitian))
-            })
-        })
+            }))
+        }))
     }
 
     /// `linalg_matrix_rank.atol_rtol_float(Tensor self, *, float? atol=None, float? rtol=None, bool hermitian=False) -> Tensor`
     pub(crate) fn linalg_matrix_rank_atol_rtol_float(input: TensorId, atol: Option<f64>, rtol: Option<f64>, hermitian: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], atol: Option<f64>, rtol: Option<f64>, hermitian: bool) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16265,15 +16265,15 @@ pub(crate) mod core {
             let mut op = Op::begin("linalg_matrix_rank_atol_rtol_float");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, atol, rtol, hermitian), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, atol, rtol, hermitian)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, atol, rtol, hermitian))
-            })
-        })
+            }))
+        }))
     }
 
     /// `linalg_matrix_rank(Tensor self, float tol, bool hermitian=False) -> Tensor`
     pub(crate) fn linalg_matrix_rank(input: TensorId, tol: f64, hermitian: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], tol: f64, hermitian: bool) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16282,15 +16282,15 @@ pub(crate) mod core {
             let mut op = Op::begin("linalg_matrix_rank");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, tol, hermitian), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, tol, hermitian)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, tol, hermitian))
-            })
-        })
+            }))
+        }))
     }
 
     /// `linalg_matrix_rank.tol_tensor(Tensor input, Tensor tol, bool hermitian=False) -> Tensor`
     pub(crate) fn linalg_matrix_rank_tol_tensor(input: TensorId, tol: TensorId, hermitian: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], hermitian: bool) -> Result<tch::Tensor> {
                 let [input, tol] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16301,25 +16301,25 @@ pub(crate) mod core {
             let [input, tol] = op.get([input, tol])?;
             let input: &tch::Tensor = &input;
             let tol: &tch::Tensor = &tol;
-            op.output_replayable([Some(input), Some(tol)], |inputs| replay(inputs, hermitian), || {
+            op.output_replayable([Some(input), Some(tol)], erased_run(&|inputs| replay(inputs, hermitian)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, hermitian))
-            })
-        })
+            }))
+        }))
     }
 
     /// `linalg_multi_dot(Tensor[] tensors) -> Tensor`
     pub(crate) fn linalg_multi_dot(tensors: &[TensorId]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("linalg_multi_dot");
             let tensors = op.get_many(tensors)?;
             let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.output(|| aten::tensor(kernels::tr_aten_linalg_multi_dot, "linalg_multi_dot", &[Arg::tensors(&aten::ptrs(tensors))]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_linalg_multi_dot, "linalg_multi_dot", &[Arg::tensors(&aten::ptrs(tensors))])))
+        }))
     }
 
     /// `segment_reduce(Tensor data, str reduce, *, Tensor? lengths=None, Tensor? indices=None, Tensor? offsets=None, int axis=0, bool unsafe=False, Scalar? initial=None) -> Tensor`
     pub(crate) fn segment_reduce(data: TensorId, reduce: &str, lengths: TensorId, indices: TensorId, offsets: TensorId, axis: i64, unsafe_: bool, initial: Option<Scalar>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], reduce: &str, axis: i64, unsafe_: bool, initial: Option<Scalar>) -> Result<tch::Tensor> {
                 let [data, lengths, indices, offsets] = replay_args(inputs)?;
                 let data = given(data)?;
@@ -16334,48 +16334,48 @@ pub(crate) mod core {
             let lengths = lengths.as_deref();
             let indices = indices.as_deref();
             let offsets = offsets.as_deref();
-            op.output_replayable([Some(data), lengths, indices, offsets], |inputs| replay(inputs, reduce, axis, unsafe_, initial), || {
+            op.output_replayable([Some(data), lengths, indices, offsets], erased_run(&|inputs| replay(inputs, reduce, axis, unsafe_, initial)), erased_keep(&mut || {
                 let reduce = reduce.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &reduce, axis, unsafe_, initial))
-            })
-        })
+            }))
+        }))
     }
 
     /// `pad_sequence(Tensor[] sequences, bool batch_first=False, float padding_value=0.0, str padding_side="right") -> Tensor`
     pub(crate) fn pad_sequence(sequences: &[TensorId], batch_first: bool, padding_value: f64, padding_side: &str) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("pad_sequence");
             let sequences = op.get_many(sequences)?;
             let sequences = &sequences.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.output(|| aten::tensor(kernels::tr_aten_pad_sequence, "pad_sequence", &[Arg::tensors(&aten::ptrs(sequences)), Arg::bool(batch_first), Arg::float(padding_value), Arg::str(padding_side)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_pad_sequence, "pad_sequence", &[Arg::tensors(&aten::ptrs(sequences)), Arg::bool(batch_first), Arg::float(padding_value), Arg::str(padding_side)])))
+        }))
     }
 
     /// `flatten_dense_tensors(Tensor[] tensors) -> Tensor`
     pub(crate) fn flatten_dense_tensors(tensors: &[TensorId]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("flatten_dense_tensors");
             let tensors = op.get_many(tensors)?;
             let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.output(|| aten::tensor(kernels::tr_aten_flatten_dense_tensors, "flatten_dense_tensors", &[Arg::tensors(&aten::ptrs(tensors))]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_flatten_dense_tensors, "flatten_dense_tensors", &[Arg::tensors(&aten::ptrs(tensors))])))
+        }))
     }
 
     /// `unflatten_dense_tensors(Tensor flat, Tensor[] tensors) -> Tensor[]`
     pub(crate) fn unflatten_dense_tensors(flat: TensorId, tensors: &[TensorId]) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("unflatten_dense_tensors");
             let [flat] = op.get([flat])?;
             let tensors = op.get_many(tensors)?;
             let flat: &tch::Tensor = &flat;
             let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(|| aten::tensors(kernels::tr_aten_unflatten_dense_tensors, "unflatten_dense_tensors", &[Arg::tensor(flat), Arg::tensors(&aten::ptrs(tensors))]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_unflatten_dense_tensors, "unflatten_dense_tensors", &[Arg::tensor(flat), Arg::tensors(&aten::ptrs(tensors))])))
+        }))
     }
 
     /// `view_as_real_copy(Tensor self) -> Tensor`
     pub(crate) fn view_as_real_copy(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16384,13 +16384,13 @@ pub(crate) mod core {
             let mut op = Op::begin("view_as_real_copy");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `view_as_complex_copy(Tensor self) -> Tensor`
     pub(crate) fn view_as_complex_copy(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16399,13 +16399,13 @@ pub(crate) mod core {
             let mut op = Op::begin("view_as_complex_copy");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `as_strided_copy(Tensor self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) -> Tensor`
     pub(crate) fn as_strided_copy(input: TensorId, size: &[i64], stride: &[i64], storage_offset: Option<i64>) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], size: &[i64], stride: &[i64], storage_offset: Option<i64>) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16414,17 +16414,17 @@ pub(crate) mod core {
             let mut op = Op::begin("as_strided_copy");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, size, stride, storage_offset), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, size, stride, storage_offset)), erased_keep(&mut || {
                 let size = size.to_owned();
                 let stride = stride.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &size, &stride, storage_offset))
-            })
-        })
+            }))
+        }))
     }
 
     /// `diagonal_copy(Tensor self, int offset=0, int dim1=0, int dim2=1) -> Tensor`
     pub(crate) fn diagonal_copy(input: TensorId, offset: i64, dim1: i64, dim2: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], offset: i64, dim1: i64, dim2: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16433,15 +16433,15 @@ pub(crate) mod core {
             let mut op = Op::begin("diagonal_copy");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, offset, dim1, dim2), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, offset, dim1, dim2)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, offset, dim1, dim2))
-            })
-        })
+            }))
+        }))
     }
 
     /// `expand_copy(Tensor self, SymInt[] size, *, bool implicit=False) -> Tensor`
     pub(crate) fn expand_copy(input: TensorId, size: &[i64], implicit: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], size: &[i64], implicit: bool) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16450,16 +16450,16 @@ pub(crate) mod core {
             let mut op = Op::begin("expand_copy");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, size, implicit), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, size, implicit)), erased_keep(&mut || {
                 let size = size.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &size, implicit))
-            })
-        })
+            }))
+        }))
     }
 
     /// `permute_copy(Tensor self, int[] dims) -> Tensor`
     pub(crate) fn permute_copy(input: TensorId, dims: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dims: &[i64]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16468,16 +16468,16 @@ pub(crate) mod core {
             let mut op = Op::begin("permute_copy");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dims), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dims)), erased_keep(&mut || {
                 let dims = dims.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dims))
-            })
-        })
+            }))
+        }))
     }
 
     /// `select_copy.int(Tensor self, int dim, SymInt index) -> Tensor`
     pub(crate) fn select_copy_int(input: TensorId, dim: i64, index: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, index: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16486,15 +16486,15 @@ pub(crate) mod core {
             let mut op = Op::begin("select_copy_int");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim, index), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, index)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, index))
-            })
-        })
+            }))
+        }))
     }
 
     /// `detach_copy(Tensor self) -> Tensor`
     pub(crate) fn detach_copy(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16503,13 +16503,13 @@ pub(crate) mod core {
             let mut op = Op::begin("detach_copy");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `slice_copy.Tensor(Tensor self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor`
     pub(crate) fn slice_copy_tensor(input: TensorId, dim: i64, start: Option<i64>, end: Option<i64>, step: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, start: Option<i64>, end: Option<i64>, step: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16518,35 +16518,35 @@ pub(crate) mod core {
             let mut op = Op::begin("slice_copy_tensor");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim, start, end, step), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, start, end, step)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, start, end, step))
-            })
-        })
+            }))
+        }))
     }
 
     /// `split_copy.Tensor(Tensor self, SymInt split_size, int dim=0) -> Tensor[]`
     pub(crate) fn split_copy_tensor(input: TensorId, split_size: i64, dim: i64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("split_copy_tensor");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::tensors(kernels::tr_aten_split_copy_tensor, "split_copy.Tensor", &[Arg::tensor(input), Arg::int(split_size), Arg::int(dim)]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_split_copy_tensor, "split_copy.Tensor", &[Arg::tensor(input), Arg::int(split_size), Arg::int(dim)])))
+        }))
     }
 
     /// `split_with_sizes_copy(Tensor self, SymInt[] split_sizes, int dim=0) -> Tensor[]`
     pub(crate) fn split_with_sizes_copy(input: TensorId, split_sizes: &[i64], dim: i64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("split_with_sizes_copy");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::tensors(kernels::tr_aten_split_with_sizes_copy, "split_with_sizes_copy", &[Arg::tensor(input), Arg::ints(split_sizes), Arg::int(dim)]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_split_with_sizes_copy, "split_with_sizes_copy", &[Arg::tensor(input), Arg::ints(split_sizes), Arg::int(dim)])))
+        }))
     }
 
     /// `squeeze_copy(Tensor self) -> Tensor`
     pub(crate) fn squeeze_copy(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16555,13 +16555,13 @@ pub(crate) mod core {
             let mut op = Op::begin("squeeze_copy");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `squeeze_copy.dim(Tensor self, int dim) -> Tensor`
     pub(crate) fn squeeze_copy_dim(input: TensorId, dim: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16570,15 +16570,15 @@ pub(crate) mod core {
             let mut op = Op::begin("squeeze_copy_dim");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `squeeze_copy.dims(Tensor self, int[] dim) -> Tensor`
     pub(crate) fn squeeze_copy_dims(input: TensorId, dim: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: &[i64]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16587,16 +16587,16 @@ pub(crate) mod core {
             let mut op = Op::begin("squeeze_copy_dims");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
                 let dim = dim.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `t_copy(Tensor self) -> Tensor`
     pub(crate) fn t_copy(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16605,13 +16605,13 @@ pub(crate) mod core {
             let mut op = Op::begin("t_copy");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `transpose_copy.int(Tensor self, int dim0, int dim1) -> Tensor`
     pub(crate) fn transpose_copy_int(input: TensorId, dim0: i64, dim1: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim0: i64, dim1: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16620,15 +16620,15 @@ pub(crate) mod core {
             let mut op = Op::begin("transpose_copy_int");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim0, dim1), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim0, dim1)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim0, dim1))
-            })
-        })
+            }))
+        }))
     }
 
     /// `unsqueeze_copy(Tensor self, int dim) -> Tensor`
     pub(crate) fn unsqueeze_copy(input: TensorId, dim: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16637,25 +16637,25 @@ pub(crate) mod core {
             let mut op = Op::begin("unsqueeze_copy");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dim), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            })
-        })
+            }))
+        }))
     }
 
     /// `unbind_copy.int(Tensor self, int dim=0) -> Tensor[]`
     pub(crate) fn unbind_copy_int(input: TensorId, dim: i64) -> Result<Vec<TensorId>> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("unbind_copy_int");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.outputs(|| aten::tensors(kernels::tr_aten_unbind_copy_int, "unbind_copy.int", &[Arg::tensor(input), Arg::int(dim)]))
-        })
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_unbind_copy_int, "unbind_copy.int", &[Arg::tensor(input), Arg::int(dim)])))
+        }))
     }
 
     /// `view_copy(Tensor self, SymInt[] size) -> Tensor`
     pub(crate) fn view_copy(input: TensorId, size: &[i64]) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], size: &[i64]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16664,16 +16664,16 @@ pub(crate) mod core {
             let mut op = Op::begin("view_copy");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, size), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, size)), erased_keep(&mut || {
                 let size = size.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &size))
-            })
-        })
+            }))
+        }))
     }
 
     /// `view_copy.dtype(Tensor self, ScalarType dtype) -> Tensor`
     pub(crate) fn view_copy_dtype(input: TensorId, dtype: DType) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dtype: DType) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16682,15 +16682,15 @@ pub(crate) mod core {
             let mut op = Op::begin("view_copy_dtype");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dtype), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dtype)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dtype))
-            })
-        })
+            }))
+        }))
     }
 
     /// `unfold_copy(Tensor self, int dimension, int size, int step) -> Tensor`
     pub(crate) fn unfold_copy(input: TensorId, dimension: i64, size: i64, step: i64) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], dimension: i64, size: i64, step: i64) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16699,15 +16699,15 @@ pub(crate) mod core {
             let mut op = Op::begin("unfold_copy");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], |inputs| replay(inputs, dimension, size, step), || {
+            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dimension, size, step)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dimension, size, step))
-            })
-        })
+            }))
+        }))
     }
 
     /// `alias_copy(Tensor self) -> Tensor`
     pub(crate) fn alias_copy(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16716,13 +16716,13 @@ pub(crate) mod core {
             let mut op = Op::begin("alias_copy");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float dropout_p=0.0, bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor`
     pub(crate) fn scaled_dot_product_attention(query: TensorId, key: TensorId, value: TensorId, attn_mask: TensorId, dropout_p: f64, is_causal: bool, scale: Option<f64>, enable_gqa: bool) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             let mut op = Op::begin("scaled_dot_product_attention");
             let [query, key, value] = op.get([query, key, value])?;
             let attn_mask = op.get_opt(attn_mask)?;
@@ -16730,13 +16730,13 @@ pub(crate) mod core {
             let key: &tch::Tensor = &key;
             let value: &tch::Tensor = &value;
             let attn_mask = attn_mask.as_deref();
-            op.output(|| aten::tensor(kernels::tr_aten_scaled_dot_product_attention, "scaled_dot_product_attention", &[Arg::tensor(query), Arg::tensor(key), Arg::tensor(value), Arg::opt_tensor(attn_mask), Arg::float(dropout_p), Arg::bool(is_causal), Arg::opt_float(scale), Arg::bool(enable_gqa)]))
-        })
+            op.output(erased(&|| aten::tensor(kernels::tr_aten_scaled_dot_product_attention, "scaled_dot_product_attention", &[Arg::tensor(query), Arg::tensor(key), Arg::tensor(value), Arg::opt_tensor(attn_mask), Arg::float(dropout_p), Arg::bool(is_causal), Arg::opt_float(scale), Arg::bool(enable_gqa)])))
+        }))
     }
 
     /// `special_airy_ai(Tensor x) -> Tensor`
     pub(crate) fn special_airy_ai(x: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [x] = replay_args(inputs)?;
                 let x = given(x)?;
@@ -16745,13 +16745,13 @@ pub(crate) mod core {
             let mut op = Op::begin("special_airy_ai");
             let [x] = op.get([x])?;
             let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(x)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_bessel_j0(Tensor self) -> Tensor`
     pub(crate) fn special_bessel_j0(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16760,13 +16760,13 @@ pub(crate) mod core {
             let mut op = Op::begin("special_bessel_j0");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_bessel_j1(Tensor self) -> Tensor`
     pub(crate) fn special_bessel_j1(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16775,13 +16775,13 @@ pub(crate) mod core {
             let mut op = Op::begin("special_bessel_j1");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_bessel_y0(Tensor self) -> Tensor`
     pub(crate) fn special_bessel_y0(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16790,13 +16790,13 @@ pub(crate) mod core {
             let mut op = Op::begin("special_bessel_y0");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_bessel_y1(Tensor self) -> Tensor`
     pub(crate) fn special_bessel_y1(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -16805,13 +16805,13 @@ pub(crate) mod core {
             let mut op = Op::begin("special_bessel_y1");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_chebyshev_polynomial_t(Tensor x, Tensor n) -> Tensor`
     pub(crate) fn special_chebyshev_polynomial_t(x: TensorId, n: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [x, n] = replay_args(inputs)?;
                 let x = given(x)?;
@@ -16822,13 +16822,13 @@ pub(crate) mod core {
             let [x, n] = op.get([x, n])?;
             let x: &tch::Tensor = &x;
             let n: &tch::Tensor = &n;
-            op.output_replayable([Some(x), Some(n)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(x), Some(n)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_chebyshev_polynomial_t.x_scalar(Scalar x, Tensor n) -> Tensor`
     pub(crate) fn special_chebyshev_polynomial_t_x_scalar(x: Scalar, n: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], x: Scalar) -> Result<tch::Tensor> {
                 let [n] = replay_args(inputs)?;
                 let n = given(n)?;
@@ -16837,15 +16837,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_chebyshev_polynomial_t_x_scalar");
             let [n] = op.get([n])?;
             let n: &tch::Tensor = &n;
-            op.output_replayable([Some(n)], |inputs| replay(inputs, x), || {
+            op.output_replayable([Some(n)], erased_run(&|inputs| replay(inputs, x)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, x))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_chebyshev_polynomial_t.n_scalar(Tensor x, Scalar n) -> Tensor`
     pub(crate) fn special_chebyshev_polynomial_t_n_scalar(x: TensorId, n: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], n: Scalar) -> Result<tch::Tensor> {
                 let [x] = replay_args(inputs)?;
                 let x = given(x)?;
@@ -16854,15 +16854,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_chebyshev_polynomial_t_n_scalar");
             let [x] = op.get([x])?;
             let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], |inputs| replay(inputs, n), || {
+            op.output_replayable([Some(x)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_chebyshev_polynomial_u(Tensor x, Tensor n) -> Tensor`
     pub(crate) fn special_chebyshev_polynomial_u(x: TensorId, n: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [x, n] = replay_args(inputs)?;
                 let x = given(x)?;
@@ -16873,13 +16873,13 @@ pub(crate) mod core {
             let [x, n] = op.get([x, n])?;
             let x: &tch::Tensor = &x;
             let n: &tch::Tensor = &n;
-            op.output_replayable([Some(x), Some(n)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(x), Some(n)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_chebyshev_polynomial_u.x_scalar(Scalar x, Tensor n) -> Tensor`
     pub(crate) fn special_chebyshev_polynomial_u_x_scalar(x: Scalar, n: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], x: Scalar) -> Result<tch::Tensor> {
                 let [n] = replay_args(inputs)?;
                 let n = given(n)?;
@@ -16888,15 +16888,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_chebyshev_polynomial_u_x_scalar");
             let [n] = op.get([n])?;
             let n: &tch::Tensor = &n;
-            op.output_replayable([Some(n)], |inputs| replay(inputs, x), || {
+            op.output_replayable([Some(n)], erased_run(&|inputs| replay(inputs, x)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, x))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_chebyshev_polynomial_u.n_scalar(Tensor x, Scalar n) -> Tensor`
     pub(crate) fn special_chebyshev_polynomial_u_n_scalar(x: TensorId, n: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], n: Scalar) -> Result<tch::Tensor> {
                 let [x] = replay_args(inputs)?;
                 let x = given(x)?;
@@ -16905,15 +16905,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_chebyshev_polynomial_u_n_scalar");
             let [x] = op.get([x])?;
             let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], |inputs| replay(inputs, n), || {
+            op.output_replayable([Some(x)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_chebyshev_polynomial_v(Tensor x, Tensor n) -> Tensor`
     pub(crate) fn special_chebyshev_polynomial_v(x: TensorId, n: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [x, n] = replay_args(inputs)?;
                 let x = given(x)?;
@@ -16924,13 +16924,13 @@ pub(crate) mod core {
             let [x, n] = op.get([x, n])?;
             let x: &tch::Tensor = &x;
             let n: &tch::Tensor = &n;
-            op.output_replayable([Some(x), Some(n)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(x), Some(n)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_chebyshev_polynomial_v.x_scalar(Scalar x, Tensor n) -> Tensor`
     pub(crate) fn special_chebyshev_polynomial_v_x_scalar(x: Scalar, n: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], x: Scalar) -> Result<tch::Tensor> {
                 let [n] = replay_args(inputs)?;
                 let n = given(n)?;
@@ -16939,15 +16939,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_chebyshev_polynomial_v_x_scalar");
             let [n] = op.get([n])?;
             let n: &tch::Tensor = &n;
-            op.output_replayable([Some(n)], |inputs| replay(inputs, x), || {
+            op.output_replayable([Some(n)], erased_run(&|inputs| replay(inputs, x)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, x))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_chebyshev_polynomial_v.n_scalar(Tensor x, Scalar n) -> Tensor`
     pub(crate) fn special_chebyshev_polynomial_v_n_scalar(x: TensorId, n: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], n: Scalar) -> Result<tch::Tensor> {
                 let [x] = replay_args(inputs)?;
                 let x = given(x)?;
@@ -16956,15 +16956,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_chebyshev_polynomial_v_n_scalar");
             let [x] = op.get([x])?;
             let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], |inputs| replay(inputs, n), || {
+            op.output_replayable([Some(x)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_chebyshev_polynomial_w(Tensor x, Tensor n) -> Tensor`
     pub(crate) fn special_chebyshev_polynomial_w(x: TensorId, n: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [x, n] = replay_args(inputs)?;
                 let x = given(x)?;
@@ -16975,13 +16975,13 @@ pub(crate) mod core {
             let [x, n] = op.get([x, n])?;
             let x: &tch::Tensor = &x;
             let n: &tch::Tensor = &n;
-            op.output_replayable([Some(x), Some(n)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(x), Some(n)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_chebyshev_polynomial_w.x_scalar(Scalar x, Tensor n) -> Tensor`
     pub(crate) fn special_chebyshev_polynomial_w_x_scalar(x: Scalar, n: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], x: Scalar) -> Result<tch::Tensor> {
                 let [n] = replay_args(inputs)?;
                 let n = given(n)?;
@@ -16990,15 +16990,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_chebyshev_polynomial_w_x_scalar");
             let [n] = op.get([n])?;
             let n: &tch::Tensor = &n;
-            op.output_replayable([Some(n)], |inputs| replay(inputs, x), || {
+            op.output_replayable([Some(n)], erased_run(&|inputs| replay(inputs, x)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, x))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_chebyshev_polynomial_w.n_scalar(Tensor x, Scalar n) -> Tensor`
     pub(crate) fn special_chebyshev_polynomial_w_n_scalar(x: TensorId, n: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], n: Scalar) -> Result<tch::Tensor> {
                 let [x] = replay_args(inputs)?;
                 let x = given(x)?;
@@ -17007,15 +17007,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_chebyshev_polynomial_w_n_scalar");
             let [x] = op.get([x])?;
             let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], |inputs| replay(inputs, n), || {
+            op.output_replayable([Some(x)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_hermite_polynomial_h(Tensor x, Tensor n) -> Tensor`
     pub(crate) fn special_hermite_polynomial_h(x: TensorId, n: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [x, n] = replay_args(inputs)?;
                 let x = given(x)?;
@@ -17026,13 +17026,13 @@ pub(crate) mod core {
             let [x, n] = op.get([x, n])?;
             let x: &tch::Tensor = &x;
             let n: &tch::Tensor = &n;
-            op.output_replayable([Some(x), Some(n)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(x), Some(n)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_hermite_polynomial_h.x_scalar(Scalar x, Tensor n) -> Tensor`
     pub(crate) fn special_hermite_polynomial_h_x_scalar(x: Scalar, n: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], x: Scalar) -> Result<tch::Tensor> {
                 let [n] = replay_args(inputs)?;
                 let n = given(n)?;
@@ -17041,15 +17041,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_hermite_polynomial_h_x_scalar");
             let [n] = op.get([n])?;
             let n: &tch::Tensor = &n;
-            op.output_replayable([Some(n)], |inputs| replay(inputs, x), || {
+            op.output_replayable([Some(n)], erased_run(&|inputs| replay(inputs, x)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, x))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_hermite_polynomial_h.n_scalar(Tensor x, Scalar n) -> Tensor`
     pub(crate) fn special_hermite_polynomial_h_n_scalar(x: TensorId, n: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], n: Scalar) -> Result<tch::Tensor> {
                 let [x] = replay_args(inputs)?;
                 let x = given(x)?;
@@ -17058,15 +17058,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_hermite_polynomial_h_n_scalar");
             let [x] = op.get([x])?;
             let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], |inputs| replay(inputs, n), || {
+            op.output_replayable([Some(x)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_hermite_polynomial_he(Tensor x, Tensor n) -> Tensor`
     pub(crate) fn special_hermite_polynomial_he(x: TensorId, n: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [x, n] = replay_args(inputs)?;
                 let x = given(x)?;
@@ -17077,13 +17077,13 @@ pub(crate) mod core {
             let [x, n] = op.get([x, n])?;
             let x: &tch::Tensor = &x;
             let n: &tch::Tensor = &n;
-            op.output_replayable([Some(x), Some(n)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(x), Some(n)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_hermite_polynomial_he.x_scalar(Scalar x, Tensor n) -> Tensor`
     pub(crate) fn special_hermite_polynomial_he_x_scalar(x: Scalar, n: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], x: Scalar) -> Result<tch::Tensor> {
                 let [n] = replay_args(inputs)?;
                 let n = given(n)?;
@@ -17092,15 +17092,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_hermite_polynomial_he_x_scalar");
             let [n] = op.get([n])?;
             let n: &tch::Tensor = &n;
-            op.output_replayable([Some(n)], |inputs| replay(inputs, x), || {
+            op.output_replayable([Some(n)], erased_run(&|inputs| replay(inputs, x)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, x))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_hermite_polynomial_he.n_scalar(Tensor x, Scalar n) -> Tensor`
     pub(crate) fn special_hermite_polynomial_he_n_scalar(x: TensorId, n: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], n: Scalar) -> Result<tch::Tensor> {
                 let [x] = replay_args(inputs)?;
                 let x = given(x)?;
@@ -17109,15 +17109,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_hermite_polynomial_he_n_scalar");
             let [x] = op.get([x])?;
             let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], |inputs| replay(inputs, n), || {
+            op.output_replayable([Some(x)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_laguerre_polynomial_l(Tensor x, Tensor n) -> Tensor`
     pub(crate) fn special_laguerre_polynomial_l(x: TensorId, n: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [x, n] = replay_args(inputs)?;
                 let x = given(x)?;
@@ -17128,13 +17128,13 @@ pub(crate) mod core {
             let [x, n] = op.get([x, n])?;
             let x: &tch::Tensor = &x;
             let n: &tch::Tensor = &n;
-            op.output_replayable([Some(x), Some(n)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(x), Some(n)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_laguerre_polynomial_l.x_scalar(Scalar x, Tensor n) -> Tensor`
     pub(crate) fn special_laguerre_polynomial_l_x_scalar(x: Scalar, n: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], x: Scalar) -> Result<tch::Tensor> {
                 let [n] = replay_args(inputs)?;
                 let n = given(n)?;
@@ -17143,15 +17143,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_laguerre_polynomial_l_x_scalar");
             let [n] = op.get([n])?;
             let n: &tch::Tensor = &n;
-            op.output_replayable([Some(n)], |inputs| replay(inputs, x), || {
+            op.output_replayable([Some(n)], erased_run(&|inputs| replay(inputs, x)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, x))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_laguerre_polynomial_l.n_scalar(Tensor x, Scalar n) -> Tensor`
     pub(crate) fn special_laguerre_polynomial_l_n_scalar(x: TensorId, n: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], n: Scalar) -> Result<tch::Tensor> {
                 let [x] = replay_args(inputs)?;
                 let x = given(x)?;
@@ -17160,15 +17160,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_laguerre_polynomial_l_n_scalar");
             let [x] = op.get([x])?;
             let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], |inputs| replay(inputs, n), || {
+            op.output_replayable([Some(x)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_legendre_polynomial_p(Tensor x, Tensor n) -> Tensor`
     pub(crate) fn special_legendre_polynomial_p(x: TensorId, n: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [x, n] = replay_args(inputs)?;
                 let x = given(x)?;
@@ -17179,13 +17179,13 @@ pub(crate) mod core {
             let [x, n] = op.get([x, n])?;
             let x: &tch::Tensor = &x;
             let n: &tch::Tensor = &n;
-            op.output_replayable([Some(x), Some(n)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(x), Some(n)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_legendre_polynomial_p.x_scalar(Scalar x, Tensor n) -> Tensor`
     pub(crate) fn special_legendre_polynomial_p_x_scalar(x: Scalar, n: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], x: Scalar) -> Result<tch::Tensor> {
                 let [n] = replay_args(inputs)?;
                 let n = given(n)?;
@@ -17194,15 +17194,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_legendre_polynomial_p_x_scalar");
             let [n] = op.get([n])?;
             let n: &tch::Tensor = &n;
-            op.output_replayable([Some(n)], |inputs| replay(inputs, x), || {
+            op.output_replayable([Some(n)], erased_run(&|inputs| replay(inputs, x)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, x))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_legendre_polynomial_p.n_scalar(Tensor x, Scalar n) -> Tensor`
     pub(crate) fn special_legendre_polynomial_p_n_scalar(x: TensorId, n: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], n: Scalar) -> Result<tch::Tensor> {
                 let [x] = replay_args(inputs)?;
                 let x = given(x)?;
@@ -17211,15 +17211,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_legendre_polynomial_p_n_scalar");
             let [x] = op.get([x])?;
             let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], |inputs| replay(inputs, n), || {
+            op.output_replayable([Some(x)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_modified_bessel_i0(Tensor self) -> Tensor`
     pub(crate) fn special_modified_bessel_i0(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -17228,13 +17228,13 @@ pub(crate) mod core {
             let mut op = Op::begin("special_modified_bessel_i0");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_modified_bessel_i1(Tensor self) -> Tensor`
     pub(crate) fn special_modified_bessel_i1(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -17243,13 +17243,13 @@ pub(crate) mod core {
             let mut op = Op::begin("special_modified_bessel_i1");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_modified_bessel_k0(Tensor self) -> Tensor`
     pub(crate) fn special_modified_bessel_k0(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -17258,13 +17258,13 @@ pub(crate) mod core {
             let mut op = Op::begin("special_modified_bessel_k0");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_modified_bessel_k1(Tensor self) -> Tensor`
     pub(crate) fn special_modified_bessel_k1(input: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [input] = replay_args(inputs)?;
                 let input = given(input)?;
@@ -17273,13 +17273,13 @@ pub(crate) mod core {
             let mut op = Op::begin("special_modified_bessel_k1");
             let [input] = op.get([input])?;
             let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_scaled_modified_bessel_k0(Tensor x) -> Tensor`
     pub(crate) fn special_scaled_modified_bessel_k0(x: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [x] = replay_args(inputs)?;
                 let x = given(x)?;
@@ -17288,13 +17288,13 @@ pub(crate) mod core {
             let mut op = Op::begin("special_scaled_modified_bessel_k0");
             let [x] = op.get([x])?;
             let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(x)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_scaled_modified_bessel_k1(Tensor x) -> Tensor`
     pub(crate) fn special_scaled_modified_bessel_k1(x: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [x] = replay_args(inputs)?;
                 let x = given(x)?;
@@ -17303,13 +17303,13 @@ pub(crate) mod core {
             let mut op = Op::begin("special_scaled_modified_bessel_k1");
             let [x] = op.get([x])?;
             let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(x)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_shifted_chebyshev_polynomial_t(Tensor x, Tensor n) -> Tensor`
     pub(crate) fn special_shifted_chebyshev_polynomial_t(x: TensorId, n: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [x, n] = replay_args(inputs)?;
                 let x = given(x)?;
@@ -17320,13 +17320,13 @@ pub(crate) mod core {
             let [x, n] = op.get([x, n])?;
             let x: &tch::Tensor = &x;
             let n: &tch::Tensor = &n;
-            op.output_replayable([Some(x), Some(n)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(x), Some(n)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_shifted_chebyshev_polynomial_t.x_scalar(Scalar x, Tensor n) -> Tensor`
     pub(crate) fn special_shifted_chebyshev_polynomial_t_x_scalar(x: Scalar, n: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], x: Scalar) -> Result<tch::Tensor> {
                 let [n] = replay_args(inputs)?;
                 let n = given(n)?;
@@ -17335,15 +17335,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_shifted_chebyshev_polynomial_t_x_scalar");
             let [n] = op.get([n])?;
             let n: &tch::Tensor = &n;
-            op.output_replayable([Some(n)], |inputs| replay(inputs, x), || {
+            op.output_replayable([Some(n)], erased_run(&|inputs| replay(inputs, x)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, x))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_shifted_chebyshev_polynomial_t.n_scalar(Tensor x, Scalar n) -> Tensor`
     pub(crate) fn special_shifted_chebyshev_polynomial_t_n_scalar(x: TensorId, n: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], n: Scalar) -> Result<tch::Tensor> {
                 let [x] = replay_args(inputs)?;
                 let x = given(x)?;
@@ -17352,15 +17352,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_shifted_chebyshev_polynomial_t_n_scalar");
             let [x] = op.get([x])?;
             let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], |inputs| replay(inputs, n), || {
+            op.output_replayable([Some(x)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_shifted_chebyshev_polynomial_u(Tensor x, Tensor n) -> Tensor`
     pub(crate) fn special_shifted_chebyshev_polynomial_u(x: TensorId, n: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [x, n] = replay_args(inputs)?;
                 let x = given(x)?;
@@ -17371,13 +17371,13 @@ pub(crate) mod core {
             let [x, n] = op.get([x, n])?;
             let x: &tch::Tensor = &x;
             let n: &tch::Tensor = &n;
-            op.output_replayable([Some(x), Some(n)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(x), Some(n)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_shifted_chebyshev_polynomial_u.x_scalar(Scalar x, Tensor n) -> Tensor`
     pub(crate) fn special_shifted_chebyshev_polynomial_u_x_scalar(x: Scalar, n: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], x: Scalar) -> Result<tch::Tensor> {
                 let [n] = replay_args(inputs)?;
                 let n = given(n)?;
@@ -17386,15 +17386,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_shifted_chebyshev_polynomial_u_x_scalar");
             let [n] = op.get([n])?;
             let n: &tch::Tensor = &n;
-            op.output_replayable([Some(n)], |inputs| replay(inputs, x), || {
+            op.output_replayable([Some(n)], erased_run(&|inputs| replay(inputs, x)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, x))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_shifted_chebyshev_polynomial_u.n_scalar(Tensor x, Scalar n) -> Tensor`
     pub(crate) fn special_shifted_chebyshev_polynomial_u_n_scalar(x: TensorId, n: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], n: Scalar) -> Result<tch::Tensor> {
                 let [x] = replay_args(inputs)?;
                 let x = given(x)?;
@@ -17403,15 +17403,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_shifted_chebyshev_polynomial_u_n_scalar");
             let [x] = op.get([x])?;
             let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], |inputs| replay(inputs, n), || {
+            op.output_replayable([Some(x)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_shifted_chebyshev_polynomial_v(Tensor x, Tensor n) -> Tensor`
     pub(crate) fn special_shifted_chebyshev_polynomial_v(x: TensorId, n: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [x, n] = replay_args(inputs)?;
                 let x = given(x)?;
@@ -17422,13 +17422,13 @@ pub(crate) mod core {
             let [x, n] = op.get([x, n])?;
             let x: &tch::Tensor = &x;
             let n: &tch::Tensor = &n;
-            op.output_replayable([Some(x), Some(n)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(x), Some(n)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_shifted_chebyshev_polynomial_v.x_scalar(Scalar x, Tensor n) -> Tensor`
     pub(crate) fn special_shifted_chebyshev_polynomial_v_x_scalar(x: Scalar, n: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], x: Scalar) -> Result<tch::Tensor> {
                 let [n] = replay_args(inputs)?;
                 let n = given(n)?;
@@ -17437,15 +17437,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_shifted_chebyshev_polynomial_v_x_scalar");
             let [n] = op.get([n])?;
             let n: &tch::Tensor = &n;
-            op.output_replayable([Some(n)], |inputs| replay(inputs, x), || {
+            op.output_replayable([Some(n)], erased_run(&|inputs| replay(inputs, x)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, x))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_shifted_chebyshev_polynomial_v.n_scalar(Tensor x, Scalar n) -> Tensor`
     pub(crate) fn special_shifted_chebyshev_polynomial_v_n_scalar(x: TensorId, n: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], n: Scalar) -> Result<tch::Tensor> {
                 let [x] = replay_args(inputs)?;
                 let x = given(x)?;
@@ -17454,15 +17454,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_shifted_chebyshev_polynomial_v_n_scalar");
             let [x] = op.get([x])?;
             let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], |inputs| replay(inputs, n), || {
+            op.output_replayable([Some(x)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_shifted_chebyshev_polynomial_w(Tensor x, Tensor n) -> Tensor`
     pub(crate) fn special_shifted_chebyshev_polynomial_w(x: TensorId, n: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [x, n] = replay_args(inputs)?;
                 let x = given(x)?;
@@ -17473,13 +17473,13 @@ pub(crate) mod core {
             let [x, n] = op.get([x, n])?;
             let x: &tch::Tensor = &x;
             let n: &tch::Tensor = &n;
-            op.output_replayable([Some(x), Some(n)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(x), Some(n)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 
     /// `special_shifted_chebyshev_polynomial_w.x_scalar(Scalar x, Tensor n) -> Tensor`
     pub(crate) fn special_shifted_chebyshev_polynomial_w_x_scalar(x: Scalar, n: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], x: Scalar) -> Result<tch::Tensor> {
                 let [n] = replay_args(inputs)?;
                 let n = given(n)?;
@@ -17488,15 +17488,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_shifted_chebyshev_polynomial_w_x_scalar");
             let [n] = op.get([n])?;
             let n: &tch::Tensor = &n;
-            op.output_replayable([Some(n)], |inputs| replay(inputs, x), || {
+            op.output_replayable([Some(n)], erased_run(&|inputs| replay(inputs, x)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, x))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_shifted_chebyshev_polynomial_w.n_scalar(Tensor x, Scalar n) -> Tensor`
     pub(crate) fn special_shifted_chebyshev_polynomial_w_n_scalar(x: TensorId, n: Scalar) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>], n: Scalar) -> Result<tch::Tensor> {
                 let [x] = replay_args(inputs)?;
                 let x = given(x)?;
@@ -17505,15 +17505,15 @@ pub(crate) mod core {
             let mut op = Op::begin("special_shifted_chebyshev_polynomial_w_n_scalar");
             let [x] = op.get([x])?;
             let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], |inputs| replay(inputs, n), || {
+            op.output_replayable([Some(x)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            })
-        })
+            }))
+        }))
     }
 
     /// `special_spherical_bessel_j0(Tensor x) -> Tensor`
     pub(crate) fn special_spherical_bessel_j0(x: TensorId) -> Result<TensorId> {
-        admitted(|| {
+        admitted(erased_mut(&mut || {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [x] = replay_args(inputs)?;
                 let x = given(x)?;
@@ -17522,8 +17522,8 @@ pub(crate) mod core {
             let mut op = Op::begin("special_spherical_bessel_j0");
             let [x] = op.get([x])?;
             let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], replay, || Arc::new(replay))
-        })
+            op.output_replayable([Some(x)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
+        }))
     }
 }
 

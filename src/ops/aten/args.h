@@ -150,12 +150,15 @@ struct Results {
     void (*push)(void *ctx, void *tensor);
     int64_t i;
 
+    // Results are moved out where the op returned them by value (no reference count touched),
+    // and copied where it returned a reference (an in-place op's `self`).
+    void add(at::Tensor &&t) { push(ctx, new at::Tensor(std::move(t))); }
     void add(const at::Tensor &t) { push(ctx, new at::Tensor(t)); }
-    void add(const std::vector<at::Tensor> &ts) {
-        for (const auto &t : ts) add(t);
+    void add(std::vector<at::Tensor> &&ts) {
+        for (auto &t : ts) add(std::move(t));
     }
-    template <typename... Ts> void add(const std::tuple<Ts...> &ts) {
-        std::apply([this](const auto &...t) { (add(t), ...); }, ts);
+    template <typename... Ts> void add(std::tuple<Ts...> &&ts) {
+        std::apply([this](auto &...t) { (add(std::forward<Ts>(t)), ...); }, ts);
     }
     void add(bool b) { i = b; }
     void add(int64_t v) { i = v; }

@@ -9,9 +9,9 @@ pub(crate) use kernels_generated as kernels;
 
 use crate::dtype::DType;
 use crate::ops::scalars::Scalar;
-use crate::shim::{check, Result, ERR_LEN};
+use crate::shim::{Result, ERR_LEN};
 use smallvec::SmallVec;
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::marker::PhantomData;
 use tch::TchError;
 
@@ -153,11 +153,17 @@ pub(crate) type Kernel = unsafe extern "C" fn(*const Arg, *mut Results, *mut c_c
 fn call(kernel: Kernel, op: &str, args: &[Arg]) -> Result<Collected> {
     let mut tensors: SmallVec<[tch::Tensor; 2]> = SmallVec::new();
     let mut results = Results { ctx: (&mut tensors as *mut SmallVec<[tch::Tensor; 2]>).cast(), push, i: 0 };
-    let mut err = [0 as c_char; ERR_LEN];
+    // Only a failed kernel writes (and NUL-terminates) its message, so the buffer is not cleared.
+    let mut err = std::mem::MaybeUninit::<[c_char; ERR_LEN]>::uninit();
+    let err_ptr = err.as_mut_ptr().cast::<c_char>();
     // SAFETY: the arguments borrow what they point to for the call; `results` and `err` outlive
     // it; the kernel reads as many arguments as the generator gave it (its own overload's).
-    let status = unsafe { kernel(args.as_ptr(), &mut results, err.as_mut_ptr(), ERR_LEN) };
-    check(op, status, &err)?;
+    let status = unsafe { kernel(args.as_ptr(), &mut results, err_ptr, ERR_LEN) };
+    if status != 0 {
+        // SAFETY: a failed kernel wrote a NUL-terminated message into the buffer (guarded.h).
+        let msg = unsafe { CStr::from_ptr(err_ptr) }.to_string_lossy();
+        return Err(TchError::Torch(format!("{op}: {msg}")));
+    }
     Ok(Collected { tensors, i: results.i })
 }
 
