@@ -61,7 +61,7 @@ test-cpp: build $(STAMPS)/model build/cpp/tests build/cpp/tests-asan build/cpp/a
 
 build/examples/%_c: examples/c/%.c include/tensorref.h include/tensorref_ops.h
 	@mkdir -p $(@D)
-	cc $(CFLAGS_STRICT) -g $< -o $@ $(LINK)
+	cc $(CFLAGS_STRICT) -g $< -o $@ $(LINK) -lm
 
 build/examples/%_cpp: examples/cpp/%.cpp $(CPP_HEADERS)
 	@mkdir -p $(@D)
@@ -78,10 +78,16 @@ build/examples/aten_device_cpp: examples/cpp/aten_device.cpp include/tensorref_t
 	@mkdir -p $(@D)
 	$(CXX) $(CXXFLAGS_STRICT) $(ATEN_FLAGS) $< -o $@ $(LINK) $(ATEN_LINK)
 
-NATIVE_EXAMPLES := train_mlp flow_stack
+NATIVE_EXAMPLES := train_mlp flow_stack llama_layer
+
+# The Llama layer's weights, input and transformers' output, which the C and C++ versions compare
+# theirs with: written by the Python version (examples/python/llama_layer.py).
+build/examples/llama_layer.safetensors: examples/python/llama_layer.py | build
+	@mkdir -p $(@D)
+	PYTHONPATH=$(ROOT)/bindings/python TENSORREF_LIB=$(LIB_DIR)/libtensorref.so python3 $< --fixture $@
 
 test-examples-native: build $(foreach e,$(NATIVE_EXAMPLES),build/examples/$(e)_c build/examples/$(e)_cpp) \
-  build/examples/aten_device_cpp
+  build/examples/aten_device_cpp build/examples/llama_layer.safetensors
 	build/examples/aten_device_cpp
 	build/examples/train_mlp_c | tee build/examples/train_mlp_c.out
 	build/examples/train_mlp_cpp | tee build/examples/train_mlp_cpp.out
@@ -95,3 +101,5 @@ test-examples-native: build $(foreach e,$(NATIVE_EXAMPLES),build/examples/$(e)_c
 	cpp=$$(grep -E '^ +[0-9]+ |^peak ' build/examples/flow_stack_cpp.out); \
 	if [ -z "$$c" ] || [ "$$c" != "$$cpp" ]; then echo "flow_stack: C and C++ tables differ"; exit 1; fi; \
 	echo "C and C++ flow_stack examples agree on every pass's counters and the peak"
+	build/examples/llama_layer_c build/examples/llama_layer.safetensors
+	build/examples/llama_layer_cpp build/examples/llama_layer.safetensors

@@ -93,12 +93,15 @@ $(DOTNET_OUT)/fake-abi/libtensorref.so: bindings/dotnet/tests/fake_abi.c
 	mkdir -p $(dir $@)
 	cc -shared -fPIC -o $@ $<
 
-test-dotnet: build $(STAMPS)/model $(DOTNET_OUT)/TensorRef.Tests.exe $(DOTNET_EXAMPLES:%=$(DOTNET_OUT)/%.exe) $(DOTNET_OUT)/fake-abi/libtensorref.so
+test-dotnet: build $(STAMPS)/model $(DOTNET_OUT)/TensorRef.Tests.exe $(DOTNET_EXAMPLES:%=$(DOTNET_OUT)/%.exe) $(DOTNET_OUT)/fake-abi/libtensorref.so \
+  $(DOTNET_OUT)/LlamaLayer.exe build/examples/llama_layer.safetensors
 	cd $(DOTNET_OUT) && LD_LIBRARY_PATH=$(LIB_DIR) TR_FAKE_ABI_DIR=$(DOTNET_OUT)/fake-abi $(MONO) TensorRef.Tests.exe
 	for ex in $(DOTNET_EXAMPLES); do \
 	  echo "== examples/csharp/$$ex.cs"; \
 	  (cd $(DOTNET_OUT) && LD_LIBRARY_PATH=$(LIB_DIR) $(MONO) $$ex.exe); \
 	done
+	@echo "== examples/csharp/LlamaLayer.cs (its weights file: mk/cpp.mk writes it)"
+	cd $(DOTNET_OUT) && LD_LIBRARY_PATH=$(LIB_DIR) $(MONO) LlamaLayer.exe $(ROOT)/build/examples/llama_layer.safetensors
 
 # ---------------------------------------------------------------- NuGet package
 NUGET_PROFILE ?= release
