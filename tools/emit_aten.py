@@ -2,7 +2,7 @@
 
 Each overload the schema sorts into `generate` becomes an `optable.Op` like those of ops.def, so
 the same emitters write its Rust core function and method, its C function and its bindings; its
-body calls its kernel through `aten::call` (src/ops/aten/mod.rs). The kernels are written here:
+body calls its kernel through src/ops/aten/mod.rs (`aten::tensor`, `aten::tensors` ...). The kernels are written here:
 src/ops/aten/generated/<family>.cpp, one `TR_ATEN_KERNEL` per overload, which calls
 `at::_ops::<op>_<overload>::call` (libtorch's dispatcher, the exact overload) with its arguments
 read from the `Arg` array (src/ops/aten/args.h), and src/ops/aten/kernels_generated.rs, their
@@ -47,8 +47,8 @@ COLLECT = {
     "()": "aten::unit",
 }
 
-# Families: the generated kernels' files, and the sections of the ops header. The first that
-# matches an overload wins; `tags` are the schema's own.
+# Families: the generated kernels' files (so that a change rebuilds one, and the compiler works
+# on several at once). The first that matches an overload wins; `tags` are the schema's own.
 FAMILIES = [
     ("creation", lambda o: not any(a.key.startswith("Tensor") for a in o.args)),
     ("linalg", lambda o: o.name.startswith("linalg_") or o.name in LINALG),

@@ -295,10 +295,8 @@ NOT_ON_META: dict[str, str] = {
 def schema_default(op: Op, param) -> str | None:
     """The argument's default in libtorch's schema, as the sweep passes it, for an op generated
     from the schema; None where it has none."""
-    if op.schema is None:
-        return None
-    arg = next(a for a in op.schema.args if not a.defaulted and emit_aten.param_name(a) == param.name)
-    d = arg.default
+    arg = schema_arg(op, param)
+    d = arg.default if arg else None
     if d is None:
         return None
     if d == "None":
@@ -342,10 +340,15 @@ def arg(op: Op, param) -> str:
 
 def fixed_size(op: Op, param) -> int | None:
     """The fixed size N > 1 of a list argument of a schema op (`int[2] stride`)."""
+    arg = schema_arg(op, param)
+    return arg.size if arg and (arg.size or 0) > 1 else None
+
+
+def schema_arg(op: Op, param):
+    """The schema argument a parameter of an op generated from the schema stands for, or None."""
     if op.schema is None:
         return None
-    arg = next(a for a in op.schema.args if not a.defaulted and emit_aten.param_name(a) == param.name)
-    return arg.size if (arg.size or 0) > 1 else None
+    return next(a for a in op.schema.args if not a.defaulted and emit_aten.param_name(a) == param.name)
 
 
 def case(op: Op) -> str:
