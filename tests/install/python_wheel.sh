@@ -3,9 +3,10 @@
 # `python -m tensorref` and the Python examples from a folder outside the tree, with no
 # TENSORREF_LIB: the package must find the library it carries.
 #
-# torch (and what it requires, numpy among them) comes from the project venv: each of those
-# distributions' top-level files is linked into the fresh venv's site-packages, so that pip sees
-# them installed and installs the wheel with --no-index. A real install would copy the same
+# torch (and what it requires, numpy among them) comes from the project venv, and transformers,
+# which the Llama layer example compares itself with: each of those distributions' top-level
+# files is linked into the fresh venv's site-packages, so that pip sees them installed and
+# installs the wheel with --no-index. A real install would copy the same
 # files from pip's cache or a wheelhouse; linking them spares CI 4 GiB of copies on every run.
 #
 #   tests/install/python_wheel.sh ROOT      (make test-wheel)
@@ -22,7 +23,7 @@ import importlib.metadata as md, os, sys
 from packaging.requirements import Requirement
 
 site = sys.argv[1]
-todo, seen, done, linked = [Requirement("torch"), Requirement("numpy")], set(), set(), set()
+todo, seen, done, linked = [Requirement("torch"), Requirement("numpy"), Requirement("transformers")], set(), set(), set()
 while todo:
     req = todo.pop()
     name = req.name.lower().replace("_", "-")
