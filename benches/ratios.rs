@@ -4,16 +4,28 @@
 //! table's hand-written `add`, and ops generated from libtorch's schema, one of each kind of
 //! argument and result (a scalar argument, an optional float and tensor, a string, an optional
 //! int list and dtype, a tuple of results). Each variant's whole output is checked against raw
-//! tch's before the clock starts.
+//! tch's before the clock starts; the run exits 1 if a timed call fails or the worst C ABI
+//! ratio is over the bar.
 //!
 //!     cargo bench --bench ratios
 
 use std::hint::black_box;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 use tensorref::ffi::*;
 use tensorref::{DType, Scalar, Status, Tensor};
 
 const ROUNDS: usize = 31;
+/// The per-op bar: the C ABI at most this much slower than raw tch.
+const BAR: f64 = 1.15;
+/// Timed C calls that did not return TR_OK (the run then fails).
+static FAILED: AtomicUsize = AtomicUsize::new(0);
+
+fn ok(status: Status) {
+    if status != Status::TR_OK {
+        FAILED.fetch_add(1, Ordering::Relaxed);
+    }
+}
 const OPS: usize = 20_000;
 
 fn round(f: &mut dyn FnMut()) -> f64 {
@@ -103,7 +115,7 @@ fn main() {
         &mut || drop(black_box(a.add(&b).unwrap())),
         &mut || {
             let mut out = TrTensor { id: 0 };
-            tr_tensor_add(ca, cb, &mut out);
+            ok(tr_tensor_add(ca, cb, &mut out));
             tr_tensor_release(black_box(out));
         },
     ]));
@@ -112,7 +124,7 @@ fn main() {
         &mut || drop(black_box(a.add_tensor(&b, Scalar::Int(1)).unwrap())),
         &mut || {
             let mut out = TrTensor { id: 0 };
-            tr_tensor_add_tensor(ca, cb, one, &mut out);
+            ok(tr_tensor_add_tensor(ca, cb, one, &mut out));
             tr_tensor_release(black_box(out));
         },
     ]));
@@ -121,7 +133,7 @@ fn main() {
         &mut || drop(black_box(tx.rms_norm(&[8], Some(&tw), Some(eps)).unwrap())),
         &mut || {
             let mut out = TrTensor { id: 0 };
-            tr_tensor_rms_norm(cx, [8i64].as_ptr(), 1, cw, &eps, &mut out);
+            ok(tr_tensor_rms_norm(cx, [8i64].as_ptr(), 1, cw, &eps, &mut out));
             tr_tensor_release(black_box(out));
         },
     ]));
@@ -130,7 +142,7 @@ fn main() {
         &mut || drop(black_box(a.div_tensor_mode(&b, Some("floor")).unwrap())),
         &mut || {
             let mut out = TrTensor { id: 0 };
-            tr_tensor_div_tensor_mode(ca, cb, floor.as_ptr(), &mut out);
+            ok(tr_tensor_div_tensor_mode(ca, cb, floor.as_ptr(), &mut out));
             tr_tensor_release(black_box(out));
         },
     ]));
@@ -139,7 +151,7 @@ fn main() {
         &mut || drop(black_box(tx.sum_dim_intlist(Some(&[1]), false, Some(DType::F64)).unwrap())),
         &mut || {
             let mut out = TrTensor { id: 0 };
-            tr_tensor_sum_dim_intlist(cx, [1i64].as_ptr(), 1, false, &f64_code, &mut out);
+            ok(tr_tensor_sum_dim_intlist(cx, [1i64].as_ptr(), 1, false, &f64_code, &mut out));
             tr_tensor_release(black_box(out));
         },
     ]));
@@ -149,12 +161,17 @@ fn main() {
         &mut || {
             let mut pair = [TrTensor { id: 0 }; 2];
             let mut written = 0;
-            tr_tensor_topk(cx, 3, -1, true, true, pair.as_mut_ptr(), 2, &mut written);
+            ok(tr_tensor_topk(cx, 3, -1, true, true, pair.as_mut_ptr(), 2, &mut written));
             tr_tensor_release(black_box(pair[0]));
             tr_tensor_release(black_box(pair[1]));
         },
     ]));
-    println!("worst C ABI ratio: {worst:.3}x raw tch");
+    println!("worst C ABI ratio: {worst:.3}x raw tch (bar {BAR}x)");
     tr_tensor_release(cx);
     tr_tensor_release(cw);
+    let failed = FAILED.load(Ordering::Relaxed);
+    if failed > 0 || worst > BAR {
+        eprintln!("ratios: {failed} timed calls failed; worst C ABI ratio {worst:.3}x against the bar {BAR}x");
+        std::process::exit(1);
+    }
 }
