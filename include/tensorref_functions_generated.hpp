@@ -1519,10 +1519,7 @@ inline Tensor& logical_or_(Tensor& input, const Tensor& other) {
 
 /// `bmm.dtype(Tensor self, Tensor mat2, ScalarType out_dtype) -> Tensor` Calls
 /// `tr_tensor_bmm_dtype`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor bmm_dtype(
-    const Tensor& input,
-    const Tensor& mat2,
-    DType out_dtype = DType::F32) {
+[[nodiscard]] inline Tensor bmm_dtype(const Tensor& input, const Tensor& mat2, DType out_dtype) {
     return input.bmm_dtype(mat2, out_dtype);
 }
 
@@ -2120,6 +2117,26 @@ inline Tensor& fill_diagonal_(Tensor& input, Scalar fill_value, bool wrap) {
     IntList dim,
     int64_t edge_order) {
     return input.gradient_array(dim, edge_order);
+}
+
+/// `gradient.scalarrayint(Tensor self, *, Scalar[] spacing, int? dim=None, int edge_order=1) ->
+/// Tensor[]` Calls `tr_tensor_gradient_scalarrayint`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> gradient_scalarrayint(
+    const Tensor& input,
+    const std::vector<double>& spacing,
+    std::optional<int64_t> dim,
+    int64_t edge_order) {
+    return input.gradient_scalarrayint(spacing, dim, edge_order);
+}
+
+/// `gradient.scalarrayarray(Tensor self, *, Scalar[] spacing, int[] dim, int edge_order=1) ->
+/// Tensor[]` Calls `tr_tensor_gradient_scalarrayarray`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> gradient_scalarrayarray(
+    const Tensor& input,
+    const std::vector<double>& spacing,
+    IntList dim,
+    int64_t edge_order) {
+    return input.gradient_scalarrayarray(spacing, dim, edge_order);
 }
 
 /// `gradient.tensorarrayint(Tensor self, *, Tensor[] spacing, int? dim=None, int edge_order=1)
@@ -3379,10 +3396,7 @@ inline Tensor& xlogy_scalar_other_(Tensor& input, Scalar other) {
 
 /// `mm.dtype(Tensor self, Tensor mat2, ScalarType out_dtype) -> Tensor` Calls
 /// `tr_tensor_mm_dtype`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor mm_dtype(
-    const Tensor& input,
-    const Tensor& mat2,
-    DType out_dtype = DType::F32) {
+[[nodiscard]] inline Tensor mm_dtype(const Tensor& input, const Tensor& mat2, DType out_dtype) {
     return input.mm_dtype(mat2, out_dtype);
 }
 
@@ -4190,6 +4204,12 @@ inline Tensor& detach_(Tensor& input) {
     return input.sym_size_int(dim);
 }
 
+/// `sym_is_contiguous(Tensor self, MemoryFormat memory_format=contiguous_format) -> SymBool`
+/// Calls `tr_tensor_sym_is_contiguous`; throws tr::Error on failure.
+[[nodiscard]] inline bool sym_is_contiguous(const Tensor& input) {
+    return input.sym_is_contiguous();
+}
+
 /// `sym_numel(Tensor self) -> SymInt` Calls `tr_tensor_sym_numel`; throws tr::Error on failure.
 [[nodiscard]] inline int64_t sym_numel(const Tensor& input) {
     return input.sym_numel();
@@ -4934,7 +4954,7 @@ inline Tensor& unsqueeze_(Tensor& input, int64_t dim) {
 [[nodiscard]] inline Tensor norm_scalaropt_dtype(
     const Tensor& input,
     std::optional<Scalar> p,
-    DType dtype = DType::F32) {
+    DType dtype) {
     return input.norm_scalaropt_dtype(p, dtype);
 }
 
@@ -4951,7 +4971,7 @@ inline Tensor& unsqueeze_(Tensor& input, int64_t dim) {
     std::optional<Scalar> p,
     IntList dim,
     bool keepdim,
-    DType dtype = DType::F32) {
+    DType dtype) {
     return input.norm_scalaropt_dim_dtype(p, dim, keepdim, dtype);
 }
 
@@ -5164,12 +5184,49 @@ inline Tensor& addmm_(
     return input.combinations(r, with_replacement);
 }
 
+/// `result_type.Tensor(Tensor tensor, Tensor other) -> ScalarType` Calls
+/// `tr_tensor_result_type_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline DType result_type_tensor(const Tensor& tensor, const Tensor& other) {
+    return tensor.result_type_tensor(other);
+}
+
+/// `result_type.Scalar(Tensor tensor, Scalar other) -> ScalarType` Calls
+/// `tr_tensor_result_type_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline DType result_type_scalar(const Tensor& tensor, Scalar other) {
+    return tensor.result_type_scalar(other);
+}
+
+/// `result_type.Scalar_Tensor(Scalar scalar, Tensor tensor) -> ScalarType` Calls
+/// `tr_tensor_result_type_scalar_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline DType result_type_scalar_tensor(Scalar scalar, const Tensor& tensor) {
+    tr_dtype out{};
+    detail::call(tr_tensor_result_type_scalar_tensor, scalar.raw(), tensor.raw(), &out);
+    return static_cast<DType>(out);
+}
+
+/// `result_type.Scalar_Scalar(Scalar scalar1, Scalar scalar2) -> ScalarType` Calls
+/// `tr_tensor_result_type_scalar_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline DType result_type_scalar_scalar(Scalar scalar1, Scalar scalar2) {
+    tr_dtype out{};
+    detail::call(tr_tensor_result_type_scalar_scalar, scalar1.raw(), scalar2.raw(), &out);
+    return static_cast<DType>(out);
+}
+
 /// `can_cast(ScalarType from_, ScalarType to) -> bool` Calls `tr_tensor_can_cast`; throws
 /// tr::Error on failure.
-[[nodiscard]] inline bool can_cast(DType from_, DType to = DType::F32) {
+[[nodiscard]] inline bool can_cast(DType from_, DType to) {
     bool out = false;
     detail::call(tr_tensor_can_cast, static_cast<tr_dtype>(from_), static_cast<tr_dtype>(to), &out);
     return out;
+}
+
+/// `promote_types(ScalarType type1, ScalarType type2) -> ScalarType` Calls
+/// `tr_tensor_promote_types`; throws tr::Error on failure.
+[[nodiscard]] inline DType promote_types(DType type1, DType type2) {
+    tr_dtype out{};
+    detail::call(tr_tensor_promote_types, static_cast<tr_dtype>(type1),
+            static_cast<tr_dtype>(type2), &out);
+    return static_cast<DType>(out);
 }
 
 /// `lstm.input(Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers,
@@ -5435,7 +5492,7 @@ inline Tensor& masked_fill_tensor_(Tensor& input, const Tensor& mask, const Tens
 
 /// `view.dtype(Tensor(a) self, ScalarType dtype) -> Tensor(a)` Calls `tr_tensor_view_dtype`;
 /// throws tr::Error on failure.
-[[nodiscard]] inline Tensor view_dtype(const Tensor& input, DType dtype = DType::F32) {
+[[nodiscard]] inline Tensor view_dtype(const Tensor& input, DType dtype) {
     return input.view_dtype(dtype);
 }
 
@@ -6566,6 +6623,42 @@ inline Tensor& arctan2_(Tensor& input, const Tensor& other) {
     OptionalTensor weight,
     bool density) {
     return input.histogram_bin_ct(bins, range, weight, density);
+}
+
+/// `histogramdd(Tensor self, int[] bins, float[]? range=None, Tensor? weight=None, bool
+/// density=False) -> (Tensor hist, Tensor[] bin_edges)` Calls `tr_tensor_histogramdd`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> histogramdd(
+    const Tensor& input,
+    IntList bins,
+    const std::optional<std::vector<double>>& range,
+    OptionalTensor weight,
+    bool density) {
+    return input.histogramdd(bins, range, weight, density);
+}
+
+/// `histogramdd.int_bins(Tensor self, int bins, float[]? range=None, Tensor? weight=None, bool
+/// density=False) -> (Tensor hist, Tensor[] bin_edges)` Calls `tr_tensor_histogramdd_int_bins`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> histogramdd_int_bins(
+    const Tensor& input,
+    int64_t bins,
+    const std::optional<std::vector<double>>& range,
+    OptionalTensor weight,
+    bool density) {
+    return input.histogramdd_int_bins(bins, range, weight, density);
+}
+
+/// `histogramdd.TensorList_bins(Tensor self, Tensor[] bins, float[]? range=None, Tensor?
+/// weight=None, bool density=False) -> (Tensor hist, Tensor[] bin_edges)` Calls
+/// `tr_tensor_histogramdd_tensorlist_bins`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> histogramdd_tensorlist_bins(
+    const Tensor& input,
+    const TensorList& bins,
+    const std::optional<std::vector<double>>& range,
+    OptionalTensor weight,
+    bool density) {
+    return input.histogramdd_tensorlist_bins(bins, range, weight, density);
 }
 
 /// `fmod.Scalar(Tensor self, Scalar other) -> Tensor` Calls `tr_tensor_fmod_scalar`; throws
@@ -8727,7 +8820,7 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
 
 /// `view_copy.dtype(Tensor self, ScalarType dtype) -> Tensor` Calls
 /// `tr_tensor_view_copy_dtype`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor view_copy_dtype(const Tensor& input, DType dtype = DType::F32) {
+[[nodiscard]] inline Tensor view_copy_dtype(const Tensor& input, DType dtype) {
     return input.view_copy_dtype(dtype);
 }
 

@@ -2105,6 +2105,37 @@ tr_status tr_tensor_gradient_array(tr_tensor input,
                                    size_t *out_written);
 
 /**
+ * `gradient.scalarrayint(Tensor self, *, Scalar[] spacing, int? dim=None, int edge_order=1) ->
+ * Tensor[]` `out` (room for `out_len` handles) receives the results' handles, in order, and
+ * `*out_written` their number, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and
+ * no result is kept).
+ */
+tr_status tr_tensor_gradient_scalarrayint(tr_tensor input,
+                                          const double *spacing,
+                                          size_t spacing_len,
+                                          const int64_t *dim,
+                                          int64_t edge_order,
+                                          tr_tensor *out,
+                                          size_t out_len,
+                                          size_t *out_written);
+
+/**
+ * `gradient.scalarrayarray(Tensor self, *, Scalar[] spacing, int[] dim, int edge_order=1) ->
+ * Tensor[]` `out` (room for `out_len` handles) receives the results' handles, in order, and
+ * `*out_written` their number, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and
+ * no result is kept).
+ */
+tr_status tr_tensor_gradient_scalarrayarray(tr_tensor input,
+                                            const double *spacing,
+                                            size_t spacing_len,
+                                            const int64_t *dim,
+                                            size_t dim_len,
+                                            int64_t edge_order,
+                                            tr_tensor *out,
+                                            size_t out_len,
+                                            size_t *out_written);
+
+/**
  * `gradient.tensorarrayint(Tensor self, *, Tensor[] spacing, int? dim=None, int edge_order=1) ->
  * Tensor[]` `out` (room for `out_len` handles) receives the results' handles, in order, and
  * `*out_written` their number, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and
@@ -4071,6 +4102,12 @@ tr_status tr_tensor_size_int(tr_tensor input, int64_t dim, int64_t *out);
 tr_status tr_tensor_sym_size_int(tr_tensor input, int64_t dim, int64_t *out);
 
 /**
+ * `sym_is_contiguous(Tensor self, MemoryFormat memory_format=contiguous_format) -> SymBool` `*out`
+ * receives the value.
+ */
+tr_status tr_tensor_sym_is_contiguous(tr_tensor input, bool *out);
+
+/**
  * `sym_numel(Tensor self) -> SymInt` `*out` receives the value.
  */
 tr_status tr_tensor_sym_numel(tr_tensor input, int64_t *out);
@@ -5126,9 +5163,36 @@ tr_status tr_tensor_cartesian_prod(const tr_tensor *tensors, size_t tensors_len,
 tr_status tr_tensor_combinations(tr_tensor input, int64_t r, bool with_replacement, tr_tensor *out);
 
 /**
+ * `result_type.Tensor(Tensor tensor, Tensor other) -> ScalarType` `*out` receives the value.
+ */
+tr_status tr_tensor_result_type_tensor(tr_tensor tensor, tr_tensor other, tr_dtype *out);
+
+/**
+ * `result_type.Scalar(Tensor tensor, Scalar other) -> ScalarType` `*out` receives the value.
+ */
+tr_status tr_tensor_result_type_scalar(tr_tensor tensor, tr_scalar other, tr_dtype *out);
+
+/**
+ * `result_type.Scalar_Tensor(Scalar scalar, Tensor tensor) -> ScalarType` `*out` receives the
+ * value.
+ */
+tr_status tr_tensor_result_type_scalar_tensor(tr_scalar scalar, tr_tensor tensor, tr_dtype *out);
+
+/**
+ * `result_type.Scalar_Scalar(Scalar scalar1, Scalar scalar2) -> ScalarType` `*out` receives the
+ * value.
+ */
+tr_status tr_tensor_result_type_scalar_scalar(tr_scalar scalar1, tr_scalar scalar2, tr_dtype *out);
+
+/**
  * `can_cast(ScalarType from_, ScalarType to) -> bool` `*out` receives the value.
  */
 tr_status tr_tensor_can_cast(tr_dtype from_, tr_dtype to, bool *out);
+
+/**
+ * `promote_types(ScalarType type1, ScalarType type2) -> ScalarType` `*out` receives the value.
+ */
+tr_status tr_tensor_promote_types(tr_dtype type1, tr_dtype type2, tr_dtype *out);
 
 /**
  * `lstm.input(Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float
@@ -6503,6 +6567,59 @@ tr_status tr_tensor_histogram_bin_ct(tr_tensor input,
                                      tr_tensor *out,
                                      size_t out_len,
                                      size_t *out_written);
+
+/**
+ * `histogramdd(Tensor self, int[] bins, float[]? range=None, Tensor? weight=None, bool
+ * density=False) -> (Tensor hist, Tensor[] bin_edges)` `weight` is optional (the handle 0 for
+ * none). `out` (room for `out_len` handles) receives the results' handles, in order, and
+ * `*out_written` their number, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and
+ * no result is kept).
+ */
+tr_status tr_tensor_histogramdd(tr_tensor input,
+                                const int64_t *bins,
+                                size_t bins_len,
+                                const double *range,
+                                size_t range_len,
+                                tr_tensor weight,
+                                bool density,
+                                tr_tensor *out,
+                                size_t out_len,
+                                size_t *out_written);
+
+/**
+ * `histogramdd.int_bins(Tensor self, int bins, float[]? range=None, Tensor? weight=None, bool
+ * density=False) -> (Tensor hist, Tensor[] bin_edges)` `weight` is optional (the handle 0 for
+ * none). `out` (room for `out_len` handles) receives the results' handles, in order, and
+ * `*out_written` their number, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and
+ * no result is kept).
+ */
+tr_status tr_tensor_histogramdd_int_bins(tr_tensor input,
+                                         int64_t bins,
+                                         const double *range,
+                                         size_t range_len,
+                                         tr_tensor weight,
+                                         bool density,
+                                         tr_tensor *out,
+                                         size_t out_len,
+                                         size_t *out_written);
+
+/**
+ * `histogramdd.TensorList_bins(Tensor self, Tensor[] bins, float[]? range=None, Tensor?
+ * weight=None, bool density=False) -> (Tensor hist, Tensor[] bin_edges)` `weight` is optional (the
+ * handle 0 for none). `out` (room for `out_len` handles) receives the results' handles, in order,
+ * and `*out_written` their number, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL,
+ * and no result is kept).
+ */
+tr_status tr_tensor_histogramdd_tensorlist_bins(tr_tensor input,
+                                                const tr_tensor *bins,
+                                                size_t bins_len,
+                                                const double *range,
+                                                size_t range_len,
+                                                tr_tensor weight,
+                                                bool density,
+                                                tr_tensor *out,
+                                                size_t out_len,
+                                                size_t *out_written);
 
 /**
  * `fmod.Scalar(Tensor self, Scalar other) -> Tensor`

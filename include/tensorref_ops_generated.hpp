@@ -1987,7 +1987,7 @@ class TensorOps {
 
     /// `bmm.dtype(Tensor self, Tensor mat2, ScalarType out_dtype) -> Tensor` (`input` is
     /// *this.) Calls `tr_tensor_bmm_dtype`; throws tr::Error on failure.
-    [[nodiscard]] Self bmm_dtype(const Self& mat2, DType out_dtype = DType::F32) const {
+    [[nodiscard]] Self bmm_dtype(const Self& mat2, DType out_dtype) const {
         tr_tensor out{0};
         detail::call(tr_tensor_bmm_dtype, self().raw(), mat2.raw(),
                 static_cast<tr_dtype>(out_dtype), &out);
@@ -2723,6 +2723,30 @@ class TensorOps {
         return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
                 return tr_tensor_gradient_array(self().raw(), dim.data(), dim.size(), edge_order,
                 out_, room_, written_); });
+    }
+
+    /// `gradient.scalarrayint(Tensor self, *, Scalar[] spacing, int? dim=None, int
+    /// edge_order=1) -> Tensor[]` (`input` is *this.) Calls `tr_tensor_gradient_scalarrayint`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> gradient_scalarrayint(
+        const std::vector<double>& spacing,
+        std::optional<int64_t> dim,
+        int64_t edge_order) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_gradient_scalarrayint(self().raw(), spacing.data(), spacing.size(),
+                detail::c_opt(dim).ptr(), edge_order, out_, room_, written_); });
+    }
+
+    /// `gradient.scalarrayarray(Tensor self, *, Scalar[] spacing, int[] dim, int edge_order=1)
+    /// -> Tensor[]` (`input` is *this.) Calls `tr_tensor_gradient_scalarrayarray`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] std::vector<Self> gradient_scalarrayarray(
+        const std::vector<double>& spacing,
+        IntList dim,
+        int64_t edge_order) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_gradient_scalarrayarray(self().raw(), spacing.data(),
+                spacing.size(), dim.data(), dim.size(), edge_order, out_, room_, written_); });
     }
 
     /// `gradient.tensorarrayint(Tensor self, *, Tensor[] spacing, int? dim=None, int
@@ -4109,7 +4133,7 @@ class TensorOps {
 
     /// `mm.dtype(Tensor self, Tensor mat2, ScalarType out_dtype) -> Tensor` (`input` is *this.)
     /// Calls `tr_tensor_mm_dtype`; throws tr::Error on failure.
-    [[nodiscard]] Self mm_dtype(const Self& mat2, DType out_dtype = DType::F32) const {
+    [[nodiscard]] Self mm_dtype(const Self& mat2, DType out_dtype) const {
         tr_tensor out{0};
         detail::call(tr_tensor_mm_dtype, self().raw(), mat2.raw(), static_cast<tr_dtype>(out_dtype),
                 &out);
@@ -5098,6 +5122,15 @@ class TensorOps {
         return out;
     }
 
+    /// `sym_is_contiguous(Tensor self, MemoryFormat memory_format=contiguous_format) ->
+    /// SymBool` (`input` is *this.) Calls `tr_tensor_sym_is_contiguous`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] bool sym_is_contiguous() const {
+        bool out = false;
+        detail::call(tr_tensor_sym_is_contiguous, self().raw(), &out);
+        return out;
+    }
+
     /// `sym_numel(Tensor self) -> SymInt` (`input` is *this.) Calls `tr_tensor_sym_numel`;
     /// throws tr::Error on failure.
     [[nodiscard]] int64_t sym_numel() const {
@@ -6042,9 +6075,7 @@ class TensorOps {
 
     /// `norm.ScalarOpt_dtype(Tensor self, Scalar? p, *, ScalarType dtype) -> Tensor` (`input`
     /// is *this.) Calls `tr_tensor_norm_scalaropt_dtype`; throws tr::Error on failure.
-    [[nodiscard]] Self norm_scalaropt_dtype(
-        std::optional<Scalar> p,
-        DType dtype = DType::F32) const {
+    [[nodiscard]] Self norm_scalaropt_dtype(std::optional<Scalar> p, DType dtype) const {
         tr_tensor out{0};
         detail::call(tr_tensor_norm_scalaropt_dtype, self().raw(), detail::c_opt(p).ptr(),
                 static_cast<tr_dtype>(dtype), &out);
@@ -6066,7 +6097,7 @@ class TensorOps {
         std::optional<Scalar> p,
         IntList dim,
         bool keepdim,
-        DType dtype = DType::F32) const {
+        DType dtype) const {
         tr_tensor out{0};
         detail::call(tr_tensor_norm_scalaropt_dim_dtype, self().raw(), detail::c_opt(p).ptr(),
                 dim.data(), dim.size(), keepdim, static_cast<tr_dtype>(dtype), &out);
@@ -6314,6 +6345,22 @@ class TensorOps {
         tr_tensor out{0};
         detail::call(tr_tensor_combinations, self().raw(), r, with_replacement, &out);
         return Self::adopt(out);
+    }
+
+    /// `result_type.Tensor(Tensor tensor, Tensor other) -> ScalarType` (`tensor` is *this.)
+    /// Calls `tr_tensor_result_type_tensor`; throws tr::Error on failure.
+    [[nodiscard]] DType result_type_tensor(const Self& other) const {
+        tr_dtype out{};
+        detail::call(tr_tensor_result_type_tensor, self().raw(), other.raw(), &out);
+        return static_cast<DType>(out);
+    }
+
+    /// `result_type.Scalar(Tensor tensor, Scalar other) -> ScalarType` (`tensor` is *this.)
+    /// Calls `tr_tensor_result_type_scalar`; throws tr::Error on failure.
+    [[nodiscard]] DType result_type_scalar(Scalar other) const {
+        tr_dtype out{};
+        detail::call(tr_tensor_result_type_scalar, self().raw(), other.raw(), &out);
+        return static_cast<DType>(out);
     }
 
     /// `lstm.input(Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers,
@@ -6653,7 +6700,7 @@ class TensorOps {
 
     /// `view.dtype(Tensor(a) self, ScalarType dtype) -> Tensor(a)` (`input` is *this.) Calls
     /// `tr_tensor_view_dtype`; throws tr::Error on failure.
-    [[nodiscard]] Self view_dtype(DType dtype = DType::F32) const {
+    [[nodiscard]] Self view_dtype(DType dtype) const {
         tr_tensor out{0};
         detail::call(tr_tensor_view_dtype, self().raw(), static_cast<tr_dtype>(dtype), &out);
         return Self::adopt(out);
@@ -8283,6 +8330,48 @@ class TensorOps {
                 return tr_tensor_histogram_bin_ct(self().raw(), bins, range ? range->data() :
                 nullptr, range ? range->size() : 0, weight.raw(), density, out_, room_, written_);
                 });
+    }
+
+    /// `histogramdd(Tensor self, int[] bins, float[]? range=None, Tensor? weight=None, bool
+    /// density=False) -> (Tensor hist, Tensor[] bin_edges)` (`input` is *this.) Calls
+    /// `tr_tensor_histogramdd`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> histogramdd(
+        IntList bins,
+        const std::optional<std::vector<double>>& range,
+        OptionalTensor weight,
+        bool density) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_histogramdd(self().raw(), bins.data(), bins.size(), range ?
+                range->data() : nullptr, range ? range->size() : 0, weight.raw(), density, out_,
+                room_, written_); });
+    }
+
+    /// `histogramdd.int_bins(Tensor self, int bins, float[]? range=None, Tensor? weight=None,
+    /// bool density=False) -> (Tensor hist, Tensor[] bin_edges)` (`input` is *this.) Calls
+    /// `tr_tensor_histogramdd_int_bins`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> histogramdd_int_bins(
+        int64_t bins,
+        const std::optional<std::vector<double>>& range,
+        OptionalTensor weight,
+        bool density) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_histogramdd_int_bins(self().raw(), bins, range ? range->data() :
+                nullptr, range ? range->size() : 0, weight.raw(), density, out_, room_, written_);
+                });
+    }
+
+    /// `histogramdd.TensorList_bins(Tensor self, Tensor[] bins, float[]? range=None, Tensor?
+    /// weight=None, bool density=False) -> (Tensor hist, Tensor[] bin_edges)` (`input` is
+    /// *this.) Calls `tr_tensor_histogramdd_tensorlist_bins`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> histogramdd_tensorlist_bins(
+        const TensorList& bins,
+        const std::optional<std::vector<double>>& range,
+        OptionalTensor weight,
+        bool density) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_histogramdd_tensorlist_bins(self().raw(), bins.data(), bins.size(),
+                range ? range->data() : nullptr, range ? range->size() : 0, weight.raw(), density,
+                out_, room_, written_); });
     }
 
     /// `fmod.Scalar(Tensor self, Scalar other) -> Tensor` (`input` is *this.) Calls
@@ -10887,7 +10976,7 @@ class TensorOps {
 
     /// `view_copy.dtype(Tensor self, ScalarType dtype) -> Tensor` (`input` is *this.) Calls
     /// `tr_tensor_view_copy_dtype`; throws tr::Error on failure.
-    [[nodiscard]] Self view_copy_dtype(DType dtype = DType::F32) const {
+    [[nodiscard]] Self view_copy_dtype(DType dtype) const {
         tr_tensor out{0};
         detail::call(tr_tensor_view_copy_dtype, self().raw(), static_cast<tr_dtype>(dtype), &out);
         return Self::adopt(out);

@@ -1,7 +1,8 @@
 //! Ops generated from libtorch's schema (tools/emit_aten.py), through the Rust API: each of a
 //! sample that covers every kind of argument and result the generator handles (optional
 //! tensors, lists of tensors and of optional tensors, optional numbers and lists, strings,
-//! dtypes, tuples and lists of results, in-place forms, values) equals libtorch called
+//! dtypes, lists of scalars, tuples and lists of results, in-place forms, values and element
+//! types) equals libtorch called
 //! directly, without a manager and under Flow on the simulated device at a budget that forces
 //! evictions. Errors come back as errors (a list of the wrong fixed size among them), and
 //! nothing leaks.
@@ -69,9 +70,21 @@ fn sample() -> Result<()> {
     let before = y.id();
     assert_eq!(y.clamp_min_(0.0)?.id(), before);
     same(&y, &x.clamp_min(0.0));
-    // Values.
+    // Values: a bool, an int, element types.
     assert!(tx.is_floating_point()?);
     assert_eq!(tx.size_int(1)?, 6);
+    assert!(tx.sym_is_contiguous()? && !tx.transpose(0, 2)?.sym_is_contiguous()?);
+    assert_eq!(t(&idx).result_type_tensor(&tx)?, DType::F32);
+    assert_eq!(t(&idx).result_type_scalar(2.5)?, DType::F32);
+    assert_eq!(Tensor::promote_types(DType::I64, DType::F16)?, DType::F16);
+    // A list of scalars (`gradient`'s spacing), passed as doubles.
+    let sq = tch::Tensor::from_slice(&[1.0f32, 4.0, 9.0, 16.0]);
+    same(&t(&sq).gradient_scalarrayint(&[2.0], None, 1)?[0], &tch::Tensor::from_slice(&[1.5f32, 2.0, 3.0, 3.5]));
+    // A tensor and a list (`histogramdd`): one list, the histogram first, then each dimension's edges.
+    let points = tch::Tensor::rand([10, 2], (tch::Kind::Float, tch::Device::Cpu));
+    let hist = t(&points).histogramdd(&[3, 4], None, None, false)?;
+    assert_eq!(hist.iter().map(|h| h.shape()).collect::<Result<Vec<_>>>()?, [vec![3, 4], vec![4], vec![5]]);
+    assert_eq!(hist[0].sum()?.item()?, 10.0);
     // Creation with an optional dtype: host memory, as libtorch's default.
     same(&Tensor::arange_start_step(0, 10, 3, Some(DType::I64))?, &tch::Tensor::arange_start_step(0, 10, 3, (tch::Kind::Int64, tch::Device::Cpu)));
     // A list of fixed size (`int[2] kernel_size`): one value stands for all, and a length that

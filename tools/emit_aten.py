@@ -37,14 +37,14 @@ ARG_CTORS = {
     "dtype": "Arg::dtype({n})", "dtype?": "Arg::opt_dtype({n})",
     "str": "Arg::str({n})", "str?": "Arg::opt_str({n})",
 }
+# The schema's defaults of the non-optional arguments the C function does not take, in C++.
+MEMORY_FORMATS = {"contiguous_format": "at::MemoryFormat::Contiguous"}
 
-# What the kernel passes for an argument the C function does not take (schema.DEFAULTED).
-DEFAULT_CPP = "std::nullopt"
 # How the Rust body collects each return type from `aten::call`.
 COLLECT = {
     "T": "aten::tensor", "T!": "aten::unit", "T,T": "aten::tensors", "T,T,T": "aten::tensors",
     "T,T,T,T": "aten::tensors", "T[]": "aten::tensors", "bool": "aten::bool", "i64": "aten::int",
-    "()": "aten::unit",
+    "dtype": "aten::dtype", "()": "aten::unit",
 }
 
 # Families: the generated kernels' files (so that a change rebuilds one, and the compiler works
@@ -124,7 +124,12 @@ def select(root: Path, table: list[Op]) -> tuple[list[schema.Overload], dict[str
     groups = schema.sort(schema.load())
     generate = groups.pop("generate")
     groups["named"] = [o for o in generate if o.c_name in taken]
-    return [o for o in generate if o.c_name not in taken], groups
+    generate = [o for o in generate if o.c_name not in taken]
+    if unhandled := [f"  {o.full_name}: {', '.join(schema.unhandled_types(o))}" for o in generate
+                     if schema.unhandled_types(o)]:
+        raise SystemExit("emit_aten: types the generator does not handle (add them to schema.ARGS, DEFAULTED or "
+                         "RETURNS, or give the overloads an exclusion group with its reason):\n" + "\n".join(unhandled))
+    return generate, groups
 
 
 def report(generated: list[schema.Overload], excluded: dict[str, list[schema.Overload]]) -> str:
@@ -141,9 +146,19 @@ def report(generated: list[schema.Overload], excluded: dict[str, list[schema.Ove
 NAMED = "ops.def or a hand-written function has the name (tr_tensor_relu, tr_tensor_numel ...)"
 
 
+def default_cpp(a: schema.Arg) -> str:
+    """What the kernel passes for an argument the C function does not take (schema.DEFAULTED):
+    none for an optional one, else the schema's default."""
+    if a.key.endswith("?") or a.name in schema.DEFAULTED_NAMES:
+        return "std::nullopt"
+    if a.default not in MEMORY_FORMATS:
+        raise SystemExit(f"emit_aten: {a.name}: no C++ for the default {a.default!r} (MEMORY_FORMATS)")
+    return MEMORY_FORMATS[a.default]
+
+
 def cpp_arg(a: schema.Arg, k: int) -> str:
     if a.defaulted:
-        return DEFAULT_CPP
+        return default_cpp(a)
     accessor = schema.ARGS[a.key][1]
     if accessor in ("ints", "sym_ints") and (a.size or 0) > 1:
         # A list of fixed size (`int[2] stride`), which kernels read without checking its length.

@@ -64,9 +64,9 @@ def c_args(p) -> list[str]:
     return [fill(a, p, ident(p.name)) for a in cell(p.ty, "cpp_args")]
 
 
-def with_defaults(params: list, decls: list[str]) -> list[str]:
-    """A trailing dtype parameter defaults to float32, as in PyTorch."""
-    if params and params[-1].ty == "dtype":
+def with_defaults(op, decls: list[str]) -> list[str]:
+    """A trailing dtype parameter defaults to float32 (`Op.dtype_defaults`)."""
+    if op.dtype_defaults:
         decls = decls[:-1] + [decls[-1] + " = DType::F32"]
     return decls
 
@@ -136,7 +136,7 @@ def body(lines: list[str], indent: str) -> str:
 
 def member(op) -> str:
     params = op.params[1:]
-    decls = with_defaults(params, [param_decl(p, "Self") for p in params])
+    decls = with_defaults(op, [param_decl(p, "Self") for p in params])
     pre, call = call_expr(op, "self().raw()", "Self")
     out = doc_lines(op, "    ", member=True)
     if op.ret == "T!":
@@ -197,7 +197,7 @@ class TensorOps {{
 # ---------------------------------------------------------------- free functions
 
 def free_function(op) -> str:
-    decls = with_defaults(op.params, [param_decl(p, "Tensor") for p in op.params])
+    decls = with_defaults(op, [param_decl(p, "Tensor") for p in op.params])
     if op.ret == "T!":
         decls[0] = f"Tensor& {ident(op.params[0].name)}"
     out = doc_lines(op, "")

@@ -348,8 +348,8 @@ def doc(op: Op, indent: str) -> list[str]:
 def wrapper(op: Op, method: bool, name: str) -> str:
     params = op.params[1:] if method else op.params
     decls = [f"{cell(p.ty, 'cs_type')} {ident(p.name)}" for p in params]
-    if params and params[-1].ty == "dtype":
-        decls[-1] += " = DType.F32"  # as in PyTorch
+    if op.dtype_defaults:
+        decls[-1] += " = DType.F32"  # as in PyTorch's creation ops
     pre, usings, args = [], [], []
     for i, p in enumerate(op.params):
         if i == 0 and method:

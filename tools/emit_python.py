@@ -181,13 +181,13 @@ def _py_name(name: str) -> str:
 
 
 def _signature(op, creation: bool) -> list[str]:
-    """Parameter names; dtype defaults to float32 in creation ops, and trailing optional
-    tensors default to None."""
+    """Parameter names; dtype defaults to float32 in ops.def's creation ops (`Op.dtype_defaults`),
+    and trailing optional tensors default to None."""
     out = []
     trailing_optional = True
     for p in reversed(op.params):
         trailing_optional = trailing_optional and p.ty == "T?"
-        default = "=float32" if p.ty == "dtype" and creation else "=None" if trailing_optional else ""
+        default = "=float32" if p.ty == "dtype" and creation and op.dtype_defaults else "=None" if trailing_optional else ""
         out.append(f"{_py_name(p.name)}{default}")
     return out[::-1]
 
@@ -429,6 +429,7 @@ from ctypes import ArgumentError as _CArgumentError
 from ctypes import byref as _byref
 from ctypes import c_bool as _c_bool
 from ctypes import c_double as _c_double
+from ctypes import c_int32 as _c_int32
 from ctypes import c_int64 as _c_int64
 from ctypes import c_size_t as _c_size_t
 
@@ -455,6 +456,7 @@ from ._scalar import to_c as _scalar
 from ._tensor import Tensor as _T
 from ._tensor import from_numpy as _from_numpy
 from .dtypes import code_of as _code
+from .dtypes import from_code as _from_code
 from .dtypes import float32
 
 _NONE = _T(0)

@@ -84,6 +84,12 @@ class Op:
                 and all(cell(p.ty, "replay") for p in self.params))
 
     @property
+    def dtype_defaults(self) -> bool:
+        """The bindings give a trailing dtype parameter the default float32, as PyTorch's creation
+        ops do: ops.def's ops (a dtype the schema requires has no default)."""
+        return self.schema is None and bool(self.params) and self.params[-1].ty == "dtype"
+
+    @property
     def rust_name(self) -> str:
         """Its name in Rust: a keyword (`where`) as a raw identifier."""
         return f"r#{self.name}" if self.name in RUST_KEYWORDS else self.name
@@ -433,6 +439,11 @@ RETURNS.update({
     "i64": {**RETURNS["f64"], "doc": "a 64-bit integer", "rust_core": "i64", "rust_method": "i64",
             "ffi_out": "out: *mut i64", "cpp_type": "int64_t", "cpp_out": "int64_t out = 0;",
             "cs_type": "long", "cs_out": "long __result;", "py_hint": "int", "py_out": ["out = _c_int64()"]},
+    "dtype": {**RETURNS["f64"], "doc": "an element type", "rust_core": "DType", "rust_method": "DType",
+              "ffi_out": "out: *mut TrDtype", "ffi_store": "*out = {call} as TrDtype;", "cpp_type": "DType",
+              "cpp_out": "tr_dtype out{{}};", "cpp_return": "return static_cast<DType>(out);",
+              "cs_type": "DType", "cs_out": "DType __result;", "py_hint": "DType", "py_out": ["out = _c_int32()"],
+              "py_return": "return _from_code(out.value)"},
 })
 # How the bindings pass an output and call (the tuples and lists above say otherwise).
 for _row in RETURNS.values():

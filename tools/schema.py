@@ -12,8 +12,10 @@ the ops to generate or one exclusion group, each with its reason.
 
 An overload is generated when it is public (no leading `_`), functional or in place on `self`,
 positional (no `Dimname`), not a backward formula, not tied to one backend or to sparse or
-quantized tensors, and every argument and return has a type the generator handles (`ARGS`,
-`DEFAULTED`, `RETURNS`). The first group that matches wins, in the order of `GROUPS`.
+quantized tensors, and does not place a tensor itself. The first group that matches wins, in the
+order of `GROUPS`. `make gen` fails on an overload to generate (and not left to ops.def or a
+hand-written function, tools/emit_aten.py) with an argument or return type the generator does
+not handle (`ARGS`, `DEFAULTED`, `RETURNS`): never a silently dropped op.
 """
 from __future__ import annotations
 
@@ -41,12 +43,14 @@ ARGS = {
     "Scalar": ("scalar", "scalar"), "Scalar?": ("scalar?", "opt_scalar"),
     "ScalarType": ("dtype", "dtype"), "ScalarType?": ("dtype?", "opt_dtype"),
     "str": ("str", "str"), "str?": ("str?", "opt_str"),
+    # A list of scalars (`gradient`'s spacing) as doubles: the table passes lists as values.
+    "Scalar[]": ("f64[]", "scalars"),
 }
 # Optional arguments the C function does not take: the kernel passes none, libtorch's default.
 # Where a tensor lives and how its memory is laid out is the residency manager's to decide
 # (an op makes its tensors where its inputs are, a creation op in host memory, as the table's
 # do), and random ops draw from the default generator (reproducible after `manual_seed`).
-DEFAULTED = {"Layout?", "Device?", "MemoryFormat?", "Generator?"}
+DEFAULTED = {"Layout?", "Device?", "MemoryFormat?", "Generator?", "MemoryFormat"}
 DEFAULTED_NAMES = {"pin_memory"}  # a `bool?` beside layout and device
 
 # Return types, as the op table writes them: one tensor (or `self` of an in-place op: T!),
@@ -54,7 +58,10 @@ DEFAULTED_NAMES = {"pin_memory"}  # a `bool?` beside layout and device
 RETURNS = {
     ("Tensor",): "T", ("Tensor", "Tensor"): "T,T", ("Tensor", "Tensor", "Tensor"): "T,T,T",
     ("Tensor", "Tensor", "Tensor", "Tensor"): "T,T,T,T", ("Tensor[]",): "T[]",
-    ("bool",): "bool", ("int",): "i64", ("SymInt",): "i64", (): "()",
+    ("bool",): "bool", ("SymBool",): "bool", ("int",): "i64", ("SymInt",): "i64",
+    ("ScalarType",): "dtype", (): "()",
+    # `histogramdd`'s histogram and its bin edges, one per dimension: one list, the histogram first.
+    ("Tensor", "Tensor[]"): "T[]",
 }
 # Ops with these tags draw random numbers: never recomputed from their inputs alone.
 RANDOM_TAG = "nondeterministic_seeded"
@@ -234,7 +241,8 @@ GROUPS = [
      backend_specific),
     ("mutates", "writes an argument other than `self` (the manager's tickets write `self` or a result)",
      lambda o: any(a.mutable for a in o.args[(1 if o.in_place else 0):])),
-    ("types", "an argument or return type the generator does not handle yet", lambda o: bool(unhandled_types(o))),
+    ("placement", "puts a tensor on a device or a storage it names: where tensors live is the manager's to decide",
+     lambda o: any(a.base in ("Device", "Storage") and not a.defaulted for a in o.args)),
 ]
 
 
@@ -258,8 +266,7 @@ def main() -> int:
     groups = sort(overloads)
     if a.list:
         for o in groups[a.list]:
-            extra = f"   ({', '.join(unhandled_types(o))})" if a.list == "types" else ""
-            print(o.full_name + extra)
+            print(o.full_name)
         return 0
     generated = groups["generate"]
     in_place = sum(o.in_place for o in generated)

@@ -3310,6 +3310,38 @@ pub extern "C" fn tr_tensor_gradient_array(input: TrTensor, dim: *const i64, dim
     })
 }
 
+/// `gradient.scalarrayint(Tensor self, *, Scalar[] spacing, int? dim=None, int edge_order=1) ->
+/// Tensor[]` `out` (room for `out_len` handles) receives the results' handles, in order, and
+/// `*out_written` their number, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and
+/// no result is kept).
+#[no_mangle]
+pub extern "C" fn tr_tensor_gradient_scalarrayint(input: TrTensor, spacing: *const f64, spacing_len: usize, dim: *const i64, edge_order: i64, out: *mut TrTensor, out_len: usize, out_written: *mut usize) -> Status {
+    call(|| {
+        let written = out_arg(out_written, "out_written")?;
+        let out = slice_out(out, out_len, "out")?;
+        let spacing = slice_arg(spacing, spacing_len, "spacing")?;
+        let dim = opt_arg(dim);
+        store_list(out, written, core::gradient_scalarrayint(input.into(), spacing, dim, edge_order)?)?;
+        Ok(())
+    })
+}
+
+/// `gradient.scalarrayarray(Tensor self, *, Scalar[] spacing, int[] dim, int edge_order=1) ->
+/// Tensor[]` `out` (room for `out_len` handles) receives the results' handles, in order, and
+/// `*out_written` their number, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and
+/// no result is kept).
+#[no_mangle]
+pub extern "C" fn tr_tensor_gradient_scalarrayarray(input: TrTensor, spacing: *const f64, spacing_len: usize, dim: *const i64, dim_len: usize, edge_order: i64, out: *mut TrTensor, out_len: usize, out_written: *mut usize) -> Status {
+    call(|| {
+        let written = out_arg(out_written, "out_written")?;
+        let out = slice_out(out, out_len, "out")?;
+        let spacing = slice_arg(spacing, spacing_len, "spacing")?;
+        let dim = slice_arg(dim, dim_len, "dim")?;
+        store_list(out, written, core::gradient_scalarrayarray(input.into(), spacing, dim, edge_order)?)?;
+        Ok(())
+    })
+}
+
 /// `gradient.tensorarrayint(Tensor self, *, Tensor[] spacing, int? dim=None, int edge_order=1) ->
 /// Tensor[]` `out` (room for `out_len` handles) receives the results' handles, in order, and
 /// `*out_written` their number, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and
@@ -6199,6 +6231,17 @@ pub extern "C" fn tr_tensor_sym_size_int(input: TrTensor, dim: i64, out: *mut i6
     })
 }
 
+/// `sym_is_contiguous(Tensor self, MemoryFormat memory_format=contiguous_format) -> SymBool` `*out`
+/// receives the value.
+#[no_mangle]
+pub extern "C" fn tr_tensor_sym_is_contiguous(input: TrTensor, out: *mut bool) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        *out = core::sym_is_contiguous(input.into())?;
+        Ok(())
+    })
+}
+
 /// `sym_numel(Tensor self) -> SymInt` `*out` receives the value.
 #[no_mangle]
 pub extern "C" fn tr_tensor_sym_numel(input: TrTensor, out: *mut i64) -> Status {
@@ -7663,6 +7706,52 @@ pub extern "C" fn tr_tensor_combinations(input: TrTensor, r: i64, with_replaceme
     })
 }
 
+/// `result_type.Tensor(Tensor tensor, Tensor other) -> ScalarType` `*out` receives the value.
+#[no_mangle]
+pub extern "C" fn tr_tensor_result_type_tensor(tensor: TrTensor, other: TrTensor, out: *mut TrDtype) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        *out = core::result_type_tensor(tensor.into(), other.into())? as TrDtype;
+        Ok(())
+    })
+}
+
+/// `result_type.Scalar(Tensor tensor, Scalar other) -> ScalarType` `*out` receives the value.
+#[no_mangle]
+pub extern "C" fn tr_tensor_result_type_scalar(tensor: TrTensor, other: TrScalar, out: *mut TrDtype) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        let other = other.parse("other")?;
+        *out = core::result_type_scalar(tensor.into(), other)? as TrDtype;
+        Ok(())
+    })
+}
+
+/// `result_type.Scalar_Tensor(Scalar scalar, Tensor tensor) -> ScalarType` `*out` receives the
+/// value.
+#[no_mangle]
+pub extern "C" fn tr_tensor_result_type_scalar_tensor(scalar: TrScalar, tensor: TrTensor, out: *mut TrDtype) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        let scalar = scalar.parse("scalar")?;
+        *out = core::result_type_scalar_tensor(scalar, tensor.into())? as TrDtype;
+        Ok(())
+    })
+}
+
+/// `result_type.Scalar_Scalar(Scalar scalar1, Scalar scalar2) -> ScalarType` `*out` receives the
+/// value.
+#[no_mangle]
+pub extern "C" fn tr_tensor_result_type_scalar_scalar(scalar1: TrScalar, scalar2: TrScalar, out: *mut TrDtype) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        let scalar1 = scalar1.parse("scalar1")?;
+        let scalar2 = scalar2.parse("scalar2")?;
+        *out = core::result_type_scalar_scalar(scalar1, scalar2)? as TrDtype;
+        Ok(())
+    })
+}
+
 /// `can_cast(ScalarType from_, ScalarType to) -> bool` `*out` receives the value.
 #[no_mangle]
 pub extern "C" fn tr_tensor_can_cast(from_: TrDtype, to: TrDtype, out: *mut bool) -> Status {
@@ -7671,6 +7760,18 @@ pub extern "C" fn tr_tensor_can_cast(from_: TrDtype, to: TrDtype, out: *mut bool
         let from_ = DType::try_from(from_)?;
         let to = DType::try_from(to)?;
         *out = core::can_cast(from_, to)?;
+        Ok(())
+    })
+}
+
+/// `promote_types(ScalarType type1, ScalarType type2) -> ScalarType` `*out` receives the value.
+#[no_mangle]
+pub extern "C" fn tr_tensor_promote_types(type1: TrDtype, type2: TrDtype, out: *mut TrDtype) -> Status {
+    call(|| {
+        let out = out_arg(out, "out")?;
+        let type1 = DType::try_from(type1)?;
+        let type2 = DType::try_from(type2)?;
+        *out = core::promote_types(type1, type2)? as TrDtype;
         Ok(())
     })
 }
@@ -9654,6 +9755,56 @@ pub extern "C" fn tr_tensor_histogram_bin_ct(input: TrTensor, bins: i64, range: 
         let out = slice_out(out, out_len, "out")?;
         let range = opt_slice_arg(range, range_len);
         store_list(out, written, core::histogram_bin_ct(input.into(), bins, range, weight.into(), density)?)?;
+        Ok(())
+    })
+}
+
+/// `histogramdd(Tensor self, int[] bins, float[]? range=None, Tensor? weight=None, bool
+/// density=False) -> (Tensor hist, Tensor[] bin_edges)` `weight` is optional (the handle 0 for
+/// none). `out` (room for `out_len` handles) receives the results' handles, in order, and
+/// `*out_written` their number, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and
+/// no result is kept).
+#[no_mangle]
+pub extern "C" fn tr_tensor_histogramdd(input: TrTensor, bins: *const i64, bins_len: usize, range: *const f64, range_len: usize, weight: TrTensor, density: bool, out: *mut TrTensor, out_len: usize, out_written: *mut usize) -> Status {
+    call(|| {
+        let written = out_arg(out_written, "out_written")?;
+        let out = slice_out(out, out_len, "out")?;
+        let bins = slice_arg(bins, bins_len, "bins")?;
+        let range = opt_slice_arg(range, range_len);
+        store_list(out, written, core::histogramdd(input.into(), bins, range, weight.into(), density)?)?;
+        Ok(())
+    })
+}
+
+/// `histogramdd.int_bins(Tensor self, int bins, float[]? range=None, Tensor? weight=None, bool
+/// density=False) -> (Tensor hist, Tensor[] bin_edges)` `weight` is optional (the handle 0 for
+/// none). `out` (room for `out_len` handles) receives the results' handles, in order, and
+/// `*out_written` their number, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL, and
+/// no result is kept).
+#[no_mangle]
+pub extern "C" fn tr_tensor_histogramdd_int_bins(input: TrTensor, bins: i64, range: *const f64, range_len: usize, weight: TrTensor, density: bool, out: *mut TrTensor, out_len: usize, out_written: *mut usize) -> Status {
+    call(|| {
+        let written = out_arg(out_written, "out_written")?;
+        let out = slice_out(out, out_len, "out")?;
+        let range = opt_slice_arg(range, range_len);
+        store_list(out, written, core::histogramdd_int_bins(input.into(), bins, range, weight.into(), density)?)?;
+        Ok(())
+    })
+}
+
+/// `histogramdd.TensorList_bins(Tensor self, Tensor[] bins, float[]? range=None, Tensor?
+/// weight=None, bool density=False) -> (Tensor hist, Tensor[] bin_edges)` `weight` is optional (the
+/// handle 0 for none). `out` (room for `out_len` handles) receives the results' handles, in order,
+/// and `*out_written` their number, also when `out_len` is too small (then TR_ERR_BUFFER_TOO_SMALL,
+/// and no result is kept).
+#[no_mangle]
+pub extern "C" fn tr_tensor_histogramdd_tensorlist_bins(input: TrTensor, bins: *const TrTensor, bins_len: usize, range: *const f64, range_len: usize, weight: TrTensor, density: bool, out: *mut TrTensor, out_len: usize, out_written: *mut usize) -> Status {
+    call(|| {
+        let written = out_arg(out_written, "out_written")?;
+        let out = slice_out(out, out_len, "out")?;
+        let bins = handles_arg(bins, bins_len, "bins")?;
+        let range = opt_slice_arg(range, range_len);
+        store_list(out, written, core::histogramdd_tensorlist_bins(input.into(), &bins, range, weight.into(), density)?)?;
         Ok(())
     })
 }

@@ -4502,6 +4502,26 @@ pub(crate) mod core {
         }))
     }
 
+    /// `gradient.scalarrayint(Tensor self, *, Scalar[] spacing, int? dim=None, int edge_order=1) -> Tensor[]`
+    pub(crate) fn gradient_scalarrayint(input: TensorId, spacing: &[f64], dim: Option<i64>, edge_order: i64) -> Result<Vec<TensorId>> {
+        admitted(erased_mut(&mut || {
+            let mut op = Op::begin("gradient_scalarrayint");
+            let [input] = op.get([input])?;
+            let input: &tch::Tensor = &input;
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_gradient_scalarrayint, "gradient.scalarrayint", &[Arg::tensor(input), Arg::floats(spacing), Arg::opt_int(dim), Arg::int(edge_order)])))
+        }))
+    }
+
+    /// `gradient.scalarrayarray(Tensor self, *, Scalar[] spacing, int[] dim, int edge_order=1) -> Tensor[]`
+    pub(crate) fn gradient_scalarrayarray(input: TensorId, spacing: &[f64], dim: &[i64], edge_order: i64) -> Result<Vec<TensorId>> {
+        admitted(erased_mut(&mut || {
+            let mut op = Op::begin("gradient_scalarrayarray");
+            let [input] = op.get([input])?;
+            let input: &tch::Tensor = &input;
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_gradient_scalarrayarray, "gradient.scalarrayarray", &[Arg::tensor(input), Arg::floats(spacing), Arg::ints(dim), Arg::int(edge_order)])))
+        }))
+    }
+
     /// `gradient.tensorarrayint(Tensor self, *, Tensor[] spacing, int? dim=None, int edge_order=1) -> Tensor[]`
     pub(crate) fn gradient_tensorarrayint(input: TensorId, spacing: &[TensorId], dim: Option<i64>, edge_order: i64) -> Result<Vec<TensorId>> {
         admitted(erased_mut(&mut || {
@@ -8078,6 +8098,16 @@ pub(crate) mod core {
         }))
     }
 
+    /// `sym_is_contiguous(Tensor self, MemoryFormat memory_format=contiguous_format) -> SymBool`
+    pub(crate) fn sym_is_contiguous(input: TensorId) -> Result<bool> {
+        admitted(erased_mut(&mut || {
+            let mut op = Op::begin("sym_is_contiguous");
+            let [input] = op.get([input])?;
+            let input: &tch::Tensor = &input;
+            op.value(erased(&|| aten::bool(kernels::tr_aten_sym_is_contiguous, "sym_is_contiguous", &[Arg::tensor(input)])))
+        }))
+    }
+
     /// `sym_numel(Tensor self) -> SymInt`
     pub(crate) fn sym_numel(input: TensorId) -> Result<i64> {
         admitted(erased_mut(&mut || {
@@ -9875,11 +9905,58 @@ pub(crate) mod core {
         }))
     }
 
+    /// `result_type.Tensor(Tensor tensor, Tensor other) -> ScalarType`
+    pub(crate) fn result_type_tensor(tensor: TensorId, other: TensorId) -> Result<DType> {
+        admitted(erased_mut(&mut || {
+            let mut op = Op::begin("result_type_tensor");
+            let [tensor, other] = op.get([tensor, other])?;
+            let tensor: &tch::Tensor = &tensor;
+            let other: &tch::Tensor = &other;
+            op.value(erased(&|| aten::dtype(kernels::tr_aten_result_type_tensor, "result_type.Tensor", &[Arg::tensor(tensor), Arg::tensor(other)])))
+        }))
+    }
+
+    /// `result_type.Scalar(Tensor tensor, Scalar other) -> ScalarType`
+    pub(crate) fn result_type_scalar(tensor: TensorId, other: Scalar) -> Result<DType> {
+        admitted(erased_mut(&mut || {
+            let mut op = Op::begin("result_type_scalar");
+            let [tensor] = op.get([tensor])?;
+            let tensor: &tch::Tensor = &tensor;
+            op.value(erased(&|| aten::dtype(kernels::tr_aten_result_type_scalar, "result_type.Scalar", &[Arg::tensor(tensor), Arg::scalar(other)])))
+        }))
+    }
+
+    /// `result_type.Scalar_Tensor(Scalar scalar, Tensor tensor) -> ScalarType`
+    pub(crate) fn result_type_scalar_tensor(scalar: Scalar, tensor: TensorId) -> Result<DType> {
+        admitted(erased_mut(&mut || {
+            let mut op = Op::begin("result_type_scalar_tensor");
+            let [tensor] = op.get([tensor])?;
+            let tensor: &tch::Tensor = &tensor;
+            op.value(erased(&|| aten::dtype(kernels::tr_aten_result_type_scalar_tensor, "result_type.Scalar_Tensor", &[Arg::scalar(scalar), Arg::tensor(tensor)])))
+        }))
+    }
+
+    /// `result_type.Scalar_Scalar(Scalar scalar1, Scalar scalar2) -> ScalarType`
+    pub(crate) fn result_type_scalar_scalar(scalar1: Scalar, scalar2: Scalar) -> Result<DType> {
+        admitted(erased_mut(&mut || {
+            let op = Op::begin("result_type_scalar_scalar");
+            op.value(erased(&|| aten::dtype(kernels::tr_aten_result_type_scalar_scalar, "result_type.Scalar_Scalar", &[Arg::scalar(scalar1), Arg::scalar(scalar2)])))
+        }))
+    }
+
     /// `can_cast(ScalarType from_, ScalarType to) -> bool`
     pub(crate) fn can_cast(from_: DType, to: DType) -> Result<bool> {
         admitted(erased_mut(&mut || {
             let op = Op::begin("can_cast");
             op.value(erased(&|| aten::bool(kernels::tr_aten_can_cast, "can_cast", &[Arg::dtype(from_), Arg::dtype(to)])))
+        }))
+    }
+
+    /// `promote_types(ScalarType type1, ScalarType type2) -> ScalarType`
+    pub(crate) fn promote_types(type1: DType, type2: DType) -> Result<DType> {
+        admitted(erased_mut(&mut || {
+            let op = Op::begin("promote_types");
+            op.value(erased(&|| aten::dtype(kernels::tr_aten_promote_types, "promote_types", &[Arg::dtype(type1), Arg::dtype(type2)])))
         }))
     }
 
@@ -12625,6 +12702,44 @@ pub(crate) mod core {
             let input: &tch::Tensor = &input;
             let weight = weight.as_deref();
             op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_histogram_bin_ct, "histogram.bin_ct", &[Arg::tensor(input), Arg::int(bins), Arg::opt_floats(range), Arg::opt_tensor(weight), Arg::bool(density)]))))
+        }))
+    }
+
+    /// `histogramdd(Tensor self, int[] bins, float[]? range=None, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor[] bin_edges)`
+    pub(crate) fn histogramdd(input: TensorId, bins: &[i64], range: Option<&[f64]>, weight: TensorId, density: bool) -> Result<Vec<TensorId>> {
+        admitted(erased_mut(&mut || {
+            let mut op = Op::begin("histogramdd");
+            let [input] = op.get([input])?;
+            let weight = op.get_opt(weight)?;
+            let input: &tch::Tensor = &input;
+            let weight = weight.as_deref();
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_histogramdd, "histogramdd", &[Arg::tensor(input), Arg::ints(bins), Arg::opt_floats(range), Arg::opt_tensor(weight), Arg::bool(density)])))
+        }))
+    }
+
+    /// `histogramdd.int_bins(Tensor self, int bins, float[]? range=None, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor[] bin_edges)`
+    pub(crate) fn histogramdd_int_bins(input: TensorId, bins: i64, range: Option<&[f64]>, weight: TensorId, density: bool) -> Result<Vec<TensorId>> {
+        admitted(erased_mut(&mut || {
+            let mut op = Op::begin("histogramdd_int_bins");
+            let [input] = op.get([input])?;
+            let weight = op.get_opt(weight)?;
+            let input: &tch::Tensor = &input;
+            let weight = weight.as_deref();
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_histogramdd_int_bins, "histogramdd.int_bins", &[Arg::tensor(input), Arg::int(bins), Arg::opt_floats(range), Arg::opt_tensor(weight), Arg::bool(density)])))
+        }))
+    }
+
+    /// `histogramdd.TensorList_bins(Tensor self, Tensor[] bins, float[]? range=None, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor[] bin_edges)`
+    pub(crate) fn histogramdd_tensorlist_bins(input: TensorId, bins: &[TensorId], range: Option<&[f64]>, weight: TensorId, density: bool) -> Result<Vec<TensorId>> {
+        admitted(erased_mut(&mut || {
+            let mut op = Op::begin("histogramdd_tensorlist_bins");
+            let [input] = op.get([input])?;
+            let bins = op.get_many(bins)?;
+            let weight = op.get_opt(weight)?;
+            let input: &tch::Tensor = &input;
+            let bins = &bins.iter().map(|e| &**e).collect::<Vec<_>>()[..];
+            let weight = weight.as_deref();
+            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_histogramdd_tensorlist_bins, "histogramdd.TensorList_bins", &[Arg::tensor(input), Arg::tensors(&aten::ptrs(bins)), Arg::opt_floats(range), Arg::opt_tensor(weight), Arg::bool(density)])))
         }))
     }
 
@@ -19123,6 +19238,16 @@ impl Tensor {
         Ok(core::gradient_array(self.id(), dim, edge_order)?.into_iter().map(Tensor::from_raw).collect())
     }
 
+    /// `gradient.scalarrayint(Tensor self, *, Scalar[] spacing, int? dim=None, int edge_order=1) -> Tensor[]`
+    pub fn gradient_scalarrayint(&self, spacing: &[f64], dim: Option<i64>, edge_order: i64) -> Result<Vec<Tensor>> {
+        Ok(core::gradient_scalarrayint(self.id(), spacing, dim, edge_order)?.into_iter().map(Tensor::from_raw).collect())
+    }
+
+    /// `gradient.scalarrayarray(Tensor self, *, Scalar[] spacing, int[] dim, int edge_order=1) -> Tensor[]`
+    pub fn gradient_scalarrayarray(&self, spacing: &[f64], dim: &[i64], edge_order: i64) -> Result<Vec<Tensor>> {
+        Ok(core::gradient_scalarrayarray(self.id(), spacing, dim, edge_order)?.into_iter().map(Tensor::from_raw).collect())
+    }
+
     /// `gradient.tensorarrayint(Tensor self, *, Tensor[] spacing, int? dim=None, int edge_order=1) -> Tensor[]`
     pub fn gradient_tensorarrayint(&self, spacing: &[&Tensor], dim: Option<i64>, edge_order: i64) -> Result<Vec<Tensor>> {
         Ok(core::gradient_tensorarrayint(self.id(), &spacing.iter().map(|t| t.id()).collect::<Vec<_>>(), dim, edge_order)?.into_iter().map(Tensor::from_raw).collect())
@@ -20476,6 +20601,11 @@ impl Tensor {
         core::sym_size_int(self.id(), dim)
     }
 
+    /// `sym_is_contiguous(Tensor self, MemoryFormat memory_format=contiguous_format) -> SymBool`
+    pub fn sym_is_contiguous(&self) -> Result<bool> {
+        core::sym_is_contiguous(self.id())
+    }
+
     /// `sym_numel(Tensor self) -> SymInt`
     pub fn sym_numel(&self) -> Result<i64> {
         core::sym_numel(self.id())
@@ -21125,9 +21255,34 @@ impl Tensor {
         Ok(Tensor::from_raw(core::combinations(self.id(), r, with_replacement)?))
     }
 
+    /// `result_type.Tensor(Tensor tensor, Tensor other) -> ScalarType`
+    pub fn result_type_tensor(&self, other: &Tensor) -> Result<DType> {
+        core::result_type_tensor(self.id(), other.id())
+    }
+
+    /// `result_type.Scalar(Tensor tensor, Scalar other) -> ScalarType`
+    pub fn result_type_scalar(&self, other: impl Into<Scalar>) -> Result<DType> {
+        core::result_type_scalar(self.id(), other.into())
+    }
+
+    /// `result_type.Scalar_Tensor(Scalar scalar, Tensor tensor) -> ScalarType`
+    pub fn result_type_scalar_tensor(scalar: impl Into<Scalar>, tensor: &Tensor) -> Result<DType> {
+        core::result_type_scalar_tensor(scalar.into(), tensor.id())
+    }
+
+    /// `result_type.Scalar_Scalar(Scalar scalar1, Scalar scalar2) -> ScalarType`
+    pub fn result_type_scalar_scalar(scalar1: impl Into<Scalar>, scalar2: impl Into<Scalar>) -> Result<DType> {
+        core::result_type_scalar_scalar(scalar1.into(), scalar2.into())
+    }
+
     /// `can_cast(ScalarType from_, ScalarType to) -> bool`
     pub fn can_cast(from_: DType, to: DType) -> Result<bool> {
         core::can_cast(from_, to)
+    }
+
+    /// `promote_types(ScalarType type1, ScalarType type2) -> ScalarType`
+    pub fn promote_types(type1: DType, type2: DType) -> Result<DType> {
+        core::promote_types(type1, type2)
     }
 
     /// `lstm.input(Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor, Tensor)`
@@ -22116,6 +22271,21 @@ impl Tensor {
     /// `histogram.bin_ct(Tensor self, int bins=100, *, float[]? range=None, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor bin_edges)`
     pub fn histogram_bin_ct(&self, bins: i64, range: Option<&[f64]>, weight: Option<&Tensor>, density: bool) -> Result<Vec<Tensor>> {
         Ok(core::histogram_bin_ct(self.id(), bins, range, weight.map_or(TensorId(0), Tensor::id), density)?.into_iter().map(Tensor::from_raw).collect())
+    }
+
+    /// `histogramdd(Tensor self, int[] bins, float[]? range=None, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor[] bin_edges)`
+    pub fn histogramdd(&self, bins: &[i64], range: Option<&[f64]>, weight: Option<&Tensor>, density: bool) -> Result<Vec<Tensor>> {
+        Ok(core::histogramdd(self.id(), bins, range, weight.map_or(TensorId(0), Tensor::id), density)?.into_iter().map(Tensor::from_raw).collect())
+    }
+
+    /// `histogramdd.int_bins(Tensor self, int bins, float[]? range=None, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor[] bin_edges)`
+    pub fn histogramdd_int_bins(&self, bins: i64, range: Option<&[f64]>, weight: Option<&Tensor>, density: bool) -> Result<Vec<Tensor>> {
+        Ok(core::histogramdd_int_bins(self.id(), bins, range, weight.map_or(TensorId(0), Tensor::id), density)?.into_iter().map(Tensor::from_raw).collect())
+    }
+
+    /// `histogramdd.TensorList_bins(Tensor self, Tensor[] bins, float[]? range=None, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor[] bin_edges)`
+    pub fn histogramdd_tensorlist_bins(&self, bins: &[&Tensor], range: Option<&[f64]>, weight: Option<&Tensor>, density: bool) -> Result<Vec<Tensor>> {
+        Ok(core::histogramdd_tensorlist_bins(self.id(), &bins.iter().map(|t| t.id()).collect::<Vec<_>>(), range, weight.map_or(TensorId(0), Tensor::id), density)?.into_iter().map(Tensor::from_raw).collect())
     }
 
     /// `fmod.Scalar(Tensor self, Scalar other) -> Tensor`

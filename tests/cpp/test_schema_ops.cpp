@@ -30,6 +30,8 @@ TEST(schema_ops_take_optional_arguments_strings_and_dtypes) {
     CHECK_EQ(tr::einsum("ij->ji", {x}, std::nullopt).shape(), (I{3, 2}));
     CHECK_EQ(x.size_int(1), 3);
     CHECK(x.is_floating_point());
+    CHECK(x.result_type_scalar(2) == tr::DType::F32);
+    CHECK(tr::promote_types(tr::DType::I64, tr::DType::F16) == tr::DType::F16);
 }
 
 TEST(schema_ops_return_tuples_and_lists) {

@@ -1085,6 +1085,10 @@ namespace TensorRef
         internal static extern Status tr_tensor_gradient_scalararray(TensorHandle input, Scalar spacing, long[] dim, UIntPtr dim_len, long edge_order, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
         [DllImport(Lib, EntryPoint = "tr_tensor_gradient_array", ExactSpelling = true)]
         internal static extern Status tr_tensor_gradient_array(TensorHandle input, long[] dim, UIntPtr dim_len, long edge_order, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_gradient_scalarrayint", ExactSpelling = true)]
+        internal static extern Status tr_tensor_gradient_scalarrayint(TensorHandle input, double[] spacing, UIntPtr spacing_len, long[] dim, long edge_order, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_gradient_scalarrayarray", ExactSpelling = true)]
+        internal static extern Status tr_tensor_gradient_scalarrayarray(TensorHandle input, double[] spacing, UIntPtr spacing_len, long[] dim, UIntPtr dim_len, long edge_order, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
         [DllImport(Lib, EntryPoint = "tr_tensor_gradient_tensorarrayint", ExactSpelling = true)]
         internal static extern Status tr_tensor_gradient_tensorarrayint(TensorHandle input, ulong[] spacing, UIntPtr spacing_len, long[] dim, long edge_order, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
         [DllImport(Lib, EntryPoint = "tr_tensor_gradient_tensorarray", ExactSpelling = true)]
@@ -1603,6 +1607,8 @@ namespace TensorRef
         internal static extern Status tr_tensor_size_int(TensorHandle input, long dim, out long @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_sym_size_int", ExactSpelling = true)]
         internal static extern Status tr_tensor_sym_size_int(TensorHandle input, long dim, out long @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_sym_is_contiguous", ExactSpelling = true)]
+        internal static extern Status tr_tensor_sym_is_contiguous(TensorHandle input, [MarshalAs(UnmanagedType.I1)] out bool @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_sym_numel", ExactSpelling = true)]
         internal static extern Status tr_tensor_sym_numel(TensorHandle input, out long @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_sym_storage_offset", ExactSpelling = true)]
@@ -1855,8 +1861,18 @@ namespace TensorRef
         internal static extern Status tr_tensor_cartesian_prod(ulong[] tensors, UIntPtr tensors_len, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_combinations", ExactSpelling = true)]
         internal static extern Status tr_tensor_combinations(TensorHandle input, long r, [MarshalAs(UnmanagedType.I1)] bool with_replacement, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_result_type_tensor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_result_type_tensor(TensorHandle tensor, TensorHandle other, out DType @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_result_type_scalar", ExactSpelling = true)]
+        internal static extern Status tr_tensor_result_type_scalar(TensorHandle tensor, Scalar other, out DType @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_result_type_scalar_tensor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_result_type_scalar_tensor(Scalar scalar, TensorHandle tensor, out DType @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_result_type_scalar_scalar", ExactSpelling = true)]
+        internal static extern Status tr_tensor_result_type_scalar_scalar(Scalar scalar1, Scalar scalar2, out DType @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_can_cast", ExactSpelling = true)]
         internal static extern Status tr_tensor_can_cast(DType from_, DType to, [MarshalAs(UnmanagedType.I1)] out bool @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_promote_types", ExactSpelling = true)]
+        internal static extern Status tr_tensor_promote_types(DType type1, DType type2, out DType @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_lstm_input", ExactSpelling = true)]
         internal static extern Status tr_tensor_lstm_input(TensorHandle input, ulong[] hx, UIntPtr hx_len, ulong[] @params, UIntPtr params_len, [MarshalAs(UnmanagedType.I1)] bool has_biases, long num_layers, double dropout, [MarshalAs(UnmanagedType.I1)] bool train, [MarshalAs(UnmanagedType.I1)] bool bidirectional, [MarshalAs(UnmanagedType.I1)] bool batch_first, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
         [DllImport(Lib, EntryPoint = "tr_tensor_lstm_data", ExactSpelling = true)]
@@ -2223,6 +2239,12 @@ namespace TensorRef
         internal static extern Status tr_tensor_histogram_bins_tensor(TensorHandle input, TensorHandle bins, TensorHandle weight, [MarshalAs(UnmanagedType.I1)] bool density, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
         [DllImport(Lib, EntryPoint = "tr_tensor_histogram_bin_ct", ExactSpelling = true)]
         internal static extern Status tr_tensor_histogram_bin_ct(TensorHandle input, long bins, double[] range, UIntPtr range_len, TensorHandle weight, [MarshalAs(UnmanagedType.I1)] bool density, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_histogramdd", ExactSpelling = true)]
+        internal static extern Status tr_tensor_histogramdd(TensorHandle input, long[] bins, UIntPtr bins_len, double[] range, UIntPtr range_len, TensorHandle weight, [MarshalAs(UnmanagedType.I1)] bool density, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_histogramdd_int_bins", ExactSpelling = true)]
+        internal static extern Status tr_tensor_histogramdd_int_bins(TensorHandle input, long bins, double[] range, UIntPtr range_len, TensorHandle weight, [MarshalAs(UnmanagedType.I1)] bool density, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_histogramdd_tensorlist_bins", ExactSpelling = true)]
+        internal static extern Status tr_tensor_histogramdd_tensorlist_bins(TensorHandle input, ulong[] bins, UIntPtr bins_len, double[] range, UIntPtr range_len, TensorHandle weight, [MarshalAs(UnmanagedType.I1)] bool density, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
         [DllImport(Lib, EntryPoint = "tr_tensor_fmod_scalar", ExactSpelling = true)]
         internal static extern Status tr_tensor_fmod_scalar(TensorHandle input, Scalar other, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_fmod_scalar_", ExactSpelling = true)]

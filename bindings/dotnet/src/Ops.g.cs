@@ -2243,7 +2243,7 @@ namespace TensorRef
         /// `bmm.dtype(Tensor self, Tensor mat2, ScalarType out_dtype) -&gt; Tensor` Calls
         /// tr_tensor_bmm_dtype; throws TensorRefException on failure.
         /// </summary>
-        public Tensor BmmDtype(Tensor mat2, DType out_dtype = DType.F32)
+        public Tensor BmmDtype(Tensor mat2, DType out_dtype)
         {
             ulong __result;
             Native.Check(Native.tr_tensor_bmm_dtype(Handle, TensorRef.Tensor.Arg(mat2, "mat2"), out_dtype, out __result), "tr_tensor_bmm_dtype");
@@ -3027,6 +3027,33 @@ namespace TensorRef
             if (dim == null) throw new ArgumentNullException("dim");
             var __out = new ulong[64]; UIntPtr __written;
             { var __st = Native.tr_tensor_gradient_array(Handle, dim, (UIntPtr)dim.Length, edge_order, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_gradient_array(Handle, dim, (UIntPtr)dim.Length, edge_order, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_gradient_array"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `gradient.scalarrayint(Tensor self, *, Scalar[] spacing, int? dim=None, int
+        /// edge_order=1) -&gt; Tensor[]` Calls tr_tensor_gradient_scalarrayint; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor[] GradientScalarrayint(double[] spacing, long? dim, long edge_order)
+        {
+            if (spacing == null) throw new ArgumentNullException("spacing");
+            var __out = new ulong[64]; UIntPtr __written;
+            { var __st = Native.tr_tensor_gradient_scalarrayint(Handle, spacing, (UIntPtr)spacing.Length, dim.HasValue ? new[] { dim.Value } : null, edge_order, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_gradient_scalarrayint(Handle, spacing, (UIntPtr)spacing.Length, dim.HasValue ? new[] { dim.Value } : null, edge_order, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_gradient_scalarrayint"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `gradient.scalarrayarray(Tensor self, *, Scalar[] spacing, int[] dim, int edge_order=1)
+        /// -&gt; Tensor[]` Calls tr_tensor_gradient_scalarrayarray; throws TensorRefException on
+        /// failure.
+        /// </summary>
+        public Tensor[] GradientScalarrayarray(double[] spacing, long[] dim, long edge_order)
+        {
+            if (spacing == null) throw new ArgumentNullException("spacing");
+            if (dim == null) throw new ArgumentNullException("dim");
+            var __out = new ulong[64]; UIntPtr __written;
+            { var __st = Native.tr_tensor_gradient_scalarrayarray(Handle, spacing, (UIntPtr)spacing.Length, dim, (UIntPtr)dim.Length, edge_order, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_gradient_scalarrayarray(Handle, spacing, (UIntPtr)spacing.Length, dim, (UIntPtr)dim.Length, edge_order, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_gradient_scalarrayarray"); }
             return TensorRef.Tensor.AdoptAll(__out, (int)__written);
         }
 
@@ -4470,7 +4497,7 @@ namespace TensorRef
         /// `mm.dtype(Tensor self, Tensor mat2, ScalarType out_dtype) -&gt; Tensor` Calls
         /// tr_tensor_mm_dtype; throws TensorRefException on failure.
         /// </summary>
-        public Tensor MmDtype(Tensor mat2, DType out_dtype = DType.F32)
+        public Tensor MmDtype(Tensor mat2, DType out_dtype)
         {
             ulong __result;
             Native.Check(Native.tr_tensor_mm_dtype(Handle, TensorRef.Tensor.Arg(mat2, "mat2"), out_dtype, out __result), "tr_tensor_mm_dtype");
@@ -5566,6 +5593,17 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `sym_is_contiguous(Tensor self, MemoryFormat memory_format=contiguous_format) -&gt;
+        /// SymBool` Calls tr_tensor_sym_is_contiguous; throws TensorRefException on failure.
+        /// </summary>
+        public bool SymIsContiguous()
+        {
+            bool __result;
+            Native.Check(Native.tr_tensor_sym_is_contiguous(Handle, out __result), "tr_tensor_sym_is_contiguous");
+            return __result;
+        }
+
+        /// <summary>
         /// `sym_numel(Tensor self) -&gt; SymInt` Calls tr_tensor_sym_numel; throws
         /// TensorRefException on failure.
         /// </summary>
@@ -6619,7 +6657,7 @@ namespace TensorRef
         /// `norm.ScalarOpt_dtype(Tensor self, Scalar? p, *, ScalarType dtype) -&gt; Tensor` Calls
         /// tr_tensor_norm_scalaropt_dtype; throws TensorRefException on failure.
         /// </summary>
-        public Tensor NormScalaroptDtype(Scalar? p, DType dtype = DType.F32)
+        public Tensor NormScalaroptDtype(Scalar? p, DType dtype)
         {
             ulong __result;
             Native.Check(Native.tr_tensor_norm_scalaropt_dtype(Handle, p.HasValue ? new[] { p.Value } : null, dtype, out __result), "tr_tensor_norm_scalaropt_dtype");
@@ -6642,7 +6680,7 @@ namespace TensorRef
         /// ScalarType dtype) -&gt; Tensor` Calls tr_tensor_norm_scalaropt_dim_dtype; throws
         /// TensorRefException on failure.
         /// </summary>
-        public Tensor NormScalaroptDimDtype(Scalar? p, long[] dim, bool keepdim, DType dtype = DType.F32)
+        public Tensor NormScalaroptDimDtype(Scalar? p, long[] dim, bool keepdim, DType dtype)
         {
             if (dim == null) throw new ArgumentNullException("dim");
             ulong __result;
@@ -6914,6 +6952,28 @@ namespace TensorRef
             ulong __result;
             Native.Check(Native.tr_tensor_combinations(Handle, r, with_replacement, out __result), "tr_tensor_combinations");
             return new Tensor(__result);
+        }
+
+        /// <summary>
+        /// `result_type.Tensor(Tensor tensor, Tensor other) -&gt; ScalarType` Calls
+        /// tr_tensor_result_type_tensor; throws TensorRefException on failure.
+        /// </summary>
+        public DType ResultTypeTensor(Tensor other)
+        {
+            DType __result;
+            Native.Check(Native.tr_tensor_result_type_tensor(Handle, TensorRef.Tensor.Arg(other, "other"), out __result), "tr_tensor_result_type_tensor");
+            return __result;
+        }
+
+        /// <summary>
+        /// `result_type.Scalar(Tensor tensor, Scalar other) -&gt; ScalarType` Calls
+        /// tr_tensor_result_type_scalar; throws TensorRefException on failure.
+        /// </summary>
+        public DType ResultTypeScalar(Scalar other)
+        {
+            DType __result;
+            Native.Check(Native.tr_tensor_result_type_scalar(Handle, other, out __result), "tr_tensor_result_type_scalar");
+            return __result;
         }
 
         /// <summary>
@@ -7206,7 +7266,7 @@ namespace TensorRef
         /// `view.dtype(Tensor(a) self, ScalarType dtype) -&gt; Tensor(a)` Calls
         /// tr_tensor_view_dtype; throws TensorRefException on failure.
         /// </summary>
-        public Tensor ViewDtype(DType dtype = DType.F32)
+        public Tensor ViewDtype(DType dtype)
         {
             ulong __result;
             Native.Check(Native.tr_tensor_view_dtype(Handle, dtype, out __result), "tr_tensor_view_dtype");
@@ -8816,6 +8876,45 @@ namespace TensorRef
         {
             var __out = new ulong[2]; UIntPtr __written;
             { var __st = Native.tr_tensor_histogram_bin_ct(Handle, bins, range, (UIntPtr)(range == null ? 0 : range.Length), TensorRef.Tensor.OptArg(weight), density, __out, (UIntPtr)__out.Length, out __written); Native.Check(__st, "tr_tensor_histogram_bin_ct"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `histogramdd(Tensor self, int[] bins, float[]? range=None, Tensor? weight=None, bool
+        /// density=False) -&gt; (Tensor hist, Tensor[] bin_edges)` Optional tensors may be null.
+        /// Calls tr_tensor_histogramdd; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] Histogramdd(long[] bins, double[] range, Tensor weight, bool density)
+        {
+            if (bins == null) throw new ArgumentNullException("bins");
+            var __out = new ulong[64]; UIntPtr __written;
+            { var __st = Native.tr_tensor_histogramdd(Handle, bins, (UIntPtr)bins.Length, range, (UIntPtr)(range == null ? 0 : range.Length), TensorRef.Tensor.OptArg(weight), density, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_histogramdd(Handle, bins, (UIntPtr)bins.Length, range, (UIntPtr)(range == null ? 0 : range.Length), TensorRef.Tensor.OptArg(weight), density, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_histogramdd"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `histogramdd.int_bins(Tensor self, int bins, float[]? range=None, Tensor? weight=None,
+        /// bool density=False) -&gt; (Tensor hist, Tensor[] bin_edges)` Optional tensors may be
+        /// null. Calls tr_tensor_histogramdd_int_bins; throws TensorRefException on failure.
+        /// </summary>
+        public Tensor[] HistogramddIntBins(long bins, double[] range, Tensor weight, bool density)
+        {
+            var __out = new ulong[64]; UIntPtr __written;
+            { var __st = Native.tr_tensor_histogramdd_int_bins(Handle, bins, range, (UIntPtr)(range == null ? 0 : range.Length), TensorRef.Tensor.OptArg(weight), density, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_histogramdd_int_bins(Handle, bins, range, (UIntPtr)(range == null ? 0 : range.Length), TensorRef.Tensor.OptArg(weight), density, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_histogramdd_int_bins"); }
+            return TensorRef.Tensor.AdoptAll(__out, (int)__written);
+        }
+
+        /// <summary>
+        /// `histogramdd.TensorList_bins(Tensor self, Tensor[] bins, float[]? range=None, Tensor?
+        /// weight=None, bool density=False) -&gt; (Tensor hist, Tensor[] bin_edges)` Optional
+        /// tensors may be null. Calls tr_tensor_histogramdd_tensorlist_bins; throws
+        /// TensorRefException on failure.
+        /// </summary>
+        public Tensor[] HistogramddTensorlistBins(Tensor[] bins, double[] range, Tensor weight, bool density)
+        {
+            var __out = new ulong[64]; UIntPtr __written;
+            using (var __bins = new HandleList(bins, "bins"))
+                { var __st = Native.tr_tensor_histogramdd_tensorlist_bins(Handle, __bins.Ids, __bins.Length, range, (UIntPtr)(range == null ? 0 : range.Length), TensorRef.Tensor.OptArg(weight), density, __out, (UIntPtr)__out.Length, out __written); if (__st == Status.BufferTooSmall && (int)__written > __out.Length) { __out = new ulong[(int)__written]; __st = Native.tr_tensor_histogramdd_tensorlist_bins(Handle, __bins.Ids, __bins.Length, range, (UIntPtr)(range == null ? 0 : range.Length), TensorRef.Tensor.OptArg(weight), density, __out, (UIntPtr)__out.Length, out __written); } Native.Check(__st, "tr_tensor_histogramdd_tensorlist_bins"); }
             return TensorRef.Tensor.AdoptAll(__out, (int)__written);
         }
 
@@ -11767,7 +11866,7 @@ namespace TensorRef
         /// `view_copy.dtype(Tensor self, ScalarType dtype) -&gt; Tensor` Calls
         /// tr_tensor_view_copy_dtype; throws TensorRefException on failure.
         /// </summary>
-        public Tensor ViewCopyDtype(DType dtype = DType.F32)
+        public Tensor ViewCopyDtype(DType dtype)
         {
             ulong __result;
             Native.Check(Native.tr_tensor_view_copy_dtype(Handle, dtype, out __result), "tr_tensor_view_copy_dtype");
@@ -13023,13 +13122,46 @@ namespace TensorRef
         }
 
         /// <summary>
+        /// `result_type.Scalar_Tensor(Scalar scalar, Tensor tensor) -&gt; ScalarType` Calls
+        /// tr_tensor_result_type_scalar_tensor; throws TensorRefException on failure.
+        /// </summary>
+        public static DType ResultTypeScalarTensor(Scalar scalar, Tensor tensor)
+        {
+            DType __result;
+            Native.Check(Native.tr_tensor_result_type_scalar_tensor(scalar, TensorRef.Tensor.Arg(tensor, "tensor"), out __result), "tr_tensor_result_type_scalar_tensor");
+            return __result;
+        }
+
+        /// <summary>
+        /// `result_type.Scalar_Scalar(Scalar scalar1, Scalar scalar2) -&gt; ScalarType` Calls
+        /// tr_tensor_result_type_scalar_scalar; throws TensorRefException on failure.
+        /// </summary>
+        public static DType ResultTypeScalarScalar(Scalar scalar1, Scalar scalar2)
+        {
+            DType __result;
+            Native.Check(Native.tr_tensor_result_type_scalar_scalar(scalar1, scalar2, out __result), "tr_tensor_result_type_scalar_scalar");
+            return __result;
+        }
+
+        /// <summary>
         /// `can_cast(ScalarType from_, ScalarType to) -&gt; bool` Calls tr_tensor_can_cast; throws
         /// TensorRefException on failure.
         /// </summary>
-        public static bool CanCast(DType from_, DType to = DType.F32)
+        public static bool CanCast(DType from_, DType to)
         {
             bool __result;
             Native.Check(Native.tr_tensor_can_cast(from_, to, out __result), "tr_tensor_can_cast");
+            return __result;
+        }
+
+        /// <summary>
+        /// `promote_types(ScalarType type1, ScalarType type2) -&gt; ScalarType` Calls
+        /// tr_tensor_promote_types; throws TensorRefException on failure.
+        /// </summary>
+        public static DType PromoteTypes(DType type1, DType type2)
+        {
+            DType __result;
+            Native.Check(Native.tr_tensor_promote_types(type1, type2, out __result), "tr_tensor_promote_types");
             return __result;
         }
 

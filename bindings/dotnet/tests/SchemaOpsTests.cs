@@ -25,6 +25,8 @@ namespace TensorRef.Tests
                 Check.Equal("3,2", string.Join(",", torch.Einsum("ij->ji", new[] { x }, null).Shape), "einsum");
                 Check.Equal(3L, x.SizeInt(1), "size.int");
                 Check.True(x.IsFloatingPoint(), "is_floating_point");
+                Check.Equal(DType.F32, x.ResultTypeScalar(2), "result_type.Scalar");
+                Check.Equal(DType.F16, torch.PromoteTypes(DType.I64, DType.F16), "promote_types");
             }
         }
 

@@ -11,6 +11,7 @@ from ctypes import ArgumentError as _CArgumentError
 from ctypes import byref as _byref
 from ctypes import c_bool as _c_bool
 from ctypes import c_double as _c_double
+from ctypes import c_int32 as _c_int32
 from ctypes import c_int64 as _c_int64
 from ctypes import c_size_t as _c_size_t
 
@@ -37,6 +38,7 @@ from ._scalar import to_c as _scalar
 from ._tensor import Tensor as _T
 from ._tensor import from_numpy as _from_numpy
 from .dtypes import code_of as _code
+from .dtypes import from_code as _from_code
 from .dtypes import float32
 
 _NONE = _T(0)
@@ -342,6 +344,8 @@ __all__ = [
     'gradient_scalarint',
     'gradient_scalararray',
     'gradient_array',
+    'gradient_scalarrayint',
+    'gradient_scalarrayarray',
     'gradient_tensorarrayint',
     'gradient_tensorarray',
     'div_tensor',
@@ -601,6 +605,7 @@ __all__ = [
     'detach_',
     'size_int',
     'sym_size_int',
+    'sym_is_contiguous',
     'sym_numel',
     'sym_storage_offset',
     'slice_tensor',
@@ -727,7 +732,12 @@ __all__ = [
     'meshgrid_indexing',
     'cartesian_prod',
     'combinations',
+    'result_type_tensor',
+    'result_type_scalar',
+    'result_type_scalar_tensor',
+    'result_type_scalar_scalar',
     'can_cast',
+    'promote_types',
     'lstm_input',
     'lstm_data',
     'gru_input',
@@ -911,6 +921,9 @@ __all__ = [
     'histc',
     'histogram_bins_tensor',
     'histogram_bin_ct',
+    'histogramdd',
+    'histogramdd_int_bins',
+    'histogramdd_tensorlist_bins',
     'fmod_scalar',
     'fmod_scalar_',
     'fmod_tensor',
@@ -7714,6 +7727,57 @@ def gradient_array(input, dim, edge_order):
     return list(_adopt_all(out, written.value))
 
 
+_f_gradient_scalarrayint = _lib.tr_tensor_gradient_scalarrayint
+
+
+def gradient_scalarrayint(input, spacing, dim, edge_order):
+    """`gradient.scalarrayint(Tensor self, *, Scalar[] spacing, int? dim=None, int edge_order=1) -> Tensor[]`
+
+    gradient_scalarrayint(input: Tensor, spacing: float | Sequence[float], dim: int | None, edge_order: int) -> list[Tensor]   [C: tr_tensor_gradient_scalarrayint]
+    """
+    spacing, spacing_len = _f64s(spacing, 'spacing')
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_gradient_scalarrayint(input, spacing, spacing_len, _opt(dim, _c_int64), edge_order, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('gradient_scalarrayint', 'input: Tensor, spacing: float | Sequence[float], dim: int | None, edge_order: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_gradient_scalarrayint(input, spacing, spacing_len, _opt(dim, _c_int64), edge_order, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_gradient_scalarrayint', input)
+    return list(_adopt_all(out, written.value))
+
+
+_f_gradient_scalarrayarray = _lib.tr_tensor_gradient_scalarrayarray
+
+
+def gradient_scalarrayarray(input, spacing, dim, edge_order):
+    """`gradient.scalarrayarray(Tensor self, *, Scalar[] spacing, int[] dim, int edge_order=1) -> Tensor[]`
+
+    gradient_scalarrayarray(input: Tensor, spacing: float | Sequence[float], dim: int | Sequence[int], edge_order: int) -> list[Tensor]   [C: tr_tensor_gradient_scalarrayarray]
+    """
+    spacing, spacing_len = _f64s(spacing, 'spacing')
+    dim, dim_len = _i64s(dim, 'dim')
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_gradient_scalarrayarray(input, spacing, spacing_len, dim, dim_len, edge_order, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('gradient_scalarrayarray', 'input: Tensor, spacing: float | Sequence[float], dim: int | Sequence[int], edge_order: int', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_gradient_scalarrayarray(input, spacing, spacing_len, dim, dim_len, edge_order, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_gradient_scalarrayarray', input)
+    return list(_adopt_all(out, written.value))
+
+
 _f_gradient_tensorarrayint = _lib.tr_tensor_gradient_tensorarrayint
 
 
@@ -13140,6 +13204,26 @@ def sym_size_int(input, dim):
     return out.value
 
 
+_f_sym_is_contiguous = _lib.tr_tensor_sym_is_contiguous
+
+
+def sym_is_contiguous(input):
+    """`sym_is_contiguous(Tensor self, MemoryFormat memory_format=contiguous_format) -> SymBool`
+
+    sym_is_contiguous(input: Tensor) -> bool   [C: tr_tensor_sym_is_contiguous]
+    """
+    out = _c_bool()
+    try:
+        st = _f_sym_is_contiguous(input, out)
+    except _CArgumentError as e:
+        raise _bad_call('sym_is_contiguous', 'input: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_sym_is_contiguous', input)
+    return out.value
+
+
 _f_sym_numel = _lib.tr_tensor_sym_numel
 
 
@@ -15847,10 +15931,90 @@ def combinations(input, r, with_replacement):
     return out
 
 
+_f_result_type_tensor = _lib.tr_tensor_result_type_tensor
+
+
+def result_type_tensor(tensor, other):
+    """`result_type.Tensor(Tensor tensor, Tensor other) -> ScalarType`
+
+    result_type_tensor(tensor: Tensor, other: Tensor) -> DType   [C: tr_tensor_result_type_tensor]
+    """
+    out = _c_int32()
+    try:
+        st = _f_result_type_tensor(tensor, other, out)
+    except _CArgumentError as e:
+        raise _bad_call('result_type_tensor', 'tensor: Tensor, other: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_result_type_tensor', tensor, other)
+    return _from_code(out.value)
+
+
+_f_result_type_scalar = _lib.tr_tensor_result_type_scalar
+
+
+def result_type_scalar(tensor, other):
+    """`result_type.Scalar(Tensor tensor, Scalar other) -> ScalarType`
+
+    result_type_scalar(tensor: Tensor, other: int | float | bool) -> DType   [C: tr_tensor_result_type_scalar]
+    """
+    out = _c_int32()
+    try:
+        st = _f_result_type_scalar(tensor, _scalar(other, 'other'), out)
+    except _CArgumentError as e:
+        raise _bad_call('result_type_scalar', 'tensor: Tensor, other: int | float | bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_result_type_scalar', tensor)
+    return _from_code(out.value)
+
+
+_f_result_type_scalar_tensor = _lib.tr_tensor_result_type_scalar_tensor
+
+
+def result_type_scalar_tensor(scalar, tensor):
+    """`result_type.Scalar_Tensor(Scalar scalar, Tensor tensor) -> ScalarType`
+
+    result_type_scalar_tensor(scalar: int | float | bool, tensor: Tensor) -> DType   [C: tr_tensor_result_type_scalar_tensor]
+    """
+    out = _c_int32()
+    try:
+        st = _f_result_type_scalar_tensor(_scalar(scalar, 'scalar'), tensor, out)
+    except _CArgumentError as e:
+        raise _bad_call('result_type_scalar_tensor', 'scalar: int | float | bool, tensor: Tensor', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_result_type_scalar_tensor', tensor)
+    return _from_code(out.value)
+
+
+_f_result_type_scalar_scalar = _lib.tr_tensor_result_type_scalar_scalar
+
+
+def result_type_scalar_scalar(scalar1, scalar2):
+    """`result_type.Scalar_Scalar(Scalar scalar1, Scalar scalar2) -> ScalarType`
+
+    result_type_scalar_scalar(scalar1: int | float | bool, scalar2: int | float | bool) -> DType   [C: tr_tensor_result_type_scalar_scalar]
+    """
+    out = _c_int32()
+    try:
+        st = _f_result_type_scalar_scalar(_scalar(scalar1, 'scalar1'), _scalar(scalar2, 'scalar2'), out)
+    except _CArgumentError as e:
+        raise _bad_call('result_type_scalar_scalar', 'scalar1: int | float | bool, scalar2: int | float | bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_result_type_scalar_scalar')
+    return _from_code(out.value)
+
+
 _f_can_cast = _lib.tr_tensor_can_cast
 
 
-def can_cast(from_=float32, to=float32):
+def can_cast(from_, to):
     """`can_cast(ScalarType from_, ScalarType to) -> bool`
 
     can_cast(from_: DType, to: DType) -> bool   [C: tr_tensor_can_cast]
@@ -15865,6 +16029,26 @@ def can_cast(from_=float32, to=float32):
     if st:
         _fail(st, 'tr_tensor_can_cast')
     return out.value
+
+
+_f_promote_types = _lib.tr_tensor_promote_types
+
+
+def promote_types(type1, type2):
+    """`promote_types(ScalarType type1, ScalarType type2) -> ScalarType`
+
+    promote_types(type1: DType, type2: DType) -> DType   [C: tr_tensor_promote_types]
+    """
+    out = _c_int32()
+    try:
+        st = _f_promote_types(_code(type1), _code(type2), out)
+    except _CArgumentError as e:
+        raise _bad_call('promote_types', 'type1: DType, type2: DType', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st:
+        _fail(st, 'tr_tensor_promote_types')
+    return _from_code(out.value)
 
 
 _f_lstm_input = _lib.tr_tensor_lstm_input
@@ -19659,6 +19843,83 @@ def histogram_bin_ct(input, bins, range, weight, density):
     if st:
         _fail(st, 'tr_tensor_histogram_bin_ct', input, weight)
     return tuple(_adopt_all(out, written.value))
+
+
+_f_histogramdd = _lib.tr_tensor_histogramdd
+
+
+def histogramdd(input, bins, range, weight, density):
+    """`histogramdd(Tensor self, int[] bins, float[]? range=None, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor[] bin_edges)`
+
+    histogramdd(input: Tensor, bins: int | Sequence[int], range: float | Sequence[float] | None, weight: Tensor | None, density: bool) -> list[Tensor]   [C: tr_tensor_histogramdd]
+    """
+    bins, bins_len = _i64s(bins, 'bins')
+    range, range_len = _opt_f64s(range, 'range')
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_histogramdd(input, bins, bins_len, range, range_len, _NONE if weight is None else weight, density, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('histogramdd', 'input: Tensor, bins: int | Sequence[int], range: float | Sequence[float] | None, weight: Tensor | None, density: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_histogramdd(input, bins, bins_len, range, range_len, _NONE if weight is None else weight, density, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_histogramdd', input, weight)
+    return list(_adopt_all(out, written.value))
+
+
+_f_histogramdd_int_bins = _lib.tr_tensor_histogramdd_int_bins
+
+
+def histogramdd_int_bins(input, bins, range, weight, density):
+    """`histogramdd.int_bins(Tensor self, int bins, float[]? range=None, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor[] bin_edges)`
+
+    histogramdd_int_bins(input: Tensor, bins: int, range: float | Sequence[float] | None, weight: Tensor | None, density: bool) -> list[Tensor]   [C: tr_tensor_histogramdd_int_bins]
+    """
+    range, range_len = _opt_f64s(range, 'range')
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_histogramdd_int_bins(input, bins, range, range_len, _NONE if weight is None else weight, density, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('histogramdd_int_bins', 'input: Tensor, bins: int, range: float | Sequence[float] | None, weight: Tensor | None, density: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_histogramdd_int_bins(input, bins, range, range_len, _NONE if weight is None else weight, density, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_histogramdd_int_bins', input, weight)
+    return list(_adopt_all(out, written.value))
+
+
+_f_histogramdd_tensorlist_bins = _lib.tr_tensor_histogramdd_tensorlist_bins
+
+
+def histogramdd_tensorlist_bins(input, bins, range, weight, density):
+    """`histogramdd.TensorList_bins(Tensor self, Tensor[] bins, float[]? range=None, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor[] bin_edges)`
+
+    histogramdd_tensorlist_bins(input: Tensor, bins: Sequence[Tensor], range: float | Sequence[float] | None, weight: Tensor | None, density: bool) -> list[Tensor]   [C: tr_tensor_histogramdd_tensorlist_bins]
+    """
+    bins, _bins, _bins_len = _handles(bins, 'bins')
+    range, range_len = _opt_f64s(range, 'range')
+    out = (_T * 64)()
+    written = _c_size_t()
+    try:
+        st = _f_histogramdd_tensorlist_bins(input, _bins, _bins_len, range, range_len, _NONE if weight is None else weight, density, out, len(out), _byref(written))
+    except _CArgumentError as e:
+        raise _bad_call('histogramdd_tensorlist_bins', 'input: Tensor, bins: Sequence[Tensor], range: float | Sequence[float] | None, weight: Tensor | None, density: bool', e) from None
+    except SystemError as e:
+        raise _hook_error(e) from None
+    if st == _TOO_SMALL and written.value > len(out):
+        out = (_T * written.value)()
+        st = _f_histogramdd_tensorlist_bins(input, _bins, _bins_len, range, range_len, _NONE if weight is None else weight, density, out, len(out), _byref(written))
+    if st:
+        _fail(st, 'tr_tensor_histogramdd_tensorlist_bins', input, weight)
+    return list(_adopt_all(out, written.value))
 
 
 _f_fmod_scalar = _lib.tr_tensor_fmod_scalar
@@ -27374,6 +27635,8 @@ for _f in [globals()[_n] for _n in (
     'gradient_scalarint',
     'gradient_scalararray',
     'gradient_array',
+    'gradient_scalarrayint',
+    'gradient_scalarrayarray',
     'gradient_tensorarrayint',
     'gradient_tensorarray',
     'div_tensor',
@@ -27600,6 +27863,7 @@ for _f in [globals()[_n] for _n in (
     'detach_',
     'size_int',
     'sym_size_int',
+    'sym_is_contiguous',
     'sym_numel',
     'sym_storage_offset',
     'slice_tensor',
@@ -27720,6 +27984,8 @@ for _f in [globals()[_n] for _n in (
     'to_dtype_layout',
     'to_other',
     'combinations',
+    'result_type_tensor',
+    'result_type_scalar',
     'lstm_input',
     'lstm_data',
     'gru_input',
@@ -27895,6 +28161,9 @@ for _f in [globals()[_n] for _n in (
     'histc',
     'histogram_bins_tensor',
     'histogram_bin_ct',
+    'histogramdd',
+    'histogramdd_int_bins',
+    'histogramdd_tensorlist_bins',
     'fmod_scalar',
     'fmod_scalar_',
     'fmod_tensor',

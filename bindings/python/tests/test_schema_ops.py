@@ -33,6 +33,7 @@ def test_optional_arguments_and_values():
     same(ours.sum_dim_intlist([0, 2], True, None), theirs.sum((0, 2), keepdim=True))
     same(ours.clamp_tensor(None, tr.zeros([8])), theirs.clamp(max=torch.zeros(8)))
     assert ours.size_int(1) == 6 and ours.is_floating_point() is True
+    assert ours.result_type_scalar(2) is tr.float32 and tr.promote_types(tr.int64, tr.float16) is tr.float16
 
 
 def test_strings_and_lists():

@@ -120,6 +120,10 @@ struct Arg {
         expect(FLOATS);
         return at::ArrayRef<double>(static_cast<const double *>(p), len);
     }
+    std::vector<at::Scalar> scalars() const {
+        auto given = floats();
+        return std::vector<at::Scalar>(given.begin(), given.end());
+    }
     std::optional<at::ArrayRef<double>> opt_floats() const { return opt(&Arg::floats); }
     bool bool_() const {
         expect(BOOL);
@@ -144,7 +148,7 @@ struct Arg {
 };
 
 // Where a kernel's results go: each tensor to `push` (a new heap at::Tensor the Rust side then
-// owns), a value (bool or int) to `i`.
+// owns), a value (a bool, an int, a dtype's number) to `i`.
 struct Results {
     void *ctx;
     void (*push)(void *ctx, void *tensor);
@@ -163,6 +167,8 @@ struct Results {
     void add(bool b) { i = b; }
     void add(int64_t v) { i = v; }
     void add(const c10::SymInt &v) { i = v.expect_int(); }
+    void add(const c10::SymBool &v) { i = v.guard_bool(__FILE__, __LINE__); }
+    void add(at::ScalarType v) { i = static_cast<int64_t>(v); }
 };
 
 } // namespace tr_aten

@@ -192,6 +192,8 @@ extern "C" {
     pub(crate) fn tr_aten_gradient_scalarint(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
     pub(crate) fn tr_aten_gradient_scalararray(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
     pub(crate) fn tr_aten_gradient_array(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
+    pub(crate) fn tr_aten_gradient_scalarrayint(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
+    pub(crate) fn tr_aten_gradient_scalarrayarray(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
     pub(crate) fn tr_aten_gradient_tensorarrayint(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
     pub(crate) fn tr_aten_gradient_tensorarray(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
     pub(crate) fn tr_aten_div_tensor(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
@@ -451,6 +453,7 @@ extern "C" {
     pub(crate) fn tr_aten_detach_(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
     pub(crate) fn tr_aten_size_int(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
     pub(crate) fn tr_aten_sym_size_int(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
+    pub(crate) fn tr_aten_sym_is_contiguous(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
     pub(crate) fn tr_aten_sym_numel(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
     pub(crate) fn tr_aten_sym_storage_offset(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
     pub(crate) fn tr_aten_slice_tensor(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
@@ -577,7 +580,12 @@ extern "C" {
     pub(crate) fn tr_aten_meshgrid_indexing(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
     pub(crate) fn tr_aten_cartesian_prod(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
     pub(crate) fn tr_aten_combinations(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
+    pub(crate) fn tr_aten_result_type_tensor(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
+    pub(crate) fn tr_aten_result_type_scalar(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
+    pub(crate) fn tr_aten_result_type_scalar_tensor(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
+    pub(crate) fn tr_aten_result_type_scalar_scalar(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
     pub(crate) fn tr_aten_can_cast(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
+    pub(crate) fn tr_aten_promote_types(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
     pub(crate) fn tr_aten_lstm_input(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
     pub(crate) fn tr_aten_lstm_data(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
     pub(crate) fn tr_aten_gru_input(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
@@ -761,6 +769,9 @@ extern "C" {
     pub(crate) fn tr_aten_histc(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
     pub(crate) fn tr_aten_histogram_bins_tensor(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
     pub(crate) fn tr_aten_histogram_bin_ct(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
+    pub(crate) fn tr_aten_histogramdd(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
+    pub(crate) fn tr_aten_histogramdd_int_bins(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
+    pub(crate) fn tr_aten_histogramdd_tensorlist_bins(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
     pub(crate) fn tr_aten_fmod_scalar(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
     pub(crate) fn tr_aten_fmod_scalar_(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;
     pub(crate) fn tr_aten_fmod_tensor(a: *const Arg, r: *mut Results, err: *mut c_char, err_len: usize) -> c_int;

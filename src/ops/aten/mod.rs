@@ -198,3 +198,10 @@ pub(crate) fn bool(kernel: Kernel, op: &str, args: &[Arg]) -> Result<bool> {
 pub(crate) fn int(kernel: Kernel, op: &str, args: &[Arg]) -> Result<i64> {
     Ok(call(kernel, op, args)?.i)
 }
+
+pub(crate) fn dtype(kernel: Kernel, op: &str, args: &[Arg]) -> Result<DType> {
+    let code = call(kernel, op, args)?.i;
+    i32::try_from(code).ok().and_then(|c| DType::try_from(c).ok()).ok_or_else(|| {
+        TchError::Torch(format!("{op}: element type {code}, which the library does not have"))
+    })
+}

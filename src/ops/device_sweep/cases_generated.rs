@@ -348,6 +348,8 @@ pub(super) fn cases() -> Vec<Case> {
         Case { op: "gradient_scalarint", on_inputs: true, generated: true, run: || Ok(core::gradient_scalarint(m(&[4, 4], F32), None, None, 1)?) },
         Case { op: "gradient_scalararray", on_inputs: true, generated: true, run: || Ok(core::gradient_scalararray(m(&[4, 4], F32), Scalar::Float(0.5), &[1], 1)?) },
         Case { op: "gradient_array", on_inputs: true, generated: true, run: || Ok(core::gradient_array(m(&[4, 4], F32), &[1], 1)?) },
+        Case { op: "gradient_scalarrayint", on_inputs: true, generated: true, run: || Ok(core::gradient_scalarrayint(m(&[4, 4], F32), &[2.0, 2.0], None, 1)?) },
+        Case { op: "gradient_scalarrayarray", on_inputs: true, generated: true, run: || Ok(core::gradient_scalarrayarray(m(&[4, 4], F32), &[0.5], &[1], 1)?) },
         Case { op: "gradient_tensorarrayint", on_inputs: true, generated: true, run: || Ok(core::gradient_tensorarrayint(m(&[4, 4], F32), &[m(&[4], F32), m(&[4], F32)], None, 1)?) },
         Case { op: "gradient_tensorarray", on_inputs: true, generated: true, run: || Ok(core::gradient_tensorarray(m(&[4, 4], F32), &[m(&[4], F32), m(&[4], F32)], &[0, 1], 1)?) },
         Case { op: "div_tensor", on_inputs: true, generated: true, run: || Ok(vec![core::div_tensor(m(&[4, 4], F32), m(&[4, 4], F32))?]) },
@@ -643,6 +645,10 @@ pub(super) fn cases() -> Vec<Case> {
             core::sym_size_int(m(&[4, 4], F32), 0)?;
             Ok(vec![])
         } },
+        Case { op: "sym_is_contiguous", on_inputs: true, generated: true, run: || {
+            core::sym_is_contiguous(m(&[4, 4], F32))?;
+            Ok(vec![])
+        } },
         Case { op: "sym_numel", on_inputs: true, generated: true, run: || {
             core::sym_numel(m(&[4, 4], F32))?;
             Ok(vec![])
@@ -781,8 +787,28 @@ pub(super) fn cases() -> Vec<Case> {
         Case { op: "meshgrid_indexing", on_inputs: true, generated: true, run: || Ok(core::meshgrid_indexing(&[m(&[4], F32), m(&[4], F32)], "ij")?) },
         Case { op: "cartesian_prod", on_inputs: true, generated: true, run: || Ok(vec![core::cartesian_prod(&[m(&[4], F32), m(&[4], F32)])?]) },
         Case { op: "combinations", on_inputs: true, generated: true, run: || Ok(vec![core::combinations(m(&[4], F32), 2, false)?]) },
+        Case { op: "result_type_tensor", on_inputs: true, generated: true, run: || {
+            core::result_type_tensor(m(&[4, 4], F32), m(&[4, 4], F32))?;
+            Ok(vec![])
+        } },
+        Case { op: "result_type_scalar", on_inputs: true, generated: true, run: || {
+            core::result_type_scalar(m(&[4, 4], F32), Scalar::Float(0.5))?;
+            Ok(vec![])
+        } },
+        Case { op: "result_type_scalar_tensor", on_inputs: true, generated: true, run: || {
+            core::result_type_scalar_tensor(Scalar::Float(0.5), m(&[4, 4], F32))?;
+            Ok(vec![])
+        } },
+        Case { op: "result_type_scalar_scalar", on_inputs: false, generated: true, run: || {
+            core::result_type_scalar_scalar(Scalar::Float(0.5), Scalar::Float(0.5))?;
+            Ok(vec![])
+        } },
         Case { op: "can_cast", on_inputs: false, generated: true, run: || {
             core::can_cast(DType::F32, DType::F32)?;
+            Ok(vec![])
+        } },
+        Case { op: "promote_types", on_inputs: false, generated: true, run: || {
+            core::promote_types(DType::F32, DType::F32)?;
             Ok(vec![])
         } },
         Case { op: "lstm_input", on_inputs: true, generated: true, run: || Ok(core::lstm_input(m(&[4, 4], F32), &[m(&[4, 4], F32), m(&[4, 4], F32)], &[m(&[4, 4], F32), m(&[4, 4], F32)], false, 1, 0.5, false, false, false)?) },
@@ -971,6 +997,9 @@ pub(super) fn cases() -> Vec<Case> {
         Case { op: "histc", on_inputs: true, generated: true, run: || Ok(vec![core::histc(m(&[4, 4], F32), 100, Scalar::Int(0), Scalar::Int(0))?]) },
         Case { op: "histogram_bins_tensor", on_inputs: true, generated: true, run: || Ok(core::histogram_bins_tensor(m(&[4, 4], F32), sorted(4), TensorId(0), false)?) },
         Case { op: "histogram_bin_ct", on_inputs: true, generated: true, run: || Ok(core::histogram_bin_ct(m(&[4, 4], F32), 100, None, TensorId(0), false)?) },
+        Case { op: "histogramdd", on_inputs: true, generated: true, run: || Ok(core::histogramdd(m(&[8, 2], F32), &[3, 4], None, TensorId(0), false)?) },
+        Case { op: "histogramdd_int_bins", on_inputs: true, generated: true, run: || Ok(core::histogramdd_int_bins(m(&[4, 4], F32), 1, None, TensorId(0), false)?) },
+        Case { op: "histogramdd_tensorlist_bins", on_inputs: true, generated: true, run: || Ok(core::histogramdd_tensorlist_bins(m(&[8, 2], F32), &[sorted(4), sorted(4)], None, TensorId(0), false)?) },
         Case { op: "fmod_scalar", on_inputs: true, generated: true, run: || Ok(vec![core::fmod_scalar(m(&[4, 4], F32), Scalar::Float(0.5))?]) },
         Case { op: "fmod_scalar_", on_inputs: true, generated: true, run: || Ok(vec![core::fmod_scalar_(m(&[4, 4], F32), Scalar::Float(0.5))?]) },
         Case { op: "fmod_tensor", on_inputs: true, generated: true, run: || Ok(vec![core::fmod_tensor(m(&[4, 4], F32), m(&[4, 4], F32))?]) },

@@ -107,8 +107,14 @@ TR_ATEN_KERNEL(range_step, r->add(at::_ops::range_step::call(a[0].scalar(), a[1]
 // range(Scalar start, Scalar end, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
 TR_ATEN_KERNEL(range, r->add(at::_ops::range::call(a[0].scalar(), a[1].scalar(), a[2].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
 
+// result_type.Scalar_Scalar(Scalar scalar1, Scalar scalar2) -> ScalarType
+TR_ATEN_KERNEL(result_type_scalar_scalar, r->add(at::_ops::result_type_Scalar_Scalar::call(a[0].scalar(), a[1].scalar())))
+
 // can_cast(ScalarType from_, ScalarType to) -> bool
 TR_ATEN_KERNEL(can_cast, r->add(at::_ops::can_cast::call(a[0].dtype(), a[1].dtype())))
+
+// promote_types(ScalarType type1, ScalarType type2) -> ScalarType
+TR_ATEN_KERNEL(promote_types, r->add(at::_ops::promote_types::call(a[0].dtype(), a[1].dtype())))
 
 // tril_indices(int row, int col, int offset=0, *, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
 TR_ATEN_KERNEL(tril_indices, r->add(at::_ops::tril_indices::call(a[0].int_(), a[1].int_(), a[2].int_(), a[3].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))

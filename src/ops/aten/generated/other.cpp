@@ -137,6 +137,12 @@ TR_ATEN_KERNEL(gradient_scalararray, r->add(at::_ops::gradient_scalararray::call
 // gradient.array(Tensor self, *, int[] dim, int edge_order=1) -> Tensor[]
 TR_ATEN_KERNEL(gradient_array, r->add(at::_ops::gradient_array::call(a[0].tensor(), a[1].ints(), a[2].int_())))
 
+// gradient.scalarrayint(Tensor self, *, Scalar[] spacing, int? dim=None, int edge_order=1) -> Tensor[]
+TR_ATEN_KERNEL(gradient_scalarrayint, r->add(at::_ops::gradient_scalarrayint::call(a[0].tensor(), a[1].scalars(), a[2].opt_int(), a[3].int_())))
+
+// gradient.scalarrayarray(Tensor self, *, Scalar[] spacing, int[] dim, int edge_order=1) -> Tensor[]
+TR_ATEN_KERNEL(gradient_scalarrayarray, r->add(at::_ops::gradient_scalarrayarray::call(a[0].tensor(), a[1].scalars(), a[2].ints(), a[3].int_())))
+
 // gradient.tensorarrayint(Tensor self, *, Tensor[] spacing, int? dim=None, int edge_order=1) -> Tensor[]
 TR_ATEN_KERNEL(gradient_tensorarrayint, r->add(at::_ops::gradient_tensorarrayint::call(a[0].tensor(), a[1].tensors(), a[2].opt_int(), a[3].int_())))
 
@@ -320,6 +326,9 @@ TR_ATEN_KERNEL(size_int, r->add(at::_ops::size_int::call(a[0].tensor(), a[1].int
 // sym_size.int(Tensor self, int dim) -> SymInt
 TR_ATEN_KERNEL(sym_size_int, r->add(at::_ops::sym_size_int::call(a[0].tensor(), a[1].int_())))
 
+// sym_is_contiguous(Tensor self, MemoryFormat memory_format=contiguous_format) -> SymBool
+TR_ATEN_KERNEL(sym_is_contiguous, r->add(at::_ops::sym_is_contiguous::call(a[0].tensor(), at::MemoryFormat::Contiguous)))
+
 // sym_numel(Tensor self) -> SymInt
 TR_ATEN_KERNEL(sym_numel, r->add(at::_ops::sym_numel::call(a[0].tensor())))
 
@@ -424,6 +433,15 @@ TR_ATEN_KERNEL(cartesian_prod, r->add(at::_ops::cartesian_prod::call(a[0].tensor
 
 // combinations(Tensor self, int r=2, bool with_replacement=False) -> Tensor
 TR_ATEN_KERNEL(combinations, r->add(at::_ops::combinations::call(a[0].tensor(), a[1].int_(), a[2].bool_())))
+
+// result_type.Tensor(Tensor tensor, Tensor other) -> ScalarType
+TR_ATEN_KERNEL(result_type_tensor, r->add(at::_ops::result_type_Tensor::call(a[0].tensor(), a[1].tensor())))
+
+// result_type.Scalar(Tensor tensor, Scalar other) -> ScalarType
+TR_ATEN_KERNEL(result_type_scalar, r->add(at::_ops::result_type_Scalar::call(a[0].tensor(), a[1].scalar())))
+
+// result_type.Scalar_Tensor(Scalar scalar, Tensor tensor) -> ScalarType
+TR_ATEN_KERNEL(result_type_scalar_tensor, r->add(at::_ops::result_type_Scalar_Tensor::call(a[0].scalar(), a[1].tensor())))
 
 // lstm_cell(Tensor input, Tensor[] hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> (Tensor, Tensor)
 TR_ATEN_KERNEL(lstm_cell, r->add(at::_ops::lstm_cell::call(a[0].tensor(), a[1].tensors(), a[2].tensor(), a[3].tensor(), a[4].opt_tensor(), a[5].opt_tensor())))
@@ -556,6 +574,15 @@ TR_ATEN_KERNEL(histogram_bins_tensor, r->add(at::_ops::histogram_bins_tensor::ca
 
 // histogram.bin_ct(Tensor self, int bins=100, *, float[]? range=None, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor bin_edges)
 TR_ATEN_KERNEL(histogram_bin_ct, r->add(at::_ops::histogram_bin_ct::call(a[0].tensor(), a[1].int_(), a[2].opt_floats(), a[3].opt_tensor(), a[4].bool_())))
+
+// histogramdd(Tensor self, int[] bins, float[]? range=None, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor[] bin_edges)
+TR_ATEN_KERNEL(histogramdd, r->add(at::_ops::histogramdd::call(a[0].tensor(), a[1].ints(), a[2].opt_floats(), a[3].opt_tensor(), a[4].bool_())))
+
+// histogramdd.int_bins(Tensor self, int bins, float[]? range=None, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor[] bin_edges)
+TR_ATEN_KERNEL(histogramdd_int_bins, r->add(at::_ops::histogramdd_int_bins::call(a[0].tensor(), a[1].int_(), a[2].opt_floats(), a[3].opt_tensor(), a[4].bool_())))
+
+// histogramdd.TensorList_bins(Tensor self, Tensor[] bins, float[]? range=None, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor[] bin_edges)
+TR_ATEN_KERNEL(histogramdd_tensorlist_bins, r->add(at::_ops::histogramdd_TensorList_bins::call(a[0].tensor(), a[1].tensors(), a[2].opt_floats(), a[3].opt_tensor(), a[4].bool_())))
 
 // quantile(Tensor self, Tensor q, int? dim=None, bool keepdim=False, *, str interpolation='linear') -> Tensor
 TR_ATEN_KERNEL(quantile, r->add(at::_ops::quantile::call(a[0].tensor(), a[1].tensor(), a[2].opt_int(), a[3].bool_(), a[4].str())))
