@@ -732,42 +732,33 @@ inline void optim_adam_step(
             exp_avg_sq.data(), exp_avg_sq.size(), step, lr, beta1, beta2, eps, weight_decay);
 }
 
-/// `data(Tensor self) -> Tensor` Calls `tr_tensor_data`; throws tr::Error on failure.
+/// The tensor's data without its autograd history (`Tensor.data`). (`data(Tensor self) ->
+/// Tensor`) Calls `tr_tensor_data`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor data(const Tensor& input) {
     return input.data();
 }
 
-/// `is_leaf(Tensor self) -> bool` Calls `tr_tensor_is_leaf`; throws tr::Error on failure.
+/// All Tensors that have `requires_grad` which is `False` will be leaf Tensors by convention.
+/// (`is_leaf(Tensor self) -> bool`) Calls `tr_tensor_is_leaf`; throws tr::Error on failure.
 [[nodiscard]] inline bool is_leaf(const Tensor& input) {
     return input.is_leaf();
 }
 
-/// `output_nr(Tensor self) -> int` Calls `tr_tensor_output_nr`; throws tr::Error on failure.
+/// Which output of the op that made it this tensor is, in autograd's graph. (`output_nr(Tensor
+/// self) -> int`) Calls `tr_tensor_output_nr`; throws tr::Error on failure.
 [[nodiscard]] inline int64_t output_nr(const Tensor& input) {
     return input.output_nr();
 }
 
-/// `retains_grad(Tensor self) -> bool` Calls `tr_tensor_retains_grad`; throws tr::Error on
-/// failure.
+/// Is `True` if this Tensor is non-leaf and its `grad` is enabled to be populated during
+/// `backward`, `False` otherwise. (`retains_grad(Tensor self) -> bool`) Calls
+/// `tr_tensor_retains_grad`; throws tr::Error on failure.
 [[nodiscard]] inline bool retains_grad(const Tensor& input) {
     return input.retains_grad();
 }
 
-/// `align_as(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_align_as`; throws tr::Error
-/// on failure.
-[[nodiscard]] inline Tensor align_as(const Tensor& input, const Tensor& other) {
-    return input.align_as(other);
-}
-
-/// `align_tensors(Tensor[] tensors) -> Tensor[]` Calls `tr_tensor_align_tensors`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> align_tensors(const TensorList& tensors) {
-    return detail::call_tensors<Tensor>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-            return tr_tensor_align_tensors(tensors.data(), tensors.size(), out_, room_, written_);
-            });
-}
-
-/// `sym_constrain_range(Scalar size, *, int? min=None, int? max=None) -> ()` Calls
+/// Checks that an integer lies in [`min`, `max`]; a traced program keeps it as a constraint.
+/// (`sym_constrain_range(Scalar size, *, int? min=None, int? max=None) -> ()`) Calls
 /// `tr_tensor_sym_constrain_range`; throws tr::Error on failure.
 inline void sym_constrain_range(
     Scalar size,
@@ -777,7 +768,8 @@ inline void sym_constrain_range(
             detail::c_opt(max).ptr());
 }
 
-/// `sym_constrain_range_for_size(Scalar size, *, int? min=None, int? max=None) -> ()` Calls
+/// Checks that an integer lies in [`min`, `max`]; a traced program keeps it as a constraint.
+/// (`sym_constrain_range_for_size(Scalar size, *, int? min=None, int? max=None) -> ()`) Calls
 /// `tr_tensor_sym_constrain_range_for_size`; throws tr::Error on failure.
 inline void sym_constrain_range_for_size(
     Scalar size,
@@ -787,275 +779,9 @@ inline void sym_constrain_range_for_size(
             detail::c_opt(max).ptr());
 }
 
-/// `native_dropout(Tensor input, float p, bool? train) -> (Tensor, Tensor)` Calls
-/// `tr_tensor_native_dropout`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> native_dropout(
-    const Tensor& input,
-    double p,
-    std::optional<bool> train) {
-    return input.native_dropout(p, train);
-}
-
-/// `dropout_(Tensor(a!) self, float p, bool train) -> Tensor(a!)` Calls `tr_tensor_dropout_`;
-/// throws tr::Error on failure.
-inline Tensor& dropout_(Tensor& input, double p, bool train) {
-    return input.dropout_(p, train);
-}
-
-/// `feature_dropout(Tensor input, float p, bool train) -> Tensor` Calls
-/// `tr_tensor_feature_dropout`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor feature_dropout(const Tensor& input, double p, bool train) {
-    return input.feature_dropout(p, train);
-}
-
-/// `feature_dropout_(Tensor(a!) self, float p, bool train) -> Tensor(a!)` Calls
-/// `tr_tensor_feature_dropout_`; throws tr::Error on failure.
-inline Tensor& feature_dropout_(Tensor& input, double p, bool train) {
-    return input.feature_dropout_(p, train);
-}
-
-/// `alpha_dropout(Tensor input, float p, bool train) -> Tensor` Calls
-/// `tr_tensor_alpha_dropout`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor alpha_dropout(const Tensor& input, double p, bool train) {
-    return input.alpha_dropout(p, train);
-}
-
-/// `alpha_dropout_(Tensor(a!) self, float p, bool train) -> Tensor(a!)` Calls
-/// `tr_tensor_alpha_dropout_`; throws tr::Error on failure.
-inline Tensor& alpha_dropout_(Tensor& input, double p, bool train) {
-    return input.alpha_dropout_(p, train);
-}
-
-/// `feature_alpha_dropout(Tensor input, float p, bool train) -> Tensor` Calls
-/// `tr_tensor_feature_alpha_dropout`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor feature_alpha_dropout(const Tensor& input, double p, bool train) {
-    return input.feature_alpha_dropout(p, train);
-}
-
-/// `feature_alpha_dropout_(Tensor(a!) self, float p, bool train) -> Tensor(a!)` Calls
-/// `tr_tensor_feature_alpha_dropout_`; throws tr::Error on failure.
-inline Tensor& feature_alpha_dropout_(Tensor& input, double p, bool train) {
-    return input.feature_alpha_dropout_(p, train);
-}
-
-/// `abs_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_abs_`; throws tr::Error on failure.
-inline Tensor& abs_(Tensor& input) {
-    return input.abs_();
-}
-
-/// `absolute(Tensor self) -> Tensor` Calls `tr_tensor_absolute`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor absolute(const Tensor& input) {
-    return input.absolute();
-}
-
-/// `absolute_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_absolute_`; throws tr::Error on
-/// failure.
-inline Tensor& absolute_(Tensor& input) {
-    return input.absolute_();
-}
-
-/// `angle(Tensor self) -> Tensor` Calls `tr_tensor_angle`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor angle(const Tensor& input) {
-    return input.angle();
-}
-
-/// `view_as_real(Tensor(a) self) -> Tensor(a)` Calls `tr_tensor_view_as_real`; throws tr::Error
-/// on failure.
-[[nodiscard]] inline Tensor view_as_real(const Tensor& input) {
-    return input.view_as_real();
-}
-
-/// `view_as_complex(Tensor(a) self) -> Tensor(a)` Calls `tr_tensor_view_as_complex`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor view_as_complex(const Tensor& input) {
-    return input.view_as_complex();
-}
-
-/// `sgn(Tensor self) -> Tensor` Calls `tr_tensor_sgn`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor sgn(const Tensor& input) {
-    return input.sgn();
-}
-
-/// `sgn_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_sgn_`; throws tr::Error on failure.
-inline Tensor& sgn_(Tensor& input) {
-    return input.sgn_();
-}
-
-/// `chalf(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor` Calls `tr_tensor_chalf`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor chalf(const Tensor& input) {
-    return input.chalf();
-}
-
-/// `real(Tensor(a) self) -> Tensor(a)` Calls `tr_tensor_real`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor real(const Tensor& input) {
-    return input.real();
-}
-
-/// `imag(Tensor(a) self) -> Tensor(a)` Calls `tr_tensor_imag`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor imag(const Tensor& input) {
-    return input.imag();
-}
-
-/// `conj(Tensor(a) self) -> Tensor(a)` Calls `tr_tensor_conj`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor conj(const Tensor& input) {
-    return input.conj();
-}
-
-/// `conj_physical(Tensor self) -> Tensor` Calls `tr_tensor_conj_physical`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor conj_physical(const Tensor& input) {
-    return input.conj_physical();
-}
-
-/// `conj_physical_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_conj_physical_`; throws
-/// tr::Error on failure.
-inline Tensor& conj_physical_(Tensor& input) {
-    return input.conj_physical_();
-}
-
-/// `resolve_conj(Tensor(a) self) -> Tensor(a)` Calls `tr_tensor_resolve_conj`; throws tr::Error
-/// on failure.
-[[nodiscard]] inline Tensor resolve_conj(const Tensor& input) {
-    return input.resolve_conj();
-}
-
-/// `resolve_neg(Tensor(a) self) -> Tensor(a)` Calls `tr_tensor_resolve_neg`; throws tr::Error
-/// on failure.
-[[nodiscard]] inline Tensor resolve_neg(const Tensor& input) {
-    return input.resolve_neg();
-}
-
-/// `acos(Tensor self) -> Tensor` Calls `tr_tensor_acos`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor acos(const Tensor& input) {
-    return input.acos();
-}
-
-/// `acos_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_acos_`; throws tr::Error on failure.
-inline Tensor& acos_(Tensor& input) {
-    return input.acos_();
-}
-
-/// `arccos(Tensor self) -> Tensor` Calls `tr_tensor_arccos`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor arccos(const Tensor& input) {
-    return input.arccos();
-}
-
-/// `arccos_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_arccos_`; throws tr::Error on
-/// failure.
-inline Tensor& arccos_(Tensor& input) {
-    return input.arccos_();
-}
-
-/// `avg_pool1d(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=0, bool
-/// ceil_mode=False, bool count_include_pad=True) -> Tensor` Calls `tr_tensor_avg_pool1d`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor avg_pool1d(
-    const Tensor& input,
-    IntList kernel_size,
-    IntList stride,
-    IntList padding,
-    bool ceil_mode,
-    bool count_include_pad) {
-    return input.avg_pool1d(kernel_size, stride, padding, ceil_mode, count_include_pad);
-}
-
-/// `adaptive_avg_pool1d(Tensor self, int[1] output_size) -> Tensor` Calls
-/// `tr_tensor_adaptive_avg_pool1d`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor adaptive_avg_pool1d(const Tensor& input, IntList output_size) {
-    return input.adaptive_avg_pool1d(output_size);
-}
-
-/// `adaptive_max_pool1d(Tensor self, int[1] output_size) -> (Tensor, Tensor)` Calls
-/// `tr_tensor_adaptive_max_pool1d`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> adaptive_max_pool1d(
-    const Tensor& input,
-    IntList output_size) {
-    return input.adaptive_max_pool1d(output_size);
-}
-
-/// `add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor` Calls
-/// `tr_tensor_add_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor add_tensor(const Tensor& input, const Tensor& other, Scalar alpha) {
-    return input.add_tensor(other, alpha);
-}
-
-/// `add_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)` Calls
-/// `tr_tensor_add_tensor_`; throws tr::Error on failure.
-inline Tensor& add_tensor_(Tensor& input, const Tensor& other, Scalar alpha) {
-    return input.add_tensor_(other, alpha);
-}
-
-/// `addmv(Tensor self, Tensor mat, Tensor vec, *, Scalar beta=1, Scalar alpha=1) -> Tensor`
-/// Calls `tr_tensor_addmv`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor addmv(
-    const Tensor& input,
-    const Tensor& mat,
-    const Tensor& vec,
-    Scalar beta,
-    Scalar alpha) {
-    return input.addmv(mat, vec, beta, alpha);
-}
-
-/// `addmv_(Tensor(a!) self, Tensor mat, Tensor vec, *, Scalar beta=1, Scalar alpha=1) ->
-/// Tensor(a!)` Calls `tr_tensor_addmv_`; throws tr::Error on failure.
-inline Tensor& addmv_(
-    Tensor& input,
-    const Tensor& mat,
-    const Tensor& vec,
-    Scalar beta,
-    Scalar alpha) {
-    return input.addmv_(mat, vec, beta, alpha);
-}
-
-/// `addr(Tensor self, Tensor vec1, Tensor vec2, *, Scalar beta=1, Scalar alpha=1) -> Tensor`
-/// Calls `tr_tensor_addr`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor addr(
-    const Tensor& input,
-    const Tensor& vec1,
-    const Tensor& vec2,
-    Scalar beta,
-    Scalar alpha) {
-    return input.addr(vec1, vec2, beta, alpha);
-}
-
-/// `addr_(Tensor(a!) self, Tensor vec1, Tensor vec2, *, Scalar beta=1, Scalar alpha=1) ->
-/// Tensor(a!)` Calls `tr_tensor_addr_`; throws tr::Error on failure.
-inline Tensor& addr_(
-    Tensor& input,
-    const Tensor& vec1,
-    const Tensor& vec2,
-    Scalar beta,
-    Scalar alpha) {
-    return input.addr_(vec1, vec2, beta, alpha);
-}
-
-/// `affine_grid_generator(Tensor theta, SymInt[] size, bool align_corners) -> Tensor` Calls
-/// `tr_tensor_affine_grid_generator`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor affine_grid_generator(
-    const Tensor& theta,
-    IntList size,
-    bool align_corners) {
-    return theta.affine_grid_generator(size, align_corners);
-}
-
-/// `all.dim(Tensor self, int dim, bool keepdim=False) -> Tensor` Calls `tr_tensor_all_dim`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor all_dim(const Tensor& input, int64_t dim, bool keepdim) {
-    return input.all_dim(dim, keepdim);
-}
-
-/// `all.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor` Calls
-/// `tr_tensor_all_dims`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor all_dims(
-    const Tensor& input,
-    const std::optional<IntList>& dim,
-    bool keepdim) {
-    return input.all_dims(dim, keepdim);
-}
-
-/// `allclose(Tensor self, Tensor other, float rtol=1e-05, float atol=1e-08, bool
-/// equal_nan=False) -> bool` Calls `tr_tensor_allclose`; throws tr::Error on failure.
+/// This function checks if `input` and `other` satisfy the condition. (`allclose(Tensor self,
+/// Tensor other, float rtol=1e-05, float atol=1e-08, bool equal_nan=False) -> bool`) Calls
+/// `tr_tensor_allclose`; throws tr::Error on failure.
 [[nodiscard]] inline bool allclose(
     const Tensor& input,
     const Tensor& other,
@@ -1065,33 +791,206 @@ inline Tensor& addr_(
     return input.allclose(other, rtol, atol, equal_nan);
 }
 
-/// `any.dim(Tensor self, int dim, bool keepdim=False) -> Tensor` Calls `tr_tensor_any_dim`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor any_dim(const Tensor& input, int64_t dim, bool keepdim) {
-    return input.any_dim(dim, keepdim);
+/// Whether the tensor is distributed (false in libtorch). (`is_distributed(Tensor self) ->
+/// bool`) Calls `tr_tensor_is_distributed`; throws tr::Error on failure.
+[[nodiscard]] inline bool is_distributed(const Tensor& input) {
+    return input.is_distributed();
 }
 
-/// `any.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor` Calls
-/// `tr_tensor_any_dims`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor any_dims(
+/// Returns True if the data type of `input` is a floating point data type i.e., one of
+/// `torch.float64`, `torch.float32`, `torch.float16`, and `torch.bfloat16`.
+/// (`is_floating_point(Tensor self) -> bool`) Calls `tr_tensor_is_floating_point`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline bool is_floating_point(const Tensor& input) {
+    return input.is_floating_point();
+}
+
+/// Returns True if the data type of `input` is a complex data type i.e., one of
+/// `torch.complex64`, and `torch.complex128`. (`is_complex(Tensor self) -> bool`) Calls
+/// `tr_tensor_is_complex`; throws tr::Error on failure.
+[[nodiscard]] inline bool is_complex(const Tensor& input) {
+    return input.is_complex();
+}
+
+/// Returns True if the `input` is a conjugated tensor, i.e. its conjugate bit is set to `True`.
+/// (`is_conj(Tensor self) -> bool`) Calls `tr_tensor_is_conj`; throws tr::Error on failure.
+[[nodiscard]] inline bool is_conj(const Tensor& input) {
+    return input.is_conj();
+}
+
+/// Returns True if the negative bit of `self` is set to true. (`is_neg(Tensor self) -> bool`)
+/// Calls `tr_tensor_is_neg`; throws tr::Error on failure.
+[[nodiscard]] inline bool is_neg(const Tensor& input) {
+    return input.is_neg();
+}
+
+/// Returns True if the `input` is a single element tensor which is not equal to zero after type
+/// conversions. (`is_nonzero(Tensor self) -> bool`) Calls `tr_tensor_is_nonzero`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline bool is_nonzero(const Tensor& input) {
+    return input.is_nonzero();
+}
+
+/// Whether two tensors have the same shape. (`is_same_size(Tensor self, Tensor other) -> bool`)
+/// Calls `tr_tensor_is_same_size`; throws tr::Error on failure.
+[[nodiscard]] inline bool is_same_size(const Tensor& input, const Tensor& other) {
+    return input.is_same_size(other);
+}
+
+/// Returns True if the data type of `self` is a signed data type. (`is_signed(Tensor self) ->
+/// bool`) Calls `tr_tensor_is_signed`; throws tr::Error on failure.
+[[nodiscard]] inline bool is_signed(const Tensor& input) {
+    return input.is_signed();
+}
+
+/// Returns True if `input` is an inference tensor. (`is_inference(Tensor self) -> bool`) Calls
+/// `tr_tensor_is_inference`; throws tr::Error on failure.
+[[nodiscard]] inline bool is_inference(const Tensor& input) {
+    return input.is_inference();
+}
+
+/// Returns true if this tensor resides in pinned memory. (`is_pinned(Tensor self, Device?
+/// device=None) -> bool`) Calls `tr_tensor_is_pinned`; throws tr::Error on failure.
+[[nodiscard]] inline bool is_pinned(const Tensor& input) {
+    return input.is_pinned();
+}
+
+/// Returns the size of the `self` tensor. (`size.int(Tensor self, int dim) -> int`) Calls
+/// `tr_tensor_size_int`; throws tr::Error on failure.
+[[nodiscard]] inline int64_t size_int(const Tensor& input, int64_t dim) {
+    return input.size_int(dim);
+}
+
+/// The tensor's `size` (as symbolic shapes ask it: here a plain integer). (`sym_size.int(Tensor
+/// self, int dim) -> SymInt`) Calls `tr_tensor_sym_size_int`; throws tr::Error on failure.
+[[nodiscard]] inline int64_t sym_size_int(const Tensor& input, int64_t dim) {
+    return input.sym_size_int(dim);
+}
+
+/// Whether the tensor is contiguous in memory (`is_contiguous`, as symbolic shapes ask it).
+/// (`sym_is_contiguous(Tensor self, MemoryFormat memory_format=contiguous_format) -> SymBool`)
+/// Calls `tr_tensor_sym_is_contiguous`; throws tr::Error on failure.
+[[nodiscard]] inline bool sym_is_contiguous(const Tensor& input) {
+    return input.sym_is_contiguous();
+}
+
+/// The tensor's `numel` (as symbolic shapes ask it: here a plain integer). (`sym_numel(Tensor
+/// self) -> SymInt`) Calls `tr_tensor_sym_numel`; throws tr::Error on failure.
+[[nodiscard]] inline int64_t sym_numel(const Tensor& input) {
+    return input.sym_numel();
+}
+
+/// The tensor's `storage_offset` (as symbolic shapes ask it: here a plain integer).
+/// (`sym_storage_offset(Tensor self) -> SymInt`) Calls `tr_tensor_sym_storage_offset`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline int64_t sym_storage_offset(const Tensor& input) {
+    return input.sym_storage_offset();
+}
+
+/// Returns the stride of `self` tensor. (`stride.int(Tensor self, int dim) -> int`) Calls
+/// `tr_tensor_stride_int`; throws tr::Error on failure.
+[[nodiscard]] inline int64_t stride_int(const Tensor& input, int64_t dim) {
+    return input.stride_int(dim);
+}
+
+/// The tensor's `stride` (as symbolic shapes ask it: here a plain integer).
+/// (`sym_stride.int(Tensor self, int dim) -> SymInt`) Calls `tr_tensor_sym_stride_int`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline int64_t sym_stride_int(const Tensor& input, int64_t dim) {
+    return input.sym_stride_int(dim);
+}
+
+/// Returns a hash of all elements in the `input` tensor. (`hash_tensor(Tensor self, int[1]
+/// dim=[], *, bool keepdim=False, int mode=0) -> Tensor`) Calls `tr_tensor_hash_tensor`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor hash_tensor(
     const Tensor& input,
-    const std::optional<IntList>& dim,
-    bool keepdim) {
-    return input.any_dims(dim, keepdim);
+    IntList dim,
+    bool keepdim,
+    int64_t mode) {
+    return input.hash_tensor(dim, keepdim, mode);
 }
 
-/// `arange.start(Scalar start, Scalar end, *, ScalarType? dtype=None, Layout? layout=None,
-/// Device? device=None, bool? pin_memory=None) -> Tensor` Calls `tr_tensor_arange_start`;
-/// throws tr::Error on failure.
+/// Returns the `torch.dtype` that would result from performing an arithmetic operation on the
+/// provided input tensors. (`result_type.Tensor(Tensor tensor, Tensor other) -> ScalarType`)
+/// Calls `tr_tensor_result_type_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline DType result_type_tensor(const Tensor& tensor, const Tensor& other) {
+    return tensor.result_type_tensor(other);
+}
+
+/// Returns the `torch.dtype` that would result from performing an arithmetic operation on the
+/// provided input tensors. (`result_type.Scalar(Tensor tensor, Scalar other) -> ScalarType`)
+/// Calls `tr_tensor_result_type_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline DType result_type_scalar(const Tensor& tensor, Scalar other) {
+    return tensor.result_type_scalar(other);
+}
+
+/// Returns the `torch.dtype` that would result from performing an arithmetic operation on the
+/// provided input tensors. (`result_type.Scalar_Tensor(Scalar scalar, Tensor tensor) ->
+/// ScalarType`) Calls `tr_tensor_result_type_scalar_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline DType result_type_scalar_tensor(Scalar scalar, const Tensor& tensor) {
+    tr_dtype out{};
+    detail::call(tr_tensor_result_type_scalar_tensor, scalar.raw(), tensor.raw(), &out);
+    return static_cast<DType>(out);
+}
+
+/// Returns the `torch.dtype` that would result from performing an arithmetic operation on the
+/// provided input tensors. (`result_type.Scalar_Scalar(Scalar scalar1, Scalar scalar2) ->
+/// ScalarType`) Calls `tr_tensor_result_type_scalar_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline DType result_type_scalar_scalar(Scalar scalar1, Scalar scalar2) {
+    tr_dtype out{};
+    detail::call(tr_tensor_result_type_scalar_scalar, scalar1.raw(), scalar2.raw(), &out);
+    return static_cast<DType>(out);
+}
+
+/// Determines if a type conversion is allowed under PyTorch casting rules described in the type
+/// promotion `documentation <type-promotion-doc>`. (`can_cast(ScalarType from_, ScalarType to)
+/// -> bool`) Calls `tr_tensor_can_cast`; throws tr::Error on failure.
+[[nodiscard]] inline bool can_cast(DType from_, DType to) {
+    bool out = false;
+    detail::call(tr_tensor_can_cast, static_cast<tr_dtype>(from_), static_cast<tr_dtype>(to), &out);
+    return out;
+}
+
+/// Returns the `torch.dtype` with the smallest size and scalar kind that is not smaller nor of
+/// lower kind than either `type1` or `type2`. (`promote_types(ScalarType type1, ScalarType
+/// type2) -> ScalarType`) Calls `tr_tensor_promote_types`; throws tr::Error on failure.
+[[nodiscard]] inline DType promote_types(DType type1, DType type2) {
+    tr_dtype out{};
+    detail::call(tr_tensor_promote_types, static_cast<tr_dtype>(type1),
+            static_cast<tr_dtype>(type2), &out);
+    return static_cast<DType>(out);
+}
+
+/// Returns True if both tensors are pointing to the exact same memory (same storage, offset,
+/// size and stride). (`is_set_to(Tensor self, Tensor tensor) -> bool`) Calls
+/// `tr_tensor_is_set_to`; throws tr::Error on failure.
+[[nodiscard]] inline bool is_set_to(const Tensor& input, const Tensor& tensor) {
+    return input.is_set_to(tensor);
+}
+
+/// `True` if two tensors have the same size and elements, `False` otherwise. (`equal(Tensor
+/// self, Tensor other) -> bool`) Calls `tr_tensor_equal`; throws tr::Error on failure.
+[[nodiscard]] inline bool equal(const Tensor& input, const Tensor& other) {
+    return input.equal(other);
+}
+
+/// Returns a 1-D tensor of size `\left\lceil \frac{\text{end} - \text{start}}{\text{step}}
+/// \right\rceil` with values from the interval `[start, end)` taken with common difference
+/// `step` beginning from `start`. (`arange.start(Scalar start, Scalar end, *, ScalarType?
+/// dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
+/// Calls `tr_tensor_arange_start`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor arange_start(Scalar start, Scalar end, std::optional<DType> dtype) {
     tr_tensor out{0};
     detail::call(tr_tensor_arange_start, start.raw(), end.raw(), detail::c_opt(dtype).ptr(), &out);
     return Tensor::adopt(out);
 }
 
-/// `arange.start_step(Scalar start, Scalar end, Scalar step=1, *, ScalarType? dtype=None,
-/// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
-/// `tr_tensor_arange_start_step`; throws tr::Error on failure.
+/// Returns a 1-D tensor of size `\left\lceil \frac{\text{end} - \text{start}}{\text{step}}
+/// \right\rceil` with values from the interval `[start, end)` taken with common difference
+/// `step` beginning from `start`. (`arange.start_step(Scalar start, Scalar end, Scalar step=1,
+/// *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None)
+/// -> Tensor`) Calls `tr_tensor_arange_start_step`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor arange_start_step(
     Scalar start,
     Scalar end,
@@ -1103,74 +1002,3353 @@ inline Tensor& addr_(
     return Tensor::adopt(out);
 }
 
-/// `acosh(Tensor self) -> Tensor` Calls `tr_tensor_acosh`; throws tr::Error on failure.
+/// Bartlett window function. (`bartlett_window(int window_length, *, ScalarType? dtype=None,
+/// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`) Calls
+/// `tr_tensor_bartlett_window`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor bartlett_window(int64_t window_length, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_bartlett_window, window_length, detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Bartlett window function. (`bartlett_window.periodic(int window_length, bool periodic, *,
+/// ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) ->
+/// Tensor`) Calls `tr_tensor_bartlett_window_periodic`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor bartlett_window_periodic(
+    int64_t window_length,
+    bool periodic,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_bartlett_window_periodic, window_length, periodic,
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Blackman window function. (`blackman_window(int window_length, *, ScalarType? dtype=None,
+/// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`) Calls
+/// `tr_tensor_blackman_window`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor blackman_window(int64_t window_length, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_blackman_window, window_length, detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Blackman window function. (`blackman_window.periodic(int window_length, bool periodic, *,
+/// ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) ->
+/// Tensor`) Calls `tr_tensor_blackman_window_periodic`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor blackman_window_periodic(
+    int64_t window_length,
+    bool periodic,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_blackman_window_periodic, window_length, periodic,
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Returns a tensor filled with uninitialized data. (`empty.memory_format(SymInt[] size, *,
+/// ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None,
+/// MemoryFormat? memory_format=None) -> Tensor`) Calls `tr_tensor_empty_memory_format`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor empty_memory_format(IntList size, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_empty_memory_format, size.data(), size.size(),
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Creates an uninitialized, non-overlapping and dense tensor with the specified `size`, with
+/// `physical_layout` specifying how the dimensions are physically laid out in memory (each
+/// logical dimension is listed from outermost to innermost). (`empty_permuted(SymInt[] size,
+/// int[] physical_layout, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None,
+/// bool? pin_memory=None) -> Tensor`) Calls `tr_tensor_empty_permuted`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor empty_permuted(
+    IntList size,
+    IntList physical_layout,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_empty_permuted, size.data(), size.size(), physical_layout.data(),
+            physical_layout.size(), detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Returns an uninitialized tensor with the same size as `input`. (`empty_like(Tensor self, *,
+/// ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None,
+/// MemoryFormat? memory_format=None) -> Tensor`) Calls `tr_tensor_empty_like`; throws tr::Error
+/// on failure.
+[[nodiscard]] inline Tensor empty_like(const Tensor& input, std::optional<DType> dtype) {
+    return input.empty_like(dtype);
+}
+
+/// Creates a tensor with the specified `size` and `stride` and filled with undefined data.
+/// (`empty_strided(SymInt[] size, SymInt[] stride, *, ScalarType? dtype=None, Layout?
+/// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`) Calls
+/// `tr_tensor_empty_strided`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor empty_strided(
+    IntList size,
+    IntList stride,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_empty_strided, size.data(), size.size(), stride.data(), stride.size(),
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Returns a 2-D tensor with ones on the diagonal and zeros elsewhere. (`eye.m(SymInt n, SymInt
+/// m, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool?
+/// pin_memory=None) -> Tensor`) Calls `tr_tensor_eye_m`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor eye_m(int64_t n, int64_t m, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_eye_m, n, m, detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Returns a tensor with the same size as `input` filled with `fill_value`. (`full_like(Tensor
+/// self, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device?
+/// device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`) Calls
+/// `tr_tensor_full_like`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor full_like(
+    const Tensor& input,
+    Scalar fill_value,
+    std::optional<DType> dtype) {
+    return input.full_like(fill_value, dtype);
+}
+
+/// Creates a CPU tensor with a storage backed by a memory-mapped file. (`from_file(str
+/// filename, bool? shared=None, int? size=0, *, ScalarType? dtype=None, Layout? layout=None,
+/// Device? device=None, bool? pin_memory=None) -> Tensor`) Calls `tr_tensor_from_file`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor from_file(
+    const std::string& filename,
+    std::optional<bool> shared,
+    std::optional<int64_t> size,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_from_file, detail::c_string(filename, "filename"),
+            detail::c_opt(shared).ptr(), detail::c_opt(size).ptr(), detail::c_opt(dtype).ptr(),
+            &out);
+    return Tensor::adopt(out);
+}
+
+/// Hann window function. (`hann_window(int window_length, *, ScalarType? dtype=None, Layout?
+/// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`) Calls
+/// `tr_tensor_hann_window`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor hann_window(int64_t window_length, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_hann_window, window_length, detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Hann window function. (`hann_window.periodic(int window_length, bool periodic, *,
+/// ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) ->
+/// Tensor`) Calls `tr_tensor_hann_window_periodic`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor hann_window_periodic(
+    int64_t window_length,
+    bool periodic,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_hann_window_periodic, window_length, periodic,
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Hamming window function. (`hamming_window(int window_length, *, ScalarType? dtype=None,
+/// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`) Calls
+/// `tr_tensor_hamming_window`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor hamming_window(int64_t window_length, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_hamming_window, window_length, detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Hamming window function. (`hamming_window.periodic(int window_length, bool periodic, *,
+/// ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) ->
+/// Tensor`) Calls `tr_tensor_hamming_window_periodic`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor hamming_window_periodic(
+    int64_t window_length,
+    bool periodic,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_hamming_window_periodic, window_length, periodic,
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Hamming window function. (`hamming_window.periodic_alpha(int window_length, bool periodic,
+/// float alpha, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool?
+/// pin_memory=None) -> Tensor`) Calls `tr_tensor_hamming_window_periodic_alpha`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor hamming_window_periodic_alpha(
+    int64_t window_length,
+    bool periodic,
+    double alpha,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_hamming_window_periodic_alpha, window_length, periodic, alpha,
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Hamming window function. (`hamming_window.periodic_alpha_beta(int window_length, bool
+/// periodic, float alpha, float beta, *, ScalarType? dtype=None, Layout? layout=None, Device?
+/// device=None, bool? pin_memory=None) -> Tensor`) Calls
+/// `tr_tensor_hamming_window_periodic_alpha_beta`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor hamming_window_periodic_alpha_beta(
+    int64_t window_length,
+    bool periodic,
+    double alpha,
+    double beta,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_hamming_window_periodic_alpha_beta, window_length, periodic, alpha, beta,
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Computes the Kaiser window with window length `window_length` and shape parameter `beta`.
+/// (`kaiser_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device?
+/// device=None, bool? pin_memory=None) -> Tensor`) Calls `tr_tensor_kaiser_window`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor kaiser_window(int64_t window_length, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_kaiser_window, window_length, detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Computes the Kaiser window with window length `window_length` and shape parameter `beta`.
+/// (`kaiser_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None,
+/// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`) Calls
+/// `tr_tensor_kaiser_window_periodic`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor kaiser_window_periodic(
+    int64_t window_length,
+    bool periodic,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_kaiser_window_periodic, window_length, periodic,
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Computes the Kaiser window with window length `window_length` and shape parameter `beta`.
+/// (`kaiser_window.beta(int window_length, bool periodic, float beta, *, ScalarType?
+/// dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
+/// Calls `tr_tensor_kaiser_window_beta`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor kaiser_window_beta(
+    int64_t window_length,
+    bool periodic,
+    double beta,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_kaiser_window_beta, window_length, periodic, beta,
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Creates a one-dimensional tensor of size `steps` whose values are evenly spaced from `start`
+/// to `end`, inclusive. (`linspace(Scalar start, Scalar end, int steps, *, ScalarType?
+/// dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
+/// Calls `tr_tensor_linspace`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linspace(
+    Scalar start,
+    Scalar end,
+    int64_t steps,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_linspace, start.raw(), end.raw(), steps, detail::c_opt(dtype).ptr(),
+            &out);
+    return Tensor::adopt(out);
+}
+
+/// Creates a one-dimensional tensor of size `steps` whose values are evenly spaced from `start`
+/// to `end`, inclusive. (`linspace.Tensor_Tensor(Tensor start, Tensor end, int steps, *,
+/// ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) ->
+/// Tensor`) Calls `tr_tensor_linspace_tensor_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linspace_tensor_tensor(
+    const Tensor& start,
+    const Tensor& end,
+    int64_t steps,
+    std::optional<DType> dtype) {
+    return start.linspace_tensor_tensor(end, steps, dtype);
+}
+
+/// Creates a one-dimensional tensor of size `steps` whose values are evenly spaced from `start`
+/// to `end`, inclusive. (`linspace.Tensor_Scalar(Tensor start, Scalar end, int steps, *,
+/// ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) ->
+/// Tensor`) Calls `tr_tensor_linspace_tensor_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linspace_tensor_scalar(
+    const Tensor& start,
+    Scalar end,
+    int64_t steps,
+    std::optional<DType> dtype) {
+    return start.linspace_tensor_scalar(end, steps, dtype);
+}
+
+/// Creates a one-dimensional tensor of size `steps` whose values are evenly spaced from `start`
+/// to `end`, inclusive. (`linspace.Scalar_Tensor(Scalar start, Tensor end, int steps, *,
+/// ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) ->
+/// Tensor`) Calls `tr_tensor_linspace_scalar_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linspace_scalar_tensor(
+    Scalar start,
+    const Tensor& end,
+    int64_t steps,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_linspace_scalar_tensor, start.raw(), end.raw(), steps,
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Creates a one-dimensional tensor of size `steps` whose values are evenly spaced from
+/// `{{\text{{base}}}}^{{\text{{start}}}}` to `{{\text{{base}}}}^{{\text{{end}}}}`, inclusive,
+/// on a logarithmic scale with base `base`. (`logspace(Scalar start, Scalar end, int steps,
+/// float base=10.0, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool?
+/// pin_memory=None) -> Tensor`) Calls `tr_tensor_logspace`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor logspace(
+    Scalar start,
+    Scalar end,
+    int64_t steps,
+    double base,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_logspace, start.raw(), end.raw(), steps, base,
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Creates a one-dimensional tensor of size `steps` whose values are evenly spaced from
+/// `{{\text{{base}}}}^{{\text{{start}}}}` to `{{\text{{base}}}}^{{\text{{end}}}}`, inclusive,
+/// on a logarithmic scale with base `base`. (`logspace.Tensor_Tensor(Tensor start, Tensor end,
+/// int steps, float base=10.0, *, ScalarType? dtype=None, Layout? layout=None, Device?
+/// device=None, bool? pin_memory=None) -> Tensor`) Calls `tr_tensor_logspace_tensor_tensor`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor logspace_tensor_tensor(
+    const Tensor& start,
+    const Tensor& end,
+    int64_t steps,
+    double base,
+    std::optional<DType> dtype) {
+    return start.logspace_tensor_tensor(end, steps, base, dtype);
+}
+
+/// Creates a one-dimensional tensor of size `steps` whose values are evenly spaced from
+/// `{{\text{{base}}}}^{{\text{{start}}}}` to `{{\text{{base}}}}^{{\text{{end}}}}`, inclusive,
+/// on a logarithmic scale with base `base`. (`logspace.Tensor_Scalar(Tensor start, Scalar end,
+/// int steps, float base=10.0, *, ScalarType? dtype=None, Layout? layout=None, Device?
+/// device=None, bool? pin_memory=None) -> Tensor`) Calls `tr_tensor_logspace_tensor_scalar`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor logspace_tensor_scalar(
+    const Tensor& start,
+    Scalar end,
+    int64_t steps,
+    double base,
+    std::optional<DType> dtype) {
+    return start.logspace_tensor_scalar(end, steps, base, dtype);
+}
+
+/// Creates a one-dimensional tensor of size `steps` whose values are evenly spaced from
+/// `{{\text{{base}}}}^{{\text{{start}}}}` to `{{\text{{base}}}}^{{\text{{end}}}}`, inclusive,
+/// on a logarithmic scale with base `base`. (`logspace.Scalar_Tensor(Scalar start, Tensor end,
+/// int steps, float base=10.0, *, ScalarType? dtype=None, Layout? layout=None, Device?
+/// device=None, bool? pin_memory=None) -> Tensor`) Calls `tr_tensor_logspace_scalar_tensor`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor logspace_scalar_tensor(
+    Scalar start,
+    const Tensor& end,
+    int64_t steps,
+    double base,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_logspace_scalar_tensor, start.raw(), end.raw(), steps, base,
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// A tensor of no dimensions holding `s`. (`scalar_tensor(Scalar s, *, ScalarType? dtype=None,
+/// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`) Calls
+/// `tr_tensor_scalar_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor scalar_tensor(Scalar s, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_scalar_tensor, s.raw(), detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Returns a 1-D tensor of size `\left\lfloor \frac{\text{end} - \text{start}}{\text{step}}
+/// \right\rfloor + 1` with values from `start` to `end` with step `step`. (`range.step(Scalar
+/// start, Scalar end, Scalar step=1, *, ScalarType? dtype=None, Layout? layout=None, Device?
+/// device=None, bool? pin_memory=None) -> Tensor`) Calls `tr_tensor_range_step`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor range_step(
+    Scalar start,
+    Scalar end,
+    Scalar step,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_range_step, start.raw(), end.raw(), step.raw(),
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Returns a 1-D tensor of size `\left\lfloor \frac{\text{end} - \text{start}}{\text{step}}
+/// \right\rfloor + 1` with values from `start` to `end` with step `step`. (`range(Scalar start,
+/// Scalar end, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool?
+/// pin_memory=None) -> Tensor`) Calls `tr_tensor_range`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor range(Scalar start, Scalar end, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_range, start.raw(), end.raw(), detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Returns the indices of the lower triangular part of a `row`-by- `col` matrix in a 2-by-N
+/// Tensor, where the first row contains row coordinates of all indices and the second row
+/// contains column coordinates. (`tril_indices(int row, int col, int offset=0, *, ScalarType?
+/// dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
+/// Calls `tr_tensor_tril_indices`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor tril_indices(
+    int64_t row,
+    int64_t col,
+    int64_t offset,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_tril_indices, row, col, offset, detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Returns the indices of the upper triangular part of a `row` by `col` matrix in a 2-by-N
+/// Tensor, where the first row contains row coordinates of all indices and the second row
+/// contains column coordinates. (`triu_indices(int row, int col, int offset=0, *, ScalarType?
+/// dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
+/// Calls `tr_tensor_triu_indices`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor triu_indices(
+    int64_t row,
+    int64_t col,
+    int64_t offset,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_triu_indices, row, col, offset, detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Returns a tensor of random numbers drawn from separate normal distributions whose mean and
+/// standard deviation are given. (`normal.float_float(float mean, float std, SymInt[] size, *,
+/// Generator? generator=None, ScalarType? dtype=None, Layout? layout=None, Device? device=None,
+/// bool? pin_memory=None) -> Tensor`) Calls `tr_tensor_normal_float_float`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor normal_float_float(
+    double mean,
+    double std,
+    IntList size,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_normal_float_float, mean, std, size.data(), size.size(),
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Computes the discrete Fourier Transform sample frequencies for a signal of size `n`.
+/// (`fft_fftfreq(int n, float d=1.0, *, ScalarType? dtype=None, Layout? layout=None, Device?
+/// device=None, bool? pin_memory=None) -> Tensor`) Calls `tr_tensor_fft_fftfreq`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor fft_fftfreq(int64_t n, double d, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_fft_fftfreq, n, d, detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Computes the sample frequencies for `torch.fft.rfft` with a signal of size `n`.
+/// (`fft_rfftfreq(int n, float d=1.0, *, ScalarType? dtype=None, Layout? layout=None, Device?
+/// device=None, bool? pin_memory=None) -> Tensor`) Calls `tr_tensor_fft_rfftfreq`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor fft_rfftfreq(int64_t n, double d, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_fft_rfftfreq, n, d, detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// In-place version of `Tensor.abs` (`abs_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_abs_`; throws tr::Error on failure.
+inline Tensor& abs_(Tensor& input) {
+    return input.abs_();
+}
+
+/// Alias for `torch.abs` (`absolute(Tensor self) -> Tensor`) Calls `tr_tensor_absolute`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor absolute(const Tensor& input) {
+    return input.absolute();
+}
+
+/// In-place version of `Tensor.absolute` Alias for `abs_` (`absolute_(Tensor(a!) self) ->
+/// Tensor(a!)`) Calls `tr_tensor_absolute_`; throws tr::Error on failure.
+inline Tensor& absolute_(Tensor& input) {
+    return input.absolute_();
+}
+
+/// Computes the element-wise angle (in radians) of the given `input` tensor. (`angle(Tensor
+/// self) -> Tensor`) Calls `tr_tensor_angle`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor angle(const Tensor& input) {
+    return input.angle();
+}
+
+/// Returns a view of `input` as a real tensor. (`view_as_real(Tensor(a) self) -> Tensor(a)`)
+/// Calls `tr_tensor_view_as_real`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor view_as_real(const Tensor& input) {
+    return input.view_as_real();
+}
+
+/// Returns a view of `input` as a complex tensor. (`view_as_complex(Tensor(a) self) ->
+/// Tensor(a)`) Calls `tr_tensor_view_as_complex`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor view_as_complex(const Tensor& input) {
+    return input.view_as_complex();
+}
+
+/// This function is an extension of torch.sign() to complex tensors. (`sgn(Tensor self) ->
+/// Tensor`) Calls `tr_tensor_sgn`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor sgn(const Tensor& input) {
+    return input.sgn();
+}
+
+/// In-place version of `Tensor.sgn` (`sgn_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_sgn_`; throws tr::Error on failure.
+inline Tensor& sgn_(Tensor& input) {
+    return input.sgn_();
+}
+
+/// `self.chalf()` is equivalent to `self.to(torch.complex32)`. (`chalf(Tensor self, *,
+/// MemoryFormat? memory_format=None) -> Tensor`) Calls `tr_tensor_chalf`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor chalf(const Tensor& input) {
+    return input.chalf();
+}
+
+/// Returns a new tensor containing real values of the `self` tensor. (`real(Tensor(a) self) ->
+/// Tensor(a)`) Calls `tr_tensor_real`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor real(const Tensor& input) {
+    return input.real();
+}
+
+/// Returns a new tensor containing imaginary values of the `self` tensor. (`imag(Tensor(a)
+/// self) -> Tensor(a)`) Calls `tr_tensor_imag`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor imag(const Tensor& input) {
+    return input.imag();
+}
+
+/// Returns a view of `input` with a flipped conjugate bit. (`conj(Tensor(a) self) ->
+/// Tensor(a)`) Calls `tr_tensor_conj`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor conj(const Tensor& input) {
+    return input.conj();
+}
+
+/// Computes the element-wise conjugate of the given `input` tensor. (`conj_physical(Tensor
+/// self) -> Tensor`) Calls `tr_tensor_conj_physical`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor conj_physical(const Tensor& input) {
+    return input.conj_physical();
+}
+
+/// In-place version of `Tensor.conj_physical` (`conj_physical_(Tensor(a!) self) -> Tensor(a!)`)
+/// Calls `tr_tensor_conj_physical_`; throws tr::Error on failure.
+inline Tensor& conj_physical_(Tensor& input) {
+    return input.conj_physical_();
+}
+
+/// Returns a new tensor with materialized conjugation if `input`'s conjugate bit is set to
+/// `True`, else returns `input`. (`resolve_conj(Tensor(a) self) -> Tensor(a)`) Calls
+/// `tr_tensor_resolve_conj`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor resolve_conj(const Tensor& input) {
+    return input.resolve_conj();
+}
+
+/// Returns a new tensor with materialized negation if `input`'s negative bit is set to `True`,
+/// else returns `input`. (`resolve_neg(Tensor(a) self) -> Tensor(a)`) Calls
+/// `tr_tensor_resolve_neg`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor resolve_neg(const Tensor& input) {
+    return input.resolve_neg();
+}
+
+/// Returns a new tensor with the arccosine (in radians) of each element in `input`.
+/// (`acos(Tensor self) -> Tensor`) Calls `tr_tensor_acos`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor acos(const Tensor& input) {
+    return input.acos();
+}
+
+/// In-place version of `Tensor.acos` (`acos_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_acos_`; throws tr::Error on failure.
+inline Tensor& acos_(Tensor& input) {
+    return input.acos_();
+}
+
+/// Alias for `torch.acos`. (`arccos(Tensor self) -> Tensor`) Calls `tr_tensor_arccos`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor arccos(const Tensor& input) {
+    return input.arccos();
+}
+
+/// In-place version of `Tensor.arccos` (`arccos_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_arccos_`; throws tr::Error on failure.
+inline Tensor& arccos_(Tensor& input) {
+    return input.arccos_();
+}
+
+/// Adds `other`, scaled by `alpha`, to `input`. (`add.Tensor(Tensor self, Tensor other, *,
+/// Scalar alpha=1) -> Tensor`) Calls `tr_tensor_add_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor add_tensor(const Tensor& input, const Tensor& other, Scalar alpha) {
+    return input.add_tensor(other, alpha);
+}
+
+/// In-place version of `Tensor.add` (`add_.Tensor(Tensor(a!) self, Tensor other, *, Scalar
+/// alpha=1) -> Tensor(a!)`) Calls `tr_tensor_add_tensor_`; throws tr::Error on failure.
+inline Tensor& add_tensor_(Tensor& input, const Tensor& other, Scalar alpha) {
+    return input.add_tensor_(other, alpha);
+}
+
+/// Returns a new tensor with the inverse hyperbolic cosine of the elements of `input`.
+/// (`acosh(Tensor self) -> Tensor`) Calls `tr_tensor_acosh`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor acosh(const Tensor& input) {
     return input.acosh();
 }
 
-/// `acosh_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_acosh_`; throws tr::Error on
-/// failure.
+/// In-place version of `Tensor.acosh` (`acosh_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_acosh_`; throws tr::Error on failure.
 inline Tensor& acosh_(Tensor& input) {
     return input.acosh_();
 }
 
-/// `arccosh(Tensor self) -> Tensor` Calls `tr_tensor_arccosh`; throws tr::Error on failure.
+/// Alias for `torch.acosh`. (`arccosh(Tensor self) -> Tensor`) Calls `tr_tensor_arccosh`;
+/// throws tr::Error on failure.
 [[nodiscard]] inline Tensor arccosh(const Tensor& input) {
     return input.arccosh();
 }
 
-/// `arccosh_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_arccosh_`; throws tr::Error on
-/// failure.
+/// In-place version of `Tensor.arccosh` (`arccosh_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_arccosh_`; throws tr::Error on failure.
 inline Tensor& arccosh_(Tensor& input) {
     return input.arccosh_();
 }
 
-/// `asinh(Tensor self) -> Tensor` Calls `tr_tensor_asinh`; throws tr::Error on failure.
+/// Returns a new tensor with the inverse hyperbolic sine of the elements of `input`.
+/// (`asinh(Tensor self) -> Tensor`) Calls `tr_tensor_asinh`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor asinh(const Tensor& input) {
     return input.asinh();
 }
 
-/// `asinh_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_asinh_`; throws tr::Error on
-/// failure.
+/// In-place version of `Tensor.asinh` (`asinh_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_asinh_`; throws tr::Error on failure.
 inline Tensor& asinh_(Tensor& input) {
     return input.asinh_();
 }
 
-/// `arcsinh(Tensor self) -> Tensor` Calls `tr_tensor_arcsinh`; throws tr::Error on failure.
+/// Alias for `torch.asinh`. (`arcsinh(Tensor self) -> Tensor`) Calls `tr_tensor_arcsinh`;
+/// throws tr::Error on failure.
 [[nodiscard]] inline Tensor arcsinh(const Tensor& input) {
     return input.arcsinh();
 }
 
-/// `arcsinh_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_arcsinh_`; throws tr::Error on
-/// failure.
+/// In-place version of `Tensor.arcsinh` (`arcsinh_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_arcsinh_`; throws tr::Error on failure.
 inline Tensor& arcsinh_(Tensor& input) {
     return input.arcsinh_();
 }
 
-/// `atanh(Tensor self) -> Tensor` Calls `tr_tensor_atanh`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor atanh(const Tensor& input) {
-    return input.atanh();
+/// Returns a new tensor with the arcsine of the elements (in radians) in the `input` tensor.
+/// (`asin(Tensor self) -> Tensor`) Calls `tr_tensor_asin`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor asin(const Tensor& input) {
+    return input.asin();
 }
 
-/// `atanh_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_atanh_`; throws tr::Error on
+/// In-place version of `Tensor.asin` (`asin_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_asin_`; throws tr::Error on failure.
+inline Tensor& asin_(Tensor& input) {
+    return input.asin_();
+}
+
+/// Alias for `torch.asin`. (`arcsin(Tensor self) -> Tensor`) Calls `tr_tensor_arcsin`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor arcsin(const Tensor& input) {
+    return input.arcsin();
+}
+
+/// In-place version of `Tensor.arcsin` (`arcsin_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_arcsin_`; throws tr::Error on failure.
+inline Tensor& arcsin_(Tensor& input) {
+    return input.arcsin_();
+}
+
+/// Returns a new tensor with the arctangent of the elements (in radians) in the `input` tensor.
+/// (`atan(Tensor self) -> Tensor`) Calls `tr_tensor_atan`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor atan(const Tensor& input) {
+    return input.atan();
+}
+
+/// In-place version of `Tensor.atan` (`atan_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_atan_`; throws tr::Error on failure.
+inline Tensor& atan_(Tensor& input) {
+    return input.atan_();
+}
+
+/// Alias for `torch.atan`. (`arctan(Tensor self) -> Tensor`) Calls `tr_tensor_arctan`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor arctan(const Tensor& input) {
+    return input.arctan();
+}
+
+/// In-place version of `Tensor.arctan` (`arctan_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_arctan_`; throws tr::Error on failure.
+inline Tensor& arctan_(Tensor& input) {
+    return input.arctan_();
+}
+
+/// Computes the bitwise NOT of the given input tensor. (`bitwise_not(Tensor self) -> Tensor`)
+/// Calls `tr_tensor_bitwise_not`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor bitwise_not(const Tensor& input) {
+    return input.bitwise_not();
+}
+
+/// In-place version of `Tensor.bitwise_not` (`bitwise_not_(Tensor(a!) self) -> Tensor(a!)`)
+/// Calls `tr_tensor_bitwise_not_`; throws tr::Error on failure.
+inline Tensor& bitwise_not_(Tensor& input) {
+    return input.bitwise_not_();
+}
+
+/// Create a new floating-point tensor with the magnitude of `input` and the sign of `other`,
+/// elementwise. (`copysign.Tensor(Tensor self, Tensor other) -> Tensor`) Calls
+/// `tr_tensor_copysign_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor copysign_tensor(const Tensor& input, const Tensor& other) {
+    return input.copysign_tensor(other);
+}
+
+/// In-place version of `Tensor.copysign` (`copysign_.Tensor(Tensor(a!) self, Tensor other) ->
+/// Tensor(a!)`) Calls `tr_tensor_copysign_tensor_`; throws tr::Error on failure.
+inline Tensor& copysign_tensor_(Tensor& input, const Tensor& other) {
+    return input.copysign_tensor_(other);
+}
+
+/// Create a new floating-point tensor with the magnitude of `input` and the sign of `other`,
+/// elementwise. (`copysign.Scalar(Tensor self, Scalar other) -> Tensor`) Calls
+/// `tr_tensor_copysign_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor copysign_scalar(const Tensor& input, Scalar other) {
+    return input.copysign_scalar(other);
+}
+
+/// In-place version of `Tensor.copysign` (`copysign_.Scalar(Tensor(a!) self, Scalar other) ->
+/// Tensor(a!)`) Calls `tr_tensor_copysign_scalar_`; throws tr::Error on failure.
+inline Tensor& copysign_scalar_(Tensor& input, Scalar other) {
+    return input.copysign_scalar_(other);
+}
+
+/// Computes the element-wise logical NOT of the given input tensor. (`logical_not(Tensor self)
+/// -> Tensor`) Calls `tr_tensor_logical_not`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor logical_not(const Tensor& input) {
+    return input.logical_not();
+}
+
+/// In-place version of `Tensor.logical_not` (`logical_not_(Tensor(a!) self) -> Tensor(a!)`)
+/// Calls `tr_tensor_logical_not_`; throws tr::Error on failure.
+inline Tensor& logical_not_(Tensor& input) {
+    return input.logical_not_();
+}
+
+/// Computes the element-wise logical XOR of the given input tensors. (`logical_xor(Tensor self,
+/// Tensor other) -> Tensor`) Calls `tr_tensor_logical_xor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor logical_xor(const Tensor& input, const Tensor& other) {
+    return input.logical_xor(other);
+}
+
+/// In-place version of `Tensor.logical_xor` (`logical_xor_(Tensor(a!) self, Tensor other) ->
+/// Tensor(a!)`) Calls `tr_tensor_logical_xor_`; throws tr::Error on failure.
+inline Tensor& logical_xor_(Tensor& input, const Tensor& other) {
+    return input.logical_xor_(other);
+}
+
+/// Computes the element-wise logical AND of the given input tensors. (`logical_and(Tensor self,
+/// Tensor other) -> Tensor`) Calls `tr_tensor_logical_and`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor logical_and(const Tensor& input, const Tensor& other) {
+    return input.logical_and(other);
+}
+
+/// In-place version of `Tensor.logical_and` (`logical_and_(Tensor(a!) self, Tensor other) ->
+/// Tensor(a!)`) Calls `tr_tensor_logical_and_`; throws tr::Error on failure.
+inline Tensor& logical_and_(Tensor& input, const Tensor& other) {
+    return input.logical_and_(other);
+}
+
+/// Computes the element-wise logical OR of the given input tensors. (`logical_or(Tensor self,
+/// Tensor other) -> Tensor`) Calls `tr_tensor_logical_or`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor logical_or(const Tensor& input, const Tensor& other) {
+    return input.logical_or(other);
+}
+
+/// In-place version of `Tensor.logical_or` (`logical_or_(Tensor(a!) self, Tensor other) ->
+/// Tensor(a!)`) Calls `tr_tensor_logical_or_`; throws tr::Error on failure.
+inline Tensor& logical_or_(Tensor& input, const Tensor& other) {
+    return input.logical_or_(other);
+}
+
+/// Returns a new tensor with the ceil of the elements of `input`, the smallest integer greater
+/// than or equal to each element. (`ceil(Tensor self) -> Tensor`) Calls `tr_tensor_ceil`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor ceil(const Tensor& input) {
+    return input.ceil();
+}
+
+/// In-place version of `Tensor.ceil` (`ceil_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_ceil_`; throws tr::Error on failure.
+inline Tensor& ceil_(Tensor& input) {
+    return input.ceil_();
+}
+
+/// Clamps all elements in `input` into the range `[` `min`, `max` `]`. (`clamp.Tensor(Tensor
+/// self, Tensor? min=None, Tensor? max=None) -> Tensor`) Calls `tr_tensor_clamp_tensor`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor clamp_tensor(
+    const Tensor& input,
+    OptionalTensor min,
+    OptionalTensor max) {
+    return input.clamp_tensor(min, max);
+}
+
+/// In-place version of `Tensor.clamp` (`clamp_(Tensor(a!) self, Scalar? min=None, Scalar?
+/// max=None) -> Tensor(a!)`) Calls `tr_tensor_clamp_`; throws tr::Error on failure.
+inline Tensor& clamp_(Tensor& input, std::optional<Scalar> min, std::optional<Scalar> max) {
+    return input.clamp_(min, max);
+}
+
+/// In-place version of `Tensor.clamp` (`clamp_.Tensor(Tensor(a!) self, Tensor? min=None,
+/// Tensor? max=None) -> Tensor(a!)`) Calls `tr_tensor_clamp_tensor_`; throws tr::Error on
 /// failure.
-inline Tensor& atanh_(Tensor& input) {
-    return input.atanh_();
+inline Tensor& clamp_tensor_(Tensor& input, OptionalTensor min, OptionalTensor max) {
+    return input.clamp_tensor_(min, max);
 }
 
-/// `arctanh(Tensor self) -> Tensor` Calls `tr_tensor_arctanh`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor arctanh(const Tensor& input) {
-    return input.arctanh();
+/// Clamps every element to at most `max` (`torch.clamp` with `max` only). (`clamp_max(Tensor
+/// self, Scalar max) -> Tensor`) Calls `tr_tensor_clamp_max`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor clamp_max(const Tensor& input, Scalar max) {
+    return input.clamp_max(max);
 }
 
-/// `arctanh_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_arctanh_`; throws tr::Error on
+/// Clamps every element to at most `max` (`torch.clamp` with `max` only).
+/// (`clamp_max.Tensor(Tensor self, Tensor max) -> Tensor`) Calls `tr_tensor_clamp_max_tensor`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor clamp_max_tensor(const Tensor& input, const Tensor& max) {
+    return input.clamp_max_tensor(max);
+}
+
+/// Clamps every element to at most `max` (`torch.clamp` with `max` only).
+/// (`clamp_max_(Tensor(a!) self, Scalar max) -> Tensor(a!)`) Calls `tr_tensor_clamp_max_`;
+/// throws tr::Error on failure.
+inline Tensor& clamp_max_(Tensor& input, Scalar max) {
+    return input.clamp_max_(max);
+}
+
+/// Clamps every element to at most `max` (`torch.clamp` with `max` only).
+/// (`clamp_max_.Tensor(Tensor(a!) self, Tensor max) -> Tensor(a!)`) Calls
+/// `tr_tensor_clamp_max_tensor_`; throws tr::Error on failure.
+inline Tensor& clamp_max_tensor_(Tensor& input, const Tensor& max) {
+    return input.clamp_max_tensor_(max);
+}
+
+/// Clamps every element to at least `min` (`torch.clamp` with `min` only). (`clamp_min(Tensor
+/// self, Scalar min) -> Tensor`) Calls `tr_tensor_clamp_min`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor clamp_min(const Tensor& input, Scalar min) {
+    return input.clamp_min(min);
+}
+
+/// Clamps every element to at least `min` (`torch.clamp` with `min` only).
+/// (`clamp_min.Tensor(Tensor self, Tensor min) -> Tensor`) Calls `tr_tensor_clamp_min_tensor`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor clamp_min_tensor(const Tensor& input, const Tensor& min) {
+    return input.clamp_min_tensor(min);
+}
+
+/// Clamps every element to at least `min` (`torch.clamp` with `min` only).
+/// (`clamp_min_(Tensor(a!) self, Scalar min) -> Tensor(a!)`) Calls `tr_tensor_clamp_min_`;
+/// throws tr::Error on failure.
+inline Tensor& clamp_min_(Tensor& input, Scalar min) {
+    return input.clamp_min_(min);
+}
+
+/// Clamps every element to at least `min` (`torch.clamp` with `min` only).
+/// (`clamp_min_.Tensor(Tensor(a!) self, Tensor min) -> Tensor(a!)`) Calls
+/// `tr_tensor_clamp_min_tensor_`; throws tr::Error on failure.
+inline Tensor& clamp_min_tensor_(Tensor& input, const Tensor& min) {
+    return input.clamp_min_tensor_(min);
+}
+
+/// Alias for `torch.clamp`. (`clip(Tensor self, Scalar? min=None, Scalar? max=None) -> Tensor`)
+/// Calls `tr_tensor_clip`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor clip(
+    const Tensor& input,
+    std::optional<Scalar> min,
+    std::optional<Scalar> max) {
+    return input.clip(min, max);
+}
+
+/// Alias for `torch.clamp`. (`clip.Tensor(Tensor self, Tensor? min=None, Tensor? max=None) ->
+/// Tensor`) Calls `tr_tensor_clip_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor clip_tensor(
+    const Tensor& input,
+    OptionalTensor min,
+    OptionalTensor max) {
+    return input.clip_tensor(min, max);
+}
+
+/// Alias for `Tensor.clamp_`. (`clip_(Tensor(a!) self, Scalar? min=None, Scalar? max=None) ->
+/// Tensor(a!)`) Calls `tr_tensor_clip_`; throws tr::Error on failure.
+inline Tensor& clip_(Tensor& input, std::optional<Scalar> min, std::optional<Scalar> max) {
+    return input.clip_(min, max);
+}
+
+/// Alias for `Tensor.clamp_`. (`clip_.Tensor(Tensor(a!) self, Tensor? min=None, Tensor?
+/// max=None) -> Tensor(a!)`) Calls `tr_tensor_clip_tensor_`; throws tr::Error on failure.
+inline Tensor& clip_tensor_(Tensor& input, OptionalTensor min, OptionalTensor max) {
+    return input.clip_tensor_(min, max);
+}
+
+/// Constructs a complex tensor with its real part equal to `real` and its imaginary part equal
+/// to `imag`. (`complex(Tensor real, Tensor imag) -> Tensor`) Calls `tr_tensor_complex`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor complex(const Tensor& real, const Tensor& imag) {
+    return real.complex(imag);
+}
+
+/// Constructs a complex tensor whose elements are Cartesian coordinates corresponding to the
+/// polar coordinates with absolute value `abs` and angle `angle`. (`polar(Tensor abs, Tensor
+/// angle) -> Tensor`) Calls `tr_tensor_polar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor polar(const Tensor& abs, const Tensor& angle) {
+    return abs.polar(angle);
+}
+
+/// Returns a new tensor with the cosine of the elements of `input` given in radians.
+/// (`cos(Tensor self) -> Tensor`) Calls `tr_tensor_cos`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor cos(const Tensor& input) {
+    return input.cos();
+}
+
+/// In-place version of `Tensor.cos` (`cos_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_cos_`; throws tr::Error on failure.
+inline Tensor& cos_(Tensor& input) {
+    return input.cos_();
+}
+
+/// Returns a new tensor with the hyperbolic cosine of the elements of `input`. (`cosh(Tensor
+/// self) -> Tensor`) Calls `tr_tensor_cosh`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor cosh(const Tensor& input) {
+    return input.cosh();
+}
+
+/// In-place version of `Tensor.cosh` (`cosh_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_cosh_`; throws tr::Error on failure.
+inline Tensor& cosh_(Tensor& input) {
+    return input.cosh_();
+}
+
+/// Divides each element of the input `input` by the corresponding element of `other`.
+/// (`div.Tensor(Tensor self, Tensor other) -> Tensor`) Calls `tr_tensor_div_tensor`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor div_tensor(const Tensor& input, const Tensor& other) {
+    return input.div_tensor(other);
+}
+
+/// In-place version of `Tensor.div` (`div_.Tensor(Tensor(a!) self, Tensor other) ->
+/// Tensor(a!)`) Calls `tr_tensor_div_tensor_`; throws tr::Error on failure.
+inline Tensor& div_tensor_(Tensor& input, const Tensor& other) {
+    return input.div_tensor_(other);
+}
+
+/// Divides each element of the input `input` by the corresponding element of `other`.
+/// (`div.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor`) Calls
+/// `tr_tensor_div_tensor_mode`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor div_tensor_mode(
+    const Tensor& input,
+    const Tensor& other,
+    const std::optional<std::string>& rounding_mode) {
+    return input.div_tensor_mode(other, rounding_mode);
+}
+
+/// In-place version of `Tensor.div` (`div_.Tensor_mode(Tensor(a!) self, Tensor other, *, str?
+/// rounding_mode) -> Tensor(a!)`) Calls `tr_tensor_div_tensor_mode_`; throws tr::Error on
 /// failure.
-inline Tensor& arctanh_(Tensor& input) {
-    return input.arctanh_();
+inline Tensor& div_tensor_mode_(
+    Tensor& input,
+    const Tensor& other,
+    const std::optional<std::string>& rounding_mode) {
+    return input.div_tensor_mode_(other, rounding_mode);
 }
 
-/// `as_strided(Tensor(a) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) ->
-/// Tensor(a)` Calls `tr_tensor_as_strided`; throws tr::Error on failure.
+/// Divides each element of the input `input` by the corresponding element of `other`.
+/// (`div.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor`) Calls
+/// `tr_tensor_div_scalar_mode`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor div_scalar_mode(
+    const Tensor& input,
+    Scalar other,
+    const std::optional<std::string>& rounding_mode) {
+    return input.div_scalar_mode(other, rounding_mode);
+}
+
+/// In-place version of `Tensor.div` (`div_.Scalar_mode(Tensor(a!) self, Scalar other, *, str?
+/// rounding_mode) -> Tensor(a!)`) Calls `tr_tensor_div_scalar_mode_`; throws tr::Error on
+/// failure.
+inline Tensor& div_scalar_mode_(
+    Tensor& input,
+    Scalar other,
+    const std::optional<std::string>& rounding_mode) {
+    return input.div_scalar_mode_(other, rounding_mode);
+}
+
+/// Alias for `torch.div`. (`divide.Tensor(Tensor self, Tensor other) -> Tensor`) Calls
+/// `tr_tensor_divide_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor divide_tensor(const Tensor& input, const Tensor& other) {
+    return input.divide_tensor(other);
+}
+
+/// In-place version of `Tensor.divide` (`divide_.Tensor(Tensor(a!) self, Tensor other) ->
+/// Tensor(a!)`) Calls `tr_tensor_divide_tensor_`; throws tr::Error on failure.
+inline Tensor& divide_tensor_(Tensor& input, const Tensor& other) {
+    return input.divide_tensor_(other);
+}
+
+/// Alias for `torch.div`. (`divide.Scalar(Tensor self, Scalar other) -> Tensor`) Calls
+/// `tr_tensor_divide_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor divide_scalar(const Tensor& input, Scalar other) {
+    return input.divide_scalar(other);
+}
+
+/// In-place version of `Tensor.divide` (`divide_.Scalar(Tensor(a!) self, Scalar other) ->
+/// Tensor(a!)`) Calls `tr_tensor_divide_scalar_`; throws tr::Error on failure.
+inline Tensor& divide_scalar_(Tensor& input, Scalar other) {
+    return input.divide_scalar_(other);
+}
+
+/// Alias for `torch.div`. (`divide.Tensor_mode(Tensor self, Tensor other, *, str?
+/// rounding_mode) -> Tensor`) Calls `tr_tensor_divide_tensor_mode`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor divide_tensor_mode(
+    const Tensor& input,
+    const Tensor& other,
+    const std::optional<std::string>& rounding_mode) {
+    return input.divide_tensor_mode(other, rounding_mode);
+}
+
+/// In-place version of `Tensor.divide` (`divide_.Tensor_mode(Tensor(a!) self, Tensor other, *,
+/// str? rounding_mode) -> Tensor(a!)`) Calls `tr_tensor_divide_tensor_mode_`; throws tr::Error
+/// on failure.
+inline Tensor& divide_tensor_mode_(
+    Tensor& input,
+    const Tensor& other,
+    const std::optional<std::string>& rounding_mode) {
+    return input.divide_tensor_mode_(other, rounding_mode);
+}
+
+/// Alias for `torch.div`. (`divide.Scalar_mode(Tensor self, Scalar other, *, str?
+/// rounding_mode) -> Tensor`) Calls `tr_tensor_divide_scalar_mode`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor divide_scalar_mode(
+    const Tensor& input,
+    Scalar other,
+    const std::optional<std::string>& rounding_mode) {
+    return input.divide_scalar_mode(other, rounding_mode);
+}
+
+/// In-place version of `Tensor.divide` (`divide_.Scalar_mode(Tensor(a!) self, Scalar other, *,
+/// str? rounding_mode) -> Tensor(a!)`) Calls `tr_tensor_divide_scalar_mode_`; throws tr::Error
+/// on failure.
+inline Tensor& divide_scalar_mode_(
+    Tensor& input,
+    Scalar other,
+    const std::optional<std::string>& rounding_mode) {
+    return input.divide_scalar_mode_(other, rounding_mode);
+}
+
+/// Alias for `torch.div` with `rounding_mode=None`. (`true_divide.Tensor(Tensor self, Tensor
+/// other) -> Tensor`) Calls `tr_tensor_true_divide_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor true_divide_tensor(const Tensor& input, const Tensor& other) {
+    return input.true_divide_tensor(other);
+}
+
+/// In-place version of `Tensor.true_divide_` (`true_divide_.Tensor(Tensor(a!) self, Tensor
+/// other) -> Tensor(a!)`) Calls `tr_tensor_true_divide_tensor_`; throws tr::Error on failure.
+inline Tensor& true_divide_tensor_(Tensor& input, const Tensor& other) {
+    return input.true_divide_tensor_(other);
+}
+
+/// Alias for `torch.div` with `rounding_mode=None`. (`true_divide.Scalar(Tensor self, Scalar
+/// other) -> Tensor`) Calls `tr_tensor_true_divide_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor true_divide_scalar(const Tensor& input, Scalar other) {
+    return input.true_divide_scalar(other);
+}
+
+/// In-place version of `Tensor.true_divide_` (`true_divide_.Scalar(Tensor(a!) self, Scalar
+/// other) -> Tensor(a!)`) Calls `tr_tensor_true_divide_scalar_`; throws tr::Error on failure.
+inline Tensor& true_divide_scalar_(Tensor& input, Scalar other) {
+    return input.true_divide_scalar_(other);
+}
+
+/// Alias for `torch.special.erf`. (`erf(Tensor self) -> Tensor`) Calls `tr_tensor_erf`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor erf(const Tensor& input) {
+    return input.erf();
+}
+
+/// In-place version of `Tensor.erf` (`erf_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_erf_`; throws tr::Error on failure.
+inline Tensor& erf_(Tensor& input) {
+    return input.erf_();
+}
+
+/// Alias for `torch.special.erfc`. (`erfc(Tensor self) -> Tensor`) Calls `tr_tensor_erfc`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor erfc(const Tensor& input) {
+    return input.erfc();
+}
+
+/// In-place version of `Tensor.erfc` (`erfc_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_erfc_`; throws tr::Error on failure.
+inline Tensor& erfc_(Tensor& input) {
+    return input.erfc_();
+}
+
+/// In-place version of `Tensor.exp` (`exp_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_exp_`; throws tr::Error on failure.
+inline Tensor& exp_(Tensor& input) {
+    return input.exp_();
+}
+
+/// Alias for `torch.special.exp2`. (`exp2(Tensor self) -> Tensor`) Calls `tr_tensor_exp2`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor exp2(const Tensor& input) {
+    return input.exp2();
+}
+
+/// In-place version of `Tensor.exp2` (`exp2_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_exp2_`; throws tr::Error on failure.
+inline Tensor& exp2_(Tensor& input) {
+    return input.exp2_();
+}
+
+/// Alias for `torch.special.expm1`. (`expm1(Tensor self) -> Tensor`) Calls `tr_tensor_expm1`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor expm1(const Tensor& input) {
+    return input.expm1();
+}
+
+/// In-place version of `Tensor.expm1` (`expm1_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_expm1_`; throws tr::Error on failure.
+inline Tensor& expm1_(Tensor& input) {
+    return input.expm1_();
+}
+
+/// Returns a new tensor with the floor of the elements of `input`, the largest integer less
+/// than or equal to each element. (`floor(Tensor self) -> Tensor`) Calls `tr_tensor_floor`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor floor(const Tensor& input) {
+    return input.floor();
+}
+
+/// In-place version of `Tensor.floor` (`floor_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_floor_`; throws tr::Error on failure.
+inline Tensor& floor_(Tensor& input) {
+    return input.floor_();
+}
+
+/// In-place version of `Tensor.floor_divide` (`floor_divide_.Tensor(Tensor(a!) self, Tensor
+/// other) -> Tensor(a!)`) Calls `tr_tensor_floor_divide_tensor_`; throws tr::Error on failure.
+inline Tensor& floor_divide_tensor_(Tensor& input, const Tensor& other) {
+    return input.floor_divide_tensor_(other);
+}
+
+/// Computes the fractional portion of each element in `input`. (`frac(Tensor self) -> Tensor`)
+/// Calls `tr_tensor_frac`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor frac(const Tensor& input) {
+    return input.frac();
+}
+
+/// In-place version of `Tensor.frac` (`frac_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_frac_`; throws tr::Error on failure.
+inline Tensor& frac_(Tensor& input) {
+    return input.frac_();
+}
+
+/// Computes the element-wise greatest common divisor (GCD) of `input` and `other`. (`gcd(Tensor
+/// self, Tensor other) -> Tensor`) Calls `tr_tensor_gcd`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor gcd(const Tensor& input, const Tensor& other) {
+    return input.gcd(other);
+}
+
+/// In-place version of `Tensor.gcd` (`gcd_(Tensor(a!) self, Tensor other) -> Tensor(a!)`) Calls
+/// `tr_tensor_gcd_`; throws tr::Error on failure.
+inline Tensor& gcd_(Tensor& input, const Tensor& other) {
+    return input.gcd_(other);
+}
+
+/// Computes the element-wise least common multiple (LCM) of `input` and `other`. (`lcm(Tensor
+/// self, Tensor other) -> Tensor`) Calls `tr_tensor_lcm`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor lcm(const Tensor& input, const Tensor& other) {
+    return input.lcm(other);
+}
+
+/// In-place version of `Tensor.lcm` (`lcm_(Tensor(a!) self, Tensor other) -> Tensor(a!)`) Calls
+/// `tr_tensor_lcm_`; throws tr::Error on failure.
+inline Tensor& lcm_(Tensor& input, const Tensor& other) {
+    return input.lcm_(other);
+}
+
+/// Returns a new tensor with boolean elements representing if each element of `input` is
+/// "close" to the corresponding element of `other`. (`isclose(Tensor self, Tensor other, float
+/// rtol=1e-05, float atol=1e-08, bool equal_nan=False) -> Tensor`) Calls `tr_tensor_isclose`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor isclose(
+    const Tensor& input,
+    const Tensor& other,
+    double rtol,
+    double atol,
+    bool equal_nan) {
+    return input.isclose(other, rtol, atol, equal_nan);
+}
+
+/// Tests if each element of `elements` is in `test_elements`. (`isin.Tensor_Tensor(Tensor
+/// elements, Tensor test_elements, *, bool assume_unique=False, bool invert=False) -> Tensor`)
+/// Calls `tr_tensor_isin_tensor_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor isin_tensor_tensor(
+    const Tensor& elements,
+    const Tensor& test_elements,
+    bool assume_unique,
+    bool invert) {
+    return elements.isin_tensor_tensor(test_elements, assume_unique, invert);
+}
+
+/// Tests if each element of `elements` is in `test_elements`. (`isin.Tensor_Scalar(Tensor
+/// elements, Scalar test_element, *, bool assume_unique=False, bool invert=False) -> Tensor`)
+/// Calls `tr_tensor_isin_tensor_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor isin_tensor_scalar(
+    const Tensor& elements,
+    Scalar test_element,
+    bool assume_unique,
+    bool invert) {
+    return elements.isin_tensor_scalar(test_element, assume_unique, invert);
+}
+
+/// Tests if each element of `elements` is in `test_elements`. (`isin.Scalar_Tensor(Scalar
+/// element, Tensor test_elements, *, bool assume_unique=False, bool invert=False) -> Tensor`)
+/// Calls `tr_tensor_isin_scalar_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor isin_scalar_tensor(
+    Scalar element,
+    const Tensor& test_elements,
+    bool assume_unique,
+    bool invert) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_isin_scalar_tensor, element.raw(), test_elements.raw(), assume_unique,
+            invert, &out);
+    return Tensor::adopt(out);
+}
+
+/// Returns a new tensor with boolean elements representing if each element of `input` is NaN or
+/// not. (`isnan(Tensor self) -> Tensor`) Calls `tr_tensor_isnan`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor isnan(const Tensor& input) {
+    return input.isnan();
+}
+
+/// Returns a new tensor with boolean elements representing if each element of `input` is real-
+/// valued or not. (`isreal(Tensor self) -> Tensor`) Calls `tr_tensor_isreal`; throws tr::Error
+/// on failure.
+[[nodiscard]] inline Tensor isreal(const Tensor& input) {
+    return input.isreal();
+}
+
+/// Replaces :literal:`NaN`, positive infinity, and negative infinity values in `input` with the
+/// values specified by `nan`, `posinf`, and `neginf`, respectively. (`nan_to_num(Tensor self,
+/// float? nan=None, float? posinf=None, float? neginf=None) -> Tensor`) Calls
+/// `tr_tensor_nan_to_num`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor nan_to_num(
+    const Tensor& input,
+    std::optional<double> nan,
+    std::optional<double> posinf,
+    std::optional<double> neginf) {
+    return input.nan_to_num(nan, posinf, neginf);
+}
+
+/// In-place version of `Tensor.nan_to_num`. (`nan_to_num_(Tensor(a!) self, float? nan=None,
+/// float? posinf=None, float? neginf=None) -> Tensor(a!)`) Calls `tr_tensor_nan_to_num_`;
+/// throws tr::Error on failure.
+inline Tensor& nan_to_num_(
+    Tensor& input,
+    std::optional<double> nan,
+    std::optional<double> posinf,
+    std::optional<double> neginf) {
+    return input.nan_to_num_(nan, posinf, neginf);
+}
+
+/// Multiplies `input` by 2 ** `other`. (`ldexp.Tensor(Tensor self, Tensor other) -> Tensor`)
+/// Calls `tr_tensor_ldexp_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor ldexp_tensor(const Tensor& input, const Tensor& other) {
+    return input.ldexp_tensor(other);
+}
+
+/// In-place version of `Tensor.ldexp` (`ldexp_(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
+/// Calls `tr_tensor_ldexp_`; throws tr::Error on failure.
+inline Tensor& ldexp_(Tensor& input, const Tensor& other) {
+    return input.ldexp_(other);
+}
+
+/// In-place version of `Tensor.log` (`log_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_log_`; throws tr::Error on failure.
+inline Tensor& log_(Tensor& input) {
+    return input.log_();
+}
+
+/// Returns a new tensor with the logarithm to the base 10 of the elements of `input`.
+/// (`log10(Tensor self) -> Tensor`) Calls `tr_tensor_log10`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor log10(const Tensor& input) {
+    return input.log10();
+}
+
+/// In-place version of `Tensor.log10` (`log10_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_log10_`; throws tr::Error on failure.
+inline Tensor& log10_(Tensor& input) {
+    return input.log10_();
+}
+
+/// Returns a new tensor with the natural logarithm of (1 + `input`). (`log1p(Tensor self) ->
+/// Tensor`) Calls `tr_tensor_log1p`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor log1p(const Tensor& input) {
+    return input.log1p();
+}
+
+/// In-place version of `Tensor.log1p` (`log1p_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_log1p_`; throws tr::Error on failure.
+inline Tensor& log1p_(Tensor& input) {
+    return input.log1p_();
+}
+
+/// Returns a new tensor with the logarithm to the base 2 of the elements of `input`.
+/// (`log2(Tensor self) -> Tensor`) Calls `tr_tensor_log2`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor log2(const Tensor& input) {
+    return input.log2();
+}
+
+/// In-place version of `Tensor.log2` (`log2_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_log2_`; throws tr::Error on failure.
+inline Tensor& log2_(Tensor& input) {
+    return input.log2_();
+}
+
+/// Logarithm of the sum of exponentiations of the inputs. (`logaddexp(Tensor self, Tensor
+/// other) -> Tensor`) Calls `tr_tensor_logaddexp`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor logaddexp(const Tensor& input, const Tensor& other) {
+    return input.logaddexp(other);
+}
+
+/// Logarithm of the sum of exponentiations of the inputs in base-2. (`logaddexp2(Tensor self,
+/// Tensor other) -> Tensor`) Calls `tr_tensor_logaddexp2`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor logaddexp2(const Tensor& input, const Tensor& other) {
+    return input.logaddexp2(other);
+}
+
+/// Alias for `torch.special.xlogy`. (`xlogy.Tensor(Tensor self, Tensor other) -> Tensor`) Calls
+/// `tr_tensor_xlogy_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor xlogy_tensor(const Tensor& input, const Tensor& other) {
+    return input.xlogy_tensor(other);
+}
+
+/// Alias for `torch.special.xlogy`. (`xlogy.Scalar_Self(Scalar self, Tensor other) -> Tensor`)
+/// Calls `tr_tensor_xlogy_scalar_self`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor xlogy_scalar_self(Scalar input, const Tensor& other) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_xlogy_scalar_self, input.raw(), other.raw(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Alias for `torch.special.xlogy`. (`xlogy.Scalar_Other(Tensor self, Scalar other) -> Tensor`)
+/// Calls `tr_tensor_xlogy_scalar_other`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor xlogy_scalar_other(const Tensor& input, Scalar other) {
+    return input.xlogy_scalar_other(other);
+}
+
+/// In-place version of `Tensor.xlogy` (`xlogy_.Tensor(Tensor(a!) self, Tensor other) ->
+/// Tensor(a!)`) Calls `tr_tensor_xlogy_tensor_`; throws tr::Error on failure.
+inline Tensor& xlogy_tensor_(Tensor& input, const Tensor& other) {
+    return input.xlogy_tensor_(other);
+}
+
+/// In-place version of `Tensor.xlogy` (`xlogy_.Scalar_Other(Tensor(a!) self, Scalar other) ->
+/// Tensor(a!)`) Calls `tr_tensor_xlogy_scalar_other_`; throws tr::Error on failure.
+inline Tensor& xlogy_scalar_other_(Tensor& input, Scalar other) {
+    return input.xlogy_scalar_other_(other);
+}
+
+/// Multiplies `input` by `other`. (`mul.Tensor(Tensor self, Tensor other) -> Tensor`) Calls
+/// `tr_tensor_mul_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor mul_tensor(const Tensor& input, const Tensor& other) {
+    return input.mul_tensor(other);
+}
+
+/// In-place version of `Tensor.mul`. (`mul_.Tensor(Tensor(a!) self, Tensor other) ->
+/// Tensor(a!)`) Calls `tr_tensor_mul_tensor_`; throws tr::Error on failure.
+inline Tensor& mul_tensor_(Tensor& input, const Tensor& other) {
+    return input.mul_tensor_(other);
+}
+
+/// Alias for `torch.mul`. (`multiply.Tensor(Tensor self, Tensor other) -> Tensor`) Calls
+/// `tr_tensor_multiply_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor multiply_tensor(const Tensor& input, const Tensor& other) {
+    return input.multiply_tensor(other);
+}
+
+/// In-place version of `Tensor.multiply`. (`multiply_.Tensor(Tensor(a!) self, Tensor other) ->
+/// Tensor(a!)`) Calls `tr_tensor_multiply_tensor_`; throws tr::Error on failure.
+inline Tensor& multiply_tensor_(Tensor& input, const Tensor& other) {
+    return input.multiply_tensor_(other);
+}
+
+/// Alias for `torch.mul`. (`multiply.Scalar(Tensor self, Scalar other) -> Tensor`) Calls
+/// `tr_tensor_multiply_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor multiply_scalar(const Tensor& input, Scalar other) {
+    return input.multiply_scalar(other);
+}
+
+/// In-place version of `Tensor.multiply`. (`multiply_.Scalar(Tensor(a!) self, Scalar other) ->
+/// Tensor(a!)`) Calls `tr_tensor_multiply_scalar_`; throws tr::Error on failure.
+inline Tensor& multiply_scalar_(Tensor& input, Scalar other) {
+    return input.multiply_scalar_(other);
+}
+
+/// Alias for `torch.special.multigammaln`. (`mvlgamma(Tensor self, int p) -> Tensor`) Calls
+/// `tr_tensor_mvlgamma`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor mvlgamma(const Tensor& input, int64_t p) {
+    return input.mvlgamma(p);
+}
+
+/// In-place version of `Tensor.mvlgamma` (`mvlgamma_(Tensor(a!) self, int p) -> Tensor(a!)`)
+/// Calls `tr_tensor_mvlgamma_`; throws tr::Error on failure.
+inline Tensor& mvlgamma_(Tensor& input, int64_t p) {
+    return input.mvlgamma_(p);
+}
+
+/// Returns a new tensor with each of the elements of `input` converted from angles in radians
+/// to degrees. (`rad2deg(Tensor self) -> Tensor`) Calls `tr_tensor_rad2deg`; throws tr::Error
+/// on failure.
+[[nodiscard]] inline Tensor rad2deg(const Tensor& input) {
+    return input.rad2deg();
+}
+
+/// In-place version of `Tensor.rad2deg` (`rad2deg_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_rad2deg_`; throws tr::Error on failure.
+inline Tensor& rad2deg_(Tensor& input) {
+    return input.rad2deg_();
+}
+
+/// Returns a new tensor with each of the elements of `input` converted from angles in degrees
+/// to radians. (`deg2rad(Tensor self) -> Tensor`) Calls `tr_tensor_deg2rad`; throws tr::Error
+/// on failure.
+[[nodiscard]] inline Tensor deg2rad(const Tensor& input) {
+    return input.deg2rad();
+}
+
+/// In-place version of `Tensor.deg2rad` (`deg2rad_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_deg2rad_`; throws tr::Error on failure.
+inline Tensor& deg2rad_(Tensor& input) {
+    return input.deg2rad_();
+}
+
+/// Returns a new tensor with the reciprocal of the elements of `input` (`reciprocal(Tensor
+/// self) -> Tensor`) Calls `tr_tensor_reciprocal`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor reciprocal(const Tensor& input) {
+    return input.reciprocal();
+}
+
+/// In-place version of `Tensor.reciprocal` (`reciprocal_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_reciprocal_`; throws tr::Error on failure.
+inline Tensor& reciprocal_(Tensor& input) {
+    return input.reciprocal_();
+}
+
+/// In-place version of `Tensor.neg` (`neg_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_neg_`; throws tr::Error on failure.
+inline Tensor& neg_(Tensor& input) {
+    return input.neg_();
+}
+
+/// Alias for `torch.neg` (`negative(Tensor self) -> Tensor`) Calls `tr_tensor_negative`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor negative(const Tensor& input) {
+    return input.negative();
+}
+
+/// In-place version of `Tensor.negative` (`negative_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_negative_`; throws tr::Error on failure.
+inline Tensor& negative_(Tensor& input) {
+    return input.negative_();
+}
+
+/// Rounds elements of `input` to the nearest integer. (`round(Tensor self) -> Tensor`) Calls
+/// `tr_tensor_round`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor round(const Tensor& input) {
+    return input.round();
+}
+
+/// In-place version of `Tensor.round` (`round_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_round_`; throws tr::Error on failure.
+inline Tensor& round_(Tensor& input) {
+    return input.round_();
+}
+
+/// Rounds elements of `input` to the nearest integer. (`round.decimals(Tensor self, *, int
+/// decimals) -> Tensor`) Calls `tr_tensor_round_decimals`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor round_decimals(const Tensor& input, int64_t decimals) {
+    return input.round_decimals(decimals);
+}
+
+/// In-place version of `Tensor.round` (`round_.decimals(Tensor(a!) self, *, int decimals) ->
+/// Tensor(a!)`) Calls `tr_tensor_round_decimals_`; throws tr::Error on failure.
+inline Tensor& round_decimals_(Tensor& input, int64_t decimals) {
+    return input.round_decimals_(decimals);
+}
+
+/// Returns a new tensor with the reciprocal of the square-root of each of the elements of
+/// `input`. (`rsqrt(Tensor self) -> Tensor`) Calls `tr_tensor_rsqrt`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor rsqrt(const Tensor& input) {
+    return input.rsqrt();
+}
+
+/// In-place version of `Tensor.rsqrt` (`rsqrt_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_rsqrt_`; throws tr::Error on failure.
+inline Tensor& rsqrt_(Tensor& input) {
+    return input.rsqrt_();
+}
+
+/// Alias for `torch.special.logit`. (`logit(Tensor self, float? eps=None) -> Tensor`) Calls
+/// `tr_tensor_logit`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor logit(const Tensor& input, std::optional<double> eps) {
+    return input.logit(eps);
+}
+
+/// In-place version of `Tensor.logit` (`logit_(Tensor(a!) self, float? eps=None) ->
+/// Tensor(a!)`) Calls `tr_tensor_logit_`; throws tr::Error on failure.
+inline Tensor& logit_(Tensor& input, std::optional<double> eps) {
+    return input.logit_(eps);
+}
+
+/// Returns a new tensor with the sine of the elements in the `input` tensor, where each value
+/// in this input tensor is in radians. (`sin(Tensor self) -> Tensor`) Calls `tr_tensor_sin`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor sin(const Tensor& input) {
+    return input.sin();
+}
+
+/// In-place version of `Tensor.sin` (`sin_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_sin_`; throws tr::Error on failure.
+inline Tensor& sin_(Tensor& input) {
+    return input.sin_();
+}
+
+/// Alias for `torch.special.sinc`. (`sinc(Tensor self) -> Tensor`) Calls `tr_tensor_sinc`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor sinc(const Tensor& input) {
+    return input.sinc();
+}
+
+/// In-place version of `Tensor.sinc` (`sinc_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_sinc_`; throws tr::Error on failure.
+inline Tensor& sinc_(Tensor& input) {
+    return input.sinc_();
+}
+
+/// Returns a new tensor with the hyperbolic sine of the elements of `input`. (`sinh(Tensor
+/// self) -> Tensor`) Calls `tr_tensor_sinh`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor sinh(const Tensor& input) {
+    return input.sinh();
+}
+
+/// In-place version of `Tensor.sinh` (`sinh_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_sinh_`; throws tr::Error on failure.
+inline Tensor& sinh_(Tensor& input) {
+    return input.sinh_();
+}
+
+/// In-place version of `Tensor.sqrt` (`sqrt_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_sqrt_`; throws tr::Error on failure.
+inline Tensor& sqrt_(Tensor& input) {
+    return input.sqrt_();
+}
+
+/// Returns a new tensor with the square of the elements of `input`. (`square(Tensor self) ->
+/// Tensor`) Calls `tr_tensor_square`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor square(const Tensor& input) {
+    return input.square();
+}
+
+/// In-place version of `Tensor.square` (`square_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_square_`; throws tr::Error on failure.
+inline Tensor& square_(Tensor& input) {
+    return input.square_();
+}
+
+/// Returns a new tensor with the tangent of the elements in the `input` tensor, where each
+/// value in this input tensor is in radians. (`tan(Tensor self) -> Tensor`) Calls
+/// `tr_tensor_tan`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor tan(const Tensor& input) {
+    return input.tan();
+}
+
+/// In-place version of `Tensor.tan` (`tan_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_tan_`; throws tr::Error on failure.
+inline Tensor& tan_(Tensor& input) {
+    return input.tan_();
+}
+
+/// Returns a new tensor with the truncated integer values of the elements of `input`.
+/// (`trunc(Tensor self) -> Tensor`) Calls `tr_tensor_trunc`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor trunc(const Tensor& input) {
+    return input.trunc();
+}
+
+/// In-place version of `Tensor.trunc` (`trunc_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_trunc_`; throws tr::Error on failure.
+inline Tensor& trunc_(Tensor& input) {
+    return input.trunc_();
+}
+
+/// Alias for `torch.trunc` (`fix(Tensor self) -> Tensor`) Calls `tr_tensor_fix`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor fix(const Tensor& input) {
+    return input.fix();
+}
+
+/// In-place version of `Tensor.fix` (`fix_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_fix_`; throws tr::Error on failure.
+inline Tensor& fix_(Tensor& input) {
+    return input.fix_();
+}
+
+/// Return a tensor of elements selected from either `input` or `other`, depending on
+/// `condition`. (`where.ScalarSelf(Tensor condition, Scalar self, Tensor other) -> Tensor`)
+/// Calls `tr_tensor_where_scalarself`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor where_scalarself(
+    const Tensor& condition,
+    Scalar input,
+    const Tensor& other) {
+    return condition.where_scalarself(input, other);
+}
+
+/// Return a tensor of elements selected from either `input` or `other`, depending on
+/// `condition`. (`where.ScalarOther(Tensor condition, Tensor self, Scalar other) -> Tensor`)
+/// Calls `tr_tensor_where_scalarother`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor where_scalarother(
+    const Tensor& condition,
+    const Tensor& input,
+    Scalar other) {
+    return condition.where_scalarother(input, other);
+}
+
+/// Return a tensor of elements selected from either `input` or `other`, depending on
+/// `condition`. (`where.Scalar(Tensor condition, Scalar self, Scalar other) -> Tensor`) Calls
+/// `tr_tensor_where_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor where_scalar(const Tensor& condition, Scalar input, Scalar other) {
+    return condition.where_scalar(input, other);
+}
+
+/// Return a tensor of elements selected from either `input` or `other`, depending on
+/// `condition`. (`where(Tensor condition) -> Tensor[]`) Calls `tr_tensor_where`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> where(const Tensor& condition) {
+    return condition.where();
+}
+
+/// Decomposes `input` into mantissa and exponent tensors such that `\text{input} =
+/// \text{mantissa} \times 2^{\text{exponent}}`. (`frexp.Tensor(Tensor self) -> (Tensor
+/// mantissa, Tensor exponent)`) Calls `tr_tensor_frexp_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> frexp_tensor(const Tensor& input) {
+    return input.frexp_tensor();
+}
+
+/// Returns `input`. (`positive(Tensor(a) self) -> Tensor(a)`) Calls `tr_tensor_positive`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor positive(const Tensor& input) {
+    return input.positive();
+}
+
+/// Subtracts `other`, scaled by `alpha`, from `input`. (`sub.Tensor(Tensor self, Tensor other,
+/// *, Scalar alpha=1) -> Tensor`) Calls `tr_tensor_sub_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor sub_tensor(const Tensor& input, const Tensor& other, Scalar alpha) {
+    return input.sub_tensor(other, alpha);
+}
+
+/// In-place version of `Tensor.sub` (`sub_.Tensor(Tensor(a!) self, Tensor other, *, Scalar
+/// alpha=1) -> Tensor(a!)`) Calls `tr_tensor_sub_tensor_`; throws tr::Error on failure.
+inline Tensor& sub_tensor_(Tensor& input, const Tensor& other, Scalar alpha) {
+    return input.sub_tensor_(other, alpha);
+}
+
+/// Alias for `torch.sub`. (`subtract.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) ->
+/// Tensor`) Calls `tr_tensor_subtract_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor subtract_tensor(
+    const Tensor& input,
+    const Tensor& other,
+    Scalar alpha) {
+    return input.subtract_tensor(other, alpha);
+}
+
+/// In-place version of `Tensor.subtract`. (`subtract_.Tensor(Tensor(a!) self, Tensor other, *,
+/// Scalar alpha=1) -> Tensor(a!)`) Calls `tr_tensor_subtract_tensor_`; throws tr::Error on
+/// failure.
+inline Tensor& subtract_tensor_(Tensor& input, const Tensor& other, Scalar alpha) {
+    return input.subtract_tensor_(other, alpha);
+}
+
+/// Alias for `torch.sub`. (`subtract.Scalar(Tensor self, Scalar other, Scalar alpha=1) ->
+/// Tensor`) Calls `tr_tensor_subtract_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor subtract_scalar(const Tensor& input, Scalar other, Scalar alpha) {
+    return input.subtract_scalar(other, alpha);
+}
+
+/// In-place version of `Tensor.subtract`. (`subtract_.Scalar(Tensor(a!) self, Scalar other,
+/// Scalar alpha=1) -> Tensor(a!)`) Calls `tr_tensor_subtract_scalar_`; throws tr::Error on
+/// failure.
+inline Tensor& subtract_scalar_(Tensor& input, Scalar other, Scalar alpha) {
+    return input.subtract_scalar_(other, alpha);
+}
+
+/// `other - alpha * input`: subtraction with its operands swapped. (`rsub.Tensor(Tensor self,
+/// Tensor other, *, Scalar alpha=1) -> Tensor`) Calls `tr_tensor_rsub_tensor`; throws tr::Error
+/// on failure.
+[[nodiscard]] inline Tensor rsub_tensor(const Tensor& input, const Tensor& other, Scalar alpha) {
+    return input.rsub_tensor(other, alpha);
+}
+
+/// Computes the Heaviside step function for each element in `input`. (`heaviside(Tensor self,
+/// Tensor values) -> Tensor`) Calls `tr_tensor_heaviside`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor heaviside(const Tensor& input, const Tensor& values) {
+    return input.heaviside(values);
+}
+
+/// In-place version of `Tensor.heaviside` (`heaviside_(Tensor(a!) self, Tensor values) ->
+/// Tensor(a!)`) Calls `tr_tensor_heaviside_`; throws tr::Error on failure.
+inline Tensor& heaviside_(Tensor& input, const Tensor& values) {
+    return input.heaviside_(values);
+}
+
+/// Fills elements of `self` tensor with `value` where `mask` is True.
+/// (`masked_fill_.Scalar(Tensor(a!) self, Tensor mask, Scalar value) -> Tensor(a!)`) Calls
+/// `tr_tensor_masked_fill_scalar_`; throws tr::Error on failure.
+inline Tensor& masked_fill_scalar_(Tensor& input, const Tensor& mask, Scalar value) {
+    return input.masked_fill_scalar_(mask, value);
+}
+
+/// Out-of-place version of `torch.Tensor.masked_fill_` (`masked_fill.Scalar(Tensor self, Tensor
+/// mask, Scalar value) -> Tensor`) Calls `tr_tensor_masked_fill_scalar`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor masked_fill_scalar(
+    const Tensor& input,
+    const Tensor& mask,
+    Scalar value) {
+    return input.masked_fill_scalar(mask, value);
+}
+
+/// Fills elements of `self` tensor with `value` where `mask` is True.
+/// (`masked_fill_.Tensor(Tensor(a!) self, Tensor mask, Tensor value) -> Tensor(a!)`) Calls
+/// `tr_tensor_masked_fill_tensor_`; throws tr::Error on failure.
+inline Tensor& masked_fill_tensor_(Tensor& input, const Tensor& mask, const Tensor& value) {
+    return input.masked_fill_tensor_(mask, value);
+}
+
+/// Out-of-place version of `torch.Tensor.masked_fill_` (`masked_fill.Tensor(Tensor self, Tensor
+/// mask, Tensor value) -> Tensor`) Calls `tr_tensor_masked_fill_tensor`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor masked_fill_tensor(
+    const Tensor& input,
+    const Tensor& mask,
+    const Tensor& value) {
+    return input.masked_fill_tensor(mask, value);
+}
+
+/// In-place version of `Tensor.eq` (`eq_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`)
+/// Calls `tr_tensor_eq_scalar_`; throws tr::Error on failure.
+inline Tensor& eq_scalar_(Tensor& input, Scalar other) {
+    return input.eq_scalar_(other);
+}
+
+/// In-place version of `Tensor.eq` (`eq_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
+/// Calls `tr_tensor_eq_tensor_`; throws tr::Error on failure.
+inline Tensor& eq_tensor_(Tensor& input, const Tensor& other) {
+    return input.eq_tensor_(other);
+}
+
+/// Computes the bitwise AND of `input` and `other`. (`bitwise_and.Scalar(Tensor self, Scalar
+/// other) -> Tensor`) Calls `tr_tensor_bitwise_and_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor bitwise_and_scalar(const Tensor& input, Scalar other) {
+    return input.bitwise_and_scalar(other);
+}
+
+/// Computes the bitwise AND of `input` and `other`. (`bitwise_and.Scalar_Tensor(Scalar self,
+/// Tensor other) -> Tensor`) Calls `tr_tensor_bitwise_and_scalar_tensor`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor bitwise_and_scalar_tensor(Scalar input, const Tensor& other) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_bitwise_and_scalar_tensor, input.raw(), other.raw(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Computes the bitwise AND of `input` and `other`. (`bitwise_and.Tensor(Tensor self, Tensor
+/// other) -> Tensor`) Calls `tr_tensor_bitwise_and_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor bitwise_and_tensor(const Tensor& input, const Tensor& other) {
+    return input.bitwise_and_tensor(other);
+}
+
+/// In-place version of `Tensor.bitwise_and` (`bitwise_and_.Scalar(Tensor(a!) self, Scalar
+/// other) -> Tensor(a!)`) Calls `tr_tensor_bitwise_and_scalar_`; throws tr::Error on failure.
+inline Tensor& bitwise_and_scalar_(Tensor& input, Scalar other) {
+    return input.bitwise_and_scalar_(other);
+}
+
+/// In-place version of `Tensor.bitwise_and` (`bitwise_and_.Tensor(Tensor(a!) self, Tensor
+/// other) -> Tensor(a!)`) Calls `tr_tensor_bitwise_and_tensor_`; throws tr::Error on failure.
+inline Tensor& bitwise_and_tensor_(Tensor& input, const Tensor& other) {
+    return input.bitwise_and_tensor_(other);
+}
+
+/// Computes the bitwise OR of `input` and `other`. (`bitwise_or.Scalar(Tensor self, Scalar
+/// other) -> Tensor`) Calls `tr_tensor_bitwise_or_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor bitwise_or_scalar(const Tensor& input, Scalar other) {
+    return input.bitwise_or_scalar(other);
+}
+
+/// Computes the bitwise OR of `input` and `other`. (`bitwise_or.Scalar_Tensor(Scalar self,
+/// Tensor other) -> Tensor`) Calls `tr_tensor_bitwise_or_scalar_tensor`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor bitwise_or_scalar_tensor(Scalar input, const Tensor& other) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_bitwise_or_scalar_tensor, input.raw(), other.raw(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Computes the bitwise OR of `input` and `other`. (`bitwise_or.Tensor(Tensor self, Tensor
+/// other) -> Tensor`) Calls `tr_tensor_bitwise_or_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor bitwise_or_tensor(const Tensor& input, const Tensor& other) {
+    return input.bitwise_or_tensor(other);
+}
+
+/// In-place version of `Tensor.bitwise_or` (`bitwise_or_.Scalar(Tensor(a!) self, Scalar other)
+/// -> Tensor(a!)`) Calls `tr_tensor_bitwise_or_scalar_`; throws tr::Error on failure.
+inline Tensor& bitwise_or_scalar_(Tensor& input, Scalar other) {
+    return input.bitwise_or_scalar_(other);
+}
+
+/// In-place version of `Tensor.bitwise_or` (`bitwise_or_.Tensor(Tensor(a!) self, Tensor other)
+/// -> Tensor(a!)`) Calls `tr_tensor_bitwise_or_tensor_`; throws tr::Error on failure.
+inline Tensor& bitwise_or_tensor_(Tensor& input, const Tensor& other) {
+    return input.bitwise_or_tensor_(other);
+}
+
+/// Computes the bitwise XOR of `input` and `other`. (`bitwise_xor.Scalar(Tensor self, Scalar
+/// other) -> Tensor`) Calls `tr_tensor_bitwise_xor_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor bitwise_xor_scalar(const Tensor& input, Scalar other) {
+    return input.bitwise_xor_scalar(other);
+}
+
+/// Computes the bitwise XOR of `input` and `other`. (`bitwise_xor.Scalar_Tensor(Scalar self,
+/// Tensor other) -> Tensor`) Calls `tr_tensor_bitwise_xor_scalar_tensor`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor bitwise_xor_scalar_tensor(Scalar input, const Tensor& other) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_bitwise_xor_scalar_tensor, input.raw(), other.raw(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Computes the bitwise XOR of `input` and `other`. (`bitwise_xor.Tensor(Tensor self, Tensor
+/// other) -> Tensor`) Calls `tr_tensor_bitwise_xor_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor bitwise_xor_tensor(const Tensor& input, const Tensor& other) {
+    return input.bitwise_xor_tensor(other);
+}
+
+/// In-place version of `Tensor.bitwise_xor` (`bitwise_xor_.Scalar(Tensor(a!) self, Scalar
+/// other) -> Tensor(a!)`) Calls `tr_tensor_bitwise_xor_scalar_`; throws tr::Error on failure.
+inline Tensor& bitwise_xor_scalar_(Tensor& input, Scalar other) {
+    return input.bitwise_xor_scalar_(other);
+}
+
+/// In-place version of `Tensor.bitwise_xor` (`bitwise_xor_.Tensor(Tensor(a!) self, Tensor
+/// other) -> Tensor(a!)`) Calls `tr_tensor_bitwise_xor_tensor_`; throws tr::Error on failure.
+inline Tensor& bitwise_xor_tensor_(Tensor& input, const Tensor& other) {
+    return input.bitwise_xor_tensor_(other);
+}
+
+/// Computes the left arithmetic shift of `input` by `other` bits.
+/// (`bitwise_left_shift.Tensor(Tensor self, Tensor other) -> Tensor`) Calls
+/// `tr_tensor_bitwise_left_shift_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor bitwise_left_shift_tensor(const Tensor& input, const Tensor& other) {
+    return input.bitwise_left_shift_tensor(other);
+}
+
+/// In-place version of `Tensor.bitwise_left_shift` (`bitwise_left_shift_.Tensor(Tensor(a!)
+/// self, Tensor other) -> Tensor(a!)`) Calls `tr_tensor_bitwise_left_shift_tensor_`; throws
+/// tr::Error on failure.
+inline Tensor& bitwise_left_shift_tensor_(Tensor& input, const Tensor& other) {
+    return input.bitwise_left_shift_tensor_(other);
+}
+
+/// Computes the left arithmetic shift of `input` by `other` bits.
+/// (`bitwise_left_shift.Tensor_Scalar(Tensor self, Scalar other) -> Tensor`) Calls
+/// `tr_tensor_bitwise_left_shift_tensor_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor bitwise_left_shift_tensor_scalar(const Tensor& input, Scalar other) {
+    return input.bitwise_left_shift_tensor_scalar(other);
+}
+
+/// In-place version of `Tensor.bitwise_left_shift`
+/// (`bitwise_left_shift_.Tensor_Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`) Calls
+/// `tr_tensor_bitwise_left_shift_tensor_scalar_`; throws tr::Error on failure.
+inline Tensor& bitwise_left_shift_tensor_scalar_(Tensor& input, Scalar other) {
+    return input.bitwise_left_shift_tensor_scalar_(other);
+}
+
+/// Computes the left arithmetic shift of `input` by `other` bits.
+/// (`bitwise_left_shift.Scalar_Tensor(Scalar self, Tensor other) -> Tensor`) Calls
+/// `tr_tensor_bitwise_left_shift_scalar_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor bitwise_left_shift_scalar_tensor(Scalar input, const Tensor& other) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_bitwise_left_shift_scalar_tensor, input.raw(), other.raw(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Computes the right arithmetic shift of `input` by `other` bits.
+/// (`bitwise_right_shift.Tensor(Tensor self, Tensor other) -> Tensor`) Calls
+/// `tr_tensor_bitwise_right_shift_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor bitwise_right_shift_tensor(const Tensor& input, const Tensor& other) {
+    return input.bitwise_right_shift_tensor(other);
+}
+
+/// In-place version of `Tensor.bitwise_right_shift` (`bitwise_right_shift_.Tensor(Tensor(a!)
+/// self, Tensor other) -> Tensor(a!)`) Calls `tr_tensor_bitwise_right_shift_tensor_`; throws
+/// tr::Error on failure.
+inline Tensor& bitwise_right_shift_tensor_(Tensor& input, const Tensor& other) {
+    return input.bitwise_right_shift_tensor_(other);
+}
+
+/// Computes the right arithmetic shift of `input` by `other` bits.
+/// (`bitwise_right_shift.Tensor_Scalar(Tensor self, Scalar other) -> Tensor`) Calls
+/// `tr_tensor_bitwise_right_shift_tensor_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor bitwise_right_shift_tensor_scalar(const Tensor& input, Scalar other) {
+    return input.bitwise_right_shift_tensor_scalar(other);
+}
+
+/// In-place version of `Tensor.bitwise_right_shift`
+/// (`bitwise_right_shift_.Tensor_Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`) Calls
+/// `tr_tensor_bitwise_right_shift_tensor_scalar_`; throws tr::Error on failure.
+inline Tensor& bitwise_right_shift_tensor_scalar_(Tensor& input, Scalar other) {
+    return input.bitwise_right_shift_tensor_scalar_(other);
+}
+
+/// Computes the right arithmetic shift of `input` by `other` bits.
+/// (`bitwise_right_shift.Scalar_Tensor(Scalar self, Tensor other) -> Tensor`) Calls
+/// `tr_tensor_bitwise_right_shift_scalar_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor bitwise_right_shift_scalar_tensor(Scalar input, const Tensor& other) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_bitwise_right_shift_scalar_tensor, input.raw(), other.raw(), &out);
+    return Tensor::adopt(out);
+}
+
+/// In-place version of `Tensor.digamma` (`digamma_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_digamma_`; throws tr::Error on failure.
+inline Tensor& digamma_(Tensor& input) {
+    return input.digamma_();
+}
+
+/// In-place version of `Tensor.lerp` (`lerp_.Scalar(Tensor(a!) self, Tensor end, Scalar weight)
+/// -> Tensor(a!)`) Calls `tr_tensor_lerp_scalar_`; throws tr::Error on failure.
+inline Tensor& lerp_scalar_(Tensor& input, const Tensor& end, Scalar weight) {
+    return input.lerp_scalar_(end, weight);
+}
+
+/// In-place version of `Tensor.lerp` (`lerp_.Tensor(Tensor(a!) self, Tensor end, Tensor weight)
+/// -> Tensor(a!)`) Calls `tr_tensor_lerp_tensor_`; throws tr::Error on failure.
+inline Tensor& lerp_tensor_(Tensor& input, const Tensor& end, const Tensor& weight) {
+    return input.lerp_tensor_(end, weight);
+}
+
+/// Computes `\text{input} \neq \text{other}` element-wise. (`ne.Tensor(Tensor self, Tensor
+/// other) -> Tensor`) Calls `tr_tensor_ne_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor ne_tensor(const Tensor& input, const Tensor& other) {
+    return input.ne_tensor(other);
+}
+
+/// In-place version of `Tensor.ne`. (`ne_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`)
+/// Calls `tr_tensor_ne_scalar_`; throws tr::Error on failure.
+inline Tensor& ne_scalar_(Tensor& input, Scalar other) {
+    return input.ne_scalar_(other);
+}
+
+/// In-place version of `Tensor.ne`. (`ne_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
+/// Calls `tr_tensor_ne_tensor_`; throws tr::Error on failure.
+inline Tensor& ne_tensor_(Tensor& input, const Tensor& other) {
+    return input.ne_tensor_(other);
+}
+
+/// Alias for `torch.ne`. (`not_equal.Scalar(Tensor self, Scalar other) -> Tensor`) Calls
+/// `tr_tensor_not_equal_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor not_equal_scalar(const Tensor& input, Scalar other) {
+    return input.not_equal_scalar(other);
+}
+
+/// Alias for `torch.ne`. (`not_equal.Tensor(Tensor self, Tensor other) -> Tensor`) Calls
+/// `tr_tensor_not_equal_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor not_equal_tensor(const Tensor& input, const Tensor& other) {
+    return input.not_equal_tensor(other);
+}
+
+/// In-place version of `Tensor.not_equal`. (`not_equal_.Scalar(Tensor(a!) self, Scalar other)
+/// -> Tensor(a!)`) Calls `tr_tensor_not_equal_scalar_`; throws tr::Error on failure.
+inline Tensor& not_equal_scalar_(Tensor& input, Scalar other) {
+    return input.not_equal_scalar_(other);
+}
+
+/// In-place version of `Tensor.not_equal`. (`not_equal_.Tensor(Tensor(a!) self, Tensor other)
+/// -> Tensor(a!)`) Calls `tr_tensor_not_equal_tensor_`; throws tr::Error on failure.
+inline Tensor& not_equal_tensor_(Tensor& input, const Tensor& other) {
+    return input.not_equal_tensor_(other);
+}
+
+/// Computes element-wise equality. (`eq.Tensor(Tensor self, Tensor other) -> Tensor`) Calls
+/// `tr_tensor_eq_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor eq_tensor(const Tensor& input, const Tensor& other) {
+    return input.eq_tensor(other);
+}
+
+/// Computes `\text{input} \geq \text{other}` element-wise. (`ge.Tensor(Tensor self, Tensor
+/// other) -> Tensor`) Calls `tr_tensor_ge_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor ge_tensor(const Tensor& input, const Tensor& other) {
+    return input.ge_tensor(other);
+}
+
+/// In-place version of `Tensor.ge`. (`ge_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`)
+/// Calls `tr_tensor_ge_scalar_`; throws tr::Error on failure.
+inline Tensor& ge_scalar_(Tensor& input, Scalar other) {
+    return input.ge_scalar_(other);
+}
+
+/// In-place version of `Tensor.ge`. (`ge_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
+/// Calls `tr_tensor_ge_tensor_`; throws tr::Error on failure.
+inline Tensor& ge_tensor_(Tensor& input, const Tensor& other) {
+    return input.ge_tensor_(other);
+}
+
+/// Alias for `torch.ge`. (`greater_equal.Scalar(Tensor self, Scalar other) -> Tensor`) Calls
+/// `tr_tensor_greater_equal_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor greater_equal_scalar(const Tensor& input, Scalar other) {
+    return input.greater_equal_scalar(other);
+}
+
+/// Alias for `torch.ge`. (`greater_equal.Tensor(Tensor self, Tensor other) -> Tensor`) Calls
+/// `tr_tensor_greater_equal_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor greater_equal_tensor(const Tensor& input, const Tensor& other) {
+    return input.greater_equal_tensor(other);
+}
+
+/// In-place version of `Tensor.greater_equal`. (`greater_equal_.Scalar(Tensor(a!) self, Scalar
+/// other) -> Tensor(a!)`) Calls `tr_tensor_greater_equal_scalar_`; throws tr::Error on failure.
+inline Tensor& greater_equal_scalar_(Tensor& input, Scalar other) {
+    return input.greater_equal_scalar_(other);
+}
+
+/// In-place version of `Tensor.greater_equal`. (`greater_equal_.Tensor(Tensor(a!) self, Tensor
+/// other) -> Tensor(a!)`) Calls `tr_tensor_greater_equal_tensor_`; throws tr::Error on failure.
+inline Tensor& greater_equal_tensor_(Tensor& input, const Tensor& other) {
+    return input.greater_equal_tensor_(other);
+}
+
+/// Computes `\text{input} \leq \text{other}` element-wise. (`le.Tensor(Tensor self, Tensor
+/// other) -> Tensor`) Calls `tr_tensor_le_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor le_tensor(const Tensor& input, const Tensor& other) {
+    return input.le_tensor(other);
+}
+
+/// In-place version of `Tensor.le`. (`le_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`)
+/// Calls `tr_tensor_le_scalar_`; throws tr::Error on failure.
+inline Tensor& le_scalar_(Tensor& input, Scalar other) {
+    return input.le_scalar_(other);
+}
+
+/// In-place version of `Tensor.le`. (`le_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
+/// Calls `tr_tensor_le_tensor_`; throws tr::Error on failure.
+inline Tensor& le_tensor_(Tensor& input, const Tensor& other) {
+    return input.le_tensor_(other);
+}
+
+/// Alias for `torch.le`. (`less_equal.Scalar(Tensor self, Scalar other) -> Tensor`) Calls
+/// `tr_tensor_less_equal_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor less_equal_scalar(const Tensor& input, Scalar other) {
+    return input.less_equal_scalar(other);
+}
+
+/// Alias for `torch.le`. (`less_equal.Tensor(Tensor self, Tensor other) -> Tensor`) Calls
+/// `tr_tensor_less_equal_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor less_equal_tensor(const Tensor& input, const Tensor& other) {
+    return input.less_equal_tensor(other);
+}
+
+/// In-place version of `Tensor.less_equal`. (`less_equal_.Scalar(Tensor(a!) self, Scalar other)
+/// -> Tensor(a!)`) Calls `tr_tensor_less_equal_scalar_`; throws tr::Error on failure.
+inline Tensor& less_equal_scalar_(Tensor& input, Scalar other) {
+    return input.less_equal_scalar_(other);
+}
+
+/// In-place version of `Tensor.less_equal`. (`less_equal_.Tensor(Tensor(a!) self, Tensor other)
+/// -> Tensor(a!)`) Calls `tr_tensor_less_equal_tensor_`; throws tr::Error on failure.
+inline Tensor& less_equal_tensor_(Tensor& input, const Tensor& other) {
+    return input.less_equal_tensor_(other);
+}
+
+/// Computes `\text{input} > \text{other}` element-wise. (`gt.Tensor(Tensor self, Tensor other)
+/// -> Tensor`) Calls `tr_tensor_gt_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor gt_tensor(const Tensor& input, const Tensor& other) {
+    return input.gt_tensor(other);
+}
+
+/// In-place version of `Tensor.gt`. (`gt_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`)
+/// Calls `tr_tensor_gt_scalar_`; throws tr::Error on failure.
+inline Tensor& gt_scalar_(Tensor& input, Scalar other) {
+    return input.gt_scalar_(other);
+}
+
+/// In-place version of `Tensor.gt`. (`gt_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
+/// Calls `tr_tensor_gt_tensor_`; throws tr::Error on failure.
+inline Tensor& gt_tensor_(Tensor& input, const Tensor& other) {
+    return input.gt_tensor_(other);
+}
+
+/// Alias for `torch.gt`. (`greater.Scalar(Tensor self, Scalar other) -> Tensor`) Calls
+/// `tr_tensor_greater_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor greater_scalar(const Tensor& input, Scalar other) {
+    return input.greater_scalar(other);
+}
+
+/// Alias for `torch.gt`. (`greater.Tensor(Tensor self, Tensor other) -> Tensor`) Calls
+/// `tr_tensor_greater_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor greater_tensor(const Tensor& input, const Tensor& other) {
+    return input.greater_tensor(other);
+}
+
+/// In-place version of `Tensor.greater`. (`greater_.Scalar(Tensor(a!) self, Scalar other) ->
+/// Tensor(a!)`) Calls `tr_tensor_greater_scalar_`; throws tr::Error on failure.
+inline Tensor& greater_scalar_(Tensor& input, Scalar other) {
+    return input.greater_scalar_(other);
+}
+
+/// In-place version of `Tensor.greater`. (`greater_.Tensor(Tensor(a!) self, Tensor other) ->
+/// Tensor(a!)`) Calls `tr_tensor_greater_tensor_`; throws tr::Error on failure.
+inline Tensor& greater_tensor_(Tensor& input, const Tensor& other) {
+    return input.greater_tensor_(other);
+}
+
+/// Computes `\text{input} < \text{other}` element-wise. (`lt.Tensor(Tensor self, Tensor other)
+/// -> Tensor`) Calls `tr_tensor_lt_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor lt_tensor(const Tensor& input, const Tensor& other) {
+    return input.lt_tensor(other);
+}
+
+/// In-place version of `Tensor.lt`. (`lt_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`)
+/// Calls `tr_tensor_lt_scalar_`; throws tr::Error on failure.
+inline Tensor& lt_scalar_(Tensor& input, Scalar other) {
+    return input.lt_scalar_(other);
+}
+
+/// In-place version of `Tensor.lt`. (`lt_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
+/// Calls `tr_tensor_lt_tensor_`; throws tr::Error on failure.
+inline Tensor& lt_tensor_(Tensor& input, const Tensor& other) {
+    return input.lt_tensor_(other);
+}
+
+/// Alias for `torch.lt`. (`less.Scalar(Tensor self, Scalar other) -> Tensor`) Calls
+/// `tr_tensor_less_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor less_scalar(const Tensor& input, Scalar other) {
+    return input.less_scalar(other);
+}
+
+/// Alias for `torch.lt`. (`less.Tensor(Tensor self, Tensor other) -> Tensor`) Calls
+/// `tr_tensor_less_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor less_tensor(const Tensor& input, const Tensor& other) {
+    return input.less_tensor(other);
+}
+
+/// In-place version of `Tensor.less`. (`less_.Scalar(Tensor(a!) self, Scalar other) ->
+/// Tensor(a!)`) Calls `tr_tensor_less_scalar_`; throws tr::Error on failure.
+inline Tensor& less_scalar_(Tensor& input, Scalar other) {
+    return input.less_scalar_(other);
+}
+
+/// In-place version of `Tensor.less`. (`less_.Tensor(Tensor(a!) self, Tensor other) ->
+/// Tensor(a!)`) Calls `tr_tensor_less_tensor_`; throws tr::Error on failure.
+inline Tensor& less_tensor_(Tensor& input, const Tensor& other) {
+    return input.less_tensor_(other);
+}
+
+/// Performs the element-wise multiplication of `tensor1` by `tensor2`, multiplies the result by
+/// the scalar `value` and adds it to `input`. (`addcmul(Tensor self, Tensor tensor1, Tensor
+/// tensor2, *, Scalar value=1) -> Tensor`) Calls `tr_tensor_addcmul`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor addcmul(
+    const Tensor& input,
+    const Tensor& tensor1,
+    const Tensor& tensor2,
+    Scalar value) {
+    return input.addcmul(tensor1, tensor2, value);
+}
+
+/// In-place version of `Tensor.addcmul` (`addcmul_(Tensor(a!) self, Tensor tensor1, Tensor
+/// tensor2, *, Scalar value=1) -> Tensor(a!)`) Calls `tr_tensor_addcmul_`; throws tr::Error on
+/// failure.
+inline Tensor& addcmul_(Tensor& input, const Tensor& tensor1, const Tensor& tensor2, Scalar value) {
+    return input.addcmul_(tensor1, tensor2, value);
+}
+
+/// Performs the element-wise division of `tensor1` by `tensor2`, multiplies the result by the
+/// scalar `value` and adds it to `input`. (`addcdiv(Tensor self, Tensor tensor1, Tensor
+/// tensor2, *, Scalar value=1) -> Tensor`) Calls `tr_tensor_addcdiv`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor addcdiv(
+    const Tensor& input,
+    const Tensor& tensor1,
+    const Tensor& tensor2,
+    Scalar value) {
+    return input.addcdiv(tensor1, tensor2, value);
+}
+
+/// In-place version of `Tensor.addcdiv` (`addcdiv_(Tensor(a!) self, Tensor tensor1, Tensor
+/// tensor2, *, Scalar value=1) -> Tensor(a!)`) Calls `tr_tensor_addcdiv_`; throws tr::Error on
+/// failure.
+inline Tensor& addcdiv_(Tensor& input, const Tensor& tensor1, const Tensor& tensor2, Scalar value) {
+    return input.addcdiv_(tensor1, tensor2, value);
+}
+
+/// In-place version of `Tensor.lgamma` (`lgamma_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_lgamma_`; throws tr::Error on failure.
+inline Tensor& lgamma_(Tensor& input) {
+    return input.lgamma_();
+}
+
+/// Computes the natural logarithm of the absolute value of the gamma function on `input`.
+/// (`lgamma(Tensor self) -> Tensor`) Calls `tr_tensor_lgamma`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor lgamma(const Tensor& input) {
+    return input.lgamma();
+}
+
+/// Alias for `torch.special.digamma`. (`digamma(Tensor self) -> Tensor`) Calls
+/// `tr_tensor_digamma`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor digamma(const Tensor& input) {
+    return input.digamma();
+}
+
+/// Alias for `torch.special.polygamma`. (`polygamma(int n, Tensor self) -> Tensor`) Calls
+/// `tr_tensor_polygamma`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor polygamma(int64_t n, const Tensor& input) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_polygamma, n, input.raw(), &out);
+    return Tensor::adopt(out);
+}
+
+/// In-place version of `Tensor.polygamma` (`polygamma_(Tensor(a!) self, int n) -> Tensor(a!)`)
+/// Calls `tr_tensor_polygamma_`; throws tr::Error on failure.
+inline Tensor& polygamma_(Tensor& input, int64_t n) {
+    return input.polygamma_(n);
+}
+
+/// Alias for `torch.special.erfinv`. (`erfinv(Tensor self) -> Tensor`) Calls
+/// `tr_tensor_erfinv`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor erfinv(const Tensor& input) {
+    return input.erfinv();
+}
+
+/// In-place version of `Tensor.erfinv` (`erfinv_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_erfinv_`; throws tr::Error on failure.
+inline Tensor& erfinv_(Tensor& input) {
+    return input.erfinv_();
+}
+
+/// Alias for `torch.special.i0`. (`i0(Tensor self) -> Tensor`) Calls `tr_tensor_i0`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor i0(const Tensor& input) {
+    return input.i0();
+}
+
+/// In-place version of `Tensor.i0` (`i0_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_i0_`; throws tr::Error on failure.
+inline Tensor& i0_(Tensor& input) {
+    return input.i0_();
+}
+
+/// Returns a new tensor with the signs of the elements of `input`. (`sign(Tensor self) ->
+/// Tensor`) Calls `tr_tensor_sign`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor sign(const Tensor& input) {
+    return input.sign();
+}
+
+/// In-place version of `Tensor.sign` (`sign_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_sign_`; throws tr::Error on failure.
+inline Tensor& sign_(Tensor& input) {
+    return input.sign_();
+}
+
+/// Tests if each element of `input` has its sign bit set or not. (`signbit(Tensor self) ->
+/// Tensor`) Calls `tr_tensor_signbit`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor signbit(const Tensor& input) {
+    return input.signbit();
+}
+
+/// In-place version of `Tensor.atan2` (`atan2_(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
+/// Calls `tr_tensor_atan2_`; throws tr::Error on failure.
+inline Tensor& atan2_(Tensor& input, const Tensor& other) {
+    return input.atan2_(other);
+}
+
+/// Element-wise arctangent of `\text{input}_{i} / \text{other}_{i}` with consideration of the
+/// quadrant. (`atan2(Tensor self, Tensor other) -> Tensor`) Calls `tr_tensor_atan2`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor atan2(const Tensor& input, const Tensor& other) {
+    return input.atan2(other);
+}
+
+/// arctan2(input: Tensor, other: Tensor, *, out: Optional[Tensor]) -> Tensor Alias for
+/// `torch.atan2`. (`arctan2(Tensor self, Tensor other) -> Tensor`) Calls `tr_tensor_arctan2`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor arctan2(const Tensor& input, const Tensor& other) {
+    return input.arctan2(other);
+}
+
+/// In-place version of `Tensor.arctan2` (`arctan2_(Tensor(a!) self, Tensor other) ->
+/// Tensor(a!)`) Calls `tr_tensor_arctan2_`; throws tr::Error on failure.
+inline Tensor& arctan2_(Tensor& input, const Tensor& other) {
+    return input.arctan2_(other);
+}
+
+/// Does a linear interpolation of two tensors `start` (given by `input`) and `end` based on a
+/// scalar or tensor `weight` and returns the resulting `out` tensor. (`lerp.Scalar(Tensor self,
+/// Tensor end, Scalar weight) -> Tensor`) Calls `tr_tensor_lerp_scalar`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor lerp_scalar(const Tensor& input, const Tensor& end, Scalar weight) {
+    return input.lerp_scalar(end, weight);
+}
+
+/// Does a linear interpolation of two tensors `start` (given by `input`) and `end` based on a
+/// scalar or tensor `weight` and returns the resulting `out` tensor. (`lerp.Tensor(Tensor self,
+/// Tensor end, Tensor weight) -> Tensor`) Calls `tr_tensor_lerp_tensor`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor lerp_tensor(
+    const Tensor& input,
+    const Tensor& end,
+    const Tensor& weight) {
+    return input.lerp_tensor(end, weight);
+}
+
+/// Applies C++'s std::fmod entrywise. (`fmod.Scalar(Tensor self, Scalar other) -> Tensor`)
+/// Calls `tr_tensor_fmod_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor fmod_scalar(const Tensor& input, Scalar other) {
+    return input.fmod_scalar(other);
+}
+
+/// In-place version of `Tensor.fmod` (`fmod_.Scalar(Tensor(a!) self, Scalar other) ->
+/// Tensor(a!)`) Calls `tr_tensor_fmod_scalar_`; throws tr::Error on failure.
+inline Tensor& fmod_scalar_(Tensor& input, Scalar other) {
+    return input.fmod_scalar_(other);
+}
+
+/// Applies C++'s std::fmod entrywise. (`fmod.Tensor(Tensor self, Tensor other) -> Tensor`)
+/// Calls `tr_tensor_fmod_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor fmod_tensor(const Tensor& input, const Tensor& other) {
+    return input.fmod_tensor(other);
+}
+
+/// In-place version of `Tensor.fmod` (`fmod_.Tensor(Tensor(a!) self, Tensor other) ->
+/// Tensor(a!)`) Calls `tr_tensor_fmod_tensor_`; throws tr::Error on failure.
+inline Tensor& fmod_tensor_(Tensor& input, const Tensor& other) {
+    return input.fmod_tensor_(other);
+}
+
+/// Given the legs of a right triangle, return its hypotenuse. (`hypot(Tensor self, Tensor
+/// other) -> Tensor`) Calls `tr_tensor_hypot`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor hypot(const Tensor& input, const Tensor& other) {
+    return input.hypot(other);
+}
+
+/// In-place version of `Tensor.hypot` (`hypot_(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
+/// Calls `tr_tensor_hypot_`; throws tr::Error on failure.
+inline Tensor& hypot_(Tensor& input, const Tensor& other) {
+    return input.hypot_(other);
+}
+
+/// Alias for `torch.special.gammainc`. (`igamma(Tensor self, Tensor other) -> Tensor`) Calls
+/// `tr_tensor_igamma`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor igamma(const Tensor& input, const Tensor& other) {
+    return input.igamma(other);
+}
+
+/// In-place version of `Tensor.igamma` (`igamma_(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
+/// Calls `tr_tensor_igamma_`; throws tr::Error on failure.
+inline Tensor& igamma_(Tensor& input, const Tensor& other) {
+    return input.igamma_(other);
+}
+
+/// Alias for `torch.special.gammaincc`. (`igammac(Tensor self, Tensor other) -> Tensor`) Calls
+/// `tr_tensor_igammac`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor igammac(const Tensor& input, const Tensor& other) {
+    return input.igammac(other);
+}
+
+/// igammac_(other) -> Tensor In-place version of `Tensor.igammac` (`igammac_(Tensor(a!) self,
+/// Tensor other) -> Tensor(a!)`) Calls `tr_tensor_igammac_`; throws tr::Error on failure.
+inline Tensor& igammac_(Tensor& input, const Tensor& other) {
+    return input.igammac_(other);
+}
+
+/// Return the next floating-point value after `input` towards `other`, elementwise.
+/// (`nextafter(Tensor self, Tensor other) -> Tensor`) Calls `tr_tensor_nextafter`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor nextafter(const Tensor& input, const Tensor& other) {
+    return input.nextafter(other);
+}
+
+/// nextafter_(other) -> Tensor In-place version of `Tensor.nextafter` (`nextafter_(Tensor(a!)
+/// self, Tensor other) -> Tensor(a!)`) Calls `tr_tensor_nextafter_`; throws tr::Error on
+/// failure.
+inline Tensor& nextafter_(Tensor& input, const Tensor& other) {
+    return input.nextafter_(other);
+}
+
+/// Computes Python's modulus operation entrywise. (`remainder.Tensor(Tensor self, Tensor other)
+/// -> Tensor`) Calls `tr_tensor_remainder_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor remainder_tensor(const Tensor& input, const Tensor& other) {
+    return input.remainder_tensor(other);
+}
+
+/// In-place version of `Tensor.remainder` (`remainder_.Tensor(Tensor(a!) self, Tensor other) ->
+/// Tensor(a!)`) Calls `tr_tensor_remainder_tensor_`; throws tr::Error on failure.
+inline Tensor& remainder_tensor_(Tensor& input, const Tensor& other) {
+    return input.remainder_tensor_(other);
+}
+
+/// Computes Python's modulus operation entrywise. (`remainder.Scalar_Tensor(Scalar self, Tensor
+/// other) -> Tensor`) Calls `tr_tensor_remainder_scalar_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor remainder_scalar_tensor(Scalar input, const Tensor& other) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_remainder_scalar_tensor, input.raw(), other.raw(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Computes the element-wise minimum of `input` and `other`. (`fmin(Tensor self, Tensor other)
+/// -> Tensor`) Calls `tr_tensor_fmin`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor fmin(const Tensor& input, const Tensor& other) {
+    return input.fmin(other);
+}
+
+/// Computes the element-wise maximum of `input` and `other`. (`fmax(Tensor self, Tensor other)
+/// -> Tensor`) Calls `tr_tensor_fmax`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor fmax(const Tensor& input, const Tensor& other) {
+    return input.fmax(other);
+}
+
+/// Computes the element-wise maximum of `input` and `other`. (`maximum(Tensor self, Tensor
+/// other) -> Tensor`) Calls `tr_tensor_maximum`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor maximum(const Tensor& input, const Tensor& other) {
+    return input.maximum(other);
+}
+
+/// Returns the maximum value of all elements in the `input` tensor. (`max.other(Tensor self,
+/// Tensor other) -> Tensor`) Calls `tr_tensor_max_other`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor max_other(const Tensor& input, const Tensor& other) {
+    return input.max_other(other);
+}
+
+/// Computes the element-wise minimum of `input` and `other`. (`minimum(Tensor self, Tensor
+/// other) -> Tensor`) Calls `tr_tensor_minimum`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor minimum(const Tensor& input, const Tensor& other) {
+    return input.minimum(other);
+}
+
+/// Returns the minimum value of all elements in the `input` tensor. (`min.other(Tensor self,
+/// Tensor other) -> Tensor`) Calls `tr_tensor_min_other`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor min_other(const Tensor& input, const Tensor& other) {
+    return input.min_other(other);
+}
+
+/// Takes the power of each element in `input` with `exponent` and returns a tensor with the
+/// result. (`pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor`) Calls
+/// `tr_tensor_pow_tensor_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor pow_tensor_tensor(const Tensor& input, const Tensor& exponent) {
+    return input.pow_tensor_tensor(exponent);
+}
+
+/// Takes the power of each element in `input` with `exponent` and returns a tensor with the
+/// result. (`pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor`) Calls
+/// `tr_tensor_pow_tensor_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor pow_tensor_scalar(const Tensor& input, Scalar exponent) {
+    return input.pow_tensor_scalar(exponent);
+}
+
+/// In-place version of `Tensor.pow` (`pow_.Tensor(Tensor(a!) self, Tensor exponent) ->
+/// Tensor(a!)`) Calls `tr_tensor_pow_tensor_`; throws tr::Error on failure.
+inline Tensor& pow_tensor_(Tensor& input, const Tensor& exponent) {
+    return input.pow_tensor_(exponent);
+}
+
+/// Raises `input` to the power of `exponent`, elementwise, in double precision.
+/// (`float_power.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor`) Calls
+/// `tr_tensor_float_power_tensor_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor float_power_tensor_tensor(const Tensor& input, const Tensor& exponent) {
+    return input.float_power_tensor_tensor(exponent);
+}
+
+/// Raises `input` to the power of `exponent`, elementwise, in double precision.
+/// (`float_power.Scalar(Scalar self, Tensor exponent) -> Tensor`) Calls
+/// `tr_tensor_float_power_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor float_power_scalar(Scalar input, const Tensor& exponent) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_float_power_scalar, input.raw(), exponent.raw(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Raises `input` to the power of `exponent`, elementwise, in double precision.
+/// (`float_power.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor`) Calls
+/// `tr_tensor_float_power_tensor_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor float_power_tensor_scalar(const Tensor& input, Scalar exponent) {
+    return input.float_power_tensor_scalar(exponent);
+}
+
+/// In-place version of `Tensor.float_power` (`float_power_.Scalar(Tensor(a!) self, Scalar
+/// exponent) -> Tensor(a!)`) Calls `tr_tensor_float_power_scalar_`; throws tr::Error on
+/// failure.
+inline Tensor& float_power_scalar_(Tensor& input, Scalar exponent) {
+    return input.float_power_scalar_(exponent);
+}
+
+/// In-place version of `Tensor.float_power` (`float_power_.Tensor(Tensor(a!) self, Tensor
+/// exponent) -> Tensor(a!)`) Calls `tr_tensor_float_power_tensor_`; throws tr::Error on
+/// failure.
+inline Tensor& float_power_tensor_(Tensor& input, const Tensor& exponent) {
+    return input.float_power_tensor_(exponent);
+}
+
+/// Returns a new tensor with boolean elements representing if each element is `finite` or not.
+/// (`isfinite(Tensor self) -> Tensor`) Calls `tr_tensor_isfinite`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor isfinite(const Tensor& input) {
+    return input.isfinite();
+}
+
+/// Tests if each element of `input` is infinite (positive or negative infinity) or not.
+/// (`isinf(Tensor self) -> Tensor`) Calls `tr_tensor_isinf`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor isinf(const Tensor& input) {
+    return input.isinf();
+}
+
+/// Args: input (Tensor): the input tensor. (`isposinf(Tensor self) -> Tensor`) Calls
+/// `tr_tensor_isposinf`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor isposinf(const Tensor& input) {
+    return input.isposinf();
+}
+
+/// Args: input (Tensor): the input tensor. (`isneginf(Tensor self) -> Tensor`) Calls
+/// `tr_tensor_isneginf`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor isneginf(const Tensor& input) {
+    return input.isneginf();
+}
+
+/// Tests if all elements in `input` evaluate to `True`. (`all.dim(Tensor self, int dim, bool
+/// keepdim=False) -> Tensor`) Calls `tr_tensor_all_dim`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor all_dim(const Tensor& input, int64_t dim, bool keepdim) {
+    return input.all_dim(dim, keepdim);
+}
+
+/// Tests if all elements in `input` evaluate to `True`. (`all.dims(Tensor self, int[]?
+/// dim=None, bool keepdim=False) -> Tensor`) Calls `tr_tensor_all_dims`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor all_dims(
+    const Tensor& input,
+    const std::optional<IntList>& dim,
+    bool keepdim) {
+    return input.all_dims(dim, keepdim);
+}
+
+/// Tests if any element in `input` evaluates to `True`. (`any.dim(Tensor self, int dim, bool
+/// keepdim=False) -> Tensor`) Calls `tr_tensor_any_dim`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor any_dim(const Tensor& input, int64_t dim, bool keepdim) {
+    return input.any_dim(dim, keepdim);
+}
+
+/// Tests if any element in `input` evaluates to `True`. (`any.dims(Tensor self, int[]?
+/// dim=None, bool keepdim=False) -> Tensor`) Calls `tr_tensor_any_dims`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor any_dims(
+    const Tensor& input,
+    const std::optional<IntList>& dim,
+    bool keepdim) {
+    return input.any_dims(dim, keepdim);
+}
+
+/// Count the frequency of each value in an array of non-negative ints. (`bincount(Tensor self,
+/// Tensor? weights=None, SymInt minlength=0) -> Tensor`) Calls `tr_tensor_bincount`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor bincount(
+    const Tensor& input,
+    OptionalTensor weights,
+    int64_t minlength) {
+    return input.bincount(weights, minlength);
+}
+
+/// Counts the number of non-zero values in the tensor `input` along the given `dim`.
+/// (`count_nonzero.dim_IntList(Tensor self, int[] dim) -> Tensor`) Calls
+/// `tr_tensor_count_nonzero_dim_intlist`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor count_nonzero_dim_intlist(const Tensor& input, IntList dim) {
+    return input.count_nonzero_dim_intlist(dim);
+}
+
+/// Counts the number of non-zero values in the tensor `input` along the given `dim`.
+/// (`count_nonzero(Tensor self, int? dim=None) -> Tensor`) Calls `tr_tensor_count_nonzero`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor count_nonzero(const Tensor& input, std::optional<int64_t> dim) {
+    return input.count_nonzero(dim);
+}
+
+/// See `torch.cummax` (`cummax(Tensor self, int dim) -> (Tensor values, Tensor indices)`) Calls
+/// `tr_tensor_cummax`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> cummax(const Tensor& input, int64_t dim) {
+    return input.cummax(dim);
+}
+
+/// See `torch.cummin` (`cummin(Tensor self, int dim) -> (Tensor values, Tensor indices)`) Calls
+/// `tr_tensor_cummin`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> cummin(const Tensor& input, int64_t dim) {
+    return input.cummin(dim);
+}
+
+/// Returns the cumulative product of elements of `input` in the dimension `dim`.
+/// (`cumprod(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor`) Calls
+/// `tr_tensor_cumprod`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor cumprod(const Tensor& input, int64_t dim, std::optional<DType> dtype) {
+    return input.cumprod(dim, dtype);
+}
+
+/// In-place version of `Tensor.cumprod` (`cumprod_(Tensor(a!) self, int dim, *, ScalarType?
+/// dtype=None) -> Tensor(a!)`) Calls `tr_tensor_cumprod_`; throws tr::Error on failure.
+inline Tensor& cumprod_(Tensor& input, int64_t dim, std::optional<DType> dtype) {
+    return input.cumprod_(dim, dtype);
+}
+
+/// Returns the cumulative sum of elements of `input` in the dimension `dim`. (`cumsum(Tensor
+/// self, int dim, *, ScalarType? dtype=None) -> Tensor`) Calls `tr_tensor_cumsum`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor cumsum(const Tensor& input, int64_t dim, std::optional<DType> dtype) {
+    return input.cumsum(dim, dtype);
+}
+
+/// In-place version of `Tensor.cumsum` (`cumsum_(Tensor(a!) self, int dim, *, ScalarType?
+/// dtype=None) -> Tensor(a!)`) Calls `tr_tensor_cumsum_`; throws tr::Error on failure.
+inline Tensor& cumsum_(Tensor& input, int64_t dim, std::optional<DType> dtype) {
+    return input.cumsum_(dim, dtype);
+}
+
+/// Cumulatively computes the trapezoidal rule along `dim`. (`cumulative_trapezoid.x(Tensor y,
+/// Tensor x, *, int dim=-1) -> Tensor`) Calls `tr_tensor_cumulative_trapezoid_x`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor cumulative_trapezoid_x(const Tensor& y, const Tensor& x, int64_t dim) {
+    return y.cumulative_trapezoid_x(x, dim);
+}
+
+/// Cumulatively computes the trapezoidal rule along `dim`. (`cumulative_trapezoid.dx(Tensor y,
+/// *, Scalar dx=1, int dim=-1) -> Tensor`) Calls `tr_tensor_cumulative_trapezoid_dx`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor cumulative_trapezoid_dx(const Tensor& y, Scalar dx, int64_t dim) {
+    return y.cumulative_trapezoid_dx(dx, dim);
+}
+
+/// Computes the n-th forward difference along the given dimension. (`diff(Tensor self, int n=1,
+/// int dim=-1, Tensor? prepend=None, Tensor? append=None) -> Tensor`) Calls `tr_tensor_diff`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor diff(
+    const Tensor& input,
+    int64_t n,
+    int64_t dim,
+    OptionalTensor prepend,
+    OptionalTensor append) {
+    return input.diff(n, dim, prepend, append);
+}
+
+/// Estimates the gradient of a function `g : \mathbb{R}^n \rightarrow \mathbb{R}` in one or
+/// more dimensions using the second-order accurate central differences method and either first
+/// or second order estimates at the boundaries. (`gradient.scalarint(Tensor self, *, Scalar?
+/// spacing=None, int? dim=None, int edge_order=1) -> Tensor[]`) Calls
+/// `tr_tensor_gradient_scalarint`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> gradient_scalarint(
+    const Tensor& input,
+    std::optional<Scalar> spacing,
+    std::optional<int64_t> dim,
+    int64_t edge_order) {
+    return input.gradient_scalarint(spacing, dim, edge_order);
+}
+
+/// Estimates the gradient of a function `g : \mathbb{R}^n \rightarrow \mathbb{R}` in one or
+/// more dimensions using the second-order accurate central differences method and either first
+/// or second order estimates at the boundaries. (`gradient.scalararray(Tensor self, *, Scalar
+/// spacing, int[] dim, int edge_order=1) -> Tensor[]`) Calls `tr_tensor_gradient_scalararray`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> gradient_scalararray(
+    const Tensor& input,
+    Scalar spacing,
+    IntList dim,
+    int64_t edge_order) {
+    return input.gradient_scalararray(spacing, dim, edge_order);
+}
+
+/// Estimates the gradient of a function `g : \mathbb{R}^n \rightarrow \mathbb{R}` in one or
+/// more dimensions using the second-order accurate central differences method and either first
+/// or second order estimates at the boundaries. (`gradient.array(Tensor self, *, int[] dim, int
+/// edge_order=1) -> Tensor[]`) Calls `tr_tensor_gradient_array`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> gradient_array(
+    const Tensor& input,
+    IntList dim,
+    int64_t edge_order) {
+    return input.gradient_array(dim, edge_order);
+}
+
+/// Estimates the gradient of a function `g : \mathbb{R}^n \rightarrow \mathbb{R}` in one or
+/// more dimensions using the second-order accurate central differences method and either first
+/// or second order estimates at the boundaries. (`gradient.scalarrayint(Tensor self, *,
+/// Scalar[] spacing, int? dim=None, int edge_order=1) -> Tensor[]`) Calls
+/// `tr_tensor_gradient_scalarrayint`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> gradient_scalarrayint(
+    const Tensor& input,
+    const std::vector<double>& spacing,
+    std::optional<int64_t> dim,
+    int64_t edge_order) {
+    return input.gradient_scalarrayint(spacing, dim, edge_order);
+}
+
+/// Estimates the gradient of a function `g : \mathbb{R}^n \rightarrow \mathbb{R}` in one or
+/// more dimensions using the second-order accurate central differences method and either first
+/// or second order estimates at the boundaries. (`gradient.scalarrayarray(Tensor self, *,
+/// Scalar[] spacing, int[] dim, int edge_order=1) -> Tensor[]`) Calls
+/// `tr_tensor_gradient_scalarrayarray`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> gradient_scalarrayarray(
+    const Tensor& input,
+    const std::vector<double>& spacing,
+    IntList dim,
+    int64_t edge_order) {
+    return input.gradient_scalarrayarray(spacing, dim, edge_order);
+}
+
+/// Estimates the gradient of a function `g : \mathbb{R}^n \rightarrow \mathbb{R}` in one or
+/// more dimensions using the second-order accurate central differences method and either first
+/// or second order estimates at the boundaries. (`gradient.tensorarrayint(Tensor self, *,
+/// Tensor[] spacing, int? dim=None, int edge_order=1) -> Tensor[]`) Calls
+/// `tr_tensor_gradient_tensorarrayint`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> gradient_tensorarrayint(
+    const Tensor& input,
+    const TensorList& spacing,
+    std::optional<int64_t> dim,
+    int64_t edge_order) {
+    return input.gradient_tensorarrayint(spacing, dim, edge_order);
+}
+
+/// Estimates the gradient of a function `g : \mathbb{R}^n \rightarrow \mathbb{R}` in one or
+/// more dimensions using the second-order accurate central differences method and either first
+/// or second order estimates at the boundaries. (`gradient.tensorarray(Tensor self, *, Tensor[]
+/// spacing, int[] dim, int edge_order=1) -> Tensor[]`) Calls `tr_tensor_gradient_tensorarray`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> gradient_tensorarray(
+    const Tensor& input,
+    const TensorList& spacing,
+    IntList dim,
+    int64_t edge_order) {
+    return input.gradient_tensorarray(spacing, dim, edge_order);
+}
+
+/// Returns a namedtuple `(values, indices)` where `values` is the `k` th smallest element of
+/// each row of the `input` tensor in the given dimension `dim`. (`kthvalue(Tensor self, SymInt
+/// k, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)`) Calls
+/// `tr_tensor_kthvalue`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> kthvalue(
+    const Tensor& input,
+    int64_t k,
+    int64_t dim,
+    bool keepdim) {
+    return input.kthvalue(k, dim, keepdim);
+}
+
+/// For summation index `j` given by `dim` and other indices `i`, the result is.
+/// (`logcumsumexp(Tensor self, int dim) -> Tensor`) Calls `tr_tensor_logcumsumexp`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor logcumsumexp(const Tensor& input, int64_t dim) {
+    return input.logcumsumexp(dim);
+}
+
+/// Returns the log of summed exponentials of each row of the `input` tensor in the given
+/// dimension `dim`. (`logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor`) Calls
+/// `tr_tensor_logsumexp`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor logsumexp(const Tensor& input, IntList dim, bool keepdim) {
+    return input.logsumexp(dim, keepdim);
+}
+
+/// Computes the minimum and maximum values of the `input` tensor. (`aminmax(Tensor self, *,
+/// int? dim=None, bool keepdim=False) -> (Tensor min, Tensor max)`) Calls `tr_tensor_aminmax`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> aminmax(
+    const Tensor& input,
+    std::optional<int64_t> dim,
+    bool keepdim) {
+    return input.aminmax(dim, keepdim);
+}
+
+/// Returns the maximum value of each slice of the `input` tensor in the given dimension(s)
+/// `dim`. (`amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor`) Calls
+/// `tr_tensor_amax`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor amax(const Tensor& input, IntList dim, bool keepdim) {
+    return input.amax(dim, keepdim);
+}
+
+/// Computes the mean of all `non-NaN` elements along the specified dimensions. (`nanmean(Tensor
+/// self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`) Calls
+/// `tr_tensor_nanmean`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor nanmean(
+    const Tensor& input,
+    const std::optional<IntList>& dim,
+    bool keepdim,
+    std::optional<DType> dtype) {
+    return input.nanmean(dim, keepdim, dtype);
+}
+
+/// Returns the median of the values in `input`. (`median(Tensor self) -> Tensor`) Calls
+/// `tr_tensor_median`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor median(const Tensor& input) {
+    return input.median();
+}
+
+/// Returns the median of the values in `input`. (`median.dim(Tensor self, int dim, bool
+/// keepdim=False) -> (Tensor values, Tensor indices)`) Calls `tr_tensor_median_dim`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> median_dim(
+    const Tensor& input,
+    int64_t dim,
+    bool keepdim) {
+    return input.median_dim(dim, keepdim);
+}
+
+/// Returns the median of the values in `input`, ignoring `NaN` values. (`nanmedian(Tensor self)
+/// -> Tensor`) Calls `tr_tensor_nanmedian`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor nanmedian(const Tensor& input) {
+    return input.nanmedian();
+}
+
+/// Returns the median of the values in `input`, ignoring `NaN` values. (`nanmedian.dim(Tensor
+/// self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)`) Calls
+/// `tr_tensor_nanmedian_dim`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> nanmedian_dim(
+    const Tensor& input,
+    int64_t dim,
+    bool keepdim) {
+    return input.nanmedian_dim(dim, keepdim);
+}
+
+/// Returns the minimum value of each slice of the `input` tensor in the given dimension(s)
+/// `dim`. (`amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor`) Calls
+/// `tr_tensor_amin`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor amin(const Tensor& input, IntList dim, bool keepdim) {
+    return input.amin(dim, keepdim);
+}
+
+/// Returns a namedtuple `(values, indices)` where `values` is the mode value of each row of the
+/// `input` tensor in the given dimension `dim`, i.e. a value which appears most often in that
+/// row, and `indices` is the index location of each mode value found. (`mode(Tensor self, int
+/// dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)`) Calls `tr_tensor_mode`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> mode(const Tensor& input, int64_t dim, bool keepdim) {
+    return input.mode(dim, keepdim);
+}
+
+/// Returns the sum of all elements in the `input` tensor. (`sum.dim_IntList(Tensor self,
+/// int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`) Calls
+/// `tr_tensor_sum_dim_intlist`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor sum_dim_intlist(
+    const Tensor& input,
+    const std::optional<IntList>& dim,
+    bool keepdim,
+    std::optional<DType> dtype) {
+    return input.sum_dim_intlist(dim, keepdim, dtype);
+}
+
+/// Returns the sum of all elements, treating Not a Numbers (NaNs) as zero. (`nansum(Tensor
+/// self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`) Calls
+/// `tr_tensor_nansum`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor nansum(
+    const Tensor& input,
+    const std::optional<IntList>& dim,
+    bool keepdim,
+    std::optional<DType> dtype) {
+    return input.nansum(dim, keepdim, dtype);
+}
+
+/// Sum `this` tensor to `size`. (`sum_to_size(Tensor self, SymInt[] size) -> Tensor`) Calls
+/// `tr_tensor_sum_to_size`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor sum_to_size(const Tensor& input, IntList size) {
+    return input.sum_to_size(size);
+}
+
+/// Calculates the standard deviation over the dimensions specified by `dim`. (`std(Tensor self,
+/// bool unbiased=True) -> Tensor`) Calls `tr_tensor_std`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor std(const Tensor& input, bool unbiased) {
+    return input.std(unbiased);
+}
+
+/// Calculates the standard deviation over the dimensions specified by `dim`. (`std.dim(Tensor
+/// self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor`) Calls
+/// `tr_tensor_std_dim`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor std_dim(
+    const Tensor& input,
+    const std::optional<IntList>& dim,
+    bool unbiased,
+    bool keepdim) {
+    return input.std_dim(dim, unbiased, keepdim);
+}
+
+/// Calculates the standard deviation over the dimensions specified by `dim`.
+/// (`std.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool
+/// keepdim=False) -> Tensor`) Calls `tr_tensor_std_correction`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor std_correction(
+    const Tensor& input,
+    const std::optional<IntList>& dim,
+    std::optional<Scalar> correction,
+    bool keepdim) {
+    return input.std_correction(dim, correction, keepdim);
+}
+
+/// Calculates the standard deviation and mean over the dimensions specified by `dim`.
+/// (`std_mean(Tensor self, bool unbiased=True) -> (Tensor, Tensor)`) Calls
+/// `tr_tensor_std_mean`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> std_mean(const Tensor& input, bool unbiased) {
+    return input.std_mean(unbiased);
+}
+
+/// Calculates the standard deviation and mean over the dimensions specified by `dim`.
+/// (`std_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> (Tensor,
+/// Tensor)`) Calls `tr_tensor_std_mean_dim`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> std_mean_dim(
+    const Tensor& input,
+    const std::optional<IntList>& dim,
+    bool unbiased,
+    bool keepdim) {
+    return input.std_mean_dim(dim, unbiased, keepdim);
+}
+
+/// Calculates the standard deviation and mean over the dimensions specified by `dim`.
+/// (`std_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool
+/// keepdim=False) -> (Tensor, Tensor)`) Calls `tr_tensor_std_mean_correction`; throws tr::Error
+/// on failure.
+[[nodiscard]] inline std::array<Tensor, 2> std_mean_correction(
+    const Tensor& input,
+    const std::optional<IntList>& dim,
+    std::optional<Scalar> correction,
+    bool keepdim) {
+    return input.std_mean_correction(dim, correction, keepdim);
+}
+
+/// Returns the product of all elements in the `input` tensor. (`prod(Tensor self, *,
+/// ScalarType? dtype=None) -> Tensor`) Calls `tr_tensor_prod`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor prod(const Tensor& input, std::optional<DType> dtype) {
+    return input.prod(dtype);
+}
+
+/// Returns the product of all elements in the `input` tensor. (`prod.dim_int(Tensor self, int
+/// dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`) Calls
+/// `tr_tensor_prod_dim_int`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor prod_dim_int(
+    const Tensor& input,
+    int64_t dim,
+    bool keepdim,
+    std::optional<DType> dtype) {
+    return input.prod_dim_int(dim, keepdim, dtype);
+}
+
+/// Computes the trapezoidal rule along `dim`. (`trapezoid.x(Tensor y, Tensor x, *, int dim=-1)
+/// -> Tensor`) Calls `tr_tensor_trapezoid_x`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor trapezoid_x(const Tensor& y, const Tensor& x, int64_t dim) {
+    return y.trapezoid_x(x, dim);
+}
+
+/// Computes the trapezoidal rule along `dim`. (`trapezoid.dx(Tensor y, *, Scalar dx=1, int
+/// dim=-1) -> Tensor`) Calls `tr_tensor_trapezoid_dx`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor trapezoid_dx(const Tensor& y, Scalar dx, int64_t dim) {
+    return y.trapezoid_dx(dx, dim);
+}
+
+/// Alias for `torch.trapezoid`. (`trapz.x(Tensor y, Tensor x, *, int dim=-1) -> Tensor`) Calls
+/// `tr_tensor_trapz_x`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor trapz_x(const Tensor& y, const Tensor& x, int64_t dim) {
+    return y.trapz_x(x, dim);
+}
+
+/// Alias for `torch.trapezoid`. (`trapz.dx(Tensor y, *, float dx=1, int dim=-1) -> Tensor`)
+/// Calls `tr_tensor_trapz_dx`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor trapz_dx(const Tensor& y, double dx, int64_t dim) {
+    return y.trapz_dx(dx, dim);
+}
+
+/// The unique slices along `dim`, sorted, with inverse indices and counts (`torch.unique` with
+/// `dim`). (`unique_dim(Tensor self, int dim, bool sorted=True, bool return_inverse=False, bool
+/// return_counts=False) -> (Tensor, Tensor, Tensor)`) Calls `tr_tensor_unique_dim`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 3> unique_dim(
+    const Tensor& input,
+    int64_t dim,
+    bool sorted,
+    bool return_inverse,
+    bool return_counts) {
+    return input.unique_dim(dim, sorted, return_inverse, return_counts);
+}
+
+/// Eliminates all but the first element from every consecutive group of equivalent elements.
+/// (`unique_consecutive(Tensor self, bool return_inverse=False, bool return_counts=False, int?
+/// dim=None) -> (Tensor, Tensor, Tensor)`) Calls `tr_tensor_unique_consecutive`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 3> unique_consecutive(
+    const Tensor& input,
+    bool return_inverse,
+    bool return_counts,
+    std::optional<int64_t> dim) {
+    return input.unique_consecutive(return_inverse, return_counts, dim);
+}
+
+/// Collapses consecutive equal slices along `dim` (`torch.unique_consecutive` with `dim`).
+/// (`unique_dim_consecutive(Tensor self, int dim, bool return_inverse=False, bool
+/// return_counts=False) -> (Tensor, Tensor, Tensor)`) Calls `tr_tensor_unique_dim_consecutive`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 3> unique_dim_consecutive(
+    const Tensor& input,
+    int64_t dim,
+    bool return_inverse,
+    bool return_counts) {
+    return input.unique_dim_consecutive(dim, return_inverse, return_counts);
+}
+
+/// Calculates the variance over the dimensions specified by `dim`. (`var(Tensor self, bool
+/// unbiased=True) -> Tensor`) Calls `tr_tensor_var`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor var(const Tensor& input, bool unbiased) {
+    return input.var(unbiased);
+}
+
+/// Calculates the variance over the dimensions specified by `dim`. (`var.dim(Tensor self,
+/// int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor`) Calls `tr_tensor_var_dim`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor var_dim(
+    const Tensor& input,
+    const std::optional<IntList>& dim,
+    bool unbiased,
+    bool keepdim) {
+    return input.var_dim(dim, unbiased, keepdim);
+}
+
+/// Calculates the variance over the dimensions specified by `dim`. (`var.correction(Tensor
+/// self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> Tensor`) Calls
+/// `tr_tensor_var_correction`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor var_correction(
+    const Tensor& input,
+    const std::optional<IntList>& dim,
+    std::optional<Scalar> correction,
+    bool keepdim) {
+    return input.var_correction(dim, correction, keepdim);
+}
+
+/// Calculates the variance and mean over the dimensions specified by `dim`. (`var_mean(Tensor
+/// self, bool unbiased=True) -> (Tensor, Tensor)`) Calls `tr_tensor_var_mean`; throws tr::Error
+/// on failure.
+[[nodiscard]] inline std::array<Tensor, 2> var_mean(const Tensor& input, bool unbiased) {
+    return input.var_mean(unbiased);
+}
+
+/// Calculates the variance and mean over the dimensions specified by `dim`.
+/// (`var_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> (Tensor,
+/// Tensor)`) Calls `tr_tensor_var_mean_dim`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> var_mean_dim(
+    const Tensor& input,
+    const std::optional<IntList>& dim,
+    bool unbiased,
+    bool keepdim) {
+    return input.var_mean_dim(dim, unbiased, keepdim);
+}
+
+/// Calculates the variance and mean over the dimensions specified by `dim`.
+/// (`var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool
+/// keepdim=False) -> (Tensor, Tensor)`) Calls `tr_tensor_var_mean_correction`; throws tr::Error
+/// on failure.
+[[nodiscard]] inline std::array<Tensor, 2> var_mean_correction(
+    const Tensor& input,
+    const std::optional<IntList>& dim,
+    std::optional<Scalar> correction,
+    bool keepdim) {
+    return input.var_mean_correction(dim, correction, keepdim);
+}
+
+/// Returns the p-norm of (`input` - `other`) (`dist(Tensor self, Tensor other, Scalar p=2) ->
+/// Tensor`) Calls `tr_tensor_dist`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor dist(const Tensor& input, const Tensor& other, Scalar p) {
+    return input.dist(other, p);
+}
+
+/// Computes the histogram of a tensor. (`histc(Tensor self, int bins=100, Scalar min=0, Scalar
+/// max=0) -> Tensor`) Calls `tr_tensor_histc`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor histc(const Tensor& input, int64_t bins, Scalar min, Scalar max) {
+    return input.histc(bins, min, max);
+}
+
+/// Computes a histogram of the values in a tensor. (`histogram.bins_tensor(Tensor self, Tensor
+/// bins, *, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor bin_edges)`) Calls
+/// `tr_tensor_histogram_bins_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> histogram_bins_tensor(
+    const Tensor& input,
+    const Tensor& bins,
+    OptionalTensor weight,
+    bool density) {
+    return input.histogram_bins_tensor(bins, weight, density);
+}
+
+/// Computes a histogram of the values in a tensor. (`histogram.bin_ct(Tensor self, int
+/// bins=100, *, float[]? range=None, Tensor? weight=None, bool density=False) -> (Tensor hist,
+/// Tensor bin_edges)`) Calls `tr_tensor_histogram_bin_ct`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> histogram_bin_ct(
+    const Tensor& input,
+    int64_t bins,
+    const std::optional<std::vector<double>>& range,
+    OptionalTensor weight,
+    bool density) {
+    return input.histogram_bin_ct(bins, range, weight, density);
+}
+
+/// Computes a multi-dimensional histogram of the values in a tensor. (`histogramdd(Tensor self,
+/// int[] bins, float[]? range=None, Tensor? weight=None, bool density=False) -> (Tensor hist,
+/// Tensor[] bin_edges)`) Calls `tr_tensor_histogramdd`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> histogramdd(
+    const Tensor& input,
+    IntList bins,
+    const std::optional<std::vector<double>>& range,
+    OptionalTensor weight,
+    bool density) {
+    return input.histogramdd(bins, range, weight, density);
+}
+
+/// Computes a multi-dimensional histogram of the values in a tensor.
+/// (`histogramdd.int_bins(Tensor self, int bins, float[]? range=None, Tensor? weight=None, bool
+/// density=False) -> (Tensor hist, Tensor[] bin_edges)`) Calls
+/// `tr_tensor_histogramdd_int_bins`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> histogramdd_int_bins(
+    const Tensor& input,
+    int64_t bins,
+    const std::optional<std::vector<double>>& range,
+    OptionalTensor weight,
+    bool density) {
+    return input.histogramdd_int_bins(bins, range, weight, density);
+}
+
+/// Computes a multi-dimensional histogram of the values in a tensor.
+/// (`histogramdd.TensorList_bins(Tensor self, Tensor[] bins, float[]? range=None, Tensor?
+/// weight=None, bool density=False) -> (Tensor hist, Tensor[] bin_edges)`) Calls
+/// `tr_tensor_histogramdd_tensorlist_bins`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> histogramdd_tensorlist_bins(
+    const Tensor& input,
+    const TensorList& bins,
+    const std::optional<std::vector<double>>& range,
+    OptionalTensor weight,
+    bool density) {
+    return input.histogramdd_tensorlist_bins(bins, range, weight, density);
+}
+
+/// Computes the q-th quantiles of each row of the `input` tensor along the dimension `dim`.
+/// (`quantile(Tensor self, Tensor q, int? dim=None, bool keepdim=False, *, str
+/// interpolation='linear') -> Tensor`) Calls `tr_tensor_quantile`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor quantile(
+    const Tensor& input,
+    const Tensor& q,
+    std::optional<int64_t> dim,
+    bool keepdim,
+    const std::string& interpolation) {
+    return input.quantile(q, dim, keepdim, interpolation);
+}
+
+/// Computes the q-th quantiles of each row of the `input` tensor along the dimension `dim`.
+/// (`quantile.scalar(Tensor self, float q, int? dim=None, bool keepdim=False, *, str
+/// interpolation='linear') -> Tensor`) Calls `tr_tensor_quantile_scalar`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor quantile_scalar(
+    const Tensor& input,
+    double q,
+    std::optional<int64_t> dim,
+    bool keepdim,
+    const std::string& interpolation) {
+    return input.quantile_scalar(q, dim, keepdim, interpolation);
+}
+
+/// This is a variant of `torch.quantile` that "ignores" `NaN` values, computing the quantiles
+/// `q` as if `NaN` values in `input` did not exist. (`nanquantile(Tensor self, Tensor q, int?
+/// dim=None, bool keepdim=False, *, str interpolation='linear') -> Tensor`) Calls
+/// `tr_tensor_nanquantile`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor nanquantile(
+    const Tensor& input,
+    const Tensor& q,
+    std::optional<int64_t> dim,
+    bool keepdim,
+    const std::string& interpolation) {
+    return input.nanquantile(q, dim, keepdim, interpolation);
+}
+
+/// This is a variant of `torch.quantile` that "ignores" `NaN` values, computing the quantiles
+/// `q` as if `NaN` values in `input` did not exist. (`nanquantile.scalar(Tensor self, float q,
+/// int? dim=None, bool keepdim=False, *, str interpolation='linear') -> Tensor`) Calls
+/// `tr_tensor_nanquantile_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor nanquantile_scalar(
+    const Tensor& input,
+    double q,
+    std::optional<int64_t> dim,
+    bool keepdim,
+    const std::string& interpolation) {
+    return input.nanquantile_scalar(q, dim, keepdim, interpolation);
+}
+
+/// Sorts the elements of the `input` tensor along a given dimension in ascending order by
+/// value. (`sort(Tensor self, int dim=-1, bool descending=False) -> (Tensor values, Tensor
+/// indices)`) Calls `tr_tensor_sort`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> sort(const Tensor& input, int64_t dim, bool descending) {
+    return input.sort(dim, descending);
+}
+
+/// Sorts the elements of the `input` tensor along a given dimension in ascending order by
+/// value. (`sort.stable(Tensor self, *, bool? stable, int dim=-1, bool descending=False) ->
+/// (Tensor values, Tensor indices)`) Calls `tr_tensor_sort_stable`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline std::array<Tensor, 2> sort_stable(
+    const Tensor& input,
+    std::optional<bool> stable,
+    int64_t dim,
+    bool descending) {
+    return input.sort_stable(stable, dim, descending);
+}
+
+/// Sorts the elements of the `input` tensor along its first dimension in ascending order by
+/// value. (`msort(Tensor self) -> Tensor`) Calls `tr_tensor_msort`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor msort(const Tensor& input) {
+    return input.msort();
+}
+
+/// Returns the indices that sort a tensor along a given dimension in ascending order by value.
+/// (`argsort(Tensor self, int dim=-1, bool descending=False) -> Tensor`) Calls
+/// `tr_tensor_argsort`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor argsort(const Tensor& input, int64_t dim, bool descending) {
+    return input.argsort(dim, descending);
+}
+
+/// Returns the indices that sort a tensor along a given dimension in ascending order by value.
+/// (`argsort.stable(Tensor self, *, bool stable, int dim=-1, bool descending=False) -> Tensor`)
+/// Calls `tr_tensor_argsort_stable`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor argsort_stable(
+    const Tensor& input,
+    bool stable,
+    int64_t dim,
+    bool descending) {
+    return input.argsort_stable(stable, dim, descending);
+}
+
+/// Returns the `k` largest elements of the given `input` tensor along a given dimension.
+/// (`topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> (Tensor
+/// values, Tensor indices)`) Calls `tr_tensor_topk`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> topk(
+    const Tensor& input,
+    int64_t k,
+    int64_t dim,
+    bool largest,
+    bool sorted) {
+    return input.topk(k, dim, largest, sorted);
+}
+
+/// Tests if all elements in `input` evaluate to `True`. (`all(Tensor self) -> Tensor`) Calls
+/// `tr_tensor_all`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor all(const Tensor& input) {
+    return input.all();
+}
+
+/// Tests if any element in `input` evaluates to `True`. (`any(Tensor self) -> Tensor`) Calls
+/// `tr_tensor_any`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor any(const Tensor& input) {
+    return input.any();
+}
+
+/// Returns the indices of the buckets to which each value in the `input` belongs, where the
+/// boundaries of the buckets are set by `boundaries`. (`bucketize.Tensor(Tensor self, Tensor
+/// boundaries, *, bool out_int32=False, bool right=False) -> Tensor`) Calls
+/// `tr_tensor_bucketize_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor bucketize_tensor(
+    const Tensor& input,
+    const Tensor& boundaries,
+    bool out_int32,
+    bool right) {
+    return input.bucketize_tensor(boundaries, out_int32, right);
+}
+
+/// Returns the indices of the buckets to which each value in the `input` belongs, where the
+/// boundaries of the buckets are set by `boundaries`. (`bucketize.Scalar(Scalar self, Tensor
+/// boundaries, *, bool out_int32=False, bool right=False) -> Tensor`) Calls
+/// `tr_tensor_bucketize_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor bucketize_scalar(
+    Scalar input,
+    const Tensor& boundaries,
+    bool out_int32,
+    bool right) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_bucketize_scalar, input.raw(), boundaries.raw(), out_int32, right, &out);
+    return Tensor::adopt(out);
+}
+
+/// Find the indices from the *innermost* dimension of `sorted_sequence` such that, if the
+/// corresponding values in `values` were inserted before the indices, when sorted, the order of
+/// the corresponding *innermost* dimension within `sorted_sequence` would be preserved.
+/// (`searchsorted.Tensor(Tensor sorted_sequence, Tensor self, *, bool out_int32=False, bool
+/// right=False, str? side=None, Tensor? sorter=None) -> Tensor`) Calls
+/// `tr_tensor_searchsorted_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor searchsorted_tensor(
+    const Tensor& sorted_sequence,
+    const Tensor& input,
+    bool out_int32,
+    bool right,
+    const std::optional<std::string>& side,
+    OptionalTensor sorter) {
+    return sorted_sequence.searchsorted_tensor(input, out_int32, right, side, sorter);
+}
+
+/// Find the indices from the *innermost* dimension of `sorted_sequence` such that, if the
+/// corresponding values in `values` were inserted before the indices, when sorted, the order of
+/// the corresponding *innermost* dimension within `sorted_sequence` would be preserved.
+/// (`searchsorted.Scalar(Tensor sorted_sequence, Scalar self, *, bool out_int32=False, bool
+/// right=False, str? side=None, Tensor? sorter=None) -> Tensor`) Calls
+/// `tr_tensor_searchsorted_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor searchsorted_scalar(
+    const Tensor& sorted_sequence,
+    Scalar input,
+    bool out_int32,
+    bool right,
+    const std::optional<std::string>& side,
+    OptionalTensor sorter) {
+    return sorted_sequence.searchsorted_scalar(input, out_int32, right, side, sorter);
+}
+
+/// Perform a segment reduction operation on the input tensor along the specified axis.
+/// (`segment_reduce(Tensor data, str reduce, *, Tensor? lengths=None, Tensor? indices=None,
+/// Tensor? offsets=None, int axis=0, bool unsafe=False, Scalar? initial=None) -> Tensor`) Calls
+/// `tr_tensor_segment_reduce`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor segment_reduce(
+    const Tensor& data,
+    const std::string& reduce,
+    OptionalTensor lengths,
+    OptionalTensor indices,
+    OptionalTensor offsets,
+    int64_t axis,
+    bool unsafe_,
+    std::optional<Scalar> initial) {
+    return data.segment_reduce(reduce, lengths, indices, offsets, axis, unsafe_, initial);
+}
+
+/// Create a view of an existing `torch.Tensor` `input` with specified `size`, `stride` and
+/// `storage_offset`. (`as_strided(Tensor(a) self, SymInt[] size, SymInt[] stride, SymInt?
+/// storage_offset=None) -> Tensor(a)`) Calls `tr_tensor_as_strided`; throws tr::Error on
+/// failure.
 [[nodiscard]] inline Tensor as_strided(
     const Tensor& input,
     IntList size,
@@ -1179,8 +4357,9 @@ inline Tensor& arctanh_(Tensor& input) {
     return input.as_strided(size, stride, storage_offset);
 }
 
-/// `as_strided_(Tensor(a!) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None)
-/// -> Tensor(a!)` Calls `tr_tensor_as_strided_`; throws tr::Error on failure.
+/// In-place version of `Tensor.as_strided` (`as_strided_(Tensor(a!) self, SymInt[] size,
+/// SymInt[] stride, SymInt? storage_offset=None) -> Tensor(a!)`) Calls `tr_tensor_as_strided_`;
+/// throws tr::Error on failure.
 inline Tensor& as_strided_(
     Tensor& input,
     IntList size,
@@ -1189,55 +4368,14 @@ inline Tensor& as_strided_(
     return input.as_strided_(size, stride, storage_offset);
 }
 
-/// `asin(Tensor self) -> Tensor` Calls `tr_tensor_asin`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor asin(const Tensor& input) {
-    return input.asin();
-}
-
-/// `asin_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_asin_`; throws tr::Error on failure.
-inline Tensor& asin_(Tensor& input) {
-    return input.asin_();
-}
-
-/// `arcsin(Tensor self) -> Tensor` Calls `tr_tensor_arcsin`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor arcsin(const Tensor& input) {
-    return input.arcsin();
-}
-
-/// `arcsin_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_arcsin_`; throws tr::Error on
-/// failure.
-inline Tensor& arcsin_(Tensor& input) {
-    return input.arcsin_();
-}
-
-/// `atan(Tensor self) -> Tensor` Calls `tr_tensor_atan`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor atan(const Tensor& input) {
-    return input.atan();
-}
-
-/// `atan_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_atan_`; throws tr::Error on failure.
-inline Tensor& atan_(Tensor& input) {
-    return input.atan_();
-}
-
-/// `arctan(Tensor self) -> Tensor` Calls `tr_tensor_arctan`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor arctan(const Tensor& input) {
-    return input.arctan();
-}
-
-/// `arctan_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_arctan_`; throws tr::Error on
-/// failure.
-inline Tensor& arctan_(Tensor& input) {
-    return input.arctan_();
-}
-
-/// `atleast_1d(Tensor self) -> Tensor` Calls `tr_tensor_atleast_1d`; throws tr::Error on
-/// failure.
+/// Returns a 1-dimensional view of each input tensor with zero dimensions. (`atleast_1d(Tensor
+/// self) -> Tensor`) Calls `tr_tensor_atleast_1d`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor atleast_1d(const Tensor& input) {
     return input.atleast_1d();
 }
 
-/// `atleast_1d.Sequence(Tensor[] tensors) -> Tensor[]` Calls `tr_tensor_atleast_1d_sequence`;
+/// Returns a 1-dimensional view of each input tensor with zero dimensions.
+/// (`atleast_1d.Sequence(Tensor[] tensors) -> Tensor[]`) Calls `tr_tensor_atleast_1d_sequence`;
 /// throws tr::Error on failure.
 [[nodiscard]] inline std::vector<Tensor> atleast_1d_sequence(const TensorList& tensors) {
     return detail::call_tensors<Tensor>([&](tr_tensor* out_, size_t room_, size_t* written_) {
@@ -1245,13 +4383,14 @@ inline Tensor& arctan_(Tensor& input) {
             written_); });
 }
 
-/// `atleast_2d(Tensor self) -> Tensor` Calls `tr_tensor_atleast_2d`; throws tr::Error on
-/// failure.
+/// Returns a 2-dimensional view of each input tensor with zero dimensions. (`atleast_2d(Tensor
+/// self) -> Tensor`) Calls `tr_tensor_atleast_2d`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor atleast_2d(const Tensor& input) {
     return input.atleast_2d();
 }
 
-/// `atleast_2d.Sequence(Tensor[] tensors) -> Tensor[]` Calls `tr_tensor_atleast_2d_sequence`;
+/// Returns a 2-dimensional view of each input tensor with zero dimensions.
+/// (`atleast_2d.Sequence(Tensor[] tensors) -> Tensor[]`) Calls `tr_tensor_atleast_2d_sequence`;
 /// throws tr::Error on failure.
 [[nodiscard]] inline std::vector<Tensor> atleast_2d_sequence(const TensorList& tensors) {
     return detail::call_tensors<Tensor>([&](tr_tensor* out_, size_t room_, size_t* written_) {
@@ -1259,13 +4398,14 @@ inline Tensor& arctan_(Tensor& input) {
             written_); });
 }
 
-/// `atleast_3d(Tensor self) -> Tensor` Calls `tr_tensor_atleast_3d`; throws tr::Error on
-/// failure.
+/// Returns a 3-dimensional view of each input tensor with zero dimensions. (`atleast_3d(Tensor
+/// self) -> Tensor`) Calls `tr_tensor_atleast_3d`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor atleast_3d(const Tensor& input) {
     return input.atleast_3d();
 }
 
-/// `atleast_3d.Sequence(Tensor[] tensors) -> Tensor[]` Calls `tr_tensor_atleast_3d_sequence`;
+/// Returns a 3-dimensional view of each input tensor with zero dimensions.
+/// (`atleast_3d.Sequence(Tensor[] tensors) -> Tensor[]`) Calls `tr_tensor_atleast_3d_sequence`;
 /// throws tr::Error on failure.
 [[nodiscard]] inline std::vector<Tensor> atleast_3d_sequence(const TensorList& tensors) {
     return detail::call_tensors<Tensor>([&](tr_tensor* out_, size_t room_, size_t* written_) {
@@ -1273,8 +4413,1390 @@ inline Tensor& arctan_(Tensor& input) {
             written_); });
 }
 
-/// `baddbmm(Tensor self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) ->
-/// Tensor` Calls `tr_tensor_baddbmm`; throws tr::Error on failure.
+/// Broadcasts the given tensors according to `broadcasting-semantics`.
+/// (`broadcast_tensors(Tensor[] tensors) -> Tensor[]`) Calls `tr_tensor_broadcast_tensors`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> broadcast_tensors(const TensorList& tensors) {
+    return detail::call_tensors<Tensor>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+            return tr_tensor_broadcast_tensors(tensors.data(), tensors.size(), out_, room_,
+            written_); });
+}
+
+/// Broadcasts `input` to the shape `\shape`. (`broadcast_to(Tensor(a) self, SymInt[] size) ->
+/// Tensor(a)`) Calls `tr_tensor_broadcast_to`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor broadcast_to(const Tensor& input, IntList size) {
+    return input.broadcast_to(size);
+}
+
+/// Alias of `torch.cat`. (`concat(Tensor[] tensors, int dim=0) -> Tensor`) Calls
+/// `tr_tensor_concat`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor concat(const TensorList& tensors, int64_t dim) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_concat, tensors.data(), tensors.size(), dim, &out);
+    return Tensor::adopt(out);
+}
+
+/// Alias of `torch.cat`. (`concatenate(Tensor[] tensors, int dim=0) -> Tensor`) Calls
+/// `tr_tensor_concatenate`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor concatenate(const TensorList& tensors, int64_t dim) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_concatenate, tensors.data(), tensors.size(), dim, &out);
+    return Tensor::adopt(out);
+}
+
+/// Works like `torch.chunk` but without enforcing the autograd restrictions on inplace
+/// modification of the outputs. (`unsafe_chunk(Tensor self, int chunks, int dim=0) ->
+/// Tensor[]`) Calls `tr_tensor_unsafe_chunk`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> unsafe_chunk(
+    const Tensor& input,
+    int64_t chunks,
+    int64_t dim) {
+    return input.unsafe_chunk(chunks, dim);
+}
+
+/// Attempts to split a tensor into the specified number of chunks. (`chunk(Tensor(a -> *) self,
+/// int chunks, int dim=0) -> Tensor(a)[]`) Calls `tr_tensor_chunk`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline std::vector<Tensor> chunk(const Tensor& input, int64_t chunks, int64_t dim) {
+    return input.chunk(chunks, dim);
+}
+
+/// Splits a tensor into multiple sub-tensors, all of which are views of `input`, along
+/// dimension `dim` according to the indices or number of sections specified by
+/// `indices_or_sections`. (`tensor_split.sections(Tensor(a -> *) self, SymInt sections, int
+/// dim=0) -> Tensor(a)[]`) Calls `tr_tensor_tensor_split_sections`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline std::vector<Tensor> tensor_split_sections(
+    const Tensor& input,
+    int64_t sections,
+    int64_t dim) {
+    return input.tensor_split_sections(sections, dim);
+}
+
+/// Splits a tensor into multiple sub-tensors, all of which are views of `input`, along
+/// dimension `dim` according to the indices or number of sections specified by
+/// `indices_or_sections`. (`tensor_split.indices(Tensor(a -> *) self, SymInt[] indices, int
+/// dim=0) -> Tensor(a)[]`) Calls `tr_tensor_tensor_split_indices`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> tensor_split_indices(
+    const Tensor& input,
+    IntList indices,
+    int64_t dim) {
+    return input.tensor_split_indices(indices, dim);
+}
+
+/// Splits a tensor into multiple sub-tensors, all of which are views of `input`, along
+/// dimension `dim` according to the indices or number of sections specified by
+/// `indices_or_sections`. (`tensor_split.tensor_indices_or_sections(Tensor(a -> *) self, Tensor
+/// tensor_indices_or_sections, int dim=0) -> Tensor(a)[]`) Calls
+/// `tr_tensor_tensor_split_tensor_indices_or_sections`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> tensor_split_tensor_indices_or_sections(
+    const Tensor& input,
+    const Tensor& tensor_indices_or_sections,
+    int64_t dim) {
+    return input.tensor_split_tensor_indices_or_sections(tensor_indices_or_sections, dim);
+}
+
+/// A copy of `input` with `src`'s values written into it, broadcast (`copy_` without the
+/// write). (`copy(Tensor self, Tensor src, bool non_blocking=False) -> Tensor`) Calls
+/// `tr_tensor_copy`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor copy(const Tensor& input, const Tensor& src, bool non_blocking) {
+    return input.copy(src, non_blocking);
+}
+
+/// Fill the main diagonal of a tensor that has at least 2-dimensions.
+/// (`fill_diagonal_(Tensor(a!) self, Scalar fill_value, bool wrap=False) -> Tensor(a!)`) Calls
+/// `tr_tensor_fill_diagonal_`; throws tr::Error on failure.
+inline Tensor& fill_diagonal_(Tensor& input, Scalar fill_value, bool wrap) {
+    return input.fill_diagonal_(fill_value, wrap);
+}
+
+/// Alias of `torch.vstack`. (`row_stack(Tensor[] tensors) -> Tensor`) Calls
+/// `tr_tensor_row_stack`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor row_stack(const TensorList& tensors) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_row_stack, tensors.data(), tensors.size(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Returns a Tensor of size `size` filled with uninitialized data. (`new_empty(Tensor self,
+/// SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool?
+/// pin_memory=None) -> Tensor`) Calls `tr_tensor_new_empty`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor new_empty(
+    const Tensor& input,
+    IntList size,
+    std::optional<DType> dtype) {
+    return input.new_empty(size, dtype);
+}
+
+/// Returns a Tensor of size `size` and strides `stride` filled with uninitialized data.
+/// (`new_empty_strided(Tensor self, SymInt[] size, SymInt[] stride, *, ScalarType? dtype=None,
+/// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`) Calls
+/// `tr_tensor_new_empty_strided`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor new_empty_strided(
+    const Tensor& input,
+    IntList size,
+    IntList stride,
+    std::optional<DType> dtype) {
+    return input.new_empty_strided(size, stride, dtype);
+}
+
+/// Returns a Tensor of size `size` filled with `fill_value`. (`new_full(Tensor self, SymInt[]
+/// size, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device?
+/// device=None, bool? pin_memory=None) -> Tensor`) Calls `tr_tensor_new_full`; throws tr::Error
+/// on failure.
+[[nodiscard]] inline Tensor new_full(
+    const Tensor& input,
+    IntList size,
+    Scalar fill_value,
+    std::optional<DType> dtype) {
+    return input.new_full(size, fill_value, dtype);
+}
+
+/// Returns a Tensor of size `size` filled with `0`. (`new_zeros(Tensor self, SymInt[] size, *,
+/// ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) ->
+/// Tensor`) Calls `tr_tensor_new_zeros`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor new_zeros(
+    const Tensor& input,
+    IntList size,
+    std::optional<DType> dtype) {
+    return input.new_zeros(size, dtype);
+}
+
+/// Returns a Tensor of size `size` filled with `1`. (`new_ones(Tensor self, SymInt[] size, *,
+/// ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) ->
+/// Tensor`) Calls `tr_tensor_new_ones`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor new_ones(
+    const Tensor& input,
+    IntList size,
+    std::optional<DType> dtype) {
+    return input.new_ones(size, dtype);
+}
+
+/// Resizes `self` tensor to the specified size. (`resize_(Tensor(a!) self, SymInt[] size, *,
+/// MemoryFormat? memory_format=None) -> Tensor(a!)`) Calls `tr_tensor_resize_`; throws
+/// tr::Error on failure.
+inline Tensor& resize_(Tensor& input, IntList size) {
+    return input.resize_(size);
+}
+
+/// Expand this tensor to the same size as `other`. (`expand_as(Tensor(a) self, Tensor other) ->
+/// Tensor(a)`) Calls `tr_tensor_expand_as`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor expand_as(const Tensor& input, const Tensor& other) {
+    return input.expand_as(other);
+}
+
+/// Flattens `input` by reshaping it into a one-dimensional tensor.
+/// (`flatten.using_ints(Tensor(a) self, int start_dim=0, int end_dim=-1) -> Tensor(a)`) Calls
+/// `tr_tensor_flatten_using_ints`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor flatten_using_ints(
+    const Tensor& input,
+    int64_t start_dim,
+    int64_t end_dim) {
+    return input.flatten_using_ints(start_dim, end_dim);
+}
+
+/// Expands a dimension of the input tensor over multiple dimensions. (`unflatten.int(Tensor(a)
+/// self, int dim, SymInt[] sizes) -> Tensor(a)`) Calls `tr_tensor_unflatten_int`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor unflatten_int(const Tensor& input, int64_t dim, IntList sizes) {
+    return input.unflatten_int(dim, sizes);
+}
+
+/// A tensor of `input`'s shape filled with `value` (`fill_` without the write).
+/// (`fill.Scalar(Tensor self, Scalar value) -> Tensor`) Calls `tr_tensor_fill_scalar`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor fill_scalar(const Tensor& input, Scalar value) {
+    return input.fill_scalar(value);
+}
+
+/// A tensor of `input`'s shape filled with `value` (`fill_` without the write).
+/// (`fill.Tensor(Tensor self, Tensor value) -> Tensor`) Calls `tr_tensor_fill_tensor`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor fill_tensor(const Tensor& input, const Tensor& value) {
+    return input.fill_tensor(value);
+}
+
+/// Fills `self` tensor with the specified value. (`fill_.Scalar(Tensor(a!) self, Scalar value)
+/// -> Tensor(a!)`) Calls `tr_tensor_fill_scalar_`; throws tr::Error on failure.
+inline Tensor& fill_scalar_(Tensor& input, Scalar value) {
+    return input.fill_scalar_(value);
+}
+
+/// Fills `self` tensor with the specified value. (`fill_.Tensor(Tensor(a!) self, Tensor value)
+/// -> Tensor(a!)`) Calls `tr_tensor_fill_tensor_`; throws tr::Error on failure.
+inline Tensor& fill_tensor_(Tensor& input, const Tensor& value) {
+    return input.fill_tensor_(value);
+}
+
+/// Index a regular tensor by binding specified positions to dims. (`index.Tensor(Tensor self,
+/// Tensor?[] indices) -> Tensor`) Calls `tr_tensor_index_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor index_tensor(
+    const Tensor& input,
+    const std::vector<OptionalTensor>& indices) {
+    return input.index_tensor(indices);
+}
+
+/// See `Tensor.index_add_` for function description. (`index_copy(Tensor self, int dim, Tensor
+/// index, Tensor source) -> Tensor`) Calls `tr_tensor_index_copy`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor index_copy(
+    const Tensor& input,
+    int64_t dim,
+    const Tensor& index,
+    const Tensor& source) {
+    return input.index_copy(dim, index, source);
+}
+
+/// Puts values from the tensor `values` into the tensor `self` using the indices specified in
+/// `indices` (which is a tuple of Tensors). (`index_put_(Tensor(a!) self, Tensor?[] indices,
+/// Tensor values, bool accumulate=False) -> Tensor(a!)`) Calls `tr_tensor_index_put_`; throws
+/// tr::Error on failure.
+inline Tensor& index_put_(
+    Tensor& input,
+    const std::vector<OptionalTensor>& indices,
+    const Tensor& values,
+    bool accumulate) {
+    return input.index_put_(indices, values, accumulate);
+}
+
+/// Out-place version of `Tensor.index_put_`. (`index_put(Tensor self, Tensor?[] indices, Tensor
+/// values, bool accumulate=False) -> Tensor`) Calls `tr_tensor_index_put`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor index_put(
+    const Tensor& input,
+    const std::vector<OptionalTensor>& indices,
+    const Tensor& values,
+    bool accumulate) {
+    return input.index_put(indices, values, accumulate);
+}
+
+/// Same as `Tensor.narrow` except this returns a copy rather than shared storage.
+/// (`narrow_copy(Tensor self, int dim, SymInt start, SymInt length) -> Tensor`) Calls
+/// `tr_tensor_narrow_copy`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor narrow_copy(
+    const Tensor& input,
+    int64_t dim,
+    int64_t start,
+    int64_t length) {
+    return input.narrow_copy(dim, start, length);
+}
+
+/// Returns a new tensor that is a narrowed version of `input` tensor. (`narrow.Tensor(Tensor(a)
+/// self, int dim, Tensor start, SymInt length) -> Tensor(a)`) Calls `tr_tensor_narrow_tensor`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor narrow_tensor(
+    const Tensor& input,
+    int64_t dim,
+    const Tensor& start,
+    int64_t length) {
+    return input.narrow_tensor(dim, start, length);
+}
+
+/// Moves the dimension(s) of `input` at the position(s) in `source` to the position(s) in
+/// `destination`. (`movedim.intlist(Tensor(a) self, int[] source, int[] destination) ->
+/// Tensor(a)`) Calls `tr_tensor_movedim_intlist`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor movedim_intlist(
+    const Tensor& input,
+    IntList source,
+    IntList destination) {
+    return input.movedim_intlist(source, destination);
+}
+
+/// Moves the dimension(s) of `input` at the position(s) in `source` to the position(s) in
+/// `destination`. (`movedim.int(Tensor(a) self, int source, int destination) -> Tensor(a)`)
+/// Calls `tr_tensor_movedim_int`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor movedim_int(const Tensor& input, int64_t source, int64_t destination) {
+    return input.movedim_int(source, destination);
+}
+
+/// Alias for `torch.movedim`. (`moveaxis.intlist(Tensor(a) self, int[] source, int[]
+/// destination) -> Tensor(a)`) Calls `tr_tensor_moveaxis_intlist`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor moveaxis_intlist(
+    const Tensor& input,
+    IntList source,
+    IntList destination) {
+    return input.moveaxis_intlist(source, destination);
+}
+
+/// Alias for `torch.movedim`. (`moveaxis.int(Tensor(a) self, int source, int destination) ->
+/// Tensor(a)`) Calls `tr_tensor_moveaxis_int`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor moveaxis_int(const Tensor& input, int64_t source, int64_t destination) {
+    return input.moveaxis_int(source, destination);
+}
+
+/// The tensor with its dimensions in reverse order (`Tensor.T`). (`numpy_T(Tensor(a) self) ->
+/// Tensor(a)`) Calls `tr_tensor_numpy_t`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor numpy_t(const Tensor& input) {
+    return input.numpy_t();
+}
+
+/// Returns a view of this tensor with the last two dimensions transposed. (`mT(Tensor(a) self)
+/// -> Tensor(a)`) Calls `tr_tensor_mt`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor mt(const Tensor& input) {
+    return input.mt();
+}
+
+/// Accessing this property is equivalent to calling `adjoint`. (`mH(Tensor(a) self) ->
+/// Tensor(a)`) Calls `tr_tensor_mh`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor mh(const Tensor& input) {
+    return input.mh();
+}
+
+/// `x.adjoint()` is equivalent to `x.transpose(-2, -1).conj()` for complex tensors and to
+/// `x.transpose(-2, -1)` for real tensors. (`adjoint(Tensor(a) self) -> Tensor(a)`) Calls
+/// `tr_tensor_adjoint`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor adjoint(const Tensor& input) {
+    return input.adjoint();
+}
+
+/// Return a contiguous flattened tensor. (`ravel(Tensor(a) self) -> Tensor(a)`) Calls
+/// `tr_tensor_ravel`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor ravel(const Tensor& input) {
+    return input.ravel();
+}
+
+/// Repeats this tensor along the specified dimensions. (`repeat(Tensor self, SymInt[] repeats)
+/// -> Tensor`) Calls `tr_tensor_repeat`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor repeat(const Tensor& input, IntList repeats) {
+    return input.repeat(repeats);
+}
+
+/// Repeat elements of a tensor. (`repeat_interleave.Tensor(Tensor repeats, *, SymInt?
+/// output_size=None) -> Tensor`) Calls `tr_tensor_repeat_interleave_tensor`; throws tr::Error
+/// on failure.
+[[nodiscard]] inline Tensor repeat_interleave_tensor(
+    const Tensor& repeats,
+    std::optional<int64_t> output_size) {
+    return repeats.repeat_interleave_tensor(output_size);
+}
+
+/// Repeat elements of a tensor. (`repeat_interleave.self_Tensor(Tensor self, Tensor repeats,
+/// int? dim=None, *, SymInt? output_size=None) -> Tensor`) Calls
+/// `tr_tensor_repeat_interleave_self_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor repeat_interleave_self_tensor(
+    const Tensor& input,
+    const Tensor& repeats,
+    std::optional<int64_t> dim,
+    std::optional<int64_t> output_size) {
+    return input.repeat_interleave_self_tensor(repeats, dim, output_size);
+}
+
+/// Repeat elements of a tensor. (`repeat_interleave.self_int(Tensor self, SymInt repeats, int?
+/// dim=None, *, SymInt? output_size=None) -> Tensor`) Calls
+/// `tr_tensor_repeat_interleave_self_int`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor repeat_interleave_self_int(
+    const Tensor& input,
+    int64_t repeats,
+    std::optional<int64_t> dim,
+    std::optional<int64_t> output_size) {
+    return input.repeat_interleave_self_int(repeats, dim, output_size);
+}
+
+/// Returns this tensor as the same shape as `other`. (`reshape_as(Tensor(a) self, Tensor other)
+/// -> Tensor(a)`) Calls `tr_tensor_reshape_as`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor reshape_as(const Tensor& input, const Tensor& other) {
+    return input.reshape_as(other);
+}
+
+/// Slices the `input` tensor along the selected dimension at the given index.
+/// (`select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)`) Calls
+/// `tr_tensor_select_int`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor select_int(const Tensor& input, int64_t dim, int64_t index) {
+    return input.select_int(dim, index);
+}
+
+/// Detaches the Tensor from the graph that created it, making it a leaf. (`detach_(Tensor(a!)
+/// self) -> Tensor(a!)`) Calls `tr_tensor_detach_`; throws tr::Error on failure.
+inline Tensor& detach_(Tensor& input) {
+    return input.detach_();
+}
+
+/// The view of every `step`-th element from `start` to before `end` along `dim`
+/// (`input[start:end:step]`). (`slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None,
+/// SymInt? end=None, SymInt step=1) -> Tensor(a)`) Calls `tr_tensor_slice_tensor`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor slice_tensor(
+    const Tensor& input,
+    int64_t dim,
+    std::optional<int64_t> start,
+    std::optional<int64_t> end,
+    int64_t step) {
+    return input.slice_tensor(dim, start, end, step);
+}
+
+/// A view of `src` with `input`'s shape, of which `input` is the slice `start:end:step` along
+/// `dim`. (`slice_inverse(Tensor(a) self, Tensor src, int dim=0, SymInt? start=None, SymInt?
+/// end=None, SymInt step=1) -> Tensor(a)`) Calls `tr_tensor_slice_inverse`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor slice_inverse(
+    const Tensor& input,
+    const Tensor& src,
+    int64_t dim,
+    std::optional<int64_t> start,
+    std::optional<int64_t> end,
+    int64_t step) {
+    return input.slice_inverse(src, dim, start, end, step);
+}
+
+/// Embeds the values of the `src` tensor into `input` at the given dimension.
+/// (`slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None,
+/// SymInt step=1) -> Tensor`) Calls `tr_tensor_slice_scatter`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor slice_scatter(
+    const Tensor& input,
+    const Tensor& src,
+    int64_t dim,
+    std::optional<int64_t> start,
+    std::optional<int64_t> end,
+    int64_t step) {
+    return input.slice_scatter(src, dim, start, end, step);
+}
+
+/// Embeds the values of the `src` tensor into `input` at the given index.
+/// (`select_scatter(Tensor self, Tensor src, int dim, SymInt index) -> Tensor`) Calls
+/// `tr_tensor_select_scatter`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor select_scatter(
+    const Tensor& input,
+    const Tensor& src,
+    int64_t dim,
+    int64_t index) {
+    return input.select_scatter(src, dim, index);
+}
+
+/// Embeds the values of the `src` tensor into `input` along the diagonal elements of `input`,
+/// with respect to `dim1` and `dim2`. (`diagonal_scatter(Tensor self, Tensor src, int offset=0,
+/// int dim1=0, int dim2=1) -> Tensor`) Calls `tr_tensor_diagonal_scatter`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor diagonal_scatter(
+    const Tensor& input,
+    const Tensor& src,
+    int64_t offset,
+    int64_t dim1,
+    int64_t dim2) {
+    return input.diagonal_scatter(src, offset, dim1, dim2);
+}
+
+/// Embeds the values of the `src` tensor into `input` along the elements corresponding to the
+/// result of calling input.as_strided(size, stride, storage_offset).
+/// (`as_strided_scatter(Tensor self, Tensor src, SymInt[] size, SymInt[] stride, SymInt?
+/// storage_offset=None) -> Tensor`) Calls `tr_tensor_as_strided_scatter`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor as_strided_scatter(
+    const Tensor& input,
+    const Tensor& src,
+    IntList size,
+    IntList stride,
+    std::optional<int64_t> storage_offset) {
+    return input.as_strided_scatter(src, size, stride, storage_offset);
+}
+
+/// Works like `torch.split` but without enforcing the autograd restrictions on inplace
+/// modification of the outputs. (`unsafe_split.Tensor(Tensor self, SymInt split_size, int
+/// dim=0) -> Tensor[]`) Calls `tr_tensor_unsafe_split_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> unsafe_split_tensor(
+    const Tensor& input,
+    int64_t split_size,
+    int64_t dim) {
+    return input.unsafe_split_tensor(split_size, dim);
+}
+
+/// Splits the tensor into chunks. (`split.Tensor(Tensor(a -> *) self, SymInt split_size, int
+/// dim=0) -> Tensor(a)[]`) Calls `tr_tensor_split_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> split_tensor(
+    const Tensor& input,
+    int64_t split_size,
+    int64_t dim) {
+    return input.split_tensor(split_size, dim);
+}
+
+/// Splits the tensor into chunks. (`split.sizes(Tensor(a -> *) self, SymInt[] split_size, int
+/// dim=0) -> Tensor(a)[]`) Calls `tr_tensor_split_sizes`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> split_sizes(
+    const Tensor& input,
+    IntList split_size,
+    int64_t dim) {
+    return input.split_sizes(split_size, dim);
+}
+
+/// `split_with_sizes` whose views autograd does not track as views of `input`.
+/// (`unsafe_split_with_sizes(Tensor self, SymInt[] split_sizes, int dim=0) -> Tensor[]`) Calls
+/// `tr_tensor_unsafe_split_with_sizes`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> unsafe_split_with_sizes(
+    const Tensor& input,
+    IntList split_sizes,
+    int64_t dim) {
+    return input.unsafe_split_with_sizes(split_sizes, dim);
+}
+
+/// Splits the tensor into views of the given sizes along `dim` (`torch.split` with a list).
+/// (`split_with_sizes(Tensor(a -> *) self, SymInt[] split_sizes, int dim=0) -> Tensor(a)[]`)
+/// Calls `tr_tensor_split_with_sizes`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> split_with_sizes(
+    const Tensor& input,
+    IntList split_sizes,
+    int64_t dim) {
+    return input.split_with_sizes(split_sizes, dim);
+}
+
+/// Splits `input`, a tensor with one or more dimensions, into multiple tensors horizontally
+/// according to `indices_or_sections`. (`hsplit.int(Tensor(a -> *) self, int sections) ->
+/// Tensor(a)[]`) Calls `tr_tensor_hsplit_int`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> hsplit_int(const Tensor& input, int64_t sections) {
+    return input.hsplit_int(sections);
+}
+
+/// Splits `input`, a tensor with one or more dimensions, into multiple tensors horizontally
+/// according to `indices_or_sections`. (`hsplit.array(Tensor(a -> *) self, int[] indices) ->
+/// Tensor(a)[]`) Calls `tr_tensor_hsplit_array`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> hsplit_array(const Tensor& input, IntList indices) {
+    return input.hsplit_array(indices);
+}
+
+/// Splits `input`, a tensor with two or more dimensions, into multiple tensors vertically
+/// according to `indices_or_sections`. (`vsplit.int(Tensor(a -> *) self, int sections) ->
+/// Tensor(a)[]`) Calls `tr_tensor_vsplit_int`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> vsplit_int(const Tensor& input, int64_t sections) {
+    return input.vsplit_int(sections);
+}
+
+/// Splits `input`, a tensor with two or more dimensions, into multiple tensors vertically
+/// according to `indices_or_sections`. (`vsplit.array(Tensor(a -> *) self, int[] indices) ->
+/// Tensor(a)[]`) Calls `tr_tensor_vsplit_array`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> vsplit_array(const Tensor& input, IntList indices) {
+    return input.vsplit_array(indices);
+}
+
+/// Splits `input`, a tensor with three or more dimensions, into multiple tensors depthwise
+/// according to `indices_or_sections`. (`dsplit.int(Tensor(a -> *) self, int sections) ->
+/// Tensor(a)[]`) Calls `tr_tensor_dsplit_int`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> dsplit_int(const Tensor& input, int64_t sections) {
+    return input.dsplit_int(sections);
+}
+
+/// Splits `input`, a tensor with three or more dimensions, into multiple tensors depthwise
+/// according to `indices_or_sections`. (`dsplit.array(Tensor(a -> *) self, int[] indices) ->
+/// Tensor(a)[]`) Calls `tr_tensor_dsplit_array`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> dsplit_array(const Tensor& input, IntList indices) {
+    return input.dsplit_array(indices);
+}
+
+/// Returns a tensor with all specified dimensions of `input` of size `1` removed.
+/// (`squeeze.dim(Tensor(a) self, int dim) -> Tensor(a)`) Calls `tr_tensor_squeeze_dim`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor squeeze_dim(const Tensor& input, int64_t dim) {
+    return input.squeeze_dim(dim);
+}
+
+/// Returns a tensor with all specified dimensions of `input` of size `1` removed.
+/// (`squeeze.dims(Tensor(a) self, int[] dim) -> Tensor(a)`) Calls `tr_tensor_squeeze_dims`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor squeeze_dims(const Tensor& input, IntList dim) {
+    return input.squeeze_dims(dim);
+}
+
+/// In-place version of `Tensor.squeeze` (`squeeze_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_squeeze_`; throws tr::Error on failure.
+inline Tensor& squeeze_(Tensor& input) {
+    return input.squeeze_();
+}
+
+/// In-place version of `Tensor.squeeze` (`squeeze_.dim(Tensor(a!) self, int dim) ->
+/// Tensor(a!)`) Calls `tr_tensor_squeeze_dim_`; throws tr::Error on failure.
+inline Tensor& squeeze_dim_(Tensor& input, int64_t dim) {
+    return input.squeeze_dim_(dim);
+}
+
+/// In-place version of `Tensor.squeeze` (`squeeze_.dims(Tensor(a!) self, int[] dim) ->
+/// Tensor(a!)`) Calls `tr_tensor_squeeze_dims_`; throws tr::Error on failure.
+inline Tensor& squeeze_dims_(Tensor& input, IntList dim) {
+    return input.squeeze_dims_(dim);
+}
+
+/// Stack tensors in sequence horizontally (column wise). (`hstack(Tensor[] tensors) -> Tensor`)
+/// Calls `tr_tensor_hstack`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor hstack(const TensorList& tensors) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_hstack, tensors.data(), tensors.size(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Stack tensors in sequence vertically (row wise). (`vstack(Tensor[] tensors) -> Tensor`)
+/// Calls `tr_tensor_vstack`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor vstack(const TensorList& tensors) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_vstack, tensors.data(), tensors.size(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Stack tensors in sequence depthwise (along third axis). (`dstack(Tensor[] tensors) ->
+/// Tensor`) Calls `tr_tensor_dstack`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor dstack(const TensorList& tensors) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_dstack, tensors.data(), tensors.size(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Constructs a tensor by repeating the elements of `input`. (`tile(Tensor self, SymInt[] dims)
+/// -> Tensor`) Calls `tr_tensor_tile`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor tile(const Tensor& input, IntList dims) {
+    return input.tile(dims);
+}
+
+/// Returns a tensor that is a transposed version of `input`. (`transpose.int(Tensor(a) self,
+/// int dim0, int dim1) -> Tensor(a)`) Calls `tr_tensor_transpose_int`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor transpose_int(const Tensor& input, int64_t dim0, int64_t dim1) {
+    return input.transpose_int(dim0, dim1);
+}
+
+/// In-place version of `Tensor.transpose` (`transpose_(Tensor(a!) self, int dim0, int dim1) ->
+/// Tensor(a!)`) Calls `tr_tensor_transpose_`; throws tr::Error on failure.
+inline Tensor& transpose_(Tensor& input, int64_t dim0, int64_t dim1) {
+    return input.transpose_(dim0, dim1);
+}
+
+/// Reverse the order of an n-D tensor along given axis in dims. (`flip(Tensor self, int[] dims)
+/// -> Tensor`) Calls `tr_tensor_flip`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor flip(const Tensor& input, IntList dims) {
+    return input.flip(dims);
+}
+
+/// Flip tensor in the left/right direction, returning a new tensor. (`fliplr(Tensor self) ->
+/// Tensor`) Calls `tr_tensor_fliplr`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor fliplr(const Tensor& input) {
+    return input.fliplr();
+}
+
+/// Flip tensor in the up/down direction, returning a new tensor. (`flipud(Tensor self) ->
+/// Tensor`) Calls `tr_tensor_flipud`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor flipud(const Tensor& input) {
+    return input.flipud();
+}
+
+/// Roll the tensor `input` along the given dimension(s). (`roll(Tensor self, SymInt[1] shifts,
+/// int[1] dims=[]) -> Tensor`) Calls `tr_tensor_roll`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor roll(const Tensor& input, IntList shifts, IntList dims) {
+    return input.roll(shifts, dims);
+}
+
+/// Rotate an n-D tensor by 90 degrees in the plane specified by dims axis. (`rot90(Tensor self,
+/// int k=1, int[] dims=[0,1]) -> Tensor`) Calls `tr_tensor_rot90`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor rot90(const Tensor& input, int64_t k, IntList dims) {
+    return input.rot90(k, dims);
+}
+
+/// Returns this tensor cast to the type of the given tensor. (`type_as(Tensor self, Tensor
+/// other) -> Tensor`) Calls `tr_tensor_type_as`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor type_as(const Tensor& input, const Tensor& other) {
+    return input.type_as(other);
+}
+
+/// In-place version of `Tensor.unsqueeze` (`unsqueeze_(Tensor(a!) self, int dim) ->
+/// Tensor(a!)`) Calls `tr_tensor_unsqueeze_`; throws tr::Error on failure.
+inline Tensor& unsqueeze_(Tensor& input, int64_t dim) {
+    return input.unsqueeze_(dim);
+}
+
+/// View this tensor as the same size as `other`. (`view_as(Tensor(a) self, Tensor other) ->
+/// Tensor(a)`) Calls `tr_tensor_view_as`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor view_as(const Tensor& input, const Tensor& other) {
+    return input.view_as(other);
+}
+
+/// Resizes the `self` tensor to be the same size as the specified `tensor`.
+/// (`resize_as_(Tensor(a!) self, Tensor the_template, *, MemoryFormat? memory_format=None) ->
+/// Tensor(a!)`) Calls `tr_tensor_resize_as_`; throws tr::Error on failure.
+inline Tensor& resize_as_(Tensor& input, const Tensor& the_template) {
+    return input.resize_as_(the_template);
+}
+
+/// Removes a tensor dimension. (`unbind.int(Tensor(a -> *) self, int dim=0) -> Tensor(a)[]`)
+/// Calls `tr_tensor_unbind_int`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> unbind_int(const Tensor& input, int64_t dim) {
+    return input.unbind_int(dim);
+}
+
+/// Performs Tensor dtype and/or device conversion. (`to.dtype_layout(Tensor(a) self, *,
+/// ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None,
+/// bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor(a)`)
+/// Calls `tr_tensor_to_dtype_layout`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor to_dtype_layout(
+    const Tensor& input,
+    std::optional<DType> dtype,
+    bool non_blocking,
+    bool copy) {
+    return input.to_dtype_layout(dtype, non_blocking, copy);
+}
+
+/// Performs Tensor dtype and/or device conversion. (`to.other(Tensor(a) self, Tensor other,
+/// bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor(a)`)
+/// Calls `tr_tensor_to_other`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor to_other(
+    const Tensor& input,
+    const Tensor& other,
+    bool non_blocking,
+    bool copy) {
+    return input.to_other(other, non_blocking, copy);
+}
+
+/// Creates grids of coordinates specified by the 1D inputs in `attr`:tensors.
+/// (`meshgrid(Tensor[] tensors) -> Tensor[]`) Calls `tr_tensor_meshgrid`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline std::vector<Tensor> meshgrid(const TensorList& tensors) {
+    return detail::call_tensors<Tensor>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+            return tr_tensor_meshgrid(tensors.data(), tensors.size(), out_, room_, written_); });
+}
+
+/// Creates grids of coordinates specified by the 1D inputs in `attr`:tensors.
+/// (`meshgrid.indexing(Tensor[] tensors, *, str indexing) -> Tensor[]`) Calls
+/// `tr_tensor_meshgrid_indexing`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> meshgrid_indexing(
+    const TensorList& tensors,
+    const std::string& indexing) {
+    return detail::call_tensors<Tensor>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+            return tr_tensor_meshgrid_indexing(tensors.data(), tensors.size(),
+            detail::c_string(indexing, "indexing"), out_, room_, written_); });
+}
+
+/// Do cartesian product of the given sequence of tensors. (`cartesian_prod(Tensor[] tensors) ->
+/// Tensor`) Calls `tr_tensor_cartesian_prod`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor cartesian_prod(const TensorList& tensors) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_cartesian_prod, tensors.data(), tensors.size(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Compute combinations of length `r` of the given tensor. (`combinations(Tensor self, int r=2,
+/// bool with_replacement=False) -> Tensor`) Calls `tr_tensor_combinations`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor combinations(const Tensor& input, int64_t r, bool with_replacement) {
+    return input.combinations(r, with_replacement);
+}
+
+/// Sets the underlying storage, size, and strides.
+/// (`set_.source_Tensor_storage_offset(Tensor(a!) self, Tensor source, SymInt storage_offset,
+/// SymInt[] size, SymInt[] stride=[]) -> Tensor(a!)`) Calls
+/// `tr_tensor_set_source_tensor_storage_offset_`; throws tr::Error on failure.
+inline Tensor& set_source_tensor_storage_offset_(
+    Tensor& input,
+    const Tensor& source,
+    int64_t storage_offset,
+    IntList size,
+    IntList stride) {
+    return input.set_source_tensor_storage_offset_(source, storage_offset, size, stride);
+}
+
+/// Sets the underlying storage, size, and strides. (`set_.source_Tensor(Tensor(a!) self, Tensor
+/// source) -> Tensor(a!)`) Calls `tr_tensor_set_source_tensor_`; throws tr::Error on failure.
+inline Tensor& set_source_tensor_(Tensor& input, const Tensor& source) {
+    return input.set_source_tensor_(source);
+}
+
+/// Sets the underlying storage, size, and strides. (`set_(Tensor(a!) self) -> Tensor(a!)`)
+/// Calls `tr_tensor_set_`; throws tr::Error on failure.
+inline Tensor& set_(Tensor& input) {
+    return input.set_();
+}
+
+/// The tensor as an input of a function being traced (`input` itself when nothing traces).
+/// (`lift(Tensor self) -> Tensor`) Calls `tr_tensor_lift`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor lift(const Tensor& input) {
+    return input.lift();
+}
+
+/// The tensor as an input of a function being traced (`input` itself when nothing traces).
+/// (`lift_fresh(Tensor(a) self) -> Tensor(a)`) Calls `tr_tensor_lift_fresh`; throws tr::Error
+/// on failure.
+[[nodiscard]] inline Tensor lift_fresh(const Tensor& input) {
+    return input.lift_fresh();
+}
+
+/// A copy of the tensor as an input of a function being traced. (`lift_fresh_copy(Tensor self)
+/// -> Tensor`) Calls `tr_tensor_lift_fresh_copy`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor lift_fresh_copy(const Tensor& input) {
+    return input.lift_fresh_copy();
+}
+
+/// Out-of-place version of `torch.Tensor.masked_scatter_` (`masked_scatter(Tensor self, Tensor
+/// mask, Tensor source) -> Tensor`) Calls `tr_tensor_masked_scatter`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor masked_scatter(
+    const Tensor& input,
+    const Tensor& mask,
+    const Tensor& source) {
+    return input.masked_scatter(mask, source);
+}
+
+/// Returns a new tensor with the same data as the `self` tensor but of a different `shape`.
+/// (`view.dtype(Tensor(a) self, ScalarType dtype) -> Tensor(a)`) Calls `tr_tensor_view_dtype`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor view_dtype(const Tensor& input, DType dtype) {
+    return input.view_dtype(dtype);
+}
+
+/// Copies the elements from `source` into the positions specified by `index`. (`put_(Tensor(a!)
+/// self, Tensor index, Tensor source, bool accumulate=False) -> Tensor(a!)`) Calls
+/// `tr_tensor_put_`; throws tr::Error on failure.
+inline Tensor& put_(Tensor& input, const Tensor& index, const Tensor& source, bool accumulate) {
+    return input.put_(index, source, accumulate);
+}
+
+/// Out-of-place version of `torch.Tensor.put_`. (`put(Tensor self, Tensor index, Tensor source,
+/// bool accumulate=False) -> Tensor`) Calls `tr_tensor_put`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor put(
+    const Tensor& input,
+    const Tensor& index,
+    const Tensor& source,
+    bool accumulate) {
+    return input.put(index, source, accumulate);
+}
+
+/// Accumulate the elements of `alpha` times `source` into the `self` tensor by adding to the
+/// indices in the order given in `index`. (`index_add_(Tensor(a!) self, int dim, Tensor index,
+/// Tensor source, *, Scalar alpha=1) -> Tensor(a!)`) Calls `tr_tensor_index_add_`; throws
+/// tr::Error on failure.
+inline Tensor& index_add_(
+    Tensor& input,
+    int64_t dim,
+    const Tensor& index,
+    const Tensor& source,
+    Scalar alpha) {
+    return input.index_add_(dim, index, source, alpha);
+}
+
+/// See `Tensor.index_add_` for function description. (`index_add(Tensor self, int dim, Tensor
+/// index, Tensor source, *, Scalar alpha=1) -> Tensor`) Calls `tr_tensor_index_add`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor index_add(
+    const Tensor& input,
+    int64_t dim,
+    const Tensor& index,
+    const Tensor& source,
+    Scalar alpha) {
+    return input.index_add(dim, index, source, alpha);
+}
+
+/// Accumulate the elements of `source` into the `self` tensor by accumulating to the indices in
+/// the order given in `index` using the reduction given by the `reduce` argument.
+/// (`index_reduce_(Tensor(a!) self, int dim, Tensor index, Tensor source, str reduce, *, bool
+/// include_self=True) -> Tensor(a!)`) Calls `tr_tensor_index_reduce_`; throws tr::Error on
+/// failure.
+inline Tensor& index_reduce_(
+    Tensor& input,
+    int64_t dim,
+    const Tensor& index,
+    const Tensor& source,
+    const std::string& reduce,
+    bool include_self) {
+    return input.index_reduce_(dim, index, source, reduce, include_self);
+}
+
+/// See `Tensor.index_reduce_` for function description. (`index_reduce(Tensor self, int dim,
+/// Tensor index, Tensor source, str reduce, *, bool include_self=True) -> Tensor`) Calls
+/// `tr_tensor_index_reduce`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor index_reduce(
+    const Tensor& input,
+    int64_t dim,
+    const Tensor& index,
+    const Tensor& source,
+    const std::string& reduce,
+    bool include_self) {
+    return input.index_reduce(dim, index, source, reduce, include_self);
+}
+
+/// Fills the elements of the `self` tensor with value `value` by selecting the indices in the
+/// order given in `index`. (`index_fill_.int_Scalar(Tensor(a!) self, int dim, Tensor index,
+/// Scalar value) -> Tensor(a!)`) Calls `tr_tensor_index_fill_int_scalar_`; throws tr::Error on
+/// failure.
+inline Tensor& index_fill_int_scalar_(
+    Tensor& input,
+    int64_t dim,
+    const Tensor& index,
+    Scalar value) {
+    return input.index_fill_int_scalar_(dim, index, value);
+}
+
+/// Out-of-place version of `torch.Tensor.index_fill_`. (`index_fill.int_Scalar(Tensor self, int
+/// dim, Tensor index, Scalar value) -> Tensor`) Calls `tr_tensor_index_fill_int_scalar`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor index_fill_int_scalar(
+    const Tensor& input,
+    int64_t dim,
+    const Tensor& index,
+    Scalar value) {
+    return input.index_fill_int_scalar(dim, index, value);
+}
+
+/// Fills the elements of the `self` tensor with value `value` by selecting the indices in the
+/// order given in `index`. (`index_fill_.int_Tensor(Tensor(a!) self, int dim, Tensor index,
+/// Tensor value) -> Tensor(a!)`) Calls `tr_tensor_index_fill_int_tensor_`; throws tr::Error on
+/// failure.
+inline Tensor& index_fill_int_tensor_(
+    Tensor& input,
+    int64_t dim,
+    const Tensor& index,
+    const Tensor& value) {
+    return input.index_fill_int_tensor_(dim, index, value);
+}
+
+/// Out-of-place version of `torch.Tensor.index_fill_`. (`index_fill.int_Tensor(Tensor self, int
+/// dim, Tensor index, Tensor value) -> Tensor`) Calls `tr_tensor_index_fill_int_tensor`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor index_fill_int_tensor(
+    const Tensor& input,
+    int64_t dim,
+    const Tensor& index,
+    const Tensor& value) {
+    return input.index_fill_int_tensor(dim, index, value);
+}
+
+/// Out-of-place version of `torch.Tensor.scatter_` (`scatter.src(Tensor self, int dim, Tensor
+/// index, Tensor src) -> Tensor`) Calls `tr_tensor_scatter_src`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor scatter_src(
+    const Tensor& input,
+    int64_t dim,
+    const Tensor& index,
+    const Tensor& src) {
+    return input.scatter_src(dim, index, src);
+}
+
+/// Writes all values from the tensor `src` into `self` at the indices specified in the `index`
+/// tensor. (`scatter_.src(Tensor(a!) self, int dim, Tensor index, Tensor src) -> Tensor(a!)`)
+/// Calls `tr_tensor_scatter_src_`; throws tr::Error on failure.
+inline Tensor& scatter_src_(Tensor& input, int64_t dim, const Tensor& index, const Tensor& src) {
+    return input.scatter_src_(dim, index, src);
+}
+
+/// Out-of-place version of `torch.Tensor.scatter_` (`scatter.value(Tensor self, int dim, Tensor
+/// index, Scalar value) -> Tensor`) Calls `tr_tensor_scatter_value`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor scatter_value(
+    const Tensor& input,
+    int64_t dim,
+    const Tensor& index,
+    Scalar value) {
+    return input.scatter_value(dim, index, value);
+}
+
+/// Writes all values from the tensor `src` into `self` at the indices specified in the `index`
+/// tensor. (`scatter_.value(Tensor(a!) self, int dim, Tensor index, Scalar value) ->
+/// Tensor(a!)`) Calls `tr_tensor_scatter_value_`; throws tr::Error on failure.
+inline Tensor& scatter_value_(Tensor& input, int64_t dim, const Tensor& index, Scalar value) {
+    return input.scatter_value_(dim, index, value);
+}
+
+/// Out-of-place version of `torch.Tensor.scatter_` (`scatter.reduce(Tensor self, int dim,
+/// Tensor index, Tensor src, *, str reduce) -> Tensor`) Calls `tr_tensor_scatter_reduce`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor scatter_reduce(
+    const Tensor& input,
+    int64_t dim,
+    const Tensor& index,
+    const Tensor& src,
+    const std::string& reduce) {
+    return input.scatter_reduce(dim, index, src, reduce);
+}
+
+/// Writes all values from the tensor `src` into `self` at the indices specified in the `index`
+/// tensor. (`scatter_.reduce(Tensor(a!) self, int dim, Tensor index, Tensor src, *, str reduce)
+/// -> Tensor(a!)`) Calls `tr_tensor_scatter_reduce_`; throws tr::Error on failure.
+inline Tensor& scatter_reduce_(
+    Tensor& input,
+    int64_t dim,
+    const Tensor& index,
+    const Tensor& src,
+    const std::string& reduce) {
+    return input.scatter_reduce_(dim, index, src, reduce);
+}
+
+/// Out-of-place version of `torch.Tensor.scatter_` (`scatter.value_reduce(Tensor self, int dim,
+/// Tensor index, Scalar value, *, str reduce) -> Tensor`) Calls
+/// `tr_tensor_scatter_value_reduce`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor scatter_value_reduce(
+    const Tensor& input,
+    int64_t dim,
+    const Tensor& index,
+    Scalar value,
+    const std::string& reduce) {
+    return input.scatter_value_reduce(dim, index, value, reduce);
+}
+
+/// Writes all values from the tensor `src` into `self` at the indices specified in the `index`
+/// tensor. (`scatter_.value_reduce(Tensor(a!) self, int dim, Tensor index, Scalar value, *, str
+/// reduce) -> Tensor(a!)`) Calls `tr_tensor_scatter_value_reduce_`; throws tr::Error on
+/// failure.
+inline Tensor& scatter_value_reduce_(
+    Tensor& input,
+    int64_t dim,
+    const Tensor& index,
+    Scalar value,
+    const std::string& reduce) {
+    return input.scatter_value_reduce_(dim, index, value, reduce);
+}
+
+/// Out-of-place version of `torch.Tensor.scatter_add_` (`scatter_add(Tensor self, int dim,
+/// Tensor index, Tensor src) -> Tensor`) Calls `tr_tensor_scatter_add`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor scatter_add(
+    const Tensor& input,
+    int64_t dim,
+    const Tensor& index,
+    const Tensor& src) {
+    return input.scatter_add(dim, index, src);
+}
+
+/// Adds all values from the tensor `src` into `self` at the indices specified in the `index`
+/// tensor in a similar fashion as `torch.Tensor.scatter_`. (`scatter_add_(Tensor(a!) self, int
+/// dim, Tensor index, Tensor src) -> Tensor(a!)`) Calls `tr_tensor_scatter_add_`; throws
+/// tr::Error on failure.
+inline Tensor& scatter_add_(Tensor& input, int64_t dim, const Tensor& index, const Tensor& src) {
+    return input.scatter_add_(dim, index, src);
+}
+
+/// Out-of-place version of `torch.Tensor.scatter_reduce_` (`scatter_reduce.two(Tensor self, int
+/// dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor`) Calls
+/// `tr_tensor_scatter_reduce_two`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor scatter_reduce_two(
+    const Tensor& input,
+    int64_t dim,
+    const Tensor& index,
+    const Tensor& src,
+    const std::string& reduce,
+    bool include_self) {
+    return input.scatter_reduce_two(dim, index, src, reduce, include_self);
+}
+
+/// Reduces all values from the `src` tensor to the indices specified in the `index` tensor in
+/// the `self` tensor using the applied reduction defined via the `reduce` argument (`"sum"`,
+/// `"prod"`, `"mean"`, `"amax"`, `"amin"`). (`scatter_reduce_.two(Tensor(a!) self, int dim,
+/// Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor(a!)`) Calls
+/// `tr_tensor_scatter_reduce_two_`; throws tr::Error on failure.
+inline Tensor& scatter_reduce_two_(
+    Tensor& input,
+    int64_t dim,
+    const Tensor& index,
+    const Tensor& src,
+    const std::string& reduce,
+    bool include_self) {
+    return input.scatter_reduce_two_(dim, index, src, reduce, include_self);
+}
+
+/// Returns a new tensor with the elements of `input` at the given indices. (`take(Tensor self,
+/// Tensor index) -> Tensor`) Calls `tr_tensor_take`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor take(const Tensor& input, const Tensor& index) {
+    return input.take(index);
+}
+
+/// Selects values from `input` at the 1-dimensional indices from `indices` along the given
+/// `dim`. (`take_along_dim(Tensor self, Tensor indices, int? dim=None) -> Tensor`) Calls
+/// `tr_tensor_take_along_dim`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor take_along_dim(
+    const Tensor& input,
+    const Tensor& indices,
+    std::optional<int64_t> dim) {
+    return input.take_along_dim(indices, dim);
+}
+
+/// Returns a 2-D tensor where each row is the index for a non-zero value.
+/// (`nonzero_static(Tensor self, *, SymInt size, int fill_value=-1) -> Tensor`) Calls
+/// `tr_tensor_nonzero_static`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor nonzero_static(const Tensor& input, int64_t size, int64_t fill_value) {
+    return input.nonzero_static(size, fill_value);
+}
+
+/// The indices of the nonzero elements, one tensor per dimension
+/// (`torch.nonzero(as_tuple=True)`). (`nonzero_numpy(Tensor self) -> Tensor[]`) Calls
+/// `tr_tensor_nonzero_numpy`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> nonzero_numpy(const Tensor& input) {
+    return input.nonzero_numpy();
+}
+
+/// Returns a tensor containing the indices of all non-zero elements of `input`.
+/// (`argwhere(Tensor self) -> Tensor`) Calls `tr_tensor_argwhere`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor argwhere(const Tensor& input) {
+    return input.argwhere();
+}
+
+/// Gathers values along an axis specified by `dim`. (`gather(Tensor self, int dim, Tensor
+/// index, *, bool sparse_grad=False) -> Tensor`) Calls `tr_tensor_gather`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor gather(
+    const Tensor& input,
+    int64_t dim,
+    const Tensor& index,
+    bool sparse_grad) {
+    return input.gather(dim, index, sparse_grad);
+}
+
+/// Alias for `torch.transpose`. (`swapaxes(Tensor(a) self, int axis0, int axis1) -> Tensor(a)`)
+/// Calls `tr_tensor_swapaxes`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor swapaxes(const Tensor& input, int64_t axis0, int64_t axis1) {
+    return input.swapaxes(axis0, axis1);
+}
+
+/// In-place version of `Tensor.swapaxes` (`swapaxes_(Tensor(a!) self, int axis0, int axis1) ->
+/// Tensor(a!)`) Calls `tr_tensor_swapaxes_`; throws tr::Error on failure.
+inline Tensor& swapaxes_(Tensor& input, int64_t axis0, int64_t axis1) {
+    return input.swapaxes_(axis0, axis1);
+}
+
+/// Alias for `torch.transpose`. (`swapdims(Tensor(a) self, int dim0, int dim1) -> Tensor(a)`)
+/// Calls `tr_tensor_swapdims`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor swapdims(const Tensor& input, int64_t dim0, int64_t dim1) {
+    return input.swapdims(dim0, dim1);
+}
+
+/// In-place version of `Tensor.swapdims` (`swapdims_(Tensor(a!) self, int dim0, int dim1) ->
+/// Tensor(a!)`) Calls `tr_tensor_swapdims_`; throws tr::Error on failure.
+inline Tensor& swapdims_(Tensor& input, int64_t dim0, int64_t dim1) {
+    return input.swapdims_(dim0, dim1);
+}
+
+/// Creates a new tensor by horizontally stacking the tensors in `tensors`.
+/// (`column_stack(Tensor[] tensors) -> Tensor`) Calls `tr_tensor_column_stack`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor column_stack(const TensorList& tensors) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_column_stack, tensors.data(), tensors.size(), &out);
+    return Tensor::adopt(out);
+}
+
+/// The elements of a list of tensors, concatenated into one 1-D tensor.
+/// (`flatten_dense_tensors(Tensor[] tensors) -> Tensor`) Calls
+/// `tr_tensor_flatten_dense_tensors`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor flatten_dense_tensors(const TensorList& tensors) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_flatten_dense_tensors, tensors.data(), tensors.size(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Tensors of `tensors`' shapes cut from the 1-D `flat` (the inverse of
+/// `flatten_dense_tensors`). (`unflatten_dense_tensors(Tensor flat, Tensor[] tensors) ->
+/// Tensor[]`) Calls `tr_tensor_unflatten_dense_tensors`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> unflatten_dense_tensors(
+    const Tensor& flat,
+    const TensorList& tensors) {
+    return flat.unflatten_dense_tensors(tensors);
+}
+
+/// Performs the same operation as `torch.view_as_real`, but all output tensors are freshly
+/// created instead of aliasing the input. (`view_as_real_copy(Tensor self) -> Tensor`) Calls
+/// `tr_tensor_view_as_real_copy`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor view_as_real_copy(const Tensor& input) {
+    return input.view_as_real_copy();
+}
+
+/// Performs the same operation as `torch.view_as_complex`, but all output tensors are freshly
+/// created instead of aliasing the input. (`view_as_complex_copy(Tensor self) -> Tensor`) Calls
+/// `tr_tensor_view_as_complex_copy`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor view_as_complex_copy(const Tensor& input) {
+    return input.view_as_complex_copy();
+}
+
+/// Performs the same operation as `torch.as_strided`, but all output tensors are freshly
+/// created instead of aliasing the input. (`as_strided_copy(Tensor self, SymInt[] size,
+/// SymInt[] stride, SymInt? storage_offset=None) -> Tensor`) Calls `tr_tensor_as_strided_copy`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor as_strided_copy(
+    const Tensor& input,
+    IntList size,
+    IntList stride,
+    std::optional<int64_t> storage_offset) {
+    return input.as_strided_copy(size, stride, storage_offset);
+}
+
+/// Performs the same operation as `torch.diagonal`, but all output tensors are freshly created
+/// instead of aliasing the input. (`diagonal_copy(Tensor self, int offset=0, int dim1=0, int
+/// dim2=1) -> Tensor`) Calls `tr_tensor_diagonal_copy`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor diagonal_copy(
+    const Tensor& input,
+    int64_t offset,
+    int64_t dim1,
+    int64_t dim2) {
+    return input.diagonal_copy(offset, dim1, dim2);
+}
+
+/// Performs the same operation as `torch.Tensor.expand`, but all output tensors are freshly
+/// created instead of aliasing the input. (`expand_copy(Tensor self, SymInt[] size, *, bool
+/// implicit=False) -> Tensor`) Calls `tr_tensor_expand_copy`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor expand_copy(const Tensor& input, IntList size, bool implicit) {
+    return input.expand_copy(size, implicit);
+}
+
+/// Performs the same operation as `torch.permute`, but all output tensors are freshly created
+/// instead of aliasing the input. (`permute_copy(Tensor self, int[] dims) -> Tensor`) Calls
+/// `tr_tensor_permute_copy`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor permute_copy(const Tensor& input, IntList dims) {
+    return input.permute_copy(dims);
+}
+
+/// Performs the same operation as `torch.select`, but all output tensors are freshly created
+/// instead of aliasing the input. (`select_copy.int(Tensor self, int dim, SymInt index) ->
+/// Tensor`) Calls `tr_tensor_select_copy_int`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor select_copy_int(const Tensor& input, int64_t dim, int64_t index) {
+    return input.select_copy_int(dim, index);
+}
+
+/// Performs the same operation as `torch.detach`, but all output tensors are freshly created
+/// instead of aliasing the input. (`detach_copy(Tensor self) -> Tensor`) Calls
+/// `tr_tensor_detach_copy`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor detach_copy(const Tensor& input) {
+    return input.detach_copy();
+}
+
+/// Performs the same operation as `torch.slice`, but all output tensors are freshly created
+/// instead of aliasing the input. (`slice_copy.Tensor(Tensor self, int dim=0, SymInt?
+/// start=None, SymInt? end=None, SymInt step=1) -> Tensor`) Calls
+/// `tr_tensor_slice_copy_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor slice_copy_tensor(
+    const Tensor& input,
+    int64_t dim,
+    std::optional<int64_t> start,
+    std::optional<int64_t> end,
+    int64_t step) {
+    return input.slice_copy_tensor(dim, start, end, step);
+}
+
+/// Performs the same operation as `torch.split`, but all output tensors are freshly created
+/// instead of aliasing the input. (`split_copy.Tensor(Tensor self, SymInt split_size, int
+/// dim=0) -> Tensor[]`) Calls `tr_tensor_split_copy_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> split_copy_tensor(
+    const Tensor& input,
+    int64_t split_size,
+    int64_t dim) {
+    return input.split_copy_tensor(split_size, dim);
+}
+
+/// Performs the same operation as `torch.split_with_sizes`, but all output tensors are freshly
+/// created instead of aliasing the input. (`split_with_sizes_copy(Tensor self, SymInt[]
+/// split_sizes, int dim=0) -> Tensor[]`) Calls `tr_tensor_split_with_sizes_copy`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> split_with_sizes_copy(
+    const Tensor& input,
+    IntList split_sizes,
+    int64_t dim) {
+    return input.split_with_sizes_copy(split_sizes, dim);
+}
+
+/// Performs the same operation as `torch.squeeze`, but all output tensors are freshly created
+/// instead of aliasing the input. (`squeeze_copy(Tensor self) -> Tensor`) Calls
+/// `tr_tensor_squeeze_copy`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor squeeze_copy(const Tensor& input) {
+    return input.squeeze_copy();
+}
+
+/// Performs the same operation as `torch.squeeze`, but all output tensors are freshly created
+/// instead of aliasing the input. (`squeeze_copy.dim(Tensor self, int dim) -> Tensor`) Calls
+/// `tr_tensor_squeeze_copy_dim`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor squeeze_copy_dim(const Tensor& input, int64_t dim) {
+    return input.squeeze_copy_dim(dim);
+}
+
+/// Performs the same operation as `torch.squeeze`, but all output tensors are freshly created
+/// instead of aliasing the input. (`squeeze_copy.dims(Tensor self, int[] dim) -> Tensor`) Calls
+/// `tr_tensor_squeeze_copy_dims`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor squeeze_copy_dims(const Tensor& input, IntList dim) {
+    return input.squeeze_copy_dims(dim);
+}
+
+/// Performs the same operation as `torch.t`, but all output tensors are freshly created instead
+/// of aliasing the input. (`t_copy(Tensor self) -> Tensor`) Calls `tr_tensor_t_copy`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor t_copy(const Tensor& input) {
+    return input.t_copy();
+}
+
+/// Performs the same operation as `torch.transpose`, but all output tensors are freshly created
+/// instead of aliasing the input. (`transpose_copy.int(Tensor self, int dim0, int dim1) ->
+/// Tensor`) Calls `tr_tensor_transpose_copy_int`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor transpose_copy_int(const Tensor& input, int64_t dim0, int64_t dim1) {
+    return input.transpose_copy_int(dim0, dim1);
+}
+
+/// Performs the same operation as `torch.unsqueeze`, but all output tensors are freshly created
+/// instead of aliasing the input. (`unsqueeze_copy(Tensor self, int dim) -> Tensor`) Calls
+/// `tr_tensor_unsqueeze_copy`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor unsqueeze_copy(const Tensor& input, int64_t dim) {
+    return input.unsqueeze_copy(dim);
+}
+
+/// Performs the same operation as `torch.unbind`, but all output tensors are freshly created
+/// instead of aliasing the input. (`unbind_copy.int(Tensor self, int dim=0) -> Tensor[]`) Calls
+/// `tr_tensor_unbind_copy_int`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> unbind_copy_int(const Tensor& input, int64_t dim) {
+    return input.unbind_copy_int(dim);
+}
+
+/// Performs the same operation as `torch.view`, but all output tensors are freshly created
+/// instead of aliasing the input. (`view_copy(Tensor self, SymInt[] size) -> Tensor`) Calls
+/// `tr_tensor_view_copy`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor view_copy(const Tensor& input, IntList size) {
+    return input.view_copy(size);
+}
+
+/// Performs the same operation as `torch.view`, but all output tensors are freshly created
+/// instead of aliasing the input. (`view_copy.dtype(Tensor self, ScalarType dtype) -> Tensor`)
+/// Calls `tr_tensor_view_copy_dtype`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor view_copy_dtype(const Tensor& input, DType dtype) {
+    return input.view_copy_dtype(dtype);
+}
+
+/// Performs the same operation as `torch.alias`, but all output tensors are freshly created
+/// instead of aliasing the input. (`alias_copy(Tensor self) -> Tensor`) Calls
+/// `tr_tensor_alias_copy`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor alias_copy(const Tensor& input) {
+    return input.alias_copy();
+}
+
+/// Performs a matrix-vector product of the matrix `mat` and the vector `vec`. (`addmv(Tensor
+/// self, Tensor mat, Tensor vec, *, Scalar beta=1, Scalar alpha=1) -> Tensor`) Calls
+/// `tr_tensor_addmv`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor addmv(
+    const Tensor& input,
+    const Tensor& mat,
+    const Tensor& vec,
+    Scalar beta,
+    Scalar alpha) {
+    return input.addmv(mat, vec, beta, alpha);
+}
+
+/// In-place version of `Tensor.addmv` (`addmv_(Tensor(a!) self, Tensor mat, Tensor vec, *,
+/// Scalar beta=1, Scalar alpha=1) -> Tensor(a!)`) Calls `tr_tensor_addmv_`; throws tr::Error on
+/// failure.
+inline Tensor& addmv_(
+    Tensor& input,
+    const Tensor& mat,
+    const Tensor& vec,
+    Scalar beta,
+    Scalar alpha) {
+    return input.addmv_(mat, vec, beta, alpha);
+}
+
+/// Performs the outer-product of vectors `vec1` and `vec2` and adds it to the matrix `input`.
+/// (`addr(Tensor self, Tensor vec1, Tensor vec2, *, Scalar beta=1, Scalar alpha=1) -> Tensor`)
+/// Calls `tr_tensor_addr`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor addr(
+    const Tensor& input,
+    const Tensor& vec1,
+    const Tensor& vec2,
+    Scalar beta,
+    Scalar alpha) {
+    return input.addr(vec1, vec2, beta, alpha);
+}
+
+/// In-place version of `Tensor.addr` (`addr_(Tensor(a!) self, Tensor vec1, Tensor vec2, *,
+/// Scalar beta=1, Scalar alpha=1) -> Tensor(a!)`) Calls `tr_tensor_addr_`; throws tr::Error on
+/// failure.
+inline Tensor& addr_(
+    Tensor& input,
+    const Tensor& vec1,
+    const Tensor& vec2,
+    Scalar beta,
+    Scalar alpha) {
+    return input.addr_(vec1, vec2, beta, alpha);
+}
+
+/// Performs a batch matrix-matrix product of matrices in `batch1` and `batch2`.
+/// (`baddbmm(Tensor self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) ->
+/// Tensor`) Calls `tr_tensor_baddbmm`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor baddbmm(
     const Tensor& input,
     const Tensor& batch1,
@@ -1284,8 +5806,9 @@ inline Tensor& arctan_(Tensor& input) {
     return input.baddbmm(batch1, batch2, beta, alpha);
 }
 
-/// `baddbmm_(Tensor(a!) self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1)
-/// -> Tensor(a!)` Calls `tr_tensor_baddbmm_`; throws tr::Error on failure.
+/// In-place version of `Tensor.baddbmm` (`baddbmm_(Tensor(a!) self, Tensor batch1, Tensor
+/// batch2, *, Scalar beta=1, Scalar alpha=1) -> Tensor(a!)`) Calls `tr_tensor_baddbmm_`; throws
+/// tr::Error on failure.
 inline Tensor& baddbmm_(
     Tensor& input,
     const Tensor& batch1,
@@ -1295,8 +5818,9 @@ inline Tensor& baddbmm_(
     return input.baddbmm_(batch1, batch2, beta, alpha);
 }
 
-/// `baddbmm.dtype(Tensor self, Tensor batch1, Tensor batch2, ScalarType out_dtype, *, Scalar
-/// beta=1, Scalar alpha=1) -> Tensor` Calls `tr_tensor_baddbmm_dtype`; throws tr::Error on
+/// Performs a batch matrix-matrix product of matrices in `batch1` and `batch2`.
+/// (`baddbmm.dtype(Tensor self, Tensor batch1, Tensor batch2, ScalarType out_dtype, *, Scalar
+/// beta=1, Scalar alpha=1) -> Tensor`) Calls `tr_tensor_baddbmm_dtype`; throws tr::Error on
 /// failure.
 [[nodiscard]] inline Tensor baddbmm_dtype(
     const Tensor& input,
@@ -1308,30 +5832,1018 @@ inline Tensor& baddbmm_(
     return input.baddbmm_dtype(batch1, batch2, out_dtype, beta, alpha);
 }
 
-/// `bartlett_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device?
-/// device=None, bool? pin_memory=None) -> Tensor` Calls `tr_tensor_bartlett_window`; throws
+/// Performs a batch matrix-matrix product of matrices stored in `input` and `mat2`.
+/// (`bmm.dtype(Tensor self, Tensor mat2, ScalarType out_dtype) -> Tensor`) Calls
+/// `tr_tensor_bmm_dtype`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor bmm_dtype(const Tensor& input, const Tensor& mat2, DType out_dtype) {
+    return input.bmm_dtype(mat2, out_dtype);
+}
+
+/// Create a block diagonal matrix from provided tensors. (`block_diag(Tensor[] tensors) ->
+/// Tensor`) Calls `tr_tensor_block_diag`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor block_diag(const TensorList& tensors) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_block_diag, tensors.data(), tensors.size(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Returns the matrix product of the `N` 2-D tensors. (`chain_matmul(Tensor[] matrices) ->
+/// Tensor`) Calls `tr_tensor_chain_matmul`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor chain_matmul(const TensorList& matrices) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_chain_matmul, matrices.data(), matrices.size(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Estimates the covariance matrix of the variables given by the `input` matrix, where rows are
+/// the variables and columns are the observations. (`cov(Tensor self, *, int correction=1,
+/// Tensor? fweights=None, Tensor? aweights=None) -> Tensor`) Calls `tr_tensor_cov`; throws
 /// tr::Error on failure.
-[[nodiscard]] inline Tensor bartlett_window(int64_t window_length, std::optional<DType> dtype) {
+[[nodiscard]] inline Tensor cov(
+    const Tensor& input,
+    int64_t correction,
+    OptionalTensor fweights,
+    OptionalTensor aweights) {
+    return input.cov(correction, fweights, aweights);
+}
+
+/// Estimates the Pearson product-moment correlation coefficient matrix of the variables given
+/// by the `input` matrix, where rows are the variables and columns are the observations.
+/// (`corrcoef(Tensor self) -> Tensor`) Calls `tr_tensor_corrcoef`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor corrcoef(const Tensor& input) {
+    return input.corrcoef();
+}
+
+/// Creates a tensor whose diagonals of certain 2D planes (specified by `dim1` and `dim2`) are
+/// filled by `input`. (`diag_embed(Tensor self, int offset=0, int dim1=-2, int dim2=-1) ->
+/// Tensor`) Calls `tr_tensor_diag_embed`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor diag_embed(
+    const Tensor& input,
+    int64_t offset,
+    int64_t dim1,
+    int64_t dim2) {
+    return input.diag_embed(offset, dim1, dim2);
+}
+
+/// - If `input` is a vector (1-D tensor), then returns a 2-D square tensor with the elements of
+/// `input` as the diagonal. (`diagflat(Tensor self, int offset=0) -> Tensor`) Calls
+/// `tr_tensor_diagflat`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor diagflat(const Tensor& input, int64_t offset) {
+    return input.diagflat(offset);
+}
+
+/// Returns a partial view of `input` with the its diagonal elements with respect to `dim1` and
+/// `dim2` appended as a dimension at the end of the shape. (`diagonal(Tensor(a) self, int
+/// offset=0, int dim1=0, int dim2=1) -> Tensor(a)`) Calls `tr_tensor_diagonal`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor diagonal(
+    const Tensor& input,
+    int64_t offset,
+    int64_t dim1,
+    int64_t dim2) {
+    return input.diagonal(offset, dim1, dim2);
+}
+
+/// Alias for `torch.diagonal` with defaults `dim1` `= -2`, `dim2` `= -1`.
+/// (`linalg_diagonal(Tensor(a) A, *, int offset=0, int dim1=-2, int dim2=-1) -> Tensor(a)`)
+/// Calls `tr_tensor_linalg_diagonal`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_diagonal(
+    const Tensor& a,
+    int64_t offset,
+    int64_t dim1,
+    int64_t dim2) {
+    return a.linalg_diagonal(offset, dim1, dim2);
+}
+
+/// Computes the dot product of two 1D tensors. (`dot(Tensor self, Tensor tensor) -> Tensor`)
+/// Calls `tr_tensor_dot`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor dot(const Tensor& input, const Tensor& tensor) {
+    return input.dot(tensor);
+}
+
+/// Computes the dot product of two 1D vectors along a dimension. (`vdot(Tensor self, Tensor
+/// other) -> Tensor`) Calls `tr_tensor_vdot`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor vdot(const Tensor& input, const Tensor& other) {
+    return input.vdot(other);
+}
+
+/// Sums the product of the elements of the input `operands` along dimensions specified using a
+/// notation based on the Einstein summation convention. (`einsum(str equation, Tensor[]
+/// tensors, *, int[]? path=None) -> Tensor`) Calls `tr_tensor_einsum`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor einsum(
+    const std::string& equation,
+    const TensorList& tensors,
+    const std::optional<IntList>& path) {
     tr_tensor out{0};
-    detail::call(tr_tensor_bartlett_window, window_length, detail::c_opt(dtype).ptr(), &out);
+    detail::call(tr_tensor_einsum, detail::c_string(equation, "equation"), tensors.data(),
+            tensors.size(), path ? path->data() : nullptr, path ? path->size() : 0, &out);
     return Tensor::adopt(out);
 }
 
-/// `bartlett_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None,
-/// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
-/// `tr_tensor_bartlett_window_periodic`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor bartlett_window_periodic(
-    int64_t window_length,
-    bool periodic,
+/// Computes the Kronecker product, denoted by `\otimes`, of `input` and `other`. (`kron(Tensor
+/// self, Tensor other) -> Tensor`) Calls `tr_tensor_kron`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor kron(const Tensor& input, const Tensor& other) {
+    return input.kron(other);
+}
+
+/// Alias for `torch.linalg.matrix_power` (`matrix_power(Tensor self, int n) -> Tensor`) Calls
+/// `tr_tensor_matrix_power`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor matrix_power(const Tensor& input, int64_t n) {
+    return input.matrix_power(n);
+}
+
+/// Alias for `torch.linalg.matrix_exp`. (`matrix_exp(Tensor self) -> Tensor`) Calls
+/// `tr_tensor_matrix_exp`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor matrix_exp(const Tensor& input) {
+    return input.matrix_exp();
+}
+
+/// Performs a matrix multiplication of the matrices `input` and `mat2`. (`mm(Tensor self,
+/// Tensor mat2) -> Tensor`) Calls `tr_tensor_mm`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor mm(const Tensor& input, const Tensor& mat2) {
+    return input.mm(mat2);
+}
+
+/// Performs a matrix multiplication of the matrices `input` and `mat2`. (`mm.dtype(Tensor self,
+/// Tensor mat2, ScalarType out_dtype) -> Tensor`) Calls `tr_tensor_mm_dtype`; throws tr::Error
+/// on failure.
+[[nodiscard]] inline Tensor mm_dtype(const Tensor& input, const Tensor& mat2, DType out_dtype) {
+    return input.mm_dtype(mat2, out_dtype);
+}
+
+/// Performs a matrix-vector product of the matrix `input` and the vector `vec`. (`mv(Tensor
+/// self, Tensor vec) -> Tensor`) Calls `tr_tensor_mv`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor mv(const Tensor& input, const Tensor& vec) {
+    return input.mv(vec);
+}
+
+/// Computes batched the p-norm distance between each pair of the two collections of row
+/// vectors. (`cdist(Tensor x1, Tensor x2, float p=2, int? compute_mode=None) -> Tensor`) Calls
+/// `tr_tensor_cdist`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor cdist(
+    const Tensor& x1,
+    const Tensor& x2,
+    double p,
+    std::optional<int64_t> compute_mode) {
+    return x1.cdist(x2, p, compute_mode);
+}
+
+/// Computes the p-norm distance between every pair of row vectors in the input. (`pdist(Tensor
+/// self, float p=2) -> Tensor`) Calls `tr_tensor_pdist`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor pdist(const Tensor& input, double p) {
+    return input.pdist(p);
+}
+
+/// The conjugate transpose of a matrix (`Tensor.H`). (`matrix_H(Tensor(a) self) -> Tensor(a)`)
+/// Calls `tr_tensor_matrix_h`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor matrix_h(const Tensor& input) {
+    return input.matrix_h();
+}
+
+/// Alias for `torch.linalg.pinv` (`pinverse(Tensor self, float rcond=1e-15) -> Tensor`) Calls
+/// `tr_tensor_pinverse`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor pinverse(const Tensor& input, double rcond) {
+    return input.pinverse(rcond);
+}
+
+/// Expects `input` to be <= 2-D tensor and transposes dimensions 0 and 1. (`t(Tensor(a) self)
+/// -> Tensor(a)`) Calls `tr_tensor_t`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor t(const Tensor& input) {
+    return input.t();
+}
+
+/// In-place version of `Tensor.t` (`t_(Tensor(a!) self) -> Tensor(a!)`) Calls `tr_tensor_t_`;
+/// throws tr::Error on failure.
+inline Tensor& t_(Tensor& input) {
+    return input.t_();
+}
+
+/// Returns a contraction of a and b over multiple dimensions. (`tensordot(Tensor self, Tensor
+/// other, int[] dims_self, int[] dims_other) -> Tensor`) Calls `tr_tensor_tensordot`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor tensordot(
+    const Tensor& input,
+    const Tensor& other,
+    IntList dims_self,
+    IntList dims_other) {
+    return input.tensordot(other, dims_self, dims_other);
+}
+
+/// Generates a Vandermonde matrix. (`vander(Tensor x, int? N=None, bool increasing=False) ->
+/// Tensor`) Calls `tr_tensor_vander`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor vander(const Tensor& x, std::optional<int64_t> n, bool increasing) {
+    return x.vander(n, increasing);
+}
+
+/// Performs a matrix multiplication of the matrices `mat1` and `mat2`. (`addmm(Tensor self,
+/// Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor`) Calls
+/// `tr_tensor_addmm`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor addmm(
+    const Tensor& input,
+    const Tensor& mat1,
+    const Tensor& mat2,
+    Scalar beta,
+    Scalar alpha) {
+    return input.addmm(mat1, mat2, beta, alpha);
+}
+
+/// Performs a matrix multiplication of the matrices `mat1` and `mat2`. (`addmm.dtype(Tensor
+/// self, Tensor mat1, Tensor mat2, ScalarType out_dtype, *, Scalar beta=1, Scalar alpha=1) ->
+/// Tensor`) Calls `tr_tensor_addmm_dtype`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor addmm_dtype(
+    const Tensor& input,
+    const Tensor& mat1,
+    const Tensor& mat2,
+    DType out_dtype,
+    Scalar beta,
+    Scalar alpha) {
+    return input.addmm_dtype(mat1, mat2, out_dtype, beta, alpha);
+}
+
+/// In-place version of `Tensor.addmm` (`addmm_(Tensor(a!) self, Tensor mat1, Tensor mat2, *,
+/// Scalar beta=1, Scalar alpha=1) -> Tensor(a!)`) Calls `tr_tensor_addmm_`; throws tr::Error on
+/// failure.
+inline Tensor& addmm_(
+    Tensor& input,
+    const Tensor& mat1,
+    const Tensor& mat2,
+    Scalar beta,
+    Scalar alpha) {
+    return input.addmm_(mat1, mat2, beta, alpha);
+}
+
+/// In-place version of `Tensor.tril` (`tril_(Tensor(a!) self, SymInt diagonal=0) ->
+/// Tensor(a!)`) Calls `tr_tensor_tril_`; throws tr::Error on failure.
+inline Tensor& tril_(Tensor& input, int64_t diagonal) {
+    return input.tril_(diagonal);
+}
+
+/// In-place version of `Tensor.triu` (`triu_(Tensor(a!) self, SymInt diagonal=0) ->
+/// Tensor(a!)`) Calls `tr_tensor_triu_`; throws tr::Error on failure.
+inline Tensor& triu_(Tensor& input, int64_t diagonal) {
+    return input.triu_(diagonal);
+}
+
+/// In-place version of `Tensor.addbmm` (`addbmm_(Tensor(a!) self, Tensor batch1, Tensor batch2,
+/// *, Scalar beta=1, Scalar alpha=1) -> Tensor(a!)`) Calls `tr_tensor_addbmm_`; throws
+/// tr::Error on failure.
+inline Tensor& addbmm_(
+    Tensor& input,
+    const Tensor& batch1,
+    const Tensor& batch2,
+    Scalar beta,
+    Scalar alpha) {
+    return input.addbmm_(batch1, batch2, beta, alpha);
+}
+
+/// Performs a batch matrix-matrix product of matrices stored in `batch1` and `batch2`, with a
+/// reduced add step (all matrix multiplications get accumulated along the first dimension).
+/// (`addbmm(Tensor self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) ->
+/// Tensor`) Calls `tr_tensor_addbmm`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor addbmm(
+    const Tensor& input,
+    const Tensor& batch1,
+    const Tensor& batch2,
+    Scalar beta,
+    Scalar alpha) {
+    return input.addbmm(batch1, batch2, beta, alpha);
+}
+
+/// - If `input` is a vector (1-D tensor), then returns a 2-D square tensor with the elements of
+/// `input` as the diagonal. (`diag(Tensor self, int diagonal=0) -> Tensor`) Calls
+/// `tr_tensor_diag`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor diag(const Tensor& input, int64_t diagonal) {
+    return input.diag(diagonal);
+}
+
+/// Returns the cross product of vectors in dimension `dim` of `input` and `other`.
+/// (`cross(Tensor self, Tensor other, int? dim=None) -> Tensor`) Calls `tr_tensor_cross`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor cross(
+    const Tensor& input,
+    const Tensor& other,
+    std::optional<int64_t> dim) {
+    return input.cross(other, dim);
+}
+
+/// Returns the upper triangular part of a matrix (2-D tensor) or batch of matrices `input`, the
+/// other elements of the result tensor `out` are set to 0. (`triu(Tensor self, SymInt
+/// diagonal=0) -> Tensor`) Calls `tr_tensor_triu`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor triu(const Tensor& input, int64_t diagonal) {
+    return input.triu(diagonal);
+}
+
+/// Returns the lower triangular part of the matrix (2-D tensor) or batch of matrices `input`,
+/// the other elements of the result tensor `out` are set to 0. (`tril(Tensor self, SymInt
+/// diagonal=0) -> Tensor`) Calls `tr_tensor_tril`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor tril(const Tensor& input, int64_t diagonal) {
+    return input.tril(diagonal);
+}
+
+/// Returns the sum of the elements of the diagonal of the input 2-D matrix. (`trace(Tensor
+/// self) -> Tensor`) Calls `tr_tensor_trace`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor trace(const Tensor& input) {
+    return input.trace();
+}
+
+/// Solves a system of equations with a square upper or lower triangular invertible matrix `A`
+/// and multiple right-hand sides `b`. (`triangular_solve(Tensor self, Tensor A, bool
+/// upper=True, bool transpose=False, bool unitriangular=False) -> (Tensor solution, Tensor
+/// cloned_coefficient)`) Calls `tr_tensor_triangular_solve`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> triangular_solve(
+    const Tensor& input,
+    const Tensor& a,
+    bool upper,
+    bool transpose,
+    bool unitriangular) {
+    return input.triangular_solve(a, upper, transpose, unitriangular);
+}
+
+/// Computes the solution of a triangular system of linear equations with a unique solution.
+/// (`linalg_solve_triangular(Tensor self, Tensor B, *, bool upper, bool left=True, bool
+/// unitriangular=False) -> Tensor`) Calls `tr_tensor_linalg_solve_triangular`; throws tr::Error
+/// on failure.
+[[nodiscard]] inline Tensor linalg_solve_triangular(
+    const Tensor& input,
+    const Tensor& b,
+    bool upper,
+    bool left,
+    bool unitriangular) {
+    return input.linalg_solve_triangular(b, upper, left, unitriangular);
+}
+
+/// Generates a Vandermonde matrix. (`linalg_vander(Tensor x, *, SymInt? N=None) -> Tensor`)
+/// Calls `tr_tensor_linalg_vander`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_vander(const Tensor& x, std::optional<int64_t> n) {
+    return x.linalg_vander(n);
+}
+
+/// Computes the singular value decomposition of either a matrix or batch of matrices `input`.
+/// (`svd(Tensor self, bool some=True, bool compute_uv=True) -> (Tensor U, Tensor S, Tensor V)`)
+/// Calls `tr_tensor_svd`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 3> svd(const Tensor& input, bool some, bool compute_uv) {
+    return input.svd(some, compute_uv);
+}
+
+/// Computes the Cholesky decomposition of a symmetric positive-definite matrix `A` or for
+/// batches of symmetric positive-definite matrices. (`cholesky(Tensor self, bool upper=False)
+/// -> Tensor`) Calls `tr_tensor_cholesky`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor cholesky(const Tensor& input, bool upper) {
+    return input.cholesky(upper);
+}
+
+/// Computes the solution of a system of linear equations with complex Hermitian or real
+/// symmetric positive-definite lhs given its Cholesky decomposition. (`cholesky_solve(Tensor
+/// self, Tensor input2, bool upper=False) -> Tensor`) Calls `tr_tensor_cholesky_solve`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor cholesky_solve(const Tensor& input, const Tensor& input2, bool upper) {
+    return input.cholesky_solve(input2, upper);
+}
+
+/// Computes the inverse of a complex Hermitian or real symmetric positive-definite matrix given
+/// its Cholesky decomposition. (`cholesky_inverse(Tensor self, bool upper=False) -> Tensor`)
+/// Calls `tr_tensor_cholesky_inverse`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor cholesky_inverse(const Tensor& input, bool upper) {
+    return input.cholesky_inverse(upper);
+}
+
+/// Computes the QR decomposition of a matrix or a batch of matrices `input`, and returns a
+/// namedtuple (Q, R) of tensors such that `\text{input} = Q R` with `Q` being an orthogonal
+/// matrix or batch of orthogonal matrices and `R` being an upper triangular matrix or batch of
+/// upper triangular matrices. (`qr(Tensor self, bool some=True) -> (Tensor Q, Tensor R)`) Calls
+/// `tr_tensor_qr`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> qr(const Tensor& input, bool some) {
+    return input.qr(some);
+}
+
+/// This is a low-level function for calling LAPACK's geqrf directly. (`geqrf(Tensor self) ->
+/// (Tensor a, Tensor tau)`) Calls `tr_tensor_geqrf`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> geqrf(const Tensor& input) {
+    return input.geqrf();
+}
+
+/// Alias for `torch.linalg.householder_product`. (`orgqr(Tensor self, Tensor input2) ->
+/// Tensor`) Calls `tr_tensor_orgqr`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor orgqr(const Tensor& input, const Tensor& input2) {
+    return input.orgqr(input2);
+}
+
+/// Computes the matrix-matrix multiplication of a product of Householder matrices with a
+/// general matrix. (`ormqr(Tensor self, Tensor input2, Tensor input3, bool left=True, bool
+/// transpose=False) -> Tensor`) Calls `tr_tensor_ormqr`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor ormqr(
+    const Tensor& input,
+    const Tensor& input2,
+    const Tensor& input3,
+    bool left,
+    bool transpose) {
+    return input.ormqr(input2, input3, left, transpose);
+}
+
+/// Returns the LU solve of the linear system `Ax = b` using the partially pivoted LU
+/// factorization of A from `linalg.lu_factor`. (`lu_solve(Tensor self, Tensor LU_data, Tensor
+/// LU_pivots) -> Tensor`) Calls `tr_tensor_lu_solve`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor lu_solve(
+    const Tensor& input,
+    const Tensor& lu_data,
+    const Tensor& lu_pivots) {
+    return input.lu_solve(lu_data, lu_pivots);
+}
+
+/// Unpacks the LU decomposition returned by `linalg.lu_factor` into the `P, L, U` matrices.
+/// (`lu_unpack(Tensor LU_data, Tensor LU_pivots, bool unpack_data=True, bool
+/// unpack_pivots=True) -> (Tensor P, Tensor L, Tensor U)`) Calls `tr_tensor_lu_unpack`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 3> lu_unpack(
+    const Tensor& lu_data,
+    const Tensor& lu_pivots,
+    bool unpack_data,
+    bool unpack_pivots) {
+    return lu_data.lu_unpack(lu_pivots, unpack_data, unpack_pivots);
+}
+
+/// Computes the Cholesky decomposition of a complex Hermitian or real symmetric positive-
+/// definite matrix. (`linalg_cholesky_ex(Tensor self, *, bool upper=False, bool
+/// check_errors=False) -> (Tensor L, Tensor info)`) Calls `tr_tensor_linalg_cholesky_ex`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> linalg_cholesky_ex(
+    const Tensor& input,
+    bool upper,
+    bool check_errors) {
+    return input.linalg_cholesky_ex(upper, check_errors);
+}
+
+/// Computes the Cholesky decomposition of a complex Hermitian or real symmetric positive-
+/// definite matrix. (`linalg_cholesky(Tensor self, *, bool upper=False) -> Tensor`) Calls
+/// `tr_tensor_linalg_cholesky`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_cholesky(const Tensor& input, bool upper) {
+    return input.linalg_cholesky(upper);
+}
+
+/// Computes the cross product of two 3-dimensional vectors. (`linalg_cross(Tensor self, Tensor
+/// other, *, int dim=-1) -> Tensor`) Calls `tr_tensor_linalg_cross`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor linalg_cross(const Tensor& input, const Tensor& other, int64_t dim) {
+    return input.linalg_cross(other, dim);
+}
+
+/// Computes a compact representation of the LU factorization with partial pivoting of a matrix.
+/// (`linalg_lu_factor(Tensor A, *, bool pivot=True) -> (Tensor LU, Tensor pivots)`) Calls
+/// `tr_tensor_linalg_lu_factor`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> linalg_lu_factor(const Tensor& a, bool pivot) {
+    return a.linalg_lu_factor(pivot);
+}
+
+/// This is a version of `lu_factor` that does not perform error checks unless `check_errors` `=
+/// True`. (`linalg_lu_factor_ex(Tensor A, *, bool pivot=True, bool check_errors=False) ->
+/// (Tensor LU, Tensor pivots, Tensor info)`) Calls `tr_tensor_linalg_lu_factor_ex`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 3> linalg_lu_factor_ex(
+    const Tensor& a,
+    bool pivot,
+    bool check_errors) {
+    return a.linalg_lu_factor_ex(pivot, check_errors);
+}
+
+/// Computes the LU decomposition with partial pivoting of a matrix. (`linalg_lu(Tensor A, *,
+/// bool pivot=True) -> (Tensor P, Tensor L, Tensor U)`) Calls `tr_tensor_linalg_lu`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 3> linalg_lu(const Tensor& a, bool pivot) {
+    return a.linalg_lu(pivot);
+}
+
+/// Computes the solution of a square system of linear equations with a unique solution given an
+/// LU decomposition. (`linalg_lu_solve(Tensor LU, Tensor pivots, Tensor B, *, bool left=True,
+/// bool adjoint=False) -> Tensor`) Calls `tr_tensor_linalg_lu_solve`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor linalg_lu_solve(
+    const Tensor& lu,
+    const Tensor& pivots,
+    const Tensor& b,
+    bool left,
+    bool adjoint) {
+    return lu.linalg_lu_solve(pivots, b, left, adjoint);
+}
+
+/// Computes the determinant of a square matrix. (`linalg_det(Tensor A) -> Tensor`) Calls
+/// `tr_tensor_linalg_det`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_det(const Tensor& a) {
+    return a.linalg_det();
+}
+
+/// Alias for `torch.linalg.det` (`det(Tensor self) -> Tensor`) Calls `tr_tensor_det`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor det(const Tensor& input) {
+    return input.det();
+}
+
+/// This is a version of `ldl_factor` that does not perform error checks unless `check_errors`
+/// `= True`. (`linalg_ldl_factor_ex(Tensor self, *, bool hermitian=False, bool
+/// check_errors=False) -> (Tensor LD, Tensor pivots, Tensor info)`) Calls
+/// `tr_tensor_linalg_ldl_factor_ex`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 3> linalg_ldl_factor_ex(
+    const Tensor& input,
+    bool hermitian,
+    bool check_errors) {
+    return input.linalg_ldl_factor_ex(hermitian, check_errors);
+}
+
+/// Computes a compact representation of the LDL factorization of a Hermitian or symmetric
+/// (possibly indefinite) matrix. (`linalg_ldl_factor(Tensor self, *, bool hermitian=False) ->
+/// (Tensor LD, Tensor pivots)`) Calls `tr_tensor_linalg_ldl_factor`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline std::array<Tensor, 2> linalg_ldl_factor(const Tensor& input, bool hermitian) {
+    return input.linalg_ldl_factor(hermitian);
+}
+
+/// Computes the solution of a system of linear equations using the LDL factorization.
+/// (`linalg_ldl_solve(Tensor LD, Tensor pivots, Tensor B, *, bool hermitian=False) -> Tensor`)
+/// Calls `tr_tensor_linalg_ldl_solve`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_ldl_solve(
+    const Tensor& ld,
+    const Tensor& pivots,
+    const Tensor& b,
+    bool hermitian) {
+    return ld.linalg_ldl_solve(pivots, b, hermitian);
+}
+
+/// Computes a solution to the least squares problem of a system of linear equations.
+/// (`linalg_lstsq(Tensor self, Tensor b, float? rcond=None, *, str? driver=None) -> (Tensor
+/// solution, Tensor residuals, Tensor rank, Tensor singular_values)`) Calls
+/// `tr_tensor_linalg_lstsq`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 4> linalg_lstsq(
+    const Tensor& input,
+    const Tensor& b,
+    std::optional<double> rcond,
+    const std::optional<std::string>& driver) {
+    return input.linalg_lstsq(b, rcond, driver);
+}
+
+/// Alias for `torch.matmul` (`linalg_matmul(Tensor self, Tensor other) -> Tensor`) Calls
+/// `tr_tensor_linalg_matmul`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_matmul(const Tensor& input, const Tensor& other) {
+    return input.linalg_matmul(other);
+}
+
+/// Computes the dot product of two batches of vectors along a dimension. (`linalg_vecdot(Tensor
+/// x, Tensor y, *, int dim=-1) -> Tensor`) Calls `tr_tensor_linalg_vecdot`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor linalg_vecdot(const Tensor& x, const Tensor& y, int64_t dim) {
+    return x.linalg_vecdot(y, dim);
+}
+
+/// Computes the matrix exponential of a square matrix. (`linalg_matrix_exp(Tensor self) ->
+/// Tensor`) Calls `tr_tensor_linalg_matrix_exp`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_matrix_exp(const Tensor& input) {
+    return input.linalg_matrix_exp();
+}
+
+/// Computes the sign and natural logarithm of the absolute value of the determinant of a square
+/// matrix. (`linalg_slogdet(Tensor A) -> (Tensor sign, Tensor logabsdet)`) Calls
+/// `tr_tensor_linalg_slogdet`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> linalg_slogdet(const Tensor& a) {
+    return a.linalg_slogdet();
+}
+
+/// Alias for `torch.linalg.slogdet` (`slogdet(Tensor self) -> (Tensor sign, Tensor logabsdet)`)
+/// Calls `tr_tensor_slogdet`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> slogdet(const Tensor& input) {
+    return input.slogdet();
+}
+
+/// Calculates log determinant of a square matrix or batches of square matrices. (`logdet(Tensor
+/// self) -> Tensor`) Calls `tr_tensor_logdet`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor logdet(const Tensor& input) {
+    return input.logdet();
+}
+
+/// Computes the eigenvalue decomposition of a square matrix if it exists. (`linalg_eig(Tensor
+/// self) -> (Tensor eigenvalues, Tensor eigenvectors)`) Calls `tr_tensor_linalg_eig`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> linalg_eig(const Tensor& input) {
+    return input.linalg_eig();
+}
+
+/// Computes the eigenvalues of a square matrix. (`linalg_eigvals(Tensor self) -> Tensor`) Calls
+/// `tr_tensor_linalg_eigvals`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_eigvals(const Tensor& input) {
+    return input.linalg_eigvals();
+}
+
+/// Computes the eigenvalue decomposition of a complex Hermitian or real symmetric matrix.
+/// (`linalg_eigh(Tensor self, str UPLO="L") -> (Tensor eigenvalues, Tensor eigenvectors)`)
+/// Calls `tr_tensor_linalg_eigh`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> linalg_eigh(
+    const Tensor& input,
+    const std::string& uplo) {
+    return input.linalg_eigh(uplo);
+}
+
+/// Computes the eigenvalues of a complex Hermitian or real symmetric matrix.
+/// (`linalg_eigvalsh(Tensor self, str UPLO="L") -> Tensor`) Calls `tr_tensor_linalg_eigvalsh`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_eigvalsh(const Tensor& input, const std::string& uplo) {
+    return input.linalg_eigvalsh(uplo);
+}
+
+/// Computes the first `n` columns of a product of Householder matrices.
+/// (`linalg_householder_product(Tensor input, Tensor tau) -> Tensor`) Calls
+/// `tr_tensor_linalg_householder_product`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_householder_product(const Tensor& input, const Tensor& tau) {
+    return input.linalg_householder_product(tau);
+}
+
+/// Computes the inverse of a square matrix if it is invertible. (`linalg_inv_ex(Tensor A, *,
+/// bool check_errors=False) -> (Tensor inverse, Tensor info)`) Calls `tr_tensor_linalg_inv_ex`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> linalg_inv_ex(const Tensor& a, bool check_errors) {
+    return a.linalg_inv_ex(check_errors);
+}
+
+/// Computes the inverse of a square matrix if it exists. (`linalg_inv(Tensor A) -> Tensor`)
+/// Calls `tr_tensor_linalg_inv`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_inv(const Tensor& a) {
+    return a.linalg_inv();
+}
+
+/// Alias for `torch.linalg.inv` (`inverse(Tensor self) -> Tensor`) Calls `tr_tensor_inverse`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor inverse(const Tensor& input) {
+    return input.inverse();
+}
+
+/// Computes the dot product for 1D tensors. (`inner(Tensor self, Tensor other) -> Tensor`)
+/// Calls `tr_tensor_inner`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor inner(const Tensor& input, const Tensor& other) {
+    return input.inner(other);
+}
+
+/// Outer product of `input` and `vec2`. (`outer(Tensor self, Tensor vec2) -> Tensor`) Calls
+/// `tr_tensor_outer`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor outer(const Tensor& input, const Tensor& vec2) {
+    return input.outer(vec2);
+}
+
+/// Alias of `torch.outer`. (`ger(Tensor self, Tensor vec2) -> Tensor`) Calls `tr_tensor_ger`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor ger(const Tensor& input, const Tensor& vec2) {
+    return input.ger(vec2);
+}
+
+/// Computes a vector or matrix norm. (`linalg_norm(Tensor self, Scalar? ord=None, int[1]?
+/// dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`) Calls
+/// `tr_tensor_linalg_norm`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_norm(
+    const Tensor& input,
+    std::optional<Scalar> ord,
+    const std::optional<IntList>& dim,
+    bool keepdim,
     std::optional<DType> dtype) {
+    return input.linalg_norm(ord, dim, keepdim, dtype);
+}
+
+/// Computes a vector or matrix norm. (`linalg_norm.ord_str(Tensor self, str ord, int[1]?
+/// dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`) Calls
+/// `tr_tensor_linalg_norm_ord_str`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_norm_ord_str(
+    const Tensor& input,
+    const std::string& ord,
+    const std::optional<IntList>& dim,
+    bool keepdim,
+    std::optional<DType> dtype) {
+    return input.linalg_norm_ord_str(ord, dim, keepdim, dtype);
+}
+
+/// Computes a vector norm. (`linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None,
+/// bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`) Calls
+/// `tr_tensor_linalg_vector_norm`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_vector_norm(
+    const Tensor& input,
+    Scalar ord,
+    const std::optional<IntList>& dim,
+    bool keepdim,
+    std::optional<DType> dtype) {
+    return input.linalg_vector_norm(ord, dim, keepdim, dtype);
+}
+
+/// Computes a matrix norm. (`linalg_matrix_norm(Tensor self, Scalar ord, int[] dim=[-2,-1],
+/// bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`) Calls
+/// `tr_tensor_linalg_matrix_norm`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_matrix_norm(
+    const Tensor& input,
+    Scalar ord,
+    IntList dim,
+    bool keepdim,
+    std::optional<DType> dtype) {
+    return input.linalg_matrix_norm(ord, dim, keepdim, dtype);
+}
+
+/// Computes a matrix norm. (`linalg_matrix_norm.str_ord(Tensor self, str ord='fro', int[]
+/// dim=[-2,-1], bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`) Calls
+/// `tr_tensor_linalg_matrix_norm_str_ord`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_matrix_norm_str_ord(
+    const Tensor& input,
+    const std::string& ord,
+    IntList dim,
+    bool keepdim,
+    std::optional<DType> dtype) {
+    return input.linalg_matrix_norm_str_ord(ord, dim, keepdim, dtype);
+}
+
+/// Computes the singular value decomposition (SVD) of a matrix. (`linalg_svd(Tensor A, bool
+/// full_matrices=True, *, str? driver=None) -> (Tensor U, Tensor S, Tensor Vh)`) Calls
+/// `tr_tensor_linalg_svd`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 3> linalg_svd(
+    const Tensor& a,
+    bool full_matrices,
+    const std::optional<std::string>& driver) {
+    return a.linalg_svd(full_matrices, driver);
+}
+
+/// Computes the singular values of a matrix. (`linalg_svdvals(Tensor A, *, str? driver=None) ->
+/// Tensor`) Calls `tr_tensor_linalg_svdvals`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_svdvals(
+    const Tensor& a,
+    const std::optional<std::string>& driver) {
+    return a.linalg_svdvals(driver);
+}
+
+/// Computes the condition number of a matrix with respect to a matrix norm.
+/// (`linalg_cond(Tensor self, Scalar? p=None) -> Tensor`) Calls `tr_tensor_linalg_cond`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_cond(const Tensor& input, std::optional<Scalar> p) {
+    return input.linalg_cond(p);
+}
+
+/// Computes the condition number of a matrix with respect to a matrix norm.
+/// (`linalg_cond.p_str(Tensor self, str p) -> Tensor`) Calls `tr_tensor_linalg_cond_p_str`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_cond_p_str(const Tensor& input, const std::string& p) {
+    return input.linalg_cond_p_str(p);
+}
+
+/// Computes the pseudoinverse (Moore-Penrose inverse) of a matrix.
+/// (`linalg_pinv.atol_rtol_tensor(Tensor self, *, Tensor? atol=None, Tensor? rtol=None, bool
+/// hermitian=False) -> Tensor`) Calls `tr_tensor_linalg_pinv_atol_rtol_tensor`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_pinv_atol_rtol_tensor(
+    const Tensor& input,
+    OptionalTensor atol,
+    OptionalTensor rtol,
+    bool hermitian) {
+    return input.linalg_pinv_atol_rtol_tensor(atol, rtol, hermitian);
+}
+
+/// Computes the pseudoinverse (Moore-Penrose inverse) of a matrix.
+/// (`linalg_pinv.atol_rtol_float(Tensor self, *, float? atol=None, float? rtol=None, bool
+/// hermitian=False) -> Tensor`) Calls `tr_tensor_linalg_pinv_atol_rtol_float`; throws tr::Error
+/// on failure.
+[[nodiscard]] inline Tensor linalg_pinv_atol_rtol_float(
+    const Tensor& input,
+    std::optional<double> atol,
+    std::optional<double> rtol,
+    bool hermitian) {
+    return input.linalg_pinv_atol_rtol_float(atol, rtol, hermitian);
+}
+
+/// Computes the pseudoinverse (Moore-Penrose inverse) of a matrix. (`linalg_pinv(Tensor self,
+/// float rcond, bool hermitian=False) -> Tensor`) Calls `tr_tensor_linalg_pinv`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_pinv(const Tensor& input, double rcond, bool hermitian) {
+    return input.linalg_pinv(rcond, hermitian);
+}
+
+/// Computes the pseudoinverse (Moore-Penrose inverse) of a matrix.
+/// (`linalg_pinv.rcond_tensor(Tensor self, Tensor rcond, bool hermitian=False) -> Tensor`)
+/// Calls `tr_tensor_linalg_pinv_rcond_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_pinv_rcond_tensor(
+    const Tensor& input,
+    const Tensor& rcond,
+    bool hermitian) {
+    return input.linalg_pinv_rcond_tensor(rcond, hermitian);
+}
+
+/// A version of `solve` that does not perform error checks unless `check_errors` `= True`.
+/// (`linalg_solve_ex(Tensor A, Tensor B, *, bool left=True, bool check_errors=False) -> (Tensor
+/// result, Tensor info)`) Calls `tr_tensor_linalg_solve_ex`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> linalg_solve_ex(
+    const Tensor& a,
+    const Tensor& b,
+    bool left,
+    bool check_errors) {
+    return a.linalg_solve_ex(b, left, check_errors);
+}
+
+/// Computes the solution of a square system of linear equations with a unique solution.
+/// (`linalg_solve(Tensor A, Tensor B, *, bool left=True) -> Tensor`) Calls
+/// `tr_tensor_linalg_solve`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_solve(const Tensor& a, const Tensor& b, bool left) {
+    return a.linalg_solve(b, left);
+}
+
+/// Computes the multiplicative inverse of `torch.tensordot`. (`linalg_tensorinv(Tensor self,
+/// int ind=2) -> Tensor`) Calls `tr_tensor_linalg_tensorinv`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_tensorinv(const Tensor& input, int64_t ind) {
+    return input.linalg_tensorinv(ind);
+}
+
+/// Computes the solution `X` to the system `torch.tensordot(A, X) = B`.
+/// (`linalg_tensorsolve(Tensor self, Tensor other, int[]? dims=None) -> Tensor`) Calls
+/// `tr_tensor_linalg_tensorsolve`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_tensorsolve(
+    const Tensor& input,
+    const Tensor& other,
+    const std::optional<IntList>& dims) {
+    return input.linalg_tensorsolve(other, dims);
+}
+
+/// Computes the QR decomposition of a matrix. (`linalg_qr(Tensor A, str mode='reduced') ->
+/// (Tensor Q, Tensor R)`) Calls `tr_tensor_linalg_qr`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> linalg_qr(const Tensor& a, const std::string& mode) {
+    return a.linalg_qr(mode);
+}
+
+/// Computes the `n`-th power of a square matrix for an integer `n`.
+/// (`linalg_matrix_power(Tensor self, int n) -> Tensor`) Calls `tr_tensor_linalg_matrix_power`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_matrix_power(const Tensor& input, int64_t n) {
+    return input.linalg_matrix_power(n);
+}
+
+/// Computes the numerical rank of a matrix. (`linalg_matrix_rank.atol_rtol_tensor(Tensor input,
+/// *, Tensor? atol=None, Tensor? rtol=None, bool hermitian=False) -> Tensor`) Calls
+/// `tr_tensor_linalg_matrix_rank_atol_rtol_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_matrix_rank_atol_rtol_tensor(
+    const Tensor& input,
+    OptionalTensor atol,
+    OptionalTensor rtol,
+    bool hermitian) {
+    return input.linalg_matrix_rank_atol_rtol_tensor(atol, rtol, hermitian);
+}
+
+/// Computes the numerical rank of a matrix. (`linalg_matrix_rank.atol_rtol_float(Tensor self,
+/// *, float? atol=None, float? rtol=None, bool hermitian=False) -> Tensor`) Calls
+/// `tr_tensor_linalg_matrix_rank_atol_rtol_float`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_matrix_rank_atol_rtol_float(
+    const Tensor& input,
+    std::optional<double> atol,
+    std::optional<double> rtol,
+    bool hermitian) {
+    return input.linalg_matrix_rank_atol_rtol_float(atol, rtol, hermitian);
+}
+
+/// Computes the numerical rank of a matrix. (`linalg_matrix_rank(Tensor self, float tol, bool
+/// hermitian=False) -> Tensor`) Calls `tr_tensor_linalg_matrix_rank`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor linalg_matrix_rank(const Tensor& input, double tol, bool hermitian) {
+    return input.linalg_matrix_rank(tol, hermitian);
+}
+
+/// Computes the numerical rank of a matrix. (`linalg_matrix_rank.tol_tensor(Tensor input,
+/// Tensor tol, bool hermitian=False) -> Tensor`) Calls
+/// `tr_tensor_linalg_matrix_rank_tol_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_matrix_rank_tol_tensor(
+    const Tensor& input,
+    const Tensor& tol,
+    bool hermitian) {
+    return input.linalg_matrix_rank_tol_tensor(tol, hermitian);
+}
+
+/// Efficiently multiplies two or more matrices by reordering the multiplications so that the
+/// fewest arithmetic operations are performed. (`linalg_multi_dot(Tensor[] tensors) -> Tensor`)
+/// Calls `tr_tensor_linalg_multi_dot`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor linalg_multi_dot(const TensorList& tensors) {
     tr_tensor out{0};
-    detail::call(tr_tensor_bartlett_window_periodic, window_length, periodic,
-            detail::c_opt(dtype).ptr(), &out);
+    detail::call(tr_tensor_linalg_multi_dot, tensors.data(), tensors.size(), &out);
     return Tensor::adopt(out);
 }
 
-/// `batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor?
-/// running_var, bool training, float momentum, float eps, bool cudnn_enabled) -> Tensor` Calls
+/// `dropout` as its kernel computes it: the result, and what autograd keeps of it (the mask, or
+/// the mean and inverse standard deviation). (`native_dropout(Tensor input, float p, bool?
+/// train) -> (Tensor, Tensor)`) Calls `tr_tensor_native_dropout`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> native_dropout(
+    const Tensor& input,
+    double p,
+    std::optional<bool> train) {
+    return input.native_dropout(p, train);
+}
+
+/// During training, randomly zeroes some elements of the input tensor with probability `p`.
+/// (`dropout_(Tensor(a!) self, float p, bool train) -> Tensor(a!)`) Calls `tr_tensor_dropout_`;
+/// throws tr::Error on failure.
+inline Tensor& dropout_(Tensor& input, double p, bool train) {
+    return input.dropout_(p, train);
+}
+
+/// Zeroes whole channels at random with probability `p` while training (channel dropout).
+/// (`feature_dropout(Tensor input, float p, bool train) -> Tensor`) Calls
+/// `tr_tensor_feature_dropout`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor feature_dropout(const Tensor& input, double p, bool train) {
+    return input.feature_dropout(p, train);
+}
+
+/// Zeroes whole channels at random with probability `p` while training (channel dropout).
+/// (`feature_dropout_(Tensor(a!) self, float p, bool train) -> Tensor(a!)`) Calls
+/// `tr_tensor_feature_dropout_`; throws tr::Error on failure.
+inline Tensor& feature_dropout_(Tensor& input, double p, bool train) {
+    return input.feature_dropout_(p, train);
+}
+
+/// Apply alpha dropout to the input. (`alpha_dropout(Tensor input, float p, bool train) ->
+/// Tensor`) Calls `tr_tensor_alpha_dropout`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor alpha_dropout(const Tensor& input, double p, bool train) {
+    return input.alpha_dropout(p, train);
+}
+
+/// Apply alpha dropout to the input. (`alpha_dropout_(Tensor(a!) self, float p, bool train) ->
+/// Tensor(a!)`) Calls `tr_tensor_alpha_dropout_`; throws tr::Error on failure.
+inline Tensor& alpha_dropout_(Tensor& input, double p, bool train) {
+    return input.alpha_dropout_(p, train);
+}
+
+/// Randomly masks out entire channels (a channel is a feature map).
+/// (`feature_alpha_dropout(Tensor input, float p, bool train) -> Tensor`) Calls
+/// `tr_tensor_feature_alpha_dropout`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor feature_alpha_dropout(const Tensor& input, double p, bool train) {
+    return input.feature_alpha_dropout(p, train);
+}
+
+/// Randomly masks out entire channels (a channel is a feature map).
+/// (`feature_alpha_dropout_(Tensor(a!) self, float p, bool train) -> Tensor(a!)`) Calls
+/// `tr_tensor_feature_alpha_dropout_`; throws tr::Error on failure.
+inline Tensor& feature_alpha_dropout_(Tensor& input, double p, bool train) {
+    return input.feature_alpha_dropout_(p, train);
+}
+
+/// Applies a 1D average pooling over an input signal composed of several input planes.
+/// (`avg_pool1d(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=0, bool
+/// ceil_mode=False, bool count_include_pad=True) -> Tensor`) Calls `tr_tensor_avg_pool1d`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor avg_pool1d(
+    const Tensor& input,
+    IntList kernel_size,
+    IntList stride,
+    IntList padding,
+    bool ceil_mode,
+    bool count_include_pad) {
+    return input.avg_pool1d(kernel_size, stride, padding, ceil_mode, count_include_pad);
+}
+
+/// Applies a 1D adaptive average pooling over an input signal composed of several input planes.
+/// (`adaptive_avg_pool1d(Tensor self, int[1] output_size) -> Tensor`) Calls
+/// `tr_tensor_adaptive_avg_pool1d`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor adaptive_avg_pool1d(const Tensor& input, IntList output_size) {
+    return input.adaptive_avg_pool1d(output_size);
+}
+
+/// Applies a 1D adaptive max pooling over an input signal composed of several input planes.
+/// (`adaptive_max_pool1d(Tensor self, int[1] output_size) -> (Tensor, Tensor)`) Calls
+/// `tr_tensor_adaptive_max_pool1d`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> adaptive_max_pool1d(
+    const Tensor& input,
+    IntList output_size) {
+    return input.adaptive_max_pool1d(output_size);
+}
+
+/// The sampling grid of the affine transformations `theta` for an output of `size`
+/// (`torch.nn.functional.affine_grid`). (`affine_grid_generator(Tensor theta, SymInt[] size,
+/// bool align_corners) -> Tensor`) Calls `tr_tensor_affine_grid_generator`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor affine_grid_generator(
+    const Tensor& theta,
+    IntList size,
+    bool align_corners) {
+    return theta.affine_grid_generator(size, align_corners);
+}
+
+/// Returns a new tensor with the inverse hyperbolic tangent of the elements of `input`.
+/// (`atanh(Tensor self) -> Tensor`) Calls `tr_tensor_atanh`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor atanh(const Tensor& input) {
+    return input.atanh();
+}
+
+/// In-place version of `Tensor.atanh` (`atanh_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_atanh_`; throws tr::Error on failure.
+inline Tensor& atanh_(Tensor& input) {
+    return input.atanh_();
+}
+
+/// Alias for `torch.atanh`. (`arctanh(Tensor self) -> Tensor`) Calls `tr_tensor_arctanh`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor arctanh(const Tensor& input) {
+    return input.arctanh();
+}
+
+/// In-place version of `Tensor.arctanh` (`arctanh_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_arctanh_`; throws tr::Error on failure.
+inline Tensor& arctanh_(Tensor& input) {
+    return input.arctanh_();
+}
+
+/// Apply Batch Normalization for each channel across a batch of data. (`batch_norm(Tensor
+/// input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, bool
+/// training, float momentum, float eps, bool cudnn_enabled) -> Tensor`) Calls
 /// `tr_tensor_batch_norm`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor batch_norm(
     const Tensor& input,
@@ -1346,31 +6858,8 @@ inline Tensor& baddbmm_(
     return input.batch_norm(weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled);
 }
 
-/// `bernoulli(Tensor self, *, Generator? generator=None) -> Tensor` Calls
-/// `tr_tensor_bernoulli`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor bernoulli(const Tensor& input) {
-    return input.bernoulli();
-}
-
-/// `bernoulli_.Tensor(Tensor(a!) self, Tensor p, *, Generator? generator=None) -> Tensor(a!)`
-/// Calls `tr_tensor_bernoulli_tensor_`; throws tr::Error on failure.
-inline Tensor& bernoulli_tensor_(Tensor& input, const Tensor& p) {
-    return input.bernoulli_tensor_(p);
-}
-
-/// `bernoulli_.float(Tensor(a!) self, float p=0.5, *, Generator? generator=None) -> Tensor(a!)`
-/// Calls `tr_tensor_bernoulli_float_`; throws tr::Error on failure.
-inline Tensor& bernoulli_float_(Tensor& input, double p) {
-    return input.bernoulli_float_(p);
-}
-
-/// `bernoulli.p(Tensor self, float p, *, Generator? generator=None) -> Tensor` Calls
-/// `tr_tensor_bernoulli_p`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor bernoulli_p(const Tensor& input, double p) {
-    return input.bernoulli_p(p);
-}
-
-/// `bilinear(Tensor input1, Tensor input2, Tensor weight, Tensor? bias=None) -> Tensor` Calls
+/// Applies a bilinear transformation to the incoming data: `y = x_1^T A x_2 + b`
+/// (`bilinear(Tensor input1, Tensor input2, Tensor weight, Tensor? bias=None) -> Tensor`) Calls
 /// `tr_tensor_bilinear`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor bilinear(
     const Tensor& input1,
@@ -1380,8 +6869,9 @@ inline Tensor& bernoulli_float_(Tensor& input, double p) {
     return input1.bilinear(input2, weight, bias);
 }
 
-/// `binary_cross_entropy(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean)
-/// -> Tensor` Calls `tr_tensor_binary_cross_entropy`; throws tr::Error on failure.
+/// Compute Binary Cross Entropy between the target and input probabilities.
+/// (`binary_cross_entropy(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean)
+/// -> Tensor`) Calls `tr_tensor_binary_cross_entropy`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor binary_cross_entropy(
     const Tensor& input,
     const Tensor& target,
@@ -1390,8 +6880,9 @@ inline Tensor& bernoulli_float_(Tensor& input, double p) {
     return input.binary_cross_entropy(target, weight, reduction);
 }
 
-/// `binary_cross_entropy_with_logits(Tensor self, Tensor target, Tensor? weight=None, Tensor?
-/// pos_weight=None, int reduction=Mean) -> Tensor` Calls
+/// Compute Binary Cross Entropy between target and input logits.
+/// (`binary_cross_entropy_with_logits(Tensor self, Tensor target, Tensor? weight=None, Tensor?
+/// pos_weight=None, int reduction=Mean) -> Tensor`) Calls
 /// `tr_tensor_binary_cross_entropy_with_logits`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor binary_cross_entropy_with_logits(
     const Tensor& input,
@@ -1402,346 +6893,18 @@ inline Tensor& bernoulli_float_(Tensor& input, double p) {
     return input.binary_cross_entropy_with_logits(target, weight, pos_weight, reduction);
 }
 
-/// `bincount(Tensor self, Tensor? weights=None, SymInt minlength=0) -> Tensor` Calls
-/// `tr_tensor_bincount`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor bincount(
-    const Tensor& input,
-    OptionalTensor weights,
-    int64_t minlength) {
-    return input.bincount(weights, minlength);
-}
-
-/// `bitwise_not(Tensor self) -> Tensor` Calls `tr_tensor_bitwise_not`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor bitwise_not(const Tensor& input) {
-    return input.bitwise_not();
-}
-
-/// `bitwise_not_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_bitwise_not_`; throws
-/// tr::Error on failure.
-inline Tensor& bitwise_not_(Tensor& input) {
-    return input.bitwise_not_();
-}
-
-/// `copysign.Tensor(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_copysign_tensor`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor copysign_tensor(const Tensor& input, const Tensor& other) {
-    return input.copysign_tensor(other);
-}
-
-/// `copysign_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls
-/// `tr_tensor_copysign_tensor_`; throws tr::Error on failure.
-inline Tensor& copysign_tensor_(Tensor& input, const Tensor& other) {
-    return input.copysign_tensor_(other);
-}
-
-/// `copysign.Scalar(Tensor self, Scalar other) -> Tensor` Calls `tr_tensor_copysign_scalar`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor copysign_scalar(const Tensor& input, Scalar other) {
-    return input.copysign_scalar(other);
-}
-
-/// `copysign_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` Calls
-/// `tr_tensor_copysign_scalar_`; throws tr::Error on failure.
-inline Tensor& copysign_scalar_(Tensor& input, Scalar other) {
-    return input.copysign_scalar_(other);
-}
-
-/// `logical_not(Tensor self) -> Tensor` Calls `tr_tensor_logical_not`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor logical_not(const Tensor& input) {
-    return input.logical_not();
-}
-
-/// `logical_not_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_logical_not_`; throws
-/// tr::Error on failure.
-inline Tensor& logical_not_(Tensor& input) {
-    return input.logical_not_();
-}
-
-/// `logical_xor(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_logical_xor`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor logical_xor(const Tensor& input, const Tensor& other) {
-    return input.logical_xor(other);
-}
-
-/// `logical_xor_(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls `tr_tensor_logical_xor_`;
-/// throws tr::Error on failure.
-inline Tensor& logical_xor_(Tensor& input, const Tensor& other) {
-    return input.logical_xor_(other);
-}
-
-/// `logical_and(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_logical_and`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor logical_and(const Tensor& input, const Tensor& other) {
-    return input.logical_and(other);
-}
-
-/// `logical_and_(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls `tr_tensor_logical_and_`;
-/// throws tr::Error on failure.
-inline Tensor& logical_and_(Tensor& input, const Tensor& other) {
-    return input.logical_and_(other);
-}
-
-/// `logical_or(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_logical_or`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor logical_or(const Tensor& input, const Tensor& other) {
-    return input.logical_or(other);
-}
-
-/// `logical_or_(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls `tr_tensor_logical_or_`;
-/// throws tr::Error on failure.
-inline Tensor& logical_or_(Tensor& input, const Tensor& other) {
-    return input.logical_or_(other);
-}
-
-/// `blackman_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device?
-/// device=None, bool? pin_memory=None) -> Tensor` Calls `tr_tensor_blackman_window`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor blackman_window(int64_t window_length, std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_blackman_window, window_length, detail::c_opt(dtype).ptr(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `blackman_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None,
-/// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
-/// `tr_tensor_blackman_window_periodic`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor blackman_window_periodic(
-    int64_t window_length,
-    bool periodic,
-    std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_blackman_window_periodic, window_length, periodic,
-            detail::c_opt(dtype).ptr(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `bmm.dtype(Tensor self, Tensor mat2, ScalarType out_dtype) -> Tensor` Calls
-/// `tr_tensor_bmm_dtype`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor bmm_dtype(const Tensor& input, const Tensor& mat2, DType out_dtype) {
-    return input.bmm_dtype(mat2, out_dtype);
-}
-
-/// `broadcast_tensors(Tensor[] tensors) -> Tensor[]` Calls `tr_tensor_broadcast_tensors`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> broadcast_tensors(const TensorList& tensors) {
-    return detail::call_tensors<Tensor>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-            return tr_tensor_broadcast_tensors(tensors.data(), tensors.size(), out_, room_,
-            written_); });
-}
-
-/// `broadcast_to(Tensor(a) self, SymInt[] size) -> Tensor(a)` Calls `tr_tensor_broadcast_to`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor broadcast_to(const Tensor& input, IntList size) {
-    return input.broadcast_to(size);
-}
-
-/// `concat(Tensor[] tensors, int dim=0) -> Tensor` Calls `tr_tensor_concat`; throws tr::Error
-/// on failure.
-[[nodiscard]] inline Tensor concat(const TensorList& tensors, int64_t dim) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_concat, tensors.data(), tensors.size(), dim, &out);
-    return Tensor::adopt(out);
-}
-
-/// `concatenate(Tensor[] tensors, int dim=0) -> Tensor` Calls `tr_tensor_concatenate`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor concatenate(const TensorList& tensors, int64_t dim) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_concatenate, tensors.data(), tensors.size(), dim, &out);
-    return Tensor::adopt(out);
-}
-
-/// `block_diag(Tensor[] tensors) -> Tensor` Calls `tr_tensor_block_diag`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor block_diag(const TensorList& tensors) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_block_diag, tensors.data(), tensors.size(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `ceil(Tensor self) -> Tensor` Calls `tr_tensor_ceil`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor ceil(const Tensor& input) {
-    return input.ceil();
-}
-
-/// `ceil_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_ceil_`; throws tr::Error on failure.
-inline Tensor& ceil_(Tensor& input) {
-    return input.ceil_();
-}
-
-/// `chain_matmul(Tensor[] matrices) -> Tensor` Calls `tr_tensor_chain_matmul`; throws tr::Error
-/// on failure.
-[[nodiscard]] inline Tensor chain_matmul(const TensorList& matrices) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_chain_matmul, matrices.data(), matrices.size(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `unsafe_chunk(Tensor self, int chunks, int dim=0) -> Tensor[]` Calls
-/// `tr_tensor_unsafe_chunk`; throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> unsafe_chunk(
-    const Tensor& input,
-    int64_t chunks,
-    int64_t dim) {
-    return input.unsafe_chunk(chunks, dim);
-}
-
-/// `chunk(Tensor(a -> *) self, int chunks, int dim=0) -> Tensor(a)[]` Calls `tr_tensor_chunk`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> chunk(const Tensor& input, int64_t chunks, int64_t dim) {
-    return input.chunk(chunks, dim);
-}
-
-/// `tensor_split.sections(Tensor(a -> *) self, SymInt sections, int dim=0) -> Tensor(a)[]`
-/// Calls `tr_tensor_tensor_split_sections`; throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> tensor_split_sections(
-    const Tensor& input,
-    int64_t sections,
-    int64_t dim) {
-    return input.tensor_split_sections(sections, dim);
-}
-
-/// `tensor_split.indices(Tensor(a -> *) self, SymInt[] indices, int dim=0) -> Tensor(a)[]`
-/// Calls `tr_tensor_tensor_split_indices`; throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> tensor_split_indices(
-    const Tensor& input,
-    IntList indices,
-    int64_t dim) {
-    return input.tensor_split_indices(indices, dim);
-}
-
-/// `tensor_split.tensor_indices_or_sections(Tensor(a -> *) self, Tensor
-/// tensor_indices_or_sections, int dim=0) -> Tensor(a)[]` Calls
-/// `tr_tensor_tensor_split_tensor_indices_or_sections`; throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> tensor_split_tensor_indices_or_sections(
-    const Tensor& input,
-    const Tensor& tensor_indices_or_sections,
-    int64_t dim) {
-    return input.tensor_split_tensor_indices_or_sections(tensor_indices_or_sections, dim);
-}
-
-/// `clamp.Tensor(Tensor self, Tensor? min=None, Tensor? max=None) -> Tensor` Calls
-/// `tr_tensor_clamp_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor clamp_tensor(
-    const Tensor& input,
-    OptionalTensor min,
-    OptionalTensor max) {
-    return input.clamp_tensor(min, max);
-}
-
-/// `clamp_(Tensor(a!) self, Scalar? min=None, Scalar? max=None) -> Tensor(a!)` Calls
-/// `tr_tensor_clamp_`; throws tr::Error on failure.
-inline Tensor& clamp_(Tensor& input, std::optional<Scalar> min, std::optional<Scalar> max) {
-    return input.clamp_(min, max);
-}
-
-/// `clamp_.Tensor(Tensor(a!) self, Tensor? min=None, Tensor? max=None) -> Tensor(a!)` Calls
-/// `tr_tensor_clamp_tensor_`; throws tr::Error on failure.
-inline Tensor& clamp_tensor_(Tensor& input, OptionalTensor min, OptionalTensor max) {
-    return input.clamp_tensor_(min, max);
-}
-
-/// `clamp_max(Tensor self, Scalar max) -> Tensor` Calls `tr_tensor_clamp_max`; throws tr::Error
-/// on failure.
-[[nodiscard]] inline Tensor clamp_max(const Tensor& input, Scalar max) {
-    return input.clamp_max(max);
-}
-
-/// `clamp_max.Tensor(Tensor self, Tensor max) -> Tensor` Calls `tr_tensor_clamp_max_tensor`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor clamp_max_tensor(const Tensor& input, const Tensor& max) {
-    return input.clamp_max_tensor(max);
-}
-
-/// `clamp_max_(Tensor(a!) self, Scalar max) -> Tensor(a!)` Calls `tr_tensor_clamp_max_`; throws
-/// tr::Error on failure.
-inline Tensor& clamp_max_(Tensor& input, Scalar max) {
-    return input.clamp_max_(max);
-}
-
-/// `clamp_max_.Tensor(Tensor(a!) self, Tensor max) -> Tensor(a!)` Calls
-/// `tr_tensor_clamp_max_tensor_`; throws tr::Error on failure.
-inline Tensor& clamp_max_tensor_(Tensor& input, const Tensor& max) {
-    return input.clamp_max_tensor_(max);
-}
-
-/// `clamp_min(Tensor self, Scalar min) -> Tensor` Calls `tr_tensor_clamp_min`; throws tr::Error
-/// on failure.
-[[nodiscard]] inline Tensor clamp_min(const Tensor& input, Scalar min) {
-    return input.clamp_min(min);
-}
-
-/// `clamp_min.Tensor(Tensor self, Tensor min) -> Tensor` Calls `tr_tensor_clamp_min_tensor`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor clamp_min_tensor(const Tensor& input, const Tensor& min) {
-    return input.clamp_min_tensor(min);
-}
-
-/// `clamp_min_(Tensor(a!) self, Scalar min) -> Tensor(a!)` Calls `tr_tensor_clamp_min_`; throws
-/// tr::Error on failure.
-inline Tensor& clamp_min_(Tensor& input, Scalar min) {
-    return input.clamp_min_(min);
-}
-
-/// `clamp_min_.Tensor(Tensor(a!) self, Tensor min) -> Tensor(a!)` Calls
-/// `tr_tensor_clamp_min_tensor_`; throws tr::Error on failure.
-inline Tensor& clamp_min_tensor_(Tensor& input, const Tensor& min) {
-    return input.clamp_min_tensor_(min);
-}
-
-/// `clip(Tensor self, Scalar? min=None, Scalar? max=None) -> Tensor` Calls `tr_tensor_clip`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor clip(
-    const Tensor& input,
-    std::optional<Scalar> min,
-    std::optional<Scalar> max) {
-    return input.clip(min, max);
-}
-
-/// `clip.Tensor(Tensor self, Tensor? min=None, Tensor? max=None) -> Tensor` Calls
-/// `tr_tensor_clip_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor clip_tensor(
-    const Tensor& input,
-    OptionalTensor min,
-    OptionalTensor max) {
-    return input.clip_tensor(min, max);
-}
-
-/// `clip_(Tensor(a!) self, Scalar? min=None, Scalar? max=None) -> Tensor(a!)` Calls
-/// `tr_tensor_clip_`; throws tr::Error on failure.
-inline Tensor& clip_(Tensor& input, std::optional<Scalar> min, std::optional<Scalar> max) {
-    return input.clip_(min, max);
-}
-
-/// `clip_.Tensor(Tensor(a!) self, Tensor? min=None, Tensor? max=None) -> Tensor(a!)` Calls
-/// `tr_tensor_clip_tensor_`; throws tr::Error on failure.
-inline Tensor& clip_tensor_(Tensor& input, OptionalTensor min, OptionalTensor max) {
-    return input.clip_tensor_(min, max);
-}
-
-/// `complex(Tensor real, Tensor imag) -> Tensor` Calls `tr_tensor_complex`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor complex(const Tensor& real, const Tensor& imag) {
-    return real.complex(imag);
-}
-
-/// `polar(Tensor abs, Tensor angle) -> Tensor` Calls `tr_tensor_polar`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor polar(const Tensor& abs, const Tensor& angle) {
-    return abs.polar(angle);
-}
-
-/// `constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor` Calls
-/// `tr_tensor_constant_pad_nd`; throws tr::Error on failure.
+/// Pads the last dimensions with `value`, two widths per dimension from the last
+/// (`torch.nn.functional.pad`, mode `constant`). (`constant_pad_nd(Tensor self, SymInt[] pad,
+/// Scalar value=0) -> Tensor`) Calls `tr_tensor_constant_pad_nd`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor constant_pad_nd(const Tensor& input, IntList pad, Scalar value) {
     return input.constant_pad_nd(pad, value);
 }
 
-/// `convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding,
-/// SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups) -> Tensor` Calls
-/// `tr_tensor_convolution`; throws tr::Error on failure.
+/// A convolution or transposed convolution of any dimension, with stride, padding, dilation and
+/// groups: the op every `conv*` calls. (`convolution(Tensor input, Tensor weight, Tensor? bias,
+/// SymInt[] stride, SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[]
+/// output_padding, SymInt groups) -> Tensor`) Calls `tr_tensor_convolution`; throws tr::Error
+/// on failure.
 [[nodiscard]] inline Tensor convolution(
     const Tensor& input,
     const Tensor& weight,
@@ -1755,9 +6918,10 @@ inline Tensor& clip_tensor_(Tensor& input, OptionalTensor min, OptionalTensor ma
     return input.convolution(weight, bias, stride, padding, dilation, transposed, output_padding, groups);
 }
 
-/// `convolution_overrideable(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride,
+/// `convolution` for an out-of-tree backend that overrides it.
+/// (`convolution_overrideable(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride,
 /// SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt
-/// groups) -> Tensor` Calls `tr_tensor_convolution_overrideable`; throws tr::Error on failure.
+/// groups) -> Tensor`) Calls `tr_tensor_convolution_overrideable`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor convolution_overrideable(
     const Tensor& input,
     const Tensor& weight,
@@ -1771,8 +6935,9 @@ inline Tensor& clip_tensor_(Tensor& input, OptionalTensor min, OptionalTensor ma
     return input.convolution_overrideable(weight, bias, stride, padding, dilation, transposed, output_padding, groups);
 }
 
-/// `conv1d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=1, SymInt[1]
-/// padding=0, SymInt[1] dilation=1, SymInt groups=1) -> Tensor` Calls `tr_tensor_conv1d`;
+/// Applies a 1D convolution over an input signal composed of several input planes.
+/// (`conv1d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=1, SymInt[1]
+/// padding=0, SymInt[1] dilation=1, SymInt groups=1) -> Tensor`) Calls `tr_tensor_conv1d`;
 /// throws tr::Error on failure.
 [[nodiscard]] inline Tensor conv1d(
     const Tensor& input,
@@ -1785,8 +6950,9 @@ inline Tensor& clip_tensor_(Tensor& input, OptionalTensor min, OptionalTensor ma
     return input.conv1d(weight, bias, stride, padding, dilation, groups);
 }
 
-/// `conv3d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=1, SymInt[3]
-/// padding=0, SymInt[3] dilation=1, SymInt groups=1) -> Tensor` Calls `tr_tensor_conv3d`;
+/// Applies a 3D convolution over an input image composed of several input planes.
+/// (`conv3d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=1, SymInt[3]
+/// padding=0, SymInt[3] dilation=1, SymInt groups=1) -> Tensor`) Calls `tr_tensor_conv3d`;
 /// throws tr::Error on failure.
 [[nodiscard]] inline Tensor conv3d(
     const Tensor& input,
@@ -1799,8 +6965,9 @@ inline Tensor& clip_tensor_(Tensor& input, OptionalTensor min, OptionalTensor ma
     return input.conv3d(weight, bias, stride, padding, dilation, groups);
 }
 
-/// `conv1d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=1, str
-/// padding="valid", SymInt[1] dilation=1, SymInt groups=1) -> Tensor` Calls
+/// Applies a 1D convolution over an input signal composed of several input planes.
+/// (`conv1d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=1, str
+/// padding="valid", SymInt[1] dilation=1, SymInt groups=1) -> Tensor`) Calls
 /// `tr_tensor_conv1d_padding`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor conv1d_padding(
     const Tensor& input,
@@ -1813,8 +6980,9 @@ inline Tensor& clip_tensor_(Tensor& input, OptionalTensor min, OptionalTensor ma
     return input.conv1d_padding(weight, bias, stride, padding, dilation, groups);
 }
 
-/// `conv2d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, str
-/// padding="valid", SymInt[2] dilation=1, SymInt groups=1) -> Tensor` Calls
+/// Applies a 2D convolution over an input image composed of several input planes.
+/// (`conv2d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, str
+/// padding="valid", SymInt[2] dilation=1, SymInt groups=1) -> Tensor`) Calls
 /// `tr_tensor_conv2d_padding`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor conv2d_padding(
     const Tensor& input,
@@ -1827,8 +6995,9 @@ inline Tensor& clip_tensor_(Tensor& input, OptionalTensor min, OptionalTensor ma
     return input.conv2d_padding(weight, bias, stride, padding, dilation, groups);
 }
 
-/// `conv3d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=1, str
-/// padding="valid", SymInt[3] dilation=1, SymInt groups=1) -> Tensor` Calls
+/// Applies a 3D convolution over an input image composed of several input planes.
+/// (`conv3d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=1, str
+/// padding="valid", SymInt[3] dilation=1, SymInt groups=1) -> Tensor`) Calls
 /// `tr_tensor_conv3d_padding`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor conv3d_padding(
     const Tensor& input,
@@ -1841,8 +7010,9 @@ inline Tensor& clip_tensor_(Tensor& input, OptionalTensor min, OptionalTensor ma
     return input.conv3d_padding(weight, bias, stride, padding, dilation, groups);
 }
 
-/// `conv_tbc(Tensor self, Tensor weight, Tensor bias, int pad=0) -> Tensor` Calls
-/// `tr_tensor_conv_tbc`; throws tr::Error on failure.
+/// Applies a 1-dimensional sequence convolution over an input sequence. (`conv_tbc(Tensor self,
+/// Tensor weight, Tensor bias, int pad=0) -> Tensor`) Calls `tr_tensor_conv_tbc`; throws
+/// tr::Error on failure.
 [[nodiscard]] inline Tensor conv_tbc(
     const Tensor& input,
     const Tensor& weight,
@@ -1851,9 +7021,11 @@ inline Tensor& clip_tensor_(Tensor& input, OptionalTensor min, OptionalTensor ma
     return input.conv_tbc(weight, bias, pad);
 }
 
-/// `conv_transpose1d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=1,
-/// SymInt[1] padding=0, SymInt[1] output_padding=0, SymInt groups=1, SymInt[1] dilation=1) ->
-/// Tensor` Calls `tr_tensor_conv_transpose1d`; throws tr::Error on failure.
+/// Applies a 1D transposed convolution operator over an input signal composed of several input
+/// planes, sometimes also called "deconvolution". (`conv_transpose1d(Tensor input, Tensor
+/// weight, Tensor? bias=None, SymInt[1] stride=1, SymInt[1] padding=0, SymInt[1]
+/// output_padding=0, SymInt groups=1, SymInt[1] dilation=1) -> Tensor`) Calls
+/// `tr_tensor_conv_transpose1d`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor conv_transpose1d(
     const Tensor& input,
     const Tensor& weight,
@@ -1866,9 +7038,11 @@ inline Tensor& clip_tensor_(Tensor& input, OptionalTensor min, OptionalTensor ma
     return input.conv_transpose1d(weight, bias, stride, padding, output_padding, groups, dilation);
 }
 
-/// `conv_transpose2d.input(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1,
-/// SymInt[2] padding=0, SymInt[2] output_padding=0, SymInt groups=1, SymInt[2] dilation=1) ->
-/// Tensor` Calls `tr_tensor_conv_transpose2d_input`; throws tr::Error on failure.
+/// Applies a 2D transposed convolution operator over an input image composed of several input
+/// planes, sometimes also called "deconvolution". (`conv_transpose2d.input(Tensor input, Tensor
+/// weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2]
+/// output_padding=0, SymInt groups=1, SymInt[2] dilation=1) -> Tensor`) Calls
+/// `tr_tensor_conv_transpose2d_input`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor conv_transpose2d_input(
     const Tensor& input,
     const Tensor& weight,
@@ -1881,9 +7055,11 @@ inline Tensor& clip_tensor_(Tensor& input, OptionalTensor min, OptionalTensor ma
     return input.conv_transpose2d_input(weight, bias, stride, padding, output_padding, groups, dilation);
 }
 
-/// `conv_transpose3d.input(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=1,
-/// SymInt[3] padding=0, SymInt[3] output_padding=0, SymInt groups=1, SymInt[3] dilation=1) ->
-/// Tensor` Calls `tr_tensor_conv_transpose3d_input`; throws tr::Error on failure.
+/// Applies a 3D transposed convolution operator over an input image composed of several input
+/// planes, sometimes also called "deconvolution". (`conv_transpose3d.input(Tensor input, Tensor
+/// weight, Tensor? bias=None, SymInt[3] stride=1, SymInt[3] padding=0, SymInt[3]
+/// output_padding=0, SymInt groups=1, SymInt[3] dilation=1) -> Tensor`) Calls
+/// `tr_tensor_conv_transpose3d_input`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor conv_transpose3d_input(
     const Tensor& input,
     const Tensor& weight,
@@ -1896,35 +7072,9 @@ inline Tensor& clip_tensor_(Tensor& input, OptionalTensor min, OptionalTensor ma
     return input.conv_transpose3d_input(weight, bias, stride, padding, output_padding, groups, dilation);
 }
 
-/// `copy(Tensor self, Tensor src, bool non_blocking=False) -> Tensor` Calls `tr_tensor_copy`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor copy(const Tensor& input, const Tensor& src, bool non_blocking) {
-    return input.copy(src, non_blocking);
-}
-
-/// `cos(Tensor self) -> Tensor` Calls `tr_tensor_cos`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor cos(const Tensor& input) {
-    return input.cos();
-}
-
-/// `cos_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_cos_`; throws tr::Error on failure.
-inline Tensor& cos_(Tensor& input) {
-    return input.cos_();
-}
-
-/// `cosh(Tensor self) -> Tensor` Calls `tr_tensor_cosh`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor cosh(const Tensor& input) {
-    return input.cosh();
-}
-
-/// `cosh_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_cosh_`; throws tr::Error on failure.
-inline Tensor& cosh_(Tensor& input) {
-    return input.cosh_();
-}
-
-/// `cosine_embedding_loss(Tensor input1, Tensor input2, Tensor target, float margin=0.0, int
-/// reduction=Mean) -> Tensor` Calls `tr_tensor_cosine_embedding_loss`; throws tr::Error on
-/// failure.
+/// Compute the cosine embedding loss. (`cosine_embedding_loss(Tensor input1, Tensor input2,
+/// Tensor target, float margin=0.0, int reduction=Mean) -> Tensor`) Calls
+/// `tr_tensor_cosine_embedding_loss`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor cosine_embedding_loss(
     const Tensor& input1,
     const Tensor& input2,
@@ -1934,84 +7084,10 @@ inline Tensor& cosh_(Tensor& input) {
     return input1.cosine_embedding_loss(input2, target, margin, reduction);
 }
 
-/// `count_nonzero.dim_IntList(Tensor self, int[] dim) -> Tensor` Calls
-/// `tr_tensor_count_nonzero_dim_intlist`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor count_nonzero_dim_intlist(const Tensor& input, IntList dim) {
-    return input.count_nonzero_dim_intlist(dim);
-}
-
-/// `count_nonzero(Tensor self, int? dim=None) -> Tensor` Calls `tr_tensor_count_nonzero`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor count_nonzero(const Tensor& input, std::optional<int64_t> dim) {
-    return input.count_nonzero(dim);
-}
-
-/// `cov(Tensor self, *, int correction=1, Tensor? fweights=None, Tensor? aweights=None) ->
-/// Tensor` Calls `tr_tensor_cov`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor cov(
-    const Tensor& input,
-    int64_t correction,
-    OptionalTensor fweights,
-    OptionalTensor aweights) {
-    return input.cov(correction, fweights, aweights);
-}
-
-/// `corrcoef(Tensor self) -> Tensor` Calls `tr_tensor_corrcoef`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor corrcoef(const Tensor& input) {
-    return input.corrcoef();
-}
-
-/// `cummax(Tensor self, int dim) -> (Tensor values, Tensor indices)` Calls `tr_tensor_cummax`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> cummax(const Tensor& input, int64_t dim) {
-    return input.cummax(dim);
-}
-
-/// `cummin(Tensor self, int dim) -> (Tensor values, Tensor indices)` Calls `tr_tensor_cummin`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> cummin(const Tensor& input, int64_t dim) {
-    return input.cummin(dim);
-}
-
-/// `cumprod(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor` Calls
-/// `tr_tensor_cumprod`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor cumprod(const Tensor& input, int64_t dim, std::optional<DType> dtype) {
-    return input.cumprod(dim, dtype);
-}
-
-/// `cumprod_(Tensor(a!) self, int dim, *, ScalarType? dtype=None) -> Tensor(a!)` Calls
-/// `tr_tensor_cumprod_`; throws tr::Error on failure.
-inline Tensor& cumprod_(Tensor& input, int64_t dim, std::optional<DType> dtype) {
-    return input.cumprod_(dim, dtype);
-}
-
-/// `cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor` Calls
-/// `tr_tensor_cumsum`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor cumsum(const Tensor& input, int64_t dim, std::optional<DType> dtype) {
-    return input.cumsum(dim, dtype);
-}
-
-/// `cumsum_(Tensor(a!) self, int dim, *, ScalarType? dtype=None) -> Tensor(a!)` Calls
-/// `tr_tensor_cumsum_`; throws tr::Error on failure.
-inline Tensor& cumsum_(Tensor& input, int64_t dim, std::optional<DType> dtype) {
-    return input.cumsum_(dim, dtype);
-}
-
-/// `cumulative_trapezoid.x(Tensor y, Tensor x, *, int dim=-1) -> Tensor` Calls
-/// `tr_tensor_cumulative_trapezoid_x`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor cumulative_trapezoid_x(const Tensor& y, const Tensor& x, int64_t dim) {
-    return y.cumulative_trapezoid_x(x, dim);
-}
-
-/// `cumulative_trapezoid.dx(Tensor y, *, Scalar dx=1, int dim=-1) -> Tensor` Calls
-/// `tr_tensor_cumulative_trapezoid_dx`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor cumulative_trapezoid_dx(const Tensor& y, Scalar dx, int64_t dim) {
-    return y.cumulative_trapezoid_dx(dx, dim);
-}
-
-/// `ctc_loss.IntList(Tensor log_probs, Tensor targets, int[] input_lengths, int[]
-/// target_lengths, int blank=0, int reduction=Mean, bool zero_infinity=False) -> Tensor` Calls
-/// `tr_tensor_ctc_loss_intlist`; throws tr::Error on failure.
+/// Compute the Connectionist Temporal Classification loss. (`ctc_loss.IntList(Tensor log_probs,
+/// Tensor targets, int[] input_lengths, int[] target_lengths, int blank=0, int reduction=Mean,
+/// bool zero_infinity=False) -> Tensor`) Calls `tr_tensor_ctc_loss_intlist`; throws tr::Error
+/// on failure.
 [[nodiscard]] inline Tensor ctc_loss_intlist(
     const Tensor& log_probs,
     const Tensor& targets,
@@ -2023,9 +7099,10 @@ inline Tensor& cumsum_(Tensor& input, int64_t dim, std::optional<DType> dtype) {
     return log_probs.ctc_loss_intlist(targets, input_lengths, target_lengths, blank, reduction, zero_infinity);
 }
 
-/// `ctc_loss.Tensor(Tensor log_probs, Tensor targets, Tensor input_lengths, Tensor
-/// target_lengths, int blank=0, int reduction=Mean, bool zero_infinity=False) -> Tensor` Calls
-/// `tr_tensor_ctc_loss_tensor`; throws tr::Error on failure.
+/// Compute the Connectionist Temporal Classification loss. (`ctc_loss.Tensor(Tensor log_probs,
+/// Tensor targets, Tensor input_lengths, Tensor target_lengths, int blank=0, int
+/// reduction=Mean, bool zero_infinity=False) -> Tensor`) Calls `tr_tensor_ctc_loss_tensor`;
+/// throws tr::Error on failure.
 [[nodiscard]] inline Tensor ctc_loss_tensor(
     const Tensor& log_probs,
     const Tensor& targets,
@@ -2037,286 +7114,10 @@ inline Tensor& cumsum_(Tensor& input, int64_t dim, std::optional<DType> dtype) {
     return log_probs.ctc_loss_tensor(targets, input_lengths, target_lengths, blank, reduction, zero_infinity);
 }
 
-/// `diag_embed(Tensor self, int offset=0, int dim1=-2, int dim2=-1) -> Tensor` Calls
-/// `tr_tensor_diag_embed`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor diag_embed(
-    const Tensor& input,
-    int64_t offset,
-    int64_t dim1,
-    int64_t dim2) {
-    return input.diag_embed(offset, dim1, dim2);
-}
-
-/// `diagflat(Tensor self, int offset=0) -> Tensor` Calls `tr_tensor_diagflat`; throws tr::Error
-/// on failure.
-[[nodiscard]] inline Tensor diagflat(const Tensor& input, int64_t offset) {
-    return input.diagflat(offset);
-}
-
-/// `diagonal(Tensor(a) self, int offset=0, int dim1=0, int dim2=1) -> Tensor(a)` Calls
-/// `tr_tensor_diagonal`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor diagonal(
-    const Tensor& input,
-    int64_t offset,
-    int64_t dim1,
-    int64_t dim2) {
-    return input.diagonal(offset, dim1, dim2);
-}
-
-/// `linalg_diagonal(Tensor(a) A, *, int offset=0, int dim1=-2, int dim2=-1) -> Tensor(a)` Calls
-/// `tr_tensor_linalg_diagonal`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor linalg_diagonal(
-    const Tensor& a,
-    int64_t offset,
-    int64_t dim1,
-    int64_t dim2) {
-    return a.linalg_diagonal(offset, dim1, dim2);
-}
-
-/// `fill_diagonal_(Tensor(a!) self, Scalar fill_value, bool wrap=False) -> Tensor(a!)` Calls
-/// `tr_tensor_fill_diagonal_`; throws tr::Error on failure.
-inline Tensor& fill_diagonal_(Tensor& input, Scalar fill_value, bool wrap) {
-    return input.fill_diagonal_(fill_value, wrap);
-}
-
-/// `diff(Tensor self, int n=1, int dim=-1, Tensor? prepend=None, Tensor? append=None) ->
-/// Tensor` Calls `tr_tensor_diff`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor diff(
-    const Tensor& input,
-    int64_t n,
-    int64_t dim,
-    OptionalTensor prepend,
-    OptionalTensor append) {
-    return input.diff(n, dim, prepend, append);
-}
-
-/// `gradient.scalarint(Tensor self, *, Scalar? spacing=None, int? dim=None, int edge_order=1)
-/// -> Tensor[]` Calls `tr_tensor_gradient_scalarint`; throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> gradient_scalarint(
-    const Tensor& input,
-    std::optional<Scalar> spacing,
-    std::optional<int64_t> dim,
-    int64_t edge_order) {
-    return input.gradient_scalarint(spacing, dim, edge_order);
-}
-
-/// `gradient.scalararray(Tensor self, *, Scalar spacing, int[] dim, int edge_order=1) ->
-/// Tensor[]` Calls `tr_tensor_gradient_scalararray`; throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> gradient_scalararray(
-    const Tensor& input,
-    Scalar spacing,
-    IntList dim,
-    int64_t edge_order) {
-    return input.gradient_scalararray(spacing, dim, edge_order);
-}
-
-/// `gradient.array(Tensor self, *, int[] dim, int edge_order=1) -> Tensor[]` Calls
-/// `tr_tensor_gradient_array`; throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> gradient_array(
-    const Tensor& input,
-    IntList dim,
-    int64_t edge_order) {
-    return input.gradient_array(dim, edge_order);
-}
-
-/// `gradient.scalarrayint(Tensor self, *, Scalar[] spacing, int? dim=None, int edge_order=1) ->
-/// Tensor[]` Calls `tr_tensor_gradient_scalarrayint`; throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> gradient_scalarrayint(
-    const Tensor& input,
-    const std::vector<double>& spacing,
-    std::optional<int64_t> dim,
-    int64_t edge_order) {
-    return input.gradient_scalarrayint(spacing, dim, edge_order);
-}
-
-/// `gradient.scalarrayarray(Tensor self, *, Scalar[] spacing, int[] dim, int edge_order=1) ->
-/// Tensor[]` Calls `tr_tensor_gradient_scalarrayarray`; throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> gradient_scalarrayarray(
-    const Tensor& input,
-    const std::vector<double>& spacing,
-    IntList dim,
-    int64_t edge_order) {
-    return input.gradient_scalarrayarray(spacing, dim, edge_order);
-}
-
-/// `gradient.tensorarrayint(Tensor self, *, Tensor[] spacing, int? dim=None, int edge_order=1)
-/// -> Tensor[]` Calls `tr_tensor_gradient_tensorarrayint`; throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> gradient_tensorarrayint(
-    const Tensor& input,
-    const TensorList& spacing,
-    std::optional<int64_t> dim,
-    int64_t edge_order) {
-    return input.gradient_tensorarrayint(spacing, dim, edge_order);
-}
-
-/// `gradient.tensorarray(Tensor self, *, Tensor[] spacing, int[] dim, int edge_order=1) ->
-/// Tensor[]` Calls `tr_tensor_gradient_tensorarray`; throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> gradient_tensorarray(
-    const Tensor& input,
-    const TensorList& spacing,
-    IntList dim,
-    int64_t edge_order) {
-    return input.gradient_tensorarray(spacing, dim, edge_order);
-}
-
-/// `div.Tensor(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_div_tensor`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor div_tensor(const Tensor& input, const Tensor& other) {
-    return input.div_tensor(other);
-}
-
-/// `div_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls `tr_tensor_div_tensor_`;
-/// throws tr::Error on failure.
-inline Tensor& div_tensor_(Tensor& input, const Tensor& other) {
-    return input.div_tensor_(other);
-}
-
-/// `div.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor` Calls
-/// `tr_tensor_div_tensor_mode`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor div_tensor_mode(
-    const Tensor& input,
-    const Tensor& other,
-    const std::optional<std::string>& rounding_mode) {
-    return input.div_tensor_mode(other, rounding_mode);
-}
-
-/// `div_.Tensor_mode(Tensor(a!) self, Tensor other, *, str? rounding_mode) -> Tensor(a!)` Calls
-/// `tr_tensor_div_tensor_mode_`; throws tr::Error on failure.
-inline Tensor& div_tensor_mode_(
-    Tensor& input,
-    const Tensor& other,
-    const std::optional<std::string>& rounding_mode) {
-    return input.div_tensor_mode_(other, rounding_mode);
-}
-
-/// `div.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor` Calls
-/// `tr_tensor_div_scalar_mode`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor div_scalar_mode(
-    const Tensor& input,
-    Scalar other,
-    const std::optional<std::string>& rounding_mode) {
-    return input.div_scalar_mode(other, rounding_mode);
-}
-
-/// `div_.Scalar_mode(Tensor(a!) self, Scalar other, *, str? rounding_mode) -> Tensor(a!)` Calls
-/// `tr_tensor_div_scalar_mode_`; throws tr::Error on failure.
-inline Tensor& div_scalar_mode_(
-    Tensor& input,
-    Scalar other,
-    const std::optional<std::string>& rounding_mode) {
-    return input.div_scalar_mode_(other, rounding_mode);
-}
-
-/// `divide.Tensor(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_divide_tensor`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor divide_tensor(const Tensor& input, const Tensor& other) {
-    return input.divide_tensor(other);
-}
-
-/// `divide_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls
-/// `tr_tensor_divide_tensor_`; throws tr::Error on failure.
-inline Tensor& divide_tensor_(Tensor& input, const Tensor& other) {
-    return input.divide_tensor_(other);
-}
-
-/// `divide.Scalar(Tensor self, Scalar other) -> Tensor` Calls `tr_tensor_divide_scalar`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor divide_scalar(const Tensor& input, Scalar other) {
-    return input.divide_scalar(other);
-}
-
-/// `divide_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` Calls
-/// `tr_tensor_divide_scalar_`; throws tr::Error on failure.
-inline Tensor& divide_scalar_(Tensor& input, Scalar other) {
-    return input.divide_scalar_(other);
-}
-
-/// `divide.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor` Calls
-/// `tr_tensor_divide_tensor_mode`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor divide_tensor_mode(
-    const Tensor& input,
-    const Tensor& other,
-    const std::optional<std::string>& rounding_mode) {
-    return input.divide_tensor_mode(other, rounding_mode);
-}
-
-/// `divide_.Tensor_mode(Tensor(a!) self, Tensor other, *, str? rounding_mode) -> Tensor(a!)`
-/// Calls `tr_tensor_divide_tensor_mode_`; throws tr::Error on failure.
-inline Tensor& divide_tensor_mode_(
-    Tensor& input,
-    const Tensor& other,
-    const std::optional<std::string>& rounding_mode) {
-    return input.divide_tensor_mode_(other, rounding_mode);
-}
-
-/// `divide.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor` Calls
-/// `tr_tensor_divide_scalar_mode`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor divide_scalar_mode(
-    const Tensor& input,
-    Scalar other,
-    const std::optional<std::string>& rounding_mode) {
-    return input.divide_scalar_mode(other, rounding_mode);
-}
-
-/// `divide_.Scalar_mode(Tensor(a!) self, Scalar other, *, str? rounding_mode) -> Tensor(a!)`
-/// Calls `tr_tensor_divide_scalar_mode_`; throws tr::Error on failure.
-inline Tensor& divide_scalar_mode_(
-    Tensor& input,
-    Scalar other,
-    const std::optional<std::string>& rounding_mode) {
-    return input.divide_scalar_mode_(other, rounding_mode);
-}
-
-/// `true_divide.Tensor(Tensor self, Tensor other) -> Tensor` Calls
-/// `tr_tensor_true_divide_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor true_divide_tensor(const Tensor& input, const Tensor& other) {
-    return input.true_divide_tensor(other);
-}
-
-/// `true_divide_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls
-/// `tr_tensor_true_divide_tensor_`; throws tr::Error on failure.
-inline Tensor& true_divide_tensor_(Tensor& input, const Tensor& other) {
-    return input.true_divide_tensor_(other);
-}
-
-/// `true_divide.Scalar(Tensor self, Scalar other) -> Tensor` Calls
-/// `tr_tensor_true_divide_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor true_divide_scalar(const Tensor& input, Scalar other) {
-    return input.true_divide_scalar(other);
-}
-
-/// `true_divide_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` Calls
-/// `tr_tensor_true_divide_scalar_`; throws tr::Error on failure.
-inline Tensor& true_divide_scalar_(Tensor& input, Scalar other) {
-    return input.true_divide_scalar_(other);
-}
-
-/// `dot(Tensor self, Tensor tensor) -> Tensor` Calls `tr_tensor_dot`; throws tr::Error on
+/// Renormalizes the rows of the embedding table that `indices` select to at most `max_norm` in
+/// the `norm_type` norm. (`embedding_renorm_(Tensor(a!) self, Tensor indices, float max_norm,
+/// float norm_type) -> Tensor(a!)`) Calls `tr_tensor_embedding_renorm_`; throws tr::Error on
 /// failure.
-[[nodiscard]] inline Tensor dot(const Tensor& input, const Tensor& tensor) {
-    return input.dot(tensor);
-}
-
-/// `vdot(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_vdot`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor vdot(const Tensor& input, const Tensor& other) {
-    return input.vdot(other);
-}
-
-/// `einsum(str equation, Tensor[] tensors, *, int[]? path=None) -> Tensor` Calls
-/// `tr_tensor_einsum`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor einsum(
-    const std::string& equation,
-    const TensorList& tensors,
-    const std::optional<IntList>& path) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_einsum, detail::c_string(equation, "equation"), tensors.data(),
-            tensors.size(), path ? path->data() : nullptr, path ? path->size() : 0, &out);
-    return Tensor::adopt(out);
-}
-
-/// `embedding_renorm_(Tensor(a!) self, Tensor indices, float max_norm, float norm_type) ->
-/// Tensor(a!)` Calls `tr_tensor_embedding_renorm_`; throws tr::Error on failure.
 inline Tensor& embedding_renorm_(
     Tensor& input,
     const Tensor& indices,
@@ -2325,18 +7126,10 @@ inline Tensor& embedding_renorm_(
     return input.embedding_renorm_(indices, max_norm, norm_type);
 }
 
-/// `row_stack(Tensor[] tensors) -> Tensor` Calls `tr_tensor_row_stack`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor row_stack(const TensorList& tensors) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_row_stack, tensors.data(), tensors.size(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `embedding_bag(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq=False,
-/// int mode=0, bool sparse=False, Tensor? per_sample_weights=None, bool
-/// include_last_offset=False) -> (Tensor, Tensor, Tensor, Tensor)` Calls
-/// `tr_tensor_embedding_bag`; throws tr::Error on failure.
+/// Compute sums, means or maxes of `bags` of embeddings. (`embedding_bag(Tensor weight, Tensor
+/// indices, Tensor offsets, bool scale_grad_by_freq=False, int mode=0, bool sparse=False,
+/// Tensor? per_sample_weights=None, bool include_last_offset=False) -> (Tensor, Tensor, Tensor,
+/// Tensor)`) Calls `tr_tensor_embedding_bag`; throws tr::Error on failure.
 [[nodiscard]] inline std::array<Tensor, 4> embedding_bag(
     const Tensor& weight,
     const Tensor& indices,
@@ -2349,10 +7142,10 @@ inline Tensor& embedding_renorm_(
     return weight.embedding_bag(indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights, include_last_offset);
 }
 
-/// `embedding_bag.padding_idx(Tensor weight, Tensor indices, Tensor offsets, bool
-/// scale_grad_by_freq, int mode, bool sparse, Tensor? per_sample_weights, bool
-/// include_last_offset, int? padding_idx) -> (Tensor, Tensor, Tensor, Tensor)` Calls
-/// `tr_tensor_embedding_bag_padding_idx`; throws tr::Error on failure.
+/// Compute sums, means or maxes of `bags` of embeddings. (`embedding_bag.padding_idx(Tensor
+/// weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq, int mode, bool sparse,
+/// Tensor? per_sample_weights, bool include_last_offset, int? padding_idx) -> (Tensor, Tensor,
+/// Tensor, Tensor)`) Calls `tr_tensor_embedding_bag_padding_idx`; throws tr::Error on failure.
 [[nodiscard]] inline std::array<Tensor, 4> embedding_bag_padding_idx(
     const Tensor& weight,
     const Tensor& indices,
@@ -2366,285 +7159,10 @@ inline Tensor& embedding_renorm_(
     return weight.embedding_bag_padding_idx(indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights, include_last_offset, padding_idx);
 }
 
-/// `empty.memory_format(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device?
-/// device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor` Calls
-/// `tr_tensor_empty_memory_format`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor empty_memory_format(IntList size, std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_empty_memory_format, size.data(), size.size(),
-            detail::c_opt(dtype).ptr(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `empty_permuted(SymInt[] size, int[] physical_layout, *, ScalarType? dtype=None, Layout?
-/// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
-/// `tr_tensor_empty_permuted`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor empty_permuted(
-    IntList size,
-    IntList physical_layout,
-    std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_empty_permuted, size.data(), size.size(), physical_layout.data(),
-            physical_layout.size(), detail::c_opt(dtype).ptr(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `new_empty(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None,
-/// Device? device=None, bool? pin_memory=None) -> Tensor` Calls `tr_tensor_new_empty`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor new_empty(
-    const Tensor& input,
-    IntList size,
-    std::optional<DType> dtype) {
-    return input.new_empty(size, dtype);
-}
-
-/// `new_empty_strided(Tensor self, SymInt[] size, SymInt[] stride, *, ScalarType? dtype=None,
-/// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
-/// `tr_tensor_new_empty_strided`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor new_empty_strided(
-    const Tensor& input,
-    IntList size,
-    IntList stride,
-    std::optional<DType> dtype) {
-    return input.new_empty_strided(size, stride, dtype);
-}
-
-/// `new_full(Tensor self, SymInt[] size, Scalar fill_value, *, ScalarType? dtype=None, Layout?
-/// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
-/// `tr_tensor_new_full`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor new_full(
-    const Tensor& input,
-    IntList size,
-    Scalar fill_value,
-    std::optional<DType> dtype) {
-    return input.new_full(size, fill_value, dtype);
-}
-
-/// `new_zeros(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None,
-/// Device? device=None, bool? pin_memory=None) -> Tensor` Calls `tr_tensor_new_zeros`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor new_zeros(
-    const Tensor& input,
-    IntList size,
-    std::optional<DType> dtype) {
-    return input.new_zeros(size, dtype);
-}
-
-/// `new_ones(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None,
-/// Device? device=None, bool? pin_memory=None) -> Tensor` Calls `tr_tensor_new_ones`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor new_ones(
-    const Tensor& input,
-    IntList size,
-    std::optional<DType> dtype) {
-    return input.new_ones(size, dtype);
-}
-
-/// `resize_(Tensor(a!) self, SymInt[] size, *, MemoryFormat? memory_format=None) -> Tensor(a!)`
-/// Calls `tr_tensor_resize_`; throws tr::Error on failure.
-inline Tensor& resize_(Tensor& input, IntList size) {
-    return input.resize_(size);
-}
-
-/// `empty_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device?
-/// device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor` Calls
-/// `tr_tensor_empty_like`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor empty_like(const Tensor& input, std::optional<DType> dtype) {
-    return input.empty_like(dtype);
-}
-
-/// `empty_strided(SymInt[] size, SymInt[] stride, *, ScalarType? dtype=None, Layout?
-/// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
-/// `tr_tensor_empty_strided`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor empty_strided(
-    IntList size,
-    IntList stride,
-    std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_empty_strided, size.data(), size.size(), stride.data(), stride.size(),
-            detail::c_opt(dtype).ptr(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `erf(Tensor self) -> Tensor` Calls `tr_tensor_erf`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor erf(const Tensor& input) {
-    return input.erf();
-}
-
-/// `erf_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_erf_`; throws tr::Error on failure.
-inline Tensor& erf_(Tensor& input) {
-    return input.erf_();
-}
-
-/// `erfc(Tensor self) -> Tensor` Calls `tr_tensor_erfc`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor erfc(const Tensor& input) {
-    return input.erfc();
-}
-
-/// `erfc_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_erfc_`; throws tr::Error on failure.
-inline Tensor& erfc_(Tensor& input) {
-    return input.erfc_();
-}
-
-/// `exp_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_exp_`; throws tr::Error on failure.
-inline Tensor& exp_(Tensor& input) {
-    return input.exp_();
-}
-
-/// `exp2(Tensor self) -> Tensor` Calls `tr_tensor_exp2`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor exp2(const Tensor& input) {
-    return input.exp2();
-}
-
-/// `exp2_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_exp2_`; throws tr::Error on failure.
-inline Tensor& exp2_(Tensor& input) {
-    return input.exp2_();
-}
-
-/// `expm1(Tensor self) -> Tensor` Calls `tr_tensor_expm1`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor expm1(const Tensor& input) {
-    return input.expm1();
-}
-
-/// `expm1_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_expm1_`; throws tr::Error on
-/// failure.
-inline Tensor& expm1_(Tensor& input) {
-    return input.expm1_();
-}
-
-/// `expand_as(Tensor(a) self, Tensor other) -> Tensor(a)` Calls `tr_tensor_expand_as`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor expand_as(const Tensor& input, const Tensor& other) {
-    return input.expand_as(other);
-}
-
-/// `eye.m(SymInt n, SymInt m, *, ScalarType? dtype=None, Layout? layout=None, Device?
-/// device=None, bool? pin_memory=None) -> Tensor` Calls `tr_tensor_eye_m`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor eye_m(int64_t n, int64_t m, std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_eye_m, n, m, detail::c_opt(dtype).ptr(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `flatten.using_ints(Tensor(a) self, int start_dim=0, int end_dim=-1) -> Tensor(a)` Calls
-/// `tr_tensor_flatten_using_ints`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor flatten_using_ints(
-    const Tensor& input,
-    int64_t start_dim,
-    int64_t end_dim) {
-    return input.flatten_using_ints(start_dim, end_dim);
-}
-
-/// `unflatten.int(Tensor(a) self, int dim, SymInt[] sizes) -> Tensor(a)` Calls
-/// `tr_tensor_unflatten_int`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor unflatten_int(const Tensor& input, int64_t dim, IntList sizes) {
-    return input.unflatten_int(dim, sizes);
-}
-
-/// `fill.Scalar(Tensor self, Scalar value) -> Tensor` Calls `tr_tensor_fill_scalar`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor fill_scalar(const Tensor& input, Scalar value) {
-    return input.fill_scalar(value);
-}
-
-/// `fill.Tensor(Tensor self, Tensor value) -> Tensor` Calls `tr_tensor_fill_tensor`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor fill_tensor(const Tensor& input, const Tensor& value) {
-    return input.fill_tensor(value);
-}
-
-/// `fill_.Scalar(Tensor(a!) self, Scalar value) -> Tensor(a!)` Calls `tr_tensor_fill_scalar_`;
-/// throws tr::Error on failure.
-inline Tensor& fill_scalar_(Tensor& input, Scalar value) {
-    return input.fill_scalar_(value);
-}
-
-/// `fill_.Tensor(Tensor(a!) self, Tensor value) -> Tensor(a!)` Calls `tr_tensor_fill_tensor_`;
-/// throws tr::Error on failure.
-inline Tensor& fill_tensor_(Tensor& input, const Tensor& value) {
-    return input.fill_tensor_(value);
-}
-
-/// `floor(Tensor self) -> Tensor` Calls `tr_tensor_floor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor floor(const Tensor& input) {
-    return input.floor();
-}
-
-/// `floor_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_floor_`; throws tr::Error on
-/// failure.
-inline Tensor& floor_(Tensor& input) {
-    return input.floor_();
-}
-
-/// `floor_divide_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls
-/// `tr_tensor_floor_divide_tensor_`; throws tr::Error on failure.
-inline Tensor& floor_divide_tensor_(Tensor& input, const Tensor& other) {
-    return input.floor_divide_tensor_(other);
-}
-
-/// `frac(Tensor self) -> Tensor` Calls `tr_tensor_frac`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor frac(const Tensor& input) {
-    return input.frac();
-}
-
-/// `frac_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_frac_`; throws tr::Error on failure.
-inline Tensor& frac_(Tensor& input) {
-    return input.frac_();
-}
-
-/// `full_like(Tensor self, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None,
-/// Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
-/// Calls `tr_tensor_full_like`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor full_like(
-    const Tensor& input,
-    Scalar fill_value,
-    std::optional<DType> dtype) {
-    return input.full_like(fill_value, dtype);
-}
-
-/// `from_file(str filename, bool? shared=None, int? size=0, *, ScalarType? dtype=None, Layout?
-/// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
-/// `tr_tensor_from_file`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor from_file(
-    const std::string& filename,
-    std::optional<bool> shared,
-    std::optional<int64_t> size,
-    std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_from_file, detail::c_string(filename, "filename"),
-            detail::c_opt(shared).ptr(), detail::c_opt(size).ptr(), detail::c_opt(dtype).ptr(),
-            &out);
-    return Tensor::adopt(out);
-}
-
-/// `gcd(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_gcd`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor gcd(const Tensor& input, const Tensor& other) {
-    return input.gcd(other);
-}
-
-/// `gcd_(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls `tr_tensor_gcd_`; throws tr::Error
-/// on failure.
-inline Tensor& gcd_(Tensor& input, const Tensor& other) {
-    return input.gcd_(other);
-}
-
-/// `lcm(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_lcm`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor lcm(const Tensor& input, const Tensor& other) {
-    return input.lcm(other);
-}
-
-/// `lcm_(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls `tr_tensor_lcm_`; throws tr::Error
-/// on failure.
-inline Tensor& lcm_(Tensor& input, const Tensor& other) {
-    return input.lcm_(other);
-}
-
-/// `grid_sampler(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool
-/// align_corners) -> Tensor` Calls `tr_tensor_grid_sampler`; throws tr::Error on failure.
+/// Samples `input` at the locations of `grid` by interpolation
+/// (`torch.nn.functional.grid_sample`). (`grid_sampler(Tensor input, Tensor grid, int
+/// interpolation_mode, int padding_mode, bool align_corners) -> Tensor`) Calls
+/// `tr_tensor_grid_sampler`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor grid_sampler(
     const Tensor& input,
     const Tensor& grid,
@@ -2654,8 +7172,10 @@ inline Tensor& lcm_(Tensor& input, const Tensor& other) {
     return input.grid_sampler(grid, interpolation_mode, padding_mode, align_corners);
 }
 
-/// `grid_sampler_2d(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool
-/// align_corners) -> Tensor` Calls `tr_tensor_grid_sampler_2d`; throws tr::Error on failure.
+/// Samples a batch of images at the locations of `grid` by interpolation
+/// (`torch.nn.functional.grid_sample`). (`grid_sampler_2d(Tensor input, Tensor grid, int
+/// interpolation_mode, int padding_mode, bool align_corners) -> Tensor`) Calls
+/// `tr_tensor_grid_sampler_2d`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor grid_sampler_2d(
     const Tensor& input,
     const Tensor& grid,
@@ -2665,8 +7185,10 @@ inline Tensor& lcm_(Tensor& input, const Tensor& other) {
     return input.grid_sampler_2d(grid, interpolation_mode, padding_mode, align_corners);
 }
 
-/// `grid_sampler_3d(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool
-/// align_corners) -> Tensor` Calls `tr_tensor_grid_sampler_3d`; throws tr::Error on failure.
+/// Samples a batch of volumes at the locations of `grid` by interpolation
+/// (`torch.nn.functional.grid_sample`). (`grid_sampler_3d(Tensor input, Tensor grid, int
+/// interpolation_mode, int padding_mode, bool align_corners) -> Tensor`) Calls
+/// `tr_tensor_grid_sampler_3d`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor grid_sampler_3d(
     const Tensor& input,
     const Tensor& grid,
@@ -2676,118 +7198,9 @@ inline Tensor& lcm_(Tensor& input, const Tensor& other) {
     return input.grid_sampler_3d(grid, interpolation_mode, padding_mode, align_corners);
 }
 
-/// `hann_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device?
-/// device=None, bool? pin_memory=None) -> Tensor` Calls `tr_tensor_hann_window`; throws
+/// Compute the hinge embedding loss. (`hinge_embedding_loss(Tensor self, Tensor target, float
+/// margin=1.0, int reduction=Mean) -> Tensor`) Calls `tr_tensor_hinge_embedding_loss`; throws
 /// tr::Error on failure.
-[[nodiscard]] inline Tensor hann_window(int64_t window_length, std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_hann_window, window_length, detail::c_opt(dtype).ptr(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `hann_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None, Layout?
-/// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
-/// `tr_tensor_hann_window_periodic`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor hann_window_periodic(
-    int64_t window_length,
-    bool periodic,
-    std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_hann_window_periodic, window_length, periodic,
-            detail::c_opt(dtype).ptr(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `hamming_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device?
-/// device=None, bool? pin_memory=None) -> Tensor` Calls `tr_tensor_hamming_window`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor hamming_window(int64_t window_length, std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_hamming_window, window_length, detail::c_opt(dtype).ptr(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `hamming_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None,
-/// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
-/// `tr_tensor_hamming_window_periodic`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor hamming_window_periodic(
-    int64_t window_length,
-    bool periodic,
-    std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_hamming_window_periodic, window_length, periodic,
-            detail::c_opt(dtype).ptr(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `hamming_window.periodic_alpha(int window_length, bool periodic, float alpha, *, ScalarType?
-/// dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
-/// Calls `tr_tensor_hamming_window_periodic_alpha`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor hamming_window_periodic_alpha(
-    int64_t window_length,
-    bool periodic,
-    double alpha,
-    std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_hamming_window_periodic_alpha, window_length, periodic, alpha,
-            detail::c_opt(dtype).ptr(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `hamming_window.periodic_alpha_beta(int window_length, bool periodic, float alpha, float
-/// beta, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool?
-/// pin_memory=None) -> Tensor` Calls `tr_tensor_hamming_window_periodic_alpha_beta`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor hamming_window_periodic_alpha_beta(
-    int64_t window_length,
-    bool periodic,
-    double alpha,
-    double beta,
-    std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_hamming_window_periodic_alpha_beta, window_length, periodic, alpha, beta,
-            detail::c_opt(dtype).ptr(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `kaiser_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device?
-/// device=None, bool? pin_memory=None) -> Tensor` Calls `tr_tensor_kaiser_window`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor kaiser_window(int64_t window_length, std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_kaiser_window, window_length, detail::c_opt(dtype).ptr(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `kaiser_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None, Layout?
-/// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
-/// `tr_tensor_kaiser_window_periodic`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor kaiser_window_periodic(
-    int64_t window_length,
-    bool periodic,
-    std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_kaiser_window_periodic, window_length, periodic,
-            detail::c_opt(dtype).ptr(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `kaiser_window.beta(int window_length, bool periodic, float beta, *, ScalarType? dtype=None,
-/// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
-/// `tr_tensor_kaiser_window_beta`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor kaiser_window_beta(
-    int64_t window_length,
-    bool periodic,
-    double beta,
-    std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_kaiser_window_beta, window_length, periodic, beta,
-            detail::c_opt(dtype).ptr(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `hinge_embedding_loss(Tensor self, Tensor target, float margin=1.0, int reduction=Mean) ->
-/// Tensor` Calls `tr_tensor_hinge_embedding_loss`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor hinge_embedding_loss(
     const Tensor& input,
     const Tensor& target,
@@ -2796,9 +7209,9 @@ inline Tensor& lcm_(Tensor& input, const Tensor& other) {
     return input.hinge_embedding_loss(target, margin, reduction);
 }
 
-/// `group_norm(Tensor input, int num_groups, Tensor? weight=None, Tensor? bias=None, float
-/// eps=1e-05, bool cudnn_enabled=True) -> Tensor` Calls `tr_tensor_group_norm`; throws
-/// tr::Error on failure.
+/// Apply Group Normalization for last certain number of dimensions. (`group_norm(Tensor input,
+/// int num_groups, Tensor? weight=None, Tensor? bias=None, float eps=1e-05, bool
+/// cudnn_enabled=True) -> Tensor`) Calls `tr_tensor_group_norm`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor group_norm(
     const Tensor& input,
     int64_t num_groups,
@@ -2809,9 +7222,10 @@ inline Tensor& lcm_(Tensor& input, const Tensor& other) {
     return input.group_norm(num_groups, weight, bias, eps, cudnn_enabled);
 }
 
-/// `native_group_norm(Tensor input, Tensor? weight, Tensor? bias, SymInt N, SymInt C, SymInt
-/// HxW, int group, float eps) -> (Tensor, Tensor, Tensor)` Calls `tr_tensor_native_group_norm`;
-/// throws tr::Error on failure.
+/// `group_norm` as its kernel computes it: the result, and what autograd keeps of it (the mask,
+/// or the mean and inverse standard deviation). (`native_group_norm(Tensor input, Tensor?
+/// weight, Tensor? bias, SymInt N, SymInt C, SymInt HxW, int group, float eps) -> (Tensor,
+/// Tensor, Tensor)`) Calls `tr_tensor_native_group_norm`; throws tr::Error on failure.
 [[nodiscard]] inline std::array<Tensor, 3> native_group_norm(
     const Tensor& input,
     OptionalTensor weight,
@@ -2824,47 +7238,10 @@ inline Tensor& lcm_(Tensor& input, const Tensor& other) {
     return input.native_group_norm(weight, bias, n, c, hxw, group, eps);
 }
 
-/// `index.Tensor(Tensor self, Tensor?[] indices) -> Tensor` Calls `tr_tensor_index_tensor`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor index_tensor(
-    const Tensor& input,
-    const std::vector<OptionalTensor>& indices) {
-    return input.index_tensor(indices);
-}
-
-/// `index_copy(Tensor self, int dim, Tensor index, Tensor source) -> Tensor` Calls
-/// `tr_tensor_index_copy`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor index_copy(
-    const Tensor& input,
-    int64_t dim,
-    const Tensor& index,
-    const Tensor& source) {
-    return input.index_copy(dim, index, source);
-}
-
-/// `index_put_(Tensor(a!) self, Tensor?[] indices, Tensor values, bool accumulate=False) ->
-/// Tensor(a!)` Calls `tr_tensor_index_put_`; throws tr::Error on failure.
-inline Tensor& index_put_(
-    Tensor& input,
-    const std::vector<OptionalTensor>& indices,
-    const Tensor& values,
-    bool accumulate) {
-    return input.index_put_(indices, values, accumulate);
-}
-
-/// `index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor`
-/// Calls `tr_tensor_index_put`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor index_put(
-    const Tensor& input,
-    const std::vector<OptionalTensor>& indices,
-    const Tensor& values,
-    bool accumulate) {
-    return input.index_put(indices, values, accumulate);
-}
-
-/// `instance_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor?
-/// running_var, bool use_input_stats, float momentum, float eps, bool cudnn_enabled) -> Tensor`
-/// Calls `tr_tensor_instance_norm`; throws tr::Error on failure.
+/// Apply Instance Normalization independently for each channel in every data sample within a
+/// batch. (`instance_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean,
+/// Tensor? running_var, bool use_input_stats, float momentum, float eps, bool cudnn_enabled) ->
+/// Tensor`) Calls `tr_tensor_instance_norm`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor instance_norm(
     const Tensor& input,
     OptionalTensor weight,
@@ -2878,111 +7255,8 @@ inline Tensor& index_put_(
     return input.instance_norm(weight, bias, running_mean, running_var, use_input_stats, momentum, eps, cudnn_enabled);
 }
 
-/// `isclose(Tensor self, Tensor other, float rtol=1e-05, float atol=1e-08, bool
-/// equal_nan=False) -> Tensor` Calls `tr_tensor_isclose`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor isclose(
-    const Tensor& input,
-    const Tensor& other,
-    double rtol,
-    double atol,
-    bool equal_nan) {
-    return input.isclose(other, rtol, atol, equal_nan);
-}
-
-/// `isin.Tensor_Tensor(Tensor elements, Tensor test_elements, *, bool assume_unique=False, bool
-/// invert=False) -> Tensor` Calls `tr_tensor_isin_tensor_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor isin_tensor_tensor(
-    const Tensor& elements,
-    const Tensor& test_elements,
-    bool assume_unique,
-    bool invert) {
-    return elements.isin_tensor_tensor(test_elements, assume_unique, invert);
-}
-
-/// `isin.Tensor_Scalar(Tensor elements, Scalar test_element, *, bool assume_unique=False, bool
-/// invert=False) -> Tensor` Calls `tr_tensor_isin_tensor_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor isin_tensor_scalar(
-    const Tensor& elements,
-    Scalar test_element,
-    bool assume_unique,
-    bool invert) {
-    return elements.isin_tensor_scalar(test_element, assume_unique, invert);
-}
-
-/// `isin.Scalar_Tensor(Scalar element, Tensor test_elements, *, bool assume_unique=False, bool
-/// invert=False) -> Tensor` Calls `tr_tensor_isin_scalar_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor isin_scalar_tensor(
-    Scalar element,
-    const Tensor& test_elements,
-    bool assume_unique,
-    bool invert) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_isin_scalar_tensor, element.raw(), test_elements.raw(), assume_unique,
-            invert, &out);
-    return Tensor::adopt(out);
-}
-
-/// `isnan(Tensor self) -> Tensor` Calls `tr_tensor_isnan`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor isnan(const Tensor& input) {
-    return input.isnan();
-}
-
-/// `is_distributed(Tensor self) -> bool` Calls `tr_tensor_is_distributed`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline bool is_distributed(const Tensor& input) {
-    return input.is_distributed();
-}
-
-/// `is_floating_point(Tensor self) -> bool` Calls `tr_tensor_is_floating_point`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline bool is_floating_point(const Tensor& input) {
-    return input.is_floating_point();
-}
-
-/// `is_complex(Tensor self) -> bool` Calls `tr_tensor_is_complex`; throws tr::Error on failure.
-[[nodiscard]] inline bool is_complex(const Tensor& input) {
-    return input.is_complex();
-}
-
-/// `is_conj(Tensor self) -> bool` Calls `tr_tensor_is_conj`; throws tr::Error on failure.
-[[nodiscard]] inline bool is_conj(const Tensor& input) {
-    return input.is_conj();
-}
-
-/// `is_neg(Tensor self) -> bool` Calls `tr_tensor_is_neg`; throws tr::Error on failure.
-[[nodiscard]] inline bool is_neg(const Tensor& input) {
-    return input.is_neg();
-}
-
-/// `isreal(Tensor self) -> Tensor` Calls `tr_tensor_isreal`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor isreal(const Tensor& input) {
-    return input.isreal();
-}
-
-/// `is_nonzero(Tensor self) -> bool` Calls `tr_tensor_is_nonzero`; throws tr::Error on failure.
-[[nodiscard]] inline bool is_nonzero(const Tensor& input) {
-    return input.is_nonzero();
-}
-
-/// `is_same_size(Tensor self, Tensor other) -> bool` Calls `tr_tensor_is_same_size`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline bool is_same_size(const Tensor& input, const Tensor& other) {
-    return input.is_same_size(other);
-}
-
-/// `is_signed(Tensor self) -> bool` Calls `tr_tensor_is_signed`; throws tr::Error on failure.
-[[nodiscard]] inline bool is_signed(const Tensor& input) {
-    return input.is_signed();
-}
-
-/// `is_inference(Tensor self) -> bool` Calls `tr_tensor_is_inference`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline bool is_inference(const Tensor& input) {
-    return input.is_inference();
-}
-
-/// `kl_div(Tensor self, Tensor target, int reduction=Mean, *, bool log_target=False) -> Tensor`
-/// Calls `tr_tensor_kl_div`; throws tr::Error on failure.
+/// Compute the KL Divergence loss. (`kl_div(Tensor self, Tensor target, int reduction=Mean, *,
+/// bool log_target=False) -> Tensor`) Calls `tr_tensor_kl_div`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor kl_div(
     const Tensor& input,
     const Tensor& target,
@@ -2991,25 +7265,10 @@ inline Tensor& index_put_(
     return input.kl_div(target, reduction, log_target);
 }
 
-/// `kron(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_kron`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor kron(const Tensor& input, const Tensor& other) {
-    return input.kron(other);
-}
-
-/// `kthvalue(Tensor self, SymInt k, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor
-/// indices)` Calls `tr_tensor_kthvalue`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> kthvalue(
-    const Tensor& input,
-    int64_t k,
-    int64_t dim,
-    bool keepdim) {
-    return input.kthvalue(k, dim, keepdim);
-}
-
-/// `native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias,
-/// float eps) -> (Tensor, Tensor, Tensor)` Calls `tr_tensor_native_layer_norm`; throws
-/// tr::Error on failure.
+/// `layer_norm` as its kernel computes it: the result, and what autograd keeps of it (the mask,
+/// or the mean and inverse standard deviation). (`native_layer_norm(Tensor input, SymInt[]
+/// normalized_shape, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor)`)
+/// Calls `tr_tensor_native_layer_norm`; throws tr::Error on failure.
 [[nodiscard]] inline std::array<Tensor, 3> native_layer_norm(
     const Tensor& input,
     IntList normalized_shape,
@@ -3019,8 +7278,9 @@ inline Tensor& index_put_(
     return input.native_layer_norm(normalized_shape, weight, bias, eps);
 }
 
-/// `rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, float? eps=None) ->
-/// Tensor` Calls `tr_tensor_rms_norm`; throws tr::Error on failure.
+/// Apply Root Mean Square Layer Normalization. (`rms_norm(Tensor input, SymInt[]
+/// normalized_shape, Tensor? weight=None, float? eps=None) -> Tensor`) Calls
+/// `tr_tensor_rms_norm`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor rms_norm(
     const Tensor& input,
     IntList normalized_shape,
@@ -3029,225 +7289,8 @@ inline Tensor& index_put_(
     return input.rms_norm(normalized_shape, weight, eps);
 }
 
-/// `nan_to_num(Tensor self, float? nan=None, float? posinf=None, float? neginf=None) -> Tensor`
-/// Calls `tr_tensor_nan_to_num`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor nan_to_num(
-    const Tensor& input,
-    std::optional<double> nan,
-    std::optional<double> posinf,
-    std::optional<double> neginf) {
-    return input.nan_to_num(nan, posinf, neginf);
-}
-
-/// `nan_to_num_(Tensor(a!) self, float? nan=None, float? posinf=None, float? neginf=None) ->
-/// Tensor(a!)` Calls `tr_tensor_nan_to_num_`; throws tr::Error on failure.
-inline Tensor& nan_to_num_(
-    Tensor& input,
-    std::optional<double> nan,
-    std::optional<double> posinf,
-    std::optional<double> neginf) {
-    return input.nan_to_num_(nan, posinf, neginf);
-}
-
-/// `ldexp.Tensor(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_ldexp_tensor`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor ldexp_tensor(const Tensor& input, const Tensor& other) {
-    return input.ldexp_tensor(other);
-}
-
-/// `ldexp_(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls `tr_tensor_ldexp_`; throws
-/// tr::Error on failure.
-inline Tensor& ldexp_(Tensor& input, const Tensor& other) {
-    return input.ldexp_(other);
-}
-
-/// `linspace(Scalar start, Scalar end, int steps, *, ScalarType? dtype=None, Layout?
-/// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
-/// `tr_tensor_linspace`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor linspace(
-    Scalar start,
-    Scalar end,
-    int64_t steps,
-    std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_linspace, start.raw(), end.raw(), steps, detail::c_opt(dtype).ptr(),
-            &out);
-    return Tensor::adopt(out);
-}
-
-/// `linspace.Tensor_Tensor(Tensor start, Tensor end, int steps, *, ScalarType? dtype=None,
-/// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
-/// `tr_tensor_linspace_tensor_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor linspace_tensor_tensor(
-    const Tensor& start,
-    const Tensor& end,
-    int64_t steps,
-    std::optional<DType> dtype) {
-    return start.linspace_tensor_tensor(end, steps, dtype);
-}
-
-/// `linspace.Tensor_Scalar(Tensor start, Scalar end, int steps, *, ScalarType? dtype=None,
-/// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
-/// `tr_tensor_linspace_tensor_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor linspace_tensor_scalar(
-    const Tensor& start,
-    Scalar end,
-    int64_t steps,
-    std::optional<DType> dtype) {
-    return start.linspace_tensor_scalar(end, steps, dtype);
-}
-
-/// `linspace.Scalar_Tensor(Scalar start, Tensor end, int steps, *, ScalarType? dtype=None,
-/// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
-/// `tr_tensor_linspace_scalar_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor linspace_scalar_tensor(
-    Scalar start,
-    const Tensor& end,
-    int64_t steps,
-    std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_linspace_scalar_tensor, start.raw(), end.raw(), steps,
-            detail::c_opt(dtype).ptr(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `log_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_log_`; throws tr::Error on failure.
-inline Tensor& log_(Tensor& input) {
-    return input.log_();
-}
-
-/// `log10(Tensor self) -> Tensor` Calls `tr_tensor_log10`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor log10(const Tensor& input) {
-    return input.log10();
-}
-
-/// `log10_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_log10_`; throws tr::Error on
-/// failure.
-inline Tensor& log10_(Tensor& input) {
-    return input.log10_();
-}
-
-/// `log1p(Tensor self) -> Tensor` Calls `tr_tensor_log1p`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor log1p(const Tensor& input) {
-    return input.log1p();
-}
-
-/// `log1p_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_log1p_`; throws tr::Error on
-/// failure.
-inline Tensor& log1p_(Tensor& input) {
-    return input.log1p_();
-}
-
-/// `log2(Tensor self) -> Tensor` Calls `tr_tensor_log2`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor log2(const Tensor& input) {
-    return input.log2();
-}
-
-/// `log2_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_log2_`; throws tr::Error on failure.
-inline Tensor& log2_(Tensor& input) {
-    return input.log2_();
-}
-
-/// `logaddexp(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_logaddexp`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor logaddexp(const Tensor& input, const Tensor& other) {
-    return input.logaddexp(other);
-}
-
-/// `logaddexp2(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_logaddexp2`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor logaddexp2(const Tensor& input, const Tensor& other) {
-    return input.logaddexp2(other);
-}
-
-/// `xlogy.Tensor(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_xlogy_tensor`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor xlogy_tensor(const Tensor& input, const Tensor& other) {
-    return input.xlogy_tensor(other);
-}
-
-/// `xlogy.Scalar_Self(Scalar self, Tensor other) -> Tensor` Calls
-/// `tr_tensor_xlogy_scalar_self`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor xlogy_scalar_self(Scalar input, const Tensor& other) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_xlogy_scalar_self, input.raw(), other.raw(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `xlogy.Scalar_Other(Tensor self, Scalar other) -> Tensor` Calls
-/// `tr_tensor_xlogy_scalar_other`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor xlogy_scalar_other(const Tensor& input, Scalar other) {
-    return input.xlogy_scalar_other(other);
-}
-
-/// `xlogy_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls
-/// `tr_tensor_xlogy_tensor_`; throws tr::Error on failure.
-inline Tensor& xlogy_tensor_(Tensor& input, const Tensor& other) {
-    return input.xlogy_tensor_(other);
-}
-
-/// `xlogy_.Scalar_Other(Tensor(a!) self, Scalar other) -> Tensor(a!)` Calls
-/// `tr_tensor_xlogy_scalar_other_`; throws tr::Error on failure.
-inline Tensor& xlogy_scalar_other_(Tensor& input, Scalar other) {
-    return input.xlogy_scalar_other_(other);
-}
-
-/// `logspace(Scalar start, Scalar end, int steps, float base=10.0, *, ScalarType? dtype=None,
-/// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
-/// `tr_tensor_logspace`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor logspace(
-    Scalar start,
-    Scalar end,
-    int64_t steps,
-    double base,
-    std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_logspace, start.raw(), end.raw(), steps, base,
-            detail::c_opt(dtype).ptr(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `logspace.Tensor_Tensor(Tensor start, Tensor end, int steps, float base=10.0, *, ScalarType?
-/// dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
-/// Calls `tr_tensor_logspace_tensor_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor logspace_tensor_tensor(
-    const Tensor& start,
-    const Tensor& end,
-    int64_t steps,
-    double base,
-    std::optional<DType> dtype) {
-    return start.logspace_tensor_tensor(end, steps, base, dtype);
-}
-
-/// `logspace.Tensor_Scalar(Tensor start, Scalar end, int steps, float base=10.0, *, ScalarType?
-/// dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
-/// Calls `tr_tensor_logspace_tensor_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor logspace_tensor_scalar(
-    const Tensor& start,
-    Scalar end,
-    int64_t steps,
-    double base,
-    std::optional<DType> dtype) {
-    return start.logspace_tensor_scalar(end, steps, base, dtype);
-}
-
-/// `logspace.Scalar_Tensor(Scalar start, Tensor end, int steps, float base=10.0, *, ScalarType?
-/// dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
-/// Calls `tr_tensor_logspace_scalar_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor logspace_scalar_tensor(
-    Scalar start,
-    const Tensor& end,
-    int64_t steps,
-    double base,
-    std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_logspace_scalar_tensor, start.raw(), end.raw(), steps, base,
-            detail::c_opt(dtype).ptr(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor` Calls
-/// `tr_tensor_log_softmax_int`; throws tr::Error on failure.
+/// Apply a softmax followed by a logarithm. (`log_softmax.int(Tensor self, int dim, ScalarType?
+/// dtype=None) -> Tensor`) Calls `tr_tensor_log_softmax_int`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor log_softmax_int(
     const Tensor& input,
     int64_t dim,
@@ -3255,21 +7298,9 @@ inline Tensor& xlogy_scalar_other_(Tensor& input, Scalar other) {
     return input.log_softmax_int(dim, dtype);
 }
 
-/// `logcumsumexp(Tensor self, int dim) -> Tensor` Calls `tr_tensor_logcumsumexp`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor logcumsumexp(const Tensor& input, int64_t dim) {
-    return input.logcumsumexp(dim);
-}
-
-/// `logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor` Calls
-/// `tr_tensor_logsumexp`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor logsumexp(const Tensor& input, IntList dim, bool keepdim) {
-    return input.logsumexp(dim, keepdim);
-}
-
-/// `margin_ranking_loss(Tensor input1, Tensor input2, Tensor target, float margin=0.0, int
-/// reduction=Mean) -> Tensor` Calls `tr_tensor_margin_ranking_loss`; throws tr::Error on
-/// failure.
+/// Compute the margin ranking loss. (`margin_ranking_loss(Tensor input1, Tensor input2, Tensor
+/// target, float margin=0.0, int reduction=Mean) -> Tensor`) Calls
+/// `tr_tensor_margin_ranking_loss`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor margin_ranking_loss(
     const Tensor& input1,
     const Tensor& input2,
@@ -3279,35 +7310,9 @@ inline Tensor& xlogy_scalar_other_(Tensor& input, Scalar other) {
     return input1.margin_ranking_loss(input2, target, margin, reduction);
 }
 
-/// `matrix_power(Tensor self, int n) -> Tensor` Calls `tr_tensor_matrix_power`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor matrix_power(const Tensor& input, int64_t n) {
-    return input.matrix_power(n);
-}
-
-/// `matrix_exp(Tensor self) -> Tensor` Calls `tr_tensor_matrix_exp`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor matrix_exp(const Tensor& input) {
-    return input.matrix_exp();
-}
-
-/// `aminmax(Tensor self, *, int? dim=None, bool keepdim=False) -> (Tensor min, Tensor max)`
-/// Calls `tr_tensor_aminmax`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> aminmax(
-    const Tensor& input,
-    std::optional<int64_t> dim,
-    bool keepdim) {
-    return input.aminmax(dim, keepdim);
-}
-
-/// `amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor` Calls `tr_tensor_amax`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor amax(const Tensor& input, IntList dim, bool keepdim) {
-    return input.amax(dim, keepdim);
-}
-
-/// `max_pool1d_with_indices(Tensor self, int[1] kernel_size, int[1] stride=[], int[1]
-/// padding=0, int[1] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)` Calls
+/// Applies a 1D max pooling over an input signal composed of several input planes.
+/// (`max_pool1d_with_indices(Tensor self, int[1] kernel_size, int[1] stride=[], int[1]
+/// padding=0, int[1] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)`) Calls
 /// `tr_tensor_max_pool1d_with_indices`; throws tr::Error on failure.
 [[nodiscard]] inline std::array<Tensor, 2> max_pool1d_with_indices(
     const Tensor& input,
@@ -3319,8 +7324,9 @@ inline Tensor& xlogy_scalar_other_(Tensor& input, Scalar other) {
     return input.max_pool1d_with_indices(kernel_size, stride, padding, dilation, ceil_mode);
 }
 
-/// `max_pool1d(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=0, int[1]
-/// dilation=1, bool ceil_mode=False) -> Tensor` Calls `tr_tensor_max_pool1d`; throws tr::Error
+/// Applies a 1D max pooling over an input signal composed of several input planes.
+/// (`max_pool1d(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=0, int[1]
+/// dilation=1, bool ceil_mode=False) -> Tensor`) Calls `tr_tensor_max_pool1d`; throws tr::Error
 /// on failure.
 [[nodiscard]] inline Tensor max_pool1d(
     const Tensor& input,
@@ -3332,8 +7338,9 @@ inline Tensor& xlogy_scalar_other_(Tensor& input, Scalar other) {
     return input.max_pool1d(kernel_size, stride, padding, dilation, ceil_mode);
 }
 
-/// `max_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, int[3]
-/// dilation=1, bool ceil_mode=False) -> Tensor` Calls `tr_tensor_max_pool3d`; throws tr::Error
+/// Applies a 3D max pooling over an input signal composed of several input planes.
+/// (`max_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, int[3]
+/// dilation=1, bool ceil_mode=False) -> Tensor`) Calls `tr_tensor_max_pool3d`; throws tr::Error
 /// on failure.
 [[nodiscard]] inline Tensor max_pool3d(
     const Tensor& input,
@@ -3345,143 +7352,11 @@ inline Tensor& xlogy_scalar_other_(Tensor& input, Scalar other) {
     return input.max_pool3d(kernel_size, stride, padding, dilation, ceil_mode);
 }
 
-/// `nanmean(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) ->
-/// Tensor` Calls `tr_tensor_nanmean`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor nanmean(
-    const Tensor& input,
-    const std::optional<IntList>& dim,
-    bool keepdim,
-    std::optional<DType> dtype) {
-    return input.nanmean(dim, keepdim, dtype);
-}
-
-/// `median(Tensor self) -> Tensor` Calls `tr_tensor_median`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor median(const Tensor& input) {
-    return input.median();
-}
-
-/// `median.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)`
-/// Calls `tr_tensor_median_dim`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> median_dim(
-    const Tensor& input,
-    int64_t dim,
-    bool keepdim) {
-    return input.median_dim(dim, keepdim);
-}
-
-/// `nanmedian(Tensor self) -> Tensor` Calls `tr_tensor_nanmedian`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor nanmedian(const Tensor& input) {
-    return input.nanmedian();
-}
-
-/// `nanmedian.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)`
-/// Calls `tr_tensor_nanmedian_dim`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> nanmedian_dim(
-    const Tensor& input,
-    int64_t dim,
-    bool keepdim) {
-    return input.nanmedian_dim(dim, keepdim);
-}
-
-/// `amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor` Calls `tr_tensor_amin`;
+/// `batch_norm` as its kernel computes it: the result, and what autograd keeps of it (the mask,
+/// or the mean and inverse standard deviation). (`native_batch_norm(Tensor input, Tensor?
+/// weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, bool training, float
+/// momentum, float eps) -> (Tensor, Tensor, Tensor)`) Calls `tr_tensor_native_batch_norm`;
 /// throws tr::Error on failure.
-[[nodiscard]] inline Tensor amin(const Tensor& input, IntList dim, bool keepdim) {
-    return input.amin(dim, keepdim);
-}
-
-/// `mm(Tensor self, Tensor mat2) -> Tensor` Calls `tr_tensor_mm`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor mm(const Tensor& input, const Tensor& mat2) {
-    return input.mm(mat2);
-}
-
-/// `mm.dtype(Tensor self, Tensor mat2, ScalarType out_dtype) -> Tensor` Calls
-/// `tr_tensor_mm_dtype`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor mm_dtype(const Tensor& input, const Tensor& mat2, DType out_dtype) {
-    return input.mm_dtype(mat2, out_dtype);
-}
-
-/// `mode(Tensor self, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)` Calls
-/// `tr_tensor_mode`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> mode(const Tensor& input, int64_t dim, bool keepdim) {
-    return input.mode(dim, keepdim);
-}
-
-/// `mul.Tensor(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_mul_tensor`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor mul_tensor(const Tensor& input, const Tensor& other) {
-    return input.mul_tensor(other);
-}
-
-/// `mul_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls `tr_tensor_mul_tensor_`;
-/// throws tr::Error on failure.
-inline Tensor& mul_tensor_(Tensor& input, const Tensor& other) {
-    return input.mul_tensor_(other);
-}
-
-/// `multiply.Tensor(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_multiply_tensor`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor multiply_tensor(const Tensor& input, const Tensor& other) {
-    return input.multiply_tensor(other);
-}
-
-/// `multiply_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls
-/// `tr_tensor_multiply_tensor_`; throws tr::Error on failure.
-inline Tensor& multiply_tensor_(Tensor& input, const Tensor& other) {
-    return input.multiply_tensor_(other);
-}
-
-/// `multiply.Scalar(Tensor self, Scalar other) -> Tensor` Calls `tr_tensor_multiply_scalar`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor multiply_scalar(const Tensor& input, Scalar other) {
-    return input.multiply_scalar(other);
-}
-
-/// `multiply_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` Calls
-/// `tr_tensor_multiply_scalar_`; throws tr::Error on failure.
-inline Tensor& multiply_scalar_(Tensor& input, Scalar other) {
-    return input.multiply_scalar_(other);
-}
-
-/// `mv(Tensor self, Tensor vec) -> Tensor` Calls `tr_tensor_mv`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor mv(const Tensor& input, const Tensor& vec) {
-    return input.mv(vec);
-}
-
-/// `mvlgamma(Tensor self, int p) -> Tensor` Calls `tr_tensor_mvlgamma`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor mvlgamma(const Tensor& input, int64_t p) {
-    return input.mvlgamma(p);
-}
-
-/// `mvlgamma_(Tensor(a!) self, int p) -> Tensor(a!)` Calls `tr_tensor_mvlgamma_`; throws
-/// tr::Error on failure.
-inline Tensor& mvlgamma_(Tensor& input, int64_t p) {
-    return input.mvlgamma_(p);
-}
-
-/// `narrow_copy(Tensor self, int dim, SymInt start, SymInt length) -> Tensor` Calls
-/// `tr_tensor_narrow_copy`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor narrow_copy(
-    const Tensor& input,
-    int64_t dim,
-    int64_t start,
-    int64_t length) {
-    return input.narrow_copy(dim, start, length);
-}
-
-/// `narrow.Tensor(Tensor(a) self, int dim, Tensor start, SymInt length) -> Tensor(a)` Calls
-/// `tr_tensor_narrow_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor narrow_tensor(
-    const Tensor& input,
-    int64_t dim,
-    const Tensor& start,
-    int64_t length) {
-    return input.narrow_tensor(dim, start, length);
-}
-
-/// `native_batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor?
-/// running_var, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor)` Calls
-/// `tr_tensor_native_batch_norm`; throws tr::Error on failure.
 [[nodiscard]] inline std::array<Tensor, 3> native_batch_norm(
     const Tensor& input,
     OptionalTensor weight,
@@ -3494,14 +7369,16 @@ inline Tensor& mvlgamma_(Tensor& input, int64_t p) {
     return input.native_batch_norm(weight, bias, running_mean, running_var, training, momentum, eps);
 }
 
-/// `batch_norm_stats(Tensor input, float eps) -> (Tensor, Tensor)` Calls
+/// The mean and inverse standard deviation of a batch, per channel (synchronized batch norm's
+/// first step). (`batch_norm_stats(Tensor input, float eps) -> (Tensor, Tensor)`) Calls
 /// `tr_tensor_batch_norm_stats`; throws tr::Error on failure.
 [[nodiscard]] inline std::array<Tensor, 2> batch_norm_stats(const Tensor& input, double eps) {
     return input.batch_norm_stats(eps);
 }
 
-/// `batch_norm_elemt(Tensor input, Tensor? weight, Tensor? bias, Tensor mean, Tensor invstd,
-/// float eps) -> Tensor` Calls `tr_tensor_batch_norm_elemt`; throws tr::Error on failure.
+/// Normalizes a batch with the given mean and inverse standard deviation, per channel.
+/// (`batch_norm_elemt(Tensor input, Tensor? weight, Tensor? bias, Tensor mean, Tensor invstd,
+/// float eps) -> Tensor`) Calls `tr_tensor_batch_norm_elemt`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor batch_norm_elemt(
     const Tensor& input,
     OptionalTensor weight,
@@ -3512,9 +7389,10 @@ inline Tensor& mvlgamma_(Tensor& input, int64_t p) {
     return input.batch_norm_elemt(weight, bias, mean, invstd, eps);
 }
 
-/// `batch_norm_gather_stats(Tensor input, Tensor mean, Tensor invstd, Tensor? running_mean,
-/// Tensor? running_var, float momentum, float eps, int count) -> (Tensor, Tensor)` Calls
-/// `tr_tensor_batch_norm_gather_stats`; throws tr::Error on failure.
+/// Combines the per-process means and inverse standard deviations of a batch, and updates the
+/// running statistics. (`batch_norm_gather_stats(Tensor input, Tensor mean, Tensor invstd,
+/// Tensor? running_mean, Tensor? running_var, float momentum, float eps, int count) -> (Tensor,
+/// Tensor)`) Calls `tr_tensor_batch_norm_gather_stats`; throws tr::Error on failure.
 [[nodiscard]] inline std::array<Tensor, 2> batch_norm_gather_stats(
     const Tensor& input,
     const Tensor& mean,
@@ -3527,9 +7405,11 @@ inline Tensor& mvlgamma_(Tensor& input, int64_t p) {
     return input.batch_norm_gather_stats(mean, invstd, running_mean, running_var, momentum, eps, count);
 }
 
-/// `batch_norm_gather_stats_with_counts(Tensor input, Tensor mean, Tensor invstd, Tensor?
+/// `batch_norm_gather_stats` with each process's count of elements.
+/// (`batch_norm_gather_stats_with_counts(Tensor input, Tensor mean, Tensor invstd, Tensor?
 /// running_mean, Tensor? running_var, float momentum, float eps, Tensor counts) -> (Tensor,
-/// Tensor)` Calls `tr_tensor_batch_norm_gather_stats_with_counts`; throws tr::Error on failure.
+/// Tensor)`) Calls `tr_tensor_batch_norm_gather_stats_with_counts`; throws tr::Error on
+/// failure.
 [[nodiscard]] inline std::array<Tensor, 2> batch_norm_gather_stats_with_counts(
     const Tensor& input,
     const Tensor& mean,
@@ -3542,8 +7422,9 @@ inline Tensor& mvlgamma_(Tensor& input, int64_t p) {
     return input.batch_norm_gather_stats_with_counts(mean, invstd, running_mean, running_var, momentum, eps, counts);
 }
 
-/// `batch_norm_update_stats(Tensor input, Tensor? running_mean, Tensor? running_var, float
-/// momentum) -> (Tensor, Tensor)` Calls `tr_tensor_batch_norm_update_stats`; throws tr::Error
+/// The batch's mean and variance per channel, folded into the running statistics.
+/// (`batch_norm_update_stats(Tensor input, Tensor? running_mean, Tensor? running_var, float
+/// momentum) -> (Tensor, Tensor)`) Calls `tr_tensor_batch_norm_update_stats`; throws tr::Error
 /// on failure.
 [[nodiscard]] inline std::array<Tensor, 2> batch_norm_update_stats(
     const Tensor& input,
@@ -3553,8 +7434,9 @@ inline Tensor& mvlgamma_(Tensor& input, int64_t p) {
     return input.batch_norm_update_stats(running_mean, running_var, momentum);
 }
 
-/// `pairwise_distance(Tensor x1, Tensor x2, float p=2, float eps=1e-06, bool keepdim=False) ->
-/// Tensor` Calls `tr_tensor_pairwise_distance`; throws tr::Error on failure.
+/// See `torch.nn.PairwiseDistance` for details. (`pairwise_distance(Tensor x1, Tensor x2, float
+/// p=2, float eps=1e-06, bool keepdim=False) -> Tensor`) Calls `tr_tensor_pairwise_distance`;
+/// throws tr::Error on failure.
 [[nodiscard]] inline Tensor pairwise_distance(
     const Tensor& x1,
     const Tensor& x2,
@@ -3564,23 +7446,8 @@ inline Tensor& mvlgamma_(Tensor& input, int64_t p) {
     return x1.pairwise_distance(x2, p, eps, keepdim);
 }
 
-/// `cdist(Tensor x1, Tensor x2, float p=2, int? compute_mode=None) -> Tensor` Calls
-/// `tr_tensor_cdist`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor cdist(
-    const Tensor& x1,
-    const Tensor& x2,
-    double p,
-    std::optional<int64_t> compute_mode) {
-    return x1.cdist(x2, p, compute_mode);
-}
-
-/// `pdist(Tensor self, float p=2) -> Tensor` Calls `tr_tensor_pdist`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor pdist(const Tensor& input, double p) {
-    return input.pdist(p);
-}
-
-/// `cosine_similarity(Tensor x1, Tensor x2, int dim=1, float eps=1e-08) -> Tensor` Calls
+/// Returns cosine similarity between `x1` and `x2`, computed along dim.
+/// (`cosine_similarity(Tensor x1, Tensor x2, int dim=1, float eps=1e-08) -> Tensor`) Calls
 /// `tr_tensor_cosine_similarity`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor cosine_similarity(
     const Tensor& x1,
@@ -3590,108 +7457,40 @@ inline Tensor& mvlgamma_(Tensor& input, int64_t p) {
     return x1.cosine_similarity(x2, dim, eps);
 }
 
-/// `movedim.intlist(Tensor(a) self, int[] source, int[] destination) -> Tensor(a)` Calls
-/// `tr_tensor_movedim_intlist`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor movedim_intlist(
-    const Tensor& input,
-    IntList source,
-    IntList destination) {
-    return input.movedim_intlist(source, destination);
-}
-
-/// `movedim.int(Tensor(a) self, int source, int destination) -> Tensor(a)` Calls
-/// `tr_tensor_movedim_int`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor movedim_int(const Tensor& input, int64_t source, int64_t destination) {
-    return input.movedim_int(source, destination);
-}
-
-/// `moveaxis.intlist(Tensor(a) self, int[] source, int[] destination) -> Tensor(a)` Calls
-/// `tr_tensor_moveaxis_intlist`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor moveaxis_intlist(
-    const Tensor& input,
-    IntList source,
-    IntList destination) {
-    return input.moveaxis_intlist(source, destination);
-}
-
-/// `moveaxis.int(Tensor(a) self, int source, int destination) -> Tensor(a)` Calls
-/// `tr_tensor_moveaxis_int`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor moveaxis_int(const Tensor& input, int64_t source, int64_t destination) {
-    return input.moveaxis_int(source, destination);
-}
-
-/// `numpy_T(Tensor(a) self) -> Tensor(a)` Calls `tr_tensor_numpy_t`; throws tr::Error on
+/// Rearranges elements in a tensor of shape `(*, C \times r^2, H, W)` to a tensor of shape `(*,
+/// C, H \times r, W \times r)`, where r is the `upscale_factor`. (`pixel_shuffle(Tensor self,
+/// int upscale_factor) -> Tensor`) Calls `tr_tensor_pixel_shuffle`; throws tr::Error on
 /// failure.
-[[nodiscard]] inline Tensor numpy_t(const Tensor& input) {
-    return input.numpy_t();
-}
-
-/// `matrix_H(Tensor(a) self) -> Tensor(a)` Calls `tr_tensor_matrix_h`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor matrix_h(const Tensor& input) {
-    return input.matrix_h();
-}
-
-/// `mT(Tensor(a) self) -> Tensor(a)` Calls `tr_tensor_mt`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor mt(const Tensor& input) {
-    return input.mt();
-}
-
-/// `mH(Tensor(a) self) -> Tensor(a)` Calls `tr_tensor_mh`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor mh(const Tensor& input) {
-    return input.mh();
-}
-
-/// `adjoint(Tensor(a) self) -> Tensor(a)` Calls `tr_tensor_adjoint`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor adjoint(const Tensor& input) {
-    return input.adjoint();
-}
-
-/// `pixel_shuffle(Tensor self, int upscale_factor) -> Tensor` Calls `tr_tensor_pixel_shuffle`;
-/// throws tr::Error on failure.
 [[nodiscard]] inline Tensor pixel_shuffle(const Tensor& input, int64_t upscale_factor) {
     return input.pixel_shuffle(upscale_factor);
 }
 
-/// `pixel_unshuffle(Tensor self, int downscale_factor) -> Tensor` Calls
-/// `tr_tensor_pixel_unshuffle`; throws tr::Error on failure.
+/// Reverses the `torch.nn.PixelShuffle` operation by rearranging elements in a tensor of shape
+/// `(*, C, H \times r, W \times r)` to a tensor of shape `(*, C \times r^2, H, W)`, where r is
+/// the `downscale_factor`. (`pixel_unshuffle(Tensor self, int downscale_factor) -> Tensor`)
+/// Calls `tr_tensor_pixel_unshuffle`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor pixel_unshuffle(const Tensor& input, int64_t downscale_factor) {
     return input.pixel_unshuffle(downscale_factor);
 }
 
-/// `channel_shuffle(Tensor self, SymInt groups) -> Tensor` Calls `tr_tensor_channel_shuffle`;
-/// throws tr::Error on failure.
+/// Divide the channels in a tensor of shape `(*, C , H, W)` into g groups and rearrange them as
+/// `(*, C \frac g, g, H, W)`, while keeping the original tensor shape. (`channel_shuffle(Tensor
+/// self, SymInt groups) -> Tensor`) Calls `tr_tensor_channel_shuffle`; throws tr::Error on
+/// failure.
 [[nodiscard]] inline Tensor channel_shuffle(const Tensor& input, int64_t groups) {
     return input.channel_shuffle(groups);
 }
 
-/// `native_channel_shuffle(Tensor self, SymInt groups) -> Tensor` Calls
-/// `tr_tensor_native_channel_shuffle`; throws tr::Error on failure.
+/// Native kernel level implementation of the `channel_shuffle`. (`native_channel_shuffle(Tensor
+/// self, SymInt groups) -> Tensor`) Calls `tr_tensor_native_channel_shuffle`; throws tr::Error
+/// on failure.
 [[nodiscard]] inline Tensor native_channel_shuffle(const Tensor& input, int64_t groups) {
     return input.native_channel_shuffle(groups);
 }
 
-/// `is_pinned(Tensor self, Device? device=None) -> bool` Calls `tr_tensor_is_pinned`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline bool is_pinned(const Tensor& input) {
-    return input.is_pinned();
-}
-
-/// `pin_memory(Tensor(a) self, Device? device=None) -> Tensor(a)` Calls `tr_tensor_pin_memory`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor pin_memory(const Tensor& input) {
-    return input.pin_memory();
-}
-
-/// `pinverse(Tensor self, float rcond=1e-15) -> Tensor` Calls `tr_tensor_pinverse`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor pinverse(const Tensor& input, double rcond) {
-    return input.pinverse(rcond);
-}
-
-/// `poisson_nll_loss(Tensor input, Tensor target, bool log_input, bool full, float eps, int
-/// reduction) -> Tensor` Calls `tr_tensor_poisson_nll_loss`; throws tr::Error on failure.
+/// Compute the Poisson negative log likelihood loss. (`poisson_nll_loss(Tensor input, Tensor
+/// target, bool log_input, bool full, float eps, int reduction) -> Tensor`) Calls
+/// `tr_tensor_poisson_nll_loss`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor poisson_nll_loss(
     const Tensor& input,
     const Tensor& target,
@@ -3702,601 +7501,112 @@ inline Tensor& mvlgamma_(Tensor& input, int64_t p) {
     return input.poisson_nll_loss(target, log_input, full, eps, reduction);
 }
 
-/// `rad2deg(Tensor self) -> Tensor` Calls `tr_tensor_rad2deg`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor rad2deg(const Tensor& input) {
-    return input.rad2deg();
-}
-
-/// `rad2deg_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_rad2deg_`; throws tr::Error on
-/// failure.
-inline Tensor& rad2deg_(Tensor& input) {
-    return input.rad2deg_();
-}
-
-/// `deg2rad(Tensor self) -> Tensor` Calls `tr_tensor_deg2rad`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor deg2rad(const Tensor& input) {
-    return input.deg2rad();
-}
-
-/// `deg2rad_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_deg2rad_`; throws tr::Error on
-/// failure.
-inline Tensor& deg2rad_(Tensor& input) {
-    return input.deg2rad_();
-}
-
-/// `scalar_tensor(Scalar s, *, ScalarType? dtype=None, Layout? layout=None, Device?
-/// device=None, bool? pin_memory=None) -> Tensor` Calls `tr_tensor_scalar_tensor`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor scalar_tensor(Scalar s, std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_scalar_tensor, s.raw(), detail::c_opt(dtype).ptr(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `rand.generator(SymInt[] size, *, Generator? generator, ScalarType? dtype=None, Layout?
-/// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
-/// `tr_tensor_rand_generator`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor rand_generator(IntList size, std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_rand_generator, size.data(), size.size(), detail::c_opt(dtype).ptr(),
-            &out);
-    return Tensor::adopt(out);
-}
-
-/// `rand_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None,
-/// bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor` Calls
-/// `tr_tensor_rand_like`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor rand_like(const Tensor& input, std::optional<DType> dtype) {
-    return input.rand_like(dtype);
-}
-
-/// `rand_like.generator(Tensor self, *, Generator? generator, ScalarType? dtype=None, Layout?
-/// layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None)
-/// -> Tensor` Calls `tr_tensor_rand_like_generator`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor rand_like_generator(const Tensor& input, std::optional<DType> dtype) {
-    return input.rand_like_generator(dtype);
-}
-
-/// `randint(SymInt high, SymInt[] size, *, ScalarType? dtype=long, Layout? layout=None, Device?
-/// device=None, bool? pin_memory=None) -> Tensor` Calls `tr_tensor_randint`; throws tr::Error
-/// on failure.
-[[nodiscard]] inline Tensor randint(int64_t high, IntList size, std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_randint, high, size.data(), size.size(), detail::c_opt(dtype).ptr(),
-            &out);
-    return Tensor::adopt(out);
-}
-
-/// `randint.generator(SymInt high, SymInt[] size, *, Generator? generator, ScalarType?
-/// dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
-/// Calls `tr_tensor_randint_generator`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor randint_generator(
-    int64_t high,
-    IntList size,
-    std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_randint_generator, high, size.data(), size.size(),
-            detail::c_opt(dtype).ptr(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `randint.low(SymInt low, SymInt high, SymInt[] size, *, ScalarType? dtype=long, Layout?
-/// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
-/// `tr_tensor_randint_low`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor randint_low(
-    int64_t low,
-    int64_t high,
-    IntList size,
-    std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_randint_low, low, high, size.data(), size.size(),
-            detail::c_opt(dtype).ptr(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `randint.low_generator(SymInt low, SymInt high, SymInt[] size, *, Generator? generator,
-/// ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) ->
-/// Tensor` Calls `tr_tensor_randint_low_generator`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor randint_low_generator(
-    int64_t low,
-    int64_t high,
-    IntList size,
-    std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_randint_low_generator, low, high, size.data(), size.size(),
-            detail::c_opt(dtype).ptr(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `randint_like(Tensor self, SymInt high, *, ScalarType? dtype=None, Layout? layout=None,
-/// Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
-/// Calls `tr_tensor_randint_like`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor randint_like(
-    const Tensor& input,
-    int64_t high,
-    std::optional<DType> dtype) {
-    return input.randint_like(high, dtype);
-}
-
-/// `randint_like.generator(Tensor self, SymInt high, *, Generator? generator, ScalarType?
-/// dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat?
-/// memory_format=None) -> Tensor` Calls `tr_tensor_randint_like_generator`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor randint_like_generator(
-    const Tensor& input,
-    int64_t high,
-    std::optional<DType> dtype) {
-    return input.randint_like_generator(high, dtype);
-}
-
-/// `randint_like.Tensor(Tensor self, Tensor high, *, ScalarType? dtype=None, Layout?
-/// layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None)
-/// -> Tensor` Calls `tr_tensor_randint_like_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor randint_like_tensor(
-    const Tensor& input,
-    const Tensor& high,
-    std::optional<DType> dtype) {
-    return input.randint_like_tensor(high, dtype);
-}
-
-/// `randint_like.Tensor_generator(Tensor self, Tensor high, *, Generator? generator,
-/// ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None,
-/// MemoryFormat? memory_format=None) -> Tensor` Calls
-/// `tr_tensor_randint_like_tensor_generator`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor randint_like_tensor_generator(
-    const Tensor& input,
-    const Tensor& high,
-    std::optional<DType> dtype) {
-    return input.randint_like_tensor_generator(high, dtype);
-}
-
-/// `randint_like.low_dtype(Tensor self, SymInt low, SymInt high, *, ScalarType? dtype=None,
-/// Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat?
-/// memory_format=None) -> Tensor` Calls `tr_tensor_randint_like_low_dtype`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor randint_like_low_dtype(
-    const Tensor& input,
-    int64_t low,
-    int64_t high,
-    std::optional<DType> dtype) {
-    return input.randint_like_low_dtype(low, high, dtype);
-}
-
-/// `randint_like.low_generator_dtype(Tensor self, SymInt low, SymInt high, *, Generator?
-/// generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool?
-/// pin_memory=None, MemoryFormat? memory_format=None) -> Tensor` Calls
-/// `tr_tensor_randint_like_low_generator_dtype`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor randint_like_low_generator_dtype(
-    const Tensor& input,
-    int64_t low,
-    int64_t high,
-    std::optional<DType> dtype) {
-    return input.randint_like_low_generator_dtype(low, high, dtype);
-}
-
-/// `randn.generator(SymInt[] size, *, Generator? generator, ScalarType? dtype=None, Layout?
-/// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
-/// `tr_tensor_randn_generator`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor randn_generator(IntList size, std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_randn_generator, size.data(), size.size(), detail::c_opt(dtype).ptr(),
-            &out);
-    return Tensor::adopt(out);
-}
-
-/// `randn_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device?
-/// device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor` Calls
-/// `tr_tensor_randn_like`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor randn_like(const Tensor& input, std::optional<DType> dtype) {
-    return input.randn_like(dtype);
-}
-
-/// `randn_like.generator(Tensor self, *, Generator? generator, ScalarType? dtype=None, Layout?
-/// layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None)
-/// -> Tensor` Calls `tr_tensor_randn_like_generator`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor randn_like_generator(const Tensor& input, std::optional<DType> dtype) {
-    return input.randn_like_generator(dtype);
-}
-
-/// `randperm(SymInt n, *, ScalarType? dtype=long, Layout? layout=None, Device? device=None,
-/// bool? pin_memory=None) -> Tensor` Calls `tr_tensor_randperm`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor randperm(int64_t n, std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_randperm, n, detail::c_opt(dtype).ptr(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `randperm.generator(SymInt n, *, Generator? generator, ScalarType? dtype=long, Layout?
-/// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
-/// `tr_tensor_randperm_generator`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor randperm_generator(int64_t n, std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_randperm_generator, n, detail::c_opt(dtype).ptr(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `range.step(Scalar start, Scalar end, Scalar step=1, *, ScalarType? dtype=None, Layout?
-/// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
-/// `tr_tensor_range_step`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor range_step(
-    Scalar start,
-    Scalar end,
-    Scalar step,
-    std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_range_step, start.raw(), end.raw(), step.raw(),
-            detail::c_opt(dtype).ptr(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `range(Scalar start, Scalar end, *, ScalarType? dtype=None, Layout? layout=None, Device?
-/// device=None, bool? pin_memory=None) -> Tensor` Calls `tr_tensor_range`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor range(Scalar start, Scalar end, std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_range, start.raw(), end.raw(), detail::c_opt(dtype).ptr(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `ravel(Tensor(a) self) -> Tensor(a)` Calls `tr_tensor_ravel`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor ravel(const Tensor& input) {
-    return input.ravel();
-}
-
-/// `reciprocal(Tensor self) -> Tensor` Calls `tr_tensor_reciprocal`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor reciprocal(const Tensor& input) {
-    return input.reciprocal();
-}
-
-/// `reciprocal_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_reciprocal_`; throws tr::Error
-/// on failure.
-inline Tensor& reciprocal_(Tensor& input) {
-    return input.reciprocal_();
-}
-
-/// `neg_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_neg_`; throws tr::Error on failure.
-inline Tensor& neg_(Tensor& input) {
-    return input.neg_();
-}
-
-/// `negative(Tensor self) -> Tensor` Calls `tr_tensor_negative`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor negative(const Tensor& input) {
-    return input.negative();
-}
-
-/// `negative_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_negative_`; throws tr::Error on
-/// failure.
-inline Tensor& negative_(Tensor& input) {
-    return input.negative_();
-}
-
-/// `repeat(Tensor self, SymInt[] repeats) -> Tensor` Calls `tr_tensor_repeat`; throws tr::Error
-/// on failure.
-[[nodiscard]] inline Tensor repeat(const Tensor& input, IntList repeats) {
-    return input.repeat(repeats);
-}
-
-/// `repeat_interleave.Tensor(Tensor repeats, *, SymInt? output_size=None) -> Tensor` Calls
-/// `tr_tensor_repeat_interleave_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor repeat_interleave_tensor(
-    const Tensor& repeats,
-    std::optional<int64_t> output_size) {
-    return repeats.repeat_interleave_tensor(output_size);
-}
-
-/// `repeat_interleave.self_Tensor(Tensor self, Tensor repeats, int? dim=None, *, SymInt?
-/// output_size=None) -> Tensor` Calls `tr_tensor_repeat_interleave_self_tensor`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor repeat_interleave_self_tensor(
-    const Tensor& input,
-    const Tensor& repeats,
-    std::optional<int64_t> dim,
-    std::optional<int64_t> output_size) {
-    return input.repeat_interleave_self_tensor(repeats, dim, output_size);
-}
-
-/// `repeat_interleave.self_int(Tensor self, SymInt repeats, int? dim=None, *, SymInt?
-/// output_size=None) -> Tensor` Calls `tr_tensor_repeat_interleave_self_int`; throws tr::Error
-/// on failure.
-[[nodiscard]] inline Tensor repeat_interleave_self_int(
-    const Tensor& input,
-    int64_t repeats,
-    std::optional<int64_t> dim,
-    std::optional<int64_t> output_size) {
-    return input.repeat_interleave_self_int(repeats, dim, output_size);
-}
-
-/// `reshape_as(Tensor(a) self, Tensor other) -> Tensor(a)` Calls `tr_tensor_reshape_as`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor reshape_as(const Tensor& input, const Tensor& other) {
-    return input.reshape_as(other);
-}
-
-/// `round(Tensor self) -> Tensor` Calls `tr_tensor_round`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor round(const Tensor& input) {
-    return input.round();
-}
-
-/// `round_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_round_`; throws tr::Error on
-/// failure.
-inline Tensor& round_(Tensor& input) {
-    return input.round_();
-}
-
-/// `round.decimals(Tensor self, *, int decimals) -> Tensor` Calls `tr_tensor_round_decimals`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor round_decimals(const Tensor& input, int64_t decimals) {
-    return input.round_decimals(decimals);
-}
-
-/// `round_.decimals(Tensor(a!) self, *, int decimals) -> Tensor(a!)` Calls
-/// `tr_tensor_round_decimals_`; throws tr::Error on failure.
-inline Tensor& round_decimals_(Tensor& input, int64_t decimals) {
-    return input.round_decimals_(decimals);
-}
-
-/// `rrelu(Tensor self, Scalar lower=0.125, Scalar upper=0.3333333333333333, bool
-/// training=False, Generator? generator=None) -> Tensor` Calls `tr_tensor_rrelu`; throws
-/// tr::Error on failure.
+/// Randomized leaky ReLU. (`rrelu(Tensor self, Scalar lower=0.125, Scalar
+/// upper=0.3333333333333333, bool training=False, Generator? generator=None) -> Tensor`) Calls
+/// `tr_tensor_rrelu`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor rrelu(const Tensor& input, Scalar lower, Scalar upper, bool training) {
     return input.rrelu(lower, upper, training);
 }
 
-/// `rrelu_(Tensor(a!) self, Scalar lower=0.125, Scalar upper=0.3333333333333333, bool
-/// training=False, Generator? generator=None) -> Tensor(a!)` Calls `tr_tensor_rrelu_`; throws
-/// tr::Error on failure.
+/// In-place version of `rrelu`. (`rrelu_(Tensor(a!) self, Scalar lower=0.125, Scalar
+/// upper=0.3333333333333333, bool training=False, Generator? generator=None) -> Tensor(a!)`)
+/// Calls `tr_tensor_rrelu_`; throws tr::Error on failure.
 inline Tensor& rrelu_(Tensor& input, Scalar lower, Scalar upper, bool training) {
     return input.rrelu_(lower, upper, training);
 }
 
-/// `relu_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_relu_`; throws tr::Error on failure.
+/// In-place version of `relu`. (`relu_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_relu_`; throws tr::Error on failure.
 inline Tensor& relu_(Tensor& input) {
     return input.relu_();
 }
 
-/// `relu6(Tensor self) -> Tensor` Calls `tr_tensor_relu6`; throws tr::Error on failure.
+/// Applies the element-wise function `\text{ReLU6}(x) = \min(\max(0,x), 6)`. (`relu6(Tensor
+/// self) -> Tensor`) Calls `tr_tensor_relu6`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor relu6(const Tensor& input) {
     return input.relu6();
 }
 
-/// `relu6_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_relu6_`; throws tr::Error on
+/// Applies the element-wise function `\text{ReLU6}(x) = \min(\max(0,x), 6)`.
+/// (`relu6_(Tensor(a!) self) -> Tensor(a!)`) Calls `tr_tensor_relu6_`; throws tr::Error on
 /// failure.
 inline Tensor& relu6_(Tensor& input) {
     return input.relu6_();
 }
 
-/// `prelu(Tensor self, Tensor weight) -> Tensor` Calls `tr_tensor_prelu`; throws tr::Error on
-/// failure.
+/// Applies element-wise the function `\text{PReLU}(x) = \max(0,x) + \text{weight} * \min(0,x)`
+/// where weight is a learnable parameter. (`prelu(Tensor self, Tensor weight) -> Tensor`) Calls
+/// `tr_tensor_prelu`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor prelu(const Tensor& input, const Tensor& weight) {
     return input.prelu(weight);
 }
 
-/// `gelu_(Tensor(a!) self, *, str approximate='none') -> Tensor(a!)` Calls `tr_tensor_gelu_`;
-/// throws tr::Error on failure.
+/// When the approximate argument is 'none', it applies element-wise the function
+/// `\text{GELU}(x) = x * \Phi(x)` (`gelu_(Tensor(a!) self, *, str approximate='none') ->
+/// Tensor(a!)`) Calls `tr_tensor_gelu_`; throws tr::Error on failure.
 inline Tensor& gelu_(Tensor& input, const std::string& approximate) {
     return input.gelu_(approximate);
 }
 
-/// `hardshrink(Tensor self, Scalar lambd=0.5) -> Tensor` Calls `tr_tensor_hardshrink`; throws
-/// tr::Error on failure.
+/// Applies the hard shrinkage function element-wise. (`hardshrink(Tensor self, Scalar
+/// lambd=0.5) -> Tensor`) Calls `tr_tensor_hardshrink`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor hardshrink(const Tensor& input, Scalar lambd) {
     return input.hardshrink(lambd);
 }
 
-/// `rsqrt(Tensor self) -> Tensor` Calls `tr_tensor_rsqrt`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor rsqrt(const Tensor& input) {
-    return input.rsqrt();
-}
-
-/// `rsqrt_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_rsqrt_`; throws tr::Error on
-/// failure.
-inline Tensor& rsqrt_(Tensor& input) {
-    return input.rsqrt_();
-}
-
-/// `select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)` Calls
-/// `tr_tensor_select_int`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor select_int(const Tensor& input, int64_t dim, int64_t index) {
-    return input.select_int(dim, index);
-}
-
-/// `selu(Tensor self) -> Tensor` Calls `tr_tensor_selu`; throws tr::Error on failure.
+/// Applies element-wise, `\text{SELU}(x) = scale * (\max(0,x) + \min(0, \alpha * (\exp(x) -
+/// 1)))`, with `\alpha=1.6732632423543772848170429916717` and
+/// `scale=1.0507009873554804934193349852946`. (`selu(Tensor self) -> Tensor`) Calls
+/// `tr_tensor_selu`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor selu(const Tensor& input) {
     return input.selu();
 }
 
-/// `selu_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_selu_`; throws tr::Error on failure.
+/// In-place version of `selu`. (`selu_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_selu_`; throws tr::Error on failure.
 inline Tensor& selu_(Tensor& input) {
     return input.selu_();
 }
 
-/// `celu(Tensor self, Scalar alpha=1.0) -> Tensor` Calls `tr_tensor_celu`; throws tr::Error on
-/// failure.
+/// Applies element-wise, `\text{CELU}(x) = \max(0,x) + \min(0, \alpha * (\exp(x/\alpha) - 1))`.
+/// (`celu(Tensor self, Scalar alpha=1.0) -> Tensor`) Calls `tr_tensor_celu`; throws tr::Error
+/// on failure.
 [[nodiscard]] inline Tensor celu(const Tensor& input, Scalar alpha) {
     return input.celu(alpha);
 }
 
-/// `celu_(Tensor(a!) self, Scalar alpha=1.0) -> Tensor(a!)` Calls `tr_tensor_celu_`; throws
-/// tr::Error on failure.
+/// In-place version of `celu`. (`celu_(Tensor(a!) self, Scalar alpha=1.0) -> Tensor(a!)`) Calls
+/// `tr_tensor_celu_`; throws tr::Error on failure.
 inline Tensor& celu_(Tensor& input, Scalar alpha) {
     return input.celu_(alpha);
 }
 
-/// `silu_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_silu_`; throws tr::Error on failure.
+/// Apply the Sigmoid Linear Unit (SiLU) function, element-wise. (`silu_(Tensor(a!) self) ->
+/// Tensor(a!)`) Calls `tr_tensor_silu_`; throws tr::Error on failure.
 inline Tensor& silu_(Tensor& input) {
     return input.silu_();
 }
 
-/// `mish(Tensor self) -> Tensor` Calls `tr_tensor_mish`; throws tr::Error on failure.
+/// Apply the Mish function, element-wise. (`mish(Tensor self) -> Tensor`) Calls
+/// `tr_tensor_mish`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor mish(const Tensor& input) {
     return input.mish();
 }
 
-/// `mish_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_mish_`; throws tr::Error on failure.
+/// Apply the Mish function, element-wise. (`mish_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_mish_`; throws tr::Error on failure.
 inline Tensor& mish_(Tensor& input) {
     return input.mish_();
 }
 
-/// `sigmoid_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_sigmoid_`; throws tr::Error on
-/// failure.
+/// In-place version of `Tensor.sigmoid` (`sigmoid_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_sigmoid_`; throws tr::Error on failure.
 inline Tensor& sigmoid_(Tensor& input) {
     return input.sigmoid_();
 }
 
-/// `logit(Tensor self, float? eps=None) -> Tensor` Calls `tr_tensor_logit`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor logit(const Tensor& input, std::optional<double> eps) {
-    return input.logit(eps);
-}
-
-/// `logit_(Tensor(a!) self, float? eps=None) -> Tensor(a!)` Calls `tr_tensor_logit_`; throws
-/// tr::Error on failure.
-inline Tensor& logit_(Tensor& input, std::optional<double> eps) {
-    return input.logit_(eps);
-}
-
-/// `sin(Tensor self) -> Tensor` Calls `tr_tensor_sin`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor sin(const Tensor& input) {
-    return input.sin();
-}
-
-/// `sin_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_sin_`; throws tr::Error on failure.
-inline Tensor& sin_(Tensor& input) {
-    return input.sin_();
-}
-
-/// `sinc(Tensor self) -> Tensor` Calls `tr_tensor_sinc`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor sinc(const Tensor& input) {
-    return input.sinc();
-}
-
-/// `sinc_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_sinc_`; throws tr::Error on failure.
-inline Tensor& sinc_(Tensor& input) {
-    return input.sinc_();
-}
-
-/// `sinh(Tensor self) -> Tensor` Calls `tr_tensor_sinh`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor sinh(const Tensor& input) {
-    return input.sinh();
-}
-
-/// `sinh_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_sinh_`; throws tr::Error on failure.
-inline Tensor& sinh_(Tensor& input) {
-    return input.sinh_();
-}
-
-/// `detach_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_detach_`; throws tr::Error on
-/// failure.
-inline Tensor& detach_(Tensor& input) {
-    return input.detach_();
-}
-
-/// `size.int(Tensor self, int dim) -> int` Calls `tr_tensor_size_int`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline int64_t size_int(const Tensor& input, int64_t dim) {
-    return input.size_int(dim);
-}
-
-/// `sym_size.int(Tensor self, int dim) -> SymInt` Calls `tr_tensor_sym_size_int`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline int64_t sym_size_int(const Tensor& input, int64_t dim) {
-    return input.sym_size_int(dim);
-}
-
-/// `sym_is_contiguous(Tensor self, MemoryFormat memory_format=contiguous_format) -> SymBool`
-/// Calls `tr_tensor_sym_is_contiguous`; throws tr::Error on failure.
-[[nodiscard]] inline bool sym_is_contiguous(const Tensor& input) {
-    return input.sym_is_contiguous();
-}
-
-/// `sym_numel(Tensor self) -> SymInt` Calls `tr_tensor_sym_numel`; throws tr::Error on failure.
-[[nodiscard]] inline int64_t sym_numel(const Tensor& input) {
-    return input.sym_numel();
-}
-
-/// `sym_storage_offset(Tensor self) -> SymInt` Calls `tr_tensor_sym_storage_offset`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline int64_t sym_storage_offset(const Tensor& input) {
-    return input.sym_storage_offset();
-}
-
-/// `slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt
-/// step=1) -> Tensor(a)` Calls `tr_tensor_slice_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor slice_tensor(
-    const Tensor& input,
-    int64_t dim,
-    std::optional<int64_t> start,
-    std::optional<int64_t> end,
-    int64_t step) {
-    return input.slice_tensor(dim, start, end, step);
-}
-
-/// `slice_inverse(Tensor(a) self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None,
-/// SymInt step=1) -> Tensor(a)` Calls `tr_tensor_slice_inverse`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor slice_inverse(
-    const Tensor& input,
-    const Tensor& src,
-    int64_t dim,
-    std::optional<int64_t> start,
-    std::optional<int64_t> end,
-    int64_t step) {
-    return input.slice_inverse(src, dim, start, end, step);
-}
-
-/// `slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None,
-/// SymInt step=1) -> Tensor` Calls `tr_tensor_slice_scatter`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor slice_scatter(
-    const Tensor& input,
-    const Tensor& src,
-    int64_t dim,
-    std::optional<int64_t> start,
-    std::optional<int64_t> end,
-    int64_t step) {
-    return input.slice_scatter(src, dim, start, end, step);
-}
-
-/// `select_scatter(Tensor self, Tensor src, int dim, SymInt index) -> Tensor` Calls
-/// `tr_tensor_select_scatter`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor select_scatter(
-    const Tensor& input,
-    const Tensor& src,
-    int64_t dim,
-    int64_t index) {
-    return input.select_scatter(src, dim, index);
-}
-
-/// `diagonal_scatter(Tensor self, Tensor src, int offset=0, int dim1=0, int dim2=1) -> Tensor`
-/// Calls `tr_tensor_diagonal_scatter`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor diagonal_scatter(
-    const Tensor& input,
-    const Tensor& src,
-    int64_t offset,
-    int64_t dim1,
-    int64_t dim2) {
-    return input.diagonal_scatter(src, offset, dim1, dim2);
-}
-
-/// `as_strided_scatter(Tensor self, Tensor src, SymInt[] size, SymInt[] stride, SymInt?
-/// storage_offset=None) -> Tensor` Calls `tr_tensor_as_strided_scatter`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor as_strided_scatter(
-    const Tensor& input,
-    const Tensor& src,
-    IntList size,
-    IntList stride,
-    std::optional<int64_t> storage_offset) {
-    return input.as_strided_scatter(src, size, stride, storage_offset);
-}
-
-/// `smm(Tensor self, Tensor mat2) -> Tensor` Calls `tr_tensor_smm`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor smm(const Tensor& input, const Tensor& mat2) {
-    return input.smm(mat2);
-}
-
-/// `softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor` Calls
-/// `tr_tensor_softmax_int`; throws tr::Error on failure.
+/// Alias for `torch.nn.functional.softmax`. (`softmax.int(Tensor self, int dim, ScalarType?
+/// dtype=None) -> Tensor`) Calls `tr_tensor_softmax_int`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor softmax_int(
     const Tensor& input,
     int64_t dim,
@@ -4304,119 +7614,9 @@ inline Tensor& detach_(Tensor& input) {
     return input.softmax_int(dim, dtype);
 }
 
-/// `unsafe_split.Tensor(Tensor self, SymInt split_size, int dim=0) -> Tensor[]` Calls
-/// `tr_tensor_unsafe_split_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> unsafe_split_tensor(
-    const Tensor& input,
-    int64_t split_size,
-    int64_t dim) {
-    return input.unsafe_split_tensor(split_size, dim);
-}
-
-/// `split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]` Calls
-/// `tr_tensor_split_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> split_tensor(
-    const Tensor& input,
-    int64_t split_size,
-    int64_t dim) {
-    return input.split_tensor(split_size, dim);
-}
-
-/// `split.sizes(Tensor(a -> *) self, SymInt[] split_size, int dim=0) -> Tensor(a)[]` Calls
-/// `tr_tensor_split_sizes`; throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> split_sizes(
-    const Tensor& input,
-    IntList split_size,
-    int64_t dim) {
-    return input.split_sizes(split_size, dim);
-}
-
-/// `unsafe_split_with_sizes(Tensor self, SymInt[] split_sizes, int dim=0) -> Tensor[]` Calls
-/// `tr_tensor_unsafe_split_with_sizes`; throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> unsafe_split_with_sizes(
-    const Tensor& input,
-    IntList split_sizes,
-    int64_t dim) {
-    return input.unsafe_split_with_sizes(split_sizes, dim);
-}
-
-/// `split_with_sizes(Tensor(a -> *) self, SymInt[] split_sizes, int dim=0) -> Tensor(a)[]`
-/// Calls `tr_tensor_split_with_sizes`; throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> split_with_sizes(
-    const Tensor& input,
-    IntList split_sizes,
-    int64_t dim) {
-    return input.split_with_sizes(split_sizes, dim);
-}
-
-/// `hsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]` Calls `tr_tensor_hsplit_int`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> hsplit_int(const Tensor& input, int64_t sections) {
-    return input.hsplit_int(sections);
-}
-
-/// `hsplit.array(Tensor(a -> *) self, int[] indices) -> Tensor(a)[]` Calls
-/// `tr_tensor_hsplit_array`; throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> hsplit_array(const Tensor& input, IntList indices) {
-    return input.hsplit_array(indices);
-}
-
-/// `vsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]` Calls `tr_tensor_vsplit_int`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> vsplit_int(const Tensor& input, int64_t sections) {
-    return input.vsplit_int(sections);
-}
-
-/// `vsplit.array(Tensor(a -> *) self, int[] indices) -> Tensor(a)[]` Calls
-/// `tr_tensor_vsplit_array`; throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> vsplit_array(const Tensor& input, IntList indices) {
-    return input.vsplit_array(indices);
-}
-
-/// `dsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]` Calls `tr_tensor_dsplit_int`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> dsplit_int(const Tensor& input, int64_t sections) {
-    return input.dsplit_int(sections);
-}
-
-/// `dsplit.array(Tensor(a -> *) self, int[] indices) -> Tensor(a)[]` Calls
-/// `tr_tensor_dsplit_array`; throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> dsplit_array(const Tensor& input, IntList indices) {
-    return input.dsplit_array(indices);
-}
-
-/// `squeeze.dim(Tensor(a) self, int dim) -> Tensor(a)` Calls `tr_tensor_squeeze_dim`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor squeeze_dim(const Tensor& input, int64_t dim) {
-    return input.squeeze_dim(dim);
-}
-
-/// `squeeze.dims(Tensor(a) self, int[] dim) -> Tensor(a)` Calls `tr_tensor_squeeze_dims`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor squeeze_dims(const Tensor& input, IntList dim) {
-    return input.squeeze_dims(dim);
-}
-
-/// `squeeze_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_squeeze_`; throws tr::Error on
-/// failure.
-inline Tensor& squeeze_(Tensor& input) {
-    return input.squeeze_();
-}
-
-/// `squeeze_.dim(Tensor(a!) self, int dim) -> Tensor(a!)` Calls `tr_tensor_squeeze_dim_`;
-/// throws tr::Error on failure.
-inline Tensor& squeeze_dim_(Tensor& input, int64_t dim) {
-    return input.squeeze_dim_(dim);
-}
-
-/// `squeeze_.dims(Tensor(a!) self, int[] dim) -> Tensor(a!)` Calls `tr_tensor_squeeze_dims_`;
-/// throws tr::Error on failure.
-inline Tensor& squeeze_dims_(Tensor& input, IntList dim) {
-    return input.squeeze_dims_(dim);
-}
-
-/// `sspaddmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) ->
-/// Tensor` Calls `tr_tensor_sspaddmm`; throws tr::Error on failure.
+/// Matrix multiplies a sparse tensor `mat1` with a dense tensor `mat2`, then adds the sparse
+/// tensor `input` to the result. (`sspaddmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar
+/// beta=1, Scalar alpha=1) -> Tensor`) Calls `tr_tensor_sspaddmm`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor sspaddmm(
     const Tensor& input,
     const Tensor& mat1,
@@ -4426,30 +7626,1186 @@ inline Tensor& squeeze_dims_(Tensor& input, IntList dim) {
     return input.sspaddmm(mat1, mat2, beta, alpha);
 }
 
-/// `hstack(Tensor[] tensors) -> Tensor` Calls `tr_tensor_hstack`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor hstack(const TensorList& tensors) {
+/// In-place version of `Tensor.tanh` (`tanh_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_tanh_`; throws tr::Error on failure.
+inline Tensor& tanh_(Tensor& input) {
+    return input.tanh_();
+}
+
+/// Apply a threshold to each element of the input Tensor. (`threshold(Tensor self, Scalar
+/// threshold, Scalar value) -> Tensor`) Calls `tr_tensor_threshold`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor threshold(const Tensor& input, Scalar threshold, Scalar value) {
+    return input.threshold(threshold, value);
+}
+
+/// In-place version of `threshold`. (`threshold_(Tensor(a!) self, Scalar threshold, Scalar
+/// value) -> Tensor(a!)`) Calls `tr_tensor_threshold_`; throws tr::Error on failure.
+inline Tensor& threshold_(Tensor& input, Scalar threshold, Scalar value) {
+    return input.threshold_(threshold, value);
+}
+
+/// Takes LongTensor with index values of shape `(*)` and returns a tensor of shape `(*,
+/// num_classes)` that have zeros everywhere except where the index of last dimension matches
+/// the corresponding value of the input tensor, in which case it will be 1. (`one_hot(Tensor
+/// self, int num_classes=-1) -> Tensor`) Calls `tr_tensor_one_hot`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor one_hot(const Tensor& input, int64_t num_classes) {
+    return input.one_hot(num_classes);
+}
+
+/// Compute the triplet loss between given input tensors and a margin greater than 0.
+/// (`triplet_margin_loss(Tensor anchor, Tensor positive, Tensor negative, float margin=1.0,
+/// float p=2, float eps=1e-06, bool swap=False, int reduction=Mean) -> Tensor`) Calls
+/// `tr_tensor_triplet_margin_loss`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor triplet_margin_loss(
+    const Tensor& anchor,
+    const Tensor& positive,
+    const Tensor& negative,
+    double margin,
+    double p,
+    double eps,
+    bool swap,
+    int64_t reduction) {
+    return anchor.triplet_margin_loss(positive, negative, margin, p, eps, swap, reduction);
+}
+
+/// The norm over every dimension but `dim`, as weight normalization takes it.
+/// (`norm_except_dim(Tensor v, int pow=2, int dim=0) -> Tensor`) Calls
+/// `tr_tensor_norm_except_dim`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor norm_except_dim(const Tensor& v, int64_t pow, int64_t dim) {
+    return v.norm_except_dim(pow, dim);
+}
+
+/// Returns the matrix norm or vector norm of a given tensor. (`norm.ScalarOpt_dtype(Tensor
+/// self, Scalar? p, *, ScalarType dtype) -> Tensor`) Calls `tr_tensor_norm_scalaropt_dtype`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor norm_scalaropt_dtype(
+    const Tensor& input,
+    std::optional<Scalar> p,
+    DType dtype) {
+    return input.norm_scalaropt_dtype(p, dtype);
+}
+
+/// Returns the matrix norm or vector norm of a given tensor. (`norm.Scalar(Tensor self, Scalar
+/// p=2) -> Tensor`) Calls `tr_tensor_norm_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor norm_scalar(const Tensor& input, Scalar p) {
+    return input.norm_scalar(p);
+}
+
+/// Returns the matrix norm or vector norm of a given tensor. (`norm.ScalarOpt_dim_dtype(Tensor
+/// self, Scalar? p, int[1] dim, bool keepdim, *, ScalarType dtype) -> Tensor`) Calls
+/// `tr_tensor_norm_scalaropt_dim_dtype`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor norm_scalaropt_dim_dtype(
+    const Tensor& input,
+    std::optional<Scalar> p,
+    IntList dim,
+    bool keepdim,
+    DType dtype) {
+    return input.norm_scalaropt_dim_dtype(p, dim, keepdim, dtype);
+}
+
+/// Returns the matrix norm or vector norm of a given tensor. (`norm.ScalarOpt_dim(Tensor self,
+/// Scalar? p, int[1] dim, bool keepdim=False) -> Tensor`) Calls `tr_tensor_norm_scalaropt_dim`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor norm_scalaropt_dim(
+    const Tensor& input,
+    std::optional<Scalar> p,
+    IntList dim,
+    bool keepdim) {
+    return input.norm_scalaropt_dim(p, dim, keepdim);
+}
+
+/// The Frobenius norm over `dim`. (`frobenius_norm.dim(Tensor self, int[1] dim, bool
+/// keepdim=False) -> Tensor`) Calls `tr_tensor_frobenius_norm_dim`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor frobenius_norm_dim(const Tensor& input, IntList dim, bool keepdim) {
+    return input.frobenius_norm_dim(dim, keepdim);
+}
+
+/// The nuclear norm (the sum of the singular values) of a matrix or a batch of matrices.
+/// (`nuclear_norm(Tensor self, bool keepdim=False) -> Tensor`) Calls `tr_tensor_nuclear_norm`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor nuclear_norm(const Tensor& input, bool keepdim) {
+    return input.nuclear_norm(keepdim);
+}
+
+/// The nuclear norm (the sum of the singular values) of a matrix or a batch of matrices.
+/// (`nuclear_norm.dim(Tensor self, int[2] dim, bool keepdim=False) -> Tensor`) Calls
+/// `tr_tensor_nuclear_norm_dim`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor nuclear_norm_dim(const Tensor& input, IntList dim, bool keepdim) {
+    return input.nuclear_norm_dim(dim, keepdim);
+}
+
+/// Runs a multi-layer LSTM over a padded sequence (`torch.nn.LSTM`). (`lstm.input(Tensor input,
+/// Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train,
+/// bool bidirectional, bool batch_first) -> (Tensor, Tensor, Tensor)`) Calls
+/// `tr_tensor_lstm_input`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 3> lstm_input(
+    const Tensor& input,
+    const TensorList& hx,
+    const TensorList& params,
+    bool has_biases,
+    int64_t num_layers,
+    double dropout,
+    bool train,
+    bool bidirectional,
+    bool batch_first) {
+    return input.lstm_input(hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first);
+}
+
+/// Runs a multi-layer LSTM over a packed sequence (its data and batch sizes) (`torch.nn.LSTM`).
+/// (`lstm.data(Tensor data, Tensor batch_sizes, Tensor[] hx, Tensor[] params, bool has_biases,
+/// int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor, Tensor)`)
+/// Calls `tr_tensor_lstm_data`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 3> lstm_data(
+    const Tensor& data,
+    const Tensor& batch_sizes,
+    const TensorList& hx,
+    const TensorList& params,
+    bool has_biases,
+    int64_t num_layers,
+    double dropout,
+    bool train,
+    bool bidirectional) {
+    return data.lstm_data(batch_sizes, hx, params, has_biases, num_layers, dropout, train, bidirectional);
+}
+
+/// Runs a multi-layer GRU over a padded sequence (`torch.nn.GRU`). (`gru.input(Tensor input,
+/// Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool
+/// bidirectional, bool batch_first) -> (Tensor, Tensor)`) Calls `tr_tensor_gru_input`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> gru_input(
+    const Tensor& input,
+    const Tensor& hx,
+    const TensorList& params,
+    bool has_biases,
+    int64_t num_layers,
+    double dropout,
+    bool train,
+    bool bidirectional,
+    bool batch_first) {
+    return input.gru_input(hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first);
+}
+
+/// Runs a multi-layer GRU over a packed sequence (its data and batch sizes) (`torch.nn.GRU`).
+/// (`gru.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases, int
+/// num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor)`) Calls
+/// `tr_tensor_gru_data`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> gru_data(
+    const Tensor& data,
+    const Tensor& batch_sizes,
+    const Tensor& hx,
+    const TensorList& params,
+    bool has_biases,
+    int64_t num_layers,
+    double dropout,
+    bool train,
+    bool bidirectional) {
+    return data.gru_data(batch_sizes, hx, params, has_biases, num_layers, dropout, train, bidirectional);
+}
+
+/// Runs a multi-layer RNN (tanh) over a padded sequence (`torch.nn.RNN`).
+/// (`rnn_tanh.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers,
+/// float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)`) Calls
+/// `tr_tensor_rnn_tanh_input`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> rnn_tanh_input(
+    const Tensor& input,
+    const Tensor& hx,
+    const TensorList& params,
+    bool has_biases,
+    int64_t num_layers,
+    double dropout,
+    bool train,
+    bool bidirectional,
+    bool batch_first) {
+    return input.rnn_tanh_input(hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first);
+}
+
+/// Runs a multi-layer RNN (tanh) over a packed sequence (its data and batch sizes)
+/// (`torch.nn.RNN`). (`rnn_tanh.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[]
+/// params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) ->
+/// (Tensor, Tensor)`) Calls `tr_tensor_rnn_tanh_data`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> rnn_tanh_data(
+    const Tensor& data,
+    const Tensor& batch_sizes,
+    const Tensor& hx,
+    const TensorList& params,
+    bool has_biases,
+    int64_t num_layers,
+    double dropout,
+    bool train,
+    bool bidirectional) {
+    return data.rnn_tanh_data(batch_sizes, hx, params, has_biases, num_layers, dropout, train, bidirectional);
+}
+
+/// Runs a multi-layer RNN (relu) over a padded sequence (`torch.nn.RNN`).
+/// (`rnn_relu.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers,
+/// float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)`) Calls
+/// `tr_tensor_rnn_relu_input`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> rnn_relu_input(
+    const Tensor& input,
+    const Tensor& hx,
+    const TensorList& params,
+    bool has_biases,
+    int64_t num_layers,
+    double dropout,
+    bool train,
+    bool bidirectional,
+    bool batch_first) {
+    return input.rnn_relu_input(hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first);
+}
+
+/// Runs a multi-layer RNN (relu) over a packed sequence (its data and batch sizes)
+/// (`torch.nn.RNN`). (`rnn_relu.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[]
+/// params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) ->
+/// (Tensor, Tensor)`) Calls `tr_tensor_rnn_relu_data`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> rnn_relu_data(
+    const Tensor& data,
+    const Tensor& batch_sizes,
+    const Tensor& hx,
+    const TensorList& params,
+    bool has_biases,
+    int64_t num_layers,
+    double dropout,
+    bool train,
+    bool bidirectional) {
+    return data.rnn_relu_data(batch_sizes, hx, params, has_biases, num_layers, dropout, train, bidirectional);
+}
+
+/// One time step of an LSTM cell (`torch.nn.LSTMCell`). (`lstm_cell(Tensor input, Tensor[] hx,
+/// Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> (Tensor, Tensor)`) Calls
+/// `tr_tensor_lstm_cell`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> lstm_cell(
+    const Tensor& input,
+    const TensorList& hx,
+    const Tensor& w_ih,
+    const Tensor& w_hh,
+    OptionalTensor b_ih,
+    OptionalTensor b_hh) {
+    return input.lstm_cell(hx, w_ih, w_hh, b_ih, b_hh);
+}
+
+/// One time step of a GRU cell (`torch.nn.GRUCell`). (`gru_cell(Tensor input, Tensor hx, Tensor
+/// w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> Tensor`) Calls
+/// `tr_tensor_gru_cell`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor gru_cell(
+    const Tensor& input,
+    const Tensor& hx,
+    const Tensor& w_ih,
+    const Tensor& w_hh,
+    OptionalTensor b_ih,
+    OptionalTensor b_hh) {
+    return input.gru_cell(hx, w_ih, w_hh, b_ih, b_hh);
+}
+
+/// One time step of an RNN cell (`torch.nn.RNNCell`). (`rnn_tanh_cell(Tensor input, Tensor hx,
+/// Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> Tensor`) Calls
+/// `tr_tensor_rnn_tanh_cell`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor rnn_tanh_cell(
+    const Tensor& input,
+    const Tensor& hx,
+    const Tensor& w_ih,
+    const Tensor& w_hh,
+    OptionalTensor b_ih,
+    OptionalTensor b_hh) {
+    return input.rnn_tanh_cell(hx, w_ih, w_hh, b_ih, b_hh);
+}
+
+/// One time step of an RNN cell (`torch.nn.RNNCell`). (`rnn_relu_cell(Tensor input, Tensor hx,
+/// Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> Tensor`) Calls
+/// `tr_tensor_rnn_relu_cell`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor rnn_relu_cell(
+    const Tensor& input,
+    const Tensor& hx,
+    const Tensor& w_ih,
+    const Tensor& w_hh,
+    OptionalTensor b_ih,
+    OptionalTensor b_hh) {
+    return input.rnn_relu_cell(hx, w_ih, w_hh, b_ih, b_hh);
+}
+
+/// Fills `self` tensor with numbers samples from the log-normal distribution parameterized by
+/// the given mean `\mu` and standard deviation `\sigma`. (`log_normal_(Tensor(a!) self, float
+/// mean=1, float std=2, *, Generator? generator=None) -> Tensor(a!)`) Calls
+/// `tr_tensor_log_normal_`; throws tr::Error on failure.
+inline Tensor& log_normal_(Tensor& input, double mean, double std) {
+    return input.log_normal_(mean, std);
+}
+
+/// The cross entropy of logits against targets (`torch.nn.functional.cross_entropy`).
+/// (`cross_entropy_loss(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean,
+/// SymInt ignore_index=-100, float label_smoothing=0.0) -> Tensor`) Calls
+/// `tr_tensor_cross_entropy_loss`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor cross_entropy_loss(
+    const Tensor& input,
+    const Tensor& target,
+    OptionalTensor weight,
+    int64_t reduction,
+    int64_t ignore_index,
+    double label_smoothing) {
+    return input.cross_entropy_loss(target, weight, reduction, ignore_index, label_smoothing);
+}
+
+/// Returns a tensor where each sub-tensor of `input` along dimension `dim` is normalized such
+/// that the `p`-norm of the sub-tensor is lower than the value `maxnorm` (`renorm(Tensor self,
+/// Scalar p, int dim, Scalar maxnorm) -> Tensor`) Calls `tr_tensor_renorm`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor renorm(const Tensor& input, Scalar p, int64_t dim, Scalar maxnorm) {
+    return input.renorm(p, dim, maxnorm);
+}
+
+/// In-place version of `Tensor.renorm` (`renorm_(Tensor(a!) self, Scalar p, int dim, Scalar
+/// maxnorm) -> Tensor(a!)`) Calls `tr_tensor_renorm_`; throws tr::Error on failure.
+inline Tensor& renorm_(Tensor& input, Scalar p, int64_t dim, Scalar maxnorm) {
+    return input.renorm_(p, dim, maxnorm);
+}
+
+/// Returns a view of the original tensor which contains all slices of size `size` from `self`
+/// tensor in the dimension `dimension`. (`unfold(Tensor(a) self, int dimension, int size, int
+/// step) -> Tensor(a)`) Calls `tr_tensor_unfold`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor unfold(
+    const Tensor& input,
+    int64_t dimension,
+    int64_t size,
+    int64_t step) {
+    return input.unfold(dimension, size, step);
+}
+
+/// Fills `self` tensor with elements samples from the normal distribution parameterized by
+/// `mean` and `std`. (`normal_(Tensor(a!) self, float mean=0, float std=1, *, Generator?
+/// generator=None) -> Tensor(a!)`) Calls `tr_tensor_normal_`; throws tr::Error on failure.
+inline Tensor& normal_(Tensor& input, double mean, double std) {
+    return input.normal_(mean, std);
+}
+
+/// A tensor of `input`'s shape drawn from a normal distribution (`normal_` without the write).
+/// (`normal_functional(Tensor self, float mean=0, float std=1, *, Generator? generator=None) ->
+/// Tensor`) Calls `tr_tensor_normal_functional`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor normal_functional(const Tensor& input, double mean, double std) {
+    return input.normal_functional(mean, std);
+}
+
+/// Returns a tensor of random numbers drawn from separate normal distributions whose mean and
+/// standard deviation are given. (`normal.Tensor_float(Tensor mean, float std=1, *, Generator?
+/// generator=None) -> Tensor`) Calls `tr_tensor_normal_tensor_float`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor normal_tensor_float(const Tensor& mean, double std) {
+    return mean.normal_tensor_float(std);
+}
+
+/// Returns a tensor of random numbers drawn from separate normal distributions whose mean and
+/// standard deviation are given. (`normal.float_Tensor(float mean, Tensor std, *, Generator?
+/// generator=None) -> Tensor`) Calls `tr_tensor_normal_float_tensor`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor normal_float_tensor(double mean, const Tensor& std) {
     tr_tensor out{0};
-    detail::call(tr_tensor_hstack, tensors.data(), tensors.size(), &out);
+    detail::call(tr_tensor_normal_float_tensor, mean, std.raw(), &out);
     return Tensor::adopt(out);
 }
 
-/// `vstack(Tensor[] tensors) -> Tensor` Calls `tr_tensor_vstack`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor vstack(const TensorList& tensors) {
+/// Returns a tensor of random numbers drawn from separate normal distributions whose mean and
+/// standard deviation are given. (`normal.Tensor_Tensor(Tensor mean, Tensor std, *, Generator?
+/// generator=None) -> Tensor`) Calls `tr_tensor_normal_tensor_tensor`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor normal_tensor_tensor(const Tensor& mean, const Tensor& std) {
+    return mean.normal_tensor_tensor(std);
+}
+
+/// Compute the L1 loss, with optional weighting. (`l1_loss(Tensor self, Tensor target, int
+/// reduction=Mean) -> Tensor`) Calls `tr_tensor_l1_loss`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor l1_loss(const Tensor& input, const Tensor& target, int64_t reduction) {
+    return input.l1_loss(target, reduction);
+}
+
+/// Compute the multi margin loss, with optional weighting. (`multi_margin_loss(Tensor self,
+/// Tensor target, Scalar p=1, Scalar margin=1, Tensor? weight=None, int reduction=Mean) ->
+/// Tensor`) Calls `tr_tensor_multi_margin_loss`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor multi_margin_loss(
+    const Tensor& input,
+    const Tensor& target,
+    Scalar p,
+    Scalar margin,
+    OptionalTensor weight,
+    int64_t reduction) {
+    return input.multi_margin_loss(target, p, margin, weight, reduction);
+}
+
+/// Compute the multilabel margin loss. (`multilabel_margin_loss(Tensor self, Tensor target, int
+/// reduction=Mean) -> Tensor`) Calls `tr_tensor_multilabel_margin_loss`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor multilabel_margin_loss(
+    const Tensor& input,
+    const Tensor& target,
+    int64_t reduction) {
+    return input.multilabel_margin_loss(target, reduction);
+}
+
+/// `multilabel_margin_loss` with the intermediate values its backward formula uses.
+/// (`multilabel_margin_loss_forward(Tensor self, Tensor target, int reduction) -> (Tensor
+/// output, Tensor is_target)`) Calls `tr_tensor_multilabel_margin_loss_forward`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> multilabel_margin_loss_forward(
+    const Tensor& input,
+    const Tensor& target,
+    int64_t reduction) {
+    return input.multilabel_margin_loss_forward(target, reduction);
+}
+
+/// The negative log likelihood of log-probabilities against class targets, of any dimension
+/// (`torch.nn.functional.nll_loss`). (`nll_loss_nd(Tensor self, Tensor target, Tensor?
+/// weight=None, int reduction=Mean, SymInt ignore_index=-100) -> Tensor`) Calls
+/// `tr_tensor_nll_loss_nd`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor nll_loss_nd(
+    const Tensor& input,
+    const Tensor& target,
+    OptionalTensor weight,
+    int64_t reduction,
+    int64_t ignore_index) {
+    return input.nll_loss_nd(target, weight, reduction, ignore_index);
+}
+
+/// Compute the negative log likelihood loss. (`nll_loss(Tensor self, Tensor target, Tensor?
+/// weight=None, int reduction=Mean, SymInt ignore_index=-100) -> Tensor`) Calls
+/// `tr_tensor_nll_loss`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor nll_loss(
+    const Tensor& input,
+    const Tensor& target,
+    OptionalTensor weight,
+    int64_t reduction,
+    int64_t ignore_index) {
+    return input.nll_loss(target, weight, reduction, ignore_index);
+}
+
+/// `nll_loss` with the intermediate values its backward formula uses. (`nll_loss_forward(Tensor
+/// self, Tensor target, Tensor? weight, int reduction, SymInt ignore_index) -> (Tensor output,
+/// Tensor total_weight)`) Calls `tr_tensor_nll_loss_forward`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> nll_loss_forward(
+    const Tensor& input,
+    const Tensor& target,
+    OptionalTensor weight,
+    int64_t reduction,
+    int64_t ignore_index) {
+    return input.nll_loss_forward(target, weight, reduction, ignore_index);
+}
+
+/// The negative log likelihood of 2-D log-probability maps against class targets
+/// (`torch.nn.functional.nll_loss`). (`nll_loss2d(Tensor self, Tensor target, Tensor?
+/// weight=None, int reduction=Mean, SymInt ignore_index=-100) -> Tensor`) Calls
+/// `tr_tensor_nll_loss2d`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor nll_loss2d(
+    const Tensor& input,
+    const Tensor& target,
+    OptionalTensor weight,
+    int64_t reduction,
+    int64_t ignore_index) {
+    return input.nll_loss2d(target, weight, reduction, ignore_index);
+}
+
+/// `nll_loss2d` with the intermediate values its backward formula uses.
+/// (`nll_loss2d_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt
+/// ignore_index) -> (Tensor output, Tensor total_weight)`) Calls
+/// `tr_tensor_nll_loss2d_forward`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> nll_loss2d_forward(
+    const Tensor& input,
+    const Tensor& target,
+    OptionalTensor weight,
+    int64_t reduction,
+    int64_t ignore_index) {
+    return input.nll_loss2d_forward(target, weight, reduction, ignore_index);
+}
+
+/// Compute the Smooth L1 loss. (`smooth_l1_loss(Tensor self, Tensor target, int reduction=Mean,
+/// float beta=1.0) -> Tensor`) Calls `tr_tensor_smooth_l1_loss`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor smooth_l1_loss(
+    const Tensor& input,
+    const Tensor& target,
+    int64_t reduction,
+    double beta) {
+    return input.smooth_l1_loss(target, reduction, beta);
+}
+
+/// Compute the Huber loss, with optional weighting. (`huber_loss(Tensor self, Tensor target,
+/// int reduction=Mean, float delta=1.0) -> Tensor`) Calls `tr_tensor_huber_loss`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor huber_loss(
+    const Tensor& input,
+    const Tensor& target,
+    int64_t reduction,
+    double delta) {
+    return input.huber_loss(target, reduction, delta);
+}
+
+/// Compute the soft margin loss. (`soft_margin_loss(Tensor self, Tensor target, int
+/// reduction=Mean) -> Tensor`) Calls `tr_tensor_soft_margin_loss`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor soft_margin_loss(
+    const Tensor& input,
+    const Tensor& target,
+    int64_t reduction) {
+    return input.soft_margin_loss(target, reduction);
+}
+
+/// Apply the Exponential Linear Unit (ELU) function element-wise. (`elu(Tensor self, Scalar
+/// alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor`) Calls `tr_tensor_elu`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor elu(
+    const Tensor& input,
+    Scalar alpha,
+    Scalar scale,
+    Scalar input_scale) {
+    return input.elu(alpha, scale, input_scale);
+}
+
+/// In-place version of `elu`. (`elu_(Tensor(a!) self, Scalar alpha=1, Scalar scale=1, Scalar
+/// input_scale=1) -> Tensor(a!)`) Calls `tr_tensor_elu_`; throws tr::Error on failure.
+inline Tensor& elu_(Tensor& input, Scalar alpha, Scalar scale, Scalar input_scale) {
+    return input.elu_(alpha, scale, input_scale);
+}
+
+/// The gated linear unit. (`glu(Tensor self, int dim=-1) -> Tensor`) Calls `tr_tensor_glu`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor glu(const Tensor& input, int64_t dim) {
+    return input.glu(dim);
+}
+
+/// The forward-mode derivative of `glu`. (`glu_jvp(Tensor glu, Tensor x, Tensor dx, int dim) ->
+/// Tensor`) Calls `tr_tensor_glu_jvp`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor glu_jvp(
+    const Tensor& glu,
+    const Tensor& x,
+    const Tensor& dx,
+    int64_t dim) {
+    return glu.glu_jvp(x, dx, dim);
+}
+
+/// Apply the Hardsigmoid function element-wise. (`hardsigmoid(Tensor self) -> Tensor`) Calls
+/// `tr_tensor_hardsigmoid`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor hardsigmoid(const Tensor& input) {
+    return input.hardsigmoid();
+}
+
+/// Apply the Hardsigmoid function element-wise. (`hardsigmoid_(Tensor(a!) self) -> Tensor(a!)`)
+/// Calls `tr_tensor_hardsigmoid_`; throws tr::Error on failure.
+inline Tensor& hardsigmoid_(Tensor& input) {
+    return input.hardsigmoid_();
+}
+
+/// Applies the HardTanh function element-wise. (`hardtanh(Tensor self, Scalar min_val=-1,
+/// Scalar max_val=1) -> Tensor`) Calls `tr_tensor_hardtanh`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor hardtanh(const Tensor& input, Scalar min_val, Scalar max_val) {
+    return input.hardtanh(min_val, max_val);
+}
+
+/// In-place version of `hardtanh`. (`hardtanh_(Tensor(a!) self, Scalar min_val=-1, Scalar
+/// max_val=1) -> Tensor(a!)`) Calls `tr_tensor_hardtanh_`; throws tr::Error on failure.
+inline Tensor& hardtanh_(Tensor& input, Scalar min_val, Scalar max_val) {
+    return input.hardtanh_(min_val, max_val);
+}
+
+/// Apply hardswish function, element-wise. (`hardswish(Tensor self) -> Tensor`) Calls
+/// `tr_tensor_hardswish`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor hardswish(const Tensor& input) {
+    return input.hardswish();
+}
+
+/// Apply hardswish function, element-wise. (`hardswish_(Tensor(a!) self) -> Tensor(a!)`) Calls
+/// `tr_tensor_hardswish_`; throws tr::Error on failure.
+inline Tensor& hardswish_(Tensor& input) {
+    return input.hardswish_();
+}
+
+/// Applies element-wise, `\text{LeakyReLU}(x) = \max(0, x) + \text{negative\_slope} * \min(0,
+/// x)` (`leaky_relu(Tensor self, Scalar negative_slope=0.01) -> Tensor`) Calls
+/// `tr_tensor_leaky_relu`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor leaky_relu(const Tensor& input, Scalar negative_slope) {
+    return input.leaky_relu(negative_slope);
+}
+
+/// In-place version of `leaky_relu`. (`leaky_relu_(Tensor(a!) self, Scalar negative_slope=0.01)
+/// -> Tensor(a!)`) Calls `tr_tensor_leaky_relu_`; throws tr::Error on failure.
+inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
+    return input.leaky_relu_(negative_slope);
+}
+
+/// `log(1 / (1 + exp(-x)))`, elementwise (`torch.nn.functional.logsigmoid`).
+/// (`log_sigmoid(Tensor self) -> Tensor`) Calls `tr_tensor_log_sigmoid`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor log_sigmoid(const Tensor& input) {
+    return input.log_sigmoid();
+}
+
+/// `log_sigmoid` with the intermediate values its backward formula uses.
+/// (`log_sigmoid_forward(Tensor self) -> (Tensor output, Tensor buffer)`) Calls
+/// `tr_tensor_log_sigmoid_forward`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> log_sigmoid_forward(const Tensor& input) {
+    return input.log_sigmoid_forward();
+}
+
+/// Applies element-wise, the function `\text{Softplus}(x) = \frac{1}{\beta} * \log(1 +
+/// \exp(\beta * x))`. (`softplus(Tensor self, Scalar beta=1, Scalar threshold=20) -> Tensor`)
+/// Calls `tr_tensor_softplus`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor softplus(const Tensor& input, Scalar beta, Scalar threshold) {
+    return input.softplus(beta, threshold);
+}
+
+/// Applies the soft shrinkage function elementwise. (`softshrink(Tensor self, Scalar lambd=0.5)
+/// -> Tensor`) Calls `tr_tensor_softshrink`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor softshrink(const Tensor& input, Scalar lambd) {
+    return input.softshrink(lambd);
+}
+
+/// Apply a 2D adaptive average pooling over an input signal composed of several input planes.
+/// (`adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> Tensor`) Calls
+/// `tr_tensor_adaptive_avg_pool2d`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor adaptive_avg_pool2d(const Tensor& input, IntList output_size) {
+    return input.adaptive_avg_pool2d(output_size);
+}
+
+/// Apply a 3D adaptive average pooling over an input signal composed of several input planes.
+/// (`adaptive_avg_pool3d(Tensor self, SymInt[3] output_size) -> Tensor`) Calls
+/// `tr_tensor_adaptive_avg_pool3d`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor adaptive_avg_pool3d(const Tensor& input, IntList output_size) {
+    return input.adaptive_avg_pool3d(output_size);
+}
+
+/// Applies a 2D adaptive max pooling over an input signal composed of several input planes.
+/// (`adaptive_max_pool2d(Tensor self, int[2] output_size) -> (Tensor, Tensor)`) Calls
+/// `tr_tensor_adaptive_max_pool2d`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> adaptive_max_pool2d(
+    const Tensor& input,
+    IntList output_size) {
+    return input.adaptive_max_pool2d(output_size);
+}
+
+/// Applies a 3D adaptive max pooling over an input signal composed of several input planes.
+/// (`adaptive_max_pool3d(Tensor self, int[3] output_size) -> (Tensor, Tensor)`) Calls
+/// `tr_tensor_adaptive_max_pool3d`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> adaptive_max_pool3d(
+    const Tensor& input,
+    IntList output_size) {
+    return input.adaptive_max_pool3d(output_size);
+}
+
+/// Applies 2D average-pooling operation in `kH \times kW` regions by step size `sH \times sW`
+/// steps. (`avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0,
+/// bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor`)
+/// Calls `tr_tensor_avg_pool2d`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor avg_pool2d(
+    const Tensor& input,
+    IntList kernel_size,
+    IntList stride,
+    IntList padding,
+    bool ceil_mode,
+    bool count_include_pad,
+    std::optional<int64_t> divisor_override) {
+    return input.avg_pool2d(kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override);
+}
+
+/// Applies 3D average-pooling operation in `kT \times kH \times kW` regions by step size `sT
+/// \times sH \times sW` steps. (`avg_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[],
+/// int[3] padding=0, bool ceil_mode=False, bool count_include_pad=True, int?
+/// divisor_override=None) -> Tensor`) Calls `tr_tensor_avg_pool3d`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor avg_pool3d(
+    const Tensor& input,
+    IntList kernel_size,
+    IntList stride,
+    IntList padding,
+    bool ceil_mode,
+    bool count_include_pad,
+    std::optional<int64_t> divisor_override) {
+    return input.avg_pool3d(kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override);
+}
+
+/// Applies 2D fractional max pooling over an input signal composed of several input planes.
+/// (`fractional_max_pool2d(Tensor self, int[2] kernel_size, int[2] output_size, Tensor
+/// random_samples) -> (Tensor, Tensor)`) Calls `tr_tensor_fractional_max_pool2d`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> fractional_max_pool2d(
+    const Tensor& input,
+    IntList kernel_size,
+    IntList output_size,
+    const Tensor& random_samples) {
+    return input.fractional_max_pool2d(kernel_size, output_size, random_samples);
+}
+
+/// Applies 3D fractional max pooling over an input signal composed of several input planes.
+/// (`fractional_max_pool3d(Tensor self, int[3] kernel_size, int[3] output_size, Tensor
+/// random_samples) -> (Tensor, Tensor)`) Calls `tr_tensor_fractional_max_pool3d`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> fractional_max_pool3d(
+    const Tensor& input,
+    IntList kernel_size,
+    IntList output_size,
+    const Tensor& random_samples) {
+    return input.fractional_max_pool3d(kernel_size, output_size, random_samples);
+}
+
+/// Applies a 2D max pooling over an input signal composed of several input planes.
+/// (`max_pool2d_with_indices(Tensor self, int[2] kernel_size, int[2] stride=[], int[2]
+/// padding=0, int[2] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)`) Calls
+/// `tr_tensor_max_pool2d_with_indices`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> max_pool2d_with_indices(
+    const Tensor& input,
+    IntList kernel_size,
+    IntList stride,
+    IntList padding,
+    IntList dilation,
+    bool ceil_mode) {
+    return input.max_pool2d_with_indices(kernel_size, stride, padding, dilation, ceil_mode);
+}
+
+/// Applies a 3D max pooling over an input signal composed of several input planes.
+/// (`max_pool3d_with_indices(Tensor self, int[3] kernel_size, int[3] stride=[], int[3]
+/// padding=0, int[3] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)`) Calls
+/// `tr_tensor_max_pool3d_with_indices`; throws tr::Error on failure.
+[[nodiscard]] inline std::array<Tensor, 2> max_pool3d_with_indices(
+    const Tensor& input,
+    IntList kernel_size,
+    IntList stride,
+    IntList padding,
+    IntList dilation,
+    bool ceil_mode) {
+    return input.max_pool3d_with_indices(kernel_size, stride, padding, dilation, ceil_mode);
+}
+
+/// Compute a partial inverse of `MaxPool2d`. (`max_unpool2d(Tensor self, Tensor indices,
+/// SymInt[2] output_size) -> Tensor`) Calls `tr_tensor_max_unpool2d`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor max_unpool2d(
+    const Tensor& input,
+    const Tensor& indices,
+    IntList output_size) {
+    return input.max_unpool2d(indices, output_size);
+}
+
+/// Compute a partial inverse of `MaxPool3d`. (`max_unpool3d(Tensor self, Tensor indices,
+/// SymInt[3] output_size, int[3] stride, int[3] padding) -> Tensor`) Calls
+/// `tr_tensor_max_unpool3d`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor max_unpool3d(
+    const Tensor& input,
+    const Tensor& indices,
+    IntList output_size,
+    IntList stride,
+    IntList padding) {
+    return input.max_unpool3d(indices, output_size, stride, padding);
+}
+
+/// Pads the last 1 dimension(s) with the reflection of the input at its border
+/// (`torch.nn.functional.pad`, mode `reflect`). (`reflection_pad1d(Tensor self, SymInt[2]
+/// padding) -> Tensor`) Calls `tr_tensor_reflection_pad1d`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor reflection_pad1d(const Tensor& input, IntList padding) {
+    return input.reflection_pad1d(padding);
+}
+
+/// Pads the last 2 dimension(s) with the reflection of the input at its border
+/// (`torch.nn.functional.pad`, mode `reflect`). (`reflection_pad2d(Tensor self, SymInt[4]
+/// padding) -> Tensor`) Calls `tr_tensor_reflection_pad2d`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor reflection_pad2d(const Tensor& input, IntList padding) {
+    return input.reflection_pad2d(padding);
+}
+
+/// Pads the last 3 dimension(s) with the reflection of the input at its border
+/// (`torch.nn.functional.pad`, mode `reflect`). (`reflection_pad3d(Tensor self, SymInt[6]
+/// padding) -> Tensor`) Calls `tr_tensor_reflection_pad3d`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor reflection_pad3d(const Tensor& input, IntList padding) {
+    return input.reflection_pad3d(padding);
+}
+
+/// Pads the last 1 dimension(s) with copies of its edge (`torch.nn.functional.pad`, mode
+/// `replicate`). (`replication_pad1d(Tensor self, SymInt[2] padding) -> Tensor`) Calls
+/// `tr_tensor_replication_pad1d`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor replication_pad1d(const Tensor& input, IntList padding) {
+    return input.replication_pad1d(padding);
+}
+
+/// Pads the last 2 dimension(s) with copies of its edge (`torch.nn.functional.pad`, mode
+/// `replicate`). (`replication_pad2d(Tensor self, SymInt[4] padding) -> Tensor`) Calls
+/// `tr_tensor_replication_pad2d`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor replication_pad2d(const Tensor& input, IntList padding) {
+    return input.replication_pad2d(padding);
+}
+
+/// Pads the last 3 dimension(s) with copies of its edge (`torch.nn.functional.pad`, mode
+/// `replicate`). (`replication_pad3d(Tensor self, SymInt[6] padding) -> Tensor`) Calls
+/// `tr_tensor_replication_pad3d`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor replication_pad3d(const Tensor& input, IntList padding) {
+    return input.replication_pad3d(padding);
+}
+
+/// Pads the tensor, two widths per dimension from the last, in `mode`
+/// (`torch.nn.functional.pad`). (`pad(Tensor self, SymInt[] pad, str mode="constant", float?
+/// value=None) -> Tensor`) Calls `tr_tensor_pad`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor pad(
+    const Tensor& input,
+    IntList pad,
+    const std::string& mode,
+    std::optional<double> value) {
+    return input.pad(pad, mode, value);
+}
+
+/// Resizes the last 1 dimension by linear interpolation (`torch.nn.functional.interpolate`,
+/// mode `linear`). (`upsample_linear1d.vec(Tensor input, SymInt[]? output_size, bool
+/// align_corners, float[]? scale_factors) -> Tensor`) Calls `tr_tensor_upsample_linear1d_vec`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor upsample_linear1d_vec(
+    const Tensor& input,
+    const std::optional<IntList>& output_size,
+    bool align_corners,
+    const std::optional<std::vector<double>>& scale_factors) {
+    return input.upsample_linear1d_vec(output_size, align_corners, scale_factors);
+}
+
+/// Resizes the last 2 dimensions by bilinear interpolation (`torch.nn.functional.interpolate`,
+/// mode `bilinear`). (`upsample_bilinear2d.vec(Tensor input, SymInt[]? output_size, bool
+/// align_corners, float[]? scale_factors) -> Tensor`) Calls
+/// `tr_tensor_upsample_bilinear2d_vec`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor upsample_bilinear2d_vec(
+    const Tensor& input,
+    const std::optional<IntList>& output_size,
+    bool align_corners,
+    const std::optional<std::vector<double>>& scale_factors) {
+    return input.upsample_bilinear2d_vec(output_size, align_corners, scale_factors);
+}
+
+/// Resizes the last 3 dimensions by trilinear interpolation (`torch.nn.functional.interpolate`,
+/// mode `trilinear`). (`upsample_trilinear3d.vec(Tensor input, SymInt[]? output_size, bool
+/// align_corners, float[]? scale_factors) -> Tensor`) Calls
+/// `tr_tensor_upsample_trilinear3d_vec`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor upsample_trilinear3d_vec(
+    const Tensor& input,
+    const std::optional<IntList>& output_size,
+    bool align_corners,
+    const std::optional<std::vector<double>>& scale_factors) {
+    return input.upsample_trilinear3d_vec(output_size, align_corners, scale_factors);
+}
+
+/// Resizes the last 2 dimensions by bicubic interpolation (`torch.nn.functional.interpolate`,
+/// mode `bicubic`). (`upsample_bicubic2d.vec(Tensor input, SymInt[]? output_size, bool
+/// align_corners, float[]? scale_factors) -> Tensor`) Calls `tr_tensor_upsample_bicubic2d_vec`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor upsample_bicubic2d_vec(
+    const Tensor& input,
+    const std::optional<IntList>& output_size,
+    bool align_corners,
+    const std::optional<std::vector<double>>& scale_factors) {
+    return input.upsample_bicubic2d_vec(output_size, align_corners, scale_factors);
+}
+
+/// Resizes the last 1 dimension by nearest interpolation (`torch.nn.functional.interpolate`,
+/// mode `nearest`). (`upsample_nearest1d.vec(Tensor input, SymInt[]? output_size, float[]?
+/// scale_factors) -> Tensor`) Calls `tr_tensor_upsample_nearest1d_vec`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor upsample_nearest1d_vec(
+    const Tensor& input,
+    const std::optional<IntList>& output_size,
+    const std::optional<std::vector<double>>& scale_factors) {
+    return input.upsample_nearest1d_vec(output_size, scale_factors);
+}
+
+/// Resizes the last 2 dimensions by nearest interpolation (`torch.nn.functional.interpolate`,
+/// mode `nearest`). (`upsample_nearest2d.vec(Tensor input, SymInt[]? output_size, float[]?
+/// scale_factors) -> Tensor`) Calls `tr_tensor_upsample_nearest2d_vec`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor upsample_nearest2d_vec(
+    const Tensor& input,
+    const std::optional<IntList>& output_size,
+    const std::optional<std::vector<double>>& scale_factors) {
+    return input.upsample_nearest2d_vec(output_size, scale_factors);
+}
+
+/// Resizes the last 3 dimensions by nearest interpolation (`torch.nn.functional.interpolate`,
+/// mode `nearest`). (`upsample_nearest3d.vec(Tensor input, SymInt[]? output_size, float[]?
+/// scale_factors) -> Tensor`) Calls `tr_tensor_upsample_nearest3d_vec`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor upsample_nearest3d_vec(
+    const Tensor& input,
+    const std::optional<IntList>& output_size,
+    const std::optional<std::vector<double>>& scale_factors) {
+    return input.upsample_nearest3d_vec(output_size, scale_factors);
+}
+
+/// Resizes the last 1 dimension by linear interpolation (`torch.nn.functional.interpolate`,
+/// mode `linear`). (`upsample_linear1d(Tensor self, SymInt[1] output_size, bool align_corners,
+/// float? scales=None) -> Tensor`) Calls `tr_tensor_upsample_linear1d`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor upsample_linear1d(
+    const Tensor& input,
+    IntList output_size,
+    bool align_corners,
+    std::optional<double> scales) {
+    return input.upsample_linear1d(output_size, align_corners, scales);
+}
+
+/// Resizes the last 2 dimensions by bilinear interpolation (`torch.nn.functional.interpolate`,
+/// mode `bilinear`). (`upsample_bilinear2d(Tensor self, SymInt[2] output_size, bool
+/// align_corners, float? scales_h=None, float? scales_w=None) -> Tensor`) Calls
+/// `tr_tensor_upsample_bilinear2d`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor upsample_bilinear2d(
+    const Tensor& input,
+    IntList output_size,
+    bool align_corners,
+    std::optional<double> scales_h,
+    std::optional<double> scales_w) {
+    return input.upsample_bilinear2d(output_size, align_corners, scales_h, scales_w);
+}
+
+/// Resizes the last 2 dimensions by bicubic interpolation (`torch.nn.functional.interpolate`,
+/// mode `bicubic`). (`upsample_bicubic2d(Tensor self, SymInt[2] output_size, bool
+/// align_corners, float? scales_h=None, float? scales_w=None) -> Tensor`) Calls
+/// `tr_tensor_upsample_bicubic2d`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor upsample_bicubic2d(
+    const Tensor& input,
+    IntList output_size,
+    bool align_corners,
+    std::optional<double> scales_h,
+    std::optional<double> scales_w) {
+    return input.upsample_bicubic2d(output_size, align_corners, scales_h, scales_w);
+}
+
+/// Resizes the last 3 dimensions by trilinear interpolation (`torch.nn.functional.interpolate`,
+/// mode `trilinear`). (`upsample_trilinear3d(Tensor self, SymInt[3] output_size, bool
+/// align_corners, float? scales_d=None, float? scales_h=None, float? scales_w=None) -> Tensor`)
+/// Calls `tr_tensor_upsample_trilinear3d`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor upsample_trilinear3d(
+    const Tensor& input,
+    IntList output_size,
+    bool align_corners,
+    std::optional<double> scales_d,
+    std::optional<double> scales_h,
+    std::optional<double> scales_w) {
+    return input.upsample_trilinear3d(output_size, align_corners, scales_d, scales_h, scales_w);
+}
+
+/// Resizes the last 1 dimension by nearest interpolation (`torch.nn.functional.interpolate`,
+/// mode `nearest`). (`upsample_nearest1d(Tensor self, SymInt[1] output_size, float?
+/// scales=None) -> Tensor`) Calls `tr_tensor_upsample_nearest1d`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor upsample_nearest1d(
+    const Tensor& input,
+    IntList output_size,
+    std::optional<double> scales) {
+    return input.upsample_nearest1d(output_size, scales);
+}
+
+/// Resizes the last 2 dimensions by nearest interpolation (`torch.nn.functional.interpolate`,
+/// mode `nearest`). (`upsample_nearest2d(Tensor self, SymInt[2] output_size, float?
+/// scales_h=None, float? scales_w=None) -> Tensor`) Calls `tr_tensor_upsample_nearest2d`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor upsample_nearest2d(
+    const Tensor& input,
+    IntList output_size,
+    std::optional<double> scales_h,
+    std::optional<double> scales_w) {
+    return input.upsample_nearest2d(output_size, scales_h, scales_w);
+}
+
+/// Resizes the last 3 dimensions by nearest interpolation (`torch.nn.functional.interpolate`,
+/// mode `nearest`). (`upsample_nearest3d(Tensor self, SymInt[3] output_size, float?
+/// scales_d=None, float? scales_h=None, float? scales_w=None) -> Tensor`) Calls
+/// `tr_tensor_upsample_nearest3d`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor upsample_nearest3d(
+    const Tensor& input,
+    IntList output_size,
+    std::optional<double> scales_d,
+    std::optional<double> scales_h,
+    std::optional<double> scales_w) {
+    return input.upsample_nearest3d(output_size, scales_d, scales_h, scales_w);
+}
+
+/// A transposed 2-D convolution by libtorch's reference kernel, the one `convolution` falls
+/// back to. (`slow_conv_transpose2d(Tensor self, Tensor weight, SymInt[2] kernel_size, Tensor?
+/// bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] output_padding=0, SymInt[2]
+/// dilation=1) -> Tensor`) Calls `tr_tensor_slow_conv_transpose2d`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor slow_conv_transpose2d(
+    const Tensor& input,
+    const Tensor& weight,
+    IntList kernel_size,
+    OptionalTensor bias,
+    IntList stride,
+    IntList padding,
+    IntList output_padding,
+    IntList dilation) {
+    return input.slow_conv_transpose2d(weight, kernel_size, bias, stride, padding, output_padding, dilation);
+}
+
+/// A transposed 3-D convolution by libtorch's reference kernel, the one `convolution` falls
+/// back to. (`slow_conv_transpose3d(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor?
+/// bias=None, SymInt[3] stride=1, SymInt[3] padding=0, SymInt[3] output_padding=0, SymInt[3]
+/// dilation=1) -> Tensor`) Calls `tr_tensor_slow_conv_transpose3d`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor slow_conv_transpose3d(
+    const Tensor& input,
+    const Tensor& weight,
+    IntList kernel_size,
+    OptionalTensor bias,
+    IntList stride,
+    IntList padding,
+    IntList output_padding,
+    IntList dilation) {
+    return input.slow_conv_transpose3d(weight, kernel_size, bias, stride, padding, output_padding, dilation);
+}
+
+/// A 2-D convolution by libtorch's reference kernel, the one `convolution` falls back to.
+/// (`thnn_conv2d(Tensor self, Tensor weight, SymInt[2] kernel_size, Tensor? bias=None,
+/// SymInt[2] stride=1, SymInt[2] padding=0) -> Tensor`) Calls `tr_tensor_thnn_conv2d`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor thnn_conv2d(
+    const Tensor& input,
+    const Tensor& weight,
+    IntList kernel_size,
+    OptionalTensor bias,
+    IntList stride,
+    IntList padding) {
+    return input.thnn_conv2d(weight, kernel_size, bias, stride, padding);
+}
+
+/// A depthwise 3-D convolution by libtorch's reference kernel, the one `convolution` falls back
+/// to. (`conv_depthwise3d(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias,
+/// SymInt[3] stride, SymInt[3] padding, SymInt[3] dilation) -> Tensor`) Calls
+/// `tr_tensor_conv_depthwise3d`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor conv_depthwise3d(
+    const Tensor& input,
+    const Tensor& weight,
+    IntList kernel_size,
+    OptionalTensor bias,
+    IntList stride,
+    IntList padding,
+    IntList dilation) {
+    return input.conv_depthwise3d(weight, kernel_size, bias, stride, padding, dilation);
+}
+
+/// A 3-D convolution by libtorch's reference kernel, the one `convolution` falls back to.
+/// (`slow_conv3d(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias=None,
+/// SymInt[3] stride=1, SymInt[3] padding=0) -> Tensor`) Calls `tr_tensor_slow_conv3d`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor slow_conv3d(
+    const Tensor& input,
+    const Tensor& weight,
+    IntList kernel_size,
+    OptionalTensor bias,
+    IntList stride,
+    IntList padding) {
+    return input.slow_conv3d(weight, kernel_size, bias, stride, padding);
+}
+
+/// A 3-D convolution by libtorch's reference kernel, the one `convolution` falls back to.
+/// (`slow_conv3d_forward(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias,
+/// SymInt[3] stride, SymInt[3] padding) -> Tensor`) Calls `tr_tensor_slow_conv3d_forward`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor slow_conv3d_forward(
+    const Tensor& input,
+    const Tensor& weight,
+    IntList kernel_size,
+    OptionalTensor bias,
+    IntList stride,
+    IntList padding) {
+    return input.slow_conv3d_forward(weight, kernel_size, bias, stride, padding);
+}
+
+/// A dilated 2-D convolution by libtorch's reference kernel, the one `convolution` falls back
+/// to. (`slow_conv_dilated2d(Tensor self, Tensor weight, SymInt[2] kernel_size, Tensor?
+/// bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] dilation=1) -> Tensor`) Calls
+/// `tr_tensor_slow_conv_dilated2d`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor slow_conv_dilated2d(
+    const Tensor& input,
+    const Tensor& weight,
+    IntList kernel_size,
+    OptionalTensor bias,
+    IntList stride,
+    IntList padding,
+    IntList dilation) {
+    return input.slow_conv_dilated2d(weight, kernel_size, bias, stride, padding, dilation);
+}
+
+/// A dilated 3-D convolution by libtorch's reference kernel, the one `convolution` falls back
+/// to. (`slow_conv_dilated3d(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor?
+/// bias=None, SymInt[3] stride=1, SymInt[3] padding=0, SymInt[3] dilation=1) -> Tensor`) Calls
+/// `tr_tensor_slow_conv_dilated3d`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor slow_conv_dilated3d(
+    const Tensor& input,
+    const Tensor& weight,
+    IntList kernel_size,
+    OptionalTensor bias,
+    IntList stride,
+    IntList padding,
+    IntList dilation) {
+    return input.slow_conv_dilated3d(weight, kernel_size, bias, stride, padding, dilation);
+}
+
+/// Sums sliding local blocks back into a batch of images (`torch.nn.functional.fold`).
+/// (`col2im(Tensor self, SymInt[2] output_size, int[2] kernel_size, int[2] dilation, int[2]
+/// padding, int[2] stride) -> Tensor`) Calls `tr_tensor_col2im`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor col2im(
+    const Tensor& input,
+    IntList output_size,
+    IntList kernel_size,
+    IntList dilation,
+    IntList padding,
+    IntList stride) {
+    return input.col2im(output_size, kernel_size, dilation, padding, stride);
+}
+
+/// Extracts sliding local blocks from a batch of images (`torch.nn.functional.unfold`).
+/// (`im2col(Tensor self, int[2] kernel_size, int[2] dilation, int[2] padding, int[2] stride) ->
+/// Tensor`) Calls `tr_tensor_im2col`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor im2col(
+    const Tensor& input,
+    IntList kernel_size,
+    IntList dilation,
+    IntList padding,
+    IntList stride) {
+    return input.im2col(kernel_size, dilation, padding, stride);
+}
+
+/// Stacks sequences of different lengths into one tensor, padded with `padding_value`
+/// (`torch.nn.utils.rnn.pad_sequence`). (`pad_sequence(Tensor[] sequences, bool
+/// batch_first=False, float padding_value=0.0, str padding_side="right") -> Tensor`) Calls
+/// `tr_tensor_pad_sequence`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor pad_sequence(
+    const TensorList& sequences,
+    bool batch_first,
+    double padding_value,
+    const std::string& padding_side) {
     tr_tensor out{0};
-    detail::call(tr_tensor_vstack, tensors.data(), tensors.size(), &out);
+    detail::call(tr_tensor_pad_sequence, sequences.data(), sequences.size(), batch_first,
+            padding_value, detail::c_string(padding_side, "padding_side"), &out);
     return Tensor::adopt(out);
 }
 
-/// `dstack(Tensor[] tensors) -> Tensor` Calls `tr_tensor_dstack`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor dstack(const TensorList& tensors) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_dstack, tensors.data(), tensors.size(), &out);
-    return Tensor::adopt(out);
+/// Performs the same operation as `torch.unfold`, but all output tensors are freshly created
+/// instead of aliasing the input. (`unfold_copy(Tensor self, int dimension, int size, int step)
+/// -> Tensor`) Calls `tr_tensor_unfold_copy`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor unfold_copy(
+    const Tensor& input,
+    int64_t dimension,
+    int64_t size,
+    int64_t step) {
+    return input.unfold_copy(dimension, size, step);
 }
 
-/// `stft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor?
-/// window=None, bool normalized=False, bool? onesided=None, bool? return_complex=None, bool?
-/// align_to_window=None) -> Tensor` Calls `tr_tensor_stft`; throws tr::Error on failure.
+/// Computes scaled dot product attention on query, key and value tensors, using an optional
+/// attention mask if passed, and applying dropout if a probability greater than 0.0 is
+/// specified. (`scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor?
+/// attn_mask=None, float dropout_p=0.0, bool is_causal=False, *, float? scale=None, bool
+/// enable_gqa=False) -> Tensor`) Calls `tr_tensor_scaled_dot_product_attention`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor scaled_dot_product_attention(
+    const Tensor& query,
+    const Tensor& key,
+    const Tensor& value,
+    OptionalTensor attn_mask,
+    double dropout_p,
+    bool is_causal,
+    std::optional<double> scale,
+    bool enable_gqa) {
+    return query.scaled_dot_product_attention(key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa);
+}
+
+/// Short-time Fourier transform (STFT). (`stft(Tensor self, int n_fft, int? hop_length=None,
+/// int? win_length=None, Tensor? window=None, bool normalized=False, bool? onesided=None, bool?
+/// return_complex=None, bool? align_to_window=None) -> Tensor`) Calls `tr_tensor_stft`; throws
+/// tr::Error on failure.
 [[nodiscard]] inline Tensor stft(
     const Tensor& input,
     int64_t n_fft,
@@ -4463,10 +8819,11 @@ inline Tensor& squeeze_dims_(Tensor& input, IntList dim) {
     return input.stft(n_fft, hop_length, win_length, window, normalized, onesided, return_complex, align_to_window);
 }
 
-/// `stft.center(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor?
-/// window=None, bool center=True, str pad_mode="reflect", bool normalized=False, bool?
-/// onesided=None, bool? return_complex=None, bool? align_to_window=None) -> Tensor` Calls
-/// `tr_tensor_stft_center`; throws tr::Error on failure.
+/// Short-time Fourier transform (STFT). (`stft.center(Tensor self, int n_fft, int?
+/// hop_length=None, int? win_length=None, Tensor? window=None, bool center=True, str
+/// pad_mode="reflect", bool normalized=False, bool? onesided=None, bool? return_complex=None,
+/// bool? align_to_window=None) -> Tensor`) Calls `tr_tensor_stft_center`; throws tr::Error on
+/// failure.
 [[nodiscard]] inline Tensor stft_center(
     const Tensor& input,
     int64_t n_fft,
@@ -4482,9 +8839,10 @@ inline Tensor& squeeze_dims_(Tensor& input, IntList dim) {
     return input.stft_center(n_fft, hop_length, win_length, window, center, pad_mode, normalized, onesided, return_complex, align_to_window);
 }
 
-/// `istft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor?
-/// window=None, bool center=True, bool normalized=False, bool? onesided=None, int? length=None,
-/// bool return_complex=False) -> Tensor` Calls `tr_tensor_istft`; throws tr::Error on failure.
+/// Inverse short time Fourier Transform. (`istft(Tensor self, int n_fft, int? hop_length=None,
+/// int? win_length=None, Tensor? window=None, bool center=True, bool normalized=False, bool?
+/// onesided=None, int? length=None, bool return_complex=False) -> Tensor`) Calls
+/// `tr_tensor_istft`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor istft(
     const Tensor& input,
     int64_t n_fft,
@@ -4499,3524 +8857,9 @@ inline Tensor& squeeze_dims_(Tensor& input, IntList dim) {
     return input.istft(n_fft, hop_length, win_length, window, center, normalized, onesided, length, return_complex);
 }
 
-/// `stride.int(Tensor self, int dim) -> int` Calls `tr_tensor_stride_int`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline int64_t stride_int(const Tensor& input, int64_t dim) {
-    return input.stride_int(dim);
-}
-
-/// `sym_stride.int(Tensor self, int dim) -> SymInt` Calls `tr_tensor_sym_stride_int`; throws
+/// Computes the one dimensional discrete Fourier transform of `input`. (`fft_fft(Tensor self,
+/// SymInt? n=None, int dim=-1, str? norm=None) -> Tensor`) Calls `tr_tensor_fft_fft`; throws
 /// tr::Error on failure.
-[[nodiscard]] inline int64_t sym_stride_int(const Tensor& input, int64_t dim) {
-    return input.sym_stride_int(dim);
-}
-
-/// `sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) ->
-/// Tensor` Calls `tr_tensor_sum_dim_intlist`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor sum_dim_intlist(
-    const Tensor& input,
-    const std::optional<IntList>& dim,
-    bool keepdim,
-    std::optional<DType> dtype) {
-    return input.sum_dim_intlist(dim, keepdim, dtype);
-}
-
-/// `nansum(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) ->
-/// Tensor` Calls `tr_tensor_nansum`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor nansum(
-    const Tensor& input,
-    const std::optional<IntList>& dim,
-    bool keepdim,
-    std::optional<DType> dtype) {
-    return input.nansum(dim, keepdim, dtype);
-}
-
-/// `hash_tensor(Tensor self, int[1] dim=[], *, bool keepdim=False, int mode=0) -> Tensor` Calls
-/// `tr_tensor_hash_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor hash_tensor(
-    const Tensor& input,
-    IntList dim,
-    bool keepdim,
-    int64_t mode) {
-    return input.hash_tensor(dim, keepdim, mode);
-}
-
-/// `sum_to_size(Tensor self, SymInt[] size) -> Tensor` Calls `tr_tensor_sum_to_size`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor sum_to_size(const Tensor& input, IntList size) {
-    return input.sum_to_size(size);
-}
-
-/// `sqrt_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_sqrt_`; throws tr::Error on failure.
-inline Tensor& sqrt_(Tensor& input) {
-    return input.sqrt_();
-}
-
-/// `square(Tensor self) -> Tensor` Calls `tr_tensor_square`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor square(const Tensor& input) {
-    return input.square();
-}
-
-/// `square_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_square_`; throws tr::Error on
-/// failure.
-inline Tensor& square_(Tensor& input) {
-    return input.square_();
-}
-
-/// `std(Tensor self, bool unbiased=True) -> Tensor` Calls `tr_tensor_std`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor std(const Tensor& input, bool unbiased) {
-    return input.std(unbiased);
-}
-
-/// `std.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor` Calls
-/// `tr_tensor_std_dim`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor std_dim(
-    const Tensor& input,
-    const std::optional<IntList>& dim,
-    bool unbiased,
-    bool keepdim) {
-    return input.std_dim(dim, unbiased, keepdim);
-}
-
-/// `std.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool
-/// keepdim=False) -> Tensor` Calls `tr_tensor_std_correction`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor std_correction(
-    const Tensor& input,
-    const std::optional<IntList>& dim,
-    std::optional<Scalar> correction,
-    bool keepdim) {
-    return input.std_correction(dim, correction, keepdim);
-}
-
-/// `std_mean(Tensor self, bool unbiased=True) -> (Tensor, Tensor)` Calls `tr_tensor_std_mean`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> std_mean(const Tensor& input, bool unbiased) {
-    return input.std_mean(unbiased);
-}
-
-/// `std_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> (Tensor,
-/// Tensor)` Calls `tr_tensor_std_mean_dim`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> std_mean_dim(
-    const Tensor& input,
-    const std::optional<IntList>& dim,
-    bool unbiased,
-    bool keepdim) {
-    return input.std_mean_dim(dim, unbiased, keepdim);
-}
-
-/// `std_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool
-/// keepdim=False) -> (Tensor, Tensor)` Calls `tr_tensor_std_mean_correction`; throws tr::Error
-/// on failure.
-[[nodiscard]] inline std::array<Tensor, 2> std_mean_correction(
-    const Tensor& input,
-    const std::optional<IntList>& dim,
-    std::optional<Scalar> correction,
-    bool keepdim) {
-    return input.std_mean_correction(dim, correction, keepdim);
-}
-
-/// `prod(Tensor self, *, ScalarType? dtype=None) -> Tensor` Calls `tr_tensor_prod`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor prod(const Tensor& input, std::optional<DType> dtype) {
-    return input.prod(dtype);
-}
-
-/// `prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) ->
-/// Tensor` Calls `tr_tensor_prod_dim_int`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor prod_dim_int(
-    const Tensor& input,
-    int64_t dim,
-    bool keepdim,
-    std::optional<DType> dtype) {
-    return input.prod_dim_int(dim, keepdim, dtype);
-}
-
-/// `t(Tensor(a) self) -> Tensor(a)` Calls `tr_tensor_t`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor t(const Tensor& input) {
-    return input.t();
-}
-
-/// `t_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_t_`; throws tr::Error on failure.
-inline Tensor& t_(Tensor& input) {
-    return input.t_();
-}
-
-/// `tan(Tensor self) -> Tensor` Calls `tr_tensor_tan`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor tan(const Tensor& input) {
-    return input.tan();
-}
-
-/// `tan_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_tan_`; throws tr::Error on failure.
-inline Tensor& tan_(Tensor& input) {
-    return input.tan_();
-}
-
-/// `tanh_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_tanh_`; throws tr::Error on failure.
-inline Tensor& tanh_(Tensor& input) {
-    return input.tanh_();
-}
-
-/// `tensordot(Tensor self, Tensor other, int[] dims_self, int[] dims_other) -> Tensor` Calls
-/// `tr_tensor_tensordot`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor tensordot(
-    const Tensor& input,
-    const Tensor& other,
-    IntList dims_self,
-    IntList dims_other) {
-    return input.tensordot(other, dims_self, dims_other);
-}
-
-/// `threshold(Tensor self, Scalar threshold, Scalar value) -> Tensor` Calls
-/// `tr_tensor_threshold`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor threshold(const Tensor& input, Scalar threshold, Scalar value) {
-    return input.threshold(threshold, value);
-}
-
-/// `threshold_(Tensor(a!) self, Scalar threshold, Scalar value) -> Tensor(a!)` Calls
-/// `tr_tensor_threshold_`; throws tr::Error on failure.
-inline Tensor& threshold_(Tensor& input, Scalar threshold, Scalar value) {
-    return input.threshold_(threshold, value);
-}
-
-/// `tile(Tensor self, SymInt[] dims) -> Tensor` Calls `tr_tensor_tile`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor tile(const Tensor& input, IntList dims) {
-    return input.tile(dims);
-}
-
-/// `transpose.int(Tensor(a) self, int dim0, int dim1) -> Tensor(a)` Calls
-/// `tr_tensor_transpose_int`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor transpose_int(const Tensor& input, int64_t dim0, int64_t dim1) {
-    return input.transpose_int(dim0, dim1);
-}
-
-/// `transpose_(Tensor(a!) self, int dim0, int dim1) -> Tensor(a!)` Calls
-/// `tr_tensor_transpose_`; throws tr::Error on failure.
-inline Tensor& transpose_(Tensor& input, int64_t dim0, int64_t dim1) {
-    return input.transpose_(dim0, dim1);
-}
-
-/// `one_hot(Tensor self, int num_classes=-1) -> Tensor` Calls `tr_tensor_one_hot`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor one_hot(const Tensor& input, int64_t num_classes) {
-    return input.one_hot(num_classes);
-}
-
-/// `flip(Tensor self, int[] dims) -> Tensor` Calls `tr_tensor_flip`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor flip(const Tensor& input, IntList dims) {
-    return input.flip(dims);
-}
-
-/// `fliplr(Tensor self) -> Tensor` Calls `tr_tensor_fliplr`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor fliplr(const Tensor& input) {
-    return input.fliplr();
-}
-
-/// `flipud(Tensor self) -> Tensor` Calls `tr_tensor_flipud`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor flipud(const Tensor& input) {
-    return input.flipud();
-}
-
-/// `roll(Tensor self, SymInt[1] shifts, int[1] dims=[]) -> Tensor` Calls `tr_tensor_roll`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor roll(const Tensor& input, IntList shifts, IntList dims) {
-    return input.roll(shifts, dims);
-}
-
-/// `rot90(Tensor self, int k=1, int[] dims=[0,1]) -> Tensor` Calls `tr_tensor_rot90`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor rot90(const Tensor& input, int64_t k, IntList dims) {
-    return input.rot90(k, dims);
-}
-
-/// `trapezoid.x(Tensor y, Tensor x, *, int dim=-1) -> Tensor` Calls `tr_tensor_trapezoid_x`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor trapezoid_x(const Tensor& y, const Tensor& x, int64_t dim) {
-    return y.trapezoid_x(x, dim);
-}
-
-/// `trapezoid.dx(Tensor y, *, Scalar dx=1, int dim=-1) -> Tensor` Calls
-/// `tr_tensor_trapezoid_dx`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor trapezoid_dx(const Tensor& y, Scalar dx, int64_t dim) {
-    return y.trapezoid_dx(dx, dim);
-}
-
-/// `trapz.x(Tensor y, Tensor x, *, int dim=-1) -> Tensor` Calls `tr_tensor_trapz_x`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor trapz_x(const Tensor& y, const Tensor& x, int64_t dim) {
-    return y.trapz_x(x, dim);
-}
-
-/// `trapz.dx(Tensor y, *, float dx=1, int dim=-1) -> Tensor` Calls `tr_tensor_trapz_dx`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor trapz_dx(const Tensor& y, double dx, int64_t dim) {
-    return y.trapz_dx(dx, dim);
-}
-
-/// `triplet_margin_loss(Tensor anchor, Tensor positive, Tensor negative, float margin=1.0,
-/// float p=2, float eps=1e-06, bool swap=False, int reduction=Mean) -> Tensor` Calls
-/// `tr_tensor_triplet_margin_loss`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor triplet_margin_loss(
-    const Tensor& anchor,
-    const Tensor& positive,
-    const Tensor& negative,
-    double margin,
-    double p,
-    double eps,
-    bool swap,
-    int64_t reduction) {
-    return anchor.triplet_margin_loss(positive, negative, margin, p, eps, swap, reduction);
-}
-
-/// `trunc(Tensor self) -> Tensor` Calls `tr_tensor_trunc`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor trunc(const Tensor& input) {
-    return input.trunc();
-}
-
-/// `trunc_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_trunc_`; throws tr::Error on
-/// failure.
-inline Tensor& trunc_(Tensor& input) {
-    return input.trunc_();
-}
-
-/// `fix(Tensor self) -> Tensor` Calls `tr_tensor_fix`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor fix(const Tensor& input) {
-    return input.fix();
-}
-
-/// `fix_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_fix_`; throws tr::Error on failure.
-inline Tensor& fix_(Tensor& input) {
-    return input.fix_();
-}
-
-/// `type_as(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_type_as`; throws tr::Error
-/// on failure.
-[[nodiscard]] inline Tensor type_as(const Tensor& input, const Tensor& other) {
-    return input.type_as(other);
-}
-
-/// `unique_dim(Tensor self, int dim, bool sorted=True, bool return_inverse=False, bool
-/// return_counts=False) -> (Tensor, Tensor, Tensor)` Calls `tr_tensor_unique_dim`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 3> unique_dim(
-    const Tensor& input,
-    int64_t dim,
-    bool sorted,
-    bool return_inverse,
-    bool return_counts) {
-    return input.unique_dim(dim, sorted, return_inverse, return_counts);
-}
-
-/// `unique_consecutive(Tensor self, bool return_inverse=False, bool return_counts=False, int?
-/// dim=None) -> (Tensor, Tensor, Tensor)` Calls `tr_tensor_unique_consecutive`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 3> unique_consecutive(
-    const Tensor& input,
-    bool return_inverse,
-    bool return_counts,
-    std::optional<int64_t> dim) {
-    return input.unique_consecutive(return_inverse, return_counts, dim);
-}
-
-/// `unique_dim_consecutive(Tensor self, int dim, bool return_inverse=False, bool
-/// return_counts=False) -> (Tensor, Tensor, Tensor)` Calls `tr_tensor_unique_dim_consecutive`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 3> unique_dim_consecutive(
-    const Tensor& input,
-    int64_t dim,
-    bool return_inverse,
-    bool return_counts) {
-    return input.unique_dim_consecutive(dim, return_inverse, return_counts);
-}
-
-/// `unsqueeze_(Tensor(a!) self, int dim) -> Tensor(a!)` Calls `tr_tensor_unsqueeze_`; throws
-/// tr::Error on failure.
-inline Tensor& unsqueeze_(Tensor& input, int64_t dim) {
-    return input.unsqueeze_(dim);
-}
-
-/// `vander(Tensor x, int? N=None, bool increasing=False) -> Tensor` Calls `tr_tensor_vander`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor vander(const Tensor& x, std::optional<int64_t> n, bool increasing) {
-    return x.vander(n, increasing);
-}
-
-/// `var(Tensor self, bool unbiased=True) -> Tensor` Calls `tr_tensor_var`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor var(const Tensor& input, bool unbiased) {
-    return input.var(unbiased);
-}
-
-/// `var.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor` Calls
-/// `tr_tensor_var_dim`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor var_dim(
-    const Tensor& input,
-    const std::optional<IntList>& dim,
-    bool unbiased,
-    bool keepdim) {
-    return input.var_dim(dim, unbiased, keepdim);
-}
-
-/// `var.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool
-/// keepdim=False) -> Tensor` Calls `tr_tensor_var_correction`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor var_correction(
-    const Tensor& input,
-    const std::optional<IntList>& dim,
-    std::optional<Scalar> correction,
-    bool keepdim) {
-    return input.var_correction(dim, correction, keepdim);
-}
-
-/// `var_mean(Tensor self, bool unbiased=True) -> (Tensor, Tensor)` Calls `tr_tensor_var_mean`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> var_mean(const Tensor& input, bool unbiased) {
-    return input.var_mean(unbiased);
-}
-
-/// `var_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> (Tensor,
-/// Tensor)` Calls `tr_tensor_var_mean_dim`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> var_mean_dim(
-    const Tensor& input,
-    const std::optional<IntList>& dim,
-    bool unbiased,
-    bool keepdim) {
-    return input.var_mean_dim(dim, unbiased, keepdim);
-}
-
-/// `var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool
-/// keepdim=False) -> (Tensor, Tensor)` Calls `tr_tensor_var_mean_correction`; throws tr::Error
-/// on failure.
-[[nodiscard]] inline std::array<Tensor, 2> var_mean_correction(
-    const Tensor& input,
-    const std::optional<IntList>& dim,
-    std::optional<Scalar> correction,
-    bool keepdim) {
-    return input.var_mean_correction(dim, correction, keepdim);
-}
-
-/// `view_as(Tensor(a) self, Tensor other) -> Tensor(a)` Calls `tr_tensor_view_as`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor view_as(const Tensor& input, const Tensor& other) {
-    return input.view_as(other);
-}
-
-/// `where.ScalarSelf(Tensor condition, Scalar self, Tensor other) -> Tensor` Calls
-/// `tr_tensor_where_scalarself`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor where_scalarself(
-    const Tensor& condition,
-    Scalar input,
-    const Tensor& other) {
-    return condition.where_scalarself(input, other);
-}
-
-/// `where.ScalarOther(Tensor condition, Tensor self, Scalar other) -> Tensor` Calls
-/// `tr_tensor_where_scalarother`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor where_scalarother(
-    const Tensor& condition,
-    const Tensor& input,
-    Scalar other) {
-    return condition.where_scalarother(input, other);
-}
-
-/// `where.Scalar(Tensor condition, Scalar self, Scalar other) -> Tensor` Calls
-/// `tr_tensor_where_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor where_scalar(const Tensor& condition, Scalar input, Scalar other) {
-    return condition.where_scalar(input, other);
-}
-
-/// `where(Tensor condition) -> Tensor[]` Calls `tr_tensor_where`; throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> where(const Tensor& condition) {
-    return condition.where();
-}
-
-/// `norm_except_dim(Tensor v, int pow=2, int dim=0) -> Tensor` Calls
-/// `tr_tensor_norm_except_dim`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor norm_except_dim(const Tensor& v, int64_t pow, int64_t dim) {
-    return v.norm_except_dim(pow, dim);
-}
-
-/// `poisson(Tensor self, Generator? generator=None) -> Tensor` Calls `tr_tensor_poisson`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor poisson(const Tensor& input) {
-    return input.poisson();
-}
-
-/// `binomial(Tensor count, Tensor prob, Generator? generator=None) -> Tensor` Calls
-/// `tr_tensor_binomial`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor binomial(const Tensor& count, const Tensor& prob) {
-    return count.binomial(prob);
-}
-
-/// `norm.ScalarOpt_dtype(Tensor self, Scalar? p, *, ScalarType dtype) -> Tensor` Calls
-/// `tr_tensor_norm_scalaropt_dtype`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor norm_scalaropt_dtype(
-    const Tensor& input,
-    std::optional<Scalar> p,
-    DType dtype) {
-    return input.norm_scalaropt_dtype(p, dtype);
-}
-
-/// `norm.Scalar(Tensor self, Scalar p=2) -> Tensor` Calls `tr_tensor_norm_scalar`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor norm_scalar(const Tensor& input, Scalar p) {
-    return input.norm_scalar(p);
-}
-
-/// `norm.ScalarOpt_dim_dtype(Tensor self, Scalar? p, int[1] dim, bool keepdim, *, ScalarType
-/// dtype) -> Tensor` Calls `tr_tensor_norm_scalaropt_dim_dtype`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor norm_scalaropt_dim_dtype(
-    const Tensor& input,
-    std::optional<Scalar> p,
-    IntList dim,
-    bool keepdim,
-    DType dtype) {
-    return input.norm_scalaropt_dim_dtype(p, dim, keepdim, dtype);
-}
-
-/// `norm.ScalarOpt_dim(Tensor self, Scalar? p, int[1] dim, bool keepdim=False) -> Tensor` Calls
-/// `tr_tensor_norm_scalaropt_dim`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor norm_scalaropt_dim(
-    const Tensor& input,
-    std::optional<Scalar> p,
-    IntList dim,
-    bool keepdim) {
-    return input.norm_scalaropt_dim(p, dim, keepdim);
-}
-
-/// `frexp.Tensor(Tensor self) -> (Tensor mantissa, Tensor exponent)` Calls
-/// `tr_tensor_frexp_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> frexp_tensor(const Tensor& input) {
-    return input.frexp_tensor();
-}
-
-/// `frobenius_norm.dim(Tensor self, int[1] dim, bool keepdim=False) -> Tensor` Calls
-/// `tr_tensor_frobenius_norm_dim`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor frobenius_norm_dim(const Tensor& input, IntList dim, bool keepdim) {
-    return input.frobenius_norm_dim(dim, keepdim);
-}
-
-/// `nuclear_norm(Tensor self, bool keepdim=False) -> Tensor` Calls `tr_tensor_nuclear_norm`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor nuclear_norm(const Tensor& input, bool keepdim) {
-    return input.nuclear_norm(keepdim);
-}
-
-/// `nuclear_norm.dim(Tensor self, int[2] dim, bool keepdim=False) -> Tensor` Calls
-/// `tr_tensor_nuclear_norm_dim`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor nuclear_norm_dim(const Tensor& input, IntList dim, bool keepdim) {
-    return input.nuclear_norm_dim(dim, keepdim);
-}
-
-/// `positive(Tensor(a) self) -> Tensor(a)` Calls `tr_tensor_positive`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor positive(const Tensor& input) {
-    return input.positive();
-}
-
-/// `resize_as_(Tensor(a!) self, Tensor the_template, *, MemoryFormat? memory_format=None) ->
-/// Tensor(a!)` Calls `tr_tensor_resize_as_`; throws tr::Error on failure.
-inline Tensor& resize_as_(Tensor& input, const Tensor& the_template) {
-    return input.resize_as_(the_template);
-}
-
-/// `sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor` Calls
-/// `tr_tensor_sub_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor sub_tensor(const Tensor& input, const Tensor& other, Scalar alpha) {
-    return input.sub_tensor(other, alpha);
-}
-
-/// `sub_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)` Calls
-/// `tr_tensor_sub_tensor_`; throws tr::Error on failure.
-inline Tensor& sub_tensor_(Tensor& input, const Tensor& other, Scalar alpha) {
-    return input.sub_tensor_(other, alpha);
-}
-
-/// `subtract.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor` Calls
-/// `tr_tensor_subtract_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor subtract_tensor(
-    const Tensor& input,
-    const Tensor& other,
-    Scalar alpha) {
-    return input.subtract_tensor(other, alpha);
-}
-
-/// `subtract_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)` Calls
-/// `tr_tensor_subtract_tensor_`; throws tr::Error on failure.
-inline Tensor& subtract_tensor_(Tensor& input, const Tensor& other, Scalar alpha) {
-    return input.subtract_tensor_(other, alpha);
-}
-
-/// `subtract.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor` Calls
-/// `tr_tensor_subtract_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor subtract_scalar(const Tensor& input, Scalar other, Scalar alpha) {
-    return input.subtract_scalar(other, alpha);
-}
-
-/// `subtract_.Scalar(Tensor(a!) self, Scalar other, Scalar alpha=1) -> Tensor(a!)` Calls
-/// `tr_tensor_subtract_scalar_`; throws tr::Error on failure.
-inline Tensor& subtract_scalar_(Tensor& input, Scalar other, Scalar alpha) {
-    return input.subtract_scalar_(other, alpha);
-}
-
-/// `rsub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor` Calls
-/// `tr_tensor_rsub_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor rsub_tensor(const Tensor& input, const Tensor& other, Scalar alpha) {
-    return input.rsub_tensor(other, alpha);
-}
-
-/// `heaviside(Tensor self, Tensor values) -> Tensor` Calls `tr_tensor_heaviside`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor heaviside(const Tensor& input, const Tensor& values) {
-    return input.heaviside(values);
-}
-
-/// `heaviside_(Tensor(a!) self, Tensor values) -> Tensor(a!)` Calls `tr_tensor_heaviside_`;
-/// throws tr::Error on failure.
-inline Tensor& heaviside_(Tensor& input, const Tensor& values) {
-    return input.heaviside_(values);
-}
-
-/// `addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor`
-/// Calls `tr_tensor_addmm`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor addmm(
-    const Tensor& input,
-    const Tensor& mat1,
-    const Tensor& mat2,
-    Scalar beta,
-    Scalar alpha) {
-    return input.addmm(mat1, mat2, beta, alpha);
-}
-
-/// `addmm.dtype(Tensor self, Tensor mat1, Tensor mat2, ScalarType out_dtype, *, Scalar beta=1,
-/// Scalar alpha=1) -> Tensor` Calls `tr_tensor_addmm_dtype`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor addmm_dtype(
-    const Tensor& input,
-    const Tensor& mat1,
-    const Tensor& mat2,
-    DType out_dtype,
-    Scalar beta,
-    Scalar alpha) {
-    return input.addmm_dtype(mat1, mat2, out_dtype, beta, alpha);
-}
-
-/// `addmm_(Tensor(a!) self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) ->
-/// Tensor(a!)` Calls `tr_tensor_addmm_`; throws tr::Error on failure.
-inline Tensor& addmm_(
-    Tensor& input,
-    const Tensor& mat1,
-    const Tensor& mat2,
-    Scalar beta,
-    Scalar alpha) {
-    return input.addmm_(mat1, mat2, beta, alpha);
-}
-
-/// `unbind.int(Tensor(a -> *) self, int dim=0) -> Tensor(a)[]` Calls `tr_tensor_unbind_int`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> unbind_int(const Tensor& input, int64_t dim) {
-    return input.unbind_int(dim);
-}
-
-/// `choose_qparams_optimized(Tensor input, int numel, int n_bins, float ratio, int bit_width)
-/// -> (Tensor, Tensor)` Calls `tr_tensor_choose_qparams_optimized`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline std::array<Tensor, 2> choose_qparams_optimized(
-    const Tensor& input,
-    int64_t numel,
-    int64_t n_bins,
-    double ratio,
-    int64_t bit_width) {
-    return input.choose_qparams_optimized(numel, n_bins, ratio, bit_width);
-}
-
-/// `to.dtype_layout(Tensor(a) self, *, ScalarType? dtype=None, Layout? layout=None, Device?
-/// device=None, bool? pin_memory=None, bool non_blocking=False, bool copy=False, MemoryFormat?
-/// memory_format=None) -> Tensor(a)` Calls `tr_tensor_to_dtype_layout`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor to_dtype_layout(
-    const Tensor& input,
-    std::optional<DType> dtype,
-    bool non_blocking,
-    bool copy) {
-    return input.to_dtype_layout(dtype, non_blocking, copy);
-}
-
-/// `to.other(Tensor(a) self, Tensor other, bool non_blocking=False, bool copy=False,
-/// MemoryFormat? memory_format=None) -> Tensor(a)` Calls `tr_tensor_to_other`; throws tr::Error
-/// on failure.
-[[nodiscard]] inline Tensor to_other(
-    const Tensor& input,
-    const Tensor& other,
-    bool non_blocking,
-    bool copy) {
-    return input.to_other(other, non_blocking, copy);
-}
-
-/// `meshgrid(Tensor[] tensors) -> Tensor[]` Calls `tr_tensor_meshgrid`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline std::vector<Tensor> meshgrid(const TensorList& tensors) {
-    return detail::call_tensors<Tensor>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-            return tr_tensor_meshgrid(tensors.data(), tensors.size(), out_, room_, written_); });
-}
-
-/// `meshgrid.indexing(Tensor[] tensors, *, str indexing) -> Tensor[]` Calls
-/// `tr_tensor_meshgrid_indexing`; throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> meshgrid_indexing(
-    const TensorList& tensors,
-    const std::string& indexing) {
-    return detail::call_tensors<Tensor>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-            return tr_tensor_meshgrid_indexing(tensors.data(), tensors.size(),
-            detail::c_string(indexing, "indexing"), out_, room_, written_); });
-}
-
-/// `cartesian_prod(Tensor[] tensors) -> Tensor` Calls `tr_tensor_cartesian_prod`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor cartesian_prod(const TensorList& tensors) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_cartesian_prod, tensors.data(), tensors.size(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `combinations(Tensor self, int r=2, bool with_replacement=False) -> Tensor` Calls
-/// `tr_tensor_combinations`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor combinations(const Tensor& input, int64_t r, bool with_replacement) {
-    return input.combinations(r, with_replacement);
-}
-
-/// `result_type.Tensor(Tensor tensor, Tensor other) -> ScalarType` Calls
-/// `tr_tensor_result_type_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline DType result_type_tensor(const Tensor& tensor, const Tensor& other) {
-    return tensor.result_type_tensor(other);
-}
-
-/// `result_type.Scalar(Tensor tensor, Scalar other) -> ScalarType` Calls
-/// `tr_tensor_result_type_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline DType result_type_scalar(const Tensor& tensor, Scalar other) {
-    return tensor.result_type_scalar(other);
-}
-
-/// `result_type.Scalar_Tensor(Scalar scalar, Tensor tensor) -> ScalarType` Calls
-/// `tr_tensor_result_type_scalar_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline DType result_type_scalar_tensor(Scalar scalar, const Tensor& tensor) {
-    tr_dtype out{};
-    detail::call(tr_tensor_result_type_scalar_tensor, scalar.raw(), tensor.raw(), &out);
-    return static_cast<DType>(out);
-}
-
-/// `result_type.Scalar_Scalar(Scalar scalar1, Scalar scalar2) -> ScalarType` Calls
-/// `tr_tensor_result_type_scalar_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline DType result_type_scalar_scalar(Scalar scalar1, Scalar scalar2) {
-    tr_dtype out{};
-    detail::call(tr_tensor_result_type_scalar_scalar, scalar1.raw(), scalar2.raw(), &out);
-    return static_cast<DType>(out);
-}
-
-/// `can_cast(ScalarType from_, ScalarType to) -> bool` Calls `tr_tensor_can_cast`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline bool can_cast(DType from_, DType to) {
-    bool out = false;
-    detail::call(tr_tensor_can_cast, static_cast<tr_dtype>(from_), static_cast<tr_dtype>(to), &out);
-    return out;
-}
-
-/// `promote_types(ScalarType type1, ScalarType type2) -> ScalarType` Calls
-/// `tr_tensor_promote_types`; throws tr::Error on failure.
-[[nodiscard]] inline DType promote_types(DType type1, DType type2) {
-    tr_dtype out{};
-    detail::call(tr_tensor_promote_types, static_cast<tr_dtype>(type1),
-            static_cast<tr_dtype>(type2), &out);
-    return static_cast<DType>(out);
-}
-
-/// `lstm.input(Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers,
-/// float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor,
-/// Tensor)` Calls `tr_tensor_lstm_input`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 3> lstm_input(
-    const Tensor& input,
-    const TensorList& hx,
-    const TensorList& params,
-    bool has_biases,
-    int64_t num_layers,
-    double dropout,
-    bool train,
-    bool bidirectional,
-    bool batch_first) {
-    return input.lstm_input(hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first);
-}
-
-/// `lstm.data(Tensor data, Tensor batch_sizes, Tensor[] hx, Tensor[] params, bool has_biases,
-/// int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor, Tensor)`
-/// Calls `tr_tensor_lstm_data`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 3> lstm_data(
-    const Tensor& data,
-    const Tensor& batch_sizes,
-    const TensorList& hx,
-    const TensorList& params,
-    bool has_biases,
-    int64_t num_layers,
-    double dropout,
-    bool train,
-    bool bidirectional) {
-    return data.lstm_data(batch_sizes, hx, params, has_biases, num_layers, dropout, train, bidirectional);
-}
-
-/// `gru.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float
-/// dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)` Calls
-/// `tr_tensor_gru_input`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> gru_input(
-    const Tensor& input,
-    const Tensor& hx,
-    const TensorList& params,
-    bool has_biases,
-    int64_t num_layers,
-    double dropout,
-    bool train,
-    bool bidirectional,
-    bool batch_first) {
-    return input.gru_input(hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first);
-}
-
-/// `gru.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases, int
-/// num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor)` Calls
-/// `tr_tensor_gru_data`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> gru_data(
-    const Tensor& data,
-    const Tensor& batch_sizes,
-    const Tensor& hx,
-    const TensorList& params,
-    bool has_biases,
-    int64_t num_layers,
-    double dropout,
-    bool train,
-    bool bidirectional) {
-    return data.gru_data(batch_sizes, hx, params, has_biases, num_layers, dropout, train, bidirectional);
-}
-
-/// `rnn_tanh.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers,
-/// float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)` Calls
-/// `tr_tensor_rnn_tanh_input`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> rnn_tanh_input(
-    const Tensor& input,
-    const Tensor& hx,
-    const TensorList& params,
-    bool has_biases,
-    int64_t num_layers,
-    double dropout,
-    bool train,
-    bool bidirectional,
-    bool batch_first) {
-    return input.rnn_tanh_input(hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first);
-}
-
-/// `rnn_tanh.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases,
-/// int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor)` Calls
-/// `tr_tensor_rnn_tanh_data`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> rnn_tanh_data(
-    const Tensor& data,
-    const Tensor& batch_sizes,
-    const Tensor& hx,
-    const TensorList& params,
-    bool has_biases,
-    int64_t num_layers,
-    double dropout,
-    bool train,
-    bool bidirectional) {
-    return data.rnn_tanh_data(batch_sizes, hx, params, has_biases, num_layers, dropout, train, bidirectional);
-}
-
-/// `rnn_relu.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers,
-/// float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)` Calls
-/// `tr_tensor_rnn_relu_input`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> rnn_relu_input(
-    const Tensor& input,
-    const Tensor& hx,
-    const TensorList& params,
-    bool has_biases,
-    int64_t num_layers,
-    double dropout,
-    bool train,
-    bool bidirectional,
-    bool batch_first) {
-    return input.rnn_relu_input(hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first);
-}
-
-/// `rnn_relu.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases,
-/// int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor)` Calls
-/// `tr_tensor_rnn_relu_data`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> rnn_relu_data(
-    const Tensor& data,
-    const Tensor& batch_sizes,
-    const Tensor& hx,
-    const TensorList& params,
-    bool has_biases,
-    int64_t num_layers,
-    double dropout,
-    bool train,
-    bool bidirectional) {
-    return data.rnn_relu_data(batch_sizes, hx, params, has_biases, num_layers, dropout, train, bidirectional);
-}
-
-/// `lstm_cell(Tensor input, Tensor[] hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor?
-/// b_hh=None) -> (Tensor, Tensor)` Calls `tr_tensor_lstm_cell`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> lstm_cell(
-    const Tensor& input,
-    const TensorList& hx,
-    const Tensor& w_ih,
-    const Tensor& w_hh,
-    OptionalTensor b_ih,
-    OptionalTensor b_hh) {
-    return input.lstm_cell(hx, w_ih, w_hh, b_ih, b_hh);
-}
-
-/// `gru_cell(Tensor input, Tensor hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor?
-/// b_hh=None) -> Tensor` Calls `tr_tensor_gru_cell`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor gru_cell(
-    const Tensor& input,
-    const Tensor& hx,
-    const Tensor& w_ih,
-    const Tensor& w_hh,
-    OptionalTensor b_ih,
-    OptionalTensor b_hh) {
-    return input.gru_cell(hx, w_ih, w_hh, b_ih, b_hh);
-}
-
-/// `rnn_tanh_cell(Tensor input, Tensor hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor?
-/// b_hh=None) -> Tensor` Calls `tr_tensor_rnn_tanh_cell`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor rnn_tanh_cell(
-    const Tensor& input,
-    const Tensor& hx,
-    const Tensor& w_ih,
-    const Tensor& w_hh,
-    OptionalTensor b_ih,
-    OptionalTensor b_hh) {
-    return input.rnn_tanh_cell(hx, w_ih, w_hh, b_ih, b_hh);
-}
-
-/// `rnn_relu_cell(Tensor input, Tensor hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor?
-/// b_hh=None) -> Tensor` Calls `tr_tensor_rnn_relu_cell`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor rnn_relu_cell(
-    const Tensor& input,
-    const Tensor& hx,
-    const Tensor& w_ih,
-    const Tensor& w_hh,
-    OptionalTensor b_ih,
-    OptionalTensor b_hh) {
-    return input.rnn_relu_cell(hx, w_ih, w_hh, b_ih, b_hh);
-}
-
-/// `set_.source_Tensor_storage_offset(Tensor(a!) self, Tensor source, SymInt storage_offset,
-/// SymInt[] size, SymInt[] stride=[]) -> Tensor(a!)` Calls
-/// `tr_tensor_set_source_tensor_storage_offset_`; throws tr::Error on failure.
-inline Tensor& set_source_tensor_storage_offset_(
-    Tensor& input,
-    const Tensor& source,
-    int64_t storage_offset,
-    IntList size,
-    IntList stride) {
-    return input.set_source_tensor_storage_offset_(source, storage_offset, size, stride);
-}
-
-/// `set_.source_Tensor(Tensor(a!) self, Tensor source) -> Tensor(a!)` Calls
-/// `tr_tensor_set_source_tensor_`; throws tr::Error on failure.
-inline Tensor& set_source_tensor_(Tensor& input, const Tensor& source) {
-    return input.set_source_tensor_(source);
-}
-
-/// `set_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_set_`; throws tr::Error on failure.
-inline Tensor& set_(Tensor& input) {
-    return input.set_();
-}
-
-/// `lift(Tensor self) -> Tensor` Calls `tr_tensor_lift`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor lift(const Tensor& input) {
-    return input.lift();
-}
-
-/// `lift_fresh(Tensor(a) self) -> Tensor(a)` Calls `tr_tensor_lift_fresh`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor lift_fresh(const Tensor& input) {
-    return input.lift_fresh();
-}
-
-/// `lift_fresh_copy(Tensor self) -> Tensor` Calls `tr_tensor_lift_fresh_copy`; throws tr::Error
-/// on failure.
-[[nodiscard]] inline Tensor lift_fresh_copy(const Tensor& input) {
-    return input.lift_fresh_copy();
-}
-
-/// `is_set_to(Tensor self, Tensor tensor) -> bool` Calls `tr_tensor_is_set_to`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline bool is_set_to(const Tensor& input, const Tensor& tensor) {
-    return input.is_set_to(tensor);
-}
-
-/// `masked_fill_.Scalar(Tensor(a!) self, Tensor mask, Scalar value) -> Tensor(a!)` Calls
-/// `tr_tensor_masked_fill_scalar_`; throws tr::Error on failure.
-inline Tensor& masked_fill_scalar_(Tensor& input, const Tensor& mask, Scalar value) {
-    return input.masked_fill_scalar_(mask, value);
-}
-
-/// `masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor` Calls
-/// `tr_tensor_masked_fill_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor masked_fill_scalar(
-    const Tensor& input,
-    const Tensor& mask,
-    Scalar value) {
-    return input.masked_fill_scalar(mask, value);
-}
-
-/// `masked_fill_.Tensor(Tensor(a!) self, Tensor mask, Tensor value) -> Tensor(a!)` Calls
-/// `tr_tensor_masked_fill_tensor_`; throws tr::Error on failure.
-inline Tensor& masked_fill_tensor_(Tensor& input, const Tensor& mask, const Tensor& value) {
-    return input.masked_fill_tensor_(mask, value);
-}
-
-/// `masked_fill.Tensor(Tensor self, Tensor mask, Tensor value) -> Tensor` Calls
-/// `tr_tensor_masked_fill_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor masked_fill_tensor(
-    const Tensor& input,
-    const Tensor& mask,
-    const Tensor& value) {
-    return input.masked_fill_tensor(mask, value);
-}
-
-/// `masked_scatter(Tensor self, Tensor mask, Tensor source) -> Tensor` Calls
-/// `tr_tensor_masked_scatter`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor masked_scatter(
-    const Tensor& input,
-    const Tensor& mask,
-    const Tensor& source) {
-    return input.masked_scatter(mask, source);
-}
-
-/// `view.dtype(Tensor(a) self, ScalarType dtype) -> Tensor(a)` Calls `tr_tensor_view_dtype`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor view_dtype(const Tensor& input, DType dtype) {
-    return input.view_dtype(dtype);
-}
-
-/// `put_(Tensor(a!) self, Tensor index, Tensor source, bool accumulate=False) -> Tensor(a!)`
-/// Calls `tr_tensor_put_`; throws tr::Error on failure.
-inline Tensor& put_(Tensor& input, const Tensor& index, const Tensor& source, bool accumulate) {
-    return input.put_(index, source, accumulate);
-}
-
-/// `put(Tensor self, Tensor index, Tensor source, bool accumulate=False) -> Tensor` Calls
-/// `tr_tensor_put`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor put(
-    const Tensor& input,
-    const Tensor& index,
-    const Tensor& source,
-    bool accumulate) {
-    return input.put(index, source, accumulate);
-}
-
-/// `index_add_(Tensor(a!) self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) ->
-/// Tensor(a!)` Calls `tr_tensor_index_add_`; throws tr::Error on failure.
-inline Tensor& index_add_(
-    Tensor& input,
-    int64_t dim,
-    const Tensor& index,
-    const Tensor& source,
-    Scalar alpha) {
-    return input.index_add_(dim, index, source, alpha);
-}
-
-/// `index_add(Tensor self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) -> Tensor`
-/// Calls `tr_tensor_index_add`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor index_add(
-    const Tensor& input,
-    int64_t dim,
-    const Tensor& index,
-    const Tensor& source,
-    Scalar alpha) {
-    return input.index_add(dim, index, source, alpha);
-}
-
-/// `index_reduce_(Tensor(a!) self, int dim, Tensor index, Tensor source, str reduce, *, bool
-/// include_self=True) -> Tensor(a!)` Calls `tr_tensor_index_reduce_`; throws tr::Error on
-/// failure.
-inline Tensor& index_reduce_(
-    Tensor& input,
-    int64_t dim,
-    const Tensor& index,
-    const Tensor& source,
-    const std::string& reduce,
-    bool include_self) {
-    return input.index_reduce_(dim, index, source, reduce, include_self);
-}
-
-/// `index_reduce(Tensor self, int dim, Tensor index, Tensor source, str reduce, *, bool
-/// include_self=True) -> Tensor` Calls `tr_tensor_index_reduce`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor index_reduce(
-    const Tensor& input,
-    int64_t dim,
-    const Tensor& index,
-    const Tensor& source,
-    const std::string& reduce,
-    bool include_self) {
-    return input.index_reduce(dim, index, source, reduce, include_self);
-}
-
-/// `index_fill_.int_Scalar(Tensor(a!) self, int dim, Tensor index, Scalar value) -> Tensor(a!)`
-/// Calls `tr_tensor_index_fill_int_scalar_`; throws tr::Error on failure.
-inline Tensor& index_fill_int_scalar_(
-    Tensor& input,
-    int64_t dim,
-    const Tensor& index,
-    Scalar value) {
-    return input.index_fill_int_scalar_(dim, index, value);
-}
-
-/// `index_fill.int_Scalar(Tensor self, int dim, Tensor index, Scalar value) -> Tensor` Calls
-/// `tr_tensor_index_fill_int_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor index_fill_int_scalar(
-    const Tensor& input,
-    int64_t dim,
-    const Tensor& index,
-    Scalar value) {
-    return input.index_fill_int_scalar(dim, index, value);
-}
-
-/// `index_fill_.int_Tensor(Tensor(a!) self, int dim, Tensor index, Tensor value) -> Tensor(a!)`
-/// Calls `tr_tensor_index_fill_int_tensor_`; throws tr::Error on failure.
-inline Tensor& index_fill_int_tensor_(
-    Tensor& input,
-    int64_t dim,
-    const Tensor& index,
-    const Tensor& value) {
-    return input.index_fill_int_tensor_(dim, index, value);
-}
-
-/// `index_fill.int_Tensor(Tensor self, int dim, Tensor index, Tensor value) -> Tensor` Calls
-/// `tr_tensor_index_fill_int_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor index_fill_int_tensor(
-    const Tensor& input,
-    int64_t dim,
-    const Tensor& index,
-    const Tensor& value) {
-    return input.index_fill_int_tensor(dim, index, value);
-}
-
-/// `scatter.src(Tensor self, int dim, Tensor index, Tensor src) -> Tensor` Calls
-/// `tr_tensor_scatter_src`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor scatter_src(
-    const Tensor& input,
-    int64_t dim,
-    const Tensor& index,
-    const Tensor& src) {
-    return input.scatter_src(dim, index, src);
-}
-
-/// `scatter_.src(Tensor(a!) self, int dim, Tensor index, Tensor src) -> Tensor(a!)` Calls
-/// `tr_tensor_scatter_src_`; throws tr::Error on failure.
-inline Tensor& scatter_src_(Tensor& input, int64_t dim, const Tensor& index, const Tensor& src) {
-    return input.scatter_src_(dim, index, src);
-}
-
-/// `scatter.value(Tensor self, int dim, Tensor index, Scalar value) -> Tensor` Calls
-/// `tr_tensor_scatter_value`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor scatter_value(
-    const Tensor& input,
-    int64_t dim,
-    const Tensor& index,
-    Scalar value) {
-    return input.scatter_value(dim, index, value);
-}
-
-/// `scatter_.value(Tensor(a!) self, int dim, Tensor index, Scalar value) -> Tensor(a!)` Calls
-/// `tr_tensor_scatter_value_`; throws tr::Error on failure.
-inline Tensor& scatter_value_(Tensor& input, int64_t dim, const Tensor& index, Scalar value) {
-    return input.scatter_value_(dim, index, value);
-}
-
-/// `scatter.reduce(Tensor self, int dim, Tensor index, Tensor src, *, str reduce) -> Tensor`
-/// Calls `tr_tensor_scatter_reduce`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor scatter_reduce(
-    const Tensor& input,
-    int64_t dim,
-    const Tensor& index,
-    const Tensor& src,
-    const std::string& reduce) {
-    return input.scatter_reduce(dim, index, src, reduce);
-}
-
-/// `scatter_.reduce(Tensor(a!) self, int dim, Tensor index, Tensor src, *, str reduce) ->
-/// Tensor(a!)` Calls `tr_tensor_scatter_reduce_`; throws tr::Error on failure.
-inline Tensor& scatter_reduce_(
-    Tensor& input,
-    int64_t dim,
-    const Tensor& index,
-    const Tensor& src,
-    const std::string& reduce) {
-    return input.scatter_reduce_(dim, index, src, reduce);
-}
-
-/// `scatter.value_reduce(Tensor self, int dim, Tensor index, Scalar value, *, str reduce) ->
-/// Tensor` Calls `tr_tensor_scatter_value_reduce`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor scatter_value_reduce(
-    const Tensor& input,
-    int64_t dim,
-    const Tensor& index,
-    Scalar value,
-    const std::string& reduce) {
-    return input.scatter_value_reduce(dim, index, value, reduce);
-}
-
-/// `scatter_.value_reduce(Tensor(a!) self, int dim, Tensor index, Scalar value, *, str reduce)
-/// -> Tensor(a!)` Calls `tr_tensor_scatter_value_reduce_`; throws tr::Error on failure.
-inline Tensor& scatter_value_reduce_(
-    Tensor& input,
-    int64_t dim,
-    const Tensor& index,
-    Scalar value,
-    const std::string& reduce) {
-    return input.scatter_value_reduce_(dim, index, value, reduce);
-}
-
-/// `scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor` Calls
-/// `tr_tensor_scatter_add`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor scatter_add(
-    const Tensor& input,
-    int64_t dim,
-    const Tensor& index,
-    const Tensor& src) {
-    return input.scatter_add(dim, index, src);
-}
-
-/// `scatter_add_(Tensor(a!) self, int dim, Tensor index, Tensor src) -> Tensor(a!)` Calls
-/// `tr_tensor_scatter_add_`; throws tr::Error on failure.
-inline Tensor& scatter_add_(Tensor& input, int64_t dim, const Tensor& index, const Tensor& src) {
-    return input.scatter_add_(dim, index, src);
-}
-
-/// `scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool
-/// include_self=True) -> Tensor` Calls `tr_tensor_scatter_reduce_two`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor scatter_reduce_two(
-    const Tensor& input,
-    int64_t dim,
-    const Tensor& index,
-    const Tensor& src,
-    const std::string& reduce,
-    bool include_self) {
-    return input.scatter_reduce_two(dim, index, src, reduce, include_self);
-}
-
-/// `scatter_reduce_.two(Tensor(a!) self, int dim, Tensor index, Tensor src, str reduce, *, bool
-/// include_self=True) -> Tensor(a!)` Calls `tr_tensor_scatter_reduce_two_`; throws tr::Error on
-/// failure.
-inline Tensor& scatter_reduce_two_(
-    Tensor& input,
-    int64_t dim,
-    const Tensor& index,
-    const Tensor& src,
-    const std::string& reduce,
-    bool include_self) {
-    return input.scatter_reduce_two_(dim, index, src, reduce, include_self);
-}
-
-/// `eq_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` Calls `tr_tensor_eq_scalar_`;
-/// throws tr::Error on failure.
-inline Tensor& eq_scalar_(Tensor& input, Scalar other) {
-    return input.eq_scalar_(other);
-}
-
-/// `eq_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls `tr_tensor_eq_tensor_`;
-/// throws tr::Error on failure.
-inline Tensor& eq_tensor_(Tensor& input, const Tensor& other) {
-    return input.eq_tensor_(other);
-}
-
-/// `bitwise_and.Scalar(Tensor self, Scalar other) -> Tensor` Calls
-/// `tr_tensor_bitwise_and_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor bitwise_and_scalar(const Tensor& input, Scalar other) {
-    return input.bitwise_and_scalar(other);
-}
-
-/// `bitwise_and.Scalar_Tensor(Scalar self, Tensor other) -> Tensor` Calls
-/// `tr_tensor_bitwise_and_scalar_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor bitwise_and_scalar_tensor(Scalar input, const Tensor& other) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_bitwise_and_scalar_tensor, input.raw(), other.raw(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `bitwise_and.Tensor(Tensor self, Tensor other) -> Tensor` Calls
-/// `tr_tensor_bitwise_and_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor bitwise_and_tensor(const Tensor& input, const Tensor& other) {
-    return input.bitwise_and_tensor(other);
-}
-
-/// `bitwise_and_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` Calls
-/// `tr_tensor_bitwise_and_scalar_`; throws tr::Error on failure.
-inline Tensor& bitwise_and_scalar_(Tensor& input, Scalar other) {
-    return input.bitwise_and_scalar_(other);
-}
-
-/// `bitwise_and_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls
-/// `tr_tensor_bitwise_and_tensor_`; throws tr::Error on failure.
-inline Tensor& bitwise_and_tensor_(Tensor& input, const Tensor& other) {
-    return input.bitwise_and_tensor_(other);
-}
-
-/// `bitwise_or.Scalar(Tensor self, Scalar other) -> Tensor` Calls
-/// `tr_tensor_bitwise_or_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor bitwise_or_scalar(const Tensor& input, Scalar other) {
-    return input.bitwise_or_scalar(other);
-}
-
-/// `bitwise_or.Scalar_Tensor(Scalar self, Tensor other) -> Tensor` Calls
-/// `tr_tensor_bitwise_or_scalar_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor bitwise_or_scalar_tensor(Scalar input, const Tensor& other) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_bitwise_or_scalar_tensor, input.raw(), other.raw(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `bitwise_or.Tensor(Tensor self, Tensor other) -> Tensor` Calls
-/// `tr_tensor_bitwise_or_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor bitwise_or_tensor(const Tensor& input, const Tensor& other) {
-    return input.bitwise_or_tensor(other);
-}
-
-/// `bitwise_or_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` Calls
-/// `tr_tensor_bitwise_or_scalar_`; throws tr::Error on failure.
-inline Tensor& bitwise_or_scalar_(Tensor& input, Scalar other) {
-    return input.bitwise_or_scalar_(other);
-}
-
-/// `bitwise_or_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls
-/// `tr_tensor_bitwise_or_tensor_`; throws tr::Error on failure.
-inline Tensor& bitwise_or_tensor_(Tensor& input, const Tensor& other) {
-    return input.bitwise_or_tensor_(other);
-}
-
-/// `bitwise_xor.Scalar(Tensor self, Scalar other) -> Tensor` Calls
-/// `tr_tensor_bitwise_xor_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor bitwise_xor_scalar(const Tensor& input, Scalar other) {
-    return input.bitwise_xor_scalar(other);
-}
-
-/// `bitwise_xor.Scalar_Tensor(Scalar self, Tensor other) -> Tensor` Calls
-/// `tr_tensor_bitwise_xor_scalar_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor bitwise_xor_scalar_tensor(Scalar input, const Tensor& other) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_bitwise_xor_scalar_tensor, input.raw(), other.raw(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `bitwise_xor.Tensor(Tensor self, Tensor other) -> Tensor` Calls
-/// `tr_tensor_bitwise_xor_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor bitwise_xor_tensor(const Tensor& input, const Tensor& other) {
-    return input.bitwise_xor_tensor(other);
-}
-
-/// `bitwise_xor_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` Calls
-/// `tr_tensor_bitwise_xor_scalar_`; throws tr::Error on failure.
-inline Tensor& bitwise_xor_scalar_(Tensor& input, Scalar other) {
-    return input.bitwise_xor_scalar_(other);
-}
-
-/// `bitwise_xor_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls
-/// `tr_tensor_bitwise_xor_tensor_`; throws tr::Error on failure.
-inline Tensor& bitwise_xor_tensor_(Tensor& input, const Tensor& other) {
-    return input.bitwise_xor_tensor_(other);
-}
-
-/// `bitwise_left_shift.Tensor(Tensor self, Tensor other) -> Tensor` Calls
-/// `tr_tensor_bitwise_left_shift_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor bitwise_left_shift_tensor(const Tensor& input, const Tensor& other) {
-    return input.bitwise_left_shift_tensor(other);
-}
-
-/// `bitwise_left_shift_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls
-/// `tr_tensor_bitwise_left_shift_tensor_`; throws tr::Error on failure.
-inline Tensor& bitwise_left_shift_tensor_(Tensor& input, const Tensor& other) {
-    return input.bitwise_left_shift_tensor_(other);
-}
-
-/// `bitwise_left_shift.Tensor_Scalar(Tensor self, Scalar other) -> Tensor` Calls
-/// `tr_tensor_bitwise_left_shift_tensor_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor bitwise_left_shift_tensor_scalar(const Tensor& input, Scalar other) {
-    return input.bitwise_left_shift_tensor_scalar(other);
-}
-
-/// `bitwise_left_shift_.Tensor_Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` Calls
-/// `tr_tensor_bitwise_left_shift_tensor_scalar_`; throws tr::Error on failure.
-inline Tensor& bitwise_left_shift_tensor_scalar_(Tensor& input, Scalar other) {
-    return input.bitwise_left_shift_tensor_scalar_(other);
-}
-
-/// `bitwise_left_shift.Scalar_Tensor(Scalar self, Tensor other) -> Tensor` Calls
-/// `tr_tensor_bitwise_left_shift_scalar_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor bitwise_left_shift_scalar_tensor(Scalar input, const Tensor& other) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_bitwise_left_shift_scalar_tensor, input.raw(), other.raw(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `bitwise_right_shift.Tensor(Tensor self, Tensor other) -> Tensor` Calls
-/// `tr_tensor_bitwise_right_shift_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor bitwise_right_shift_tensor(const Tensor& input, const Tensor& other) {
-    return input.bitwise_right_shift_tensor(other);
-}
-
-/// `bitwise_right_shift_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls
-/// `tr_tensor_bitwise_right_shift_tensor_`; throws tr::Error on failure.
-inline Tensor& bitwise_right_shift_tensor_(Tensor& input, const Tensor& other) {
-    return input.bitwise_right_shift_tensor_(other);
-}
-
-/// `bitwise_right_shift.Tensor_Scalar(Tensor self, Scalar other) -> Tensor` Calls
-/// `tr_tensor_bitwise_right_shift_tensor_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor bitwise_right_shift_tensor_scalar(const Tensor& input, Scalar other) {
-    return input.bitwise_right_shift_tensor_scalar(other);
-}
-
-/// `bitwise_right_shift_.Tensor_Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` Calls
-/// `tr_tensor_bitwise_right_shift_tensor_scalar_`; throws tr::Error on failure.
-inline Tensor& bitwise_right_shift_tensor_scalar_(Tensor& input, Scalar other) {
-    return input.bitwise_right_shift_tensor_scalar_(other);
-}
-
-/// `bitwise_right_shift.Scalar_Tensor(Scalar self, Tensor other) -> Tensor` Calls
-/// `tr_tensor_bitwise_right_shift_scalar_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor bitwise_right_shift_scalar_tensor(Scalar input, const Tensor& other) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_bitwise_right_shift_scalar_tensor, input.raw(), other.raw(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `tril_(Tensor(a!) self, SymInt diagonal=0) -> Tensor(a!)` Calls `tr_tensor_tril_`; throws
-/// tr::Error on failure.
-inline Tensor& tril_(Tensor& input, int64_t diagonal) {
-    return input.tril_(diagonal);
-}
-
-/// `triu_(Tensor(a!) self, SymInt diagonal=0) -> Tensor(a!)` Calls `tr_tensor_triu_`; throws
-/// tr::Error on failure.
-inline Tensor& triu_(Tensor& input, int64_t diagonal) {
-    return input.triu_(diagonal);
-}
-
-/// `digamma_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_digamma_`; throws tr::Error on
-/// failure.
-inline Tensor& digamma_(Tensor& input) {
-    return input.digamma_();
-}
-
-/// `lerp_.Scalar(Tensor(a!) self, Tensor end, Scalar weight) -> Tensor(a!)` Calls
-/// `tr_tensor_lerp_scalar_`; throws tr::Error on failure.
-inline Tensor& lerp_scalar_(Tensor& input, const Tensor& end, Scalar weight) {
-    return input.lerp_scalar_(end, weight);
-}
-
-/// `lerp_.Tensor(Tensor(a!) self, Tensor end, Tensor weight) -> Tensor(a!)` Calls
-/// `tr_tensor_lerp_tensor_`; throws tr::Error on failure.
-inline Tensor& lerp_tensor_(Tensor& input, const Tensor& end, const Tensor& weight) {
-    return input.lerp_tensor_(end, weight);
-}
-
-/// `addbmm_(Tensor(a!) self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) ->
-/// Tensor(a!)` Calls `tr_tensor_addbmm_`; throws tr::Error on failure.
-inline Tensor& addbmm_(
-    Tensor& input,
-    const Tensor& batch1,
-    const Tensor& batch2,
-    Scalar beta,
-    Scalar alpha) {
-    return input.addbmm_(batch1, batch2, beta, alpha);
-}
-
-/// `addbmm(Tensor self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) ->
-/// Tensor` Calls `tr_tensor_addbmm`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor addbmm(
-    const Tensor& input,
-    const Tensor& batch1,
-    const Tensor& batch2,
-    Scalar beta,
-    Scalar alpha) {
-    return input.addbmm(batch1, batch2, beta, alpha);
-}
-
-/// `random_.from(Tensor(a!) self, int from, int? to, *, Generator? generator=None) ->
-/// Tensor(a!)` Calls `tr_tensor_random_from_`; throws tr::Error on failure.
-inline Tensor& random_from_(Tensor& input, int64_t from, std::optional<int64_t> to) {
-    return input.random_from_(from, to);
-}
-
-/// `random_.to(Tensor(a!) self, int to, *, Generator? generator=None) -> Tensor(a!)` Calls
-/// `tr_tensor_random_to_`; throws tr::Error on failure.
-inline Tensor& random_to_(Tensor& input, int64_t to) {
-    return input.random_to_(to);
-}
-
-/// `random_(Tensor(a!) self, *, Generator? generator=None) -> Tensor(a!)` Calls
-/// `tr_tensor_random_`; throws tr::Error on failure.
-inline Tensor& random_(Tensor& input) {
-    return input.random_();
-}
-
-/// `uniform_(Tensor(a!) self, float from=0, float to=1, *, Generator? generator=None) ->
-/// Tensor(a!)` Calls `tr_tensor_uniform_`; throws tr::Error on failure.
-inline Tensor& uniform_(Tensor& input, double from, double to) {
-    return input.uniform_(from, to);
-}
-
-/// `cauchy_(Tensor(a!) self, float median=0, float sigma=1, *, Generator? generator=None) ->
-/// Tensor(a!)` Calls `tr_tensor_cauchy_`; throws tr::Error on failure.
-inline Tensor& cauchy_(Tensor& input, double median, double sigma) {
-    return input.cauchy_(median, sigma);
-}
-
-/// `log_normal_(Tensor(a!) self, float mean=1, float std=2, *, Generator? generator=None) ->
-/// Tensor(a!)` Calls `tr_tensor_log_normal_`; throws tr::Error on failure.
-inline Tensor& log_normal_(Tensor& input, double mean, double std) {
-    return input.log_normal_(mean, std);
-}
-
-/// `exponential_(Tensor(a!) self, float lambd=1, *, Generator? generator=None) -> Tensor(a!)`
-/// Calls `tr_tensor_exponential_`; throws tr::Error on failure.
-inline Tensor& exponential_(Tensor& input, double lambd) {
-    return input.exponential_(lambd);
-}
-
-/// `geometric_(Tensor(a!) self, float p, *, Generator? generator=None) -> Tensor(a!)` Calls
-/// `tr_tensor_geometric_`; throws tr::Error on failure.
-inline Tensor& geometric_(Tensor& input, double p) {
-    return input.geometric_(p);
-}
-
-/// `diag(Tensor self, int diagonal=0) -> Tensor` Calls `tr_tensor_diag`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor diag(const Tensor& input, int64_t diagonal) {
-    return input.diag(diagonal);
-}
-
-/// `cross(Tensor self, Tensor other, int? dim=None) -> Tensor` Calls `tr_tensor_cross`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor cross(
-    const Tensor& input,
-    const Tensor& other,
-    std::optional<int64_t> dim) {
-    return input.cross(other, dim);
-}
-
-/// `triu(Tensor self, SymInt diagonal=0) -> Tensor` Calls `tr_tensor_triu`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor triu(const Tensor& input, int64_t diagonal) {
-    return input.triu(diagonal);
-}
-
-/// `tril(Tensor self, SymInt diagonal=0) -> Tensor` Calls `tr_tensor_tril`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor tril(const Tensor& input, int64_t diagonal) {
-    return input.tril(diagonal);
-}
-
-/// `tril_indices(int row, int col, int offset=0, *, ScalarType? dtype=long, Layout?
-/// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
-/// `tr_tensor_tril_indices`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor tril_indices(
-    int64_t row,
-    int64_t col,
-    int64_t offset,
-    std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_tril_indices, row, col, offset, detail::c_opt(dtype).ptr(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `triu_indices(int row, int col, int offset=0, *, ScalarType? dtype=long, Layout?
-/// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` Calls
-/// `tr_tensor_triu_indices`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor triu_indices(
-    int64_t row,
-    int64_t col,
-    int64_t offset,
-    std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_triu_indices, row, col, offset, detail::c_opt(dtype).ptr(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `trace(Tensor self) -> Tensor` Calls `tr_tensor_trace`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor trace(const Tensor& input) {
-    return input.trace();
-}
-
-/// `ne.Tensor(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_ne_tensor`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor ne_tensor(const Tensor& input, const Tensor& other) {
-    return input.ne_tensor(other);
-}
-
-/// `ne_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` Calls `tr_tensor_ne_scalar_`;
-/// throws tr::Error on failure.
-inline Tensor& ne_scalar_(Tensor& input, Scalar other) {
-    return input.ne_scalar_(other);
-}
-
-/// `ne_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls `tr_tensor_ne_tensor_`;
-/// throws tr::Error on failure.
-inline Tensor& ne_tensor_(Tensor& input, const Tensor& other) {
-    return input.ne_tensor_(other);
-}
-
-/// `not_equal.Scalar(Tensor self, Scalar other) -> Tensor` Calls `tr_tensor_not_equal_scalar`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor not_equal_scalar(const Tensor& input, Scalar other) {
-    return input.not_equal_scalar(other);
-}
-
-/// `not_equal.Tensor(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_not_equal_tensor`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor not_equal_tensor(const Tensor& input, const Tensor& other) {
-    return input.not_equal_tensor(other);
-}
-
-/// `not_equal_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` Calls
-/// `tr_tensor_not_equal_scalar_`; throws tr::Error on failure.
-inline Tensor& not_equal_scalar_(Tensor& input, Scalar other) {
-    return input.not_equal_scalar_(other);
-}
-
-/// `not_equal_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls
-/// `tr_tensor_not_equal_tensor_`; throws tr::Error on failure.
-inline Tensor& not_equal_tensor_(Tensor& input, const Tensor& other) {
-    return input.not_equal_tensor_(other);
-}
-
-/// `eq.Tensor(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_eq_tensor`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor eq_tensor(const Tensor& input, const Tensor& other) {
-    return input.eq_tensor(other);
-}
-
-/// `ge.Tensor(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_ge_tensor`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor ge_tensor(const Tensor& input, const Tensor& other) {
-    return input.ge_tensor(other);
-}
-
-/// `ge_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` Calls `tr_tensor_ge_scalar_`;
-/// throws tr::Error on failure.
-inline Tensor& ge_scalar_(Tensor& input, Scalar other) {
-    return input.ge_scalar_(other);
-}
-
-/// `ge_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls `tr_tensor_ge_tensor_`;
-/// throws tr::Error on failure.
-inline Tensor& ge_tensor_(Tensor& input, const Tensor& other) {
-    return input.ge_tensor_(other);
-}
-
-/// `greater_equal.Scalar(Tensor self, Scalar other) -> Tensor` Calls
-/// `tr_tensor_greater_equal_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor greater_equal_scalar(const Tensor& input, Scalar other) {
-    return input.greater_equal_scalar(other);
-}
-
-/// `greater_equal.Tensor(Tensor self, Tensor other) -> Tensor` Calls
-/// `tr_tensor_greater_equal_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor greater_equal_tensor(const Tensor& input, const Tensor& other) {
-    return input.greater_equal_tensor(other);
-}
-
-/// `greater_equal_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` Calls
-/// `tr_tensor_greater_equal_scalar_`; throws tr::Error on failure.
-inline Tensor& greater_equal_scalar_(Tensor& input, Scalar other) {
-    return input.greater_equal_scalar_(other);
-}
-
-/// `greater_equal_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls
-/// `tr_tensor_greater_equal_tensor_`; throws tr::Error on failure.
-inline Tensor& greater_equal_tensor_(Tensor& input, const Tensor& other) {
-    return input.greater_equal_tensor_(other);
-}
-
-/// `le.Tensor(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_le_tensor`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor le_tensor(const Tensor& input, const Tensor& other) {
-    return input.le_tensor(other);
-}
-
-/// `le_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` Calls `tr_tensor_le_scalar_`;
-/// throws tr::Error on failure.
-inline Tensor& le_scalar_(Tensor& input, Scalar other) {
-    return input.le_scalar_(other);
-}
-
-/// `le_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls `tr_tensor_le_tensor_`;
-/// throws tr::Error on failure.
-inline Tensor& le_tensor_(Tensor& input, const Tensor& other) {
-    return input.le_tensor_(other);
-}
-
-/// `less_equal.Scalar(Tensor self, Scalar other) -> Tensor` Calls
-/// `tr_tensor_less_equal_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor less_equal_scalar(const Tensor& input, Scalar other) {
-    return input.less_equal_scalar(other);
-}
-
-/// `less_equal.Tensor(Tensor self, Tensor other) -> Tensor` Calls
-/// `tr_tensor_less_equal_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor less_equal_tensor(const Tensor& input, const Tensor& other) {
-    return input.less_equal_tensor(other);
-}
-
-/// `less_equal_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` Calls
-/// `tr_tensor_less_equal_scalar_`; throws tr::Error on failure.
-inline Tensor& less_equal_scalar_(Tensor& input, Scalar other) {
-    return input.less_equal_scalar_(other);
-}
-
-/// `less_equal_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls
-/// `tr_tensor_less_equal_tensor_`; throws tr::Error on failure.
-inline Tensor& less_equal_tensor_(Tensor& input, const Tensor& other) {
-    return input.less_equal_tensor_(other);
-}
-
-/// `gt.Tensor(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_gt_tensor`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor gt_tensor(const Tensor& input, const Tensor& other) {
-    return input.gt_tensor(other);
-}
-
-/// `gt_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` Calls `tr_tensor_gt_scalar_`;
-/// throws tr::Error on failure.
-inline Tensor& gt_scalar_(Tensor& input, Scalar other) {
-    return input.gt_scalar_(other);
-}
-
-/// `gt_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls `tr_tensor_gt_tensor_`;
-/// throws tr::Error on failure.
-inline Tensor& gt_tensor_(Tensor& input, const Tensor& other) {
-    return input.gt_tensor_(other);
-}
-
-/// `greater.Scalar(Tensor self, Scalar other) -> Tensor` Calls `tr_tensor_greater_scalar`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor greater_scalar(const Tensor& input, Scalar other) {
-    return input.greater_scalar(other);
-}
-
-/// `greater.Tensor(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_greater_tensor`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor greater_tensor(const Tensor& input, const Tensor& other) {
-    return input.greater_tensor(other);
-}
-
-/// `greater_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` Calls
-/// `tr_tensor_greater_scalar_`; throws tr::Error on failure.
-inline Tensor& greater_scalar_(Tensor& input, Scalar other) {
-    return input.greater_scalar_(other);
-}
-
-/// `greater_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls
-/// `tr_tensor_greater_tensor_`; throws tr::Error on failure.
-inline Tensor& greater_tensor_(Tensor& input, const Tensor& other) {
-    return input.greater_tensor_(other);
-}
-
-/// `lt.Tensor(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_lt_tensor`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor lt_tensor(const Tensor& input, const Tensor& other) {
-    return input.lt_tensor(other);
-}
-
-/// `lt_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` Calls `tr_tensor_lt_scalar_`;
-/// throws tr::Error on failure.
-inline Tensor& lt_scalar_(Tensor& input, Scalar other) {
-    return input.lt_scalar_(other);
-}
-
-/// `lt_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls `tr_tensor_lt_tensor_`;
-/// throws tr::Error on failure.
-inline Tensor& lt_tensor_(Tensor& input, const Tensor& other) {
-    return input.lt_tensor_(other);
-}
-
-/// `less.Scalar(Tensor self, Scalar other) -> Tensor` Calls `tr_tensor_less_scalar`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor less_scalar(const Tensor& input, Scalar other) {
-    return input.less_scalar(other);
-}
-
-/// `less.Tensor(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_less_tensor`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor less_tensor(const Tensor& input, const Tensor& other) {
-    return input.less_tensor(other);
-}
-
-/// `less_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` Calls `tr_tensor_less_scalar_`;
-/// throws tr::Error on failure.
-inline Tensor& less_scalar_(Tensor& input, Scalar other) {
-    return input.less_scalar_(other);
-}
-
-/// `less_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls `tr_tensor_less_tensor_`;
-/// throws tr::Error on failure.
-inline Tensor& less_tensor_(Tensor& input, const Tensor& other) {
-    return input.less_tensor_(other);
-}
-
-/// `take(Tensor self, Tensor index) -> Tensor` Calls `tr_tensor_take`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor take(const Tensor& input, const Tensor& index) {
-    return input.take(index);
-}
-
-/// `take_along_dim(Tensor self, Tensor indices, int? dim=None) -> Tensor` Calls
-/// `tr_tensor_take_along_dim`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor take_along_dim(
-    const Tensor& input,
-    const Tensor& indices,
-    std::optional<int64_t> dim) {
-    return input.take_along_dim(indices, dim);
-}
-
-/// `nonzero_static(Tensor self, *, SymInt size, int fill_value=-1) -> Tensor` Calls
-/// `tr_tensor_nonzero_static`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor nonzero_static(const Tensor& input, int64_t size, int64_t fill_value) {
-    return input.nonzero_static(size, fill_value);
-}
-
-/// `nonzero_numpy(Tensor self) -> Tensor[]` Calls `tr_tensor_nonzero_numpy`; throws tr::Error
-/// on failure.
-[[nodiscard]] inline std::vector<Tensor> nonzero_numpy(const Tensor& input) {
-    return input.nonzero_numpy();
-}
-
-/// `argwhere(Tensor self) -> Tensor` Calls `tr_tensor_argwhere`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor argwhere(const Tensor& input) {
-    return input.argwhere();
-}
-
-/// `gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor` Calls
-/// `tr_tensor_gather`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor gather(
-    const Tensor& input,
-    int64_t dim,
-    const Tensor& index,
-    bool sparse_grad) {
-    return input.gather(dim, index, sparse_grad);
-}
-
-/// `addcmul(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor` Calls
-/// `tr_tensor_addcmul`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor addcmul(
-    const Tensor& input,
-    const Tensor& tensor1,
-    const Tensor& tensor2,
-    Scalar value) {
-    return input.addcmul(tensor1, tensor2, value);
-}
-
-/// `addcmul_(Tensor(a!) self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor(a!)`
-/// Calls `tr_tensor_addcmul_`; throws tr::Error on failure.
-inline Tensor& addcmul_(Tensor& input, const Tensor& tensor1, const Tensor& tensor2, Scalar value) {
-    return input.addcmul_(tensor1, tensor2, value);
-}
-
-/// `addcdiv(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor` Calls
-/// `tr_tensor_addcdiv`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor addcdiv(
-    const Tensor& input,
-    const Tensor& tensor1,
-    const Tensor& tensor2,
-    Scalar value) {
-    return input.addcdiv(tensor1, tensor2, value);
-}
-
-/// `addcdiv_(Tensor(a!) self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor(a!)`
-/// Calls `tr_tensor_addcdiv_`; throws tr::Error on failure.
-inline Tensor& addcdiv_(Tensor& input, const Tensor& tensor1, const Tensor& tensor2, Scalar value) {
-    return input.addcdiv_(tensor1, tensor2, value);
-}
-
-/// `cross_entropy_loss(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean,
-/// SymInt ignore_index=-100, float label_smoothing=0.0) -> Tensor` Calls
-/// `tr_tensor_cross_entropy_loss`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor cross_entropy_loss(
-    const Tensor& input,
-    const Tensor& target,
-    OptionalTensor weight,
-    int64_t reduction,
-    int64_t ignore_index,
-    double label_smoothing) {
-    return input.cross_entropy_loss(target, weight, reduction, ignore_index, label_smoothing);
-}
-
-/// `triangular_solve(Tensor self, Tensor A, bool upper=True, bool transpose=False, bool
-/// unitriangular=False) -> (Tensor solution, Tensor cloned_coefficient)` Calls
-/// `tr_tensor_triangular_solve`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> triangular_solve(
-    const Tensor& input,
-    const Tensor& a,
-    bool upper,
-    bool transpose,
-    bool unitriangular) {
-    return input.triangular_solve(a, upper, transpose, unitriangular);
-}
-
-/// `linalg_solve_triangular(Tensor self, Tensor B, *, bool upper, bool left=True, bool
-/// unitriangular=False) -> Tensor` Calls `tr_tensor_linalg_solve_triangular`; throws tr::Error
-/// on failure.
-[[nodiscard]] inline Tensor linalg_solve_triangular(
-    const Tensor& input,
-    const Tensor& b,
-    bool upper,
-    bool left,
-    bool unitriangular) {
-    return input.linalg_solve_triangular(b, upper, left, unitriangular);
-}
-
-/// `linalg_vander(Tensor x, *, SymInt? N=None) -> Tensor` Calls `tr_tensor_linalg_vander`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor linalg_vander(const Tensor& x, std::optional<int64_t> n) {
-    return x.linalg_vander(n);
-}
-
-/// `svd(Tensor self, bool some=True, bool compute_uv=True) -> (Tensor U, Tensor S, Tensor V)`
-/// Calls `tr_tensor_svd`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 3> svd(const Tensor& input, bool some, bool compute_uv) {
-    return input.svd(some, compute_uv);
-}
-
-/// `swapaxes(Tensor(a) self, int axis0, int axis1) -> Tensor(a)` Calls `tr_tensor_swapaxes`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor swapaxes(const Tensor& input, int64_t axis0, int64_t axis1) {
-    return input.swapaxes(axis0, axis1);
-}
-
-/// `swapaxes_(Tensor(a!) self, int axis0, int axis1) -> Tensor(a!)` Calls
-/// `tr_tensor_swapaxes_`; throws tr::Error on failure.
-inline Tensor& swapaxes_(Tensor& input, int64_t axis0, int64_t axis1) {
-    return input.swapaxes_(axis0, axis1);
-}
-
-/// `swapdims(Tensor(a) self, int dim0, int dim1) -> Tensor(a)` Calls `tr_tensor_swapdims`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor swapdims(const Tensor& input, int64_t dim0, int64_t dim1) {
-    return input.swapdims(dim0, dim1);
-}
-
-/// `swapdims_(Tensor(a!) self, int dim0, int dim1) -> Tensor(a!)` Calls `tr_tensor_swapdims_`;
-/// throws tr::Error on failure.
-inline Tensor& swapdims_(Tensor& input, int64_t dim0, int64_t dim1) {
-    return input.swapdims_(dim0, dim1);
-}
-
-/// `cholesky(Tensor self, bool upper=False) -> Tensor` Calls `tr_tensor_cholesky`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor cholesky(const Tensor& input, bool upper) {
-    return input.cholesky(upper);
-}
-
-/// `cholesky_solve(Tensor self, Tensor input2, bool upper=False) -> Tensor` Calls
-/// `tr_tensor_cholesky_solve`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor cholesky_solve(const Tensor& input, const Tensor& input2, bool upper) {
-    return input.cholesky_solve(input2, upper);
-}
-
-/// `cholesky_inverse(Tensor self, bool upper=False) -> Tensor` Calls
-/// `tr_tensor_cholesky_inverse`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor cholesky_inverse(const Tensor& input, bool upper) {
-    return input.cholesky_inverse(upper);
-}
-
-/// `qr(Tensor self, bool some=True) -> (Tensor Q, Tensor R)` Calls `tr_tensor_qr`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> qr(const Tensor& input, bool some) {
-    return input.qr(some);
-}
-
-/// `geqrf(Tensor self) -> (Tensor a, Tensor tau)` Calls `tr_tensor_geqrf`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline std::array<Tensor, 2> geqrf(const Tensor& input) {
-    return input.geqrf();
-}
-
-/// `orgqr(Tensor self, Tensor input2) -> Tensor` Calls `tr_tensor_orgqr`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor orgqr(const Tensor& input, const Tensor& input2) {
-    return input.orgqr(input2);
-}
-
-/// `ormqr(Tensor self, Tensor input2, Tensor input3, bool left=True, bool transpose=False) ->
-/// Tensor` Calls `tr_tensor_ormqr`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor ormqr(
-    const Tensor& input,
-    const Tensor& input2,
-    const Tensor& input3,
-    bool left,
-    bool transpose) {
-    return input.ormqr(input2, input3, left, transpose);
-}
-
-/// `lu_solve(Tensor self, Tensor LU_data, Tensor LU_pivots) -> Tensor` Calls
-/// `tr_tensor_lu_solve`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor lu_solve(
-    const Tensor& input,
-    const Tensor& lu_data,
-    const Tensor& lu_pivots) {
-    return input.lu_solve(lu_data, lu_pivots);
-}
-
-/// `lu_unpack(Tensor LU_data, Tensor LU_pivots, bool unpack_data=True, bool unpack_pivots=True)
-/// -> (Tensor P, Tensor L, Tensor U)` Calls `tr_tensor_lu_unpack`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 3> lu_unpack(
-    const Tensor& lu_data,
-    const Tensor& lu_pivots,
-    bool unpack_data,
-    bool unpack_pivots) {
-    return lu_data.lu_unpack(lu_pivots, unpack_data, unpack_pivots);
-}
-
-/// `multinomial(Tensor self, SymInt num_samples, bool replacement=False, *, Generator?
-/// generator=None) -> Tensor` Calls `tr_tensor_multinomial`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor multinomial(
-    const Tensor& input,
-    int64_t num_samples,
-    bool replacement) {
-    return input.multinomial(num_samples, replacement);
-}
-
-/// `lgamma_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_lgamma_`; throws tr::Error on
-/// failure.
-inline Tensor& lgamma_(Tensor& input) {
-    return input.lgamma_();
-}
-
-/// `lgamma(Tensor self) -> Tensor` Calls `tr_tensor_lgamma`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor lgamma(const Tensor& input) {
-    return input.lgamma();
-}
-
-/// `digamma(Tensor self) -> Tensor` Calls `tr_tensor_digamma`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor digamma(const Tensor& input) {
-    return input.digamma();
-}
-
-/// `polygamma(int n, Tensor self) -> Tensor` Calls `tr_tensor_polygamma`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor polygamma(int64_t n, const Tensor& input) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_polygamma, n, input.raw(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `polygamma_(Tensor(a!) self, int n) -> Tensor(a!)` Calls `tr_tensor_polygamma_`; throws
-/// tr::Error on failure.
-inline Tensor& polygamma_(Tensor& input, int64_t n) {
-    return input.polygamma_(n);
-}
-
-/// `erfinv(Tensor self) -> Tensor` Calls `tr_tensor_erfinv`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor erfinv(const Tensor& input) {
-    return input.erfinv();
-}
-
-/// `erfinv_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_erfinv_`; throws tr::Error on
-/// failure.
-inline Tensor& erfinv_(Tensor& input) {
-    return input.erfinv_();
-}
-
-/// `i0(Tensor self) -> Tensor` Calls `tr_tensor_i0`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor i0(const Tensor& input) {
-    return input.i0();
-}
-
-/// `i0_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_i0_`; throws tr::Error on failure.
-inline Tensor& i0_(Tensor& input) {
-    return input.i0_();
-}
-
-/// `sign(Tensor self) -> Tensor` Calls `tr_tensor_sign`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor sign(const Tensor& input) {
-    return input.sign();
-}
-
-/// `sign_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_sign_`; throws tr::Error on failure.
-inline Tensor& sign_(Tensor& input) {
-    return input.sign_();
-}
-
-/// `signbit(Tensor self) -> Tensor` Calls `tr_tensor_signbit`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor signbit(const Tensor& input) {
-    return input.signbit();
-}
-
-/// `dist(Tensor self, Tensor other, Scalar p=2) -> Tensor` Calls `tr_tensor_dist`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor dist(const Tensor& input, const Tensor& other, Scalar p) {
-    return input.dist(other, p);
-}
-
-/// `atan2_(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls `tr_tensor_atan2_`; throws
-/// tr::Error on failure.
-inline Tensor& atan2_(Tensor& input, const Tensor& other) {
-    return input.atan2_(other);
-}
-
-/// `atan2(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_atan2`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor atan2(const Tensor& input, const Tensor& other) {
-    return input.atan2(other);
-}
-
-/// `arctan2(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_arctan2`; throws tr::Error
-/// on failure.
-[[nodiscard]] inline Tensor arctan2(const Tensor& input, const Tensor& other) {
-    return input.arctan2(other);
-}
-
-/// `arctan2_(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls `tr_tensor_arctan2_`; throws
-/// tr::Error on failure.
-inline Tensor& arctan2_(Tensor& input, const Tensor& other) {
-    return input.arctan2_(other);
-}
-
-/// `lerp.Scalar(Tensor self, Tensor end, Scalar weight) -> Tensor` Calls
-/// `tr_tensor_lerp_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor lerp_scalar(const Tensor& input, const Tensor& end, Scalar weight) {
-    return input.lerp_scalar(end, weight);
-}
-
-/// `lerp.Tensor(Tensor self, Tensor end, Tensor weight) -> Tensor` Calls
-/// `tr_tensor_lerp_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor lerp_tensor(
-    const Tensor& input,
-    const Tensor& end,
-    const Tensor& weight) {
-    return input.lerp_tensor(end, weight);
-}
-
-/// `histc(Tensor self, int bins=100, Scalar min=0, Scalar max=0) -> Tensor` Calls
-/// `tr_tensor_histc`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor histc(const Tensor& input, int64_t bins, Scalar min, Scalar max) {
-    return input.histc(bins, min, max);
-}
-
-/// `histogram.bins_tensor(Tensor self, Tensor bins, *, Tensor? weight=None, bool density=False)
-/// -> (Tensor hist, Tensor bin_edges)` Calls `tr_tensor_histogram_bins_tensor`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> histogram_bins_tensor(
-    const Tensor& input,
-    const Tensor& bins,
-    OptionalTensor weight,
-    bool density) {
-    return input.histogram_bins_tensor(bins, weight, density);
-}
-
-/// `histogram.bin_ct(Tensor self, int bins=100, *, float[]? range=None, Tensor? weight=None,
-/// bool density=False) -> (Tensor hist, Tensor bin_edges)` Calls `tr_tensor_histogram_bin_ct`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> histogram_bin_ct(
-    const Tensor& input,
-    int64_t bins,
-    const std::optional<std::vector<double>>& range,
-    OptionalTensor weight,
-    bool density) {
-    return input.histogram_bin_ct(bins, range, weight, density);
-}
-
-/// `histogramdd(Tensor self, int[] bins, float[]? range=None, Tensor? weight=None, bool
-/// density=False) -> (Tensor hist, Tensor[] bin_edges)` Calls `tr_tensor_histogramdd`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> histogramdd(
-    const Tensor& input,
-    IntList bins,
-    const std::optional<std::vector<double>>& range,
-    OptionalTensor weight,
-    bool density) {
-    return input.histogramdd(bins, range, weight, density);
-}
-
-/// `histogramdd.int_bins(Tensor self, int bins, float[]? range=None, Tensor? weight=None, bool
-/// density=False) -> (Tensor hist, Tensor[] bin_edges)` Calls `tr_tensor_histogramdd_int_bins`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> histogramdd_int_bins(
-    const Tensor& input,
-    int64_t bins,
-    const std::optional<std::vector<double>>& range,
-    OptionalTensor weight,
-    bool density) {
-    return input.histogramdd_int_bins(bins, range, weight, density);
-}
-
-/// `histogramdd.TensorList_bins(Tensor self, Tensor[] bins, float[]? range=None, Tensor?
-/// weight=None, bool density=False) -> (Tensor hist, Tensor[] bin_edges)` Calls
-/// `tr_tensor_histogramdd_tensorlist_bins`; throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> histogramdd_tensorlist_bins(
-    const Tensor& input,
-    const TensorList& bins,
-    const std::optional<std::vector<double>>& range,
-    OptionalTensor weight,
-    bool density) {
-    return input.histogramdd_tensorlist_bins(bins, range, weight, density);
-}
-
-/// `fmod.Scalar(Tensor self, Scalar other) -> Tensor` Calls `tr_tensor_fmod_scalar`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor fmod_scalar(const Tensor& input, Scalar other) {
-    return input.fmod_scalar(other);
-}
-
-/// `fmod_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` Calls `tr_tensor_fmod_scalar_`;
-/// throws tr::Error on failure.
-inline Tensor& fmod_scalar_(Tensor& input, Scalar other) {
-    return input.fmod_scalar_(other);
-}
-
-/// `fmod.Tensor(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_fmod_tensor`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor fmod_tensor(const Tensor& input, const Tensor& other) {
-    return input.fmod_tensor(other);
-}
-
-/// `fmod_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls `tr_tensor_fmod_tensor_`;
-/// throws tr::Error on failure.
-inline Tensor& fmod_tensor_(Tensor& input, const Tensor& other) {
-    return input.fmod_tensor_(other);
-}
-
-/// `hypot(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_hypot`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor hypot(const Tensor& input, const Tensor& other) {
-    return input.hypot(other);
-}
-
-/// `hypot_(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls `tr_tensor_hypot_`; throws
-/// tr::Error on failure.
-inline Tensor& hypot_(Tensor& input, const Tensor& other) {
-    return input.hypot_(other);
-}
-
-/// `igamma(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_igamma`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor igamma(const Tensor& input, const Tensor& other) {
-    return input.igamma(other);
-}
-
-/// `igamma_(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls `tr_tensor_igamma_`; throws
-/// tr::Error on failure.
-inline Tensor& igamma_(Tensor& input, const Tensor& other) {
-    return input.igamma_(other);
-}
-
-/// `igammac(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_igammac`; throws tr::Error
-/// on failure.
-[[nodiscard]] inline Tensor igammac(const Tensor& input, const Tensor& other) {
-    return input.igammac(other);
-}
-
-/// `igammac_(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls `tr_tensor_igammac_`; throws
-/// tr::Error on failure.
-inline Tensor& igammac_(Tensor& input, const Tensor& other) {
-    return input.igammac_(other);
-}
-
-/// `nextafter(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_nextafter`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor nextafter(const Tensor& input, const Tensor& other) {
-    return input.nextafter(other);
-}
-
-/// `nextafter_(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls `tr_tensor_nextafter_`;
-/// throws tr::Error on failure.
-inline Tensor& nextafter_(Tensor& input, const Tensor& other) {
-    return input.nextafter_(other);
-}
-
-/// `remainder.Tensor(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_remainder_tensor`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor remainder_tensor(const Tensor& input, const Tensor& other) {
-    return input.remainder_tensor(other);
-}
-
-/// `remainder_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` Calls
-/// `tr_tensor_remainder_tensor_`; throws tr::Error on failure.
-inline Tensor& remainder_tensor_(Tensor& input, const Tensor& other) {
-    return input.remainder_tensor_(other);
-}
-
-/// `remainder.Scalar_Tensor(Scalar self, Tensor other) -> Tensor` Calls
-/// `tr_tensor_remainder_scalar_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor remainder_scalar_tensor(Scalar input, const Tensor& other) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_remainder_scalar_tensor, input.raw(), other.raw(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `fmin(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_fmin`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor fmin(const Tensor& input, const Tensor& other) {
-    return input.fmin(other);
-}
-
-/// `fmax(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_fmax`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor fmax(const Tensor& input, const Tensor& other) {
-    return input.fmax(other);
-}
-
-/// `maximum(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_maximum`; throws tr::Error
-/// on failure.
-[[nodiscard]] inline Tensor maximum(const Tensor& input, const Tensor& other) {
-    return input.maximum(other);
-}
-
-/// `max.other(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_max_other`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor max_other(const Tensor& input, const Tensor& other) {
-    return input.max_other(other);
-}
-
-/// `minimum(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_minimum`; throws tr::Error
-/// on failure.
-[[nodiscard]] inline Tensor minimum(const Tensor& input, const Tensor& other) {
-    return input.minimum(other);
-}
-
-/// `min.other(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_min_other`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor min_other(const Tensor& input, const Tensor& other) {
-    return input.min_other(other);
-}
-
-/// `quantile(Tensor self, Tensor q, int? dim=None, bool keepdim=False, *, str
-/// interpolation='linear') -> Tensor` Calls `tr_tensor_quantile`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor quantile(
-    const Tensor& input,
-    const Tensor& q,
-    std::optional<int64_t> dim,
-    bool keepdim,
-    const std::string& interpolation) {
-    return input.quantile(q, dim, keepdim, interpolation);
-}
-
-/// `quantile.scalar(Tensor self, float q, int? dim=None, bool keepdim=False, *, str
-/// interpolation='linear') -> Tensor` Calls `tr_tensor_quantile_scalar`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor quantile_scalar(
-    const Tensor& input,
-    double q,
-    std::optional<int64_t> dim,
-    bool keepdim,
-    const std::string& interpolation) {
-    return input.quantile_scalar(q, dim, keepdim, interpolation);
-}
-
-/// `nanquantile(Tensor self, Tensor q, int? dim=None, bool keepdim=False, *, str
-/// interpolation='linear') -> Tensor` Calls `tr_tensor_nanquantile`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor nanquantile(
-    const Tensor& input,
-    const Tensor& q,
-    std::optional<int64_t> dim,
-    bool keepdim,
-    const std::string& interpolation) {
-    return input.nanquantile(q, dim, keepdim, interpolation);
-}
-
-/// `nanquantile.scalar(Tensor self, float q, int? dim=None, bool keepdim=False, *, str
-/// interpolation='linear') -> Tensor` Calls `tr_tensor_nanquantile_scalar`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor nanquantile_scalar(
-    const Tensor& input,
-    double q,
-    std::optional<int64_t> dim,
-    bool keepdim,
-    const std::string& interpolation) {
-    return input.nanquantile_scalar(q, dim, keepdim, interpolation);
-}
-
-/// `sort(Tensor self, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)`
-/// Calls `tr_tensor_sort`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> sort(const Tensor& input, int64_t dim, bool descending) {
-    return input.sort(dim, descending);
-}
-
-/// `sort.stable(Tensor self, *, bool? stable, int dim=-1, bool descending=False) -> (Tensor
-/// values, Tensor indices)` Calls `tr_tensor_sort_stable`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> sort_stable(
-    const Tensor& input,
-    std::optional<bool> stable,
-    int64_t dim,
-    bool descending) {
-    return input.sort_stable(stable, dim, descending);
-}
-
-/// `msort(Tensor self) -> Tensor` Calls `tr_tensor_msort`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor msort(const Tensor& input) {
-    return input.msort();
-}
-
-/// `argsort(Tensor self, int dim=-1, bool descending=False) -> Tensor` Calls
-/// `tr_tensor_argsort`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor argsort(const Tensor& input, int64_t dim, bool descending) {
-    return input.argsort(dim, descending);
-}
-
-/// `argsort.stable(Tensor self, *, bool stable, int dim=-1, bool descending=False) -> Tensor`
-/// Calls `tr_tensor_argsort_stable`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor argsort_stable(
-    const Tensor& input,
-    bool stable,
-    int64_t dim,
-    bool descending) {
-    return input.argsort_stable(stable, dim, descending);
-}
-
-/// `topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> (Tensor
-/// values, Tensor indices)` Calls `tr_tensor_topk`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> topk(
-    const Tensor& input,
-    int64_t k,
-    int64_t dim,
-    bool largest,
-    bool sorted) {
-    return input.topk(k, dim, largest, sorted);
-}
-
-/// `all(Tensor self) -> Tensor` Calls `tr_tensor_all`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor all(const Tensor& input) {
-    return input.all();
-}
-
-/// `any(Tensor self) -> Tensor` Calls `tr_tensor_any`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor any(const Tensor& input) {
-    return input.any();
-}
-
-/// `renorm(Tensor self, Scalar p, int dim, Scalar maxnorm) -> Tensor` Calls `tr_tensor_renorm`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor renorm(const Tensor& input, Scalar p, int64_t dim, Scalar maxnorm) {
-    return input.renorm(p, dim, maxnorm);
-}
-
-/// `renorm_(Tensor(a!) self, Scalar p, int dim, Scalar maxnorm) -> Tensor(a!)` Calls
-/// `tr_tensor_renorm_`; throws tr::Error on failure.
-inline Tensor& renorm_(Tensor& input, Scalar p, int64_t dim, Scalar maxnorm) {
-    return input.renorm_(p, dim, maxnorm);
-}
-
-/// `unfold(Tensor(a) self, int dimension, int size, int step) -> Tensor(a)` Calls
-/// `tr_tensor_unfold`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor unfold(
-    const Tensor& input,
-    int64_t dimension,
-    int64_t size,
-    int64_t step) {
-    return input.unfold(dimension, size, step);
-}
-
-/// `equal(Tensor self, Tensor other) -> bool` Calls `tr_tensor_equal`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline bool equal(const Tensor& input, const Tensor& other) {
-    return input.equal(other);
-}
-
-/// `pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor` Calls
-/// `tr_tensor_pow_tensor_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor pow_tensor_tensor(const Tensor& input, const Tensor& exponent) {
-    return input.pow_tensor_tensor(exponent);
-}
-
-/// `pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor` Calls
-/// `tr_tensor_pow_tensor_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor pow_tensor_scalar(const Tensor& input, Scalar exponent) {
-    return input.pow_tensor_scalar(exponent);
-}
-
-/// `pow_.Tensor(Tensor(a!) self, Tensor exponent) -> Tensor(a!)` Calls `tr_tensor_pow_tensor_`;
-/// throws tr::Error on failure.
-inline Tensor& pow_tensor_(Tensor& input, const Tensor& exponent) {
-    return input.pow_tensor_(exponent);
-}
-
-/// `float_power.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor` Calls
-/// `tr_tensor_float_power_tensor_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor float_power_tensor_tensor(const Tensor& input, const Tensor& exponent) {
-    return input.float_power_tensor_tensor(exponent);
-}
-
-/// `float_power.Scalar(Scalar self, Tensor exponent) -> Tensor` Calls
-/// `tr_tensor_float_power_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor float_power_scalar(Scalar input, const Tensor& exponent) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_float_power_scalar, input.raw(), exponent.raw(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `float_power.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor` Calls
-/// `tr_tensor_float_power_tensor_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor float_power_tensor_scalar(const Tensor& input, Scalar exponent) {
-    return input.float_power_tensor_scalar(exponent);
-}
-
-/// `float_power_.Scalar(Tensor(a!) self, Scalar exponent) -> Tensor(a!)` Calls
-/// `tr_tensor_float_power_scalar_`; throws tr::Error on failure.
-inline Tensor& float_power_scalar_(Tensor& input, Scalar exponent) {
-    return input.float_power_scalar_(exponent);
-}
-
-/// `float_power_.Tensor(Tensor(a!) self, Tensor exponent) -> Tensor(a!)` Calls
-/// `tr_tensor_float_power_tensor_`; throws tr::Error on failure.
-inline Tensor& float_power_tensor_(Tensor& input, const Tensor& exponent) {
-    return input.float_power_tensor_(exponent);
-}
-
-/// `normal_(Tensor(a!) self, float mean=0, float std=1, *, Generator? generator=None) ->
-/// Tensor(a!)` Calls `tr_tensor_normal_`; throws tr::Error on failure.
-inline Tensor& normal_(Tensor& input, double mean, double std) {
-    return input.normal_(mean, std);
-}
-
-/// `normal_functional(Tensor self, float mean=0, float std=1, *, Generator? generator=None) ->
-/// Tensor` Calls `tr_tensor_normal_functional`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor normal_functional(const Tensor& input, double mean, double std) {
-    return input.normal_functional(mean, std);
-}
-
-/// `normal.Tensor_float(Tensor mean, float std=1, *, Generator? generator=None) -> Tensor`
-/// Calls `tr_tensor_normal_tensor_float`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor normal_tensor_float(const Tensor& mean, double std) {
-    return mean.normal_tensor_float(std);
-}
-
-/// `normal.float_Tensor(float mean, Tensor std, *, Generator? generator=None) -> Tensor` Calls
-/// `tr_tensor_normal_float_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor normal_float_tensor(double mean, const Tensor& std) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_normal_float_tensor, mean, std.raw(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `normal.Tensor_Tensor(Tensor mean, Tensor std, *, Generator? generator=None) -> Tensor`
-/// Calls `tr_tensor_normal_tensor_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor normal_tensor_tensor(const Tensor& mean, const Tensor& std) {
-    return mean.normal_tensor_tensor(std);
-}
-
-/// `normal.float_float(float mean, float std, SymInt[] size, *, Generator? generator=None,
-/// ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) ->
-/// Tensor` Calls `tr_tensor_normal_float_float`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor normal_float_float(
-    double mean,
-    double std,
-    IntList size,
-    std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_normal_float_float, mean, std, size.data(), size.size(),
-            detail::c_opt(dtype).ptr(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `bucketize.Tensor(Tensor self, Tensor boundaries, *, bool out_int32=False, bool right=False)
-/// -> Tensor` Calls `tr_tensor_bucketize_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor bucketize_tensor(
-    const Tensor& input,
-    const Tensor& boundaries,
-    bool out_int32,
-    bool right) {
-    return input.bucketize_tensor(boundaries, out_int32, right);
-}
-
-/// `bucketize.Scalar(Scalar self, Tensor boundaries, *, bool out_int32=False, bool right=False)
-/// -> Tensor` Calls `tr_tensor_bucketize_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor bucketize_scalar(
-    Scalar input,
-    const Tensor& boundaries,
-    bool out_int32,
-    bool right) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_bucketize_scalar, input.raw(), boundaries.raw(), out_int32, right, &out);
-    return Tensor::adopt(out);
-}
-
-/// `searchsorted.Tensor(Tensor sorted_sequence, Tensor self, *, bool out_int32=False, bool
-/// right=False, str? side=None, Tensor? sorter=None) -> Tensor` Calls
-/// `tr_tensor_searchsorted_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor searchsorted_tensor(
-    const Tensor& sorted_sequence,
-    const Tensor& input,
-    bool out_int32,
-    bool right,
-    const std::optional<std::string>& side,
-    OptionalTensor sorter) {
-    return sorted_sequence.searchsorted_tensor(input, out_int32, right, side, sorter);
-}
-
-/// `searchsorted.Scalar(Tensor sorted_sequence, Scalar self, *, bool out_int32=False, bool
-/// right=False, str? side=None, Tensor? sorter=None) -> Tensor` Calls
-/// `tr_tensor_searchsorted_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor searchsorted_scalar(
-    const Tensor& sorted_sequence,
-    Scalar input,
-    bool out_int32,
-    bool right,
-    const std::optional<std::string>& side,
-    OptionalTensor sorter) {
-    return sorted_sequence.searchsorted_scalar(input, out_int32, right, side, sorter);
-}
-
-/// `l1_loss(Tensor self, Tensor target, int reduction=Mean) -> Tensor` Calls
-/// `tr_tensor_l1_loss`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor l1_loss(const Tensor& input, const Tensor& target, int64_t reduction) {
-    return input.l1_loss(target, reduction);
-}
-
-/// `multi_margin_loss(Tensor self, Tensor target, Scalar p=1, Scalar margin=1, Tensor?
-/// weight=None, int reduction=Mean) -> Tensor` Calls `tr_tensor_multi_margin_loss`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor multi_margin_loss(
-    const Tensor& input,
-    const Tensor& target,
-    Scalar p,
-    Scalar margin,
-    OptionalTensor weight,
-    int64_t reduction) {
-    return input.multi_margin_loss(target, p, margin, weight, reduction);
-}
-
-/// `multilabel_margin_loss(Tensor self, Tensor target, int reduction=Mean) -> Tensor` Calls
-/// `tr_tensor_multilabel_margin_loss`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor multilabel_margin_loss(
-    const Tensor& input,
-    const Tensor& target,
-    int64_t reduction) {
-    return input.multilabel_margin_loss(target, reduction);
-}
-
-/// `multilabel_margin_loss_forward(Tensor self, Tensor target, int reduction) -> (Tensor
-/// output, Tensor is_target)` Calls `tr_tensor_multilabel_margin_loss_forward`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> multilabel_margin_loss_forward(
-    const Tensor& input,
-    const Tensor& target,
-    int64_t reduction) {
-    return input.multilabel_margin_loss_forward(target, reduction);
-}
-
-/// `nll_loss_nd(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean, SymInt
-/// ignore_index=-100) -> Tensor` Calls `tr_tensor_nll_loss_nd`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor nll_loss_nd(
-    const Tensor& input,
-    const Tensor& target,
-    OptionalTensor weight,
-    int64_t reduction,
-    int64_t ignore_index) {
-    return input.nll_loss_nd(target, weight, reduction, ignore_index);
-}
-
-/// `nll_loss(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean, SymInt
-/// ignore_index=-100) -> Tensor` Calls `tr_tensor_nll_loss`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor nll_loss(
-    const Tensor& input,
-    const Tensor& target,
-    OptionalTensor weight,
-    int64_t reduction,
-    int64_t ignore_index) {
-    return input.nll_loss(target, weight, reduction, ignore_index);
-}
-
-/// `nll_loss_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt
-/// ignore_index) -> (Tensor output, Tensor total_weight)` Calls `tr_tensor_nll_loss_forward`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> nll_loss_forward(
-    const Tensor& input,
-    const Tensor& target,
-    OptionalTensor weight,
-    int64_t reduction,
-    int64_t ignore_index) {
-    return input.nll_loss_forward(target, weight, reduction, ignore_index);
-}
-
-/// `nll_loss2d(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean, SymInt
-/// ignore_index=-100) -> Tensor` Calls `tr_tensor_nll_loss2d`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor nll_loss2d(
-    const Tensor& input,
-    const Tensor& target,
-    OptionalTensor weight,
-    int64_t reduction,
-    int64_t ignore_index) {
-    return input.nll_loss2d(target, weight, reduction, ignore_index);
-}
-
-/// `nll_loss2d_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt
-/// ignore_index) -> (Tensor output, Tensor total_weight)` Calls `tr_tensor_nll_loss2d_forward`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> nll_loss2d_forward(
-    const Tensor& input,
-    const Tensor& target,
-    OptionalTensor weight,
-    int64_t reduction,
-    int64_t ignore_index) {
-    return input.nll_loss2d_forward(target, weight, reduction, ignore_index);
-}
-
-/// `smooth_l1_loss(Tensor self, Tensor target, int reduction=Mean, float beta=1.0) -> Tensor`
-/// Calls `tr_tensor_smooth_l1_loss`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor smooth_l1_loss(
-    const Tensor& input,
-    const Tensor& target,
-    int64_t reduction,
-    double beta) {
-    return input.smooth_l1_loss(target, reduction, beta);
-}
-
-/// `huber_loss(Tensor self, Tensor target, int reduction=Mean, float delta=1.0) -> Tensor`
-/// Calls `tr_tensor_huber_loss`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor huber_loss(
-    const Tensor& input,
-    const Tensor& target,
-    int64_t reduction,
-    double delta) {
-    return input.huber_loss(target, reduction, delta);
-}
-
-/// `soft_margin_loss(Tensor self, Tensor target, int reduction=Mean) -> Tensor` Calls
-/// `tr_tensor_soft_margin_loss`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor soft_margin_loss(
-    const Tensor& input,
-    const Tensor& target,
-    int64_t reduction) {
-    return input.soft_margin_loss(target, reduction);
-}
-
-/// `elu(Tensor self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor` Calls
-/// `tr_tensor_elu`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor elu(
-    const Tensor& input,
-    Scalar alpha,
-    Scalar scale,
-    Scalar input_scale) {
-    return input.elu(alpha, scale, input_scale);
-}
-
-/// `elu_(Tensor(a!) self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor(a!)`
-/// Calls `tr_tensor_elu_`; throws tr::Error on failure.
-inline Tensor& elu_(Tensor& input, Scalar alpha, Scalar scale, Scalar input_scale) {
-    return input.elu_(alpha, scale, input_scale);
-}
-
-/// `glu(Tensor self, int dim=-1) -> Tensor` Calls `tr_tensor_glu`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor glu(const Tensor& input, int64_t dim) {
-    return input.glu(dim);
-}
-
-/// `glu_jvp(Tensor glu, Tensor x, Tensor dx, int dim) -> Tensor` Calls `tr_tensor_glu_jvp`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor glu_jvp(
-    const Tensor& glu,
-    const Tensor& x,
-    const Tensor& dx,
-    int64_t dim) {
-    return glu.glu_jvp(x, dx, dim);
-}
-
-/// `hardsigmoid(Tensor self) -> Tensor` Calls `tr_tensor_hardsigmoid`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor hardsigmoid(const Tensor& input) {
-    return input.hardsigmoid();
-}
-
-/// `hardsigmoid_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_hardsigmoid_`; throws
-/// tr::Error on failure.
-inline Tensor& hardsigmoid_(Tensor& input) {
-    return input.hardsigmoid_();
-}
-
-/// `hardtanh(Tensor self, Scalar min_val=-1, Scalar max_val=1) -> Tensor` Calls
-/// `tr_tensor_hardtanh`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor hardtanh(const Tensor& input, Scalar min_val, Scalar max_val) {
-    return input.hardtanh(min_val, max_val);
-}
-
-/// `hardtanh_(Tensor(a!) self, Scalar min_val=-1, Scalar max_val=1) -> Tensor(a!)` Calls
-/// `tr_tensor_hardtanh_`; throws tr::Error on failure.
-inline Tensor& hardtanh_(Tensor& input, Scalar min_val, Scalar max_val) {
-    return input.hardtanh_(min_val, max_val);
-}
-
-/// `hardswish(Tensor self) -> Tensor` Calls `tr_tensor_hardswish`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor hardswish(const Tensor& input) {
-    return input.hardswish();
-}
-
-/// `hardswish_(Tensor(a!) self) -> Tensor(a!)` Calls `tr_tensor_hardswish_`; throws tr::Error
-/// on failure.
-inline Tensor& hardswish_(Tensor& input) {
-    return input.hardswish_();
-}
-
-/// `leaky_relu(Tensor self, Scalar negative_slope=0.01) -> Tensor` Calls
-/// `tr_tensor_leaky_relu`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor leaky_relu(const Tensor& input, Scalar negative_slope) {
-    return input.leaky_relu(negative_slope);
-}
-
-/// `leaky_relu_(Tensor(a!) self, Scalar negative_slope=0.01) -> Tensor(a!)` Calls
-/// `tr_tensor_leaky_relu_`; throws tr::Error on failure.
-inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
-    return input.leaky_relu_(negative_slope);
-}
-
-/// `log_sigmoid(Tensor self) -> Tensor` Calls `tr_tensor_log_sigmoid`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor log_sigmoid(const Tensor& input) {
-    return input.log_sigmoid();
-}
-
-/// `log_sigmoid_forward(Tensor self) -> (Tensor output, Tensor buffer)` Calls
-/// `tr_tensor_log_sigmoid_forward`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> log_sigmoid_forward(const Tensor& input) {
-    return input.log_sigmoid_forward();
-}
-
-/// `softplus(Tensor self, Scalar beta=1, Scalar threshold=20) -> Tensor` Calls
-/// `tr_tensor_softplus`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor softplus(const Tensor& input, Scalar beta, Scalar threshold) {
-    return input.softplus(beta, threshold);
-}
-
-/// `softshrink(Tensor self, Scalar lambd=0.5) -> Tensor` Calls `tr_tensor_softshrink`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor softshrink(const Tensor& input, Scalar lambd) {
-    return input.softshrink(lambd);
-}
-
-/// `adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> Tensor` Calls
-/// `tr_tensor_adaptive_avg_pool2d`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor adaptive_avg_pool2d(const Tensor& input, IntList output_size) {
-    return input.adaptive_avg_pool2d(output_size);
-}
-
-/// `adaptive_avg_pool3d(Tensor self, SymInt[3] output_size) -> Tensor` Calls
-/// `tr_tensor_adaptive_avg_pool3d`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor adaptive_avg_pool3d(const Tensor& input, IntList output_size) {
-    return input.adaptive_avg_pool3d(output_size);
-}
-
-/// `adaptive_max_pool2d(Tensor self, int[2] output_size) -> (Tensor, Tensor)` Calls
-/// `tr_tensor_adaptive_max_pool2d`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> adaptive_max_pool2d(
-    const Tensor& input,
-    IntList output_size) {
-    return input.adaptive_max_pool2d(output_size);
-}
-
-/// `adaptive_max_pool3d(Tensor self, int[3] output_size) -> (Tensor, Tensor)` Calls
-/// `tr_tensor_adaptive_max_pool3d`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> adaptive_max_pool3d(
-    const Tensor& input,
-    IntList output_size) {
-    return input.adaptive_max_pool3d(output_size);
-}
-
-/// `avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, bool
-/// ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor` Calls
-/// `tr_tensor_avg_pool2d`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor avg_pool2d(
-    const Tensor& input,
-    IntList kernel_size,
-    IntList stride,
-    IntList padding,
-    bool ceil_mode,
-    bool count_include_pad,
-    std::optional<int64_t> divisor_override) {
-    return input.avg_pool2d(kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override);
-}
-
-/// `avg_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, bool
-/// ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor` Calls
-/// `tr_tensor_avg_pool3d`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor avg_pool3d(
-    const Tensor& input,
-    IntList kernel_size,
-    IntList stride,
-    IntList padding,
-    bool ceil_mode,
-    bool count_include_pad,
-    std::optional<int64_t> divisor_override) {
-    return input.avg_pool3d(kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override);
-}
-
-/// `fractional_max_pool2d(Tensor self, int[2] kernel_size, int[2] output_size, Tensor
-/// random_samples) -> (Tensor, Tensor)` Calls `tr_tensor_fractional_max_pool2d`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> fractional_max_pool2d(
-    const Tensor& input,
-    IntList kernel_size,
-    IntList output_size,
-    const Tensor& random_samples) {
-    return input.fractional_max_pool2d(kernel_size, output_size, random_samples);
-}
-
-/// `fractional_max_pool3d(Tensor self, int[3] kernel_size, int[3] output_size, Tensor
-/// random_samples) -> (Tensor, Tensor)` Calls `tr_tensor_fractional_max_pool3d`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> fractional_max_pool3d(
-    const Tensor& input,
-    IntList kernel_size,
-    IntList output_size,
-    const Tensor& random_samples) {
-    return input.fractional_max_pool3d(kernel_size, output_size, random_samples);
-}
-
-/// `max_pool2d_with_indices(Tensor self, int[2] kernel_size, int[2] stride=[], int[2]
-/// padding=0, int[2] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)` Calls
-/// `tr_tensor_max_pool2d_with_indices`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> max_pool2d_with_indices(
-    const Tensor& input,
-    IntList kernel_size,
-    IntList stride,
-    IntList padding,
-    IntList dilation,
-    bool ceil_mode) {
-    return input.max_pool2d_with_indices(kernel_size, stride, padding, dilation, ceil_mode);
-}
-
-/// `max_pool3d_with_indices(Tensor self, int[3] kernel_size, int[3] stride=[], int[3]
-/// padding=0, int[3] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)` Calls
-/// `tr_tensor_max_pool3d_with_indices`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> max_pool3d_with_indices(
-    const Tensor& input,
-    IntList kernel_size,
-    IntList stride,
-    IntList padding,
-    IntList dilation,
-    bool ceil_mode) {
-    return input.max_pool3d_with_indices(kernel_size, stride, padding, dilation, ceil_mode);
-}
-
-/// `max_unpool2d(Tensor self, Tensor indices, SymInt[2] output_size) -> Tensor` Calls
-/// `tr_tensor_max_unpool2d`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor max_unpool2d(
-    const Tensor& input,
-    const Tensor& indices,
-    IntList output_size) {
-    return input.max_unpool2d(indices, output_size);
-}
-
-/// `max_unpool3d(Tensor self, Tensor indices, SymInt[3] output_size, int[3] stride, int[3]
-/// padding) -> Tensor` Calls `tr_tensor_max_unpool3d`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor max_unpool3d(
-    const Tensor& input,
-    const Tensor& indices,
-    IntList output_size,
-    IntList stride,
-    IntList padding) {
-    return input.max_unpool3d(indices, output_size, stride, padding);
-}
-
-/// `reflection_pad1d(Tensor self, SymInt[2] padding) -> Tensor` Calls
-/// `tr_tensor_reflection_pad1d`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor reflection_pad1d(const Tensor& input, IntList padding) {
-    return input.reflection_pad1d(padding);
-}
-
-/// `reflection_pad2d(Tensor self, SymInt[4] padding) -> Tensor` Calls
-/// `tr_tensor_reflection_pad2d`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor reflection_pad2d(const Tensor& input, IntList padding) {
-    return input.reflection_pad2d(padding);
-}
-
-/// `reflection_pad3d(Tensor self, SymInt[6] padding) -> Tensor` Calls
-/// `tr_tensor_reflection_pad3d`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor reflection_pad3d(const Tensor& input, IntList padding) {
-    return input.reflection_pad3d(padding);
-}
-
-/// `replication_pad1d(Tensor self, SymInt[2] padding) -> Tensor` Calls
-/// `tr_tensor_replication_pad1d`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor replication_pad1d(const Tensor& input, IntList padding) {
-    return input.replication_pad1d(padding);
-}
-
-/// `replication_pad2d(Tensor self, SymInt[4] padding) -> Tensor` Calls
-/// `tr_tensor_replication_pad2d`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor replication_pad2d(const Tensor& input, IntList padding) {
-    return input.replication_pad2d(padding);
-}
-
-/// `replication_pad3d(Tensor self, SymInt[6] padding) -> Tensor` Calls
-/// `tr_tensor_replication_pad3d`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor replication_pad3d(const Tensor& input, IntList padding) {
-    return input.replication_pad3d(padding);
-}
-
-/// `pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -> Tensor` Calls
-/// `tr_tensor_pad`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor pad(
-    const Tensor& input,
-    IntList pad,
-    const std::string& mode,
-    std::optional<double> value) {
-    return input.pad(pad, mode, value);
-}
-
-/// `upsample_linear1d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]?
-/// scale_factors) -> Tensor` Calls `tr_tensor_upsample_linear1d_vec`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor upsample_linear1d_vec(
-    const Tensor& input,
-    const std::optional<IntList>& output_size,
-    bool align_corners,
-    const std::optional<std::vector<double>>& scale_factors) {
-    return input.upsample_linear1d_vec(output_size, align_corners, scale_factors);
-}
-
-/// `upsample_bilinear2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]?
-/// scale_factors) -> Tensor` Calls `tr_tensor_upsample_bilinear2d_vec`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor upsample_bilinear2d_vec(
-    const Tensor& input,
-    const std::optional<IntList>& output_size,
-    bool align_corners,
-    const std::optional<std::vector<double>>& scale_factors) {
-    return input.upsample_bilinear2d_vec(output_size, align_corners, scale_factors);
-}
-
-/// `upsample_trilinear3d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]?
-/// scale_factors) -> Tensor` Calls `tr_tensor_upsample_trilinear3d_vec`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor upsample_trilinear3d_vec(
-    const Tensor& input,
-    const std::optional<IntList>& output_size,
-    bool align_corners,
-    const std::optional<std::vector<double>>& scale_factors) {
-    return input.upsample_trilinear3d_vec(output_size, align_corners, scale_factors);
-}
-
-/// `upsample_bicubic2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]?
-/// scale_factors) -> Tensor` Calls `tr_tensor_upsample_bicubic2d_vec`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor upsample_bicubic2d_vec(
-    const Tensor& input,
-    const std::optional<IntList>& output_size,
-    bool align_corners,
-    const std::optional<std::vector<double>>& scale_factors) {
-    return input.upsample_bicubic2d_vec(output_size, align_corners, scale_factors);
-}
-
-/// `upsample_nearest1d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) ->
-/// Tensor` Calls `tr_tensor_upsample_nearest1d_vec`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor upsample_nearest1d_vec(
-    const Tensor& input,
-    const std::optional<IntList>& output_size,
-    const std::optional<std::vector<double>>& scale_factors) {
-    return input.upsample_nearest1d_vec(output_size, scale_factors);
-}
-
-/// `upsample_nearest2d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) ->
-/// Tensor` Calls `tr_tensor_upsample_nearest2d_vec`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor upsample_nearest2d_vec(
-    const Tensor& input,
-    const std::optional<IntList>& output_size,
-    const std::optional<std::vector<double>>& scale_factors) {
-    return input.upsample_nearest2d_vec(output_size, scale_factors);
-}
-
-/// `upsample_nearest3d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) ->
-/// Tensor` Calls `tr_tensor_upsample_nearest3d_vec`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor upsample_nearest3d_vec(
-    const Tensor& input,
-    const std::optional<IntList>& output_size,
-    const std::optional<std::vector<double>>& scale_factors) {
-    return input.upsample_nearest3d_vec(output_size, scale_factors);
-}
-
-/// `upsample_linear1d(Tensor self, SymInt[1] output_size, bool align_corners, float?
-/// scales=None) -> Tensor` Calls `tr_tensor_upsample_linear1d`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor upsample_linear1d(
-    const Tensor& input,
-    IntList output_size,
-    bool align_corners,
-    std::optional<double> scales) {
-    return input.upsample_linear1d(output_size, align_corners, scales);
-}
-
-/// `upsample_bilinear2d(Tensor self, SymInt[2] output_size, bool align_corners, float?
-/// scales_h=None, float? scales_w=None) -> Tensor` Calls `tr_tensor_upsample_bilinear2d`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor upsample_bilinear2d(
-    const Tensor& input,
-    IntList output_size,
-    bool align_corners,
-    std::optional<double> scales_h,
-    std::optional<double> scales_w) {
-    return input.upsample_bilinear2d(output_size, align_corners, scales_h, scales_w);
-}
-
-/// `upsample_bicubic2d(Tensor self, SymInt[2] output_size, bool align_corners, float?
-/// scales_h=None, float? scales_w=None) -> Tensor` Calls `tr_tensor_upsample_bicubic2d`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor upsample_bicubic2d(
-    const Tensor& input,
-    IntList output_size,
-    bool align_corners,
-    std::optional<double> scales_h,
-    std::optional<double> scales_w) {
-    return input.upsample_bicubic2d(output_size, align_corners, scales_h, scales_w);
-}
-
-/// `upsample_trilinear3d(Tensor self, SymInt[3] output_size, bool align_corners, float?
-/// scales_d=None, float? scales_h=None, float? scales_w=None) -> Tensor` Calls
-/// `tr_tensor_upsample_trilinear3d`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor upsample_trilinear3d(
-    const Tensor& input,
-    IntList output_size,
-    bool align_corners,
-    std::optional<double> scales_d,
-    std::optional<double> scales_h,
-    std::optional<double> scales_w) {
-    return input.upsample_trilinear3d(output_size, align_corners, scales_d, scales_h, scales_w);
-}
-
-/// `upsample_nearest1d(Tensor self, SymInt[1] output_size, float? scales=None) -> Tensor` Calls
-/// `tr_tensor_upsample_nearest1d`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor upsample_nearest1d(
-    const Tensor& input,
-    IntList output_size,
-    std::optional<double> scales) {
-    return input.upsample_nearest1d(output_size, scales);
-}
-
-/// `upsample_nearest2d(Tensor self, SymInt[2] output_size, float? scales_h=None, float?
-/// scales_w=None) -> Tensor` Calls `tr_tensor_upsample_nearest2d`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor upsample_nearest2d(
-    const Tensor& input,
-    IntList output_size,
-    std::optional<double> scales_h,
-    std::optional<double> scales_w) {
-    return input.upsample_nearest2d(output_size, scales_h, scales_w);
-}
-
-/// `upsample_nearest3d(Tensor self, SymInt[3] output_size, float? scales_d=None, float?
-/// scales_h=None, float? scales_w=None) -> Tensor` Calls `tr_tensor_upsample_nearest3d`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor upsample_nearest3d(
-    const Tensor& input,
-    IntList output_size,
-    std::optional<double> scales_d,
-    std::optional<double> scales_h,
-    std::optional<double> scales_w) {
-    return input.upsample_nearest3d(output_size, scales_d, scales_h, scales_w);
-}
-
-/// `slow_conv_transpose2d(Tensor self, Tensor weight, SymInt[2] kernel_size, Tensor? bias=None,
-/// SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] output_padding=0, SymInt[2] dilation=1)
-/// -> Tensor` Calls `tr_tensor_slow_conv_transpose2d`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor slow_conv_transpose2d(
-    const Tensor& input,
-    const Tensor& weight,
-    IntList kernel_size,
-    OptionalTensor bias,
-    IntList stride,
-    IntList padding,
-    IntList output_padding,
-    IntList dilation) {
-    return input.slow_conv_transpose2d(weight, kernel_size, bias, stride, padding, output_padding, dilation);
-}
-
-/// `slow_conv_transpose3d(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias=None,
-/// SymInt[3] stride=1, SymInt[3] padding=0, SymInt[3] output_padding=0, SymInt[3] dilation=1)
-/// -> Tensor` Calls `tr_tensor_slow_conv_transpose3d`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor slow_conv_transpose3d(
-    const Tensor& input,
-    const Tensor& weight,
-    IntList kernel_size,
-    OptionalTensor bias,
-    IntList stride,
-    IntList padding,
-    IntList output_padding,
-    IntList dilation) {
-    return input.slow_conv_transpose3d(weight, kernel_size, bias, stride, padding, output_padding, dilation);
-}
-
-/// `thnn_conv2d(Tensor self, Tensor weight, SymInt[2] kernel_size, Tensor? bias=None, SymInt[2]
-/// stride=1, SymInt[2] padding=0) -> Tensor` Calls `tr_tensor_thnn_conv2d`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor thnn_conv2d(
-    const Tensor& input,
-    const Tensor& weight,
-    IntList kernel_size,
-    OptionalTensor bias,
-    IntList stride,
-    IntList padding) {
-    return input.thnn_conv2d(weight, kernel_size, bias, stride, padding);
-}
-
-/// `conv_depthwise3d(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias, SymInt[3]
-/// stride, SymInt[3] padding, SymInt[3] dilation) -> Tensor` Calls
-/// `tr_tensor_conv_depthwise3d`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor conv_depthwise3d(
-    const Tensor& input,
-    const Tensor& weight,
-    IntList kernel_size,
-    OptionalTensor bias,
-    IntList stride,
-    IntList padding,
-    IntList dilation) {
-    return input.conv_depthwise3d(weight, kernel_size, bias, stride, padding, dilation);
-}
-
-/// `slow_conv3d(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias=None, SymInt[3]
-/// stride=1, SymInt[3] padding=0) -> Tensor` Calls `tr_tensor_slow_conv3d`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor slow_conv3d(
-    const Tensor& input,
-    const Tensor& weight,
-    IntList kernel_size,
-    OptionalTensor bias,
-    IntList stride,
-    IntList padding) {
-    return input.slow_conv3d(weight, kernel_size, bias, stride, padding);
-}
-
-/// `slow_conv3d_forward(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias,
-/// SymInt[3] stride, SymInt[3] padding) -> Tensor` Calls `tr_tensor_slow_conv3d_forward`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor slow_conv3d_forward(
-    const Tensor& input,
-    const Tensor& weight,
-    IntList kernel_size,
-    OptionalTensor bias,
-    IntList stride,
-    IntList padding) {
-    return input.slow_conv3d_forward(weight, kernel_size, bias, stride, padding);
-}
-
-/// `slow_conv_dilated2d(Tensor self, Tensor weight, SymInt[2] kernel_size, Tensor? bias=None,
-/// SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] dilation=1) -> Tensor` Calls
-/// `tr_tensor_slow_conv_dilated2d`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor slow_conv_dilated2d(
-    const Tensor& input,
-    const Tensor& weight,
-    IntList kernel_size,
-    OptionalTensor bias,
-    IntList stride,
-    IntList padding,
-    IntList dilation) {
-    return input.slow_conv_dilated2d(weight, kernel_size, bias, stride, padding, dilation);
-}
-
-/// `slow_conv_dilated3d(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias=None,
-/// SymInt[3] stride=1, SymInt[3] padding=0, SymInt[3] dilation=1) -> Tensor` Calls
-/// `tr_tensor_slow_conv_dilated3d`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor slow_conv_dilated3d(
-    const Tensor& input,
-    const Tensor& weight,
-    IntList kernel_size,
-    OptionalTensor bias,
-    IntList stride,
-    IntList padding,
-    IntList dilation) {
-    return input.slow_conv_dilated3d(weight, kernel_size, bias, stride, padding, dilation);
-}
-
-/// `col2im(Tensor self, SymInt[2] output_size, int[2] kernel_size, int[2] dilation, int[2]
-/// padding, int[2] stride) -> Tensor` Calls `tr_tensor_col2im`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor col2im(
-    const Tensor& input,
-    IntList output_size,
-    IntList kernel_size,
-    IntList dilation,
-    IntList padding,
-    IntList stride) {
-    return input.col2im(output_size, kernel_size, dilation, padding, stride);
-}
-
-/// `column_stack(Tensor[] tensors) -> Tensor` Calls `tr_tensor_column_stack`; throws tr::Error
-/// on failure.
-[[nodiscard]] inline Tensor column_stack(const TensorList& tensors) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_column_stack, tensors.data(), tensors.size(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `im2col(Tensor self, int[2] kernel_size, int[2] dilation, int[2] padding, int[2] stride) ->
-/// Tensor` Calls `tr_tensor_im2col`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor im2col(
-    const Tensor& input,
-    IntList kernel_size,
-    IntList dilation,
-    IntList padding,
-    IntList stride) {
-    return input.im2col(kernel_size, dilation, padding, stride);
-}
-
-/// `isfinite(Tensor self) -> Tensor` Calls `tr_tensor_isfinite`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor isfinite(const Tensor& input) {
-    return input.isfinite();
-}
-
-/// `isinf(Tensor self) -> Tensor` Calls `tr_tensor_isinf`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor isinf(const Tensor& input) {
-    return input.isinf();
-}
-
-/// `isposinf(Tensor self) -> Tensor` Calls `tr_tensor_isposinf`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor isposinf(const Tensor& input) {
-    return input.isposinf();
-}
-
-/// `isneginf(Tensor self) -> Tensor` Calls `tr_tensor_isneginf`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor isneginf(const Tensor& input) {
-    return input.isneginf();
-}
-
-/// `special_entr(Tensor self) -> Tensor` Calls `tr_tensor_special_entr`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor special_entr(const Tensor& input) {
-    return input.special_entr();
-}
-
-/// `special_ndtri(Tensor self) -> Tensor` Calls `tr_tensor_special_ndtri`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor special_ndtri(const Tensor& input) {
-    return input.special_ndtri();
-}
-
-/// `special_log_ndtr(Tensor self) -> Tensor` Calls `tr_tensor_special_log_ndtr`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor special_log_ndtr(const Tensor& input) {
-    return input.special_log_ndtr();
-}
-
-/// `special_expm1(Tensor self) -> Tensor` Calls `tr_tensor_special_expm1`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor special_expm1(const Tensor& input) {
-    return input.special_expm1();
-}
-
-/// `special_exp2(Tensor self) -> Tensor` Calls `tr_tensor_special_exp2`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor special_exp2(const Tensor& input) {
-    return input.special_exp2();
-}
-
-/// `special_psi(Tensor self) -> Tensor` Calls `tr_tensor_special_psi`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor special_psi(const Tensor& input) {
-    return input.special_psi();
-}
-
-/// `special_digamma(Tensor self) -> Tensor` Calls `tr_tensor_special_digamma`; throws tr::Error
-/// on failure.
-[[nodiscard]] inline Tensor special_digamma(const Tensor& input) {
-    return input.special_digamma();
-}
-
-/// `special_gammaln(Tensor self) -> Tensor` Calls `tr_tensor_special_gammaln`; throws tr::Error
-/// on failure.
-[[nodiscard]] inline Tensor special_gammaln(const Tensor& input) {
-    return input.special_gammaln();
-}
-
-/// `special_erf(Tensor self) -> Tensor` Calls `tr_tensor_special_erf`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor special_erf(const Tensor& input) {
-    return input.special_erf();
-}
-
-/// `special_erfc(Tensor self) -> Tensor` Calls `tr_tensor_special_erfc`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor special_erfc(const Tensor& input) {
-    return input.special_erfc();
-}
-
-/// `special_erfcx(Tensor self) -> Tensor` Calls `tr_tensor_special_erfcx`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor special_erfcx(const Tensor& input) {
-    return input.special_erfcx();
-}
-
-/// `special_erfinv(Tensor self) -> Tensor` Calls `tr_tensor_special_erfinv`; throws tr::Error
-/// on failure.
-[[nodiscard]] inline Tensor special_erfinv(const Tensor& input) {
-    return input.special_erfinv();
-}
-
-/// `special_ndtr(Tensor self) -> Tensor` Calls `tr_tensor_special_ndtr`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor special_ndtr(const Tensor& input) {
-    return input.special_ndtr();
-}
-
-/// `special_xlog1py(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_special_xlog1py`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor special_xlog1py(const Tensor& input, const Tensor& other) {
-    return input.special_xlog1py(other);
-}
-
-/// `special_xlog1py.self_scalar(Scalar self, Tensor other) -> Tensor` Calls
-/// `tr_tensor_special_xlog1py_self_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor special_xlog1py_self_scalar(Scalar input, const Tensor& other) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_special_xlog1py_self_scalar, input.raw(), other.raw(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `special_xlog1py.other_scalar(Tensor self, Scalar other) -> Tensor` Calls
-/// `tr_tensor_special_xlog1py_other_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor special_xlog1py_other_scalar(const Tensor& input, Scalar other) {
-    return input.special_xlog1py_other_scalar(other);
-}
-
-/// `special_xlogy(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_special_xlogy`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor special_xlogy(const Tensor& input, const Tensor& other) {
-    return input.special_xlogy(other);
-}
-
-/// `special_xlogy.self_scalar(Scalar self, Tensor other) -> Tensor` Calls
-/// `tr_tensor_special_xlogy_self_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor special_xlogy_self_scalar(Scalar input, const Tensor& other) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_special_xlogy_self_scalar, input.raw(), other.raw(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `special_xlogy.other_scalar(Tensor self, Scalar other) -> Tensor` Calls
-/// `tr_tensor_special_xlogy_other_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor special_xlogy_other_scalar(const Tensor& input, Scalar other) {
-    return input.special_xlogy_other_scalar(other);
-}
-
-/// `special_zeta(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_special_zeta`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor special_zeta(const Tensor& input, const Tensor& other) {
-    return input.special_zeta(other);
-}
-
-/// `special_zeta.self_scalar(Scalar self, Tensor other) -> Tensor` Calls
-/// `tr_tensor_special_zeta_self_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor special_zeta_self_scalar(Scalar input, const Tensor& other) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_special_zeta_self_scalar, input.raw(), other.raw(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `special_zeta.other_scalar(Tensor self, Scalar other) -> Tensor` Calls
-/// `tr_tensor_special_zeta_other_scalar`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor special_zeta_other_scalar(const Tensor& input, Scalar other) {
-    return input.special_zeta_other_scalar(other);
-}
-
-/// `special_i0(Tensor self) -> Tensor` Calls `tr_tensor_special_i0`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor special_i0(const Tensor& input) {
-    return input.special_i0();
-}
-
-/// `special_i0e(Tensor self) -> Tensor` Calls `tr_tensor_special_i0e`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor special_i0e(const Tensor& input) {
-    return input.special_i0e();
-}
-
-/// `special_i1(Tensor self) -> Tensor` Calls `tr_tensor_special_i1`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor special_i1(const Tensor& input) {
-    return input.special_i1();
-}
-
-/// `special_i1e(Tensor self) -> Tensor` Calls `tr_tensor_special_i1e`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor special_i1e(const Tensor& input) {
-    return input.special_i1e();
-}
-
-/// `special_logit(Tensor self, float? eps=None) -> Tensor` Calls `tr_tensor_special_logit`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor special_logit(const Tensor& input, std::optional<double> eps) {
-    return input.special_logit(eps);
-}
-
-/// `special_polygamma(int n, Tensor self) -> Tensor` Calls `tr_tensor_special_polygamma`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor special_polygamma(int64_t n, const Tensor& input) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_special_polygamma, n, input.raw(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `special_logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor` Calls
-/// `tr_tensor_special_logsumexp`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor special_logsumexp(const Tensor& input, IntList dim, bool keepdim) {
-    return input.special_logsumexp(dim, keepdim);
-}
-
-/// `special_expit(Tensor self) -> Tensor` Calls `tr_tensor_special_expit`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor special_expit(const Tensor& input) {
-    return input.special_expit();
-}
-
-/// `special_sinc(Tensor self) -> Tensor` Calls `tr_tensor_special_sinc`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor special_sinc(const Tensor& input) {
-    return input.special_sinc();
-}
-
-/// `special_round(Tensor self, *, int decimals=0) -> Tensor` Calls `tr_tensor_special_round`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor special_round(const Tensor& input, int64_t decimals) {
-    return input.special_round(decimals);
-}
-
-/// `special_log1p(Tensor self) -> Tensor` Calls `tr_tensor_special_log1p`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor special_log1p(const Tensor& input) {
-    return input.special_log1p();
-}
-
-/// `special_log_softmax(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor` Calls
-/// `tr_tensor_special_log_softmax`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor special_log_softmax(
-    const Tensor& input,
-    int64_t dim,
-    std::optional<DType> dtype) {
-    return input.special_log_softmax(dim, dtype);
-}
-
-/// `special_gammainc(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_special_gammainc`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor special_gammainc(const Tensor& input, const Tensor& other) {
-    return input.special_gammainc(other);
-}
-
-/// `special_gammaincc(Tensor self, Tensor other) -> Tensor` Calls
-/// `tr_tensor_special_gammaincc`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor special_gammaincc(const Tensor& input, const Tensor& other) {
-    return input.special_gammaincc(other);
-}
-
-/// `special_multigammaln(Tensor self, int p) -> Tensor` Calls `tr_tensor_special_multigammaln`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor special_multigammaln(const Tensor& input, int64_t p) {
-    return input.special_multigammaln(p);
-}
-
-/// `special_softmax(Tensor self, int dim, ScalarType? dtype=None) -> Tensor` Calls
-/// `tr_tensor_special_softmax`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor special_softmax(
-    const Tensor& input,
-    int64_t dim,
-    std::optional<DType> dtype) {
-    return input.special_softmax(dim, dtype);
-}
-
-/// `fft_fft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor` Calls
-/// `tr_tensor_fft_fft`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor fft_fft(
     const Tensor& input,
     std::optional<int64_t> n,
@@ -8025,7 +8868,8 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return input.fft_fft(n, dim, norm);
 }
 
-/// `fft_ifft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor` Calls
+/// Computes the one dimensional inverse discrete Fourier transform of `input`.
+/// (`fft_ifft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor`) Calls
 /// `tr_tensor_fft_ifft`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor fft_ifft(
     const Tensor& input,
@@ -8035,8 +8879,9 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return input.fft_ifft(n, dim, norm);
 }
 
-/// `fft_rfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor` Calls
-/// `tr_tensor_fft_rfft`; throws tr::Error on failure.
+/// Computes the one dimensional Fourier transform of real-valued `input`. (`fft_rfft(Tensor
+/// self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor`) Calls `tr_tensor_fft_rfft`;
+/// throws tr::Error on failure.
 [[nodiscard]] inline Tensor fft_rfft(
     const Tensor& input,
     std::optional<int64_t> n,
@@ -8045,8 +8890,9 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return input.fft_rfft(n, dim, norm);
 }
 
-/// `fft_irfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor` Calls
-/// `tr_tensor_fft_irfft`; throws tr::Error on failure.
+/// Computes the inverse of `torch.fft.rfft`. (`fft_irfft(Tensor self, SymInt? n=None, int
+/// dim=-1, str? norm=None) -> Tensor`) Calls `tr_tensor_fft_irfft`; throws tr::Error on
+/// failure.
 [[nodiscard]] inline Tensor fft_irfft(
     const Tensor& input,
     std::optional<int64_t> n,
@@ -8055,8 +8901,9 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return input.fft_irfft(n, dim, norm);
 }
 
-/// `fft_hfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor` Calls
-/// `tr_tensor_fft_hfft`; throws tr::Error on failure.
+/// Computes the one dimensional discrete Fourier transform of a Hermitian symmetric `input`
+/// signal. (`fft_hfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor`)
+/// Calls `tr_tensor_fft_hfft`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor fft_hfft(
     const Tensor& input,
     std::optional<int64_t> n,
@@ -8065,8 +8912,9 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return input.fft_hfft(n, dim, norm);
 }
 
-/// `fft_ihfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor` Calls
-/// `tr_tensor_fft_ihfft`; throws tr::Error on failure.
+/// Computes the inverse of `torch.fft.hfft`. (`fft_ihfft(Tensor self, SymInt? n=None, int
+/// dim=-1, str? norm=None) -> Tensor`) Calls `tr_tensor_fft_ihfft`; throws tr::Error on
+/// failure.
 [[nodiscard]] inline Tensor fft_ihfft(
     const Tensor& input,
     std::optional<int64_t> n,
@@ -8075,8 +8923,9 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return input.fft_ihfft(n, dim, norm);
 }
 
-/// `fft_fft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`
-/// Calls `tr_tensor_fft_fft2`; throws tr::Error on failure.
+/// Computes the 2 dimensional discrete Fourier transform of `input`. (`fft_fft2(Tensor self,
+/// SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`) Calls
+/// `tr_tensor_fft_fft2`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor fft_fft2(
     const Tensor& input,
     const std::optional<IntList>& s,
@@ -8085,8 +8934,9 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return input.fft_fft2(s, dim, norm);
 }
 
-/// `fft_ifft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`
-/// Calls `tr_tensor_fft_ifft2`; throws tr::Error on failure.
+/// Computes the 2 dimensional inverse discrete Fourier transform of `input`. (`fft_ifft2(Tensor
+/// self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`) Calls
+/// `tr_tensor_fft_ifft2`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor fft_ifft2(
     const Tensor& input,
     const std::optional<IntList>& s,
@@ -8095,8 +8945,9 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return input.fft_ifft2(s, dim, norm);
 }
 
-/// `fft_rfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`
-/// Calls `tr_tensor_fft_rfft2`; throws tr::Error on failure.
+/// Computes the 2-dimensional discrete Fourier transform of real `input`. (`fft_rfft2(Tensor
+/// self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`) Calls
+/// `tr_tensor_fft_rfft2`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor fft_rfft2(
     const Tensor& input,
     const std::optional<IntList>& s,
@@ -8105,8 +8956,9 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return input.fft_rfft2(s, dim, norm);
 }
 
-/// `fft_irfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`
-/// Calls `tr_tensor_fft_irfft2`; throws tr::Error on failure.
+/// Computes the inverse of `torch.fft.rfft2`. (`fft_irfft2(Tensor self, SymInt[1]? s=None,
+/// int[1] dim=[-2,-1], str? norm=None) -> Tensor`) Calls `tr_tensor_fft_irfft2`; throws
+/// tr::Error on failure.
 [[nodiscard]] inline Tensor fft_irfft2(
     const Tensor& input,
     const std::optional<IntList>& s,
@@ -8115,8 +8967,9 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return input.fft_irfft2(s, dim, norm);
 }
 
-/// `fft_hfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`
-/// Calls `tr_tensor_fft_hfft2`; throws tr::Error on failure.
+/// Computes the 2-dimensional discrete Fourier transform of a Hermitian symmetric `input`
+/// signal. (`fft_hfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) ->
+/// Tensor`) Calls `tr_tensor_fft_hfft2`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor fft_hfft2(
     const Tensor& input,
     const std::optional<IntList>& s,
@@ -8125,7 +8978,8 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return input.fft_hfft2(s, dim, norm);
 }
 
-/// `fft_ihfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`
+/// Computes the 2-dimensional inverse discrete Fourier transform of real `input`.
+/// (`fft_ihfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`)
 /// Calls `tr_tensor_fft_ihfft2`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor fft_ihfft2(
     const Tensor& input,
@@ -8135,8 +8989,9 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return input.fft_ihfft2(s, dim, norm);
 }
 
-/// `fft_fftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor` Calls
-/// `tr_tensor_fft_fftn`; throws tr::Error on failure.
+/// Computes the N dimensional discrete Fourier transform of `input`. (`fft_fftn(Tensor self,
+/// SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`) Calls `tr_tensor_fft_fftn`;
+/// throws tr::Error on failure.
 [[nodiscard]] inline Tensor fft_fftn(
     const Tensor& input,
     const std::optional<IntList>& s,
@@ -8145,8 +9000,9 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return input.fft_fftn(s, dim, norm);
 }
 
-/// `fft_ifftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
-/// Calls `tr_tensor_fft_ifftn`; throws tr::Error on failure.
+/// Computes the N dimensional inverse discrete Fourier transform of `input`. (`fft_ifftn(Tensor
+/// self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`) Calls
+/// `tr_tensor_fft_ifftn`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor fft_ifftn(
     const Tensor& input,
     const std::optional<IntList>& s,
@@ -8155,8 +9011,9 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return input.fft_ifftn(s, dim, norm);
 }
 
-/// `fft_rfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
-/// Calls `tr_tensor_fft_rfftn`; throws tr::Error on failure.
+/// Computes the N-dimensional discrete Fourier transform of real `input`. (`fft_rfftn(Tensor
+/// self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`) Calls
+/// `tr_tensor_fft_rfftn`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor fft_rfftn(
     const Tensor& input,
     const std::optional<IntList>& s,
@@ -8165,8 +9022,9 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return input.fft_rfftn(s, dim, norm);
 }
 
-/// `fft_irfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
-/// Calls `tr_tensor_fft_irfftn`; throws tr::Error on failure.
+/// Computes the inverse of `torch.fft.rfftn`. (`fft_irfftn(Tensor self, SymInt[1]? s=None,
+/// int[1]? dim=None, str? norm=None) -> Tensor`) Calls `tr_tensor_fft_irfftn`; throws tr::Error
+/// on failure.
 [[nodiscard]] inline Tensor fft_irfftn(
     const Tensor& input,
     const std::optional<IntList>& s,
@@ -8175,8 +9033,9 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return input.fft_irfftn(s, dim, norm);
 }
 
-/// `fft_hfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
-/// Calls `tr_tensor_fft_hfftn`; throws tr::Error on failure.
+/// Computes the n-dimensional discrete Fourier transform of a Hermitian symmetric `input`
+/// signal. (`fft_hfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) ->
+/// Tensor`) Calls `tr_tensor_fft_hfftn`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor fft_hfftn(
     const Tensor& input,
     const std::optional<IntList>& s,
@@ -8185,7 +9044,8 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return input.fft_hfftn(s, dim, norm);
 }
 
-/// `fft_ihfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
+/// Computes the N-dimensional inverse discrete Fourier transform of real `input`.
+/// (`fft_ihfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`)
 /// Calls `tr_tensor_fft_ihfftn`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor fft_ihfftn(
     const Tensor& input,
@@ -8195,704 +9055,319 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return input.fft_ihfftn(s, dim, norm);
 }
 
-/// `fft_fftfreq(int n, float d=1.0, *, ScalarType? dtype=None, Layout? layout=None, Device?
-/// device=None, bool? pin_memory=None) -> Tensor` Calls `tr_tensor_fft_fftfreq`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor fft_fftfreq(int64_t n, double d, std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_fft_fftfreq, n, d, detail::c_opt(dtype).ptr(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `fft_rfftfreq(int n, float d=1.0, *, ScalarType? dtype=None, Layout? layout=None, Device?
-/// device=None, bool? pin_memory=None) -> Tensor` Calls `tr_tensor_fft_rfftfreq`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor fft_rfftfreq(int64_t n, double d, std::optional<DType> dtype) {
-    tr_tensor out{0};
-    detail::call(tr_tensor_fft_rfftfreq, n, d, detail::c_opt(dtype).ptr(), &out);
-    return Tensor::adopt(out);
-}
-
-/// `fft_fftshift(Tensor self, int[1]? dim=None) -> Tensor` Calls `tr_tensor_fft_fftshift`;
-/// throws tr::Error on failure.
+/// Reorders n-dimensional FFT data, as provided by `torch.fft.fftn`, to have negative frequency
+/// terms first. (`fft_fftshift(Tensor self, int[1]? dim=None) -> Tensor`) Calls
+/// `tr_tensor_fft_fftshift`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor fft_fftshift(const Tensor& input, const std::optional<IntList>& dim) {
     return input.fft_fftshift(dim);
 }
 
-/// `fft_ifftshift(Tensor self, int[1]? dim=None) -> Tensor` Calls `tr_tensor_fft_ifftshift`;
-/// throws tr::Error on failure.
+/// Inverse of `torch.fft.fftshift`. (`fft_ifftshift(Tensor self, int[1]? dim=None) -> Tensor`)
+/// Calls `tr_tensor_fft_ifftshift`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor fft_ifftshift(const Tensor& input, const std::optional<IntList>& dim) {
     return input.fft_ifftshift(dim);
 }
 
-/// `linalg_cholesky_ex(Tensor self, *, bool upper=False, bool check_errors=False) -> (Tensor L,
-/// Tensor info)` Calls `tr_tensor_linalg_cholesky_ex`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> linalg_cholesky_ex(
-    const Tensor& input,
-    bool upper,
-    bool check_errors) {
-    return input.linalg_cholesky_ex(upper, check_errors);
+/// The entropy term `-x * ln(x)`, elementwise. (`special_entr(Tensor self) -> Tensor`) Calls
+/// `tr_tensor_special_entr`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor special_entr(const Tensor& input) {
+    return input.special_entr();
 }
 
-/// `linalg_cholesky(Tensor self, *, bool upper=False) -> Tensor` Calls
-/// `tr_tensor_linalg_cholesky`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor linalg_cholesky(const Tensor& input, bool upper) {
-    return input.linalg_cholesky(upper);
+/// The inverse of the standard normal distribution's cumulative distribution function,
+/// elementwise. (`special_ndtri(Tensor self) -> Tensor`) Calls `tr_tensor_special_ndtri`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor special_ndtri(const Tensor& input) {
+    return input.special_ndtri();
 }
 
-/// `linalg_cross(Tensor self, Tensor other, *, int dim=-1) -> Tensor` Calls
-/// `tr_tensor_linalg_cross`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor linalg_cross(const Tensor& input, const Tensor& other, int64_t dim) {
-    return input.linalg_cross(other, dim);
-}
-
-/// `linalg_lu_factor(Tensor A, *, bool pivot=True) -> (Tensor LU, Tensor pivots)` Calls
-/// `tr_tensor_linalg_lu_factor`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> linalg_lu_factor(const Tensor& a, bool pivot) {
-    return a.linalg_lu_factor(pivot);
-}
-
-/// `linalg_lu_factor_ex(Tensor A, *, bool pivot=True, bool check_errors=False) -> (Tensor LU,
-/// Tensor pivots, Tensor info)` Calls `tr_tensor_linalg_lu_factor_ex`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline std::array<Tensor, 3> linalg_lu_factor_ex(
-    const Tensor& a,
-    bool pivot,
-    bool check_errors) {
-    return a.linalg_lu_factor_ex(pivot, check_errors);
-}
-
-/// `linalg_lu(Tensor A, *, bool pivot=True) -> (Tensor P, Tensor L, Tensor U)` Calls
-/// `tr_tensor_linalg_lu`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 3> linalg_lu(const Tensor& a, bool pivot) {
-    return a.linalg_lu(pivot);
-}
-
-/// `linalg_lu_solve(Tensor LU, Tensor pivots, Tensor B, *, bool left=True, bool adjoint=False)
-/// -> Tensor` Calls `tr_tensor_linalg_lu_solve`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor linalg_lu_solve(
-    const Tensor& lu,
-    const Tensor& pivots,
-    const Tensor& b,
-    bool left,
-    bool adjoint) {
-    return lu.linalg_lu_solve(pivots, b, left, adjoint);
-}
-
-/// `linalg_det(Tensor A) -> Tensor` Calls `tr_tensor_linalg_det`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor linalg_det(const Tensor& a) {
-    return a.linalg_det();
-}
-
-/// `det(Tensor self) -> Tensor` Calls `tr_tensor_det`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor det(const Tensor& input) {
-    return input.det();
-}
-
-/// `linalg_ldl_factor_ex(Tensor self, *, bool hermitian=False, bool check_errors=False) ->
-/// (Tensor LD, Tensor pivots, Tensor info)` Calls `tr_tensor_linalg_ldl_factor_ex`; throws
+/// The log of the standard normal distribution's cumulative distribution function, elementwise.
+/// (`special_log_ndtr(Tensor self) -> Tensor`) Calls `tr_tensor_special_log_ndtr`; throws
 /// tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 3> linalg_ldl_factor_ex(
-    const Tensor& input,
-    bool hermitian,
-    bool check_errors) {
-    return input.linalg_ldl_factor_ex(hermitian, check_errors);
+[[nodiscard]] inline Tensor special_log_ndtr(const Tensor& input) {
+    return input.special_log_ndtr();
 }
 
-/// `linalg_ldl_factor(Tensor self, *, bool hermitian=False) -> (Tensor LD, Tensor pivots)`
-/// Calls `tr_tensor_linalg_ldl_factor`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> linalg_ldl_factor(const Tensor& input, bool hermitian) {
-    return input.linalg_ldl_factor(hermitian);
+/// Computes the exponential of the elements minus 1 of `input`. (`special_expm1(Tensor self) ->
+/// Tensor`) Calls `tr_tensor_special_expm1`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor special_expm1(const Tensor& input) {
+    return input.special_expm1();
 }
 
-/// `linalg_ldl_solve(Tensor LD, Tensor pivots, Tensor B, *, bool hermitian=False) -> Tensor`
-/// Calls `tr_tensor_linalg_ldl_solve`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor linalg_ldl_solve(
-    const Tensor& ld,
-    const Tensor& pivots,
-    const Tensor& b,
-    bool hermitian) {
-    return ld.linalg_ldl_solve(pivots, b, hermitian);
+/// Computes the base two exponential function of `input`. (`special_exp2(Tensor self) ->
+/// Tensor`) Calls `tr_tensor_special_exp2`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor special_exp2(const Tensor& input) {
+    return input.special_exp2();
 }
 
-/// `linalg_lstsq(Tensor self, Tensor b, float? rcond=None, *, str? driver=None) -> (Tensor
-/// solution, Tensor residuals, Tensor rank, Tensor singular_values)` Calls
-/// `tr_tensor_linalg_lstsq`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 4> linalg_lstsq(
-    const Tensor& input,
-    const Tensor& b,
-    std::optional<double> rcond,
-    const std::optional<std::string>& driver) {
-    return input.linalg_lstsq(b, rcond, driver);
+/// Alias for `torch.special.digamma`. (`special_psi(Tensor self) -> Tensor`) Calls
+/// `tr_tensor_special_psi`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor special_psi(const Tensor& input) {
+    return input.special_psi();
 }
 
-/// `linalg_matmul(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_linalg_matmul`; throws
+/// Computes the logarithmic derivative of the gamma function on `input`.
+/// (`special_digamma(Tensor self) -> Tensor`) Calls `tr_tensor_special_digamma`; throws
 /// tr::Error on failure.
-[[nodiscard]] inline Tensor linalg_matmul(const Tensor& input, const Tensor& other) {
-    return input.linalg_matmul(other);
+[[nodiscard]] inline Tensor special_digamma(const Tensor& input) {
+    return input.special_digamma();
 }
 
-/// `linalg_vecdot(Tensor x, Tensor y, *, int dim=-1) -> Tensor` Calls
-/// `tr_tensor_linalg_vecdot`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor linalg_vecdot(const Tensor& x, const Tensor& y, int64_t dim) {
-    return x.linalg_vecdot(y, dim);
-}
-
-/// `linalg_matrix_exp(Tensor self) -> Tensor` Calls `tr_tensor_linalg_matrix_exp`; throws
+/// Computes the natural logarithm of the absolute value of the gamma function on `input`.
+/// (`special_gammaln(Tensor self) -> Tensor`) Calls `tr_tensor_special_gammaln`; throws
 /// tr::Error on failure.
-[[nodiscard]] inline Tensor linalg_matrix_exp(const Tensor& input) {
-    return input.linalg_matrix_exp();
+[[nodiscard]] inline Tensor special_gammaln(const Tensor& input) {
+    return input.special_gammaln();
 }
 
-/// `linalg_slogdet(Tensor A) -> (Tensor sign, Tensor logabsdet)` Calls
-/// `tr_tensor_linalg_slogdet`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> linalg_slogdet(const Tensor& a) {
-    return a.linalg_slogdet();
+/// Computes the error function of `input`. (`special_erf(Tensor self) -> Tensor`) Calls
+/// `tr_tensor_special_erf`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor special_erf(const Tensor& input) {
+    return input.special_erf();
 }
 
-/// `slogdet(Tensor self) -> (Tensor sign, Tensor logabsdet)` Calls `tr_tensor_slogdet`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> slogdet(const Tensor& input) {
-    return input.slogdet();
+/// Computes the complementary error function of `input`. (`special_erfc(Tensor self) ->
+/// Tensor`) Calls `tr_tensor_special_erfc`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor special_erfc(const Tensor& input) {
+    return input.special_erfc();
 }
 
-/// `logdet(Tensor self) -> Tensor` Calls `tr_tensor_logdet`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor logdet(const Tensor& input) {
-    return input.logdet();
-}
-
-/// `linalg_eig(Tensor self) -> (Tensor eigenvalues, Tensor eigenvectors)` Calls
-/// `tr_tensor_linalg_eig`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> linalg_eig(const Tensor& input) {
-    return input.linalg_eig();
-}
-
-/// `linalg_eigvals(Tensor self) -> Tensor` Calls `tr_tensor_linalg_eigvals`; throws tr::Error
+/// Computes the scaled complementary error function for each element of `input`.
+/// (`special_erfcx(Tensor self) -> Tensor`) Calls `tr_tensor_special_erfcx`; throws tr::Error
 /// on failure.
-[[nodiscard]] inline Tensor linalg_eigvals(const Tensor& input) {
-    return input.linalg_eigvals();
+[[nodiscard]] inline Tensor special_erfcx(const Tensor& input) {
+    return input.special_erfcx();
 }
 
-/// `linalg_eigh(Tensor self, str UPLO="L") -> (Tensor eigenvalues, Tensor eigenvectors)` Calls
-/// `tr_tensor_linalg_eigh`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> linalg_eigh(
-    const Tensor& input,
-    const std::string& uplo) {
-    return input.linalg_eigh(uplo);
+/// Computes the inverse error function of `input`. (`special_erfinv(Tensor self) -> Tensor`)
+/// Calls `tr_tensor_special_erfinv`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor special_erfinv(const Tensor& input) {
+    return input.special_erfinv();
 }
 
-/// `linalg_eigvalsh(Tensor self, str UPLO="L") -> Tensor` Calls `tr_tensor_linalg_eigvalsh`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor linalg_eigvalsh(const Tensor& input, const std::string& uplo) {
-    return input.linalg_eigvalsh(uplo);
-}
-
-/// `linalg_householder_product(Tensor input, Tensor tau) -> Tensor` Calls
-/// `tr_tensor_linalg_householder_product`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor linalg_householder_product(const Tensor& input, const Tensor& tau) {
-    return input.linalg_householder_product(tau);
-}
-
-/// `linalg_inv_ex(Tensor A, *, bool check_errors=False) -> (Tensor inverse, Tensor info)` Calls
-/// `tr_tensor_linalg_inv_ex`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> linalg_inv_ex(const Tensor& a, bool check_errors) {
-    return a.linalg_inv_ex(check_errors);
-}
-
-/// `linalg_inv(Tensor A) -> Tensor` Calls `tr_tensor_linalg_inv`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor linalg_inv(const Tensor& a) {
-    return a.linalg_inv();
-}
-
-/// `inverse(Tensor self) -> Tensor` Calls `tr_tensor_inverse`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor inverse(const Tensor& input) {
-    return input.inverse();
-}
-
-/// `inner(Tensor self, Tensor other) -> Tensor` Calls `tr_tensor_inner`; throws tr::Error on
+/// The standard normal distribution's cumulative distribution function, elementwise.
+/// (`special_ndtr(Tensor self) -> Tensor`) Calls `tr_tensor_special_ndtr`; throws tr::Error on
 /// failure.
-[[nodiscard]] inline Tensor inner(const Tensor& input, const Tensor& other) {
-    return input.inner(other);
+[[nodiscard]] inline Tensor special_ndtr(const Tensor& input) {
+    return input.special_ndtr();
 }
 
-/// `outer(Tensor self, Tensor vec2) -> Tensor` Calls `tr_tensor_outer`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor outer(const Tensor& input, const Tensor& vec2) {
-    return input.outer(vec2);
+/// Computes `input * log1p(other)` with the following cases. (`special_xlog1py(Tensor self,
+/// Tensor other) -> Tensor`) Calls `tr_tensor_special_xlog1py`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor special_xlog1py(const Tensor& input, const Tensor& other) {
+    return input.special_xlog1py(other);
 }
 
-/// `ger(Tensor self, Tensor vec2) -> Tensor` Calls `tr_tensor_ger`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor ger(const Tensor& input, const Tensor& vec2) {
-    return input.ger(vec2);
-}
-
-/// `linalg_norm(Tensor self, Scalar? ord=None, int[1]? dim=None, bool keepdim=False, *,
-/// ScalarType? dtype=None) -> Tensor` Calls `tr_tensor_linalg_norm`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor linalg_norm(
-    const Tensor& input,
-    std::optional<Scalar> ord,
-    const std::optional<IntList>& dim,
-    bool keepdim,
-    std::optional<DType> dtype) {
-    return input.linalg_norm(ord, dim, keepdim, dtype);
-}
-
-/// `linalg_norm.ord_str(Tensor self, str ord, int[1]? dim=None, bool keepdim=False, *,
-/// ScalarType? dtype=None) -> Tensor` Calls `tr_tensor_linalg_norm_ord_str`; throws tr::Error
-/// on failure.
-[[nodiscard]] inline Tensor linalg_norm_ord_str(
-    const Tensor& input,
-    const std::string& ord,
-    const std::optional<IntList>& dim,
-    bool keepdim,
-    std::optional<DType> dtype) {
-    return input.linalg_norm_ord_str(ord, dim, keepdim, dtype);
-}
-
-/// `linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *,
-/// ScalarType? dtype=None) -> Tensor` Calls `tr_tensor_linalg_vector_norm`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor linalg_vector_norm(
-    const Tensor& input,
-    Scalar ord,
-    const std::optional<IntList>& dim,
-    bool keepdim,
-    std::optional<DType> dtype) {
-    return input.linalg_vector_norm(ord, dim, keepdim, dtype);
-}
-
-/// `linalg_matrix_norm(Tensor self, Scalar ord, int[] dim=[-2,-1], bool keepdim=False, *,
-/// ScalarType? dtype=None) -> Tensor` Calls `tr_tensor_linalg_matrix_norm`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor linalg_matrix_norm(
-    const Tensor& input,
-    Scalar ord,
-    IntList dim,
-    bool keepdim,
-    std::optional<DType> dtype) {
-    return input.linalg_matrix_norm(ord, dim, keepdim, dtype);
-}
-
-/// `linalg_matrix_norm.str_ord(Tensor self, str ord='fro', int[] dim=[-2,-1], bool
-/// keepdim=False, *, ScalarType? dtype=None) -> Tensor` Calls
-/// `tr_tensor_linalg_matrix_norm_str_ord`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor linalg_matrix_norm_str_ord(
-    const Tensor& input,
-    const std::string& ord,
-    IntList dim,
-    bool keepdim,
-    std::optional<DType> dtype) {
-    return input.linalg_matrix_norm_str_ord(ord, dim, keepdim, dtype);
-}
-
-/// `linalg_svd(Tensor A, bool full_matrices=True, *, str? driver=None) -> (Tensor U, Tensor S,
-/// Tensor Vh)` Calls `tr_tensor_linalg_svd`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 3> linalg_svd(
-    const Tensor& a,
-    bool full_matrices,
-    const std::optional<std::string>& driver) {
-    return a.linalg_svd(full_matrices, driver);
-}
-
-/// `linalg_svdvals(Tensor A, *, str? driver=None) -> Tensor` Calls `tr_tensor_linalg_svdvals`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor linalg_svdvals(
-    const Tensor& a,
-    const std::optional<std::string>& driver) {
-    return a.linalg_svdvals(driver);
-}
-
-/// `linalg_cond(Tensor self, Scalar? p=None) -> Tensor` Calls `tr_tensor_linalg_cond`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor linalg_cond(const Tensor& input, std::optional<Scalar> p) {
-    return input.linalg_cond(p);
-}
-
-/// `linalg_cond.p_str(Tensor self, str p) -> Tensor` Calls `tr_tensor_linalg_cond_p_str`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor linalg_cond_p_str(const Tensor& input, const std::string& p) {
-    return input.linalg_cond_p_str(p);
-}
-
-/// `linalg_pinv.atol_rtol_tensor(Tensor self, *, Tensor? atol=None, Tensor? rtol=None, bool
-/// hermitian=False) -> Tensor` Calls `tr_tensor_linalg_pinv_atol_rtol_tensor`; throws tr::Error
-/// on failure.
-[[nodiscard]] inline Tensor linalg_pinv_atol_rtol_tensor(
-    const Tensor& input,
-    OptionalTensor atol,
-    OptionalTensor rtol,
-    bool hermitian) {
-    return input.linalg_pinv_atol_rtol_tensor(atol, rtol, hermitian);
-}
-
-/// `linalg_pinv.atol_rtol_float(Tensor self, *, float? atol=None, float? rtol=None, bool
-/// hermitian=False) -> Tensor` Calls `tr_tensor_linalg_pinv_atol_rtol_float`; throws tr::Error
-/// on failure.
-[[nodiscard]] inline Tensor linalg_pinv_atol_rtol_float(
-    const Tensor& input,
-    std::optional<double> atol,
-    std::optional<double> rtol,
-    bool hermitian) {
-    return input.linalg_pinv_atol_rtol_float(atol, rtol, hermitian);
-}
-
-/// `linalg_pinv(Tensor self, float rcond, bool hermitian=False) -> Tensor` Calls
-/// `tr_tensor_linalg_pinv`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor linalg_pinv(const Tensor& input, double rcond, bool hermitian) {
-    return input.linalg_pinv(rcond, hermitian);
-}
-
-/// `linalg_pinv.rcond_tensor(Tensor self, Tensor rcond, bool hermitian=False) -> Tensor` Calls
-/// `tr_tensor_linalg_pinv_rcond_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor linalg_pinv_rcond_tensor(
-    const Tensor& input,
-    const Tensor& rcond,
-    bool hermitian) {
-    return input.linalg_pinv_rcond_tensor(rcond, hermitian);
-}
-
-/// `linalg_solve_ex(Tensor A, Tensor B, *, bool left=True, bool check_errors=False) -> (Tensor
-/// result, Tensor info)` Calls `tr_tensor_linalg_solve_ex`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> linalg_solve_ex(
-    const Tensor& a,
-    const Tensor& b,
-    bool left,
-    bool check_errors) {
-    return a.linalg_solve_ex(b, left, check_errors);
-}
-
-/// `linalg_solve(Tensor A, Tensor B, *, bool left=True) -> Tensor` Calls
-/// `tr_tensor_linalg_solve`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor linalg_solve(const Tensor& a, const Tensor& b, bool left) {
-    return a.linalg_solve(b, left);
-}
-
-/// `linalg_tensorinv(Tensor self, int ind=2) -> Tensor` Calls `tr_tensor_linalg_tensorinv`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor linalg_tensorinv(const Tensor& input, int64_t ind) {
-    return input.linalg_tensorinv(ind);
-}
-
-/// `linalg_tensorsolve(Tensor self, Tensor other, int[]? dims=None) -> Tensor` Calls
-/// `tr_tensor_linalg_tensorsolve`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor linalg_tensorsolve(
-    const Tensor& input,
-    const Tensor& other,
-    const std::optional<IntList>& dims) {
-    return input.linalg_tensorsolve(other, dims);
-}
-
-/// `linalg_qr(Tensor A, str mode='reduced') -> (Tensor Q, Tensor R)` Calls
-/// `tr_tensor_linalg_qr`; throws tr::Error on failure.
-[[nodiscard]] inline std::array<Tensor, 2> linalg_qr(const Tensor& a, const std::string& mode) {
-    return a.linalg_qr(mode);
-}
-
-/// `linalg_matrix_power(Tensor self, int n) -> Tensor` Calls `tr_tensor_linalg_matrix_power`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor linalg_matrix_power(const Tensor& input, int64_t n) {
-    return input.linalg_matrix_power(n);
-}
-
-/// `linalg_matrix_rank.atol_rtol_tensor(Tensor input, *, Tensor? atol=None, Tensor? rtol=None,
-/// bool hermitian=False) -> Tensor` Calls `tr_tensor_linalg_matrix_rank_atol_rtol_tensor`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor linalg_matrix_rank_atol_rtol_tensor(
-    const Tensor& input,
-    OptionalTensor atol,
-    OptionalTensor rtol,
-    bool hermitian) {
-    return input.linalg_matrix_rank_atol_rtol_tensor(atol, rtol, hermitian);
-}
-
-/// `linalg_matrix_rank.atol_rtol_float(Tensor self, *, float? atol=None, float? rtol=None, bool
-/// hermitian=False) -> Tensor` Calls `tr_tensor_linalg_matrix_rank_atol_rtol_float`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor linalg_matrix_rank_atol_rtol_float(
-    const Tensor& input,
-    std::optional<double> atol,
-    std::optional<double> rtol,
-    bool hermitian) {
-    return input.linalg_matrix_rank_atol_rtol_float(atol, rtol, hermitian);
-}
-
-/// `linalg_matrix_rank(Tensor self, float tol, bool hermitian=False) -> Tensor` Calls
-/// `tr_tensor_linalg_matrix_rank`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor linalg_matrix_rank(const Tensor& input, double tol, bool hermitian) {
-    return input.linalg_matrix_rank(tol, hermitian);
-}
-
-/// `linalg_matrix_rank.tol_tensor(Tensor input, Tensor tol, bool hermitian=False) -> Tensor`
-/// Calls `tr_tensor_linalg_matrix_rank_tol_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor linalg_matrix_rank_tol_tensor(
-    const Tensor& input,
-    const Tensor& tol,
-    bool hermitian) {
-    return input.linalg_matrix_rank_tol_tensor(tol, hermitian);
-}
-
-/// `linalg_multi_dot(Tensor[] tensors) -> Tensor` Calls `tr_tensor_linalg_multi_dot`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor linalg_multi_dot(const TensorList& tensors) {
+/// Computes `input * log1p(other)` with the following cases.
+/// (`special_xlog1py.self_scalar(Scalar self, Tensor other) -> Tensor`) Calls
+/// `tr_tensor_special_xlog1py_self_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor special_xlog1py_self_scalar(Scalar input, const Tensor& other) {
     tr_tensor out{0};
-    detail::call(tr_tensor_linalg_multi_dot, tensors.data(), tensors.size(), &out);
+    detail::call(tr_tensor_special_xlog1py_self_scalar, input.raw(), other.raw(), &out);
     return Tensor::adopt(out);
 }
 
-/// `segment_reduce(Tensor data, str reduce, *, Tensor? lengths=None, Tensor? indices=None,
-/// Tensor? offsets=None, int axis=0, bool unsafe=False, Scalar? initial=None) -> Tensor` Calls
-/// `tr_tensor_segment_reduce`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor segment_reduce(
-    const Tensor& data,
-    const std::string& reduce,
-    OptionalTensor lengths,
-    OptionalTensor indices,
-    OptionalTensor offsets,
-    int64_t axis,
-    bool unsafe_,
-    std::optional<Scalar> initial) {
-    return data.segment_reduce(reduce, lengths, indices, offsets, axis, unsafe_, initial);
+/// Computes `input * log1p(other)` with the following cases.
+/// (`special_xlog1py.other_scalar(Tensor self, Scalar other) -> Tensor`) Calls
+/// `tr_tensor_special_xlog1py_other_scalar`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor special_xlog1py_other_scalar(const Tensor& input, Scalar other) {
+    return input.special_xlog1py_other_scalar(other);
 }
 
-/// `pad_sequence(Tensor[] sequences, bool batch_first=False, float padding_value=0.0, str
-/// padding_side="right") -> Tensor` Calls `tr_tensor_pad_sequence`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor pad_sequence(
-    const TensorList& sequences,
-    bool batch_first,
-    double padding_value,
-    const std::string& padding_side) {
+/// Computes `input * log(other)` with the following cases. (`special_xlogy(Tensor self, Tensor
+/// other) -> Tensor`) Calls `tr_tensor_special_xlogy`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor special_xlogy(const Tensor& input, const Tensor& other) {
+    return input.special_xlogy(other);
+}
+
+/// Computes `input * log(other)` with the following cases. (`special_xlogy.self_scalar(Scalar
+/// self, Tensor other) -> Tensor`) Calls `tr_tensor_special_xlogy_self_scalar`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor special_xlogy_self_scalar(Scalar input, const Tensor& other) {
     tr_tensor out{0};
-    detail::call(tr_tensor_pad_sequence, sequences.data(), sequences.size(), batch_first,
-            padding_value, detail::c_string(padding_side, "padding_side"), &out);
+    detail::call(tr_tensor_special_xlogy_self_scalar, input.raw(), other.raw(), &out);
     return Tensor::adopt(out);
 }
 
-/// `flatten_dense_tensors(Tensor[] tensors) -> Tensor` Calls `tr_tensor_flatten_dense_tensors`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor flatten_dense_tensors(const TensorList& tensors) {
+/// Computes `input * log(other)` with the following cases. (`special_xlogy.other_scalar(Tensor
+/// self, Scalar other) -> Tensor`) Calls `tr_tensor_special_xlogy_other_scalar`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor special_xlogy_other_scalar(const Tensor& input, Scalar other) {
+    return input.special_xlogy_other_scalar(other);
+}
+
+/// Computes the Hurwitz zeta function, elementwise. (`special_zeta(Tensor self, Tensor other)
+/// -> Tensor`) Calls `tr_tensor_special_zeta`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor special_zeta(const Tensor& input, const Tensor& other) {
+    return input.special_zeta(other);
+}
+
+/// Computes the Hurwitz zeta function, elementwise. (`special_zeta.self_scalar(Scalar self,
+/// Tensor other) -> Tensor`) Calls `tr_tensor_special_zeta_self_scalar`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor special_zeta_self_scalar(Scalar input, const Tensor& other) {
     tr_tensor out{0};
-    detail::call(tr_tensor_flatten_dense_tensors, tensors.data(), tensors.size(), &out);
+    detail::call(tr_tensor_special_zeta_self_scalar, input.raw(), other.raw(), &out);
     return Tensor::adopt(out);
 }
 
-/// `unflatten_dense_tensors(Tensor flat, Tensor[] tensors) -> Tensor[]` Calls
-/// `tr_tensor_unflatten_dense_tensors`; throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> unflatten_dense_tensors(
-    const Tensor& flat,
-    const TensorList& tensors) {
-    return flat.unflatten_dense_tensors(tensors);
-}
-
-/// `view_as_real_copy(Tensor self) -> Tensor` Calls `tr_tensor_view_as_real_copy`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor view_as_real_copy(const Tensor& input) {
-    return input.view_as_real_copy();
-}
-
-/// `view_as_complex_copy(Tensor self) -> Tensor` Calls `tr_tensor_view_as_complex_copy`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor view_as_complex_copy(const Tensor& input) {
-    return input.view_as_complex_copy();
-}
-
-/// `as_strided_copy(Tensor self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None)
-/// -> Tensor` Calls `tr_tensor_as_strided_copy`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor as_strided_copy(
-    const Tensor& input,
-    IntList size,
-    IntList stride,
-    std::optional<int64_t> storage_offset) {
-    return input.as_strided_copy(size, stride, storage_offset);
-}
-
-/// `diagonal_copy(Tensor self, int offset=0, int dim1=0, int dim2=1) -> Tensor` Calls
-/// `tr_tensor_diagonal_copy`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor diagonal_copy(
-    const Tensor& input,
-    int64_t offset,
-    int64_t dim1,
-    int64_t dim2) {
-    return input.diagonal_copy(offset, dim1, dim2);
-}
-
-/// `expand_copy(Tensor self, SymInt[] size, *, bool implicit=False) -> Tensor` Calls
-/// `tr_tensor_expand_copy`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor expand_copy(const Tensor& input, IntList size, bool implicit) {
-    return input.expand_copy(size, implicit);
-}
-
-/// `permute_copy(Tensor self, int[] dims) -> Tensor` Calls `tr_tensor_permute_copy`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor permute_copy(const Tensor& input, IntList dims) {
-    return input.permute_copy(dims);
-}
-
-/// `select_copy.int(Tensor self, int dim, SymInt index) -> Tensor` Calls
-/// `tr_tensor_select_copy_int`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor select_copy_int(const Tensor& input, int64_t dim, int64_t index) {
-    return input.select_copy_int(dim, index);
-}
-
-/// `detach_copy(Tensor self) -> Tensor` Calls `tr_tensor_detach_copy`; throws tr::Error on
+/// Computes the Hurwitz zeta function, elementwise. (`special_zeta.other_scalar(Tensor self,
+/// Scalar other) -> Tensor`) Calls `tr_tensor_special_zeta_other_scalar`; throws tr::Error on
 /// failure.
-[[nodiscard]] inline Tensor detach_copy(const Tensor& input) {
-    return input.detach_copy();
+[[nodiscard]] inline Tensor special_zeta_other_scalar(const Tensor& input, Scalar other) {
+    return input.special_zeta_other_scalar(other);
 }
 
-/// `slice_copy.Tensor(Tensor self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt
-/// step=1) -> Tensor` Calls `tr_tensor_slice_copy_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor slice_copy_tensor(
+/// Computes the zeroth order modified Bessel function of the first kind for each element of
+/// `input`. (`special_i0(Tensor self) -> Tensor`) Calls `tr_tensor_special_i0`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor special_i0(const Tensor& input) {
+    return input.special_i0();
+}
+
+/// The modified Bessel function of the first kind of order 0, exponentially scaled,
+/// elementwise. (`special_i0e(Tensor self) -> Tensor`) Calls `tr_tensor_special_i0e`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor special_i0e(const Tensor& input) {
+    return input.special_i0e();
+}
+
+/// The modified Bessel function of the first kind of order 1, elementwise. (`special_i1(Tensor
+/// self) -> Tensor`) Calls `tr_tensor_special_i1`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor special_i1(const Tensor& input) {
+    return input.special_i1();
+}
+
+/// The modified Bessel function of the first kind of order 1, exponentially scaled,
+/// elementwise. (`special_i1e(Tensor self) -> Tensor`) Calls `tr_tensor_special_i1e`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor special_i1e(const Tensor& input) {
+    return input.special_i1e();
+}
+
+/// Returns a new tensor with the logit of the elements of `input`. (`special_logit(Tensor self,
+/// float? eps=None) -> Tensor`) Calls `tr_tensor_special_logit`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor special_logit(const Tensor& input, std::optional<double> eps) {
+    return input.special_logit(eps);
+}
+
+/// Computes the `n^{th}` derivative of the digamma function on `input`. (`special_polygamma(int
+/// n, Tensor self) -> Tensor`) Calls `tr_tensor_special_polygamma`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor special_polygamma(int64_t n, const Tensor& input) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_special_polygamma, n, input.raw(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Alias for `torch.logsumexp`. (`special_logsumexp(Tensor self, int[1] dim, bool
+/// keepdim=False) -> Tensor`) Calls `tr_tensor_special_logsumexp`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor special_logsumexp(const Tensor& input, IntList dim, bool keepdim) {
+    return input.special_logsumexp(dim, keepdim);
+}
+
+/// Computes the expit (also known as the logistic sigmoid function) of the elements of `input`.
+/// (`special_expit(Tensor self) -> Tensor`) Calls `tr_tensor_special_expit`; throws tr::Error
+/// on failure.
+[[nodiscard]] inline Tensor special_expit(const Tensor& input) {
+    return input.special_expit();
+}
+
+/// Computes the normalized sinc of `input.` (`special_sinc(Tensor self) -> Tensor`) Calls
+/// `tr_tensor_special_sinc`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor special_sinc(const Tensor& input) {
+    return input.special_sinc();
+}
+
+/// Alias for `torch.round`. (`special_round(Tensor self, *, int decimals=0) -> Tensor`) Calls
+/// `tr_tensor_special_round`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor special_round(const Tensor& input, int64_t decimals) {
+    return input.special_round(decimals);
+}
+
+/// Alias for `torch.log1p`. (`special_log1p(Tensor self) -> Tensor`) Calls
+/// `tr_tensor_special_log1p`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor special_log1p(const Tensor& input) {
+    return input.special_log1p();
+}
+
+/// Computes softmax followed by a logarithm. (`special_log_softmax(Tensor self, int dim, *,
+/// ScalarType? dtype=None) -> Tensor`) Calls `tr_tensor_special_log_softmax`; throws tr::Error
+/// on failure.
+[[nodiscard]] inline Tensor special_log_softmax(
     const Tensor& input,
     int64_t dim,
-    std::optional<int64_t> start,
-    std::optional<int64_t> end,
-    int64_t step) {
-    return input.slice_copy_tensor(dim, start, end, step);
+    std::optional<DType> dtype) {
+    return input.special_log_softmax(dim, dtype);
 }
 
-/// `split_copy.Tensor(Tensor self, SymInt split_size, int dim=0) -> Tensor[]` Calls
-/// `tr_tensor_split_copy_tensor`; throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> split_copy_tensor(
+/// Computes the regularized lower incomplete gamma function. (`special_gammainc(Tensor self,
+/// Tensor other) -> Tensor`) Calls `tr_tensor_special_gammainc`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor special_gammainc(const Tensor& input, const Tensor& other) {
+    return input.special_gammainc(other);
+}
+
+/// Computes the regularized upper incomplete gamma function. (`special_gammaincc(Tensor self,
+/// Tensor other) -> Tensor`) Calls `tr_tensor_special_gammaincc`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor special_gammaincc(const Tensor& input, const Tensor& other) {
+    return input.special_gammaincc(other);
+}
+
+/// Computes the multivariate log-gamma function with dimension `p` element-wise, given by.
+/// (`special_multigammaln(Tensor self, int p) -> Tensor`) Calls
+/// `tr_tensor_special_multigammaln`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor special_multigammaln(const Tensor& input, int64_t p) {
+    return input.special_multigammaln(p);
+}
+
+/// Computes the softmax function. (`special_softmax(Tensor self, int dim, ScalarType?
+/// dtype=None) -> Tensor`) Calls `tr_tensor_special_softmax`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor special_softmax(
     const Tensor& input,
-    int64_t split_size,
-    int64_t dim) {
-    return input.split_copy_tensor(split_size, dim);
+    int64_t dim,
+    std::optional<DType> dtype) {
+    return input.special_softmax(dim, dtype);
 }
 
-/// `split_with_sizes_copy(Tensor self, SymInt[] split_sizes, int dim=0) -> Tensor[]` Calls
-/// `tr_tensor_split_with_sizes_copy`; throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> split_with_sizes_copy(
-    const Tensor& input,
-    IntList split_sizes,
-    int64_t dim) {
-    return input.split_with_sizes_copy(split_sizes, dim);
-}
-
-/// `squeeze_copy(Tensor self) -> Tensor` Calls `tr_tensor_squeeze_copy`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor squeeze_copy(const Tensor& input) {
-    return input.squeeze_copy();
-}
-
-/// `squeeze_copy.dim(Tensor self, int dim) -> Tensor` Calls `tr_tensor_squeeze_copy_dim`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor squeeze_copy_dim(const Tensor& input, int64_t dim) {
-    return input.squeeze_copy_dim(dim);
-}
-
-/// `squeeze_copy.dims(Tensor self, int[] dim) -> Tensor` Calls `tr_tensor_squeeze_copy_dims`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline Tensor squeeze_copy_dims(const Tensor& input, IntList dim) {
-    return input.squeeze_copy_dims(dim);
-}
-
-/// `t_copy(Tensor self) -> Tensor` Calls `tr_tensor_t_copy`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor t_copy(const Tensor& input) {
-    return input.t_copy();
-}
-
-/// `transpose_copy.int(Tensor self, int dim0, int dim1) -> Tensor` Calls
-/// `tr_tensor_transpose_copy_int`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor transpose_copy_int(const Tensor& input, int64_t dim0, int64_t dim1) {
-    return input.transpose_copy_int(dim0, dim1);
-}
-
-/// `unsqueeze_copy(Tensor self, int dim) -> Tensor` Calls `tr_tensor_unsqueeze_copy`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor unsqueeze_copy(const Tensor& input, int64_t dim) {
-    return input.unsqueeze_copy(dim);
-}
-
-/// `unbind_copy.int(Tensor self, int dim=0) -> Tensor[]` Calls `tr_tensor_unbind_copy_int`;
-/// throws tr::Error on failure.
-[[nodiscard]] inline std::vector<Tensor> unbind_copy_int(const Tensor& input, int64_t dim) {
-    return input.unbind_copy_int(dim);
-}
-
-/// `view_copy(Tensor self, SymInt[] size) -> Tensor` Calls `tr_tensor_view_copy`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor view_copy(const Tensor& input, IntList size) {
-    return input.view_copy(size);
-}
-
-/// `view_copy.dtype(Tensor self, ScalarType dtype) -> Tensor` Calls
-/// `tr_tensor_view_copy_dtype`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor view_copy_dtype(const Tensor& input, DType dtype) {
-    return input.view_copy_dtype(dtype);
-}
-
-/// `unfold_copy(Tensor self, int dimension, int size, int step) -> Tensor` Calls
-/// `tr_tensor_unfold_copy`; throws tr::Error on failure.
-[[nodiscard]] inline Tensor unfold_copy(
-    const Tensor& input,
-    int64_t dimension,
-    int64_t size,
-    int64_t step) {
-    return input.unfold_copy(dimension, size, step);
-}
-
-/// `alias_copy(Tensor self) -> Tensor` Calls `tr_tensor_alias_copy`; throws tr::Error on
-/// failure.
-[[nodiscard]] inline Tensor alias_copy(const Tensor& input) {
-    return input.alias_copy();
-}
-
-/// `scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor?
-/// attn_mask=None, float dropout_p=0.0, bool is_causal=False, *, float? scale=None, bool
-/// enable_gqa=False) -> Tensor` Calls `tr_tensor_scaled_dot_product_attention`; throws
-/// tr::Error on failure.
-[[nodiscard]] inline Tensor scaled_dot_product_attention(
-    const Tensor& query,
-    const Tensor& key,
-    const Tensor& value,
-    OptionalTensor attn_mask,
-    double dropout_p,
-    bool is_causal,
-    std::optional<double> scale,
-    bool enable_gqa) {
-    return query.scaled_dot_product_attention(key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa);
-}
-
-/// `special_airy_ai(Tensor x) -> Tensor` Calls `tr_tensor_special_airy_ai`; throws tr::Error on
-/// failure.
+/// Airy function `\text{Ai}\left(\text{input}\right)`. (`special_airy_ai(Tensor x) -> Tensor`)
+/// Calls `tr_tensor_special_airy_ai`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_airy_ai(const Tensor& x) {
     return x.special_airy_ai();
 }
 
-/// `special_bessel_j0(Tensor self) -> Tensor` Calls `tr_tensor_special_bessel_j0`; throws
-/// tr::Error on failure.
+/// Bessel function of the first kind of order `0`. (`special_bessel_j0(Tensor self) -> Tensor`)
+/// Calls `tr_tensor_special_bessel_j0`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_bessel_j0(const Tensor& input) {
     return input.special_bessel_j0();
 }
 
-/// `special_bessel_j1(Tensor self) -> Tensor` Calls `tr_tensor_special_bessel_j1`; throws
-/// tr::Error on failure.
+/// Bessel function of the first kind of order `1`. (`special_bessel_j1(Tensor self) -> Tensor`)
+/// Calls `tr_tensor_special_bessel_j1`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_bessel_j1(const Tensor& input) {
     return input.special_bessel_j1();
 }
 
-/// `special_bessel_y0(Tensor self) -> Tensor` Calls `tr_tensor_special_bessel_y0`; throws
-/// tr::Error on failure.
+/// Bessel function of the second kind of order `0`. (`special_bessel_y0(Tensor self) ->
+/// Tensor`) Calls `tr_tensor_special_bessel_y0`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_bessel_y0(const Tensor& input) {
     return input.special_bessel_y0();
 }
 
-/// `special_bessel_y1(Tensor self) -> Tensor` Calls `tr_tensor_special_bessel_y1`; throws
-/// tr::Error on failure.
+/// Bessel function of the second kind of order `1`. (`special_bessel_y1(Tensor self) ->
+/// Tensor`) Calls `tr_tensor_special_bessel_y1`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_bessel_y1(const Tensor& input) {
     return input.special_bessel_y1();
 }
 
-/// `special_chebyshev_polynomial_t(Tensor x, Tensor n) -> Tensor` Calls
+/// Chebyshev polynomial of the first kind `T_{n}(\text{input})`.
+/// (`special_chebyshev_polynomial_t(Tensor x, Tensor n) -> Tensor`) Calls
 /// `tr_tensor_special_chebyshev_polynomial_t`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_chebyshev_polynomial_t(const Tensor& x, const Tensor& n) {
     return x.special_chebyshev_polynomial_t(n);
 }
 
-/// `special_chebyshev_polynomial_t.x_scalar(Scalar x, Tensor n) -> Tensor` Calls
+/// Chebyshev polynomial of the first kind `T_{n}(\text{input})`.
+/// (`special_chebyshev_polynomial_t.x_scalar(Scalar x, Tensor n) -> Tensor`) Calls
 /// `tr_tensor_special_chebyshev_polynomial_t_x_scalar`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_chebyshev_polynomial_t_x_scalar(Scalar x, const Tensor& n) {
     tr_tensor out{0};
@@ -8900,19 +9375,22 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return Tensor::adopt(out);
 }
 
-/// `special_chebyshev_polynomial_t.n_scalar(Tensor x, Scalar n) -> Tensor` Calls
+/// Chebyshev polynomial of the first kind `T_{n}(\text{input})`.
+/// (`special_chebyshev_polynomial_t.n_scalar(Tensor x, Scalar n) -> Tensor`) Calls
 /// `tr_tensor_special_chebyshev_polynomial_t_n_scalar`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_chebyshev_polynomial_t_n_scalar(const Tensor& x, Scalar n) {
     return x.special_chebyshev_polynomial_t_n_scalar(n);
 }
 
-/// `special_chebyshev_polynomial_u(Tensor x, Tensor n) -> Tensor` Calls
+/// Chebyshev polynomial of the second kind `U_{n}(\text{input})`.
+/// (`special_chebyshev_polynomial_u(Tensor x, Tensor n) -> Tensor`) Calls
 /// `tr_tensor_special_chebyshev_polynomial_u`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_chebyshev_polynomial_u(const Tensor& x, const Tensor& n) {
     return x.special_chebyshev_polynomial_u(n);
 }
 
-/// `special_chebyshev_polynomial_u.x_scalar(Scalar x, Tensor n) -> Tensor` Calls
+/// Chebyshev polynomial of the second kind `U_{n}(\text{input})`.
+/// (`special_chebyshev_polynomial_u.x_scalar(Scalar x, Tensor n) -> Tensor`) Calls
 /// `tr_tensor_special_chebyshev_polynomial_u_x_scalar`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_chebyshev_polynomial_u_x_scalar(Scalar x, const Tensor& n) {
     tr_tensor out{0};
@@ -8920,19 +9398,22 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return Tensor::adopt(out);
 }
 
-/// `special_chebyshev_polynomial_u.n_scalar(Tensor x, Scalar n) -> Tensor` Calls
+/// Chebyshev polynomial of the second kind `U_{n}(\text{input})`.
+/// (`special_chebyshev_polynomial_u.n_scalar(Tensor x, Scalar n) -> Tensor`) Calls
 /// `tr_tensor_special_chebyshev_polynomial_u_n_scalar`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_chebyshev_polynomial_u_n_scalar(const Tensor& x, Scalar n) {
     return x.special_chebyshev_polynomial_u_n_scalar(n);
 }
 
-/// `special_chebyshev_polynomial_v(Tensor x, Tensor n) -> Tensor` Calls
+/// Chebyshev polynomial of the third kind `V_{n}^{\ast}(\text{input})`.
+/// (`special_chebyshev_polynomial_v(Tensor x, Tensor n) -> Tensor`) Calls
 /// `tr_tensor_special_chebyshev_polynomial_v`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_chebyshev_polynomial_v(const Tensor& x, const Tensor& n) {
     return x.special_chebyshev_polynomial_v(n);
 }
 
-/// `special_chebyshev_polynomial_v.x_scalar(Scalar x, Tensor n) -> Tensor` Calls
+/// Chebyshev polynomial of the third kind `V_{n}^{\ast}(\text{input})`.
+/// (`special_chebyshev_polynomial_v.x_scalar(Scalar x, Tensor n) -> Tensor`) Calls
 /// `tr_tensor_special_chebyshev_polynomial_v_x_scalar`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_chebyshev_polynomial_v_x_scalar(Scalar x, const Tensor& n) {
     tr_tensor out{0};
@@ -8940,19 +9421,22 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return Tensor::adopt(out);
 }
 
-/// `special_chebyshev_polynomial_v.n_scalar(Tensor x, Scalar n) -> Tensor` Calls
+/// Chebyshev polynomial of the third kind `V_{n}^{\ast}(\text{input})`.
+/// (`special_chebyshev_polynomial_v.n_scalar(Tensor x, Scalar n) -> Tensor`) Calls
 /// `tr_tensor_special_chebyshev_polynomial_v_n_scalar`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_chebyshev_polynomial_v_n_scalar(const Tensor& x, Scalar n) {
     return x.special_chebyshev_polynomial_v_n_scalar(n);
 }
 
-/// `special_chebyshev_polynomial_w(Tensor x, Tensor n) -> Tensor` Calls
+/// Chebyshev polynomial of the fourth kind `W_{n}^{\ast}(\text{input})`.
+/// (`special_chebyshev_polynomial_w(Tensor x, Tensor n) -> Tensor`) Calls
 /// `tr_tensor_special_chebyshev_polynomial_w`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_chebyshev_polynomial_w(const Tensor& x, const Tensor& n) {
     return x.special_chebyshev_polynomial_w(n);
 }
 
-/// `special_chebyshev_polynomial_w.x_scalar(Scalar x, Tensor n) -> Tensor` Calls
+/// Chebyshev polynomial of the fourth kind `W_{n}^{\ast}(\text{input})`.
+/// (`special_chebyshev_polynomial_w.x_scalar(Scalar x, Tensor n) -> Tensor`) Calls
 /// `tr_tensor_special_chebyshev_polynomial_w_x_scalar`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_chebyshev_polynomial_w_x_scalar(Scalar x, const Tensor& n) {
     tr_tensor out{0};
@@ -8960,19 +9444,22 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return Tensor::adopt(out);
 }
 
-/// `special_chebyshev_polynomial_w.n_scalar(Tensor x, Scalar n) -> Tensor` Calls
+/// Chebyshev polynomial of the fourth kind `W_{n}^{\ast}(\text{input})`.
+/// (`special_chebyshev_polynomial_w.n_scalar(Tensor x, Scalar n) -> Tensor`) Calls
 /// `tr_tensor_special_chebyshev_polynomial_w_n_scalar`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_chebyshev_polynomial_w_n_scalar(const Tensor& x, Scalar n) {
     return x.special_chebyshev_polynomial_w_n_scalar(n);
 }
 
-/// `special_hermite_polynomial_h(Tensor x, Tensor n) -> Tensor` Calls
-/// `tr_tensor_special_hermite_polynomial_h`; throws tr::Error on failure.
+/// Physicist's Hermite polynomial `H_{n}(\text{input})`. (`special_hermite_polynomial_h(Tensor
+/// x, Tensor n) -> Tensor`) Calls `tr_tensor_special_hermite_polynomial_h`; throws tr::Error on
+/// failure.
 [[nodiscard]] inline Tensor special_hermite_polynomial_h(const Tensor& x, const Tensor& n) {
     return x.special_hermite_polynomial_h(n);
 }
 
-/// `special_hermite_polynomial_h.x_scalar(Scalar x, Tensor n) -> Tensor` Calls
+/// Physicist's Hermite polynomial `H_{n}(\text{input})`.
+/// (`special_hermite_polynomial_h.x_scalar(Scalar x, Tensor n) -> Tensor`) Calls
 /// `tr_tensor_special_hermite_polynomial_h_x_scalar`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_hermite_polynomial_h_x_scalar(Scalar x, const Tensor& n) {
     tr_tensor out{0};
@@ -8980,19 +9467,22 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return Tensor::adopt(out);
 }
 
-/// `special_hermite_polynomial_h.n_scalar(Tensor x, Scalar n) -> Tensor` Calls
+/// Physicist's Hermite polynomial `H_{n}(\text{input})`.
+/// (`special_hermite_polynomial_h.n_scalar(Tensor x, Scalar n) -> Tensor`) Calls
 /// `tr_tensor_special_hermite_polynomial_h_n_scalar`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_hermite_polynomial_h_n_scalar(const Tensor& x, Scalar n) {
     return x.special_hermite_polynomial_h_n_scalar(n);
 }
 
-/// `special_hermite_polynomial_he(Tensor x, Tensor n) -> Tensor` Calls
+/// Probabilist's Hermite polynomial `He_{n}(\text{input})`.
+/// (`special_hermite_polynomial_he(Tensor x, Tensor n) -> Tensor`) Calls
 /// `tr_tensor_special_hermite_polynomial_he`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_hermite_polynomial_he(const Tensor& x, const Tensor& n) {
     return x.special_hermite_polynomial_he(n);
 }
 
-/// `special_hermite_polynomial_he.x_scalar(Scalar x, Tensor n) -> Tensor` Calls
+/// Probabilist's Hermite polynomial `He_{n}(\text{input})`.
+/// (`special_hermite_polynomial_he.x_scalar(Scalar x, Tensor n) -> Tensor`) Calls
 /// `tr_tensor_special_hermite_polynomial_he_x_scalar`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_hermite_polynomial_he_x_scalar(Scalar x, const Tensor& n) {
     tr_tensor out{0};
@@ -9000,89 +9490,99 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return Tensor::adopt(out);
 }
 
-/// `special_hermite_polynomial_he.n_scalar(Tensor x, Scalar n) -> Tensor` Calls
+/// Probabilist's Hermite polynomial `He_{n}(\text{input})`.
+/// (`special_hermite_polynomial_he.n_scalar(Tensor x, Scalar n) -> Tensor`) Calls
 /// `tr_tensor_special_hermite_polynomial_he_n_scalar`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_hermite_polynomial_he_n_scalar(const Tensor& x, Scalar n) {
     return x.special_hermite_polynomial_he_n_scalar(n);
 }
 
-/// `special_laguerre_polynomial_l(Tensor x, Tensor n) -> Tensor` Calls
-/// `tr_tensor_special_laguerre_polynomial_l`; throws tr::Error on failure.
+/// Laguerre polynomial `L_{n}(\text{input})`. (`special_laguerre_polynomial_l(Tensor x, Tensor
+/// n) -> Tensor`) Calls `tr_tensor_special_laguerre_polynomial_l`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_laguerre_polynomial_l(const Tensor& x, const Tensor& n) {
     return x.special_laguerre_polynomial_l(n);
 }
 
-/// `special_laguerre_polynomial_l.x_scalar(Scalar x, Tensor n) -> Tensor` Calls
-/// `tr_tensor_special_laguerre_polynomial_l_x_scalar`; throws tr::Error on failure.
+/// Laguerre polynomial `L_{n}(\text{input})`. (`special_laguerre_polynomial_l.x_scalar(Scalar
+/// x, Tensor n) -> Tensor`) Calls `tr_tensor_special_laguerre_polynomial_l_x_scalar`; throws
+/// tr::Error on failure.
 [[nodiscard]] inline Tensor special_laguerre_polynomial_l_x_scalar(Scalar x, const Tensor& n) {
     tr_tensor out{0};
     detail::call(tr_tensor_special_laguerre_polynomial_l_x_scalar, x.raw(), n.raw(), &out);
     return Tensor::adopt(out);
 }
 
-/// `special_laguerre_polynomial_l.n_scalar(Tensor x, Scalar n) -> Tensor` Calls
-/// `tr_tensor_special_laguerre_polynomial_l_n_scalar`; throws tr::Error on failure.
+/// Laguerre polynomial `L_{n}(\text{input})`. (`special_laguerre_polynomial_l.n_scalar(Tensor
+/// x, Scalar n) -> Tensor`) Calls `tr_tensor_special_laguerre_polynomial_l_n_scalar`; throws
+/// tr::Error on failure.
 [[nodiscard]] inline Tensor special_laguerre_polynomial_l_n_scalar(const Tensor& x, Scalar n) {
     return x.special_laguerre_polynomial_l_n_scalar(n);
 }
 
-/// `special_legendre_polynomial_p(Tensor x, Tensor n) -> Tensor` Calls
-/// `tr_tensor_special_legendre_polynomial_p`; throws tr::Error on failure.
+/// Legendre polynomial `P_{n}(\text{input})`. (`special_legendre_polynomial_p(Tensor x, Tensor
+/// n) -> Tensor`) Calls `tr_tensor_special_legendre_polynomial_p`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_legendre_polynomial_p(const Tensor& x, const Tensor& n) {
     return x.special_legendre_polynomial_p(n);
 }
 
-/// `special_legendre_polynomial_p.x_scalar(Scalar x, Tensor n) -> Tensor` Calls
-/// `tr_tensor_special_legendre_polynomial_p_x_scalar`; throws tr::Error on failure.
+/// Legendre polynomial `P_{n}(\text{input})`. (`special_legendre_polynomial_p.x_scalar(Scalar
+/// x, Tensor n) -> Tensor`) Calls `tr_tensor_special_legendre_polynomial_p_x_scalar`; throws
+/// tr::Error on failure.
 [[nodiscard]] inline Tensor special_legendre_polynomial_p_x_scalar(Scalar x, const Tensor& n) {
     tr_tensor out{0};
     detail::call(tr_tensor_special_legendre_polynomial_p_x_scalar, x.raw(), n.raw(), &out);
     return Tensor::adopt(out);
 }
 
-/// `special_legendre_polynomial_p.n_scalar(Tensor x, Scalar n) -> Tensor` Calls
-/// `tr_tensor_special_legendre_polynomial_p_n_scalar`; throws tr::Error on failure.
+/// Legendre polynomial `P_{n}(\text{input})`. (`special_legendre_polynomial_p.n_scalar(Tensor
+/// x, Scalar n) -> Tensor`) Calls `tr_tensor_special_legendre_polynomial_p_n_scalar`; throws
+/// tr::Error on failure.
 [[nodiscard]] inline Tensor special_legendre_polynomial_p_n_scalar(const Tensor& x, Scalar n) {
     return x.special_legendre_polynomial_p_n_scalar(n);
 }
 
-/// `special_modified_bessel_i0(Tensor self) -> Tensor` Calls
-/// `tr_tensor_special_modified_bessel_i0`; throws tr::Error on failure.
+/// Modified Bessel function of the first kind of order `0`. (`special_modified_bessel_i0(Tensor
+/// self) -> Tensor`) Calls `tr_tensor_special_modified_bessel_i0`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_modified_bessel_i0(const Tensor& input) {
     return input.special_modified_bessel_i0();
 }
 
-/// `special_modified_bessel_i1(Tensor self) -> Tensor` Calls
-/// `tr_tensor_special_modified_bessel_i1`; throws tr::Error on failure.
+/// Modified Bessel function of the first kind of order `1`. (`special_modified_bessel_i1(Tensor
+/// self) -> Tensor`) Calls `tr_tensor_special_modified_bessel_i1`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_modified_bessel_i1(const Tensor& input) {
     return input.special_modified_bessel_i1();
 }
 
-/// `special_modified_bessel_k0(Tensor self) -> Tensor` Calls
+/// Modified Bessel function of the second kind of order `0`.
+/// (`special_modified_bessel_k0(Tensor self) -> Tensor`) Calls
 /// `tr_tensor_special_modified_bessel_k0`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_modified_bessel_k0(const Tensor& input) {
     return input.special_modified_bessel_k0();
 }
 
-/// `special_modified_bessel_k1(Tensor self) -> Tensor` Calls
+/// Modified Bessel function of the second kind of order `1`.
+/// (`special_modified_bessel_k1(Tensor self) -> Tensor`) Calls
 /// `tr_tensor_special_modified_bessel_k1`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_modified_bessel_k1(const Tensor& input) {
     return input.special_modified_bessel_k1();
 }
 
-/// `special_scaled_modified_bessel_k0(Tensor x) -> Tensor` Calls
+/// Scaled modified Bessel function of the second kind of order `0`.
+/// (`special_scaled_modified_bessel_k0(Tensor x) -> Tensor`) Calls
 /// `tr_tensor_special_scaled_modified_bessel_k0`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_scaled_modified_bessel_k0(const Tensor& x) {
     return x.special_scaled_modified_bessel_k0();
 }
 
-/// `special_scaled_modified_bessel_k1(Tensor x) -> Tensor` Calls
+/// Scaled modified Bessel function of the second kind of order `1`.
+/// (`special_scaled_modified_bessel_k1(Tensor x) -> Tensor`) Calls
 /// `tr_tensor_special_scaled_modified_bessel_k1`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_scaled_modified_bessel_k1(const Tensor& x) {
     return x.special_scaled_modified_bessel_k1();
 }
 
-/// `special_shifted_chebyshev_polynomial_t(Tensor x, Tensor n) -> Tensor` Calls
+/// Chebyshev polynomial of the first kind `T_{n}^{\ast}(\text{input})`.
+/// (`special_shifted_chebyshev_polynomial_t(Tensor x, Tensor n) -> Tensor`) Calls
 /// `tr_tensor_special_shifted_chebyshev_polynomial_t`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_shifted_chebyshev_polynomial_t(
     const Tensor& x,
@@ -9090,7 +9590,8 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return x.special_shifted_chebyshev_polynomial_t(n);
 }
 
-/// `special_shifted_chebyshev_polynomial_t.x_scalar(Scalar x, Tensor n) -> Tensor` Calls
+/// Chebyshev polynomial of the first kind `T_{n}^{\ast}(\text{input})`.
+/// (`special_shifted_chebyshev_polynomial_t.x_scalar(Scalar x, Tensor n) -> Tensor`) Calls
 /// `tr_tensor_special_shifted_chebyshev_polynomial_t_x_scalar`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_shifted_chebyshev_polynomial_t_x_scalar(
     Scalar x,
@@ -9100,7 +9601,8 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return Tensor::adopt(out);
 }
 
-/// `special_shifted_chebyshev_polynomial_t.n_scalar(Tensor x, Scalar n) -> Tensor` Calls
+/// Chebyshev polynomial of the first kind `T_{n}^{\ast}(\text{input})`.
+/// (`special_shifted_chebyshev_polynomial_t.n_scalar(Tensor x, Scalar n) -> Tensor`) Calls
 /// `tr_tensor_special_shifted_chebyshev_polynomial_t_n_scalar`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_shifted_chebyshev_polynomial_t_n_scalar(
     const Tensor& x,
@@ -9108,7 +9610,8 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return x.special_shifted_chebyshev_polynomial_t_n_scalar(n);
 }
 
-/// `special_shifted_chebyshev_polynomial_u(Tensor x, Tensor n) -> Tensor` Calls
+/// Chebyshev polynomial of the second kind `U_{n}^{\ast}(\text{input})`.
+/// (`special_shifted_chebyshev_polynomial_u(Tensor x, Tensor n) -> Tensor`) Calls
 /// `tr_tensor_special_shifted_chebyshev_polynomial_u`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_shifted_chebyshev_polynomial_u(
     const Tensor& x,
@@ -9116,7 +9619,8 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return x.special_shifted_chebyshev_polynomial_u(n);
 }
 
-/// `special_shifted_chebyshev_polynomial_u.x_scalar(Scalar x, Tensor n) -> Tensor` Calls
+/// Chebyshev polynomial of the second kind `U_{n}^{\ast}(\text{input})`.
+/// (`special_shifted_chebyshev_polynomial_u.x_scalar(Scalar x, Tensor n) -> Tensor`) Calls
 /// `tr_tensor_special_shifted_chebyshev_polynomial_u_x_scalar`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_shifted_chebyshev_polynomial_u_x_scalar(
     Scalar x,
@@ -9126,7 +9630,8 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return Tensor::adopt(out);
 }
 
-/// `special_shifted_chebyshev_polynomial_u.n_scalar(Tensor x, Scalar n) -> Tensor` Calls
+/// Chebyshev polynomial of the second kind `U_{n}^{\ast}(\text{input})`.
+/// (`special_shifted_chebyshev_polynomial_u.n_scalar(Tensor x, Scalar n) -> Tensor`) Calls
 /// `tr_tensor_special_shifted_chebyshev_polynomial_u_n_scalar`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_shifted_chebyshev_polynomial_u_n_scalar(
     const Tensor& x,
@@ -9134,7 +9639,8 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return x.special_shifted_chebyshev_polynomial_u_n_scalar(n);
 }
 
-/// `special_shifted_chebyshev_polynomial_v(Tensor x, Tensor n) -> Tensor` Calls
+/// Chebyshev polynomial of the third kind `V_{n}^{\ast}(\text{input})`.
+/// (`special_shifted_chebyshev_polynomial_v(Tensor x, Tensor n) -> Tensor`) Calls
 /// `tr_tensor_special_shifted_chebyshev_polynomial_v`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_shifted_chebyshev_polynomial_v(
     const Tensor& x,
@@ -9142,7 +9648,8 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return x.special_shifted_chebyshev_polynomial_v(n);
 }
 
-/// `special_shifted_chebyshev_polynomial_v.x_scalar(Scalar x, Tensor n) -> Tensor` Calls
+/// Chebyshev polynomial of the third kind `V_{n}^{\ast}(\text{input})`.
+/// (`special_shifted_chebyshev_polynomial_v.x_scalar(Scalar x, Tensor n) -> Tensor`) Calls
 /// `tr_tensor_special_shifted_chebyshev_polynomial_v_x_scalar`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_shifted_chebyshev_polynomial_v_x_scalar(
     Scalar x,
@@ -9152,7 +9659,8 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return Tensor::adopt(out);
 }
 
-/// `special_shifted_chebyshev_polynomial_v.n_scalar(Tensor x, Scalar n) -> Tensor` Calls
+/// Chebyshev polynomial of the third kind `V_{n}^{\ast}(\text{input})`.
+/// (`special_shifted_chebyshev_polynomial_v.n_scalar(Tensor x, Scalar n) -> Tensor`) Calls
 /// `tr_tensor_special_shifted_chebyshev_polynomial_v_n_scalar`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_shifted_chebyshev_polynomial_v_n_scalar(
     const Tensor& x,
@@ -9160,7 +9668,8 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return x.special_shifted_chebyshev_polynomial_v_n_scalar(n);
 }
 
-/// `special_shifted_chebyshev_polynomial_w(Tensor x, Tensor n) -> Tensor` Calls
+/// Chebyshev polynomial of the fourth kind `W_{n}^{\ast}(\text{input})`.
+/// (`special_shifted_chebyshev_polynomial_w(Tensor x, Tensor n) -> Tensor`) Calls
 /// `tr_tensor_special_shifted_chebyshev_polynomial_w`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_shifted_chebyshev_polynomial_w(
     const Tensor& x,
@@ -9168,7 +9677,8 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return x.special_shifted_chebyshev_polynomial_w(n);
 }
 
-/// `special_shifted_chebyshev_polynomial_w.x_scalar(Scalar x, Tensor n) -> Tensor` Calls
+/// Chebyshev polynomial of the fourth kind `W_{n}^{\ast}(\text{input})`.
+/// (`special_shifted_chebyshev_polynomial_w.x_scalar(Scalar x, Tensor n) -> Tensor`) Calls
 /// `tr_tensor_special_shifted_chebyshev_polynomial_w_x_scalar`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_shifted_chebyshev_polynomial_w_x_scalar(
     Scalar x,
@@ -9178,7 +9688,8 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return Tensor::adopt(out);
 }
 
-/// `special_shifted_chebyshev_polynomial_w.n_scalar(Tensor x, Scalar n) -> Tensor` Calls
+/// Chebyshev polynomial of the fourth kind `W_{n}^{\ast}(\text{input})`.
+/// (`special_shifted_chebyshev_polynomial_w.n_scalar(Tensor x, Scalar n) -> Tensor`) Calls
 /// `tr_tensor_special_shifted_chebyshev_polynomial_w_n_scalar`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_shifted_chebyshev_polynomial_w_n_scalar(
     const Tensor& x,
@@ -9186,10 +9697,369 @@ inline Tensor& leaky_relu_(Tensor& input, Scalar negative_slope) {
     return x.special_shifted_chebyshev_polynomial_w_n_scalar(n);
 }
 
-/// `special_spherical_bessel_j0(Tensor x) -> Tensor` Calls
+/// Spherical Bessel function of the first kind of order `0`.
+/// (`special_spherical_bessel_j0(Tensor x) -> Tensor`) Calls
 /// `tr_tensor_special_spherical_bessel_j0`; throws tr::Error on failure.
 [[nodiscard]] inline Tensor special_spherical_bessel_j0(const Tensor& x) {
     return x.special_spherical_bessel_j0();
+}
+
+/// Draws binary random numbers (0 or 1) from a Bernoulli distribution. (`bernoulli(Tensor self,
+/// *, Generator? generator=None) -> Tensor`) Calls `tr_tensor_bernoulli`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor bernoulli(const Tensor& input) {
+    return input.bernoulli();
+}
+
+/// Fills each location of `self` with an independent sample from
+/// `\text{Bernoulli}(\texttt{p})`. (`bernoulli_.Tensor(Tensor(a!) self, Tensor p, *, Generator?
+/// generator=None) -> Tensor(a!)`) Calls `tr_tensor_bernoulli_tensor_`; throws tr::Error on
+/// failure.
+inline Tensor& bernoulli_tensor_(Tensor& input, const Tensor& p) {
+    return input.bernoulli_tensor_(p);
+}
+
+/// Fills each location of `self` with an independent sample from
+/// `\text{Bernoulli}(\texttt{p})`. (`bernoulli_.float(Tensor(a!) self, float p=0.5, *,
+/// Generator? generator=None) -> Tensor(a!)`) Calls `tr_tensor_bernoulli_float_`; throws
+/// tr::Error on failure.
+inline Tensor& bernoulli_float_(Tensor& input, double p) {
+    return input.bernoulli_float_(p);
+}
+
+/// Draws binary random numbers (0 or 1) from a Bernoulli distribution. (`bernoulli.p(Tensor
+/// self, float p, *, Generator? generator=None) -> Tensor`) Calls `tr_tensor_bernoulli_p`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor bernoulli_p(const Tensor& input, double p) {
+    return input.bernoulli_p(p);
+}
+
+/// Returns a tensor filled with random numbers from a uniform distribution on the interval `[0,
+/// 1)` (`rand.generator(SymInt[] size, *, Generator? generator, ScalarType? dtype=None, Layout?
+/// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`) Calls
+/// `tr_tensor_rand_generator`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor rand_generator(IntList size, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_rand_generator, size.data(), size.size(), detail::c_opt(dtype).ptr(),
+            &out);
+    return Tensor::adopt(out);
+}
+
+/// Returns a tensor with the same size as `input` that is filled with random numbers from a
+/// uniform distribution on the interval `[0, 1)`. (`rand_like(Tensor self, *, ScalarType?
+/// dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat?
+/// memory_format=None) -> Tensor`) Calls `tr_tensor_rand_like`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor rand_like(const Tensor& input, std::optional<DType> dtype) {
+    return input.rand_like(dtype);
+}
+
+/// Returns a tensor with the same size as `input` that is filled with random numbers from a
+/// uniform distribution on the interval `[0, 1)`. (`rand_like.generator(Tensor self, *,
+/// Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None,
+/// bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`) Calls
+/// `tr_tensor_rand_like_generator`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor rand_like_generator(const Tensor& input, std::optional<DType> dtype) {
+    return input.rand_like_generator(dtype);
+}
+
+/// Returns a tensor filled with random integers generated uniformly between `low` (inclusive)
+/// and `high` (exclusive). (`randint(SymInt high, SymInt[] size, *, ScalarType? dtype=long,
+/// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`) Calls
+/// `tr_tensor_randint`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor randint(int64_t high, IntList size, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_randint, high, size.data(), size.size(), detail::c_opt(dtype).ptr(),
+            &out);
+    return Tensor::adopt(out);
+}
+
+/// Returns a tensor filled with random integers generated uniformly between `low` (inclusive)
+/// and `high` (exclusive). (`randint.generator(SymInt high, SymInt[] size, *, Generator?
+/// generator, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool?
+/// pin_memory=None) -> Tensor`) Calls `tr_tensor_randint_generator`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor randint_generator(
+    int64_t high,
+    IntList size,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_randint_generator, high, size.data(), size.size(),
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Returns a tensor filled with random integers generated uniformly between `low` (inclusive)
+/// and `high` (exclusive). (`randint.low(SymInt low, SymInt high, SymInt[] size, *, ScalarType?
+/// dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
+/// Calls `tr_tensor_randint_low`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor randint_low(
+    int64_t low,
+    int64_t high,
+    IntList size,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_randint_low, low, high, size.data(), size.size(),
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Returns a tensor filled with random integers generated uniformly between `low` (inclusive)
+/// and `high` (exclusive). (`randint.low_generator(SymInt low, SymInt high, SymInt[] size, *,
+/// Generator? generator, ScalarType? dtype=long, Layout? layout=None, Device? device=None,
+/// bool? pin_memory=None) -> Tensor`) Calls `tr_tensor_randint_low_generator`; throws tr::Error
+/// on failure.
+[[nodiscard]] inline Tensor randint_low_generator(
+    int64_t low,
+    int64_t high,
+    IntList size,
+    std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_randint_low_generator, low, high, size.data(), size.size(),
+            detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Returns a tensor with the same shape as Tensor `input` filled with random integers generated
+/// uniformly between `low` (inclusive) and `high` (exclusive). (`randint_like(Tensor self,
+/// SymInt high, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool?
+/// pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`) Calls
+/// `tr_tensor_randint_like`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor randint_like(
+    const Tensor& input,
+    int64_t high,
+    std::optional<DType> dtype) {
+    return input.randint_like(high, dtype);
+}
+
+/// Returns a tensor with the same shape as Tensor `input` filled with random integers generated
+/// uniformly between `low` (inclusive) and `high` (exclusive). (`randint_like.generator(Tensor
+/// self, SymInt high, *, Generator? generator, ScalarType? dtype=None, Layout? layout=None,
+/// Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`)
+/// Calls `tr_tensor_randint_like_generator`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor randint_like_generator(
+    const Tensor& input,
+    int64_t high,
+    std::optional<DType> dtype) {
+    return input.randint_like_generator(high, dtype);
+}
+
+/// Returns a tensor with the same shape as Tensor `input` filled with random integers generated
+/// uniformly between `low` (inclusive) and `high` (exclusive). (`randint_like.Tensor(Tensor
+/// self, Tensor high, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None,
+/// bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`) Calls
+/// `tr_tensor_randint_like_tensor`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor randint_like_tensor(
+    const Tensor& input,
+    const Tensor& high,
+    std::optional<DType> dtype) {
+    return input.randint_like_tensor(high, dtype);
+}
+
+/// Returns a tensor with the same shape as Tensor `input` filled with random integers generated
+/// uniformly between `low` (inclusive) and `high` (exclusive).
+/// (`randint_like.Tensor_generator(Tensor self, Tensor high, *, Generator? generator,
+/// ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None,
+/// MemoryFormat? memory_format=None) -> Tensor`) Calls
+/// `tr_tensor_randint_like_tensor_generator`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor randint_like_tensor_generator(
+    const Tensor& input,
+    const Tensor& high,
+    std::optional<DType> dtype) {
+    return input.randint_like_tensor_generator(high, dtype);
+}
+
+/// Returns a tensor with the same shape as Tensor `input` filled with random integers generated
+/// uniformly between `low` (inclusive) and `high` (exclusive). (`randint_like.low_dtype(Tensor
+/// self, SymInt low, SymInt high, *, ScalarType? dtype=None, Layout? layout=None, Device?
+/// device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`) Calls
+/// `tr_tensor_randint_like_low_dtype`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor randint_like_low_dtype(
+    const Tensor& input,
+    int64_t low,
+    int64_t high,
+    std::optional<DType> dtype) {
+    return input.randint_like_low_dtype(low, high, dtype);
+}
+
+/// Returns a tensor with the same shape as Tensor `input` filled with random integers generated
+/// uniformly between `low` (inclusive) and `high` (exclusive).
+/// (`randint_like.low_generator_dtype(Tensor self, SymInt low, SymInt high, *, Generator?
+/// generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool?
+/// pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`) Calls
+/// `tr_tensor_randint_like_low_generator_dtype`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor randint_like_low_generator_dtype(
+    const Tensor& input,
+    int64_t low,
+    int64_t high,
+    std::optional<DType> dtype) {
+    return input.randint_like_low_generator_dtype(low, high, dtype);
+}
+
+/// Returns a tensor filled with random numbers from a normal distribution with mean `0` and
+/// variance `1` (also called the standard normal distribution). (`randn.generator(SymInt[]
+/// size, *, Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device?
+/// device=None, bool? pin_memory=None) -> Tensor`) Calls `tr_tensor_randn_generator`; throws
+/// tr::Error on failure.
+[[nodiscard]] inline Tensor randn_generator(IntList size, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_randn_generator, size.data(), size.size(), detail::c_opt(dtype).ptr(),
+            &out);
+    return Tensor::adopt(out);
+}
+
+/// Returns a tensor with the same size as `input` that is filled with random numbers from a
+/// normal distribution with mean 0 and variance 1. (`randn_like(Tensor self, *, ScalarType?
+/// dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat?
+/// memory_format=None) -> Tensor`) Calls `tr_tensor_randn_like`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor randn_like(const Tensor& input, std::optional<DType> dtype) {
+    return input.randn_like(dtype);
+}
+
+/// Returns a tensor with the same size as `input` that is filled with random numbers from a
+/// normal distribution with mean 0 and variance 1. (`randn_like.generator(Tensor self, *,
+/// Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None,
+/// bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`) Calls
+/// `tr_tensor_randn_like_generator`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor randn_like_generator(const Tensor& input, std::optional<DType> dtype) {
+    return input.randn_like_generator(dtype);
+}
+
+/// Returns a random permutation of integers from `0` to `n - 1`. (`randperm(SymInt n, *,
+/// ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) ->
+/// Tensor`) Calls `tr_tensor_randperm`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor randperm(int64_t n, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_randperm, n, detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Returns a random permutation of integers from `0` to `n - 1`. (`randperm.generator(SymInt n,
+/// *, Generator? generator, ScalarType? dtype=long, Layout? layout=None, Device? device=None,
+/// bool? pin_memory=None) -> Tensor`) Calls `tr_tensor_randperm_generator`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor randperm_generator(int64_t n, std::optional<DType> dtype) {
+    tr_tensor out{0};
+    detail::call(tr_tensor_randperm_generator, n, detail::c_opt(dtype).ptr(), &out);
+    return Tensor::adopt(out);
+}
+
+/// Returns a tensor of the same size as `input` with each element sampled from a Poisson
+/// distribution with rate parameter given by the corresponding element in `input` i.e.
+/// (`poisson(Tensor self, Generator? generator=None) -> Tensor`) Calls `tr_tensor_poisson`;
+/// throws tr::Error on failure.
+[[nodiscard]] inline Tensor poisson(const Tensor& input) {
+    return input.poisson();
+}
+
+/// Draws from binomial distributions of `count` trials with probabilities `prob`.
+/// (`binomial(Tensor count, Tensor prob, Generator? generator=None) -> Tensor`) Calls
+/// `tr_tensor_binomial`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor binomial(const Tensor& count, const Tensor& prob) {
+    return count.binomial(prob);
+}
+
+/// Fills `self` tensor with numbers sampled from the discrete uniform distribution over `[from,
+/// to - 1]`. (`random_.from(Tensor(a!) self, int from, int? to, *, Generator? generator=None)
+/// -> Tensor(a!)`) Calls `tr_tensor_random_from_`; throws tr::Error on failure.
+inline Tensor& random_from_(Tensor& input, int64_t from, std::optional<int64_t> to) {
+    return input.random_from_(from, to);
+}
+
+/// Fills `self` tensor with numbers sampled from the discrete uniform distribution over `[from,
+/// to - 1]`. (`random_.to(Tensor(a!) self, int to, *, Generator? generator=None) ->
+/// Tensor(a!)`) Calls `tr_tensor_random_to_`; throws tr::Error on failure.
+inline Tensor& random_to_(Tensor& input, int64_t to) {
+    return input.random_to_(to);
+}
+
+/// Fills `self` tensor with numbers sampled from the discrete uniform distribution over `[from,
+/// to - 1]`. (`random_(Tensor(a!) self, *, Generator? generator=None) -> Tensor(a!)`) Calls
+/// `tr_tensor_random_`; throws tr::Error on failure.
+inline Tensor& random_(Tensor& input) {
+    return input.random_();
+}
+
+/// Fills `self` tensor with numbers sampled from the continuous uniform distribution.
+/// (`uniform_(Tensor(a!) self, float from=0, float to=1, *, Generator? generator=None) ->
+/// Tensor(a!)`) Calls `tr_tensor_uniform_`; throws tr::Error on failure.
+inline Tensor& uniform_(Tensor& input, double from, double to) {
+    return input.uniform_(from, to);
+}
+
+/// Fills the tensor with numbers drawn from the Cauchy distribution. (`cauchy_(Tensor(a!) self,
+/// float median=0, float sigma=1, *, Generator? generator=None) -> Tensor(a!)`) Calls
+/// `tr_tensor_cauchy_`; throws tr::Error on failure.
+inline Tensor& cauchy_(Tensor& input, double median, double sigma) {
+    return input.cauchy_(median, sigma);
+}
+
+/// Fills `self` tensor with elements drawn from the PDF (probability density function)
+/// (`exponential_(Tensor(a!) self, float lambd=1, *, Generator? generator=None) -> Tensor(a!)`)
+/// Calls `tr_tensor_exponential_`; throws tr::Error on failure.
+inline Tensor& exponential_(Tensor& input, double lambd) {
+    return input.exponential_(lambd);
+}
+
+/// Fills `self` tensor with elements drawn from the geometric distribution.
+/// (`geometric_(Tensor(a!) self, float p, *, Generator? generator=None) -> Tensor(a!)`) Calls
+/// `tr_tensor_geometric_`; throws tr::Error on failure.
+inline Tensor& geometric_(Tensor& input, double p) {
+    return input.geometric_(p);
+}
+
+/// Returns a tensor where each row contains `num_samples` indices sampled from the multinomial
+/// (a stricter definition would be multivariate, refer to
+/// `torch.distributions.multinomial.Multinomial` for more details) probability distribution
+/// located in the corresponding row of tensor `input`. (`multinomial(Tensor self, SymInt
+/// num_samples, bool replacement=False, *, Generator? generator=None) -> Tensor`) Calls
+/// `tr_tensor_multinomial`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor multinomial(
+    const Tensor& input,
+    int64_t num_samples,
+    bool replacement) {
+    return input.multinomial(num_samples, replacement);
+}
+
+/// Permutes the dimensions of the `self` tensor to match the dimension order in the `other`
+/// tensor, adding size-one dims for any new names. (`align_as(Tensor self, Tensor other) ->
+/// Tensor`) Calls `tr_tensor_align_as`; throws tr::Error on failure.
+[[nodiscard]] inline Tensor align_as(const Tensor& input, const Tensor& other) {
+    return input.align_as(other);
+}
+
+/// Aligns named tensors to one order of their dimension names. (`align_tensors(Tensor[]
+/// tensors) -> Tensor[]`) Calls `tr_tensor_align_tensors`; throws tr::Error on failure.
+[[nodiscard]] inline std::vector<Tensor> align_tensors(const TensorList& tensors) {
+    return detail::call_tensors<Tensor>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+            return tr_tensor_align_tensors(tensors.data(), tensors.size(), out_, room_, written_);
+            });
+}
+
+/// Copies the tensor to pinned memory, if it's not already pinned. (`pin_memory(Tensor(a) self,
+/// Device? device=None) -> Tensor(a)`) Calls `tr_tensor_pin_memory`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor pin_memory(const Tensor& input) {
+    return input.pin_memory();
+}
+
+/// Performs a matrix multiplication of the sparse matrix `input` with the dense matrix `mat`.
+/// (`smm(Tensor self, Tensor mat2) -> Tensor`) Calls `tr_tensor_smm`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline Tensor smm(const Tensor& input, const Tensor& mat2) {
+    return input.smm(mat2);
+}
+
+/// The scale and zero point that quantize `input` with the least error.
+/// (`choose_qparams_optimized(Tensor input, int numel, int n_bins, float ratio, int bit_width)
+/// -> (Tensor, Tensor)`) Calls `tr_tensor_choose_qparams_optimized`; throws tr::Error on
+/// failure.
+[[nodiscard]] inline std::array<Tensor, 2> choose_qparams_optimized(
+    const Tensor& input,
+    int64_t numel,
+    int64_t n_bins,
+    double ratio,
+    int64_t bit_width) {
+    return input.choose_qparams_optimized(numel, n_bins, ratio, bit_width);
 }
 
 }  // namespace tr

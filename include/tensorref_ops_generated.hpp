@@ -984,128 +984,335 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `data(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_data`; throws
-    /// tr::Error on failure.
+    /// The tensor's data without its autograd history (`Tensor.data`). (`data(Tensor self) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_data`; throws tr::Error on failure.
     [[nodiscard]] Self data() const {
         tr_tensor out{0};
         detail::call(tr_tensor_data, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `is_leaf(Tensor self) -> bool` (`input` is *this.) Calls `tr_tensor_is_leaf`; throws
-    /// tr::Error on failure.
+    /// All Tensors that have `requires_grad` which is `False` will be leaf Tensors by
+    /// convention. (`is_leaf(Tensor self) -> bool`) (`input` is *this.) Calls
+    /// `tr_tensor_is_leaf`; throws tr::Error on failure.
     [[nodiscard]] bool is_leaf() const {
         bool out = false;
         detail::call(tr_tensor_is_leaf, self().raw(), &out);
         return out;
     }
 
-    /// `output_nr(Tensor self) -> int` (`input` is *this.) Calls `tr_tensor_output_nr`; throws
-    /// tr::Error on failure.
+    /// Which output of the op that made it this tensor is, in autograd's graph.
+    /// (`output_nr(Tensor self) -> int`) (`input` is *this.) Calls `tr_tensor_output_nr`;
+    /// throws tr::Error on failure.
     [[nodiscard]] int64_t output_nr() const {
         int64_t out = 0;
         detail::call(tr_tensor_output_nr, self().raw(), &out);
         return out;
     }
 
-    /// `retains_grad(Tensor self) -> bool` (`input` is *this.) Calls `tr_tensor_retains_grad`;
-    /// throws tr::Error on failure.
+    /// Is `True` if this Tensor is non-leaf and its `grad` is enabled to be populated during
+    /// `backward`, `False` otherwise. (`retains_grad(Tensor self) -> bool`) (`input` is *this.)
+    /// Calls `tr_tensor_retains_grad`; throws tr::Error on failure.
     [[nodiscard]] bool retains_grad() const {
         bool out = false;
         detail::call(tr_tensor_retains_grad, self().raw(), &out);
         return out;
     }
 
-    /// `align_as(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_align_as`; throws tr::Error on failure.
-    [[nodiscard]] Self align_as(const Self& other) const {
+    /// This function checks if `input` and `other` satisfy the condition. (`allclose(Tensor
+    /// self, Tensor other, float rtol=1e-05, float atol=1e-08, bool equal_nan=False) -> bool`)
+    /// (`input` is *this.) Calls `tr_tensor_allclose`; throws tr::Error on failure.
+    [[nodiscard]] bool allclose(const Self& other, double rtol, double atol, bool equal_nan) const {
+        bool out = false;
+        detail::call(tr_tensor_allclose, self().raw(), other.raw(), rtol, atol, equal_nan, &out);
+        return out;
+    }
+
+    /// Whether the tensor is distributed (false in libtorch). (`is_distributed(Tensor self) ->
+    /// bool`) (`input` is *this.) Calls `tr_tensor_is_distributed`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] bool is_distributed() const {
+        bool out = false;
+        detail::call(tr_tensor_is_distributed, self().raw(), &out);
+        return out;
+    }
+
+    /// Returns True if the data type of `input` is a floating point data type i.e., one of
+    /// `torch.float64`, `torch.float32`, `torch.float16`, and `torch.bfloat16`.
+    /// (`is_floating_point(Tensor self) -> bool`) (`input` is *this.) Calls
+    /// `tr_tensor_is_floating_point`; throws tr::Error on failure.
+    [[nodiscard]] bool is_floating_point() const {
+        bool out = false;
+        detail::call(tr_tensor_is_floating_point, self().raw(), &out);
+        return out;
+    }
+
+    /// Returns True if the data type of `input` is a complex data type i.e., one of
+    /// `torch.complex64`, and `torch.complex128`. (`is_complex(Tensor self) -> bool`) (`input`
+    /// is *this.) Calls `tr_tensor_is_complex`; throws tr::Error on failure.
+    [[nodiscard]] bool is_complex() const {
+        bool out = false;
+        detail::call(tr_tensor_is_complex, self().raw(), &out);
+        return out;
+    }
+
+    /// Returns True if the `input` is a conjugated tensor, i.e. its conjugate bit is set to
+    /// `True`. (`is_conj(Tensor self) -> bool`) (`input` is *this.) Calls `tr_tensor_is_conj`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] bool is_conj() const {
+        bool out = false;
+        detail::call(tr_tensor_is_conj, self().raw(), &out);
+        return out;
+    }
+
+    /// Returns True if the negative bit of `self` is set to true. (`is_neg(Tensor self) ->
+    /// bool`) (`input` is *this.) Calls `tr_tensor_is_neg`; throws tr::Error on failure.
+    [[nodiscard]] bool is_neg() const {
+        bool out = false;
+        detail::call(tr_tensor_is_neg, self().raw(), &out);
+        return out;
+    }
+
+    /// Returns True if the `input` is a single element tensor which is not equal to zero after
+    /// type conversions. (`is_nonzero(Tensor self) -> bool`) (`input` is *this.) Calls
+    /// `tr_tensor_is_nonzero`; throws tr::Error on failure.
+    [[nodiscard]] bool is_nonzero() const {
+        bool out = false;
+        detail::call(tr_tensor_is_nonzero, self().raw(), &out);
+        return out;
+    }
+
+    /// Whether two tensors have the same shape. (`is_same_size(Tensor self, Tensor other) ->
+    /// bool`) (`input` is *this.) Calls `tr_tensor_is_same_size`; throws tr::Error on failure.
+    [[nodiscard]] bool is_same_size(const Self& other) const {
+        bool out = false;
+        detail::call(tr_tensor_is_same_size, self().raw(), other.raw(), &out);
+        return out;
+    }
+
+    /// Returns True if the data type of `self` is a signed data type. (`is_signed(Tensor self)
+    /// -> bool`) (`input` is *this.) Calls `tr_tensor_is_signed`; throws tr::Error on failure.
+    [[nodiscard]] bool is_signed() const {
+        bool out = false;
+        detail::call(tr_tensor_is_signed, self().raw(), &out);
+        return out;
+    }
+
+    /// Returns True if `input` is an inference tensor. (`is_inference(Tensor self) -> bool`)
+    /// (`input` is *this.) Calls `tr_tensor_is_inference`; throws tr::Error on failure.
+    [[nodiscard]] bool is_inference() const {
+        bool out = false;
+        detail::call(tr_tensor_is_inference, self().raw(), &out);
+        return out;
+    }
+
+    /// Returns true if this tensor resides in pinned memory. (`is_pinned(Tensor self, Device?
+    /// device=None) -> bool`) (`input` is *this.) Calls `tr_tensor_is_pinned`; throws tr::Error
+    /// on failure.
+    [[nodiscard]] bool is_pinned() const {
+        bool out = false;
+        detail::call(tr_tensor_is_pinned, self().raw(), &out);
+        return out;
+    }
+
+    /// Returns the size of the `self` tensor. (`size.int(Tensor self, int dim) -> int`)
+    /// (`input` is *this.) Calls `tr_tensor_size_int`; throws tr::Error on failure.
+    [[nodiscard]] int64_t size_int(int64_t dim) const {
+        int64_t out = 0;
+        detail::call(tr_tensor_size_int, self().raw(), dim, &out);
+        return out;
+    }
+
+    /// The tensor's `size` (as symbolic shapes ask it: here a plain integer).
+    /// (`sym_size.int(Tensor self, int dim) -> SymInt`) (`input` is *this.) Calls
+    /// `tr_tensor_sym_size_int`; throws tr::Error on failure.
+    [[nodiscard]] int64_t sym_size_int(int64_t dim) const {
+        int64_t out = 0;
+        detail::call(tr_tensor_sym_size_int, self().raw(), dim, &out);
+        return out;
+    }
+
+    /// Whether the tensor is contiguous in memory (`is_contiguous`, as symbolic shapes ask it).
+    /// (`sym_is_contiguous(Tensor self, MemoryFormat memory_format=contiguous_format) ->
+    /// SymBool`) (`input` is *this.) Calls `tr_tensor_sym_is_contiguous`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] bool sym_is_contiguous() const {
+        bool out = false;
+        detail::call(tr_tensor_sym_is_contiguous, self().raw(), &out);
+        return out;
+    }
+
+    /// The tensor's `numel` (as symbolic shapes ask it: here a plain integer).
+    /// (`sym_numel(Tensor self) -> SymInt`) (`input` is *this.) Calls `tr_tensor_sym_numel`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] int64_t sym_numel() const {
+        int64_t out = 0;
+        detail::call(tr_tensor_sym_numel, self().raw(), &out);
+        return out;
+    }
+
+    /// The tensor's `storage_offset` (as symbolic shapes ask it: here a plain integer).
+    /// (`sym_storage_offset(Tensor self) -> SymInt`) (`input` is *this.) Calls
+    /// `tr_tensor_sym_storage_offset`; throws tr::Error on failure.
+    [[nodiscard]] int64_t sym_storage_offset() const {
+        int64_t out = 0;
+        detail::call(tr_tensor_sym_storage_offset, self().raw(), &out);
+        return out;
+    }
+
+    /// Returns the stride of `self` tensor. (`stride.int(Tensor self, int dim) -> int`)
+    /// (`input` is *this.) Calls `tr_tensor_stride_int`; throws tr::Error on failure.
+    [[nodiscard]] int64_t stride_int(int64_t dim) const {
+        int64_t out = 0;
+        detail::call(tr_tensor_stride_int, self().raw(), dim, &out);
+        return out;
+    }
+
+    /// The tensor's `stride` (as symbolic shapes ask it: here a plain integer).
+    /// (`sym_stride.int(Tensor self, int dim) -> SymInt`) (`input` is *this.) Calls
+    /// `tr_tensor_sym_stride_int`; throws tr::Error on failure.
+    [[nodiscard]] int64_t sym_stride_int(int64_t dim) const {
+        int64_t out = 0;
+        detail::call(tr_tensor_sym_stride_int, self().raw(), dim, &out);
+        return out;
+    }
+
+    /// Returns a hash of all elements in the `input` tensor. (`hash_tensor(Tensor self, int[1]
+    /// dim=[], *, bool keepdim=False, int mode=0) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_hash_tensor`; throws tr::Error on failure.
+    [[nodiscard]] Self hash_tensor(IntList dim, bool keepdim, int64_t mode) const {
         tr_tensor out{0};
-        detail::call(tr_tensor_align_as, self().raw(), other.raw(), &out);
+        detail::call(tr_tensor_hash_tensor, self().raw(), dim.data(), dim.size(), keepdim, mode,
+                &out);
         return Self::adopt(out);
     }
 
-    /// `native_dropout(Tensor input, float p, bool? train) -> (Tensor, Tensor)` (`input` is
-    /// *this.) Calls `tr_tensor_native_dropout`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> native_dropout(double p, std::optional<bool> train) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_native_dropout(self().raw(), p, detail::c_opt(train).ptr(), out_,
-                room_, written_); });
+    /// Returns the `torch.dtype` that would result from performing an arithmetic operation on
+    /// the provided input tensors. (`result_type.Tensor(Tensor tensor, Tensor other) ->
+    /// ScalarType`) (`tensor` is *this.) Calls `tr_tensor_result_type_tensor`; throws tr::Error
+    /// on failure.
+    [[nodiscard]] DType result_type_tensor(const Self& other) const {
+        tr_dtype out{};
+        detail::call(tr_tensor_result_type_tensor, self().raw(), other.raw(), &out);
+        return static_cast<DType>(out);
     }
 
-    /// `dropout_(Tensor(a!) self, float p, bool train) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_dropout_`; throws tr::Error on failure.
-    Self& dropout_(double p, bool train) & {
-        detail::call(tr_tensor_dropout_, self().raw(), p, train);
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self dropout_(double p, bool train) && {
-        detail::call(tr_tensor_dropout_, self().raw(), p, train);
-        return std::move(self());
+    /// Returns the `torch.dtype` that would result from performing an arithmetic operation on
+    /// the provided input tensors. (`result_type.Scalar(Tensor tensor, Scalar other) ->
+    /// ScalarType`) (`tensor` is *this.) Calls `tr_tensor_result_type_scalar`; throws tr::Error
+    /// on failure.
+    [[nodiscard]] DType result_type_scalar(Scalar other) const {
+        tr_dtype out{};
+        detail::call(tr_tensor_result_type_scalar, self().raw(), other.raw(), &out);
+        return static_cast<DType>(out);
     }
 
-    /// `feature_dropout(Tensor input, float p, bool train) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_feature_dropout`; throws tr::Error on failure.
-    [[nodiscard]] Self feature_dropout(double p, bool train) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_feature_dropout, self().raw(), p, train, &out);
-        return Self::adopt(out);
+    /// Returns True if both tensors are pointing to the exact same memory (same storage,
+    /// offset, size and stride). (`is_set_to(Tensor self, Tensor tensor) -> bool`) (`input` is
+    /// *this.) Calls `tr_tensor_is_set_to`; throws tr::Error on failure.
+    [[nodiscard]] bool is_set_to(const Self& tensor) const {
+        bool out = false;
+        detail::call(tr_tensor_is_set_to, self().raw(), tensor.raw(), &out);
+        return out;
     }
 
-    /// `feature_dropout_(Tensor(a!) self, float p, bool train) -> Tensor(a!)` (`input` is
-    /// *this.) Calls `tr_tensor_feature_dropout_`; throws tr::Error on failure.
-    Self& feature_dropout_(double p, bool train) & {
-        detail::call(tr_tensor_feature_dropout_, self().raw(), p, train);
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self feature_dropout_(double p, bool train) && {
-        detail::call(tr_tensor_feature_dropout_, self().raw(), p, train);
-        return std::move(self());
-    }
-
-    /// `alpha_dropout(Tensor input, float p, bool train) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_alpha_dropout`; throws tr::Error on failure.
-    [[nodiscard]] Self alpha_dropout(double p, bool train) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_alpha_dropout, self().raw(), p, train, &out);
-        return Self::adopt(out);
-    }
-
-    /// `alpha_dropout_(Tensor(a!) self, float p, bool train) -> Tensor(a!)` (`input` is *this.)
-    /// Calls `tr_tensor_alpha_dropout_`; throws tr::Error on failure.
-    Self& alpha_dropout_(double p, bool train) & {
-        detail::call(tr_tensor_alpha_dropout_, self().raw(), p, train);
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self alpha_dropout_(double p, bool train) && {
-        detail::call(tr_tensor_alpha_dropout_, self().raw(), p, train);
-        return std::move(self());
-    }
-
-    /// `feature_alpha_dropout(Tensor input, float p, bool train) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_feature_alpha_dropout`; throws tr::Error on failure.
-    [[nodiscard]] Self feature_alpha_dropout(double p, bool train) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_feature_alpha_dropout, self().raw(), p, train, &out);
-        return Self::adopt(out);
-    }
-
-    /// `feature_alpha_dropout_(Tensor(a!) self, float p, bool train) -> Tensor(a!)` (`input` is
-    /// *this.) Calls `tr_tensor_feature_alpha_dropout_`; throws tr::Error on failure.
-    Self& feature_alpha_dropout_(double p, bool train) & {
-        detail::call(tr_tensor_feature_alpha_dropout_, self().raw(), p, train);
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self feature_alpha_dropout_(double p, bool train) && {
-        detail::call(tr_tensor_feature_alpha_dropout_, self().raw(), p, train);
-        return std::move(self());
-    }
-
-    /// `abs_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_abs_`; throws
+    /// `True` if two tensors have the same size and elements, `False` otherwise. (`equal(Tensor
+    /// self, Tensor other) -> bool`) (`input` is *this.) Calls `tr_tensor_equal`; throws
     /// tr::Error on failure.
+    [[nodiscard]] bool equal(const Self& other) const {
+        bool out = false;
+        detail::call(tr_tensor_equal, self().raw(), other.raw(), &out);
+        return out;
+    }
+
+    /// Returns an uninitialized tensor with the same size as `input`. (`empty_like(Tensor self,
+    /// *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool?
+    /// pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_empty_like`; throws tr::Error on failure.
+    [[nodiscard]] Self empty_like(std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_empty_like, self().raw(), detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns a tensor with the same size as `input` filled with `fill_value`.
+    /// (`full_like(Tensor self, Scalar fill_value, *, ScalarType? dtype=None, Layout?
+    /// layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat?
+    /// memory_format=None) -> Tensor`) (`input` is *this.) Calls `tr_tensor_full_like`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self full_like(Scalar fill_value, std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_full_like, self().raw(), fill_value.raw(),
+                detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Creates a one-dimensional tensor of size `steps` whose values are evenly spaced from
+    /// `start` to `end`, inclusive. (`linspace.Tensor_Tensor(Tensor start, Tensor end, int
+    /// steps, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool?
+    /// pin_memory=None) -> Tensor`) (`start` is *this.) Calls
+    /// `tr_tensor_linspace_tensor_tensor`; throws tr::Error on failure.
+    [[nodiscard]] Self linspace_tensor_tensor(
+        const Self& end,
+        int64_t steps,
+        std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linspace_tensor_tensor, self().raw(), end.raw(), steps,
+                detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Creates a one-dimensional tensor of size `steps` whose values are evenly spaced from
+    /// `start` to `end`, inclusive. (`linspace.Tensor_Scalar(Tensor start, Scalar end, int
+    /// steps, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool?
+    /// pin_memory=None) -> Tensor`) (`start` is *this.) Calls
+    /// `tr_tensor_linspace_tensor_scalar`; throws tr::Error on failure.
+    [[nodiscard]] Self linspace_tensor_scalar(
+        Scalar end,
+        int64_t steps,
+        std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linspace_tensor_scalar, self().raw(), end.raw(), steps,
+                detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Creates a one-dimensional tensor of size `steps` whose values are evenly spaced from
+    /// `{{\text{{base}}}}^{{\text{{start}}}}` to `{{\text{{base}}}}^{{\text{{end}}}}`,
+    /// inclusive, on a logarithmic scale with base `base`. (`logspace.Tensor_Tensor(Tensor
+    /// start, Tensor end, int steps, float base=10.0, *, ScalarType? dtype=None, Layout?
+    /// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`) (`start` is *this.)
+    /// Calls `tr_tensor_logspace_tensor_tensor`; throws tr::Error on failure.
+    [[nodiscard]] Self logspace_tensor_tensor(
+        const Self& end,
+        int64_t steps,
+        double base,
+        std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_logspace_tensor_tensor, self().raw(), end.raw(), steps, base,
+                detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Creates a one-dimensional tensor of size `steps` whose values are evenly spaced from
+    /// `{{\text{{base}}}}^{{\text{{start}}}}` to `{{\text{{base}}}}^{{\text{{end}}}}`,
+    /// inclusive, on a logarithmic scale with base `base`. (`logspace.Tensor_Scalar(Tensor
+    /// start, Scalar end, int steps, float base=10.0, *, ScalarType? dtype=None, Layout?
+    /// layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`) (`start` is *this.)
+    /// Calls `tr_tensor_logspace_tensor_scalar`; throws tr::Error on failure.
+    [[nodiscard]] Self logspace_tensor_scalar(
+        Scalar end,
+        int64_t steps,
+        double base,
+        std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_logspace_tensor_scalar, self().raw(), end.raw(), steps, base,
+                detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.abs` (`abs_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_abs_`; throws tr::Error on failure.
     Self& abs_() & {
         detail::call(tr_tensor_abs_, self().raw());
         return self();
@@ -1116,16 +1323,17 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `absolute(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_absolute`; throws
-    /// tr::Error on failure.
+    /// Alias for `torch.abs` (`absolute(Tensor self) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_absolute`; throws tr::Error on failure.
     [[nodiscard]] Self absolute() const {
         tr_tensor out{0};
         detail::call(tr_tensor_absolute, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `absolute_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_absolute_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.absolute` Alias for `abs_` (`absolute_(Tensor(a!) self) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_absolute_`; throws tr::Error on
+    /// failure.
     Self& absolute_() & {
         detail::call(tr_tensor_absolute_, self().raw());
         return self();
@@ -1136,40 +1344,43 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `angle(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_angle`; throws
-    /// tr::Error on failure.
+    /// Computes the element-wise angle (in radians) of the given `input` tensor. (`angle(Tensor
+    /// self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_angle`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self angle() const {
         tr_tensor out{0};
         detail::call(tr_tensor_angle, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `view_as_real(Tensor(a) self) -> Tensor(a)` (`input` is *this.) Calls
-    /// `tr_tensor_view_as_real`; throws tr::Error on failure.
+    /// Returns a view of `input` as a real tensor. (`view_as_real(Tensor(a) self) ->
+    /// Tensor(a)`) (`input` is *this.) Calls `tr_tensor_view_as_real`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self view_as_real() const {
         tr_tensor out{0};
         detail::call(tr_tensor_view_as_real, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `view_as_complex(Tensor(a) self) -> Tensor(a)` (`input` is *this.) Calls
-    /// `tr_tensor_view_as_complex`; throws tr::Error on failure.
+    /// Returns a view of `input` as a complex tensor. (`view_as_complex(Tensor(a) self) ->
+    /// Tensor(a)`) (`input` is *this.) Calls `tr_tensor_view_as_complex`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self view_as_complex() const {
         tr_tensor out{0};
         detail::call(tr_tensor_view_as_complex, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `sgn(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_sgn`; throws tr::Error
-    /// on failure.
+    /// This function is an extension of torch.sign() to complex tensors. (`sgn(Tensor self) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_sgn`; throws tr::Error on failure.
     [[nodiscard]] Self sgn() const {
         tr_tensor out{0};
         detail::call(tr_tensor_sgn, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `sgn_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_sgn_`; throws
-    /// tr::Error on failure.
+    /// In-place version of `Tensor.sgn` (`sgn_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_sgn_`; throws tr::Error on failure.
     Self& sgn_() & {
         detail::call(tr_tensor_sgn_, self().raw());
         return self();
@@ -1180,48 +1391,52 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `chalf(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_chalf`; throws tr::Error on failure.
+    /// `self.chalf()` is equivalent to `self.to(torch.complex32)`. (`chalf(Tensor self, *,
+    /// MemoryFormat? memory_format=None) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_chalf`; throws tr::Error on failure.
     [[nodiscard]] Self chalf() const {
         tr_tensor out{0};
         detail::call(tr_tensor_chalf, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `real(Tensor(a) self) -> Tensor(a)` (`input` is *this.) Calls `tr_tensor_real`; throws
-    /// tr::Error on failure.
+    /// Returns a new tensor containing real values of the `self` tensor. (`real(Tensor(a) self)
+    /// -> Tensor(a)`) (`input` is *this.) Calls `tr_tensor_real`; throws tr::Error on failure.
     [[nodiscard]] Self real() const {
         tr_tensor out{0};
         detail::call(tr_tensor_real, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `imag(Tensor(a) self) -> Tensor(a)` (`input` is *this.) Calls `tr_tensor_imag`; throws
-    /// tr::Error on failure.
+    /// Returns a new tensor containing imaginary values of the `self` tensor. (`imag(Tensor(a)
+    /// self) -> Tensor(a)`) (`input` is *this.) Calls `tr_tensor_imag`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self imag() const {
         tr_tensor out{0};
         detail::call(tr_tensor_imag, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `conj(Tensor(a) self) -> Tensor(a)` (`input` is *this.) Calls `tr_tensor_conj`; throws
-    /// tr::Error on failure.
+    /// Returns a view of `input` with a flipped conjugate bit. (`conj(Tensor(a) self) ->
+    /// Tensor(a)`) (`input` is *this.) Calls `tr_tensor_conj`; throws tr::Error on failure.
     [[nodiscard]] Self conj() const {
         tr_tensor out{0};
         detail::call(tr_tensor_conj, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `conj_physical(Tensor self) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_conj_physical`; throws tr::Error on failure.
+    /// Computes the element-wise conjugate of the given `input` tensor. (`conj_physical(Tensor
+    /// self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_conj_physical`; throws tr::Error
+    /// on failure.
     [[nodiscard]] Self conj_physical() const {
         tr_tensor out{0};
         detail::call(tr_tensor_conj_physical, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `conj_physical_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_conj_physical_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.conj_physical` (`conj_physical_(Tensor(a!) self) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_conj_physical_`; throws tr::Error on
+    /// failure.
     Self& conj_physical_() & {
         detail::call(tr_tensor_conj_physical_, self().raw());
         return self();
@@ -1232,23 +1447,26 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `resolve_conj(Tensor(a) self) -> Tensor(a)` (`input` is *this.) Calls
-    /// `tr_tensor_resolve_conj`; throws tr::Error on failure.
+    /// Returns a new tensor with materialized conjugation if `input`'s conjugate bit is set to
+    /// `True`, else returns `input`. (`resolve_conj(Tensor(a) self) -> Tensor(a)`) (`input` is
+    /// *this.) Calls `tr_tensor_resolve_conj`; throws tr::Error on failure.
     [[nodiscard]] Self resolve_conj() const {
         tr_tensor out{0};
         detail::call(tr_tensor_resolve_conj, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `resolve_neg(Tensor(a) self) -> Tensor(a)` (`input` is *this.) Calls
-    /// `tr_tensor_resolve_neg`; throws tr::Error on failure.
+    /// Returns a new tensor with materialized negation if `input`'s negative bit is set to
+    /// `True`, else returns `input`. (`resolve_neg(Tensor(a) self) -> Tensor(a)`) (`input` is
+    /// *this.) Calls `tr_tensor_resolve_neg`; throws tr::Error on failure.
     [[nodiscard]] Self resolve_neg() const {
         tr_tensor out{0};
         detail::call(tr_tensor_resolve_neg, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `acos(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_acos`; throws
+    /// Returns a new tensor with the arccosine (in radians) of each element in `input`.
+    /// (`acos(Tensor self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_acos`; throws
     /// tr::Error on failure.
     [[nodiscard]] Self acos() const {
         tr_tensor out{0};
@@ -1256,8 +1474,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `acos_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_acos_`;
-    /// throws tr::Error on failure.
+    /// In-place version of `Tensor.acos` (`acos_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_acos_`; throws tr::Error on failure.
     Self& acos_() & {
         detail::call(tr_tensor_acos_, self().raw());
         return self();
@@ -1268,16 +1486,16 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `arccos(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_arccos`; throws
-    /// tr::Error on failure.
+    /// Alias for `torch.acos`. (`arccos(Tensor self) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_arccos`; throws tr::Error on failure.
     [[nodiscard]] Self arccos() const {
         tr_tensor out{0};
         detail::call(tr_tensor_arccos, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `arccos_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_arccos_`;
-    /// throws tr::Error on failure.
+    /// In-place version of `Tensor.arccos` (`arccos_(Tensor(a!) self) -> Tensor(a!)`) (`input`
+    /// is *this.) Calls `tr_tensor_arccos_`; throws tr::Error on failure.
     Self& arccos_() & {
         detail::call(tr_tensor_arccos_, self().raw());
         return self();
@@ -1288,49 +1506,18 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `avg_pool1d(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=0, bool
-    /// ceil_mode=False, bool count_include_pad=True) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_avg_pool1d`; throws tr::Error on failure.
-    [[nodiscard]] Self avg_pool1d(
-        IntList kernel_size,
-        IntList stride,
-        IntList padding,
-        bool ceil_mode,
-        bool count_include_pad) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_avg_pool1d, self().raw(), kernel_size.data(), kernel_size.size(),
-                stride.data(), stride.size(), padding.data(), padding.size(), ceil_mode,
-                count_include_pad, &out);
-        return Self::adopt(out);
-    }
-
-    /// `adaptive_avg_pool1d(Tensor self, int[1] output_size) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_adaptive_avg_pool1d`; throws tr::Error on failure.
-    [[nodiscard]] Self adaptive_avg_pool1d(IntList output_size) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_adaptive_avg_pool1d, self().raw(), output_size.data(),
-                output_size.size(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `adaptive_max_pool1d(Tensor self, int[1] output_size) -> (Tensor, Tensor)` (`input` is
-    /// *this.) Calls `tr_tensor_adaptive_max_pool1d`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> adaptive_max_pool1d(IntList output_size) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_adaptive_max_pool1d(self().raw(), output_size.data(),
-                output_size.size(), out_, room_, written_); });
-    }
-
-    /// `add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_add_tensor`; throws tr::Error on failure.
+    /// Adds `other`, scaled by `alpha`, to `input`. (`add.Tensor(Tensor self, Tensor other, *,
+    /// Scalar alpha=1) -> Tensor`) (`input` is *this.) Calls `tr_tensor_add_tensor`; throws
+    /// tr::Error on failure.
     [[nodiscard]] Self add_tensor(const Self& other, Scalar alpha) const {
         tr_tensor out{0};
         detail::call(tr_tensor_add_tensor, self().raw(), other.raw(), alpha.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `add_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)` (`input`
-    /// is *this.) Calls `tr_tensor_add_tensor_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.add` (`add_.Tensor(Tensor(a!) self, Tensor other, *, Scalar
+    /// alpha=1) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_add_tensor_`; throws
+    /// tr::Error on failure.
     Self& add_tensor_(const Self& other, Scalar alpha) & {
         detail::call(tr_tensor_add_tensor_, self().raw(), other.raw(), alpha.raw());
         return self();
@@ -1341,104 +1528,8 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `addmv(Tensor self, Tensor mat, Tensor vec, *, Scalar beta=1, Scalar alpha=1) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_addmv`; throws tr::Error on failure.
-    [[nodiscard]] Self addmv(const Self& mat, const Self& vec, Scalar beta, Scalar alpha) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_addmv, self().raw(), mat.raw(), vec.raw(), beta.raw(), alpha.raw(),
-                &out);
-        return Self::adopt(out);
-    }
-
-    /// `addmv_(Tensor(a!) self, Tensor mat, Tensor vec, *, Scalar beta=1, Scalar alpha=1) ->
-    /// Tensor(a!)` (`input` is *this.) Calls `tr_tensor_addmv_`; throws tr::Error on failure.
-    Self& addmv_(const Self& mat, const Self& vec, Scalar beta, Scalar alpha) & {
-        detail::call(tr_tensor_addmv_, self().raw(), mat.raw(), vec.raw(), beta.raw(), alpha.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self addmv_(const Self& mat, const Self& vec, Scalar beta, Scalar alpha) && {
-        detail::call(tr_tensor_addmv_, self().raw(), mat.raw(), vec.raw(), beta.raw(), alpha.raw());
-        return std::move(self());
-    }
-
-    /// `addr(Tensor self, Tensor vec1, Tensor vec2, *, Scalar beta=1, Scalar alpha=1) ->
-    /// Tensor` (`input` is *this.) Calls `tr_tensor_addr`; throws tr::Error on failure.
-    [[nodiscard]] Self addr(const Self& vec1, const Self& vec2, Scalar beta, Scalar alpha) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_addr, self().raw(), vec1.raw(), vec2.raw(), beta.raw(), alpha.raw(),
-                &out);
-        return Self::adopt(out);
-    }
-
-    /// `addr_(Tensor(a!) self, Tensor vec1, Tensor vec2, *, Scalar beta=1, Scalar alpha=1) ->
-    /// Tensor(a!)` (`input` is *this.) Calls `tr_tensor_addr_`; throws tr::Error on failure.
-    Self& addr_(const Self& vec1, const Self& vec2, Scalar beta, Scalar alpha) & {
-        detail::call(tr_tensor_addr_, self().raw(), vec1.raw(), vec2.raw(), beta.raw(),
-                alpha.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self addr_(const Self& vec1, const Self& vec2, Scalar beta, Scalar alpha) && {
-        detail::call(tr_tensor_addr_, self().raw(), vec1.raw(), vec2.raw(), beta.raw(),
-                alpha.raw());
-        return std::move(self());
-    }
-
-    /// `affine_grid_generator(Tensor theta, SymInt[] size, bool align_corners) -> Tensor`
-    /// (`theta` is *this.) Calls `tr_tensor_affine_grid_generator`; throws tr::Error on
-    /// failure.
-    [[nodiscard]] Self affine_grid_generator(IntList size, bool align_corners) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_affine_grid_generator, self().raw(), size.data(), size.size(),
-                align_corners, &out);
-        return Self::adopt(out);
-    }
-
-    /// `all.dim(Tensor self, int dim, bool keepdim=False) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_all_dim`; throws tr::Error on failure.
-    [[nodiscard]] Self all_dim(int64_t dim, bool keepdim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_all_dim, self().raw(), dim, keepdim, &out);
-        return Self::adopt(out);
-    }
-
-    /// `all.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_all_dims`; throws tr::Error on failure.
-    [[nodiscard]] Self all_dims(const std::optional<IntList>& dim, bool keepdim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_all_dims, self().raw(), dim ? dim->data() : nullptr, dim ?
-                dim->size() : 0, keepdim, &out);
-        return Self::adopt(out);
-    }
-
-    /// `allclose(Tensor self, Tensor other, float rtol=1e-05, float atol=1e-08, bool
-    /// equal_nan=False) -> bool` (`input` is *this.) Calls `tr_tensor_allclose`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] bool allclose(const Self& other, double rtol, double atol, bool equal_nan) const {
-        bool out = false;
-        detail::call(tr_tensor_allclose, self().raw(), other.raw(), rtol, atol, equal_nan, &out);
-        return out;
-    }
-
-    /// `any.dim(Tensor self, int dim, bool keepdim=False) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_any_dim`; throws tr::Error on failure.
-    [[nodiscard]] Self any_dim(int64_t dim, bool keepdim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_any_dim, self().raw(), dim, keepdim, &out);
-        return Self::adopt(out);
-    }
-
-    /// `any.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_any_dims`; throws tr::Error on failure.
-    [[nodiscard]] Self any_dims(const std::optional<IntList>& dim, bool keepdim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_any_dims, self().raw(), dim ? dim->data() : nullptr, dim ?
-                dim->size() : 0, keepdim, &out);
-        return Self::adopt(out);
-    }
-
-    /// `acosh(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_acosh`; throws
+    /// Returns a new tensor with the inverse hyperbolic cosine of the elements of `input`.
+    /// (`acosh(Tensor self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_acosh`; throws
     /// tr::Error on failure.
     [[nodiscard]] Self acosh() const {
         tr_tensor out{0};
@@ -1446,8 +1537,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `acosh_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_acosh_`;
-    /// throws tr::Error on failure.
+    /// In-place version of `Tensor.acosh` (`acosh_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_acosh_`; throws tr::Error on failure.
     Self& acosh_() & {
         detail::call(tr_tensor_acosh_, self().raw());
         return self();
@@ -1458,16 +1549,16 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `arccosh(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_arccosh`; throws
-    /// tr::Error on failure.
+    /// Alias for `torch.acosh`. (`arccosh(Tensor self) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_arccosh`; throws tr::Error on failure.
     [[nodiscard]] Self arccosh() const {
         tr_tensor out{0};
         detail::call(tr_tensor_arccosh, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `arccosh_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_arccosh_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.arccosh` (`arccosh_(Tensor(a!) self) -> Tensor(a!)`)
+    /// (`input` is *this.) Calls `tr_tensor_arccosh_`; throws tr::Error on failure.
     Self& arccosh_() & {
         detail::call(tr_tensor_arccosh_, self().raw());
         return self();
@@ -1478,7 +1569,8 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `asinh(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_asinh`; throws
+    /// Returns a new tensor with the inverse hyperbolic sine of the elements of `input`.
+    /// (`asinh(Tensor self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_asinh`; throws
     /// tr::Error on failure.
     [[nodiscard]] Self asinh() const {
         tr_tensor out{0};
@@ -1486,8 +1578,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `asinh_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_asinh_`;
-    /// throws tr::Error on failure.
+    /// In-place version of `Tensor.asinh` (`asinh_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_asinh_`; throws tr::Error on failure.
     Self& asinh_() & {
         detail::call(tr_tensor_asinh_, self().raw());
         return self();
@@ -1498,16 +1590,16 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `arcsinh(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_arcsinh`; throws
-    /// tr::Error on failure.
+    /// Alias for `torch.asinh`. (`arcsinh(Tensor self) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_arcsinh`; throws tr::Error on failure.
     [[nodiscard]] Self arcsinh() const {
         tr_tensor out{0};
         detail::call(tr_tensor_arcsinh, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `arcsinh_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_arcsinh_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.arcsinh` (`arcsinh_(Tensor(a!) self) -> Tensor(a!)`)
+    /// (`input` is *this.) Calls `tr_tensor_arcsinh_`; throws tr::Error on failure.
     Self& arcsinh_() & {
         detail::call(tr_tensor_arcsinh_, self().raw());
         return self();
@@ -1518,87 +1610,17 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `atanh(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_atanh`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self atanh() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_atanh, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `atanh_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_atanh_`;
+    /// Returns a new tensor with the arcsine of the elements (in radians) in the `input`
+    /// tensor. (`asin(Tensor self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_asin`;
     /// throws tr::Error on failure.
-    Self& atanh_() & {
-        detail::call(tr_tensor_atanh_, self().raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self atanh_() && {
-        detail::call(tr_tensor_atanh_, self().raw());
-        return std::move(self());
-    }
-
-    /// `arctanh(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_arctanh`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self arctanh() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_arctanh, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `arctanh_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_arctanh_`; throws tr::Error on failure.
-    Self& arctanh_() & {
-        detail::call(tr_tensor_arctanh_, self().raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self arctanh_() && {
-        detail::call(tr_tensor_arctanh_, self().raw());
-        return std::move(self());
-    }
-
-    /// `as_strided(Tensor(a) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None)
-    /// -> Tensor(a)` (`input` is *this.) Calls `tr_tensor_as_strided`; throws tr::Error on
-    /// failure.
-    [[nodiscard]] Self as_strided(
-        IntList size,
-        IntList stride,
-        std::optional<int64_t> storage_offset) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_as_strided, self().raw(), size.data(), size.size(), stride.data(),
-                stride.size(), detail::c_opt(storage_offset).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `as_strided_(Tensor(a!) self, SymInt[] size, SymInt[] stride, SymInt?
-    /// storage_offset=None) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_as_strided_`;
-    /// throws tr::Error on failure.
-    Self& as_strided_(IntList size, IntList stride, std::optional<int64_t> storage_offset) & {
-        detail::call(tr_tensor_as_strided_, self().raw(), size.data(), size.size(), stride.data(),
-                stride.size(), detail::c_opt(storage_offset).ptr());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self as_strided_(
-        IntList size,
-        IntList stride,
-        std::optional<int64_t> storage_offset) && {
-        detail::call(tr_tensor_as_strided_, self().raw(), size.data(), size.size(), stride.data(),
-                stride.size(), detail::c_opt(storage_offset).ptr());
-        return std::move(self());
-    }
-
-    /// `asin(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_asin`; throws
-    /// tr::Error on failure.
     [[nodiscard]] Self asin() const {
         tr_tensor out{0};
         detail::call(tr_tensor_asin, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `asin_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_asin_`;
-    /// throws tr::Error on failure.
+    /// In-place version of `Tensor.asin` (`asin_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_asin_`; throws tr::Error on failure.
     Self& asin_() & {
         detail::call(tr_tensor_asin_, self().raw());
         return self();
@@ -1609,16 +1631,16 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `arcsin(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_arcsin`; throws
-    /// tr::Error on failure.
+    /// Alias for `torch.asin`. (`arcsin(Tensor self) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_arcsin`; throws tr::Error on failure.
     [[nodiscard]] Self arcsin() const {
         tr_tensor out{0};
         detail::call(tr_tensor_arcsin, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `arcsin_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_arcsin_`;
-    /// throws tr::Error on failure.
+    /// In-place version of `Tensor.arcsin` (`arcsin_(Tensor(a!) self) -> Tensor(a!)`) (`input`
+    /// is *this.) Calls `tr_tensor_arcsin_`; throws tr::Error on failure.
     Self& arcsin_() & {
         detail::call(tr_tensor_arcsin_, self().raw());
         return self();
@@ -1629,16 +1651,17 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `atan(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_atan`; throws
-    /// tr::Error on failure.
+    /// Returns a new tensor with the arctangent of the elements (in radians) in the `input`
+    /// tensor. (`atan(Tensor self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_atan`;
+    /// throws tr::Error on failure.
     [[nodiscard]] Self atan() const {
         tr_tensor out{0};
         detail::call(tr_tensor_atan, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `atan_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_atan_`;
-    /// throws tr::Error on failure.
+    /// In-place version of `Tensor.atan` (`atan_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_atan_`; throws tr::Error on failure.
     Self& atan_() & {
         detail::call(tr_tensor_atan_, self().raw());
         return self();
@@ -1649,16 +1672,16 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `arctan(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_arctan`; throws
-    /// tr::Error on failure.
+    /// Alias for `torch.atan`. (`arctan(Tensor self) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_arctan`; throws tr::Error on failure.
     [[nodiscard]] Self arctan() const {
         tr_tensor out{0};
         detail::call(tr_tensor_arctan, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `arctan_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_arctan_`;
-    /// throws tr::Error on failure.
+    /// In-place version of `Tensor.arctan` (`arctan_(Tensor(a!) self) -> Tensor(a!)`) (`input`
+    /// is *this.) Calls `tr_tensor_arctan_`; throws tr::Error on failure.
     Self& arctan_() & {
         detail::call(tr_tensor_arctan_, self().raw());
         return self();
@@ -1669,192 +1692,16 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `atleast_1d(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_atleast_1d`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self atleast_1d() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_atleast_1d, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `atleast_2d(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_atleast_2d`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self atleast_2d() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_atleast_2d, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `atleast_3d(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_atleast_3d`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self atleast_3d() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_atleast_3d, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `baddbmm(Tensor self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) ->
-    /// Tensor` (`input` is *this.) Calls `tr_tensor_baddbmm`; throws tr::Error on failure.
-    [[nodiscard]] Self baddbmm(
-        const Self& batch1,
-        const Self& batch2,
-        Scalar beta,
-        Scalar alpha) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_baddbmm, self().raw(), batch1.raw(), batch2.raw(), beta.raw(),
-                alpha.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `baddbmm_(Tensor(a!) self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar
-    /// alpha=1) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_baddbmm_`; throws tr::Error
-    /// on failure.
-    Self& baddbmm_(const Self& batch1, const Self& batch2, Scalar beta, Scalar alpha) & {
-        detail::call(tr_tensor_baddbmm_, self().raw(), batch1.raw(), batch2.raw(), beta.raw(),
-                alpha.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self baddbmm_(
-        const Self& batch1,
-        const Self& batch2,
-        Scalar beta,
-        Scalar alpha) && {
-        detail::call(tr_tensor_baddbmm_, self().raw(), batch1.raw(), batch2.raw(), beta.raw(),
-                alpha.raw());
-        return std::move(self());
-    }
-
-    /// `baddbmm.dtype(Tensor self, Tensor batch1, Tensor batch2, ScalarType out_dtype, *,
-    /// Scalar beta=1, Scalar alpha=1) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_baddbmm_dtype`; throws tr::Error on failure.
-    [[nodiscard]] Self baddbmm_dtype(
-        const Self& batch1,
-        const Self& batch2,
-        DType out_dtype,
-        Scalar beta,
-        Scalar alpha) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_baddbmm_dtype, self().raw(), batch1.raw(), batch2.raw(),
-                static_cast<tr_dtype>(out_dtype), beta.raw(), alpha.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor?
-    /// running_var, bool training, float momentum, float eps, bool cudnn_enabled) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_batch_norm`; throws tr::Error on failure.
-    [[nodiscard]] Self batch_norm(
-        OptionalTensor weight,
-        OptionalTensor bias,
-        OptionalTensor running_mean,
-        OptionalTensor running_var,
-        bool training,
-        double momentum,
-        double eps,
-        bool cudnn_enabled) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_batch_norm, self().raw(), weight.raw(), bias.raw(),
-                running_mean.raw(), running_var.raw(), training, momentum, eps, cudnn_enabled,
-                &out);
-        return Self::adopt(out);
-    }
-
-    /// `bernoulli(Tensor self, *, Generator? generator=None) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_bernoulli`; throws tr::Error on failure.
-    [[nodiscard]] Self bernoulli() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_bernoulli, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `bernoulli_.Tensor(Tensor(a!) self, Tensor p, *, Generator? generator=None) ->
-    /// Tensor(a!)` (`input` is *this.) Calls `tr_tensor_bernoulli_tensor_`; throws tr::Error on
-    /// failure.
-    Self& bernoulli_tensor_(const Self& p) & {
-        detail::call(tr_tensor_bernoulli_tensor_, self().raw(), p.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self bernoulli_tensor_(const Self& p) && {
-        detail::call(tr_tensor_bernoulli_tensor_, self().raw(), p.raw());
-        return std::move(self());
-    }
-
-    /// `bernoulli_.float(Tensor(a!) self, float p=0.5, *, Generator? generator=None) ->
-    /// Tensor(a!)` (`input` is *this.) Calls `tr_tensor_bernoulli_float_`; throws tr::Error on
-    /// failure.
-    Self& bernoulli_float_(double p) & {
-        detail::call(tr_tensor_bernoulli_float_, self().raw(), p);
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self bernoulli_float_(double p) && {
-        detail::call(tr_tensor_bernoulli_float_, self().raw(), p);
-        return std::move(self());
-    }
-
-    /// `bernoulli.p(Tensor self, float p, *, Generator? generator=None) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_bernoulli_p`; throws tr::Error on failure.
-    [[nodiscard]] Self bernoulli_p(double p) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_bernoulli_p, self().raw(), p, &out);
-        return Self::adopt(out);
-    }
-
-    /// `bilinear(Tensor input1, Tensor input2, Tensor weight, Tensor? bias=None) -> Tensor`
-    /// (`input1` is *this.) Calls `tr_tensor_bilinear`; throws tr::Error on failure.
-    [[nodiscard]] Self bilinear(const Self& input2, const Self& weight, OptionalTensor bias) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_bilinear, self().raw(), input2.raw(), weight.raw(), bias.raw(),
-                &out);
-        return Self::adopt(out);
-    }
-
-    /// `binary_cross_entropy(Tensor self, Tensor target, Tensor? weight=None, int
-    /// reduction=Mean) -> Tensor` (`input` is *this.) Calls `tr_tensor_binary_cross_entropy`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self binary_cross_entropy(
-        const Self& target,
-        OptionalTensor weight,
-        int64_t reduction) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_binary_cross_entropy, self().raw(), target.raw(), weight.raw(),
-                reduction, &out);
-        return Self::adopt(out);
-    }
-
-    /// `binary_cross_entropy_with_logits(Tensor self, Tensor target, Tensor? weight=None,
-    /// Tensor? pos_weight=None, int reduction=Mean) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_binary_cross_entropy_with_logits`; throws tr::Error on failure.
-    [[nodiscard]] Self binary_cross_entropy_with_logits(
-        const Self& target,
-        OptionalTensor weight,
-        OptionalTensor pos_weight,
-        int64_t reduction) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_binary_cross_entropy_with_logits, self().raw(), target.raw(),
-                weight.raw(), pos_weight.raw(), reduction, &out);
-        return Self::adopt(out);
-    }
-
-    /// `bincount(Tensor self, Tensor? weights=None, SymInt minlength=0) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_bincount`; throws tr::Error on failure.
-    [[nodiscard]] Self bincount(OptionalTensor weights, int64_t minlength) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_bincount, self().raw(), weights.raw(), minlength, &out);
-        return Self::adopt(out);
-    }
-
-    /// `bitwise_not(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_bitwise_not`;
-    /// throws tr::Error on failure.
+    /// Computes the bitwise NOT of the given input tensor. (`bitwise_not(Tensor self) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_bitwise_not`; throws tr::Error on failure.
     [[nodiscard]] Self bitwise_not() const {
         tr_tensor out{0};
         detail::call(tr_tensor_bitwise_not, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `bitwise_not_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_bitwise_not_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.bitwise_not` (`bitwise_not_(Tensor(a!) self) -> Tensor(a!)`)
+    /// (`input` is *this.) Calls `tr_tensor_bitwise_not_`; throws tr::Error on failure.
     Self& bitwise_not_() & {
         detail::call(tr_tensor_bitwise_not_, self().raw());
         return self();
@@ -1865,16 +1712,18 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `copysign.Tensor(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_copysign_tensor`; throws tr::Error on failure.
+    /// Create a new floating-point tensor with the magnitude of `input` and the sign of
+    /// `other`, elementwise. (`copysign.Tensor(Tensor self, Tensor other) -> Tensor`) (`input`
+    /// is *this.) Calls `tr_tensor_copysign_tensor`; throws tr::Error on failure.
     [[nodiscard]] Self copysign_tensor(const Self& other) const {
         tr_tensor out{0};
         detail::call(tr_tensor_copysign_tensor, self().raw(), other.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `copysign_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.)
-    /// Calls `tr_tensor_copysign_tensor_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.copysign` (`copysign_.Tensor(Tensor(a!) self, Tensor other)
+    /// -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_copysign_tensor_`; throws tr::Error
+    /// on failure.
     Self& copysign_tensor_(const Self& other) & {
         detail::call(tr_tensor_copysign_tensor_, self().raw(), other.raw());
         return self();
@@ -1885,16 +1734,18 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `copysign.Scalar(Tensor self, Scalar other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_copysign_scalar`; throws tr::Error on failure.
+    /// Create a new floating-point tensor with the magnitude of `input` and the sign of
+    /// `other`, elementwise. (`copysign.Scalar(Tensor self, Scalar other) -> Tensor`) (`input`
+    /// is *this.) Calls `tr_tensor_copysign_scalar`; throws tr::Error on failure.
     [[nodiscard]] Self copysign_scalar(Scalar other) const {
         tr_tensor out{0};
         detail::call(tr_tensor_copysign_scalar, self().raw(), other.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `copysign_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` (`input` is *this.)
-    /// Calls `tr_tensor_copysign_scalar_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.copysign` (`copysign_.Scalar(Tensor(a!) self, Scalar other)
+    /// -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_copysign_scalar_`; throws tr::Error
+    /// on failure.
     Self& copysign_scalar_(Scalar other) & {
         detail::call(tr_tensor_copysign_scalar_, self().raw(), other.raw());
         return self();
@@ -1905,16 +1756,17 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `logical_not(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_logical_not`;
-    /// throws tr::Error on failure.
+    /// Computes the element-wise logical NOT of the given input tensor. (`logical_not(Tensor
+    /// self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_logical_not`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self logical_not() const {
         tr_tensor out{0};
         detail::call(tr_tensor_logical_not, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `logical_not_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_logical_not_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.logical_not` (`logical_not_(Tensor(a!) self) -> Tensor(a!)`)
+    /// (`input` is *this.) Calls `tr_tensor_logical_not_`; throws tr::Error on failure.
     Self& logical_not_() & {
         detail::call(tr_tensor_logical_not_, self().raw());
         return self();
@@ -1925,16 +1777,18 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `logical_xor(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_logical_xor`; throws tr::Error on failure.
+    /// Computes the element-wise logical XOR of the given input tensors. (`logical_xor(Tensor
+    /// self, Tensor other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_logical_xor`;
+    /// throws tr::Error on failure.
     [[nodiscard]] Self logical_xor(const Self& other) const {
         tr_tensor out{0};
         detail::call(tr_tensor_logical_xor, self().raw(), other.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `logical_xor_(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_logical_xor_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.logical_xor` (`logical_xor_(Tensor(a!) self, Tensor other)
+    /// -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_logical_xor_`; throws tr::Error on
+    /// failure.
     Self& logical_xor_(const Self& other) & {
         detail::call(tr_tensor_logical_xor_, self().raw(), other.raw());
         return self();
@@ -1945,16 +1799,18 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `logical_and(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_logical_and`; throws tr::Error on failure.
+    /// Computes the element-wise logical AND of the given input tensors. (`logical_and(Tensor
+    /// self, Tensor other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_logical_and`;
+    /// throws tr::Error on failure.
     [[nodiscard]] Self logical_and(const Self& other) const {
         tr_tensor out{0};
         detail::call(tr_tensor_logical_and, self().raw(), other.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `logical_and_(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_logical_and_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.logical_and` (`logical_and_(Tensor(a!) self, Tensor other)
+    /// -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_logical_and_`; throws tr::Error on
+    /// failure.
     Self& logical_and_(const Self& other) & {
         detail::call(tr_tensor_logical_and_, self().raw(), other.raw());
         return self();
@@ -1965,16 +1821,18 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `logical_or(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_logical_or`; throws tr::Error on failure.
+    /// Computes the element-wise logical OR of the given input tensors. (`logical_or(Tensor
+    /// self, Tensor other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_logical_or`; throws
+    /// tr::Error on failure.
     [[nodiscard]] Self logical_or(const Self& other) const {
         tr_tensor out{0};
         detail::call(tr_tensor_logical_or, self().raw(), other.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `logical_or_(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_logical_or_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.logical_or` (`logical_or_(Tensor(a!) self, Tensor other) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_logical_or_`; throws tr::Error on
+    /// failure.
     Self& logical_or_(const Self& other) & {
         detail::call(tr_tensor_logical_or_, self().raw(), other.raw());
         return self();
@@ -1985,33 +1843,17 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `bmm.dtype(Tensor self, Tensor mat2, ScalarType out_dtype) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_bmm_dtype`; throws tr::Error on failure.
-    [[nodiscard]] Self bmm_dtype(const Self& mat2, DType out_dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_bmm_dtype, self().raw(), mat2.raw(),
-                static_cast<tr_dtype>(out_dtype), &out);
-        return Self::adopt(out);
-    }
-
-    /// `broadcast_to(Tensor(a) self, SymInt[] size) -> Tensor(a)` (`input` is *this.) Calls
-    /// `tr_tensor_broadcast_to`; throws tr::Error on failure.
-    [[nodiscard]] Self broadcast_to(IntList size) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_broadcast_to, self().raw(), size.data(), size.size(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `ceil(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_ceil`; throws
-    /// tr::Error on failure.
+    /// Returns a new tensor with the ceil of the elements of `input`, the smallest integer
+    /// greater than or equal to each element. (`ceil(Tensor self) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_ceil`; throws tr::Error on failure.
     [[nodiscard]] Self ceil() const {
         tr_tensor out{0};
         detail::call(tr_tensor_ceil, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `ceil_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_ceil_`;
-    /// throws tr::Error on failure.
+    /// In-place version of `Tensor.ceil` (`ceil_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_ceil_`; throws tr::Error on failure.
     Self& ceil_() & {
         detail::call(tr_tensor_ceil_, self().raw());
         return self();
@@ -2022,49 +1864,8 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `unsafe_chunk(Tensor self, int chunks, int dim=0) -> Tensor[]` (`input` is *this.) Calls
-    /// `tr_tensor_unsafe_chunk`; throws tr::Error on failure.
-    [[nodiscard]] std::vector<Self> unsafe_chunk(int64_t chunks, int64_t dim) const {
-        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_unsafe_chunk(self().raw(), chunks, dim, out_, room_, written_); });
-    }
-
-    /// `chunk(Tensor(a -> *) self, int chunks, int dim=0) -> Tensor(a)[]` (`input` is *this.)
-    /// Calls `tr_tensor_chunk`; throws tr::Error on failure.
-    [[nodiscard]] std::vector<Self> chunk(int64_t chunks, int64_t dim) const {
-        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_chunk(self().raw(), chunks, dim, out_, room_, written_); });
-    }
-
-    /// `tensor_split.sections(Tensor(a -> *) self, SymInt sections, int dim=0) -> Tensor(a)[]`
-    /// (`input` is *this.) Calls `tr_tensor_tensor_split_sections`; throws tr::Error on
-    /// failure.
-    [[nodiscard]] std::vector<Self> tensor_split_sections(int64_t sections, int64_t dim) const {
-        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_tensor_split_sections(self().raw(), sections, dim, out_, room_,
-                written_); });
-    }
-
-    /// `tensor_split.indices(Tensor(a -> *) self, SymInt[] indices, int dim=0) -> Tensor(a)[]`
-    /// (`input` is *this.) Calls `tr_tensor_tensor_split_indices`; throws tr::Error on failure.
-    [[nodiscard]] std::vector<Self> tensor_split_indices(IntList indices, int64_t dim) const {
-        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_tensor_split_indices(self().raw(), indices.data(), indices.size(),
-                dim, out_, room_, written_); });
-    }
-
-    /// `tensor_split.tensor_indices_or_sections(Tensor(a -> *) self, Tensor
-    /// tensor_indices_or_sections, int dim=0) -> Tensor(a)[]` (`input` is *this.) Calls
-    /// `tr_tensor_tensor_split_tensor_indices_or_sections`; throws tr::Error on failure.
-    [[nodiscard]] std::vector<Self> tensor_split_tensor_indices_or_sections(
-        const Self& tensor_indices_or_sections,
-        int64_t dim) const {
-        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_tensor_split_tensor_indices_or_sections(self().raw(),
-                tensor_indices_or_sections.raw(), dim, out_, room_, written_); });
-    }
-
-    /// `clamp.Tensor(Tensor self, Tensor? min=None, Tensor? max=None) -> Tensor` (`input` is
+    /// Clamps all elements in `input` into the range `[` `min`, `max` `]`.
+    /// (`clamp.Tensor(Tensor self, Tensor? min=None, Tensor? max=None) -> Tensor`) (`input` is
     /// *this.) Calls `tr_tensor_clamp_tensor`; throws tr::Error on failure.
     [[nodiscard]] Self clamp_tensor(OptionalTensor min, OptionalTensor max) const {
         tr_tensor out{0};
@@ -2072,8 +1873,9 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `clamp_(Tensor(a!) self, Scalar? min=None, Scalar? max=None) -> Tensor(a!)` (`input` is
-    /// *this.) Calls `tr_tensor_clamp_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.clamp` (`clamp_(Tensor(a!) self, Scalar? min=None, Scalar?
+    /// max=None) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_clamp_`; throws tr::Error
+    /// on failure.
     Self& clamp_(std::optional<Scalar> min, std::optional<Scalar> max) & {
         detail::call(tr_tensor_clamp_, self().raw(), detail::c_opt(min).ptr(),
                 detail::c_opt(max).ptr());
@@ -2086,8 +1888,9 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `clamp_.Tensor(Tensor(a!) self, Tensor? min=None, Tensor? max=None) -> Tensor(a!)`
-    /// (`input` is *this.) Calls `tr_tensor_clamp_tensor_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.clamp` (`clamp_.Tensor(Tensor(a!) self, Tensor? min=None,
+    /// Tensor? max=None) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_clamp_tensor_`;
+    /// throws tr::Error on failure.
     Self& clamp_tensor_(OptionalTensor min, OptionalTensor max) & {
         detail::call(tr_tensor_clamp_tensor_, self().raw(), min.raw(), max.raw());
         return self();
@@ -2098,7 +1901,8 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `clamp_max(Tensor self, Scalar max) -> Tensor` (`input` is *this.) Calls
+    /// Clamps every element to at most `max` (`torch.clamp` with `max` only).
+    /// (`clamp_max(Tensor self, Scalar max) -> Tensor`) (`input` is *this.) Calls
     /// `tr_tensor_clamp_max`; throws tr::Error on failure.
     [[nodiscard]] Self clamp_max(Scalar max) const {
         tr_tensor out{0};
@@ -2106,7 +1910,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `clamp_max.Tensor(Tensor self, Tensor max) -> Tensor` (`input` is *this.) Calls
+    /// Clamps every element to at most `max` (`torch.clamp` with `max` only).
+    /// (`clamp_max.Tensor(Tensor self, Tensor max) -> Tensor`) (`input` is *this.) Calls
     /// `tr_tensor_clamp_max_tensor`; throws tr::Error on failure.
     [[nodiscard]] Self clamp_max_tensor(const Self& max) const {
         tr_tensor out{0};
@@ -2114,7 +1919,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `clamp_max_(Tensor(a!) self, Scalar max) -> Tensor(a!)` (`input` is *this.) Calls
+    /// Clamps every element to at most `max` (`torch.clamp` with `max` only).
+    /// (`clamp_max_(Tensor(a!) self, Scalar max) -> Tensor(a!)`) (`input` is *this.) Calls
     /// `tr_tensor_clamp_max_`; throws tr::Error on failure.
     Self& clamp_max_(Scalar max) & {
         detail::call(tr_tensor_clamp_max_, self().raw(), max.raw());
@@ -2126,8 +1932,9 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `clamp_max_.Tensor(Tensor(a!) self, Tensor max) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_clamp_max_tensor_`; throws tr::Error on failure.
+    /// Clamps every element to at most `max` (`torch.clamp` with `max` only).
+    /// (`clamp_max_.Tensor(Tensor(a!) self, Tensor max) -> Tensor(a!)`) (`input` is *this.)
+    /// Calls `tr_tensor_clamp_max_tensor_`; throws tr::Error on failure.
     Self& clamp_max_tensor_(const Self& max) & {
         detail::call(tr_tensor_clamp_max_tensor_, self().raw(), max.raw());
         return self();
@@ -2138,7 +1945,8 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `clamp_min(Tensor self, Scalar min) -> Tensor` (`input` is *this.) Calls
+    /// Clamps every element to at least `min` (`torch.clamp` with `min` only).
+    /// (`clamp_min(Tensor self, Scalar min) -> Tensor`) (`input` is *this.) Calls
     /// `tr_tensor_clamp_min`; throws tr::Error on failure.
     [[nodiscard]] Self clamp_min(Scalar min) const {
         tr_tensor out{0};
@@ -2146,7 +1954,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `clamp_min.Tensor(Tensor self, Tensor min) -> Tensor` (`input` is *this.) Calls
+    /// Clamps every element to at least `min` (`torch.clamp` with `min` only).
+    /// (`clamp_min.Tensor(Tensor self, Tensor min) -> Tensor`) (`input` is *this.) Calls
     /// `tr_tensor_clamp_min_tensor`; throws tr::Error on failure.
     [[nodiscard]] Self clamp_min_tensor(const Self& min) const {
         tr_tensor out{0};
@@ -2154,7 +1963,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `clamp_min_(Tensor(a!) self, Scalar min) -> Tensor(a!)` (`input` is *this.) Calls
+    /// Clamps every element to at least `min` (`torch.clamp` with `min` only).
+    /// (`clamp_min_(Tensor(a!) self, Scalar min) -> Tensor(a!)`) (`input` is *this.) Calls
     /// `tr_tensor_clamp_min_`; throws tr::Error on failure.
     Self& clamp_min_(Scalar min) & {
         detail::call(tr_tensor_clamp_min_, self().raw(), min.raw());
@@ -2166,8 +1976,9 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `clamp_min_.Tensor(Tensor(a!) self, Tensor min) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_clamp_min_tensor_`; throws tr::Error on failure.
+    /// Clamps every element to at least `min` (`torch.clamp` with `min` only).
+    /// (`clamp_min_.Tensor(Tensor(a!) self, Tensor min) -> Tensor(a!)`) (`input` is *this.)
+    /// Calls `tr_tensor_clamp_min_tensor_`; throws tr::Error on failure.
     Self& clamp_min_tensor_(const Self& min) & {
         detail::call(tr_tensor_clamp_min_tensor_, self().raw(), min.raw());
         return self();
@@ -2178,8 +1989,8 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `clip(Tensor self, Scalar? min=None, Scalar? max=None) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_clip`; throws tr::Error on failure.
+    /// Alias for `torch.clamp`. (`clip(Tensor self, Scalar? min=None, Scalar? max=None) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_clip`; throws tr::Error on failure.
     [[nodiscard]] Self clip(std::optional<Scalar> min, std::optional<Scalar> max) const {
         tr_tensor out{0};
         detail::call(tr_tensor_clip, self().raw(), detail::c_opt(min).ptr(),
@@ -2187,16 +1998,18 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `clip.Tensor(Tensor self, Tensor? min=None, Tensor? max=None) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_clip_tensor`; throws tr::Error on failure.
+    /// Alias for `torch.clamp`. (`clip.Tensor(Tensor self, Tensor? min=None, Tensor? max=None)
+    /// -> Tensor`) (`input` is *this.) Calls `tr_tensor_clip_tensor`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self clip_tensor(OptionalTensor min, OptionalTensor max) const {
         tr_tensor out{0};
         detail::call(tr_tensor_clip_tensor, self().raw(), min.raw(), max.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `clip_(Tensor(a!) self, Scalar? min=None, Scalar? max=None) -> Tensor(a!)` (`input` is
-    /// *this.) Calls `tr_tensor_clip_`; throws tr::Error on failure.
+    /// Alias for `Tensor.clamp_`. (`clip_(Tensor(a!) self, Scalar? min=None, Scalar? max=None)
+    /// -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_clip_`; throws tr::Error on
+    /// failure.
     Self& clip_(std::optional<Scalar> min, std::optional<Scalar> max) & {
         detail::call(tr_tensor_clip_, self().raw(), detail::c_opt(min).ptr(),
                 detail::c_opt(max).ptr());
@@ -2209,8 +2022,9 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `clip_.Tensor(Tensor(a!) self, Tensor? min=None, Tensor? max=None) -> Tensor(a!)`
-    /// (`input` is *this.) Calls `tr_tensor_clip_tensor_`; throws tr::Error on failure.
+    /// Alias for `Tensor.clamp_`. (`clip_.Tensor(Tensor(a!) self, Tensor? min=None, Tensor?
+    /// max=None) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_clip_tensor_`; throws
+    /// tr::Error on failure.
     Self& clip_tensor_(OptionalTensor min, OptionalTensor max) & {
         detail::call(tr_tensor_clip_tensor_, self().raw(), min.raw(), max.raw());
         return self();
@@ -2221,239 +2035,36 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `complex(Tensor real, Tensor imag) -> Tensor` (`real` is *this.) Calls
-    /// `tr_tensor_complex`; throws tr::Error on failure.
+    /// Constructs a complex tensor with its real part equal to `real` and its imaginary part
+    /// equal to `imag`. (`complex(Tensor real, Tensor imag) -> Tensor`) (`real` is *this.)
+    /// Calls `tr_tensor_complex`; throws tr::Error on failure.
     [[nodiscard]] Self complex(const Self& imag) const {
         tr_tensor out{0};
         detail::call(tr_tensor_complex, self().raw(), imag.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `polar(Tensor abs, Tensor angle) -> Tensor` (`abs` is *this.) Calls `tr_tensor_polar`;
-    /// throws tr::Error on failure.
+    /// Constructs a complex tensor whose elements are Cartesian coordinates corresponding to
+    /// the polar coordinates with absolute value `abs` and angle `angle`. (`polar(Tensor abs,
+    /// Tensor angle) -> Tensor`) (`abs` is *this.) Calls `tr_tensor_polar`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self polar(const Self& angle) const {
         tr_tensor out{0};
         detail::call(tr_tensor_polar, self().raw(), angle.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_constant_pad_nd`; throws tr::Error on failure.
-    [[nodiscard]] Self constant_pad_nd(IntList pad, Scalar value) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_constant_pad_nd, self().raw(), pad.data(), pad.size(), value.raw(),
-                &out);
-        return Self::adopt(out);
-    }
-
-    /// `convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[]
-    /// padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups) ->
-    /// Tensor` (`input` is *this.) Calls `tr_tensor_convolution`; throws tr::Error on failure.
-    [[nodiscard]] Self convolution(
-        const Self& weight,
-        OptionalTensor bias,
-        IntList stride,
-        IntList padding,
-        IntList dilation,
-        bool transposed,
-        IntList output_padding,
-        int64_t groups) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_convolution, self().raw(), weight.raw(), bias.raw(), stride.data(),
-                stride.size(), padding.data(), padding.size(), dilation.data(), dilation.size(),
-                transposed, output_padding.data(), output_padding.size(), groups, &out);
-        return Self::adopt(out);
-    }
-
-    /// `convolution_overrideable(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride,
-    /// SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt
-    /// groups) -> Tensor` (`input` is *this.) Calls `tr_tensor_convolution_overrideable`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self convolution_overrideable(
-        const Self& weight,
-        OptionalTensor bias,
-        IntList stride,
-        IntList padding,
-        IntList dilation,
-        bool transposed,
-        IntList output_padding,
-        int64_t groups) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_convolution_overrideable, self().raw(), weight.raw(), bias.raw(),
-                stride.data(), stride.size(), padding.data(), padding.size(), dilation.data(),
-                dilation.size(), transposed, output_padding.data(), output_padding.size(), groups,
-                &out);
-        return Self::adopt(out);
-    }
-
-    /// `conv1d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=1, SymInt[1]
-    /// padding=0, SymInt[1] dilation=1, SymInt groups=1) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_conv1d`; throws tr::Error on failure.
-    [[nodiscard]] Self conv1d(
-        const Self& weight,
-        OptionalTensor bias,
-        IntList stride,
-        IntList padding,
-        IntList dilation,
-        int64_t groups) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_conv1d, self().raw(), weight.raw(), bias.raw(), stride.data(),
-                stride.size(), padding.data(), padding.size(), dilation.data(), dilation.size(),
-                groups, &out);
-        return Self::adopt(out);
-    }
-
-    /// `conv3d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=1, SymInt[3]
-    /// padding=0, SymInt[3] dilation=1, SymInt groups=1) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_conv3d`; throws tr::Error on failure.
-    [[nodiscard]] Self conv3d(
-        const Self& weight,
-        OptionalTensor bias,
-        IntList stride,
-        IntList padding,
-        IntList dilation,
-        int64_t groups) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_conv3d, self().raw(), weight.raw(), bias.raw(), stride.data(),
-                stride.size(), padding.data(), padding.size(), dilation.data(), dilation.size(),
-                groups, &out);
-        return Self::adopt(out);
-    }
-
-    /// `conv1d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=1, str
-    /// padding="valid", SymInt[1] dilation=1, SymInt groups=1) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_conv1d_padding`; throws tr::Error on failure.
-    [[nodiscard]] Self conv1d_padding(
-        const Self& weight,
-        OptionalTensor bias,
-        IntList stride,
-        const std::string& padding,
-        IntList dilation,
-        int64_t groups) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_conv1d_padding, self().raw(), weight.raw(), bias.raw(),
-                stride.data(), stride.size(), detail::c_string(padding, "padding"), dilation.data(),
-                dilation.size(), groups, &out);
-        return Self::adopt(out);
-    }
-
-    /// `conv2d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, str
-    /// padding="valid", SymInt[2] dilation=1, SymInt groups=1) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_conv2d_padding`; throws tr::Error on failure.
-    [[nodiscard]] Self conv2d_padding(
-        const Self& weight,
-        OptionalTensor bias,
-        IntList stride,
-        const std::string& padding,
-        IntList dilation,
-        int64_t groups) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_conv2d_padding, self().raw(), weight.raw(), bias.raw(),
-                stride.data(), stride.size(), detail::c_string(padding, "padding"), dilation.data(),
-                dilation.size(), groups, &out);
-        return Self::adopt(out);
-    }
-
-    /// `conv3d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=1, str
-    /// padding="valid", SymInt[3] dilation=1, SymInt groups=1) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_conv3d_padding`; throws tr::Error on failure.
-    [[nodiscard]] Self conv3d_padding(
-        const Self& weight,
-        OptionalTensor bias,
-        IntList stride,
-        const std::string& padding,
-        IntList dilation,
-        int64_t groups) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_conv3d_padding, self().raw(), weight.raw(), bias.raw(),
-                stride.data(), stride.size(), detail::c_string(padding, "padding"), dilation.data(),
-                dilation.size(), groups, &out);
-        return Self::adopt(out);
-    }
-
-    /// `conv_tbc(Tensor self, Tensor weight, Tensor bias, int pad=0) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_conv_tbc`; throws tr::Error on failure.
-    [[nodiscard]] Self conv_tbc(const Self& weight, const Self& bias, int64_t pad) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_conv_tbc, self().raw(), weight.raw(), bias.raw(), pad, &out);
-        return Self::adopt(out);
-    }
-
-    /// `conv_transpose1d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=1,
-    /// SymInt[1] padding=0, SymInt[1] output_padding=0, SymInt groups=1, SymInt[1] dilation=1)
-    /// -> Tensor` (`input` is *this.) Calls `tr_tensor_conv_transpose1d`; throws tr::Error on
-    /// failure.
-    [[nodiscard]] Self conv_transpose1d(
-        const Self& weight,
-        OptionalTensor bias,
-        IntList stride,
-        IntList padding,
-        IntList output_padding,
-        int64_t groups,
-        IntList dilation) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_conv_transpose1d, self().raw(), weight.raw(), bias.raw(),
-                stride.data(), stride.size(), padding.data(), padding.size(), output_padding.data(),
-                output_padding.size(), groups, dilation.data(), dilation.size(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `conv_transpose2d.input(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2]
-    /// stride=1, SymInt[2] padding=0, SymInt[2] output_padding=0, SymInt groups=1, SymInt[2]
-    /// dilation=1) -> Tensor` (`input` is *this.) Calls `tr_tensor_conv_transpose2d_input`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self conv_transpose2d_input(
-        const Self& weight,
-        OptionalTensor bias,
-        IntList stride,
-        IntList padding,
-        IntList output_padding,
-        int64_t groups,
-        IntList dilation) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_conv_transpose2d_input, self().raw(), weight.raw(), bias.raw(),
-                stride.data(), stride.size(), padding.data(), padding.size(), output_padding.data(),
-                output_padding.size(), groups, dilation.data(), dilation.size(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `conv_transpose3d.input(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3]
-    /// stride=1, SymInt[3] padding=0, SymInt[3] output_padding=0, SymInt groups=1, SymInt[3]
-    /// dilation=1) -> Tensor` (`input` is *this.) Calls `tr_tensor_conv_transpose3d_input`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self conv_transpose3d_input(
-        const Self& weight,
-        OptionalTensor bias,
-        IntList stride,
-        IntList padding,
-        IntList output_padding,
-        int64_t groups,
-        IntList dilation) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_conv_transpose3d_input, self().raw(), weight.raw(), bias.raw(),
-                stride.data(), stride.size(), padding.data(), padding.size(), output_padding.data(),
-                output_padding.size(), groups, dilation.data(), dilation.size(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `copy(Tensor self, Tensor src, bool non_blocking=False) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_copy`; throws tr::Error on failure.
-    [[nodiscard]] Self copy(const Self& src, bool non_blocking) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_copy, self().raw(), src.raw(), non_blocking, &out);
-        return Self::adopt(out);
-    }
-
-    /// `cos(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_cos`; throws tr::Error
-    /// on failure.
+    /// Returns a new tensor with the cosine of the elements of `input` given in radians.
+    /// (`cos(Tensor self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_cos`; throws
+    /// tr::Error on failure.
     [[nodiscard]] Self cos() const {
         tr_tensor out{0};
         detail::call(tr_tensor_cos, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `cos_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_cos_`; throws
-    /// tr::Error on failure.
+    /// In-place version of `Tensor.cos` (`cos_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_cos_`; throws tr::Error on failure.
     Self& cos_() & {
         detail::call(tr_tensor_cos_, self().raw());
         return self();
@@ -2464,7 +2075,8 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `cosh(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_cosh`; throws
+    /// Returns a new tensor with the hyperbolic cosine of the elements of `input`.
+    /// (`cosh(Tensor self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_cosh`; throws
     /// tr::Error on failure.
     [[nodiscard]] Self cosh() const {
         tr_tensor out{0};
@@ -2472,8 +2084,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `cosh_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_cosh_`;
-    /// throws tr::Error on failure.
+    /// In-place version of `Tensor.cosh` (`cosh_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_cosh_`; throws tr::Error on failure.
     Self& cosh_() & {
         detail::call(tr_tensor_cosh_, self().raw());
         return self();
@@ -2484,296 +2096,8 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `cosine_embedding_loss(Tensor input1, Tensor input2, Tensor target, float margin=0.0,
-    /// int reduction=Mean) -> Tensor` (`input1` is *this.) Calls
-    /// `tr_tensor_cosine_embedding_loss`; throws tr::Error on failure.
-    [[nodiscard]] Self cosine_embedding_loss(
-        const Self& input2,
-        const Self& target,
-        double margin,
-        int64_t reduction) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_cosine_embedding_loss, self().raw(), input2.raw(), target.raw(),
-                margin, reduction, &out);
-        return Self::adopt(out);
-    }
-
-    /// `count_nonzero.dim_IntList(Tensor self, int[] dim) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_count_nonzero_dim_intlist`; throws tr::Error on failure.
-    [[nodiscard]] Self count_nonzero_dim_intlist(IntList dim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_count_nonzero_dim_intlist, self().raw(), dim.data(), dim.size(),
-                &out);
-        return Self::adopt(out);
-    }
-
-    /// `count_nonzero(Tensor self, int? dim=None) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_count_nonzero`; throws tr::Error on failure.
-    [[nodiscard]] Self count_nonzero(std::optional<int64_t> dim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_count_nonzero, self().raw(), detail::c_opt(dim).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `cov(Tensor self, *, int correction=1, Tensor? fweights=None, Tensor? aweights=None) ->
-    /// Tensor` (`input` is *this.) Calls `tr_tensor_cov`; throws tr::Error on failure.
-    [[nodiscard]] Self cov(
-        int64_t correction,
-        OptionalTensor fweights,
-        OptionalTensor aweights) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_cov, self().raw(), correction, fweights.raw(), aweights.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `corrcoef(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_corrcoef`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self corrcoef() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_corrcoef, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `cummax(Tensor self, int dim) -> (Tensor values, Tensor indices)` (`input` is *this.)
-    /// Calls `tr_tensor_cummax`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> cummax(int64_t dim) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_cummax(self().raw(), dim, out_, room_, written_); });
-    }
-
-    /// `cummin(Tensor self, int dim) -> (Tensor values, Tensor indices)` (`input` is *this.)
-    /// Calls `tr_tensor_cummin`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> cummin(int64_t dim) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_cummin(self().raw(), dim, out_, room_, written_); });
-    }
-
-    /// `cumprod(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_cumprod`; throws tr::Error on failure.
-    [[nodiscard]] Self cumprod(int64_t dim, std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_cumprod, self().raw(), dim, detail::c_opt(dtype).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `cumprod_(Tensor(a!) self, int dim, *, ScalarType? dtype=None) -> Tensor(a!)` (`input`
-    /// is *this.) Calls `tr_tensor_cumprod_`; throws tr::Error on failure.
-    Self& cumprod_(int64_t dim, std::optional<DType> dtype) & {
-        detail::call(tr_tensor_cumprod_, self().raw(), dim, detail::c_opt(dtype).ptr());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self cumprod_(int64_t dim, std::optional<DType> dtype) && {
-        detail::call(tr_tensor_cumprod_, self().raw(), dim, detail::c_opt(dtype).ptr());
-        return std::move(self());
-    }
-
-    /// `cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_cumsum`; throws tr::Error on failure.
-    [[nodiscard]] Self cumsum(int64_t dim, std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_cumsum, self().raw(), dim, detail::c_opt(dtype).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `cumsum_(Tensor(a!) self, int dim, *, ScalarType? dtype=None) -> Tensor(a!)` (`input` is
-    /// *this.) Calls `tr_tensor_cumsum_`; throws tr::Error on failure.
-    Self& cumsum_(int64_t dim, std::optional<DType> dtype) & {
-        detail::call(tr_tensor_cumsum_, self().raw(), dim, detail::c_opt(dtype).ptr());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self cumsum_(int64_t dim, std::optional<DType> dtype) && {
-        detail::call(tr_tensor_cumsum_, self().raw(), dim, detail::c_opt(dtype).ptr());
-        return std::move(self());
-    }
-
-    /// `cumulative_trapezoid.x(Tensor y, Tensor x, *, int dim=-1) -> Tensor` (`y` is *this.)
-    /// Calls `tr_tensor_cumulative_trapezoid_x`; throws tr::Error on failure.
-    [[nodiscard]] Self cumulative_trapezoid_x(const Self& x, int64_t dim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_cumulative_trapezoid_x, self().raw(), x.raw(), dim, &out);
-        return Self::adopt(out);
-    }
-
-    /// `cumulative_trapezoid.dx(Tensor y, *, Scalar dx=1, int dim=-1) -> Tensor` (`y` is
-    /// *this.) Calls `tr_tensor_cumulative_trapezoid_dx`; throws tr::Error on failure.
-    [[nodiscard]] Self cumulative_trapezoid_dx(Scalar dx, int64_t dim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_cumulative_trapezoid_dx, self().raw(), dx.raw(), dim, &out);
-        return Self::adopt(out);
-    }
-
-    /// `ctc_loss.IntList(Tensor log_probs, Tensor targets, int[] input_lengths, int[]
-    /// target_lengths, int blank=0, int reduction=Mean, bool zero_infinity=False) -> Tensor`
-    /// (`log_probs` is *this.) Calls `tr_tensor_ctc_loss_intlist`; throws tr::Error on failure.
-    [[nodiscard]] Self ctc_loss_intlist(
-        const Self& targets,
-        IntList input_lengths,
-        IntList target_lengths,
-        int64_t blank,
-        int64_t reduction,
-        bool zero_infinity) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_ctc_loss_intlist, self().raw(), targets.raw(), input_lengths.data(),
-                input_lengths.size(), target_lengths.data(), target_lengths.size(), blank,
-                reduction, zero_infinity, &out);
-        return Self::adopt(out);
-    }
-
-    /// `ctc_loss.Tensor(Tensor log_probs, Tensor targets, Tensor input_lengths, Tensor
-    /// target_lengths, int blank=0, int reduction=Mean, bool zero_infinity=False) -> Tensor`
-    /// (`log_probs` is *this.) Calls `tr_tensor_ctc_loss_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self ctc_loss_tensor(
-        const Self& targets,
-        const Self& input_lengths,
-        const Self& target_lengths,
-        int64_t blank,
-        int64_t reduction,
-        bool zero_infinity) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_ctc_loss_tensor, self().raw(), targets.raw(), input_lengths.raw(),
-                target_lengths.raw(), blank, reduction, zero_infinity, &out);
-        return Self::adopt(out);
-    }
-
-    /// `diag_embed(Tensor self, int offset=0, int dim1=-2, int dim2=-1) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_diag_embed`; throws tr::Error on failure.
-    [[nodiscard]] Self diag_embed(int64_t offset, int64_t dim1, int64_t dim2) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_diag_embed, self().raw(), offset, dim1, dim2, &out);
-        return Self::adopt(out);
-    }
-
-    /// `diagflat(Tensor self, int offset=0) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_diagflat`; throws tr::Error on failure.
-    [[nodiscard]] Self diagflat(int64_t offset) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_diagflat, self().raw(), offset, &out);
-        return Self::adopt(out);
-    }
-
-    /// `diagonal(Tensor(a) self, int offset=0, int dim1=0, int dim2=1) -> Tensor(a)` (`input`
-    /// is *this.) Calls `tr_tensor_diagonal`; throws tr::Error on failure.
-    [[nodiscard]] Self diagonal(int64_t offset, int64_t dim1, int64_t dim2) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_diagonal, self().raw(), offset, dim1, dim2, &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_diagonal(Tensor(a) A, *, int offset=0, int dim1=-2, int dim2=-1) -> Tensor(a)`
-    /// (`a` is *this.) Calls `tr_tensor_linalg_diagonal`; throws tr::Error on failure.
-    [[nodiscard]] Self linalg_diagonal(int64_t offset, int64_t dim1, int64_t dim2) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_diagonal, self().raw(), offset, dim1, dim2, &out);
-        return Self::adopt(out);
-    }
-
-    /// `fill_diagonal_(Tensor(a!) self, Scalar fill_value, bool wrap=False) -> Tensor(a!)`
-    /// (`input` is *this.) Calls `tr_tensor_fill_diagonal_`; throws tr::Error on failure.
-    Self& fill_diagonal_(Scalar fill_value, bool wrap) & {
-        detail::call(tr_tensor_fill_diagonal_, self().raw(), fill_value.raw(), wrap);
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self fill_diagonal_(Scalar fill_value, bool wrap) && {
-        detail::call(tr_tensor_fill_diagonal_, self().raw(), fill_value.raw(), wrap);
-        return std::move(self());
-    }
-
-    /// `diff(Tensor self, int n=1, int dim=-1, Tensor? prepend=None, Tensor? append=None) ->
-    /// Tensor` (`input` is *this.) Calls `tr_tensor_diff`; throws tr::Error on failure.
-    [[nodiscard]] Self diff(
-        int64_t n,
-        int64_t dim,
-        OptionalTensor prepend,
-        OptionalTensor append) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_diff, self().raw(), n, dim, prepend.raw(), append.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `gradient.scalarint(Tensor self, *, Scalar? spacing=None, int? dim=None, int
-    /// edge_order=1) -> Tensor[]` (`input` is *this.) Calls `tr_tensor_gradient_scalarint`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] std::vector<Self> gradient_scalarint(
-        std::optional<Scalar> spacing,
-        std::optional<int64_t> dim,
-        int64_t edge_order) const {
-        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_gradient_scalarint(self().raw(), detail::c_opt(spacing).ptr(),
-                detail::c_opt(dim).ptr(), edge_order, out_, room_, written_); });
-    }
-
-    /// `gradient.scalararray(Tensor self, *, Scalar spacing, int[] dim, int edge_order=1) ->
-    /// Tensor[]` (`input` is *this.) Calls `tr_tensor_gradient_scalararray`; throws tr::Error
-    /// on failure.
-    [[nodiscard]] std::vector<Self> gradient_scalararray(
-        Scalar spacing,
-        IntList dim,
-        int64_t edge_order) const {
-        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_gradient_scalararray(self().raw(), spacing.raw(), dim.data(),
-                dim.size(), edge_order, out_, room_, written_); });
-    }
-
-    /// `gradient.array(Tensor self, *, int[] dim, int edge_order=1) -> Tensor[]` (`input` is
-    /// *this.) Calls `tr_tensor_gradient_array`; throws tr::Error on failure.
-    [[nodiscard]] std::vector<Self> gradient_array(IntList dim, int64_t edge_order) const {
-        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_gradient_array(self().raw(), dim.data(), dim.size(), edge_order,
-                out_, room_, written_); });
-    }
-
-    /// `gradient.scalarrayint(Tensor self, *, Scalar[] spacing, int? dim=None, int
-    /// edge_order=1) -> Tensor[]` (`input` is *this.) Calls `tr_tensor_gradient_scalarrayint`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] std::vector<Self> gradient_scalarrayint(
-        const std::vector<double>& spacing,
-        std::optional<int64_t> dim,
-        int64_t edge_order) const {
-        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_gradient_scalarrayint(self().raw(), spacing.data(), spacing.size(),
-                detail::c_opt(dim).ptr(), edge_order, out_, room_, written_); });
-    }
-
-    /// `gradient.scalarrayarray(Tensor self, *, Scalar[] spacing, int[] dim, int edge_order=1)
-    /// -> Tensor[]` (`input` is *this.) Calls `tr_tensor_gradient_scalarrayarray`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] std::vector<Self> gradient_scalarrayarray(
-        const std::vector<double>& spacing,
-        IntList dim,
-        int64_t edge_order) const {
-        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_gradient_scalarrayarray(self().raw(), spacing.data(),
-                spacing.size(), dim.data(), dim.size(), edge_order, out_, room_, written_); });
-    }
-
-    /// `gradient.tensorarrayint(Tensor self, *, Tensor[] spacing, int? dim=None, int
-    /// edge_order=1) -> Tensor[]` (`input` is *this.) Calls
-    /// `tr_tensor_gradient_tensorarrayint`; throws tr::Error on failure.
-    [[nodiscard]] std::vector<Self> gradient_tensorarrayint(
-        const TensorList& spacing,
-        std::optional<int64_t> dim,
-        int64_t edge_order) const {
-        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_gradient_tensorarrayint(self().raw(), spacing.data(),
-                spacing.size(), detail::c_opt(dim).ptr(), edge_order, out_, room_, written_); });
-    }
-
-    /// `gradient.tensorarray(Tensor self, *, Tensor[] spacing, int[] dim, int edge_order=1) ->
-    /// Tensor[]` (`input` is *this.) Calls `tr_tensor_gradient_tensorarray`; throws tr::Error
-    /// on failure.
-    [[nodiscard]] std::vector<Self> gradient_tensorarray(
-        const TensorList& spacing,
-        IntList dim,
-        int64_t edge_order) const {
-        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_gradient_tensorarray(self().raw(), spacing.data(), spacing.size(),
-                dim.data(), dim.size(), edge_order, out_, room_, written_); });
-    }
-
-    /// `div.Tensor(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
+    /// Divides each element of the input `input` by the corresponding element of `other`.
+    /// (`div.Tensor(Tensor self, Tensor other) -> Tensor`) (`input` is *this.) Calls
     /// `tr_tensor_div_tensor`; throws tr::Error on failure.
     [[nodiscard]] Self div_tensor(const Self& other) const {
         tr_tensor out{0};
@@ -2781,8 +2105,9 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `div_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_div_tensor_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.div` (`div_.Tensor(Tensor(a!) self, Tensor other) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_div_tensor_`; throws tr::Error on
+    /// failure.
     Self& div_tensor_(const Self& other) & {
         detail::call(tr_tensor_div_tensor_, self().raw(), other.raw());
         return self();
@@ -2793,7 +2118,8 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `div.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor` (`input`
+    /// Divides each element of the input `input` by the corresponding element of `other`.
+    /// (`div.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor`) (`input`
     /// is *this.) Calls `tr_tensor_div_tensor_mode`; throws tr::Error on failure.
     [[nodiscard]] Self div_tensor_mode(
         const Self& other,
@@ -2804,8 +2130,9 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `div_.Tensor_mode(Tensor(a!) self, Tensor other, *, str? rounding_mode) -> Tensor(a!)`
-    /// (`input` is *this.) Calls `tr_tensor_div_tensor_mode_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.div` (`div_.Tensor_mode(Tensor(a!) self, Tensor other, *,
+    /// str? rounding_mode) -> Tensor(a!)`) (`input` is *this.) Calls
+    /// `tr_tensor_div_tensor_mode_`; throws tr::Error on failure.
     Self& div_tensor_mode_(const Self& other, const std::optional<std::string>& rounding_mode) & {
         detail::call(tr_tensor_div_tensor_mode_, self().raw(), other.raw(), rounding_mode ?
                 detail::c_string(*rounding_mode, "rounding_mode") : nullptr);
@@ -2820,7 +2147,8 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `div.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor` (`input`
+    /// Divides each element of the input `input` by the corresponding element of `other`.
+    /// (`div.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor`) (`input`
     /// is *this.) Calls `tr_tensor_div_scalar_mode`; throws tr::Error on failure.
     [[nodiscard]] Self div_scalar_mode(
         Scalar other,
@@ -2831,8 +2159,9 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `div_.Scalar_mode(Tensor(a!) self, Scalar other, *, str? rounding_mode) -> Tensor(a!)`
-    /// (`input` is *this.) Calls `tr_tensor_div_scalar_mode_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.div` (`div_.Scalar_mode(Tensor(a!) self, Scalar other, *,
+    /// str? rounding_mode) -> Tensor(a!)`) (`input` is *this.) Calls
+    /// `tr_tensor_div_scalar_mode_`; throws tr::Error on failure.
     Self& div_scalar_mode_(Scalar other, const std::optional<std::string>& rounding_mode) & {
         detail::call(tr_tensor_div_scalar_mode_, self().raw(), other.raw(), rounding_mode ?
                 detail::c_string(*rounding_mode, "rounding_mode") : nullptr);
@@ -2847,16 +2176,17 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `divide.Tensor(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_divide_tensor`; throws tr::Error on failure.
+    /// Alias for `torch.div`. (`divide.Tensor(Tensor self, Tensor other) -> Tensor`) (`input`
+    /// is *this.) Calls `tr_tensor_divide_tensor`; throws tr::Error on failure.
     [[nodiscard]] Self divide_tensor(const Self& other) const {
         tr_tensor out{0};
         detail::call(tr_tensor_divide_tensor, self().raw(), other.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `divide_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_divide_tensor_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.divide` (`divide_.Tensor(Tensor(a!) self, Tensor other) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_divide_tensor_`; throws tr::Error on
+    /// failure.
     Self& divide_tensor_(const Self& other) & {
         detail::call(tr_tensor_divide_tensor_, self().raw(), other.raw());
         return self();
@@ -2867,16 +2197,17 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `divide.Scalar(Tensor self, Scalar other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_divide_scalar`; throws tr::Error on failure.
+    /// Alias for `torch.div`. (`divide.Scalar(Tensor self, Scalar other) -> Tensor`) (`input`
+    /// is *this.) Calls `tr_tensor_divide_scalar`; throws tr::Error on failure.
     [[nodiscard]] Self divide_scalar(Scalar other) const {
         tr_tensor out{0};
         detail::call(tr_tensor_divide_scalar, self().raw(), other.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `divide_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_divide_scalar_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.divide` (`divide_.Scalar(Tensor(a!) self, Scalar other) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_divide_scalar_`; throws tr::Error on
+    /// failure.
     Self& divide_scalar_(Scalar other) & {
         detail::call(tr_tensor_divide_scalar_, self().raw(), other.raw());
         return self();
@@ -2887,8 +2218,9 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `divide.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_divide_tensor_mode`; throws tr::Error on failure.
+    /// Alias for `torch.div`. (`divide.Tensor_mode(Tensor self, Tensor other, *, str?
+    /// rounding_mode) -> Tensor`) (`input` is *this.) Calls `tr_tensor_divide_tensor_mode`;
+    /// throws tr::Error on failure.
     [[nodiscard]] Self divide_tensor_mode(
         const Self& other,
         const std::optional<std::string>& rounding_mode) const {
@@ -2898,9 +2230,9 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `divide_.Tensor_mode(Tensor(a!) self, Tensor other, *, str? rounding_mode) ->
-    /// Tensor(a!)` (`input` is *this.) Calls `tr_tensor_divide_tensor_mode_`; throws tr::Error
-    /// on failure.
+    /// In-place version of `Tensor.divide` (`divide_.Tensor_mode(Tensor(a!) self, Tensor other,
+    /// *, str? rounding_mode) -> Tensor(a!)`) (`input` is *this.) Calls
+    /// `tr_tensor_divide_tensor_mode_`; throws tr::Error on failure.
     Self& divide_tensor_mode_(
         const Self& other,
         const std::optional<std::string>& rounding_mode) & {
@@ -2917,8 +2249,9 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `divide.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_divide_scalar_mode`; throws tr::Error on failure.
+    /// Alias for `torch.div`. (`divide.Scalar_mode(Tensor self, Scalar other, *, str?
+    /// rounding_mode) -> Tensor`) (`input` is *this.) Calls `tr_tensor_divide_scalar_mode`;
+    /// throws tr::Error on failure.
     [[nodiscard]] Self divide_scalar_mode(
         Scalar other,
         const std::optional<std::string>& rounding_mode) const {
@@ -2928,9 +2261,9 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `divide_.Scalar_mode(Tensor(a!) self, Scalar other, *, str? rounding_mode) ->
-    /// Tensor(a!)` (`input` is *this.) Calls `tr_tensor_divide_scalar_mode_`; throws tr::Error
-    /// on failure.
+    /// In-place version of `Tensor.divide` (`divide_.Scalar_mode(Tensor(a!) self, Scalar other,
+    /// *, str? rounding_mode) -> Tensor(a!)`) (`input` is *this.) Calls
+    /// `tr_tensor_divide_scalar_mode_`; throws tr::Error on failure.
     Self& divide_scalar_mode_(Scalar other, const std::optional<std::string>& rounding_mode) & {
         detail::call(tr_tensor_divide_scalar_mode_, self().raw(), other.raw(), rounding_mode ?
                 detail::c_string(*rounding_mode, "rounding_mode") : nullptr);
@@ -2945,16 +2278,18 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `true_divide.Tensor(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_true_divide_tensor`; throws tr::Error on failure.
+    /// Alias for `torch.div` with `rounding_mode=None`. (`true_divide.Tensor(Tensor self,
+    /// Tensor other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_true_divide_tensor`;
+    /// throws tr::Error on failure.
     [[nodiscard]] Self true_divide_tensor(const Self& other) const {
         tr_tensor out{0};
         detail::call(tr_tensor_true_divide_tensor, self().raw(), other.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `true_divide_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.)
-    /// Calls `tr_tensor_true_divide_tensor_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.true_divide_` (`true_divide_.Tensor(Tensor(a!) self, Tensor
+    /// other) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_true_divide_tensor_`; throws
+    /// tr::Error on failure.
     Self& true_divide_tensor_(const Self& other) & {
         detail::call(tr_tensor_true_divide_tensor_, self().raw(), other.raw());
         return self();
@@ -2965,16 +2300,18 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `true_divide.Scalar(Tensor self, Scalar other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_true_divide_scalar`; throws tr::Error on failure.
+    /// Alias for `torch.div` with `rounding_mode=None`. (`true_divide.Scalar(Tensor self,
+    /// Scalar other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_true_divide_scalar`;
+    /// throws tr::Error on failure.
     [[nodiscard]] Self true_divide_scalar(Scalar other) const {
         tr_tensor out{0};
         detail::call(tr_tensor_true_divide_scalar, self().raw(), other.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `true_divide_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` (`input` is *this.)
-    /// Calls `tr_tensor_true_divide_scalar_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.true_divide_` (`true_divide_.Scalar(Tensor(a!) self, Scalar
+    /// other) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_true_divide_scalar_`; throws
+    /// tr::Error on failure.
     Self& true_divide_scalar_(Scalar other) & {
         detail::call(tr_tensor_true_divide_scalar_, self().raw(), other.raw());
         return self();
@@ -2985,160 +2322,16 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `dot(Tensor self, Tensor tensor) -> Tensor` (`input` is *this.) Calls `tr_tensor_dot`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self dot(const Self& tensor) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_dot, self().raw(), tensor.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `vdot(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls `tr_tensor_vdot`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self vdot(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_vdot, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `embedding_renorm_(Tensor(a!) self, Tensor indices, float max_norm, float norm_type) ->
-    /// Tensor(a!)` (`input` is *this.) Calls `tr_tensor_embedding_renorm_`; throws tr::Error on
-    /// failure.
-    Self& embedding_renorm_(const Self& indices, double max_norm, double norm_type) & {
-        detail::call(tr_tensor_embedding_renorm_, self().raw(), indices.raw(), max_norm, norm_type);
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self embedding_renorm_(
-        const Self& indices,
-        double max_norm,
-        double norm_type) && {
-        detail::call(tr_tensor_embedding_renorm_, self().raw(), indices.raw(), max_norm, norm_type);
-        return std::move(self());
-    }
-
-    /// `embedding_bag(Tensor weight, Tensor indices, Tensor offsets, bool
-    /// scale_grad_by_freq=False, int mode=0, bool sparse=False, Tensor?
-    /// per_sample_weights=None, bool include_last_offset=False) -> (Tensor, Tensor, Tensor,
-    /// Tensor)` (`weight` is *this.) Calls `tr_tensor_embedding_bag`; throws tr::Error on
-    /// failure.
-    [[nodiscard]] std::array<Self, 4> embedding_bag(
-        const Self& indices,
-        const Self& offsets,
-        bool scale_grad_by_freq,
-        int64_t mode,
-        bool sparse,
-        OptionalTensor per_sample_weights,
-        bool include_last_offset) const {
-        return detail::call_tensors<Self, 4>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_embedding_bag(self().raw(), indices.raw(), offsets.raw(),
-                scale_grad_by_freq, mode, sparse, per_sample_weights.raw(), include_last_offset,
-                out_, room_, written_); });
-    }
-
-    /// `embedding_bag.padding_idx(Tensor weight, Tensor indices, Tensor offsets, bool
-    /// scale_grad_by_freq, int mode, bool sparse, Tensor? per_sample_weights, bool
-    /// include_last_offset, int? padding_idx) -> (Tensor, Tensor, Tensor, Tensor)` (`weight` is
-    /// *this.) Calls `tr_tensor_embedding_bag_padding_idx`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 4> embedding_bag_padding_idx(
-        const Self& indices,
-        const Self& offsets,
-        bool scale_grad_by_freq,
-        int64_t mode,
-        bool sparse,
-        OptionalTensor per_sample_weights,
-        bool include_last_offset,
-        std::optional<int64_t> padding_idx) const {
-        return detail::call_tensors<Self, 4>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_embedding_bag_padding_idx(self().raw(), indices.raw(),
-                offsets.raw(), scale_grad_by_freq, mode, sparse, per_sample_weights.raw(),
-                include_last_offset, detail::c_opt(padding_idx).ptr(), out_, room_, written_); });
-    }
-
-    /// `new_empty(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None,
-    /// Device? device=None, bool? pin_memory=None) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_new_empty`; throws tr::Error on failure.
-    [[nodiscard]] Self new_empty(IntList size, std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_new_empty, self().raw(), size.data(), size.size(),
-                detail::c_opt(dtype).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `new_empty_strided(Tensor self, SymInt[] size, SymInt[] stride, *, ScalarType?
-    /// dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_new_empty_strided`; throws tr::Error on failure.
-    [[nodiscard]] Self new_empty_strided(
-        IntList size,
-        IntList stride,
-        std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_new_empty_strided, self().raw(), size.data(), size.size(),
-                stride.data(), stride.size(), detail::c_opt(dtype).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `new_full(Tensor self, SymInt[] size, Scalar fill_value, *, ScalarType? dtype=None,
-    /// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_new_full`; throws tr::Error on failure.
-    [[nodiscard]] Self new_full(IntList size, Scalar fill_value, std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_new_full, self().raw(), size.data(), size.size(), fill_value.raw(),
-                detail::c_opt(dtype).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `new_zeros(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None,
-    /// Device? device=None, bool? pin_memory=None) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_new_zeros`; throws tr::Error on failure.
-    [[nodiscard]] Self new_zeros(IntList size, std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_new_zeros, self().raw(), size.data(), size.size(),
-                detail::c_opt(dtype).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `new_ones(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None,
-    /// Device? device=None, bool? pin_memory=None) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_new_ones`; throws tr::Error on failure.
-    [[nodiscard]] Self new_ones(IntList size, std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_new_ones, self().raw(), size.data(), size.size(),
-                detail::c_opt(dtype).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `resize_(Tensor(a!) self, SymInt[] size, *, MemoryFormat? memory_format=None) ->
-    /// Tensor(a!)` (`input` is *this.) Calls `tr_tensor_resize_`; throws tr::Error on failure.
-    Self& resize_(IntList size) & {
-        detail::call(tr_tensor_resize_, self().raw(), size.data(), size.size());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self resize_(IntList size) && {
-        detail::call(tr_tensor_resize_, self().raw(), size.data(), size.size());
-        return std::move(self());
-    }
-
-    /// `empty_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device?
-    /// device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_empty_like`; throws tr::Error on failure.
-    [[nodiscard]] Self empty_like(std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_empty_like, self().raw(), detail::c_opt(dtype).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `erf(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_erf`; throws tr::Error
-    /// on failure.
+    /// Alias for `torch.special.erf`. (`erf(Tensor self) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_erf`; throws tr::Error on failure.
     [[nodiscard]] Self erf() const {
         tr_tensor out{0};
         detail::call(tr_tensor_erf, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `erf_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_erf_`; throws
-    /// tr::Error on failure.
+    /// In-place version of `Tensor.erf` (`erf_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_erf_`; throws tr::Error on failure.
     Self& erf_() & {
         detail::call(tr_tensor_erf_, self().raw());
         return self();
@@ -3149,16 +2342,16 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `erfc(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_erfc`; throws
-    /// tr::Error on failure.
+    /// Alias for `torch.special.erfc`. (`erfc(Tensor self) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_erfc`; throws tr::Error on failure.
     [[nodiscard]] Self erfc() const {
         tr_tensor out{0};
         detail::call(tr_tensor_erfc, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `erfc_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_erfc_`;
-    /// throws tr::Error on failure.
+    /// In-place version of `Tensor.erfc` (`erfc_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_erfc_`; throws tr::Error on failure.
     Self& erfc_() & {
         detail::call(tr_tensor_erfc_, self().raw());
         return self();
@@ -3169,8 +2362,8 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `exp_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_exp_`; throws
-    /// tr::Error on failure.
+    /// In-place version of `Tensor.exp` (`exp_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_exp_`; throws tr::Error on failure.
     Self& exp_() & {
         detail::call(tr_tensor_exp_, self().raw());
         return self();
@@ -3181,16 +2374,16 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `exp2(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_exp2`; throws
-    /// tr::Error on failure.
+    /// Alias for `torch.special.exp2`. (`exp2(Tensor self) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_exp2`; throws tr::Error on failure.
     [[nodiscard]] Self exp2() const {
         tr_tensor out{0};
         detail::call(tr_tensor_exp2, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `exp2_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_exp2_`;
-    /// throws tr::Error on failure.
+    /// In-place version of `Tensor.exp2` (`exp2_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_exp2_`; throws tr::Error on failure.
     Self& exp2_() & {
         detail::call(tr_tensor_exp2_, self().raw());
         return self();
@@ -3201,16 +2394,16 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `expm1(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_expm1`; throws
-    /// tr::Error on failure.
+    /// Alias for `torch.special.expm1`. (`expm1(Tensor self) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_expm1`; throws tr::Error on failure.
     [[nodiscard]] Self expm1() const {
         tr_tensor out{0};
         detail::call(tr_tensor_expm1, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `expm1_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_expm1_`;
-    /// throws tr::Error on failure.
+    /// In-place version of `Tensor.expm1` (`expm1_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_expm1_`; throws tr::Error on failure.
     Self& expm1_() & {
         detail::call(tr_tensor_expm1_, self().raw());
         return self();
@@ -3221,80 +2414,17 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `expand_as(Tensor(a) self, Tensor other) -> Tensor(a)` (`input` is *this.) Calls
-    /// `tr_tensor_expand_as`; throws tr::Error on failure.
-    [[nodiscard]] Self expand_as(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_expand_as, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `flatten.using_ints(Tensor(a) self, int start_dim=0, int end_dim=-1) -> Tensor(a)`
-    /// (`input` is *this.) Calls `tr_tensor_flatten_using_ints`; throws tr::Error on failure.
-    [[nodiscard]] Self flatten_using_ints(int64_t start_dim, int64_t end_dim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_flatten_using_ints, self().raw(), start_dim, end_dim, &out);
-        return Self::adopt(out);
-    }
-
-    /// `unflatten.int(Tensor(a) self, int dim, SymInt[] sizes) -> Tensor(a)` (`input` is
-    /// *this.) Calls `tr_tensor_unflatten_int`; throws tr::Error on failure.
-    [[nodiscard]] Self unflatten_int(int64_t dim, IntList sizes) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_unflatten_int, self().raw(), dim, sizes.data(), sizes.size(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `fill.Scalar(Tensor self, Scalar value) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_fill_scalar`; throws tr::Error on failure.
-    [[nodiscard]] Self fill_scalar(Scalar value) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_fill_scalar, self().raw(), value.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `fill.Tensor(Tensor self, Tensor value) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_fill_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self fill_tensor(const Self& value) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_fill_tensor, self().raw(), value.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `fill_.Scalar(Tensor(a!) self, Scalar value) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_fill_scalar_`; throws tr::Error on failure.
-    Self& fill_scalar_(Scalar value) & {
-        detail::call(tr_tensor_fill_scalar_, self().raw(), value.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self fill_scalar_(Scalar value) && {
-        detail::call(tr_tensor_fill_scalar_, self().raw(), value.raw());
-        return std::move(self());
-    }
-
-    /// `fill_.Tensor(Tensor(a!) self, Tensor value) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_fill_tensor_`; throws tr::Error on failure.
-    Self& fill_tensor_(const Self& value) & {
-        detail::call(tr_tensor_fill_tensor_, self().raw(), value.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self fill_tensor_(const Self& value) && {
-        detail::call(tr_tensor_fill_tensor_, self().raw(), value.raw());
-        return std::move(self());
-    }
-
-    /// `floor(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_floor`; throws
-    /// tr::Error on failure.
+    /// Returns a new tensor with the floor of the elements of `input`, the largest integer less
+    /// than or equal to each element. (`floor(Tensor self) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_floor`; throws tr::Error on failure.
     [[nodiscard]] Self floor() const {
         tr_tensor out{0};
         detail::call(tr_tensor_floor, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `floor_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_floor_`;
-    /// throws tr::Error on failure.
+    /// In-place version of `Tensor.floor` (`floor_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_floor_`; throws tr::Error on failure.
     Self& floor_() & {
         detail::call(tr_tensor_floor_, self().raw());
         return self();
@@ -3305,8 +2435,9 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `floor_divide_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.)
-    /// Calls `tr_tensor_floor_divide_tensor_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.floor_divide` (`floor_divide_.Tensor(Tensor(a!) self, Tensor
+    /// other) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_floor_divide_tensor_`;
+    /// throws tr::Error on failure.
     Self& floor_divide_tensor_(const Self& other) & {
         detail::call(tr_tensor_floor_divide_tensor_, self().raw(), other.raw());
         return self();
@@ -3317,16 +2448,16 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `frac(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_frac`; throws
-    /// tr::Error on failure.
+    /// Computes the fractional portion of each element in `input`. (`frac(Tensor self) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_frac`; throws tr::Error on failure.
     [[nodiscard]] Self frac() const {
         tr_tensor out{0};
         detail::call(tr_tensor_frac, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `frac_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_frac_`;
-    /// throws tr::Error on failure.
+    /// In-place version of `Tensor.frac` (`frac_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_frac_`; throws tr::Error on failure.
     Self& frac_() & {
         detail::call(tr_tensor_frac_, self().raw());
         return self();
@@ -3337,18 +2468,8 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `full_like(Tensor self, Scalar fill_value, *, ScalarType? dtype=None, Layout?
-    /// layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat?
-    /// memory_format=None) -> Tensor` (`input` is *this.) Calls `tr_tensor_full_like`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self full_like(Scalar fill_value, std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_full_like, self().raw(), fill_value.raw(),
-                detail::c_opt(dtype).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `gcd(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls `tr_tensor_gcd`;
+    /// Computes the element-wise greatest common divisor (GCD) of `input` and `other`.
+    /// (`gcd(Tensor self, Tensor other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_gcd`;
     /// throws tr::Error on failure.
     [[nodiscard]] Self gcd(const Self& other) const {
         tr_tensor out{0};
@@ -3356,8 +2477,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `gcd_(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_gcd_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.gcd` (`gcd_(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
+    /// (`input` is *this.) Calls `tr_tensor_gcd_`; throws tr::Error on failure.
     Self& gcd_(const Self& other) & {
         detail::call(tr_tensor_gcd_, self().raw(), other.raw());
         return self();
@@ -3368,7 +2489,8 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `lcm(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls `tr_tensor_lcm`;
+    /// Computes the element-wise least common multiple (LCM) of `input` and `other`.
+    /// (`lcm(Tensor self, Tensor other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_lcm`;
     /// throws tr::Error on failure.
     [[nodiscard]] Self lcm(const Self& other) const {
         tr_tensor out{0};
@@ -3376,8 +2498,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `lcm_(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_lcm_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.lcm` (`lcm_(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
+    /// (`input` is *this.) Calls `tr_tensor_lcm_`; throws tr::Error on failure.
     Self& lcm_(const Self& other) & {
         detail::call(tr_tensor_lcm_, self().raw(), other.raw());
         return self();
@@ -3388,174 +2510,20 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `grid_sampler(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool
-    /// align_corners) -> Tensor` (`input` is *this.) Calls `tr_tensor_grid_sampler`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self grid_sampler(
-        const Self& grid,
-        int64_t interpolation_mode,
-        int64_t padding_mode,
-        bool align_corners) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_grid_sampler, self().raw(), grid.raw(), interpolation_mode,
-                padding_mode, align_corners, &out);
-        return Self::adopt(out);
-    }
-
-    /// `grid_sampler_2d(Tensor input, Tensor grid, int interpolation_mode, int padding_mode,
-    /// bool align_corners) -> Tensor` (`input` is *this.) Calls `tr_tensor_grid_sampler_2d`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self grid_sampler_2d(
-        const Self& grid,
-        int64_t interpolation_mode,
-        int64_t padding_mode,
-        bool align_corners) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_grid_sampler_2d, self().raw(), grid.raw(), interpolation_mode,
-                padding_mode, align_corners, &out);
-        return Self::adopt(out);
-    }
-
-    /// `grid_sampler_3d(Tensor input, Tensor grid, int interpolation_mode, int padding_mode,
-    /// bool align_corners) -> Tensor` (`input` is *this.) Calls `tr_tensor_grid_sampler_3d`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self grid_sampler_3d(
-        const Self& grid,
-        int64_t interpolation_mode,
-        int64_t padding_mode,
-        bool align_corners) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_grid_sampler_3d, self().raw(), grid.raw(), interpolation_mode,
-                padding_mode, align_corners, &out);
-        return Self::adopt(out);
-    }
-
-    /// `hinge_embedding_loss(Tensor self, Tensor target, float margin=1.0, int reduction=Mean)
-    /// -> Tensor` (`input` is *this.) Calls `tr_tensor_hinge_embedding_loss`; throws tr::Error
-    /// on failure.
-    [[nodiscard]] Self hinge_embedding_loss(
-        const Self& target,
-        double margin,
-        int64_t reduction) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_hinge_embedding_loss, self().raw(), target.raw(), margin, reduction,
-                &out);
-        return Self::adopt(out);
-    }
-
-    /// `group_norm(Tensor input, int num_groups, Tensor? weight=None, Tensor? bias=None, float
-    /// eps=1e-05, bool cudnn_enabled=True) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_group_norm`; throws tr::Error on failure.
-    [[nodiscard]] Self group_norm(
-        int64_t num_groups,
-        OptionalTensor weight,
-        OptionalTensor bias,
-        double eps,
-        bool cudnn_enabled) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_group_norm, self().raw(), num_groups, weight.raw(), bias.raw(), eps,
-                cudnn_enabled, &out);
-        return Self::adopt(out);
-    }
-
-    /// `native_group_norm(Tensor input, Tensor? weight, Tensor? bias, SymInt N, SymInt C,
-    /// SymInt HxW, int group, float eps) -> (Tensor, Tensor, Tensor)` (`input` is *this.) Calls
-    /// `tr_tensor_native_group_norm`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 3> native_group_norm(
-        OptionalTensor weight,
-        OptionalTensor bias,
-        int64_t n,
-        int64_t c,
-        int64_t hxw,
-        int64_t group,
-        double eps) const {
-        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_native_group_norm(self().raw(), weight.raw(), bias.raw(), n, c,
-                hxw, group, eps, out_, room_, written_); });
-    }
-
-    /// `index.Tensor(Tensor self, Tensor?[] indices) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_index_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self index_tensor(const std::vector<OptionalTensor>& indices) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_index_tensor, self().raw(), detail::raw_ids(indices).data(),
-                indices.size(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `index_copy(Tensor self, int dim, Tensor index, Tensor source) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_index_copy`; throws tr::Error on failure.
-    [[nodiscard]] Self index_copy(int64_t dim, const Self& index, const Self& source) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_index_copy, self().raw(), dim, index.raw(), source.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `index_put_(Tensor(a!) self, Tensor?[] indices, Tensor values, bool accumulate=False) ->
-    /// Tensor(a!)` (`input` is *this.) Calls `tr_tensor_index_put_`; throws tr::Error on
-    /// failure.
-    Self& index_put_(
-        const std::vector<OptionalTensor>& indices,
-        const Self& values,
-        bool accumulate) & {
-        detail::call(tr_tensor_index_put_, self().raw(), detail::raw_ids(indices).data(),
-                indices.size(), values.raw(), accumulate);
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self index_put_(
-        const std::vector<OptionalTensor>& indices,
-        const Self& values,
-        bool accumulate) && {
-        detail::call(tr_tensor_index_put_, self().raw(), detail::raw_ids(indices).data(),
-                indices.size(), values.raw(), accumulate);
-        return std::move(self());
-    }
-
-    /// `index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) ->
-    /// Tensor` (`input` is *this.) Calls `tr_tensor_index_put`; throws tr::Error on failure.
-    [[nodiscard]] Self index_put(
-        const std::vector<OptionalTensor>& indices,
-        const Self& values,
-        bool accumulate) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_index_put, self().raw(), detail::raw_ids(indices).data(),
-                indices.size(), values.raw(), accumulate, &out);
-        return Self::adopt(out);
-    }
-
-    /// `instance_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor?
-    /// running_var, bool use_input_stats, float momentum, float eps, bool cudnn_enabled) ->
-    /// Tensor` (`input` is *this.) Calls `tr_tensor_instance_norm`; throws tr::Error on
-    /// failure.
-    [[nodiscard]] Self instance_norm(
-        OptionalTensor weight,
-        OptionalTensor bias,
-        OptionalTensor running_mean,
-        OptionalTensor running_var,
-        bool use_input_stats,
-        double momentum,
-        double eps,
-        bool cudnn_enabled) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_instance_norm, self().raw(), weight.raw(), bias.raw(),
-                running_mean.raw(), running_var.raw(), use_input_stats, momentum, eps,
-                cudnn_enabled, &out);
-        return Self::adopt(out);
-    }
-
-    /// `isclose(Tensor self, Tensor other, float rtol=1e-05, float atol=1e-08, bool
-    /// equal_nan=False) -> Tensor` (`input` is *this.) Calls `tr_tensor_isclose`; throws
-    /// tr::Error on failure.
+    /// Returns a new tensor with boolean elements representing if each element of `input` is
+    /// "close" to the corresponding element of `other`. (`isclose(Tensor self, Tensor other,
+    /// float rtol=1e-05, float atol=1e-08, bool equal_nan=False) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_isclose`; throws tr::Error on failure.
     [[nodiscard]] Self isclose(const Self& other, double rtol, double atol, bool equal_nan) const {
         tr_tensor out{0};
         detail::call(tr_tensor_isclose, self().raw(), other.raw(), rtol, atol, equal_nan, &out);
         return Self::adopt(out);
     }
 
-    /// `isin.Tensor_Tensor(Tensor elements, Tensor test_elements, *, bool assume_unique=False,
-    /// bool invert=False) -> Tensor` (`elements` is *this.) Calls
-    /// `tr_tensor_isin_tensor_tensor`; throws tr::Error on failure.
+    /// Tests if each element of `elements` is in `test_elements`. (`isin.Tensor_Tensor(Tensor
+    /// elements, Tensor test_elements, *, bool assume_unique=False, bool invert=False) ->
+    /// Tensor`) (`elements` is *this.) Calls `tr_tensor_isin_tensor_tensor`; throws tr::Error
+    /// on failure.
     [[nodiscard]] Self isin_tensor_tensor(
         const Self& test_elements,
         bool assume_unique,
@@ -3566,9 +2534,10 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `isin.Tensor_Scalar(Tensor elements, Scalar test_element, *, bool assume_unique=False,
-    /// bool invert=False) -> Tensor` (`elements` is *this.) Calls
-    /// `tr_tensor_isin_tensor_scalar`; throws tr::Error on failure.
+    /// Tests if each element of `elements` is in `test_elements`. (`isin.Tensor_Scalar(Tensor
+    /// elements, Scalar test_element, *, bool assume_unique=False, bool invert=False) ->
+    /// Tensor`) (`elements` is *this.) Calls `tr_tensor_isin_tensor_scalar`; throws tr::Error
+    /// on failure.
     [[nodiscard]] Self isin_tensor_scalar(
         Scalar test_element,
         bool assume_unique,
@@ -3579,145 +2548,28 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `isnan(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_isnan`; throws
-    /// tr::Error on failure.
+    /// Returns a new tensor with boolean elements representing if each element of `input` is
+    /// NaN or not. (`isnan(Tensor self) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_isnan`; throws tr::Error on failure.
     [[nodiscard]] Self isnan() const {
         tr_tensor out{0};
         detail::call(tr_tensor_isnan, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `is_distributed(Tensor self) -> bool` (`input` is *this.) Calls
-    /// `tr_tensor_is_distributed`; throws tr::Error on failure.
-    [[nodiscard]] bool is_distributed() const {
-        bool out = false;
-        detail::call(tr_tensor_is_distributed, self().raw(), &out);
-        return out;
-    }
-
-    /// `is_floating_point(Tensor self) -> bool` (`input` is *this.) Calls
-    /// `tr_tensor_is_floating_point`; throws tr::Error on failure.
-    [[nodiscard]] bool is_floating_point() const {
-        bool out = false;
-        detail::call(tr_tensor_is_floating_point, self().raw(), &out);
-        return out;
-    }
-
-    /// `is_complex(Tensor self) -> bool` (`input` is *this.) Calls `tr_tensor_is_complex`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] bool is_complex() const {
-        bool out = false;
-        detail::call(tr_tensor_is_complex, self().raw(), &out);
-        return out;
-    }
-
-    /// `is_conj(Tensor self) -> bool` (`input` is *this.) Calls `tr_tensor_is_conj`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] bool is_conj() const {
-        bool out = false;
-        detail::call(tr_tensor_is_conj, self().raw(), &out);
-        return out;
-    }
-
-    /// `is_neg(Tensor self) -> bool` (`input` is *this.) Calls `tr_tensor_is_neg`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] bool is_neg() const {
-        bool out = false;
-        detail::call(tr_tensor_is_neg, self().raw(), &out);
-        return out;
-    }
-
-    /// `isreal(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_isreal`; throws
-    /// tr::Error on failure.
+    /// Returns a new tensor with boolean elements representing if each element of `input` is
+    /// real-valued or not. (`isreal(Tensor self) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_isreal`; throws tr::Error on failure.
     [[nodiscard]] Self isreal() const {
         tr_tensor out{0};
         detail::call(tr_tensor_isreal, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `is_nonzero(Tensor self) -> bool` (`input` is *this.) Calls `tr_tensor_is_nonzero`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] bool is_nonzero() const {
-        bool out = false;
-        detail::call(tr_tensor_is_nonzero, self().raw(), &out);
-        return out;
-    }
-
-    /// `is_same_size(Tensor self, Tensor other) -> bool` (`input` is *this.) Calls
-    /// `tr_tensor_is_same_size`; throws tr::Error on failure.
-    [[nodiscard]] bool is_same_size(const Self& other) const {
-        bool out = false;
-        detail::call(tr_tensor_is_same_size, self().raw(), other.raw(), &out);
-        return out;
-    }
-
-    /// `is_signed(Tensor self) -> bool` (`input` is *this.) Calls `tr_tensor_is_signed`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] bool is_signed() const {
-        bool out = false;
-        detail::call(tr_tensor_is_signed, self().raw(), &out);
-        return out;
-    }
-
-    /// `is_inference(Tensor self) -> bool` (`input` is *this.) Calls `tr_tensor_is_inference`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] bool is_inference() const {
-        bool out = false;
-        detail::call(tr_tensor_is_inference, self().raw(), &out);
-        return out;
-    }
-
-    /// `kl_div(Tensor self, Tensor target, int reduction=Mean, *, bool log_target=False) ->
-    /// Tensor` (`input` is *this.) Calls `tr_tensor_kl_div`; throws tr::Error on failure.
-    [[nodiscard]] Self kl_div(const Self& target, int64_t reduction, bool log_target) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_kl_div, self().raw(), target.raw(), reduction, log_target, &out);
-        return Self::adopt(out);
-    }
-
-    /// `kron(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls `tr_tensor_kron`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self kron(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_kron, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `kthvalue(Tensor self, SymInt k, int dim=-1, bool keepdim=False) -> (Tensor values,
-    /// Tensor indices)` (`input` is *this.) Calls `tr_tensor_kthvalue`; throws tr::Error on
-    /// failure.
-    [[nodiscard]] std::array<Self, 2> kthvalue(int64_t k, int64_t dim, bool keepdim) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_kthvalue(self().raw(), k, dim, keepdim, out_, room_, written_); });
-    }
-
-    /// `native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor?
-    /// bias, float eps) -> (Tensor, Tensor, Tensor)` (`input` is *this.) Calls
-    /// `tr_tensor_native_layer_norm`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 3> native_layer_norm(
-        IntList normalized_shape,
-        OptionalTensor weight,
-        OptionalTensor bias,
-        double eps) const {
-        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_native_layer_norm(self().raw(), normalized_shape.data(),
-                normalized_shape.size(), weight.raw(), bias.raw(), eps, out_, room_, written_); });
-    }
-
-    /// `rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, float? eps=None)
-    /// -> Tensor` (`input` is *this.) Calls `tr_tensor_rms_norm`; throws tr::Error on failure.
-    [[nodiscard]] Self rms_norm(
-        IntList normalized_shape,
-        OptionalTensor weight,
-        std::optional<double> eps) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_rms_norm, self().raw(), normalized_shape.data(),
-                normalized_shape.size(), weight.raw(), detail::c_opt(eps).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `nan_to_num(Tensor self, float? nan=None, float? posinf=None, float? neginf=None) ->
-    /// Tensor` (`input` is *this.) Calls `tr_tensor_nan_to_num`; throws tr::Error on failure.
+    /// Replaces :literal:`NaN`, positive infinity, and negative infinity values in `input` with
+    /// the values specified by `nan`, `posinf`, and `neginf`, respectively. (`nan_to_num(Tensor
+    /// self, float? nan=None, float? posinf=None, float? neginf=None) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_nan_to_num`; throws tr::Error on failure.
     [[nodiscard]] Self nan_to_num(
         std::optional<double> nan,
         std::optional<double> posinf,
@@ -3728,9 +2580,9 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `nan_to_num_(Tensor(a!) self, float? nan=None, float? posinf=None, float? neginf=None)
-    /// -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_nan_to_num_`; throws tr::Error on
-    /// failure.
+    /// In-place version of `Tensor.nan_to_num`. (`nan_to_num_(Tensor(a!) self, float? nan=None,
+    /// float? posinf=None, float? neginf=None) -> Tensor(a!)`) (`input` is *this.) Calls
+    /// `tr_tensor_nan_to_num_`; throws tr::Error on failure.
     Self& nan_to_num_(
         std::optional<double> nan,
         std::optional<double> posinf,
@@ -3749,16 +2601,17 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `ldexp.Tensor(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_ldexp_tensor`; throws tr::Error on failure.
+    /// Multiplies `input` by 2 ** `other`. (`ldexp.Tensor(Tensor self, Tensor other) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_ldexp_tensor`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self ldexp_tensor(const Self& other) const {
         tr_tensor out{0};
         detail::call(tr_tensor_ldexp_tensor, self().raw(), other.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `ldexp_(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_ldexp_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.ldexp` (`ldexp_(Tensor(a!) self, Tensor other) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_ldexp_`; throws tr::Error on failure.
     Self& ldexp_(const Self& other) & {
         detail::call(tr_tensor_ldexp_, self().raw(), other.raw());
         return self();
@@ -3769,34 +2622,8 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `linspace.Tensor_Tensor(Tensor start, Tensor end, int steps, *, ScalarType? dtype=None,
-    /// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` (`start` is
-    /// *this.) Calls `tr_tensor_linspace_tensor_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self linspace_tensor_tensor(
-        const Self& end,
-        int64_t steps,
-        std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linspace_tensor_tensor, self().raw(), end.raw(), steps,
-                detail::c_opt(dtype).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `linspace.Tensor_Scalar(Tensor start, Scalar end, int steps, *, ScalarType? dtype=None,
-    /// Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor` (`start` is
-    /// *this.) Calls `tr_tensor_linspace_tensor_scalar`; throws tr::Error on failure.
-    [[nodiscard]] Self linspace_tensor_scalar(
-        Scalar end,
-        int64_t steps,
-        std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linspace_tensor_scalar, self().raw(), end.raw(), steps,
-                detail::c_opt(dtype).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `log_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_log_`; throws
-    /// tr::Error on failure.
+    /// In-place version of `Tensor.log` (`log_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_log_`; throws tr::Error on failure.
     Self& log_() & {
         detail::call(tr_tensor_log_, self().raw());
         return self();
@@ -3807,7 +2634,8 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `log10(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_log10`; throws
+    /// Returns a new tensor with the logarithm to the base 10 of the elements of `input`.
+    /// (`log10(Tensor self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_log10`; throws
     /// tr::Error on failure.
     [[nodiscard]] Self log10() const {
         tr_tensor out{0};
@@ -3815,8 +2643,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `log10_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_log10_`;
-    /// throws tr::Error on failure.
+    /// In-place version of `Tensor.log10` (`log10_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_log10_`; throws tr::Error on failure.
     Self& log10_() & {
         detail::call(tr_tensor_log10_, self().raw());
         return self();
@@ -3827,16 +2655,16 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `log1p(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_log1p`; throws
-    /// tr::Error on failure.
+    /// Returns a new tensor with the natural logarithm of (1 + `input`). (`log1p(Tensor self)
+    /// -> Tensor`) (`input` is *this.) Calls `tr_tensor_log1p`; throws tr::Error on failure.
     [[nodiscard]] Self log1p() const {
         tr_tensor out{0};
         detail::call(tr_tensor_log1p, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `log1p_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_log1p_`;
-    /// throws tr::Error on failure.
+    /// In-place version of `Tensor.log1p` (`log1p_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_log1p_`; throws tr::Error on failure.
     Self& log1p_() & {
         detail::call(tr_tensor_log1p_, self().raw());
         return self();
@@ -3847,7 +2675,8 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `log2(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_log2`; throws
+    /// Returns a new tensor with the logarithm to the base 2 of the elements of `input`.
+    /// (`log2(Tensor self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_log2`; throws
     /// tr::Error on failure.
     [[nodiscard]] Self log2() const {
         tr_tensor out{0};
@@ -3855,8 +2684,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `log2_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_log2_`;
-    /// throws tr::Error on failure.
+    /// In-place version of `Tensor.log2` (`log2_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_log2_`; throws tr::Error on failure.
     Self& log2_() & {
         detail::call(tr_tensor_log2_, self().raw());
         return self();
@@ -3867,40 +2696,44 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `logaddexp(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_logaddexp`; throws tr::Error on failure.
+    /// Logarithm of the sum of exponentiations of the inputs. (`logaddexp(Tensor self, Tensor
+    /// other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_logaddexp`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self logaddexp(const Self& other) const {
         tr_tensor out{0};
         detail::call(tr_tensor_logaddexp, self().raw(), other.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `logaddexp2(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_logaddexp2`; throws tr::Error on failure.
+    /// Logarithm of the sum of exponentiations of the inputs in base-2. (`logaddexp2(Tensor
+    /// self, Tensor other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_logaddexp2`; throws
+    /// tr::Error on failure.
     [[nodiscard]] Self logaddexp2(const Self& other) const {
         tr_tensor out{0};
         detail::call(tr_tensor_logaddexp2, self().raw(), other.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `xlogy.Tensor(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_xlogy_tensor`; throws tr::Error on failure.
+    /// Alias for `torch.special.xlogy`. (`xlogy.Tensor(Tensor self, Tensor other) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_xlogy_tensor`; throws tr::Error on failure.
     [[nodiscard]] Self xlogy_tensor(const Self& other) const {
         tr_tensor out{0};
         detail::call(tr_tensor_xlogy_tensor, self().raw(), other.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `xlogy.Scalar_Other(Tensor self, Scalar other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_xlogy_scalar_other`; throws tr::Error on failure.
+    /// Alias for `torch.special.xlogy`. (`xlogy.Scalar_Other(Tensor self, Scalar other) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_xlogy_scalar_other`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self xlogy_scalar_other(Scalar other) const {
         tr_tensor out{0};
         detail::call(tr_tensor_xlogy_scalar_other, self().raw(), other.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `xlogy_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_xlogy_tensor_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.xlogy` (`xlogy_.Tensor(Tensor(a!) self, Tensor other) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_xlogy_tensor_`; throws tr::Error on
+    /// failure.
     Self& xlogy_tensor_(const Self& other) & {
         detail::call(tr_tensor_xlogy_tensor_, self().raw(), other.raw());
         return self();
@@ -3911,8 +2744,9 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `xlogy_.Scalar_Other(Tensor(a!) self, Scalar other) -> Tensor(a!)` (`input` is *this.)
-    /// Calls `tr_tensor_xlogy_scalar_other_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.xlogy` (`xlogy_.Scalar_Other(Tensor(a!) self, Scalar other)
+    /// -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_xlogy_scalar_other_`; throws
+    /// tr::Error on failure.
     Self& xlogy_scalar_other_(Scalar other) & {
         detail::call(tr_tensor_xlogy_scalar_other_, self().raw(), other.raw());
         return self();
@@ -3923,240 +2757,17 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `logspace.Tensor_Tensor(Tensor start, Tensor end, int steps, float base=10.0, *,
-    /// ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None)
-    /// -> Tensor` (`start` is *this.) Calls `tr_tensor_logspace_tensor_tensor`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self logspace_tensor_tensor(
-        const Self& end,
-        int64_t steps,
-        double base,
-        std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_logspace_tensor_tensor, self().raw(), end.raw(), steps, base,
-                detail::c_opt(dtype).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `logspace.Tensor_Scalar(Tensor start, Scalar end, int steps, float base=10.0, *,
-    /// ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None)
-    /// -> Tensor` (`start` is *this.) Calls `tr_tensor_logspace_tensor_scalar`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self logspace_tensor_scalar(
-        Scalar end,
-        int64_t steps,
-        double base,
-        std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_logspace_tensor_scalar, self().raw(), end.raw(), steps, base,
-                detail::c_opt(dtype).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_log_softmax_int`; throws tr::Error on failure.
-    [[nodiscard]] Self log_softmax_int(int64_t dim, std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_log_softmax_int, self().raw(), dim, detail::c_opt(dtype).ptr(),
-                &out);
-        return Self::adopt(out);
-    }
-
-    /// `logcumsumexp(Tensor self, int dim) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_logcumsumexp`; throws tr::Error on failure.
-    [[nodiscard]] Self logcumsumexp(int64_t dim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_logcumsumexp, self().raw(), dim, &out);
-        return Self::adopt(out);
-    }
-
-    /// `logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_logsumexp`; throws tr::Error on failure.
-    [[nodiscard]] Self logsumexp(IntList dim, bool keepdim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_logsumexp, self().raw(), dim.data(), dim.size(), keepdim, &out);
-        return Self::adopt(out);
-    }
-
-    /// `margin_ranking_loss(Tensor input1, Tensor input2, Tensor target, float margin=0.0, int
-    /// reduction=Mean) -> Tensor` (`input1` is *this.) Calls `tr_tensor_margin_ranking_loss`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self margin_ranking_loss(
-        const Self& input2,
-        const Self& target,
-        double margin,
-        int64_t reduction) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_margin_ranking_loss, self().raw(), input2.raw(), target.raw(),
-                margin, reduction, &out);
-        return Self::adopt(out);
-    }
-
-    /// `matrix_power(Tensor self, int n) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_matrix_power`; throws tr::Error on failure.
-    [[nodiscard]] Self matrix_power(int64_t n) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_matrix_power, self().raw(), n, &out);
-        return Self::adopt(out);
-    }
-
-    /// `matrix_exp(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_matrix_exp`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self matrix_exp() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_matrix_exp, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `aminmax(Tensor self, *, int? dim=None, bool keepdim=False) -> (Tensor min, Tensor max)`
-    /// (`input` is *this.) Calls `tr_tensor_aminmax`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> aminmax(std::optional<int64_t> dim, bool keepdim) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_aminmax(self().raw(), detail::c_opt(dim).ptr(), keepdim, out_,
-                room_, written_); });
-    }
-
-    /// `amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_amax`; throws tr::Error on failure.
-    [[nodiscard]] Self amax(IntList dim, bool keepdim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_amax, self().raw(), dim.data(), dim.size(), keepdim, &out);
-        return Self::adopt(out);
-    }
-
-    /// `max_pool1d_with_indices(Tensor self, int[1] kernel_size, int[1] stride=[], int[1]
-    /// padding=0, int[1] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)` (`input` is
-    /// *this.) Calls `tr_tensor_max_pool1d_with_indices`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> max_pool1d_with_indices(
-        IntList kernel_size,
-        IntList stride,
-        IntList padding,
-        IntList dilation,
-        bool ceil_mode) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_max_pool1d_with_indices(self().raw(), kernel_size.data(),
-                kernel_size.size(), stride.data(), stride.size(), padding.data(), padding.size(),
-                dilation.data(), dilation.size(), ceil_mode, out_, room_, written_); });
-    }
-
-    /// `max_pool1d(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=0, int[1]
-    /// dilation=1, bool ceil_mode=False) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_max_pool1d`; throws tr::Error on failure.
-    [[nodiscard]] Self max_pool1d(
-        IntList kernel_size,
-        IntList stride,
-        IntList padding,
-        IntList dilation,
-        bool ceil_mode) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_max_pool1d, self().raw(), kernel_size.data(), kernel_size.size(),
-                stride.data(), stride.size(), padding.data(), padding.size(), dilation.data(),
-                dilation.size(), ceil_mode, &out);
-        return Self::adopt(out);
-    }
-
-    /// `max_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, int[3]
-    /// dilation=1, bool ceil_mode=False) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_max_pool3d`; throws tr::Error on failure.
-    [[nodiscard]] Self max_pool3d(
-        IntList kernel_size,
-        IntList stride,
-        IntList padding,
-        IntList dilation,
-        bool ceil_mode) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_max_pool3d, self().raw(), kernel_size.data(), kernel_size.size(),
-                stride.data(), stride.size(), padding.data(), padding.size(), dilation.data(),
-                dilation.size(), ceil_mode, &out);
-        return Self::adopt(out);
-    }
-
-    /// `nanmean(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None)
-    /// -> Tensor` (`input` is *this.) Calls `tr_tensor_nanmean`; throws tr::Error on failure.
-    [[nodiscard]] Self nanmean(
-        const std::optional<IntList>& dim,
-        bool keepdim,
-        std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_nanmean, self().raw(), dim ? dim->data() : nullptr, dim ? dim->size()
-                : 0, keepdim, detail::c_opt(dtype).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `median(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_median`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self median() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_median, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `median.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor
-    /// indices)` (`input` is *this.) Calls `tr_tensor_median_dim`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> median_dim(int64_t dim, bool keepdim) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_median_dim(self().raw(), dim, keepdim, out_, room_, written_); });
-    }
-
-    /// `nanmedian(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_nanmedian`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self nanmedian() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_nanmedian, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `nanmedian.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor
-    /// indices)` (`input` is *this.) Calls `tr_tensor_nanmedian_dim`; throws tr::Error on
-    /// failure.
-    [[nodiscard]] std::array<Self, 2> nanmedian_dim(int64_t dim, bool keepdim) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_nanmedian_dim(self().raw(), dim, keepdim, out_, room_, written_);
-                });
-    }
-
-    /// `amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_amin`; throws tr::Error on failure.
-    [[nodiscard]] Self amin(IntList dim, bool keepdim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_amin, self().raw(), dim.data(), dim.size(), keepdim, &out);
-        return Self::adopt(out);
-    }
-
-    /// `mm(Tensor self, Tensor mat2) -> Tensor` (`input` is *this.) Calls `tr_tensor_mm`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self mm(const Self& mat2) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_mm, self().raw(), mat2.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `mm.dtype(Tensor self, Tensor mat2, ScalarType out_dtype) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_mm_dtype`; throws tr::Error on failure.
-    [[nodiscard]] Self mm_dtype(const Self& mat2, DType out_dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_mm_dtype, self().raw(), mat2.raw(), static_cast<tr_dtype>(out_dtype),
-                &out);
-        return Self::adopt(out);
-    }
-
-    /// `mode(Tensor self, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)`
-    /// (`input` is *this.) Calls `tr_tensor_mode`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> mode(int64_t dim, bool keepdim) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_mode(self().raw(), dim, keepdim, out_, room_, written_); });
-    }
-
-    /// `mul.Tensor(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_mul_tensor`; throws tr::Error on failure.
+    /// Multiplies `input` by `other`. (`mul.Tensor(Tensor self, Tensor other) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_mul_tensor`; throws tr::Error on failure.
     [[nodiscard]] Self mul_tensor(const Self& other) const {
         tr_tensor out{0};
         detail::call(tr_tensor_mul_tensor, self().raw(), other.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `mul_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_mul_tensor_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.mul`. (`mul_.Tensor(Tensor(a!) self, Tensor other) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_mul_tensor_`; throws tr::Error on
+    /// failure.
     Self& mul_tensor_(const Self& other) & {
         detail::call(tr_tensor_mul_tensor_, self().raw(), other.raw());
         return self();
@@ -4167,16 +2778,17 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `multiply.Tensor(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_multiply_tensor`; throws tr::Error on failure.
+    /// Alias for `torch.mul`. (`multiply.Tensor(Tensor self, Tensor other) -> Tensor`) (`input`
+    /// is *this.) Calls `tr_tensor_multiply_tensor`; throws tr::Error on failure.
     [[nodiscard]] Self multiply_tensor(const Self& other) const {
         tr_tensor out{0};
         detail::call(tr_tensor_multiply_tensor, self().raw(), other.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `multiply_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.)
-    /// Calls `tr_tensor_multiply_tensor_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.multiply`. (`multiply_.Tensor(Tensor(a!) self, Tensor other)
+    /// -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_multiply_tensor_`; throws tr::Error
+    /// on failure.
     Self& multiply_tensor_(const Self& other) & {
         detail::call(tr_tensor_multiply_tensor_, self().raw(), other.raw());
         return self();
@@ -4187,16 +2799,17 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `multiply.Scalar(Tensor self, Scalar other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_multiply_scalar`; throws tr::Error on failure.
+    /// Alias for `torch.mul`. (`multiply.Scalar(Tensor self, Scalar other) -> Tensor`) (`input`
+    /// is *this.) Calls `tr_tensor_multiply_scalar`; throws tr::Error on failure.
     [[nodiscard]] Self multiply_scalar(Scalar other) const {
         tr_tensor out{0};
         detail::call(tr_tensor_multiply_scalar, self().raw(), other.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `multiply_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` (`input` is *this.)
-    /// Calls `tr_tensor_multiply_scalar_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.multiply`. (`multiply_.Scalar(Tensor(a!) self, Scalar other)
+    /// -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_multiply_scalar_`; throws tr::Error
+    /// on failure.
     Self& multiply_scalar_(Scalar other) & {
         detail::call(tr_tensor_multiply_scalar_, self().raw(), other.raw());
         return self();
@@ -4207,24 +2820,17 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `mv(Tensor self, Tensor vec) -> Tensor` (`input` is *this.) Calls `tr_tensor_mv`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self mv(const Self& vec) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_mv, self().raw(), vec.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `mvlgamma(Tensor self, int p) -> Tensor` (`input` is *this.) Calls `tr_tensor_mvlgamma`;
-    /// throws tr::Error on failure.
+    /// Alias for `torch.special.multigammaln`. (`mvlgamma(Tensor self, int p) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_mvlgamma`; throws tr::Error on failure.
     [[nodiscard]] Self mvlgamma(int64_t p) const {
         tr_tensor out{0};
         detail::call(tr_tensor_mvlgamma, self().raw(), p, &out);
         return Self::adopt(out);
     }
 
-    /// `mvlgamma_(Tensor(a!) self, int p) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_mvlgamma_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.mvlgamma` (`mvlgamma_(Tensor(a!) self, int p) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_mvlgamma_`; throws tr::Error on
+    /// failure.
     Self& mvlgamma_(int64_t p) & {
         detail::call(tr_tensor_mvlgamma_, self().raw(), p);
         return self();
@@ -4235,298 +2841,17 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `narrow_copy(Tensor self, int dim, SymInt start, SymInt length) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_narrow_copy`; throws tr::Error on failure.
-    [[nodiscard]] Self narrow_copy(int64_t dim, int64_t start, int64_t length) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_narrow_copy, self().raw(), dim, start, length, &out);
-        return Self::adopt(out);
-    }
-
-    /// `narrow.Tensor(Tensor(a) self, int dim, Tensor start, SymInt length) -> Tensor(a)`
-    /// (`input` is *this.) Calls `tr_tensor_narrow_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self narrow_tensor(int64_t dim, const Self& start, int64_t length) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_narrow_tensor, self().raw(), dim, start.raw(), length, &out);
-        return Self::adopt(out);
-    }
-
-    /// `native_batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean,
-    /// Tensor? running_var, bool training, float momentum, float eps) -> (Tensor, Tensor,
-    /// Tensor)` (`input` is *this.) Calls `tr_tensor_native_batch_norm`; throws tr::Error on
-    /// failure.
-    [[nodiscard]] std::array<Self, 3> native_batch_norm(
-        OptionalTensor weight,
-        OptionalTensor bias,
-        OptionalTensor running_mean,
-        OptionalTensor running_var,
-        bool training,
-        double momentum,
-        double eps) const {
-        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_native_batch_norm(self().raw(), weight.raw(), bias.raw(),
-                running_mean.raw(), running_var.raw(), training, momentum, eps, out_, room_,
-                written_); });
-    }
-
-    /// `batch_norm_stats(Tensor input, float eps) -> (Tensor, Tensor)` (`input` is *this.)
-    /// Calls `tr_tensor_batch_norm_stats`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> batch_norm_stats(double eps) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_batch_norm_stats(self().raw(), eps, out_, room_, written_); });
-    }
-
-    /// `batch_norm_elemt(Tensor input, Tensor? weight, Tensor? bias, Tensor mean, Tensor
-    /// invstd, float eps) -> Tensor` (`input` is *this.) Calls `tr_tensor_batch_norm_elemt`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self batch_norm_elemt(
-        OptionalTensor weight,
-        OptionalTensor bias,
-        const Self& mean,
-        const Self& invstd,
-        double eps) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_batch_norm_elemt, self().raw(), weight.raw(), bias.raw(), mean.raw(),
-                invstd.raw(), eps, &out);
-        return Self::adopt(out);
-    }
-
-    /// `batch_norm_gather_stats(Tensor input, Tensor mean, Tensor invstd, Tensor? running_mean,
-    /// Tensor? running_var, float momentum, float eps, int count) -> (Tensor, Tensor)` (`input`
-    /// is *this.) Calls `tr_tensor_batch_norm_gather_stats`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> batch_norm_gather_stats(
-        const Self& mean,
-        const Self& invstd,
-        OptionalTensor running_mean,
-        OptionalTensor running_var,
-        double momentum,
-        double eps,
-        int64_t count) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_batch_norm_gather_stats(self().raw(), mean.raw(), invstd.raw(),
-                running_mean.raw(), running_var.raw(), momentum, eps, count, out_, room_, written_);
-                });
-    }
-
-    /// `batch_norm_gather_stats_with_counts(Tensor input, Tensor mean, Tensor invstd, Tensor?
-    /// running_mean, Tensor? running_var, float momentum, float eps, Tensor counts) -> (Tensor,
-    /// Tensor)` (`input` is *this.) Calls `tr_tensor_batch_norm_gather_stats_with_counts`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> batch_norm_gather_stats_with_counts(
-        const Self& mean,
-        const Self& invstd,
-        OptionalTensor running_mean,
-        OptionalTensor running_var,
-        double momentum,
-        double eps,
-        const Self& counts) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_batch_norm_gather_stats_with_counts(self().raw(), mean.raw(),
-                invstd.raw(), running_mean.raw(), running_var.raw(), momentum, eps, counts.raw(),
-                out_, room_, written_); });
-    }
-
-    /// `batch_norm_update_stats(Tensor input, Tensor? running_mean, Tensor? running_var, float
-    /// momentum) -> (Tensor, Tensor)` (`input` is *this.) Calls
-    /// `tr_tensor_batch_norm_update_stats`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> batch_norm_update_stats(
-        OptionalTensor running_mean,
-        OptionalTensor running_var,
-        double momentum) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_batch_norm_update_stats(self().raw(), running_mean.raw(),
-                running_var.raw(), momentum, out_, room_, written_); });
-    }
-
-    /// `pairwise_distance(Tensor x1, Tensor x2, float p=2, float eps=1e-06, bool keepdim=False)
-    /// -> Tensor` (`x1` is *this.) Calls `tr_tensor_pairwise_distance`; throws tr::Error on
-    /// failure.
-    [[nodiscard]] Self pairwise_distance(const Self& x2, double p, double eps, bool keepdim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_pairwise_distance, self().raw(), x2.raw(), p, eps, keepdim, &out);
-        return Self::adopt(out);
-    }
-
-    /// `cdist(Tensor x1, Tensor x2, float p=2, int? compute_mode=None) -> Tensor` (`x1` is
-    /// *this.) Calls `tr_tensor_cdist`; throws tr::Error on failure.
-    [[nodiscard]] Self cdist(const Self& x2, double p, std::optional<int64_t> compute_mode) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_cdist, self().raw(), x2.raw(), p, detail::c_opt(compute_mode).ptr(),
-                &out);
-        return Self::adopt(out);
-    }
-
-    /// `pdist(Tensor self, float p=2) -> Tensor` (`input` is *this.) Calls `tr_tensor_pdist`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self pdist(double p) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_pdist, self().raw(), p, &out);
-        return Self::adopt(out);
-    }
-
-    /// `cosine_similarity(Tensor x1, Tensor x2, int dim=1, float eps=1e-08) -> Tensor` (`x1` is
-    /// *this.) Calls `tr_tensor_cosine_similarity`; throws tr::Error on failure.
-    [[nodiscard]] Self cosine_similarity(const Self& x2, int64_t dim, double eps) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_cosine_similarity, self().raw(), x2.raw(), dim, eps, &out);
-        return Self::adopt(out);
-    }
-
-    /// `movedim.intlist(Tensor(a) self, int[] source, int[] destination) -> Tensor(a)` (`input`
-    /// is *this.) Calls `tr_tensor_movedim_intlist`; throws tr::Error on failure.
-    [[nodiscard]] Self movedim_intlist(IntList source, IntList destination) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_movedim_intlist, self().raw(), source.data(), source.size(),
-                destination.data(), destination.size(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `movedim.int(Tensor(a) self, int source, int destination) -> Tensor(a)` (`input` is
-    /// *this.) Calls `tr_tensor_movedim_int`; throws tr::Error on failure.
-    [[nodiscard]] Self movedim_int(int64_t source, int64_t destination) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_movedim_int, self().raw(), source, destination, &out);
-        return Self::adopt(out);
-    }
-
-    /// `moveaxis.intlist(Tensor(a) self, int[] source, int[] destination) -> Tensor(a)`
-    /// (`input` is *this.) Calls `tr_tensor_moveaxis_intlist`; throws tr::Error on failure.
-    [[nodiscard]] Self moveaxis_intlist(IntList source, IntList destination) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_moveaxis_intlist, self().raw(), source.data(), source.size(),
-                destination.data(), destination.size(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `moveaxis.int(Tensor(a) self, int source, int destination) -> Tensor(a)` (`input` is
-    /// *this.) Calls `tr_tensor_moveaxis_int`; throws tr::Error on failure.
-    [[nodiscard]] Self moveaxis_int(int64_t source, int64_t destination) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_moveaxis_int, self().raw(), source, destination, &out);
-        return Self::adopt(out);
-    }
-
-    /// `numpy_T(Tensor(a) self) -> Tensor(a)` (`input` is *this.) Calls `tr_tensor_numpy_t`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self numpy_t() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_numpy_t, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `matrix_H(Tensor(a) self) -> Tensor(a)` (`input` is *this.) Calls `tr_tensor_matrix_h`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self matrix_h() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_matrix_h, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `mT(Tensor(a) self) -> Tensor(a)` (`input` is *this.) Calls `tr_tensor_mt`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self mt() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_mt, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `mH(Tensor(a) self) -> Tensor(a)` (`input` is *this.) Calls `tr_tensor_mh`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self mh() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_mh, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `adjoint(Tensor(a) self) -> Tensor(a)` (`input` is *this.) Calls `tr_tensor_adjoint`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self adjoint() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_adjoint, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `pixel_shuffle(Tensor self, int upscale_factor) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_pixel_shuffle`; throws tr::Error on failure.
-    [[nodiscard]] Self pixel_shuffle(int64_t upscale_factor) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_pixel_shuffle, self().raw(), upscale_factor, &out);
-        return Self::adopt(out);
-    }
-
-    /// `pixel_unshuffle(Tensor self, int downscale_factor) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_pixel_unshuffle`; throws tr::Error on failure.
-    [[nodiscard]] Self pixel_unshuffle(int64_t downscale_factor) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_pixel_unshuffle, self().raw(), downscale_factor, &out);
-        return Self::adopt(out);
-    }
-
-    /// `channel_shuffle(Tensor self, SymInt groups) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_channel_shuffle`; throws tr::Error on failure.
-    [[nodiscard]] Self channel_shuffle(int64_t groups) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_channel_shuffle, self().raw(), groups, &out);
-        return Self::adopt(out);
-    }
-
-    /// `native_channel_shuffle(Tensor self, SymInt groups) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_native_channel_shuffle`; throws tr::Error on failure.
-    [[nodiscard]] Self native_channel_shuffle(int64_t groups) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_native_channel_shuffle, self().raw(), groups, &out);
-        return Self::adopt(out);
-    }
-
-    /// `is_pinned(Tensor self, Device? device=None) -> bool` (`input` is *this.) Calls
-    /// `tr_tensor_is_pinned`; throws tr::Error on failure.
-    [[nodiscard]] bool is_pinned() const {
-        bool out = false;
-        detail::call(tr_tensor_is_pinned, self().raw(), &out);
-        return out;
-    }
-
-    /// `pin_memory(Tensor(a) self, Device? device=None) -> Tensor(a)` (`input` is *this.) Calls
-    /// `tr_tensor_pin_memory`; throws tr::Error on failure.
-    [[nodiscard]] Self pin_memory() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_pin_memory, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `pinverse(Tensor self, float rcond=1e-15) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_pinverse`; throws tr::Error on failure.
-    [[nodiscard]] Self pinverse(double rcond) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_pinverse, self().raw(), rcond, &out);
-        return Self::adopt(out);
-    }
-
-    /// `poisson_nll_loss(Tensor input, Tensor target, bool log_input, bool full, float eps, int
-    /// reduction) -> Tensor` (`input` is *this.) Calls `tr_tensor_poisson_nll_loss`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self poisson_nll_loss(
-        const Self& target,
-        bool log_input,
-        bool full,
-        double eps,
-        int64_t reduction) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_poisson_nll_loss, self().raw(), target.raw(), log_input, full, eps,
-                reduction, &out);
-        return Self::adopt(out);
-    }
-
-    /// `rad2deg(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_rad2deg`; throws
-    /// tr::Error on failure.
+    /// Returns a new tensor with each of the elements of `input` converted from angles in
+    /// radians to degrees. (`rad2deg(Tensor self) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_rad2deg`; throws tr::Error on failure.
     [[nodiscard]] Self rad2deg() const {
         tr_tensor out{0};
         detail::call(tr_tensor_rad2deg, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `rad2deg_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_rad2deg_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.rad2deg` (`rad2deg_(Tensor(a!) self) -> Tensor(a!)`)
+    /// (`input` is *this.) Calls `tr_tensor_rad2deg_`; throws tr::Error on failure.
     Self& rad2deg_() & {
         detail::call(tr_tensor_rad2deg_, self().raw());
         return self();
@@ -4537,16 +2862,17 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `deg2rad(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_deg2rad`; throws
-    /// tr::Error on failure.
+    /// Returns a new tensor with each of the elements of `input` converted from angles in
+    /// degrees to radians. (`deg2rad(Tensor self) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_deg2rad`; throws tr::Error on failure.
     [[nodiscard]] Self deg2rad() const {
         tr_tensor out{0};
         detail::call(tr_tensor_deg2rad, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `deg2rad_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_deg2rad_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.deg2rad` (`deg2rad_(Tensor(a!) self) -> Tensor(a!)`)
+    /// (`input` is *this.) Calls `tr_tensor_deg2rad_`; throws tr::Error on failure.
     Self& deg2rad_() & {
         detail::call(tr_tensor_deg2rad_, self().raw());
         return self();
@@ -4557,135 +2883,17 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `rand_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device?
-    /// device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_rand_like`; throws tr::Error on failure.
-    [[nodiscard]] Self rand_like(std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_rand_like, self().raw(), detail::c_opt(dtype).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `rand_like.generator(Tensor self, *, Generator? generator, ScalarType? dtype=None,
-    /// Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat?
-    /// memory_format=None) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_rand_like_generator`; throws tr::Error on failure.
-    [[nodiscard]] Self rand_like_generator(std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_rand_like_generator, self().raw(), detail::c_opt(dtype).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `randint_like(Tensor self, SymInt high, *, ScalarType? dtype=None, Layout? layout=None,
-    /// Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_randint_like`; throws tr::Error on failure.
-    [[nodiscard]] Self randint_like(int64_t high, std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_randint_like, self().raw(), high, detail::c_opt(dtype).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `randint_like.generator(Tensor self, SymInt high, *, Generator? generator, ScalarType?
-    /// dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None,
-    /// MemoryFormat? memory_format=None) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_randint_like_generator`; throws tr::Error on failure.
-    [[nodiscard]] Self randint_like_generator(int64_t high, std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_randint_like_generator, self().raw(), high,
-                detail::c_opt(dtype).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `randint_like.Tensor(Tensor self, Tensor high, *, ScalarType? dtype=None, Layout?
-    /// layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat?
-    /// memory_format=None) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_randint_like_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self randint_like_tensor(const Self& high, std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_randint_like_tensor, self().raw(), high.raw(),
-                detail::c_opt(dtype).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `randint_like.Tensor_generator(Tensor self, Tensor high, *, Generator? generator,
-    /// ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None,
-    /// MemoryFormat? memory_format=None) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_randint_like_tensor_generator`; throws tr::Error on failure.
-    [[nodiscard]] Self randint_like_tensor_generator(
-        const Self& high,
-        std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_randint_like_tensor_generator, self().raw(), high.raw(),
-                detail::c_opt(dtype).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `randint_like.low_dtype(Tensor self, SymInt low, SymInt high, *, ScalarType? dtype=None,
-    /// Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat?
-    /// memory_format=None) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_randint_like_low_dtype`; throws tr::Error on failure.
-    [[nodiscard]] Self randint_like_low_dtype(
-        int64_t low,
-        int64_t high,
-        std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_randint_like_low_dtype, self().raw(), low, high,
-                detail::c_opt(dtype).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `randint_like.low_generator_dtype(Tensor self, SymInt low, SymInt high, *, Generator?
-    /// generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool?
-    /// pin_memory=None, MemoryFormat? memory_format=None) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_randint_like_low_generator_dtype`; throws tr::Error on failure.
-    [[nodiscard]] Self randint_like_low_generator_dtype(
-        int64_t low,
-        int64_t high,
-        std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_randint_like_low_generator_dtype, self().raw(), low, high,
-                detail::c_opt(dtype).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `randn_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device?
-    /// device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_randn_like`; throws tr::Error on failure.
-    [[nodiscard]] Self randn_like(std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_randn_like, self().raw(), detail::c_opt(dtype).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `randn_like.generator(Tensor self, *, Generator? generator, ScalarType? dtype=None,
-    /// Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat?
-    /// memory_format=None) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_randn_like_generator`; throws tr::Error on failure.
-    [[nodiscard]] Self randn_like_generator(std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_randn_like_generator, self().raw(), detail::c_opt(dtype).ptr(),
-                &out);
-        return Self::adopt(out);
-    }
-
-    /// `ravel(Tensor(a) self) -> Tensor(a)` (`input` is *this.) Calls `tr_tensor_ravel`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self ravel() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_ravel, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `reciprocal(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_reciprocal`;
-    /// throws tr::Error on failure.
+    /// Returns a new tensor with the reciprocal of the elements of `input` (`reciprocal(Tensor
+    /// self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_reciprocal`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self reciprocal() const {
         tr_tensor out{0};
         detail::call(tr_tensor_reciprocal, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `reciprocal_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_reciprocal_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.reciprocal` (`reciprocal_(Tensor(a!) self) -> Tensor(a!)`)
+    /// (`input` is *this.) Calls `tr_tensor_reciprocal_`; throws tr::Error on failure.
     Self& reciprocal_() & {
         detail::call(tr_tensor_reciprocal_, self().raw());
         return self();
@@ -4696,8 +2904,8 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `neg_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_neg_`; throws
-    /// tr::Error on failure.
+    /// In-place version of `Tensor.neg` (`neg_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_neg_`; throws tr::Error on failure.
     Self& neg_() & {
         detail::call(tr_tensor_neg_, self().raw());
         return self();
@@ -4708,16 +2916,16 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `negative(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_negative`; throws
-    /// tr::Error on failure.
+    /// Alias for `torch.neg` (`negative(Tensor self) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_negative`; throws tr::Error on failure.
     [[nodiscard]] Self negative() const {
         tr_tensor out{0};
         detail::call(tr_tensor_negative, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `negative_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_negative_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.negative` (`negative_(Tensor(a!) self) -> Tensor(a!)`)
+    /// (`input` is *this.) Calls `tr_tensor_negative_`; throws tr::Error on failure.
     Self& negative_() & {
         detail::call(tr_tensor_negative_, self().raw());
         return self();
@@ -4728,17 +2936,3029 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `repeat(Tensor self, SymInt[] repeats) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_repeat`; throws tr::Error on failure.
+    /// Rounds elements of `input` to the nearest integer. (`round(Tensor self) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_round`; throws tr::Error on failure.
+    [[nodiscard]] Self round() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_round, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.round` (`round_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_round_`; throws tr::Error on failure.
+    Self& round_() & {
+        detail::call(tr_tensor_round_, self().raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self round_() && {
+        detail::call(tr_tensor_round_, self().raw());
+        return std::move(self());
+    }
+
+    /// Rounds elements of `input` to the nearest integer. (`round.decimals(Tensor self, *, int
+    /// decimals) -> Tensor`) (`input` is *this.) Calls `tr_tensor_round_decimals`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self round_decimals(int64_t decimals) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_round_decimals, self().raw(), decimals, &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.round` (`round_.decimals(Tensor(a!) self, *, int decimals)
+    /// -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_round_decimals_`; throws tr::Error
+    /// on failure.
+    Self& round_decimals_(int64_t decimals) & {
+        detail::call(tr_tensor_round_decimals_, self().raw(), decimals);
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self round_decimals_(int64_t decimals) && {
+        detail::call(tr_tensor_round_decimals_, self().raw(), decimals);
+        return std::move(self());
+    }
+
+    /// Returns a new tensor with the reciprocal of the square-root of each of the elements of
+    /// `input`. (`rsqrt(Tensor self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_rsqrt`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self rsqrt() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_rsqrt, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.rsqrt` (`rsqrt_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_rsqrt_`; throws tr::Error on failure.
+    Self& rsqrt_() & {
+        detail::call(tr_tensor_rsqrt_, self().raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self rsqrt_() && {
+        detail::call(tr_tensor_rsqrt_, self().raw());
+        return std::move(self());
+    }
+
+    /// Alias for `torch.special.logit`. (`logit(Tensor self, float? eps=None) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_logit`; throws tr::Error on failure.
+    [[nodiscard]] Self logit(std::optional<double> eps) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_logit, self().raw(), detail::c_opt(eps).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.logit` (`logit_(Tensor(a!) self, float? eps=None) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_logit_`; throws tr::Error on failure.
+    Self& logit_(std::optional<double> eps) & {
+        detail::call(tr_tensor_logit_, self().raw(), detail::c_opt(eps).ptr());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self logit_(std::optional<double> eps) && {
+        detail::call(tr_tensor_logit_, self().raw(), detail::c_opt(eps).ptr());
+        return std::move(self());
+    }
+
+    /// Returns a new tensor with the sine of the elements in the `input` tensor, where each
+    /// value in this input tensor is in radians. (`sin(Tensor self) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_sin`; throws tr::Error on failure.
+    [[nodiscard]] Self sin() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_sin, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.sin` (`sin_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_sin_`; throws tr::Error on failure.
+    Self& sin_() & {
+        detail::call(tr_tensor_sin_, self().raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self sin_() && {
+        detail::call(tr_tensor_sin_, self().raw());
+        return std::move(self());
+    }
+
+    /// Alias for `torch.special.sinc`. (`sinc(Tensor self) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_sinc`; throws tr::Error on failure.
+    [[nodiscard]] Self sinc() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_sinc, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.sinc` (`sinc_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_sinc_`; throws tr::Error on failure.
+    Self& sinc_() & {
+        detail::call(tr_tensor_sinc_, self().raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self sinc_() && {
+        detail::call(tr_tensor_sinc_, self().raw());
+        return std::move(self());
+    }
+
+    /// Returns a new tensor with the hyperbolic sine of the elements of `input`. (`sinh(Tensor
+    /// self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_sinh`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self sinh() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_sinh, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.sinh` (`sinh_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_sinh_`; throws tr::Error on failure.
+    Self& sinh_() & {
+        detail::call(tr_tensor_sinh_, self().raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self sinh_() && {
+        detail::call(tr_tensor_sinh_, self().raw());
+        return std::move(self());
+    }
+
+    /// In-place version of `Tensor.sqrt` (`sqrt_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_sqrt_`; throws tr::Error on failure.
+    Self& sqrt_() & {
+        detail::call(tr_tensor_sqrt_, self().raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self sqrt_() && {
+        detail::call(tr_tensor_sqrt_, self().raw());
+        return std::move(self());
+    }
+
+    /// Returns a new tensor with the square of the elements of `input`. (`square(Tensor self)
+    /// -> Tensor`) (`input` is *this.) Calls `tr_tensor_square`; throws tr::Error on failure.
+    [[nodiscard]] Self square() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_square, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.square` (`square_(Tensor(a!) self) -> Tensor(a!)`) (`input`
+    /// is *this.) Calls `tr_tensor_square_`; throws tr::Error on failure.
+    Self& square_() & {
+        detail::call(tr_tensor_square_, self().raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self square_() && {
+        detail::call(tr_tensor_square_, self().raw());
+        return std::move(self());
+    }
+
+    /// Returns a new tensor with the tangent of the elements in the `input` tensor, where each
+    /// value in this input tensor is in radians. (`tan(Tensor self) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_tan`; throws tr::Error on failure.
+    [[nodiscard]] Self tan() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_tan, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.tan` (`tan_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_tan_`; throws tr::Error on failure.
+    Self& tan_() & {
+        detail::call(tr_tensor_tan_, self().raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self tan_() && {
+        detail::call(tr_tensor_tan_, self().raw());
+        return std::move(self());
+    }
+
+    /// Returns a new tensor with the truncated integer values of the elements of `input`.
+    /// (`trunc(Tensor self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_trunc`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self trunc() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_trunc, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.trunc` (`trunc_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_trunc_`; throws tr::Error on failure.
+    Self& trunc_() & {
+        detail::call(tr_tensor_trunc_, self().raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self trunc_() && {
+        detail::call(tr_tensor_trunc_, self().raw());
+        return std::move(self());
+    }
+
+    /// Alias for `torch.trunc` (`fix(Tensor self) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_fix`; throws tr::Error on failure.
+    [[nodiscard]] Self fix() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fix, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.fix` (`fix_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_fix_`; throws tr::Error on failure.
+    Self& fix_() & {
+        detail::call(tr_tensor_fix_, self().raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self fix_() && {
+        detail::call(tr_tensor_fix_, self().raw());
+        return std::move(self());
+    }
+
+    /// Return a tensor of elements selected from either `input` or `other`, depending on
+    /// `condition`. (`where.ScalarSelf(Tensor condition, Scalar self, Tensor other) -> Tensor`)
+    /// (`condition` is *this.) Calls `tr_tensor_where_scalarself`; throws tr::Error on failure.
+    [[nodiscard]] Self where_scalarself(Scalar input, const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_where_scalarself, self().raw(), input.raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Return a tensor of elements selected from either `input` or `other`, depending on
+    /// `condition`. (`where.ScalarOther(Tensor condition, Tensor self, Scalar other) ->
+    /// Tensor`) (`condition` is *this.) Calls `tr_tensor_where_scalarother`; throws tr::Error
+    /// on failure.
+    [[nodiscard]] Self where_scalarother(const Self& input, Scalar other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_where_scalarother, self().raw(), input.raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Return a tensor of elements selected from either `input` or `other`, depending on
+    /// `condition`. (`where.Scalar(Tensor condition, Scalar self, Scalar other) -> Tensor`)
+    /// (`condition` is *this.) Calls `tr_tensor_where_scalar`; throws tr::Error on failure.
+    [[nodiscard]] Self where_scalar(Scalar input, Scalar other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_where_scalar, self().raw(), input.raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Return a tensor of elements selected from either `input` or `other`, depending on
+    /// `condition`. (`where(Tensor condition) -> Tensor[]`) (`condition` is *this.) Calls
+    /// `tr_tensor_where`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> where() const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_where(self().raw(), out_, room_, written_); });
+    }
+
+    /// Decomposes `input` into mantissa and exponent tensors such that `\text{input} =
+    /// \text{mantissa} \times 2^{\text{exponent}}`. (`frexp.Tensor(Tensor self) -> (Tensor
+    /// mantissa, Tensor exponent)`) (`input` is *this.) Calls `tr_tensor_frexp_tensor`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> frexp_tensor() const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_frexp_tensor(self().raw(), out_, room_, written_); });
+    }
+
+    /// Returns `input`. (`positive(Tensor(a) self) -> Tensor(a)`) (`input` is *this.) Calls
+    /// `tr_tensor_positive`; throws tr::Error on failure.
+    [[nodiscard]] Self positive() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_positive, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Subtracts `other`, scaled by `alpha`, from `input`. (`sub.Tensor(Tensor self, Tensor
+    /// other, *, Scalar alpha=1) -> Tensor`) (`input` is *this.) Calls `tr_tensor_sub_tensor`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self sub_tensor(const Self& other, Scalar alpha) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_sub_tensor, self().raw(), other.raw(), alpha.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.sub` (`sub_.Tensor(Tensor(a!) self, Tensor other, *, Scalar
+    /// alpha=1) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_sub_tensor_`; throws
+    /// tr::Error on failure.
+    Self& sub_tensor_(const Self& other, Scalar alpha) & {
+        detail::call(tr_tensor_sub_tensor_, self().raw(), other.raw(), alpha.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self sub_tensor_(const Self& other, Scalar alpha) && {
+        detail::call(tr_tensor_sub_tensor_, self().raw(), other.raw(), alpha.raw());
+        return std::move(self());
+    }
+
+    /// Alias for `torch.sub`. (`subtract.Tensor(Tensor self, Tensor other, *, Scalar alpha=1)
+    /// -> Tensor`) (`input` is *this.) Calls `tr_tensor_subtract_tensor`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self subtract_tensor(const Self& other, Scalar alpha) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_subtract_tensor, self().raw(), other.raw(), alpha.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.subtract`. (`subtract_.Tensor(Tensor(a!) self, Tensor other,
+    /// *, Scalar alpha=1) -> Tensor(a!)`) (`input` is *this.) Calls
+    /// `tr_tensor_subtract_tensor_`; throws tr::Error on failure.
+    Self& subtract_tensor_(const Self& other, Scalar alpha) & {
+        detail::call(tr_tensor_subtract_tensor_, self().raw(), other.raw(), alpha.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self subtract_tensor_(const Self& other, Scalar alpha) && {
+        detail::call(tr_tensor_subtract_tensor_, self().raw(), other.raw(), alpha.raw());
+        return std::move(self());
+    }
+
+    /// Alias for `torch.sub`. (`subtract.Scalar(Tensor self, Scalar other, Scalar alpha=1) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_subtract_scalar`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self subtract_scalar(Scalar other, Scalar alpha) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_subtract_scalar, self().raw(), other.raw(), alpha.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.subtract`. (`subtract_.Scalar(Tensor(a!) self, Scalar other,
+    /// Scalar alpha=1) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_subtract_scalar_`;
+    /// throws tr::Error on failure.
+    Self& subtract_scalar_(Scalar other, Scalar alpha) & {
+        detail::call(tr_tensor_subtract_scalar_, self().raw(), other.raw(), alpha.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self subtract_scalar_(Scalar other, Scalar alpha) && {
+        detail::call(tr_tensor_subtract_scalar_, self().raw(), other.raw(), alpha.raw());
+        return std::move(self());
+    }
+
+    /// `other - alpha * input`: subtraction with its operands swapped. (`rsub.Tensor(Tensor
+    /// self, Tensor other, *, Scalar alpha=1) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_rsub_tensor`; throws tr::Error on failure.
+    [[nodiscard]] Self rsub_tensor(const Self& other, Scalar alpha) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_rsub_tensor, self().raw(), other.raw(), alpha.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the Heaviside step function for each element in `input`. (`heaviside(Tensor
+    /// self, Tensor values) -> Tensor`) (`input` is *this.) Calls `tr_tensor_heaviside`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self heaviside(const Self& values) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_heaviside, self().raw(), values.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.heaviside` (`heaviside_(Tensor(a!) self, Tensor values) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_heaviside_`; throws tr::Error on
+    /// failure.
+    Self& heaviside_(const Self& values) & {
+        detail::call(tr_tensor_heaviside_, self().raw(), values.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self heaviside_(const Self& values) && {
+        detail::call(tr_tensor_heaviside_, self().raw(), values.raw());
+        return std::move(self());
+    }
+
+    /// Fills elements of `self` tensor with `value` where `mask` is True.
+    /// (`masked_fill_.Scalar(Tensor(a!) self, Tensor mask, Scalar value) -> Tensor(a!)`)
+    /// (`input` is *this.) Calls `tr_tensor_masked_fill_scalar_`; throws tr::Error on failure.
+    Self& masked_fill_scalar_(const Self& mask, Scalar value) & {
+        detail::call(tr_tensor_masked_fill_scalar_, self().raw(), mask.raw(), value.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self masked_fill_scalar_(const Self& mask, Scalar value) && {
+        detail::call(tr_tensor_masked_fill_scalar_, self().raw(), mask.raw(), value.raw());
+        return std::move(self());
+    }
+
+    /// Out-of-place version of `torch.Tensor.masked_fill_` (`masked_fill.Scalar(Tensor self,
+    /// Tensor mask, Scalar value) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_masked_fill_scalar`; throws tr::Error on failure.
+    [[nodiscard]] Self masked_fill_scalar(const Self& mask, Scalar value) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_masked_fill_scalar, self().raw(), mask.raw(), value.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Fills elements of `self` tensor with `value` where `mask` is True.
+    /// (`masked_fill_.Tensor(Tensor(a!) self, Tensor mask, Tensor value) -> Tensor(a!)`)
+    /// (`input` is *this.) Calls `tr_tensor_masked_fill_tensor_`; throws tr::Error on failure.
+    Self& masked_fill_tensor_(const Self& mask, const Self& value) & {
+        detail::call(tr_tensor_masked_fill_tensor_, self().raw(), mask.raw(), value.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self masked_fill_tensor_(const Self& mask, const Self& value) && {
+        detail::call(tr_tensor_masked_fill_tensor_, self().raw(), mask.raw(), value.raw());
+        return std::move(self());
+    }
+
+    /// Out-of-place version of `torch.Tensor.masked_fill_` (`masked_fill.Tensor(Tensor self,
+    /// Tensor mask, Tensor value) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_masked_fill_tensor`; throws tr::Error on failure.
+    [[nodiscard]] Self masked_fill_tensor(const Self& mask, const Self& value) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_masked_fill_tensor, self().raw(), mask.raw(), value.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.eq` (`eq_.Scalar(Tensor(a!) self, Scalar other) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_eq_scalar_`; throws tr::Error on
+    /// failure.
+    Self& eq_scalar_(Scalar other) & {
+        detail::call(tr_tensor_eq_scalar_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self eq_scalar_(Scalar other) && {
+        detail::call(tr_tensor_eq_scalar_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// In-place version of `Tensor.eq` (`eq_.Tensor(Tensor(a!) self, Tensor other) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_eq_tensor_`; throws tr::Error on
+    /// failure.
+    Self& eq_tensor_(const Self& other) & {
+        detail::call(tr_tensor_eq_tensor_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self eq_tensor_(const Self& other) && {
+        detail::call(tr_tensor_eq_tensor_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// Computes the bitwise AND of `input` and `other`. (`bitwise_and.Scalar(Tensor self,
+    /// Scalar other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_bitwise_and_scalar`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self bitwise_and_scalar(Scalar other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_bitwise_and_scalar, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the bitwise AND of `input` and `other`. (`bitwise_and.Tensor(Tensor self,
+    /// Tensor other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_bitwise_and_tensor`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self bitwise_and_tensor(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_bitwise_and_tensor, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.bitwise_and` (`bitwise_and_.Scalar(Tensor(a!) self, Scalar
+    /// other) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_bitwise_and_scalar_`; throws
+    /// tr::Error on failure.
+    Self& bitwise_and_scalar_(Scalar other) & {
+        detail::call(tr_tensor_bitwise_and_scalar_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self bitwise_and_scalar_(Scalar other) && {
+        detail::call(tr_tensor_bitwise_and_scalar_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// In-place version of `Tensor.bitwise_and` (`bitwise_and_.Tensor(Tensor(a!) self, Tensor
+    /// other) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_bitwise_and_tensor_`; throws
+    /// tr::Error on failure.
+    Self& bitwise_and_tensor_(const Self& other) & {
+        detail::call(tr_tensor_bitwise_and_tensor_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self bitwise_and_tensor_(const Self& other) && {
+        detail::call(tr_tensor_bitwise_and_tensor_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// Computes the bitwise OR of `input` and `other`. (`bitwise_or.Scalar(Tensor self, Scalar
+    /// other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_bitwise_or_scalar`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self bitwise_or_scalar(Scalar other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_bitwise_or_scalar, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the bitwise OR of `input` and `other`. (`bitwise_or.Tensor(Tensor self, Tensor
+    /// other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_bitwise_or_tensor`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self bitwise_or_tensor(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_bitwise_or_tensor, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.bitwise_or` (`bitwise_or_.Scalar(Tensor(a!) self, Scalar
+    /// other) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_bitwise_or_scalar_`; throws
+    /// tr::Error on failure.
+    Self& bitwise_or_scalar_(Scalar other) & {
+        detail::call(tr_tensor_bitwise_or_scalar_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self bitwise_or_scalar_(Scalar other) && {
+        detail::call(tr_tensor_bitwise_or_scalar_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// In-place version of `Tensor.bitwise_or` (`bitwise_or_.Tensor(Tensor(a!) self, Tensor
+    /// other) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_bitwise_or_tensor_`; throws
+    /// tr::Error on failure.
+    Self& bitwise_or_tensor_(const Self& other) & {
+        detail::call(tr_tensor_bitwise_or_tensor_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self bitwise_or_tensor_(const Self& other) && {
+        detail::call(tr_tensor_bitwise_or_tensor_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// Computes the bitwise XOR of `input` and `other`. (`bitwise_xor.Scalar(Tensor self,
+    /// Scalar other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_bitwise_xor_scalar`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self bitwise_xor_scalar(Scalar other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_bitwise_xor_scalar, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the bitwise XOR of `input` and `other`. (`bitwise_xor.Tensor(Tensor self,
+    /// Tensor other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_bitwise_xor_tensor`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self bitwise_xor_tensor(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_bitwise_xor_tensor, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.bitwise_xor` (`bitwise_xor_.Scalar(Tensor(a!) self, Scalar
+    /// other) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_bitwise_xor_scalar_`; throws
+    /// tr::Error on failure.
+    Self& bitwise_xor_scalar_(Scalar other) & {
+        detail::call(tr_tensor_bitwise_xor_scalar_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self bitwise_xor_scalar_(Scalar other) && {
+        detail::call(tr_tensor_bitwise_xor_scalar_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// In-place version of `Tensor.bitwise_xor` (`bitwise_xor_.Tensor(Tensor(a!) self, Tensor
+    /// other) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_bitwise_xor_tensor_`; throws
+    /// tr::Error on failure.
+    Self& bitwise_xor_tensor_(const Self& other) & {
+        detail::call(tr_tensor_bitwise_xor_tensor_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self bitwise_xor_tensor_(const Self& other) && {
+        detail::call(tr_tensor_bitwise_xor_tensor_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// Computes the left arithmetic shift of `input` by `other` bits.
+    /// (`bitwise_left_shift.Tensor(Tensor self, Tensor other) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_bitwise_left_shift_tensor`; throws tr::Error on failure.
+    [[nodiscard]] Self bitwise_left_shift_tensor(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_bitwise_left_shift_tensor, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.bitwise_left_shift` (`bitwise_left_shift_.Tensor(Tensor(a!)
+    /// self, Tensor other) -> Tensor(a!)`) (`input` is *this.) Calls
+    /// `tr_tensor_bitwise_left_shift_tensor_`; throws tr::Error on failure.
+    Self& bitwise_left_shift_tensor_(const Self& other) & {
+        detail::call(tr_tensor_bitwise_left_shift_tensor_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self bitwise_left_shift_tensor_(const Self& other) && {
+        detail::call(tr_tensor_bitwise_left_shift_tensor_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// Computes the left arithmetic shift of `input` by `other` bits.
+    /// (`bitwise_left_shift.Tensor_Scalar(Tensor self, Scalar other) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_bitwise_left_shift_tensor_scalar`; throws tr::Error on failure.
+    [[nodiscard]] Self bitwise_left_shift_tensor_scalar(Scalar other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_bitwise_left_shift_tensor_scalar, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.bitwise_left_shift`
+    /// (`bitwise_left_shift_.Tensor_Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`)
+    /// (`input` is *this.) Calls `tr_tensor_bitwise_left_shift_tensor_scalar_`; throws
+    /// tr::Error on failure.
+    Self& bitwise_left_shift_tensor_scalar_(Scalar other) & {
+        detail::call(tr_tensor_bitwise_left_shift_tensor_scalar_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self bitwise_left_shift_tensor_scalar_(Scalar other) && {
+        detail::call(tr_tensor_bitwise_left_shift_tensor_scalar_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// Computes the right arithmetic shift of `input` by `other` bits.
+    /// (`bitwise_right_shift.Tensor(Tensor self, Tensor other) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_bitwise_right_shift_tensor`; throws tr::Error on failure.
+    [[nodiscard]] Self bitwise_right_shift_tensor(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_bitwise_right_shift_tensor, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.bitwise_right_shift`
+    /// (`bitwise_right_shift_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_bitwise_right_shift_tensor_`; throws tr::Error on failure.
+    Self& bitwise_right_shift_tensor_(const Self& other) & {
+        detail::call(tr_tensor_bitwise_right_shift_tensor_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self bitwise_right_shift_tensor_(const Self& other) && {
+        detail::call(tr_tensor_bitwise_right_shift_tensor_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// Computes the right arithmetic shift of `input` by `other` bits.
+    /// (`bitwise_right_shift.Tensor_Scalar(Tensor self, Scalar other) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_bitwise_right_shift_tensor_scalar`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self bitwise_right_shift_tensor_scalar(Scalar other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_bitwise_right_shift_tensor_scalar, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.bitwise_right_shift`
+    /// (`bitwise_right_shift_.Tensor_Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`)
+    /// (`input` is *this.) Calls `tr_tensor_bitwise_right_shift_tensor_scalar_`; throws
+    /// tr::Error on failure.
+    Self& bitwise_right_shift_tensor_scalar_(Scalar other) & {
+        detail::call(tr_tensor_bitwise_right_shift_tensor_scalar_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self bitwise_right_shift_tensor_scalar_(Scalar other) && {
+        detail::call(tr_tensor_bitwise_right_shift_tensor_scalar_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// In-place version of `Tensor.digamma` (`digamma_(Tensor(a!) self) -> Tensor(a!)`)
+    /// (`input` is *this.) Calls `tr_tensor_digamma_`; throws tr::Error on failure.
+    Self& digamma_() & {
+        detail::call(tr_tensor_digamma_, self().raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self digamma_() && {
+        detail::call(tr_tensor_digamma_, self().raw());
+        return std::move(self());
+    }
+
+    /// In-place version of `Tensor.lerp` (`lerp_.Scalar(Tensor(a!) self, Tensor end, Scalar
+    /// weight) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_lerp_scalar_`; throws
+    /// tr::Error on failure.
+    Self& lerp_scalar_(const Self& end, Scalar weight) & {
+        detail::call(tr_tensor_lerp_scalar_, self().raw(), end.raw(), weight.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self lerp_scalar_(const Self& end, Scalar weight) && {
+        detail::call(tr_tensor_lerp_scalar_, self().raw(), end.raw(), weight.raw());
+        return std::move(self());
+    }
+
+    /// In-place version of `Tensor.lerp` (`lerp_.Tensor(Tensor(a!) self, Tensor end, Tensor
+    /// weight) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_lerp_tensor_`; throws
+    /// tr::Error on failure.
+    Self& lerp_tensor_(const Self& end, const Self& weight) & {
+        detail::call(tr_tensor_lerp_tensor_, self().raw(), end.raw(), weight.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self lerp_tensor_(const Self& end, const Self& weight) && {
+        detail::call(tr_tensor_lerp_tensor_, self().raw(), end.raw(), weight.raw());
+        return std::move(self());
+    }
+
+    /// Computes `\text{input} \neq \text{other}` element-wise. (`ne.Tensor(Tensor self, Tensor
+    /// other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_ne_tensor`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self ne_tensor(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_ne_tensor, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.ne`. (`ne_.Scalar(Tensor(a!) self, Scalar other) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_ne_scalar_`; throws tr::Error on
+    /// failure.
+    Self& ne_scalar_(Scalar other) & {
+        detail::call(tr_tensor_ne_scalar_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self ne_scalar_(Scalar other) && {
+        detail::call(tr_tensor_ne_scalar_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// In-place version of `Tensor.ne`. (`ne_.Tensor(Tensor(a!) self, Tensor other) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_ne_tensor_`; throws tr::Error on
+    /// failure.
+    Self& ne_tensor_(const Self& other) & {
+        detail::call(tr_tensor_ne_tensor_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self ne_tensor_(const Self& other) && {
+        detail::call(tr_tensor_ne_tensor_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// Alias for `torch.ne`. (`not_equal.Scalar(Tensor self, Scalar other) -> Tensor`) (`input`
+    /// is *this.) Calls `tr_tensor_not_equal_scalar`; throws tr::Error on failure.
+    [[nodiscard]] Self not_equal_scalar(Scalar other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_not_equal_scalar, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Alias for `torch.ne`. (`not_equal.Tensor(Tensor self, Tensor other) -> Tensor`) (`input`
+    /// is *this.) Calls `tr_tensor_not_equal_tensor`; throws tr::Error on failure.
+    [[nodiscard]] Self not_equal_tensor(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_not_equal_tensor, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.not_equal`. (`not_equal_.Scalar(Tensor(a!) self, Scalar
+    /// other) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_not_equal_scalar_`; throws
+    /// tr::Error on failure.
+    Self& not_equal_scalar_(Scalar other) & {
+        detail::call(tr_tensor_not_equal_scalar_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self not_equal_scalar_(Scalar other) && {
+        detail::call(tr_tensor_not_equal_scalar_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// In-place version of `Tensor.not_equal`. (`not_equal_.Tensor(Tensor(a!) self, Tensor
+    /// other) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_not_equal_tensor_`; throws
+    /// tr::Error on failure.
+    Self& not_equal_tensor_(const Self& other) & {
+        detail::call(tr_tensor_not_equal_tensor_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self not_equal_tensor_(const Self& other) && {
+        detail::call(tr_tensor_not_equal_tensor_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// Computes element-wise equality. (`eq.Tensor(Tensor self, Tensor other) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_eq_tensor`; throws tr::Error on failure.
+    [[nodiscard]] Self eq_tensor(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_eq_tensor, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes `\text{input} \geq \text{other}` element-wise. (`ge.Tensor(Tensor self, Tensor
+    /// other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_ge_tensor`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self ge_tensor(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_ge_tensor, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.ge`. (`ge_.Scalar(Tensor(a!) self, Scalar other) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_ge_scalar_`; throws tr::Error on
+    /// failure.
+    Self& ge_scalar_(Scalar other) & {
+        detail::call(tr_tensor_ge_scalar_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self ge_scalar_(Scalar other) && {
+        detail::call(tr_tensor_ge_scalar_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// In-place version of `Tensor.ge`. (`ge_.Tensor(Tensor(a!) self, Tensor other) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_ge_tensor_`; throws tr::Error on
+    /// failure.
+    Self& ge_tensor_(const Self& other) & {
+        detail::call(tr_tensor_ge_tensor_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self ge_tensor_(const Self& other) && {
+        detail::call(tr_tensor_ge_tensor_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// Alias for `torch.ge`. (`greater_equal.Scalar(Tensor self, Scalar other) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_greater_equal_scalar`; throws tr::Error on failure.
+    [[nodiscard]] Self greater_equal_scalar(Scalar other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_greater_equal_scalar, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Alias for `torch.ge`. (`greater_equal.Tensor(Tensor self, Tensor other) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_greater_equal_tensor`; throws tr::Error on failure.
+    [[nodiscard]] Self greater_equal_tensor(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_greater_equal_tensor, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.greater_equal`. (`greater_equal_.Scalar(Tensor(a!) self,
+    /// Scalar other) -> Tensor(a!)`) (`input` is *this.) Calls
+    /// `tr_tensor_greater_equal_scalar_`; throws tr::Error on failure.
+    Self& greater_equal_scalar_(Scalar other) & {
+        detail::call(tr_tensor_greater_equal_scalar_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self greater_equal_scalar_(Scalar other) && {
+        detail::call(tr_tensor_greater_equal_scalar_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// In-place version of `Tensor.greater_equal`. (`greater_equal_.Tensor(Tensor(a!) self,
+    /// Tensor other) -> Tensor(a!)`) (`input` is *this.) Calls
+    /// `tr_tensor_greater_equal_tensor_`; throws tr::Error on failure.
+    Self& greater_equal_tensor_(const Self& other) & {
+        detail::call(tr_tensor_greater_equal_tensor_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self greater_equal_tensor_(const Self& other) && {
+        detail::call(tr_tensor_greater_equal_tensor_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// Computes `\text{input} \leq \text{other}` element-wise. (`le.Tensor(Tensor self, Tensor
+    /// other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_le_tensor`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self le_tensor(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_le_tensor, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.le`. (`le_.Scalar(Tensor(a!) self, Scalar other) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_le_scalar_`; throws tr::Error on
+    /// failure.
+    Self& le_scalar_(Scalar other) & {
+        detail::call(tr_tensor_le_scalar_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self le_scalar_(Scalar other) && {
+        detail::call(tr_tensor_le_scalar_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// In-place version of `Tensor.le`. (`le_.Tensor(Tensor(a!) self, Tensor other) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_le_tensor_`; throws tr::Error on
+    /// failure.
+    Self& le_tensor_(const Self& other) & {
+        detail::call(tr_tensor_le_tensor_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self le_tensor_(const Self& other) && {
+        detail::call(tr_tensor_le_tensor_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// Alias for `torch.le`. (`less_equal.Scalar(Tensor self, Scalar other) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_less_equal_scalar`; throws tr::Error on failure.
+    [[nodiscard]] Self less_equal_scalar(Scalar other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_less_equal_scalar, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Alias for `torch.le`. (`less_equal.Tensor(Tensor self, Tensor other) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_less_equal_tensor`; throws tr::Error on failure.
+    [[nodiscard]] Self less_equal_tensor(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_less_equal_tensor, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.less_equal`. (`less_equal_.Scalar(Tensor(a!) self, Scalar
+    /// other) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_less_equal_scalar_`; throws
+    /// tr::Error on failure.
+    Self& less_equal_scalar_(Scalar other) & {
+        detail::call(tr_tensor_less_equal_scalar_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self less_equal_scalar_(Scalar other) && {
+        detail::call(tr_tensor_less_equal_scalar_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// In-place version of `Tensor.less_equal`. (`less_equal_.Tensor(Tensor(a!) self, Tensor
+    /// other) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_less_equal_tensor_`; throws
+    /// tr::Error on failure.
+    Self& less_equal_tensor_(const Self& other) & {
+        detail::call(tr_tensor_less_equal_tensor_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self less_equal_tensor_(const Self& other) && {
+        detail::call(tr_tensor_less_equal_tensor_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// Computes `\text{input} > \text{other}` element-wise. (`gt.Tensor(Tensor self, Tensor
+    /// other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_gt_tensor`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self gt_tensor(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_gt_tensor, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.gt`. (`gt_.Scalar(Tensor(a!) self, Scalar other) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_gt_scalar_`; throws tr::Error on
+    /// failure.
+    Self& gt_scalar_(Scalar other) & {
+        detail::call(tr_tensor_gt_scalar_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self gt_scalar_(Scalar other) && {
+        detail::call(tr_tensor_gt_scalar_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// In-place version of `Tensor.gt`. (`gt_.Tensor(Tensor(a!) self, Tensor other) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_gt_tensor_`; throws tr::Error on
+    /// failure.
+    Self& gt_tensor_(const Self& other) & {
+        detail::call(tr_tensor_gt_tensor_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self gt_tensor_(const Self& other) && {
+        detail::call(tr_tensor_gt_tensor_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// Alias for `torch.gt`. (`greater.Scalar(Tensor self, Scalar other) -> Tensor`) (`input`
+    /// is *this.) Calls `tr_tensor_greater_scalar`; throws tr::Error on failure.
+    [[nodiscard]] Self greater_scalar(Scalar other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_greater_scalar, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Alias for `torch.gt`. (`greater.Tensor(Tensor self, Tensor other) -> Tensor`) (`input`
+    /// is *this.) Calls `tr_tensor_greater_tensor`; throws tr::Error on failure.
+    [[nodiscard]] Self greater_tensor(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_greater_tensor, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.greater`. (`greater_.Scalar(Tensor(a!) self, Scalar other)
+    /// -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_greater_scalar_`; throws tr::Error
+    /// on failure.
+    Self& greater_scalar_(Scalar other) & {
+        detail::call(tr_tensor_greater_scalar_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self greater_scalar_(Scalar other) && {
+        detail::call(tr_tensor_greater_scalar_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// In-place version of `Tensor.greater`. (`greater_.Tensor(Tensor(a!) self, Tensor other)
+    /// -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_greater_tensor_`; throws tr::Error
+    /// on failure.
+    Self& greater_tensor_(const Self& other) & {
+        detail::call(tr_tensor_greater_tensor_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self greater_tensor_(const Self& other) && {
+        detail::call(tr_tensor_greater_tensor_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// Computes `\text{input} < \text{other}` element-wise. (`lt.Tensor(Tensor self, Tensor
+    /// other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_lt_tensor`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self lt_tensor(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_lt_tensor, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.lt`. (`lt_.Scalar(Tensor(a!) self, Scalar other) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_lt_scalar_`; throws tr::Error on
+    /// failure.
+    Self& lt_scalar_(Scalar other) & {
+        detail::call(tr_tensor_lt_scalar_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self lt_scalar_(Scalar other) && {
+        detail::call(tr_tensor_lt_scalar_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// In-place version of `Tensor.lt`. (`lt_.Tensor(Tensor(a!) self, Tensor other) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_lt_tensor_`; throws tr::Error on
+    /// failure.
+    Self& lt_tensor_(const Self& other) & {
+        detail::call(tr_tensor_lt_tensor_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self lt_tensor_(const Self& other) && {
+        detail::call(tr_tensor_lt_tensor_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// Alias for `torch.lt`. (`less.Scalar(Tensor self, Scalar other) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_less_scalar`; throws tr::Error on failure.
+    [[nodiscard]] Self less_scalar(Scalar other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_less_scalar, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Alias for `torch.lt`. (`less.Tensor(Tensor self, Tensor other) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_less_tensor`; throws tr::Error on failure.
+    [[nodiscard]] Self less_tensor(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_less_tensor, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.less`. (`less_.Scalar(Tensor(a!) self, Scalar other) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_less_scalar_`; throws tr::Error on
+    /// failure.
+    Self& less_scalar_(Scalar other) & {
+        detail::call(tr_tensor_less_scalar_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self less_scalar_(Scalar other) && {
+        detail::call(tr_tensor_less_scalar_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// In-place version of `Tensor.less`. (`less_.Tensor(Tensor(a!) self, Tensor other) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_less_tensor_`; throws tr::Error on
+    /// failure.
+    Self& less_tensor_(const Self& other) & {
+        detail::call(tr_tensor_less_tensor_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self less_tensor_(const Self& other) && {
+        detail::call(tr_tensor_less_tensor_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// Performs the element-wise multiplication of `tensor1` by `tensor2`, multiplies the
+    /// result by the scalar `value` and adds it to `input`. (`addcmul(Tensor self, Tensor
+    /// tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_addcmul`; throws tr::Error on failure.
+    [[nodiscard]] Self addcmul(const Self& tensor1, const Self& tensor2, Scalar value) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_addcmul, self().raw(), tensor1.raw(), tensor2.raw(), value.raw(),
+                &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.addcmul` (`addcmul_(Tensor(a!) self, Tensor tensor1, Tensor
+    /// tensor2, *, Scalar value=1) -> Tensor(a!)`) (`input` is *this.) Calls
+    /// `tr_tensor_addcmul_`; throws tr::Error on failure.
+    Self& addcmul_(const Self& tensor1, const Self& tensor2, Scalar value) & {
+        detail::call(tr_tensor_addcmul_, self().raw(), tensor1.raw(), tensor2.raw(), value.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self addcmul_(const Self& tensor1, const Self& tensor2, Scalar value) && {
+        detail::call(tr_tensor_addcmul_, self().raw(), tensor1.raw(), tensor2.raw(), value.raw());
+        return std::move(self());
+    }
+
+    /// Performs the element-wise division of `tensor1` by `tensor2`, multiplies the result by
+    /// the scalar `value` and adds it to `input`. (`addcdiv(Tensor self, Tensor tensor1, Tensor
+    /// tensor2, *, Scalar value=1) -> Tensor`) (`input` is *this.) Calls `tr_tensor_addcdiv`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self addcdiv(const Self& tensor1, const Self& tensor2, Scalar value) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_addcdiv, self().raw(), tensor1.raw(), tensor2.raw(), value.raw(),
+                &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.addcdiv` (`addcdiv_(Tensor(a!) self, Tensor tensor1, Tensor
+    /// tensor2, *, Scalar value=1) -> Tensor(a!)`) (`input` is *this.) Calls
+    /// `tr_tensor_addcdiv_`; throws tr::Error on failure.
+    Self& addcdiv_(const Self& tensor1, const Self& tensor2, Scalar value) & {
+        detail::call(tr_tensor_addcdiv_, self().raw(), tensor1.raw(), tensor2.raw(), value.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self addcdiv_(const Self& tensor1, const Self& tensor2, Scalar value) && {
+        detail::call(tr_tensor_addcdiv_, self().raw(), tensor1.raw(), tensor2.raw(), value.raw());
+        return std::move(self());
+    }
+
+    /// In-place version of `Tensor.lgamma` (`lgamma_(Tensor(a!) self) -> Tensor(a!)`) (`input`
+    /// is *this.) Calls `tr_tensor_lgamma_`; throws tr::Error on failure.
+    Self& lgamma_() & {
+        detail::call(tr_tensor_lgamma_, self().raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self lgamma_() && {
+        detail::call(tr_tensor_lgamma_, self().raw());
+        return std::move(self());
+    }
+
+    /// Computes the natural logarithm of the absolute value of the gamma function on `input`.
+    /// (`lgamma(Tensor self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_lgamma`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self lgamma() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_lgamma, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Alias for `torch.special.digamma`. (`digamma(Tensor self) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_digamma`; throws tr::Error on failure.
+    [[nodiscard]] Self digamma() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_digamma, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.polygamma` (`polygamma_(Tensor(a!) self, int n) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_polygamma_`; throws tr::Error on
+    /// failure.
+    Self& polygamma_(int64_t n) & {
+        detail::call(tr_tensor_polygamma_, self().raw(), n);
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self polygamma_(int64_t n) && {
+        detail::call(tr_tensor_polygamma_, self().raw(), n);
+        return std::move(self());
+    }
+
+    /// Alias for `torch.special.erfinv`. (`erfinv(Tensor self) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_erfinv`; throws tr::Error on failure.
+    [[nodiscard]] Self erfinv() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_erfinv, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.erfinv` (`erfinv_(Tensor(a!) self) -> Tensor(a!)`) (`input`
+    /// is *this.) Calls `tr_tensor_erfinv_`; throws tr::Error on failure.
+    Self& erfinv_() & {
+        detail::call(tr_tensor_erfinv_, self().raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self erfinv_() && {
+        detail::call(tr_tensor_erfinv_, self().raw());
+        return std::move(self());
+    }
+
+    /// Alias for `torch.special.i0`. (`i0(Tensor self) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_i0`; throws tr::Error on failure.
+    [[nodiscard]] Self i0() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_i0, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.i0` (`i0_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_i0_`; throws tr::Error on failure.
+    Self& i0_() & {
+        detail::call(tr_tensor_i0_, self().raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self i0_() && {
+        detail::call(tr_tensor_i0_, self().raw());
+        return std::move(self());
+    }
+
+    /// Returns a new tensor with the signs of the elements of `input`. (`sign(Tensor self) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_sign`; throws tr::Error on failure.
+    [[nodiscard]] Self sign() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_sign, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.sign` (`sign_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_sign_`; throws tr::Error on failure.
+    Self& sign_() & {
+        detail::call(tr_tensor_sign_, self().raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self sign_() && {
+        detail::call(tr_tensor_sign_, self().raw());
+        return std::move(self());
+    }
+
+    /// Tests if each element of `input` has its sign bit set or not. (`signbit(Tensor self) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_signbit`; throws tr::Error on failure.
+    [[nodiscard]] Self signbit() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_signbit, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.atan2` (`atan2_(Tensor(a!) self, Tensor other) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_atan2_`; throws tr::Error on failure.
+    Self& atan2_(const Self& other) & {
+        detail::call(tr_tensor_atan2_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self atan2_(const Self& other) && {
+        detail::call(tr_tensor_atan2_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// Element-wise arctangent of `\text{input}_{i} / \text{other}_{i}` with consideration of
+    /// the quadrant. (`atan2(Tensor self, Tensor other) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_atan2`; throws tr::Error on failure.
+    [[nodiscard]] Self atan2(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_atan2, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// arctan2(input: Tensor, other: Tensor, *, out: Optional[Tensor]) -> Tensor Alias for
+    /// `torch.atan2`. (`arctan2(Tensor self, Tensor other) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_arctan2`; throws tr::Error on failure.
+    [[nodiscard]] Self arctan2(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_arctan2, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.arctan2` (`arctan2_(Tensor(a!) self, Tensor other) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_arctan2_`; throws tr::Error on
+    /// failure.
+    Self& arctan2_(const Self& other) & {
+        detail::call(tr_tensor_arctan2_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self arctan2_(const Self& other) && {
+        detail::call(tr_tensor_arctan2_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// Does a linear interpolation of two tensors `start` (given by `input`) and `end` based on
+    /// a scalar or tensor `weight` and returns the resulting `out` tensor. (`lerp.Scalar(Tensor
+    /// self, Tensor end, Scalar weight) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_lerp_scalar`; throws tr::Error on failure.
+    [[nodiscard]] Self lerp_scalar(const Self& end, Scalar weight) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_lerp_scalar, self().raw(), end.raw(), weight.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Does a linear interpolation of two tensors `start` (given by `input`) and `end` based on
+    /// a scalar or tensor `weight` and returns the resulting `out` tensor. (`lerp.Tensor(Tensor
+    /// self, Tensor end, Tensor weight) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_lerp_tensor`; throws tr::Error on failure.
+    [[nodiscard]] Self lerp_tensor(const Self& end, const Self& weight) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_lerp_tensor, self().raw(), end.raw(), weight.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Applies C++'s std::fmod entrywise. (`fmod.Scalar(Tensor self, Scalar other) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_fmod_scalar`; throws tr::Error on failure.
+    [[nodiscard]] Self fmod_scalar(Scalar other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fmod_scalar, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.fmod` (`fmod_.Scalar(Tensor(a!) self, Scalar other) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_fmod_scalar_`; throws tr::Error on
+    /// failure.
+    Self& fmod_scalar_(Scalar other) & {
+        detail::call(tr_tensor_fmod_scalar_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self fmod_scalar_(Scalar other) && {
+        detail::call(tr_tensor_fmod_scalar_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// Applies C++'s std::fmod entrywise. (`fmod.Tensor(Tensor self, Tensor other) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_fmod_tensor`; throws tr::Error on failure.
+    [[nodiscard]] Self fmod_tensor(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fmod_tensor, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.fmod` (`fmod_.Tensor(Tensor(a!) self, Tensor other) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_fmod_tensor_`; throws tr::Error on
+    /// failure.
+    Self& fmod_tensor_(const Self& other) & {
+        detail::call(tr_tensor_fmod_tensor_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self fmod_tensor_(const Self& other) && {
+        detail::call(tr_tensor_fmod_tensor_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// Given the legs of a right triangle, return its hypotenuse. (`hypot(Tensor self, Tensor
+    /// other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_hypot`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self hypot(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_hypot, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.hypot` (`hypot_(Tensor(a!) self, Tensor other) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_hypot_`; throws tr::Error on failure.
+    Self& hypot_(const Self& other) & {
+        detail::call(tr_tensor_hypot_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self hypot_(const Self& other) && {
+        detail::call(tr_tensor_hypot_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// Alias for `torch.special.gammainc`. (`igamma(Tensor self, Tensor other) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_igamma`; throws tr::Error on failure.
+    [[nodiscard]] Self igamma(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_igamma, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.igamma` (`igamma_(Tensor(a!) self, Tensor other) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_igamma_`; throws tr::Error on failure.
+    Self& igamma_(const Self& other) & {
+        detail::call(tr_tensor_igamma_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self igamma_(const Self& other) && {
+        detail::call(tr_tensor_igamma_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// Alias for `torch.special.gammaincc`. (`igammac(Tensor self, Tensor other) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_igammac`; throws tr::Error on failure.
+    [[nodiscard]] Self igammac(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_igammac, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// igammac_(other) -> Tensor In-place version of `Tensor.igammac` (`igammac_(Tensor(a!)
+    /// self, Tensor other) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_igammac_`;
+    /// throws tr::Error on failure.
+    Self& igammac_(const Self& other) & {
+        detail::call(tr_tensor_igammac_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self igammac_(const Self& other) && {
+        detail::call(tr_tensor_igammac_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// Return the next floating-point value after `input` towards `other`, elementwise.
+    /// (`nextafter(Tensor self, Tensor other) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_nextafter`; throws tr::Error on failure.
+    [[nodiscard]] Self nextafter(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_nextafter, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// nextafter_(other) -> Tensor In-place version of `Tensor.nextafter`
+    /// (`nextafter_(Tensor(a!) self, Tensor other) -> Tensor(a!)`) (`input` is *this.) Calls
+    /// `tr_tensor_nextafter_`; throws tr::Error on failure.
+    Self& nextafter_(const Self& other) & {
+        detail::call(tr_tensor_nextafter_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self nextafter_(const Self& other) && {
+        detail::call(tr_tensor_nextafter_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// Computes Python's modulus operation entrywise. (`remainder.Tensor(Tensor self, Tensor
+    /// other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_remainder_tensor`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self remainder_tensor(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_remainder_tensor, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.remainder` (`remainder_.Tensor(Tensor(a!) self, Tensor
+    /// other) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_remainder_tensor_`; throws
+    /// tr::Error on failure.
+    Self& remainder_tensor_(const Self& other) & {
+        detail::call(tr_tensor_remainder_tensor_, self().raw(), other.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self remainder_tensor_(const Self& other) && {
+        detail::call(tr_tensor_remainder_tensor_, self().raw(), other.raw());
+        return std::move(self());
+    }
+
+    /// Computes the element-wise minimum of `input` and `other`. (`fmin(Tensor self, Tensor
+    /// other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_fmin`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self fmin(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fmin, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the element-wise maximum of `input` and `other`. (`fmax(Tensor self, Tensor
+    /// other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_fmax`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self fmax(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fmax, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the element-wise maximum of `input` and `other`. (`maximum(Tensor self, Tensor
+    /// other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_maximum`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self maximum(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_maximum, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns the maximum value of all elements in the `input` tensor. (`max.other(Tensor
+    /// self, Tensor other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_max_other`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self max_other(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_max_other, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the element-wise minimum of `input` and `other`. (`minimum(Tensor self, Tensor
+    /// other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_minimum`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self minimum(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_minimum, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns the minimum value of all elements in the `input` tensor. (`min.other(Tensor
+    /// self, Tensor other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_min_other`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self min_other(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_min_other, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Takes the power of each element in `input` with `exponent` and returns a tensor with the
+    /// result. (`pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_pow_tensor_tensor`; throws tr::Error on failure.
+    [[nodiscard]] Self pow_tensor_tensor(const Self& exponent) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_pow_tensor_tensor, self().raw(), exponent.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Takes the power of each element in `input` with `exponent` and returns a tensor with the
+    /// result. (`pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_pow_tensor_scalar`; throws tr::Error on failure.
+    [[nodiscard]] Self pow_tensor_scalar(Scalar exponent) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_pow_tensor_scalar, self().raw(), exponent.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.pow` (`pow_.Tensor(Tensor(a!) self, Tensor exponent) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_pow_tensor_`; throws tr::Error on
+    /// failure.
+    Self& pow_tensor_(const Self& exponent) & {
+        detail::call(tr_tensor_pow_tensor_, self().raw(), exponent.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self pow_tensor_(const Self& exponent) && {
+        detail::call(tr_tensor_pow_tensor_, self().raw(), exponent.raw());
+        return std::move(self());
+    }
+
+    /// Raises `input` to the power of `exponent`, elementwise, in double precision.
+    /// (`float_power.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_float_power_tensor_tensor`; throws tr::Error on failure.
+    [[nodiscard]] Self float_power_tensor_tensor(const Self& exponent) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_float_power_tensor_tensor, self().raw(), exponent.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Raises `input` to the power of `exponent`, elementwise, in double precision.
+    /// (`float_power.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_float_power_tensor_scalar`; throws tr::Error on failure.
+    [[nodiscard]] Self float_power_tensor_scalar(Scalar exponent) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_float_power_tensor_scalar, self().raw(), exponent.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.float_power` (`float_power_.Scalar(Tensor(a!) self, Scalar
+    /// exponent) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_float_power_scalar_`;
+    /// throws tr::Error on failure.
+    Self& float_power_scalar_(Scalar exponent) & {
+        detail::call(tr_tensor_float_power_scalar_, self().raw(), exponent.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self float_power_scalar_(Scalar exponent) && {
+        detail::call(tr_tensor_float_power_scalar_, self().raw(), exponent.raw());
+        return std::move(self());
+    }
+
+    /// In-place version of `Tensor.float_power` (`float_power_.Tensor(Tensor(a!) self, Tensor
+    /// exponent) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_float_power_tensor_`;
+    /// throws tr::Error on failure.
+    Self& float_power_tensor_(const Self& exponent) & {
+        detail::call(tr_tensor_float_power_tensor_, self().raw(), exponent.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self float_power_tensor_(const Self& exponent) && {
+        detail::call(tr_tensor_float_power_tensor_, self().raw(), exponent.raw());
+        return std::move(self());
+    }
+
+    /// Returns a new tensor with boolean elements representing if each element is `finite` or
+    /// not. (`isfinite(Tensor self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_isfinite`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self isfinite() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_isfinite, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Tests if each element of `input` is infinite (positive or negative infinity) or not.
+    /// (`isinf(Tensor self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_isinf`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self isinf() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_isinf, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Args: input (Tensor): the input tensor. (`isposinf(Tensor self) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_isposinf`; throws tr::Error on failure.
+    [[nodiscard]] Self isposinf() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_isposinf, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Args: input (Tensor): the input tensor. (`isneginf(Tensor self) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_isneginf`; throws tr::Error on failure.
+    [[nodiscard]] Self isneginf() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_isneginf, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Tests if all elements in `input` evaluate to `True`. (`all.dim(Tensor self, int dim,
+    /// bool keepdim=False) -> Tensor`) (`input` is *this.) Calls `tr_tensor_all_dim`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self all_dim(int64_t dim, bool keepdim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_all_dim, self().raw(), dim, keepdim, &out);
+        return Self::adopt(out);
+    }
+
+    /// Tests if all elements in `input` evaluate to `True`. (`all.dims(Tensor self, int[]?
+    /// dim=None, bool keepdim=False) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_all_dims`; throws tr::Error on failure.
+    [[nodiscard]] Self all_dims(const std::optional<IntList>& dim, bool keepdim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_all_dims, self().raw(), dim ? dim->data() : nullptr, dim ?
+                dim->size() : 0, keepdim, &out);
+        return Self::adopt(out);
+    }
+
+    /// Tests if any element in `input` evaluates to `True`. (`any.dim(Tensor self, int dim,
+    /// bool keepdim=False) -> Tensor`) (`input` is *this.) Calls `tr_tensor_any_dim`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self any_dim(int64_t dim, bool keepdim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_any_dim, self().raw(), dim, keepdim, &out);
+        return Self::adopt(out);
+    }
+
+    /// Tests if any element in `input` evaluates to `True`. (`any.dims(Tensor self, int[]?
+    /// dim=None, bool keepdim=False) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_any_dims`; throws tr::Error on failure.
+    [[nodiscard]] Self any_dims(const std::optional<IntList>& dim, bool keepdim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_any_dims, self().raw(), dim ? dim->data() : nullptr, dim ?
+                dim->size() : 0, keepdim, &out);
+        return Self::adopt(out);
+    }
+
+    /// Count the frequency of each value in an array of non-negative ints. (`bincount(Tensor
+    /// self, Tensor? weights=None, SymInt minlength=0) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_bincount`; throws tr::Error on failure.
+    [[nodiscard]] Self bincount(OptionalTensor weights, int64_t minlength) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_bincount, self().raw(), weights.raw(), minlength, &out);
+        return Self::adopt(out);
+    }
+
+    /// Counts the number of non-zero values in the tensor `input` along the given `dim`.
+    /// (`count_nonzero.dim_IntList(Tensor self, int[] dim) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_count_nonzero_dim_intlist`; throws tr::Error on failure.
+    [[nodiscard]] Self count_nonzero_dim_intlist(IntList dim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_count_nonzero_dim_intlist, self().raw(), dim.data(), dim.size(),
+                &out);
+        return Self::adopt(out);
+    }
+
+    /// Counts the number of non-zero values in the tensor `input` along the given `dim`.
+    /// (`count_nonzero(Tensor self, int? dim=None) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_count_nonzero`; throws tr::Error on failure.
+    [[nodiscard]] Self count_nonzero(std::optional<int64_t> dim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_count_nonzero, self().raw(), detail::c_opt(dim).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// See `torch.cummax` (`cummax(Tensor self, int dim) -> (Tensor values, Tensor indices)`)
+    /// (`input` is *this.) Calls `tr_tensor_cummax`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> cummax(int64_t dim) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_cummax(self().raw(), dim, out_, room_, written_); });
+    }
+
+    /// See `torch.cummin` (`cummin(Tensor self, int dim) -> (Tensor values, Tensor indices)`)
+    /// (`input` is *this.) Calls `tr_tensor_cummin`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> cummin(int64_t dim) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_cummin(self().raw(), dim, out_, room_, written_); });
+    }
+
+    /// Returns the cumulative product of elements of `input` in the dimension `dim`.
+    /// (`cumprod(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_cumprod`; throws tr::Error on failure.
+    [[nodiscard]] Self cumprod(int64_t dim, std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_cumprod, self().raw(), dim, detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.cumprod` (`cumprod_(Tensor(a!) self, int dim, *, ScalarType?
+    /// dtype=None) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_cumprod_`; throws
+    /// tr::Error on failure.
+    Self& cumprod_(int64_t dim, std::optional<DType> dtype) & {
+        detail::call(tr_tensor_cumprod_, self().raw(), dim, detail::c_opt(dtype).ptr());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self cumprod_(int64_t dim, std::optional<DType> dtype) && {
+        detail::call(tr_tensor_cumprod_, self().raw(), dim, detail::c_opt(dtype).ptr());
+        return std::move(self());
+    }
+
+    /// Returns the cumulative sum of elements of `input` in the dimension `dim`.
+    /// (`cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_cumsum`; throws tr::Error on failure.
+    [[nodiscard]] Self cumsum(int64_t dim, std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_cumsum, self().raw(), dim, detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.cumsum` (`cumsum_(Tensor(a!) self, int dim, *, ScalarType?
+    /// dtype=None) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_cumsum_`; throws
+    /// tr::Error on failure.
+    Self& cumsum_(int64_t dim, std::optional<DType> dtype) & {
+        detail::call(tr_tensor_cumsum_, self().raw(), dim, detail::c_opt(dtype).ptr());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self cumsum_(int64_t dim, std::optional<DType> dtype) && {
+        detail::call(tr_tensor_cumsum_, self().raw(), dim, detail::c_opt(dtype).ptr());
+        return std::move(self());
+    }
+
+    /// Cumulatively computes the trapezoidal rule along `dim`. (`cumulative_trapezoid.x(Tensor
+    /// y, Tensor x, *, int dim=-1) -> Tensor`) (`y` is *this.) Calls
+    /// `tr_tensor_cumulative_trapezoid_x`; throws tr::Error on failure.
+    [[nodiscard]] Self cumulative_trapezoid_x(const Self& x, int64_t dim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_cumulative_trapezoid_x, self().raw(), x.raw(), dim, &out);
+        return Self::adopt(out);
+    }
+
+    /// Cumulatively computes the trapezoidal rule along `dim`. (`cumulative_trapezoid.dx(Tensor
+    /// y, *, Scalar dx=1, int dim=-1) -> Tensor`) (`y` is *this.) Calls
+    /// `tr_tensor_cumulative_trapezoid_dx`; throws tr::Error on failure.
+    [[nodiscard]] Self cumulative_trapezoid_dx(Scalar dx, int64_t dim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_cumulative_trapezoid_dx, self().raw(), dx.raw(), dim, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the n-th forward difference along the given dimension. (`diff(Tensor self, int
+    /// n=1, int dim=-1, Tensor? prepend=None, Tensor? append=None) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_diff`; throws tr::Error on failure.
+    [[nodiscard]] Self diff(
+        int64_t n,
+        int64_t dim,
+        OptionalTensor prepend,
+        OptionalTensor append) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_diff, self().raw(), n, dim, prepend.raw(), append.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Estimates the gradient of a function `g : \mathbb{R}^n \rightarrow \mathbb{R}` in one or
+    /// more dimensions using the second-order accurate central differences method and either
+    /// first or second order estimates at the boundaries. (`gradient.scalarint(Tensor self, *,
+    /// Scalar? spacing=None, int? dim=None, int edge_order=1) -> Tensor[]`) (`input` is *this.)
+    /// Calls `tr_tensor_gradient_scalarint`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> gradient_scalarint(
+        std::optional<Scalar> spacing,
+        std::optional<int64_t> dim,
+        int64_t edge_order) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_gradient_scalarint(self().raw(), detail::c_opt(spacing).ptr(),
+                detail::c_opt(dim).ptr(), edge_order, out_, room_, written_); });
+    }
+
+    /// Estimates the gradient of a function `g : \mathbb{R}^n \rightarrow \mathbb{R}` in one or
+    /// more dimensions using the second-order accurate central differences method and either
+    /// first or second order estimates at the boundaries. (`gradient.scalararray(Tensor self,
+    /// *, Scalar spacing, int[] dim, int edge_order=1) -> Tensor[]`) (`input` is *this.) Calls
+    /// `tr_tensor_gradient_scalararray`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> gradient_scalararray(
+        Scalar spacing,
+        IntList dim,
+        int64_t edge_order) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_gradient_scalararray(self().raw(), spacing.raw(), dim.data(),
+                dim.size(), edge_order, out_, room_, written_); });
+    }
+
+    /// Estimates the gradient of a function `g : \mathbb{R}^n \rightarrow \mathbb{R}` in one or
+    /// more dimensions using the second-order accurate central differences method and either
+    /// first or second order estimates at the boundaries. (`gradient.array(Tensor self, *,
+    /// int[] dim, int edge_order=1) -> Tensor[]`) (`input` is *this.) Calls
+    /// `tr_tensor_gradient_array`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> gradient_array(IntList dim, int64_t edge_order) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_gradient_array(self().raw(), dim.data(), dim.size(), edge_order,
+                out_, room_, written_); });
+    }
+
+    /// Estimates the gradient of a function `g : \mathbb{R}^n \rightarrow \mathbb{R}` in one or
+    /// more dimensions using the second-order accurate central differences method and either
+    /// first or second order estimates at the boundaries. (`gradient.scalarrayint(Tensor self,
+    /// *, Scalar[] spacing, int? dim=None, int edge_order=1) -> Tensor[]`) (`input` is *this.)
+    /// Calls `tr_tensor_gradient_scalarrayint`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> gradient_scalarrayint(
+        const std::vector<double>& spacing,
+        std::optional<int64_t> dim,
+        int64_t edge_order) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_gradient_scalarrayint(self().raw(), spacing.data(), spacing.size(),
+                detail::c_opt(dim).ptr(), edge_order, out_, room_, written_); });
+    }
+
+    /// Estimates the gradient of a function `g : \mathbb{R}^n \rightarrow \mathbb{R}` in one or
+    /// more dimensions using the second-order accurate central differences method and either
+    /// first or second order estimates at the boundaries. (`gradient.scalarrayarray(Tensor
+    /// self, *, Scalar[] spacing, int[] dim, int edge_order=1) -> Tensor[]`) (`input` is
+    /// *this.) Calls `tr_tensor_gradient_scalarrayarray`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> gradient_scalarrayarray(
+        const std::vector<double>& spacing,
+        IntList dim,
+        int64_t edge_order) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_gradient_scalarrayarray(self().raw(), spacing.data(),
+                spacing.size(), dim.data(), dim.size(), edge_order, out_, room_, written_); });
+    }
+
+    /// Estimates the gradient of a function `g : \mathbb{R}^n \rightarrow \mathbb{R}` in one or
+    /// more dimensions using the second-order accurate central differences method and either
+    /// first or second order estimates at the boundaries. (`gradient.tensorarrayint(Tensor
+    /// self, *, Tensor[] spacing, int? dim=None, int edge_order=1) -> Tensor[]`) (`input` is
+    /// *this.) Calls `tr_tensor_gradient_tensorarrayint`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> gradient_tensorarrayint(
+        const TensorList& spacing,
+        std::optional<int64_t> dim,
+        int64_t edge_order) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_gradient_tensorarrayint(self().raw(), spacing.data(),
+                spacing.size(), detail::c_opt(dim).ptr(), edge_order, out_, room_, written_); });
+    }
+
+    /// Estimates the gradient of a function `g : \mathbb{R}^n \rightarrow \mathbb{R}` in one or
+    /// more dimensions using the second-order accurate central differences method and either
+    /// first or second order estimates at the boundaries. (`gradient.tensorarray(Tensor self,
+    /// *, Tensor[] spacing, int[] dim, int edge_order=1) -> Tensor[]`) (`input` is *this.)
+    /// Calls `tr_tensor_gradient_tensorarray`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> gradient_tensorarray(
+        const TensorList& spacing,
+        IntList dim,
+        int64_t edge_order) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_gradient_tensorarray(self().raw(), spacing.data(), spacing.size(),
+                dim.data(), dim.size(), edge_order, out_, room_, written_); });
+    }
+
+    /// Returns a namedtuple `(values, indices)` where `values` is the `k` th smallest element
+    /// of each row of the `input` tensor in the given dimension `dim`. (`kthvalue(Tensor self,
+    /// SymInt k, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)`) (`input`
+    /// is *this.) Calls `tr_tensor_kthvalue`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> kthvalue(int64_t k, int64_t dim, bool keepdim) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_kthvalue(self().raw(), k, dim, keepdim, out_, room_, written_); });
+    }
+
+    /// For summation index `j` given by `dim` and other indices `i`, the result is.
+    /// (`logcumsumexp(Tensor self, int dim) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_logcumsumexp`; throws tr::Error on failure.
+    [[nodiscard]] Self logcumsumexp(int64_t dim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_logcumsumexp, self().raw(), dim, &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns the log of summed exponentials of each row of the `input` tensor in the given
+    /// dimension `dim`. (`logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_logsumexp`; throws tr::Error on failure.
+    [[nodiscard]] Self logsumexp(IntList dim, bool keepdim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_logsumexp, self().raw(), dim.data(), dim.size(), keepdim, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the minimum and maximum values of the `input` tensor. (`aminmax(Tensor self, *,
+    /// int? dim=None, bool keepdim=False) -> (Tensor min, Tensor max)`) (`input` is *this.)
+    /// Calls `tr_tensor_aminmax`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> aminmax(std::optional<int64_t> dim, bool keepdim) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_aminmax(self().raw(), detail::c_opt(dim).ptr(), keepdim, out_,
+                room_, written_); });
+    }
+
+    /// Returns the maximum value of each slice of the `input` tensor in the given dimension(s)
+    /// `dim`. (`amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_amax`; throws tr::Error on failure.
+    [[nodiscard]] Self amax(IntList dim, bool keepdim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_amax, self().raw(), dim.data(), dim.size(), keepdim, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the mean of all `non-NaN` elements along the specified dimensions.
+    /// (`nanmean(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None)
+    /// -> Tensor`) (`input` is *this.) Calls `tr_tensor_nanmean`; throws tr::Error on failure.
+    [[nodiscard]] Self nanmean(
+        const std::optional<IntList>& dim,
+        bool keepdim,
+        std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_nanmean, self().raw(), dim ? dim->data() : nullptr, dim ? dim->size()
+                : 0, keepdim, detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns the median of the values in `input`. (`median(Tensor self) -> Tensor`) (`input`
+    /// is *this.) Calls `tr_tensor_median`; throws tr::Error on failure.
+    [[nodiscard]] Self median() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_median, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns the median of the values in `input`. (`median.dim(Tensor self, int dim, bool
+    /// keepdim=False) -> (Tensor values, Tensor indices)`) (`input` is *this.) Calls
+    /// `tr_tensor_median_dim`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> median_dim(int64_t dim, bool keepdim) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_median_dim(self().raw(), dim, keepdim, out_, room_, written_); });
+    }
+
+    /// Returns the median of the values in `input`, ignoring `NaN` values. (`nanmedian(Tensor
+    /// self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_nanmedian`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self nanmedian() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_nanmedian, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns the median of the values in `input`, ignoring `NaN` values.
+    /// (`nanmedian.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor
+    /// indices)`) (`input` is *this.) Calls `tr_tensor_nanmedian_dim`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] std::array<Self, 2> nanmedian_dim(int64_t dim, bool keepdim) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_nanmedian_dim(self().raw(), dim, keepdim, out_, room_, written_);
+                });
+    }
+
+    /// Returns the minimum value of each slice of the `input` tensor in the given dimension(s)
+    /// `dim`. (`amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_amin`; throws tr::Error on failure.
+    [[nodiscard]] Self amin(IntList dim, bool keepdim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_amin, self().raw(), dim.data(), dim.size(), keepdim, &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns a namedtuple `(values, indices)` where `values` is the mode value of each row of
+    /// the `input` tensor in the given dimension `dim`, i.e. a value which appears most often
+    /// in that row, and `indices` is the index location of each mode value found. (`mode(Tensor
+    /// self, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)`) (`input` is
+    /// *this.) Calls `tr_tensor_mode`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> mode(int64_t dim, bool keepdim) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_mode(self().raw(), dim, keepdim, out_, room_, written_); });
+    }
+
+    /// Returns the sum of all elements in the `input` tensor. (`sum.dim_IntList(Tensor self,
+    /// int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_sum_dim_intlist`; throws tr::Error on failure.
+    [[nodiscard]] Self sum_dim_intlist(
+        const std::optional<IntList>& dim,
+        bool keepdim,
+        std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_sum_dim_intlist, self().raw(), dim ? dim->data() : nullptr, dim ?
+                dim->size() : 0, keepdim, detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns the sum of all elements, treating Not a Numbers (NaNs) as zero. (`nansum(Tensor
+    /// self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_nansum`; throws tr::Error on failure.
+    [[nodiscard]] Self nansum(
+        const std::optional<IntList>& dim,
+        bool keepdim,
+        std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_nansum, self().raw(), dim ? dim->data() : nullptr, dim ? dim->size()
+                : 0, keepdim, detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Sum `this` tensor to `size`. (`sum_to_size(Tensor self, SymInt[] size) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_sum_to_size`; throws tr::Error on failure.
+    [[nodiscard]] Self sum_to_size(IntList size) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_sum_to_size, self().raw(), size.data(), size.size(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Calculates the standard deviation over the dimensions specified by `dim`. (`std(Tensor
+    /// self, bool unbiased=True) -> Tensor`) (`input` is *this.) Calls `tr_tensor_std`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self std(bool unbiased) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_std, self().raw(), unbiased, &out);
+        return Self::adopt(out);
+    }
+
+    /// Calculates the standard deviation over the dimensions specified by `dim`.
+    /// (`std.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_std_dim`; throws tr::Error on failure.
+    [[nodiscard]] Self std_dim(
+        const std::optional<IntList>& dim,
+        bool unbiased,
+        bool keepdim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_std_dim, self().raw(), dim ? dim->data() : nullptr, dim ? dim->size()
+                : 0, unbiased, keepdim, &out);
+        return Self::adopt(out);
+    }
+
+    /// Calculates the standard deviation over the dimensions specified by `dim`.
+    /// (`std.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool
+    /// keepdim=False) -> Tensor`) (`input` is *this.) Calls `tr_tensor_std_correction`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self std_correction(
+        const std::optional<IntList>& dim,
+        std::optional<Scalar> correction,
+        bool keepdim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_std_correction, self().raw(), dim ? dim->data() : nullptr, dim ?
+                dim->size() : 0, detail::c_opt(correction).ptr(), keepdim, &out);
+        return Self::adopt(out);
+    }
+
+    /// Calculates the standard deviation and mean over the dimensions specified by `dim`.
+    /// (`std_mean(Tensor self, bool unbiased=True) -> (Tensor, Tensor)`) (`input` is *this.)
+    /// Calls `tr_tensor_std_mean`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> std_mean(bool unbiased) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_std_mean(self().raw(), unbiased, out_, room_, written_); });
+    }
+
+    /// Calculates the standard deviation and mean over the dimensions specified by `dim`.
+    /// (`std_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) ->
+    /// (Tensor, Tensor)`) (`input` is *this.) Calls `tr_tensor_std_mean_dim`; throws tr::Error
+    /// on failure.
+    [[nodiscard]] std::array<Self, 2> std_mean_dim(
+        const std::optional<IntList>& dim,
+        bool unbiased,
+        bool keepdim) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_std_mean_dim(self().raw(), dim ? dim->data() : nullptr, dim ?
+                dim->size() : 0, unbiased, keepdim, out_, room_, written_); });
+    }
+
+    /// Calculates the standard deviation and mean over the dimensions specified by `dim`.
+    /// (`std_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool
+    /// keepdim=False) -> (Tensor, Tensor)`) (`input` is *this.) Calls
+    /// `tr_tensor_std_mean_correction`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> std_mean_correction(
+        const std::optional<IntList>& dim,
+        std::optional<Scalar> correction,
+        bool keepdim) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_std_mean_correction(self().raw(), dim ? dim->data() : nullptr, dim
+                ? dim->size() : 0, detail::c_opt(correction).ptr(), keepdim, out_, room_, written_);
+                });
+    }
+
+    /// Returns the product of all elements in the `input` tensor. (`prod(Tensor self, *,
+    /// ScalarType? dtype=None) -> Tensor`) (`input` is *this.) Calls `tr_tensor_prod`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self prod(std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_prod, self().raw(), detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns the product of all elements in the `input` tensor. (`prod.dim_int(Tensor self,
+    /// int dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_prod_dim_int`; throws tr::Error on failure.
+    [[nodiscard]] Self prod_dim_int(int64_t dim, bool keepdim, std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_prod_dim_int, self().raw(), dim, keepdim, detail::c_opt(dtype).ptr(),
+                &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the trapezoidal rule along `dim`. (`trapezoid.x(Tensor y, Tensor x, *, int
+    /// dim=-1) -> Tensor`) (`y` is *this.) Calls `tr_tensor_trapezoid_x`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self trapezoid_x(const Self& x, int64_t dim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_trapezoid_x, self().raw(), x.raw(), dim, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the trapezoidal rule along `dim`. (`trapezoid.dx(Tensor y, *, Scalar dx=1, int
+    /// dim=-1) -> Tensor`) (`y` is *this.) Calls `tr_tensor_trapezoid_dx`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self trapezoid_dx(Scalar dx, int64_t dim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_trapezoid_dx, self().raw(), dx.raw(), dim, &out);
+        return Self::adopt(out);
+    }
+
+    /// Alias for `torch.trapezoid`. (`trapz.x(Tensor y, Tensor x, *, int dim=-1) -> Tensor`)
+    /// (`y` is *this.) Calls `tr_tensor_trapz_x`; throws tr::Error on failure.
+    [[nodiscard]] Self trapz_x(const Self& x, int64_t dim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_trapz_x, self().raw(), x.raw(), dim, &out);
+        return Self::adopt(out);
+    }
+
+    /// Alias for `torch.trapezoid`. (`trapz.dx(Tensor y, *, float dx=1, int dim=-1) -> Tensor`)
+    /// (`y` is *this.) Calls `tr_tensor_trapz_dx`; throws tr::Error on failure.
+    [[nodiscard]] Self trapz_dx(double dx, int64_t dim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_trapz_dx, self().raw(), dx, dim, &out);
+        return Self::adopt(out);
+    }
+
+    /// The unique slices along `dim`, sorted, with inverse indices and counts (`torch.unique`
+    /// with `dim`). (`unique_dim(Tensor self, int dim, bool sorted=True, bool
+    /// return_inverse=False, bool return_counts=False) -> (Tensor, Tensor, Tensor)`) (`input`
+    /// is *this.) Calls `tr_tensor_unique_dim`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 3> unique_dim(
+        int64_t dim,
+        bool sorted,
+        bool return_inverse,
+        bool return_counts) const {
+        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_unique_dim(self().raw(), dim, sorted, return_inverse,
+                return_counts, out_, room_, written_); });
+    }
+
+    /// Eliminates all but the first element from every consecutive group of equivalent
+    /// elements. (`unique_consecutive(Tensor self, bool return_inverse=False, bool
+    /// return_counts=False, int? dim=None) -> (Tensor, Tensor, Tensor)`) (`input` is *this.)
+    /// Calls `tr_tensor_unique_consecutive`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 3> unique_consecutive(
+        bool return_inverse,
+        bool return_counts,
+        std::optional<int64_t> dim) const {
+        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_unique_consecutive(self().raw(), return_inverse, return_counts,
+                detail::c_opt(dim).ptr(), out_, room_, written_); });
+    }
+
+    /// Collapses consecutive equal slices along `dim` (`torch.unique_consecutive` with `dim`).
+    /// (`unique_dim_consecutive(Tensor self, int dim, bool return_inverse=False, bool
+    /// return_counts=False) -> (Tensor, Tensor, Tensor)`) (`input` is *this.) Calls
+    /// `tr_tensor_unique_dim_consecutive`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 3> unique_dim_consecutive(
+        int64_t dim,
+        bool return_inverse,
+        bool return_counts) const {
+        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_unique_dim_consecutive(self().raw(), dim, return_inverse,
+                return_counts, out_, room_, written_); });
+    }
+
+    /// Calculates the variance over the dimensions specified by `dim`. (`var(Tensor self, bool
+    /// unbiased=True) -> Tensor`) (`input` is *this.) Calls `tr_tensor_var`; throws tr::Error
+    /// on failure.
+    [[nodiscard]] Self var(bool unbiased) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_var, self().raw(), unbiased, &out);
+        return Self::adopt(out);
+    }
+
+    /// Calculates the variance over the dimensions specified by `dim`. (`var.dim(Tensor self,
+    /// int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_var_dim`; throws tr::Error on failure.
+    [[nodiscard]] Self var_dim(
+        const std::optional<IntList>& dim,
+        bool unbiased,
+        bool keepdim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_var_dim, self().raw(), dim ? dim->data() : nullptr, dim ? dim->size()
+                : 0, unbiased, keepdim, &out);
+        return Self::adopt(out);
+    }
+
+    /// Calculates the variance over the dimensions specified by `dim`. (`var.correction(Tensor
+    /// self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_var_correction`; throws tr::Error on failure.
+    [[nodiscard]] Self var_correction(
+        const std::optional<IntList>& dim,
+        std::optional<Scalar> correction,
+        bool keepdim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_var_correction, self().raw(), dim ? dim->data() : nullptr, dim ?
+                dim->size() : 0, detail::c_opt(correction).ptr(), keepdim, &out);
+        return Self::adopt(out);
+    }
+
+    /// Calculates the variance and mean over the dimensions specified by `dim`.
+    /// (`var_mean(Tensor self, bool unbiased=True) -> (Tensor, Tensor)`) (`input` is *this.)
+    /// Calls `tr_tensor_var_mean`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> var_mean(bool unbiased) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_var_mean(self().raw(), unbiased, out_, room_, written_); });
+    }
+
+    /// Calculates the variance and mean over the dimensions specified by `dim`.
+    /// (`var_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) ->
+    /// (Tensor, Tensor)`) (`input` is *this.) Calls `tr_tensor_var_mean_dim`; throws tr::Error
+    /// on failure.
+    [[nodiscard]] std::array<Self, 2> var_mean_dim(
+        const std::optional<IntList>& dim,
+        bool unbiased,
+        bool keepdim) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_var_mean_dim(self().raw(), dim ? dim->data() : nullptr, dim ?
+                dim->size() : 0, unbiased, keepdim, out_, room_, written_); });
+    }
+
+    /// Calculates the variance and mean over the dimensions specified by `dim`.
+    /// (`var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool
+    /// keepdim=False) -> (Tensor, Tensor)`) (`input` is *this.) Calls
+    /// `tr_tensor_var_mean_correction`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> var_mean_correction(
+        const std::optional<IntList>& dim,
+        std::optional<Scalar> correction,
+        bool keepdim) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_var_mean_correction(self().raw(), dim ? dim->data() : nullptr, dim
+                ? dim->size() : 0, detail::c_opt(correction).ptr(), keepdim, out_, room_, written_);
+                });
+    }
+
+    /// Returns the p-norm of (`input` - `other`) (`dist(Tensor self, Tensor other, Scalar p=2)
+    /// -> Tensor`) (`input` is *this.) Calls `tr_tensor_dist`; throws tr::Error on failure.
+    [[nodiscard]] Self dist(const Self& other, Scalar p) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_dist, self().raw(), other.raw(), p.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the histogram of a tensor. (`histc(Tensor self, int bins=100, Scalar min=0,
+    /// Scalar max=0) -> Tensor`) (`input` is *this.) Calls `tr_tensor_histc`; throws tr::Error
+    /// on failure.
+    [[nodiscard]] Self histc(int64_t bins, Scalar min, Scalar max) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_histc, self().raw(), bins, min.raw(), max.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes a histogram of the values in a tensor. (`histogram.bins_tensor(Tensor self,
+    /// Tensor bins, *, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor
+    /// bin_edges)`) (`input` is *this.) Calls `tr_tensor_histogram_bins_tensor`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> histogram_bins_tensor(
+        const Self& bins,
+        OptionalTensor weight,
+        bool density) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_histogram_bins_tensor(self().raw(), bins.raw(), weight.raw(),
+                density, out_, room_, written_); });
+    }
+
+    /// Computes a histogram of the values in a tensor. (`histogram.bin_ct(Tensor self, int
+    /// bins=100, *, float[]? range=None, Tensor? weight=None, bool density=False) -> (Tensor
+    /// hist, Tensor bin_edges)`) (`input` is *this.) Calls `tr_tensor_histogram_bin_ct`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> histogram_bin_ct(
+        int64_t bins,
+        const std::optional<std::vector<double>>& range,
+        OptionalTensor weight,
+        bool density) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_histogram_bin_ct(self().raw(), bins, range ? range->data() :
+                nullptr, range ? range->size() : 0, weight.raw(), density, out_, room_, written_);
+                });
+    }
+
+    /// Computes a multi-dimensional histogram of the values in a tensor. (`histogramdd(Tensor
+    /// self, int[] bins, float[]? range=None, Tensor? weight=None, bool density=False) ->
+    /// (Tensor hist, Tensor[] bin_edges)`) (`input` is *this.) Calls `tr_tensor_histogramdd`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> histogramdd(
+        IntList bins,
+        const std::optional<std::vector<double>>& range,
+        OptionalTensor weight,
+        bool density) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_histogramdd(self().raw(), bins.data(), bins.size(), range ?
+                range->data() : nullptr, range ? range->size() : 0, weight.raw(), density, out_,
+                room_, written_); });
+    }
+
+    /// Computes a multi-dimensional histogram of the values in a tensor.
+    /// (`histogramdd.int_bins(Tensor self, int bins, float[]? range=None, Tensor? weight=None,
+    /// bool density=False) -> (Tensor hist, Tensor[] bin_edges)`) (`input` is *this.) Calls
+    /// `tr_tensor_histogramdd_int_bins`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> histogramdd_int_bins(
+        int64_t bins,
+        const std::optional<std::vector<double>>& range,
+        OptionalTensor weight,
+        bool density) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_histogramdd_int_bins(self().raw(), bins, range ? range->data() :
+                nullptr, range ? range->size() : 0, weight.raw(), density, out_, room_, written_);
+                });
+    }
+
+    /// Computes a multi-dimensional histogram of the values in a tensor.
+    /// (`histogramdd.TensorList_bins(Tensor self, Tensor[] bins, float[]? range=None, Tensor?
+    /// weight=None, bool density=False) -> (Tensor hist, Tensor[] bin_edges)`) (`input` is
+    /// *this.) Calls `tr_tensor_histogramdd_tensorlist_bins`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> histogramdd_tensorlist_bins(
+        const TensorList& bins,
+        const std::optional<std::vector<double>>& range,
+        OptionalTensor weight,
+        bool density) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_histogramdd_tensorlist_bins(self().raw(), bins.data(), bins.size(),
+                range ? range->data() : nullptr, range ? range->size() : 0, weight.raw(), density,
+                out_, room_, written_); });
+    }
+
+    /// Computes the q-th quantiles of each row of the `input` tensor along the dimension `dim`.
+    /// (`quantile(Tensor self, Tensor q, int? dim=None, bool keepdim=False, *, str
+    /// interpolation='linear') -> Tensor`) (`input` is *this.) Calls `tr_tensor_quantile`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self quantile(
+        const Self& q,
+        std::optional<int64_t> dim,
+        bool keepdim,
+        const std::string& interpolation) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_quantile, self().raw(), q.raw(), detail::c_opt(dim).ptr(), keepdim,
+                detail::c_string(interpolation, "interpolation"), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the q-th quantiles of each row of the `input` tensor along the dimension `dim`.
+    /// (`quantile.scalar(Tensor self, float q, int? dim=None, bool keepdim=False, *, str
+    /// interpolation='linear') -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_quantile_scalar`; throws tr::Error on failure.
+    [[nodiscard]] Self quantile_scalar(
+        double q,
+        std::optional<int64_t> dim,
+        bool keepdim,
+        const std::string& interpolation) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_quantile_scalar, self().raw(), q, detail::c_opt(dim).ptr(), keepdim,
+                detail::c_string(interpolation, "interpolation"), &out);
+        return Self::adopt(out);
+    }
+
+    /// This is a variant of `torch.quantile` that "ignores" `NaN` values, computing the
+    /// quantiles `q` as if `NaN` values in `input` did not exist. (`nanquantile(Tensor self,
+    /// Tensor q, int? dim=None, bool keepdim=False, *, str interpolation='linear') -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_nanquantile`; throws tr::Error on failure.
+    [[nodiscard]] Self nanquantile(
+        const Self& q,
+        std::optional<int64_t> dim,
+        bool keepdim,
+        const std::string& interpolation) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_nanquantile, self().raw(), q.raw(), detail::c_opt(dim).ptr(),
+                keepdim, detail::c_string(interpolation, "interpolation"), &out);
+        return Self::adopt(out);
+    }
+
+    /// This is a variant of `torch.quantile` that "ignores" `NaN` values, computing the
+    /// quantiles `q` as if `NaN` values in `input` did not exist. (`nanquantile.scalar(Tensor
+    /// self, float q, int? dim=None, bool keepdim=False, *, str interpolation='linear') ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_nanquantile_scalar`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self nanquantile_scalar(
+        double q,
+        std::optional<int64_t> dim,
+        bool keepdim,
+        const std::string& interpolation) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_nanquantile_scalar, self().raw(), q, detail::c_opt(dim).ptr(),
+                keepdim, detail::c_string(interpolation, "interpolation"), &out);
+        return Self::adopt(out);
+    }
+
+    /// Sorts the elements of the `input` tensor along a given dimension in ascending order by
+    /// value. (`sort(Tensor self, int dim=-1, bool descending=False) -> (Tensor values, Tensor
+    /// indices)`) (`input` is *this.) Calls `tr_tensor_sort`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> sort(int64_t dim, bool descending) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_sort(self().raw(), dim, descending, out_, room_, written_); });
+    }
+
+    /// Sorts the elements of the `input` tensor along a given dimension in ascending order by
+    /// value. (`sort.stable(Tensor self, *, bool? stable, int dim=-1, bool descending=False) ->
+    /// (Tensor values, Tensor indices)`) (`input` is *this.) Calls `tr_tensor_sort_stable`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> sort_stable(
+        std::optional<bool> stable,
+        int64_t dim,
+        bool descending) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_sort_stable(self().raw(), detail::c_opt(stable).ptr(), dim,
+                descending, out_, room_, written_); });
+    }
+
+    /// Sorts the elements of the `input` tensor along its first dimension in ascending order by
+    /// value. (`msort(Tensor self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_msort`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self msort() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_msort, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns the indices that sort a tensor along a given dimension in ascending order by
+    /// value. (`argsort(Tensor self, int dim=-1, bool descending=False) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_argsort`; throws tr::Error on failure.
+    [[nodiscard]] Self argsort(int64_t dim, bool descending) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_argsort, self().raw(), dim, descending, &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns the indices that sort a tensor along a given dimension in ascending order by
+    /// value. (`argsort.stable(Tensor self, *, bool stable, int dim=-1, bool descending=False)
+    /// -> Tensor`) (`input` is *this.) Calls `tr_tensor_argsort_stable`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self argsort_stable(bool stable, int64_t dim, bool descending) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_argsort_stable, self().raw(), stable, dim, descending, &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns the `k` largest elements of the given `input` tensor along a given dimension.
+    /// (`topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) ->
+    /// (Tensor values, Tensor indices)`) (`input` is *this.) Calls `tr_tensor_topk`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> topk(
+        int64_t k,
+        int64_t dim,
+        bool largest,
+        bool sorted) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_topk(self().raw(), k, dim, largest, sorted, out_, room_, written_);
+                });
+    }
+
+    /// Tests if all elements in `input` evaluate to `True`. (`all(Tensor self) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_all`; throws tr::Error on failure.
+    [[nodiscard]] Self all() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_all, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Tests if any element in `input` evaluates to `True`. (`any(Tensor self) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_any`; throws tr::Error on failure.
+    [[nodiscard]] Self any() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_any, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns the indices of the buckets to which each value in the `input` belongs, where the
+    /// boundaries of the buckets are set by `boundaries`. (`bucketize.Tensor(Tensor self,
+    /// Tensor boundaries, *, bool out_int32=False, bool right=False) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_bucketize_tensor`; throws tr::Error on failure.
+    [[nodiscard]] Self bucketize_tensor(const Self& boundaries, bool out_int32, bool right) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_bucketize_tensor, self().raw(), boundaries.raw(), out_int32, right,
+                &out);
+        return Self::adopt(out);
+    }
+
+    /// Find the indices from the *innermost* dimension of `sorted_sequence` such that, if the
+    /// corresponding values in `values` were inserted before the indices, when sorted, the
+    /// order of the corresponding *innermost* dimension within `sorted_sequence` would be
+    /// preserved. (`searchsorted.Tensor(Tensor sorted_sequence, Tensor self, *, bool
+    /// out_int32=False, bool right=False, str? side=None, Tensor? sorter=None) -> Tensor`)
+    /// (`sorted_sequence` is *this.) Calls `tr_tensor_searchsorted_tensor`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self searchsorted_tensor(
+        const Self& input,
+        bool out_int32,
+        bool right,
+        const std::optional<std::string>& side,
+        OptionalTensor sorter) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_searchsorted_tensor, self().raw(), input.raw(), out_int32, right,
+                side ? detail::c_string(*side, "side") : nullptr, sorter.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Find the indices from the *innermost* dimension of `sorted_sequence` such that, if the
+    /// corresponding values in `values` were inserted before the indices, when sorted, the
+    /// order of the corresponding *innermost* dimension within `sorted_sequence` would be
+    /// preserved. (`searchsorted.Scalar(Tensor sorted_sequence, Scalar self, *, bool
+    /// out_int32=False, bool right=False, str? side=None, Tensor? sorter=None) -> Tensor`)
+    /// (`sorted_sequence` is *this.) Calls `tr_tensor_searchsorted_scalar`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self searchsorted_scalar(
+        Scalar input,
+        bool out_int32,
+        bool right,
+        const std::optional<std::string>& side,
+        OptionalTensor sorter) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_searchsorted_scalar, self().raw(), input.raw(), out_int32, right,
+                side ? detail::c_string(*side, "side") : nullptr, sorter.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Perform a segment reduction operation on the input tensor along the specified axis.
+    /// (`segment_reduce(Tensor data, str reduce, *, Tensor? lengths=None, Tensor? indices=None,
+    /// Tensor? offsets=None, int axis=0, bool unsafe=False, Scalar? initial=None) -> Tensor`)
+    /// (`data` is *this.) Calls `tr_tensor_segment_reduce`; throws tr::Error on failure.
+    [[nodiscard]] Self segment_reduce(
+        const std::string& reduce,
+        OptionalTensor lengths,
+        OptionalTensor indices,
+        OptionalTensor offsets,
+        int64_t axis,
+        bool unsafe_,
+        std::optional<Scalar> initial) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_segment_reduce, self().raw(), detail::c_string(reduce, "reduce"),
+                lengths.raw(), indices.raw(), offsets.raw(), axis, unsafe_,
+                detail::c_opt(initial).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Create a view of an existing `torch.Tensor` `input` with specified `size`, `stride` and
+    /// `storage_offset`. (`as_strided(Tensor(a) self, SymInt[] size, SymInt[] stride, SymInt?
+    /// storage_offset=None) -> Tensor(a)`) (`input` is *this.) Calls `tr_tensor_as_strided`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self as_strided(
+        IntList size,
+        IntList stride,
+        std::optional<int64_t> storage_offset) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_as_strided, self().raw(), size.data(), size.size(), stride.data(),
+                stride.size(), detail::c_opt(storage_offset).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.as_strided` (`as_strided_(Tensor(a!) self, SymInt[] size,
+    /// SymInt[] stride, SymInt? storage_offset=None) -> Tensor(a!)`) (`input` is *this.) Calls
+    /// `tr_tensor_as_strided_`; throws tr::Error on failure.
+    Self& as_strided_(IntList size, IntList stride, std::optional<int64_t> storage_offset) & {
+        detail::call(tr_tensor_as_strided_, self().raw(), size.data(), size.size(), stride.data(),
+                stride.size(), detail::c_opt(storage_offset).ptr());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self as_strided_(
+        IntList size,
+        IntList stride,
+        std::optional<int64_t> storage_offset) && {
+        detail::call(tr_tensor_as_strided_, self().raw(), size.data(), size.size(), stride.data(),
+                stride.size(), detail::c_opt(storage_offset).ptr());
+        return std::move(self());
+    }
+
+    /// Returns a 1-dimensional view of each input tensor with zero dimensions.
+    /// (`atleast_1d(Tensor self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_atleast_1d`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self atleast_1d() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_atleast_1d, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns a 2-dimensional view of each input tensor with zero dimensions.
+    /// (`atleast_2d(Tensor self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_atleast_2d`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self atleast_2d() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_atleast_2d, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns a 3-dimensional view of each input tensor with zero dimensions.
+    /// (`atleast_3d(Tensor self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_atleast_3d`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self atleast_3d() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_atleast_3d, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Broadcasts `input` to the shape `\shape`. (`broadcast_to(Tensor(a) self, SymInt[] size)
+    /// -> Tensor(a)`) (`input` is *this.) Calls `tr_tensor_broadcast_to`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self broadcast_to(IntList size) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_broadcast_to, self().raw(), size.data(), size.size(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Works like `torch.chunk` but without enforcing the autograd restrictions on inplace
+    /// modification of the outputs. (`unsafe_chunk(Tensor self, int chunks, int dim=0) ->
+    /// Tensor[]`) (`input` is *this.) Calls `tr_tensor_unsafe_chunk`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] std::vector<Self> unsafe_chunk(int64_t chunks, int64_t dim) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_unsafe_chunk(self().raw(), chunks, dim, out_, room_, written_); });
+    }
+
+    /// Attempts to split a tensor into the specified number of chunks. (`chunk(Tensor(a -> *)
+    /// self, int chunks, int dim=0) -> Tensor(a)[]`) (`input` is *this.) Calls
+    /// `tr_tensor_chunk`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> chunk(int64_t chunks, int64_t dim) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_chunk(self().raw(), chunks, dim, out_, room_, written_); });
+    }
+
+    /// Splits a tensor into multiple sub-tensors, all of which are views of `input`, along
+    /// dimension `dim` according to the indices or number of sections specified by
+    /// `indices_or_sections`. (`tensor_split.sections(Tensor(a -> *) self, SymInt sections, int
+    /// dim=0) -> Tensor(a)[]`) (`input` is *this.) Calls `tr_tensor_tensor_split_sections`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> tensor_split_sections(int64_t sections, int64_t dim) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_tensor_split_sections(self().raw(), sections, dim, out_, room_,
+                written_); });
+    }
+
+    /// Splits a tensor into multiple sub-tensors, all of which are views of `input`, along
+    /// dimension `dim` according to the indices or number of sections specified by
+    /// `indices_or_sections`. (`tensor_split.indices(Tensor(a -> *) self, SymInt[] indices, int
+    /// dim=0) -> Tensor(a)[]`) (`input` is *this.) Calls `tr_tensor_tensor_split_indices`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> tensor_split_indices(IntList indices, int64_t dim) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_tensor_split_indices(self().raw(), indices.data(), indices.size(),
+                dim, out_, room_, written_); });
+    }
+
+    /// Splits a tensor into multiple sub-tensors, all of which are views of `input`, along
+    /// dimension `dim` according to the indices or number of sections specified by
+    /// `indices_or_sections`. (`tensor_split.tensor_indices_or_sections(Tensor(a -> *) self,
+    /// Tensor tensor_indices_or_sections, int dim=0) -> Tensor(a)[]`) (`input` is *this.) Calls
+    /// `tr_tensor_tensor_split_tensor_indices_or_sections`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> tensor_split_tensor_indices_or_sections(
+        const Self& tensor_indices_or_sections,
+        int64_t dim) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_tensor_split_tensor_indices_or_sections(self().raw(),
+                tensor_indices_or_sections.raw(), dim, out_, room_, written_); });
+    }
+
+    /// A copy of `input` with `src`'s values written into it, broadcast (`copy_` without the
+    /// write). (`copy(Tensor self, Tensor src, bool non_blocking=False) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_copy`; throws tr::Error on failure.
+    [[nodiscard]] Self copy(const Self& src, bool non_blocking) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_copy, self().raw(), src.raw(), non_blocking, &out);
+        return Self::adopt(out);
+    }
+
+    /// Fill the main diagonal of a tensor that has at least 2-dimensions.
+    /// (`fill_diagonal_(Tensor(a!) self, Scalar fill_value, bool wrap=False) -> Tensor(a!)`)
+    /// (`input` is *this.) Calls `tr_tensor_fill_diagonal_`; throws tr::Error on failure.
+    Self& fill_diagonal_(Scalar fill_value, bool wrap) & {
+        detail::call(tr_tensor_fill_diagonal_, self().raw(), fill_value.raw(), wrap);
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self fill_diagonal_(Scalar fill_value, bool wrap) && {
+        detail::call(tr_tensor_fill_diagonal_, self().raw(), fill_value.raw(), wrap);
+        return std::move(self());
+    }
+
+    /// Returns a Tensor of size `size` filled with uninitialized data. (`new_empty(Tensor self,
+    /// SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None,
+    /// bool? pin_memory=None) -> Tensor`) (`input` is *this.) Calls `tr_tensor_new_empty`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self new_empty(IntList size, std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_new_empty, self().raw(), size.data(), size.size(),
+                detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns a Tensor of size `size` and strides `stride` filled with uninitialized data.
+    /// (`new_empty_strided(Tensor self, SymInt[] size, SymInt[] stride, *, ScalarType?
+    /// dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_new_empty_strided`; throws tr::Error on failure.
+    [[nodiscard]] Self new_empty_strided(
+        IntList size,
+        IntList stride,
+        std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_new_empty_strided, self().raw(), size.data(), size.size(),
+                stride.data(), stride.size(), detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns a Tensor of size `size` filled with `fill_value`. (`new_full(Tensor self,
+    /// SymInt[] size, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None,
+    /// Device? device=None, bool? pin_memory=None) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_new_full`; throws tr::Error on failure.
+    [[nodiscard]] Self new_full(IntList size, Scalar fill_value, std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_new_full, self().raw(), size.data(), size.size(), fill_value.raw(),
+                detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns a Tensor of size `size` filled with `0`. (`new_zeros(Tensor self, SymInt[] size,
+    /// *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool?
+    /// pin_memory=None) -> Tensor`) (`input` is *this.) Calls `tr_tensor_new_zeros`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self new_zeros(IntList size, std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_new_zeros, self().raw(), size.data(), size.size(),
+                detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns a Tensor of size `size` filled with `1`. (`new_ones(Tensor self, SymInt[] size,
+    /// *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool?
+    /// pin_memory=None) -> Tensor`) (`input` is *this.) Calls `tr_tensor_new_ones`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self new_ones(IntList size, std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_new_ones, self().raw(), size.data(), size.size(),
+                detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Resizes `self` tensor to the specified size. (`resize_(Tensor(a!) self, SymInt[] size,
+    /// *, MemoryFormat? memory_format=None) -> Tensor(a!)`) (`input` is *this.) Calls
+    /// `tr_tensor_resize_`; throws tr::Error on failure.
+    Self& resize_(IntList size) & {
+        detail::call(tr_tensor_resize_, self().raw(), size.data(), size.size());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self resize_(IntList size) && {
+        detail::call(tr_tensor_resize_, self().raw(), size.data(), size.size());
+        return std::move(self());
+    }
+
+    /// Expand this tensor to the same size as `other`. (`expand_as(Tensor(a) self, Tensor
+    /// other) -> Tensor(a)`) (`input` is *this.) Calls `tr_tensor_expand_as`; throws tr::Error
+    /// on failure.
+    [[nodiscard]] Self expand_as(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_expand_as, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Flattens `input` by reshaping it into a one-dimensional tensor.
+    /// (`flatten.using_ints(Tensor(a) self, int start_dim=0, int end_dim=-1) -> Tensor(a)`)
+    /// (`input` is *this.) Calls `tr_tensor_flatten_using_ints`; throws tr::Error on failure.
+    [[nodiscard]] Self flatten_using_ints(int64_t start_dim, int64_t end_dim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_flatten_using_ints, self().raw(), start_dim, end_dim, &out);
+        return Self::adopt(out);
+    }
+
+    /// Expands a dimension of the input tensor over multiple dimensions.
+    /// (`unflatten.int(Tensor(a) self, int dim, SymInt[] sizes) -> Tensor(a)`) (`input` is
+    /// *this.) Calls `tr_tensor_unflatten_int`; throws tr::Error on failure.
+    [[nodiscard]] Self unflatten_int(int64_t dim, IntList sizes) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_unflatten_int, self().raw(), dim, sizes.data(), sizes.size(), &out);
+        return Self::adopt(out);
+    }
+
+    /// A tensor of `input`'s shape filled with `value` (`fill_` without the write).
+    /// (`fill.Scalar(Tensor self, Scalar value) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_fill_scalar`; throws tr::Error on failure.
+    [[nodiscard]] Self fill_scalar(Scalar value) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fill_scalar, self().raw(), value.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// A tensor of `input`'s shape filled with `value` (`fill_` without the write).
+    /// (`fill.Tensor(Tensor self, Tensor value) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_fill_tensor`; throws tr::Error on failure.
+    [[nodiscard]] Self fill_tensor(const Self& value) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fill_tensor, self().raw(), value.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Fills `self` tensor with the specified value. (`fill_.Scalar(Tensor(a!) self, Scalar
+    /// value) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_fill_scalar_`; throws
+    /// tr::Error on failure.
+    Self& fill_scalar_(Scalar value) & {
+        detail::call(tr_tensor_fill_scalar_, self().raw(), value.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self fill_scalar_(Scalar value) && {
+        detail::call(tr_tensor_fill_scalar_, self().raw(), value.raw());
+        return std::move(self());
+    }
+
+    /// Fills `self` tensor with the specified value. (`fill_.Tensor(Tensor(a!) self, Tensor
+    /// value) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_fill_tensor_`; throws
+    /// tr::Error on failure.
+    Self& fill_tensor_(const Self& value) & {
+        detail::call(tr_tensor_fill_tensor_, self().raw(), value.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self fill_tensor_(const Self& value) && {
+        detail::call(tr_tensor_fill_tensor_, self().raw(), value.raw());
+        return std::move(self());
+    }
+
+    /// Index a regular tensor by binding specified positions to dims. (`index.Tensor(Tensor
+    /// self, Tensor?[] indices) -> Tensor`) (`input` is *this.) Calls `tr_tensor_index_tensor`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self index_tensor(const std::vector<OptionalTensor>& indices) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_index_tensor, self().raw(), detail::raw_ids(indices).data(),
+                indices.size(), &out);
+        return Self::adopt(out);
+    }
+
+    /// See `Tensor.index_add_` for function description. (`index_copy(Tensor self, int dim,
+    /// Tensor index, Tensor source) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_index_copy`; throws tr::Error on failure.
+    [[nodiscard]] Self index_copy(int64_t dim, const Self& index, const Self& source) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_index_copy, self().raw(), dim, index.raw(), source.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Puts values from the tensor `values` into the tensor `self` using the indices specified
+    /// in `indices` (which is a tuple of Tensors). (`index_put_(Tensor(a!) self, Tensor?[]
+    /// indices, Tensor values, bool accumulate=False) -> Tensor(a!)`) (`input` is *this.) Calls
+    /// `tr_tensor_index_put_`; throws tr::Error on failure.
+    Self& index_put_(
+        const std::vector<OptionalTensor>& indices,
+        const Self& values,
+        bool accumulate) & {
+        detail::call(tr_tensor_index_put_, self().raw(), detail::raw_ids(indices).data(),
+                indices.size(), values.raw(), accumulate);
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self index_put_(
+        const std::vector<OptionalTensor>& indices,
+        const Self& values,
+        bool accumulate) && {
+        detail::call(tr_tensor_index_put_, self().raw(), detail::raw_ids(indices).data(),
+                indices.size(), values.raw(), accumulate);
+        return std::move(self());
+    }
+
+    /// Out-place version of `Tensor.index_put_`. (`index_put(Tensor self, Tensor?[] indices,
+    /// Tensor values, bool accumulate=False) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_index_put`; throws tr::Error on failure.
+    [[nodiscard]] Self index_put(
+        const std::vector<OptionalTensor>& indices,
+        const Self& values,
+        bool accumulate) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_index_put, self().raw(), detail::raw_ids(indices).data(),
+                indices.size(), values.raw(), accumulate, &out);
+        return Self::adopt(out);
+    }
+
+    /// Same as `Tensor.narrow` except this returns a copy rather than shared storage.
+    /// (`narrow_copy(Tensor self, int dim, SymInt start, SymInt length) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_narrow_copy`; throws tr::Error on failure.
+    [[nodiscard]] Self narrow_copy(int64_t dim, int64_t start, int64_t length) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_narrow_copy, self().raw(), dim, start, length, &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns a new tensor that is a narrowed version of `input` tensor.
+    /// (`narrow.Tensor(Tensor(a) self, int dim, Tensor start, SymInt length) -> Tensor(a)`)
+    /// (`input` is *this.) Calls `tr_tensor_narrow_tensor`; throws tr::Error on failure.
+    [[nodiscard]] Self narrow_tensor(int64_t dim, const Self& start, int64_t length) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_narrow_tensor, self().raw(), dim, start.raw(), length, &out);
+        return Self::adopt(out);
+    }
+
+    /// Moves the dimension(s) of `input` at the position(s) in `source` to the position(s) in
+    /// `destination`. (`movedim.intlist(Tensor(a) self, int[] source, int[] destination) ->
+    /// Tensor(a)`) (`input` is *this.) Calls `tr_tensor_movedim_intlist`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self movedim_intlist(IntList source, IntList destination) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_movedim_intlist, self().raw(), source.data(), source.size(),
+                destination.data(), destination.size(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Moves the dimension(s) of `input` at the position(s) in `source` to the position(s) in
+    /// `destination`. (`movedim.int(Tensor(a) self, int source, int destination) -> Tensor(a)`)
+    /// (`input` is *this.) Calls `tr_tensor_movedim_int`; throws tr::Error on failure.
+    [[nodiscard]] Self movedim_int(int64_t source, int64_t destination) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_movedim_int, self().raw(), source, destination, &out);
+        return Self::adopt(out);
+    }
+
+    /// Alias for `torch.movedim`. (`moveaxis.intlist(Tensor(a) self, int[] source, int[]
+    /// destination) -> Tensor(a)`) (`input` is *this.) Calls `tr_tensor_moveaxis_intlist`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self moveaxis_intlist(IntList source, IntList destination) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_moveaxis_intlist, self().raw(), source.data(), source.size(),
+                destination.data(), destination.size(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Alias for `torch.movedim`. (`moveaxis.int(Tensor(a) self, int source, int destination)
+    /// -> Tensor(a)`) (`input` is *this.) Calls `tr_tensor_moveaxis_int`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self moveaxis_int(int64_t source, int64_t destination) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_moveaxis_int, self().raw(), source, destination, &out);
+        return Self::adopt(out);
+    }
+
+    /// The tensor with its dimensions in reverse order (`Tensor.T`). (`numpy_T(Tensor(a) self)
+    /// -> Tensor(a)`) (`input` is *this.) Calls `tr_tensor_numpy_t`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self numpy_t() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_numpy_t, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns a view of this tensor with the last two dimensions transposed. (`mT(Tensor(a)
+    /// self) -> Tensor(a)`) (`input` is *this.) Calls `tr_tensor_mt`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self mt() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_mt, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Accessing this property is equivalent to calling `adjoint`. (`mH(Tensor(a) self) ->
+    /// Tensor(a)`) (`input` is *this.) Calls `tr_tensor_mh`; throws tr::Error on failure.
+    [[nodiscard]] Self mh() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_mh, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// `x.adjoint()` is equivalent to `x.transpose(-2, -1).conj()` for complex tensors and to
+    /// `x.transpose(-2, -1)` for real tensors. (`adjoint(Tensor(a) self) -> Tensor(a)`)
+    /// (`input` is *this.) Calls `tr_tensor_adjoint`; throws tr::Error on failure.
+    [[nodiscard]] Self adjoint() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_adjoint, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Return a contiguous flattened tensor. (`ravel(Tensor(a) self) -> Tensor(a)`) (`input` is
+    /// *this.) Calls `tr_tensor_ravel`; throws tr::Error on failure.
+    [[nodiscard]] Self ravel() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_ravel, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Repeats this tensor along the specified dimensions. (`repeat(Tensor self, SymInt[]
+    /// repeats) -> Tensor`) (`input` is *this.) Calls `tr_tensor_repeat`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self repeat(IntList repeats) const {
         tr_tensor out{0};
         detail::call(tr_tensor_repeat, self().raw(), repeats.data(), repeats.size(), &out);
         return Self::adopt(out);
     }
 
-    /// `repeat_interleave.Tensor(Tensor repeats, *, SymInt? output_size=None) -> Tensor`
-    /// (`repeats` is *this.) Calls `tr_tensor_repeat_interleave_tensor`; throws tr::Error on
-    /// failure.
+    /// Repeat elements of a tensor. (`repeat_interleave.Tensor(Tensor repeats, *, SymInt?
+    /// output_size=None) -> Tensor`) (`repeats` is *this.) Calls
+    /// `tr_tensor_repeat_interleave_tensor`; throws tr::Error on failure.
     [[nodiscard]] Self repeat_interleave_tensor(std::optional<int64_t> output_size) const {
         tr_tensor out{0};
         detail::call(tr_tensor_repeat_interleave_tensor, self().raw(),
@@ -4746,9 +5966,9 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `repeat_interleave.self_Tensor(Tensor self, Tensor repeats, int? dim=None, *, SymInt?
-    /// output_size=None) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_repeat_interleave_self_tensor`; throws tr::Error on failure.
+    /// Repeat elements of a tensor. (`repeat_interleave.self_Tensor(Tensor self, Tensor
+    /// repeats, int? dim=None, *, SymInt? output_size=None) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_repeat_interleave_self_tensor`; throws tr::Error on failure.
     [[nodiscard]] Self repeat_interleave_self_tensor(
         const Self& repeats,
         std::optional<int64_t> dim,
@@ -4759,8 +5979,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `repeat_interleave.self_int(Tensor self, SymInt repeats, int? dim=None, *, SymInt?
-    /// output_size=None) -> Tensor` (`input` is *this.) Calls
+    /// Repeat elements of a tensor. (`repeat_interleave.self_int(Tensor self, SymInt repeats,
+    /// int? dim=None, *, SymInt? output_size=None) -> Tensor`) (`input` is *this.) Calls
     /// `tr_tensor_repeat_interleave_self_int`; throws tr::Error on failure.
     [[nodiscard]] Self repeat_interleave_self_int(
         int64_t repeats,
@@ -4772,157 +5992,17 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `reshape_as(Tensor(a) self, Tensor other) -> Tensor(a)` (`input` is *this.) Calls
-    /// `tr_tensor_reshape_as`; throws tr::Error on failure.
+    /// Returns this tensor as the same shape as `other`. (`reshape_as(Tensor(a) self, Tensor
+    /// other) -> Tensor(a)`) (`input` is *this.) Calls `tr_tensor_reshape_as`; throws tr::Error
+    /// on failure.
     [[nodiscard]] Self reshape_as(const Self& other) const {
         tr_tensor out{0};
         detail::call(tr_tensor_reshape_as, self().raw(), other.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `round(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_round`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self round() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_round, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `round_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_round_`;
-    /// throws tr::Error on failure.
-    Self& round_() & {
-        detail::call(tr_tensor_round_, self().raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self round_() && {
-        detail::call(tr_tensor_round_, self().raw());
-        return std::move(self());
-    }
-
-    /// `round.decimals(Tensor self, *, int decimals) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_round_decimals`; throws tr::Error on failure.
-    [[nodiscard]] Self round_decimals(int64_t decimals) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_round_decimals, self().raw(), decimals, &out);
-        return Self::adopt(out);
-    }
-
-    /// `round_.decimals(Tensor(a!) self, *, int decimals) -> Tensor(a!)` (`input` is *this.)
-    /// Calls `tr_tensor_round_decimals_`; throws tr::Error on failure.
-    Self& round_decimals_(int64_t decimals) & {
-        detail::call(tr_tensor_round_decimals_, self().raw(), decimals);
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self round_decimals_(int64_t decimals) && {
-        detail::call(tr_tensor_round_decimals_, self().raw(), decimals);
-        return std::move(self());
-    }
-
-    /// `rrelu(Tensor self, Scalar lower=0.125, Scalar upper=0.3333333333333333, bool
-    /// training=False, Generator? generator=None) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_rrelu`; throws tr::Error on failure.
-    [[nodiscard]] Self rrelu(Scalar lower, Scalar upper, bool training) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_rrelu, self().raw(), lower.raw(), upper.raw(), training, &out);
-        return Self::adopt(out);
-    }
-
-    /// `rrelu_(Tensor(a!) self, Scalar lower=0.125, Scalar upper=0.3333333333333333, bool
-    /// training=False, Generator? generator=None) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_rrelu_`; throws tr::Error on failure.
-    Self& rrelu_(Scalar lower, Scalar upper, bool training) & {
-        detail::call(tr_tensor_rrelu_, self().raw(), lower.raw(), upper.raw(), training);
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self rrelu_(Scalar lower, Scalar upper, bool training) && {
-        detail::call(tr_tensor_rrelu_, self().raw(), lower.raw(), upper.raw(), training);
-        return std::move(self());
-    }
-
-    /// `relu_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_relu_`;
-    /// throws tr::Error on failure.
-    Self& relu_() & {
-        detail::call(tr_tensor_relu_, self().raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self relu_() && {
-        detail::call(tr_tensor_relu_, self().raw());
-        return std::move(self());
-    }
-
-    /// `relu6(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_relu6`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self relu6() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_relu6, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `relu6_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_relu6_`;
-    /// throws tr::Error on failure.
-    Self& relu6_() & {
-        detail::call(tr_tensor_relu6_, self().raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self relu6_() && {
-        detail::call(tr_tensor_relu6_, self().raw());
-        return std::move(self());
-    }
-
-    /// `prelu(Tensor self, Tensor weight) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_prelu`; throws tr::Error on failure.
-    [[nodiscard]] Self prelu(const Self& weight) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_prelu, self().raw(), weight.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `gelu_(Tensor(a!) self, *, str approximate='none') -> Tensor(a!)` (`input` is *this.)
-    /// Calls `tr_tensor_gelu_`; throws tr::Error on failure.
-    Self& gelu_(const std::string& approximate) & {
-        detail::call(tr_tensor_gelu_, self().raw(), detail::c_string(approximate, "approximate"));
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self gelu_(const std::string& approximate) && {
-        detail::call(tr_tensor_gelu_, self().raw(), detail::c_string(approximate, "approximate"));
-        return std::move(self());
-    }
-
-    /// `hardshrink(Tensor self, Scalar lambd=0.5) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_hardshrink`; throws tr::Error on failure.
-    [[nodiscard]] Self hardshrink(Scalar lambd) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_hardshrink, self().raw(), lambd.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `rsqrt(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_rsqrt`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self rsqrt() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_rsqrt, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `rsqrt_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_rsqrt_`;
-    /// throws tr::Error on failure.
-    Self& rsqrt_() & {
-        detail::call(tr_tensor_rsqrt_, self().raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self rsqrt_() && {
-        detail::call(tr_tensor_rsqrt_, self().raw());
-        return std::move(self());
-    }
-
-    /// `select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)` (`input` is *this.)
+    /// Slices the `input` tensor along the selected dimension at the given index.
+    /// (`select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)`) (`input` is *this.)
     /// Calls `tr_tensor_select_int`; throws tr::Error on failure.
     [[nodiscard]] Self select_int(int64_t dim, int64_t index) const {
         tr_tensor out{0};
@@ -4930,172 +6010,9 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `selu(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_selu`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self selu() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_selu, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `selu_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_selu_`;
-    /// throws tr::Error on failure.
-    Self& selu_() & {
-        detail::call(tr_tensor_selu_, self().raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self selu_() && {
-        detail::call(tr_tensor_selu_, self().raw());
-        return std::move(self());
-    }
-
-    /// `celu(Tensor self, Scalar alpha=1.0) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_celu`; throws tr::Error on failure.
-    [[nodiscard]] Self celu(Scalar alpha) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_celu, self().raw(), alpha.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `celu_(Tensor(a!) self, Scalar alpha=1.0) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_celu_`; throws tr::Error on failure.
-    Self& celu_(Scalar alpha) & {
-        detail::call(tr_tensor_celu_, self().raw(), alpha.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self celu_(Scalar alpha) && {
-        detail::call(tr_tensor_celu_, self().raw(), alpha.raw());
-        return std::move(self());
-    }
-
-    /// `silu_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_silu_`;
-    /// throws tr::Error on failure.
-    Self& silu_() & {
-        detail::call(tr_tensor_silu_, self().raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self silu_() && {
-        detail::call(tr_tensor_silu_, self().raw());
-        return std::move(self());
-    }
-
-    /// `mish(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_mish`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self mish() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_mish, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `mish_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_mish_`;
-    /// throws tr::Error on failure.
-    Self& mish_() & {
-        detail::call(tr_tensor_mish_, self().raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self mish_() && {
-        detail::call(tr_tensor_mish_, self().raw());
-        return std::move(self());
-    }
-
-    /// `sigmoid_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_sigmoid_`; throws tr::Error on failure.
-    Self& sigmoid_() & {
-        detail::call(tr_tensor_sigmoid_, self().raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self sigmoid_() && {
-        detail::call(tr_tensor_sigmoid_, self().raw());
-        return std::move(self());
-    }
-
-    /// `logit(Tensor self, float? eps=None) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_logit`; throws tr::Error on failure.
-    [[nodiscard]] Self logit(std::optional<double> eps) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_logit, self().raw(), detail::c_opt(eps).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `logit_(Tensor(a!) self, float? eps=None) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_logit_`; throws tr::Error on failure.
-    Self& logit_(std::optional<double> eps) & {
-        detail::call(tr_tensor_logit_, self().raw(), detail::c_opt(eps).ptr());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self logit_(std::optional<double> eps) && {
-        detail::call(tr_tensor_logit_, self().raw(), detail::c_opt(eps).ptr());
-        return std::move(self());
-    }
-
-    /// `sin(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_sin`; throws tr::Error
-    /// on failure.
-    [[nodiscard]] Self sin() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_sin, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `sin_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_sin_`; throws
-    /// tr::Error on failure.
-    Self& sin_() & {
-        detail::call(tr_tensor_sin_, self().raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self sin_() && {
-        detail::call(tr_tensor_sin_, self().raw());
-        return std::move(self());
-    }
-
-    /// `sinc(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_sinc`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self sinc() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_sinc, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `sinc_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_sinc_`;
-    /// throws tr::Error on failure.
-    Self& sinc_() & {
-        detail::call(tr_tensor_sinc_, self().raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self sinc_() && {
-        detail::call(tr_tensor_sinc_, self().raw());
-        return std::move(self());
-    }
-
-    /// `sinh(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_sinh`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self sinh() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_sinh, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `sinh_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_sinh_`;
-    /// throws tr::Error on failure.
-    Self& sinh_() & {
-        detail::call(tr_tensor_sinh_, self().raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self sinh_() && {
-        detail::call(tr_tensor_sinh_, self().raw());
-        return std::move(self());
-    }
-
-    /// `detach_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_detach_`;
-    /// throws tr::Error on failure.
+    /// Detaches the Tensor from the graph that created it, making it a leaf.
+    /// (`detach_(Tensor(a!) self) -> Tensor(a!)`) (`input` is *this.) Calls
+    /// `tr_tensor_detach_`; throws tr::Error on failure.
     Self& detach_() & {
         detail::call(tr_tensor_detach_, self().raw());
         return self();
@@ -5106,50 +6023,10 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `size.int(Tensor self, int dim) -> int` (`input` is *this.) Calls `tr_tensor_size_int`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] int64_t size_int(int64_t dim) const {
-        int64_t out = 0;
-        detail::call(tr_tensor_size_int, self().raw(), dim, &out);
-        return out;
-    }
-
-    /// `sym_size.int(Tensor self, int dim) -> SymInt` (`input` is *this.) Calls
-    /// `tr_tensor_sym_size_int`; throws tr::Error on failure.
-    [[nodiscard]] int64_t sym_size_int(int64_t dim) const {
-        int64_t out = 0;
-        detail::call(tr_tensor_sym_size_int, self().raw(), dim, &out);
-        return out;
-    }
-
-    /// `sym_is_contiguous(Tensor self, MemoryFormat memory_format=contiguous_format) ->
-    /// SymBool` (`input` is *this.) Calls `tr_tensor_sym_is_contiguous`; throws tr::Error on
-    /// failure.
-    [[nodiscard]] bool sym_is_contiguous() const {
-        bool out = false;
-        detail::call(tr_tensor_sym_is_contiguous, self().raw(), &out);
-        return out;
-    }
-
-    /// `sym_numel(Tensor self) -> SymInt` (`input` is *this.) Calls `tr_tensor_sym_numel`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] int64_t sym_numel() const {
-        int64_t out = 0;
-        detail::call(tr_tensor_sym_numel, self().raw(), &out);
-        return out;
-    }
-
-    /// `sym_storage_offset(Tensor self) -> SymInt` (`input` is *this.) Calls
-    /// `tr_tensor_sym_storage_offset`; throws tr::Error on failure.
-    [[nodiscard]] int64_t sym_storage_offset() const {
-        int64_t out = 0;
-        detail::call(tr_tensor_sym_storage_offset, self().raw(), &out);
-        return out;
-    }
-
-    /// `slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt
-    /// step=1) -> Tensor(a)` (`input` is *this.) Calls `tr_tensor_slice_tensor`; throws
-    /// tr::Error on failure.
+    /// The view of every `step`-th element from `start` to before `end` along `dim`
+    /// (`input[start:end:step]`). (`slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None,
+    /// SymInt? end=None, SymInt step=1) -> Tensor(a)`) (`input` is *this.) Calls
+    /// `tr_tensor_slice_tensor`; throws tr::Error on failure.
     [[nodiscard]] Self slice_tensor(
         int64_t dim,
         std::optional<int64_t> start,
@@ -5161,8 +6038,9 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `slice_inverse(Tensor(a) self, Tensor src, int dim=0, SymInt? start=None, SymInt?
-    /// end=None, SymInt step=1) -> Tensor(a)` (`input` is *this.) Calls
+    /// A view of `src` with `input`'s shape, of which `input` is the slice `start:end:step`
+    /// along `dim`. (`slice_inverse(Tensor(a) self, Tensor src, int dim=0, SymInt? start=None,
+    /// SymInt? end=None, SymInt step=1) -> Tensor(a)`) (`input` is *this.) Calls
     /// `tr_tensor_slice_inverse`; throws tr::Error on failure.
     [[nodiscard]] Self slice_inverse(
         const Self& src,
@@ -5176,9 +6054,10 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None,
-    /// SymInt step=1) -> Tensor` (`input` is *this.) Calls `tr_tensor_slice_scatter`; throws
-    /// tr::Error on failure.
+    /// Embeds the values of the `src` tensor into `input` at the given dimension.
+    /// (`slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt?
+    /// end=None, SymInt step=1) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_slice_scatter`; throws tr::Error on failure.
     [[nodiscard]] Self slice_scatter(
         const Self& src,
         int64_t dim,
@@ -5191,7 +6070,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `select_scatter(Tensor self, Tensor src, int dim, SymInt index) -> Tensor` (`input` is
+    /// Embeds the values of the `src` tensor into `input` at the given index.
+    /// (`select_scatter(Tensor self, Tensor src, int dim, SymInt index) -> Tensor`) (`input` is
     /// *this.) Calls `tr_tensor_select_scatter`; throws tr::Error on failure.
     [[nodiscard]] Self select_scatter(const Self& src, int64_t dim, int64_t index) const {
         tr_tensor out{0};
@@ -5199,9 +6079,10 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `diagonal_scatter(Tensor self, Tensor src, int offset=0, int dim1=0, int dim2=1) ->
-    /// Tensor` (`input` is *this.) Calls `tr_tensor_diagonal_scatter`; throws tr::Error on
-    /// failure.
+    /// Embeds the values of the `src` tensor into `input` along the diagonal elements of
+    /// `input`, with respect to `dim1` and `dim2`. (`diagonal_scatter(Tensor self, Tensor src,
+    /// int offset=0, int dim1=0, int dim2=1) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_diagonal_scatter`; throws tr::Error on failure.
     [[nodiscard]] Self diagonal_scatter(
         const Self& src,
         int64_t offset,
@@ -5212,8 +6093,10 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `as_strided_scatter(Tensor self, Tensor src, SymInt[] size, SymInt[] stride, SymInt?
-    /// storage_offset=None) -> Tensor` (`input` is *this.) Calls
+    /// Embeds the values of the `src` tensor into `input` along the elements corresponding to
+    /// the result of calling input.as_strided(size, stride, storage_offset).
+    /// (`as_strided_scatter(Tensor self, Tensor src, SymInt[] size, SymInt[] stride, SymInt?
+    /// storage_offset=None) -> Tensor`) (`input` is *this.) Calls
     /// `tr_tensor_as_strided_scatter`; throws tr::Error on failure.
     [[nodiscard]] Self as_strided_scatter(
         const Self& src,
@@ -5227,47 +6110,36 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `smm(Tensor self, Tensor mat2) -> Tensor` (`input` is *this.) Calls `tr_tensor_smm`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self smm(const Self& mat2) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_smm, self().raw(), mat2.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_softmax_int`; throws tr::Error on failure.
-    [[nodiscard]] Self softmax_int(int64_t dim, std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_softmax_int, self().raw(), dim, detail::c_opt(dtype).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `unsafe_split.Tensor(Tensor self, SymInt split_size, int dim=0) -> Tensor[]` (`input` is
-    /// *this.) Calls `tr_tensor_unsafe_split_tensor`; throws tr::Error on failure.
+    /// Works like `torch.split` but without enforcing the autograd restrictions on inplace
+    /// modification of the outputs. (`unsafe_split.Tensor(Tensor self, SymInt split_size, int
+    /// dim=0) -> Tensor[]`) (`input` is *this.) Calls `tr_tensor_unsafe_split_tensor`; throws
+    /// tr::Error on failure.
     [[nodiscard]] std::vector<Self> unsafe_split_tensor(int64_t split_size, int64_t dim) const {
         return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
                 return tr_tensor_unsafe_split_tensor(self().raw(), split_size, dim, out_, room_,
                 written_); });
     }
 
-    /// `split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]`
-    /// (`input` is *this.) Calls `tr_tensor_split_tensor`; throws tr::Error on failure.
+    /// Splits the tensor into chunks. (`split.Tensor(Tensor(a -> *) self, SymInt split_size,
+    /// int dim=0) -> Tensor(a)[]`) (`input` is *this.) Calls `tr_tensor_split_tensor`; throws
+    /// tr::Error on failure.
     [[nodiscard]] std::vector<Self> split_tensor(int64_t split_size, int64_t dim) const {
         return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
                 return tr_tensor_split_tensor(self().raw(), split_size, dim, out_, room_, written_);
                 });
     }
 
-    /// `split.sizes(Tensor(a -> *) self, SymInt[] split_size, int dim=0) -> Tensor(a)[]`
-    /// (`input` is *this.) Calls `tr_tensor_split_sizes`; throws tr::Error on failure.
+    /// Splits the tensor into chunks. (`split.sizes(Tensor(a -> *) self, SymInt[] split_size,
+    /// int dim=0) -> Tensor(a)[]`) (`input` is *this.) Calls `tr_tensor_split_sizes`; throws
+    /// tr::Error on failure.
     [[nodiscard]] std::vector<Self> split_sizes(IntList split_size, int64_t dim) const {
         return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
                 return tr_tensor_split_sizes(self().raw(), split_size.data(), split_size.size(),
                 dim, out_, room_, written_); });
     }
 
-    /// `unsafe_split_with_sizes(Tensor self, SymInt[] split_sizes, int dim=0) -> Tensor[]`
+    /// `split_with_sizes` whose views autograd does not track as views of `input`.
+    /// (`unsafe_split_with_sizes(Tensor self, SymInt[] split_sizes, int dim=0) -> Tensor[]`)
     /// (`input` is *this.) Calls `tr_tensor_unsafe_split_with_sizes`; throws tr::Error on
     /// failure.
     [[nodiscard]] std::vector<Self> unsafe_split_with_sizes(
@@ -5278,60 +6150,75 @@ class TensorOps {
                 split_sizes.size(), dim, out_, room_, written_); });
     }
 
-    /// `split_with_sizes(Tensor(a -> *) self, SymInt[] split_sizes, int dim=0) -> Tensor(a)[]`
-    /// (`input` is *this.) Calls `tr_tensor_split_with_sizes`; throws tr::Error on failure.
+    /// Splits the tensor into views of the given sizes along `dim` (`torch.split` with a list).
+    /// (`split_with_sizes(Tensor(a -> *) self, SymInt[] split_sizes, int dim=0) ->
+    /// Tensor(a)[]`) (`input` is *this.) Calls `tr_tensor_split_with_sizes`; throws tr::Error
+    /// on failure.
     [[nodiscard]] std::vector<Self> split_with_sizes(IntList split_sizes, int64_t dim) const {
         return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
                 return tr_tensor_split_with_sizes(self().raw(), split_sizes.data(),
                 split_sizes.size(), dim, out_, room_, written_); });
     }
 
-    /// `hsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]` (`input` is *this.) Calls
-    /// `tr_tensor_hsplit_int`; throws tr::Error on failure.
+    /// Splits `input`, a tensor with one or more dimensions, into multiple tensors horizontally
+    /// according to `indices_or_sections`. (`hsplit.int(Tensor(a -> *) self, int sections) ->
+    /// Tensor(a)[]`) (`input` is *this.) Calls `tr_tensor_hsplit_int`; throws tr::Error on
+    /// failure.
     [[nodiscard]] std::vector<Self> hsplit_int(int64_t sections) const {
         return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
                 return tr_tensor_hsplit_int(self().raw(), sections, out_, room_, written_); });
     }
 
-    /// `hsplit.array(Tensor(a -> *) self, int[] indices) -> Tensor(a)[]` (`input` is *this.)
-    /// Calls `tr_tensor_hsplit_array`; throws tr::Error on failure.
+    /// Splits `input`, a tensor with one or more dimensions, into multiple tensors horizontally
+    /// according to `indices_or_sections`. (`hsplit.array(Tensor(a -> *) self, int[] indices)
+    /// -> Tensor(a)[]`) (`input` is *this.) Calls `tr_tensor_hsplit_array`; throws tr::Error on
+    /// failure.
     [[nodiscard]] std::vector<Self> hsplit_array(IntList indices) const {
         return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
                 return tr_tensor_hsplit_array(self().raw(), indices.data(), indices.size(), out_,
                 room_, written_); });
     }
 
-    /// `vsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]` (`input` is *this.) Calls
-    /// `tr_tensor_vsplit_int`; throws tr::Error on failure.
+    /// Splits `input`, a tensor with two or more dimensions, into multiple tensors vertically
+    /// according to `indices_or_sections`. (`vsplit.int(Tensor(a -> *) self, int sections) ->
+    /// Tensor(a)[]`) (`input` is *this.) Calls `tr_tensor_vsplit_int`; throws tr::Error on
+    /// failure.
     [[nodiscard]] std::vector<Self> vsplit_int(int64_t sections) const {
         return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
                 return tr_tensor_vsplit_int(self().raw(), sections, out_, room_, written_); });
     }
 
-    /// `vsplit.array(Tensor(a -> *) self, int[] indices) -> Tensor(a)[]` (`input` is *this.)
-    /// Calls `tr_tensor_vsplit_array`; throws tr::Error on failure.
+    /// Splits `input`, a tensor with two or more dimensions, into multiple tensors vertically
+    /// according to `indices_or_sections`. (`vsplit.array(Tensor(a -> *) self, int[] indices)
+    /// -> Tensor(a)[]`) (`input` is *this.) Calls `tr_tensor_vsplit_array`; throws tr::Error on
+    /// failure.
     [[nodiscard]] std::vector<Self> vsplit_array(IntList indices) const {
         return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
                 return tr_tensor_vsplit_array(self().raw(), indices.data(), indices.size(), out_,
                 room_, written_); });
     }
 
-    /// `dsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]` (`input` is *this.) Calls
-    /// `tr_tensor_dsplit_int`; throws tr::Error on failure.
+    /// Splits `input`, a tensor with three or more dimensions, into multiple tensors depthwise
+    /// according to `indices_or_sections`. (`dsplit.int(Tensor(a -> *) self, int sections) ->
+    /// Tensor(a)[]`) (`input` is *this.) Calls `tr_tensor_dsplit_int`; throws tr::Error on
+    /// failure.
     [[nodiscard]] std::vector<Self> dsplit_int(int64_t sections) const {
         return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
                 return tr_tensor_dsplit_int(self().raw(), sections, out_, room_, written_); });
     }
 
-    /// `dsplit.array(Tensor(a -> *) self, int[] indices) -> Tensor(a)[]` (`input` is *this.)
-    /// Calls `tr_tensor_dsplit_array`; throws tr::Error on failure.
+    /// Splits `input`, a tensor with three or more dimensions, into multiple tensors depthwise
+    /// according to `indices_or_sections`. (`dsplit.array(Tensor(a -> *) self, int[] indices)
+    /// -> Tensor(a)[]`) (`input` is *this.) Calls `tr_tensor_dsplit_array`; throws tr::Error on
+    /// failure.
     [[nodiscard]] std::vector<Self> dsplit_array(IntList indices) const {
         return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
                 return tr_tensor_dsplit_array(self().raw(), indices.data(), indices.size(), out_,
                 room_, written_); });
     }
 
-    /// `squeeze.dim(Tensor(a) self, int dim) -> Tensor(a)` (`input` is *this.) Calls
+    /// Returns a tensor with all specified dimensions of `input` of size `1` removed.
+    /// (`squeeze.dim(Tensor(a) self, int dim) -> Tensor(a)`) (`input` is *this.) Calls
     /// `tr_tensor_squeeze_dim`; throws tr::Error on failure.
     [[nodiscard]] Self squeeze_dim(int64_t dim) const {
         tr_tensor out{0};
@@ -5339,7 +6226,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `squeeze.dims(Tensor(a) self, int[] dim) -> Tensor(a)` (`input` is *this.) Calls
+    /// Returns a tensor with all specified dimensions of `input` of size `1` removed.
+    /// (`squeeze.dims(Tensor(a) self, int[] dim) -> Tensor(a)`) (`input` is *this.) Calls
     /// `tr_tensor_squeeze_dims`; throws tr::Error on failure.
     [[nodiscard]] Self squeeze_dims(IntList dim) const {
         tr_tensor out{0};
@@ -5347,8 +6235,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `squeeze_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_squeeze_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.squeeze` (`squeeze_(Tensor(a!) self) -> Tensor(a!)`)
+    /// (`input` is *this.) Calls `tr_tensor_squeeze_`; throws tr::Error on failure.
     Self& squeeze_() & {
         detail::call(tr_tensor_squeeze_, self().raw());
         return self();
@@ -5359,8 +6247,9 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `squeeze_.dim(Tensor(a!) self, int dim) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_squeeze_dim_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.squeeze` (`squeeze_.dim(Tensor(a!) self, int dim) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_squeeze_dim_`; throws tr::Error on
+    /// failure.
     Self& squeeze_dim_(int64_t dim) & {
         detail::call(tr_tensor_squeeze_dim_, self().raw(), dim);
         return self();
@@ -5371,8 +6260,9 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `squeeze_.dims(Tensor(a!) self, int[] dim) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_squeeze_dims_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.squeeze` (`squeeze_.dims(Tensor(a!) self, int[] dim) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_squeeze_dims_`; throws tr::Error on
+    /// failure.
     Self& squeeze_dims_(IntList dim) & {
         detail::call(tr_tensor_squeeze_dims_, self().raw(), dim.data(), dim.size());
         return self();
@@ -5383,355 +6273,27 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `sspaddmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) ->
-    /// Tensor` (`input` is *this.) Calls `tr_tensor_sspaddmm`; throws tr::Error on failure.
-    [[nodiscard]] Self sspaddmm(
-        const Self& mat1,
-        const Self& mat2,
-        Scalar beta,
-        Scalar alpha) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_sspaddmm, self().raw(), mat1.raw(), mat2.raw(), beta.raw(),
-                alpha.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `stft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor?
-    /// window=None, bool normalized=False, bool? onesided=None, bool? return_complex=None,
-    /// bool? align_to_window=None) -> Tensor` (`input` is *this.) Calls `tr_tensor_stft`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self stft(
-        int64_t n_fft,
-        std::optional<int64_t> hop_length,
-        std::optional<int64_t> win_length,
-        OptionalTensor window,
-        bool normalized,
-        std::optional<bool> onesided,
-        std::optional<bool> return_complex,
-        std::optional<bool> align_to_window) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_stft, self().raw(), n_fft, detail::c_opt(hop_length).ptr(),
-                detail::c_opt(win_length).ptr(), window.raw(), normalized,
-                detail::c_opt(onesided).ptr(), detail::c_opt(return_complex).ptr(),
-                detail::c_opt(align_to_window).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `stft.center(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor?
-    /// window=None, bool center=True, str pad_mode="reflect", bool normalized=False, bool?
-    /// onesided=None, bool? return_complex=None, bool? align_to_window=None) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_stft_center`; throws tr::Error on failure.
-    [[nodiscard]] Self stft_center(
-        int64_t n_fft,
-        std::optional<int64_t> hop_length,
-        std::optional<int64_t> win_length,
-        OptionalTensor window,
-        bool center,
-        const std::string& pad_mode,
-        bool normalized,
-        std::optional<bool> onesided,
-        std::optional<bool> return_complex,
-        std::optional<bool> align_to_window) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_stft_center, self().raw(), n_fft, detail::c_opt(hop_length).ptr(),
-                detail::c_opt(win_length).ptr(), window.raw(), center, detail::c_string(pad_mode,
-                "pad_mode"), normalized, detail::c_opt(onesided).ptr(),
-                detail::c_opt(return_complex).ptr(), detail::c_opt(align_to_window).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `istft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor?
-    /// window=None, bool center=True, bool normalized=False, bool? onesided=None, int?
-    /// length=None, bool return_complex=False) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_istft`; throws tr::Error on failure.
-    [[nodiscard]] Self istft(
-        int64_t n_fft,
-        std::optional<int64_t> hop_length,
-        std::optional<int64_t> win_length,
-        OptionalTensor window,
-        bool center,
-        bool normalized,
-        std::optional<bool> onesided,
-        std::optional<int64_t> length,
-        bool return_complex) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_istft, self().raw(), n_fft, detail::c_opt(hop_length).ptr(),
-                detail::c_opt(win_length).ptr(), window.raw(), center, normalized,
-                detail::c_opt(onesided).ptr(), detail::c_opt(length).ptr(), return_complex, &out);
-        return Self::adopt(out);
-    }
-
-    /// `stride.int(Tensor self, int dim) -> int` (`input` is *this.) Calls
-    /// `tr_tensor_stride_int`; throws tr::Error on failure.
-    [[nodiscard]] int64_t stride_int(int64_t dim) const {
-        int64_t out = 0;
-        detail::call(tr_tensor_stride_int, self().raw(), dim, &out);
-        return out;
-    }
-
-    /// `sym_stride.int(Tensor self, int dim) -> SymInt` (`input` is *this.) Calls
-    /// `tr_tensor_sym_stride_int`; throws tr::Error on failure.
-    [[nodiscard]] int64_t sym_stride_int(int64_t dim) const {
-        int64_t out = 0;
-        detail::call(tr_tensor_sym_stride_int, self().raw(), dim, &out);
-        return out;
-    }
-
-    /// `sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType?
-    /// dtype=None) -> Tensor` (`input` is *this.) Calls `tr_tensor_sum_dim_intlist`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self sum_dim_intlist(
-        const std::optional<IntList>& dim,
-        bool keepdim,
-        std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_sum_dim_intlist, self().raw(), dim ? dim->data() : nullptr, dim ?
-                dim->size() : 0, keepdim, detail::c_opt(dtype).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `nansum(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) ->
-    /// Tensor` (`input` is *this.) Calls `tr_tensor_nansum`; throws tr::Error on failure.
-    [[nodiscard]] Self nansum(
-        const std::optional<IntList>& dim,
-        bool keepdim,
-        std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_nansum, self().raw(), dim ? dim->data() : nullptr, dim ? dim->size()
-                : 0, keepdim, detail::c_opt(dtype).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `hash_tensor(Tensor self, int[1] dim=[], *, bool keepdim=False, int mode=0) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_hash_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self hash_tensor(IntList dim, bool keepdim, int64_t mode) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_hash_tensor, self().raw(), dim.data(), dim.size(), keepdim, mode,
-                &out);
-        return Self::adopt(out);
-    }
-
-    /// `sum_to_size(Tensor self, SymInt[] size) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_sum_to_size`; throws tr::Error on failure.
-    [[nodiscard]] Self sum_to_size(IntList size) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_sum_to_size, self().raw(), size.data(), size.size(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `sqrt_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_sqrt_`;
-    /// throws tr::Error on failure.
-    Self& sqrt_() & {
-        detail::call(tr_tensor_sqrt_, self().raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self sqrt_() && {
-        detail::call(tr_tensor_sqrt_, self().raw());
-        return std::move(self());
-    }
-
-    /// `square(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_square`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self square() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_square, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `square_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_square_`;
-    /// throws tr::Error on failure.
-    Self& square_() & {
-        detail::call(tr_tensor_square_, self().raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self square_() && {
-        detail::call(tr_tensor_square_, self().raw());
-        return std::move(self());
-    }
-
-    /// `std(Tensor self, bool unbiased=True) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_std`; throws tr::Error on failure.
-    [[nodiscard]] Self std(bool unbiased) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_std, self().raw(), unbiased, &out);
-        return Self::adopt(out);
-    }
-
-    /// `std.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_std_dim`; throws tr::Error on failure.
-    [[nodiscard]] Self std_dim(
-        const std::optional<IntList>& dim,
-        bool unbiased,
-        bool keepdim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_std_dim, self().raw(), dim ? dim->data() : nullptr, dim ? dim->size()
-                : 0, unbiased, keepdim, &out);
-        return Self::adopt(out);
-    }
-
-    /// `std.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool
-    /// keepdim=False) -> Tensor` (`input` is *this.) Calls `tr_tensor_std_correction`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self std_correction(
-        const std::optional<IntList>& dim,
-        std::optional<Scalar> correction,
-        bool keepdim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_std_correction, self().raw(), dim ? dim->data() : nullptr, dim ?
-                dim->size() : 0, detail::c_opt(correction).ptr(), keepdim, &out);
-        return Self::adopt(out);
-    }
-
-    /// `std_mean(Tensor self, bool unbiased=True) -> (Tensor, Tensor)` (`input` is *this.)
-    /// Calls `tr_tensor_std_mean`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> std_mean(bool unbiased) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_std_mean(self().raw(), unbiased, out_, room_, written_); });
-    }
-
-    /// `std_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) ->
-    /// (Tensor, Tensor)` (`input` is *this.) Calls `tr_tensor_std_mean_dim`; throws tr::Error
-    /// on failure.
-    [[nodiscard]] std::array<Self, 2> std_mean_dim(
-        const std::optional<IntList>& dim,
-        bool unbiased,
-        bool keepdim) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_std_mean_dim(self().raw(), dim ? dim->data() : nullptr, dim ?
-                dim->size() : 0, unbiased, keepdim, out_, room_, written_); });
-    }
-
-    /// `std_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool
-    /// keepdim=False) -> (Tensor, Tensor)` (`input` is *this.) Calls
-    /// `tr_tensor_std_mean_correction`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> std_mean_correction(
-        const std::optional<IntList>& dim,
-        std::optional<Scalar> correction,
-        bool keepdim) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_std_mean_correction(self().raw(), dim ? dim->data() : nullptr, dim
-                ? dim->size() : 0, detail::c_opt(correction).ptr(), keepdim, out_, room_, written_);
-                });
-    }
-
-    /// `prod(Tensor self, *, ScalarType? dtype=None) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_prod`; throws tr::Error on failure.
-    [[nodiscard]] Self prod(std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_prod, self().raw(), detail::c_opt(dtype).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) ->
-    /// Tensor` (`input` is *this.) Calls `tr_tensor_prod_dim_int`; throws tr::Error on failure.
-    [[nodiscard]] Self prod_dim_int(int64_t dim, bool keepdim, std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_prod_dim_int, self().raw(), dim, keepdim, detail::c_opt(dtype).ptr(),
-                &out);
-        return Self::adopt(out);
-    }
-
-    /// `t(Tensor(a) self) -> Tensor(a)` (`input` is *this.) Calls `tr_tensor_t`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self t() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_t, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `t_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_t_`; throws
-    /// tr::Error on failure.
-    Self& t_() & {
-        detail::call(tr_tensor_t_, self().raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self t_() && {
-        detail::call(tr_tensor_t_, self().raw());
-        return std::move(self());
-    }
-
-    /// `tan(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_tan`; throws tr::Error
-    /// on failure.
-    [[nodiscard]] Self tan() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_tan, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `tan_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_tan_`; throws
-    /// tr::Error on failure.
-    Self& tan_() & {
-        detail::call(tr_tensor_tan_, self().raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self tan_() && {
-        detail::call(tr_tensor_tan_, self().raw());
-        return std::move(self());
-    }
-
-    /// `tanh_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_tanh_`;
-    /// throws tr::Error on failure.
-    Self& tanh_() & {
-        detail::call(tr_tensor_tanh_, self().raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self tanh_() && {
-        detail::call(tr_tensor_tanh_, self().raw());
-        return std::move(self());
-    }
-
-    /// `tensordot(Tensor self, Tensor other, int[] dims_self, int[] dims_other) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_tensordot`; throws tr::Error on failure.
-    [[nodiscard]] Self tensordot(const Self& other, IntList dims_self, IntList dims_other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_tensordot, self().raw(), other.raw(), dims_self.data(),
-                dims_self.size(), dims_other.data(), dims_other.size(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `threshold(Tensor self, Scalar threshold, Scalar value) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_threshold`; throws tr::Error on failure.
-    [[nodiscard]] Self threshold(Scalar threshold, Scalar value) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_threshold, self().raw(), threshold.raw(), value.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `threshold_(Tensor(a!) self, Scalar threshold, Scalar value) -> Tensor(a!)` (`input` is
-    /// *this.) Calls `tr_tensor_threshold_`; throws tr::Error on failure.
-    Self& threshold_(Scalar threshold, Scalar value) & {
-        detail::call(tr_tensor_threshold_, self().raw(), threshold.raw(), value.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self threshold_(Scalar threshold, Scalar value) && {
-        detail::call(tr_tensor_threshold_, self().raw(), threshold.raw(), value.raw());
-        return std::move(self());
-    }
-
-    /// `tile(Tensor self, SymInt[] dims) -> Tensor` (`input` is *this.) Calls `tr_tensor_tile`;
-    /// throws tr::Error on failure.
+    /// Constructs a tensor by repeating the elements of `input`. (`tile(Tensor self, SymInt[]
+    /// dims) -> Tensor`) (`input` is *this.) Calls `tr_tensor_tile`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self tile(IntList dims) const {
         tr_tensor out{0};
         detail::call(tr_tensor_tile, self().raw(), dims.data(), dims.size(), &out);
         return Self::adopt(out);
     }
 
-    /// `transpose.int(Tensor(a) self, int dim0, int dim1) -> Tensor(a)` (`input` is *this.)
-    /// Calls `tr_tensor_transpose_int`; throws tr::Error on failure.
+    /// Returns a tensor that is a transposed version of `input`. (`transpose.int(Tensor(a)
+    /// self, int dim0, int dim1) -> Tensor(a)`) (`input` is *this.) Calls
+    /// `tr_tensor_transpose_int`; throws tr::Error on failure.
     [[nodiscard]] Self transpose_int(int64_t dim0, int64_t dim1) const {
         tr_tensor out{0};
         detail::call(tr_tensor_transpose_int, self().raw(), dim0, dim1, &out);
         return Self::adopt(out);
     }
 
-    /// `transpose_(Tensor(a!) self, int dim0, int dim1) -> Tensor(a!)` (`input` is *this.)
-    /// Calls `tr_tensor_transpose_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.transpose` (`transpose_(Tensor(a!) self, int dim0, int dim1)
+    /// -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_transpose_`; throws tr::Error on
+    /// failure.
     Self& transpose_(int64_t dim0, int64_t dim1) & {
         detail::call(tr_tensor_transpose_, self().raw(), dim0, dim1);
         return self();
@@ -5742,40 +6304,34 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `one_hot(Tensor self, int num_classes=-1) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_one_hot`; throws tr::Error on failure.
-    [[nodiscard]] Self one_hot(int64_t num_classes) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_one_hot, self().raw(), num_classes, &out);
-        return Self::adopt(out);
-    }
-
-    /// `flip(Tensor self, int[] dims) -> Tensor` (`input` is *this.) Calls `tr_tensor_flip`;
-    /// throws tr::Error on failure.
+    /// Reverse the order of an n-D tensor along given axis in dims. (`flip(Tensor self, int[]
+    /// dims) -> Tensor`) (`input` is *this.) Calls `tr_tensor_flip`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self flip(IntList dims) const {
         tr_tensor out{0};
         detail::call(tr_tensor_flip, self().raw(), dims.data(), dims.size(), &out);
         return Self::adopt(out);
     }
 
-    /// `fliplr(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_fliplr`; throws
-    /// tr::Error on failure.
+    /// Flip tensor in the left/right direction, returning a new tensor. (`fliplr(Tensor self)
+    /// -> Tensor`) (`input` is *this.) Calls `tr_tensor_fliplr`; throws tr::Error on failure.
     [[nodiscard]] Self fliplr() const {
         tr_tensor out{0};
         detail::call(tr_tensor_fliplr, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `flipud(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_flipud`; throws
-    /// tr::Error on failure.
+    /// Flip tensor in the up/down direction, returning a new tensor. (`flipud(Tensor self) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_flipud`; throws tr::Error on failure.
     [[nodiscard]] Self flipud() const {
         tr_tensor out{0};
         detail::call(tr_tensor_flipud, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `roll(Tensor self, SymInt[1] shifts, int[1] dims=[]) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_roll`; throws tr::Error on failure.
+    /// Roll the tensor `input` along the given dimension(s). (`roll(Tensor self, SymInt[1]
+    /// shifts, int[1] dims=[]) -> Tensor`) (`input` is *this.) Calls `tr_tensor_roll`; throws
+    /// tr::Error on failure.
     [[nodiscard]] Self roll(IntList shifts, IntList dims) const {
         tr_tensor out{0};
         detail::call(tr_tensor_roll, self().raw(), shifts.data(), shifts.size(), dims.data(),
@@ -5783,7 +6339,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `rot90(Tensor self, int k=1, int[] dims=[0,1]) -> Tensor` (`input` is *this.) Calls
+    /// Rotate an n-D tensor by 90 degrees in the plane specified by dims axis. (`rot90(Tensor
+    /// self, int k=1, int[] dims=[0,1]) -> Tensor`) (`input` is *this.) Calls
     /// `tr_tensor_rot90`; throws tr::Error on failure.
     [[nodiscard]] Self rot90(int64_t k, IntList dims) const {
         tr_tensor out{0};
@@ -5791,142 +6348,18 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `trapezoid.x(Tensor y, Tensor x, *, int dim=-1) -> Tensor` (`y` is *this.) Calls
-    /// `tr_tensor_trapezoid_x`; throws tr::Error on failure.
-    [[nodiscard]] Self trapezoid_x(const Self& x, int64_t dim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_trapezoid_x, self().raw(), x.raw(), dim, &out);
-        return Self::adopt(out);
-    }
-
-    /// `trapezoid.dx(Tensor y, *, Scalar dx=1, int dim=-1) -> Tensor` (`y` is *this.) Calls
-    /// `tr_tensor_trapezoid_dx`; throws tr::Error on failure.
-    [[nodiscard]] Self trapezoid_dx(Scalar dx, int64_t dim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_trapezoid_dx, self().raw(), dx.raw(), dim, &out);
-        return Self::adopt(out);
-    }
-
-    /// `trapz.x(Tensor y, Tensor x, *, int dim=-1) -> Tensor` (`y` is *this.) Calls
-    /// `tr_tensor_trapz_x`; throws tr::Error on failure.
-    [[nodiscard]] Self trapz_x(const Self& x, int64_t dim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_trapz_x, self().raw(), x.raw(), dim, &out);
-        return Self::adopt(out);
-    }
-
-    /// `trapz.dx(Tensor y, *, float dx=1, int dim=-1) -> Tensor` (`y` is *this.) Calls
-    /// `tr_tensor_trapz_dx`; throws tr::Error on failure.
-    [[nodiscard]] Self trapz_dx(double dx, int64_t dim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_trapz_dx, self().raw(), dx, dim, &out);
-        return Self::adopt(out);
-    }
-
-    /// `triplet_margin_loss(Tensor anchor, Tensor positive, Tensor negative, float margin=1.0,
-    /// float p=2, float eps=1e-06, bool swap=False, int reduction=Mean) -> Tensor` (`anchor` is
-    /// *this.) Calls `tr_tensor_triplet_margin_loss`; throws tr::Error on failure.
-    [[nodiscard]] Self triplet_margin_loss(
-        const Self& positive,
-        const Self& negative,
-        double margin,
-        double p,
-        double eps,
-        bool swap,
-        int64_t reduction) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_triplet_margin_loss, self().raw(), positive.raw(), negative.raw(),
-                margin, p, eps, swap, reduction, &out);
-        return Self::adopt(out);
-    }
-
-    /// `trunc(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_trunc`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self trunc() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_trunc, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `trunc_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_trunc_`;
-    /// throws tr::Error on failure.
-    Self& trunc_() & {
-        detail::call(tr_tensor_trunc_, self().raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self trunc_() && {
-        detail::call(tr_tensor_trunc_, self().raw());
-        return std::move(self());
-    }
-
-    /// `fix(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_fix`; throws tr::Error
-    /// on failure.
-    [[nodiscard]] Self fix() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_fix, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `fix_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_fix_`; throws
-    /// tr::Error on failure.
-    Self& fix_() & {
-        detail::call(tr_tensor_fix_, self().raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self fix_() && {
-        detail::call(tr_tensor_fix_, self().raw());
-        return std::move(self());
-    }
-
-    /// `type_as(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_type_as`; throws tr::Error on failure.
+    /// Returns this tensor cast to the type of the given tensor. (`type_as(Tensor self, Tensor
+    /// other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_type_as`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self type_as(const Self& other) const {
         tr_tensor out{0};
         detail::call(tr_tensor_type_as, self().raw(), other.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `unique_dim(Tensor self, int dim, bool sorted=True, bool return_inverse=False, bool
-    /// return_counts=False) -> (Tensor, Tensor, Tensor)` (`input` is *this.) Calls
-    /// `tr_tensor_unique_dim`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 3> unique_dim(
-        int64_t dim,
-        bool sorted,
-        bool return_inverse,
-        bool return_counts) const {
-        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_unique_dim(self().raw(), dim, sorted, return_inverse,
-                return_counts, out_, room_, written_); });
-    }
-
-    /// `unique_consecutive(Tensor self, bool return_inverse=False, bool return_counts=False,
-    /// int? dim=None) -> (Tensor, Tensor, Tensor)` (`input` is *this.) Calls
-    /// `tr_tensor_unique_consecutive`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 3> unique_consecutive(
-        bool return_inverse,
-        bool return_counts,
-        std::optional<int64_t> dim) const {
-        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_unique_consecutive(self().raw(), return_inverse, return_counts,
-                detail::c_opt(dim).ptr(), out_, room_, written_); });
-    }
-
-    /// `unique_dim_consecutive(Tensor self, int dim, bool return_inverse=False, bool
-    /// return_counts=False) -> (Tensor, Tensor, Tensor)` (`input` is *this.) Calls
-    /// `tr_tensor_unique_dim_consecutive`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 3> unique_dim_consecutive(
-        int64_t dim,
-        bool return_inverse,
-        bool return_counts) const {
-        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_unique_dim_consecutive(self().raw(), dim, return_inverse,
-                return_counts, out_, room_, written_); });
-    }
-
-    /// `unsqueeze_(Tensor(a!) self, int dim) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_unsqueeze_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.unsqueeze` (`unsqueeze_(Tensor(a!) self, int dim) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_unsqueeze_`; throws tr::Error on
+    /// failure.
     Self& unsqueeze_(int64_t dim) & {
         detail::call(tr_tensor_unsqueeze_, self().raw(), dim);
         return self();
@@ -5937,228 +6370,17 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `vander(Tensor x, int? N=None, bool increasing=False) -> Tensor` (`x` is *this.) Calls
-    /// `tr_tensor_vander`; throws tr::Error on failure.
-    [[nodiscard]] Self vander(std::optional<int64_t> n, bool increasing) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_vander, self().raw(), detail::c_opt(n).ptr(), increasing, &out);
-        return Self::adopt(out);
-    }
-
-    /// `var(Tensor self, bool unbiased=True) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_var`; throws tr::Error on failure.
-    [[nodiscard]] Self var(bool unbiased) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_var, self().raw(), unbiased, &out);
-        return Self::adopt(out);
-    }
-
-    /// `var.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_var_dim`; throws tr::Error on failure.
-    [[nodiscard]] Self var_dim(
-        const std::optional<IntList>& dim,
-        bool unbiased,
-        bool keepdim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_var_dim, self().raw(), dim ? dim->data() : nullptr, dim ? dim->size()
-                : 0, unbiased, keepdim, &out);
-        return Self::adopt(out);
-    }
-
-    /// `var.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool
-    /// keepdim=False) -> Tensor` (`input` is *this.) Calls `tr_tensor_var_correction`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self var_correction(
-        const std::optional<IntList>& dim,
-        std::optional<Scalar> correction,
-        bool keepdim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_var_correction, self().raw(), dim ? dim->data() : nullptr, dim ?
-                dim->size() : 0, detail::c_opt(correction).ptr(), keepdim, &out);
-        return Self::adopt(out);
-    }
-
-    /// `var_mean(Tensor self, bool unbiased=True) -> (Tensor, Tensor)` (`input` is *this.)
-    /// Calls `tr_tensor_var_mean`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> var_mean(bool unbiased) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_var_mean(self().raw(), unbiased, out_, room_, written_); });
-    }
-
-    /// `var_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) ->
-    /// (Tensor, Tensor)` (`input` is *this.) Calls `tr_tensor_var_mean_dim`; throws tr::Error
-    /// on failure.
-    [[nodiscard]] std::array<Self, 2> var_mean_dim(
-        const std::optional<IntList>& dim,
-        bool unbiased,
-        bool keepdim) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_var_mean_dim(self().raw(), dim ? dim->data() : nullptr, dim ?
-                dim->size() : 0, unbiased, keepdim, out_, room_, written_); });
-    }
-
-    /// `var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool
-    /// keepdim=False) -> (Tensor, Tensor)` (`input` is *this.) Calls
-    /// `tr_tensor_var_mean_correction`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> var_mean_correction(
-        const std::optional<IntList>& dim,
-        std::optional<Scalar> correction,
-        bool keepdim) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_var_mean_correction(self().raw(), dim ? dim->data() : nullptr, dim
-                ? dim->size() : 0, detail::c_opt(correction).ptr(), keepdim, out_, room_, written_);
-                });
-    }
-
-    /// `view_as(Tensor(a) self, Tensor other) -> Tensor(a)` (`input` is *this.) Calls
-    /// `tr_tensor_view_as`; throws tr::Error on failure.
+    /// View this tensor as the same size as `other`. (`view_as(Tensor(a) self, Tensor other) ->
+    /// Tensor(a)`) (`input` is *this.) Calls `tr_tensor_view_as`; throws tr::Error on failure.
     [[nodiscard]] Self view_as(const Self& other) const {
         tr_tensor out{0};
         detail::call(tr_tensor_view_as, self().raw(), other.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `where.ScalarSelf(Tensor condition, Scalar self, Tensor other) -> Tensor` (`condition`
-    /// is *this.) Calls `tr_tensor_where_scalarself`; throws tr::Error on failure.
-    [[nodiscard]] Self where_scalarself(Scalar input, const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_where_scalarself, self().raw(), input.raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `where.ScalarOther(Tensor condition, Tensor self, Scalar other) -> Tensor` (`condition`
-    /// is *this.) Calls `tr_tensor_where_scalarother`; throws tr::Error on failure.
-    [[nodiscard]] Self where_scalarother(const Self& input, Scalar other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_where_scalarother, self().raw(), input.raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `where.Scalar(Tensor condition, Scalar self, Scalar other) -> Tensor` (`condition` is
-    /// *this.) Calls `tr_tensor_where_scalar`; throws tr::Error on failure.
-    [[nodiscard]] Self where_scalar(Scalar input, Scalar other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_where_scalar, self().raw(), input.raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `where(Tensor condition) -> Tensor[]` (`condition` is *this.) Calls `tr_tensor_where`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] std::vector<Self> where() const {
-        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_where(self().raw(), out_, room_, written_); });
-    }
-
-    /// `norm_except_dim(Tensor v, int pow=2, int dim=0) -> Tensor` (`v` is *this.) Calls
-    /// `tr_tensor_norm_except_dim`; throws tr::Error on failure.
-    [[nodiscard]] Self norm_except_dim(int64_t pow, int64_t dim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_norm_except_dim, self().raw(), pow, dim, &out);
-        return Self::adopt(out);
-    }
-
-    /// `poisson(Tensor self, Generator? generator=None) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_poisson`; throws tr::Error on failure.
-    [[nodiscard]] Self poisson() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_poisson, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `binomial(Tensor count, Tensor prob, Generator? generator=None) -> Tensor` (`count` is
-    /// *this.) Calls `tr_tensor_binomial`; throws tr::Error on failure.
-    [[nodiscard]] Self binomial(const Self& prob) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_binomial, self().raw(), prob.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `norm.ScalarOpt_dtype(Tensor self, Scalar? p, *, ScalarType dtype) -> Tensor` (`input`
-    /// is *this.) Calls `tr_tensor_norm_scalaropt_dtype`; throws tr::Error on failure.
-    [[nodiscard]] Self norm_scalaropt_dtype(std::optional<Scalar> p, DType dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_norm_scalaropt_dtype, self().raw(), detail::c_opt(p).ptr(),
-                static_cast<tr_dtype>(dtype), &out);
-        return Self::adopt(out);
-    }
-
-    /// `norm.Scalar(Tensor self, Scalar p=2) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_norm_scalar`; throws tr::Error on failure.
-    [[nodiscard]] Self norm_scalar(Scalar p) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_norm_scalar, self().raw(), p.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `norm.ScalarOpt_dim_dtype(Tensor self, Scalar? p, int[1] dim, bool keepdim, *,
-    /// ScalarType dtype) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_norm_scalaropt_dim_dtype`; throws tr::Error on failure.
-    [[nodiscard]] Self norm_scalaropt_dim_dtype(
-        std::optional<Scalar> p,
-        IntList dim,
-        bool keepdim,
-        DType dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_norm_scalaropt_dim_dtype, self().raw(), detail::c_opt(p).ptr(),
-                dim.data(), dim.size(), keepdim, static_cast<tr_dtype>(dtype), &out);
-        return Self::adopt(out);
-    }
-
-    /// `norm.ScalarOpt_dim(Tensor self, Scalar? p, int[1] dim, bool keepdim=False) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_norm_scalaropt_dim`; throws tr::Error on failure.
-    [[nodiscard]] Self norm_scalaropt_dim(
-        std::optional<Scalar> p,
-        IntList dim,
-        bool keepdim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_norm_scalaropt_dim, self().raw(), detail::c_opt(p).ptr(), dim.data(),
-                dim.size(), keepdim, &out);
-        return Self::adopt(out);
-    }
-
-    /// `frexp.Tensor(Tensor self) -> (Tensor mantissa, Tensor exponent)` (`input` is *this.)
-    /// Calls `tr_tensor_frexp_tensor`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> frexp_tensor() const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_frexp_tensor(self().raw(), out_, room_, written_); });
-    }
-
-    /// `frobenius_norm.dim(Tensor self, int[1] dim, bool keepdim=False) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_frobenius_norm_dim`; throws tr::Error on failure.
-    [[nodiscard]] Self frobenius_norm_dim(IntList dim, bool keepdim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_frobenius_norm_dim, self().raw(), dim.data(), dim.size(), keepdim,
-                &out);
-        return Self::adopt(out);
-    }
-
-    /// `nuclear_norm(Tensor self, bool keepdim=False) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_nuclear_norm`; throws tr::Error on failure.
-    [[nodiscard]] Self nuclear_norm(bool keepdim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_nuclear_norm, self().raw(), keepdim, &out);
-        return Self::adopt(out);
-    }
-
-    /// `nuclear_norm.dim(Tensor self, int[2] dim, bool keepdim=False) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_nuclear_norm_dim`; throws tr::Error on failure.
-    [[nodiscard]] Self nuclear_norm_dim(IntList dim, bool keepdim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_nuclear_norm_dim, self().raw(), dim.data(), dim.size(), keepdim,
-                &out);
-        return Self::adopt(out);
-    }
-
-    /// `positive(Tensor(a) self) -> Tensor(a)` (`input` is *this.) Calls `tr_tensor_positive`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self positive() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_positive, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `resize_as_(Tensor(a!) self, Tensor the_template, *, MemoryFormat? memory_format=None)
-    /// -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_resize_as_`; throws tr::Error on
+    /// Resizes the `self` tensor to be the same size as the specified `tensor`.
+    /// (`resize_as_(Tensor(a!) self, Tensor the_template, *, MemoryFormat? memory_format=None)
+    /// -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_resize_as_`; throws tr::Error on
     /// failure.
     Self& resize_as_(const Self& the_template) & {
         detail::call(tr_tensor_resize_as_, self().raw(), the_template.raw());
@@ -6170,156 +6392,19 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_sub_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self sub_tensor(const Self& other, Scalar alpha) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_sub_tensor, self().raw(), other.raw(), alpha.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `sub_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)` (`input`
-    /// is *this.) Calls `tr_tensor_sub_tensor_`; throws tr::Error on failure.
-    Self& sub_tensor_(const Self& other, Scalar alpha) & {
-        detail::call(tr_tensor_sub_tensor_, self().raw(), other.raw(), alpha.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self sub_tensor_(const Self& other, Scalar alpha) && {
-        detail::call(tr_tensor_sub_tensor_, self().raw(), other.raw(), alpha.raw());
-        return std::move(self());
-    }
-
-    /// `subtract.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_subtract_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self subtract_tensor(const Self& other, Scalar alpha) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_subtract_tensor, self().raw(), other.raw(), alpha.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `subtract_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)`
-    /// (`input` is *this.) Calls `tr_tensor_subtract_tensor_`; throws tr::Error on failure.
-    Self& subtract_tensor_(const Self& other, Scalar alpha) & {
-        detail::call(tr_tensor_subtract_tensor_, self().raw(), other.raw(), alpha.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self subtract_tensor_(const Self& other, Scalar alpha) && {
-        detail::call(tr_tensor_subtract_tensor_, self().raw(), other.raw(), alpha.raw());
-        return std::move(self());
-    }
-
-    /// `subtract.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_subtract_scalar`; throws tr::Error on failure.
-    [[nodiscard]] Self subtract_scalar(Scalar other, Scalar alpha) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_subtract_scalar, self().raw(), other.raw(), alpha.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `subtract_.Scalar(Tensor(a!) self, Scalar other, Scalar alpha=1) -> Tensor(a!)` (`input`
-    /// is *this.) Calls `tr_tensor_subtract_scalar_`; throws tr::Error on failure.
-    Self& subtract_scalar_(Scalar other, Scalar alpha) & {
-        detail::call(tr_tensor_subtract_scalar_, self().raw(), other.raw(), alpha.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self subtract_scalar_(Scalar other, Scalar alpha) && {
-        detail::call(tr_tensor_subtract_scalar_, self().raw(), other.raw(), alpha.raw());
-        return std::move(self());
-    }
-
-    /// `rsub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_rsub_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self rsub_tensor(const Self& other, Scalar alpha) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_rsub_tensor, self().raw(), other.raw(), alpha.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `heaviside(Tensor self, Tensor values) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_heaviside`; throws tr::Error on failure.
-    [[nodiscard]] Self heaviside(const Self& values) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_heaviside, self().raw(), values.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `heaviside_(Tensor(a!) self, Tensor values) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_heaviside_`; throws tr::Error on failure.
-    Self& heaviside_(const Self& values) & {
-        detail::call(tr_tensor_heaviside_, self().raw(), values.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self heaviside_(const Self& values) && {
-        detail::call(tr_tensor_heaviside_, self().raw(), values.raw());
-        return std::move(self());
-    }
-
-    /// `addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) ->
-    /// Tensor` (`input` is *this.) Calls `tr_tensor_addmm`; throws tr::Error on failure.
-    [[nodiscard]] Self addmm(const Self& mat1, const Self& mat2, Scalar beta, Scalar alpha) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_addmm, self().raw(), mat1.raw(), mat2.raw(), beta.raw(), alpha.raw(),
-                &out);
-        return Self::adopt(out);
-    }
-
-    /// `addmm.dtype(Tensor self, Tensor mat1, Tensor mat2, ScalarType out_dtype, *, Scalar
-    /// beta=1, Scalar alpha=1) -> Tensor` (`input` is *this.) Calls `tr_tensor_addmm_dtype`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self addmm_dtype(
-        const Self& mat1,
-        const Self& mat2,
-        DType out_dtype,
-        Scalar beta,
-        Scalar alpha) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_addmm_dtype, self().raw(), mat1.raw(), mat2.raw(),
-                static_cast<tr_dtype>(out_dtype), beta.raw(), alpha.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `addmm_(Tensor(a!) self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) ->
-    /// Tensor(a!)` (`input` is *this.) Calls `tr_tensor_addmm_`; throws tr::Error on failure.
-    Self& addmm_(const Self& mat1, const Self& mat2, Scalar beta, Scalar alpha) & {
-        detail::call(tr_tensor_addmm_, self().raw(), mat1.raw(), mat2.raw(), beta.raw(),
-                alpha.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self addmm_(const Self& mat1, const Self& mat2, Scalar beta, Scalar alpha) && {
-        detail::call(tr_tensor_addmm_, self().raw(), mat1.raw(), mat2.raw(), beta.raw(),
-                alpha.raw());
-        return std::move(self());
-    }
-
-    /// `unbind.int(Tensor(a -> *) self, int dim=0) -> Tensor(a)[]` (`input` is *this.) Calls
-    /// `tr_tensor_unbind_int`; throws tr::Error on failure.
+    /// Removes a tensor dimension. (`unbind.int(Tensor(a -> *) self, int dim=0) ->
+    /// Tensor(a)[]`) (`input` is *this.) Calls `tr_tensor_unbind_int`; throws tr::Error on
+    /// failure.
     [[nodiscard]] std::vector<Self> unbind_int(int64_t dim) const {
         return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
                 return tr_tensor_unbind_int(self().raw(), dim, out_, room_, written_); });
     }
 
-    /// `choose_qparams_optimized(Tensor input, int numel, int n_bins, float ratio, int
-    /// bit_width) -> (Tensor, Tensor)` (`input` is *this.) Calls
-    /// `tr_tensor_choose_qparams_optimized`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> choose_qparams_optimized(
-        int64_t numel,
-        int64_t n_bins,
-        double ratio,
-        int64_t bit_width) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_choose_qparams_optimized(self().raw(), numel, n_bins, ratio,
-                bit_width, out_, room_, written_); });
-    }
-
-    /// `to.dtype_layout(Tensor(a) self, *, ScalarType? dtype=None, Layout? layout=None, Device?
-    /// device=None, bool? pin_memory=None, bool non_blocking=False, bool copy=False,
-    /// MemoryFormat? memory_format=None) -> Tensor(a)` (`input` is *this.) Calls
-    /// `tr_tensor_to_dtype_layout`; throws tr::Error on failure.
+    /// Performs Tensor dtype and/or device conversion. (`to.dtype_layout(Tensor(a) self, *,
+    /// ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None,
+    /// bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) ->
+    /// Tensor(a)`) (`input` is *this.) Calls `tr_tensor_to_dtype_layout`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self to_dtype_layout(
         std::optional<DType> dtype,
         bool non_blocking,
@@ -6330,249 +6415,27 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `to.other(Tensor(a) self, Tensor other, bool non_blocking=False, bool copy=False,
-    /// MemoryFormat? memory_format=None) -> Tensor(a)` (`input` is *this.) Calls
-    /// `tr_tensor_to_other`; throws tr::Error on failure.
+    /// Performs Tensor dtype and/or device conversion. (`to.other(Tensor(a) self, Tensor other,
+    /// bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) ->
+    /// Tensor(a)`) (`input` is *this.) Calls `tr_tensor_to_other`; throws tr::Error on failure.
     [[nodiscard]] Self to_other(const Self& other, bool non_blocking, bool copy) const {
         tr_tensor out{0};
         detail::call(tr_tensor_to_other, self().raw(), other.raw(), non_blocking, copy, &out);
         return Self::adopt(out);
     }
 
-    /// `combinations(Tensor self, int r=2, bool with_replacement=False) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_combinations`; throws tr::Error on failure.
+    /// Compute combinations of length `r` of the given tensor. (`combinations(Tensor self, int
+    /// r=2, bool with_replacement=False) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_combinations`; throws tr::Error on failure.
     [[nodiscard]] Self combinations(int64_t r, bool with_replacement) const {
         tr_tensor out{0};
         detail::call(tr_tensor_combinations, self().raw(), r, with_replacement, &out);
         return Self::adopt(out);
     }
 
-    /// `result_type.Tensor(Tensor tensor, Tensor other) -> ScalarType` (`tensor` is *this.)
-    /// Calls `tr_tensor_result_type_tensor`; throws tr::Error on failure.
-    [[nodiscard]] DType result_type_tensor(const Self& other) const {
-        tr_dtype out{};
-        detail::call(tr_tensor_result_type_tensor, self().raw(), other.raw(), &out);
-        return static_cast<DType>(out);
-    }
-
-    /// `result_type.Scalar(Tensor tensor, Scalar other) -> ScalarType` (`tensor` is *this.)
-    /// Calls `tr_tensor_result_type_scalar`; throws tr::Error on failure.
-    [[nodiscard]] DType result_type_scalar(Scalar other) const {
-        tr_dtype out{};
-        detail::call(tr_tensor_result_type_scalar, self().raw(), other.raw(), &out);
-        return static_cast<DType>(out);
-    }
-
-    /// `lstm.input(Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers,
-    /// float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor,
-    /// Tensor)` (`input` is *this.) Calls `tr_tensor_lstm_input`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 3> lstm_input(
-        const TensorList& hx,
-        const TensorList& params,
-        bool has_biases,
-        int64_t num_layers,
-        double dropout,
-        bool train,
-        bool bidirectional,
-        bool batch_first) const {
-        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_lstm_input(self().raw(), hx.data(), hx.size(), params.data(),
-                params.size(), has_biases, num_layers, dropout, train, bidirectional, batch_first,
-                out_, room_, written_); });
-    }
-
-    /// `lstm.data(Tensor data, Tensor batch_sizes, Tensor[] hx, Tensor[] params, bool
-    /// has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor,
-    /// Tensor, Tensor)` (`data` is *this.) Calls `tr_tensor_lstm_data`; throws tr::Error on
-    /// failure.
-    [[nodiscard]] std::array<Self, 3> lstm_data(
-        const Self& batch_sizes,
-        const TensorList& hx,
-        const TensorList& params,
-        bool has_biases,
-        int64_t num_layers,
-        double dropout,
-        bool train,
-        bool bidirectional) const {
-        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_lstm_data(self().raw(), batch_sizes.raw(), hx.data(), hx.size(),
-                params.data(), params.size(), has_biases, num_layers, dropout, train, bidirectional,
-                out_, room_, written_); });
-    }
-
-    /// `gru.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers,
-    /// float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)`
-    /// (`input` is *this.) Calls `tr_tensor_gru_input`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> gru_input(
-        const Self& hx,
-        const TensorList& params,
-        bool has_biases,
-        int64_t num_layers,
-        double dropout,
-        bool train,
-        bool bidirectional,
-        bool batch_first) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_gru_input(self().raw(), hx.raw(), params.data(), params.size(),
-                has_biases, num_layers, dropout, train, bidirectional, batch_first, out_, room_,
-                written_); });
-    }
-
-    /// `gru.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases,
-    /// int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor)`
-    /// (`data` is *this.) Calls `tr_tensor_gru_data`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> gru_data(
-        const Self& batch_sizes,
-        const Self& hx,
-        const TensorList& params,
-        bool has_biases,
-        int64_t num_layers,
-        double dropout,
-        bool train,
-        bool bidirectional) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_gru_data(self().raw(), batch_sizes.raw(), hx.raw(), params.data(),
-                params.size(), has_biases, num_layers, dropout, train, bidirectional, out_, room_,
-                written_); });
-    }
-
-    /// `rnn_tanh.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int
-    /// num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor,
-    /// Tensor)` (`input` is *this.) Calls `tr_tensor_rnn_tanh_input`; throws tr::Error on
-    /// failure.
-    [[nodiscard]] std::array<Self, 2> rnn_tanh_input(
-        const Self& hx,
-        const TensorList& params,
-        bool has_biases,
-        int64_t num_layers,
-        double dropout,
-        bool train,
-        bool bidirectional,
-        bool batch_first) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_rnn_tanh_input(self().raw(), hx.raw(), params.data(),
-                params.size(), has_biases, num_layers, dropout, train, bidirectional, batch_first,
-                out_, room_, written_); });
-    }
-
-    /// `rnn_tanh.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool
-    /// has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor,
-    /// Tensor)` (`data` is *this.) Calls `tr_tensor_rnn_tanh_data`; throws tr::Error on
-    /// failure.
-    [[nodiscard]] std::array<Self, 2> rnn_tanh_data(
-        const Self& batch_sizes,
-        const Self& hx,
-        const TensorList& params,
-        bool has_biases,
-        int64_t num_layers,
-        double dropout,
-        bool train,
-        bool bidirectional) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_rnn_tanh_data(self().raw(), batch_sizes.raw(), hx.raw(),
-                params.data(), params.size(), has_biases, num_layers, dropout, train, bidirectional,
-                out_, room_, written_); });
-    }
-
-    /// `rnn_relu.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int
-    /// num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor,
-    /// Tensor)` (`input` is *this.) Calls `tr_tensor_rnn_relu_input`; throws tr::Error on
-    /// failure.
-    [[nodiscard]] std::array<Self, 2> rnn_relu_input(
-        const Self& hx,
-        const TensorList& params,
-        bool has_biases,
-        int64_t num_layers,
-        double dropout,
-        bool train,
-        bool bidirectional,
-        bool batch_first) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_rnn_relu_input(self().raw(), hx.raw(), params.data(),
-                params.size(), has_biases, num_layers, dropout, train, bidirectional, batch_first,
-                out_, room_, written_); });
-    }
-
-    /// `rnn_relu.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool
-    /// has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor,
-    /// Tensor)` (`data` is *this.) Calls `tr_tensor_rnn_relu_data`; throws tr::Error on
-    /// failure.
-    [[nodiscard]] std::array<Self, 2> rnn_relu_data(
-        const Self& batch_sizes,
-        const Self& hx,
-        const TensorList& params,
-        bool has_biases,
-        int64_t num_layers,
-        double dropout,
-        bool train,
-        bool bidirectional) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_rnn_relu_data(self().raw(), batch_sizes.raw(), hx.raw(),
-                params.data(), params.size(), has_biases, num_layers, dropout, train, bidirectional,
-                out_, room_, written_); });
-    }
-
-    /// `lstm_cell(Tensor input, Tensor[] hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None,
-    /// Tensor? b_hh=None) -> (Tensor, Tensor)` (`input` is *this.) Calls `tr_tensor_lstm_cell`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> lstm_cell(
-        const TensorList& hx,
-        const Self& w_ih,
-        const Self& w_hh,
-        OptionalTensor b_ih,
-        OptionalTensor b_hh) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_lstm_cell(self().raw(), hx.data(), hx.size(), w_ih.raw(),
-                w_hh.raw(), b_ih.raw(), b_hh.raw(), out_, room_, written_); });
-    }
-
-    /// `gru_cell(Tensor input, Tensor hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor?
-    /// b_hh=None) -> Tensor` (`input` is *this.) Calls `tr_tensor_gru_cell`; throws tr::Error
-    /// on failure.
-    [[nodiscard]] Self gru_cell(
-        const Self& hx,
-        const Self& w_ih,
-        const Self& w_hh,
-        OptionalTensor b_ih,
-        OptionalTensor b_hh) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_gru_cell, self().raw(), hx.raw(), w_ih.raw(), w_hh.raw(), b_ih.raw(),
-                b_hh.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `rnn_tanh_cell(Tensor input, Tensor hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None,
-    /// Tensor? b_hh=None) -> Tensor` (`input` is *this.) Calls `tr_tensor_rnn_tanh_cell`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self rnn_tanh_cell(
-        const Self& hx,
-        const Self& w_ih,
-        const Self& w_hh,
-        OptionalTensor b_ih,
-        OptionalTensor b_hh) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_rnn_tanh_cell, self().raw(), hx.raw(), w_ih.raw(), w_hh.raw(),
-                b_ih.raw(), b_hh.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `rnn_relu_cell(Tensor input, Tensor hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None,
-    /// Tensor? b_hh=None) -> Tensor` (`input` is *this.) Calls `tr_tensor_rnn_relu_cell`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self rnn_relu_cell(
-        const Self& hx,
-        const Self& w_ih,
-        const Self& w_hh,
-        OptionalTensor b_ih,
-        OptionalTensor b_hh) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_rnn_relu_cell, self().raw(), hx.raw(), w_ih.raw(), w_hh.raw(),
-                b_ih.raw(), b_hh.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `set_.source_Tensor_storage_offset(Tensor(a!) self, Tensor source, SymInt
-    /// storage_offset, SymInt[] size, SymInt[] stride=[]) -> Tensor(a!)` (`input` is *this.)
+    /// Sets the underlying storage, size, and strides.
+    /// (`set_.source_Tensor_storage_offset(Tensor(a!) self, Tensor source, SymInt
+    /// storage_offset, SymInt[] size, SymInt[] stride=[]) -> Tensor(a!)`) (`input` is *this.)
     /// Calls `tr_tensor_set_source_tensor_storage_offset_`; throws tr::Error on failure.
     Self& set_source_tensor_storage_offset_(
         const Self& source,
@@ -6594,8 +6457,9 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `set_.source_Tensor(Tensor(a!) self, Tensor source) -> Tensor(a!)` (`input` is *this.)
-    /// Calls `tr_tensor_set_source_tensor_`; throws tr::Error on failure.
+    /// Sets the underlying storage, size, and strides. (`set_.source_Tensor(Tensor(a!) self,
+    /// Tensor source) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_set_source_tensor_`;
+    /// throws tr::Error on failure.
     Self& set_source_tensor_(const Self& source) & {
         detail::call(tr_tensor_set_source_tensor_, self().raw(), source.raw());
         return self();
@@ -6606,8 +6470,8 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `set_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_set_`; throws
-    /// tr::Error on failure.
+    /// Sets the underlying storage, size, and strides. (`set_(Tensor(a!) self) -> Tensor(a!)`)
+    /// (`input` is *this.) Calls `tr_tensor_set_`; throws tr::Error on failure.
     Self& set_() & {
         detail::call(tr_tensor_set_, self().raw());
         return self();
@@ -6618,7 +6482,8 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `lift(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_lift`; throws
+    /// The tensor as an input of a function being traced (`input` itself when nothing traces).
+    /// (`lift(Tensor self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_lift`; throws
     /// tr::Error on failure.
     [[nodiscard]] Self lift() const {
         tr_tensor out{0};
@@ -6626,7 +6491,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `lift_fresh(Tensor(a) self) -> Tensor(a)` (`input` is *this.) Calls
+    /// The tensor as an input of a function being traced (`input` itself when nothing traces).
+    /// (`lift_fresh(Tensor(a) self) -> Tensor(a)`) (`input` is *this.) Calls
     /// `tr_tensor_lift_fresh`; throws tr::Error on failure.
     [[nodiscard]] Self lift_fresh() const {
         tr_tensor out{0};
@@ -6634,71 +6500,26 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `lift_fresh_copy(Tensor self) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_lift_fresh_copy`; throws tr::Error on failure.
+    /// A copy of the tensor as an input of a function being traced. (`lift_fresh_copy(Tensor
+    /// self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_lift_fresh_copy`; throws
+    /// tr::Error on failure.
     [[nodiscard]] Self lift_fresh_copy() const {
         tr_tensor out{0};
         detail::call(tr_tensor_lift_fresh_copy, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `is_set_to(Tensor self, Tensor tensor) -> bool` (`input` is *this.) Calls
-    /// `tr_tensor_is_set_to`; throws tr::Error on failure.
-    [[nodiscard]] bool is_set_to(const Self& tensor) const {
-        bool out = false;
-        detail::call(tr_tensor_is_set_to, self().raw(), tensor.raw(), &out);
-        return out;
-    }
-
-    /// `masked_fill_.Scalar(Tensor(a!) self, Tensor mask, Scalar value) -> Tensor(a!)` (`input`
-    /// is *this.) Calls `tr_tensor_masked_fill_scalar_`; throws tr::Error on failure.
-    Self& masked_fill_scalar_(const Self& mask, Scalar value) & {
-        detail::call(tr_tensor_masked_fill_scalar_, self().raw(), mask.raw(), value.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self masked_fill_scalar_(const Self& mask, Scalar value) && {
-        detail::call(tr_tensor_masked_fill_scalar_, self().raw(), mask.raw(), value.raw());
-        return std::move(self());
-    }
-
-    /// `masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_masked_fill_scalar`; throws tr::Error on failure.
-    [[nodiscard]] Self masked_fill_scalar(const Self& mask, Scalar value) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_masked_fill_scalar, self().raw(), mask.raw(), value.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `masked_fill_.Tensor(Tensor(a!) self, Tensor mask, Tensor value) -> Tensor(a!)` (`input`
-    /// is *this.) Calls `tr_tensor_masked_fill_tensor_`; throws tr::Error on failure.
-    Self& masked_fill_tensor_(const Self& mask, const Self& value) & {
-        detail::call(tr_tensor_masked_fill_tensor_, self().raw(), mask.raw(), value.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self masked_fill_tensor_(const Self& mask, const Self& value) && {
-        detail::call(tr_tensor_masked_fill_tensor_, self().raw(), mask.raw(), value.raw());
-        return std::move(self());
-    }
-
-    /// `masked_fill.Tensor(Tensor self, Tensor mask, Tensor value) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_masked_fill_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self masked_fill_tensor(const Self& mask, const Self& value) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_masked_fill_tensor, self().raw(), mask.raw(), value.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `masked_scatter(Tensor self, Tensor mask, Tensor source) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_masked_scatter`; throws tr::Error on failure.
+    /// Out-of-place version of `torch.Tensor.masked_scatter_` (`masked_scatter(Tensor self,
+    /// Tensor mask, Tensor source) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_masked_scatter`; throws tr::Error on failure.
     [[nodiscard]] Self masked_scatter(const Self& mask, const Self& source) const {
         tr_tensor out{0};
         detail::call(tr_tensor_masked_scatter, self().raw(), mask.raw(), source.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `view.dtype(Tensor(a) self, ScalarType dtype) -> Tensor(a)` (`input` is *this.) Calls
+    /// Returns a new tensor with the same data as the `self` tensor but of a different `shape`.
+    /// (`view.dtype(Tensor(a) self, ScalarType dtype) -> Tensor(a)`) (`input` is *this.) Calls
     /// `tr_tensor_view_dtype`; throws tr::Error on failure.
     [[nodiscard]] Self view_dtype(DType dtype) const {
         tr_tensor out{0};
@@ -6706,8 +6527,9 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `put_(Tensor(a!) self, Tensor index, Tensor source, bool accumulate=False) ->
-    /// Tensor(a!)` (`input` is *this.) Calls `tr_tensor_put_`; throws tr::Error on failure.
+    /// Copies the elements from `source` into the positions specified by `index`.
+    /// (`put_(Tensor(a!) self, Tensor index, Tensor source, bool accumulate=False) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_put_`; throws tr::Error on failure.
     Self& put_(const Self& index, const Self& source, bool accumulate) & {
         detail::call(tr_tensor_put_, self().raw(), index.raw(), source.raw(), accumulate);
         return self();
@@ -6718,17 +6540,19 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `put(Tensor self, Tensor index, Tensor source, bool accumulate=False) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_put`; throws tr::Error on failure.
+    /// Out-of-place version of `torch.Tensor.put_`. (`put(Tensor self, Tensor index, Tensor
+    /// source, bool accumulate=False) -> Tensor`) (`input` is *this.) Calls `tr_tensor_put`;
+    /// throws tr::Error on failure.
     [[nodiscard]] Self put(const Self& index, const Self& source, bool accumulate) const {
         tr_tensor out{0};
         detail::call(tr_tensor_put, self().raw(), index.raw(), source.raw(), accumulate, &out);
         return Self::adopt(out);
     }
 
-    /// `index_add_(Tensor(a!) self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) ->
-    /// Tensor(a!)` (`input` is *this.) Calls `tr_tensor_index_add_`; throws tr::Error on
-    /// failure.
+    /// Accumulate the elements of `alpha` times `source` into the `self` tensor by adding to
+    /// the indices in the order given in `index`. (`index_add_(Tensor(a!) self, int dim, Tensor
+    /// index, Tensor source, *, Scalar alpha=1) -> Tensor(a!)`) (`input` is *this.) Calls
+    /// `tr_tensor_index_add_`; throws tr::Error on failure.
     Self& index_add_(int64_t dim, const Self& index, const Self& source, Scalar alpha) & {
         detail::call(tr_tensor_index_add_, self().raw(), dim, index.raw(), source.raw(),
                 alpha.raw());
@@ -6745,8 +6569,9 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `index_add(Tensor self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) ->
-    /// Tensor` (`input` is *this.) Calls `tr_tensor_index_add`; throws tr::Error on failure.
+    /// See `Tensor.index_add_` for function description. (`index_add(Tensor self, int dim,
+    /// Tensor index, Tensor source, *, Scalar alpha=1) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_index_add`; throws tr::Error on failure.
     [[nodiscard]] Self index_add(
         int64_t dim,
         const Self& index,
@@ -6758,8 +6583,10 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `index_reduce_(Tensor(a!) self, int dim, Tensor index, Tensor source, str reduce, *,
-    /// bool include_self=True) -> Tensor(a!)` (`input` is *this.) Calls
+    /// Accumulate the elements of `source` into the `self` tensor by accumulating to the
+    /// indices in the order given in `index` using the reduction given by the `reduce`
+    /// argument. (`index_reduce_(Tensor(a!) self, int dim, Tensor index, Tensor source, str
+    /// reduce, *, bool include_self=True) -> Tensor(a!)`) (`input` is *this.) Calls
     /// `tr_tensor_index_reduce_`; throws tr::Error on failure.
     Self& index_reduce_(
         int64_t dim,
@@ -6783,9 +6610,9 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `index_reduce(Tensor self, int dim, Tensor index, Tensor source, str reduce, *, bool
-    /// include_self=True) -> Tensor` (`input` is *this.) Calls `tr_tensor_index_reduce`; throws
-    /// tr::Error on failure.
+    /// See `Tensor.index_reduce_` for function description. (`index_reduce(Tensor self, int
+    /// dim, Tensor index, Tensor source, str reduce, *, bool include_self=True) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_index_reduce`; throws tr::Error on failure.
     [[nodiscard]] Self index_reduce(
         int64_t dim,
         const Self& index,
@@ -6798,9 +6625,10 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `index_fill_.int_Scalar(Tensor(a!) self, int dim, Tensor index, Scalar value) ->
-    /// Tensor(a!)` (`input` is *this.) Calls `tr_tensor_index_fill_int_scalar_`; throws
-    /// tr::Error on failure.
+    /// Fills the elements of the `self` tensor with value `value` by selecting the indices in
+    /// the order given in `index`. (`index_fill_.int_Scalar(Tensor(a!) self, int dim, Tensor
+    /// index, Scalar value) -> Tensor(a!)`) (`input` is *this.) Calls
+    /// `tr_tensor_index_fill_int_scalar_`; throws tr::Error on failure.
     Self& index_fill_int_scalar_(int64_t dim, const Self& index, Scalar value) & {
         detail::call(tr_tensor_index_fill_int_scalar_, self().raw(), dim, index.raw(), value.raw());
         return self();
@@ -6811,9 +6639,9 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `index_fill.int_Scalar(Tensor self, int dim, Tensor index, Scalar value) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_index_fill_int_scalar`; throws tr::Error on
-    /// failure.
+    /// Out-of-place version of `torch.Tensor.index_fill_`. (`index_fill.int_Scalar(Tensor self,
+    /// int dim, Tensor index, Scalar value) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_index_fill_int_scalar`; throws tr::Error on failure.
     [[nodiscard]] Self index_fill_int_scalar(int64_t dim, const Self& index, Scalar value) const {
         tr_tensor out{0};
         detail::call(tr_tensor_index_fill_int_scalar, self().raw(), dim, index.raw(), value.raw(),
@@ -6821,9 +6649,10 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `index_fill_.int_Tensor(Tensor(a!) self, int dim, Tensor index, Tensor value) ->
-    /// Tensor(a!)` (`input` is *this.) Calls `tr_tensor_index_fill_int_tensor_`; throws
-    /// tr::Error on failure.
+    /// Fills the elements of the `self` tensor with value `value` by selecting the indices in
+    /// the order given in `index`. (`index_fill_.int_Tensor(Tensor(a!) self, int dim, Tensor
+    /// index, Tensor value) -> Tensor(a!)`) (`input` is *this.) Calls
+    /// `tr_tensor_index_fill_int_tensor_`; throws tr::Error on failure.
     Self& index_fill_int_tensor_(int64_t dim, const Self& index, const Self& value) & {
         detail::call(tr_tensor_index_fill_int_tensor_, self().raw(), dim, index.raw(), value.raw());
         return self();
@@ -6837,9 +6666,9 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `index_fill.int_Tensor(Tensor self, int dim, Tensor index, Tensor value) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_index_fill_int_tensor`; throws tr::Error on
-    /// failure.
+    /// Out-of-place version of `torch.Tensor.index_fill_`. (`index_fill.int_Tensor(Tensor self,
+    /// int dim, Tensor index, Tensor value) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_index_fill_int_tensor`; throws tr::Error on failure.
     [[nodiscard]] Self index_fill_int_tensor(
         int64_t dim,
         const Self& index,
@@ -6850,16 +6679,19 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `scatter.src(Tensor self, int dim, Tensor index, Tensor src) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_scatter_src`; throws tr::Error on failure.
+    /// Out-of-place version of `torch.Tensor.scatter_` (`scatter.src(Tensor self, int dim,
+    /// Tensor index, Tensor src) -> Tensor`) (`input` is *this.) Calls `tr_tensor_scatter_src`;
+    /// throws tr::Error on failure.
     [[nodiscard]] Self scatter_src(int64_t dim, const Self& index, const Self& src) const {
         tr_tensor out{0};
         detail::call(tr_tensor_scatter_src, self().raw(), dim, index.raw(), src.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `scatter_.src(Tensor(a!) self, int dim, Tensor index, Tensor src) -> Tensor(a!)`
-    /// (`input` is *this.) Calls `tr_tensor_scatter_src_`; throws tr::Error on failure.
+    /// Writes all values from the tensor `src` into `self` at the indices specified in the
+    /// `index` tensor. (`scatter_.src(Tensor(a!) self, int dim, Tensor index, Tensor src) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_scatter_src_`; throws tr::Error on
+    /// failure.
     Self& scatter_src_(int64_t dim, const Self& index, const Self& src) & {
         detail::call(tr_tensor_scatter_src_, self().raw(), dim, index.raw(), src.raw());
         return self();
@@ -6870,16 +6702,19 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `scatter.value(Tensor self, int dim, Tensor index, Scalar value) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_scatter_value`; throws tr::Error on failure.
+    /// Out-of-place version of `torch.Tensor.scatter_` (`scatter.value(Tensor self, int dim,
+    /// Tensor index, Scalar value) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_scatter_value`; throws tr::Error on failure.
     [[nodiscard]] Self scatter_value(int64_t dim, const Self& index, Scalar value) const {
         tr_tensor out{0};
         detail::call(tr_tensor_scatter_value, self().raw(), dim, index.raw(), value.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `scatter_.value(Tensor(a!) self, int dim, Tensor index, Scalar value) -> Tensor(a!)`
-    /// (`input` is *this.) Calls `tr_tensor_scatter_value_`; throws tr::Error on failure.
+    /// Writes all values from the tensor `src` into `self` at the indices specified in the
+    /// `index` tensor. (`scatter_.value(Tensor(a!) self, int dim, Tensor index, Scalar value)
+    /// -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_scatter_value_`; throws tr::Error
+    /// on failure.
     Self& scatter_value_(int64_t dim, const Self& index, Scalar value) & {
         detail::call(tr_tensor_scatter_value_, self().raw(), dim, index.raw(), value.raw());
         return self();
@@ -6890,9 +6725,9 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `scatter.reduce(Tensor self, int dim, Tensor index, Tensor src, *, str reduce) ->
-    /// Tensor` (`input` is *this.) Calls `tr_tensor_scatter_reduce`; throws tr::Error on
-    /// failure.
+    /// Out-of-place version of `torch.Tensor.scatter_` (`scatter.reduce(Tensor self, int dim,
+    /// Tensor index, Tensor src, *, str reduce) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_scatter_reduce`; throws tr::Error on failure.
     [[nodiscard]] Self scatter_reduce(
         int64_t dim,
         const Self& index,
@@ -6904,9 +6739,10 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `scatter_.reduce(Tensor(a!) self, int dim, Tensor index, Tensor src, *, str reduce) ->
-    /// Tensor(a!)` (`input` is *this.) Calls `tr_tensor_scatter_reduce_`; throws tr::Error on
-    /// failure.
+    /// Writes all values from the tensor `src` into `self` at the indices specified in the
+    /// `index` tensor. (`scatter_.reduce(Tensor(a!) self, int dim, Tensor index, Tensor src, *,
+    /// str reduce) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_scatter_reduce_`;
+    /// throws tr::Error on failure.
     Self& scatter_reduce_(
         int64_t dim,
         const Self& index,
@@ -6927,9 +6763,9 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `scatter.value_reduce(Tensor self, int dim, Tensor index, Scalar value, *, str reduce)
-    /// -> Tensor` (`input` is *this.) Calls `tr_tensor_scatter_value_reduce`; throws tr::Error
-    /// on failure.
+    /// Out-of-place version of `torch.Tensor.scatter_` (`scatter.value_reduce(Tensor self, int
+    /// dim, Tensor index, Scalar value, *, str reduce) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_scatter_value_reduce`; throws tr::Error on failure.
     [[nodiscard]] Self scatter_value_reduce(
         int64_t dim,
         const Self& index,
@@ -6941,9 +6777,10 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `scatter_.value_reduce(Tensor(a!) self, int dim, Tensor index, Scalar value, *, str
-    /// reduce) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_scatter_value_reduce_`;
-    /// throws tr::Error on failure.
+    /// Writes all values from the tensor `src` into `self` at the indices specified in the
+    /// `index` tensor. (`scatter_.value_reduce(Tensor(a!) self, int dim, Tensor index, Scalar
+    /// value, *, str reduce) -> Tensor(a!)`) (`input` is *this.) Calls
+    /// `tr_tensor_scatter_value_reduce_`; throws tr::Error on failure.
     Self& scatter_value_reduce_(
         int64_t dim,
         const Self& index,
@@ -6964,15 +6801,18 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_scatter_add`; throws tr::Error on failure.
+    /// Out-of-place version of `torch.Tensor.scatter_add_` (`scatter_add(Tensor self, int dim,
+    /// Tensor index, Tensor src) -> Tensor`) (`input` is *this.) Calls `tr_tensor_scatter_add`;
+    /// throws tr::Error on failure.
     [[nodiscard]] Self scatter_add(int64_t dim, const Self& index, const Self& src) const {
         tr_tensor out{0};
         detail::call(tr_tensor_scatter_add, self().raw(), dim, index.raw(), src.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `scatter_add_(Tensor(a!) self, int dim, Tensor index, Tensor src) -> Tensor(a!)`
+    /// Adds all values from the tensor `src` into `self` at the indices specified in the
+    /// `index` tensor in a similar fashion as `torch.Tensor.scatter_`.
+    /// (`scatter_add_(Tensor(a!) self, int dim, Tensor index, Tensor src) -> Tensor(a!)`)
     /// (`input` is *this.) Calls `tr_tensor_scatter_add_`; throws tr::Error on failure.
     Self& scatter_add_(int64_t dim, const Self& index, const Self& src) & {
         detail::call(tr_tensor_scatter_add_, self().raw(), dim, index.raw(), src.raw());
@@ -6984,9 +6824,9 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool
-    /// include_self=True) -> Tensor` (`input` is *this.) Calls `tr_tensor_scatter_reduce_two`;
-    /// throws tr::Error on failure.
+    /// Out-of-place version of `torch.Tensor.scatter_reduce_` (`scatter_reduce.two(Tensor self,
+    /// int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_scatter_reduce_two`; throws tr::Error on failure.
     [[nodiscard]] Self scatter_reduce_two(
         int64_t dim,
         const Self& index,
@@ -6999,9 +6839,12 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `scatter_reduce_.two(Tensor(a!) self, int dim, Tensor index, Tensor src, str reduce, *,
-    /// bool include_self=True) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_scatter_reduce_two_`; throws tr::Error on failure.
+    /// Reduces all values from the `src` tensor to the indices specified in the `index` tensor
+    /// in the `self` tensor using the applied reduction defined via the `reduce` argument
+    /// (`"sum"`, `"prod"`, `"mean"`, `"amax"`, `"amin"`). (`scatter_reduce_.two(Tensor(a!)
+    /// self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_scatter_reduce_two_`; throws tr::Error
+    /// on failure.
     Self& scatter_reduce_two_(
         int64_t dim,
         const Self& index,
@@ -7024,235 +6867,679 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `eq_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_eq_scalar_`; throws tr::Error on failure.
-    Self& eq_scalar_(Scalar other) & {
-        detail::call(tr_tensor_eq_scalar_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self eq_scalar_(Scalar other) && {
-        detail::call(tr_tensor_eq_scalar_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `eq_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_eq_tensor_`; throws tr::Error on failure.
-    Self& eq_tensor_(const Self& other) & {
-        detail::call(tr_tensor_eq_tensor_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self eq_tensor_(const Self& other) && {
-        detail::call(tr_tensor_eq_tensor_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `bitwise_and.Scalar(Tensor self, Scalar other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_bitwise_and_scalar`; throws tr::Error on failure.
-    [[nodiscard]] Self bitwise_and_scalar(Scalar other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_bitwise_and_scalar, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `bitwise_and.Tensor(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_bitwise_and_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self bitwise_and_tensor(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_bitwise_and_tensor, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `bitwise_and_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` (`input` is *this.)
-    /// Calls `tr_tensor_bitwise_and_scalar_`; throws tr::Error on failure.
-    Self& bitwise_and_scalar_(Scalar other) & {
-        detail::call(tr_tensor_bitwise_and_scalar_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self bitwise_and_scalar_(Scalar other) && {
-        detail::call(tr_tensor_bitwise_and_scalar_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `bitwise_and_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.)
-    /// Calls `tr_tensor_bitwise_and_tensor_`; throws tr::Error on failure.
-    Self& bitwise_and_tensor_(const Self& other) & {
-        detail::call(tr_tensor_bitwise_and_tensor_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self bitwise_and_tensor_(const Self& other) && {
-        detail::call(tr_tensor_bitwise_and_tensor_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `bitwise_or.Scalar(Tensor self, Scalar other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_bitwise_or_scalar`; throws tr::Error on failure.
-    [[nodiscard]] Self bitwise_or_scalar(Scalar other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_bitwise_or_scalar, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `bitwise_or.Tensor(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_bitwise_or_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self bitwise_or_tensor(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_bitwise_or_tensor, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `bitwise_or_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` (`input` is *this.)
-    /// Calls `tr_tensor_bitwise_or_scalar_`; throws tr::Error on failure.
-    Self& bitwise_or_scalar_(Scalar other) & {
-        detail::call(tr_tensor_bitwise_or_scalar_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self bitwise_or_scalar_(Scalar other) && {
-        detail::call(tr_tensor_bitwise_or_scalar_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `bitwise_or_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.)
-    /// Calls `tr_tensor_bitwise_or_tensor_`; throws tr::Error on failure.
-    Self& bitwise_or_tensor_(const Self& other) & {
-        detail::call(tr_tensor_bitwise_or_tensor_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self bitwise_or_tensor_(const Self& other) && {
-        detail::call(tr_tensor_bitwise_or_tensor_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `bitwise_xor.Scalar(Tensor self, Scalar other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_bitwise_xor_scalar`; throws tr::Error on failure.
-    [[nodiscard]] Self bitwise_xor_scalar(Scalar other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_bitwise_xor_scalar, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `bitwise_xor.Tensor(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_bitwise_xor_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self bitwise_xor_tensor(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_bitwise_xor_tensor, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `bitwise_xor_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` (`input` is *this.)
-    /// Calls `tr_tensor_bitwise_xor_scalar_`; throws tr::Error on failure.
-    Self& bitwise_xor_scalar_(Scalar other) & {
-        detail::call(tr_tensor_bitwise_xor_scalar_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self bitwise_xor_scalar_(Scalar other) && {
-        detail::call(tr_tensor_bitwise_xor_scalar_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `bitwise_xor_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.)
-    /// Calls `tr_tensor_bitwise_xor_tensor_`; throws tr::Error on failure.
-    Self& bitwise_xor_tensor_(const Self& other) & {
-        detail::call(tr_tensor_bitwise_xor_tensor_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self bitwise_xor_tensor_(const Self& other) && {
-        detail::call(tr_tensor_bitwise_xor_tensor_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `bitwise_left_shift.Tensor(Tensor self, Tensor other) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_bitwise_left_shift_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self bitwise_left_shift_tensor(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_bitwise_left_shift_tensor, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `bitwise_left_shift_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is
-    /// *this.) Calls `tr_tensor_bitwise_left_shift_tensor_`; throws tr::Error on failure.
-    Self& bitwise_left_shift_tensor_(const Self& other) & {
-        detail::call(tr_tensor_bitwise_left_shift_tensor_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self bitwise_left_shift_tensor_(const Self& other) && {
-        detail::call(tr_tensor_bitwise_left_shift_tensor_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `bitwise_left_shift.Tensor_Scalar(Tensor self, Scalar other) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_bitwise_left_shift_tensor_scalar`; throws tr::Error on failure.
-    [[nodiscard]] Self bitwise_left_shift_tensor_scalar(Scalar other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_bitwise_left_shift_tensor_scalar, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `bitwise_left_shift_.Tensor_Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`
-    /// (`input` is *this.) Calls `tr_tensor_bitwise_left_shift_tensor_scalar_`; throws
+    /// Returns a new tensor with the elements of `input` at the given indices. (`take(Tensor
+    /// self, Tensor index) -> Tensor`) (`input` is *this.) Calls `tr_tensor_take`; throws
     /// tr::Error on failure.
-    Self& bitwise_left_shift_tensor_scalar_(Scalar other) & {
-        detail::call(tr_tensor_bitwise_left_shift_tensor_scalar_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self bitwise_left_shift_tensor_scalar_(Scalar other) && {
-        detail::call(tr_tensor_bitwise_left_shift_tensor_scalar_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `bitwise_right_shift.Tensor(Tensor self, Tensor other) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_bitwise_right_shift_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self bitwise_right_shift_tensor(const Self& other) const {
+    [[nodiscard]] Self take(const Self& index) const {
         tr_tensor out{0};
-        detail::call(tr_tensor_bitwise_right_shift_tensor, self().raw(), other.raw(), &out);
+        detail::call(tr_tensor_take, self().raw(), index.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `bitwise_right_shift_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is
-    /// *this.) Calls `tr_tensor_bitwise_right_shift_tensor_`; throws tr::Error on failure.
-    Self& bitwise_right_shift_tensor_(const Self& other) & {
-        detail::call(tr_tensor_bitwise_right_shift_tensor_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self bitwise_right_shift_tensor_(const Self& other) && {
-        detail::call(tr_tensor_bitwise_right_shift_tensor_, self().raw(), other.raw());
-        return std::move(self());
+    /// Selects values from `input` at the 1-dimensional indices from `indices` along the given
+    /// `dim`. (`take_along_dim(Tensor self, Tensor indices, int? dim=None) -> Tensor`) (`input`
+    /// is *this.) Calls `tr_tensor_take_along_dim`; throws tr::Error on failure.
+    [[nodiscard]] Self take_along_dim(const Self& indices, std::optional<int64_t> dim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_take_along_dim, self().raw(), indices.raw(),
+                detail::c_opt(dim).ptr(), &out);
+        return Self::adopt(out);
     }
 
-    /// `bitwise_right_shift.Tensor_Scalar(Tensor self, Scalar other) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_bitwise_right_shift_tensor_scalar`; throws tr::Error on
+    /// Returns a 2-D tensor where each row is the index for a non-zero value.
+    /// (`nonzero_static(Tensor self, *, SymInt size, int fill_value=-1) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_nonzero_static`; throws tr::Error on failure.
+    [[nodiscard]] Self nonzero_static(int64_t size, int64_t fill_value) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_nonzero_static, self().raw(), size, fill_value, &out);
+        return Self::adopt(out);
+    }
+
+    /// The indices of the nonzero elements, one tensor per dimension
+    /// (`torch.nonzero(as_tuple=True)`). (`nonzero_numpy(Tensor self) -> Tensor[]`) (`input` is
+    /// *this.) Calls `tr_tensor_nonzero_numpy`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> nonzero_numpy() const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_nonzero_numpy(self().raw(), out_, room_, written_); });
+    }
+
+    /// Returns a tensor containing the indices of all non-zero elements of `input`.
+    /// (`argwhere(Tensor self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_argwhere`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self argwhere() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_argwhere, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Gathers values along an axis specified by `dim`. (`gather(Tensor self, int dim, Tensor
+    /// index, *, bool sparse_grad=False) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_gather`; throws tr::Error on failure.
+    [[nodiscard]] Self gather(int64_t dim, const Self& index, bool sparse_grad) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_gather, self().raw(), dim, index.raw(), sparse_grad, &out);
+        return Self::adopt(out);
+    }
+
+    /// Alias for `torch.transpose`. (`swapaxes(Tensor(a) self, int axis0, int axis1) ->
+    /// Tensor(a)`) (`input` is *this.) Calls `tr_tensor_swapaxes`; throws tr::Error on failure.
+    [[nodiscard]] Self swapaxes(int64_t axis0, int64_t axis1) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_swapaxes, self().raw(), axis0, axis1, &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.swapaxes` (`swapaxes_(Tensor(a!) self, int axis0, int axis1)
+    /// -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_swapaxes_`; throws tr::Error on
     /// failure.
-    [[nodiscard]] Self bitwise_right_shift_tensor_scalar(Scalar other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_bitwise_right_shift_tensor_scalar, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `bitwise_right_shift_.Tensor_Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`
-    /// (`input` is *this.) Calls `tr_tensor_bitwise_right_shift_tensor_scalar_`; throws
-    /// tr::Error on failure.
-    Self& bitwise_right_shift_tensor_scalar_(Scalar other) & {
-        detail::call(tr_tensor_bitwise_right_shift_tensor_scalar_, self().raw(), other.raw());
+    Self& swapaxes_(int64_t axis0, int64_t axis1) & {
+        detail::call(tr_tensor_swapaxes_, self().raw(), axis0, axis1);
         return self();
     }
     /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self bitwise_right_shift_tensor_scalar_(Scalar other) && {
-        detail::call(tr_tensor_bitwise_right_shift_tensor_scalar_, self().raw(), other.raw());
+    [[nodiscard]] Self swapaxes_(int64_t axis0, int64_t axis1) && {
+        detail::call(tr_tensor_swapaxes_, self().raw(), axis0, axis1);
         return std::move(self());
     }
 
-    /// `tril_(Tensor(a!) self, SymInt diagonal=0) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_tril_`; throws tr::Error on failure.
+    /// Alias for `torch.transpose`. (`swapdims(Tensor(a) self, int dim0, int dim1) ->
+    /// Tensor(a)`) (`input` is *this.) Calls `tr_tensor_swapdims`; throws tr::Error on failure.
+    [[nodiscard]] Self swapdims(int64_t dim0, int64_t dim1) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_swapdims, self().raw(), dim0, dim1, &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.swapdims` (`swapdims_(Tensor(a!) self, int dim0, int dim1)
+    /// -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_swapdims_`; throws tr::Error on
+    /// failure.
+    Self& swapdims_(int64_t dim0, int64_t dim1) & {
+        detail::call(tr_tensor_swapdims_, self().raw(), dim0, dim1);
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self swapdims_(int64_t dim0, int64_t dim1) && {
+        detail::call(tr_tensor_swapdims_, self().raw(), dim0, dim1);
+        return std::move(self());
+    }
+
+    /// Tensors of `tensors`' shapes cut from the 1-D `flat` (the inverse of
+    /// `flatten_dense_tensors`). (`unflatten_dense_tensors(Tensor flat, Tensor[] tensors) ->
+    /// Tensor[]`) (`flat` is *this.) Calls `tr_tensor_unflatten_dense_tensors`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] std::vector<Self> unflatten_dense_tensors(const TensorList& tensors) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_unflatten_dense_tensors(self().raw(), tensors.data(),
+                tensors.size(), out_, room_, written_); });
+    }
+
+    /// Performs the same operation as `torch.view_as_real`, but all output tensors are freshly
+    /// created instead of aliasing the input. (`view_as_real_copy(Tensor self) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_view_as_real_copy`; throws tr::Error on failure.
+    [[nodiscard]] Self view_as_real_copy() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_view_as_real_copy, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Performs the same operation as `torch.view_as_complex`, but all output tensors are
+    /// freshly created instead of aliasing the input. (`view_as_complex_copy(Tensor self) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_view_as_complex_copy`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self view_as_complex_copy() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_view_as_complex_copy, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Performs the same operation as `torch.as_strided`, but all output tensors are freshly
+    /// created instead of aliasing the input. (`as_strided_copy(Tensor self, SymInt[] size,
+    /// SymInt[] stride, SymInt? storage_offset=None) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_as_strided_copy`; throws tr::Error on failure.
+    [[nodiscard]] Self as_strided_copy(
+        IntList size,
+        IntList stride,
+        std::optional<int64_t> storage_offset) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_as_strided_copy, self().raw(), size.data(), size.size(),
+                stride.data(), stride.size(), detail::c_opt(storage_offset).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Performs the same operation as `torch.diagonal`, but all output tensors are freshly
+    /// created instead of aliasing the input. (`diagonal_copy(Tensor self, int offset=0, int
+    /// dim1=0, int dim2=1) -> Tensor`) (`input` is *this.) Calls `tr_tensor_diagonal_copy`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self diagonal_copy(int64_t offset, int64_t dim1, int64_t dim2) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_diagonal_copy, self().raw(), offset, dim1, dim2, &out);
+        return Self::adopt(out);
+    }
+
+    /// Performs the same operation as `torch.Tensor.expand`, but all output tensors are freshly
+    /// created instead of aliasing the input. (`expand_copy(Tensor self, SymInt[] size, *, bool
+    /// implicit=False) -> Tensor`) (`input` is *this.) Calls `tr_tensor_expand_copy`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self expand_copy(IntList size, bool implicit) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_expand_copy, self().raw(), size.data(), size.size(), implicit, &out);
+        return Self::adopt(out);
+    }
+
+    /// Performs the same operation as `torch.permute`, but all output tensors are freshly
+    /// created instead of aliasing the input. (`permute_copy(Tensor self, int[] dims) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_permute_copy`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self permute_copy(IntList dims) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_permute_copy, self().raw(), dims.data(), dims.size(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Performs the same operation as `torch.select`, but all output tensors are freshly
+    /// created instead of aliasing the input. (`select_copy.int(Tensor self, int dim, SymInt
+    /// index) -> Tensor`) (`input` is *this.) Calls `tr_tensor_select_copy_int`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self select_copy_int(int64_t dim, int64_t index) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_select_copy_int, self().raw(), dim, index, &out);
+        return Self::adopt(out);
+    }
+
+    /// Performs the same operation as `torch.detach`, but all output tensors are freshly
+    /// created instead of aliasing the input. (`detach_copy(Tensor self) -> Tensor`) (`input`
+    /// is *this.) Calls `tr_tensor_detach_copy`; throws tr::Error on failure.
+    [[nodiscard]] Self detach_copy() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_detach_copy, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Performs the same operation as `torch.slice`, but all output tensors are freshly created
+    /// instead of aliasing the input. (`slice_copy.Tensor(Tensor self, int dim=0, SymInt?
+    /// start=None, SymInt? end=None, SymInt step=1) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_slice_copy_tensor`; throws tr::Error on failure.
+    [[nodiscard]] Self slice_copy_tensor(
+        int64_t dim,
+        std::optional<int64_t> start,
+        std::optional<int64_t> end,
+        int64_t step) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_slice_copy_tensor, self().raw(), dim, detail::c_opt(start).ptr(),
+                detail::c_opt(end).ptr(), step, &out);
+        return Self::adopt(out);
+    }
+
+    /// Performs the same operation as `torch.split`, but all output tensors are freshly created
+    /// instead of aliasing the input. (`split_copy.Tensor(Tensor self, SymInt split_size, int
+    /// dim=0) -> Tensor[]`) (`input` is *this.) Calls `tr_tensor_split_copy_tensor`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] std::vector<Self> split_copy_tensor(int64_t split_size, int64_t dim) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_split_copy_tensor(self().raw(), split_size, dim, out_, room_,
+                written_); });
+    }
+
+    /// Performs the same operation as `torch.split_with_sizes`, but all output tensors are
+    /// freshly created instead of aliasing the input. (`split_with_sizes_copy(Tensor self,
+    /// SymInt[] split_sizes, int dim=0) -> Tensor[]`) (`input` is *this.) Calls
+    /// `tr_tensor_split_with_sizes_copy`; throws tr::Error on failure.
+    [[nodiscard]] std::vector<Self> split_with_sizes_copy(IntList split_sizes, int64_t dim) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_split_with_sizes_copy(self().raw(), split_sizes.data(),
+                split_sizes.size(), dim, out_, room_, written_); });
+    }
+
+    /// Performs the same operation as `torch.squeeze`, but all output tensors are freshly
+    /// created instead of aliasing the input. (`squeeze_copy(Tensor self) -> Tensor`) (`input`
+    /// is *this.) Calls `tr_tensor_squeeze_copy`; throws tr::Error on failure.
+    [[nodiscard]] Self squeeze_copy() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_squeeze_copy, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Performs the same operation as `torch.squeeze`, but all output tensors are freshly
+    /// created instead of aliasing the input. (`squeeze_copy.dim(Tensor self, int dim) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_squeeze_copy_dim`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self squeeze_copy_dim(int64_t dim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_squeeze_copy_dim, self().raw(), dim, &out);
+        return Self::adopt(out);
+    }
+
+    /// Performs the same operation as `torch.squeeze`, but all output tensors are freshly
+    /// created instead of aliasing the input. (`squeeze_copy.dims(Tensor self, int[] dim) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_squeeze_copy_dims`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self squeeze_copy_dims(IntList dim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_squeeze_copy_dims, self().raw(), dim.data(), dim.size(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Performs the same operation as `torch.t`, but all output tensors are freshly created
+    /// instead of aliasing the input. (`t_copy(Tensor self) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_t_copy`; throws tr::Error on failure.
+    [[nodiscard]] Self t_copy() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_t_copy, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Performs the same operation as `torch.transpose`, but all output tensors are freshly
+    /// created instead of aliasing the input. (`transpose_copy.int(Tensor self, int dim0, int
+    /// dim1) -> Tensor`) (`input` is *this.) Calls `tr_tensor_transpose_copy_int`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self transpose_copy_int(int64_t dim0, int64_t dim1) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_transpose_copy_int, self().raw(), dim0, dim1, &out);
+        return Self::adopt(out);
+    }
+
+    /// Performs the same operation as `torch.unsqueeze`, but all output tensors are freshly
+    /// created instead of aliasing the input. (`unsqueeze_copy(Tensor self, int dim) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_unsqueeze_copy`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self unsqueeze_copy(int64_t dim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_unsqueeze_copy, self().raw(), dim, &out);
+        return Self::adopt(out);
+    }
+
+    /// Performs the same operation as `torch.unbind`, but all output tensors are freshly
+    /// created instead of aliasing the input. (`unbind_copy.int(Tensor self, int dim=0) ->
+    /// Tensor[]`) (`input` is *this.) Calls `tr_tensor_unbind_copy_int`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] std::vector<Self> unbind_copy_int(int64_t dim) const {
+        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_unbind_copy_int(self().raw(), dim, out_, room_, written_); });
+    }
+
+    /// Performs the same operation as `torch.view`, but all output tensors are freshly created
+    /// instead of aliasing the input. (`view_copy(Tensor self, SymInt[] size) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_view_copy`; throws tr::Error on failure.
+    [[nodiscard]] Self view_copy(IntList size) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_view_copy, self().raw(), size.data(), size.size(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Performs the same operation as `torch.view`, but all output tensors are freshly created
+    /// instead of aliasing the input. (`view_copy.dtype(Tensor self, ScalarType dtype) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_view_copy_dtype`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self view_copy_dtype(DType dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_view_copy_dtype, self().raw(), static_cast<tr_dtype>(dtype), &out);
+        return Self::adopt(out);
+    }
+
+    /// Performs the same operation as `torch.alias`, but all output tensors are freshly created
+    /// instead of aliasing the input. (`alias_copy(Tensor self) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_alias_copy`; throws tr::Error on failure.
+    [[nodiscard]] Self alias_copy() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_alias_copy, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Performs a matrix-vector product of the matrix `mat` and the vector `vec`.
+    /// (`addmv(Tensor self, Tensor mat, Tensor vec, *, Scalar beta=1, Scalar alpha=1) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_addmv`; throws tr::Error on failure.
+    [[nodiscard]] Self addmv(const Self& mat, const Self& vec, Scalar beta, Scalar alpha) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_addmv, self().raw(), mat.raw(), vec.raw(), beta.raw(), alpha.raw(),
+                &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.addmv` (`addmv_(Tensor(a!) self, Tensor mat, Tensor vec, *,
+    /// Scalar beta=1, Scalar alpha=1) -> Tensor(a!)`) (`input` is *this.) Calls
+    /// `tr_tensor_addmv_`; throws tr::Error on failure.
+    Self& addmv_(const Self& mat, const Self& vec, Scalar beta, Scalar alpha) & {
+        detail::call(tr_tensor_addmv_, self().raw(), mat.raw(), vec.raw(), beta.raw(), alpha.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self addmv_(const Self& mat, const Self& vec, Scalar beta, Scalar alpha) && {
+        detail::call(tr_tensor_addmv_, self().raw(), mat.raw(), vec.raw(), beta.raw(), alpha.raw());
+        return std::move(self());
+    }
+
+    /// Performs the outer-product of vectors `vec1` and `vec2` and adds it to the matrix
+    /// `input`. (`addr(Tensor self, Tensor vec1, Tensor vec2, *, Scalar beta=1, Scalar alpha=1)
+    /// -> Tensor`) (`input` is *this.) Calls `tr_tensor_addr`; throws tr::Error on failure.
+    [[nodiscard]] Self addr(const Self& vec1, const Self& vec2, Scalar beta, Scalar alpha) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_addr, self().raw(), vec1.raw(), vec2.raw(), beta.raw(), alpha.raw(),
+                &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.addr` (`addr_(Tensor(a!) self, Tensor vec1, Tensor vec2, *,
+    /// Scalar beta=1, Scalar alpha=1) -> Tensor(a!)`) (`input` is *this.) Calls
+    /// `tr_tensor_addr_`; throws tr::Error on failure.
+    Self& addr_(const Self& vec1, const Self& vec2, Scalar beta, Scalar alpha) & {
+        detail::call(tr_tensor_addr_, self().raw(), vec1.raw(), vec2.raw(), beta.raw(),
+                alpha.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self addr_(const Self& vec1, const Self& vec2, Scalar beta, Scalar alpha) && {
+        detail::call(tr_tensor_addr_, self().raw(), vec1.raw(), vec2.raw(), beta.raw(),
+                alpha.raw());
+        return std::move(self());
+    }
+
+    /// Performs a batch matrix-matrix product of matrices in `batch1` and `batch2`.
+    /// (`baddbmm(Tensor self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1)
+    /// -> Tensor`) (`input` is *this.) Calls `tr_tensor_baddbmm`; throws tr::Error on failure.
+    [[nodiscard]] Self baddbmm(
+        const Self& batch1,
+        const Self& batch2,
+        Scalar beta,
+        Scalar alpha) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_baddbmm, self().raw(), batch1.raw(), batch2.raw(), beta.raw(),
+                alpha.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.baddbmm` (`baddbmm_(Tensor(a!) self, Tensor batch1, Tensor
+    /// batch2, *, Scalar beta=1, Scalar alpha=1) -> Tensor(a!)`) (`input` is *this.) Calls
+    /// `tr_tensor_baddbmm_`; throws tr::Error on failure.
+    Self& baddbmm_(const Self& batch1, const Self& batch2, Scalar beta, Scalar alpha) & {
+        detail::call(tr_tensor_baddbmm_, self().raw(), batch1.raw(), batch2.raw(), beta.raw(),
+                alpha.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self baddbmm_(
+        const Self& batch1,
+        const Self& batch2,
+        Scalar beta,
+        Scalar alpha) && {
+        detail::call(tr_tensor_baddbmm_, self().raw(), batch1.raw(), batch2.raw(), beta.raw(),
+                alpha.raw());
+        return std::move(self());
+    }
+
+    /// Performs a batch matrix-matrix product of matrices in `batch1` and `batch2`.
+    /// (`baddbmm.dtype(Tensor self, Tensor batch1, Tensor batch2, ScalarType out_dtype, *,
+    /// Scalar beta=1, Scalar alpha=1) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_baddbmm_dtype`; throws tr::Error on failure.
+    [[nodiscard]] Self baddbmm_dtype(
+        const Self& batch1,
+        const Self& batch2,
+        DType out_dtype,
+        Scalar beta,
+        Scalar alpha) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_baddbmm_dtype, self().raw(), batch1.raw(), batch2.raw(),
+                static_cast<tr_dtype>(out_dtype), beta.raw(), alpha.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Performs a batch matrix-matrix product of matrices stored in `input` and `mat2`.
+    /// (`bmm.dtype(Tensor self, Tensor mat2, ScalarType out_dtype) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_bmm_dtype`; throws tr::Error on failure.
+    [[nodiscard]] Self bmm_dtype(const Self& mat2, DType out_dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_bmm_dtype, self().raw(), mat2.raw(),
+                static_cast<tr_dtype>(out_dtype), &out);
+        return Self::adopt(out);
+    }
+
+    /// Estimates the covariance matrix of the variables given by the `input` matrix, where rows
+    /// are the variables and columns are the observations. (`cov(Tensor self, *, int
+    /// correction=1, Tensor? fweights=None, Tensor? aweights=None) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_cov`; throws tr::Error on failure.
+    [[nodiscard]] Self cov(
+        int64_t correction,
+        OptionalTensor fweights,
+        OptionalTensor aweights) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_cov, self().raw(), correction, fweights.raw(), aweights.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Estimates the Pearson product-moment correlation coefficient matrix of the variables
+    /// given by the `input` matrix, where rows are the variables and columns are the
+    /// observations. (`corrcoef(Tensor self) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_corrcoef`; throws tr::Error on failure.
+    [[nodiscard]] Self corrcoef() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_corrcoef, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Creates a tensor whose diagonals of certain 2D planes (specified by `dim1` and `dim2`)
+    /// are filled by `input`. (`diag_embed(Tensor self, int offset=0, int dim1=-2, int dim2=-1)
+    /// -> Tensor`) (`input` is *this.) Calls `tr_tensor_diag_embed`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self diag_embed(int64_t offset, int64_t dim1, int64_t dim2) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_diag_embed, self().raw(), offset, dim1, dim2, &out);
+        return Self::adopt(out);
+    }
+
+    /// - If `input` is a vector (1-D tensor), then returns a 2-D square tensor with the
+    /// elements of `input` as the diagonal. (`diagflat(Tensor self, int offset=0) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_diagflat`; throws tr::Error on failure.
+    [[nodiscard]] Self diagflat(int64_t offset) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_diagflat, self().raw(), offset, &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns a partial view of `input` with the its diagonal elements with respect to `dim1`
+    /// and `dim2` appended as a dimension at the end of the shape. (`diagonal(Tensor(a) self,
+    /// int offset=0, int dim1=0, int dim2=1) -> Tensor(a)`) (`input` is *this.) Calls
+    /// `tr_tensor_diagonal`; throws tr::Error on failure.
+    [[nodiscard]] Self diagonal(int64_t offset, int64_t dim1, int64_t dim2) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_diagonal, self().raw(), offset, dim1, dim2, &out);
+        return Self::adopt(out);
+    }
+
+    /// Alias for `torch.diagonal` with defaults `dim1` `= -2`, `dim2` `= -1`.
+    /// (`linalg_diagonal(Tensor(a) A, *, int offset=0, int dim1=-2, int dim2=-1) -> Tensor(a)`)
+    /// (`a` is *this.) Calls `tr_tensor_linalg_diagonal`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_diagonal(int64_t offset, int64_t dim1, int64_t dim2) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_diagonal, self().raw(), offset, dim1, dim2, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the dot product of two 1D tensors. (`dot(Tensor self, Tensor tensor) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_dot`; throws tr::Error on failure.
+    [[nodiscard]] Self dot(const Self& tensor) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_dot, self().raw(), tensor.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the dot product of two 1D vectors along a dimension. (`vdot(Tensor self, Tensor
+    /// other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_vdot`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self vdot(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_vdot, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the Kronecker product, denoted by `\otimes`, of `input` and `other`.
+    /// (`kron(Tensor self, Tensor other) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_kron`; throws tr::Error on failure.
+    [[nodiscard]] Self kron(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_kron, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Alias for `torch.linalg.matrix_power` (`matrix_power(Tensor self, int n) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_matrix_power`; throws tr::Error on failure.
+    [[nodiscard]] Self matrix_power(int64_t n) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_matrix_power, self().raw(), n, &out);
+        return Self::adopt(out);
+    }
+
+    /// Alias for `torch.linalg.matrix_exp`. (`matrix_exp(Tensor self) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_matrix_exp`; throws tr::Error on failure.
+    [[nodiscard]] Self matrix_exp() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_matrix_exp, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Performs a matrix multiplication of the matrices `input` and `mat2`. (`mm(Tensor self,
+    /// Tensor mat2) -> Tensor`) (`input` is *this.) Calls `tr_tensor_mm`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self mm(const Self& mat2) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_mm, self().raw(), mat2.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Performs a matrix multiplication of the matrices `input` and `mat2`. (`mm.dtype(Tensor
+    /// self, Tensor mat2, ScalarType out_dtype) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_mm_dtype`; throws tr::Error on failure.
+    [[nodiscard]] Self mm_dtype(const Self& mat2, DType out_dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_mm_dtype, self().raw(), mat2.raw(), static_cast<tr_dtype>(out_dtype),
+                &out);
+        return Self::adopt(out);
+    }
+
+    /// Performs a matrix-vector product of the matrix `input` and the vector `vec`. (`mv(Tensor
+    /// self, Tensor vec) -> Tensor`) (`input` is *this.) Calls `tr_tensor_mv`; throws tr::Error
+    /// on failure.
+    [[nodiscard]] Self mv(const Self& vec) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_mv, self().raw(), vec.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes batched the p-norm distance between each pair of the two collections of row
+    /// vectors. (`cdist(Tensor x1, Tensor x2, float p=2, int? compute_mode=None) -> Tensor`)
+    /// (`x1` is *this.) Calls `tr_tensor_cdist`; throws tr::Error on failure.
+    [[nodiscard]] Self cdist(const Self& x2, double p, std::optional<int64_t> compute_mode) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_cdist, self().raw(), x2.raw(), p, detail::c_opt(compute_mode).ptr(),
+                &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the p-norm distance between every pair of row vectors in the input.
+    /// (`pdist(Tensor self, float p=2) -> Tensor`) (`input` is *this.) Calls `tr_tensor_pdist`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self pdist(double p) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_pdist, self().raw(), p, &out);
+        return Self::adopt(out);
+    }
+
+    /// The conjugate transpose of a matrix (`Tensor.H`). (`matrix_H(Tensor(a) self) ->
+    /// Tensor(a)`) (`input` is *this.) Calls `tr_tensor_matrix_h`; throws tr::Error on failure.
+    [[nodiscard]] Self matrix_h() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_matrix_h, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Alias for `torch.linalg.pinv` (`pinverse(Tensor self, float rcond=1e-15) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_pinverse`; throws tr::Error on failure.
+    [[nodiscard]] Self pinverse(double rcond) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_pinverse, self().raw(), rcond, &out);
+        return Self::adopt(out);
+    }
+
+    /// Expects `input` to be <= 2-D tensor and transposes dimensions 0 and 1. (`t(Tensor(a)
+    /// self) -> Tensor(a)`) (`input` is *this.) Calls `tr_tensor_t`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self t() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_t, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.t` (`t_(Tensor(a!) self) -> Tensor(a!)`) (`input` is *this.)
+    /// Calls `tr_tensor_t_`; throws tr::Error on failure.
+    Self& t_() & {
+        detail::call(tr_tensor_t_, self().raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self t_() && {
+        detail::call(tr_tensor_t_, self().raw());
+        return std::move(self());
+    }
+
+    /// Returns a contraction of a and b over multiple dimensions. (`tensordot(Tensor self,
+    /// Tensor other, int[] dims_self, int[] dims_other) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_tensordot`; throws tr::Error on failure.
+    [[nodiscard]] Self tensordot(const Self& other, IntList dims_self, IntList dims_other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_tensordot, self().raw(), other.raw(), dims_self.data(),
+                dims_self.size(), dims_other.data(), dims_other.size(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Generates a Vandermonde matrix. (`vander(Tensor x, int? N=None, bool increasing=False)
+    /// -> Tensor`) (`x` is *this.) Calls `tr_tensor_vander`; throws tr::Error on failure.
+    [[nodiscard]] Self vander(std::optional<int64_t> n, bool increasing) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_vander, self().raw(), detail::c_opt(n).ptr(), increasing, &out);
+        return Self::adopt(out);
+    }
+
+    /// Performs a matrix multiplication of the matrices `mat1` and `mat2`. (`addmm(Tensor self,
+    /// Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_addmm`; throws tr::Error on failure.
+    [[nodiscard]] Self addmm(const Self& mat1, const Self& mat2, Scalar beta, Scalar alpha) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_addmm, self().raw(), mat1.raw(), mat2.raw(), beta.raw(), alpha.raw(),
+                &out);
+        return Self::adopt(out);
+    }
+
+    /// Performs a matrix multiplication of the matrices `mat1` and `mat2`. (`addmm.dtype(Tensor
+    /// self, Tensor mat1, Tensor mat2, ScalarType out_dtype, *, Scalar beta=1, Scalar alpha=1)
+    /// -> Tensor`) (`input` is *this.) Calls `tr_tensor_addmm_dtype`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self addmm_dtype(
+        const Self& mat1,
+        const Self& mat2,
+        DType out_dtype,
+        Scalar beta,
+        Scalar alpha) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_addmm_dtype, self().raw(), mat1.raw(), mat2.raw(),
+                static_cast<tr_dtype>(out_dtype), beta.raw(), alpha.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.addmm` (`addmm_(Tensor(a!) self, Tensor mat1, Tensor mat2,
+    /// *, Scalar beta=1, Scalar alpha=1) -> Tensor(a!)`) (`input` is *this.) Calls
+    /// `tr_tensor_addmm_`; throws tr::Error on failure.
+    Self& addmm_(const Self& mat1, const Self& mat2, Scalar beta, Scalar alpha) & {
+        detail::call(tr_tensor_addmm_, self().raw(), mat1.raw(), mat2.raw(), beta.raw(),
+                alpha.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self addmm_(const Self& mat1, const Self& mat2, Scalar beta, Scalar alpha) && {
+        detail::call(tr_tensor_addmm_, self().raw(), mat1.raw(), mat2.raw(), beta.raw(),
+                alpha.raw());
+        return std::move(self());
+    }
+
+    /// In-place version of `Tensor.tril` (`tril_(Tensor(a!) self, SymInt diagonal=0) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_tril_`; throws tr::Error on failure.
     Self& tril_(int64_t diagonal) & {
         detail::call(tr_tensor_tril_, self().raw(), diagonal);
         return self();
@@ -7263,8 +7550,8 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `triu_(Tensor(a!) self, SymInt diagonal=0) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_triu_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.triu` (`triu_(Tensor(a!) self, SymInt diagonal=0) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_triu_`; throws tr::Error on failure.
     Self& triu_(int64_t diagonal) & {
         detail::call(tr_tensor_triu_, self().raw(), diagonal);
         return self();
@@ -7275,45 +7562,9 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `digamma_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_digamma_`; throws tr::Error on failure.
-    Self& digamma_() & {
-        detail::call(tr_tensor_digamma_, self().raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self digamma_() && {
-        detail::call(tr_tensor_digamma_, self().raw());
-        return std::move(self());
-    }
-
-    /// `lerp_.Scalar(Tensor(a!) self, Tensor end, Scalar weight) -> Tensor(a!)` (`input` is
-    /// *this.) Calls `tr_tensor_lerp_scalar_`; throws tr::Error on failure.
-    Self& lerp_scalar_(const Self& end, Scalar weight) & {
-        detail::call(tr_tensor_lerp_scalar_, self().raw(), end.raw(), weight.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self lerp_scalar_(const Self& end, Scalar weight) && {
-        detail::call(tr_tensor_lerp_scalar_, self().raw(), end.raw(), weight.raw());
-        return std::move(self());
-    }
-
-    /// `lerp_.Tensor(Tensor(a!) self, Tensor end, Tensor weight) -> Tensor(a!)` (`input` is
-    /// *this.) Calls `tr_tensor_lerp_tensor_`; throws tr::Error on failure.
-    Self& lerp_tensor_(const Self& end, const Self& weight) & {
-        detail::call(tr_tensor_lerp_tensor_, self().raw(), end.raw(), weight.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self lerp_tensor_(const Self& end, const Self& weight) && {
-        detail::call(tr_tensor_lerp_tensor_, self().raw(), end.raw(), weight.raw());
-        return std::move(self());
-    }
-
-    /// `addbmm_(Tensor(a!) self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar
-    /// alpha=1) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_addbmm_`; throws tr::Error
-    /// on failure.
+    /// In-place version of `Tensor.addbmm` (`addbmm_(Tensor(a!) self, Tensor batch1, Tensor
+    /// batch2, *, Scalar beta=1, Scalar alpha=1) -> Tensor(a!)`) (`input` is *this.) Calls
+    /// `tr_tensor_addbmm_`; throws tr::Error on failure.
     Self& addbmm_(const Self& batch1, const Self& batch2, Scalar beta, Scalar alpha) & {
         detail::call(tr_tensor_addbmm_, self().raw(), batch1.raw(), batch2.raw(), beta.raw(),
                 alpha.raw());
@@ -7330,8 +7581,11 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `addbmm(Tensor self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) ->
-    /// Tensor` (`input` is *this.) Calls `tr_tensor_addbmm`; throws tr::Error on failure.
+    /// Performs a batch matrix-matrix product of matrices stored in `batch1` and `batch2`, with
+    /// a reduced add step (all matrix multiplications get accumulated along the first
+    /// dimension). (`addbmm(Tensor self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar
+    /// alpha=1) -> Tensor`) (`input` is *this.) Calls `tr_tensor_addbmm`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self addbmm(
         const Self& batch1,
         const Self& batch2,
@@ -7343,115 +7597,17 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `random_.from(Tensor(a!) self, int from, int? to, *, Generator? generator=None) ->
-    /// Tensor(a!)` (`input` is *this.) Calls `tr_tensor_random_from_`; throws tr::Error on
-    /// failure.
-    Self& random_from_(int64_t from, std::optional<int64_t> to) & {
-        detail::call(tr_tensor_random_from_, self().raw(), from, detail::c_opt(to).ptr());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self random_from_(int64_t from, std::optional<int64_t> to) && {
-        detail::call(tr_tensor_random_from_, self().raw(), from, detail::c_opt(to).ptr());
-        return std::move(self());
-    }
-
-    /// `random_.to(Tensor(a!) self, int to, *, Generator? generator=None) -> Tensor(a!)`
-    /// (`input` is *this.) Calls `tr_tensor_random_to_`; throws tr::Error on failure.
-    Self& random_to_(int64_t to) & {
-        detail::call(tr_tensor_random_to_, self().raw(), to);
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self random_to_(int64_t to) && {
-        detail::call(tr_tensor_random_to_, self().raw(), to);
-        return std::move(self());
-    }
-
-    /// `random_(Tensor(a!) self, *, Generator? generator=None) -> Tensor(a!)` (`input` is
-    /// *this.) Calls `tr_tensor_random_`; throws tr::Error on failure.
-    Self& random_() & {
-        detail::call(tr_tensor_random_, self().raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self random_() && {
-        detail::call(tr_tensor_random_, self().raw());
-        return std::move(self());
-    }
-
-    /// `uniform_(Tensor(a!) self, float from=0, float to=1, *, Generator? generator=None) ->
-    /// Tensor(a!)` (`input` is *this.) Calls `tr_tensor_uniform_`; throws tr::Error on failure.
-    Self& uniform_(double from, double to) & {
-        detail::call(tr_tensor_uniform_, self().raw(), from, to);
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self uniform_(double from, double to) && {
-        detail::call(tr_tensor_uniform_, self().raw(), from, to);
-        return std::move(self());
-    }
-
-    /// `cauchy_(Tensor(a!) self, float median=0, float sigma=1, *, Generator? generator=None)
-    /// -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_cauchy_`; throws tr::Error on
-    /// failure.
-    Self& cauchy_(double median, double sigma) & {
-        detail::call(tr_tensor_cauchy_, self().raw(), median, sigma);
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self cauchy_(double median, double sigma) && {
-        detail::call(tr_tensor_cauchy_, self().raw(), median, sigma);
-        return std::move(self());
-    }
-
-    /// `log_normal_(Tensor(a!) self, float mean=1, float std=2, *, Generator? generator=None)
-    /// -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_log_normal_`; throws tr::Error on
-    /// failure.
-    Self& log_normal_(double mean, double std) & {
-        detail::call(tr_tensor_log_normal_, self().raw(), mean, std);
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self log_normal_(double mean, double std) && {
-        detail::call(tr_tensor_log_normal_, self().raw(), mean, std);
-        return std::move(self());
-    }
-
-    /// `exponential_(Tensor(a!) self, float lambd=1, *, Generator? generator=None) ->
-    /// Tensor(a!)` (`input` is *this.) Calls `tr_tensor_exponential_`; throws tr::Error on
-    /// failure.
-    Self& exponential_(double lambd) & {
-        detail::call(tr_tensor_exponential_, self().raw(), lambd);
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self exponential_(double lambd) && {
-        detail::call(tr_tensor_exponential_, self().raw(), lambd);
-        return std::move(self());
-    }
-
-    /// `geometric_(Tensor(a!) self, float p, *, Generator? generator=None) -> Tensor(a!)`
-    /// (`input` is *this.) Calls `tr_tensor_geometric_`; throws tr::Error on failure.
-    Self& geometric_(double p) & {
-        detail::call(tr_tensor_geometric_, self().raw(), p);
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self geometric_(double p) && {
-        detail::call(tr_tensor_geometric_, self().raw(), p);
-        return std::move(self());
-    }
-
-    /// `diag(Tensor self, int diagonal=0) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_diag`; throws tr::Error on failure.
+    /// - If `input` is a vector (1-D tensor), then returns a 2-D square tensor with the
+    /// elements of `input` as the diagonal. (`diag(Tensor self, int diagonal=0) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_diag`; throws tr::Error on failure.
     [[nodiscard]] Self diag(int64_t diagonal) const {
         tr_tensor out{0};
         detail::call(tr_tensor_diag, self().raw(), diagonal, &out);
         return Self::adopt(out);
     }
 
-    /// `cross(Tensor self, Tensor other, int? dim=None) -> Tensor` (`input` is *this.) Calls
+    /// Returns the cross product of vectors in dimension `dim` of `input` and `other`.
+    /// (`cross(Tensor self, Tensor other, int? dim=None) -> Tensor`) (`input` is *this.) Calls
     /// `tr_tensor_cross`; throws tr::Error on failure.
     [[nodiscard]] Self cross(const Self& other, std::optional<int64_t> dim) const {
         tr_tensor out{0};
@@ -7459,506 +7615,40 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `triu(Tensor self, SymInt diagonal=0) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_triu`; throws tr::Error on failure.
+    /// Returns the upper triangular part of a matrix (2-D tensor) or batch of matrices `input`,
+    /// the other elements of the result tensor `out` are set to 0. (`triu(Tensor self, SymInt
+    /// diagonal=0) -> Tensor`) (`input` is *this.) Calls `tr_tensor_triu`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self triu(int64_t diagonal) const {
         tr_tensor out{0};
         detail::call(tr_tensor_triu, self().raw(), diagonal, &out);
         return Self::adopt(out);
     }
 
-    /// `tril(Tensor self, SymInt diagonal=0) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_tril`; throws tr::Error on failure.
+    /// Returns the lower triangular part of the matrix (2-D tensor) or batch of matrices
+    /// `input`, the other elements of the result tensor `out` are set to 0. (`tril(Tensor self,
+    /// SymInt diagonal=0) -> Tensor`) (`input` is *this.) Calls `tr_tensor_tril`; throws
+    /// tr::Error on failure.
     [[nodiscard]] Self tril(int64_t diagonal) const {
         tr_tensor out{0};
         detail::call(tr_tensor_tril, self().raw(), diagonal, &out);
         return Self::adopt(out);
     }
 
-    /// `trace(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_trace`; throws
-    /// tr::Error on failure.
+    /// Returns the sum of the elements of the diagonal of the input 2-D matrix. (`trace(Tensor
+    /// self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_trace`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self trace() const {
         tr_tensor out{0};
         detail::call(tr_tensor_trace, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `ne.Tensor(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_ne_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self ne_tensor(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_ne_tensor, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `ne_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_ne_scalar_`; throws tr::Error on failure.
-    Self& ne_scalar_(Scalar other) & {
-        detail::call(tr_tensor_ne_scalar_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self ne_scalar_(Scalar other) && {
-        detail::call(tr_tensor_ne_scalar_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `ne_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_ne_tensor_`; throws tr::Error on failure.
-    Self& ne_tensor_(const Self& other) & {
-        detail::call(tr_tensor_ne_tensor_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self ne_tensor_(const Self& other) && {
-        detail::call(tr_tensor_ne_tensor_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `not_equal.Scalar(Tensor self, Scalar other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_not_equal_scalar`; throws tr::Error on failure.
-    [[nodiscard]] Self not_equal_scalar(Scalar other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_not_equal_scalar, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `not_equal.Tensor(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_not_equal_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self not_equal_tensor(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_not_equal_tensor, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `not_equal_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` (`input` is *this.)
-    /// Calls `tr_tensor_not_equal_scalar_`; throws tr::Error on failure.
-    Self& not_equal_scalar_(Scalar other) & {
-        detail::call(tr_tensor_not_equal_scalar_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self not_equal_scalar_(Scalar other) && {
-        detail::call(tr_tensor_not_equal_scalar_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `not_equal_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.)
-    /// Calls `tr_tensor_not_equal_tensor_`; throws tr::Error on failure.
-    Self& not_equal_tensor_(const Self& other) & {
-        detail::call(tr_tensor_not_equal_tensor_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self not_equal_tensor_(const Self& other) && {
-        detail::call(tr_tensor_not_equal_tensor_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `eq.Tensor(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_eq_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self eq_tensor(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_eq_tensor, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `ge.Tensor(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_ge_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self ge_tensor(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_ge_tensor, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `ge_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_ge_scalar_`; throws tr::Error on failure.
-    Self& ge_scalar_(Scalar other) & {
-        detail::call(tr_tensor_ge_scalar_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self ge_scalar_(Scalar other) && {
-        detail::call(tr_tensor_ge_scalar_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `ge_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_ge_tensor_`; throws tr::Error on failure.
-    Self& ge_tensor_(const Self& other) & {
-        detail::call(tr_tensor_ge_tensor_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self ge_tensor_(const Self& other) && {
-        detail::call(tr_tensor_ge_tensor_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `greater_equal.Scalar(Tensor self, Scalar other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_greater_equal_scalar`; throws tr::Error on failure.
-    [[nodiscard]] Self greater_equal_scalar(Scalar other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_greater_equal_scalar, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `greater_equal.Tensor(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_greater_equal_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self greater_equal_tensor(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_greater_equal_tensor, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `greater_equal_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` (`input` is *this.)
-    /// Calls `tr_tensor_greater_equal_scalar_`; throws tr::Error on failure.
-    Self& greater_equal_scalar_(Scalar other) & {
-        detail::call(tr_tensor_greater_equal_scalar_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self greater_equal_scalar_(Scalar other) && {
-        detail::call(tr_tensor_greater_equal_scalar_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `greater_equal_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.)
-    /// Calls `tr_tensor_greater_equal_tensor_`; throws tr::Error on failure.
-    Self& greater_equal_tensor_(const Self& other) & {
-        detail::call(tr_tensor_greater_equal_tensor_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self greater_equal_tensor_(const Self& other) && {
-        detail::call(tr_tensor_greater_equal_tensor_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `le.Tensor(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_le_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self le_tensor(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_le_tensor, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `le_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_le_scalar_`; throws tr::Error on failure.
-    Self& le_scalar_(Scalar other) & {
-        detail::call(tr_tensor_le_scalar_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self le_scalar_(Scalar other) && {
-        detail::call(tr_tensor_le_scalar_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `le_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_le_tensor_`; throws tr::Error on failure.
-    Self& le_tensor_(const Self& other) & {
-        detail::call(tr_tensor_le_tensor_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self le_tensor_(const Self& other) && {
-        detail::call(tr_tensor_le_tensor_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `less_equal.Scalar(Tensor self, Scalar other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_less_equal_scalar`; throws tr::Error on failure.
-    [[nodiscard]] Self less_equal_scalar(Scalar other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_less_equal_scalar, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `less_equal.Tensor(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_less_equal_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self less_equal_tensor(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_less_equal_tensor, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `less_equal_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` (`input` is *this.)
-    /// Calls `tr_tensor_less_equal_scalar_`; throws tr::Error on failure.
-    Self& less_equal_scalar_(Scalar other) & {
-        detail::call(tr_tensor_less_equal_scalar_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self less_equal_scalar_(Scalar other) && {
-        detail::call(tr_tensor_less_equal_scalar_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `less_equal_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.)
-    /// Calls `tr_tensor_less_equal_tensor_`; throws tr::Error on failure.
-    Self& less_equal_tensor_(const Self& other) & {
-        detail::call(tr_tensor_less_equal_tensor_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self less_equal_tensor_(const Self& other) && {
-        detail::call(tr_tensor_less_equal_tensor_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `gt.Tensor(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_gt_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self gt_tensor(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_gt_tensor, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `gt_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_gt_scalar_`; throws tr::Error on failure.
-    Self& gt_scalar_(Scalar other) & {
-        detail::call(tr_tensor_gt_scalar_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self gt_scalar_(Scalar other) && {
-        detail::call(tr_tensor_gt_scalar_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `gt_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_gt_tensor_`; throws tr::Error on failure.
-    Self& gt_tensor_(const Self& other) & {
-        detail::call(tr_tensor_gt_tensor_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self gt_tensor_(const Self& other) && {
-        detail::call(tr_tensor_gt_tensor_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `greater.Scalar(Tensor self, Scalar other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_greater_scalar`; throws tr::Error on failure.
-    [[nodiscard]] Self greater_scalar(Scalar other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_greater_scalar, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `greater.Tensor(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_greater_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self greater_tensor(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_greater_tensor, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `greater_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_greater_scalar_`; throws tr::Error on failure.
-    Self& greater_scalar_(Scalar other) & {
-        detail::call(tr_tensor_greater_scalar_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self greater_scalar_(Scalar other) && {
-        detail::call(tr_tensor_greater_scalar_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `greater_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_greater_tensor_`; throws tr::Error on failure.
-    Self& greater_tensor_(const Self& other) & {
-        detail::call(tr_tensor_greater_tensor_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self greater_tensor_(const Self& other) && {
-        detail::call(tr_tensor_greater_tensor_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `lt.Tensor(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_lt_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self lt_tensor(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_lt_tensor, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `lt_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_lt_scalar_`; throws tr::Error on failure.
-    Self& lt_scalar_(Scalar other) & {
-        detail::call(tr_tensor_lt_scalar_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self lt_scalar_(Scalar other) && {
-        detail::call(tr_tensor_lt_scalar_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `lt_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_lt_tensor_`; throws tr::Error on failure.
-    Self& lt_tensor_(const Self& other) & {
-        detail::call(tr_tensor_lt_tensor_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self lt_tensor_(const Self& other) && {
-        detail::call(tr_tensor_lt_tensor_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `less.Scalar(Tensor self, Scalar other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_less_scalar`; throws tr::Error on failure.
-    [[nodiscard]] Self less_scalar(Scalar other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_less_scalar, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `less.Tensor(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_less_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self less_tensor(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_less_tensor, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `less_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_less_scalar_`; throws tr::Error on failure.
-    Self& less_scalar_(Scalar other) & {
-        detail::call(tr_tensor_less_scalar_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self less_scalar_(Scalar other) && {
-        detail::call(tr_tensor_less_scalar_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `less_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_less_tensor_`; throws tr::Error on failure.
-    Self& less_tensor_(const Self& other) & {
-        detail::call(tr_tensor_less_tensor_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self less_tensor_(const Self& other) && {
-        detail::call(tr_tensor_less_tensor_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `take(Tensor self, Tensor index) -> Tensor` (`input` is *this.) Calls `tr_tensor_take`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self take(const Self& index) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_take, self().raw(), index.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `take_along_dim(Tensor self, Tensor indices, int? dim=None) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_take_along_dim`; throws tr::Error on failure.
-    [[nodiscard]] Self take_along_dim(const Self& indices, std::optional<int64_t> dim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_take_along_dim, self().raw(), indices.raw(),
-                detail::c_opt(dim).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `nonzero_static(Tensor self, *, SymInt size, int fill_value=-1) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_nonzero_static`; throws tr::Error on failure.
-    [[nodiscard]] Self nonzero_static(int64_t size, int64_t fill_value) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_nonzero_static, self().raw(), size, fill_value, &out);
-        return Self::adopt(out);
-    }
-
-    /// `nonzero_numpy(Tensor self) -> Tensor[]` (`input` is *this.) Calls
-    /// `tr_tensor_nonzero_numpy`; throws tr::Error on failure.
-    [[nodiscard]] std::vector<Self> nonzero_numpy() const {
-        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_nonzero_numpy(self().raw(), out_, room_, written_); });
-    }
-
-    /// `argwhere(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_argwhere`; throws
+    /// Solves a system of equations with a square upper or lower triangular invertible matrix
+    /// `A` and multiple right-hand sides `b`. (`triangular_solve(Tensor self, Tensor A, bool
+    /// upper=True, bool transpose=False, bool unitriangular=False) -> (Tensor solution, Tensor
+    /// cloned_coefficient)`) (`input` is *this.) Calls `tr_tensor_triangular_solve`; throws
     /// tr::Error on failure.
-    [[nodiscard]] Self argwhere() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_argwhere, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_gather`; throws tr::Error on failure.
-    [[nodiscard]] Self gather(int64_t dim, const Self& index, bool sparse_grad) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_gather, self().raw(), dim, index.raw(), sparse_grad, &out);
-        return Self::adopt(out);
-    }
-
-    /// `addcmul(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_addcmul`; throws tr::Error on failure.
-    [[nodiscard]] Self addcmul(const Self& tensor1, const Self& tensor2, Scalar value) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_addcmul, self().raw(), tensor1.raw(), tensor2.raw(), value.raw(),
-                &out);
-        return Self::adopt(out);
-    }
-
-    /// `addcmul_(Tensor(a!) self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) ->
-    /// Tensor(a!)` (`input` is *this.) Calls `tr_tensor_addcmul_`; throws tr::Error on failure.
-    Self& addcmul_(const Self& tensor1, const Self& tensor2, Scalar value) & {
-        detail::call(tr_tensor_addcmul_, self().raw(), tensor1.raw(), tensor2.raw(), value.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self addcmul_(const Self& tensor1, const Self& tensor2, Scalar value) && {
-        detail::call(tr_tensor_addcmul_, self().raw(), tensor1.raw(), tensor2.raw(), value.raw());
-        return std::move(self());
-    }
-
-    /// `addcdiv(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_addcdiv`; throws tr::Error on failure.
-    [[nodiscard]] Self addcdiv(const Self& tensor1, const Self& tensor2, Scalar value) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_addcdiv, self().raw(), tensor1.raw(), tensor2.raw(), value.raw(),
-                &out);
-        return Self::adopt(out);
-    }
-
-    /// `addcdiv_(Tensor(a!) self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) ->
-    /// Tensor(a!)` (`input` is *this.) Calls `tr_tensor_addcdiv_`; throws tr::Error on failure.
-    Self& addcdiv_(const Self& tensor1, const Self& tensor2, Scalar value) & {
-        detail::call(tr_tensor_addcdiv_, self().raw(), tensor1.raw(), tensor2.raw(), value.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self addcdiv_(const Self& tensor1, const Self& tensor2, Scalar value) && {
-        detail::call(tr_tensor_addcdiv_, self().raw(), tensor1.raw(), tensor2.raw(), value.raw());
-        return std::move(self());
-    }
-
-    /// `cross_entropy_loss(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean,
-    /// SymInt ignore_index=-100, float label_smoothing=0.0) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_cross_entropy_loss`; throws tr::Error on failure.
-    [[nodiscard]] Self cross_entropy_loss(
-        const Self& target,
-        OptionalTensor weight,
-        int64_t reduction,
-        int64_t ignore_index,
-        double label_smoothing) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_cross_entropy_loss, self().raw(), target.raw(), weight.raw(),
-                reduction, ignore_index, label_smoothing, &out);
-        return Self::adopt(out);
-    }
-
-    /// `triangular_solve(Tensor self, Tensor A, bool upper=True, bool transpose=False, bool
-    /// unitriangular=False) -> (Tensor solution, Tensor cloned_coefficient)` (`input` is
-    /// *this.) Calls `tr_tensor_triangular_solve`; throws tr::Error on failure.
     [[nodiscard]] std::array<Self, 2> triangular_solve(
         const Self& a,
         bool upper,
@@ -7969,8 +7659,9 @@ class TensorOps {
                 unitriangular, out_, room_, written_); });
     }
 
-    /// `linalg_solve_triangular(Tensor self, Tensor B, *, bool upper, bool left=True, bool
-    /// unitriangular=False) -> Tensor` (`input` is *this.) Calls
+    /// Computes the solution of a triangular system of linear equations with a unique solution.
+    /// (`linalg_solve_triangular(Tensor self, Tensor B, *, bool upper, bool left=True, bool
+    /// unitriangular=False) -> Tensor`) (`input` is *this.) Calls
     /// `tr_tensor_linalg_solve_triangular`; throws tr::Error on failure.
     [[nodiscard]] Self linalg_solve_triangular(
         const Self& b,
@@ -7983,70 +7674,35 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `linalg_vander(Tensor x, *, SymInt? N=None) -> Tensor` (`x` is *this.) Calls
-    /// `tr_tensor_linalg_vander`; throws tr::Error on failure.
+    /// Generates a Vandermonde matrix. (`linalg_vander(Tensor x, *, SymInt? N=None) -> Tensor`)
+    /// (`x` is *this.) Calls `tr_tensor_linalg_vander`; throws tr::Error on failure.
     [[nodiscard]] Self linalg_vander(std::optional<int64_t> n) const {
         tr_tensor out{0};
         detail::call(tr_tensor_linalg_vander, self().raw(), detail::c_opt(n).ptr(), &out);
         return Self::adopt(out);
     }
 
-    /// `svd(Tensor self, bool some=True, bool compute_uv=True) -> (Tensor U, Tensor S, Tensor
-    /// V)` (`input` is *this.) Calls `tr_tensor_svd`; throws tr::Error on failure.
+    /// Computes the singular value decomposition of either a matrix or batch of matrices
+    /// `input`. (`svd(Tensor self, bool some=True, bool compute_uv=True) -> (Tensor U, Tensor
+    /// S, Tensor V)`) (`input` is *this.) Calls `tr_tensor_svd`; throws tr::Error on failure.
     [[nodiscard]] std::array<Self, 3> svd(bool some, bool compute_uv) const {
         return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
                 return tr_tensor_svd(self().raw(), some, compute_uv, out_, room_, written_); });
     }
 
-    /// `swapaxes(Tensor(a) self, int axis0, int axis1) -> Tensor(a)` (`input` is *this.) Calls
-    /// `tr_tensor_swapaxes`; throws tr::Error on failure.
-    [[nodiscard]] Self swapaxes(int64_t axis0, int64_t axis1) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_swapaxes, self().raw(), axis0, axis1, &out);
-        return Self::adopt(out);
-    }
-
-    /// `swapaxes_(Tensor(a!) self, int axis0, int axis1) -> Tensor(a!)` (`input` is *this.)
-    /// Calls `tr_tensor_swapaxes_`; throws tr::Error on failure.
-    Self& swapaxes_(int64_t axis0, int64_t axis1) & {
-        detail::call(tr_tensor_swapaxes_, self().raw(), axis0, axis1);
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self swapaxes_(int64_t axis0, int64_t axis1) && {
-        detail::call(tr_tensor_swapaxes_, self().raw(), axis0, axis1);
-        return std::move(self());
-    }
-
-    /// `swapdims(Tensor(a) self, int dim0, int dim1) -> Tensor(a)` (`input` is *this.) Calls
-    /// `tr_tensor_swapdims`; throws tr::Error on failure.
-    [[nodiscard]] Self swapdims(int64_t dim0, int64_t dim1) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_swapdims, self().raw(), dim0, dim1, &out);
-        return Self::adopt(out);
-    }
-
-    /// `swapdims_(Tensor(a!) self, int dim0, int dim1) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_swapdims_`; throws tr::Error on failure.
-    Self& swapdims_(int64_t dim0, int64_t dim1) & {
-        detail::call(tr_tensor_swapdims_, self().raw(), dim0, dim1);
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self swapdims_(int64_t dim0, int64_t dim1) && {
-        detail::call(tr_tensor_swapdims_, self().raw(), dim0, dim1);
-        return std::move(self());
-    }
-
-    /// `cholesky(Tensor self, bool upper=False) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_cholesky`; throws tr::Error on failure.
+    /// Computes the Cholesky decomposition of a symmetric positive-definite matrix `A` or for
+    /// batches of symmetric positive-definite matrices. (`cholesky(Tensor self, bool
+    /// upper=False) -> Tensor`) (`input` is *this.) Calls `tr_tensor_cholesky`; throws
+    /// tr::Error on failure.
     [[nodiscard]] Self cholesky(bool upper) const {
         tr_tensor out{0};
         detail::call(tr_tensor_cholesky, self().raw(), upper, &out);
         return Self::adopt(out);
     }
 
-    /// `cholesky_solve(Tensor self, Tensor input2, bool upper=False) -> Tensor` (`input` is
+    /// Computes the solution of a system of linear equations with complex Hermitian or real
+    /// symmetric positive-definite lhs given its Cholesky decomposition.
+    /// (`cholesky_solve(Tensor self, Tensor input2, bool upper=False) -> Tensor`) (`input` is
     /// *this.) Calls `tr_tensor_cholesky_solve`; throws tr::Error on failure.
     [[nodiscard]] Self cholesky_solve(const Self& input2, bool upper) const {
         tr_tensor out{0};
@@ -8054,38 +7710,46 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `cholesky_inverse(Tensor self, bool upper=False) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_cholesky_inverse`; throws tr::Error on failure.
+    /// Computes the inverse of a complex Hermitian or real symmetric positive-definite matrix
+    /// given its Cholesky decomposition. (`cholesky_inverse(Tensor self, bool upper=False) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_cholesky_inverse`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self cholesky_inverse(bool upper) const {
         tr_tensor out{0};
         detail::call(tr_tensor_cholesky_inverse, self().raw(), upper, &out);
         return Self::adopt(out);
     }
 
-    /// `qr(Tensor self, bool some=True) -> (Tensor Q, Tensor R)` (`input` is *this.) Calls
-    /// `tr_tensor_qr`; throws tr::Error on failure.
+    /// Computes the QR decomposition of a matrix or a batch of matrices `input`, and returns a
+    /// namedtuple (Q, R) of tensors such that `\text{input} = Q R` with `Q` being an orthogonal
+    /// matrix or batch of orthogonal matrices and `R` being an upper triangular matrix or batch
+    /// of upper triangular matrices. (`qr(Tensor self, bool some=True) -> (Tensor Q, Tensor
+    /// R)`) (`input` is *this.) Calls `tr_tensor_qr`; throws tr::Error on failure.
     [[nodiscard]] std::array<Self, 2> qr(bool some) const {
         return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
                 return tr_tensor_qr(self().raw(), some, out_, room_, written_); });
     }
 
-    /// `geqrf(Tensor self) -> (Tensor a, Tensor tau)` (`input` is *this.) Calls
-    /// `tr_tensor_geqrf`; throws tr::Error on failure.
+    /// This is a low-level function for calling LAPACK's geqrf directly. (`geqrf(Tensor self)
+    /// -> (Tensor a, Tensor tau)`) (`input` is *this.) Calls `tr_tensor_geqrf`; throws
+    /// tr::Error on failure.
     [[nodiscard]] std::array<Self, 2> geqrf() const {
         return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
                 return tr_tensor_geqrf(self().raw(), out_, room_, written_); });
     }
 
-    /// `orgqr(Tensor self, Tensor input2) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_orgqr`; throws tr::Error on failure.
+    /// Alias for `torch.linalg.householder_product`. (`orgqr(Tensor self, Tensor input2) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_orgqr`; throws tr::Error on failure.
     [[nodiscard]] Self orgqr(const Self& input2) const {
         tr_tensor out{0};
         detail::call(tr_tensor_orgqr, self().raw(), input2.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `ormqr(Tensor self, Tensor input2, Tensor input3, bool left=True, bool transpose=False)
-    /// -> Tensor` (`input` is *this.) Calls `tr_tensor_ormqr`; throws tr::Error on failure.
+    /// Computes the matrix-matrix multiplication of a product of Householder matrices with a
+    /// general matrix. (`ormqr(Tensor self, Tensor input2, Tensor input3, bool left=True, bool
+    /// transpose=False) -> Tensor`) (`input` is *this.) Calls `tr_tensor_ormqr`; throws
+    /// tr::Error on failure.
     [[nodiscard]] Self ormqr(
         const Self& input2,
         const Self& input3,
@@ -8097,16 +7761,19 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `lu_solve(Tensor self, Tensor LU_data, Tensor LU_pivots) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_lu_solve`; throws tr::Error on failure.
+    /// Returns the LU solve of the linear system `Ax = b` using the partially pivoted LU
+    /// factorization of A from `linalg.lu_factor`. (`lu_solve(Tensor self, Tensor LU_data,
+    /// Tensor LU_pivots) -> Tensor`) (`input` is *this.) Calls `tr_tensor_lu_solve`; throws
+    /// tr::Error on failure.
     [[nodiscard]] Self lu_solve(const Self& lu_data, const Self& lu_pivots) const {
         tr_tensor out{0};
         detail::call(tr_tensor_lu_solve, self().raw(), lu_data.raw(), lu_pivots.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `lu_unpack(Tensor LU_data, Tensor LU_pivots, bool unpack_data=True, bool
-    /// unpack_pivots=True) -> (Tensor P, Tensor L, Tensor U)` (`lu_data` is *this.) Calls
+    /// Unpacks the LU decomposition returned by `linalg.lu_factor` into the `P, L, U` matrices.
+    /// (`lu_unpack(Tensor LU_data, Tensor LU_pivots, bool unpack_data=True, bool
+    /// unpack_pivots=True) -> (Tensor P, Tensor L, Tensor U)`) (`lu_data` is *this.) Calls
     /// `tr_tensor_lu_unpack`; throws tr::Error on failure.
     [[nodiscard]] std::array<Self, 3> lu_unpack(
         const Self& lu_pivots,
@@ -8117,581 +7784,2087 @@ class TensorOps {
                 unpack_pivots, out_, room_, written_); });
     }
 
-    /// `multinomial(Tensor self, SymInt num_samples, bool replacement=False, *, Generator?
-    /// generator=None) -> Tensor` (`input` is *this.) Calls `tr_tensor_multinomial`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self multinomial(int64_t num_samples, bool replacement) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_multinomial, self().raw(), num_samples, replacement, &out);
-        return Self::adopt(out);
-    }
-
-    /// `lgamma_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_lgamma_`;
-    /// throws tr::Error on failure.
-    Self& lgamma_() & {
-        detail::call(tr_tensor_lgamma_, self().raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self lgamma_() && {
-        detail::call(tr_tensor_lgamma_, self().raw());
-        return std::move(self());
-    }
-
-    /// `lgamma(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_lgamma`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self lgamma() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_lgamma, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `digamma(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_digamma`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self digamma() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_digamma, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `polygamma_(Tensor(a!) self, int n) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_polygamma_`; throws tr::Error on failure.
-    Self& polygamma_(int64_t n) & {
-        detail::call(tr_tensor_polygamma_, self().raw(), n);
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self polygamma_(int64_t n) && {
-        detail::call(tr_tensor_polygamma_, self().raw(), n);
-        return std::move(self());
-    }
-
-    /// `erfinv(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_erfinv`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self erfinv() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_erfinv, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `erfinv_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_erfinv_`;
-    /// throws tr::Error on failure.
-    Self& erfinv_() & {
-        detail::call(tr_tensor_erfinv_, self().raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self erfinv_() && {
-        detail::call(tr_tensor_erfinv_, self().raw());
-        return std::move(self());
-    }
-
-    /// `i0(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_i0`; throws tr::Error
-    /// on failure.
-    [[nodiscard]] Self i0() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_i0, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `i0_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_i0_`; throws
-    /// tr::Error on failure.
-    Self& i0_() & {
-        detail::call(tr_tensor_i0_, self().raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self i0_() && {
-        detail::call(tr_tensor_i0_, self().raw());
-        return std::move(self());
-    }
-
-    /// `sign(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_sign`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self sign() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_sign, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `sign_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls `tr_tensor_sign_`;
-    /// throws tr::Error on failure.
-    Self& sign_() & {
-        detail::call(tr_tensor_sign_, self().raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self sign_() && {
-        detail::call(tr_tensor_sign_, self().raw());
-        return std::move(self());
-    }
-
-    /// `signbit(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_signbit`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self signbit() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_signbit, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `dist(Tensor self, Tensor other, Scalar p=2) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_dist`; throws tr::Error on failure.
-    [[nodiscard]] Self dist(const Self& other, Scalar p) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_dist, self().raw(), other.raw(), p.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `atan2_(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_atan2_`; throws tr::Error on failure.
-    Self& atan2_(const Self& other) & {
-        detail::call(tr_tensor_atan2_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self atan2_(const Self& other) && {
-        detail::call(tr_tensor_atan2_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `atan2(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_atan2`; throws tr::Error on failure.
-    [[nodiscard]] Self atan2(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_atan2, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `arctan2(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_arctan2`; throws tr::Error on failure.
-    [[nodiscard]] Self arctan2(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_arctan2, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `arctan2_(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_arctan2_`; throws tr::Error on failure.
-    Self& arctan2_(const Self& other) & {
-        detail::call(tr_tensor_arctan2_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self arctan2_(const Self& other) && {
-        detail::call(tr_tensor_arctan2_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `lerp.Scalar(Tensor self, Tensor end, Scalar weight) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_lerp_scalar`; throws tr::Error on failure.
-    [[nodiscard]] Self lerp_scalar(const Self& end, Scalar weight) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_lerp_scalar, self().raw(), end.raw(), weight.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `lerp.Tensor(Tensor self, Tensor end, Tensor weight) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_lerp_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self lerp_tensor(const Self& end, const Self& weight) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_lerp_tensor, self().raw(), end.raw(), weight.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `histc(Tensor self, int bins=100, Scalar min=0, Scalar max=0) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_histc`; throws tr::Error on failure.
-    [[nodiscard]] Self histc(int64_t bins, Scalar min, Scalar max) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_histc, self().raw(), bins, min.raw(), max.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `histogram.bins_tensor(Tensor self, Tensor bins, *, Tensor? weight=None, bool
-    /// density=False) -> (Tensor hist, Tensor bin_edges)` (`input` is *this.) Calls
-    /// `tr_tensor_histogram_bins_tensor`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> histogram_bins_tensor(
-        const Self& bins,
-        OptionalTensor weight,
-        bool density) const {
+    /// Computes the Cholesky decomposition of a complex Hermitian or real symmetric positive-
+    /// definite matrix. (`linalg_cholesky_ex(Tensor self, *, bool upper=False, bool
+    /// check_errors=False) -> (Tensor L, Tensor info)`) (`input` is *this.) Calls
+    /// `tr_tensor_linalg_cholesky_ex`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> linalg_cholesky_ex(bool upper, bool check_errors) const {
         return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_histogram_bins_tensor(self().raw(), bins.raw(), weight.raw(),
-                density, out_, room_, written_); });
+                return tr_tensor_linalg_cholesky_ex(self().raw(), upper, check_errors, out_, room_,
+                written_); });
     }
 
-    /// `histogram.bin_ct(Tensor self, int bins=100, *, float[]? range=None, Tensor?
-    /// weight=None, bool density=False) -> (Tensor hist, Tensor bin_edges)` (`input` is *this.)
-    /// Calls `tr_tensor_histogram_bin_ct`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> histogram_bin_ct(
-        int64_t bins,
-        const std::optional<std::vector<double>>& range,
-        OptionalTensor weight,
-        bool density) const {
+    /// Computes the Cholesky decomposition of a complex Hermitian or real symmetric positive-
+    /// definite matrix. (`linalg_cholesky(Tensor self, *, bool upper=False) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_linalg_cholesky`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_cholesky(bool upper) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_cholesky, self().raw(), upper, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the cross product of two 3-dimensional vectors. (`linalg_cross(Tensor self,
+    /// Tensor other, *, int dim=-1) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_linalg_cross`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_cross(const Self& other, int64_t dim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_cross, self().raw(), other.raw(), dim, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes a compact representation of the LU factorization with partial pivoting of a
+    /// matrix. (`linalg_lu_factor(Tensor A, *, bool pivot=True) -> (Tensor LU, Tensor pivots)`)
+    /// (`a` is *this.) Calls `tr_tensor_linalg_lu_factor`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> linalg_lu_factor(bool pivot) const {
         return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_histogram_bin_ct(self().raw(), bins, range ? range->data() :
-                nullptr, range ? range->size() : 0, weight.raw(), density, out_, room_, written_);
-                });
+                return tr_tensor_linalg_lu_factor(self().raw(), pivot, out_, room_, written_); });
     }
 
-    /// `histogramdd(Tensor self, int[] bins, float[]? range=None, Tensor? weight=None, bool
-    /// density=False) -> (Tensor hist, Tensor[] bin_edges)` (`input` is *this.) Calls
-    /// `tr_tensor_histogramdd`; throws tr::Error on failure.
-    [[nodiscard]] std::vector<Self> histogramdd(
-        IntList bins,
-        const std::optional<std::vector<double>>& range,
-        OptionalTensor weight,
-        bool density) const {
-        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_histogramdd(self().raw(), bins.data(), bins.size(), range ?
-                range->data() : nullptr, range ? range->size() : 0, weight.raw(), density, out_,
+    /// This is a version of `lu_factor` that does not perform error checks unless
+    /// `check_errors` `= True`. (`linalg_lu_factor_ex(Tensor A, *, bool pivot=True, bool
+    /// check_errors=False) -> (Tensor LU, Tensor pivots, Tensor info)`) (`a` is *this.) Calls
+    /// `tr_tensor_linalg_lu_factor_ex`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 3> linalg_lu_factor_ex(bool pivot, bool check_errors) const {
+        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_linalg_lu_factor_ex(self().raw(), pivot, check_errors, out_, room_,
+                written_); });
+    }
+
+    /// Computes the LU decomposition with partial pivoting of a matrix. (`linalg_lu(Tensor A,
+    /// *, bool pivot=True) -> (Tensor P, Tensor L, Tensor U)`) (`a` is *this.) Calls
+    /// `tr_tensor_linalg_lu`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 3> linalg_lu(bool pivot) const {
+        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_linalg_lu(self().raw(), pivot, out_, room_, written_); });
+    }
+
+    /// Computes the solution of a square system of linear equations with a unique solution
+    /// given an LU decomposition. (`linalg_lu_solve(Tensor LU, Tensor pivots, Tensor B, *, bool
+    /// left=True, bool adjoint=False) -> Tensor`) (`lu` is *this.) Calls
+    /// `tr_tensor_linalg_lu_solve`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_lu_solve(
+        const Self& pivots,
+        const Self& b,
+        bool left,
+        bool adjoint) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_lu_solve, self().raw(), pivots.raw(), b.raw(), left, adjoint,
+                &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the determinant of a square matrix. (`linalg_det(Tensor A) -> Tensor`) (`a` is
+    /// *this.) Calls `tr_tensor_linalg_det`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_det() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_det, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Alias for `torch.linalg.det` (`det(Tensor self) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_det`; throws tr::Error on failure.
+    [[nodiscard]] Self det() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_det, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// This is a version of `ldl_factor` that does not perform error checks unless
+    /// `check_errors` `= True`. (`linalg_ldl_factor_ex(Tensor self, *, bool hermitian=False,
+    /// bool check_errors=False) -> (Tensor LD, Tensor pivots, Tensor info)`) (`input` is
+    /// *this.) Calls `tr_tensor_linalg_ldl_factor_ex`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 3> linalg_ldl_factor_ex(
+        bool hermitian,
+        bool check_errors) const {
+        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_linalg_ldl_factor_ex(self().raw(), hermitian, check_errors, out_,
                 room_, written_); });
     }
 
-    /// `histogramdd.int_bins(Tensor self, int bins, float[]? range=None, Tensor? weight=None,
-    /// bool density=False) -> (Tensor hist, Tensor[] bin_edges)` (`input` is *this.) Calls
-    /// `tr_tensor_histogramdd_int_bins`; throws tr::Error on failure.
-    [[nodiscard]] std::vector<Self> histogramdd_int_bins(
-        int64_t bins,
-        const std::optional<std::vector<double>>& range,
-        OptionalTensor weight,
-        bool density) const {
-        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_histogramdd_int_bins(self().raw(), bins, range ? range->data() :
-                nullptr, range ? range->size() : 0, weight.raw(), density, out_, room_, written_);
+    /// Computes a compact representation of the LDL factorization of a Hermitian or symmetric
+    /// (possibly indefinite) matrix. (`linalg_ldl_factor(Tensor self, *, bool hermitian=False)
+    /// -> (Tensor LD, Tensor pivots)`) (`input` is *this.) Calls `tr_tensor_linalg_ldl_factor`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> linalg_ldl_factor(bool hermitian) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_linalg_ldl_factor(self().raw(), hermitian, out_, room_, written_);
                 });
     }
 
-    /// `histogramdd.TensorList_bins(Tensor self, Tensor[] bins, float[]? range=None, Tensor?
-    /// weight=None, bool density=False) -> (Tensor hist, Tensor[] bin_edges)` (`input` is
-    /// *this.) Calls `tr_tensor_histogramdd_tensorlist_bins`; throws tr::Error on failure.
-    [[nodiscard]] std::vector<Self> histogramdd_tensorlist_bins(
-        const TensorList& bins,
-        const std::optional<std::vector<double>>& range,
+    /// Computes the solution of a system of linear equations using the LDL factorization.
+    /// (`linalg_ldl_solve(Tensor LD, Tensor pivots, Tensor B, *, bool hermitian=False) ->
+    /// Tensor`) (`ld` is *this.) Calls `tr_tensor_linalg_ldl_solve`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self linalg_ldl_solve(const Self& pivots, const Self& b, bool hermitian) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_ldl_solve, self().raw(), pivots.raw(), b.raw(), hermitian,
+                &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes a solution to the least squares problem of a system of linear equations.
+    /// (`linalg_lstsq(Tensor self, Tensor b, float? rcond=None, *, str? driver=None) -> (Tensor
+    /// solution, Tensor residuals, Tensor rank, Tensor singular_values)`) (`input` is *this.)
+    /// Calls `tr_tensor_linalg_lstsq`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 4> linalg_lstsq(
+        const Self& b,
+        std::optional<double> rcond,
+        const std::optional<std::string>& driver) const {
+        return detail::call_tensors<Self, 4>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_linalg_lstsq(self().raw(), b.raw(), detail::c_opt(rcond).ptr(),
+                driver ? detail::c_string(*driver, "driver") : nullptr, out_, room_, written_); });
+    }
+
+    /// Alias for `torch.matmul` (`linalg_matmul(Tensor self, Tensor other) -> Tensor`) (`input`
+    /// is *this.) Calls `tr_tensor_linalg_matmul`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_matmul(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_matmul, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the dot product of two batches of vectors along a dimension.
+    /// (`linalg_vecdot(Tensor x, Tensor y, *, int dim=-1) -> Tensor`) (`x` is *this.) Calls
+    /// `tr_tensor_linalg_vecdot`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_vecdot(const Self& y, int64_t dim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_vecdot, self().raw(), y.raw(), dim, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the matrix exponential of a square matrix. (`linalg_matrix_exp(Tensor self) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_linalg_matrix_exp`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self linalg_matrix_exp() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_matrix_exp, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the sign and natural logarithm of the absolute value of the determinant of a
+    /// square matrix. (`linalg_slogdet(Tensor A) -> (Tensor sign, Tensor logabsdet)`) (`a` is
+    /// *this.) Calls `tr_tensor_linalg_slogdet`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> linalg_slogdet() const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_linalg_slogdet(self().raw(), out_, room_, written_); });
+    }
+
+    /// Alias for `torch.linalg.slogdet` (`slogdet(Tensor self) -> (Tensor sign, Tensor
+    /// logabsdet)`) (`input` is *this.) Calls `tr_tensor_slogdet`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> slogdet() const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_slogdet(self().raw(), out_, room_, written_); });
+    }
+
+    /// Calculates log determinant of a square matrix or batches of square matrices.
+    /// (`logdet(Tensor self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_logdet`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self logdet() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_logdet, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the eigenvalue decomposition of a square matrix if it exists.
+    /// (`linalg_eig(Tensor self) -> (Tensor eigenvalues, Tensor eigenvectors)`) (`input` is
+    /// *this.) Calls `tr_tensor_linalg_eig`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> linalg_eig() const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_linalg_eig(self().raw(), out_, room_, written_); });
+    }
+
+    /// Computes the eigenvalues of a square matrix. (`linalg_eigvals(Tensor self) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_linalg_eigvals`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_eigvals() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_eigvals, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the eigenvalue decomposition of a complex Hermitian or real symmetric matrix.
+    /// (`linalg_eigh(Tensor self, str UPLO="L") -> (Tensor eigenvalues, Tensor eigenvectors)`)
+    /// (`input` is *this.) Calls `tr_tensor_linalg_eigh`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> linalg_eigh(const std::string& uplo) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_linalg_eigh(self().raw(), detail::c_string(uplo, "uplo"), out_,
+                room_, written_); });
+    }
+
+    /// Computes the eigenvalues of a complex Hermitian or real symmetric matrix.
+    /// (`linalg_eigvalsh(Tensor self, str UPLO="L") -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_linalg_eigvalsh`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_eigvalsh(const std::string& uplo) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_eigvalsh, self().raw(), detail::c_string(uplo, "uplo"), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the first `n` columns of a product of Householder matrices.
+    /// (`linalg_householder_product(Tensor input, Tensor tau) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_linalg_householder_product`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_householder_product(const Self& tau) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_householder_product, self().raw(), tau.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the inverse of a square matrix if it is invertible. (`linalg_inv_ex(Tensor A,
+    /// *, bool check_errors=False) -> (Tensor inverse, Tensor info)`) (`a` is *this.) Calls
+    /// `tr_tensor_linalg_inv_ex`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> linalg_inv_ex(bool check_errors) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_linalg_inv_ex(self().raw(), check_errors, out_, room_, written_);
+                });
+    }
+
+    /// Computes the inverse of a square matrix if it exists. (`linalg_inv(Tensor A) -> Tensor`)
+    /// (`a` is *this.) Calls `tr_tensor_linalg_inv`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_inv() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_inv, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Alias for `torch.linalg.inv` (`inverse(Tensor self) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_inverse`; throws tr::Error on failure.
+    [[nodiscard]] Self inverse() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_inverse, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the dot product for 1D tensors. (`inner(Tensor self, Tensor other) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_inner`; throws tr::Error on failure.
+    [[nodiscard]] Self inner(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_inner, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Outer product of `input` and `vec2`. (`outer(Tensor self, Tensor vec2) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_outer`; throws tr::Error on failure.
+    [[nodiscard]] Self outer(const Self& vec2) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_outer, self().raw(), vec2.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Alias of `torch.outer`. (`ger(Tensor self, Tensor vec2) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_ger`; throws tr::Error on failure.
+    [[nodiscard]] Self ger(const Self& vec2) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_ger, self().raw(), vec2.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes a vector or matrix norm. (`linalg_norm(Tensor self, Scalar? ord=None, int[1]?
+    /// dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_linalg_norm`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_norm(
+        std::optional<Scalar> ord,
+        const std::optional<IntList>& dim,
+        bool keepdim,
+        std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_norm, self().raw(), detail::c_opt(ord).ptr(), dim ?
+                dim->data() : nullptr, dim ? dim->size() : 0, keepdim, detail::c_opt(dtype).ptr(),
+                &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes a vector or matrix norm. (`linalg_norm.ord_str(Tensor self, str ord, int[1]?
+    /// dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_linalg_norm_ord_str`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_norm_ord_str(
+        const std::string& ord,
+        const std::optional<IntList>& dim,
+        bool keepdim,
+        std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_norm_ord_str, self().raw(), detail::c_string(ord, "ord"), dim
+                ? dim->data() : nullptr, dim ? dim->size() : 0, keepdim, detail::c_opt(dtype).ptr(),
+                &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes a vector norm. (`linalg_vector_norm(Tensor self, Scalar ord=2, int[1]?
+    /// dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_linalg_vector_norm`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_vector_norm(
+        Scalar ord,
+        const std::optional<IntList>& dim,
+        bool keepdim,
+        std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_vector_norm, self().raw(), ord.raw(), dim ? dim->data() :
+                nullptr, dim ? dim->size() : 0, keepdim, detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes a matrix norm. (`linalg_matrix_norm(Tensor self, Scalar ord, int[] dim=[-2,-1],
+    /// bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_linalg_matrix_norm`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_matrix_norm(
+        Scalar ord,
+        IntList dim,
+        bool keepdim,
+        std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_matrix_norm, self().raw(), ord.raw(), dim.data(), dim.size(),
+                keepdim, detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes a matrix norm. (`linalg_matrix_norm.str_ord(Tensor self, str ord='fro', int[]
+    /// dim=[-2,-1], bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_linalg_matrix_norm_str_ord`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_matrix_norm_str_ord(
+        const std::string& ord,
+        IntList dim,
+        bool keepdim,
+        std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_matrix_norm_str_ord, self().raw(), detail::c_string(ord,
+                "ord"), dim.data(), dim.size(), keepdim, detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the singular value decomposition (SVD) of a matrix. (`linalg_svd(Tensor A, bool
+    /// full_matrices=True, *, str? driver=None) -> (Tensor U, Tensor S, Tensor Vh)`) (`a` is
+    /// *this.) Calls `tr_tensor_linalg_svd`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 3> linalg_svd(
+        bool full_matrices,
+        const std::optional<std::string>& driver) const {
+        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_linalg_svd(self().raw(), full_matrices, driver ?
+                detail::c_string(*driver, "driver") : nullptr, out_, room_, written_); });
+    }
+
+    /// Computes the singular values of a matrix. (`linalg_svdvals(Tensor A, *, str?
+    /// driver=None) -> Tensor`) (`a` is *this.) Calls `tr_tensor_linalg_svdvals`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self linalg_svdvals(const std::optional<std::string>& driver) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_svdvals, self().raw(), driver ? detail::c_string(*driver,
+                "driver") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the condition number of a matrix with respect to a matrix norm.
+    /// (`linalg_cond(Tensor self, Scalar? p=None) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_linalg_cond`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_cond(std::optional<Scalar> p) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_cond, self().raw(), detail::c_opt(p).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the condition number of a matrix with respect to a matrix norm.
+    /// (`linalg_cond.p_str(Tensor self, str p) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_linalg_cond_p_str`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_cond_p_str(const std::string& p) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_cond_p_str, self().raw(), detail::c_string(p, "p"), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the pseudoinverse (Moore-Penrose inverse) of a matrix.
+    /// (`linalg_pinv.atol_rtol_tensor(Tensor self, *, Tensor? atol=None, Tensor? rtol=None,
+    /// bool hermitian=False) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_linalg_pinv_atol_rtol_tensor`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_pinv_atol_rtol_tensor(
+        OptionalTensor atol,
+        OptionalTensor rtol,
+        bool hermitian) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_pinv_atol_rtol_tensor, self().raw(), atol.raw(), rtol.raw(),
+                hermitian, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the pseudoinverse (Moore-Penrose inverse) of a matrix.
+    /// (`linalg_pinv.atol_rtol_float(Tensor self, *, float? atol=None, float? rtol=None, bool
+    /// hermitian=False) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_linalg_pinv_atol_rtol_float`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_pinv_atol_rtol_float(
+        std::optional<double> atol,
+        std::optional<double> rtol,
+        bool hermitian) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_pinv_atol_rtol_float, self().raw(), detail::c_opt(atol).ptr(),
+                detail::c_opt(rtol).ptr(), hermitian, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the pseudoinverse (Moore-Penrose inverse) of a matrix. (`linalg_pinv(Tensor
+    /// self, float rcond, bool hermitian=False) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_linalg_pinv`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_pinv(double rcond, bool hermitian) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_pinv, self().raw(), rcond, hermitian, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the pseudoinverse (Moore-Penrose inverse) of a matrix.
+    /// (`linalg_pinv.rcond_tensor(Tensor self, Tensor rcond, bool hermitian=False) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_linalg_pinv_rcond_tensor`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self linalg_pinv_rcond_tensor(const Self& rcond, bool hermitian) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_pinv_rcond_tensor, self().raw(), rcond.raw(), hermitian,
+                &out);
+        return Self::adopt(out);
+    }
+
+    /// A version of `solve` that does not perform error checks unless `check_errors` `= True`.
+    /// (`linalg_solve_ex(Tensor A, Tensor B, *, bool left=True, bool check_errors=False) ->
+    /// (Tensor result, Tensor info)`) (`a` is *this.) Calls `tr_tensor_linalg_solve_ex`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> linalg_solve_ex(
+        const Self& b,
+        bool left,
+        bool check_errors) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_linalg_solve_ex(self().raw(), b.raw(), left, check_errors, out_,
+                room_, written_); });
+    }
+
+    /// Computes the solution of a square system of linear equations with a unique solution.
+    /// (`linalg_solve(Tensor A, Tensor B, *, bool left=True) -> Tensor`) (`a` is *this.) Calls
+    /// `tr_tensor_linalg_solve`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_solve(const Self& b, bool left) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_solve, self().raw(), b.raw(), left, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the multiplicative inverse of `torch.tensordot`. (`linalg_tensorinv(Tensor
+    /// self, int ind=2) -> Tensor`) (`input` is *this.) Calls `tr_tensor_linalg_tensorinv`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self linalg_tensorinv(int64_t ind) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_tensorinv, self().raw(), ind, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the solution `X` to the system `torch.tensordot(A, X) = B`.
+    /// (`linalg_tensorsolve(Tensor self, Tensor other, int[]? dims=None) -> Tensor`) (`input`
+    /// is *this.) Calls `tr_tensor_linalg_tensorsolve`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_tensorsolve(
+        const Self& other,
+        const std::optional<IntList>& dims) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_tensorsolve, self().raw(), other.raw(), dims ? dims->data() :
+                nullptr, dims ? dims->size() : 0, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the QR decomposition of a matrix. (`linalg_qr(Tensor A, str mode='reduced') ->
+    /// (Tensor Q, Tensor R)`) (`a` is *this.) Calls `tr_tensor_linalg_qr`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] std::array<Self, 2> linalg_qr(const std::string& mode) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_linalg_qr(self().raw(), detail::c_string(mode, "mode"), out_,
+                room_, written_); });
+    }
+
+    /// Computes the `n`-th power of a square matrix for an integer `n`.
+    /// (`linalg_matrix_power(Tensor self, int n) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_linalg_matrix_power`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_matrix_power(int64_t n) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_matrix_power, self().raw(), n, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the numerical rank of a matrix. (`linalg_matrix_rank.atol_rtol_tensor(Tensor
+    /// input, *, Tensor? atol=None, Tensor? rtol=None, bool hermitian=False) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_linalg_matrix_rank_atol_rtol_tensor`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self linalg_matrix_rank_atol_rtol_tensor(
+        OptionalTensor atol,
+        OptionalTensor rtol,
+        bool hermitian) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_matrix_rank_atol_rtol_tensor, self().raw(), atol.raw(),
+                rtol.raw(), hermitian, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the numerical rank of a matrix. (`linalg_matrix_rank.atol_rtol_float(Tensor
+    /// self, *, float? atol=None, float? rtol=None, bool hermitian=False) -> Tensor`) (`input`
+    /// is *this.) Calls `tr_tensor_linalg_matrix_rank_atol_rtol_float`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self linalg_matrix_rank_atol_rtol_float(
+        std::optional<double> atol,
+        std::optional<double> rtol,
+        bool hermitian) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_matrix_rank_atol_rtol_float, self().raw(),
+                detail::c_opt(atol).ptr(), detail::c_opt(rtol).ptr(), hermitian, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the numerical rank of a matrix. (`linalg_matrix_rank(Tensor self, float tol,
+    /// bool hermitian=False) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_linalg_matrix_rank`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_matrix_rank(double tol, bool hermitian) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_matrix_rank, self().raw(), tol, hermitian, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the numerical rank of a matrix. (`linalg_matrix_rank.tol_tensor(Tensor input,
+    /// Tensor tol, bool hermitian=False) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_linalg_matrix_rank_tol_tensor`; throws tr::Error on failure.
+    [[nodiscard]] Self linalg_matrix_rank_tol_tensor(const Self& tol, bool hermitian) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_linalg_matrix_rank_tol_tensor, self().raw(), tol.raw(), hermitian,
+                &out);
+        return Self::adopt(out);
+    }
+
+    /// `dropout` as its kernel computes it: the result, and what autograd keeps of it (the
+    /// mask, or the mean and inverse standard deviation). (`native_dropout(Tensor input, float
+    /// p, bool? train) -> (Tensor, Tensor)`) (`input` is *this.) Calls
+    /// `tr_tensor_native_dropout`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> native_dropout(double p, std::optional<bool> train) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_native_dropout(self().raw(), p, detail::c_opt(train).ptr(), out_,
+                room_, written_); });
+    }
+
+    /// During training, randomly zeroes some elements of the input tensor with probability `p`.
+    /// (`dropout_(Tensor(a!) self, float p, bool train) -> Tensor(a!)`) (`input` is *this.)
+    /// Calls `tr_tensor_dropout_`; throws tr::Error on failure.
+    Self& dropout_(double p, bool train) & {
+        detail::call(tr_tensor_dropout_, self().raw(), p, train);
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self dropout_(double p, bool train) && {
+        detail::call(tr_tensor_dropout_, self().raw(), p, train);
+        return std::move(self());
+    }
+
+    /// Zeroes whole channels at random with probability `p` while training (channel dropout).
+    /// (`feature_dropout(Tensor input, float p, bool train) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_feature_dropout`; throws tr::Error on failure.
+    [[nodiscard]] Self feature_dropout(double p, bool train) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_feature_dropout, self().raw(), p, train, &out);
+        return Self::adopt(out);
+    }
+
+    /// Zeroes whole channels at random with probability `p` while training (channel dropout).
+    /// (`feature_dropout_(Tensor(a!) self, float p, bool train) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_feature_dropout_`; throws tr::Error on failure.
+    Self& feature_dropout_(double p, bool train) & {
+        detail::call(tr_tensor_feature_dropout_, self().raw(), p, train);
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self feature_dropout_(double p, bool train) && {
+        detail::call(tr_tensor_feature_dropout_, self().raw(), p, train);
+        return std::move(self());
+    }
+
+    /// Apply alpha dropout to the input. (`alpha_dropout(Tensor input, float p, bool train) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_alpha_dropout`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self alpha_dropout(double p, bool train) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_alpha_dropout, self().raw(), p, train, &out);
+        return Self::adopt(out);
+    }
+
+    /// Apply alpha dropout to the input. (`alpha_dropout_(Tensor(a!) self, float p, bool train)
+    /// -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_alpha_dropout_`; throws tr::Error
+    /// on failure.
+    Self& alpha_dropout_(double p, bool train) & {
+        detail::call(tr_tensor_alpha_dropout_, self().raw(), p, train);
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self alpha_dropout_(double p, bool train) && {
+        detail::call(tr_tensor_alpha_dropout_, self().raw(), p, train);
+        return std::move(self());
+    }
+
+    /// Randomly masks out entire channels (a channel is a feature map).
+    /// (`feature_alpha_dropout(Tensor input, float p, bool train) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_feature_alpha_dropout`; throws tr::Error on failure.
+    [[nodiscard]] Self feature_alpha_dropout(double p, bool train) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_feature_alpha_dropout, self().raw(), p, train, &out);
+        return Self::adopt(out);
+    }
+
+    /// Randomly masks out entire channels (a channel is a feature map).
+    /// (`feature_alpha_dropout_(Tensor(a!) self, float p, bool train) -> Tensor(a!)`) (`input`
+    /// is *this.) Calls `tr_tensor_feature_alpha_dropout_`; throws tr::Error on failure.
+    Self& feature_alpha_dropout_(double p, bool train) & {
+        detail::call(tr_tensor_feature_alpha_dropout_, self().raw(), p, train);
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self feature_alpha_dropout_(double p, bool train) && {
+        detail::call(tr_tensor_feature_alpha_dropout_, self().raw(), p, train);
+        return std::move(self());
+    }
+
+    /// Applies a 1D average pooling over an input signal composed of several input planes.
+    /// (`avg_pool1d(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=0, bool
+    /// ceil_mode=False, bool count_include_pad=True) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_avg_pool1d`; throws tr::Error on failure.
+    [[nodiscard]] Self avg_pool1d(
+        IntList kernel_size,
+        IntList stride,
+        IntList padding,
+        bool ceil_mode,
+        bool count_include_pad) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_avg_pool1d, self().raw(), kernel_size.data(), kernel_size.size(),
+                stride.data(), stride.size(), padding.data(), padding.size(), ceil_mode,
+                count_include_pad, &out);
+        return Self::adopt(out);
+    }
+
+    /// Applies a 1D adaptive average pooling over an input signal composed of several input
+    /// planes. (`adaptive_avg_pool1d(Tensor self, int[1] output_size) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_adaptive_avg_pool1d`; throws tr::Error on failure.
+    [[nodiscard]] Self adaptive_avg_pool1d(IntList output_size) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_adaptive_avg_pool1d, self().raw(), output_size.data(),
+                output_size.size(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Applies a 1D adaptive max pooling over an input signal composed of several input planes.
+    /// (`adaptive_max_pool1d(Tensor self, int[1] output_size) -> (Tensor, Tensor)`) (`input` is
+    /// *this.) Calls `tr_tensor_adaptive_max_pool1d`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> adaptive_max_pool1d(IntList output_size) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_adaptive_max_pool1d(self().raw(), output_size.data(),
+                output_size.size(), out_, room_, written_); });
+    }
+
+    /// The sampling grid of the affine transformations `theta` for an output of `size`
+    /// (`torch.nn.functional.affine_grid`). (`affine_grid_generator(Tensor theta, SymInt[]
+    /// size, bool align_corners) -> Tensor`) (`theta` is *this.) Calls
+    /// `tr_tensor_affine_grid_generator`; throws tr::Error on failure.
+    [[nodiscard]] Self affine_grid_generator(IntList size, bool align_corners) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_affine_grid_generator, self().raw(), size.data(), size.size(),
+                align_corners, &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns a new tensor with the inverse hyperbolic tangent of the elements of `input`.
+    /// (`atanh(Tensor self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_atanh`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self atanh() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_atanh, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.atanh` (`atanh_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_atanh_`; throws tr::Error on failure.
+    Self& atanh_() & {
+        detail::call(tr_tensor_atanh_, self().raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self atanh_() && {
+        detail::call(tr_tensor_atanh_, self().raw());
+        return std::move(self());
+    }
+
+    /// Alias for `torch.atanh`. (`arctanh(Tensor self) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_arctanh`; throws tr::Error on failure.
+    [[nodiscard]] Self arctanh() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_arctanh, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.arctanh` (`arctanh_(Tensor(a!) self) -> Tensor(a!)`)
+    /// (`input` is *this.) Calls `tr_tensor_arctanh_`; throws tr::Error on failure.
+    Self& arctanh_() & {
+        detail::call(tr_tensor_arctanh_, self().raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self arctanh_() && {
+        detail::call(tr_tensor_arctanh_, self().raw());
+        return std::move(self());
+    }
+
+    /// Apply Batch Normalization for each channel across a batch of data. (`batch_norm(Tensor
+    /// input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, bool
+    /// training, float momentum, float eps, bool cudnn_enabled) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_batch_norm`; throws tr::Error on failure.
+    [[nodiscard]] Self batch_norm(
         OptionalTensor weight,
-        bool density) const {
-        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_histogramdd_tensorlist_bins(self().raw(), bins.data(), bins.size(),
-                range ? range->data() : nullptr, range ? range->size() : 0, weight.raw(), density,
+        OptionalTensor bias,
+        OptionalTensor running_mean,
+        OptionalTensor running_var,
+        bool training,
+        double momentum,
+        double eps,
+        bool cudnn_enabled) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_batch_norm, self().raw(), weight.raw(), bias.raw(),
+                running_mean.raw(), running_var.raw(), training, momentum, eps, cudnn_enabled,
+                &out);
+        return Self::adopt(out);
+    }
+
+    /// Applies a bilinear transformation to the incoming data: `y = x_1^T A x_2 + b`
+    /// (`bilinear(Tensor input1, Tensor input2, Tensor weight, Tensor? bias=None) -> Tensor`)
+    /// (`input1` is *this.) Calls `tr_tensor_bilinear`; throws tr::Error on failure.
+    [[nodiscard]] Self bilinear(const Self& input2, const Self& weight, OptionalTensor bias) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_bilinear, self().raw(), input2.raw(), weight.raw(), bias.raw(),
+                &out);
+        return Self::adopt(out);
+    }
+
+    /// Compute Binary Cross Entropy between the target and input probabilities.
+    /// (`binary_cross_entropy(Tensor self, Tensor target, Tensor? weight=None, int
+    /// reduction=Mean) -> Tensor`) (`input` is *this.) Calls `tr_tensor_binary_cross_entropy`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self binary_cross_entropy(
+        const Self& target,
+        OptionalTensor weight,
+        int64_t reduction) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_binary_cross_entropy, self().raw(), target.raw(), weight.raw(),
+                reduction, &out);
+        return Self::adopt(out);
+    }
+
+    /// Compute Binary Cross Entropy between target and input logits.
+    /// (`binary_cross_entropy_with_logits(Tensor self, Tensor target, Tensor? weight=None,
+    /// Tensor? pos_weight=None, int reduction=Mean) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_binary_cross_entropy_with_logits`; throws tr::Error on failure.
+    [[nodiscard]] Self binary_cross_entropy_with_logits(
+        const Self& target,
+        OptionalTensor weight,
+        OptionalTensor pos_weight,
+        int64_t reduction) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_binary_cross_entropy_with_logits, self().raw(), target.raw(),
+                weight.raw(), pos_weight.raw(), reduction, &out);
+        return Self::adopt(out);
+    }
+
+    /// Pads the last dimensions with `value`, two widths per dimension from the last
+    /// (`torch.nn.functional.pad`, mode `constant`). (`constant_pad_nd(Tensor self, SymInt[]
+    /// pad, Scalar value=0) -> Tensor`) (`input` is *this.) Calls `tr_tensor_constant_pad_nd`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self constant_pad_nd(IntList pad, Scalar value) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_constant_pad_nd, self().raw(), pad.data(), pad.size(), value.raw(),
+                &out);
+        return Self::adopt(out);
+    }
+
+    /// A convolution or transposed convolution of any dimension, with stride, padding, dilation
+    /// and groups: the op every `conv*` calls. (`convolution(Tensor input, Tensor weight,
+    /// Tensor? bias, SymInt[] stride, SymInt[] padding, SymInt[] dilation, bool transposed,
+    /// SymInt[] output_padding, SymInt groups) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_convolution`; throws tr::Error on failure.
+    [[nodiscard]] Self convolution(
+        const Self& weight,
+        OptionalTensor bias,
+        IntList stride,
+        IntList padding,
+        IntList dilation,
+        bool transposed,
+        IntList output_padding,
+        int64_t groups) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_convolution, self().raw(), weight.raw(), bias.raw(), stride.data(),
+                stride.size(), padding.data(), padding.size(), dilation.data(), dilation.size(),
+                transposed, output_padding.data(), output_padding.size(), groups, &out);
+        return Self::adopt(out);
+    }
+
+    /// `convolution` for an out-of-tree backend that overrides it.
+    /// (`convolution_overrideable(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride,
+    /// SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt
+    /// groups) -> Tensor`) (`input` is *this.) Calls `tr_tensor_convolution_overrideable`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self convolution_overrideable(
+        const Self& weight,
+        OptionalTensor bias,
+        IntList stride,
+        IntList padding,
+        IntList dilation,
+        bool transposed,
+        IntList output_padding,
+        int64_t groups) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_convolution_overrideable, self().raw(), weight.raw(), bias.raw(),
+                stride.data(), stride.size(), padding.data(), padding.size(), dilation.data(),
+                dilation.size(), transposed, output_padding.data(), output_padding.size(), groups,
+                &out);
+        return Self::adopt(out);
+    }
+
+    /// Applies a 1D convolution over an input signal composed of several input planes.
+    /// (`conv1d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=1, SymInt[1]
+    /// padding=0, SymInt[1] dilation=1, SymInt groups=1) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_conv1d`; throws tr::Error on failure.
+    [[nodiscard]] Self conv1d(
+        const Self& weight,
+        OptionalTensor bias,
+        IntList stride,
+        IntList padding,
+        IntList dilation,
+        int64_t groups) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_conv1d, self().raw(), weight.raw(), bias.raw(), stride.data(),
+                stride.size(), padding.data(), padding.size(), dilation.data(), dilation.size(),
+                groups, &out);
+        return Self::adopt(out);
+    }
+
+    /// Applies a 3D convolution over an input image composed of several input planes.
+    /// (`conv3d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=1, SymInt[3]
+    /// padding=0, SymInt[3] dilation=1, SymInt groups=1) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_conv3d`; throws tr::Error on failure.
+    [[nodiscard]] Self conv3d(
+        const Self& weight,
+        OptionalTensor bias,
+        IntList stride,
+        IntList padding,
+        IntList dilation,
+        int64_t groups) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_conv3d, self().raw(), weight.raw(), bias.raw(), stride.data(),
+                stride.size(), padding.data(), padding.size(), dilation.data(), dilation.size(),
+                groups, &out);
+        return Self::adopt(out);
+    }
+
+    /// Applies a 1D convolution over an input signal composed of several input planes.
+    /// (`conv1d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=1, str
+    /// padding="valid", SymInt[1] dilation=1, SymInt groups=1) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_conv1d_padding`; throws tr::Error on failure.
+    [[nodiscard]] Self conv1d_padding(
+        const Self& weight,
+        OptionalTensor bias,
+        IntList stride,
+        const std::string& padding,
+        IntList dilation,
+        int64_t groups) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_conv1d_padding, self().raw(), weight.raw(), bias.raw(),
+                stride.data(), stride.size(), detail::c_string(padding, "padding"), dilation.data(),
+                dilation.size(), groups, &out);
+        return Self::adopt(out);
+    }
+
+    /// Applies a 2D convolution over an input image composed of several input planes.
+    /// (`conv2d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, str
+    /// padding="valid", SymInt[2] dilation=1, SymInt groups=1) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_conv2d_padding`; throws tr::Error on failure.
+    [[nodiscard]] Self conv2d_padding(
+        const Self& weight,
+        OptionalTensor bias,
+        IntList stride,
+        const std::string& padding,
+        IntList dilation,
+        int64_t groups) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_conv2d_padding, self().raw(), weight.raw(), bias.raw(),
+                stride.data(), stride.size(), detail::c_string(padding, "padding"), dilation.data(),
+                dilation.size(), groups, &out);
+        return Self::adopt(out);
+    }
+
+    /// Applies a 3D convolution over an input image composed of several input planes.
+    /// (`conv3d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=1, str
+    /// padding="valid", SymInt[3] dilation=1, SymInt groups=1) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_conv3d_padding`; throws tr::Error on failure.
+    [[nodiscard]] Self conv3d_padding(
+        const Self& weight,
+        OptionalTensor bias,
+        IntList stride,
+        const std::string& padding,
+        IntList dilation,
+        int64_t groups) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_conv3d_padding, self().raw(), weight.raw(), bias.raw(),
+                stride.data(), stride.size(), detail::c_string(padding, "padding"), dilation.data(),
+                dilation.size(), groups, &out);
+        return Self::adopt(out);
+    }
+
+    /// Applies a 1-dimensional sequence convolution over an input sequence. (`conv_tbc(Tensor
+    /// self, Tensor weight, Tensor bias, int pad=0) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_conv_tbc`; throws tr::Error on failure.
+    [[nodiscard]] Self conv_tbc(const Self& weight, const Self& bias, int64_t pad) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_conv_tbc, self().raw(), weight.raw(), bias.raw(), pad, &out);
+        return Self::adopt(out);
+    }
+
+    /// Applies a 1D transposed convolution operator over an input signal composed of several
+    /// input planes, sometimes also called "deconvolution". (`conv_transpose1d(Tensor input,
+    /// Tensor weight, Tensor? bias=None, SymInt[1] stride=1, SymInt[1] padding=0, SymInt[1]
+    /// output_padding=0, SymInt groups=1, SymInt[1] dilation=1) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_conv_transpose1d`; throws tr::Error on failure.
+    [[nodiscard]] Self conv_transpose1d(
+        const Self& weight,
+        OptionalTensor bias,
+        IntList stride,
+        IntList padding,
+        IntList output_padding,
+        int64_t groups,
+        IntList dilation) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_conv_transpose1d, self().raw(), weight.raw(), bias.raw(),
+                stride.data(), stride.size(), padding.data(), padding.size(), output_padding.data(),
+                output_padding.size(), groups, dilation.data(), dilation.size(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Applies a 2D transposed convolution operator over an input image composed of several
+    /// input planes, sometimes also called "deconvolution". (`conv_transpose2d.input(Tensor
+    /// input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0,
+    /// SymInt[2] output_padding=0, SymInt groups=1, SymInt[2] dilation=1) -> Tensor`) (`input`
+    /// is *this.) Calls `tr_tensor_conv_transpose2d_input`; throws tr::Error on failure.
+    [[nodiscard]] Self conv_transpose2d_input(
+        const Self& weight,
+        OptionalTensor bias,
+        IntList stride,
+        IntList padding,
+        IntList output_padding,
+        int64_t groups,
+        IntList dilation) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_conv_transpose2d_input, self().raw(), weight.raw(), bias.raw(),
+                stride.data(), stride.size(), padding.data(), padding.size(), output_padding.data(),
+                output_padding.size(), groups, dilation.data(), dilation.size(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Applies a 3D transposed convolution operator over an input image composed of several
+    /// input planes, sometimes also called "deconvolution". (`conv_transpose3d.input(Tensor
+    /// input, Tensor weight, Tensor? bias=None, SymInt[3] stride=1, SymInt[3] padding=0,
+    /// SymInt[3] output_padding=0, SymInt groups=1, SymInt[3] dilation=1) -> Tensor`) (`input`
+    /// is *this.) Calls `tr_tensor_conv_transpose3d_input`; throws tr::Error on failure.
+    [[nodiscard]] Self conv_transpose3d_input(
+        const Self& weight,
+        OptionalTensor bias,
+        IntList stride,
+        IntList padding,
+        IntList output_padding,
+        int64_t groups,
+        IntList dilation) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_conv_transpose3d_input, self().raw(), weight.raw(), bias.raw(),
+                stride.data(), stride.size(), padding.data(), padding.size(), output_padding.data(),
+                output_padding.size(), groups, dilation.data(), dilation.size(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Compute the cosine embedding loss. (`cosine_embedding_loss(Tensor input1, Tensor input2,
+    /// Tensor target, float margin=0.0, int reduction=Mean) -> Tensor`) (`input1` is *this.)
+    /// Calls `tr_tensor_cosine_embedding_loss`; throws tr::Error on failure.
+    [[nodiscard]] Self cosine_embedding_loss(
+        const Self& input2,
+        const Self& target,
+        double margin,
+        int64_t reduction) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_cosine_embedding_loss, self().raw(), input2.raw(), target.raw(),
+                margin, reduction, &out);
+        return Self::adopt(out);
+    }
+
+    /// Compute the Connectionist Temporal Classification loss. (`ctc_loss.IntList(Tensor
+    /// log_probs, Tensor targets, int[] input_lengths, int[] target_lengths, int blank=0, int
+    /// reduction=Mean, bool zero_infinity=False) -> Tensor`) (`log_probs` is *this.) Calls
+    /// `tr_tensor_ctc_loss_intlist`; throws tr::Error on failure.
+    [[nodiscard]] Self ctc_loss_intlist(
+        const Self& targets,
+        IntList input_lengths,
+        IntList target_lengths,
+        int64_t blank,
+        int64_t reduction,
+        bool zero_infinity) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_ctc_loss_intlist, self().raw(), targets.raw(), input_lengths.data(),
+                input_lengths.size(), target_lengths.data(), target_lengths.size(), blank,
+                reduction, zero_infinity, &out);
+        return Self::adopt(out);
+    }
+
+    /// Compute the Connectionist Temporal Classification loss. (`ctc_loss.Tensor(Tensor
+    /// log_probs, Tensor targets, Tensor input_lengths, Tensor target_lengths, int blank=0, int
+    /// reduction=Mean, bool zero_infinity=False) -> Tensor`) (`log_probs` is *this.) Calls
+    /// `tr_tensor_ctc_loss_tensor`; throws tr::Error on failure.
+    [[nodiscard]] Self ctc_loss_tensor(
+        const Self& targets,
+        const Self& input_lengths,
+        const Self& target_lengths,
+        int64_t blank,
+        int64_t reduction,
+        bool zero_infinity) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_ctc_loss_tensor, self().raw(), targets.raw(), input_lengths.raw(),
+                target_lengths.raw(), blank, reduction, zero_infinity, &out);
+        return Self::adopt(out);
+    }
+
+    /// Renormalizes the rows of the embedding table that `indices` select to at most `max_norm`
+    /// in the `norm_type` norm. (`embedding_renorm_(Tensor(a!) self, Tensor indices, float
+    /// max_norm, float norm_type) -> Tensor(a!)`) (`input` is *this.) Calls
+    /// `tr_tensor_embedding_renorm_`; throws tr::Error on failure.
+    Self& embedding_renorm_(const Self& indices, double max_norm, double norm_type) & {
+        detail::call(tr_tensor_embedding_renorm_, self().raw(), indices.raw(), max_norm, norm_type);
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self embedding_renorm_(
+        const Self& indices,
+        double max_norm,
+        double norm_type) && {
+        detail::call(tr_tensor_embedding_renorm_, self().raw(), indices.raw(), max_norm, norm_type);
+        return std::move(self());
+    }
+
+    /// Compute sums, means or maxes of `bags` of embeddings. (`embedding_bag(Tensor weight,
+    /// Tensor indices, Tensor offsets, bool scale_grad_by_freq=False, int mode=0, bool
+    /// sparse=False, Tensor? per_sample_weights=None, bool include_last_offset=False) ->
+    /// (Tensor, Tensor, Tensor, Tensor)`) (`weight` is *this.) Calls `tr_tensor_embedding_bag`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 4> embedding_bag(
+        const Self& indices,
+        const Self& offsets,
+        bool scale_grad_by_freq,
+        int64_t mode,
+        bool sparse,
+        OptionalTensor per_sample_weights,
+        bool include_last_offset) const {
+        return detail::call_tensors<Self, 4>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_embedding_bag(self().raw(), indices.raw(), offsets.raw(),
+                scale_grad_by_freq, mode, sparse, per_sample_weights.raw(), include_last_offset,
                 out_, room_, written_); });
     }
 
-    /// `fmod.Scalar(Tensor self, Scalar other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_fmod_scalar`; throws tr::Error on failure.
-    [[nodiscard]] Self fmod_scalar(Scalar other) const {
+    /// Compute sums, means or maxes of `bags` of embeddings. (`embedding_bag.padding_idx(Tensor
+    /// weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq, int mode, bool sparse,
+    /// Tensor? per_sample_weights, bool include_last_offset, int? padding_idx) -> (Tensor,
+    /// Tensor, Tensor, Tensor)`) (`weight` is *this.) Calls
+    /// `tr_tensor_embedding_bag_padding_idx`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 4> embedding_bag_padding_idx(
+        const Self& indices,
+        const Self& offsets,
+        bool scale_grad_by_freq,
+        int64_t mode,
+        bool sparse,
+        OptionalTensor per_sample_weights,
+        bool include_last_offset,
+        std::optional<int64_t> padding_idx) const {
+        return detail::call_tensors<Self, 4>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_embedding_bag_padding_idx(self().raw(), indices.raw(),
+                offsets.raw(), scale_grad_by_freq, mode, sparse, per_sample_weights.raw(),
+                include_last_offset, detail::c_opt(padding_idx).ptr(), out_, room_, written_); });
+    }
+
+    /// Samples `input` at the locations of `grid` by interpolation
+    /// (`torch.nn.functional.grid_sample`). (`grid_sampler(Tensor input, Tensor grid, int
+    /// interpolation_mode, int padding_mode, bool align_corners) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_grid_sampler`; throws tr::Error on failure.
+    [[nodiscard]] Self grid_sampler(
+        const Self& grid,
+        int64_t interpolation_mode,
+        int64_t padding_mode,
+        bool align_corners) const {
         tr_tensor out{0};
-        detail::call(tr_tensor_fmod_scalar, self().raw(), other.raw(), &out);
+        detail::call(tr_tensor_grid_sampler, self().raw(), grid.raw(), interpolation_mode,
+                padding_mode, align_corners, &out);
         return Self::adopt(out);
     }
 
-    /// `fmod_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_fmod_scalar_`; throws tr::Error on failure.
-    Self& fmod_scalar_(Scalar other) & {
-        detail::call(tr_tensor_fmod_scalar_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self fmod_scalar_(Scalar other) && {
-        detail::call(tr_tensor_fmod_scalar_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `fmod.Tensor(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_fmod_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self fmod_tensor(const Self& other) const {
+    /// Samples a batch of images at the locations of `grid` by interpolation
+    /// (`torch.nn.functional.grid_sample`). (`grid_sampler_2d(Tensor input, Tensor grid, int
+    /// interpolation_mode, int padding_mode, bool align_corners) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_grid_sampler_2d`; throws tr::Error on failure.
+    [[nodiscard]] Self grid_sampler_2d(
+        const Self& grid,
+        int64_t interpolation_mode,
+        int64_t padding_mode,
+        bool align_corners) const {
         tr_tensor out{0};
-        detail::call(tr_tensor_fmod_tensor, self().raw(), other.raw(), &out);
+        detail::call(tr_tensor_grid_sampler_2d, self().raw(), grid.raw(), interpolation_mode,
+                padding_mode, align_corners, &out);
         return Self::adopt(out);
     }
 
-    /// `fmod_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_fmod_tensor_`; throws tr::Error on failure.
-    Self& fmod_tensor_(const Self& other) & {
-        detail::call(tr_tensor_fmod_tensor_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self fmod_tensor_(const Self& other) && {
-        detail::call(tr_tensor_fmod_tensor_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `hypot(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_hypot`; throws tr::Error on failure.
-    [[nodiscard]] Self hypot(const Self& other) const {
+    /// Samples a batch of volumes at the locations of `grid` by interpolation
+    /// (`torch.nn.functional.grid_sample`). (`grid_sampler_3d(Tensor input, Tensor grid, int
+    /// interpolation_mode, int padding_mode, bool align_corners) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_grid_sampler_3d`; throws tr::Error on failure.
+    [[nodiscard]] Self grid_sampler_3d(
+        const Self& grid,
+        int64_t interpolation_mode,
+        int64_t padding_mode,
+        bool align_corners) const {
         tr_tensor out{0};
-        detail::call(tr_tensor_hypot, self().raw(), other.raw(), &out);
+        detail::call(tr_tensor_grid_sampler_3d, self().raw(), grid.raw(), interpolation_mode,
+                padding_mode, align_corners, &out);
         return Self::adopt(out);
     }
 
-    /// `hypot_(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_hypot_`; throws tr::Error on failure.
-    Self& hypot_(const Self& other) & {
-        detail::call(tr_tensor_hypot_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self hypot_(const Self& other) && {
-        detail::call(tr_tensor_hypot_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `igamma(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_igamma`; throws tr::Error on failure.
-    [[nodiscard]] Self igamma(const Self& other) const {
+    /// Compute the hinge embedding loss. (`hinge_embedding_loss(Tensor self, Tensor target,
+    /// float margin=1.0, int reduction=Mean) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_hinge_embedding_loss`; throws tr::Error on failure.
+    [[nodiscard]] Self hinge_embedding_loss(
+        const Self& target,
+        double margin,
+        int64_t reduction) const {
         tr_tensor out{0};
-        detail::call(tr_tensor_igamma, self().raw(), other.raw(), &out);
+        detail::call(tr_tensor_hinge_embedding_loss, self().raw(), target.raw(), margin, reduction,
+                &out);
         return Self::adopt(out);
     }
 
-    /// `igamma_(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_igamma_`; throws tr::Error on failure.
-    Self& igamma_(const Self& other) & {
-        detail::call(tr_tensor_igamma_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self igamma_(const Self& other) && {
-        detail::call(tr_tensor_igamma_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `igammac(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_igammac`; throws tr::Error on failure.
-    [[nodiscard]] Self igammac(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_igammac, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `igammac_(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_igammac_`; throws tr::Error on failure.
-    Self& igammac_(const Self& other) & {
-        detail::call(tr_tensor_igammac_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self igammac_(const Self& other) && {
-        detail::call(tr_tensor_igammac_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `nextafter(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_nextafter`; throws tr::Error on failure.
-    [[nodiscard]] Self nextafter(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_nextafter, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `nextafter_(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_nextafter_`; throws tr::Error on failure.
-    Self& nextafter_(const Self& other) & {
-        detail::call(tr_tensor_nextafter_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self nextafter_(const Self& other) && {
-        detail::call(tr_tensor_nextafter_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `remainder.Tensor(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_remainder_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self remainder_tensor(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_remainder_tensor, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `remainder_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)` (`input` is *this.)
-    /// Calls `tr_tensor_remainder_tensor_`; throws tr::Error on failure.
-    Self& remainder_tensor_(const Self& other) & {
-        detail::call(tr_tensor_remainder_tensor_, self().raw(), other.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self remainder_tensor_(const Self& other) && {
-        detail::call(tr_tensor_remainder_tensor_, self().raw(), other.raw());
-        return std::move(self());
-    }
-
-    /// `fmin(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls `tr_tensor_fmin`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self fmin(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_fmin, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `fmax(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls `tr_tensor_fmax`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self fmax(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_fmax, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `maximum(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_maximum`; throws tr::Error on failure.
-    [[nodiscard]] Self maximum(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_maximum, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `max.other(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_max_other`; throws tr::Error on failure.
-    [[nodiscard]] Self max_other(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_max_other, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `minimum(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_minimum`; throws tr::Error on failure.
-    [[nodiscard]] Self minimum(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_minimum, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `min.other(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_min_other`; throws tr::Error on failure.
-    [[nodiscard]] Self min_other(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_min_other, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `quantile(Tensor self, Tensor q, int? dim=None, bool keepdim=False, *, str
-    /// interpolation='linear') -> Tensor` (`input` is *this.) Calls `tr_tensor_quantile`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self quantile(
-        const Self& q,
-        std::optional<int64_t> dim,
-        bool keepdim,
-        const std::string& interpolation) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_quantile, self().raw(), q.raw(), detail::c_opt(dim).ptr(), keepdim,
-                detail::c_string(interpolation, "interpolation"), &out);
-        return Self::adopt(out);
-    }
-
-    /// `quantile.scalar(Tensor self, float q, int? dim=None, bool keepdim=False, *, str
-    /// interpolation='linear') -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_quantile_scalar`; throws tr::Error on failure.
-    [[nodiscard]] Self quantile_scalar(
-        double q,
-        std::optional<int64_t> dim,
-        bool keepdim,
-        const std::string& interpolation) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_quantile_scalar, self().raw(), q, detail::c_opt(dim).ptr(), keepdim,
-                detail::c_string(interpolation, "interpolation"), &out);
-        return Self::adopt(out);
-    }
-
-    /// `nanquantile(Tensor self, Tensor q, int? dim=None, bool keepdim=False, *, str
-    /// interpolation='linear') -> Tensor` (`input` is *this.) Calls `tr_tensor_nanquantile`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self nanquantile(
-        const Self& q,
-        std::optional<int64_t> dim,
-        bool keepdim,
-        const std::string& interpolation) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_nanquantile, self().raw(), q.raw(), detail::c_opt(dim).ptr(),
-                keepdim, detail::c_string(interpolation, "interpolation"), &out);
-        return Self::adopt(out);
-    }
-
-    /// `nanquantile.scalar(Tensor self, float q, int? dim=None, bool keepdim=False, *, str
-    /// interpolation='linear') -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_nanquantile_scalar`; throws tr::Error on failure.
-    [[nodiscard]] Self nanquantile_scalar(
-        double q,
-        std::optional<int64_t> dim,
-        bool keepdim,
-        const std::string& interpolation) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_nanquantile_scalar, self().raw(), q, detail::c_opt(dim).ptr(),
-                keepdim, detail::c_string(interpolation, "interpolation"), &out);
-        return Self::adopt(out);
-    }
-
-    /// `sort(Tensor self, int dim=-1, bool descending=False) -> (Tensor values, Tensor
-    /// indices)` (`input` is *this.) Calls `tr_tensor_sort`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> sort(int64_t dim, bool descending) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_sort(self().raw(), dim, descending, out_, room_, written_); });
-    }
-
-    /// `sort.stable(Tensor self, *, bool? stable, int dim=-1, bool descending=False) -> (Tensor
-    /// values, Tensor indices)` (`input` is *this.) Calls `tr_tensor_sort_stable`; throws
+    /// Apply Group Normalization for last certain number of dimensions. (`group_norm(Tensor
+    /// input, int num_groups, Tensor? weight=None, Tensor? bias=None, float eps=1e-05, bool
+    /// cudnn_enabled=True) -> Tensor`) (`input` is *this.) Calls `tr_tensor_group_norm`; throws
     /// tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> sort_stable(
-        std::optional<bool> stable,
-        int64_t dim,
-        bool descending) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_sort_stable(self().raw(), detail::c_opt(stable).ptr(), dim,
-                descending, out_, room_, written_); });
+    [[nodiscard]] Self group_norm(
+        int64_t num_groups,
+        OptionalTensor weight,
+        OptionalTensor bias,
+        double eps,
+        bool cudnn_enabled) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_group_norm, self().raw(), num_groups, weight.raw(), bias.raw(), eps,
+                cudnn_enabled, &out);
+        return Self::adopt(out);
     }
 
-    /// `msort(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_msort`; throws
+    /// `group_norm` as its kernel computes it: the result, and what autograd keeps of it (the
+    /// mask, or the mean and inverse standard deviation). (`native_group_norm(Tensor input,
+    /// Tensor? weight, Tensor? bias, SymInt N, SymInt C, SymInt HxW, int group, float eps) ->
+    /// (Tensor, Tensor, Tensor)`) (`input` is *this.) Calls `tr_tensor_native_group_norm`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 3> native_group_norm(
+        OptionalTensor weight,
+        OptionalTensor bias,
+        int64_t n,
+        int64_t c,
+        int64_t hxw,
+        int64_t group,
+        double eps) const {
+        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_native_group_norm(self().raw(), weight.raw(), bias.raw(), n, c,
+                hxw, group, eps, out_, room_, written_); });
+    }
+
+    /// Apply Instance Normalization independently for each channel in every data sample within
+    /// a batch. (`instance_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor?
+    /// running_mean, Tensor? running_var, bool use_input_stats, float momentum, float eps, bool
+    /// cudnn_enabled) -> Tensor`) (`input` is *this.) Calls `tr_tensor_instance_norm`; throws
     /// tr::Error on failure.
-    [[nodiscard]] Self msort() const {
+    [[nodiscard]] Self instance_norm(
+        OptionalTensor weight,
+        OptionalTensor bias,
+        OptionalTensor running_mean,
+        OptionalTensor running_var,
+        bool use_input_stats,
+        double momentum,
+        double eps,
+        bool cudnn_enabled) const {
         tr_tensor out{0};
-        detail::call(tr_tensor_msort, self().raw(), &out);
+        detail::call(tr_tensor_instance_norm, self().raw(), weight.raw(), bias.raw(),
+                running_mean.raw(), running_var.raw(), use_input_stats, momentum, eps,
+                cudnn_enabled, &out);
         return Self::adopt(out);
     }
 
-    /// `argsort(Tensor self, int dim=-1, bool descending=False) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_argsort`; throws tr::Error on failure.
-    [[nodiscard]] Self argsort(int64_t dim, bool descending) const {
+    /// Compute the KL Divergence loss. (`kl_div(Tensor self, Tensor target, int reduction=Mean,
+    /// *, bool log_target=False) -> Tensor`) (`input` is *this.) Calls `tr_tensor_kl_div`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self kl_div(const Self& target, int64_t reduction, bool log_target) const {
         tr_tensor out{0};
-        detail::call(tr_tensor_argsort, self().raw(), dim, descending, &out);
+        detail::call(tr_tensor_kl_div, self().raw(), target.raw(), reduction, log_target, &out);
         return Self::adopt(out);
     }
 
-    /// `argsort.stable(Tensor self, *, bool stable, int dim=-1, bool descending=False) ->
-    /// Tensor` (`input` is *this.) Calls `tr_tensor_argsort_stable`; throws tr::Error on
+    /// `layer_norm` as its kernel computes it: the result, and what autograd keeps of it (the
+    /// mask, or the mean and inverse standard deviation). (`native_layer_norm(Tensor input,
+    /// SymInt[] normalized_shape, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor,
+    /// Tensor)`) (`input` is *this.) Calls `tr_tensor_native_layer_norm`; throws tr::Error on
     /// failure.
-    [[nodiscard]] Self argsort_stable(bool stable, int64_t dim, bool descending) const {
+    [[nodiscard]] std::array<Self, 3> native_layer_norm(
+        IntList normalized_shape,
+        OptionalTensor weight,
+        OptionalTensor bias,
+        double eps) const {
+        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_native_layer_norm(self().raw(), normalized_shape.data(),
+                normalized_shape.size(), weight.raw(), bias.raw(), eps, out_, room_, written_); });
+    }
+
+    /// Apply Root Mean Square Layer Normalization. (`rms_norm(Tensor input, SymInt[]
+    /// normalized_shape, Tensor? weight=None, float? eps=None) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_rms_norm`; throws tr::Error on failure.
+    [[nodiscard]] Self rms_norm(
+        IntList normalized_shape,
+        OptionalTensor weight,
+        std::optional<double> eps) const {
         tr_tensor out{0};
-        detail::call(tr_tensor_argsort_stable, self().raw(), stable, dim, descending, &out);
+        detail::call(tr_tensor_rms_norm, self().raw(), normalized_shape.data(),
+                normalized_shape.size(), weight.raw(), detail::c_opt(eps).ptr(), &out);
         return Self::adopt(out);
     }
 
-    /// `topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> (Tensor
-    /// values, Tensor indices)` (`input` is *this.) Calls `tr_tensor_topk`; throws tr::Error on
-    /// failure.
-    [[nodiscard]] std::array<Self, 2> topk(
-        int64_t k,
-        int64_t dim,
-        bool largest,
-        bool sorted) const {
+    /// Apply a softmax followed by a logarithm. (`log_softmax.int(Tensor self, int dim,
+    /// ScalarType? dtype=None) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_log_softmax_int`; throws tr::Error on failure.
+    [[nodiscard]] Self log_softmax_int(int64_t dim, std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_log_softmax_int, self().raw(), dim, detail::c_opt(dtype).ptr(),
+                &out);
+        return Self::adopt(out);
+    }
+
+    /// Compute the margin ranking loss. (`margin_ranking_loss(Tensor input1, Tensor input2,
+    /// Tensor target, float margin=0.0, int reduction=Mean) -> Tensor`) (`input1` is *this.)
+    /// Calls `tr_tensor_margin_ranking_loss`; throws tr::Error on failure.
+    [[nodiscard]] Self margin_ranking_loss(
+        const Self& input2,
+        const Self& target,
+        double margin,
+        int64_t reduction) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_margin_ranking_loss, self().raw(), input2.raw(), target.raw(),
+                margin, reduction, &out);
+        return Self::adopt(out);
+    }
+
+    /// Applies a 1D max pooling over an input signal composed of several input planes.
+    /// (`max_pool1d_with_indices(Tensor self, int[1] kernel_size, int[1] stride=[], int[1]
+    /// padding=0, int[1] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)`) (`input` is
+    /// *this.) Calls `tr_tensor_max_pool1d_with_indices`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> max_pool1d_with_indices(
+        IntList kernel_size,
+        IntList stride,
+        IntList padding,
+        IntList dilation,
+        bool ceil_mode) const {
         return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_topk(self().raw(), k, dim, largest, sorted, out_, room_, written_);
+                return tr_tensor_max_pool1d_with_indices(self().raw(), kernel_size.data(),
+                kernel_size.size(), stride.data(), stride.size(), padding.data(), padding.size(),
+                dilation.data(), dilation.size(), ceil_mode, out_, room_, written_); });
+    }
+
+    /// Applies a 1D max pooling over an input signal composed of several input planes.
+    /// (`max_pool1d(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=0, int[1]
+    /// dilation=1, bool ceil_mode=False) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_max_pool1d`; throws tr::Error on failure.
+    [[nodiscard]] Self max_pool1d(
+        IntList kernel_size,
+        IntList stride,
+        IntList padding,
+        IntList dilation,
+        bool ceil_mode) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_max_pool1d, self().raw(), kernel_size.data(), kernel_size.size(),
+                stride.data(), stride.size(), padding.data(), padding.size(), dilation.data(),
+                dilation.size(), ceil_mode, &out);
+        return Self::adopt(out);
+    }
+
+    /// Applies a 3D max pooling over an input signal composed of several input planes.
+    /// (`max_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, int[3]
+    /// dilation=1, bool ceil_mode=False) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_max_pool3d`; throws tr::Error on failure.
+    [[nodiscard]] Self max_pool3d(
+        IntList kernel_size,
+        IntList stride,
+        IntList padding,
+        IntList dilation,
+        bool ceil_mode) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_max_pool3d, self().raw(), kernel_size.data(), kernel_size.size(),
+                stride.data(), stride.size(), padding.data(), padding.size(), dilation.data(),
+                dilation.size(), ceil_mode, &out);
+        return Self::adopt(out);
+    }
+
+    /// `batch_norm` as its kernel computes it: the result, and what autograd keeps of it (the
+    /// mask, or the mean and inverse standard deviation). (`native_batch_norm(Tensor input,
+    /// Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, bool training,
+    /// float momentum, float eps) -> (Tensor, Tensor, Tensor)`) (`input` is *this.) Calls
+    /// `tr_tensor_native_batch_norm`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 3> native_batch_norm(
+        OptionalTensor weight,
+        OptionalTensor bias,
+        OptionalTensor running_mean,
+        OptionalTensor running_var,
+        bool training,
+        double momentum,
+        double eps) const {
+        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_native_batch_norm(self().raw(), weight.raw(), bias.raw(),
+                running_mean.raw(), running_var.raw(), training, momentum, eps, out_, room_,
+                written_); });
+    }
+
+    /// The mean and inverse standard deviation of a batch, per channel (synchronized batch
+    /// norm's first step). (`batch_norm_stats(Tensor input, float eps) -> (Tensor, Tensor)`)
+    /// (`input` is *this.) Calls `tr_tensor_batch_norm_stats`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> batch_norm_stats(double eps) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_batch_norm_stats(self().raw(), eps, out_, room_, written_); });
+    }
+
+    /// Normalizes a batch with the given mean and inverse standard deviation, per channel.
+    /// (`batch_norm_elemt(Tensor input, Tensor? weight, Tensor? bias, Tensor mean, Tensor
+    /// invstd, float eps) -> Tensor`) (`input` is *this.) Calls `tr_tensor_batch_norm_elemt`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self batch_norm_elemt(
+        OptionalTensor weight,
+        OptionalTensor bias,
+        const Self& mean,
+        const Self& invstd,
+        double eps) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_batch_norm_elemt, self().raw(), weight.raw(), bias.raw(), mean.raw(),
+                invstd.raw(), eps, &out);
+        return Self::adopt(out);
+    }
+
+    /// Combines the per-process means and inverse standard deviations of a batch, and updates
+    /// the running statistics. (`batch_norm_gather_stats(Tensor input, Tensor mean, Tensor
+    /// invstd, Tensor? running_mean, Tensor? running_var, float momentum, float eps, int count)
+    /// -> (Tensor, Tensor)`) (`input` is *this.) Calls `tr_tensor_batch_norm_gather_stats`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> batch_norm_gather_stats(
+        const Self& mean,
+        const Self& invstd,
+        OptionalTensor running_mean,
+        OptionalTensor running_var,
+        double momentum,
+        double eps,
+        int64_t count) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_batch_norm_gather_stats(self().raw(), mean.raw(), invstd.raw(),
+                running_mean.raw(), running_var.raw(), momentum, eps, count, out_, room_, written_);
                 });
     }
 
-    /// `all(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_all`; throws tr::Error
-    /// on failure.
-    [[nodiscard]] Self all() const {
+    /// `batch_norm_gather_stats` with each process's count of elements.
+    /// (`batch_norm_gather_stats_with_counts(Tensor input, Tensor mean, Tensor invstd, Tensor?
+    /// running_mean, Tensor? running_var, float momentum, float eps, Tensor counts) -> (Tensor,
+    /// Tensor)`) (`input` is *this.) Calls `tr_tensor_batch_norm_gather_stats_with_counts`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> batch_norm_gather_stats_with_counts(
+        const Self& mean,
+        const Self& invstd,
+        OptionalTensor running_mean,
+        OptionalTensor running_var,
+        double momentum,
+        double eps,
+        const Self& counts) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_batch_norm_gather_stats_with_counts(self().raw(), mean.raw(),
+                invstd.raw(), running_mean.raw(), running_var.raw(), momentum, eps, counts.raw(),
+                out_, room_, written_); });
+    }
+
+    /// The batch's mean and variance per channel, folded into the running statistics.
+    /// (`batch_norm_update_stats(Tensor input, Tensor? running_mean, Tensor? running_var, float
+    /// momentum) -> (Tensor, Tensor)`) (`input` is *this.) Calls
+    /// `tr_tensor_batch_norm_update_stats`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> batch_norm_update_stats(
+        OptionalTensor running_mean,
+        OptionalTensor running_var,
+        double momentum) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_batch_norm_update_stats(self().raw(), running_mean.raw(),
+                running_var.raw(), momentum, out_, room_, written_); });
+    }
+
+    /// See `torch.nn.PairwiseDistance` for details. (`pairwise_distance(Tensor x1, Tensor x2,
+    /// float p=2, float eps=1e-06, bool keepdim=False) -> Tensor`) (`x1` is *this.) Calls
+    /// `tr_tensor_pairwise_distance`; throws tr::Error on failure.
+    [[nodiscard]] Self pairwise_distance(const Self& x2, double p, double eps, bool keepdim) const {
         tr_tensor out{0};
-        detail::call(tr_tensor_all, self().raw(), &out);
+        detail::call(tr_tensor_pairwise_distance, self().raw(), x2.raw(), p, eps, keepdim, &out);
         return Self::adopt(out);
     }
 
-    /// `any(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_any`; throws tr::Error
-    /// on failure.
-    [[nodiscard]] Self any() const {
+    /// Returns cosine similarity between `x1` and `x2`, computed along dim.
+    /// (`cosine_similarity(Tensor x1, Tensor x2, int dim=1, float eps=1e-08) -> Tensor`) (`x1`
+    /// is *this.) Calls `tr_tensor_cosine_similarity`; throws tr::Error on failure.
+    [[nodiscard]] Self cosine_similarity(const Self& x2, int64_t dim, double eps) const {
         tr_tensor out{0};
-        detail::call(tr_tensor_any, self().raw(), &out);
+        detail::call(tr_tensor_cosine_similarity, self().raw(), x2.raw(), dim, eps, &out);
         return Self::adopt(out);
     }
 
-    /// `renorm(Tensor self, Scalar p, int dim, Scalar maxnorm) -> Tensor` (`input` is *this.)
+    /// Rearranges elements in a tensor of shape `(*, C \times r^2, H, W)` to a tensor of shape
+    /// `(*, C, H \times r, W \times r)`, where r is the `upscale_factor`.
+    /// (`pixel_shuffle(Tensor self, int upscale_factor) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_pixel_shuffle`; throws tr::Error on failure.
+    [[nodiscard]] Self pixel_shuffle(int64_t upscale_factor) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_pixel_shuffle, self().raw(), upscale_factor, &out);
+        return Self::adopt(out);
+    }
+
+    /// Reverses the `torch.nn.PixelShuffle` operation by rearranging elements in a tensor of
+    /// shape `(*, C, H \times r, W \times r)` to a tensor of shape `(*, C \times r^2, H, W)`,
+    /// where r is the `downscale_factor`. (`pixel_unshuffle(Tensor self, int downscale_factor)
+    /// -> Tensor`) (`input` is *this.) Calls `tr_tensor_pixel_unshuffle`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self pixel_unshuffle(int64_t downscale_factor) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_pixel_unshuffle, self().raw(), downscale_factor, &out);
+        return Self::adopt(out);
+    }
+
+    /// Divide the channels in a tensor of shape `(*, C , H, W)` into g groups and rearrange
+    /// them as `(*, C \frac g, g, H, W)`, while keeping the original tensor shape.
+    /// (`channel_shuffle(Tensor self, SymInt groups) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_channel_shuffle`; throws tr::Error on failure.
+    [[nodiscard]] Self channel_shuffle(int64_t groups) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_channel_shuffle, self().raw(), groups, &out);
+        return Self::adopt(out);
+    }
+
+    /// Native kernel level implementation of the `channel_shuffle`.
+    /// (`native_channel_shuffle(Tensor self, SymInt groups) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_native_channel_shuffle`; throws tr::Error on failure.
+    [[nodiscard]] Self native_channel_shuffle(int64_t groups) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_native_channel_shuffle, self().raw(), groups, &out);
+        return Self::adopt(out);
+    }
+
+    /// Compute the Poisson negative log likelihood loss. (`poisson_nll_loss(Tensor input,
+    /// Tensor target, bool log_input, bool full, float eps, int reduction) -> Tensor`) (`input`
+    /// is *this.) Calls `tr_tensor_poisson_nll_loss`; throws tr::Error on failure.
+    [[nodiscard]] Self poisson_nll_loss(
+        const Self& target,
+        bool log_input,
+        bool full,
+        double eps,
+        int64_t reduction) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_poisson_nll_loss, self().raw(), target.raw(), log_input, full, eps,
+                reduction, &out);
+        return Self::adopt(out);
+    }
+
+    /// Randomized leaky ReLU. (`rrelu(Tensor self, Scalar lower=0.125, Scalar
+    /// upper=0.3333333333333333, bool training=False, Generator? generator=None) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_rrelu`; throws tr::Error on failure.
+    [[nodiscard]] Self rrelu(Scalar lower, Scalar upper, bool training) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_rrelu, self().raw(), lower.raw(), upper.raw(), training, &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `rrelu`. (`rrelu_(Tensor(a!) self, Scalar lower=0.125, Scalar
+    /// upper=0.3333333333333333, bool training=False, Generator? generator=None) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_rrelu_`; throws tr::Error on failure.
+    Self& rrelu_(Scalar lower, Scalar upper, bool training) & {
+        detail::call(tr_tensor_rrelu_, self().raw(), lower.raw(), upper.raw(), training);
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self rrelu_(Scalar lower, Scalar upper, bool training) && {
+        detail::call(tr_tensor_rrelu_, self().raw(), lower.raw(), upper.raw(), training);
+        return std::move(self());
+    }
+
+    /// In-place version of `relu`. (`relu_(Tensor(a!) self) -> Tensor(a!)`) (`input` is *this.)
+    /// Calls `tr_tensor_relu_`; throws tr::Error on failure.
+    Self& relu_() & {
+        detail::call(tr_tensor_relu_, self().raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self relu_() && {
+        detail::call(tr_tensor_relu_, self().raw());
+        return std::move(self());
+    }
+
+    /// Applies the element-wise function `\text{ReLU6}(x) = \min(\max(0,x), 6)`. (`relu6(Tensor
+    /// self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_relu6`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self relu6() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_relu6, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Applies the element-wise function `\text{ReLU6}(x) = \min(\max(0,x), 6)`.
+    /// (`relu6_(Tensor(a!) self) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_relu6_`;
+    /// throws tr::Error on failure.
+    Self& relu6_() & {
+        detail::call(tr_tensor_relu6_, self().raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self relu6_() && {
+        detail::call(tr_tensor_relu6_, self().raw());
+        return std::move(self());
+    }
+
+    /// Applies element-wise the function `\text{PReLU}(x) = \max(0,x) + \text{weight} *
+    /// \min(0,x)` where weight is a learnable parameter. (`prelu(Tensor self, Tensor weight) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_prelu`; throws tr::Error on failure.
+    [[nodiscard]] Self prelu(const Self& weight) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_prelu, self().raw(), weight.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// When the approximate argument is 'none', it applies element-wise the function
+    /// `\text{GELU}(x) = x * \Phi(x)` (`gelu_(Tensor(a!) self, *, str approximate='none') ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_gelu_`; throws tr::Error on failure.
+    Self& gelu_(const std::string& approximate) & {
+        detail::call(tr_tensor_gelu_, self().raw(), detail::c_string(approximate, "approximate"));
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self gelu_(const std::string& approximate) && {
+        detail::call(tr_tensor_gelu_, self().raw(), detail::c_string(approximate, "approximate"));
+        return std::move(self());
+    }
+
+    /// Applies the hard shrinkage function element-wise. (`hardshrink(Tensor self, Scalar
+    /// lambd=0.5) -> Tensor`) (`input` is *this.) Calls `tr_tensor_hardshrink`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self hardshrink(Scalar lambd) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_hardshrink, self().raw(), lambd.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Applies element-wise, `\text{SELU}(x) = scale * (\max(0,x) + \min(0, \alpha * (\exp(x) -
+    /// 1)))`, with `\alpha=1.6732632423543772848170429916717` and
+    /// `scale=1.0507009873554804934193349852946`. (`selu(Tensor self) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_selu`; throws tr::Error on failure.
+    [[nodiscard]] Self selu() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_selu, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `selu`. (`selu_(Tensor(a!) self) -> Tensor(a!)`) (`input` is *this.)
+    /// Calls `tr_tensor_selu_`; throws tr::Error on failure.
+    Self& selu_() & {
+        detail::call(tr_tensor_selu_, self().raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self selu_() && {
+        detail::call(tr_tensor_selu_, self().raw());
+        return std::move(self());
+    }
+
+    /// Applies element-wise, `\text{CELU}(x) = \max(0,x) + \min(0, \alpha * (\exp(x/\alpha) -
+    /// 1))`. (`celu(Tensor self, Scalar alpha=1.0) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_celu`; throws tr::Error on failure.
+    [[nodiscard]] Self celu(Scalar alpha) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_celu, self().raw(), alpha.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `celu`. (`celu_(Tensor(a!) self, Scalar alpha=1.0) -> Tensor(a!)`)
+    /// (`input` is *this.) Calls `tr_tensor_celu_`; throws tr::Error on failure.
+    Self& celu_(Scalar alpha) & {
+        detail::call(tr_tensor_celu_, self().raw(), alpha.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self celu_(Scalar alpha) && {
+        detail::call(tr_tensor_celu_, self().raw(), alpha.raw());
+        return std::move(self());
+    }
+
+    /// Apply the Sigmoid Linear Unit (SiLU) function, element-wise. (`silu_(Tensor(a!) self) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_silu_`; throws tr::Error on failure.
+    Self& silu_() & {
+        detail::call(tr_tensor_silu_, self().raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self silu_() && {
+        detail::call(tr_tensor_silu_, self().raw());
+        return std::move(self());
+    }
+
+    /// Apply the Mish function, element-wise. (`mish(Tensor self) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_mish`; throws tr::Error on failure.
+    [[nodiscard]] Self mish() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_mish, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Apply the Mish function, element-wise. (`mish_(Tensor(a!) self) -> Tensor(a!)`) (`input`
+    /// is *this.) Calls `tr_tensor_mish_`; throws tr::Error on failure.
+    Self& mish_() & {
+        detail::call(tr_tensor_mish_, self().raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self mish_() && {
+        detail::call(tr_tensor_mish_, self().raw());
+        return std::move(self());
+    }
+
+    /// In-place version of `Tensor.sigmoid` (`sigmoid_(Tensor(a!) self) -> Tensor(a!)`)
+    /// (`input` is *this.) Calls `tr_tensor_sigmoid_`; throws tr::Error on failure.
+    Self& sigmoid_() & {
+        detail::call(tr_tensor_sigmoid_, self().raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self sigmoid_() && {
+        detail::call(tr_tensor_sigmoid_, self().raw());
+        return std::move(self());
+    }
+
+    /// Alias for `torch.nn.functional.softmax`. (`softmax.int(Tensor self, int dim, ScalarType?
+    /// dtype=None) -> Tensor`) (`input` is *this.) Calls `tr_tensor_softmax_int`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self softmax_int(int64_t dim, std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_softmax_int, self().raw(), dim, detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Matrix multiplies a sparse tensor `mat1` with a dense tensor `mat2`, then adds the
+    /// sparse tensor `input` to the result. (`sspaddmm(Tensor self, Tensor mat1, Tensor mat2,
+    /// *, Scalar beta=1, Scalar alpha=1) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_sspaddmm`; throws tr::Error on failure.
+    [[nodiscard]] Self sspaddmm(
+        const Self& mat1,
+        const Self& mat2,
+        Scalar beta,
+        Scalar alpha) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_sspaddmm, self().raw(), mat1.raw(), mat2.raw(), beta.raw(),
+                alpha.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `Tensor.tanh` (`tanh_(Tensor(a!) self) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_tanh_`; throws tr::Error on failure.
+    Self& tanh_() & {
+        detail::call(tr_tensor_tanh_, self().raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self tanh_() && {
+        detail::call(tr_tensor_tanh_, self().raw());
+        return std::move(self());
+    }
+
+    /// Apply a threshold to each element of the input Tensor. (`threshold(Tensor self, Scalar
+    /// threshold, Scalar value) -> Tensor`) (`input` is *this.) Calls `tr_tensor_threshold`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self threshold(Scalar threshold, Scalar value) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_threshold, self().raw(), threshold.raw(), value.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// In-place version of `threshold`. (`threshold_(Tensor(a!) self, Scalar threshold, Scalar
+    /// value) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_threshold_`; throws
+    /// tr::Error on failure.
+    Self& threshold_(Scalar threshold, Scalar value) & {
+        detail::call(tr_tensor_threshold_, self().raw(), threshold.raw(), value.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self threshold_(Scalar threshold, Scalar value) && {
+        detail::call(tr_tensor_threshold_, self().raw(), threshold.raw(), value.raw());
+        return std::move(self());
+    }
+
+    /// Takes LongTensor with index values of shape `(*)` and returns a tensor of shape `(*,
+    /// num_classes)` that have zeros everywhere except where the index of last dimension
+    /// matches the corresponding value of the input tensor, in which case it will be 1.
+    /// (`one_hot(Tensor self, int num_classes=-1) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_one_hot`; throws tr::Error on failure.
+    [[nodiscard]] Self one_hot(int64_t num_classes) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_one_hot, self().raw(), num_classes, &out);
+        return Self::adopt(out);
+    }
+
+    /// Compute the triplet loss between given input tensors and a margin greater than 0.
+    /// (`triplet_margin_loss(Tensor anchor, Tensor positive, Tensor negative, float margin=1.0,
+    /// float p=2, float eps=1e-06, bool swap=False, int reduction=Mean) -> Tensor`) (`anchor`
+    /// is *this.) Calls `tr_tensor_triplet_margin_loss`; throws tr::Error on failure.
+    [[nodiscard]] Self triplet_margin_loss(
+        const Self& positive,
+        const Self& negative,
+        double margin,
+        double p,
+        double eps,
+        bool swap,
+        int64_t reduction) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_triplet_margin_loss, self().raw(), positive.raw(), negative.raw(),
+                margin, p, eps, swap, reduction, &out);
+        return Self::adopt(out);
+    }
+
+    /// The norm over every dimension but `dim`, as weight normalization takes it.
+    /// (`norm_except_dim(Tensor v, int pow=2, int dim=0) -> Tensor`) (`v` is *this.) Calls
+    /// `tr_tensor_norm_except_dim`; throws tr::Error on failure.
+    [[nodiscard]] Self norm_except_dim(int64_t pow, int64_t dim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_norm_except_dim, self().raw(), pow, dim, &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns the matrix norm or vector norm of a given tensor. (`norm.ScalarOpt_dtype(Tensor
+    /// self, Scalar? p, *, ScalarType dtype) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_norm_scalaropt_dtype`; throws tr::Error on failure.
+    [[nodiscard]] Self norm_scalaropt_dtype(std::optional<Scalar> p, DType dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_norm_scalaropt_dtype, self().raw(), detail::c_opt(p).ptr(),
+                static_cast<tr_dtype>(dtype), &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns the matrix norm or vector norm of a given tensor. (`norm.Scalar(Tensor self,
+    /// Scalar p=2) -> Tensor`) (`input` is *this.) Calls `tr_tensor_norm_scalar`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self norm_scalar(Scalar p) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_norm_scalar, self().raw(), p.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns the matrix norm or vector norm of a given tensor.
+    /// (`norm.ScalarOpt_dim_dtype(Tensor self, Scalar? p, int[1] dim, bool keepdim, *,
+    /// ScalarType dtype) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_norm_scalaropt_dim_dtype`; throws tr::Error on failure.
+    [[nodiscard]] Self norm_scalaropt_dim_dtype(
+        std::optional<Scalar> p,
+        IntList dim,
+        bool keepdim,
+        DType dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_norm_scalaropt_dim_dtype, self().raw(), detail::c_opt(p).ptr(),
+                dim.data(), dim.size(), keepdim, static_cast<tr_dtype>(dtype), &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns the matrix norm or vector norm of a given tensor. (`norm.ScalarOpt_dim(Tensor
+    /// self, Scalar? p, int[1] dim, bool keepdim=False) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_norm_scalaropt_dim`; throws tr::Error on failure.
+    [[nodiscard]] Self norm_scalaropt_dim(
+        std::optional<Scalar> p,
+        IntList dim,
+        bool keepdim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_norm_scalaropt_dim, self().raw(), detail::c_opt(p).ptr(), dim.data(),
+                dim.size(), keepdim, &out);
+        return Self::adopt(out);
+    }
+
+    /// The Frobenius norm over `dim`. (`frobenius_norm.dim(Tensor self, int[1] dim, bool
+    /// keepdim=False) -> Tensor`) (`input` is *this.) Calls `tr_tensor_frobenius_norm_dim`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self frobenius_norm_dim(IntList dim, bool keepdim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_frobenius_norm_dim, self().raw(), dim.data(), dim.size(), keepdim,
+                &out);
+        return Self::adopt(out);
+    }
+
+    /// The nuclear norm (the sum of the singular values) of a matrix or a batch of matrices.
+    /// (`nuclear_norm(Tensor self, bool keepdim=False) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_nuclear_norm`; throws tr::Error on failure.
+    [[nodiscard]] Self nuclear_norm(bool keepdim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_nuclear_norm, self().raw(), keepdim, &out);
+        return Self::adopt(out);
+    }
+
+    /// The nuclear norm (the sum of the singular values) of a matrix or a batch of matrices.
+    /// (`nuclear_norm.dim(Tensor self, int[2] dim, bool keepdim=False) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_nuclear_norm_dim`; throws tr::Error on failure.
+    [[nodiscard]] Self nuclear_norm_dim(IntList dim, bool keepdim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_nuclear_norm_dim, self().raw(), dim.data(), dim.size(), keepdim,
+                &out);
+        return Self::adopt(out);
+    }
+
+    /// Runs a multi-layer LSTM over a padded sequence (`torch.nn.LSTM`). (`lstm.input(Tensor
+    /// input, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout,
+    /// bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor, Tensor)`) (`input`
+    /// is *this.) Calls `tr_tensor_lstm_input`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 3> lstm_input(
+        const TensorList& hx,
+        const TensorList& params,
+        bool has_biases,
+        int64_t num_layers,
+        double dropout,
+        bool train,
+        bool bidirectional,
+        bool batch_first) const {
+        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_lstm_input(self().raw(), hx.data(), hx.size(), params.data(),
+                params.size(), has_biases, num_layers, dropout, train, bidirectional, batch_first,
+                out_, room_, written_); });
+    }
+
+    /// Runs a multi-layer LSTM over a packed sequence (its data and batch sizes)
+    /// (`torch.nn.LSTM`). (`lstm.data(Tensor data, Tensor batch_sizes, Tensor[] hx, Tensor[]
+    /// params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional)
+    /// -> (Tensor, Tensor, Tensor)`) (`data` is *this.) Calls `tr_tensor_lstm_data`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] std::array<Self, 3> lstm_data(
+        const Self& batch_sizes,
+        const TensorList& hx,
+        const TensorList& params,
+        bool has_biases,
+        int64_t num_layers,
+        double dropout,
+        bool train,
+        bool bidirectional) const {
+        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_lstm_data(self().raw(), batch_sizes.raw(), hx.data(), hx.size(),
+                params.data(), params.size(), has_biases, num_layers, dropout, train, bidirectional,
+                out_, room_, written_); });
+    }
+
+    /// Runs a multi-layer GRU over a padded sequence (`torch.nn.GRU`). (`gru.input(Tensor
+    /// input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool
+    /// train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)`) (`input` is *this.)
+    /// Calls `tr_tensor_gru_input`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> gru_input(
+        const Self& hx,
+        const TensorList& params,
+        bool has_biases,
+        int64_t num_layers,
+        double dropout,
+        bool train,
+        bool bidirectional,
+        bool batch_first) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_gru_input(self().raw(), hx.raw(), params.data(), params.size(),
+                has_biases, num_layers, dropout, train, bidirectional, batch_first, out_, room_,
+                written_); });
+    }
+
+    /// Runs a multi-layer GRU over a packed sequence (its data and batch sizes)
+    /// (`torch.nn.GRU`). (`gru.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[]
+    /// params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional)
+    /// -> (Tensor, Tensor)`) (`data` is *this.) Calls `tr_tensor_gru_data`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] std::array<Self, 2> gru_data(
+        const Self& batch_sizes,
+        const Self& hx,
+        const TensorList& params,
+        bool has_biases,
+        int64_t num_layers,
+        double dropout,
+        bool train,
+        bool bidirectional) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_gru_data(self().raw(), batch_sizes.raw(), hx.raw(), params.data(),
+                params.size(), has_biases, num_layers, dropout, train, bidirectional, out_, room_,
+                written_); });
+    }
+
+    /// Runs a multi-layer RNN (tanh) over a padded sequence (`torch.nn.RNN`).
+    /// (`rnn_tanh.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int
+    /// num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor,
+    /// Tensor)`) (`input` is *this.) Calls `tr_tensor_rnn_tanh_input`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] std::array<Self, 2> rnn_tanh_input(
+        const Self& hx,
+        const TensorList& params,
+        bool has_biases,
+        int64_t num_layers,
+        double dropout,
+        bool train,
+        bool bidirectional,
+        bool batch_first) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_rnn_tanh_input(self().raw(), hx.raw(), params.data(),
+                params.size(), has_biases, num_layers, dropout, train, bidirectional, batch_first,
+                out_, room_, written_); });
+    }
+
+    /// Runs a multi-layer RNN (tanh) over a packed sequence (its data and batch sizes)
+    /// (`torch.nn.RNN`). (`rnn_tanh.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[]
+    /// params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional)
+    /// -> (Tensor, Tensor)`) (`data` is *this.) Calls `tr_tensor_rnn_tanh_data`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> rnn_tanh_data(
+        const Self& batch_sizes,
+        const Self& hx,
+        const TensorList& params,
+        bool has_biases,
+        int64_t num_layers,
+        double dropout,
+        bool train,
+        bool bidirectional) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_rnn_tanh_data(self().raw(), batch_sizes.raw(), hx.raw(),
+                params.data(), params.size(), has_biases, num_layers, dropout, train, bidirectional,
+                out_, room_, written_); });
+    }
+
+    /// Runs a multi-layer RNN (relu) over a padded sequence (`torch.nn.RNN`).
+    /// (`rnn_relu.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int
+    /// num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor,
+    /// Tensor)`) (`input` is *this.) Calls `tr_tensor_rnn_relu_input`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] std::array<Self, 2> rnn_relu_input(
+        const Self& hx,
+        const TensorList& params,
+        bool has_biases,
+        int64_t num_layers,
+        double dropout,
+        bool train,
+        bool bidirectional,
+        bool batch_first) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_rnn_relu_input(self().raw(), hx.raw(), params.data(),
+                params.size(), has_biases, num_layers, dropout, train, bidirectional, batch_first,
+                out_, room_, written_); });
+    }
+
+    /// Runs a multi-layer RNN (relu) over a packed sequence (its data and batch sizes)
+    /// (`torch.nn.RNN`). (`rnn_relu.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[]
+    /// params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional)
+    /// -> (Tensor, Tensor)`) (`data` is *this.) Calls `tr_tensor_rnn_relu_data`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> rnn_relu_data(
+        const Self& batch_sizes,
+        const Self& hx,
+        const TensorList& params,
+        bool has_biases,
+        int64_t num_layers,
+        double dropout,
+        bool train,
+        bool bidirectional) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_rnn_relu_data(self().raw(), batch_sizes.raw(), hx.raw(),
+                params.data(), params.size(), has_biases, num_layers, dropout, train, bidirectional,
+                out_, room_, written_); });
+    }
+
+    /// One time step of an LSTM cell (`torch.nn.LSTMCell`). (`lstm_cell(Tensor input, Tensor[]
+    /// hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> (Tensor,
+    /// Tensor)`) (`input` is *this.) Calls `tr_tensor_lstm_cell`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> lstm_cell(
+        const TensorList& hx,
+        const Self& w_ih,
+        const Self& w_hh,
+        OptionalTensor b_ih,
+        OptionalTensor b_hh) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_lstm_cell(self().raw(), hx.data(), hx.size(), w_ih.raw(),
+                w_hh.raw(), b_ih.raw(), b_hh.raw(), out_, room_, written_); });
+    }
+
+    /// One time step of a GRU cell (`torch.nn.GRUCell`). (`gru_cell(Tensor input, Tensor hx,
+    /// Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_gru_cell`; throws tr::Error on failure.
+    [[nodiscard]] Self gru_cell(
+        const Self& hx,
+        const Self& w_ih,
+        const Self& w_hh,
+        OptionalTensor b_ih,
+        OptionalTensor b_hh) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_gru_cell, self().raw(), hx.raw(), w_ih.raw(), w_hh.raw(), b_ih.raw(),
+                b_hh.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// One time step of an RNN cell (`torch.nn.RNNCell`). (`rnn_tanh_cell(Tensor input, Tensor
+    /// hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> Tensor`) (`input`
+    /// is *this.) Calls `tr_tensor_rnn_tanh_cell`; throws tr::Error on failure.
+    [[nodiscard]] Self rnn_tanh_cell(
+        const Self& hx,
+        const Self& w_ih,
+        const Self& w_hh,
+        OptionalTensor b_ih,
+        OptionalTensor b_hh) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_rnn_tanh_cell, self().raw(), hx.raw(), w_ih.raw(), w_hh.raw(),
+                b_ih.raw(), b_hh.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// One time step of an RNN cell (`torch.nn.RNNCell`). (`rnn_relu_cell(Tensor input, Tensor
+    /// hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> Tensor`) (`input`
+    /// is *this.) Calls `tr_tensor_rnn_relu_cell`; throws tr::Error on failure.
+    [[nodiscard]] Self rnn_relu_cell(
+        const Self& hx,
+        const Self& w_ih,
+        const Self& w_hh,
+        OptionalTensor b_ih,
+        OptionalTensor b_hh) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_rnn_relu_cell, self().raw(), hx.raw(), w_ih.raw(), w_hh.raw(),
+                b_ih.raw(), b_hh.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Fills `self` tensor with numbers samples from the log-normal distribution parameterized
+    /// by the given mean `\mu` and standard deviation `\sigma`. (`log_normal_(Tensor(a!) self,
+    /// float mean=1, float std=2, *, Generator? generator=None) -> Tensor(a!)`) (`input` is
+    /// *this.) Calls `tr_tensor_log_normal_`; throws tr::Error on failure.
+    Self& log_normal_(double mean, double std) & {
+        detail::call(tr_tensor_log_normal_, self().raw(), mean, std);
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self log_normal_(double mean, double std) && {
+        detail::call(tr_tensor_log_normal_, self().raw(), mean, std);
+        return std::move(self());
+    }
+
+    /// The cross entropy of logits against targets (`torch.nn.functional.cross_entropy`).
+    /// (`cross_entropy_loss(Tensor self, Tensor target, Tensor? weight=None, int
+    /// reduction=Mean, SymInt ignore_index=-100, float label_smoothing=0.0) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_cross_entropy_loss`; throws tr::Error on failure.
+    [[nodiscard]] Self cross_entropy_loss(
+        const Self& target,
+        OptionalTensor weight,
+        int64_t reduction,
+        int64_t ignore_index,
+        double label_smoothing) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_cross_entropy_loss, self().raw(), target.raw(), weight.raw(),
+                reduction, ignore_index, label_smoothing, &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns a tensor where each sub-tensor of `input` along dimension `dim` is normalized
+    /// such that the `p`-norm of the sub-tensor is lower than the value `maxnorm`
+    /// (`renorm(Tensor self, Scalar p, int dim, Scalar maxnorm) -> Tensor`) (`input` is *this.)
     /// Calls `tr_tensor_renorm`; throws tr::Error on failure.
     [[nodiscard]] Self renorm(Scalar p, int64_t dim, Scalar maxnorm) const {
         tr_tensor out{0};
@@ -8699,8 +9872,9 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `renorm_(Tensor(a!) self, Scalar p, int dim, Scalar maxnorm) -> Tensor(a!)` (`input` is
-    /// *this.) Calls `tr_tensor_renorm_`; throws tr::Error on failure.
+    /// In-place version of `Tensor.renorm` (`renorm_(Tensor(a!) self, Scalar p, int dim, Scalar
+    /// maxnorm) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_renorm_`; throws tr::Error
+    /// on failure.
     Self& renorm_(Scalar p, int64_t dim, Scalar maxnorm) & {
         detail::call(tr_tensor_renorm_, self().raw(), p.raw(), dim, maxnorm.raw());
         return self();
@@ -8711,92 +9885,20 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `unfold(Tensor(a) self, int dimension, int size, int step) -> Tensor(a)` (`input` is
-    /// *this.) Calls `tr_tensor_unfold`; throws tr::Error on failure.
+    /// Returns a view of the original tensor which contains all slices of size `size` from
+    /// `self` tensor in the dimension `dimension`. (`unfold(Tensor(a) self, int dimension, int
+    /// size, int step) -> Tensor(a)`) (`input` is *this.) Calls `tr_tensor_unfold`; throws
+    /// tr::Error on failure.
     [[nodiscard]] Self unfold(int64_t dimension, int64_t size, int64_t step) const {
         tr_tensor out{0};
         detail::call(tr_tensor_unfold, self().raw(), dimension, size, step, &out);
         return Self::adopt(out);
     }
 
-    /// `equal(Tensor self, Tensor other) -> bool` (`input` is *this.) Calls `tr_tensor_equal`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] bool equal(const Self& other) const {
-        bool out = false;
-        detail::call(tr_tensor_equal, self().raw(), other.raw(), &out);
-        return out;
-    }
-
-    /// `pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_pow_tensor_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self pow_tensor_tensor(const Self& exponent) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_pow_tensor_tensor, self().raw(), exponent.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_pow_tensor_scalar`; throws tr::Error on failure.
-    [[nodiscard]] Self pow_tensor_scalar(Scalar exponent) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_pow_tensor_scalar, self().raw(), exponent.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `pow_.Tensor(Tensor(a!) self, Tensor exponent) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_pow_tensor_`; throws tr::Error on failure.
-    Self& pow_tensor_(const Self& exponent) & {
-        detail::call(tr_tensor_pow_tensor_, self().raw(), exponent.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self pow_tensor_(const Self& exponent) && {
-        detail::call(tr_tensor_pow_tensor_, self().raw(), exponent.raw());
-        return std::move(self());
-    }
-
-    /// `float_power.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_float_power_tensor_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self float_power_tensor_tensor(const Self& exponent) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_float_power_tensor_tensor, self().raw(), exponent.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `float_power.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_float_power_tensor_scalar`; throws tr::Error on failure.
-    [[nodiscard]] Self float_power_tensor_scalar(Scalar exponent) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_float_power_tensor_scalar, self().raw(), exponent.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `float_power_.Scalar(Tensor(a!) self, Scalar exponent) -> Tensor(a!)` (`input` is
-    /// *this.) Calls `tr_tensor_float_power_scalar_`; throws tr::Error on failure.
-    Self& float_power_scalar_(Scalar exponent) & {
-        detail::call(tr_tensor_float_power_scalar_, self().raw(), exponent.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self float_power_scalar_(Scalar exponent) && {
-        detail::call(tr_tensor_float_power_scalar_, self().raw(), exponent.raw());
-        return std::move(self());
-    }
-
-    /// `float_power_.Tensor(Tensor(a!) self, Tensor exponent) -> Tensor(a!)` (`input` is
-    /// *this.) Calls `tr_tensor_float_power_tensor_`; throws tr::Error on failure.
-    Self& float_power_tensor_(const Self& exponent) & {
-        detail::call(tr_tensor_float_power_tensor_, self().raw(), exponent.raw());
-        return self();
-    }
-    /// As above, on an rvalue: returns the owner itself, moved.
-    [[nodiscard]] Self float_power_tensor_(const Self& exponent) && {
-        detail::call(tr_tensor_float_power_tensor_, self().raw(), exponent.raw());
-        return std::move(self());
-    }
-
-    /// `normal_(Tensor(a!) self, float mean=0, float std=1, *, Generator? generator=None) ->
-    /// Tensor(a!)` (`input` is *this.) Calls `tr_tensor_normal_`; throws tr::Error on failure.
+    /// Fills `self` tensor with elements samples from the normal distribution parameterized by
+    /// `mean` and `std`. (`normal_(Tensor(a!) self, float mean=0, float std=1, *, Generator?
+    /// generator=None) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_normal_`; throws
+    /// tr::Error on failure.
     Self& normal_(double mean, double std) & {
         detail::call(tr_tensor_normal_, self().raw(), mean, std);
         return self();
@@ -8807,82 +9909,49 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `normal_functional(Tensor self, float mean=0, float std=1, *, Generator? generator=None)
-    /// -> Tensor` (`input` is *this.) Calls `tr_tensor_normal_functional`; throws tr::Error on
-    /// failure.
+    /// A tensor of `input`'s shape drawn from a normal distribution (`normal_` without the
+    /// write). (`normal_functional(Tensor self, float mean=0, float std=1, *, Generator?
+    /// generator=None) -> Tensor`) (`input` is *this.) Calls `tr_tensor_normal_functional`;
+    /// throws tr::Error on failure.
     [[nodiscard]] Self normal_functional(double mean, double std) const {
         tr_tensor out{0};
         detail::call(tr_tensor_normal_functional, self().raw(), mean, std, &out);
         return Self::adopt(out);
     }
 
-    /// `normal.Tensor_float(Tensor mean, float std=1, *, Generator? generator=None) -> Tensor`
-    /// (`mean` is *this.) Calls `tr_tensor_normal_tensor_float`; throws tr::Error on failure.
+    /// Returns a tensor of random numbers drawn from separate normal distributions whose mean
+    /// and standard deviation are given. (`normal.Tensor_float(Tensor mean, float std=1, *,
+    /// Generator? generator=None) -> Tensor`) (`mean` is *this.) Calls
+    /// `tr_tensor_normal_tensor_float`; throws tr::Error on failure.
     [[nodiscard]] Self normal_tensor_float(double std) const {
         tr_tensor out{0};
         detail::call(tr_tensor_normal_tensor_float, self().raw(), std, &out);
         return Self::adopt(out);
     }
 
-    /// `normal.Tensor_Tensor(Tensor mean, Tensor std, *, Generator? generator=None) -> Tensor`
-    /// (`mean` is *this.) Calls `tr_tensor_normal_tensor_tensor`; throws tr::Error on failure.
+    /// Returns a tensor of random numbers drawn from separate normal distributions whose mean
+    /// and standard deviation are given. (`normal.Tensor_Tensor(Tensor mean, Tensor std, *,
+    /// Generator? generator=None) -> Tensor`) (`mean` is *this.) Calls
+    /// `tr_tensor_normal_tensor_tensor`; throws tr::Error on failure.
     [[nodiscard]] Self normal_tensor_tensor(const Self& std) const {
         tr_tensor out{0};
         detail::call(tr_tensor_normal_tensor_tensor, self().raw(), std.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `bucketize.Tensor(Tensor self, Tensor boundaries, *, bool out_int32=False, bool
-    /// right=False) -> Tensor` (`input` is *this.) Calls `tr_tensor_bucketize_tensor`; throws
+    /// Compute the L1 loss, with optional weighting. (`l1_loss(Tensor self, Tensor target, int
+    /// reduction=Mean) -> Tensor`) (`input` is *this.) Calls `tr_tensor_l1_loss`; throws
     /// tr::Error on failure.
-    [[nodiscard]] Self bucketize_tensor(const Self& boundaries, bool out_int32, bool right) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_bucketize_tensor, self().raw(), boundaries.raw(), out_int32, right,
-                &out);
-        return Self::adopt(out);
-    }
-
-    /// `searchsorted.Tensor(Tensor sorted_sequence, Tensor self, *, bool out_int32=False, bool
-    /// right=False, str? side=None, Tensor? sorter=None) -> Tensor` (`sorted_sequence` is
-    /// *this.) Calls `tr_tensor_searchsorted_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self searchsorted_tensor(
-        const Self& input,
-        bool out_int32,
-        bool right,
-        const std::optional<std::string>& side,
-        OptionalTensor sorter) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_searchsorted_tensor, self().raw(), input.raw(), out_int32, right,
-                side ? detail::c_string(*side, "side") : nullptr, sorter.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `searchsorted.Scalar(Tensor sorted_sequence, Scalar self, *, bool out_int32=False, bool
-    /// right=False, str? side=None, Tensor? sorter=None) -> Tensor` (`sorted_sequence` is
-    /// *this.) Calls `tr_tensor_searchsorted_scalar`; throws tr::Error on failure.
-    [[nodiscard]] Self searchsorted_scalar(
-        Scalar input,
-        bool out_int32,
-        bool right,
-        const std::optional<std::string>& side,
-        OptionalTensor sorter) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_searchsorted_scalar, self().raw(), input.raw(), out_int32, right,
-                side ? detail::c_string(*side, "side") : nullptr, sorter.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `l1_loss(Tensor self, Tensor target, int reduction=Mean) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_l1_loss`; throws tr::Error on failure.
     [[nodiscard]] Self l1_loss(const Self& target, int64_t reduction) const {
         tr_tensor out{0};
         detail::call(tr_tensor_l1_loss, self().raw(), target.raw(), reduction, &out);
         return Self::adopt(out);
     }
 
-    /// `multi_margin_loss(Tensor self, Tensor target, Scalar p=1, Scalar margin=1, Tensor?
-    /// weight=None, int reduction=Mean) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_multi_margin_loss`; throws tr::Error on failure.
+    /// Compute the multi margin loss, with optional weighting. (`multi_margin_loss(Tensor self,
+    /// Tensor target, Scalar p=1, Scalar margin=1, Tensor? weight=None, int reduction=Mean) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_multi_margin_loss`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self multi_margin_loss(
         const Self& target,
         Scalar p,
@@ -8895,17 +9964,18 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `multilabel_margin_loss(Tensor self, Tensor target, int reduction=Mean) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_multilabel_margin_loss`; throws tr::Error on
-    /// failure.
+    /// Compute the multilabel margin loss. (`multilabel_margin_loss(Tensor self, Tensor target,
+    /// int reduction=Mean) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_multilabel_margin_loss`; throws tr::Error on failure.
     [[nodiscard]] Self multilabel_margin_loss(const Self& target, int64_t reduction) const {
         tr_tensor out{0};
         detail::call(tr_tensor_multilabel_margin_loss, self().raw(), target.raw(), reduction, &out);
         return Self::adopt(out);
     }
 
-    /// `multilabel_margin_loss_forward(Tensor self, Tensor target, int reduction) -> (Tensor
-    /// output, Tensor is_target)` (`input` is *this.) Calls
+    /// `multilabel_margin_loss` with the intermediate values its backward formula uses.
+    /// (`multilabel_margin_loss_forward(Tensor self, Tensor target, int reduction) -> (Tensor
+    /// output, Tensor is_target)`) (`input` is *this.) Calls
     /// `tr_tensor_multilabel_margin_loss_forward`; throws tr::Error on failure.
     [[nodiscard]] std::array<Self, 2> multilabel_margin_loss_forward(
         const Self& target,
@@ -8915,9 +9985,10 @@ class TensorOps {
                 reduction, out_, room_, written_); });
     }
 
-    /// `nll_loss_nd(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean, SymInt
-    /// ignore_index=-100) -> Tensor` (`input` is *this.) Calls `tr_tensor_nll_loss_nd`; throws
-    /// tr::Error on failure.
+    /// The negative log likelihood of log-probabilities against class targets, of any dimension
+    /// (`torch.nn.functional.nll_loss`). (`nll_loss_nd(Tensor self, Tensor target, Tensor?
+    /// weight=None, int reduction=Mean, SymInt ignore_index=-100) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_nll_loss_nd`; throws tr::Error on failure.
     [[nodiscard]] Self nll_loss_nd(
         const Self& target,
         OptionalTensor weight,
@@ -8929,9 +10000,9 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `nll_loss(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean, SymInt
-    /// ignore_index=-100) -> Tensor` (`input` is *this.) Calls `tr_tensor_nll_loss`; throws
-    /// tr::Error on failure.
+    /// Compute the negative log likelihood loss. (`nll_loss(Tensor self, Tensor target, Tensor?
+    /// weight=None, int reduction=Mean, SymInt ignore_index=-100) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_nll_loss`; throws tr::Error on failure.
     [[nodiscard]] Self nll_loss(
         const Self& target,
         OptionalTensor weight,
@@ -8943,8 +10014,9 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `nll_loss_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt
-    /// ignore_index) -> (Tensor output, Tensor total_weight)` (`input` is *this.) Calls
+    /// `nll_loss` with the intermediate values its backward formula uses.
+    /// (`nll_loss_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt
+    /// ignore_index) -> (Tensor output, Tensor total_weight)`) (`input` is *this.) Calls
     /// `tr_tensor_nll_loss_forward`; throws tr::Error on failure.
     [[nodiscard]] std::array<Self, 2> nll_loss_forward(
         const Self& target,
@@ -8956,9 +10028,10 @@ class TensorOps {
                 reduction, ignore_index, out_, room_, written_); });
     }
 
-    /// `nll_loss2d(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean, SymInt
-    /// ignore_index=-100) -> Tensor` (`input` is *this.) Calls `tr_tensor_nll_loss2d`; throws
-    /// tr::Error on failure.
+    /// The negative log likelihood of 2-D log-probability maps against class targets
+    /// (`torch.nn.functional.nll_loss`). (`nll_loss2d(Tensor self, Tensor target, Tensor?
+    /// weight=None, int reduction=Mean, SymInt ignore_index=-100) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_nll_loss2d`; throws tr::Error on failure.
     [[nodiscard]] Self nll_loss2d(
         const Self& target,
         OptionalTensor weight,
@@ -8970,8 +10043,9 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `nll_loss2d_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt
-    /// ignore_index) -> (Tensor output, Tensor total_weight)` (`input` is *this.) Calls
+    /// `nll_loss2d` with the intermediate values its backward formula uses.
+    /// (`nll_loss2d_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt
+    /// ignore_index) -> (Tensor output, Tensor total_weight)`) (`input` is *this.) Calls
     /// `tr_tensor_nll_loss2d_forward`; throws tr::Error on failure.
     [[nodiscard]] std::array<Self, 2> nll_loss2d_forward(
         const Self& target,
@@ -8983,33 +10057,36 @@ class TensorOps {
                 reduction, ignore_index, out_, room_, written_); });
     }
 
-    /// `smooth_l1_loss(Tensor self, Tensor target, int reduction=Mean, float beta=1.0) ->
-    /// Tensor` (`input` is *this.) Calls `tr_tensor_smooth_l1_loss`; throws tr::Error on
-    /// failure.
+    /// Compute the Smooth L1 loss. (`smooth_l1_loss(Tensor self, Tensor target, int
+    /// reduction=Mean, float beta=1.0) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_smooth_l1_loss`; throws tr::Error on failure.
     [[nodiscard]] Self smooth_l1_loss(const Self& target, int64_t reduction, double beta) const {
         tr_tensor out{0};
         detail::call(tr_tensor_smooth_l1_loss, self().raw(), target.raw(), reduction, beta, &out);
         return Self::adopt(out);
     }
 
-    /// `huber_loss(Tensor self, Tensor target, int reduction=Mean, float delta=1.0) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_huber_loss`; throws tr::Error on failure.
+    /// Compute the Huber loss, with optional weighting. (`huber_loss(Tensor self, Tensor
+    /// target, int reduction=Mean, float delta=1.0) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_huber_loss`; throws tr::Error on failure.
     [[nodiscard]] Self huber_loss(const Self& target, int64_t reduction, double delta) const {
         tr_tensor out{0};
         detail::call(tr_tensor_huber_loss, self().raw(), target.raw(), reduction, delta, &out);
         return Self::adopt(out);
     }
 
-    /// `soft_margin_loss(Tensor self, Tensor target, int reduction=Mean) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_soft_margin_loss`; throws tr::Error on failure.
+    /// Compute the soft margin loss. (`soft_margin_loss(Tensor self, Tensor target, int
+    /// reduction=Mean) -> Tensor`) (`input` is *this.) Calls `tr_tensor_soft_margin_loss`;
+    /// throws tr::Error on failure.
     [[nodiscard]] Self soft_margin_loss(const Self& target, int64_t reduction) const {
         tr_tensor out{0};
         detail::call(tr_tensor_soft_margin_loss, self().raw(), target.raw(), reduction, &out);
         return Self::adopt(out);
     }
 
-    /// `elu(Tensor self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_elu`; throws tr::Error on failure.
+    /// Apply the Exponential Linear Unit (ELU) function element-wise. (`elu(Tensor self, Scalar
+    /// alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_elu`; throws tr::Error on failure.
     [[nodiscard]] Self elu(Scalar alpha, Scalar scale, Scalar input_scale) const {
         tr_tensor out{0};
         detail::call(tr_tensor_elu, self().raw(), alpha.raw(), scale.raw(), input_scale.raw(),
@@ -9017,8 +10094,9 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `elu_(Tensor(a!) self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) ->
-    /// Tensor(a!)` (`input` is *this.) Calls `tr_tensor_elu_`; throws tr::Error on failure.
+    /// In-place version of `elu`. (`elu_(Tensor(a!) self, Scalar alpha=1, Scalar scale=1,
+    /// Scalar input_scale=1) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_elu_`; throws
+    /// tr::Error on failure.
     Self& elu_(Scalar alpha, Scalar scale, Scalar input_scale) & {
         detail::call(tr_tensor_elu_, self().raw(), alpha.raw(), scale.raw(), input_scale.raw());
         return self();
@@ -9029,32 +10107,34 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `glu(Tensor self, int dim=-1) -> Tensor` (`input` is *this.) Calls `tr_tensor_glu`;
-    /// throws tr::Error on failure.
+    /// The gated linear unit. (`glu(Tensor self, int dim=-1) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_glu`; throws tr::Error on failure.
     [[nodiscard]] Self glu(int64_t dim) const {
         tr_tensor out{0};
         detail::call(tr_tensor_glu, self().raw(), dim, &out);
         return Self::adopt(out);
     }
 
-    /// `glu_jvp(Tensor glu, Tensor x, Tensor dx, int dim) -> Tensor` (`glu` is *this.) Calls
-    /// `tr_tensor_glu_jvp`; throws tr::Error on failure.
+    /// The forward-mode derivative of `glu`. (`glu_jvp(Tensor glu, Tensor x, Tensor dx, int
+    /// dim) -> Tensor`) (`glu` is *this.) Calls `tr_tensor_glu_jvp`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self glu_jvp(const Self& x, const Self& dx, int64_t dim) const {
         tr_tensor out{0};
         detail::call(tr_tensor_glu_jvp, self().raw(), x.raw(), dx.raw(), dim, &out);
         return Self::adopt(out);
     }
 
-    /// `hardsigmoid(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_hardsigmoid`;
-    /// throws tr::Error on failure.
+    /// Apply the Hardsigmoid function element-wise. (`hardsigmoid(Tensor self) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_hardsigmoid`; throws tr::Error on failure.
     [[nodiscard]] Self hardsigmoid() const {
         tr_tensor out{0};
         detail::call(tr_tensor_hardsigmoid, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `hardsigmoid_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_hardsigmoid_`; throws tr::Error on failure.
+    /// Apply the Hardsigmoid function element-wise. (`hardsigmoid_(Tensor(a!) self) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_hardsigmoid_`; throws tr::Error on
+    /// failure.
     Self& hardsigmoid_() & {
         detail::call(tr_tensor_hardsigmoid_, self().raw());
         return self();
@@ -9065,16 +10145,18 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `hardtanh(Tensor self, Scalar min_val=-1, Scalar max_val=1) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_hardtanh`; throws tr::Error on failure.
+    /// Applies the HardTanh function element-wise. (`hardtanh(Tensor self, Scalar min_val=-1,
+    /// Scalar max_val=1) -> Tensor`) (`input` is *this.) Calls `tr_tensor_hardtanh`; throws
+    /// tr::Error on failure.
     [[nodiscard]] Self hardtanh(Scalar min_val, Scalar max_val) const {
         tr_tensor out{0};
         detail::call(tr_tensor_hardtanh, self().raw(), min_val.raw(), max_val.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `hardtanh_(Tensor(a!) self, Scalar min_val=-1, Scalar max_val=1) -> Tensor(a!)` (`input`
-    /// is *this.) Calls `tr_tensor_hardtanh_`; throws tr::Error on failure.
+    /// In-place version of `hardtanh`. (`hardtanh_(Tensor(a!) self, Scalar min_val=-1, Scalar
+    /// max_val=1) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_hardtanh_`; throws
+    /// tr::Error on failure.
     Self& hardtanh_(Scalar min_val, Scalar max_val) & {
         detail::call(tr_tensor_hardtanh_, self().raw(), min_val.raw(), max_val.raw());
         return self();
@@ -9085,16 +10167,16 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `hardswish(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_hardswish`;
-    /// throws tr::Error on failure.
+    /// Apply hardswish function, element-wise. (`hardswish(Tensor self) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_hardswish`; throws tr::Error on failure.
     [[nodiscard]] Self hardswish() const {
         tr_tensor out{0};
         detail::call(tr_tensor_hardswish, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `hardswish_(Tensor(a!) self) -> Tensor(a!)` (`input` is *this.) Calls
-    /// `tr_tensor_hardswish_`; throws tr::Error on failure.
+    /// Apply hardswish function, element-wise. (`hardswish_(Tensor(a!) self) -> Tensor(a!)`)
+    /// (`input` is *this.) Calls `tr_tensor_hardswish_`; throws tr::Error on failure.
     Self& hardswish_() & {
         detail::call(tr_tensor_hardswish_, self().raw());
         return self();
@@ -9105,16 +10187,18 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `leaky_relu(Tensor self, Scalar negative_slope=0.01) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_leaky_relu`; throws tr::Error on failure.
+    /// Applies element-wise, `\text{LeakyReLU}(x) = \max(0, x) + \text{negative\_slope} *
+    /// \min(0, x)` (`leaky_relu(Tensor self, Scalar negative_slope=0.01) -> Tensor`) (`input`
+    /// is *this.) Calls `tr_tensor_leaky_relu`; throws tr::Error on failure.
     [[nodiscard]] Self leaky_relu(Scalar negative_slope) const {
         tr_tensor out{0};
         detail::call(tr_tensor_leaky_relu, self().raw(), negative_slope.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `leaky_relu_(Tensor(a!) self, Scalar negative_slope=0.01) -> Tensor(a!)` (`input` is
-    /// *this.) Calls `tr_tensor_leaky_relu_`; throws tr::Error on failure.
+    /// In-place version of `leaky_relu`. (`leaky_relu_(Tensor(a!) self, Scalar
+    /// negative_slope=0.01) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_leaky_relu_`;
+    /// throws tr::Error on failure.
     Self& leaky_relu_(Scalar negative_slope) & {
         detail::call(tr_tensor_leaky_relu_, self().raw(), negative_slope.raw());
         return self();
@@ -9125,39 +10209,44 @@ class TensorOps {
         return std::move(self());
     }
 
-    /// `log_sigmoid(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_log_sigmoid`;
-    /// throws tr::Error on failure.
+    /// `log(1 / (1 + exp(-x)))`, elementwise (`torch.nn.functional.logsigmoid`).
+    /// (`log_sigmoid(Tensor self) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_log_sigmoid`; throws tr::Error on failure.
     [[nodiscard]] Self log_sigmoid() const {
         tr_tensor out{0};
         detail::call(tr_tensor_log_sigmoid, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `log_sigmoid_forward(Tensor self) -> (Tensor output, Tensor buffer)` (`input` is *this.)
-    /// Calls `tr_tensor_log_sigmoid_forward`; throws tr::Error on failure.
+    /// `log_sigmoid` with the intermediate values its backward formula uses.
+    /// (`log_sigmoid_forward(Tensor self) -> (Tensor output, Tensor buffer)`) (`input` is
+    /// *this.) Calls `tr_tensor_log_sigmoid_forward`; throws tr::Error on failure.
     [[nodiscard]] std::array<Self, 2> log_sigmoid_forward() const {
         return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
                 return tr_tensor_log_sigmoid_forward(self().raw(), out_, room_, written_); });
     }
 
-    /// `softplus(Tensor self, Scalar beta=1, Scalar threshold=20) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_softplus`; throws tr::Error on failure.
+    /// Applies element-wise, the function `\text{Softplus}(x) = \frac{1}{\beta} * \log(1 +
+    /// \exp(\beta * x))`. (`softplus(Tensor self, Scalar beta=1, Scalar threshold=20) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_softplus`; throws tr::Error on failure.
     [[nodiscard]] Self softplus(Scalar beta, Scalar threshold) const {
         tr_tensor out{0};
         detail::call(tr_tensor_softplus, self().raw(), beta.raw(), threshold.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `softshrink(Tensor self, Scalar lambd=0.5) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_softshrink`; throws tr::Error on failure.
+    /// Applies the soft shrinkage function elementwise. (`softshrink(Tensor self, Scalar
+    /// lambd=0.5) -> Tensor`) (`input` is *this.) Calls `tr_tensor_softshrink`; throws
+    /// tr::Error on failure.
     [[nodiscard]] Self softshrink(Scalar lambd) const {
         tr_tensor out{0};
         detail::call(tr_tensor_softshrink, self().raw(), lambd.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_adaptive_avg_pool2d`; throws tr::Error on failure.
+    /// Apply a 2D adaptive average pooling over an input signal composed of several input
+    /// planes. (`adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> Tensor`) (`input`
+    /// is *this.) Calls `tr_tensor_adaptive_avg_pool2d`; throws tr::Error on failure.
     [[nodiscard]] Self adaptive_avg_pool2d(IntList output_size) const {
         tr_tensor out{0};
         detail::call(tr_tensor_adaptive_avg_pool2d, self().raw(), output_size.data(),
@@ -9165,8 +10254,9 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `adaptive_avg_pool3d(Tensor self, SymInt[3] output_size) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_adaptive_avg_pool3d`; throws tr::Error on failure.
+    /// Apply a 3D adaptive average pooling over an input signal composed of several input
+    /// planes. (`adaptive_avg_pool3d(Tensor self, SymInt[3] output_size) -> Tensor`) (`input`
+    /// is *this.) Calls `tr_tensor_adaptive_avg_pool3d`; throws tr::Error on failure.
     [[nodiscard]] Self adaptive_avg_pool3d(IntList output_size) const {
         tr_tensor out{0};
         detail::call(tr_tensor_adaptive_avg_pool3d, self().raw(), output_size.data(),
@@ -9174,7 +10264,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `adaptive_max_pool2d(Tensor self, int[2] output_size) -> (Tensor, Tensor)` (`input` is
+    /// Applies a 2D adaptive max pooling over an input signal composed of several input planes.
+    /// (`adaptive_max_pool2d(Tensor self, int[2] output_size) -> (Tensor, Tensor)`) (`input` is
     /// *this.) Calls `tr_tensor_adaptive_max_pool2d`; throws tr::Error on failure.
     [[nodiscard]] std::array<Self, 2> adaptive_max_pool2d(IntList output_size) const {
         return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
@@ -9182,7 +10273,8 @@ class TensorOps {
                 output_size.size(), out_, room_, written_); });
     }
 
-    /// `adaptive_max_pool3d(Tensor self, int[3] output_size) -> (Tensor, Tensor)` (`input` is
+    /// Applies a 3D adaptive max pooling over an input signal composed of several input planes.
+    /// (`adaptive_max_pool3d(Tensor self, int[3] output_size) -> (Tensor, Tensor)`) (`input` is
     /// *this.) Calls `tr_tensor_adaptive_max_pool3d`; throws tr::Error on failure.
     [[nodiscard]] std::array<Self, 2> adaptive_max_pool3d(IntList output_size) const {
         return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
@@ -9190,9 +10282,11 @@ class TensorOps {
                 output_size.size(), out_, room_, written_); });
     }
 
-    /// `avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, bool
-    /// ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_avg_pool2d`; throws tr::Error on failure.
+    /// Applies 2D average-pooling operation in `kH \times kW` regions by step size `sH \times
+    /// sW` steps. (`avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2]
+    /// padding=0, bool ceil_mode=False, bool count_include_pad=True, int?
+    /// divisor_override=None) -> Tensor`) (`input` is *this.) Calls `tr_tensor_avg_pool2d`;
+    /// throws tr::Error on failure.
     [[nodiscard]] Self avg_pool2d(
         IntList kernel_size,
         IntList stride,
@@ -9207,9 +10301,11 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `avg_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, bool
-    /// ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_avg_pool3d`; throws tr::Error on failure.
+    /// Applies 3D average-pooling operation in `kT \times kH \times kW` regions by step size
+    /// `sT \times sH \times sW` steps. (`avg_pool3d(Tensor self, int[3] kernel_size, int[3]
+    /// stride=[], int[3] padding=0, bool ceil_mode=False, bool count_include_pad=True, int?
+    /// divisor_override=None) -> Tensor`) (`input` is *this.) Calls `tr_tensor_avg_pool3d`;
+    /// throws tr::Error on failure.
     [[nodiscard]] Self avg_pool3d(
         IntList kernel_size,
         IntList stride,
@@ -9224,8 +10320,9 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `fractional_max_pool2d(Tensor self, int[2] kernel_size, int[2] output_size, Tensor
-    /// random_samples) -> (Tensor, Tensor)` (`input` is *this.) Calls
+    /// Applies 2D fractional max pooling over an input signal composed of several input planes.
+    /// (`fractional_max_pool2d(Tensor self, int[2] kernel_size, int[2] output_size, Tensor
+    /// random_samples) -> (Tensor, Tensor)`) (`input` is *this.) Calls
     /// `tr_tensor_fractional_max_pool2d`; throws tr::Error on failure.
     [[nodiscard]] std::array<Self, 2> fractional_max_pool2d(
         IntList kernel_size,
@@ -9237,8 +10334,9 @@ class TensorOps {
                 out_, room_, written_); });
     }
 
-    /// `fractional_max_pool3d(Tensor self, int[3] kernel_size, int[3] output_size, Tensor
-    /// random_samples) -> (Tensor, Tensor)` (`input` is *this.) Calls
+    /// Applies 3D fractional max pooling over an input signal composed of several input planes.
+    /// (`fractional_max_pool3d(Tensor self, int[3] kernel_size, int[3] output_size, Tensor
+    /// random_samples) -> (Tensor, Tensor)`) (`input` is *this.) Calls
     /// `tr_tensor_fractional_max_pool3d`; throws tr::Error on failure.
     [[nodiscard]] std::array<Self, 2> fractional_max_pool3d(
         IntList kernel_size,
@@ -9250,8 +10348,9 @@ class TensorOps {
                 out_, room_, written_); });
     }
 
-    /// `max_pool2d_with_indices(Tensor self, int[2] kernel_size, int[2] stride=[], int[2]
-    /// padding=0, int[2] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)` (`input` is
+    /// Applies a 2D max pooling over an input signal composed of several input planes.
+    /// (`max_pool2d_with_indices(Tensor self, int[2] kernel_size, int[2] stride=[], int[2]
+    /// padding=0, int[2] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)`) (`input` is
     /// *this.) Calls `tr_tensor_max_pool2d_with_indices`; throws tr::Error on failure.
     [[nodiscard]] std::array<Self, 2> max_pool2d_with_indices(
         IntList kernel_size,
@@ -9265,8 +10364,9 @@ class TensorOps {
                 dilation.data(), dilation.size(), ceil_mode, out_, room_, written_); });
     }
 
-    /// `max_pool3d_with_indices(Tensor self, int[3] kernel_size, int[3] stride=[], int[3]
-    /// padding=0, int[3] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)` (`input` is
+    /// Applies a 3D max pooling over an input signal composed of several input planes.
+    /// (`max_pool3d_with_indices(Tensor self, int[3] kernel_size, int[3] stride=[], int[3]
+    /// padding=0, int[3] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)`) (`input` is
     /// *this.) Calls `tr_tensor_max_pool3d_with_indices`; throws tr::Error on failure.
     [[nodiscard]] std::array<Self, 2> max_pool3d_with_indices(
         IntList kernel_size,
@@ -9280,8 +10380,9 @@ class TensorOps {
                 dilation.data(), dilation.size(), ceil_mode, out_, room_, written_); });
     }
 
-    /// `max_unpool2d(Tensor self, Tensor indices, SymInt[2] output_size) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_max_unpool2d`; throws tr::Error on failure.
+    /// Compute a partial inverse of `MaxPool2d`. (`max_unpool2d(Tensor self, Tensor indices,
+    /// SymInt[2] output_size) -> Tensor`) (`input` is *this.) Calls `tr_tensor_max_unpool2d`;
+    /// throws tr::Error on failure.
     [[nodiscard]] Self max_unpool2d(const Self& indices, IntList output_size) const {
         tr_tensor out{0};
         detail::call(tr_tensor_max_unpool2d, self().raw(), indices.raw(), output_size.data(),
@@ -9289,9 +10390,9 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `max_unpool3d(Tensor self, Tensor indices, SymInt[3] output_size, int[3] stride, int[3]
-    /// padding) -> Tensor` (`input` is *this.) Calls `tr_tensor_max_unpool3d`; throws tr::Error
-    /// on failure.
+    /// Compute a partial inverse of `MaxPool3d`. (`max_unpool3d(Tensor self, Tensor indices,
+    /// SymInt[3] output_size, int[3] stride, int[3] padding) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_max_unpool3d`; throws tr::Error on failure.
     [[nodiscard]] Self max_unpool3d(
         const Self& indices,
         IntList output_size,
@@ -9304,8 +10405,10 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `reflection_pad1d(Tensor self, SymInt[2] padding) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_reflection_pad1d`; throws tr::Error on failure.
+    /// Pads the last 1 dimension(s) with the reflection of the input at its border
+    /// (`torch.nn.functional.pad`, mode `reflect`). (`reflection_pad1d(Tensor self, SymInt[2]
+    /// padding) -> Tensor`) (`input` is *this.) Calls `tr_tensor_reflection_pad1d`; throws
+    /// tr::Error on failure.
     [[nodiscard]] Self reflection_pad1d(IntList padding) const {
         tr_tensor out{0};
         detail::call(tr_tensor_reflection_pad1d, self().raw(), padding.data(), padding.size(),
@@ -9313,8 +10416,10 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `reflection_pad2d(Tensor self, SymInt[4] padding) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_reflection_pad2d`; throws tr::Error on failure.
+    /// Pads the last 2 dimension(s) with the reflection of the input at its border
+    /// (`torch.nn.functional.pad`, mode `reflect`). (`reflection_pad2d(Tensor self, SymInt[4]
+    /// padding) -> Tensor`) (`input` is *this.) Calls `tr_tensor_reflection_pad2d`; throws
+    /// tr::Error on failure.
     [[nodiscard]] Self reflection_pad2d(IntList padding) const {
         tr_tensor out{0};
         detail::call(tr_tensor_reflection_pad2d, self().raw(), padding.data(), padding.size(),
@@ -9322,8 +10427,10 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `reflection_pad3d(Tensor self, SymInt[6] padding) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_reflection_pad3d`; throws tr::Error on failure.
+    /// Pads the last 3 dimension(s) with the reflection of the input at its border
+    /// (`torch.nn.functional.pad`, mode `reflect`). (`reflection_pad3d(Tensor self, SymInt[6]
+    /// padding) -> Tensor`) (`input` is *this.) Calls `tr_tensor_reflection_pad3d`; throws
+    /// tr::Error on failure.
     [[nodiscard]] Self reflection_pad3d(IntList padding) const {
         tr_tensor out{0};
         detail::call(tr_tensor_reflection_pad3d, self().raw(), padding.data(), padding.size(),
@@ -9331,8 +10438,9 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `replication_pad1d(Tensor self, SymInt[2] padding) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_replication_pad1d`; throws tr::Error on failure.
+    /// Pads the last 1 dimension(s) with copies of its edge (`torch.nn.functional.pad`, mode
+    /// `replicate`). (`replication_pad1d(Tensor self, SymInt[2] padding) -> Tensor`) (`input`
+    /// is *this.) Calls `tr_tensor_replication_pad1d`; throws tr::Error on failure.
     [[nodiscard]] Self replication_pad1d(IntList padding) const {
         tr_tensor out{0};
         detail::call(tr_tensor_replication_pad1d, self().raw(), padding.data(), padding.size(),
@@ -9340,8 +10448,9 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `replication_pad2d(Tensor self, SymInt[4] padding) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_replication_pad2d`; throws tr::Error on failure.
+    /// Pads the last 2 dimension(s) with copies of its edge (`torch.nn.functional.pad`, mode
+    /// `replicate`). (`replication_pad2d(Tensor self, SymInt[4] padding) -> Tensor`) (`input`
+    /// is *this.) Calls `tr_tensor_replication_pad2d`; throws tr::Error on failure.
     [[nodiscard]] Self replication_pad2d(IntList padding) const {
         tr_tensor out{0};
         detail::call(tr_tensor_replication_pad2d, self().raw(), padding.data(), padding.size(),
@@ -9349,8 +10458,9 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `replication_pad3d(Tensor self, SymInt[6] padding) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_replication_pad3d`; throws tr::Error on failure.
+    /// Pads the last 3 dimension(s) with copies of its edge (`torch.nn.functional.pad`, mode
+    /// `replicate`). (`replication_pad3d(Tensor self, SymInt[6] padding) -> Tensor`) (`input`
+    /// is *this.) Calls `tr_tensor_replication_pad3d`; throws tr::Error on failure.
     [[nodiscard]] Self replication_pad3d(IntList padding) const {
         tr_tensor out{0};
         detail::call(tr_tensor_replication_pad3d, self().raw(), padding.data(), padding.size(),
@@ -9358,8 +10468,10 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_pad`; throws tr::Error on failure.
+    /// Pads the tensor, two widths per dimension from the last, in `mode`
+    /// (`torch.nn.functional.pad`). (`pad(Tensor self, SymInt[] pad, str mode="constant",
+    /// float? value=None) -> Tensor`) (`input` is *this.) Calls `tr_tensor_pad`; throws
+    /// tr::Error on failure.
     [[nodiscard]] Self pad(
         IntList pad,
         const std::string& mode,
@@ -9370,9 +10482,10 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `upsample_linear1d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]?
-    /// scale_factors) -> Tensor` (`input` is *this.) Calls `tr_tensor_upsample_linear1d_vec`;
-    /// throws tr::Error on failure.
+    /// Resizes the last 1 dimension by linear interpolation (`torch.nn.functional.interpolate`,
+    /// mode `linear`). (`upsample_linear1d.vec(Tensor input, SymInt[]? output_size, bool
+    /// align_corners, float[]? scale_factors) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_upsample_linear1d_vec`; throws tr::Error on failure.
     [[nodiscard]] Self upsample_linear1d_vec(
         const std::optional<IntList>& output_size,
         bool align_corners,
@@ -9385,9 +10498,11 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `upsample_bilinear2d.vec(Tensor input, SymInt[]? output_size, bool align_corners,
-    /// float[]? scale_factors) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_upsample_bilinear2d_vec`; throws tr::Error on failure.
+    /// Resizes the last 2 dimensions by bilinear interpolation
+    /// (`torch.nn.functional.interpolate`, mode `bilinear`). (`upsample_bilinear2d.vec(Tensor
+    /// input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_upsample_bilinear2d_vec`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self upsample_bilinear2d_vec(
         const std::optional<IntList>& output_size,
         bool align_corners,
@@ -9400,9 +10515,11 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `upsample_trilinear3d.vec(Tensor input, SymInt[]? output_size, bool align_corners,
-    /// float[]? scale_factors) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_upsample_trilinear3d_vec`; throws tr::Error on failure.
+    /// Resizes the last 3 dimensions by trilinear interpolation
+    /// (`torch.nn.functional.interpolate`, mode `trilinear`). (`upsample_trilinear3d.vec(Tensor
+    /// input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_upsample_trilinear3d_vec`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self upsample_trilinear3d_vec(
         const std::optional<IntList>& output_size,
         bool align_corners,
@@ -9415,9 +10532,11 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `upsample_bicubic2d.vec(Tensor input, SymInt[]? output_size, bool align_corners,
-    /// float[]? scale_factors) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_upsample_bicubic2d_vec`; throws tr::Error on failure.
+    /// Resizes the last 2 dimensions by bicubic interpolation
+    /// (`torch.nn.functional.interpolate`, mode `bicubic`). (`upsample_bicubic2d.vec(Tensor
+    /// input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_upsample_bicubic2d_vec`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self upsample_bicubic2d_vec(
         const std::optional<IntList>& output_size,
         bool align_corners,
@@ -9430,9 +10549,10 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `upsample_nearest1d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) ->
-    /// Tensor` (`input` is *this.) Calls `tr_tensor_upsample_nearest1d_vec`; throws tr::Error
-    /// on failure.
+    /// Resizes the last 1 dimension by nearest interpolation
+    /// (`torch.nn.functional.interpolate`, mode `nearest`). (`upsample_nearest1d.vec(Tensor
+    /// input, SymInt[]? output_size, float[]? scale_factors) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_upsample_nearest1d_vec`; throws tr::Error on failure.
     [[nodiscard]] Self upsample_nearest1d_vec(
         const std::optional<IntList>& output_size,
         const std::optional<std::vector<double>>& scale_factors) const {
@@ -9443,9 +10563,10 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `upsample_nearest2d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) ->
-    /// Tensor` (`input` is *this.) Calls `tr_tensor_upsample_nearest2d_vec`; throws tr::Error
-    /// on failure.
+    /// Resizes the last 2 dimensions by nearest interpolation
+    /// (`torch.nn.functional.interpolate`, mode `nearest`). (`upsample_nearest2d.vec(Tensor
+    /// input, SymInt[]? output_size, float[]? scale_factors) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_upsample_nearest2d_vec`; throws tr::Error on failure.
     [[nodiscard]] Self upsample_nearest2d_vec(
         const std::optional<IntList>& output_size,
         const std::optional<std::vector<double>>& scale_factors) const {
@@ -9456,9 +10577,10 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `upsample_nearest3d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) ->
-    /// Tensor` (`input` is *this.) Calls `tr_tensor_upsample_nearest3d_vec`; throws tr::Error
-    /// on failure.
+    /// Resizes the last 3 dimensions by nearest interpolation
+    /// (`torch.nn.functional.interpolate`, mode `nearest`). (`upsample_nearest3d.vec(Tensor
+    /// input, SymInt[]? output_size, float[]? scale_factors) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_upsample_nearest3d_vec`; throws tr::Error on failure.
     [[nodiscard]] Self upsample_nearest3d_vec(
         const std::optional<IntList>& output_size,
         const std::optional<std::vector<double>>& scale_factors) const {
@@ -9469,9 +10591,10 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `upsample_linear1d(Tensor self, SymInt[1] output_size, bool align_corners, float?
-    /// scales=None) -> Tensor` (`input` is *this.) Calls `tr_tensor_upsample_linear1d`; throws
-    /// tr::Error on failure.
+    /// Resizes the last 1 dimension by linear interpolation (`torch.nn.functional.interpolate`,
+    /// mode `linear`). (`upsample_linear1d(Tensor self, SymInt[1] output_size, bool
+    /// align_corners, float? scales=None) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_upsample_linear1d`; throws tr::Error on failure.
     [[nodiscard]] Self upsample_linear1d(
         IntList output_size,
         bool align_corners,
@@ -9482,9 +10605,11 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `upsample_bilinear2d(Tensor self, SymInt[2] output_size, bool align_corners, float?
-    /// scales_h=None, float? scales_w=None) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_upsample_bilinear2d`; throws tr::Error on failure.
+    /// Resizes the last 2 dimensions by bilinear interpolation
+    /// (`torch.nn.functional.interpolate`, mode `bilinear`). (`upsample_bilinear2d(Tensor self,
+    /// SymInt[2] output_size, bool align_corners, float? scales_h=None, float? scales_w=None)
+    /// -> Tensor`) (`input` is *this.) Calls `tr_tensor_upsample_bilinear2d`; throws tr::Error
+    /// on failure.
     [[nodiscard]] Self upsample_bilinear2d(
         IntList output_size,
         bool align_corners,
@@ -9497,9 +10622,11 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `upsample_bicubic2d(Tensor self, SymInt[2] output_size, bool align_corners, float?
-    /// scales_h=None, float? scales_w=None) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_upsample_bicubic2d`; throws tr::Error on failure.
+    /// Resizes the last 2 dimensions by bicubic interpolation
+    /// (`torch.nn.functional.interpolate`, mode `bicubic`). (`upsample_bicubic2d(Tensor self,
+    /// SymInt[2] output_size, bool align_corners, float? scales_h=None, float? scales_w=None)
+    /// -> Tensor`) (`input` is *this.) Calls `tr_tensor_upsample_bicubic2d`; throws tr::Error
+    /// on failure.
     [[nodiscard]] Self upsample_bicubic2d(
         IntList output_size,
         bool align_corners,
@@ -9512,9 +10639,11 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `upsample_trilinear3d(Tensor self, SymInt[3] output_size, bool align_corners, float?
-    /// scales_d=None, float? scales_h=None, float? scales_w=None) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_upsample_trilinear3d`; throws tr::Error on failure.
+    /// Resizes the last 3 dimensions by trilinear interpolation
+    /// (`torch.nn.functional.interpolate`, mode `trilinear`). (`upsample_trilinear3d(Tensor
+    /// self, SymInt[3] output_size, bool align_corners, float? scales_d=None, float?
+    /// scales_h=None, float? scales_w=None) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_upsample_trilinear3d`; throws tr::Error on failure.
     [[nodiscard]] Self upsample_trilinear3d(
         IntList output_size,
         bool align_corners,
@@ -9528,8 +10657,10 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `upsample_nearest1d(Tensor self, SymInt[1] output_size, float? scales=None) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_upsample_nearest1d`; throws tr::Error on failure.
+    /// Resizes the last 1 dimension by nearest interpolation
+    /// (`torch.nn.functional.interpolate`, mode `nearest`). (`upsample_nearest1d(Tensor self,
+    /// SymInt[1] output_size, float? scales=None) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_upsample_nearest1d`; throws tr::Error on failure.
     [[nodiscard]] Self upsample_nearest1d(IntList output_size, std::optional<double> scales) const {
         tr_tensor out{0};
         detail::call(tr_tensor_upsample_nearest1d, self().raw(), output_size.data(),
@@ -9537,9 +10668,10 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `upsample_nearest2d(Tensor self, SymInt[2] output_size, float? scales_h=None, float?
-    /// scales_w=None) -> Tensor` (`input` is *this.) Calls `tr_tensor_upsample_nearest2d`;
-    /// throws tr::Error on failure.
+    /// Resizes the last 2 dimensions by nearest interpolation
+    /// (`torch.nn.functional.interpolate`, mode `nearest`). (`upsample_nearest2d(Tensor self,
+    /// SymInt[2] output_size, float? scales_h=None, float? scales_w=None) -> Tensor`) (`input`
+    /// is *this.) Calls `tr_tensor_upsample_nearest2d`; throws tr::Error on failure.
     [[nodiscard]] Self upsample_nearest2d(
         IntList output_size,
         std::optional<double> scales_h,
@@ -9551,9 +10683,11 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `upsample_nearest3d(Tensor self, SymInt[3] output_size, float? scales_d=None, float?
-    /// scales_h=None, float? scales_w=None) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_upsample_nearest3d`; throws tr::Error on failure.
+    /// Resizes the last 3 dimensions by nearest interpolation
+    /// (`torch.nn.functional.interpolate`, mode `nearest`). (`upsample_nearest3d(Tensor self,
+    /// SymInt[3] output_size, float? scales_d=None, float? scales_h=None, float? scales_w=None)
+    /// -> Tensor`) (`input` is *this.) Calls `tr_tensor_upsample_nearest3d`; throws tr::Error
+    /// on failure.
     [[nodiscard]] Self upsample_nearest3d(
         IntList output_size,
         std::optional<double> scales_d,
@@ -9566,9 +10700,10 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `slow_conv_transpose2d(Tensor self, Tensor weight, SymInt[2] kernel_size, Tensor?
-    /// bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] output_padding=0,
-    /// SymInt[2] dilation=1) -> Tensor` (`input` is *this.) Calls
+    /// A transposed 2-D convolution by libtorch's reference kernel, the one `convolution` falls
+    /// back to. (`slow_conv_transpose2d(Tensor self, Tensor weight, SymInt[2] kernel_size,
+    /// Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] output_padding=0,
+    /// SymInt[2] dilation=1) -> Tensor`) (`input` is *this.) Calls
     /// `tr_tensor_slow_conv_transpose2d`; throws tr::Error on failure.
     [[nodiscard]] Self slow_conv_transpose2d(
         const Self& weight,
@@ -9586,9 +10721,10 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `slow_conv_transpose3d(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor?
-    /// bias=None, SymInt[3] stride=1, SymInt[3] padding=0, SymInt[3] output_padding=0,
-    /// SymInt[3] dilation=1) -> Tensor` (`input` is *this.) Calls
+    /// A transposed 3-D convolution by libtorch's reference kernel, the one `convolution` falls
+    /// back to. (`slow_conv_transpose3d(Tensor self, Tensor weight, SymInt[3] kernel_size,
+    /// Tensor? bias=None, SymInt[3] stride=1, SymInt[3] padding=0, SymInt[3] output_padding=0,
+    /// SymInt[3] dilation=1) -> Tensor`) (`input` is *this.) Calls
     /// `tr_tensor_slow_conv_transpose3d`; throws tr::Error on failure.
     [[nodiscard]] Self slow_conv_transpose3d(
         const Self& weight,
@@ -9606,8 +10742,9 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `thnn_conv2d(Tensor self, Tensor weight, SymInt[2] kernel_size, Tensor? bias=None,
-    /// SymInt[2] stride=1, SymInt[2] padding=0) -> Tensor` (`input` is *this.) Calls
+    /// A 2-D convolution by libtorch's reference kernel, the one `convolution` falls back to.
+    /// (`thnn_conv2d(Tensor self, Tensor weight, SymInt[2] kernel_size, Tensor? bias=None,
+    /// SymInt[2] stride=1, SymInt[2] padding=0) -> Tensor`) (`input` is *this.) Calls
     /// `tr_tensor_thnn_conv2d`; throws tr::Error on failure.
     [[nodiscard]] Self thnn_conv2d(
         const Self& weight,
@@ -9622,9 +10759,10 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `conv_depthwise3d(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias,
-    /// SymInt[3] stride, SymInt[3] padding, SymInt[3] dilation) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_conv_depthwise3d`; throws tr::Error on failure.
+    /// A depthwise 3-D convolution by libtorch's reference kernel, the one `convolution` falls
+    /// back to. (`conv_depthwise3d(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor?
+    /// bias, SymInt[3] stride, SymInt[3] padding, SymInt[3] dilation) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_conv_depthwise3d`; throws tr::Error on failure.
     [[nodiscard]] Self conv_depthwise3d(
         const Self& weight,
         IntList kernel_size,
@@ -9639,8 +10777,9 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `slow_conv3d(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias=None,
-    /// SymInt[3] stride=1, SymInt[3] padding=0) -> Tensor` (`input` is *this.) Calls
+    /// A 3-D convolution by libtorch's reference kernel, the one `convolution` falls back to.
+    /// (`slow_conv3d(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias=None,
+    /// SymInt[3] stride=1, SymInt[3] padding=0) -> Tensor`) (`input` is *this.) Calls
     /// `tr_tensor_slow_conv3d`; throws tr::Error on failure.
     [[nodiscard]] Self slow_conv3d(
         const Self& weight,
@@ -9655,8 +10794,9 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `slow_conv3d_forward(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias,
-    /// SymInt[3] stride, SymInt[3] padding) -> Tensor` (`input` is *this.) Calls
+    /// A 3-D convolution by libtorch's reference kernel, the one `convolution` falls back to.
+    /// (`slow_conv3d_forward(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias,
+    /// SymInt[3] stride, SymInt[3] padding) -> Tensor`) (`input` is *this.) Calls
     /// `tr_tensor_slow_conv3d_forward`; throws tr::Error on failure.
     [[nodiscard]] Self slow_conv3d_forward(
         const Self& weight,
@@ -9671,9 +10811,11 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `slow_conv_dilated2d(Tensor self, Tensor weight, SymInt[2] kernel_size, Tensor?
-    /// bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] dilation=1) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_slow_conv_dilated2d`; throws tr::Error on failure.
+    /// A dilated 2-D convolution by libtorch's reference kernel, the one `convolution` falls
+    /// back to. (`slow_conv_dilated2d(Tensor self, Tensor weight, SymInt[2] kernel_size,
+    /// Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] dilation=1) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_slow_conv_dilated2d`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self slow_conv_dilated2d(
         const Self& weight,
         IntList kernel_size,
@@ -9688,9 +10830,11 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `slow_conv_dilated3d(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor?
-    /// bias=None, SymInt[3] stride=1, SymInt[3] padding=0, SymInt[3] dilation=1) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_slow_conv_dilated3d`; throws tr::Error on failure.
+    /// A dilated 3-D convolution by libtorch's reference kernel, the one `convolution` falls
+    /// back to. (`slow_conv_dilated3d(Tensor self, Tensor weight, SymInt[3] kernel_size,
+    /// Tensor? bias=None, SymInt[3] stride=1, SymInt[3] padding=0, SymInt[3] dilation=1) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_slow_conv_dilated3d`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self slow_conv_dilated3d(
         const Self& weight,
         IntList kernel_size,
@@ -9705,8 +10849,9 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `col2im(Tensor self, SymInt[2] output_size, int[2] kernel_size, int[2] dilation, int[2]
-    /// padding, int[2] stride) -> Tensor` (`input` is *this.) Calls `tr_tensor_col2im`; throws
+    /// Sums sliding local blocks back into a batch of images (`torch.nn.functional.fold`).
+    /// (`col2im(Tensor self, SymInt[2] output_size, int[2] kernel_size, int[2] dilation, int[2]
+    /// padding, int[2] stride) -> Tensor`) (`input` is *this.) Calls `tr_tensor_col2im`; throws
     /// tr::Error on failure.
     [[nodiscard]] Self col2im(
         IntList output_size,
@@ -9721,8 +10866,10 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `im2col(Tensor self, int[2] kernel_size, int[2] dilation, int[2] padding, int[2] stride)
-    /// -> Tensor` (`input` is *this.) Calls `tr_tensor_im2col`; throws tr::Error on failure.
+    /// Extracts sliding local blocks from a batch of images (`torch.nn.functional.unfold`).
+    /// (`im2col(Tensor self, int[2] kernel_size, int[2] dilation, int[2] padding, int[2]
+    /// stride) -> Tensor`) (`input` is *this.) Calls `tr_tensor_im2col`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self im2col(
         IntList kernel_size,
         IntList dilation,
@@ -9735,1272 +10882,21 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `isfinite(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_isfinite`; throws
+    /// Performs the same operation as `torch.unfold`, but all output tensors are freshly
+    /// created instead of aliasing the input. (`unfold_copy(Tensor self, int dimension, int
+    /// size, int step) -> Tensor`) (`input` is *this.) Calls `tr_tensor_unfold_copy`; throws
     /// tr::Error on failure.
-    [[nodiscard]] Self isfinite() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_isfinite, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `isinf(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_isinf`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self isinf() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_isinf, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `isposinf(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_isposinf`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self isposinf() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_isposinf, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `isneginf(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_isneginf`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self isneginf() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_isneginf, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_entr(Tensor self) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_special_entr`; throws tr::Error on failure.
-    [[nodiscard]] Self special_entr() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_entr, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_ndtri(Tensor self) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_special_ndtri`; throws tr::Error on failure.
-    [[nodiscard]] Self special_ndtri() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_ndtri, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_log_ndtr(Tensor self) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_special_log_ndtr`; throws tr::Error on failure.
-    [[nodiscard]] Self special_log_ndtr() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_log_ndtr, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_expm1(Tensor self) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_special_expm1`; throws tr::Error on failure.
-    [[nodiscard]] Self special_expm1() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_expm1, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_exp2(Tensor self) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_special_exp2`; throws tr::Error on failure.
-    [[nodiscard]] Self special_exp2() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_exp2, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_psi(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_special_psi`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self special_psi() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_psi, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_digamma(Tensor self) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_special_digamma`; throws tr::Error on failure.
-    [[nodiscard]] Self special_digamma() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_digamma, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_gammaln(Tensor self) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_special_gammaln`; throws tr::Error on failure.
-    [[nodiscard]] Self special_gammaln() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_gammaln, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_erf(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_special_erf`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self special_erf() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_erf, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_erfc(Tensor self) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_special_erfc`; throws tr::Error on failure.
-    [[nodiscard]] Self special_erfc() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_erfc, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_erfcx(Tensor self) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_special_erfcx`; throws tr::Error on failure.
-    [[nodiscard]] Self special_erfcx() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_erfcx, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_erfinv(Tensor self) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_special_erfinv`; throws tr::Error on failure.
-    [[nodiscard]] Self special_erfinv() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_erfinv, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_ndtr(Tensor self) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_special_ndtr`; throws tr::Error on failure.
-    [[nodiscard]] Self special_ndtr() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_ndtr, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_xlog1py(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_special_xlog1py`; throws tr::Error on failure.
-    [[nodiscard]] Self special_xlog1py(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_xlog1py, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_xlog1py.other_scalar(Tensor self, Scalar other) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_special_xlog1py_other_scalar`; throws tr::Error on failure.
-    [[nodiscard]] Self special_xlog1py_other_scalar(Scalar other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_xlog1py_other_scalar, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_xlogy(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_special_xlogy`; throws tr::Error on failure.
-    [[nodiscard]] Self special_xlogy(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_xlogy, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_xlogy.other_scalar(Tensor self, Scalar other) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_special_xlogy_other_scalar`; throws tr::Error on failure.
-    [[nodiscard]] Self special_xlogy_other_scalar(Scalar other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_xlogy_other_scalar, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_zeta(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_special_zeta`; throws tr::Error on failure.
-    [[nodiscard]] Self special_zeta(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_zeta, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_zeta.other_scalar(Tensor self, Scalar other) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_special_zeta_other_scalar`; throws tr::Error on failure.
-    [[nodiscard]] Self special_zeta_other_scalar(Scalar other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_zeta_other_scalar, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_i0(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_special_i0`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self special_i0() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_i0, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_i0e(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_special_i0e`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self special_i0e() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_i0e, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_i1(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_special_i1`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self special_i1() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_i1, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_i1e(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_special_i1e`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self special_i1e() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_i1e, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_logit(Tensor self, float? eps=None) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_special_logit`; throws tr::Error on failure.
-    [[nodiscard]] Self special_logit(std::optional<double> eps) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_logit, self().raw(), detail::c_opt(eps).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_special_logsumexp`; throws tr::Error on failure.
-    [[nodiscard]] Self special_logsumexp(IntList dim, bool keepdim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_logsumexp, self().raw(), dim.data(), dim.size(), keepdim,
-                &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_expit(Tensor self) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_special_expit`; throws tr::Error on failure.
-    [[nodiscard]] Self special_expit() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_expit, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_sinc(Tensor self) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_special_sinc`; throws tr::Error on failure.
-    [[nodiscard]] Self special_sinc() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_sinc, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_round(Tensor self, *, int decimals=0) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_special_round`; throws tr::Error on failure.
-    [[nodiscard]] Self special_round(int64_t decimals) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_round, self().raw(), decimals, &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_log1p(Tensor self) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_special_log1p`; throws tr::Error on failure.
-    [[nodiscard]] Self special_log1p() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_log1p, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_log_softmax(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_special_log_softmax`; throws tr::Error on failure.
-    [[nodiscard]] Self special_log_softmax(int64_t dim, std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_log_softmax, self().raw(), dim, detail::c_opt(dtype).ptr(),
-                &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_gammainc(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_special_gammainc`; throws tr::Error on failure.
-    [[nodiscard]] Self special_gammainc(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_gammainc, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_gammaincc(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_special_gammaincc`; throws tr::Error on failure.
-    [[nodiscard]] Self special_gammaincc(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_gammaincc, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_multigammaln(Tensor self, int p) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_special_multigammaln`; throws tr::Error on failure.
-    [[nodiscard]] Self special_multigammaln(int64_t p) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_multigammaln, self().raw(), p, &out);
-        return Self::adopt(out);
-    }
-
-    /// `special_softmax(Tensor self, int dim, ScalarType? dtype=None) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_special_softmax`; throws tr::Error on failure.
-    [[nodiscard]] Self special_softmax(int64_t dim, std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_special_softmax, self().raw(), dim, detail::c_opt(dtype).ptr(),
-                &out);
-        return Self::adopt(out);
-    }
-
-    /// `fft_fft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_fft_fft`; throws tr::Error on failure.
-    [[nodiscard]] Self fft_fft(
-        std::optional<int64_t> n,
-        int64_t dim,
-        const std::optional<std::string>& norm) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_fft_fft, self().raw(), detail::c_opt(n).ptr(), dim, norm ?
-                detail::c_string(*norm, "norm") : nullptr, &out);
-        return Self::adopt(out);
-    }
-
-    /// `fft_ifft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor` (`input`
-    /// is *this.) Calls `tr_tensor_fft_ifft`; throws tr::Error on failure.
-    [[nodiscard]] Self fft_ifft(
-        std::optional<int64_t> n,
-        int64_t dim,
-        const std::optional<std::string>& norm) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_fft_ifft, self().raw(), detail::c_opt(n).ptr(), dim, norm ?
-                detail::c_string(*norm, "norm") : nullptr, &out);
-        return Self::adopt(out);
-    }
-
-    /// `fft_rfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor` (`input`
-    /// is *this.) Calls `tr_tensor_fft_rfft`; throws tr::Error on failure.
-    [[nodiscard]] Self fft_rfft(
-        std::optional<int64_t> n,
-        int64_t dim,
-        const std::optional<std::string>& norm) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_fft_rfft, self().raw(), detail::c_opt(n).ptr(), dim, norm ?
-                detail::c_string(*norm, "norm") : nullptr, &out);
-        return Self::adopt(out);
-    }
-
-    /// `fft_irfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor` (`input`
-    /// is *this.) Calls `tr_tensor_fft_irfft`; throws tr::Error on failure.
-    [[nodiscard]] Self fft_irfft(
-        std::optional<int64_t> n,
-        int64_t dim,
-        const std::optional<std::string>& norm) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_fft_irfft, self().raw(), detail::c_opt(n).ptr(), dim, norm ?
-                detail::c_string(*norm, "norm") : nullptr, &out);
-        return Self::adopt(out);
-    }
-
-    /// `fft_hfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor` (`input`
-    /// is *this.) Calls `tr_tensor_fft_hfft`; throws tr::Error on failure.
-    [[nodiscard]] Self fft_hfft(
-        std::optional<int64_t> n,
-        int64_t dim,
-        const std::optional<std::string>& norm) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_fft_hfft, self().raw(), detail::c_opt(n).ptr(), dim, norm ?
-                detail::c_string(*norm, "norm") : nullptr, &out);
-        return Self::adopt(out);
-    }
-
-    /// `fft_ihfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor` (`input`
-    /// is *this.) Calls `tr_tensor_fft_ihfft`; throws tr::Error on failure.
-    [[nodiscard]] Self fft_ihfft(
-        std::optional<int64_t> n,
-        int64_t dim,
-        const std::optional<std::string>& norm) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_fft_ihfft, self().raw(), detail::c_opt(n).ptr(), dim, norm ?
-                detail::c_string(*norm, "norm") : nullptr, &out);
-        return Self::adopt(out);
-    }
-
-    /// `fft_fft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_fft_fft2`; throws tr::Error on failure.
-    [[nodiscard]] Self fft_fft2(
-        const std::optional<IntList>& s,
-        IntList dim,
-        const std::optional<std::string>& norm) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_fft_fft2, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
-                dim.data(), dim.size(), norm ? detail::c_string(*norm, "norm") : nullptr, &out);
-        return Self::adopt(out);
-    }
-
-    /// `fft_ifft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) ->
-    /// Tensor` (`input` is *this.) Calls `tr_tensor_fft_ifft2`; throws tr::Error on failure.
-    [[nodiscard]] Self fft_ifft2(
-        const std::optional<IntList>& s,
-        IntList dim,
-        const std::optional<std::string>& norm) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_fft_ifft2, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
-                dim.data(), dim.size(), norm ? detail::c_string(*norm, "norm") : nullptr, &out);
-        return Self::adopt(out);
-    }
-
-    /// `fft_rfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) ->
-    /// Tensor` (`input` is *this.) Calls `tr_tensor_fft_rfft2`; throws tr::Error on failure.
-    [[nodiscard]] Self fft_rfft2(
-        const std::optional<IntList>& s,
-        IntList dim,
-        const std::optional<std::string>& norm) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_fft_rfft2, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
-                dim.data(), dim.size(), norm ? detail::c_string(*norm, "norm") : nullptr, &out);
-        return Self::adopt(out);
-    }
-
-    /// `fft_irfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) ->
-    /// Tensor` (`input` is *this.) Calls `tr_tensor_fft_irfft2`; throws tr::Error on failure.
-    [[nodiscard]] Self fft_irfft2(
-        const std::optional<IntList>& s,
-        IntList dim,
-        const std::optional<std::string>& norm) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_fft_irfft2, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
-                dim.data(), dim.size(), norm ? detail::c_string(*norm, "norm") : nullptr, &out);
-        return Self::adopt(out);
-    }
-
-    /// `fft_hfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) ->
-    /// Tensor` (`input` is *this.) Calls `tr_tensor_fft_hfft2`; throws tr::Error on failure.
-    [[nodiscard]] Self fft_hfft2(
-        const std::optional<IntList>& s,
-        IntList dim,
-        const std::optional<std::string>& norm) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_fft_hfft2, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
-                dim.data(), dim.size(), norm ? detail::c_string(*norm, "norm") : nullptr, &out);
-        return Self::adopt(out);
-    }
-
-    /// `fft_ihfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) ->
-    /// Tensor` (`input` is *this.) Calls `tr_tensor_fft_ihfft2`; throws tr::Error on failure.
-    [[nodiscard]] Self fft_ihfft2(
-        const std::optional<IntList>& s,
-        IntList dim,
-        const std::optional<std::string>& norm) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_fft_ihfft2, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
-                dim.data(), dim.size(), norm ? detail::c_string(*norm, "norm") : nullptr, &out);
-        return Self::adopt(out);
-    }
-
-    /// `fft_fftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_fft_fftn`; throws tr::Error on failure.
-    [[nodiscard]] Self fft_fftn(
-        const std::optional<IntList>& s,
-        const std::optional<IntList>& dim,
-        const std::optional<std::string>& norm) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_fft_fftn, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
-                dim ? dim->data() : nullptr, dim ? dim->size() : 0, norm ? detail::c_string(*norm,
-                "norm") : nullptr, &out);
-        return Self::adopt(out);
-    }
-
-    /// `fft_ifftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_fft_ifftn`; throws tr::Error on failure.
-    [[nodiscard]] Self fft_ifftn(
-        const std::optional<IntList>& s,
-        const std::optional<IntList>& dim,
-        const std::optional<std::string>& norm) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_fft_ifftn, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
-                dim ? dim->data() : nullptr, dim ? dim->size() : 0, norm ? detail::c_string(*norm,
-                "norm") : nullptr, &out);
-        return Self::adopt(out);
-    }
-
-    /// `fft_rfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_fft_rfftn`; throws tr::Error on failure.
-    [[nodiscard]] Self fft_rfftn(
-        const std::optional<IntList>& s,
-        const std::optional<IntList>& dim,
-        const std::optional<std::string>& norm) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_fft_rfftn, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
-                dim ? dim->data() : nullptr, dim ? dim->size() : 0, norm ? detail::c_string(*norm,
-                "norm") : nullptr, &out);
-        return Self::adopt(out);
-    }
-
-    /// `fft_irfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_fft_irfftn`; throws tr::Error on failure.
-    [[nodiscard]] Self fft_irfftn(
-        const std::optional<IntList>& s,
-        const std::optional<IntList>& dim,
-        const std::optional<std::string>& norm) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_fft_irfftn, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
-                dim ? dim->data() : nullptr, dim ? dim->size() : 0, norm ? detail::c_string(*norm,
-                "norm") : nullptr, &out);
-        return Self::adopt(out);
-    }
-
-    /// `fft_hfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_fft_hfftn`; throws tr::Error on failure.
-    [[nodiscard]] Self fft_hfftn(
-        const std::optional<IntList>& s,
-        const std::optional<IntList>& dim,
-        const std::optional<std::string>& norm) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_fft_hfftn, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
-                dim ? dim->data() : nullptr, dim ? dim->size() : 0, norm ? detail::c_string(*norm,
-                "norm") : nullptr, &out);
-        return Self::adopt(out);
-    }
-
-    /// `fft_ihfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_fft_ihfftn`; throws tr::Error on failure.
-    [[nodiscard]] Self fft_ihfftn(
-        const std::optional<IntList>& s,
-        const std::optional<IntList>& dim,
-        const std::optional<std::string>& norm) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_fft_ihfftn, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
-                dim ? dim->data() : nullptr, dim ? dim->size() : 0, norm ? detail::c_string(*norm,
-                "norm") : nullptr, &out);
-        return Self::adopt(out);
-    }
-
-    /// `fft_fftshift(Tensor self, int[1]? dim=None) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_fft_fftshift`; throws tr::Error on failure.
-    [[nodiscard]] Self fft_fftshift(const std::optional<IntList>& dim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_fft_fftshift, self().raw(), dim ? dim->data() : nullptr, dim ?
-                dim->size() : 0, &out);
-        return Self::adopt(out);
-    }
-
-    /// `fft_ifftshift(Tensor self, int[1]? dim=None) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_fft_ifftshift`; throws tr::Error on failure.
-    [[nodiscard]] Self fft_ifftshift(const std::optional<IntList>& dim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_fft_ifftshift, self().raw(), dim ? dim->data() : nullptr, dim ?
-                dim->size() : 0, &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_cholesky_ex(Tensor self, *, bool upper=False, bool check_errors=False) ->
-    /// (Tensor L, Tensor info)` (`input` is *this.) Calls `tr_tensor_linalg_cholesky_ex`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> linalg_cholesky_ex(bool upper, bool check_errors) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_linalg_cholesky_ex(self().raw(), upper, check_errors, out_, room_,
-                written_); });
-    }
-
-    /// `linalg_cholesky(Tensor self, *, bool upper=False) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_linalg_cholesky`; throws tr::Error on failure.
-    [[nodiscard]] Self linalg_cholesky(bool upper) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_cholesky, self().raw(), upper, &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_cross(Tensor self, Tensor other, *, int dim=-1) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_linalg_cross`; throws tr::Error on failure.
-    [[nodiscard]] Self linalg_cross(const Self& other, int64_t dim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_cross, self().raw(), other.raw(), dim, &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_lu_factor(Tensor A, *, bool pivot=True) -> (Tensor LU, Tensor pivots)` (`a` is
-    /// *this.) Calls `tr_tensor_linalg_lu_factor`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> linalg_lu_factor(bool pivot) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_linalg_lu_factor(self().raw(), pivot, out_, room_, written_); });
-    }
-
-    /// `linalg_lu_factor_ex(Tensor A, *, bool pivot=True, bool check_errors=False) -> (Tensor
-    /// LU, Tensor pivots, Tensor info)` (`a` is *this.) Calls `tr_tensor_linalg_lu_factor_ex`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 3> linalg_lu_factor_ex(bool pivot, bool check_errors) const {
-        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_linalg_lu_factor_ex(self().raw(), pivot, check_errors, out_, room_,
-                written_); });
-    }
-
-    /// `linalg_lu(Tensor A, *, bool pivot=True) -> (Tensor P, Tensor L, Tensor U)` (`a` is
-    /// *this.) Calls `tr_tensor_linalg_lu`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 3> linalg_lu(bool pivot) const {
-        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_linalg_lu(self().raw(), pivot, out_, room_, written_); });
-    }
-
-    /// `linalg_lu_solve(Tensor LU, Tensor pivots, Tensor B, *, bool left=True, bool
-    /// adjoint=False) -> Tensor` (`lu` is *this.) Calls `tr_tensor_linalg_lu_solve`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self linalg_lu_solve(
-        const Self& pivots,
-        const Self& b,
-        bool left,
-        bool adjoint) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_lu_solve, self().raw(), pivots.raw(), b.raw(), left, adjoint,
-                &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_det(Tensor A) -> Tensor` (`a` is *this.) Calls `tr_tensor_linalg_det`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self linalg_det() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_det, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `det(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_det`; throws tr::Error
-    /// on failure.
-    [[nodiscard]] Self det() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_det, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_ldl_factor_ex(Tensor self, *, bool hermitian=False, bool check_errors=False) ->
-    /// (Tensor LD, Tensor pivots, Tensor info)` (`input` is *this.) Calls
-    /// `tr_tensor_linalg_ldl_factor_ex`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 3> linalg_ldl_factor_ex(
-        bool hermitian,
-        bool check_errors) const {
-        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_linalg_ldl_factor_ex(self().raw(), hermitian, check_errors, out_,
-                room_, written_); });
-    }
-
-    /// `linalg_ldl_factor(Tensor self, *, bool hermitian=False) -> (Tensor LD, Tensor pivots)`
-    /// (`input` is *this.) Calls `tr_tensor_linalg_ldl_factor`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> linalg_ldl_factor(bool hermitian) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_linalg_ldl_factor(self().raw(), hermitian, out_, room_, written_);
-                });
-    }
-
-    /// `linalg_ldl_solve(Tensor LD, Tensor pivots, Tensor B, *, bool hermitian=False) ->
-    /// Tensor` (`ld` is *this.) Calls `tr_tensor_linalg_ldl_solve`; throws tr::Error on
-    /// failure.
-    [[nodiscard]] Self linalg_ldl_solve(const Self& pivots, const Self& b, bool hermitian) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_ldl_solve, self().raw(), pivots.raw(), b.raw(), hermitian,
-                &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_lstsq(Tensor self, Tensor b, float? rcond=None, *, str? driver=None) -> (Tensor
-    /// solution, Tensor residuals, Tensor rank, Tensor singular_values)` (`input` is *this.)
-    /// Calls `tr_tensor_linalg_lstsq`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 4> linalg_lstsq(
-        const Self& b,
-        std::optional<double> rcond,
-        const std::optional<std::string>& driver) const {
-        return detail::call_tensors<Self, 4>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_linalg_lstsq(self().raw(), b.raw(), detail::c_opt(rcond).ptr(),
-                driver ? detail::c_string(*driver, "driver") : nullptr, out_, room_, written_); });
-    }
-
-    /// `linalg_matmul(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_linalg_matmul`; throws tr::Error on failure.
-    [[nodiscard]] Self linalg_matmul(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_matmul, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_vecdot(Tensor x, Tensor y, *, int dim=-1) -> Tensor` (`x` is *this.) Calls
-    /// `tr_tensor_linalg_vecdot`; throws tr::Error on failure.
-    [[nodiscard]] Self linalg_vecdot(const Self& y, int64_t dim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_vecdot, self().raw(), y.raw(), dim, &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_matrix_exp(Tensor self) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_linalg_matrix_exp`; throws tr::Error on failure.
-    [[nodiscard]] Self linalg_matrix_exp() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_matrix_exp, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_slogdet(Tensor A) -> (Tensor sign, Tensor logabsdet)` (`a` is *this.) Calls
-    /// `tr_tensor_linalg_slogdet`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> linalg_slogdet() const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_linalg_slogdet(self().raw(), out_, room_, written_); });
-    }
-
-    /// `slogdet(Tensor self) -> (Tensor sign, Tensor logabsdet)` (`input` is *this.) Calls
-    /// `tr_tensor_slogdet`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> slogdet() const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_slogdet(self().raw(), out_, room_, written_); });
-    }
-
-    /// `logdet(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_logdet`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self logdet() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_logdet, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_eig(Tensor self) -> (Tensor eigenvalues, Tensor eigenvectors)` (`input` is
-    /// *this.) Calls `tr_tensor_linalg_eig`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> linalg_eig() const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_linalg_eig(self().raw(), out_, room_, written_); });
-    }
-
-    /// `linalg_eigvals(Tensor self) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_linalg_eigvals`; throws tr::Error on failure.
-    [[nodiscard]] Self linalg_eigvals() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_eigvals, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_eigh(Tensor self, str UPLO="L") -> (Tensor eigenvalues, Tensor eigenvectors)`
-    /// (`input` is *this.) Calls `tr_tensor_linalg_eigh`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> linalg_eigh(const std::string& uplo) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_linalg_eigh(self().raw(), detail::c_string(uplo, "uplo"), out_,
-                room_, written_); });
-    }
-
-    /// `linalg_eigvalsh(Tensor self, str UPLO="L") -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_linalg_eigvalsh`; throws tr::Error on failure.
-    [[nodiscard]] Self linalg_eigvalsh(const std::string& uplo) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_eigvalsh, self().raw(), detail::c_string(uplo, "uplo"), &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_householder_product(Tensor input, Tensor tau) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_linalg_householder_product`; throws tr::Error on failure.
-    [[nodiscard]] Self linalg_householder_product(const Self& tau) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_householder_product, self().raw(), tau.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_inv_ex(Tensor A, *, bool check_errors=False) -> (Tensor inverse, Tensor info)`
-    /// (`a` is *this.) Calls `tr_tensor_linalg_inv_ex`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> linalg_inv_ex(bool check_errors) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_linalg_inv_ex(self().raw(), check_errors, out_, room_, written_);
-                });
-    }
-
-    /// `linalg_inv(Tensor A) -> Tensor` (`a` is *this.) Calls `tr_tensor_linalg_inv`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self linalg_inv() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_inv, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `inverse(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_inverse`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self inverse() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_inverse, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `inner(Tensor self, Tensor other) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_inner`; throws tr::Error on failure.
-    [[nodiscard]] Self inner(const Self& other) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_inner, self().raw(), other.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `outer(Tensor self, Tensor vec2) -> Tensor` (`input` is *this.) Calls `tr_tensor_outer`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self outer(const Self& vec2) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_outer, self().raw(), vec2.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `ger(Tensor self, Tensor vec2) -> Tensor` (`input` is *this.) Calls `tr_tensor_ger`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self ger(const Self& vec2) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_ger, self().raw(), vec2.raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_norm(Tensor self, Scalar? ord=None, int[1]? dim=None, bool keepdim=False, *,
-    /// ScalarType? dtype=None) -> Tensor` (`input` is *this.) Calls `tr_tensor_linalg_norm`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self linalg_norm(
-        std::optional<Scalar> ord,
-        const std::optional<IntList>& dim,
-        bool keepdim,
-        std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_norm, self().raw(), detail::c_opt(ord).ptr(), dim ?
-                dim->data() : nullptr, dim ? dim->size() : 0, keepdim, detail::c_opt(dtype).ptr(),
-                &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_norm.ord_str(Tensor self, str ord, int[1]? dim=None, bool keepdim=False, *,
-    /// ScalarType? dtype=None) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_linalg_norm_ord_str`; throws tr::Error on failure.
-    [[nodiscard]] Self linalg_norm_ord_str(
-        const std::string& ord,
-        const std::optional<IntList>& dim,
-        bool keepdim,
-        std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_norm_ord_str, self().raw(), detail::c_string(ord, "ord"), dim
-                ? dim->data() : nullptr, dim ? dim->size() : 0, keepdim, detail::c_opt(dtype).ptr(),
-                &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *,
-    /// ScalarType? dtype=None) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_linalg_vector_norm`; throws tr::Error on failure.
-    [[nodiscard]] Self linalg_vector_norm(
-        Scalar ord,
-        const std::optional<IntList>& dim,
-        bool keepdim,
-        std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_vector_norm, self().raw(), ord.raw(), dim ? dim->data() :
-                nullptr, dim ? dim->size() : 0, keepdim, detail::c_opt(dtype).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_matrix_norm(Tensor self, Scalar ord, int[] dim=[-2,-1], bool keepdim=False, *,
-    /// ScalarType? dtype=None) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_linalg_matrix_norm`; throws tr::Error on failure.
-    [[nodiscard]] Self linalg_matrix_norm(
-        Scalar ord,
-        IntList dim,
-        bool keepdim,
-        std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_matrix_norm, self().raw(), ord.raw(), dim.data(), dim.size(),
-                keepdim, detail::c_opt(dtype).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_matrix_norm.str_ord(Tensor self, str ord='fro', int[] dim=[-2,-1], bool
-    /// keepdim=False, *, ScalarType? dtype=None) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_linalg_matrix_norm_str_ord`; throws tr::Error on failure.
-    [[nodiscard]] Self linalg_matrix_norm_str_ord(
-        const std::string& ord,
-        IntList dim,
-        bool keepdim,
-        std::optional<DType> dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_matrix_norm_str_ord, self().raw(), detail::c_string(ord,
-                "ord"), dim.data(), dim.size(), keepdim, detail::c_opt(dtype).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_svd(Tensor A, bool full_matrices=True, *, str? driver=None) -> (Tensor U, Tensor
-    /// S, Tensor Vh)` (`a` is *this.) Calls `tr_tensor_linalg_svd`; throws tr::Error on
-    /// failure.
-    [[nodiscard]] std::array<Self, 3> linalg_svd(
-        bool full_matrices,
-        const std::optional<std::string>& driver) const {
-        return detail::call_tensors<Self, 3>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_linalg_svd(self().raw(), full_matrices, driver ?
-                detail::c_string(*driver, "driver") : nullptr, out_, room_, written_); });
-    }
-
-    /// `linalg_svdvals(Tensor A, *, str? driver=None) -> Tensor` (`a` is *this.) Calls
-    /// `tr_tensor_linalg_svdvals`; throws tr::Error on failure.
-    [[nodiscard]] Self linalg_svdvals(const std::optional<std::string>& driver) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_svdvals, self().raw(), driver ? detail::c_string(*driver,
-                "driver") : nullptr, &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_cond(Tensor self, Scalar? p=None) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_linalg_cond`; throws tr::Error on failure.
-    [[nodiscard]] Self linalg_cond(std::optional<Scalar> p) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_cond, self().raw(), detail::c_opt(p).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_cond.p_str(Tensor self, str p) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_linalg_cond_p_str`; throws tr::Error on failure.
-    [[nodiscard]] Self linalg_cond_p_str(const std::string& p) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_cond_p_str, self().raw(), detail::c_string(p, "p"), &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_pinv.atol_rtol_tensor(Tensor self, *, Tensor? atol=None, Tensor? rtol=None, bool
-    /// hermitian=False) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_linalg_pinv_atol_rtol_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self linalg_pinv_atol_rtol_tensor(
-        OptionalTensor atol,
-        OptionalTensor rtol,
-        bool hermitian) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_pinv_atol_rtol_tensor, self().raw(), atol.raw(), rtol.raw(),
-                hermitian, &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_pinv.atol_rtol_float(Tensor self, *, float? atol=None, float? rtol=None, bool
-    /// hermitian=False) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_linalg_pinv_atol_rtol_float`; throws tr::Error on failure.
-    [[nodiscard]] Self linalg_pinv_atol_rtol_float(
-        std::optional<double> atol,
-        std::optional<double> rtol,
-        bool hermitian) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_pinv_atol_rtol_float, self().raw(), detail::c_opt(atol).ptr(),
-                detail::c_opt(rtol).ptr(), hermitian, &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_pinv(Tensor self, float rcond, bool hermitian=False) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_linalg_pinv`; throws tr::Error on failure.
-    [[nodiscard]] Self linalg_pinv(double rcond, bool hermitian) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_pinv, self().raw(), rcond, hermitian, &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_pinv.rcond_tensor(Tensor self, Tensor rcond, bool hermitian=False) -> Tensor`
-    /// (`input` is *this.) Calls `tr_tensor_linalg_pinv_rcond_tensor`; throws tr::Error on
-    /// failure.
-    [[nodiscard]] Self linalg_pinv_rcond_tensor(const Self& rcond, bool hermitian) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_pinv_rcond_tensor, self().raw(), rcond.raw(), hermitian,
-                &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_solve_ex(Tensor A, Tensor B, *, bool left=True, bool check_errors=False) ->
-    /// (Tensor result, Tensor info)` (`a` is *this.) Calls `tr_tensor_linalg_solve_ex`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> linalg_solve_ex(
-        const Self& b,
-        bool left,
-        bool check_errors) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_linalg_solve_ex(self().raw(), b.raw(), left, check_errors, out_,
-                room_, written_); });
-    }
-
-    /// `linalg_solve(Tensor A, Tensor B, *, bool left=True) -> Tensor` (`a` is *this.) Calls
-    /// `tr_tensor_linalg_solve`; throws tr::Error on failure.
-    [[nodiscard]] Self linalg_solve(const Self& b, bool left) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_solve, self().raw(), b.raw(), left, &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_tensorinv(Tensor self, int ind=2) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_linalg_tensorinv`; throws tr::Error on failure.
-    [[nodiscard]] Self linalg_tensorinv(int64_t ind) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_tensorinv, self().raw(), ind, &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_tensorsolve(Tensor self, Tensor other, int[]? dims=None) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_linalg_tensorsolve`; throws tr::Error on failure.
-    [[nodiscard]] Self linalg_tensorsolve(
-        const Self& other,
-        const std::optional<IntList>& dims) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_tensorsolve, self().raw(), other.raw(), dims ? dims->data() :
-                nullptr, dims ? dims->size() : 0, &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_qr(Tensor A, str mode='reduced') -> (Tensor Q, Tensor R)` (`a` is *this.) Calls
-    /// `tr_tensor_linalg_qr`; throws tr::Error on failure.
-    [[nodiscard]] std::array<Self, 2> linalg_qr(const std::string& mode) const {
-        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_linalg_qr(self().raw(), detail::c_string(mode, "mode"), out_,
-                room_, written_); });
-    }
-
-    /// `linalg_matrix_power(Tensor self, int n) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_linalg_matrix_power`; throws tr::Error on failure.
-    [[nodiscard]] Self linalg_matrix_power(int64_t n) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_matrix_power, self().raw(), n, &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_matrix_rank.atol_rtol_tensor(Tensor input, *, Tensor? atol=None, Tensor?
-    /// rtol=None, bool hermitian=False) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_linalg_matrix_rank_atol_rtol_tensor`; throws tr::Error on failure.
-    [[nodiscard]] Self linalg_matrix_rank_atol_rtol_tensor(
-        OptionalTensor atol,
-        OptionalTensor rtol,
-        bool hermitian) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_matrix_rank_atol_rtol_tensor, self().raw(), atol.raw(),
-                rtol.raw(), hermitian, &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_matrix_rank.atol_rtol_float(Tensor self, *, float? atol=None, float? rtol=None,
-    /// bool hermitian=False) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_linalg_matrix_rank_atol_rtol_float`; throws tr::Error on failure.
-    [[nodiscard]] Self linalg_matrix_rank_atol_rtol_float(
-        std::optional<double> atol,
-        std::optional<double> rtol,
-        bool hermitian) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_matrix_rank_atol_rtol_float, self().raw(),
-                detail::c_opt(atol).ptr(), detail::c_opt(rtol).ptr(), hermitian, &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_matrix_rank(Tensor self, float tol, bool hermitian=False) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_linalg_matrix_rank`; throws tr::Error on failure.
-    [[nodiscard]] Self linalg_matrix_rank(double tol, bool hermitian) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_matrix_rank, self().raw(), tol, hermitian, &out);
-        return Self::adopt(out);
-    }
-
-    /// `linalg_matrix_rank.tol_tensor(Tensor input, Tensor tol, bool hermitian=False) ->
-    /// Tensor` (`input` is *this.) Calls `tr_tensor_linalg_matrix_rank_tol_tensor`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self linalg_matrix_rank_tol_tensor(const Self& tol, bool hermitian) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_linalg_matrix_rank_tol_tensor, self().raw(), tol.raw(), hermitian,
-                &out);
-        return Self::adopt(out);
-    }
-
-    /// `segment_reduce(Tensor data, str reduce, *, Tensor? lengths=None, Tensor? indices=None,
-    /// Tensor? offsets=None, int axis=0, bool unsafe=False, Scalar? initial=None) -> Tensor`
-    /// (`data` is *this.) Calls `tr_tensor_segment_reduce`; throws tr::Error on failure.
-    [[nodiscard]] Self segment_reduce(
-        const std::string& reduce,
-        OptionalTensor lengths,
-        OptionalTensor indices,
-        OptionalTensor offsets,
-        int64_t axis,
-        bool unsafe_,
-        std::optional<Scalar> initial) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_segment_reduce, self().raw(), detail::c_string(reduce, "reduce"),
-                lengths.raw(), indices.raw(), offsets.raw(), axis, unsafe_,
-                detail::c_opt(initial).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `unflatten_dense_tensors(Tensor flat, Tensor[] tensors) -> Tensor[]` (`flat` is *this.)
-    /// Calls `tr_tensor_unflatten_dense_tensors`; throws tr::Error on failure.
-    [[nodiscard]] std::vector<Self> unflatten_dense_tensors(const TensorList& tensors) const {
-        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_unflatten_dense_tensors(self().raw(), tensors.data(),
-                tensors.size(), out_, room_, written_); });
-    }
-
-    /// `view_as_real_copy(Tensor self) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_view_as_real_copy`; throws tr::Error on failure.
-    [[nodiscard]] Self view_as_real_copy() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_view_as_real_copy, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `view_as_complex_copy(Tensor self) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_view_as_complex_copy`; throws tr::Error on failure.
-    [[nodiscard]] Self view_as_complex_copy() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_view_as_complex_copy, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `as_strided_copy(Tensor self, SymInt[] size, SymInt[] stride, SymInt?
-    /// storage_offset=None) -> Tensor` (`input` is *this.) Calls `tr_tensor_as_strided_copy`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self as_strided_copy(
-        IntList size,
-        IntList stride,
-        std::optional<int64_t> storage_offset) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_as_strided_copy, self().raw(), size.data(), size.size(),
-                stride.data(), stride.size(), detail::c_opt(storage_offset).ptr(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `diagonal_copy(Tensor self, int offset=0, int dim1=0, int dim2=1) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_diagonal_copy`; throws tr::Error on failure.
-    [[nodiscard]] Self diagonal_copy(int64_t offset, int64_t dim1, int64_t dim2) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_diagonal_copy, self().raw(), offset, dim1, dim2, &out);
-        return Self::adopt(out);
-    }
-
-    /// `expand_copy(Tensor self, SymInt[] size, *, bool implicit=False) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_expand_copy`; throws tr::Error on failure.
-    [[nodiscard]] Self expand_copy(IntList size, bool implicit) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_expand_copy, self().raw(), size.data(), size.size(), implicit, &out);
-        return Self::adopt(out);
-    }
-
-    /// `permute_copy(Tensor self, int[] dims) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_permute_copy`; throws tr::Error on failure.
-    [[nodiscard]] Self permute_copy(IntList dims) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_permute_copy, self().raw(), dims.data(), dims.size(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `select_copy.int(Tensor self, int dim, SymInt index) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_select_copy_int`; throws tr::Error on failure.
-    [[nodiscard]] Self select_copy_int(int64_t dim, int64_t index) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_select_copy_int, self().raw(), dim, index, &out);
-        return Self::adopt(out);
-    }
-
-    /// `detach_copy(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_detach_copy`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self detach_copy() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_detach_copy, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `slice_copy.Tensor(Tensor self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt
-    /// step=1) -> Tensor` (`input` is *this.) Calls `tr_tensor_slice_copy_tensor`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self slice_copy_tensor(
-        int64_t dim,
-        std::optional<int64_t> start,
-        std::optional<int64_t> end,
-        int64_t step) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_slice_copy_tensor, self().raw(), dim, detail::c_opt(start).ptr(),
-                detail::c_opt(end).ptr(), step, &out);
-        return Self::adopt(out);
-    }
-
-    /// `split_copy.Tensor(Tensor self, SymInt split_size, int dim=0) -> Tensor[]` (`input` is
-    /// *this.) Calls `tr_tensor_split_copy_tensor`; throws tr::Error on failure.
-    [[nodiscard]] std::vector<Self> split_copy_tensor(int64_t split_size, int64_t dim) const {
-        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_split_copy_tensor(self().raw(), split_size, dim, out_, room_,
-                written_); });
-    }
-
-    /// `split_with_sizes_copy(Tensor self, SymInt[] split_sizes, int dim=0) -> Tensor[]`
-    /// (`input` is *this.) Calls `tr_tensor_split_with_sizes_copy`; throws tr::Error on
-    /// failure.
-    [[nodiscard]] std::vector<Self> split_with_sizes_copy(IntList split_sizes, int64_t dim) const {
-        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_split_with_sizes_copy(self().raw(), split_sizes.data(),
-                split_sizes.size(), dim, out_, room_, written_); });
-    }
-
-    /// `squeeze_copy(Tensor self) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_squeeze_copy`; throws tr::Error on failure.
-    [[nodiscard]] Self squeeze_copy() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_squeeze_copy, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `squeeze_copy.dim(Tensor self, int dim) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_squeeze_copy_dim`; throws tr::Error on failure.
-    [[nodiscard]] Self squeeze_copy_dim(int64_t dim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_squeeze_copy_dim, self().raw(), dim, &out);
-        return Self::adopt(out);
-    }
-
-    /// `squeeze_copy.dims(Tensor self, int[] dim) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_squeeze_copy_dims`; throws tr::Error on failure.
-    [[nodiscard]] Self squeeze_copy_dims(IntList dim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_squeeze_copy_dims, self().raw(), dim.data(), dim.size(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `t_copy(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_t_copy`; throws
-    /// tr::Error on failure.
-    [[nodiscard]] Self t_copy() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_t_copy, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `transpose_copy.int(Tensor self, int dim0, int dim1) -> Tensor` (`input` is *this.)
-    /// Calls `tr_tensor_transpose_copy_int`; throws tr::Error on failure.
-    [[nodiscard]] Self transpose_copy_int(int64_t dim0, int64_t dim1) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_transpose_copy_int, self().raw(), dim0, dim1, &out);
-        return Self::adopt(out);
-    }
-
-    /// `unsqueeze_copy(Tensor self, int dim) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_unsqueeze_copy`; throws tr::Error on failure.
-    [[nodiscard]] Self unsqueeze_copy(int64_t dim) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_unsqueeze_copy, self().raw(), dim, &out);
-        return Self::adopt(out);
-    }
-
-    /// `unbind_copy.int(Tensor self, int dim=0) -> Tensor[]` (`input` is *this.) Calls
-    /// `tr_tensor_unbind_copy_int`; throws tr::Error on failure.
-    [[nodiscard]] std::vector<Self> unbind_copy_int(int64_t dim) const {
-        return detail::call_tensors<Self>([&](tr_tensor* out_, size_t room_, size_t* written_) {
-                return tr_tensor_unbind_copy_int(self().raw(), dim, out_, room_, written_); });
-    }
-
-    /// `view_copy(Tensor self, SymInt[] size) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_view_copy`; throws tr::Error on failure.
-    [[nodiscard]] Self view_copy(IntList size) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_view_copy, self().raw(), size.data(), size.size(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `view_copy.dtype(Tensor self, ScalarType dtype) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_view_copy_dtype`; throws tr::Error on failure.
-    [[nodiscard]] Self view_copy_dtype(DType dtype) const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_view_copy_dtype, self().raw(), static_cast<tr_dtype>(dtype), &out);
-        return Self::adopt(out);
-    }
-
-    /// `unfold_copy(Tensor self, int dimension, int size, int step) -> Tensor` (`input` is
-    /// *this.) Calls `tr_tensor_unfold_copy`; throws tr::Error on failure.
     [[nodiscard]] Self unfold_copy(int64_t dimension, int64_t size, int64_t step) const {
         tr_tensor out{0};
         detail::call(tr_tensor_unfold_copy, self().raw(), dimension, size, step, &out);
         return Self::adopt(out);
     }
 
-    /// `alias_copy(Tensor self) -> Tensor` (`input` is *this.) Calls `tr_tensor_alias_copy`;
-    /// throws tr::Error on failure.
-    [[nodiscard]] Self alias_copy() const {
-        tr_tensor out{0};
-        detail::call(tr_tensor_alias_copy, self().raw(), &out);
-        return Self::adopt(out);
-    }
-
-    /// `scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor?
-    /// attn_mask=None, float dropout_p=0.0, bool is_causal=False, *, float? scale=None, bool
-    /// enable_gqa=False) -> Tensor` (`query` is *this.) Calls
+    /// Computes scaled dot product attention on query, key and value tensors, using an optional
+    /// attention mask if passed, and applying dropout if a probability greater than 0.0 is
+    /// specified. (`scaled_dot_product_attention(Tensor query, Tensor key, Tensor value,
+    /// Tensor? attn_mask=None, float dropout_p=0.0, bool is_causal=False, *, float? scale=None,
+    /// bool enable_gqa=False) -> Tensor`) (`query` is *this.) Calls
     /// `tr_tensor_scaled_dot_product_attention`; throws tr::Error on failure.
     [[nodiscard]] Self scaled_dot_product_attention(
         const Self& key,
@@ -11017,47 +10913,682 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `special_airy_ai(Tensor x) -> Tensor` (`x` is *this.) Calls `tr_tensor_special_airy_ai`;
+    /// Short-time Fourier transform (STFT). (`stft(Tensor self, int n_fft, int?
+    /// hop_length=None, int? win_length=None, Tensor? window=None, bool normalized=False, bool?
+    /// onesided=None, bool? return_complex=None, bool? align_to_window=None) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_stft`; throws tr::Error on failure.
+    [[nodiscard]] Self stft(
+        int64_t n_fft,
+        std::optional<int64_t> hop_length,
+        std::optional<int64_t> win_length,
+        OptionalTensor window,
+        bool normalized,
+        std::optional<bool> onesided,
+        std::optional<bool> return_complex,
+        std::optional<bool> align_to_window) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_stft, self().raw(), n_fft, detail::c_opt(hop_length).ptr(),
+                detail::c_opt(win_length).ptr(), window.raw(), normalized,
+                detail::c_opt(onesided).ptr(), detail::c_opt(return_complex).ptr(),
+                detail::c_opt(align_to_window).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Short-time Fourier transform (STFT). (`stft.center(Tensor self, int n_fft, int?
+    /// hop_length=None, int? win_length=None, Tensor? window=None, bool center=True, str
+    /// pad_mode="reflect", bool normalized=False, bool? onesided=None, bool?
+    /// return_complex=None, bool? align_to_window=None) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_stft_center`; throws tr::Error on failure.
+    [[nodiscard]] Self stft_center(
+        int64_t n_fft,
+        std::optional<int64_t> hop_length,
+        std::optional<int64_t> win_length,
+        OptionalTensor window,
+        bool center,
+        const std::string& pad_mode,
+        bool normalized,
+        std::optional<bool> onesided,
+        std::optional<bool> return_complex,
+        std::optional<bool> align_to_window) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_stft_center, self().raw(), n_fft, detail::c_opt(hop_length).ptr(),
+                detail::c_opt(win_length).ptr(), window.raw(), center, detail::c_string(pad_mode,
+                "pad_mode"), normalized, detail::c_opt(onesided).ptr(),
+                detail::c_opt(return_complex).ptr(), detail::c_opt(align_to_window).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Inverse short time Fourier Transform. (`istft(Tensor self, int n_fft, int?
+    /// hop_length=None, int? win_length=None, Tensor? window=None, bool center=True, bool
+    /// normalized=False, bool? onesided=None, int? length=None, bool return_complex=False) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_istft`; throws tr::Error on failure.
+    [[nodiscard]] Self istft(
+        int64_t n_fft,
+        std::optional<int64_t> hop_length,
+        std::optional<int64_t> win_length,
+        OptionalTensor window,
+        bool center,
+        bool normalized,
+        std::optional<bool> onesided,
+        std::optional<int64_t> length,
+        bool return_complex) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_istft, self().raw(), n_fft, detail::c_opt(hop_length).ptr(),
+                detail::c_opt(win_length).ptr(), window.raw(), center, normalized,
+                detail::c_opt(onesided).ptr(), detail::c_opt(length).ptr(), return_complex, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the one dimensional discrete Fourier transform of `input`. (`fft_fft(Tensor
+    /// self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_fft_fft`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_fft(
+        std::optional<int64_t> n,
+        int64_t dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_fft, self().raw(), detail::c_opt(n).ptr(), dim, norm ?
+                detail::c_string(*norm, "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the one dimensional inverse discrete Fourier transform of `input`.
+    /// (`fft_ifft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor`) (`input`
+    /// is *this.) Calls `tr_tensor_fft_ifft`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_ifft(
+        std::optional<int64_t> n,
+        int64_t dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_ifft, self().raw(), detail::c_opt(n).ptr(), dim, norm ?
+                detail::c_string(*norm, "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the one dimensional Fourier transform of real-valued `input`. (`fft_rfft(Tensor
+    /// self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_fft_rfft`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_rfft(
+        std::optional<int64_t> n,
+        int64_t dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_rfft, self().raw(), detail::c_opt(n).ptr(), dim, norm ?
+                detail::c_string(*norm, "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the inverse of `torch.fft.rfft`. (`fft_irfft(Tensor self, SymInt? n=None, int
+    /// dim=-1, str? norm=None) -> Tensor`) (`input` is *this.) Calls `tr_tensor_fft_irfft`;
     /// throws tr::Error on failure.
+    [[nodiscard]] Self fft_irfft(
+        std::optional<int64_t> n,
+        int64_t dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_irfft, self().raw(), detail::c_opt(n).ptr(), dim, norm ?
+                detail::c_string(*norm, "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the one dimensional discrete Fourier transform of a Hermitian symmetric `input`
+    /// signal. (`fft_hfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_fft_hfft`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_hfft(
+        std::optional<int64_t> n,
+        int64_t dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_hfft, self().raw(), detail::c_opt(n).ptr(), dim, norm ?
+                detail::c_string(*norm, "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the inverse of `torch.fft.hfft`. (`fft_ihfft(Tensor self, SymInt? n=None, int
+    /// dim=-1, str? norm=None) -> Tensor`) (`input` is *this.) Calls `tr_tensor_fft_ihfft`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self fft_ihfft(
+        std::optional<int64_t> n,
+        int64_t dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_ihfft, self().raw(), detail::c_opt(n).ptr(), dim, norm ?
+                detail::c_string(*norm, "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the 2 dimensional discrete Fourier transform of `input`. (`fft_fft2(Tensor
+    /// self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_fft_fft2`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_fft2(
+        const std::optional<IntList>& s,
+        IntList dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_fft2, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
+                dim.data(), dim.size(), norm ? detail::c_string(*norm, "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the 2 dimensional inverse discrete Fourier transform of `input`.
+    /// (`fft_ifft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_fft_ifft2`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_ifft2(
+        const std::optional<IntList>& s,
+        IntList dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_ifft2, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
+                dim.data(), dim.size(), norm ? detail::c_string(*norm, "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the 2-dimensional discrete Fourier transform of real `input`.
+    /// (`fft_rfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_fft_rfft2`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_rfft2(
+        const std::optional<IntList>& s,
+        IntList dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_rfft2, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
+                dim.data(), dim.size(), norm ? detail::c_string(*norm, "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the inverse of `torch.fft.rfft2`. (`fft_irfft2(Tensor self, SymInt[1]? s=None,
+    /// int[1] dim=[-2,-1], str? norm=None) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_fft_irfft2`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_irfft2(
+        const std::optional<IntList>& s,
+        IntList dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_irfft2, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
+                dim.data(), dim.size(), norm ? detail::c_string(*norm, "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the 2-dimensional discrete Fourier transform of a Hermitian symmetric `input`
+    /// signal. (`fft_hfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None)
+    /// -> Tensor`) (`input` is *this.) Calls `tr_tensor_fft_hfft2`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self fft_hfft2(
+        const std::optional<IntList>& s,
+        IntList dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_hfft2, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
+                dim.data(), dim.size(), norm ? detail::c_string(*norm, "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the 2-dimensional inverse discrete Fourier transform of real `input`.
+    /// (`fft_ihfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_fft_ihfft2`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_ihfft2(
+        const std::optional<IntList>& s,
+        IntList dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_ihfft2, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
+                dim.data(), dim.size(), norm ? detail::c_string(*norm, "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the N dimensional discrete Fourier transform of `input`. (`fft_fftn(Tensor
+    /// self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_fft_fftn`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_fftn(
+        const std::optional<IntList>& s,
+        const std::optional<IntList>& dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_fftn, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
+                dim ? dim->data() : nullptr, dim ? dim->size() : 0, norm ? detail::c_string(*norm,
+                "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the N dimensional inverse discrete Fourier transform of `input`.
+    /// (`fft_ifftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_fft_ifftn`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_ifftn(
+        const std::optional<IntList>& s,
+        const std::optional<IntList>& dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_ifftn, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
+                dim ? dim->data() : nullptr, dim ? dim->size() : 0, norm ? detail::c_string(*norm,
+                "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the N-dimensional discrete Fourier transform of real `input`.
+    /// (`fft_rfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_fft_rfftn`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_rfftn(
+        const std::optional<IntList>& s,
+        const std::optional<IntList>& dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_rfftn, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
+                dim ? dim->data() : nullptr, dim ? dim->size() : 0, norm ? detail::c_string(*norm,
+                "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the inverse of `torch.fft.rfftn`. (`fft_irfftn(Tensor self, SymInt[1]? s=None,
+    /// int[1]? dim=None, str? norm=None) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_fft_irfftn`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_irfftn(
+        const std::optional<IntList>& s,
+        const std::optional<IntList>& dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_irfftn, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
+                dim ? dim->data() : nullptr, dim ? dim->size() : 0, norm ? detail::c_string(*norm,
+                "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the n-dimensional discrete Fourier transform of a Hermitian symmetric `input`
+    /// signal. (`fft_hfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_fft_hfftn`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_hfftn(
+        const std::optional<IntList>& s,
+        const std::optional<IntList>& dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_hfftn, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
+                dim ? dim->data() : nullptr, dim ? dim->size() : 0, norm ? detail::c_string(*norm,
+                "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the N-dimensional inverse discrete Fourier transform of real `input`.
+    /// (`fft_ihfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_fft_ihfftn`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_ihfftn(
+        const std::optional<IntList>& s,
+        const std::optional<IntList>& dim,
+        const std::optional<std::string>& norm) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_ihfftn, self().raw(), s ? s->data() : nullptr, s ? s->size() : 0,
+                dim ? dim->data() : nullptr, dim ? dim->size() : 0, norm ? detail::c_string(*norm,
+                "norm") : nullptr, &out);
+        return Self::adopt(out);
+    }
+
+    /// Reorders n-dimensional FFT data, as provided by `torch.fft.fftn`, to have negative
+    /// frequency terms first. (`fft_fftshift(Tensor self, int[1]? dim=None) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_fft_fftshift`; throws tr::Error on failure.
+    [[nodiscard]] Self fft_fftshift(const std::optional<IntList>& dim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_fftshift, self().raw(), dim ? dim->data() : nullptr, dim ?
+                dim->size() : 0, &out);
+        return Self::adopt(out);
+    }
+
+    /// Inverse of `torch.fft.fftshift`. (`fft_ifftshift(Tensor self, int[1]? dim=None) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_fft_ifftshift`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self fft_ifftshift(const std::optional<IntList>& dim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_fft_ifftshift, self().raw(), dim ? dim->data() : nullptr, dim ?
+                dim->size() : 0, &out);
+        return Self::adopt(out);
+    }
+
+    /// The entropy term `-x * ln(x)`, elementwise. (`special_entr(Tensor self) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_special_entr`; throws tr::Error on failure.
+    [[nodiscard]] Self special_entr() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_entr, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// The inverse of the standard normal distribution's cumulative distribution function,
+    /// elementwise. (`special_ndtri(Tensor self) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_special_ndtri`; throws tr::Error on failure.
+    [[nodiscard]] Self special_ndtri() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_ndtri, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// The log of the standard normal distribution's cumulative distribution function,
+    /// elementwise. (`special_log_ndtr(Tensor self) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_special_log_ndtr`; throws tr::Error on failure.
+    [[nodiscard]] Self special_log_ndtr() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_log_ndtr, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the exponential of the elements minus 1 of `input`. (`special_expm1(Tensor
+    /// self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_special_expm1`; throws tr::Error
+    /// on failure.
+    [[nodiscard]] Self special_expm1() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_expm1, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the base two exponential function of `input`. (`special_exp2(Tensor self) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_special_exp2`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self special_exp2() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_exp2, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Alias for `torch.special.digamma`. (`special_psi(Tensor self) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_special_psi`; throws tr::Error on failure.
+    [[nodiscard]] Self special_psi() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_psi, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the logarithmic derivative of the gamma function on `input`.
+    /// (`special_digamma(Tensor self) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_special_digamma`; throws tr::Error on failure.
+    [[nodiscard]] Self special_digamma() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_digamma, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the natural logarithm of the absolute value of the gamma function on `input`.
+    /// (`special_gammaln(Tensor self) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_special_gammaln`; throws tr::Error on failure.
+    [[nodiscard]] Self special_gammaln() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_gammaln, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the error function of `input`. (`special_erf(Tensor self) -> Tensor`) (`input`
+    /// is *this.) Calls `tr_tensor_special_erf`; throws tr::Error on failure.
+    [[nodiscard]] Self special_erf() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_erf, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the complementary error function of `input`. (`special_erfc(Tensor self) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_special_erfc`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self special_erfc() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_erfc, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the scaled complementary error function for each element of `input`.
+    /// (`special_erfcx(Tensor self) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_special_erfcx`; throws tr::Error on failure.
+    [[nodiscard]] Self special_erfcx() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_erfcx, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the inverse error function of `input`. (`special_erfinv(Tensor self) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_special_erfinv`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self special_erfinv() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_erfinv, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// The standard normal distribution's cumulative distribution function, elementwise.
+    /// (`special_ndtr(Tensor self) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_special_ndtr`; throws tr::Error on failure.
+    [[nodiscard]] Self special_ndtr() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_ndtr, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes `input * log1p(other)` with the following cases. (`special_xlog1py(Tensor self,
+    /// Tensor other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_special_xlog1py`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self special_xlog1py(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_xlog1py, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes `input * log1p(other)` with the following cases.
+    /// (`special_xlog1py.other_scalar(Tensor self, Scalar other) -> Tensor`) (`input` is
+    /// *this.) Calls `tr_tensor_special_xlog1py_other_scalar`; throws tr::Error on failure.
+    [[nodiscard]] Self special_xlog1py_other_scalar(Scalar other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_xlog1py_other_scalar, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes `input * log(other)` with the following cases. (`special_xlogy(Tensor self,
+    /// Tensor other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_special_xlogy`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self special_xlogy(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_xlogy, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes `input * log(other)` with the following cases.
+    /// (`special_xlogy.other_scalar(Tensor self, Scalar other) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_special_xlogy_other_scalar`; throws tr::Error on failure.
+    [[nodiscard]] Self special_xlogy_other_scalar(Scalar other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_xlogy_other_scalar, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the Hurwitz zeta function, elementwise. (`special_zeta(Tensor self, Tensor
+    /// other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_special_zeta`; throws tr::Error
+    /// on failure.
+    [[nodiscard]] Self special_zeta(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_zeta, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the Hurwitz zeta function, elementwise. (`special_zeta.other_scalar(Tensor
+    /// self, Scalar other) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_special_zeta_other_scalar`; throws tr::Error on failure.
+    [[nodiscard]] Self special_zeta_other_scalar(Scalar other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_zeta_other_scalar, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the zeroth order modified Bessel function of the first kind for each element of
+    /// `input`. (`special_i0(Tensor self) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_special_i0`; throws tr::Error on failure.
+    [[nodiscard]] Self special_i0() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_i0, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// The modified Bessel function of the first kind of order 0, exponentially scaled,
+    /// elementwise. (`special_i0e(Tensor self) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_special_i0e`; throws tr::Error on failure.
+    [[nodiscard]] Self special_i0e() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_i0e, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// The modified Bessel function of the first kind of order 1, elementwise.
+    /// (`special_i1(Tensor self) -> Tensor`) (`input` is *this.) Calls `tr_tensor_special_i1`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self special_i1() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_i1, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// The modified Bessel function of the first kind of order 1, exponentially scaled,
+    /// elementwise. (`special_i1e(Tensor self) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_special_i1e`; throws tr::Error on failure.
+    [[nodiscard]] Self special_i1e() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_i1e, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns a new tensor with the logit of the elements of `input`. (`special_logit(Tensor
+    /// self, float? eps=None) -> Tensor`) (`input` is *this.) Calls `tr_tensor_special_logit`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self special_logit(std::optional<double> eps) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_logit, self().raw(), detail::c_opt(eps).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Alias for `torch.logsumexp`. (`special_logsumexp(Tensor self, int[1] dim, bool
+    /// keepdim=False) -> Tensor`) (`input` is *this.) Calls `tr_tensor_special_logsumexp`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self special_logsumexp(IntList dim, bool keepdim) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_logsumexp, self().raw(), dim.data(), dim.size(), keepdim,
+                &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the expit (also known as the logistic sigmoid function) of the elements of
+    /// `input`. (`special_expit(Tensor self) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_special_expit`; throws tr::Error on failure.
+    [[nodiscard]] Self special_expit() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_expit, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the normalized sinc of `input.` (`special_sinc(Tensor self) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_special_sinc`; throws tr::Error on failure.
+    [[nodiscard]] Self special_sinc() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_sinc, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Alias for `torch.round`. (`special_round(Tensor self, *, int decimals=0) -> Tensor`)
+    /// (`input` is *this.) Calls `tr_tensor_special_round`; throws tr::Error on failure.
+    [[nodiscard]] Self special_round(int64_t decimals) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_round, self().raw(), decimals, &out);
+        return Self::adopt(out);
+    }
+
+    /// Alias for `torch.log1p`. (`special_log1p(Tensor self) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_special_log1p`; throws tr::Error on failure.
+    [[nodiscard]] Self special_log1p() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_log1p, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes softmax followed by a logarithm. (`special_log_softmax(Tensor self, int dim, *,
+    /// ScalarType? dtype=None) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_special_log_softmax`; throws tr::Error on failure.
+    [[nodiscard]] Self special_log_softmax(int64_t dim, std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_log_softmax, self().raw(), dim, detail::c_opt(dtype).ptr(),
+                &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the regularized lower incomplete gamma function. (`special_gammainc(Tensor
+    /// self, Tensor other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_special_gammainc`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self special_gammainc(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_gammainc, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the regularized upper incomplete gamma function. (`special_gammaincc(Tensor
+    /// self, Tensor other) -> Tensor`) (`input` is *this.) Calls `tr_tensor_special_gammaincc`;
+    /// throws tr::Error on failure.
+    [[nodiscard]] Self special_gammaincc(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_gammaincc, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the multivariate log-gamma function with dimension `p` element-wise, given by.
+    /// (`special_multigammaln(Tensor self, int p) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_special_multigammaln`; throws tr::Error on failure.
+    [[nodiscard]] Self special_multigammaln(int64_t p) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_multigammaln, self().raw(), p, &out);
+        return Self::adopt(out);
+    }
+
+    /// Computes the softmax function. (`special_softmax(Tensor self, int dim, ScalarType?
+    /// dtype=None) -> Tensor`) (`input` is *this.) Calls `tr_tensor_special_softmax`; throws
+    /// tr::Error on failure.
+    [[nodiscard]] Self special_softmax(int64_t dim, std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_special_softmax, self().raw(), dim, detail::c_opt(dtype).ptr(),
+                &out);
+        return Self::adopt(out);
+    }
+
+    /// Airy function `\text{Ai}\left(\text{input}\right)`. (`special_airy_ai(Tensor x) ->
+    /// Tensor`) (`x` is *this.) Calls `tr_tensor_special_airy_ai`; throws tr::Error on failure.
     [[nodiscard]] Self special_airy_ai() const {
         tr_tensor out{0};
         detail::call(tr_tensor_special_airy_ai, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `special_bessel_j0(Tensor self) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_special_bessel_j0`; throws tr::Error on failure.
+    /// Bessel function of the first kind of order `0`. (`special_bessel_j0(Tensor self) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_special_bessel_j0`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self special_bessel_j0() const {
         tr_tensor out{0};
         detail::call(tr_tensor_special_bessel_j0, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `special_bessel_j1(Tensor self) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_special_bessel_j1`; throws tr::Error on failure.
+    /// Bessel function of the first kind of order `1`. (`special_bessel_j1(Tensor self) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_special_bessel_j1`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self special_bessel_j1() const {
         tr_tensor out{0};
         detail::call(tr_tensor_special_bessel_j1, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `special_bessel_y0(Tensor self) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_special_bessel_y0`; throws tr::Error on failure.
+    /// Bessel function of the second kind of order `0`. (`special_bessel_y0(Tensor self) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_special_bessel_y0`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self special_bessel_y0() const {
         tr_tensor out{0};
         detail::call(tr_tensor_special_bessel_y0, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `special_bessel_y1(Tensor self) -> Tensor` (`input` is *this.) Calls
-    /// `tr_tensor_special_bessel_y1`; throws tr::Error on failure.
+    /// Bessel function of the second kind of order `1`. (`special_bessel_y1(Tensor self) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_special_bessel_y1`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self special_bessel_y1() const {
         tr_tensor out{0};
         detail::call(tr_tensor_special_bessel_y1, self().raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `special_chebyshev_polynomial_t(Tensor x, Tensor n) -> Tensor` (`x` is *this.) Calls
+    /// Chebyshev polynomial of the first kind `T_{n}(\text{input})`.
+    /// (`special_chebyshev_polynomial_t(Tensor x, Tensor n) -> Tensor`) (`x` is *this.) Calls
     /// `tr_tensor_special_chebyshev_polynomial_t`; throws tr::Error on failure.
     [[nodiscard]] Self special_chebyshev_polynomial_t(const Self& n) const {
         tr_tensor out{0};
@@ -11065,8 +11596,10 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `special_chebyshev_polynomial_t.n_scalar(Tensor x, Scalar n) -> Tensor` (`x` is *this.)
-    /// Calls `tr_tensor_special_chebyshev_polynomial_t_n_scalar`; throws tr::Error on failure.
+    /// Chebyshev polynomial of the first kind `T_{n}(\text{input})`.
+    /// (`special_chebyshev_polynomial_t.n_scalar(Tensor x, Scalar n) -> Tensor`) (`x` is
+    /// *this.) Calls `tr_tensor_special_chebyshev_polynomial_t_n_scalar`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self special_chebyshev_polynomial_t_n_scalar(Scalar n) const {
         tr_tensor out{0};
         detail::call(tr_tensor_special_chebyshev_polynomial_t_n_scalar, self().raw(), n.raw(),
@@ -11074,7 +11607,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `special_chebyshev_polynomial_u(Tensor x, Tensor n) -> Tensor` (`x` is *this.) Calls
+    /// Chebyshev polynomial of the second kind `U_{n}(\text{input})`.
+    /// (`special_chebyshev_polynomial_u(Tensor x, Tensor n) -> Tensor`) (`x` is *this.) Calls
     /// `tr_tensor_special_chebyshev_polynomial_u`; throws tr::Error on failure.
     [[nodiscard]] Self special_chebyshev_polynomial_u(const Self& n) const {
         tr_tensor out{0};
@@ -11082,8 +11616,10 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `special_chebyshev_polynomial_u.n_scalar(Tensor x, Scalar n) -> Tensor` (`x` is *this.)
-    /// Calls `tr_tensor_special_chebyshev_polynomial_u_n_scalar`; throws tr::Error on failure.
+    /// Chebyshev polynomial of the second kind `U_{n}(\text{input})`.
+    /// (`special_chebyshev_polynomial_u.n_scalar(Tensor x, Scalar n) -> Tensor`) (`x` is
+    /// *this.) Calls `tr_tensor_special_chebyshev_polynomial_u_n_scalar`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self special_chebyshev_polynomial_u_n_scalar(Scalar n) const {
         tr_tensor out{0};
         detail::call(tr_tensor_special_chebyshev_polynomial_u_n_scalar, self().raw(), n.raw(),
@@ -11091,7 +11627,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `special_chebyshev_polynomial_v(Tensor x, Tensor n) -> Tensor` (`x` is *this.) Calls
+    /// Chebyshev polynomial of the third kind `V_{n}^{\ast}(\text{input})`.
+    /// (`special_chebyshev_polynomial_v(Tensor x, Tensor n) -> Tensor`) (`x` is *this.) Calls
     /// `tr_tensor_special_chebyshev_polynomial_v`; throws tr::Error on failure.
     [[nodiscard]] Self special_chebyshev_polynomial_v(const Self& n) const {
         tr_tensor out{0};
@@ -11099,8 +11636,10 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `special_chebyshev_polynomial_v.n_scalar(Tensor x, Scalar n) -> Tensor` (`x` is *this.)
-    /// Calls `tr_tensor_special_chebyshev_polynomial_v_n_scalar`; throws tr::Error on failure.
+    /// Chebyshev polynomial of the third kind `V_{n}^{\ast}(\text{input})`.
+    /// (`special_chebyshev_polynomial_v.n_scalar(Tensor x, Scalar n) -> Tensor`) (`x` is
+    /// *this.) Calls `tr_tensor_special_chebyshev_polynomial_v_n_scalar`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self special_chebyshev_polynomial_v_n_scalar(Scalar n) const {
         tr_tensor out{0};
         detail::call(tr_tensor_special_chebyshev_polynomial_v_n_scalar, self().raw(), n.raw(),
@@ -11108,7 +11647,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `special_chebyshev_polynomial_w(Tensor x, Tensor n) -> Tensor` (`x` is *this.) Calls
+    /// Chebyshev polynomial of the fourth kind `W_{n}^{\ast}(\text{input})`.
+    /// (`special_chebyshev_polynomial_w(Tensor x, Tensor n) -> Tensor`) (`x` is *this.) Calls
     /// `tr_tensor_special_chebyshev_polynomial_w`; throws tr::Error on failure.
     [[nodiscard]] Self special_chebyshev_polynomial_w(const Self& n) const {
         tr_tensor out{0};
@@ -11116,8 +11656,10 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `special_chebyshev_polynomial_w.n_scalar(Tensor x, Scalar n) -> Tensor` (`x` is *this.)
-    /// Calls `tr_tensor_special_chebyshev_polynomial_w_n_scalar`; throws tr::Error on failure.
+    /// Chebyshev polynomial of the fourth kind `W_{n}^{\ast}(\text{input})`.
+    /// (`special_chebyshev_polynomial_w.n_scalar(Tensor x, Scalar n) -> Tensor`) (`x` is
+    /// *this.) Calls `tr_tensor_special_chebyshev_polynomial_w_n_scalar`; throws tr::Error on
+    /// failure.
     [[nodiscard]] Self special_chebyshev_polynomial_w_n_scalar(Scalar n) const {
         tr_tensor out{0};
         detail::call(tr_tensor_special_chebyshev_polynomial_w_n_scalar, self().raw(), n.raw(),
@@ -11125,7 +11667,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `special_hermite_polynomial_h(Tensor x, Tensor n) -> Tensor` (`x` is *this.) Calls
+    /// Physicist's Hermite polynomial `H_{n}(\text{input})`.
+    /// (`special_hermite_polynomial_h(Tensor x, Tensor n) -> Tensor`) (`x` is *this.) Calls
     /// `tr_tensor_special_hermite_polynomial_h`; throws tr::Error on failure.
     [[nodiscard]] Self special_hermite_polynomial_h(const Self& n) const {
         tr_tensor out{0};
@@ -11133,7 +11676,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `special_hermite_polynomial_h.n_scalar(Tensor x, Scalar n) -> Tensor` (`x` is *this.)
+    /// Physicist's Hermite polynomial `H_{n}(\text{input})`.
+    /// (`special_hermite_polynomial_h.n_scalar(Tensor x, Scalar n) -> Tensor`) (`x` is *this.)
     /// Calls `tr_tensor_special_hermite_polynomial_h_n_scalar`; throws tr::Error on failure.
     [[nodiscard]] Self special_hermite_polynomial_h_n_scalar(Scalar n) const {
         tr_tensor out{0};
@@ -11141,7 +11685,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `special_hermite_polynomial_he(Tensor x, Tensor n) -> Tensor` (`x` is *this.) Calls
+    /// Probabilist's Hermite polynomial `He_{n}(\text{input})`.
+    /// (`special_hermite_polynomial_he(Tensor x, Tensor n) -> Tensor`) (`x` is *this.) Calls
     /// `tr_tensor_special_hermite_polynomial_he`; throws tr::Error on failure.
     [[nodiscard]] Self special_hermite_polynomial_he(const Self& n) const {
         tr_tensor out{0};
@@ -11149,7 +11694,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `special_hermite_polynomial_he.n_scalar(Tensor x, Scalar n) -> Tensor` (`x` is *this.)
+    /// Probabilist's Hermite polynomial `He_{n}(\text{input})`.
+    /// (`special_hermite_polynomial_he.n_scalar(Tensor x, Scalar n) -> Tensor`) (`x` is *this.)
     /// Calls `tr_tensor_special_hermite_polynomial_he_n_scalar`; throws tr::Error on failure.
     [[nodiscard]] Self special_hermite_polynomial_he_n_scalar(Scalar n) const {
         tr_tensor out{0};
@@ -11157,15 +11703,17 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `special_laguerre_polynomial_l(Tensor x, Tensor n) -> Tensor` (`x` is *this.) Calls
-    /// `tr_tensor_special_laguerre_polynomial_l`; throws tr::Error on failure.
+    /// Laguerre polynomial `L_{n}(\text{input})`. (`special_laguerre_polynomial_l(Tensor x,
+    /// Tensor n) -> Tensor`) (`x` is *this.) Calls `tr_tensor_special_laguerre_polynomial_l`;
+    /// throws tr::Error on failure.
     [[nodiscard]] Self special_laguerre_polynomial_l(const Self& n) const {
         tr_tensor out{0};
         detail::call(tr_tensor_special_laguerre_polynomial_l, self().raw(), n.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `special_laguerre_polynomial_l.n_scalar(Tensor x, Scalar n) -> Tensor` (`x` is *this.)
+    /// Laguerre polynomial `L_{n}(\text{input})`.
+    /// (`special_laguerre_polynomial_l.n_scalar(Tensor x, Scalar n) -> Tensor`) (`x` is *this.)
     /// Calls `tr_tensor_special_laguerre_polynomial_l_n_scalar`; throws tr::Error on failure.
     [[nodiscard]] Self special_laguerre_polynomial_l_n_scalar(Scalar n) const {
         tr_tensor out{0};
@@ -11173,15 +11721,17 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `special_legendre_polynomial_p(Tensor x, Tensor n) -> Tensor` (`x` is *this.) Calls
-    /// `tr_tensor_special_legendre_polynomial_p`; throws tr::Error on failure.
+    /// Legendre polynomial `P_{n}(\text{input})`. (`special_legendre_polynomial_p(Tensor x,
+    /// Tensor n) -> Tensor`) (`x` is *this.) Calls `tr_tensor_special_legendre_polynomial_p`;
+    /// throws tr::Error on failure.
     [[nodiscard]] Self special_legendre_polynomial_p(const Self& n) const {
         tr_tensor out{0};
         detail::call(tr_tensor_special_legendre_polynomial_p, self().raw(), n.raw(), &out);
         return Self::adopt(out);
     }
 
-    /// `special_legendre_polynomial_p.n_scalar(Tensor x, Scalar n) -> Tensor` (`x` is *this.)
+    /// Legendre polynomial `P_{n}(\text{input})`.
+    /// (`special_legendre_polynomial_p.n_scalar(Tensor x, Scalar n) -> Tensor`) (`x` is *this.)
     /// Calls `tr_tensor_special_legendre_polynomial_p_n_scalar`; throws tr::Error on failure.
     [[nodiscard]] Self special_legendre_polynomial_p_n_scalar(Scalar n) const {
         tr_tensor out{0};
@@ -11189,7 +11739,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `special_modified_bessel_i0(Tensor self) -> Tensor` (`input` is *this.) Calls
+    /// Modified Bessel function of the first kind of order `0`.
+    /// (`special_modified_bessel_i0(Tensor self) -> Tensor`) (`input` is *this.) Calls
     /// `tr_tensor_special_modified_bessel_i0`; throws tr::Error on failure.
     [[nodiscard]] Self special_modified_bessel_i0() const {
         tr_tensor out{0};
@@ -11197,7 +11748,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `special_modified_bessel_i1(Tensor self) -> Tensor` (`input` is *this.) Calls
+    /// Modified Bessel function of the first kind of order `1`.
+    /// (`special_modified_bessel_i1(Tensor self) -> Tensor`) (`input` is *this.) Calls
     /// `tr_tensor_special_modified_bessel_i1`; throws tr::Error on failure.
     [[nodiscard]] Self special_modified_bessel_i1() const {
         tr_tensor out{0};
@@ -11205,7 +11757,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `special_modified_bessel_k0(Tensor self) -> Tensor` (`input` is *this.) Calls
+    /// Modified Bessel function of the second kind of order `0`.
+    /// (`special_modified_bessel_k0(Tensor self) -> Tensor`) (`input` is *this.) Calls
     /// `tr_tensor_special_modified_bessel_k0`; throws tr::Error on failure.
     [[nodiscard]] Self special_modified_bessel_k0() const {
         tr_tensor out{0};
@@ -11213,7 +11766,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `special_modified_bessel_k1(Tensor self) -> Tensor` (`input` is *this.) Calls
+    /// Modified Bessel function of the second kind of order `1`.
+    /// (`special_modified_bessel_k1(Tensor self) -> Tensor`) (`input` is *this.) Calls
     /// `tr_tensor_special_modified_bessel_k1`; throws tr::Error on failure.
     [[nodiscard]] Self special_modified_bessel_k1() const {
         tr_tensor out{0};
@@ -11221,7 +11775,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `special_scaled_modified_bessel_k0(Tensor x) -> Tensor` (`x` is *this.) Calls
+    /// Scaled modified Bessel function of the second kind of order `0`.
+    /// (`special_scaled_modified_bessel_k0(Tensor x) -> Tensor`) (`x` is *this.) Calls
     /// `tr_tensor_special_scaled_modified_bessel_k0`; throws tr::Error on failure.
     [[nodiscard]] Self special_scaled_modified_bessel_k0() const {
         tr_tensor out{0};
@@ -11229,7 +11784,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `special_scaled_modified_bessel_k1(Tensor x) -> Tensor` (`x` is *this.) Calls
+    /// Scaled modified Bessel function of the second kind of order `1`.
+    /// (`special_scaled_modified_bessel_k1(Tensor x) -> Tensor`) (`x` is *this.) Calls
     /// `tr_tensor_special_scaled_modified_bessel_k1`; throws tr::Error on failure.
     [[nodiscard]] Self special_scaled_modified_bessel_k1() const {
         tr_tensor out{0};
@@ -11237,7 +11793,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `special_shifted_chebyshev_polynomial_t(Tensor x, Tensor n) -> Tensor` (`x` is *this.)
+    /// Chebyshev polynomial of the first kind `T_{n}^{\ast}(\text{input})`.
+    /// (`special_shifted_chebyshev_polynomial_t(Tensor x, Tensor n) -> Tensor`) (`x` is *this.)
     /// Calls `tr_tensor_special_shifted_chebyshev_polynomial_t`; throws tr::Error on failure.
     [[nodiscard]] Self special_shifted_chebyshev_polynomial_t(const Self& n) const {
         tr_tensor out{0};
@@ -11245,8 +11802,9 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `special_shifted_chebyshev_polynomial_t.n_scalar(Tensor x, Scalar n) -> Tensor` (`x` is
-    /// *this.) Calls `tr_tensor_special_shifted_chebyshev_polynomial_t_n_scalar`; throws
+    /// Chebyshev polynomial of the first kind `T_{n}^{\ast}(\text{input})`.
+    /// (`special_shifted_chebyshev_polynomial_t.n_scalar(Tensor x, Scalar n) -> Tensor`) (`x`
+    /// is *this.) Calls `tr_tensor_special_shifted_chebyshev_polynomial_t_n_scalar`; throws
     /// tr::Error on failure.
     [[nodiscard]] Self special_shifted_chebyshev_polynomial_t_n_scalar(Scalar n) const {
         tr_tensor out{0};
@@ -11255,7 +11813,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `special_shifted_chebyshev_polynomial_u(Tensor x, Tensor n) -> Tensor` (`x` is *this.)
+    /// Chebyshev polynomial of the second kind `U_{n}^{\ast}(\text{input})`.
+    /// (`special_shifted_chebyshev_polynomial_u(Tensor x, Tensor n) -> Tensor`) (`x` is *this.)
     /// Calls `tr_tensor_special_shifted_chebyshev_polynomial_u`; throws tr::Error on failure.
     [[nodiscard]] Self special_shifted_chebyshev_polynomial_u(const Self& n) const {
         tr_tensor out{0};
@@ -11263,8 +11822,9 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `special_shifted_chebyshev_polynomial_u.n_scalar(Tensor x, Scalar n) -> Tensor` (`x` is
-    /// *this.) Calls `tr_tensor_special_shifted_chebyshev_polynomial_u_n_scalar`; throws
+    /// Chebyshev polynomial of the second kind `U_{n}^{\ast}(\text{input})`.
+    /// (`special_shifted_chebyshev_polynomial_u.n_scalar(Tensor x, Scalar n) -> Tensor`) (`x`
+    /// is *this.) Calls `tr_tensor_special_shifted_chebyshev_polynomial_u_n_scalar`; throws
     /// tr::Error on failure.
     [[nodiscard]] Self special_shifted_chebyshev_polynomial_u_n_scalar(Scalar n) const {
         tr_tensor out{0};
@@ -11273,7 +11833,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `special_shifted_chebyshev_polynomial_v(Tensor x, Tensor n) -> Tensor` (`x` is *this.)
+    /// Chebyshev polynomial of the third kind `V_{n}^{\ast}(\text{input})`.
+    /// (`special_shifted_chebyshev_polynomial_v(Tensor x, Tensor n) -> Tensor`) (`x` is *this.)
     /// Calls `tr_tensor_special_shifted_chebyshev_polynomial_v`; throws tr::Error on failure.
     [[nodiscard]] Self special_shifted_chebyshev_polynomial_v(const Self& n) const {
         tr_tensor out{0};
@@ -11281,8 +11842,9 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `special_shifted_chebyshev_polynomial_v.n_scalar(Tensor x, Scalar n) -> Tensor` (`x` is
-    /// *this.) Calls `tr_tensor_special_shifted_chebyshev_polynomial_v_n_scalar`; throws
+    /// Chebyshev polynomial of the third kind `V_{n}^{\ast}(\text{input})`.
+    /// (`special_shifted_chebyshev_polynomial_v.n_scalar(Tensor x, Scalar n) -> Tensor`) (`x`
+    /// is *this.) Calls `tr_tensor_special_shifted_chebyshev_polynomial_v_n_scalar`; throws
     /// tr::Error on failure.
     [[nodiscard]] Self special_shifted_chebyshev_polynomial_v_n_scalar(Scalar n) const {
         tr_tensor out{0};
@@ -11291,7 +11853,8 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `special_shifted_chebyshev_polynomial_w(Tensor x, Tensor n) -> Tensor` (`x` is *this.)
+    /// Chebyshev polynomial of the fourth kind `W_{n}^{\ast}(\text{input})`.
+    /// (`special_shifted_chebyshev_polynomial_w(Tensor x, Tensor n) -> Tensor`) (`x` is *this.)
     /// Calls `tr_tensor_special_shifted_chebyshev_polynomial_w`; throws tr::Error on failure.
     [[nodiscard]] Self special_shifted_chebyshev_polynomial_w(const Self& n) const {
         tr_tensor out{0};
@@ -11299,8 +11862,9 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `special_shifted_chebyshev_polynomial_w.n_scalar(Tensor x, Scalar n) -> Tensor` (`x` is
-    /// *this.) Calls `tr_tensor_special_shifted_chebyshev_polynomial_w_n_scalar`; throws
+    /// Chebyshev polynomial of the fourth kind `W_{n}^{\ast}(\text{input})`.
+    /// (`special_shifted_chebyshev_polynomial_w.n_scalar(Tensor x, Scalar n) -> Tensor`) (`x`
+    /// is *this.) Calls `tr_tensor_special_shifted_chebyshev_polynomial_w_n_scalar`; throws
     /// tr::Error on failure.
     [[nodiscard]] Self special_shifted_chebyshev_polynomial_w_n_scalar(Scalar n) const {
         tr_tensor out{0};
@@ -11309,12 +11873,356 @@ class TensorOps {
         return Self::adopt(out);
     }
 
-    /// `special_spherical_bessel_j0(Tensor x) -> Tensor` (`x` is *this.) Calls
+    /// Spherical Bessel function of the first kind of order `0`.
+    /// (`special_spherical_bessel_j0(Tensor x) -> Tensor`) (`x` is *this.) Calls
     /// `tr_tensor_special_spherical_bessel_j0`; throws tr::Error on failure.
     [[nodiscard]] Self special_spherical_bessel_j0() const {
         tr_tensor out{0};
         detail::call(tr_tensor_special_spherical_bessel_j0, self().raw(), &out);
         return Self::adopt(out);
+    }
+
+    /// Draws binary random numbers (0 or 1) from a Bernoulli distribution. (`bernoulli(Tensor
+    /// self, *, Generator? generator=None) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_bernoulli`; throws tr::Error on failure.
+    [[nodiscard]] Self bernoulli() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_bernoulli, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Fills each location of `self` with an independent sample from
+    /// `\text{Bernoulli}(\texttt{p})`. (`bernoulli_.Tensor(Tensor(a!) self, Tensor p, *,
+    /// Generator? generator=None) -> Tensor(a!)`) (`input` is *this.) Calls
+    /// `tr_tensor_bernoulli_tensor_`; throws tr::Error on failure.
+    Self& bernoulli_tensor_(const Self& p) & {
+        detail::call(tr_tensor_bernoulli_tensor_, self().raw(), p.raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self bernoulli_tensor_(const Self& p) && {
+        detail::call(tr_tensor_bernoulli_tensor_, self().raw(), p.raw());
+        return std::move(self());
+    }
+
+    /// Fills each location of `self` with an independent sample from
+    /// `\text{Bernoulli}(\texttt{p})`. (`bernoulli_.float(Tensor(a!) self, float p=0.5, *,
+    /// Generator? generator=None) -> Tensor(a!)`) (`input` is *this.) Calls
+    /// `tr_tensor_bernoulli_float_`; throws tr::Error on failure.
+    Self& bernoulli_float_(double p) & {
+        detail::call(tr_tensor_bernoulli_float_, self().raw(), p);
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self bernoulli_float_(double p) && {
+        detail::call(tr_tensor_bernoulli_float_, self().raw(), p);
+        return std::move(self());
+    }
+
+    /// Draws binary random numbers (0 or 1) from a Bernoulli distribution. (`bernoulli.p(Tensor
+    /// self, float p, *, Generator? generator=None) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_bernoulli_p`; throws tr::Error on failure.
+    [[nodiscard]] Self bernoulli_p(double p) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_bernoulli_p, self().raw(), p, &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns a tensor with the same size as `input` that is filled with random numbers from a
+    /// uniform distribution on the interval `[0, 1)`. (`rand_like(Tensor self, *, ScalarType?
+    /// dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None,
+    /// MemoryFormat? memory_format=None) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_rand_like`; throws tr::Error on failure.
+    [[nodiscard]] Self rand_like(std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_rand_like, self().raw(), detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns a tensor with the same size as `input` that is filled with random numbers from a
+    /// uniform distribution on the interval `[0, 1)`. (`rand_like.generator(Tensor self, *,
+    /// Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None,
+    /// bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_rand_like_generator`; throws tr::Error on failure.
+    [[nodiscard]] Self rand_like_generator(std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_rand_like_generator, self().raw(), detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns a tensor with the same shape as Tensor `input` filled with random integers
+    /// generated uniformly between `low` (inclusive) and `high` (exclusive).
+    /// (`randint_like(Tensor self, SymInt high, *, ScalarType? dtype=None, Layout? layout=None,
+    /// Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_randint_like`; throws tr::Error on
+    /// failure.
+    [[nodiscard]] Self randint_like(int64_t high, std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_randint_like, self().raw(), high, detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns a tensor with the same shape as Tensor `input` filled with random integers
+    /// generated uniformly between `low` (inclusive) and `high` (exclusive).
+    /// (`randint_like.generator(Tensor self, SymInt high, *, Generator? generator, ScalarType?
+    /// dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None,
+    /// MemoryFormat? memory_format=None) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_randint_like_generator`; throws tr::Error on failure.
+    [[nodiscard]] Self randint_like_generator(int64_t high, std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_randint_like_generator, self().raw(), high,
+                detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns a tensor with the same shape as Tensor `input` filled with random integers
+    /// generated uniformly between `low` (inclusive) and `high` (exclusive).
+    /// (`randint_like.Tensor(Tensor self, Tensor high, *, ScalarType? dtype=None, Layout?
+    /// layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat?
+    /// memory_format=None) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_randint_like_tensor`; throws tr::Error on failure.
+    [[nodiscard]] Self randint_like_tensor(const Self& high, std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_randint_like_tensor, self().raw(), high.raw(),
+                detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns a tensor with the same shape as Tensor `input` filled with random integers
+    /// generated uniformly between `low` (inclusive) and `high` (exclusive).
+    /// (`randint_like.Tensor_generator(Tensor self, Tensor high, *, Generator? generator,
+    /// ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None,
+    /// MemoryFormat? memory_format=None) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_randint_like_tensor_generator`; throws tr::Error on failure.
+    [[nodiscard]] Self randint_like_tensor_generator(
+        const Self& high,
+        std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_randint_like_tensor_generator, self().raw(), high.raw(),
+                detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns a tensor with the same shape as Tensor `input` filled with random integers
+    /// generated uniformly between `low` (inclusive) and `high` (exclusive).
+    /// (`randint_like.low_dtype(Tensor self, SymInt low, SymInt high, *, ScalarType?
+    /// dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None,
+    /// MemoryFormat? memory_format=None) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_randint_like_low_dtype`; throws tr::Error on failure.
+    [[nodiscard]] Self randint_like_low_dtype(
+        int64_t low,
+        int64_t high,
+        std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_randint_like_low_dtype, self().raw(), low, high,
+                detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns a tensor with the same shape as Tensor `input` filled with random integers
+    /// generated uniformly between `low` (inclusive) and `high` (exclusive).
+    /// (`randint_like.low_generator_dtype(Tensor self, SymInt low, SymInt high, *, Generator?
+    /// generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool?
+    /// pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_randint_like_low_generator_dtype`; throws tr::Error on failure.
+    [[nodiscard]] Self randint_like_low_generator_dtype(
+        int64_t low,
+        int64_t high,
+        std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_randint_like_low_generator_dtype, self().raw(), low, high,
+                detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns a tensor with the same size as `input` that is filled with random numbers from a
+    /// normal distribution with mean 0 and variance 1. (`randn_like(Tensor self, *, ScalarType?
+    /// dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None,
+    /// MemoryFormat? memory_format=None) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_randn_like`; throws tr::Error on failure.
+    [[nodiscard]] Self randn_like(std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_randn_like, self().raw(), detail::c_opt(dtype).ptr(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns a tensor with the same size as `input` that is filled with random numbers from a
+    /// normal distribution with mean 0 and variance 1. (`randn_like.generator(Tensor self, *,
+    /// Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None,
+    /// bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`) (`input` is *this.)
+    /// Calls `tr_tensor_randn_like_generator`; throws tr::Error on failure.
+    [[nodiscard]] Self randn_like_generator(std::optional<DType> dtype) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_randn_like_generator, self().raw(), detail::c_opt(dtype).ptr(),
+                &out);
+        return Self::adopt(out);
+    }
+
+    /// Returns a tensor of the same size as `input` with each element sampled from a Poisson
+    /// distribution with rate parameter given by the corresponding element in `input` i.e.
+    /// (`poisson(Tensor self, Generator? generator=None) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_poisson`; throws tr::Error on failure.
+    [[nodiscard]] Self poisson() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_poisson, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Draws from binomial distributions of `count` trials with probabilities `prob`.
+    /// (`binomial(Tensor count, Tensor prob, Generator? generator=None) -> Tensor`) (`count` is
+    /// *this.) Calls `tr_tensor_binomial`; throws tr::Error on failure.
+    [[nodiscard]] Self binomial(const Self& prob) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_binomial, self().raw(), prob.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Fills `self` tensor with numbers sampled from the discrete uniform distribution over
+    /// `[from, to - 1]`. (`random_.from(Tensor(a!) self, int from, int? to, *, Generator?
+    /// generator=None) -> Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_random_from_`;
+    /// throws tr::Error on failure.
+    Self& random_from_(int64_t from, std::optional<int64_t> to) & {
+        detail::call(tr_tensor_random_from_, self().raw(), from, detail::c_opt(to).ptr());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self random_from_(int64_t from, std::optional<int64_t> to) && {
+        detail::call(tr_tensor_random_from_, self().raw(), from, detail::c_opt(to).ptr());
+        return std::move(self());
+    }
+
+    /// Fills `self` tensor with numbers sampled from the discrete uniform distribution over
+    /// `[from, to - 1]`. (`random_.to(Tensor(a!) self, int to, *, Generator? generator=None) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_random_to_`; throws tr::Error on
+    /// failure.
+    Self& random_to_(int64_t to) & {
+        detail::call(tr_tensor_random_to_, self().raw(), to);
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self random_to_(int64_t to) && {
+        detail::call(tr_tensor_random_to_, self().raw(), to);
+        return std::move(self());
+    }
+
+    /// Fills `self` tensor with numbers sampled from the discrete uniform distribution over
+    /// `[from, to - 1]`. (`random_(Tensor(a!) self, *, Generator? generator=None) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_random_`; throws tr::Error on failure.
+    Self& random_() & {
+        detail::call(tr_tensor_random_, self().raw());
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self random_() && {
+        detail::call(tr_tensor_random_, self().raw());
+        return std::move(self());
+    }
+
+    /// Fills `self` tensor with numbers sampled from the continuous uniform distribution.
+    /// (`uniform_(Tensor(a!) self, float from=0, float to=1, *, Generator? generator=None) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_uniform_`; throws tr::Error on
+    /// failure.
+    Self& uniform_(double from, double to) & {
+        detail::call(tr_tensor_uniform_, self().raw(), from, to);
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self uniform_(double from, double to) && {
+        detail::call(tr_tensor_uniform_, self().raw(), from, to);
+        return std::move(self());
+    }
+
+    /// Fills the tensor with numbers drawn from the Cauchy distribution. (`cauchy_(Tensor(a!)
+    /// self, float median=0, float sigma=1, *, Generator? generator=None) -> Tensor(a!)`)
+    /// (`input` is *this.) Calls `tr_tensor_cauchy_`; throws tr::Error on failure.
+    Self& cauchy_(double median, double sigma) & {
+        detail::call(tr_tensor_cauchy_, self().raw(), median, sigma);
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self cauchy_(double median, double sigma) && {
+        detail::call(tr_tensor_cauchy_, self().raw(), median, sigma);
+        return std::move(self());
+    }
+
+    /// Fills `self` tensor with elements drawn from the PDF (probability density function)
+    /// (`exponential_(Tensor(a!) self, float lambd=1, *, Generator? generator=None) ->
+    /// Tensor(a!)`) (`input` is *this.) Calls `tr_tensor_exponential_`; throws tr::Error on
+    /// failure.
+    Self& exponential_(double lambd) & {
+        detail::call(tr_tensor_exponential_, self().raw(), lambd);
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self exponential_(double lambd) && {
+        detail::call(tr_tensor_exponential_, self().raw(), lambd);
+        return std::move(self());
+    }
+
+    /// Fills `self` tensor with elements drawn from the geometric distribution.
+    /// (`geometric_(Tensor(a!) self, float p, *, Generator? generator=None) -> Tensor(a!)`)
+    /// (`input` is *this.) Calls `tr_tensor_geometric_`; throws tr::Error on failure.
+    Self& geometric_(double p) & {
+        detail::call(tr_tensor_geometric_, self().raw(), p);
+        return self();
+    }
+    /// As above, on an rvalue: returns the owner itself, moved.
+    [[nodiscard]] Self geometric_(double p) && {
+        detail::call(tr_tensor_geometric_, self().raw(), p);
+        return std::move(self());
+    }
+
+    /// Returns a tensor where each row contains `num_samples` indices sampled from the
+    /// multinomial (a stricter definition would be multivariate, refer to
+    /// `torch.distributions.multinomial.Multinomial` for more details) probability distribution
+    /// located in the corresponding row of tensor `input`. (`multinomial(Tensor self, SymInt
+    /// num_samples, bool replacement=False, *, Generator? generator=None) -> Tensor`) (`input`
+    /// is *this.) Calls `tr_tensor_multinomial`; throws tr::Error on failure.
+    [[nodiscard]] Self multinomial(int64_t num_samples, bool replacement) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_multinomial, self().raw(), num_samples, replacement, &out);
+        return Self::adopt(out);
+    }
+
+    /// Permutes the dimensions of the `self` tensor to match the dimension order in the `other`
+    /// tensor, adding size-one dims for any new names. (`align_as(Tensor self, Tensor other) ->
+    /// Tensor`) (`input` is *this.) Calls `tr_tensor_align_as`; throws tr::Error on failure.
+    [[nodiscard]] Self align_as(const Self& other) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_align_as, self().raw(), other.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Copies the tensor to pinned memory, if it's not already pinned. (`pin_memory(Tensor(a)
+    /// self, Device? device=None) -> Tensor(a)`) (`input` is *this.) Calls
+    /// `tr_tensor_pin_memory`; throws tr::Error on failure.
+    [[nodiscard]] Self pin_memory() const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_pin_memory, self().raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// Performs a matrix multiplication of the sparse matrix `input` with the dense matrix
+    /// `mat`. (`smm(Tensor self, Tensor mat2) -> Tensor`) (`input` is *this.) Calls
+    /// `tr_tensor_smm`; throws tr::Error on failure.
+    [[nodiscard]] Self smm(const Self& mat2) const {
+        tr_tensor out{0};
+        detail::call(tr_tensor_smm, self().raw(), mat2.raw(), &out);
+        return Self::adopt(out);
+    }
+
+    /// The scale and zero point that quantize `input` with the least error.
+    /// (`choose_qparams_optimized(Tensor input, int numel, int n_bins, float ratio, int
+    /// bit_width) -> (Tensor, Tensor)`) (`input` is *this.) Calls
+    /// `tr_tensor_choose_qparams_optimized`; throws tr::Error on failure.
+    [[nodiscard]] std::array<Self, 2> choose_qparams_optimized(
+        int64_t numel,
+        int64_t n_bins,
+        double ratio,
+        int64_t bit_width) const {
+        return detail::call_tensors<Self, 2>([&](tr_tensor* out_, size_t room_, size_t* written_) {
+                return tr_tensor_choose_qparams_optimized(self().raw(), numel, n_bins, ratio,
+                bit_width, out_, room_, written_); });
     }
 };
 

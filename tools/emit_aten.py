@@ -8,7 +8,8 @@ src/ops/aten/generated/<family>.cpp, one `TR_ATEN_KERNEL` per overload, which ca
 read from the `Arg` array (src/ops/aten/args.h), and src/ops/aten/kernels_generated.rs, their
 Rust declarations.
 
-An overload keeps the schema's argument names (`self` becomes `input`, as PyTorch's Python API
+Its documentation is one sentence (tools/op_docs.py) and the schema's line. An overload keeps
+the schema's argument names (`self` becomes `input`, as PyTorch's Python API
 names it; names are lower case) and order, without the arguments the manager decides
 (schema.DEFAULTED). An op whose name ops.def or a hand-written function already takes is
 left to it (`named`).
@@ -18,6 +19,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import op_docs
 import schema
 from optable import RUST_KEYWORDS, Op, Param
 
@@ -50,14 +52,15 @@ COLLECT = {
 # Families: the generated kernels' files (so that a change rebuilds one, and the compiler works
 # on several at once). The first that matches an overload wins; `tags` are the schema's own.
 FAMILIES = [
-    ("creation", lambda o: not any(a.key.startswith("Tensor") for a in o.args)),
-    ("linalg", lambda o: o.name.startswith("linalg_") or o.name in LINALG),
-    ("fft", lambda o: o.name.startswith("fft_")),
+    ("properties", lambda o: bool(PROPERTIES.search(o.name))),
+    ("random", lambda o: schema.RANDOM_TAG in o.tags and not NN.search(o.name)),
+    ("creation", lambda o: not any(a.key.startswith("Tensor") for a in o.args) or bool(CREATION.search(o.name))),
+    ("linalg", lambda o: o.name.startswith("linalg_") or o.name.removesuffix("_") in LINALG),
+    ("fft", lambda o: o.name.startswith("fft_") or o.name in ("stft", "istft")),
     ("special", lambda o: o.name.startswith("special_")),
     ("nn", lambda o: bool(NN.search(o.name))),
-    ("random", lambda o: schema.RANDOM_TAG in o.tags),
-    ("pointwise", lambda o: "pointwise" in o.tags),
-    ("reduction", lambda o: "reduction" in o.tags),
+    ("pointwise", lambda o: "pointwise" in o.kin_tags or bool(POINTWISE.search(o.name))),
+    ("reduction", lambda o: "reduction" in o.kin_tags or bool(REDUCTION.search(o.name))),
     ("shape", lambda o: bool(SHAPE.search(o.name)) or "view_copy" in o.tags),
     ("other", lambda o: True),
 ]
@@ -65,12 +68,22 @@ LINALG = {"mm", "bmm", "matmul", "addmm", "addbmm", "baddbmm", "addmv", "addr", 
           "ger", "inner", "kron", "cholesky", "cholesky_solve", "cholesky_inverse", "qr", "svd", "det", "logdet",
           "slogdet", "inverse", "pinverse", "matrix_power", "matrix_exp", "lu_solve", "lu_unpack", "triangular_solve",
           "orgqr", "ormqr", "geqrf", "chain_matmul", "tensordot", "einsum", "trace", "tril", "triu", "diag",
-          "diag_embed", "diagonal", "diagflat", "cross", "block_diag", "cdist", "pdist", "cov", "corrcoef"}
+          "diag_embed", "diagonal", "diagflat", "cross", "block_diag", "cdist", "pdist", "cov", "corrcoef",
+          "matrix_H", "t", "vander"}
 NN = re.compile(r"conv|pool|norm|loss|dropout|softmax|softmin|embedding|pad|upsample|interpolate|attention|"
                 r"linear|bilinear|relu|gelu|silu|mish|elu|hardtanh|hardsigmoid|hardswish|sigmoid|tanh|glu|"
                 r"softplus|softshrink|hardshrink|threshold|prelu|rrelu|pixel_|channel_shuffle|grid_sampler|"
-                r"affine_grid|ctc|cross_entropy|one_hot|im2col|col2im|fold|unfold")
-SHAPE = re.compile(r"^(view|reshape|flatten|unflatten|squeeze|unsqueeze|permute|transpose|swap|movedim|moveaxis|"
+                r"affine_grid|ctc|cross_entropy|one_hot|im2col|col2im|fold|unfold|lstm|gru|rnn|kl_div|distance|"
+                r"similarity")
+PROPERTIES = re.compile(r"^(is_|size$|stride$|sym_|output_nr|data$|retains_grad|result_type|promote_types|can_cast|"
+                        r"hash_tensor|allclose|equal$)")
+CREATION = re.compile(r"_like$|^(linspace|logspace)$")
+POINTWISE = re.compile(r"^(chalf|real|imag|conj|resolve_conj|resolve_neg|complex|polar|view_as_real|view_as_complex|"
+                       r"isclose|isin|isreal|arctan2_?|floor_divide_)$")
+REDUCTION = re.compile(r"^(median|nanmedian|mode|nanmean|kthvalue|n?a?n?quantile|histc|histogram|bincount|cum|"
+                       r"logcumsumexp|dist$|sort|msort|argsort|topk|bucketize|searchsorted|unique|trapezoid|trapz|"
+                       r"cumulative_trapezoid|diff$|gradient|segment_reduce|count_nonzero|aminmax|sum_to_size)")
+SHAPE = re.compile(r"^(unsafe_|meshgrid|cartesian_prod|combinations|view|reshape|flatten|unflatten|squeeze|unsqueeze|permute|transpose|swap|movedim|moveaxis|"
                    r"expand|broadcast|cat|concat|stack|hstack|vstack|dstack|column_stack|row_stack|split|chunk|"
                    r"tensor_split|unbind|narrow|select|slice|index|gather|scatter|take|put|masked|flip|roll|rot90|"
                    r"repeat|tile|t$|numpy_T|mT|mH|adjoint|alias|as_strided|clone|contiguous|detach|resize|"
@@ -78,8 +91,71 @@ SHAPE = re.compile(r"^(view|reshape|flatten|unflatten|squeeze|unsqueeze|permute|
                    r"argwhere|where|unfold|to$|type_as|view_as|expand_as|reshape_as|new_|lift|set_|fill|zero_|copy)")
 
 
+# The families in the order the ops header and the bindings list them, after the table's own
+# ops, each with the line that opens its part of the header.
+TITLES = {
+    "table": "the op table's own ops (src/ops/ops.def), hand-written",
+    "properties": "properties: sizes, strides, flags and element types of tensors",
+    "creation": "creation: tensors made from arguments alone, in host memory",
+    "pointwise": "pointwise: elementwise arithmetic, math functions, comparisons and complex parts",
+    "reduction": "reductions, scans and sorting: sums, means, extrema, statistics, histograms, sorts and searches",
+    "shape": "shape and indexing: views, reshapes, joins, splits, gathers, scatters and copies",
+    "linalg": "linear algebra: products, decompositions, solvers and matrix functions",
+    "nn": "neural networks: convolution, pooling, normalization, activations, losses, attention, "
+          "padding and resampling",
+    "fft": "Fourier transforms",
+    "special": "special functions (torch.special)",
+    "random": "random sampling (the schema's `nondeterministic_seeded` ops: never recomputed)",
+    "other": "the rest",
+}
+
+
 def family(o: schema.Overload) -> str:
     return next(name for name, test in FAMILIES if test(o))
+
+
+ALIAS = re.compile(r"^Alias (?:for|of) `(?:torch\.)?(?:Tensor\.)?(\w+)")
+
+
+def kin(overloads: list[schema.Overload]) -> None:
+    """Gives each overload the tags of its kin (`Overload.kin_tags`): the schema tags only some
+    forms of an op (`abs` is `pointwise`, `abs_` and `absolute` are not)."""
+    tags: dict[str, set[str]] = {}
+    for o in overloads:
+        tags.setdefault(o.name.removesuffix("_"), set()).update(o.tags)
+    for o in overloads:  # an alias's functional form takes its target's tags
+        if not o.in_place and (m := ALIAS.match(op_docs.pytorch_doc(o) or "")):
+            tags[o.name] |= tags.get(m.group(1).removesuffix("_"), set())
+    for o in overloads:
+        o.kin_tags = tags[o.name.removesuffix("_")]
+
+
+def op_family(op: Op) -> str:
+    return family(op.schema) if op.schema is not None else "table"
+
+
+def by_family(ops: list[Op]) -> dict[str, list[Op]]:
+    """The ops by family, in the order of TITLES."""
+    groups: dict[str, list[Op]] = {f: [] for f in TITLES}
+    for op in ops:
+        groups[op_family(op)].append(op)
+    return {f: members for f, members in groups.items() if members}
+
+
+def grouped_header(text: str, ops: list[Op]) -> str:
+    """The ops header (cbindgen's, the ops in family order) with a banner before each family."""
+    firsts: dict[str, tuple[str, int]] = {}
+    for op in ops:
+        fam = op_family(op)
+        name, count = firsts.get(fam, (op.c_name, 0))
+        firsts[fam] = (name, count + 1)
+    rule = " * " + "=" * 96
+    for fam, (name, count) in firsts.items():
+        at = text.index(f"tr_status {name}(")
+        start = text.rindex("\n/**\n", 0, at) + 1
+        banner = f"/*\n{rule}\n * {TITLES[fam]} ({count} ops)\n{rule}\n */\n\n"
+        text = text[:start] + banner + text[start:]
+    return text
 
 
 def param_name(arg: schema.Arg) -> str:
@@ -97,8 +173,7 @@ def reserved(root: Path) -> set[str]:
     own methods."""
     names = set()
     for f in (root / "src/ffi").glob("*.rs"):
-        if f.name != "ops_generated.rs":
-            names |= set(re.findall(r"fn tr_tensor_(\w+)", f.read_text()))
+        names |= set(re.findall(r"fn tr_tensor_(\w+)", f.read_text()))
     names |= set(re.findall(r"\n    pub fn (\w+)", (root / "src/tensor.rs").read_text()))
     return names
 
@@ -114,17 +189,19 @@ def table_op(o: schema.Overload) -> Op:
     if ret.startswith("T,"):  # a tuple: as many handles as the schema returns
         body = f"aten::exactly({len(o.returns)}, {body})"
     flags = frozenset({"seeded"}) if schema.RANDOM_TAG in o.tags else frozenset()
-    return Op(o.c_name, params, ret, body, f"`{o.func}`", flags, schema=o)
+    return Op(o.c_name, params, ret, body, f"{op_docs.sentence(o)} (`{o.func}`)", flags, schema=o)
 
 
 def select(root: Path, table: list[Op]) -> tuple[list[schema.Overload], dict[str, list[schema.Overload]]]:
     """The overloads to generate, and every other overload by exclusion group (schema.GROUPS,
     and `named`: ops.def or a hand-written function has its name)."""
     taken = {op.name for op in table} | reserved(root)
-    groups = schema.sort(schema.load())
+    overloads = schema.load()
+    kin(overloads)
+    groups = schema.sort(overloads)
     generate = groups.pop("generate")
     groups["named"] = [o for o in generate if o.c_name in taken]
-    generate = [o for o in generate if o.c_name not in taken]
+    generate = sorted((o for o in generate if o.c_name not in taken), key=lambda o: list(TITLES).index(family(o)))
     if unhandled := [f"  {o.full_name}: {', '.join(schema.unhandled_types(o))}" for o in generate
                      if schema.unhandled_types(o)]:
         raise SystemExit("emit_aten: types the generator does not handle (add them to schema.ARGS, DEFAULTED or "

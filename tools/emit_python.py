@@ -194,7 +194,7 @@ def _signature(op, creation: bool) -> list[str]:
 
 def _doc(op) -> str:
     params = ", ".join(f"{_py_name(p.name)}: {cell(p.ty, 'py_hint')}" for p in op.params)
-    lines = [op.doc, "", f"{op.name}({params}) -> {ret_cell(op.ret, 'py_hint')}   [C: {op.c_name}]"]
+    lines = [op.doc.replace("\\", "\\\\"), "", f"{op.name}({params}) -> {ret_cell(op.ret, 'py_hint')}   [C: {op.c_name}]"]
     if op.ret == "T!":
         lines.append(f"In place: modifies and returns `{op.params[0].name}`.")
     return "\n".join(lines)

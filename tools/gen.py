@@ -68,13 +68,14 @@ def outputs() -> dict[Path, str]:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         ffi_ops = tmp / "ops.rs"
-        ffi_ops.write_text(files[ROOT / "src/ffi/ops_generated.rs"])
+        ffi_ops.write_text(emit_ffi.for_cbindgen(ops))
         cbindgen("--config", "cbindgen.toml", "--output", str(tmp / "tensorref.h"))
         cbindgen("--config", "cbindgen_ops.toml", "--output", str(tmp / "tensorref_ops.h"), str(ffi_ops))
         cbindgen("--config", "cbindgen_minilm.toml", "--output", str(tmp / "tensorref_minilm.h"),
                  str(ROOT / "src/ffi/models.rs"))
         for name in ("tensorref.h", "tensorref_ops.h", "tensorref_minilm.h"):
             files[ROOT / "include" / name] = (tmp / name).read_text()
+        files[ROOT / "include/tensorref_ops.h"] = emit_aten.grouped_header(files[ROOT / "include/tensorref_ops.h"], ops)
         manifest = abi_manifest.build(tmp / "tensorref.h", {"models": tmp / "tensorref_minilm.h"})
     files[ROOT / "include/tensorref_abi.json"] = json.dumps(manifest, indent=1) + "\n"
 

@@ -139,6 +139,10 @@ class Overload:
     func: str = ""
     # Its kernels are its `out=` variant's (structured): CPU and CUDA have them.
     structured: bool = False
+    # The tags of every overload of its name, of its functional form's (`abs` for `abs_`) and of
+    # the op it is an alias of (`acos` for `arccos`): what its family is read from
+    # (tools/emit_aten.py, `kin`).
+    kin_tags: set[str] = field(default_factory=set)
 
     @property
     def full_name(self) -> str:

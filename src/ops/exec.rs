@@ -2,7 +2,7 @@
 //! compute device when one is configured, runs the body (once more after evicting, if the
 //! device ran out of memory), and registers the result; `admitted` runs the whole of it again
 //! while ops on other threads hold the room it needs. Without a manager it adds one atomic
-//! load to the registry lookups. The generated functions in `generated.rs` are written against it.
+//! load to the registry lookups. The generated functions in `generated/` are written against it.
 
 use crate::error::{Error, Result};
 use crate::registry::{self, Entry, TensorId};

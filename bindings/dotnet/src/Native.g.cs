@@ -727,30 +727,140 @@ namespace TensorRef
         internal static extern Status tr_tensor_output_nr(TensorHandle input, out long @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_retains_grad", ExactSpelling = true)]
         internal static extern Status tr_tensor_retains_grad(TensorHandle input, [MarshalAs(UnmanagedType.I1)] out bool @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_align_as", ExactSpelling = true)]
-        internal static extern Status tr_tensor_align_as(TensorHandle input, TensorHandle other, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_align_tensors", ExactSpelling = true)]
-        internal static extern Status tr_tensor_align_tensors(ulong[] tensors, UIntPtr tensors_len, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
         [DllImport(Lib, EntryPoint = "tr_tensor_sym_constrain_range", ExactSpelling = true)]
         internal static extern Status tr_tensor_sym_constrain_range(Scalar size, long[] min, long[] max);
         [DllImport(Lib, EntryPoint = "tr_tensor_sym_constrain_range_for_size", ExactSpelling = true)]
         internal static extern Status tr_tensor_sym_constrain_range_for_size(Scalar size, long[] min, long[] max);
-        [DllImport(Lib, EntryPoint = "tr_tensor_native_dropout", ExactSpelling = true)]
-        internal static extern Status tr_tensor_native_dropout(TensorHandle input, double p, [MarshalAs(UnmanagedType.LPArray, ArraySubType = UnmanagedType.I1)] bool[] train, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_dropout_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_dropout_(TensorHandle input, double p, [MarshalAs(UnmanagedType.I1)] bool train);
-        [DllImport(Lib, EntryPoint = "tr_tensor_feature_dropout", ExactSpelling = true)]
-        internal static extern Status tr_tensor_feature_dropout(TensorHandle input, double p, [MarshalAs(UnmanagedType.I1)] bool train, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_feature_dropout_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_feature_dropout_(TensorHandle input, double p, [MarshalAs(UnmanagedType.I1)] bool train);
-        [DllImport(Lib, EntryPoint = "tr_tensor_alpha_dropout", ExactSpelling = true)]
-        internal static extern Status tr_tensor_alpha_dropout(TensorHandle input, double p, [MarshalAs(UnmanagedType.I1)] bool train, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_alpha_dropout_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_alpha_dropout_(TensorHandle input, double p, [MarshalAs(UnmanagedType.I1)] bool train);
-        [DllImport(Lib, EntryPoint = "tr_tensor_feature_alpha_dropout", ExactSpelling = true)]
-        internal static extern Status tr_tensor_feature_alpha_dropout(TensorHandle input, double p, [MarshalAs(UnmanagedType.I1)] bool train, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_feature_alpha_dropout_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_feature_alpha_dropout_(TensorHandle input, double p, [MarshalAs(UnmanagedType.I1)] bool train);
+        [DllImport(Lib, EntryPoint = "tr_tensor_allclose", ExactSpelling = true)]
+        internal static extern Status tr_tensor_allclose(TensorHandle input, TensorHandle other, double rtol, double atol, [MarshalAs(UnmanagedType.I1)] bool equal_nan, [MarshalAs(UnmanagedType.I1)] out bool @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_is_distributed", ExactSpelling = true)]
+        internal static extern Status tr_tensor_is_distributed(TensorHandle input, [MarshalAs(UnmanagedType.I1)] out bool @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_is_floating_point", ExactSpelling = true)]
+        internal static extern Status tr_tensor_is_floating_point(TensorHandle input, [MarshalAs(UnmanagedType.I1)] out bool @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_is_complex", ExactSpelling = true)]
+        internal static extern Status tr_tensor_is_complex(TensorHandle input, [MarshalAs(UnmanagedType.I1)] out bool @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_is_conj", ExactSpelling = true)]
+        internal static extern Status tr_tensor_is_conj(TensorHandle input, [MarshalAs(UnmanagedType.I1)] out bool @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_is_neg", ExactSpelling = true)]
+        internal static extern Status tr_tensor_is_neg(TensorHandle input, [MarshalAs(UnmanagedType.I1)] out bool @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_is_nonzero", ExactSpelling = true)]
+        internal static extern Status tr_tensor_is_nonzero(TensorHandle input, [MarshalAs(UnmanagedType.I1)] out bool @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_is_same_size", ExactSpelling = true)]
+        internal static extern Status tr_tensor_is_same_size(TensorHandle input, TensorHandle other, [MarshalAs(UnmanagedType.I1)] out bool @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_is_signed", ExactSpelling = true)]
+        internal static extern Status tr_tensor_is_signed(TensorHandle input, [MarshalAs(UnmanagedType.I1)] out bool @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_is_inference", ExactSpelling = true)]
+        internal static extern Status tr_tensor_is_inference(TensorHandle input, [MarshalAs(UnmanagedType.I1)] out bool @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_is_pinned", ExactSpelling = true)]
+        internal static extern Status tr_tensor_is_pinned(TensorHandle input, [MarshalAs(UnmanagedType.I1)] out bool @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_size_int", ExactSpelling = true)]
+        internal static extern Status tr_tensor_size_int(TensorHandle input, long dim, out long @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_sym_size_int", ExactSpelling = true)]
+        internal static extern Status tr_tensor_sym_size_int(TensorHandle input, long dim, out long @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_sym_is_contiguous", ExactSpelling = true)]
+        internal static extern Status tr_tensor_sym_is_contiguous(TensorHandle input, [MarshalAs(UnmanagedType.I1)] out bool @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_sym_numel", ExactSpelling = true)]
+        internal static extern Status tr_tensor_sym_numel(TensorHandle input, out long @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_sym_storage_offset", ExactSpelling = true)]
+        internal static extern Status tr_tensor_sym_storage_offset(TensorHandle input, out long @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_stride_int", ExactSpelling = true)]
+        internal static extern Status tr_tensor_stride_int(TensorHandle input, long dim, out long @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_sym_stride_int", ExactSpelling = true)]
+        internal static extern Status tr_tensor_sym_stride_int(TensorHandle input, long dim, out long @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_hash_tensor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_hash_tensor(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, long mode, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_result_type_tensor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_result_type_tensor(TensorHandle tensor, TensorHandle other, out DType @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_result_type_scalar", ExactSpelling = true)]
+        internal static extern Status tr_tensor_result_type_scalar(TensorHandle tensor, Scalar other, out DType @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_result_type_scalar_tensor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_result_type_scalar_tensor(Scalar scalar, TensorHandle tensor, out DType @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_result_type_scalar_scalar", ExactSpelling = true)]
+        internal static extern Status tr_tensor_result_type_scalar_scalar(Scalar scalar1, Scalar scalar2, out DType @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_can_cast", ExactSpelling = true)]
+        internal static extern Status tr_tensor_can_cast(DType from_, DType to, [MarshalAs(UnmanagedType.I1)] out bool @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_promote_types", ExactSpelling = true)]
+        internal static extern Status tr_tensor_promote_types(DType type1, DType type2, out DType @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_is_set_to", ExactSpelling = true)]
+        internal static extern Status tr_tensor_is_set_to(TensorHandle input, TensorHandle tensor, [MarshalAs(UnmanagedType.I1)] out bool @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_equal", ExactSpelling = true)]
+        internal static extern Status tr_tensor_equal(TensorHandle input, TensorHandle other, [MarshalAs(UnmanagedType.I1)] out bool @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_arange_start", ExactSpelling = true)]
+        internal static extern Status tr_tensor_arange_start(Scalar start, Scalar end, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_arange_start_step", ExactSpelling = true)]
+        internal static extern Status tr_tensor_arange_start_step(Scalar start, Scalar end, Scalar step, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_bartlett_window", ExactSpelling = true)]
+        internal static extern Status tr_tensor_bartlett_window(long window_length, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_bartlett_window_periodic", ExactSpelling = true)]
+        internal static extern Status tr_tensor_bartlett_window_periodic(long window_length, [MarshalAs(UnmanagedType.I1)] bool periodic, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_blackman_window", ExactSpelling = true)]
+        internal static extern Status tr_tensor_blackman_window(long window_length, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_blackman_window_periodic", ExactSpelling = true)]
+        internal static extern Status tr_tensor_blackman_window_periodic(long window_length, [MarshalAs(UnmanagedType.I1)] bool periodic, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_empty_memory_format", ExactSpelling = true)]
+        internal static extern Status tr_tensor_empty_memory_format(long[] size, UIntPtr size_len, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_empty_permuted", ExactSpelling = true)]
+        internal static extern Status tr_tensor_empty_permuted(long[] size, UIntPtr size_len, long[] physical_layout, UIntPtr physical_layout_len, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_empty_like", ExactSpelling = true)]
+        internal static extern Status tr_tensor_empty_like(TensorHandle input, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_empty_strided", ExactSpelling = true)]
+        internal static extern Status tr_tensor_empty_strided(long[] size, UIntPtr size_len, long[] stride, UIntPtr stride_len, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_eye_m", ExactSpelling = true)]
+        internal static extern Status tr_tensor_eye_m(long n, long m, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_full_like", ExactSpelling = true)]
+        internal static extern Status tr_tensor_full_like(TensorHandle input, Scalar fill_value, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_from_file", ExactSpelling = true)]
+        internal static extern Status tr_tensor_from_file(byte[] filename, [MarshalAs(UnmanagedType.LPArray, ArraySubType = UnmanagedType.I1)] bool[] shared, long[] size, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_hann_window", ExactSpelling = true)]
+        internal static extern Status tr_tensor_hann_window(long window_length, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_hann_window_periodic", ExactSpelling = true)]
+        internal static extern Status tr_tensor_hann_window_periodic(long window_length, [MarshalAs(UnmanagedType.I1)] bool periodic, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_hamming_window", ExactSpelling = true)]
+        internal static extern Status tr_tensor_hamming_window(long window_length, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_hamming_window_periodic", ExactSpelling = true)]
+        internal static extern Status tr_tensor_hamming_window_periodic(long window_length, [MarshalAs(UnmanagedType.I1)] bool periodic, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_hamming_window_periodic_alpha", ExactSpelling = true)]
+        internal static extern Status tr_tensor_hamming_window_periodic_alpha(long window_length, [MarshalAs(UnmanagedType.I1)] bool periodic, double alpha, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_hamming_window_periodic_alpha_beta", ExactSpelling = true)]
+        internal static extern Status tr_tensor_hamming_window_periodic_alpha_beta(long window_length, [MarshalAs(UnmanagedType.I1)] bool periodic, double alpha, double beta, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_kaiser_window", ExactSpelling = true)]
+        internal static extern Status tr_tensor_kaiser_window(long window_length, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_kaiser_window_periodic", ExactSpelling = true)]
+        internal static extern Status tr_tensor_kaiser_window_periodic(long window_length, [MarshalAs(UnmanagedType.I1)] bool periodic, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_kaiser_window_beta", ExactSpelling = true)]
+        internal static extern Status tr_tensor_kaiser_window_beta(long window_length, [MarshalAs(UnmanagedType.I1)] bool periodic, double beta, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linspace", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linspace(Scalar start, Scalar end, long steps, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linspace_tensor_tensor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linspace_tensor_tensor(TensorHandle start, TensorHandle end, long steps, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linspace_tensor_scalar", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linspace_tensor_scalar(TensorHandle start, Scalar end, long steps, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linspace_scalar_tensor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linspace_scalar_tensor(Scalar start, TensorHandle end, long steps, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_logspace", ExactSpelling = true)]
+        internal static extern Status tr_tensor_logspace(Scalar start, Scalar end, long steps, double @base, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_logspace_tensor_tensor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_logspace_tensor_tensor(TensorHandle start, TensorHandle end, long steps, double @base, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_logspace_tensor_scalar", ExactSpelling = true)]
+        internal static extern Status tr_tensor_logspace_tensor_scalar(TensorHandle start, Scalar end, long steps, double @base, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_logspace_scalar_tensor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_logspace_scalar_tensor(Scalar start, TensorHandle end, long steps, double @base, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_scalar_tensor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_scalar_tensor(Scalar s, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_range_step", ExactSpelling = true)]
+        internal static extern Status tr_tensor_range_step(Scalar start, Scalar end, Scalar step, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_range", ExactSpelling = true)]
+        internal static extern Status tr_tensor_range(Scalar start, Scalar end, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_tril_indices", ExactSpelling = true)]
+        internal static extern Status tr_tensor_tril_indices(long row, long col, long offset, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_triu_indices", ExactSpelling = true)]
+        internal static extern Status tr_tensor_triu_indices(long row, long col, long offset, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_normal_float_float", ExactSpelling = true)]
+        internal static extern Status tr_tensor_normal_float_float(double mean, double std, long[] size, UIntPtr size_len, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_fft_fftfreq", ExactSpelling = true)]
+        internal static extern Status tr_tensor_fft_fftfreq(long n, double d, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_fft_rfftfreq", ExactSpelling = true)]
+        internal static extern Status tr_tensor_fft_rfftfreq(long n, double d, DType[] dtype, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_abs_", ExactSpelling = true)]
         internal static extern Status tr_tensor_abs_(TensorHandle input);
         [DllImport(Lib, EntryPoint = "tr_tensor_absolute", ExactSpelling = true)]
@@ -791,40 +901,10 @@ namespace TensorRef
         internal static extern Status tr_tensor_arccos(TensorHandle input, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_arccos_", ExactSpelling = true)]
         internal static extern Status tr_tensor_arccos_(TensorHandle input);
-        [DllImport(Lib, EntryPoint = "tr_tensor_avg_pool1d", ExactSpelling = true)]
-        internal static extern Status tr_tensor_avg_pool1d(TensorHandle input, long[] kernel_size, UIntPtr kernel_size_len, long[] stride, UIntPtr stride_len, long[] padding, UIntPtr padding_len, [MarshalAs(UnmanagedType.I1)] bool ceil_mode, [MarshalAs(UnmanagedType.I1)] bool count_include_pad, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_adaptive_avg_pool1d", ExactSpelling = true)]
-        internal static extern Status tr_tensor_adaptive_avg_pool1d(TensorHandle input, long[] output_size, UIntPtr output_size_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_adaptive_max_pool1d", ExactSpelling = true)]
-        internal static extern Status tr_tensor_adaptive_max_pool1d(TensorHandle input, long[] output_size, UIntPtr output_size_len, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
         [DllImport(Lib, EntryPoint = "tr_tensor_add_tensor", ExactSpelling = true)]
         internal static extern Status tr_tensor_add_tensor(TensorHandle input, TensorHandle other, Scalar alpha, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_add_tensor_", ExactSpelling = true)]
         internal static extern Status tr_tensor_add_tensor_(TensorHandle input, TensorHandle other, Scalar alpha);
-        [DllImport(Lib, EntryPoint = "tr_tensor_addmv", ExactSpelling = true)]
-        internal static extern Status tr_tensor_addmv(TensorHandle input, TensorHandle mat, TensorHandle vec, Scalar beta, Scalar alpha, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_addmv_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_addmv_(TensorHandle input, TensorHandle mat, TensorHandle vec, Scalar beta, Scalar alpha);
-        [DllImport(Lib, EntryPoint = "tr_tensor_addr", ExactSpelling = true)]
-        internal static extern Status tr_tensor_addr(TensorHandle input, TensorHandle vec1, TensorHandle vec2, Scalar beta, Scalar alpha, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_addr_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_addr_(TensorHandle input, TensorHandle vec1, TensorHandle vec2, Scalar beta, Scalar alpha);
-        [DllImport(Lib, EntryPoint = "tr_tensor_affine_grid_generator", ExactSpelling = true)]
-        internal static extern Status tr_tensor_affine_grid_generator(TensorHandle theta, long[] size, UIntPtr size_len, [MarshalAs(UnmanagedType.I1)] bool align_corners, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_all_dim", ExactSpelling = true)]
-        internal static extern Status tr_tensor_all_dim(TensorHandle input, long dim, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_all_dims", ExactSpelling = true)]
-        internal static extern Status tr_tensor_all_dims(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_allclose", ExactSpelling = true)]
-        internal static extern Status tr_tensor_allclose(TensorHandle input, TensorHandle other, double rtol, double atol, [MarshalAs(UnmanagedType.I1)] bool equal_nan, [MarshalAs(UnmanagedType.I1)] out bool @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_any_dim", ExactSpelling = true)]
-        internal static extern Status tr_tensor_any_dim(TensorHandle input, long dim, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_any_dims", ExactSpelling = true)]
-        internal static extern Status tr_tensor_any_dims(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_arange_start", ExactSpelling = true)]
-        internal static extern Status tr_tensor_arange_start(Scalar start, Scalar end, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_arange_start_step", ExactSpelling = true)]
-        internal static extern Status tr_tensor_arange_start_step(Scalar start, Scalar end, Scalar step, DType[] dtype, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_acosh", ExactSpelling = true)]
         internal static extern Status tr_tensor_acosh(TensorHandle input, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_acosh_", ExactSpelling = true)]
@@ -841,18 +921,6 @@ namespace TensorRef
         internal static extern Status tr_tensor_arcsinh(TensorHandle input, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_arcsinh_", ExactSpelling = true)]
         internal static extern Status tr_tensor_arcsinh_(TensorHandle input);
-        [DllImport(Lib, EntryPoint = "tr_tensor_atanh", ExactSpelling = true)]
-        internal static extern Status tr_tensor_atanh(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_atanh_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_atanh_(TensorHandle input);
-        [DllImport(Lib, EntryPoint = "tr_tensor_arctanh", ExactSpelling = true)]
-        internal static extern Status tr_tensor_arctanh(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_arctanh_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_arctanh_(TensorHandle input);
-        [DllImport(Lib, EntryPoint = "tr_tensor_as_strided", ExactSpelling = true)]
-        internal static extern Status tr_tensor_as_strided(TensorHandle input, long[] size, UIntPtr size_len, long[] stride, UIntPtr stride_len, long[] storage_offset, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_as_strided_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_as_strided_(TensorHandle input, long[] size, UIntPtr size_len, long[] stride, UIntPtr stride_len, long[] storage_offset);
         [DllImport(Lib, EntryPoint = "tr_tensor_asin", ExactSpelling = true)]
         internal static extern Status tr_tensor_asin(TensorHandle input, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_asin_", ExactSpelling = true)]
@@ -869,46 +937,6 @@ namespace TensorRef
         internal static extern Status tr_tensor_arctan(TensorHandle input, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_arctan_", ExactSpelling = true)]
         internal static extern Status tr_tensor_arctan_(TensorHandle input);
-        [DllImport(Lib, EntryPoint = "tr_tensor_atleast_1d", ExactSpelling = true)]
-        internal static extern Status tr_tensor_atleast_1d(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_atleast_1d_sequence", ExactSpelling = true)]
-        internal static extern Status tr_tensor_atleast_1d_sequence(ulong[] tensors, UIntPtr tensors_len, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_atleast_2d", ExactSpelling = true)]
-        internal static extern Status tr_tensor_atleast_2d(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_atleast_2d_sequence", ExactSpelling = true)]
-        internal static extern Status tr_tensor_atleast_2d_sequence(ulong[] tensors, UIntPtr tensors_len, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_atleast_3d", ExactSpelling = true)]
-        internal static extern Status tr_tensor_atleast_3d(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_atleast_3d_sequence", ExactSpelling = true)]
-        internal static extern Status tr_tensor_atleast_3d_sequence(ulong[] tensors, UIntPtr tensors_len, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_baddbmm", ExactSpelling = true)]
-        internal static extern Status tr_tensor_baddbmm(TensorHandle input, TensorHandle batch1, TensorHandle batch2, Scalar beta, Scalar alpha, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_baddbmm_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_baddbmm_(TensorHandle input, TensorHandle batch1, TensorHandle batch2, Scalar beta, Scalar alpha);
-        [DllImport(Lib, EntryPoint = "tr_tensor_baddbmm_dtype", ExactSpelling = true)]
-        internal static extern Status tr_tensor_baddbmm_dtype(TensorHandle input, TensorHandle batch1, TensorHandle batch2, DType out_dtype, Scalar beta, Scalar alpha, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_bartlett_window", ExactSpelling = true)]
-        internal static extern Status tr_tensor_bartlett_window(long window_length, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_bartlett_window_periodic", ExactSpelling = true)]
-        internal static extern Status tr_tensor_bartlett_window_periodic(long window_length, [MarshalAs(UnmanagedType.I1)] bool periodic, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_batch_norm", ExactSpelling = true)]
-        internal static extern Status tr_tensor_batch_norm(TensorHandle input, TensorHandle weight, TensorHandle bias, TensorHandle running_mean, TensorHandle running_var, [MarshalAs(UnmanagedType.I1)] bool training, double momentum, double eps, [MarshalAs(UnmanagedType.I1)] bool cudnn_enabled, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_bernoulli", ExactSpelling = true)]
-        internal static extern Status tr_tensor_bernoulli(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_bernoulli_tensor_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_bernoulli_tensor_(TensorHandle input, TensorHandle p);
-        [DllImport(Lib, EntryPoint = "tr_tensor_bernoulli_float_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_bernoulli_float_(TensorHandle input, double p);
-        [DllImport(Lib, EntryPoint = "tr_tensor_bernoulli_p", ExactSpelling = true)]
-        internal static extern Status tr_tensor_bernoulli_p(TensorHandle input, double p, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_bilinear", ExactSpelling = true)]
-        internal static extern Status tr_tensor_bilinear(TensorHandle input1, TensorHandle input2, TensorHandle weight, TensorHandle bias, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_binary_cross_entropy", ExactSpelling = true)]
-        internal static extern Status tr_tensor_binary_cross_entropy(TensorHandle input, TensorHandle target, TensorHandle weight, long reduction, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_binary_cross_entropy_with_logits", ExactSpelling = true)]
-        internal static extern Status tr_tensor_binary_cross_entropy_with_logits(TensorHandle input, TensorHandle target, TensorHandle weight, TensorHandle pos_weight, long reduction, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_bincount", ExactSpelling = true)]
-        internal static extern Status tr_tensor_bincount(TensorHandle input, TensorHandle weights, long minlength, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_bitwise_not", ExactSpelling = true)]
         internal static extern Status tr_tensor_bitwise_not(TensorHandle input, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_bitwise_not_", ExactSpelling = true)]
@@ -937,38 +965,10 @@ namespace TensorRef
         internal static extern Status tr_tensor_logical_or(TensorHandle input, TensorHandle other, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_logical_or_", ExactSpelling = true)]
         internal static extern Status tr_tensor_logical_or_(TensorHandle input, TensorHandle other);
-        [DllImport(Lib, EntryPoint = "tr_tensor_blackman_window", ExactSpelling = true)]
-        internal static extern Status tr_tensor_blackman_window(long window_length, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_blackman_window_periodic", ExactSpelling = true)]
-        internal static extern Status tr_tensor_blackman_window_periodic(long window_length, [MarshalAs(UnmanagedType.I1)] bool periodic, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_bmm_dtype", ExactSpelling = true)]
-        internal static extern Status tr_tensor_bmm_dtype(TensorHandle input, TensorHandle mat2, DType out_dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_broadcast_tensors", ExactSpelling = true)]
-        internal static extern Status tr_tensor_broadcast_tensors(ulong[] tensors, UIntPtr tensors_len, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_broadcast_to", ExactSpelling = true)]
-        internal static extern Status tr_tensor_broadcast_to(TensorHandle input, long[] size, UIntPtr size_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_concat", ExactSpelling = true)]
-        internal static extern Status tr_tensor_concat(ulong[] tensors, UIntPtr tensors_len, long dim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_concatenate", ExactSpelling = true)]
-        internal static extern Status tr_tensor_concatenate(ulong[] tensors, UIntPtr tensors_len, long dim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_block_diag", ExactSpelling = true)]
-        internal static extern Status tr_tensor_block_diag(ulong[] tensors, UIntPtr tensors_len, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_ceil", ExactSpelling = true)]
         internal static extern Status tr_tensor_ceil(TensorHandle input, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_ceil_", ExactSpelling = true)]
         internal static extern Status tr_tensor_ceil_(TensorHandle input);
-        [DllImport(Lib, EntryPoint = "tr_tensor_chain_matmul", ExactSpelling = true)]
-        internal static extern Status tr_tensor_chain_matmul(ulong[] matrices, UIntPtr matrices_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_unsafe_chunk", ExactSpelling = true)]
-        internal static extern Status tr_tensor_unsafe_chunk(TensorHandle input, long chunks, long dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_chunk", ExactSpelling = true)]
-        internal static extern Status tr_tensor_chunk(TensorHandle input, long chunks, long dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_tensor_split_sections", ExactSpelling = true)]
-        internal static extern Status tr_tensor_tensor_split_sections(TensorHandle input, long sections, long dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_tensor_split_indices", ExactSpelling = true)]
-        internal static extern Status tr_tensor_tensor_split_indices(TensorHandle input, long[] indices, UIntPtr indices_len, long dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_tensor_split_tensor_indices_or_sections", ExactSpelling = true)]
-        internal static extern Status tr_tensor_tensor_split_tensor_indices_or_sections(TensorHandle input, TensorHandle tensor_indices_or_sections, long dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
         [DllImport(Lib, EntryPoint = "tr_tensor_clamp_tensor", ExactSpelling = true)]
         internal static extern Status tr_tensor_clamp_tensor(TensorHandle input, TensorHandle min, TensorHandle max, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_clamp_", ExactSpelling = true)]
@@ -1003,32 +1003,6 @@ namespace TensorRef
         internal static extern Status tr_tensor_complex(TensorHandle real, TensorHandle imag, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_polar", ExactSpelling = true)]
         internal static extern Status tr_tensor_polar(TensorHandle abs, TensorHandle angle, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_constant_pad_nd", ExactSpelling = true)]
-        internal static extern Status tr_tensor_constant_pad_nd(TensorHandle input, long[] pad, UIntPtr pad_len, Scalar value, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_convolution", ExactSpelling = true)]
-        internal static extern Status tr_tensor_convolution(TensorHandle input, TensorHandle weight, TensorHandle bias, long[] stride, UIntPtr stride_len, long[] padding, UIntPtr padding_len, long[] dilation, UIntPtr dilation_len, [MarshalAs(UnmanagedType.I1)] bool transposed, long[] output_padding, UIntPtr output_padding_len, long groups, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_convolution_overrideable", ExactSpelling = true)]
-        internal static extern Status tr_tensor_convolution_overrideable(TensorHandle input, TensorHandle weight, TensorHandle bias, long[] stride, UIntPtr stride_len, long[] padding, UIntPtr padding_len, long[] dilation, UIntPtr dilation_len, [MarshalAs(UnmanagedType.I1)] bool transposed, long[] output_padding, UIntPtr output_padding_len, long groups, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_conv1d", ExactSpelling = true)]
-        internal static extern Status tr_tensor_conv1d(TensorHandle input, TensorHandle weight, TensorHandle bias, long[] stride, UIntPtr stride_len, long[] padding, UIntPtr padding_len, long[] dilation, UIntPtr dilation_len, long groups, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_conv3d", ExactSpelling = true)]
-        internal static extern Status tr_tensor_conv3d(TensorHandle input, TensorHandle weight, TensorHandle bias, long[] stride, UIntPtr stride_len, long[] padding, UIntPtr padding_len, long[] dilation, UIntPtr dilation_len, long groups, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_conv1d_padding", ExactSpelling = true)]
-        internal static extern Status tr_tensor_conv1d_padding(TensorHandle input, TensorHandle weight, TensorHandle bias, long[] stride, UIntPtr stride_len, byte[] padding, long[] dilation, UIntPtr dilation_len, long groups, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_conv2d_padding", ExactSpelling = true)]
-        internal static extern Status tr_tensor_conv2d_padding(TensorHandle input, TensorHandle weight, TensorHandle bias, long[] stride, UIntPtr stride_len, byte[] padding, long[] dilation, UIntPtr dilation_len, long groups, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_conv3d_padding", ExactSpelling = true)]
-        internal static extern Status tr_tensor_conv3d_padding(TensorHandle input, TensorHandle weight, TensorHandle bias, long[] stride, UIntPtr stride_len, byte[] padding, long[] dilation, UIntPtr dilation_len, long groups, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_conv_tbc", ExactSpelling = true)]
-        internal static extern Status tr_tensor_conv_tbc(TensorHandle input, TensorHandle weight, TensorHandle bias, long pad, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_conv_transpose1d", ExactSpelling = true)]
-        internal static extern Status tr_tensor_conv_transpose1d(TensorHandle input, TensorHandle weight, TensorHandle bias, long[] stride, UIntPtr stride_len, long[] padding, UIntPtr padding_len, long[] output_padding, UIntPtr output_padding_len, long groups, long[] dilation, UIntPtr dilation_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_conv_transpose2d_input", ExactSpelling = true)]
-        internal static extern Status tr_tensor_conv_transpose2d_input(TensorHandle input, TensorHandle weight, TensorHandle bias, long[] stride, UIntPtr stride_len, long[] padding, UIntPtr padding_len, long[] output_padding, UIntPtr output_padding_len, long groups, long[] dilation, UIntPtr dilation_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_conv_transpose3d_input", ExactSpelling = true)]
-        internal static extern Status tr_tensor_conv_transpose3d_input(TensorHandle input, TensorHandle weight, TensorHandle bias, long[] stride, UIntPtr stride_len, long[] padding, UIntPtr padding_len, long[] output_padding, UIntPtr output_padding_len, long groups, long[] dilation, UIntPtr dilation_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_copy", ExactSpelling = true)]
-        internal static extern Status tr_tensor_copy(TensorHandle input, TensorHandle src, [MarshalAs(UnmanagedType.I1)] bool non_blocking, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_cos", ExactSpelling = true)]
         internal static extern Status tr_tensor_cos(TensorHandle input, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_cos_", ExactSpelling = true)]
@@ -1037,62 +1011,6 @@ namespace TensorRef
         internal static extern Status tr_tensor_cosh(TensorHandle input, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_cosh_", ExactSpelling = true)]
         internal static extern Status tr_tensor_cosh_(TensorHandle input);
-        [DllImport(Lib, EntryPoint = "tr_tensor_cosine_embedding_loss", ExactSpelling = true)]
-        internal static extern Status tr_tensor_cosine_embedding_loss(TensorHandle input1, TensorHandle input2, TensorHandle target, double margin, long reduction, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_count_nonzero_dim_intlist", ExactSpelling = true)]
-        internal static extern Status tr_tensor_count_nonzero_dim_intlist(TensorHandle input, long[] dim, UIntPtr dim_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_count_nonzero", ExactSpelling = true)]
-        internal static extern Status tr_tensor_count_nonzero(TensorHandle input, long[] dim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_cov", ExactSpelling = true)]
-        internal static extern Status tr_tensor_cov(TensorHandle input, long correction, TensorHandle fweights, TensorHandle aweights, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_corrcoef", ExactSpelling = true)]
-        internal static extern Status tr_tensor_corrcoef(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_cummax", ExactSpelling = true)]
-        internal static extern Status tr_tensor_cummax(TensorHandle input, long dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_cummin", ExactSpelling = true)]
-        internal static extern Status tr_tensor_cummin(TensorHandle input, long dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_cumprod", ExactSpelling = true)]
-        internal static extern Status tr_tensor_cumprod(TensorHandle input, long dim, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_cumprod_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_cumprod_(TensorHandle input, long dim, DType[] dtype);
-        [DllImport(Lib, EntryPoint = "tr_tensor_cumsum", ExactSpelling = true)]
-        internal static extern Status tr_tensor_cumsum(TensorHandle input, long dim, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_cumsum_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_cumsum_(TensorHandle input, long dim, DType[] dtype);
-        [DllImport(Lib, EntryPoint = "tr_tensor_cumulative_trapezoid_x", ExactSpelling = true)]
-        internal static extern Status tr_tensor_cumulative_trapezoid_x(TensorHandle y, TensorHandle x, long dim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_cumulative_trapezoid_dx", ExactSpelling = true)]
-        internal static extern Status tr_tensor_cumulative_trapezoid_dx(TensorHandle y, Scalar dx, long dim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_ctc_loss_intlist", ExactSpelling = true)]
-        internal static extern Status tr_tensor_ctc_loss_intlist(TensorHandle log_probs, TensorHandle targets, long[] input_lengths, UIntPtr input_lengths_len, long[] target_lengths, UIntPtr target_lengths_len, long blank, long reduction, [MarshalAs(UnmanagedType.I1)] bool zero_infinity, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_ctc_loss_tensor", ExactSpelling = true)]
-        internal static extern Status tr_tensor_ctc_loss_tensor(TensorHandle log_probs, TensorHandle targets, TensorHandle input_lengths, TensorHandle target_lengths, long blank, long reduction, [MarshalAs(UnmanagedType.I1)] bool zero_infinity, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_diag_embed", ExactSpelling = true)]
-        internal static extern Status tr_tensor_diag_embed(TensorHandle input, long offset, long dim1, long dim2, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_diagflat", ExactSpelling = true)]
-        internal static extern Status tr_tensor_diagflat(TensorHandle input, long offset, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_diagonal", ExactSpelling = true)]
-        internal static extern Status tr_tensor_diagonal(TensorHandle input, long offset, long dim1, long dim2, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_diagonal", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_diagonal(TensorHandle a, long offset, long dim1, long dim2, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_fill_diagonal_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_fill_diagonal_(TensorHandle input, Scalar fill_value, [MarshalAs(UnmanagedType.I1)] bool wrap);
-        [DllImport(Lib, EntryPoint = "tr_tensor_diff", ExactSpelling = true)]
-        internal static extern Status tr_tensor_diff(TensorHandle input, long n, long dim, TensorHandle prepend, TensorHandle append, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_gradient_scalarint", ExactSpelling = true)]
-        internal static extern Status tr_tensor_gradient_scalarint(TensorHandle input, Scalar[] spacing, long[] dim, long edge_order, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_gradient_scalararray", ExactSpelling = true)]
-        internal static extern Status tr_tensor_gradient_scalararray(TensorHandle input, Scalar spacing, long[] dim, UIntPtr dim_len, long edge_order, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_gradient_array", ExactSpelling = true)]
-        internal static extern Status tr_tensor_gradient_array(TensorHandle input, long[] dim, UIntPtr dim_len, long edge_order, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_gradient_scalarrayint", ExactSpelling = true)]
-        internal static extern Status tr_tensor_gradient_scalarrayint(TensorHandle input, double[] spacing, UIntPtr spacing_len, long[] dim, long edge_order, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_gradient_scalarrayarray", ExactSpelling = true)]
-        internal static extern Status tr_tensor_gradient_scalarrayarray(TensorHandle input, double[] spacing, UIntPtr spacing_len, long[] dim, UIntPtr dim_len, long edge_order, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_gradient_tensorarrayint", ExactSpelling = true)]
-        internal static extern Status tr_tensor_gradient_tensorarrayint(TensorHandle input, ulong[] spacing, UIntPtr spacing_len, long[] dim, long edge_order, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_gradient_tensorarray", ExactSpelling = true)]
-        internal static extern Status tr_tensor_gradient_tensorarray(TensorHandle input, ulong[] spacing, UIntPtr spacing_len, long[] dim, UIntPtr dim_len, long edge_order, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
         [DllImport(Lib, EntryPoint = "tr_tensor_div_tensor", ExactSpelling = true)]
         internal static extern Status tr_tensor_div_tensor(TensorHandle input, TensorHandle other, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_div_tensor_", ExactSpelling = true)]
@@ -1129,40 +1047,6 @@ namespace TensorRef
         internal static extern Status tr_tensor_true_divide_scalar(TensorHandle input, Scalar other, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_true_divide_scalar_", ExactSpelling = true)]
         internal static extern Status tr_tensor_true_divide_scalar_(TensorHandle input, Scalar other);
-        [DllImport(Lib, EntryPoint = "tr_tensor_dot", ExactSpelling = true)]
-        internal static extern Status tr_tensor_dot(TensorHandle input, TensorHandle tensor, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_vdot", ExactSpelling = true)]
-        internal static extern Status tr_tensor_vdot(TensorHandle input, TensorHandle other, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_einsum", ExactSpelling = true)]
-        internal static extern Status tr_tensor_einsum(byte[] equation, ulong[] tensors, UIntPtr tensors_len, long[] path, UIntPtr path_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_embedding_renorm_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_embedding_renorm_(TensorHandle input, TensorHandle indices, double max_norm, double norm_type);
-        [DllImport(Lib, EntryPoint = "tr_tensor_row_stack", ExactSpelling = true)]
-        internal static extern Status tr_tensor_row_stack(ulong[] tensors, UIntPtr tensors_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_embedding_bag", ExactSpelling = true)]
-        internal static extern Status tr_tensor_embedding_bag(TensorHandle weight, TensorHandle indices, TensorHandle offsets, [MarshalAs(UnmanagedType.I1)] bool scale_grad_by_freq, long mode, [MarshalAs(UnmanagedType.I1)] bool sparse, TensorHandle per_sample_weights, [MarshalAs(UnmanagedType.I1)] bool include_last_offset, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_embedding_bag_padding_idx", ExactSpelling = true)]
-        internal static extern Status tr_tensor_embedding_bag_padding_idx(TensorHandle weight, TensorHandle indices, TensorHandle offsets, [MarshalAs(UnmanagedType.I1)] bool scale_grad_by_freq, long mode, [MarshalAs(UnmanagedType.I1)] bool sparse, TensorHandle per_sample_weights, [MarshalAs(UnmanagedType.I1)] bool include_last_offset, long[] padding_idx, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_empty_memory_format", ExactSpelling = true)]
-        internal static extern Status tr_tensor_empty_memory_format(long[] size, UIntPtr size_len, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_empty_permuted", ExactSpelling = true)]
-        internal static extern Status tr_tensor_empty_permuted(long[] size, UIntPtr size_len, long[] physical_layout, UIntPtr physical_layout_len, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_new_empty", ExactSpelling = true)]
-        internal static extern Status tr_tensor_new_empty(TensorHandle input, long[] size, UIntPtr size_len, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_new_empty_strided", ExactSpelling = true)]
-        internal static extern Status tr_tensor_new_empty_strided(TensorHandle input, long[] size, UIntPtr size_len, long[] stride, UIntPtr stride_len, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_new_full", ExactSpelling = true)]
-        internal static extern Status tr_tensor_new_full(TensorHandle input, long[] size, UIntPtr size_len, Scalar fill_value, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_new_zeros", ExactSpelling = true)]
-        internal static extern Status tr_tensor_new_zeros(TensorHandle input, long[] size, UIntPtr size_len, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_new_ones", ExactSpelling = true)]
-        internal static extern Status tr_tensor_new_ones(TensorHandle input, long[] size, UIntPtr size_len, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_resize_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_resize_(TensorHandle input, long[] size, UIntPtr size_len);
-        [DllImport(Lib, EntryPoint = "tr_tensor_empty_like", ExactSpelling = true)]
-        internal static extern Status tr_tensor_empty_like(TensorHandle input, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_empty_strided", ExactSpelling = true)]
-        internal static extern Status tr_tensor_empty_strided(long[] size, UIntPtr size_len, long[] stride, UIntPtr stride_len, DType[] dtype, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_erf", ExactSpelling = true)]
         internal static extern Status tr_tensor_erf(TensorHandle input, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_erf_", ExactSpelling = true)]
@@ -1181,22 +1065,6 @@ namespace TensorRef
         internal static extern Status tr_tensor_expm1(TensorHandle input, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_expm1_", ExactSpelling = true)]
         internal static extern Status tr_tensor_expm1_(TensorHandle input);
-        [DllImport(Lib, EntryPoint = "tr_tensor_expand_as", ExactSpelling = true)]
-        internal static extern Status tr_tensor_expand_as(TensorHandle input, TensorHandle other, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_eye_m", ExactSpelling = true)]
-        internal static extern Status tr_tensor_eye_m(long n, long m, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_flatten_using_ints", ExactSpelling = true)]
-        internal static extern Status tr_tensor_flatten_using_ints(TensorHandle input, long start_dim, long end_dim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_unflatten_int", ExactSpelling = true)]
-        internal static extern Status tr_tensor_unflatten_int(TensorHandle input, long dim, long[] sizes, UIntPtr sizes_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_fill_scalar", ExactSpelling = true)]
-        internal static extern Status tr_tensor_fill_scalar(TensorHandle input, Scalar value, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_fill_tensor", ExactSpelling = true)]
-        internal static extern Status tr_tensor_fill_tensor(TensorHandle input, TensorHandle value, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_fill_scalar_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_fill_scalar_(TensorHandle input, Scalar value);
-        [DllImport(Lib, EntryPoint = "tr_tensor_fill_tensor_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_fill_tensor_(TensorHandle input, TensorHandle value);
         [DllImport(Lib, EntryPoint = "tr_tensor_floor", ExactSpelling = true)]
         internal static extern Status tr_tensor_floor(TensorHandle input, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_floor_", ExactSpelling = true)]
@@ -1207,10 +1075,6 @@ namespace TensorRef
         internal static extern Status tr_tensor_frac(TensorHandle input, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_frac_", ExactSpelling = true)]
         internal static extern Status tr_tensor_frac_(TensorHandle input);
-        [DllImport(Lib, EntryPoint = "tr_tensor_full_like", ExactSpelling = true)]
-        internal static extern Status tr_tensor_full_like(TensorHandle input, Scalar fill_value, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_from_file", ExactSpelling = true)]
-        internal static extern Status tr_tensor_from_file(byte[] filename, [MarshalAs(UnmanagedType.LPArray, ArraySubType = UnmanagedType.I1)] bool[] shared, long[] size, DType[] dtype, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_gcd", ExactSpelling = true)]
         internal static extern Status tr_tensor_gcd(TensorHandle input, TensorHandle other, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_gcd_", ExactSpelling = true)]
@@ -1219,46 +1083,6 @@ namespace TensorRef
         internal static extern Status tr_tensor_lcm(TensorHandle input, TensorHandle other, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_lcm_", ExactSpelling = true)]
         internal static extern Status tr_tensor_lcm_(TensorHandle input, TensorHandle other);
-        [DllImport(Lib, EntryPoint = "tr_tensor_grid_sampler", ExactSpelling = true)]
-        internal static extern Status tr_tensor_grid_sampler(TensorHandle input, TensorHandle grid, long interpolation_mode, long padding_mode, [MarshalAs(UnmanagedType.I1)] bool align_corners, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_grid_sampler_2d", ExactSpelling = true)]
-        internal static extern Status tr_tensor_grid_sampler_2d(TensorHandle input, TensorHandle grid, long interpolation_mode, long padding_mode, [MarshalAs(UnmanagedType.I1)] bool align_corners, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_grid_sampler_3d", ExactSpelling = true)]
-        internal static extern Status tr_tensor_grid_sampler_3d(TensorHandle input, TensorHandle grid, long interpolation_mode, long padding_mode, [MarshalAs(UnmanagedType.I1)] bool align_corners, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_hann_window", ExactSpelling = true)]
-        internal static extern Status tr_tensor_hann_window(long window_length, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_hann_window_periodic", ExactSpelling = true)]
-        internal static extern Status tr_tensor_hann_window_periodic(long window_length, [MarshalAs(UnmanagedType.I1)] bool periodic, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_hamming_window", ExactSpelling = true)]
-        internal static extern Status tr_tensor_hamming_window(long window_length, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_hamming_window_periodic", ExactSpelling = true)]
-        internal static extern Status tr_tensor_hamming_window_periodic(long window_length, [MarshalAs(UnmanagedType.I1)] bool periodic, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_hamming_window_periodic_alpha", ExactSpelling = true)]
-        internal static extern Status tr_tensor_hamming_window_periodic_alpha(long window_length, [MarshalAs(UnmanagedType.I1)] bool periodic, double alpha, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_hamming_window_periodic_alpha_beta", ExactSpelling = true)]
-        internal static extern Status tr_tensor_hamming_window_periodic_alpha_beta(long window_length, [MarshalAs(UnmanagedType.I1)] bool periodic, double alpha, double beta, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_kaiser_window", ExactSpelling = true)]
-        internal static extern Status tr_tensor_kaiser_window(long window_length, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_kaiser_window_periodic", ExactSpelling = true)]
-        internal static extern Status tr_tensor_kaiser_window_periodic(long window_length, [MarshalAs(UnmanagedType.I1)] bool periodic, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_kaiser_window_beta", ExactSpelling = true)]
-        internal static extern Status tr_tensor_kaiser_window_beta(long window_length, [MarshalAs(UnmanagedType.I1)] bool periodic, double beta, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_hinge_embedding_loss", ExactSpelling = true)]
-        internal static extern Status tr_tensor_hinge_embedding_loss(TensorHandle input, TensorHandle target, double margin, long reduction, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_group_norm", ExactSpelling = true)]
-        internal static extern Status tr_tensor_group_norm(TensorHandle input, long num_groups, TensorHandle weight, TensorHandle bias, double eps, [MarshalAs(UnmanagedType.I1)] bool cudnn_enabled, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_native_group_norm", ExactSpelling = true)]
-        internal static extern Status tr_tensor_native_group_norm(TensorHandle input, TensorHandle weight, TensorHandle bias, long n, long c, long hxw, long group, double eps, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_index_tensor", ExactSpelling = true)]
-        internal static extern Status tr_tensor_index_tensor(TensorHandle input, ulong[] indices, UIntPtr indices_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_index_copy", ExactSpelling = true)]
-        internal static extern Status tr_tensor_index_copy(TensorHandle input, long dim, TensorHandle index, TensorHandle source, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_index_put_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_index_put_(TensorHandle input, ulong[] indices, UIntPtr indices_len, TensorHandle values, [MarshalAs(UnmanagedType.I1)] bool accumulate);
-        [DllImport(Lib, EntryPoint = "tr_tensor_index_put", ExactSpelling = true)]
-        internal static extern Status tr_tensor_index_put(TensorHandle input, ulong[] indices, UIntPtr indices_len, TensorHandle values, [MarshalAs(UnmanagedType.I1)] bool accumulate, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_instance_norm", ExactSpelling = true)]
-        internal static extern Status tr_tensor_instance_norm(TensorHandle input, TensorHandle weight, TensorHandle bias, TensorHandle running_mean, TensorHandle running_var, [MarshalAs(UnmanagedType.I1)] bool use_input_stats, double momentum, double eps, [MarshalAs(UnmanagedType.I1)] bool cudnn_enabled, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_isclose", ExactSpelling = true)]
         internal static extern Status tr_tensor_isclose(TensorHandle input, TensorHandle other, double rtol, double atol, [MarshalAs(UnmanagedType.I1)] bool equal_nan, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_isin_tensor_tensor", ExactSpelling = true)]
@@ -1269,36 +1093,8 @@ namespace TensorRef
         internal static extern Status tr_tensor_isin_scalar_tensor(Scalar element, TensorHandle test_elements, [MarshalAs(UnmanagedType.I1)] bool assume_unique, [MarshalAs(UnmanagedType.I1)] bool invert, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_isnan", ExactSpelling = true)]
         internal static extern Status tr_tensor_isnan(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_is_distributed", ExactSpelling = true)]
-        internal static extern Status tr_tensor_is_distributed(TensorHandle input, [MarshalAs(UnmanagedType.I1)] out bool @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_is_floating_point", ExactSpelling = true)]
-        internal static extern Status tr_tensor_is_floating_point(TensorHandle input, [MarshalAs(UnmanagedType.I1)] out bool @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_is_complex", ExactSpelling = true)]
-        internal static extern Status tr_tensor_is_complex(TensorHandle input, [MarshalAs(UnmanagedType.I1)] out bool @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_is_conj", ExactSpelling = true)]
-        internal static extern Status tr_tensor_is_conj(TensorHandle input, [MarshalAs(UnmanagedType.I1)] out bool @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_is_neg", ExactSpelling = true)]
-        internal static extern Status tr_tensor_is_neg(TensorHandle input, [MarshalAs(UnmanagedType.I1)] out bool @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_isreal", ExactSpelling = true)]
         internal static extern Status tr_tensor_isreal(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_is_nonzero", ExactSpelling = true)]
-        internal static extern Status tr_tensor_is_nonzero(TensorHandle input, [MarshalAs(UnmanagedType.I1)] out bool @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_is_same_size", ExactSpelling = true)]
-        internal static extern Status tr_tensor_is_same_size(TensorHandle input, TensorHandle other, [MarshalAs(UnmanagedType.I1)] out bool @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_is_signed", ExactSpelling = true)]
-        internal static extern Status tr_tensor_is_signed(TensorHandle input, [MarshalAs(UnmanagedType.I1)] out bool @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_is_inference", ExactSpelling = true)]
-        internal static extern Status tr_tensor_is_inference(TensorHandle input, [MarshalAs(UnmanagedType.I1)] out bool @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_kl_div", ExactSpelling = true)]
-        internal static extern Status tr_tensor_kl_div(TensorHandle input, TensorHandle target, long reduction, [MarshalAs(UnmanagedType.I1)] bool log_target, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_kron", ExactSpelling = true)]
-        internal static extern Status tr_tensor_kron(TensorHandle input, TensorHandle other, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_kthvalue", ExactSpelling = true)]
-        internal static extern Status tr_tensor_kthvalue(TensorHandle input, long k, long dim, [MarshalAs(UnmanagedType.I1)] bool keepdim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_native_layer_norm", ExactSpelling = true)]
-        internal static extern Status tr_tensor_native_layer_norm(TensorHandle input, long[] normalized_shape, UIntPtr normalized_shape_len, TensorHandle weight, TensorHandle bias, double eps, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_rms_norm", ExactSpelling = true)]
-        internal static extern Status tr_tensor_rms_norm(TensorHandle input, long[] normalized_shape, UIntPtr normalized_shape_len, TensorHandle weight, double[] eps, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_nan_to_num", ExactSpelling = true)]
         internal static extern Status tr_tensor_nan_to_num(TensorHandle input, double[] nan, double[] posinf, double[] neginf, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_nan_to_num_", ExactSpelling = true)]
@@ -1307,14 +1103,6 @@ namespace TensorRef
         internal static extern Status tr_tensor_ldexp_tensor(TensorHandle input, TensorHandle other, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_ldexp_", ExactSpelling = true)]
         internal static extern Status tr_tensor_ldexp_(TensorHandle input, TensorHandle other);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linspace", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linspace(Scalar start, Scalar end, long steps, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linspace_tensor_tensor", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linspace_tensor_tensor(TensorHandle start, TensorHandle end, long steps, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linspace_tensor_scalar", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linspace_tensor_scalar(TensorHandle start, Scalar end, long steps, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linspace_scalar_tensor", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linspace_scalar_tensor(Scalar start, TensorHandle end, long steps, DType[] dtype, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_log_", ExactSpelling = true)]
         internal static extern Status tr_tensor_log_(TensorHandle input);
         [DllImport(Lib, EntryPoint = "tr_tensor_log10", ExactSpelling = true)]
@@ -1343,54 +1131,6 @@ namespace TensorRef
         internal static extern Status tr_tensor_xlogy_tensor_(TensorHandle input, TensorHandle other);
         [DllImport(Lib, EntryPoint = "tr_tensor_xlogy_scalar_other_", ExactSpelling = true)]
         internal static extern Status tr_tensor_xlogy_scalar_other_(TensorHandle input, Scalar other);
-        [DllImport(Lib, EntryPoint = "tr_tensor_logspace", ExactSpelling = true)]
-        internal static extern Status tr_tensor_logspace(Scalar start, Scalar end, long steps, double @base, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_logspace_tensor_tensor", ExactSpelling = true)]
-        internal static extern Status tr_tensor_logspace_tensor_tensor(TensorHandle start, TensorHandle end, long steps, double @base, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_logspace_tensor_scalar", ExactSpelling = true)]
-        internal static extern Status tr_tensor_logspace_tensor_scalar(TensorHandle start, Scalar end, long steps, double @base, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_logspace_scalar_tensor", ExactSpelling = true)]
-        internal static extern Status tr_tensor_logspace_scalar_tensor(Scalar start, TensorHandle end, long steps, double @base, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_log_softmax_int", ExactSpelling = true)]
-        internal static extern Status tr_tensor_log_softmax_int(TensorHandle input, long dim, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_logcumsumexp", ExactSpelling = true)]
-        internal static extern Status tr_tensor_logcumsumexp(TensorHandle input, long dim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_logsumexp", ExactSpelling = true)]
-        internal static extern Status tr_tensor_logsumexp(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_margin_ranking_loss", ExactSpelling = true)]
-        internal static extern Status tr_tensor_margin_ranking_loss(TensorHandle input1, TensorHandle input2, TensorHandle target, double margin, long reduction, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_matrix_power", ExactSpelling = true)]
-        internal static extern Status tr_tensor_matrix_power(TensorHandle input, long n, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_matrix_exp", ExactSpelling = true)]
-        internal static extern Status tr_tensor_matrix_exp(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_aminmax", ExactSpelling = true)]
-        internal static extern Status tr_tensor_aminmax(TensorHandle input, long[] dim, [MarshalAs(UnmanagedType.I1)] bool keepdim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_amax", ExactSpelling = true)]
-        internal static extern Status tr_tensor_amax(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_max_pool1d_with_indices", ExactSpelling = true)]
-        internal static extern Status tr_tensor_max_pool1d_with_indices(TensorHandle input, long[] kernel_size, UIntPtr kernel_size_len, long[] stride, UIntPtr stride_len, long[] padding, UIntPtr padding_len, long[] dilation, UIntPtr dilation_len, [MarshalAs(UnmanagedType.I1)] bool ceil_mode, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_max_pool1d", ExactSpelling = true)]
-        internal static extern Status tr_tensor_max_pool1d(TensorHandle input, long[] kernel_size, UIntPtr kernel_size_len, long[] stride, UIntPtr stride_len, long[] padding, UIntPtr padding_len, long[] dilation, UIntPtr dilation_len, [MarshalAs(UnmanagedType.I1)] bool ceil_mode, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_max_pool3d", ExactSpelling = true)]
-        internal static extern Status tr_tensor_max_pool3d(TensorHandle input, long[] kernel_size, UIntPtr kernel_size_len, long[] stride, UIntPtr stride_len, long[] padding, UIntPtr padding_len, long[] dilation, UIntPtr dilation_len, [MarshalAs(UnmanagedType.I1)] bool ceil_mode, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_nanmean", ExactSpelling = true)]
-        internal static extern Status tr_tensor_nanmean(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_median", ExactSpelling = true)]
-        internal static extern Status tr_tensor_median(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_median_dim", ExactSpelling = true)]
-        internal static extern Status tr_tensor_median_dim(TensorHandle input, long dim, [MarshalAs(UnmanagedType.I1)] bool keepdim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_nanmedian", ExactSpelling = true)]
-        internal static extern Status tr_tensor_nanmedian(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_nanmedian_dim", ExactSpelling = true)]
-        internal static extern Status tr_tensor_nanmedian_dim(TensorHandle input, long dim, [MarshalAs(UnmanagedType.I1)] bool keepdim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_amin", ExactSpelling = true)]
-        internal static extern Status tr_tensor_amin(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_mm", ExactSpelling = true)]
-        internal static extern Status tr_tensor_mm(TensorHandle input, TensorHandle mat2, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_mm_dtype", ExactSpelling = true)]
-        internal static extern Status tr_tensor_mm_dtype(TensorHandle input, TensorHandle mat2, DType out_dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_mode", ExactSpelling = true)]
-        internal static extern Status tr_tensor_mode(TensorHandle input, long dim, [MarshalAs(UnmanagedType.I1)] bool keepdim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
         [DllImport(Lib, EntryPoint = "tr_tensor_mul_tensor", ExactSpelling = true)]
         internal static extern Status tr_tensor_mul_tensor(TensorHandle input, TensorHandle other, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_mul_tensor_", ExactSpelling = true)]
@@ -1403,70 +1143,10 @@ namespace TensorRef
         internal static extern Status tr_tensor_multiply_scalar(TensorHandle input, Scalar other, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_multiply_scalar_", ExactSpelling = true)]
         internal static extern Status tr_tensor_multiply_scalar_(TensorHandle input, Scalar other);
-        [DllImport(Lib, EntryPoint = "tr_tensor_mv", ExactSpelling = true)]
-        internal static extern Status tr_tensor_mv(TensorHandle input, TensorHandle vec, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_mvlgamma", ExactSpelling = true)]
         internal static extern Status tr_tensor_mvlgamma(TensorHandle input, long p, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_mvlgamma_", ExactSpelling = true)]
         internal static extern Status tr_tensor_mvlgamma_(TensorHandle input, long p);
-        [DllImport(Lib, EntryPoint = "tr_tensor_narrow_copy", ExactSpelling = true)]
-        internal static extern Status tr_tensor_narrow_copy(TensorHandle input, long dim, long start, long length, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_narrow_tensor", ExactSpelling = true)]
-        internal static extern Status tr_tensor_narrow_tensor(TensorHandle input, long dim, TensorHandle start, long length, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_native_batch_norm", ExactSpelling = true)]
-        internal static extern Status tr_tensor_native_batch_norm(TensorHandle input, TensorHandle weight, TensorHandle bias, TensorHandle running_mean, TensorHandle running_var, [MarshalAs(UnmanagedType.I1)] bool training, double momentum, double eps, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_batch_norm_stats", ExactSpelling = true)]
-        internal static extern Status tr_tensor_batch_norm_stats(TensorHandle input, double eps, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_batch_norm_elemt", ExactSpelling = true)]
-        internal static extern Status tr_tensor_batch_norm_elemt(TensorHandle input, TensorHandle weight, TensorHandle bias, TensorHandle mean, TensorHandle invstd, double eps, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_batch_norm_gather_stats", ExactSpelling = true)]
-        internal static extern Status tr_tensor_batch_norm_gather_stats(TensorHandle input, TensorHandle mean, TensorHandle invstd, TensorHandle running_mean, TensorHandle running_var, double momentum, double eps, long count, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_batch_norm_gather_stats_with_counts", ExactSpelling = true)]
-        internal static extern Status tr_tensor_batch_norm_gather_stats_with_counts(TensorHandle input, TensorHandle mean, TensorHandle invstd, TensorHandle running_mean, TensorHandle running_var, double momentum, double eps, TensorHandle counts, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_batch_norm_update_stats", ExactSpelling = true)]
-        internal static extern Status tr_tensor_batch_norm_update_stats(TensorHandle input, TensorHandle running_mean, TensorHandle running_var, double momentum, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_pairwise_distance", ExactSpelling = true)]
-        internal static extern Status tr_tensor_pairwise_distance(TensorHandle x1, TensorHandle x2, double p, double eps, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_cdist", ExactSpelling = true)]
-        internal static extern Status tr_tensor_cdist(TensorHandle x1, TensorHandle x2, double p, long[] compute_mode, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_pdist", ExactSpelling = true)]
-        internal static extern Status tr_tensor_pdist(TensorHandle input, double p, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_cosine_similarity", ExactSpelling = true)]
-        internal static extern Status tr_tensor_cosine_similarity(TensorHandle x1, TensorHandle x2, long dim, double eps, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_movedim_intlist", ExactSpelling = true)]
-        internal static extern Status tr_tensor_movedim_intlist(TensorHandle input, long[] source, UIntPtr source_len, long[] destination, UIntPtr destination_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_movedim_int", ExactSpelling = true)]
-        internal static extern Status tr_tensor_movedim_int(TensorHandle input, long source, long destination, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_moveaxis_intlist", ExactSpelling = true)]
-        internal static extern Status tr_tensor_moveaxis_intlist(TensorHandle input, long[] source, UIntPtr source_len, long[] destination, UIntPtr destination_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_moveaxis_int", ExactSpelling = true)]
-        internal static extern Status tr_tensor_moveaxis_int(TensorHandle input, long source, long destination, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_numpy_t", ExactSpelling = true)]
-        internal static extern Status tr_tensor_numpy_t(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_matrix_h", ExactSpelling = true)]
-        internal static extern Status tr_tensor_matrix_h(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_mt", ExactSpelling = true)]
-        internal static extern Status tr_tensor_mt(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_mh", ExactSpelling = true)]
-        internal static extern Status tr_tensor_mh(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_adjoint", ExactSpelling = true)]
-        internal static extern Status tr_tensor_adjoint(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_pixel_shuffle", ExactSpelling = true)]
-        internal static extern Status tr_tensor_pixel_shuffle(TensorHandle input, long upscale_factor, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_pixel_unshuffle", ExactSpelling = true)]
-        internal static extern Status tr_tensor_pixel_unshuffle(TensorHandle input, long downscale_factor, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_channel_shuffle", ExactSpelling = true)]
-        internal static extern Status tr_tensor_channel_shuffle(TensorHandle input, long groups, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_native_channel_shuffle", ExactSpelling = true)]
-        internal static extern Status tr_tensor_native_channel_shuffle(TensorHandle input, long groups, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_is_pinned", ExactSpelling = true)]
-        internal static extern Status tr_tensor_is_pinned(TensorHandle input, [MarshalAs(UnmanagedType.I1)] out bool @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_pin_memory", ExactSpelling = true)]
-        internal static extern Status tr_tensor_pin_memory(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_pinverse", ExactSpelling = true)]
-        internal static extern Status tr_tensor_pinverse(TensorHandle input, double rcond, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_poisson_nll_loss", ExactSpelling = true)]
-        internal static extern Status tr_tensor_poisson_nll_loss(TensorHandle input, TensorHandle target, [MarshalAs(UnmanagedType.I1)] bool log_input, [MarshalAs(UnmanagedType.I1)] bool full, double eps, long reduction, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_rad2deg", ExactSpelling = true)]
         internal static extern Status tr_tensor_rad2deg(TensorHandle input, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_rad2deg_", ExactSpelling = true)]
@@ -1475,50 +1155,6 @@ namespace TensorRef
         internal static extern Status tr_tensor_deg2rad(TensorHandle input, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_deg2rad_", ExactSpelling = true)]
         internal static extern Status tr_tensor_deg2rad_(TensorHandle input);
-        [DllImport(Lib, EntryPoint = "tr_tensor_scalar_tensor", ExactSpelling = true)]
-        internal static extern Status tr_tensor_scalar_tensor(Scalar s, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_rand_generator", ExactSpelling = true)]
-        internal static extern Status tr_tensor_rand_generator(long[] size, UIntPtr size_len, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_rand_like", ExactSpelling = true)]
-        internal static extern Status tr_tensor_rand_like(TensorHandle input, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_rand_like_generator", ExactSpelling = true)]
-        internal static extern Status tr_tensor_rand_like_generator(TensorHandle input, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_randint", ExactSpelling = true)]
-        internal static extern Status tr_tensor_randint(long high, long[] size, UIntPtr size_len, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_randint_generator", ExactSpelling = true)]
-        internal static extern Status tr_tensor_randint_generator(long high, long[] size, UIntPtr size_len, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_randint_low", ExactSpelling = true)]
-        internal static extern Status tr_tensor_randint_low(long low, long high, long[] size, UIntPtr size_len, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_randint_low_generator", ExactSpelling = true)]
-        internal static extern Status tr_tensor_randint_low_generator(long low, long high, long[] size, UIntPtr size_len, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_randint_like", ExactSpelling = true)]
-        internal static extern Status tr_tensor_randint_like(TensorHandle input, long high, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_randint_like_generator", ExactSpelling = true)]
-        internal static extern Status tr_tensor_randint_like_generator(TensorHandle input, long high, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_randint_like_tensor", ExactSpelling = true)]
-        internal static extern Status tr_tensor_randint_like_tensor(TensorHandle input, TensorHandle high, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_randint_like_tensor_generator", ExactSpelling = true)]
-        internal static extern Status tr_tensor_randint_like_tensor_generator(TensorHandle input, TensorHandle high, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_randint_like_low_dtype", ExactSpelling = true)]
-        internal static extern Status tr_tensor_randint_like_low_dtype(TensorHandle input, long low, long high, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_randint_like_low_generator_dtype", ExactSpelling = true)]
-        internal static extern Status tr_tensor_randint_like_low_generator_dtype(TensorHandle input, long low, long high, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_randn_generator", ExactSpelling = true)]
-        internal static extern Status tr_tensor_randn_generator(long[] size, UIntPtr size_len, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_randn_like", ExactSpelling = true)]
-        internal static extern Status tr_tensor_randn_like(TensorHandle input, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_randn_like_generator", ExactSpelling = true)]
-        internal static extern Status tr_tensor_randn_like_generator(TensorHandle input, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_randperm", ExactSpelling = true)]
-        internal static extern Status tr_tensor_randperm(long n, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_randperm_generator", ExactSpelling = true)]
-        internal static extern Status tr_tensor_randperm_generator(long n, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_range_step", ExactSpelling = true)]
-        internal static extern Status tr_tensor_range_step(Scalar start, Scalar end, Scalar step, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_range", ExactSpelling = true)]
-        internal static extern Status tr_tensor_range(Scalar start, Scalar end, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_ravel", ExactSpelling = true)]
-        internal static extern Status tr_tensor_ravel(TensorHandle input, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_reciprocal", ExactSpelling = true)]
         internal static extern Status tr_tensor_reciprocal(TensorHandle input, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_reciprocal_", ExactSpelling = true)]
@@ -1529,16 +1165,6 @@ namespace TensorRef
         internal static extern Status tr_tensor_negative(TensorHandle input, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_negative_", ExactSpelling = true)]
         internal static extern Status tr_tensor_negative_(TensorHandle input);
-        [DllImport(Lib, EntryPoint = "tr_tensor_repeat", ExactSpelling = true)]
-        internal static extern Status tr_tensor_repeat(TensorHandle input, long[] repeats, UIntPtr repeats_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_repeat_interleave_tensor", ExactSpelling = true)]
-        internal static extern Status tr_tensor_repeat_interleave_tensor(TensorHandle repeats, long[] output_size, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_repeat_interleave_self_tensor", ExactSpelling = true)]
-        internal static extern Status tr_tensor_repeat_interleave_self_tensor(TensorHandle input, TensorHandle repeats, long[] dim, long[] output_size, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_repeat_interleave_self_int", ExactSpelling = true)]
-        internal static extern Status tr_tensor_repeat_interleave_self_int(TensorHandle input, long repeats, long[] dim, long[] output_size, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_reshape_as", ExactSpelling = true)]
-        internal static extern Status tr_tensor_reshape_as(TensorHandle input, TensorHandle other, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_round", ExactSpelling = true)]
         internal static extern Status tr_tensor_round(TensorHandle input, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_round_", ExactSpelling = true)]
@@ -1547,44 +1173,10 @@ namespace TensorRef
         internal static extern Status tr_tensor_round_decimals(TensorHandle input, long decimals, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_round_decimals_", ExactSpelling = true)]
         internal static extern Status tr_tensor_round_decimals_(TensorHandle input, long decimals);
-        [DllImport(Lib, EntryPoint = "tr_tensor_rrelu", ExactSpelling = true)]
-        internal static extern Status tr_tensor_rrelu(TensorHandle input, Scalar lower, Scalar upper, [MarshalAs(UnmanagedType.I1)] bool training, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_rrelu_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_rrelu_(TensorHandle input, Scalar lower, Scalar upper, [MarshalAs(UnmanagedType.I1)] bool training);
-        [DllImport(Lib, EntryPoint = "tr_tensor_relu_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_relu_(TensorHandle input);
-        [DllImport(Lib, EntryPoint = "tr_tensor_relu6", ExactSpelling = true)]
-        internal static extern Status tr_tensor_relu6(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_relu6_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_relu6_(TensorHandle input);
-        [DllImport(Lib, EntryPoint = "tr_tensor_prelu", ExactSpelling = true)]
-        internal static extern Status tr_tensor_prelu(TensorHandle input, TensorHandle weight, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_gelu_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_gelu_(TensorHandle input, byte[] approximate);
-        [DllImport(Lib, EntryPoint = "tr_tensor_hardshrink", ExactSpelling = true)]
-        internal static extern Status tr_tensor_hardshrink(TensorHandle input, Scalar lambd, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_rsqrt", ExactSpelling = true)]
         internal static extern Status tr_tensor_rsqrt(TensorHandle input, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_rsqrt_", ExactSpelling = true)]
         internal static extern Status tr_tensor_rsqrt_(TensorHandle input);
-        [DllImport(Lib, EntryPoint = "tr_tensor_select_int", ExactSpelling = true)]
-        internal static extern Status tr_tensor_select_int(TensorHandle input, long dim, long index, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_selu", ExactSpelling = true)]
-        internal static extern Status tr_tensor_selu(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_selu_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_selu_(TensorHandle input);
-        [DllImport(Lib, EntryPoint = "tr_tensor_celu", ExactSpelling = true)]
-        internal static extern Status tr_tensor_celu(TensorHandle input, Scalar alpha, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_celu_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_celu_(TensorHandle input, Scalar alpha);
-        [DllImport(Lib, EntryPoint = "tr_tensor_silu_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_silu_(TensorHandle input);
-        [DllImport(Lib, EntryPoint = "tr_tensor_mish", ExactSpelling = true)]
-        internal static extern Status tr_tensor_mish(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_mish_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_mish_(TensorHandle input);
-        [DllImport(Lib, EntryPoint = "tr_tensor_sigmoid_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_sigmoid_(TensorHandle input);
         [DllImport(Lib, EntryPoint = "tr_tensor_logit", ExactSpelling = true)]
         internal static extern Status tr_tensor_logit(TensorHandle input, double[] eps, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_logit_", ExactSpelling = true)]
@@ -1601,158 +1193,16 @@ namespace TensorRef
         internal static extern Status tr_tensor_sinh(TensorHandle input, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_sinh_", ExactSpelling = true)]
         internal static extern Status tr_tensor_sinh_(TensorHandle input);
-        [DllImport(Lib, EntryPoint = "tr_tensor_detach_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_detach_(TensorHandle input);
-        [DllImport(Lib, EntryPoint = "tr_tensor_size_int", ExactSpelling = true)]
-        internal static extern Status tr_tensor_size_int(TensorHandle input, long dim, out long @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_sym_size_int", ExactSpelling = true)]
-        internal static extern Status tr_tensor_sym_size_int(TensorHandle input, long dim, out long @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_sym_is_contiguous", ExactSpelling = true)]
-        internal static extern Status tr_tensor_sym_is_contiguous(TensorHandle input, [MarshalAs(UnmanagedType.I1)] out bool @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_sym_numel", ExactSpelling = true)]
-        internal static extern Status tr_tensor_sym_numel(TensorHandle input, out long @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_sym_storage_offset", ExactSpelling = true)]
-        internal static extern Status tr_tensor_sym_storage_offset(TensorHandle input, out long @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_slice_tensor", ExactSpelling = true)]
-        internal static extern Status tr_tensor_slice_tensor(TensorHandle input, long dim, long[] start, long[] end, long step, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_slice_inverse", ExactSpelling = true)]
-        internal static extern Status tr_tensor_slice_inverse(TensorHandle input, TensorHandle src, long dim, long[] start, long[] end, long step, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_slice_scatter", ExactSpelling = true)]
-        internal static extern Status tr_tensor_slice_scatter(TensorHandle input, TensorHandle src, long dim, long[] start, long[] end, long step, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_select_scatter", ExactSpelling = true)]
-        internal static extern Status tr_tensor_select_scatter(TensorHandle input, TensorHandle src, long dim, long index, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_diagonal_scatter", ExactSpelling = true)]
-        internal static extern Status tr_tensor_diagonal_scatter(TensorHandle input, TensorHandle src, long offset, long dim1, long dim2, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_as_strided_scatter", ExactSpelling = true)]
-        internal static extern Status tr_tensor_as_strided_scatter(TensorHandle input, TensorHandle src, long[] size, UIntPtr size_len, long[] stride, UIntPtr stride_len, long[] storage_offset, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_smm", ExactSpelling = true)]
-        internal static extern Status tr_tensor_smm(TensorHandle input, TensorHandle mat2, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_softmax_int", ExactSpelling = true)]
-        internal static extern Status tr_tensor_softmax_int(TensorHandle input, long dim, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_unsafe_split_tensor", ExactSpelling = true)]
-        internal static extern Status tr_tensor_unsafe_split_tensor(TensorHandle input, long split_size, long dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_split_tensor", ExactSpelling = true)]
-        internal static extern Status tr_tensor_split_tensor(TensorHandle input, long split_size, long dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_split_sizes", ExactSpelling = true)]
-        internal static extern Status tr_tensor_split_sizes(TensorHandle input, long[] split_size, UIntPtr split_size_len, long dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_unsafe_split_with_sizes", ExactSpelling = true)]
-        internal static extern Status tr_tensor_unsafe_split_with_sizes(TensorHandle input, long[] split_sizes, UIntPtr split_sizes_len, long dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_split_with_sizes", ExactSpelling = true)]
-        internal static extern Status tr_tensor_split_with_sizes(TensorHandle input, long[] split_sizes, UIntPtr split_sizes_len, long dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_hsplit_int", ExactSpelling = true)]
-        internal static extern Status tr_tensor_hsplit_int(TensorHandle input, long sections, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_hsplit_array", ExactSpelling = true)]
-        internal static extern Status tr_tensor_hsplit_array(TensorHandle input, long[] indices, UIntPtr indices_len, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_vsplit_int", ExactSpelling = true)]
-        internal static extern Status tr_tensor_vsplit_int(TensorHandle input, long sections, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_vsplit_array", ExactSpelling = true)]
-        internal static extern Status tr_tensor_vsplit_array(TensorHandle input, long[] indices, UIntPtr indices_len, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_dsplit_int", ExactSpelling = true)]
-        internal static extern Status tr_tensor_dsplit_int(TensorHandle input, long sections, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_dsplit_array", ExactSpelling = true)]
-        internal static extern Status tr_tensor_dsplit_array(TensorHandle input, long[] indices, UIntPtr indices_len, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_squeeze_dim", ExactSpelling = true)]
-        internal static extern Status tr_tensor_squeeze_dim(TensorHandle input, long dim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_squeeze_dims", ExactSpelling = true)]
-        internal static extern Status tr_tensor_squeeze_dims(TensorHandle input, long[] dim, UIntPtr dim_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_squeeze_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_squeeze_(TensorHandle input);
-        [DllImport(Lib, EntryPoint = "tr_tensor_squeeze_dim_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_squeeze_dim_(TensorHandle input, long dim);
-        [DllImport(Lib, EntryPoint = "tr_tensor_squeeze_dims_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_squeeze_dims_(TensorHandle input, long[] dim, UIntPtr dim_len);
-        [DllImport(Lib, EntryPoint = "tr_tensor_sspaddmm", ExactSpelling = true)]
-        internal static extern Status tr_tensor_sspaddmm(TensorHandle input, TensorHandle mat1, TensorHandle mat2, Scalar beta, Scalar alpha, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_hstack", ExactSpelling = true)]
-        internal static extern Status tr_tensor_hstack(ulong[] tensors, UIntPtr tensors_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_vstack", ExactSpelling = true)]
-        internal static extern Status tr_tensor_vstack(ulong[] tensors, UIntPtr tensors_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_dstack", ExactSpelling = true)]
-        internal static extern Status tr_tensor_dstack(ulong[] tensors, UIntPtr tensors_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_stft", ExactSpelling = true)]
-        internal static extern Status tr_tensor_stft(TensorHandle input, long n_fft, long[] hop_length, long[] win_length, TensorHandle window, [MarshalAs(UnmanagedType.I1)] bool normalized, [MarshalAs(UnmanagedType.LPArray, ArraySubType = UnmanagedType.I1)] bool[] onesided, [MarshalAs(UnmanagedType.LPArray, ArraySubType = UnmanagedType.I1)] bool[] return_complex, [MarshalAs(UnmanagedType.LPArray, ArraySubType = UnmanagedType.I1)] bool[] align_to_window, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_stft_center", ExactSpelling = true)]
-        internal static extern Status tr_tensor_stft_center(TensorHandle input, long n_fft, long[] hop_length, long[] win_length, TensorHandle window, [MarshalAs(UnmanagedType.I1)] bool center, byte[] pad_mode, [MarshalAs(UnmanagedType.I1)] bool normalized, [MarshalAs(UnmanagedType.LPArray, ArraySubType = UnmanagedType.I1)] bool[] onesided, [MarshalAs(UnmanagedType.LPArray, ArraySubType = UnmanagedType.I1)] bool[] return_complex, [MarshalAs(UnmanagedType.LPArray, ArraySubType = UnmanagedType.I1)] bool[] align_to_window, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_istft", ExactSpelling = true)]
-        internal static extern Status tr_tensor_istft(TensorHandle input, long n_fft, long[] hop_length, long[] win_length, TensorHandle window, [MarshalAs(UnmanagedType.I1)] bool center, [MarshalAs(UnmanagedType.I1)] bool normalized, [MarshalAs(UnmanagedType.LPArray, ArraySubType = UnmanagedType.I1)] bool[] onesided, long[] length, [MarshalAs(UnmanagedType.I1)] bool return_complex, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_stride_int", ExactSpelling = true)]
-        internal static extern Status tr_tensor_stride_int(TensorHandle input, long dim, out long @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_sym_stride_int", ExactSpelling = true)]
-        internal static extern Status tr_tensor_sym_stride_int(TensorHandle input, long dim, out long @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_sum_dim_intlist", ExactSpelling = true)]
-        internal static extern Status tr_tensor_sum_dim_intlist(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_nansum", ExactSpelling = true)]
-        internal static extern Status tr_tensor_nansum(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_hash_tensor", ExactSpelling = true)]
-        internal static extern Status tr_tensor_hash_tensor(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, long mode, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_sum_to_size", ExactSpelling = true)]
-        internal static extern Status tr_tensor_sum_to_size(TensorHandle input, long[] size, UIntPtr size_len, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_sqrt_", ExactSpelling = true)]
         internal static extern Status tr_tensor_sqrt_(TensorHandle input);
         [DllImport(Lib, EntryPoint = "tr_tensor_square", ExactSpelling = true)]
         internal static extern Status tr_tensor_square(TensorHandle input, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_square_", ExactSpelling = true)]
         internal static extern Status tr_tensor_square_(TensorHandle input);
-        [DllImport(Lib, EntryPoint = "tr_tensor_std", ExactSpelling = true)]
-        internal static extern Status tr_tensor_std(TensorHandle input, [MarshalAs(UnmanagedType.I1)] bool unbiased, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_std_dim", ExactSpelling = true)]
-        internal static extern Status tr_tensor_std_dim(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool unbiased, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_std_correction", ExactSpelling = true)]
-        internal static extern Status tr_tensor_std_correction(TensorHandle input, long[] dim, UIntPtr dim_len, Scalar[] correction, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_std_mean", ExactSpelling = true)]
-        internal static extern Status tr_tensor_std_mean(TensorHandle input, [MarshalAs(UnmanagedType.I1)] bool unbiased, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_std_mean_dim", ExactSpelling = true)]
-        internal static extern Status tr_tensor_std_mean_dim(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool unbiased, [MarshalAs(UnmanagedType.I1)] bool keepdim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_std_mean_correction", ExactSpelling = true)]
-        internal static extern Status tr_tensor_std_mean_correction(TensorHandle input, long[] dim, UIntPtr dim_len, Scalar[] correction, [MarshalAs(UnmanagedType.I1)] bool keepdim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_prod", ExactSpelling = true)]
-        internal static extern Status tr_tensor_prod(TensorHandle input, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_prod_dim_int", ExactSpelling = true)]
-        internal static extern Status tr_tensor_prod_dim_int(TensorHandle input, long dim, [MarshalAs(UnmanagedType.I1)] bool keepdim, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_t", ExactSpelling = true)]
-        internal static extern Status tr_tensor_t(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_t_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_t_(TensorHandle input);
         [DllImport(Lib, EntryPoint = "tr_tensor_tan", ExactSpelling = true)]
         internal static extern Status tr_tensor_tan(TensorHandle input, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_tan_", ExactSpelling = true)]
         internal static extern Status tr_tensor_tan_(TensorHandle input);
-        [DllImport(Lib, EntryPoint = "tr_tensor_tanh_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_tanh_(TensorHandle input);
-        [DllImport(Lib, EntryPoint = "tr_tensor_tensordot", ExactSpelling = true)]
-        internal static extern Status tr_tensor_tensordot(TensorHandle input, TensorHandle other, long[] dims_self, UIntPtr dims_self_len, long[] dims_other, UIntPtr dims_other_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_threshold", ExactSpelling = true)]
-        internal static extern Status tr_tensor_threshold(TensorHandle input, Scalar threshold, Scalar value, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_threshold_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_threshold_(TensorHandle input, Scalar threshold, Scalar value);
-        [DllImport(Lib, EntryPoint = "tr_tensor_tile", ExactSpelling = true)]
-        internal static extern Status tr_tensor_tile(TensorHandle input, long[] dims, UIntPtr dims_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_transpose_int", ExactSpelling = true)]
-        internal static extern Status tr_tensor_transpose_int(TensorHandle input, long dim0, long dim1, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_transpose_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_transpose_(TensorHandle input, long dim0, long dim1);
-        [DllImport(Lib, EntryPoint = "tr_tensor_one_hot", ExactSpelling = true)]
-        internal static extern Status tr_tensor_one_hot(TensorHandle input, long num_classes, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_flip", ExactSpelling = true)]
-        internal static extern Status tr_tensor_flip(TensorHandle input, long[] dims, UIntPtr dims_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_fliplr", ExactSpelling = true)]
-        internal static extern Status tr_tensor_fliplr(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_flipud", ExactSpelling = true)]
-        internal static extern Status tr_tensor_flipud(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_roll", ExactSpelling = true)]
-        internal static extern Status tr_tensor_roll(TensorHandle input, long[] shifts, UIntPtr shifts_len, long[] dims, UIntPtr dims_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_rot90", ExactSpelling = true)]
-        internal static extern Status tr_tensor_rot90(TensorHandle input, long k, long[] dims, UIntPtr dims_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_trapezoid_x", ExactSpelling = true)]
-        internal static extern Status tr_tensor_trapezoid_x(TensorHandle y, TensorHandle x, long dim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_trapezoid_dx", ExactSpelling = true)]
-        internal static extern Status tr_tensor_trapezoid_dx(TensorHandle y, Scalar dx, long dim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_trapz_x", ExactSpelling = true)]
-        internal static extern Status tr_tensor_trapz_x(TensorHandle y, TensorHandle x, long dim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_trapz_dx", ExactSpelling = true)]
-        internal static extern Status tr_tensor_trapz_dx(TensorHandle y, double dx, long dim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_triplet_margin_loss", ExactSpelling = true)]
-        internal static extern Status tr_tensor_triplet_margin_loss(TensorHandle anchor, TensorHandle positive, TensorHandle negative, double margin, double p, double eps, [MarshalAs(UnmanagedType.I1)] bool swap, long reduction, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_trunc", ExactSpelling = true)]
         internal static extern Status tr_tensor_trunc(TensorHandle input, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_trunc_", ExactSpelling = true)]
@@ -1761,32 +1211,6 @@ namespace TensorRef
         internal static extern Status tr_tensor_fix(TensorHandle input, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_fix_", ExactSpelling = true)]
         internal static extern Status tr_tensor_fix_(TensorHandle input);
-        [DllImport(Lib, EntryPoint = "tr_tensor_type_as", ExactSpelling = true)]
-        internal static extern Status tr_tensor_type_as(TensorHandle input, TensorHandle other, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_unique_dim", ExactSpelling = true)]
-        internal static extern Status tr_tensor_unique_dim(TensorHandle input, long dim, [MarshalAs(UnmanagedType.I1)] bool sorted, [MarshalAs(UnmanagedType.I1)] bool return_inverse, [MarshalAs(UnmanagedType.I1)] bool return_counts, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_unique_consecutive", ExactSpelling = true)]
-        internal static extern Status tr_tensor_unique_consecutive(TensorHandle input, [MarshalAs(UnmanagedType.I1)] bool return_inverse, [MarshalAs(UnmanagedType.I1)] bool return_counts, long[] dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_unique_dim_consecutive", ExactSpelling = true)]
-        internal static extern Status tr_tensor_unique_dim_consecutive(TensorHandle input, long dim, [MarshalAs(UnmanagedType.I1)] bool return_inverse, [MarshalAs(UnmanagedType.I1)] bool return_counts, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_unsqueeze_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_unsqueeze_(TensorHandle input, long dim);
-        [DllImport(Lib, EntryPoint = "tr_tensor_vander", ExactSpelling = true)]
-        internal static extern Status tr_tensor_vander(TensorHandle x, long[] n, [MarshalAs(UnmanagedType.I1)] bool increasing, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_var", ExactSpelling = true)]
-        internal static extern Status tr_tensor_var(TensorHandle input, [MarshalAs(UnmanagedType.I1)] bool unbiased, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_var_dim", ExactSpelling = true)]
-        internal static extern Status tr_tensor_var_dim(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool unbiased, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_var_correction", ExactSpelling = true)]
-        internal static extern Status tr_tensor_var_correction(TensorHandle input, long[] dim, UIntPtr dim_len, Scalar[] correction, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_var_mean", ExactSpelling = true)]
-        internal static extern Status tr_tensor_var_mean(TensorHandle input, [MarshalAs(UnmanagedType.I1)] bool unbiased, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_var_mean_dim", ExactSpelling = true)]
-        internal static extern Status tr_tensor_var_mean_dim(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool unbiased, [MarshalAs(UnmanagedType.I1)] bool keepdim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_var_mean_correction", ExactSpelling = true)]
-        internal static extern Status tr_tensor_var_mean_correction(TensorHandle input, long[] dim, UIntPtr dim_len, Scalar[] correction, [MarshalAs(UnmanagedType.I1)] bool keepdim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_view_as", ExactSpelling = true)]
-        internal static extern Status tr_tensor_view_as(TensorHandle input, TensorHandle other, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_where_scalarself", ExactSpelling = true)]
         internal static extern Status tr_tensor_where_scalarself(TensorHandle condition, Scalar input, TensorHandle other, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_where_scalarother", ExactSpelling = true)]
@@ -1795,32 +1219,10 @@ namespace TensorRef
         internal static extern Status tr_tensor_where_scalar(TensorHandle condition, Scalar input, Scalar other, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_where", ExactSpelling = true)]
         internal static extern Status tr_tensor_where(TensorHandle condition, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_norm_except_dim", ExactSpelling = true)]
-        internal static extern Status tr_tensor_norm_except_dim(TensorHandle v, long pow, long dim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_poisson", ExactSpelling = true)]
-        internal static extern Status tr_tensor_poisson(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_binomial", ExactSpelling = true)]
-        internal static extern Status tr_tensor_binomial(TensorHandle count, TensorHandle prob, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_norm_scalaropt_dtype", ExactSpelling = true)]
-        internal static extern Status tr_tensor_norm_scalaropt_dtype(TensorHandle input, Scalar[] p, DType dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_norm_scalar", ExactSpelling = true)]
-        internal static extern Status tr_tensor_norm_scalar(TensorHandle input, Scalar p, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_norm_scalaropt_dim_dtype", ExactSpelling = true)]
-        internal static extern Status tr_tensor_norm_scalaropt_dim_dtype(TensorHandle input, Scalar[] p, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, DType dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_norm_scalaropt_dim", ExactSpelling = true)]
-        internal static extern Status tr_tensor_norm_scalaropt_dim(TensorHandle input, Scalar[] p, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_frexp_tensor", ExactSpelling = true)]
         internal static extern Status tr_tensor_frexp_tensor(TensorHandle input, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_frobenius_norm_dim", ExactSpelling = true)]
-        internal static extern Status tr_tensor_frobenius_norm_dim(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_nuclear_norm", ExactSpelling = true)]
-        internal static extern Status tr_tensor_nuclear_norm(TensorHandle input, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_nuclear_norm_dim", ExactSpelling = true)]
-        internal static extern Status tr_tensor_nuclear_norm_dim(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_positive", ExactSpelling = true)]
         internal static extern Status tr_tensor_positive(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_resize_as_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_resize_as_(TensorHandle input, TensorHandle the_template);
         [DllImport(Lib, EntryPoint = "tr_tensor_sub_tensor", ExactSpelling = true)]
         internal static extern Status tr_tensor_sub_tensor(TensorHandle input, TensorHandle other, Scalar alpha, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_sub_tensor_", ExactSpelling = true)]
@@ -1839,78 +1241,6 @@ namespace TensorRef
         internal static extern Status tr_tensor_heaviside(TensorHandle input, TensorHandle values, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_heaviside_", ExactSpelling = true)]
         internal static extern Status tr_tensor_heaviside_(TensorHandle input, TensorHandle values);
-        [DllImport(Lib, EntryPoint = "tr_tensor_addmm", ExactSpelling = true)]
-        internal static extern Status tr_tensor_addmm(TensorHandle input, TensorHandle mat1, TensorHandle mat2, Scalar beta, Scalar alpha, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_addmm_dtype", ExactSpelling = true)]
-        internal static extern Status tr_tensor_addmm_dtype(TensorHandle input, TensorHandle mat1, TensorHandle mat2, DType out_dtype, Scalar beta, Scalar alpha, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_addmm_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_addmm_(TensorHandle input, TensorHandle mat1, TensorHandle mat2, Scalar beta, Scalar alpha);
-        [DllImport(Lib, EntryPoint = "tr_tensor_unbind_int", ExactSpelling = true)]
-        internal static extern Status tr_tensor_unbind_int(TensorHandle input, long dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_choose_qparams_optimized", ExactSpelling = true)]
-        internal static extern Status tr_tensor_choose_qparams_optimized(TensorHandle input, long numel, long n_bins, double ratio, long bit_width, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_to_dtype_layout", ExactSpelling = true)]
-        internal static extern Status tr_tensor_to_dtype_layout(TensorHandle input, DType[] dtype, [MarshalAs(UnmanagedType.I1)] bool non_blocking, [MarshalAs(UnmanagedType.I1)] bool copy, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_to_other", ExactSpelling = true)]
-        internal static extern Status tr_tensor_to_other(TensorHandle input, TensorHandle other, [MarshalAs(UnmanagedType.I1)] bool non_blocking, [MarshalAs(UnmanagedType.I1)] bool copy, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_meshgrid", ExactSpelling = true)]
-        internal static extern Status tr_tensor_meshgrid(ulong[] tensors, UIntPtr tensors_len, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_meshgrid_indexing", ExactSpelling = true)]
-        internal static extern Status tr_tensor_meshgrid_indexing(ulong[] tensors, UIntPtr tensors_len, byte[] indexing, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_cartesian_prod", ExactSpelling = true)]
-        internal static extern Status tr_tensor_cartesian_prod(ulong[] tensors, UIntPtr tensors_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_combinations", ExactSpelling = true)]
-        internal static extern Status tr_tensor_combinations(TensorHandle input, long r, [MarshalAs(UnmanagedType.I1)] bool with_replacement, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_result_type_tensor", ExactSpelling = true)]
-        internal static extern Status tr_tensor_result_type_tensor(TensorHandle tensor, TensorHandle other, out DType @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_result_type_scalar", ExactSpelling = true)]
-        internal static extern Status tr_tensor_result_type_scalar(TensorHandle tensor, Scalar other, out DType @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_result_type_scalar_tensor", ExactSpelling = true)]
-        internal static extern Status tr_tensor_result_type_scalar_tensor(Scalar scalar, TensorHandle tensor, out DType @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_result_type_scalar_scalar", ExactSpelling = true)]
-        internal static extern Status tr_tensor_result_type_scalar_scalar(Scalar scalar1, Scalar scalar2, out DType @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_can_cast", ExactSpelling = true)]
-        internal static extern Status tr_tensor_can_cast(DType from_, DType to, [MarshalAs(UnmanagedType.I1)] out bool @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_promote_types", ExactSpelling = true)]
-        internal static extern Status tr_tensor_promote_types(DType type1, DType type2, out DType @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_lstm_input", ExactSpelling = true)]
-        internal static extern Status tr_tensor_lstm_input(TensorHandle input, ulong[] hx, UIntPtr hx_len, ulong[] @params, UIntPtr params_len, [MarshalAs(UnmanagedType.I1)] bool has_biases, long num_layers, double dropout, [MarshalAs(UnmanagedType.I1)] bool train, [MarshalAs(UnmanagedType.I1)] bool bidirectional, [MarshalAs(UnmanagedType.I1)] bool batch_first, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_lstm_data", ExactSpelling = true)]
-        internal static extern Status tr_tensor_lstm_data(TensorHandle data, TensorHandle batch_sizes, ulong[] hx, UIntPtr hx_len, ulong[] @params, UIntPtr params_len, [MarshalAs(UnmanagedType.I1)] bool has_biases, long num_layers, double dropout, [MarshalAs(UnmanagedType.I1)] bool train, [MarshalAs(UnmanagedType.I1)] bool bidirectional, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_gru_input", ExactSpelling = true)]
-        internal static extern Status tr_tensor_gru_input(TensorHandle input, TensorHandle hx, ulong[] @params, UIntPtr params_len, [MarshalAs(UnmanagedType.I1)] bool has_biases, long num_layers, double dropout, [MarshalAs(UnmanagedType.I1)] bool train, [MarshalAs(UnmanagedType.I1)] bool bidirectional, [MarshalAs(UnmanagedType.I1)] bool batch_first, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_gru_data", ExactSpelling = true)]
-        internal static extern Status tr_tensor_gru_data(TensorHandle data, TensorHandle batch_sizes, TensorHandle hx, ulong[] @params, UIntPtr params_len, [MarshalAs(UnmanagedType.I1)] bool has_biases, long num_layers, double dropout, [MarshalAs(UnmanagedType.I1)] bool train, [MarshalAs(UnmanagedType.I1)] bool bidirectional, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_rnn_tanh_input", ExactSpelling = true)]
-        internal static extern Status tr_tensor_rnn_tanh_input(TensorHandle input, TensorHandle hx, ulong[] @params, UIntPtr params_len, [MarshalAs(UnmanagedType.I1)] bool has_biases, long num_layers, double dropout, [MarshalAs(UnmanagedType.I1)] bool train, [MarshalAs(UnmanagedType.I1)] bool bidirectional, [MarshalAs(UnmanagedType.I1)] bool batch_first, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_rnn_tanh_data", ExactSpelling = true)]
-        internal static extern Status tr_tensor_rnn_tanh_data(TensorHandle data, TensorHandle batch_sizes, TensorHandle hx, ulong[] @params, UIntPtr params_len, [MarshalAs(UnmanagedType.I1)] bool has_biases, long num_layers, double dropout, [MarshalAs(UnmanagedType.I1)] bool train, [MarshalAs(UnmanagedType.I1)] bool bidirectional, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_rnn_relu_input", ExactSpelling = true)]
-        internal static extern Status tr_tensor_rnn_relu_input(TensorHandle input, TensorHandle hx, ulong[] @params, UIntPtr params_len, [MarshalAs(UnmanagedType.I1)] bool has_biases, long num_layers, double dropout, [MarshalAs(UnmanagedType.I1)] bool train, [MarshalAs(UnmanagedType.I1)] bool bidirectional, [MarshalAs(UnmanagedType.I1)] bool batch_first, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_rnn_relu_data", ExactSpelling = true)]
-        internal static extern Status tr_tensor_rnn_relu_data(TensorHandle data, TensorHandle batch_sizes, TensorHandle hx, ulong[] @params, UIntPtr params_len, [MarshalAs(UnmanagedType.I1)] bool has_biases, long num_layers, double dropout, [MarshalAs(UnmanagedType.I1)] bool train, [MarshalAs(UnmanagedType.I1)] bool bidirectional, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_lstm_cell", ExactSpelling = true)]
-        internal static extern Status tr_tensor_lstm_cell(TensorHandle input, ulong[] hx, UIntPtr hx_len, TensorHandle w_ih, TensorHandle w_hh, TensorHandle b_ih, TensorHandle b_hh, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_gru_cell", ExactSpelling = true)]
-        internal static extern Status tr_tensor_gru_cell(TensorHandle input, TensorHandle hx, TensorHandle w_ih, TensorHandle w_hh, TensorHandle b_ih, TensorHandle b_hh, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_rnn_tanh_cell", ExactSpelling = true)]
-        internal static extern Status tr_tensor_rnn_tanh_cell(TensorHandle input, TensorHandle hx, TensorHandle w_ih, TensorHandle w_hh, TensorHandle b_ih, TensorHandle b_hh, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_rnn_relu_cell", ExactSpelling = true)]
-        internal static extern Status tr_tensor_rnn_relu_cell(TensorHandle input, TensorHandle hx, TensorHandle w_ih, TensorHandle w_hh, TensorHandle b_ih, TensorHandle b_hh, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_set_source_tensor_storage_offset_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_set_source_tensor_storage_offset_(TensorHandle input, TensorHandle source, long storage_offset, long[] size, UIntPtr size_len, long[] stride, UIntPtr stride_len);
-        [DllImport(Lib, EntryPoint = "tr_tensor_set_source_tensor_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_set_source_tensor_(TensorHandle input, TensorHandle source);
-        [DllImport(Lib, EntryPoint = "tr_tensor_set_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_set_(TensorHandle input);
-        [DllImport(Lib, EntryPoint = "tr_tensor_lift", ExactSpelling = true)]
-        internal static extern Status tr_tensor_lift(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_lift_fresh", ExactSpelling = true)]
-        internal static extern Status tr_tensor_lift_fresh(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_lift_fresh_copy", ExactSpelling = true)]
-        internal static extern Status tr_tensor_lift_fresh_copy(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_is_set_to", ExactSpelling = true)]
-        internal static extern Status tr_tensor_is_set_to(TensorHandle input, TensorHandle tensor, [MarshalAs(UnmanagedType.I1)] out bool @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_masked_fill_scalar_", ExactSpelling = true)]
         internal static extern Status tr_tensor_masked_fill_scalar_(TensorHandle input, TensorHandle mask, Scalar value);
         [DllImport(Lib, EntryPoint = "tr_tensor_masked_fill_scalar", ExactSpelling = true)]
@@ -1919,54 +1249,6 @@ namespace TensorRef
         internal static extern Status tr_tensor_masked_fill_tensor_(TensorHandle input, TensorHandle mask, TensorHandle value);
         [DllImport(Lib, EntryPoint = "tr_tensor_masked_fill_tensor", ExactSpelling = true)]
         internal static extern Status tr_tensor_masked_fill_tensor(TensorHandle input, TensorHandle mask, TensorHandle value, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_masked_scatter", ExactSpelling = true)]
-        internal static extern Status tr_tensor_masked_scatter(TensorHandle input, TensorHandle mask, TensorHandle source, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_view_dtype", ExactSpelling = true)]
-        internal static extern Status tr_tensor_view_dtype(TensorHandle input, DType dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_put_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_put_(TensorHandle input, TensorHandle index, TensorHandle source, [MarshalAs(UnmanagedType.I1)] bool accumulate);
-        [DllImport(Lib, EntryPoint = "tr_tensor_put", ExactSpelling = true)]
-        internal static extern Status tr_tensor_put(TensorHandle input, TensorHandle index, TensorHandle source, [MarshalAs(UnmanagedType.I1)] bool accumulate, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_index_add_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_index_add_(TensorHandle input, long dim, TensorHandle index, TensorHandle source, Scalar alpha);
-        [DllImport(Lib, EntryPoint = "tr_tensor_index_add", ExactSpelling = true)]
-        internal static extern Status tr_tensor_index_add(TensorHandle input, long dim, TensorHandle index, TensorHandle source, Scalar alpha, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_index_reduce_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_index_reduce_(TensorHandle input, long dim, TensorHandle index, TensorHandle source, byte[] reduce, [MarshalAs(UnmanagedType.I1)] bool include_self);
-        [DllImport(Lib, EntryPoint = "tr_tensor_index_reduce", ExactSpelling = true)]
-        internal static extern Status tr_tensor_index_reduce(TensorHandle input, long dim, TensorHandle index, TensorHandle source, byte[] reduce, [MarshalAs(UnmanagedType.I1)] bool include_self, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_index_fill_int_scalar_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_index_fill_int_scalar_(TensorHandle input, long dim, TensorHandle index, Scalar value);
-        [DllImport(Lib, EntryPoint = "tr_tensor_index_fill_int_scalar", ExactSpelling = true)]
-        internal static extern Status tr_tensor_index_fill_int_scalar(TensorHandle input, long dim, TensorHandle index, Scalar value, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_index_fill_int_tensor_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_index_fill_int_tensor_(TensorHandle input, long dim, TensorHandle index, TensorHandle value);
-        [DllImport(Lib, EntryPoint = "tr_tensor_index_fill_int_tensor", ExactSpelling = true)]
-        internal static extern Status tr_tensor_index_fill_int_tensor(TensorHandle input, long dim, TensorHandle index, TensorHandle value, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_scatter_src", ExactSpelling = true)]
-        internal static extern Status tr_tensor_scatter_src(TensorHandle input, long dim, TensorHandle index, TensorHandle src, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_scatter_src_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_scatter_src_(TensorHandle input, long dim, TensorHandle index, TensorHandle src);
-        [DllImport(Lib, EntryPoint = "tr_tensor_scatter_value", ExactSpelling = true)]
-        internal static extern Status tr_tensor_scatter_value(TensorHandle input, long dim, TensorHandle index, Scalar value, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_scatter_value_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_scatter_value_(TensorHandle input, long dim, TensorHandle index, Scalar value);
-        [DllImport(Lib, EntryPoint = "tr_tensor_scatter_reduce", ExactSpelling = true)]
-        internal static extern Status tr_tensor_scatter_reduce(TensorHandle input, long dim, TensorHandle index, TensorHandle src, byte[] reduce, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_scatter_reduce_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_scatter_reduce_(TensorHandle input, long dim, TensorHandle index, TensorHandle src, byte[] reduce);
-        [DllImport(Lib, EntryPoint = "tr_tensor_scatter_value_reduce", ExactSpelling = true)]
-        internal static extern Status tr_tensor_scatter_value_reduce(TensorHandle input, long dim, TensorHandle index, Scalar value, byte[] reduce, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_scatter_value_reduce_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_scatter_value_reduce_(TensorHandle input, long dim, TensorHandle index, Scalar value, byte[] reduce);
-        [DllImport(Lib, EntryPoint = "tr_tensor_scatter_add", ExactSpelling = true)]
-        internal static extern Status tr_tensor_scatter_add(TensorHandle input, long dim, TensorHandle index, TensorHandle src, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_scatter_add_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_scatter_add_(TensorHandle input, long dim, TensorHandle index, TensorHandle src);
-        [DllImport(Lib, EntryPoint = "tr_tensor_scatter_reduce_two", ExactSpelling = true)]
-        internal static extern Status tr_tensor_scatter_reduce_two(TensorHandle input, long dim, TensorHandle index, TensorHandle src, byte[] reduce, [MarshalAs(UnmanagedType.I1)] bool include_self, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_scatter_reduce_two_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_scatter_reduce_two_(TensorHandle input, long dim, TensorHandle index, TensorHandle src, byte[] reduce, [MarshalAs(UnmanagedType.I1)] bool include_self);
         [DllImport(Lib, EntryPoint = "tr_tensor_eq_scalar_", ExactSpelling = true)]
         internal static extern Status tr_tensor_eq_scalar_(TensorHandle input, Scalar other);
         [DllImport(Lib, EntryPoint = "tr_tensor_eq_tensor_", ExactSpelling = true)]
@@ -2021,50 +1303,12 @@ namespace TensorRef
         internal static extern Status tr_tensor_bitwise_right_shift_tensor_scalar_(TensorHandle input, Scalar other);
         [DllImport(Lib, EntryPoint = "tr_tensor_bitwise_right_shift_scalar_tensor", ExactSpelling = true)]
         internal static extern Status tr_tensor_bitwise_right_shift_scalar_tensor(Scalar input, TensorHandle other, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_tril_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_tril_(TensorHandle input, long diagonal);
-        [DllImport(Lib, EntryPoint = "tr_tensor_triu_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_triu_(TensorHandle input, long diagonal);
         [DllImport(Lib, EntryPoint = "tr_tensor_digamma_", ExactSpelling = true)]
         internal static extern Status tr_tensor_digamma_(TensorHandle input);
         [DllImport(Lib, EntryPoint = "tr_tensor_lerp_scalar_", ExactSpelling = true)]
         internal static extern Status tr_tensor_lerp_scalar_(TensorHandle input, TensorHandle end, Scalar weight);
         [DllImport(Lib, EntryPoint = "tr_tensor_lerp_tensor_", ExactSpelling = true)]
         internal static extern Status tr_tensor_lerp_tensor_(TensorHandle input, TensorHandle end, TensorHandle weight);
-        [DllImport(Lib, EntryPoint = "tr_tensor_addbmm_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_addbmm_(TensorHandle input, TensorHandle batch1, TensorHandle batch2, Scalar beta, Scalar alpha);
-        [DllImport(Lib, EntryPoint = "tr_tensor_addbmm", ExactSpelling = true)]
-        internal static extern Status tr_tensor_addbmm(TensorHandle input, TensorHandle batch1, TensorHandle batch2, Scalar beta, Scalar alpha, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_random_from_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_random_from_(TensorHandle input, long from, long[] to);
-        [DllImport(Lib, EntryPoint = "tr_tensor_random_to_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_random_to_(TensorHandle input, long to);
-        [DllImport(Lib, EntryPoint = "tr_tensor_random_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_random_(TensorHandle input);
-        [DllImport(Lib, EntryPoint = "tr_tensor_uniform_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_uniform_(TensorHandle input, double from, double to);
-        [DllImport(Lib, EntryPoint = "tr_tensor_cauchy_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_cauchy_(TensorHandle input, double median, double sigma);
-        [DllImport(Lib, EntryPoint = "tr_tensor_log_normal_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_log_normal_(TensorHandle input, double mean, double std);
-        [DllImport(Lib, EntryPoint = "tr_tensor_exponential_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_exponential_(TensorHandle input, double lambd);
-        [DllImport(Lib, EntryPoint = "tr_tensor_geometric_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_geometric_(TensorHandle input, double p);
-        [DllImport(Lib, EntryPoint = "tr_tensor_diag", ExactSpelling = true)]
-        internal static extern Status tr_tensor_diag(TensorHandle input, long diagonal, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_cross", ExactSpelling = true)]
-        internal static extern Status tr_tensor_cross(TensorHandle input, TensorHandle other, long[] dim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_triu", ExactSpelling = true)]
-        internal static extern Status tr_tensor_triu(TensorHandle input, long diagonal, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_tril", ExactSpelling = true)]
-        internal static extern Status tr_tensor_tril(TensorHandle input, long diagonal, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_tril_indices", ExactSpelling = true)]
-        internal static extern Status tr_tensor_tril_indices(long row, long col, long offset, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_triu_indices", ExactSpelling = true)]
-        internal static extern Status tr_tensor_triu_indices(long row, long col, long offset, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_trace", ExactSpelling = true)]
-        internal static extern Status tr_tensor_trace(TensorHandle input, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_ne_tensor", ExactSpelling = true)]
         internal static extern Status tr_tensor_ne_tensor(TensorHandle input, TensorHandle other, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_ne_scalar_", ExactSpelling = true)]
@@ -2137,18 +1381,6 @@ namespace TensorRef
         internal static extern Status tr_tensor_less_scalar_(TensorHandle input, Scalar other);
         [DllImport(Lib, EntryPoint = "tr_tensor_less_tensor_", ExactSpelling = true)]
         internal static extern Status tr_tensor_less_tensor_(TensorHandle input, TensorHandle other);
-        [DllImport(Lib, EntryPoint = "tr_tensor_take", ExactSpelling = true)]
-        internal static extern Status tr_tensor_take(TensorHandle input, TensorHandle index, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_take_along_dim", ExactSpelling = true)]
-        internal static extern Status tr_tensor_take_along_dim(TensorHandle input, TensorHandle indices, long[] dim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_nonzero_static", ExactSpelling = true)]
-        internal static extern Status tr_tensor_nonzero_static(TensorHandle input, long size, long fill_value, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_nonzero_numpy", ExactSpelling = true)]
-        internal static extern Status tr_tensor_nonzero_numpy(TensorHandle input, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_argwhere", ExactSpelling = true)]
-        internal static extern Status tr_tensor_argwhere(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_gather", ExactSpelling = true)]
-        internal static extern Status tr_tensor_gather(TensorHandle input, long dim, TensorHandle index, [MarshalAs(UnmanagedType.I1)] bool sparse_grad, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_addcmul", ExactSpelling = true)]
         internal static extern Status tr_tensor_addcmul(TensorHandle input, TensorHandle tensor1, TensorHandle tensor2, Scalar value, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_addcmul_", ExactSpelling = true)]
@@ -2157,44 +1389,6 @@ namespace TensorRef
         internal static extern Status tr_tensor_addcdiv(TensorHandle input, TensorHandle tensor1, TensorHandle tensor2, Scalar value, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_addcdiv_", ExactSpelling = true)]
         internal static extern Status tr_tensor_addcdiv_(TensorHandle input, TensorHandle tensor1, TensorHandle tensor2, Scalar value);
-        [DllImport(Lib, EntryPoint = "tr_tensor_cross_entropy_loss", ExactSpelling = true)]
-        internal static extern Status tr_tensor_cross_entropy_loss(TensorHandle input, TensorHandle target, TensorHandle weight, long reduction, long ignore_index, double label_smoothing, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_triangular_solve", ExactSpelling = true)]
-        internal static extern Status tr_tensor_triangular_solve(TensorHandle input, TensorHandle a, [MarshalAs(UnmanagedType.I1)] bool upper, [MarshalAs(UnmanagedType.I1)] bool transpose, [MarshalAs(UnmanagedType.I1)] bool unitriangular, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_solve_triangular", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_solve_triangular(TensorHandle input, TensorHandle b, [MarshalAs(UnmanagedType.I1)] bool upper, [MarshalAs(UnmanagedType.I1)] bool left, [MarshalAs(UnmanagedType.I1)] bool unitriangular, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_vander", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_vander(TensorHandle x, long[] n, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_svd", ExactSpelling = true)]
-        internal static extern Status tr_tensor_svd(TensorHandle input, [MarshalAs(UnmanagedType.I1)] bool some, [MarshalAs(UnmanagedType.I1)] bool compute_uv, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_swapaxes", ExactSpelling = true)]
-        internal static extern Status tr_tensor_swapaxes(TensorHandle input, long axis0, long axis1, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_swapaxes_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_swapaxes_(TensorHandle input, long axis0, long axis1);
-        [DllImport(Lib, EntryPoint = "tr_tensor_swapdims", ExactSpelling = true)]
-        internal static extern Status tr_tensor_swapdims(TensorHandle input, long dim0, long dim1, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_swapdims_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_swapdims_(TensorHandle input, long dim0, long dim1);
-        [DllImport(Lib, EntryPoint = "tr_tensor_cholesky", ExactSpelling = true)]
-        internal static extern Status tr_tensor_cholesky(TensorHandle input, [MarshalAs(UnmanagedType.I1)] bool upper, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_cholesky_solve", ExactSpelling = true)]
-        internal static extern Status tr_tensor_cholesky_solve(TensorHandle input, TensorHandle input2, [MarshalAs(UnmanagedType.I1)] bool upper, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_cholesky_inverse", ExactSpelling = true)]
-        internal static extern Status tr_tensor_cholesky_inverse(TensorHandle input, [MarshalAs(UnmanagedType.I1)] bool upper, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_qr", ExactSpelling = true)]
-        internal static extern Status tr_tensor_qr(TensorHandle input, [MarshalAs(UnmanagedType.I1)] bool some, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_geqrf", ExactSpelling = true)]
-        internal static extern Status tr_tensor_geqrf(TensorHandle input, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_orgqr", ExactSpelling = true)]
-        internal static extern Status tr_tensor_orgqr(TensorHandle input, TensorHandle input2, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_ormqr", ExactSpelling = true)]
-        internal static extern Status tr_tensor_ormqr(TensorHandle input, TensorHandle input2, TensorHandle input3, [MarshalAs(UnmanagedType.I1)] bool left, [MarshalAs(UnmanagedType.I1)] bool transpose, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_lu_solve", ExactSpelling = true)]
-        internal static extern Status tr_tensor_lu_solve(TensorHandle input, TensorHandle lu_data, TensorHandle lu_pivots, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_lu_unpack", ExactSpelling = true)]
-        internal static extern Status tr_tensor_lu_unpack(TensorHandle lu_data, TensorHandle lu_pivots, [MarshalAs(UnmanagedType.I1)] bool unpack_data, [MarshalAs(UnmanagedType.I1)] bool unpack_pivots, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_multinomial", ExactSpelling = true)]
-        internal static extern Status tr_tensor_multinomial(TensorHandle input, long num_samples, [MarshalAs(UnmanagedType.I1)] bool replacement, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_lgamma_", ExactSpelling = true)]
         internal static extern Status tr_tensor_lgamma_(TensorHandle input);
         [DllImport(Lib, EntryPoint = "tr_tensor_lgamma", ExactSpelling = true)]
@@ -2219,8 +1413,6 @@ namespace TensorRef
         internal static extern Status tr_tensor_sign_(TensorHandle input);
         [DllImport(Lib, EntryPoint = "tr_tensor_signbit", ExactSpelling = true)]
         internal static extern Status tr_tensor_signbit(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_dist", ExactSpelling = true)]
-        internal static extern Status tr_tensor_dist(TensorHandle input, TensorHandle other, Scalar p, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_atan2_", ExactSpelling = true)]
         internal static extern Status tr_tensor_atan2_(TensorHandle input, TensorHandle other);
         [DllImport(Lib, EntryPoint = "tr_tensor_atan2", ExactSpelling = true)]
@@ -2233,18 +1425,6 @@ namespace TensorRef
         internal static extern Status tr_tensor_lerp_scalar(TensorHandle input, TensorHandle end, Scalar weight, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_lerp_tensor", ExactSpelling = true)]
         internal static extern Status tr_tensor_lerp_tensor(TensorHandle input, TensorHandle end, TensorHandle weight, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_histc", ExactSpelling = true)]
-        internal static extern Status tr_tensor_histc(TensorHandle input, long bins, Scalar min, Scalar max, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_histogram_bins_tensor", ExactSpelling = true)]
-        internal static extern Status tr_tensor_histogram_bins_tensor(TensorHandle input, TensorHandle bins, TensorHandle weight, [MarshalAs(UnmanagedType.I1)] bool density, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_histogram_bin_ct", ExactSpelling = true)]
-        internal static extern Status tr_tensor_histogram_bin_ct(TensorHandle input, long bins, double[] range, UIntPtr range_len, TensorHandle weight, [MarshalAs(UnmanagedType.I1)] bool density, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_histogramdd", ExactSpelling = true)]
-        internal static extern Status tr_tensor_histogramdd(TensorHandle input, long[] bins, UIntPtr bins_len, double[] range, UIntPtr range_len, TensorHandle weight, [MarshalAs(UnmanagedType.I1)] bool density, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_histogramdd_int_bins", ExactSpelling = true)]
-        internal static extern Status tr_tensor_histogramdd_int_bins(TensorHandle input, long bins, double[] range, UIntPtr range_len, TensorHandle weight, [MarshalAs(UnmanagedType.I1)] bool density, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_histogramdd_tensorlist_bins", ExactSpelling = true)]
-        internal static extern Status tr_tensor_histogramdd_tensorlist_bins(TensorHandle input, ulong[] bins, UIntPtr bins_len, double[] range, UIntPtr range_len, TensorHandle weight, [MarshalAs(UnmanagedType.I1)] bool density, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
         [DllImport(Lib, EntryPoint = "tr_tensor_fmod_scalar", ExactSpelling = true)]
         internal static extern Status tr_tensor_fmod_scalar(TensorHandle input, Scalar other, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_fmod_scalar_", ExactSpelling = true)]
@@ -2287,6 +1467,162 @@ namespace TensorRef
         internal static extern Status tr_tensor_minimum(TensorHandle input, TensorHandle other, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_min_other", ExactSpelling = true)]
         internal static extern Status tr_tensor_min_other(TensorHandle input, TensorHandle other, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_pow_tensor_tensor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_pow_tensor_tensor(TensorHandle input, TensorHandle exponent, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_pow_tensor_scalar", ExactSpelling = true)]
+        internal static extern Status tr_tensor_pow_tensor_scalar(TensorHandle input, Scalar exponent, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_pow_tensor_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_pow_tensor_(TensorHandle input, TensorHandle exponent);
+        [DllImport(Lib, EntryPoint = "tr_tensor_float_power_tensor_tensor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_float_power_tensor_tensor(TensorHandle input, TensorHandle exponent, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_float_power_scalar", ExactSpelling = true)]
+        internal static extern Status tr_tensor_float_power_scalar(Scalar input, TensorHandle exponent, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_float_power_tensor_scalar", ExactSpelling = true)]
+        internal static extern Status tr_tensor_float_power_tensor_scalar(TensorHandle input, Scalar exponent, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_float_power_scalar_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_float_power_scalar_(TensorHandle input, Scalar exponent);
+        [DllImport(Lib, EntryPoint = "tr_tensor_float_power_tensor_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_float_power_tensor_(TensorHandle input, TensorHandle exponent);
+        [DllImport(Lib, EntryPoint = "tr_tensor_isfinite", ExactSpelling = true)]
+        internal static extern Status tr_tensor_isfinite(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_isinf", ExactSpelling = true)]
+        internal static extern Status tr_tensor_isinf(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_isposinf", ExactSpelling = true)]
+        internal static extern Status tr_tensor_isposinf(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_isneginf", ExactSpelling = true)]
+        internal static extern Status tr_tensor_isneginf(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_all_dim", ExactSpelling = true)]
+        internal static extern Status tr_tensor_all_dim(TensorHandle input, long dim, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_all_dims", ExactSpelling = true)]
+        internal static extern Status tr_tensor_all_dims(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_any_dim", ExactSpelling = true)]
+        internal static extern Status tr_tensor_any_dim(TensorHandle input, long dim, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_any_dims", ExactSpelling = true)]
+        internal static extern Status tr_tensor_any_dims(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_bincount", ExactSpelling = true)]
+        internal static extern Status tr_tensor_bincount(TensorHandle input, TensorHandle weights, long minlength, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_count_nonzero_dim_intlist", ExactSpelling = true)]
+        internal static extern Status tr_tensor_count_nonzero_dim_intlist(TensorHandle input, long[] dim, UIntPtr dim_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_count_nonzero", ExactSpelling = true)]
+        internal static extern Status tr_tensor_count_nonzero(TensorHandle input, long[] dim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_cummax", ExactSpelling = true)]
+        internal static extern Status tr_tensor_cummax(TensorHandle input, long dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_cummin", ExactSpelling = true)]
+        internal static extern Status tr_tensor_cummin(TensorHandle input, long dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_cumprod", ExactSpelling = true)]
+        internal static extern Status tr_tensor_cumprod(TensorHandle input, long dim, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_cumprod_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_cumprod_(TensorHandle input, long dim, DType[] dtype);
+        [DllImport(Lib, EntryPoint = "tr_tensor_cumsum", ExactSpelling = true)]
+        internal static extern Status tr_tensor_cumsum(TensorHandle input, long dim, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_cumsum_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_cumsum_(TensorHandle input, long dim, DType[] dtype);
+        [DllImport(Lib, EntryPoint = "tr_tensor_cumulative_trapezoid_x", ExactSpelling = true)]
+        internal static extern Status tr_tensor_cumulative_trapezoid_x(TensorHandle y, TensorHandle x, long dim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_cumulative_trapezoid_dx", ExactSpelling = true)]
+        internal static extern Status tr_tensor_cumulative_trapezoid_dx(TensorHandle y, Scalar dx, long dim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_diff", ExactSpelling = true)]
+        internal static extern Status tr_tensor_diff(TensorHandle input, long n, long dim, TensorHandle prepend, TensorHandle append, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_gradient_scalarint", ExactSpelling = true)]
+        internal static extern Status tr_tensor_gradient_scalarint(TensorHandle input, Scalar[] spacing, long[] dim, long edge_order, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_gradient_scalararray", ExactSpelling = true)]
+        internal static extern Status tr_tensor_gradient_scalararray(TensorHandle input, Scalar spacing, long[] dim, UIntPtr dim_len, long edge_order, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_gradient_array", ExactSpelling = true)]
+        internal static extern Status tr_tensor_gradient_array(TensorHandle input, long[] dim, UIntPtr dim_len, long edge_order, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_gradient_scalarrayint", ExactSpelling = true)]
+        internal static extern Status tr_tensor_gradient_scalarrayint(TensorHandle input, double[] spacing, UIntPtr spacing_len, long[] dim, long edge_order, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_gradient_scalarrayarray", ExactSpelling = true)]
+        internal static extern Status tr_tensor_gradient_scalarrayarray(TensorHandle input, double[] spacing, UIntPtr spacing_len, long[] dim, UIntPtr dim_len, long edge_order, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_gradient_tensorarrayint", ExactSpelling = true)]
+        internal static extern Status tr_tensor_gradient_tensorarrayint(TensorHandle input, ulong[] spacing, UIntPtr spacing_len, long[] dim, long edge_order, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_gradient_tensorarray", ExactSpelling = true)]
+        internal static extern Status tr_tensor_gradient_tensorarray(TensorHandle input, ulong[] spacing, UIntPtr spacing_len, long[] dim, UIntPtr dim_len, long edge_order, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_kthvalue", ExactSpelling = true)]
+        internal static extern Status tr_tensor_kthvalue(TensorHandle input, long k, long dim, [MarshalAs(UnmanagedType.I1)] bool keepdim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_logcumsumexp", ExactSpelling = true)]
+        internal static extern Status tr_tensor_logcumsumexp(TensorHandle input, long dim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_logsumexp", ExactSpelling = true)]
+        internal static extern Status tr_tensor_logsumexp(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_aminmax", ExactSpelling = true)]
+        internal static extern Status tr_tensor_aminmax(TensorHandle input, long[] dim, [MarshalAs(UnmanagedType.I1)] bool keepdim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_amax", ExactSpelling = true)]
+        internal static extern Status tr_tensor_amax(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_nanmean", ExactSpelling = true)]
+        internal static extern Status tr_tensor_nanmean(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_median", ExactSpelling = true)]
+        internal static extern Status tr_tensor_median(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_median_dim", ExactSpelling = true)]
+        internal static extern Status tr_tensor_median_dim(TensorHandle input, long dim, [MarshalAs(UnmanagedType.I1)] bool keepdim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_nanmedian", ExactSpelling = true)]
+        internal static extern Status tr_tensor_nanmedian(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_nanmedian_dim", ExactSpelling = true)]
+        internal static extern Status tr_tensor_nanmedian_dim(TensorHandle input, long dim, [MarshalAs(UnmanagedType.I1)] bool keepdim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_amin", ExactSpelling = true)]
+        internal static extern Status tr_tensor_amin(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_mode", ExactSpelling = true)]
+        internal static extern Status tr_tensor_mode(TensorHandle input, long dim, [MarshalAs(UnmanagedType.I1)] bool keepdim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_sum_dim_intlist", ExactSpelling = true)]
+        internal static extern Status tr_tensor_sum_dim_intlist(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_nansum", ExactSpelling = true)]
+        internal static extern Status tr_tensor_nansum(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_sum_to_size", ExactSpelling = true)]
+        internal static extern Status tr_tensor_sum_to_size(TensorHandle input, long[] size, UIntPtr size_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_std", ExactSpelling = true)]
+        internal static extern Status tr_tensor_std(TensorHandle input, [MarshalAs(UnmanagedType.I1)] bool unbiased, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_std_dim", ExactSpelling = true)]
+        internal static extern Status tr_tensor_std_dim(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool unbiased, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_std_correction", ExactSpelling = true)]
+        internal static extern Status tr_tensor_std_correction(TensorHandle input, long[] dim, UIntPtr dim_len, Scalar[] correction, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_std_mean", ExactSpelling = true)]
+        internal static extern Status tr_tensor_std_mean(TensorHandle input, [MarshalAs(UnmanagedType.I1)] bool unbiased, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_std_mean_dim", ExactSpelling = true)]
+        internal static extern Status tr_tensor_std_mean_dim(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool unbiased, [MarshalAs(UnmanagedType.I1)] bool keepdim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_std_mean_correction", ExactSpelling = true)]
+        internal static extern Status tr_tensor_std_mean_correction(TensorHandle input, long[] dim, UIntPtr dim_len, Scalar[] correction, [MarshalAs(UnmanagedType.I1)] bool keepdim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_prod", ExactSpelling = true)]
+        internal static extern Status tr_tensor_prod(TensorHandle input, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_prod_dim_int", ExactSpelling = true)]
+        internal static extern Status tr_tensor_prod_dim_int(TensorHandle input, long dim, [MarshalAs(UnmanagedType.I1)] bool keepdim, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_trapezoid_x", ExactSpelling = true)]
+        internal static extern Status tr_tensor_trapezoid_x(TensorHandle y, TensorHandle x, long dim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_trapezoid_dx", ExactSpelling = true)]
+        internal static extern Status tr_tensor_trapezoid_dx(TensorHandle y, Scalar dx, long dim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_trapz_x", ExactSpelling = true)]
+        internal static extern Status tr_tensor_trapz_x(TensorHandle y, TensorHandle x, long dim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_trapz_dx", ExactSpelling = true)]
+        internal static extern Status tr_tensor_trapz_dx(TensorHandle y, double dx, long dim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_unique_dim", ExactSpelling = true)]
+        internal static extern Status tr_tensor_unique_dim(TensorHandle input, long dim, [MarshalAs(UnmanagedType.I1)] bool sorted, [MarshalAs(UnmanagedType.I1)] bool return_inverse, [MarshalAs(UnmanagedType.I1)] bool return_counts, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_unique_consecutive", ExactSpelling = true)]
+        internal static extern Status tr_tensor_unique_consecutive(TensorHandle input, [MarshalAs(UnmanagedType.I1)] bool return_inverse, [MarshalAs(UnmanagedType.I1)] bool return_counts, long[] dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_unique_dim_consecutive", ExactSpelling = true)]
+        internal static extern Status tr_tensor_unique_dim_consecutive(TensorHandle input, long dim, [MarshalAs(UnmanagedType.I1)] bool return_inverse, [MarshalAs(UnmanagedType.I1)] bool return_counts, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_var", ExactSpelling = true)]
+        internal static extern Status tr_tensor_var(TensorHandle input, [MarshalAs(UnmanagedType.I1)] bool unbiased, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_var_dim", ExactSpelling = true)]
+        internal static extern Status tr_tensor_var_dim(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool unbiased, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_var_correction", ExactSpelling = true)]
+        internal static extern Status tr_tensor_var_correction(TensorHandle input, long[] dim, UIntPtr dim_len, Scalar[] correction, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_var_mean", ExactSpelling = true)]
+        internal static extern Status tr_tensor_var_mean(TensorHandle input, [MarshalAs(UnmanagedType.I1)] bool unbiased, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_var_mean_dim", ExactSpelling = true)]
+        internal static extern Status tr_tensor_var_mean_dim(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool unbiased, [MarshalAs(UnmanagedType.I1)] bool keepdim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_var_mean_correction", ExactSpelling = true)]
+        internal static extern Status tr_tensor_var_mean_correction(TensorHandle input, long[] dim, UIntPtr dim_len, Scalar[] correction, [MarshalAs(UnmanagedType.I1)] bool keepdim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_dist", ExactSpelling = true)]
+        internal static extern Status tr_tensor_dist(TensorHandle input, TensorHandle other, Scalar p, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_histc", ExactSpelling = true)]
+        internal static extern Status tr_tensor_histc(TensorHandle input, long bins, Scalar min, Scalar max, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_histogram_bins_tensor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_histogram_bins_tensor(TensorHandle input, TensorHandle bins, TensorHandle weight, [MarshalAs(UnmanagedType.I1)] bool density, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_histogram_bin_ct", ExactSpelling = true)]
+        internal static extern Status tr_tensor_histogram_bin_ct(TensorHandle input, long bins, double[] range, UIntPtr range_len, TensorHandle weight, [MarshalAs(UnmanagedType.I1)] bool density, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_histogramdd", ExactSpelling = true)]
+        internal static extern Status tr_tensor_histogramdd(TensorHandle input, long[] bins, UIntPtr bins_len, double[] range, UIntPtr range_len, TensorHandle weight, [MarshalAs(UnmanagedType.I1)] bool density, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_histogramdd_int_bins", ExactSpelling = true)]
+        internal static extern Status tr_tensor_histogramdd_int_bins(TensorHandle input, long bins, double[] range, UIntPtr range_len, TensorHandle weight, [MarshalAs(UnmanagedType.I1)] bool density, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_histogramdd_tensorlist_bins", ExactSpelling = true)]
+        internal static extern Status tr_tensor_histogramdd_tensorlist_bins(TensorHandle input, ulong[] bins, UIntPtr bins_len, double[] range, UIntPtr range_len, TensorHandle weight, [MarshalAs(UnmanagedType.I1)] bool density, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
         [DllImport(Lib, EntryPoint = "tr_tensor_quantile", ExactSpelling = true)]
         internal static extern Status tr_tensor_quantile(TensorHandle input, TensorHandle q, long[] dim, [MarshalAs(UnmanagedType.I1)] bool keepdim, byte[] interpolation, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_quantile_scalar", ExactSpelling = true)]
@@ -2311,30 +1647,794 @@ namespace TensorRef
         internal static extern Status tr_tensor_all(TensorHandle input, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_any", ExactSpelling = true)]
         internal static extern Status tr_tensor_any(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_bucketize_tensor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_bucketize_tensor(TensorHandle input, TensorHandle boundaries, [MarshalAs(UnmanagedType.I1)] bool out_int32, [MarshalAs(UnmanagedType.I1)] bool right, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_bucketize_scalar", ExactSpelling = true)]
+        internal static extern Status tr_tensor_bucketize_scalar(Scalar input, TensorHandle boundaries, [MarshalAs(UnmanagedType.I1)] bool out_int32, [MarshalAs(UnmanagedType.I1)] bool right, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_searchsorted_tensor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_searchsorted_tensor(TensorHandle sorted_sequence, TensorHandle input, [MarshalAs(UnmanagedType.I1)] bool out_int32, [MarshalAs(UnmanagedType.I1)] bool right, byte[] side, TensorHandle sorter, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_searchsorted_scalar", ExactSpelling = true)]
+        internal static extern Status tr_tensor_searchsorted_scalar(TensorHandle sorted_sequence, Scalar input, [MarshalAs(UnmanagedType.I1)] bool out_int32, [MarshalAs(UnmanagedType.I1)] bool right, byte[] side, TensorHandle sorter, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_segment_reduce", ExactSpelling = true)]
+        internal static extern Status tr_tensor_segment_reduce(TensorHandle data, byte[] reduce, TensorHandle lengths, TensorHandle indices, TensorHandle offsets, long axis, [MarshalAs(UnmanagedType.I1)] bool unsafe_, Scalar[] initial, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_as_strided", ExactSpelling = true)]
+        internal static extern Status tr_tensor_as_strided(TensorHandle input, long[] size, UIntPtr size_len, long[] stride, UIntPtr stride_len, long[] storage_offset, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_as_strided_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_as_strided_(TensorHandle input, long[] size, UIntPtr size_len, long[] stride, UIntPtr stride_len, long[] storage_offset);
+        [DllImport(Lib, EntryPoint = "tr_tensor_atleast_1d", ExactSpelling = true)]
+        internal static extern Status tr_tensor_atleast_1d(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_atleast_1d_sequence", ExactSpelling = true)]
+        internal static extern Status tr_tensor_atleast_1d_sequence(ulong[] tensors, UIntPtr tensors_len, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_atleast_2d", ExactSpelling = true)]
+        internal static extern Status tr_tensor_atleast_2d(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_atleast_2d_sequence", ExactSpelling = true)]
+        internal static extern Status tr_tensor_atleast_2d_sequence(ulong[] tensors, UIntPtr tensors_len, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_atleast_3d", ExactSpelling = true)]
+        internal static extern Status tr_tensor_atleast_3d(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_atleast_3d_sequence", ExactSpelling = true)]
+        internal static extern Status tr_tensor_atleast_3d_sequence(ulong[] tensors, UIntPtr tensors_len, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_broadcast_tensors", ExactSpelling = true)]
+        internal static extern Status tr_tensor_broadcast_tensors(ulong[] tensors, UIntPtr tensors_len, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_broadcast_to", ExactSpelling = true)]
+        internal static extern Status tr_tensor_broadcast_to(TensorHandle input, long[] size, UIntPtr size_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_concat", ExactSpelling = true)]
+        internal static extern Status tr_tensor_concat(ulong[] tensors, UIntPtr tensors_len, long dim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_concatenate", ExactSpelling = true)]
+        internal static extern Status tr_tensor_concatenate(ulong[] tensors, UIntPtr tensors_len, long dim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_unsafe_chunk", ExactSpelling = true)]
+        internal static extern Status tr_tensor_unsafe_chunk(TensorHandle input, long chunks, long dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_chunk", ExactSpelling = true)]
+        internal static extern Status tr_tensor_chunk(TensorHandle input, long chunks, long dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_tensor_split_sections", ExactSpelling = true)]
+        internal static extern Status tr_tensor_tensor_split_sections(TensorHandle input, long sections, long dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_tensor_split_indices", ExactSpelling = true)]
+        internal static extern Status tr_tensor_tensor_split_indices(TensorHandle input, long[] indices, UIntPtr indices_len, long dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_tensor_split_tensor_indices_or_sections", ExactSpelling = true)]
+        internal static extern Status tr_tensor_tensor_split_tensor_indices_or_sections(TensorHandle input, TensorHandle tensor_indices_or_sections, long dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_copy", ExactSpelling = true)]
+        internal static extern Status tr_tensor_copy(TensorHandle input, TensorHandle src, [MarshalAs(UnmanagedType.I1)] bool non_blocking, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_fill_diagonal_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_fill_diagonal_(TensorHandle input, Scalar fill_value, [MarshalAs(UnmanagedType.I1)] bool wrap);
+        [DllImport(Lib, EntryPoint = "tr_tensor_row_stack", ExactSpelling = true)]
+        internal static extern Status tr_tensor_row_stack(ulong[] tensors, UIntPtr tensors_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_new_empty", ExactSpelling = true)]
+        internal static extern Status tr_tensor_new_empty(TensorHandle input, long[] size, UIntPtr size_len, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_new_empty_strided", ExactSpelling = true)]
+        internal static extern Status tr_tensor_new_empty_strided(TensorHandle input, long[] size, UIntPtr size_len, long[] stride, UIntPtr stride_len, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_new_full", ExactSpelling = true)]
+        internal static extern Status tr_tensor_new_full(TensorHandle input, long[] size, UIntPtr size_len, Scalar fill_value, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_new_zeros", ExactSpelling = true)]
+        internal static extern Status tr_tensor_new_zeros(TensorHandle input, long[] size, UIntPtr size_len, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_new_ones", ExactSpelling = true)]
+        internal static extern Status tr_tensor_new_ones(TensorHandle input, long[] size, UIntPtr size_len, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_resize_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_resize_(TensorHandle input, long[] size, UIntPtr size_len);
+        [DllImport(Lib, EntryPoint = "tr_tensor_expand_as", ExactSpelling = true)]
+        internal static extern Status tr_tensor_expand_as(TensorHandle input, TensorHandle other, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_flatten_using_ints", ExactSpelling = true)]
+        internal static extern Status tr_tensor_flatten_using_ints(TensorHandle input, long start_dim, long end_dim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_unflatten_int", ExactSpelling = true)]
+        internal static extern Status tr_tensor_unflatten_int(TensorHandle input, long dim, long[] sizes, UIntPtr sizes_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_fill_scalar", ExactSpelling = true)]
+        internal static extern Status tr_tensor_fill_scalar(TensorHandle input, Scalar value, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_fill_tensor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_fill_tensor(TensorHandle input, TensorHandle value, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_fill_scalar_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_fill_scalar_(TensorHandle input, Scalar value);
+        [DllImport(Lib, EntryPoint = "tr_tensor_fill_tensor_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_fill_tensor_(TensorHandle input, TensorHandle value);
+        [DllImport(Lib, EntryPoint = "tr_tensor_index_tensor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_index_tensor(TensorHandle input, ulong[] indices, UIntPtr indices_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_index_copy", ExactSpelling = true)]
+        internal static extern Status tr_tensor_index_copy(TensorHandle input, long dim, TensorHandle index, TensorHandle source, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_index_put_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_index_put_(TensorHandle input, ulong[] indices, UIntPtr indices_len, TensorHandle values, [MarshalAs(UnmanagedType.I1)] bool accumulate);
+        [DllImport(Lib, EntryPoint = "tr_tensor_index_put", ExactSpelling = true)]
+        internal static extern Status tr_tensor_index_put(TensorHandle input, ulong[] indices, UIntPtr indices_len, TensorHandle values, [MarshalAs(UnmanagedType.I1)] bool accumulate, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_narrow_copy", ExactSpelling = true)]
+        internal static extern Status tr_tensor_narrow_copy(TensorHandle input, long dim, long start, long length, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_narrow_tensor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_narrow_tensor(TensorHandle input, long dim, TensorHandle start, long length, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_movedim_intlist", ExactSpelling = true)]
+        internal static extern Status tr_tensor_movedim_intlist(TensorHandle input, long[] source, UIntPtr source_len, long[] destination, UIntPtr destination_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_movedim_int", ExactSpelling = true)]
+        internal static extern Status tr_tensor_movedim_int(TensorHandle input, long source, long destination, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_moveaxis_intlist", ExactSpelling = true)]
+        internal static extern Status tr_tensor_moveaxis_intlist(TensorHandle input, long[] source, UIntPtr source_len, long[] destination, UIntPtr destination_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_moveaxis_int", ExactSpelling = true)]
+        internal static extern Status tr_tensor_moveaxis_int(TensorHandle input, long source, long destination, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_numpy_t", ExactSpelling = true)]
+        internal static extern Status tr_tensor_numpy_t(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_mt", ExactSpelling = true)]
+        internal static extern Status tr_tensor_mt(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_mh", ExactSpelling = true)]
+        internal static extern Status tr_tensor_mh(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_adjoint", ExactSpelling = true)]
+        internal static extern Status tr_tensor_adjoint(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_ravel", ExactSpelling = true)]
+        internal static extern Status tr_tensor_ravel(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_repeat", ExactSpelling = true)]
+        internal static extern Status tr_tensor_repeat(TensorHandle input, long[] repeats, UIntPtr repeats_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_repeat_interleave_tensor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_repeat_interleave_tensor(TensorHandle repeats, long[] output_size, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_repeat_interleave_self_tensor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_repeat_interleave_self_tensor(TensorHandle input, TensorHandle repeats, long[] dim, long[] output_size, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_repeat_interleave_self_int", ExactSpelling = true)]
+        internal static extern Status tr_tensor_repeat_interleave_self_int(TensorHandle input, long repeats, long[] dim, long[] output_size, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_reshape_as", ExactSpelling = true)]
+        internal static extern Status tr_tensor_reshape_as(TensorHandle input, TensorHandle other, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_select_int", ExactSpelling = true)]
+        internal static extern Status tr_tensor_select_int(TensorHandle input, long dim, long index, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_detach_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_detach_(TensorHandle input);
+        [DllImport(Lib, EntryPoint = "tr_tensor_slice_tensor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_slice_tensor(TensorHandle input, long dim, long[] start, long[] end, long step, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_slice_inverse", ExactSpelling = true)]
+        internal static extern Status tr_tensor_slice_inverse(TensorHandle input, TensorHandle src, long dim, long[] start, long[] end, long step, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_slice_scatter", ExactSpelling = true)]
+        internal static extern Status tr_tensor_slice_scatter(TensorHandle input, TensorHandle src, long dim, long[] start, long[] end, long step, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_select_scatter", ExactSpelling = true)]
+        internal static extern Status tr_tensor_select_scatter(TensorHandle input, TensorHandle src, long dim, long index, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_diagonal_scatter", ExactSpelling = true)]
+        internal static extern Status tr_tensor_diagonal_scatter(TensorHandle input, TensorHandle src, long offset, long dim1, long dim2, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_as_strided_scatter", ExactSpelling = true)]
+        internal static extern Status tr_tensor_as_strided_scatter(TensorHandle input, TensorHandle src, long[] size, UIntPtr size_len, long[] stride, UIntPtr stride_len, long[] storage_offset, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_unsafe_split_tensor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_unsafe_split_tensor(TensorHandle input, long split_size, long dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_split_tensor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_split_tensor(TensorHandle input, long split_size, long dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_split_sizes", ExactSpelling = true)]
+        internal static extern Status tr_tensor_split_sizes(TensorHandle input, long[] split_size, UIntPtr split_size_len, long dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_unsafe_split_with_sizes", ExactSpelling = true)]
+        internal static extern Status tr_tensor_unsafe_split_with_sizes(TensorHandle input, long[] split_sizes, UIntPtr split_sizes_len, long dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_split_with_sizes", ExactSpelling = true)]
+        internal static extern Status tr_tensor_split_with_sizes(TensorHandle input, long[] split_sizes, UIntPtr split_sizes_len, long dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_hsplit_int", ExactSpelling = true)]
+        internal static extern Status tr_tensor_hsplit_int(TensorHandle input, long sections, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_hsplit_array", ExactSpelling = true)]
+        internal static extern Status tr_tensor_hsplit_array(TensorHandle input, long[] indices, UIntPtr indices_len, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_vsplit_int", ExactSpelling = true)]
+        internal static extern Status tr_tensor_vsplit_int(TensorHandle input, long sections, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_vsplit_array", ExactSpelling = true)]
+        internal static extern Status tr_tensor_vsplit_array(TensorHandle input, long[] indices, UIntPtr indices_len, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_dsplit_int", ExactSpelling = true)]
+        internal static extern Status tr_tensor_dsplit_int(TensorHandle input, long sections, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_dsplit_array", ExactSpelling = true)]
+        internal static extern Status tr_tensor_dsplit_array(TensorHandle input, long[] indices, UIntPtr indices_len, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_squeeze_dim", ExactSpelling = true)]
+        internal static extern Status tr_tensor_squeeze_dim(TensorHandle input, long dim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_squeeze_dims", ExactSpelling = true)]
+        internal static extern Status tr_tensor_squeeze_dims(TensorHandle input, long[] dim, UIntPtr dim_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_squeeze_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_squeeze_(TensorHandle input);
+        [DllImport(Lib, EntryPoint = "tr_tensor_squeeze_dim_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_squeeze_dim_(TensorHandle input, long dim);
+        [DllImport(Lib, EntryPoint = "tr_tensor_squeeze_dims_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_squeeze_dims_(TensorHandle input, long[] dim, UIntPtr dim_len);
+        [DllImport(Lib, EntryPoint = "tr_tensor_hstack", ExactSpelling = true)]
+        internal static extern Status tr_tensor_hstack(ulong[] tensors, UIntPtr tensors_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_vstack", ExactSpelling = true)]
+        internal static extern Status tr_tensor_vstack(ulong[] tensors, UIntPtr tensors_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_dstack", ExactSpelling = true)]
+        internal static extern Status tr_tensor_dstack(ulong[] tensors, UIntPtr tensors_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_tile", ExactSpelling = true)]
+        internal static extern Status tr_tensor_tile(TensorHandle input, long[] dims, UIntPtr dims_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_transpose_int", ExactSpelling = true)]
+        internal static extern Status tr_tensor_transpose_int(TensorHandle input, long dim0, long dim1, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_transpose_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_transpose_(TensorHandle input, long dim0, long dim1);
+        [DllImport(Lib, EntryPoint = "tr_tensor_flip", ExactSpelling = true)]
+        internal static extern Status tr_tensor_flip(TensorHandle input, long[] dims, UIntPtr dims_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_fliplr", ExactSpelling = true)]
+        internal static extern Status tr_tensor_fliplr(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_flipud", ExactSpelling = true)]
+        internal static extern Status tr_tensor_flipud(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_roll", ExactSpelling = true)]
+        internal static extern Status tr_tensor_roll(TensorHandle input, long[] shifts, UIntPtr shifts_len, long[] dims, UIntPtr dims_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_rot90", ExactSpelling = true)]
+        internal static extern Status tr_tensor_rot90(TensorHandle input, long k, long[] dims, UIntPtr dims_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_type_as", ExactSpelling = true)]
+        internal static extern Status tr_tensor_type_as(TensorHandle input, TensorHandle other, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_unsqueeze_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_unsqueeze_(TensorHandle input, long dim);
+        [DllImport(Lib, EntryPoint = "tr_tensor_view_as", ExactSpelling = true)]
+        internal static extern Status tr_tensor_view_as(TensorHandle input, TensorHandle other, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_resize_as_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_resize_as_(TensorHandle input, TensorHandle the_template);
+        [DllImport(Lib, EntryPoint = "tr_tensor_unbind_int", ExactSpelling = true)]
+        internal static extern Status tr_tensor_unbind_int(TensorHandle input, long dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_to_dtype_layout", ExactSpelling = true)]
+        internal static extern Status tr_tensor_to_dtype_layout(TensorHandle input, DType[] dtype, [MarshalAs(UnmanagedType.I1)] bool non_blocking, [MarshalAs(UnmanagedType.I1)] bool copy, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_to_other", ExactSpelling = true)]
+        internal static extern Status tr_tensor_to_other(TensorHandle input, TensorHandle other, [MarshalAs(UnmanagedType.I1)] bool non_blocking, [MarshalAs(UnmanagedType.I1)] bool copy, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_meshgrid", ExactSpelling = true)]
+        internal static extern Status tr_tensor_meshgrid(ulong[] tensors, UIntPtr tensors_len, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_meshgrid_indexing", ExactSpelling = true)]
+        internal static extern Status tr_tensor_meshgrid_indexing(ulong[] tensors, UIntPtr tensors_len, byte[] indexing, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_cartesian_prod", ExactSpelling = true)]
+        internal static extern Status tr_tensor_cartesian_prod(ulong[] tensors, UIntPtr tensors_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_combinations", ExactSpelling = true)]
+        internal static extern Status tr_tensor_combinations(TensorHandle input, long r, [MarshalAs(UnmanagedType.I1)] bool with_replacement, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_set_source_tensor_storage_offset_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_set_source_tensor_storage_offset_(TensorHandle input, TensorHandle source, long storage_offset, long[] size, UIntPtr size_len, long[] stride, UIntPtr stride_len);
+        [DllImport(Lib, EntryPoint = "tr_tensor_set_source_tensor_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_set_source_tensor_(TensorHandle input, TensorHandle source);
+        [DllImport(Lib, EntryPoint = "tr_tensor_set_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_set_(TensorHandle input);
+        [DllImport(Lib, EntryPoint = "tr_tensor_lift", ExactSpelling = true)]
+        internal static extern Status tr_tensor_lift(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_lift_fresh", ExactSpelling = true)]
+        internal static extern Status tr_tensor_lift_fresh(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_lift_fresh_copy", ExactSpelling = true)]
+        internal static extern Status tr_tensor_lift_fresh_copy(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_masked_scatter", ExactSpelling = true)]
+        internal static extern Status tr_tensor_masked_scatter(TensorHandle input, TensorHandle mask, TensorHandle source, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_view_dtype", ExactSpelling = true)]
+        internal static extern Status tr_tensor_view_dtype(TensorHandle input, DType dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_put_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_put_(TensorHandle input, TensorHandle index, TensorHandle source, [MarshalAs(UnmanagedType.I1)] bool accumulate);
+        [DllImport(Lib, EntryPoint = "tr_tensor_put", ExactSpelling = true)]
+        internal static extern Status tr_tensor_put(TensorHandle input, TensorHandle index, TensorHandle source, [MarshalAs(UnmanagedType.I1)] bool accumulate, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_index_add_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_index_add_(TensorHandle input, long dim, TensorHandle index, TensorHandle source, Scalar alpha);
+        [DllImport(Lib, EntryPoint = "tr_tensor_index_add", ExactSpelling = true)]
+        internal static extern Status tr_tensor_index_add(TensorHandle input, long dim, TensorHandle index, TensorHandle source, Scalar alpha, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_index_reduce_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_index_reduce_(TensorHandle input, long dim, TensorHandle index, TensorHandle source, byte[] reduce, [MarshalAs(UnmanagedType.I1)] bool include_self);
+        [DllImport(Lib, EntryPoint = "tr_tensor_index_reduce", ExactSpelling = true)]
+        internal static extern Status tr_tensor_index_reduce(TensorHandle input, long dim, TensorHandle index, TensorHandle source, byte[] reduce, [MarshalAs(UnmanagedType.I1)] bool include_self, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_index_fill_int_scalar_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_index_fill_int_scalar_(TensorHandle input, long dim, TensorHandle index, Scalar value);
+        [DllImport(Lib, EntryPoint = "tr_tensor_index_fill_int_scalar", ExactSpelling = true)]
+        internal static extern Status tr_tensor_index_fill_int_scalar(TensorHandle input, long dim, TensorHandle index, Scalar value, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_index_fill_int_tensor_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_index_fill_int_tensor_(TensorHandle input, long dim, TensorHandle index, TensorHandle value);
+        [DllImport(Lib, EntryPoint = "tr_tensor_index_fill_int_tensor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_index_fill_int_tensor(TensorHandle input, long dim, TensorHandle index, TensorHandle value, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_scatter_src", ExactSpelling = true)]
+        internal static extern Status tr_tensor_scatter_src(TensorHandle input, long dim, TensorHandle index, TensorHandle src, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_scatter_src_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_scatter_src_(TensorHandle input, long dim, TensorHandle index, TensorHandle src);
+        [DllImport(Lib, EntryPoint = "tr_tensor_scatter_value", ExactSpelling = true)]
+        internal static extern Status tr_tensor_scatter_value(TensorHandle input, long dim, TensorHandle index, Scalar value, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_scatter_value_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_scatter_value_(TensorHandle input, long dim, TensorHandle index, Scalar value);
+        [DllImport(Lib, EntryPoint = "tr_tensor_scatter_reduce", ExactSpelling = true)]
+        internal static extern Status tr_tensor_scatter_reduce(TensorHandle input, long dim, TensorHandle index, TensorHandle src, byte[] reduce, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_scatter_reduce_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_scatter_reduce_(TensorHandle input, long dim, TensorHandle index, TensorHandle src, byte[] reduce);
+        [DllImport(Lib, EntryPoint = "tr_tensor_scatter_value_reduce", ExactSpelling = true)]
+        internal static extern Status tr_tensor_scatter_value_reduce(TensorHandle input, long dim, TensorHandle index, Scalar value, byte[] reduce, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_scatter_value_reduce_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_scatter_value_reduce_(TensorHandle input, long dim, TensorHandle index, Scalar value, byte[] reduce);
+        [DllImport(Lib, EntryPoint = "tr_tensor_scatter_add", ExactSpelling = true)]
+        internal static extern Status tr_tensor_scatter_add(TensorHandle input, long dim, TensorHandle index, TensorHandle src, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_scatter_add_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_scatter_add_(TensorHandle input, long dim, TensorHandle index, TensorHandle src);
+        [DllImport(Lib, EntryPoint = "tr_tensor_scatter_reduce_two", ExactSpelling = true)]
+        internal static extern Status tr_tensor_scatter_reduce_two(TensorHandle input, long dim, TensorHandle index, TensorHandle src, byte[] reduce, [MarshalAs(UnmanagedType.I1)] bool include_self, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_scatter_reduce_two_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_scatter_reduce_two_(TensorHandle input, long dim, TensorHandle index, TensorHandle src, byte[] reduce, [MarshalAs(UnmanagedType.I1)] bool include_self);
+        [DllImport(Lib, EntryPoint = "tr_tensor_take", ExactSpelling = true)]
+        internal static extern Status tr_tensor_take(TensorHandle input, TensorHandle index, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_take_along_dim", ExactSpelling = true)]
+        internal static extern Status tr_tensor_take_along_dim(TensorHandle input, TensorHandle indices, long[] dim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_nonzero_static", ExactSpelling = true)]
+        internal static extern Status tr_tensor_nonzero_static(TensorHandle input, long size, long fill_value, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_nonzero_numpy", ExactSpelling = true)]
+        internal static extern Status tr_tensor_nonzero_numpy(TensorHandle input, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_argwhere", ExactSpelling = true)]
+        internal static extern Status tr_tensor_argwhere(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_gather", ExactSpelling = true)]
+        internal static extern Status tr_tensor_gather(TensorHandle input, long dim, TensorHandle index, [MarshalAs(UnmanagedType.I1)] bool sparse_grad, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_swapaxes", ExactSpelling = true)]
+        internal static extern Status tr_tensor_swapaxes(TensorHandle input, long axis0, long axis1, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_swapaxes_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_swapaxes_(TensorHandle input, long axis0, long axis1);
+        [DllImport(Lib, EntryPoint = "tr_tensor_swapdims", ExactSpelling = true)]
+        internal static extern Status tr_tensor_swapdims(TensorHandle input, long dim0, long dim1, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_swapdims_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_swapdims_(TensorHandle input, long dim0, long dim1);
+        [DllImport(Lib, EntryPoint = "tr_tensor_column_stack", ExactSpelling = true)]
+        internal static extern Status tr_tensor_column_stack(ulong[] tensors, UIntPtr tensors_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_flatten_dense_tensors", ExactSpelling = true)]
+        internal static extern Status tr_tensor_flatten_dense_tensors(ulong[] tensors, UIntPtr tensors_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_unflatten_dense_tensors", ExactSpelling = true)]
+        internal static extern Status tr_tensor_unflatten_dense_tensors(TensorHandle flat, ulong[] tensors, UIntPtr tensors_len, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_view_as_real_copy", ExactSpelling = true)]
+        internal static extern Status tr_tensor_view_as_real_copy(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_view_as_complex_copy", ExactSpelling = true)]
+        internal static extern Status tr_tensor_view_as_complex_copy(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_as_strided_copy", ExactSpelling = true)]
+        internal static extern Status tr_tensor_as_strided_copy(TensorHandle input, long[] size, UIntPtr size_len, long[] stride, UIntPtr stride_len, long[] storage_offset, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_diagonal_copy", ExactSpelling = true)]
+        internal static extern Status tr_tensor_diagonal_copy(TensorHandle input, long offset, long dim1, long dim2, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_expand_copy", ExactSpelling = true)]
+        internal static extern Status tr_tensor_expand_copy(TensorHandle input, long[] size, UIntPtr size_len, [MarshalAs(UnmanagedType.I1)] bool @implicit, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_permute_copy", ExactSpelling = true)]
+        internal static extern Status tr_tensor_permute_copy(TensorHandle input, long[] dims, UIntPtr dims_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_select_copy_int", ExactSpelling = true)]
+        internal static extern Status tr_tensor_select_copy_int(TensorHandle input, long dim, long index, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_detach_copy", ExactSpelling = true)]
+        internal static extern Status tr_tensor_detach_copy(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_slice_copy_tensor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_slice_copy_tensor(TensorHandle input, long dim, long[] start, long[] end, long step, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_split_copy_tensor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_split_copy_tensor(TensorHandle input, long split_size, long dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_split_with_sizes_copy", ExactSpelling = true)]
+        internal static extern Status tr_tensor_split_with_sizes_copy(TensorHandle input, long[] split_sizes, UIntPtr split_sizes_len, long dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_squeeze_copy", ExactSpelling = true)]
+        internal static extern Status tr_tensor_squeeze_copy(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_squeeze_copy_dim", ExactSpelling = true)]
+        internal static extern Status tr_tensor_squeeze_copy_dim(TensorHandle input, long dim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_squeeze_copy_dims", ExactSpelling = true)]
+        internal static extern Status tr_tensor_squeeze_copy_dims(TensorHandle input, long[] dim, UIntPtr dim_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_t_copy", ExactSpelling = true)]
+        internal static extern Status tr_tensor_t_copy(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_transpose_copy_int", ExactSpelling = true)]
+        internal static extern Status tr_tensor_transpose_copy_int(TensorHandle input, long dim0, long dim1, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_unsqueeze_copy", ExactSpelling = true)]
+        internal static extern Status tr_tensor_unsqueeze_copy(TensorHandle input, long dim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_unbind_copy_int", ExactSpelling = true)]
+        internal static extern Status tr_tensor_unbind_copy_int(TensorHandle input, long dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_view_copy", ExactSpelling = true)]
+        internal static extern Status tr_tensor_view_copy(TensorHandle input, long[] size, UIntPtr size_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_view_copy_dtype", ExactSpelling = true)]
+        internal static extern Status tr_tensor_view_copy_dtype(TensorHandle input, DType dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_alias_copy", ExactSpelling = true)]
+        internal static extern Status tr_tensor_alias_copy(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_addmv", ExactSpelling = true)]
+        internal static extern Status tr_tensor_addmv(TensorHandle input, TensorHandle mat, TensorHandle vec, Scalar beta, Scalar alpha, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_addmv_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_addmv_(TensorHandle input, TensorHandle mat, TensorHandle vec, Scalar beta, Scalar alpha);
+        [DllImport(Lib, EntryPoint = "tr_tensor_addr", ExactSpelling = true)]
+        internal static extern Status tr_tensor_addr(TensorHandle input, TensorHandle vec1, TensorHandle vec2, Scalar beta, Scalar alpha, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_addr_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_addr_(TensorHandle input, TensorHandle vec1, TensorHandle vec2, Scalar beta, Scalar alpha);
+        [DllImport(Lib, EntryPoint = "tr_tensor_baddbmm", ExactSpelling = true)]
+        internal static extern Status tr_tensor_baddbmm(TensorHandle input, TensorHandle batch1, TensorHandle batch2, Scalar beta, Scalar alpha, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_baddbmm_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_baddbmm_(TensorHandle input, TensorHandle batch1, TensorHandle batch2, Scalar beta, Scalar alpha);
+        [DllImport(Lib, EntryPoint = "tr_tensor_baddbmm_dtype", ExactSpelling = true)]
+        internal static extern Status tr_tensor_baddbmm_dtype(TensorHandle input, TensorHandle batch1, TensorHandle batch2, DType out_dtype, Scalar beta, Scalar alpha, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_bmm_dtype", ExactSpelling = true)]
+        internal static extern Status tr_tensor_bmm_dtype(TensorHandle input, TensorHandle mat2, DType out_dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_block_diag", ExactSpelling = true)]
+        internal static extern Status tr_tensor_block_diag(ulong[] tensors, UIntPtr tensors_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_chain_matmul", ExactSpelling = true)]
+        internal static extern Status tr_tensor_chain_matmul(ulong[] matrices, UIntPtr matrices_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_cov", ExactSpelling = true)]
+        internal static extern Status tr_tensor_cov(TensorHandle input, long correction, TensorHandle fweights, TensorHandle aweights, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_corrcoef", ExactSpelling = true)]
+        internal static extern Status tr_tensor_corrcoef(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_diag_embed", ExactSpelling = true)]
+        internal static extern Status tr_tensor_diag_embed(TensorHandle input, long offset, long dim1, long dim2, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_diagflat", ExactSpelling = true)]
+        internal static extern Status tr_tensor_diagflat(TensorHandle input, long offset, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_diagonal", ExactSpelling = true)]
+        internal static extern Status tr_tensor_diagonal(TensorHandle input, long offset, long dim1, long dim2, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_diagonal", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_diagonal(TensorHandle a, long offset, long dim1, long dim2, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_dot", ExactSpelling = true)]
+        internal static extern Status tr_tensor_dot(TensorHandle input, TensorHandle tensor, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_vdot", ExactSpelling = true)]
+        internal static extern Status tr_tensor_vdot(TensorHandle input, TensorHandle other, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_einsum", ExactSpelling = true)]
+        internal static extern Status tr_tensor_einsum(byte[] equation, ulong[] tensors, UIntPtr tensors_len, long[] path, UIntPtr path_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_kron", ExactSpelling = true)]
+        internal static extern Status tr_tensor_kron(TensorHandle input, TensorHandle other, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_matrix_power", ExactSpelling = true)]
+        internal static extern Status tr_tensor_matrix_power(TensorHandle input, long n, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_matrix_exp", ExactSpelling = true)]
+        internal static extern Status tr_tensor_matrix_exp(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_mm", ExactSpelling = true)]
+        internal static extern Status tr_tensor_mm(TensorHandle input, TensorHandle mat2, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_mm_dtype", ExactSpelling = true)]
+        internal static extern Status tr_tensor_mm_dtype(TensorHandle input, TensorHandle mat2, DType out_dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_mv", ExactSpelling = true)]
+        internal static extern Status tr_tensor_mv(TensorHandle input, TensorHandle vec, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_cdist", ExactSpelling = true)]
+        internal static extern Status tr_tensor_cdist(TensorHandle x1, TensorHandle x2, double p, long[] compute_mode, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_pdist", ExactSpelling = true)]
+        internal static extern Status tr_tensor_pdist(TensorHandle input, double p, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_matrix_h", ExactSpelling = true)]
+        internal static extern Status tr_tensor_matrix_h(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_pinverse", ExactSpelling = true)]
+        internal static extern Status tr_tensor_pinverse(TensorHandle input, double rcond, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_t", ExactSpelling = true)]
+        internal static extern Status tr_tensor_t(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_t_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_t_(TensorHandle input);
+        [DllImport(Lib, EntryPoint = "tr_tensor_tensordot", ExactSpelling = true)]
+        internal static extern Status tr_tensor_tensordot(TensorHandle input, TensorHandle other, long[] dims_self, UIntPtr dims_self_len, long[] dims_other, UIntPtr dims_other_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_vander", ExactSpelling = true)]
+        internal static extern Status tr_tensor_vander(TensorHandle x, long[] n, [MarshalAs(UnmanagedType.I1)] bool increasing, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_addmm", ExactSpelling = true)]
+        internal static extern Status tr_tensor_addmm(TensorHandle input, TensorHandle mat1, TensorHandle mat2, Scalar beta, Scalar alpha, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_addmm_dtype", ExactSpelling = true)]
+        internal static extern Status tr_tensor_addmm_dtype(TensorHandle input, TensorHandle mat1, TensorHandle mat2, DType out_dtype, Scalar beta, Scalar alpha, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_addmm_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_addmm_(TensorHandle input, TensorHandle mat1, TensorHandle mat2, Scalar beta, Scalar alpha);
+        [DllImport(Lib, EntryPoint = "tr_tensor_tril_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_tril_(TensorHandle input, long diagonal);
+        [DllImport(Lib, EntryPoint = "tr_tensor_triu_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_triu_(TensorHandle input, long diagonal);
+        [DllImport(Lib, EntryPoint = "tr_tensor_addbmm_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_addbmm_(TensorHandle input, TensorHandle batch1, TensorHandle batch2, Scalar beta, Scalar alpha);
+        [DllImport(Lib, EntryPoint = "tr_tensor_addbmm", ExactSpelling = true)]
+        internal static extern Status tr_tensor_addbmm(TensorHandle input, TensorHandle batch1, TensorHandle batch2, Scalar beta, Scalar alpha, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_diag", ExactSpelling = true)]
+        internal static extern Status tr_tensor_diag(TensorHandle input, long diagonal, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_cross", ExactSpelling = true)]
+        internal static extern Status tr_tensor_cross(TensorHandle input, TensorHandle other, long[] dim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_triu", ExactSpelling = true)]
+        internal static extern Status tr_tensor_triu(TensorHandle input, long diagonal, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_tril", ExactSpelling = true)]
+        internal static extern Status tr_tensor_tril(TensorHandle input, long diagonal, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_trace", ExactSpelling = true)]
+        internal static extern Status tr_tensor_trace(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_triangular_solve", ExactSpelling = true)]
+        internal static extern Status tr_tensor_triangular_solve(TensorHandle input, TensorHandle a, [MarshalAs(UnmanagedType.I1)] bool upper, [MarshalAs(UnmanagedType.I1)] bool transpose, [MarshalAs(UnmanagedType.I1)] bool unitriangular, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_solve_triangular", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_solve_triangular(TensorHandle input, TensorHandle b, [MarshalAs(UnmanagedType.I1)] bool upper, [MarshalAs(UnmanagedType.I1)] bool left, [MarshalAs(UnmanagedType.I1)] bool unitriangular, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_vander", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_vander(TensorHandle x, long[] n, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_svd", ExactSpelling = true)]
+        internal static extern Status tr_tensor_svd(TensorHandle input, [MarshalAs(UnmanagedType.I1)] bool some, [MarshalAs(UnmanagedType.I1)] bool compute_uv, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_cholesky", ExactSpelling = true)]
+        internal static extern Status tr_tensor_cholesky(TensorHandle input, [MarshalAs(UnmanagedType.I1)] bool upper, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_cholesky_solve", ExactSpelling = true)]
+        internal static extern Status tr_tensor_cholesky_solve(TensorHandle input, TensorHandle input2, [MarshalAs(UnmanagedType.I1)] bool upper, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_cholesky_inverse", ExactSpelling = true)]
+        internal static extern Status tr_tensor_cholesky_inverse(TensorHandle input, [MarshalAs(UnmanagedType.I1)] bool upper, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_qr", ExactSpelling = true)]
+        internal static extern Status tr_tensor_qr(TensorHandle input, [MarshalAs(UnmanagedType.I1)] bool some, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_geqrf", ExactSpelling = true)]
+        internal static extern Status tr_tensor_geqrf(TensorHandle input, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_orgqr", ExactSpelling = true)]
+        internal static extern Status tr_tensor_orgqr(TensorHandle input, TensorHandle input2, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_ormqr", ExactSpelling = true)]
+        internal static extern Status tr_tensor_ormqr(TensorHandle input, TensorHandle input2, TensorHandle input3, [MarshalAs(UnmanagedType.I1)] bool left, [MarshalAs(UnmanagedType.I1)] bool transpose, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_lu_solve", ExactSpelling = true)]
+        internal static extern Status tr_tensor_lu_solve(TensorHandle input, TensorHandle lu_data, TensorHandle lu_pivots, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_lu_unpack", ExactSpelling = true)]
+        internal static extern Status tr_tensor_lu_unpack(TensorHandle lu_data, TensorHandle lu_pivots, [MarshalAs(UnmanagedType.I1)] bool unpack_data, [MarshalAs(UnmanagedType.I1)] bool unpack_pivots, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_cholesky_ex", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_cholesky_ex(TensorHandle input, [MarshalAs(UnmanagedType.I1)] bool upper, [MarshalAs(UnmanagedType.I1)] bool check_errors, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_cholesky", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_cholesky(TensorHandle input, [MarshalAs(UnmanagedType.I1)] bool upper, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_cross", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_cross(TensorHandle input, TensorHandle other, long dim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_lu_factor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_lu_factor(TensorHandle a, [MarshalAs(UnmanagedType.I1)] bool pivot, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_lu_factor_ex", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_lu_factor_ex(TensorHandle a, [MarshalAs(UnmanagedType.I1)] bool pivot, [MarshalAs(UnmanagedType.I1)] bool check_errors, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_lu", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_lu(TensorHandle a, [MarshalAs(UnmanagedType.I1)] bool pivot, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_lu_solve", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_lu_solve(TensorHandle lu, TensorHandle pivots, TensorHandle b, [MarshalAs(UnmanagedType.I1)] bool left, [MarshalAs(UnmanagedType.I1)] bool adjoint, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_det", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_det(TensorHandle a, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_det", ExactSpelling = true)]
+        internal static extern Status tr_tensor_det(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_ldl_factor_ex", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_ldl_factor_ex(TensorHandle input, [MarshalAs(UnmanagedType.I1)] bool hermitian, [MarshalAs(UnmanagedType.I1)] bool check_errors, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_ldl_factor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_ldl_factor(TensorHandle input, [MarshalAs(UnmanagedType.I1)] bool hermitian, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_ldl_solve", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_ldl_solve(TensorHandle ld, TensorHandle pivots, TensorHandle b, [MarshalAs(UnmanagedType.I1)] bool hermitian, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_lstsq", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_lstsq(TensorHandle input, TensorHandle b, double[] rcond, byte[] driver, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_matmul", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_matmul(TensorHandle input, TensorHandle other, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_vecdot", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_vecdot(TensorHandle x, TensorHandle y, long dim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_matrix_exp", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_matrix_exp(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_slogdet", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_slogdet(TensorHandle a, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_slogdet", ExactSpelling = true)]
+        internal static extern Status tr_tensor_slogdet(TensorHandle input, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_logdet", ExactSpelling = true)]
+        internal static extern Status tr_tensor_logdet(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_eig", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_eig(TensorHandle input, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_eigvals", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_eigvals(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_eigh", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_eigh(TensorHandle input, byte[] uplo, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_eigvalsh", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_eigvalsh(TensorHandle input, byte[] uplo, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_householder_product", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_householder_product(TensorHandle input, TensorHandle tau, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_inv_ex", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_inv_ex(TensorHandle a, [MarshalAs(UnmanagedType.I1)] bool check_errors, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_inv", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_inv(TensorHandle a, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_inverse", ExactSpelling = true)]
+        internal static extern Status tr_tensor_inverse(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_inner", ExactSpelling = true)]
+        internal static extern Status tr_tensor_inner(TensorHandle input, TensorHandle other, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_outer", ExactSpelling = true)]
+        internal static extern Status tr_tensor_outer(TensorHandle input, TensorHandle vec2, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_ger", ExactSpelling = true)]
+        internal static extern Status tr_tensor_ger(TensorHandle input, TensorHandle vec2, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_norm", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_norm(TensorHandle input, Scalar[] ord, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_norm_ord_str", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_norm_ord_str(TensorHandle input, byte[] ord, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_vector_norm", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_vector_norm(TensorHandle input, Scalar ord, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_matrix_norm", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_matrix_norm(TensorHandle input, Scalar ord, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_matrix_norm_str_ord", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_matrix_norm_str_ord(TensorHandle input, byte[] ord, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_svd", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_svd(TensorHandle a, [MarshalAs(UnmanagedType.I1)] bool full_matrices, byte[] driver, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_svdvals", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_svdvals(TensorHandle a, byte[] driver, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_cond", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_cond(TensorHandle input, Scalar[] p, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_cond_p_str", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_cond_p_str(TensorHandle input, byte[] p, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_pinv_atol_rtol_tensor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_pinv_atol_rtol_tensor(TensorHandle input, TensorHandle atol, TensorHandle rtol, [MarshalAs(UnmanagedType.I1)] bool hermitian, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_pinv_atol_rtol_float", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_pinv_atol_rtol_float(TensorHandle input, double[] atol, double[] rtol, [MarshalAs(UnmanagedType.I1)] bool hermitian, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_pinv", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_pinv(TensorHandle input, double rcond, [MarshalAs(UnmanagedType.I1)] bool hermitian, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_pinv_rcond_tensor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_pinv_rcond_tensor(TensorHandle input, TensorHandle rcond, [MarshalAs(UnmanagedType.I1)] bool hermitian, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_solve_ex", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_solve_ex(TensorHandle a, TensorHandle b, [MarshalAs(UnmanagedType.I1)] bool left, [MarshalAs(UnmanagedType.I1)] bool check_errors, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_solve", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_solve(TensorHandle a, TensorHandle b, [MarshalAs(UnmanagedType.I1)] bool left, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_tensorinv", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_tensorinv(TensorHandle input, long ind, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_tensorsolve", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_tensorsolve(TensorHandle input, TensorHandle other, long[] dims, UIntPtr dims_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_qr", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_qr(TensorHandle a, byte[] mode, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_matrix_power", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_matrix_power(TensorHandle input, long n, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_matrix_rank_atol_rtol_tensor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_matrix_rank_atol_rtol_tensor(TensorHandle input, TensorHandle atol, TensorHandle rtol, [MarshalAs(UnmanagedType.I1)] bool hermitian, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_matrix_rank_atol_rtol_float", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_matrix_rank_atol_rtol_float(TensorHandle input, double[] atol, double[] rtol, [MarshalAs(UnmanagedType.I1)] bool hermitian, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_matrix_rank", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_matrix_rank(TensorHandle input, double tol, [MarshalAs(UnmanagedType.I1)] bool hermitian, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_matrix_rank_tol_tensor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_matrix_rank_tol_tensor(TensorHandle input, TensorHandle tol, [MarshalAs(UnmanagedType.I1)] bool hermitian, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_multi_dot", ExactSpelling = true)]
+        internal static extern Status tr_tensor_linalg_multi_dot(ulong[] tensors, UIntPtr tensors_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_native_dropout", ExactSpelling = true)]
+        internal static extern Status tr_tensor_native_dropout(TensorHandle input, double p, [MarshalAs(UnmanagedType.LPArray, ArraySubType = UnmanagedType.I1)] bool[] train, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_dropout_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_dropout_(TensorHandle input, double p, [MarshalAs(UnmanagedType.I1)] bool train);
+        [DllImport(Lib, EntryPoint = "tr_tensor_feature_dropout", ExactSpelling = true)]
+        internal static extern Status tr_tensor_feature_dropout(TensorHandle input, double p, [MarshalAs(UnmanagedType.I1)] bool train, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_feature_dropout_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_feature_dropout_(TensorHandle input, double p, [MarshalAs(UnmanagedType.I1)] bool train);
+        [DllImport(Lib, EntryPoint = "tr_tensor_alpha_dropout", ExactSpelling = true)]
+        internal static extern Status tr_tensor_alpha_dropout(TensorHandle input, double p, [MarshalAs(UnmanagedType.I1)] bool train, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_alpha_dropout_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_alpha_dropout_(TensorHandle input, double p, [MarshalAs(UnmanagedType.I1)] bool train);
+        [DllImport(Lib, EntryPoint = "tr_tensor_feature_alpha_dropout", ExactSpelling = true)]
+        internal static extern Status tr_tensor_feature_alpha_dropout(TensorHandle input, double p, [MarshalAs(UnmanagedType.I1)] bool train, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_feature_alpha_dropout_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_feature_alpha_dropout_(TensorHandle input, double p, [MarshalAs(UnmanagedType.I1)] bool train);
+        [DllImport(Lib, EntryPoint = "tr_tensor_avg_pool1d", ExactSpelling = true)]
+        internal static extern Status tr_tensor_avg_pool1d(TensorHandle input, long[] kernel_size, UIntPtr kernel_size_len, long[] stride, UIntPtr stride_len, long[] padding, UIntPtr padding_len, [MarshalAs(UnmanagedType.I1)] bool ceil_mode, [MarshalAs(UnmanagedType.I1)] bool count_include_pad, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_adaptive_avg_pool1d", ExactSpelling = true)]
+        internal static extern Status tr_tensor_adaptive_avg_pool1d(TensorHandle input, long[] output_size, UIntPtr output_size_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_adaptive_max_pool1d", ExactSpelling = true)]
+        internal static extern Status tr_tensor_adaptive_max_pool1d(TensorHandle input, long[] output_size, UIntPtr output_size_len, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_affine_grid_generator", ExactSpelling = true)]
+        internal static extern Status tr_tensor_affine_grid_generator(TensorHandle theta, long[] size, UIntPtr size_len, [MarshalAs(UnmanagedType.I1)] bool align_corners, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_atanh", ExactSpelling = true)]
+        internal static extern Status tr_tensor_atanh(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_atanh_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_atanh_(TensorHandle input);
+        [DllImport(Lib, EntryPoint = "tr_tensor_arctanh", ExactSpelling = true)]
+        internal static extern Status tr_tensor_arctanh(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_arctanh_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_arctanh_(TensorHandle input);
+        [DllImport(Lib, EntryPoint = "tr_tensor_batch_norm", ExactSpelling = true)]
+        internal static extern Status tr_tensor_batch_norm(TensorHandle input, TensorHandle weight, TensorHandle bias, TensorHandle running_mean, TensorHandle running_var, [MarshalAs(UnmanagedType.I1)] bool training, double momentum, double eps, [MarshalAs(UnmanagedType.I1)] bool cudnn_enabled, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_bilinear", ExactSpelling = true)]
+        internal static extern Status tr_tensor_bilinear(TensorHandle input1, TensorHandle input2, TensorHandle weight, TensorHandle bias, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_binary_cross_entropy", ExactSpelling = true)]
+        internal static extern Status tr_tensor_binary_cross_entropy(TensorHandle input, TensorHandle target, TensorHandle weight, long reduction, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_binary_cross_entropy_with_logits", ExactSpelling = true)]
+        internal static extern Status tr_tensor_binary_cross_entropy_with_logits(TensorHandle input, TensorHandle target, TensorHandle weight, TensorHandle pos_weight, long reduction, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_constant_pad_nd", ExactSpelling = true)]
+        internal static extern Status tr_tensor_constant_pad_nd(TensorHandle input, long[] pad, UIntPtr pad_len, Scalar value, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_convolution", ExactSpelling = true)]
+        internal static extern Status tr_tensor_convolution(TensorHandle input, TensorHandle weight, TensorHandle bias, long[] stride, UIntPtr stride_len, long[] padding, UIntPtr padding_len, long[] dilation, UIntPtr dilation_len, [MarshalAs(UnmanagedType.I1)] bool transposed, long[] output_padding, UIntPtr output_padding_len, long groups, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_convolution_overrideable", ExactSpelling = true)]
+        internal static extern Status tr_tensor_convolution_overrideable(TensorHandle input, TensorHandle weight, TensorHandle bias, long[] stride, UIntPtr stride_len, long[] padding, UIntPtr padding_len, long[] dilation, UIntPtr dilation_len, [MarshalAs(UnmanagedType.I1)] bool transposed, long[] output_padding, UIntPtr output_padding_len, long groups, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_conv1d", ExactSpelling = true)]
+        internal static extern Status tr_tensor_conv1d(TensorHandle input, TensorHandle weight, TensorHandle bias, long[] stride, UIntPtr stride_len, long[] padding, UIntPtr padding_len, long[] dilation, UIntPtr dilation_len, long groups, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_conv3d", ExactSpelling = true)]
+        internal static extern Status tr_tensor_conv3d(TensorHandle input, TensorHandle weight, TensorHandle bias, long[] stride, UIntPtr stride_len, long[] padding, UIntPtr padding_len, long[] dilation, UIntPtr dilation_len, long groups, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_conv1d_padding", ExactSpelling = true)]
+        internal static extern Status tr_tensor_conv1d_padding(TensorHandle input, TensorHandle weight, TensorHandle bias, long[] stride, UIntPtr stride_len, byte[] padding, long[] dilation, UIntPtr dilation_len, long groups, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_conv2d_padding", ExactSpelling = true)]
+        internal static extern Status tr_tensor_conv2d_padding(TensorHandle input, TensorHandle weight, TensorHandle bias, long[] stride, UIntPtr stride_len, byte[] padding, long[] dilation, UIntPtr dilation_len, long groups, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_conv3d_padding", ExactSpelling = true)]
+        internal static extern Status tr_tensor_conv3d_padding(TensorHandle input, TensorHandle weight, TensorHandle bias, long[] stride, UIntPtr stride_len, byte[] padding, long[] dilation, UIntPtr dilation_len, long groups, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_conv_tbc", ExactSpelling = true)]
+        internal static extern Status tr_tensor_conv_tbc(TensorHandle input, TensorHandle weight, TensorHandle bias, long pad, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_conv_transpose1d", ExactSpelling = true)]
+        internal static extern Status tr_tensor_conv_transpose1d(TensorHandle input, TensorHandle weight, TensorHandle bias, long[] stride, UIntPtr stride_len, long[] padding, UIntPtr padding_len, long[] output_padding, UIntPtr output_padding_len, long groups, long[] dilation, UIntPtr dilation_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_conv_transpose2d_input", ExactSpelling = true)]
+        internal static extern Status tr_tensor_conv_transpose2d_input(TensorHandle input, TensorHandle weight, TensorHandle bias, long[] stride, UIntPtr stride_len, long[] padding, UIntPtr padding_len, long[] output_padding, UIntPtr output_padding_len, long groups, long[] dilation, UIntPtr dilation_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_conv_transpose3d_input", ExactSpelling = true)]
+        internal static extern Status tr_tensor_conv_transpose3d_input(TensorHandle input, TensorHandle weight, TensorHandle bias, long[] stride, UIntPtr stride_len, long[] padding, UIntPtr padding_len, long[] output_padding, UIntPtr output_padding_len, long groups, long[] dilation, UIntPtr dilation_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_cosine_embedding_loss", ExactSpelling = true)]
+        internal static extern Status tr_tensor_cosine_embedding_loss(TensorHandle input1, TensorHandle input2, TensorHandle target, double margin, long reduction, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_ctc_loss_intlist", ExactSpelling = true)]
+        internal static extern Status tr_tensor_ctc_loss_intlist(TensorHandle log_probs, TensorHandle targets, long[] input_lengths, UIntPtr input_lengths_len, long[] target_lengths, UIntPtr target_lengths_len, long blank, long reduction, [MarshalAs(UnmanagedType.I1)] bool zero_infinity, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_ctc_loss_tensor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_ctc_loss_tensor(TensorHandle log_probs, TensorHandle targets, TensorHandle input_lengths, TensorHandle target_lengths, long blank, long reduction, [MarshalAs(UnmanagedType.I1)] bool zero_infinity, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_embedding_renorm_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_embedding_renorm_(TensorHandle input, TensorHandle indices, double max_norm, double norm_type);
+        [DllImport(Lib, EntryPoint = "tr_tensor_embedding_bag", ExactSpelling = true)]
+        internal static extern Status tr_tensor_embedding_bag(TensorHandle weight, TensorHandle indices, TensorHandle offsets, [MarshalAs(UnmanagedType.I1)] bool scale_grad_by_freq, long mode, [MarshalAs(UnmanagedType.I1)] bool sparse, TensorHandle per_sample_weights, [MarshalAs(UnmanagedType.I1)] bool include_last_offset, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_embedding_bag_padding_idx", ExactSpelling = true)]
+        internal static extern Status tr_tensor_embedding_bag_padding_idx(TensorHandle weight, TensorHandle indices, TensorHandle offsets, [MarshalAs(UnmanagedType.I1)] bool scale_grad_by_freq, long mode, [MarshalAs(UnmanagedType.I1)] bool sparse, TensorHandle per_sample_weights, [MarshalAs(UnmanagedType.I1)] bool include_last_offset, long[] padding_idx, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_grid_sampler", ExactSpelling = true)]
+        internal static extern Status tr_tensor_grid_sampler(TensorHandle input, TensorHandle grid, long interpolation_mode, long padding_mode, [MarshalAs(UnmanagedType.I1)] bool align_corners, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_grid_sampler_2d", ExactSpelling = true)]
+        internal static extern Status tr_tensor_grid_sampler_2d(TensorHandle input, TensorHandle grid, long interpolation_mode, long padding_mode, [MarshalAs(UnmanagedType.I1)] bool align_corners, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_grid_sampler_3d", ExactSpelling = true)]
+        internal static extern Status tr_tensor_grid_sampler_3d(TensorHandle input, TensorHandle grid, long interpolation_mode, long padding_mode, [MarshalAs(UnmanagedType.I1)] bool align_corners, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_hinge_embedding_loss", ExactSpelling = true)]
+        internal static extern Status tr_tensor_hinge_embedding_loss(TensorHandle input, TensorHandle target, double margin, long reduction, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_group_norm", ExactSpelling = true)]
+        internal static extern Status tr_tensor_group_norm(TensorHandle input, long num_groups, TensorHandle weight, TensorHandle bias, double eps, [MarshalAs(UnmanagedType.I1)] bool cudnn_enabled, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_native_group_norm", ExactSpelling = true)]
+        internal static extern Status tr_tensor_native_group_norm(TensorHandle input, TensorHandle weight, TensorHandle bias, long n, long c, long hxw, long group, double eps, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_instance_norm", ExactSpelling = true)]
+        internal static extern Status tr_tensor_instance_norm(TensorHandle input, TensorHandle weight, TensorHandle bias, TensorHandle running_mean, TensorHandle running_var, [MarshalAs(UnmanagedType.I1)] bool use_input_stats, double momentum, double eps, [MarshalAs(UnmanagedType.I1)] bool cudnn_enabled, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_kl_div", ExactSpelling = true)]
+        internal static extern Status tr_tensor_kl_div(TensorHandle input, TensorHandle target, long reduction, [MarshalAs(UnmanagedType.I1)] bool log_target, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_native_layer_norm", ExactSpelling = true)]
+        internal static extern Status tr_tensor_native_layer_norm(TensorHandle input, long[] normalized_shape, UIntPtr normalized_shape_len, TensorHandle weight, TensorHandle bias, double eps, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_rms_norm", ExactSpelling = true)]
+        internal static extern Status tr_tensor_rms_norm(TensorHandle input, long[] normalized_shape, UIntPtr normalized_shape_len, TensorHandle weight, double[] eps, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_log_softmax_int", ExactSpelling = true)]
+        internal static extern Status tr_tensor_log_softmax_int(TensorHandle input, long dim, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_margin_ranking_loss", ExactSpelling = true)]
+        internal static extern Status tr_tensor_margin_ranking_loss(TensorHandle input1, TensorHandle input2, TensorHandle target, double margin, long reduction, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_max_pool1d_with_indices", ExactSpelling = true)]
+        internal static extern Status tr_tensor_max_pool1d_with_indices(TensorHandle input, long[] kernel_size, UIntPtr kernel_size_len, long[] stride, UIntPtr stride_len, long[] padding, UIntPtr padding_len, long[] dilation, UIntPtr dilation_len, [MarshalAs(UnmanagedType.I1)] bool ceil_mode, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_max_pool1d", ExactSpelling = true)]
+        internal static extern Status tr_tensor_max_pool1d(TensorHandle input, long[] kernel_size, UIntPtr kernel_size_len, long[] stride, UIntPtr stride_len, long[] padding, UIntPtr padding_len, long[] dilation, UIntPtr dilation_len, [MarshalAs(UnmanagedType.I1)] bool ceil_mode, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_max_pool3d", ExactSpelling = true)]
+        internal static extern Status tr_tensor_max_pool3d(TensorHandle input, long[] kernel_size, UIntPtr kernel_size_len, long[] stride, UIntPtr stride_len, long[] padding, UIntPtr padding_len, long[] dilation, UIntPtr dilation_len, [MarshalAs(UnmanagedType.I1)] bool ceil_mode, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_native_batch_norm", ExactSpelling = true)]
+        internal static extern Status tr_tensor_native_batch_norm(TensorHandle input, TensorHandle weight, TensorHandle bias, TensorHandle running_mean, TensorHandle running_var, [MarshalAs(UnmanagedType.I1)] bool training, double momentum, double eps, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_batch_norm_stats", ExactSpelling = true)]
+        internal static extern Status tr_tensor_batch_norm_stats(TensorHandle input, double eps, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_batch_norm_elemt", ExactSpelling = true)]
+        internal static extern Status tr_tensor_batch_norm_elemt(TensorHandle input, TensorHandle weight, TensorHandle bias, TensorHandle mean, TensorHandle invstd, double eps, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_batch_norm_gather_stats", ExactSpelling = true)]
+        internal static extern Status tr_tensor_batch_norm_gather_stats(TensorHandle input, TensorHandle mean, TensorHandle invstd, TensorHandle running_mean, TensorHandle running_var, double momentum, double eps, long count, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_batch_norm_gather_stats_with_counts", ExactSpelling = true)]
+        internal static extern Status tr_tensor_batch_norm_gather_stats_with_counts(TensorHandle input, TensorHandle mean, TensorHandle invstd, TensorHandle running_mean, TensorHandle running_var, double momentum, double eps, TensorHandle counts, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_batch_norm_update_stats", ExactSpelling = true)]
+        internal static extern Status tr_tensor_batch_norm_update_stats(TensorHandle input, TensorHandle running_mean, TensorHandle running_var, double momentum, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_pairwise_distance", ExactSpelling = true)]
+        internal static extern Status tr_tensor_pairwise_distance(TensorHandle x1, TensorHandle x2, double p, double eps, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_cosine_similarity", ExactSpelling = true)]
+        internal static extern Status tr_tensor_cosine_similarity(TensorHandle x1, TensorHandle x2, long dim, double eps, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_pixel_shuffle", ExactSpelling = true)]
+        internal static extern Status tr_tensor_pixel_shuffle(TensorHandle input, long upscale_factor, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_pixel_unshuffle", ExactSpelling = true)]
+        internal static extern Status tr_tensor_pixel_unshuffle(TensorHandle input, long downscale_factor, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_channel_shuffle", ExactSpelling = true)]
+        internal static extern Status tr_tensor_channel_shuffle(TensorHandle input, long groups, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_native_channel_shuffle", ExactSpelling = true)]
+        internal static extern Status tr_tensor_native_channel_shuffle(TensorHandle input, long groups, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_poisson_nll_loss", ExactSpelling = true)]
+        internal static extern Status tr_tensor_poisson_nll_loss(TensorHandle input, TensorHandle target, [MarshalAs(UnmanagedType.I1)] bool log_input, [MarshalAs(UnmanagedType.I1)] bool full, double eps, long reduction, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_rrelu", ExactSpelling = true)]
+        internal static extern Status tr_tensor_rrelu(TensorHandle input, Scalar lower, Scalar upper, [MarshalAs(UnmanagedType.I1)] bool training, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_rrelu_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_rrelu_(TensorHandle input, Scalar lower, Scalar upper, [MarshalAs(UnmanagedType.I1)] bool training);
+        [DllImport(Lib, EntryPoint = "tr_tensor_relu_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_relu_(TensorHandle input);
+        [DllImport(Lib, EntryPoint = "tr_tensor_relu6", ExactSpelling = true)]
+        internal static extern Status tr_tensor_relu6(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_relu6_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_relu6_(TensorHandle input);
+        [DllImport(Lib, EntryPoint = "tr_tensor_prelu", ExactSpelling = true)]
+        internal static extern Status tr_tensor_prelu(TensorHandle input, TensorHandle weight, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_gelu_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_gelu_(TensorHandle input, byte[] approximate);
+        [DllImport(Lib, EntryPoint = "tr_tensor_hardshrink", ExactSpelling = true)]
+        internal static extern Status tr_tensor_hardshrink(TensorHandle input, Scalar lambd, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_selu", ExactSpelling = true)]
+        internal static extern Status tr_tensor_selu(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_selu_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_selu_(TensorHandle input);
+        [DllImport(Lib, EntryPoint = "tr_tensor_celu", ExactSpelling = true)]
+        internal static extern Status tr_tensor_celu(TensorHandle input, Scalar alpha, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_celu_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_celu_(TensorHandle input, Scalar alpha);
+        [DllImport(Lib, EntryPoint = "tr_tensor_silu_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_silu_(TensorHandle input);
+        [DllImport(Lib, EntryPoint = "tr_tensor_mish", ExactSpelling = true)]
+        internal static extern Status tr_tensor_mish(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_mish_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_mish_(TensorHandle input);
+        [DllImport(Lib, EntryPoint = "tr_tensor_sigmoid_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_sigmoid_(TensorHandle input);
+        [DllImport(Lib, EntryPoint = "tr_tensor_softmax_int", ExactSpelling = true)]
+        internal static extern Status tr_tensor_softmax_int(TensorHandle input, long dim, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_sspaddmm", ExactSpelling = true)]
+        internal static extern Status tr_tensor_sspaddmm(TensorHandle input, TensorHandle mat1, TensorHandle mat2, Scalar beta, Scalar alpha, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_tanh_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_tanh_(TensorHandle input);
+        [DllImport(Lib, EntryPoint = "tr_tensor_threshold", ExactSpelling = true)]
+        internal static extern Status tr_tensor_threshold(TensorHandle input, Scalar threshold, Scalar value, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_threshold_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_threshold_(TensorHandle input, Scalar threshold, Scalar value);
+        [DllImport(Lib, EntryPoint = "tr_tensor_one_hot", ExactSpelling = true)]
+        internal static extern Status tr_tensor_one_hot(TensorHandle input, long num_classes, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_triplet_margin_loss", ExactSpelling = true)]
+        internal static extern Status tr_tensor_triplet_margin_loss(TensorHandle anchor, TensorHandle positive, TensorHandle negative, double margin, double p, double eps, [MarshalAs(UnmanagedType.I1)] bool swap, long reduction, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_norm_except_dim", ExactSpelling = true)]
+        internal static extern Status tr_tensor_norm_except_dim(TensorHandle v, long pow, long dim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_norm_scalaropt_dtype", ExactSpelling = true)]
+        internal static extern Status tr_tensor_norm_scalaropt_dtype(TensorHandle input, Scalar[] p, DType dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_norm_scalar", ExactSpelling = true)]
+        internal static extern Status tr_tensor_norm_scalar(TensorHandle input, Scalar p, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_norm_scalaropt_dim_dtype", ExactSpelling = true)]
+        internal static extern Status tr_tensor_norm_scalaropt_dim_dtype(TensorHandle input, Scalar[] p, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, DType dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_norm_scalaropt_dim", ExactSpelling = true)]
+        internal static extern Status tr_tensor_norm_scalaropt_dim(TensorHandle input, Scalar[] p, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_frobenius_norm_dim", ExactSpelling = true)]
+        internal static extern Status tr_tensor_frobenius_norm_dim(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_nuclear_norm", ExactSpelling = true)]
+        internal static extern Status tr_tensor_nuclear_norm(TensorHandle input, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_nuclear_norm_dim", ExactSpelling = true)]
+        internal static extern Status tr_tensor_nuclear_norm_dim(TensorHandle input, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_lstm_input", ExactSpelling = true)]
+        internal static extern Status tr_tensor_lstm_input(TensorHandle input, ulong[] hx, UIntPtr hx_len, ulong[] @params, UIntPtr params_len, [MarshalAs(UnmanagedType.I1)] bool has_biases, long num_layers, double dropout, [MarshalAs(UnmanagedType.I1)] bool train, [MarshalAs(UnmanagedType.I1)] bool bidirectional, [MarshalAs(UnmanagedType.I1)] bool batch_first, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_lstm_data", ExactSpelling = true)]
+        internal static extern Status tr_tensor_lstm_data(TensorHandle data, TensorHandle batch_sizes, ulong[] hx, UIntPtr hx_len, ulong[] @params, UIntPtr params_len, [MarshalAs(UnmanagedType.I1)] bool has_biases, long num_layers, double dropout, [MarshalAs(UnmanagedType.I1)] bool train, [MarshalAs(UnmanagedType.I1)] bool bidirectional, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_gru_input", ExactSpelling = true)]
+        internal static extern Status tr_tensor_gru_input(TensorHandle input, TensorHandle hx, ulong[] @params, UIntPtr params_len, [MarshalAs(UnmanagedType.I1)] bool has_biases, long num_layers, double dropout, [MarshalAs(UnmanagedType.I1)] bool train, [MarshalAs(UnmanagedType.I1)] bool bidirectional, [MarshalAs(UnmanagedType.I1)] bool batch_first, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_gru_data", ExactSpelling = true)]
+        internal static extern Status tr_tensor_gru_data(TensorHandle data, TensorHandle batch_sizes, TensorHandle hx, ulong[] @params, UIntPtr params_len, [MarshalAs(UnmanagedType.I1)] bool has_biases, long num_layers, double dropout, [MarshalAs(UnmanagedType.I1)] bool train, [MarshalAs(UnmanagedType.I1)] bool bidirectional, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_rnn_tanh_input", ExactSpelling = true)]
+        internal static extern Status tr_tensor_rnn_tanh_input(TensorHandle input, TensorHandle hx, ulong[] @params, UIntPtr params_len, [MarshalAs(UnmanagedType.I1)] bool has_biases, long num_layers, double dropout, [MarshalAs(UnmanagedType.I1)] bool train, [MarshalAs(UnmanagedType.I1)] bool bidirectional, [MarshalAs(UnmanagedType.I1)] bool batch_first, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_rnn_tanh_data", ExactSpelling = true)]
+        internal static extern Status tr_tensor_rnn_tanh_data(TensorHandle data, TensorHandle batch_sizes, TensorHandle hx, ulong[] @params, UIntPtr params_len, [MarshalAs(UnmanagedType.I1)] bool has_biases, long num_layers, double dropout, [MarshalAs(UnmanagedType.I1)] bool train, [MarshalAs(UnmanagedType.I1)] bool bidirectional, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_rnn_relu_input", ExactSpelling = true)]
+        internal static extern Status tr_tensor_rnn_relu_input(TensorHandle input, TensorHandle hx, ulong[] @params, UIntPtr params_len, [MarshalAs(UnmanagedType.I1)] bool has_biases, long num_layers, double dropout, [MarshalAs(UnmanagedType.I1)] bool train, [MarshalAs(UnmanagedType.I1)] bool bidirectional, [MarshalAs(UnmanagedType.I1)] bool batch_first, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_rnn_relu_data", ExactSpelling = true)]
+        internal static extern Status tr_tensor_rnn_relu_data(TensorHandle data, TensorHandle batch_sizes, TensorHandle hx, ulong[] @params, UIntPtr params_len, [MarshalAs(UnmanagedType.I1)] bool has_biases, long num_layers, double dropout, [MarshalAs(UnmanagedType.I1)] bool train, [MarshalAs(UnmanagedType.I1)] bool bidirectional, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_lstm_cell", ExactSpelling = true)]
+        internal static extern Status tr_tensor_lstm_cell(TensorHandle input, ulong[] hx, UIntPtr hx_len, TensorHandle w_ih, TensorHandle w_hh, TensorHandle b_ih, TensorHandle b_hh, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_gru_cell", ExactSpelling = true)]
+        internal static extern Status tr_tensor_gru_cell(TensorHandle input, TensorHandle hx, TensorHandle w_ih, TensorHandle w_hh, TensorHandle b_ih, TensorHandle b_hh, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_rnn_tanh_cell", ExactSpelling = true)]
+        internal static extern Status tr_tensor_rnn_tanh_cell(TensorHandle input, TensorHandle hx, TensorHandle w_ih, TensorHandle w_hh, TensorHandle b_ih, TensorHandle b_hh, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_rnn_relu_cell", ExactSpelling = true)]
+        internal static extern Status tr_tensor_rnn_relu_cell(TensorHandle input, TensorHandle hx, TensorHandle w_ih, TensorHandle w_hh, TensorHandle b_ih, TensorHandle b_hh, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_log_normal_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_log_normal_(TensorHandle input, double mean, double std);
+        [DllImport(Lib, EntryPoint = "tr_tensor_cross_entropy_loss", ExactSpelling = true)]
+        internal static extern Status tr_tensor_cross_entropy_loss(TensorHandle input, TensorHandle target, TensorHandle weight, long reduction, long ignore_index, double label_smoothing, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_renorm", ExactSpelling = true)]
         internal static extern Status tr_tensor_renorm(TensorHandle input, Scalar p, long dim, Scalar maxnorm, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_renorm_", ExactSpelling = true)]
         internal static extern Status tr_tensor_renorm_(TensorHandle input, Scalar p, long dim, Scalar maxnorm);
         [DllImport(Lib, EntryPoint = "tr_tensor_unfold", ExactSpelling = true)]
         internal static extern Status tr_tensor_unfold(TensorHandle input, long dimension, long size, long step, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_equal", ExactSpelling = true)]
-        internal static extern Status tr_tensor_equal(TensorHandle input, TensorHandle other, [MarshalAs(UnmanagedType.I1)] out bool @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_pow_tensor_tensor", ExactSpelling = true)]
-        internal static extern Status tr_tensor_pow_tensor_tensor(TensorHandle input, TensorHandle exponent, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_pow_tensor_scalar", ExactSpelling = true)]
-        internal static extern Status tr_tensor_pow_tensor_scalar(TensorHandle input, Scalar exponent, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_pow_tensor_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_pow_tensor_(TensorHandle input, TensorHandle exponent);
-        [DllImport(Lib, EntryPoint = "tr_tensor_float_power_tensor_tensor", ExactSpelling = true)]
-        internal static extern Status tr_tensor_float_power_tensor_tensor(TensorHandle input, TensorHandle exponent, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_float_power_scalar", ExactSpelling = true)]
-        internal static extern Status tr_tensor_float_power_scalar(Scalar input, TensorHandle exponent, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_float_power_tensor_scalar", ExactSpelling = true)]
-        internal static extern Status tr_tensor_float_power_tensor_scalar(TensorHandle input, Scalar exponent, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_float_power_scalar_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_float_power_scalar_(TensorHandle input, Scalar exponent);
-        [DllImport(Lib, EntryPoint = "tr_tensor_float_power_tensor_", ExactSpelling = true)]
-        internal static extern Status tr_tensor_float_power_tensor_(TensorHandle input, TensorHandle exponent);
         [DllImport(Lib, EntryPoint = "tr_tensor_normal_", ExactSpelling = true)]
         internal static extern Status tr_tensor_normal_(TensorHandle input, double mean, double std);
         [DllImport(Lib, EntryPoint = "tr_tensor_normal_functional", ExactSpelling = true)]
@@ -2345,16 +2445,6 @@ namespace TensorRef
         internal static extern Status tr_tensor_normal_float_tensor(double mean, TensorHandle std, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_normal_tensor_tensor", ExactSpelling = true)]
         internal static extern Status tr_tensor_normal_tensor_tensor(TensorHandle mean, TensorHandle std, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_normal_float_float", ExactSpelling = true)]
-        internal static extern Status tr_tensor_normal_float_float(double mean, double std, long[] size, UIntPtr size_len, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_bucketize_tensor", ExactSpelling = true)]
-        internal static extern Status tr_tensor_bucketize_tensor(TensorHandle input, TensorHandle boundaries, [MarshalAs(UnmanagedType.I1)] bool out_int32, [MarshalAs(UnmanagedType.I1)] bool right, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_bucketize_scalar", ExactSpelling = true)]
-        internal static extern Status tr_tensor_bucketize_scalar(Scalar input, TensorHandle boundaries, [MarshalAs(UnmanagedType.I1)] bool out_int32, [MarshalAs(UnmanagedType.I1)] bool right, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_searchsorted_tensor", ExactSpelling = true)]
-        internal static extern Status tr_tensor_searchsorted_tensor(TensorHandle sorted_sequence, TensorHandle input, [MarshalAs(UnmanagedType.I1)] bool out_int32, [MarshalAs(UnmanagedType.I1)] bool right, byte[] side, TensorHandle sorter, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_searchsorted_scalar", ExactSpelling = true)]
-        internal static extern Status tr_tensor_searchsorted_scalar(TensorHandle sorted_sequence, Scalar input, [MarshalAs(UnmanagedType.I1)] bool out_int32, [MarshalAs(UnmanagedType.I1)] bool right, byte[] side, TensorHandle sorter, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_l1_loss", ExactSpelling = true)]
         internal static extern Status tr_tensor_l1_loss(TensorHandle input, TensorHandle target, long reduction, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_multi_margin_loss", ExactSpelling = true)]
@@ -2495,18 +2585,60 @@ namespace TensorRef
         internal static extern Status tr_tensor_slow_conv_dilated3d(TensorHandle input, TensorHandle weight, long[] kernel_size, UIntPtr kernel_size_len, TensorHandle bias, long[] stride, UIntPtr stride_len, long[] padding, UIntPtr padding_len, long[] dilation, UIntPtr dilation_len, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_col2im", ExactSpelling = true)]
         internal static extern Status tr_tensor_col2im(TensorHandle input, long[] output_size, UIntPtr output_size_len, long[] kernel_size, UIntPtr kernel_size_len, long[] dilation, UIntPtr dilation_len, long[] padding, UIntPtr padding_len, long[] stride, UIntPtr stride_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_column_stack", ExactSpelling = true)]
-        internal static extern Status tr_tensor_column_stack(ulong[] tensors, UIntPtr tensors_len, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_im2col", ExactSpelling = true)]
         internal static extern Status tr_tensor_im2col(TensorHandle input, long[] kernel_size, UIntPtr kernel_size_len, long[] dilation, UIntPtr dilation_len, long[] padding, UIntPtr padding_len, long[] stride, UIntPtr stride_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_isfinite", ExactSpelling = true)]
-        internal static extern Status tr_tensor_isfinite(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_isinf", ExactSpelling = true)]
-        internal static extern Status tr_tensor_isinf(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_isposinf", ExactSpelling = true)]
-        internal static extern Status tr_tensor_isposinf(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_isneginf", ExactSpelling = true)]
-        internal static extern Status tr_tensor_isneginf(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_pad_sequence", ExactSpelling = true)]
+        internal static extern Status tr_tensor_pad_sequence(ulong[] sequences, UIntPtr sequences_len, [MarshalAs(UnmanagedType.I1)] bool batch_first, double padding_value, byte[] padding_side, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_unfold_copy", ExactSpelling = true)]
+        internal static extern Status tr_tensor_unfold_copy(TensorHandle input, long dimension, long size, long step, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_scaled_dot_product_attention", ExactSpelling = true)]
+        internal static extern Status tr_tensor_scaled_dot_product_attention(TensorHandle query, TensorHandle key, TensorHandle value, TensorHandle attn_mask, double dropout_p, [MarshalAs(UnmanagedType.I1)] bool is_causal, double[] scale, [MarshalAs(UnmanagedType.I1)] bool enable_gqa, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_stft", ExactSpelling = true)]
+        internal static extern Status tr_tensor_stft(TensorHandle input, long n_fft, long[] hop_length, long[] win_length, TensorHandle window, [MarshalAs(UnmanagedType.I1)] bool normalized, [MarshalAs(UnmanagedType.LPArray, ArraySubType = UnmanagedType.I1)] bool[] onesided, [MarshalAs(UnmanagedType.LPArray, ArraySubType = UnmanagedType.I1)] bool[] return_complex, [MarshalAs(UnmanagedType.LPArray, ArraySubType = UnmanagedType.I1)] bool[] align_to_window, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_stft_center", ExactSpelling = true)]
+        internal static extern Status tr_tensor_stft_center(TensorHandle input, long n_fft, long[] hop_length, long[] win_length, TensorHandle window, [MarshalAs(UnmanagedType.I1)] bool center, byte[] pad_mode, [MarshalAs(UnmanagedType.I1)] bool normalized, [MarshalAs(UnmanagedType.LPArray, ArraySubType = UnmanagedType.I1)] bool[] onesided, [MarshalAs(UnmanagedType.LPArray, ArraySubType = UnmanagedType.I1)] bool[] return_complex, [MarshalAs(UnmanagedType.LPArray, ArraySubType = UnmanagedType.I1)] bool[] align_to_window, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_istft", ExactSpelling = true)]
+        internal static extern Status tr_tensor_istft(TensorHandle input, long n_fft, long[] hop_length, long[] win_length, TensorHandle window, [MarshalAs(UnmanagedType.I1)] bool center, [MarshalAs(UnmanagedType.I1)] bool normalized, [MarshalAs(UnmanagedType.LPArray, ArraySubType = UnmanagedType.I1)] bool[] onesided, long[] length, [MarshalAs(UnmanagedType.I1)] bool return_complex, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_fft_fft", ExactSpelling = true)]
+        internal static extern Status tr_tensor_fft_fft(TensorHandle input, long[] n, long dim, byte[] norm, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_fft_ifft", ExactSpelling = true)]
+        internal static extern Status tr_tensor_fft_ifft(TensorHandle input, long[] n, long dim, byte[] norm, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_fft_rfft", ExactSpelling = true)]
+        internal static extern Status tr_tensor_fft_rfft(TensorHandle input, long[] n, long dim, byte[] norm, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_fft_irfft", ExactSpelling = true)]
+        internal static extern Status tr_tensor_fft_irfft(TensorHandle input, long[] n, long dim, byte[] norm, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_fft_hfft", ExactSpelling = true)]
+        internal static extern Status tr_tensor_fft_hfft(TensorHandle input, long[] n, long dim, byte[] norm, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_fft_ihfft", ExactSpelling = true)]
+        internal static extern Status tr_tensor_fft_ihfft(TensorHandle input, long[] n, long dim, byte[] norm, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_fft_fft2", ExactSpelling = true)]
+        internal static extern Status tr_tensor_fft_fft2(TensorHandle input, long[] s, UIntPtr s_len, long[] dim, UIntPtr dim_len, byte[] norm, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_fft_ifft2", ExactSpelling = true)]
+        internal static extern Status tr_tensor_fft_ifft2(TensorHandle input, long[] s, UIntPtr s_len, long[] dim, UIntPtr dim_len, byte[] norm, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_fft_rfft2", ExactSpelling = true)]
+        internal static extern Status tr_tensor_fft_rfft2(TensorHandle input, long[] s, UIntPtr s_len, long[] dim, UIntPtr dim_len, byte[] norm, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_fft_irfft2", ExactSpelling = true)]
+        internal static extern Status tr_tensor_fft_irfft2(TensorHandle input, long[] s, UIntPtr s_len, long[] dim, UIntPtr dim_len, byte[] norm, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_fft_hfft2", ExactSpelling = true)]
+        internal static extern Status tr_tensor_fft_hfft2(TensorHandle input, long[] s, UIntPtr s_len, long[] dim, UIntPtr dim_len, byte[] norm, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_fft_ihfft2", ExactSpelling = true)]
+        internal static extern Status tr_tensor_fft_ihfft2(TensorHandle input, long[] s, UIntPtr s_len, long[] dim, UIntPtr dim_len, byte[] norm, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_fft_fftn", ExactSpelling = true)]
+        internal static extern Status tr_tensor_fft_fftn(TensorHandle input, long[] s, UIntPtr s_len, long[] dim, UIntPtr dim_len, byte[] norm, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_fft_ifftn", ExactSpelling = true)]
+        internal static extern Status tr_tensor_fft_ifftn(TensorHandle input, long[] s, UIntPtr s_len, long[] dim, UIntPtr dim_len, byte[] norm, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_fft_rfftn", ExactSpelling = true)]
+        internal static extern Status tr_tensor_fft_rfftn(TensorHandle input, long[] s, UIntPtr s_len, long[] dim, UIntPtr dim_len, byte[] norm, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_fft_irfftn", ExactSpelling = true)]
+        internal static extern Status tr_tensor_fft_irfftn(TensorHandle input, long[] s, UIntPtr s_len, long[] dim, UIntPtr dim_len, byte[] norm, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_fft_hfftn", ExactSpelling = true)]
+        internal static extern Status tr_tensor_fft_hfftn(TensorHandle input, long[] s, UIntPtr s_len, long[] dim, UIntPtr dim_len, byte[] norm, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_fft_ihfftn", ExactSpelling = true)]
+        internal static extern Status tr_tensor_fft_ihfftn(TensorHandle input, long[] s, UIntPtr s_len, long[] dim, UIntPtr dim_len, byte[] norm, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_fft_fftshift", ExactSpelling = true)]
+        internal static extern Status tr_tensor_fft_fftshift(TensorHandle input, long[] dim, UIntPtr dim_len, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_fft_ifftshift", ExactSpelling = true)]
+        internal static extern Status tr_tensor_fft_ifftshift(TensorHandle input, long[] dim, UIntPtr dim_len, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_special_entr", ExactSpelling = true)]
         internal static extern Status tr_tensor_special_entr(TensorHandle input, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_special_ndtri", ExactSpelling = true)]
@@ -2583,212 +2715,6 @@ namespace TensorRef
         internal static extern Status tr_tensor_special_multigammaln(TensorHandle input, long p, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_special_softmax", ExactSpelling = true)]
         internal static extern Status tr_tensor_special_softmax(TensorHandle input, long dim, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_fft_fft", ExactSpelling = true)]
-        internal static extern Status tr_tensor_fft_fft(TensorHandle input, long[] n, long dim, byte[] norm, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_fft_ifft", ExactSpelling = true)]
-        internal static extern Status tr_tensor_fft_ifft(TensorHandle input, long[] n, long dim, byte[] norm, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_fft_rfft", ExactSpelling = true)]
-        internal static extern Status tr_tensor_fft_rfft(TensorHandle input, long[] n, long dim, byte[] norm, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_fft_irfft", ExactSpelling = true)]
-        internal static extern Status tr_tensor_fft_irfft(TensorHandle input, long[] n, long dim, byte[] norm, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_fft_hfft", ExactSpelling = true)]
-        internal static extern Status tr_tensor_fft_hfft(TensorHandle input, long[] n, long dim, byte[] norm, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_fft_ihfft", ExactSpelling = true)]
-        internal static extern Status tr_tensor_fft_ihfft(TensorHandle input, long[] n, long dim, byte[] norm, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_fft_fft2", ExactSpelling = true)]
-        internal static extern Status tr_tensor_fft_fft2(TensorHandle input, long[] s, UIntPtr s_len, long[] dim, UIntPtr dim_len, byte[] norm, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_fft_ifft2", ExactSpelling = true)]
-        internal static extern Status tr_tensor_fft_ifft2(TensorHandle input, long[] s, UIntPtr s_len, long[] dim, UIntPtr dim_len, byte[] norm, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_fft_rfft2", ExactSpelling = true)]
-        internal static extern Status tr_tensor_fft_rfft2(TensorHandle input, long[] s, UIntPtr s_len, long[] dim, UIntPtr dim_len, byte[] norm, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_fft_irfft2", ExactSpelling = true)]
-        internal static extern Status tr_tensor_fft_irfft2(TensorHandle input, long[] s, UIntPtr s_len, long[] dim, UIntPtr dim_len, byte[] norm, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_fft_hfft2", ExactSpelling = true)]
-        internal static extern Status tr_tensor_fft_hfft2(TensorHandle input, long[] s, UIntPtr s_len, long[] dim, UIntPtr dim_len, byte[] norm, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_fft_ihfft2", ExactSpelling = true)]
-        internal static extern Status tr_tensor_fft_ihfft2(TensorHandle input, long[] s, UIntPtr s_len, long[] dim, UIntPtr dim_len, byte[] norm, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_fft_fftn", ExactSpelling = true)]
-        internal static extern Status tr_tensor_fft_fftn(TensorHandle input, long[] s, UIntPtr s_len, long[] dim, UIntPtr dim_len, byte[] norm, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_fft_ifftn", ExactSpelling = true)]
-        internal static extern Status tr_tensor_fft_ifftn(TensorHandle input, long[] s, UIntPtr s_len, long[] dim, UIntPtr dim_len, byte[] norm, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_fft_rfftn", ExactSpelling = true)]
-        internal static extern Status tr_tensor_fft_rfftn(TensorHandle input, long[] s, UIntPtr s_len, long[] dim, UIntPtr dim_len, byte[] norm, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_fft_irfftn", ExactSpelling = true)]
-        internal static extern Status tr_tensor_fft_irfftn(TensorHandle input, long[] s, UIntPtr s_len, long[] dim, UIntPtr dim_len, byte[] norm, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_fft_hfftn", ExactSpelling = true)]
-        internal static extern Status tr_tensor_fft_hfftn(TensorHandle input, long[] s, UIntPtr s_len, long[] dim, UIntPtr dim_len, byte[] norm, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_fft_ihfftn", ExactSpelling = true)]
-        internal static extern Status tr_tensor_fft_ihfftn(TensorHandle input, long[] s, UIntPtr s_len, long[] dim, UIntPtr dim_len, byte[] norm, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_fft_fftfreq", ExactSpelling = true)]
-        internal static extern Status tr_tensor_fft_fftfreq(long n, double d, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_fft_rfftfreq", ExactSpelling = true)]
-        internal static extern Status tr_tensor_fft_rfftfreq(long n, double d, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_fft_fftshift", ExactSpelling = true)]
-        internal static extern Status tr_tensor_fft_fftshift(TensorHandle input, long[] dim, UIntPtr dim_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_fft_ifftshift", ExactSpelling = true)]
-        internal static extern Status tr_tensor_fft_ifftshift(TensorHandle input, long[] dim, UIntPtr dim_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_cholesky_ex", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_cholesky_ex(TensorHandle input, [MarshalAs(UnmanagedType.I1)] bool upper, [MarshalAs(UnmanagedType.I1)] bool check_errors, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_cholesky", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_cholesky(TensorHandle input, [MarshalAs(UnmanagedType.I1)] bool upper, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_cross", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_cross(TensorHandle input, TensorHandle other, long dim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_lu_factor", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_lu_factor(TensorHandle a, [MarshalAs(UnmanagedType.I1)] bool pivot, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_lu_factor_ex", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_lu_factor_ex(TensorHandle a, [MarshalAs(UnmanagedType.I1)] bool pivot, [MarshalAs(UnmanagedType.I1)] bool check_errors, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_lu", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_lu(TensorHandle a, [MarshalAs(UnmanagedType.I1)] bool pivot, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_lu_solve", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_lu_solve(TensorHandle lu, TensorHandle pivots, TensorHandle b, [MarshalAs(UnmanagedType.I1)] bool left, [MarshalAs(UnmanagedType.I1)] bool adjoint, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_det", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_det(TensorHandle a, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_det", ExactSpelling = true)]
-        internal static extern Status tr_tensor_det(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_ldl_factor_ex", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_ldl_factor_ex(TensorHandle input, [MarshalAs(UnmanagedType.I1)] bool hermitian, [MarshalAs(UnmanagedType.I1)] bool check_errors, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_ldl_factor", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_ldl_factor(TensorHandle input, [MarshalAs(UnmanagedType.I1)] bool hermitian, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_ldl_solve", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_ldl_solve(TensorHandle ld, TensorHandle pivots, TensorHandle b, [MarshalAs(UnmanagedType.I1)] bool hermitian, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_lstsq", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_lstsq(TensorHandle input, TensorHandle b, double[] rcond, byte[] driver, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_matmul", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_matmul(TensorHandle input, TensorHandle other, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_vecdot", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_vecdot(TensorHandle x, TensorHandle y, long dim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_matrix_exp", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_matrix_exp(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_slogdet", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_slogdet(TensorHandle a, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_slogdet", ExactSpelling = true)]
-        internal static extern Status tr_tensor_slogdet(TensorHandle input, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_logdet", ExactSpelling = true)]
-        internal static extern Status tr_tensor_logdet(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_eig", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_eig(TensorHandle input, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_eigvals", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_eigvals(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_eigh", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_eigh(TensorHandle input, byte[] uplo, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_eigvalsh", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_eigvalsh(TensorHandle input, byte[] uplo, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_householder_product", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_householder_product(TensorHandle input, TensorHandle tau, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_inv_ex", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_inv_ex(TensorHandle a, [MarshalAs(UnmanagedType.I1)] bool check_errors, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_inv", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_inv(TensorHandle a, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_inverse", ExactSpelling = true)]
-        internal static extern Status tr_tensor_inverse(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_inner", ExactSpelling = true)]
-        internal static extern Status tr_tensor_inner(TensorHandle input, TensorHandle other, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_outer", ExactSpelling = true)]
-        internal static extern Status tr_tensor_outer(TensorHandle input, TensorHandle vec2, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_ger", ExactSpelling = true)]
-        internal static extern Status tr_tensor_ger(TensorHandle input, TensorHandle vec2, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_norm", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_norm(TensorHandle input, Scalar[] ord, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_norm_ord_str", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_norm_ord_str(TensorHandle input, byte[] ord, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_vector_norm", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_vector_norm(TensorHandle input, Scalar ord, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_matrix_norm", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_matrix_norm(TensorHandle input, Scalar ord, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_matrix_norm_str_ord", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_matrix_norm_str_ord(TensorHandle input, byte[] ord, long[] dim, UIntPtr dim_len, [MarshalAs(UnmanagedType.I1)] bool keepdim, DType[] dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_svd", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_svd(TensorHandle a, [MarshalAs(UnmanagedType.I1)] bool full_matrices, byte[] driver, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_svdvals", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_svdvals(TensorHandle a, byte[] driver, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_cond", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_cond(TensorHandle input, Scalar[] p, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_cond_p_str", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_cond_p_str(TensorHandle input, byte[] p, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_pinv_atol_rtol_tensor", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_pinv_atol_rtol_tensor(TensorHandle input, TensorHandle atol, TensorHandle rtol, [MarshalAs(UnmanagedType.I1)] bool hermitian, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_pinv_atol_rtol_float", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_pinv_atol_rtol_float(TensorHandle input, double[] atol, double[] rtol, [MarshalAs(UnmanagedType.I1)] bool hermitian, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_pinv", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_pinv(TensorHandle input, double rcond, [MarshalAs(UnmanagedType.I1)] bool hermitian, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_pinv_rcond_tensor", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_pinv_rcond_tensor(TensorHandle input, TensorHandle rcond, [MarshalAs(UnmanagedType.I1)] bool hermitian, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_solve_ex", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_solve_ex(TensorHandle a, TensorHandle b, [MarshalAs(UnmanagedType.I1)] bool left, [MarshalAs(UnmanagedType.I1)] bool check_errors, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_solve", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_solve(TensorHandle a, TensorHandle b, [MarshalAs(UnmanagedType.I1)] bool left, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_tensorinv", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_tensorinv(TensorHandle input, long ind, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_tensorsolve", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_tensorsolve(TensorHandle input, TensorHandle other, long[] dims, UIntPtr dims_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_qr", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_qr(TensorHandle a, byte[] mode, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_matrix_power", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_matrix_power(TensorHandle input, long n, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_matrix_rank_atol_rtol_tensor", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_matrix_rank_atol_rtol_tensor(TensorHandle input, TensorHandle atol, TensorHandle rtol, [MarshalAs(UnmanagedType.I1)] bool hermitian, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_matrix_rank_atol_rtol_float", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_matrix_rank_atol_rtol_float(TensorHandle input, double[] atol, double[] rtol, [MarshalAs(UnmanagedType.I1)] bool hermitian, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_matrix_rank", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_matrix_rank(TensorHandle input, double tol, [MarshalAs(UnmanagedType.I1)] bool hermitian, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_matrix_rank_tol_tensor", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_matrix_rank_tol_tensor(TensorHandle input, TensorHandle tol, [MarshalAs(UnmanagedType.I1)] bool hermitian, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_linalg_multi_dot", ExactSpelling = true)]
-        internal static extern Status tr_tensor_linalg_multi_dot(ulong[] tensors, UIntPtr tensors_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_segment_reduce", ExactSpelling = true)]
-        internal static extern Status tr_tensor_segment_reduce(TensorHandle data, byte[] reduce, TensorHandle lengths, TensorHandle indices, TensorHandle offsets, long axis, [MarshalAs(UnmanagedType.I1)] bool unsafe_, Scalar[] initial, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_pad_sequence", ExactSpelling = true)]
-        internal static extern Status tr_tensor_pad_sequence(ulong[] sequences, UIntPtr sequences_len, [MarshalAs(UnmanagedType.I1)] bool batch_first, double padding_value, byte[] padding_side, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_flatten_dense_tensors", ExactSpelling = true)]
-        internal static extern Status tr_tensor_flatten_dense_tensors(ulong[] tensors, UIntPtr tensors_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_unflatten_dense_tensors", ExactSpelling = true)]
-        internal static extern Status tr_tensor_unflatten_dense_tensors(TensorHandle flat, ulong[] tensors, UIntPtr tensors_len, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_view_as_real_copy", ExactSpelling = true)]
-        internal static extern Status tr_tensor_view_as_real_copy(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_view_as_complex_copy", ExactSpelling = true)]
-        internal static extern Status tr_tensor_view_as_complex_copy(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_as_strided_copy", ExactSpelling = true)]
-        internal static extern Status tr_tensor_as_strided_copy(TensorHandle input, long[] size, UIntPtr size_len, long[] stride, UIntPtr stride_len, long[] storage_offset, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_diagonal_copy", ExactSpelling = true)]
-        internal static extern Status tr_tensor_diagonal_copy(TensorHandle input, long offset, long dim1, long dim2, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_expand_copy", ExactSpelling = true)]
-        internal static extern Status tr_tensor_expand_copy(TensorHandle input, long[] size, UIntPtr size_len, [MarshalAs(UnmanagedType.I1)] bool @implicit, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_permute_copy", ExactSpelling = true)]
-        internal static extern Status tr_tensor_permute_copy(TensorHandle input, long[] dims, UIntPtr dims_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_select_copy_int", ExactSpelling = true)]
-        internal static extern Status tr_tensor_select_copy_int(TensorHandle input, long dim, long index, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_detach_copy", ExactSpelling = true)]
-        internal static extern Status tr_tensor_detach_copy(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_slice_copy_tensor", ExactSpelling = true)]
-        internal static extern Status tr_tensor_slice_copy_tensor(TensorHandle input, long dim, long[] start, long[] end, long step, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_split_copy_tensor", ExactSpelling = true)]
-        internal static extern Status tr_tensor_split_copy_tensor(TensorHandle input, long split_size, long dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_split_with_sizes_copy", ExactSpelling = true)]
-        internal static extern Status tr_tensor_split_with_sizes_copy(TensorHandle input, long[] split_sizes, UIntPtr split_sizes_len, long dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_squeeze_copy", ExactSpelling = true)]
-        internal static extern Status tr_tensor_squeeze_copy(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_squeeze_copy_dim", ExactSpelling = true)]
-        internal static extern Status tr_tensor_squeeze_copy_dim(TensorHandle input, long dim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_squeeze_copy_dims", ExactSpelling = true)]
-        internal static extern Status tr_tensor_squeeze_copy_dims(TensorHandle input, long[] dim, UIntPtr dim_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_t_copy", ExactSpelling = true)]
-        internal static extern Status tr_tensor_t_copy(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_transpose_copy_int", ExactSpelling = true)]
-        internal static extern Status tr_tensor_transpose_copy_int(TensorHandle input, long dim0, long dim1, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_unsqueeze_copy", ExactSpelling = true)]
-        internal static extern Status tr_tensor_unsqueeze_copy(TensorHandle input, long dim, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_unbind_copy_int", ExactSpelling = true)]
-        internal static extern Status tr_tensor_unbind_copy_int(TensorHandle input, long dim, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
-        [DllImport(Lib, EntryPoint = "tr_tensor_view_copy", ExactSpelling = true)]
-        internal static extern Status tr_tensor_view_copy(TensorHandle input, long[] size, UIntPtr size_len, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_view_copy_dtype", ExactSpelling = true)]
-        internal static extern Status tr_tensor_view_copy_dtype(TensorHandle input, DType dtype, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_unfold_copy", ExactSpelling = true)]
-        internal static extern Status tr_tensor_unfold_copy(TensorHandle input, long dimension, long size, long step, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_alias_copy", ExactSpelling = true)]
-        internal static extern Status tr_tensor_alias_copy(TensorHandle input, out ulong @out);
-        [DllImport(Lib, EntryPoint = "tr_tensor_scaled_dot_product_attention", ExactSpelling = true)]
-        internal static extern Status tr_tensor_scaled_dot_product_attention(TensorHandle query, TensorHandle key, TensorHandle value, TensorHandle attn_mask, double dropout_p, [MarshalAs(UnmanagedType.I1)] bool is_causal, double[] scale, [MarshalAs(UnmanagedType.I1)] bool enable_gqa, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_special_airy_ai", ExactSpelling = true)]
         internal static extern Status tr_tensor_special_airy_ai(TensorHandle x, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_special_bessel_j0", ExactSpelling = true)]
@@ -2885,5 +2811,79 @@ namespace TensorRef
         internal static extern Status tr_tensor_special_shifted_chebyshev_polynomial_w_n_scalar(TensorHandle x, Scalar n, out ulong @out);
         [DllImport(Lib, EntryPoint = "tr_tensor_special_spherical_bessel_j0", ExactSpelling = true)]
         internal static extern Status tr_tensor_special_spherical_bessel_j0(TensorHandle x, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_bernoulli", ExactSpelling = true)]
+        internal static extern Status tr_tensor_bernoulli(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_bernoulli_tensor_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_bernoulli_tensor_(TensorHandle input, TensorHandle p);
+        [DllImport(Lib, EntryPoint = "tr_tensor_bernoulli_float_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_bernoulli_float_(TensorHandle input, double p);
+        [DllImport(Lib, EntryPoint = "tr_tensor_bernoulli_p", ExactSpelling = true)]
+        internal static extern Status tr_tensor_bernoulli_p(TensorHandle input, double p, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_rand_generator", ExactSpelling = true)]
+        internal static extern Status tr_tensor_rand_generator(long[] size, UIntPtr size_len, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_rand_like", ExactSpelling = true)]
+        internal static extern Status tr_tensor_rand_like(TensorHandle input, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_rand_like_generator", ExactSpelling = true)]
+        internal static extern Status tr_tensor_rand_like_generator(TensorHandle input, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_randint", ExactSpelling = true)]
+        internal static extern Status tr_tensor_randint(long high, long[] size, UIntPtr size_len, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_randint_generator", ExactSpelling = true)]
+        internal static extern Status tr_tensor_randint_generator(long high, long[] size, UIntPtr size_len, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_randint_low", ExactSpelling = true)]
+        internal static extern Status tr_tensor_randint_low(long low, long high, long[] size, UIntPtr size_len, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_randint_low_generator", ExactSpelling = true)]
+        internal static extern Status tr_tensor_randint_low_generator(long low, long high, long[] size, UIntPtr size_len, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_randint_like", ExactSpelling = true)]
+        internal static extern Status tr_tensor_randint_like(TensorHandle input, long high, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_randint_like_generator", ExactSpelling = true)]
+        internal static extern Status tr_tensor_randint_like_generator(TensorHandle input, long high, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_randint_like_tensor", ExactSpelling = true)]
+        internal static extern Status tr_tensor_randint_like_tensor(TensorHandle input, TensorHandle high, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_randint_like_tensor_generator", ExactSpelling = true)]
+        internal static extern Status tr_tensor_randint_like_tensor_generator(TensorHandle input, TensorHandle high, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_randint_like_low_dtype", ExactSpelling = true)]
+        internal static extern Status tr_tensor_randint_like_low_dtype(TensorHandle input, long low, long high, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_randint_like_low_generator_dtype", ExactSpelling = true)]
+        internal static extern Status tr_tensor_randint_like_low_generator_dtype(TensorHandle input, long low, long high, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_randn_generator", ExactSpelling = true)]
+        internal static extern Status tr_tensor_randn_generator(long[] size, UIntPtr size_len, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_randn_like", ExactSpelling = true)]
+        internal static extern Status tr_tensor_randn_like(TensorHandle input, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_randn_like_generator", ExactSpelling = true)]
+        internal static extern Status tr_tensor_randn_like_generator(TensorHandle input, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_randperm", ExactSpelling = true)]
+        internal static extern Status tr_tensor_randperm(long n, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_randperm_generator", ExactSpelling = true)]
+        internal static extern Status tr_tensor_randperm_generator(long n, DType[] dtype, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_poisson", ExactSpelling = true)]
+        internal static extern Status tr_tensor_poisson(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_binomial", ExactSpelling = true)]
+        internal static extern Status tr_tensor_binomial(TensorHandle count, TensorHandle prob, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_random_from_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_random_from_(TensorHandle input, long from, long[] to);
+        [DllImport(Lib, EntryPoint = "tr_tensor_random_to_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_random_to_(TensorHandle input, long to);
+        [DllImport(Lib, EntryPoint = "tr_tensor_random_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_random_(TensorHandle input);
+        [DllImport(Lib, EntryPoint = "tr_tensor_uniform_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_uniform_(TensorHandle input, double from, double to);
+        [DllImport(Lib, EntryPoint = "tr_tensor_cauchy_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_cauchy_(TensorHandle input, double median, double sigma);
+        [DllImport(Lib, EntryPoint = "tr_tensor_exponential_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_exponential_(TensorHandle input, double lambd);
+        [DllImport(Lib, EntryPoint = "tr_tensor_geometric_", ExactSpelling = true)]
+        internal static extern Status tr_tensor_geometric_(TensorHandle input, double p);
+        [DllImport(Lib, EntryPoint = "tr_tensor_multinomial", ExactSpelling = true)]
+        internal static extern Status tr_tensor_multinomial(TensorHandle input, long num_samples, [MarshalAs(UnmanagedType.I1)] bool replacement, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_align_as", ExactSpelling = true)]
+        internal static extern Status tr_tensor_align_as(TensorHandle input, TensorHandle other, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_align_tensors", ExactSpelling = true)]
+        internal static extern Status tr_tensor_align_tensors(ulong[] tensors, UIntPtr tensors_len, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
+        [DllImport(Lib, EntryPoint = "tr_tensor_pin_memory", ExactSpelling = true)]
+        internal static extern Status tr_tensor_pin_memory(TensorHandle input, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_smm", ExactSpelling = true)]
+        internal static extern Status tr_tensor_smm(TensorHandle input, TensorHandle mat2, out ulong @out);
+        [DllImport(Lib, EntryPoint = "tr_tensor_choose_qparams_optimized", ExactSpelling = true)]
+        internal static extern Status tr_tensor_choose_qparams_optimized(TensorHandle input, long numel, long n_bins, double ratio, long bit_width, ulong[] @out, UIntPtr out_len, out UIntPtr out_written);
     }
 }

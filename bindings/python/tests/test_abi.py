@@ -39,7 +39,7 @@ C_TO_CTYPES = {
     "uint64_t *": POINTER(c_uint64), "float *": c_void_p, "const char const **": POINTER(c_char_p),
     "tr_status": c_int32, "int32_t *": POINTER(c_int32), "struct tr_scalar": _scalar.Scalar,
     "struct tr_scalar *": POINTER(_scalar.Scalar),
-    # The ops header (cbindgen on src/ffi/ops_generated.rs alone) names the structs by their typedefs.
+    # The ops header (cbindgen on src/ffi/ops_generated/ alone) names the structs by their typedefs.
     "tr_tensor": tr.Tensor, "tr_tensor *": POINTER(tr.Tensor), "const tr_tensor *": POINTER(c_uint64),
     "tr_scalar": _scalar.Scalar, "const tr_scalar *": POINTER(_scalar.Scalar), "const tr_dtype *": POINTER(c_int32),
     "const double *": POINTER(c_double), "const bool *": POINTER(c_bool),

@@ -2,12 +2,6 @@
 // The creation ops' kernels (see src/ops/aten/args.h).
 #include "../args.h"
 
-// sym_constrain_range(Scalar size, *, int? min=None, int? max=None) -> ()
-TR_ATEN_KERNEL(sym_constrain_range, at::_ops::sym_constrain_range::call(a[0].scalar(), a[1].opt_int(), a[2].opt_int()))
-
-// sym_constrain_range_for_size(Scalar size, *, int? min=None, int? max=None) -> ()
-TR_ATEN_KERNEL(sym_constrain_range_for_size, at::_ops::sym_constrain_range_for_size::call(a[0].scalar(), a[1].opt_int(), a[2].opt_int()))
-
 // arange.start(Scalar start, Scalar end, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
 TR_ATEN_KERNEL(arange_start, r->add(at::_ops::arange_start::call(a[0].scalar(), a[1].scalar(), a[2].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
 
@@ -32,11 +26,17 @@ TR_ATEN_KERNEL(empty_memory_format, r->add(at::_ops::empty_memory_format::call(a
 // empty_permuted(SymInt[] size, int[] physical_layout, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
 TR_ATEN_KERNEL(empty_permuted, r->add(at::_ops::empty_permuted::call(a[0].sym_ints(), a[1].ints(), a[2].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
 
+// empty_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor
+TR_ATEN_KERNEL(empty_like, r->add(at::_ops::empty_like::call(a[0].tensor(), a[1].opt_dtype(), std::nullopt, std::nullopt, std::nullopt, std::nullopt)))
+
 // empty_strided(SymInt[] size, SymInt[] stride, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
 TR_ATEN_KERNEL(empty_strided, r->add(at::_ops::empty_strided::call(a[0].sym_ints(), a[1].sym_ints(), a[2].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
 
 // eye.m(SymInt n, SymInt m, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
 TR_ATEN_KERNEL(eye_m, r->add(at::_ops::eye_m::call(a[0].sym_int(), a[1].sym_int(), a[2].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
+
+// full_like(Tensor self, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor
+TR_ATEN_KERNEL(full_like, r->add(at::_ops::full_like::call(a[0].tensor(), a[1].scalar(), a[2].opt_dtype(), std::nullopt, std::nullopt, std::nullopt, std::nullopt)))
 
 // from_file(str filename, bool? shared=None, int? size=0, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
 TR_ATEN_KERNEL(from_file, r->add(at::_ops::from_file::call(a[0].str(), a[1].opt_bool(), a[2].opt_int(), a[3].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
@@ -71,50 +71,35 @@ TR_ATEN_KERNEL(kaiser_window_beta, r->add(at::_ops::kaiser_window_beta::call(a[0
 // linspace(Scalar start, Scalar end, int steps, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
 TR_ATEN_KERNEL(linspace, r->add(at::_ops::linspace::call(a[0].scalar(), a[1].scalar(), a[2].int_(), a[3].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
 
+// linspace.Tensor_Tensor(Tensor start, Tensor end, int steps, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+TR_ATEN_KERNEL(linspace_tensor_tensor, r->add(at::_ops::linspace_Tensor_Tensor::call(a[0].tensor(), a[1].tensor(), a[2].int_(), a[3].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
+
+// linspace.Tensor_Scalar(Tensor start, Scalar end, int steps, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+TR_ATEN_KERNEL(linspace_tensor_scalar, r->add(at::_ops::linspace_Tensor_Scalar::call(a[0].tensor(), a[1].scalar(), a[2].int_(), a[3].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
+
+// linspace.Scalar_Tensor(Scalar start, Tensor end, int steps, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+TR_ATEN_KERNEL(linspace_scalar_tensor, r->add(at::_ops::linspace_Scalar_Tensor::call(a[0].scalar(), a[1].tensor(), a[2].int_(), a[3].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
+
 // logspace(Scalar start, Scalar end, int steps, float base=10.0, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
 TR_ATEN_KERNEL(logspace, r->add(at::_ops::logspace::call(a[0].scalar(), a[1].scalar(), a[2].int_(), a[3].float_(), a[4].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
 
+// logspace.Tensor_Tensor(Tensor start, Tensor end, int steps, float base=10.0, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+TR_ATEN_KERNEL(logspace_tensor_tensor, r->add(at::_ops::logspace_Tensor_Tensor::call(a[0].tensor(), a[1].tensor(), a[2].int_(), a[3].float_(), a[4].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
+
+// logspace.Tensor_Scalar(Tensor start, Scalar end, int steps, float base=10.0, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+TR_ATEN_KERNEL(logspace_tensor_scalar, r->add(at::_ops::logspace_Tensor_Scalar::call(a[0].tensor(), a[1].scalar(), a[2].int_(), a[3].float_(), a[4].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
+
+// logspace.Scalar_Tensor(Scalar start, Tensor end, int steps, float base=10.0, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+TR_ATEN_KERNEL(logspace_scalar_tensor, r->add(at::_ops::logspace_Scalar_Tensor::call(a[0].scalar(), a[1].tensor(), a[2].int_(), a[3].float_(), a[4].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
+
 // scalar_tensor(Scalar s, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
 TR_ATEN_KERNEL(scalar_tensor, r->add(at::_ops::scalar_tensor::call(a[0].scalar(), a[1].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
-
-// rand.generator(SymInt[] size, *, Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
-TR_ATEN_KERNEL(rand_generator, r->add(at::_ops::rand_generator::call(a[0].sym_ints(), std::nullopt, a[1].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
-
-// randint(SymInt high, SymInt[] size, *, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
-TR_ATEN_KERNEL(randint, r->add(at::_ops::randint::call(a[0].sym_int(), a[1].sym_ints(), a[2].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
-
-// randint.generator(SymInt high, SymInt[] size, *, Generator? generator, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
-TR_ATEN_KERNEL(randint_generator, r->add(at::_ops::randint_generator::call(a[0].sym_int(), a[1].sym_ints(), std::nullopt, a[2].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
-
-// randint.low(SymInt low, SymInt high, SymInt[] size, *, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
-TR_ATEN_KERNEL(randint_low, r->add(at::_ops::randint_low::call(a[0].sym_int(), a[1].sym_int(), a[2].sym_ints(), a[3].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
-
-// randint.low_generator(SymInt low, SymInt high, SymInt[] size, *, Generator? generator, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
-TR_ATEN_KERNEL(randint_low_generator, r->add(at::_ops::randint_low_generator::call(a[0].sym_int(), a[1].sym_int(), a[2].sym_ints(), std::nullopt, a[3].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
-
-// randn.generator(SymInt[] size, *, Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
-TR_ATEN_KERNEL(randn_generator, r->add(at::_ops::randn_generator::call(a[0].sym_ints(), std::nullopt, a[1].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
-
-// randperm(SymInt n, *, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
-TR_ATEN_KERNEL(randperm, r->add(at::_ops::randperm::call(a[0].sym_int(), a[1].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
-
-// randperm.generator(SymInt n, *, Generator? generator, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
-TR_ATEN_KERNEL(randperm_generator, r->add(at::_ops::randperm_generator::call(a[0].sym_int(), std::nullopt, a[1].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
 
 // range.step(Scalar start, Scalar end, Scalar step=1, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
 TR_ATEN_KERNEL(range_step, r->add(at::_ops::range_step::call(a[0].scalar(), a[1].scalar(), a[2].scalar(), a[3].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
 
 // range(Scalar start, Scalar end, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
 TR_ATEN_KERNEL(range, r->add(at::_ops::range::call(a[0].scalar(), a[1].scalar(), a[2].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
-
-// result_type.Scalar_Scalar(Scalar scalar1, Scalar scalar2) -> ScalarType
-TR_ATEN_KERNEL(result_type_scalar_scalar, r->add(at::_ops::result_type_Scalar_Scalar::call(a[0].scalar(), a[1].scalar())))
-
-// can_cast(ScalarType from_, ScalarType to) -> bool
-TR_ATEN_KERNEL(can_cast, r->add(at::_ops::can_cast::call(a[0].dtype(), a[1].dtype())))
-
-// promote_types(ScalarType type1, ScalarType type2) -> ScalarType
-TR_ATEN_KERNEL(promote_types, r->add(at::_ops::promote_types::call(a[0].dtype(), a[1].dtype())))
 
 // tril_indices(int row, int col, int offset=0, *, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
 TR_ATEN_KERNEL(tril_indices, r->add(at::_ops::tril_indices::call(a[0].int_(), a[1].int_(), a[2].int_(), a[3].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))

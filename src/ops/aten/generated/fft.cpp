@@ -2,6 +2,15 @@
 // The fft ops' kernels (see src/ops/aten/args.h).
 #include "../args.h"
 
+// stft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool normalized=False, bool? onesided=None, bool? return_complex=None, bool? align_to_window=None) -> Tensor
+TR_ATEN_KERNEL(stft, r->add(at::_ops::stft::call(a[0].tensor(), a[1].int_(), a[2].opt_int(), a[3].opt_int(), a[4].opt_tensor(), a[5].bool_(), a[6].opt_bool(), a[7].opt_bool(), a[8].opt_bool())))
+
+// stft.center(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool center=True, str pad_mode="reflect", bool normalized=False, bool? onesided=None, bool? return_complex=None, bool? align_to_window=None) -> Tensor
+TR_ATEN_KERNEL(stft_center, r->add(at::_ops::stft_center::call(a[0].tensor(), a[1].int_(), a[2].opt_int(), a[3].opt_int(), a[4].opt_tensor(), a[5].bool_(), a[6].str(), a[7].bool_(), a[8].opt_bool(), a[9].opt_bool(), a[10].opt_bool())))
+
+// istft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool center=True, bool normalized=False, bool? onesided=None, int? length=None, bool return_complex=False) -> Tensor
+TR_ATEN_KERNEL(istft, r->add(at::_ops::istft::call(a[0].tensor(), a[1].int_(), a[2].opt_int(), a[3].opt_int(), a[4].opt_tensor(), a[5].bool_(), a[6].bool_(), a[7].opt_bool(), a[8].opt_int(), a[9].bool_())))
+
 // fft_fft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor
 TR_ATEN_KERNEL(fft_fft, r->add(at::_ops::fft_fft::call(a[0].tensor(), a[1].opt_sym_int(), a[2].int_(), a[3].opt_str())))
 

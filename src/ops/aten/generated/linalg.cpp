@@ -5,11 +5,20 @@
 // addmv(Tensor self, Tensor mat, Tensor vec, *, Scalar beta=1, Scalar alpha=1) -> Tensor
 TR_ATEN_KERNEL(addmv, r->add(at::_ops::addmv::call(a[0].tensor(), a[1].tensor(), a[2].tensor(), a[3].scalar(), a[4].scalar())))
 
+// addmv_(Tensor(a!) self, Tensor mat, Tensor vec, *, Scalar beta=1, Scalar alpha=1) -> Tensor(a!)
+TR_ATEN_KERNEL(addmv_, at::_ops::addmv_::call(a[0].tensor(), a[1].tensor(), a[2].tensor(), a[3].scalar(), a[4].scalar()))
+
 // addr(Tensor self, Tensor vec1, Tensor vec2, *, Scalar beta=1, Scalar alpha=1) -> Tensor
 TR_ATEN_KERNEL(addr, r->add(at::_ops::addr::call(a[0].tensor(), a[1].tensor(), a[2].tensor(), a[3].scalar(), a[4].scalar())))
 
+// addr_(Tensor(a!) self, Tensor vec1, Tensor vec2, *, Scalar beta=1, Scalar alpha=1) -> Tensor(a!)
+TR_ATEN_KERNEL(addr_, at::_ops::addr_::call(a[0].tensor(), a[1].tensor(), a[2].tensor(), a[3].scalar(), a[4].scalar()))
+
 // baddbmm(Tensor self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) -> Tensor
 TR_ATEN_KERNEL(baddbmm, r->add(at::_ops::baddbmm::call(a[0].tensor(), a[1].tensor(), a[2].tensor(), a[3].scalar(), a[4].scalar())))
+
+// baddbmm_(Tensor(a!) self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) -> Tensor(a!)
+TR_ATEN_KERNEL(baddbmm_, at::_ops::baddbmm_::call(a[0].tensor(), a[1].tensor(), a[2].tensor(), a[3].scalar(), a[4].scalar()))
 
 // baddbmm.dtype(Tensor self, Tensor batch1, Tensor batch2, ScalarType out_dtype, *, Scalar beta=1, Scalar alpha=1) -> Tensor
 TR_ATEN_KERNEL(baddbmm_dtype, r->add(at::_ops::baddbmm_dtype::call(a[0].tensor(), a[1].tensor(), a[2].tensor(), a[3].dtype(), a[4].scalar(), a[5].scalar())))
@@ -74,17 +83,41 @@ TR_ATEN_KERNEL(cdist, r->add(at::_ops::cdist::call(a[0].tensor(), a[1].tensor(),
 // pdist(Tensor self, float p=2) -> Tensor
 TR_ATEN_KERNEL(pdist, r->add(at::_ops::pdist::call(a[0].tensor(), a[1].float_())))
 
+// matrix_H(Tensor(a) self) -> Tensor(a)
+TR_ATEN_KERNEL(matrix_h, r->add(at::_ops::matrix_H::call(a[0].tensor())))
+
 // pinverse(Tensor self, float rcond=1e-15) -> Tensor
 TR_ATEN_KERNEL(pinverse, r->add(at::_ops::pinverse::call(a[0].tensor(), a[1].float_())))
 
+// t(Tensor(a) self) -> Tensor(a)
+TR_ATEN_KERNEL(t, r->add(at::_ops::t::call(a[0].tensor())))
+
+// t_(Tensor(a!) self) -> Tensor(a!)
+TR_ATEN_KERNEL(t_, at::_ops::t_::call(a[0].tensor()))
+
 // tensordot(Tensor self, Tensor other, int[] dims_self, int[] dims_other) -> Tensor
 TR_ATEN_KERNEL(tensordot, r->add(at::_ops::tensordot::call(a[0].tensor(), a[1].tensor(), a[2].ints(), a[3].ints())))
+
+// vander(Tensor x, int? N=None, bool increasing=False) -> Tensor
+TR_ATEN_KERNEL(vander, r->add(at::_ops::vander::call(a[0].tensor(), a[1].opt_int(), a[2].bool_())))
 
 // addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor
 TR_ATEN_KERNEL(addmm, r->add(at::_ops::addmm::call(a[0].tensor(), a[1].tensor(), a[2].tensor(), a[3].scalar(), a[4].scalar())))
 
 // addmm.dtype(Tensor self, Tensor mat1, Tensor mat2, ScalarType out_dtype, *, Scalar beta=1, Scalar alpha=1) -> Tensor
 TR_ATEN_KERNEL(addmm_dtype, r->add(at::_ops::addmm_dtype::call(a[0].tensor(), a[1].tensor(), a[2].tensor(), a[3].dtype(), a[4].scalar(), a[5].scalar())))
+
+// addmm_(Tensor(a!) self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor(a!)
+TR_ATEN_KERNEL(addmm_, at::_ops::addmm_::call(a[0].tensor(), a[1].tensor(), a[2].tensor(), a[3].scalar(), a[4].scalar()))
+
+// tril_(Tensor(a!) self, SymInt diagonal=0) -> Tensor(a!)
+TR_ATEN_KERNEL(tril_, at::_ops::tril_::call(a[0].tensor(), a[1].sym_int()))
+
+// triu_(Tensor(a!) self, SymInt diagonal=0) -> Tensor(a!)
+TR_ATEN_KERNEL(triu_, at::_ops::triu_::call(a[0].tensor(), a[1].sym_int()))
+
+// addbmm_(Tensor(a!) self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) -> Tensor(a!)
+TR_ATEN_KERNEL(addbmm_, at::_ops::addbmm_::call(a[0].tensor(), a[1].tensor(), a[2].tensor(), a[3].scalar(), a[4].scalar()))
 
 // addbmm(Tensor self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) -> Tensor
 TR_ATEN_KERNEL(addbmm, r->add(at::_ops::addbmm::call(a[0].tensor(), a[1].tensor(), a[2].tensor(), a[3].scalar(), a[4].scalar())))

@@ -137,6 +137,9 @@ TR_ATEN_KERNEL(native_group_norm, r->add(at::_ops::native_group_norm::call(a[0].
 // instance_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, bool use_input_stats, float momentum, float eps, bool cudnn_enabled) -> Tensor
 TR_ATEN_KERNEL(instance_norm, r->add(at::_ops::instance_norm::call(a[0].tensor(), a[1].opt_tensor(), a[2].opt_tensor(), a[3].opt_tensor(), a[4].opt_tensor(), a[5].bool_(), a[6].float_(), a[7].float_(), a[8].bool_())))
 
+// kl_div(Tensor self, Tensor target, int reduction=Mean, *, bool log_target=False) -> Tensor
+TR_ATEN_KERNEL(kl_div, r->add(at::_ops::kl_div::call(a[0].tensor(), a[1].tensor(), a[2].int_(), a[3].bool_())))
+
 // native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor)
 TR_ATEN_KERNEL(native_layer_norm, r->add(at::_ops::native_layer_norm::call(a[0].tensor(), a[1].sym_ints(), a[2].opt_tensor(), a[3].opt_tensor(), a[4].float_())))
 
@@ -175,6 +178,12 @@ TR_ATEN_KERNEL(batch_norm_gather_stats_with_counts, r->add(at::_ops::batch_norm_
 
 // batch_norm_update_stats(Tensor input, Tensor? running_mean, Tensor? running_var, float momentum) -> (Tensor, Tensor)
 TR_ATEN_KERNEL(batch_norm_update_stats, r->add(at::_ops::batch_norm_update_stats::call(a[0].tensor(), a[1].opt_tensor(), a[2].opt_tensor(), a[3].float_())))
+
+// pairwise_distance(Tensor x1, Tensor x2, float p=2, float eps=1e-06, bool keepdim=False) -> Tensor
+TR_ATEN_KERNEL(pairwise_distance, r->add(at::_ops::pairwise_distance::call(a[0].tensor(), a[1].tensor(), a[2].float_(), a[3].float_(), a[4].bool_())))
+
+// cosine_similarity(Tensor x1, Tensor x2, int dim=1, float eps=1e-08) -> Tensor
+TR_ATEN_KERNEL(cosine_similarity, r->add(at::_ops::cosine_similarity::call(a[0].tensor(), a[1].tensor(), a[2].int_(), a[3].float_())))
 
 // pixel_shuffle(Tensor self, int upscale_factor) -> Tensor
 TR_ATEN_KERNEL(pixel_shuffle, r->add(at::_ops::pixel_shuffle::call(a[0].tensor(), a[1].int_())))
@@ -284,6 +293,18 @@ TR_ATEN_KERNEL(nuclear_norm, r->add(at::_ops::nuclear_norm::call(a[0].tensor(), 
 // nuclear_norm.dim(Tensor self, int[2] dim, bool keepdim=False) -> Tensor
 TR_ATEN_KERNEL(nuclear_norm_dim, r->add(at::_ops::nuclear_norm_dim::call(a[0].tensor(), a[1].ints_n<2>(), a[2].bool_())))
 
+// lstm.input(Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor, Tensor)
+TR_ATEN_KERNEL(lstm_input, r->add(at::_ops::lstm_input::call(a[0].tensor(), a[1].tensors(), a[2].tensors(), a[3].bool_(), a[4].int_(), a[5].float_(), a[6].bool_(), a[7].bool_(), a[8].bool_())))
+
+// lstm.data(Tensor data, Tensor batch_sizes, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor, Tensor)
+TR_ATEN_KERNEL(lstm_data, r->add(at::_ops::lstm_data::call(a[0].tensor(), a[1].tensor(), a[2].tensors(), a[3].tensors(), a[4].bool_(), a[5].int_(), a[6].float_(), a[7].bool_(), a[8].bool_())))
+
+// gru.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)
+TR_ATEN_KERNEL(gru_input, r->add(at::_ops::gru_input::call(a[0].tensor(), a[1].tensor(), a[2].tensors(), a[3].bool_(), a[4].int_(), a[5].float_(), a[6].bool_(), a[7].bool_(), a[8].bool_())))
+
+// gru.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor)
+TR_ATEN_KERNEL(gru_data, r->add(at::_ops::gru_data::call(a[0].tensor(), a[1].tensor(), a[2].tensor(), a[3].tensors(), a[4].bool_(), a[5].int_(), a[6].float_(), a[7].bool_(), a[8].bool_())))
+
 // rnn_tanh.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)
 TR_ATEN_KERNEL(rnn_tanh_input, r->add(at::_ops::rnn_tanh_input::call(a[0].tensor(), a[1].tensor(), a[2].tensors(), a[3].bool_(), a[4].int_(), a[5].float_(), a[6].bool_(), a[7].bool_(), a[8].bool_())))
 
@@ -295,6 +316,12 @@ TR_ATEN_KERNEL(rnn_relu_input, r->add(at::_ops::rnn_relu_input::call(a[0].tensor
 
 // rnn_relu.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor)
 TR_ATEN_KERNEL(rnn_relu_data, r->add(at::_ops::rnn_relu_data::call(a[0].tensor(), a[1].tensor(), a[2].tensor(), a[3].tensors(), a[4].bool_(), a[5].int_(), a[6].float_(), a[7].bool_(), a[8].bool_())))
+
+// lstm_cell(Tensor input, Tensor[] hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> (Tensor, Tensor)
+TR_ATEN_KERNEL(lstm_cell, r->add(at::_ops::lstm_cell::call(a[0].tensor(), a[1].tensors(), a[2].tensor(), a[3].tensor(), a[4].opt_tensor(), a[5].opt_tensor())))
+
+// gru_cell(Tensor input, Tensor hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> Tensor
+TR_ATEN_KERNEL(gru_cell, r->add(at::_ops::gru_cell::call(a[0].tensor(), a[1].tensor(), a[2].tensor(), a[3].tensor(), a[4].opt_tensor(), a[5].opt_tensor())))
 
 // rnn_tanh_cell(Tensor input, Tensor hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> Tensor
 TR_ATEN_KERNEL(rnn_tanh_cell, r->add(at::_ops::rnn_tanh_cell::call(a[0].tensor(), a[1].tensor(), a[2].tensor(), a[3].tensor(), a[4].opt_tensor(), a[5].opt_tensor())))

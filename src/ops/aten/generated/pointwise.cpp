@@ -2,8 +2,23 @@
 // The pointwise ops' kernels (see src/ops/aten/args.h).
 #include "../args.h"
 
+// abs_(Tensor(a!) self) -> Tensor(a!)
+TR_ATEN_KERNEL(abs_, at::_ops::abs_::call(a[0].tensor()))
+
+// absolute(Tensor self) -> Tensor
+TR_ATEN_KERNEL(absolute, r->add(at::_ops::absolute::call(a[0].tensor())))
+
+// absolute_(Tensor(a!) self) -> Tensor(a!)
+TR_ATEN_KERNEL(absolute_, at::_ops::absolute_::call(a[0].tensor()))
+
 // angle(Tensor self) -> Tensor
 TR_ATEN_KERNEL(angle, r->add(at::_ops::angle::call(a[0].tensor())))
+
+// view_as_real(Tensor(a) self) -> Tensor(a)
+TR_ATEN_KERNEL(view_as_real, r->add(at::_ops::view_as_real::call(a[0].tensor())))
+
+// view_as_complex(Tensor(a) self) -> Tensor(a)
+TR_ATEN_KERNEL(view_as_complex, r->add(at::_ops::view_as_complex::call(a[0].tensor())))
 
 // sgn(Tensor self) -> Tensor
 TR_ATEN_KERNEL(sgn, r->add(at::_ops::sgn::call(a[0].tensor())))
@@ -11,17 +26,41 @@ TR_ATEN_KERNEL(sgn, r->add(at::_ops::sgn::call(a[0].tensor())))
 // sgn_(Tensor(a!) self) -> Tensor(a!)
 TR_ATEN_KERNEL(sgn_, at::_ops::sgn_::call(a[0].tensor()))
 
+// chalf(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor
+TR_ATEN_KERNEL(chalf, r->add(at::_ops::chalf::call(a[0].tensor(), std::nullopt)))
+
+// real(Tensor(a) self) -> Tensor(a)
+TR_ATEN_KERNEL(real, r->add(at::_ops::real::call(a[0].tensor())))
+
+// imag(Tensor(a) self) -> Tensor(a)
+TR_ATEN_KERNEL(imag, r->add(at::_ops::imag::call(a[0].tensor())))
+
+// conj(Tensor(a) self) -> Tensor(a)
+TR_ATEN_KERNEL(conj, r->add(at::_ops::conj::call(a[0].tensor())))
+
 // conj_physical(Tensor self) -> Tensor
 TR_ATEN_KERNEL(conj_physical, r->add(at::_ops::conj_physical::call(a[0].tensor())))
 
 // conj_physical_(Tensor(a!) self) -> Tensor(a!)
 TR_ATEN_KERNEL(conj_physical_, at::_ops::conj_physical_::call(a[0].tensor()))
 
+// resolve_conj(Tensor(a) self) -> Tensor(a)
+TR_ATEN_KERNEL(resolve_conj, r->add(at::_ops::resolve_conj::call(a[0].tensor())))
+
+// resolve_neg(Tensor(a) self) -> Tensor(a)
+TR_ATEN_KERNEL(resolve_neg, r->add(at::_ops::resolve_neg::call(a[0].tensor())))
+
 // acos(Tensor self) -> Tensor
 TR_ATEN_KERNEL(acos, r->add(at::_ops::acos::call(a[0].tensor())))
 
 // acos_(Tensor(a!) self) -> Tensor(a!)
 TR_ATEN_KERNEL(acos_, at::_ops::acos_::call(a[0].tensor()))
+
+// arccos(Tensor self) -> Tensor
+TR_ATEN_KERNEL(arccos, r->add(at::_ops::arccos::call(a[0].tensor())))
+
+// arccos_(Tensor(a!) self) -> Tensor(a!)
+TR_ATEN_KERNEL(arccos_, at::_ops::arccos_::call(a[0].tensor()))
 
 // add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
 TR_ATEN_KERNEL(add_tensor, r->add(at::_ops::add_Tensor::call(a[0].tensor(), a[1].tensor(), a[2].scalar())))
@@ -35,11 +74,23 @@ TR_ATEN_KERNEL(acosh, r->add(at::_ops::acosh::call(a[0].tensor())))
 // acosh_(Tensor(a!) self) -> Tensor(a!)
 TR_ATEN_KERNEL(acosh_, at::_ops::acosh_::call(a[0].tensor()))
 
+// arccosh(Tensor self) -> Tensor
+TR_ATEN_KERNEL(arccosh, r->add(at::_ops::arccosh::call(a[0].tensor())))
+
+// arccosh_(Tensor(a!) self) -> Tensor(a!)
+TR_ATEN_KERNEL(arccosh_, at::_ops::arccosh_::call(a[0].tensor()))
+
 // asinh(Tensor self) -> Tensor
 TR_ATEN_KERNEL(asinh, r->add(at::_ops::asinh::call(a[0].tensor())))
 
 // asinh_(Tensor(a!) self) -> Tensor(a!)
 TR_ATEN_KERNEL(asinh_, at::_ops::asinh_::call(a[0].tensor()))
+
+// arcsinh(Tensor self) -> Tensor
+TR_ATEN_KERNEL(arcsinh, r->add(at::_ops::arcsinh::call(a[0].tensor())))
+
+// arcsinh_(Tensor(a!) self) -> Tensor(a!)
+TR_ATEN_KERNEL(arcsinh_, at::_ops::arcsinh_::call(a[0].tensor()))
 
 // asin(Tensor self) -> Tensor
 TR_ATEN_KERNEL(asin, r->add(at::_ops::asin::call(a[0].tensor())))
@@ -47,11 +98,23 @@ TR_ATEN_KERNEL(asin, r->add(at::_ops::asin::call(a[0].tensor())))
 // asin_(Tensor(a!) self) -> Tensor(a!)
 TR_ATEN_KERNEL(asin_, at::_ops::asin_::call(a[0].tensor()))
 
+// arcsin(Tensor self) -> Tensor
+TR_ATEN_KERNEL(arcsin, r->add(at::_ops::arcsin::call(a[0].tensor())))
+
+// arcsin_(Tensor(a!) self) -> Tensor(a!)
+TR_ATEN_KERNEL(arcsin_, at::_ops::arcsin_::call(a[0].tensor()))
+
 // atan(Tensor self) -> Tensor
 TR_ATEN_KERNEL(atan, r->add(at::_ops::atan::call(a[0].tensor())))
 
 // atan_(Tensor(a!) self) -> Tensor(a!)
 TR_ATEN_KERNEL(atan_, at::_ops::atan_::call(a[0].tensor()))
+
+// arctan(Tensor self) -> Tensor
+TR_ATEN_KERNEL(arctan, r->add(at::_ops::arctan::call(a[0].tensor())))
+
+// arctan_(Tensor(a!) self) -> Tensor(a!)
+TR_ATEN_KERNEL(arctan_, at::_ops::arctan_::call(a[0].tensor()))
 
 // bitwise_not(Tensor self) -> Tensor
 TR_ATEN_KERNEL(bitwise_not, r->add(at::_ops::bitwise_not::call(a[0].tensor())))
@@ -62,8 +125,14 @@ TR_ATEN_KERNEL(bitwise_not_, at::_ops::bitwise_not_::call(a[0].tensor()))
 // copysign.Tensor(Tensor self, Tensor other) -> Tensor
 TR_ATEN_KERNEL(copysign_tensor, r->add(at::_ops::copysign_Tensor::call(a[0].tensor(), a[1].tensor())))
 
+// copysign_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)
+TR_ATEN_KERNEL(copysign_tensor_, at::_ops::copysign__Tensor::call(a[0].tensor(), a[1].tensor()))
+
 // copysign.Scalar(Tensor self, Scalar other) -> Tensor
 TR_ATEN_KERNEL(copysign_scalar, r->add(at::_ops::copysign_Scalar::call(a[0].tensor(), a[1].scalar())))
+
+// copysign_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)
+TR_ATEN_KERNEL(copysign_scalar_, at::_ops::copysign__Scalar::call(a[0].tensor(), a[1].scalar()))
 
 // logical_not(Tensor self) -> Tensor
 TR_ATEN_KERNEL(logical_not, r->add(at::_ops::logical_not::call(a[0].tensor())))
@@ -140,6 +209,12 @@ TR_ATEN_KERNEL(clip_, at::_ops::clip_::call(a[0].tensor(), a[1].opt_scalar(), a[
 // clip_.Tensor(Tensor(a!) self, Tensor? min=None, Tensor? max=None) -> Tensor(a!)
 TR_ATEN_KERNEL(clip_tensor_, at::_ops::clip__Tensor::call(a[0].tensor(), a[1].opt_tensor(), a[2].opt_tensor()))
 
+// complex(Tensor real, Tensor imag) -> Tensor
+TR_ATEN_KERNEL(complex, r->add(at::_ops::complex::call(a[0].tensor(), a[1].tensor())))
+
+// polar(Tensor abs, Tensor angle) -> Tensor
+TR_ATEN_KERNEL(polar, r->add(at::_ops::polar::call(a[0].tensor(), a[1].tensor())))
+
 // cos(Tensor self) -> Tensor
 TR_ATEN_KERNEL(cos, r->add(at::_ops::cos::call(a[0].tensor())))
 
@@ -170,8 +245,41 @@ TR_ATEN_KERNEL(div_scalar_mode, r->add(at::_ops::div_Scalar_mode::call(a[0].tens
 // div_.Scalar_mode(Tensor(a!) self, Scalar other, *, str? rounding_mode) -> Tensor(a!)
 TR_ATEN_KERNEL(div_scalar_mode_, at::_ops::div__Scalar_mode::call(a[0].tensor(), a[1].scalar(), a[2].opt_str()))
 
+// divide.Tensor(Tensor self, Tensor other) -> Tensor
+TR_ATEN_KERNEL(divide_tensor, r->add(at::_ops::divide_Tensor::call(a[0].tensor(), a[1].tensor())))
+
+// divide_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)
+TR_ATEN_KERNEL(divide_tensor_, at::_ops::divide__Tensor::call(a[0].tensor(), a[1].tensor()))
+
+// divide.Scalar(Tensor self, Scalar other) -> Tensor
+TR_ATEN_KERNEL(divide_scalar, r->add(at::_ops::divide_Scalar::call(a[0].tensor(), a[1].scalar())))
+
+// divide_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)
+TR_ATEN_KERNEL(divide_scalar_, at::_ops::divide__Scalar::call(a[0].tensor(), a[1].scalar()))
+
+// divide.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor
+TR_ATEN_KERNEL(divide_tensor_mode, r->add(at::_ops::divide_Tensor_mode::call(a[0].tensor(), a[1].tensor(), a[2].opt_str())))
+
+// divide_.Tensor_mode(Tensor(a!) self, Tensor other, *, str? rounding_mode) -> Tensor(a!)
+TR_ATEN_KERNEL(divide_tensor_mode_, at::_ops::divide__Tensor_mode::call(a[0].tensor(), a[1].tensor(), a[2].opt_str()))
+
+// divide.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor
+TR_ATEN_KERNEL(divide_scalar_mode, r->add(at::_ops::divide_Scalar_mode::call(a[0].tensor(), a[1].scalar(), a[2].opt_str())))
+
+// divide_.Scalar_mode(Tensor(a!) self, Scalar other, *, str? rounding_mode) -> Tensor(a!)
+TR_ATEN_KERNEL(divide_scalar_mode_, at::_ops::divide__Scalar_mode::call(a[0].tensor(), a[1].scalar(), a[2].opt_str()))
+
 // true_divide.Tensor(Tensor self, Tensor other) -> Tensor
 TR_ATEN_KERNEL(true_divide_tensor, r->add(at::_ops::true_divide_Tensor::call(a[0].tensor(), a[1].tensor())))
+
+// true_divide_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)
+TR_ATEN_KERNEL(true_divide_tensor_, at::_ops::true_divide__Tensor::call(a[0].tensor(), a[1].tensor()))
+
+// true_divide.Scalar(Tensor self, Scalar other) -> Tensor
+TR_ATEN_KERNEL(true_divide_scalar, r->add(at::_ops::true_divide_Scalar::call(a[0].tensor(), a[1].scalar())))
+
+// true_divide_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)
+TR_ATEN_KERNEL(true_divide_scalar_, at::_ops::true_divide__Scalar::call(a[0].tensor(), a[1].scalar()))
 
 // erf(Tensor self) -> Tensor
 TR_ATEN_KERNEL(erf, r->add(at::_ops::erf::call(a[0].tensor())))
@@ -206,6 +314,9 @@ TR_ATEN_KERNEL(floor, r->add(at::_ops::floor::call(a[0].tensor())))
 // floor_(Tensor(a!) self) -> Tensor(a!)
 TR_ATEN_KERNEL(floor_, at::_ops::floor_::call(a[0].tensor()))
 
+// floor_divide_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)
+TR_ATEN_KERNEL(floor_divide_tensor_, at::_ops::floor_divide__Tensor::call(a[0].tensor(), a[1].tensor()))
+
 // frac(Tensor self) -> Tensor
 TR_ATEN_KERNEL(frac, r->add(at::_ops::frac::call(a[0].tensor())))
 
@@ -215,11 +326,32 @@ TR_ATEN_KERNEL(frac_, at::_ops::frac_::call(a[0].tensor()))
 // gcd(Tensor self, Tensor other) -> Tensor
 TR_ATEN_KERNEL(gcd, r->add(at::_ops::gcd::call(a[0].tensor(), a[1].tensor())))
 
+// gcd_(Tensor(a!) self, Tensor other) -> Tensor(a!)
+TR_ATEN_KERNEL(gcd_, at::_ops::gcd_::call(a[0].tensor(), a[1].tensor()))
+
 // lcm(Tensor self, Tensor other) -> Tensor
 TR_ATEN_KERNEL(lcm, r->add(at::_ops::lcm::call(a[0].tensor(), a[1].tensor())))
 
+// lcm_(Tensor(a!) self, Tensor other) -> Tensor(a!)
+TR_ATEN_KERNEL(lcm_, at::_ops::lcm_::call(a[0].tensor(), a[1].tensor()))
+
+// isclose(Tensor self, Tensor other, float rtol=1e-05, float atol=1e-08, bool equal_nan=False) -> Tensor
+TR_ATEN_KERNEL(isclose, r->add(at::_ops::isclose::call(a[0].tensor(), a[1].tensor(), a[2].float_(), a[3].float_(), a[4].bool_())))
+
+// isin.Tensor_Tensor(Tensor elements, Tensor test_elements, *, bool assume_unique=False, bool invert=False) -> Tensor
+TR_ATEN_KERNEL(isin_tensor_tensor, r->add(at::_ops::isin_Tensor_Tensor::call(a[0].tensor(), a[1].tensor(), a[2].bool_(), a[3].bool_())))
+
+// isin.Tensor_Scalar(Tensor elements, Scalar test_element, *, bool assume_unique=False, bool invert=False) -> Tensor
+TR_ATEN_KERNEL(isin_tensor_scalar, r->add(at::_ops::isin_Tensor_Scalar::call(a[0].tensor(), a[1].scalar(), a[2].bool_(), a[3].bool_())))
+
+// isin.Scalar_Tensor(Scalar element, Tensor test_elements, *, bool assume_unique=False, bool invert=False) -> Tensor
+TR_ATEN_KERNEL(isin_scalar_tensor, r->add(at::_ops::isin_Scalar_Tensor::call(a[0].scalar(), a[1].tensor(), a[2].bool_(), a[3].bool_())))
+
 // isnan(Tensor self) -> Tensor
 TR_ATEN_KERNEL(isnan, r->add(at::_ops::isnan::call(a[0].tensor())))
+
+// isreal(Tensor self) -> Tensor
+TR_ATEN_KERNEL(isreal, r->add(at::_ops::isreal::call(a[0].tensor())))
 
 // nan_to_num(Tensor self, float? nan=None, float? posinf=None, float? neginf=None) -> Tensor
 TR_ATEN_KERNEL(nan_to_num, r->add(at::_ops::nan_to_num::call(a[0].tensor(), a[1].opt_float(), a[2].opt_float(), a[3].opt_float())))
@@ -272,11 +404,26 @@ TR_ATEN_KERNEL(xlogy_scalar_other, r->add(at::_ops::xlogy_Scalar_Other::call(a[0
 // xlogy_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)
 TR_ATEN_KERNEL(xlogy_tensor_, at::_ops::xlogy__Tensor::call(a[0].tensor(), a[1].tensor()))
 
+// xlogy_.Scalar_Other(Tensor(a!) self, Scalar other) -> Tensor(a!)
+TR_ATEN_KERNEL(xlogy_scalar_other_, at::_ops::xlogy__Scalar_Other::call(a[0].tensor(), a[1].scalar()))
+
 // mul.Tensor(Tensor self, Tensor other) -> Tensor
 TR_ATEN_KERNEL(mul_tensor, r->add(at::_ops::mul_Tensor::call(a[0].tensor(), a[1].tensor())))
 
 // mul_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)
 TR_ATEN_KERNEL(mul_tensor_, at::_ops::mul__Tensor::call(a[0].tensor(), a[1].tensor()))
+
+// multiply.Tensor(Tensor self, Tensor other) -> Tensor
+TR_ATEN_KERNEL(multiply_tensor, r->add(at::_ops::multiply_Tensor::call(a[0].tensor(), a[1].tensor())))
+
+// multiply_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)
+TR_ATEN_KERNEL(multiply_tensor_, at::_ops::multiply__Tensor::call(a[0].tensor(), a[1].tensor()))
+
+// multiply.Scalar(Tensor self, Scalar other) -> Tensor
+TR_ATEN_KERNEL(multiply_scalar, r->add(at::_ops::multiply_Scalar::call(a[0].tensor(), a[1].scalar())))
+
+// multiply_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)
+TR_ATEN_KERNEL(multiply_scalar_, at::_ops::multiply__Scalar::call(a[0].tensor(), a[1].scalar()))
 
 // mvlgamma(Tensor self, int p) -> Tensor
 TR_ATEN_KERNEL(mvlgamma, r->add(at::_ops::mvlgamma::call(a[0].tensor(), a[1].int_())))
@@ -304,6 +451,12 @@ TR_ATEN_KERNEL(reciprocal_, at::_ops::reciprocal_::call(a[0].tensor()))
 
 // neg_(Tensor(a!) self) -> Tensor(a!)
 TR_ATEN_KERNEL(neg_, at::_ops::neg_::call(a[0].tensor()))
+
+// negative(Tensor self) -> Tensor
+TR_ATEN_KERNEL(negative, r->add(at::_ops::negative::call(a[0].tensor())))
+
+// negative_(Tensor(a!) self) -> Tensor(a!)
+TR_ATEN_KERNEL(negative_, at::_ops::negative_::call(a[0].tensor()))
 
 // round(Tensor self) -> Tensor
 TR_ATEN_KERNEL(round, r->add(at::_ops::round::call(a[0].tensor())))
@@ -368,6 +521,24 @@ TR_ATEN_KERNEL(trunc, r->add(at::_ops::trunc::call(a[0].tensor())))
 // trunc_(Tensor(a!) self) -> Tensor(a!)
 TR_ATEN_KERNEL(trunc_, at::_ops::trunc_::call(a[0].tensor()))
 
+// fix(Tensor self) -> Tensor
+TR_ATEN_KERNEL(fix, r->add(at::_ops::fix::call(a[0].tensor())))
+
+// fix_(Tensor(a!) self) -> Tensor(a!)
+TR_ATEN_KERNEL(fix_, at::_ops::fix_::call(a[0].tensor()))
+
+// where.ScalarSelf(Tensor condition, Scalar self, Tensor other) -> Tensor
+TR_ATEN_KERNEL(where_scalarself, r->add(at::_ops::where_ScalarSelf::call(a[0].tensor(), a[1].scalar(), a[2].tensor())))
+
+// where.ScalarOther(Tensor condition, Tensor self, Scalar other) -> Tensor
+TR_ATEN_KERNEL(where_scalarother, r->add(at::_ops::where_ScalarOther::call(a[0].tensor(), a[1].tensor(), a[2].scalar())))
+
+// where.Scalar(Tensor condition, Scalar self, Scalar other) -> Tensor
+TR_ATEN_KERNEL(where_scalar, r->add(at::_ops::where_Scalar::call(a[0].tensor(), a[1].scalar(), a[2].scalar())))
+
+// where(Tensor condition) -> Tensor[]
+TR_ATEN_KERNEL(where, r->add(at::_ops::where::call(a[0].tensor())))
+
 // frexp.Tensor(Tensor self) -> (Tensor mantissa, Tensor exponent)
 TR_ATEN_KERNEL(frexp_tensor, r->add(at::_ops::frexp_Tensor::call(a[0].tensor())))
 
@@ -380,11 +551,44 @@ TR_ATEN_KERNEL(sub_tensor, r->add(at::_ops::sub_Tensor::call(a[0].tensor(), a[1]
 // sub_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)
 TR_ATEN_KERNEL(sub_tensor_, at::_ops::sub__Tensor::call(a[0].tensor(), a[1].tensor(), a[2].scalar()))
 
+// subtract.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
+TR_ATEN_KERNEL(subtract_tensor, r->add(at::_ops::subtract_Tensor::call(a[0].tensor(), a[1].tensor(), a[2].scalar())))
+
+// subtract_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)
+TR_ATEN_KERNEL(subtract_tensor_, at::_ops::subtract__Tensor::call(a[0].tensor(), a[1].tensor(), a[2].scalar()))
+
+// subtract.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor
+TR_ATEN_KERNEL(subtract_scalar, r->add(at::_ops::subtract_Scalar::call(a[0].tensor(), a[1].scalar(), a[2].scalar())))
+
+// subtract_.Scalar(Tensor(a!) self, Scalar other, Scalar alpha=1) -> Tensor(a!)
+TR_ATEN_KERNEL(subtract_scalar_, at::_ops::subtract__Scalar::call(a[0].tensor(), a[1].scalar(), a[2].scalar()))
+
+// rsub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
+TR_ATEN_KERNEL(rsub_tensor, r->add(at::_ops::rsub_Tensor::call(a[0].tensor(), a[1].tensor(), a[2].scalar())))
+
 // heaviside(Tensor self, Tensor values) -> Tensor
 TR_ATEN_KERNEL(heaviside, r->add(at::_ops::heaviside::call(a[0].tensor(), a[1].tensor())))
 
+// heaviside_(Tensor(a!) self, Tensor values) -> Tensor(a!)
+TR_ATEN_KERNEL(heaviside_, at::_ops::heaviside_::call(a[0].tensor(), a[1].tensor()))
+
+// masked_fill_.Scalar(Tensor(a!) self, Tensor mask, Scalar value) -> Tensor(a!)
+TR_ATEN_KERNEL(masked_fill_scalar_, at::_ops::masked_fill__Scalar::call(a[0].tensor(), a[1].tensor(), a[2].scalar()))
+
 // masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor
 TR_ATEN_KERNEL(masked_fill_scalar, r->add(at::_ops::masked_fill_Scalar::call(a[0].tensor(), a[1].tensor(), a[2].scalar())))
+
+// masked_fill_.Tensor(Tensor(a!) self, Tensor mask, Tensor value) -> Tensor(a!)
+TR_ATEN_KERNEL(masked_fill_tensor_, at::_ops::masked_fill__Tensor::call(a[0].tensor(), a[1].tensor(), a[2].tensor()))
+
+// masked_fill.Tensor(Tensor self, Tensor mask, Tensor value) -> Tensor
+TR_ATEN_KERNEL(masked_fill_tensor, r->add(at::_ops::masked_fill_Tensor::call(a[0].tensor(), a[1].tensor(), a[2].tensor())))
+
+// eq_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)
+TR_ATEN_KERNEL(eq_scalar_, at::_ops::eq__Scalar::call(a[0].tensor(), a[1].scalar()))
+
+// eq_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)
+TR_ATEN_KERNEL(eq_tensor_, at::_ops::eq__Tensor::call(a[0].tensor(), a[1].tensor()))
 
 // bitwise_and.Scalar(Tensor self, Scalar other) -> Tensor
 TR_ATEN_KERNEL(bitwise_and_scalar, r->add(at::_ops::bitwise_and_Scalar::call(a[0].tensor(), a[1].scalar())))
@@ -473,20 +677,110 @@ TR_ATEN_KERNEL(lerp_tensor_, at::_ops::lerp__Tensor::call(a[0].tensor(), a[1].te
 // ne.Tensor(Tensor self, Tensor other) -> Tensor
 TR_ATEN_KERNEL(ne_tensor, r->add(at::_ops::ne_Tensor::call(a[0].tensor(), a[1].tensor())))
 
+// ne_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)
+TR_ATEN_KERNEL(ne_scalar_, at::_ops::ne__Scalar::call(a[0].tensor(), a[1].scalar()))
+
+// ne_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)
+TR_ATEN_KERNEL(ne_tensor_, at::_ops::ne__Tensor::call(a[0].tensor(), a[1].tensor()))
+
+// not_equal.Scalar(Tensor self, Scalar other) -> Tensor
+TR_ATEN_KERNEL(not_equal_scalar, r->add(at::_ops::not_equal_Scalar::call(a[0].tensor(), a[1].scalar())))
+
+// not_equal.Tensor(Tensor self, Tensor other) -> Tensor
+TR_ATEN_KERNEL(not_equal_tensor, r->add(at::_ops::not_equal_Tensor::call(a[0].tensor(), a[1].tensor())))
+
+// not_equal_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)
+TR_ATEN_KERNEL(not_equal_scalar_, at::_ops::not_equal__Scalar::call(a[0].tensor(), a[1].scalar()))
+
+// not_equal_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)
+TR_ATEN_KERNEL(not_equal_tensor_, at::_ops::not_equal__Tensor::call(a[0].tensor(), a[1].tensor()))
+
 // eq.Tensor(Tensor self, Tensor other) -> Tensor
 TR_ATEN_KERNEL(eq_tensor, r->add(at::_ops::eq_Tensor::call(a[0].tensor(), a[1].tensor())))
 
 // ge.Tensor(Tensor self, Tensor other) -> Tensor
 TR_ATEN_KERNEL(ge_tensor, r->add(at::_ops::ge_Tensor::call(a[0].tensor(), a[1].tensor())))
 
+// ge_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)
+TR_ATEN_KERNEL(ge_scalar_, at::_ops::ge__Scalar::call(a[0].tensor(), a[1].scalar()))
+
+// ge_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)
+TR_ATEN_KERNEL(ge_tensor_, at::_ops::ge__Tensor::call(a[0].tensor(), a[1].tensor()))
+
+// greater_equal.Scalar(Tensor self, Scalar other) -> Tensor
+TR_ATEN_KERNEL(greater_equal_scalar, r->add(at::_ops::greater_equal_Scalar::call(a[0].tensor(), a[1].scalar())))
+
+// greater_equal.Tensor(Tensor self, Tensor other) -> Tensor
+TR_ATEN_KERNEL(greater_equal_tensor, r->add(at::_ops::greater_equal_Tensor::call(a[0].tensor(), a[1].tensor())))
+
+// greater_equal_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)
+TR_ATEN_KERNEL(greater_equal_scalar_, at::_ops::greater_equal__Scalar::call(a[0].tensor(), a[1].scalar()))
+
+// greater_equal_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)
+TR_ATEN_KERNEL(greater_equal_tensor_, at::_ops::greater_equal__Tensor::call(a[0].tensor(), a[1].tensor()))
+
 // le.Tensor(Tensor self, Tensor other) -> Tensor
 TR_ATEN_KERNEL(le_tensor, r->add(at::_ops::le_Tensor::call(a[0].tensor(), a[1].tensor())))
+
+// le_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)
+TR_ATEN_KERNEL(le_scalar_, at::_ops::le__Scalar::call(a[0].tensor(), a[1].scalar()))
+
+// le_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)
+TR_ATEN_KERNEL(le_tensor_, at::_ops::le__Tensor::call(a[0].tensor(), a[1].tensor()))
+
+// less_equal.Scalar(Tensor self, Scalar other) -> Tensor
+TR_ATEN_KERNEL(less_equal_scalar, r->add(at::_ops::less_equal_Scalar::call(a[0].tensor(), a[1].scalar())))
+
+// less_equal.Tensor(Tensor self, Tensor other) -> Tensor
+TR_ATEN_KERNEL(less_equal_tensor, r->add(at::_ops::less_equal_Tensor::call(a[0].tensor(), a[1].tensor())))
+
+// less_equal_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)
+TR_ATEN_KERNEL(less_equal_scalar_, at::_ops::less_equal__Scalar::call(a[0].tensor(), a[1].scalar()))
+
+// less_equal_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)
+TR_ATEN_KERNEL(less_equal_tensor_, at::_ops::less_equal__Tensor::call(a[0].tensor(), a[1].tensor()))
 
 // gt.Tensor(Tensor self, Tensor other) -> Tensor
 TR_ATEN_KERNEL(gt_tensor, r->add(at::_ops::gt_Tensor::call(a[0].tensor(), a[1].tensor())))
 
+// gt_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)
+TR_ATEN_KERNEL(gt_scalar_, at::_ops::gt__Scalar::call(a[0].tensor(), a[1].scalar()))
+
+// gt_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)
+TR_ATEN_KERNEL(gt_tensor_, at::_ops::gt__Tensor::call(a[0].tensor(), a[1].tensor()))
+
+// greater.Scalar(Tensor self, Scalar other) -> Tensor
+TR_ATEN_KERNEL(greater_scalar, r->add(at::_ops::greater_Scalar::call(a[0].tensor(), a[1].scalar())))
+
+// greater.Tensor(Tensor self, Tensor other) -> Tensor
+TR_ATEN_KERNEL(greater_tensor, r->add(at::_ops::greater_Tensor::call(a[0].tensor(), a[1].tensor())))
+
+// greater_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)
+TR_ATEN_KERNEL(greater_scalar_, at::_ops::greater__Scalar::call(a[0].tensor(), a[1].scalar()))
+
+// greater_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)
+TR_ATEN_KERNEL(greater_tensor_, at::_ops::greater__Tensor::call(a[0].tensor(), a[1].tensor()))
+
 // lt.Tensor(Tensor self, Tensor other) -> Tensor
 TR_ATEN_KERNEL(lt_tensor, r->add(at::_ops::lt_Tensor::call(a[0].tensor(), a[1].tensor())))
+
+// lt_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)
+TR_ATEN_KERNEL(lt_scalar_, at::_ops::lt__Scalar::call(a[0].tensor(), a[1].scalar()))
+
+// lt_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)
+TR_ATEN_KERNEL(lt_tensor_, at::_ops::lt__Tensor::call(a[0].tensor(), a[1].tensor()))
+
+// less.Scalar(Tensor self, Scalar other) -> Tensor
+TR_ATEN_KERNEL(less_scalar, r->add(at::_ops::less_Scalar::call(a[0].tensor(), a[1].scalar())))
+
+// less.Tensor(Tensor self, Tensor other) -> Tensor
+TR_ATEN_KERNEL(less_tensor, r->add(at::_ops::less_Tensor::call(a[0].tensor(), a[1].tensor())))
+
+// less_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)
+TR_ATEN_KERNEL(less_scalar_, at::_ops::less__Scalar::call(a[0].tensor(), a[1].scalar()))
+
+// less_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)
+TR_ATEN_KERNEL(less_tensor_, at::_ops::less__Tensor::call(a[0].tensor(), a[1].tensor()))
 
 // addcmul(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor
 TR_ATEN_KERNEL(addcmul, r->add(at::_ops::addcmul::call(a[0].tensor(), a[1].tensor(), a[2].tensor(), a[3].scalar())))
@@ -541,6 +835,12 @@ TR_ATEN_KERNEL(atan2_, at::_ops::atan2_::call(a[0].tensor(), a[1].tensor()))
 
 // atan2(Tensor self, Tensor other) -> Tensor
 TR_ATEN_KERNEL(atan2, r->add(at::_ops::atan2::call(a[0].tensor(), a[1].tensor())))
+
+// arctan2(Tensor self, Tensor other) -> Tensor
+TR_ATEN_KERNEL(arctan2, r->add(at::_ops::arctan2::call(a[0].tensor(), a[1].tensor())))
+
+// arctan2_(Tensor(a!) self, Tensor other) -> Tensor(a!)
+TR_ATEN_KERNEL(arctan2_, at::_ops::arctan2_::call(a[0].tensor(), a[1].tensor()))
 
 // lerp.Scalar(Tensor self, Tensor end, Scalar weight) -> Tensor
 TR_ATEN_KERNEL(lerp_scalar, r->add(at::_ops::lerp_Scalar::call(a[0].tensor(), a[1].tensor(), a[2].scalar())))
@@ -610,9 +910,6 @@ TR_ATEN_KERNEL(minimum, r->add(at::_ops::minimum::call(a[0].tensor(), a[1].tenso
 
 // min.other(Tensor self, Tensor other) -> Tensor
 TR_ATEN_KERNEL(min_other, r->add(at::_ops::min_other::call(a[0].tensor(), a[1].tensor())))
-
-// equal(Tensor self, Tensor other) -> bool
-TR_ATEN_KERNEL(equal, r->add(at::_ops::equal::call(a[0].tensor(), a[1].tensor())))
 
 // pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor
 TR_ATEN_KERNEL(pow_tensor_tensor, r->add(at::_ops::pow_Tensor_Tensor::call(a[0].tensor(), a[1].tensor())))

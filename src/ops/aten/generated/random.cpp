@@ -14,11 +14,26 @@ TR_ATEN_KERNEL(bernoulli_float_, at::_ops::bernoulli__float::call(a[0].tensor(),
 // bernoulli.p(Tensor self, float p, *, Generator? generator=None) -> Tensor
 TR_ATEN_KERNEL(bernoulli_p, r->add(at::_ops::bernoulli_p::call(a[0].tensor(), a[1].float_(), std::nullopt)))
 
+// rand.generator(SymInt[] size, *, Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+TR_ATEN_KERNEL(rand_generator, r->add(at::_ops::rand_generator::call(a[0].sym_ints(), std::nullopt, a[1].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
+
 // rand_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor
 TR_ATEN_KERNEL(rand_like, r->add(at::_ops::rand_like::call(a[0].tensor(), a[1].opt_dtype(), std::nullopt, std::nullopt, std::nullopt, std::nullopt)))
 
 // rand_like.generator(Tensor self, *, Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor
 TR_ATEN_KERNEL(rand_like_generator, r->add(at::_ops::rand_like_generator::call(a[0].tensor(), std::nullopt, a[1].opt_dtype(), std::nullopt, std::nullopt, std::nullopt, std::nullopt)))
+
+// randint(SymInt high, SymInt[] size, *, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+TR_ATEN_KERNEL(randint, r->add(at::_ops::randint::call(a[0].sym_int(), a[1].sym_ints(), a[2].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
+
+// randint.generator(SymInt high, SymInt[] size, *, Generator? generator, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+TR_ATEN_KERNEL(randint_generator, r->add(at::_ops::randint_generator::call(a[0].sym_int(), a[1].sym_ints(), std::nullopt, a[2].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
+
+// randint.low(SymInt low, SymInt high, SymInt[] size, *, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+TR_ATEN_KERNEL(randint_low, r->add(at::_ops::randint_low::call(a[0].sym_int(), a[1].sym_int(), a[2].sym_ints(), a[3].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
+
+// randint.low_generator(SymInt low, SymInt high, SymInt[] size, *, Generator? generator, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+TR_ATEN_KERNEL(randint_low_generator, r->add(at::_ops::randint_low_generator::call(a[0].sym_int(), a[1].sym_int(), a[2].sym_ints(), std::nullopt, a[3].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
 
 // randint_like(Tensor self, SymInt high, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor
 TR_ATEN_KERNEL(randint_like, r->add(at::_ops::randint_like::call(a[0].tensor(), a[1].sym_int(), a[2].opt_dtype(), std::nullopt, std::nullopt, std::nullopt, std::nullopt)))
@@ -38,29 +53,26 @@ TR_ATEN_KERNEL(randint_like_low_dtype, r->add(at::_ops::randint_like_low_dtype::
 // randint_like.low_generator_dtype(Tensor self, SymInt low, SymInt high, *, Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor
 TR_ATEN_KERNEL(randint_like_low_generator_dtype, r->add(at::_ops::randint_like_low_generator_dtype::call(a[0].tensor(), a[1].sym_int(), a[2].sym_int(), std::nullopt, a[3].opt_dtype(), std::nullopt, std::nullopt, std::nullopt, std::nullopt)))
 
+// randn.generator(SymInt[] size, *, Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+TR_ATEN_KERNEL(randn_generator, r->add(at::_ops::randn_generator::call(a[0].sym_ints(), std::nullopt, a[1].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
+
 // randn_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor
 TR_ATEN_KERNEL(randn_like, r->add(at::_ops::randn_like::call(a[0].tensor(), a[1].opt_dtype(), std::nullopt, std::nullopt, std::nullopt, std::nullopt)))
 
 // randn_like.generator(Tensor self, *, Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor
 TR_ATEN_KERNEL(randn_like_generator, r->add(at::_ops::randn_like_generator::call(a[0].tensor(), std::nullopt, a[1].opt_dtype(), std::nullopt, std::nullopt, std::nullopt, std::nullopt)))
 
+// randperm(SymInt n, *, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+TR_ATEN_KERNEL(randperm, r->add(at::_ops::randperm::call(a[0].sym_int(), a[1].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
+
+// randperm.generator(SymInt n, *, Generator? generator, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+TR_ATEN_KERNEL(randperm_generator, r->add(at::_ops::randperm_generator::call(a[0].sym_int(), std::nullopt, a[1].opt_dtype(), std::nullopt, std::nullopt, std::nullopt)))
+
 // poisson(Tensor self, Generator? generator=None) -> Tensor
 TR_ATEN_KERNEL(poisson, r->add(at::_ops::poisson::call(a[0].tensor(), std::nullopt)))
 
 // binomial(Tensor count, Tensor prob, Generator? generator=None) -> Tensor
 TR_ATEN_KERNEL(binomial, r->add(at::_ops::binomial::call(a[0].tensor(), a[1].tensor(), std::nullopt)))
-
-// lstm.input(Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor, Tensor)
-TR_ATEN_KERNEL(lstm_input, r->add(at::_ops::lstm_input::call(a[0].tensor(), a[1].tensors(), a[2].tensors(), a[3].bool_(), a[4].int_(), a[5].float_(), a[6].bool_(), a[7].bool_(), a[8].bool_())))
-
-// lstm.data(Tensor data, Tensor batch_sizes, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor, Tensor)
-TR_ATEN_KERNEL(lstm_data, r->add(at::_ops::lstm_data::call(a[0].tensor(), a[1].tensor(), a[2].tensors(), a[3].tensors(), a[4].bool_(), a[5].int_(), a[6].float_(), a[7].bool_(), a[8].bool_())))
-
-// gru.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)
-TR_ATEN_KERNEL(gru_input, r->add(at::_ops::gru_input::call(a[0].tensor(), a[1].tensor(), a[2].tensors(), a[3].bool_(), a[4].int_(), a[5].float_(), a[6].bool_(), a[7].bool_(), a[8].bool_())))
-
-// gru.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor)
-TR_ATEN_KERNEL(gru_data, r->add(at::_ops::gru_data::call(a[0].tensor(), a[1].tensor(), a[2].tensor(), a[3].tensors(), a[4].bool_(), a[5].int_(), a[6].float_(), a[7].bool_(), a[8].bool_())))
 
 // random_.from(Tensor(a!) self, int from, int? to, *, Generator? generator=None) -> Tensor(a!)
 TR_ATEN_KERNEL(random_from_, at::_ops::random__from::call(a[0].tensor(), a[1].int_(), a[2].opt_int(), std::nullopt))

@@ -14,11 +14,68 @@ TR_ATEN_KERNEL(any_dim, r->add(at::_ops::any_dim::call(a[0].tensor(), a[1].int_(
 // any.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor
 TR_ATEN_KERNEL(any_dims, r->add(at::_ops::any_dims::call(a[0].tensor(), a[1].opt_ints(), a[2].bool_())))
 
+// bincount(Tensor self, Tensor? weights=None, SymInt minlength=0) -> Tensor
+TR_ATEN_KERNEL(bincount, r->add(at::_ops::bincount::call(a[0].tensor(), a[1].opt_tensor(), a[2].sym_int())))
+
 // count_nonzero.dim_IntList(Tensor self, int[] dim) -> Tensor
 TR_ATEN_KERNEL(count_nonzero_dim_intlist, r->add(at::_ops::count_nonzero_dim_IntList::call(a[0].tensor(), a[1].ints())))
 
 // count_nonzero(Tensor self, int? dim=None) -> Tensor
 TR_ATEN_KERNEL(count_nonzero, r->add(at::_ops::count_nonzero::call(a[0].tensor(), a[1].opt_int())))
+
+// cummax(Tensor self, int dim) -> (Tensor values, Tensor indices)
+TR_ATEN_KERNEL(cummax, r->add(at::_ops::cummax::call(a[0].tensor(), a[1].int_())))
+
+// cummin(Tensor self, int dim) -> (Tensor values, Tensor indices)
+TR_ATEN_KERNEL(cummin, r->add(at::_ops::cummin::call(a[0].tensor(), a[1].int_())))
+
+// cumprod(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor
+TR_ATEN_KERNEL(cumprod, r->add(at::_ops::cumprod::call(a[0].tensor(), a[1].int_(), a[2].opt_dtype())))
+
+// cumprod_(Tensor(a!) self, int dim, *, ScalarType? dtype=None) -> Tensor(a!)
+TR_ATEN_KERNEL(cumprod_, at::_ops::cumprod_::call(a[0].tensor(), a[1].int_(), a[2].opt_dtype()))
+
+// cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor
+TR_ATEN_KERNEL(cumsum, r->add(at::_ops::cumsum::call(a[0].tensor(), a[1].int_(), a[2].opt_dtype())))
+
+// cumsum_(Tensor(a!) self, int dim, *, ScalarType? dtype=None) -> Tensor(a!)
+TR_ATEN_KERNEL(cumsum_, at::_ops::cumsum_::call(a[0].tensor(), a[1].int_(), a[2].opt_dtype()))
+
+// cumulative_trapezoid.x(Tensor y, Tensor x, *, int dim=-1) -> Tensor
+TR_ATEN_KERNEL(cumulative_trapezoid_x, r->add(at::_ops::cumulative_trapezoid_x::call(a[0].tensor(), a[1].tensor(), a[2].int_())))
+
+// cumulative_trapezoid.dx(Tensor y, *, Scalar dx=1, int dim=-1) -> Tensor
+TR_ATEN_KERNEL(cumulative_trapezoid_dx, r->add(at::_ops::cumulative_trapezoid_dx::call(a[0].tensor(), a[1].scalar(), a[2].int_())))
+
+// diff(Tensor self, int n=1, int dim=-1, Tensor? prepend=None, Tensor? append=None) -> Tensor
+TR_ATEN_KERNEL(diff, r->add(at::_ops::diff::call(a[0].tensor(), a[1].int_(), a[2].int_(), a[3].opt_tensor(), a[4].opt_tensor())))
+
+// gradient.scalarint(Tensor self, *, Scalar? spacing=None, int? dim=None, int edge_order=1) -> Tensor[]
+TR_ATEN_KERNEL(gradient_scalarint, r->add(at::_ops::gradient_scalarint::call(a[0].tensor(), a[1].opt_scalar(), a[2].opt_int(), a[3].int_())))
+
+// gradient.scalararray(Tensor self, *, Scalar spacing, int[] dim, int edge_order=1) -> Tensor[]
+TR_ATEN_KERNEL(gradient_scalararray, r->add(at::_ops::gradient_scalararray::call(a[0].tensor(), a[1].scalar(), a[2].ints(), a[3].int_())))
+
+// gradient.array(Tensor self, *, int[] dim, int edge_order=1) -> Tensor[]
+TR_ATEN_KERNEL(gradient_array, r->add(at::_ops::gradient_array::call(a[0].tensor(), a[1].ints(), a[2].int_())))
+
+// gradient.scalarrayint(Tensor self, *, Scalar[] spacing, int? dim=None, int edge_order=1) -> Tensor[]
+TR_ATEN_KERNEL(gradient_scalarrayint, r->add(at::_ops::gradient_scalarrayint::call(a[0].tensor(), a[1].scalars(), a[2].opt_int(), a[3].int_())))
+
+// gradient.scalarrayarray(Tensor self, *, Scalar[] spacing, int[] dim, int edge_order=1) -> Tensor[]
+TR_ATEN_KERNEL(gradient_scalarrayarray, r->add(at::_ops::gradient_scalarrayarray::call(a[0].tensor(), a[1].scalars(), a[2].ints(), a[3].int_())))
+
+// gradient.tensorarrayint(Tensor self, *, Tensor[] spacing, int? dim=None, int edge_order=1) -> Tensor[]
+TR_ATEN_KERNEL(gradient_tensorarrayint, r->add(at::_ops::gradient_tensorarrayint::call(a[0].tensor(), a[1].tensors(), a[2].opt_int(), a[3].int_())))
+
+// gradient.tensorarray(Tensor self, *, Tensor[] spacing, int[] dim, int edge_order=1) -> Tensor[]
+TR_ATEN_KERNEL(gradient_tensorarray, r->add(at::_ops::gradient_tensorarray::call(a[0].tensor(), a[1].tensors(), a[2].ints(), a[3].int_())))
+
+// kthvalue(Tensor self, SymInt k, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)
+TR_ATEN_KERNEL(kthvalue, r->add(at::_ops::kthvalue::call(a[0].tensor(), a[1].sym_int(), a[2].int_(), a[3].bool_())))
+
+// logcumsumexp(Tensor self, int dim) -> Tensor
+TR_ATEN_KERNEL(logcumsumexp, r->add(at::_ops::logcumsumexp::call(a[0].tensor(), a[1].int_())))
 
 // logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor
 TR_ATEN_KERNEL(logsumexp, r->add(at::_ops::logsumexp::call(a[0].tensor(), a[1].ints(), a[2].bool_())))
@@ -29,14 +86,35 @@ TR_ATEN_KERNEL(aminmax, r->add(at::_ops::aminmax::call(a[0].tensor(), a[1].opt_i
 // amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor
 TR_ATEN_KERNEL(amax, r->add(at::_ops::amax::call(a[0].tensor(), a[1].ints(), a[2].bool_())))
 
+// nanmean(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor
+TR_ATEN_KERNEL(nanmean, r->add(at::_ops::nanmean::call(a[0].tensor(), a[1].opt_ints(), a[2].bool_(), a[3].opt_dtype())))
+
+// median(Tensor self) -> Tensor
+TR_ATEN_KERNEL(median, r->add(at::_ops::median::call(a[0].tensor())))
+
+// median.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)
+TR_ATEN_KERNEL(median_dim, r->add(at::_ops::median_dim::call(a[0].tensor(), a[1].int_(), a[2].bool_())))
+
+// nanmedian(Tensor self) -> Tensor
+TR_ATEN_KERNEL(nanmedian, r->add(at::_ops::nanmedian::call(a[0].tensor())))
+
+// nanmedian.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)
+TR_ATEN_KERNEL(nanmedian_dim, r->add(at::_ops::nanmedian_dim::call(a[0].tensor(), a[1].int_(), a[2].bool_())))
+
 // amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor
 TR_ATEN_KERNEL(amin, r->add(at::_ops::amin::call(a[0].tensor(), a[1].ints(), a[2].bool_())))
+
+// mode(Tensor self, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)
+TR_ATEN_KERNEL(mode, r->add(at::_ops::mode::call(a[0].tensor(), a[1].int_(), a[2].bool_())))
 
 // sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor
 TR_ATEN_KERNEL(sum_dim_intlist, r->add(at::_ops::sum_dim_IntList::call(a[0].tensor(), a[1].opt_ints(), a[2].bool_(), a[3].opt_dtype())))
 
 // nansum(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor
 TR_ATEN_KERNEL(nansum, r->add(at::_ops::nansum::call(a[0].tensor(), a[1].opt_ints(), a[2].bool_(), a[3].opt_dtype())))
+
+// sum_to_size(Tensor self, SymInt[] size) -> Tensor
+TR_ATEN_KERNEL(sum_to_size, r->add(at::_ops::sum_to_size::call(a[0].tensor(), a[1].sym_ints())))
 
 // std(Tensor self, bool unbiased=True) -> Tensor
 TR_ATEN_KERNEL(std, r->add(at::_ops::std::call(a[0].tensor(), a[1].bool_())))
@@ -62,6 +140,27 @@ TR_ATEN_KERNEL(prod, r->add(at::_ops::prod::call(a[0].tensor(), a[1].opt_dtype()
 // prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor
 TR_ATEN_KERNEL(prod_dim_int, r->add(at::_ops::prod_dim_int::call(a[0].tensor(), a[1].int_(), a[2].bool_(), a[3].opt_dtype())))
 
+// trapezoid.x(Tensor y, Tensor x, *, int dim=-1) -> Tensor
+TR_ATEN_KERNEL(trapezoid_x, r->add(at::_ops::trapezoid_x::call(a[0].tensor(), a[1].tensor(), a[2].int_())))
+
+// trapezoid.dx(Tensor y, *, Scalar dx=1, int dim=-1) -> Tensor
+TR_ATEN_KERNEL(trapezoid_dx, r->add(at::_ops::trapezoid_dx::call(a[0].tensor(), a[1].scalar(), a[2].int_())))
+
+// trapz.x(Tensor y, Tensor x, *, int dim=-1) -> Tensor
+TR_ATEN_KERNEL(trapz_x, r->add(at::_ops::trapz_x::call(a[0].tensor(), a[1].tensor(), a[2].int_())))
+
+// trapz.dx(Tensor y, *, float dx=1, int dim=-1) -> Tensor
+TR_ATEN_KERNEL(trapz_dx, r->add(at::_ops::trapz_dx::call(a[0].tensor(), a[1].float_(), a[2].int_())))
+
+// unique_dim(Tensor self, int dim, bool sorted=True, bool return_inverse=False, bool return_counts=False) -> (Tensor, Tensor, Tensor)
+TR_ATEN_KERNEL(unique_dim, r->add(at::_ops::unique_dim::call(a[0].tensor(), a[1].int_(), a[2].bool_(), a[3].bool_(), a[4].bool_())))
+
+// unique_consecutive(Tensor self, bool return_inverse=False, bool return_counts=False, int? dim=None) -> (Tensor, Tensor, Tensor)
+TR_ATEN_KERNEL(unique_consecutive, r->add(at::_ops::unique_consecutive::call(a[0].tensor(), a[1].bool_(), a[2].bool_(), a[3].opt_int())))
+
+// unique_dim_consecutive(Tensor self, int dim, bool return_inverse=False, bool return_counts=False) -> (Tensor, Tensor, Tensor)
+TR_ATEN_KERNEL(unique_dim_consecutive, r->add(at::_ops::unique_dim_consecutive::call(a[0].tensor(), a[1].int_(), a[2].bool_(), a[3].bool_())))
+
 // var(Tensor self, bool unbiased=True) -> Tensor
 TR_ATEN_KERNEL(var, r->add(at::_ops::var::call(a[0].tensor(), a[1].bool_())))
 
@@ -80,8 +179,74 @@ TR_ATEN_KERNEL(var_mean_dim, r->add(at::_ops::var_mean_dim::call(a[0].tensor(), 
 // var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> (Tensor, Tensor)
 TR_ATEN_KERNEL(var_mean_correction, r->add(at::_ops::var_mean_correction::call(a[0].tensor(), a[1].opt_ints(), a[2].opt_scalar(), a[3].bool_())))
 
+// dist(Tensor self, Tensor other, Scalar p=2) -> Tensor
+TR_ATEN_KERNEL(dist, r->add(at::_ops::dist::call(a[0].tensor(), a[1].tensor(), a[2].scalar())))
+
+// histc(Tensor self, int bins=100, Scalar min=0, Scalar max=0) -> Tensor
+TR_ATEN_KERNEL(histc, r->add(at::_ops::histc::call(a[0].tensor(), a[1].int_(), a[2].scalar(), a[3].scalar())))
+
+// histogram.bins_tensor(Tensor self, Tensor bins, *, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor bin_edges)
+TR_ATEN_KERNEL(histogram_bins_tensor, r->add(at::_ops::histogram_bins_tensor::call(a[0].tensor(), a[1].tensor(), a[2].opt_tensor(), a[3].bool_())))
+
+// histogram.bin_ct(Tensor self, int bins=100, *, float[]? range=None, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor bin_edges)
+TR_ATEN_KERNEL(histogram_bin_ct, r->add(at::_ops::histogram_bin_ct::call(a[0].tensor(), a[1].int_(), a[2].opt_floats(), a[3].opt_tensor(), a[4].bool_())))
+
+// histogramdd(Tensor self, int[] bins, float[]? range=None, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor[] bin_edges)
+TR_ATEN_KERNEL(histogramdd, r->add(at::_ops::histogramdd::call(a[0].tensor(), a[1].ints(), a[2].opt_floats(), a[3].opt_tensor(), a[4].bool_())))
+
+// histogramdd.int_bins(Tensor self, int bins, float[]? range=None, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor[] bin_edges)
+TR_ATEN_KERNEL(histogramdd_int_bins, r->add(at::_ops::histogramdd_int_bins::call(a[0].tensor(), a[1].int_(), a[2].opt_floats(), a[3].opt_tensor(), a[4].bool_())))
+
+// histogramdd.TensorList_bins(Tensor self, Tensor[] bins, float[]? range=None, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor[] bin_edges)
+TR_ATEN_KERNEL(histogramdd_tensorlist_bins, r->add(at::_ops::histogramdd_TensorList_bins::call(a[0].tensor(), a[1].tensors(), a[2].opt_floats(), a[3].opt_tensor(), a[4].bool_())))
+
+// quantile(Tensor self, Tensor q, int? dim=None, bool keepdim=False, *, str interpolation='linear') -> Tensor
+TR_ATEN_KERNEL(quantile, r->add(at::_ops::quantile::call(a[0].tensor(), a[1].tensor(), a[2].opt_int(), a[3].bool_(), a[4].str())))
+
+// quantile.scalar(Tensor self, float q, int? dim=None, bool keepdim=False, *, str interpolation='linear') -> Tensor
+TR_ATEN_KERNEL(quantile_scalar, r->add(at::_ops::quantile_scalar::call(a[0].tensor(), a[1].float_(), a[2].opt_int(), a[3].bool_(), a[4].str())))
+
+// nanquantile(Tensor self, Tensor q, int? dim=None, bool keepdim=False, *, str interpolation='linear') -> Tensor
+TR_ATEN_KERNEL(nanquantile, r->add(at::_ops::nanquantile::call(a[0].tensor(), a[1].tensor(), a[2].opt_int(), a[3].bool_(), a[4].str())))
+
+// nanquantile.scalar(Tensor self, float q, int? dim=None, bool keepdim=False, *, str interpolation='linear') -> Tensor
+TR_ATEN_KERNEL(nanquantile_scalar, r->add(at::_ops::nanquantile_scalar::call(a[0].tensor(), a[1].float_(), a[2].opt_int(), a[3].bool_(), a[4].str())))
+
+// sort(Tensor self, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)
+TR_ATEN_KERNEL(sort, r->add(at::_ops::sort::call(a[0].tensor(), a[1].int_(), a[2].bool_())))
+
+// sort.stable(Tensor self, *, bool? stable, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)
+TR_ATEN_KERNEL(sort_stable, r->add(at::_ops::sort_stable::call(a[0].tensor(), a[1].opt_bool(), a[2].int_(), a[3].bool_())))
+
+// msort(Tensor self) -> Tensor
+TR_ATEN_KERNEL(msort, r->add(at::_ops::msort::call(a[0].tensor())))
+
+// argsort(Tensor self, int dim=-1, bool descending=False) -> Tensor
+TR_ATEN_KERNEL(argsort, r->add(at::_ops::argsort::call(a[0].tensor(), a[1].int_(), a[2].bool_())))
+
+// argsort.stable(Tensor self, *, bool stable, int dim=-1, bool descending=False) -> Tensor
+TR_ATEN_KERNEL(argsort_stable, r->add(at::_ops::argsort_stable::call(a[0].tensor(), a[1].bool_(), a[2].int_(), a[3].bool_())))
+
+// topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> (Tensor values, Tensor indices)
+TR_ATEN_KERNEL(topk, r->add(at::_ops::topk::call(a[0].tensor(), a[1].sym_int(), a[2].int_(), a[3].bool_(), a[4].bool_())))
+
 // all(Tensor self) -> Tensor
 TR_ATEN_KERNEL(all, r->add(at::_ops::all::call(a[0].tensor())))
 
 // any(Tensor self) -> Tensor
 TR_ATEN_KERNEL(any, r->add(at::_ops::any::call(a[0].tensor())))
+
+// bucketize.Tensor(Tensor self, Tensor boundaries, *, bool out_int32=False, bool right=False) -> Tensor
+TR_ATEN_KERNEL(bucketize_tensor, r->add(at::_ops::bucketize_Tensor::call(a[0].tensor(), a[1].tensor(), a[2].bool_(), a[3].bool_())))
+
+// bucketize.Scalar(Scalar self, Tensor boundaries, *, bool out_int32=False, bool right=False) -> Tensor
+TR_ATEN_KERNEL(bucketize_scalar, r->add(at::_ops::bucketize_Scalar::call(a[0].scalar(), a[1].tensor(), a[2].bool_(), a[3].bool_())))
+
+// searchsorted.Tensor(Tensor sorted_sequence, Tensor self, *, bool out_int32=False, bool right=False, str? side=None, Tensor? sorter=None) -> Tensor
+TR_ATEN_KERNEL(searchsorted_tensor, r->add(at::_ops::searchsorted_Tensor::call(a[0].tensor(), a[1].tensor(), a[2].bool_(), a[3].bool_(), a[4].opt_str(), a[5].opt_tensor())))
+
+// searchsorted.Scalar(Tensor sorted_sequence, Scalar self, *, bool out_int32=False, bool right=False, str? side=None, Tensor? sorter=None) -> Tensor
+TR_ATEN_KERNEL(searchsorted_scalar, r->add(at::_ops::searchsorted_Scalar::call(a[0].tensor(), a[1].scalar(), a[2].bool_(), a[3].bool_(), a[4].opt_str(), a[5].opt_tensor())))
+
+// segment_reduce(Tensor data, str reduce, *, Tensor? lengths=None, Tensor? indices=None, Tensor? offsets=None, int axis=0, bool unsafe=False, Scalar? initial=None) -> Tensor
+TR_ATEN_KERNEL(segment_reduce, r->add(at::_ops::segment_reduce::call(a[0].tensor(), a[1].str(), a[2].opt_tensor(), a[3].opt_tensor(), a[4].opt_tensor(), a[5].int_(), a[6].bool_(), a[7].opt_scalar())))

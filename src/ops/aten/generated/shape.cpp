@@ -2,12 +2,6 @@
 // The shape ops' kernels (see src/ops/aten/args.h).
 #include "../args.h"
 
-// view_as_real(Tensor(a) self) -> Tensor(a)
-TR_ATEN_KERNEL(view_as_real, r->add(at::_ops::view_as_real::call(a[0].tensor())))
-
-// view_as_complex(Tensor(a) self) -> Tensor(a)
-TR_ATEN_KERNEL(view_as_complex, r->add(at::_ops::view_as_complex::call(a[0].tensor())))
-
 // as_strided(Tensor(a) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) -> Tensor(a)
 TR_ATEN_KERNEL(as_strided, r->add(at::_ops::as_strided::call(a[0].tensor(), a[1].sym_ints(), a[2].sym_ints(), a[3].opt_sym_int())))
 
@@ -32,12 +26,6 @@ TR_ATEN_KERNEL(atleast_3d, r->add(at::_ops::atleast_3d::call(a[0].tensor())))
 // atleast_3d.Sequence(Tensor[] tensors) -> Tensor[]
 TR_ATEN_KERNEL(atleast_3d_sequence, r->add(at::_ops::atleast_3d_Sequence::call(a[0].tensors())))
 
-// copysign_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)
-TR_ATEN_KERNEL(copysign_tensor_, at::_ops::copysign__Tensor::call(a[0].tensor(), a[1].tensor()))
-
-// copysign_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)
-TR_ATEN_KERNEL(copysign_scalar_, at::_ops::copysign__Scalar::call(a[0].tensor(), a[1].scalar()))
-
 // broadcast_tensors(Tensor[] tensors) -> Tensor[]
 TR_ATEN_KERNEL(broadcast_tensors, r->add(at::_ops::broadcast_tensors::call(a[0].tensors())))
 
@@ -49,6 +37,9 @@ TR_ATEN_KERNEL(concat, r->add(at::_ops::concat::call(a[0].tensors(), a[1].int_()
 
 // concatenate(Tensor[] tensors, int dim=0) -> Tensor
 TR_ATEN_KERNEL(concatenate, r->add(at::_ops::concatenate::call(a[0].tensors(), a[1].int_())))
+
+// unsafe_chunk(Tensor self, int chunks, int dim=0) -> Tensor[]
+TR_ATEN_KERNEL(unsafe_chunk, r->add(at::_ops::unsafe_chunk::call(a[0].tensor(), a[1].int_(), a[2].int_())))
 
 // chunk(Tensor(a -> *) self, int chunks, int dim=0) -> Tensor(a)[]
 TR_ATEN_KERNEL(chunk, r->add(at::_ops::chunk::call(a[0].tensor(), a[1].int_(), a[2].int_())))
@@ -194,11 +185,17 @@ TR_ATEN_KERNEL(diagonal_scatter, r->add(at::_ops::diagonal_scatter::call(a[0].te
 // as_strided_scatter(Tensor self, Tensor src, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) -> Tensor
 TR_ATEN_KERNEL(as_strided_scatter, r->add(at::_ops::as_strided_scatter::call(a[0].tensor(), a[1].tensor(), a[2].sym_ints(), a[3].sym_ints(), a[4].opt_sym_int())))
 
+// unsafe_split.Tensor(Tensor self, SymInt split_size, int dim=0) -> Tensor[]
+TR_ATEN_KERNEL(unsafe_split_tensor, r->add(at::_ops::unsafe_split_Tensor::call(a[0].tensor(), a[1].sym_int(), a[2].int_())))
+
 // split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]
 TR_ATEN_KERNEL(split_tensor, r->add(at::_ops::split_Tensor::call(a[0].tensor(), a[1].sym_int(), a[2].int_())))
 
 // split.sizes(Tensor(a -> *) self, SymInt[] split_size, int dim=0) -> Tensor(a)[]
 TR_ATEN_KERNEL(split_sizes, r->add(at::_ops::split_sizes::call(a[0].tensor(), a[1].sym_ints(), a[2].int_())))
+
+// unsafe_split_with_sizes(Tensor self, SymInt[] split_sizes, int dim=0) -> Tensor[]
+TR_ATEN_KERNEL(unsafe_split_with_sizes, r->add(at::_ops::unsafe_split_with_sizes::call(a[0].tensor(), a[1].sym_ints(), a[2].int_())))
 
 // split_with_sizes(Tensor(a -> *) self, SymInt[] split_sizes, int dim=0) -> Tensor(a)[]
 TR_ATEN_KERNEL(split_with_sizes, r->add(at::_ops::split_with_sizes::call(a[0].tensor(), a[1].sym_ints(), a[2].int_())))
@@ -245,9 +242,6 @@ TR_ATEN_KERNEL(vstack, r->add(at::_ops::vstack::call(a[0].tensors())))
 // dstack(Tensor[] tensors) -> Tensor
 TR_ATEN_KERNEL(dstack, r->add(at::_ops::dstack::call(a[0].tensors())))
 
-// t(Tensor(a) self) -> Tensor(a)
-TR_ATEN_KERNEL(t, r->add(at::_ops::t::call(a[0].tensor())))
-
 // tile(Tensor self, SymInt[] dims) -> Tensor
 TR_ATEN_KERNEL(tile, r->add(at::_ops::tile::call(a[0].tensor(), a[1].sym_ints())))
 
@@ -281,18 +275,6 @@ TR_ATEN_KERNEL(unsqueeze_, at::_ops::unsqueeze_::call(a[0].tensor(), a[1].int_()
 // view_as(Tensor(a) self, Tensor other) -> Tensor(a)
 TR_ATEN_KERNEL(view_as, r->add(at::_ops::view_as::call(a[0].tensor(), a[1].tensor())))
 
-// where.ScalarSelf(Tensor condition, Scalar self, Tensor other) -> Tensor
-TR_ATEN_KERNEL(where_scalarself, r->add(at::_ops::where_ScalarSelf::call(a[0].tensor(), a[1].scalar(), a[2].tensor())))
-
-// where.ScalarOther(Tensor condition, Tensor self, Scalar other) -> Tensor
-TR_ATEN_KERNEL(where_scalarother, r->add(at::_ops::where_ScalarOther::call(a[0].tensor(), a[1].tensor(), a[2].scalar())))
-
-// where.Scalar(Tensor condition, Scalar self, Scalar other) -> Tensor
-TR_ATEN_KERNEL(where_scalar, r->add(at::_ops::where_Scalar::call(a[0].tensor(), a[1].scalar(), a[2].scalar())))
-
-// where(Tensor condition) -> Tensor[]
-TR_ATEN_KERNEL(where, r->add(at::_ops::where::call(a[0].tensor())))
-
 // resize_as_(Tensor(a!) self, Tensor the_template, *, MemoryFormat? memory_format=None) -> Tensor(a!)
 TR_ATEN_KERNEL(resize_as_, at::_ops::resize_as_::call(a[0].tensor(), a[1].tensor(), std::nullopt))
 
@@ -304,6 +286,18 @@ TR_ATEN_KERNEL(to_dtype_layout, r->add(at::_ops::to_dtype_layout::call(a[0].tens
 
 // to.other(Tensor(a) self, Tensor other, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor(a)
 TR_ATEN_KERNEL(to_other, r->add(at::_ops::to_other::call(a[0].tensor(), a[1].tensor(), a[2].bool_(), a[3].bool_(), std::nullopt)))
+
+// meshgrid(Tensor[] tensors) -> Tensor[]
+TR_ATEN_KERNEL(meshgrid, r->add(at::_ops::meshgrid::call(a[0].tensors())))
+
+// meshgrid.indexing(Tensor[] tensors, *, str indexing) -> Tensor[]
+TR_ATEN_KERNEL(meshgrid_indexing, r->add(at::_ops::meshgrid_indexing::call(a[0].tensors(), a[1].str())))
+
+// cartesian_prod(Tensor[] tensors) -> Tensor
+TR_ATEN_KERNEL(cartesian_prod, r->add(at::_ops::cartesian_prod::call(a[0].tensors())))
+
+// combinations(Tensor self, int r=2, bool with_replacement=False) -> Tensor
+TR_ATEN_KERNEL(combinations, r->add(at::_ops::combinations::call(a[0].tensor(), a[1].int_(), a[2].bool_())))
 
 // set_.source_Tensor_storage_offset(Tensor(a!) self, Tensor source, SymInt storage_offset, SymInt[] size, SymInt[] stride=[]) -> Tensor(a!)
 TR_ATEN_KERNEL(set_source_tensor_storage_offset_, at::_ops::set__source_Tensor_storage_offset::call(a[0].tensor(), a[1].tensor(), a[2].sym_int(), a[3].sym_ints(), a[4].sym_ints()))
@@ -322,15 +316,6 @@ TR_ATEN_KERNEL(lift_fresh, r->add(at::_ops::lift_fresh::call(a[0].tensor())))
 
 // lift_fresh_copy(Tensor self) -> Tensor
 TR_ATEN_KERNEL(lift_fresh_copy, r->add(at::_ops::lift_fresh_copy::call(a[0].tensor())))
-
-// masked_fill_.Scalar(Tensor(a!) self, Tensor mask, Scalar value) -> Tensor(a!)
-TR_ATEN_KERNEL(masked_fill_scalar_, at::_ops::masked_fill__Scalar::call(a[0].tensor(), a[1].tensor(), a[2].scalar()))
-
-// masked_fill_.Tensor(Tensor(a!) self, Tensor mask, Tensor value) -> Tensor(a!)
-TR_ATEN_KERNEL(masked_fill_tensor_, at::_ops::masked_fill__Tensor::call(a[0].tensor(), a[1].tensor(), a[2].tensor()))
-
-// masked_fill.Tensor(Tensor self, Tensor mask, Tensor value) -> Tensor
-TR_ATEN_KERNEL(masked_fill_tensor, r->add(at::_ops::masked_fill_Tensor::call(a[0].tensor(), a[1].tensor(), a[2].tensor())))
 
 // masked_scatter(Tensor self, Tensor mask, Tensor source) -> Tensor
 TR_ATEN_KERNEL(masked_scatter, r->add(at::_ops::masked_scatter::call(a[0].tensor(), a[1].tensor(), a[2].tensor())))
