@@ -3,33 +3,16 @@
 // NUL-terminated into `err`.
 #pragma once
 
-#include <c10/util/Exception.h>
+#include <c10/util/FunctionRef.h>
 
 #include <cstddef>
-#include <cstring>
-#include <exception>
 
 namespace tr_native {
 
-inline void set_error(char *err, size_t err_len, const char *msg) {
-    if (err != nullptr && err_len > 0) {
-        std::strncpy(err, msg, err_len - 1);
-        err[err_len - 1] = '\0';
-    }
-}
+// The boundary itself, compiled once (guarded.cpp): a thousand generated kernels share its
+// handlers rather than each carrying a copy.
+int guarded_call(char *err, size_t err_len, c10::function_ref<void()> body);
 
-template <typename F> int guarded(char *err, size_t err_len, F body) {
-    try {
-        body();
-        return 0;
-    } catch (const c10::Error &e) {
-        set_error(err, err_len, e.what_without_backtrace());
-    } catch (const std::exception &e) {
-        set_error(err, err_len, e.what());
-    } catch (...) {
-        set_error(err, err_len, "unknown C++ exception");
-    }
-    return 1;
-}
+template <typename F> int guarded(char *err, size_t err_len, F body) { return guarded_call(err, err_len, body); }
 
 } // namespace tr_native
