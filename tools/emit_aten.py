@@ -16,6 +16,7 @@ left to it (`named`).
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -178,18 +179,55 @@ def reserved(root: Path) -> set[str]:
     return names
 
 
+def kernel_body(o: schema.Overload, params: tuple[Param, ...], ret: str) -> str:
+    """The body of an op that calls the kernel of `o` with its parameters `params`."""
+    passed = ", ".join(ARG_CTORS[p.ty].format(n=p.name) for p in params)
+    body = f"{COLLECT[ret]}(kernels::tr_aten_{o.c_name}, \"{o.full_name}\", &[{passed}])"
+    if ret.startswith("T,"):  # a tuple: as many handles as the schema returns
+        body = f"aten::exactly({len(o.returns)}, {body})"
+    return body
+
+
+def seeded(o: schema.Overload) -> frozenset[str]:
+    return frozenset({"seeded"}) if schema.RANDOM_TAG in o.tags else frozenset()
+
+
 def table_op(o: schema.Overload) -> Op:
     args = [a for a in o.args if not a.defaulted]
     params = tuple(Param(param_name(a), schema.ARGS[a.key][0]) for a in args)
     if len({p.name for p in params}) != len(params):
         raise SystemExit(f"emit_aten: {o.full_name}: two arguments get one name")
     ret = returns(o)
-    passed = ", ".join(ARG_CTORS[p.ty].format(n=p.name) for p in params)
-    body = f"{COLLECT[ret]}(kernels::tr_aten_{o.c_name}, \"{o.full_name}\", &[{passed}])"
-    if ret.startswith("T,"):  # a tuple: as many handles as the schema returns
-        body = f"aten::exactly({len(o.returns)}, {body})"
-    flags = frozenset({"seeded"}) if schema.RANDOM_TAG in o.tags else frozenset()
-    return Op(o.c_name, params, ret, body, f"{op_docs.sentence(o)} (`{o.func}`)", flags, schema=o)
+    return Op(o.c_name, params, ret, kernel_body(o, params, ret), f"{op_docs.sentence(o)} (`{o.func}`)", seeded(o),
+              schema=o)
+
+
+def schema_bodies(table: list[Op], named: list[schema.Overload]) -> tuple[list[Op], list[schema.Overload]]:
+    """The table with each body `schema` (an op of ops.def that only names, documents and maps
+    operators to an overload of the schema) made the call of that overload's kernel, and those
+    overloads (their kernels are generated). The overload is the one of the op's name; its
+    parameters and result must be the op's, in order and type (the names are ops.def's, and a
+    name the schema also has must be at the schema's place)."""
+    by_name = {o.c_name: o for o in named}
+    ops, used = [], []
+    for op in table:
+        if op.body != "schema":
+            ops.append(op)
+            continue
+        o = by_name.get(op.name)
+        if o is None:
+            raise SystemExit(f"ops.def: {op.name}: body `schema`, but the schema has no overload named so")
+        theirs = table_op(o)
+        if [p.ty for p in theirs.params] != [p.ty for p in op.params] or theirs.ret != op.ret:
+            raise SystemExit(f"ops.def: {op.name}: body `schema`, but {o.full_name} takes "
+                             f"({', '.join(p.ty for p in theirs.params)}) -> {theirs.ret}")
+        # Our names may differ from the schema's (`a` for `self`), not name another of its parameters.
+        positions = {p.name: k for k, p in enumerate(theirs.params)}
+        if moved := [p.name for k, p in enumerate(op.params) if positions.get(p.name, k) != k]:
+            raise SystemExit(f"ops.def: {op.name}: body `schema`, but {o.full_name} has {', '.join(moved)} elsewhere")
+        ops.append(dataclasses.replace(op, body=kernel_body(o, op.params, op.ret), flags=op.flags | seeded(o)))
+        used.append(o)
+    return ops, used
 
 
 def select(root: Path, table: list[Op]) -> tuple[list[schema.Overload], dict[str, list[schema.Overload]]]:

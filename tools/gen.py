@@ -60,8 +60,9 @@ def cbindgen(*args: str) -> None:
 def outputs() -> dict[Path, str]:
     table = optable.load()
     overloads, excluded = emit_aten.select(ROOT, table)
+    table, named_kernels = emit_aten.schema_bodies(table, excluded["named"])
     ops = table + [emit_aten.table_op(o) for o in overloads]
-    files: dict[Path, str] = emit_aten.outputs(overloads, ROOT)
+    files: dict[Path, str] = emit_aten.outputs(overloads + named_kernels, ROOT)
     for emitter in (emit_rust, emit_ffi, emit_device_sweep):
         files.update(emitter.outputs(ops, ROOT))
 
@@ -83,6 +84,7 @@ def outputs() -> dict[Path, str]:
     files.update(emit_csharp.outputs(ops, manifest, ROOT))
     files.update(emit_python.outputs(ops, manifest, ROOT))
     print(emit_aten.report(overloads, excluded))
+    print(f"gen: {len(named_kernels)} ops of ops.def run their schema overload's kernel (body `schema`)")
     print(f"gen: {len(ops)} op functions ({len(table)} of ops.def, {len(overloads)} from the schema), "
           f"each in C, Rust, C++, C# and Python")
     return files

@@ -203,7 +203,7 @@ pub(crate) mod core {
             fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(a.f_mul(&scalar(a, s)?)?)
+                Ok(aten::tensor(kernels::tr_aten_mul_scalar, "mul.Scalar", &[Arg::tensor(a), Arg::scalar(s)])?)
             }
             let mut op = Op::begin("mul_scalar");
             let [a] = op.get([a])?;
@@ -220,7 +220,7 @@ pub(crate) mod core {
             fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(a.f_div(&scalar(a, s)?)?)
+                Ok(aten::tensor(kernels::tr_aten_div_scalar, "div.Scalar", &[Arg::tensor(a), Arg::scalar(s)])?)
             }
             let mut op = Op::begin("div_scalar");
             let [a] = op.get([a])?;
@@ -272,7 +272,7 @@ pub(crate) mod core {
                 let [a, b] = replay_args(inputs)?;
                 let a = given(a)?;
                 let b = given(b)?;
-                Ok(a.f_floor_divide(b)?)
+                Ok(aten::tensor(kernels::tr_aten_floor_divide, "floor_divide", &[Arg::tensor(a), Arg::tensor(b)])?)
             }
             let mut op = Op::begin("floor_divide");
             let [a, b] = op.get([a, b])?;
@@ -288,7 +288,7 @@ pub(crate) mod core {
             fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(a.f_floor_divide(&scalar(a, s)?)?)
+                Ok(aten::tensor(kernels::tr_aten_floor_divide_scalar, "floor_divide.Scalar", &[Arg::tensor(a), Arg::scalar(s)])?)
             }
             let mut op = Op::begin("floor_divide_scalar");
             let [a] = op.get([a])?;
@@ -339,7 +339,7 @@ pub(crate) mod core {
             fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(a.f_remainder_tensor(&scalar(a, s)?)?)
+                Ok(aten::tensor(kernels::tr_aten_remainder_scalar, "remainder.Scalar", &[Arg::tensor(a), Arg::scalar(s)])?)
             }
             let mut op = Op::begin("remainder_scalar");
             let [a] = op.get([a])?;
@@ -424,7 +424,7 @@ pub(crate) mod core {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(a.f_neg()?)
+                Ok(aten::tensor(kernels::tr_aten_neg, "neg", &[Arg::tensor(a)])?)
             }
             let mut op = Op::begin("neg");
             let [a] = op.get([a])?;
@@ -439,7 +439,7 @@ pub(crate) mod core {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(a.f_exp()?)
+                Ok(aten::tensor(kernels::tr_aten_exp, "exp", &[Arg::tensor(a)])?)
             }
             let mut op = Op::begin("exp");
             let [a] = op.get([a])?;
@@ -454,7 +454,7 @@ pub(crate) mod core {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(a.f_log()?)
+                Ok(aten::tensor(kernels::tr_aten_log, "log", &[Arg::tensor(a)])?)
             }
             let mut op = Op::begin("log");
             let [a] = op.get([a])?;
@@ -469,7 +469,7 @@ pub(crate) mod core {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(a.f_sqrt()?)
+                Ok(aten::tensor(kernels::tr_aten_sqrt, "sqrt", &[Arg::tensor(a)])?)
             }
             let mut op = Op::begin("sqrt");
             let [a] = op.get([a])?;
@@ -484,7 +484,7 @@ pub(crate) mod core {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(a.f_abs()?)
+                Ok(aten::tensor(kernels::tr_aten_abs, "abs", &[Arg::tensor(a)])?)
             }
             let mut op = Op::begin("abs");
             let [a] = op.get([a])?;
@@ -499,7 +499,7 @@ pub(crate) mod core {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(a.f_relu()?)
+                Ok(aten::tensor(kernels::tr_aten_relu, "relu", &[Arg::tensor(a)])?)
             }
             let mut op = Op::begin("relu");
             let [a] = op.get([a])?;
@@ -529,7 +529,7 @@ pub(crate) mod core {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(a.f_silu()?)
+                Ok(aten::tensor(kernels::tr_aten_silu, "silu", &[Arg::tensor(a)])?)
             }
             let mut op = Op::begin("silu");
             let [a] = op.get([a])?;
@@ -544,7 +544,7 @@ pub(crate) mod core {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(a.f_sigmoid()?)
+                Ok(aten::tensor(kernels::tr_aten_sigmoid, "sigmoid", &[Arg::tensor(a)])?)
             }
             let mut op = Op::begin("sigmoid");
             let [a] = op.get([a])?;
@@ -559,7 +559,7 @@ pub(crate) mod core {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(a.f_tanh()?)
+                Ok(aten::tensor(kernels::tr_aten_tanh, "tanh", &[Arg::tensor(a)])?)
             }
             let mut op = Op::begin("tanh");
             let [a] = op.get([a])?;
@@ -712,7 +712,7 @@ pub(crate) mod core {
             fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(a.f_eq_tensor(&scalar(a, s)?)?)
+                Ok(aten::tensor(kernels::tr_aten_eq_scalar, "eq.Scalar", &[Arg::tensor(a), Arg::scalar(s)])?)
             }
             let mut op = Op::begin("eq_scalar");
             let [a] = op.get([a])?;
@@ -729,7 +729,7 @@ pub(crate) mod core {
             fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(a.f_ne_tensor(&scalar(a, s)?)?)
+                Ok(aten::tensor(kernels::tr_aten_ne_scalar, "ne.Scalar", &[Arg::tensor(a), Arg::scalar(s)])?)
             }
             let mut op = Op::begin("ne_scalar");
             let [a] = op.get([a])?;
@@ -746,7 +746,7 @@ pub(crate) mod core {
             fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(a.f_lt_tensor(&scalar(a, s)?)?)
+                Ok(aten::tensor(kernels::tr_aten_lt_scalar, "lt.Scalar", &[Arg::tensor(a), Arg::scalar(s)])?)
             }
             let mut op = Op::begin("lt_scalar");
             let [a] = op.get([a])?;
@@ -763,7 +763,7 @@ pub(crate) mod core {
             fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(a.f_le_tensor(&scalar(a, s)?)?)
+                Ok(aten::tensor(kernels::tr_aten_le_scalar, "le.Scalar", &[Arg::tensor(a), Arg::scalar(s)])?)
             }
             let mut op = Op::begin("le_scalar");
             let [a] = op.get([a])?;
@@ -780,7 +780,7 @@ pub(crate) mod core {
             fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(a.f_gt_tensor(&scalar(a, s)?)?)
+                Ok(aten::tensor(kernels::tr_aten_gt_scalar, "gt.Scalar", &[Arg::tensor(a), Arg::scalar(s)])?)
             }
             let mut op = Op::begin("gt_scalar");
             let [a] = op.get([a])?;
@@ -797,7 +797,7 @@ pub(crate) mod core {
             fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(a.f_ge_tensor(&scalar(a, s)?)?)
+                Ok(aten::tensor(kernels::tr_aten_ge_scalar, "ge.Scalar", &[Arg::tensor(a), Arg::scalar(s)])?)
             }
             let mut op = Op::begin("ge_scalar");
             let [a] = op.get([a])?;
@@ -880,7 +880,7 @@ pub(crate) mod core {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(a.f_max()?)
+                Ok(aten::tensor(kernels::tr_aten_max, "max", &[Arg::tensor(a)])?)
             }
             let mut op = Op::begin("max");
             let [a] = op.get([a])?;
@@ -912,7 +912,7 @@ pub(crate) mod core {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(a.f_min()?)
+                Ok(aten::tensor(kernels::tr_aten_min, "min", &[Arg::tensor(a)])?)
             }
             let mut op = Op::begin("min");
             let [a] = op.get([a])?;
@@ -1013,7 +1013,7 @@ pub(crate) mod core {
                 let [a, b] = replay_args(inputs)?;
                 let a = given(a)?;
                 let b = given(b)?;
-                Ok(a.f_matmul(b)?)
+                Ok(aten::tensor(kernels::tr_aten_matmul, "matmul", &[Arg::tensor(a), Arg::tensor(b)])?)
             }
             let mut op = Op::begin("matmul");
             let [a, b] = op.get([a, b])?;
@@ -1030,7 +1030,7 @@ pub(crate) mod core {
                 let [a, b] = replay_args(inputs)?;
                 let a = given(a)?;
                 let b = given(b)?;
-                Ok(a.f_bmm(b)?)
+                Ok(aten::tensor(kernels::tr_aten_bmm, "bmm", &[Arg::tensor(a), Arg::tensor(b)])?)
             }
             let mut op = Op::begin("bmm");
             let [a, b] = op.get([a, b])?;
@@ -1047,7 +1047,7 @@ pub(crate) mod core {
                 let [x, weight, bias] = replay_args(inputs)?;
                 let x = given(x)?;
                 let weight = given(weight)?;
-                Ok(x.f_linear(weight, bias)?)
+                Ok(aten::tensor(kernels::tr_aten_linear, "linear", &[Arg::tensor(x), Arg::tensor(weight), Arg::opt_tensor(bias)])?)
             }
             let mut op = Op::begin("linear");
             let [x, weight] = op.get([x, weight])?;
@@ -1065,7 +1065,7 @@ pub(crate) mod core {
             fn replay(inputs: &[Option<&tch::Tensor>], shape: &[i64]) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(a.f_reshape(shape)?)
+                Ok(aten::tensor(kernels::tr_aten_reshape, "reshape", &[Arg::tensor(a), Arg::ints(shape)])?)
             }
             let mut op = Op::begin("reshape");
             let [a] = op.get([a])?;
@@ -1083,7 +1083,7 @@ pub(crate) mod core {
             fn replay(inputs: &[Option<&tch::Tensor>], shape: &[i64]) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(a.f_view(shape)?)
+                Ok(aten::tensor(kernels::tr_aten_view, "view", &[Arg::tensor(a), Arg::ints(shape)])?)
             }
             let mut op = Op::begin("view");
             let [a] = op.get([a])?;
@@ -1118,7 +1118,7 @@ pub(crate) mod core {
             fn replay(inputs: &[Option<&tch::Tensor>], dims: &[i64]) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(a.f_permute(dims)?)
+                Ok(aten::tensor(kernels::tr_aten_permute, "permute", &[Arg::tensor(a), Arg::ints(dims)])?)
             }
             let mut op = Op::begin("permute");
             let [a] = op.get([a])?;
@@ -1153,7 +1153,7 @@ pub(crate) mod core {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(a.f_unsqueeze(dim)?)
+                Ok(aten::tensor(kernels::tr_aten_unsqueeze, "unsqueeze", &[Arg::tensor(a), Arg::int(dim)])?)
             }
             let mut op = Op::begin("unsqueeze");
             let [a] = op.get([a])?;
@@ -1190,7 +1190,7 @@ pub(crate) mod core {
             fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, start: i64, length: i64) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(a.f_narrow(dim, start, length)?)
+                Ok(aten::tensor(kernels::tr_aten_narrow, "narrow", &[Arg::tensor(a), Arg::int(dim), Arg::int(start), Arg::int(length)])?)
             }
             let mut op = Op::begin("narrow");
             let [a] = op.get([a])?;
@@ -1208,7 +1208,7 @@ pub(crate) mod core {
                 let [a, index] = replay_args(inputs)?;
                 let a = given(a)?;
                 let index = given(index)?;
-                Ok(a.f_index_select(dim, index)?)
+                Ok(aten::tensor(kernels::tr_aten_index_select, "index_select", &[Arg::tensor(a), Arg::int(dim), Arg::tensor(index)])?)
             }
             let mut op = Op::begin("index_select");
             let [a, index] = op.get([a, index])?;
@@ -1226,7 +1226,7 @@ pub(crate) mod core {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(a.f_contiguous()?)
+                Ok(aten::tensor(kernels::tr_aten_contiguous, "contiguous", &[Arg::tensor(a)])?)
             }
             let mut op = Op::begin("contiguous");
             let [a] = op.get([a])?;
@@ -1309,7 +1309,7 @@ pub(crate) mod core {
                 let [a, mask] = replay_args(inputs)?;
                 let a = given(a)?;
                 let mask = given(mask)?;
-                Ok(a.f_masked_select(mask)?)
+                Ok(aten::tensor(kernels::tr_aten_masked_select, "masked_select", &[Arg::tensor(a), Arg::tensor(mask)])?)
             }
             let mut op = Op::begin("masked_select");
             let [a, mask] = op.get([a, mask])?;
@@ -1325,7 +1325,7 @@ pub(crate) mod core {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(a.f_nonzero()?)
+                Ok(aten::tensor(kernels::tr_aten_nonzero, "nonzero", &[Arg::tensor(a)])?)
             }
             let mut op = Op::begin("nonzero");
             let [a] = op.get([a])?;
@@ -1407,7 +1407,7 @@ pub(crate) mod core {
                 let [input, weight, bias] = replay_args(inputs)?;
                 let input = given(input)?;
                 let weight = given(weight)?;
-                Ok(input.f_conv2d(weight, bias, stride, padding, dilation, groups)?)
+                Ok(aten::tensor(kernels::tr_aten_conv2d, "conv2d", &[Arg::tensor(input), Arg::tensor(weight), Arg::opt_tensor(bias), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::int(groups)])?)
             }
             let mut op = Op::begin("conv2d");
             let [input, weight] = op.get([input, weight])?;
@@ -1430,7 +1430,7 @@ pub(crate) mod core {
             fn replay(inputs: &[Option<&tch::Tensor>], kernel: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64], ceil_mode: bool) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(a.f_max_pool2d(kernel, stride, padding, dilation, ceil_mode)?)
+                Ok(aten::tensor(kernels::tr_aten_max_pool2d, "max_pool2d", &[Arg::tensor(a), Arg::ints(kernel), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::bool(ceil_mode)])?)
             }
             let mut op = Op::begin("max_pool2d");
             let [a] = op.get([a])?;
@@ -1560,7 +1560,7 @@ pub(crate) mod core {
             let handle = a;
         let a = op.get_mut(a)?;
             let a: &tch::Tensor = &a;
-            op.value(|| a.shallow_clone().f_mul_(&scalar(a, s)?)).map(|_| handle)
+            op.value(|| aten::unit(kernels::tr_aten_mul_scalar_, "mul_.Scalar", &[Arg::tensor(a), Arg::scalar(s)])).map(|_| handle)
         })
     }
 
@@ -1571,7 +1571,7 @@ pub(crate) mod core {
             let handle = a;
         let a = op.get_mut(a)?;
             let a: &tch::Tensor = &a;
-            op.value(|| a.shallow_clone().f_div_(&scalar(a, s)?)).map(|_| handle)
+            op.value(|| aten::unit(kernels::tr_aten_div_scalar_, "div_.Scalar", &[Arg::tensor(a), Arg::scalar(s)])).map(|_| handle)
         })
     }
 
@@ -1643,7 +1643,7 @@ pub(crate) mod core {
             let handle = a;
         let a = op.get_mut(a)?;
             let a: &tch::Tensor = &a;
-            op.value(|| a.shallow_clone().f_remainder_tensor_(&scalar(a, s)?)).map(|_| handle)
+            op.value(|| aten::unit(kernels::tr_aten_remainder_scalar_, "remainder_.Scalar", &[Arg::tensor(a), Arg::scalar(s)])).map(|_| handle)
         })
     }
 
@@ -1694,7 +1694,7 @@ pub(crate) mod core {
             let a: &tch::Tensor = &a;
             let index: &tch::Tensor = &index;
             let source: &tch::Tensor = &source;
-            op.value(|| a.shallow_clone().f_index_copy_(dim, index, source)).map(|_| handle)
+            op.value(|| aten::unit(kernels::tr_aten_index_copy_, "index_copy_", &[Arg::tensor(a), Arg::int(dim), Arg::tensor(index), Arg::tensor(source)])).map(|_| handle)
         })
     }
 
@@ -1708,7 +1708,7 @@ pub(crate) mod core {
             let a: &tch::Tensor = &a;
             let mask: &tch::Tensor = &mask;
             let source: &tch::Tensor = &source;
-            op.value(|| a.shallow_clone().f_masked_scatter_(mask, source)).map(|_| handle)
+            op.value(|| aten::unit(kernels::tr_aten_masked_scatter_, "masked_scatter_", &[Arg::tensor(a), Arg::tensor(mask), Arg::tensor(source)])).map(|_| handle)
         })
     }
 
@@ -1719,7 +1719,7 @@ pub(crate) mod core {
             let handle = a;
         let a = op.get_mut(a)?;
             let a: &tch::Tensor = &a;
-            op.value(|| a.shallow_clone().f_zero_()).map(|_| handle)
+            op.value(|| aten::unit(kernels::tr_aten_zero_, "zero_", &[Arg::tensor(a)])).map(|_| handle)
         })
     }
 
@@ -1743,7 +1743,7 @@ pub(crate) mod core {
             let handle = a;
         let a = op.get_mut(a)?;
             let a: &tch::Tensor = &a;
-            op.value(|| a.shallow_clone().f_requires_grad_(requires_grad)).map(|_| handle)
+            op.value(|| aten::unit(kernels::tr_aten_requires_grad_, "requires_grad_", &[Arg::tensor(a), Arg::bool(requires_grad)])).map(|_| handle)
         })
     }
 
@@ -1803,7 +1803,7 @@ pub(crate) mod core {
             fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
                 let [a] = replay_args(inputs)?;
                 let a = given(a)?;
-                Ok(a.f_detach()?)
+                Ok(aten::tensor(kernels::tr_aten_detach, "detach", &[Arg::tensor(a)])?)
             }
             let mut op = Op::begin("detach");
             let [a] = op.get([a])?;

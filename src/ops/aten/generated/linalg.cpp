@@ -337,3 +337,9 @@ TR_ATEN_KERNEL(linalg_matrix_rank_tol_tensor, r->add(at::_ops::linalg_matrix_ran
 
 // linalg_multi_dot(Tensor[] tensors) -> Tensor
 TR_ATEN_KERNEL(linalg_multi_dot, r->add(at::_ops::linalg_multi_dot::call(a[0].tensors())))
+
+// matmul(Tensor self, Tensor other) -> Tensor
+TR_ATEN_KERNEL(matmul, r->add(at::_ops::matmul::call(a[0].tensor(), a[1].tensor())))
+
+// bmm(Tensor self, Tensor mat2) -> Tensor
+TR_ATEN_KERNEL(bmm, r->add(at::_ops::bmm::call(a[0].tensor(), a[1].tensor())))

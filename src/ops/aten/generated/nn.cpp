@@ -580,3 +580,24 @@ TR_ATEN_KERNEL(unfold_copy, r->add(at::_ops::unfold_copy::call(a[0].tensor(), a[
 
 // scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float dropout_p=0.0, bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor
 TR_ATEN_KERNEL(scaled_dot_product_attention, r->add(at::_ops::scaled_dot_product_attention::call(a[0].tensor(), a[1].tensor(), a[2].tensor(), a[3].opt_tensor(), a[4].float_(), a[5].bool_(), a[6].opt_float(), a[7].bool_())))
+
+// relu(Tensor self) -> Tensor
+TR_ATEN_KERNEL(relu, r->add(at::_ops::relu::call(a[0].tensor())))
+
+// silu(Tensor self) -> Tensor
+TR_ATEN_KERNEL(silu, r->add(at::_ops::silu::call(a[0].tensor())))
+
+// sigmoid(Tensor self) -> Tensor
+TR_ATEN_KERNEL(sigmoid, r->add(at::_ops::sigmoid::call(a[0].tensor())))
+
+// tanh(Tensor self) -> Tensor
+TR_ATEN_KERNEL(tanh, r->add(at::_ops::tanh::call(a[0].tensor())))
+
+// linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor
+TR_ATEN_KERNEL(linear, r->add(at::_ops::linear::call(a[0].tensor(), a[1].tensor(), a[2].opt_tensor())))
+
+// conv2d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] dilation=1, SymInt groups=1) -> Tensor
+TR_ATEN_KERNEL(conv2d, r->add(at::_ops::conv2d::call(a[0].tensor(), a[1].tensor(), a[2].opt_tensor(), a[3].sym_ints_n<2>(), a[4].sym_ints_n<2>(), a[5].sym_ints_n<2>(), a[6].sym_int())))
+
+// max_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, int[2] dilation=1, bool ceil_mode=False) -> Tensor
+TR_ATEN_KERNEL(max_pool2d, r->add(at::_ops::max_pool2d::call(a[0].tensor(), a[1].ints_n<2>(), a[2].ints_n<2>(), a[3].ints_n<2>(), a[4].ints_n<2>(), a[5].bool_())))

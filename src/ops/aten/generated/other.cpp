@@ -16,3 +16,12 @@ TR_ATEN_KERNEL(smm, r->add(at::_ops::smm::call(a[0].tensor(), a[1].tensor())))
 
 // choose_qparams_optimized(Tensor input, int numel, int n_bins, float ratio, int bit_width) -> (Tensor, Tensor)
 TR_ATEN_KERNEL(choose_qparams_optimized, r->add(at::_ops::choose_qparams_optimized::call(a[0].tensor(), a[1].int_(), a[2].int_(), a[3].float_(), a[4].int_())))
+
+// floor_divide(Tensor self, Tensor other) -> Tensor
+TR_ATEN_KERNEL(floor_divide, r->add(at::_ops::floor_divide::call(a[0].tensor(), a[1].tensor())))
+
+// floor_divide.Scalar(Tensor self, Scalar other) -> Tensor
+TR_ATEN_KERNEL(floor_divide_scalar, r->add(at::_ops::floor_divide_Scalar::call(a[0].tensor(), a[1].scalar())))
+
+// requires_grad_(Tensor(a!) self, bool requires_grad=True) -> Tensor(a!)
+TR_ATEN_KERNEL(requires_grad_, at::_ops::requires_grad_::call(a[0].tensor(), a[1].bool_()))

@@ -946,3 +946,60 @@ TR_ATEN_KERNEL(isposinf, r->add(at::_ops::isposinf::call(a[0].tensor())))
 
 // isneginf(Tensor self) -> Tensor
 TR_ATEN_KERNEL(isneginf, r->add(at::_ops::isneginf::call(a[0].tensor())))
+
+// mul.Scalar(Tensor self, Scalar other) -> Tensor
+TR_ATEN_KERNEL(mul_scalar, r->add(at::_ops::mul_Scalar::call(a[0].tensor(), a[1].scalar())))
+
+// div.Scalar(Tensor self, Scalar other) -> Tensor
+TR_ATEN_KERNEL(div_scalar, r->add(at::_ops::div_Scalar::call(a[0].tensor(), a[1].scalar())))
+
+// remainder.Scalar(Tensor self, Scalar other) -> Tensor
+TR_ATEN_KERNEL(remainder_scalar, r->add(at::_ops::remainder_Scalar::call(a[0].tensor(), a[1].scalar())))
+
+// neg(Tensor self) -> Tensor
+TR_ATEN_KERNEL(neg, r->add(at::_ops::neg::call(a[0].tensor())))
+
+// exp(Tensor self) -> Tensor
+TR_ATEN_KERNEL(exp, r->add(at::_ops::exp::call(a[0].tensor())))
+
+// log(Tensor self) -> Tensor
+TR_ATEN_KERNEL(log, r->add(at::_ops::log::call(a[0].tensor())))
+
+// sqrt(Tensor self) -> Tensor
+TR_ATEN_KERNEL(sqrt, r->add(at::_ops::sqrt::call(a[0].tensor())))
+
+// abs(Tensor self) -> Tensor
+TR_ATEN_KERNEL(abs, r->add(at::_ops::abs::call(a[0].tensor())))
+
+// eq.Scalar(Tensor self, Scalar other) -> Tensor
+TR_ATEN_KERNEL(eq_scalar, r->add(at::_ops::eq_Scalar::call(a[0].tensor(), a[1].scalar())))
+
+// ne.Scalar(Tensor self, Scalar other) -> Tensor
+TR_ATEN_KERNEL(ne_scalar, r->add(at::_ops::ne_Scalar::call(a[0].tensor(), a[1].scalar())))
+
+// lt.Scalar(Tensor self, Scalar other) -> Tensor
+TR_ATEN_KERNEL(lt_scalar, r->add(at::_ops::lt_Scalar::call(a[0].tensor(), a[1].scalar())))
+
+// le.Scalar(Tensor self, Scalar other) -> Tensor
+TR_ATEN_KERNEL(le_scalar, r->add(at::_ops::le_Scalar::call(a[0].tensor(), a[1].scalar())))
+
+// gt.Scalar(Tensor self, Scalar other) -> Tensor
+TR_ATEN_KERNEL(gt_scalar, r->add(at::_ops::gt_Scalar::call(a[0].tensor(), a[1].scalar())))
+
+// ge.Scalar(Tensor self, Scalar other) -> Tensor
+TR_ATEN_KERNEL(ge_scalar, r->add(at::_ops::ge_Scalar::call(a[0].tensor(), a[1].scalar())))
+
+// max(Tensor self) -> Tensor
+TR_ATEN_KERNEL(max, r->add(at::_ops::max::call(a[0].tensor())))
+
+// min(Tensor self) -> Tensor
+TR_ATEN_KERNEL(min, r->add(at::_ops::min::call(a[0].tensor())))
+
+// mul_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)
+TR_ATEN_KERNEL(mul_scalar_, at::_ops::mul__Scalar::call(a[0].tensor(), a[1].scalar()))
+
+// div_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)
+TR_ATEN_KERNEL(div_scalar_, at::_ops::div__Scalar::call(a[0].tensor(), a[1].scalar()))
+
+// remainder_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)
+TR_ATEN_KERNEL(remainder_scalar_, at::_ops::remainder__Scalar::call(a[0].tensor(), a[1].scalar()))

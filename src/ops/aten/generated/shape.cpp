@@ -490,3 +490,42 @@ TR_ATEN_KERNEL(view_copy_dtype, r->add(at::_ops::view_copy_dtype::call(a[0].tens
 
 // alias_copy(Tensor self) -> Tensor
 TR_ATEN_KERNEL(alias_copy, r->add(at::_ops::alias_copy::call(a[0].tensor())))
+
+// reshape(Tensor(a) self, SymInt[] shape) -> Tensor(a)
+TR_ATEN_KERNEL(reshape, r->add(at::_ops::reshape::call(a[0].tensor(), a[1].sym_ints())))
+
+// view(Tensor(a) self, SymInt[] size) -> Tensor(a)
+TR_ATEN_KERNEL(view, r->add(at::_ops::view::call(a[0].tensor(), a[1].sym_ints())))
+
+// permute(Tensor(a) self, int[] dims) -> Tensor(a)
+TR_ATEN_KERNEL(permute, r->add(at::_ops::permute::call(a[0].tensor(), a[1].ints())))
+
+// unsqueeze(Tensor(a) self, int dim) -> Tensor(a)
+TR_ATEN_KERNEL(unsqueeze, r->add(at::_ops::unsqueeze::call(a[0].tensor(), a[1].int_())))
+
+// narrow(Tensor(a) self, int dim, SymInt start, SymInt length) -> Tensor(a)
+TR_ATEN_KERNEL(narrow, r->add(at::_ops::narrow::call(a[0].tensor(), a[1].int_(), a[2].sym_int(), a[3].sym_int())))
+
+// index_select(Tensor self, int dim, Tensor index) -> Tensor
+TR_ATEN_KERNEL(index_select, r->add(at::_ops::index_select::call(a[0].tensor(), a[1].int_(), a[2].tensor())))
+
+// contiguous(Tensor(a) self, *, MemoryFormat memory_format=contiguous_format) -> Tensor(a)
+TR_ATEN_KERNEL(contiguous, r->add(at::_ops::contiguous::call(a[0].tensor(), at::MemoryFormat::Contiguous)))
+
+// masked_select(Tensor self, Tensor mask) -> Tensor
+TR_ATEN_KERNEL(masked_select, r->add(at::_ops::masked_select::call(a[0].tensor(), a[1].tensor())))
+
+// nonzero(Tensor self) -> Tensor
+TR_ATEN_KERNEL(nonzero, r->add(at::_ops::nonzero::call(a[0].tensor())))
+
+// index_copy_(Tensor(a!) self, int dim, Tensor index, Tensor source) -> Tensor(a!)
+TR_ATEN_KERNEL(index_copy_, at::_ops::index_copy_::call(a[0].tensor(), a[1].int_(), a[2].tensor(), a[3].tensor()))
+
+// masked_scatter_(Tensor(a!) self, Tensor mask, Tensor source) -> Tensor(a!)
+TR_ATEN_KERNEL(masked_scatter_, at::_ops::masked_scatter_::call(a[0].tensor(), a[1].tensor(), a[2].tensor()))
+
+// zero_(Tensor(a!) self) -> Tensor(a!)
+TR_ATEN_KERNEL(zero_, at::_ops::zero_::call(a[0].tensor()))
+
+// detach(Tensor(a) self) -> Tensor(a)
+TR_ATEN_KERNEL(detach, r->add(at::_ops::detach::call(a[0].tensor())))
