@@ -18,13 +18,21 @@ def pytest_configure(config):
     config.addinivalue_line("filterwarnings", "error::pytest.PytestUnraisableExceptionWarning")
 
 
+def settled_live_handles() -> int:
+    """The live handles once the handles of collected tensors waiting in the release batch are
+    released: a test's leak check must not count, nor be confused by, what tests before it left
+    waiting there."""
+    tr.flush_releases()
+    return tr.live_handles()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_leaked_handles():
     gc.collect()
-    before = tr.live_handles()
+    before = settled_live_handles()
     yield
     gc.collect()
-    after = tr.live_handles()
+    after = settled_live_handles()
     assert after == before, f"the test session leaked {after - before} tensor handle(s)"
 
 
@@ -32,12 +40,16 @@ def no_leaked_handles():
 def no_manager_left_and_no_leak():
     """For the residency tests: no manager left configured (one left is turned off, so the next
     test starts clean), and no handle leaked, per test."""
-    before = tr.live_handles()
+    before = settled_live_handles()
     yield
     if tr.residency.enabled():
         tr.residency.disable()
         pytest.fail("the test left a residency manager configured")
-    assert tr.live_handles() == before
+    # Fewer is not a leak: tensors an earlier test left in reference cycles may be collected
+    # during this one (a gc.collect here per test would cost minutes); the session's check
+    # collects and counts them.
+    after = settled_live_handles()
+    assert after <= before, f"the test leaked {after - before} tensor handle(s)"
 
 
 @pytest.fixture(autouse=True)

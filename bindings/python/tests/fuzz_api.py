@@ -1590,6 +1590,7 @@ class Fuzzer:
     def start(self):
         self.release_batch = tr.set_release_batch(1)
         gc.collect()
+        tr.flush_releases()  # what earlier tests' collected tensors left waiting is not this seed's
         if tr.residency.enabled():
             tr.residency.disable()
         while (s := tr.current_scope()) is not None:
