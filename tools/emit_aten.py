@@ -9,10 +9,10 @@ read from the `Arg` array (src/ops/aten/args.h), and src/ops/aten/kernels_genera
 Rust declarations.
 
 Its documentation is one sentence (tools/op_docs.py) and the schema's line. An overload keeps
-the schema's argument names (`self` becomes `input`, as PyTorch's Python API
-names it; names are lower case) and order, without the arguments the manager decides
-(schema.DEFAULTED). An op whose name ops.def or a hand-written function already takes is
-left to it (`named`).
+the schema's argument names (`self` becomes `input`, as PyTorch's Python API names it; names are
+lower case) and order, without the arguments the manager decides (schema.DEFAULTED). An op whose
+name ops.def or a hand-written function already takes is left to it (`named`); an ops.def line
+may call its kernel (body `schema`, `schema_bodies`).
 """
 from __future__ import annotations
 
@@ -50,8 +50,9 @@ COLLECT = {
     "dtype": "aten::dtype", "()": "aten::unit",
 }
 
-# Families: the generated kernels' files (so that a change rebuilds one, and the compiler works
-# on several at once). The first that matches an overload wins; `tags` are the schema's own.
+# Families: the header's groups, and the generated files (so that a change rebuilds one, and the
+# compiler works on several at once). The first that matches an overload wins; `kin_tags` are
+# the schema's tags of the op's every form (`kin`).
 FAMILIES = [
     ("properties", lambda o: bool(PROPERTIES.search(o.name))),
     ("random", lambda o: schema.RANDOM_TAG in o.tags and not NN.search(o.name)),
@@ -81,11 +82,12 @@ PROPERTIES = re.compile(r"^(is_|size$|stride$|sym_|output_nr|data$|retains_grad|
 CREATION = re.compile(r"_like$|^(linspace|logspace)$")
 POINTWISE = re.compile(r"^(chalf|real|imag|conj|resolve_conj|resolve_neg|complex|polar|view_as_real|view_as_complex|"
                        r"isclose|isin|isreal|arctan2_?|floor_divide_)$")
-REDUCTION = re.compile(r"^(median|nanmedian|mode|nanmean|kthvalue|n?a?n?quantile|histc|histogram|bincount|cum|"
+REDUCTION = re.compile(r"^(median|nanmedian|mode|nanmean|kthvalue|quantile|nanquantile|histc|histogram|bincount|cum|"
                        r"logcumsumexp|dist$|sort|msort|argsort|topk|bucketize|searchsorted|unique|trapezoid|trapz|"
                        r"cumulative_trapezoid|diff$|gradient|segment_reduce|count_nonzero|aminmax|sum_to_size)")
-SHAPE = re.compile(r"^(unsafe_|meshgrid|cartesian_prod|combinations|view|reshape|flatten|unflatten|squeeze|unsqueeze|permute|transpose|swap|movedim|moveaxis|"
-                   r"expand|broadcast|cat|concat|stack|hstack|vstack|dstack|column_stack|row_stack|split|chunk|"
+SHAPE = re.compile(r"^(unsafe_|meshgrid|cartesian_prod|combinations|view|reshape|flatten|unflatten|squeeze|"
+                   r"unsqueeze|permute|transpose|swap|movedim|moveaxis|expand|broadcast|cat|concat|stack|hstack|"
+                   r"vstack|dstack|column_stack|row_stack|split|chunk|"
                    r"tensor_split|unbind|narrow|select|slice|index|gather|scatter|take|put|masked|flip|roll|rot90|"
                    r"repeat|tile|t$|numpy_T|mT|mH|adjoint|alias|as_strided|clone|contiguous|detach|resize|"
                    r"atleast|ravel|dsplit|hsplit|vsplit|diagonal_scatter|select_scatter|slice_scatter|nonzero|"
@@ -242,8 +244,9 @@ def select(root: Path, table: list[Op]) -> tuple[list[schema.Overload], dict[str
     generate = sorted((o for o in generate if o.c_name not in taken), key=lambda o: list(TITLES).index(family(o)))
     if unhandled := [f"  {o.full_name}: {', '.join(schema.unhandled_types(o))}" for o in generate
                      if schema.unhandled_types(o)]:
-        raise SystemExit("emit_aten: types the generator does not handle (add them to schema.ARGS, DEFAULTED or "
-                         "RETURNS, or give the overloads an exclusion group with its reason):\n" + "\n".join(unhandled))
+        raise SystemExit("emit_aten: types the generator does not handle (add them to schema.ARGS, DEFAULTED "
+                         "or RETURNS, or give the overloads an exclusion group with its reason):\n"
+                         + "\n".join(unhandled))
     return generate, groups
 
 

@@ -65,8 +65,8 @@ def outputs(ops: list[Op], root: Path) -> dict[Path, str]:
             f"use super::prelude::*;\n\n{fns}\n")
     mods = "\n".join(f"mod {f};" for f in families)
     uses = "\n".join(f"pub use {f}::*;" for f in families)
-    files[root / "src/ffi/ops_generated/mod.rs"] = f"""{HEADER}//! The C functions of the op table, one file per family (as src/ops/generated/); each goes through
-//! the one panic boundary (`call`). cbindgen reads them as one (`for_cbindgen`) for
+    files[root / "src/ffi/ops_generated/mod.rs"] = f"""{HEADER}//! The C functions of the op table, one file per family (as src/ops/generated/); each goes
+//! through the one panic boundary (`call`). cbindgen reads them as one (`for_cbindgen`) for
 //! include/tensorref_ops.h (cbindgen_ops.toml).
 
 {mods}

@@ -160,9 +160,9 @@ def outputs(ops: list[Op], root: Path) -> dict[Path, str]:
     mods = "\n".join(f"mod {f};" for f in families)
     uses = "\n".join(f"    pub(crate) use super::{f}::core::*;" for f in families)
     files = {root / f"src/ops/generated/{f}.rs": family_file(f, members) for f, members in families.items()}
-    files[root / "src/ops/generated/mod.rs"] = f"""{HEADER}//! The ops of the table: core functions on handles (shared by Rust and the C ABI) and the
-//! `Tensor` methods that call them, one file per family (the op table's own in table.rs, the
-//! schema's as their kernels in src/ops/aten/generated/), so that a change rebuilds one.
+    files[root / "src/ops/generated/mod.rs"] = f"""{HEADER}//! The ops of the table: core functions on handles (shared by Rust and the C ABI) and
+//! the `Tensor` methods that call them, one file per family (the op table's own in table.rs,
+//! the schema's as their kernels in src/ops/aten/generated/), so that a change rebuilds one.
 
 {mods}
 

@@ -113,12 +113,15 @@ def pattern(o: schema.Overload) -> str | None:
     if m := PAD.match(name):
         how = {"reflection": "the reflection of the input at its border", "replication": "copies of its edge"}
         mode = {"reflection": "reflect", "replication": "replicate"}[m.group(1)]
-        return f"Pads the last {m.group(2)} dimension(s) with {how[m.group(1)]} (`torch.nn.functional.pad`, mode `{mode}`)."
+        return (f"Pads the last {m.group(2)} dimension(s) with {how[m.group(1)]} "
+                f"(`torch.nn.functional.pad`, mode `{mode}`).")
     if name in RNN:
+        net = RNN[name] + (f" ({name[4:]})" if name.startswith("rnn_") else "")
         given = "a packed sequence (its data and batch sizes)" if o.overload == "data" else "a padded sequence"
-        return f"Runs a multi-layer {RNN[name]}{' (' + name[4:] + ')' if name.startswith('rnn_') else ''} over {given} (`torch.nn.{RNN[name]}`)."
+        return f"Runs a multi-layer {net} over {given} (`torch.nn.{RNN[name]}`)."
     if name.endswith("_cell") and name[:-5] in RNN:
-        return f"One time step of a{'n' * (RNN[name[:-5]][0] in 'LR')} {RNN[name[:-5]]} cell (`torch.nn.{RNN[name[:-5]]}Cell`)."
+        net = RNN[name[:-5]]
+        return f"One time step of a{'n' * (net[0] in 'LR')} {net} cell (`torch.nn.{net}Cell`)."
     if m := SLOW_CONV.match(name.removesuffix("_forward")):
         kind = {"slow_conv_transpose": "transposed ", "slow_conv_dilated": "dilated ", "conv_depthwise": "depthwise "}
         return (f"A {kind.get(m.group(1), '')}{m.group(2)}-D convolution by libtorch's reference kernel, "
@@ -160,7 +163,8 @@ def first_sentence(doc: str) -> str | None:
     in_code = False
     for k, ch in enumerate(text):
         in_code ^= ch == "`"
-        if ch == "." and not in_code and (k + 1 == len(text) or text[k + 1] == " ") and not text[:k].endswith(("e.g", "i.e")):
+        ends = k + 1 == len(text) or text[k + 1] == " "
+        if ch == "." and not in_code and ends and not text[:k].endswith(("e.g", "i.e")):
             text = text[:k + 1]
             break
     text = text.rstrip(":,; ")
