@@ -86,6 +86,40 @@ fn a_dropped_result_reads_the_same_when_made_again() -> Result<()> {
     Ok(())
 }
 
+/// An op generated from libtorch's schema keeps its arguments in its recipe, copied
+/// (src/ops/aten/run.rs): a string, a list, an absent optional tensor.
+#[test]
+fn a_dropped_result_of_a_schema_op_is_made_again_with_its_arguments() -> Result<()> {
+    let _m = Managed::new(3 * TENSOR);
+    let live = live_handles();
+    {
+        let x = ramp()?;
+        let ones = Tensor::ones(&[N], DType::F32)?;
+        let (d, lo) = (ones.mul_scalar(0.3)?, ones.mul_scalar(-1.0)?);
+        let mode = String::from("floor");
+        let dims = vec![0];
+        let ys = [
+            x.div_tensor_mode(&d, Some(&mode))?,
+            x.clamp_tensor(Some(&lo), None)?,
+            x.roll(&[3], &dims)?,
+        ];
+        drop((mode, dims));
+        let want: Vec<Vec<f32>> = ys.iter().map(Tensor::to_vec::<f32>).collect::<Result<_>>()?;
+        assert_eq!(want[0][0], (-5.0f32 / 0.3).floor(), "the mode reached the kernel");
+        let _crowd = crowd_out(3 * TENSOR)?;
+        for y in &ys {
+            assert!(!y.is_resident()?, "evicted");
+        }
+        let before = stats().recomputations;
+        for (y, want) in ys.iter().zip(&want) {
+            assert_eq!(&y.to_vec::<f32>()?, want, "made again with the arguments it was given");
+        }
+        assert!(stats().recomputations >= before + 3, "{:?}", stats());
+    }
+    assert_eq!(live_handles(), live, "nothing leaked");
+    Ok(())
+}
+
 #[test]
 fn an_in_place_write_to_an_input_first_makes_its_dropped_dependents_again() -> Result<()> {
     let _m = Managed::new(3 * TENSOR);

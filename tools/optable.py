@@ -67,6 +67,12 @@ class Op:
         return "random" in self.flags
 
     @property
+    def runs_kernel(self) -> bool:
+        """Its body is one call of the runner of the schema's kernels (src/ops/aten/run.rs): an op
+        generated from the schema, or an ops.def op with the body `schema`."""
+        return self.body.startswith("run::")
+
+    @property
     def is_method(self) -> bool:
         """The first param is a plain tensor: `self` in Rust, the receiver in the bindings."""
         return bool(self.params) and self.params[0].ty == "T"
@@ -81,7 +87,14 @@ class Op:
         """The op makes a new tensor from its inputs and values alone, so the residency manager
         may drop its result and run it again (src/residency/training/recompute.rs)."""
         return (self.ret == "T" and not self.creates and not self.random and "seeded" not in self.flags
-                and all(cell(p.ty, "replay") for p in self.params))
+                and all(self._kept(p) for p in self.params))
+
+    def _kept(self, p: "Param") -> bool:
+        """A recipe can hold the argument: the runner of the schema's ops keeps any value and a
+        recipe names single tensors (src/ops/aten/run.rs); ops.def's bodies say it per type."""
+        if self.schema is not None:
+            return not (cell(p.ty, "tensor") and p.ty.endswith("[]"))
+        return bool(cell(p.ty, "replay"))
 
     @property
     def dtype_defaults(self) -> bool:

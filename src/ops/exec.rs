@@ -2,7 +2,8 @@
 //! compute device when one is configured, runs the body (once more after evicting, if the
 //! device ran out of memory), and registers the result; `admitted` runs the whole of it again
 //! while ops on other threads hold the room it needs. Without a manager it adds one atomic
-//! load to the registry lookups. The generated functions in `generated/` are written against it.
+//! load to the registry lookups. The generated functions in `generated/` are written against it,
+//! the schema's through their runner (aten/run.rs).
 
 use crate::error::{Error, Result};
 use crate::registry::{self, Entry, TensorId};
@@ -19,28 +20,6 @@ use std::sync::Arc;
 #[inline(always)]
 pub(crate) fn admitted<R>(attempt: impl FnMut() -> Result<R>) -> Result<R> {
     residency::with_room(attempt)
-}
-
-/// The closures of an op generated from the schema, as trait objects: the executor's generic
-/// functions (`admitted`, `Op::output`, `Op::output_replayable` ...) are then made once for
-/// every such op instead of once per op (tools/emit_rust.py, `erased`).
-pub(crate) fn erased<R>(body: &dyn Fn() -> R) -> &dyn Fn() -> R {
-    body
-}
-
-/// `erased` for an op's whole attempt (`admitted`).
-pub(crate) fn erased_mut<R>(attempt: &mut dyn FnMut() -> R) -> &mut dyn FnMut() -> R {
-    attempt
-}
-
-/// `erased` for a replayable op's body (`Op::output_replayable`).
-pub(crate) fn erased_run<'a>(run: &'a dyn Fn(&[Option<&tch::Tensor>]) -> Result<tch::Tensor>) -> &'a dyn Fn(&[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-    run
-}
-
-/// `erased` for the function that keeps a replayable op's arguments (`Op::output_replayable`).
-pub(crate) fn erased_keep(keep: &mut dyn FnMut() -> Replay) -> &mut dyn FnMut() -> Replay {
-    keep
 }
 
 /// A replayed op's inputs, as many as it takes (see `Op::output_replayable`).
@@ -70,6 +49,13 @@ pub(crate) fn same_lengths(lists: &[(&str, &[TensorId])]) -> Result<()> {
 /// unregistered entry around the input's device copy. One pointer either way, so the unmanaged
 /// path hands inputs around in registers.
 pub(crate) struct Input(Arc<Entry>);
+
+impl Input {
+    /// A registered entry as an input, to be placed (`Op::place_each`).
+    pub(crate) fn new(entry: Arc<Entry>) -> Input {
+        Input(entry)
+    }
+}
 
 impl Deref for Input {
     type Target = tch::Tensor;
@@ -145,6 +131,27 @@ impl Op {
         Ok(placed.map(|p| p.expect("each input placed above")))
     }
 
+    /// Whether inputs are placed by a manager (`place_each`), so that they are not the entries
+    /// the registry holds.
+    #[inline]
+    pub(crate) fn places(&self) -> bool {
+        self.managed.is_some()
+    }
+
+    /// Places inputs the caller looked up itself (the runner of the ops generated from the
+    /// schema, src/ops/aten/run.rs), `inputs[written]` the one the op writes.
+    pub(crate) fn place_each(&mut self, inputs: &mut [Input], written: Option<usize>) -> Result<()> {
+        for (k, input) in inputs.iter_mut().enumerate() {
+            *input = self.place(input.0.clone(), written == Some(k))?;
+        }
+        Ok(())
+    }
+
+    /// Whether the result of this op keeps a recipe (see `output_replayable`).
+    pub(crate) fn keeps_recipe(&self) -> bool {
+        self.managed.as_ref().is_some_and(|m| m.ticket.recomputes())
+    }
+
     /// The input an in-place op writes to (under a manager, its device copy becomes the newer
     /// one; without, the home copy is current: disabling the manager wrote every copy home).
     pub(crate) fn get_mut(&mut self, id: TensorId) -> Result<Input> {
@@ -155,11 +162,6 @@ impl Op {
     /// An optional input; handle 0 means none.
     pub(crate) fn get_opt(&mut self, id: TensorId) -> Result<Option<Input>> {
         registry::get_opt(id)?.map(|e| self.place(e, false)).transpose()
-    }
-
-    /// A list of optional inputs; handle 0 means none.
-    pub(crate) fn get_many_opt(&mut self, ids: &[TensorId]) -> Result<Vec<Option<Input>>> {
-        ids.iter().map(|&id| self.get_opt(id)).collect()
     }
 
     pub(crate) fn get_many(&mut self, ids: &[TensorId]) -> Result<Vec<Input>> {
@@ -201,19 +203,19 @@ impl Op {
     /// function `keep` makes, holding the arguments): it may then be dropped when evicted and made
     /// again when needed (see residency::recompute).
     #[inline]
-    pub(crate) fn output_replayable<const N: usize>(
+    pub(crate) fn output_replayable(
         self,
-        inputs: [Option<&tch::Tensor>; N],
+        inputs: &[Option<&tch::Tensor>],
         run: impl Fn(&[Option<&tch::Tensor>]) -> Result<tch::Tensor>,
         keep: impl FnOnce() -> Replay,
     ) -> Result<TensorId> {
         if self.managed.is_none() {
-            return Ok(registry::insert(run(&inputs)?));
+            return Ok(registry::insert(run(inputs)?));
         }
-        let Some(originals) = self.originals(&inputs) else { return self.output_managed(|| run(&inputs)) };
+        let Some(originals) = self.originals(inputs) else { return self.output_managed(|| run(inputs)) };
         let replay = keep();
         let recipe = || Some(Recipe::new(originals.clone(), replay.clone()));
-        self.run_managed(|| run(&inputs), recipe)?.ok_or_else(undefined)
+        self.run_managed(|| run(inputs), recipe)?.ok_or_else(undefined)
     }
 
     /// Like `output_replayable`, for a random op: `draw(keep)` returns its result and, with `keep`

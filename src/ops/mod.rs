@@ -27,8 +27,9 @@ pub use scalars::Scalar;
 /// What the generated code sees.
 pub(crate) mod prelude {
     pub(crate) use super::optim::AdamHyper;
-    pub(crate) use super::aten::{self, kernels, Arg};
-    pub(crate) use super::exec::{admitted, erased, erased_keep, erased_mut, erased_run, given, replay_args, same_lengths, Op};
+    pub(crate) use super::aten::run::{self, Schema};
+    pub(crate) use super::aten::{kernels, Arg};
+    pub(crate) use super::exec::{admitted, given, replay_args, same_lengths, Op};
     pub(crate) use super::scalars::{self, scalar, Scalar};
     pub(crate) use super::{autograd, lists, optim, random};
     pub(crate) use crate::dtype::DType;

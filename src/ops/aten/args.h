@@ -17,7 +17,7 @@
 
 namespace tr_aten {
 
-// The tags, as ArgTag in mod.rs numbers them.
+// The tags, as Tag in mod.rs numbers them (its handles, 100 and up, never reach a kernel).
 enum Tag : int32_t {
     NONE = 0,    // an absent optional argument
     TENSOR = 1,  // p: at::Tensor*

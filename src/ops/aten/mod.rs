@@ -1,14 +1,18 @@
-//! The ops generated from libtorch's schema (tools/schema.py, tools/emit_aten.py). Each is an op
-//! of the table whose body calls its C++ kernel (generated/*.cpp): the Rust side passes the
-//! arguments as an array of `Arg`s, the kernel calls the schema's overload through libtorch's
-//! dispatcher and hands its tensors back through `Results`. args.h is the C++ side of both.
+//! The ops that call a kernel generated from libtorch's schema (tools/schema.py,
+//! tools/emit_aten.py): every public overload the generator takes, and the ops of ops.def with the
+//! body `schema`. Their core functions name the op and its arguments, tensors as handles, and
+//! hand them to the runner (run.rs), which passes them to the C++ kernel (generated/*.cpp) as an
+//! array of `Arg`s; the kernel calls the schema's overload through libtorch's dispatcher and hands
+//! its tensors back through `Results`. args.h is the C++ side of both.
 
 pub(crate) mod kernels_generated;
+pub(crate) mod run;
 
 pub(crate) use kernels_generated as kernels;
 
 use crate::dtype::DType;
 use crate::ops::scalars::Scalar;
+use crate::registry::TensorId;
 use crate::shim::{Result, ERR_LEN};
 use smallvec::SmallVec;
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -30,10 +34,18 @@ enum Tag {
     Scalar = 9,
     DType = 10,
     Str = 11,
+    // Handles, which the runner (run.rs) replaces with the tensors above before a kernel sees
+    // them: `i` the handle, or `p` and `len` a list of them (`TensorId`s).
+    Handle = 100,
+    HandleMut = 101,
+    OptHandle = 102,
+    Handles = 103,
+    OptHandles = 104,
 }
 
 /// One argument of a kernel, borrowing what it points to for `'a`.
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub(crate) struct Arg<'a> {
     tag: Tag,
     i: i64,
@@ -50,18 +62,33 @@ impl<'a> Arg<'a> {
     fn slice<T>(tag: Tag, s: &'a [T]) -> Self {
         Arg::new(tag, 0, 0.0, s.as_ptr().cast(), s.len())
     }
+    fn none() -> Self {
+        Arg::new(Tag::None, 0, 0.0, std::ptr::null(), 0)
+    }
     fn opt<T>(v: Option<T>, some: impl FnOnce(T) -> Self) -> Self {
-        v.map_or(Arg::new(Tag::None, 0, 0.0, std::ptr::null(), 0), some)
+        v.map_or(Arg::none(), some)
     }
     pub(crate) fn tensor(t: &'a tch::Tensor) -> Self {
         Arg::new(Tag::Tensor, 0, 0.0, t.as_ptr().cast(), 0)
     }
-    pub(crate) fn opt_tensor(t: Option<&'a tch::Tensor>) -> Self {
-        Arg::opt(t, Arg::tensor)
+    /// The tensor the op reads as `id` (run.rs looks it up).
+    pub(crate) fn handle(id: TensorId) -> Self {
+        Arg::new(Tag::Handle, id.0 as i64, 0.0, std::ptr::null(), 0)
     }
-    /// `ptrs` from `aten::ptrs` or `aten::opt_ptrs` (a null pointer for an absent tensor).
-    pub(crate) fn tensors(ptrs: &'a [*const c_void]) -> Self {
-        Arg::slice(Tag::Tensors, ptrs)
+    /// The tensor an in-place op writes, as `id`.
+    pub(crate) fn handle_mut(id: TensorId) -> Self {
+        Arg::new(Tag::HandleMut, id.0 as i64, 0.0, std::ptr::null(), 0)
+    }
+    /// An optional tensor: handle 0 for none.
+    pub(crate) fn opt_handle(id: TensorId) -> Self {
+        Arg::new(Tag::OptHandle, id.0 as i64, 0.0, std::ptr::null(), 0)
+    }
+    pub(crate) fn handles(ids: &'a [TensorId]) -> Self {
+        Arg::slice(Tag::Handles, ids)
+    }
+    /// A list of optional tensors: handle 0 for none.
+    pub(crate) fn opt_handles(ids: &'a [TensorId]) -> Self {
+        Arg::slice(Tag::OptHandles, ids)
     }
     pub(crate) fn int(i: i64) -> Self {
         Arg::new(Tag::Int, i, 0.0, std::ptr::null(), 0)
@@ -115,16 +142,6 @@ impl<'a> Arg<'a> {
     }
 }
 
-/// The `at::Tensor*` of each tensor of a list, for `Arg::tensors`.
-pub(crate) fn ptrs(list: &[&tch::Tensor]) -> Vec<*const c_void> {
-    list.iter().map(|t| t.as_ptr().cast()).collect()
-}
-
-/// Like `ptrs`, null for an absent tensor.
-pub(crate) fn opt_ptrs(list: &[Option<&tch::Tensor>]) -> Vec<*const c_void> {
-    list.iter().map(|t| t.map_or(std::ptr::null(), |t| t.as_ptr().cast())).collect()
-}
-
 /// Where a kernel puts its results (args.h's `Results`).
 #[repr(C)]
 pub(crate) struct Results {
@@ -167,40 +184,8 @@ fn call(kernel: Kernel, op: &str, args: &[Arg]) -> Result<Collected> {
     Ok(Collected { tensors, i: results.i })
 }
 
-/// An op that returns one tensor.
-pub(crate) fn tensor(kernel: Kernel, op: &str, args: &[Arg]) -> Result<tch::Tensor> {
-    call(kernel, op, args)?.tensors.into_iter().next().ok_or_else(|| TchError::Torch(format!("{op}: no result")))
-}
-
-/// An op that returns several tensors, or a list.
-pub(crate) fn tensors(kernel: Kernel, op: &str, args: &[Arg]) -> Result<Vec<tch::Tensor>> {
-    Ok(call(kernel, op, args)?.tensors.into_vec())
-}
-
-/// A tuple's tensors, checked to be `n`.
-pub(crate) fn exactly(n: usize, tensors: Result<Vec<tch::Tensor>>) -> Result<Vec<tch::Tensor>> {
-    let tensors = tensors?;
-    match tensors.len() == n {
-        true => Ok(tensors),
-        false => Err(TchError::Torch(format!("{} results where the schema says {n}", tensors.len()))),
-    }
-}
-
-/// An op that writes its first argument, or returns nothing.
-pub(crate) fn unit(kernel: Kernel, op: &str, args: &[Arg]) -> Result<()> {
-    call(kernel, op, args).map(drop)
-}
-
-pub(crate) fn bool(kernel: Kernel, op: &str, args: &[Arg]) -> Result<bool> {
-    Ok(call(kernel, op, args)?.i != 0)
-}
-
-pub(crate) fn int(kernel: Kernel, op: &str, args: &[Arg]) -> Result<i64> {
-    Ok(call(kernel, op, args)?.i)
-}
-
-pub(crate) fn dtype(kernel: Kernel, op: &str, args: &[Arg]) -> Result<DType> {
-    let code = call(kernel, op, args)?.i;
+/// The element type of c10's ScalarType number `code`, which `op` returned.
+fn dtype_of(op: &str, code: i64) -> Result<DType> {
     i32::try_from(code).ok().and_then(|c| DType::try_from(c).ok()).ok_or_else(|| {
         TchError::Torch(format!("{op}: element type {code}, which the library does not have"))
     })

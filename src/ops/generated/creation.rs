@@ -11,382 +11,192 @@ pub(crate) mod core {
 
     /// Returns a 1-D tensor of size `\left\lceil \frac{\text{end} - \text{start}}{\text{step}} \right\rceil` with values from the interval `[start, end)` taken with common difference `step` beginning from `start`. (`arange.start(Scalar start, Scalar end, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn arange_start(start: Scalar, end: Scalar, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("arange_start");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_arange_start, "arange.start", &[Arg::scalar(start), Arg::scalar(end), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("arange_start", "arange.start", kernels::tr_aten_arange_start) }, &[Arg::scalar(start), Arg::scalar(end), Arg::opt_dtype(dtype)])
     }
 
     /// Returns a 1-D tensor of size `\left\lceil \frac{\text{end} - \text{start}}{\text{step}} \right\rceil` with values from the interval `[start, end)` taken with common difference `step` beginning from `start`. (`arange.start_step(Scalar start, Scalar end, Scalar step=1, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn arange_start_step(start: Scalar, end: Scalar, step: Scalar, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("arange_start_step");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_arange_start_step, "arange.start_step", &[Arg::scalar(start), Arg::scalar(end), Arg::scalar(step), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("arange_start_step", "arange.start_step", kernels::tr_aten_arange_start_step) }, &[Arg::scalar(start), Arg::scalar(end), Arg::scalar(step), Arg::opt_dtype(dtype)])
     }
 
     /// Bartlett window function. (`bartlett_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn bartlett_window(window_length: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("bartlett_window");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_bartlett_window, "bartlett_window", &[Arg::int(window_length), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("bartlett_window", "bartlett_window", kernels::tr_aten_bartlett_window) }, &[Arg::int(window_length), Arg::opt_dtype(dtype)])
     }
 
     /// Bartlett window function. (`bartlett_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn bartlett_window_periodic(window_length: i64, periodic: bool, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("bartlett_window_periodic");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_bartlett_window_periodic, "bartlett_window.periodic", &[Arg::int(window_length), Arg::bool(periodic), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("bartlett_window_periodic", "bartlett_window.periodic", kernels::tr_aten_bartlett_window_periodic) }, &[Arg::int(window_length), Arg::bool(periodic), Arg::opt_dtype(dtype)])
     }
 
     /// Blackman window function. (`blackman_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn blackman_window(window_length: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("blackman_window");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_blackman_window, "blackman_window", &[Arg::int(window_length), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("blackman_window", "blackman_window", kernels::tr_aten_blackman_window) }, &[Arg::int(window_length), Arg::opt_dtype(dtype)])
     }
 
     /// Blackman window function. (`blackman_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn blackman_window_periodic(window_length: i64, periodic: bool, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("blackman_window_periodic");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_blackman_window_periodic, "blackman_window.periodic", &[Arg::int(window_length), Arg::bool(periodic), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("blackman_window_periodic", "blackman_window.periodic", kernels::tr_aten_blackman_window_periodic) }, &[Arg::int(window_length), Arg::bool(periodic), Arg::opt_dtype(dtype)])
     }
 
     /// Returns a tensor filled with uninitialized data. (`empty.memory_format(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`)
     pub(crate) fn empty_memory_format(size: &[i64], dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("empty_memory_format");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_empty_memory_format, "empty.memory_format", &[Arg::ints(size), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("empty_memory_format", "empty.memory_format", kernels::tr_aten_empty_memory_format) }, &[Arg::ints(size), Arg::opt_dtype(dtype)])
     }
 
     /// Creates an uninitialized, non-overlapping and dense tensor with the specified `size`, with `physical_layout` specifying how the dimensions are physically laid out in memory (each logical dimension is listed from outermost to innermost). (`empty_permuted(SymInt[] size, int[] physical_layout, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn empty_permuted(size: &[i64], physical_layout: &[i64], dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("empty_permuted");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_empty_permuted, "empty_permuted", &[Arg::ints(size), Arg::ints(physical_layout), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("empty_permuted", "empty_permuted", kernels::tr_aten_empty_permuted) }, &[Arg::ints(size), Arg::ints(physical_layout), Arg::opt_dtype(dtype)])
     }
 
     /// Returns an uninitialized tensor with the same size as `input`. (`empty_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`)
     pub(crate) fn empty_like(input: TensorId, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dtype: Option<DType>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_empty_like, "empty_like", &[Arg::tensor(input), Arg::opt_dtype(dtype)])?)
-            }
-            let mut op = Op::begin("empty_like");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dtype)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dtype))
-            }))
-        }))
+        run::replayable(const { &Schema::new("empty_like", "empty_like", kernels::tr_aten_empty_like) }, &[Arg::handle(input), Arg::opt_dtype(dtype)])
     }
 
     /// Creates a tensor with the specified `size` and `stride` and filled with undefined data. (`empty_strided(SymInt[] size, SymInt[] stride, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn empty_strided(size: &[i64], stride: &[i64], dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("empty_strided");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_empty_strided, "empty_strided", &[Arg::ints(size), Arg::ints(stride), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("empty_strided", "empty_strided", kernels::tr_aten_empty_strided) }, &[Arg::ints(size), Arg::ints(stride), Arg::opt_dtype(dtype)])
     }
 
     /// Returns a 2-D tensor with ones on the diagonal and zeros elsewhere. (`eye.m(SymInt n, SymInt m, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn eye_m(n: i64, m: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("eye_m");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_eye_m, "eye.m", &[Arg::int(n), Arg::int(m), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("eye_m", "eye.m", kernels::tr_aten_eye_m) }, &[Arg::int(n), Arg::int(m), Arg::opt_dtype(dtype)])
     }
 
     /// Returns a tensor with the same size as `input` filled with `fill_value`. (`full_like(Tensor self, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`)
     pub(crate) fn full_like(input: TensorId, fill_value: Scalar, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], fill_value: Scalar, dtype: Option<DType>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_full_like, "full_like", &[Arg::tensor(input), Arg::scalar(fill_value), Arg::opt_dtype(dtype)])?)
-            }
-            let mut op = Op::begin("full_like");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, fill_value, dtype)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, fill_value, dtype))
-            }))
-        }))
+        run::replayable(const { &Schema::new("full_like", "full_like", kernels::tr_aten_full_like) }, &[Arg::handle(input), Arg::scalar(fill_value), Arg::opt_dtype(dtype)])
     }
 
     /// Creates a CPU tensor with a storage backed by a memory-mapped file. (`from_file(str filename, bool? shared=None, int? size=0, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn from_file(filename: &str, shared: Option<bool>, size: Option<i64>, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("from_file");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_from_file, "from_file", &[Arg::str(filename), Arg::opt_bool(shared), Arg::opt_int(size), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("from_file", "from_file", kernels::tr_aten_from_file) }, &[Arg::str(filename), Arg::opt_bool(shared), Arg::opt_int(size), Arg::opt_dtype(dtype)])
     }
 
     /// Hann window function. (`hann_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn hann_window(window_length: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("hann_window");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_hann_window, "hann_window", &[Arg::int(window_length), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("hann_window", "hann_window", kernels::tr_aten_hann_window) }, &[Arg::int(window_length), Arg::opt_dtype(dtype)])
     }
 
     /// Hann window function. (`hann_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn hann_window_periodic(window_length: i64, periodic: bool, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("hann_window_periodic");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_hann_window_periodic, "hann_window.periodic", &[Arg::int(window_length), Arg::bool(periodic), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("hann_window_periodic", "hann_window.periodic", kernels::tr_aten_hann_window_periodic) }, &[Arg::int(window_length), Arg::bool(periodic), Arg::opt_dtype(dtype)])
     }
 
     /// Hamming window function. (`hamming_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn hamming_window(window_length: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("hamming_window");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_hamming_window, "hamming_window", &[Arg::int(window_length), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("hamming_window", "hamming_window", kernels::tr_aten_hamming_window) }, &[Arg::int(window_length), Arg::opt_dtype(dtype)])
     }
 
     /// Hamming window function. (`hamming_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn hamming_window_periodic(window_length: i64, periodic: bool, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("hamming_window_periodic");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_hamming_window_periodic, "hamming_window.periodic", &[Arg::int(window_length), Arg::bool(periodic), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("hamming_window_periodic", "hamming_window.periodic", kernels::tr_aten_hamming_window_periodic) }, &[Arg::int(window_length), Arg::bool(periodic), Arg::opt_dtype(dtype)])
     }
 
     /// Hamming window function. (`hamming_window.periodic_alpha(int window_length, bool periodic, float alpha, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn hamming_window_periodic_alpha(window_length: i64, periodic: bool, alpha: f64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("hamming_window_periodic_alpha");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_hamming_window_periodic_alpha, "hamming_window.periodic_alpha", &[Arg::int(window_length), Arg::bool(periodic), Arg::float(alpha), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("hamming_window_periodic_alpha", "hamming_window.periodic_alpha", kernels::tr_aten_hamming_window_periodic_alpha) }, &[Arg::int(window_length), Arg::bool(periodic), Arg::float(alpha), Arg::opt_dtype(dtype)])
     }
 
     /// Hamming window function. (`hamming_window.periodic_alpha_beta(int window_length, bool periodic, float alpha, float beta, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn hamming_window_periodic_alpha_beta(window_length: i64, periodic: bool, alpha: f64, beta: f64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("hamming_window_periodic_alpha_beta");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_hamming_window_periodic_alpha_beta, "hamming_window.periodic_alpha_beta", &[Arg::int(window_length), Arg::bool(periodic), Arg::float(alpha), Arg::float(beta), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("hamming_window_periodic_alpha_beta", "hamming_window.periodic_alpha_beta", kernels::tr_aten_hamming_window_periodic_alpha_beta) }, &[Arg::int(window_length), Arg::bool(periodic), Arg::float(alpha), Arg::float(beta), Arg::opt_dtype(dtype)])
     }
 
     /// Computes the Kaiser window with window length `window_length` and shape parameter `beta`. (`kaiser_window(int window_length, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn kaiser_window(window_length: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("kaiser_window");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_kaiser_window, "kaiser_window", &[Arg::int(window_length), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("kaiser_window", "kaiser_window", kernels::tr_aten_kaiser_window) }, &[Arg::int(window_length), Arg::opt_dtype(dtype)])
     }
 
     /// Computes the Kaiser window with window length `window_length` and shape parameter `beta`. (`kaiser_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn kaiser_window_periodic(window_length: i64, periodic: bool, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("kaiser_window_periodic");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_kaiser_window_periodic, "kaiser_window.periodic", &[Arg::int(window_length), Arg::bool(periodic), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("kaiser_window_periodic", "kaiser_window.periodic", kernels::tr_aten_kaiser_window_periodic) }, &[Arg::int(window_length), Arg::bool(periodic), Arg::opt_dtype(dtype)])
     }
 
     /// Computes the Kaiser window with window length `window_length` and shape parameter `beta`. (`kaiser_window.beta(int window_length, bool periodic, float beta, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn kaiser_window_beta(window_length: i64, periodic: bool, beta: f64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("kaiser_window_beta");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_kaiser_window_beta, "kaiser_window.beta", &[Arg::int(window_length), Arg::bool(periodic), Arg::float(beta), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("kaiser_window_beta", "kaiser_window.beta", kernels::tr_aten_kaiser_window_beta) }, &[Arg::int(window_length), Arg::bool(periodic), Arg::float(beta), Arg::opt_dtype(dtype)])
     }
 
     /// Creates a one-dimensional tensor of size `steps` whose values are evenly spaced from `start` to `end`, inclusive. (`linspace(Scalar start, Scalar end, int steps, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn linspace(start: Scalar, end: Scalar, steps: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("linspace");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_linspace, "linspace", &[Arg::scalar(start), Arg::scalar(end), Arg::int(steps), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("linspace", "linspace", kernels::tr_aten_linspace) }, &[Arg::scalar(start), Arg::scalar(end), Arg::int(steps), Arg::opt_dtype(dtype)])
     }
 
     /// Creates a one-dimensional tensor of size `steps` whose values are evenly spaced from `start` to `end`, inclusive. (`linspace.Tensor_Tensor(Tensor start, Tensor end, int steps, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn linspace_tensor_tensor(start: TensorId, end: TensorId, steps: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], steps: i64, dtype: Option<DType>) -> Result<tch::Tensor> {
-                let [start, end] = replay_args(inputs)?;
-                let start = given(start)?;
-                let end = given(end)?;
-                Ok(aten::tensor(kernels::tr_aten_linspace_tensor_tensor, "linspace.Tensor_Tensor", &[Arg::tensor(start), Arg::tensor(end), Arg::int(steps), Arg::opt_dtype(dtype)])?)
-            }
-            let mut op = Op::begin("linspace_tensor_tensor");
-            let [start, end] = op.get([start, end])?;
-            let start: &tch::Tensor = &start;
-            let end: &tch::Tensor = &end;
-            op.output_replayable([Some(start), Some(end)], erased_run(&|inputs| replay(inputs, steps, dtype)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, steps, dtype))
-            }))
-        }))
+        run::replayable(const { &Schema::new("linspace_tensor_tensor", "linspace.Tensor_Tensor", kernels::tr_aten_linspace_tensor_tensor) }, &[Arg::handle(start), Arg::handle(end), Arg::int(steps), Arg::opt_dtype(dtype)])
     }
 
     /// Creates a one-dimensional tensor of size `steps` whose values are evenly spaced from `start` to `end`, inclusive. (`linspace.Tensor_Scalar(Tensor start, Scalar end, int steps, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn linspace_tensor_scalar(start: TensorId, end: Scalar, steps: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], end: Scalar, steps: i64, dtype: Option<DType>) -> Result<tch::Tensor> {
-                let [start] = replay_args(inputs)?;
-                let start = given(start)?;
-                Ok(aten::tensor(kernels::tr_aten_linspace_tensor_scalar, "linspace.Tensor_Scalar", &[Arg::tensor(start), Arg::scalar(end), Arg::int(steps), Arg::opt_dtype(dtype)])?)
-            }
-            let mut op = Op::begin("linspace_tensor_scalar");
-            let [start] = op.get([start])?;
-            let start: &tch::Tensor = &start;
-            op.output_replayable([Some(start)], erased_run(&|inputs| replay(inputs, end, steps, dtype)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, end, steps, dtype))
-            }))
-        }))
+        run::replayable(const { &Schema::new("linspace_tensor_scalar", "linspace.Tensor_Scalar", kernels::tr_aten_linspace_tensor_scalar) }, &[Arg::handle(start), Arg::scalar(end), Arg::int(steps), Arg::opt_dtype(dtype)])
     }
 
     /// Creates a one-dimensional tensor of size `steps` whose values are evenly spaced from `start` to `end`, inclusive. (`linspace.Scalar_Tensor(Scalar start, Tensor end, int steps, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn linspace_scalar_tensor(start: Scalar, end: TensorId, steps: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], start: Scalar, steps: i64, dtype: Option<DType>) -> Result<tch::Tensor> {
-                let [end] = replay_args(inputs)?;
-                let end = given(end)?;
-                Ok(aten::tensor(kernels::tr_aten_linspace_scalar_tensor, "linspace.Scalar_Tensor", &[Arg::scalar(start), Arg::tensor(end), Arg::int(steps), Arg::opt_dtype(dtype)])?)
-            }
-            let mut op = Op::begin("linspace_scalar_tensor");
-            let [end] = op.get([end])?;
-            let end: &tch::Tensor = &end;
-            op.output_replayable([Some(end)], erased_run(&|inputs| replay(inputs, start, steps, dtype)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, start, steps, dtype))
-            }))
-        }))
+        run::replayable(const { &Schema::new("linspace_scalar_tensor", "linspace.Scalar_Tensor", kernels::tr_aten_linspace_scalar_tensor) }, &[Arg::scalar(start), Arg::handle(end), Arg::int(steps), Arg::opt_dtype(dtype)])
     }
 
     /// Creates a one-dimensional tensor of size `steps` whose values are evenly spaced from `{{\text{{base}}}}^{{\text{{start}}}}` to `{{\text{{base}}}}^{{\text{{end}}}}`, inclusive, on a logarithmic scale with base `base`. (`logspace(Scalar start, Scalar end, int steps, float base=10.0, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn logspace(start: Scalar, end: Scalar, steps: i64, base: f64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("logspace");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_logspace, "logspace", &[Arg::scalar(start), Arg::scalar(end), Arg::int(steps), Arg::float(base), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("logspace", "logspace", kernels::tr_aten_logspace) }, &[Arg::scalar(start), Arg::scalar(end), Arg::int(steps), Arg::float(base), Arg::opt_dtype(dtype)])
     }
 
     /// Creates a one-dimensional tensor of size `steps` whose values are evenly spaced from `{{\text{{base}}}}^{{\text{{start}}}}` to `{{\text{{base}}}}^{{\text{{end}}}}`, inclusive, on a logarithmic scale with base `base`. (`logspace.Tensor_Tensor(Tensor start, Tensor end, int steps, float base=10.0, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn logspace_tensor_tensor(start: TensorId, end: TensorId, steps: i64, base: f64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], steps: i64, base: f64, dtype: Option<DType>) -> Result<tch::Tensor> {
-                let [start, end] = replay_args(inputs)?;
-                let start = given(start)?;
-                let end = given(end)?;
-                Ok(aten::tensor(kernels::tr_aten_logspace_tensor_tensor, "logspace.Tensor_Tensor", &[Arg::tensor(start), Arg::tensor(end), Arg::int(steps), Arg::float(base), Arg::opt_dtype(dtype)])?)
-            }
-            let mut op = Op::begin("logspace_tensor_tensor");
-            let [start, end] = op.get([start, end])?;
-            let start: &tch::Tensor = &start;
-            let end: &tch::Tensor = &end;
-            op.output_replayable([Some(start), Some(end)], erased_run(&|inputs| replay(inputs, steps, base, dtype)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, steps, base, dtype))
-            }))
-        }))
+        run::replayable(const { &Schema::new("logspace_tensor_tensor", "logspace.Tensor_Tensor", kernels::tr_aten_logspace_tensor_tensor) }, &[Arg::handle(start), Arg::handle(end), Arg::int(steps), Arg::float(base), Arg::opt_dtype(dtype)])
     }
 
     /// Creates a one-dimensional tensor of size `steps` whose values are evenly spaced from `{{\text{{base}}}}^{{\text{{start}}}}` to `{{\text{{base}}}}^{{\text{{end}}}}`, inclusive, on a logarithmic scale with base `base`. (`logspace.Tensor_Scalar(Tensor start, Scalar end, int steps, float base=10.0, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn logspace_tensor_scalar(start: TensorId, end: Scalar, steps: i64, base: f64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], end: Scalar, steps: i64, base: f64, dtype: Option<DType>) -> Result<tch::Tensor> {
-                let [start] = replay_args(inputs)?;
-                let start = given(start)?;
-                Ok(aten::tensor(kernels::tr_aten_logspace_tensor_scalar, "logspace.Tensor_Scalar", &[Arg::tensor(start), Arg::scalar(end), Arg::int(steps), Arg::float(base), Arg::opt_dtype(dtype)])?)
-            }
-            let mut op = Op::begin("logspace_tensor_scalar");
-            let [start] = op.get([start])?;
-            let start: &tch::Tensor = &start;
-            op.output_replayable([Some(start)], erased_run(&|inputs| replay(inputs, end, steps, base, dtype)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, end, steps, base, dtype))
-            }))
-        }))
+        run::replayable(const { &Schema::new("logspace_tensor_scalar", "logspace.Tensor_Scalar", kernels::tr_aten_logspace_tensor_scalar) }, &[Arg::handle(start), Arg::scalar(end), Arg::int(steps), Arg::float(base), Arg::opt_dtype(dtype)])
     }
 
     /// Creates a one-dimensional tensor of size `steps` whose values are evenly spaced from `{{\text{{base}}}}^{{\text{{start}}}}` to `{{\text{{base}}}}^{{\text{{end}}}}`, inclusive, on a logarithmic scale with base `base`. (`logspace.Scalar_Tensor(Scalar start, Tensor end, int steps, float base=10.0, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn logspace_scalar_tensor(start: Scalar, end: TensorId, steps: i64, base: f64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], start: Scalar, steps: i64, base: f64, dtype: Option<DType>) -> Result<tch::Tensor> {
-                let [end] = replay_args(inputs)?;
-                let end = given(end)?;
-                Ok(aten::tensor(kernels::tr_aten_logspace_scalar_tensor, "logspace.Scalar_Tensor", &[Arg::scalar(start), Arg::tensor(end), Arg::int(steps), Arg::float(base), Arg::opt_dtype(dtype)])?)
-            }
-            let mut op = Op::begin("logspace_scalar_tensor");
-            let [end] = op.get([end])?;
-            let end: &tch::Tensor = &end;
-            op.output_replayable([Some(end)], erased_run(&|inputs| replay(inputs, start, steps, base, dtype)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, start, steps, base, dtype))
-            }))
-        }))
+        run::replayable(const { &Schema::new("logspace_scalar_tensor", "logspace.Scalar_Tensor", kernels::tr_aten_logspace_scalar_tensor) }, &[Arg::scalar(start), Arg::handle(end), Arg::int(steps), Arg::float(base), Arg::opt_dtype(dtype)])
     }
 
     /// A tensor of no dimensions holding `s`. (`scalar_tensor(Scalar s, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn scalar_tensor(s: Scalar, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("scalar_tensor");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_scalar_tensor, "scalar_tensor", &[Arg::scalar(s), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("scalar_tensor", "scalar_tensor", kernels::tr_aten_scalar_tensor) }, &[Arg::scalar(s), Arg::opt_dtype(dtype)])
     }
 
     /// Returns a 1-D tensor of size `\left\lfloor \frac{\text{end} - \text{start}}{\text{step}} \right\rfloor + 1` with values from `start` to `end` with step `step`. (`range.step(Scalar start, Scalar end, Scalar step=1, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn range_step(start: Scalar, end: Scalar, step: Scalar, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("range_step");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_range_step, "range.step", &[Arg::scalar(start), Arg::scalar(end), Arg::scalar(step), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("range_step", "range.step", kernels::tr_aten_range_step) }, &[Arg::scalar(start), Arg::scalar(end), Arg::scalar(step), Arg::opt_dtype(dtype)])
     }
 
     /// Returns a 1-D tensor of size `\left\lfloor \frac{\text{end} - \text{start}}{\text{step}} \right\rfloor + 1` with values from `start` to `end` with step `step`. (`range(Scalar start, Scalar end, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn range(start: Scalar, end: Scalar, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("range");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_range, "range", &[Arg::scalar(start), Arg::scalar(end), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("range", "range", kernels::tr_aten_range) }, &[Arg::scalar(start), Arg::scalar(end), Arg::opt_dtype(dtype)])
     }
 
     /// Returns the indices of the lower triangular part of a `row`-by- `col` matrix in a 2-by-N Tensor, where the first row contains row coordinates of all indices and the second row contains column coordinates. (`tril_indices(int row, int col, int offset=0, *, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn tril_indices(row: i64, col: i64, offset: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("tril_indices");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_tril_indices, "tril_indices", &[Arg::int(row), Arg::int(col), Arg::int(offset), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("tril_indices", "tril_indices", kernels::tr_aten_tril_indices) }, &[Arg::int(row), Arg::int(col), Arg::int(offset), Arg::opt_dtype(dtype)])
     }
 
     /// Returns the indices of the upper triangular part of a `row` by `col` matrix in a 2-by-N Tensor, where the first row contains row coordinates of all indices and the second row contains column coordinates. (`triu_indices(int row, int col, int offset=0, *, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn triu_indices(row: i64, col: i64, offset: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("triu_indices");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_triu_indices, "triu_indices", &[Arg::int(row), Arg::int(col), Arg::int(offset), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("triu_indices", "triu_indices", kernels::tr_aten_triu_indices) }, &[Arg::int(row), Arg::int(col), Arg::int(offset), Arg::opt_dtype(dtype)])
     }
 
     /// Returns a tensor of random numbers drawn from separate normal distributions whose mean and standard deviation are given. (`normal.float_float(float mean, float std, SymInt[] size, *, Generator? generator=None, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn normal_float_float(mean: f64, std: f64, size: &[i64], dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("normal_float_float");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_normal_float_float, "normal.float_float", &[Arg::float(mean), Arg::float(std), Arg::ints(size), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("normal_float_float", "normal.float_float", kernels::tr_aten_normal_float_float) }, &[Arg::float(mean), Arg::float(std), Arg::ints(size), Arg::opt_dtype(dtype)])
     }
 
     /// Computes the discrete Fourier Transform sample frequencies for a signal of size `n`. (`fft_fftfreq(int n, float d=1.0, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn fft_fftfreq(n: i64, d: f64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("fft_fftfreq");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_fftfreq, "fft_fftfreq", &[Arg::int(n), Arg::float(d), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("fft_fftfreq", "fft_fftfreq", kernels::tr_aten_fft_fftfreq) }, &[Arg::int(n), Arg::float(d), Arg::opt_dtype(dtype)])
     }
 
     /// Computes the sample frequencies for `torch.fft.rfft` with a signal of size `n`. (`fft_rfftfreq(int n, float d=1.0, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn fft_rfftfreq(n: i64, d: f64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("fft_rfftfreq");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_rfftfreq, "fft_rfftfreq", &[Arg::int(n), Arg::float(d), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("fft_rfftfreq", "fft_rfftfreq", kernels::tr_aten_fft_rfftfreq) }, &[Arg::int(n), Arg::float(d), Arg::opt_dtype(dtype)])
     }
 }
 

@@ -11,260 +11,117 @@ pub(crate) mod core {
 
     /// Short-time Fourier transform (STFT). (`stft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool normalized=False, bool? onesided=None, bool? return_complex=None, bool? align_to_window=None) -> Tensor`)
     pub(crate) fn stft(input: TensorId, n_fft: i64, hop_length: Option<i64>, win_length: Option<i64>, window: TensorId, normalized: bool, onesided: Option<bool>, return_complex: Option<bool>, align_to_window: Option<bool>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], n_fft: i64, hop_length: Option<i64>, win_length: Option<i64>, normalized: bool, onesided: Option<bool>, return_complex: Option<bool>, align_to_window: Option<bool>) -> Result<tch::Tensor> {
-                let [input, window] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_stft, "stft", &[Arg::tensor(input), Arg::int(n_fft), Arg::opt_int(hop_length), Arg::opt_int(win_length), Arg::opt_tensor(window), Arg::bool(normalized), Arg::opt_bool(onesided), Arg::opt_bool(return_complex), Arg::opt_bool(align_to_window)])?)
-            }
-            let mut op = Op::begin("stft");
-            let [input] = op.get([input])?;
-            let window = op.get_opt(window)?;
-            let input: &tch::Tensor = &input;
-            let window = window.as_deref();
-            op.output_replayable([Some(input), window], erased_run(&|inputs| replay(inputs, n_fft, hop_length, win_length, normalized, onesided, return_complex, align_to_window)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n_fft, hop_length, win_length, normalized, onesided, return_complex, align_to_window))
-            }))
-        }))
+        run::replayable(const { &Schema::new("stft", "stft", kernels::tr_aten_stft) }, &[Arg::handle(input), Arg::int(n_fft), Arg::opt_int(hop_length), Arg::opt_int(win_length), Arg::opt_handle(window), Arg::bool(normalized), Arg::opt_bool(onesided), Arg::opt_bool(return_complex), Arg::opt_bool(align_to_window)])
     }
 
     /// Short-time Fourier transform (STFT). (`stft.center(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool center=True, str pad_mode="reflect", bool normalized=False, bool? onesided=None, bool? return_complex=None, bool? align_to_window=None) -> Tensor`)
     pub(crate) fn stft_center(input: TensorId, n_fft: i64, hop_length: Option<i64>, win_length: Option<i64>, window: TensorId, center: bool, pad_mode: &str, normalized: bool, onesided: Option<bool>, return_complex: Option<bool>, align_to_window: Option<bool>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], n_fft: i64, hop_length: Option<i64>, win_length: Option<i64>, center: bool, pad_mode: &str, normalized: bool, onesided: Option<bool>, return_complex: Option<bool>, align_to_window: Option<bool>) -> Result<tch::Tensor> {
-                let [input, window] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_stft_center, "stft.center", &[Arg::tensor(input), Arg::int(n_fft), Arg::opt_int(hop_length), Arg::opt_int(win_length), Arg::opt_tensor(window), Arg::bool(center), Arg::str(pad_mode), Arg::bool(normalized), Arg::opt_bool(onesided), Arg::opt_bool(return_complex), Arg::opt_bool(align_to_window)])?)
-            }
-            let mut op = Op::begin("stft_center");
-            let [input] = op.get([input])?;
-            let window = op.get_opt(window)?;
-            let input: &tch::Tensor = &input;
-            let window = window.as_deref();
-            op.output_replayable([Some(input), window], erased_run(&|inputs| replay(inputs, n_fft, hop_length, win_length, center, pad_mode, normalized, onesided, return_complex, align_to_window)), erased_keep(&mut || {
-                let pad_mode = pad_mode.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n_fft, hop_length, win_length, center, &pad_mode, normalized, onesided, return_complex, align_to_window))
-            }))
-        }))
+        run::replayable(const { &Schema::new("stft_center", "stft.center", kernels::tr_aten_stft_center) }, &[Arg::handle(input), Arg::int(n_fft), Arg::opt_int(hop_length), Arg::opt_int(win_length), Arg::opt_handle(window), Arg::bool(center), Arg::str(pad_mode), Arg::bool(normalized), Arg::opt_bool(onesided), Arg::opt_bool(return_complex), Arg::opt_bool(align_to_window)])
     }
 
     /// Inverse short time Fourier Transform. (`istft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool center=True, bool normalized=False, bool? onesided=None, int? length=None, bool return_complex=False) -> Tensor`)
     pub(crate) fn istft(input: TensorId, n_fft: i64, hop_length: Option<i64>, win_length: Option<i64>, window: TensorId, center: bool, normalized: bool, onesided: Option<bool>, length: Option<i64>, return_complex: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], n_fft: i64, hop_length: Option<i64>, win_length: Option<i64>, center: bool, normalized: bool, onesided: Option<bool>, length: Option<i64>, return_complex: bool) -> Result<tch::Tensor> {
-                let [input, window] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_istft, "istft", &[Arg::tensor(input), Arg::int(n_fft), Arg::opt_int(hop_length), Arg::opt_int(win_length), Arg::opt_tensor(window), Arg::bool(center), Arg::bool(normalized), Arg::opt_bool(onesided), Arg::opt_int(length), Arg::bool(return_complex)])?)
-            }
-            let mut op = Op::begin("istft");
-            let [input] = op.get([input])?;
-            let window = op.get_opt(window)?;
-            let input: &tch::Tensor = &input;
-            let window = window.as_deref();
-            op.output_replayable([Some(input), window], erased_run(&|inputs| replay(inputs, n_fft, hop_length, win_length, center, normalized, onesided, length, return_complex)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n_fft, hop_length, win_length, center, normalized, onesided, length, return_complex))
-            }))
-        }))
+        run::replayable(const { &Schema::new("istft", "istft", kernels::tr_aten_istft) }, &[Arg::handle(input), Arg::int(n_fft), Arg::opt_int(hop_length), Arg::opt_int(win_length), Arg::opt_handle(window), Arg::bool(center), Arg::bool(normalized), Arg::opt_bool(onesided), Arg::opt_int(length), Arg::bool(return_complex)])
     }
 
     /// Computes the one dimensional discrete Fourier transform of `input`. (`fft_fft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor`)
     pub(crate) fn fft_fft(input: TensorId, n: Option<i64>, dim: i64, norm: Option<&str>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("fft_fft");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_fft, "fft_fft", &[Arg::tensor(input), Arg::opt_int(n), Arg::int(dim), Arg::opt_str(norm)])))
-        }))
+        run::replayable(const { &Schema::new("fft_fft", "fft_fft", kernels::tr_aten_fft_fft) }, &[Arg::handle(input), Arg::opt_int(n), Arg::int(dim), Arg::opt_str(norm)])
     }
 
     /// Computes the one dimensional inverse discrete Fourier transform of `input`. (`fft_ifft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor`)
     pub(crate) fn fft_ifft(input: TensorId, n: Option<i64>, dim: i64, norm: Option<&str>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("fft_ifft");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_ifft, "fft_ifft", &[Arg::tensor(input), Arg::opt_int(n), Arg::int(dim), Arg::opt_str(norm)])))
-        }))
+        run::replayable(const { &Schema::new("fft_ifft", "fft_ifft", kernels::tr_aten_fft_ifft) }, &[Arg::handle(input), Arg::opt_int(n), Arg::int(dim), Arg::opt_str(norm)])
     }
 
     /// Computes the one dimensional Fourier transform of real-valued `input`. (`fft_rfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor`)
     pub(crate) fn fft_rfft(input: TensorId, n: Option<i64>, dim: i64, norm: Option<&str>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("fft_rfft");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_rfft, "fft_rfft", &[Arg::tensor(input), Arg::opt_int(n), Arg::int(dim), Arg::opt_str(norm)])))
-        }))
+        run::replayable(const { &Schema::new("fft_rfft", "fft_rfft", kernels::tr_aten_fft_rfft) }, &[Arg::handle(input), Arg::opt_int(n), Arg::int(dim), Arg::opt_str(norm)])
     }
 
     /// Computes the inverse of `torch.fft.rfft`. (`fft_irfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor`)
     pub(crate) fn fft_irfft(input: TensorId, n: Option<i64>, dim: i64, norm: Option<&str>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("fft_irfft");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_irfft, "fft_irfft", &[Arg::tensor(input), Arg::opt_int(n), Arg::int(dim), Arg::opt_str(norm)])))
-        }))
+        run::replayable(const { &Schema::new("fft_irfft", "fft_irfft", kernels::tr_aten_fft_irfft) }, &[Arg::handle(input), Arg::opt_int(n), Arg::int(dim), Arg::opt_str(norm)])
     }
 
     /// Computes the one dimensional discrete Fourier transform of a Hermitian symmetric `input` signal. (`fft_hfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor`)
     pub(crate) fn fft_hfft(input: TensorId, n: Option<i64>, dim: i64, norm: Option<&str>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("fft_hfft");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_hfft, "fft_hfft", &[Arg::tensor(input), Arg::opt_int(n), Arg::int(dim), Arg::opt_str(norm)])))
-        }))
+        run::replayable(const { &Schema::new("fft_hfft", "fft_hfft", kernels::tr_aten_fft_hfft) }, &[Arg::handle(input), Arg::opt_int(n), Arg::int(dim), Arg::opt_str(norm)])
     }
 
     /// Computes the inverse of `torch.fft.hfft`. (`fft_ihfft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor`)
     pub(crate) fn fft_ihfft(input: TensorId, n: Option<i64>, dim: i64, norm: Option<&str>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("fft_ihfft");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_ihfft, "fft_ihfft", &[Arg::tensor(input), Arg::opt_int(n), Arg::int(dim), Arg::opt_str(norm)])))
-        }))
+        run::replayable(const { &Schema::new("fft_ihfft", "fft_ihfft", kernels::tr_aten_fft_ihfft) }, &[Arg::handle(input), Arg::opt_int(n), Arg::int(dim), Arg::opt_str(norm)])
     }
 
     /// Computes the 2 dimensional discrete Fourier transform of `input`. (`fft_fft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`)
     pub(crate) fn fft_fft2(input: TensorId, s: Option<&[i64]>, dim: &[i64], norm: Option<&str>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("fft_fft2");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_fft2, "fft_fft2", &[Arg::tensor(input), Arg::opt_ints(s), Arg::ints(dim), Arg::opt_str(norm)])))
-        }))
+        run::replayable(const { &Schema::new("fft_fft2", "fft_fft2", kernels::tr_aten_fft_fft2) }, &[Arg::handle(input), Arg::opt_ints(s), Arg::ints(dim), Arg::opt_str(norm)])
     }
 
     /// Computes the 2 dimensional inverse discrete Fourier transform of `input`. (`fft_ifft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`)
     pub(crate) fn fft_ifft2(input: TensorId, s: Option<&[i64]>, dim: &[i64], norm: Option<&str>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("fft_ifft2");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_ifft2, "fft_ifft2", &[Arg::tensor(input), Arg::opt_ints(s), Arg::ints(dim), Arg::opt_str(norm)])))
-        }))
+        run::replayable(const { &Schema::new("fft_ifft2", "fft_ifft2", kernels::tr_aten_fft_ifft2) }, &[Arg::handle(input), Arg::opt_ints(s), Arg::ints(dim), Arg::opt_str(norm)])
     }
 
     /// Computes the 2-dimensional discrete Fourier transform of real `input`. (`fft_rfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`)
     pub(crate) fn fft_rfft2(input: TensorId, s: Option<&[i64]>, dim: &[i64], norm: Option<&str>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("fft_rfft2");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_rfft2, "fft_rfft2", &[Arg::tensor(input), Arg::opt_ints(s), Arg::ints(dim), Arg::opt_str(norm)])))
-        }))
+        run::replayable(const { &Schema::new("fft_rfft2", "fft_rfft2", kernels::tr_aten_fft_rfft2) }, &[Arg::handle(input), Arg::opt_ints(s), Arg::ints(dim), Arg::opt_str(norm)])
     }
 
     /// Computes the inverse of `torch.fft.rfft2`. (`fft_irfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`)
     pub(crate) fn fft_irfft2(input: TensorId, s: Option<&[i64]>, dim: &[i64], norm: Option<&str>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("fft_irfft2");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_irfft2, "fft_irfft2", &[Arg::tensor(input), Arg::opt_ints(s), Arg::ints(dim), Arg::opt_str(norm)])))
-        }))
+        run::replayable(const { &Schema::new("fft_irfft2", "fft_irfft2", kernels::tr_aten_fft_irfft2) }, &[Arg::handle(input), Arg::opt_ints(s), Arg::ints(dim), Arg::opt_str(norm)])
     }
 
     /// Computes the 2-dimensional discrete Fourier transform of a Hermitian symmetric `input` signal. (`fft_hfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`)
     pub(crate) fn fft_hfft2(input: TensorId, s: Option<&[i64]>, dim: &[i64], norm: Option<&str>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("fft_hfft2");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_hfft2, "fft_hfft2", &[Arg::tensor(input), Arg::opt_ints(s), Arg::ints(dim), Arg::opt_str(norm)])))
-        }))
+        run::replayable(const { &Schema::new("fft_hfft2", "fft_hfft2", kernels::tr_aten_fft_hfft2) }, &[Arg::handle(input), Arg::opt_ints(s), Arg::ints(dim), Arg::opt_str(norm)])
     }
 
     /// Computes the 2-dimensional inverse discrete Fourier transform of real `input`. (`fft_ihfft2(Tensor self, SymInt[1]? s=None, int[1] dim=[-2,-1], str? norm=None) -> Tensor`)
     pub(crate) fn fft_ihfft2(input: TensorId, s: Option<&[i64]>, dim: &[i64], norm: Option<&str>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("fft_ihfft2");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_ihfft2, "fft_ihfft2", &[Arg::tensor(input), Arg::opt_ints(s), Arg::ints(dim), Arg::opt_str(norm)])))
-        }))
+        run::replayable(const { &Schema::new("fft_ihfft2", "fft_ihfft2", kernels::tr_aten_fft_ihfft2) }, &[Arg::handle(input), Arg::opt_ints(s), Arg::ints(dim), Arg::opt_str(norm)])
     }
 
     /// Computes the N dimensional discrete Fourier transform of `input`. (`fft_fftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`)
     pub(crate) fn fft_fftn(input: TensorId, s: Option<&[i64]>, dim: Option<&[i64]>, norm: Option<&str>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("fft_fftn");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_fftn, "fft_fftn", &[Arg::tensor(input), Arg::opt_ints(s), Arg::opt_ints(dim), Arg::opt_str(norm)])))
-        }))
+        run::replayable(const { &Schema::new("fft_fftn", "fft_fftn", kernels::tr_aten_fft_fftn) }, &[Arg::handle(input), Arg::opt_ints(s), Arg::opt_ints(dim), Arg::opt_str(norm)])
     }
 
     /// Computes the N dimensional inverse discrete Fourier transform of `input`. (`fft_ifftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`)
     pub(crate) fn fft_ifftn(input: TensorId, s: Option<&[i64]>, dim: Option<&[i64]>, norm: Option<&str>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("fft_ifftn");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_ifftn, "fft_ifftn", &[Arg::tensor(input), Arg::opt_ints(s), Arg::opt_ints(dim), Arg::opt_str(norm)])))
-        }))
+        run::replayable(const { &Schema::new("fft_ifftn", "fft_ifftn", kernels::tr_aten_fft_ifftn) }, &[Arg::handle(input), Arg::opt_ints(s), Arg::opt_ints(dim), Arg::opt_str(norm)])
     }
 
     /// Computes the N-dimensional discrete Fourier transform of real `input`. (`fft_rfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`)
     pub(crate) fn fft_rfftn(input: TensorId, s: Option<&[i64]>, dim: Option<&[i64]>, norm: Option<&str>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("fft_rfftn");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_rfftn, "fft_rfftn", &[Arg::tensor(input), Arg::opt_ints(s), Arg::opt_ints(dim), Arg::opt_str(norm)])))
-        }))
+        run::replayable(const { &Schema::new("fft_rfftn", "fft_rfftn", kernels::tr_aten_fft_rfftn) }, &[Arg::handle(input), Arg::opt_ints(s), Arg::opt_ints(dim), Arg::opt_str(norm)])
     }
 
     /// Computes the inverse of `torch.fft.rfftn`. (`fft_irfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`)
     pub(crate) fn fft_irfftn(input: TensorId, s: Option<&[i64]>, dim: Option<&[i64]>, norm: Option<&str>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("fft_irfftn");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_irfftn, "fft_irfftn", &[Arg::tensor(input), Arg::opt_ints(s), Arg::opt_ints(dim), Arg::opt_str(norm)])))
-        }))
+        run::replayable(const { &Schema::new("fft_irfftn", "fft_irfftn", kernels::tr_aten_fft_irfftn) }, &[Arg::handle(input), Arg::opt_ints(s), Arg::opt_ints(dim), Arg::opt_str(norm)])
     }
 
     /// Computes the n-dimensional discrete Fourier transform of a Hermitian symmetric `input` signal. (`fft_hfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`)
     pub(crate) fn fft_hfftn(input: TensorId, s: Option<&[i64]>, dim: Option<&[i64]>, norm: Option<&str>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("fft_hfftn");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_hfftn, "fft_hfftn", &[Arg::tensor(input), Arg::opt_ints(s), Arg::opt_ints(dim), Arg::opt_str(norm)])))
-        }))
+        run::replayable(const { &Schema::new("fft_hfftn", "fft_hfftn", kernels::tr_aten_fft_hfftn) }, &[Arg::handle(input), Arg::opt_ints(s), Arg::opt_ints(dim), Arg::opt_str(norm)])
     }
 
     /// Computes the N-dimensional inverse discrete Fourier transform of real `input`. (`fft_ihfftn(Tensor self, SymInt[1]? s=None, int[1]? dim=None, str? norm=None) -> Tensor`)
     pub(crate) fn fft_ihfftn(input: TensorId, s: Option<&[i64]>, dim: Option<&[i64]>, norm: Option<&str>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("fft_ihfftn");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_ihfftn, "fft_ihfftn", &[Arg::tensor(input), Arg::opt_ints(s), Arg::opt_ints(dim), Arg::opt_str(norm)])))
-        }))
+        run::replayable(const { &Schema::new("fft_ihfftn", "fft_ihfftn", kernels::tr_aten_fft_ihfftn) }, &[Arg::handle(input), Arg::opt_ints(s), Arg::opt_ints(dim), Arg::opt_str(norm)])
     }
 
     /// Reorders n-dimensional FFT data, as provided by `torch.fft.fftn`, to have negative frequency terms first. (`fft_fftshift(Tensor self, int[1]? dim=None) -> Tensor`)
     pub(crate) fn fft_fftshift(input: TensorId, dim: Option<&[i64]>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("fft_fftshift");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_fftshift, "fft_fftshift", &[Arg::tensor(input), Arg::opt_ints(dim)])))
-        }))
+        run::replayable(const { &Schema::new("fft_fftshift", "fft_fftshift", kernels::tr_aten_fft_fftshift) }, &[Arg::handle(input), Arg::opt_ints(dim)])
     }
 
     /// Inverse of `torch.fft.fftshift`. (`fft_ifftshift(Tensor self, int[1]? dim=None) -> Tensor`)
     pub(crate) fn fft_ifftshift(input: TensorId, dim: Option<&[i64]>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("fft_ifftshift");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_fft_ifftshift, "fft_ifftshift", &[Arg::tensor(input), Arg::opt_ints(dim)])))
-        }))
+        run::replayable(const { &Schema::new("fft_ifftshift", "fft_ifftshift", kernels::tr_aten_fft_ifftshift) }, &[Arg::handle(input), Arg::opt_ints(dim)])
     }
 }
 

@@ -11,1736 +11,562 @@ pub(crate) mod core {
 
     /// Performs a matrix-vector product of the matrix `mat` and the vector `vec`. (`addmv(Tensor self, Tensor mat, Tensor vec, *, Scalar beta=1, Scalar alpha=1) -> Tensor`)
     pub(crate) fn addmv(input: TensorId, mat: TensorId, vec: TensorId, beta: Scalar, alpha: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], beta: Scalar, alpha: Scalar) -> Result<tch::Tensor> {
-                let [input, mat, vec] = replay_args(inputs)?;
-                let input = given(input)?;
-                let mat = given(mat)?;
-                let vec = given(vec)?;
-                Ok(aten::tensor(kernels::tr_aten_addmv, "addmv", &[Arg::tensor(input), Arg::tensor(mat), Arg::tensor(vec), Arg::scalar(beta), Arg::scalar(alpha)])?)
-            }
-            let mut op = Op::begin("addmv");
-            let [input, mat, vec] = op.get([input, mat, vec])?;
-            let input: &tch::Tensor = &input;
-            let mat: &tch::Tensor = &mat;
-            let vec: &tch::Tensor = &vec;
-            op.output_replayable([Some(input), Some(mat), Some(vec)], erased_run(&|inputs| replay(inputs, beta, alpha)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, beta, alpha))
-            }))
-        }))
+        run::replayable(const { &Schema::new("addmv", "addmv", kernels::tr_aten_addmv) }, &[Arg::handle(input), Arg::handle(mat), Arg::handle(vec), Arg::scalar(beta), Arg::scalar(alpha)])
     }
 
     /// In-place version of `Tensor.addmv` (`addmv_(Tensor(a!) self, Tensor mat, Tensor vec, *, Scalar beta=1, Scalar alpha=1) -> Tensor(a!)`)
     pub(crate) fn addmv_(input: TensorId, mat: TensorId, vec: TensorId, beta: Scalar, alpha: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("addmv_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [mat, vec] = op.get([mat, vec])?;
-            let input: &tch::Tensor = &input;
-            let mat: &tch::Tensor = &mat;
-            let vec: &tch::Tensor = &vec;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_addmv_, "addmv_", &[Arg::tensor(input), Arg::tensor(mat), Arg::tensor(vec), Arg::scalar(beta), Arg::scalar(alpha)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("addmv_", "addmv_", kernels::tr_aten_addmv_) }, &[Arg::handle_mut(input), Arg::handle(mat), Arg::handle(vec), Arg::scalar(beta), Arg::scalar(alpha)]).map(|_| input)
     }
 
     /// Performs the outer-product of vectors `vec1` and `vec2` and adds it to the matrix `input`. (`addr(Tensor self, Tensor vec1, Tensor vec2, *, Scalar beta=1, Scalar alpha=1) -> Tensor`)
     pub(crate) fn addr(input: TensorId, vec1: TensorId, vec2: TensorId, beta: Scalar, alpha: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], beta: Scalar, alpha: Scalar) -> Result<tch::Tensor> {
-                let [input, vec1, vec2] = replay_args(inputs)?;
-                let input = given(input)?;
-                let vec1 = given(vec1)?;
-                let vec2 = given(vec2)?;
-                Ok(aten::tensor(kernels::tr_aten_addr, "addr", &[Arg::tensor(input), Arg::tensor(vec1), Arg::tensor(vec2), Arg::scalar(beta), Arg::scalar(alpha)])?)
-            }
-            let mut op = Op::begin("addr");
-            let [input, vec1, vec2] = op.get([input, vec1, vec2])?;
-            let input: &tch::Tensor = &input;
-            let vec1: &tch::Tensor = &vec1;
-            let vec2: &tch::Tensor = &vec2;
-            op.output_replayable([Some(input), Some(vec1), Some(vec2)], erased_run(&|inputs| replay(inputs, beta, alpha)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, beta, alpha))
-            }))
-        }))
+        run::replayable(const { &Schema::new("addr", "addr", kernels::tr_aten_addr) }, &[Arg::handle(input), Arg::handle(vec1), Arg::handle(vec2), Arg::scalar(beta), Arg::scalar(alpha)])
     }
 
     /// In-place version of `Tensor.addr` (`addr_(Tensor(a!) self, Tensor vec1, Tensor vec2, *, Scalar beta=1, Scalar alpha=1) -> Tensor(a!)`)
     pub(crate) fn addr_(input: TensorId, vec1: TensorId, vec2: TensorId, beta: Scalar, alpha: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("addr_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [vec1, vec2] = op.get([vec1, vec2])?;
-            let input: &tch::Tensor = &input;
-            let vec1: &tch::Tensor = &vec1;
-            let vec2: &tch::Tensor = &vec2;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_addr_, "addr_", &[Arg::tensor(input), Arg::tensor(vec1), Arg::tensor(vec2), Arg::scalar(beta), Arg::scalar(alpha)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("addr_", "addr_", kernels::tr_aten_addr_) }, &[Arg::handle_mut(input), Arg::handle(vec1), Arg::handle(vec2), Arg::scalar(beta), Arg::scalar(alpha)]).map(|_| input)
     }
 
     /// Performs a batch matrix-matrix product of matrices in `batch1` and `batch2`. (`baddbmm(Tensor self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) -> Tensor`)
     pub(crate) fn baddbmm(input: TensorId, batch1: TensorId, batch2: TensorId, beta: Scalar, alpha: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], beta: Scalar, alpha: Scalar) -> Result<tch::Tensor> {
-                let [input, batch1, batch2] = replay_args(inputs)?;
-                let input = given(input)?;
-                let batch1 = given(batch1)?;
-                let batch2 = given(batch2)?;
-                Ok(aten::tensor(kernels::tr_aten_baddbmm, "baddbmm", &[Arg::tensor(input), Arg::tensor(batch1), Arg::tensor(batch2), Arg::scalar(beta), Arg::scalar(alpha)])?)
-            }
-            let mut op = Op::begin("baddbmm");
-            let [input, batch1, batch2] = op.get([input, batch1, batch2])?;
-            let input: &tch::Tensor = &input;
-            let batch1: &tch::Tensor = &batch1;
-            let batch2: &tch::Tensor = &batch2;
-            op.output_replayable([Some(input), Some(batch1), Some(batch2)], erased_run(&|inputs| replay(inputs, beta, alpha)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, beta, alpha))
-            }))
-        }))
+        run::replayable(const { &Schema::new("baddbmm", "baddbmm", kernels::tr_aten_baddbmm) }, &[Arg::handle(input), Arg::handle(batch1), Arg::handle(batch2), Arg::scalar(beta), Arg::scalar(alpha)])
     }
 
     /// In-place version of `Tensor.baddbmm` (`baddbmm_(Tensor(a!) self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) -> Tensor(a!)`)
     pub(crate) fn baddbmm_(input: TensorId, batch1: TensorId, batch2: TensorId, beta: Scalar, alpha: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("baddbmm_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [batch1, batch2] = op.get([batch1, batch2])?;
-            let input: &tch::Tensor = &input;
-            let batch1: &tch::Tensor = &batch1;
-            let batch2: &tch::Tensor = &batch2;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_baddbmm_, "baddbmm_", &[Arg::tensor(input), Arg::tensor(batch1), Arg::tensor(batch2), Arg::scalar(beta), Arg::scalar(alpha)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("baddbmm_", "baddbmm_", kernels::tr_aten_baddbmm_) }, &[Arg::handle_mut(input), Arg::handle(batch1), Arg::handle(batch2), Arg::scalar(beta), Arg::scalar(alpha)]).map(|_| input)
     }
 
     /// Performs a batch matrix-matrix product of matrices in `batch1` and `batch2`. (`baddbmm.dtype(Tensor self, Tensor batch1, Tensor batch2, ScalarType out_dtype, *, Scalar beta=1, Scalar alpha=1) -> Tensor`)
     pub(crate) fn baddbmm_dtype(input: TensorId, batch1: TensorId, batch2: TensorId, out_dtype: DType, beta: Scalar, alpha: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], out_dtype: DType, beta: Scalar, alpha: Scalar) -> Result<tch::Tensor> {
-                let [input, batch1, batch2] = replay_args(inputs)?;
-                let input = given(input)?;
-                let batch1 = given(batch1)?;
-                let batch2 = given(batch2)?;
-                Ok(aten::tensor(kernels::tr_aten_baddbmm_dtype, "baddbmm.dtype", &[Arg::tensor(input), Arg::tensor(batch1), Arg::tensor(batch2), Arg::dtype(out_dtype), Arg::scalar(beta), Arg::scalar(alpha)])?)
-            }
-            let mut op = Op::begin("baddbmm_dtype");
-            let [input, batch1, batch2] = op.get([input, batch1, batch2])?;
-            let input: &tch::Tensor = &input;
-            let batch1: &tch::Tensor = &batch1;
-            let batch2: &tch::Tensor = &batch2;
-            op.output_replayable([Some(input), Some(batch1), Some(batch2)], erased_run(&|inputs| replay(inputs, out_dtype, beta, alpha)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, out_dtype, beta, alpha))
-            }))
-        }))
+        run::replayable(const { &Schema::new("baddbmm_dtype", "baddbmm.dtype", kernels::tr_aten_baddbmm_dtype) }, &[Arg::handle(input), Arg::handle(batch1), Arg::handle(batch2), Arg::dtype(out_dtype), Arg::scalar(beta), Arg::scalar(alpha)])
     }
 
     /// Performs a batch matrix-matrix product of matrices stored in `input` and `mat2`. (`bmm.dtype(Tensor self, Tensor mat2, ScalarType out_dtype) -> Tensor`)
     pub(crate) fn bmm_dtype(input: TensorId, mat2: TensorId, out_dtype: DType) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], out_dtype: DType) -> Result<tch::Tensor> {
-                let [input, mat2] = replay_args(inputs)?;
-                let input = given(input)?;
-                let mat2 = given(mat2)?;
-                Ok(aten::tensor(kernels::tr_aten_bmm_dtype, "bmm.dtype", &[Arg::tensor(input), Arg::tensor(mat2), Arg::dtype(out_dtype)])?)
-            }
-            let mut op = Op::begin("bmm_dtype");
-            let [input, mat2] = op.get([input, mat2])?;
-            let input: &tch::Tensor = &input;
-            let mat2: &tch::Tensor = &mat2;
-            op.output_replayable([Some(input), Some(mat2)], erased_run(&|inputs| replay(inputs, out_dtype)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, out_dtype))
-            }))
-        }))
+        run::replayable(const { &Schema::new("bmm_dtype", "bmm.dtype", kernels::tr_aten_bmm_dtype) }, &[Arg::handle(input), Arg::handle(mat2), Arg::dtype(out_dtype)])
     }
 
     /// Create a block diagonal matrix from provided tensors. (`block_diag(Tensor[] tensors) -> Tensor`)
     pub(crate) fn block_diag(tensors: &[TensorId]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("block_diag");
-            let tensors = op.get_many(tensors)?;
-            let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_block_diag, "block_diag", &[Arg::tensors(&aten::ptrs(tensors))])))
-        }))
+        run::tensor(const { &Schema::new("block_diag", "block_diag", kernels::tr_aten_block_diag) }, &[Arg::handles(tensors)])
     }
 
     /// Returns the matrix product of the `N` 2-D tensors. (`chain_matmul(Tensor[] matrices) -> Tensor`)
     pub(crate) fn chain_matmul(matrices: &[TensorId]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("chain_matmul");
-            let matrices = op.get_many(matrices)?;
-            let matrices = &matrices.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_chain_matmul, "chain_matmul", &[Arg::tensors(&aten::ptrs(matrices))])))
-        }))
+        run::tensor(const { &Schema::new("chain_matmul", "chain_matmul", kernels::tr_aten_chain_matmul) }, &[Arg::handles(matrices)])
     }
 
     /// Estimates the covariance matrix of the variables given by the `input` matrix, where rows are the variables and columns are the observations. (`cov(Tensor self, *, int correction=1, Tensor? fweights=None, Tensor? aweights=None) -> Tensor`)
     pub(crate) fn cov(input: TensorId, correction: i64, fweights: TensorId, aweights: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], correction: i64) -> Result<tch::Tensor> {
-                let [input, fweights, aweights] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_cov, "cov", &[Arg::tensor(input), Arg::int(correction), Arg::opt_tensor(fweights), Arg::opt_tensor(aweights)])?)
-            }
-            let mut op = Op::begin("cov");
-            let [input] = op.get([input])?;
-            let fweights = op.get_opt(fweights)?;
-            let aweights = op.get_opt(aweights)?;
-            let input: &tch::Tensor = &input;
-            let fweights = fweights.as_deref();
-            let aweights = aweights.as_deref();
-            op.output_replayable([Some(input), fweights, aweights], erased_run(&|inputs| replay(inputs, correction)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, correction))
-            }))
-        }))
+        run::replayable(const { &Schema::new("cov", "cov", kernels::tr_aten_cov) }, &[Arg::handle(input), Arg::int(correction), Arg::opt_handle(fweights), Arg::opt_handle(aweights)])
     }
 
     /// Estimates the Pearson product-moment correlation coefficient matrix of the variables given by the `input` matrix, where rows are the variables and columns are the observations. (`corrcoef(Tensor self) -> Tensor`)
     pub(crate) fn corrcoef(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_corrcoef, "corrcoef", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("corrcoef");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("corrcoef", "corrcoef", kernels::tr_aten_corrcoef) }, &[Arg::handle(input)])
     }
 
     /// Creates a tensor whose diagonals of certain 2D planes (specified by `dim1` and `dim2`) are filled by `input`. (`diag_embed(Tensor self, int offset=0, int dim1=-2, int dim2=-1) -> Tensor`)
     pub(crate) fn diag_embed(input: TensorId, offset: i64, dim1: i64, dim2: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], offset: i64, dim1: i64, dim2: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_diag_embed, "diag_embed", &[Arg::tensor(input), Arg::int(offset), Arg::int(dim1), Arg::int(dim2)])?)
-            }
-            let mut op = Op::begin("diag_embed");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, offset, dim1, dim2)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, offset, dim1, dim2))
-            }))
-        }))
+        run::replayable(const { &Schema::new("diag_embed", "diag_embed", kernels::tr_aten_diag_embed) }, &[Arg::handle(input), Arg::int(offset), Arg::int(dim1), Arg::int(dim2)])
     }
 
     /// - If `input` is a vector (1-D tensor), then returns a 2-D square tensor with the elements of `input` as the diagonal. (`diagflat(Tensor self, int offset=0) -> Tensor`)
     pub(crate) fn diagflat(input: TensorId, offset: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], offset: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_diagflat, "diagflat", &[Arg::tensor(input), Arg::int(offset)])?)
-            }
-            let mut op = Op::begin("diagflat");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, offset)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, offset))
-            }))
-        }))
+        run::replayable(const { &Schema::new("diagflat", "diagflat", kernels::tr_aten_diagflat) }, &[Arg::handle(input), Arg::int(offset)])
     }
 
     /// Returns a partial view of `input` with the its diagonal elements with respect to `dim1` and `dim2` appended as a dimension at the end of the shape. (`diagonal(Tensor(a) self, int offset=0, int dim1=0, int dim2=1) -> Tensor(a)`)
     pub(crate) fn diagonal(input: TensorId, offset: i64, dim1: i64, dim2: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], offset: i64, dim1: i64, dim2: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_diagonal, "diagonal", &[Arg::tensor(input), Arg::int(offset), Arg::int(dim1), Arg::int(dim2)])?)
-            }
-            let mut op = Op::begin("diagonal");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, offset, dim1, dim2)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, offset, dim1, dim2))
-            }))
-        }))
+        run::replayable(const { &Schema::new("diagonal", "diagonal", kernels::tr_aten_diagonal) }, &[Arg::handle(input), Arg::int(offset), Arg::int(dim1), Arg::int(dim2)])
     }
 
     /// Alias for `torch.diagonal` with defaults `dim1` `= -2`, `dim2` `= -1`. (`linalg_diagonal(Tensor(a) A, *, int offset=0, int dim1=-2, int dim2=-1) -> Tensor(a)`)
     pub(crate) fn linalg_diagonal(a: TensorId, offset: i64, dim1: i64, dim2: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], offset: i64, dim1: i64, dim2: i64) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_linalg_diagonal, "linalg_diagonal", &[Arg::tensor(a), Arg::int(offset), Arg::int(dim1), Arg::int(dim2)])?)
-            }
-            let mut op = Op::begin("linalg_diagonal");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], erased_run(&|inputs| replay(inputs, offset, dim1, dim2)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, offset, dim1, dim2))
-            }))
-        }))
+        run::replayable(const { &Schema::new("linalg_diagonal", "linalg_diagonal", kernels::tr_aten_linalg_diagonal) }, &[Arg::handle(a), Arg::int(offset), Arg::int(dim1), Arg::int(dim2)])
     }
 
     /// Computes the dot product of two 1D tensors. (`dot(Tensor self, Tensor tensor) -> Tensor`)
     pub(crate) fn dot(input: TensorId, tensor: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, tensor] = replay_args(inputs)?;
-                let input = given(input)?;
-                let tensor = given(tensor)?;
-                Ok(aten::tensor(kernels::tr_aten_dot, "dot", &[Arg::tensor(input), Arg::tensor(tensor)])?)
-            }
-            let mut op = Op::begin("dot");
-            let [input, tensor] = op.get([input, tensor])?;
-            let input: &tch::Tensor = &input;
-            let tensor: &tch::Tensor = &tensor;
-            op.output_replayable([Some(input), Some(tensor)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("dot", "dot", kernels::tr_aten_dot) }, &[Arg::handle(input), Arg::handle(tensor)])
     }
 
     /// Computes the dot product of two 1D vectors along a dimension. (`vdot(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn vdot(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_vdot, "vdot", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("vdot");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("vdot", "vdot", kernels::tr_aten_vdot) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// Sums the product of the elements of the input `operands` along dimensions specified using a notation based on the Einstein summation convention. (`einsum(str equation, Tensor[] tensors, *, int[]? path=None) -> Tensor`)
     pub(crate) fn einsum(equation: &str, tensors: &[TensorId], path: Option<&[i64]>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("einsum");
-            let tensors = op.get_many(tensors)?;
-            let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_einsum, "einsum", &[Arg::str(equation), Arg::tensors(&aten::ptrs(tensors)), Arg::opt_ints(path)])))
-        }))
+        run::tensor(const { &Schema::new("einsum", "einsum", kernels::tr_aten_einsum) }, &[Arg::str(equation), Arg::handles(tensors), Arg::opt_ints(path)])
     }
 
     /// Computes the Kronecker product, denoted by `\otimes`, of `input` and `other`. (`kron(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn kron(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_kron, "kron", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("kron");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("kron", "kron", kernels::tr_aten_kron) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// Alias for `torch.linalg.matrix_power` (`matrix_power(Tensor self, int n) -> Tensor`)
     pub(crate) fn matrix_power(input: TensorId, n: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], n: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_matrix_power, "matrix_power", &[Arg::tensor(input), Arg::int(n)])?)
-            }
-            let mut op = Op::begin("matrix_power");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            }))
-        }))
+        run::replayable(const { &Schema::new("matrix_power", "matrix_power", kernels::tr_aten_matrix_power) }, &[Arg::handle(input), Arg::int(n)])
     }
 
     /// Alias for `torch.linalg.matrix_exp`. (`matrix_exp(Tensor self) -> Tensor`)
     pub(crate) fn matrix_exp(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_matrix_exp, "matrix_exp", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("matrix_exp");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("matrix_exp", "matrix_exp", kernels::tr_aten_matrix_exp) }, &[Arg::handle(input)])
     }
 
     /// Performs a matrix multiplication of the matrices `input` and `mat2`. (`mm(Tensor self, Tensor mat2) -> Tensor`)
     pub(crate) fn mm(input: TensorId, mat2: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, mat2] = replay_args(inputs)?;
-                let input = given(input)?;
-                let mat2 = given(mat2)?;
-                Ok(aten::tensor(kernels::tr_aten_mm, "mm", &[Arg::tensor(input), Arg::tensor(mat2)])?)
-            }
-            let mut op = Op::begin("mm");
-            let [input, mat2] = op.get([input, mat2])?;
-            let input: &tch::Tensor = &input;
-            let mat2: &tch::Tensor = &mat2;
-            op.output_replayable([Some(input), Some(mat2)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("mm", "mm", kernels::tr_aten_mm) }, &[Arg::handle(input), Arg::handle(mat2)])
     }
 
     /// Performs a matrix multiplication of the matrices `input` and `mat2`. (`mm.dtype(Tensor self, Tensor mat2, ScalarType out_dtype) -> Tensor`)
     pub(crate) fn mm_dtype(input: TensorId, mat2: TensorId, out_dtype: DType) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], out_dtype: DType) -> Result<tch::Tensor> {
-                let [input, mat2] = replay_args(inputs)?;
-                let input = given(input)?;
-                let mat2 = given(mat2)?;
-                Ok(aten::tensor(kernels::tr_aten_mm_dtype, "mm.dtype", &[Arg::tensor(input), Arg::tensor(mat2), Arg::dtype(out_dtype)])?)
-            }
-            let mut op = Op::begin("mm_dtype");
-            let [input, mat2] = op.get([input, mat2])?;
-            let input: &tch::Tensor = &input;
-            let mat2: &tch::Tensor = &mat2;
-            op.output_replayable([Some(input), Some(mat2)], erased_run(&|inputs| replay(inputs, out_dtype)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, out_dtype))
-            }))
-        }))
+        run::replayable(const { &Schema::new("mm_dtype", "mm.dtype", kernels::tr_aten_mm_dtype) }, &[Arg::handle(input), Arg::handle(mat2), Arg::dtype(out_dtype)])
     }
 
     /// Performs a matrix-vector product of the matrix `input` and the vector `vec`. (`mv(Tensor self, Tensor vec) -> Tensor`)
     pub(crate) fn mv(input: TensorId, vec: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, vec] = replay_args(inputs)?;
-                let input = given(input)?;
-                let vec = given(vec)?;
-                Ok(aten::tensor(kernels::tr_aten_mv, "mv", &[Arg::tensor(input), Arg::tensor(vec)])?)
-            }
-            let mut op = Op::begin("mv");
-            let [input, vec] = op.get([input, vec])?;
-            let input: &tch::Tensor = &input;
-            let vec: &tch::Tensor = &vec;
-            op.output_replayable([Some(input), Some(vec)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("mv", "mv", kernels::tr_aten_mv) }, &[Arg::handle(input), Arg::handle(vec)])
     }
 
     /// Computes batched the p-norm distance between each pair of the two collections of row vectors. (`cdist(Tensor x1, Tensor x2, float p=2, int? compute_mode=None) -> Tensor`)
     pub(crate) fn cdist(x1: TensorId, x2: TensorId, p: f64, compute_mode: Option<i64>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], p: f64, compute_mode: Option<i64>) -> Result<tch::Tensor> {
-                let [x1, x2] = replay_args(inputs)?;
-                let x1 = given(x1)?;
-                let x2 = given(x2)?;
-                Ok(aten::tensor(kernels::tr_aten_cdist, "cdist", &[Arg::tensor(x1), Arg::tensor(x2), Arg::float(p), Arg::opt_int(compute_mode)])?)
-            }
-            let mut op = Op::begin("cdist");
-            let [x1, x2] = op.get([x1, x2])?;
-            let x1: &tch::Tensor = &x1;
-            let x2: &tch::Tensor = &x2;
-            op.output_replayable([Some(x1), Some(x2)], erased_run(&|inputs| replay(inputs, p, compute_mode)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, p, compute_mode))
-            }))
-        }))
+        run::replayable(const { &Schema::new("cdist", "cdist", kernels::tr_aten_cdist) }, &[Arg::handle(x1), Arg::handle(x2), Arg::float(p), Arg::opt_int(compute_mode)])
     }
 
     /// Computes the p-norm distance between every pair of row vectors in the input. (`pdist(Tensor self, float p=2) -> Tensor`)
     pub(crate) fn pdist(input: TensorId, p: f64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], p: f64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_pdist, "pdist", &[Arg::tensor(input), Arg::float(p)])?)
-            }
-            let mut op = Op::begin("pdist");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, p)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, p))
-            }))
-        }))
+        run::replayable(const { &Schema::new("pdist", "pdist", kernels::tr_aten_pdist) }, &[Arg::handle(input), Arg::float(p)])
     }
 
     /// The conjugate transpose of a matrix (`Tensor.H`). (`matrix_H(Tensor(a) self) -> Tensor(a)`)
     pub(crate) fn matrix_h(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_matrix_h, "matrix_H", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("matrix_h");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("matrix_h", "matrix_H", kernels::tr_aten_matrix_h) }, &[Arg::handle(input)])
     }
 
     /// Alias for `torch.linalg.pinv` (`pinverse(Tensor self, float rcond=1e-15) -> Tensor`)
     pub(crate) fn pinverse(input: TensorId, rcond: f64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], rcond: f64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_pinverse, "pinverse", &[Arg::tensor(input), Arg::float(rcond)])?)
-            }
-            let mut op = Op::begin("pinverse");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, rcond)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, rcond))
-            }))
-        }))
+        run::replayable(const { &Schema::new("pinverse", "pinverse", kernels::tr_aten_pinverse) }, &[Arg::handle(input), Arg::float(rcond)])
     }
 
     /// Expects `input` to be <= 2-D tensor and transposes dimensions 0 and 1. (`t(Tensor(a) self) -> Tensor(a)`)
     pub(crate) fn t(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_t, "t", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("t");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("t", "t", kernels::tr_aten_t) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.t` (`t_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn t_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("t_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_t_, "t_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("t_", "t_", kernels::tr_aten_t_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Returns a contraction of a and b over multiple dimensions. (`tensordot(Tensor self, Tensor other, int[] dims_self, int[] dims_other) -> Tensor`)
     pub(crate) fn tensordot(input: TensorId, other: TensorId, dims_self: &[i64], dims_other: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dims_self: &[i64], dims_other: &[i64]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_tensordot, "tensordot", &[Arg::tensor(input), Arg::tensor(other), Arg::ints(dims_self), Arg::ints(dims_other)])?)
-            }
-            let mut op = Op::begin("tensordot");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&|inputs| replay(inputs, dims_self, dims_other)), erased_keep(&mut || {
-                let dims_self = dims_self.to_owned();
-                let dims_other = dims_other.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dims_self, &dims_other))
-            }))
-        }))
+        run::replayable(const { &Schema::new("tensordot", "tensordot", kernels::tr_aten_tensordot) }, &[Arg::handle(input), Arg::handle(other), Arg::ints(dims_self), Arg::ints(dims_other)])
     }
 
     /// Generates a Vandermonde matrix. (`vander(Tensor x, int? N=None, bool increasing=False) -> Tensor`)
     pub(crate) fn vander(x: TensorId, n: Option<i64>, increasing: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], n: Option<i64>, increasing: bool) -> Result<tch::Tensor> {
-                let [x] = replay_args(inputs)?;
-                let x = given(x)?;
-                Ok(aten::tensor(kernels::tr_aten_vander, "vander", &[Arg::tensor(x), Arg::opt_int(n), Arg::bool(increasing)])?)
-            }
-            let mut op = Op::begin("vander");
-            let [x] = op.get([x])?;
-            let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], erased_run(&|inputs| replay(inputs, n, increasing)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n, increasing))
-            }))
-        }))
+        run::replayable(const { &Schema::new("vander", "vander", kernels::tr_aten_vander) }, &[Arg::handle(x), Arg::opt_int(n), Arg::bool(increasing)])
     }
 
     /// Performs a matrix multiplication of the matrices `mat1` and `mat2`. (`addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor`)
     pub(crate) fn addmm(input: TensorId, mat1: TensorId, mat2: TensorId, beta: Scalar, alpha: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], beta: Scalar, alpha: Scalar) -> Result<tch::Tensor> {
-                let [input, mat1, mat2] = replay_args(inputs)?;
-                let input = given(input)?;
-                let mat1 = given(mat1)?;
-                let mat2 = given(mat2)?;
-                Ok(aten::tensor(kernels::tr_aten_addmm, "addmm", &[Arg::tensor(input), Arg::tensor(mat1), Arg::tensor(mat2), Arg::scalar(beta), Arg::scalar(alpha)])?)
-            }
-            let mut op = Op::begin("addmm");
-            let [input, mat1, mat2] = op.get([input, mat1, mat2])?;
-            let input: &tch::Tensor = &input;
-            let mat1: &tch::Tensor = &mat1;
-            let mat2: &tch::Tensor = &mat2;
-            op.output_replayable([Some(input), Some(mat1), Some(mat2)], erased_run(&|inputs| replay(inputs, beta, alpha)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, beta, alpha))
-            }))
-        }))
+        run::replayable(const { &Schema::new("addmm", "addmm", kernels::tr_aten_addmm) }, &[Arg::handle(input), Arg::handle(mat1), Arg::handle(mat2), Arg::scalar(beta), Arg::scalar(alpha)])
     }
 
     /// Performs a matrix multiplication of the matrices `mat1` and `mat2`. (`addmm.dtype(Tensor self, Tensor mat1, Tensor mat2, ScalarType out_dtype, *, Scalar beta=1, Scalar alpha=1) -> Tensor`)
     pub(crate) fn addmm_dtype(input: TensorId, mat1: TensorId, mat2: TensorId, out_dtype: DType, beta: Scalar, alpha: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], out_dtype: DType, beta: Scalar, alpha: Scalar) -> Result<tch::Tensor> {
-                let [input, mat1, mat2] = replay_args(inputs)?;
-                let input = given(input)?;
-                let mat1 = given(mat1)?;
-                let mat2 = given(mat2)?;
-                Ok(aten::tensor(kernels::tr_aten_addmm_dtype, "addmm.dtype", &[Arg::tensor(input), Arg::tensor(mat1), Arg::tensor(mat2), Arg::dtype(out_dtype), Arg::scalar(beta), Arg::scalar(alpha)])?)
-            }
-            let mut op = Op::begin("addmm_dtype");
-            let [input, mat1, mat2] = op.get([input, mat1, mat2])?;
-            let input: &tch::Tensor = &input;
-            let mat1: &tch::Tensor = &mat1;
-            let mat2: &tch::Tensor = &mat2;
-            op.output_replayable([Some(input), Some(mat1), Some(mat2)], erased_run(&|inputs| replay(inputs, out_dtype, beta, alpha)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, out_dtype, beta, alpha))
-            }))
-        }))
+        run::replayable(const { &Schema::new("addmm_dtype", "addmm.dtype", kernels::tr_aten_addmm_dtype) }, &[Arg::handle(input), Arg::handle(mat1), Arg::handle(mat2), Arg::dtype(out_dtype), Arg::scalar(beta), Arg::scalar(alpha)])
     }
 
     /// In-place version of `Tensor.addmm` (`addmm_(Tensor(a!) self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor(a!)`)
     pub(crate) fn addmm_(input: TensorId, mat1: TensorId, mat2: TensorId, beta: Scalar, alpha: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("addmm_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [mat1, mat2] = op.get([mat1, mat2])?;
-            let input: &tch::Tensor = &input;
-            let mat1: &tch::Tensor = &mat1;
-            let mat2: &tch::Tensor = &mat2;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_addmm_, "addmm_", &[Arg::tensor(input), Arg::tensor(mat1), Arg::tensor(mat2), Arg::scalar(beta), Arg::scalar(alpha)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("addmm_", "addmm_", kernels::tr_aten_addmm_) }, &[Arg::handle_mut(input), Arg::handle(mat1), Arg::handle(mat2), Arg::scalar(beta), Arg::scalar(alpha)]).map(|_| input)
     }
 
     /// In-place version of `Tensor.tril` (`tril_(Tensor(a!) self, SymInt diagonal=0) -> Tensor(a!)`)
     pub(crate) fn tril_(input: TensorId, diagonal: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("tril_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_tril_, "tril_", &[Arg::tensor(input), Arg::int(diagonal)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("tril_", "tril_", kernels::tr_aten_tril_) }, &[Arg::handle_mut(input), Arg::int(diagonal)]).map(|_| input)
     }
 
     /// In-place version of `Tensor.triu` (`triu_(Tensor(a!) self, SymInt diagonal=0) -> Tensor(a!)`)
     pub(crate) fn triu_(input: TensorId, diagonal: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("triu_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_triu_, "triu_", &[Arg::tensor(input), Arg::int(diagonal)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("triu_", "triu_", kernels::tr_aten_triu_) }, &[Arg::handle_mut(input), Arg::int(diagonal)]).map(|_| input)
     }
 
     /// In-place version of `Tensor.addbmm` (`addbmm_(Tensor(a!) self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) -> Tensor(a!)`)
     pub(crate) fn addbmm_(input: TensorId, batch1: TensorId, batch2: TensorId, beta: Scalar, alpha: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("addbmm_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [batch1, batch2] = op.get([batch1, batch2])?;
-            let input: &tch::Tensor = &input;
-            let batch1: &tch::Tensor = &batch1;
-            let batch2: &tch::Tensor = &batch2;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_addbmm_, "addbmm_", &[Arg::tensor(input), Arg::tensor(batch1), Arg::tensor(batch2), Arg::scalar(beta), Arg::scalar(alpha)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("addbmm_", "addbmm_", kernels::tr_aten_addbmm_) }, &[Arg::handle_mut(input), Arg::handle(batch1), Arg::handle(batch2), Arg::scalar(beta), Arg::scalar(alpha)]).map(|_| input)
     }
 
     /// Performs a batch matrix-matrix product of matrices stored in `batch1` and `batch2`, with a reduced add step (all matrix multiplications get accumulated along the first dimension). (`addbmm(Tensor self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) -> Tensor`)
     pub(crate) fn addbmm(input: TensorId, batch1: TensorId, batch2: TensorId, beta: Scalar, alpha: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], beta: Scalar, alpha: Scalar) -> Result<tch::Tensor> {
-                let [input, batch1, batch2] = replay_args(inputs)?;
-                let input = given(input)?;
-                let batch1 = given(batch1)?;
-                let batch2 = given(batch2)?;
-                Ok(aten::tensor(kernels::tr_aten_addbmm, "addbmm", &[Arg::tensor(input), Arg::tensor(batch1), Arg::tensor(batch2), Arg::scalar(beta), Arg::scalar(alpha)])?)
-            }
-            let mut op = Op::begin("addbmm");
-            let [input, batch1, batch2] = op.get([input, batch1, batch2])?;
-            let input: &tch::Tensor = &input;
-            let batch1: &tch::Tensor = &batch1;
-            let batch2: &tch::Tensor = &batch2;
-            op.output_replayable([Some(input), Some(batch1), Some(batch2)], erased_run(&|inputs| replay(inputs, beta, alpha)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, beta, alpha))
-            }))
-        }))
+        run::replayable(const { &Schema::new("addbmm", "addbmm", kernels::tr_aten_addbmm) }, &[Arg::handle(input), Arg::handle(batch1), Arg::handle(batch2), Arg::scalar(beta), Arg::scalar(alpha)])
     }
 
     /// - If `input` is a vector (1-D tensor), then returns a 2-D square tensor with the elements of `input` as the diagonal. (`diag(Tensor self, int diagonal=0) -> Tensor`)
     pub(crate) fn diag(input: TensorId, diagonal: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], diagonal: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_diag, "diag", &[Arg::tensor(input), Arg::int(diagonal)])?)
-            }
-            let mut op = Op::begin("diag");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, diagonal)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, diagonal))
-            }))
-        }))
+        run::replayable(const { &Schema::new("diag", "diag", kernels::tr_aten_diag) }, &[Arg::handle(input), Arg::int(diagonal)])
     }
 
     /// Returns the cross product of vectors in dimension `dim` of `input` and `other`. (`cross(Tensor self, Tensor other, int? dim=None) -> Tensor`)
     pub(crate) fn cross(input: TensorId, other: TensorId, dim: Option<i64>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: Option<i64>) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_cross, "cross", &[Arg::tensor(input), Arg::tensor(other), Arg::opt_int(dim)])?)
-            }
-            let mut op = Op::begin("cross");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("cross", "cross", kernels::tr_aten_cross) }, &[Arg::handle(input), Arg::handle(other), Arg::opt_int(dim)])
     }
 
     /// Returns the upper triangular part of a matrix (2-D tensor) or batch of matrices `input`, the other elements of the result tensor `out` are set to 0. (`triu(Tensor self, SymInt diagonal=0) -> Tensor`)
     pub(crate) fn triu(input: TensorId, diagonal: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], diagonal: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_triu, "triu", &[Arg::tensor(input), Arg::int(diagonal)])?)
-            }
-            let mut op = Op::begin("triu");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, diagonal)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, diagonal))
-            }))
-        }))
+        run::replayable(const { &Schema::new("triu", "triu", kernels::tr_aten_triu) }, &[Arg::handle(input), Arg::int(diagonal)])
     }
 
     /// Returns the lower triangular part of the matrix (2-D tensor) or batch of matrices `input`, the other elements of the result tensor `out` are set to 0. (`tril(Tensor self, SymInt diagonal=0) -> Tensor`)
     pub(crate) fn tril(input: TensorId, diagonal: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], diagonal: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_tril, "tril", &[Arg::tensor(input), Arg::int(diagonal)])?)
-            }
-            let mut op = Op::begin("tril");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, diagonal)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, diagonal))
-            }))
-        }))
+        run::replayable(const { &Schema::new("tril", "tril", kernels::tr_aten_tril) }, &[Arg::handle(input), Arg::int(diagonal)])
     }
 
     /// Returns the sum of the elements of the diagonal of the input 2-D matrix. (`trace(Tensor self) -> Tensor`)
     pub(crate) fn trace(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_trace, "trace", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("trace");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("trace", "trace", kernels::tr_aten_trace) }, &[Arg::handle(input)])
     }
 
     /// Solves a system of equations with a square upper or lower triangular invertible matrix `A` and multiple right-hand sides `b`. (`triangular_solve(Tensor self, Tensor A, bool upper=True, bool transpose=False, bool unitriangular=False) -> (Tensor solution, Tensor cloned_coefficient)`)
     pub(crate) fn triangular_solve(input: TensorId, a: TensorId, upper: bool, transpose: bool, unitriangular: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("triangular_solve");
-            let [input, a] = op.get([input, a])?;
-            let input: &tch::Tensor = &input;
-            let a: &tch::Tensor = &a;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_triangular_solve, "triangular_solve", &[Arg::tensor(input), Arg::tensor(a), Arg::bool(upper), Arg::bool(transpose), Arg::bool(unitriangular)]))))
-        }))
+        run::tensors(const { &Schema::new("triangular_solve", "triangular_solve", kernels::tr_aten_triangular_solve) }, Some(2), &[Arg::handle(input), Arg::handle(a), Arg::bool(upper), Arg::bool(transpose), Arg::bool(unitriangular)])
     }
 
     /// Computes the solution of a triangular system of linear equations with a unique solution. (`linalg_solve_triangular(Tensor self, Tensor B, *, bool upper, bool left=True, bool unitriangular=False) -> Tensor`)
     pub(crate) fn linalg_solve_triangular(input: TensorId, b: TensorId, upper: bool, left: bool, unitriangular: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], upper: bool, left: bool, unitriangular: bool) -> Result<tch::Tensor> {
-                let [input, b] = replay_args(inputs)?;
-                let input = given(input)?;
-                let b = given(b)?;
-                Ok(aten::tensor(kernels::tr_aten_linalg_solve_triangular, "linalg_solve_triangular", &[Arg::tensor(input), Arg::tensor(b), Arg::bool(upper), Arg::bool(left), Arg::bool(unitriangular)])?)
-            }
-            let mut op = Op::begin("linalg_solve_triangular");
-            let [input, b] = op.get([input, b])?;
-            let input: &tch::Tensor = &input;
-            let b: &tch::Tensor = &b;
-            op.output_replayable([Some(input), Some(b)], erased_run(&|inputs| replay(inputs, upper, left, unitriangular)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, upper, left, unitriangular))
-            }))
-        }))
+        run::replayable(const { &Schema::new("linalg_solve_triangular", "linalg_solve_triangular", kernels::tr_aten_linalg_solve_triangular) }, &[Arg::handle(input), Arg::handle(b), Arg::bool(upper), Arg::bool(left), Arg::bool(unitriangular)])
     }
 
     /// Generates a Vandermonde matrix. (`linalg_vander(Tensor x, *, SymInt? N=None) -> Tensor`)
     pub(crate) fn linalg_vander(x: TensorId, n: Option<i64>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], n: Option<i64>) -> Result<tch::Tensor> {
-                let [x] = replay_args(inputs)?;
-                let x = given(x)?;
-                Ok(aten::tensor(kernels::tr_aten_linalg_vander, "linalg_vander", &[Arg::tensor(x), Arg::opt_int(n)])?)
-            }
-            let mut op = Op::begin("linalg_vander");
-            let [x] = op.get([x])?;
-            let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            }))
-        }))
+        run::replayable(const { &Schema::new("linalg_vander", "linalg_vander", kernels::tr_aten_linalg_vander) }, &[Arg::handle(x), Arg::opt_int(n)])
     }
 
     /// Computes the singular value decomposition of either a matrix or batch of matrices `input`. (`svd(Tensor self, bool some=True, bool compute_uv=True) -> (Tensor U, Tensor S, Tensor V)`)
     pub(crate) fn svd(input: TensorId, some: bool, compute_uv: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("svd");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(3, aten::tensors(kernels::tr_aten_svd, "svd", &[Arg::tensor(input), Arg::bool(some), Arg::bool(compute_uv)]))))
-        }))
+        run::tensors(const { &Schema::new("svd", "svd", kernels::tr_aten_svd) }, Some(3), &[Arg::handle(input), Arg::bool(some), Arg::bool(compute_uv)])
     }
 
     /// Computes the Cholesky decomposition of a symmetric positive-definite matrix `A` or for batches of symmetric positive-definite matrices. (`cholesky(Tensor self, bool upper=False) -> Tensor`)
     pub(crate) fn cholesky(input: TensorId, upper: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], upper: bool) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_cholesky, "cholesky", &[Arg::tensor(input), Arg::bool(upper)])?)
-            }
-            let mut op = Op::begin("cholesky");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, upper)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, upper))
-            }))
-        }))
+        run::replayable(const { &Schema::new("cholesky", "cholesky", kernels::tr_aten_cholesky) }, &[Arg::handle(input), Arg::bool(upper)])
     }
 
     /// Computes the solution of a system of linear equations with complex Hermitian or real symmetric positive-definite lhs given its Cholesky decomposition. (`cholesky_solve(Tensor self, Tensor input2, bool upper=False) -> Tensor`)
     pub(crate) fn cholesky_solve(input: TensorId, input2: TensorId, upper: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], upper: bool) -> Result<tch::Tensor> {
-                let [input, input2] = replay_args(inputs)?;
-                let input = given(input)?;
-                let input2 = given(input2)?;
-                Ok(aten::tensor(kernels::tr_aten_cholesky_solve, "cholesky_solve", &[Arg::tensor(input), Arg::tensor(input2), Arg::bool(upper)])?)
-            }
-            let mut op = Op::begin("cholesky_solve");
-            let [input, input2] = op.get([input, input2])?;
-            let input: &tch::Tensor = &input;
-            let input2: &tch::Tensor = &input2;
-            op.output_replayable([Some(input), Some(input2)], erased_run(&|inputs| replay(inputs, upper)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, upper))
-            }))
-        }))
+        run::replayable(const { &Schema::new("cholesky_solve", "cholesky_solve", kernels::tr_aten_cholesky_solve) }, &[Arg::handle(input), Arg::handle(input2), Arg::bool(upper)])
     }
 
     /// Computes the inverse of a complex Hermitian or real symmetric positive-definite matrix given its Cholesky decomposition. (`cholesky_inverse(Tensor self, bool upper=False) -> Tensor`)
     pub(crate) fn cholesky_inverse(input: TensorId, upper: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], upper: bool) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_cholesky_inverse, "cholesky_inverse", &[Arg::tensor(input), Arg::bool(upper)])?)
-            }
-            let mut op = Op::begin("cholesky_inverse");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, upper)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, upper))
-            }))
-        }))
+        run::replayable(const { &Schema::new("cholesky_inverse", "cholesky_inverse", kernels::tr_aten_cholesky_inverse) }, &[Arg::handle(input), Arg::bool(upper)])
     }
 
     /// Computes the QR decomposition of a matrix or a batch of matrices `input`, and returns a namedtuple (Q, R) of tensors such that `\text{input} = Q R` with `Q` being an orthogonal matrix or batch of orthogonal matrices and `R` being an upper triangular matrix or batch of upper triangular matrices. (`qr(Tensor self, bool some=True) -> (Tensor Q, Tensor R)`)
     pub(crate) fn qr(input: TensorId, some: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("qr");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_qr, "qr", &[Arg::tensor(input), Arg::bool(some)]))))
-        }))
+        run::tensors(const { &Schema::new("qr", "qr", kernels::tr_aten_qr) }, Some(2), &[Arg::handle(input), Arg::bool(some)])
     }
 
     /// This is a low-level function for calling LAPACK's geqrf directly. (`geqrf(Tensor self) -> (Tensor a, Tensor tau)`)
     pub(crate) fn geqrf(input: TensorId) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("geqrf");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_geqrf, "geqrf", &[Arg::tensor(input)]))))
-        }))
+        run::tensors(const { &Schema::new("geqrf", "geqrf", kernels::tr_aten_geqrf) }, Some(2), &[Arg::handle(input)])
     }
 
     /// Alias for `torch.linalg.householder_product`. (`orgqr(Tensor self, Tensor input2) -> Tensor`)
     pub(crate) fn orgqr(input: TensorId, input2: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, input2] = replay_args(inputs)?;
-                let input = given(input)?;
-                let input2 = given(input2)?;
-                Ok(aten::tensor(kernels::tr_aten_orgqr, "orgqr", &[Arg::tensor(input), Arg::tensor(input2)])?)
-            }
-            let mut op = Op::begin("orgqr");
-            let [input, input2] = op.get([input, input2])?;
-            let input: &tch::Tensor = &input;
-            let input2: &tch::Tensor = &input2;
-            op.output_replayable([Some(input), Some(input2)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("orgqr", "orgqr", kernels::tr_aten_orgqr) }, &[Arg::handle(input), Arg::handle(input2)])
     }
 
     /// Computes the matrix-matrix multiplication of a product of Householder matrices with a general matrix. (`ormqr(Tensor self, Tensor input2, Tensor input3, bool left=True, bool transpose=False) -> Tensor`)
     pub(crate) fn ormqr(input: TensorId, input2: TensorId, input3: TensorId, left: bool, transpose: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], left: bool, transpose: bool) -> Result<tch::Tensor> {
-                let [input, input2, input3] = replay_args(inputs)?;
-                let input = given(input)?;
-                let input2 = given(input2)?;
-                let input3 = given(input3)?;
-                Ok(aten::tensor(kernels::tr_aten_ormqr, "ormqr", &[Arg::tensor(input), Arg::tensor(input2), Arg::tensor(input3), Arg::bool(left), Arg::bool(transpose)])?)
-            }
-            let mut op = Op::begin("ormqr");
-            let [input, input2, input3] = op.get([input, input2, input3])?;
-            let input: &tch::Tensor = &input;
-            let input2: &tch::Tensor = &input2;
-            let input3: &tch::Tensor = &input3;
-            op.output_replayable([Some(input), Some(input2), Some(input3)], erased_run(&|inputs| replay(inputs, left, transpose)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, left, transpose))
-            }))
-        }))
+        run::replayable(const { &Schema::new("ormqr", "ormqr", kernels::tr_aten_ormqr) }, &[Arg::handle(input), Arg::handle(input2), Arg::handle(input3), Arg::bool(left), Arg::bool(transpose)])
     }
 
     /// Returns the LU solve of the linear system `Ax = b` using the partially pivoted LU factorization of A from `linalg.lu_factor`. (`lu_solve(Tensor self, Tensor LU_data, Tensor LU_pivots) -> Tensor`)
     pub(crate) fn lu_solve(input: TensorId, lu_data: TensorId, lu_pivots: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, lu_data, lu_pivots] = replay_args(inputs)?;
-                let input = given(input)?;
-                let lu_data = given(lu_data)?;
-                let lu_pivots = given(lu_pivots)?;
-                Ok(aten::tensor(kernels::tr_aten_lu_solve, "lu_solve", &[Arg::tensor(input), Arg::tensor(lu_data), Arg::tensor(lu_pivots)])?)
-            }
-            let mut op = Op::begin("lu_solve");
-            let [input, lu_data, lu_pivots] = op.get([input, lu_data, lu_pivots])?;
-            let input: &tch::Tensor = &input;
-            let lu_data: &tch::Tensor = &lu_data;
-            let lu_pivots: &tch::Tensor = &lu_pivots;
-            op.output_replayable([Some(input), Some(lu_data), Some(lu_pivots)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("lu_solve", "lu_solve", kernels::tr_aten_lu_solve) }, &[Arg::handle(input), Arg::handle(lu_data), Arg::handle(lu_pivots)])
     }
 
     /// Unpacks the LU decomposition returned by `linalg.lu_factor` into the `P, L, U` matrices. (`lu_unpack(Tensor LU_data, Tensor LU_pivots, bool unpack_data=True, bool unpack_pivots=True) -> (Tensor P, Tensor L, Tensor U)`)
     pub(crate) fn lu_unpack(lu_data: TensorId, lu_pivots: TensorId, unpack_data: bool, unpack_pivots: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("lu_unpack");
-            let [lu_data, lu_pivots] = op.get([lu_data, lu_pivots])?;
-            let lu_data: &tch::Tensor = &lu_data;
-            let lu_pivots: &tch::Tensor = &lu_pivots;
-            op.outputs(erased(&|| aten::exactly(3, aten::tensors(kernels::tr_aten_lu_unpack, "lu_unpack", &[Arg::tensor(lu_data), Arg::tensor(lu_pivots), Arg::bool(unpack_data), Arg::bool(unpack_pivots)]))))
-        }))
+        run::tensors(const { &Schema::new("lu_unpack", "lu_unpack", kernels::tr_aten_lu_unpack) }, Some(3), &[Arg::handle(lu_data), Arg::handle(lu_pivots), Arg::bool(unpack_data), Arg::bool(unpack_pivots)])
     }
 
     /// Computes the Cholesky decomposition of a complex Hermitian or real symmetric positive-definite matrix. (`linalg_cholesky_ex(Tensor self, *, bool upper=False, bool check_errors=False) -> (Tensor L, Tensor info)`)
     pub(crate) fn linalg_cholesky_ex(input: TensorId, upper: bool, check_errors: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("linalg_cholesky_ex");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_linalg_cholesky_ex, "linalg_cholesky_ex", &[Arg::tensor(input), Arg::bool(upper), Arg::bool(check_errors)]))))
-        }))
+        run::tensors(const { &Schema::new("linalg_cholesky_ex", "linalg_cholesky_ex", kernels::tr_aten_linalg_cholesky_ex) }, Some(2), &[Arg::handle(input), Arg::bool(upper), Arg::bool(check_errors)])
     }
 
     /// Computes the Cholesky decomposition of a complex Hermitian or real symmetric positive-definite matrix. (`linalg_cholesky(Tensor self, *, bool upper=False) -> Tensor`)
     pub(crate) fn linalg_cholesky(input: TensorId, upper: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], upper: bool) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_linalg_cholesky, "linalg_cholesky", &[Arg::tensor(input), Arg::bool(upper)])?)
-            }
-            let mut op = Op::begin("linalg_cholesky");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, upper)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, upper))
-            }))
-        }))
+        run::replayable(const { &Schema::new("linalg_cholesky", "linalg_cholesky", kernels::tr_aten_linalg_cholesky) }, &[Arg::handle(input), Arg::bool(upper)])
     }
 
     /// Computes the cross product of two 3-dimensional vectors. (`linalg_cross(Tensor self, Tensor other, *, int dim=-1) -> Tensor`)
     pub(crate) fn linalg_cross(input: TensorId, other: TensorId, dim: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_linalg_cross, "linalg_cross", &[Arg::tensor(input), Arg::tensor(other), Arg::int(dim)])?)
-            }
-            let mut op = Op::begin("linalg_cross");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("linalg_cross", "linalg_cross", kernels::tr_aten_linalg_cross) }, &[Arg::handle(input), Arg::handle(other), Arg::int(dim)])
     }
 
     /// Computes a compact representation of the LU factorization with partial pivoting of a matrix. (`linalg_lu_factor(Tensor A, *, bool pivot=True) -> (Tensor LU, Tensor pivots)`)
     pub(crate) fn linalg_lu_factor(a: TensorId, pivot: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("linalg_lu_factor");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_linalg_lu_factor, "linalg_lu_factor", &[Arg::tensor(a), Arg::bool(pivot)]))))
-        }))
+        run::tensors(const { &Schema::new("linalg_lu_factor", "linalg_lu_factor", kernels::tr_aten_linalg_lu_factor) }, Some(2), &[Arg::handle(a), Arg::bool(pivot)])
     }
 
     /// This is a version of `lu_factor` that does not perform error checks unless `check_errors` `= True`. (`linalg_lu_factor_ex(Tensor A, *, bool pivot=True, bool check_errors=False) -> (Tensor LU, Tensor pivots, Tensor info)`)
     pub(crate) fn linalg_lu_factor_ex(a: TensorId, pivot: bool, check_errors: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("linalg_lu_factor_ex");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.outputs(erased(&|| aten::exactly(3, aten::tensors(kernels::tr_aten_linalg_lu_factor_ex, "linalg_lu_factor_ex", &[Arg::tensor(a), Arg::bool(pivot), Arg::bool(check_errors)]))))
-        }))
+        run::tensors(const { &Schema::new("linalg_lu_factor_ex", "linalg_lu_factor_ex", kernels::tr_aten_linalg_lu_factor_ex) }, Some(3), &[Arg::handle(a), Arg::bool(pivot), Arg::bool(check_errors)])
     }
 
     /// Computes the LU decomposition with partial pivoting of a matrix. (`linalg_lu(Tensor A, *, bool pivot=True) -> (Tensor P, Tensor L, Tensor U)`)
     pub(crate) fn linalg_lu(a: TensorId, pivot: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("linalg_lu");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.outputs(erased(&|| aten::exactly(3, aten::tensors(kernels::tr_aten_linalg_lu, "linalg_lu", &[Arg::tensor(a), Arg::bool(pivot)]))))
-        }))
+        run::tensors(const { &Schema::new("linalg_lu", "linalg_lu", kernels::tr_aten_linalg_lu) }, Some(3), &[Arg::handle(a), Arg::bool(pivot)])
     }
 
     /// Computes the solution of a square system of linear equations with a unique solution given an LU decomposition. (`linalg_lu_solve(Tensor LU, Tensor pivots, Tensor B, *, bool left=True, bool adjoint=False) -> Tensor`)
     pub(crate) fn linalg_lu_solve(lu: TensorId, pivots: TensorId, b: TensorId, left: bool, adjoint: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], left: bool, adjoint: bool) -> Result<tch::Tensor> {
-                let [lu, pivots, b] = replay_args(inputs)?;
-                let lu = given(lu)?;
-                let pivots = given(pivots)?;
-                let b = given(b)?;
-                Ok(aten::tensor(kernels::tr_aten_linalg_lu_solve, "linalg_lu_solve", &[Arg::tensor(lu), Arg::tensor(pivots), Arg::tensor(b), Arg::bool(left), Arg::bool(adjoint)])?)
-            }
-            let mut op = Op::begin("linalg_lu_solve");
-            let [lu, pivots, b] = op.get([lu, pivots, b])?;
-            let lu: &tch::Tensor = &lu;
-            let pivots: &tch::Tensor = &pivots;
-            let b: &tch::Tensor = &b;
-            op.output_replayable([Some(lu), Some(pivots), Some(b)], erased_run(&|inputs| replay(inputs, left, adjoint)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, left, adjoint))
-            }))
-        }))
+        run::replayable(const { &Schema::new("linalg_lu_solve", "linalg_lu_solve", kernels::tr_aten_linalg_lu_solve) }, &[Arg::handle(lu), Arg::handle(pivots), Arg::handle(b), Arg::bool(left), Arg::bool(adjoint)])
     }
 
     /// Computes the determinant of a square matrix. (`linalg_det(Tensor A) -> Tensor`)
     pub(crate) fn linalg_det(a: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_linalg_det, "linalg_det", &[Arg::tensor(a)])?)
-            }
-            let mut op = Op::begin("linalg_det");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("linalg_det", "linalg_det", kernels::tr_aten_linalg_det) }, &[Arg::handle(a)])
     }
 
     /// Alias for `torch.linalg.det` (`det(Tensor self) -> Tensor`)
     pub(crate) fn det(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_det, "det", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("det");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("det", "det", kernels::tr_aten_det) }, &[Arg::handle(input)])
     }
 
     /// This is a version of `ldl_factor` that does not perform error checks unless `check_errors` `= True`. (`linalg_ldl_factor_ex(Tensor self, *, bool hermitian=False, bool check_errors=False) -> (Tensor LD, Tensor pivots, Tensor info)`)
     pub(crate) fn linalg_ldl_factor_ex(input: TensorId, hermitian: bool, check_errors: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("linalg_ldl_factor_ex");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(3, aten::tensors(kernels::tr_aten_linalg_ldl_factor_ex, "linalg_ldl_factor_ex", &[Arg::tensor(input), Arg::bool(hermitian), Arg::bool(check_errors)]))))
-        }))
+        run::tensors(const { &Schema::new("linalg_ldl_factor_ex", "linalg_ldl_factor_ex", kernels::tr_aten_linalg_ldl_factor_ex) }, Some(3), &[Arg::handle(input), Arg::bool(hermitian), Arg::bool(check_errors)])
     }
 
     /// Computes a compact representation of the LDL factorization of a Hermitian or symmetric (possibly indefinite) matrix. (`linalg_ldl_factor(Tensor self, *, bool hermitian=False) -> (Tensor LD, Tensor pivots)`)
     pub(crate) fn linalg_ldl_factor(input: TensorId, hermitian: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("linalg_ldl_factor");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_linalg_ldl_factor, "linalg_ldl_factor", &[Arg::tensor(input), Arg::bool(hermitian)]))))
-        }))
+        run::tensors(const { &Schema::new("linalg_ldl_factor", "linalg_ldl_factor", kernels::tr_aten_linalg_ldl_factor) }, Some(2), &[Arg::handle(input), Arg::bool(hermitian)])
     }
 
     /// Computes the solution of a system of linear equations using the LDL factorization. (`linalg_ldl_solve(Tensor LD, Tensor pivots, Tensor B, *, bool hermitian=False) -> Tensor`)
     pub(crate) fn linalg_ldl_solve(ld: TensorId, pivots: TensorId, b: TensorId, hermitian: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], hermitian: bool) -> Result<tch::Tensor> {
-                let [ld, pivots, b] = replay_args(inputs)?;
-                let ld = given(ld)?;
-                let pivots = given(pivots)?;
-                let b = given(b)?;
-                Ok(aten::tensor(kernels::tr_aten_linalg_ldl_solve, "linalg_ldl_solve", &[Arg::tensor(ld), Arg::tensor(pivots), Arg::tensor(b), Arg::bool(hermitian)])?)
-            }
-            let mut op = Op::begin("linalg_ldl_solve");
-            let [ld, pivots, b] = op.get([ld, pivots, b])?;
-            let ld: &tch::Tensor = &ld;
-            let pivots: &tch::Tensor = &pivots;
-            let b: &tch::Tensor = &b;
-            op.output_replayable([Some(ld), Some(pivots), Some(b)], erased_run(&|inputs| replay(inputs, hermitian)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, hermitian))
-            }))
-        }))
+        run::replayable(const { &Schema::new("linalg_ldl_solve", "linalg_ldl_solve", kernels::tr_aten_linalg_ldl_solve) }, &[Arg::handle(ld), Arg::handle(pivots), Arg::handle(b), Arg::bool(hermitian)])
     }
 
     /// Computes a solution to the least squares problem of a system of linear equations. (`linalg_lstsq(Tensor self, Tensor b, float? rcond=None, *, str? driver=None) -> (Tensor solution, Tensor residuals, Tensor rank, Tensor singular_values)`)
     pub(crate) fn linalg_lstsq(input: TensorId, b: TensorId, rcond: Option<f64>, driver: Option<&str>) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("linalg_lstsq");
-            let [input, b] = op.get([input, b])?;
-            let input: &tch::Tensor = &input;
-            let b: &tch::Tensor = &b;
-            op.outputs(erased(&|| aten::exactly(4, aten::tensors(kernels::tr_aten_linalg_lstsq, "linalg_lstsq", &[Arg::tensor(input), Arg::tensor(b), Arg::opt_float(rcond), Arg::opt_str(driver)]))))
-        }))
+        run::tensors(const { &Schema::new("linalg_lstsq", "linalg_lstsq", kernels::tr_aten_linalg_lstsq) }, Some(4), &[Arg::handle(input), Arg::handle(b), Arg::opt_float(rcond), Arg::opt_str(driver)])
     }
 
     /// Alias for `torch.matmul` (`linalg_matmul(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn linalg_matmul(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_linalg_matmul, "linalg_matmul", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("linalg_matmul");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("linalg_matmul", "linalg_matmul", kernels::tr_aten_linalg_matmul) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// Computes the dot product of two batches of vectors along a dimension. (`linalg_vecdot(Tensor x, Tensor y, *, int dim=-1) -> Tensor`)
     pub(crate) fn linalg_vecdot(x: TensorId, y: TensorId, dim: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
-                let [x, y] = replay_args(inputs)?;
-                let x = given(x)?;
-                let y = given(y)?;
-                Ok(aten::tensor(kernels::tr_aten_linalg_vecdot, "linalg_vecdot", &[Arg::tensor(x), Arg::tensor(y), Arg::int(dim)])?)
-            }
-            let mut op = Op::begin("linalg_vecdot");
-            let [x, y] = op.get([x, y])?;
-            let x: &tch::Tensor = &x;
-            let y: &tch::Tensor = &y;
-            op.output_replayable([Some(x), Some(y)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("linalg_vecdot", "linalg_vecdot", kernels::tr_aten_linalg_vecdot) }, &[Arg::handle(x), Arg::handle(y), Arg::int(dim)])
     }
 
     /// Computes the matrix exponential of a square matrix. (`linalg_matrix_exp(Tensor self) -> Tensor`)
     pub(crate) fn linalg_matrix_exp(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_linalg_matrix_exp, "linalg_matrix_exp", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("linalg_matrix_exp");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("linalg_matrix_exp", "linalg_matrix_exp", kernels::tr_aten_linalg_matrix_exp) }, &[Arg::handle(input)])
     }
 
     /// Computes the sign and natural logarithm of the absolute value of the determinant of a square matrix. (`linalg_slogdet(Tensor A) -> (Tensor sign, Tensor logabsdet)`)
     pub(crate) fn linalg_slogdet(a: TensorId) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("linalg_slogdet");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_linalg_slogdet, "linalg_slogdet", &[Arg::tensor(a)]))))
-        }))
+        run::tensors(const { &Schema::new("linalg_slogdet", "linalg_slogdet", kernels::tr_aten_linalg_slogdet) }, Some(2), &[Arg::handle(a)])
     }
 
     /// Alias for `torch.linalg.slogdet` (`slogdet(Tensor self) -> (Tensor sign, Tensor logabsdet)`)
     pub(crate) fn slogdet(input: TensorId) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("slogdet");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_slogdet, "slogdet", &[Arg::tensor(input)]))))
-        }))
+        run::tensors(const { &Schema::new("slogdet", "slogdet", kernels::tr_aten_slogdet) }, Some(2), &[Arg::handle(input)])
     }
 
     /// Calculates log determinant of a square matrix or batches of square matrices. (`logdet(Tensor self) -> Tensor`)
     pub(crate) fn logdet(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_logdet, "logdet", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("logdet");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("logdet", "logdet", kernels::tr_aten_logdet) }, &[Arg::handle(input)])
     }
 
     /// Computes the eigenvalue decomposition of a square matrix if it exists. (`linalg_eig(Tensor self) -> (Tensor eigenvalues, Tensor eigenvectors)`)
     pub(crate) fn linalg_eig(input: TensorId) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("linalg_eig");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_linalg_eig, "linalg_eig", &[Arg::tensor(input)]))))
-        }))
+        run::tensors(const { &Schema::new("linalg_eig", "linalg_eig", kernels::tr_aten_linalg_eig) }, Some(2), &[Arg::handle(input)])
     }
 
     /// Computes the eigenvalues of a square matrix. (`linalg_eigvals(Tensor self) -> Tensor`)
     pub(crate) fn linalg_eigvals(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_linalg_eigvals, "linalg_eigvals", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("linalg_eigvals");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("linalg_eigvals", "linalg_eigvals", kernels::tr_aten_linalg_eigvals) }, &[Arg::handle(input)])
     }
 
     /// Computes the eigenvalue decomposition of a complex Hermitian or real symmetric matrix. (`linalg_eigh(Tensor self, str UPLO="L") -> (Tensor eigenvalues, Tensor eigenvectors)`)
     pub(crate) fn linalg_eigh(input: TensorId, uplo: &str) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("linalg_eigh");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_linalg_eigh, "linalg_eigh", &[Arg::tensor(input), Arg::str(uplo)]))))
-        }))
+        run::tensors(const { &Schema::new("linalg_eigh", "linalg_eigh", kernels::tr_aten_linalg_eigh) }, Some(2), &[Arg::handle(input), Arg::str(uplo)])
     }
 
     /// Computes the eigenvalues of a complex Hermitian or real symmetric matrix. (`linalg_eigvalsh(Tensor self, str UPLO="L") -> Tensor`)
     pub(crate) fn linalg_eigvalsh(input: TensorId, uplo: &str) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], uplo: &str) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_linalg_eigvalsh, "linalg_eigvalsh", &[Arg::tensor(input), Arg::str(uplo)])?)
-            }
-            let mut op = Op::begin("linalg_eigvalsh");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, uplo)), erased_keep(&mut || {
-                let uplo = uplo.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &uplo))
-            }))
-        }))
+        run::replayable(const { &Schema::new("linalg_eigvalsh", "linalg_eigvalsh", kernels::tr_aten_linalg_eigvalsh) }, &[Arg::handle(input), Arg::str(uplo)])
     }
 
     /// Computes the first `n` columns of a product of Householder matrices. (`linalg_householder_product(Tensor input, Tensor tau) -> Tensor`)
     pub(crate) fn linalg_householder_product(input: TensorId, tau: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, tau] = replay_args(inputs)?;
-                let input = given(input)?;
-                let tau = given(tau)?;
-                Ok(aten::tensor(kernels::tr_aten_linalg_householder_product, "linalg_householder_product", &[Arg::tensor(input), Arg::tensor(tau)])?)
-            }
-            let mut op = Op::begin("linalg_householder_product");
-            let [input, tau] = op.get([input, tau])?;
-            let input: &tch::Tensor = &input;
-            let tau: &tch::Tensor = &tau;
-            op.output_replayable([Some(input), Some(tau)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("linalg_householder_product", "linalg_householder_product", kernels::tr_aten_linalg_householder_product) }, &[Arg::handle(input), Arg::handle(tau)])
     }
 
     /// Computes the inverse of a square matrix if it is invertible. (`linalg_inv_ex(Tensor A, *, bool check_errors=False) -> (Tensor inverse, Tensor info)`)
     pub(crate) fn linalg_inv_ex(a: TensorId, check_errors: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("linalg_inv_ex");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_linalg_inv_ex, "linalg_inv_ex", &[Arg::tensor(a), Arg::bool(check_errors)]))))
-        }))
+        run::tensors(const { &Schema::new("linalg_inv_ex", "linalg_inv_ex", kernels::tr_aten_linalg_inv_ex) }, Some(2), &[Arg::handle(a), Arg::bool(check_errors)])
     }
 
     /// Computes the inverse of a square matrix if it exists. (`linalg_inv(Tensor A) -> Tensor`)
     pub(crate) fn linalg_inv(a: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_linalg_inv, "linalg_inv", &[Arg::tensor(a)])?)
-            }
-            let mut op = Op::begin("linalg_inv");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("linalg_inv", "linalg_inv", kernels::tr_aten_linalg_inv) }, &[Arg::handle(a)])
     }
 
     /// Alias for `torch.linalg.inv` (`inverse(Tensor self) -> Tensor`)
     pub(crate) fn inverse(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_inverse, "inverse", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("inverse");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("inverse", "inverse", kernels::tr_aten_inverse) }, &[Arg::handle(input)])
     }
 
     /// Computes the dot product for 1D tensors. (`inner(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn inner(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_inner, "inner", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("inner");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("inner", "inner", kernels::tr_aten_inner) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// Outer product of `input` and `vec2`. (`outer(Tensor self, Tensor vec2) -> Tensor`)
     pub(crate) fn outer(input: TensorId, vec2: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, vec2] = replay_args(inputs)?;
-                let input = given(input)?;
-                let vec2 = given(vec2)?;
-                Ok(aten::tensor(kernels::tr_aten_outer, "outer", &[Arg::tensor(input), Arg::tensor(vec2)])?)
-            }
-            let mut op = Op::begin("outer");
-            let [input, vec2] = op.get([input, vec2])?;
-            let input: &tch::Tensor = &input;
-            let vec2: &tch::Tensor = &vec2;
-            op.output_replayable([Some(input), Some(vec2)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("outer", "outer", kernels::tr_aten_outer) }, &[Arg::handle(input), Arg::handle(vec2)])
     }
 
     /// Alias of `torch.outer`. (`ger(Tensor self, Tensor vec2) -> Tensor`)
     pub(crate) fn ger(input: TensorId, vec2: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, vec2] = replay_args(inputs)?;
-                let input = given(input)?;
-                let vec2 = given(vec2)?;
-                Ok(aten::tensor(kernels::tr_aten_ger, "ger", &[Arg::tensor(input), Arg::tensor(vec2)])?)
-            }
-            let mut op = Op::begin("ger");
-            let [input, vec2] = op.get([input, vec2])?;
-            let input: &tch::Tensor = &input;
-            let vec2: &tch::Tensor = &vec2;
-            op.output_replayable([Some(input), Some(vec2)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("ger", "ger", kernels::tr_aten_ger) }, &[Arg::handle(input), Arg::handle(vec2)])
     }
 
     /// Computes a vector or matrix norm. (`linalg_norm(Tensor self, Scalar? ord=None, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`)
     pub(crate) fn linalg_norm(input: TensorId, ord: Option<Scalar>, dim: Option<&[i64]>, keepdim: bool, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("linalg_norm");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_linalg_norm, "linalg_norm", &[Arg::tensor(input), Arg::opt_scalar(ord), Arg::opt_ints(dim), Arg::bool(keepdim), Arg::opt_dtype(dtype)])))
-        }))
+        run::replayable(const { &Schema::new("linalg_norm", "linalg_norm", kernels::tr_aten_linalg_norm) }, &[Arg::handle(input), Arg::opt_scalar(ord), Arg::opt_ints(dim), Arg::bool(keepdim), Arg::opt_dtype(dtype)])
     }
 
     /// Computes a vector or matrix norm. (`linalg_norm.ord_str(Tensor self, str ord, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`)
     pub(crate) fn linalg_norm_ord_str(input: TensorId, ord: &str, dim: Option<&[i64]>, keepdim: bool, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("linalg_norm_ord_str");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_linalg_norm_ord_str, "linalg_norm.ord_str", &[Arg::tensor(input), Arg::str(ord), Arg::opt_ints(dim), Arg::bool(keepdim), Arg::opt_dtype(dtype)])))
-        }))
+        run::replayable(const { &Schema::new("linalg_norm_ord_str", "linalg_norm.ord_str", kernels::tr_aten_linalg_norm_ord_str) }, &[Arg::handle(input), Arg::str(ord), Arg::opt_ints(dim), Arg::bool(keepdim), Arg::opt_dtype(dtype)])
     }
 
     /// Computes a vector norm. (`linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`)
     pub(crate) fn linalg_vector_norm(input: TensorId, ord: Scalar, dim: Option<&[i64]>, keepdim: bool, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("linalg_vector_norm");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_linalg_vector_norm, "linalg_vector_norm", &[Arg::tensor(input), Arg::scalar(ord), Arg::opt_ints(dim), Arg::bool(keepdim), Arg::opt_dtype(dtype)])))
-        }))
+        run::replayable(const { &Schema::new("linalg_vector_norm", "linalg_vector_norm", kernels::tr_aten_linalg_vector_norm) }, &[Arg::handle(input), Arg::scalar(ord), Arg::opt_ints(dim), Arg::bool(keepdim), Arg::opt_dtype(dtype)])
     }
 
     /// Computes a matrix norm. (`linalg_matrix_norm(Tensor self, Scalar ord, int[] dim=[-2,-1], bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`)
     pub(crate) fn linalg_matrix_norm(input: TensorId, ord: Scalar, dim: &[i64], keepdim: bool, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], ord: Scalar, dim: &[i64], keepdim: bool, dtype: Option<DType>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_linalg_matrix_norm, "linalg_matrix_norm", &[Arg::tensor(input), Arg::scalar(ord), Arg::ints(dim), Arg::bool(keepdim), Arg::opt_dtype(dtype)])?)
-            }
-            let mut op = Op::begin("linalg_matrix_norm");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, ord, dim, keepdim, dtype)), erased_keep(&mut || {
-                let dim = dim.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, ord, &dim, keepdim, dtype))
-            }))
-        }))
+        run::replayable(const { &Schema::new("linalg_matrix_norm", "linalg_matrix_norm", kernels::tr_aten_linalg_matrix_norm) }, &[Arg::handle(input), Arg::scalar(ord), Arg::ints(dim), Arg::bool(keepdim), Arg::opt_dtype(dtype)])
     }
 
     /// Computes a matrix norm. (`linalg_matrix_norm.str_ord(Tensor self, str ord='fro', int[] dim=[-2,-1], bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`)
     pub(crate) fn linalg_matrix_norm_str_ord(input: TensorId, ord: &str, dim: &[i64], keepdim: bool, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], ord: &str, dim: &[i64], keepdim: bool, dtype: Option<DType>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_linalg_matrix_norm_str_ord, "linalg_matrix_norm.str_ord", &[Arg::tensor(input), Arg::str(ord), Arg::ints(dim), Arg::bool(keepdim), Arg::opt_dtype(dtype)])?)
-            }
-            let mut op = Op::begin("linalg_matrix_norm_str_ord");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, ord, dim, keepdim, dtype)), erased_keep(&mut || {
-                let ord = ord.to_owned();
-                let dim = dim.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &ord, &dim, keepdim, dtype))
-            }))
-        }))
+        run::replayable(const { &Schema::new("linalg_matrix_norm_str_ord", "linalg_matrix_norm.str_ord", kernels::tr_aten_linalg_matrix_norm_str_ord) }, &[Arg::handle(input), Arg::str(ord), Arg::ints(dim), Arg::bool(keepdim), Arg::opt_dtype(dtype)])
     }
 
     /// Computes the singular value decomposition (SVD) of a matrix. (`linalg_svd(Tensor A, bool full_matrices=True, *, str? driver=None) -> (Tensor U, Tensor S, Tensor Vh)`)
     pub(crate) fn linalg_svd(a: TensorId, full_matrices: bool, driver: Option<&str>) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("linalg_svd");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.outputs(erased(&|| aten::exactly(3, aten::tensors(kernels::tr_aten_linalg_svd, "linalg_svd", &[Arg::tensor(a), Arg::bool(full_matrices), Arg::opt_str(driver)]))))
-        }))
+        run::tensors(const { &Schema::new("linalg_svd", "linalg_svd", kernels::tr_aten_linalg_svd) }, Some(3), &[Arg::handle(a), Arg::bool(full_matrices), Arg::opt_str(driver)])
     }
 
     /// Computes the singular values of a matrix. (`linalg_svdvals(Tensor A, *, str? driver=None) -> Tensor`)
     pub(crate) fn linalg_svdvals(a: TensorId, driver: Option<&str>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("linalg_svdvals");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_linalg_svdvals, "linalg_svdvals", &[Arg::tensor(a), Arg::opt_str(driver)])))
-        }))
+        run::replayable(const { &Schema::new("linalg_svdvals", "linalg_svdvals", kernels::tr_aten_linalg_svdvals) }, &[Arg::handle(a), Arg::opt_str(driver)])
     }
 
     /// Computes the condition number of a matrix with respect to a matrix norm. (`linalg_cond(Tensor self, Scalar? p=None) -> Tensor`)
     pub(crate) fn linalg_cond(input: TensorId, p: Option<Scalar>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], p: Option<Scalar>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_linalg_cond, "linalg_cond", &[Arg::tensor(input), Arg::opt_scalar(p)])?)
-            }
-            let mut op = Op::begin("linalg_cond");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, p)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, p))
-            }))
-        }))
+        run::replayable(const { &Schema::new("linalg_cond", "linalg_cond", kernels::tr_aten_linalg_cond) }, &[Arg::handle(input), Arg::opt_scalar(p)])
     }
 
     /// Computes the condition number of a matrix with respect to a matrix norm. (`linalg_cond.p_str(Tensor self, str p) -> Tensor`)
     pub(crate) fn linalg_cond_p_str(input: TensorId, p: &str) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], p: &str) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_linalg_cond_p_str, "linalg_cond.p_str", &[Arg::tensor(input), Arg::str(p)])?)
-            }
-            let mut op = Op::begin("linalg_cond_p_str");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, p)), erased_keep(&mut || {
-                let p = p.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &p))
-            }))
-        }))
+        run::replayable(const { &Schema::new("linalg_cond_p_str", "linalg_cond.p_str", kernels::tr_aten_linalg_cond_p_str) }, &[Arg::handle(input), Arg::str(p)])
     }
 
     /// Computes the pseudoinverse (Moore-Penrose inverse) of a matrix. (`linalg_pinv.atol_rtol_tensor(Tensor self, *, Tensor? atol=None, Tensor? rtol=None, bool hermitian=False) -> Tensor`)
     pub(crate) fn linalg_pinv_atol_rtol_tensor(input: TensorId, atol: TensorId, rtol: TensorId, hermitian: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], hermitian: bool) -> Result<tch::Tensor> {
-                let [input, atol, rtol] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_linalg_pinv_atol_rtol_tensor, "linalg_pinv.atol_rtol_tensor", &[Arg::tensor(input), Arg::opt_tensor(atol), Arg::opt_tensor(rtol), Arg::bool(hermitian)])?)
-            }
-            let mut op = Op::begin("linalg_pinv_atol_rtol_tensor");
-            let [input] = op.get([input])?;
-            let atol = op.get_opt(atol)?;
-            let rtol = op.get_opt(rtol)?;
-            let input: &tch::Tensor = &input;
-            let atol = atol.as_deref();
-            let rtol = rtol.as_deref();
-            op.output_replayable([Some(input), atol, rtol], erased_run(&|inputs| replay(inputs, hermitian)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, hermitian))
-            }))
-        }))
+        run::replayable(const { &Schema::new("linalg_pinv_atol_rtol_tensor", "linalg_pinv.atol_rtol_tensor", kernels::tr_aten_linalg_pinv_atol_rtol_tensor) }, &[Arg::handle(input), Arg::opt_handle(atol), Arg::opt_handle(rtol), Arg::bool(hermitian)])
     }
 
     /// Computes the pseudoinverse (Moore-Penrose inverse) of a matrix. (`linalg_pinv.atol_rtol_float(Tensor self, *, float? atol=None, float? rtol=None, bool hermitian=False) -> Tensor`)
     pub(crate) fn linalg_pinv_atol_rtol_float(input: TensorId, atol: Option<f64>, rtol: Option<f64>, hermitian: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], atol: Option<f64>, rtol: Option<f64>, hermitian: bool) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_linalg_pinv_atol_rtol_float, "linalg_pinv.atol_rtol_float", &[Arg::tensor(input), Arg::opt_float(atol), Arg::opt_float(rtol), Arg::bool(hermitian)])?)
-            }
-            let mut op = Op::begin("linalg_pinv_atol_rtol_float");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, atol, rtol, hermitian)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, atol, rtol, hermitian))
-            }))
-        }))
+        run::replayable(const { &Schema::new("linalg_pinv_atol_rtol_float", "linalg_pinv.atol_rtol_float", kernels::tr_aten_linalg_pinv_atol_rtol_float) }, &[Arg::handle(input), Arg::opt_float(atol), Arg::opt_float(rtol), Arg::bool(hermitian)])
     }
 
     /// Computes the pseudoinverse (Moore-Penrose inverse) of a matrix. (`linalg_pinv(Tensor self, float rcond, bool hermitian=False) -> Tensor`)
     pub(crate) fn linalg_pinv(input: TensorId, rcond: f64, hermitian: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], rcond: f64, hermitian: bool) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_linalg_pinv, "linalg_pinv", &[Arg::tensor(input), Arg::float(rcond), Arg::bool(hermitian)])?)
-            }
-            let mut op = Op::begin("linalg_pinv");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, rcond, hermitian)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, rcond, hermitian))
-            }))
-        }))
+        run::replayable(const { &Schema::new("linalg_pinv", "linalg_pinv", kernels::tr_aten_linalg_pinv) }, &[Arg::handle(input), Arg::float(rcond), Arg::bool(hermitian)])
     }
 
     /// Computes the pseudoinverse (Moore-Penrose inverse) of a matrix. (`linalg_pinv.rcond_tensor(Tensor self, Tensor rcond, bool hermitian=False) -> Tensor`)
     pub(crate) fn linalg_pinv_rcond_tensor(input: TensorId, rcond: TensorId, hermitian: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], hermitian: bool) -> Result<tch::Tensor> {
-                let [input, rcond] = replay_args(inputs)?;
-                let input = given(input)?;
-                let rcond = given(rcond)?;
-                Ok(aten::tensor(kernels::tr_aten_linalg_pinv_rcond_tensor, "linalg_pinv.rcond_tensor", &[Arg::tensor(input), Arg::tensor(rcond), Arg::bool(hermitian)])?)
-            }
-            let mut op = Op::begin("linalg_pinv_rcond_tensor");
-            let [input, rcond] = op.get([input, rcond])?;
-            let input: &tch::Tensor = &input;
-            let rcond: &tch::Tensor = &rcond;
-            op.output_replayable([Some(input), Some(rcond)], erased_run(&|inputs| replay(inputs, hermitian)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, hermitian))
-            }))
-        }))
+        run::replayable(const { &Schema::new("linalg_pinv_rcond_tensor", "linalg_pinv.rcond_tensor", kernels::tr_aten_linalg_pinv_rcond_tensor) }, &[Arg::handle(input), Arg::handle(rcond), Arg::bool(hermitian)])
     }
 
     /// A version of `solve` that does not perform error checks unless `check_errors` `= True`. (`linalg_solve_ex(Tensor A, Tensor B, *, bool left=True, bool check_errors=False) -> (Tensor result, Tensor info)`)
     pub(crate) fn linalg_solve_ex(a: TensorId, b: TensorId, left: bool, check_errors: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("linalg_solve_ex");
-            let [a, b] = op.get([a, b])?;
-            let a: &tch::Tensor = &a;
-            let b: &tch::Tensor = &b;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_linalg_solve_ex, "linalg_solve_ex", &[Arg::tensor(a), Arg::tensor(b), Arg::bool(left), Arg::bool(check_errors)]))))
-        }))
+        run::tensors(const { &Schema::new("linalg_solve_ex", "linalg_solve_ex", kernels::tr_aten_linalg_solve_ex) }, Some(2), &[Arg::handle(a), Arg::handle(b), Arg::bool(left), Arg::bool(check_errors)])
     }
 
     /// Computes the solution of a square system of linear equations with a unique solution. (`linalg_solve(Tensor A, Tensor B, *, bool left=True) -> Tensor`)
     pub(crate) fn linalg_solve(a: TensorId, b: TensorId, left: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], left: bool) -> Result<tch::Tensor> {
-                let [a, b] = replay_args(inputs)?;
-                let a = given(a)?;
-                let b = given(b)?;
-                Ok(aten::tensor(kernels::tr_aten_linalg_solve, "linalg_solve", &[Arg::tensor(a), Arg::tensor(b), Arg::bool(left)])?)
-            }
-            let mut op = Op::begin("linalg_solve");
-            let [a, b] = op.get([a, b])?;
-            let a: &tch::Tensor = &a;
-            let b: &tch::Tensor = &b;
-            op.output_replayable([Some(a), Some(b)], erased_run(&|inputs| replay(inputs, left)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, left))
-            }))
-        }))
+        run::replayable(const { &Schema::new("linalg_solve", "linalg_solve", kernels::tr_aten_linalg_solve) }, &[Arg::handle(a), Arg::handle(b), Arg::bool(left)])
     }
 
     /// Computes the multiplicative inverse of `torch.tensordot`. (`linalg_tensorinv(Tensor self, int ind=2) -> Tensor`)
     pub(crate) fn linalg_tensorinv(input: TensorId, ind: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], ind: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_linalg_tensorinv, "linalg_tensorinv", &[Arg::tensor(input), Arg::int(ind)])?)
-            }
-            let mut op = Op::begin("linalg_tensorinv");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, ind)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, ind))
-            }))
-        }))
+        run::replayable(const { &Schema::new("linalg_tensorinv", "linalg_tensorinv", kernels::tr_aten_linalg_tensorinv) }, &[Arg::handle(input), Arg::int(ind)])
     }
 
     /// Computes the solution `X` to the system `torch.tensordot(A, X) = B`. (`linalg_tensorsolve(Tensor self, Tensor other, int[]? dims=None) -> Tensor`)
     pub(crate) fn linalg_tensorsolve(input: TensorId, other: TensorId, dims: Option<&[i64]>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("linalg_tensorsolve");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_linalg_tensorsolve, "linalg_tensorsolve", &[Arg::tensor(input), Arg::tensor(other), Arg::opt_ints(dims)])))
-        }))
+        run::replayable(const { &Schema::new("linalg_tensorsolve", "linalg_tensorsolve", kernels::tr_aten_linalg_tensorsolve) }, &[Arg::handle(input), Arg::handle(other), Arg::opt_ints(dims)])
     }
 
     /// Computes the QR decomposition of a matrix. (`linalg_qr(Tensor A, str mode='reduced') -> (Tensor Q, Tensor R)`)
     pub(crate) fn linalg_qr(a: TensorId, mode: &str) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("linalg_qr");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_linalg_qr, "linalg_qr", &[Arg::tensor(a), Arg::str(mode)]))))
-        }))
+        run::tensors(const { &Schema::new("linalg_qr", "linalg_qr", kernels::tr_aten_linalg_qr) }, Some(2), &[Arg::handle(a), Arg::str(mode)])
     }
 
     /// Computes the `n`-th power of a square matrix for an integer `n`. (`linalg_matrix_power(Tensor self, int n) -> Tensor`)
     pub(crate) fn linalg_matrix_power(input: TensorId, n: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], n: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_linalg_matrix_power, "linalg_matrix_power", &[Arg::tensor(input), Arg::int(n)])?)
-            }
-            let mut op = Op::begin("linalg_matrix_power");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            }))
-        }))
+        run::replayable(const { &Schema::new("linalg_matrix_power", "linalg_matrix_power", kernels::tr_aten_linalg_matrix_power) }, &[Arg::handle(input), Arg::int(n)])
     }
 
     /// Computes the numerical rank of a matrix. (`linalg_matrix_rank.atol_rtol_tensor(Tensor input, *, Tensor? atol=None, Tensor? rtol=None, bool hermitian=False) -> Tensor`)
     pub(crate) fn linalg_matrix_rank_atol_rtol_tensor(input: TensorId, atol: TensorId, rtol: TensorId, hermitian: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], hermitian: bool) -> Result<tch::Tensor> {
-                let [input, atol, rtol] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_linalg_matrix_rank_atol_rtol_tensor, "linalg_matrix_rank.atol_rtol_tensor", &[Arg::tensor(input), Arg::opt_tensor(atol), Arg::opt_tensor(rtol), Arg::bool(hermitian)])?)
-            }
-            let mut op = Op::begin("linalg_matrix_rank_atol_rtol_tensor");
-            let [input] = op.get([input])?;
-            let atol = op.get_opt(atol)?;
-            let rtol = op.get_opt(rtol)?;
-            let input: &tch::Tensor = &input;
-            let atol = atol.as_deref();
-            let rtol = rtol.as_deref();
-            op.output_replayable([Some(input), atol, rtol], erased_run(&|inputs| replay(inputs, hermitian)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, hermitian))
-            }))
-        }))
+        run::replayable(const { &Schema::new("linalg_matrix_rank_atol_rtol_tensor", "linalg_matrix_rank.atol_rtol_tensor", kernels::tr_aten_linalg_matrix_rank_atol_rtol_tensor) }, &[Arg::handle(input), Arg::opt_handle(atol), Arg::opt_handle(rtol), Arg::bool(hermitian)])
     }
 
     /// Computes the numerical rank of a matrix. (`linalg_matrix_rank.atol_rtol_float(Tensor self, *, float? atol=None, float? rtol=None, bool hermitian=False) -> Tensor`)
     pub(crate) fn linalg_matrix_rank_atol_rtol_float(input: TensorId, atol: Option<f64>, rtol: Option<f64>, hermitian: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], atol: Option<f64>, rtol: Option<f64>, hermitian: bool) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_linalg_matrix_rank_atol_rtol_float, "linalg_matrix_rank.atol_rtol_float", &[Arg::tensor(input), Arg::opt_float(atol), Arg::opt_float(rtol), Arg::bool(hermitian)])?)
-            }
-            let mut op = Op::begin("linalg_matrix_rank_atol_rtol_float");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, atol, rtol, hermitian)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, atol, rtol, hermitian))
-            }))
-        }))
+        run::replayable(const { &Schema::new("linalg_matrix_rank_atol_rtol_float", "linalg_matrix_rank.atol_rtol_float", kernels::tr_aten_linalg_matrix_rank_atol_rtol_float) }, &[Arg::handle(input), Arg::opt_float(atol), Arg::opt_float(rtol), Arg::bool(hermitian)])
     }
 
     /// Computes the numerical rank of a matrix. (`linalg_matrix_rank(Tensor self, float tol, bool hermitian=False) -> Tensor`)
     pub(crate) fn linalg_matrix_rank(input: TensorId, tol: f64, hermitian: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], tol: f64, hermitian: bool) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_linalg_matrix_rank, "linalg_matrix_rank", &[Arg::tensor(input), Arg::float(tol), Arg::bool(hermitian)])?)
-            }
-            let mut op = Op::begin("linalg_matrix_rank");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, tol, hermitian)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, tol, hermitian))
-            }))
-        }))
+        run::replayable(const { &Schema::new("linalg_matrix_rank", "linalg_matrix_rank", kernels::tr_aten_linalg_matrix_rank) }, &[Arg::handle(input), Arg::float(tol), Arg::bool(hermitian)])
     }
 
     /// Computes the numerical rank of a matrix. (`linalg_matrix_rank.tol_tensor(Tensor input, Tensor tol, bool hermitian=False) -> Tensor`)
     pub(crate) fn linalg_matrix_rank_tol_tensor(input: TensorId, tol: TensorId, hermitian: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], hermitian: bool) -> Result<tch::Tensor> {
-                let [input, tol] = replay_args(inputs)?;
-                let input = given(input)?;
-                let tol = given(tol)?;
-                Ok(aten::tensor(kernels::tr_aten_linalg_matrix_rank_tol_tensor, "linalg_matrix_rank.tol_tensor", &[Arg::tensor(input), Arg::tensor(tol), Arg::bool(hermitian)])?)
-            }
-            let mut op = Op::begin("linalg_matrix_rank_tol_tensor");
-            let [input, tol] = op.get([input, tol])?;
-            let input: &tch::Tensor = &input;
-            let tol: &tch::Tensor = &tol;
-            op.output_replayable([Some(input), Some(tol)], erased_run(&|inputs| replay(inputs, hermitian)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, hermitian))
-            }))
-        }))
+        run::replayable(const { &Schema::new("linalg_matrix_rank_tol_tensor", "linalg_matrix_rank.tol_tensor", kernels::tr_aten_linalg_matrix_rank_tol_tensor) }, &[Arg::handle(input), Arg::handle(tol), Arg::bool(hermitian)])
     }
 
     /// Efficiently multiplies two or more matrices by reordering the multiplications so that the fewest arithmetic operations are performed. (`linalg_multi_dot(Tensor[] tensors) -> Tensor`)
     pub(crate) fn linalg_multi_dot(tensors: &[TensorId]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("linalg_multi_dot");
-            let tensors = op.get_many(tensors)?;
-            let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_linalg_multi_dot, "linalg_multi_dot", &[Arg::tensors(&aten::ptrs(tensors))])))
-        }))
+        run::tensor(const { &Schema::new("linalg_multi_dot", "linalg_multi_dot", kernels::tr_aten_linalg_multi_dot) }, &[Arg::handles(tensors)])
     }
 }
 

@@ -11,3215 +11,967 @@ pub(crate) mod core {
 
     /// `dropout` as its kernel computes it: the result, and what autograd keeps of it (the mask, or the mean and inverse standard deviation). (`native_dropout(Tensor input, float p, bool? train) -> (Tensor, Tensor)`)
     pub(crate) fn native_dropout(input: TensorId, p: f64, train: Option<bool>) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("native_dropout");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_native_dropout, "native_dropout", &[Arg::tensor(input), Arg::float(p), Arg::opt_bool(train)]))))
-        }))
+        run::tensors(const { &Schema::new("native_dropout", "native_dropout", kernels::tr_aten_native_dropout) }, Some(2), &[Arg::handle(input), Arg::float(p), Arg::opt_bool(train)])
     }
 
     /// During training, randomly zeroes some elements of the input tensor with probability `p`. (`dropout_(Tensor(a!) self, float p, bool train) -> Tensor(a!)`)
     pub(crate) fn dropout_(input: TensorId, p: f64, train: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("dropout_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_dropout_, "dropout_", &[Arg::tensor(input), Arg::float(p), Arg::bool(train)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("dropout_", "dropout_", kernels::tr_aten_dropout_) }, &[Arg::handle_mut(input), Arg::float(p), Arg::bool(train)]).map(|_| input)
     }
 
     /// Zeroes whole channels at random with probability `p` while training (channel dropout). (`feature_dropout(Tensor input, float p, bool train) -> Tensor`)
     pub(crate) fn feature_dropout(input: TensorId, p: f64, train: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("feature_dropout");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_feature_dropout, "feature_dropout", &[Arg::tensor(input), Arg::float(p), Arg::bool(train)])))
-        }))
+        run::tensor(const { &Schema::new("feature_dropout", "feature_dropout", kernels::tr_aten_feature_dropout) }, &[Arg::handle(input), Arg::float(p), Arg::bool(train)])
     }
 
     /// Zeroes whole channels at random with probability `p` while training (channel dropout). (`feature_dropout_(Tensor(a!) self, float p, bool train) -> Tensor(a!)`)
     pub(crate) fn feature_dropout_(input: TensorId, p: f64, train: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("feature_dropout_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_feature_dropout_, "feature_dropout_", &[Arg::tensor(input), Arg::float(p), Arg::bool(train)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("feature_dropout_", "feature_dropout_", kernels::tr_aten_feature_dropout_) }, &[Arg::handle_mut(input), Arg::float(p), Arg::bool(train)]).map(|_| input)
     }
 
     /// Apply alpha dropout to the input. (`alpha_dropout(Tensor input, float p, bool train) -> Tensor`)
     pub(crate) fn alpha_dropout(input: TensorId, p: f64, train: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("alpha_dropout");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_alpha_dropout, "alpha_dropout", &[Arg::tensor(input), Arg::float(p), Arg::bool(train)])))
-        }))
+        run::tensor(const { &Schema::new("alpha_dropout", "alpha_dropout", kernels::tr_aten_alpha_dropout) }, &[Arg::handle(input), Arg::float(p), Arg::bool(train)])
     }
 
     /// Apply alpha dropout to the input. (`alpha_dropout_(Tensor(a!) self, float p, bool train) -> Tensor(a!)`)
     pub(crate) fn alpha_dropout_(input: TensorId, p: f64, train: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("alpha_dropout_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_alpha_dropout_, "alpha_dropout_", &[Arg::tensor(input), Arg::float(p), Arg::bool(train)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("alpha_dropout_", "alpha_dropout_", kernels::tr_aten_alpha_dropout_) }, &[Arg::handle_mut(input), Arg::float(p), Arg::bool(train)]).map(|_| input)
     }
 
     /// Randomly masks out entire channels (a channel is a feature map). (`feature_alpha_dropout(Tensor input, float p, bool train) -> Tensor`)
     pub(crate) fn feature_alpha_dropout(input: TensorId, p: f64, train: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("feature_alpha_dropout");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_feature_alpha_dropout, "feature_alpha_dropout", &[Arg::tensor(input), Arg::float(p), Arg::bool(train)])))
-        }))
+        run::tensor(const { &Schema::new("feature_alpha_dropout", "feature_alpha_dropout", kernels::tr_aten_feature_alpha_dropout) }, &[Arg::handle(input), Arg::float(p), Arg::bool(train)])
     }
 
     /// Randomly masks out entire channels (a channel is a feature map). (`feature_alpha_dropout_(Tensor(a!) self, float p, bool train) -> Tensor(a!)`)
     pub(crate) fn feature_alpha_dropout_(input: TensorId, p: f64, train: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("feature_alpha_dropout_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_feature_alpha_dropout_, "feature_alpha_dropout_", &[Arg::tensor(input), Arg::float(p), Arg::bool(train)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("feature_alpha_dropout_", "feature_alpha_dropout_", kernels::tr_aten_feature_alpha_dropout_) }, &[Arg::handle_mut(input), Arg::float(p), Arg::bool(train)]).map(|_| input)
     }
 
     /// Applies a 1D average pooling over an input signal composed of several input planes. (`avg_pool1d(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=0, bool ceil_mode=False, bool count_include_pad=True) -> Tensor`)
     pub(crate) fn avg_pool1d(input: TensorId, kernel_size: &[i64], stride: &[i64], padding: &[i64], ceil_mode: bool, count_include_pad: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], kernel_size: &[i64], stride: &[i64], padding: &[i64], ceil_mode: bool, count_include_pad: bool) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_avg_pool1d, "avg_pool1d", &[Arg::tensor(input), Arg::ints(kernel_size), Arg::ints(stride), Arg::ints(padding), Arg::bool(ceil_mode), Arg::bool(count_include_pad)])?)
-            }
-            let mut op = Op::begin("avg_pool1d");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, kernel_size, stride, padding, ceil_mode, count_include_pad)), erased_keep(&mut || {
-                let kernel_size = kernel_size.to_owned();
-                let stride = stride.to_owned();
-                let padding = padding.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &kernel_size, &stride, &padding, ceil_mode, count_include_pad))
-            }))
-        }))
+        run::replayable(const { &Schema::new("avg_pool1d", "avg_pool1d", kernels::tr_aten_avg_pool1d) }, &[Arg::handle(input), Arg::ints(kernel_size), Arg::ints(stride), Arg::ints(padding), Arg::bool(ceil_mode), Arg::bool(count_include_pad)])
     }
 
     /// Applies a 1D adaptive average pooling over an input signal composed of several input planes. (`adaptive_avg_pool1d(Tensor self, int[1] output_size) -> Tensor`)
     pub(crate) fn adaptive_avg_pool1d(input: TensorId, output_size: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], output_size: &[i64]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_adaptive_avg_pool1d, "adaptive_avg_pool1d", &[Arg::tensor(input), Arg::ints(output_size)])?)
-            }
-            let mut op = Op::begin("adaptive_avg_pool1d");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, output_size)), erased_keep(&mut || {
-                let output_size = output_size.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &output_size))
-            }))
-        }))
+        run::replayable(const { &Schema::new("adaptive_avg_pool1d", "adaptive_avg_pool1d", kernels::tr_aten_adaptive_avg_pool1d) }, &[Arg::handle(input), Arg::ints(output_size)])
     }
 
     /// Applies a 1D adaptive max pooling over an input signal composed of several input planes. (`adaptive_max_pool1d(Tensor self, int[1] output_size) -> (Tensor, Tensor)`)
     pub(crate) fn adaptive_max_pool1d(input: TensorId, output_size: &[i64]) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("adaptive_max_pool1d");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_adaptive_max_pool1d, "adaptive_max_pool1d", &[Arg::tensor(input), Arg::ints(output_size)]))))
-        }))
+        run::tensors(const { &Schema::new("adaptive_max_pool1d", "adaptive_max_pool1d", kernels::tr_aten_adaptive_max_pool1d) }, Some(2), &[Arg::handle(input), Arg::ints(output_size)])
     }
 
     /// The sampling grid of the affine transformations `theta` for an output of `size` (`torch.nn.functional.affine_grid`). (`affine_grid_generator(Tensor theta, SymInt[] size, bool align_corners) -> Tensor`)
     pub(crate) fn affine_grid_generator(theta: TensorId, size: &[i64], align_corners: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], size: &[i64], align_corners: bool) -> Result<tch::Tensor> {
-                let [theta] = replay_args(inputs)?;
-                let theta = given(theta)?;
-                Ok(aten::tensor(kernels::tr_aten_affine_grid_generator, "affine_grid_generator", &[Arg::tensor(theta), Arg::ints(size), Arg::bool(align_corners)])?)
-            }
-            let mut op = Op::begin("affine_grid_generator");
-            let [theta] = op.get([theta])?;
-            let theta: &tch::Tensor = &theta;
-            op.output_replayable([Some(theta)], erased_run(&|inputs| replay(inputs, size, align_corners)), erased_keep(&mut || {
-                let size = size.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &size, align_corners))
-            }))
-        }))
+        run::replayable(const { &Schema::new("affine_grid_generator", "affine_grid_generator", kernels::tr_aten_affine_grid_generator) }, &[Arg::handle(theta), Arg::ints(size), Arg::bool(align_corners)])
     }
 
     /// Returns a new tensor with the inverse hyperbolic tangent of the elements of `input`. (`atanh(Tensor self) -> Tensor`)
     pub(crate) fn atanh(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_atanh, "atanh", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("atanh");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("atanh", "atanh", kernels::tr_aten_atanh) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.atanh` (`atanh_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn atanh_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("atanh_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_atanh_, "atanh_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("atanh_", "atanh_", kernels::tr_aten_atanh_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Alias for `torch.atanh`. (`arctanh(Tensor self) -> Tensor`)
     pub(crate) fn arctanh(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_arctanh, "arctanh", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("arctanh");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("arctanh", "arctanh", kernels::tr_aten_arctanh) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.arctanh` (`arctanh_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn arctanh_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("arctanh_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_arctanh_, "arctanh_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("arctanh_", "arctanh_", kernels::tr_aten_arctanh_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Apply Batch Normalization for each channel across a batch of data. (`batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, bool training, float momentum, float eps, bool cudnn_enabled) -> Tensor`)
     pub(crate) fn batch_norm(input: TensorId, weight: TensorId, bias: TensorId, running_mean: TensorId, running_var: TensorId, training: bool, momentum: f64, eps: f64, cudnn_enabled: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], training: bool, momentum: f64, eps: f64, cudnn_enabled: bool) -> Result<tch::Tensor> {
-                let [input, weight, bias, running_mean, running_var] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_batch_norm, "batch_norm", &[Arg::tensor(input), Arg::opt_tensor(weight), Arg::opt_tensor(bias), Arg::opt_tensor(running_mean), Arg::opt_tensor(running_var), Arg::bool(training), Arg::float(momentum), Arg::float(eps), Arg::bool(cudnn_enabled)])?)
-            }
-            let mut op = Op::begin("batch_norm");
-            let [input] = op.get([input])?;
-            let weight = op.get_opt(weight)?;
-            let bias = op.get_opt(bias)?;
-            let running_mean = op.get_opt(running_mean)?;
-            let running_var = op.get_opt(running_var)?;
-            let input: &tch::Tensor = &input;
-            let weight = weight.as_deref();
-            let bias = bias.as_deref();
-            let running_mean = running_mean.as_deref();
-            let running_var = running_var.as_deref();
-            op.output_replayable([Some(input), weight, bias, running_mean, running_var], erased_run(&|inputs| replay(inputs, training, momentum, eps, cudnn_enabled)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, training, momentum, eps, cudnn_enabled))
-            }))
-        }))
+        run::replayable(const { &Schema::new("batch_norm", "batch_norm", kernels::tr_aten_batch_norm) }, &[Arg::handle(input), Arg::opt_handle(weight), Arg::opt_handle(bias), Arg::opt_handle(running_mean), Arg::opt_handle(running_var), Arg::bool(training), Arg::float(momentum), Arg::float(eps), Arg::bool(cudnn_enabled)])
     }
 
     /// Applies a bilinear transformation to the incoming data: `y = x_1^T A x_2 + b` (`bilinear(Tensor input1, Tensor input2, Tensor weight, Tensor? bias=None) -> Tensor`)
     pub(crate) fn bilinear(input1: TensorId, input2: TensorId, weight: TensorId, bias: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input1, input2, weight, bias] = replay_args(inputs)?;
-                let input1 = given(input1)?;
-                let input2 = given(input2)?;
-                let weight = given(weight)?;
-                Ok(aten::tensor(kernels::tr_aten_bilinear, "bilinear", &[Arg::tensor(input1), Arg::tensor(input2), Arg::tensor(weight), Arg::opt_tensor(bias)])?)
-            }
-            let mut op = Op::begin("bilinear");
-            let [input1, input2, weight] = op.get([input1, input2, weight])?;
-            let bias = op.get_opt(bias)?;
-            let input1: &tch::Tensor = &input1;
-            let input2: &tch::Tensor = &input2;
-            let weight: &tch::Tensor = &weight;
-            let bias = bias.as_deref();
-            op.output_replayable([Some(input1), Some(input2), Some(weight), bias], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("bilinear", "bilinear", kernels::tr_aten_bilinear) }, &[Arg::handle(input1), Arg::handle(input2), Arg::handle(weight), Arg::opt_handle(bias)])
     }
 
     /// Compute Binary Cross Entropy between the target and input probabilities. (`binary_cross_entropy(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean) -> Tensor`)
     pub(crate) fn binary_cross_entropy(input: TensorId, target: TensorId, weight: TensorId, reduction: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], reduction: i64) -> Result<tch::Tensor> {
-                let [input, target, weight] = replay_args(inputs)?;
-                let input = given(input)?;
-                let target = given(target)?;
-                Ok(aten::tensor(kernels::tr_aten_binary_cross_entropy, "binary_cross_entropy", &[Arg::tensor(input), Arg::tensor(target), Arg::opt_tensor(weight), Arg::int(reduction)])?)
-            }
-            let mut op = Op::begin("binary_cross_entropy");
-            let [input, target] = op.get([input, target])?;
-            let weight = op.get_opt(weight)?;
-            let input: &tch::Tensor = &input;
-            let target: &tch::Tensor = &target;
-            let weight = weight.as_deref();
-            op.output_replayable([Some(input), Some(target), weight], erased_run(&|inputs| replay(inputs, reduction)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, reduction))
-            }))
-        }))
+        run::replayable(const { &Schema::new("binary_cross_entropy", "binary_cross_entropy", kernels::tr_aten_binary_cross_entropy) }, &[Arg::handle(input), Arg::handle(target), Arg::opt_handle(weight), Arg::int(reduction)])
     }
 
     /// Compute Binary Cross Entropy between target and input logits. (`binary_cross_entropy_with_logits(Tensor self, Tensor target, Tensor? weight=None, Tensor? pos_weight=None, int reduction=Mean) -> Tensor`)
     pub(crate) fn binary_cross_entropy_with_logits(input: TensorId, target: TensorId, weight: TensorId, pos_weight: TensorId, reduction: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], reduction: i64) -> Result<tch::Tensor> {
-                let [input, target, weight, pos_weight] = replay_args(inputs)?;
-                let input = given(input)?;
-                let target = given(target)?;
-                Ok(aten::tensor(kernels::tr_aten_binary_cross_entropy_with_logits, "binary_cross_entropy_with_logits", &[Arg::tensor(input), Arg::tensor(target), Arg::opt_tensor(weight), Arg::opt_tensor(pos_weight), Arg::int(reduction)])?)
-            }
-            let mut op = Op::begin("binary_cross_entropy_with_logits");
-            let [input, target] = op.get([input, target])?;
-            let weight = op.get_opt(weight)?;
-            let pos_weight = op.get_opt(pos_weight)?;
-            let input: &tch::Tensor = &input;
-            let target: &tch::Tensor = &target;
-            let weight = weight.as_deref();
-            let pos_weight = pos_weight.as_deref();
-            op.output_replayable([Some(input), Some(target), weight, pos_weight], erased_run(&|inputs| replay(inputs, reduction)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, reduction))
-            }))
-        }))
+        run::replayable(const { &Schema::new("binary_cross_entropy_with_logits", "binary_cross_entropy_with_logits", kernels::tr_aten_binary_cross_entropy_with_logits) }, &[Arg::handle(input), Arg::handle(target), Arg::opt_handle(weight), Arg::opt_handle(pos_weight), Arg::int(reduction)])
     }
 
     /// Pads the last dimensions with `value`, two widths per dimension from the last (`torch.nn.functional.pad`, mode `constant`). (`constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor`)
     pub(crate) fn constant_pad_nd(input: TensorId, pad: &[i64], value: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], pad: &[i64], value: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_constant_pad_nd, "constant_pad_nd", &[Arg::tensor(input), Arg::ints(pad), Arg::scalar(value)])?)
-            }
-            let mut op = Op::begin("constant_pad_nd");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, pad, value)), erased_keep(&mut || {
-                let pad = pad.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &pad, value))
-            }))
-        }))
+        run::replayable(const { &Schema::new("constant_pad_nd", "constant_pad_nd", kernels::tr_aten_constant_pad_nd) }, &[Arg::handle(input), Arg::ints(pad), Arg::scalar(value)])
     }
 
     /// A convolution or transposed convolution of any dimension, with stride, padding, dilation and groups: the op every `conv*` calls. (`convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups) -> Tensor`)
     pub(crate) fn convolution(input: TensorId, weight: TensorId, bias: TensorId, stride: &[i64], padding: &[i64], dilation: &[i64], transposed: bool, output_padding: &[i64], groups: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], stride: &[i64], padding: &[i64], dilation: &[i64], transposed: bool, output_padding: &[i64], groups: i64) -> Result<tch::Tensor> {
-                let [input, weight, bias] = replay_args(inputs)?;
-                let input = given(input)?;
-                let weight = given(weight)?;
-                Ok(aten::tensor(kernels::tr_aten_convolution, "convolution", &[Arg::tensor(input), Arg::tensor(weight), Arg::opt_tensor(bias), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::bool(transposed), Arg::ints(output_padding), Arg::int(groups)])?)
-            }
-            let mut op = Op::begin("convolution");
-            let [input, weight] = op.get([input, weight])?;
-            let bias = op.get_opt(bias)?;
-            let input: &tch::Tensor = &input;
-            let weight: &tch::Tensor = &weight;
-            let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, stride, padding, dilation, transposed, output_padding, groups)), erased_keep(&mut || {
-                let stride = stride.to_owned();
-                let padding = padding.to_owned();
-                let dilation = dilation.to_owned();
-                let output_padding = output_padding.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &stride, &padding, &dilation, transposed, &output_padding, groups))
-            }))
-        }))
+        run::replayable(const { &Schema::new("convolution", "convolution", kernels::tr_aten_convolution) }, &[Arg::handle(input), Arg::handle(weight), Arg::opt_handle(bias), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::bool(transposed), Arg::ints(output_padding), Arg::int(groups)])
     }
 
     /// `convolution` for an out-of-tree backend that overrides it. (`convolution_overrideable(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups) -> Tensor`)
     pub(crate) fn convolution_overrideable(input: TensorId, weight: TensorId, bias: TensorId, stride: &[i64], padding: &[i64], dilation: &[i64], transposed: bool, output_padding: &[i64], groups: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], stride: &[i64], padding: &[i64], dilation: &[i64], transposed: bool, output_padding: &[i64], groups: i64) -> Result<tch::Tensor> {
-                let [input, weight, bias] = replay_args(inputs)?;
-                let input = given(input)?;
-                let weight = given(weight)?;
-                Ok(aten::tensor(kernels::tr_aten_convolution_overrideable, "convolution_overrideable", &[Arg::tensor(input), Arg::tensor(weight), Arg::opt_tensor(bias), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::bool(transposed), Arg::ints(output_padding), Arg::int(groups)])?)
-            }
-            let mut op = Op::begin("convolution_overrideable");
-            let [input, weight] = op.get([input, weight])?;
-            let bias = op.get_opt(bias)?;
-            let input: &tch::Tensor = &input;
-            let weight: &tch::Tensor = &weight;
-            let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, stride, padding, dilation, transposed, output_padding, groups)), erased_keep(&mut || {
-                let stride = stride.to_owned();
-                let padding = padding.to_owned();
-                let dilation = dilation.to_owned();
-                let output_padding = output_padding.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &stride, &padding, &dilation, transposed, &output_padding, groups))
-            }))
-        }))
+        run::replayable(const { &Schema::new("convolution_overrideable", "convolution_overrideable", kernels::tr_aten_convolution_overrideable) }, &[Arg::handle(input), Arg::handle(weight), Arg::opt_handle(bias), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::bool(transposed), Arg::ints(output_padding), Arg::int(groups)])
     }
 
     /// Applies a 1D convolution over an input signal composed of several input planes. (`conv1d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=1, SymInt[1] padding=0, SymInt[1] dilation=1, SymInt groups=1) -> Tensor`)
     pub(crate) fn conv1d(input: TensorId, weight: TensorId, bias: TensorId, stride: &[i64], padding: &[i64], dilation: &[i64], groups: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], stride: &[i64], padding: &[i64], dilation: &[i64], groups: i64) -> Result<tch::Tensor> {
-                let [input, weight, bias] = replay_args(inputs)?;
-                let input = given(input)?;
-                let weight = given(weight)?;
-                Ok(aten::tensor(kernels::tr_aten_conv1d, "conv1d", &[Arg::tensor(input), Arg::tensor(weight), Arg::opt_tensor(bias), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::int(groups)])?)
-            }
-            let mut op = Op::begin("conv1d");
-            let [input, weight] = op.get([input, weight])?;
-            let bias = op.get_opt(bias)?;
-            let input: &tch::Tensor = &input;
-            let weight: &tch::Tensor = &weight;
-            let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, stride, padding, dilation, groups)), erased_keep(&mut || {
-                let stride = stride.to_owned();
-                let padding = padding.to_owned();
-                let dilation = dilation.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &stride, &padding, &dilation, groups))
-            }))
-        }))
+        run::replayable(const { &Schema::new("conv1d", "conv1d", kernels::tr_aten_conv1d) }, &[Arg::handle(input), Arg::handle(weight), Arg::opt_handle(bias), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::int(groups)])
     }
 
     /// Applies a 3D convolution over an input image composed of several input planes. (`conv3d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=1, SymInt[3] padding=0, SymInt[3] dilation=1, SymInt groups=1) -> Tensor`)
     pub(crate) fn conv3d(input: TensorId, weight: TensorId, bias: TensorId, stride: &[i64], padding: &[i64], dilation: &[i64], groups: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], stride: &[i64], padding: &[i64], dilation: &[i64], groups: i64) -> Result<tch::Tensor> {
-                let [input, weight, bias] = replay_args(inputs)?;
-                let input = given(input)?;
-                let weight = given(weight)?;
-                Ok(aten::tensor(kernels::tr_aten_conv3d, "conv3d", &[Arg::tensor(input), Arg::tensor(weight), Arg::opt_tensor(bias), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::int(groups)])?)
-            }
-            let mut op = Op::begin("conv3d");
-            let [input, weight] = op.get([input, weight])?;
-            let bias = op.get_opt(bias)?;
-            let input: &tch::Tensor = &input;
-            let weight: &tch::Tensor = &weight;
-            let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, stride, padding, dilation, groups)), erased_keep(&mut || {
-                let stride = stride.to_owned();
-                let padding = padding.to_owned();
-                let dilation = dilation.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &stride, &padding, &dilation, groups))
-            }))
-        }))
+        run::replayable(const { &Schema::new("conv3d", "conv3d", kernels::tr_aten_conv3d) }, &[Arg::handle(input), Arg::handle(weight), Arg::opt_handle(bias), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::int(groups)])
     }
 
     /// Applies a 1D convolution over an input signal composed of several input planes. (`conv1d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=1, str padding="valid", SymInt[1] dilation=1, SymInt groups=1) -> Tensor`)
     pub(crate) fn conv1d_padding(input: TensorId, weight: TensorId, bias: TensorId, stride: &[i64], padding: &str, dilation: &[i64], groups: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], stride: &[i64], padding: &str, dilation: &[i64], groups: i64) -> Result<tch::Tensor> {
-                let [input, weight, bias] = replay_args(inputs)?;
-                let input = given(input)?;
-                let weight = given(weight)?;
-                Ok(aten::tensor(kernels::tr_aten_conv1d_padding, "conv1d.padding", &[Arg::tensor(input), Arg::tensor(weight), Arg::opt_tensor(bias), Arg::ints(stride), Arg::str(padding), Arg::ints(dilation), Arg::int(groups)])?)
-            }
-            let mut op = Op::begin("conv1d_padding");
-            let [input, weight] = op.get([input, weight])?;
-            let bias = op.get_opt(bias)?;
-            let input: &tch::Tensor = &input;
-            let weight: &tch::Tensor = &weight;
-            let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, stride, padding, dilation, groups)), erased_keep(&mut || {
-                let stride = stride.to_owned();
-                let padding = padding.to_owned();
-                let dilation = dilation.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &stride, &padding, &dilation, groups))
-            }))
-        }))
+        run::replayable(const { &Schema::new("conv1d_padding", "conv1d.padding", kernels::tr_aten_conv1d_padding) }, &[Arg::handle(input), Arg::handle(weight), Arg::opt_handle(bias), Arg::ints(stride), Arg::str(padding), Arg::ints(dilation), Arg::int(groups)])
     }
 
     /// Applies a 2D convolution over an input image composed of several input planes. (`conv2d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, str padding="valid", SymInt[2] dilation=1, SymInt groups=1) -> Tensor`)
     pub(crate) fn conv2d_padding(input: TensorId, weight: TensorId, bias: TensorId, stride: &[i64], padding: &str, dilation: &[i64], groups: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], stride: &[i64], padding: &str, dilation: &[i64], groups: i64) -> Result<tch::Tensor> {
-                let [input, weight, bias] = replay_args(inputs)?;
-                let input = given(input)?;
-                let weight = given(weight)?;
-                Ok(aten::tensor(kernels::tr_aten_conv2d_padding, "conv2d.padding", &[Arg::tensor(input), Arg::tensor(weight), Arg::opt_tensor(bias), Arg::ints(stride), Arg::str(padding), Arg::ints(dilation), Arg::int(groups)])?)
-            }
-            let mut op = Op::begin("conv2d_padding");
-            let [input, weight] = op.get([input, weight])?;
-            let bias = op.get_opt(bias)?;
-            let input: &tch::Tensor = &input;
-            let weight: &tch::Tensor = &weight;
-            let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, stride, padding, dilation, groups)), erased_keep(&mut || {
-                let stride = stride.to_owned();
-                let padding = padding.to_owned();
-                let dilation = dilation.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &stride, &padding, &dilation, groups))
-            }))
-        }))
+        run::replayable(const { &Schema::new("conv2d_padding", "conv2d.padding", kernels::tr_aten_conv2d_padding) }, &[Arg::handle(input), Arg::handle(weight), Arg::opt_handle(bias), Arg::ints(stride), Arg::str(padding), Arg::ints(dilation), Arg::int(groups)])
     }
 
     /// Applies a 3D convolution over an input image composed of several input planes. (`conv3d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=1, str padding="valid", SymInt[3] dilation=1, SymInt groups=1) -> Tensor`)
     pub(crate) fn conv3d_padding(input: TensorId, weight: TensorId, bias: TensorId, stride: &[i64], padding: &str, dilation: &[i64], groups: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], stride: &[i64], padding: &str, dilation: &[i64], groups: i64) -> Result<tch::Tensor> {
-                let [input, weight, bias] = replay_args(inputs)?;
-                let input = given(input)?;
-                let weight = given(weight)?;
-                Ok(aten::tensor(kernels::tr_aten_conv3d_padding, "conv3d.padding", &[Arg::tensor(input), Arg::tensor(weight), Arg::opt_tensor(bias), Arg::ints(stride), Arg::str(padding), Arg::ints(dilation), Arg::int(groups)])?)
-            }
-            let mut op = Op::begin("conv3d_padding");
-            let [input, weight] = op.get([input, weight])?;
-            let bias = op.get_opt(bias)?;
-            let input: &tch::Tensor = &input;
-            let weight: &tch::Tensor = &weight;
-            let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, stride, padding, dilation, groups)), erased_keep(&mut || {
-                let stride = stride.to_owned();
-                let padding = padding.to_owned();
-                let dilation = dilation.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &stride, &padding, &dilation, groups))
-            }))
-        }))
+        run::replayable(const { &Schema::new("conv3d_padding", "conv3d.padding", kernels::tr_aten_conv3d_padding) }, &[Arg::handle(input), Arg::handle(weight), Arg::opt_handle(bias), Arg::ints(stride), Arg::str(padding), Arg::ints(dilation), Arg::int(groups)])
     }
 
     /// Applies a 1-dimensional sequence convolution over an input sequence. (`conv_tbc(Tensor self, Tensor weight, Tensor bias, int pad=0) -> Tensor`)
     pub(crate) fn conv_tbc(input: TensorId, weight: TensorId, bias: TensorId, pad: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], pad: i64) -> Result<tch::Tensor> {
-                let [input, weight, bias] = replay_args(inputs)?;
-                let input = given(input)?;
-                let weight = given(weight)?;
-                let bias = given(bias)?;
-                Ok(aten::tensor(kernels::tr_aten_conv_tbc, "conv_tbc", &[Arg::tensor(input), Arg::tensor(weight), Arg::tensor(bias), Arg::int(pad)])?)
-            }
-            let mut op = Op::begin("conv_tbc");
-            let [input, weight, bias] = op.get([input, weight, bias])?;
-            let input: &tch::Tensor = &input;
-            let weight: &tch::Tensor = &weight;
-            let bias: &tch::Tensor = &bias;
-            op.output_replayable([Some(input), Some(weight), Some(bias)], erased_run(&|inputs| replay(inputs, pad)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, pad))
-            }))
-        }))
+        run::replayable(const { &Schema::new("conv_tbc", "conv_tbc", kernels::tr_aten_conv_tbc) }, &[Arg::handle(input), Arg::handle(weight), Arg::handle(bias), Arg::int(pad)])
     }
 
     /// Applies a 1D transposed convolution operator over an input signal composed of several input planes, sometimes also called "deconvolution". (`conv_transpose1d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[1] stride=1, SymInt[1] padding=0, SymInt[1] output_padding=0, SymInt groups=1, SymInt[1] dilation=1) -> Tensor`)
     pub(crate) fn conv_transpose1d(input: TensorId, weight: TensorId, bias: TensorId, stride: &[i64], padding: &[i64], output_padding: &[i64], groups: i64, dilation: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], stride: &[i64], padding: &[i64], output_padding: &[i64], groups: i64, dilation: &[i64]) -> Result<tch::Tensor> {
-                let [input, weight, bias] = replay_args(inputs)?;
-                let input = given(input)?;
-                let weight = given(weight)?;
-                Ok(aten::tensor(kernels::tr_aten_conv_transpose1d, "conv_transpose1d", &[Arg::tensor(input), Arg::tensor(weight), Arg::opt_tensor(bias), Arg::ints(stride), Arg::ints(padding), Arg::ints(output_padding), Arg::int(groups), Arg::ints(dilation)])?)
-            }
-            let mut op = Op::begin("conv_transpose1d");
-            let [input, weight] = op.get([input, weight])?;
-            let bias = op.get_opt(bias)?;
-            let input: &tch::Tensor = &input;
-            let weight: &tch::Tensor = &weight;
-            let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, stride, padding, output_padding, groups, dilation)), erased_keep(&mut || {
-                let stride = stride.to_owned();
-                let padding = padding.to_owned();
-                let output_padding = output_padding.to_owned();
-                let dilation = dilation.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &stride, &padding, &output_padding, groups, &dilation))
-            }))
-        }))
+        run::replayable(const { &Schema::new("conv_transpose1d", "conv_transpose1d", kernels::tr_aten_conv_transpose1d) }, &[Arg::handle(input), Arg::handle(weight), Arg::opt_handle(bias), Arg::ints(stride), Arg::ints(padding), Arg::ints(output_padding), Arg::int(groups), Arg::ints(dilation)])
     }
 
     /// Applies a 2D transposed convolution operator over an input image composed of several input planes, sometimes also called "deconvolution". (`conv_transpose2d.input(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] output_padding=0, SymInt groups=1, SymInt[2] dilation=1) -> Tensor`)
     pub(crate) fn conv_transpose2d_input(input: TensorId, weight: TensorId, bias: TensorId, stride: &[i64], padding: &[i64], output_padding: &[i64], groups: i64, dilation: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], stride: &[i64], padding: &[i64], output_padding: &[i64], groups: i64, dilation: &[i64]) -> Result<tch::Tensor> {
-                let [input, weight, bias] = replay_args(inputs)?;
-                let input = given(input)?;
-                let weight = given(weight)?;
-                Ok(aten::tensor(kernels::tr_aten_conv_transpose2d_input, "conv_transpose2d.input", &[Arg::tensor(input), Arg::tensor(weight), Arg::opt_tensor(bias), Arg::ints(stride), Arg::ints(padding), Arg::ints(output_padding), Arg::int(groups), Arg::ints(dilation)])?)
-            }
-            let mut op = Op::begin("conv_transpose2d_input");
-            let [input, weight] = op.get([input, weight])?;
-            let bias = op.get_opt(bias)?;
-            let input: &tch::Tensor = &input;
-            let weight: &tch::Tensor = &weight;
-            let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, stride, padding, output_padding, groups, dilation)), erased_keep(&mut || {
-                let stride = stride.to_owned();
-                let padding = padding.to_owned();
-                let output_padding = output_padding.to_owned();
-                let dilation = dilation.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &stride, &padding, &output_padding, groups, &dilation))
-            }))
-        }))
+        run::replayable(const { &Schema::new("conv_transpose2d_input", "conv_transpose2d.input", kernels::tr_aten_conv_transpose2d_input) }, &[Arg::handle(input), Arg::handle(weight), Arg::opt_handle(bias), Arg::ints(stride), Arg::ints(padding), Arg::ints(output_padding), Arg::int(groups), Arg::ints(dilation)])
     }
 
     /// Applies a 3D transposed convolution operator over an input image composed of several input planes, sometimes also called "deconvolution". (`conv_transpose3d.input(Tensor input, Tensor weight, Tensor? bias=None, SymInt[3] stride=1, SymInt[3] padding=0, SymInt[3] output_padding=0, SymInt groups=1, SymInt[3] dilation=1) -> Tensor`)
     pub(crate) fn conv_transpose3d_input(input: TensorId, weight: TensorId, bias: TensorId, stride: &[i64], padding: &[i64], output_padding: &[i64], groups: i64, dilation: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], stride: &[i64], padding: &[i64], output_padding: &[i64], groups: i64, dilation: &[i64]) -> Result<tch::Tensor> {
-                let [input, weight, bias] = replay_args(inputs)?;
-                let input = given(input)?;
-                let weight = given(weight)?;
-                Ok(aten::tensor(kernels::tr_aten_conv_transpose3d_input, "conv_transpose3d.input", &[Arg::tensor(input), Arg::tensor(weight), Arg::opt_tensor(bias), Arg::ints(stride), Arg::ints(padding), Arg::ints(output_padding), Arg::int(groups), Arg::ints(dilation)])?)
-            }
-            let mut op = Op::begin("conv_transpose3d_input");
-            let [input, weight] = op.get([input, weight])?;
-            let bias = op.get_opt(bias)?;
-            let input: &tch::Tensor = &input;
-            let weight: &tch::Tensor = &weight;
-            let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, stride, padding, output_padding, groups, dilation)), erased_keep(&mut || {
-                let stride = stride.to_owned();
-                let padding = padding.to_owned();
-                let output_padding = output_padding.to_owned();
-                let dilation = dilation.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &stride, &padding, &output_padding, groups, &dilation))
-            }))
-        }))
+        run::replayable(const { &Schema::new("conv_transpose3d_input", "conv_transpose3d.input", kernels::tr_aten_conv_transpose3d_input) }, &[Arg::handle(input), Arg::handle(weight), Arg::opt_handle(bias), Arg::ints(stride), Arg::ints(padding), Arg::ints(output_padding), Arg::int(groups), Arg::ints(dilation)])
     }
 
     /// Compute the cosine embedding loss. (`cosine_embedding_loss(Tensor input1, Tensor input2, Tensor target, float margin=0.0, int reduction=Mean) -> Tensor`)
     pub(crate) fn cosine_embedding_loss(input1: TensorId, input2: TensorId, target: TensorId, margin: f64, reduction: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], margin: f64, reduction: i64) -> Result<tch::Tensor> {
-                let [input1, input2, target] = replay_args(inputs)?;
-                let input1 = given(input1)?;
-                let input2 = given(input2)?;
-                let target = given(target)?;
-                Ok(aten::tensor(kernels::tr_aten_cosine_embedding_loss, "cosine_embedding_loss", &[Arg::tensor(input1), Arg::tensor(input2), Arg::tensor(target), Arg::float(margin), Arg::int(reduction)])?)
-            }
-            let mut op = Op::begin("cosine_embedding_loss");
-            let [input1, input2, target] = op.get([input1, input2, target])?;
-            let input1: &tch::Tensor = &input1;
-            let input2: &tch::Tensor = &input2;
-            let target: &tch::Tensor = &target;
-            op.output_replayable([Some(input1), Some(input2), Some(target)], erased_run(&|inputs| replay(inputs, margin, reduction)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, margin, reduction))
-            }))
-        }))
+        run::replayable(const { &Schema::new("cosine_embedding_loss", "cosine_embedding_loss", kernels::tr_aten_cosine_embedding_loss) }, &[Arg::handle(input1), Arg::handle(input2), Arg::handle(target), Arg::float(margin), Arg::int(reduction)])
     }
 
     /// Compute the Connectionist Temporal Classification loss. (`ctc_loss.IntList(Tensor log_probs, Tensor targets, int[] input_lengths, int[] target_lengths, int blank=0, int reduction=Mean, bool zero_infinity=False) -> Tensor`)
     pub(crate) fn ctc_loss_intlist(log_probs: TensorId, targets: TensorId, input_lengths: &[i64], target_lengths: &[i64], blank: i64, reduction: i64, zero_infinity: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], input_lengths: &[i64], target_lengths: &[i64], blank: i64, reduction: i64, zero_infinity: bool) -> Result<tch::Tensor> {
-                let [log_probs, targets] = replay_args(inputs)?;
-                let log_probs = given(log_probs)?;
-                let targets = given(targets)?;
-                Ok(aten::tensor(kernels::tr_aten_ctc_loss_intlist, "ctc_loss.IntList", &[Arg::tensor(log_probs), Arg::tensor(targets), Arg::ints(input_lengths), Arg::ints(target_lengths), Arg::int(blank), Arg::int(reduction), Arg::bool(zero_infinity)])?)
-            }
-            let mut op = Op::begin("ctc_loss_intlist");
-            let [log_probs, targets] = op.get([log_probs, targets])?;
-            let log_probs: &tch::Tensor = &log_probs;
-            let targets: &tch::Tensor = &targets;
-            op.output_replayable([Some(log_probs), Some(targets)], erased_run(&|inputs| replay(inputs, input_lengths, target_lengths, blank, reduction, zero_infinity)), erased_keep(&mut || {
-                let input_lengths = input_lengths.to_owned();
-                let target_lengths = target_lengths.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &input_lengths, &target_lengths, blank, reduction, zero_infinity))
-            }))
-        }))
+        run::replayable(const { &Schema::new("ctc_loss_intlist", "ctc_loss.IntList", kernels::tr_aten_ctc_loss_intlist) }, &[Arg::handle(log_probs), Arg::handle(targets), Arg::ints(input_lengths), Arg::ints(target_lengths), Arg::int(blank), Arg::int(reduction), Arg::bool(zero_infinity)])
     }
 
     /// Compute the Connectionist Temporal Classification loss. (`ctc_loss.Tensor(Tensor log_probs, Tensor targets, Tensor input_lengths, Tensor target_lengths, int blank=0, int reduction=Mean, bool zero_infinity=False) -> Tensor`)
     pub(crate) fn ctc_loss_tensor(log_probs: TensorId, targets: TensorId, input_lengths: TensorId, target_lengths: TensorId, blank: i64, reduction: i64, zero_infinity: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], blank: i64, reduction: i64, zero_infinity: bool) -> Result<tch::Tensor> {
-                let [log_probs, targets, input_lengths, target_lengths] = replay_args(inputs)?;
-                let log_probs = given(log_probs)?;
-                let targets = given(targets)?;
-                let input_lengths = given(input_lengths)?;
-                let target_lengths = given(target_lengths)?;
-                Ok(aten::tensor(kernels::tr_aten_ctc_loss_tensor, "ctc_loss.Tensor", &[Arg::tensor(log_probs), Arg::tensor(targets), Arg::tensor(input_lengths), Arg::tensor(target_lengths), Arg::int(blank), Arg::int(reduction), Arg::bool(zero_infinity)])?)
-            }
-            let mut op = Op::begin("ctc_loss_tensor");
-            let [log_probs, targets, input_lengths, target_lengths] = op.get([log_probs, targets, input_lengths, target_lengths])?;
-            let log_probs: &tch::Tensor = &log_probs;
-            let targets: &tch::Tensor = &targets;
-            let input_lengths: &tch::Tensor = &input_lengths;
-            let target_lengths: &tch::Tensor = &target_lengths;
-            op.output_replayable([Some(log_probs), Some(targets), Some(input_lengths), Some(target_lengths)], erased_run(&|inputs| replay(inputs, blank, reduction, zero_infinity)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, blank, reduction, zero_infinity))
-            }))
-        }))
+        run::replayable(const { &Schema::new("ctc_loss_tensor", "ctc_loss.Tensor", kernels::tr_aten_ctc_loss_tensor) }, &[Arg::handle(log_probs), Arg::handle(targets), Arg::handle(input_lengths), Arg::handle(target_lengths), Arg::int(blank), Arg::int(reduction), Arg::bool(zero_infinity)])
     }
 
     /// Renormalizes the rows of the embedding table that `indices` select to at most `max_norm` in the `norm_type` norm. (`embedding_renorm_(Tensor(a!) self, Tensor indices, float max_norm, float norm_type) -> Tensor(a!)`)
     pub(crate) fn embedding_renorm_(input: TensorId, indices: TensorId, max_norm: f64, norm_type: f64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("embedding_renorm_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [indices] = op.get([indices])?;
-            let input: &tch::Tensor = &input;
-            let indices: &tch::Tensor = &indices;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_embedding_renorm_, "embedding_renorm_", &[Arg::tensor(input), Arg::tensor(indices), Arg::float(max_norm), Arg::float(norm_type)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("embedding_renorm_", "embedding_renorm_", kernels::tr_aten_embedding_renorm_) }, &[Arg::handle_mut(input), Arg::handle(indices), Arg::float(max_norm), Arg::float(norm_type)]).map(|_| input)
     }
 
     /// Compute sums, means or maxes of `bags` of embeddings. (`embedding_bag(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq=False, int mode=0, bool sparse=False, Tensor? per_sample_weights=None, bool include_last_offset=False) -> (Tensor, Tensor, Tensor, Tensor)`)
     pub(crate) fn embedding_bag(weight: TensorId, indices: TensorId, offsets: TensorId, scale_grad_by_freq: bool, mode: i64, sparse: bool, per_sample_weights: TensorId, include_last_offset: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("embedding_bag");
-            let [weight, indices, offsets] = op.get([weight, indices, offsets])?;
-            let per_sample_weights = op.get_opt(per_sample_weights)?;
-            let weight: &tch::Tensor = &weight;
-            let indices: &tch::Tensor = &indices;
-            let offsets: &tch::Tensor = &offsets;
-            let per_sample_weights = per_sample_weights.as_deref();
-            op.outputs(erased(&|| aten::exactly(4, aten::tensors(kernels::tr_aten_embedding_bag, "embedding_bag", &[Arg::tensor(weight), Arg::tensor(indices), Arg::tensor(offsets), Arg::bool(scale_grad_by_freq), Arg::int(mode), Arg::bool(sparse), Arg::opt_tensor(per_sample_weights), Arg::bool(include_last_offset)]))))
-        }))
+        run::tensors(const { &Schema::new("embedding_bag", "embedding_bag", kernels::tr_aten_embedding_bag) }, Some(4), &[Arg::handle(weight), Arg::handle(indices), Arg::handle(offsets), Arg::bool(scale_grad_by_freq), Arg::int(mode), Arg::bool(sparse), Arg::opt_handle(per_sample_weights), Arg::bool(include_last_offset)])
     }
 
     /// Compute sums, means or maxes of `bags` of embeddings. (`embedding_bag.padding_idx(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq, int mode, bool sparse, Tensor? per_sample_weights, bool include_last_offset, int? padding_idx) -> (Tensor, Tensor, Tensor, Tensor)`)
     pub(crate) fn embedding_bag_padding_idx(weight: TensorId, indices: TensorId, offsets: TensorId, scale_grad_by_freq: bool, mode: i64, sparse: bool, per_sample_weights: TensorId, include_last_offset: bool, padding_idx: Option<i64>) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("embedding_bag_padding_idx");
-            let [weight, indices, offsets] = op.get([weight, indices, offsets])?;
-            let per_sample_weights = op.get_opt(per_sample_weights)?;
-            let weight: &tch::Tensor = &weight;
-            let indices: &tch::Tensor = &indices;
-            let offsets: &tch::Tensor = &offsets;
-            let per_sample_weights = per_sample_weights.as_deref();
-            op.outputs(erased(&|| aten::exactly(4, aten::tensors(kernels::tr_aten_embedding_bag_padding_idx, "embedding_bag.padding_idx", &[Arg::tensor(weight), Arg::tensor(indices), Arg::tensor(offsets), Arg::bool(scale_grad_by_freq), Arg::int(mode), Arg::bool(sparse), Arg::opt_tensor(per_sample_weights), Arg::bool(include_last_offset), Arg::opt_int(padding_idx)]))))
-        }))
+        run::tensors(const { &Schema::new("embedding_bag_padding_idx", "embedding_bag.padding_idx", kernels::tr_aten_embedding_bag_padding_idx) }, Some(4), &[Arg::handle(weight), Arg::handle(indices), Arg::handle(offsets), Arg::bool(scale_grad_by_freq), Arg::int(mode), Arg::bool(sparse), Arg::opt_handle(per_sample_weights), Arg::bool(include_last_offset), Arg::opt_int(padding_idx)])
     }
 
     /// Samples `input` at the locations of `grid` by interpolation (`torch.nn.functional.grid_sample`). (`grid_sampler(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool align_corners) -> Tensor`)
     pub(crate) fn grid_sampler(input: TensorId, grid: TensorId, interpolation_mode: i64, padding_mode: i64, align_corners: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], interpolation_mode: i64, padding_mode: i64, align_corners: bool) -> Result<tch::Tensor> {
-                let [input, grid] = replay_args(inputs)?;
-                let input = given(input)?;
-                let grid = given(grid)?;
-                Ok(aten::tensor(kernels::tr_aten_grid_sampler, "grid_sampler", &[Arg::tensor(input), Arg::tensor(grid), Arg::int(interpolation_mode), Arg::int(padding_mode), Arg::bool(align_corners)])?)
-            }
-            let mut op = Op::begin("grid_sampler");
-            let [input, grid] = op.get([input, grid])?;
-            let input: &tch::Tensor = &input;
-            let grid: &tch::Tensor = &grid;
-            op.output_replayable([Some(input), Some(grid)], erased_run(&|inputs| replay(inputs, interpolation_mode, padding_mode, align_corners)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, interpolation_mode, padding_mode, align_corners))
-            }))
-        }))
+        run::replayable(const { &Schema::new("grid_sampler", "grid_sampler", kernels::tr_aten_grid_sampler) }, &[Arg::handle(input), Arg::handle(grid), Arg::int(interpolation_mode), Arg::int(padding_mode), Arg::bool(align_corners)])
     }
 
     /// Samples a batch of images at the locations of `grid` by interpolation (`torch.nn.functional.grid_sample`). (`grid_sampler_2d(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool align_corners) -> Tensor`)
     pub(crate) fn grid_sampler_2d(input: TensorId, grid: TensorId, interpolation_mode: i64, padding_mode: i64, align_corners: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], interpolation_mode: i64, padding_mode: i64, align_corners: bool) -> Result<tch::Tensor> {
-                let [input, grid] = replay_args(inputs)?;
-                let input = given(input)?;
-                let grid = given(grid)?;
-                Ok(aten::tensor(kernels::tr_aten_grid_sampler_2d, "grid_sampler_2d", &[Arg::tensor(input), Arg::tensor(grid), Arg::int(interpolation_mode), Arg::int(padding_mode), Arg::bool(align_corners)])?)
-            }
-            let mut op = Op::begin("grid_sampler_2d");
-            let [input, grid] = op.get([input, grid])?;
-            let input: &tch::Tensor = &input;
-            let grid: &tch::Tensor = &grid;
-            op.output_replayable([Some(input), Some(grid)], erased_run(&|inputs| replay(inputs, interpolation_mode, padding_mode, align_corners)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, interpolation_mode, padding_mode, align_corners))
-            }))
-        }))
+        run::replayable(const { &Schema::new("grid_sampler_2d", "grid_sampler_2d", kernels::tr_aten_grid_sampler_2d) }, &[Arg::handle(input), Arg::handle(grid), Arg::int(interpolation_mode), Arg::int(padding_mode), Arg::bool(align_corners)])
     }
 
     /// Samples a batch of volumes at the locations of `grid` by interpolation (`torch.nn.functional.grid_sample`). (`grid_sampler_3d(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool align_corners) -> Tensor`)
     pub(crate) fn grid_sampler_3d(input: TensorId, grid: TensorId, interpolation_mode: i64, padding_mode: i64, align_corners: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], interpolation_mode: i64, padding_mode: i64, align_corners: bool) -> Result<tch::Tensor> {
-                let [input, grid] = replay_args(inputs)?;
-                let input = given(input)?;
-                let grid = given(grid)?;
-                Ok(aten::tensor(kernels::tr_aten_grid_sampler_3d, "grid_sampler_3d", &[Arg::tensor(input), Arg::tensor(grid), Arg::int(interpolation_mode), Arg::int(padding_mode), Arg::bool(align_corners)])?)
-            }
-            let mut op = Op::begin("grid_sampler_3d");
-            let [input, grid] = op.get([input, grid])?;
-            let input: &tch::Tensor = &input;
-            let grid: &tch::Tensor = &grid;
-            op.output_replayable([Some(input), Some(grid)], erased_run(&|inputs| replay(inputs, interpolation_mode, padding_mode, align_corners)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, interpolation_mode, padding_mode, align_corners))
-            }))
-        }))
+        run::replayable(const { &Schema::new("grid_sampler_3d", "grid_sampler_3d", kernels::tr_aten_grid_sampler_3d) }, &[Arg::handle(input), Arg::handle(grid), Arg::int(interpolation_mode), Arg::int(padding_mode), Arg::bool(align_corners)])
     }
 
     /// Compute the hinge embedding loss. (`hinge_embedding_loss(Tensor self, Tensor target, float margin=1.0, int reduction=Mean) -> Tensor`)
     pub(crate) fn hinge_embedding_loss(input: TensorId, target: TensorId, margin: f64, reduction: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], margin: f64, reduction: i64) -> Result<tch::Tensor> {
-                let [input, target] = replay_args(inputs)?;
-                let input = given(input)?;
-                let target = given(target)?;
-                Ok(aten::tensor(kernels::tr_aten_hinge_embedding_loss, "hinge_embedding_loss", &[Arg::tensor(input), Arg::tensor(target), Arg::float(margin), Arg::int(reduction)])?)
-            }
-            let mut op = Op::begin("hinge_embedding_loss");
-            let [input, target] = op.get([input, target])?;
-            let input: &tch::Tensor = &input;
-            let target: &tch::Tensor = &target;
-            op.output_replayable([Some(input), Some(target)], erased_run(&|inputs| replay(inputs, margin, reduction)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, margin, reduction))
-            }))
-        }))
+        run::replayable(const { &Schema::new("hinge_embedding_loss", "hinge_embedding_loss", kernels::tr_aten_hinge_embedding_loss) }, &[Arg::handle(input), Arg::handle(target), Arg::float(margin), Arg::int(reduction)])
     }
 
     /// Apply Group Normalization for last certain number of dimensions. (`group_norm(Tensor input, int num_groups, Tensor? weight=None, Tensor? bias=None, float eps=1e-05, bool cudnn_enabled=True) -> Tensor`)
     pub(crate) fn group_norm(input: TensorId, num_groups: i64, weight: TensorId, bias: TensorId, eps: f64, cudnn_enabled: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], num_groups: i64, eps: f64, cudnn_enabled: bool) -> Result<tch::Tensor> {
-                let [input, weight, bias] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_group_norm, "group_norm", &[Arg::tensor(input), Arg::int(num_groups), Arg::opt_tensor(weight), Arg::opt_tensor(bias), Arg::float(eps), Arg::bool(cudnn_enabled)])?)
-            }
-            let mut op = Op::begin("group_norm");
-            let [input] = op.get([input])?;
-            let weight = op.get_opt(weight)?;
-            let bias = op.get_opt(bias)?;
-            let input: &tch::Tensor = &input;
-            let weight = weight.as_deref();
-            let bias = bias.as_deref();
-            op.output_replayable([Some(input), weight, bias], erased_run(&|inputs| replay(inputs, num_groups, eps, cudnn_enabled)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, num_groups, eps, cudnn_enabled))
-            }))
-        }))
+        run::replayable(const { &Schema::new("group_norm", "group_norm", kernels::tr_aten_group_norm) }, &[Arg::handle(input), Arg::int(num_groups), Arg::opt_handle(weight), Arg::opt_handle(bias), Arg::float(eps), Arg::bool(cudnn_enabled)])
     }
 
     /// `group_norm` as its kernel computes it: the result, and what autograd keeps of it (the mask, or the mean and inverse standard deviation). (`native_group_norm(Tensor input, Tensor? weight, Tensor? bias, SymInt N, SymInt C, SymInt HxW, int group, float eps) -> (Tensor, Tensor, Tensor)`)
     pub(crate) fn native_group_norm(input: TensorId, weight: TensorId, bias: TensorId, n: i64, c: i64, hxw: i64, group: i64, eps: f64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("native_group_norm");
-            let [input] = op.get([input])?;
-            let weight = op.get_opt(weight)?;
-            let bias = op.get_opt(bias)?;
-            let input: &tch::Tensor = &input;
-            let weight = weight.as_deref();
-            let bias = bias.as_deref();
-            op.outputs(erased(&|| aten::exactly(3, aten::tensors(kernels::tr_aten_native_group_norm, "native_group_norm", &[Arg::tensor(input), Arg::opt_tensor(weight), Arg::opt_tensor(bias), Arg::int(n), Arg::int(c), Arg::int(hxw), Arg::int(group), Arg::float(eps)]))))
-        }))
+        run::tensors(const { &Schema::new("native_group_norm", "native_group_norm", kernels::tr_aten_native_group_norm) }, Some(3), &[Arg::handle(input), Arg::opt_handle(weight), Arg::opt_handle(bias), Arg::int(n), Arg::int(c), Arg::int(hxw), Arg::int(group), Arg::float(eps)])
     }
 
     /// Apply Instance Normalization independently for each channel in every data sample within a batch. (`instance_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, bool use_input_stats, float momentum, float eps, bool cudnn_enabled) -> Tensor`)
     pub(crate) fn instance_norm(input: TensorId, weight: TensorId, bias: TensorId, running_mean: TensorId, running_var: TensorId, use_input_stats: bool, momentum: f64, eps: f64, cudnn_enabled: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], use_input_stats: bool, momentum: f64, eps: f64, cudnn_enabled: bool) -> Result<tch::Tensor> {
-                let [input, weight, bias, running_mean, running_var] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_instance_norm, "instance_norm", &[Arg::tensor(input), Arg::opt_tensor(weight), Arg::opt_tensor(bias), Arg::opt_tensor(running_mean), Arg::opt_tensor(running_var), Arg::bool(use_input_stats), Arg::float(momentum), Arg::float(eps), Arg::bool(cudnn_enabled)])?)
-            }
-            let mut op = Op::begin("instance_norm");
-            let [input] = op.get([input])?;
-            let weight = op.get_opt(weight)?;
-            let bias = op.get_opt(bias)?;
-            let running_mean = op.get_opt(running_mean)?;
-            let running_var = op.get_opt(running_var)?;
-            let input: &tch::Tensor = &input;
-            let weight = weight.as_deref();
-            let bias = bias.as_deref();
-            let running_mean = running_mean.as_deref();
-            let running_var = running_var.as_deref();
-            op.output_replayable([Some(input), weight, bias, running_mean, running_var], erased_run(&|inputs| replay(inputs, use_input_stats, momentum, eps, cudnn_enabled)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, use_input_stats, momentum, eps, cudnn_enabled))
-            }))
-        }))
+        run::replayable(const { &Schema::new("instance_norm", "instance_norm", kernels::tr_aten_instance_norm) }, &[Arg::handle(input), Arg::opt_handle(weight), Arg::opt_handle(bias), Arg::opt_handle(running_mean), Arg::opt_handle(running_var), Arg::bool(use_input_stats), Arg::float(momentum), Arg::float(eps), Arg::bool(cudnn_enabled)])
     }
 
     /// Compute the KL Divergence loss. (`kl_div(Tensor self, Tensor target, int reduction=Mean, *, bool log_target=False) -> Tensor`)
     pub(crate) fn kl_div(input: TensorId, target: TensorId, reduction: i64, log_target: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], reduction: i64, log_target: bool) -> Result<tch::Tensor> {
-                let [input, target] = replay_args(inputs)?;
-                let input = given(input)?;
-                let target = given(target)?;
-                Ok(aten::tensor(kernels::tr_aten_kl_div, "kl_div", &[Arg::tensor(input), Arg::tensor(target), Arg::int(reduction), Arg::bool(log_target)])?)
-            }
-            let mut op = Op::begin("kl_div");
-            let [input, target] = op.get([input, target])?;
-            let input: &tch::Tensor = &input;
-            let target: &tch::Tensor = &target;
-            op.output_replayable([Some(input), Some(target)], erased_run(&|inputs| replay(inputs, reduction, log_target)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, reduction, log_target))
-            }))
-        }))
+        run::replayable(const { &Schema::new("kl_div", "kl_div", kernels::tr_aten_kl_div) }, &[Arg::handle(input), Arg::handle(target), Arg::int(reduction), Arg::bool(log_target)])
     }
 
     /// `layer_norm` as its kernel computes it: the result, and what autograd keeps of it (the mask, or the mean and inverse standard deviation). (`native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor)`)
     pub(crate) fn native_layer_norm(input: TensorId, normalized_shape: &[i64], weight: TensorId, bias: TensorId, eps: f64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("native_layer_norm");
-            let [input] = op.get([input])?;
-            let weight = op.get_opt(weight)?;
-            let bias = op.get_opt(bias)?;
-            let input: &tch::Tensor = &input;
-            let weight = weight.as_deref();
-            let bias = bias.as_deref();
-            op.outputs(erased(&|| aten::exactly(3, aten::tensors(kernels::tr_aten_native_layer_norm, "native_layer_norm", &[Arg::tensor(input), Arg::ints(normalized_shape), Arg::opt_tensor(weight), Arg::opt_tensor(bias), Arg::float(eps)]))))
-        }))
+        run::tensors(const { &Schema::new("native_layer_norm", "native_layer_norm", kernels::tr_aten_native_layer_norm) }, Some(3), &[Arg::handle(input), Arg::ints(normalized_shape), Arg::opt_handle(weight), Arg::opt_handle(bias), Arg::float(eps)])
     }
 
     /// Apply Root Mean Square Layer Normalization. (`rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, float? eps=None) -> Tensor`)
     pub(crate) fn rms_norm(input: TensorId, normalized_shape: &[i64], weight: TensorId, eps: Option<f64>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], normalized_shape: &[i64], eps: Option<f64>) -> Result<tch::Tensor> {
-                let [input, weight] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_rms_norm, "rms_norm", &[Arg::tensor(input), Arg::ints(normalized_shape), Arg::opt_tensor(weight), Arg::opt_float(eps)])?)
-            }
-            let mut op = Op::begin("rms_norm");
-            let [input] = op.get([input])?;
-            let weight = op.get_opt(weight)?;
-            let input: &tch::Tensor = &input;
-            let weight = weight.as_deref();
-            op.output_replayable([Some(input), weight], erased_run(&|inputs| replay(inputs, normalized_shape, eps)), erased_keep(&mut || {
-                let normalized_shape = normalized_shape.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &normalized_shape, eps))
-            }))
-        }))
+        run::replayable(const { &Schema::new("rms_norm", "rms_norm", kernels::tr_aten_rms_norm) }, &[Arg::handle(input), Arg::ints(normalized_shape), Arg::opt_handle(weight), Arg::opt_float(eps)])
     }
 
     /// Apply a softmax followed by a logarithm. (`log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor`)
     pub(crate) fn log_softmax_int(input: TensorId, dim: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, dtype: Option<DType>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_log_softmax_int, "log_softmax.int", &[Arg::tensor(input), Arg::int(dim), Arg::opt_dtype(dtype)])?)
-            }
-            let mut op = Op::begin("log_softmax_int");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, dtype)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, dtype))
-            }))
-        }))
+        run::replayable(const { &Schema::new("log_softmax_int", "log_softmax.int", kernels::tr_aten_log_softmax_int) }, &[Arg::handle(input), Arg::int(dim), Arg::opt_dtype(dtype)])
     }
 
     /// Compute the margin ranking loss. (`margin_ranking_loss(Tensor input1, Tensor input2, Tensor target, float margin=0.0, int reduction=Mean) -> Tensor`)
     pub(crate) fn margin_ranking_loss(input1: TensorId, input2: TensorId, target: TensorId, margin: f64, reduction: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], margin: f64, reduction: i64) -> Result<tch::Tensor> {
-                let [input1, input2, target] = replay_args(inputs)?;
-                let input1 = given(input1)?;
-                let input2 = given(input2)?;
-                let target = given(target)?;
-                Ok(aten::tensor(kernels::tr_aten_margin_ranking_loss, "margin_ranking_loss", &[Arg::tensor(input1), Arg::tensor(input2), Arg::tensor(target), Arg::float(margin), Arg::int(reduction)])?)
-            }
-            let mut op = Op::begin("margin_ranking_loss");
-            let [input1, input2, target] = op.get([input1, input2, target])?;
-            let input1: &tch::Tensor = &input1;
-            let input2: &tch::Tensor = &input2;
-            let target: &tch::Tensor = &target;
-            op.output_replayable([Some(input1), Some(input2), Some(target)], erased_run(&|inputs| replay(inputs, margin, reduction)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, margin, reduction))
-            }))
-        }))
+        run::replayable(const { &Schema::new("margin_ranking_loss", "margin_ranking_loss", kernels::tr_aten_margin_ranking_loss) }, &[Arg::handle(input1), Arg::handle(input2), Arg::handle(target), Arg::float(margin), Arg::int(reduction)])
     }
 
     /// Applies a 1D max pooling over an input signal composed of several input planes. (`max_pool1d_with_indices(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=0, int[1] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)`)
     pub(crate) fn max_pool1d_with_indices(input: TensorId, kernel_size: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64], ceil_mode: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("max_pool1d_with_indices");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_max_pool1d_with_indices, "max_pool1d_with_indices", &[Arg::tensor(input), Arg::ints(kernel_size), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::bool(ceil_mode)]))))
-        }))
+        run::tensors(const { &Schema::new("max_pool1d_with_indices", "max_pool1d_with_indices", kernels::tr_aten_max_pool1d_with_indices) }, Some(2), &[Arg::handle(input), Arg::ints(kernel_size), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::bool(ceil_mode)])
     }
 
     /// Applies a 1D max pooling over an input signal composed of several input planes. (`max_pool1d(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=0, int[1] dilation=1, bool ceil_mode=False) -> Tensor`)
     pub(crate) fn max_pool1d(input: TensorId, kernel_size: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64], ceil_mode: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], kernel_size: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64], ceil_mode: bool) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_max_pool1d, "max_pool1d", &[Arg::tensor(input), Arg::ints(kernel_size), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::bool(ceil_mode)])?)
-            }
-            let mut op = Op::begin("max_pool1d");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, kernel_size, stride, padding, dilation, ceil_mode)), erased_keep(&mut || {
-                let kernel_size = kernel_size.to_owned();
-                let stride = stride.to_owned();
-                let padding = padding.to_owned();
-                let dilation = dilation.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &kernel_size, &stride, &padding, &dilation, ceil_mode))
-            }))
-        }))
+        run::replayable(const { &Schema::new("max_pool1d", "max_pool1d", kernels::tr_aten_max_pool1d) }, &[Arg::handle(input), Arg::ints(kernel_size), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::bool(ceil_mode)])
     }
 
     /// Applies a 3D max pooling over an input signal composed of several input planes. (`max_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, int[3] dilation=1, bool ceil_mode=False) -> Tensor`)
     pub(crate) fn max_pool3d(input: TensorId, kernel_size: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64], ceil_mode: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], kernel_size: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64], ceil_mode: bool) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_max_pool3d, "max_pool3d", &[Arg::tensor(input), Arg::ints(kernel_size), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::bool(ceil_mode)])?)
-            }
-            let mut op = Op::begin("max_pool3d");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, kernel_size, stride, padding, dilation, ceil_mode)), erased_keep(&mut || {
-                let kernel_size = kernel_size.to_owned();
-                let stride = stride.to_owned();
-                let padding = padding.to_owned();
-                let dilation = dilation.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &kernel_size, &stride, &padding, &dilation, ceil_mode))
-            }))
-        }))
+        run::replayable(const { &Schema::new("max_pool3d", "max_pool3d", kernels::tr_aten_max_pool3d) }, &[Arg::handle(input), Arg::ints(kernel_size), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::bool(ceil_mode)])
     }
 
     /// `batch_norm` as its kernel computes it: the result, and what autograd keeps of it (the mask, or the mean and inverse standard deviation). (`native_batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor)`)
     pub(crate) fn native_batch_norm(input: TensorId, weight: TensorId, bias: TensorId, running_mean: TensorId, running_var: TensorId, training: bool, momentum: f64, eps: f64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("native_batch_norm");
-            let [input] = op.get([input])?;
-            let weight = op.get_opt(weight)?;
-            let bias = op.get_opt(bias)?;
-            let running_mean = op.get_opt(running_mean)?;
-            let running_var = op.get_opt(running_var)?;
-            let input: &tch::Tensor = &input;
-            let weight = weight.as_deref();
-            let bias = bias.as_deref();
-            let running_mean = running_mean.as_deref();
-            let running_var = running_var.as_deref();
-            op.outputs(erased(&|| aten::exactly(3, aten::tensors(kernels::tr_aten_native_batch_norm, "native_batch_norm", &[Arg::tensor(input), Arg::opt_tensor(weight), Arg::opt_tensor(bias), Arg::opt_tensor(running_mean), Arg::opt_tensor(running_var), Arg::bool(training), Arg::float(momentum), Arg::float(eps)]))))
-        }))
+        run::tensors(const { &Schema::new("native_batch_norm", "native_batch_norm", kernels::tr_aten_native_batch_norm) }, Some(3), &[Arg::handle(input), Arg::opt_handle(weight), Arg::opt_handle(bias), Arg::opt_handle(running_mean), Arg::opt_handle(running_var), Arg::bool(training), Arg::float(momentum), Arg::float(eps)])
     }
 
     /// The mean and inverse standard deviation of a batch, per channel (synchronized batch norm's first step). (`batch_norm_stats(Tensor input, float eps) -> (Tensor, Tensor)`)
     pub(crate) fn batch_norm_stats(input: TensorId, eps: f64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("batch_norm_stats");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_batch_norm_stats, "batch_norm_stats", &[Arg::tensor(input), Arg::float(eps)]))))
-        }))
+        run::tensors(const { &Schema::new("batch_norm_stats", "batch_norm_stats", kernels::tr_aten_batch_norm_stats) }, Some(2), &[Arg::handle(input), Arg::float(eps)])
     }
 
     /// Normalizes a batch with the given mean and inverse standard deviation, per channel. (`batch_norm_elemt(Tensor input, Tensor? weight, Tensor? bias, Tensor mean, Tensor invstd, float eps) -> Tensor`)
     pub(crate) fn batch_norm_elemt(input: TensorId, weight: TensorId, bias: TensorId, mean: TensorId, invstd: TensorId, eps: f64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], eps: f64) -> Result<tch::Tensor> {
-                let [input, weight, bias, mean, invstd] = replay_args(inputs)?;
-                let input = given(input)?;
-                let mean = given(mean)?;
-                let invstd = given(invstd)?;
-                Ok(aten::tensor(kernels::tr_aten_batch_norm_elemt, "batch_norm_elemt", &[Arg::tensor(input), Arg::opt_tensor(weight), Arg::opt_tensor(bias), Arg::tensor(mean), Arg::tensor(invstd), Arg::float(eps)])?)
-            }
-            let mut op = Op::begin("batch_norm_elemt");
-            let [input, mean, invstd] = op.get([input, mean, invstd])?;
-            let weight = op.get_opt(weight)?;
-            let bias = op.get_opt(bias)?;
-            let input: &tch::Tensor = &input;
-            let weight = weight.as_deref();
-            let bias = bias.as_deref();
-            let mean: &tch::Tensor = &mean;
-            let invstd: &tch::Tensor = &invstd;
-            op.output_replayable([Some(input), weight, bias, Some(mean), Some(invstd)], erased_run(&|inputs| replay(inputs, eps)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, eps))
-            }))
-        }))
+        run::replayable(const { &Schema::new("batch_norm_elemt", "batch_norm_elemt", kernels::tr_aten_batch_norm_elemt) }, &[Arg::handle(input), Arg::opt_handle(weight), Arg::opt_handle(bias), Arg::handle(mean), Arg::handle(invstd), Arg::float(eps)])
     }
 
     /// Combines the per-process means and inverse standard deviations of a batch, and updates the running statistics. (`batch_norm_gather_stats(Tensor input, Tensor mean, Tensor invstd, Tensor? running_mean, Tensor? running_var, float momentum, float eps, int count) -> (Tensor, Tensor)`)
     pub(crate) fn batch_norm_gather_stats(input: TensorId, mean: TensorId, invstd: TensorId, running_mean: TensorId, running_var: TensorId, momentum: f64, eps: f64, count: i64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("batch_norm_gather_stats");
-            let [input, mean, invstd] = op.get([input, mean, invstd])?;
-            let running_mean = op.get_opt(running_mean)?;
-            let running_var = op.get_opt(running_var)?;
-            let input: &tch::Tensor = &input;
-            let mean: &tch::Tensor = &mean;
-            let invstd: &tch::Tensor = &invstd;
-            let running_mean = running_mean.as_deref();
-            let running_var = running_var.as_deref();
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_batch_norm_gather_stats, "batch_norm_gather_stats", &[Arg::tensor(input), Arg::tensor(mean), Arg::tensor(invstd), Arg::opt_tensor(running_mean), Arg::opt_tensor(running_var), Arg::float(momentum), Arg::float(eps), Arg::int(count)]))))
-        }))
+        run::tensors(const { &Schema::new("batch_norm_gather_stats", "batch_norm_gather_stats", kernels::tr_aten_batch_norm_gather_stats) }, Some(2), &[Arg::handle(input), Arg::handle(mean), Arg::handle(invstd), Arg::opt_handle(running_mean), Arg::opt_handle(running_var), Arg::float(momentum), Arg::float(eps), Arg::int(count)])
     }
 
     /// `batch_norm_gather_stats` with each process's count of elements. (`batch_norm_gather_stats_with_counts(Tensor input, Tensor mean, Tensor invstd, Tensor? running_mean, Tensor? running_var, float momentum, float eps, Tensor counts) -> (Tensor, Tensor)`)
     pub(crate) fn batch_norm_gather_stats_with_counts(input: TensorId, mean: TensorId, invstd: TensorId, running_mean: TensorId, running_var: TensorId, momentum: f64, eps: f64, counts: TensorId) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("batch_norm_gather_stats_with_counts");
-            let [input, mean, invstd, counts] = op.get([input, mean, invstd, counts])?;
-            let running_mean = op.get_opt(running_mean)?;
-            let running_var = op.get_opt(running_var)?;
-            let input: &tch::Tensor = &input;
-            let mean: &tch::Tensor = &mean;
-            let invstd: &tch::Tensor = &invstd;
-            let running_mean = running_mean.as_deref();
-            let running_var = running_var.as_deref();
-            let counts: &tch::Tensor = &counts;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_batch_norm_gather_stats_with_counts, "batch_norm_gather_stats_with_counts", &[Arg::tensor(input), Arg::tensor(mean), Arg::tensor(invstd), Arg::opt_tensor(running_mean), Arg::opt_tensor(running_var), Arg::float(momentum), Arg::float(eps), Arg::tensor(counts)]))))
-        }))
+        run::tensors(const { &Schema::new("batch_norm_gather_stats_with_counts", "batch_norm_gather_stats_with_counts", kernels::tr_aten_batch_norm_gather_stats_with_counts) }, Some(2), &[Arg::handle(input), Arg::handle(mean), Arg::handle(invstd), Arg::opt_handle(running_mean), Arg::opt_handle(running_var), Arg::float(momentum), Arg::float(eps), Arg::handle(counts)])
     }
 
     /// The batch's mean and variance per channel, folded into the running statistics. (`batch_norm_update_stats(Tensor input, Tensor? running_mean, Tensor? running_var, float momentum) -> (Tensor, Tensor)`)
     pub(crate) fn batch_norm_update_stats(input: TensorId, running_mean: TensorId, running_var: TensorId, momentum: f64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("batch_norm_update_stats");
-            let [input] = op.get([input])?;
-            let running_mean = op.get_opt(running_mean)?;
-            let running_var = op.get_opt(running_var)?;
-            let input: &tch::Tensor = &input;
-            let running_mean = running_mean.as_deref();
-            let running_var = running_var.as_deref();
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_batch_norm_update_stats, "batch_norm_update_stats", &[Arg::tensor(input), Arg::opt_tensor(running_mean), Arg::opt_tensor(running_var), Arg::float(momentum)]))))
-        }))
+        run::tensors(const { &Schema::new("batch_norm_update_stats", "batch_norm_update_stats", kernels::tr_aten_batch_norm_update_stats) }, Some(2), &[Arg::handle(input), Arg::opt_handle(running_mean), Arg::opt_handle(running_var), Arg::float(momentum)])
     }
 
     /// See `torch.nn.PairwiseDistance` for details. (`pairwise_distance(Tensor x1, Tensor x2, float p=2, float eps=1e-06, bool keepdim=False) -> Tensor`)
     pub(crate) fn pairwise_distance(x1: TensorId, x2: TensorId, p: f64, eps: f64, keepdim: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], p: f64, eps: f64, keepdim: bool) -> Result<tch::Tensor> {
-                let [x1, x2] = replay_args(inputs)?;
-                let x1 = given(x1)?;
-                let x2 = given(x2)?;
-                Ok(aten::tensor(kernels::tr_aten_pairwise_distance, "pairwise_distance", &[Arg::tensor(x1), Arg::tensor(x2), Arg::float(p), Arg::float(eps), Arg::bool(keepdim)])?)
-            }
-            let mut op = Op::begin("pairwise_distance");
-            let [x1, x2] = op.get([x1, x2])?;
-            let x1: &tch::Tensor = &x1;
-            let x2: &tch::Tensor = &x2;
-            op.output_replayable([Some(x1), Some(x2)], erased_run(&|inputs| replay(inputs, p, eps, keepdim)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, p, eps, keepdim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("pairwise_distance", "pairwise_distance", kernels::tr_aten_pairwise_distance) }, &[Arg::handle(x1), Arg::handle(x2), Arg::float(p), Arg::float(eps), Arg::bool(keepdim)])
     }
 
     /// Returns cosine similarity between `x1` and `x2`, computed along dim. (`cosine_similarity(Tensor x1, Tensor x2, int dim=1, float eps=1e-08) -> Tensor`)
     pub(crate) fn cosine_similarity(x1: TensorId, x2: TensorId, dim: i64, eps: f64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, eps: f64) -> Result<tch::Tensor> {
-                let [x1, x2] = replay_args(inputs)?;
-                let x1 = given(x1)?;
-                let x2 = given(x2)?;
-                Ok(aten::tensor(kernels::tr_aten_cosine_similarity, "cosine_similarity", &[Arg::tensor(x1), Arg::tensor(x2), Arg::int(dim), Arg::float(eps)])?)
-            }
-            let mut op = Op::begin("cosine_similarity");
-            let [x1, x2] = op.get([x1, x2])?;
-            let x1: &tch::Tensor = &x1;
-            let x2: &tch::Tensor = &x2;
-            op.output_replayable([Some(x1), Some(x2)], erased_run(&|inputs| replay(inputs, dim, eps)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, eps))
-            }))
-        }))
+        run::replayable(const { &Schema::new("cosine_similarity", "cosine_similarity", kernels::tr_aten_cosine_similarity) }, &[Arg::handle(x1), Arg::handle(x2), Arg::int(dim), Arg::float(eps)])
     }
 
     /// Rearranges elements in a tensor of shape `(*, C \times r^2, H, W)` to a tensor of shape `(*, C, H \times r, W \times r)`, where r is the `upscale_factor`. (`pixel_shuffle(Tensor self, int upscale_factor) -> Tensor`)
     pub(crate) fn pixel_shuffle(input: TensorId, upscale_factor: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], upscale_factor: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_pixel_shuffle, "pixel_shuffle", &[Arg::tensor(input), Arg::int(upscale_factor)])?)
-            }
-            let mut op = Op::begin("pixel_shuffle");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, upscale_factor)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, upscale_factor))
-            }))
-        }))
+        run::replayable(const { &Schema::new("pixel_shuffle", "pixel_shuffle", kernels::tr_aten_pixel_shuffle) }, &[Arg::handle(input), Arg::int(upscale_factor)])
     }
 
     /// Reverses the `torch.nn.PixelShuffle` operation by rearranging elements in a tensor of shape `(*, C, H \times r, W \times r)` to a tensor of shape `(*, C \times r^2, H, W)`, where r is the `downscale_factor`. (`pixel_unshuffle(Tensor self, int downscale_factor) -> Tensor`)
     pub(crate) fn pixel_unshuffle(input: TensorId, downscale_factor: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], downscale_factor: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_pixel_unshuffle, "pixel_unshuffle", &[Arg::tensor(input), Arg::int(downscale_factor)])?)
-            }
-            let mut op = Op::begin("pixel_unshuffle");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, downscale_factor)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, downscale_factor))
-            }))
-        }))
+        run::replayable(const { &Schema::new("pixel_unshuffle", "pixel_unshuffle", kernels::tr_aten_pixel_unshuffle) }, &[Arg::handle(input), Arg::int(downscale_factor)])
     }
 
     /// Divide the channels in a tensor of shape `(*, C , H, W)` into g groups and rearrange them as `(*, C \frac g, g, H, W)`, while keeping the original tensor shape. (`channel_shuffle(Tensor self, SymInt groups) -> Tensor`)
     pub(crate) fn channel_shuffle(input: TensorId, groups: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], groups: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_channel_shuffle, "channel_shuffle", &[Arg::tensor(input), Arg::int(groups)])?)
-            }
-            let mut op = Op::begin("channel_shuffle");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, groups)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, groups))
-            }))
-        }))
+        run::replayable(const { &Schema::new("channel_shuffle", "channel_shuffle", kernels::tr_aten_channel_shuffle) }, &[Arg::handle(input), Arg::int(groups)])
     }
 
     /// Native kernel level implementation of the `channel_shuffle`. (`native_channel_shuffle(Tensor self, SymInt groups) -> Tensor`)
     pub(crate) fn native_channel_shuffle(input: TensorId, groups: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], groups: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_native_channel_shuffle, "native_channel_shuffle", &[Arg::tensor(input), Arg::int(groups)])?)
-            }
-            let mut op = Op::begin("native_channel_shuffle");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, groups)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, groups))
-            }))
-        }))
+        run::replayable(const { &Schema::new("native_channel_shuffle", "native_channel_shuffle", kernels::tr_aten_native_channel_shuffle) }, &[Arg::handle(input), Arg::int(groups)])
     }
 
     /// Compute the Poisson negative log likelihood loss. (`poisson_nll_loss(Tensor input, Tensor target, bool log_input, bool full, float eps, int reduction) -> Tensor`)
     pub(crate) fn poisson_nll_loss(input: TensorId, target: TensorId, log_input: bool, full: bool, eps: f64, reduction: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], log_input: bool, full: bool, eps: f64, reduction: i64) -> Result<tch::Tensor> {
-                let [input, target] = replay_args(inputs)?;
-                let input = given(input)?;
-                let target = given(target)?;
-                Ok(aten::tensor(kernels::tr_aten_poisson_nll_loss, "poisson_nll_loss", &[Arg::tensor(input), Arg::tensor(target), Arg::bool(log_input), Arg::bool(full), Arg::float(eps), Arg::int(reduction)])?)
-            }
-            let mut op = Op::begin("poisson_nll_loss");
-            let [input, target] = op.get([input, target])?;
-            let input: &tch::Tensor = &input;
-            let target: &tch::Tensor = &target;
-            op.output_replayable([Some(input), Some(target)], erased_run(&|inputs| replay(inputs, log_input, full, eps, reduction)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, log_input, full, eps, reduction))
-            }))
-        }))
+        run::replayable(const { &Schema::new("poisson_nll_loss", "poisson_nll_loss", kernels::tr_aten_poisson_nll_loss) }, &[Arg::handle(input), Arg::handle(target), Arg::bool(log_input), Arg::bool(full), Arg::float(eps), Arg::int(reduction)])
     }
 
     /// Randomized leaky ReLU. (`rrelu(Tensor self, Scalar lower=0.125, Scalar upper=0.3333333333333333, bool training=False, Generator? generator=None) -> Tensor`)
     pub(crate) fn rrelu(input: TensorId, lower: Scalar, upper: Scalar, training: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("rrelu");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_rrelu, "rrelu", &[Arg::tensor(input), Arg::scalar(lower), Arg::scalar(upper), Arg::bool(training)])))
-        }))
+        run::tensor(const { &Schema::new("rrelu", "rrelu", kernels::tr_aten_rrelu) }, &[Arg::handle(input), Arg::scalar(lower), Arg::scalar(upper), Arg::bool(training)])
     }
 
     /// In-place version of `rrelu`. (`rrelu_(Tensor(a!) self, Scalar lower=0.125, Scalar upper=0.3333333333333333, bool training=False, Generator? generator=None) -> Tensor(a!)`)
     pub(crate) fn rrelu_(input: TensorId, lower: Scalar, upper: Scalar, training: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("rrelu_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_rrelu_, "rrelu_", &[Arg::tensor(input), Arg::scalar(lower), Arg::scalar(upper), Arg::bool(training)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("rrelu_", "rrelu_", kernels::tr_aten_rrelu_) }, &[Arg::handle_mut(input), Arg::scalar(lower), Arg::scalar(upper), Arg::bool(training)]).map(|_| input)
     }
 
     /// In-place version of `relu`. (`relu_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn relu_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("relu_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_relu_, "relu_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("relu_", "relu_", kernels::tr_aten_relu_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Applies the element-wise function `\text{ReLU6}(x) = \min(\max(0,x), 6)`. (`relu6(Tensor self) -> Tensor`)
     pub(crate) fn relu6(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_relu6, "relu6", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("relu6");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("relu6", "relu6", kernels::tr_aten_relu6) }, &[Arg::handle(input)])
     }
 
     /// Applies the element-wise function `\text{ReLU6}(x) = \min(\max(0,x), 6)`. (`relu6_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn relu6_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("relu6_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_relu6_, "relu6_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("relu6_", "relu6_", kernels::tr_aten_relu6_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Applies element-wise the function `\text{PReLU}(x) = \max(0,x) + \text{weight} * \min(0,x)` where weight is a learnable parameter. (`prelu(Tensor self, Tensor weight) -> Tensor`)
     pub(crate) fn prelu(input: TensorId, weight: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, weight] = replay_args(inputs)?;
-                let input = given(input)?;
-                let weight = given(weight)?;
-                Ok(aten::tensor(kernels::tr_aten_prelu, "prelu", &[Arg::tensor(input), Arg::tensor(weight)])?)
-            }
-            let mut op = Op::begin("prelu");
-            let [input, weight] = op.get([input, weight])?;
-            let input: &tch::Tensor = &input;
-            let weight: &tch::Tensor = &weight;
-            op.output_replayable([Some(input), Some(weight)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("prelu", "prelu", kernels::tr_aten_prelu) }, &[Arg::handle(input), Arg::handle(weight)])
     }
 
     /// When the approximate argument is 'none', it applies element-wise the function `\text{GELU}(x) = x * \Phi(x)` (`gelu_(Tensor(a!) self, *, str approximate='none') -> Tensor(a!)`)
     pub(crate) fn gelu_(input: TensorId, approximate: &str) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("gelu_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_gelu_, "gelu_", &[Arg::tensor(input), Arg::str(approximate)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("gelu_", "gelu_", kernels::tr_aten_gelu_) }, &[Arg::handle_mut(input), Arg::str(approximate)]).map(|_| input)
     }
 
     /// Applies the hard shrinkage function element-wise. (`hardshrink(Tensor self, Scalar lambd=0.5) -> Tensor`)
     pub(crate) fn hardshrink(input: TensorId, lambd: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], lambd: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_hardshrink, "hardshrink", &[Arg::tensor(input), Arg::scalar(lambd)])?)
-            }
-            let mut op = Op::begin("hardshrink");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, lambd)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, lambd))
-            }))
-        }))
+        run::replayable(const { &Schema::new("hardshrink", "hardshrink", kernels::tr_aten_hardshrink) }, &[Arg::handle(input), Arg::scalar(lambd)])
     }
 
     /// Applies element-wise, `\text{SELU}(x) = scale * (\max(0,x) + \min(0, \alpha * (\exp(x) - 1)))`, with `\alpha=1.6732632423543772848170429916717` and `scale=1.0507009873554804934193349852946`. (`selu(Tensor self) -> Tensor`)
     pub(crate) fn selu(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_selu, "selu", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("selu");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("selu", "selu", kernels::tr_aten_selu) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `selu`. (`selu_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn selu_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("selu_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_selu_, "selu_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("selu_", "selu_", kernels::tr_aten_selu_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Applies element-wise, `\text{CELU}(x) = \max(0,x) + \min(0, \alpha * (\exp(x/\alpha) - 1))`. (`celu(Tensor self, Scalar alpha=1.0) -> Tensor`)
     pub(crate) fn celu(input: TensorId, alpha: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], alpha: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_celu, "celu", &[Arg::tensor(input), Arg::scalar(alpha)])?)
-            }
-            let mut op = Op::begin("celu");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, alpha)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, alpha))
-            }))
-        }))
+        run::replayable(const { &Schema::new("celu", "celu", kernels::tr_aten_celu) }, &[Arg::handle(input), Arg::scalar(alpha)])
     }
 
     /// In-place version of `celu`. (`celu_(Tensor(a!) self, Scalar alpha=1.0) -> Tensor(a!)`)
     pub(crate) fn celu_(input: TensorId, alpha: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("celu_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_celu_, "celu_", &[Arg::tensor(input), Arg::scalar(alpha)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("celu_", "celu_", kernels::tr_aten_celu_) }, &[Arg::handle_mut(input), Arg::scalar(alpha)]).map(|_| input)
     }
 
     /// Apply the Sigmoid Linear Unit (SiLU) function, element-wise. (`silu_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn silu_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("silu_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_silu_, "silu_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("silu_", "silu_", kernels::tr_aten_silu_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Apply the Mish function, element-wise. (`mish(Tensor self) -> Tensor`)
     pub(crate) fn mish(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_mish, "mish", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("mish");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("mish", "mish", kernels::tr_aten_mish) }, &[Arg::handle(input)])
     }
 
     /// Apply the Mish function, element-wise. (`mish_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn mish_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("mish_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_mish_, "mish_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("mish_", "mish_", kernels::tr_aten_mish_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// In-place version of `Tensor.sigmoid` (`sigmoid_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn sigmoid_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("sigmoid_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_sigmoid_, "sigmoid_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("sigmoid_", "sigmoid_", kernels::tr_aten_sigmoid_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Alias for `torch.nn.functional.softmax`. (`softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor`)
     pub(crate) fn softmax_int(input: TensorId, dim: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, dtype: Option<DType>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_softmax_int, "softmax.int", &[Arg::tensor(input), Arg::int(dim), Arg::opt_dtype(dtype)])?)
-            }
-            let mut op = Op::begin("softmax_int");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, dtype)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, dtype))
-            }))
-        }))
+        run::replayable(const { &Schema::new("softmax_int", "softmax.int", kernels::tr_aten_softmax_int) }, &[Arg::handle(input), Arg::int(dim), Arg::opt_dtype(dtype)])
     }
 
     /// Matrix multiplies a sparse tensor `mat1` with a dense tensor `mat2`, then adds the sparse tensor `input` to the result. (`sspaddmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor`)
     pub(crate) fn sspaddmm(input: TensorId, mat1: TensorId, mat2: TensorId, beta: Scalar, alpha: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], beta: Scalar, alpha: Scalar) -> Result<tch::Tensor> {
-                let [input, mat1, mat2] = replay_args(inputs)?;
-                let input = given(input)?;
-                let mat1 = given(mat1)?;
-                let mat2 = given(mat2)?;
-                Ok(aten::tensor(kernels::tr_aten_sspaddmm, "sspaddmm", &[Arg::tensor(input), Arg::tensor(mat1), Arg::tensor(mat2), Arg::scalar(beta), Arg::scalar(alpha)])?)
-            }
-            let mut op = Op::begin("sspaddmm");
-            let [input, mat1, mat2] = op.get([input, mat1, mat2])?;
-            let input: &tch::Tensor = &input;
-            let mat1: &tch::Tensor = &mat1;
-            let mat2: &tch::Tensor = &mat2;
-            op.output_replayable([Some(input), Some(mat1), Some(mat2)], erased_run(&|inputs| replay(inputs, beta, alpha)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, beta, alpha))
-            }))
-        }))
+        run::replayable(const { &Schema::new("sspaddmm", "sspaddmm", kernels::tr_aten_sspaddmm) }, &[Arg::handle(input), Arg::handle(mat1), Arg::handle(mat2), Arg::scalar(beta), Arg::scalar(alpha)])
     }
 
     /// In-place version of `Tensor.tanh` (`tanh_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn tanh_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("tanh_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_tanh_, "tanh_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("tanh_", "tanh_", kernels::tr_aten_tanh_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Apply a threshold to each element of the input Tensor. (`threshold(Tensor self, Scalar threshold, Scalar value) -> Tensor`)
     pub(crate) fn threshold(input: TensorId, threshold: Scalar, value: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], threshold: Scalar, value: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_threshold, "threshold", &[Arg::tensor(input), Arg::scalar(threshold), Arg::scalar(value)])?)
-            }
-            let mut op = Op::begin("threshold");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, threshold, value)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, threshold, value))
-            }))
-        }))
+        run::replayable(const { &Schema::new("threshold", "threshold", kernels::tr_aten_threshold) }, &[Arg::handle(input), Arg::scalar(threshold), Arg::scalar(value)])
     }
 
     /// In-place version of `threshold`. (`threshold_(Tensor(a!) self, Scalar threshold, Scalar value) -> Tensor(a!)`)
     pub(crate) fn threshold_(input: TensorId, threshold: Scalar, value: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("threshold_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_threshold_, "threshold_", &[Arg::tensor(input), Arg::scalar(threshold), Arg::scalar(value)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("threshold_", "threshold_", kernels::tr_aten_threshold_) }, &[Arg::handle_mut(input), Arg::scalar(threshold), Arg::scalar(value)]).map(|_| input)
     }
 
     /// Takes LongTensor with index values of shape `(*)` and returns a tensor of shape `(*, num_classes)` that have zeros everywhere except where the index of last dimension matches the corresponding value of the input tensor, in which case it will be 1. (`one_hot(Tensor self, int num_classes=-1) -> Tensor`)
     pub(crate) fn one_hot(input: TensorId, num_classes: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], num_classes: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_one_hot, "one_hot", &[Arg::tensor(input), Arg::int(num_classes)])?)
-            }
-            let mut op = Op::begin("one_hot");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, num_classes)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, num_classes))
-            }))
-        }))
+        run::replayable(const { &Schema::new("one_hot", "one_hot", kernels::tr_aten_one_hot) }, &[Arg::handle(input), Arg::int(num_classes)])
     }
 
     /// Compute the triplet loss between given input tensors and a margin greater than 0. (`triplet_margin_loss(Tensor anchor, Tensor positive, Tensor negative, float margin=1.0, float p=2, float eps=1e-06, bool swap=False, int reduction=Mean) -> Tensor`)
     pub(crate) fn triplet_margin_loss(anchor: TensorId, positive: TensorId, negative: TensorId, margin: f64, p: f64, eps: f64, swap: bool, reduction: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], margin: f64, p: f64, eps: f64, swap: bool, reduction: i64) -> Result<tch::Tensor> {
-                let [anchor, positive, negative] = replay_args(inputs)?;
-                let anchor = given(anchor)?;
-                let positive = given(positive)?;
-                let negative = given(negative)?;
-                Ok(aten::tensor(kernels::tr_aten_triplet_margin_loss, "triplet_margin_loss", &[Arg::tensor(anchor), Arg::tensor(positive), Arg::tensor(negative), Arg::float(margin), Arg::float(p), Arg::float(eps), Arg::bool(swap), Arg::int(reduction)])?)
-            }
-            let mut op = Op::begin("triplet_margin_loss");
-            let [anchor, positive, negative] = op.get([anchor, positive, negative])?;
-            let anchor: &tch::Tensor = &anchor;
-            let positive: &tch::Tensor = &positive;
-            let negative: &tch::Tensor = &negative;
-            op.output_replayable([Some(anchor), Some(positive), Some(negative)], erased_run(&|inputs| replay(inputs, margin, p, eps, swap, reduction)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, margin, p, eps, swap, reduction))
-            }))
-        }))
+        run::replayable(const { &Schema::new("triplet_margin_loss", "triplet_margin_loss", kernels::tr_aten_triplet_margin_loss) }, &[Arg::handle(anchor), Arg::handle(positive), Arg::handle(negative), Arg::float(margin), Arg::float(p), Arg::float(eps), Arg::bool(swap), Arg::int(reduction)])
     }
 
     /// The norm over every dimension but `dim`, as weight normalization takes it. (`norm_except_dim(Tensor v, int pow=2, int dim=0) -> Tensor`)
     pub(crate) fn norm_except_dim(v: TensorId, pow: i64, dim: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], pow: i64, dim: i64) -> Result<tch::Tensor> {
-                let [v] = replay_args(inputs)?;
-                let v = given(v)?;
-                Ok(aten::tensor(kernels::tr_aten_norm_except_dim, "norm_except_dim", &[Arg::tensor(v), Arg::int(pow), Arg::int(dim)])?)
-            }
-            let mut op = Op::begin("norm_except_dim");
-            let [v] = op.get([v])?;
-            let v: &tch::Tensor = &v;
-            op.output_replayable([Some(v)], erased_run(&|inputs| replay(inputs, pow, dim)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, pow, dim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("norm_except_dim", "norm_except_dim", kernels::tr_aten_norm_except_dim) }, &[Arg::handle(v), Arg::int(pow), Arg::int(dim)])
     }
 
     /// Returns the matrix norm or vector norm of a given tensor. (`norm.ScalarOpt_dtype(Tensor self, Scalar? p, *, ScalarType dtype) -> Tensor`)
     pub(crate) fn norm_scalaropt_dtype(input: TensorId, p: Option<Scalar>, dtype: DType) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], p: Option<Scalar>, dtype: DType) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_norm_scalaropt_dtype, "norm.ScalarOpt_dtype", &[Arg::tensor(input), Arg::opt_scalar(p), Arg::dtype(dtype)])?)
-            }
-            let mut op = Op::begin("norm_scalaropt_dtype");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, p, dtype)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, p, dtype))
-            }))
-        }))
+        run::replayable(const { &Schema::new("norm_scalaropt_dtype", "norm.ScalarOpt_dtype", kernels::tr_aten_norm_scalaropt_dtype) }, &[Arg::handle(input), Arg::opt_scalar(p), Arg::dtype(dtype)])
     }
 
     /// Returns the matrix norm or vector norm of a given tensor. (`norm.Scalar(Tensor self, Scalar p=2) -> Tensor`)
     pub(crate) fn norm_scalar(input: TensorId, p: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], p: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_norm_scalar, "norm.Scalar", &[Arg::tensor(input), Arg::scalar(p)])?)
-            }
-            let mut op = Op::begin("norm_scalar");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, p)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, p))
-            }))
-        }))
+        run::replayable(const { &Schema::new("norm_scalar", "norm.Scalar", kernels::tr_aten_norm_scalar) }, &[Arg::handle(input), Arg::scalar(p)])
     }
 
     /// Returns the matrix norm or vector norm of a given tensor. (`norm.ScalarOpt_dim_dtype(Tensor self, Scalar? p, int[1] dim, bool keepdim, *, ScalarType dtype) -> Tensor`)
     pub(crate) fn norm_scalaropt_dim_dtype(input: TensorId, p: Option<Scalar>, dim: &[i64], keepdim: bool, dtype: DType) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], p: Option<Scalar>, dim: &[i64], keepdim: bool, dtype: DType) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_norm_scalaropt_dim_dtype, "norm.ScalarOpt_dim_dtype", &[Arg::tensor(input), Arg::opt_scalar(p), Arg::ints(dim), Arg::bool(keepdim), Arg::dtype(dtype)])?)
-            }
-            let mut op = Op::begin("norm_scalaropt_dim_dtype");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, p, dim, keepdim, dtype)), erased_keep(&mut || {
-                let dim = dim.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, p, &dim, keepdim, dtype))
-            }))
-        }))
+        run::replayable(const { &Schema::new("norm_scalaropt_dim_dtype", "norm.ScalarOpt_dim_dtype", kernels::tr_aten_norm_scalaropt_dim_dtype) }, &[Arg::handle(input), Arg::opt_scalar(p), Arg::ints(dim), Arg::bool(keepdim), Arg::dtype(dtype)])
     }
 
     /// Returns the matrix norm or vector norm of a given tensor. (`norm.ScalarOpt_dim(Tensor self, Scalar? p, int[1] dim, bool keepdim=False) -> Tensor`)
     pub(crate) fn norm_scalaropt_dim(input: TensorId, p: Option<Scalar>, dim: &[i64], keepdim: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], p: Option<Scalar>, dim: &[i64], keepdim: bool) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_norm_scalaropt_dim, "norm.ScalarOpt_dim", &[Arg::tensor(input), Arg::opt_scalar(p), Arg::ints(dim), Arg::bool(keepdim)])?)
-            }
-            let mut op = Op::begin("norm_scalaropt_dim");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, p, dim, keepdim)), erased_keep(&mut || {
-                let dim = dim.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, p, &dim, keepdim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("norm_scalaropt_dim", "norm.ScalarOpt_dim", kernels::tr_aten_norm_scalaropt_dim) }, &[Arg::handle(input), Arg::opt_scalar(p), Arg::ints(dim), Arg::bool(keepdim)])
     }
 
     /// The Frobenius norm over `dim`. (`frobenius_norm.dim(Tensor self, int[1] dim, bool keepdim=False) -> Tensor`)
     pub(crate) fn frobenius_norm_dim(input: TensorId, dim: &[i64], keepdim: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: &[i64], keepdim: bool) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_frobenius_norm_dim, "frobenius_norm.dim", &[Arg::tensor(input), Arg::ints(dim), Arg::bool(keepdim)])?)
-            }
-            let mut op = Op::begin("frobenius_norm_dim");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, keepdim)), erased_keep(&mut || {
-                let dim = dim.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dim, keepdim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("frobenius_norm_dim", "frobenius_norm.dim", kernels::tr_aten_frobenius_norm_dim) }, &[Arg::handle(input), Arg::ints(dim), Arg::bool(keepdim)])
     }
 
     /// The nuclear norm (the sum of the singular values) of a matrix or a batch of matrices. (`nuclear_norm(Tensor self, bool keepdim=False) -> Tensor`)
     pub(crate) fn nuclear_norm(input: TensorId, keepdim: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], keepdim: bool) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_nuclear_norm, "nuclear_norm", &[Arg::tensor(input), Arg::bool(keepdim)])?)
-            }
-            let mut op = Op::begin("nuclear_norm");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, keepdim)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, keepdim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("nuclear_norm", "nuclear_norm", kernels::tr_aten_nuclear_norm) }, &[Arg::handle(input), Arg::bool(keepdim)])
     }
 
     /// The nuclear norm (the sum of the singular values) of a matrix or a batch of matrices. (`nuclear_norm.dim(Tensor self, int[2] dim, bool keepdim=False) -> Tensor`)
     pub(crate) fn nuclear_norm_dim(input: TensorId, dim: &[i64], keepdim: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: &[i64], keepdim: bool) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_nuclear_norm_dim, "nuclear_norm.dim", &[Arg::tensor(input), Arg::ints(dim), Arg::bool(keepdim)])?)
-            }
-            let mut op = Op::begin("nuclear_norm_dim");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, keepdim)), erased_keep(&mut || {
-                let dim = dim.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dim, keepdim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("nuclear_norm_dim", "nuclear_norm.dim", kernels::tr_aten_nuclear_norm_dim) }, &[Arg::handle(input), Arg::ints(dim), Arg::bool(keepdim)])
     }
 
     /// Runs a multi-layer LSTM over a padded sequence (`torch.nn.LSTM`). (`lstm.input(Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor, Tensor)`)
     pub(crate) fn lstm_input(input: TensorId, hx: &[TensorId], params: &[TensorId], has_biases: bool, num_layers: i64, dropout: f64, train: bool, bidirectional: bool, batch_first: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("lstm_input");
-            let [input] = op.get([input])?;
-            let hx = op.get_many(hx)?;
-            let params = op.get_many(params)?;
-            let input: &tch::Tensor = &input;
-            let hx = &hx.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            let params = &params.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(erased(&|| aten::exactly(3, aten::tensors(kernels::tr_aten_lstm_input, "lstm.input", &[Arg::tensor(input), Arg::tensors(&aten::ptrs(hx)), Arg::tensors(&aten::ptrs(params)), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional), Arg::bool(batch_first)]))))
-        }))
+        run::tensors(const { &Schema::new("lstm_input", "lstm.input", kernels::tr_aten_lstm_input) }, Some(3), &[Arg::handle(input), Arg::handles(hx), Arg::handles(params), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional), Arg::bool(batch_first)])
     }
 
     /// Runs a multi-layer LSTM over a packed sequence (its data and batch sizes) (`torch.nn.LSTM`). (`lstm.data(Tensor data, Tensor batch_sizes, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor, Tensor)`)
     pub(crate) fn lstm_data(data: TensorId, batch_sizes: TensorId, hx: &[TensorId], params: &[TensorId], has_biases: bool, num_layers: i64, dropout: f64, train: bool, bidirectional: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("lstm_data");
-            let [data, batch_sizes] = op.get([data, batch_sizes])?;
-            let hx = op.get_many(hx)?;
-            let params = op.get_many(params)?;
-            let data: &tch::Tensor = &data;
-            let batch_sizes: &tch::Tensor = &batch_sizes;
-            let hx = &hx.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            let params = &params.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(erased(&|| aten::exactly(3, aten::tensors(kernels::tr_aten_lstm_data, "lstm.data", &[Arg::tensor(data), Arg::tensor(batch_sizes), Arg::tensors(&aten::ptrs(hx)), Arg::tensors(&aten::ptrs(params)), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional)]))))
-        }))
+        run::tensors(const { &Schema::new("lstm_data", "lstm.data", kernels::tr_aten_lstm_data) }, Some(3), &[Arg::handle(data), Arg::handle(batch_sizes), Arg::handles(hx), Arg::handles(params), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional)])
     }
 
     /// Runs a multi-layer GRU over a padded sequence (`torch.nn.GRU`). (`gru.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)`)
     pub(crate) fn gru_input(input: TensorId, hx: TensorId, params: &[TensorId], has_biases: bool, num_layers: i64, dropout: f64, train: bool, bidirectional: bool, batch_first: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("gru_input");
-            let [input, hx] = op.get([input, hx])?;
-            let params = op.get_many(params)?;
-            let input: &tch::Tensor = &input;
-            let hx: &tch::Tensor = &hx;
-            let params = &params.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_gru_input, "gru.input", &[Arg::tensor(input), Arg::tensor(hx), Arg::tensors(&aten::ptrs(params)), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional), Arg::bool(batch_first)]))))
-        }))
+        run::tensors(const { &Schema::new("gru_input", "gru.input", kernels::tr_aten_gru_input) }, Some(2), &[Arg::handle(input), Arg::handle(hx), Arg::handles(params), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional), Arg::bool(batch_first)])
     }
 
     /// Runs a multi-layer GRU over a packed sequence (its data and batch sizes) (`torch.nn.GRU`). (`gru.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor)`)
     pub(crate) fn gru_data(data: TensorId, batch_sizes: TensorId, hx: TensorId, params: &[TensorId], has_biases: bool, num_layers: i64, dropout: f64, train: bool, bidirectional: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("gru_data");
-            let [data, batch_sizes, hx] = op.get([data, batch_sizes, hx])?;
-            let params = op.get_many(params)?;
-            let data: &tch::Tensor = &data;
-            let batch_sizes: &tch::Tensor = &batch_sizes;
-            let hx: &tch::Tensor = &hx;
-            let params = &params.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_gru_data, "gru.data", &[Arg::tensor(data), Arg::tensor(batch_sizes), Arg::tensor(hx), Arg::tensors(&aten::ptrs(params)), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional)]))))
-        }))
+        run::tensors(const { &Schema::new("gru_data", "gru.data", kernels::tr_aten_gru_data) }, Some(2), &[Arg::handle(data), Arg::handle(batch_sizes), Arg::handle(hx), Arg::handles(params), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional)])
     }
 
     /// Runs a multi-layer RNN (tanh) over a padded sequence (`torch.nn.RNN`). (`rnn_tanh.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)`)
     pub(crate) fn rnn_tanh_input(input: TensorId, hx: TensorId, params: &[TensorId], has_biases: bool, num_layers: i64, dropout: f64, train: bool, bidirectional: bool, batch_first: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("rnn_tanh_input");
-            let [input, hx] = op.get([input, hx])?;
-            let params = op.get_many(params)?;
-            let input: &tch::Tensor = &input;
-            let hx: &tch::Tensor = &hx;
-            let params = &params.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_rnn_tanh_input, "rnn_tanh.input", &[Arg::tensor(input), Arg::tensor(hx), Arg::tensors(&aten::ptrs(params)), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional), Arg::bool(batch_first)]))))
-        }))
+        run::tensors(const { &Schema::new("rnn_tanh_input", "rnn_tanh.input", kernels::tr_aten_rnn_tanh_input) }, Some(2), &[Arg::handle(input), Arg::handle(hx), Arg::handles(params), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional), Arg::bool(batch_first)])
     }
 
     /// Runs a multi-layer RNN (tanh) over a packed sequence (its data and batch sizes) (`torch.nn.RNN`). (`rnn_tanh.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor)`)
     pub(crate) fn rnn_tanh_data(data: TensorId, batch_sizes: TensorId, hx: TensorId, params: &[TensorId], has_biases: bool, num_layers: i64, dropout: f64, train: bool, bidirectional: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("rnn_tanh_data");
-            let [data, batch_sizes, hx] = op.get([data, batch_sizes, hx])?;
-            let params = op.get_many(params)?;
-            let data: &tch::Tensor = &data;
-            let batch_sizes: &tch::Tensor = &batch_sizes;
-            let hx: &tch::Tensor = &hx;
-            let params = &params.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_rnn_tanh_data, "rnn_tanh.data", &[Arg::tensor(data), Arg::tensor(batch_sizes), Arg::tensor(hx), Arg::tensors(&aten::ptrs(params)), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional)]))))
-        }))
+        run::tensors(const { &Schema::new("rnn_tanh_data", "rnn_tanh.data", kernels::tr_aten_rnn_tanh_data) }, Some(2), &[Arg::handle(data), Arg::handle(batch_sizes), Arg::handle(hx), Arg::handles(params), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional)])
     }
 
     /// Runs a multi-layer RNN (relu) over a padded sequence (`torch.nn.RNN`). (`rnn_relu.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)`)
     pub(crate) fn rnn_relu_input(input: TensorId, hx: TensorId, params: &[TensorId], has_biases: bool, num_layers: i64, dropout: f64, train: bool, bidirectional: bool, batch_first: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("rnn_relu_input");
-            let [input, hx] = op.get([input, hx])?;
-            let params = op.get_many(params)?;
-            let input: &tch::Tensor = &input;
-            let hx: &tch::Tensor = &hx;
-            let params = &params.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_rnn_relu_input, "rnn_relu.input", &[Arg::tensor(input), Arg::tensor(hx), Arg::tensors(&aten::ptrs(params)), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional), Arg::bool(batch_first)]))))
-        }))
+        run::tensors(const { &Schema::new("rnn_relu_input", "rnn_relu.input", kernels::tr_aten_rnn_relu_input) }, Some(2), &[Arg::handle(input), Arg::handle(hx), Arg::handles(params), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional), Arg::bool(batch_first)])
     }
 
     /// Runs a multi-layer RNN (relu) over a packed sequence (its data and batch sizes) (`torch.nn.RNN`). (`rnn_relu.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor)`)
     pub(crate) fn rnn_relu_data(data: TensorId, batch_sizes: TensorId, hx: TensorId, params: &[TensorId], has_biases: bool, num_layers: i64, dropout: f64, train: bool, bidirectional: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("rnn_relu_data");
-            let [data, batch_sizes, hx] = op.get([data, batch_sizes, hx])?;
-            let params = op.get_many(params)?;
-            let data: &tch::Tensor = &data;
-            let batch_sizes: &tch::Tensor = &batch_sizes;
-            let hx: &tch::Tensor = &hx;
-            let params = &params.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_rnn_relu_data, "rnn_relu.data", &[Arg::tensor(data), Arg::tensor(batch_sizes), Arg::tensor(hx), Arg::tensors(&aten::ptrs(params)), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional)]))))
-        }))
+        run::tensors(const { &Schema::new("rnn_relu_data", "rnn_relu.data", kernels::tr_aten_rnn_relu_data) }, Some(2), &[Arg::handle(data), Arg::handle(batch_sizes), Arg::handle(hx), Arg::handles(params), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional)])
     }
 
     /// One time step of an LSTM cell (`torch.nn.LSTMCell`). (`lstm_cell(Tensor input, Tensor[] hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> (Tensor, Tensor)`)
     pub(crate) fn lstm_cell(input: TensorId, hx: &[TensorId], w_ih: TensorId, w_hh: TensorId, b_ih: TensorId, b_hh: TensorId) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("lstm_cell");
-            let [input, w_ih, w_hh] = op.get([input, w_ih, w_hh])?;
-            let hx = op.get_many(hx)?;
-            let b_ih = op.get_opt(b_ih)?;
-            let b_hh = op.get_opt(b_hh)?;
-            let input: &tch::Tensor = &input;
-            let hx = &hx.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            let w_ih: &tch::Tensor = &w_ih;
-            let w_hh: &tch::Tensor = &w_hh;
-            let b_ih = b_ih.as_deref();
-            let b_hh = b_hh.as_deref();
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_lstm_cell, "lstm_cell", &[Arg::tensor(input), Arg::tensors(&aten::ptrs(hx)), Arg::tensor(w_ih), Arg::tensor(w_hh), Arg::opt_tensor(b_ih), Arg::opt_tensor(b_hh)]))))
-        }))
+        run::tensors(const { &Schema::new("lstm_cell", "lstm_cell", kernels::tr_aten_lstm_cell) }, Some(2), &[Arg::handle(input), Arg::handles(hx), Arg::handle(w_ih), Arg::handle(w_hh), Arg::opt_handle(b_ih), Arg::opt_handle(b_hh)])
     }
 
     /// One time step of a GRU cell (`torch.nn.GRUCell`). (`gru_cell(Tensor input, Tensor hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> Tensor`)
     pub(crate) fn gru_cell(input: TensorId, hx: TensorId, w_ih: TensorId, w_hh: TensorId, b_ih: TensorId, b_hh: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, hx, w_ih, w_hh, b_ih, b_hh] = replay_args(inputs)?;
-                let input = given(input)?;
-                let hx = given(hx)?;
-                let w_ih = given(w_ih)?;
-                let w_hh = given(w_hh)?;
-                Ok(aten::tensor(kernels::tr_aten_gru_cell, "gru_cell", &[Arg::tensor(input), Arg::tensor(hx), Arg::tensor(w_ih), Arg::tensor(w_hh), Arg::opt_tensor(b_ih), Arg::opt_tensor(b_hh)])?)
-            }
-            let mut op = Op::begin("gru_cell");
-            let [input, hx, w_ih, w_hh] = op.get([input, hx, w_ih, w_hh])?;
-            let b_ih = op.get_opt(b_ih)?;
-            let b_hh = op.get_opt(b_hh)?;
-            let input: &tch::Tensor = &input;
-            let hx: &tch::Tensor = &hx;
-            let w_ih: &tch::Tensor = &w_ih;
-            let w_hh: &tch::Tensor = &w_hh;
-            let b_ih = b_ih.as_deref();
-            let b_hh = b_hh.as_deref();
-            op.output_replayable([Some(input), Some(hx), Some(w_ih), Some(w_hh), b_ih, b_hh], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("gru_cell", "gru_cell", kernels::tr_aten_gru_cell) }, &[Arg::handle(input), Arg::handle(hx), Arg::handle(w_ih), Arg::handle(w_hh), Arg::opt_handle(b_ih), Arg::opt_handle(b_hh)])
     }
 
     /// One time step of an RNN cell (`torch.nn.RNNCell`). (`rnn_tanh_cell(Tensor input, Tensor hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> Tensor`)
     pub(crate) fn rnn_tanh_cell(input: TensorId, hx: TensorId, w_ih: TensorId, w_hh: TensorId, b_ih: TensorId, b_hh: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, hx, w_ih, w_hh, b_ih, b_hh] = replay_args(inputs)?;
-                let input = given(input)?;
-                let hx = given(hx)?;
-                let w_ih = given(w_ih)?;
-                let w_hh = given(w_hh)?;
-                Ok(aten::tensor(kernels::tr_aten_rnn_tanh_cell, "rnn_tanh_cell", &[Arg::tensor(input), Arg::tensor(hx), Arg::tensor(w_ih), Arg::tensor(w_hh), Arg::opt_tensor(b_ih), Arg::opt_tensor(b_hh)])?)
-            }
-            let mut op = Op::begin("rnn_tanh_cell");
-            let [input, hx, w_ih, w_hh] = op.get([input, hx, w_ih, w_hh])?;
-            let b_ih = op.get_opt(b_ih)?;
-            let b_hh = op.get_opt(b_hh)?;
-            let input: &tch::Tensor = &input;
-            let hx: &tch::Tensor = &hx;
-            let w_ih: &tch::Tensor = &w_ih;
-            let w_hh: &tch::Tensor = &w_hh;
-            let b_ih = b_ih.as_deref();
-            let b_hh = b_hh.as_deref();
-            op.output_replayable([Some(input), Some(hx), Some(w_ih), Some(w_hh), b_ih, b_hh], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("rnn_tanh_cell", "rnn_tanh_cell", kernels::tr_aten_rnn_tanh_cell) }, &[Arg::handle(input), Arg::handle(hx), Arg::handle(w_ih), Arg::handle(w_hh), Arg::opt_handle(b_ih), Arg::opt_handle(b_hh)])
     }
 
     /// One time step of an RNN cell (`torch.nn.RNNCell`). (`rnn_relu_cell(Tensor input, Tensor hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> Tensor`)
     pub(crate) fn rnn_relu_cell(input: TensorId, hx: TensorId, w_ih: TensorId, w_hh: TensorId, b_ih: TensorId, b_hh: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, hx, w_ih, w_hh, b_ih, b_hh] = replay_args(inputs)?;
-                let input = given(input)?;
-                let hx = given(hx)?;
-                let w_ih = given(w_ih)?;
-                let w_hh = given(w_hh)?;
-                Ok(aten::tensor(kernels::tr_aten_rnn_relu_cell, "rnn_relu_cell", &[Arg::tensor(input), Arg::tensor(hx), Arg::tensor(w_ih), Arg::tensor(w_hh), Arg::opt_tensor(b_ih), Arg::opt_tensor(b_hh)])?)
-            }
-            let mut op = Op::begin("rnn_relu_cell");
-            let [input, hx, w_ih, w_hh] = op.get([input, hx, w_ih, w_hh])?;
-            let b_ih = op.get_opt(b_ih)?;
-            let b_hh = op.get_opt(b_hh)?;
-            let input: &tch::Tensor = &input;
-            let hx: &tch::Tensor = &hx;
-            let w_ih: &tch::Tensor = &w_ih;
-            let w_hh: &tch::Tensor = &w_hh;
-            let b_ih = b_ih.as_deref();
-            let b_hh = b_hh.as_deref();
-            op.output_replayable([Some(input), Some(hx), Some(w_ih), Some(w_hh), b_ih, b_hh], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("rnn_relu_cell", "rnn_relu_cell", kernels::tr_aten_rnn_relu_cell) }, &[Arg::handle(input), Arg::handle(hx), Arg::handle(w_ih), Arg::handle(w_hh), Arg::opt_handle(b_ih), Arg::opt_handle(b_hh)])
     }
 
     /// Fills `self` tensor with numbers samples from the log-normal distribution parameterized by the given mean `\mu` and standard deviation `\sigma`. (`log_normal_(Tensor(a!) self, float mean=1, float std=2, *, Generator? generator=None) -> Tensor(a!)`)
     pub(crate) fn log_normal_(input: TensorId, mean: f64, std: f64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("log_normal_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_log_normal_, "log_normal_", &[Arg::tensor(input), Arg::float(mean), Arg::float(std)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("log_normal_", "log_normal_", kernels::tr_aten_log_normal_) }, &[Arg::handle_mut(input), Arg::float(mean), Arg::float(std)]).map(|_| input)
     }
 
     /// The cross entropy of logits against targets (`torch.nn.functional.cross_entropy`). (`cross_entropy_loss(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean, SymInt ignore_index=-100, float label_smoothing=0.0) -> Tensor`)
     pub(crate) fn cross_entropy_loss(input: TensorId, target: TensorId, weight: TensorId, reduction: i64, ignore_index: i64, label_smoothing: f64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], reduction: i64, ignore_index: i64, label_smoothing: f64) -> Result<tch::Tensor> {
-                let [input, target, weight] = replay_args(inputs)?;
-                let input = given(input)?;
-                let target = given(target)?;
-                Ok(aten::tensor(kernels::tr_aten_cross_entropy_loss, "cross_entropy_loss", &[Arg::tensor(input), Arg::tensor(target), Arg::opt_tensor(weight), Arg::int(reduction), Arg::int(ignore_index), Arg::float(label_smoothing)])?)
-            }
-            let mut op = Op::begin("cross_entropy_loss");
-            let [input, target] = op.get([input, target])?;
-            let weight = op.get_opt(weight)?;
-            let input: &tch::Tensor = &input;
-            let target: &tch::Tensor = &target;
-            let weight = weight.as_deref();
-            op.output_replayable([Some(input), Some(target), weight], erased_run(&|inputs| replay(inputs, reduction, ignore_index, label_smoothing)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, reduction, ignore_index, label_smoothing))
-            }))
-        }))
+        run::replayable(const { &Schema::new("cross_entropy_loss", "cross_entropy_loss", kernels::tr_aten_cross_entropy_loss) }, &[Arg::handle(input), Arg::handle(target), Arg::opt_handle(weight), Arg::int(reduction), Arg::int(ignore_index), Arg::float(label_smoothing)])
     }
 
     /// Returns a tensor where each sub-tensor of `input` along dimension `dim` is normalized such that the `p`-norm of the sub-tensor is lower than the value `maxnorm` (`renorm(Tensor self, Scalar p, int dim, Scalar maxnorm) -> Tensor`)
     pub(crate) fn renorm(input: TensorId, p: Scalar, dim: i64, maxnorm: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], p: Scalar, dim: i64, maxnorm: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_renorm, "renorm", &[Arg::tensor(input), Arg::scalar(p), Arg::int(dim), Arg::scalar(maxnorm)])?)
-            }
-            let mut op = Op::begin("renorm");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, p, dim, maxnorm)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, p, dim, maxnorm))
-            }))
-        }))
+        run::replayable(const { &Schema::new("renorm", "renorm", kernels::tr_aten_renorm) }, &[Arg::handle(input), Arg::scalar(p), Arg::int(dim), Arg::scalar(maxnorm)])
     }
 
     /// In-place version of `Tensor.renorm` (`renorm_(Tensor(a!) self, Scalar p, int dim, Scalar maxnorm) -> Tensor(a!)`)
     pub(crate) fn renorm_(input: TensorId, p: Scalar, dim: i64, maxnorm: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("renorm_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_renorm_, "renorm_", &[Arg::tensor(input), Arg::scalar(p), Arg::int(dim), Arg::scalar(maxnorm)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("renorm_", "renorm_", kernels::tr_aten_renorm_) }, &[Arg::handle_mut(input), Arg::scalar(p), Arg::int(dim), Arg::scalar(maxnorm)]).map(|_| input)
     }
 
     /// Returns a view of the original tensor which contains all slices of size `size` from `self` tensor in the dimension `dimension`. (`unfold(Tensor(a) self, int dimension, int size, int step) -> Tensor(a)`)
     pub(crate) fn unfold(input: TensorId, dimension: i64, size: i64, step: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dimension: i64, size: i64, step: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_unfold, "unfold", &[Arg::tensor(input), Arg::int(dimension), Arg::int(size), Arg::int(step)])?)
-            }
-            let mut op = Op::begin("unfold");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dimension, size, step)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dimension, size, step))
-            }))
-        }))
+        run::replayable(const { &Schema::new("unfold", "unfold", kernels::tr_aten_unfold) }, &[Arg::handle(input), Arg::int(dimension), Arg::int(size), Arg::int(step)])
     }
 
     /// Fills `self` tensor with elements samples from the normal distribution parameterized by `mean` and `std`. (`normal_(Tensor(a!) self, float mean=0, float std=1, *, Generator? generator=None) -> Tensor(a!)`)
     pub(crate) fn normal_(input: TensorId, mean: f64, std: f64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("normal_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_normal_, "normal_", &[Arg::tensor(input), Arg::float(mean), Arg::float(std)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("normal_", "normal_", kernels::tr_aten_normal_) }, &[Arg::handle_mut(input), Arg::float(mean), Arg::float(std)]).map(|_| input)
     }
 
     /// A tensor of `input`'s shape drawn from a normal distribution (`normal_` without the write). (`normal_functional(Tensor self, float mean=0, float std=1, *, Generator? generator=None) -> Tensor`)
     pub(crate) fn normal_functional(input: TensorId, mean: f64, std: f64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("normal_functional");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_normal_functional, "normal_functional", &[Arg::tensor(input), Arg::float(mean), Arg::float(std)])))
-        }))
+        run::tensor(const { &Schema::new("normal_functional", "normal_functional", kernels::tr_aten_normal_functional) }, &[Arg::handle(input), Arg::float(mean), Arg::float(std)])
     }
 
     /// Returns a tensor of random numbers drawn from separate normal distributions whose mean and standard deviation are given. (`normal.Tensor_float(Tensor mean, float std=1, *, Generator? generator=None) -> Tensor`)
     pub(crate) fn normal_tensor_float(mean: TensorId, std: f64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("normal_tensor_float");
-            let [mean] = op.get([mean])?;
-            let mean: &tch::Tensor = &mean;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_normal_tensor_float, "normal.Tensor_float", &[Arg::tensor(mean), Arg::float(std)])))
-        }))
+        run::tensor(const { &Schema::new("normal_tensor_float", "normal.Tensor_float", kernels::tr_aten_normal_tensor_float) }, &[Arg::handle(mean), Arg::float(std)])
     }
 
     /// Returns a tensor of random numbers drawn from separate normal distributions whose mean and standard deviation are given. (`normal.float_Tensor(float mean, Tensor std, *, Generator? generator=None) -> Tensor`)
     pub(crate) fn normal_float_tensor(mean: f64, std: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("normal_float_tensor");
-            let [std] = op.get([std])?;
-            let std: &tch::Tensor = &std;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_normal_float_tensor, "normal.float_Tensor", &[Arg::float(mean), Arg::tensor(std)])))
-        }))
+        run::tensor(const { &Schema::new("normal_float_tensor", "normal.float_Tensor", kernels::tr_aten_normal_float_tensor) }, &[Arg::float(mean), Arg::handle(std)])
     }
 
     /// Returns a tensor of random numbers drawn from separate normal distributions whose mean and standard deviation are given. (`normal.Tensor_Tensor(Tensor mean, Tensor std, *, Generator? generator=None) -> Tensor`)
     pub(crate) fn normal_tensor_tensor(mean: TensorId, std: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("normal_tensor_tensor");
-            let [mean, std] = op.get([mean, std])?;
-            let mean: &tch::Tensor = &mean;
-            let std: &tch::Tensor = &std;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_normal_tensor_tensor, "normal.Tensor_Tensor", &[Arg::tensor(mean), Arg::tensor(std)])))
-        }))
+        run::tensor(const { &Schema::new("normal_tensor_tensor", "normal.Tensor_Tensor", kernels::tr_aten_normal_tensor_tensor) }, &[Arg::handle(mean), Arg::handle(std)])
     }
 
     /// Compute the L1 loss, with optional weighting. (`l1_loss(Tensor self, Tensor target, int reduction=Mean) -> Tensor`)
     pub(crate) fn l1_loss(input: TensorId, target: TensorId, reduction: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], reduction: i64) -> Result<tch::Tensor> {
-                let [input, target] = replay_args(inputs)?;
-                let input = given(input)?;
-                let target = given(target)?;
-                Ok(aten::tensor(kernels::tr_aten_l1_loss, "l1_loss", &[Arg::tensor(input), Arg::tensor(target), Arg::int(reduction)])?)
-            }
-            let mut op = Op::begin("l1_loss");
-            let [input, target] = op.get([input, target])?;
-            let input: &tch::Tensor = &input;
-            let target: &tch::Tensor = &target;
-            op.output_replayable([Some(input), Some(target)], erased_run(&|inputs| replay(inputs, reduction)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, reduction))
-            }))
-        }))
+        run::replayable(const { &Schema::new("l1_loss", "l1_loss", kernels::tr_aten_l1_loss) }, &[Arg::handle(input), Arg::handle(target), Arg::int(reduction)])
     }
 
     /// Compute the multi margin loss, with optional weighting. (`multi_margin_loss(Tensor self, Tensor target, Scalar p=1, Scalar margin=1, Tensor? weight=None, int reduction=Mean) -> Tensor`)
     pub(crate) fn multi_margin_loss(input: TensorId, target: TensorId, p: Scalar, margin: Scalar, weight: TensorId, reduction: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], p: Scalar, margin: Scalar, reduction: i64) -> Result<tch::Tensor> {
-                let [input, target, weight] = replay_args(inputs)?;
-                let input = given(input)?;
-                let target = given(target)?;
-                Ok(aten::tensor(kernels::tr_aten_multi_margin_loss, "multi_margin_loss", &[Arg::tensor(input), Arg::tensor(target), Arg::scalar(p), Arg::scalar(margin), Arg::opt_tensor(weight), Arg::int(reduction)])?)
-            }
-            let mut op = Op::begin("multi_margin_loss");
-            let [input, target] = op.get([input, target])?;
-            let weight = op.get_opt(weight)?;
-            let input: &tch::Tensor = &input;
-            let target: &tch::Tensor = &target;
-            let weight = weight.as_deref();
-            op.output_replayable([Some(input), Some(target), weight], erased_run(&|inputs| replay(inputs, p, margin, reduction)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, p, margin, reduction))
-            }))
-        }))
+        run::replayable(const { &Schema::new("multi_margin_loss", "multi_margin_loss", kernels::tr_aten_multi_margin_loss) }, &[Arg::handle(input), Arg::handle(target), Arg::scalar(p), Arg::scalar(margin), Arg::opt_handle(weight), Arg::int(reduction)])
     }
 
     /// Compute the multilabel margin loss. (`multilabel_margin_loss(Tensor self, Tensor target, int reduction=Mean) -> Tensor`)
     pub(crate) fn multilabel_margin_loss(input: TensorId, target: TensorId, reduction: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], reduction: i64) -> Result<tch::Tensor> {
-                let [input, target] = replay_args(inputs)?;
-                let input = given(input)?;
-                let target = given(target)?;
-                Ok(aten::tensor(kernels::tr_aten_multilabel_margin_loss, "multilabel_margin_loss", &[Arg::tensor(input), Arg::tensor(target), Arg::int(reduction)])?)
-            }
-            let mut op = Op::begin("multilabel_margin_loss");
-            let [input, target] = op.get([input, target])?;
-            let input: &tch::Tensor = &input;
-            let target: &tch::Tensor = &target;
-            op.output_replayable([Some(input), Some(target)], erased_run(&|inputs| replay(inputs, reduction)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, reduction))
-            }))
-        }))
+        run::replayable(const { &Schema::new("multilabel_margin_loss", "multilabel_margin_loss", kernels::tr_aten_multilabel_margin_loss) }, &[Arg::handle(input), Arg::handle(target), Arg::int(reduction)])
     }
 
     /// `multilabel_margin_loss` with the intermediate values its backward formula uses. (`multilabel_margin_loss_forward(Tensor self, Tensor target, int reduction) -> (Tensor output, Tensor is_target)`)
     pub(crate) fn multilabel_margin_loss_forward(input: TensorId, target: TensorId, reduction: i64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("multilabel_margin_loss_forward");
-            let [input, target] = op.get([input, target])?;
-            let input: &tch::Tensor = &input;
-            let target: &tch::Tensor = &target;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_multilabel_margin_loss_forward, "multilabel_margin_loss_forward", &[Arg::tensor(input), Arg::tensor(target), Arg::int(reduction)]))))
-        }))
+        run::tensors(const { &Schema::new("multilabel_margin_loss_forward", "multilabel_margin_loss_forward", kernels::tr_aten_multilabel_margin_loss_forward) }, Some(2), &[Arg::handle(input), Arg::handle(target), Arg::int(reduction)])
     }
 
     /// The negative log likelihood of log-probabilities against class targets, of any dimension (`torch.nn.functional.nll_loss`). (`nll_loss_nd(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean, SymInt ignore_index=-100) -> Tensor`)
     pub(crate) fn nll_loss_nd(input: TensorId, target: TensorId, weight: TensorId, reduction: i64, ignore_index: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], reduction: i64, ignore_index: i64) -> Result<tch::Tensor> {
-                let [input, target, weight] = replay_args(inputs)?;
-                let input = given(input)?;
-                let target = given(target)?;
-                Ok(aten::tensor(kernels::tr_aten_nll_loss_nd, "nll_loss_nd", &[Arg::tensor(input), Arg::tensor(target), Arg::opt_tensor(weight), Arg::int(reduction), Arg::int(ignore_index)])?)
-            }
-            let mut op = Op::begin("nll_loss_nd");
-            let [input, target] = op.get([input, target])?;
-            let weight = op.get_opt(weight)?;
-            let input: &tch::Tensor = &input;
-            let target: &tch::Tensor = &target;
-            let weight = weight.as_deref();
-            op.output_replayable([Some(input), Some(target), weight], erased_run(&|inputs| replay(inputs, reduction, ignore_index)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, reduction, ignore_index))
-            }))
-        }))
+        run::replayable(const { &Schema::new("nll_loss_nd", "nll_loss_nd", kernels::tr_aten_nll_loss_nd) }, &[Arg::handle(input), Arg::handle(target), Arg::opt_handle(weight), Arg::int(reduction), Arg::int(ignore_index)])
     }
 
     /// Compute the negative log likelihood loss. (`nll_loss(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean, SymInt ignore_index=-100) -> Tensor`)
     pub(crate) fn nll_loss(input: TensorId, target: TensorId, weight: TensorId, reduction: i64, ignore_index: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], reduction: i64, ignore_index: i64) -> Result<tch::Tensor> {
-                let [input, target, weight] = replay_args(inputs)?;
-                let input = given(input)?;
-                let target = given(target)?;
-                Ok(aten::tensor(kernels::tr_aten_nll_loss, "nll_loss", &[Arg::tensor(input), Arg::tensor(target), Arg::opt_tensor(weight), Arg::int(reduction), Arg::int(ignore_index)])?)
-            }
-            let mut op = Op::begin("nll_loss");
-            let [input, target] = op.get([input, target])?;
-            let weight = op.get_opt(weight)?;
-            let input: &tch::Tensor = &input;
-            let target: &tch::Tensor = &target;
-            let weight = weight.as_deref();
-            op.output_replayable([Some(input), Some(target), weight], erased_run(&|inputs| replay(inputs, reduction, ignore_index)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, reduction, ignore_index))
-            }))
-        }))
+        run::replayable(const { &Schema::new("nll_loss", "nll_loss", kernels::tr_aten_nll_loss) }, &[Arg::handle(input), Arg::handle(target), Arg::opt_handle(weight), Arg::int(reduction), Arg::int(ignore_index)])
     }
 
     /// `nll_loss` with the intermediate values its backward formula uses. (`nll_loss_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt ignore_index) -> (Tensor output, Tensor total_weight)`)
     pub(crate) fn nll_loss_forward(input: TensorId, target: TensorId, weight: TensorId, reduction: i64, ignore_index: i64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("nll_loss_forward");
-            let [input, target] = op.get([input, target])?;
-            let weight = op.get_opt(weight)?;
-            let input: &tch::Tensor = &input;
-            let target: &tch::Tensor = &target;
-            let weight = weight.as_deref();
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_nll_loss_forward, "nll_loss_forward", &[Arg::tensor(input), Arg::tensor(target), Arg::opt_tensor(weight), Arg::int(reduction), Arg::int(ignore_index)]))))
-        }))
+        run::tensors(const { &Schema::new("nll_loss_forward", "nll_loss_forward", kernels::tr_aten_nll_loss_forward) }, Some(2), &[Arg::handle(input), Arg::handle(target), Arg::opt_handle(weight), Arg::int(reduction), Arg::int(ignore_index)])
     }
 
     /// The negative log likelihood of 2-D log-probability maps against class targets (`torch.nn.functional.nll_loss`). (`nll_loss2d(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean, SymInt ignore_index=-100) -> Tensor`)
     pub(crate) fn nll_loss2d(input: TensorId, target: TensorId, weight: TensorId, reduction: i64, ignore_index: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], reduction: i64, ignore_index: i64) -> Result<tch::Tensor> {
-                let [input, target, weight] = replay_args(inputs)?;
-                let input = given(input)?;
-                let target = given(target)?;
-                Ok(aten::tensor(kernels::tr_aten_nll_loss2d, "nll_loss2d", &[Arg::tensor(input), Arg::tensor(target), Arg::opt_tensor(weight), Arg::int(reduction), Arg::int(ignore_index)])?)
-            }
-            let mut op = Op::begin("nll_loss2d");
-            let [input, target] = op.get([input, target])?;
-            let weight = op.get_opt(weight)?;
-            let input: &tch::Tensor = &input;
-            let target: &tch::Tensor = &target;
-            let weight = weight.as_deref();
-            op.output_replayable([Some(input), Some(target), weight], erased_run(&|inputs| replay(inputs, reduction, ignore_index)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, reduction, ignore_index))
-            }))
-        }))
+        run::replayable(const { &Schema::new("nll_loss2d", "nll_loss2d", kernels::tr_aten_nll_loss2d) }, &[Arg::handle(input), Arg::handle(target), Arg::opt_handle(weight), Arg::int(reduction), Arg::int(ignore_index)])
     }
 
     /// `nll_loss2d` with the intermediate values its backward formula uses. (`nll_loss2d_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt ignore_index) -> (Tensor output, Tensor total_weight)`)
     pub(crate) fn nll_loss2d_forward(input: TensorId, target: TensorId, weight: TensorId, reduction: i64, ignore_index: i64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("nll_loss2d_forward");
-            let [input, target] = op.get([input, target])?;
-            let weight = op.get_opt(weight)?;
-            let input: &tch::Tensor = &input;
-            let target: &tch::Tensor = &target;
-            let weight = weight.as_deref();
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_nll_loss2d_forward, "nll_loss2d_forward", &[Arg::tensor(input), Arg::tensor(target), Arg::opt_tensor(weight), Arg::int(reduction), Arg::int(ignore_index)]))))
-        }))
+        run::tensors(const { &Schema::new("nll_loss2d_forward", "nll_loss2d_forward", kernels::tr_aten_nll_loss2d_forward) }, Some(2), &[Arg::handle(input), Arg::handle(target), Arg::opt_handle(weight), Arg::int(reduction), Arg::int(ignore_index)])
     }
 
     /// Compute the Smooth L1 loss. (`smooth_l1_loss(Tensor self, Tensor target, int reduction=Mean, float beta=1.0) -> Tensor`)
     pub(crate) fn smooth_l1_loss(input: TensorId, target: TensorId, reduction: i64, beta: f64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], reduction: i64, beta: f64) -> Result<tch::Tensor> {
-                let [input, target] = replay_args(inputs)?;
-                let input = given(input)?;
-                let target = given(target)?;
-                Ok(aten::tensor(kernels::tr_aten_smooth_l1_loss, "smooth_l1_loss", &[Arg::tensor(input), Arg::tensor(target), Arg::int(reduction), Arg::float(beta)])?)
-            }
-            let mut op = Op::begin("smooth_l1_loss");
-            let [input, target] = op.get([input, target])?;
-            let input: &tch::Tensor = &input;
-            let target: &tch::Tensor = &target;
-            op.output_replayable([Some(input), Some(target)], erased_run(&|inputs| replay(inputs, reduction, beta)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, reduction, beta))
-            }))
-        }))
+        run::replayable(const { &Schema::new("smooth_l1_loss", "smooth_l1_loss", kernels::tr_aten_smooth_l1_loss) }, &[Arg::handle(input), Arg::handle(target), Arg::int(reduction), Arg::float(beta)])
     }
 
     /// Compute the Huber loss, with optional weighting. (`huber_loss(Tensor self, Tensor target, int reduction=Mean, float delta=1.0) -> Tensor`)
     pub(crate) fn huber_loss(input: TensorId, target: TensorId, reduction: i64, delta: f64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], reduction: i64, delta: f64) -> Result<tch::Tensor> {
-                let [input, target] = replay_args(inputs)?;
-                let input = given(input)?;
-                let target = given(target)?;
-                Ok(aten::tensor(kernels::tr_aten_huber_loss, "huber_loss", &[Arg::tensor(input), Arg::tensor(target), Arg::int(reduction), Arg::float(delta)])?)
-            }
-            let mut op = Op::begin("huber_loss");
-            let [input, target] = op.get([input, target])?;
-            let input: &tch::Tensor = &input;
-            let target: &tch::Tensor = &target;
-            op.output_replayable([Some(input), Some(target)], erased_run(&|inputs| replay(inputs, reduction, delta)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, reduction, delta))
-            }))
-        }))
+        run::replayable(const { &Schema::new("huber_loss", "huber_loss", kernels::tr_aten_huber_loss) }, &[Arg::handle(input), Arg::handle(target), Arg::int(reduction), Arg::float(delta)])
     }
 
     /// Compute the soft margin loss. (`soft_margin_loss(Tensor self, Tensor target, int reduction=Mean) -> Tensor`)
     pub(crate) fn soft_margin_loss(input: TensorId, target: TensorId, reduction: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], reduction: i64) -> Result<tch::Tensor> {
-                let [input, target] = replay_args(inputs)?;
-                let input = given(input)?;
-                let target = given(target)?;
-                Ok(aten::tensor(kernels::tr_aten_soft_margin_loss, "soft_margin_loss", &[Arg::tensor(input), Arg::tensor(target), Arg::int(reduction)])?)
-            }
-            let mut op = Op::begin("soft_margin_loss");
-            let [input, target] = op.get([input, target])?;
-            let input: &tch::Tensor = &input;
-            let target: &tch::Tensor = &target;
-            op.output_replayable([Some(input), Some(target)], erased_run(&|inputs| replay(inputs, reduction)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, reduction))
-            }))
-        }))
+        run::replayable(const { &Schema::new("soft_margin_loss", "soft_margin_loss", kernels::tr_aten_soft_margin_loss) }, &[Arg::handle(input), Arg::handle(target), Arg::int(reduction)])
     }
 
     /// Apply the Exponential Linear Unit (ELU) function element-wise. (`elu(Tensor self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor`)
     pub(crate) fn elu(input: TensorId, alpha: Scalar, scale: Scalar, input_scale: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], alpha: Scalar, scale: Scalar, input_scale: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_elu, "elu", &[Arg::tensor(input), Arg::scalar(alpha), Arg::scalar(scale), Arg::scalar(input_scale)])?)
-            }
-            let mut op = Op::begin("elu");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, alpha, scale, input_scale)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, alpha, scale, input_scale))
-            }))
-        }))
+        run::replayable(const { &Schema::new("elu", "elu", kernels::tr_aten_elu) }, &[Arg::handle(input), Arg::scalar(alpha), Arg::scalar(scale), Arg::scalar(input_scale)])
     }
 
     /// In-place version of `elu`. (`elu_(Tensor(a!) self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor(a!)`)
     pub(crate) fn elu_(input: TensorId, alpha: Scalar, scale: Scalar, input_scale: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("elu_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_elu_, "elu_", &[Arg::tensor(input), Arg::scalar(alpha), Arg::scalar(scale), Arg::scalar(input_scale)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("elu_", "elu_", kernels::tr_aten_elu_) }, &[Arg::handle_mut(input), Arg::scalar(alpha), Arg::scalar(scale), Arg::scalar(input_scale)]).map(|_| input)
     }
 
     /// The gated linear unit. (`glu(Tensor self, int dim=-1) -> Tensor`)
     pub(crate) fn glu(input: TensorId, dim: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_glu, "glu", &[Arg::tensor(input), Arg::int(dim)])?)
-            }
-            let mut op = Op::begin("glu");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("glu", "glu", kernels::tr_aten_glu) }, &[Arg::handle(input), Arg::int(dim)])
     }
 
     /// The forward-mode derivative of `glu`. (`glu_jvp(Tensor glu, Tensor x, Tensor dx, int dim) -> Tensor`)
     pub(crate) fn glu_jvp(glu: TensorId, x: TensorId, dx: TensorId, dim: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
-                let [glu, x, dx] = replay_args(inputs)?;
-                let glu = given(glu)?;
-                let x = given(x)?;
-                let dx = given(dx)?;
-                Ok(aten::tensor(kernels::tr_aten_glu_jvp, "glu_jvp", &[Arg::tensor(glu), Arg::tensor(x), Arg::tensor(dx), Arg::int(dim)])?)
-            }
-            let mut op = Op::begin("glu_jvp");
-            let [glu, x, dx] = op.get([glu, x, dx])?;
-            let glu: &tch::Tensor = &glu;
-            let x: &tch::Tensor = &x;
-            let dx: &tch::Tensor = &dx;
-            op.output_replayable([Some(glu), Some(x), Some(dx)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("glu_jvp", "glu_jvp", kernels::tr_aten_glu_jvp) }, &[Arg::handle(glu), Arg::handle(x), Arg::handle(dx), Arg::int(dim)])
     }
 
     /// Apply the Hardsigmoid function element-wise. (`hardsigmoid(Tensor self) -> Tensor`)
     pub(crate) fn hardsigmoid(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_hardsigmoid, "hardsigmoid", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("hardsigmoid");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("hardsigmoid", "hardsigmoid", kernels::tr_aten_hardsigmoid) }, &[Arg::handle(input)])
     }
 
     /// Apply the Hardsigmoid function element-wise. (`hardsigmoid_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn hardsigmoid_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("hardsigmoid_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_hardsigmoid_, "hardsigmoid_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("hardsigmoid_", "hardsigmoid_", kernels::tr_aten_hardsigmoid_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Applies the HardTanh function element-wise. (`hardtanh(Tensor self, Scalar min_val=-1, Scalar max_val=1) -> Tensor`)
     pub(crate) fn hardtanh(input: TensorId, min_val: Scalar, max_val: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], min_val: Scalar, max_val: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_hardtanh, "hardtanh", &[Arg::tensor(input), Arg::scalar(min_val), Arg::scalar(max_val)])?)
-            }
-            let mut op = Op::begin("hardtanh");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, min_val, max_val)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, min_val, max_val))
-            }))
-        }))
+        run::replayable(const { &Schema::new("hardtanh", "hardtanh", kernels::tr_aten_hardtanh) }, &[Arg::handle(input), Arg::scalar(min_val), Arg::scalar(max_val)])
     }
 
     /// In-place version of `hardtanh`. (`hardtanh_(Tensor(a!) self, Scalar min_val=-1, Scalar max_val=1) -> Tensor(a!)`)
     pub(crate) fn hardtanh_(input: TensorId, min_val: Scalar, max_val: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("hardtanh_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_hardtanh_, "hardtanh_", &[Arg::tensor(input), Arg::scalar(min_val), Arg::scalar(max_val)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("hardtanh_", "hardtanh_", kernels::tr_aten_hardtanh_) }, &[Arg::handle_mut(input), Arg::scalar(min_val), Arg::scalar(max_val)]).map(|_| input)
     }
 
     /// Apply hardswish function, element-wise. (`hardswish(Tensor self) -> Tensor`)
     pub(crate) fn hardswish(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_hardswish, "hardswish", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("hardswish");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("hardswish", "hardswish", kernels::tr_aten_hardswish) }, &[Arg::handle(input)])
     }
 
     /// Apply hardswish function, element-wise. (`hardswish_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn hardswish_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("hardswish_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_hardswish_, "hardswish_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("hardswish_", "hardswish_", kernels::tr_aten_hardswish_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Applies element-wise, `\text{LeakyReLU}(x) = \max(0, x) + \text{negative\_slope} * \min(0, x)` (`leaky_relu(Tensor self, Scalar negative_slope=0.01) -> Tensor`)
     pub(crate) fn leaky_relu(input: TensorId, negative_slope: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], negative_slope: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_leaky_relu, "leaky_relu", &[Arg::tensor(input), Arg::scalar(negative_slope)])?)
-            }
-            let mut op = Op::begin("leaky_relu");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, negative_slope)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, negative_slope))
-            }))
-        }))
+        run::replayable(const { &Schema::new("leaky_relu", "leaky_relu", kernels::tr_aten_leaky_relu) }, &[Arg::handle(input), Arg::scalar(negative_slope)])
     }
 
     /// In-place version of `leaky_relu`. (`leaky_relu_(Tensor(a!) self, Scalar negative_slope=0.01) -> Tensor(a!)`)
     pub(crate) fn leaky_relu_(input: TensorId, negative_slope: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("leaky_relu_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_leaky_relu_, "leaky_relu_", &[Arg::tensor(input), Arg::scalar(negative_slope)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("leaky_relu_", "leaky_relu_", kernels::tr_aten_leaky_relu_) }, &[Arg::handle_mut(input), Arg::scalar(negative_slope)]).map(|_| input)
     }
 
     /// `log(1 / (1 + exp(-x)))`, elementwise (`torch.nn.functional.logsigmoid`). (`log_sigmoid(Tensor self) -> Tensor`)
     pub(crate) fn log_sigmoid(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_log_sigmoid, "log_sigmoid", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("log_sigmoid");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("log_sigmoid", "log_sigmoid", kernels::tr_aten_log_sigmoid) }, &[Arg::handle(input)])
     }
 
     /// `log_sigmoid` with the intermediate values its backward formula uses. (`log_sigmoid_forward(Tensor self) -> (Tensor output, Tensor buffer)`)
     pub(crate) fn log_sigmoid_forward(input: TensorId) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("log_sigmoid_forward");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_log_sigmoid_forward, "log_sigmoid_forward", &[Arg::tensor(input)]))))
-        }))
+        run::tensors(const { &Schema::new("log_sigmoid_forward", "log_sigmoid_forward", kernels::tr_aten_log_sigmoid_forward) }, Some(2), &[Arg::handle(input)])
     }
 
     /// Applies element-wise, the function `\text{Softplus}(x) = \frac{1}{\beta} * \log(1 + \exp(\beta * x))`. (`softplus(Tensor self, Scalar beta=1, Scalar threshold=20) -> Tensor`)
     pub(crate) fn softplus(input: TensorId, beta: Scalar, threshold: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], beta: Scalar, threshold: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_softplus, "softplus", &[Arg::tensor(input), Arg::scalar(beta), Arg::scalar(threshold)])?)
-            }
-            let mut op = Op::begin("softplus");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, beta, threshold)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, beta, threshold))
-            }))
-        }))
+        run::replayable(const { &Schema::new("softplus", "softplus", kernels::tr_aten_softplus) }, &[Arg::handle(input), Arg::scalar(beta), Arg::scalar(threshold)])
     }
 
     /// Applies the soft shrinkage function elementwise. (`softshrink(Tensor self, Scalar lambd=0.5) -> Tensor`)
     pub(crate) fn softshrink(input: TensorId, lambd: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], lambd: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_softshrink, "softshrink", &[Arg::tensor(input), Arg::scalar(lambd)])?)
-            }
-            let mut op = Op::begin("softshrink");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, lambd)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, lambd))
-            }))
-        }))
+        run::replayable(const { &Schema::new("softshrink", "softshrink", kernels::tr_aten_softshrink) }, &[Arg::handle(input), Arg::scalar(lambd)])
     }
 
     /// Apply a 2D adaptive average pooling over an input signal composed of several input planes. (`adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> Tensor`)
     pub(crate) fn adaptive_avg_pool2d(input: TensorId, output_size: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], output_size: &[i64]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_adaptive_avg_pool2d, "adaptive_avg_pool2d", &[Arg::tensor(input), Arg::ints(output_size)])?)
-            }
-            let mut op = Op::begin("adaptive_avg_pool2d");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, output_size)), erased_keep(&mut || {
-                let output_size = output_size.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &output_size))
-            }))
-        }))
+        run::replayable(const { &Schema::new("adaptive_avg_pool2d", "adaptive_avg_pool2d", kernels::tr_aten_adaptive_avg_pool2d) }, &[Arg::handle(input), Arg::ints(output_size)])
     }
 
     /// Apply a 3D adaptive average pooling over an input signal composed of several input planes. (`adaptive_avg_pool3d(Tensor self, SymInt[3] output_size) -> Tensor`)
     pub(crate) fn adaptive_avg_pool3d(input: TensorId, output_size: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], output_size: &[i64]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_adaptive_avg_pool3d, "adaptive_avg_pool3d", &[Arg::tensor(input), Arg::ints(output_size)])?)
-            }
-            let mut op = Op::begin("adaptive_avg_pool3d");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, output_size)), erased_keep(&mut || {
-                let output_size = output_size.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &output_size))
-            }))
-        }))
+        run::replayable(const { &Schema::new("adaptive_avg_pool3d", "adaptive_avg_pool3d", kernels::tr_aten_adaptive_avg_pool3d) }, &[Arg::handle(input), Arg::ints(output_size)])
     }
 
     /// Applies a 2D adaptive max pooling over an input signal composed of several input planes. (`adaptive_max_pool2d(Tensor self, int[2] output_size) -> (Tensor, Tensor)`)
     pub(crate) fn adaptive_max_pool2d(input: TensorId, output_size: &[i64]) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("adaptive_max_pool2d");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_adaptive_max_pool2d, "adaptive_max_pool2d", &[Arg::tensor(input), Arg::ints(output_size)]))))
-        }))
+        run::tensors(const { &Schema::new("adaptive_max_pool2d", "adaptive_max_pool2d", kernels::tr_aten_adaptive_max_pool2d) }, Some(2), &[Arg::handle(input), Arg::ints(output_size)])
     }
 
     /// Applies a 3D adaptive max pooling over an input signal composed of several input planes. (`adaptive_max_pool3d(Tensor self, int[3] output_size) -> (Tensor, Tensor)`)
     pub(crate) fn adaptive_max_pool3d(input: TensorId, output_size: &[i64]) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("adaptive_max_pool3d");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_adaptive_max_pool3d, "adaptive_max_pool3d", &[Arg::tensor(input), Arg::ints(output_size)]))))
-        }))
+        run::tensors(const { &Schema::new("adaptive_max_pool3d", "adaptive_max_pool3d", kernels::tr_aten_adaptive_max_pool3d) }, Some(2), &[Arg::handle(input), Arg::ints(output_size)])
     }
 
     /// Applies 2D average-pooling operation in `kH \times kW` regions by step size `sH \times sW` steps. (`avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor`)
     pub(crate) fn avg_pool2d(input: TensorId, kernel_size: &[i64], stride: &[i64], padding: &[i64], ceil_mode: bool, count_include_pad: bool, divisor_override: Option<i64>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], kernel_size: &[i64], stride: &[i64], padding: &[i64], ceil_mode: bool, count_include_pad: bool, divisor_override: Option<i64>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_avg_pool2d, "avg_pool2d", &[Arg::tensor(input), Arg::ints(kernel_size), Arg::ints(stride), Arg::ints(padding), Arg::bool(ceil_mode), Arg::bool(count_include_pad), Arg::opt_int(divisor_override)])?)
-            }
-            let mut op = Op::begin("avg_pool2d");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)), erased_keep(&mut || {
-                let kernel_size = kernel_size.to_owned();
-                let stride = stride.to_owned();
-                let padding = padding.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &kernel_size, &stride, &padding, ceil_mode, count_include_pad, divisor_override))
-            }))
-        }))
+        run::replayable(const { &Schema::new("avg_pool2d", "avg_pool2d", kernels::tr_aten_avg_pool2d) }, &[Arg::handle(input), Arg::ints(kernel_size), Arg::ints(stride), Arg::ints(padding), Arg::bool(ceil_mode), Arg::bool(count_include_pad), Arg::opt_int(divisor_override)])
     }
 
     /// Applies 3D average-pooling operation in `kT \times kH \times kW` regions by step size `sT \times sH \times sW` steps. (`avg_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor`)
     pub(crate) fn avg_pool3d(input: TensorId, kernel_size: &[i64], stride: &[i64], padding: &[i64], ceil_mode: bool, count_include_pad: bool, divisor_override: Option<i64>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], kernel_size: &[i64], stride: &[i64], padding: &[i64], ceil_mode: bool, count_include_pad: bool, divisor_override: Option<i64>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_avg_pool3d, "avg_pool3d", &[Arg::tensor(input), Arg::ints(kernel_size), Arg::ints(stride), Arg::ints(padding), Arg::bool(ceil_mode), Arg::bool(count_include_pad), Arg::opt_int(divisor_override)])?)
-            }
-            let mut op = Op::begin("avg_pool3d");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)), erased_keep(&mut || {
-                let kernel_size = kernel_size.to_owned();
-                let stride = stride.to_owned();
-                let padding = padding.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &kernel_size, &stride, &padding, ceil_mode, count_include_pad, divisor_override))
-            }))
-        }))
+        run::replayable(const { &Schema::new("avg_pool3d", "avg_pool3d", kernels::tr_aten_avg_pool3d) }, &[Arg::handle(input), Arg::ints(kernel_size), Arg::ints(stride), Arg::ints(padding), Arg::bool(ceil_mode), Arg::bool(count_include_pad), Arg::opt_int(divisor_override)])
     }
 
     /// Applies 2D fractional max pooling over an input signal composed of several input planes. (`fractional_max_pool2d(Tensor self, int[2] kernel_size, int[2] output_size, Tensor random_samples) -> (Tensor, Tensor)`)
     pub(crate) fn fractional_max_pool2d(input: TensorId, kernel_size: &[i64], output_size: &[i64], random_samples: TensorId) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("fractional_max_pool2d");
-            let [input, random_samples] = op.get([input, random_samples])?;
-            let input: &tch::Tensor = &input;
-            let random_samples: &tch::Tensor = &random_samples;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_fractional_max_pool2d, "fractional_max_pool2d", &[Arg::tensor(input), Arg::ints(kernel_size), Arg::ints(output_size), Arg::tensor(random_samples)]))))
-        }))
+        run::tensors(const { &Schema::new("fractional_max_pool2d", "fractional_max_pool2d", kernels::tr_aten_fractional_max_pool2d) }, Some(2), &[Arg::handle(input), Arg::ints(kernel_size), Arg::ints(output_size), Arg::handle(random_samples)])
     }
 
     /// Applies 3D fractional max pooling over an input signal composed of several input planes. (`fractional_max_pool3d(Tensor self, int[3] kernel_size, int[3] output_size, Tensor random_samples) -> (Tensor, Tensor)`)
     pub(crate) fn fractional_max_pool3d(input: TensorId, kernel_size: &[i64], output_size: &[i64], random_samples: TensorId) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("fractional_max_pool3d");
-            let [input, random_samples] = op.get([input, random_samples])?;
-            let input: &tch::Tensor = &input;
-            let random_samples: &tch::Tensor = &random_samples;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_fractional_max_pool3d, "fractional_max_pool3d", &[Arg::tensor(input), Arg::ints(kernel_size), Arg::ints(output_size), Arg::tensor(random_samples)]))))
-        }))
+        run::tensors(const { &Schema::new("fractional_max_pool3d", "fractional_max_pool3d", kernels::tr_aten_fractional_max_pool3d) }, Some(2), &[Arg::handle(input), Arg::ints(kernel_size), Arg::ints(output_size), Arg::handle(random_samples)])
     }
 
     /// Applies a 2D max pooling over an input signal composed of several input planes. (`max_pool2d_with_indices(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, int[2] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)`)
     pub(crate) fn max_pool2d_with_indices(input: TensorId, kernel_size: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64], ceil_mode: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("max_pool2d_with_indices");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_max_pool2d_with_indices, "max_pool2d_with_indices", &[Arg::tensor(input), Arg::ints(kernel_size), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::bool(ceil_mode)]))))
-        }))
+        run::tensors(const { &Schema::new("max_pool2d_with_indices", "max_pool2d_with_indices", kernels::tr_aten_max_pool2d_with_indices) }, Some(2), &[Arg::handle(input), Arg::ints(kernel_size), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::bool(ceil_mode)])
     }
 
     /// Applies a 3D max pooling over an input signal composed of several input planes. (`max_pool3d_with_indices(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, int[3] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)`)
     pub(crate) fn max_pool3d_with_indices(input: TensorId, kernel_size: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64], ceil_mode: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("max_pool3d_with_indices");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_max_pool3d_with_indices, "max_pool3d_with_indices", &[Arg::tensor(input), Arg::ints(kernel_size), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::bool(ceil_mode)]))))
-        }))
+        run::tensors(const { &Schema::new("max_pool3d_with_indices", "max_pool3d_with_indices", kernels::tr_aten_max_pool3d_with_indices) }, Some(2), &[Arg::handle(input), Arg::ints(kernel_size), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::bool(ceil_mode)])
     }
 
     /// Compute a partial inverse of `MaxPool2d`. (`max_unpool2d(Tensor self, Tensor indices, SymInt[2] output_size) -> Tensor`)
     pub(crate) fn max_unpool2d(input: TensorId, indices: TensorId, output_size: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], output_size: &[i64]) -> Result<tch::Tensor> {
-                let [input, indices] = replay_args(inputs)?;
-                let input = given(input)?;
-                let indices = given(indices)?;
-                Ok(aten::tensor(kernels::tr_aten_max_unpool2d, "max_unpool2d", &[Arg::tensor(input), Arg::tensor(indices), Arg::ints(output_size)])?)
-            }
-            let mut op = Op::begin("max_unpool2d");
-            let [input, indices] = op.get([input, indices])?;
-            let input: &tch::Tensor = &input;
-            let indices: &tch::Tensor = &indices;
-            op.output_replayable([Some(input), Some(indices)], erased_run(&|inputs| replay(inputs, output_size)), erased_keep(&mut || {
-                let output_size = output_size.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &output_size))
-            }))
-        }))
+        run::replayable(const { &Schema::new("max_unpool2d", "max_unpool2d", kernels::tr_aten_max_unpool2d) }, &[Arg::handle(input), Arg::handle(indices), Arg::ints(output_size)])
     }
 
     /// Compute a partial inverse of `MaxPool3d`. (`max_unpool3d(Tensor self, Tensor indices, SymInt[3] output_size, int[3] stride, int[3] padding) -> Tensor`)
     pub(crate) fn max_unpool3d(input: TensorId, indices: TensorId, output_size: &[i64], stride: &[i64], padding: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], output_size: &[i64], stride: &[i64], padding: &[i64]) -> Result<tch::Tensor> {
-                let [input, indices] = replay_args(inputs)?;
-                let input = given(input)?;
-                let indices = given(indices)?;
-                Ok(aten::tensor(kernels::tr_aten_max_unpool3d, "max_unpool3d", &[Arg::tensor(input), Arg::tensor(indices), Arg::ints(output_size), Arg::ints(stride), Arg::ints(padding)])?)
-            }
-            let mut op = Op::begin("max_unpool3d");
-            let [input, indices] = op.get([input, indices])?;
-            let input: &tch::Tensor = &input;
-            let indices: &tch::Tensor = &indices;
-            op.output_replayable([Some(input), Some(indices)], erased_run(&|inputs| replay(inputs, output_size, stride, padding)), erased_keep(&mut || {
-                let output_size = output_size.to_owned();
-                let stride = stride.to_owned();
-                let padding = padding.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &output_size, &stride, &padding))
-            }))
-        }))
+        run::replayable(const { &Schema::new("max_unpool3d", "max_unpool3d", kernels::tr_aten_max_unpool3d) }, &[Arg::handle(input), Arg::handle(indices), Arg::ints(output_size), Arg::ints(stride), Arg::ints(padding)])
     }
 
     /// Pads the last 1 dimension(s) with the reflection of the input at its border (`torch.nn.functional.pad`, mode `reflect`). (`reflection_pad1d(Tensor self, SymInt[2] padding) -> Tensor`)
     pub(crate) fn reflection_pad1d(input: TensorId, padding: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], padding: &[i64]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_reflection_pad1d, "reflection_pad1d", &[Arg::tensor(input), Arg::ints(padding)])?)
-            }
-            let mut op = Op::begin("reflection_pad1d");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, padding)), erased_keep(&mut || {
-                let padding = padding.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &padding))
-            }))
-        }))
+        run::replayable(const { &Schema::new("reflection_pad1d", "reflection_pad1d", kernels::tr_aten_reflection_pad1d) }, &[Arg::handle(input), Arg::ints(padding)])
     }
 
     /// Pads the last 2 dimension(s) with the reflection of the input at its border (`torch.nn.functional.pad`, mode `reflect`). (`reflection_pad2d(Tensor self, SymInt[4] padding) -> Tensor`)
     pub(crate) fn reflection_pad2d(input: TensorId, padding: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], padding: &[i64]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_reflection_pad2d, "reflection_pad2d", &[Arg::tensor(input), Arg::ints(padding)])?)
-            }
-            let mut op = Op::begin("reflection_pad2d");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, padding)), erased_keep(&mut || {
-                let padding = padding.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &padding))
-            }))
-        }))
+        run::replayable(const { &Schema::new("reflection_pad2d", "reflection_pad2d", kernels::tr_aten_reflection_pad2d) }, &[Arg::handle(input), Arg::ints(padding)])
     }
 
     /// Pads the last 3 dimension(s) with the reflection of the input at its border (`torch.nn.functional.pad`, mode `reflect`). (`reflection_pad3d(Tensor self, SymInt[6] padding) -> Tensor`)
     pub(crate) fn reflection_pad3d(input: TensorId, padding: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], padding: &[i64]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_reflection_pad3d, "reflection_pad3d", &[Arg::tensor(input), Arg::ints(padding)])?)
-            }
-            let mut op = Op::begin("reflection_pad3d");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, padding)), erased_keep(&mut || {
-                let padding = padding.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &padding))
-            }))
-        }))
+        run::replayable(const { &Schema::new("reflection_pad3d", "reflection_pad3d", kernels::tr_aten_reflection_pad3d) }, &[Arg::handle(input), Arg::ints(padding)])
     }
 
     /// Pads the last 1 dimension(s) with copies of its edge (`torch.nn.functional.pad`, mode `replicate`). (`replication_pad1d(Tensor self, SymInt[2] padding) -> Tensor`)
     pub(crate) fn replication_pad1d(input: TensorId, padding: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], padding: &[i64]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_replication_pad1d, "replication_pad1d", &[Arg::tensor(input), Arg::ints(padding)])?)
-            }
-            let mut op = Op::begin("replication_pad1d");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, padding)), erased_keep(&mut || {
-                let padding = padding.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &padding))
-            }))
-        }))
+        run::replayable(const { &Schema::new("replication_pad1d", "replication_pad1d", kernels::tr_aten_replication_pad1d) }, &[Arg::handle(input), Arg::ints(padding)])
     }
 
     /// Pads the last 2 dimension(s) with copies of its edge (`torch.nn.functional.pad`, mode `replicate`). (`replication_pad2d(Tensor self, SymInt[4] padding) -> Tensor`)
     pub(crate) fn replication_pad2d(input: TensorId, padding: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], padding: &[i64]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_replication_pad2d, "replication_pad2d", &[Arg::tensor(input), Arg::ints(padding)])?)
-            }
-            let mut op = Op::begin("replication_pad2d");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, padding)), erased_keep(&mut || {
-                let padding = padding.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &padding))
-            }))
-        }))
+        run::replayable(const { &Schema::new("replication_pad2d", "replication_pad2d", kernels::tr_aten_replication_pad2d) }, &[Arg::handle(input), Arg::ints(padding)])
     }
 
     /// Pads the last 3 dimension(s) with copies of its edge (`torch.nn.functional.pad`, mode `replicate`). (`replication_pad3d(Tensor self, SymInt[6] padding) -> Tensor`)
     pub(crate) fn replication_pad3d(input: TensorId, padding: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], padding: &[i64]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_replication_pad3d, "replication_pad3d", &[Arg::tensor(input), Arg::ints(padding)])?)
-            }
-            let mut op = Op::begin("replication_pad3d");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, padding)), erased_keep(&mut || {
-                let padding = padding.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &padding))
-            }))
-        }))
+        run::replayable(const { &Schema::new("replication_pad3d", "replication_pad3d", kernels::tr_aten_replication_pad3d) }, &[Arg::handle(input), Arg::ints(padding)])
     }
 
     /// Pads the tensor, two widths per dimension from the last, in `mode` (`torch.nn.functional.pad`). (`pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -> Tensor`)
     pub(crate) fn pad(input: TensorId, pad: &[i64], mode: &str, value: Option<f64>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], pad: &[i64], mode: &str, value: Option<f64>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_pad, "pad", &[Arg::tensor(input), Arg::ints(pad), Arg::str(mode), Arg::opt_float(value)])?)
-            }
-            let mut op = Op::begin("pad");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, pad, mode, value)), erased_keep(&mut || {
-                let pad = pad.to_owned();
-                let mode = mode.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &pad, &mode, value))
-            }))
-        }))
+        run::replayable(const { &Schema::new("pad", "pad", kernels::tr_aten_pad) }, &[Arg::handle(input), Arg::ints(pad), Arg::str(mode), Arg::opt_float(value)])
     }
 
     /// Resizes the last 1 dimension by linear interpolation (`torch.nn.functional.interpolate`, mode `linear`). (`upsample_linear1d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor`)
     pub(crate) fn upsample_linear1d_vec(input: TensorId, output_size: Option<&[i64]>, align_corners: bool, scale_factors: Option<&[f64]>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("upsample_linear1d_vec");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_upsample_linear1d_vec, "upsample_linear1d.vec", &[Arg::tensor(input), Arg::opt_ints(output_size), Arg::bool(align_corners), Arg::opt_floats(scale_factors)])))
-        }))
+        run::replayable(const { &Schema::new("upsample_linear1d_vec", "upsample_linear1d.vec", kernels::tr_aten_upsample_linear1d_vec) }, &[Arg::handle(input), Arg::opt_ints(output_size), Arg::bool(align_corners), Arg::opt_floats(scale_factors)])
     }
 
     /// Resizes the last 2 dimensions by bilinear interpolation (`torch.nn.functional.interpolate`, mode `bilinear`). (`upsample_bilinear2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor`)
     pub(crate) fn upsample_bilinear2d_vec(input: TensorId, output_size: Option<&[i64]>, align_corners: bool, scale_factors: Option<&[f64]>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("upsample_bilinear2d_vec");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_upsample_bilinear2d_vec, "upsample_bilinear2d.vec", &[Arg::tensor(input), Arg::opt_ints(output_size), Arg::bool(align_corners), Arg::opt_floats(scale_factors)])))
-        }))
+        run::replayable(const { &Schema::new("upsample_bilinear2d_vec", "upsample_bilinear2d.vec", kernels::tr_aten_upsample_bilinear2d_vec) }, &[Arg::handle(input), Arg::opt_ints(output_size), Arg::bool(align_corners), Arg::opt_floats(scale_factors)])
     }
 
     /// Resizes the last 3 dimensions by trilinear interpolation (`torch.nn.functional.interpolate`, mode `trilinear`). (`upsample_trilinear3d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor`)
     pub(crate) fn upsample_trilinear3d_vec(input: TensorId, output_size: Option<&[i64]>, align_corners: bool, scale_factors: Option<&[f64]>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("upsample_trilinear3d_vec");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_upsample_trilinear3d_vec, "upsample_trilinear3d.vec", &[Arg::tensor(input), Arg::opt_ints(output_size), Arg::bool(align_corners), Arg::opt_floats(scale_factors)])))
-        }))
+        run::replayable(const { &Schema::new("upsample_trilinear3d_vec", "upsample_trilinear3d.vec", kernels::tr_aten_upsample_trilinear3d_vec) }, &[Arg::handle(input), Arg::opt_ints(output_size), Arg::bool(align_corners), Arg::opt_floats(scale_factors)])
     }
 
     /// Resizes the last 2 dimensions by bicubic interpolation (`torch.nn.functional.interpolate`, mode `bicubic`). (`upsample_bicubic2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor`)
     pub(crate) fn upsample_bicubic2d_vec(input: TensorId, output_size: Option<&[i64]>, align_corners: bool, scale_factors: Option<&[f64]>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("upsample_bicubic2d_vec");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_upsample_bicubic2d_vec, "upsample_bicubic2d.vec", &[Arg::tensor(input), Arg::opt_ints(output_size), Arg::bool(align_corners), Arg::opt_floats(scale_factors)])))
-        }))
+        run::replayable(const { &Schema::new("upsample_bicubic2d_vec", "upsample_bicubic2d.vec", kernels::tr_aten_upsample_bicubic2d_vec) }, &[Arg::handle(input), Arg::opt_ints(output_size), Arg::bool(align_corners), Arg::opt_floats(scale_factors)])
     }
 
     /// Resizes the last 1 dimension by nearest interpolation (`torch.nn.functional.interpolate`, mode `nearest`). (`upsample_nearest1d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor`)
     pub(crate) fn upsample_nearest1d_vec(input: TensorId, output_size: Option<&[i64]>, scale_factors: Option<&[f64]>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("upsample_nearest1d_vec");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_upsample_nearest1d_vec, "upsample_nearest1d.vec", &[Arg::tensor(input), Arg::opt_ints(output_size), Arg::opt_floats(scale_factors)])))
-        }))
+        run::replayable(const { &Schema::new("upsample_nearest1d_vec", "upsample_nearest1d.vec", kernels::tr_aten_upsample_nearest1d_vec) }, &[Arg::handle(input), Arg::opt_ints(output_size), Arg::opt_floats(scale_factors)])
     }
 
     /// Resizes the last 2 dimensions by nearest interpolation (`torch.nn.functional.interpolate`, mode `nearest`). (`upsample_nearest2d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor`)
     pub(crate) fn upsample_nearest2d_vec(input: TensorId, output_size: Option<&[i64]>, scale_factors: Option<&[f64]>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("upsample_nearest2d_vec");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_upsample_nearest2d_vec, "upsample_nearest2d.vec", &[Arg::tensor(input), Arg::opt_ints(output_size), Arg::opt_floats(scale_factors)])))
-        }))
+        run::replayable(const { &Schema::new("upsample_nearest2d_vec", "upsample_nearest2d.vec", kernels::tr_aten_upsample_nearest2d_vec) }, &[Arg::handle(input), Arg::opt_ints(output_size), Arg::opt_floats(scale_factors)])
     }
 
     /// Resizes the last 3 dimensions by nearest interpolation (`torch.nn.functional.interpolate`, mode `nearest`). (`upsample_nearest3d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor`)
     pub(crate) fn upsample_nearest3d_vec(input: TensorId, output_size: Option<&[i64]>, scale_factors: Option<&[f64]>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("upsample_nearest3d_vec");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_upsample_nearest3d_vec, "upsample_nearest3d.vec", &[Arg::tensor(input), Arg::opt_ints(output_size), Arg::opt_floats(scale_factors)])))
-        }))
+        run::replayable(const { &Schema::new("upsample_nearest3d_vec", "upsample_nearest3d.vec", kernels::tr_aten_upsample_nearest3d_vec) }, &[Arg::handle(input), Arg::opt_ints(output_size), Arg::opt_floats(scale_factors)])
     }
 
     /// Resizes the last 1 dimension by linear interpolation (`torch.nn.functional.interpolate`, mode `linear`). (`upsample_linear1d(Tensor self, SymInt[1] output_size, bool align_corners, float? scales=None) -> Tensor`)
     pub(crate) fn upsample_linear1d(input: TensorId, output_size: &[i64], align_corners: bool, scales: Option<f64>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], output_size: &[i64], align_corners: bool, scales: Option<f64>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_upsample_linear1d, "upsample_linear1d", &[Arg::tensor(input), Arg::ints(output_size), Arg::bool(align_corners), Arg::opt_float(scales)])?)
-            }
-            let mut op = Op::begin("upsample_linear1d");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, output_size, align_corners, scales)), erased_keep(&mut || {
-                let output_size = output_size.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &output_size, align_corners, scales))
-            }))
-        }))
+        run::replayable(const { &Schema::new("upsample_linear1d", "upsample_linear1d", kernels::tr_aten_upsample_linear1d) }, &[Arg::handle(input), Arg::ints(output_size), Arg::bool(align_corners), Arg::opt_float(scales)])
     }
 
     /// Resizes the last 2 dimensions by bilinear interpolation (`torch.nn.functional.interpolate`, mode `bilinear`). (`upsample_bilinear2d(Tensor self, SymInt[2] output_size, bool align_corners, float? scales_h=None, float? scales_w=None) -> Tensor`)
     pub(crate) fn upsample_bilinear2d(input: TensorId, output_size: &[i64], align_corners: bool, scales_h: Option<f64>, scales_w: Option<f64>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], output_size: &[i64], align_corners: bool, scales_h: Option<f64>, scales_w: Option<f64>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_upsample_bilinear2d, "upsample_bilinear2d", &[Arg::tensor(input), Arg::ints(output_size), Arg::bool(align_corners), Arg::opt_float(scales_h), Arg::opt_float(scales_w)])?)
-            }
-            let mut op = Op::begin("upsample_bilinear2d");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, output_size, align_corners, scales_h, scales_w)), erased_keep(&mut || {
-                let output_size = output_size.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &output_size, align_corners, scales_h, scales_w))
-            }))
-        }))
+        run::replayable(const { &Schema::new("upsample_bilinear2d", "upsample_bilinear2d", kernels::tr_aten_upsample_bilinear2d) }, &[Arg::handle(input), Arg::ints(output_size), Arg::bool(align_corners), Arg::opt_float(scales_h), Arg::opt_float(scales_w)])
     }
 
     /// Resizes the last 2 dimensions by bicubic interpolation (`torch.nn.functional.interpolate`, mode `bicubic`). (`upsample_bicubic2d(Tensor self, SymInt[2] output_size, bool align_corners, float? scales_h=None, float? scales_w=None) -> Tensor`)
     pub(crate) fn upsample_bicubic2d(input: TensorId, output_size: &[i64], align_corners: bool, scales_h: Option<f64>, scales_w: Option<f64>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], output_size: &[i64], align_corners: bool, scales_h: Option<f64>, scales_w: Option<f64>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_upsample_bicubic2d, "upsample_bicubic2d", &[Arg::tensor(input), Arg::ints(output_size), Arg::bool(align_corners), Arg::opt_float(scales_h), Arg::opt_float(scales_w)])?)
-            }
-            let mut op = Op::begin("upsample_bicubic2d");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, output_size, align_corners, scales_h, scales_w)), erased_keep(&mut || {
-                let output_size = output_size.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &output_size, align_corners, scales_h, scales_w))
-            }))
-        }))
+        run::replayable(const { &Schema::new("upsample_bicubic2d", "upsample_bicubic2d", kernels::tr_aten_upsample_bicubic2d) }, &[Arg::handle(input), Arg::ints(output_size), Arg::bool(align_corners), Arg::opt_float(scales_h), Arg::opt_float(scales_w)])
     }
 
     /// Resizes the last 3 dimensions by trilinear interpolation (`torch.nn.functional.interpolate`, mode `trilinear`). (`upsample_trilinear3d(Tensor self, SymInt[3] output_size, bool align_corners, float? scales_d=None, float? scales_h=None, float? scales_w=None) -> Tensor`)
     pub(crate) fn upsample_trilinear3d(input: TensorId, output_size: &[i64], align_corners: bool, scales_d: Option<f64>, scales_h: Option<f64>, scales_w: Option<f64>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], output_size: &[i64], align_corners: bool, scales_d: Option<f64>, scales_h: Option<f64>, scales_w: Option<f64>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_upsample_trilinear3d, "upsample_trilinear3d", &[Arg::tensor(input), Arg::ints(output_size), Arg::bool(align_corners), Arg::opt_float(scales_d), Arg::opt_float(scales_h), Arg::opt_float(scales_w)])?)
-            }
-            let mut op = Op::begin("upsample_trilinear3d");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, output_size, align_corners, scales_d, scales_h, scales_w)), erased_keep(&mut || {
-                let output_size = output_size.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &output_size, align_corners, scales_d, scales_h, scales_w))
-            }))
-        }))
+        run::replayable(const { &Schema::new("upsample_trilinear3d", "upsample_trilinear3d", kernels::tr_aten_upsample_trilinear3d) }, &[Arg::handle(input), Arg::ints(output_size), Arg::bool(align_corners), Arg::opt_float(scales_d), Arg::opt_float(scales_h), Arg::opt_float(scales_w)])
     }
 
     /// Resizes the last 1 dimension by nearest interpolation (`torch.nn.functional.interpolate`, mode `nearest`). (`upsample_nearest1d(Tensor self, SymInt[1] output_size, float? scales=None) -> Tensor`)
     pub(crate) fn upsample_nearest1d(input: TensorId, output_size: &[i64], scales: Option<f64>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], output_size: &[i64], scales: Option<f64>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_upsample_nearest1d, "upsample_nearest1d", &[Arg::tensor(input), Arg::ints(output_size), Arg::opt_float(scales)])?)
-            }
-            let mut op = Op::begin("upsample_nearest1d");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, output_size, scales)), erased_keep(&mut || {
-                let output_size = output_size.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &output_size, scales))
-            }))
-        }))
+        run::replayable(const { &Schema::new("upsample_nearest1d", "upsample_nearest1d", kernels::tr_aten_upsample_nearest1d) }, &[Arg::handle(input), Arg::ints(output_size), Arg::opt_float(scales)])
     }
 
     /// Resizes the last 2 dimensions by nearest interpolation (`torch.nn.functional.interpolate`, mode `nearest`). (`upsample_nearest2d(Tensor self, SymInt[2] output_size, float? scales_h=None, float? scales_w=None) -> Tensor`)
     pub(crate) fn upsample_nearest2d(input: TensorId, output_size: &[i64], scales_h: Option<f64>, scales_w: Option<f64>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], output_size: &[i64], scales_h: Option<f64>, scales_w: Option<f64>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_upsample_nearest2d, "upsample_nearest2d", &[Arg::tensor(input), Arg::ints(output_size), Arg::opt_float(scales_h), Arg::opt_float(scales_w)])?)
-            }
-            let mut op = Op::begin("upsample_nearest2d");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, output_size, scales_h, scales_w)), erased_keep(&mut || {
-                let output_size = output_size.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &output_size, scales_h, scales_w))
-            }))
-        }))
+        run::replayable(const { &Schema::new("upsample_nearest2d", "upsample_nearest2d", kernels::tr_aten_upsample_nearest2d) }, &[Arg::handle(input), Arg::ints(output_size), Arg::opt_float(scales_h), Arg::opt_float(scales_w)])
     }
 
     /// Resizes the last 3 dimensions by nearest interpolation (`torch.nn.functional.interpolate`, mode `nearest`). (`upsample_nearest3d(Tensor self, SymInt[3] output_size, float? scales_d=None, float? scales_h=None, float? scales_w=None) -> Tensor`)
     pub(crate) fn upsample_nearest3d(input: TensorId, output_size: &[i64], scales_d: Option<f64>, scales_h: Option<f64>, scales_w: Option<f64>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], output_size: &[i64], scales_d: Option<f64>, scales_h: Option<f64>, scales_w: Option<f64>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_upsample_nearest3d, "upsample_nearest3d", &[Arg::tensor(input), Arg::ints(output_size), Arg::opt_float(scales_d), Arg::opt_float(scales_h), Arg::opt_float(scales_w)])?)
-            }
-            let mut op = Op::begin("upsample_nearest3d");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, output_size, scales_d, scales_h, scales_w)), erased_keep(&mut || {
-                let output_size = output_size.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &output_size, scales_d, scales_h, scales_w))
-            }))
-        }))
+        run::replayable(const { &Schema::new("upsample_nearest3d", "upsample_nearest3d", kernels::tr_aten_upsample_nearest3d) }, &[Arg::handle(input), Arg::ints(output_size), Arg::opt_float(scales_d), Arg::opt_float(scales_h), Arg::opt_float(scales_w)])
     }
 
     /// A transposed 2-D convolution by libtorch's reference kernel, the one `convolution` falls back to. (`slow_conv_transpose2d(Tensor self, Tensor weight, SymInt[2] kernel_size, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] output_padding=0, SymInt[2] dilation=1) -> Tensor`)
     pub(crate) fn slow_conv_transpose2d(input: TensorId, weight: TensorId, kernel_size: &[i64], bias: TensorId, stride: &[i64], padding: &[i64], output_padding: &[i64], dilation: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], kernel_size: &[i64], stride: &[i64], padding: &[i64], output_padding: &[i64], dilation: &[i64]) -> Result<tch::Tensor> {
-                let [input, weight, bias] = replay_args(inputs)?;
-                let input = given(input)?;
-                let weight = given(weight)?;
-                Ok(aten::tensor(kernels::tr_aten_slow_conv_transpose2d, "slow_conv_transpose2d", &[Arg::tensor(input), Arg::tensor(weight), Arg::ints(kernel_size), Arg::opt_tensor(bias), Arg::ints(stride), Arg::ints(padding), Arg::ints(output_padding), Arg::ints(dilation)])?)
-            }
-            let mut op = Op::begin("slow_conv_transpose2d");
-            let [input, weight] = op.get([input, weight])?;
-            let bias = op.get_opt(bias)?;
-            let input: &tch::Tensor = &input;
-            let weight: &tch::Tensor = &weight;
-            let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, kernel_size, stride, padding, output_padding, dilation)), erased_keep(&mut || {
-                let kernel_size = kernel_size.to_owned();
-                let stride = stride.to_owned();
-                let padding = padding.to_owned();
-                let output_padding = output_padding.to_owned();
-                let dilation = dilation.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &kernel_size, &stride, &padding, &output_padding, &dilation))
-            }))
-        }))
+        run::replayable(const { &Schema::new("slow_conv_transpose2d", "slow_conv_transpose2d", kernels::tr_aten_slow_conv_transpose2d) }, &[Arg::handle(input), Arg::handle(weight), Arg::ints(kernel_size), Arg::opt_handle(bias), Arg::ints(stride), Arg::ints(padding), Arg::ints(output_padding), Arg::ints(dilation)])
     }
 
     /// A transposed 3-D convolution by libtorch's reference kernel, the one `convolution` falls back to. (`slow_conv_transpose3d(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias=None, SymInt[3] stride=1, SymInt[3] padding=0, SymInt[3] output_padding=0, SymInt[3] dilation=1) -> Tensor`)
     pub(crate) fn slow_conv_transpose3d(input: TensorId, weight: TensorId, kernel_size: &[i64], bias: TensorId, stride: &[i64], padding: &[i64], output_padding: &[i64], dilation: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], kernel_size: &[i64], stride: &[i64], padding: &[i64], output_padding: &[i64], dilation: &[i64]) -> Result<tch::Tensor> {
-                let [input, weight, bias] = replay_args(inputs)?;
-                let input = given(input)?;
-                let weight = given(weight)?;
-                Ok(aten::tensor(kernels::tr_aten_slow_conv_transpose3d, "slow_conv_transpose3d", &[Arg::tensor(input), Arg::tensor(weight), Arg::ints(kernel_size), Arg::opt_tensor(bias), Arg::ints(stride), Arg::ints(padding), Arg::ints(output_padding), Arg::ints(dilation)])?)
-            }
-            let mut op = Op::begin("slow_conv_transpose3d");
-            let [input, weight] = op.get([input, weight])?;
-            let bias = op.get_opt(bias)?;
-            let input: &tch::Tensor = &input;
-            let weight: &tch::Tensor = &weight;
-            let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, kernel_size, stride, padding, output_padding, dilation)), erased_keep(&mut || {
-                let kernel_size = kernel_size.to_owned();
-                let stride = stride.to_owned();
-                let padding = padding.to_owned();
-                let output_padding = output_padding.to_owned();
-                let dilation = dilation.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &kernel_size, &stride, &padding, &output_padding, &dilation))
-            }))
-        }))
+        run::replayable(const { &Schema::new("slow_conv_transpose3d", "slow_conv_transpose3d", kernels::tr_aten_slow_conv_transpose3d) }, &[Arg::handle(input), Arg::handle(weight), Arg::ints(kernel_size), Arg::opt_handle(bias), Arg::ints(stride), Arg::ints(padding), Arg::ints(output_padding), Arg::ints(dilation)])
     }
 
     /// A 2-D convolution by libtorch's reference kernel, the one `convolution` falls back to. (`thnn_conv2d(Tensor self, Tensor weight, SymInt[2] kernel_size, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0) -> Tensor`)
     pub(crate) fn thnn_conv2d(input: TensorId, weight: TensorId, kernel_size: &[i64], bias: TensorId, stride: &[i64], padding: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], kernel_size: &[i64], stride: &[i64], padding: &[i64]) -> Result<tch::Tensor> {
-                let [input, weight, bias] = replay_args(inputs)?;
-                let input = given(input)?;
-                let weight = given(weight)?;
-                Ok(aten::tensor(kernels::tr_aten_thnn_conv2d, "thnn_conv2d", &[Arg::tensor(input), Arg::tensor(weight), Arg::ints(kernel_size), Arg::opt_tensor(bias), Arg::ints(stride), Arg::ints(padding)])?)
-            }
-            let mut op = Op::begin("thnn_conv2d");
-            let [input, weight] = op.get([input, weight])?;
-            let bias = op.get_opt(bias)?;
-            let input: &tch::Tensor = &input;
-            let weight: &tch::Tensor = &weight;
-            let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, kernel_size, stride, padding)), erased_keep(&mut || {
-                let kernel_size = kernel_size.to_owned();
-                let stride = stride.to_owned();
-                let padding = padding.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &kernel_size, &stride, &padding))
-            }))
-        }))
+        run::replayable(const { &Schema::new("thnn_conv2d", "thnn_conv2d", kernels::tr_aten_thnn_conv2d) }, &[Arg::handle(input), Arg::handle(weight), Arg::ints(kernel_size), Arg::opt_handle(bias), Arg::ints(stride), Arg::ints(padding)])
     }
 
     /// A depthwise 3-D convolution by libtorch's reference kernel, the one `convolution` falls back to. (`conv_depthwise3d(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias, SymInt[3] stride, SymInt[3] padding, SymInt[3] dilation) -> Tensor`)
     pub(crate) fn conv_depthwise3d(input: TensorId, weight: TensorId, kernel_size: &[i64], bias: TensorId, stride: &[i64], padding: &[i64], dilation: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], kernel_size: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64]) -> Result<tch::Tensor> {
-                let [input, weight, bias] = replay_args(inputs)?;
-                let input = given(input)?;
-                let weight = given(weight)?;
-                Ok(aten::tensor(kernels::tr_aten_conv_depthwise3d, "conv_depthwise3d", &[Arg::tensor(input), Arg::tensor(weight), Arg::ints(kernel_size), Arg::opt_tensor(bias), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation)])?)
-            }
-            let mut op = Op::begin("conv_depthwise3d");
-            let [input, weight] = op.get([input, weight])?;
-            let bias = op.get_opt(bias)?;
-            let input: &tch::Tensor = &input;
-            let weight: &tch::Tensor = &weight;
-            let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, kernel_size, stride, padding, dilation)), erased_keep(&mut || {
-                let kernel_size = kernel_size.to_owned();
-                let stride = stride.to_owned();
-                let padding = padding.to_owned();
-                let dilation = dilation.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &kernel_size, &stride, &padding, &dilation))
-            }))
-        }))
+        run::replayable(const { &Schema::new("conv_depthwise3d", "conv_depthwise3d", kernels::tr_aten_conv_depthwise3d) }, &[Arg::handle(input), Arg::handle(weight), Arg::ints(kernel_size), Arg::opt_handle(bias), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation)])
     }
 
     /// A 3-D convolution by libtorch's reference kernel, the one `convolution` falls back to. (`slow_conv3d(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias=None, SymInt[3] stride=1, SymInt[3] padding=0) -> Tensor`)
     pub(crate) fn slow_conv3d(input: TensorId, weight: TensorId, kernel_size: &[i64], bias: TensorId, stride: &[i64], padding: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], kernel_size: &[i64], stride: &[i64], padding: &[i64]) -> Result<tch::Tensor> {
-                let [input, weight, bias] = replay_args(inputs)?;
-                let input = given(input)?;
-                let weight = given(weight)?;
-                Ok(aten::tensor(kernels::tr_aten_slow_conv3d, "slow_conv3d", &[Arg::tensor(input), Arg::tensor(weight), Arg::ints(kernel_size), Arg::opt_tensor(bias), Arg::ints(stride), Arg::ints(padding)])?)
-            }
-            let mut op = Op::begin("slow_conv3d");
-            let [input, weight] = op.get([input, weight])?;
-            let bias = op.get_opt(bias)?;
-            let input: &tch::Tensor = &input;
-            let weight: &tch::Tensor = &weight;
-            let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, kernel_size, stride, padding)), erased_keep(&mut || {
-                let kernel_size = kernel_size.to_owned();
-                let stride = stride.to_owned();
-                let padding = padding.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &kernel_size, &stride, &padding))
-            }))
-        }))
+        run::replayable(const { &Schema::new("slow_conv3d", "slow_conv3d", kernels::tr_aten_slow_conv3d) }, &[Arg::handle(input), Arg::handle(weight), Arg::ints(kernel_size), Arg::opt_handle(bias), Arg::ints(stride), Arg::ints(padding)])
     }
 
     /// A 3-D convolution by libtorch's reference kernel, the one `convolution` falls back to. (`slow_conv3d_forward(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias, SymInt[3] stride, SymInt[3] padding) -> Tensor`)
     pub(crate) fn slow_conv3d_forward(input: TensorId, weight: TensorId, kernel_size: &[i64], bias: TensorId, stride: &[i64], padding: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], kernel_size: &[i64], stride: &[i64], padding: &[i64]) -> Result<tch::Tensor> {
-                let [input, weight, bias] = replay_args(inputs)?;
-                let input = given(input)?;
-                let weight = given(weight)?;
-                Ok(aten::tensor(kernels::tr_aten_slow_conv3d_forward, "slow_conv3d_forward", &[Arg::tensor(input), Arg::tensor(weight), Arg::ints(kernel_size), Arg::opt_tensor(bias), Arg::ints(stride), Arg::ints(padding)])?)
-            }
-            let mut op = Op::begin("slow_conv3d_forward");
-            let [input, weight] = op.get([input, weight])?;
-            let bias = op.get_opt(bias)?;
-            let input: &tch::Tensor = &input;
-            let weight: &tch::Tensor = &weight;
-            let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, kernel_size, stride, padding)), erased_keep(&mut || {
-                let kernel_size = kernel_size.to_owned();
-                let stride = stride.to_owned();
-                let padding = padding.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &kernel_size, &stride, &padding))
-            }))
-        }))
+        run::replayable(const { &Schema::new("slow_conv3d_forward", "slow_conv3d_forward", kernels::tr_aten_slow_conv3d_forward) }, &[Arg::handle(input), Arg::handle(weight), Arg::ints(kernel_size), Arg::opt_handle(bias), Arg::ints(stride), Arg::ints(padding)])
     }
 
     /// A dilated 2-D convolution by libtorch's reference kernel, the one `convolution` falls back to. (`slow_conv_dilated2d(Tensor self, Tensor weight, SymInt[2] kernel_size, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] dilation=1) -> Tensor`)
     pub(crate) fn slow_conv_dilated2d(input: TensorId, weight: TensorId, kernel_size: &[i64], bias: TensorId, stride: &[i64], padding: &[i64], dilation: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], kernel_size: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64]) -> Result<tch::Tensor> {
-                let [input, weight, bias] = replay_args(inputs)?;
-                let input = given(input)?;
-                let weight = given(weight)?;
-                Ok(aten::tensor(kernels::tr_aten_slow_conv_dilated2d, "slow_conv_dilated2d", &[Arg::tensor(input), Arg::tensor(weight), Arg::ints(kernel_size), Arg::opt_tensor(bias), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation)])?)
-            }
-            let mut op = Op::begin("slow_conv_dilated2d");
-            let [input, weight] = op.get([input, weight])?;
-            let bias = op.get_opt(bias)?;
-            let input: &tch::Tensor = &input;
-            let weight: &tch::Tensor = &weight;
-            let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, kernel_size, stride, padding, dilation)), erased_keep(&mut || {
-                let kernel_size = kernel_size.to_owned();
-                let stride = stride.to_owned();
-                let padding = padding.to_owned();
-                let dilation = dilation.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &kernel_size, &stride, &padding, &dilation))
-            }))
-        }))
+        run::replayable(const { &Schema::new("slow_conv_dilated2d", "slow_conv_dilated2d", kernels::tr_aten_slow_conv_dilated2d) }, &[Arg::handle(input), Arg::handle(weight), Arg::ints(kernel_size), Arg::opt_handle(bias), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation)])
     }
 
     /// A dilated 3-D convolution by libtorch's reference kernel, the one `convolution` falls back to. (`slow_conv_dilated3d(Tensor self, Tensor weight, SymInt[3] kernel_size, Tensor? bias=None, SymInt[3] stride=1, SymInt[3] padding=0, SymInt[3] dilation=1) -> Tensor`)
     pub(crate) fn slow_conv_dilated3d(input: TensorId, weight: TensorId, kernel_size: &[i64], bias: TensorId, stride: &[i64], padding: &[i64], dilation: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], kernel_size: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64]) -> Result<tch::Tensor> {
-                let [input, weight, bias] = replay_args(inputs)?;
-                let input = given(input)?;
-                let weight = given(weight)?;
-                Ok(aten::tensor(kernels::tr_aten_slow_conv_dilated3d, "slow_conv_dilated3d", &[Arg::tensor(input), Arg::tensor(weight), Arg::ints(kernel_size), Arg::opt_tensor(bias), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation)])?)
-            }
-            let mut op = Op::begin("slow_conv_dilated3d");
-            let [input, weight] = op.get([input, weight])?;
-            let bias = op.get_opt(bias)?;
-            let input: &tch::Tensor = &input;
-            let weight: &tch::Tensor = &weight;
-            let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], erased_run(&|inputs| replay(inputs, kernel_size, stride, padding, dilation)), erased_keep(&mut || {
-                let kernel_size = kernel_size.to_owned();
-                let stride = stride.to_owned();
-                let padding = padding.to_owned();
-                let dilation = dilation.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &kernel_size, &stride, &padding, &dilation))
-            }))
-        }))
+        run::replayable(const { &Schema::new("slow_conv_dilated3d", "slow_conv_dilated3d", kernels::tr_aten_slow_conv_dilated3d) }, &[Arg::handle(input), Arg::handle(weight), Arg::ints(kernel_size), Arg::opt_handle(bias), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation)])
     }
 
     /// Sums sliding local blocks back into a batch of images (`torch.nn.functional.fold`). (`col2im(Tensor self, SymInt[2] output_size, int[2] kernel_size, int[2] dilation, int[2] padding, int[2] stride) -> Tensor`)
     pub(crate) fn col2im(input: TensorId, output_size: &[i64], kernel_size: &[i64], dilation: &[i64], padding: &[i64], stride: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], output_size: &[i64], kernel_size: &[i64], dilation: &[i64], padding: &[i64], stride: &[i64]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_col2im, "col2im", &[Arg::tensor(input), Arg::ints(output_size), Arg::ints(kernel_size), Arg::ints(dilation), Arg::ints(padding), Arg::ints(stride)])?)
-            }
-            let mut op = Op::begin("col2im");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, output_size, kernel_size, dilation, padding, stride)), erased_keep(&mut || {
-                let output_size = output_size.to_owned();
-                let kernel_size = kernel_size.to_owned();
-                let dilation = dilation.to_owned();
-                let padding = padding.to_owned();
-                let stride = stride.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &output_size, &kernel_size, &dilation, &padding, &stride))
-            }))
-        }))
+        run::replayable(const { &Schema::new("col2im", "col2im", kernels::tr_aten_col2im) }, &[Arg::handle(input), Arg::ints(output_size), Arg::ints(kernel_size), Arg::ints(dilation), Arg::ints(padding), Arg::ints(stride)])
     }
 
     /// Extracts sliding local blocks from a batch of images (`torch.nn.functional.unfold`). (`im2col(Tensor self, int[2] kernel_size, int[2] dilation, int[2] padding, int[2] stride) -> Tensor`)
     pub(crate) fn im2col(input: TensorId, kernel_size: &[i64], dilation: &[i64], padding: &[i64], stride: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], kernel_size: &[i64], dilation: &[i64], padding: &[i64], stride: &[i64]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_im2col, "im2col", &[Arg::tensor(input), Arg::ints(kernel_size), Arg::ints(dilation), Arg::ints(padding), Arg::ints(stride)])?)
-            }
-            let mut op = Op::begin("im2col");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, kernel_size, dilation, padding, stride)), erased_keep(&mut || {
-                let kernel_size = kernel_size.to_owned();
-                let dilation = dilation.to_owned();
-                let padding = padding.to_owned();
-                let stride = stride.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &kernel_size, &dilation, &padding, &stride))
-            }))
-        }))
+        run::replayable(const { &Schema::new("im2col", "im2col", kernels::tr_aten_im2col) }, &[Arg::handle(input), Arg::ints(kernel_size), Arg::ints(dilation), Arg::ints(padding), Arg::ints(stride)])
     }
 
     /// Stacks sequences of different lengths into one tensor, padded with `padding_value` (`torch.nn.utils.rnn.pad_sequence`). (`pad_sequence(Tensor[] sequences, bool batch_first=False, float padding_value=0.0, str padding_side="right") -> Tensor`)
     pub(crate) fn pad_sequence(sequences: &[TensorId], batch_first: bool, padding_value: f64, padding_side: &str) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("pad_sequence");
-            let sequences = op.get_many(sequences)?;
-            let sequences = &sequences.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_pad_sequence, "pad_sequence", &[Arg::tensors(&aten::ptrs(sequences)), Arg::bool(batch_first), Arg::float(padding_value), Arg::str(padding_side)])))
-        }))
+        run::tensor(const { &Schema::new("pad_sequence", "pad_sequence", kernels::tr_aten_pad_sequence) }, &[Arg::handles(sequences), Arg::bool(batch_first), Arg::float(padding_value), Arg::str(padding_side)])
     }
 
     /// Performs the same operation as `torch.unfold`, but all output tensors are freshly created instead of aliasing the input. (`unfold_copy(Tensor self, int dimension, int size, int step) -> Tensor`)
     pub(crate) fn unfold_copy(input: TensorId, dimension: i64, size: i64, step: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dimension: i64, size: i64, step: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_unfold_copy, "unfold_copy", &[Arg::tensor(input), Arg::int(dimension), Arg::int(size), Arg::int(step)])?)
-            }
-            let mut op = Op::begin("unfold_copy");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dimension, size, step)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dimension, size, step))
-            }))
-        }))
+        run::replayable(const { &Schema::new("unfold_copy", "unfold_copy", kernels::tr_aten_unfold_copy) }, &[Arg::handle(input), Arg::int(dimension), Arg::int(size), Arg::int(step)])
     }
 
     /// Computes scaled dot product attention on query, key and value tensors, using an optional attention mask if passed, and applying dropout if a probability greater than 0.0 is specified. (`scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float dropout_p=0.0, bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor`)
     pub(crate) fn scaled_dot_product_attention(query: TensorId, key: TensorId, value: TensorId, attn_mask: TensorId, dropout_p: f64, is_causal: bool, scale: Option<f64>, enable_gqa: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("scaled_dot_product_attention");
-            let [query, key, value] = op.get([query, key, value])?;
-            let attn_mask = op.get_opt(attn_mask)?;
-            let query: &tch::Tensor = &query;
-            let key: &tch::Tensor = &key;
-            let value: &tch::Tensor = &value;
-            let attn_mask = attn_mask.as_deref();
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_scaled_dot_product_attention, "scaled_dot_product_attention", &[Arg::tensor(query), Arg::tensor(key), Arg::tensor(value), Arg::opt_tensor(attn_mask), Arg::float(dropout_p), Arg::bool(is_causal), Arg::opt_float(scale), Arg::bool(enable_gqa)])))
-        }))
+        run::tensor(const { &Schema::new("scaled_dot_product_attention", "scaled_dot_product_attention", kernels::tr_aten_scaled_dot_product_attention) }, &[Arg::handle(query), Arg::handle(key), Arg::handle(value), Arg::opt_handle(attn_mask), Arg::float(dropout_p), Arg::bool(is_causal), Arg::opt_float(scale), Arg::bool(enable_gqa)])
     }
 }
 

@@ -11,71 +11,27 @@ pub(crate) mod core {
 
     /// Permutes the dimensions of the `self` tensor to match the dimension order in the `other` tensor, adding size-one dims for any new names. (`align_as(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn align_as(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_align_as, "align_as", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("align_as");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("align_as", "align_as", kernels::tr_aten_align_as) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// Aligns named tensors to one order of their dimension names. (`align_tensors(Tensor[] tensors) -> Tensor[]`)
     pub(crate) fn align_tensors(tensors: &[TensorId]) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("align_tensors");
-            let tensors = op.get_many(tensors)?;
-            let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_align_tensors, "align_tensors", &[Arg::tensors(&aten::ptrs(tensors))])))
-        }))
+        run::tensors(const { &Schema::new("align_tensors", "align_tensors", kernels::tr_aten_align_tensors) }, None, &[Arg::handles(tensors)])
     }
 
     /// Copies the tensor to pinned memory, if it's not already pinned. (`pin_memory(Tensor(a) self, Device? device=None) -> Tensor(a)`)
     pub(crate) fn pin_memory(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_pin_memory, "pin_memory", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("pin_memory");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("pin_memory", "pin_memory", kernels::tr_aten_pin_memory) }, &[Arg::handle(input)])
     }
 
     /// Performs a matrix multiplication of the sparse matrix `input` with the dense matrix `mat`. (`smm(Tensor self, Tensor mat2) -> Tensor`)
     pub(crate) fn smm(input: TensorId, mat2: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, mat2] = replay_args(inputs)?;
-                let input = given(input)?;
-                let mat2 = given(mat2)?;
-                Ok(aten::tensor(kernels::tr_aten_smm, "smm", &[Arg::tensor(input), Arg::tensor(mat2)])?)
-            }
-            let mut op = Op::begin("smm");
-            let [input, mat2] = op.get([input, mat2])?;
-            let input: &tch::Tensor = &input;
-            let mat2: &tch::Tensor = &mat2;
-            op.output_replayable([Some(input), Some(mat2)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("smm", "smm", kernels::tr_aten_smm) }, &[Arg::handle(input), Arg::handle(mat2)])
     }
 
     /// The scale and zero point that quantize `input` with the least error. (`choose_qparams_optimized(Tensor input, int numel, int n_bins, float ratio, int bit_width) -> (Tensor, Tensor)`)
     pub(crate) fn choose_qparams_optimized(input: TensorId, numel: i64, n_bins: i64, ratio: f64, bit_width: i64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("choose_qparams_optimized");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_choose_qparams_optimized, "choose_qparams_optimized", &[Arg::tensor(input), Arg::int(numel), Arg::int(n_bins), Arg::float(ratio), Arg::int(bit_width)]))))
-        }))
+        run::tensors(const { &Schema::new("choose_qparams_optimized", "choose_qparams_optimized", kernels::tr_aten_choose_qparams_optimized) }, Some(2), &[Arg::handle(input), Arg::int(numel), Arg::int(n_bins), Arg::float(ratio), Arg::int(bit_width)])
     }
 }
 

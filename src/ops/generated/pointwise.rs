@@ -11,4503 +11,1577 @@ pub(crate) mod core {
 
     /// In-place version of `Tensor.abs` (`abs_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn abs_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("abs_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_abs_, "abs_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("abs_", "abs_", kernels::tr_aten_abs_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Alias for `torch.abs` (`absolute(Tensor self) -> Tensor`)
     pub(crate) fn absolute(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_absolute, "absolute", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("absolute");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("absolute", "absolute", kernels::tr_aten_absolute) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.absolute` Alias for `abs_` (`absolute_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn absolute_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("absolute_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_absolute_, "absolute_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("absolute_", "absolute_", kernels::tr_aten_absolute_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Computes the element-wise angle (in radians) of the given `input` tensor. (`angle(Tensor self) -> Tensor`)
     pub(crate) fn angle(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_angle, "angle", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("angle");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("angle", "angle", kernels::tr_aten_angle) }, &[Arg::handle(input)])
     }
 
     /// Returns a view of `input` as a real tensor. (`view_as_real(Tensor(a) self) -> Tensor(a)`)
     pub(crate) fn view_as_real(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_view_as_real, "view_as_real", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("view_as_real");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("view_as_real", "view_as_real", kernels::tr_aten_view_as_real) }, &[Arg::handle(input)])
     }
 
     /// Returns a view of `input` as a complex tensor. (`view_as_complex(Tensor(a) self) -> Tensor(a)`)
     pub(crate) fn view_as_complex(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_view_as_complex, "view_as_complex", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("view_as_complex");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("view_as_complex", "view_as_complex", kernels::tr_aten_view_as_complex) }, &[Arg::handle(input)])
     }
 
     /// This function is an extension of torch.sign() to complex tensors. (`sgn(Tensor self) -> Tensor`)
     pub(crate) fn sgn(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_sgn, "sgn", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("sgn");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("sgn", "sgn", kernels::tr_aten_sgn) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.sgn` (`sgn_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn sgn_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("sgn_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_sgn_, "sgn_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("sgn_", "sgn_", kernels::tr_aten_sgn_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// `self.chalf()` is equivalent to `self.to(torch.complex32)`. (`chalf(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor`)
     pub(crate) fn chalf(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_chalf, "chalf", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("chalf");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("chalf", "chalf", kernels::tr_aten_chalf) }, &[Arg::handle(input)])
     }
 
     /// Returns a new tensor containing real values of the `self` tensor. (`real(Tensor(a) self) -> Tensor(a)`)
     pub(crate) fn real(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_real, "real", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("real");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("real", "real", kernels::tr_aten_real) }, &[Arg::handle(input)])
     }
 
     /// Returns a new tensor containing imaginary values of the `self` tensor. (`imag(Tensor(a) self) -> Tensor(a)`)
     pub(crate) fn imag(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_imag, "imag", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("imag");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("imag", "imag", kernels::tr_aten_imag) }, &[Arg::handle(input)])
     }
 
     /// Returns a view of `input` with a flipped conjugate bit. (`conj(Tensor(a) self) -> Tensor(a)`)
     pub(crate) fn conj(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_conj, "conj", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("conj");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("conj", "conj", kernels::tr_aten_conj) }, &[Arg::handle(input)])
     }
 
     /// Computes the element-wise conjugate of the given `input` tensor. (`conj_physical(Tensor self) -> Tensor`)
     pub(crate) fn conj_physical(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_conj_physical, "conj_physical", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("conj_physical");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("conj_physical", "conj_physical", kernels::tr_aten_conj_physical) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.conj_physical` (`conj_physical_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn conj_physical_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("conj_physical_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_conj_physical_, "conj_physical_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("conj_physical_", "conj_physical_", kernels::tr_aten_conj_physical_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Returns a new tensor with materialized conjugation if `input`'s conjugate bit is set to `True`, else returns `input`. (`resolve_conj(Tensor(a) self) -> Tensor(a)`)
     pub(crate) fn resolve_conj(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_resolve_conj, "resolve_conj", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("resolve_conj");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("resolve_conj", "resolve_conj", kernels::tr_aten_resolve_conj) }, &[Arg::handle(input)])
     }
 
     /// Returns a new tensor with materialized negation if `input`'s negative bit is set to `True`, else returns `input`. (`resolve_neg(Tensor(a) self) -> Tensor(a)`)
     pub(crate) fn resolve_neg(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_resolve_neg, "resolve_neg", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("resolve_neg");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("resolve_neg", "resolve_neg", kernels::tr_aten_resolve_neg) }, &[Arg::handle(input)])
     }
 
     /// Returns a new tensor with the arccosine (in radians) of each element in `input`. (`acos(Tensor self) -> Tensor`)
     pub(crate) fn acos(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_acos, "acos", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("acos");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("acos", "acos", kernels::tr_aten_acos) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.acos` (`acos_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn acos_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("acos_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_acos_, "acos_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("acos_", "acos_", kernels::tr_aten_acos_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Alias for `torch.acos`. (`arccos(Tensor self) -> Tensor`)
     pub(crate) fn arccos(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_arccos, "arccos", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("arccos");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("arccos", "arccos", kernels::tr_aten_arccos) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.arccos` (`arccos_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn arccos_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("arccos_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_arccos_, "arccos_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("arccos_", "arccos_", kernels::tr_aten_arccos_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Adds `other`, scaled by `alpha`, to `input`. (`add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor`)
     pub(crate) fn add_tensor(input: TensorId, other: TensorId, alpha: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], alpha: Scalar) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_add_tensor, "add.Tensor", &[Arg::tensor(input), Arg::tensor(other), Arg::scalar(alpha)])?)
-            }
-            let mut op = Op::begin("add_tensor");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&|inputs| replay(inputs, alpha)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, alpha))
-            }))
-        }))
+        run::replayable(const { &Schema::new("add_tensor", "add.Tensor", kernels::tr_aten_add_tensor) }, &[Arg::handle(input), Arg::handle(other), Arg::scalar(alpha)])
     }
 
     /// In-place version of `Tensor.add` (`add_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)`)
     pub(crate) fn add_tensor_(input: TensorId, other: TensorId, alpha: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("add_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_add_tensor_, "add_.Tensor", &[Arg::tensor(input), Arg::tensor(other), Arg::scalar(alpha)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("add_tensor_", "add_.Tensor", kernels::tr_aten_add_tensor_) }, &[Arg::handle_mut(input), Arg::handle(other), Arg::scalar(alpha)]).map(|_| input)
     }
 
     /// Returns a new tensor with the inverse hyperbolic cosine of the elements of `input`. (`acosh(Tensor self) -> Tensor`)
     pub(crate) fn acosh(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_acosh, "acosh", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("acosh");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("acosh", "acosh", kernels::tr_aten_acosh) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.acosh` (`acosh_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn acosh_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("acosh_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_acosh_, "acosh_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("acosh_", "acosh_", kernels::tr_aten_acosh_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Alias for `torch.acosh`. (`arccosh(Tensor self) -> Tensor`)
     pub(crate) fn arccosh(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_arccosh, "arccosh", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("arccosh");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("arccosh", "arccosh", kernels::tr_aten_arccosh) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.arccosh` (`arccosh_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn arccosh_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("arccosh_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_arccosh_, "arccosh_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("arccosh_", "arccosh_", kernels::tr_aten_arccosh_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Returns a new tensor with the inverse hyperbolic sine of the elements of `input`. (`asinh(Tensor self) -> Tensor`)
     pub(crate) fn asinh(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_asinh, "asinh", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("asinh");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("asinh", "asinh", kernels::tr_aten_asinh) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.asinh` (`asinh_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn asinh_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("asinh_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_asinh_, "asinh_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("asinh_", "asinh_", kernels::tr_aten_asinh_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Alias for `torch.asinh`. (`arcsinh(Tensor self) -> Tensor`)
     pub(crate) fn arcsinh(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_arcsinh, "arcsinh", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("arcsinh");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("arcsinh", "arcsinh", kernels::tr_aten_arcsinh) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.arcsinh` (`arcsinh_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn arcsinh_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("arcsinh_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_arcsinh_, "arcsinh_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("arcsinh_", "arcsinh_", kernels::tr_aten_arcsinh_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Returns a new tensor with the arcsine of the elements (in radians) in the `input` tensor. (`asin(Tensor self) -> Tensor`)
     pub(crate) fn asin(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_asin, "asin", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("asin");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("asin", "asin", kernels::tr_aten_asin) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.asin` (`asin_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn asin_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("asin_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_asin_, "asin_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("asin_", "asin_", kernels::tr_aten_asin_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Alias for `torch.asin`. (`arcsin(Tensor self) -> Tensor`)
     pub(crate) fn arcsin(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_arcsin, "arcsin", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("arcsin");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("arcsin", "arcsin", kernels::tr_aten_arcsin) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.arcsin` (`arcsin_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn arcsin_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("arcsin_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_arcsin_, "arcsin_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("arcsin_", "arcsin_", kernels::tr_aten_arcsin_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Returns a new tensor with the arctangent of the elements (in radians) in the `input` tensor. (`atan(Tensor self) -> Tensor`)
     pub(crate) fn atan(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_atan, "atan", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("atan");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("atan", "atan", kernels::tr_aten_atan) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.atan` (`atan_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn atan_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("atan_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_atan_, "atan_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("atan_", "atan_", kernels::tr_aten_atan_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Alias for `torch.atan`. (`arctan(Tensor self) -> Tensor`)
     pub(crate) fn arctan(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_arctan, "arctan", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("arctan");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("arctan", "arctan", kernels::tr_aten_arctan) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.arctan` (`arctan_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn arctan_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("arctan_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_arctan_, "arctan_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("arctan_", "arctan_", kernels::tr_aten_arctan_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Computes the bitwise NOT of the given input tensor. (`bitwise_not(Tensor self) -> Tensor`)
     pub(crate) fn bitwise_not(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_bitwise_not, "bitwise_not", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("bitwise_not");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("bitwise_not", "bitwise_not", kernels::tr_aten_bitwise_not) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.bitwise_not` (`bitwise_not_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn bitwise_not_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("bitwise_not_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_bitwise_not_, "bitwise_not_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("bitwise_not_", "bitwise_not_", kernels::tr_aten_bitwise_not_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Create a new floating-point tensor with the magnitude of `input` and the sign of `other`, elementwise. (`copysign.Tensor(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn copysign_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_copysign_tensor, "copysign.Tensor", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("copysign_tensor");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("copysign_tensor", "copysign.Tensor", kernels::tr_aten_copysign_tensor) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.copysign` (`copysign_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn copysign_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("copysign_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_copysign_tensor_, "copysign_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("copysign_tensor_", "copysign_.Tensor", kernels::tr_aten_copysign_tensor_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Create a new floating-point tensor with the magnitude of `input` and the sign of `other`, elementwise. (`copysign.Scalar(Tensor self, Scalar other) -> Tensor`)
     pub(crate) fn copysign_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_copysign_scalar, "copysign.Scalar", &[Arg::tensor(input), Arg::scalar(other)])?)
-            }
-            let mut op = Op::begin("copysign_scalar");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            }))
-        }))
+        run::replayable(const { &Schema::new("copysign_scalar", "copysign.Scalar", kernels::tr_aten_copysign_scalar) }, &[Arg::handle(input), Arg::scalar(other)])
     }
 
     /// In-place version of `Tensor.copysign` (`copysign_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`)
     pub(crate) fn copysign_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("copysign_scalar_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_copysign_scalar_, "copysign_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("copysign_scalar_", "copysign_.Scalar", kernels::tr_aten_copysign_scalar_) }, &[Arg::handle_mut(input), Arg::scalar(other)]).map(|_| input)
     }
 
     /// Computes the element-wise logical NOT of the given input tensor. (`logical_not(Tensor self) -> Tensor`)
     pub(crate) fn logical_not(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_logical_not, "logical_not", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("logical_not");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("logical_not", "logical_not", kernels::tr_aten_logical_not) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.logical_not` (`logical_not_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn logical_not_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("logical_not_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_logical_not_, "logical_not_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("logical_not_", "logical_not_", kernels::tr_aten_logical_not_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Computes the element-wise logical XOR of the given input tensors. (`logical_xor(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn logical_xor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_logical_xor, "logical_xor", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("logical_xor");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("logical_xor", "logical_xor", kernels::tr_aten_logical_xor) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.logical_xor` (`logical_xor_(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn logical_xor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("logical_xor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_logical_xor_, "logical_xor_", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("logical_xor_", "logical_xor_", kernels::tr_aten_logical_xor_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Computes the element-wise logical AND of the given input tensors. (`logical_and(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn logical_and(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_logical_and, "logical_and", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("logical_and");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("logical_and", "logical_and", kernels::tr_aten_logical_and) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.logical_and` (`logical_and_(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn logical_and_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("logical_and_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_logical_and_, "logical_and_", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("logical_and_", "logical_and_", kernels::tr_aten_logical_and_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Computes the element-wise logical OR of the given input tensors. (`logical_or(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn logical_or(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_logical_or, "logical_or", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("logical_or");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("logical_or", "logical_or", kernels::tr_aten_logical_or) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.logical_or` (`logical_or_(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn logical_or_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("logical_or_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_logical_or_, "logical_or_", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("logical_or_", "logical_or_", kernels::tr_aten_logical_or_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Returns a new tensor with the ceil of the elements of `input`, the smallest integer greater than or equal to each element. (`ceil(Tensor self) -> Tensor`)
     pub(crate) fn ceil(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_ceil, "ceil", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("ceil");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("ceil", "ceil", kernels::tr_aten_ceil) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.ceil` (`ceil_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn ceil_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("ceil_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_ceil_, "ceil_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("ceil_", "ceil_", kernels::tr_aten_ceil_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Clamps all elements in `input` into the range `[` `min`, `max` `]`. (`clamp.Tensor(Tensor self, Tensor? min=None, Tensor? max=None) -> Tensor`)
     pub(crate) fn clamp_tensor(input: TensorId, min: TensorId, max: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, min, max] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_clamp_tensor, "clamp.Tensor", &[Arg::tensor(input), Arg::opt_tensor(min), Arg::opt_tensor(max)])?)
-            }
-            let mut op = Op::begin("clamp_tensor");
-            let [input] = op.get([input])?;
-            let min = op.get_opt(min)?;
-            let max = op.get_opt(max)?;
-            let input: &tch::Tensor = &input;
-            let min = min.as_deref();
-            let max = max.as_deref();
-            op.output_replayable([Some(input), min, max], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("clamp_tensor", "clamp.Tensor", kernels::tr_aten_clamp_tensor) }, &[Arg::handle(input), Arg::opt_handle(min), Arg::opt_handle(max)])
     }
 
     /// In-place version of `Tensor.clamp` (`clamp_(Tensor(a!) self, Scalar? min=None, Scalar? max=None) -> Tensor(a!)`)
     pub(crate) fn clamp_(input: TensorId, min: Option<Scalar>, max: Option<Scalar>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("clamp_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_clamp_, "clamp_", &[Arg::tensor(input), Arg::opt_scalar(min), Arg::opt_scalar(max)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("clamp_", "clamp_", kernels::tr_aten_clamp_) }, &[Arg::handle_mut(input), Arg::opt_scalar(min), Arg::opt_scalar(max)]).map(|_| input)
     }
 
     /// In-place version of `Tensor.clamp` (`clamp_.Tensor(Tensor(a!) self, Tensor? min=None, Tensor? max=None) -> Tensor(a!)`)
     pub(crate) fn clamp_tensor_(input: TensorId, min: TensorId, max: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("clamp_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let min = op.get_opt(min)?;
-            let max = op.get_opt(max)?;
-            let input: &tch::Tensor = &input;
-            let min = min.as_deref();
-            let max = max.as_deref();
-            op.value(erased(&|| aten::unit(kernels::tr_aten_clamp_tensor_, "clamp_.Tensor", &[Arg::tensor(input), Arg::opt_tensor(min), Arg::opt_tensor(max)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("clamp_tensor_", "clamp_.Tensor", kernels::tr_aten_clamp_tensor_) }, &[Arg::handle_mut(input), Arg::opt_handle(min), Arg::opt_handle(max)]).map(|_| input)
     }
 
     /// Clamps every element to at most `max` (`torch.clamp` with `max` only). (`clamp_max(Tensor self, Scalar max) -> Tensor`)
     pub(crate) fn clamp_max(input: TensorId, max: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], max: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_clamp_max, "clamp_max", &[Arg::tensor(input), Arg::scalar(max)])?)
-            }
-            let mut op = Op::begin("clamp_max");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, max)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, max))
-            }))
-        }))
+        run::replayable(const { &Schema::new("clamp_max", "clamp_max", kernels::tr_aten_clamp_max) }, &[Arg::handle(input), Arg::scalar(max)])
     }
 
     /// Clamps every element to at most `max` (`torch.clamp` with `max` only). (`clamp_max.Tensor(Tensor self, Tensor max) -> Tensor`)
     pub(crate) fn clamp_max_tensor(input: TensorId, max: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, max] = replay_args(inputs)?;
-                let input = given(input)?;
-                let max = given(max)?;
-                Ok(aten::tensor(kernels::tr_aten_clamp_max_tensor, "clamp_max.Tensor", &[Arg::tensor(input), Arg::tensor(max)])?)
-            }
-            let mut op = Op::begin("clamp_max_tensor");
-            let [input, max] = op.get([input, max])?;
-            let input: &tch::Tensor = &input;
-            let max: &tch::Tensor = &max;
-            op.output_replayable([Some(input), Some(max)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("clamp_max_tensor", "clamp_max.Tensor", kernels::tr_aten_clamp_max_tensor) }, &[Arg::handle(input), Arg::handle(max)])
     }
 
     /// Clamps every element to at most `max` (`torch.clamp` with `max` only). (`clamp_max_(Tensor(a!) self, Scalar max) -> Tensor(a!)`)
     pub(crate) fn clamp_max_(input: TensorId, max: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("clamp_max_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_clamp_max_, "clamp_max_", &[Arg::tensor(input), Arg::scalar(max)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("clamp_max_", "clamp_max_", kernels::tr_aten_clamp_max_) }, &[Arg::handle_mut(input), Arg::scalar(max)]).map(|_| input)
     }
 
     /// Clamps every element to at most `max` (`torch.clamp` with `max` only). (`clamp_max_.Tensor(Tensor(a!) self, Tensor max) -> Tensor(a!)`)
     pub(crate) fn clamp_max_tensor_(input: TensorId, max: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("clamp_max_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [max] = op.get([max])?;
-            let input: &tch::Tensor = &input;
-            let max: &tch::Tensor = &max;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_clamp_max_tensor_, "clamp_max_.Tensor", &[Arg::tensor(input), Arg::tensor(max)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("clamp_max_tensor_", "clamp_max_.Tensor", kernels::tr_aten_clamp_max_tensor_) }, &[Arg::handle_mut(input), Arg::handle(max)]).map(|_| input)
     }
 
     /// Clamps every element to at least `min` (`torch.clamp` with `min` only). (`clamp_min(Tensor self, Scalar min) -> Tensor`)
     pub(crate) fn clamp_min(input: TensorId, min: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], min: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_clamp_min, "clamp_min", &[Arg::tensor(input), Arg::scalar(min)])?)
-            }
-            let mut op = Op::begin("clamp_min");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, min)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, min))
-            }))
-        }))
+        run::replayable(const { &Schema::new("clamp_min", "clamp_min", kernels::tr_aten_clamp_min) }, &[Arg::handle(input), Arg::scalar(min)])
     }
 
     /// Clamps every element to at least `min` (`torch.clamp` with `min` only). (`clamp_min.Tensor(Tensor self, Tensor min) -> Tensor`)
     pub(crate) fn clamp_min_tensor(input: TensorId, min: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, min] = replay_args(inputs)?;
-                let input = given(input)?;
-                let min = given(min)?;
-                Ok(aten::tensor(kernels::tr_aten_clamp_min_tensor, "clamp_min.Tensor", &[Arg::tensor(input), Arg::tensor(min)])?)
-            }
-            let mut op = Op::begin("clamp_min_tensor");
-            let [input, min] = op.get([input, min])?;
-            let input: &tch::Tensor = &input;
-            let min: &tch::Tensor = &min;
-            op.output_replayable([Some(input), Some(min)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("clamp_min_tensor", "clamp_min.Tensor", kernels::tr_aten_clamp_min_tensor) }, &[Arg::handle(input), Arg::handle(min)])
     }
 
     /// Clamps every element to at least `min` (`torch.clamp` with `min` only). (`clamp_min_(Tensor(a!) self, Scalar min) -> Tensor(a!)`)
     pub(crate) fn clamp_min_(input: TensorId, min: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("clamp_min_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_clamp_min_, "clamp_min_", &[Arg::tensor(input), Arg::scalar(min)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("clamp_min_", "clamp_min_", kernels::tr_aten_clamp_min_) }, &[Arg::handle_mut(input), Arg::scalar(min)]).map(|_| input)
     }
 
     /// Clamps every element to at least `min` (`torch.clamp` with `min` only). (`clamp_min_.Tensor(Tensor(a!) self, Tensor min) -> Tensor(a!)`)
     pub(crate) fn clamp_min_tensor_(input: TensorId, min: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("clamp_min_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [min] = op.get([min])?;
-            let input: &tch::Tensor = &input;
-            let min: &tch::Tensor = &min;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_clamp_min_tensor_, "clamp_min_.Tensor", &[Arg::tensor(input), Arg::tensor(min)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("clamp_min_tensor_", "clamp_min_.Tensor", kernels::tr_aten_clamp_min_tensor_) }, &[Arg::handle_mut(input), Arg::handle(min)]).map(|_| input)
     }
 
     /// Alias for `torch.clamp`. (`clip(Tensor self, Scalar? min=None, Scalar? max=None) -> Tensor`)
     pub(crate) fn clip(input: TensorId, min: Option<Scalar>, max: Option<Scalar>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], min: Option<Scalar>, max: Option<Scalar>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_clip, "clip", &[Arg::tensor(input), Arg::opt_scalar(min), Arg::opt_scalar(max)])?)
-            }
-            let mut op = Op::begin("clip");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, min, max)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, min, max))
-            }))
-        }))
+        run::replayable(const { &Schema::new("clip", "clip", kernels::tr_aten_clip) }, &[Arg::handle(input), Arg::opt_scalar(min), Arg::opt_scalar(max)])
     }
 
     /// Alias for `torch.clamp`. (`clip.Tensor(Tensor self, Tensor? min=None, Tensor? max=None) -> Tensor`)
     pub(crate) fn clip_tensor(input: TensorId, min: TensorId, max: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, min, max] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_clip_tensor, "clip.Tensor", &[Arg::tensor(input), Arg::opt_tensor(min), Arg::opt_tensor(max)])?)
-            }
-            let mut op = Op::begin("clip_tensor");
-            let [input] = op.get([input])?;
-            let min = op.get_opt(min)?;
-            let max = op.get_opt(max)?;
-            let input: &tch::Tensor = &input;
-            let min = min.as_deref();
-            let max = max.as_deref();
-            op.output_replayable([Some(input), min, max], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("clip_tensor", "clip.Tensor", kernels::tr_aten_clip_tensor) }, &[Arg::handle(input), Arg::opt_handle(min), Arg::opt_handle(max)])
     }
 
     /// Alias for `Tensor.clamp_`. (`clip_(Tensor(a!) self, Scalar? min=None, Scalar? max=None) -> Tensor(a!)`)
     pub(crate) fn clip_(input: TensorId, min: Option<Scalar>, max: Option<Scalar>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("clip_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_clip_, "clip_", &[Arg::tensor(input), Arg::opt_scalar(min), Arg::opt_scalar(max)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("clip_", "clip_", kernels::tr_aten_clip_) }, &[Arg::handle_mut(input), Arg::opt_scalar(min), Arg::opt_scalar(max)]).map(|_| input)
     }
 
     /// Alias for `Tensor.clamp_`. (`clip_.Tensor(Tensor(a!) self, Tensor? min=None, Tensor? max=None) -> Tensor(a!)`)
     pub(crate) fn clip_tensor_(input: TensorId, min: TensorId, max: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("clip_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let min = op.get_opt(min)?;
-            let max = op.get_opt(max)?;
-            let input: &tch::Tensor = &input;
-            let min = min.as_deref();
-            let max = max.as_deref();
-            op.value(erased(&|| aten::unit(kernels::tr_aten_clip_tensor_, "clip_.Tensor", &[Arg::tensor(input), Arg::opt_tensor(min), Arg::opt_tensor(max)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("clip_tensor_", "clip_.Tensor", kernels::tr_aten_clip_tensor_) }, &[Arg::handle_mut(input), Arg::opt_handle(min), Arg::opt_handle(max)]).map(|_| input)
     }
 
     /// Constructs a complex tensor with its real part equal to `real` and its imaginary part equal to `imag`. (`complex(Tensor real, Tensor imag) -> Tensor`)
     pub(crate) fn complex(real: TensorId, imag: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [real, imag] = replay_args(inputs)?;
-                let real = given(real)?;
-                let imag = given(imag)?;
-                Ok(aten::tensor(kernels::tr_aten_complex, "complex", &[Arg::tensor(real), Arg::tensor(imag)])?)
-            }
-            let mut op = Op::begin("complex");
-            let [real, imag] = op.get([real, imag])?;
-            let real: &tch::Tensor = &real;
-            let imag: &tch::Tensor = &imag;
-            op.output_replayable([Some(real), Some(imag)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("complex", "complex", kernels::tr_aten_complex) }, &[Arg::handle(real), Arg::handle(imag)])
     }
 
     /// Constructs a complex tensor whose elements are Cartesian coordinates corresponding to the polar coordinates with absolute value `abs` and angle `angle`. (`polar(Tensor abs, Tensor angle) -> Tensor`)
     pub(crate) fn polar(abs: TensorId, angle: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [abs, angle] = replay_args(inputs)?;
-                let abs = given(abs)?;
-                let angle = given(angle)?;
-                Ok(aten::tensor(kernels::tr_aten_polar, "polar", &[Arg::tensor(abs), Arg::tensor(angle)])?)
-            }
-            let mut op = Op::begin("polar");
-            let [abs, angle] = op.get([abs, angle])?;
-            let abs: &tch::Tensor = &abs;
-            let angle: &tch::Tensor = &angle;
-            op.output_replayable([Some(abs), Some(angle)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("polar", "polar", kernels::tr_aten_polar) }, &[Arg::handle(abs), Arg::handle(angle)])
     }
 
     /// Returns a new tensor with the cosine of the elements of `input` given in radians. (`cos(Tensor self) -> Tensor`)
     pub(crate) fn cos(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_cos, "cos", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("cos");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("cos", "cos", kernels::tr_aten_cos) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.cos` (`cos_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn cos_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("cos_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_cos_, "cos_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("cos_", "cos_", kernels::tr_aten_cos_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Returns a new tensor with the hyperbolic cosine of the elements of `input`. (`cosh(Tensor self) -> Tensor`)
     pub(crate) fn cosh(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_cosh, "cosh", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("cosh");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("cosh", "cosh", kernels::tr_aten_cosh) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.cosh` (`cosh_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn cosh_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("cosh_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_cosh_, "cosh_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("cosh_", "cosh_", kernels::tr_aten_cosh_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Divides each element of the input `input` by the corresponding element of `other`. (`div.Tensor(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn div_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_div_tensor, "div.Tensor", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("div_tensor");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("div_tensor", "div.Tensor", kernels::tr_aten_div_tensor) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.div` (`div_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn div_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("div_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_div_tensor_, "div_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("div_tensor_", "div_.Tensor", kernels::tr_aten_div_tensor_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Divides each element of the input `input` by the corresponding element of `other`. (`div.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor`)
     pub(crate) fn div_tensor_mode(input: TensorId, other: TensorId, rounding_mode: Option<&str>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("div_tensor_mode");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_div_tensor_mode, "div.Tensor_mode", &[Arg::tensor(input), Arg::tensor(other), Arg::opt_str(rounding_mode)])))
-        }))
+        run::replayable(const { &Schema::new("div_tensor_mode", "div.Tensor_mode", kernels::tr_aten_div_tensor_mode) }, &[Arg::handle(input), Arg::handle(other), Arg::opt_str(rounding_mode)])
     }
 
     /// In-place version of `Tensor.div` (`div_.Tensor_mode(Tensor(a!) self, Tensor other, *, str? rounding_mode) -> Tensor(a!)`)
     pub(crate) fn div_tensor_mode_(input: TensorId, other: TensorId, rounding_mode: Option<&str>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("div_tensor_mode_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_div_tensor_mode_, "div_.Tensor_mode", &[Arg::tensor(input), Arg::tensor(other), Arg::opt_str(rounding_mode)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("div_tensor_mode_", "div_.Tensor_mode", kernels::tr_aten_div_tensor_mode_) }, &[Arg::handle_mut(input), Arg::handle(other), Arg::opt_str(rounding_mode)]).map(|_| input)
     }
 
     /// Divides each element of the input `input` by the corresponding element of `other`. (`div.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor`)
     pub(crate) fn div_scalar_mode(input: TensorId, other: Scalar, rounding_mode: Option<&str>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("div_scalar_mode");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_div_scalar_mode, "div.Scalar_mode", &[Arg::tensor(input), Arg::scalar(other), Arg::opt_str(rounding_mode)])))
-        }))
+        run::replayable(const { &Schema::new("div_scalar_mode", "div.Scalar_mode", kernels::tr_aten_div_scalar_mode) }, &[Arg::handle(input), Arg::scalar(other), Arg::opt_str(rounding_mode)])
     }
 
     /// In-place version of `Tensor.div` (`div_.Scalar_mode(Tensor(a!) self, Scalar other, *, str? rounding_mode) -> Tensor(a!)`)
     pub(crate) fn div_scalar_mode_(input: TensorId, other: Scalar, rounding_mode: Option<&str>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("div_scalar_mode_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_div_scalar_mode_, "div_.Scalar_mode", &[Arg::tensor(input), Arg::scalar(other), Arg::opt_str(rounding_mode)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("div_scalar_mode_", "div_.Scalar_mode", kernels::tr_aten_div_scalar_mode_) }, &[Arg::handle_mut(input), Arg::scalar(other), Arg::opt_str(rounding_mode)]).map(|_| input)
     }
 
     /// Alias for `torch.div`. (`divide.Tensor(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn divide_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_divide_tensor, "divide.Tensor", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("divide_tensor");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("divide_tensor", "divide.Tensor", kernels::tr_aten_divide_tensor) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.divide` (`divide_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn divide_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("divide_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_divide_tensor_, "divide_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("divide_tensor_", "divide_.Tensor", kernels::tr_aten_divide_tensor_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Alias for `torch.div`. (`divide.Scalar(Tensor self, Scalar other) -> Tensor`)
     pub(crate) fn divide_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_divide_scalar, "divide.Scalar", &[Arg::tensor(input), Arg::scalar(other)])?)
-            }
-            let mut op = Op::begin("divide_scalar");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            }))
-        }))
+        run::replayable(const { &Schema::new("divide_scalar", "divide.Scalar", kernels::tr_aten_divide_scalar) }, &[Arg::handle(input), Arg::scalar(other)])
     }
 
     /// In-place version of `Tensor.divide` (`divide_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`)
     pub(crate) fn divide_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("divide_scalar_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_divide_scalar_, "divide_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("divide_scalar_", "divide_.Scalar", kernels::tr_aten_divide_scalar_) }, &[Arg::handle_mut(input), Arg::scalar(other)]).map(|_| input)
     }
 
     /// Alias for `torch.div`. (`divide.Tensor_mode(Tensor self, Tensor other, *, str? rounding_mode) -> Tensor`)
     pub(crate) fn divide_tensor_mode(input: TensorId, other: TensorId, rounding_mode: Option<&str>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("divide_tensor_mode");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_divide_tensor_mode, "divide.Tensor_mode", &[Arg::tensor(input), Arg::tensor(other), Arg::opt_str(rounding_mode)])))
-        }))
+        run::replayable(const { &Schema::new("divide_tensor_mode", "divide.Tensor_mode", kernels::tr_aten_divide_tensor_mode) }, &[Arg::handle(input), Arg::handle(other), Arg::opt_str(rounding_mode)])
     }
 
     /// In-place version of `Tensor.divide` (`divide_.Tensor_mode(Tensor(a!) self, Tensor other, *, str? rounding_mode) -> Tensor(a!)`)
     pub(crate) fn divide_tensor_mode_(input: TensorId, other: TensorId, rounding_mode: Option<&str>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("divide_tensor_mode_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_divide_tensor_mode_, "divide_.Tensor_mode", &[Arg::tensor(input), Arg::tensor(other), Arg::opt_str(rounding_mode)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("divide_tensor_mode_", "divide_.Tensor_mode", kernels::tr_aten_divide_tensor_mode_) }, &[Arg::handle_mut(input), Arg::handle(other), Arg::opt_str(rounding_mode)]).map(|_| input)
     }
 
     /// Alias for `torch.div`. (`divide.Scalar_mode(Tensor self, Scalar other, *, str? rounding_mode) -> Tensor`)
     pub(crate) fn divide_scalar_mode(input: TensorId, other: Scalar, rounding_mode: Option<&str>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("divide_scalar_mode");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_divide_scalar_mode, "divide.Scalar_mode", &[Arg::tensor(input), Arg::scalar(other), Arg::opt_str(rounding_mode)])))
-        }))
+        run::replayable(const { &Schema::new("divide_scalar_mode", "divide.Scalar_mode", kernels::tr_aten_divide_scalar_mode) }, &[Arg::handle(input), Arg::scalar(other), Arg::opt_str(rounding_mode)])
     }
 
     /// In-place version of `Tensor.divide` (`divide_.Scalar_mode(Tensor(a!) self, Scalar other, *, str? rounding_mode) -> Tensor(a!)`)
     pub(crate) fn divide_scalar_mode_(input: TensorId, other: Scalar, rounding_mode: Option<&str>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("divide_scalar_mode_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_divide_scalar_mode_, "divide_.Scalar_mode", &[Arg::tensor(input), Arg::scalar(other), Arg::opt_str(rounding_mode)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("divide_scalar_mode_", "divide_.Scalar_mode", kernels::tr_aten_divide_scalar_mode_) }, &[Arg::handle_mut(input), Arg::scalar(other), Arg::opt_str(rounding_mode)]).map(|_| input)
     }
 
     /// Alias for `torch.div` with `rounding_mode=None`. (`true_divide.Tensor(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn true_divide_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_true_divide_tensor, "true_divide.Tensor", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("true_divide_tensor");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("true_divide_tensor", "true_divide.Tensor", kernels::tr_aten_true_divide_tensor) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.true_divide_` (`true_divide_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn true_divide_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("true_divide_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_true_divide_tensor_, "true_divide_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("true_divide_tensor_", "true_divide_.Tensor", kernels::tr_aten_true_divide_tensor_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Alias for `torch.div` with `rounding_mode=None`. (`true_divide.Scalar(Tensor self, Scalar other) -> Tensor`)
     pub(crate) fn true_divide_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_true_divide_scalar, "true_divide.Scalar", &[Arg::tensor(input), Arg::scalar(other)])?)
-            }
-            let mut op = Op::begin("true_divide_scalar");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            }))
-        }))
+        run::replayable(const { &Schema::new("true_divide_scalar", "true_divide.Scalar", kernels::tr_aten_true_divide_scalar) }, &[Arg::handle(input), Arg::scalar(other)])
     }
 
     /// In-place version of `Tensor.true_divide_` (`true_divide_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`)
     pub(crate) fn true_divide_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("true_divide_scalar_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_true_divide_scalar_, "true_divide_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("true_divide_scalar_", "true_divide_.Scalar", kernels::tr_aten_true_divide_scalar_) }, &[Arg::handle_mut(input), Arg::scalar(other)]).map(|_| input)
     }
 
     /// Alias for `torch.special.erf`. (`erf(Tensor self) -> Tensor`)
     pub(crate) fn erf(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_erf, "erf", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("erf");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("erf", "erf", kernels::tr_aten_erf) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.erf` (`erf_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn erf_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("erf_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_erf_, "erf_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("erf_", "erf_", kernels::tr_aten_erf_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Alias for `torch.special.erfc`. (`erfc(Tensor self) -> Tensor`)
     pub(crate) fn erfc(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_erfc, "erfc", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("erfc");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("erfc", "erfc", kernels::tr_aten_erfc) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.erfc` (`erfc_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn erfc_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("erfc_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_erfc_, "erfc_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("erfc_", "erfc_", kernels::tr_aten_erfc_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// In-place version of `Tensor.exp` (`exp_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn exp_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("exp_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_exp_, "exp_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("exp_", "exp_", kernels::tr_aten_exp_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Alias for `torch.special.exp2`. (`exp2(Tensor self) -> Tensor`)
     pub(crate) fn exp2(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_exp2, "exp2", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("exp2");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("exp2", "exp2", kernels::tr_aten_exp2) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.exp2` (`exp2_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn exp2_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("exp2_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_exp2_, "exp2_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("exp2_", "exp2_", kernels::tr_aten_exp2_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Alias for `torch.special.expm1`. (`expm1(Tensor self) -> Tensor`)
     pub(crate) fn expm1(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_expm1, "expm1", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("expm1");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("expm1", "expm1", kernels::tr_aten_expm1) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.expm1` (`expm1_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn expm1_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("expm1_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_expm1_, "expm1_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("expm1_", "expm1_", kernels::tr_aten_expm1_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Returns a new tensor with the floor of the elements of `input`, the largest integer less than or equal to each element. (`floor(Tensor self) -> Tensor`)
     pub(crate) fn floor(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_floor, "floor", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("floor");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("floor", "floor", kernels::tr_aten_floor) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.floor` (`floor_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn floor_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("floor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_floor_, "floor_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("floor_", "floor_", kernels::tr_aten_floor_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// In-place version of `Tensor.floor_divide` (`floor_divide_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn floor_divide_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("floor_divide_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_floor_divide_tensor_, "floor_divide_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("floor_divide_tensor_", "floor_divide_.Tensor", kernels::tr_aten_floor_divide_tensor_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Computes the fractional portion of each element in `input`. (`frac(Tensor self) -> Tensor`)
     pub(crate) fn frac(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_frac, "frac", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("frac");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("frac", "frac", kernels::tr_aten_frac) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.frac` (`frac_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn frac_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("frac_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_frac_, "frac_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("frac_", "frac_", kernels::tr_aten_frac_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Computes the element-wise greatest common divisor (GCD) of `input` and `other`. (`gcd(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn gcd(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_gcd, "gcd", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("gcd");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("gcd", "gcd", kernels::tr_aten_gcd) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.gcd` (`gcd_(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn gcd_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("gcd_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_gcd_, "gcd_", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("gcd_", "gcd_", kernels::tr_aten_gcd_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Computes the element-wise least common multiple (LCM) of `input` and `other`. (`lcm(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn lcm(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_lcm, "lcm", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("lcm");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("lcm", "lcm", kernels::tr_aten_lcm) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.lcm` (`lcm_(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn lcm_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("lcm_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_lcm_, "lcm_", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("lcm_", "lcm_", kernels::tr_aten_lcm_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Returns a new tensor with boolean elements representing if each element of `input` is "close" to the corresponding element of `other`. (`isclose(Tensor self, Tensor other, float rtol=1e-05, float atol=1e-08, bool equal_nan=False) -> Tensor`)
     pub(crate) fn isclose(input: TensorId, other: TensorId, rtol: f64, atol: f64, equal_nan: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], rtol: f64, atol: f64, equal_nan: bool) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_isclose, "isclose", &[Arg::tensor(input), Arg::tensor(other), Arg::float(rtol), Arg::float(atol), Arg::bool(equal_nan)])?)
-            }
-            let mut op = Op::begin("isclose");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&|inputs| replay(inputs, rtol, atol, equal_nan)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, rtol, atol, equal_nan))
-            }))
-        }))
+        run::replayable(const { &Schema::new("isclose", "isclose", kernels::tr_aten_isclose) }, &[Arg::handle(input), Arg::handle(other), Arg::float(rtol), Arg::float(atol), Arg::bool(equal_nan)])
     }
 
     /// Tests if each element of `elements` is in `test_elements`. (`isin.Tensor_Tensor(Tensor elements, Tensor test_elements, *, bool assume_unique=False, bool invert=False) -> Tensor`)
     pub(crate) fn isin_tensor_tensor(elements: TensorId, test_elements: TensorId, assume_unique: bool, invert: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], assume_unique: bool, invert: bool) -> Result<tch::Tensor> {
-                let [elements, test_elements] = replay_args(inputs)?;
-                let elements = given(elements)?;
-                let test_elements = given(test_elements)?;
-                Ok(aten::tensor(kernels::tr_aten_isin_tensor_tensor, "isin.Tensor_Tensor", &[Arg::tensor(elements), Arg::tensor(test_elements), Arg::bool(assume_unique), Arg::bool(invert)])?)
-            }
-            let mut op = Op::begin("isin_tensor_tensor");
-            let [elements, test_elements] = op.get([elements, test_elements])?;
-            let elements: &tch::Tensor = &elements;
-            let test_elements: &tch::Tensor = &test_elements;
-            op.output_replayable([Some(elements), Some(test_elements)], erased_run(&|inputs| replay(inputs, assume_unique, invert)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, assume_unique, invert))
-            }))
-        }))
+        run::replayable(const { &Schema::new("isin_tensor_tensor", "isin.Tensor_Tensor", kernels::tr_aten_isin_tensor_tensor) }, &[Arg::handle(elements), Arg::handle(test_elements), Arg::bool(assume_unique), Arg::bool(invert)])
     }
 
     /// Tests if each element of `elements` is in `test_elements`. (`isin.Tensor_Scalar(Tensor elements, Scalar test_element, *, bool assume_unique=False, bool invert=False) -> Tensor`)
     pub(crate) fn isin_tensor_scalar(elements: TensorId, test_element: Scalar, assume_unique: bool, invert: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], test_element: Scalar, assume_unique: bool, invert: bool) -> Result<tch::Tensor> {
-                let [elements] = replay_args(inputs)?;
-                let elements = given(elements)?;
-                Ok(aten::tensor(kernels::tr_aten_isin_tensor_scalar, "isin.Tensor_Scalar", &[Arg::tensor(elements), Arg::scalar(test_element), Arg::bool(assume_unique), Arg::bool(invert)])?)
-            }
-            let mut op = Op::begin("isin_tensor_scalar");
-            let [elements] = op.get([elements])?;
-            let elements: &tch::Tensor = &elements;
-            op.output_replayable([Some(elements)], erased_run(&|inputs| replay(inputs, test_element, assume_unique, invert)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, test_element, assume_unique, invert))
-            }))
-        }))
+        run::replayable(const { &Schema::new("isin_tensor_scalar", "isin.Tensor_Scalar", kernels::tr_aten_isin_tensor_scalar) }, &[Arg::handle(elements), Arg::scalar(test_element), Arg::bool(assume_unique), Arg::bool(invert)])
     }
 
     /// Tests if each element of `elements` is in `test_elements`. (`isin.Scalar_Tensor(Scalar element, Tensor test_elements, *, bool assume_unique=False, bool invert=False) -> Tensor`)
     pub(crate) fn isin_scalar_tensor(element: Scalar, test_elements: TensorId, assume_unique: bool, invert: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], element: Scalar, assume_unique: bool, invert: bool) -> Result<tch::Tensor> {
-                let [test_elements] = replay_args(inputs)?;
-                let test_elements = given(test_elements)?;
-                Ok(aten::tensor(kernels::tr_aten_isin_scalar_tensor, "isin.Scalar_Tensor", &[Arg::scalar(element), Arg::tensor(test_elements), Arg::bool(assume_unique), Arg::bool(invert)])?)
-            }
-            let mut op = Op::begin("isin_scalar_tensor");
-            let [test_elements] = op.get([test_elements])?;
-            let test_elements: &tch::Tensor = &test_elements;
-            op.output_replayable([Some(test_elements)], erased_run(&|inputs| replay(inputs, element, assume_unique, invert)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, element, assume_unique, invert))
-            }))
-        }))
+        run::replayable(const { &Schema::new("isin_scalar_tensor", "isin.Scalar_Tensor", kernels::tr_aten_isin_scalar_tensor) }, &[Arg::scalar(element), Arg::handle(test_elements), Arg::bool(assume_unique), Arg::bool(invert)])
     }
 
     /// Returns a new tensor with boolean elements representing if each element of `input` is NaN or not. (`isnan(Tensor self) -> Tensor`)
     pub(crate) fn isnan(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_isnan, "isnan", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("isnan");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("isnan", "isnan", kernels::tr_aten_isnan) }, &[Arg::handle(input)])
     }
 
     /// Returns a new tensor with boolean elements representing if each element of `input` is real-valued or not. (`isreal(Tensor self) -> Tensor`)
     pub(crate) fn isreal(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_isreal, "isreal", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("isreal");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("isreal", "isreal", kernels::tr_aten_isreal) }, &[Arg::handle(input)])
     }
 
     /// Replaces :literal:`NaN`, positive infinity, and negative infinity values in `input` with the values specified by `nan`, `posinf`, and `neginf`, respectively. (`nan_to_num(Tensor self, float? nan=None, float? posinf=None, float? neginf=None) -> Tensor`)
     pub(crate) fn nan_to_num(input: TensorId, nan: Option<f64>, posinf: Option<f64>, neginf: Option<f64>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], nan: Option<f64>, posinf: Option<f64>, neginf: Option<f64>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_nan_to_num, "nan_to_num", &[Arg::tensor(input), Arg::opt_float(nan), Arg::opt_float(posinf), Arg::opt_float(neginf)])?)
-            }
-            let mut op = Op::begin("nan_to_num");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, nan, posinf, neginf)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, nan, posinf, neginf))
-            }))
-        }))
+        run::replayable(const { &Schema::new("nan_to_num", "nan_to_num", kernels::tr_aten_nan_to_num) }, &[Arg::handle(input), Arg::opt_float(nan), Arg::opt_float(posinf), Arg::opt_float(neginf)])
     }
 
     /// In-place version of `Tensor.nan_to_num`. (`nan_to_num_(Tensor(a!) self, float? nan=None, float? posinf=None, float? neginf=None) -> Tensor(a!)`)
     pub(crate) fn nan_to_num_(input: TensorId, nan: Option<f64>, posinf: Option<f64>, neginf: Option<f64>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("nan_to_num_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_nan_to_num_, "nan_to_num_", &[Arg::tensor(input), Arg::opt_float(nan), Arg::opt_float(posinf), Arg::opt_float(neginf)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("nan_to_num_", "nan_to_num_", kernels::tr_aten_nan_to_num_) }, &[Arg::handle_mut(input), Arg::opt_float(nan), Arg::opt_float(posinf), Arg::opt_float(neginf)]).map(|_| input)
     }
 
     /// Multiplies `input` by 2 ** `other`. (`ldexp.Tensor(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn ldexp_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_ldexp_tensor, "ldexp.Tensor", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("ldexp_tensor");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("ldexp_tensor", "ldexp.Tensor", kernels::tr_aten_ldexp_tensor) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.ldexp` (`ldexp_(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn ldexp_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("ldexp_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_ldexp_, "ldexp_", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("ldexp_", "ldexp_", kernels::tr_aten_ldexp_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// In-place version of `Tensor.log` (`log_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn log_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("log_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_log_, "log_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("log_", "log_", kernels::tr_aten_log_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Returns a new tensor with the logarithm to the base 10 of the elements of `input`. (`log10(Tensor self) -> Tensor`)
     pub(crate) fn log10(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_log10, "log10", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("log10");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("log10", "log10", kernels::tr_aten_log10) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.log10` (`log10_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn log10_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("log10_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_log10_, "log10_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("log10_", "log10_", kernels::tr_aten_log10_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Returns a new tensor with the natural logarithm of (1 + `input`). (`log1p(Tensor self) -> Tensor`)
     pub(crate) fn log1p(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_log1p, "log1p", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("log1p");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("log1p", "log1p", kernels::tr_aten_log1p) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.log1p` (`log1p_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn log1p_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("log1p_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_log1p_, "log1p_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("log1p_", "log1p_", kernels::tr_aten_log1p_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Returns a new tensor with the logarithm to the base 2 of the elements of `input`. (`log2(Tensor self) -> Tensor`)
     pub(crate) fn log2(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_log2, "log2", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("log2");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("log2", "log2", kernels::tr_aten_log2) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.log2` (`log2_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn log2_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("log2_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_log2_, "log2_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("log2_", "log2_", kernels::tr_aten_log2_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Logarithm of the sum of exponentiations of the inputs. (`logaddexp(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn logaddexp(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_logaddexp, "logaddexp", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("logaddexp");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("logaddexp", "logaddexp", kernels::tr_aten_logaddexp) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// Logarithm of the sum of exponentiations of the inputs in base-2. (`logaddexp2(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn logaddexp2(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_logaddexp2, "logaddexp2", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("logaddexp2");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("logaddexp2", "logaddexp2", kernels::tr_aten_logaddexp2) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// Alias for `torch.special.xlogy`. (`xlogy.Tensor(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn xlogy_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_xlogy_tensor, "xlogy.Tensor", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("xlogy_tensor");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("xlogy_tensor", "xlogy.Tensor", kernels::tr_aten_xlogy_tensor) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// Alias for `torch.special.xlogy`. (`xlogy.Scalar_Self(Scalar self, Tensor other) -> Tensor`)
     pub(crate) fn xlogy_scalar_self(input: Scalar, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], input: Scalar) -> Result<tch::Tensor> {
-                let [other] = replay_args(inputs)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_xlogy_scalar_self, "xlogy.Scalar_Self", &[Arg::scalar(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("xlogy_scalar_self");
-            let [other] = op.get([other])?;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(other)], erased_run(&|inputs| replay(inputs, input)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, input))
-            }))
-        }))
+        run::replayable(const { &Schema::new("xlogy_scalar_self", "xlogy.Scalar_Self", kernels::tr_aten_xlogy_scalar_self) }, &[Arg::scalar(input), Arg::handle(other)])
     }
 
     /// Alias for `torch.special.xlogy`. (`xlogy.Scalar_Other(Tensor self, Scalar other) -> Tensor`)
     pub(crate) fn xlogy_scalar_other(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_xlogy_scalar_other, "xlogy.Scalar_Other", &[Arg::tensor(input), Arg::scalar(other)])?)
-            }
-            let mut op = Op::begin("xlogy_scalar_other");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            }))
-        }))
+        run::replayable(const { &Schema::new("xlogy_scalar_other", "xlogy.Scalar_Other", kernels::tr_aten_xlogy_scalar_other) }, &[Arg::handle(input), Arg::scalar(other)])
     }
 
     /// In-place version of `Tensor.xlogy` (`xlogy_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn xlogy_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("xlogy_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_xlogy_tensor_, "xlogy_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("xlogy_tensor_", "xlogy_.Tensor", kernels::tr_aten_xlogy_tensor_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// In-place version of `Tensor.xlogy` (`xlogy_.Scalar_Other(Tensor(a!) self, Scalar other) -> Tensor(a!)`)
     pub(crate) fn xlogy_scalar_other_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("xlogy_scalar_other_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_xlogy_scalar_other_, "xlogy_.Scalar_Other", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("xlogy_scalar_other_", "xlogy_.Scalar_Other", kernels::tr_aten_xlogy_scalar_other_) }, &[Arg::handle_mut(input), Arg::scalar(other)]).map(|_| input)
     }
 
     /// Multiplies `input` by `other`. (`mul.Tensor(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn mul_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_mul_tensor, "mul.Tensor", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("mul_tensor");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("mul_tensor", "mul.Tensor", kernels::tr_aten_mul_tensor) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.mul`. (`mul_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn mul_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("mul_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_mul_tensor_, "mul_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("mul_tensor_", "mul_.Tensor", kernels::tr_aten_mul_tensor_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Alias for `torch.mul`. (`multiply.Tensor(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn multiply_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_multiply_tensor, "multiply.Tensor", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("multiply_tensor");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("multiply_tensor", "multiply.Tensor", kernels::tr_aten_multiply_tensor) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.multiply`. (`multiply_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn multiply_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("multiply_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_multiply_tensor_, "multiply_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("multiply_tensor_", "multiply_.Tensor", kernels::tr_aten_multiply_tensor_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Alias for `torch.mul`. (`multiply.Scalar(Tensor self, Scalar other) -> Tensor`)
     pub(crate) fn multiply_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_multiply_scalar, "multiply.Scalar", &[Arg::tensor(input), Arg::scalar(other)])?)
-            }
-            let mut op = Op::begin("multiply_scalar");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            }))
-        }))
+        run::replayable(const { &Schema::new("multiply_scalar", "multiply.Scalar", kernels::tr_aten_multiply_scalar) }, &[Arg::handle(input), Arg::scalar(other)])
     }
 
     /// In-place version of `Tensor.multiply`. (`multiply_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`)
     pub(crate) fn multiply_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("multiply_scalar_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_multiply_scalar_, "multiply_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("multiply_scalar_", "multiply_.Scalar", kernels::tr_aten_multiply_scalar_) }, &[Arg::handle_mut(input), Arg::scalar(other)]).map(|_| input)
     }
 
     /// Alias for `torch.special.multigammaln`. (`mvlgamma(Tensor self, int p) -> Tensor`)
     pub(crate) fn mvlgamma(input: TensorId, p: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], p: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_mvlgamma, "mvlgamma", &[Arg::tensor(input), Arg::int(p)])?)
-            }
-            let mut op = Op::begin("mvlgamma");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, p)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, p))
-            }))
-        }))
+        run::replayable(const { &Schema::new("mvlgamma", "mvlgamma", kernels::tr_aten_mvlgamma) }, &[Arg::handle(input), Arg::int(p)])
     }
 
     /// In-place version of `Tensor.mvlgamma` (`mvlgamma_(Tensor(a!) self, int p) -> Tensor(a!)`)
     pub(crate) fn mvlgamma_(input: TensorId, p: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("mvlgamma_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_mvlgamma_, "mvlgamma_", &[Arg::tensor(input), Arg::int(p)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("mvlgamma_", "mvlgamma_", kernels::tr_aten_mvlgamma_) }, &[Arg::handle_mut(input), Arg::int(p)]).map(|_| input)
     }
 
     /// Returns a new tensor with each of the elements of `input` converted from angles in radians to degrees. (`rad2deg(Tensor self) -> Tensor`)
     pub(crate) fn rad2deg(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_rad2deg, "rad2deg", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("rad2deg");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("rad2deg", "rad2deg", kernels::tr_aten_rad2deg) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.rad2deg` (`rad2deg_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn rad2deg_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("rad2deg_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_rad2deg_, "rad2deg_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("rad2deg_", "rad2deg_", kernels::tr_aten_rad2deg_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Returns a new tensor with each of the elements of `input` converted from angles in degrees to radians. (`deg2rad(Tensor self) -> Tensor`)
     pub(crate) fn deg2rad(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_deg2rad, "deg2rad", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("deg2rad");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("deg2rad", "deg2rad", kernels::tr_aten_deg2rad) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.deg2rad` (`deg2rad_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn deg2rad_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("deg2rad_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_deg2rad_, "deg2rad_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("deg2rad_", "deg2rad_", kernels::tr_aten_deg2rad_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Returns a new tensor with the reciprocal of the elements of `input` (`reciprocal(Tensor self) -> Tensor`)
     pub(crate) fn reciprocal(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_reciprocal, "reciprocal", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("reciprocal");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("reciprocal", "reciprocal", kernels::tr_aten_reciprocal) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.reciprocal` (`reciprocal_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn reciprocal_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("reciprocal_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_reciprocal_, "reciprocal_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("reciprocal_", "reciprocal_", kernels::tr_aten_reciprocal_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// In-place version of `Tensor.neg` (`neg_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn neg_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("neg_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_neg_, "neg_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("neg_", "neg_", kernels::tr_aten_neg_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Alias for `torch.neg` (`negative(Tensor self) -> Tensor`)
     pub(crate) fn negative(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_negative, "negative", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("negative");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("negative", "negative", kernels::tr_aten_negative) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.negative` (`negative_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn negative_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("negative_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_negative_, "negative_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("negative_", "negative_", kernels::tr_aten_negative_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Rounds elements of `input` to the nearest integer. (`round(Tensor self) -> Tensor`)
     pub(crate) fn round(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_round, "round", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("round");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("round", "round", kernels::tr_aten_round) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.round` (`round_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn round_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("round_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_round_, "round_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("round_", "round_", kernels::tr_aten_round_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Rounds elements of `input` to the nearest integer. (`round.decimals(Tensor self, *, int decimals) -> Tensor`)
     pub(crate) fn round_decimals(input: TensorId, decimals: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], decimals: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_round_decimals, "round.decimals", &[Arg::tensor(input), Arg::int(decimals)])?)
-            }
-            let mut op = Op::begin("round_decimals");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, decimals)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, decimals))
-            }))
-        }))
+        run::replayable(const { &Schema::new("round_decimals", "round.decimals", kernels::tr_aten_round_decimals) }, &[Arg::handle(input), Arg::int(decimals)])
     }
 
     /// In-place version of `Tensor.round` (`round_.decimals(Tensor(a!) self, *, int decimals) -> Tensor(a!)`)
     pub(crate) fn round_decimals_(input: TensorId, decimals: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("round_decimals_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_round_decimals_, "round_.decimals", &[Arg::tensor(input), Arg::int(decimals)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("round_decimals_", "round_.decimals", kernels::tr_aten_round_decimals_) }, &[Arg::handle_mut(input), Arg::int(decimals)]).map(|_| input)
     }
 
     /// Returns a new tensor with the reciprocal of the square-root of each of the elements of `input`. (`rsqrt(Tensor self) -> Tensor`)
     pub(crate) fn rsqrt(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_rsqrt, "rsqrt", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("rsqrt");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("rsqrt", "rsqrt", kernels::tr_aten_rsqrt) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.rsqrt` (`rsqrt_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn rsqrt_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("rsqrt_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_rsqrt_, "rsqrt_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("rsqrt_", "rsqrt_", kernels::tr_aten_rsqrt_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Alias for `torch.special.logit`. (`logit(Tensor self, float? eps=None) -> Tensor`)
     pub(crate) fn logit(input: TensorId, eps: Option<f64>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], eps: Option<f64>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_logit, "logit", &[Arg::tensor(input), Arg::opt_float(eps)])?)
-            }
-            let mut op = Op::begin("logit");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, eps)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, eps))
-            }))
-        }))
+        run::replayable(const { &Schema::new("logit", "logit", kernels::tr_aten_logit) }, &[Arg::handle(input), Arg::opt_float(eps)])
     }
 
     /// In-place version of `Tensor.logit` (`logit_(Tensor(a!) self, float? eps=None) -> Tensor(a!)`)
     pub(crate) fn logit_(input: TensorId, eps: Option<f64>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("logit_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_logit_, "logit_", &[Arg::tensor(input), Arg::opt_float(eps)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("logit_", "logit_", kernels::tr_aten_logit_) }, &[Arg::handle_mut(input), Arg::opt_float(eps)]).map(|_| input)
     }
 
     /// Returns a new tensor with the sine of the elements in the `input` tensor, where each value in this input tensor is in radians. (`sin(Tensor self) -> Tensor`)
     pub(crate) fn sin(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_sin, "sin", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("sin");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("sin", "sin", kernels::tr_aten_sin) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.sin` (`sin_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn sin_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("sin_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_sin_, "sin_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("sin_", "sin_", kernels::tr_aten_sin_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Alias for `torch.special.sinc`. (`sinc(Tensor self) -> Tensor`)
     pub(crate) fn sinc(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_sinc, "sinc", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("sinc");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("sinc", "sinc", kernels::tr_aten_sinc) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.sinc` (`sinc_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn sinc_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("sinc_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_sinc_, "sinc_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("sinc_", "sinc_", kernels::tr_aten_sinc_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Returns a new tensor with the hyperbolic sine of the elements of `input`. (`sinh(Tensor self) -> Tensor`)
     pub(crate) fn sinh(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_sinh, "sinh", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("sinh");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("sinh", "sinh", kernels::tr_aten_sinh) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.sinh` (`sinh_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn sinh_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("sinh_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_sinh_, "sinh_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("sinh_", "sinh_", kernels::tr_aten_sinh_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// In-place version of `Tensor.sqrt` (`sqrt_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn sqrt_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("sqrt_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_sqrt_, "sqrt_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("sqrt_", "sqrt_", kernels::tr_aten_sqrt_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Returns a new tensor with the square of the elements of `input`. (`square(Tensor self) -> Tensor`)
     pub(crate) fn square(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_square, "square", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("square");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("square", "square", kernels::tr_aten_square) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.square` (`square_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn square_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("square_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_square_, "square_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("square_", "square_", kernels::tr_aten_square_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Returns a new tensor with the tangent of the elements in the `input` tensor, where each value in this input tensor is in radians. (`tan(Tensor self) -> Tensor`)
     pub(crate) fn tan(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_tan, "tan", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("tan");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("tan", "tan", kernels::tr_aten_tan) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.tan` (`tan_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn tan_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("tan_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_tan_, "tan_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("tan_", "tan_", kernels::tr_aten_tan_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Returns a new tensor with the truncated integer values of the elements of `input`. (`trunc(Tensor self) -> Tensor`)
     pub(crate) fn trunc(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_trunc, "trunc", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("trunc");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("trunc", "trunc", kernels::tr_aten_trunc) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.trunc` (`trunc_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn trunc_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("trunc_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_trunc_, "trunc_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("trunc_", "trunc_", kernels::tr_aten_trunc_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Alias for `torch.trunc` (`fix(Tensor self) -> Tensor`)
     pub(crate) fn fix(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_fix, "fix", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("fix");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("fix", "fix", kernels::tr_aten_fix) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.fix` (`fix_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn fix_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("fix_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_fix_, "fix_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("fix_", "fix_", kernels::tr_aten_fix_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Return a tensor of elements selected from either `input` or `other`, depending on `condition`. (`where.ScalarSelf(Tensor condition, Scalar self, Tensor other) -> Tensor`)
     pub(crate) fn where_scalarself(condition: TensorId, input: Scalar, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], input: Scalar) -> Result<tch::Tensor> {
-                let [condition, other] = replay_args(inputs)?;
-                let condition = given(condition)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_where_scalarself, "where.ScalarSelf", &[Arg::tensor(condition), Arg::scalar(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("where_scalarself");
-            let [condition, other] = op.get([condition, other])?;
-            let condition: &tch::Tensor = &condition;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(condition), Some(other)], erased_run(&|inputs| replay(inputs, input)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, input))
-            }))
-        }))
+        run::replayable(const { &Schema::new("where_scalarself", "where.ScalarSelf", kernels::tr_aten_where_scalarself) }, &[Arg::handle(condition), Arg::scalar(input), Arg::handle(other)])
     }
 
     /// Return a tensor of elements selected from either `input` or `other`, depending on `condition`. (`where.ScalarOther(Tensor condition, Tensor self, Scalar other) -> Tensor`)
     pub(crate) fn where_scalarother(condition: TensorId, input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
-                let [condition, input] = replay_args(inputs)?;
-                let condition = given(condition)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_where_scalarother, "where.ScalarOther", &[Arg::tensor(condition), Arg::tensor(input), Arg::scalar(other)])?)
-            }
-            let mut op = Op::begin("where_scalarother");
-            let [condition, input] = op.get([condition, input])?;
-            let condition: &tch::Tensor = &condition;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(condition), Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            }))
-        }))
+        run::replayable(const { &Schema::new("where_scalarother", "where.ScalarOther", kernels::tr_aten_where_scalarother) }, &[Arg::handle(condition), Arg::handle(input), Arg::scalar(other)])
     }
 
     /// Return a tensor of elements selected from either `input` or `other`, depending on `condition`. (`where.Scalar(Tensor condition, Scalar self, Scalar other) -> Tensor`)
     pub(crate) fn where_scalar(condition: TensorId, input: Scalar, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], input: Scalar, other: Scalar) -> Result<tch::Tensor> {
-                let [condition] = replay_args(inputs)?;
-                let condition = given(condition)?;
-                Ok(aten::tensor(kernels::tr_aten_where_scalar, "where.Scalar", &[Arg::tensor(condition), Arg::scalar(input), Arg::scalar(other)])?)
-            }
-            let mut op = Op::begin("where_scalar");
-            let [condition] = op.get([condition])?;
-            let condition: &tch::Tensor = &condition;
-            op.output_replayable([Some(condition)], erased_run(&|inputs| replay(inputs, input, other)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, input, other))
-            }))
-        }))
+        run::replayable(const { &Schema::new("where_scalar", "where.Scalar", kernels::tr_aten_where_scalar) }, &[Arg::handle(condition), Arg::scalar(input), Arg::scalar(other)])
     }
 
     /// Return a tensor of elements selected from either `input` or `other`, depending on `condition`. (`where(Tensor condition) -> Tensor[]`)
     pub(crate) fn r#where(condition: TensorId) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("where");
-            let [condition] = op.get([condition])?;
-            let condition: &tch::Tensor = &condition;
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_where, "where", &[Arg::tensor(condition)])))
-        }))
+        run::tensors(const { &Schema::new("where", "where", kernels::tr_aten_where) }, None, &[Arg::handle(condition)])
     }
 
     /// Decomposes `input` into mantissa and exponent tensors such that `\text{input} = \text{mantissa} \times 2^{\text{exponent}}`. (`frexp.Tensor(Tensor self) -> (Tensor mantissa, Tensor exponent)`)
     pub(crate) fn frexp_tensor(input: TensorId) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("frexp_tensor");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_frexp_tensor, "frexp.Tensor", &[Arg::tensor(input)]))))
-        }))
+        run::tensors(const { &Schema::new("frexp_tensor", "frexp.Tensor", kernels::tr_aten_frexp_tensor) }, Some(2), &[Arg::handle(input)])
     }
 
     /// Returns `input`. (`positive(Tensor(a) self) -> Tensor(a)`)
     pub(crate) fn positive(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_positive, "positive", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("positive");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("positive", "positive", kernels::tr_aten_positive) }, &[Arg::handle(input)])
     }
 
     /// Subtracts `other`, scaled by `alpha`, from `input`. (`sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor`)
     pub(crate) fn sub_tensor(input: TensorId, other: TensorId, alpha: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], alpha: Scalar) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_sub_tensor, "sub.Tensor", &[Arg::tensor(input), Arg::tensor(other), Arg::scalar(alpha)])?)
-            }
-            let mut op = Op::begin("sub_tensor");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&|inputs| replay(inputs, alpha)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, alpha))
-            }))
-        }))
+        run::replayable(const { &Schema::new("sub_tensor", "sub.Tensor", kernels::tr_aten_sub_tensor) }, &[Arg::handle(input), Arg::handle(other), Arg::scalar(alpha)])
     }
 
     /// In-place version of `Tensor.sub` (`sub_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)`)
     pub(crate) fn sub_tensor_(input: TensorId, other: TensorId, alpha: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("sub_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_sub_tensor_, "sub_.Tensor", &[Arg::tensor(input), Arg::tensor(other), Arg::scalar(alpha)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("sub_tensor_", "sub_.Tensor", kernels::tr_aten_sub_tensor_) }, &[Arg::handle_mut(input), Arg::handle(other), Arg::scalar(alpha)]).map(|_| input)
     }
 
     /// Alias for `torch.sub`. (`subtract.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor`)
     pub(crate) fn subtract_tensor(input: TensorId, other: TensorId, alpha: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], alpha: Scalar) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_subtract_tensor, "subtract.Tensor", &[Arg::tensor(input), Arg::tensor(other), Arg::scalar(alpha)])?)
-            }
-            let mut op = Op::begin("subtract_tensor");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&|inputs| replay(inputs, alpha)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, alpha))
-            }))
-        }))
+        run::replayable(const { &Schema::new("subtract_tensor", "subtract.Tensor", kernels::tr_aten_subtract_tensor) }, &[Arg::handle(input), Arg::handle(other), Arg::scalar(alpha)])
     }
 
     /// In-place version of `Tensor.subtract`. (`subtract_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)`)
     pub(crate) fn subtract_tensor_(input: TensorId, other: TensorId, alpha: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("subtract_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_subtract_tensor_, "subtract_.Tensor", &[Arg::tensor(input), Arg::tensor(other), Arg::scalar(alpha)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("subtract_tensor_", "subtract_.Tensor", kernels::tr_aten_subtract_tensor_) }, &[Arg::handle_mut(input), Arg::handle(other), Arg::scalar(alpha)]).map(|_| input)
     }
 
     /// Alias for `torch.sub`. (`subtract.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor`)
     pub(crate) fn subtract_scalar(input: TensorId, other: Scalar, alpha: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar, alpha: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_subtract_scalar, "subtract.Scalar", &[Arg::tensor(input), Arg::scalar(other), Arg::scalar(alpha)])?)
-            }
-            let mut op = Op::begin("subtract_scalar");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other, alpha)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other, alpha))
-            }))
-        }))
+        run::replayable(const { &Schema::new("subtract_scalar", "subtract.Scalar", kernels::tr_aten_subtract_scalar) }, &[Arg::handle(input), Arg::scalar(other), Arg::scalar(alpha)])
     }
 
     /// In-place version of `Tensor.subtract`. (`subtract_.Scalar(Tensor(a!) self, Scalar other, Scalar alpha=1) -> Tensor(a!)`)
     pub(crate) fn subtract_scalar_(input: TensorId, other: Scalar, alpha: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("subtract_scalar_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_subtract_scalar_, "subtract_.Scalar", &[Arg::tensor(input), Arg::scalar(other), Arg::scalar(alpha)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("subtract_scalar_", "subtract_.Scalar", kernels::tr_aten_subtract_scalar_) }, &[Arg::handle_mut(input), Arg::scalar(other), Arg::scalar(alpha)]).map(|_| input)
     }
 
     /// `other - alpha * input`: subtraction with its operands swapped. (`rsub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor`)
     pub(crate) fn rsub_tensor(input: TensorId, other: TensorId, alpha: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], alpha: Scalar) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_rsub_tensor, "rsub.Tensor", &[Arg::tensor(input), Arg::tensor(other), Arg::scalar(alpha)])?)
-            }
-            let mut op = Op::begin("rsub_tensor");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&|inputs| replay(inputs, alpha)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, alpha))
-            }))
-        }))
+        run::replayable(const { &Schema::new("rsub_tensor", "rsub.Tensor", kernels::tr_aten_rsub_tensor) }, &[Arg::handle(input), Arg::handle(other), Arg::scalar(alpha)])
     }
 
     /// Computes the Heaviside step function for each element in `input`. (`heaviside(Tensor self, Tensor values) -> Tensor`)
     pub(crate) fn heaviside(input: TensorId, values: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, values] = replay_args(inputs)?;
-                let input = given(input)?;
-                let values = given(values)?;
-                Ok(aten::tensor(kernels::tr_aten_heaviside, "heaviside", &[Arg::tensor(input), Arg::tensor(values)])?)
-            }
-            let mut op = Op::begin("heaviside");
-            let [input, values] = op.get([input, values])?;
-            let input: &tch::Tensor = &input;
-            let values: &tch::Tensor = &values;
-            op.output_replayable([Some(input), Some(values)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("heaviside", "heaviside", kernels::tr_aten_heaviside) }, &[Arg::handle(input), Arg::handle(values)])
     }
 
     /// In-place version of `Tensor.heaviside` (`heaviside_(Tensor(a!) self, Tensor values) -> Tensor(a!)`)
     pub(crate) fn heaviside_(input: TensorId, values: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("heaviside_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [values] = op.get([values])?;
-            let input: &tch::Tensor = &input;
-            let values: &tch::Tensor = &values;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_heaviside_, "heaviside_", &[Arg::tensor(input), Arg::tensor(values)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("heaviside_", "heaviside_", kernels::tr_aten_heaviside_) }, &[Arg::handle_mut(input), Arg::handle(values)]).map(|_| input)
     }
 
     /// Fills elements of `self` tensor with `value` where `mask` is True. (`masked_fill_.Scalar(Tensor(a!) self, Tensor mask, Scalar value) -> Tensor(a!)`)
     pub(crate) fn masked_fill_scalar_(input: TensorId, mask: TensorId, value: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("masked_fill_scalar_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [mask] = op.get([mask])?;
-            let input: &tch::Tensor = &input;
-            let mask: &tch::Tensor = &mask;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_masked_fill_scalar_, "masked_fill_.Scalar", &[Arg::tensor(input), Arg::tensor(mask), Arg::scalar(value)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("masked_fill_scalar_", "masked_fill_.Scalar", kernels::tr_aten_masked_fill_scalar_) }, &[Arg::handle_mut(input), Arg::handle(mask), Arg::scalar(value)]).map(|_| input)
     }
 
     /// Out-of-place version of `torch.Tensor.masked_fill_` (`masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor`)
     pub(crate) fn masked_fill_scalar(input: TensorId, mask: TensorId, value: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], value: Scalar) -> Result<tch::Tensor> {
-                let [input, mask] = replay_args(inputs)?;
-                let input = given(input)?;
-                let mask = given(mask)?;
-                Ok(aten::tensor(kernels::tr_aten_masked_fill_scalar, "masked_fill.Scalar", &[Arg::tensor(input), Arg::tensor(mask), Arg::scalar(value)])?)
-            }
-            let mut op = Op::begin("masked_fill_scalar");
-            let [input, mask] = op.get([input, mask])?;
-            let input: &tch::Tensor = &input;
-            let mask: &tch::Tensor = &mask;
-            op.output_replayable([Some(input), Some(mask)], erased_run(&|inputs| replay(inputs, value)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, value))
-            }))
-        }))
+        run::replayable(const { &Schema::new("masked_fill_scalar", "masked_fill.Scalar", kernels::tr_aten_masked_fill_scalar) }, &[Arg::handle(input), Arg::handle(mask), Arg::scalar(value)])
     }
 
     /// Fills elements of `self` tensor with `value` where `mask` is True. (`masked_fill_.Tensor(Tensor(a!) self, Tensor mask, Tensor value) -> Tensor(a!)`)
     pub(crate) fn masked_fill_tensor_(input: TensorId, mask: TensorId, value: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("masked_fill_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [mask, value] = op.get([mask, value])?;
-            let input: &tch::Tensor = &input;
-            let mask: &tch::Tensor = &mask;
-            let value: &tch::Tensor = &value;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_masked_fill_tensor_, "masked_fill_.Tensor", &[Arg::tensor(input), Arg::tensor(mask), Arg::tensor(value)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("masked_fill_tensor_", "masked_fill_.Tensor", kernels::tr_aten_masked_fill_tensor_) }, &[Arg::handle_mut(input), Arg::handle(mask), Arg::handle(value)]).map(|_| input)
     }
 
     /// Out-of-place version of `torch.Tensor.masked_fill_` (`masked_fill.Tensor(Tensor self, Tensor mask, Tensor value) -> Tensor`)
     pub(crate) fn masked_fill_tensor(input: TensorId, mask: TensorId, value: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, mask, value] = replay_args(inputs)?;
-                let input = given(input)?;
-                let mask = given(mask)?;
-                let value = given(value)?;
-                Ok(aten::tensor(kernels::tr_aten_masked_fill_tensor, "masked_fill.Tensor", &[Arg::tensor(input), Arg::tensor(mask), Arg::tensor(value)])?)
-            }
-            let mut op = Op::begin("masked_fill_tensor");
-            let [input, mask, value] = op.get([input, mask, value])?;
-            let input: &tch::Tensor = &input;
-            let mask: &tch::Tensor = &mask;
-            let value: &tch::Tensor = &value;
-            op.output_replayable([Some(input), Some(mask), Some(value)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("masked_fill_tensor", "masked_fill.Tensor", kernels::tr_aten_masked_fill_tensor) }, &[Arg::handle(input), Arg::handle(mask), Arg::handle(value)])
     }
 
     /// In-place version of `Tensor.eq` (`eq_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`)
     pub(crate) fn eq_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("eq_scalar_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_eq_scalar_, "eq_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("eq_scalar_", "eq_.Scalar", kernels::tr_aten_eq_scalar_) }, &[Arg::handle_mut(input), Arg::scalar(other)]).map(|_| input)
     }
 
     /// In-place version of `Tensor.eq` (`eq_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn eq_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("eq_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_eq_tensor_, "eq_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("eq_tensor_", "eq_.Tensor", kernels::tr_aten_eq_tensor_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Computes the bitwise AND of `input` and `other`. (`bitwise_and.Scalar(Tensor self, Scalar other) -> Tensor`)
     pub(crate) fn bitwise_and_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_bitwise_and_scalar, "bitwise_and.Scalar", &[Arg::tensor(input), Arg::scalar(other)])?)
-            }
-            let mut op = Op::begin("bitwise_and_scalar");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            }))
-        }))
+        run::replayable(const { &Schema::new("bitwise_and_scalar", "bitwise_and.Scalar", kernels::tr_aten_bitwise_and_scalar) }, &[Arg::handle(input), Arg::scalar(other)])
     }
 
     /// Computes the bitwise AND of `input` and `other`. (`bitwise_and.Scalar_Tensor(Scalar self, Tensor other) -> Tensor`)
     pub(crate) fn bitwise_and_scalar_tensor(input: Scalar, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], input: Scalar) -> Result<tch::Tensor> {
-                let [other] = replay_args(inputs)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_bitwise_and_scalar_tensor, "bitwise_and.Scalar_Tensor", &[Arg::scalar(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("bitwise_and_scalar_tensor");
-            let [other] = op.get([other])?;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(other)], erased_run(&|inputs| replay(inputs, input)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, input))
-            }))
-        }))
+        run::replayable(const { &Schema::new("bitwise_and_scalar_tensor", "bitwise_and.Scalar_Tensor", kernels::tr_aten_bitwise_and_scalar_tensor) }, &[Arg::scalar(input), Arg::handle(other)])
     }
 
     /// Computes the bitwise AND of `input` and `other`. (`bitwise_and.Tensor(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn bitwise_and_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_bitwise_and_tensor, "bitwise_and.Tensor", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("bitwise_and_tensor");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("bitwise_and_tensor", "bitwise_and.Tensor", kernels::tr_aten_bitwise_and_tensor) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.bitwise_and` (`bitwise_and_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`)
     pub(crate) fn bitwise_and_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("bitwise_and_scalar_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_bitwise_and_scalar_, "bitwise_and_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("bitwise_and_scalar_", "bitwise_and_.Scalar", kernels::tr_aten_bitwise_and_scalar_) }, &[Arg::handle_mut(input), Arg::scalar(other)]).map(|_| input)
     }
 
     /// In-place version of `Tensor.bitwise_and` (`bitwise_and_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn bitwise_and_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("bitwise_and_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_bitwise_and_tensor_, "bitwise_and_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("bitwise_and_tensor_", "bitwise_and_.Tensor", kernels::tr_aten_bitwise_and_tensor_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Computes the bitwise OR of `input` and `other`. (`bitwise_or.Scalar(Tensor self, Scalar other) -> Tensor`)
     pub(crate) fn bitwise_or_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_bitwise_or_scalar, "bitwise_or.Scalar", &[Arg::tensor(input), Arg::scalar(other)])?)
-            }
-            let mut op = Op::begin("bitwise_or_scalar");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            }))
-        }))
+        run::replayable(const { &Schema::new("bitwise_or_scalar", "bitwise_or.Scalar", kernels::tr_aten_bitwise_or_scalar) }, &[Arg::handle(input), Arg::scalar(other)])
     }
 
     /// Computes the bitwise OR of `input` and `other`. (`bitwise_or.Scalar_Tensor(Scalar self, Tensor other) -> Tensor`)
     pub(crate) fn bitwise_or_scalar_tensor(input: Scalar, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], input: Scalar) -> Result<tch::Tensor> {
-                let [other] = replay_args(inputs)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_bitwise_or_scalar_tensor, "bitwise_or.Scalar_Tensor", &[Arg::scalar(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("bitwise_or_scalar_tensor");
-            let [other] = op.get([other])?;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(other)], erased_run(&|inputs| replay(inputs, input)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, input))
-            }))
-        }))
+        run::replayable(const { &Schema::new("bitwise_or_scalar_tensor", "bitwise_or.Scalar_Tensor", kernels::tr_aten_bitwise_or_scalar_tensor) }, &[Arg::scalar(input), Arg::handle(other)])
     }
 
     /// Computes the bitwise OR of `input` and `other`. (`bitwise_or.Tensor(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn bitwise_or_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_bitwise_or_tensor, "bitwise_or.Tensor", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("bitwise_or_tensor");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("bitwise_or_tensor", "bitwise_or.Tensor", kernels::tr_aten_bitwise_or_tensor) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.bitwise_or` (`bitwise_or_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`)
     pub(crate) fn bitwise_or_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("bitwise_or_scalar_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_bitwise_or_scalar_, "bitwise_or_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("bitwise_or_scalar_", "bitwise_or_.Scalar", kernels::tr_aten_bitwise_or_scalar_) }, &[Arg::handle_mut(input), Arg::scalar(other)]).map(|_| input)
     }
 
     /// In-place version of `Tensor.bitwise_or` (`bitwise_or_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn bitwise_or_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("bitwise_or_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_bitwise_or_tensor_, "bitwise_or_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("bitwise_or_tensor_", "bitwise_or_.Tensor", kernels::tr_aten_bitwise_or_tensor_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Computes the bitwise XOR of `input` and `other`. (`bitwise_xor.Scalar(Tensor self, Scalar other) -> Tensor`)
     pub(crate) fn bitwise_xor_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_bitwise_xor_scalar, "bitwise_xor.Scalar", &[Arg::tensor(input), Arg::scalar(other)])?)
-            }
-            let mut op = Op::begin("bitwise_xor_scalar");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            }))
-        }))
+        run::replayable(const { &Schema::new("bitwise_xor_scalar", "bitwise_xor.Scalar", kernels::tr_aten_bitwise_xor_scalar) }, &[Arg::handle(input), Arg::scalar(other)])
     }
 
     /// Computes the bitwise XOR of `input` and `other`. (`bitwise_xor.Scalar_Tensor(Scalar self, Tensor other) -> Tensor`)
     pub(crate) fn bitwise_xor_scalar_tensor(input: Scalar, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], input: Scalar) -> Result<tch::Tensor> {
-                let [other] = replay_args(inputs)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_bitwise_xor_scalar_tensor, "bitwise_xor.Scalar_Tensor", &[Arg::scalar(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("bitwise_xor_scalar_tensor");
-            let [other] = op.get([other])?;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(other)], erased_run(&|inputs| replay(inputs, input)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, input))
-            }))
-        }))
+        run::replayable(const { &Schema::new("bitwise_xor_scalar_tensor", "bitwise_xor.Scalar_Tensor", kernels::tr_aten_bitwise_xor_scalar_tensor) }, &[Arg::scalar(input), Arg::handle(other)])
     }
 
     /// Computes the bitwise XOR of `input` and `other`. (`bitwise_xor.Tensor(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn bitwise_xor_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_bitwise_xor_tensor, "bitwise_xor.Tensor", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("bitwise_xor_tensor");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("bitwise_xor_tensor", "bitwise_xor.Tensor", kernels::tr_aten_bitwise_xor_tensor) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.bitwise_xor` (`bitwise_xor_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`)
     pub(crate) fn bitwise_xor_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("bitwise_xor_scalar_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_bitwise_xor_scalar_, "bitwise_xor_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("bitwise_xor_scalar_", "bitwise_xor_.Scalar", kernels::tr_aten_bitwise_xor_scalar_) }, &[Arg::handle_mut(input), Arg::scalar(other)]).map(|_| input)
     }
 
     /// In-place version of `Tensor.bitwise_xor` (`bitwise_xor_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn bitwise_xor_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("bitwise_xor_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_bitwise_xor_tensor_, "bitwise_xor_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("bitwise_xor_tensor_", "bitwise_xor_.Tensor", kernels::tr_aten_bitwise_xor_tensor_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Computes the left arithmetic shift of `input` by `other` bits. (`bitwise_left_shift.Tensor(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn bitwise_left_shift_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_bitwise_left_shift_tensor, "bitwise_left_shift.Tensor", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("bitwise_left_shift_tensor");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("bitwise_left_shift_tensor", "bitwise_left_shift.Tensor", kernels::tr_aten_bitwise_left_shift_tensor) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.bitwise_left_shift` (`bitwise_left_shift_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn bitwise_left_shift_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("bitwise_left_shift_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_bitwise_left_shift_tensor_, "bitwise_left_shift_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("bitwise_left_shift_tensor_", "bitwise_left_shift_.Tensor", kernels::tr_aten_bitwise_left_shift_tensor_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Computes the left arithmetic shift of `input` by `other` bits. (`bitwise_left_shift.Tensor_Scalar(Tensor self, Scalar other) -> Tensor`)
     pub(crate) fn bitwise_left_shift_tensor_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_bitwise_left_shift_tensor_scalar, "bitwise_left_shift.Tensor_Scalar", &[Arg::tensor(input), Arg::scalar(other)])?)
-            }
-            let mut op = Op::begin("bitwise_left_shift_tensor_scalar");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            }))
-        }))
+        run::replayable(const { &Schema::new("bitwise_left_shift_tensor_scalar", "bitwise_left_shift.Tensor_Scalar", kernels::tr_aten_bitwise_left_shift_tensor_scalar) }, &[Arg::handle(input), Arg::scalar(other)])
     }
 
     /// In-place version of `Tensor.bitwise_left_shift` (`bitwise_left_shift_.Tensor_Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`)
     pub(crate) fn bitwise_left_shift_tensor_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("bitwise_left_shift_tensor_scalar_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_bitwise_left_shift_tensor_scalar_, "bitwise_left_shift_.Tensor_Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("bitwise_left_shift_tensor_scalar_", "bitwise_left_shift_.Tensor_Scalar", kernels::tr_aten_bitwise_left_shift_tensor_scalar_) }, &[Arg::handle_mut(input), Arg::scalar(other)]).map(|_| input)
     }
 
     /// Computes the left arithmetic shift of `input` by `other` bits. (`bitwise_left_shift.Scalar_Tensor(Scalar self, Tensor other) -> Tensor`)
     pub(crate) fn bitwise_left_shift_scalar_tensor(input: Scalar, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], input: Scalar) -> Result<tch::Tensor> {
-                let [other] = replay_args(inputs)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_bitwise_left_shift_scalar_tensor, "bitwise_left_shift.Scalar_Tensor", &[Arg::scalar(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("bitwise_left_shift_scalar_tensor");
-            let [other] = op.get([other])?;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(other)], erased_run(&|inputs| replay(inputs, input)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, input))
-            }))
-        }))
+        run::replayable(const { &Schema::new("bitwise_left_shift_scalar_tensor", "bitwise_left_shift.Scalar_Tensor", kernels::tr_aten_bitwise_left_shift_scalar_tensor) }, &[Arg::scalar(input), Arg::handle(other)])
     }
 
     /// Computes the right arithmetic shift of `input` by `other` bits. (`bitwise_right_shift.Tensor(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn bitwise_right_shift_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_bitwise_right_shift_tensor, "bitwise_right_shift.Tensor", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("bitwise_right_shift_tensor");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("bitwise_right_shift_tensor", "bitwise_right_shift.Tensor", kernels::tr_aten_bitwise_right_shift_tensor) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.bitwise_right_shift` (`bitwise_right_shift_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn bitwise_right_shift_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("bitwise_right_shift_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_bitwise_right_shift_tensor_, "bitwise_right_shift_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("bitwise_right_shift_tensor_", "bitwise_right_shift_.Tensor", kernels::tr_aten_bitwise_right_shift_tensor_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Computes the right arithmetic shift of `input` by `other` bits. (`bitwise_right_shift.Tensor_Scalar(Tensor self, Scalar other) -> Tensor`)
     pub(crate) fn bitwise_right_shift_tensor_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_bitwise_right_shift_tensor_scalar, "bitwise_right_shift.Tensor_Scalar", &[Arg::tensor(input), Arg::scalar(other)])?)
-            }
-            let mut op = Op::begin("bitwise_right_shift_tensor_scalar");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            }))
-        }))
+        run::replayable(const { &Schema::new("bitwise_right_shift_tensor_scalar", "bitwise_right_shift.Tensor_Scalar", kernels::tr_aten_bitwise_right_shift_tensor_scalar) }, &[Arg::handle(input), Arg::scalar(other)])
     }
 
     /// In-place version of `Tensor.bitwise_right_shift` (`bitwise_right_shift_.Tensor_Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`)
     pub(crate) fn bitwise_right_shift_tensor_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("bitwise_right_shift_tensor_scalar_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_bitwise_right_shift_tensor_scalar_, "bitwise_right_shift_.Tensor_Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("bitwise_right_shift_tensor_scalar_", "bitwise_right_shift_.Tensor_Scalar", kernels::tr_aten_bitwise_right_shift_tensor_scalar_) }, &[Arg::handle_mut(input), Arg::scalar(other)]).map(|_| input)
     }
 
     /// Computes the right arithmetic shift of `input` by `other` bits. (`bitwise_right_shift.Scalar_Tensor(Scalar self, Tensor other) -> Tensor`)
     pub(crate) fn bitwise_right_shift_scalar_tensor(input: Scalar, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], input: Scalar) -> Result<tch::Tensor> {
-                let [other] = replay_args(inputs)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_bitwise_right_shift_scalar_tensor, "bitwise_right_shift.Scalar_Tensor", &[Arg::scalar(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("bitwise_right_shift_scalar_tensor");
-            let [other] = op.get([other])?;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(other)], erased_run(&|inputs| replay(inputs, input)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, input))
-            }))
-        }))
+        run::replayable(const { &Schema::new("bitwise_right_shift_scalar_tensor", "bitwise_right_shift.Scalar_Tensor", kernels::tr_aten_bitwise_right_shift_scalar_tensor) }, &[Arg::scalar(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.digamma` (`digamma_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn digamma_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("digamma_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_digamma_, "digamma_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("digamma_", "digamma_", kernels::tr_aten_digamma_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// In-place version of `Tensor.lerp` (`lerp_.Scalar(Tensor(a!) self, Tensor end, Scalar weight) -> Tensor(a!)`)
     pub(crate) fn lerp_scalar_(input: TensorId, end: TensorId, weight: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("lerp_scalar_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [end] = op.get([end])?;
-            let input: &tch::Tensor = &input;
-            let end: &tch::Tensor = &end;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_lerp_scalar_, "lerp_.Scalar", &[Arg::tensor(input), Arg::tensor(end), Arg::scalar(weight)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("lerp_scalar_", "lerp_.Scalar", kernels::tr_aten_lerp_scalar_) }, &[Arg::handle_mut(input), Arg::handle(end), Arg::scalar(weight)]).map(|_| input)
     }
 
     /// In-place version of `Tensor.lerp` (`lerp_.Tensor(Tensor(a!) self, Tensor end, Tensor weight) -> Tensor(a!)`)
     pub(crate) fn lerp_tensor_(input: TensorId, end: TensorId, weight: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("lerp_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [end, weight] = op.get([end, weight])?;
-            let input: &tch::Tensor = &input;
-            let end: &tch::Tensor = &end;
-            let weight: &tch::Tensor = &weight;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_lerp_tensor_, "lerp_.Tensor", &[Arg::tensor(input), Arg::tensor(end), Arg::tensor(weight)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("lerp_tensor_", "lerp_.Tensor", kernels::tr_aten_lerp_tensor_) }, &[Arg::handle_mut(input), Arg::handle(end), Arg::handle(weight)]).map(|_| input)
     }
 
     /// Computes `\text{input} \neq \text{other}` element-wise. (`ne.Tensor(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn ne_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_ne_tensor, "ne.Tensor", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("ne_tensor");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("ne_tensor", "ne.Tensor", kernels::tr_aten_ne_tensor) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.ne`. (`ne_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`)
     pub(crate) fn ne_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("ne_scalar_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_ne_scalar_, "ne_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("ne_scalar_", "ne_.Scalar", kernels::tr_aten_ne_scalar_) }, &[Arg::handle_mut(input), Arg::scalar(other)]).map(|_| input)
     }
 
     /// In-place version of `Tensor.ne`. (`ne_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn ne_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("ne_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_ne_tensor_, "ne_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("ne_tensor_", "ne_.Tensor", kernels::tr_aten_ne_tensor_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Alias for `torch.ne`. (`not_equal.Scalar(Tensor self, Scalar other) -> Tensor`)
     pub(crate) fn not_equal_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_not_equal_scalar, "not_equal.Scalar", &[Arg::tensor(input), Arg::scalar(other)])?)
-            }
-            let mut op = Op::begin("not_equal_scalar");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            }))
-        }))
+        run::replayable(const { &Schema::new("not_equal_scalar", "not_equal.Scalar", kernels::tr_aten_not_equal_scalar) }, &[Arg::handle(input), Arg::scalar(other)])
     }
 
     /// Alias for `torch.ne`. (`not_equal.Tensor(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn not_equal_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_not_equal_tensor, "not_equal.Tensor", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("not_equal_tensor");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("not_equal_tensor", "not_equal.Tensor", kernels::tr_aten_not_equal_tensor) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.not_equal`. (`not_equal_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`)
     pub(crate) fn not_equal_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("not_equal_scalar_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_not_equal_scalar_, "not_equal_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("not_equal_scalar_", "not_equal_.Scalar", kernels::tr_aten_not_equal_scalar_) }, &[Arg::handle_mut(input), Arg::scalar(other)]).map(|_| input)
     }
 
     /// In-place version of `Tensor.not_equal`. (`not_equal_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn not_equal_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("not_equal_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_not_equal_tensor_, "not_equal_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("not_equal_tensor_", "not_equal_.Tensor", kernels::tr_aten_not_equal_tensor_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Computes element-wise equality. (`eq.Tensor(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn eq_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_eq_tensor, "eq.Tensor", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("eq_tensor");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("eq_tensor", "eq.Tensor", kernels::tr_aten_eq_tensor) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// Computes `\text{input} \geq \text{other}` element-wise. (`ge.Tensor(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn ge_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_ge_tensor, "ge.Tensor", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("ge_tensor");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("ge_tensor", "ge.Tensor", kernels::tr_aten_ge_tensor) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.ge`. (`ge_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`)
     pub(crate) fn ge_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("ge_scalar_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_ge_scalar_, "ge_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("ge_scalar_", "ge_.Scalar", kernels::tr_aten_ge_scalar_) }, &[Arg::handle_mut(input), Arg::scalar(other)]).map(|_| input)
     }
 
     /// In-place version of `Tensor.ge`. (`ge_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn ge_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("ge_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_ge_tensor_, "ge_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("ge_tensor_", "ge_.Tensor", kernels::tr_aten_ge_tensor_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Alias for `torch.ge`. (`greater_equal.Scalar(Tensor self, Scalar other) -> Tensor`)
     pub(crate) fn greater_equal_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_greater_equal_scalar, "greater_equal.Scalar", &[Arg::tensor(input), Arg::scalar(other)])?)
-            }
-            let mut op = Op::begin("greater_equal_scalar");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            }))
-        }))
+        run::replayable(const { &Schema::new("greater_equal_scalar", "greater_equal.Scalar", kernels::tr_aten_greater_equal_scalar) }, &[Arg::handle(input), Arg::scalar(other)])
     }
 
     /// Alias for `torch.ge`. (`greater_equal.Tensor(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn greater_equal_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_greater_equal_tensor, "greater_equal.Tensor", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("greater_equal_tensor");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("greater_equal_tensor", "greater_equal.Tensor", kernels::tr_aten_greater_equal_tensor) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.greater_equal`. (`greater_equal_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`)
     pub(crate) fn greater_equal_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("greater_equal_scalar_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_greater_equal_scalar_, "greater_equal_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("greater_equal_scalar_", "greater_equal_.Scalar", kernels::tr_aten_greater_equal_scalar_) }, &[Arg::handle_mut(input), Arg::scalar(other)]).map(|_| input)
     }
 
     /// In-place version of `Tensor.greater_equal`. (`greater_equal_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn greater_equal_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("greater_equal_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_greater_equal_tensor_, "greater_equal_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("greater_equal_tensor_", "greater_equal_.Tensor", kernels::tr_aten_greater_equal_tensor_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Computes `\text{input} \leq \text{other}` element-wise. (`le.Tensor(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn le_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_le_tensor, "le.Tensor", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("le_tensor");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("le_tensor", "le.Tensor", kernels::tr_aten_le_tensor) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.le`. (`le_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`)
     pub(crate) fn le_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("le_scalar_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_le_scalar_, "le_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("le_scalar_", "le_.Scalar", kernels::tr_aten_le_scalar_) }, &[Arg::handle_mut(input), Arg::scalar(other)]).map(|_| input)
     }
 
     /// In-place version of `Tensor.le`. (`le_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn le_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("le_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_le_tensor_, "le_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("le_tensor_", "le_.Tensor", kernels::tr_aten_le_tensor_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Alias for `torch.le`. (`less_equal.Scalar(Tensor self, Scalar other) -> Tensor`)
     pub(crate) fn less_equal_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_less_equal_scalar, "less_equal.Scalar", &[Arg::tensor(input), Arg::scalar(other)])?)
-            }
-            let mut op = Op::begin("less_equal_scalar");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            }))
-        }))
+        run::replayable(const { &Schema::new("less_equal_scalar", "less_equal.Scalar", kernels::tr_aten_less_equal_scalar) }, &[Arg::handle(input), Arg::scalar(other)])
     }
 
     /// Alias for `torch.le`. (`less_equal.Tensor(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn less_equal_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_less_equal_tensor, "less_equal.Tensor", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("less_equal_tensor");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("less_equal_tensor", "less_equal.Tensor", kernels::tr_aten_less_equal_tensor) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.less_equal`. (`less_equal_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`)
     pub(crate) fn less_equal_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("less_equal_scalar_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_less_equal_scalar_, "less_equal_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("less_equal_scalar_", "less_equal_.Scalar", kernels::tr_aten_less_equal_scalar_) }, &[Arg::handle_mut(input), Arg::scalar(other)]).map(|_| input)
     }
 
     /// In-place version of `Tensor.less_equal`. (`less_equal_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn less_equal_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("less_equal_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_less_equal_tensor_, "less_equal_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("less_equal_tensor_", "less_equal_.Tensor", kernels::tr_aten_less_equal_tensor_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Computes `\text{input} > \text{other}` element-wise. (`gt.Tensor(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn gt_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_gt_tensor, "gt.Tensor", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("gt_tensor");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("gt_tensor", "gt.Tensor", kernels::tr_aten_gt_tensor) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.gt`. (`gt_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`)
     pub(crate) fn gt_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("gt_scalar_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_gt_scalar_, "gt_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("gt_scalar_", "gt_.Scalar", kernels::tr_aten_gt_scalar_) }, &[Arg::handle_mut(input), Arg::scalar(other)]).map(|_| input)
     }
 
     /// In-place version of `Tensor.gt`. (`gt_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn gt_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("gt_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_gt_tensor_, "gt_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("gt_tensor_", "gt_.Tensor", kernels::tr_aten_gt_tensor_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Alias for `torch.gt`. (`greater.Scalar(Tensor self, Scalar other) -> Tensor`)
     pub(crate) fn greater_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_greater_scalar, "greater.Scalar", &[Arg::tensor(input), Arg::scalar(other)])?)
-            }
-            let mut op = Op::begin("greater_scalar");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            }))
-        }))
+        run::replayable(const { &Schema::new("greater_scalar", "greater.Scalar", kernels::tr_aten_greater_scalar) }, &[Arg::handle(input), Arg::scalar(other)])
     }
 
     /// Alias for `torch.gt`. (`greater.Tensor(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn greater_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_greater_tensor, "greater.Tensor", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("greater_tensor");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("greater_tensor", "greater.Tensor", kernels::tr_aten_greater_tensor) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.greater`. (`greater_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`)
     pub(crate) fn greater_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("greater_scalar_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_greater_scalar_, "greater_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("greater_scalar_", "greater_.Scalar", kernels::tr_aten_greater_scalar_) }, &[Arg::handle_mut(input), Arg::scalar(other)]).map(|_| input)
     }
 
     /// In-place version of `Tensor.greater`. (`greater_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn greater_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("greater_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_greater_tensor_, "greater_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("greater_tensor_", "greater_.Tensor", kernels::tr_aten_greater_tensor_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Computes `\text{input} < \text{other}` element-wise. (`lt.Tensor(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn lt_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_lt_tensor, "lt.Tensor", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("lt_tensor");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("lt_tensor", "lt.Tensor", kernels::tr_aten_lt_tensor) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.lt`. (`lt_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`)
     pub(crate) fn lt_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("lt_scalar_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_lt_scalar_, "lt_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("lt_scalar_", "lt_.Scalar", kernels::tr_aten_lt_scalar_) }, &[Arg::handle_mut(input), Arg::scalar(other)]).map(|_| input)
     }
 
     /// In-place version of `Tensor.lt`. (`lt_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn lt_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("lt_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_lt_tensor_, "lt_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("lt_tensor_", "lt_.Tensor", kernels::tr_aten_lt_tensor_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Alias for `torch.lt`. (`less.Scalar(Tensor self, Scalar other) -> Tensor`)
     pub(crate) fn less_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_less_scalar, "less.Scalar", &[Arg::tensor(input), Arg::scalar(other)])?)
-            }
-            let mut op = Op::begin("less_scalar");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            }))
-        }))
+        run::replayable(const { &Schema::new("less_scalar", "less.Scalar", kernels::tr_aten_less_scalar) }, &[Arg::handle(input), Arg::scalar(other)])
     }
 
     /// Alias for `torch.lt`. (`less.Tensor(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn less_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_less_tensor, "less.Tensor", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("less_tensor");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("less_tensor", "less.Tensor", kernels::tr_aten_less_tensor) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.less`. (`less_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`)
     pub(crate) fn less_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("less_scalar_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_less_scalar_, "less_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("less_scalar_", "less_.Scalar", kernels::tr_aten_less_scalar_) }, &[Arg::handle_mut(input), Arg::scalar(other)]).map(|_| input)
     }
 
     /// In-place version of `Tensor.less`. (`less_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn less_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("less_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_less_tensor_, "less_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("less_tensor_", "less_.Tensor", kernels::tr_aten_less_tensor_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Performs the element-wise multiplication of `tensor1` by `tensor2`, multiplies the result by the scalar `value` and adds it to `input`. (`addcmul(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor`)
     pub(crate) fn addcmul(input: TensorId, tensor1: TensorId, tensor2: TensorId, value: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], value: Scalar) -> Result<tch::Tensor> {
-                let [input, tensor1, tensor2] = replay_args(inputs)?;
-                let input = given(input)?;
-                let tensor1 = given(tensor1)?;
-                let tensor2 = given(tensor2)?;
-                Ok(aten::tensor(kernels::tr_aten_addcmul, "addcmul", &[Arg::tensor(input), Arg::tensor(tensor1), Arg::tensor(tensor2), Arg::scalar(value)])?)
-            }
-            let mut op = Op::begin("addcmul");
-            let [input, tensor1, tensor2] = op.get([input, tensor1, tensor2])?;
-            let input: &tch::Tensor = &input;
-            let tensor1: &tch::Tensor = &tensor1;
-            let tensor2: &tch::Tensor = &tensor2;
-            op.output_replayable([Some(input), Some(tensor1), Some(tensor2)], erased_run(&|inputs| replay(inputs, value)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, value))
-            }))
-        }))
+        run::replayable(const { &Schema::new("addcmul", "addcmul", kernels::tr_aten_addcmul) }, &[Arg::handle(input), Arg::handle(tensor1), Arg::handle(tensor2), Arg::scalar(value)])
     }
 
     /// In-place version of `Tensor.addcmul` (`addcmul_(Tensor(a!) self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor(a!)`)
     pub(crate) fn addcmul_(input: TensorId, tensor1: TensorId, tensor2: TensorId, value: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("addcmul_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [tensor1, tensor2] = op.get([tensor1, tensor2])?;
-            let input: &tch::Tensor = &input;
-            let tensor1: &tch::Tensor = &tensor1;
-            let tensor2: &tch::Tensor = &tensor2;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_addcmul_, "addcmul_", &[Arg::tensor(input), Arg::tensor(tensor1), Arg::tensor(tensor2), Arg::scalar(value)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("addcmul_", "addcmul_", kernels::tr_aten_addcmul_) }, &[Arg::handle_mut(input), Arg::handle(tensor1), Arg::handle(tensor2), Arg::scalar(value)]).map(|_| input)
     }
 
     /// Performs the element-wise division of `tensor1` by `tensor2`, multiplies the result by the scalar `value` and adds it to `input`. (`addcdiv(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor`)
     pub(crate) fn addcdiv(input: TensorId, tensor1: TensorId, tensor2: TensorId, value: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], value: Scalar) -> Result<tch::Tensor> {
-                let [input, tensor1, tensor2] = replay_args(inputs)?;
-                let input = given(input)?;
-                let tensor1 = given(tensor1)?;
-                let tensor2 = given(tensor2)?;
-                Ok(aten::tensor(kernels::tr_aten_addcdiv, "addcdiv", &[Arg::tensor(input), Arg::tensor(tensor1), Arg::tensor(tensor2), Arg::scalar(value)])?)
-            }
-            let mut op = Op::begin("addcdiv");
-            let [input, tensor1, tensor2] = op.get([input, tensor1, tensor2])?;
-            let input: &tch::Tensor = &input;
-            let tensor1: &tch::Tensor = &tensor1;
-            let tensor2: &tch::Tensor = &tensor2;
-            op.output_replayable([Some(input), Some(tensor1), Some(tensor2)], erased_run(&|inputs| replay(inputs, value)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, value))
-            }))
-        }))
+        run::replayable(const { &Schema::new("addcdiv", "addcdiv", kernels::tr_aten_addcdiv) }, &[Arg::handle(input), Arg::handle(tensor1), Arg::handle(tensor2), Arg::scalar(value)])
     }
 
     /// In-place version of `Tensor.addcdiv` (`addcdiv_(Tensor(a!) self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor(a!)`)
     pub(crate) fn addcdiv_(input: TensorId, tensor1: TensorId, tensor2: TensorId, value: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("addcdiv_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [tensor1, tensor2] = op.get([tensor1, tensor2])?;
-            let input: &tch::Tensor = &input;
-            let tensor1: &tch::Tensor = &tensor1;
-            let tensor2: &tch::Tensor = &tensor2;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_addcdiv_, "addcdiv_", &[Arg::tensor(input), Arg::tensor(tensor1), Arg::tensor(tensor2), Arg::scalar(value)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("addcdiv_", "addcdiv_", kernels::tr_aten_addcdiv_) }, &[Arg::handle_mut(input), Arg::handle(tensor1), Arg::handle(tensor2), Arg::scalar(value)]).map(|_| input)
     }
 
     /// In-place version of `Tensor.lgamma` (`lgamma_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn lgamma_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("lgamma_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_lgamma_, "lgamma_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("lgamma_", "lgamma_", kernels::tr_aten_lgamma_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Computes the natural logarithm of the absolute value of the gamma function on `input`. (`lgamma(Tensor self) -> Tensor`)
     pub(crate) fn lgamma(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_lgamma, "lgamma", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("lgamma");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("lgamma", "lgamma", kernels::tr_aten_lgamma) }, &[Arg::handle(input)])
     }
 
     /// Alias for `torch.special.digamma`. (`digamma(Tensor self) -> Tensor`)
     pub(crate) fn digamma(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_digamma, "digamma", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("digamma");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("digamma", "digamma", kernels::tr_aten_digamma) }, &[Arg::handle(input)])
     }
 
     /// Alias for `torch.special.polygamma`. (`polygamma(int n, Tensor self) -> Tensor`)
     pub(crate) fn polygamma(n: i64, input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], n: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_polygamma, "polygamma", &[Arg::int(n), Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("polygamma");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            }))
-        }))
+        run::replayable(const { &Schema::new("polygamma", "polygamma", kernels::tr_aten_polygamma) }, &[Arg::int(n), Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.polygamma` (`polygamma_(Tensor(a!) self, int n) -> Tensor(a!)`)
     pub(crate) fn polygamma_(input: TensorId, n: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("polygamma_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_polygamma_, "polygamma_", &[Arg::tensor(input), Arg::int(n)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("polygamma_", "polygamma_", kernels::tr_aten_polygamma_) }, &[Arg::handle_mut(input), Arg::int(n)]).map(|_| input)
     }
 
     /// Alias for `torch.special.erfinv`. (`erfinv(Tensor self) -> Tensor`)
     pub(crate) fn erfinv(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_erfinv, "erfinv", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("erfinv");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("erfinv", "erfinv", kernels::tr_aten_erfinv) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.erfinv` (`erfinv_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn erfinv_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("erfinv_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_erfinv_, "erfinv_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("erfinv_", "erfinv_", kernels::tr_aten_erfinv_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Alias for `torch.special.i0`. (`i0(Tensor self) -> Tensor`)
     pub(crate) fn i0(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_i0, "i0", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("i0");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("i0", "i0", kernels::tr_aten_i0) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.i0` (`i0_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn i0_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("i0_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_i0_, "i0_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("i0_", "i0_", kernels::tr_aten_i0_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Returns a new tensor with the signs of the elements of `input`. (`sign(Tensor self) -> Tensor`)
     pub(crate) fn sign(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_sign, "sign", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("sign");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("sign", "sign", kernels::tr_aten_sign) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.sign` (`sign_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn sign_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("sign_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_sign_, "sign_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("sign_", "sign_", kernels::tr_aten_sign_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Tests if each element of `input` has its sign bit set or not. (`signbit(Tensor self) -> Tensor`)
     pub(crate) fn signbit(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_signbit, "signbit", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("signbit");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("signbit", "signbit", kernels::tr_aten_signbit) }, &[Arg::handle(input)])
     }
 
     /// In-place version of `Tensor.atan2` (`atan2_(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn atan2_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("atan2_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_atan2_, "atan2_", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("atan2_", "atan2_", kernels::tr_aten_atan2_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Element-wise arctangent of `\text{input}_{i} / \text{other}_{i}` with consideration of the quadrant. (`atan2(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn atan2(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_atan2, "atan2", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("atan2");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("atan2", "atan2", kernels::tr_aten_atan2) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// arctan2(input: Tensor, other: Tensor, *, out: Optional[Tensor]) -> Tensor Alias for `torch.atan2`. (`arctan2(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn arctan2(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_arctan2, "arctan2", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("arctan2");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("arctan2", "arctan2", kernels::tr_aten_arctan2) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.arctan2` (`arctan2_(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn arctan2_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("arctan2_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_arctan2_, "arctan2_", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("arctan2_", "arctan2_", kernels::tr_aten_arctan2_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Does a linear interpolation of two tensors `start` (given by `input`) and `end` based on a scalar or tensor `weight` and returns the resulting `out` tensor. (`lerp.Scalar(Tensor self, Tensor end, Scalar weight) -> Tensor`)
     pub(crate) fn lerp_scalar(input: TensorId, end: TensorId, weight: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], weight: Scalar) -> Result<tch::Tensor> {
-                let [input, end] = replay_args(inputs)?;
-                let input = given(input)?;
-                let end = given(end)?;
-                Ok(aten::tensor(kernels::tr_aten_lerp_scalar, "lerp.Scalar", &[Arg::tensor(input), Arg::tensor(end), Arg::scalar(weight)])?)
-            }
-            let mut op = Op::begin("lerp_scalar");
-            let [input, end] = op.get([input, end])?;
-            let input: &tch::Tensor = &input;
-            let end: &tch::Tensor = &end;
-            op.output_replayable([Some(input), Some(end)], erased_run(&|inputs| replay(inputs, weight)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, weight))
-            }))
-        }))
+        run::replayable(const { &Schema::new("lerp_scalar", "lerp.Scalar", kernels::tr_aten_lerp_scalar) }, &[Arg::handle(input), Arg::handle(end), Arg::scalar(weight)])
     }
 
     /// Does a linear interpolation of two tensors `start` (given by `input`) and `end` based on a scalar or tensor `weight` and returns the resulting `out` tensor. (`lerp.Tensor(Tensor self, Tensor end, Tensor weight) -> Tensor`)
     pub(crate) fn lerp_tensor(input: TensorId, end: TensorId, weight: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, end, weight] = replay_args(inputs)?;
-                let input = given(input)?;
-                let end = given(end)?;
-                let weight = given(weight)?;
-                Ok(aten::tensor(kernels::tr_aten_lerp_tensor, "lerp.Tensor", &[Arg::tensor(input), Arg::tensor(end), Arg::tensor(weight)])?)
-            }
-            let mut op = Op::begin("lerp_tensor");
-            let [input, end, weight] = op.get([input, end, weight])?;
-            let input: &tch::Tensor = &input;
-            let end: &tch::Tensor = &end;
-            let weight: &tch::Tensor = &weight;
-            op.output_replayable([Some(input), Some(end), Some(weight)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("lerp_tensor", "lerp.Tensor", kernels::tr_aten_lerp_tensor) }, &[Arg::handle(input), Arg::handle(end), Arg::handle(weight)])
     }
 
     /// Applies C++'s std::fmod entrywise. (`fmod.Scalar(Tensor self, Scalar other) -> Tensor`)
     pub(crate) fn fmod_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_fmod_scalar, "fmod.Scalar", &[Arg::tensor(input), Arg::scalar(other)])?)
-            }
-            let mut op = Op::begin("fmod_scalar");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            }))
-        }))
+        run::replayable(const { &Schema::new("fmod_scalar", "fmod.Scalar", kernels::tr_aten_fmod_scalar) }, &[Arg::handle(input), Arg::scalar(other)])
     }
 
     /// In-place version of `Tensor.fmod` (`fmod_.Scalar(Tensor(a!) self, Scalar other) -> Tensor(a!)`)
     pub(crate) fn fmod_scalar_(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("fmod_scalar_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_fmod_scalar_, "fmod_.Scalar", &[Arg::tensor(input), Arg::scalar(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("fmod_scalar_", "fmod_.Scalar", kernels::tr_aten_fmod_scalar_) }, &[Arg::handle_mut(input), Arg::scalar(other)]).map(|_| input)
     }
 
     /// Applies C++'s std::fmod entrywise. (`fmod.Tensor(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn fmod_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_fmod_tensor, "fmod.Tensor", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("fmod_tensor");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("fmod_tensor", "fmod.Tensor", kernels::tr_aten_fmod_tensor) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.fmod` (`fmod_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn fmod_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("fmod_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_fmod_tensor_, "fmod_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("fmod_tensor_", "fmod_.Tensor", kernels::tr_aten_fmod_tensor_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Given the legs of a right triangle, return its hypotenuse. (`hypot(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn hypot(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_hypot, "hypot", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("hypot");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("hypot", "hypot", kernels::tr_aten_hypot) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.hypot` (`hypot_(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn hypot_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("hypot_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_hypot_, "hypot_", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("hypot_", "hypot_", kernels::tr_aten_hypot_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Alias for `torch.special.gammainc`. (`igamma(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn igamma(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_igamma, "igamma", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("igamma");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("igamma", "igamma", kernels::tr_aten_igamma) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.igamma` (`igamma_(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn igamma_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("igamma_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_igamma_, "igamma_", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("igamma_", "igamma_", kernels::tr_aten_igamma_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Alias for `torch.special.gammaincc`. (`igammac(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn igammac(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_igammac, "igammac", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("igammac");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("igammac", "igammac", kernels::tr_aten_igammac) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// igammac_(other) -> Tensor In-place version of `Tensor.igammac` (`igammac_(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn igammac_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("igammac_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_igammac_, "igammac_", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("igammac_", "igammac_", kernels::tr_aten_igammac_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Return the next floating-point value after `input` towards `other`, elementwise. (`nextafter(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn nextafter(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_nextafter, "nextafter", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("nextafter");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("nextafter", "nextafter", kernels::tr_aten_nextafter) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// nextafter_(other) -> Tensor In-place version of `Tensor.nextafter` (`nextafter_(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn nextafter_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("nextafter_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_nextafter_, "nextafter_", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("nextafter_", "nextafter_", kernels::tr_aten_nextafter_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Computes Python's modulus operation entrywise. (`remainder.Tensor(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn remainder_tensor(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_remainder_tensor, "remainder.Tensor", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("remainder_tensor");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("remainder_tensor", "remainder.Tensor", kernels::tr_aten_remainder_tensor) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.remainder` (`remainder_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)`)
     pub(crate) fn remainder_tensor_(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("remainder_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [other] = op.get([other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_remainder_tensor_, "remainder_.Tensor", &[Arg::tensor(input), Arg::tensor(other)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("remainder_tensor_", "remainder_.Tensor", kernels::tr_aten_remainder_tensor_) }, &[Arg::handle_mut(input), Arg::handle(other)]).map(|_| input)
     }
 
     /// Computes Python's modulus operation entrywise. (`remainder.Scalar_Tensor(Scalar self, Tensor other) -> Tensor`)
     pub(crate) fn remainder_scalar_tensor(input: Scalar, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], input: Scalar) -> Result<tch::Tensor> {
-                let [other] = replay_args(inputs)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_remainder_scalar_tensor, "remainder.Scalar_Tensor", &[Arg::scalar(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("remainder_scalar_tensor");
-            let [other] = op.get([other])?;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(other)], erased_run(&|inputs| replay(inputs, input)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, input))
-            }))
-        }))
+        run::replayable(const { &Schema::new("remainder_scalar_tensor", "remainder.Scalar_Tensor", kernels::tr_aten_remainder_scalar_tensor) }, &[Arg::scalar(input), Arg::handle(other)])
     }
 
     /// Computes the element-wise minimum of `input` and `other`. (`fmin(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn fmin(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_fmin, "fmin", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("fmin");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("fmin", "fmin", kernels::tr_aten_fmin) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// Computes the element-wise maximum of `input` and `other`. (`fmax(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn fmax(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_fmax, "fmax", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("fmax");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("fmax", "fmax", kernels::tr_aten_fmax) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// Computes the element-wise maximum of `input` and `other`. (`maximum(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn maximum(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_maximum, "maximum", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("maximum");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("maximum", "maximum", kernels::tr_aten_maximum) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// Returns the maximum value of all elements in the `input` tensor. (`max.other(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn max_other(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_max_other, "max.other", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("max_other");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("max_other", "max.other", kernels::tr_aten_max_other) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// Computes the element-wise minimum of `input` and `other`. (`minimum(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn minimum(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_minimum, "minimum", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("minimum");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("minimum", "minimum", kernels::tr_aten_minimum) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// Returns the minimum value of all elements in the `input` tensor. (`min.other(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn min_other(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_min_other, "min.other", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("min_other");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("min_other", "min.other", kernels::tr_aten_min_other) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// Takes the power of each element in `input` with `exponent` and returns a tensor with the result. (`pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor`)
     pub(crate) fn pow_tensor_tensor(input: TensorId, exponent: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, exponent] = replay_args(inputs)?;
-                let input = given(input)?;
-                let exponent = given(exponent)?;
-                Ok(aten::tensor(kernels::tr_aten_pow_tensor_tensor, "pow.Tensor_Tensor", &[Arg::tensor(input), Arg::tensor(exponent)])?)
-            }
-            let mut op = Op::begin("pow_tensor_tensor");
-            let [input, exponent] = op.get([input, exponent])?;
-            let input: &tch::Tensor = &input;
-            let exponent: &tch::Tensor = &exponent;
-            op.output_replayable([Some(input), Some(exponent)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("pow_tensor_tensor", "pow.Tensor_Tensor", kernels::tr_aten_pow_tensor_tensor) }, &[Arg::handle(input), Arg::handle(exponent)])
     }
 
     /// Takes the power of each element in `input` with `exponent` and returns a tensor with the result. (`pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor`)
     pub(crate) fn pow_tensor_scalar(input: TensorId, exponent: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], exponent: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_pow_tensor_scalar, "pow.Tensor_Scalar", &[Arg::tensor(input), Arg::scalar(exponent)])?)
-            }
-            let mut op = Op::begin("pow_tensor_scalar");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, exponent)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, exponent))
-            }))
-        }))
+        run::replayable(const { &Schema::new("pow_tensor_scalar", "pow.Tensor_Scalar", kernels::tr_aten_pow_tensor_scalar) }, &[Arg::handle(input), Arg::scalar(exponent)])
     }
 
     /// In-place version of `Tensor.pow` (`pow_.Tensor(Tensor(a!) self, Tensor exponent) -> Tensor(a!)`)
     pub(crate) fn pow_tensor_(input: TensorId, exponent: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("pow_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [exponent] = op.get([exponent])?;
-            let input: &tch::Tensor = &input;
-            let exponent: &tch::Tensor = &exponent;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_pow_tensor_, "pow_.Tensor", &[Arg::tensor(input), Arg::tensor(exponent)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("pow_tensor_", "pow_.Tensor", kernels::tr_aten_pow_tensor_) }, &[Arg::handle_mut(input), Arg::handle(exponent)]).map(|_| input)
     }
 
     /// Raises `input` to the power of `exponent`, elementwise, in double precision. (`float_power.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor`)
     pub(crate) fn float_power_tensor_tensor(input: TensorId, exponent: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, exponent] = replay_args(inputs)?;
-                let input = given(input)?;
-                let exponent = given(exponent)?;
-                Ok(aten::tensor(kernels::tr_aten_float_power_tensor_tensor, "float_power.Tensor_Tensor", &[Arg::tensor(input), Arg::tensor(exponent)])?)
-            }
-            let mut op = Op::begin("float_power_tensor_tensor");
-            let [input, exponent] = op.get([input, exponent])?;
-            let input: &tch::Tensor = &input;
-            let exponent: &tch::Tensor = &exponent;
-            op.output_replayable([Some(input), Some(exponent)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("float_power_tensor_tensor", "float_power.Tensor_Tensor", kernels::tr_aten_float_power_tensor_tensor) }, &[Arg::handle(input), Arg::handle(exponent)])
     }
 
     /// Raises `input` to the power of `exponent`, elementwise, in double precision. (`float_power.Scalar(Scalar self, Tensor exponent) -> Tensor`)
     pub(crate) fn float_power_scalar(input: Scalar, exponent: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], input: Scalar) -> Result<tch::Tensor> {
-                let [exponent] = replay_args(inputs)?;
-                let exponent = given(exponent)?;
-                Ok(aten::tensor(kernels::tr_aten_float_power_scalar, "float_power.Scalar", &[Arg::scalar(input), Arg::tensor(exponent)])?)
-            }
-            let mut op = Op::begin("float_power_scalar");
-            let [exponent] = op.get([exponent])?;
-            let exponent: &tch::Tensor = &exponent;
-            op.output_replayable([Some(exponent)], erased_run(&|inputs| replay(inputs, input)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, input))
-            }))
-        }))
+        run::replayable(const { &Schema::new("float_power_scalar", "float_power.Scalar", kernels::tr_aten_float_power_scalar) }, &[Arg::scalar(input), Arg::handle(exponent)])
     }
 
     /// Raises `input` to the power of `exponent`, elementwise, in double precision. (`float_power.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor`)
     pub(crate) fn float_power_tensor_scalar(input: TensorId, exponent: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], exponent: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_float_power_tensor_scalar, "float_power.Tensor_Scalar", &[Arg::tensor(input), Arg::scalar(exponent)])?)
-            }
-            let mut op = Op::begin("float_power_tensor_scalar");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, exponent)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, exponent))
-            }))
-        }))
+        run::replayable(const { &Schema::new("float_power_tensor_scalar", "float_power.Tensor_Scalar", kernels::tr_aten_float_power_tensor_scalar) }, &[Arg::handle(input), Arg::scalar(exponent)])
     }
 
     /// In-place version of `Tensor.float_power` (`float_power_.Scalar(Tensor(a!) self, Scalar exponent) -> Tensor(a!)`)
     pub(crate) fn float_power_scalar_(input: TensorId, exponent: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("float_power_scalar_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_float_power_scalar_, "float_power_.Scalar", &[Arg::tensor(input), Arg::scalar(exponent)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("float_power_scalar_", "float_power_.Scalar", kernels::tr_aten_float_power_scalar_) }, &[Arg::handle_mut(input), Arg::scalar(exponent)]).map(|_| input)
     }
 
     /// In-place version of `Tensor.float_power` (`float_power_.Tensor(Tensor(a!) self, Tensor exponent) -> Tensor(a!)`)
     pub(crate) fn float_power_tensor_(input: TensorId, exponent: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("float_power_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [exponent] = op.get([exponent])?;
-            let input: &tch::Tensor = &input;
-            let exponent: &tch::Tensor = &exponent;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_float_power_tensor_, "float_power_.Tensor", &[Arg::tensor(input), Arg::tensor(exponent)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("float_power_tensor_", "float_power_.Tensor", kernels::tr_aten_float_power_tensor_) }, &[Arg::handle_mut(input), Arg::handle(exponent)]).map(|_| input)
     }
 
     /// Returns a new tensor with boolean elements representing if each element is `finite` or not. (`isfinite(Tensor self) -> Tensor`)
     pub(crate) fn isfinite(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_isfinite, "isfinite", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("isfinite");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("isfinite", "isfinite", kernels::tr_aten_isfinite) }, &[Arg::handle(input)])
     }
 
     /// Tests if each element of `input` is infinite (positive or negative infinity) or not. (`isinf(Tensor self) -> Tensor`)
     pub(crate) fn isinf(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_isinf, "isinf", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("isinf");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("isinf", "isinf", kernels::tr_aten_isinf) }, &[Arg::handle(input)])
     }
 
     /// Args: input (Tensor): the input tensor. (`isposinf(Tensor self) -> Tensor`)
     pub(crate) fn isposinf(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_isposinf, "isposinf", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("isposinf");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("isposinf", "isposinf", kernels::tr_aten_isposinf) }, &[Arg::handle(input)])
     }
 
     /// Args: input (Tensor): the input tensor. (`isneginf(Tensor self) -> Tensor`)
     pub(crate) fn isneginf(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_isneginf, "isneginf", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("isneginf");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("isneginf", "isneginf", kernels::tr_aten_isneginf) }, &[Arg::handle(input)])
     }
 }
 

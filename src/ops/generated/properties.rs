@@ -11,340 +11,167 @@ pub(crate) mod core {
 
     /// The tensor's data without its autograd history (`Tensor.data`). (`data(Tensor self) -> Tensor`)
     pub(crate) fn data(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_data, "data", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("data");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("data", "data", kernels::tr_aten_data) }, &[Arg::handle(input)])
     }
 
     /// All Tensors that have `requires_grad` which is `False` will be leaf Tensors by convention. (`is_leaf(Tensor self) -> bool`)
     pub(crate) fn is_leaf(input: TensorId) -> Result<bool> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("is_leaf");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::bool(kernels::tr_aten_is_leaf, "is_leaf", &[Arg::tensor(input)])))
-        }))
+        run::value(const { &Schema::new("is_leaf", "is_leaf", kernels::tr_aten_is_leaf) }, &[Arg::handle(input)]).map(|v| v != 0)
     }
 
     /// Which output of the op that made it this tensor is, in autograd's graph. (`output_nr(Tensor self) -> int`)
     pub(crate) fn output_nr(input: TensorId) -> Result<i64> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("output_nr");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::int(kernels::tr_aten_output_nr, "output_nr", &[Arg::tensor(input)])))
-        }))
+        run::value(const { &Schema::new("output_nr", "output_nr", kernels::tr_aten_output_nr) }, &[Arg::handle(input)])
     }
 
     /// Is `True` if this Tensor is non-leaf and its `grad` is enabled to be populated during `backward`, `False` otherwise. (`retains_grad(Tensor self) -> bool`)
     pub(crate) fn retains_grad(input: TensorId) -> Result<bool> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("retains_grad");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::bool(kernels::tr_aten_retains_grad, "retains_grad", &[Arg::tensor(input)])))
-        }))
+        run::value(const { &Schema::new("retains_grad", "retains_grad", kernels::tr_aten_retains_grad) }, &[Arg::handle(input)]).map(|v| v != 0)
     }
 
     /// Checks that an integer lies in [`min`, `max`]; a traced program keeps it as a constraint. (`sym_constrain_range(Scalar size, *, int? min=None, int? max=None) -> ()`)
     pub(crate) fn sym_constrain_range(size: Scalar, min: Option<i64>, max: Option<i64>) -> Result<()> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("sym_constrain_range");
-            op.value(erased(&|| aten::unit(kernels::tr_aten_sym_constrain_range, "sym_constrain_range", &[Arg::scalar(size), Arg::opt_int(min), Arg::opt_int(max)])))
-        }))
+        run::value(const { &Schema::new("sym_constrain_range", "sym_constrain_range", kernels::tr_aten_sym_constrain_range) }, &[Arg::scalar(size), Arg::opt_int(min), Arg::opt_int(max)]).map(drop)
     }
 
     /// Checks that an integer lies in [`min`, `max`]; a traced program keeps it as a constraint. (`sym_constrain_range_for_size(Scalar size, *, int? min=None, int? max=None) -> ()`)
     pub(crate) fn sym_constrain_range_for_size(size: Scalar, min: Option<i64>, max: Option<i64>) -> Result<()> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("sym_constrain_range_for_size");
-            op.value(erased(&|| aten::unit(kernels::tr_aten_sym_constrain_range_for_size, "sym_constrain_range_for_size", &[Arg::scalar(size), Arg::opt_int(min), Arg::opt_int(max)])))
-        }))
+        run::value(const { &Schema::new("sym_constrain_range_for_size", "sym_constrain_range_for_size", kernels::tr_aten_sym_constrain_range_for_size) }, &[Arg::scalar(size), Arg::opt_int(min), Arg::opt_int(max)]).map(drop)
     }
 
     /// This function checks if `input` and `other` satisfy the condition. (`allclose(Tensor self, Tensor other, float rtol=1e-05, float atol=1e-08, bool equal_nan=False) -> bool`)
     pub(crate) fn allclose(input: TensorId, other: TensorId, rtol: f64, atol: f64, equal_nan: bool) -> Result<bool> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("allclose");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::bool(kernels::tr_aten_allclose, "allclose", &[Arg::tensor(input), Arg::tensor(other), Arg::float(rtol), Arg::float(atol), Arg::bool(equal_nan)])))
-        }))
+        run::value(const { &Schema::new("allclose", "allclose", kernels::tr_aten_allclose) }, &[Arg::handle(input), Arg::handle(other), Arg::float(rtol), Arg::float(atol), Arg::bool(equal_nan)]).map(|v| v != 0)
     }
 
     /// Whether the tensor is distributed (false in libtorch). (`is_distributed(Tensor self) -> bool`)
     pub(crate) fn is_distributed(input: TensorId) -> Result<bool> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("is_distributed");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::bool(kernels::tr_aten_is_distributed, "is_distributed", &[Arg::tensor(input)])))
-        }))
+        run::value(const { &Schema::new("is_distributed", "is_distributed", kernels::tr_aten_is_distributed) }, &[Arg::handle(input)]).map(|v| v != 0)
     }
 
     /// Returns True if the data type of `input` is a floating point data type i.e., one of `torch.float64`, `torch.float32`, `torch.float16`, and `torch.bfloat16`. (`is_floating_point(Tensor self) -> bool`)
     pub(crate) fn is_floating_point(input: TensorId) -> Result<bool> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("is_floating_point");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::bool(kernels::tr_aten_is_floating_point, "is_floating_point", &[Arg::tensor(input)])))
-        }))
+        run::value(const { &Schema::new("is_floating_point", "is_floating_point", kernels::tr_aten_is_floating_point) }, &[Arg::handle(input)]).map(|v| v != 0)
     }
 
     /// Returns True if the data type of `input` is a complex data type i.e., one of `torch.complex64`, and `torch.complex128`. (`is_complex(Tensor self) -> bool`)
     pub(crate) fn is_complex(input: TensorId) -> Result<bool> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("is_complex");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::bool(kernels::tr_aten_is_complex, "is_complex", &[Arg::tensor(input)])))
-        }))
+        run::value(const { &Schema::new("is_complex", "is_complex", kernels::tr_aten_is_complex) }, &[Arg::handle(input)]).map(|v| v != 0)
     }
 
     /// Returns True if the `input` is a conjugated tensor, i.e. its conjugate bit is set to `True`. (`is_conj(Tensor self) -> bool`)
     pub(crate) fn is_conj(input: TensorId) -> Result<bool> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("is_conj");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::bool(kernels::tr_aten_is_conj, "is_conj", &[Arg::tensor(input)])))
-        }))
+        run::value(const { &Schema::new("is_conj", "is_conj", kernels::tr_aten_is_conj) }, &[Arg::handle(input)]).map(|v| v != 0)
     }
 
     /// Returns True if the negative bit of `self` is set to true. (`is_neg(Tensor self) -> bool`)
     pub(crate) fn is_neg(input: TensorId) -> Result<bool> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("is_neg");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::bool(kernels::tr_aten_is_neg, "is_neg", &[Arg::tensor(input)])))
-        }))
+        run::value(const { &Schema::new("is_neg", "is_neg", kernels::tr_aten_is_neg) }, &[Arg::handle(input)]).map(|v| v != 0)
     }
 
     /// Returns True if the `input` is a single element tensor which is not equal to zero after type conversions. (`is_nonzero(Tensor self) -> bool`)
     pub(crate) fn is_nonzero(input: TensorId) -> Result<bool> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("is_nonzero");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::bool(kernels::tr_aten_is_nonzero, "is_nonzero", &[Arg::tensor(input)])))
-        }))
+        run::value(const { &Schema::new("is_nonzero", "is_nonzero", kernels::tr_aten_is_nonzero) }, &[Arg::handle(input)]).map(|v| v != 0)
     }
 
     /// Whether two tensors have the same shape. (`is_same_size(Tensor self, Tensor other) -> bool`)
     pub(crate) fn is_same_size(input: TensorId, other: TensorId) -> Result<bool> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("is_same_size");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::bool(kernels::tr_aten_is_same_size, "is_same_size", &[Arg::tensor(input), Arg::tensor(other)])))
-        }))
+        run::value(const { &Schema::new("is_same_size", "is_same_size", kernels::tr_aten_is_same_size) }, &[Arg::handle(input), Arg::handle(other)]).map(|v| v != 0)
     }
 
     /// Returns True if the data type of `self` is a signed data type. (`is_signed(Tensor self) -> bool`)
     pub(crate) fn is_signed(input: TensorId) -> Result<bool> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("is_signed");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::bool(kernels::tr_aten_is_signed, "is_signed", &[Arg::tensor(input)])))
-        }))
+        run::value(const { &Schema::new("is_signed", "is_signed", kernels::tr_aten_is_signed) }, &[Arg::handle(input)]).map(|v| v != 0)
     }
 
     /// Returns True if `input` is an inference tensor. (`is_inference(Tensor self) -> bool`)
     pub(crate) fn is_inference(input: TensorId) -> Result<bool> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("is_inference");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::bool(kernels::tr_aten_is_inference, "is_inference", &[Arg::tensor(input)])))
-        }))
+        run::value(const { &Schema::new("is_inference", "is_inference", kernels::tr_aten_is_inference) }, &[Arg::handle(input)]).map(|v| v != 0)
     }
 
     /// Returns true if this tensor resides in pinned memory. (`is_pinned(Tensor self, Device? device=None) -> bool`)
     pub(crate) fn is_pinned(input: TensorId) -> Result<bool> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("is_pinned");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::bool(kernels::tr_aten_is_pinned, "is_pinned", &[Arg::tensor(input)])))
-        }))
+        run::value(const { &Schema::new("is_pinned", "is_pinned", kernels::tr_aten_is_pinned) }, &[Arg::handle(input)]).map(|v| v != 0)
     }
 
     /// Returns the size of the `self` tensor. (`size.int(Tensor self, int dim) -> int`)
     pub(crate) fn size_int(input: TensorId, dim: i64) -> Result<i64> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("size_int");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::int(kernels::tr_aten_size_int, "size.int", &[Arg::tensor(input), Arg::int(dim)])))
-        }))
+        run::value(const { &Schema::new("size_int", "size.int", kernels::tr_aten_size_int) }, &[Arg::handle(input), Arg::int(dim)])
     }
 
     /// The tensor's `size` (as symbolic shapes ask it: here a plain integer). (`sym_size.int(Tensor self, int dim) -> SymInt`)
     pub(crate) fn sym_size_int(input: TensorId, dim: i64) -> Result<i64> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("sym_size_int");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::int(kernels::tr_aten_sym_size_int, "sym_size.int", &[Arg::tensor(input), Arg::int(dim)])))
-        }))
+        run::value(const { &Schema::new("sym_size_int", "sym_size.int", kernels::tr_aten_sym_size_int) }, &[Arg::handle(input), Arg::int(dim)])
     }
 
     /// Whether the tensor is contiguous in memory (`is_contiguous`, as symbolic shapes ask it). (`sym_is_contiguous(Tensor self, MemoryFormat memory_format=contiguous_format) -> SymBool`)
     pub(crate) fn sym_is_contiguous(input: TensorId) -> Result<bool> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("sym_is_contiguous");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::bool(kernels::tr_aten_sym_is_contiguous, "sym_is_contiguous", &[Arg::tensor(input)])))
-        }))
+        run::value(const { &Schema::new("sym_is_contiguous", "sym_is_contiguous", kernels::tr_aten_sym_is_contiguous) }, &[Arg::handle(input)]).map(|v| v != 0)
     }
 
     /// The tensor's `numel` (as symbolic shapes ask it: here a plain integer). (`sym_numel(Tensor self) -> SymInt`)
     pub(crate) fn sym_numel(input: TensorId) -> Result<i64> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("sym_numel");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::int(kernels::tr_aten_sym_numel, "sym_numel", &[Arg::tensor(input)])))
-        }))
+        run::value(const { &Schema::new("sym_numel", "sym_numel", kernels::tr_aten_sym_numel) }, &[Arg::handle(input)])
     }
 
     /// The tensor's `storage_offset` (as symbolic shapes ask it: here a plain integer). (`sym_storage_offset(Tensor self) -> SymInt`)
     pub(crate) fn sym_storage_offset(input: TensorId) -> Result<i64> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("sym_storage_offset");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::int(kernels::tr_aten_sym_storage_offset, "sym_storage_offset", &[Arg::tensor(input)])))
-        }))
+        run::value(const { &Schema::new("sym_storage_offset", "sym_storage_offset", kernels::tr_aten_sym_storage_offset) }, &[Arg::handle(input)])
     }
 
     /// Returns the stride of `self` tensor. (`stride.int(Tensor self, int dim) -> int`)
     pub(crate) fn stride_int(input: TensorId, dim: i64) -> Result<i64> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("stride_int");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::int(kernels::tr_aten_stride_int, "stride.int", &[Arg::tensor(input), Arg::int(dim)])))
-        }))
+        run::value(const { &Schema::new("stride_int", "stride.int", kernels::tr_aten_stride_int) }, &[Arg::handle(input), Arg::int(dim)])
     }
 
     /// The tensor's `stride` (as symbolic shapes ask it: here a plain integer). (`sym_stride.int(Tensor self, int dim) -> SymInt`)
     pub(crate) fn sym_stride_int(input: TensorId, dim: i64) -> Result<i64> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("sym_stride_int");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::int(kernels::tr_aten_sym_stride_int, "sym_stride.int", &[Arg::tensor(input), Arg::int(dim)])))
-        }))
+        run::value(const { &Schema::new("sym_stride_int", "sym_stride.int", kernels::tr_aten_sym_stride_int) }, &[Arg::handle(input), Arg::int(dim)])
     }
 
     /// Returns a hash of all elements in the `input` tensor. (`hash_tensor(Tensor self, int[1] dim=[], *, bool keepdim=False, int mode=0) -> Tensor`)
     pub(crate) fn hash_tensor(input: TensorId, dim: &[i64], keepdim: bool, mode: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: &[i64], keepdim: bool, mode: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_hash_tensor, "hash_tensor", &[Arg::tensor(input), Arg::ints(dim), Arg::bool(keepdim), Arg::int(mode)])?)
-            }
-            let mut op = Op::begin("hash_tensor");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, keepdim, mode)), erased_keep(&mut || {
-                let dim = dim.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dim, keepdim, mode))
-            }))
-        }))
+        run::replayable(const { &Schema::new("hash_tensor", "hash_tensor", kernels::tr_aten_hash_tensor) }, &[Arg::handle(input), Arg::ints(dim), Arg::bool(keepdim), Arg::int(mode)])
     }
 
     /// Returns the `torch.dtype` that would result from performing an arithmetic operation on the provided input tensors. (`result_type.Tensor(Tensor tensor, Tensor other) -> ScalarType`)
     pub(crate) fn result_type_tensor(tensor: TensorId, other: TensorId) -> Result<DType> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("result_type_tensor");
-            let [tensor, other] = op.get([tensor, other])?;
-            let tensor: &tch::Tensor = &tensor;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::dtype(kernels::tr_aten_result_type_tensor, "result_type.Tensor", &[Arg::tensor(tensor), Arg::tensor(other)])))
-        }))
+        run::dtype(const { &Schema::new("result_type_tensor", "result_type.Tensor", kernels::tr_aten_result_type_tensor) }, &[Arg::handle(tensor), Arg::handle(other)])
     }
 
     /// Returns the `torch.dtype` that would result from performing an arithmetic operation on the provided input tensors. (`result_type.Scalar(Tensor tensor, Scalar other) -> ScalarType`)
     pub(crate) fn result_type_scalar(tensor: TensorId, other: Scalar) -> Result<DType> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("result_type_scalar");
-            let [tensor] = op.get([tensor])?;
-            let tensor: &tch::Tensor = &tensor;
-            op.value(erased(&|| aten::dtype(kernels::tr_aten_result_type_scalar, "result_type.Scalar", &[Arg::tensor(tensor), Arg::scalar(other)])))
-        }))
+        run::dtype(const { &Schema::new("result_type_scalar", "result_type.Scalar", kernels::tr_aten_result_type_scalar) }, &[Arg::handle(tensor), Arg::scalar(other)])
     }
 
     /// Returns the `torch.dtype` that would result from performing an arithmetic operation on the provided input tensors. (`result_type.Scalar_Tensor(Scalar scalar, Tensor tensor) -> ScalarType`)
     pub(crate) fn result_type_scalar_tensor(scalar: Scalar, tensor: TensorId) -> Result<DType> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("result_type_scalar_tensor");
-            let [tensor] = op.get([tensor])?;
-            let tensor: &tch::Tensor = &tensor;
-            op.value(erased(&|| aten::dtype(kernels::tr_aten_result_type_scalar_tensor, "result_type.Scalar_Tensor", &[Arg::scalar(scalar), Arg::tensor(tensor)])))
-        }))
+        run::dtype(const { &Schema::new("result_type_scalar_tensor", "result_type.Scalar_Tensor", kernels::tr_aten_result_type_scalar_tensor) }, &[Arg::scalar(scalar), Arg::handle(tensor)])
     }
 
     /// Returns the `torch.dtype` that would result from performing an arithmetic operation on the provided input tensors. (`result_type.Scalar_Scalar(Scalar scalar1, Scalar scalar2) -> ScalarType`)
     pub(crate) fn result_type_scalar_scalar(scalar1: Scalar, scalar2: Scalar) -> Result<DType> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("result_type_scalar_scalar");
-            op.value(erased(&|| aten::dtype(kernels::tr_aten_result_type_scalar_scalar, "result_type.Scalar_Scalar", &[Arg::scalar(scalar1), Arg::scalar(scalar2)])))
-        }))
+        run::dtype(const { &Schema::new("result_type_scalar_scalar", "result_type.Scalar_Scalar", kernels::tr_aten_result_type_scalar_scalar) }, &[Arg::scalar(scalar1), Arg::scalar(scalar2)])
     }
 
     /// Determines if a type conversion is allowed under PyTorch casting rules described in the type promotion `documentation <type-promotion-doc>`. (`can_cast(ScalarType from_, ScalarType to) -> bool`)
     pub(crate) fn can_cast(from_: DType, to: DType) -> Result<bool> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("can_cast");
-            op.value(erased(&|| aten::bool(kernels::tr_aten_can_cast, "can_cast", &[Arg::dtype(from_), Arg::dtype(to)])))
-        }))
+        run::value(const { &Schema::new("can_cast", "can_cast", kernels::tr_aten_can_cast) }, &[Arg::dtype(from_), Arg::dtype(to)]).map(|v| v != 0)
     }
 
     /// Returns the `torch.dtype` with the smallest size and scalar kind that is not smaller nor of lower kind than either `type1` or `type2`. (`promote_types(ScalarType type1, ScalarType type2) -> ScalarType`)
     pub(crate) fn promote_types(type1: DType, type2: DType) -> Result<DType> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("promote_types");
-            op.value(erased(&|| aten::dtype(kernels::tr_aten_promote_types, "promote_types", &[Arg::dtype(type1), Arg::dtype(type2)])))
-        }))
+        run::dtype(const { &Schema::new("promote_types", "promote_types", kernels::tr_aten_promote_types) }, &[Arg::dtype(type1), Arg::dtype(type2)])
     }
 
     /// Returns True if both tensors are pointing to the exact same memory (same storage, offset, size and stride). (`is_set_to(Tensor self, Tensor tensor) -> bool`)
     pub(crate) fn is_set_to(input: TensorId, tensor: TensorId) -> Result<bool> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("is_set_to");
-            let [input, tensor] = op.get([input, tensor])?;
-            let input: &tch::Tensor = &input;
-            let tensor: &tch::Tensor = &tensor;
-            op.value(erased(&|| aten::bool(kernels::tr_aten_is_set_to, "is_set_to", &[Arg::tensor(input), Arg::tensor(tensor)])))
-        }))
+        run::value(const { &Schema::new("is_set_to", "is_set_to", kernels::tr_aten_is_set_to) }, &[Arg::handle(input), Arg::handle(tensor)]).map(|v| v != 0)
     }
 
     /// `True` if two tensors have the same size and elements, `False` otherwise. (`equal(Tensor self, Tensor other) -> bool`)
     pub(crate) fn equal(input: TensorId, other: TensorId) -> Result<bool> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("equal");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.value(erased(&|| aten::bool(kernels::tr_aten_equal, "equal", &[Arg::tensor(input), Arg::tensor(other)])))
-        }))
+        run::value(const { &Schema::new("equal", "equal", kernels::tr_aten_equal) }, &[Arg::handle(input), Arg::handle(other)]).map(|v| v != 0)
     }
 }
 

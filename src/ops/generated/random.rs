@@ -11,320 +11,162 @@ pub(crate) mod core {
 
     /// Draws binary random numbers (0 or 1) from a Bernoulli distribution. (`bernoulli(Tensor self, *, Generator? generator=None) -> Tensor`)
     pub(crate) fn bernoulli(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("bernoulli");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_bernoulli, "bernoulli", &[Arg::tensor(input)])))
-        }))
+        run::tensor(const { &Schema::new("bernoulli", "bernoulli", kernels::tr_aten_bernoulli) }, &[Arg::handle(input)])
     }
 
     /// Fills each location of `self` with an independent sample from `\text{Bernoulli}(\texttt{p})`. (`bernoulli_.Tensor(Tensor(a!) self, Tensor p, *, Generator? generator=None) -> Tensor(a!)`)
     pub(crate) fn bernoulli_tensor_(input: TensorId, p: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("bernoulli_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [p] = op.get([p])?;
-            let input: &tch::Tensor = &input;
-            let p: &tch::Tensor = &p;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_bernoulli_tensor_, "bernoulli_.Tensor", &[Arg::tensor(input), Arg::tensor(p)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("bernoulli_tensor_", "bernoulli_.Tensor", kernels::tr_aten_bernoulli_tensor_) }, &[Arg::handle_mut(input), Arg::handle(p)]).map(|_| input)
     }
 
     /// Fills each location of `self` with an independent sample from `\text{Bernoulli}(\texttt{p})`. (`bernoulli_.float(Tensor(a!) self, float p=0.5, *, Generator? generator=None) -> Tensor(a!)`)
     pub(crate) fn bernoulli_float_(input: TensorId, p: f64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("bernoulli_float_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_bernoulli_float_, "bernoulli_.float", &[Arg::tensor(input), Arg::float(p)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("bernoulli_float_", "bernoulli_.float", kernels::tr_aten_bernoulli_float_) }, &[Arg::handle_mut(input), Arg::float(p)]).map(|_| input)
     }
 
     /// Draws binary random numbers (0 or 1) from a Bernoulli distribution. (`bernoulli.p(Tensor self, float p, *, Generator? generator=None) -> Tensor`)
     pub(crate) fn bernoulli_p(input: TensorId, p: f64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("bernoulli_p");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_bernoulli_p, "bernoulli.p", &[Arg::tensor(input), Arg::float(p)])))
-        }))
+        run::tensor(const { &Schema::new("bernoulli_p", "bernoulli.p", kernels::tr_aten_bernoulli_p) }, &[Arg::handle(input), Arg::float(p)])
     }
 
     /// Returns a tensor filled with random numbers from a uniform distribution on the interval `[0, 1)` (`rand.generator(SymInt[] size, *, Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn rand_generator(size: &[i64], dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("rand_generator");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_rand_generator, "rand.generator", &[Arg::ints(size), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("rand_generator", "rand.generator", kernels::tr_aten_rand_generator) }, &[Arg::ints(size), Arg::opt_dtype(dtype)])
     }
 
     /// Returns a tensor with the same size as `input` that is filled with random numbers from a uniform distribution on the interval `[0, 1)`. (`rand_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`)
     pub(crate) fn rand_like(input: TensorId, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("rand_like");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_rand_like, "rand_like", &[Arg::tensor(input), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("rand_like", "rand_like", kernels::tr_aten_rand_like) }, &[Arg::handle(input), Arg::opt_dtype(dtype)])
     }
 
     /// Returns a tensor with the same size as `input` that is filled with random numbers from a uniform distribution on the interval `[0, 1)`. (`rand_like.generator(Tensor self, *, Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`)
     pub(crate) fn rand_like_generator(input: TensorId, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("rand_like_generator");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_rand_like_generator, "rand_like.generator", &[Arg::tensor(input), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("rand_like_generator", "rand_like.generator", kernels::tr_aten_rand_like_generator) }, &[Arg::handle(input), Arg::opt_dtype(dtype)])
     }
 
     /// Returns a tensor filled with random integers generated uniformly between `low` (inclusive) and `high` (exclusive). (`randint(SymInt high, SymInt[] size, *, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn randint(high: i64, size: &[i64], dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("randint");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_randint, "randint", &[Arg::int(high), Arg::ints(size), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("randint", "randint", kernels::tr_aten_randint) }, &[Arg::int(high), Arg::ints(size), Arg::opt_dtype(dtype)])
     }
 
     /// Returns a tensor filled with random integers generated uniformly between `low` (inclusive) and `high` (exclusive). (`randint.generator(SymInt high, SymInt[] size, *, Generator? generator, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn randint_generator(high: i64, size: &[i64], dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("randint_generator");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_randint_generator, "randint.generator", &[Arg::int(high), Arg::ints(size), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("randint_generator", "randint.generator", kernels::tr_aten_randint_generator) }, &[Arg::int(high), Arg::ints(size), Arg::opt_dtype(dtype)])
     }
 
     /// Returns a tensor filled with random integers generated uniformly between `low` (inclusive) and `high` (exclusive). (`randint.low(SymInt low, SymInt high, SymInt[] size, *, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn randint_low(low: i64, high: i64, size: &[i64], dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("randint_low");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_randint_low, "randint.low", &[Arg::int(low), Arg::int(high), Arg::ints(size), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("randint_low", "randint.low", kernels::tr_aten_randint_low) }, &[Arg::int(low), Arg::int(high), Arg::ints(size), Arg::opt_dtype(dtype)])
     }
 
     /// Returns a tensor filled with random integers generated uniformly between `low` (inclusive) and `high` (exclusive). (`randint.low_generator(SymInt low, SymInt high, SymInt[] size, *, Generator? generator, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn randint_low_generator(low: i64, high: i64, size: &[i64], dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("randint_low_generator");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_randint_low_generator, "randint.low_generator", &[Arg::int(low), Arg::int(high), Arg::ints(size), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("randint_low_generator", "randint.low_generator", kernels::tr_aten_randint_low_generator) }, &[Arg::int(low), Arg::int(high), Arg::ints(size), Arg::opt_dtype(dtype)])
     }
 
     /// Returns a tensor with the same shape as Tensor `input` filled with random integers generated uniformly between `low` (inclusive) and `high` (exclusive). (`randint_like(Tensor self, SymInt high, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`)
     pub(crate) fn randint_like(input: TensorId, high: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("randint_like");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_randint_like, "randint_like", &[Arg::tensor(input), Arg::int(high), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("randint_like", "randint_like", kernels::tr_aten_randint_like) }, &[Arg::handle(input), Arg::int(high), Arg::opt_dtype(dtype)])
     }
 
     /// Returns a tensor with the same shape as Tensor `input` filled with random integers generated uniformly between `low` (inclusive) and `high` (exclusive). (`randint_like.generator(Tensor self, SymInt high, *, Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`)
     pub(crate) fn randint_like_generator(input: TensorId, high: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("randint_like_generator");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_randint_like_generator, "randint_like.generator", &[Arg::tensor(input), Arg::int(high), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("randint_like_generator", "randint_like.generator", kernels::tr_aten_randint_like_generator) }, &[Arg::handle(input), Arg::int(high), Arg::opt_dtype(dtype)])
     }
 
     /// Returns a tensor with the same shape as Tensor `input` filled with random integers generated uniformly between `low` (inclusive) and `high` (exclusive). (`randint_like.Tensor(Tensor self, Tensor high, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`)
     pub(crate) fn randint_like_tensor(input: TensorId, high: TensorId, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("randint_like_tensor");
-            let [input, high] = op.get([input, high])?;
-            let input: &tch::Tensor = &input;
-            let high: &tch::Tensor = &high;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_randint_like_tensor, "randint_like.Tensor", &[Arg::tensor(input), Arg::tensor(high), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("randint_like_tensor", "randint_like.Tensor", kernels::tr_aten_randint_like_tensor) }, &[Arg::handle(input), Arg::handle(high), Arg::opt_dtype(dtype)])
     }
 
     /// Returns a tensor with the same shape as Tensor `input` filled with random integers generated uniformly between `low` (inclusive) and `high` (exclusive). (`randint_like.Tensor_generator(Tensor self, Tensor high, *, Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`)
     pub(crate) fn randint_like_tensor_generator(input: TensorId, high: TensorId, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("randint_like_tensor_generator");
-            let [input, high] = op.get([input, high])?;
-            let input: &tch::Tensor = &input;
-            let high: &tch::Tensor = &high;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_randint_like_tensor_generator, "randint_like.Tensor_generator", &[Arg::tensor(input), Arg::tensor(high), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("randint_like_tensor_generator", "randint_like.Tensor_generator", kernels::tr_aten_randint_like_tensor_generator) }, &[Arg::handle(input), Arg::handle(high), Arg::opt_dtype(dtype)])
     }
 
     /// Returns a tensor with the same shape as Tensor `input` filled with random integers generated uniformly between `low` (inclusive) and `high` (exclusive). (`randint_like.low_dtype(Tensor self, SymInt low, SymInt high, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`)
     pub(crate) fn randint_like_low_dtype(input: TensorId, low: i64, high: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("randint_like_low_dtype");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_randint_like_low_dtype, "randint_like.low_dtype", &[Arg::tensor(input), Arg::int(low), Arg::int(high), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("randint_like_low_dtype", "randint_like.low_dtype", kernels::tr_aten_randint_like_low_dtype) }, &[Arg::handle(input), Arg::int(low), Arg::int(high), Arg::opt_dtype(dtype)])
     }
 
     /// Returns a tensor with the same shape as Tensor `input` filled with random integers generated uniformly between `low` (inclusive) and `high` (exclusive). (`randint_like.low_generator_dtype(Tensor self, SymInt low, SymInt high, *, Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`)
     pub(crate) fn randint_like_low_generator_dtype(input: TensorId, low: i64, high: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("randint_like_low_generator_dtype");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_randint_like_low_generator_dtype, "randint_like.low_generator_dtype", &[Arg::tensor(input), Arg::int(low), Arg::int(high), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("randint_like_low_generator_dtype", "randint_like.low_generator_dtype", kernels::tr_aten_randint_like_low_generator_dtype) }, &[Arg::handle(input), Arg::int(low), Arg::int(high), Arg::opt_dtype(dtype)])
     }
 
     /// Returns a tensor filled with random numbers from a normal distribution with mean `0` and variance `1` (also called the standard normal distribution). (`randn.generator(SymInt[] size, *, Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn randn_generator(size: &[i64], dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("randn_generator");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_randn_generator, "randn.generator", &[Arg::ints(size), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("randn_generator", "randn.generator", kernels::tr_aten_randn_generator) }, &[Arg::ints(size), Arg::opt_dtype(dtype)])
     }
 
     /// Returns a tensor with the same size as `input` that is filled with random numbers from a normal distribution with mean 0 and variance 1. (`randn_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`)
     pub(crate) fn randn_like(input: TensorId, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("randn_like");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_randn_like, "randn_like", &[Arg::tensor(input), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("randn_like", "randn_like", kernels::tr_aten_randn_like) }, &[Arg::handle(input), Arg::opt_dtype(dtype)])
     }
 
     /// Returns a tensor with the same size as `input` that is filled with random numbers from a normal distribution with mean 0 and variance 1. (`randn_like.generator(Tensor self, *, Generator? generator, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor`)
     pub(crate) fn randn_like_generator(input: TensorId, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("randn_like_generator");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_randn_like_generator, "randn_like.generator", &[Arg::tensor(input), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("randn_like_generator", "randn_like.generator", kernels::tr_aten_randn_like_generator) }, &[Arg::handle(input), Arg::opt_dtype(dtype)])
     }
 
     /// Returns a random permutation of integers from `0` to `n - 1`. (`randperm(SymInt n, *, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn randperm(n: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("randperm");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_randperm, "randperm", &[Arg::int(n), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("randperm", "randperm", kernels::tr_aten_randperm) }, &[Arg::int(n), Arg::opt_dtype(dtype)])
     }
 
     /// Returns a random permutation of integers from `0` to `n - 1`. (`randperm.generator(SymInt n, *, Generator? generator, ScalarType? dtype=long, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn randperm_generator(n: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let op = Op::begin("randperm_generator");
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_randperm_generator, "randperm.generator", &[Arg::int(n), Arg::opt_dtype(dtype)])))
-        }))
+        run::tensor(const { &Schema::new("randperm_generator", "randperm.generator", kernels::tr_aten_randperm_generator) }, &[Arg::int(n), Arg::opt_dtype(dtype)])
     }
 
     /// Returns a tensor of the same size as `input` with each element sampled from a Poisson distribution with rate parameter given by the corresponding element in `input` i.e. (`poisson(Tensor self, Generator? generator=None) -> Tensor`)
     pub(crate) fn poisson(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("poisson");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_poisson, "poisson", &[Arg::tensor(input)])))
-        }))
+        run::tensor(const { &Schema::new("poisson", "poisson", kernels::tr_aten_poisson) }, &[Arg::handle(input)])
     }
 
     /// Draws from binomial distributions of `count` trials with probabilities `prob`. (`binomial(Tensor count, Tensor prob, Generator? generator=None) -> Tensor`)
     pub(crate) fn binomial(count: TensorId, prob: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("binomial");
-            let [count, prob] = op.get([count, prob])?;
-            let count: &tch::Tensor = &count;
-            let prob: &tch::Tensor = &prob;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_binomial, "binomial", &[Arg::tensor(count), Arg::tensor(prob)])))
-        }))
+        run::tensor(const { &Schema::new("binomial", "binomial", kernels::tr_aten_binomial) }, &[Arg::handle(count), Arg::handle(prob)])
     }
 
     /// Fills `self` tensor with numbers sampled from the discrete uniform distribution over `[from, to - 1]`. (`random_.from(Tensor(a!) self, int from, int? to, *, Generator? generator=None) -> Tensor(a!)`)
     pub(crate) fn random_from_(input: TensorId, from: i64, to: Option<i64>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("random_from_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_random_from_, "random_.from", &[Arg::tensor(input), Arg::int(from), Arg::opt_int(to)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("random_from_", "random_.from", kernels::tr_aten_random_from_) }, &[Arg::handle_mut(input), Arg::int(from), Arg::opt_int(to)]).map(|_| input)
     }
 
     /// Fills `self` tensor with numbers sampled from the discrete uniform distribution over `[from, to - 1]`. (`random_.to(Tensor(a!) self, int to, *, Generator? generator=None) -> Tensor(a!)`)
     pub(crate) fn random_to_(input: TensorId, to: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("random_to_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_random_to_, "random_.to", &[Arg::tensor(input), Arg::int(to)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("random_to_", "random_.to", kernels::tr_aten_random_to_) }, &[Arg::handle_mut(input), Arg::int(to)]).map(|_| input)
     }
 
     /// Fills `self` tensor with numbers sampled from the discrete uniform distribution over `[from, to - 1]`. (`random_(Tensor(a!) self, *, Generator? generator=None) -> Tensor(a!)`)
     pub(crate) fn random_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("random_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_random_, "random_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("random_", "random_", kernels::tr_aten_random_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// Fills `self` tensor with numbers sampled from the continuous uniform distribution. (`uniform_(Tensor(a!) self, float from=0, float to=1, *, Generator? generator=None) -> Tensor(a!)`)
     pub(crate) fn uniform_(input: TensorId, from: f64, to: f64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("uniform_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_uniform_, "uniform_", &[Arg::tensor(input), Arg::float(from), Arg::float(to)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("uniform_", "uniform_", kernels::tr_aten_uniform_) }, &[Arg::handle_mut(input), Arg::float(from), Arg::float(to)]).map(|_| input)
     }
 
     /// Fills the tensor with numbers drawn from the Cauchy distribution. (`cauchy_(Tensor(a!) self, float median=0, float sigma=1, *, Generator? generator=None) -> Tensor(a!)`)
     pub(crate) fn cauchy_(input: TensorId, median: f64, sigma: f64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("cauchy_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_cauchy_, "cauchy_", &[Arg::tensor(input), Arg::float(median), Arg::float(sigma)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("cauchy_", "cauchy_", kernels::tr_aten_cauchy_) }, &[Arg::handle_mut(input), Arg::float(median), Arg::float(sigma)]).map(|_| input)
     }
 
     /// Fills `self` tensor with elements drawn from the PDF (probability density function) (`exponential_(Tensor(a!) self, float lambd=1, *, Generator? generator=None) -> Tensor(a!)`)
     pub(crate) fn exponential_(input: TensorId, lambd: f64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("exponential_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_exponential_, "exponential_", &[Arg::tensor(input), Arg::float(lambd)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("exponential_", "exponential_", kernels::tr_aten_exponential_) }, &[Arg::handle_mut(input), Arg::float(lambd)]).map(|_| input)
     }
 
     /// Fills `self` tensor with elements drawn from the geometric distribution. (`geometric_(Tensor(a!) self, float p, *, Generator? generator=None) -> Tensor(a!)`)
     pub(crate) fn geometric_(input: TensorId, p: f64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("geometric_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_geometric_, "geometric_", &[Arg::tensor(input), Arg::float(p)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("geometric_", "geometric_", kernels::tr_aten_geometric_) }, &[Arg::handle_mut(input), Arg::float(p)]).map(|_| input)
     }
 
     /// Returns a tensor where each row contains `num_samples` indices sampled from the multinomial (a stricter definition would be multivariate, refer to `torch.distributions.multinomial.Multinomial` for more details) probability distribution located in the corresponding row of tensor `input`. (`multinomial(Tensor self, SymInt num_samples, bool replacement=False, *, Generator? generator=None) -> Tensor`)
     pub(crate) fn multinomial(input: TensorId, num_samples: i64, replacement: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("multinomial");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_multinomial, "multinomial", &[Arg::tensor(input), Arg::int(num_samples), Arg::bool(replacement)])))
-        }))
+        run::tensor(const { &Schema::new("multinomial", "multinomial", kernels::tr_aten_multinomial) }, &[Arg::handle(input), Arg::int(num_samples), Arg::bool(replacement)])
     }
 }
 

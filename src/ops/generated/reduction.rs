@@ -11,1155 +11,417 @@ pub(crate) mod core {
 
     /// Tests if all elements in `input` evaluate to `True`. (`all.dim(Tensor self, int dim, bool keepdim=False) -> Tensor`)
     pub(crate) fn all_dim(input: TensorId, dim: i64, keepdim: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, keepdim: bool) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_all_dim, "all.dim", &[Arg::tensor(input), Arg::int(dim), Arg::bool(keepdim)])?)
-            }
-            let mut op = Op::begin("all_dim");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, keepdim)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, keepdim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("all_dim", "all.dim", kernels::tr_aten_all_dim) }, &[Arg::handle(input), Arg::int(dim), Arg::bool(keepdim)])
     }
 
     /// Tests if all elements in `input` evaluate to `True`. (`all.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor`)
     pub(crate) fn all_dims(input: TensorId, dim: Option<&[i64]>, keepdim: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("all_dims");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_all_dims, "all.dims", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::bool(keepdim)])))
-        }))
+        run::replayable(const { &Schema::new("all_dims", "all.dims", kernels::tr_aten_all_dims) }, &[Arg::handle(input), Arg::opt_ints(dim), Arg::bool(keepdim)])
     }
 
     /// Tests if any element in `input` evaluates to `True`. (`any.dim(Tensor self, int dim, bool keepdim=False) -> Tensor`)
     pub(crate) fn any_dim(input: TensorId, dim: i64, keepdim: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, keepdim: bool) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_any_dim, "any.dim", &[Arg::tensor(input), Arg::int(dim), Arg::bool(keepdim)])?)
-            }
-            let mut op = Op::begin("any_dim");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, keepdim)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, keepdim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("any_dim", "any.dim", kernels::tr_aten_any_dim) }, &[Arg::handle(input), Arg::int(dim), Arg::bool(keepdim)])
     }
 
     /// Tests if any element in `input` evaluates to `True`. (`any.dims(Tensor self, int[]? dim=None, bool keepdim=False) -> Tensor`)
     pub(crate) fn any_dims(input: TensorId, dim: Option<&[i64]>, keepdim: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("any_dims");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_any_dims, "any.dims", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::bool(keepdim)])))
-        }))
+        run::replayable(const { &Schema::new("any_dims", "any.dims", kernels::tr_aten_any_dims) }, &[Arg::handle(input), Arg::opt_ints(dim), Arg::bool(keepdim)])
     }
 
     /// Count the frequency of each value in an array of non-negative ints. (`bincount(Tensor self, Tensor? weights=None, SymInt minlength=0) -> Tensor`)
     pub(crate) fn bincount(input: TensorId, weights: TensorId, minlength: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], minlength: i64) -> Result<tch::Tensor> {
-                let [input, weights] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_bincount, "bincount", &[Arg::tensor(input), Arg::opt_tensor(weights), Arg::int(minlength)])?)
-            }
-            let mut op = Op::begin("bincount");
-            let [input] = op.get([input])?;
-            let weights = op.get_opt(weights)?;
-            let input: &tch::Tensor = &input;
-            let weights = weights.as_deref();
-            op.output_replayable([Some(input), weights], erased_run(&|inputs| replay(inputs, minlength)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, minlength))
-            }))
-        }))
+        run::replayable(const { &Schema::new("bincount", "bincount", kernels::tr_aten_bincount) }, &[Arg::handle(input), Arg::opt_handle(weights), Arg::int(minlength)])
     }
 
     /// Counts the number of non-zero values in the tensor `input` along the given `dim`. (`count_nonzero.dim_IntList(Tensor self, int[] dim) -> Tensor`)
     pub(crate) fn count_nonzero_dim_intlist(input: TensorId, dim: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: &[i64]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_count_nonzero_dim_intlist, "count_nonzero.dim_IntList", &[Arg::tensor(input), Arg::ints(dim)])?)
-            }
-            let mut op = Op::begin("count_nonzero_dim_intlist");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
-                let dim = dim.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("count_nonzero_dim_intlist", "count_nonzero.dim_IntList", kernels::tr_aten_count_nonzero_dim_intlist) }, &[Arg::handle(input), Arg::ints(dim)])
     }
 
     /// Counts the number of non-zero values in the tensor `input` along the given `dim`. (`count_nonzero(Tensor self, int? dim=None) -> Tensor`)
     pub(crate) fn count_nonzero(input: TensorId, dim: Option<i64>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: Option<i64>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_count_nonzero, "count_nonzero", &[Arg::tensor(input), Arg::opt_int(dim)])?)
-            }
-            let mut op = Op::begin("count_nonzero");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("count_nonzero", "count_nonzero", kernels::tr_aten_count_nonzero) }, &[Arg::handle(input), Arg::opt_int(dim)])
     }
 
     /// See `torch.cummax` (`cummax(Tensor self, int dim) -> (Tensor values, Tensor indices)`)
     pub(crate) fn cummax(input: TensorId, dim: i64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("cummax");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_cummax, "cummax", &[Arg::tensor(input), Arg::int(dim)]))))
-        }))
+        run::tensors(const { &Schema::new("cummax", "cummax", kernels::tr_aten_cummax) }, Some(2), &[Arg::handle(input), Arg::int(dim)])
     }
 
     /// See `torch.cummin` (`cummin(Tensor self, int dim) -> (Tensor values, Tensor indices)`)
     pub(crate) fn cummin(input: TensorId, dim: i64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("cummin");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_cummin, "cummin", &[Arg::tensor(input), Arg::int(dim)]))))
-        }))
+        run::tensors(const { &Schema::new("cummin", "cummin", kernels::tr_aten_cummin) }, Some(2), &[Arg::handle(input), Arg::int(dim)])
     }
 
     /// Returns the cumulative product of elements of `input` in the dimension `dim`. (`cumprod(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor`)
     pub(crate) fn cumprod(input: TensorId, dim: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, dtype: Option<DType>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_cumprod, "cumprod", &[Arg::tensor(input), Arg::int(dim), Arg::opt_dtype(dtype)])?)
-            }
-            let mut op = Op::begin("cumprod");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, dtype)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, dtype))
-            }))
-        }))
+        run::replayable(const { &Schema::new("cumprod", "cumprod", kernels::tr_aten_cumprod) }, &[Arg::handle(input), Arg::int(dim), Arg::opt_dtype(dtype)])
     }
 
     /// In-place version of `Tensor.cumprod` (`cumprod_(Tensor(a!) self, int dim, *, ScalarType? dtype=None) -> Tensor(a!)`)
     pub(crate) fn cumprod_(input: TensorId, dim: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("cumprod_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_cumprod_, "cumprod_", &[Arg::tensor(input), Arg::int(dim), Arg::opt_dtype(dtype)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("cumprod_", "cumprod_", kernels::tr_aten_cumprod_) }, &[Arg::handle_mut(input), Arg::int(dim), Arg::opt_dtype(dtype)]).map(|_| input)
     }
 
     /// Returns the cumulative sum of elements of `input` in the dimension `dim`. (`cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor`)
     pub(crate) fn cumsum(input: TensorId, dim: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, dtype: Option<DType>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_cumsum, "cumsum", &[Arg::tensor(input), Arg::int(dim), Arg::opt_dtype(dtype)])?)
-            }
-            let mut op = Op::begin("cumsum");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, dtype)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, dtype))
-            }))
-        }))
+        run::replayable(const { &Schema::new("cumsum", "cumsum", kernels::tr_aten_cumsum) }, &[Arg::handle(input), Arg::int(dim), Arg::opt_dtype(dtype)])
     }
 
     /// In-place version of `Tensor.cumsum` (`cumsum_(Tensor(a!) self, int dim, *, ScalarType? dtype=None) -> Tensor(a!)`)
     pub(crate) fn cumsum_(input: TensorId, dim: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("cumsum_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_cumsum_, "cumsum_", &[Arg::tensor(input), Arg::int(dim), Arg::opt_dtype(dtype)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("cumsum_", "cumsum_", kernels::tr_aten_cumsum_) }, &[Arg::handle_mut(input), Arg::int(dim), Arg::opt_dtype(dtype)]).map(|_| input)
     }
 
     /// Cumulatively computes the trapezoidal rule along `dim`. (`cumulative_trapezoid.x(Tensor y, Tensor x, *, int dim=-1) -> Tensor`)
     pub(crate) fn cumulative_trapezoid_x(y: TensorId, x: TensorId, dim: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
-                let [y, x] = replay_args(inputs)?;
-                let y = given(y)?;
-                let x = given(x)?;
-                Ok(aten::tensor(kernels::tr_aten_cumulative_trapezoid_x, "cumulative_trapezoid.x", &[Arg::tensor(y), Arg::tensor(x), Arg::int(dim)])?)
-            }
-            let mut op = Op::begin("cumulative_trapezoid_x");
-            let [y, x] = op.get([y, x])?;
-            let y: &tch::Tensor = &y;
-            let x: &tch::Tensor = &x;
-            op.output_replayable([Some(y), Some(x)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("cumulative_trapezoid_x", "cumulative_trapezoid.x", kernels::tr_aten_cumulative_trapezoid_x) }, &[Arg::handle(y), Arg::handle(x), Arg::int(dim)])
     }
 
     /// Cumulatively computes the trapezoidal rule along `dim`. (`cumulative_trapezoid.dx(Tensor y, *, Scalar dx=1, int dim=-1) -> Tensor`)
     pub(crate) fn cumulative_trapezoid_dx(y: TensorId, dx: Scalar, dim: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dx: Scalar, dim: i64) -> Result<tch::Tensor> {
-                let [y] = replay_args(inputs)?;
-                let y = given(y)?;
-                Ok(aten::tensor(kernels::tr_aten_cumulative_trapezoid_dx, "cumulative_trapezoid.dx", &[Arg::tensor(y), Arg::scalar(dx), Arg::int(dim)])?)
-            }
-            let mut op = Op::begin("cumulative_trapezoid_dx");
-            let [y] = op.get([y])?;
-            let y: &tch::Tensor = &y;
-            op.output_replayable([Some(y)], erased_run(&|inputs| replay(inputs, dx, dim)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dx, dim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("cumulative_trapezoid_dx", "cumulative_trapezoid.dx", kernels::tr_aten_cumulative_trapezoid_dx) }, &[Arg::handle(y), Arg::scalar(dx), Arg::int(dim)])
     }
 
     /// Computes the n-th forward difference along the given dimension. (`diff(Tensor self, int n=1, int dim=-1, Tensor? prepend=None, Tensor? append=None) -> Tensor`)
     pub(crate) fn diff(input: TensorId, n: i64, dim: i64, prepend: TensorId, append: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], n: i64, dim: i64) -> Result<tch::Tensor> {
-                let [input, prepend, append] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_diff, "diff", &[Arg::tensor(input), Arg::int(n), Arg::int(dim), Arg::opt_tensor(prepend), Arg::opt_tensor(append)])?)
-            }
-            let mut op = Op::begin("diff");
-            let [input] = op.get([input])?;
-            let prepend = op.get_opt(prepend)?;
-            let append = op.get_opt(append)?;
-            let input: &tch::Tensor = &input;
-            let prepend = prepend.as_deref();
-            let append = append.as_deref();
-            op.output_replayable([Some(input), prepend, append], erased_run(&|inputs| replay(inputs, n, dim)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n, dim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("diff", "diff", kernels::tr_aten_diff) }, &[Arg::handle(input), Arg::int(n), Arg::int(dim), Arg::opt_handle(prepend), Arg::opt_handle(append)])
     }
 
     /// Estimates the gradient of a function `g : \mathbb{R}^n \rightarrow \mathbb{R}` in one or more dimensions using the second-order accurate central differences method and either first or second order estimates at the boundaries. (`gradient.scalarint(Tensor self, *, Scalar? spacing=None, int? dim=None, int edge_order=1) -> Tensor[]`)
     pub(crate) fn gradient_scalarint(input: TensorId, spacing: Option<Scalar>, dim: Option<i64>, edge_order: i64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("gradient_scalarint");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_gradient_scalarint, "gradient.scalarint", &[Arg::tensor(input), Arg::opt_scalar(spacing), Arg::opt_int(dim), Arg::int(edge_order)])))
-        }))
+        run::tensors(const { &Schema::new("gradient_scalarint", "gradient.scalarint", kernels::tr_aten_gradient_scalarint) }, None, &[Arg::handle(input), Arg::opt_scalar(spacing), Arg::opt_int(dim), Arg::int(edge_order)])
     }
 
     /// Estimates the gradient of a function `g : \mathbb{R}^n \rightarrow \mathbb{R}` in one or more dimensions using the second-order accurate central differences method and either first or second order estimates at the boundaries. (`gradient.scalararray(Tensor self, *, Scalar spacing, int[] dim, int edge_order=1) -> Tensor[]`)
     pub(crate) fn gradient_scalararray(input: TensorId, spacing: Scalar, dim: &[i64], edge_order: i64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("gradient_scalararray");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_gradient_scalararray, "gradient.scalararray", &[Arg::tensor(input), Arg::scalar(spacing), Arg::ints(dim), Arg::int(edge_order)])))
-        }))
+        run::tensors(const { &Schema::new("gradient_scalararray", "gradient.scalararray", kernels::tr_aten_gradient_scalararray) }, None, &[Arg::handle(input), Arg::scalar(spacing), Arg::ints(dim), Arg::int(edge_order)])
     }
 
     /// Estimates the gradient of a function `g : \mathbb{R}^n \rightarrow \mathbb{R}` in one or more dimensions using the second-order accurate central differences method and either first or second order estimates at the boundaries. (`gradient.array(Tensor self, *, int[] dim, int edge_order=1) -> Tensor[]`)
     pub(crate) fn gradient_array(input: TensorId, dim: &[i64], edge_order: i64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("gradient_array");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_gradient_array, "gradient.array", &[Arg::tensor(input), Arg::ints(dim), Arg::int(edge_order)])))
-        }))
+        run::tensors(const { &Schema::new("gradient_array", "gradient.array", kernels::tr_aten_gradient_array) }, None, &[Arg::handle(input), Arg::ints(dim), Arg::int(edge_order)])
     }
 
     /// Estimates the gradient of a function `g : \mathbb{R}^n \rightarrow \mathbb{R}` in one or more dimensions using the second-order accurate central differences method and either first or second order estimates at the boundaries. (`gradient.scalarrayint(Tensor self, *, Scalar[] spacing, int? dim=None, int edge_order=1) -> Tensor[]`)
     pub(crate) fn gradient_scalarrayint(input: TensorId, spacing: &[f64], dim: Option<i64>, edge_order: i64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("gradient_scalarrayint");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_gradient_scalarrayint, "gradient.scalarrayint", &[Arg::tensor(input), Arg::floats(spacing), Arg::opt_int(dim), Arg::int(edge_order)])))
-        }))
+        run::tensors(const { &Schema::new("gradient_scalarrayint", "gradient.scalarrayint", kernels::tr_aten_gradient_scalarrayint) }, None, &[Arg::handle(input), Arg::floats(spacing), Arg::opt_int(dim), Arg::int(edge_order)])
     }
 
     /// Estimates the gradient of a function `g : \mathbb{R}^n \rightarrow \mathbb{R}` in one or more dimensions using the second-order accurate central differences method and either first or second order estimates at the boundaries. (`gradient.scalarrayarray(Tensor self, *, Scalar[] spacing, int[] dim, int edge_order=1) -> Tensor[]`)
     pub(crate) fn gradient_scalarrayarray(input: TensorId, spacing: &[f64], dim: &[i64], edge_order: i64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("gradient_scalarrayarray");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_gradient_scalarrayarray, "gradient.scalarrayarray", &[Arg::tensor(input), Arg::floats(spacing), Arg::ints(dim), Arg::int(edge_order)])))
-        }))
+        run::tensors(const { &Schema::new("gradient_scalarrayarray", "gradient.scalarrayarray", kernels::tr_aten_gradient_scalarrayarray) }, None, &[Arg::handle(input), Arg::floats(spacing), Arg::ints(dim), Arg::int(edge_order)])
     }
 
     /// Estimates the gradient of a function `g : \mathbb{R}^n \rightarrow \mathbb{R}` in one or more dimensions using the second-order accurate central differences method and either first or second order estimates at the boundaries. (`gradient.tensorarrayint(Tensor self, *, Tensor[] spacing, int? dim=None, int edge_order=1) -> Tensor[]`)
     pub(crate) fn gradient_tensorarrayint(input: TensorId, spacing: &[TensorId], dim: Option<i64>, edge_order: i64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("gradient_tensorarrayint");
-            let [input] = op.get([input])?;
-            let spacing = op.get_many(spacing)?;
-            let input: &tch::Tensor = &input;
-            let spacing = &spacing.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_gradient_tensorarrayint, "gradient.tensorarrayint", &[Arg::tensor(input), Arg::tensors(&aten::ptrs(spacing)), Arg::opt_int(dim), Arg::int(edge_order)])))
-        }))
+        run::tensors(const { &Schema::new("gradient_tensorarrayint", "gradient.tensorarrayint", kernels::tr_aten_gradient_tensorarrayint) }, None, &[Arg::handle(input), Arg::handles(spacing), Arg::opt_int(dim), Arg::int(edge_order)])
     }
 
     /// Estimates the gradient of a function `g : \mathbb{R}^n \rightarrow \mathbb{R}` in one or more dimensions using the second-order accurate central differences method and either first or second order estimates at the boundaries. (`gradient.tensorarray(Tensor self, *, Tensor[] spacing, int[] dim, int edge_order=1) -> Tensor[]`)
     pub(crate) fn gradient_tensorarray(input: TensorId, spacing: &[TensorId], dim: &[i64], edge_order: i64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("gradient_tensorarray");
-            let [input] = op.get([input])?;
-            let spacing = op.get_many(spacing)?;
-            let input: &tch::Tensor = &input;
-            let spacing = &spacing.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_gradient_tensorarray, "gradient.tensorarray", &[Arg::tensor(input), Arg::tensors(&aten::ptrs(spacing)), Arg::ints(dim), Arg::int(edge_order)])))
-        }))
+        run::tensors(const { &Schema::new("gradient_tensorarray", "gradient.tensorarray", kernels::tr_aten_gradient_tensorarray) }, None, &[Arg::handle(input), Arg::handles(spacing), Arg::ints(dim), Arg::int(edge_order)])
     }
 
     /// Returns a namedtuple `(values, indices)` where `values` is the `k` th smallest element of each row of the `input` tensor in the given dimension `dim`. (`kthvalue(Tensor self, SymInt k, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)`)
     pub(crate) fn kthvalue(input: TensorId, k: i64, dim: i64, keepdim: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("kthvalue");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_kthvalue, "kthvalue", &[Arg::tensor(input), Arg::int(k), Arg::int(dim), Arg::bool(keepdim)]))))
-        }))
+        run::tensors(const { &Schema::new("kthvalue", "kthvalue", kernels::tr_aten_kthvalue) }, Some(2), &[Arg::handle(input), Arg::int(k), Arg::int(dim), Arg::bool(keepdim)])
     }
 
     /// For summation index `j` given by `dim` and other indices `i`, the result is. (`logcumsumexp(Tensor self, int dim) -> Tensor`)
     pub(crate) fn logcumsumexp(input: TensorId, dim: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_logcumsumexp, "logcumsumexp", &[Arg::tensor(input), Arg::int(dim)])?)
-            }
-            let mut op = Op::begin("logcumsumexp");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("logcumsumexp", "logcumsumexp", kernels::tr_aten_logcumsumexp) }, &[Arg::handle(input), Arg::int(dim)])
     }
 
     /// Returns the log of summed exponentials of each row of the `input` tensor in the given dimension `dim`. (`logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor`)
     pub(crate) fn logsumexp(input: TensorId, dim: &[i64], keepdim: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: &[i64], keepdim: bool) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_logsumexp, "logsumexp", &[Arg::tensor(input), Arg::ints(dim), Arg::bool(keepdim)])?)
-            }
-            let mut op = Op::begin("logsumexp");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, keepdim)), erased_keep(&mut || {
-                let dim = dim.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dim, keepdim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("logsumexp", "logsumexp", kernels::tr_aten_logsumexp) }, &[Arg::handle(input), Arg::ints(dim), Arg::bool(keepdim)])
     }
 
     /// Computes the minimum and maximum values of the `input` tensor. (`aminmax(Tensor self, *, int? dim=None, bool keepdim=False) -> (Tensor min, Tensor max)`)
     pub(crate) fn aminmax(input: TensorId, dim: Option<i64>, keepdim: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("aminmax");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_aminmax, "aminmax", &[Arg::tensor(input), Arg::opt_int(dim), Arg::bool(keepdim)]))))
-        }))
+        run::tensors(const { &Schema::new("aminmax", "aminmax", kernels::tr_aten_aminmax) }, Some(2), &[Arg::handle(input), Arg::opt_int(dim), Arg::bool(keepdim)])
     }
 
     /// Returns the maximum value of each slice of the `input` tensor in the given dimension(s) `dim`. (`amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor`)
     pub(crate) fn amax(input: TensorId, dim: &[i64], keepdim: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: &[i64], keepdim: bool) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_amax, "amax", &[Arg::tensor(input), Arg::ints(dim), Arg::bool(keepdim)])?)
-            }
-            let mut op = Op::begin("amax");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, keepdim)), erased_keep(&mut || {
-                let dim = dim.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dim, keepdim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("amax", "amax", kernels::tr_aten_amax) }, &[Arg::handle(input), Arg::ints(dim), Arg::bool(keepdim)])
     }
 
     /// Computes the mean of all `non-NaN` elements along the specified dimensions. (`nanmean(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`)
     pub(crate) fn nanmean(input: TensorId, dim: Option<&[i64]>, keepdim: bool, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("nanmean");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_nanmean, "nanmean", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::bool(keepdim), Arg::opt_dtype(dtype)])))
-        }))
+        run::replayable(const { &Schema::new("nanmean", "nanmean", kernels::tr_aten_nanmean) }, &[Arg::handle(input), Arg::opt_ints(dim), Arg::bool(keepdim), Arg::opt_dtype(dtype)])
     }
 
     /// Returns the median of the values in `input`. (`median(Tensor self) -> Tensor`)
     pub(crate) fn median(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_median, "median", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("median");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("median", "median", kernels::tr_aten_median) }, &[Arg::handle(input)])
     }
 
     /// Returns the median of the values in `input`. (`median.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)`)
     pub(crate) fn median_dim(input: TensorId, dim: i64, keepdim: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("median_dim");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_median_dim, "median.dim", &[Arg::tensor(input), Arg::int(dim), Arg::bool(keepdim)]))))
-        }))
+        run::tensors(const { &Schema::new("median_dim", "median.dim", kernels::tr_aten_median_dim) }, Some(2), &[Arg::handle(input), Arg::int(dim), Arg::bool(keepdim)])
     }
 
     /// Returns the median of the values in `input`, ignoring `NaN` values. (`nanmedian(Tensor self) -> Tensor`)
     pub(crate) fn nanmedian(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_nanmedian, "nanmedian", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("nanmedian");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("nanmedian", "nanmedian", kernels::tr_aten_nanmedian) }, &[Arg::handle(input)])
     }
 
     /// Returns the median of the values in `input`, ignoring `NaN` values. (`nanmedian.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)`)
     pub(crate) fn nanmedian_dim(input: TensorId, dim: i64, keepdim: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("nanmedian_dim");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_nanmedian_dim, "nanmedian.dim", &[Arg::tensor(input), Arg::int(dim), Arg::bool(keepdim)]))))
-        }))
+        run::tensors(const { &Schema::new("nanmedian_dim", "nanmedian.dim", kernels::tr_aten_nanmedian_dim) }, Some(2), &[Arg::handle(input), Arg::int(dim), Arg::bool(keepdim)])
     }
 
     /// Returns the minimum value of each slice of the `input` tensor in the given dimension(s) `dim`. (`amin(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor`)
     pub(crate) fn amin(input: TensorId, dim: &[i64], keepdim: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: &[i64], keepdim: bool) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_amin, "amin", &[Arg::tensor(input), Arg::ints(dim), Arg::bool(keepdim)])?)
-            }
-            let mut op = Op::begin("amin");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, keepdim)), erased_keep(&mut || {
-                let dim = dim.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dim, keepdim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("amin", "amin", kernels::tr_aten_amin) }, &[Arg::handle(input), Arg::ints(dim), Arg::bool(keepdim)])
     }
 
     /// Returns a namedtuple `(values, indices)` where `values` is the mode value of each row of the `input` tensor in the given dimension `dim`, i.e. a value which appears most often in that row, and `indices` is the index location of each mode value found. (`mode(Tensor self, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)`)
     pub(crate) fn mode(input: TensorId, dim: i64, keepdim: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("mode");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_mode, "mode", &[Arg::tensor(input), Arg::int(dim), Arg::bool(keepdim)]))))
-        }))
+        run::tensors(const { &Schema::new("mode", "mode", kernels::tr_aten_mode) }, Some(2), &[Arg::handle(input), Arg::int(dim), Arg::bool(keepdim)])
     }
 
     /// Returns the sum of all elements in the `input` tensor. (`sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`)
     pub(crate) fn sum_dim_intlist(input: TensorId, dim: Option<&[i64]>, keepdim: bool, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("sum_dim_intlist");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_sum_dim_intlist, "sum.dim_IntList", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::bool(keepdim), Arg::opt_dtype(dtype)])))
-        }))
+        run::replayable(const { &Schema::new("sum_dim_intlist", "sum.dim_IntList", kernels::tr_aten_sum_dim_intlist) }, &[Arg::handle(input), Arg::opt_ints(dim), Arg::bool(keepdim), Arg::opt_dtype(dtype)])
     }
 
     /// Returns the sum of all elements, treating Not a Numbers (NaNs) as zero. (`nansum(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`)
     pub(crate) fn nansum(input: TensorId, dim: Option<&[i64]>, keepdim: bool, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("nansum");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_nansum, "nansum", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::bool(keepdim), Arg::opt_dtype(dtype)])))
-        }))
+        run::replayable(const { &Schema::new("nansum", "nansum", kernels::tr_aten_nansum) }, &[Arg::handle(input), Arg::opt_ints(dim), Arg::bool(keepdim), Arg::opt_dtype(dtype)])
     }
 
     /// Sum `this` tensor to `size`. (`sum_to_size(Tensor self, SymInt[] size) -> Tensor`)
     pub(crate) fn sum_to_size(input: TensorId, size: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], size: &[i64]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_sum_to_size, "sum_to_size", &[Arg::tensor(input), Arg::ints(size)])?)
-            }
-            let mut op = Op::begin("sum_to_size");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, size)), erased_keep(&mut || {
-                let size = size.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &size))
-            }))
-        }))
+        run::replayable(const { &Schema::new("sum_to_size", "sum_to_size", kernels::tr_aten_sum_to_size) }, &[Arg::handle(input), Arg::ints(size)])
     }
 
     /// Calculates the standard deviation over the dimensions specified by `dim`. (`std(Tensor self, bool unbiased=True) -> Tensor`)
     pub(crate) fn std(input: TensorId, unbiased: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], unbiased: bool) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_std, "std", &[Arg::tensor(input), Arg::bool(unbiased)])?)
-            }
-            let mut op = Op::begin("std");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, unbiased)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, unbiased))
-            }))
-        }))
+        run::replayable(const { &Schema::new("std", "std", kernels::tr_aten_std) }, &[Arg::handle(input), Arg::bool(unbiased)])
     }
 
     /// Calculates the standard deviation over the dimensions specified by `dim`. (`std.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor`)
     pub(crate) fn std_dim(input: TensorId, dim: Option<&[i64]>, unbiased: bool, keepdim: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("std_dim");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_std_dim, "std.dim", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::bool(unbiased), Arg::bool(keepdim)])))
-        }))
+        run::replayable(const { &Schema::new("std_dim", "std.dim", kernels::tr_aten_std_dim) }, &[Arg::handle(input), Arg::opt_ints(dim), Arg::bool(unbiased), Arg::bool(keepdim)])
     }
 
     /// Calculates the standard deviation over the dimensions specified by `dim`. (`std.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> Tensor`)
     pub(crate) fn std_correction(input: TensorId, dim: Option<&[i64]>, correction: Option<Scalar>, keepdim: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("std_correction");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_std_correction, "std.correction", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::opt_scalar(correction), Arg::bool(keepdim)])))
-        }))
+        run::replayable(const { &Schema::new("std_correction", "std.correction", kernels::tr_aten_std_correction) }, &[Arg::handle(input), Arg::opt_ints(dim), Arg::opt_scalar(correction), Arg::bool(keepdim)])
     }
 
     /// Calculates the standard deviation and mean over the dimensions specified by `dim`. (`std_mean(Tensor self, bool unbiased=True) -> (Tensor, Tensor)`)
     pub(crate) fn std_mean(input: TensorId, unbiased: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("std_mean");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_std_mean, "std_mean", &[Arg::tensor(input), Arg::bool(unbiased)]))))
-        }))
+        run::tensors(const { &Schema::new("std_mean", "std_mean", kernels::tr_aten_std_mean) }, Some(2), &[Arg::handle(input), Arg::bool(unbiased)])
     }
 
     /// Calculates the standard deviation and mean over the dimensions specified by `dim`. (`std_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> (Tensor, Tensor)`)
     pub(crate) fn std_mean_dim(input: TensorId, dim: Option<&[i64]>, unbiased: bool, keepdim: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("std_mean_dim");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_std_mean_dim, "std_mean.dim", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::bool(unbiased), Arg::bool(keepdim)]))))
-        }))
+        run::tensors(const { &Schema::new("std_mean_dim", "std_mean.dim", kernels::tr_aten_std_mean_dim) }, Some(2), &[Arg::handle(input), Arg::opt_ints(dim), Arg::bool(unbiased), Arg::bool(keepdim)])
     }
 
     /// Calculates the standard deviation and mean over the dimensions specified by `dim`. (`std_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> (Tensor, Tensor)`)
     pub(crate) fn std_mean_correction(input: TensorId, dim: Option<&[i64]>, correction: Option<Scalar>, keepdim: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("std_mean_correction");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_std_mean_correction, "std_mean.correction", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::opt_scalar(correction), Arg::bool(keepdim)]))))
-        }))
+        run::tensors(const { &Schema::new("std_mean_correction", "std_mean.correction", kernels::tr_aten_std_mean_correction) }, Some(2), &[Arg::handle(input), Arg::opt_ints(dim), Arg::opt_scalar(correction), Arg::bool(keepdim)])
     }
 
     /// Returns the product of all elements in the `input` tensor. (`prod(Tensor self, *, ScalarType? dtype=None) -> Tensor`)
     pub(crate) fn prod(input: TensorId, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dtype: Option<DType>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_prod, "prod", &[Arg::tensor(input), Arg::opt_dtype(dtype)])?)
-            }
-            let mut op = Op::begin("prod");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dtype)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dtype))
-            }))
-        }))
+        run::replayable(const { &Schema::new("prod", "prod", kernels::tr_aten_prod) }, &[Arg::handle(input), Arg::opt_dtype(dtype)])
     }
 
     /// Returns the product of all elements in the `input` tensor. (`prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor`)
     pub(crate) fn prod_dim_int(input: TensorId, dim: i64, keepdim: bool, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, keepdim: bool, dtype: Option<DType>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_prod_dim_int, "prod.dim_int", &[Arg::tensor(input), Arg::int(dim), Arg::bool(keepdim), Arg::opt_dtype(dtype)])?)
-            }
-            let mut op = Op::begin("prod_dim_int");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, keepdim, dtype)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, keepdim, dtype))
-            }))
-        }))
+        run::replayable(const { &Schema::new("prod_dim_int", "prod.dim_int", kernels::tr_aten_prod_dim_int) }, &[Arg::handle(input), Arg::int(dim), Arg::bool(keepdim), Arg::opt_dtype(dtype)])
     }
 
     /// Computes the trapezoidal rule along `dim`. (`trapezoid.x(Tensor y, Tensor x, *, int dim=-1) -> Tensor`)
     pub(crate) fn trapezoid_x(y: TensorId, x: TensorId, dim: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
-                let [y, x] = replay_args(inputs)?;
-                let y = given(y)?;
-                let x = given(x)?;
-                Ok(aten::tensor(kernels::tr_aten_trapezoid_x, "trapezoid.x", &[Arg::tensor(y), Arg::tensor(x), Arg::int(dim)])?)
-            }
-            let mut op = Op::begin("trapezoid_x");
-            let [y, x] = op.get([y, x])?;
-            let y: &tch::Tensor = &y;
-            let x: &tch::Tensor = &x;
-            op.output_replayable([Some(y), Some(x)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("trapezoid_x", "trapezoid.x", kernels::tr_aten_trapezoid_x) }, &[Arg::handle(y), Arg::handle(x), Arg::int(dim)])
     }
 
     /// Computes the trapezoidal rule along `dim`. (`trapezoid.dx(Tensor y, *, Scalar dx=1, int dim=-1) -> Tensor`)
     pub(crate) fn trapezoid_dx(y: TensorId, dx: Scalar, dim: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dx: Scalar, dim: i64) -> Result<tch::Tensor> {
-                let [y] = replay_args(inputs)?;
-                let y = given(y)?;
-                Ok(aten::tensor(kernels::tr_aten_trapezoid_dx, "trapezoid.dx", &[Arg::tensor(y), Arg::scalar(dx), Arg::int(dim)])?)
-            }
-            let mut op = Op::begin("trapezoid_dx");
-            let [y] = op.get([y])?;
-            let y: &tch::Tensor = &y;
-            op.output_replayable([Some(y)], erased_run(&|inputs| replay(inputs, dx, dim)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dx, dim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("trapezoid_dx", "trapezoid.dx", kernels::tr_aten_trapezoid_dx) }, &[Arg::handle(y), Arg::scalar(dx), Arg::int(dim)])
     }
 
     /// Alias for `torch.trapezoid`. (`trapz.x(Tensor y, Tensor x, *, int dim=-1) -> Tensor`)
     pub(crate) fn trapz_x(y: TensorId, x: TensorId, dim: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
-                let [y, x] = replay_args(inputs)?;
-                let y = given(y)?;
-                let x = given(x)?;
-                Ok(aten::tensor(kernels::tr_aten_trapz_x, "trapz.x", &[Arg::tensor(y), Arg::tensor(x), Arg::int(dim)])?)
-            }
-            let mut op = Op::begin("trapz_x");
-            let [y, x] = op.get([y, x])?;
-            let y: &tch::Tensor = &y;
-            let x: &tch::Tensor = &x;
-            op.output_replayable([Some(y), Some(x)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("trapz_x", "trapz.x", kernels::tr_aten_trapz_x) }, &[Arg::handle(y), Arg::handle(x), Arg::int(dim)])
     }
 
     /// Alias for `torch.trapezoid`. (`trapz.dx(Tensor y, *, float dx=1, int dim=-1) -> Tensor`)
     pub(crate) fn trapz_dx(y: TensorId, dx: f64, dim: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dx: f64, dim: i64) -> Result<tch::Tensor> {
-                let [y] = replay_args(inputs)?;
-                let y = given(y)?;
-                Ok(aten::tensor(kernels::tr_aten_trapz_dx, "trapz.dx", &[Arg::tensor(y), Arg::float(dx), Arg::int(dim)])?)
-            }
-            let mut op = Op::begin("trapz_dx");
-            let [y] = op.get([y])?;
-            let y: &tch::Tensor = &y;
-            op.output_replayable([Some(y)], erased_run(&|inputs| replay(inputs, dx, dim)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dx, dim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("trapz_dx", "trapz.dx", kernels::tr_aten_trapz_dx) }, &[Arg::handle(y), Arg::float(dx), Arg::int(dim)])
     }
 
     /// The unique slices along `dim`, sorted, with inverse indices and counts (`torch.unique` with `dim`). (`unique_dim(Tensor self, int dim, bool sorted=True, bool return_inverse=False, bool return_counts=False) -> (Tensor, Tensor, Tensor)`)
     pub(crate) fn unique_dim(input: TensorId, dim: i64, sorted: bool, return_inverse: bool, return_counts: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("unique_dim");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(3, aten::tensors(kernels::tr_aten_unique_dim, "unique_dim", &[Arg::tensor(input), Arg::int(dim), Arg::bool(sorted), Arg::bool(return_inverse), Arg::bool(return_counts)]))))
-        }))
+        run::tensors(const { &Schema::new("unique_dim", "unique_dim", kernels::tr_aten_unique_dim) }, Some(3), &[Arg::handle(input), Arg::int(dim), Arg::bool(sorted), Arg::bool(return_inverse), Arg::bool(return_counts)])
     }
 
     /// Eliminates all but the first element from every consecutive group of equivalent elements. (`unique_consecutive(Tensor self, bool return_inverse=False, bool return_counts=False, int? dim=None) -> (Tensor, Tensor, Tensor)`)
     pub(crate) fn unique_consecutive(input: TensorId, return_inverse: bool, return_counts: bool, dim: Option<i64>) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("unique_consecutive");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(3, aten::tensors(kernels::tr_aten_unique_consecutive, "unique_consecutive", &[Arg::tensor(input), Arg::bool(return_inverse), Arg::bool(return_counts), Arg::opt_int(dim)]))))
-        }))
+        run::tensors(const { &Schema::new("unique_consecutive", "unique_consecutive", kernels::tr_aten_unique_consecutive) }, Some(3), &[Arg::handle(input), Arg::bool(return_inverse), Arg::bool(return_counts), Arg::opt_int(dim)])
     }
 
     /// Collapses consecutive equal slices along `dim` (`torch.unique_consecutive` with `dim`). (`unique_dim_consecutive(Tensor self, int dim, bool return_inverse=False, bool return_counts=False) -> (Tensor, Tensor, Tensor)`)
     pub(crate) fn unique_dim_consecutive(input: TensorId, dim: i64, return_inverse: bool, return_counts: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("unique_dim_consecutive");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(3, aten::tensors(kernels::tr_aten_unique_dim_consecutive, "unique_dim_consecutive", &[Arg::tensor(input), Arg::int(dim), Arg::bool(return_inverse), Arg::bool(return_counts)]))))
-        }))
+        run::tensors(const { &Schema::new("unique_dim_consecutive", "unique_dim_consecutive", kernels::tr_aten_unique_dim_consecutive) }, Some(3), &[Arg::handle(input), Arg::int(dim), Arg::bool(return_inverse), Arg::bool(return_counts)])
     }
 
     /// Calculates the variance over the dimensions specified by `dim`. (`var(Tensor self, bool unbiased=True) -> Tensor`)
     pub(crate) fn var(input: TensorId, unbiased: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], unbiased: bool) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_var, "var", &[Arg::tensor(input), Arg::bool(unbiased)])?)
-            }
-            let mut op = Op::begin("var");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, unbiased)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, unbiased))
-            }))
-        }))
+        run::replayable(const { &Schema::new("var", "var", kernels::tr_aten_var) }, &[Arg::handle(input), Arg::bool(unbiased)])
     }
 
     /// Calculates the variance over the dimensions specified by `dim`. (`var.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> Tensor`)
     pub(crate) fn var_dim(input: TensorId, dim: Option<&[i64]>, unbiased: bool, keepdim: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("var_dim");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_var_dim, "var.dim", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::bool(unbiased), Arg::bool(keepdim)])))
-        }))
+        run::replayable(const { &Schema::new("var_dim", "var.dim", kernels::tr_aten_var_dim) }, &[Arg::handle(input), Arg::opt_ints(dim), Arg::bool(unbiased), Arg::bool(keepdim)])
     }
 
     /// Calculates the variance over the dimensions specified by `dim`. (`var.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> Tensor`)
     pub(crate) fn var_correction(input: TensorId, dim: Option<&[i64]>, correction: Option<Scalar>, keepdim: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("var_correction");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_var_correction, "var.correction", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::opt_scalar(correction), Arg::bool(keepdim)])))
-        }))
+        run::replayable(const { &Schema::new("var_correction", "var.correction", kernels::tr_aten_var_correction) }, &[Arg::handle(input), Arg::opt_ints(dim), Arg::opt_scalar(correction), Arg::bool(keepdim)])
     }
 
     /// Calculates the variance and mean over the dimensions specified by `dim`. (`var_mean(Tensor self, bool unbiased=True) -> (Tensor, Tensor)`)
     pub(crate) fn var_mean(input: TensorId, unbiased: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("var_mean");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_var_mean, "var_mean", &[Arg::tensor(input), Arg::bool(unbiased)]))))
-        }))
+        run::tensors(const { &Schema::new("var_mean", "var_mean", kernels::tr_aten_var_mean) }, Some(2), &[Arg::handle(input), Arg::bool(unbiased)])
     }
 
     /// Calculates the variance and mean over the dimensions specified by `dim`. (`var_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> (Tensor, Tensor)`)
     pub(crate) fn var_mean_dim(input: TensorId, dim: Option<&[i64]>, unbiased: bool, keepdim: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("var_mean_dim");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_var_mean_dim, "var_mean.dim", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::bool(unbiased), Arg::bool(keepdim)]))))
-        }))
+        run::tensors(const { &Schema::new("var_mean_dim", "var_mean.dim", kernels::tr_aten_var_mean_dim) }, Some(2), &[Arg::handle(input), Arg::opt_ints(dim), Arg::bool(unbiased), Arg::bool(keepdim)])
     }
 
     /// Calculates the variance and mean over the dimensions specified by `dim`. (`var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> (Tensor, Tensor)`)
     pub(crate) fn var_mean_correction(input: TensorId, dim: Option<&[i64]>, correction: Option<Scalar>, keepdim: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("var_mean_correction");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_var_mean_correction, "var_mean.correction", &[Arg::tensor(input), Arg::opt_ints(dim), Arg::opt_scalar(correction), Arg::bool(keepdim)]))))
-        }))
+        run::tensors(const { &Schema::new("var_mean_correction", "var_mean.correction", kernels::tr_aten_var_mean_correction) }, Some(2), &[Arg::handle(input), Arg::opt_ints(dim), Arg::opt_scalar(correction), Arg::bool(keepdim)])
     }
 
     /// Returns the p-norm of (`input` - `other`) (`dist(Tensor self, Tensor other, Scalar p=2) -> Tensor`)
     pub(crate) fn dist(input: TensorId, other: TensorId, p: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], p: Scalar) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_dist, "dist", &[Arg::tensor(input), Arg::tensor(other), Arg::scalar(p)])?)
-            }
-            let mut op = Op::begin("dist");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&|inputs| replay(inputs, p)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, p))
-            }))
-        }))
+        run::replayable(const { &Schema::new("dist", "dist", kernels::tr_aten_dist) }, &[Arg::handle(input), Arg::handle(other), Arg::scalar(p)])
     }
 
     /// Computes the histogram of a tensor. (`histc(Tensor self, int bins=100, Scalar min=0, Scalar max=0) -> Tensor`)
     pub(crate) fn histc(input: TensorId, bins: i64, min: Scalar, max: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], bins: i64, min: Scalar, max: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_histc, "histc", &[Arg::tensor(input), Arg::int(bins), Arg::scalar(min), Arg::scalar(max)])?)
-            }
-            let mut op = Op::begin("histc");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, bins, min, max)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, bins, min, max))
-            }))
-        }))
+        run::replayable(const { &Schema::new("histc", "histc", kernels::tr_aten_histc) }, &[Arg::handle(input), Arg::int(bins), Arg::scalar(min), Arg::scalar(max)])
     }
 
     /// Computes a histogram of the values in a tensor. (`histogram.bins_tensor(Tensor self, Tensor bins, *, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor bin_edges)`)
     pub(crate) fn histogram_bins_tensor(input: TensorId, bins: TensorId, weight: TensorId, density: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("histogram_bins_tensor");
-            let [input, bins] = op.get([input, bins])?;
-            let weight = op.get_opt(weight)?;
-            let input: &tch::Tensor = &input;
-            let bins: &tch::Tensor = &bins;
-            let weight = weight.as_deref();
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_histogram_bins_tensor, "histogram.bins_tensor", &[Arg::tensor(input), Arg::tensor(bins), Arg::opt_tensor(weight), Arg::bool(density)]))))
-        }))
+        run::tensors(const { &Schema::new("histogram_bins_tensor", "histogram.bins_tensor", kernels::tr_aten_histogram_bins_tensor) }, Some(2), &[Arg::handle(input), Arg::handle(bins), Arg::opt_handle(weight), Arg::bool(density)])
     }
 
     /// Computes a histogram of the values in a tensor. (`histogram.bin_ct(Tensor self, int bins=100, *, float[]? range=None, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor bin_edges)`)
     pub(crate) fn histogram_bin_ct(input: TensorId, bins: i64, range: Option<&[f64]>, weight: TensorId, density: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("histogram_bin_ct");
-            let [input] = op.get([input])?;
-            let weight = op.get_opt(weight)?;
-            let input: &tch::Tensor = &input;
-            let weight = weight.as_deref();
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_histogram_bin_ct, "histogram.bin_ct", &[Arg::tensor(input), Arg::int(bins), Arg::opt_floats(range), Arg::opt_tensor(weight), Arg::bool(density)]))))
-        }))
+        run::tensors(const { &Schema::new("histogram_bin_ct", "histogram.bin_ct", kernels::tr_aten_histogram_bin_ct) }, Some(2), &[Arg::handle(input), Arg::int(bins), Arg::opt_floats(range), Arg::opt_handle(weight), Arg::bool(density)])
     }
 
     /// Computes a multi-dimensional histogram of the values in a tensor. (`histogramdd(Tensor self, int[] bins, float[]? range=None, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor[] bin_edges)`)
     pub(crate) fn histogramdd(input: TensorId, bins: &[i64], range: Option<&[f64]>, weight: TensorId, density: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("histogramdd");
-            let [input] = op.get([input])?;
-            let weight = op.get_opt(weight)?;
-            let input: &tch::Tensor = &input;
-            let weight = weight.as_deref();
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_histogramdd, "histogramdd", &[Arg::tensor(input), Arg::ints(bins), Arg::opt_floats(range), Arg::opt_tensor(weight), Arg::bool(density)])))
-        }))
+        run::tensors(const { &Schema::new("histogramdd", "histogramdd", kernels::tr_aten_histogramdd) }, None, &[Arg::handle(input), Arg::ints(bins), Arg::opt_floats(range), Arg::opt_handle(weight), Arg::bool(density)])
     }
 
     /// Computes a multi-dimensional histogram of the values in a tensor. (`histogramdd.int_bins(Tensor self, int bins, float[]? range=None, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor[] bin_edges)`)
     pub(crate) fn histogramdd_int_bins(input: TensorId, bins: i64, range: Option<&[f64]>, weight: TensorId, density: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("histogramdd_int_bins");
-            let [input] = op.get([input])?;
-            let weight = op.get_opt(weight)?;
-            let input: &tch::Tensor = &input;
-            let weight = weight.as_deref();
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_histogramdd_int_bins, "histogramdd.int_bins", &[Arg::tensor(input), Arg::int(bins), Arg::opt_floats(range), Arg::opt_tensor(weight), Arg::bool(density)])))
-        }))
+        run::tensors(const { &Schema::new("histogramdd_int_bins", "histogramdd.int_bins", kernels::tr_aten_histogramdd_int_bins) }, None, &[Arg::handle(input), Arg::int(bins), Arg::opt_floats(range), Arg::opt_handle(weight), Arg::bool(density)])
     }
 
     /// Computes a multi-dimensional histogram of the values in a tensor. (`histogramdd.TensorList_bins(Tensor self, Tensor[] bins, float[]? range=None, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor[] bin_edges)`)
     pub(crate) fn histogramdd_tensorlist_bins(input: TensorId, bins: &[TensorId], range: Option<&[f64]>, weight: TensorId, density: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("histogramdd_tensorlist_bins");
-            let [input] = op.get([input])?;
-            let bins = op.get_many(bins)?;
-            let weight = op.get_opt(weight)?;
-            let input: &tch::Tensor = &input;
-            let bins = &bins.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            let weight = weight.as_deref();
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_histogramdd_tensorlist_bins, "histogramdd.TensorList_bins", &[Arg::tensor(input), Arg::tensors(&aten::ptrs(bins)), Arg::opt_floats(range), Arg::opt_tensor(weight), Arg::bool(density)])))
-        }))
+        run::tensors(const { &Schema::new("histogramdd_tensorlist_bins", "histogramdd.TensorList_bins", kernels::tr_aten_histogramdd_tensorlist_bins) }, None, &[Arg::handle(input), Arg::handles(bins), Arg::opt_floats(range), Arg::opt_handle(weight), Arg::bool(density)])
     }
 
     /// Computes the q-th quantiles of each row of the `input` tensor along the dimension `dim`. (`quantile(Tensor self, Tensor q, int? dim=None, bool keepdim=False, *, str interpolation='linear') -> Tensor`)
     pub(crate) fn quantile(input: TensorId, q: TensorId, dim: Option<i64>, keepdim: bool, interpolation: &str) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: Option<i64>, keepdim: bool, interpolation: &str) -> Result<tch::Tensor> {
-                let [input, q] = replay_args(inputs)?;
-                let input = given(input)?;
-                let q = given(q)?;
-                Ok(aten::tensor(kernels::tr_aten_quantile, "quantile", &[Arg::tensor(input), Arg::tensor(q), Arg::opt_int(dim), Arg::bool(keepdim), Arg::str(interpolation)])?)
-            }
-            let mut op = Op::begin("quantile");
-            let [input, q] = op.get([input, q])?;
-            let input: &tch::Tensor = &input;
-            let q: &tch::Tensor = &q;
-            op.output_replayable([Some(input), Some(q)], erased_run(&|inputs| replay(inputs, dim, keepdim, interpolation)), erased_keep(&mut || {
-                let interpolation = interpolation.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, keepdim, &interpolation))
-            }))
-        }))
+        run::replayable(const { &Schema::new("quantile", "quantile", kernels::tr_aten_quantile) }, &[Arg::handle(input), Arg::handle(q), Arg::opt_int(dim), Arg::bool(keepdim), Arg::str(interpolation)])
     }
 
     /// Computes the q-th quantiles of each row of the `input` tensor along the dimension `dim`. (`quantile.scalar(Tensor self, float q, int? dim=None, bool keepdim=False, *, str interpolation='linear') -> Tensor`)
     pub(crate) fn quantile_scalar(input: TensorId, q: f64, dim: Option<i64>, keepdim: bool, interpolation: &str) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], q: f64, dim: Option<i64>, keepdim: bool, interpolation: &str) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_quantile_scalar, "quantile.scalar", &[Arg::tensor(input), Arg::float(q), Arg::opt_int(dim), Arg::bool(keepdim), Arg::str(interpolation)])?)
-            }
-            let mut op = Op::begin("quantile_scalar");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, q, dim, keepdim, interpolation)), erased_keep(&mut || {
-                let interpolation = interpolation.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, q, dim, keepdim, &interpolation))
-            }))
-        }))
+        run::replayable(const { &Schema::new("quantile_scalar", "quantile.scalar", kernels::tr_aten_quantile_scalar) }, &[Arg::handle(input), Arg::float(q), Arg::opt_int(dim), Arg::bool(keepdim), Arg::str(interpolation)])
     }
 
     /// This is a variant of `torch.quantile` that "ignores" `NaN` values, computing the quantiles `q` as if `NaN` values in `input` did not exist. (`nanquantile(Tensor self, Tensor q, int? dim=None, bool keepdim=False, *, str interpolation='linear') -> Tensor`)
     pub(crate) fn nanquantile(input: TensorId, q: TensorId, dim: Option<i64>, keepdim: bool, interpolation: &str) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: Option<i64>, keepdim: bool, interpolation: &str) -> Result<tch::Tensor> {
-                let [input, q] = replay_args(inputs)?;
-                let input = given(input)?;
-                let q = given(q)?;
-                Ok(aten::tensor(kernels::tr_aten_nanquantile, "nanquantile", &[Arg::tensor(input), Arg::tensor(q), Arg::opt_int(dim), Arg::bool(keepdim), Arg::str(interpolation)])?)
-            }
-            let mut op = Op::begin("nanquantile");
-            let [input, q] = op.get([input, q])?;
-            let input: &tch::Tensor = &input;
-            let q: &tch::Tensor = &q;
-            op.output_replayable([Some(input), Some(q)], erased_run(&|inputs| replay(inputs, dim, keepdim, interpolation)), erased_keep(&mut || {
-                let interpolation = interpolation.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, keepdim, &interpolation))
-            }))
-        }))
+        run::replayable(const { &Schema::new("nanquantile", "nanquantile", kernels::tr_aten_nanquantile) }, &[Arg::handle(input), Arg::handle(q), Arg::opt_int(dim), Arg::bool(keepdim), Arg::str(interpolation)])
     }
 
     /// This is a variant of `torch.quantile` that "ignores" `NaN` values, computing the quantiles `q` as if `NaN` values in `input` did not exist. (`nanquantile.scalar(Tensor self, float q, int? dim=None, bool keepdim=False, *, str interpolation='linear') -> Tensor`)
     pub(crate) fn nanquantile_scalar(input: TensorId, q: f64, dim: Option<i64>, keepdim: bool, interpolation: &str) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], q: f64, dim: Option<i64>, keepdim: bool, interpolation: &str) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_nanquantile_scalar, "nanquantile.scalar", &[Arg::tensor(input), Arg::float(q), Arg::opt_int(dim), Arg::bool(keepdim), Arg::str(interpolation)])?)
-            }
-            let mut op = Op::begin("nanquantile_scalar");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, q, dim, keepdim, interpolation)), erased_keep(&mut || {
-                let interpolation = interpolation.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, q, dim, keepdim, &interpolation))
-            }))
-        }))
+        run::replayable(const { &Schema::new("nanquantile_scalar", "nanquantile.scalar", kernels::tr_aten_nanquantile_scalar) }, &[Arg::handle(input), Arg::float(q), Arg::opt_int(dim), Arg::bool(keepdim), Arg::str(interpolation)])
     }
 
     /// Sorts the elements of the `input` tensor along a given dimension in ascending order by value. (`sort(Tensor self, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)`)
     pub(crate) fn sort(input: TensorId, dim: i64, descending: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("sort");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_sort, "sort", &[Arg::tensor(input), Arg::int(dim), Arg::bool(descending)]))))
-        }))
+        run::tensors(const { &Schema::new("sort", "sort", kernels::tr_aten_sort) }, Some(2), &[Arg::handle(input), Arg::int(dim), Arg::bool(descending)])
     }
 
     /// Sorts the elements of the `input` tensor along a given dimension in ascending order by value. (`sort.stable(Tensor self, *, bool? stable, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)`)
     pub(crate) fn sort_stable(input: TensorId, stable: Option<bool>, dim: i64, descending: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("sort_stable");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_sort_stable, "sort.stable", &[Arg::tensor(input), Arg::opt_bool(stable), Arg::int(dim), Arg::bool(descending)]))))
-        }))
+        run::tensors(const { &Schema::new("sort_stable", "sort.stable", kernels::tr_aten_sort_stable) }, Some(2), &[Arg::handle(input), Arg::opt_bool(stable), Arg::int(dim), Arg::bool(descending)])
     }
 
     /// Sorts the elements of the `input` tensor along its first dimension in ascending order by value. (`msort(Tensor self) -> Tensor`)
     pub(crate) fn msort(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_msort, "msort", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("msort");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("msort", "msort", kernels::tr_aten_msort) }, &[Arg::handle(input)])
     }
 
     /// Returns the indices that sort a tensor along a given dimension in ascending order by value. (`argsort(Tensor self, int dim=-1, bool descending=False) -> Tensor`)
     pub(crate) fn argsort(input: TensorId, dim: i64, descending: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, descending: bool) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_argsort, "argsort", &[Arg::tensor(input), Arg::int(dim), Arg::bool(descending)])?)
-            }
-            let mut op = Op::begin("argsort");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, descending)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, descending))
-            }))
-        }))
+        run::replayable(const { &Schema::new("argsort", "argsort", kernels::tr_aten_argsort) }, &[Arg::handle(input), Arg::int(dim), Arg::bool(descending)])
     }
 
     /// Returns the indices that sort a tensor along a given dimension in ascending order by value. (`argsort.stable(Tensor self, *, bool stable, int dim=-1, bool descending=False) -> Tensor`)
     pub(crate) fn argsort_stable(input: TensorId, stable: bool, dim: i64, descending: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], stable: bool, dim: i64, descending: bool) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_argsort_stable, "argsort.stable", &[Arg::tensor(input), Arg::bool(stable), Arg::int(dim), Arg::bool(descending)])?)
-            }
-            let mut op = Op::begin("argsort_stable");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, stable, dim, descending)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, stable, dim, descending))
-            }))
-        }))
+        run::replayable(const { &Schema::new("argsort_stable", "argsort.stable", kernels::tr_aten_argsort_stable) }, &[Arg::handle(input), Arg::bool(stable), Arg::int(dim), Arg::bool(descending)])
     }
 
     /// Returns the `k` largest elements of the given `input` tensor along a given dimension. (`topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> (Tensor values, Tensor indices)`)
     pub(crate) fn topk(input: TensorId, k: i64, dim: i64, largest: bool, sorted: bool) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("topk");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::exactly(2, aten::tensors(kernels::tr_aten_topk, "topk", &[Arg::tensor(input), Arg::int(k), Arg::int(dim), Arg::bool(largest), Arg::bool(sorted)]))))
-        }))
+        run::tensors(const { &Schema::new("topk", "topk", kernels::tr_aten_topk) }, Some(2), &[Arg::handle(input), Arg::int(k), Arg::int(dim), Arg::bool(largest), Arg::bool(sorted)])
     }
 
     /// Tests if all elements in `input` evaluate to `True`. (`all(Tensor self) -> Tensor`)
     pub(crate) fn all(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_all, "all", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("all");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("all", "all", kernels::tr_aten_all) }, &[Arg::handle(input)])
     }
 
     /// Tests if any element in `input` evaluates to `True`. (`any(Tensor self) -> Tensor`)
     pub(crate) fn any(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_any, "any", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("any");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("any", "any", kernels::tr_aten_any) }, &[Arg::handle(input)])
     }
 
     /// Returns the indices of the buckets to which each value in the `input` belongs, where the boundaries of the buckets are set by `boundaries`. (`bucketize.Tensor(Tensor self, Tensor boundaries, *, bool out_int32=False, bool right=False) -> Tensor`)
     pub(crate) fn bucketize_tensor(input: TensorId, boundaries: TensorId, out_int32: bool, right: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], out_int32: bool, right: bool) -> Result<tch::Tensor> {
-                let [input, boundaries] = replay_args(inputs)?;
-                let input = given(input)?;
-                let boundaries = given(boundaries)?;
-                Ok(aten::tensor(kernels::tr_aten_bucketize_tensor, "bucketize.Tensor", &[Arg::tensor(input), Arg::tensor(boundaries), Arg::bool(out_int32), Arg::bool(right)])?)
-            }
-            let mut op = Op::begin("bucketize_tensor");
-            let [input, boundaries] = op.get([input, boundaries])?;
-            let input: &tch::Tensor = &input;
-            let boundaries: &tch::Tensor = &boundaries;
-            op.output_replayable([Some(input), Some(boundaries)], erased_run(&|inputs| replay(inputs, out_int32, right)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, out_int32, right))
-            }))
-        }))
+        run::replayable(const { &Schema::new("bucketize_tensor", "bucketize.Tensor", kernels::tr_aten_bucketize_tensor) }, &[Arg::handle(input), Arg::handle(boundaries), Arg::bool(out_int32), Arg::bool(right)])
     }
 
     /// Returns the indices of the buckets to which each value in the `input` belongs, where the boundaries of the buckets are set by `boundaries`. (`bucketize.Scalar(Scalar self, Tensor boundaries, *, bool out_int32=False, bool right=False) -> Tensor`)
     pub(crate) fn bucketize_scalar(input: Scalar, boundaries: TensorId, out_int32: bool, right: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], input: Scalar, out_int32: bool, right: bool) -> Result<tch::Tensor> {
-                let [boundaries] = replay_args(inputs)?;
-                let boundaries = given(boundaries)?;
-                Ok(aten::tensor(kernels::tr_aten_bucketize_scalar, "bucketize.Scalar", &[Arg::scalar(input), Arg::tensor(boundaries), Arg::bool(out_int32), Arg::bool(right)])?)
-            }
-            let mut op = Op::begin("bucketize_scalar");
-            let [boundaries] = op.get([boundaries])?;
-            let boundaries: &tch::Tensor = &boundaries;
-            op.output_replayable([Some(boundaries)], erased_run(&|inputs| replay(inputs, input, out_int32, right)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, input, out_int32, right))
-            }))
-        }))
+        run::replayable(const { &Schema::new("bucketize_scalar", "bucketize.Scalar", kernels::tr_aten_bucketize_scalar) }, &[Arg::scalar(input), Arg::handle(boundaries), Arg::bool(out_int32), Arg::bool(right)])
     }
 
     /// Find the indices from the *innermost* dimension of `sorted_sequence` such that, if the corresponding values in `values` were inserted before the indices, when sorted, the order of the corresponding *innermost* dimension within `sorted_sequence` would be preserved. (`searchsorted.Tensor(Tensor sorted_sequence, Tensor self, *, bool out_int32=False, bool right=False, str? side=None, Tensor? sorter=None) -> Tensor`)
     pub(crate) fn searchsorted_tensor(sorted_sequence: TensorId, input: TensorId, out_int32: bool, right: bool, side: Option<&str>, sorter: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("searchsorted_tensor");
-            let [sorted_sequence, input] = op.get([sorted_sequence, input])?;
-            let sorter = op.get_opt(sorter)?;
-            let sorted_sequence: &tch::Tensor = &sorted_sequence;
-            let input: &tch::Tensor = &input;
-            let sorter = sorter.as_deref();
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_searchsorted_tensor, "searchsorted.Tensor", &[Arg::tensor(sorted_sequence), Arg::tensor(input), Arg::bool(out_int32), Arg::bool(right), Arg::opt_str(side), Arg::opt_tensor(sorter)])))
-        }))
+        run::replayable(const { &Schema::new("searchsorted_tensor", "searchsorted.Tensor", kernels::tr_aten_searchsorted_tensor) }, &[Arg::handle(sorted_sequence), Arg::handle(input), Arg::bool(out_int32), Arg::bool(right), Arg::opt_str(side), Arg::opt_handle(sorter)])
     }
 
     /// Find the indices from the *innermost* dimension of `sorted_sequence` such that, if the corresponding values in `values` were inserted before the indices, when sorted, the order of the corresponding *innermost* dimension within `sorted_sequence` would be preserved. (`searchsorted.Scalar(Tensor sorted_sequence, Scalar self, *, bool out_int32=False, bool right=False, str? side=None, Tensor? sorter=None) -> Tensor`)
     pub(crate) fn searchsorted_scalar(sorted_sequence: TensorId, input: Scalar, out_int32: bool, right: bool, side: Option<&str>, sorter: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("searchsorted_scalar");
-            let [sorted_sequence] = op.get([sorted_sequence])?;
-            let sorter = op.get_opt(sorter)?;
-            let sorted_sequence: &tch::Tensor = &sorted_sequence;
-            let sorter = sorter.as_deref();
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_searchsorted_scalar, "searchsorted.Scalar", &[Arg::tensor(sorted_sequence), Arg::scalar(input), Arg::bool(out_int32), Arg::bool(right), Arg::opt_str(side), Arg::opt_tensor(sorter)])))
-        }))
+        run::replayable(const { &Schema::new("searchsorted_scalar", "searchsorted.Scalar", kernels::tr_aten_searchsorted_scalar) }, &[Arg::handle(sorted_sequence), Arg::scalar(input), Arg::bool(out_int32), Arg::bool(right), Arg::opt_str(side), Arg::opt_handle(sorter)])
     }
 
     /// Perform a segment reduction operation on the input tensor along the specified axis. (`segment_reduce(Tensor data, str reduce, *, Tensor? lengths=None, Tensor? indices=None, Tensor? offsets=None, int axis=0, bool unsafe=False, Scalar? initial=None) -> Tensor`)
     pub(crate) fn segment_reduce(data: TensorId, reduce: &str, lengths: TensorId, indices: TensorId, offsets: TensorId, axis: i64, unsafe_: bool, initial: Option<Scalar>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], reduce: &str, axis: i64, unsafe_: bool, initial: Option<Scalar>) -> Result<tch::Tensor> {
-                let [data, lengths, indices, offsets] = replay_args(inputs)?;
-                let data = given(data)?;
-                Ok(aten::tensor(kernels::tr_aten_segment_reduce, "segment_reduce", &[Arg::tensor(data), Arg::str(reduce), Arg::opt_tensor(lengths), Arg::opt_tensor(indices), Arg::opt_tensor(offsets), Arg::int(axis), Arg::bool(unsafe_), Arg::opt_scalar(initial)])?)
-            }
-            let mut op = Op::begin("segment_reduce");
-            let [data] = op.get([data])?;
-            let lengths = op.get_opt(lengths)?;
-            let indices = op.get_opt(indices)?;
-            let offsets = op.get_opt(offsets)?;
-            let data: &tch::Tensor = &data;
-            let lengths = lengths.as_deref();
-            let indices = indices.as_deref();
-            let offsets = offsets.as_deref();
-            op.output_replayable([Some(data), lengths, indices, offsets], erased_run(&|inputs| replay(inputs, reduce, axis, unsafe_, initial)), erased_keep(&mut || {
-                let reduce = reduce.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &reduce, axis, unsafe_, initial))
-            }))
-        }))
+        run::replayable(const { &Schema::new("segment_reduce", "segment_reduce", kernels::tr_aten_segment_reduce) }, &[Arg::handle(data), Arg::str(reduce), Arg::opt_handle(lengths), Arg::opt_handle(indices), Arg::opt_handle(offsets), Arg::int(axis), Arg::bool(unsafe_), Arg::opt_scalar(initial)])
     }
 }
 

@@ -11,2435 +11,817 @@ pub(crate) mod core {
 
     /// Create a view of an existing `torch.Tensor` `input` with specified `size`, `stride` and `storage_offset`. (`as_strided(Tensor(a) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) -> Tensor(a)`)
     pub(crate) fn as_strided(input: TensorId, size: &[i64], stride: &[i64], storage_offset: Option<i64>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], size: &[i64], stride: &[i64], storage_offset: Option<i64>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_as_strided, "as_strided", &[Arg::tensor(input), Arg::ints(size), Arg::ints(stride), Arg::opt_int(storage_offset)])?)
-            }
-            let mut op = Op::begin("as_strided");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, size, stride, storage_offset)), erased_keep(&mut || {
-                let size = size.to_owned();
-                let stride = stride.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &size, &stride, storage_offset))
-            }))
-        }))
+        run::replayable(const { &Schema::new("as_strided", "as_strided", kernels::tr_aten_as_strided) }, &[Arg::handle(input), Arg::ints(size), Arg::ints(stride), Arg::opt_int(storage_offset)])
     }
 
     /// In-place version of `Tensor.as_strided` (`as_strided_(Tensor(a!) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) -> Tensor(a!)`)
     pub(crate) fn as_strided_(input: TensorId, size: &[i64], stride: &[i64], storage_offset: Option<i64>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("as_strided_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_as_strided_, "as_strided_", &[Arg::tensor(input), Arg::ints(size), Arg::ints(stride), Arg::opt_int(storage_offset)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("as_strided_", "as_strided_", kernels::tr_aten_as_strided_) }, &[Arg::handle_mut(input), Arg::ints(size), Arg::ints(stride), Arg::opt_int(storage_offset)]).map(|_| input)
     }
 
     /// Returns a 1-dimensional view of each input tensor with zero dimensions. (`atleast_1d(Tensor self) -> Tensor`)
     pub(crate) fn atleast_1d(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_atleast_1d, "atleast_1d", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("atleast_1d");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("atleast_1d", "atleast_1d", kernels::tr_aten_atleast_1d) }, &[Arg::handle(input)])
     }
 
     /// Returns a 1-dimensional view of each input tensor with zero dimensions. (`atleast_1d.Sequence(Tensor[] tensors) -> Tensor[]`)
     pub(crate) fn atleast_1d_sequence(tensors: &[TensorId]) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("atleast_1d_sequence");
-            let tensors = op.get_many(tensors)?;
-            let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_atleast_1d_sequence, "atleast_1d.Sequence", &[Arg::tensors(&aten::ptrs(tensors))])))
-        }))
+        run::tensors(const { &Schema::new("atleast_1d_sequence", "atleast_1d.Sequence", kernels::tr_aten_atleast_1d_sequence) }, None, &[Arg::handles(tensors)])
     }
 
     /// Returns a 2-dimensional view of each input tensor with zero dimensions. (`atleast_2d(Tensor self) -> Tensor`)
     pub(crate) fn atleast_2d(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_atleast_2d, "atleast_2d", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("atleast_2d");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("atleast_2d", "atleast_2d", kernels::tr_aten_atleast_2d) }, &[Arg::handle(input)])
     }
 
     /// Returns a 2-dimensional view of each input tensor with zero dimensions. (`atleast_2d.Sequence(Tensor[] tensors) -> Tensor[]`)
     pub(crate) fn atleast_2d_sequence(tensors: &[TensorId]) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("atleast_2d_sequence");
-            let tensors = op.get_many(tensors)?;
-            let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_atleast_2d_sequence, "atleast_2d.Sequence", &[Arg::tensors(&aten::ptrs(tensors))])))
-        }))
+        run::tensors(const { &Schema::new("atleast_2d_sequence", "atleast_2d.Sequence", kernels::tr_aten_atleast_2d_sequence) }, None, &[Arg::handles(tensors)])
     }
 
     /// Returns a 3-dimensional view of each input tensor with zero dimensions. (`atleast_3d(Tensor self) -> Tensor`)
     pub(crate) fn atleast_3d(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_atleast_3d, "atleast_3d", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("atleast_3d");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("atleast_3d", "atleast_3d", kernels::tr_aten_atleast_3d) }, &[Arg::handle(input)])
     }
 
     /// Returns a 3-dimensional view of each input tensor with zero dimensions. (`atleast_3d.Sequence(Tensor[] tensors) -> Tensor[]`)
     pub(crate) fn atleast_3d_sequence(tensors: &[TensorId]) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("atleast_3d_sequence");
-            let tensors = op.get_many(tensors)?;
-            let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_atleast_3d_sequence, "atleast_3d.Sequence", &[Arg::tensors(&aten::ptrs(tensors))])))
-        }))
+        run::tensors(const { &Schema::new("atleast_3d_sequence", "atleast_3d.Sequence", kernels::tr_aten_atleast_3d_sequence) }, None, &[Arg::handles(tensors)])
     }
 
     /// Broadcasts the given tensors according to `broadcasting-semantics`. (`broadcast_tensors(Tensor[] tensors) -> Tensor[]`)
     pub(crate) fn broadcast_tensors(tensors: &[TensorId]) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("broadcast_tensors");
-            let tensors = op.get_many(tensors)?;
-            let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_broadcast_tensors, "broadcast_tensors", &[Arg::tensors(&aten::ptrs(tensors))])))
-        }))
+        run::tensors(const { &Schema::new("broadcast_tensors", "broadcast_tensors", kernels::tr_aten_broadcast_tensors) }, None, &[Arg::handles(tensors)])
     }
 
     /// Broadcasts `input` to the shape `\shape`. (`broadcast_to(Tensor(a) self, SymInt[] size) -> Tensor(a)`)
     pub(crate) fn broadcast_to(input: TensorId, size: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], size: &[i64]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_broadcast_to, "broadcast_to", &[Arg::tensor(input), Arg::ints(size)])?)
-            }
-            let mut op = Op::begin("broadcast_to");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, size)), erased_keep(&mut || {
-                let size = size.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &size))
-            }))
-        }))
+        run::replayable(const { &Schema::new("broadcast_to", "broadcast_to", kernels::tr_aten_broadcast_to) }, &[Arg::handle(input), Arg::ints(size)])
     }
 
     /// Alias of `torch.cat`. (`concat(Tensor[] tensors, int dim=0) -> Tensor`)
     pub(crate) fn concat(tensors: &[TensorId], dim: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("concat");
-            let tensors = op.get_many(tensors)?;
-            let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_concat, "concat", &[Arg::tensors(&aten::ptrs(tensors)), Arg::int(dim)])))
-        }))
+        run::tensor(const { &Schema::new("concat", "concat", kernels::tr_aten_concat) }, &[Arg::handles(tensors), Arg::int(dim)])
     }
 
     /// Alias of `torch.cat`. (`concatenate(Tensor[] tensors, int dim=0) -> Tensor`)
     pub(crate) fn concatenate(tensors: &[TensorId], dim: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("concatenate");
-            let tensors = op.get_many(tensors)?;
-            let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_concatenate, "concatenate", &[Arg::tensors(&aten::ptrs(tensors)), Arg::int(dim)])))
-        }))
+        run::tensor(const { &Schema::new("concatenate", "concatenate", kernels::tr_aten_concatenate) }, &[Arg::handles(tensors), Arg::int(dim)])
     }
 
     /// Works like `torch.chunk` but without enforcing the autograd restrictions on inplace modification of the outputs. (`unsafe_chunk(Tensor self, int chunks, int dim=0) -> Tensor[]`)
     pub(crate) fn unsafe_chunk(input: TensorId, chunks: i64, dim: i64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("unsafe_chunk");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_unsafe_chunk, "unsafe_chunk", &[Arg::tensor(input), Arg::int(chunks), Arg::int(dim)])))
-        }))
+        run::tensors(const { &Schema::new("unsafe_chunk", "unsafe_chunk", kernels::tr_aten_unsafe_chunk) }, None, &[Arg::handle(input), Arg::int(chunks), Arg::int(dim)])
     }
 
     /// Attempts to split a tensor into the specified number of chunks. (`chunk(Tensor(a -> *) self, int chunks, int dim=0) -> Tensor(a)[]`)
     pub(crate) fn chunk(input: TensorId, chunks: i64, dim: i64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("chunk");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_chunk, "chunk", &[Arg::tensor(input), Arg::int(chunks), Arg::int(dim)])))
-        }))
+        run::tensors(const { &Schema::new("chunk", "chunk", kernels::tr_aten_chunk) }, None, &[Arg::handle(input), Arg::int(chunks), Arg::int(dim)])
     }
 
     /// Splits a tensor into multiple sub-tensors, all of which are views of `input`, along dimension `dim` according to the indices or number of sections specified by `indices_or_sections`. (`tensor_split.sections(Tensor(a -> *) self, SymInt sections, int dim=0) -> Tensor(a)[]`)
     pub(crate) fn tensor_split_sections(input: TensorId, sections: i64, dim: i64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("tensor_split_sections");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_tensor_split_sections, "tensor_split.sections", &[Arg::tensor(input), Arg::int(sections), Arg::int(dim)])))
-        }))
+        run::tensors(const { &Schema::new("tensor_split_sections", "tensor_split.sections", kernels::tr_aten_tensor_split_sections) }, None, &[Arg::handle(input), Arg::int(sections), Arg::int(dim)])
     }
 
     /// Splits a tensor into multiple sub-tensors, all of which are views of `input`, along dimension `dim` according to the indices or number of sections specified by `indices_or_sections`. (`tensor_split.indices(Tensor(a -> *) self, SymInt[] indices, int dim=0) -> Tensor(a)[]`)
     pub(crate) fn tensor_split_indices(input: TensorId, indices: &[i64], dim: i64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("tensor_split_indices");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_tensor_split_indices, "tensor_split.indices", &[Arg::tensor(input), Arg::ints(indices), Arg::int(dim)])))
-        }))
+        run::tensors(const { &Schema::new("tensor_split_indices", "tensor_split.indices", kernels::tr_aten_tensor_split_indices) }, None, &[Arg::handle(input), Arg::ints(indices), Arg::int(dim)])
     }
 
     /// Splits a tensor into multiple sub-tensors, all of which are views of `input`, along dimension `dim` according to the indices or number of sections specified by `indices_or_sections`. (`tensor_split.tensor_indices_or_sections(Tensor(a -> *) self, Tensor tensor_indices_or_sections, int dim=0) -> Tensor(a)[]`)
     pub(crate) fn tensor_split_tensor_indices_or_sections(input: TensorId, tensor_indices_or_sections: TensorId, dim: i64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("tensor_split_tensor_indices_or_sections");
-            let [input, tensor_indices_or_sections] = op.get([input, tensor_indices_or_sections])?;
-            let input: &tch::Tensor = &input;
-            let tensor_indices_or_sections: &tch::Tensor = &tensor_indices_or_sections;
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_tensor_split_tensor_indices_or_sections, "tensor_split.tensor_indices_or_sections", &[Arg::tensor(input), Arg::tensor(tensor_indices_or_sections), Arg::int(dim)])))
-        }))
+        run::tensors(const { &Schema::new("tensor_split_tensor_indices_or_sections", "tensor_split.tensor_indices_or_sections", kernels::tr_aten_tensor_split_tensor_indices_or_sections) }, None, &[Arg::handle(input), Arg::handle(tensor_indices_or_sections), Arg::int(dim)])
     }
 
     /// A copy of `input` with `src`'s values written into it, broadcast (`copy_` without the write). (`copy(Tensor self, Tensor src, bool non_blocking=False) -> Tensor`)
     pub(crate) fn copy(input: TensorId, src: TensorId, non_blocking: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], non_blocking: bool) -> Result<tch::Tensor> {
-                let [input, src] = replay_args(inputs)?;
-                let input = given(input)?;
-                let src = given(src)?;
-                Ok(aten::tensor(kernels::tr_aten_copy, "copy", &[Arg::tensor(input), Arg::tensor(src), Arg::bool(non_blocking)])?)
-            }
-            let mut op = Op::begin("copy");
-            let [input, src] = op.get([input, src])?;
-            let input: &tch::Tensor = &input;
-            let src: &tch::Tensor = &src;
-            op.output_replayable([Some(input), Some(src)], erased_run(&|inputs| replay(inputs, non_blocking)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, non_blocking))
-            }))
-        }))
+        run::replayable(const { &Schema::new("copy", "copy", kernels::tr_aten_copy) }, &[Arg::handle(input), Arg::handle(src), Arg::bool(non_blocking)])
     }
 
     /// Fill the main diagonal of a tensor that has at least 2-dimensions. (`fill_diagonal_(Tensor(a!) self, Scalar fill_value, bool wrap=False) -> Tensor(a!)`)
     pub(crate) fn fill_diagonal_(input: TensorId, fill_value: Scalar, wrap: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("fill_diagonal_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_fill_diagonal_, "fill_diagonal_", &[Arg::tensor(input), Arg::scalar(fill_value), Arg::bool(wrap)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("fill_diagonal_", "fill_diagonal_", kernels::tr_aten_fill_diagonal_) }, &[Arg::handle_mut(input), Arg::scalar(fill_value), Arg::bool(wrap)]).map(|_| input)
     }
 
     /// Alias of `torch.vstack`. (`row_stack(Tensor[] tensors) -> Tensor`)
     pub(crate) fn row_stack(tensors: &[TensorId]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("row_stack");
-            let tensors = op.get_many(tensors)?;
-            let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_row_stack, "row_stack", &[Arg::tensors(&aten::ptrs(tensors))])))
-        }))
+        run::tensor(const { &Schema::new("row_stack", "row_stack", kernels::tr_aten_row_stack) }, &[Arg::handles(tensors)])
     }
 
     /// Returns a Tensor of size `size` filled with uninitialized data. (`new_empty(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn new_empty(input: TensorId, size: &[i64], dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], size: &[i64], dtype: Option<DType>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_new_empty, "new_empty", &[Arg::tensor(input), Arg::ints(size), Arg::opt_dtype(dtype)])?)
-            }
-            let mut op = Op::begin("new_empty");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, size, dtype)), erased_keep(&mut || {
-                let size = size.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &size, dtype))
-            }))
-        }))
+        run::replayable(const { &Schema::new("new_empty", "new_empty", kernels::tr_aten_new_empty) }, &[Arg::handle(input), Arg::ints(size), Arg::opt_dtype(dtype)])
     }
 
     /// Returns a Tensor of size `size` and strides `stride` filled with uninitialized data. (`new_empty_strided(Tensor self, SymInt[] size, SymInt[] stride, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn new_empty_strided(input: TensorId, size: &[i64], stride: &[i64], dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], size: &[i64], stride: &[i64], dtype: Option<DType>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_new_empty_strided, "new_empty_strided", &[Arg::tensor(input), Arg::ints(size), Arg::ints(stride), Arg::opt_dtype(dtype)])?)
-            }
-            let mut op = Op::begin("new_empty_strided");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, size, stride, dtype)), erased_keep(&mut || {
-                let size = size.to_owned();
-                let stride = stride.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &size, &stride, dtype))
-            }))
-        }))
+        run::replayable(const { &Schema::new("new_empty_strided", "new_empty_strided", kernels::tr_aten_new_empty_strided) }, &[Arg::handle(input), Arg::ints(size), Arg::ints(stride), Arg::opt_dtype(dtype)])
     }
 
     /// Returns a Tensor of size `size` filled with `fill_value`. (`new_full(Tensor self, SymInt[] size, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn new_full(input: TensorId, size: &[i64], fill_value: Scalar, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], size: &[i64], fill_value: Scalar, dtype: Option<DType>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_new_full, "new_full", &[Arg::tensor(input), Arg::ints(size), Arg::scalar(fill_value), Arg::opt_dtype(dtype)])?)
-            }
-            let mut op = Op::begin("new_full");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, size, fill_value, dtype)), erased_keep(&mut || {
-                let size = size.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &size, fill_value, dtype))
-            }))
-        }))
+        run::replayable(const { &Schema::new("new_full", "new_full", kernels::tr_aten_new_full) }, &[Arg::handle(input), Arg::ints(size), Arg::scalar(fill_value), Arg::opt_dtype(dtype)])
     }
 
     /// Returns a Tensor of size `size` filled with `0`. (`new_zeros(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn new_zeros(input: TensorId, size: &[i64], dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], size: &[i64], dtype: Option<DType>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_new_zeros, "new_zeros", &[Arg::tensor(input), Arg::ints(size), Arg::opt_dtype(dtype)])?)
-            }
-            let mut op = Op::begin("new_zeros");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, size, dtype)), erased_keep(&mut || {
-                let size = size.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &size, dtype))
-            }))
-        }))
+        run::replayable(const { &Schema::new("new_zeros", "new_zeros", kernels::tr_aten_new_zeros) }, &[Arg::handle(input), Arg::ints(size), Arg::opt_dtype(dtype)])
     }
 
     /// Returns a Tensor of size `size` filled with `1`. (`new_ones(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor`)
     pub(crate) fn new_ones(input: TensorId, size: &[i64], dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], size: &[i64], dtype: Option<DType>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_new_ones, "new_ones", &[Arg::tensor(input), Arg::ints(size), Arg::opt_dtype(dtype)])?)
-            }
-            let mut op = Op::begin("new_ones");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, size, dtype)), erased_keep(&mut || {
-                let size = size.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &size, dtype))
-            }))
-        }))
+        run::replayable(const { &Schema::new("new_ones", "new_ones", kernels::tr_aten_new_ones) }, &[Arg::handle(input), Arg::ints(size), Arg::opt_dtype(dtype)])
     }
 
     /// Resizes `self` tensor to the specified size. (`resize_(Tensor(a!) self, SymInt[] size, *, MemoryFormat? memory_format=None) -> Tensor(a!)`)
     pub(crate) fn resize_(input: TensorId, size: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("resize_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_resize_, "resize_", &[Arg::tensor(input), Arg::ints(size)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("resize_", "resize_", kernels::tr_aten_resize_) }, &[Arg::handle_mut(input), Arg::ints(size)]).map(|_| input)
     }
 
     /// Expand this tensor to the same size as `other`. (`expand_as(Tensor(a) self, Tensor other) -> Tensor(a)`)
     pub(crate) fn expand_as(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_expand_as, "expand_as", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("expand_as");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("expand_as", "expand_as", kernels::tr_aten_expand_as) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// Flattens `input` by reshaping it into a one-dimensional tensor. (`flatten.using_ints(Tensor(a) self, int start_dim=0, int end_dim=-1) -> Tensor(a)`)
     pub(crate) fn flatten_using_ints(input: TensorId, start_dim: i64, end_dim: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], start_dim: i64, end_dim: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_flatten_using_ints, "flatten.using_ints", &[Arg::tensor(input), Arg::int(start_dim), Arg::int(end_dim)])?)
-            }
-            let mut op = Op::begin("flatten_using_ints");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, start_dim, end_dim)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, start_dim, end_dim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("flatten_using_ints", "flatten.using_ints", kernels::tr_aten_flatten_using_ints) }, &[Arg::handle(input), Arg::int(start_dim), Arg::int(end_dim)])
     }
 
     /// Expands a dimension of the input tensor over multiple dimensions. (`unflatten.int(Tensor(a) self, int dim, SymInt[] sizes) -> Tensor(a)`)
     pub(crate) fn unflatten_int(input: TensorId, dim: i64, sizes: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, sizes: &[i64]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_unflatten_int, "unflatten.int", &[Arg::tensor(input), Arg::int(dim), Arg::ints(sizes)])?)
-            }
-            let mut op = Op::begin("unflatten_int");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, sizes)), erased_keep(&mut || {
-                let sizes = sizes.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, &sizes))
-            }))
-        }))
+        run::replayable(const { &Schema::new("unflatten_int", "unflatten.int", kernels::tr_aten_unflatten_int) }, &[Arg::handle(input), Arg::int(dim), Arg::ints(sizes)])
     }
 
     /// A tensor of `input`'s shape filled with `value` (`fill_` without the write). (`fill.Scalar(Tensor self, Scalar value) -> Tensor`)
     pub(crate) fn fill_scalar(input: TensorId, value: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], value: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_fill_scalar, "fill.Scalar", &[Arg::tensor(input), Arg::scalar(value)])?)
-            }
-            let mut op = Op::begin("fill_scalar");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, value)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, value))
-            }))
-        }))
+        run::replayable(const { &Schema::new("fill_scalar", "fill.Scalar", kernels::tr_aten_fill_scalar) }, &[Arg::handle(input), Arg::scalar(value)])
     }
 
     /// A tensor of `input`'s shape filled with `value` (`fill_` without the write). (`fill.Tensor(Tensor self, Tensor value) -> Tensor`)
     pub(crate) fn fill_tensor(input: TensorId, value: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, value] = replay_args(inputs)?;
-                let input = given(input)?;
-                let value = given(value)?;
-                Ok(aten::tensor(kernels::tr_aten_fill_tensor, "fill.Tensor", &[Arg::tensor(input), Arg::tensor(value)])?)
-            }
-            let mut op = Op::begin("fill_tensor");
-            let [input, value] = op.get([input, value])?;
-            let input: &tch::Tensor = &input;
-            let value: &tch::Tensor = &value;
-            op.output_replayable([Some(input), Some(value)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("fill_tensor", "fill.Tensor", kernels::tr_aten_fill_tensor) }, &[Arg::handle(input), Arg::handle(value)])
     }
 
     /// Fills `self` tensor with the specified value. (`fill_.Scalar(Tensor(a!) self, Scalar value) -> Tensor(a!)`)
     pub(crate) fn fill_scalar_(input: TensorId, value: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("fill_scalar_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_fill_scalar_, "fill_.Scalar", &[Arg::tensor(input), Arg::scalar(value)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("fill_scalar_", "fill_.Scalar", kernels::tr_aten_fill_scalar_) }, &[Arg::handle_mut(input), Arg::scalar(value)]).map(|_| input)
     }
 
     /// Fills `self` tensor with the specified value. (`fill_.Tensor(Tensor(a!) self, Tensor value) -> Tensor(a!)`)
     pub(crate) fn fill_tensor_(input: TensorId, value: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("fill_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [value] = op.get([value])?;
-            let input: &tch::Tensor = &input;
-            let value: &tch::Tensor = &value;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_fill_tensor_, "fill_.Tensor", &[Arg::tensor(input), Arg::tensor(value)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("fill_tensor_", "fill_.Tensor", kernels::tr_aten_fill_tensor_) }, &[Arg::handle_mut(input), Arg::handle(value)]).map(|_| input)
     }
 
     /// Index a regular tensor by binding specified positions to dims. (`index.Tensor(Tensor self, Tensor?[] indices) -> Tensor`)
     pub(crate) fn index_tensor(input: TensorId, indices: &[TensorId]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("index_tensor");
-            let [input] = op.get([input])?;
-            let indices = op.get_many_opt(indices)?;
-            let input: &tch::Tensor = &input;
-            let indices = &indices.iter().map(|e| e.as_deref()).collect::<Vec<_>>()[..];
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_index_tensor, "index.Tensor", &[Arg::tensor(input), Arg::tensors(&aten::opt_ptrs(indices))])))
-        }))
+        run::tensor(const { &Schema::new("index_tensor", "index.Tensor", kernels::tr_aten_index_tensor) }, &[Arg::handle(input), Arg::opt_handles(indices)])
     }
 
     /// See `Tensor.index_add_` for function description. (`index_copy(Tensor self, int dim, Tensor index, Tensor source) -> Tensor`)
     pub(crate) fn index_copy(input: TensorId, dim: i64, index: TensorId, source: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
-                let [input, index, source] = replay_args(inputs)?;
-                let input = given(input)?;
-                let index = given(index)?;
-                let source = given(source)?;
-                Ok(aten::tensor(kernels::tr_aten_index_copy, "index_copy", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::tensor(source)])?)
-            }
-            let mut op = Op::begin("index_copy");
-            let [input, index, source] = op.get([input, index, source])?;
-            let input: &tch::Tensor = &input;
-            let index: &tch::Tensor = &index;
-            let source: &tch::Tensor = &source;
-            op.output_replayable([Some(input), Some(index), Some(source)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("index_copy", "index_copy", kernels::tr_aten_index_copy) }, &[Arg::handle(input), Arg::int(dim), Arg::handle(index), Arg::handle(source)])
     }
 
     /// Puts values from the tensor `values` into the tensor `self` using the indices specified in `indices` (which is a tuple of Tensors). (`index_put_(Tensor(a!) self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor(a!)`)
     pub(crate) fn index_put_(input: TensorId, indices: &[TensorId], values: TensorId, accumulate: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("index_put_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [values] = op.get([values])?;
-            let indices = op.get_many_opt(indices)?;
-            let input: &tch::Tensor = &input;
-            let indices = &indices.iter().map(|e| e.as_deref()).collect::<Vec<_>>()[..];
-            let values: &tch::Tensor = &values;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_index_put_, "index_put_", &[Arg::tensor(input), Arg::tensors(&aten::opt_ptrs(indices)), Arg::tensor(values), Arg::bool(accumulate)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("index_put_", "index_put_", kernels::tr_aten_index_put_) }, &[Arg::handle_mut(input), Arg::opt_handles(indices), Arg::handle(values), Arg::bool(accumulate)]).map(|_| input)
     }
 
     /// Out-place version of `Tensor.index_put_`. (`index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor`)
     pub(crate) fn index_put(input: TensorId, indices: &[TensorId], values: TensorId, accumulate: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("index_put");
-            let [input, values] = op.get([input, values])?;
-            let indices = op.get_many_opt(indices)?;
-            let input: &tch::Tensor = &input;
-            let indices = &indices.iter().map(|e| e.as_deref()).collect::<Vec<_>>()[..];
-            let values: &tch::Tensor = &values;
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_index_put, "index_put", &[Arg::tensor(input), Arg::tensors(&aten::opt_ptrs(indices)), Arg::tensor(values), Arg::bool(accumulate)])))
-        }))
+        run::tensor(const { &Schema::new("index_put", "index_put", kernels::tr_aten_index_put) }, &[Arg::handle(input), Arg::opt_handles(indices), Arg::handle(values), Arg::bool(accumulate)])
     }
 
     /// Same as `Tensor.narrow` except this returns a copy rather than shared storage. (`narrow_copy(Tensor self, int dim, SymInt start, SymInt length) -> Tensor`)
     pub(crate) fn narrow_copy(input: TensorId, dim: i64, start: i64, length: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, start: i64, length: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_narrow_copy, "narrow_copy", &[Arg::tensor(input), Arg::int(dim), Arg::int(start), Arg::int(length)])?)
-            }
-            let mut op = Op::begin("narrow_copy");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, start, length)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, start, length))
-            }))
-        }))
+        run::replayable(const { &Schema::new("narrow_copy", "narrow_copy", kernels::tr_aten_narrow_copy) }, &[Arg::handle(input), Arg::int(dim), Arg::int(start), Arg::int(length)])
     }
 
     /// Returns a new tensor that is a narrowed version of `input` tensor. (`narrow.Tensor(Tensor(a) self, int dim, Tensor start, SymInt length) -> Tensor(a)`)
     pub(crate) fn narrow_tensor(input: TensorId, dim: i64, start: TensorId, length: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, length: i64) -> Result<tch::Tensor> {
-                let [input, start] = replay_args(inputs)?;
-                let input = given(input)?;
-                let start = given(start)?;
-                Ok(aten::tensor(kernels::tr_aten_narrow_tensor, "narrow.Tensor", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(start), Arg::int(length)])?)
-            }
-            let mut op = Op::begin("narrow_tensor");
-            let [input, start] = op.get([input, start])?;
-            let input: &tch::Tensor = &input;
-            let start: &tch::Tensor = &start;
-            op.output_replayable([Some(input), Some(start)], erased_run(&|inputs| replay(inputs, dim, length)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, length))
-            }))
-        }))
+        run::replayable(const { &Schema::new("narrow_tensor", "narrow.Tensor", kernels::tr_aten_narrow_tensor) }, &[Arg::handle(input), Arg::int(dim), Arg::handle(start), Arg::int(length)])
     }
 
     /// Moves the dimension(s) of `input` at the position(s) in `source` to the position(s) in `destination`. (`movedim.intlist(Tensor(a) self, int[] source, int[] destination) -> Tensor(a)`)
     pub(crate) fn movedim_intlist(input: TensorId, source: &[i64], destination: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], source: &[i64], destination: &[i64]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_movedim_intlist, "movedim.intlist", &[Arg::tensor(input), Arg::ints(source), Arg::ints(destination)])?)
-            }
-            let mut op = Op::begin("movedim_intlist");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, source, destination)), erased_keep(&mut || {
-                let source = source.to_owned();
-                let destination = destination.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &source, &destination))
-            }))
-        }))
+        run::replayable(const { &Schema::new("movedim_intlist", "movedim.intlist", kernels::tr_aten_movedim_intlist) }, &[Arg::handle(input), Arg::ints(source), Arg::ints(destination)])
     }
 
     /// Moves the dimension(s) of `input` at the position(s) in `source` to the position(s) in `destination`. (`movedim.int(Tensor(a) self, int source, int destination) -> Tensor(a)`)
     pub(crate) fn movedim_int(input: TensorId, source: i64, destination: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], source: i64, destination: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_movedim_int, "movedim.int", &[Arg::tensor(input), Arg::int(source), Arg::int(destination)])?)
-            }
-            let mut op = Op::begin("movedim_int");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, source, destination)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, source, destination))
-            }))
-        }))
+        run::replayable(const { &Schema::new("movedim_int", "movedim.int", kernels::tr_aten_movedim_int) }, &[Arg::handle(input), Arg::int(source), Arg::int(destination)])
     }
 
     /// Alias for `torch.movedim`. (`moveaxis.intlist(Tensor(a) self, int[] source, int[] destination) -> Tensor(a)`)
     pub(crate) fn moveaxis_intlist(input: TensorId, source: &[i64], destination: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], source: &[i64], destination: &[i64]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_moveaxis_intlist, "moveaxis.intlist", &[Arg::tensor(input), Arg::ints(source), Arg::ints(destination)])?)
-            }
-            let mut op = Op::begin("moveaxis_intlist");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, source, destination)), erased_keep(&mut || {
-                let source = source.to_owned();
-                let destination = destination.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &source, &destination))
-            }))
-        }))
+        run::replayable(const { &Schema::new("moveaxis_intlist", "moveaxis.intlist", kernels::tr_aten_moveaxis_intlist) }, &[Arg::handle(input), Arg::ints(source), Arg::ints(destination)])
     }
 
     /// Alias for `torch.movedim`. (`moveaxis.int(Tensor(a) self, int source, int destination) -> Tensor(a)`)
     pub(crate) fn moveaxis_int(input: TensorId, source: i64, destination: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], source: i64, destination: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_moveaxis_int, "moveaxis.int", &[Arg::tensor(input), Arg::int(source), Arg::int(destination)])?)
-            }
-            let mut op = Op::begin("moveaxis_int");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, source, destination)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, source, destination))
-            }))
-        }))
+        run::replayable(const { &Schema::new("moveaxis_int", "moveaxis.int", kernels::tr_aten_moveaxis_int) }, &[Arg::handle(input), Arg::int(source), Arg::int(destination)])
     }
 
     /// The tensor with its dimensions in reverse order (`Tensor.T`). (`numpy_T(Tensor(a) self) -> Tensor(a)`)
     pub(crate) fn numpy_t(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_numpy_t, "numpy_T", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("numpy_t");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("numpy_t", "numpy_T", kernels::tr_aten_numpy_t) }, &[Arg::handle(input)])
     }
 
     /// Returns a view of this tensor with the last two dimensions transposed. (`mT(Tensor(a) self) -> Tensor(a)`)
     pub(crate) fn mt(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_mt, "mT", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("mt");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("mt", "mT", kernels::tr_aten_mt) }, &[Arg::handle(input)])
     }
 
     /// Accessing this property is equivalent to calling `adjoint`. (`mH(Tensor(a) self) -> Tensor(a)`)
     pub(crate) fn mh(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_mh, "mH", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("mh");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("mh", "mH", kernels::tr_aten_mh) }, &[Arg::handle(input)])
     }
 
     /// `x.adjoint()` is equivalent to `x.transpose(-2, -1).conj()` for complex tensors and to `x.transpose(-2, -1)` for real tensors. (`adjoint(Tensor(a) self) -> Tensor(a)`)
     pub(crate) fn adjoint(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_adjoint, "adjoint", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("adjoint");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("adjoint", "adjoint", kernels::tr_aten_adjoint) }, &[Arg::handle(input)])
     }
 
     /// Return a contiguous flattened tensor. (`ravel(Tensor(a) self) -> Tensor(a)`)
     pub(crate) fn ravel(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_ravel, "ravel", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("ravel");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("ravel", "ravel", kernels::tr_aten_ravel) }, &[Arg::handle(input)])
     }
 
     /// Repeats this tensor along the specified dimensions. (`repeat(Tensor self, SymInt[] repeats) -> Tensor`)
     pub(crate) fn repeat(input: TensorId, repeats: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], repeats: &[i64]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_repeat, "repeat", &[Arg::tensor(input), Arg::ints(repeats)])?)
-            }
-            let mut op = Op::begin("repeat");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, repeats)), erased_keep(&mut || {
-                let repeats = repeats.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &repeats))
-            }))
-        }))
+        run::replayable(const { &Schema::new("repeat", "repeat", kernels::tr_aten_repeat) }, &[Arg::handle(input), Arg::ints(repeats)])
     }
 
     /// Repeat elements of a tensor. (`repeat_interleave.Tensor(Tensor repeats, *, SymInt? output_size=None) -> Tensor`)
     pub(crate) fn repeat_interleave_tensor(repeats: TensorId, output_size: Option<i64>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], output_size: Option<i64>) -> Result<tch::Tensor> {
-                let [repeats] = replay_args(inputs)?;
-                let repeats = given(repeats)?;
-                Ok(aten::tensor(kernels::tr_aten_repeat_interleave_tensor, "repeat_interleave.Tensor", &[Arg::tensor(repeats), Arg::opt_int(output_size)])?)
-            }
-            let mut op = Op::begin("repeat_interleave_tensor");
-            let [repeats] = op.get([repeats])?;
-            let repeats: &tch::Tensor = &repeats;
-            op.output_replayable([Some(repeats)], erased_run(&|inputs| replay(inputs, output_size)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, output_size))
-            }))
-        }))
+        run::replayable(const { &Schema::new("repeat_interleave_tensor", "repeat_interleave.Tensor", kernels::tr_aten_repeat_interleave_tensor) }, &[Arg::handle(repeats), Arg::opt_int(output_size)])
     }
 
     /// Repeat elements of a tensor. (`repeat_interleave.self_Tensor(Tensor self, Tensor repeats, int? dim=None, *, SymInt? output_size=None) -> Tensor`)
     pub(crate) fn repeat_interleave_self_tensor(input: TensorId, repeats: TensorId, dim: Option<i64>, output_size: Option<i64>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: Option<i64>, output_size: Option<i64>) -> Result<tch::Tensor> {
-                let [input, repeats] = replay_args(inputs)?;
-                let input = given(input)?;
-                let repeats = given(repeats)?;
-                Ok(aten::tensor(kernels::tr_aten_repeat_interleave_self_tensor, "repeat_interleave.self_Tensor", &[Arg::tensor(input), Arg::tensor(repeats), Arg::opt_int(dim), Arg::opt_int(output_size)])?)
-            }
-            let mut op = Op::begin("repeat_interleave_self_tensor");
-            let [input, repeats] = op.get([input, repeats])?;
-            let input: &tch::Tensor = &input;
-            let repeats: &tch::Tensor = &repeats;
-            op.output_replayable([Some(input), Some(repeats)], erased_run(&|inputs| replay(inputs, dim, output_size)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, output_size))
-            }))
-        }))
+        run::replayable(const { &Schema::new("repeat_interleave_self_tensor", "repeat_interleave.self_Tensor", kernels::tr_aten_repeat_interleave_self_tensor) }, &[Arg::handle(input), Arg::handle(repeats), Arg::opt_int(dim), Arg::opt_int(output_size)])
     }
 
     /// Repeat elements of a tensor. (`repeat_interleave.self_int(Tensor self, SymInt repeats, int? dim=None, *, SymInt? output_size=None) -> Tensor`)
     pub(crate) fn repeat_interleave_self_int(input: TensorId, repeats: i64, dim: Option<i64>, output_size: Option<i64>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], repeats: i64, dim: Option<i64>, output_size: Option<i64>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_repeat_interleave_self_int, "repeat_interleave.self_int", &[Arg::tensor(input), Arg::int(repeats), Arg::opt_int(dim), Arg::opt_int(output_size)])?)
-            }
-            let mut op = Op::begin("repeat_interleave_self_int");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, repeats, dim, output_size)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, repeats, dim, output_size))
-            }))
-        }))
+        run::replayable(const { &Schema::new("repeat_interleave_self_int", "repeat_interleave.self_int", kernels::tr_aten_repeat_interleave_self_int) }, &[Arg::handle(input), Arg::int(repeats), Arg::opt_int(dim), Arg::opt_int(output_size)])
     }
 
     /// Returns this tensor as the same shape as `other`. (`reshape_as(Tensor(a) self, Tensor other) -> Tensor(a)`)
     pub(crate) fn reshape_as(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_reshape_as, "reshape_as", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("reshape_as");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("reshape_as", "reshape_as", kernels::tr_aten_reshape_as) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// Slices the `input` tensor along the selected dimension at the given index. (`select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)`)
     pub(crate) fn select_int(input: TensorId, dim: i64, index: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, index: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_select_int, "select.int", &[Arg::tensor(input), Arg::int(dim), Arg::int(index)])?)
-            }
-            let mut op = Op::begin("select_int");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, index)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, index))
-            }))
-        }))
+        run::replayable(const { &Schema::new("select_int", "select.int", kernels::tr_aten_select_int) }, &[Arg::handle(input), Arg::int(dim), Arg::int(index)])
     }
 
     /// Detaches the Tensor from the graph that created it, making it a leaf. (`detach_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn detach_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("detach_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_detach_, "detach_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("detach_", "detach_", kernels::tr_aten_detach_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// The view of every `step`-th element from `start` to before `end` along `dim` (`input[start:end:step]`). (`slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a)`)
     pub(crate) fn slice_tensor(input: TensorId, dim: i64, start: Option<i64>, end: Option<i64>, step: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, start: Option<i64>, end: Option<i64>, step: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_slice_tensor, "slice.Tensor", &[Arg::tensor(input), Arg::int(dim), Arg::opt_int(start), Arg::opt_int(end), Arg::int(step)])?)
-            }
-            let mut op = Op::begin("slice_tensor");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, start, end, step)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, start, end, step))
-            }))
-        }))
+        run::replayable(const { &Schema::new("slice_tensor", "slice.Tensor", kernels::tr_aten_slice_tensor) }, &[Arg::handle(input), Arg::int(dim), Arg::opt_int(start), Arg::opt_int(end), Arg::int(step)])
     }
 
     /// A view of `src` with `input`'s shape, of which `input` is the slice `start:end:step` along `dim`. (`slice_inverse(Tensor(a) self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a)`)
     pub(crate) fn slice_inverse(input: TensorId, src: TensorId, dim: i64, start: Option<i64>, end: Option<i64>, step: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, start: Option<i64>, end: Option<i64>, step: i64) -> Result<tch::Tensor> {
-                let [input, src] = replay_args(inputs)?;
-                let input = given(input)?;
-                let src = given(src)?;
-                Ok(aten::tensor(kernels::tr_aten_slice_inverse, "slice_inverse", &[Arg::tensor(input), Arg::tensor(src), Arg::int(dim), Arg::opt_int(start), Arg::opt_int(end), Arg::int(step)])?)
-            }
-            let mut op = Op::begin("slice_inverse");
-            let [input, src] = op.get([input, src])?;
-            let input: &tch::Tensor = &input;
-            let src: &tch::Tensor = &src;
-            op.output_replayable([Some(input), Some(src)], erased_run(&|inputs| replay(inputs, dim, start, end, step)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, start, end, step))
-            }))
-        }))
+        run::replayable(const { &Schema::new("slice_inverse", "slice_inverse", kernels::tr_aten_slice_inverse) }, &[Arg::handle(input), Arg::handle(src), Arg::int(dim), Arg::opt_int(start), Arg::opt_int(end), Arg::int(step)])
     }
 
     /// Embeds the values of the `src` tensor into `input` at the given dimension. (`slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor`)
     pub(crate) fn slice_scatter(input: TensorId, src: TensorId, dim: i64, start: Option<i64>, end: Option<i64>, step: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, start: Option<i64>, end: Option<i64>, step: i64) -> Result<tch::Tensor> {
-                let [input, src] = replay_args(inputs)?;
-                let input = given(input)?;
-                let src = given(src)?;
-                Ok(aten::tensor(kernels::tr_aten_slice_scatter, "slice_scatter", &[Arg::tensor(input), Arg::tensor(src), Arg::int(dim), Arg::opt_int(start), Arg::opt_int(end), Arg::int(step)])?)
-            }
-            let mut op = Op::begin("slice_scatter");
-            let [input, src] = op.get([input, src])?;
-            let input: &tch::Tensor = &input;
-            let src: &tch::Tensor = &src;
-            op.output_replayable([Some(input), Some(src)], erased_run(&|inputs| replay(inputs, dim, start, end, step)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, start, end, step))
-            }))
-        }))
+        run::replayable(const { &Schema::new("slice_scatter", "slice_scatter", kernels::tr_aten_slice_scatter) }, &[Arg::handle(input), Arg::handle(src), Arg::int(dim), Arg::opt_int(start), Arg::opt_int(end), Arg::int(step)])
     }
 
     /// Embeds the values of the `src` tensor into `input` at the given index. (`select_scatter(Tensor self, Tensor src, int dim, SymInt index) -> Tensor`)
     pub(crate) fn select_scatter(input: TensorId, src: TensorId, dim: i64, index: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, index: i64) -> Result<tch::Tensor> {
-                let [input, src] = replay_args(inputs)?;
-                let input = given(input)?;
-                let src = given(src)?;
-                Ok(aten::tensor(kernels::tr_aten_select_scatter, "select_scatter", &[Arg::tensor(input), Arg::tensor(src), Arg::int(dim), Arg::int(index)])?)
-            }
-            let mut op = Op::begin("select_scatter");
-            let [input, src] = op.get([input, src])?;
-            let input: &tch::Tensor = &input;
-            let src: &tch::Tensor = &src;
-            op.output_replayable([Some(input), Some(src)], erased_run(&|inputs| replay(inputs, dim, index)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, index))
-            }))
-        }))
+        run::replayable(const { &Schema::new("select_scatter", "select_scatter", kernels::tr_aten_select_scatter) }, &[Arg::handle(input), Arg::handle(src), Arg::int(dim), Arg::int(index)])
     }
 
     /// Embeds the values of the `src` tensor into `input` along the diagonal elements of `input`, with respect to `dim1` and `dim2`. (`diagonal_scatter(Tensor self, Tensor src, int offset=0, int dim1=0, int dim2=1) -> Tensor`)
     pub(crate) fn diagonal_scatter(input: TensorId, src: TensorId, offset: i64, dim1: i64, dim2: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], offset: i64, dim1: i64, dim2: i64) -> Result<tch::Tensor> {
-                let [input, src] = replay_args(inputs)?;
-                let input = given(input)?;
-                let src = given(src)?;
-                Ok(aten::tensor(kernels::tr_aten_diagonal_scatter, "diagonal_scatter", &[Arg::tensor(input), Arg::tensor(src), Arg::int(offset), Arg::int(dim1), Arg::int(dim2)])?)
-            }
-            let mut op = Op::begin("diagonal_scatter");
-            let [input, src] = op.get([input, src])?;
-            let input: &tch::Tensor = &input;
-            let src: &tch::Tensor = &src;
-            op.output_replayable([Some(input), Some(src)], erased_run(&|inputs| replay(inputs, offset, dim1, dim2)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, offset, dim1, dim2))
-            }))
-        }))
+        run::replayable(const { &Schema::new("diagonal_scatter", "diagonal_scatter", kernels::tr_aten_diagonal_scatter) }, &[Arg::handle(input), Arg::handle(src), Arg::int(offset), Arg::int(dim1), Arg::int(dim2)])
     }
 
     /// Embeds the values of the `src` tensor into `input` along the elements corresponding to the result of calling input.as_strided(size, stride, storage_offset). (`as_strided_scatter(Tensor self, Tensor src, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) -> Tensor`)
     pub(crate) fn as_strided_scatter(input: TensorId, src: TensorId, size: &[i64], stride: &[i64], storage_offset: Option<i64>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], size: &[i64], stride: &[i64], storage_offset: Option<i64>) -> Result<tch::Tensor> {
-                let [input, src] = replay_args(inputs)?;
-                let input = given(input)?;
-                let src = given(src)?;
-                Ok(aten::tensor(kernels::tr_aten_as_strided_scatter, "as_strided_scatter", &[Arg::tensor(input), Arg::tensor(src), Arg::ints(size), Arg::ints(stride), Arg::opt_int(storage_offset)])?)
-            }
-            let mut op = Op::begin("as_strided_scatter");
-            let [input, src] = op.get([input, src])?;
-            let input: &tch::Tensor = &input;
-            let src: &tch::Tensor = &src;
-            op.output_replayable([Some(input), Some(src)], erased_run(&|inputs| replay(inputs, size, stride, storage_offset)), erased_keep(&mut || {
-                let size = size.to_owned();
-                let stride = stride.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &size, &stride, storage_offset))
-            }))
-        }))
+        run::replayable(const { &Schema::new("as_strided_scatter", "as_strided_scatter", kernels::tr_aten_as_strided_scatter) }, &[Arg::handle(input), Arg::handle(src), Arg::ints(size), Arg::ints(stride), Arg::opt_int(storage_offset)])
     }
 
     /// Works like `torch.split` but without enforcing the autograd restrictions on inplace modification of the outputs. (`unsafe_split.Tensor(Tensor self, SymInt split_size, int dim=0) -> Tensor[]`)
     pub(crate) fn unsafe_split_tensor(input: TensorId, split_size: i64, dim: i64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("unsafe_split_tensor");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_unsafe_split_tensor, "unsafe_split.Tensor", &[Arg::tensor(input), Arg::int(split_size), Arg::int(dim)])))
-        }))
+        run::tensors(const { &Schema::new("unsafe_split_tensor", "unsafe_split.Tensor", kernels::tr_aten_unsafe_split_tensor) }, None, &[Arg::handle(input), Arg::int(split_size), Arg::int(dim)])
     }
 
     /// Splits the tensor into chunks. (`split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]`)
     pub(crate) fn split_tensor(input: TensorId, split_size: i64, dim: i64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("split_tensor");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_split_tensor, "split.Tensor", &[Arg::tensor(input), Arg::int(split_size), Arg::int(dim)])))
-        }))
+        run::tensors(const { &Schema::new("split_tensor", "split.Tensor", kernels::tr_aten_split_tensor) }, None, &[Arg::handle(input), Arg::int(split_size), Arg::int(dim)])
     }
 
     /// Splits the tensor into chunks. (`split.sizes(Tensor(a -> *) self, SymInt[] split_size, int dim=0) -> Tensor(a)[]`)
     pub(crate) fn split_sizes(input: TensorId, split_size: &[i64], dim: i64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("split_sizes");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_split_sizes, "split.sizes", &[Arg::tensor(input), Arg::ints(split_size), Arg::int(dim)])))
-        }))
+        run::tensors(const { &Schema::new("split_sizes", "split.sizes", kernels::tr_aten_split_sizes) }, None, &[Arg::handle(input), Arg::ints(split_size), Arg::int(dim)])
     }
 
     /// `split_with_sizes` whose views autograd does not track as views of `input`. (`unsafe_split_with_sizes(Tensor self, SymInt[] split_sizes, int dim=0) -> Tensor[]`)
     pub(crate) fn unsafe_split_with_sizes(input: TensorId, split_sizes: &[i64], dim: i64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("unsafe_split_with_sizes");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_unsafe_split_with_sizes, "unsafe_split_with_sizes", &[Arg::tensor(input), Arg::ints(split_sizes), Arg::int(dim)])))
-        }))
+        run::tensors(const { &Schema::new("unsafe_split_with_sizes", "unsafe_split_with_sizes", kernels::tr_aten_unsafe_split_with_sizes) }, None, &[Arg::handle(input), Arg::ints(split_sizes), Arg::int(dim)])
     }
 
     /// Splits the tensor into views of the given sizes along `dim` (`torch.split` with a list). (`split_with_sizes(Tensor(a -> *) self, SymInt[] split_sizes, int dim=0) -> Tensor(a)[]`)
     pub(crate) fn split_with_sizes(input: TensorId, split_sizes: &[i64], dim: i64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("split_with_sizes");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_split_with_sizes, "split_with_sizes", &[Arg::tensor(input), Arg::ints(split_sizes), Arg::int(dim)])))
-        }))
+        run::tensors(const { &Schema::new("split_with_sizes", "split_with_sizes", kernels::tr_aten_split_with_sizes) }, None, &[Arg::handle(input), Arg::ints(split_sizes), Arg::int(dim)])
     }
 
     /// Splits `input`, a tensor with one or more dimensions, into multiple tensors horizontally according to `indices_or_sections`. (`hsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]`)
     pub(crate) fn hsplit_int(input: TensorId, sections: i64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("hsplit_int");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_hsplit_int, "hsplit.int", &[Arg::tensor(input), Arg::int(sections)])))
-        }))
+        run::tensors(const { &Schema::new("hsplit_int", "hsplit.int", kernels::tr_aten_hsplit_int) }, None, &[Arg::handle(input), Arg::int(sections)])
     }
 
     /// Splits `input`, a tensor with one or more dimensions, into multiple tensors horizontally according to `indices_or_sections`. (`hsplit.array(Tensor(a -> *) self, int[] indices) -> Tensor(a)[]`)
     pub(crate) fn hsplit_array(input: TensorId, indices: &[i64]) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("hsplit_array");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_hsplit_array, "hsplit.array", &[Arg::tensor(input), Arg::ints(indices)])))
-        }))
+        run::tensors(const { &Schema::new("hsplit_array", "hsplit.array", kernels::tr_aten_hsplit_array) }, None, &[Arg::handle(input), Arg::ints(indices)])
     }
 
     /// Splits `input`, a tensor with two or more dimensions, into multiple tensors vertically according to `indices_or_sections`. (`vsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]`)
     pub(crate) fn vsplit_int(input: TensorId, sections: i64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("vsplit_int");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_vsplit_int, "vsplit.int", &[Arg::tensor(input), Arg::int(sections)])))
-        }))
+        run::tensors(const { &Schema::new("vsplit_int", "vsplit.int", kernels::tr_aten_vsplit_int) }, None, &[Arg::handle(input), Arg::int(sections)])
     }
 
     /// Splits `input`, a tensor with two or more dimensions, into multiple tensors vertically according to `indices_or_sections`. (`vsplit.array(Tensor(a -> *) self, int[] indices) -> Tensor(a)[]`)
     pub(crate) fn vsplit_array(input: TensorId, indices: &[i64]) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("vsplit_array");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_vsplit_array, "vsplit.array", &[Arg::tensor(input), Arg::ints(indices)])))
-        }))
+        run::tensors(const { &Schema::new("vsplit_array", "vsplit.array", kernels::tr_aten_vsplit_array) }, None, &[Arg::handle(input), Arg::ints(indices)])
     }
 
     /// Splits `input`, a tensor with three or more dimensions, into multiple tensors depthwise according to `indices_or_sections`. (`dsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]`)
     pub(crate) fn dsplit_int(input: TensorId, sections: i64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("dsplit_int");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_dsplit_int, "dsplit.int", &[Arg::tensor(input), Arg::int(sections)])))
-        }))
+        run::tensors(const { &Schema::new("dsplit_int", "dsplit.int", kernels::tr_aten_dsplit_int) }, None, &[Arg::handle(input), Arg::int(sections)])
     }
 
     /// Splits `input`, a tensor with three or more dimensions, into multiple tensors depthwise according to `indices_or_sections`. (`dsplit.array(Tensor(a -> *) self, int[] indices) -> Tensor(a)[]`)
     pub(crate) fn dsplit_array(input: TensorId, indices: &[i64]) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("dsplit_array");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_dsplit_array, "dsplit.array", &[Arg::tensor(input), Arg::ints(indices)])))
-        }))
+        run::tensors(const { &Schema::new("dsplit_array", "dsplit.array", kernels::tr_aten_dsplit_array) }, None, &[Arg::handle(input), Arg::ints(indices)])
     }
 
     /// Returns a tensor with all specified dimensions of `input` of size `1` removed. (`squeeze.dim(Tensor(a) self, int dim) -> Tensor(a)`)
     pub(crate) fn squeeze_dim(input: TensorId, dim: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_squeeze_dim, "squeeze.dim", &[Arg::tensor(input), Arg::int(dim)])?)
-            }
-            let mut op = Op::begin("squeeze_dim");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("squeeze_dim", "squeeze.dim", kernels::tr_aten_squeeze_dim) }, &[Arg::handle(input), Arg::int(dim)])
     }
 
     /// Returns a tensor with all specified dimensions of `input` of size `1` removed. (`squeeze.dims(Tensor(a) self, int[] dim) -> Tensor(a)`)
     pub(crate) fn squeeze_dims(input: TensorId, dim: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: &[i64]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_squeeze_dims, "squeeze.dims", &[Arg::tensor(input), Arg::ints(dim)])?)
-            }
-            let mut op = Op::begin("squeeze_dims");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
-                let dim = dim.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("squeeze_dims", "squeeze.dims", kernels::tr_aten_squeeze_dims) }, &[Arg::handle(input), Arg::ints(dim)])
     }
 
     /// In-place version of `Tensor.squeeze` (`squeeze_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn squeeze_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("squeeze_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_squeeze_, "squeeze_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("squeeze_", "squeeze_", kernels::tr_aten_squeeze_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// In-place version of `Tensor.squeeze` (`squeeze_.dim(Tensor(a!) self, int dim) -> Tensor(a!)`)
     pub(crate) fn squeeze_dim_(input: TensorId, dim: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("squeeze_dim_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_squeeze_dim_, "squeeze_.dim", &[Arg::tensor(input), Arg::int(dim)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("squeeze_dim_", "squeeze_.dim", kernels::tr_aten_squeeze_dim_) }, &[Arg::handle_mut(input), Arg::int(dim)]).map(|_| input)
     }
 
     /// In-place version of `Tensor.squeeze` (`squeeze_.dims(Tensor(a!) self, int[] dim) -> Tensor(a!)`)
     pub(crate) fn squeeze_dims_(input: TensorId, dim: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("squeeze_dims_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_squeeze_dims_, "squeeze_.dims", &[Arg::tensor(input), Arg::ints(dim)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("squeeze_dims_", "squeeze_.dims", kernels::tr_aten_squeeze_dims_) }, &[Arg::handle_mut(input), Arg::ints(dim)]).map(|_| input)
     }
 
     /// Stack tensors in sequence horizontally (column wise). (`hstack(Tensor[] tensors) -> Tensor`)
     pub(crate) fn hstack(tensors: &[TensorId]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("hstack");
-            let tensors = op.get_many(tensors)?;
-            let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_hstack, "hstack", &[Arg::tensors(&aten::ptrs(tensors))])))
-        }))
+        run::tensor(const { &Schema::new("hstack", "hstack", kernels::tr_aten_hstack) }, &[Arg::handles(tensors)])
     }
 
     /// Stack tensors in sequence vertically (row wise). (`vstack(Tensor[] tensors) -> Tensor`)
     pub(crate) fn vstack(tensors: &[TensorId]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("vstack");
-            let tensors = op.get_many(tensors)?;
-            let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_vstack, "vstack", &[Arg::tensors(&aten::ptrs(tensors))])))
-        }))
+        run::tensor(const { &Schema::new("vstack", "vstack", kernels::tr_aten_vstack) }, &[Arg::handles(tensors)])
     }
 
     /// Stack tensors in sequence depthwise (along third axis). (`dstack(Tensor[] tensors) -> Tensor`)
     pub(crate) fn dstack(tensors: &[TensorId]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("dstack");
-            let tensors = op.get_many(tensors)?;
-            let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_dstack, "dstack", &[Arg::tensors(&aten::ptrs(tensors))])))
-        }))
+        run::tensor(const { &Schema::new("dstack", "dstack", kernels::tr_aten_dstack) }, &[Arg::handles(tensors)])
     }
 
     /// Constructs a tensor by repeating the elements of `input`. (`tile(Tensor self, SymInt[] dims) -> Tensor`)
     pub(crate) fn tile(input: TensorId, dims: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dims: &[i64]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_tile, "tile", &[Arg::tensor(input), Arg::ints(dims)])?)
-            }
-            let mut op = Op::begin("tile");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dims)), erased_keep(&mut || {
-                let dims = dims.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dims))
-            }))
-        }))
+        run::replayable(const { &Schema::new("tile", "tile", kernels::tr_aten_tile) }, &[Arg::handle(input), Arg::ints(dims)])
     }
 
     /// Returns a tensor that is a transposed version of `input`. (`transpose.int(Tensor(a) self, int dim0, int dim1) -> Tensor(a)`)
     pub(crate) fn transpose_int(input: TensorId, dim0: i64, dim1: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim0: i64, dim1: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_transpose_int, "transpose.int", &[Arg::tensor(input), Arg::int(dim0), Arg::int(dim1)])?)
-            }
-            let mut op = Op::begin("transpose_int");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim0, dim1)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim0, dim1))
-            }))
-        }))
+        run::replayable(const { &Schema::new("transpose_int", "transpose.int", kernels::tr_aten_transpose_int) }, &[Arg::handle(input), Arg::int(dim0), Arg::int(dim1)])
     }
 
     /// In-place version of `Tensor.transpose` (`transpose_(Tensor(a!) self, int dim0, int dim1) -> Tensor(a!)`)
     pub(crate) fn transpose_(input: TensorId, dim0: i64, dim1: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("transpose_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_transpose_, "transpose_", &[Arg::tensor(input), Arg::int(dim0), Arg::int(dim1)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("transpose_", "transpose_", kernels::tr_aten_transpose_) }, &[Arg::handle_mut(input), Arg::int(dim0), Arg::int(dim1)]).map(|_| input)
     }
 
     /// Reverse the order of an n-D tensor along given axis in dims. (`flip(Tensor self, int[] dims) -> Tensor`)
     pub(crate) fn flip(input: TensorId, dims: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dims: &[i64]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_flip, "flip", &[Arg::tensor(input), Arg::ints(dims)])?)
-            }
-            let mut op = Op::begin("flip");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dims)), erased_keep(&mut || {
-                let dims = dims.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dims))
-            }))
-        }))
+        run::replayable(const { &Schema::new("flip", "flip", kernels::tr_aten_flip) }, &[Arg::handle(input), Arg::ints(dims)])
     }
 
     /// Flip tensor in the left/right direction, returning a new tensor. (`fliplr(Tensor self) -> Tensor`)
     pub(crate) fn fliplr(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_fliplr, "fliplr", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("fliplr");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("fliplr", "fliplr", kernels::tr_aten_fliplr) }, &[Arg::handle(input)])
     }
 
     /// Flip tensor in the up/down direction, returning a new tensor. (`flipud(Tensor self) -> Tensor`)
     pub(crate) fn flipud(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_flipud, "flipud", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("flipud");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("flipud", "flipud", kernels::tr_aten_flipud) }, &[Arg::handle(input)])
     }
 
     /// Roll the tensor `input` along the given dimension(s). (`roll(Tensor self, SymInt[1] shifts, int[1] dims=[]) -> Tensor`)
     pub(crate) fn roll(input: TensorId, shifts: &[i64], dims: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], shifts: &[i64], dims: &[i64]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_roll, "roll", &[Arg::tensor(input), Arg::ints(shifts), Arg::ints(dims)])?)
-            }
-            let mut op = Op::begin("roll");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, shifts, dims)), erased_keep(&mut || {
-                let shifts = shifts.to_owned();
-                let dims = dims.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &shifts, &dims))
-            }))
-        }))
+        run::replayable(const { &Schema::new("roll", "roll", kernels::tr_aten_roll) }, &[Arg::handle(input), Arg::ints(shifts), Arg::ints(dims)])
     }
 
     /// Rotate an n-D tensor by 90 degrees in the plane specified by dims axis. (`rot90(Tensor self, int k=1, int[] dims=[0,1]) -> Tensor`)
     pub(crate) fn rot90(input: TensorId, k: i64, dims: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], k: i64, dims: &[i64]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_rot90, "rot90", &[Arg::tensor(input), Arg::int(k), Arg::ints(dims)])?)
-            }
-            let mut op = Op::begin("rot90");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, k, dims)), erased_keep(&mut || {
-                let dims = dims.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, k, &dims))
-            }))
-        }))
+        run::replayable(const { &Schema::new("rot90", "rot90", kernels::tr_aten_rot90) }, &[Arg::handle(input), Arg::int(k), Arg::ints(dims)])
     }
 
     /// Returns this tensor cast to the type of the given tensor. (`type_as(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn type_as(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_type_as, "type_as", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("type_as");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("type_as", "type_as", kernels::tr_aten_type_as) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// In-place version of `Tensor.unsqueeze` (`unsqueeze_(Tensor(a!) self, int dim) -> Tensor(a!)`)
     pub(crate) fn unsqueeze_(input: TensorId, dim: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("unsqueeze_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_unsqueeze_, "unsqueeze_", &[Arg::tensor(input), Arg::int(dim)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("unsqueeze_", "unsqueeze_", kernels::tr_aten_unsqueeze_) }, &[Arg::handle_mut(input), Arg::int(dim)]).map(|_| input)
     }
 
     /// View this tensor as the same size as `other`. (`view_as(Tensor(a) self, Tensor other) -> Tensor(a)`)
     pub(crate) fn view_as(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_view_as, "view_as", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("view_as");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("view_as", "view_as", kernels::tr_aten_view_as) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// Resizes the `self` tensor to be the same size as the specified `tensor`. (`resize_as_(Tensor(a!) self, Tensor the_template, *, MemoryFormat? memory_format=None) -> Tensor(a!)`)
     pub(crate) fn resize_as_(input: TensorId, the_template: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("resize_as_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [the_template] = op.get([the_template])?;
-            let input: &tch::Tensor = &input;
-            let the_template: &tch::Tensor = &the_template;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_resize_as_, "resize_as_", &[Arg::tensor(input), Arg::tensor(the_template)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("resize_as_", "resize_as_", kernels::tr_aten_resize_as_) }, &[Arg::handle_mut(input), Arg::handle(the_template)]).map(|_| input)
     }
 
     /// Removes a tensor dimension. (`unbind.int(Tensor(a -> *) self, int dim=0) -> Tensor(a)[]`)
     pub(crate) fn unbind_int(input: TensorId, dim: i64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("unbind_int");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_unbind_int, "unbind.int", &[Arg::tensor(input), Arg::int(dim)])))
-        }))
+        run::tensors(const { &Schema::new("unbind_int", "unbind.int", kernels::tr_aten_unbind_int) }, None, &[Arg::handle(input), Arg::int(dim)])
     }
 
     /// Performs Tensor dtype and/or device conversion. (`to.dtype_layout(Tensor(a) self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor(a)`)
     pub(crate) fn to_dtype_layout(input: TensorId, dtype: Option<DType>, non_blocking: bool, copy: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dtype: Option<DType>, non_blocking: bool, copy: bool) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_to_dtype_layout, "to.dtype_layout", &[Arg::tensor(input), Arg::opt_dtype(dtype), Arg::bool(non_blocking), Arg::bool(copy)])?)
-            }
-            let mut op = Op::begin("to_dtype_layout");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dtype, non_blocking, copy)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dtype, non_blocking, copy))
-            }))
-        }))
+        run::replayable(const { &Schema::new("to_dtype_layout", "to.dtype_layout", kernels::tr_aten_to_dtype_layout) }, &[Arg::handle(input), Arg::opt_dtype(dtype), Arg::bool(non_blocking), Arg::bool(copy)])
     }
 
     /// Performs Tensor dtype and/or device conversion. (`to.other(Tensor(a) self, Tensor other, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor(a)`)
     pub(crate) fn to_other(input: TensorId, other: TensorId, non_blocking: bool, copy: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], non_blocking: bool, copy: bool) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_to_other, "to.other", &[Arg::tensor(input), Arg::tensor(other), Arg::bool(non_blocking), Arg::bool(copy)])?)
-            }
-            let mut op = Op::begin("to_other");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&|inputs| replay(inputs, non_blocking, copy)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, non_blocking, copy))
-            }))
-        }))
+        run::replayable(const { &Schema::new("to_other", "to.other", kernels::tr_aten_to_other) }, &[Arg::handle(input), Arg::handle(other), Arg::bool(non_blocking), Arg::bool(copy)])
     }
 
     /// Creates grids of coordinates specified by the 1D inputs in `attr`:tensors. (`meshgrid(Tensor[] tensors) -> Tensor[]`)
     pub(crate) fn meshgrid(tensors: &[TensorId]) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("meshgrid");
-            let tensors = op.get_many(tensors)?;
-            let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_meshgrid, "meshgrid", &[Arg::tensors(&aten::ptrs(tensors))])))
-        }))
+        run::tensors(const { &Schema::new("meshgrid", "meshgrid", kernels::tr_aten_meshgrid) }, None, &[Arg::handles(tensors)])
     }
 
     /// Creates grids of coordinates specified by the 1D inputs in `attr`:tensors. (`meshgrid.indexing(Tensor[] tensors, *, str indexing) -> Tensor[]`)
     pub(crate) fn meshgrid_indexing(tensors: &[TensorId], indexing: &str) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("meshgrid_indexing");
-            let tensors = op.get_many(tensors)?;
-            let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_meshgrid_indexing, "meshgrid.indexing", &[Arg::tensors(&aten::ptrs(tensors)), Arg::str(indexing)])))
-        }))
+        run::tensors(const { &Schema::new("meshgrid_indexing", "meshgrid.indexing", kernels::tr_aten_meshgrid_indexing) }, None, &[Arg::handles(tensors), Arg::str(indexing)])
     }
 
     /// Do cartesian product of the given sequence of tensors. (`cartesian_prod(Tensor[] tensors) -> Tensor`)
     pub(crate) fn cartesian_prod(tensors: &[TensorId]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("cartesian_prod");
-            let tensors = op.get_many(tensors)?;
-            let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_cartesian_prod, "cartesian_prod", &[Arg::tensors(&aten::ptrs(tensors))])))
-        }))
+        run::tensor(const { &Schema::new("cartesian_prod", "cartesian_prod", kernels::tr_aten_cartesian_prod) }, &[Arg::handles(tensors)])
     }
 
     /// Compute combinations of length `r` of the given tensor. (`combinations(Tensor self, int r=2, bool with_replacement=False) -> Tensor`)
     pub(crate) fn combinations(input: TensorId, r: i64, with_replacement: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], r: i64, with_replacement: bool) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_combinations, "combinations", &[Arg::tensor(input), Arg::int(r), Arg::bool(with_replacement)])?)
-            }
-            let mut op = Op::begin("combinations");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, r, with_replacement)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, r, with_replacement))
-            }))
-        }))
+        run::replayable(const { &Schema::new("combinations", "combinations", kernels::tr_aten_combinations) }, &[Arg::handle(input), Arg::int(r), Arg::bool(with_replacement)])
     }
 
     /// Sets the underlying storage, size, and strides. (`set_.source_Tensor_storage_offset(Tensor(a!) self, Tensor source, SymInt storage_offset, SymInt[] size, SymInt[] stride=[]) -> Tensor(a!)`)
     pub(crate) fn set_source_tensor_storage_offset_(input: TensorId, source: TensorId, storage_offset: i64, size: &[i64], stride: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("set_source_tensor_storage_offset_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [source] = op.get([source])?;
-            let input: &tch::Tensor = &input;
-            let source: &tch::Tensor = &source;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_set_source_tensor_storage_offset_, "set_.source_Tensor_storage_offset", &[Arg::tensor(input), Arg::tensor(source), Arg::int(storage_offset), Arg::ints(size), Arg::ints(stride)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("set_source_tensor_storage_offset_", "set_.source_Tensor_storage_offset", kernels::tr_aten_set_source_tensor_storage_offset_) }, &[Arg::handle_mut(input), Arg::handle(source), Arg::int(storage_offset), Arg::ints(size), Arg::ints(stride)]).map(|_| input)
     }
 
     /// Sets the underlying storage, size, and strides. (`set_.source_Tensor(Tensor(a!) self, Tensor source) -> Tensor(a!)`)
     pub(crate) fn set_source_tensor_(input: TensorId, source: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("set_source_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [source] = op.get([source])?;
-            let input: &tch::Tensor = &input;
-            let source: &tch::Tensor = &source;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_set_source_tensor_, "set_.source_Tensor", &[Arg::tensor(input), Arg::tensor(source)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("set_source_tensor_", "set_.source_Tensor", kernels::tr_aten_set_source_tensor_) }, &[Arg::handle_mut(input), Arg::handle(source)]).map(|_| input)
     }
 
     /// Sets the underlying storage, size, and strides. (`set_(Tensor(a!) self) -> Tensor(a!)`)
     pub(crate) fn set_(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("set_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_set_, "set_", &[Arg::tensor(input)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("set_", "set_", kernels::tr_aten_set_) }, &[Arg::handle_mut(input)]).map(|_| input)
     }
 
     /// The tensor as an input of a function being traced (`input` itself when nothing traces). (`lift(Tensor self) -> Tensor`)
     pub(crate) fn lift(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_lift, "lift", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("lift");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("lift", "lift", kernels::tr_aten_lift) }, &[Arg::handle(input)])
     }
 
     /// The tensor as an input of a function being traced (`input` itself when nothing traces). (`lift_fresh(Tensor(a) self) -> Tensor(a)`)
     pub(crate) fn lift_fresh(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_lift_fresh, "lift_fresh", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("lift_fresh");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("lift_fresh", "lift_fresh", kernels::tr_aten_lift_fresh) }, &[Arg::handle(input)])
     }
 
     /// A copy of the tensor as an input of a function being traced. (`lift_fresh_copy(Tensor self) -> Tensor`)
     pub(crate) fn lift_fresh_copy(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_lift_fresh_copy, "lift_fresh_copy", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("lift_fresh_copy");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("lift_fresh_copy", "lift_fresh_copy", kernels::tr_aten_lift_fresh_copy) }, &[Arg::handle(input)])
     }
 
     /// Out-of-place version of `torch.Tensor.masked_scatter_` (`masked_scatter(Tensor self, Tensor mask, Tensor source) -> Tensor`)
     pub(crate) fn masked_scatter(input: TensorId, mask: TensorId, source: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, mask, source] = replay_args(inputs)?;
-                let input = given(input)?;
-                let mask = given(mask)?;
-                let source = given(source)?;
-                Ok(aten::tensor(kernels::tr_aten_masked_scatter, "masked_scatter", &[Arg::tensor(input), Arg::tensor(mask), Arg::tensor(source)])?)
-            }
-            let mut op = Op::begin("masked_scatter");
-            let [input, mask, source] = op.get([input, mask, source])?;
-            let input: &tch::Tensor = &input;
-            let mask: &tch::Tensor = &mask;
-            let source: &tch::Tensor = &source;
-            op.output_replayable([Some(input), Some(mask), Some(source)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("masked_scatter", "masked_scatter", kernels::tr_aten_masked_scatter) }, &[Arg::handle(input), Arg::handle(mask), Arg::handle(source)])
     }
 
     /// Returns a new tensor with the same data as the `self` tensor but of a different `shape`. (`view.dtype(Tensor(a) self, ScalarType dtype) -> Tensor(a)`)
     pub(crate) fn view_dtype(input: TensorId, dtype: DType) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dtype: DType) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_view_dtype, "view.dtype", &[Arg::tensor(input), Arg::dtype(dtype)])?)
-            }
-            let mut op = Op::begin("view_dtype");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dtype)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dtype))
-            }))
-        }))
+        run::replayable(const { &Schema::new("view_dtype", "view.dtype", kernels::tr_aten_view_dtype) }, &[Arg::handle(input), Arg::dtype(dtype)])
     }
 
     /// Copies the elements from `source` into the positions specified by `index`. (`put_(Tensor(a!) self, Tensor index, Tensor source, bool accumulate=False) -> Tensor(a!)`)
     pub(crate) fn put_(input: TensorId, index: TensorId, source: TensorId, accumulate: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("put_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [index, source] = op.get([index, source])?;
-            let input: &tch::Tensor = &input;
-            let index: &tch::Tensor = &index;
-            let source: &tch::Tensor = &source;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_put_, "put_", &[Arg::tensor(input), Arg::tensor(index), Arg::tensor(source), Arg::bool(accumulate)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("put_", "put_", kernels::tr_aten_put_) }, &[Arg::handle_mut(input), Arg::handle(index), Arg::handle(source), Arg::bool(accumulate)]).map(|_| input)
     }
 
     /// Out-of-place version of `torch.Tensor.put_`. (`put(Tensor self, Tensor index, Tensor source, bool accumulate=False) -> Tensor`)
     pub(crate) fn put(input: TensorId, index: TensorId, source: TensorId, accumulate: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], accumulate: bool) -> Result<tch::Tensor> {
-                let [input, index, source] = replay_args(inputs)?;
-                let input = given(input)?;
-                let index = given(index)?;
-                let source = given(source)?;
-                Ok(aten::tensor(kernels::tr_aten_put, "put", &[Arg::tensor(input), Arg::tensor(index), Arg::tensor(source), Arg::bool(accumulate)])?)
-            }
-            let mut op = Op::begin("put");
-            let [input, index, source] = op.get([input, index, source])?;
-            let input: &tch::Tensor = &input;
-            let index: &tch::Tensor = &index;
-            let source: &tch::Tensor = &source;
-            op.output_replayable([Some(input), Some(index), Some(source)], erased_run(&|inputs| replay(inputs, accumulate)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, accumulate))
-            }))
-        }))
+        run::replayable(const { &Schema::new("put", "put", kernels::tr_aten_put) }, &[Arg::handle(input), Arg::handle(index), Arg::handle(source), Arg::bool(accumulate)])
     }
 
     /// Accumulate the elements of `alpha` times `source` into the `self` tensor by adding to the indices in the order given in `index`. (`index_add_(Tensor(a!) self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) -> Tensor(a!)`)
     pub(crate) fn index_add_(input: TensorId, dim: i64, index: TensorId, source: TensorId, alpha: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("index_add_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [index, source] = op.get([index, source])?;
-            let input: &tch::Tensor = &input;
-            let index: &tch::Tensor = &index;
-            let source: &tch::Tensor = &source;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_index_add_, "index_add_", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::tensor(source), Arg::scalar(alpha)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("index_add_", "index_add_", kernels::tr_aten_index_add_) }, &[Arg::handle_mut(input), Arg::int(dim), Arg::handle(index), Arg::handle(source), Arg::scalar(alpha)]).map(|_| input)
     }
 
     /// See `Tensor.index_add_` for function description. (`index_add(Tensor self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) -> Tensor`)
     pub(crate) fn index_add(input: TensorId, dim: i64, index: TensorId, source: TensorId, alpha: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, alpha: Scalar) -> Result<tch::Tensor> {
-                let [input, index, source] = replay_args(inputs)?;
-                let input = given(input)?;
-                let index = given(index)?;
-                let source = given(source)?;
-                Ok(aten::tensor(kernels::tr_aten_index_add, "index_add", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::tensor(source), Arg::scalar(alpha)])?)
-            }
-            let mut op = Op::begin("index_add");
-            let [input, index, source] = op.get([input, index, source])?;
-            let input: &tch::Tensor = &input;
-            let index: &tch::Tensor = &index;
-            let source: &tch::Tensor = &source;
-            op.output_replayable([Some(input), Some(index), Some(source)], erased_run(&|inputs| replay(inputs, dim, alpha)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, alpha))
-            }))
-        }))
+        run::replayable(const { &Schema::new("index_add", "index_add", kernels::tr_aten_index_add) }, &[Arg::handle(input), Arg::int(dim), Arg::handle(index), Arg::handle(source), Arg::scalar(alpha)])
     }
 
     /// Accumulate the elements of `source` into the `self` tensor by accumulating to the indices in the order given in `index` using the reduction given by the `reduce` argument. (`index_reduce_(Tensor(a!) self, int dim, Tensor index, Tensor source, str reduce, *, bool include_self=True) -> Tensor(a!)`)
     pub(crate) fn index_reduce_(input: TensorId, dim: i64, index: TensorId, source: TensorId, reduce: &str, include_self: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("index_reduce_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [index, source] = op.get([index, source])?;
-            let input: &tch::Tensor = &input;
-            let index: &tch::Tensor = &index;
-            let source: &tch::Tensor = &source;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_index_reduce_, "index_reduce_", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::tensor(source), Arg::str(reduce), Arg::bool(include_self)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("index_reduce_", "index_reduce_", kernels::tr_aten_index_reduce_) }, &[Arg::handle_mut(input), Arg::int(dim), Arg::handle(index), Arg::handle(source), Arg::str(reduce), Arg::bool(include_self)]).map(|_| input)
     }
 
     /// See `Tensor.index_reduce_` for function description. (`index_reduce(Tensor self, int dim, Tensor index, Tensor source, str reduce, *, bool include_self=True) -> Tensor`)
     pub(crate) fn index_reduce(input: TensorId, dim: i64, index: TensorId, source: TensorId, reduce: &str, include_self: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, reduce: &str, include_self: bool) -> Result<tch::Tensor> {
-                let [input, index, source] = replay_args(inputs)?;
-                let input = given(input)?;
-                let index = given(index)?;
-                let source = given(source)?;
-                Ok(aten::tensor(kernels::tr_aten_index_reduce, "index_reduce", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::tensor(source), Arg::str(reduce), Arg::bool(include_self)])?)
-            }
-            let mut op = Op::begin("index_reduce");
-            let [input, index, source] = op.get([input, index, source])?;
-            let input: &tch::Tensor = &input;
-            let index: &tch::Tensor = &index;
-            let source: &tch::Tensor = &source;
-            op.output_replayable([Some(input), Some(index), Some(source)], erased_run(&|inputs| replay(inputs, dim, reduce, include_self)), erased_keep(&mut || {
-                let reduce = reduce.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, &reduce, include_self))
-            }))
-        }))
+        run::replayable(const { &Schema::new("index_reduce", "index_reduce", kernels::tr_aten_index_reduce) }, &[Arg::handle(input), Arg::int(dim), Arg::handle(index), Arg::handle(source), Arg::str(reduce), Arg::bool(include_self)])
     }
 
     /// Fills the elements of the `self` tensor with value `value` by selecting the indices in the order given in `index`. (`index_fill_.int_Scalar(Tensor(a!) self, int dim, Tensor index, Scalar value) -> Tensor(a!)`)
     pub(crate) fn index_fill_int_scalar_(input: TensorId, dim: i64, index: TensorId, value: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("index_fill_int_scalar_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [index] = op.get([index])?;
-            let input: &tch::Tensor = &input;
-            let index: &tch::Tensor = &index;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_index_fill_int_scalar_, "index_fill_.int_Scalar", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::scalar(value)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("index_fill_int_scalar_", "index_fill_.int_Scalar", kernels::tr_aten_index_fill_int_scalar_) }, &[Arg::handle_mut(input), Arg::int(dim), Arg::handle(index), Arg::scalar(value)]).map(|_| input)
     }
 
     /// Out-of-place version of `torch.Tensor.index_fill_`. (`index_fill.int_Scalar(Tensor self, int dim, Tensor index, Scalar value) -> Tensor`)
     pub(crate) fn index_fill_int_scalar(input: TensorId, dim: i64, index: TensorId, value: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, value: Scalar) -> Result<tch::Tensor> {
-                let [input, index] = replay_args(inputs)?;
-                let input = given(input)?;
-                let index = given(index)?;
-                Ok(aten::tensor(kernels::tr_aten_index_fill_int_scalar, "index_fill.int_Scalar", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::scalar(value)])?)
-            }
-            let mut op = Op::begin("index_fill_int_scalar");
-            let [input, index] = op.get([input, index])?;
-            let input: &tch::Tensor = &input;
-            let index: &tch::Tensor = &index;
-            op.output_replayable([Some(input), Some(index)], erased_run(&|inputs| replay(inputs, dim, value)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, value))
-            }))
-        }))
+        run::replayable(const { &Schema::new("index_fill_int_scalar", "index_fill.int_Scalar", kernels::tr_aten_index_fill_int_scalar) }, &[Arg::handle(input), Arg::int(dim), Arg::handle(index), Arg::scalar(value)])
     }
 
     /// Fills the elements of the `self` tensor with value `value` by selecting the indices in the order given in `index`. (`index_fill_.int_Tensor(Tensor(a!) self, int dim, Tensor index, Tensor value) -> Tensor(a!)`)
     pub(crate) fn index_fill_int_tensor_(input: TensorId, dim: i64, index: TensorId, value: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("index_fill_int_tensor_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [index, value] = op.get([index, value])?;
-            let input: &tch::Tensor = &input;
-            let index: &tch::Tensor = &index;
-            let value: &tch::Tensor = &value;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_index_fill_int_tensor_, "index_fill_.int_Tensor", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::tensor(value)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("index_fill_int_tensor_", "index_fill_.int_Tensor", kernels::tr_aten_index_fill_int_tensor_) }, &[Arg::handle_mut(input), Arg::int(dim), Arg::handle(index), Arg::handle(value)]).map(|_| input)
     }
 
     /// Out-of-place version of `torch.Tensor.index_fill_`. (`index_fill.int_Tensor(Tensor self, int dim, Tensor index, Tensor value) -> Tensor`)
     pub(crate) fn index_fill_int_tensor(input: TensorId, dim: i64, index: TensorId, value: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
-                let [input, index, value] = replay_args(inputs)?;
-                let input = given(input)?;
-                let index = given(index)?;
-                let value = given(value)?;
-                Ok(aten::tensor(kernels::tr_aten_index_fill_int_tensor, "index_fill.int_Tensor", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::tensor(value)])?)
-            }
-            let mut op = Op::begin("index_fill_int_tensor");
-            let [input, index, value] = op.get([input, index, value])?;
-            let input: &tch::Tensor = &input;
-            let index: &tch::Tensor = &index;
-            let value: &tch::Tensor = &value;
-            op.output_replayable([Some(input), Some(index), Some(value)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("index_fill_int_tensor", "index_fill.int_Tensor", kernels::tr_aten_index_fill_int_tensor) }, &[Arg::handle(input), Arg::int(dim), Arg::handle(index), Arg::handle(value)])
     }
 
     /// Out-of-place version of `torch.Tensor.scatter_` (`scatter.src(Tensor self, int dim, Tensor index, Tensor src) -> Tensor`)
     pub(crate) fn scatter_src(input: TensorId, dim: i64, index: TensorId, src: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
-                let [input, index, src] = replay_args(inputs)?;
-                let input = given(input)?;
-                let index = given(index)?;
-                let src = given(src)?;
-                Ok(aten::tensor(kernels::tr_aten_scatter_src, "scatter.src", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::tensor(src)])?)
-            }
-            let mut op = Op::begin("scatter_src");
-            let [input, index, src] = op.get([input, index, src])?;
-            let input: &tch::Tensor = &input;
-            let index: &tch::Tensor = &index;
-            let src: &tch::Tensor = &src;
-            op.output_replayable([Some(input), Some(index), Some(src)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("scatter_src", "scatter.src", kernels::tr_aten_scatter_src) }, &[Arg::handle(input), Arg::int(dim), Arg::handle(index), Arg::handle(src)])
     }
 
     /// Writes all values from the tensor `src` into `self` at the indices specified in the `index` tensor. (`scatter_.src(Tensor(a!) self, int dim, Tensor index, Tensor src) -> Tensor(a!)`)
     pub(crate) fn scatter_src_(input: TensorId, dim: i64, index: TensorId, src: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("scatter_src_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [index, src] = op.get([index, src])?;
-            let input: &tch::Tensor = &input;
-            let index: &tch::Tensor = &index;
-            let src: &tch::Tensor = &src;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_scatter_src_, "scatter_.src", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::tensor(src)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("scatter_src_", "scatter_.src", kernels::tr_aten_scatter_src_) }, &[Arg::handle_mut(input), Arg::int(dim), Arg::handle(index), Arg::handle(src)]).map(|_| input)
     }
 
     /// Out-of-place version of `torch.Tensor.scatter_` (`scatter.value(Tensor self, int dim, Tensor index, Scalar value) -> Tensor`)
     pub(crate) fn scatter_value(input: TensorId, dim: i64, index: TensorId, value: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, value: Scalar) -> Result<tch::Tensor> {
-                let [input, index] = replay_args(inputs)?;
-                let input = given(input)?;
-                let index = given(index)?;
-                Ok(aten::tensor(kernels::tr_aten_scatter_value, "scatter.value", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::scalar(value)])?)
-            }
-            let mut op = Op::begin("scatter_value");
-            let [input, index] = op.get([input, index])?;
-            let input: &tch::Tensor = &input;
-            let index: &tch::Tensor = &index;
-            op.output_replayable([Some(input), Some(index)], erased_run(&|inputs| replay(inputs, dim, value)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, value))
-            }))
-        }))
+        run::replayable(const { &Schema::new("scatter_value", "scatter.value", kernels::tr_aten_scatter_value) }, &[Arg::handle(input), Arg::int(dim), Arg::handle(index), Arg::scalar(value)])
     }
 
     /// Writes all values from the tensor `src` into `self` at the indices specified in the `index` tensor. (`scatter_.value(Tensor(a!) self, int dim, Tensor index, Scalar value) -> Tensor(a!)`)
     pub(crate) fn scatter_value_(input: TensorId, dim: i64, index: TensorId, value: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("scatter_value_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [index] = op.get([index])?;
-            let input: &tch::Tensor = &input;
-            let index: &tch::Tensor = &index;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_scatter_value_, "scatter_.value", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::scalar(value)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("scatter_value_", "scatter_.value", kernels::tr_aten_scatter_value_) }, &[Arg::handle_mut(input), Arg::int(dim), Arg::handle(index), Arg::scalar(value)]).map(|_| input)
     }
 
     /// Out-of-place version of `torch.Tensor.scatter_` (`scatter.reduce(Tensor self, int dim, Tensor index, Tensor src, *, str reduce) -> Tensor`)
     pub(crate) fn scatter_reduce(input: TensorId, dim: i64, index: TensorId, src: TensorId, reduce: &str) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, reduce: &str) -> Result<tch::Tensor> {
-                let [input, index, src] = replay_args(inputs)?;
-                let input = given(input)?;
-                let index = given(index)?;
-                let src = given(src)?;
-                Ok(aten::tensor(kernels::tr_aten_scatter_reduce, "scatter.reduce", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::tensor(src), Arg::str(reduce)])?)
-            }
-            let mut op = Op::begin("scatter_reduce");
-            let [input, index, src] = op.get([input, index, src])?;
-            let input: &tch::Tensor = &input;
-            let index: &tch::Tensor = &index;
-            let src: &tch::Tensor = &src;
-            op.output_replayable([Some(input), Some(index), Some(src)], erased_run(&|inputs| replay(inputs, dim, reduce)), erased_keep(&mut || {
-                let reduce = reduce.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, &reduce))
-            }))
-        }))
+        run::replayable(const { &Schema::new("scatter_reduce", "scatter.reduce", kernels::tr_aten_scatter_reduce) }, &[Arg::handle(input), Arg::int(dim), Arg::handle(index), Arg::handle(src), Arg::str(reduce)])
     }
 
     /// Writes all values from the tensor `src` into `self` at the indices specified in the `index` tensor. (`scatter_.reduce(Tensor(a!) self, int dim, Tensor index, Tensor src, *, str reduce) -> Tensor(a!)`)
     pub(crate) fn scatter_reduce_(input: TensorId, dim: i64, index: TensorId, src: TensorId, reduce: &str) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("scatter_reduce_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [index, src] = op.get([index, src])?;
-            let input: &tch::Tensor = &input;
-            let index: &tch::Tensor = &index;
-            let src: &tch::Tensor = &src;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_scatter_reduce_, "scatter_.reduce", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::tensor(src), Arg::str(reduce)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("scatter_reduce_", "scatter_.reduce", kernels::tr_aten_scatter_reduce_) }, &[Arg::handle_mut(input), Arg::int(dim), Arg::handle(index), Arg::handle(src), Arg::str(reduce)]).map(|_| input)
     }
 
     /// Out-of-place version of `torch.Tensor.scatter_` (`scatter.value_reduce(Tensor self, int dim, Tensor index, Scalar value, *, str reduce) -> Tensor`)
     pub(crate) fn scatter_value_reduce(input: TensorId, dim: i64, index: TensorId, value: Scalar, reduce: &str) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, value: Scalar, reduce: &str) -> Result<tch::Tensor> {
-                let [input, index] = replay_args(inputs)?;
-                let input = given(input)?;
-                let index = given(index)?;
-                Ok(aten::tensor(kernels::tr_aten_scatter_value_reduce, "scatter.value_reduce", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::scalar(value), Arg::str(reduce)])?)
-            }
-            let mut op = Op::begin("scatter_value_reduce");
-            let [input, index] = op.get([input, index])?;
-            let input: &tch::Tensor = &input;
-            let index: &tch::Tensor = &index;
-            op.output_replayable([Some(input), Some(index)], erased_run(&|inputs| replay(inputs, dim, value, reduce)), erased_keep(&mut || {
-                let reduce = reduce.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, value, &reduce))
-            }))
-        }))
+        run::replayable(const { &Schema::new("scatter_value_reduce", "scatter.value_reduce", kernels::tr_aten_scatter_value_reduce) }, &[Arg::handle(input), Arg::int(dim), Arg::handle(index), Arg::scalar(value), Arg::str(reduce)])
     }
 
     /// Writes all values from the tensor `src` into `self` at the indices specified in the `index` tensor. (`scatter_.value_reduce(Tensor(a!) self, int dim, Tensor index, Scalar value, *, str reduce) -> Tensor(a!)`)
     pub(crate) fn scatter_value_reduce_(input: TensorId, dim: i64, index: TensorId, value: Scalar, reduce: &str) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("scatter_value_reduce_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [index] = op.get([index])?;
-            let input: &tch::Tensor = &input;
-            let index: &tch::Tensor = &index;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_scatter_value_reduce_, "scatter_.value_reduce", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::scalar(value), Arg::str(reduce)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("scatter_value_reduce_", "scatter_.value_reduce", kernels::tr_aten_scatter_value_reduce_) }, &[Arg::handle_mut(input), Arg::int(dim), Arg::handle(index), Arg::scalar(value), Arg::str(reduce)]).map(|_| input)
     }
 
     /// Out-of-place version of `torch.Tensor.scatter_add_` (`scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor`)
     pub(crate) fn scatter_add(input: TensorId, dim: i64, index: TensorId, src: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
-                let [input, index, src] = replay_args(inputs)?;
-                let input = given(input)?;
-                let index = given(index)?;
-                let src = given(src)?;
-                Ok(aten::tensor(kernels::tr_aten_scatter_add, "scatter_add", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::tensor(src)])?)
-            }
-            let mut op = Op::begin("scatter_add");
-            let [input, index, src] = op.get([input, index, src])?;
-            let input: &tch::Tensor = &input;
-            let index: &tch::Tensor = &index;
-            let src: &tch::Tensor = &src;
-            op.output_replayable([Some(input), Some(index), Some(src)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("scatter_add", "scatter_add", kernels::tr_aten_scatter_add) }, &[Arg::handle(input), Arg::int(dim), Arg::handle(index), Arg::handle(src)])
     }
 
     /// Adds all values from the tensor `src` into `self` at the indices specified in the `index` tensor in a similar fashion as `torch.Tensor.scatter_`. (`scatter_add_(Tensor(a!) self, int dim, Tensor index, Tensor src) -> Tensor(a!)`)
     pub(crate) fn scatter_add_(input: TensorId, dim: i64, index: TensorId, src: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("scatter_add_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [index, src] = op.get([index, src])?;
-            let input: &tch::Tensor = &input;
-            let index: &tch::Tensor = &index;
-            let src: &tch::Tensor = &src;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_scatter_add_, "scatter_add_", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::tensor(src)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("scatter_add_", "scatter_add_", kernels::tr_aten_scatter_add_) }, &[Arg::handle_mut(input), Arg::int(dim), Arg::handle(index), Arg::handle(src)]).map(|_| input)
     }
 
     /// Out-of-place version of `torch.Tensor.scatter_reduce_` (`scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor`)
     pub(crate) fn scatter_reduce_two(input: TensorId, dim: i64, index: TensorId, src: TensorId, reduce: &str, include_self: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, reduce: &str, include_self: bool) -> Result<tch::Tensor> {
-                let [input, index, src] = replay_args(inputs)?;
-                let input = given(input)?;
-                let index = given(index)?;
-                let src = given(src)?;
-                Ok(aten::tensor(kernels::tr_aten_scatter_reduce_two, "scatter_reduce.two", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::tensor(src), Arg::str(reduce), Arg::bool(include_self)])?)
-            }
-            let mut op = Op::begin("scatter_reduce_two");
-            let [input, index, src] = op.get([input, index, src])?;
-            let input: &tch::Tensor = &input;
-            let index: &tch::Tensor = &index;
-            let src: &tch::Tensor = &src;
-            op.output_replayable([Some(input), Some(index), Some(src)], erased_run(&|inputs| replay(inputs, dim, reduce, include_self)), erased_keep(&mut || {
-                let reduce = reduce.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, &reduce, include_self))
-            }))
-        }))
+        run::replayable(const { &Schema::new("scatter_reduce_two", "scatter_reduce.two", kernels::tr_aten_scatter_reduce_two) }, &[Arg::handle(input), Arg::int(dim), Arg::handle(index), Arg::handle(src), Arg::str(reduce), Arg::bool(include_self)])
     }
 
     /// Reduces all values from the `src` tensor to the indices specified in the `index` tensor in the `self` tensor using the applied reduction defined via the `reduce` argument (`"sum"`, `"prod"`, `"mean"`, `"amax"`, `"amin"`). (`scatter_reduce_.two(Tensor(a!) self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor(a!)`)
     pub(crate) fn scatter_reduce_two_(input: TensorId, dim: i64, index: TensorId, src: TensorId, reduce: &str, include_self: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("scatter_reduce_two_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let [index, src] = op.get([index, src])?;
-            let input: &tch::Tensor = &input;
-            let index: &tch::Tensor = &index;
-            let src: &tch::Tensor = &src;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_scatter_reduce_two_, "scatter_reduce_.two", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::tensor(src), Arg::str(reduce), Arg::bool(include_self)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("scatter_reduce_two_", "scatter_reduce_.two", kernels::tr_aten_scatter_reduce_two_) }, &[Arg::handle_mut(input), Arg::int(dim), Arg::handle(index), Arg::handle(src), Arg::str(reduce), Arg::bool(include_self)]).map(|_| input)
     }
 
     /// Returns a new tensor with the elements of `input` at the given indices. (`take(Tensor self, Tensor index) -> Tensor`)
     pub(crate) fn take(input: TensorId, index: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, index] = replay_args(inputs)?;
-                let input = given(input)?;
-                let index = given(index)?;
-                Ok(aten::tensor(kernels::tr_aten_take, "take", &[Arg::tensor(input), Arg::tensor(index)])?)
-            }
-            let mut op = Op::begin("take");
-            let [input, index] = op.get([input, index])?;
-            let input: &tch::Tensor = &input;
-            let index: &tch::Tensor = &index;
-            op.output_replayable([Some(input), Some(index)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("take", "take", kernels::tr_aten_take) }, &[Arg::handle(input), Arg::handle(index)])
     }
 
     /// Selects values from `input` at the 1-dimensional indices from `indices` along the given `dim`. (`take_along_dim(Tensor self, Tensor indices, int? dim=None) -> Tensor`)
     pub(crate) fn take_along_dim(input: TensorId, indices: TensorId, dim: Option<i64>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: Option<i64>) -> Result<tch::Tensor> {
-                let [input, indices] = replay_args(inputs)?;
-                let input = given(input)?;
-                let indices = given(indices)?;
-                Ok(aten::tensor(kernels::tr_aten_take_along_dim, "take_along_dim", &[Arg::tensor(input), Arg::tensor(indices), Arg::opt_int(dim)])?)
-            }
-            let mut op = Op::begin("take_along_dim");
-            let [input, indices] = op.get([input, indices])?;
-            let input: &tch::Tensor = &input;
-            let indices: &tch::Tensor = &indices;
-            op.output_replayable([Some(input), Some(indices)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("take_along_dim", "take_along_dim", kernels::tr_aten_take_along_dim) }, &[Arg::handle(input), Arg::handle(indices), Arg::opt_int(dim)])
     }
 
     /// Returns a 2-D tensor where each row is the index for a non-zero value. (`nonzero_static(Tensor self, *, SymInt size, int fill_value=-1) -> Tensor`)
     pub(crate) fn nonzero_static(input: TensorId, size: i64, fill_value: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], size: i64, fill_value: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_nonzero_static, "nonzero_static", &[Arg::tensor(input), Arg::int(size), Arg::int(fill_value)])?)
-            }
-            let mut op = Op::begin("nonzero_static");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, size, fill_value)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, size, fill_value))
-            }))
-        }))
+        run::replayable(const { &Schema::new("nonzero_static", "nonzero_static", kernels::tr_aten_nonzero_static) }, &[Arg::handle(input), Arg::int(size), Arg::int(fill_value)])
     }
 
     /// The indices of the nonzero elements, one tensor per dimension (`torch.nonzero(as_tuple=True)`). (`nonzero_numpy(Tensor self) -> Tensor[]`)
     pub(crate) fn nonzero_numpy(input: TensorId) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("nonzero_numpy");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_nonzero_numpy, "nonzero_numpy", &[Arg::tensor(input)])))
-        }))
+        run::tensors(const { &Schema::new("nonzero_numpy", "nonzero_numpy", kernels::tr_aten_nonzero_numpy) }, None, &[Arg::handle(input)])
     }
 
     /// Returns a tensor containing the indices of all non-zero elements of `input`. (`argwhere(Tensor self) -> Tensor`)
     pub(crate) fn argwhere(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_argwhere, "argwhere", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("argwhere");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("argwhere", "argwhere", kernels::tr_aten_argwhere) }, &[Arg::handle(input)])
     }
 
     /// Gathers values along an axis specified by `dim`. (`gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor`)
     pub(crate) fn gather(input: TensorId, dim: i64, index: TensorId, sparse_grad: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, sparse_grad: bool) -> Result<tch::Tensor> {
-                let [input, index] = replay_args(inputs)?;
-                let input = given(input)?;
-                let index = given(index)?;
-                Ok(aten::tensor(kernels::tr_aten_gather, "gather", &[Arg::tensor(input), Arg::int(dim), Arg::tensor(index), Arg::bool(sparse_grad)])?)
-            }
-            let mut op = Op::begin("gather");
-            let [input, index] = op.get([input, index])?;
-            let input: &tch::Tensor = &input;
-            let index: &tch::Tensor = &index;
-            op.output_replayable([Some(input), Some(index)], erased_run(&|inputs| replay(inputs, dim, sparse_grad)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, sparse_grad))
-            }))
-        }))
+        run::replayable(const { &Schema::new("gather", "gather", kernels::tr_aten_gather) }, &[Arg::handle(input), Arg::int(dim), Arg::handle(index), Arg::bool(sparse_grad)])
     }
 
     /// Alias for `torch.transpose`. (`swapaxes(Tensor(a) self, int axis0, int axis1) -> Tensor(a)`)
     pub(crate) fn swapaxes(input: TensorId, axis0: i64, axis1: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], axis0: i64, axis1: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_swapaxes, "swapaxes", &[Arg::tensor(input), Arg::int(axis0), Arg::int(axis1)])?)
-            }
-            let mut op = Op::begin("swapaxes");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, axis0, axis1)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, axis0, axis1))
-            }))
-        }))
+        run::replayable(const { &Schema::new("swapaxes", "swapaxes", kernels::tr_aten_swapaxes) }, &[Arg::handle(input), Arg::int(axis0), Arg::int(axis1)])
     }
 
     /// In-place version of `Tensor.swapaxes` (`swapaxes_(Tensor(a!) self, int axis0, int axis1) -> Tensor(a!)`)
     pub(crate) fn swapaxes_(input: TensorId, axis0: i64, axis1: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("swapaxes_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_swapaxes_, "swapaxes_", &[Arg::tensor(input), Arg::int(axis0), Arg::int(axis1)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("swapaxes_", "swapaxes_", kernels::tr_aten_swapaxes_) }, &[Arg::handle_mut(input), Arg::int(axis0), Arg::int(axis1)]).map(|_| input)
     }
 
     /// Alias for `torch.transpose`. (`swapdims(Tensor(a) self, int dim0, int dim1) -> Tensor(a)`)
     pub(crate) fn swapdims(input: TensorId, dim0: i64, dim1: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim0: i64, dim1: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_swapdims, "swapdims", &[Arg::tensor(input), Arg::int(dim0), Arg::int(dim1)])?)
-            }
-            let mut op = Op::begin("swapdims");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim0, dim1)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim0, dim1))
-            }))
-        }))
+        run::replayable(const { &Schema::new("swapdims", "swapdims", kernels::tr_aten_swapdims) }, &[Arg::handle(input), Arg::int(dim0), Arg::int(dim1)])
     }
 
     /// In-place version of `Tensor.swapdims` (`swapdims_(Tensor(a!) self, int dim0, int dim1) -> Tensor(a!)`)
     pub(crate) fn swapdims_(input: TensorId, dim0: i64, dim1: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("swapdims_");
-            let handle = input;
-        let input = op.get_mut(input)?;
-            let input: &tch::Tensor = &input;
-            op.value(erased(&|| aten::unit(kernels::tr_aten_swapdims_, "swapdims_", &[Arg::tensor(input), Arg::int(dim0), Arg::int(dim1)]))).map(|_| handle)
-        }))
+        run::value(const { &Schema::new("swapdims_", "swapdims_", kernels::tr_aten_swapdims_) }, &[Arg::handle_mut(input), Arg::int(dim0), Arg::int(dim1)]).map(|_| input)
     }
 
     /// Creates a new tensor by horizontally stacking the tensors in `tensors`. (`column_stack(Tensor[] tensors) -> Tensor`)
     pub(crate) fn column_stack(tensors: &[TensorId]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("column_stack");
-            let tensors = op.get_many(tensors)?;
-            let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_column_stack, "column_stack", &[Arg::tensors(&aten::ptrs(tensors))])))
-        }))
+        run::tensor(const { &Schema::new("column_stack", "column_stack", kernels::tr_aten_column_stack) }, &[Arg::handles(tensors)])
     }
 
     /// The elements of a list of tensors, concatenated into one 1-D tensor. (`flatten_dense_tensors(Tensor[] tensors) -> Tensor`)
     pub(crate) fn flatten_dense_tensors(tensors: &[TensorId]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("flatten_dense_tensors");
-            let tensors = op.get_many(tensors)?;
-            let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.output(erased(&|| aten::tensor(kernels::tr_aten_flatten_dense_tensors, "flatten_dense_tensors", &[Arg::tensors(&aten::ptrs(tensors))])))
-        }))
+        run::tensor(const { &Schema::new("flatten_dense_tensors", "flatten_dense_tensors", kernels::tr_aten_flatten_dense_tensors) }, &[Arg::handles(tensors)])
     }
 
     /// Tensors of `tensors`' shapes cut from the 1-D `flat` (the inverse of `flatten_dense_tensors`). (`unflatten_dense_tensors(Tensor flat, Tensor[] tensors) -> Tensor[]`)
     pub(crate) fn unflatten_dense_tensors(flat: TensorId, tensors: &[TensorId]) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("unflatten_dense_tensors");
-            let [flat] = op.get([flat])?;
-            let tensors = op.get_many(tensors)?;
-            let flat: &tch::Tensor = &flat;
-            let tensors = &tensors.iter().map(|e| &**e).collect::<Vec<_>>()[..];
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_unflatten_dense_tensors, "unflatten_dense_tensors", &[Arg::tensor(flat), Arg::tensors(&aten::ptrs(tensors))])))
-        }))
+        run::tensors(const { &Schema::new("unflatten_dense_tensors", "unflatten_dense_tensors", kernels::tr_aten_unflatten_dense_tensors) }, None, &[Arg::handle(flat), Arg::handles(tensors)])
     }
 
     /// Performs the same operation as `torch.view_as_real`, but all output tensors are freshly created instead of aliasing the input. (`view_as_real_copy(Tensor self) -> Tensor`)
     pub(crate) fn view_as_real_copy(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_view_as_real_copy, "view_as_real_copy", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("view_as_real_copy");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("view_as_real_copy", "view_as_real_copy", kernels::tr_aten_view_as_real_copy) }, &[Arg::handle(input)])
     }
 
     /// Performs the same operation as `torch.view_as_complex`, but all output tensors are freshly created instead of aliasing the input. (`view_as_complex_copy(Tensor self) -> Tensor`)
     pub(crate) fn view_as_complex_copy(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_view_as_complex_copy, "view_as_complex_copy", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("view_as_complex_copy");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("view_as_complex_copy", "view_as_complex_copy", kernels::tr_aten_view_as_complex_copy) }, &[Arg::handle(input)])
     }
 
     /// Performs the same operation as `torch.as_strided`, but all output tensors are freshly created instead of aliasing the input. (`as_strided_copy(Tensor self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) -> Tensor`)
     pub(crate) fn as_strided_copy(input: TensorId, size: &[i64], stride: &[i64], storage_offset: Option<i64>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], size: &[i64], stride: &[i64], storage_offset: Option<i64>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_as_strided_copy, "as_strided_copy", &[Arg::tensor(input), Arg::ints(size), Arg::ints(stride), Arg::opt_int(storage_offset)])?)
-            }
-            let mut op = Op::begin("as_strided_copy");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, size, stride, storage_offset)), erased_keep(&mut || {
-                let size = size.to_owned();
-                let stride = stride.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &size, &stride, storage_offset))
-            }))
-        }))
+        run::replayable(const { &Schema::new("as_strided_copy", "as_strided_copy", kernels::tr_aten_as_strided_copy) }, &[Arg::handle(input), Arg::ints(size), Arg::ints(stride), Arg::opt_int(storage_offset)])
     }
 
     /// Performs the same operation as `torch.diagonal`, but all output tensors are freshly created instead of aliasing the input. (`diagonal_copy(Tensor self, int offset=0, int dim1=0, int dim2=1) -> Tensor`)
     pub(crate) fn diagonal_copy(input: TensorId, offset: i64, dim1: i64, dim2: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], offset: i64, dim1: i64, dim2: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_diagonal_copy, "diagonal_copy", &[Arg::tensor(input), Arg::int(offset), Arg::int(dim1), Arg::int(dim2)])?)
-            }
-            let mut op = Op::begin("diagonal_copy");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, offset, dim1, dim2)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, offset, dim1, dim2))
-            }))
-        }))
+        run::replayable(const { &Schema::new("diagonal_copy", "diagonal_copy", kernels::tr_aten_diagonal_copy) }, &[Arg::handle(input), Arg::int(offset), Arg::int(dim1), Arg::int(dim2)])
     }
 
     /// Performs the same operation as `torch.Tensor.expand`, but all output tensors are freshly created instead of aliasing the input. (`expand_copy(Tensor self, SymInt[] size, *, bool implicit=False) -> Tensor`)
     pub(crate) fn expand_copy(input: TensorId, size: &[i64], implicit: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], size: &[i64], implicit: bool) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_expand_copy, "expand_copy", &[Arg::tensor(input), Arg::ints(size), Arg::bool(implicit)])?)
-            }
-            let mut op = Op::begin("expand_copy");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, size, implicit)), erased_keep(&mut || {
-                let size = size.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &size, implicit))
-            }))
-        }))
+        run::replayable(const { &Schema::new("expand_copy", "expand_copy", kernels::tr_aten_expand_copy) }, &[Arg::handle(input), Arg::ints(size), Arg::bool(implicit)])
     }
 
     /// Performs the same operation as `torch.permute`, but all output tensors are freshly created instead of aliasing the input. (`permute_copy(Tensor self, int[] dims) -> Tensor`)
     pub(crate) fn permute_copy(input: TensorId, dims: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dims: &[i64]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_permute_copy, "permute_copy", &[Arg::tensor(input), Arg::ints(dims)])?)
-            }
-            let mut op = Op::begin("permute_copy");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dims)), erased_keep(&mut || {
-                let dims = dims.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dims))
-            }))
-        }))
+        run::replayable(const { &Schema::new("permute_copy", "permute_copy", kernels::tr_aten_permute_copy) }, &[Arg::handle(input), Arg::ints(dims)])
     }
 
     /// Performs the same operation as `torch.select`, but all output tensors are freshly created instead of aliasing the input. (`select_copy.int(Tensor self, int dim, SymInt index) -> Tensor`)
     pub(crate) fn select_copy_int(input: TensorId, dim: i64, index: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, index: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_select_copy_int, "select_copy.int", &[Arg::tensor(input), Arg::int(dim), Arg::int(index)])?)
-            }
-            let mut op = Op::begin("select_copy_int");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, index)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, index))
-            }))
-        }))
+        run::replayable(const { &Schema::new("select_copy_int", "select_copy.int", kernels::tr_aten_select_copy_int) }, &[Arg::handle(input), Arg::int(dim), Arg::int(index)])
     }
 
     /// Performs the same operation as `torch.detach`, but all output tensors are freshly created instead of aliasing the input. (`detach_copy(Tensor self) -> Tensor`)
     pub(crate) fn detach_copy(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_detach_copy, "detach_copy", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("detach_copy");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("detach_copy", "detach_copy", kernels::tr_aten_detach_copy) }, &[Arg::handle(input)])
     }
 
     /// Performs the same operation as `torch.slice`, but all output tensors are freshly created instead of aliasing the input. (`slice_copy.Tensor(Tensor self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor`)
     pub(crate) fn slice_copy_tensor(input: TensorId, dim: i64, start: Option<i64>, end: Option<i64>, step: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, start: Option<i64>, end: Option<i64>, step: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_slice_copy_tensor, "slice_copy.Tensor", &[Arg::tensor(input), Arg::int(dim), Arg::opt_int(start), Arg::opt_int(end), Arg::int(step)])?)
-            }
-            let mut op = Op::begin("slice_copy_tensor");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, start, end, step)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, start, end, step))
-            }))
-        }))
+        run::replayable(const { &Schema::new("slice_copy_tensor", "slice_copy.Tensor", kernels::tr_aten_slice_copy_tensor) }, &[Arg::handle(input), Arg::int(dim), Arg::opt_int(start), Arg::opt_int(end), Arg::int(step)])
     }
 
     /// Performs the same operation as `torch.split`, but all output tensors are freshly created instead of aliasing the input. (`split_copy.Tensor(Tensor self, SymInt split_size, int dim=0) -> Tensor[]`)
     pub(crate) fn split_copy_tensor(input: TensorId, split_size: i64, dim: i64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("split_copy_tensor");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_split_copy_tensor, "split_copy.Tensor", &[Arg::tensor(input), Arg::int(split_size), Arg::int(dim)])))
-        }))
+        run::tensors(const { &Schema::new("split_copy_tensor", "split_copy.Tensor", kernels::tr_aten_split_copy_tensor) }, None, &[Arg::handle(input), Arg::int(split_size), Arg::int(dim)])
     }
 
     /// Performs the same operation as `torch.split_with_sizes`, but all output tensors are freshly created instead of aliasing the input. (`split_with_sizes_copy(Tensor self, SymInt[] split_sizes, int dim=0) -> Tensor[]`)
     pub(crate) fn split_with_sizes_copy(input: TensorId, split_sizes: &[i64], dim: i64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("split_with_sizes_copy");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_split_with_sizes_copy, "split_with_sizes_copy", &[Arg::tensor(input), Arg::ints(split_sizes), Arg::int(dim)])))
-        }))
+        run::tensors(const { &Schema::new("split_with_sizes_copy", "split_with_sizes_copy", kernels::tr_aten_split_with_sizes_copy) }, None, &[Arg::handle(input), Arg::ints(split_sizes), Arg::int(dim)])
     }
 
     /// Performs the same operation as `torch.squeeze`, but all output tensors are freshly created instead of aliasing the input. (`squeeze_copy(Tensor self) -> Tensor`)
     pub(crate) fn squeeze_copy(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_squeeze_copy, "squeeze_copy", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("squeeze_copy");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("squeeze_copy", "squeeze_copy", kernels::tr_aten_squeeze_copy) }, &[Arg::handle(input)])
     }
 
     /// Performs the same operation as `torch.squeeze`, but all output tensors are freshly created instead of aliasing the input. (`squeeze_copy.dim(Tensor self, int dim) -> Tensor`)
     pub(crate) fn squeeze_copy_dim(input: TensorId, dim: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_squeeze_copy_dim, "squeeze_copy.dim", &[Arg::tensor(input), Arg::int(dim)])?)
-            }
-            let mut op = Op::begin("squeeze_copy_dim");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("squeeze_copy_dim", "squeeze_copy.dim", kernels::tr_aten_squeeze_copy_dim) }, &[Arg::handle(input), Arg::int(dim)])
     }
 
     /// Performs the same operation as `torch.squeeze`, but all output tensors are freshly created instead of aliasing the input. (`squeeze_copy.dims(Tensor self, int[] dim) -> Tensor`)
     pub(crate) fn squeeze_copy_dims(input: TensorId, dim: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: &[i64]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_squeeze_copy_dims, "squeeze_copy.dims", &[Arg::tensor(input), Arg::ints(dim)])?)
-            }
-            let mut op = Op::begin("squeeze_copy_dims");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
-                let dim = dim.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("squeeze_copy_dims", "squeeze_copy.dims", kernels::tr_aten_squeeze_copy_dims) }, &[Arg::handle(input), Arg::ints(dim)])
     }
 
     /// Performs the same operation as `torch.t`, but all output tensors are freshly created instead of aliasing the input. (`t_copy(Tensor self) -> Tensor`)
     pub(crate) fn t_copy(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_t_copy, "t_copy", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("t_copy");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("t_copy", "t_copy", kernels::tr_aten_t_copy) }, &[Arg::handle(input)])
     }
 
     /// Performs the same operation as `torch.transpose`, but all output tensors are freshly created instead of aliasing the input. (`transpose_copy.int(Tensor self, int dim0, int dim1) -> Tensor`)
     pub(crate) fn transpose_copy_int(input: TensorId, dim0: i64, dim1: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim0: i64, dim1: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_transpose_copy_int, "transpose_copy.int", &[Arg::tensor(input), Arg::int(dim0), Arg::int(dim1)])?)
-            }
-            let mut op = Op::begin("transpose_copy_int");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim0, dim1)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim0, dim1))
-            }))
-        }))
+        run::replayable(const { &Schema::new("transpose_copy_int", "transpose_copy.int", kernels::tr_aten_transpose_copy_int) }, &[Arg::handle(input), Arg::int(dim0), Arg::int(dim1)])
     }
 
     /// Performs the same operation as `torch.unsqueeze`, but all output tensors are freshly created instead of aliasing the input. (`unsqueeze_copy(Tensor self, int dim) -> Tensor`)
     pub(crate) fn unsqueeze_copy(input: TensorId, dim: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_unsqueeze_copy, "unsqueeze_copy", &[Arg::tensor(input), Arg::int(dim)])?)
-            }
-            let mut op = Op::begin("unsqueeze_copy");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("unsqueeze_copy", "unsqueeze_copy", kernels::tr_aten_unsqueeze_copy) }, &[Arg::handle(input), Arg::int(dim)])
     }
 
     /// Performs the same operation as `torch.unbind`, but all output tensors are freshly created instead of aliasing the input. (`unbind_copy.int(Tensor self, int dim=0) -> Tensor[]`)
     pub(crate) fn unbind_copy_int(input: TensorId, dim: i64) -> Result<Vec<TensorId>> {
-        admitted(erased_mut(&mut || {
-            let mut op = Op::begin("unbind_copy_int");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.outputs(erased(&|| aten::tensors(kernels::tr_aten_unbind_copy_int, "unbind_copy.int", &[Arg::tensor(input), Arg::int(dim)])))
-        }))
+        run::tensors(const { &Schema::new("unbind_copy_int", "unbind_copy.int", kernels::tr_aten_unbind_copy_int) }, None, &[Arg::handle(input), Arg::int(dim)])
     }
 
     /// Performs the same operation as `torch.view`, but all output tensors are freshly created instead of aliasing the input. (`view_copy(Tensor self, SymInt[] size) -> Tensor`)
     pub(crate) fn view_copy(input: TensorId, size: &[i64]) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], size: &[i64]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_view_copy, "view_copy", &[Arg::tensor(input), Arg::ints(size)])?)
-            }
-            let mut op = Op::begin("view_copy");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, size)), erased_keep(&mut || {
-                let size = size.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &size))
-            }))
-        }))
+        run::replayable(const { &Schema::new("view_copy", "view_copy", kernels::tr_aten_view_copy) }, &[Arg::handle(input), Arg::ints(size)])
     }
 
     /// Performs the same operation as `torch.view`, but all output tensors are freshly created instead of aliasing the input. (`view_copy.dtype(Tensor self, ScalarType dtype) -> Tensor`)
     pub(crate) fn view_copy_dtype(input: TensorId, dtype: DType) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dtype: DType) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_view_copy_dtype, "view_copy.dtype", &[Arg::tensor(input), Arg::dtype(dtype)])?)
-            }
-            let mut op = Op::begin("view_copy_dtype");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dtype)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dtype))
-            }))
-        }))
+        run::replayable(const { &Schema::new("view_copy_dtype", "view_copy.dtype", kernels::tr_aten_view_copy_dtype) }, &[Arg::handle(input), Arg::dtype(dtype)])
     }
 
     /// Performs the same operation as `torch.alias`, but all output tensors are freshly created instead of aliasing the input. (`alias_copy(Tensor self) -> Tensor`)
     pub(crate) fn alias_copy(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_alias_copy, "alias_copy", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("alias_copy");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("alias_copy", "alias_copy", kernels::tr_aten_alias_copy) }, &[Arg::handle(input)])
     }
 }
 

@@ -11,1401 +11,432 @@ pub(crate) mod core {
 
     /// The entropy term `-x * ln(x)`, elementwise. (`special_entr(Tensor self) -> Tensor`)
     pub(crate) fn special_entr(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_entr, "special_entr", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("special_entr");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_entr", "special_entr", kernels::tr_aten_special_entr) }, &[Arg::handle(input)])
     }
 
     /// The inverse of the standard normal distribution's cumulative distribution function, elementwise. (`special_ndtri(Tensor self) -> Tensor`)
     pub(crate) fn special_ndtri(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_ndtri, "special_ndtri", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("special_ndtri");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_ndtri", "special_ndtri", kernels::tr_aten_special_ndtri) }, &[Arg::handle(input)])
     }
 
     /// The log of the standard normal distribution's cumulative distribution function, elementwise. (`special_log_ndtr(Tensor self) -> Tensor`)
     pub(crate) fn special_log_ndtr(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_log_ndtr, "special_log_ndtr", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("special_log_ndtr");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_log_ndtr", "special_log_ndtr", kernels::tr_aten_special_log_ndtr) }, &[Arg::handle(input)])
     }
 
     /// Computes the exponential of the elements minus 1 of `input`. (`special_expm1(Tensor self) -> Tensor`)
     pub(crate) fn special_expm1(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_expm1, "special_expm1", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("special_expm1");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_expm1", "special_expm1", kernels::tr_aten_special_expm1) }, &[Arg::handle(input)])
     }
 
     /// Computes the base two exponential function of `input`. (`special_exp2(Tensor self) -> Tensor`)
     pub(crate) fn special_exp2(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_exp2, "special_exp2", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("special_exp2");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_exp2", "special_exp2", kernels::tr_aten_special_exp2) }, &[Arg::handle(input)])
     }
 
     /// Alias for `torch.special.digamma`. (`special_psi(Tensor self) -> Tensor`)
     pub(crate) fn special_psi(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_psi, "special_psi", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("special_psi");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_psi", "special_psi", kernels::tr_aten_special_psi) }, &[Arg::handle(input)])
     }
 
     /// Computes the logarithmic derivative of the gamma function on `input`. (`special_digamma(Tensor self) -> Tensor`)
     pub(crate) fn special_digamma(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_digamma, "special_digamma", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("special_digamma");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_digamma", "special_digamma", kernels::tr_aten_special_digamma) }, &[Arg::handle(input)])
     }
 
     /// Computes the natural logarithm of the absolute value of the gamma function on `input`. (`special_gammaln(Tensor self) -> Tensor`)
     pub(crate) fn special_gammaln(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_gammaln, "special_gammaln", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("special_gammaln");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_gammaln", "special_gammaln", kernels::tr_aten_special_gammaln) }, &[Arg::handle(input)])
     }
 
     /// Computes the error function of `input`. (`special_erf(Tensor self) -> Tensor`)
     pub(crate) fn special_erf(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_erf, "special_erf", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("special_erf");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_erf", "special_erf", kernels::tr_aten_special_erf) }, &[Arg::handle(input)])
     }
 
     /// Computes the complementary error function of `input`. (`special_erfc(Tensor self) -> Tensor`)
     pub(crate) fn special_erfc(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_erfc, "special_erfc", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("special_erfc");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_erfc", "special_erfc", kernels::tr_aten_special_erfc) }, &[Arg::handle(input)])
     }
 
     /// Computes the scaled complementary error function for each element of `input`. (`special_erfcx(Tensor self) -> Tensor`)
     pub(crate) fn special_erfcx(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_erfcx, "special_erfcx", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("special_erfcx");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_erfcx", "special_erfcx", kernels::tr_aten_special_erfcx) }, &[Arg::handle(input)])
     }
 
     /// Computes the inverse error function of `input`. (`special_erfinv(Tensor self) -> Tensor`)
     pub(crate) fn special_erfinv(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_erfinv, "special_erfinv", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("special_erfinv");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_erfinv", "special_erfinv", kernels::tr_aten_special_erfinv) }, &[Arg::handle(input)])
     }
 
     /// The standard normal distribution's cumulative distribution function, elementwise. (`special_ndtr(Tensor self) -> Tensor`)
     pub(crate) fn special_ndtr(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_ndtr, "special_ndtr", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("special_ndtr");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_ndtr", "special_ndtr", kernels::tr_aten_special_ndtr) }, &[Arg::handle(input)])
     }
 
     /// Computes `input * log1p(other)` with the following cases. (`special_xlog1py(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn special_xlog1py(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_special_xlog1py, "special_xlog1py", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("special_xlog1py");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_xlog1py", "special_xlog1py", kernels::tr_aten_special_xlog1py) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// Computes `input * log1p(other)` with the following cases. (`special_xlog1py.self_scalar(Scalar self, Tensor other) -> Tensor`)
     pub(crate) fn special_xlog1py_self_scalar(input: Scalar, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], input: Scalar) -> Result<tch::Tensor> {
-                let [other] = replay_args(inputs)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_special_xlog1py_self_scalar, "special_xlog1py.self_scalar", &[Arg::scalar(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("special_xlog1py_self_scalar");
-            let [other] = op.get([other])?;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(other)], erased_run(&|inputs| replay(inputs, input)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, input))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_xlog1py_self_scalar", "special_xlog1py.self_scalar", kernels::tr_aten_special_xlog1py_self_scalar) }, &[Arg::scalar(input), Arg::handle(other)])
     }
 
     /// Computes `input * log1p(other)` with the following cases. (`special_xlog1py.other_scalar(Tensor self, Scalar other) -> Tensor`)
     pub(crate) fn special_xlog1py_other_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_xlog1py_other_scalar, "special_xlog1py.other_scalar", &[Arg::tensor(input), Arg::scalar(other)])?)
-            }
-            let mut op = Op::begin("special_xlog1py_other_scalar");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_xlog1py_other_scalar", "special_xlog1py.other_scalar", kernels::tr_aten_special_xlog1py_other_scalar) }, &[Arg::handle(input), Arg::scalar(other)])
     }
 
     /// Computes `input * log(other)` with the following cases. (`special_xlogy(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn special_xlogy(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_special_xlogy, "special_xlogy", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("special_xlogy");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_xlogy", "special_xlogy", kernels::tr_aten_special_xlogy) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// Computes `input * log(other)` with the following cases. (`special_xlogy.self_scalar(Scalar self, Tensor other) -> Tensor`)
     pub(crate) fn special_xlogy_self_scalar(input: Scalar, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], input: Scalar) -> Result<tch::Tensor> {
-                let [other] = replay_args(inputs)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_special_xlogy_self_scalar, "special_xlogy.self_scalar", &[Arg::scalar(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("special_xlogy_self_scalar");
-            let [other] = op.get([other])?;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(other)], erased_run(&|inputs| replay(inputs, input)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, input))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_xlogy_self_scalar", "special_xlogy.self_scalar", kernels::tr_aten_special_xlogy_self_scalar) }, &[Arg::scalar(input), Arg::handle(other)])
     }
 
     /// Computes `input * log(other)` with the following cases. (`special_xlogy.other_scalar(Tensor self, Scalar other) -> Tensor`)
     pub(crate) fn special_xlogy_other_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_xlogy_other_scalar, "special_xlogy.other_scalar", &[Arg::tensor(input), Arg::scalar(other)])?)
-            }
-            let mut op = Op::begin("special_xlogy_other_scalar");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_xlogy_other_scalar", "special_xlogy.other_scalar", kernels::tr_aten_special_xlogy_other_scalar) }, &[Arg::handle(input), Arg::scalar(other)])
     }
 
     /// Computes the Hurwitz zeta function, elementwise. (`special_zeta(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn special_zeta(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_special_zeta, "special_zeta", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("special_zeta");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_zeta", "special_zeta", kernels::tr_aten_special_zeta) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// Computes the Hurwitz zeta function, elementwise. (`special_zeta.self_scalar(Scalar self, Tensor other) -> Tensor`)
     pub(crate) fn special_zeta_self_scalar(input: Scalar, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], input: Scalar) -> Result<tch::Tensor> {
-                let [other] = replay_args(inputs)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_special_zeta_self_scalar, "special_zeta.self_scalar", &[Arg::scalar(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("special_zeta_self_scalar");
-            let [other] = op.get([other])?;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(other)], erased_run(&|inputs| replay(inputs, input)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, input))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_zeta_self_scalar", "special_zeta.self_scalar", kernels::tr_aten_special_zeta_self_scalar) }, &[Arg::scalar(input), Arg::handle(other)])
     }
 
     /// Computes the Hurwitz zeta function, elementwise. (`special_zeta.other_scalar(Tensor self, Scalar other) -> Tensor`)
     pub(crate) fn special_zeta_other_scalar(input: TensorId, other: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], other: Scalar) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_zeta_other_scalar, "special_zeta.other_scalar", &[Arg::tensor(input), Arg::scalar(other)])?)
-            }
-            let mut op = Op::begin("special_zeta_other_scalar");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, other)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, other))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_zeta_other_scalar", "special_zeta.other_scalar", kernels::tr_aten_special_zeta_other_scalar) }, &[Arg::handle(input), Arg::scalar(other)])
     }
 
     /// Computes the zeroth order modified Bessel function of the first kind for each element of `input`. (`special_i0(Tensor self) -> Tensor`)
     pub(crate) fn special_i0(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_i0, "special_i0", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("special_i0");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_i0", "special_i0", kernels::tr_aten_special_i0) }, &[Arg::handle(input)])
     }
 
     /// The modified Bessel function of the first kind of order 0, exponentially scaled, elementwise. (`special_i0e(Tensor self) -> Tensor`)
     pub(crate) fn special_i0e(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_i0e, "special_i0e", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("special_i0e");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_i0e", "special_i0e", kernels::tr_aten_special_i0e) }, &[Arg::handle(input)])
     }
 
     /// The modified Bessel function of the first kind of order 1, elementwise. (`special_i1(Tensor self) -> Tensor`)
     pub(crate) fn special_i1(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_i1, "special_i1", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("special_i1");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_i1", "special_i1", kernels::tr_aten_special_i1) }, &[Arg::handle(input)])
     }
 
     /// The modified Bessel function of the first kind of order 1, exponentially scaled, elementwise. (`special_i1e(Tensor self) -> Tensor`)
     pub(crate) fn special_i1e(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_i1e, "special_i1e", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("special_i1e");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_i1e", "special_i1e", kernels::tr_aten_special_i1e) }, &[Arg::handle(input)])
     }
 
     /// Returns a new tensor with the logit of the elements of `input`. (`special_logit(Tensor self, float? eps=None) -> Tensor`)
     pub(crate) fn special_logit(input: TensorId, eps: Option<f64>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], eps: Option<f64>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_logit, "special_logit", &[Arg::tensor(input), Arg::opt_float(eps)])?)
-            }
-            let mut op = Op::begin("special_logit");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, eps)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, eps))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_logit", "special_logit", kernels::tr_aten_special_logit) }, &[Arg::handle(input), Arg::opt_float(eps)])
     }
 
     /// Computes the `n^{th}` derivative of the digamma function on `input`. (`special_polygamma(int n, Tensor self) -> Tensor`)
     pub(crate) fn special_polygamma(n: i64, input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], n: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_polygamma, "special_polygamma", &[Arg::int(n), Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("special_polygamma");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_polygamma", "special_polygamma", kernels::tr_aten_special_polygamma) }, &[Arg::int(n), Arg::handle(input)])
     }
 
     /// Alias for `torch.logsumexp`. (`special_logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor`)
     pub(crate) fn special_logsumexp(input: TensorId, dim: &[i64], keepdim: bool) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: &[i64], keepdim: bool) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_logsumexp, "special_logsumexp", &[Arg::tensor(input), Arg::ints(dim), Arg::bool(keepdim)])?)
-            }
-            let mut op = Op::begin("special_logsumexp");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, keepdim)), erased_keep(&mut || {
-                let dim = dim.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dim, keepdim))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_logsumexp", "special_logsumexp", kernels::tr_aten_special_logsumexp) }, &[Arg::handle(input), Arg::ints(dim), Arg::bool(keepdim)])
     }
 
     /// Computes the expit (also known as the logistic sigmoid function) of the elements of `input`. (`special_expit(Tensor self) -> Tensor`)
     pub(crate) fn special_expit(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_expit, "special_expit", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("special_expit");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_expit", "special_expit", kernels::tr_aten_special_expit) }, &[Arg::handle(input)])
     }
 
     /// Computes the normalized sinc of `input.` (`special_sinc(Tensor self) -> Tensor`)
     pub(crate) fn special_sinc(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_sinc, "special_sinc", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("special_sinc");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_sinc", "special_sinc", kernels::tr_aten_special_sinc) }, &[Arg::handle(input)])
     }
 
     /// Alias for `torch.round`. (`special_round(Tensor self, *, int decimals=0) -> Tensor`)
     pub(crate) fn special_round(input: TensorId, decimals: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], decimals: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_round, "special_round", &[Arg::tensor(input), Arg::int(decimals)])?)
-            }
-            let mut op = Op::begin("special_round");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, decimals)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, decimals))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_round", "special_round", kernels::tr_aten_special_round) }, &[Arg::handle(input), Arg::int(decimals)])
     }
 
     /// Alias for `torch.log1p`. (`special_log1p(Tensor self) -> Tensor`)
     pub(crate) fn special_log1p(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_log1p, "special_log1p", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("special_log1p");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_log1p", "special_log1p", kernels::tr_aten_special_log1p) }, &[Arg::handle(input)])
     }
 
     /// Computes softmax followed by a logarithm. (`special_log_softmax(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor`)
     pub(crate) fn special_log_softmax(input: TensorId, dim: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, dtype: Option<DType>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_log_softmax, "special_log_softmax", &[Arg::tensor(input), Arg::int(dim), Arg::opt_dtype(dtype)])?)
-            }
-            let mut op = Op::begin("special_log_softmax");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, dtype)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, dtype))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_log_softmax", "special_log_softmax", kernels::tr_aten_special_log_softmax) }, &[Arg::handle(input), Arg::int(dim), Arg::opt_dtype(dtype)])
     }
 
     /// Computes the regularized lower incomplete gamma function. (`special_gammainc(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn special_gammainc(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_special_gammainc, "special_gammainc", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("special_gammainc");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_gammainc", "special_gammainc", kernels::tr_aten_special_gammainc) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// Computes the regularized upper incomplete gamma function. (`special_gammaincc(Tensor self, Tensor other) -> Tensor`)
     pub(crate) fn special_gammaincc(input: TensorId, other: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input, other] = replay_args(inputs)?;
-                let input = given(input)?;
-                let other = given(other)?;
-                Ok(aten::tensor(kernels::tr_aten_special_gammaincc, "special_gammaincc", &[Arg::tensor(input), Arg::tensor(other)])?)
-            }
-            let mut op = Op::begin("special_gammaincc");
-            let [input, other] = op.get([input, other])?;
-            let input: &tch::Tensor = &input;
-            let other: &tch::Tensor = &other;
-            op.output_replayable([Some(input), Some(other)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_gammaincc", "special_gammaincc", kernels::tr_aten_special_gammaincc) }, &[Arg::handle(input), Arg::handle(other)])
     }
 
     /// Computes the multivariate log-gamma function with dimension `p` element-wise, given by. (`special_multigammaln(Tensor self, int p) -> Tensor`)
     pub(crate) fn special_multigammaln(input: TensorId, p: i64) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], p: i64) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_multigammaln, "special_multigammaln", &[Arg::tensor(input), Arg::int(p)])?)
-            }
-            let mut op = Op::begin("special_multigammaln");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, p)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, p))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_multigammaln", "special_multigammaln", kernels::tr_aten_special_multigammaln) }, &[Arg::handle(input), Arg::int(p)])
     }
 
     /// Computes the softmax function. (`special_softmax(Tensor self, int dim, ScalarType? dtype=None) -> Tensor`)
     pub(crate) fn special_softmax(input: TensorId, dim: i64, dtype: Option<DType>) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, dtype: Option<DType>) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_softmax, "special_softmax", &[Arg::tensor(input), Arg::int(dim), Arg::opt_dtype(dtype)])?)
-            }
-            let mut op = Op::begin("special_softmax");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&|inputs| replay(inputs, dim, dtype)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, dtype))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_softmax", "special_softmax", kernels::tr_aten_special_softmax) }, &[Arg::handle(input), Arg::int(dim), Arg::opt_dtype(dtype)])
     }
 
     /// Airy function `\text{Ai}\left(\text{input}\right)`. (`special_airy_ai(Tensor x) -> Tensor`)
     pub(crate) fn special_airy_ai(x: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [x] = replay_args(inputs)?;
-                let x = given(x)?;
-                Ok(aten::tensor(kernels::tr_aten_special_airy_ai, "special_airy_ai", &[Arg::tensor(x)])?)
-            }
-            let mut op = Op::begin("special_airy_ai");
-            let [x] = op.get([x])?;
-            let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_airy_ai", "special_airy_ai", kernels::tr_aten_special_airy_ai) }, &[Arg::handle(x)])
     }
 
     /// Bessel function of the first kind of order `0`. (`special_bessel_j0(Tensor self) -> Tensor`)
     pub(crate) fn special_bessel_j0(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_bessel_j0, "special_bessel_j0", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("special_bessel_j0");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_bessel_j0", "special_bessel_j0", kernels::tr_aten_special_bessel_j0) }, &[Arg::handle(input)])
     }
 
     /// Bessel function of the first kind of order `1`. (`special_bessel_j1(Tensor self) -> Tensor`)
     pub(crate) fn special_bessel_j1(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_bessel_j1, "special_bessel_j1", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("special_bessel_j1");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_bessel_j1", "special_bessel_j1", kernels::tr_aten_special_bessel_j1) }, &[Arg::handle(input)])
     }
 
     /// Bessel function of the second kind of order `0`. (`special_bessel_y0(Tensor self) -> Tensor`)
     pub(crate) fn special_bessel_y0(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_bessel_y0, "special_bessel_y0", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("special_bessel_y0");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_bessel_y0", "special_bessel_y0", kernels::tr_aten_special_bessel_y0) }, &[Arg::handle(input)])
     }
 
     /// Bessel function of the second kind of order `1`. (`special_bessel_y1(Tensor self) -> Tensor`)
     pub(crate) fn special_bessel_y1(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_bessel_y1, "special_bessel_y1", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("special_bessel_y1");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_bessel_y1", "special_bessel_y1", kernels::tr_aten_special_bessel_y1) }, &[Arg::handle(input)])
     }
 
     /// Chebyshev polynomial of the first kind `T_{n}(\text{input})`. (`special_chebyshev_polynomial_t(Tensor x, Tensor n) -> Tensor`)
     pub(crate) fn special_chebyshev_polynomial_t(x: TensorId, n: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [x, n] = replay_args(inputs)?;
-                let x = given(x)?;
-                let n = given(n)?;
-                Ok(aten::tensor(kernels::tr_aten_special_chebyshev_polynomial_t, "special_chebyshev_polynomial_t", &[Arg::tensor(x), Arg::tensor(n)])?)
-            }
-            let mut op = Op::begin("special_chebyshev_polynomial_t");
-            let [x, n] = op.get([x, n])?;
-            let x: &tch::Tensor = &x;
-            let n: &tch::Tensor = &n;
-            op.output_replayable([Some(x), Some(n)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_chebyshev_polynomial_t", "special_chebyshev_polynomial_t", kernels::tr_aten_special_chebyshev_polynomial_t) }, &[Arg::handle(x), Arg::handle(n)])
     }
 
     /// Chebyshev polynomial of the first kind `T_{n}(\text{input})`. (`special_chebyshev_polynomial_t.x_scalar(Scalar x, Tensor n) -> Tensor`)
     pub(crate) fn special_chebyshev_polynomial_t_x_scalar(x: Scalar, n: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], x: Scalar) -> Result<tch::Tensor> {
-                let [n] = replay_args(inputs)?;
-                let n = given(n)?;
-                Ok(aten::tensor(kernels::tr_aten_special_chebyshev_polynomial_t_x_scalar, "special_chebyshev_polynomial_t.x_scalar", &[Arg::scalar(x), Arg::tensor(n)])?)
-            }
-            let mut op = Op::begin("special_chebyshev_polynomial_t_x_scalar");
-            let [n] = op.get([n])?;
-            let n: &tch::Tensor = &n;
-            op.output_replayable([Some(n)], erased_run(&|inputs| replay(inputs, x)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, x))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_chebyshev_polynomial_t_x_scalar", "special_chebyshev_polynomial_t.x_scalar", kernels::tr_aten_special_chebyshev_polynomial_t_x_scalar) }, &[Arg::scalar(x), Arg::handle(n)])
     }
 
     /// Chebyshev polynomial of the first kind `T_{n}(\text{input})`. (`special_chebyshev_polynomial_t.n_scalar(Tensor x, Scalar n) -> Tensor`)
     pub(crate) fn special_chebyshev_polynomial_t_n_scalar(x: TensorId, n: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], n: Scalar) -> Result<tch::Tensor> {
-                let [x] = replay_args(inputs)?;
-                let x = given(x)?;
-                Ok(aten::tensor(kernels::tr_aten_special_chebyshev_polynomial_t_n_scalar, "special_chebyshev_polynomial_t.n_scalar", &[Arg::tensor(x), Arg::scalar(n)])?)
-            }
-            let mut op = Op::begin("special_chebyshev_polynomial_t_n_scalar");
-            let [x] = op.get([x])?;
-            let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_chebyshev_polynomial_t_n_scalar", "special_chebyshev_polynomial_t.n_scalar", kernels::tr_aten_special_chebyshev_polynomial_t_n_scalar) }, &[Arg::handle(x), Arg::scalar(n)])
     }
 
     /// Chebyshev polynomial of the second kind `U_{n}(\text{input})`. (`special_chebyshev_polynomial_u(Tensor x, Tensor n) -> Tensor`)
     pub(crate) fn special_chebyshev_polynomial_u(x: TensorId, n: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [x, n] = replay_args(inputs)?;
-                let x = given(x)?;
-                let n = given(n)?;
-                Ok(aten::tensor(kernels::tr_aten_special_chebyshev_polynomial_u, "special_chebyshev_polynomial_u", &[Arg::tensor(x), Arg::tensor(n)])?)
-            }
-            let mut op = Op::begin("special_chebyshev_polynomial_u");
-            let [x, n] = op.get([x, n])?;
-            let x: &tch::Tensor = &x;
-            let n: &tch::Tensor = &n;
-            op.output_replayable([Some(x), Some(n)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_chebyshev_polynomial_u", "special_chebyshev_polynomial_u", kernels::tr_aten_special_chebyshev_polynomial_u) }, &[Arg::handle(x), Arg::handle(n)])
     }
 
     /// Chebyshev polynomial of the second kind `U_{n}(\text{input})`. (`special_chebyshev_polynomial_u.x_scalar(Scalar x, Tensor n) -> Tensor`)
     pub(crate) fn special_chebyshev_polynomial_u_x_scalar(x: Scalar, n: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], x: Scalar) -> Result<tch::Tensor> {
-                let [n] = replay_args(inputs)?;
-                let n = given(n)?;
-                Ok(aten::tensor(kernels::tr_aten_special_chebyshev_polynomial_u_x_scalar, "special_chebyshev_polynomial_u.x_scalar", &[Arg::scalar(x), Arg::tensor(n)])?)
-            }
-            let mut op = Op::begin("special_chebyshev_polynomial_u_x_scalar");
-            let [n] = op.get([n])?;
-            let n: &tch::Tensor = &n;
-            op.output_replayable([Some(n)], erased_run(&|inputs| replay(inputs, x)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, x))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_chebyshev_polynomial_u_x_scalar", "special_chebyshev_polynomial_u.x_scalar", kernels::tr_aten_special_chebyshev_polynomial_u_x_scalar) }, &[Arg::scalar(x), Arg::handle(n)])
     }
 
     /// Chebyshev polynomial of the second kind `U_{n}(\text{input})`. (`special_chebyshev_polynomial_u.n_scalar(Tensor x, Scalar n) -> Tensor`)
     pub(crate) fn special_chebyshev_polynomial_u_n_scalar(x: TensorId, n: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], n: Scalar) -> Result<tch::Tensor> {
-                let [x] = replay_args(inputs)?;
-                let x = given(x)?;
-                Ok(aten::tensor(kernels::tr_aten_special_chebyshev_polynomial_u_n_scalar, "special_chebyshev_polynomial_u.n_scalar", &[Arg::tensor(x), Arg::scalar(n)])?)
-            }
-            let mut op = Op::begin("special_chebyshev_polynomial_u_n_scalar");
-            let [x] = op.get([x])?;
-            let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_chebyshev_polynomial_u_n_scalar", "special_chebyshev_polynomial_u.n_scalar", kernels::tr_aten_special_chebyshev_polynomial_u_n_scalar) }, &[Arg::handle(x), Arg::scalar(n)])
     }
 
     /// Chebyshev polynomial of the third kind `V_{n}^{\ast}(\text{input})`. (`special_chebyshev_polynomial_v(Tensor x, Tensor n) -> Tensor`)
     pub(crate) fn special_chebyshev_polynomial_v(x: TensorId, n: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [x, n] = replay_args(inputs)?;
-                let x = given(x)?;
-                let n = given(n)?;
-                Ok(aten::tensor(kernels::tr_aten_special_chebyshev_polynomial_v, "special_chebyshev_polynomial_v", &[Arg::tensor(x), Arg::tensor(n)])?)
-            }
-            let mut op = Op::begin("special_chebyshev_polynomial_v");
-            let [x, n] = op.get([x, n])?;
-            let x: &tch::Tensor = &x;
-            let n: &tch::Tensor = &n;
-            op.output_replayable([Some(x), Some(n)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_chebyshev_polynomial_v", "special_chebyshev_polynomial_v", kernels::tr_aten_special_chebyshev_polynomial_v) }, &[Arg::handle(x), Arg::handle(n)])
     }
 
     /// Chebyshev polynomial of the third kind `V_{n}^{\ast}(\text{input})`. (`special_chebyshev_polynomial_v.x_scalar(Scalar x, Tensor n) -> Tensor`)
     pub(crate) fn special_chebyshev_polynomial_v_x_scalar(x: Scalar, n: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], x: Scalar) -> Result<tch::Tensor> {
-                let [n] = replay_args(inputs)?;
-                let n = given(n)?;
-                Ok(aten::tensor(kernels::tr_aten_special_chebyshev_polynomial_v_x_scalar, "special_chebyshev_polynomial_v.x_scalar", &[Arg::scalar(x), Arg::tensor(n)])?)
-            }
-            let mut op = Op::begin("special_chebyshev_polynomial_v_x_scalar");
-            let [n] = op.get([n])?;
-            let n: &tch::Tensor = &n;
-            op.output_replayable([Some(n)], erased_run(&|inputs| replay(inputs, x)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, x))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_chebyshev_polynomial_v_x_scalar", "special_chebyshev_polynomial_v.x_scalar", kernels::tr_aten_special_chebyshev_polynomial_v_x_scalar) }, &[Arg::scalar(x), Arg::handle(n)])
     }
 
     /// Chebyshev polynomial of the third kind `V_{n}^{\ast}(\text{input})`. (`special_chebyshev_polynomial_v.n_scalar(Tensor x, Scalar n) -> Tensor`)
     pub(crate) fn special_chebyshev_polynomial_v_n_scalar(x: TensorId, n: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], n: Scalar) -> Result<tch::Tensor> {
-                let [x] = replay_args(inputs)?;
-                let x = given(x)?;
-                Ok(aten::tensor(kernels::tr_aten_special_chebyshev_polynomial_v_n_scalar, "special_chebyshev_polynomial_v.n_scalar", &[Arg::tensor(x), Arg::scalar(n)])?)
-            }
-            let mut op = Op::begin("special_chebyshev_polynomial_v_n_scalar");
-            let [x] = op.get([x])?;
-            let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_chebyshev_polynomial_v_n_scalar", "special_chebyshev_polynomial_v.n_scalar", kernels::tr_aten_special_chebyshev_polynomial_v_n_scalar) }, &[Arg::handle(x), Arg::scalar(n)])
     }
 
     /// Chebyshev polynomial of the fourth kind `W_{n}^{\ast}(\text{input})`. (`special_chebyshev_polynomial_w(Tensor x, Tensor n) -> Tensor`)
     pub(crate) fn special_chebyshev_polynomial_w(x: TensorId, n: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [x, n] = replay_args(inputs)?;
-                let x = given(x)?;
-                let n = given(n)?;
-                Ok(aten::tensor(kernels::tr_aten_special_chebyshev_polynomial_w, "special_chebyshev_polynomial_w", &[Arg::tensor(x), Arg::tensor(n)])?)
-            }
-            let mut op = Op::begin("special_chebyshev_polynomial_w");
-            let [x, n] = op.get([x, n])?;
-            let x: &tch::Tensor = &x;
-            let n: &tch::Tensor = &n;
-            op.output_replayable([Some(x), Some(n)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_chebyshev_polynomial_w", "special_chebyshev_polynomial_w", kernels::tr_aten_special_chebyshev_polynomial_w) }, &[Arg::handle(x), Arg::handle(n)])
     }
 
     /// Chebyshev polynomial of the fourth kind `W_{n}^{\ast}(\text{input})`. (`special_chebyshev_polynomial_w.x_scalar(Scalar x, Tensor n) -> Tensor`)
     pub(crate) fn special_chebyshev_polynomial_w_x_scalar(x: Scalar, n: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], x: Scalar) -> Result<tch::Tensor> {
-                let [n] = replay_args(inputs)?;
-                let n = given(n)?;
-                Ok(aten::tensor(kernels::tr_aten_special_chebyshev_polynomial_w_x_scalar, "special_chebyshev_polynomial_w.x_scalar", &[Arg::scalar(x), Arg::tensor(n)])?)
-            }
-            let mut op = Op::begin("special_chebyshev_polynomial_w_x_scalar");
-            let [n] = op.get([n])?;
-            let n: &tch::Tensor = &n;
-            op.output_replayable([Some(n)], erased_run(&|inputs| replay(inputs, x)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, x))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_chebyshev_polynomial_w_x_scalar", "special_chebyshev_polynomial_w.x_scalar", kernels::tr_aten_special_chebyshev_polynomial_w_x_scalar) }, &[Arg::scalar(x), Arg::handle(n)])
     }
 
     /// Chebyshev polynomial of the fourth kind `W_{n}^{\ast}(\text{input})`. (`special_chebyshev_polynomial_w.n_scalar(Tensor x, Scalar n) -> Tensor`)
     pub(crate) fn special_chebyshev_polynomial_w_n_scalar(x: TensorId, n: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], n: Scalar) -> Result<tch::Tensor> {
-                let [x] = replay_args(inputs)?;
-                let x = given(x)?;
-                Ok(aten::tensor(kernels::tr_aten_special_chebyshev_polynomial_w_n_scalar, "special_chebyshev_polynomial_w.n_scalar", &[Arg::tensor(x), Arg::scalar(n)])?)
-            }
-            let mut op = Op::begin("special_chebyshev_polynomial_w_n_scalar");
-            let [x] = op.get([x])?;
-            let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_chebyshev_polynomial_w_n_scalar", "special_chebyshev_polynomial_w.n_scalar", kernels::tr_aten_special_chebyshev_polynomial_w_n_scalar) }, &[Arg::handle(x), Arg::scalar(n)])
     }
 
     /// Physicist's Hermite polynomial `H_{n}(\text{input})`. (`special_hermite_polynomial_h(Tensor x, Tensor n) -> Tensor`)
     pub(crate) fn special_hermite_polynomial_h(x: TensorId, n: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [x, n] = replay_args(inputs)?;
-                let x = given(x)?;
-                let n = given(n)?;
-                Ok(aten::tensor(kernels::tr_aten_special_hermite_polynomial_h, "special_hermite_polynomial_h", &[Arg::tensor(x), Arg::tensor(n)])?)
-            }
-            let mut op = Op::begin("special_hermite_polynomial_h");
-            let [x, n] = op.get([x, n])?;
-            let x: &tch::Tensor = &x;
-            let n: &tch::Tensor = &n;
-            op.output_replayable([Some(x), Some(n)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_hermite_polynomial_h", "special_hermite_polynomial_h", kernels::tr_aten_special_hermite_polynomial_h) }, &[Arg::handle(x), Arg::handle(n)])
     }
 
     /// Physicist's Hermite polynomial `H_{n}(\text{input})`. (`special_hermite_polynomial_h.x_scalar(Scalar x, Tensor n) -> Tensor`)
     pub(crate) fn special_hermite_polynomial_h_x_scalar(x: Scalar, n: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], x: Scalar) -> Result<tch::Tensor> {
-                let [n] = replay_args(inputs)?;
-                let n = given(n)?;
-                Ok(aten::tensor(kernels::tr_aten_special_hermite_polynomial_h_x_scalar, "special_hermite_polynomial_h.x_scalar", &[Arg::scalar(x), Arg::tensor(n)])?)
-            }
-            let mut op = Op::begin("special_hermite_polynomial_h_x_scalar");
-            let [n] = op.get([n])?;
-            let n: &tch::Tensor = &n;
-            op.output_replayable([Some(n)], erased_run(&|inputs| replay(inputs, x)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, x))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_hermite_polynomial_h_x_scalar", "special_hermite_polynomial_h.x_scalar", kernels::tr_aten_special_hermite_polynomial_h_x_scalar) }, &[Arg::scalar(x), Arg::handle(n)])
     }
 
     /// Physicist's Hermite polynomial `H_{n}(\text{input})`. (`special_hermite_polynomial_h.n_scalar(Tensor x, Scalar n) -> Tensor`)
     pub(crate) fn special_hermite_polynomial_h_n_scalar(x: TensorId, n: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], n: Scalar) -> Result<tch::Tensor> {
-                let [x] = replay_args(inputs)?;
-                let x = given(x)?;
-                Ok(aten::tensor(kernels::tr_aten_special_hermite_polynomial_h_n_scalar, "special_hermite_polynomial_h.n_scalar", &[Arg::tensor(x), Arg::scalar(n)])?)
-            }
-            let mut op = Op::begin("special_hermite_polynomial_h_n_scalar");
-            let [x] = op.get([x])?;
-            let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_hermite_polynomial_h_n_scalar", "special_hermite_polynomial_h.n_scalar", kernels::tr_aten_special_hermite_polynomial_h_n_scalar) }, &[Arg::handle(x), Arg::scalar(n)])
     }
 
     /// Probabilist's Hermite polynomial `He_{n}(\text{input})`. (`special_hermite_polynomial_he(Tensor x, Tensor n) -> Tensor`)
     pub(crate) fn special_hermite_polynomial_he(x: TensorId, n: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [x, n] = replay_args(inputs)?;
-                let x = given(x)?;
-                let n = given(n)?;
-                Ok(aten::tensor(kernels::tr_aten_special_hermite_polynomial_he, "special_hermite_polynomial_he", &[Arg::tensor(x), Arg::tensor(n)])?)
-            }
-            let mut op = Op::begin("special_hermite_polynomial_he");
-            let [x, n] = op.get([x, n])?;
-            let x: &tch::Tensor = &x;
-            let n: &tch::Tensor = &n;
-            op.output_replayable([Some(x), Some(n)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_hermite_polynomial_he", "special_hermite_polynomial_he", kernels::tr_aten_special_hermite_polynomial_he) }, &[Arg::handle(x), Arg::handle(n)])
     }
 
     /// Probabilist's Hermite polynomial `He_{n}(\text{input})`. (`special_hermite_polynomial_he.x_scalar(Scalar x, Tensor n) -> Tensor`)
     pub(crate) fn special_hermite_polynomial_he_x_scalar(x: Scalar, n: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], x: Scalar) -> Result<tch::Tensor> {
-                let [n] = replay_args(inputs)?;
-                let n = given(n)?;
-                Ok(aten::tensor(kernels::tr_aten_special_hermite_polynomial_he_x_scalar, "special_hermite_polynomial_he.x_scalar", &[Arg::scalar(x), Arg::tensor(n)])?)
-            }
-            let mut op = Op::begin("special_hermite_polynomial_he_x_scalar");
-            let [n] = op.get([n])?;
-            let n: &tch::Tensor = &n;
-            op.output_replayable([Some(n)], erased_run(&|inputs| replay(inputs, x)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, x))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_hermite_polynomial_he_x_scalar", "special_hermite_polynomial_he.x_scalar", kernels::tr_aten_special_hermite_polynomial_he_x_scalar) }, &[Arg::scalar(x), Arg::handle(n)])
     }
 
     /// Probabilist's Hermite polynomial `He_{n}(\text{input})`. (`special_hermite_polynomial_he.n_scalar(Tensor x, Scalar n) -> Tensor`)
     pub(crate) fn special_hermite_polynomial_he_n_scalar(x: TensorId, n: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], n: Scalar) -> Result<tch::Tensor> {
-                let [x] = replay_args(inputs)?;
-                let x = given(x)?;
-                Ok(aten::tensor(kernels::tr_aten_special_hermite_polynomial_he_n_scalar, "special_hermite_polynomial_he.n_scalar", &[Arg::tensor(x), Arg::scalar(n)])?)
-            }
-            let mut op = Op::begin("special_hermite_polynomial_he_n_scalar");
-            let [x] = op.get([x])?;
-            let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_hermite_polynomial_he_n_scalar", "special_hermite_polynomial_he.n_scalar", kernels::tr_aten_special_hermite_polynomial_he_n_scalar) }, &[Arg::handle(x), Arg::scalar(n)])
     }
 
     /// Laguerre polynomial `L_{n}(\text{input})`. (`special_laguerre_polynomial_l(Tensor x, Tensor n) -> Tensor`)
     pub(crate) fn special_laguerre_polynomial_l(x: TensorId, n: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [x, n] = replay_args(inputs)?;
-                let x = given(x)?;
-                let n = given(n)?;
-                Ok(aten::tensor(kernels::tr_aten_special_laguerre_polynomial_l, "special_laguerre_polynomial_l", &[Arg::tensor(x), Arg::tensor(n)])?)
-            }
-            let mut op = Op::begin("special_laguerre_polynomial_l");
-            let [x, n] = op.get([x, n])?;
-            let x: &tch::Tensor = &x;
-            let n: &tch::Tensor = &n;
-            op.output_replayable([Some(x), Some(n)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_laguerre_polynomial_l", "special_laguerre_polynomial_l", kernels::tr_aten_special_laguerre_polynomial_l) }, &[Arg::handle(x), Arg::handle(n)])
     }
 
     /// Laguerre polynomial `L_{n}(\text{input})`. (`special_laguerre_polynomial_l.x_scalar(Scalar x, Tensor n) -> Tensor`)
     pub(crate) fn special_laguerre_polynomial_l_x_scalar(x: Scalar, n: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], x: Scalar) -> Result<tch::Tensor> {
-                let [n] = replay_args(inputs)?;
-                let n = given(n)?;
-                Ok(aten::tensor(kernels::tr_aten_special_laguerre_polynomial_l_x_scalar, "special_laguerre_polynomial_l.x_scalar", &[Arg::scalar(x), Arg::tensor(n)])?)
-            }
-            let mut op = Op::begin("special_laguerre_polynomial_l_x_scalar");
-            let [n] = op.get([n])?;
-            let n: &tch::Tensor = &n;
-            op.output_replayable([Some(n)], erased_run(&|inputs| replay(inputs, x)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, x))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_laguerre_polynomial_l_x_scalar", "special_laguerre_polynomial_l.x_scalar", kernels::tr_aten_special_laguerre_polynomial_l_x_scalar) }, &[Arg::scalar(x), Arg::handle(n)])
     }
 
     /// Laguerre polynomial `L_{n}(\text{input})`. (`special_laguerre_polynomial_l.n_scalar(Tensor x, Scalar n) -> Tensor`)
     pub(crate) fn special_laguerre_polynomial_l_n_scalar(x: TensorId, n: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], n: Scalar) -> Result<tch::Tensor> {
-                let [x] = replay_args(inputs)?;
-                let x = given(x)?;
-                Ok(aten::tensor(kernels::tr_aten_special_laguerre_polynomial_l_n_scalar, "special_laguerre_polynomial_l.n_scalar", &[Arg::tensor(x), Arg::scalar(n)])?)
-            }
-            let mut op = Op::begin("special_laguerre_polynomial_l_n_scalar");
-            let [x] = op.get([x])?;
-            let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_laguerre_polynomial_l_n_scalar", "special_laguerre_polynomial_l.n_scalar", kernels::tr_aten_special_laguerre_polynomial_l_n_scalar) }, &[Arg::handle(x), Arg::scalar(n)])
     }
 
     /// Legendre polynomial `P_{n}(\text{input})`. (`special_legendre_polynomial_p(Tensor x, Tensor n) -> Tensor`)
     pub(crate) fn special_legendre_polynomial_p(x: TensorId, n: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [x, n] = replay_args(inputs)?;
-                let x = given(x)?;
-                let n = given(n)?;
-                Ok(aten::tensor(kernels::tr_aten_special_legendre_polynomial_p, "special_legendre_polynomial_p", &[Arg::tensor(x), Arg::tensor(n)])?)
-            }
-            let mut op = Op::begin("special_legendre_polynomial_p");
-            let [x, n] = op.get([x, n])?;
-            let x: &tch::Tensor = &x;
-            let n: &tch::Tensor = &n;
-            op.output_replayable([Some(x), Some(n)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_legendre_polynomial_p", "special_legendre_polynomial_p", kernels::tr_aten_special_legendre_polynomial_p) }, &[Arg::handle(x), Arg::handle(n)])
     }
 
     /// Legendre polynomial `P_{n}(\text{input})`. (`special_legendre_polynomial_p.x_scalar(Scalar x, Tensor n) -> Tensor`)
     pub(crate) fn special_legendre_polynomial_p_x_scalar(x: Scalar, n: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], x: Scalar) -> Result<tch::Tensor> {
-                let [n] = replay_args(inputs)?;
-                let n = given(n)?;
-                Ok(aten::tensor(kernels::tr_aten_special_legendre_polynomial_p_x_scalar, "special_legendre_polynomial_p.x_scalar", &[Arg::scalar(x), Arg::tensor(n)])?)
-            }
-            let mut op = Op::begin("special_legendre_polynomial_p_x_scalar");
-            let [n] = op.get([n])?;
-            let n: &tch::Tensor = &n;
-            op.output_replayable([Some(n)], erased_run(&|inputs| replay(inputs, x)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, x))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_legendre_polynomial_p_x_scalar", "special_legendre_polynomial_p.x_scalar", kernels::tr_aten_special_legendre_polynomial_p_x_scalar) }, &[Arg::scalar(x), Arg::handle(n)])
     }
 
     /// Legendre polynomial `P_{n}(\text{input})`. (`special_legendre_polynomial_p.n_scalar(Tensor x, Scalar n) -> Tensor`)
     pub(crate) fn special_legendre_polynomial_p_n_scalar(x: TensorId, n: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], n: Scalar) -> Result<tch::Tensor> {
-                let [x] = replay_args(inputs)?;
-                let x = given(x)?;
-                Ok(aten::tensor(kernels::tr_aten_special_legendre_polynomial_p_n_scalar, "special_legendre_polynomial_p.n_scalar", &[Arg::tensor(x), Arg::scalar(n)])?)
-            }
-            let mut op = Op::begin("special_legendre_polynomial_p_n_scalar");
-            let [x] = op.get([x])?;
-            let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_legendre_polynomial_p_n_scalar", "special_legendre_polynomial_p.n_scalar", kernels::tr_aten_special_legendre_polynomial_p_n_scalar) }, &[Arg::handle(x), Arg::scalar(n)])
     }
 
     /// Modified Bessel function of the first kind of order `0`. (`special_modified_bessel_i0(Tensor self) -> Tensor`)
     pub(crate) fn special_modified_bessel_i0(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_modified_bessel_i0, "special_modified_bessel_i0", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("special_modified_bessel_i0");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_modified_bessel_i0", "special_modified_bessel_i0", kernels::tr_aten_special_modified_bessel_i0) }, &[Arg::handle(input)])
     }
 
     /// Modified Bessel function of the first kind of order `1`. (`special_modified_bessel_i1(Tensor self) -> Tensor`)
     pub(crate) fn special_modified_bessel_i1(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_modified_bessel_i1, "special_modified_bessel_i1", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("special_modified_bessel_i1");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_modified_bessel_i1", "special_modified_bessel_i1", kernels::tr_aten_special_modified_bessel_i1) }, &[Arg::handle(input)])
     }
 
     /// Modified Bessel function of the second kind of order `0`. (`special_modified_bessel_k0(Tensor self) -> Tensor`)
     pub(crate) fn special_modified_bessel_k0(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_modified_bessel_k0, "special_modified_bessel_k0", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("special_modified_bessel_k0");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_modified_bessel_k0", "special_modified_bessel_k0", kernels::tr_aten_special_modified_bessel_k0) }, &[Arg::handle(input)])
     }
 
     /// Modified Bessel function of the second kind of order `1`. (`special_modified_bessel_k1(Tensor self) -> Tensor`)
     pub(crate) fn special_modified_bessel_k1(input: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [input] = replay_args(inputs)?;
-                let input = given(input)?;
-                Ok(aten::tensor(kernels::tr_aten_special_modified_bessel_k1, "special_modified_bessel_k1", &[Arg::tensor(input)])?)
-            }
-            let mut op = Op::begin("special_modified_bessel_k1");
-            let [input] = op.get([input])?;
-            let input: &tch::Tensor = &input;
-            op.output_replayable([Some(input)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_modified_bessel_k1", "special_modified_bessel_k1", kernels::tr_aten_special_modified_bessel_k1) }, &[Arg::handle(input)])
     }
 
     /// Scaled modified Bessel function of the second kind of order `0`. (`special_scaled_modified_bessel_k0(Tensor x) -> Tensor`)
     pub(crate) fn special_scaled_modified_bessel_k0(x: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [x] = replay_args(inputs)?;
-                let x = given(x)?;
-                Ok(aten::tensor(kernels::tr_aten_special_scaled_modified_bessel_k0, "special_scaled_modified_bessel_k0", &[Arg::tensor(x)])?)
-            }
-            let mut op = Op::begin("special_scaled_modified_bessel_k0");
-            let [x] = op.get([x])?;
-            let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_scaled_modified_bessel_k0", "special_scaled_modified_bessel_k0", kernels::tr_aten_special_scaled_modified_bessel_k0) }, &[Arg::handle(x)])
     }
 
     /// Scaled modified Bessel function of the second kind of order `1`. (`special_scaled_modified_bessel_k1(Tensor x) -> Tensor`)
     pub(crate) fn special_scaled_modified_bessel_k1(x: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [x] = replay_args(inputs)?;
-                let x = given(x)?;
-                Ok(aten::tensor(kernels::tr_aten_special_scaled_modified_bessel_k1, "special_scaled_modified_bessel_k1", &[Arg::tensor(x)])?)
-            }
-            let mut op = Op::begin("special_scaled_modified_bessel_k1");
-            let [x] = op.get([x])?;
-            let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_scaled_modified_bessel_k1", "special_scaled_modified_bessel_k1", kernels::tr_aten_special_scaled_modified_bessel_k1) }, &[Arg::handle(x)])
     }
 
     /// Chebyshev polynomial of the first kind `T_{n}^{\ast}(\text{input})`. (`special_shifted_chebyshev_polynomial_t(Tensor x, Tensor n) -> Tensor`)
     pub(crate) fn special_shifted_chebyshev_polynomial_t(x: TensorId, n: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [x, n] = replay_args(inputs)?;
-                let x = given(x)?;
-                let n = given(n)?;
-                Ok(aten::tensor(kernels::tr_aten_special_shifted_chebyshev_polynomial_t, "special_shifted_chebyshev_polynomial_t", &[Arg::tensor(x), Arg::tensor(n)])?)
-            }
-            let mut op = Op::begin("special_shifted_chebyshev_polynomial_t");
-            let [x, n] = op.get([x, n])?;
-            let x: &tch::Tensor = &x;
-            let n: &tch::Tensor = &n;
-            op.output_replayable([Some(x), Some(n)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_shifted_chebyshev_polynomial_t", "special_shifted_chebyshev_polynomial_t", kernels::tr_aten_special_shifted_chebyshev_polynomial_t) }, &[Arg::handle(x), Arg::handle(n)])
     }
 
     /// Chebyshev polynomial of the first kind `T_{n}^{\ast}(\text{input})`. (`special_shifted_chebyshev_polynomial_t.x_scalar(Scalar x, Tensor n) -> Tensor`)
     pub(crate) fn special_shifted_chebyshev_polynomial_t_x_scalar(x: Scalar, n: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], x: Scalar) -> Result<tch::Tensor> {
-                let [n] = replay_args(inputs)?;
-                let n = given(n)?;
-                Ok(aten::tensor(kernels::tr_aten_special_shifted_chebyshev_polynomial_t_x_scalar, "special_shifted_chebyshev_polynomial_t.x_scalar", &[Arg::scalar(x), Arg::tensor(n)])?)
-            }
-            let mut op = Op::begin("special_shifted_chebyshev_polynomial_t_x_scalar");
-            let [n] = op.get([n])?;
-            let n: &tch::Tensor = &n;
-            op.output_replayable([Some(n)], erased_run(&|inputs| replay(inputs, x)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, x))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_shifted_chebyshev_polynomial_t_x_scalar", "special_shifted_chebyshev_polynomial_t.x_scalar", kernels::tr_aten_special_shifted_chebyshev_polynomial_t_x_scalar) }, &[Arg::scalar(x), Arg::handle(n)])
     }
 
     /// Chebyshev polynomial of the first kind `T_{n}^{\ast}(\text{input})`. (`special_shifted_chebyshev_polynomial_t.n_scalar(Tensor x, Scalar n) -> Tensor`)
     pub(crate) fn special_shifted_chebyshev_polynomial_t_n_scalar(x: TensorId, n: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], n: Scalar) -> Result<tch::Tensor> {
-                let [x] = replay_args(inputs)?;
-                let x = given(x)?;
-                Ok(aten::tensor(kernels::tr_aten_special_shifted_chebyshev_polynomial_t_n_scalar, "special_shifted_chebyshev_polynomial_t.n_scalar", &[Arg::tensor(x), Arg::scalar(n)])?)
-            }
-            let mut op = Op::begin("special_shifted_chebyshev_polynomial_t_n_scalar");
-            let [x] = op.get([x])?;
-            let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_shifted_chebyshev_polynomial_t_n_scalar", "special_shifted_chebyshev_polynomial_t.n_scalar", kernels::tr_aten_special_shifted_chebyshev_polynomial_t_n_scalar) }, &[Arg::handle(x), Arg::scalar(n)])
     }
 
     /// Chebyshev polynomial of the second kind `U_{n}^{\ast}(\text{input})`. (`special_shifted_chebyshev_polynomial_u(Tensor x, Tensor n) -> Tensor`)
     pub(crate) fn special_shifted_chebyshev_polynomial_u(x: TensorId, n: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [x, n] = replay_args(inputs)?;
-                let x = given(x)?;
-                let n = given(n)?;
-                Ok(aten::tensor(kernels::tr_aten_special_shifted_chebyshev_polynomial_u, "special_shifted_chebyshev_polynomial_u", &[Arg::tensor(x), Arg::tensor(n)])?)
-            }
-            let mut op = Op::begin("special_shifted_chebyshev_polynomial_u");
-            let [x, n] = op.get([x, n])?;
-            let x: &tch::Tensor = &x;
-            let n: &tch::Tensor = &n;
-            op.output_replayable([Some(x), Some(n)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_shifted_chebyshev_polynomial_u", "special_shifted_chebyshev_polynomial_u", kernels::tr_aten_special_shifted_chebyshev_polynomial_u) }, &[Arg::handle(x), Arg::handle(n)])
     }
 
     /// Chebyshev polynomial of the second kind `U_{n}^{\ast}(\text{input})`. (`special_shifted_chebyshev_polynomial_u.x_scalar(Scalar x, Tensor n) -> Tensor`)
     pub(crate) fn special_shifted_chebyshev_polynomial_u_x_scalar(x: Scalar, n: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], x: Scalar) -> Result<tch::Tensor> {
-                let [n] = replay_args(inputs)?;
-                let n = given(n)?;
-                Ok(aten::tensor(kernels::tr_aten_special_shifted_chebyshev_polynomial_u_x_scalar, "special_shifted_chebyshev_polynomial_u.x_scalar", &[Arg::scalar(x), Arg::tensor(n)])?)
-            }
-            let mut op = Op::begin("special_shifted_chebyshev_polynomial_u_x_scalar");
-            let [n] = op.get([n])?;
-            let n: &tch::Tensor = &n;
-            op.output_replayable([Some(n)], erased_run(&|inputs| replay(inputs, x)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, x))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_shifted_chebyshev_polynomial_u_x_scalar", "special_shifted_chebyshev_polynomial_u.x_scalar", kernels::tr_aten_special_shifted_chebyshev_polynomial_u_x_scalar) }, &[Arg::scalar(x), Arg::handle(n)])
     }
 
     /// Chebyshev polynomial of the second kind `U_{n}^{\ast}(\text{input})`. (`special_shifted_chebyshev_polynomial_u.n_scalar(Tensor x, Scalar n) -> Tensor`)
     pub(crate) fn special_shifted_chebyshev_polynomial_u_n_scalar(x: TensorId, n: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], n: Scalar) -> Result<tch::Tensor> {
-                let [x] = replay_args(inputs)?;
-                let x = given(x)?;
-                Ok(aten::tensor(kernels::tr_aten_special_shifted_chebyshev_polynomial_u_n_scalar, "special_shifted_chebyshev_polynomial_u.n_scalar", &[Arg::tensor(x), Arg::scalar(n)])?)
-            }
-            let mut op = Op::begin("special_shifted_chebyshev_polynomial_u_n_scalar");
-            let [x] = op.get([x])?;
-            let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_shifted_chebyshev_polynomial_u_n_scalar", "special_shifted_chebyshev_polynomial_u.n_scalar", kernels::tr_aten_special_shifted_chebyshev_polynomial_u_n_scalar) }, &[Arg::handle(x), Arg::scalar(n)])
     }
 
     /// Chebyshev polynomial of the third kind `V_{n}^{\ast}(\text{input})`. (`special_shifted_chebyshev_polynomial_v(Tensor x, Tensor n) -> Tensor`)
     pub(crate) fn special_shifted_chebyshev_polynomial_v(x: TensorId, n: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [x, n] = replay_args(inputs)?;
-                let x = given(x)?;
-                let n = given(n)?;
-                Ok(aten::tensor(kernels::tr_aten_special_shifted_chebyshev_polynomial_v, "special_shifted_chebyshev_polynomial_v", &[Arg::tensor(x), Arg::tensor(n)])?)
-            }
-            let mut op = Op::begin("special_shifted_chebyshev_polynomial_v");
-            let [x, n] = op.get([x, n])?;
-            let x: &tch::Tensor = &x;
-            let n: &tch::Tensor = &n;
-            op.output_replayable([Some(x), Some(n)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_shifted_chebyshev_polynomial_v", "special_shifted_chebyshev_polynomial_v", kernels::tr_aten_special_shifted_chebyshev_polynomial_v) }, &[Arg::handle(x), Arg::handle(n)])
     }
 
     /// Chebyshev polynomial of the third kind `V_{n}^{\ast}(\text{input})`. (`special_shifted_chebyshev_polynomial_v.x_scalar(Scalar x, Tensor n) -> Tensor`)
     pub(crate) fn special_shifted_chebyshev_polynomial_v_x_scalar(x: Scalar, n: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], x: Scalar) -> Result<tch::Tensor> {
-                let [n] = replay_args(inputs)?;
-                let n = given(n)?;
-                Ok(aten::tensor(kernels::tr_aten_special_shifted_chebyshev_polynomial_v_x_scalar, "special_shifted_chebyshev_polynomial_v.x_scalar", &[Arg::scalar(x), Arg::tensor(n)])?)
-            }
-            let mut op = Op::begin("special_shifted_chebyshev_polynomial_v_x_scalar");
-            let [n] = op.get([n])?;
-            let n: &tch::Tensor = &n;
-            op.output_replayable([Some(n)], erased_run(&|inputs| replay(inputs, x)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, x))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_shifted_chebyshev_polynomial_v_x_scalar", "special_shifted_chebyshev_polynomial_v.x_scalar", kernels::tr_aten_special_shifted_chebyshev_polynomial_v_x_scalar) }, &[Arg::scalar(x), Arg::handle(n)])
     }
 
     /// Chebyshev polynomial of the third kind `V_{n}^{\ast}(\text{input})`. (`special_shifted_chebyshev_polynomial_v.n_scalar(Tensor x, Scalar n) -> Tensor`)
     pub(crate) fn special_shifted_chebyshev_polynomial_v_n_scalar(x: TensorId, n: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], n: Scalar) -> Result<tch::Tensor> {
-                let [x] = replay_args(inputs)?;
-                let x = given(x)?;
-                Ok(aten::tensor(kernels::tr_aten_special_shifted_chebyshev_polynomial_v_n_scalar, "special_shifted_chebyshev_polynomial_v.n_scalar", &[Arg::tensor(x), Arg::scalar(n)])?)
-            }
-            let mut op = Op::begin("special_shifted_chebyshev_polynomial_v_n_scalar");
-            let [x] = op.get([x])?;
-            let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_shifted_chebyshev_polynomial_v_n_scalar", "special_shifted_chebyshev_polynomial_v.n_scalar", kernels::tr_aten_special_shifted_chebyshev_polynomial_v_n_scalar) }, &[Arg::handle(x), Arg::scalar(n)])
     }
 
     /// Chebyshev polynomial of the fourth kind `W_{n}^{\ast}(\text{input})`. (`special_shifted_chebyshev_polynomial_w(Tensor x, Tensor n) -> Tensor`)
     pub(crate) fn special_shifted_chebyshev_polynomial_w(x: TensorId, n: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [x, n] = replay_args(inputs)?;
-                let x = given(x)?;
-                let n = given(n)?;
-                Ok(aten::tensor(kernels::tr_aten_special_shifted_chebyshev_polynomial_w, "special_shifted_chebyshev_polynomial_w", &[Arg::tensor(x), Arg::tensor(n)])?)
-            }
-            let mut op = Op::begin("special_shifted_chebyshev_polynomial_w");
-            let [x, n] = op.get([x, n])?;
-            let x: &tch::Tensor = &x;
-            let n: &tch::Tensor = &n;
-            op.output_replayable([Some(x), Some(n)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_shifted_chebyshev_polynomial_w", "special_shifted_chebyshev_polynomial_w", kernels::tr_aten_special_shifted_chebyshev_polynomial_w) }, &[Arg::handle(x), Arg::handle(n)])
     }
 
     /// Chebyshev polynomial of the fourth kind `W_{n}^{\ast}(\text{input})`. (`special_shifted_chebyshev_polynomial_w.x_scalar(Scalar x, Tensor n) -> Tensor`)
     pub(crate) fn special_shifted_chebyshev_polynomial_w_x_scalar(x: Scalar, n: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], x: Scalar) -> Result<tch::Tensor> {
-                let [n] = replay_args(inputs)?;
-                let n = given(n)?;
-                Ok(aten::tensor(kernels::tr_aten_special_shifted_chebyshev_polynomial_w_x_scalar, "special_shifted_chebyshev_polynomial_w.x_scalar", &[Arg::scalar(x), Arg::tensor(n)])?)
-            }
-            let mut op = Op::begin("special_shifted_chebyshev_polynomial_w_x_scalar");
-            let [n] = op.get([n])?;
-            let n: &tch::Tensor = &n;
-            op.output_replayable([Some(n)], erased_run(&|inputs| replay(inputs, x)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, x))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_shifted_chebyshev_polynomial_w_x_scalar", "special_shifted_chebyshev_polynomial_w.x_scalar", kernels::tr_aten_special_shifted_chebyshev_polynomial_w_x_scalar) }, &[Arg::scalar(x), Arg::handle(n)])
     }
 
     /// Chebyshev polynomial of the fourth kind `W_{n}^{\ast}(\text{input})`. (`special_shifted_chebyshev_polynomial_w.n_scalar(Tensor x, Scalar n) -> Tensor`)
     pub(crate) fn special_shifted_chebyshev_polynomial_w_n_scalar(x: TensorId, n: Scalar) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>], n: Scalar) -> Result<tch::Tensor> {
-                let [x] = replay_args(inputs)?;
-                let x = given(x)?;
-                Ok(aten::tensor(kernels::tr_aten_special_shifted_chebyshev_polynomial_w_n_scalar, "special_shifted_chebyshev_polynomial_w.n_scalar", &[Arg::tensor(x), Arg::scalar(n)])?)
-            }
-            let mut op = Op::begin("special_shifted_chebyshev_polynomial_w_n_scalar");
-            let [x] = op.get([x])?;
-            let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], erased_run(&|inputs| replay(inputs, n)), erased_keep(&mut || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, n))
-            }))
-        }))
+        run::replayable(const { &Schema::new("special_shifted_chebyshev_polynomial_w_n_scalar", "special_shifted_chebyshev_polynomial_w.n_scalar", kernels::tr_aten_special_shifted_chebyshev_polynomial_w_n_scalar) }, &[Arg::handle(x), Arg::scalar(n)])
     }
 
     /// Spherical Bessel function of the first kind of order `0`. (`special_spherical_bessel_j0(Tensor x) -> Tensor`)
     pub(crate) fn special_spherical_bessel_j0(x: TensorId) -> Result<TensorId> {
-        admitted(erased_mut(&mut || {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [x] = replay_args(inputs)?;
-                let x = given(x)?;
-                Ok(aten::tensor(kernels::tr_aten_special_spherical_bessel_j0, "special_spherical_bessel_j0", &[Arg::tensor(x)])?)
-            }
-            let mut op = Op::begin("special_spherical_bessel_j0");
-            let [x] = op.get([x])?;
-            let x: &tch::Tensor = &x;
-            op.output_replayable([Some(x)], erased_run(&replay), erased_keep(&mut || Arc::new(replay)))
-        }))
+        run::replayable(const { &Schema::new("special_spherical_bessel_j0", "special_spherical_bessel_j0", kernels::tr_aten_special_spherical_bessel_j0) }, &[Arg::handle(x)])
     }
 }
 

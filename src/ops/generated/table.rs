@@ -76,7 +76,7 @@ pub(crate) mod core {
             let mut op = Op::begin("zeros_like");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a)], replay, || Arc::new(replay))
         })
     }
 
@@ -91,7 +91,7 @@ pub(crate) mod core {
             let mut op = Op::begin("ones_like");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a)], replay, || Arc::new(replay))
         })
     }
 
@@ -108,7 +108,7 @@ pub(crate) mod core {
             let [a, b] = op.get([a, b])?;
             let a: &tch::Tensor = &a;
             let b: &tch::Tensor = &b;
-            op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a), Some(b)], replay, || Arc::new(replay))
         })
     }
 
@@ -125,7 +125,7 @@ pub(crate) mod core {
             let [a, b] = op.get([a, b])?;
             let a: &tch::Tensor = &a;
             let b: &tch::Tensor = &b;
-            op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a), Some(b)], replay, || Arc::new(replay))
         })
     }
 
@@ -142,7 +142,7 @@ pub(crate) mod core {
             let [a, b] = op.get([a, b])?;
             let a: &tch::Tensor = &a;
             let b: &tch::Tensor = &b;
-            op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a), Some(b)], replay, || Arc::new(replay))
         })
     }
 
@@ -159,7 +159,7 @@ pub(crate) mod core {
             let [a, b] = op.get([a, b])?;
             let a: &tch::Tensor = &a;
             let b: &tch::Tensor = &b;
-            op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a), Some(b)], replay, || Arc::new(replay))
         })
     }
 
@@ -174,7 +174,7 @@ pub(crate) mod core {
             let mut op = Op::begin("add_scalar");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
+            op.output_replayable(&[Some(a)], |inputs| replay(inputs, s), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
             })
         })
@@ -191,7 +191,7 @@ pub(crate) mod core {
             let mut op = Op::begin("sub_scalar");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
+            op.output_replayable(&[Some(a)], |inputs| replay(inputs, s), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
             })
         })
@@ -199,36 +199,12 @@ pub(crate) mod core {
 
     /// a * s.
     pub(crate) fn mul_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_mul_scalar, "mul.Scalar", &[Arg::tensor(a), Arg::scalar(s)])?)
-            }
-            let mut op = Op::begin("mul_scalar");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
-            })
-        })
+        run::replayable(const { &Schema::new("mul_scalar", "mul.Scalar", kernels::tr_aten_mul_scalar) }, &[Arg::handle(a), Arg::scalar(s)])
     }
 
     /// a / s (true division).
     pub(crate) fn div_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_div_scalar, "div.Scalar", &[Arg::tensor(a), Arg::scalar(s)])?)
-            }
-            let mut op = Op::begin("div_scalar");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
-            })
-        })
+        run::replayable(const { &Schema::new("div_scalar", "div.Scalar", kernels::tr_aten_div_scalar) }, &[Arg::handle(a), Arg::scalar(s)])
     }
 
     /// s - a.
@@ -242,7 +218,7 @@ pub(crate) mod core {
             let mut op = Op::begin("rsub_scalar");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
+            op.output_replayable(&[Some(a)], |inputs| replay(inputs, s), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
             })
         })
@@ -259,7 +235,7 @@ pub(crate) mod core {
             let mut op = Op::begin("rdiv_scalar");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
+            op.output_replayable(&[Some(a)], |inputs| replay(inputs, s), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
             })
         })
@@ -267,36 +243,12 @@ pub(crate) mod core {
 
     /// a // b: the quotient rounded toward negative infinity.
     pub(crate) fn floor_divide(a: TensorId, b: TensorId) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [a, b] = replay_args(inputs)?;
-                let a = given(a)?;
-                let b = given(b)?;
-                Ok(aten::tensor(kernels::tr_aten_floor_divide, "floor_divide", &[Arg::tensor(a), Arg::tensor(b)])?)
-            }
-            let mut op = Op::begin("floor_divide");
-            let [a, b] = op.get([a, b])?;
-            let a: &tch::Tensor = &a;
-            let b: &tch::Tensor = &b;
-            op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
-        })
+        run::replayable(const { &Schema::new("floor_divide", "floor_divide", kernels::tr_aten_floor_divide) }, &[Arg::handle(a), Arg::handle(b)])
     }
 
     /// a // s.
     pub(crate) fn floor_divide_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_floor_divide_scalar, "floor_divide.Scalar", &[Arg::tensor(a), Arg::scalar(s)])?)
-            }
-            let mut op = Op::begin("floor_divide_scalar");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
-            })
-        })
+        run::replayable(const { &Schema::new("floor_divide_scalar", "floor_divide.Scalar", kernels::tr_aten_floor_divide_scalar) }, &[Arg::handle(a), Arg::scalar(s)])
     }
 
     /// s // a.
@@ -310,7 +262,7 @@ pub(crate) mod core {
             let mut op = Op::begin("rfloor_divide_scalar");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
+            op.output_replayable(&[Some(a)], |inputs| replay(inputs, s), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
             })
         })
@@ -329,25 +281,13 @@ pub(crate) mod core {
             let [a, b] = op.get([a, b])?;
             let a: &tch::Tensor = &a;
             let b: &tch::Tensor = &b;
-            op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a), Some(b)], replay, || Arc::new(replay))
         })
     }
 
     /// a % s.
     pub(crate) fn remainder_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_remainder_scalar, "remainder.Scalar", &[Arg::tensor(a), Arg::scalar(s)])?)
-            }
-            let mut op = Op::begin("remainder_scalar");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
-            })
-        })
+        run::replayable(const { &Schema::new("remainder_scalar", "remainder.Scalar", kernels::tr_aten_remainder_scalar) }, &[Arg::handle(a), Arg::scalar(s)])
     }
 
     /// s % a.
@@ -361,7 +301,7 @@ pub(crate) mod core {
             let mut op = Op::begin("rremainder_scalar");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
+            op.output_replayable(&[Some(a)], |inputs| replay(inputs, s), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
             })
         })
@@ -380,7 +320,7 @@ pub(crate) mod core {
             let [a, exponent] = op.get([a, exponent])?;
             let a: &tch::Tensor = &a;
             let exponent: &tch::Tensor = &exponent;
-            op.output_replayable([Some(a), Some(exponent)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a), Some(exponent)], replay, || Arc::new(replay))
         })
     }
 
@@ -395,7 +335,7 @@ pub(crate) mod core {
             let mut op = Op::begin("pow_scalar");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, exponent), || {
+            op.output_replayable(&[Some(a)], |inputs| replay(inputs, exponent), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, exponent))
             })
         })
@@ -412,7 +352,7 @@ pub(crate) mod core {
             let mut op = Op::begin("rpow_scalar");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, base), || {
+            op.output_replayable(&[Some(a)], |inputs| replay(inputs, base), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, base))
             })
         })
@@ -420,92 +360,32 @@ pub(crate) mod core {
 
     /// -a.
     pub(crate) fn neg(a: TensorId) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_neg, "neg", &[Arg::tensor(a)])?)
-            }
-            let mut op = Op::begin("neg");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], replay, || Arc::new(replay))
-        })
+        run::replayable(const { &Schema::new("neg", "neg", kernels::tr_aten_neg) }, &[Arg::handle(a)])
     }
 
     /// e^a.
     pub(crate) fn exp(a: TensorId) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_exp, "exp", &[Arg::tensor(a)])?)
-            }
-            let mut op = Op::begin("exp");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], replay, || Arc::new(replay))
-        })
+        run::replayable(const { &Schema::new("exp", "exp", kernels::tr_aten_exp) }, &[Arg::handle(a)])
     }
 
     /// Natural logarithm.
     pub(crate) fn log(a: TensorId) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_log, "log", &[Arg::tensor(a)])?)
-            }
-            let mut op = Op::begin("log");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], replay, || Arc::new(replay))
-        })
+        run::replayable(const { &Schema::new("log", "log", kernels::tr_aten_log) }, &[Arg::handle(a)])
     }
 
     /// Square root.
     pub(crate) fn sqrt(a: TensorId) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_sqrt, "sqrt", &[Arg::tensor(a)])?)
-            }
-            let mut op = Op::begin("sqrt");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], replay, || Arc::new(replay))
-        })
+        run::replayable(const { &Schema::new("sqrt", "sqrt", kernels::tr_aten_sqrt) }, &[Arg::handle(a)])
     }
 
     /// Absolute value.
     pub(crate) fn abs(a: TensorId) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_abs, "abs", &[Arg::tensor(a)])?)
-            }
-            let mut op = Op::begin("abs");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], replay, || Arc::new(replay))
-        })
+        run::replayable(const { &Schema::new("abs", "abs", kernels::tr_aten_abs) }, &[Arg::handle(a)])
     }
 
     /// max(a, 0).
     pub(crate) fn relu(a: TensorId) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_relu, "relu", &[Arg::tensor(a)])?)
-            }
-            let mut op = Op::begin("relu");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], replay, || Arc::new(replay))
-        })
+        run::replayable(const { &Schema::new("relu", "relu", kernels::tr_aten_relu) }, &[Arg::handle(a)])
     }
 
     /// GELU with the exact erf form.
@@ -519,53 +399,23 @@ pub(crate) mod core {
             let mut op = Op::begin("gelu");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a)], replay, || Arc::new(replay))
         })
     }
 
     /// a * sigmoid(a).
     pub(crate) fn silu(a: TensorId) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_silu, "silu", &[Arg::tensor(a)])?)
-            }
-            let mut op = Op::begin("silu");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], replay, || Arc::new(replay))
-        })
+        run::replayable(const { &Schema::new("silu", "silu", kernels::tr_aten_silu) }, &[Arg::handle(a)])
     }
 
     /// 1 / (1 + e^-a).
     pub(crate) fn sigmoid(a: TensorId) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_sigmoid, "sigmoid", &[Arg::tensor(a)])?)
-            }
-            let mut op = Op::begin("sigmoid");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], replay, || Arc::new(replay))
-        })
+        run::replayable(const { &Schema::new("sigmoid", "sigmoid", kernels::tr_aten_sigmoid) }, &[Arg::handle(a)])
     }
 
     /// Hyperbolic tangent.
     pub(crate) fn tanh(a: TensorId) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_tanh, "tanh", &[Arg::tensor(a)])?)
-            }
-            let mut op = Op::begin("tanh");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], replay, || Arc::new(replay))
-        })
+        run::replayable(const { &Schema::new("tanh", "tanh", kernels::tr_aten_tanh) }, &[Arg::handle(a)])
     }
 
     /// a limited to [min, max].
@@ -579,7 +429,7 @@ pub(crate) mod core {
             let mut op = Op::begin("clamp");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, min, max), || {
+            op.output_replayable(&[Some(a)], |inputs| replay(inputs, min, max), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, min, max))
             })
         })
@@ -600,7 +450,7 @@ pub(crate) mod core {
             let a: &tch::Tensor = &a;
             let condition: &tch::Tensor = &condition;
             let other: &tch::Tensor = &other;
-            op.output_replayable([Some(a), Some(condition), Some(other)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a), Some(condition), Some(other)], replay, || Arc::new(replay))
         })
     }
 
@@ -617,7 +467,7 @@ pub(crate) mod core {
             let [a, b] = op.get([a, b])?;
             let a: &tch::Tensor = &a;
             let b: &tch::Tensor = &b;
-            op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a), Some(b)], replay, || Arc::new(replay))
         })
     }
 
@@ -634,7 +484,7 @@ pub(crate) mod core {
             let [a, b] = op.get([a, b])?;
             let a: &tch::Tensor = &a;
             let b: &tch::Tensor = &b;
-            op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a), Some(b)], replay, || Arc::new(replay))
         })
     }
 
@@ -651,7 +501,7 @@ pub(crate) mod core {
             let [a, b] = op.get([a, b])?;
             let a: &tch::Tensor = &a;
             let b: &tch::Tensor = &b;
-            op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a), Some(b)], replay, || Arc::new(replay))
         })
     }
 
@@ -668,7 +518,7 @@ pub(crate) mod core {
             let [a, b] = op.get([a, b])?;
             let a: &tch::Tensor = &a;
             let b: &tch::Tensor = &b;
-            op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a), Some(b)], replay, || Arc::new(replay))
         })
     }
 
@@ -685,7 +535,7 @@ pub(crate) mod core {
             let [a, b] = op.get([a, b])?;
             let a: &tch::Tensor = &a;
             let b: &tch::Tensor = &b;
-            op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a), Some(b)], replay, || Arc::new(replay))
         })
     }
 
@@ -702,110 +552,38 @@ pub(crate) mod core {
             let [a, b] = op.get([a, b])?;
             let a: &tch::Tensor = &a;
             let b: &tch::Tensor = &b;
-            op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a), Some(b)], replay, || Arc::new(replay))
         })
     }
 
     /// a == s, as a bool tensor.
     pub(crate) fn eq_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_eq_scalar, "eq.Scalar", &[Arg::tensor(a), Arg::scalar(s)])?)
-            }
-            let mut op = Op::begin("eq_scalar");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
-            })
-        })
+        run::replayable(const { &Schema::new("eq_scalar", "eq.Scalar", kernels::tr_aten_eq_scalar) }, &[Arg::handle(a), Arg::scalar(s)])
     }
 
     /// a != s, as a bool tensor.
     pub(crate) fn ne_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_ne_scalar, "ne.Scalar", &[Arg::tensor(a), Arg::scalar(s)])?)
-            }
-            let mut op = Op::begin("ne_scalar");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
-            })
-        })
+        run::replayable(const { &Schema::new("ne_scalar", "ne.Scalar", kernels::tr_aten_ne_scalar) }, &[Arg::handle(a), Arg::scalar(s)])
     }
 
     /// a < s, as a bool tensor.
     pub(crate) fn lt_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_lt_scalar, "lt.Scalar", &[Arg::tensor(a), Arg::scalar(s)])?)
-            }
-            let mut op = Op::begin("lt_scalar");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
-            })
-        })
+        run::replayable(const { &Schema::new("lt_scalar", "lt.Scalar", kernels::tr_aten_lt_scalar) }, &[Arg::handle(a), Arg::scalar(s)])
     }
 
     /// a <= s, as a bool tensor.
     pub(crate) fn le_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_le_scalar, "le.Scalar", &[Arg::tensor(a), Arg::scalar(s)])?)
-            }
-            let mut op = Op::begin("le_scalar");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
-            })
-        })
+        run::replayable(const { &Schema::new("le_scalar", "le.Scalar", kernels::tr_aten_le_scalar) }, &[Arg::handle(a), Arg::scalar(s)])
     }
 
     /// a > s, as a bool tensor.
     pub(crate) fn gt_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_gt_scalar, "gt.Scalar", &[Arg::tensor(a), Arg::scalar(s)])?)
-            }
-            let mut op = Op::begin("gt_scalar");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
-            })
-        })
+        run::replayable(const { &Schema::new("gt_scalar", "gt.Scalar", kernels::tr_aten_gt_scalar) }, &[Arg::handle(a), Arg::scalar(s)])
     }
 
     /// a >= s, as a bool tensor.
     pub(crate) fn ge_scalar(a: TensorId, s: Scalar) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>], s: Scalar) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_ge_scalar, "ge.Scalar", &[Arg::tensor(a), Arg::scalar(s)])?)
-            }
-            let mut op = Op::begin("ge_scalar");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, s), || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, s))
-            })
-        })
+        run::replayable(const { &Schema::new("ge_scalar", "ge.Scalar", kernels::tr_aten_ge_scalar) }, &[Arg::handle(a), Arg::scalar(s)])
     }
 
     /// Sum of all elements.
@@ -819,7 +597,7 @@ pub(crate) mod core {
             let mut op = Op::begin("sum");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a)], replay, || Arc::new(replay))
         })
     }
 
@@ -834,7 +612,7 @@ pub(crate) mod core {
             let mut op = Op::begin("sum_dim");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, dims, keepdim), || {
+            op.output_replayable(&[Some(a)], |inputs| replay(inputs, dims, keepdim), || {
                 let dims = dims.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dims, keepdim))
             })
@@ -852,7 +630,7 @@ pub(crate) mod core {
             let mut op = Op::begin("mean");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a)], replay, || Arc::new(replay))
         })
     }
 
@@ -867,7 +645,7 @@ pub(crate) mod core {
             let mut op = Op::begin("mean_dim");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, dims, keepdim), || {
+            op.output_replayable(&[Some(a)], |inputs| replay(inputs, dims, keepdim), || {
                 let dims = dims.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dims, keepdim))
             })
@@ -876,17 +654,7 @@ pub(crate) mod core {
 
     /// Largest element.
     pub(crate) fn max(a: TensorId) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_max, "max", &[Arg::tensor(a)])?)
-            }
-            let mut op = Op::begin("max");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], replay, || Arc::new(replay))
-        })
+        run::replayable(const { &Schema::new("max", "max", kernels::tr_aten_max) }, &[Arg::handle(a)])
     }
 
     /// Largest values along `dim`.
@@ -900,7 +668,7 @@ pub(crate) mod core {
             let mut op = Op::begin("max_dim");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, dim, keepdim), || {
+            op.output_replayable(&[Some(a)], |inputs| replay(inputs, dim, keepdim), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, keepdim))
             })
         })
@@ -908,17 +676,7 @@ pub(crate) mod core {
 
     /// Smallest element.
     pub(crate) fn min(a: TensorId) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_min, "min", &[Arg::tensor(a)])?)
-            }
-            let mut op = Op::begin("min");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], replay, || Arc::new(replay))
-        })
+        run::replayable(const { &Schema::new("min", "min", kernels::tr_aten_min) }, &[Arg::handle(a)])
     }
 
     /// Smallest values along `dim`.
@@ -932,7 +690,7 @@ pub(crate) mod core {
             let mut op = Op::begin("min_dim");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, dim, keepdim), || {
+            op.output_replayable(&[Some(a)], |inputs| replay(inputs, dim, keepdim), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, keepdim))
             })
         })
@@ -949,7 +707,7 @@ pub(crate) mod core {
             let mut op = Op::begin("argmax");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, dim, keepdim), || {
+            op.output_replayable(&[Some(a)], |inputs| replay(inputs, dim, keepdim), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, keepdim))
             })
         })
@@ -966,7 +724,7 @@ pub(crate) mod core {
             let mut op = Op::begin("argmin");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, dim, keepdim), || {
+            op.output_replayable(&[Some(a)], |inputs| replay(inputs, dim, keepdim), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, keepdim))
             })
         })
@@ -983,7 +741,7 @@ pub(crate) mod core {
             let mut op = Op::begin("softmax");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, dim), || {
+            op.output_replayable(&[Some(a)], |inputs| replay(inputs, dim), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
             })
         })
@@ -1000,7 +758,7 @@ pub(crate) mod core {
             let mut op = Op::begin("log_softmax");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, dim), || {
+            op.output_replayable(&[Some(a)], |inputs| replay(inputs, dim), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
             })
         })
@@ -1008,91 +766,27 @@ pub(crate) mod core {
 
     /// Matrix product with torch.matmul's broadcasting rules.
     pub(crate) fn matmul(a: TensorId, b: TensorId) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [a, b] = replay_args(inputs)?;
-                let a = given(a)?;
-                let b = given(b)?;
-                Ok(aten::tensor(kernels::tr_aten_matmul, "matmul", &[Arg::tensor(a), Arg::tensor(b)])?)
-            }
-            let mut op = Op::begin("matmul");
-            let [a, b] = op.get([a, b])?;
-            let a: &tch::Tensor = &a;
-            let b: &tch::Tensor = &b;
-            op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
-        })
+        run::replayable(const { &Schema::new("matmul", "matmul", kernels::tr_aten_matmul) }, &[Arg::handle(a), Arg::handle(b)])
     }
 
     /// Batched matrix product of `[B,n,m]` and `[B,m,p]`.
     pub(crate) fn bmm(a: TensorId, b: TensorId) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [a, b] = replay_args(inputs)?;
-                let a = given(a)?;
-                let b = given(b)?;
-                Ok(aten::tensor(kernels::tr_aten_bmm, "bmm", &[Arg::tensor(a), Arg::tensor(b)])?)
-            }
-            let mut op = Op::begin("bmm");
-            let [a, b] = op.get([a, b])?;
-            let a: &tch::Tensor = &a;
-            let b: &tch::Tensor = &b;
-            op.output_replayable([Some(a), Some(b)], replay, || Arc::new(replay))
-        })
+        run::replayable(const { &Schema::new("bmm", "bmm", kernels::tr_aten_bmm) }, &[Arg::handle(a), Arg::handle(b)])
     }
 
     /// x @ weight^T + bias; `weight` is [out, in].
     pub(crate) fn linear(x: TensorId, weight: TensorId, bias: TensorId) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [x, weight, bias] = replay_args(inputs)?;
-                let x = given(x)?;
-                let weight = given(weight)?;
-                Ok(aten::tensor(kernels::tr_aten_linear, "linear", &[Arg::tensor(x), Arg::tensor(weight), Arg::opt_tensor(bias)])?)
-            }
-            let mut op = Op::begin("linear");
-            let [x, weight] = op.get([x, weight])?;
-            let bias = op.get_opt(bias)?;
-            let x: &tch::Tensor = &x;
-            let weight: &tch::Tensor = &weight;
-            let bias = bias.as_deref();
-            op.output_replayable([Some(x), Some(weight), bias], replay, || Arc::new(replay))
-        })
+        run::replayable(const { &Schema::new("linear", "linear", kernels::tr_aten_linear) }, &[Arg::handle(x), Arg::handle(weight), Arg::opt_handle(bias)])
     }
 
     /// Same elements in a new shape (a view when possible); -1 infers one dimension.
     pub(crate) fn reshape(a: TensorId, shape: &[i64]) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>], shape: &[i64]) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_reshape, "reshape", &[Arg::tensor(a), Arg::ints(shape)])?)
-            }
-            let mut op = Op::begin("reshape");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, shape), || {
-                let shape = shape.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &shape))
-            })
-        })
+        run::replayable(const { &Schema::new("reshape", "reshape", kernels::tr_aten_reshape) }, &[Arg::handle(a), Arg::ints(shape)])
     }
 
     /// A view with a new shape; fails if the layout does not allow one.
     pub(crate) fn view(a: TensorId, shape: &[i64]) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>], shape: &[i64]) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_view, "view", &[Arg::tensor(a), Arg::ints(shape)])?)
-            }
-            let mut op = Op::begin("view");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, shape), || {
-                let shape = shape.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &shape))
-            })
-        })
+        run::replayable(const { &Schema::new("view", "view", kernels::tr_aten_view) }, &[Arg::handle(a), Arg::ints(shape)])
     }
 
     /// A view with two dimensions swapped.
@@ -1106,7 +800,7 @@ pub(crate) mod core {
             let mut op = Op::begin("transpose");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, dim0, dim1), || {
+            op.output_replayable(&[Some(a)], |inputs| replay(inputs, dim0, dim1), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim0, dim1))
             })
         })
@@ -1114,20 +808,7 @@ pub(crate) mod core {
 
     /// A view with dimensions reordered.
     pub(crate) fn permute(a: TensorId, dims: &[i64]) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>], dims: &[i64]) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_permute, "permute", &[Arg::tensor(a), Arg::ints(dims)])?)
-            }
-            let mut op = Op::begin("permute");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, dims), || {
-                let dims = dims.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &dims))
-            })
-        })
+        run::replayable(const { &Schema::new("permute", "permute", kernels::tr_aten_permute) }, &[Arg::handle(a), Arg::ints(dims)])
     }
 
     /// Removes dimension `dim` if it has size 1.
@@ -1141,7 +822,7 @@ pub(crate) mod core {
             let mut op = Op::begin("squeeze");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, dim), || {
+            op.output_replayable(&[Some(a)], |inputs| replay(inputs, dim), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
             })
         })
@@ -1149,19 +830,7 @@ pub(crate) mod core {
 
     /// Inserts a dimension of size 1 at `dim`.
     pub(crate) fn unsqueeze(a: TensorId, dim: i64) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_unsqueeze, "unsqueeze", &[Arg::tensor(a), Arg::int(dim)])?)
-            }
-            let mut op = Op::begin("unsqueeze");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, dim), || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            })
-        })
+        run::replayable(const { &Schema::new("unsqueeze", "unsqueeze", kernels::tr_aten_unsqueeze) }, &[Arg::handle(a), Arg::int(dim)])
     }
 
     /// Concatenation along an existing dimension of at least one tensor.
@@ -1186,53 +855,17 @@ pub(crate) mod core {
 
     /// A view of `length` entries of `dim` from `start`.
     pub(crate) fn narrow(a: TensorId, dim: i64, start: i64, length: i64) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64, start: i64, length: i64) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_narrow, "narrow", &[Arg::tensor(a), Arg::int(dim), Arg::int(start), Arg::int(length)])?)
-            }
-            let mut op = Op::begin("narrow");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, dim, start, length), || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, start, length))
-            })
-        })
+        run::replayable(const { &Schema::new("narrow", "narrow", kernels::tr_aten_narrow) }, &[Arg::handle(a), Arg::int(dim), Arg::int(start), Arg::int(length)])
     }
 
     /// Entries of `dim` at the positions in the i64 tensor `index`.
     pub(crate) fn index_select(a: TensorId, dim: i64, index: TensorId) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>], dim: i64) -> Result<tch::Tensor> {
-                let [a, index] = replay_args(inputs)?;
-                let a = given(a)?;
-                let index = given(index)?;
-                Ok(aten::tensor(kernels::tr_aten_index_select, "index_select", &[Arg::tensor(a), Arg::int(dim), Arg::tensor(index)])?)
-            }
-            let mut op = Op::begin("index_select");
-            let [a, index] = op.get([a, index])?;
-            let a: &tch::Tensor = &a;
-            let index: &tch::Tensor = &index;
-            op.output_replayable([Some(a), Some(index)], |inputs| replay(inputs, dim), || {
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim))
-            })
-        })
+        run::replayable(const { &Schema::new("index_select", "index_select", kernels::tr_aten_index_select) }, &[Arg::handle(a), Arg::int(dim), Arg::handle(index)])
     }
 
     /// A row-major copy (or `a`'s storage if already contiguous).
     pub(crate) fn contiguous(a: TensorId) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_contiguous, "contiguous", &[Arg::tensor(a)])?)
-            }
-            let mut op = Op::begin("contiguous");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], replay, || Arc::new(replay))
-        })
+        run::replayable(const { &Schema::new("contiguous", "contiguous", kernels::tr_aten_contiguous) }, &[Arg::handle(a)])
     }
 
     /// A copy of `a` with its own storage.
@@ -1246,7 +879,7 @@ pub(crate) mod core {
             let mut op = Op::begin("clone");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(a)], replay, || Arc::new(replay))
         })
     }
 
@@ -1261,7 +894,7 @@ pub(crate) mod core {
             let mut op = Op::begin("expand");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, shape), || {
+            op.output_replayable(&[Some(a)], |inputs| replay(inputs, shape), || {
                 let shape = shape.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &shape))
             })
@@ -1279,7 +912,7 @@ pub(crate) mod core {
             let mut op = Op::begin("select");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, dim, index), || {
+            op.output_replayable(&[Some(a)], |inputs| replay(inputs, dim, index), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, index))
             })
         })
@@ -1296,7 +929,7 @@ pub(crate) mod core {
             let mut op = Op::begin("slice");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, dim, start, end, step), || {
+            op.output_replayable(&[Some(a)], |inputs| replay(inputs, dim, start, end, step), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dim, start, end, step))
             })
         })
@@ -1304,34 +937,12 @@ pub(crate) mod core {
 
     /// The elements of `a` where the bool `mask` (broadcast) is true, as a 1-d tensor.
     pub(crate) fn masked_select(a: TensorId, mask: TensorId) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [a, mask] = replay_args(inputs)?;
-                let a = given(a)?;
-                let mask = given(mask)?;
-                Ok(aten::tensor(kernels::tr_aten_masked_select, "masked_select", &[Arg::tensor(a), Arg::tensor(mask)])?)
-            }
-            let mut op = Op::begin("masked_select");
-            let [a, mask] = op.get([a, mask])?;
-            let a: &tch::Tensor = &a;
-            let mask: &tch::Tensor = &mask;
-            op.output_replayable([Some(a), Some(mask)], replay, || Arc::new(replay))
-        })
+        run::replayable(const { &Schema::new("masked_select", "masked_select", kernels::tr_aten_masked_select) }, &[Arg::handle(a), Arg::handle(mask)])
     }
 
     /// The indices of the nonzero elements, as an i64 [n, ndim] tensor.
     pub(crate) fn nonzero(a: TensorId) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_nonzero, "nonzero", &[Arg::tensor(a)])?)
-            }
-            let mut op = Op::begin("nonzero");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], replay, || Arc::new(replay))
-        })
+        run::replayable(const { &Schema::new("nonzero", "nonzero", kernels::tr_aten_nonzero) }, &[Arg::handle(a)])
     }
 
     /// Conversion to another dtype.
@@ -1345,7 +956,7 @@ pub(crate) mod core {
             let mut op = Op::begin("to_dtype");
             let [a] = op.get([a])?;
             let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, dtype), || {
+            op.output_replayable(&[Some(a)], |inputs| replay(inputs, dtype), || {
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, dtype))
             })
         })
@@ -1364,7 +975,7 @@ pub(crate) mod core {
             let [weight, indices] = op.get([weight, indices])?;
             let weight: &tch::Tensor = &weight;
             let indices: &tch::Tensor = &indices;
-            op.output_replayable([Some(weight), Some(indices)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(weight), Some(indices)], replay, || Arc::new(replay))
         })
     }
 
@@ -1383,7 +994,7 @@ pub(crate) mod core {
             let a: &tch::Tensor = &a;
             let weight = weight.as_deref();
             let bias = bias.as_deref();
-            op.output_replayable([Some(a), weight, bias], |inputs| replay(inputs, normalized_shape, eps), || {
+            op.output_replayable(&[Some(a), weight, bias], |inputs| replay(inputs, normalized_shape, eps), || {
                 let normalized_shape = normalized_shape.to_owned();
                 Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &normalized_shape, eps))
             })
@@ -1402,47 +1013,12 @@ pub(crate) mod core {
 
     /// 2-D convolution of `[N,C,H,W]` input.
     pub(crate) fn conv2d(input: TensorId, weight: TensorId, bias: TensorId, stride: &[i64], padding: &[i64], dilation: &[i64], groups: i64) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>], stride: &[i64], padding: &[i64], dilation: &[i64], groups: i64) -> Result<tch::Tensor> {
-                let [input, weight, bias] = replay_args(inputs)?;
-                let input = given(input)?;
-                let weight = given(weight)?;
-                Ok(aten::tensor(kernels::tr_aten_conv2d, "conv2d", &[Arg::tensor(input), Arg::tensor(weight), Arg::opt_tensor(bias), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::int(groups)])?)
-            }
-            let mut op = Op::begin("conv2d");
-            let [input, weight] = op.get([input, weight])?;
-            let bias = op.get_opt(bias)?;
-            let input: &tch::Tensor = &input;
-            let weight: &tch::Tensor = &weight;
-            let bias = bias.as_deref();
-            op.output_replayable([Some(input), Some(weight), bias], |inputs| replay(inputs, stride, padding, dilation, groups), || {
-                let stride = stride.to_owned();
-                let padding = padding.to_owned();
-                let dilation = dilation.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &stride, &padding, &dilation, groups))
-            })
-        })
+        run::replayable(const { &Schema::new("conv2d", "conv2d", kernels::tr_aten_conv2d) }, &[Arg::handle(input), Arg::handle(weight), Arg::opt_handle(bias), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::int(groups)])
     }
 
     /// 2-D max pooling.
     pub(crate) fn max_pool2d(a: TensorId, kernel: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64], ceil_mode: bool) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>], kernel: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64], ceil_mode: bool) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_max_pool2d, "max_pool2d", &[Arg::tensor(a), Arg::ints(kernel), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::bool(ceil_mode)])?)
-            }
-            let mut op = Op::begin("max_pool2d");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], |inputs| replay(inputs, kernel, stride, padding, dilation, ceil_mode), || {
-                let kernel = kernel.to_owned();
-                let stride = stride.to_owned();
-                let padding = padding.to_owned();
-                let dilation = dilation.to_owned();
-                Arc::new(move |inputs: &[Option<&tch::Tensor>]| replay(inputs, &kernel, &stride, &padding, &dilation, ceil_mode))
-            })
-        })
+        run::replayable(const { &Schema::new("max_pool2d", "max_pool2d", kernels::tr_aten_max_pool2d) }, &[Arg::handle(a), Arg::ints(kernel), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::bool(ceil_mode)])
     }
 
     /// Mean squared error.
@@ -1458,7 +1034,7 @@ pub(crate) mod core {
             let [input, target] = op.get([input, target])?;
             let input: &tch::Tensor = &input;
             let target: &tch::Tensor = &target;
-            op.output_replayable([Some(input), Some(target)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(input), Some(target)], replay, || Arc::new(replay))
         })
     }
 
@@ -1475,7 +1051,7 @@ pub(crate) mod core {
             let [logits, targets] = op.get([logits, targets])?;
             let logits: &tch::Tensor = &logits;
             let targets: &tch::Tensor = &targets;
-            op.output_replayable([Some(logits), Some(targets)], replay, || Arc::new(replay))
+            op.output_replayable(&[Some(logits), Some(targets)], replay, || Arc::new(replay))
         })
     }
 
@@ -1555,24 +1131,12 @@ pub(crate) mod core {
 
     /// a *= s.
     pub(crate) fn mul_scalar_(a: TensorId, s: Scalar) -> Result<TensorId> {
-        admitted(|| {
-            let mut op = Op::begin("mul_scalar_");
-            let handle = a;
-        let a = op.get_mut(a)?;
-            let a: &tch::Tensor = &a;
-            op.value(|| aten::unit(kernels::tr_aten_mul_scalar_, "mul_.Scalar", &[Arg::tensor(a), Arg::scalar(s)])).map(|_| handle)
-        })
+        run::value(const { &Schema::new("mul_scalar_", "mul_.Scalar", kernels::tr_aten_mul_scalar_) }, &[Arg::handle_mut(a), Arg::scalar(s)]).map(|_| a)
     }
 
     /// a /= s (true division: `a` must be floating).
     pub(crate) fn div_scalar_(a: TensorId, s: Scalar) -> Result<TensorId> {
-        admitted(|| {
-            let mut op = Op::begin("div_scalar_");
-            let handle = a;
-        let a = op.get_mut(a)?;
-            let a: &tch::Tensor = &a;
-            op.value(|| aten::unit(kernels::tr_aten_div_scalar_, "div_.Scalar", &[Arg::tensor(a), Arg::scalar(s)])).map(|_| handle)
-        })
+        run::value(const { &Schema::new("div_scalar_", "div_.Scalar", kernels::tr_aten_div_scalar_) }, &[Arg::handle_mut(a), Arg::scalar(s)]).map(|_| a)
     }
 
     /// a **= exponent.
@@ -1638,13 +1202,7 @@ pub(crate) mod core {
 
     /// a %= s.
     pub(crate) fn remainder_scalar_(a: TensorId, s: Scalar) -> Result<TensorId> {
-        admitted(|| {
-            let mut op = Op::begin("remainder_scalar_");
-            let handle = a;
-        let a = op.get_mut(a)?;
-            let a: &tch::Tensor = &a;
-            op.value(|| aten::unit(kernels::tr_aten_remainder_scalar_, "remainder_.Scalar", &[Arg::tensor(a), Arg::scalar(s)])).map(|_| handle)
-        })
+        run::value(const { &Schema::new("remainder_scalar_", "remainder_.Scalar", kernels::tr_aten_remainder_scalar_) }, &[Arg::handle_mut(a), Arg::scalar(s)]).map(|_| a)
     }
 
     /// Sets every element of `a` to `value`, which must fit its dtype.
@@ -1686,41 +1244,17 @@ pub(crate) mod core {
 
     /// Copies the entries of `source` along `dim` to the i64 `index` positions of `a`.
     pub(crate) fn index_copy_(a: TensorId, dim: i64, index: TensorId, source: TensorId) -> Result<TensorId> {
-        admitted(|| {
-            let mut op = Op::begin("index_copy_");
-            let handle = a;
-        let a = op.get_mut(a)?;
-            let [index, source] = op.get([index, source])?;
-            let a: &tch::Tensor = &a;
-            let index: &tch::Tensor = &index;
-            let source: &tch::Tensor = &source;
-            op.value(|| aten::unit(kernels::tr_aten_index_copy_, "index_copy_", &[Arg::tensor(a), Arg::int(dim), Arg::tensor(index), Arg::tensor(source)])).map(|_| handle)
-        })
+        run::value(const { &Schema::new("index_copy_", "index_copy_", kernels::tr_aten_index_copy_) }, &[Arg::handle_mut(a), Arg::int(dim), Arg::handle(index), Arg::handle(source)]).map(|_| a)
     }
 
     /// Copies the elements of `source`, in order, to where the bool `mask` (broadcast) is true.
     pub(crate) fn masked_scatter_(a: TensorId, mask: TensorId, source: TensorId) -> Result<TensorId> {
-        admitted(|| {
-            let mut op = Op::begin("masked_scatter_");
-            let handle = a;
-        let a = op.get_mut(a)?;
-            let [mask, source] = op.get([mask, source])?;
-            let a: &tch::Tensor = &a;
-            let mask: &tch::Tensor = &mask;
-            let source: &tch::Tensor = &source;
-            op.value(|| aten::unit(kernels::tr_aten_masked_scatter_, "masked_scatter_", &[Arg::tensor(a), Arg::tensor(mask), Arg::tensor(source)])).map(|_| handle)
-        })
+        run::value(const { &Schema::new("masked_scatter_", "masked_scatter_", kernels::tr_aten_masked_scatter_) }, &[Arg::handle_mut(a), Arg::handle(mask), Arg::handle(source)]).map(|_| a)
     }
 
     /// a = 0.
     pub(crate) fn zero_(a: TensorId) -> Result<TensorId> {
-        admitted(|| {
-            let mut op = Op::begin("zero_");
-            let handle = a;
-        let a = op.get_mut(a)?;
-            let a: &tch::Tensor = &a;
-            op.value(|| aten::unit(kernels::tr_aten_zero_, "zero_", &[Arg::tensor(a)])).map(|_| handle)
-        })
+        run::value(const { &Schema::new("zero_", "zero_", kernels::tr_aten_zero_) }, &[Arg::handle_mut(a)]).map(|_| a)
     }
 
     /// Copies the values of `src` into `a` (broadcasting, converting dtype).
@@ -1738,13 +1272,7 @@ pub(crate) mod core {
 
     /// Turns gradient tracking on or off for a leaf tensor.
     pub(crate) fn requires_grad_(a: TensorId, requires_grad: bool) -> Result<TensorId> {
-        admitted(|| {
-            let mut op = Op::begin("requires_grad_");
-            let handle = a;
-        let a = op.get_mut(a)?;
-            let a: &tch::Tensor = &a;
-            op.value(|| aten::unit(kernels::tr_aten_requires_grad_, "requires_grad_", &[Arg::tensor(a), Arg::bool(requires_grad)])).map(|_| handle)
-        })
+        run::value(const { &Schema::new("requires_grad_", "requires_grad_", kernels::tr_aten_requires_grad_) }, &[Arg::handle_mut(a), Arg::bool(requires_grad)]).map(|_| a)
     }
 
     /// Whether gradients are tracked for `a`.
@@ -1799,17 +1327,7 @@ pub(crate) mod core {
 
     /// A new handle sharing `a`'s data, cut from the autograd graph.
     pub(crate) fn detach(a: TensorId) -> Result<TensorId> {
-        admitted(|| {
-            fn replay(inputs: &[Option<&tch::Tensor>]) -> Result<tch::Tensor> {
-                let [a] = replay_args(inputs)?;
-                let a = given(a)?;
-                Ok(aten::tensor(kernels::tr_aten_detach, "detach", &[Arg::tensor(a)])?)
-            }
-            let mut op = Op::begin("detach");
-            let [a] = op.get([a])?;
-            let a: &tch::Tensor = &a;
-            op.output_replayable([Some(a)], replay, || Arc::new(replay))
-        })
+        run::replayable(const { &Schema::new("detach", "detach", kernels::tr_aten_detach) }, &[Arg::handle(a)])
     }
 
     /// p -= lr * grad for each parameter.
