@@ -188,16 +188,17 @@ def runner_body(op: Op, o: schema.Overload) -> str:
         if k == 0 and op.ret == "T!":
             ctor = "Arg::handle_mut({n})"
         args.append(ctor.format(n=p.name))
-    call = f'const {{ &Schema::new("{op.name}", "{o.full_name}", kernels::tr_aten_{o.c_name}) }}, &[{", ".join(args)}]'
+    op_ref = f'const {{ &Schema::new("{op.name}", "{o.full_name}", kernels::tr_aten_{o.c_name}) }}'
+    passed = f"&[{', '.join(args)}]"
     if op.ret == "T":
-        return f"run::{'replayable' if op.replayable else 'tensor'}({call})"
-    if op.ret.startswith("T,") or op.ret == "T[]":
+        return f"run::{'replayable' if op.replayable else 'tensor'}({op_ref}, {passed})"
+    if op.ret.startswith("T,") or op.ret == "T[]":  # a tuple's size, or a list (None)
         n = f"Some({len(o.returns)})" if op.ret.startswith("T,") else "None"
-        return f"run::tensors({call.replace(') }, &[', f') }}, {n}, &[', 1)})"
-    value = {"T!": f".map(|_| {op.params[0].name})", "bool": ".map(|v| v != 0)", "i64": "", "()": ".map(drop)"}
+        return f"run::tensors({op_ref}, {n}, {passed})"
     if op.ret == "dtype":
-        return f"run::dtype({call})"
-    return f"run::value({call}){value[op.ret]}"
+        return f"run::dtype({op_ref}, {passed})"
+    value = {"T!": f".map(|_| {op.params[0].name})", "bool": ".map(|v| v != 0)", "i64": "", "()": ".map(drop)"}
+    return f"run::value({op_ref}, {passed}){value[op.ret]}"
 
 
 def table_op(o: schema.Overload) -> Op:

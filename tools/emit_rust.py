@@ -1,14 +1,15 @@
 """Rust emitter: the core function and the `Tensor` method of every op (src/ops/generated/, one
 file per family), and `Tensor`'s operators (src/ops/operators_generated.rs) from the ops' operator attributes.
 
-A core function of ops.def takes handles, gets its inputs through the op executor (`Op`, src/ops/exec.rs),
-binds each as the body expects it (a tensor as `&tch::Tensor`, an optional one as
-`Option<&tch::Tensor>`, a list as `&[&tch::Tensor]`: ops.def's header), and runs the body as its
-return type says. A replayable op's body (`Op.replayable`) is a local function `replay` of its tensor
-inputs and other arguments, so the residency manager can keep it to recompute the result; the
-function holding the arguments is made only when the manager keeps recipes, so the ordinary path
-copies nothing. A core function of an op generated from the schema hands its handles and
-arguments to the runner (src/ops/aten/run.rs). The method passes handles to the core function.
+A core function with a body of its own (ops.def's) takes handles, gets its inputs through the
+op executor (`Op`, src/ops/exec.rs), binds each as the body expects it (a tensor as
+`&tch::Tensor`, an optional one as `Option<&tch::Tensor>`, a list as `&[&tch::Tensor]`: ops.def's
+header), and runs the body as its return type says. A replayable op's body (`Op.replayable`) is a
+local function `replay` of its tensor inputs and other arguments, so the residency manager can
+keep it to recompute the result; the function holding the arguments is made only when the
+manager keeps recipes, so the ordinary path copies nothing. A core function that runs a kernel of the schema (an op generated from it, or
+an ops.def op with the body `schema`) hands its handles and arguments to the runner
+(src/ops/aten/run.rs) instead. The method passes handles to the core function.
 """
 from __future__ import annotations
 
