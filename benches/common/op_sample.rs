@@ -33,6 +33,16 @@ pub struct Op {
 
 pub const VARIANTS: [&str; 3] = ["raw tch", "Rust", "C ABI"];
 
+/// A C ABI variant of an op with one result: `call` writes it into its argument, which is then
+/// released.
+fn c_one(call: impl Fn(*mut TrTensor) -> Status + 'static) -> Box<dyn FnMut()> {
+    Box::new(move || {
+        let mut out = TrTensor { id: 0 };
+        ok(call(&mut out));
+        tr_tensor_release(black_box(out));
+    })
+}
+
 /// A result through the C ABI, as a Tensor that releases it.
 fn adopt(out: TrTensor) -> Tensor {
     Tensor::from_raw(out.into())
@@ -118,11 +128,7 @@ pub fn sample(keep: &mut Vec<Tensor>) -> Vec<Op> {
                     let (a, b) = (a2.retain().unwrap(), b2.retain().unwrap());
                     Box::new(move || drop(black_box(a.add(&b).unwrap())))
                 },
-                Box::new(move || {
-                    let mut out = TrTensor { id: 0 };
-                    ok(tr_tensor_add(ca, cb, &mut out));
-                    tr_tensor_release(black_box(out));
-                }),
+                c_one(move |out| tr_tensor_add(ca, cb, out)),
             ],
         },
         Op {
@@ -136,11 +142,7 @@ pub fn sample(keep: &mut Vec<Tensor>) -> Vec<Op> {
                     let (a, b) = (a2.retain().unwrap(), b2.retain().unwrap());
                     Box::new(move || drop(black_box(a.add_tensor(&b, Scalar::Int(1)).unwrap())))
                 },
-                Box::new(move || {
-                    let mut out = TrTensor { id: 0 };
-                    ok(tr_tensor_add_tensor(ca, cb, one, &mut out));
-                    tr_tensor_release(black_box(out));
-                }),
+                c_one(move |out| tr_tensor_add_tensor(ca, cb, one, out)),
             ],
         },
         Op {
@@ -154,11 +156,7 @@ pub fn sample(keep: &mut Vec<Tensor>) -> Vec<Op> {
                     let (x, w) = (x2.retain().unwrap(), w2.retain().unwrap());
                     Box::new(move || drop(black_box(x.rms_norm(&[8], Some(&w), Some(eps)).unwrap())))
                 },
-                Box::new(move || {
-                    let mut out = TrTensor { id: 0 };
-                    ok(tr_tensor_rms_norm(cx, [8i64].as_ptr(), 1, cw, &eps, &mut out));
-                    tr_tensor_release(black_box(out));
-                }),
+                c_one(move |out| tr_tensor_rms_norm(cx, [8i64].as_ptr(), 1, cw, &eps, out)),
             ],
         },
         Op {
@@ -172,11 +170,7 @@ pub fn sample(keep: &mut Vec<Tensor>) -> Vec<Op> {
                     let (a, b) = (a2.retain().unwrap(), b2.retain().unwrap());
                     Box::new(move || drop(black_box(a.div_tensor_mode(&b, Some("floor")).unwrap())))
                 },
-                Box::new(move || {
-                    let mut out = TrTensor { id: 0 };
-                    ok(tr_tensor_div_tensor_mode(ca, cb, floor.as_ptr(), &mut out));
-                    tr_tensor_release(black_box(out));
-                }),
+                c_one(move |out| tr_tensor_div_tensor_mode(ca, cb, floor.as_ptr(), out)),
             ],
         },
         Op {
@@ -192,11 +186,7 @@ pub fn sample(keep: &mut Vec<Tensor>) -> Vec<Op> {
                     let x = x2.retain().unwrap();
                     Box::new(move || drop(black_box(x.sum_dim_intlist(Some(&[1]), false, Some(DType::F64)).unwrap())))
                 },
-                Box::new(move || {
-                    let mut out = TrTensor { id: 0 };
-                    ok(tr_tensor_sum_dim_intlist(cx, [1i64].as_ptr(), 1, false, &f64_code, &mut out));
-                    tr_tensor_release(black_box(out));
-                }),
+                c_one(move |out| tr_tensor_sum_dim_intlist(cx, [1i64].as_ptr(), 1, false, &f64_code, out)),
             ],
         },
         Op {

@@ -148,8 +148,14 @@ impl Op {
     }
 
     /// Whether the result of this op keeps a recipe (see `output_replayable`).
+    #[inline]
     pub(crate) fn keeps_recipe(&self) -> bool {
-        self.managed.as_ref().is_some_and(|m| m.ticket.recomputes())
+        self.recomputing().is_some()
+    }
+
+    /// The managed op, where the manager keeps recipes.
+    fn recomputing(&self) -> Option<&Managed> {
+        self.managed.as_deref().filter(|m| m.ticket.recomputes())
     }
 
     /// The input an in-place op writes to (under a manager, its device copy becomes the newer
@@ -241,7 +247,7 @@ impl Op {
 
     /// The registered entry of each present input, where the manager keeps recipes.
     fn originals(&self, inputs: &[Option<&tch::Tensor>]) -> Option<Vec<Option<Arc<Entry>>>> {
-        let m = self.managed.as_deref().filter(|m| m.ticket.recomputes())?;
+        let m = self.recomputing()?;
         inputs.iter().map(|i| match i {
             None => Some(None),
             Some(t) => m.original(t).map(Some),

@@ -1,7 +1,8 @@
 //! Tensor operations. Every op is an op of the table, from which `tools/gen.py` generates the
 //! core function on handles, the `Tensor` method and the C function: about 120 are lines of
-//! `ops.def` (44 of which only name and document a schema overload: body `schema`), and the public
-//! overloads of libtorch's own schema are the rest (their kernels are in `aten`). Ops never consume their inputs; new results are registered in the current scope.
+//! `ops.def` (44 of which only name and document a schema overload: body `schema`), and the
+//! public overloads of libtorch's own schema are the rest (their kernels and runner are in
+//! `aten`). Ops never consume their inputs; new results are registered in the current scope.
 //! Hand-written here:
 //! host data (`data`), autograd helpers, optimizer steps and random ops made again exactly
 //! (`random`). The arithmetic operators are generated too (operators_generated.rs, from the

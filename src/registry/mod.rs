@@ -177,13 +177,14 @@ impl State {
         TensorId(handle)
     }
 
-    /// Drops one reference of the live slot at `key`. Returns what to free if it died; the
-    /// caller drops it once the lock is released.
     /// The entry of handle `id`, for a caller that looks up several under one lock.
+    #[inline]
     pub(crate) fn entry(&self, id: TensorId) -> Result<Arc<Entry>> {
         Ok(self.tensors.get(id.0)?.entry.clone())
     }
 
+    /// Drops one reference of the live slot at `key`. Returns what to free if it died; the
+    /// caller drops it once the lock is released.
     pub(crate) fn release_key(&mut self, key: usize) -> Option<Remains> {
         let in_scope = self.tensors.at(key).owner.is_some();
         self.drop_ref(key, in_scope)
