@@ -18,10 +18,10 @@ pub(crate) type DeviceSlot = usize;
 pub(crate) struct Entry {
     tensor: tch::Tensor,
     footprint: OnceLock<(u64, DeviceSlot)>,
-    /// Identity for the residency manager (stable across aliases, never reused).
-    uid: OnceLock<u64>,
-    /// Whether the residency manager tracks this entry (it is then told when the entry dies).
-    pub(crate) registered: AtomicBool,
+    /// The residency manager's storage this entry views, once the manager tracks the entry (it
+    /// is then told when the entry dies); 0 before. Storage ids are never reused, not even by a
+    /// later manager, so one that is not the current manager's is recognised as stale.
+    storage: AtomicU64,
     /// Its memory was never written: a storage the `tensorref` device made (`empty`) that no one
     /// has seen on the host. The manager gives such a storage device memory without loading it.
     fresh: AtomicBool,
@@ -36,7 +36,7 @@ unsafe impl Sync for Entry {}
 
 impl Entry {
     pub(crate) fn new(tensor: tch::Tensor) -> Entry {
-        Entry { tensor, footprint: OnceLock::new(), uid: OnceLock::new(), registered: AtomicBool::new(false), fresh: AtomicBool::new(false) }
+        Entry { tensor, footprint: OnceLock::new(), storage: AtomicU64::new(0), fresh: AtomicBool::new(false) }
     }
 
     /// An entry whose memory was never written (see `fresh`).
@@ -61,13 +61,19 @@ impl Entry {
         self.footprint.get_or_init(|| footprint(&self.tensor)).1
     }
 
-    pub(crate) fn uid(&self) -> u64 {
-        static NEXT_UID: AtomicU64 = AtomicU64::new(1);
-        *self.uid.get_or_init(|| NEXT_UID.fetch_add(1, Ordering::Relaxed))
+    /// The manager's storage this entry views (see `storage`), 0 if none.
+    #[inline]
+    pub(crate) fn storage(&self) -> u64 {
+        self.storage.load(Ordering::Acquire)
+    }
+
+    /// Records that the manager tracks this entry as a view of `storage`.
+    pub(crate) fn attach(&self, storage: u64) {
+        self.storage.store(storage, Ordering::Release);
     }
 
     pub(crate) fn is_registered(&self) -> bool {
-        self.registered.load(Ordering::Acquire)
+        self.storage() != 0
     }
 
     /// Moves the tensor out and forgets what was known about it, leaving an empty entry whose
@@ -75,7 +81,6 @@ impl Entry {
     pub(crate) fn empty(&mut self) -> tch::Tensor {
         debug_assert!(!self.is_registered(), "the residency manager still tracks this entry");
         self.footprint.take();
-        self.uid.take();
         self.fresh.store(false, Ordering::Release);
         // SAFETY: a null tensor owns nothing; `at_free(NULL)` would be `delete nullptr`, and
         // `refill` forgets it rather than dropping it anyway. Nothing reads an emptied entry.
@@ -88,7 +93,7 @@ impl Entry {
     }
 }
 
-/// Told of every registered entry that dies: its uid and its tensor, still alive. The residency
+/// Told of every registered entry that dies: its storage and its tensor, still alive. The residency
 /// manager installs it (the registry knows nothing above itself); only a manager registers
 /// entries, so it is set first.
 static ON_FORGET: OnceLock<fn(u64, &tch::Tensor)> = OnceLock::new();
@@ -101,7 +106,7 @@ pub(crate) fn on_forget(hook: fn(u64, &tch::Tensor)) {
 impl Drop for Entry {
     fn drop(&mut self) {
         if let (true, Some(forget)) = (self.is_registered(), ON_FORGET.get()) {
-            forget(self.uid(), &self.tensor);
+            forget(self.storage(), &self.tensor);
         }
     }
 }

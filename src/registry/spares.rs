@@ -53,7 +53,6 @@ impl Spares {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::Ordering;
 
     fn filled(n: i64, value: f64) -> tch::Tensor {
         tch::Tensor::f_full([n], value, tch::kind::FLOAT_CPU).unwrap()
@@ -64,7 +63,7 @@ mod tests {
         let mut spares = Spares::new();
         let first = spares.entry(filled(4, 1.0));
         assert_eq!(first.bytes(), 16);
-        let (allocation, uid) = (Arc::as_ptr(&first), first.uid());
+        let allocation = Arc::as_ptr(&first);
         let Remains::Tensor(tensor) = spares.reclaim(first) else { panic!("an unshared entry becomes a spare") };
         assert_eq!(tensor.f_sum(tch::Kind::Float).unwrap().double_value(&[]), 4.0, "the tensor leaves intact");
 
@@ -72,7 +71,7 @@ mod tests {
         assert_eq!(Arc::as_ptr(&second), allocation, "the allocation is reused");
         assert_eq!(second.f_sum(tch::Kind::Float).unwrap().double_value(&[]), 6.0);
         assert_eq!(second.bytes(), 12, "the footprint is the new tensor's");
-        assert_ne!(second.uid(), uid, "the residency identity is never reused");
+        assert!(!second.is_registered(), "the reused entry views no manager's storage");
     }
 
     #[test]
@@ -84,7 +83,7 @@ mod tests {
         assert_eq!(alias.f_sum(tch::Kind::Float).unwrap().double_value(&[]), 2.0, "the alias still reads its data");
 
         let managed = Arc::new(Entry::new(filled(2, 1.0)));
-        managed.registered.store(true, Ordering::Release);
+        managed.attach(1);
         assert!(matches!(spares.reclaim(managed), Remains::Entry(_)));
         assert!(spares.0.is_empty());
     }

@@ -137,9 +137,9 @@ fn lock() -> Result<Held> {
     let mut held = Held { guard, _host: device::memory::Scope::host() };
     HOLDING.with(|h| h.set(true));
     if ANY_DEFERRED.swap(false, Ordering::AcqRel) {
-        let uids = std::mem::take(&mut *DEFERRED.lock().unwrap_or_else(PoisonError::into_inner));
+        let storages = std::mem::take(&mut *DEFERRED.lock().unwrap_or_else(PoisonError::into_inner));
         if let Some(m) = held.as_mut() {
-            uids.into_iter().for_each(|uid| m.forget(uid, false));
+            storages.into_iter().for_each(|id| m.forget(id, false));
         }
     }
     Ok(held)
@@ -384,15 +384,15 @@ pub fn schedule_log() -> Option<model::Pass> {
 /// (an op may return its input: `contiguous` of a contiguous tensor). On a thread that holds the
 /// manager (an event callback releasing a tensor) the entry is forgotten when the manager is next
 /// taken.
-pub(crate) fn forget(uid: u64, tensor: &tch::Tensor) {
+pub(crate) fn forget(storage: u64, tensor: &tch::Tensor) {
     match lock() {
         Ok(mut held) => {
             if let Some(m) = held.as_mut() {
-                m.forget(uid, crate::residency::torch_storage::tensor_holders(tensor) == 1);
+                m.forget(storage, crate::residency::torch_storage::tensor_holders(tensor) == 1);
             }
         }
         Err(_) => {
-            DEFERRED.lock().unwrap_or_else(PoisonError::into_inner).push(uid);
+            DEFERRED.lock().unwrap_or_else(PoisonError::into_inner).push(storage);
             ANY_DEFERRED.store(true, Ordering::Release);
         }
     }

@@ -8,7 +8,7 @@ use crate::residency::core::storage::{page_locked, Home, Storage};
 use crate::residency::policy::flow::trace::TraceKey;
 use crate::error::Result;
 use crate::registry::Entry;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 /// Pageable memory that homes were moved out of (see `pin_home`), freed once no reader can be
@@ -18,7 +18,8 @@ static RETIRED: Mutex<Vec<tch::Tensor>> = Mutex::new(Vec::new());
 impl Manager {
     /// The storage `entry` views, registering it (and the storage, the first time) if needed.
     pub(in crate::residency) fn storage_of(&mut self, entry: &Entry) -> Result<u64> {
-        if let Some(&id) = self.entries.get(&entry.uid()) {
+        let id = entry.storage();
+        if self.storages.contains_key(&id) {
             return Ok(id);
         }
         let info = crate::residency::torch_storage::storage(entry, self.cuda())?;
@@ -32,7 +33,8 @@ impl Manager {
 
     /// The storage `entry` views if the manager knows it (nothing is registered).
     pub(in crate::residency) fn find(&self, entry: &Entry) -> Result<Option<u64>> {
-        if let Some(&id) = self.entries.get(&entry.uid()) {
+        let id = entry.storage();
+        if self.storages.contains_key(&id) {
             return Ok(Some(id));
         }
         self.home_of(entry)
@@ -45,14 +47,15 @@ impl Manager {
     }
 
     pub(in crate::residency) fn attach(&mut self, entry: &Entry, id: u64) {
-        entry.registered.store(true, Ordering::Release);
-        self.entries.insert(entry.uid(), id);
+        entry.attach(id);
         self.storages.get_mut(&id).expect("attached to a known storage").views += 1;
     }
 
+    /// A new storage id: never 0 (an entry's "none") and never reused in the process, so an
+    /// entry still naming a storage of an earlier manager names none of this one's.
     pub(in crate::residency) fn new_id(&mut self) -> u64 {
-        self.next_id += 1;
-        self.next_id - 1
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        NEXT.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Registers the storage of a tensor made outside the manager. Pageable memory of ours is
@@ -105,9 +108,8 @@ impl Manager {
     /// entry (the entry is being dropped now, not forgotten later, and no other handle shares its
     /// TensorImpl: if one does, that handle still views the storage, and must read what the
     /// manager holds).
-    pub(crate) fn forget(&mut self, uid: u64, holding: bool) {
-        if let Some(id) = self.entries.remove(&uid) {
-            let s = self.storages.get_mut(&id).expect("an entry's storage is known");
+    pub(crate) fn forget(&mut self, id: u64, holding: bool) {
+        if let Some(s) = self.storages.get_mut(&id) {
             s.views -= 1;
             if s.views > 0 {
                 self.held_by_recipes(id);

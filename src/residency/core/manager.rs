@@ -59,11 +59,8 @@ pub(crate) struct Manager {
     /// Trace key -> storage, for the storages results and saved tensors made (how Flow finds
     /// what to prefetch in backward).
     pub(in crate::residency) by_key: IdMap<TraceKey, u64>,
-    /// Registered entry -> the storage it views.
-    pub(in crate::residency) entries: IdMap<u64, u64>,
     /// Storage -> the storages whose recipes read it (see `recompute`).
     pub(in crate::residency) dependents: IdMap<u64, Vec<u64>>,
-    pub(in crate::residency) next_id: u64,
     /// Storages whose registered views have all died while other tensors still held their home:
     /// forgotten once those are gone too (see `forget`).
     pub(in crate::residency) orphans: Vec<u64>,
@@ -113,9 +110,7 @@ impl Manager {
             by_home: IdMap::default(),
             by_device: IdMap::default(),
             by_key: IdMap::default(),
-            entries: IdMap::default(),
             dependents: IdMap::default(),
-            next_id: 1,
             orphans: Vec::new(),
             forgotten: 0,
             owed: Vec::new(),
@@ -177,15 +172,15 @@ impl Manager {
     /// dtype, sizes, strides and offset).
     pub(crate) fn acquire_as(&mut self, entry: &Entry, like: &tch::Tensor, write: bool, op: &'static str) -> Result<Acquired> {
         let id = self.storage_of(entry)?;
-        let device = self.hold(id, write, op)?;
-        let view = match crate::residency::torch_storage::view_on(&device, like) {
+        self.hold(id, write, op)?;
+        let s = &self.storages[&id];
+        let view = match crate::residency::torch_storage::device_view(s.device.as_ref().expect("held on the device"), s.device_id, like) {
             Ok(view) => view,
             Err(e) => {
                 self.release(id, false);
                 return Err(e.into());
             }
         };
-        let s = &self.storages[&id];
         let (bytes, key, used_before) = (s.bytes, s.key, s.uses > 1);
         if let Some(log) = &mut self.schedule {
             log.uses(id, view.size());
@@ -193,10 +188,10 @@ impl Manager {
         Ok(Acquired { view, storage: id, key, bytes, used_before })
     }
 
-    /// Storage `id`'s device copy for a running op (see `acquire`). External memory inside
-    /// another external storage's bytes views that one's copy, which is held as long
-    /// (`external`).
-    fn hold(&mut self, id: u64, write: bool, op: &'static str) -> Result<tch::Tensor> {
+    /// Holds storage `id`'s device copy for a running op (see `acquire`), loading it if needed.
+    /// External memory inside another external storage's bytes views that one's copy, which is
+    /// held as long (`external`).
+    fn hold(&mut self, id: u64, write: bool, op: &'static str) -> Result<()> {
         let s = &self.storages[&id];
         let outer = match (s.within, s.resident()) {
             (Some(outer), _) => Some((outer, 0)), // a view of it already: held once more
@@ -204,7 +199,7 @@ impl Manager {
             (None, true) => None,
         };
         if let Some((outer, _)) = outer {
-            drop(self.hold(outer, write, op)?); // its copy is reached through `alias_within`
+            self.hold(outer, write, op)?; // its copy is reached through `alias_within`
         }
         let (clock, following) = (self.clock, self.trace.following() && self.policy.prefetches());
         HOLDS.with(|h| h.borrow_mut().push(id));
@@ -241,15 +236,17 @@ impl Manager {
             s.modified = true;
             self.written_now.push(id);
         }
-        let device = s.device.as_ref().expect("loaded above").shallow_clone();
-        match s.loading.take().map_or(Ok(None), |t| t.block_compute(&device)) {
-            Ok(stall) => self.stalls.extend(stall),
+        let Some(loading) = s.loading.take() else { return Ok(()) };
+        match loading.block_compute(s.device.as_ref().expect("loaded above")) {
+            Ok(stall) => {
+                self.stalls.extend(stall);
+                Ok(())
+            }
             Err(e) => {
                 self.release(id, false);
-                return Err(e);
+                Err(e)
             }
         }
-        Ok(device)
     }
 
     pub(in crate::residency) fn load(&mut self, id: u64, op: &'static str, kind: EventKind) -> Result<()> {

@@ -218,6 +218,31 @@ int tr_native_view_on(const void *holder, const void *like, void **out, char *er
     });
 }
 
+// `like`'s view (dtype, sizes, strides, offset) of the device copy whose StorageImpl is `storage`,
+// counting versions with `like` (every view of a storage counts with one counter, and the copy's
+// is its home's). For an op's input, each of which this reaches on every op: the manager keeps
+// the copy's StorageImpl, so no tensor over it is followed there, and `like` is the op's input,
+// already at hand: on the per-op path each pointer followed into a cold object is a cache miss.
+int tr_native_device_view(uintptr_t storage, const void *like, void **out, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        const auto &l = *static_cast<const at::Tensor *>(like);
+        auto *impl = reinterpret_cast<c10::StorageImpl *>(storage);
+        int64_t last = l.storage_offset();
+        bool empty = false;
+        for (int64_t d = 0; d < l.dim(); ++d) {
+            empty |= l.sizes()[d] == 0;
+            last += (l.sizes()[d] - 1) * l.strides()[d];
+        }
+        auto needs = empty ? 0 : (last + 1) * static_cast<int64_t>(l.dtype().itemsize());
+        TORCH_CHECK(needs <= static_cast<int64_t>(impl->nbytes()), "device_view: the view needs ", needs,
+                    " bytes of a storage of ", impl->nbytes());
+        auto view = tensor_over(c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl)), l.dtype(),
+                                l.sizes(), l.strides(), l.storage_offset());
+        share_version(view, l);
+        *out = new at::Tensor(std::move(view));
+    });
+}
+
 // A 1-D uint8 tensor of `nbytes` over the memory of `holder`'s storage from byte `offset` on, in a
 // StorageImpl of its own that keeps `holder`'s alive: the same device bytes under another storage,
 // as two imports of one memory are on the host (src/residency/core/external.rs).

@@ -38,6 +38,7 @@ extern "C" {
     fn tr_native_storage(t: *const c_void, cuda: c_int, out: *mut StorageInfo, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_storage_bytes(t: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_view_on(holder: *const c_void, like: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_device_view(storage: usize, like: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_alias_bytes(holder: *const c_void, offset: u64, nbytes: u64, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_result_home(t: *const c_void, out_home: *mut *mut c_void, out_home_bytes: *mut *mut c_void, out_home_id: *mut usize, out_device_bytes: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_home_allocate(home: *const c_void, pinned: c_int, cuda: c_int, err: *mut c_char, err_len: usize) -> c_int;
@@ -91,6 +92,15 @@ pub(crate) fn storage_bytes(t: &tch::Tensor) -> Result<tch::Tensor> {
 pub(crate) fn view_on(holder: &tch::Tensor, like: &tch::Tensor) -> Result<tch::Tensor> {
     // SAFETY: both are live for the call.
     make("view", |out, err, len| unsafe { tr_native_view_on(holder.as_ptr().cast(), like.as_ptr().cast(), out, err, len) })
+}
+
+/// `like`'s view of the device copy `device`, whose StorageImpl is at `storage` (its id), counting
+/// versions with `like` (see storage.cpp): an op's input, made without following `device` into
+/// libtorch's objects.
+pub(crate) fn device_view(device: &tch::Tensor, storage: usize, like: &tch::Tensor) -> Result<tch::Tensor> {
+    debug_assert_eq!(self::storage(device, false).map(|i| i.id).ok(), Some(storage), "a device copy's recorded StorageImpl");
+    // SAFETY: `device` (alive for the call) holds the StorageImpl at `storage`; `like` is live.
+    make("view", |out, err, len| unsafe { tr_native_device_view(storage, like.as_ptr().cast(), out, err, len) })
 }
 
 /// `nbytes` of `holder`'s storage from byte `offset` on, as a 1-D byte tensor over a storage of
