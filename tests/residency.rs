@@ -769,3 +769,23 @@ fn without_page_locking_every_home_stays_pageable() {
         Ok(())
     });
 }
+
+/// An entry keeps the id of the storage the manager that first saw it gave it. Ids are never
+/// reused, so under the next manager that id names nothing: the tensor is registered again, its
+/// device copy counted in the new manager's bytes, and it reads what it held.
+#[test]
+fn a_tensor_an_earlier_manager_saw_is_registered_again_by_the_next() {
+    exclusive(|| {
+        let a = Tensor::ones(&[256], DType::F32)?;
+        configure(Policy::Flow, 1 << 20);
+        a.add(&a)?.sum()?.item()?; // the first manager registers `a`
+        residency::disable()?;
+        configure(Policy::Flow, 1 << 20);
+        let doubled = a.add(&a)?;
+        assert!(residency::stats().unwrap().device_bytes >= 2 * 1024, "`a` and the result are on the device");
+        assert_eq!(doubled.sum()?.item()?, 512.0);
+        drop((a, doubled));
+        assert_eq!(residency::stats().unwrap().device_bytes, 0, "both are forgotten with their handles");
+        Ok(())
+    });
+}
