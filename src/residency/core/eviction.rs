@@ -95,15 +95,16 @@ impl Manager {
         let (cuda, pin) = (self.cuda(), self.cfg.pin_host_memory);
         let on = self.cfg.device;
         let s = self.storages.get_mut(&id).expect("registered");
-        let Some(device) = s.device.as_ref().filter(|_| s.dirty).map(tch::Tensor::shallow_clone) else { return Ok(()) };
+        let Some(device) = s.device.as_ref().filter(|_| s.dirty) else { return Ok(()) };
+        let (device, home) = (device.bytes()?, s.home.bytes()?);
         let mut new_memory = 0;
         if s.kind == Home::Lazy {
-            new_memory = page_locked(on, || crate::residency::torch_storage::home_allocate(&s.home, pin, cuda))?.1;
+            new_memory = page_locked(on, || crate::residency::torch_storage::home_allocate(&home, pin, cuda))?.1;
             s.kind = if pin { Home::PageLocked } else { Home::Pageable };
         } else if s.kind == Home::Pageable && pin {
             new_memory = pin_home(s, on, false)?;
         }
-        let transfer = Arc::new(self.cfg.device.write_back(&device, &s.home)?);
+        let transfer = Arc::new(self.cfg.device.write_back(&device, &home)?);
         if matches!(s.kind, Home::External { .. }) {
             self.owed.push(transfer.clone());
         }
@@ -137,8 +138,9 @@ impl Manager {
             self.trace.evicted(self.storages[&id].key);
         }
         let s = self.storages.get_mut(&id).expect("victim is registered");
-        drop(s.device.take().expect("victim is resident"));
-        self.by_device.remove(&s.device_id);
+        let device = s.device.take().expect("victim is resident");
+        self.by_device.remove(&device.id());
+        drop(device);
         s.loading = None; // a prefetch never used: its memory belongs to the load stream
         (s.prefetched, s.written_ahead) = (false, false);
         let bytes = s.bytes;

@@ -17,6 +17,7 @@
 
 use crate::residency::core::manager::Manager;
 use crate::residency::core::storage::{Home, Storage};
+use crate::residency::torch_storage::StorageRef;
 use crate::error::{Error, Result};
 
 /// The bytes of external memory a storage's home spans, if it is external and not empty.
@@ -24,7 +25,7 @@ fn span(s: &Storage) -> Option<(usize, usize)> {
     if !matches!(s.kind, Home::External { .. }) || s.bytes == 0 {
         return None;
     }
-    let start = s.home.data_ptr() as usize;
+    let start = s.home.data_ptr();
     Some((start, start + s.bytes as usize))
 }
 
@@ -46,14 +47,14 @@ impl Manager {
     /// Gives `id` (not on the device, its outer storage held by the running op) a view of the
     /// outer storage's device copy over its own bytes.
     pub(in crate::residency) fn alias_within(&mut self, id: u64, outer: u64, offset: usize) -> Result<()> {
-        let device = self.storages[&outer].device.as_ref().expect("the outer storage is held on the device").shallow_clone();
+        let device = self.storages[&outer].device.as_ref().expect("the outer storage is held on the device").bytes()?;
         let s = self.storages.get_mut(&id).expect("registered");
         s.within = Some(outer);
         let alias = crate::residency::torch_storage::alias_bytes(&device, offset, s.bytes)?;
-        crate::residency::autograd::share_version(&alias, &s.home)?;
-        s.device_id = crate::residency::torch_storage::storage(&alias, false)?.id;
+        crate::residency::autograd::share_version(&alias, &s.home.bytes()?)?;
+        let alias = StorageRef::of(&alias)?;
+        self.by_device.insert(alias.id(), id);
         s.device = Some(alias);
-        self.by_device.insert(s.device_id, id);
         Ok(())
     }
 
@@ -77,8 +78,8 @@ impl Manager {
         let s = self.storages.get_mut(&id).expect("registered");
         if s.in_use == 0 {
             s.within = None;
-            if s.device.take().is_some() {
-                self.by_device.remove(&s.device_id);
+            if let Some(device) = s.device.take() {
+                self.by_device.remove(&device.id());
             }
         }
     }

@@ -5,6 +5,7 @@
 use crate::residency::core::manager::Manager;
 use crate::residency::device::Device;
 use crate::residency::core::storage::{page_locked, Home, Storage};
+use crate::residency::torch_storage::StorageRef;
 use crate::residency::policy::flow::trace::TraceKey;
 use crate::error::Result;
 use crate::registry::Entry;
@@ -65,7 +66,7 @@ impl Manager {
     /// written home, and gets it then, without a copy (`write_home`).
     pub(in crate::residency) fn add_storage(&mut self, entry: &Entry, info: crate::residency::torch_storage::StorageInfo) -> Result<u64> {
         let id = self.new_id();
-        let home = crate::residency::torch_storage::storage_bytes(entry)?;
+        let home = StorageRef::of(entry)?;
         let on_device = self.cuda() && entry.device() == self.cfg.device.tch();
         let kind = match () {
             _ if on_device => Home::OnDevice,
@@ -74,11 +75,9 @@ impl Manager {
             _ => Home::Pageable,
         };
         let mut s = Storage::new(home, kind, info.nbytes, TraceKey::Persistent(id));
-        s.home_id = info.id;
         s.fresh = self.moves() && matches!(kind, Home::Pageable | Home::PageLocked) && entry.take_fresh();
         if on_device {
-            s.device = Some(s.home.shallow_clone());
-            s.device_id = info.id;
+            s.device = Some(StorageRef::of(entry)?);
             self.by_device.insert(info.id, id);
         }
         if kind == Home::Pageable && self.moves() && self.cfg.pin_host_memory && !s.fresh {
@@ -138,14 +137,14 @@ impl Manager {
         if s.views > 0 {
             return true; // registered again: no longer an orphan
         }
-        if crate::residency::torch_storage::storage(&s.home, false).map_or(0, |i| i.holders) > ours {
+        if s.home.holders() > ours {
             return false;
         }
         self.drop_recipe(id);
         let s = self.storages.remove(&id).expect("found above");
-        self.by_home.remove(&s.home_id);
+        self.by_home.remove(&s.home.id());
         if s.resident() {
-            self.by_device.remove(&s.device_id);
+            self.by_device.remove(&s.device_id());
         }
         self.dependents.remove(&id);
         if self.by_key.get(&s.key) == Some(&id) {
@@ -174,7 +173,8 @@ impl Manager {
 /// view of it follows; the old memory is freed once no reader can still use it. Returns how many
 /// page-locked allocations it took (for the stats).
 pub(in crate::residency) fn pin_home(s: &mut Storage, device: Device, copy: bool) -> Result<u64> {
-    let (old, allocations) = page_locked(device, || crate::residency::torch_storage::home_pin(&s.home, device.cuda(), copy))?;
+    let home = s.home.bytes()?;
+    let (old, allocations) = page_locked(device, || crate::residency::torch_storage::home_pin(&home, device.cuda(), copy))?;
     RETIRED.lock().unwrap_or_else(PoisonError::into_inner).push(old);
     s.kind = Home::PageLocked;
     Ok(allocations)

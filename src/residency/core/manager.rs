@@ -21,6 +21,7 @@ use crate::residency::core::report::{Event, EventKind, Reporter, ResidencyStats}
 use crate::residency::model::{Log, Rates};
 use crate::residency::core::storage::{ByRole, Home, Role, Storage};
 use crate::residency::policy::flow::trace::{Trace, TraceKey};
+use crate::residency::torch_storage::StorageRef;
 use crate::residency::Config;
 use crate::error::{Error, Result};
 use crate::registry::Entry;
@@ -174,7 +175,7 @@ impl Manager {
         let id = self.storage_of(entry)?;
         self.hold(id, write, op)?;
         let s = &self.storages[&id];
-        let view = match crate::residency::torch_storage::device_view(s.device.as_ref().expect("held on the device"), s.device_id, like) {
+        let view = match crate::residency::torch_storage::device_view(s.device.as_ref().expect("held on the device"), like) {
             Ok(view) => view,
             Err(e) => {
                 self.release(id, false);
@@ -237,7 +238,8 @@ impl Manager {
             self.written_now.push(id);
         }
         let Some(loading) = s.loading.take() else { return Ok(()) };
-        match loading.block_compute(s.device.as_ref().expect("loaded above")) {
+        let waited = s.device.as_ref().expect("loaded above").bytes().map_err(Error::from).and_then(|copy| loading.block_compute(&copy));
+        match waited {
             Ok(stall) => {
                 self.stalls.extend(stall);
                 Ok(())
@@ -254,12 +256,13 @@ impl Manager {
         let s = self.storages.get_mut(&id).expect("registered");
         debug_assert!(s.kind != Home::Lazy, "a storage without a home is always on the device");
         let after_write = s.pending_write().is_some();
-        let (copy, transfer) = self.cfg.device.load(&s.home, after_write)?;
-        crate::residency::autograd::share_version(&copy, &s.home)?;
-        s.device_id = crate::residency::torch_storage::storage(&copy, false)?.id;
+        let home = s.home.bytes()?;
+        let (copy, transfer) = self.cfg.device.load(&home, after_write)?;
+        crate::residency::autograd::share_version(&copy, &home)?;
+        let copy = StorageRef::of(&copy)?;
+        self.by_device.insert(copy.id(), id);
         s.device = Some(copy);
         s.fresh = false; // what the home holds is on the device now, written or not
-        self.by_device.insert(s.device_id, id);
         s.loading = Some(transfer);
         s.prefetched = kind == EventKind::Prefetch;
         let (bytes, pageable, role) = (s.bytes, s.kind.pageable(), s.role);
@@ -292,12 +295,12 @@ impl Manager {
     pub(in crate::residency) fn allocate(&mut self, id: u64, op: &'static str) -> Result<()> {
         let s = self.storages.get_mut(&id).expect("registered");
         let memory = self.cfg.device.allocate(s.bytes, op)?;
-        crate::residency::autograd::share_version(&memory, &s.home)?;
-        s.device_id = crate::residency::torch_storage::storage(&memory, false)?.id;
+        crate::residency::autograd::share_version(&memory, &s.home.bytes()?)?;
+        let memory = StorageRef::of(&memory)?;
+        self.by_device.insert(memory.id(), id);
         s.device = Some(memory);
         (s.fresh, s.dirty, s.modified) = (false, true, true);
         let (bytes, role) = (s.bytes, s.role);
-        self.by_device.insert(s.device_id, id);
         self.stats.device_bytes += bytes;
         self.device_by_role.add(role, bytes);
         self.stats.peak_device_bytes = self.stats.peak_device_bytes.max(self.stats.device_bytes);
@@ -347,7 +350,7 @@ impl Manager {
     pub(crate) fn place_result(&mut self, result: tch::Tensor, op: &'static str, inputs: &[(TraceKey, u64)], anchor: Option<u64>, recipe: Option<Recipe>) -> Result<Entry> {
         let info = crate::residency::torch_storage::storage(&result, self.cuda())?;
         if let Some(&id) = self.by_device.get(&info.id) {
-            let entry = Entry::new(crate::residency::torch_storage::view_on(&self.storages[&id].home, &result)?);
+            let entry = Entry::new(self.storages[&id].home.view(&result)?);
             self.end_op(op, inputs, None, anchor);
             self.attach(&entry, id);
             return Ok(entry);
@@ -384,12 +387,13 @@ impl Manager {
             }
         }
         self.make_room(bytes, op)?;
-        let crate::residency::torch_storage::ResultHome { home: home_view, home_bytes: home, home_id, device_bytes: device } =
-            crate::residency::torch_storage::result_home(t)?;
+        let crate::residency::torch_storage::ResultHome { home: home_view, home_ref, device_ref } =
+            crate::residency::torch_storage::result_home(t, info.id)?;
         let key = self.end_op(op, inputs, Some(bytes), anchor);
         let id = self.new_id();
-        let mut s = Storage::new(home, Home::Lazy, bytes, key);
-        (s.home_id, s.device_id, s.device, s.dirty, s.modified, s.role) = (home_id, info.id, Some(device), true, true, role);
+        let home_id = home_ref.id();
+        let mut s = Storage::new(home_ref, Home::Lazy, bytes, key);
+        (s.device, s.dirty, s.modified, s.role) = (Some(device_ref), true, true, role);
         s.last_use = self.clock;
         self.storages.insert(id, s);
         self.written_now.push(id);

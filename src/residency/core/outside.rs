@@ -25,7 +25,7 @@ impl Manager {
         }
         let s = self.storages.get_mut(&id).expect("found");
         match (&s.device, s.dirty) {
-            (Some(device), true) => Ok((crate::residency::torch_storage::view_on(device, entry)?, None)),
+            (Some(device), true) => Ok((device.view(entry)?, None)),
             _ => Ok((entry.shallow_clone(), s.pending_write())),
         }
     }
@@ -45,7 +45,7 @@ impl Manager {
         }
         self.owed.clear();
         let s = self.storages.get_mut(&id).expect("registered");
-        crate::residency::torch_storage::mark_external(&s.home)?;
+        crate::residency::torch_storage::mark_external(&s.home.bytes()?)?;
         if let Home::PageLocked | Home::Pageable = s.kind {
             s.kind = Home::External { page_locked: s.kind == Home::PageLocked };
         }

@@ -8,6 +8,7 @@ use crate::residency::device::faults::Fault;
 use crate::error::Result;
 use crate::residency::training::recipe::Recipe;
 use crate::residency::policy::flow::trace::TraceKey;
+use crate::residency::torch_storage::StorageRef;
 use std::sync::Arc;
 
 /// What a storage's home memory is.
@@ -79,15 +80,12 @@ impl ByRole {
 }
 
 pub(crate) struct Storage {
-    /// 1-D bytes over the home StorageImpl, which every host view of the storage shares.
-    pub(crate) home: tch::Tensor,
+    /// The home StorageImpl, which every host view of the storage shares; its id is how the
+    /// manager finds the storage of a tensor.
+    pub(crate) home: StorageRef,
     pub(crate) kind: Home,
-    /// The home's StorageImpl (how the manager finds the storage of a tensor).
-    pub(crate) home_id: usize,
-    /// 1-D bytes on the device.
-    pub(crate) device: Option<tch::Tensor>,
-    /// The device copy's StorageImpl (how a view an op makes is recognised).
-    pub(crate) device_id: usize,
+    /// The device copy's StorageImpl; its id is how a view an op makes is recognised.
+    pub(crate) device: Option<StorageRef>,
     /// The device copy is newer than the home.
     pub(crate) dirty: bool,
     /// An op wrote the device copy since it was loaded (a write-back of a copy nobody
@@ -128,13 +126,11 @@ pub(crate) struct Storage {
 }
 
 impl Storage {
-    pub(crate) fn new(home: tch::Tensor, kind: Home, bytes: u64, key: TraceKey) -> Storage {
+    pub(crate) fn new(home: StorageRef, kind: Home, bytes: u64, key: TraceKey) -> Storage {
         Storage {
             home,
             kind,
-            home_id: 0,
             device: None,
-            device_id: 0,
             dirty: false,
             modified: false,
             bytes,
@@ -187,7 +183,12 @@ impl Storage {
     /// saved during the op, a batched product's reshaped copy). Asks libtorch (two reference
     /// counts): callers ask it last.
     pub(crate) fn held_outside(&self) -> bool {
-        self.device.as_ref().is_some_and(crate::residency::torch_storage::memory_shared)
+        self.device.as_ref().is_some_and(|d| d.holders() > 1)
+    }
+
+    /// The device copy's StorageImpl address (0 when not on the device).
+    pub(crate) fn device_id(&self) -> usize {
+        self.device.as_ref().map_or(0, StorageRef::id)
     }
 
     /// A finished write-back is forgotten; a running one is returned for the caller to wait on.

@@ -18,7 +18,8 @@
 // library puts it on every DLPack import and export); all other memory is the library's. Whether
 // it is page-locked: the simulated device's deleter, or CUDA's own answer for the pointer.
 //
-// Tensors cross as `at::Tensor*`; no C++ exception leaves this file.
+// Tensors cross as `at::Tensor*`, the manager's references to storages as `StorageRef*`; no C++ exception
+// leaves this file.
 #include "guarded.h"
 
 #include <ATen/ATen.h>
@@ -131,6 +132,30 @@ at::Tensor bytes_over(c10::Storage storage) {
     return tensor_over(std::move(storage), caffe2::TypeMeta::Make<uint8_t>(), {n}, {1}, 0);
 }
 
+// What the manager keeps of a storage, its home or its device copy (StorageRef in
+// torch_storage.rs): the StorageImpl, and the version counter every tensor over the storage
+// counts with (none for an inference tensor's). No TensorImpl: a byte tensor over the storage is
+// made only when its memory is copied.
+struct StorageRef {
+    c10::Storage storage;
+    c10::VariableVersion version; // disabled for an inference tensor's storage
+
+    static StorageRef of(const at::Tensor &t) { return {t.storage(), t.unsafeGetTensorImpl()->version_counter()}; }
+
+    // `t` counts versions with this storage's tensors (see share_version).
+    void count_versions(const at::Tensor &t) const {
+        if (version.enabled() && !t.is_inference()) {
+            t.unsafeGetTensorImpl()->set_version_counter(version);
+        }
+    }
+
+    at::Tensor bytes() const {
+        auto t = bytes_over(storage);
+        count_versions(t);
+        return t;
+    }
+};
+
 bool is_page_locked(const at::DataPtr &dp, bool cuda) {
     if (dp.get_deleter() == &simulated_free) {
         return true;
@@ -180,28 +205,9 @@ int32_t tr_native_tensor_holders(const void *t) {
     return static_cast<int32_t>(static_cast<const at::Tensor *>(t)->use_count());
 }
 
-// Whether anything but `t` keeps `t`'s memory alive: another handle to its TensorImpl, or another
-// TensorImpl over its storage (a view a running autograd node holds). Releasing `t` then frees
-// nothing yet.
-int tr_native_memory_shared(const void *t) {
-    const auto &tensor = *static_cast<const at::Tensor *>(t);
-    return tensor.use_count() > 1 || tensor.storage().use_count() > 1;
-}
-
 // The TensorImpl of `t`: two handles with the same one are one tensor to libtorch's checks.
 uintptr_t tr_native_tensor_impl(const void *t) {
     return reinterpret_cast<uintptr_t>(static_cast<const at::Tensor *>(t)->unsafeGetTensorImpl());
-}
-
-// A 1-D uint8 tensor over the whole storage of `t`, on its device (the unit the manager moves),
-// sharing `t`'s version counter (see tr_native_share_version).
-int tr_native_storage_bytes(const void *t, void **out, char *err, size_t err_len) {
-    return guarded(err, err_len, [&] {
-        const auto &src = *static_cast<const at::Tensor *>(t);
-        auto bytes = bytes_over(src.storage());
-        share_version(bytes, src);
-        *out = new at::Tensor(std::move(bytes));
-    });
 }
 
 // A tensor with the dtype, sizes, strides and storage offset of `like`, over the storage (and on
@@ -262,27 +268,68 @@ int tr_native_alias_bytes(const void *holder, uint64_t offset, uint64_t nbytes, 
 
 // What the manager keeps of a result `t` (a device tensor) it registers, in one call: its home,
 // a host tensor shaped like `t` over a new storage of `t`'s storage size that has no memory yet
-// (see tr_native_home_allocate), with `t`'s version counter; that home's bytes and StorageImpl;
-// and `t`'s storage's bytes.
-int tr_native_result_home(const void *t, void **out_home, void **out_home_bytes, uintptr_t *out_home_id,
-                          void **out_device_bytes, char *err, size_t err_len) {
+// (see tr_native_home_allocate), with `t`'s version counter; and a reference to each storage,
+// the home's and `t`'s (no tensor over either: a byte tensor is made when its memory moves).
+int tr_native_result_home(const void *t, void **out_home, void **out_home_ref, uintptr_t *out_home_id,
+                          void **out_device_ref, char *err, size_t err_len) {
     return guarded(err, err_len, [&] {
         const auto &src = *static_cast<const at::Tensor *>(t);
         auto impl = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), src.storage().nbytes(),
                                                           at::DataPtr(nullptr, at::Device(at::kCPU)), nullptr,
                                                           /*resizable=*/false);
-        *out_home_id = reinterpret_cast<uintptr_t>(impl.get());
-        at::Storage storage(std::move(impl));
-        auto home = tensor_over(storage, src.dtype(), src.sizes(), src.strides(), src.storage_offset());
+        auto home = tensor_over(at::Storage(std::move(impl)), src.dtype(), src.sizes(), src.strides(),
+                                src.storage_offset());
         share_version(home, src);
-        auto home_bytes = bytes_over(std::move(storage));
-        share_version(home_bytes, home);
-        auto device_bytes = bytes_over(src.storage());
-        share_version(device_bytes, src);
+        *out_home_ref = new StorageRef(StorageRef::of(home));
+        *out_home_id = reinterpret_cast<uintptr_t>(home.storage().unsafeGetStorageImpl());
+        *out_device_ref = new StorageRef(StorageRef::of(src));
         *out_home = new at::Tensor(std::move(home));
-        *out_home_bytes = new at::Tensor(std::move(home_bytes));
-        *out_device_bytes = new at::Tensor(std::move(device_bytes));
     });
+}
+
+// A reference to the storage of `t`, with `t`'s version counter, and its StorageImpl's address.
+int tr_native_storage_ref(const void *t, void **out, uintptr_t *out_id, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        const auto &src = *static_cast<const at::Tensor *>(t);
+        *out_id = reinterpret_cast<uintptr_t>(src.storage().unsafeGetStorageImpl());
+        *out = new StorageRef(StorageRef::of(src));
+    });
+}
+
+void tr_native_storage_ref_free(void *ref) { delete static_cast<StorageRef *>(ref); }
+
+// A 1-D uint8 tensor over the whole storage of `ref`, counting versions with its tensors.
+int tr_native_storage_ref_bytes(const void *ref, void **out, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] { *out = new at::Tensor(static_cast<const StorageRef *>(ref)->bytes()); });
+}
+
+// `like`'s view (dtype, sizes, strides, offset) of the storage of `ref`, counting versions with its
+// tensors: a registered tensor's view of a storage the manager knows.
+int tr_native_storage_ref_view(const void *ref, const void *like, void **out, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        const auto &r = *static_cast<const StorageRef *>(ref);
+        const auto &l = *static_cast<const at::Tensor *>(like);
+        TORCH_CHECK(r.storage.nbytes() >= l.storage().nbytes(), "view_on: the storage is smaller than the view's");
+        auto view = tensor_over(r.storage, l.dtype(), l.sizes(), l.strides(), l.storage_offset());
+        r.count_versions(view);
+        *out = new at::Tensor(std::move(view));
+    });
+}
+
+// References to the storage of `ref` (its own, and one for each tensor over the storage).
+int32_t tr_native_storage_ref_holders(const void *ref) {
+    return static_cast<int32_t>(static_cast<const StorageRef *>(ref)->storage.use_count());
+}
+
+// The address of the memory of `ref`'s storage (0 for a lazy home).
+uintptr_t tr_native_storage_ref_data(const void *ref) {
+    return reinterpret_cast<uintptr_t>(static_cast<const StorageRef *>(ref)->storage.data());
+}
+
+// The version of the tensors over `ref`'s storage (0 where they count none: inference tensors).
+uint32_t tr_native_storage_ref_version(const void *ref) {
+    const auto &r = *static_cast<const StorageRef *>(ref);
+    return r.version.enabled() ? r.version.current_version() : 0;
 }
 
 // Gives the lazy storage of `home` memory: page-locked (`pinned`), or libtorch's pageable memory.

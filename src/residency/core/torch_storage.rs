@@ -36,11 +36,17 @@ impl StorageInfo {
 /// cbindgen:ignore
 extern "C" {
     fn tr_native_storage(t: *const c_void, cuda: c_int, out: *mut StorageInfo, err: *mut c_char, err_len: usize) -> c_int;
-    fn tr_native_storage_bytes(t: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_storage_ref(t: *const c_void, out: *mut *mut c_void, out_id: *mut usize, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_storage_ref_free(r: *mut c_void);
+    fn tr_native_storage_ref_bytes(r: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_storage_ref_view(r: *const c_void, like: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_storage_ref_holders(r: *const c_void) -> i32;
+    fn tr_native_storage_ref_version(r: *const c_void) -> u32;
+    fn tr_native_storage_ref_data(r: *const c_void) -> usize;
     fn tr_native_view_on(holder: *const c_void, like: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_device_view(storage: usize, like: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_alias_bytes(holder: *const c_void, offset: u64, nbytes: u64, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
-    fn tr_native_result_home(t: *const c_void, out_home: *mut *mut c_void, out_home_bytes: *mut *mut c_void, out_home_id: *mut usize, out_device_bytes: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_result_home(t: *const c_void, out_home: *mut *mut c_void, out_home_ref: *mut *mut c_void, out_home_id: *mut usize, out_device_ref: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_home_allocate(home: *const c_void, pinned: c_int, cuda: c_int, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_home_pin(home: *const c_void, cuda: c_int, copy: c_int, out_old: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_copy_quiet(dst: *const c_void, src: *const c_void, err: *mut c_char, err_len: usize) -> c_int;
@@ -49,7 +55,6 @@ extern "C" {
     fn tr_native_page_locked_allocations(cuda: c_int) -> u64;
     fn tr_native_tensor_holders(t: *const c_void) -> i32;
     fn tr_native_tensor_impl(t: *const c_void) -> usize;
-    fn tr_native_memory_shared(t: *const c_void) -> c_int;
 }
 
 /// The storage `t` views. `cuda`: CUDA's page-locked allocator is in use (only then can its
@@ -68,13 +73,6 @@ pub(crate) fn tensor_holders(t: &tch::Tensor) -> i32 {
     unsafe { tr_native_tensor_holders(t.as_ptr().cast()) }
 }
 
-/// Whether anything but `t` keeps its memory alive (another handle to its TensorImpl, another
-/// TensorImpl over its storage): dropping `t` would free nothing yet.
-pub(crate) fn memory_shared(t: &tch::Tensor) -> bool {
-    // SAFETY: `t` is live for the call; the shim reads reference counts.
-    unsafe { tr_native_memory_shared(t.as_ptr().cast()) != 0 }
-}
-
 /// The address of `t`'s TensorImpl: handles with the same one are one tensor (`is_same`) to
 /// libtorch's overlap checks.
 pub(crate) fn tensor_impl(t: &tch::Tensor) -> usize {
@@ -82,10 +80,79 @@ pub(crate) fn tensor_impl(t: &tch::Tensor) -> usize {
     unsafe { tr_native_tensor_impl(t.as_ptr().cast()) }
 }
 
-/// A 1-D uint8 tensor over the whole storage of `t`, on `t`'s device.
-pub(crate) fn storage_bytes(t: &tch::Tensor) -> Result<tch::Tensor> {
-    // SAFETY: `t` is live for the call.
-    make("storage bytes", |out, err, len| unsafe { tr_native_storage_bytes(t.as_ptr().cast(), out, err, len) })
+/// What the manager keeps of a storage, its home or its device copy: a counted reference to its
+/// StorageImpl and the version counter every tensor over it counts with (see torch_storage.cpp).
+/// It holds no tensor: a byte tensor over the storage is made when its memory moves (`bytes`).
+pub(crate) struct StorageRef {
+    ptr: std::ptr::NonNull<c_void>,
+    /// The StorageImpl's address, kept here so that the per-op path reads it without following
+    /// `ptr` into a cold object.
+    id: usize,
+}
+
+// SAFETY: the StorageImpl and version counter are reference counted atomically, as a tch::Tensor's
+// are, and nothing here mutates them but through libtorch's own thread-safe calls.
+unsafe impl Send for StorageRef {}
+unsafe impl Sync for StorageRef {}
+
+impl StorageRef {
+    /// The storage `t` views, counting versions with `t`.
+    pub(crate) fn of(t: &tch::Tensor) -> Result<StorageRef> {
+        let (mut ptr, mut id) = (std::ptr::null_mut(), 0);
+        // SAFETY: `t` is live for the call; the out pointers are valid.
+        run("storage", |err, len| unsafe { tr_native_storage_ref(t.as_ptr().cast(), &mut ptr, &mut id, err, len) })?;
+        // SAFETY: on success the shim wrote a new StorageRef.
+        Ok(unsafe { StorageRef::own(ptr, id) })
+    }
+
+    /// # Safety
+    /// `ptr` is a new `StorageRef*` of the shim's, over the StorageImpl at `id`.
+    unsafe fn own(ptr: *mut c_void, id: usize) -> StorageRef {
+        StorageRef { ptr: std::ptr::NonNull::new(ptr).expect("the shim wrote a StorageRef"), id }
+    }
+
+    /// The StorageImpl's address: stable while any tensor views the storage.
+    pub(crate) fn id(&self) -> usize {
+        self.id
+    }
+
+    /// A 1-D uint8 tensor over the whole storage, on its device.
+    pub(crate) fn bytes(&self) -> Result<tch::Tensor> {
+        // SAFETY: `self` is live for the call.
+        make("storage bytes", |out, err, len| unsafe { tr_native_storage_ref_bytes(self.ptr.as_ptr(), out, err, len) })
+    }
+
+    /// `like`'s dtype and geometry over this storage (and on its device).
+    pub(crate) fn view(&self, like: &tch::Tensor) -> Result<tch::Tensor> {
+        // SAFETY: both are live for the call.
+        make("view", |out, err, len| unsafe { tr_native_storage_ref_view(self.ptr.as_ptr(), like.as_ptr().cast(), out, err, len) })
+    }
+
+    /// References to the StorageImpl: this one, and one for each tensor over the storage.
+    pub(crate) fn holders(&self) -> i32 {
+        // SAFETY: `self` is live for the call; the shim reads a reference count.
+        unsafe { tr_native_storage_ref_holders(self.ptr.as_ptr()) }
+    }
+
+    /// The address of the storage's memory (0 for a home without memory yet).
+    pub(crate) fn data_ptr(&self) -> usize {
+        // SAFETY: `self` is live for the call; the shim reads a pointer.
+        unsafe { tr_native_storage_ref_data(self.ptr.as_ptr()) }
+    }
+
+    /// The version autograd's counter gives the tensors over the storage (0 where they count
+    /// none).
+    pub(crate) fn version(&self) -> u32 {
+        // SAFETY: `self` is live for the call; the shim reads a counter.
+        unsafe { tr_native_storage_ref_version(self.ptr.as_ptr()) }
+    }
+}
+
+impl Drop for StorageRef {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` is ours, and freed once.
+        unsafe { tr_native_storage_ref_free(self.ptr.as_ptr()) }
+    }
 }
 
 /// `like`'s dtype and geometry over the storage (and on the device) of `holder`.
@@ -94,13 +161,11 @@ pub(crate) fn view_on(holder: &tch::Tensor, like: &tch::Tensor) -> Result<tch::T
     make("view", |out, err, len| unsafe { tr_native_view_on(holder.as_ptr().cast(), like.as_ptr().cast(), out, err, len) })
 }
 
-/// `like`'s view of the device copy `device`, whose StorageImpl is at `storage` (its id), counting
-/// versions with `like` (see storage.cpp): an op's input, made without following `device` into
-/// libtorch's objects.
-pub(crate) fn device_view(device: &tch::Tensor, storage: usize, like: &tch::Tensor) -> Result<tch::Tensor> {
-    debug_assert_eq!(self::storage(device, false).map(|i| i.id).ok(), Some(storage), "a device copy's recorded StorageImpl");
-    // SAFETY: `device` (alive for the call) holds the StorageImpl at `storage`; `like` is live.
-    make("view", |out, err, len| unsafe { tr_native_device_view(storage, like.as_ptr().cast(), out, err, len) })
+/// `like`'s view of the device copy `device`, counting versions with `like` (see storage.cpp):
+/// an op's input, made without following `device` into libtorch's objects.
+pub(crate) fn device_view(device: &StorageRef, like: &tch::Tensor) -> Result<tch::Tensor> {
+    // SAFETY: `device` (alive for the call) holds the StorageImpl at its id; `like` is live.
+    make("view", |out, err, len| unsafe { tr_native_device_view(device.id(), like.as_ptr().cast(), out, err, len) })
 }
 
 /// `nbytes` of `holder`'s storage from byte `offset` on, as a 1-D byte tensor over a storage of
@@ -115,25 +180,30 @@ pub(crate) struct ResultHome {
     /// A host tensor shaped like the result over a new storage of the same size with no memory
     /// yet, sharing the result's version counter.
     pub(crate) home: tch::Tensor,
-    /// That storage's bytes, and its StorageImpl's address.
-    pub(crate) home_bytes: tch::Tensor,
-    pub(crate) home_id: usize,
-    /// The result's storage's bytes.
-    pub(crate) device_bytes: tch::Tensor,
+    /// That storage.
+    pub(crate) home_ref: StorageRef,
+    /// The result's storage.
+    pub(crate) device_ref: StorageRef,
 }
 
-/// The home of a result `t` (a device tensor), with what the manager keeps of both storages, in
-/// one call into libtorch.
-pub(crate) fn result_home(t: &tch::Tensor) -> Result<ResultHome> {
-    let (mut home, mut home_bytes, mut device_bytes) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+/// The home of a result `t` (a device tensor over the StorageImpl at `device_id`), with what the
+/// manager keeps of both storages, in one call into libtorch.
+pub(crate) fn result_home(t: &tch::Tensor, device_id: usize) -> Result<ResultHome> {
+    let (mut home, mut home_ref, mut device_ref) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
     let mut home_id = 0;
     // SAFETY: `t` is live for the call; the out pointers are valid.
     run("result home", |err, len| unsafe {
-        tr_native_result_home(t.as_ptr().cast(), &mut home, &mut home_bytes, &mut home_id, &mut device_bytes, err, len)
+        tr_native_result_home(t.as_ptr().cast(), &mut home, &mut home_ref, &mut home_id, &mut device_ref, err, len)
     })?;
-    // SAFETY: on success the shim wrote three new heap `at::Tensor*`, which tch's Tensors own.
-    let own = |p: *mut c_void| unsafe { tch::Tensor::from_ptr(p.cast()) };
-    Ok(ResultHome { home: own(home), home_bytes: own(home_bytes), home_id, device_bytes: own(device_bytes) })
+    // SAFETY: on success the shim wrote a new heap `at::Tensor*` (which tch's Tensor owns) and two
+    // new StorageRefs, the home's over the StorageImpl at `home_id`.
+    unsafe {
+        Ok(ResultHome {
+            home: tch::Tensor::from_ptr(home.cast()),
+            home_ref: StorageRef::own(home_ref, home_id),
+            device_ref: StorageRef::own(device_ref, device_id),
+        })
+    }
 }
 
 /// Gives the lazy storage of `home` memory: page-locked when `pinned` (CUDA's caching host

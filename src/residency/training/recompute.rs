@@ -35,6 +35,7 @@ use crate::residency::core::report::EventKind;
 use crate::residency::training::costs::op_seconds;
 use crate::residency::core::storage::Home;
 use crate::error::{Error, Result};
+use crate::residency::torch_storage::StorageRef;
 use crate::registry::Entry;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -60,7 +61,7 @@ impl Manager {
                 return Ok(());
             }
             depth = depth.max(s.recipe.as_ref().map_or(0, |r| r.depth));
-            recipe.storages.push((input, crate::residency::autograd::version(&s.home)));
+            recipe.storages.push((input, s.home.version()));
         }
         recipe.depth = depth + 1;
         recipe.working_set = self.working_set(id, &recipe);
@@ -70,7 +71,7 @@ impl Manager {
         recipe.cost_ns = self.remake_estimate_ns(id, &recipe);
         let mut views = Vec::with_capacity(recipe.storages.len());
         for (entry, &(input, _)) in recipe.inputs.iter().flatten().zip(&recipe.storages) {
-            views.push(Entry::new(crate::residency::torch_storage::view_on(&self.storages[&input].home, entry)?));
+            views.push(Entry::new(self.storages[&input].home.view(entry)?));
         }
         let mut held = recipe.storages.iter().map(|&(input, _)| input).zip(views);
         for slot in recipe.inputs.iter_mut().filter(|i| i.is_some()) {
@@ -253,9 +254,8 @@ impl Manager {
         if info.nbytes != s.bytes || self.by_device.contains_key(&info.id) {
             return Err(Error::Device(format!("`{}` made again is not the storage it made first", recipe.op)));
         }
-        let device = crate::residency::torch_storage::storage_bytes(&result)?;
-        crate::residency::autograd::share_version(&device, &s.home)?;
-        (s.device, s.device_id, s.dirty, s.modified) = (Some(device), info.id, true, true);
+        crate::residency::autograd::share_version(&result, &s.home.bytes()?)?;
+        (s.device, s.dirty, s.modified) = (Some(StorageRef::of(&result)?), true, true);
         let bytes = s.bytes;
         self.by_device.insert(info.id, id);
         self.stats.device_bytes += bytes;
@@ -286,7 +286,7 @@ impl Manager {
             views.push(Some(a.view));
         }
         for &(input, version) in &recipe.storages {
-            if crate::residency::autograd::version(&self.storages[&input].home) != version {
+            if self.storages[&input].home.version() != version {
                 return Err(Error::Device(format!(
                     "an input of `{}` was modified where the residency manager could not see it, after the result was dropped to be made again",
                     recipe.op

@@ -35,7 +35,7 @@ impl Manager {
     fn save(&mut self, t: &tch::Tensor) -> Result<Option<Entry>> {
         let info = crate::residency::torch_storage::storage(t, self.cuda())?;
         if let Some(&id) = self.by_device.get(&info.id) {
-            let entry = Entry::new(crate::residency::torch_storage::view_on(&self.storages[&id].home, t)?);
+            let entry = Entry::new(self.storages[&id].home.view(t)?);
             self.attach(&entry, id);
             return Ok(Some(entry));
         }
