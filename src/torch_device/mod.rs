@@ -26,7 +26,7 @@ use crate::registry::Entry;
 use crate::residency::Ticket;
 use replay::RecipeIn;
 use std::cell::RefCell;
-use std::collections::HashMap;
+use crate::residency::IdMap;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -162,9 +162,9 @@ fn failed(what: &str) -> Error {
 /// Op names as the manager's events and trace keep them (`&'static str`): each distinct name is
 /// kept once, found by the address of libtorch's own (which lives as long as the operator).
 fn op_name(op: *const c_char) -> &'static str {
-    static NAMES: Mutex<Option<HashMap<usize, &'static str>>> = Mutex::new(None);
+    static NAMES: Mutex<Option<IdMap<usize, &'static str>>> = Mutex::new(None);
     let mut names = NAMES.lock().unwrap_or_else(PoisonError::into_inner);
-    names.get_or_insert_with(HashMap::new).entry(op as usize).or_insert_with(|| {
+    names.get_or_insert_with(IdMap::default).entry(op as usize).or_insert_with(|| {
         // SAFETY: the C++ half passes libtorch's NUL-terminated operator name.
         let name = unsafe { CStr::from_ptr(op) }.to_string_lossy().into_owned();
         Box::leak(name.into_boxed_str())

@@ -347,15 +347,15 @@ impl Manager {
     /// input's, or one autograd saved during the op) becomes a new entry viewing that storage (no
     /// bytes, nothing to write back). Anything else is a new storage (`add_produced`), which keeps
     /// `recipe` if one is given.
-    pub(crate) fn place_result(&mut self, result: tch::Tensor, op: &'static str, inputs: &[(TraceKey, u64)], anchor: Option<u64>, recipe: Option<Recipe>) -> Result<Entry> {
-        let info = crate::residency::torch_storage::storage(&result, self.cuda())?;
+    pub(crate) fn place_result(&mut self, result: &tch::Tensor, op: &'static str, inputs: &[(TraceKey, u64)], anchor: Option<u64>, recipe: Option<Recipe>) -> Result<Entry> {
+        let info = crate::residency::torch_storage::storage(result, self.cuda())?;
         if let Some(&id) = self.by_device.get(&info.id) {
-            let entry = Entry::new(self.storages[&id].home.view(&result)?);
+            let entry = Entry::new(self.storages[&id].home.view(result)?);
             self.end_op(op, inputs, None, anchor);
             self.attach(&entry, id);
             return Ok(entry);
         }
-        self.add_produced(&result, &info, op, inputs, anchor, recipe, Role::Activations)
+        self.add_produced(result, &info, op, inputs, anchor, recipe, Role::Activations)
     }
 
     /// Registers a tensor made on the device (an op's result, a gradient, or one autograd saved:

@@ -8,7 +8,7 @@
 
 pub(super) mod external;
 pub(super) mod homes;
-pub(super) mod id_map;
+pub(crate) mod id_map;
 pub(super) mod eviction;
 pub(super) mod manager;
 pub(super) mod picture;

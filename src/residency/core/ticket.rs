@@ -245,7 +245,7 @@ impl Ticket {
         let graph = result.requires_grad().then(|| result.shallow_clone());
         let anchor = self.anchored.then_some(self.anchor);
         let acquired = std::mem::take(&mut self.acquired);
-        let placed = with(|m| m.place_result(result, self.op, &self.record, anchor, recipe));
+        let placed = with(|m| m.place_result(&result, self.op, &self.record, anchor, recipe));
         let entry = match placed {
             Ok(entry) => entry,
             Err(e) => {
@@ -283,7 +283,7 @@ impl Ticket {
                         recipe.kernel_bytes = kernel_bytes;
                         recipe
                     });
-                    m.place_result(r.shallow_clone(), op, record, anchor, recipe)
+                    m.place_result(r, op, record, anchor, recipe)
                 })
                 .collect::<Result<Vec<_>>>()?;
             m.stats.ops -= results.len().saturating_sub(1) as u64; // one op, however many results

@@ -298,8 +298,11 @@ impl Trace {
 
     fn start_iteration(&mut self, ops: Option<Vec<OpRecord>>) {
         let evicted = std::mem::take(&mut self.evicted);
-        if let Some(ops) = ops {
-            self.recorded = Some(Recorded::new(ops, evicted));
+        match (ops, &mut self.recorded) {
+            // The iteration repeated the recorded one op for op: only what it evicted is new.
+            (Some(ops), Some(r)) if r.ops == ops => r.evicted = evicted,
+            (Some(ops), _) => self.recorded = Some(Recorded::new(ops, evicted)),
+            (None, _) => {}
         }
         self.current.clear();
         self.anchors.clear();
