@@ -168,16 +168,15 @@ at::Tensor Attempt::acquire(const at::Tensor &t) {
 
 bool Attempt::recomputes() const { return callbacks->recomputes(ticket_) != 0; }
 
-std::vector<at::Tensor> Attempt::place(const std::vector<at::Tensor> &results, std::unique_ptr<Replay> replay,
+std::vector<at::Tensor> Attempt::place(c10::ArrayRef<at::Tensor> results, std::unique_ptr<Replay> replay,
                                        const std::vector<at::Tensor> &inputs) {
-    std::vector<const void *> ptrs;
-    ptrs.reserve(results.size());
+    c10::SmallVector<const void *, 4> ptrs;
     for (const auto &r : results) {
         ptrs.push_back(&r);
     }
-    std::vector<const Entry *> homes(results.size(), nullptr);
-    std::vector<const Entry *> input_homes;
-    std::vector<const void *> likes;
+    c10::SmallVector<const Entry *, 4> homes(results.size(), nullptr);
+    c10::SmallVector<const Entry *, 4> input_homes;
+    c10::SmallVector<const void *, 4> likes;
     for (const auto &in : inputs) {
         input_homes.push_back(home_of(in));
         likes.push_back(&in);

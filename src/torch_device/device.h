@@ -5,6 +5,8 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/ArrayRef.h>
+#include <c10/util/SmallVector.h>
 
 #include <cstddef>
 #include <exception>
@@ -148,7 +150,7 @@ class Attempt {
     // Makes each result (a tensor of the compute device) a new managed storage and ends the op;
     // returns the results as tensors of this device. With `replay` (how to make each result
     // again from `inputs`), each result keeps a recipe.
-    std::vector<at::Tensor> place(const std::vector<at::Tensor> &results, std::unique_ptr<Replay> replay = nullptr,
+    std::vector<at::Tensor> place(c10::ArrayRef<at::Tensor> results, std::unique_ptr<Replay> replay = nullptr,
                                   const std::vector<at::Tensor> &inputs = {});
 
     // Ends an op that made no new storage.

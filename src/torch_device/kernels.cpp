@@ -157,10 +157,11 @@ struct Input {
     at::Tensor view;      // its device copy, as the kernel sees it
     const void *memory;   // where the view's memory was before the kernel
 };
+using Inputs = c10::SmallVector<Input, 4>; // an op's, on its stack: most ops have few
 
 // The argument (of this device) a kernel's output is, if any: the same TensorImpl as a view, or
 // a view of the same memory (an output of this device over the argument's storage).
-at::Tensor back_to_device(const at::Tensor &out, const std::vector<Input> &inputs) {
+at::Tensor back_to_device(const at::Tensor &out, const Inputs &inputs) {
     for (const auto &in : inputs) {
         if (out.unsafeGetTensorImpl() == in.view.unsafeGetTensorImpl()) {
             return in.tensor;
@@ -202,10 +203,10 @@ void declare_written(Attempt &a, const c10::FunctionSchema &schema, const std::v
 
 // Pushes the arguments with each tensor of this device replaced by its device copy, and a
 // `device=` of this device by the compute device (the host where nothing was acquired).
-std::vector<Input> push_arguments(Attempt &a, const c10::FunctionSchema &schema, const std::vector<c10::IValue> &args,
+Inputs push_arguments(Attempt &a, const c10::FunctionSchema &schema, const std::vector<c10::IValue> &args,
                                   torch::jit::Stack *stack) {
     const size_t first = stack->size();
-    std::vector<Input> inputs;
+    Inputs inputs;
     declare_written(a, schema, args);
     for (const c10::IValue &arg : args) {
         c10::IValue v = arg;
@@ -239,9 +240,9 @@ std::vector<Input> push_arguments(Attempt &a, const c10::FunctionSchema &schema,
 // (an out= argument it resized to more) grows to that memory, placed as a new home; and each
 // argument takes the geometry the kernel gave it. Ends the op. New storages keep recipes from
 // `replay` (over `sources`, the op's inputs) when every output is one.
-void place_outputs(Attempt &a, torch::jit::Stack *stack, size_t first, const std::vector<Input> &inputs,
+void place_outputs(Attempt &a, torch::jit::Stack *stack, size_t first, const Inputs &inputs,
                    std::unique_ptr<Replay> replay, const std::vector<at::Tensor> &sources) {
-    std::vector<at::Tensor> fresh;
+    c10::SmallVector<at::Tensor, 4> fresh;
     bool all_fresh = true;
     for (size_t i = first; i < stack->size(); ++i) {
         each_tensor((*stack)[i], [&](const at::Tensor &t) {
@@ -257,7 +258,7 @@ void place_outputs(Attempt &a, torch::jit::Stack *stack, size_t first, const std
             return back;
         });
     }
-    std::vector<const Input *> moved; // the first input over each storage the kernel moved
+    c10::SmallVector<const Input *, 2> moved; // the first input over each storage the kernel moved
     for (const auto &in : inputs) {
         const bool first_over_it = std::none_of(moved.begin(), moved.end(), [&](const Input *m) {
             return m->view.storage().is_alias_of(in.view.storage());
@@ -283,7 +284,7 @@ void place_outputs(Attempt &a, torch::jit::Stack *stack, size_t first, const std
         grow(in->tensor.storage(), placed[next++].storage());
     }
     for (const auto &in : inputs) {
-        if (!in.view.is_same_size(in.tensor) || in.view.strides() != in.tensor.strides() ||
+        if (in.view.sizes() != in.tensor.sizes() || in.view.strides() != in.tensor.strides() ||
             in.view.storage_offset() != in.tensor.storage_offset()) {
             in.tensor.unsafeGetTensorImpl()->set_sizes_and_strides(in.view.sizes(), in.view.strides(), in.view.storage_offset());
         }
@@ -299,7 +300,7 @@ void fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
     const size_t first = stack->size();
     run(schema.name().c_str(), [&](Attempt &a) {
         stack->resize(first);
-        std::vector<Input> inputs = push_arguments(a, schema, args, stack);
+        Inputs inputs = push_arguments(a, schema, args, stack);
         std::vector<at::Tensor> sources;
         std::unique_ptr<Replay> replay = a.recomputes() ? replay_of(op, args, *stack, first, sources) : nullptr;
         a.kernel([&] { op.callBoxed(stack); });
