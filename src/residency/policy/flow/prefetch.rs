@@ -36,11 +36,12 @@ impl Manager {
             if s.pinned || !s.counted() || s.dropped() || s.fresh || matches!(s.kind, Home::External { .. }) {
                 continue;
             }
-            let (bytes, wanted) = (s.bytes, self.trace.next_use(s.key));
+            let bytes = s.bytes;
             if s.resident() {
                 ahead += if s.prefetched { bytes } else { 0 };
                 continue;
             }
+            let wanted = self.trace.next_use(s.key);
             let fits_free = self.used() + bytes <= self.cfg.budget_bytes;
             if committed + bytes + working_set > room || (!fits_free && ahead + bytes > window) {
                 return;
