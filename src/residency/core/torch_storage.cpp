@@ -18,8 +18,8 @@
 // library puts it on every DLPack import and export); all other memory is the library's. Whether
 // it is page-locked: the simulated device's deleter, or CUDA's own answer for the pointer.
 //
-// Tensors cross as `at::Tensor*`, the manager's references to storages as `StorageRef*`; no C++ exception
-// leaves this file.
+// Tensors cross as `at::Tensor*`, the manager's references to storages as `StorageRef*`; no C++
+// exception leaves this file.
 #include "guarded.h"
 
 #include <ATen/ATen.h>

@@ -161,7 +161,7 @@ pub(crate) fn view_on(holder: &tch::Tensor, like: &tch::Tensor) -> Result<tch::T
     make("view", |out, err, len| unsafe { tr_native_view_on(holder.as_ptr().cast(), like.as_ptr().cast(), out, err, len) })
 }
 
-/// `like`'s view of the device copy `device`, counting versions with `like` (see storage.cpp):
+/// `like`'s view of the device copy `device`, counting versions with `like` (see torch_storage.cpp):
 /// an op's input, made without following `device` into libtorch's objects.
 pub(crate) fn device_view(device: &StorageRef, like: &tch::Tensor) -> Result<tch::Tensor> {
     // SAFETY: `device` (alive for the call) holds the StorageImpl at its id; `like` is live.
