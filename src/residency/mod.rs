@@ -453,7 +453,7 @@ pub(crate) fn let_go(t: tch::Tensor) -> Result<()> {
         let id = m.home_of(&t)?;
         drop(t);
         if let Some(id) = id {
-            m.forget_unheld(id, 1);
+            m.forget_unheld(id, 0);
         }
         Ok(())
     })

@@ -113,8 +113,8 @@ impl Manager {
             if s.views > 0 {
                 self.held_by_recipes(id);
             } else {
-                // `home` holds one reference, and the dying entry's tensor may hold another.
-                self.forget_unheld(id, 1 + i32::from(holding));
+                // The dying entry's tensor may hold one more reference to the home.
+                self.forget_unheld(id, i32::from(holding));
                 if self.storages.contains_key(&id) {
                     self.orphans.push(id);
                 }
@@ -126,18 +126,19 @@ impl Manager {
         if self.forgotten >= self.orphans.len() {
             self.forgotten = 0;
             let orphans = std::mem::take(&mut self.orphans);
-            self.orphans = orphans.into_iter().filter(|&id| !self.forget_unheld(id, 1)).collect();
+            self.orphans = orphans.into_iter().filter(|&id| !self.forget_unheld(id, 0)).collect();
         }
     }
 
-    /// Forgets a storage no registered view uses if nothing beyond `ours` references holds its
-    /// home (a home without memory too: a leaf's gradient holds one). Returns whether it did.
-    pub(in crate::residency) fn forget_unheld(&mut self, id: u64, ours: i32) -> bool {
+    /// Forgets a storage no registered view uses if nothing holds its home (a home without memory
+    /// too: a leaf's gradient holds one) but its own record and `going` more references, which go
+    /// with the caller. Returns whether it did.
+    pub(in crate::residency) fn forget_unheld(&mut self, id: u64, going: i32) -> bool {
         let Some(s) = self.storages.get(&id) else { return true };
         if s.views > 0 {
             return true; // registered again: no longer an orphan
         }
-        if s.home.holders() > ours {
+        if s.home.holders() > s.own_refs(s.home.id()) + going {
             return false;
         }
         self.drop_recipe(id);

@@ -183,7 +183,13 @@ impl Storage {
     /// saved during the op, a batched product's reshaped copy). Asks libtorch (two reference
     /// counts): callers ask it last.
     pub(crate) fn held_outside(&self) -> bool {
-        self.device.as_ref().is_some_and(|d| d.holders() > 1)
+        self.device.as_ref().is_some_and(|d| d.holders() > self.own_refs(d.id()))
+    }
+
+    /// References this record holds to the StorageImpl at `id`: the home's, and the device
+    /// copy's, which are one StorageImpl for a storage used in place (`Home::OnDevice`).
+    pub(crate) fn own_refs(&self, id: usize) -> i32 {
+        i32::from(self.home.id() == id) + i32::from(self.device_id() == id)
     }
 
     /// The device copy's StorageImpl address (0 when not on the device).
@@ -209,4 +215,35 @@ pub(in crate::residency) fn page_locked<R>(device: Device, request: impl FnOnce(
     let before = crate::residency::torch_storage::page_locked_allocations(cuda);
     let result = request()?;
     Ok((result, crate::residency::torch_storage::page_locked_allocations(cuda).saturating_sub(before)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A storage used in place keeps its home and its device copy as two references to one
+    /// StorageImpl: neither counts as a holder outside the record, and a tensor over it does.
+    #[test]
+    fn a_storage_used_in_place_counts_both_its_references_as_its_own() {
+        let t = tch::Tensor::f_ones([4], tch::kind::FLOAT_CPU).unwrap();
+        let mut s = Storage::new(StorageRef::of(&t).unwrap(), Home::OnDevice, 16, TraceKey::Persistent(1));
+        s.device = Some(StorageRef::of(&t).unwrap());
+        assert_eq!(s.own_refs(s.home.id()), 2);
+        assert!(s.held_outside(), "`t` still holds the memory");
+        drop(t);
+        assert_eq!(s.home.holders(), 2, "only the record's two references are left");
+        assert!(!s.held_outside(), "nothing outside the record holds it");
+    }
+
+    /// A copy on the device is a StorageImpl of its own: the record holds one reference to each.
+    #[test]
+    fn a_device_copy_apart_from_its_home_is_held_once_by_the_record() {
+        let (home, copy) = (tch::Tensor::f_ones([4], tch::kind::FLOAT_CPU).unwrap(), tch::Tensor::f_ones([4], tch::kind::FLOAT_CPU).unwrap());
+        let mut s = Storage::new(StorageRef::of(&home).unwrap(), Home::PageLocked, 16, TraceKey::Persistent(1));
+        s.device = Some(StorageRef::of(&copy).unwrap());
+        assert_eq!((s.own_refs(s.home.id()), s.own_refs(s.device_id())), (1, 1));
+        assert!(s.held_outside(), "`copy` still holds the device memory");
+        drop(copy);
+        assert!(!s.held_outside());
+    }
 }
