@@ -54,7 +54,7 @@ impl Manager {
 
     /// A new storage id: never 0 (an entry's "none") and never reused in the process, so an
     /// entry still naming a storage of an earlier manager names none of this one's.
-    pub(in crate::residency) fn new_id(&mut self) -> u64 {
+    pub(in crate::residency) fn new_id() -> u64 {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         NEXT.fetch_add(1, Ordering::Relaxed)
     }
@@ -65,7 +65,7 @@ impl Manager {
     /// allocating there), so it needs page-locked memory only when its device copy is first
     /// written home, and gets it then, without a copy (`write_home`).
     pub(in crate::residency) fn add_storage(&mut self, entry: &Entry, info: crate::residency::torch_storage::StorageInfo) -> Result<u64> {
-        let id = self.new_id();
+        let id = Manager::new_id();
         let home = StorageRef::of(entry)?;
         let on_device = self.cuda() && entry.device() == self.cfg.device.tch();
         let kind = match () {

@@ -390,7 +390,7 @@ impl Manager {
         let crate::residency::torch_storage::ResultHome { home: home_view, home_ref, device_ref } =
             crate::residency::torch_storage::result_home(t, info.id)?;
         let key = self.end_op(op, inputs, Some(bytes), anchor);
-        let id = self.new_id();
+        let id = Manager::new_id();
         let home_id = home_ref.id();
         let mut s = Storage::new(home_ref, Home::Lazy, bytes, key);
         (s.device, s.dirty, s.modified, s.role) = (Some(device_ref), true, true, role);
