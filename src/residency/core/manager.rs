@@ -388,7 +388,7 @@ impl Manager {
         }
         self.make_room(bytes, op)?;
         let crate::residency::torch_storage::ResultHome { home: home_view, home_ref, device_ref } =
-            crate::residency::torch_storage::result_home(t, info.id)?;
+            crate::residency::torch_storage::result_home(t)?;
         let key = self.end_op(op, inputs, Some(bytes), anchor);
         let id = Manager::new_id();
         let home_id = home_ref.id();

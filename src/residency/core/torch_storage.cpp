@@ -18,7 +18,8 @@
 // library puts it on every DLPack import and export); all other memory is the library's. Whether
 // it is page-locked: the simulated device's deleter, or CUDA's own answer for the pointer.
 //
-// Tensors cross as `at::Tensor*`, the manager's references to storages as `StorageRef*`; no C++
+// Tensors cross as `at::Tensor*`, the manager's references to storages as `StorageRef*` into
+// Rust's memory; no C++
 // exception leaves this file.
 #include "guarded.h"
 
@@ -135,7 +136,9 @@ at::Tensor bytes_over(c10::Storage storage) {
 // What the manager keeps of a storage, its home or its device copy (StorageRef in
 // torch_storage.rs): the StorageImpl, and the version counter every tensor over the storage
 // counts with (none for an inference tensor's). No TensorImpl: a byte tensor over the storage is
-// made only when its memory is copied.
+// made only when its memory is copied. It lives inside the manager's record in Rust's memory
+// (two words, built there in place and destroyed there), so keeping one allocates nothing; each
+// member is one pointer, which Rust may move as it moves any value.
 struct StorageRef {
     c10::Storage storage;
     c10::VariableVersion version; // disabled for an inference tensor's storage
@@ -155,6 +158,8 @@ struct StorageRef {
         return t;
     }
 };
+static_assert(sizeof(StorageRef) == 2 * sizeof(void *) && alignof(StorageRef) == alignof(void *),
+              "StorageRef in torch_storage.rs is two words");
 
 bool is_page_locked(const at::DataPtr &dp, bool cuda) {
     if (dp.get_deleter() == &simulated_free) {
@@ -269,9 +274,10 @@ int tr_native_alias_bytes(const void *holder, uint64_t offset, uint64_t nbytes, 
 // What the manager keeps of a result `t` (a device tensor) it registers, in one call: its home,
 // a host tensor shaped like `t` over a new storage of `t`'s storage size that has no memory yet
 // (see tr_native_home_allocate), with `t`'s version counter; and a reference to each storage,
-// the home's and `t`'s (no tensor over either: a byte tensor is made when its memory moves).
-int tr_native_result_home(const void *t, void **out_home, void **out_home_ref, uintptr_t *out_home_id,
-                          void **out_device_ref, char *err, size_t err_len) {
+// the home's and `t`'s, built in Rust's memory (no tensor over either: a byte tensor is made when
+// its memory moves).
+int tr_native_result_home(const void *t, void **out_home, void *out_home_ref, void *out_device_ref, char *err,
+                          size_t err_len) {
     return guarded(err, err_len, [&] {
         const auto &src = *static_cast<const at::Tensor *>(t);
         auto impl = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), src.storage().nbytes(),
@@ -280,23 +286,21 @@ int tr_native_result_home(const void *t, void **out_home, void **out_home_ref, u
         auto home = tensor_over(at::Storage(std::move(impl)), src.dtype(), src.sizes(), src.strides(),
                                 src.storage_offset());
         share_version(home, src);
-        *out_home_ref = new StorageRef(StorageRef::of(home));
-        *out_home_id = reinterpret_cast<uintptr_t>(home.storage().unsafeGetStorageImpl());
-        *out_device_ref = new StorageRef(StorageRef::of(src));
-        *out_home = new at::Tensor(std::move(home));
+        auto *boxed = new at::Tensor(std::move(home));
+        new (out_home_ref) StorageRef(StorageRef::of(*boxed));
+        new (out_device_ref) StorageRef(StorageRef::of(src));
+        *out_home = boxed;
     });
 }
 
-// A reference to the storage of `t`, with `t`'s version counter, and its StorageImpl's address.
-int tr_native_storage_ref(const void *t, void **out, uintptr_t *out_id, char *err, size_t err_len) {
-    return guarded(err, err_len, [&] {
-        const auto &src = *static_cast<const at::Tensor *>(t);
-        *out_id = reinterpret_cast<uintptr_t>(src.storage().unsafeGetStorageImpl());
-        *out = new StorageRef(StorageRef::of(src));
-    });
+// A reference to the storage of `t`, with `t`'s version counter, built in `*out` (uninitialised
+// memory of Rust's).
+int tr_native_storage_ref(const void *t, void *out, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] { new (out) StorageRef(StorageRef::of(*static_cast<const at::Tensor *>(t))); });
 }
 
-void tr_native_storage_ref_free(void *ref) { delete static_cast<StorageRef *>(ref); }
+// Drops the references of `ref`, whose memory stays Rust's.
+void tr_native_storage_ref_drop(void *ref) { std::destroy_at(static_cast<StorageRef *>(ref)); }
 
 // A 1-D uint8 tensor over the whole storage of `ref`, counting versions with its tensors.
 int tr_native_storage_ref_bytes(const void *ref, void **out, char *err, size_t err_len) {

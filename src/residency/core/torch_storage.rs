@@ -36,8 +36,8 @@ impl StorageInfo {
 /// cbindgen:ignore
 extern "C" {
     fn tr_native_storage(t: *const c_void, cuda: c_int, out: *mut StorageInfo, err: *mut c_char, err_len: usize) -> c_int;
-    fn tr_native_storage_ref(t: *const c_void, out: *mut *mut c_void, out_id: *mut usize, err: *mut c_char, err_len: usize) -> c_int;
-    fn tr_native_storage_ref_free(r: *mut c_void);
+    fn tr_native_storage_ref(t: *const c_void, out: *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_storage_ref_drop(r: *mut c_void);
     fn tr_native_storage_ref_bytes(r: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_storage_ref_view(r: *const c_void, like: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_storage_ref_holders(r: *const c_void) -> i32;
@@ -46,7 +46,7 @@ extern "C" {
     fn tr_native_view_on(holder: *const c_void, like: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_device_view(storage: usize, like: *const c_void, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_alias_bytes(holder: *const c_void, offset: u64, nbytes: u64, out: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
-    fn tr_native_result_home(t: *const c_void, out_home: *mut *mut c_void, out_home_ref: *mut *mut c_void, out_home_id: *mut usize, out_device_ref: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_result_home(t: *const c_void, out_home: *mut *mut c_void, out_home_ref: *mut c_void, out_device_ref: *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_home_allocate(home: *const c_void, pinned: c_int, cuda: c_int, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_home_pin(home: *const c_void, cuda: c_int, copy: c_int, out_old: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_copy_quiet(dst: *const c_void, src: *const c_void, err: *mut c_char, err_len: usize) -> c_int;
@@ -83,11 +83,13 @@ pub(crate) fn tensor_impl(t: &tch::Tensor) -> usize {
 /// What the manager keeps of a storage, its home or its device copy: a counted reference to its
 /// StorageImpl and the version counter every tensor over it counts with (see torch_storage.cpp).
 /// It holds no tensor: a byte tensor over the storage is made when its memory moves (`bytes`).
+///
+/// The C++ `StorageRef` itself, two words (a `c10::Storage` and a `c10::VariableVersion`, each one
+/// pointer), built in place here by the shim and destroyed by it: keeping one allocates nothing,
+/// and the first word is the StorageImpl's address.
+#[repr(C)]
 pub(crate) struct StorageRef {
-    ptr: std::ptr::NonNull<c_void>,
-    /// The StorageImpl's address, kept here so that the per-op path reads it without following
-    /// `ptr` into a cold object.
-    id: usize,
+    words: [usize; 2],
 }
 
 // SAFETY: the StorageImpl and version counter are reference counted atomically, as a tch::Tensor's
@@ -98,60 +100,58 @@ unsafe impl Sync for StorageRef {}
 impl StorageRef {
     /// The storage `t` views, counting versions with `t`.
     pub(crate) fn of(t: &tch::Tensor) -> Result<StorageRef> {
-        let (mut ptr, mut id) = (std::ptr::null_mut(), 0);
-        // SAFETY: `t` is live for the call; the out pointers are valid.
-        run("storage", |err, len| unsafe { tr_native_storage_ref(t.as_ptr().cast(), &mut ptr, &mut id, err, len) })?;
-        // SAFETY: on success the shim wrote a new StorageRef.
-        Ok(unsafe { StorageRef::own(ptr, id) })
+        let mut r = std::mem::MaybeUninit::<StorageRef>::uninit();
+        // SAFETY: `t` is live for the call; `r` is room for a StorageRef.
+        run("storage", |err, len| unsafe { tr_native_storage_ref(t.as_ptr().cast(), r.as_mut_ptr().cast(), err, len) })?;
+        // SAFETY: on success the shim built a StorageRef in `r`.
+        Ok(unsafe { r.assume_init() })
     }
 
-    /// # Safety
-    /// `ptr` is a new `StorageRef*` of the shim's, over the StorageImpl at `id`.
-    unsafe fn own(ptr: *mut c_void, id: usize) -> StorageRef {
-        StorageRef { ptr: std::ptr::NonNull::new(ptr).expect("the shim wrote a StorageRef"), id }
+    fn ptr(&self) -> *const c_void {
+        (self as *const StorageRef).cast()
     }
 
     /// The StorageImpl's address: stable while any tensor views the storage.
     pub(crate) fn id(&self) -> usize {
-        self.id
+        self.words[0]
     }
 
     /// A 1-D uint8 tensor over the whole storage, on its device.
     pub(crate) fn bytes(&self) -> Result<tch::Tensor> {
         // SAFETY: `self` is live for the call.
-        make("storage bytes", |out, err, len| unsafe { tr_native_storage_ref_bytes(self.ptr.as_ptr(), out, err, len) })
+        make("storage bytes", |out, err, len| unsafe { tr_native_storage_ref_bytes(self.ptr(), out, err, len) })
     }
 
     /// `like`'s dtype and geometry over this storage (and on its device).
     pub(crate) fn view(&self, like: &tch::Tensor) -> Result<tch::Tensor> {
         // SAFETY: both are live for the call.
-        make("view", |out, err, len| unsafe { tr_native_storage_ref_view(self.ptr.as_ptr(), like.as_ptr().cast(), out, err, len) })
+        make("view", |out, err, len| unsafe { tr_native_storage_ref_view(self.ptr(), like.as_ptr().cast(), out, err, len) })
     }
 
     /// References to the StorageImpl: this one, and one for each tensor over the storage.
     pub(crate) fn holders(&self) -> i32 {
         // SAFETY: `self` is live for the call; the shim reads a reference count.
-        unsafe { tr_native_storage_ref_holders(self.ptr.as_ptr()) }
+        unsafe { tr_native_storage_ref_holders(self.ptr()) }
     }
 
     /// The address of the storage's memory (0 for a home without memory yet).
     pub(crate) fn data_ptr(&self) -> usize {
         // SAFETY: `self` is live for the call; the shim reads a pointer.
-        unsafe { tr_native_storage_ref_data(self.ptr.as_ptr()) }
+        unsafe { tr_native_storage_ref_data(self.ptr()) }
     }
 
     /// The version autograd's counter gives the tensors over the storage (0 where they count
     /// none).
     pub(crate) fn version(&self) -> u32 {
         // SAFETY: `self` is live for the call; the shim reads a counter.
-        unsafe { tr_native_storage_ref_version(self.ptr.as_ptr()) }
+        unsafe { tr_native_storage_ref_version(self.ptr()) }
     }
 }
 
 impl Drop for StorageRef {
     fn drop(&mut self) {
-        // SAFETY: `ptr` is ours, and freed once.
-        unsafe { tr_native_storage_ref_free(self.ptr.as_ptr()) }
+        // SAFETY: the shim built `self`, which is destroyed once, here.
+        unsafe { tr_native_storage_ref_drop((self as *mut StorageRef).cast()) }
     }
 }
 
@@ -186,24 +186,18 @@ pub(crate) struct ResultHome {
     pub(crate) device_ref: StorageRef,
 }
 
-/// The home of a result `t` (a device tensor over the StorageImpl at `device_id`), with what the
-/// manager keeps of both storages, in one call into libtorch.
-pub(crate) fn result_home(t: &tch::Tensor, device_id: usize) -> Result<ResultHome> {
-    let (mut home, mut home_ref, mut device_ref) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
-    let mut home_id = 0;
-    // SAFETY: `t` is live for the call; the out pointers are valid.
+/// The home of a result `t` (a device tensor), with what the manager keeps of both storages, in
+/// one call into libtorch.
+pub(crate) fn result_home(t: &tch::Tensor) -> Result<ResultHome> {
+    let mut home = std::ptr::null_mut();
+    let (mut home_ref, mut device_ref) = (std::mem::MaybeUninit::<StorageRef>::uninit(), std::mem::MaybeUninit::<StorageRef>::uninit());
+    // SAFETY: `t` is live for the call; the out pointers are valid, the two refs room for one each.
     run("result home", |err, len| unsafe {
-        tr_native_result_home(t.as_ptr().cast(), &mut home, &mut home_ref, &mut home_id, &mut device_ref, err, len)
+        tr_native_result_home(t.as_ptr().cast(), &mut home, home_ref.as_mut_ptr().cast(), device_ref.as_mut_ptr().cast(), err, len)
     })?;
-    // SAFETY: on success the shim wrote a new heap `at::Tensor*` (which tch's Tensor owns) and two
-    // new StorageRefs, the home's over the StorageImpl at `home_id`.
-    unsafe {
-        Ok(ResultHome {
-            home: tch::Tensor::from_ptr(home.cast()),
-            home_ref: StorageRef::own(home_ref, home_id),
-            device_ref: StorageRef::own(device_ref, device_id),
-        })
-    }
+    // SAFETY: on success the shim wrote a new heap `at::Tensor*` (which tch's Tensor owns) and built
+    // both StorageRefs.
+    unsafe { Ok(ResultHome { home: tch::Tensor::from_ptr(home.cast()), home_ref: home_ref.assume_init(), device_ref: device_ref.assume_init() }) }
 }
 
 /// Gives the lazy storage of `home` memory: page-locked when `pinned` (CUDA's caching host
