@@ -139,6 +139,7 @@ impl Manager {
         }
         let s = self.storages.get_mut(&id).expect("victim is registered");
         let device = s.device.take().expect("victim is resident");
+        self.window_epoch += 1;
         self.by_device.remove(&device.id());
         drop(device);
         s.loading = None; // a prefetch never used: its memory belongs to the load stream

@@ -80,6 +80,7 @@ impl Manager {
             s.within = None;
             if let Some(device) = s.device.take() {
                 self.by_device.remove(&device.id());
+                self.window_epoch += 1;
             }
         }
     }

@@ -86,6 +86,7 @@ impl Manager {
         }
         self.by_home.insert(info.id, id);
         self.storages.insert(id, s);
+        self.window_epoch += 1;
         Ok(id)
     }
 

@@ -75,6 +75,10 @@ pub(crate) struct Manager {
     pub(in crate::residency) unkept: Vec<u64>,
     /// Flow's prefetch after the last op, made as the next op begins (`op_begin`).
     prefetch_due: bool,
+    /// Counts the storages that left the device or came new to the manager: what a finished
+    /// prefetch pass (`window_done`) no longer holds for once it moves.
+    pub(in crate::residency) window_epoch: u64,
+    pub(in crate::residency) window_done: Option<crate::residency::policy::flow::prefetch::WindowDone>,
     pub(crate) stats: ResidencyStats,
     /// `stats.device_bytes` by what the storages hold, for the memory picture.
     pub(in crate::residency) device_by_role: ByRole,
@@ -118,6 +122,8 @@ impl Manager {
             written_now: Vec::new(),
             unkept: Vec::new(),
             prefetch_due: false,
+            window_epoch: 0,
+            window_done: None,
             stats,
             device_by_role: ByRole::default(),
             clock: 0,

@@ -4,7 +4,7 @@
 
 use crate::residency::core::manager::Manager;
 use crate::residency::core::report::EventKind;
-use crate::residency::core::storage::Home;
+use crate::residency::core::storage::{Home, Storage};
 use crate::residency::policy::flow::trace::{Ahead, TraceKey};
 
 impl Manager {
@@ -24,7 +24,42 @@ impl Manager {
     /// order evicts it: taken earlier, it is loaded back more often). A dropped result is not
     /// fetched: it is made again at its use.
     /// Errors stop the prefetch; the op then loads what it needs.
+    ///
+    /// A pass that went through the whole window (nothing left it wanting room) is not made again
+    /// while no storage has left the device or come new to the manager since (`Manager::window_epoch`):
+    /// every input in the window then stays resident or passed over, and results made since are
+    /// on the device. Only the inputs of the ops that entered the window are looked at, and the
+    /// whole pass is made again if one of them is not on the device. While the program follows
+    /// an iteration with everything resident, this is a few lookups an op instead of one for
+    /// every input of the window (256 ops by default).
     pub(in crate::residency) fn prefetch(&mut self) {
+        if let Some(done) = self.window_done.take() {
+            let same = done.iteration == self.trace.iteration() && done.epoch == self.window_epoch;
+            if let Some(entered) = self.trace.entered_since(done.pos, self.cfg.prefetch_depth).filter(|_| same) {
+                if entered.into_iter().all(|key| self.storage_for(key).is_none_or(|id| !self.wants_load(id))) {
+                    self.window_done = Some(WindowDone { pos: self.trace.pos(), ..done });
+                    return;
+                }
+            }
+        }
+        if self.prefetch_window() {
+            self.window_done = Some(WindowDone { iteration: self.trace.iteration(), pos: self.trace.pos(), epoch: self.window_epoch });
+        }
+    }
+
+    /// A storage a prefetch would load: one not on the device that has something to load.
+    fn wants_load(&self, id: u64) -> bool {
+        self.storages.get(&id).is_some_and(|s| !s.resident() && !Self::passed_over(s))
+    }
+
+    /// A storage no prefetch loads: pinned, not counted, dropped, never written (it gets device
+    /// memory at its use) or external.
+    fn passed_over(s: &Storage) -> bool {
+        s.pinned || !s.counted() || s.dropped() || s.fresh || matches!(s.kind, Home::External { .. })
+    }
+
+    /// One pass over the window (see `prefetch`); returns whether it went through all of it.
+    fn prefetch_window(&mut self) -> bool {
         let room = self.cfg.budget_bytes.saturating_sub(self.stats.pinned_bytes);
         let plan = self.trace.prefetch_plan(self.cfg.prefetch_depth);
         let plan: Vec<_> = plan.into_iter().filter_map(|(key, ahead)| Some((self.storage_for(key)?, ahead))).collect();
@@ -32,8 +67,7 @@ impl Manager {
         let (mut committed, mut ahead) = (0, 0);
         for (id, Ahead { working_set, results }) in plan {
             let Some(s) = self.storages.get(&id) else { continue };
-            // A storage never written has nothing to load: it gets device memory at its use.
-            if s.pinned || !s.counted() || s.dropped() || s.fresh || matches!(s.kind, Home::External { .. }) {
+            if Self::passed_over(s) {
                 continue;
             }
             let bytes = s.bytes;
@@ -44,7 +78,7 @@ impl Manager {
             let wanted = self.trace.next_use(s.key);
             let fits_free = self.used() + bytes <= self.cfg.budget_bytes;
             if committed + bytes + working_set > room || (!fits_free && ahead + bytes > window) {
-                return;
+                return false;
             }
             // The copies a prefetch may evict (every storage looked at): only when free room is short.
             let mut later = Vec::new();
@@ -58,21 +92,22 @@ impl Manager {
                     })
                     .collect();
                 if self.used() + bytes + results > self.cfg.budget_bytes + later.iter().map(|c| c.bytes).sum::<u64>() {
-                    return;
+                    return false;
                 }
             }
             while self.used() + bytes > self.cfg.budget_bytes {
                 match self.policy.pick_victim(&later, self.clock, &self.trace) {
                     Some(victim) if self.evict(victim, "prefetch").is_ok() => later.retain(|c| c.uid != victim),
-                    _ => return,
+                    _ => return false,
                 }
             }
             if self.load(id, "prefetch", EventKind::Prefetch).is_err() {
-                return;
+                return false;
             }
             committed += bytes;
             ahead += bytes;
         }
+        true
     }
 
     /// The storage a trace key names: a persistent one by its id, a result of this iteration by
@@ -83,4 +118,13 @@ impl Manager {
             TraceKey::Produced { .. } => self.by_key.get(&key).copied(),
         }
     }
+}
+
+/// Where the last prefetch pass that went through its whole window began (see `prefetch`).
+#[derive(Clone, Copy)]
+pub(in crate::residency) struct WindowDone {
+    iteration: u64,
+    pos: u32,
+    /// `Manager::window_epoch` then.
+    epoch: u64,
 }

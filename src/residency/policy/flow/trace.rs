@@ -207,19 +207,43 @@ impl Trace {
             let op = &r.ops[(self.pos as usize + d) % r.ops.len()];
             results = results.max(op.output.map_or(0, |o| o.1));
             let ahead = Ahead { working_set: before, results };
-            for (k, _) in &op.inputs {
-                match *k {
-                    NormKey::Persistent(uid) => plan.push((TraceKey::Persistent(self.standing_for(uid)), ahead)),
-                    NormKey::Produced(made) if made < self.pos => plan.push((TraceKey::Produced { iteration: self.iteration, op: made }, ahead)),
-                    _ => {}
-                }
-            }
+            plan.extend(self.fetchable(op).map(|k| (k, ahead)));
             let working_set = op.inputs.iter().map(|i| i.1).sum::<u64>() + op.output.map_or(0, |o| o.1);
             before = before.max(working_set);
         }
         plan
     }
 
+    /// The inputs of the ops that entered the prefetch window of `depth` ops since it began at op
+    /// `since` of this iteration (the plan's keys, in its order), or None when the window holds
+    /// no op it held then: every op of it is new, or the position moved back.
+    pub(crate) fn entered_since(&self, since: u32, depth: usize) -> Option<Vec<TraceKey>> {
+        let r = self.recorded.as_ref().filter(|_| self.following)?;
+        let depth = depth.min(r.ops.len());
+        let moved = self.pos.checked_sub(since)? as usize;
+        if moved >= depth && moved > 0 {
+            return None;
+        }
+        // The window covers the whole recording when `depth` is its length: no op enters it.
+        let entered = if depth == r.ops.len() { 0 } else { moved };
+        let first = self.pos as usize + depth - entered;
+        Some((first..first + entered).flat_map(|i| self.fetchable(&r.ops[i % r.ops.len()])).collect())
+    }
+
+    /// The inputs of a recorded op that exist now, as they are named now: persistent ones (a
+    /// survivor by the one standing for it), and results made earlier in this iteration.
+    fn fetchable<'a>(&'a self, op: &'a OpRecord) -> impl Iterator<Item = TraceKey> + 'a {
+        op.inputs.iter().filter_map(|(k, _)| match *k {
+            NormKey::Persistent(uid) => Some(TraceKey::Persistent(self.standing_for(uid))),
+            NormKey::Produced(made) if made < self.pos => Some(TraceKey::Produced { iteration: self.iteration, op: made }),
+            _ => None,
+        })
+    }
+
+    /// Index of the op now running within the current iteration.
+    pub(crate) fn pos(&self) -> u32 {
+        self.pos
+    }
 }
 
 /// What must fit on the device beside a prefetched tensor until the op that reads it has run.
@@ -442,6 +466,32 @@ mod tests {
             t.op_end("add", read, Some(16), None);
             t.op_end("mm", &[(TraceKey::Persistent(2), 8)], Some(16), None);
         }
+    }
+
+    #[test]
+    fn the_ops_entering_the_prefetch_window_are_those_past_its_old_end() {
+        // Five ops, each reading weight 1 to 5, followed from the fourth iteration on.
+        let read = |t: &mut Trace, w: u64| {
+            t.op_end("mm", &[(TraceKey::Persistent(w), 8)], Some(8), None);
+        };
+        let mut t = Trace::default();
+        for _ in 0..3 {
+            t.mark();
+            (1..=5).for_each(|w| read(&mut t, w));
+        }
+        t.mark();
+        assert!(t.following());
+        assert_eq!(t.entered_since(0, 2), Some(vec![]), "the window has not moved");
+        read(&mut t, 1);
+        assert_eq!(t.entered_since(0, 2), Some(vec![TraceKey::Persistent(3)]), "ops 1-2 follow ops 0-1");
+        read(&mut t, 2);
+        assert_eq!(t.entered_since(0, 2), None, "no op of the window began at op 0 is in it");
+        assert_eq!(t.entered_since(1, 2), Some(vec![TraceKey::Persistent(4)]));
+        read(&mut t, 3);
+        read(&mut t, 4);
+        assert_eq!(t.entered_since(3, 2), Some(vec![TraceKey::Persistent(1)]), "the window wraps into the next iteration");
+        assert_eq!(t.entered_since(3, 5), Some(vec![]), "a window as long as the iteration takes in no op");
+        assert_eq!(t.entered_since(5, 2), None, "the position moved back");
     }
 
     #[test]
