@@ -79,7 +79,7 @@ pub(crate) struct Manager {
     /// prefetch pass (`window_done`) no longer holds for once it moves.
     pub(in crate::residency) window_epoch: u64,
     /// Where Flow's last prefetch pass that went through its whole window began (see `prefetch`).
-    pub(in crate::residency) window_done: Option<crate::residency::policy::flow::prefetch::WindowDone>,
+    pub(in crate::residency) window_done: Option<crate::residency::policy::flow::trace::WindowDone>,
     pub(crate) stats: ResidencyStats,
     /// `stats.device_bytes` by what the storages hold, for the memory picture.
     pub(in crate::residency) device_by_role: ByRole,

@@ -5,7 +5,7 @@
 use crate::residency::core::manager::Manager;
 use crate::residency::core::report::EventKind;
 use crate::residency::core::storage::{Home, Storage};
-use crate::residency::policy::flow::trace::{Ahead, TraceKey};
+use crate::residency::policy::flow::trace::{Ahead, TraceKey, WindowDone};
 
 impl Manager {
     /// Starts loading the storages the next recorded ops read, so the copy engine stays busy
@@ -118,13 +118,4 @@ impl Manager {
             TraceKey::Produced { .. } => self.by_key.get(&key).copied(),
         }
     }
-}
-
-/// Where the last prefetch pass that went through its whole window began (see `prefetch`).
-#[derive(Clone, Copy)]
-pub(in crate::residency) struct WindowDone {
-    iteration: u64,
-    pos: u32,
-    /// `Manager::window_epoch` then.
-    epoch: u64,
 }

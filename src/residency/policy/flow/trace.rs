@@ -246,6 +246,15 @@ impl Trace {
     }
 }
 
+/// Where the last prefetch pass that went through its whole window began (see `Manager::prefetch`).
+#[derive(Clone, Copy)]
+pub(crate) struct WindowDone {
+    pub(crate) iteration: u64,
+    pub(crate) pos: u32,
+    /// `Manager::window_epoch` then.
+    pub(crate) epoch: u64,
+}
+
 /// What must fit on the device beside a prefetched tensor until the op that reads it has run.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Ahead {
