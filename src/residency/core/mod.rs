@@ -1,16 +1,17 @@
 //! What every policy runs on: the manager's state, loads and result placement (`manager`), room
 //! in the budget (`eviction`), reads, exports, pins and the drain (`outside`), one storage's
 //! placement and its home (`storage`) and what libtorch knows of it (`torch_storage`, with its
-//! C++), which storage a tensor views (`homes`), several storages over one
-//! memory the outside can reach (`external`), one op's protocol (`ticket`), ops on several
-//! threads waiting for room in the one budget (`room`), counters, events and the timeline
-//! (`report`), and the maps keyed by ids (`id_map`).
+//! C++), the views of device copies an op's inputs are (`op_views`), which storage a tensor
+//! views (`homes`), several storages over one memory the outside can reach (`external`), one
+//! op's protocol (`ticket`), ops on several threads waiting for room in the one budget (`room`),
+//! counters, events and the timeline (`report`), and the maps keyed by ids (`id_map`).
 
 pub(super) mod external;
 pub(super) mod homes;
 pub(crate) mod id_map;
 pub(super) mod eviction;
 pub(super) mod manager;
+pub(crate) mod op_views;
 pub(super) mod picture;
 pub(super) mod outside;
 pub(super) mod report;

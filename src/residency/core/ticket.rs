@@ -167,7 +167,7 @@ impl Ticket {
         if write && recording {
             self.written.push((entry.shallow_clone(), view.shallow_clone()));
         }
-        let placed = Arc::new(Entry::new(view));
+        let placed = Arc::new(Entry::op_view(view));
         let view = crate::residency::torch_storage::tensor_impl(&placed);
         self.views.push(View { input, view, placed: placed.clone(), original: entry.clone() });
         Ok(placed)

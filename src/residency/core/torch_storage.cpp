@@ -22,6 +22,7 @@
 // Rust's memory; no C++
 // exception leaves this file.
 #include "guarded.h"
+#include "op_views.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/CachingHostAllocator.h>
@@ -38,6 +39,7 @@
 #include <vector>
 
 using tr_native::guarded;
+using tr_native::tensor_over;
 
 namespace {
 
@@ -114,17 +116,6 @@ void alias_deleter(void *ctx) { delete static_cast<Alias *>(ctx); }
 
 c10::StorageImpl *impl_of(const void *t) {
     return static_cast<const at::Tensor *>(t)->storage().unsafeGetStorageImpl();
-}
-
-// A tensor of `dtype` with `sizes`, `strides` and `offset` over `storage`, on its device: what
-// at::empty({0}) and set_ make, built directly, without their two calls through the dispatcher
-// (autograd's wrappers, the version bump of an in-place op): every managed op makes a few.
-at::Tensor tensor_over(c10::Storage storage, caffe2::TypeMeta dtype, at::IntArrayRef sizes, at::IntArrayRef strides,
-                       int64_t offset) {
-    c10::DispatchKeySet keys(c10::computeDispatchKey(c10::typeMetaToScalarType(dtype), at::kStrided, storage.device()));
-    auto t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), keys, dtype);
-    t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, offset);
-    return t;
 }
 
 // A 1-D byte tensor over all of `storage`.
@@ -247,9 +238,9 @@ int tr_native_device_view(uintptr_t storage, const void *like, void **out, char 
         auto needs = empty ? 0 : (last + 1) * static_cast<int64_t>(l.dtype().itemsize());
         TORCH_CHECK(needs <= static_cast<int64_t>(impl->nbytes()), "device_view: the view needs ", needs,
                     " bytes of a storage of ", impl->nbytes());
-        auto view = tensor_over(c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl)), l.dtype(),
-                                l.sizes(), l.strides(), l.storage_offset());
-        share_version(view, l);
+        auto view = tr_native::op_view(c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl)),
+                                       l.dtype(), l.sizes(), l.strides(), l.storage_offset());
+        tr_native::counts_versions(view, l);
         *out = new at::Tensor(std::move(view));
     });
 }

@@ -1,0 +1,111 @@
+// The views of device copies an op's inputs are (op_views.rs): one for each input of every op
+// under the manager, made before its kernel and let go of after it. Made new, each is a
+// TensorImpl and a version counter allocated, filled and freed again. Instead, each thread keeps
+// a few views that ops let go of, and makes its next views from them, pointed at another
+// storage: nothing is allocated, and the memory is still in cache.
+//
+// A view is kept only when nothing else holds it (no other reference, strong or weak) and the op
+// left nothing on it: no autograd metadata, names, or conjugate, negative or zero bit. Kept, it
+// holds no storage (so no device memory stays alive through it) and no version counter. It is
+// taken again only for a view of its own dtype and device, outside inference mode as it was made
+// outside it, so its dispatch keys are those a new view's would be. No C++ exception leaves this
+// file.
+#include "op_views.h"
+
+#include "guarded.h"
+
+#include <c10/core/InferenceMode.h>
+
+#include <vector>
+
+namespace {
+
+struct Idle {
+    c10::intrusive_ptr<c10::TensorImpl> impl;
+    c10::Device device;
+};
+
+// A thread's kept views; a few are enough, as an op has few inputs.
+constexpr size_t kKept = 8;
+thread_local std::vector<Idle> kept;
+
+// What a kept view holds instead of a storage: one empty storage, the thread's own (so that no
+// reference count is shared between threads).
+const c10::Storage &no_storage() {
+    thread_local const c10::Storage empty(c10::make_intrusive<c10::StorageImpl>(
+        c10::StorageImpl::use_byte_size_t(), 0, at::DataPtr(nullptr, at::Device(at::kCPU)), nullptr, false));
+    return empty;
+}
+
+// Whether the op that had `t` left it as it was made (see above); `t` is defined.
+bool untouched(const at::Tensor &t) {
+    auto *impl = t.unsafeGetTensorImpl();
+    return t.use_count() == 1 && t.weak_use_count() == 1 && impl->allow_tensor_metadata_change() &&
+           !impl->is_inference() && impl->autograd_meta() == nullptr &&
+           !impl->has_named_tensor_meta() && !impl->has_symbolic_sizes_strides() && !impl->is_conj() &&
+           !impl->is_neg() && !impl->_is_zerotensor();
+}
+
+} // namespace
+
+namespace tr_native {
+
+at::Tensor op_view(c10::Storage storage, caffe2::TypeMeta dtype, at::IntArrayRef sizes, at::IntArrayRef strides,
+                   int64_t offset) {
+    const c10::Device device = storage.device();
+    if (!c10::InferenceMode::is_enabled()) {
+        for (auto it = kept.rbegin(); it != kept.rend(); ++it) {
+            if (it->device == device && it->impl->dtype() == dtype) {
+                auto impl = std::move(it->impl);
+                kept.erase(std::next(it).base());
+                impl->set_storage_keep_dtype(std::move(storage));
+                if (impl->sizes() != sizes || impl->strides() != strides || impl->storage_offset() != offset) {
+                    impl->set_sizes_and_strides(sizes, strides, offset); // (and what follows from them)
+                }
+                return at::Tensor(std::move(impl));
+            }
+        }
+    }
+    return tensor_over(std::move(storage), dtype, sizes, strides, offset);
+}
+
+at::Tensor tensor_over(c10::Storage storage, caffe2::TypeMeta dtype, at::IntArrayRef sizes, at::IntArrayRef strides,
+                       int64_t offset) {
+    c10::DispatchKeySet keys(c10::computeDispatchKey(c10::typeMetaToScalarType(dtype), at::kStrided, storage.device()));
+    auto t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), keys, dtype);
+    t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, offset);
+    return t;
+}
+
+void counts_versions(const at::Tensor &view, const at::Tensor &like) {
+    auto *impl = view.unsafeGetTensorImpl();
+    if (view.is_inference()) {
+        return;
+    }
+    if (like.is_inference()) {
+        impl->set_version_counter(c10::VariableVersion(/*version=*/0));
+    } else {
+        impl->set_version_counter(like.unsafeGetTensorImpl()->version_counter());
+    }
+}
+
+} // namespace tr_native
+
+extern "C" {
+
+// Frees `t`, an op's view of a device copy that the caller owns (a heap at::Tensor), keeping its
+// TensorImpl for the next view where it may (see above).
+void tr_native_op_view_done(void *t) {
+    std::unique_ptr<at::Tensor> view(static_cast<at::Tensor *>(t));
+    if (kept.size() >= kKept || !view->defined() || !untouched(*view)) {
+        return;
+    }
+    const c10::Device device = view->device();
+    auto impl = view->getIntrusivePtr();
+    view.reset();
+    impl->set_storage_keep_dtype(no_storage());
+    impl->set_version_counter(c10::VariableVersion(c10::VariableVersion::DISABLED));
+    kept.push_back({std::move(impl), device});
+}
+
+} // extern "C"

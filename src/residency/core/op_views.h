@@ -1,0 +1,24 @@
+// The views of device copies an op's inputs are, made from TensorImpls earlier ops let go of
+// (op_views.cpp).
+#pragma once
+
+#include <ATen/ATen.h>
+
+namespace tr_native {
+
+// A new tensor of `dtype` with `sizes`, `strides` and `offset` over `storage`, on its device:
+// what at::empty({0}) and set_ make, built directly, without their two calls through the
+// dispatcher (autograd's wrappers, the version bump of an in-place op).
+at::Tensor tensor_over(c10::Storage storage, caffe2::TypeMeta dtype, at::IntArrayRef sizes, at::IntArrayRef strides,
+                       int64_t offset);
+
+// The same for an op's input, from a kept view where there is one (see op_views.cpp). Its
+// version counter is not to be used before `counts_versions`.
+at::Tensor op_view(c10::Storage storage, caffe2::TypeMeta dtype, at::IntArrayRef sizes, at::IntArrayRef strides,
+                   int64_t offset);
+
+// `view` counts versions with `like` (an op's input and the tensor it stands for: one counter
+// per storage), or with a new counter of its own where `like` counts none (an inference tensor).
+void counts_versions(const at::Tensor &view, const at::Tensor &like);
+
+} // namespace tr_native

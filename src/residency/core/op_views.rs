@@ -1,0 +1,76 @@
+//! The views of device copies an op's inputs are: each goes back here when the op lets go of it,
+//! and the next op's views are made from those that came back untouched, pointed at another
+//! storage (op_views.cpp beside this file has the why and the rules).
+
+use std::ffi::c_void;
+
+#[allow(unused_doc_comments)]
+/// cbindgen:ignore
+extern "C" {
+    fn tr_native_op_view_done(t: *mut c_void);
+}
+
+/// Frees an op's view of a device copy, keeping its TensorImpl for a later view where it may
+/// (installed as the registry's hook for dying op views: `Entry::op_view`).
+pub(crate) fn done(mut view: tch::Tensor) {
+    let p = view.as_mut_ptr();
+    std::mem::forget(view);
+    // SAFETY: `p` is the heap at::Tensor `view` owned, whose ownership passes to the shim.
+    unsafe { tr_native_op_view_done(p.cast()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::residency::torch_storage::{device_view, tensor_impl, StorageRef};
+    use tch::kind::FLOAT_CPU;
+
+    /// Empties this thread's kept views (earlier tests on the thread may have left some), as
+    /// many as the shim keeps at most.
+    fn no_kept_views() {
+        let t = tch::Tensor::f_ones([1], FLOAT_CPU).unwrap();
+        let r = StorageRef::of(&t).unwrap();
+        let taken: Vec<_> = (0..8).map(|_| device_view(&r, &t).unwrap()).collect();
+        drop(taken);
+    }
+
+    /// A view an op let go of untouched becomes the next view made, of another storage and
+    /// geometry; kept in between, it held no storage.
+    #[test]
+    fn an_untouched_view_is_made_again_over_the_next_storage() {
+        no_kept_views();
+        let (a, b) = (tch::Tensor::f_arange(8, FLOAT_CPU).unwrap(), tch::Tensor::f_ones([2, 3], FLOAT_CPU).unwrap());
+        let (ra, rb) = (StorageRef::of(&a).unwrap(), StorageRef::of(&b).unwrap());
+        let view = device_view(&ra, &a).unwrap();
+        let (made, holders) = (tensor_impl(&view), ra.holders());
+        done(view);
+        assert_eq!(ra.holders(), holders - 1, "a kept view holds no storage");
+        let mut next = device_view(&rb, &b).unwrap();
+        assert_eq!(tensor_impl(&next), made, "the kept TensorImpl serves again");
+        assert_eq!(next.size(), [2, 3]);
+        assert!(next.equal(&b), "it views the new storage's bytes");
+        let version = rb.version();
+        next.f_add_(&tch::Tensor::from(1f32)).unwrap();
+        assert_eq!(rb.version(), version + 1, "a write through it counts on its storage's counter");
+    }
+
+    /// A view anything else still holds, or one an op left autograd state on, is freed, not
+    /// made again.
+    #[test]
+    fn a_view_held_elsewhere_or_touched_is_not_made_again() {
+        no_kept_views();
+        let a = tch::Tensor::f_arange(8, FLOAT_CPU).unwrap();
+        let ra = StorageRef::of(&a).unwrap();
+        let view = device_view(&ra, &a).unwrap();
+        let (held, elsewhere) = (tensor_impl(&view), view.shallow_clone());
+        done(view);
+        assert_ne!(tensor_impl(&device_view(&ra, &a).unwrap()), held, "still held elsewhere");
+        drop(elsewhere);
+        // (Freed, its memory may well hold the next TensorImpl: what tells is the state.)
+        let view = device_view(&ra, &a).unwrap();
+        let touched = view.set_requires_grad(true);
+        drop(view);
+        done(touched);
+        assert!(!device_view(&ra, &a).unwrap().requires_grad(), "autograd state stays with the op that set it");
+    }
+}
