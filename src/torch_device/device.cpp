@@ -5,6 +5,7 @@
 #include "device.h"
 
 #include "guarded.h"
+#include "../residency/core/op_views.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
@@ -163,6 +164,7 @@ at::Tensor Attempt::acquire(const at::Tensor &t) {
     }
     auto alias = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(found->second), copy.key_set(), copy.dtype());
     alias.unsafeGetTensorImpl()->set_sizes_and_strides(copy.sizes(), copy.strides(), copy.storage_offset());
+    tr_native::give_back(std::move(copy));
     return alias;
 }
 

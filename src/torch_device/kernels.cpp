@@ -7,6 +7,7 @@
 // identity when they can), and ops over lists of parameters (fused and foreach optimizer steps),
 // which run in chunks under a budget.
 #include "device.h"
+#include "../residency/core/op_views.h"
 
 #include <ATen/CPUFunctions.h>
 #include <ATen/native/TensorFactories.h>
@@ -305,6 +306,9 @@ void fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
         std::unique_ptr<Replay> replay = a.recomputes() ? replay_of(op, args, *stack, first, sources) : nullptr;
         a.kernel([&] { op.callBoxed(stack); });
         place_outputs(a, stack, first, inputs, std::move(replay), sources);
+        for (Input &in : inputs) {
+            tr_native::give_back(std::move(in.view));
+        }
     });
 }
 

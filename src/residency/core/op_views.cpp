@@ -1,18 +1,18 @@
-// The views of device copies an op's inputs are (op_views.rs): one for each input of every op
-// under the manager, made before its kernel and let go of after it. Made new, each is a
+// The views of device copies an op's inputs are: one for each input of every op under the
+// manager, made before its kernel and let go of after it (by the op table through op_views.rs,
+// and by the `tensorref` device's fallback, src/torch_device/kernels.cpp). Made new, each is a
 // TensorImpl and a version counter allocated, filled and freed again. Instead, each thread keeps
 // a few views that ops let go of, and makes its next views from them, pointed at another
 // storage: nothing is allocated, and the memory is still in cache.
 //
 // A view is kept only when nothing else holds it (no other reference, strong or weak) and the op
-// left nothing on it: no autograd metadata, names, or conjugate, negative or zero bit. Kept, it
-// holds no storage (so no device memory stays alive through it) and no version counter. It is
-// taken again only for a view of its own dtype and device, outside inference mode as it was made
-// outside it, so its dispatch keys are those a new view's would be. No C++ exception leaves this
-// file.
+// left nothing on it: no autograd metadata, names, conjugate, negative or zero bit, or Python
+// object. Kept, it holds no storage (so no device memory stays alive through it) and no version
+// counter. It is taken again only for a view of its own dtype and device, outside inference mode
+// as it was made outside it, so its dispatch keys are those a new view's would be. `op_view` and
+// `give_back` run inside their callers' exception boundary (`guarded`); the one C entry point
+// catches everything.
 #include "op_views.h"
-
-#include "guarded.h"
 
 #include <c10/core/InferenceMode.h>
 
@@ -43,7 +43,7 @@ bool untouched(const at::Tensor &t) {
     return t.use_count() == 1 && t.weak_use_count() == 1 && impl->allow_tensor_metadata_change() &&
            !impl->is_inference() && impl->autograd_meta() == nullptr &&
            !impl->has_named_tensor_meta() && !impl->has_symbolic_sizes_strides() && !impl->is_conj() &&
-           !impl->is_neg() && !impl->_is_zerotensor();
+           !impl->is_neg() && !impl->_is_zerotensor() && impl->pyobj_slot()->load_pyobj() == nullptr;
 }
 
 } // namespace
@@ -89,23 +89,31 @@ void counts_versions(const at::Tensor &view, const at::Tensor &like) {
     }
 }
 
+void give_back(at::Tensor &&view) {
+    at::Tensor t = std::move(view);
+    if (kept.size() >= kKept || !t.defined() || !untouched(t)) {
+        return;
+    }
+    const c10::Device device = t.device();
+    c10::intrusive_ptr<c10::TensorImpl> impl = t.getIntrusivePtr();
+    t.reset();
+    impl->set_storage_keep_dtype(no_storage());
+    impl->set_version_counter(c10::VariableVersion(c10::VariableVersion::DISABLED));
+    kept.push_back({std::move(impl), device});
+}
+
 } // namespace tr_native
 
 extern "C" {
 
-// Frees `t`, an op's view of a device copy that the caller owns (a heap at::Tensor), keeping its
-// TensorImpl for the next view where it may (see above).
+// `give_back` for a view the caller owns as a heap at::Tensor (the op table's, in Rust). Where
+// libtorch throws (it cannot, for a view that passed `untouched`), the view is simply freed.
 void tr_native_op_view_done(void *t) {
     std::unique_ptr<at::Tensor> view(static_cast<at::Tensor *>(t));
-    if (kept.size() >= kKept || !view->defined() || !untouched(*view)) {
-        return;
+    try {
+        tr_native::give_back(std::move(*view));
+    } catch (...) {
     }
-    const c10::Device device = view->device();
-    auto impl = view->getIntrusivePtr();
-    view.reset();
-    impl->set_storage_keep_dtype(no_storage());
-    impl->set_version_counter(c10::VariableVersion(c10::VariableVersion::DISABLED));
-    kept.push_back({std::move(impl), device});
 }
 
 } // extern "C"

@@ -17,6 +17,10 @@ at::Tensor tensor_over(c10::Storage storage, caffe2::TypeMeta dtype, at::IntArra
 at::Tensor op_view(c10::Storage storage, caffe2::TypeMeta dtype, at::IntArrayRef sizes, at::IntArrayRef strides,
                    int64_t offset);
 
+// Frees `view`, an op's input view that the op is done with, keeping its TensorImpl for a later
+// view where it may (see op_views.cpp).
+void give_back(at::Tensor &&view);
+
 // `view` counts versions with `like` (an op's input and the tensor it stands for: one counter
 // per storage), or with a new counter of its own where `like` counts none (an inference tensor).
 void counts_versions(const at::Tensor &view, const at::Tensor &like);
