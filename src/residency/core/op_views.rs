@@ -50,7 +50,7 @@ mod tests {
         assert_eq!(next.size(), [2, 3]);
         assert!(next.equal(&b), "it views the new storage's bytes");
         let version = rb.version();
-        next.f_add_(&tch::Tensor::from(1f32)).unwrap();
+        let _ = next.f_add_(&tch::Tensor::from(1f32)).unwrap();
         assert_eq!(rb.version(), version + 1, "a write through it counts on its storage's counter");
     }
 
