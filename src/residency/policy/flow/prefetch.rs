@@ -35,8 +35,8 @@ impl Manager {
     pub(in crate::residency) fn prefetch(&mut self) {
         if let Some(done) = self.window_done.take() {
             let same = done.iteration == self.trace.iteration() && done.epoch == self.window_epoch;
-            if let Some(entered) = self.trace.entered_since(done.pos, self.cfg.prefetch_depth).filter(|_| same) {
-                if entered.into_iter().all(|key| self.storage_for(key).is_none_or(|id| !self.wants_load(id))) {
+            if let Some(mut entered) = self.trace.entered_since(done.pos, self.cfg.prefetch_depth).filter(|_| same) {
+                if entered.all(|key| self.storage_for(key).map_or(true, |id| !self.wants_load(id))) {
                     self.window_done = Some(WindowDone { pos: self.trace.pos(), ..done });
                     return;
                 }

@@ -217,7 +217,7 @@ impl Trace {
     /// The inputs of the ops that entered the prefetch window of `depth` ops since it began at op
     /// `since` of this iteration (the plan's keys, in its order), or None when the window holds
     /// no op it held then: every op of it is new, or the position moved back.
-    pub(crate) fn entered_since(&self, since: u32, depth: usize) -> Option<Vec<TraceKey>> {
+    pub(crate) fn entered_since(&self, since: u32, depth: usize) -> Option<impl Iterator<Item = TraceKey> + '_> {
         let r = self.recorded.as_ref().filter(|_| self.following)?;
         let depth = depth.min(r.ops.len());
         let moved = self.pos.checked_sub(since)? as usize;
@@ -227,7 +227,7 @@ impl Trace {
         // The window covers the whole recording when `depth` is its length: no op enters it.
         let entered = if depth == r.ops.len() { 0 } else { moved };
         let first = self.pos as usize + depth - entered;
-        Some((first..first + entered).flat_map(|i| self.fetchable(&r.ops[i % r.ops.len()])).collect())
+        Some((first..first + entered).flat_map(move |i| self.fetchable(&r.ops[i % r.ops.len()])))
     }
 
     /// The inputs of a recorded op that exist now, as they are named now: persistent ones (a
@@ -477,6 +477,10 @@ mod tests {
         }
     }
 
+    fn entered(t: &Trace, since: u32, depth: usize) -> Option<Vec<TraceKey>> {
+        t.entered_since(since, depth).map(Iterator::collect)
+    }
+
     #[test]
     fn the_ops_entering_the_prefetch_window_are_those_past_its_old_end() {
         // Five ops, each reading weight 1 to 5, followed from the fourth iteration on.
@@ -490,17 +494,17 @@ mod tests {
         }
         t.mark();
         assert!(t.following());
-        assert_eq!(t.entered_since(0, 2), Some(vec![]), "the window has not moved");
+        assert_eq!(entered(&t, 0, 2), Some(vec![]), "the window has not moved");
         read(&mut t, 1);
-        assert_eq!(t.entered_since(0, 2), Some(vec![TraceKey::Persistent(3)]), "ops 1-2 follow ops 0-1");
+        assert_eq!(entered(&t, 0, 2), Some(vec![TraceKey::Persistent(3)]), "ops 1-2 follow ops 0-1");
         read(&mut t, 2);
-        assert_eq!(t.entered_since(0, 2), None, "no op of the window began at op 0 is in it");
-        assert_eq!(t.entered_since(1, 2), Some(vec![TraceKey::Persistent(4)]));
+        assert_eq!(entered(&t, 0, 2), None, "no op of the window began at op 0 is in it");
+        assert_eq!(entered(&t, 1, 2), Some(vec![TraceKey::Persistent(4)]));
         read(&mut t, 3);
         read(&mut t, 4);
-        assert_eq!(t.entered_since(3, 2), Some(vec![TraceKey::Persistent(1)]), "the window wraps into the next iteration");
-        assert_eq!(t.entered_since(3, 5), Some(vec![]), "a window as long as the iteration takes in no op");
-        assert_eq!(t.entered_since(5, 2), None, "the position moved back");
+        assert_eq!(entered(&t, 3, 2), Some(vec![TraceKey::Persistent(1)]), "the window wraps into the next iteration");
+        assert_eq!(entered(&t, 3, 5), Some(vec![]), "a window as long as the iteration takes in no op");
+        assert_eq!(entered(&t, 5, 2), None, "the position moved back");
     }
 
     #[test]
