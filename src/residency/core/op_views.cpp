@@ -82,10 +82,10 @@ void counts_versions(const at::Tensor &view, const at::Tensor &like) {
     if (view.is_inference()) {
         return;
     }
-    if (like.is_inference()) {
-        impl->set_version_counter(c10::VariableVersion(/*version=*/0));
-    } else {
+    if (!like.is_inference()) {
         impl->set_version_counter(like.unsafeGetTensorImpl()->version_counter());
+    } else if (!impl->version_counter().enabled()) {
+        impl->set_version_counter(c10::VariableVersion(/*version=*/0)); // a kept view has none
     }
 }
 

@@ -21,8 +21,9 @@ at::Tensor op_view(c10::Storage storage, caffe2::TypeMeta dtype, at::IntArrayRef
 // view where it may (see op_views.cpp).
 void give_back(at::Tensor &&view);
 
-// `view` counts versions with `like` (an op's input and the tensor it stands for: one counter
-// per storage), or with a new counter of its own where `like` counts none (an inference tensor).
+// `view` counts versions with `like` (one counter per storage: an op's input and the tensor it
+// stands for, a home and its result). Where `like` counts none (an inference tensor), `view`
+// keeps its own, or gets one if it has none (a kept view).
 void counts_versions(const at::Tensor &view, const at::Tensor &like);
 
 } // namespace tr_native

@@ -136,7 +136,7 @@ struct StorageRef {
 
     static StorageRef of(const at::Tensor &t) { return {t.storage(), t.unsafeGetTensorImpl()->version_counter()}; }
 
-    // `t` counts versions with this storage's tensors (see share_version).
+    // `t` counts versions with this storage's tensors (see counts_versions).
     void count_versions(const at::Tensor &t) const {
         if (version.enabled() && !t.is_inference()) {
             t.unsafeGetTensorImpl()->set_version_counter(version);
@@ -160,14 +160,6 @@ bool is_page_locked(const at::DataPtr &dp, bool cuda) {
 }
 
 } // namespace
-
-// `to` counts versions with `from`'s counter. A tensor made under inference mode has none, and
-// one whose counter is off shares nothing: each keeps its own.
-static void share_version(const at::Tensor &to, const at::Tensor &from) {
-    if (!to.is_inference() && !from.is_inference()) {
-        to.unsafeGetTensorImpl()->set_version_counter(from.unsafeGetTensorImpl()->version_counter());
-    }
-}
 
 extern "C" {
 
@@ -215,7 +207,7 @@ int tr_native_view_on(const void *holder, const void *like, void **out, char *er
         TORCH_CHECK(h.storage().nbytes() >= l.storage().nbytes(), "view_on: the storage is smaller than the view's");
         auto view = tensor_over(h.storage(), l.dtype(), l.sizes(), l.strides(), l.storage_offset());
         // One version counter per storage (see tr_native_share_version).
-        share_version(view, h);
+        tr_native::counts_versions(view, h);
         *out = new at::Tensor(std::move(view));
     });
 }
@@ -276,7 +268,7 @@ int tr_native_result_home(const void *t, void **out_home, void *out_home_ref, vo
                                                           /*resizable=*/false);
         auto home = tensor_over(at::Storage(std::move(impl)), src.dtype(), src.sizes(), src.strides(),
                                 src.storage_offset());
-        share_version(home, src);
+        tr_native::counts_versions(home, src);
         auto *boxed = new at::Tensor(std::move(home));
         new (out_home_ref) StorageRef(StorageRef::of(*boxed));
         new (out_device_ref) StorageRef(StorageRef::of(src));
