@@ -116,4 +116,7 @@ void tr_native_op_view_done(void *t) {
     }
 }
 
+// How many views this thread keeps now (for tests).
+size_t tr_native_op_views_kept() { return kept.size(); }
+
 } // extern "C"

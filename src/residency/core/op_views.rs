@@ -25,6 +25,16 @@ mod tests {
     use crate::residency::torch_storage::{device_view, tensor_impl, StorageRef};
     use tch::kind::FLOAT_CPU;
 
+    extern "C" {
+        fn tr_native_op_views_kept() -> usize;
+    }
+
+    /// How many views this thread keeps.
+    fn kept() -> usize {
+        // SAFETY: reads the length of this thread's list.
+        unsafe { tr_native_op_views_kept() }
+    }
+
     /// Empties this thread's kept views (earlier tests on the thread may have left some), as
     /// many as the shim keeps at most.
     fn no_kept_views() {
@@ -32,6 +42,7 @@ mod tests {
         let r = StorageRef::of(&t).unwrap();
         let taken: Vec<_> = (0..8).map(|_| device_view(&r, &t).unwrap()).collect();
         drop(taken);
+        assert_eq!(kept(), 0);
     }
 
     /// A view an op let go of untouched becomes the next view made, of another storage and
@@ -44,9 +55,10 @@ mod tests {
         let view = device_view(&ra, &a).unwrap();
         let (made, holders) = (tensor_impl(&view), ra.holders());
         done(view);
+        assert_eq!(kept(), 1, "the view is kept");
         assert_eq!(ra.holders(), holders - 1, "a kept view holds no storage");
         let mut next = device_view(&rb, &b).unwrap();
-        assert_eq!(tensor_impl(&next), made, "the kept TensorImpl serves again");
+        assert_eq!((kept(), tensor_impl(&next)), (0, made), "the kept TensorImpl serves again");
         assert_eq!(next.size(), [2, 3]);
         assert!(next.equal(&b), "it views the new storage's bytes");
         let version = rb.version();
@@ -64,13 +76,14 @@ mod tests {
         let view = device_view(&ra, &a).unwrap();
         let (held, elsewhere) = (tensor_impl(&view), view.shallow_clone());
         done(view);
-        assert_ne!(tensor_impl(&device_view(&ra, &a).unwrap()), held, "still held elsewhere");
+        assert_eq!(kept(), 0, "still held elsewhere");
+        assert_ne!(tensor_impl(&device_view(&ra, &a).unwrap()), held);
         drop(elsewhere);
-        // (Freed, its memory may well hold the next TensorImpl: what tells is the state.)
         let view = device_view(&ra, &a).unwrap();
         let touched = view.set_requires_grad(true);
         drop(view);
         done(touched);
-        assert!(!device_view(&ra, &a).unwrap().requires_grad(), "autograd state stays with the op that set it");
+        assert_eq!(kept(), 0, "autograd state stays with the op that set it");
+        assert!(!device_view(&ra, &a).unwrap().requires_grad());
     }
 }
