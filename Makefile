@@ -5,6 +5,8 @@
 # quick once installed. `make bench` runs the benchmarks.
 
 SHELL := /bin/bash
+# With pipefail, `cmd | grep -q` fails at random: grep quits at its first match, and a writer
+# with more to print dies of SIGPIPE. Recipes capture the output first, then grep it.
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := test
 
@@ -42,7 +44,7 @@ $(STAMPS)/venv: requirements.txt
 	mkdir -p $(STAMPS) && touch $@
 
 $(STAMPS)/cbindgen-$(CBINDGEN_VERSION):
-	cbindgen --version 2>/dev/null | grep -qx 'cbindgen $(CBINDGEN_VERSION)' \
+	[ "$$(cbindgen --version 2>/dev/null)" = 'cbindgen $(CBINDGEN_VERSION)' ] \
 	  || cargo install cbindgen --version $(CBINDGEN_VERSION) --locked
 	mkdir -p $(STAMPS) && touch $@
 

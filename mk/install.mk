@@ -51,10 +51,12 @@ install-setup:
 test-install: build install-setup
 	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	$(MAKE) --no-print-directory install PREFIX=$$tmp/prefix INSTALL_PROFILE=debug; \
-	readelf -d $$tmp/prefix/lib/libtensorref.so | grep -q 'SONAME.*\[libtensorref.so\]' \
+	dynamic=$$(readelf -d $$tmp/prefix/lib/libtensorref.so); \
+	grep -q 'SONAME.*\[libtensorref.so\]' <<<"$$dynamic" \
 	  || { echo "test-install: the installed library has no SONAME libtensorref.so"; exit 1; }; \
-	ldd $$tmp/prefix/lib/libtensorref.so | grep -q 'libtorch_cpu.so => /' \
-	  || { echo "test-install: the installed library does not find libtorch by itself"; exit 1; }; \
+	deps=$$(ldd $$tmp/prefix/lib/libtensorref.so); \
+	grep -q 'libtorch_cpu.so => /' <<<"$$deps" \
+	  || { echo "test-install: the installed library does not find libtorch by itself"; echo "$$deps"; exit 1; }; \
 	test -f $$tmp/prefix/include/tensorref_minilm.h \
 	  || { echo "test-install: the model add-on's header is missing beside a library built with it"; exit 1; }; \
 	mkdir -p $$tmp/app/c $$tmp/app/cpp; \
@@ -78,8 +80,9 @@ test-install: build install-setup
 	grep 'tensorref: C ABI version $(TR_ABI)' $$tmp/cmake.log; \
 	cmake --build $$tmp/app/build -- --no-print-directory > $$tmp/build.log || { cat $$tmp/build.log; exit 1; }; \
 	for bin in $$tmp/app/train_mlp-pc-c $$tmp/app/build/train_mlp_cpp; do \
-	  ldd $$bin | grep -q "libtensorref.so => $$tmp/prefix/lib/libtensorref.so" \
-	    || { echo "test-install: $$bin does not load the installed library"; ldd $$bin; exit 1; }; \
+	  deps=$$(ldd $$bin); \
+	  grep -q "libtensorref.so => $$tmp/prefix/lib/libtensorref.so" <<<"$$deps" \
+	    || { echo "test-install: $$bin does not load the installed library"; echo "$$deps"; exit 1; }; \
 	done; \
 	for e in train_mlp flow_stack; do \
 	  $$tmp/app/build/$${e}_c > $$tmp/app/$$e-cmake-c.out; \
