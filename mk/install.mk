@@ -36,7 +36,8 @@ install: setup
 	if nm -D --defined-only $(INSTALL_LIB_DIR)/libtensorref.so | grep -w tr_minilm_load >/dev/null; then \
 	  install -m 644 $(addprefix include/,$(MODEL_HEADERS)) $(PREFIX)/include/; fi
 	install -m 644 include/tensorref_abi.json $(PREFIX)/share/tensorref/
-	libtorch=$$(readelf -d $(PREFIX)/lib/libtensorref.so | sed -n 's/.*R[UN]*PATH.*\[\(.*\)\]/\1/p' | tr : '\n' | head -1); \
+	runpath=$$(readelf -d $(PREFIX)/lib/libtensorref.so | sed -n 's/.*R[UN]*PATH.*\[\(.*\)\]/\1/p'); \
+	libtorch=$${runpath%%:*}; \
 	for f in tensorref.pc:lib/pkgconfig tensorrefConfig.cmake:lib/cmake/tensorref \
 	         tensorrefConfigVersion.cmake:lib/cmake/tensorref; do \
 	  sed -e 's|@PREFIX@|$(abspath $(PREFIX))|g' -e 's|@VERSION@|$(TR_VERSION)|g' \
