@@ -17,10 +17,9 @@ void set_error(char *err, size_t err_len, const char *msg) {
 }
 } // namespace
 
-int guarded_call(char *err, size_t err_len, c10::function_ref<void()> body) {
+int caught(char *err, size_t err_len) {
     try {
-        body();
-        return 0;
+        throw;
     } catch (const c10::Error &e) {
         set_error(err, err_len, e.what_without_backtrace());
     } catch (const std::exception &e) {
@@ -29,6 +28,15 @@ int guarded_call(char *err, size_t err_len, c10::function_ref<void()> body) {
         set_error(err, err_len, "unknown C++ exception");
     }
     return 1;
+}
+
+int guarded_call(char *err, size_t err_len, c10::function_ref<void()> body) {
+    try {
+        body();
+        return 0;
+    } catch (...) {
+        return caught(err, err_len);
+    }
 }
 
 } // namespace tr_native

@@ -9,9 +9,13 @@
 
 namespace tr_native {
 
-// The boundary itself, compiled once (guarded.cpp): a thousand generated kernels share its
-// handlers rather than each carrying a copy.
+// The boundary itself, compiled once (guarded.cpp).
 int guarded_call(char *err, size_t err_len, c10::function_ref<void()> body);
+
+// Called inside a `catch (...)` block: copies the exception being handled's message into `err`
+// and returns 1. A kernel that catches everything and calls this keeps one small handler of its
+// own, and shares the ones that tell exceptions apart.
+int caught(char *err, size_t err_len);
 
 template <typename F> int guarded(char *err, size_t err_len, F body) { return guarded_call(err, err_len, body); }
 

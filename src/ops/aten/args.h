@@ -176,5 +176,10 @@ struct Results {
 // A kernel: `tr_aten_<c name>(args, results, err, err_len)`, 0 or 1 with the message (guarded.h).
 #define TR_ATEN_KERNEL(name, ...)                                                                                      \
     extern "C" int tr_aten_##name(const tr_aten::Arg *a, tr_aten::Results *r, char *err, size_t err_len) {            \
-        return tr_native::guarded(err, err_len, [&] { __VA_ARGS__; });                                                 \
+        try {                                                                                                          \
+            __VA_ARGS__;                                                                                               \
+            return 0;                                                                                                  \
+        } catch (...) {                                                                                                \
+            return tr_native::caught(err, err_len);                                                                    \
+        }                                                                                                              \
     }
