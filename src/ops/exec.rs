@@ -276,9 +276,8 @@ impl Op {
     /// an undefined one (libtorch's "no such output") gets the handle 0. Under a manager each
     /// result is placed as `finish` places one, with a trace key of its own; none keeps a recipe.
     pub(crate) fn outputs<E: Into<Error>>(mut self, body: impl Fn() -> Result<Vec<tch::Tensor>, E>) -> Result<Vec<TensorId>> {
-        let register = |t: tch::Tensor| if t.defined() { registry::insert(t) } else { TensorId(0) };
         let Some(Managed { ticket, .. }) = self.managed.as_deref_mut() else {
-            return Ok(body().map_err(Into::into)?.into_iter().map(register).collect());
+            return Ok(body().map_err(Into::into)?.into_iter().map(registry::insert_defined).collect());
         };
         let mut retried = false;
         loop {

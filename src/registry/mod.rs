@@ -94,6 +94,12 @@ pub(crate) fn insert(tensor: tch::Tensor) -> TensorId {
     state.register(entry)
 }
 
+/// Registers `tensor` like `insert` where it is defined; the handle 0 where it is not (an op's
+/// absent result).
+pub(crate) fn insert_defined(tensor: tch::Tensor) -> TensorId {
+    if tensor.defined() { insert(tensor) } else { TensorId(0) }
+}
+
 /// Registers an entry (an alias's, or a managed result's) like `insert`.
 pub(crate) fn insert_entry(entry: Arc<Entry>) -> TensorId {
     lock().register(entry)

@@ -147,17 +147,26 @@ struct Arg {
     std::optional<c10::string_view> opt_str() const { return opt(&Arg::str); }
 };
 
-// Where a kernel's results go: each tensor to `push` (a new heap at::Tensor the Rust side then
-// owns), a value (a bool, an int, a dtype's number) to `i`.
+// Where a kernel's results go: its first tensor to `first`, each later one to `push` (each a new
+// heap at::Tensor the Rust side then owns), a value (a bool, an int, a dtype's number) to `i`.
+// Most ops make one tensor, which thus needs no call back into Rust.
 struct Results {
     void *ctx;
     void (*push)(void *ctx, void *tensor);
     int64_t i;
+    void *first;
 
     // Results are moved out where the op returned them by value (no reference count touched),
     // and copied where it returned a reference (an in-place op's `self`).
-    void add(at::Tensor &&t) { push(ctx, new at::Tensor(std::move(t))); }
-    void add(const at::Tensor &t) { push(ctx, new at::Tensor(t)); }
+    void add(at::Tensor &&t) { put(new at::Tensor(std::move(t))); }
+    void add(const at::Tensor &t) { put(new at::Tensor(t)); }
+    void put(at::Tensor *t) {
+        if (first == nullptr) {
+            first = t;
+        } else {
+            push(ctx, t);
+        }
+    }
     void add(std::vector<at::Tensor> &&ts) {
         for (auto &t : ts) add(std::move(t));
     }

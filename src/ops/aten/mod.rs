@@ -148,6 +148,7 @@ pub(crate) struct Results {
     ctx: *mut c_void,
     push: extern "C" fn(*mut c_void, *mut c_void),
     i: i64,
+    first: *mut c_void,
 }
 
 /// A kernel's results: its tensors, in order, and its value.
@@ -156,32 +157,58 @@ struct Collected {
     i: i64,
 }
 
+/// Takes a kernel's tensor after its first one (each a new heap `at::Tensor*`, which tch's
+/// Tensor then owns).
+type Push = extern "C" fn(*mut c_void, *mut c_void);
+
 extern "C" fn push(ctx: *mut c_void, tensor: *mut c_void) {
     // SAFETY: `ctx` is the `tensors` of the `call` running the kernel, which is waiting for it
-    // on this thread; `tensor` is a new heap `at::Tensor*`, which tch's Tensor then owns.
+    // on this thread; `tensor` is as `Push` says.
     let tensors = unsafe { &mut *ctx.cast::<SmallVec<[tch::Tensor; 2]>>() };
     tensors.push(unsafe { tch::Tensor::from_ptr(tensor.cast()) });
+}
+
+extern "C" fn drop_tensor(_: *mut c_void, tensor: *mut c_void) {
+    // SAFETY: as `Push` says.
+    drop(unsafe { tch::Tensor::from_ptr(tensor.cast()) });
 }
 
 /// A generated kernel (kernels_generated.rs).
 pub(crate) type Kernel = unsafe extern "C" fn(*const Arg, *mut Results, *mut c_char, usize) -> c_int;
 
-/// Runs `kernel` (the schema's overload `op`) on `args`.
-fn call(kernel: Kernel, op: &str, args: &[Arg]) -> Result<Collected> {
-    let mut tensors: SmallVec<[tch::Tensor; 2]> = SmallVec::new();
-    let mut results = Results { ctx: (&mut tensors as *mut SmallVec<[tch::Tensor; 2]>).cast(), push, i: 0 };
+/// Runs `kernel` (the schema's overload `op`) on `args`, handing its tensors after the first to
+/// `push` with `ctx`: its first tensor and its value.
+fn run(kernel: Kernel, op: &str, args: &[Arg], ctx: *mut c_void, push: Push) -> Result<(Option<tch::Tensor>, i64)> {
+    let mut results = Results { ctx, push, i: 0, first: std::ptr::null_mut() };
     // Only a failed kernel writes (and NUL-terminates) its message, so the buffer is not cleared.
     let mut err = std::mem::MaybeUninit::<[c_char; ERR_LEN]>::uninit();
     let err_ptr = err.as_mut_ptr().cast::<c_char>();
     // SAFETY: the arguments borrow what they point to for the call; `results` and `err` outlive
     // it; the kernel reads as many arguments as the generator gave it (its own overload's).
     let status = unsafe { kernel(args.as_ptr(), &mut results, err_ptr, ERR_LEN) };
+    // SAFETY: `first` is null or a new heap `at::Tensor*`, which tch's Tensor then owns.
+    let first = (!results.first.is_null()).then(|| unsafe { tch::Tensor::from_ptr(results.first.cast()) });
     if status != 0 {
         // SAFETY: a failed kernel wrote a NUL-terminated message into the buffer (guarded.h).
         let msg = unsafe { CStr::from_ptr(err_ptr) }.to_string_lossy();
         return Err(TchError::Torch(format!("{op}: {msg}")));
     }
-    Ok(Collected { tensors, i: results.i })
+    Ok((first, results.i))
+}
+
+/// Runs `kernel` (the schema's overload `op`) on `args`: all it made.
+fn call(kernel: Kernel, op: &str, args: &[Arg]) -> Result<Collected> {
+    let mut tensors: SmallVec<[tch::Tensor; 2]> = SmallVec::new();
+    let (first, i) = run(kernel, op, args, (&mut tensors as *mut SmallVec<[tch::Tensor; 2]>).cast(), push)?;
+    if let Some(first) = first {
+        tensors.insert(0, first);
+    }
+    Ok(Collected { tensors, i })
+}
+
+/// Runs `kernel` (the schema's overload `op`) on `args`: the first tensor it made, if any.
+fn call_one(kernel: Kernel, op: &str, args: &[Arg]) -> Result<Option<tch::Tensor>> {
+    Ok(run(kernel, op, args, std::ptr::null_mut(), drop_tensor)?.0)
 }
 
 /// The element type of c10's ScalarType number `code`, which `op` returned.

@@ -5,12 +5,12 @@
 //! configured, calls the kernel, and registers what it made. None of it is generic over the op,
 //! so a thousand ops share one copy of the executor's managed path.
 
-use super::{call, dtype_of, Arg, Collected, Kernel, Tag};
+use super::{call, call_one, dtype_of, Arg, Collected, Kernel, Tag};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops::exec::{admitted, Input, Op};
 use crate::registry::{self, Entry, TensorId};
-use crate::residency::Replay;
+use crate::residency::{self, Replay};
 use smallvec::SmallVec;
 use std::any::Any;
 use std::ffi::c_void;
@@ -35,33 +35,37 @@ impl Schema {
         Ok(call(self.kernel, self.overload, args)?)
     }
 
+    /// The `n` tensors the kernel returned, or (`n` None) its list.
+    fn many(&self, n: Option<usize>, args: &[Arg]) -> Result<Vec<tch::Tensor>> {
+        let tensors = self.call(args)?.tensors.into_vec();
+        match n {
+            Some(n) if tensors.len() != n => {
+                Err(Error::Torch(format!("{}: {} results where the schema says {n}", self.overload, tensors.len())))
+            }
+            _ => Ok(tensors),
+        }
+    }
+
+    /// The kernel's value: a number it returned, or 0.
+    fn value(&self, args: &[Arg]) -> Result<i64> {
+        Ok(self.call(args)?.i)
+    }
+
     /// The one tensor the kernel returned.
     fn one(&self, args: &[Arg]) -> Result<tch::Tensor> {
-        let mut tensors = self.call(args)?.tensors;
-        match tensors.is_empty() {
-            true => Err(Error::Torch(format!("{}: no result", self.overload))),
-            false => Ok(tensors.swap_remove(0)),
-        }
+        call_one(self.kernel, self.overload, args)?.ok_or_else(|| Error::Torch(format!("{}: no result", self.overload)))
     }
 }
 
 /// An op that returns a new tensor.
 pub(crate) fn tensor(op: &Schema, args: &[Arg]) -> Result<TensorId> {
-    admitted(|| {
-        let mut o = Op::begin(op.name);
-        let mut bound = Bound::default();
-        bound.bind(&mut o, args)?;
-        o.output(|| op.one(&bound.args))
-    })
+    run(op, args, |a| Ok(registry::insert(op.one(a)?)), |o, bound| o.output(|| op.one(&bound.args)))
 }
 
 /// Like `tensor`, for an op whose result depends on nothing but its arguments: under a manager
 /// that recomputes, the result keeps them (`keep`) as its recipe.
 pub(crate) fn replayable(op: &Schema, args: &[Arg]) -> Result<TensorId> {
-    admitted(|| {
-        let mut o = Op::begin(op.name);
-        let mut bound = Bound::default();
-        bound.bind(&mut o, args)?;
+    run(op, args, |a| Ok(registry::insert(op.one(a)?)), |o, bound| {
         if !o.keeps_recipe() {
             return o.output(|| op.one(&bound.args));
         }
@@ -73,36 +77,46 @@ pub(crate) fn replayable(op: &Schema, args: &[Arg]) -> Result<TensorId> {
 /// An op that returns a tuple of `n` tensors or (`n` None) a list; an undefined one gets the
 /// handle 0.
 pub(crate) fn tensors(op: &Schema, n: Option<usize>, args: &[Arg]) -> Result<Vec<TensorId>> {
-    admitted(|| {
-        let mut o = Op::begin(op.name);
-        let mut bound = Bound::default();
-        bound.bind(&mut o, args)?;
-        o.outputs(|| {
-            let tensors = op.call(&bound.args)?.tensors.into_vec();
-            match n {
-                Some(n) if tensors.len() != n => {
-                    Err(Error::Torch(format!("{}: {} results where the schema says {n}", op.overload, tensors.len())))
-                }
-                _ => Ok(tensors),
-            }
-        })
-    })
+    run(
+        op,
+        args,
+        |a| Ok(op.many(n, a)?.into_iter().map(registry::insert_defined).collect()),
+        |o, bound| o.outputs(|| op.many(n, &bound.args)),
+    )
 }
 
 /// An op that writes its first argument (`Arg::handle_mut`), or returns a number (a bool, an
 /// integer, an element type's code) or nothing: its value.
 pub(crate) fn value(op: &Schema, args: &[Arg]) -> Result<i64> {
-    admitted(|| {
-        let mut o = Op::begin(op.name);
-        let mut bound = Bound::default();
-        bound.bind(&mut o, args)?;
-        o.value(|| op.call(&bound.args).map(|c| c.i))
-    })
+    run(op, args, |a| op.value(a), |o, bound| o.value(|| op.value(&bound.args)))
 }
 
 /// An op that returns an element type.
 pub(crate) fn dtype(op: &Schema, args: &[Arg]) -> Result<DType> {
     Ok(dtype_of(op.overload, value(op, args)?)?)
+}
+
+/// Runs `op` on `args`. While no manager is configured, `unmanaged` runs it on the arguments
+/// with each handle replaced by its entry's tensor: nothing is placed and no room is asked for,
+/// on a path of its own that stays small, as most programs run every op on it. Otherwise
+/// `managed` runs it with the op's executor and its arguments as the executor placed them.
+fn run<R>(
+    op: &Schema,
+    args: &[Arg],
+    unmanaged: impl FnOnce(&[Arg]) -> Result<R>,
+    managed: impl Fn(Op, &Bound) -> Result<R>,
+) -> Result<R> {
+    if !residency::active() {
+        let mut bound = Bound::default();
+        bound.look_up(args)?;
+        return unmanaged(&bound.args);
+    }
+    admitted(|| {
+        let mut o = Op::begin(op.name);
+        let mut bound = Bound::default();
+        bound.bind(&mut o, args)?;
+        managed(o, &bound)
+    })
 }
 
 /// An op's arguments as its kernel takes them: each handle replaced with its input. `args`
@@ -124,38 +138,44 @@ impl<'a> Bound<'a> {
     /// hundred bytes).
     #[inline(always)]
     fn bind(&mut self, op: &mut Op, given: &[Arg<'a>]) -> Result<()> {
-        let mut written = None;
-        {
-            let registry = registry::lock();
-            for a in given {
-                let arg = match a.tag {
-                    Tag::OptHandle if a.i == 0 => Arg::none(),
-                    Tag::Handle | Tag::HandleMut | Tag::OptHandle => {
-                        if matches!(a.tag, Tag::HandleMut) {
-                            written = Some(self.inputs.len());
-                        }
-                        self.input(registry.entry(TensorId(a.i as u64))?)
-                    }
-                    Tag::Handles | Tag::OptHandles => {
-                        let optional = matches!(a.tag, Tag::OptHandles);
-                        let list = handles(a).iter().map(|&id| match optional && id.0 == 0 {
-                            true => Ok(std::ptr::null()),
-                            false => Ok(self.input(registry.entry(id)?).p),
-                        }).collect::<Result<Vec<*const c_void>>>()?;
-                        let tensors = Arg::new(Tag::Tensors, 0, 0.0, list.as_ptr().cast(), list.len());
-                        self.lists.push(list);
-                        tensors
-                    }
-                    _ => *a,
-                };
-                self.args.push(arg);
-            }
-        }
+        let written = self.look_up(given)?;
         if op.places() {
             op.place_each(&mut self.inputs, written)?;
             self.repoint();
         }
         Ok(())
+    }
+
+    /// Looks up the handles of `given` under one registry lock and makes the kernel's
+    /// arguments, each handle replaced by its entry's tensor; the input the op writes, if any.
+    #[inline(always)]
+    fn look_up(&mut self, given: &[Arg<'a>]) -> Result<Option<usize>> {
+        let mut written = None;
+        let registry = registry::lock();
+        for a in given {
+            let arg = match a.tag {
+                Tag::OptHandle if a.i == 0 => Arg::none(),
+                Tag::Handle | Tag::HandleMut | Tag::OptHandle => {
+                    if matches!(a.tag, Tag::HandleMut) {
+                        written = Some(self.inputs.len());
+                    }
+                    self.input(registry.entry(TensorId(a.i as u64))?)
+                }
+                Tag::Handles | Tag::OptHandles => {
+                    let optional = matches!(a.tag, Tag::OptHandles);
+                    let list = handles(a).iter().map(|&id| match optional && id.0 == 0 {
+                        true => Ok(std::ptr::null()),
+                        false => Ok(self.input(registry.entry(id)?).p),
+                    }).collect::<Result<Vec<*const c_void>>>()?;
+                    let tensors = Arg::new(Tag::Tensors, 0, 0.0, list.as_ptr().cast(), list.len());
+                    self.lists.push(list);
+                    tensors
+                }
+                _ => *a,
+            };
+            self.args.push(arg);
+        }
+        Ok(written)
     }
 
     /// Holds `entry` as the next input; its tensor argument.
@@ -253,3 +273,4 @@ impl Kept {
         self.op.one(&args)
     }
 }
+
