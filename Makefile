@@ -152,8 +152,9 @@ test-c: build
 bench: setup $(BENCH_SUITES)
 	cargo bench
 
-# The per-op overhead bar, measured two ways: the interleaved `ratios` program, and criterion's
-# three functions alternated in their own processes (median of 7 rounds).
+# The per-op overhead bar, measured two ways: the interleaved `ratios` program (in five processes,
+# each its own address layout), and criterion's three functions alternated in their own
+# processes (median of 7 rounds).
 bench-overhead: setup
 	cargo bench --bench ratios
 	python3 benches/overhead_rounds.py 7
