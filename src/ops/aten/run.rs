@@ -273,4 +273,3 @@ impl Kept {
         self.op.one(&args)
     }
 }
-
