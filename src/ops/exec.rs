@@ -277,7 +277,7 @@ impl Op {
     /// result is placed as `finish` places one, with a trace key of its own; none keeps a recipe.
     pub(crate) fn outputs<E: Into<Error>>(mut self, body: impl Fn() -> Result<Vec<tch::Tensor>, E>) -> Result<Vec<TensorId>> {
         let Some(Managed { ticket, .. }) = self.managed.as_deref_mut() else {
-            return Ok(body().map_err(Into::into)?.into_iter().map(registry::insert_defined).collect());
+            return Ok(registry::insert_all(body().map_err(Into::into)?));
         };
         let mut retried = false;
         loop {

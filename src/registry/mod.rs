@@ -94,10 +94,17 @@ pub(crate) fn insert(tensor: tch::Tensor) -> TensorId {
     state.register(entry)
 }
 
-/// Registers `tensor` like `insert` where it is defined; the handle 0 where it is not (an op's
-/// absent result).
-pub(crate) fn insert_defined(tensor: tch::Tensor) -> TensorId {
-    if tensor.defined() { insert(tensor) } else { TensorId(0) }
+/// Registers an op's results like `insert`, under one lock: each defined one gets a handle, an
+/// undefined one (an absent result) the handle 0.
+pub(crate) fn insert_all(tensors: Vec<tch::Tensor>) -> Vec<TensorId> {
+    let mut state = lock();
+    tensors.into_iter().map(|t| match t.defined() {
+        true => {
+            let entry = state.spares.entry(t);
+            state.register(entry)
+        }
+        false => TensorId(0),
+    }).collect()
 }
 
 /// Registers an entry (an alias's, or a managed result's) like `insert`.

@@ -80,7 +80,7 @@ pub(crate) fn tensors(op: &Schema, n: Option<usize>, args: &[Arg]) -> Result<Vec
     run(
         op,
         args,
-        |a| Ok(op.many(n, a)?.into_iter().map(registry::insert_defined).collect()),
+        |a| Ok(registry::insert_all(op.many(n, a)?)),
         |o, bound| o.outputs(|| op.many(n, &bound.args)),
     )
 }
