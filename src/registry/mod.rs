@@ -89,22 +89,14 @@ pub(crate) fn get_many(ids: &[TensorId]) -> Result<Vec<Arc<Entry>>> {
 /// Registers a new tensor with one reference, owned by this thread's current scope, if any.
 #[inline]
 pub(crate) fn insert(tensor: tch::Tensor) -> TensorId {
-    let mut state = lock();
-    let entry = state.spares.entry(tensor);
-    state.register(entry)
+    lock().register_tensor(tensor)
 }
 
 /// Registers an op's results like `insert`, under one lock: each defined one gets a handle, an
 /// undefined one (an absent result) the handle 0.
 pub(crate) fn insert_all(tensors: Vec<tch::Tensor>) -> Vec<TensorId> {
     let mut state = lock();
-    tensors.into_iter().map(|t| match t.defined() {
-        true => {
-            let entry = state.spares.entry(t);
-            state.register(entry)
-        }
-        false => TensorId(0),
-    }).collect()
+    tensors.into_iter().map(|t| if t.defined() { state.register_tensor(t) } else { TensorId(0) }).collect()
 }
 
 /// Registers an entry (an alias's, or a managed result's) like `insert`.
@@ -176,6 +168,13 @@ pub fn live_bytes(device: tch::Device) -> u64 {
 }
 
 impl State {
+    /// Registers `tensor` in a spare entry if there is one (see `register`).
+    #[inline]
+    fn register_tensor(&mut self, tensor: tch::Tensor) -> TensorId {
+        let entry = self.spares.entry(tensor);
+        self.register(entry)
+    }
+
     /// Adds a slot with one reference to `entry`, owned by this thread's current scope, if any.
     fn register(&mut self, entry: Arc<Entry>) -> TensorId {
         let scope = self.scopes.current_key();
