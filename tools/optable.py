@@ -429,7 +429,7 @@ def _tensors_returned(n: int | None) -> dict:
                              "__out = new ulong[(int)__written]; __st = {call}; }}")
     return dict(
         doc=f"{n} new handles" if n else "a list of new handles",
-        rust_core="Vec<TensorId>", rust_first=None, rust_run="op.outputs(|| {body})",
+        rust_core="TensorIds", rust_first=None, rust_run="op.outputs(|| {body})",
         rust_method="Vec<Tensor>", rust_wrap="Ok({call}.into_iter().map(Tensor::from_raw).collect())",
         ffi_out=out, ffi_out_pre=pre, ffi_store=store, c_doc=c_doc,
         cpp_type=f"std::array<{{tensor}}, {n}>" if n else "std::vector<{tensor}>", cpp_out=None, cpp_return="",
@@ -443,7 +443,7 @@ def _tensors_returned(n: int | None) -> dict:
         py_out=[f"out = (_T * {room})()", "written = _c_size_t()"], py_out_args="out, len(out), _byref(written)",
         py_retry=None if n else "if st == _TOO_SMALL and written.value > len(out):\n    out = (_T * written.value)()",
         py_return=f"return {'tuple' if n else 'list'}(_adopt_all(out, written.value))",
-        sweep="Ok({call})")
+        sweep="Ok({call}.into_vec())")
 
 
 RETURNS.update({

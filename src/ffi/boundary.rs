@@ -3,7 +3,7 @@
 
 use super::handles::TrTensor;
 use crate::error::{Error, Result, Status};
-use crate::registry::TensorId;
+use crate::registry::{TensorId, TensorIds};
 use std::cell::RefCell;
 use std::ffi::c_char;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -123,7 +123,7 @@ pub(crate) fn opt_str_arg<'a>(p: *const c_char, name: &'static str) -> Result<Op
 
 /// Stores the handles of an op's results and their number; when `out` is too small, releases them, and the
 /// caller learns only the number (TR_ERR_BUFFER_TOO_SMALL).
-pub(crate) fn store_list(out: &mut [TrTensor], written: &mut usize, ids: Vec<TensorId>) -> Result<()> {
+pub(crate) fn store_list(out: &mut [TrTensor], written: &mut usize, ids: TensorIds) -> Result<()> {
     *written = ids.len();
     if ids.len() > out.len() {
         crate::registry::release_many(&ids)?;

@@ -6,7 +6,8 @@
 //! the schema's through their runner (aten/run.rs).
 
 use crate::error::{Error, Result};
-use crate::registry::{self, Entry, TensorId};
+use crate::ops::aten::Made;
+use crate::registry::{self, Entry, TensorId, TensorIds};
 use crate::residency::{self, Recipe, Replay, Ticket};
 use smallvec::SmallVec;
 use std::ops::Deref;
@@ -275,7 +276,7 @@ impl Op {
     /// Runs `body` for an op that makes several tensors (a tuple or a list) and registers each;
     /// an undefined one (libtorch's "no such output") gets the handle 0. Under a manager each
     /// result is placed as `finish` places one, with a trace key of its own; none keeps a recipe.
-    pub(crate) fn outputs<E: Into<Error>>(mut self, body: impl Fn() -> Result<Vec<tch::Tensor>, E>) -> Result<Vec<TensorId>> {
+    pub(crate) fn outputs<E: Into<Error>>(mut self, body: impl Fn() -> Result<Made, E>) -> Result<TensorIds> {
         let Some(Managed { ticket, .. }) = self.managed.as_deref_mut() else {
             return Ok(registry::insert_all(body().map_err(Into::into)?));
         };

@@ -35,7 +35,7 @@ pub(crate) mod prelude {
     pub(crate) use super::{autograd, lists, optim, random};
     pub(crate) use crate::dtype::DType;
     pub(crate) use crate::error::{Error, Result};
-    pub(crate) use crate::registry::TensorId;
+    pub(crate) use crate::registry::{TensorId, TensorIds};
     pub(crate) use std::sync::Arc;
     pub(crate) use crate::tensor::Tensor;
     pub(crate) use tch::{Kind, Reduction};

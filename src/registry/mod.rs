@@ -25,6 +25,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TensorId(pub u64);
 
+/// An op's result handles: a few, held without a heap allocation.
+pub(crate) type TensorIds = smallvec::SmallVec<[TensorId; 4]>;
+
 /// A scope handle as the registry sees it (the C ABI's `tr_scope`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ScopeId(pub u64);
@@ -94,9 +97,13 @@ pub(crate) fn insert(tensor: tch::Tensor) -> TensorId {
 
 /// Registers an op's results like `insert`, under one lock: each defined one gets a handle, an
 /// undefined one (an absent result) the handle 0.
-pub(crate) fn insert_all(tensors: Vec<tch::Tensor>) -> Vec<TensorId> {
+pub(crate) fn insert_all(tensors: impl IntoIterator<Item = tch::Tensor>) -> TensorIds {
     let mut state = lock();
-    tensors.into_iter().map(|t| if t.defined() { state.register_tensor(t) } else { TensorId(0) }).collect()
+    let mut ids = TensorIds::new();
+    for t in tensors {
+        ids.push(if t.defined() { state.register_tensor(t) } else { TensorId(0) });
+    }
+    ids
 }
 
 /// Registers an entry (an alias's, or a managed result's) like `insert`.

@@ -147,9 +147,10 @@ struct Arg {
     std::optional<c10::string_view> opt_str() const { return opt(&Arg::str); }
 };
 
-// Where a kernel's results go: its first tensor to `first`, each later one to `push` (each a new
-// heap at::Tensor the Rust side then owns), a value (a bool, an int, a dtype's number) to `i`.
-// Most ops make one tensor, which thus needs no call back into Rust.
+// Where a kernel's results go (each tensor a new heap at::Tensor the Rust side then owns): with
+// no `ctx`, the first tensor to `first` and any later one to `push`, which drops it; with a
+// `ctx`, every tensor to `push`, in order. A value (a bool, an int, a dtype's number) goes to `i`.
+// An op of one result thus needs no call back into Rust.
 struct Results {
     void *ctx;
     void (*push)(void *ctx, void *tensor);
@@ -161,7 +162,7 @@ struct Results {
     void add(at::Tensor &&t) { put(new at::Tensor(std::move(t))); }
     void add(const at::Tensor &t) { put(new at::Tensor(t)); }
     void put(at::Tensor *t) {
-        if (first == nullptr) {
+        if (ctx == nullptr && first == nullptr) {
             first = t;
         } else {
             push(ctx, t);

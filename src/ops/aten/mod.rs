@@ -151,20 +151,23 @@ pub(crate) struct Results {
     first: *mut c_void,
 }
 
-/// A kernel's results: its tensors, in order, and its value.
+/// The tensors an op made, in order: a few, held without a heap allocation.
+pub(crate) type Made = SmallVec<[tch::Tensor; 2]>;
+
+/// A kernel's results: its tensors and its value.
 struct Collected {
-    tensors: SmallVec<[tch::Tensor; 2]>,
+    tensors: Made,
     i: i64,
 }
 
-/// Takes a kernel's tensor after its first one (each a new heap `at::Tensor*`, which tch's
-/// Tensor then owns).
+/// Takes a kernel's tensor (a new heap `at::Tensor*`, which tch's Tensor then owns) that did not
+/// go to `Results::first`.
 type Push = extern "C" fn(*mut c_void, *mut c_void);
 
 extern "C" fn push(ctx: *mut c_void, tensor: *mut c_void) {
     // SAFETY: `ctx` is the `tensors` of the `call` running the kernel, which is waiting for it
     // on this thread; `tensor` is as `Push` says.
-    let tensors = unsafe { &mut *ctx.cast::<SmallVec<[tch::Tensor; 2]>>() };
+    let tensors = unsafe { &mut *ctx.cast::<Made>() };
     tensors.push(unsafe { tch::Tensor::from_ptr(tensor.cast()) });
 }
 
@@ -176,8 +179,8 @@ extern "C" fn drop_tensor(_: *mut c_void, tensor: *mut c_void) {
 /// A generated kernel (kernels_generated.rs).
 pub(crate) type Kernel = unsafe extern "C" fn(*const Arg, *mut Results, *mut c_char, usize) -> c_int;
 
-/// Runs `kernel` (the schema's overload `op`) on `args`, handing its tensors after the first to
-/// `push` with `ctx`: its first tensor and its value.
+/// Runs `kernel` (the schema's overload `op`) on `args`, handing its tensors to `push` with `ctx`
+/// as `Results` says: its first tensor when `ctx` is null, and its value.
 fn run(kernel: Kernel, op: &str, args: &[Arg], ctx: *mut c_void, push: Push) -> Result<(Option<tch::Tensor>, i64)> {
     let mut results = Results { ctx, push, i: 0, first: std::ptr::null_mut() };
     // Only a failed kernel writes (and NUL-terminates) its message, so the buffer is not cleared.
@@ -198,11 +201,8 @@ fn run(kernel: Kernel, op: &str, args: &[Arg], ctx: *mut c_void, push: Push) -> 
 
 /// Runs `kernel` (the schema's overload `op`) on `args`: all it made.
 fn call(kernel: Kernel, op: &str, args: &[Arg]) -> Result<Collected> {
-    let mut tensors: SmallVec<[tch::Tensor; 2]> = SmallVec::new();
-    let (first, i) = run(kernel, op, args, (&mut tensors as *mut SmallVec<[tch::Tensor; 2]>).cast(), push)?;
-    if let Some(first) = first {
-        tensors.insert(0, first);
-    }
+    let mut tensors = Made::new();
+    let (_, i) = run(kernel, op, args, (&mut tensors as *mut Made).cast(), push)?;
     Ok(Collected { tensors, i })
 }
 

@@ -5,11 +5,11 @@
 //! configured, calls the kernel, and registers what it made. None of it is generic over the op,
 //! so a thousand ops share one copy of the executor's managed path.
 
-use super::{call, call_one, dtype_of, Arg, Collected, Kernel, Tag};
+use super::{call, call_one, dtype_of, Arg, Collected, Kernel, Made, Tag};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops::exec::{admitted, Input, Op};
-use crate::registry::{self, Entry, TensorId};
+use crate::registry::{self, Entry, TensorId, TensorIds};
 use crate::residency::{self, Replay};
 use smallvec::SmallVec;
 use std::any::Any;
@@ -36,8 +36,8 @@ impl Schema {
     }
 
     /// The `n` tensors the kernel returned, or (`n` None) its list.
-    fn many(&self, n: Option<usize>, args: &[Arg]) -> Result<Vec<tch::Tensor>> {
-        let tensors = self.call(args)?.tensors.into_vec();
+    fn many(&self, n: Option<usize>, args: &[Arg]) -> Result<Made> {
+        let tensors = self.call(args)?.tensors;
         match n {
             Some(n) if tensors.len() != n => {
                 Err(Error::Torch(format!("{}: {} results where the schema says {n}", self.overload, tensors.len())))
@@ -76,7 +76,7 @@ pub(crate) fn replayable(op: &Schema, args: &[Arg]) -> Result<TensorId> {
 
 /// An op that returns a tuple of `n` tensors or (`n` None) a list; an undefined one gets the
 /// handle 0.
-pub(crate) fn tensors(op: &Schema, n: Option<usize>, args: &[Arg]) -> Result<Vec<TensorId>> {
+pub(crate) fn tensors(op: &Schema, n: Option<usize>, args: &[Arg]) -> Result<TensorIds> {
     run(
         op,
         args,

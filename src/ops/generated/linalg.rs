@@ -235,7 +235,7 @@ pub(crate) mod core {
     }
 
     /// Solves a system of equations with a square upper or lower triangular invertible matrix `A` and multiple right-hand sides `b`. (`triangular_solve(Tensor self, Tensor A, bool upper=True, bool transpose=False, bool unitriangular=False) -> (Tensor solution, Tensor cloned_coefficient)`)
-    pub(crate) fn triangular_solve(input: TensorId, a: TensorId, upper: bool, transpose: bool, unitriangular: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn triangular_solve(input: TensorId, a: TensorId, upper: bool, transpose: bool, unitriangular: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("triangular_solve", "triangular_solve", kernels::tr_aten_triangular_solve) }, Some(2), &[Arg::handle(input), Arg::handle(a), Arg::bool(upper), Arg::bool(transpose), Arg::bool(unitriangular)])
     }
 
@@ -250,7 +250,7 @@ pub(crate) mod core {
     }
 
     /// Computes the singular value decomposition of either a matrix or batch of matrices `input`. (`svd(Tensor self, bool some=True, bool compute_uv=True) -> (Tensor U, Tensor S, Tensor V)`)
-    pub(crate) fn svd(input: TensorId, some: bool, compute_uv: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn svd(input: TensorId, some: bool, compute_uv: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("svd", "svd", kernels::tr_aten_svd) }, Some(3), &[Arg::handle(input), Arg::bool(some), Arg::bool(compute_uv)])
     }
 
@@ -270,12 +270,12 @@ pub(crate) mod core {
     }
 
     /// Computes the QR decomposition of a matrix or a batch of matrices `input`, and returns a namedtuple (Q, R) of tensors such that `\text{input} = Q R` with `Q` being an orthogonal matrix or batch of orthogonal matrices and `R` being an upper triangular matrix or batch of upper triangular matrices. (`qr(Tensor self, bool some=True) -> (Tensor Q, Tensor R)`)
-    pub(crate) fn qr(input: TensorId, some: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn qr(input: TensorId, some: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("qr", "qr", kernels::tr_aten_qr) }, Some(2), &[Arg::handle(input), Arg::bool(some)])
     }
 
     /// This is a low-level function for calling LAPACK's geqrf directly. (`geqrf(Tensor self) -> (Tensor a, Tensor tau)`)
-    pub(crate) fn geqrf(input: TensorId) -> Result<Vec<TensorId>> {
+    pub(crate) fn geqrf(input: TensorId) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("geqrf", "geqrf", kernels::tr_aten_geqrf) }, Some(2), &[Arg::handle(input)])
     }
 
@@ -295,12 +295,12 @@ pub(crate) mod core {
     }
 
     /// Unpacks the LU decomposition returned by `linalg.lu_factor` into the `P, L, U` matrices. (`lu_unpack(Tensor LU_data, Tensor LU_pivots, bool unpack_data=True, bool unpack_pivots=True) -> (Tensor P, Tensor L, Tensor U)`)
-    pub(crate) fn lu_unpack(lu_data: TensorId, lu_pivots: TensorId, unpack_data: bool, unpack_pivots: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn lu_unpack(lu_data: TensorId, lu_pivots: TensorId, unpack_data: bool, unpack_pivots: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("lu_unpack", "lu_unpack", kernels::tr_aten_lu_unpack) }, Some(3), &[Arg::handle(lu_data), Arg::handle(lu_pivots), Arg::bool(unpack_data), Arg::bool(unpack_pivots)])
     }
 
     /// Computes the Cholesky decomposition of a complex Hermitian or real symmetric positive-definite matrix. (`linalg_cholesky_ex(Tensor self, *, bool upper=False, bool check_errors=False) -> (Tensor L, Tensor info)`)
-    pub(crate) fn linalg_cholesky_ex(input: TensorId, upper: bool, check_errors: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn linalg_cholesky_ex(input: TensorId, upper: bool, check_errors: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("linalg_cholesky_ex", "linalg_cholesky_ex", kernels::tr_aten_linalg_cholesky_ex) }, Some(2), &[Arg::handle(input), Arg::bool(upper), Arg::bool(check_errors)])
     }
 
@@ -315,17 +315,17 @@ pub(crate) mod core {
     }
 
     /// Computes a compact representation of the LU factorization with partial pivoting of a matrix. (`linalg_lu_factor(Tensor A, *, bool pivot=True) -> (Tensor LU, Tensor pivots)`)
-    pub(crate) fn linalg_lu_factor(a: TensorId, pivot: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn linalg_lu_factor(a: TensorId, pivot: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("linalg_lu_factor", "linalg_lu_factor", kernels::tr_aten_linalg_lu_factor) }, Some(2), &[Arg::handle(a), Arg::bool(pivot)])
     }
 
     /// This is a version of `lu_factor` that does not perform error checks unless `check_errors` `= True`. (`linalg_lu_factor_ex(Tensor A, *, bool pivot=True, bool check_errors=False) -> (Tensor LU, Tensor pivots, Tensor info)`)
-    pub(crate) fn linalg_lu_factor_ex(a: TensorId, pivot: bool, check_errors: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn linalg_lu_factor_ex(a: TensorId, pivot: bool, check_errors: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("linalg_lu_factor_ex", "linalg_lu_factor_ex", kernels::tr_aten_linalg_lu_factor_ex) }, Some(3), &[Arg::handle(a), Arg::bool(pivot), Arg::bool(check_errors)])
     }
 
     /// Computes the LU decomposition with partial pivoting of a matrix. (`linalg_lu(Tensor A, *, bool pivot=True) -> (Tensor P, Tensor L, Tensor U)`)
-    pub(crate) fn linalg_lu(a: TensorId, pivot: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn linalg_lu(a: TensorId, pivot: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("linalg_lu", "linalg_lu", kernels::tr_aten_linalg_lu) }, Some(3), &[Arg::handle(a), Arg::bool(pivot)])
     }
 
@@ -345,12 +345,12 @@ pub(crate) mod core {
     }
 
     /// This is a version of `ldl_factor` that does not perform error checks unless `check_errors` `= True`. (`linalg_ldl_factor_ex(Tensor self, *, bool hermitian=False, bool check_errors=False) -> (Tensor LD, Tensor pivots, Tensor info)`)
-    pub(crate) fn linalg_ldl_factor_ex(input: TensorId, hermitian: bool, check_errors: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn linalg_ldl_factor_ex(input: TensorId, hermitian: bool, check_errors: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("linalg_ldl_factor_ex", "linalg_ldl_factor_ex", kernels::tr_aten_linalg_ldl_factor_ex) }, Some(3), &[Arg::handle(input), Arg::bool(hermitian), Arg::bool(check_errors)])
     }
 
     /// Computes a compact representation of the LDL factorization of a Hermitian or symmetric (possibly indefinite) matrix. (`linalg_ldl_factor(Tensor self, *, bool hermitian=False) -> (Tensor LD, Tensor pivots)`)
-    pub(crate) fn linalg_ldl_factor(input: TensorId, hermitian: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn linalg_ldl_factor(input: TensorId, hermitian: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("linalg_ldl_factor", "linalg_ldl_factor", kernels::tr_aten_linalg_ldl_factor) }, Some(2), &[Arg::handle(input), Arg::bool(hermitian)])
     }
 
@@ -360,7 +360,7 @@ pub(crate) mod core {
     }
 
     /// Computes a solution to the least squares problem of a system of linear equations. (`linalg_lstsq(Tensor self, Tensor b, float? rcond=None, *, str? driver=None) -> (Tensor solution, Tensor residuals, Tensor rank, Tensor singular_values)`)
-    pub(crate) fn linalg_lstsq(input: TensorId, b: TensorId, rcond: Option<f64>, driver: Option<&str>) -> Result<Vec<TensorId>> {
+    pub(crate) fn linalg_lstsq(input: TensorId, b: TensorId, rcond: Option<f64>, driver: Option<&str>) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("linalg_lstsq", "linalg_lstsq", kernels::tr_aten_linalg_lstsq) }, Some(4), &[Arg::handle(input), Arg::handle(b), Arg::opt_float(rcond), Arg::opt_str(driver)])
     }
 
@@ -380,12 +380,12 @@ pub(crate) mod core {
     }
 
     /// Computes the sign and natural logarithm of the absolute value of the determinant of a square matrix. (`linalg_slogdet(Tensor A) -> (Tensor sign, Tensor logabsdet)`)
-    pub(crate) fn linalg_slogdet(a: TensorId) -> Result<Vec<TensorId>> {
+    pub(crate) fn linalg_slogdet(a: TensorId) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("linalg_slogdet", "linalg_slogdet", kernels::tr_aten_linalg_slogdet) }, Some(2), &[Arg::handle(a)])
     }
 
     /// Alias for `torch.linalg.slogdet` (`slogdet(Tensor self) -> (Tensor sign, Tensor logabsdet)`)
-    pub(crate) fn slogdet(input: TensorId) -> Result<Vec<TensorId>> {
+    pub(crate) fn slogdet(input: TensorId) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("slogdet", "slogdet", kernels::tr_aten_slogdet) }, Some(2), &[Arg::handle(input)])
     }
 
@@ -395,7 +395,7 @@ pub(crate) mod core {
     }
 
     /// Computes the eigenvalue decomposition of a square matrix if it exists. (`linalg_eig(Tensor self) -> (Tensor eigenvalues, Tensor eigenvectors)`)
-    pub(crate) fn linalg_eig(input: TensorId) -> Result<Vec<TensorId>> {
+    pub(crate) fn linalg_eig(input: TensorId) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("linalg_eig", "linalg_eig", kernels::tr_aten_linalg_eig) }, Some(2), &[Arg::handle(input)])
     }
 
@@ -405,7 +405,7 @@ pub(crate) mod core {
     }
 
     /// Computes the eigenvalue decomposition of a complex Hermitian or real symmetric matrix. (`linalg_eigh(Tensor self, str UPLO="L") -> (Tensor eigenvalues, Tensor eigenvectors)`)
-    pub(crate) fn linalg_eigh(input: TensorId, uplo: &str) -> Result<Vec<TensorId>> {
+    pub(crate) fn linalg_eigh(input: TensorId, uplo: &str) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("linalg_eigh", "linalg_eigh", kernels::tr_aten_linalg_eigh) }, Some(2), &[Arg::handle(input), Arg::str(uplo)])
     }
 
@@ -420,7 +420,7 @@ pub(crate) mod core {
     }
 
     /// Computes the inverse of a square matrix if it is invertible. (`linalg_inv_ex(Tensor A, *, bool check_errors=False) -> (Tensor inverse, Tensor info)`)
-    pub(crate) fn linalg_inv_ex(a: TensorId, check_errors: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn linalg_inv_ex(a: TensorId, check_errors: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("linalg_inv_ex", "linalg_inv_ex", kernels::tr_aten_linalg_inv_ex) }, Some(2), &[Arg::handle(a), Arg::bool(check_errors)])
     }
 
@@ -475,7 +475,7 @@ pub(crate) mod core {
     }
 
     /// Computes the singular value decomposition (SVD) of a matrix. (`linalg_svd(Tensor A, bool full_matrices=True, *, str? driver=None) -> (Tensor U, Tensor S, Tensor Vh)`)
-    pub(crate) fn linalg_svd(a: TensorId, full_matrices: bool, driver: Option<&str>) -> Result<Vec<TensorId>> {
+    pub(crate) fn linalg_svd(a: TensorId, full_matrices: bool, driver: Option<&str>) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("linalg_svd", "linalg_svd", kernels::tr_aten_linalg_svd) }, Some(3), &[Arg::handle(a), Arg::bool(full_matrices), Arg::opt_str(driver)])
     }
 
@@ -515,7 +515,7 @@ pub(crate) mod core {
     }
 
     /// A version of `solve` that does not perform error checks unless `check_errors` `= True`. (`linalg_solve_ex(Tensor A, Tensor B, *, bool left=True, bool check_errors=False) -> (Tensor result, Tensor info)`)
-    pub(crate) fn linalg_solve_ex(a: TensorId, b: TensorId, left: bool, check_errors: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn linalg_solve_ex(a: TensorId, b: TensorId, left: bool, check_errors: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("linalg_solve_ex", "linalg_solve_ex", kernels::tr_aten_linalg_solve_ex) }, Some(2), &[Arg::handle(a), Arg::handle(b), Arg::bool(left), Arg::bool(check_errors)])
     }
 
@@ -535,7 +535,7 @@ pub(crate) mod core {
     }
 
     /// Computes the QR decomposition of a matrix. (`linalg_qr(Tensor A, str mode='reduced') -> (Tensor Q, Tensor R)`)
-    pub(crate) fn linalg_qr(a: TensorId, mode: &str) -> Result<Vec<TensorId>> {
+    pub(crate) fn linalg_qr(a: TensorId, mode: &str) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("linalg_qr", "linalg_qr", kernels::tr_aten_linalg_qr) }, Some(2), &[Arg::handle(a), Arg::str(mode)])
     }
 

@@ -10,7 +10,7 @@ pub(crate) mod core {
     use super::*;
 
     /// `dropout` as its kernel computes it: the result, and what autograd keeps of it (the mask, or the mean and inverse standard deviation). (`native_dropout(Tensor input, float p, bool? train) -> (Tensor, Tensor)`)
-    pub(crate) fn native_dropout(input: TensorId, p: f64, train: Option<bool>) -> Result<Vec<TensorId>> {
+    pub(crate) fn native_dropout(input: TensorId, p: f64, train: Option<bool>) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("native_dropout", "native_dropout", kernels::tr_aten_native_dropout) }, Some(2), &[Arg::handle(input), Arg::float(p), Arg::opt_bool(train)])
     }
 
@@ -60,7 +60,7 @@ pub(crate) mod core {
     }
 
     /// Applies a 1D adaptive max pooling over an input signal composed of several input planes. (`adaptive_max_pool1d(Tensor self, int[1] output_size) -> (Tensor, Tensor)`)
-    pub(crate) fn adaptive_max_pool1d(input: TensorId, output_size: &[i64]) -> Result<Vec<TensorId>> {
+    pub(crate) fn adaptive_max_pool1d(input: TensorId, output_size: &[i64]) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("adaptive_max_pool1d", "adaptive_max_pool1d", kernels::tr_aten_adaptive_max_pool1d) }, Some(2), &[Arg::handle(input), Arg::ints(output_size)])
     }
 
@@ -190,12 +190,12 @@ pub(crate) mod core {
     }
 
     /// Compute sums, means or maxes of `bags` of embeddings. (`embedding_bag(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq=False, int mode=0, bool sparse=False, Tensor? per_sample_weights=None, bool include_last_offset=False) -> (Tensor, Tensor, Tensor, Tensor)`)
-    pub(crate) fn embedding_bag(weight: TensorId, indices: TensorId, offsets: TensorId, scale_grad_by_freq: bool, mode: i64, sparse: bool, per_sample_weights: TensorId, include_last_offset: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn embedding_bag(weight: TensorId, indices: TensorId, offsets: TensorId, scale_grad_by_freq: bool, mode: i64, sparse: bool, per_sample_weights: TensorId, include_last_offset: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("embedding_bag", "embedding_bag", kernels::tr_aten_embedding_bag) }, Some(4), &[Arg::handle(weight), Arg::handle(indices), Arg::handle(offsets), Arg::bool(scale_grad_by_freq), Arg::int(mode), Arg::bool(sparse), Arg::opt_handle(per_sample_weights), Arg::bool(include_last_offset)])
     }
 
     /// Compute sums, means or maxes of `bags` of embeddings. (`embedding_bag.padding_idx(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq, int mode, bool sparse, Tensor? per_sample_weights, bool include_last_offset, int? padding_idx) -> (Tensor, Tensor, Tensor, Tensor)`)
-    pub(crate) fn embedding_bag_padding_idx(weight: TensorId, indices: TensorId, offsets: TensorId, scale_grad_by_freq: bool, mode: i64, sparse: bool, per_sample_weights: TensorId, include_last_offset: bool, padding_idx: Option<i64>) -> Result<Vec<TensorId>> {
+    pub(crate) fn embedding_bag_padding_idx(weight: TensorId, indices: TensorId, offsets: TensorId, scale_grad_by_freq: bool, mode: i64, sparse: bool, per_sample_weights: TensorId, include_last_offset: bool, padding_idx: Option<i64>) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("embedding_bag_padding_idx", "embedding_bag.padding_idx", kernels::tr_aten_embedding_bag_padding_idx) }, Some(4), &[Arg::handle(weight), Arg::handle(indices), Arg::handle(offsets), Arg::bool(scale_grad_by_freq), Arg::int(mode), Arg::bool(sparse), Arg::opt_handle(per_sample_weights), Arg::bool(include_last_offset), Arg::opt_int(padding_idx)])
     }
 
@@ -225,7 +225,7 @@ pub(crate) mod core {
     }
 
     /// `group_norm` as its kernel computes it: the result, and what autograd keeps of it (the mask, or the mean and inverse standard deviation). (`native_group_norm(Tensor input, Tensor? weight, Tensor? bias, SymInt N, SymInt C, SymInt HxW, int group, float eps) -> (Tensor, Tensor, Tensor)`)
-    pub(crate) fn native_group_norm(input: TensorId, weight: TensorId, bias: TensorId, n: i64, c: i64, hxw: i64, group: i64, eps: f64) -> Result<Vec<TensorId>> {
+    pub(crate) fn native_group_norm(input: TensorId, weight: TensorId, bias: TensorId, n: i64, c: i64, hxw: i64, group: i64, eps: f64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("native_group_norm", "native_group_norm", kernels::tr_aten_native_group_norm) }, Some(3), &[Arg::handle(input), Arg::opt_handle(weight), Arg::opt_handle(bias), Arg::int(n), Arg::int(c), Arg::int(hxw), Arg::int(group), Arg::float(eps)])
     }
 
@@ -240,7 +240,7 @@ pub(crate) mod core {
     }
 
     /// `layer_norm` as its kernel computes it: the result, and what autograd keeps of it (the mask, or the mean and inverse standard deviation). (`native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor)`)
-    pub(crate) fn native_layer_norm(input: TensorId, normalized_shape: &[i64], weight: TensorId, bias: TensorId, eps: f64) -> Result<Vec<TensorId>> {
+    pub(crate) fn native_layer_norm(input: TensorId, normalized_shape: &[i64], weight: TensorId, bias: TensorId, eps: f64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("native_layer_norm", "native_layer_norm", kernels::tr_aten_native_layer_norm) }, Some(3), &[Arg::handle(input), Arg::ints(normalized_shape), Arg::opt_handle(weight), Arg::opt_handle(bias), Arg::float(eps)])
     }
 
@@ -260,7 +260,7 @@ pub(crate) mod core {
     }
 
     /// Applies a 1D max pooling over an input signal composed of several input planes. (`max_pool1d_with_indices(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=0, int[1] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)`)
-    pub(crate) fn max_pool1d_with_indices(input: TensorId, kernel_size: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64], ceil_mode: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn max_pool1d_with_indices(input: TensorId, kernel_size: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64], ceil_mode: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("max_pool1d_with_indices", "max_pool1d_with_indices", kernels::tr_aten_max_pool1d_with_indices) }, Some(2), &[Arg::handle(input), Arg::ints(kernel_size), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::bool(ceil_mode)])
     }
 
@@ -275,12 +275,12 @@ pub(crate) mod core {
     }
 
     /// `batch_norm` as its kernel computes it: the result, and what autograd keeps of it (the mask, or the mean and inverse standard deviation). (`native_batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor)`)
-    pub(crate) fn native_batch_norm(input: TensorId, weight: TensorId, bias: TensorId, running_mean: TensorId, running_var: TensorId, training: bool, momentum: f64, eps: f64) -> Result<Vec<TensorId>> {
+    pub(crate) fn native_batch_norm(input: TensorId, weight: TensorId, bias: TensorId, running_mean: TensorId, running_var: TensorId, training: bool, momentum: f64, eps: f64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("native_batch_norm", "native_batch_norm", kernels::tr_aten_native_batch_norm) }, Some(3), &[Arg::handle(input), Arg::opt_handle(weight), Arg::opt_handle(bias), Arg::opt_handle(running_mean), Arg::opt_handle(running_var), Arg::bool(training), Arg::float(momentum), Arg::float(eps)])
     }
 
     /// The mean and inverse standard deviation of a batch, per channel (synchronized batch norm's first step). (`batch_norm_stats(Tensor input, float eps) -> (Tensor, Tensor)`)
-    pub(crate) fn batch_norm_stats(input: TensorId, eps: f64) -> Result<Vec<TensorId>> {
+    pub(crate) fn batch_norm_stats(input: TensorId, eps: f64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("batch_norm_stats", "batch_norm_stats", kernels::tr_aten_batch_norm_stats) }, Some(2), &[Arg::handle(input), Arg::float(eps)])
     }
 
@@ -290,17 +290,17 @@ pub(crate) mod core {
     }
 
     /// Combines the per-process means and inverse standard deviations of a batch, and updates the running statistics. (`batch_norm_gather_stats(Tensor input, Tensor mean, Tensor invstd, Tensor? running_mean, Tensor? running_var, float momentum, float eps, int count) -> (Tensor, Tensor)`)
-    pub(crate) fn batch_norm_gather_stats(input: TensorId, mean: TensorId, invstd: TensorId, running_mean: TensorId, running_var: TensorId, momentum: f64, eps: f64, count: i64) -> Result<Vec<TensorId>> {
+    pub(crate) fn batch_norm_gather_stats(input: TensorId, mean: TensorId, invstd: TensorId, running_mean: TensorId, running_var: TensorId, momentum: f64, eps: f64, count: i64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("batch_norm_gather_stats", "batch_norm_gather_stats", kernels::tr_aten_batch_norm_gather_stats) }, Some(2), &[Arg::handle(input), Arg::handle(mean), Arg::handle(invstd), Arg::opt_handle(running_mean), Arg::opt_handle(running_var), Arg::float(momentum), Arg::float(eps), Arg::int(count)])
     }
 
     /// `batch_norm_gather_stats` with each process's count of elements. (`batch_norm_gather_stats_with_counts(Tensor input, Tensor mean, Tensor invstd, Tensor? running_mean, Tensor? running_var, float momentum, float eps, Tensor counts) -> (Tensor, Tensor)`)
-    pub(crate) fn batch_norm_gather_stats_with_counts(input: TensorId, mean: TensorId, invstd: TensorId, running_mean: TensorId, running_var: TensorId, momentum: f64, eps: f64, counts: TensorId) -> Result<Vec<TensorId>> {
+    pub(crate) fn batch_norm_gather_stats_with_counts(input: TensorId, mean: TensorId, invstd: TensorId, running_mean: TensorId, running_var: TensorId, momentum: f64, eps: f64, counts: TensorId) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("batch_norm_gather_stats_with_counts", "batch_norm_gather_stats_with_counts", kernels::tr_aten_batch_norm_gather_stats_with_counts) }, Some(2), &[Arg::handle(input), Arg::handle(mean), Arg::handle(invstd), Arg::opt_handle(running_mean), Arg::opt_handle(running_var), Arg::float(momentum), Arg::float(eps), Arg::handle(counts)])
     }
 
     /// The batch's mean and variance per channel, folded into the running statistics. (`batch_norm_update_stats(Tensor input, Tensor? running_mean, Tensor? running_var, float momentum) -> (Tensor, Tensor)`)
-    pub(crate) fn batch_norm_update_stats(input: TensorId, running_mean: TensorId, running_var: TensorId, momentum: f64) -> Result<Vec<TensorId>> {
+    pub(crate) fn batch_norm_update_stats(input: TensorId, running_mean: TensorId, running_var: TensorId, momentum: f64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("batch_norm_update_stats", "batch_norm_update_stats", kernels::tr_aten_batch_norm_update_stats) }, Some(2), &[Arg::handle(input), Arg::opt_handle(running_mean), Arg::opt_handle(running_var), Arg::float(momentum)])
     }
 
@@ -495,47 +495,47 @@ pub(crate) mod core {
     }
 
     /// Runs a multi-layer LSTM over a padded sequence (`torch.nn.LSTM`). (`lstm.input(Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor, Tensor)`)
-    pub(crate) fn lstm_input(input: TensorId, hx: &[TensorId], params: &[TensorId], has_biases: bool, num_layers: i64, dropout: f64, train: bool, bidirectional: bool, batch_first: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn lstm_input(input: TensorId, hx: &[TensorId], params: &[TensorId], has_biases: bool, num_layers: i64, dropout: f64, train: bool, bidirectional: bool, batch_first: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("lstm_input", "lstm.input", kernels::tr_aten_lstm_input) }, Some(3), &[Arg::handle(input), Arg::handles(hx), Arg::handles(params), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional), Arg::bool(batch_first)])
     }
 
     /// Runs a multi-layer LSTM over a packed sequence (its data and batch sizes) (`torch.nn.LSTM`). (`lstm.data(Tensor data, Tensor batch_sizes, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor, Tensor)`)
-    pub(crate) fn lstm_data(data: TensorId, batch_sizes: TensorId, hx: &[TensorId], params: &[TensorId], has_biases: bool, num_layers: i64, dropout: f64, train: bool, bidirectional: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn lstm_data(data: TensorId, batch_sizes: TensorId, hx: &[TensorId], params: &[TensorId], has_biases: bool, num_layers: i64, dropout: f64, train: bool, bidirectional: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("lstm_data", "lstm.data", kernels::tr_aten_lstm_data) }, Some(3), &[Arg::handle(data), Arg::handle(batch_sizes), Arg::handles(hx), Arg::handles(params), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional)])
     }
 
     /// Runs a multi-layer GRU over a padded sequence (`torch.nn.GRU`). (`gru.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)`)
-    pub(crate) fn gru_input(input: TensorId, hx: TensorId, params: &[TensorId], has_biases: bool, num_layers: i64, dropout: f64, train: bool, bidirectional: bool, batch_first: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn gru_input(input: TensorId, hx: TensorId, params: &[TensorId], has_biases: bool, num_layers: i64, dropout: f64, train: bool, bidirectional: bool, batch_first: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("gru_input", "gru.input", kernels::tr_aten_gru_input) }, Some(2), &[Arg::handle(input), Arg::handle(hx), Arg::handles(params), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional), Arg::bool(batch_first)])
     }
 
     /// Runs a multi-layer GRU over a packed sequence (its data and batch sizes) (`torch.nn.GRU`). (`gru.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor)`)
-    pub(crate) fn gru_data(data: TensorId, batch_sizes: TensorId, hx: TensorId, params: &[TensorId], has_biases: bool, num_layers: i64, dropout: f64, train: bool, bidirectional: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn gru_data(data: TensorId, batch_sizes: TensorId, hx: TensorId, params: &[TensorId], has_biases: bool, num_layers: i64, dropout: f64, train: bool, bidirectional: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("gru_data", "gru.data", kernels::tr_aten_gru_data) }, Some(2), &[Arg::handle(data), Arg::handle(batch_sizes), Arg::handle(hx), Arg::handles(params), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional)])
     }
 
     /// Runs a multi-layer RNN (tanh) over a padded sequence (`torch.nn.RNN`). (`rnn_tanh.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)`)
-    pub(crate) fn rnn_tanh_input(input: TensorId, hx: TensorId, params: &[TensorId], has_biases: bool, num_layers: i64, dropout: f64, train: bool, bidirectional: bool, batch_first: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn rnn_tanh_input(input: TensorId, hx: TensorId, params: &[TensorId], has_biases: bool, num_layers: i64, dropout: f64, train: bool, bidirectional: bool, batch_first: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("rnn_tanh_input", "rnn_tanh.input", kernels::tr_aten_rnn_tanh_input) }, Some(2), &[Arg::handle(input), Arg::handle(hx), Arg::handles(params), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional), Arg::bool(batch_first)])
     }
 
     /// Runs a multi-layer RNN (tanh) over a packed sequence (its data and batch sizes) (`torch.nn.RNN`). (`rnn_tanh.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor)`)
-    pub(crate) fn rnn_tanh_data(data: TensorId, batch_sizes: TensorId, hx: TensorId, params: &[TensorId], has_biases: bool, num_layers: i64, dropout: f64, train: bool, bidirectional: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn rnn_tanh_data(data: TensorId, batch_sizes: TensorId, hx: TensorId, params: &[TensorId], has_biases: bool, num_layers: i64, dropout: f64, train: bool, bidirectional: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("rnn_tanh_data", "rnn_tanh.data", kernels::tr_aten_rnn_tanh_data) }, Some(2), &[Arg::handle(data), Arg::handle(batch_sizes), Arg::handle(hx), Arg::handles(params), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional)])
     }
 
     /// Runs a multi-layer RNN (relu) over a padded sequence (`torch.nn.RNN`). (`rnn_relu.input(Tensor input, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor)`)
-    pub(crate) fn rnn_relu_input(input: TensorId, hx: TensorId, params: &[TensorId], has_biases: bool, num_layers: i64, dropout: f64, train: bool, bidirectional: bool, batch_first: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn rnn_relu_input(input: TensorId, hx: TensorId, params: &[TensorId], has_biases: bool, num_layers: i64, dropout: f64, train: bool, bidirectional: bool, batch_first: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("rnn_relu_input", "rnn_relu.input", kernels::tr_aten_rnn_relu_input) }, Some(2), &[Arg::handle(input), Arg::handle(hx), Arg::handles(params), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional), Arg::bool(batch_first)])
     }
 
     /// Runs a multi-layer RNN (relu) over a packed sequence (its data and batch sizes) (`torch.nn.RNN`). (`rnn_relu.data(Tensor data, Tensor batch_sizes, Tensor hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor)`)
-    pub(crate) fn rnn_relu_data(data: TensorId, batch_sizes: TensorId, hx: TensorId, params: &[TensorId], has_biases: bool, num_layers: i64, dropout: f64, train: bool, bidirectional: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn rnn_relu_data(data: TensorId, batch_sizes: TensorId, hx: TensorId, params: &[TensorId], has_biases: bool, num_layers: i64, dropout: f64, train: bool, bidirectional: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("rnn_relu_data", "rnn_relu.data", kernels::tr_aten_rnn_relu_data) }, Some(2), &[Arg::handle(data), Arg::handle(batch_sizes), Arg::handle(hx), Arg::handles(params), Arg::bool(has_biases), Arg::int(num_layers), Arg::float(dropout), Arg::bool(train), Arg::bool(bidirectional)])
     }
 
     /// One time step of an LSTM cell (`torch.nn.LSTMCell`). (`lstm_cell(Tensor input, Tensor[] hx, Tensor w_ih, Tensor w_hh, Tensor? b_ih=None, Tensor? b_hh=None) -> (Tensor, Tensor)`)
-    pub(crate) fn lstm_cell(input: TensorId, hx: &[TensorId], w_ih: TensorId, w_hh: TensorId, b_ih: TensorId, b_hh: TensorId) -> Result<Vec<TensorId>> {
+    pub(crate) fn lstm_cell(input: TensorId, hx: &[TensorId], w_ih: TensorId, w_hh: TensorId, b_ih: TensorId, b_hh: TensorId) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("lstm_cell", "lstm_cell", kernels::tr_aten_lstm_cell) }, Some(2), &[Arg::handle(input), Arg::handles(hx), Arg::handle(w_ih), Arg::handle(w_hh), Arg::opt_handle(b_ih), Arg::opt_handle(b_hh)])
     }
 
@@ -620,7 +620,7 @@ pub(crate) mod core {
     }
 
     /// `multilabel_margin_loss` with the intermediate values its backward formula uses. (`multilabel_margin_loss_forward(Tensor self, Tensor target, int reduction) -> (Tensor output, Tensor is_target)`)
-    pub(crate) fn multilabel_margin_loss_forward(input: TensorId, target: TensorId, reduction: i64) -> Result<Vec<TensorId>> {
+    pub(crate) fn multilabel_margin_loss_forward(input: TensorId, target: TensorId, reduction: i64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("multilabel_margin_loss_forward", "multilabel_margin_loss_forward", kernels::tr_aten_multilabel_margin_loss_forward) }, Some(2), &[Arg::handle(input), Arg::handle(target), Arg::int(reduction)])
     }
 
@@ -635,7 +635,7 @@ pub(crate) mod core {
     }
 
     /// `nll_loss` with the intermediate values its backward formula uses. (`nll_loss_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt ignore_index) -> (Tensor output, Tensor total_weight)`)
-    pub(crate) fn nll_loss_forward(input: TensorId, target: TensorId, weight: TensorId, reduction: i64, ignore_index: i64) -> Result<Vec<TensorId>> {
+    pub(crate) fn nll_loss_forward(input: TensorId, target: TensorId, weight: TensorId, reduction: i64, ignore_index: i64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("nll_loss_forward", "nll_loss_forward", kernels::tr_aten_nll_loss_forward) }, Some(2), &[Arg::handle(input), Arg::handle(target), Arg::opt_handle(weight), Arg::int(reduction), Arg::int(ignore_index)])
     }
 
@@ -645,7 +645,7 @@ pub(crate) mod core {
     }
 
     /// `nll_loss2d` with the intermediate values its backward formula uses. (`nll_loss2d_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt ignore_index) -> (Tensor output, Tensor total_weight)`)
-    pub(crate) fn nll_loss2d_forward(input: TensorId, target: TensorId, weight: TensorId, reduction: i64, ignore_index: i64) -> Result<Vec<TensorId>> {
+    pub(crate) fn nll_loss2d_forward(input: TensorId, target: TensorId, weight: TensorId, reduction: i64, ignore_index: i64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("nll_loss2d_forward", "nll_loss2d_forward", kernels::tr_aten_nll_loss2d_forward) }, Some(2), &[Arg::handle(input), Arg::handle(target), Arg::opt_handle(weight), Arg::int(reduction), Arg::int(ignore_index)])
     }
 
@@ -730,7 +730,7 @@ pub(crate) mod core {
     }
 
     /// `log_sigmoid` with the intermediate values its backward formula uses. (`log_sigmoid_forward(Tensor self) -> (Tensor output, Tensor buffer)`)
-    pub(crate) fn log_sigmoid_forward(input: TensorId) -> Result<Vec<TensorId>> {
+    pub(crate) fn log_sigmoid_forward(input: TensorId) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("log_sigmoid_forward", "log_sigmoid_forward", kernels::tr_aten_log_sigmoid_forward) }, Some(2), &[Arg::handle(input)])
     }
 
@@ -755,12 +755,12 @@ pub(crate) mod core {
     }
 
     /// Applies a 2D adaptive max pooling over an input signal composed of several input planes. (`adaptive_max_pool2d(Tensor self, int[2] output_size) -> (Tensor, Tensor)`)
-    pub(crate) fn adaptive_max_pool2d(input: TensorId, output_size: &[i64]) -> Result<Vec<TensorId>> {
+    pub(crate) fn adaptive_max_pool2d(input: TensorId, output_size: &[i64]) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("adaptive_max_pool2d", "adaptive_max_pool2d", kernels::tr_aten_adaptive_max_pool2d) }, Some(2), &[Arg::handle(input), Arg::ints(output_size)])
     }
 
     /// Applies a 3D adaptive max pooling over an input signal composed of several input planes. (`adaptive_max_pool3d(Tensor self, int[3] output_size) -> (Tensor, Tensor)`)
-    pub(crate) fn adaptive_max_pool3d(input: TensorId, output_size: &[i64]) -> Result<Vec<TensorId>> {
+    pub(crate) fn adaptive_max_pool3d(input: TensorId, output_size: &[i64]) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("adaptive_max_pool3d", "adaptive_max_pool3d", kernels::tr_aten_adaptive_max_pool3d) }, Some(2), &[Arg::handle(input), Arg::ints(output_size)])
     }
 
@@ -775,22 +775,22 @@ pub(crate) mod core {
     }
 
     /// Applies 2D fractional max pooling over an input signal composed of several input planes. (`fractional_max_pool2d(Tensor self, int[2] kernel_size, int[2] output_size, Tensor random_samples) -> (Tensor, Tensor)`)
-    pub(crate) fn fractional_max_pool2d(input: TensorId, kernel_size: &[i64], output_size: &[i64], random_samples: TensorId) -> Result<Vec<TensorId>> {
+    pub(crate) fn fractional_max_pool2d(input: TensorId, kernel_size: &[i64], output_size: &[i64], random_samples: TensorId) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("fractional_max_pool2d", "fractional_max_pool2d", kernels::tr_aten_fractional_max_pool2d) }, Some(2), &[Arg::handle(input), Arg::ints(kernel_size), Arg::ints(output_size), Arg::handle(random_samples)])
     }
 
     /// Applies 3D fractional max pooling over an input signal composed of several input planes. (`fractional_max_pool3d(Tensor self, int[3] kernel_size, int[3] output_size, Tensor random_samples) -> (Tensor, Tensor)`)
-    pub(crate) fn fractional_max_pool3d(input: TensorId, kernel_size: &[i64], output_size: &[i64], random_samples: TensorId) -> Result<Vec<TensorId>> {
+    pub(crate) fn fractional_max_pool3d(input: TensorId, kernel_size: &[i64], output_size: &[i64], random_samples: TensorId) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("fractional_max_pool3d", "fractional_max_pool3d", kernels::tr_aten_fractional_max_pool3d) }, Some(2), &[Arg::handle(input), Arg::ints(kernel_size), Arg::ints(output_size), Arg::handle(random_samples)])
     }
 
     /// Applies a 2D max pooling over an input signal composed of several input planes. (`max_pool2d_with_indices(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, int[2] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)`)
-    pub(crate) fn max_pool2d_with_indices(input: TensorId, kernel_size: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64], ceil_mode: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn max_pool2d_with_indices(input: TensorId, kernel_size: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64], ceil_mode: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("max_pool2d_with_indices", "max_pool2d_with_indices", kernels::tr_aten_max_pool2d_with_indices) }, Some(2), &[Arg::handle(input), Arg::ints(kernel_size), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::bool(ceil_mode)])
     }
 
     /// Applies a 3D max pooling over an input signal composed of several input planes. (`max_pool3d_with_indices(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, int[3] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)`)
-    pub(crate) fn max_pool3d_with_indices(input: TensorId, kernel_size: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64], ceil_mode: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn max_pool3d_with_indices(input: TensorId, kernel_size: &[i64], stride: &[i64], padding: &[i64], dilation: &[i64], ceil_mode: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("max_pool3d_with_indices", "max_pool3d_with_indices", kernels::tr_aten_max_pool3d_with_indices) }, Some(2), &[Arg::handle(input), Arg::ints(kernel_size), Arg::ints(stride), Arg::ints(padding), Arg::ints(dilation), Arg::bool(ceil_mode)])
     }
 

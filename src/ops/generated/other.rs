@@ -15,7 +15,7 @@ pub(crate) mod core {
     }
 
     /// Aligns named tensors to one order of their dimension names. (`align_tensors(Tensor[] tensors) -> Tensor[]`)
-    pub(crate) fn align_tensors(tensors: &[TensorId]) -> Result<Vec<TensorId>> {
+    pub(crate) fn align_tensors(tensors: &[TensorId]) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("align_tensors", "align_tensors", kernels::tr_aten_align_tensors) }, None, &[Arg::handles(tensors)])
     }
 
@@ -30,7 +30,7 @@ pub(crate) mod core {
     }
 
     /// The scale and zero point that quantize `input` with the least error. (`choose_qparams_optimized(Tensor input, int numel, int n_bins, float ratio, int bit_width) -> (Tensor, Tensor)`)
-    pub(crate) fn choose_qparams_optimized(input: TensorId, numel: i64, n_bins: i64, ratio: f64, bit_width: i64) -> Result<Vec<TensorId>> {
+    pub(crate) fn choose_qparams_optimized(input: TensorId, numel: i64, n_bins: i64, ratio: f64, bit_width: i64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("choose_qparams_optimized", "choose_qparams_optimized", kernels::tr_aten_choose_qparams_optimized) }, Some(2), &[Arg::handle(input), Arg::int(numel), Arg::int(n_bins), Arg::float(ratio), Arg::int(bit_width)])
     }
 }

@@ -900,12 +900,12 @@ pub(crate) mod core {
     }
 
     /// Return a tensor of elements selected from either `input` or `other`, depending on `condition`. (`where(Tensor condition) -> Tensor[]`)
-    pub(crate) fn r#where(condition: TensorId) -> Result<Vec<TensorId>> {
+    pub(crate) fn r#where(condition: TensorId) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("where", "where", kernels::tr_aten_where) }, None, &[Arg::handle(condition)])
     }
 
     /// Decomposes `input` into mantissa and exponent tensors such that `\text{input} = \text{mantissa} \times 2^{\text{exponent}}`. (`frexp.Tensor(Tensor self) -> (Tensor mantissa, Tensor exponent)`)
-    pub(crate) fn frexp_tensor(input: TensorId) -> Result<Vec<TensorId>> {
+    pub(crate) fn frexp_tensor(input: TensorId) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("frexp_tensor", "frexp.Tensor", kernels::tr_aten_frexp_tensor) }, Some(2), &[Arg::handle(input)])
     }
 

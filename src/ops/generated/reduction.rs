@@ -45,12 +45,12 @@ pub(crate) mod core {
     }
 
     /// See `torch.cummax` (`cummax(Tensor self, int dim) -> (Tensor values, Tensor indices)`)
-    pub(crate) fn cummax(input: TensorId, dim: i64) -> Result<Vec<TensorId>> {
+    pub(crate) fn cummax(input: TensorId, dim: i64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("cummax", "cummax", kernels::tr_aten_cummax) }, Some(2), &[Arg::handle(input), Arg::int(dim)])
     }
 
     /// See `torch.cummin` (`cummin(Tensor self, int dim) -> (Tensor values, Tensor indices)`)
-    pub(crate) fn cummin(input: TensorId, dim: i64) -> Result<Vec<TensorId>> {
+    pub(crate) fn cummin(input: TensorId, dim: i64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("cummin", "cummin", kernels::tr_aten_cummin) }, Some(2), &[Arg::handle(input), Arg::int(dim)])
     }
 
@@ -90,42 +90,42 @@ pub(crate) mod core {
     }
 
     /// Estimates the gradient of a function `g : \mathbb{R}^n \rightarrow \mathbb{R}` in one or more dimensions using the second-order accurate central differences method and either first or second order estimates at the boundaries. (`gradient.scalarint(Tensor self, *, Scalar? spacing=None, int? dim=None, int edge_order=1) -> Tensor[]`)
-    pub(crate) fn gradient_scalarint(input: TensorId, spacing: Option<Scalar>, dim: Option<i64>, edge_order: i64) -> Result<Vec<TensorId>> {
+    pub(crate) fn gradient_scalarint(input: TensorId, spacing: Option<Scalar>, dim: Option<i64>, edge_order: i64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("gradient_scalarint", "gradient.scalarint", kernels::tr_aten_gradient_scalarint) }, None, &[Arg::handle(input), Arg::opt_scalar(spacing), Arg::opt_int(dim), Arg::int(edge_order)])
     }
 
     /// Estimates the gradient of a function `g : \mathbb{R}^n \rightarrow \mathbb{R}` in one or more dimensions using the second-order accurate central differences method and either first or second order estimates at the boundaries. (`gradient.scalararray(Tensor self, *, Scalar spacing, int[] dim, int edge_order=1) -> Tensor[]`)
-    pub(crate) fn gradient_scalararray(input: TensorId, spacing: Scalar, dim: &[i64], edge_order: i64) -> Result<Vec<TensorId>> {
+    pub(crate) fn gradient_scalararray(input: TensorId, spacing: Scalar, dim: &[i64], edge_order: i64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("gradient_scalararray", "gradient.scalararray", kernels::tr_aten_gradient_scalararray) }, None, &[Arg::handle(input), Arg::scalar(spacing), Arg::ints(dim), Arg::int(edge_order)])
     }
 
     /// Estimates the gradient of a function `g : \mathbb{R}^n \rightarrow \mathbb{R}` in one or more dimensions using the second-order accurate central differences method and either first or second order estimates at the boundaries. (`gradient.array(Tensor self, *, int[] dim, int edge_order=1) -> Tensor[]`)
-    pub(crate) fn gradient_array(input: TensorId, dim: &[i64], edge_order: i64) -> Result<Vec<TensorId>> {
+    pub(crate) fn gradient_array(input: TensorId, dim: &[i64], edge_order: i64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("gradient_array", "gradient.array", kernels::tr_aten_gradient_array) }, None, &[Arg::handle(input), Arg::ints(dim), Arg::int(edge_order)])
     }
 
     /// Estimates the gradient of a function `g : \mathbb{R}^n \rightarrow \mathbb{R}` in one or more dimensions using the second-order accurate central differences method and either first or second order estimates at the boundaries. (`gradient.scalarrayint(Tensor self, *, Scalar[] spacing, int? dim=None, int edge_order=1) -> Tensor[]`)
-    pub(crate) fn gradient_scalarrayint(input: TensorId, spacing: &[f64], dim: Option<i64>, edge_order: i64) -> Result<Vec<TensorId>> {
+    pub(crate) fn gradient_scalarrayint(input: TensorId, spacing: &[f64], dim: Option<i64>, edge_order: i64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("gradient_scalarrayint", "gradient.scalarrayint", kernels::tr_aten_gradient_scalarrayint) }, None, &[Arg::handle(input), Arg::floats(spacing), Arg::opt_int(dim), Arg::int(edge_order)])
     }
 
     /// Estimates the gradient of a function `g : \mathbb{R}^n \rightarrow \mathbb{R}` in one or more dimensions using the second-order accurate central differences method and either first or second order estimates at the boundaries. (`gradient.scalarrayarray(Tensor self, *, Scalar[] spacing, int[] dim, int edge_order=1) -> Tensor[]`)
-    pub(crate) fn gradient_scalarrayarray(input: TensorId, spacing: &[f64], dim: &[i64], edge_order: i64) -> Result<Vec<TensorId>> {
+    pub(crate) fn gradient_scalarrayarray(input: TensorId, spacing: &[f64], dim: &[i64], edge_order: i64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("gradient_scalarrayarray", "gradient.scalarrayarray", kernels::tr_aten_gradient_scalarrayarray) }, None, &[Arg::handle(input), Arg::floats(spacing), Arg::ints(dim), Arg::int(edge_order)])
     }
 
     /// Estimates the gradient of a function `g : \mathbb{R}^n \rightarrow \mathbb{R}` in one or more dimensions using the second-order accurate central differences method and either first or second order estimates at the boundaries. (`gradient.tensorarrayint(Tensor self, *, Tensor[] spacing, int? dim=None, int edge_order=1) -> Tensor[]`)
-    pub(crate) fn gradient_tensorarrayint(input: TensorId, spacing: &[TensorId], dim: Option<i64>, edge_order: i64) -> Result<Vec<TensorId>> {
+    pub(crate) fn gradient_tensorarrayint(input: TensorId, spacing: &[TensorId], dim: Option<i64>, edge_order: i64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("gradient_tensorarrayint", "gradient.tensorarrayint", kernels::tr_aten_gradient_tensorarrayint) }, None, &[Arg::handle(input), Arg::handles(spacing), Arg::opt_int(dim), Arg::int(edge_order)])
     }
 
     /// Estimates the gradient of a function `g : \mathbb{R}^n \rightarrow \mathbb{R}` in one or more dimensions using the second-order accurate central differences method and either first or second order estimates at the boundaries. (`gradient.tensorarray(Tensor self, *, Tensor[] spacing, int[] dim, int edge_order=1) -> Tensor[]`)
-    pub(crate) fn gradient_tensorarray(input: TensorId, spacing: &[TensorId], dim: &[i64], edge_order: i64) -> Result<Vec<TensorId>> {
+    pub(crate) fn gradient_tensorarray(input: TensorId, spacing: &[TensorId], dim: &[i64], edge_order: i64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("gradient_tensorarray", "gradient.tensorarray", kernels::tr_aten_gradient_tensorarray) }, None, &[Arg::handle(input), Arg::handles(spacing), Arg::ints(dim), Arg::int(edge_order)])
     }
 
     /// Returns a namedtuple `(values, indices)` where `values` is the `k` th smallest element of each row of the `input` tensor in the given dimension `dim`. (`kthvalue(Tensor self, SymInt k, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)`)
-    pub(crate) fn kthvalue(input: TensorId, k: i64, dim: i64, keepdim: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn kthvalue(input: TensorId, k: i64, dim: i64, keepdim: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("kthvalue", "kthvalue", kernels::tr_aten_kthvalue) }, Some(2), &[Arg::handle(input), Arg::int(k), Arg::int(dim), Arg::bool(keepdim)])
     }
 
@@ -140,7 +140,7 @@ pub(crate) mod core {
     }
 
     /// Computes the minimum and maximum values of the `input` tensor. (`aminmax(Tensor self, *, int? dim=None, bool keepdim=False) -> (Tensor min, Tensor max)`)
-    pub(crate) fn aminmax(input: TensorId, dim: Option<i64>, keepdim: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn aminmax(input: TensorId, dim: Option<i64>, keepdim: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("aminmax", "aminmax", kernels::tr_aten_aminmax) }, Some(2), &[Arg::handle(input), Arg::opt_int(dim), Arg::bool(keepdim)])
     }
 
@@ -160,7 +160,7 @@ pub(crate) mod core {
     }
 
     /// Returns the median of the values in `input`. (`median.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)`)
-    pub(crate) fn median_dim(input: TensorId, dim: i64, keepdim: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn median_dim(input: TensorId, dim: i64, keepdim: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("median_dim", "median.dim", kernels::tr_aten_median_dim) }, Some(2), &[Arg::handle(input), Arg::int(dim), Arg::bool(keepdim)])
     }
 
@@ -170,7 +170,7 @@ pub(crate) mod core {
     }
 
     /// Returns the median of the values in `input`, ignoring `NaN` values. (`nanmedian.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)`)
-    pub(crate) fn nanmedian_dim(input: TensorId, dim: i64, keepdim: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn nanmedian_dim(input: TensorId, dim: i64, keepdim: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("nanmedian_dim", "nanmedian.dim", kernels::tr_aten_nanmedian_dim) }, Some(2), &[Arg::handle(input), Arg::int(dim), Arg::bool(keepdim)])
     }
 
@@ -180,7 +180,7 @@ pub(crate) mod core {
     }
 
     /// Returns a namedtuple `(values, indices)` where `values` is the mode value of each row of the `input` tensor in the given dimension `dim`, i.e. a value which appears most often in that row, and `indices` is the index location of each mode value found. (`mode(Tensor self, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)`)
-    pub(crate) fn mode(input: TensorId, dim: i64, keepdim: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn mode(input: TensorId, dim: i64, keepdim: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("mode", "mode", kernels::tr_aten_mode) }, Some(2), &[Arg::handle(input), Arg::int(dim), Arg::bool(keepdim)])
     }
 
@@ -215,17 +215,17 @@ pub(crate) mod core {
     }
 
     /// Calculates the standard deviation and mean over the dimensions specified by `dim`. (`std_mean(Tensor self, bool unbiased=True) -> (Tensor, Tensor)`)
-    pub(crate) fn std_mean(input: TensorId, unbiased: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn std_mean(input: TensorId, unbiased: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("std_mean", "std_mean", kernels::tr_aten_std_mean) }, Some(2), &[Arg::handle(input), Arg::bool(unbiased)])
     }
 
     /// Calculates the standard deviation and mean over the dimensions specified by `dim`. (`std_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> (Tensor, Tensor)`)
-    pub(crate) fn std_mean_dim(input: TensorId, dim: Option<&[i64]>, unbiased: bool, keepdim: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn std_mean_dim(input: TensorId, dim: Option<&[i64]>, unbiased: bool, keepdim: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("std_mean_dim", "std_mean.dim", kernels::tr_aten_std_mean_dim) }, Some(2), &[Arg::handle(input), Arg::opt_ints(dim), Arg::bool(unbiased), Arg::bool(keepdim)])
     }
 
     /// Calculates the standard deviation and mean over the dimensions specified by `dim`. (`std_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> (Tensor, Tensor)`)
-    pub(crate) fn std_mean_correction(input: TensorId, dim: Option<&[i64]>, correction: Option<Scalar>, keepdim: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn std_mean_correction(input: TensorId, dim: Option<&[i64]>, correction: Option<Scalar>, keepdim: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("std_mean_correction", "std_mean.correction", kernels::tr_aten_std_mean_correction) }, Some(2), &[Arg::handle(input), Arg::opt_ints(dim), Arg::opt_scalar(correction), Arg::bool(keepdim)])
     }
 
@@ -260,17 +260,17 @@ pub(crate) mod core {
     }
 
     /// The unique slices along `dim`, sorted, with inverse indices and counts (`torch.unique` with `dim`). (`unique_dim(Tensor self, int dim, bool sorted=True, bool return_inverse=False, bool return_counts=False) -> (Tensor, Tensor, Tensor)`)
-    pub(crate) fn unique_dim(input: TensorId, dim: i64, sorted: bool, return_inverse: bool, return_counts: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn unique_dim(input: TensorId, dim: i64, sorted: bool, return_inverse: bool, return_counts: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("unique_dim", "unique_dim", kernels::tr_aten_unique_dim) }, Some(3), &[Arg::handle(input), Arg::int(dim), Arg::bool(sorted), Arg::bool(return_inverse), Arg::bool(return_counts)])
     }
 
     /// Eliminates all but the first element from every consecutive group of equivalent elements. (`unique_consecutive(Tensor self, bool return_inverse=False, bool return_counts=False, int? dim=None) -> (Tensor, Tensor, Tensor)`)
-    pub(crate) fn unique_consecutive(input: TensorId, return_inverse: bool, return_counts: bool, dim: Option<i64>) -> Result<Vec<TensorId>> {
+    pub(crate) fn unique_consecutive(input: TensorId, return_inverse: bool, return_counts: bool, dim: Option<i64>) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("unique_consecutive", "unique_consecutive", kernels::tr_aten_unique_consecutive) }, Some(3), &[Arg::handle(input), Arg::bool(return_inverse), Arg::bool(return_counts), Arg::opt_int(dim)])
     }
 
     /// Collapses consecutive equal slices along `dim` (`torch.unique_consecutive` with `dim`). (`unique_dim_consecutive(Tensor self, int dim, bool return_inverse=False, bool return_counts=False) -> (Tensor, Tensor, Tensor)`)
-    pub(crate) fn unique_dim_consecutive(input: TensorId, dim: i64, return_inverse: bool, return_counts: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn unique_dim_consecutive(input: TensorId, dim: i64, return_inverse: bool, return_counts: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("unique_dim_consecutive", "unique_dim_consecutive", kernels::tr_aten_unique_dim_consecutive) }, Some(3), &[Arg::handle(input), Arg::int(dim), Arg::bool(return_inverse), Arg::bool(return_counts)])
     }
 
@@ -290,17 +290,17 @@ pub(crate) mod core {
     }
 
     /// Calculates the variance and mean over the dimensions specified by `dim`. (`var_mean(Tensor self, bool unbiased=True) -> (Tensor, Tensor)`)
-    pub(crate) fn var_mean(input: TensorId, unbiased: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn var_mean(input: TensorId, unbiased: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("var_mean", "var_mean", kernels::tr_aten_var_mean) }, Some(2), &[Arg::handle(input), Arg::bool(unbiased)])
     }
 
     /// Calculates the variance and mean over the dimensions specified by `dim`. (`var_mean.dim(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False) -> (Tensor, Tensor)`)
-    pub(crate) fn var_mean_dim(input: TensorId, dim: Option<&[i64]>, unbiased: bool, keepdim: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn var_mean_dim(input: TensorId, dim: Option<&[i64]>, unbiased: bool, keepdim: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("var_mean_dim", "var_mean.dim", kernels::tr_aten_var_mean_dim) }, Some(2), &[Arg::handle(input), Arg::opt_ints(dim), Arg::bool(unbiased), Arg::bool(keepdim)])
     }
 
     /// Calculates the variance and mean over the dimensions specified by `dim`. (`var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> (Tensor, Tensor)`)
-    pub(crate) fn var_mean_correction(input: TensorId, dim: Option<&[i64]>, correction: Option<Scalar>, keepdim: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn var_mean_correction(input: TensorId, dim: Option<&[i64]>, correction: Option<Scalar>, keepdim: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("var_mean_correction", "var_mean.correction", kernels::tr_aten_var_mean_correction) }, Some(2), &[Arg::handle(input), Arg::opt_ints(dim), Arg::opt_scalar(correction), Arg::bool(keepdim)])
     }
 
@@ -315,27 +315,27 @@ pub(crate) mod core {
     }
 
     /// Computes a histogram of the values in a tensor. (`histogram.bins_tensor(Tensor self, Tensor bins, *, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor bin_edges)`)
-    pub(crate) fn histogram_bins_tensor(input: TensorId, bins: TensorId, weight: TensorId, density: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn histogram_bins_tensor(input: TensorId, bins: TensorId, weight: TensorId, density: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("histogram_bins_tensor", "histogram.bins_tensor", kernels::tr_aten_histogram_bins_tensor) }, Some(2), &[Arg::handle(input), Arg::handle(bins), Arg::opt_handle(weight), Arg::bool(density)])
     }
 
     /// Computes a histogram of the values in a tensor. (`histogram.bin_ct(Tensor self, int bins=100, *, float[]? range=None, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor bin_edges)`)
-    pub(crate) fn histogram_bin_ct(input: TensorId, bins: i64, range: Option<&[f64]>, weight: TensorId, density: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn histogram_bin_ct(input: TensorId, bins: i64, range: Option<&[f64]>, weight: TensorId, density: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("histogram_bin_ct", "histogram.bin_ct", kernels::tr_aten_histogram_bin_ct) }, Some(2), &[Arg::handle(input), Arg::int(bins), Arg::opt_floats(range), Arg::opt_handle(weight), Arg::bool(density)])
     }
 
     /// Computes a multi-dimensional histogram of the values in a tensor. (`histogramdd(Tensor self, int[] bins, float[]? range=None, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor[] bin_edges)`)
-    pub(crate) fn histogramdd(input: TensorId, bins: &[i64], range: Option<&[f64]>, weight: TensorId, density: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn histogramdd(input: TensorId, bins: &[i64], range: Option<&[f64]>, weight: TensorId, density: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("histogramdd", "histogramdd", kernels::tr_aten_histogramdd) }, None, &[Arg::handle(input), Arg::ints(bins), Arg::opt_floats(range), Arg::opt_handle(weight), Arg::bool(density)])
     }
 
     /// Computes a multi-dimensional histogram of the values in a tensor. (`histogramdd.int_bins(Tensor self, int bins, float[]? range=None, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor[] bin_edges)`)
-    pub(crate) fn histogramdd_int_bins(input: TensorId, bins: i64, range: Option<&[f64]>, weight: TensorId, density: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn histogramdd_int_bins(input: TensorId, bins: i64, range: Option<&[f64]>, weight: TensorId, density: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("histogramdd_int_bins", "histogramdd.int_bins", kernels::tr_aten_histogramdd_int_bins) }, None, &[Arg::handle(input), Arg::int(bins), Arg::opt_floats(range), Arg::opt_handle(weight), Arg::bool(density)])
     }
 
     /// Computes a multi-dimensional histogram of the values in a tensor. (`histogramdd.TensorList_bins(Tensor self, Tensor[] bins, float[]? range=None, Tensor? weight=None, bool density=False) -> (Tensor hist, Tensor[] bin_edges)`)
-    pub(crate) fn histogramdd_tensorlist_bins(input: TensorId, bins: &[TensorId], range: Option<&[f64]>, weight: TensorId, density: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn histogramdd_tensorlist_bins(input: TensorId, bins: &[TensorId], range: Option<&[f64]>, weight: TensorId, density: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("histogramdd_tensorlist_bins", "histogramdd.TensorList_bins", kernels::tr_aten_histogramdd_tensorlist_bins) }, None, &[Arg::handle(input), Arg::handles(bins), Arg::opt_floats(range), Arg::opt_handle(weight), Arg::bool(density)])
     }
 
@@ -360,12 +360,12 @@ pub(crate) mod core {
     }
 
     /// Sorts the elements of the `input` tensor along a given dimension in ascending order by value. (`sort(Tensor self, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)`)
-    pub(crate) fn sort(input: TensorId, dim: i64, descending: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn sort(input: TensorId, dim: i64, descending: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("sort", "sort", kernels::tr_aten_sort) }, Some(2), &[Arg::handle(input), Arg::int(dim), Arg::bool(descending)])
     }
 
     /// Sorts the elements of the `input` tensor along a given dimension in ascending order by value. (`sort.stable(Tensor self, *, bool? stable, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)`)
-    pub(crate) fn sort_stable(input: TensorId, stable: Option<bool>, dim: i64, descending: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn sort_stable(input: TensorId, stable: Option<bool>, dim: i64, descending: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("sort_stable", "sort.stable", kernels::tr_aten_sort_stable) }, Some(2), &[Arg::handle(input), Arg::opt_bool(stable), Arg::int(dim), Arg::bool(descending)])
     }
 
@@ -385,7 +385,7 @@ pub(crate) mod core {
     }
 
     /// Returns the `k` largest elements of the given `input` tensor along a given dimension. (`topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> (Tensor values, Tensor indices)`)
-    pub(crate) fn topk(input: TensorId, k: i64, dim: i64, largest: bool, sorted: bool) -> Result<Vec<TensorId>> {
+    pub(crate) fn topk(input: TensorId, k: i64, dim: i64, largest: bool, sorted: bool) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("topk", "topk", kernels::tr_aten_topk) }, Some(2), &[Arg::handle(input), Arg::int(k), Arg::int(dim), Arg::bool(largest), Arg::bool(sorted)])
     }
 

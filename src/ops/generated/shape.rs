@@ -25,7 +25,7 @@ pub(crate) mod core {
     }
 
     /// Returns a 1-dimensional view of each input tensor with zero dimensions. (`atleast_1d.Sequence(Tensor[] tensors) -> Tensor[]`)
-    pub(crate) fn atleast_1d_sequence(tensors: &[TensorId]) -> Result<Vec<TensorId>> {
+    pub(crate) fn atleast_1d_sequence(tensors: &[TensorId]) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("atleast_1d_sequence", "atleast_1d.Sequence", kernels::tr_aten_atleast_1d_sequence) }, None, &[Arg::handles(tensors)])
     }
 
@@ -35,7 +35,7 @@ pub(crate) mod core {
     }
 
     /// Returns a 2-dimensional view of each input tensor with zero dimensions. (`atleast_2d.Sequence(Tensor[] tensors) -> Tensor[]`)
-    pub(crate) fn atleast_2d_sequence(tensors: &[TensorId]) -> Result<Vec<TensorId>> {
+    pub(crate) fn atleast_2d_sequence(tensors: &[TensorId]) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("atleast_2d_sequence", "atleast_2d.Sequence", kernels::tr_aten_atleast_2d_sequence) }, None, &[Arg::handles(tensors)])
     }
 
@@ -45,12 +45,12 @@ pub(crate) mod core {
     }
 
     /// Returns a 3-dimensional view of each input tensor with zero dimensions. (`atleast_3d.Sequence(Tensor[] tensors) -> Tensor[]`)
-    pub(crate) fn atleast_3d_sequence(tensors: &[TensorId]) -> Result<Vec<TensorId>> {
+    pub(crate) fn atleast_3d_sequence(tensors: &[TensorId]) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("atleast_3d_sequence", "atleast_3d.Sequence", kernels::tr_aten_atleast_3d_sequence) }, None, &[Arg::handles(tensors)])
     }
 
     /// Broadcasts the given tensors according to `broadcasting-semantics`. (`broadcast_tensors(Tensor[] tensors) -> Tensor[]`)
-    pub(crate) fn broadcast_tensors(tensors: &[TensorId]) -> Result<Vec<TensorId>> {
+    pub(crate) fn broadcast_tensors(tensors: &[TensorId]) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("broadcast_tensors", "broadcast_tensors", kernels::tr_aten_broadcast_tensors) }, None, &[Arg::handles(tensors)])
     }
 
@@ -70,27 +70,27 @@ pub(crate) mod core {
     }
 
     /// Works like `torch.chunk` but without enforcing the autograd restrictions on inplace modification of the outputs. (`unsafe_chunk(Tensor self, int chunks, int dim=0) -> Tensor[]`)
-    pub(crate) fn unsafe_chunk(input: TensorId, chunks: i64, dim: i64) -> Result<Vec<TensorId>> {
+    pub(crate) fn unsafe_chunk(input: TensorId, chunks: i64, dim: i64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("unsafe_chunk", "unsafe_chunk", kernels::tr_aten_unsafe_chunk) }, None, &[Arg::handle(input), Arg::int(chunks), Arg::int(dim)])
     }
 
     /// Attempts to split a tensor into the specified number of chunks. (`chunk(Tensor(a -> *) self, int chunks, int dim=0) -> Tensor(a)[]`)
-    pub(crate) fn chunk(input: TensorId, chunks: i64, dim: i64) -> Result<Vec<TensorId>> {
+    pub(crate) fn chunk(input: TensorId, chunks: i64, dim: i64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("chunk", "chunk", kernels::tr_aten_chunk) }, None, &[Arg::handle(input), Arg::int(chunks), Arg::int(dim)])
     }
 
     /// Splits a tensor into multiple sub-tensors, all of which are views of `input`, along dimension `dim` according to the indices or number of sections specified by `indices_or_sections`. (`tensor_split.sections(Tensor(a -> *) self, SymInt sections, int dim=0) -> Tensor(a)[]`)
-    pub(crate) fn tensor_split_sections(input: TensorId, sections: i64, dim: i64) -> Result<Vec<TensorId>> {
+    pub(crate) fn tensor_split_sections(input: TensorId, sections: i64, dim: i64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("tensor_split_sections", "tensor_split.sections", kernels::tr_aten_tensor_split_sections) }, None, &[Arg::handle(input), Arg::int(sections), Arg::int(dim)])
     }
 
     /// Splits a tensor into multiple sub-tensors, all of which are views of `input`, along dimension `dim` according to the indices or number of sections specified by `indices_or_sections`. (`tensor_split.indices(Tensor(a -> *) self, SymInt[] indices, int dim=0) -> Tensor(a)[]`)
-    pub(crate) fn tensor_split_indices(input: TensorId, indices: &[i64], dim: i64) -> Result<Vec<TensorId>> {
+    pub(crate) fn tensor_split_indices(input: TensorId, indices: &[i64], dim: i64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("tensor_split_indices", "tensor_split.indices", kernels::tr_aten_tensor_split_indices) }, None, &[Arg::handle(input), Arg::ints(indices), Arg::int(dim)])
     }
 
     /// Splits a tensor into multiple sub-tensors, all of which are views of `input`, along dimension `dim` according to the indices or number of sections specified by `indices_or_sections`. (`tensor_split.tensor_indices_or_sections(Tensor(a -> *) self, Tensor tensor_indices_or_sections, int dim=0) -> Tensor(a)[]`)
-    pub(crate) fn tensor_split_tensor_indices_or_sections(input: TensorId, tensor_indices_or_sections: TensorId, dim: i64) -> Result<Vec<TensorId>> {
+    pub(crate) fn tensor_split_tensor_indices_or_sections(input: TensorId, tensor_indices_or_sections: TensorId, dim: i64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("tensor_split_tensor_indices_or_sections", "tensor_split.tensor_indices_or_sections", kernels::tr_aten_tensor_split_tensor_indices_or_sections) }, None, &[Arg::handle(input), Arg::handle(tensor_indices_or_sections), Arg::int(dim)])
     }
 
@@ -315,57 +315,57 @@ pub(crate) mod core {
     }
 
     /// Works like `torch.split` but without enforcing the autograd restrictions on inplace modification of the outputs. (`unsafe_split.Tensor(Tensor self, SymInt split_size, int dim=0) -> Tensor[]`)
-    pub(crate) fn unsafe_split_tensor(input: TensorId, split_size: i64, dim: i64) -> Result<Vec<TensorId>> {
+    pub(crate) fn unsafe_split_tensor(input: TensorId, split_size: i64, dim: i64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("unsafe_split_tensor", "unsafe_split.Tensor", kernels::tr_aten_unsafe_split_tensor) }, None, &[Arg::handle(input), Arg::int(split_size), Arg::int(dim)])
     }
 
     /// Splits the tensor into chunks. (`split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]`)
-    pub(crate) fn split_tensor(input: TensorId, split_size: i64, dim: i64) -> Result<Vec<TensorId>> {
+    pub(crate) fn split_tensor(input: TensorId, split_size: i64, dim: i64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("split_tensor", "split.Tensor", kernels::tr_aten_split_tensor) }, None, &[Arg::handle(input), Arg::int(split_size), Arg::int(dim)])
     }
 
     /// Splits the tensor into chunks. (`split.sizes(Tensor(a -> *) self, SymInt[] split_size, int dim=0) -> Tensor(a)[]`)
-    pub(crate) fn split_sizes(input: TensorId, split_size: &[i64], dim: i64) -> Result<Vec<TensorId>> {
+    pub(crate) fn split_sizes(input: TensorId, split_size: &[i64], dim: i64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("split_sizes", "split.sizes", kernels::tr_aten_split_sizes) }, None, &[Arg::handle(input), Arg::ints(split_size), Arg::int(dim)])
     }
 
     /// `split_with_sizes` whose views autograd does not track as views of `input`. (`unsafe_split_with_sizes(Tensor self, SymInt[] split_sizes, int dim=0) -> Tensor[]`)
-    pub(crate) fn unsafe_split_with_sizes(input: TensorId, split_sizes: &[i64], dim: i64) -> Result<Vec<TensorId>> {
+    pub(crate) fn unsafe_split_with_sizes(input: TensorId, split_sizes: &[i64], dim: i64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("unsafe_split_with_sizes", "unsafe_split_with_sizes", kernels::tr_aten_unsafe_split_with_sizes) }, None, &[Arg::handle(input), Arg::ints(split_sizes), Arg::int(dim)])
     }
 
     /// Splits the tensor into views of the given sizes along `dim` (`torch.split` with a list). (`split_with_sizes(Tensor(a -> *) self, SymInt[] split_sizes, int dim=0) -> Tensor(a)[]`)
-    pub(crate) fn split_with_sizes(input: TensorId, split_sizes: &[i64], dim: i64) -> Result<Vec<TensorId>> {
+    pub(crate) fn split_with_sizes(input: TensorId, split_sizes: &[i64], dim: i64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("split_with_sizes", "split_with_sizes", kernels::tr_aten_split_with_sizes) }, None, &[Arg::handle(input), Arg::ints(split_sizes), Arg::int(dim)])
     }
 
     /// Splits `input`, a tensor with one or more dimensions, into multiple tensors horizontally according to `indices_or_sections`. (`hsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]`)
-    pub(crate) fn hsplit_int(input: TensorId, sections: i64) -> Result<Vec<TensorId>> {
+    pub(crate) fn hsplit_int(input: TensorId, sections: i64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("hsplit_int", "hsplit.int", kernels::tr_aten_hsplit_int) }, None, &[Arg::handle(input), Arg::int(sections)])
     }
 
     /// Splits `input`, a tensor with one or more dimensions, into multiple tensors horizontally according to `indices_or_sections`. (`hsplit.array(Tensor(a -> *) self, int[] indices) -> Tensor(a)[]`)
-    pub(crate) fn hsplit_array(input: TensorId, indices: &[i64]) -> Result<Vec<TensorId>> {
+    pub(crate) fn hsplit_array(input: TensorId, indices: &[i64]) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("hsplit_array", "hsplit.array", kernels::tr_aten_hsplit_array) }, None, &[Arg::handle(input), Arg::ints(indices)])
     }
 
     /// Splits `input`, a tensor with two or more dimensions, into multiple tensors vertically according to `indices_or_sections`. (`vsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]`)
-    pub(crate) fn vsplit_int(input: TensorId, sections: i64) -> Result<Vec<TensorId>> {
+    pub(crate) fn vsplit_int(input: TensorId, sections: i64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("vsplit_int", "vsplit.int", kernels::tr_aten_vsplit_int) }, None, &[Arg::handle(input), Arg::int(sections)])
     }
 
     /// Splits `input`, a tensor with two or more dimensions, into multiple tensors vertically according to `indices_or_sections`. (`vsplit.array(Tensor(a -> *) self, int[] indices) -> Tensor(a)[]`)
-    pub(crate) fn vsplit_array(input: TensorId, indices: &[i64]) -> Result<Vec<TensorId>> {
+    pub(crate) fn vsplit_array(input: TensorId, indices: &[i64]) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("vsplit_array", "vsplit.array", kernels::tr_aten_vsplit_array) }, None, &[Arg::handle(input), Arg::ints(indices)])
     }
 
     /// Splits `input`, a tensor with three or more dimensions, into multiple tensors depthwise according to `indices_or_sections`. (`dsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]`)
-    pub(crate) fn dsplit_int(input: TensorId, sections: i64) -> Result<Vec<TensorId>> {
+    pub(crate) fn dsplit_int(input: TensorId, sections: i64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("dsplit_int", "dsplit.int", kernels::tr_aten_dsplit_int) }, None, &[Arg::handle(input), Arg::int(sections)])
     }
 
     /// Splits `input`, a tensor with three or more dimensions, into multiple tensors depthwise according to `indices_or_sections`. (`dsplit.array(Tensor(a -> *) self, int[] indices) -> Tensor(a)[]`)
-    pub(crate) fn dsplit_array(input: TensorId, indices: &[i64]) -> Result<Vec<TensorId>> {
+    pub(crate) fn dsplit_array(input: TensorId, indices: &[i64]) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("dsplit_array", "dsplit.array", kernels::tr_aten_dsplit_array) }, None, &[Arg::handle(input), Arg::ints(indices)])
     }
 
@@ -470,7 +470,7 @@ pub(crate) mod core {
     }
 
     /// Removes a tensor dimension. (`unbind.int(Tensor(a -> *) self, int dim=0) -> Tensor(a)[]`)
-    pub(crate) fn unbind_int(input: TensorId, dim: i64) -> Result<Vec<TensorId>> {
+    pub(crate) fn unbind_int(input: TensorId, dim: i64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("unbind_int", "unbind.int", kernels::tr_aten_unbind_int) }, None, &[Arg::handle(input), Arg::int(dim)])
     }
 
@@ -485,12 +485,12 @@ pub(crate) mod core {
     }
 
     /// Creates grids of coordinates specified by the 1D inputs in `attr`:tensors. (`meshgrid(Tensor[] tensors) -> Tensor[]`)
-    pub(crate) fn meshgrid(tensors: &[TensorId]) -> Result<Vec<TensorId>> {
+    pub(crate) fn meshgrid(tensors: &[TensorId]) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("meshgrid", "meshgrid", kernels::tr_aten_meshgrid) }, None, &[Arg::handles(tensors)])
     }
 
     /// Creates grids of coordinates specified by the 1D inputs in `attr`:tensors. (`meshgrid.indexing(Tensor[] tensors, *, str indexing) -> Tensor[]`)
-    pub(crate) fn meshgrid_indexing(tensors: &[TensorId], indexing: &str) -> Result<Vec<TensorId>> {
+    pub(crate) fn meshgrid_indexing(tensors: &[TensorId], indexing: &str) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("meshgrid_indexing", "meshgrid.indexing", kernels::tr_aten_meshgrid_indexing) }, None, &[Arg::handles(tensors), Arg::str(indexing)])
     }
 
@@ -670,7 +670,7 @@ pub(crate) mod core {
     }
 
     /// The indices of the nonzero elements, one tensor per dimension (`torch.nonzero(as_tuple=True)`). (`nonzero_numpy(Tensor self) -> Tensor[]`)
-    pub(crate) fn nonzero_numpy(input: TensorId) -> Result<Vec<TensorId>> {
+    pub(crate) fn nonzero_numpy(input: TensorId) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("nonzero_numpy", "nonzero_numpy", kernels::tr_aten_nonzero_numpy) }, None, &[Arg::handle(input)])
     }
 
@@ -715,7 +715,7 @@ pub(crate) mod core {
     }
 
     /// Tensors of `tensors`' shapes cut from the 1-D `flat` (the inverse of `flatten_dense_tensors`). (`unflatten_dense_tensors(Tensor flat, Tensor[] tensors) -> Tensor[]`)
-    pub(crate) fn unflatten_dense_tensors(flat: TensorId, tensors: &[TensorId]) -> Result<Vec<TensorId>> {
+    pub(crate) fn unflatten_dense_tensors(flat: TensorId, tensors: &[TensorId]) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("unflatten_dense_tensors", "unflatten_dense_tensors", kernels::tr_aten_unflatten_dense_tensors) }, None, &[Arg::handle(flat), Arg::handles(tensors)])
     }
 
@@ -765,12 +765,12 @@ pub(crate) mod core {
     }
 
     /// Performs the same operation as `torch.split`, but all output tensors are freshly created instead of aliasing the input. (`split_copy.Tensor(Tensor self, SymInt split_size, int dim=0) -> Tensor[]`)
-    pub(crate) fn split_copy_tensor(input: TensorId, split_size: i64, dim: i64) -> Result<Vec<TensorId>> {
+    pub(crate) fn split_copy_tensor(input: TensorId, split_size: i64, dim: i64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("split_copy_tensor", "split_copy.Tensor", kernels::tr_aten_split_copy_tensor) }, None, &[Arg::handle(input), Arg::int(split_size), Arg::int(dim)])
     }
 
     /// Performs the same operation as `torch.split_with_sizes`, but all output tensors are freshly created instead of aliasing the input. (`split_with_sizes_copy(Tensor self, SymInt[] split_sizes, int dim=0) -> Tensor[]`)
-    pub(crate) fn split_with_sizes_copy(input: TensorId, split_sizes: &[i64], dim: i64) -> Result<Vec<TensorId>> {
+    pub(crate) fn split_with_sizes_copy(input: TensorId, split_sizes: &[i64], dim: i64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("split_with_sizes_copy", "split_with_sizes_copy", kernels::tr_aten_split_with_sizes_copy) }, None, &[Arg::handle(input), Arg::ints(split_sizes), Arg::int(dim)])
     }
 
@@ -805,7 +805,7 @@ pub(crate) mod core {
     }
 
     /// Performs the same operation as `torch.unbind`, but all output tensors are freshly created instead of aliasing the input. (`unbind_copy.int(Tensor self, int dim=0) -> Tensor[]`)
-    pub(crate) fn unbind_copy_int(input: TensorId, dim: i64) -> Result<Vec<TensorId>> {
+    pub(crate) fn unbind_copy_int(input: TensorId, dim: i64) -> Result<TensorIds> {
         run::tensors(const { &Schema::new("unbind_copy_int", "unbind_copy.int", kernels::tr_aten_unbind_copy_int) }, None, &[Arg::handle(input), Arg::int(dim)])
     }
 
