@@ -9,7 +9,6 @@ use crate::residency::torch_storage::StorageRef;
 use crate::residency::policy::flow::trace::TraceKey;
 use crate::error::Result;
 use crate::registry::Entry;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 /// Pageable memory that homes were moved out of (see `pin_home`), freed once no reader can be
@@ -52,20 +51,12 @@ impl Manager {
         self.storages.get_mut(&id).expect("attached to a known storage").views += 1;
     }
 
-    /// A new storage id: never 0 (an entry's "none") and never reused in the process, so an
-    /// entry still naming a storage of an earlier manager names none of this one's.
-    pub(in crate::residency) fn new_id() -> u64 {
-        static NEXT: AtomicU64 = AtomicU64::new(1);
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    }
-
     /// Registers the storage of a tensor made outside the manager. Pageable memory of ours is
     /// moved into page-locked memory now, once, copying it (see `pin_home`). Memory never written
     /// yet (`Entry::fresh`) stays as it is: it is never loaded (brought to the device by
     /// allocating there), so it needs page-locked memory only when its device copy is first
     /// written home, and gets it then, without a copy (`write_home`).
     pub(in crate::residency) fn add_storage(&mut self, entry: &Entry, info: crate::residency::torch_storage::StorageInfo) -> Result<u64> {
-        let id = Manager::new_id();
         let home = StorageRef::of(entry)?;
         let on_device = self.cuda() && entry.device() == self.cfg.device.tch();
         let kind = match () {
@@ -74,18 +65,21 @@ impl Manager {
             _ if info.page_locked() => Home::PageLocked,
             _ => Home::Pageable,
         };
-        let mut s = Storage::new(home, kind, info.nbytes, TraceKey::Persistent(id));
+        // Its key is its id, which the table gives it as it goes in.
+        let mut s = Storage::new(home, kind, info.nbytes, TraceKey::Persistent(0));
         s.fresh = self.moves() && matches!(kind, Home::Pageable | Home::PageLocked) && entry.take_fresh();
         if on_device {
             s.device = Some(StorageRef::of(entry)?);
-            self.by_device.insert(info.id, id);
         }
         if kind == Home::Pageable && self.moves() && self.cfg.pin_host_memory && !s.fresh {
             let allocations = pin_home(&mut s, self.cfg.device, true)?;
             self.stats.count_page_locked(allocations, s.bytes);
         }
+        let id = self.storages.insert(|id| Storage { key: TraceKey::Persistent(id), ..s })?;
+        if on_device {
+            self.by_device.insert(info.id, id);
+        }
         self.by_home.insert(info.id, id);
-        self.storages.insert(id, s);
         self.window_epoch += 1;
         Ok(id)
     }

@@ -20,6 +20,7 @@ use crate::residency::training::recipe::{LinkLoad, Recipe, Recompute};
 use crate::residency::core::report::{Event, EventKind, Reporter, ResidencyStats};
 use crate::residency::model::{Log, Rates};
 use crate::residency::core::storage::{ByRole, Home, Role, Storage};
+use crate::residency::core::storage_table::StorageTable;
 use crate::residency::policy::flow::trace::{Trace, TraceKey};
 use crate::residency::torch_storage::StorageRef;
 use crate::residency::Config;
@@ -51,7 +52,7 @@ pub(crate) struct Acquired {
 pub(crate) struct Manager {
     pub(crate) cfg: Config,
     pub(in crate::residency) policy: Box<dyn Rules>,
-    pub(in crate::residency) storages: IdMap<u64, Storage>,
+    pub(in crate::residency) storages: StorageTable,
     /// Home StorageImpl address -> storage.
     pub(in crate::residency) by_home: IdMap<usize, u64>,
     /// Device copy StorageImpl address -> storage, for the storages on the device (how an op's
@@ -112,7 +113,7 @@ impl Manager {
         Ok(Manager {
             cfg,
             policy,
-            storages: IdMap::default(),
+            storages: StorageTable::default(),
             by_home: IdMap::default(),
             by_device: IdMap::default(),
             by_key: IdMap::default(),
@@ -397,12 +398,11 @@ impl Manager {
         let crate::residency::torch_storage::ResultHome { home: home_view, home_ref, device_ref } =
             crate::residency::torch_storage::result_home(t)?;
         let key = self.end_op(op, inputs, Some(bytes), anchor);
-        let id = Manager::new_id();
         let home_id = home_ref.id();
         let mut s = Storage::new(home_ref, Home::Lazy, bytes, key);
         (s.device, s.dirty, s.modified, s.role) = (Some(device_ref), true, true, role);
         s.last_use = self.clock;
-        self.storages.insert(id, s);
+        let id = self.storages.insert(|_| s)?;
         self.written_now.push(id);
         self.by_home.insert(home_id, id);
         self.by_device.insert(info.id, id);
@@ -482,7 +482,7 @@ impl Manager {
     fn persist_survivors(&mut self) {
         let iteration = self.trace.iteration();
         let mut survived = Vec::new();
-        for (&id, s) in &mut self.storages {
+        for (&id, s) in self.storages.iter_mut() {
             if let TraceKey::Produced { iteration: made, op } = s.key {
                 if made + 1 == iteration {
                     survived.push((id, op));

@@ -2,7 +2,8 @@
 //! in the budget (`eviction`), reads, exports, pins and the drain (`outside`), one storage's
 //! placement and its home (`storage`) and what libtorch knows of it (`torch_storage`, with its
 //! C++), the views of device copies an op's inputs are (`op_views`), which storage a tensor
-//! views (`homes`), several storages over one memory the outside can reach (`external`), one
+//! views (`homes`), the storages by id (`storage_table`), several storages over one memory the
+//! outside can reach (`external`), one
 //! op's protocol (`ticket`), ops on several threads waiting for room in the one budget (`room`),
 //! counters, events and the timeline (`report`), and the maps keyed by ids (`id_map`).
 
@@ -17,5 +18,6 @@ pub(super) mod outside;
 pub(super) mod report;
 pub(super) mod room;
 pub(super) mod storage;
+pub(super) mod storage_table;
 pub(crate) mod torch_storage;
 pub(super) mod ticket;
