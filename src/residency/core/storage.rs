@@ -79,50 +79,54 @@ impl ByRole {
     }
 }
 
+/// In C order, the fields every op that uses the storage reads first, so that they share the
+/// table slot's first cache lines (storage_table.rs): an op's inputs are often storages no cache
+/// holds.
+#[repr(C)]
 pub(crate) struct Storage {
-    /// The home StorageImpl, which every host view of the storage shares; its id is how the
-    /// manager finds the storage of a tensor.
-    pub(crate) home: StorageRef,
-    pub(crate) kind: Home,
     /// The device copy's StorageImpl; its id is how a view an op makes is recognised.
     pub(crate) device: Option<StorageRef>,
+    /// While an op uses it: the external storage whose device copy this one's views, its bytes
+    /// lying inside that one's (see `external`). Such a view is not counted: its bytes are the
+    /// other's.
+    pub(crate) within: Option<u64>,
+    pub(crate) bytes: u64,
+    pub(crate) last_use: u64,
+    pub(crate) uses: u64,
+    pub(crate) key: TraceKey,
+    /// Running ops using the device copy; such a copy is never evicted.
+    pub(crate) in_use: u32,
+    pub(crate) kind: Home,
     /// The device copy is newer than the home.
     pub(crate) dirty: bool,
     /// An op wrote the device copy since it was loaded (a write-back of a copy nobody
     /// modified would be wasted; `needless_write_backs` counts them).
     pub(crate) modified: bool,
-    pub(crate) bytes: u64,
-    pub(crate) last_use: u64,
-    pub(crate) uses: u64,
-    /// Running ops using the device copy; such a copy is never evicted.
-    pub(crate) in_use: u32,
     pub(crate) pinned: bool,
     /// Brought by a prefetch and not used since.
     pub(crate) prefetched: bool,
     /// Written back ahead of the eviction the followed iteration made (`Manager::write_ahead`),
     /// and on the device since.
     pub(crate) written_ahead: bool,
-    /// A load into `device` still running.
-    pub(crate) loading: Option<Transfer>,
-    /// A write-back into `home` still running: the home may not be read before it ends.
-    pub(crate) writing: Option<Arc<Transfer>>,
-    pub(crate) key: TraceKey,
-    /// Registered entries viewing it.
-    pub(crate) views: u32,
-    /// How to make it again, for a result that may be dropped rather than written back
-    /// (see `recompute`).
-    pub(crate) recipe: Option<Arc<Recipe>>,
-    /// Registered views that recipes hold (when all its views are, no one but a remake needs
-    /// its data).
-    pub(crate) recipe_holds: u32,
-    /// While an op uses it: the external storage whose device copy this one's views, its bytes
-    /// lying inside that one's (see `external`). Such a view is not counted: its bytes are the
-    /// other's.
-    pub(crate) within: Option<u64>,
-    pub(crate) role: Role,
     /// Its memory was never written (a storage the `tensorref` device made): brought to the
     /// device, it gets memory there and nothing is loaded.
     pub(crate) fresh: bool,
+    pub(crate) role: Role,
+    /// A load into `device` still running.
+    pub(crate) loading: Option<Transfer>,
+    /// The home StorageImpl, which every host view of the storage shares; its id is how the
+    /// manager finds the storage of a tensor.
+    pub(crate) home: StorageRef,
+    /// A write-back into `home` still running: the home may not be read before it ends.
+    pub(crate) writing: Option<Arc<Transfer>>,
+    /// Registered entries viewing it.
+    pub(crate) views: u32,
+    /// Registered views that recipes hold (when all its views are, no one but a remake needs
+    /// its data).
+    pub(crate) recipe_holds: u32,
+    /// How to make it again, for a result that may be dropped rather than written back
+    /// (see `recompute`).
+    pub(crate) recipe: Option<Arc<Recipe>>,
 }
 
 impl Storage {
