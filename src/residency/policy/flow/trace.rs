@@ -8,6 +8,7 @@
 
 use crate::residency::core::id_map::IdMap;
 use std::collections::{HashMap, HashSet};
+use smallvec::SmallVec;
 
 /// How a tensor is named in the trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -27,10 +28,12 @@ pub enum NormKey {
 }
 
 /// One op of a recorded iteration: the tensors it read and the one it made, with their bytes.
+/// Most ops read one or two, kept in the record itself: an op recorded costs no allocation of
+/// its own, which a long iteration would keep.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OpRecord {
     pub name: &'static str,
-    pub inputs: Vec<(NormKey, u64)>,
+    pub inputs: SmallVec<[(NormKey, u64); 2]>,
     pub output: Option<(NormKey, u64)>,
 }
 
