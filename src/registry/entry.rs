@@ -19,8 +19,9 @@ pub(crate) struct Entry {
     tensor: tch::Tensor,
     footprint: OnceLock<(u64, DeviceSlot)>,
     /// The residency manager's storage this entry views, once the manager tracks the entry (it
-    /// is then told when the entry dies); 0 before. Storage ids are never reused, not even by a
-    /// later manager, so one that is not the current manager's is recognised as stale.
+    /// is then told when the entry dies); 0 before. A storage id is not reused before 2^40 more
+    /// storages, not even by a later manager, so one that is not the current manager's is
+    /// recognised as stale (src/residency/core/storage_table.rs).
     storage: AtomicU64,
     /// Its memory was never written: a storage the `tensorref` device made (`empty`) that no one
     /// has seen on the host. The manager gives such a storage device memory without loading it.
