@@ -337,6 +337,26 @@ fn release_in_flight_frees_device_bytes_when_the_op_ends() {
 
 /// Real devices raise out-of-memory themselves; the simulated one does when a result does not fit
 /// its capacity, so the recovery path is exercised here.
+/// A tensor an earlier manager tracked, used again under a later one: its entry still names the
+/// earlier manager's storage, whose slot the later manager fills first with a storage of its own.
+/// The later manager tells the two apart and registers the tensor anew.
+#[test]
+fn a_tensor_an_earlier_manager_tracked_is_new_to_a_later_one() {
+    exclusive(|| {
+        let old = Tensor::from_slice(&[2.0f32; 4], &[4])?;
+        configure(Policy::Flow, 1 << 20);
+        old.add(&old)?; // the manager registers `old`'s storage first
+        residency::disable()?;
+
+        configure(Policy::Flow, 1 << 20);
+        let new = Tensor::from_slice(&[3.0f32; 4], &[4])?;
+        new.add(&new)?; // the later manager's first storage, in the same slot
+        assert_eq!(old.add(&new)?.to_vec::<f32>()?, [5.0; 4]);
+        assert_eq!(old.to_vec::<f32>()?, [2.0; 4]);
+        Ok(())
+    });
+}
+
 #[cfg(not(feature = "cuda-tests"))]
 #[test]
 fn out_of_memory_makes_flow_evict_and_retry() {
