@@ -59,7 +59,7 @@ pub(crate) struct Manager {
     /// result or a tensor autograd saves is recognised as a view of a known storage).
     pub(in crate::residency) by_device: IdMap<usize, u64>,
     /// Trace key -> storage, for the storages results and saved tensors made (how Flow finds
-    /// what to prefetch in backward).
+    /// what to prefetch in backward); kept under a policy that prefetches only.
     pub(in crate::residency) by_key: IdMap<TraceKey, u64>,
     /// Storage -> the storages whose recipes read it (see `recompute`).
     pub(in crate::residency) dependents: IdMap<u64, Vec<u64>>,
@@ -406,7 +406,9 @@ impl Manager {
         self.written_now.push(id);
         self.by_home.insert(home_id, id);
         self.by_device.insert(info.id, id);
-        self.by_key.insert(key, id);
+        if self.policy.prefetches() {
+            self.by_key.insert(key, id); // only prefetch looks results up by their trace key
+        }
         self.stats.device_bytes += bytes;
         self.device_by_role.add(role, bytes);
         self.stats.peak_device_bytes = self.stats.peak_device_bytes.max(self.stats.device_bytes);

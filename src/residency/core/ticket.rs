@@ -133,8 +133,9 @@ impl Ticket {
         let grad_op = GRAD_OPS.contains(&self.op);
         // Grad mode is read (two calls into libtorch) only for an input that autograd concerns:
         // one written, or one that requires grad; not for the plain reads of inference.
-        let recording = (write || entry.requires_grad()) && !grad_op && crate::residency::autograd::grad_enabled();
-        if write && recording && entry.requires_grad() && entry.is_leaf() {
+        let requires_grad = entry.requires_grad();
+        let recording = (write || requires_grad) && !grad_op && crate::residency::autograd::grad_enabled();
+        if write && recording && requires_grad && entry.is_leaf() {
             // What libtorch says without a manager, where a device copy would not be a leaf.
             return Err(Error::InvalidArg(format!("`{}`: a leaf Variable that requires grad is being used in an in-place operation.", self.op)));
         }
@@ -157,7 +158,7 @@ impl Ticket {
             if let Some(grad) = self.load_grad(entry, false)? {
                 crate::residency::autograd::set_grad(&view, &grad)?;
             }
-        } else if entry.requires_grad() && (recording || self.op == "backward") {
+        } else if requires_grad && (recording || self.op == "backward") {
             if entry.is_leaf() {
                 crate::residency::training::grads::connect_leaf(&view, entry)?;
             } else {
