@@ -5,7 +5,8 @@
 //! tensors. Each row is the median of rounds of ops; the added time is the row's median less the
 //! median without a manager at the same n. The tensors are made after the manager is configured,
 //! so every one is a storage of its, and each is read once before the rounds (on the device from
-//! then on).
+//! then on). Tensor i holds i: the sum each first read makes, and one sum after each round, are
+//! checked whole; a failed add or a wrong sum makes the run exit 1.
 //!
 //!     cargo bench --bench manager_overhead [-- --live 100,10000,100000 --rounds 11 --ops 20000
 //!         --policies resident,genoa,flow]
@@ -22,7 +23,7 @@ use std::hint::black_box;
 use std::time::Instant;
 use tensorref::ffi::{tr_tensor_add, tr_tensor_release, TrTensor};
 use tensorref::residency::{self, Device, Config, Policy};
-use tensorref::{DType, Result, Tensor};
+use tensorref::{Error, Result, Status, Tensor};
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -35,14 +36,13 @@ fn per_op(policy: Option<Policy>, n: usize, rounds: usize, ops: usize) -> Result
     if let Some(policy) = policy {
         residency::configure(Config::new(Device::Simulated, policy, 1 << 30))?;
     }
-    let live: Vec<Tensor> = (0..n).map(|_| Tensor::ones(&[4], DType::F32)).collect::<Result<_>>()?;
+    // Tensor i holds i (exact in f32 up to 2^24), so each sum says which tensors it read.
+    let live: Vec<Tensor> = (0..n).map(|i| Tensor::from_slice(&[i as f32; 4], &[4])).collect::<Result<_>>()?;
     let handles: Vec<TrTensor> = live.iter().map(|t| TrTensor::from(t.id())).collect();
     // Each tensor used once first: a tensor made by a creation op lives in host memory until an
-    // op reads it, and that first load is not the cost measured here.
-    for &h in &handles {
-        let mut out = TrTensor { id: 0 };
-        tr_tensor_add(h, h, &mut out);
-        tr_tensor_release(out);
+    // op reads it, and that first load is not the cost measured here. Each sum is checked whole.
+    for (i, &h) in handles.iter().enumerate() {
+        check(h, h, 2.0 * i as f32)?;
     }
     let mut seed = 0x2545_f491_4f6c_dd1du64;
     let mut pick = move || {
@@ -55,8 +55,13 @@ fn per_op(policy: Option<Policy>, n: usize, rounds: usize, ops: usize) -> Result
     for _ in 0..rounds {
         let pairs: Vec<(TrTensor, TrTensor)> = (0..ops).map(|_| (handles[pick()], handles[pick()])).collect();
         let start = Instant::now();
-        timed(&pairs);
+        let failed = timed(&pairs);
         times.push(start.elapsed().as_secs_f64() * 1e9 / ops as f64);
+        if failed > 0 {
+            return Err(Error::Device(format!("{failed} of {ops} timed adds failed (n = {n}, {policy:?})")));
+        }
+        let (a, b) = (pick(), pick());
+        check(handles[a], handles[b], (a + b) as f32)?;
     }
     drop(live);
     if policy.is_some() {
@@ -65,13 +70,29 @@ fn per_op(policy: Option<Policy>, n: usize, rounds: usize, ops: usize) -> Result
     Ok(median(times))
 }
 
-/// The ops timed: an add of each pair and its release.
+/// The ops timed: an add of each pair and its release. Returns how many adds failed.
 #[inline(never)]
-fn timed(pairs: &[(TrTensor, TrTensor)]) {
+fn timed(pairs: &[(TrTensor, TrTensor)]) -> usize {
+    let mut failed = 0;
     for &(a, b) in pairs {
         let mut out = TrTensor { id: 0 };
-        tr_tensor_add(a, b, &mut out);
+        failed += usize::from(tr_tensor_add(a, b, &mut out) != Status::TR_OK);
         tr_tensor_release(black_box(out));
+    }
+    failed
+}
+
+/// Adds `a` and `b` through the C ABI and checks the whole sum against `expected` in each element.
+fn check(a: TrTensor, b: TrTensor, expected: f32) -> Result<()> {
+    let mut out = TrTensor { id: 0 };
+    let status = tr_tensor_add(a, b, &mut out);
+    if status != Status::TR_OK {
+        return Err(Error::Device(format!("an add failed: {status:?}")));
+    }
+    let sum = Tensor::from_raw(out.into()).to_vec::<f32>()?;
+    match sum == [expected; 4] {
+        true => Ok(()),
+        false => Err(Error::Device(format!("an add made {sum:?}, not {expected} in each element"))),
     }
 }
 

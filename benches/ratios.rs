@@ -88,6 +88,10 @@ fn main() {
             rows[v[0] as usize].push([v[1], v[2], v[3], v[4], v[5]]);
         }
     }
+    if let Some((name, row)) = names.iter().zip(&rows).find(|(_, row)| row.len() != PROCESSES) {
+        eprintln!("ratios: {name} measured in {} of {PROCESSES} processes", row.len());
+        std::process::exit(1);
+    }
     println!("Small ops on the CPU, op + release: median ns per op, and the median of each round's ratio to raw tch");
     println!("({ROUNDS} interleaved rounds of {OPS} ops in each of {PROCESSES} processes: the median over the processes, and their range)");
     let [raw, rust, c] = op_sample::VARIANTS;
