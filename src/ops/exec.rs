@@ -125,6 +125,9 @@ impl Op {
     /// Out of line, like `output_managed`: each op inlines only the unmanaged path.
     #[inline(never)]
     fn place_all<const N: usize>(&mut self, entries: [Arc<Entry>; N]) -> Result<[Input; N]> {
+        if let Some(m) = &self.managed {
+            m.ticket.fetch(entries.iter().map(|e| &**e));
+        }
         let mut placed: [Option<Input>; N] = std::array::from_fn(|_| None);
         for (slot, e) in placed.iter_mut().zip(entries) {
             *slot = Some(self.place(e, false)?);
@@ -142,6 +145,9 @@ impl Op {
     /// Places inputs the caller looked up itself (the runner of the ops generated from the
     /// schema, src/ops/aten/run.rs), `inputs[written]` the one the op writes.
     pub(crate) fn place_each(&mut self, inputs: &mut [Input], written: Option<usize>) -> Result<()> {
+        if let Some(m) = &self.managed {
+            m.ticket.fetch(inputs.iter().map(|i| &*i.0));
+        }
         for (k, input) in inputs.iter_mut().enumerate() {
             *input = self.place(input.0.clone(), written == Some(k))?;
         }

@@ -38,6 +38,7 @@ pub(crate) use training::recipe::{Recipe, Replay};
 pub(crate) use training::saved::{save as save_for_backward, Saved};
 pub(crate) use self::core::ticket::Ticket;
 pub(crate) use self::core::torch_storage;
+pub(crate) use self::core::cache_lines;
 pub(crate) use self::core::id_map::IdMap;
 pub(crate) use training::autograd;
 pub(crate) use self::core::room::with_room;

@@ -197,6 +197,15 @@ impl Manager {
         Ok(Acquired { view, storage: id, key, bytes, used_before })
     }
 
+    /// Fetches into the cache the device copies' StorageImpls that acquiring `entries` reads.
+    pub(crate) fn fetch_device_copies<'a>(&self, entries: impl Iterator<Item = &'a Entry>) {
+        for e in entries {
+            if let Some(copy) = self.storages.get(&e.storage()).and_then(|s| s.device.as_ref()) {
+                crate::residency::cache_lines::storage(copy.id());
+            }
+        }
+    }
+
     /// Holds storage `id`'s device copy for a running op (see `acquire`), loading it if needed.
     /// External memory inside another external storage's bytes views that one's copy, which is
     /// held as long (`external`).

@@ -7,6 +7,7 @@
 //! for room in the one budget (`room`), counters, events and the timeline (`report`), and the
 //! maps keyed by ids (`id_map`).
 
+pub(crate) mod cache_lines;
 pub(super) mod external;
 pub(super) mod homes;
 pub(crate) mod id_map;

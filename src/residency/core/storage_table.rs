@@ -10,7 +10,7 @@
 
 use crate::error::{Error, Result};
 use crate::residency::core::storage::Storage;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 const SLOT_BITS: u32 = 24;
 const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
@@ -21,6 +21,22 @@ pub(crate) const MAX_STORAGES: usize = 1 << SLOT_BITS;
 
 /// The next storage's serial (see the module's note).
 static SERIAL: AtomicU64 = AtomicU64::new(1);
+
+/// The slots' address and count, for `fetch`, which runs without the manager's lock: they change
+/// only as the table grows, and a stale pair costs one useless cache fetch (the table of a
+/// manager since dropped included).
+static SLOTS: AtomicPtr<Slot> = AtomicPtr::new(std::ptr::null_mut());
+static SLOT_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// Asks the CPU to fetch the first two cache lines of storage `id`'s slot, which hold what an op
+/// reads of it (see `cache_lines`).
+#[inline]
+pub(crate) fn fetch(id: u64) {
+    let slot = slot_of(id);
+    if slot < SLOT_COUNT.load(Ordering::Relaxed) {
+        crate::residency::core::cache_lines::fetch_lines(SLOTS.load(Ordering::Relaxed).wrapping_add(slot).cast(), 2);
+    }
+}
 
 /// A slot: its storage and that storage's id, or None while the slot is free. Each starts a
 /// cache line, which holds the id and what an op reads of the storage first.
@@ -46,6 +62,8 @@ impl StorageTable {
             Some(slot) => slot as usize,
             None if self.slots.len() < MAX_STORAGES => {
                 self.slots.push(Slot(None));
+                SLOTS.store(self.slots.as_mut_ptr(), Ordering::Relaxed);
+                SLOT_COUNT.store(self.slots.len(), Ordering::Relaxed);
                 self.slots.len() - 1
             }
             None => return Err(Error::Device(format!("the manager tracks at most {MAX_STORAGES} storages at once"))),
@@ -143,6 +161,17 @@ mod tests {
         let mut ids: Vec<u64> = table.iter().map(|(&id, _)| id).collect();
         ids.sort();
         assert_eq!(ids, [b, c]);
+    }
+
+    #[test]
+    fn fetching_any_id_changes_nothing() {
+        let mut table = StorageTable::default();
+        let a = table.insert(storage).unwrap();
+        fetch(a);
+        fetch(u64::MAX); // a slot past the table
+        assert_eq!(table[&a].key, TraceKey::Persistent(a), "the storage is as it was");
+        drop(table);
+        fetch(a); // a table since dropped
     }
 
     #[test]

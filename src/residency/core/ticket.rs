@@ -16,6 +16,7 @@ use crate::residency::{lock, with};
 use crate::error::{Error, Result};
 use crate::registry::Entry;
 use crate::residency::core::room::Held;
+use crate::residency::core::{cache_lines, storage_table};
 use smallvec::SmallVec;
 use std::sync::Arc;
 
@@ -121,6 +122,26 @@ impl Ticket {
 
     fn check(&self) -> Result<()> {
         self.refused.clone().map_or(Ok(()), Err)
+    }
+
+    /// Fetches into the cache what acquiring `entries` reads, a level at a time, so that the
+    /// misses of all inputs overlap (see `cache_lines`): libtorch's tensor and the storage
+    /// record, then the TensorImpl, then its version counter and the device copy's StorageImpl
+    /// (whose address the record holds: read under the manager's lock). A hint, which changes
+    /// nothing the op sees.
+    pub(crate) fn fetch<'a>(&self, entries: impl Iterator<Item = &'a Entry> + Clone) {
+        if !self.moves || self.refused.is_some() {
+            return;
+        }
+        for e in entries.clone() {
+            cache_lines::fetch(e.as_ptr().cast());
+            storage_table::fetch(e.storage());
+        }
+        cache_lines::tensors(entries.clone().map(|e| e.as_ptr().cast()));
+        let _ = with(|m| {
+            m.fetch_device_copies(entries);
+            Ok(())
+        });
     }
 
     /// The device copy of an input, as the op gets it (the input itself when nothing moves).

@@ -233,6 +233,8 @@ int tr_native_device_view(uintptr_t storage, const void *like, void **out, char 
         auto view = tr_native::op_view(c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl)),
                                        l.dtype(), l.sizes(), l.strides(), l.storage_offset());
         tr_native::counts_versions(view, l);
+        // The op's kernel reads the data next: asked for now, it is in the cache by then.
+        __builtin_prefetch(static_cast<const char *>(impl->data_ptr().get()) + l.storage_offset() * l.dtype().itemsize());
         *out = new at::Tensor(std::move(view));
     });
 }
