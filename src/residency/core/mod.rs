@@ -3,9 +3,9 @@
 //! placement and its home (`storage`) and what libtorch knows of it (`torch_storage`, with its
 //! C++), the views of device copies an op's inputs are (`op_views`), which storage a tensor
 //! views (`homes`), the storages by id (`storage_table`), several storages over one memory the
-//! outside can reach (`external`), one op's protocol (`ticket`), ops on several threads waiting
-//! for room in the one budget (`room`), counters, events and the timeline (`report`), and the
-//! maps keyed by ids (`id_map`).
+//! outside can reach (`external`), one op's protocol (`ticket`) and the cache hints that start
+//! it (`cache_lines`), ops on several threads waiting for room in the one budget (`room`),
+//! counters, events and the timeline (`report`), and the maps keyed by ids (`id_map`).
 
 pub(crate) mod cache_lines;
 pub(super) mod external;
