@@ -33,6 +33,9 @@ impl Manager {
     /// an iteration with everything resident, this is a few lookups an op instead of one for
     /// every input of the window (256 ops by default).
     pub(in crate::residency) fn prefetch(&mut self) {
+        if !self.trace.following() {
+            return; // no recorded order to fetch ahead of
+        }
         if let Some(done) = self.window_done.take() {
             let same = done.iteration == self.trace.iteration() && done.epoch == self.window_epoch;
             if let Some(mut entered) = self.trace.entered_since(done.pos, self.cfg.prefetch_depth).filter(|_| same) {
