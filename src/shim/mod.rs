@@ -17,29 +17,51 @@ pub(crate) type Result<T> = std::result::Result<T, TchError>;
 /// Room for libtorch's first line (what `Error` keeps anyway).
 pub(crate) const ERR_LEN: usize = 512;
 
+/// Runs `call` with a shim's error buffer, and returns its status as a `Result`. Only a failed
+/// shim writes its message there (NUL-terminated: guarded.h), so only the first byte is cleared,
+/// which an unwritten buffer then reads as: on the per-op path, clearing all of it cost more than
+/// some of the calls.
+#[inline(always)]
+fn guarded(what: &str, call: impl FnOnce(*mut c_char) -> c_int) -> Result<()> {
+    let mut err = std::mem::MaybeUninit::<[c_char; ERR_LEN]>::uninit();
+    let err = err.as_mut_ptr().cast::<c_char>();
+    // SAFETY: the first of the buffer's ERR_LEN bytes.
+    unsafe { err.write(0) };
+    let status = call(err);
+    // SAFETY: a NUL-terminated string starts the buffer, the shim's message or the one written.
+    unsafe { checked(what, status, err) }
+}
+
 /// Runs a shim that makes one tensor.
 pub(crate) fn make(what: &str, call: impl FnOnce(*mut *mut c_void, *mut c_char, usize) -> c_int) -> Result<tch::Tensor> {
     let mut out = std::ptr::null_mut();
-    let mut err = [0 as c_char; ERR_LEN];
-    check(what, call(&mut out, err.as_mut_ptr(), ERR_LEN), &err)?;
+    guarded(what, |err| call(&mut out, err, ERR_LEN))?;
     // SAFETY: on success the shim wrote a new heap `at::Tensor*`, which tch's Tensor owns.
     Ok(unsafe { tch::Tensor::from_ptr(out.cast()) })
 }
 
-/// A shim's status as a `Result`, with its message.
+/// A shim's status as a `Result`, with its message from `err` (a zeroed buffer it wrote into).
 pub(crate) fn check(what: &str, status: c_int, err: &[c_char]) -> Result<()> {
+    // SAFETY: the shims NUL-terminate within the buffer (and it starts zeroed).
+    unsafe { checked(what, status, err.as_ptr()) }
+}
+
+/// `check` for the message at `err`.
+///
+/// # Safety
+/// On failure, `err` points to a NUL-terminated string.
+unsafe fn checked(what: &str, status: c_int, err: *const c_char) -> Result<()> {
     if status == 0 {
         return Ok(());
     }
-    // SAFETY: the shims NUL-terminate within the buffer (and it starts zeroed).
-    let msg = unsafe { CStr::from_ptr(err.as_ptr()) }.to_string_lossy();
+    // SAFETY: as the caller promises.
+    let msg = unsafe { CStr::from_ptr(err) }.to_string_lossy();
     Err(TchError::Torch(format!("{what}: {msg}")))
 }
 
 /// Runs a shim that makes nothing.
 pub(crate) fn run(what: &str, call: impl FnOnce(*mut c_char, usize) -> c_int) -> Result<()> {
-    let mut err = [0 as c_char; ERR_LEN];
-    check(what, call(err.as_mut_ptr(), ERR_LEN), &err)
+    guarded(what, |err| call(err, ERR_LEN))
 }
 
 /// Copies `msg` NUL-terminated into a shim's error buffer (the other way from `check`).
