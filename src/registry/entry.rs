@@ -26,9 +26,9 @@ pub(crate) struct Entry {
     /// Its memory was never written: a storage the `tensorref` device made (`empty`) that no one
     /// has seen on the host. The manager gives such a storage device memory without loading it.
     fresh: AtomicBool,
-    /// The tensor is an op's view of a device copy, which goes back to the manager when the entry
-    /// dies (see `on_op_view_done`).
-    op_view: bool,
+    /// The tensor's TensorImpl is the manager's own, an op's view of a device copy or a result's
+    /// home, and goes back to the manager when the entry dies (see `on_recycled`).
+    recycled: bool,
 }
 
 // SAFETY: `tch::Tensor` is `Send` but not `Sync` because it wraps a pointer to a heap
@@ -40,12 +40,12 @@ unsafe impl Sync for Entry {}
 
 impl Entry {
     pub(crate) fn new(tensor: tch::Tensor) -> Entry {
-        Entry { tensor, footprint: OnceLock::new(), storage: AtomicU64::new(0), fresh: AtomicBool::new(false), op_view: false }
+        Entry { tensor, footprint: OnceLock::new(), storage: AtomicU64::new(0), fresh: AtomicBool::new(false), recycled: false }
     }
 
-    /// An entry for an op's view of a device copy (see `op_view`).
-    pub(crate) fn op_view(view: tch::Tensor) -> Entry {
-        Entry { tensor: view, footprint: OnceLock::new(), storage: AtomicU64::new(0), fresh: AtomicBool::new(false), op_view: true }
+    /// An entry for a tensor whose TensorImpl the manager made and takes back (see `recycled`).
+    pub(crate) fn recycled(tensor: tch::Tensor) -> Entry {
+        Entry { tensor, footprint: OnceLock::new(), storage: AtomicU64::new(0), fresh: AtomicBool::new(false), recycled: true }
     }
 
     /// An entry whose memory was never written (see `fresh`).
@@ -91,7 +91,7 @@ impl Entry {
         debug_assert!(!self.is_registered(), "the residency manager still tracks this entry");
         self.footprint.take();
         self.fresh.store(false, Ordering::Release);
-        self.op_view = false;
+        self.recycled = false;
         // SAFETY: a null tensor owns nothing; `at_free(NULL)` would be `delete nullptr`, and
         // `refill` forgets it rather than dropping it anyway. Nothing reads an emptied entry.
         std::mem::replace(&mut self.tensor, unsafe { tch::Tensor::from_ptr(std::ptr::null_mut()) })
@@ -113,21 +113,22 @@ pub(crate) fn on_forget(hook: fn(u64, &tch::Tensor)) {
     let _ = ON_FORGET.set(hook);
 }
 
-/// Given the view of every dying entry made for an op's input (`Entry::op_view`): the residency
-/// manager, which made the view, installs it.
-static ON_OP_VIEW_DONE: OnceLock<fn(tch::Tensor)> = OnceLock::new();
+/// Given the tensor of every dying entry whose TensorImpl the residency manager made
+/// (`Entry::recycled`): the manager installs it.
+static ON_RECYCLED: OnceLock<fn(tch::Tensor)> = OnceLock::new();
 
-/// Installs the hook given every dying op view (once; later calls keep the first).
-pub(crate) fn on_op_view_done(hook: fn(tch::Tensor)) {
-    let _ = ON_OP_VIEW_DONE.set(hook);
+/// Installs the hook given every dying recycled tensor (once; later calls keep the first).
+pub(crate) fn on_recycled(hook: fn(tch::Tensor)) {
+    let _ = ON_RECYCLED.set(hook);
 }
 
 impl Drop for Entry {
     fn drop(&mut self) {
         if let (true, Some(forget)) = (self.is_registered(), ON_FORGET.get()) {
             forget(self.storage(), &self.tensor);
+            *self.storage.get_mut() = 0;
         }
-        if let (true, Some(done)) = (self.op_view, ON_OP_VIEW_DONE.get()) {
+        if let (true, Some(done)) = (self.recycled, ON_RECYCLED.get()) {
             done(self.empty());
         }
     }

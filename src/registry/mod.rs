@@ -11,7 +11,7 @@ mod scopes;
 mod spares;
 pub(crate) mod stats;
 
-pub(crate) use entry::{on_forget, on_op_view_done, Entry};
+pub(crate) use entry::{on_forget, on_recycled, Entry};
 pub(crate) use handle::GenSlab;
 pub(crate) use spares::Remains;
 use spares::Spares;

@@ -171,7 +171,7 @@ fn wait_all(transfers: Vec<Arc<Transfer>>) -> Result<()> {
 /// uses are written back and dropped.
 pub fn configure(cfg: Config) -> Result<()> {
     crate::registry::on_forget(forget);
-    crate::registry::on_op_view_done(self::core::op_views::done);
+    crate::registry::on_recycled(self::core::op_views::done);
     // The device's rates are measured before the manager's lock is taken: measuring waits on it.
     let cfg = match cfg.rates {
         None if cfg.recompute == Recompute::Cheaper => {

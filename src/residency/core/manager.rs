@@ -421,7 +421,7 @@ impl Manager {
         self.stats.device_bytes += bytes;
         self.device_by_role.add(role, bytes);
         self.stats.peak_device_bytes = self.stats.peak_device_bytes.max(self.stats.device_bytes);
-        let entry = Entry::new(home_view);
+        let entry = Entry::recycled(home_view); // its TensorImpl the manager's (see `op_views`)
         self.attach(&entry, id);
         if let Some(log) = &mut self.schedule {
             log.made(id);

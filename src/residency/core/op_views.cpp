@@ -1,8 +1,9 @@
 // The views of device copies an op's inputs are: one for each input of every op under the
 // manager, made before its kernel and let go of after it (by the op table through op_views.rs,
-// and by the `tensorref` device's fallback, src/torch_device/kernels.cpp). Made new, each is a
-// TensorImpl and a version counter allocated, filled and freed again. Instead, each thread keeps
-// a few views that ops let go of, and makes its next views from them, pointed at another
+// and by the `tensorref` device's fallback, src/torch_device/kernels.cpp); and the host tensor
+// each result is registered as, its home (torch_storage.cpp), which dies with its handle. Made
+// new, each is a TensorImpl and a version counter allocated, filled and freed again. Instead,
+// each thread keeps a few that died, and makes its next ones from them, pointed at another
 // storage: nothing is allocated, and the memory is still in cache.
 //
 // A view is kept only when nothing else holds it (no other reference, strong or weak) and the op

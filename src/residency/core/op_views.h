@@ -12,13 +12,13 @@ namespace tr_native {
 at::Tensor tensor_over(c10::Storage storage, caffe2::TypeMeta dtype, at::IntArrayRef sizes, at::IntArrayRef strides,
                        int64_t offset);
 
-// The same for an op's input, from a kept view where there is one (see op_views.cpp). Its
-// version counter is not to be used before `counts_versions`.
+// The same for an op's input or a result's home, from a kept one where there is one (see
+// op_views.cpp). Its version counter is not to be used before `counts_versions`.
 at::Tensor op_view(c10::Storage storage, caffe2::TypeMeta dtype, at::IntArrayRef sizes, at::IntArrayRef strides,
                    int64_t offset);
 
-// Frees `view`, an op's input view that the op is done with, keeping its TensorImpl for a later
-// view where it may (see op_views.cpp).
+// Frees `view`, an op's input view that the op is done with or a dying home, keeping its
+// TensorImpl for a later one where it may (see op_views.cpp).
 void give_back(at::Tensor &&view);
 
 // `view` counts versions with `like` (one counter per storage: an op's input and the tensor it

@@ -1,6 +1,6 @@
-//! The views of device copies an op's inputs are: each goes back here when the op lets go of it,
-//! and the next op's views are made from those that came back untouched, pointed at another
-//! storage (op_views.cpp beside this file has the why and the rules).
+//! The views of device copies an op's inputs are, and the homes of its results: each goes back
+//! here when it dies, and the next ones are made from those that came back untouched, pointed at
+//! another storage (op_views.cpp beside this file has the why and the rules).
 
 use std::ffi::c_void;
 
@@ -10,8 +10,9 @@ extern "C" {
     fn tr_native_op_view_done(t: *mut c_void);
 }
 
-/// Frees an op's view of a device copy, keeping its TensorImpl for a later view where it may
-/// (installed as the registry's hook for dying op views: `Entry::op_view`).
+/// Frees an op's view of a device copy or a result's home, keeping its TensorImpl for a later
+/// one where it may (installed as the registry's hook for dying recycled entries:
+/// `Entry::recycled`).
 pub(crate) fn done(mut view: tch::Tensor) {
     let p = view.as_mut_ptr();
     std::mem::forget(view);

@@ -189,7 +189,7 @@ impl Ticket {
         if write && recording {
             self.written.push((entry.shallow_clone(), view.shallow_clone()));
         }
-        let placed = Arc::new(Entry::op_view(view));
+        let placed = Arc::new(Entry::recycled(view));
         let view = crate::residency::torch_storage::tensor_impl(&placed);
         self.views.push(View { input, view, placed: placed.clone(), original: entry.clone() });
         Ok(placed)

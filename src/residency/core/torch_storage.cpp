@@ -268,8 +268,8 @@ int tr_native_result_home(const void *t, void **out_home, void *out_home_ref, vo
         auto impl = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), src.storage().nbytes(),
                                                           at::DataPtr(nullptr, at::Device(at::kCPU)), nullptr,
                                                           /*resizable=*/false);
-        auto home = tensor_over(at::Storage(std::move(impl)), src.dtype(), src.sizes(), src.strides(),
-                                src.storage_offset());
+        auto home = tr_native::op_view(at::Storage(std::move(impl)), src.dtype(), src.sizes(), src.strides(),
+                                       src.storage_offset());
         tr_native::counts_versions(home, src);
         auto *boxed = new at::Tensor(std::move(home));
         new (out_home_ref) StorageRef(StorageRef::of(*boxed));
