@@ -67,6 +67,28 @@ mod tests {
         assert_eq!(rb.version(), version + 1, "a write through it counts on its storage's counter");
     }
 
+    /// A result's home that dies with its entry is the next result's home; one that a handle
+    /// still holds is not taken back.
+    #[test]
+    fn a_dead_home_is_the_next_home() {
+        use crate::registry::Entry;
+        use crate::residency::torch_storage::result_home;
+        no_kept_views();
+        crate::registry::on_recycled(done); // as a manager installs it
+        let (a, b) = (tch::Tensor::f_arange(8, FLOAT_CPU).unwrap(), tch::Tensor::f_ones([2, 3], FLOAT_CPU).unwrap());
+        let home = result_home(&a).unwrap().home;
+        let made = tensor_impl(&home);
+        drop(Entry::recycled(home));
+        assert_eq!(kept(), 1, "the home is kept");
+        let next = result_home(&b).unwrap().home;
+        assert_eq!((kept(), tensor_impl(&next)), (0, made), "the kept TensorImpl is the next home");
+        assert_eq!(next.size(), [2, 3], "shaped as its result");
+        let held = next.shallow_clone();
+        drop(Entry::recycled(next));
+        assert_eq!(kept(), 0, "a home a handle still holds stays that handle's");
+        assert_eq!(held.size(), [2, 3]);
+    }
+
     /// A view anything else still holds, or one an op left autograd state on, is freed, not
     /// made again.
     #[test]
