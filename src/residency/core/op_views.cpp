@@ -30,6 +30,18 @@ struct Idle {
 constexpr size_t kKept = 8;
 thread_local std::vector<Idle> kept;
 
+// The heap at::Tensors that views and homes cross to Rust in (a tch tensor owns one each), kept
+// as they come back through `tr_native_op_view_done`, empty, for the next ones (`boxed`).
+struct Boxes {
+    std::vector<at::Tensor *> spare;
+    ~Boxes() {
+        for (auto *box : spare) {
+            delete box;
+        }
+    }
+};
+thread_local Boxes boxes;
+
 // What a kept view holds instead of a storage: one empty storage, the thread's own (so that no
 // reference count is shared between threads).
 const c10::Storage &no_storage() {
@@ -90,6 +102,16 @@ void counts_versions(const at::Tensor &view, const at::Tensor &like) {
     }
 }
 
+at::Tensor *boxed(at::Tensor &&t) {
+    if (boxes.spare.empty()) {
+        return new at::Tensor(std::move(t));
+    }
+    at::Tensor *box = boxes.spare.back();
+    boxes.spare.pop_back();
+    *box = std::move(t);
+    return box;
+}
+
 void give_back(at::Tensor &&view) {
     at::Tensor t = std::move(view);
     if (kept.size() >= kKept || !t.defined() || !untouched(t)) {
@@ -107,14 +129,20 @@ void give_back(at::Tensor &&view) {
 
 extern "C" {
 
-// `give_back` for a view the caller owns as a heap at::Tensor (the op table's, in Rust). Where
-// libtorch throws (it cannot, for a view that passed `untouched`), the view is simply freed.
+// `give_back` for a view or home the caller owns as a heap at::Tensor (the op table's, in
+// Rust), whose box is kept too where there is room. Where libtorch throws (it cannot, for a view
+// that passed `untouched`), the view is simply freed.
 void tr_native_op_view_done(void *t) {
-    std::unique_ptr<at::Tensor> view(static_cast<at::Tensor *>(t));
+    auto *box = static_cast<at::Tensor *>(t);
     try {
-        tr_native::give_back(std::move(*view));
+        tr_native::give_back(std::move(*box)); // leaves the box empty
+        if (boxes.spare.size() < kKept) {
+            boxes.spare.push_back(box);
+            return;
+        }
     } catch (...) {
     }
+    delete box;
 }
 
 // How many views this thread keeps now (for tests).

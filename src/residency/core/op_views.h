@@ -17,6 +17,10 @@ at::Tensor tensor_over(c10::Storage storage, caffe2::TypeMeta dtype, at::IntArra
 at::Tensor op_view(c10::Storage storage, caffe2::TypeMeta dtype, at::IntArrayRef sizes, at::IntArrayRef strides,
                    int64_t offset);
 
+// A heap at::Tensor holding `t`, for Rust to own: one that came back empty where there is one
+// (see op_views.cpp), or a new one; either way `delete` frees it.
+at::Tensor *boxed(at::Tensor &&t);
+
 // Frees `view`, an op's input view that the op is done with or a dying home, keeping its
 // TensorImpl for a later one where it may (see op_views.cpp).
 void give_back(at::Tensor &&view);

@@ -235,7 +235,7 @@ int tr_native_device_view(uintptr_t storage, const void *like, void **out, char 
         tr_native::counts_versions(view, l);
         // The op's kernel reads the data next: asked for now, it is in the cache by then.
         __builtin_prefetch(static_cast<const char *>(impl->data_ptr().get()) + l.storage_offset() * l.dtype().itemsize());
-        *out = new at::Tensor(std::move(view));
+        *out = tr_native::boxed(std::move(view));
     });
 }
 
@@ -271,7 +271,7 @@ int tr_native_result_home(const void *t, void **out_home, void *out_home_ref, vo
         auto home = tr_native::op_view(at::Storage(std::move(impl)), src.dtype(), src.sizes(), src.strides(),
                                        src.storage_offset());
         tr_native::counts_versions(home, src);
-        auto *boxed = new at::Tensor(std::move(home));
+        auto *boxed = tr_native::boxed(std::move(home));
         new (out_home_ref) StorageRef(StorageRef::of(*boxed));
         new (out_device_ref) StorageRef(StorageRef::of(src));
         *out_home = boxed;
