@@ -135,8 +135,8 @@ struct Survivors {
 /// At most this many ops are kept while no iteration boundary has been found (fewer in the unit
 /// tests, which reach it): an unmarked iteration is found if it repeats within 65,536 ops (a
 /// training step of a large transformer is about 10,000; a longer one needs `mark_iteration`).
-/// A program that never repeats then holds about 7 MiB of trace, and past the cap an op adds
-/// nothing to it.
+/// A program that never repeats then holds at most about 9 MiB of trace (the op records and
+/// the anchor map), and past the cap an op adds nothing to it.
 const MAX_UNMARKED_OPS: usize = if cfg!(test) { 1 << 12 } else { 1 << 16 };
 
 impl Trace {
