@@ -154,7 +154,7 @@ impl Ticket {
         let grad_op = GRAD_OPS.contains(&self.op);
         // Grad mode is read (two calls into libtorch) only for an input that autograd concerns:
         // one written, or one that requires grad; not for the plain reads of inference.
-        let requires_grad = entry.requires_grad();
+        let requires_grad = crate::residency::torch_storage::requires_grad(entry);
         let recording = (write || requires_grad) && !grad_op && crate::residency::autograd::grad_enabled();
         if write && recording && requires_grad && entry.is_leaf() {
             // What libtorch says without a manager, where a device copy would not be a leaf.
@@ -264,7 +264,7 @@ impl Ticket {
             r.kernel_bytes = self.kernel_bytes.get();
             r
         });
-        let graph = result.requires_grad().then(|| result.shallow_clone());
+        let graph = crate::residency::torch_storage::requires_grad(&result).then(|| result.shallow_clone());
         let anchor = self.anchored.then_some(self.anchor);
         let acquired = std::mem::take(&mut self.acquired);
         let placed = with(|m| m.place_result(&result, self.op, &self.record, anchor, recipe));

@@ -198,6 +198,11 @@ uintptr_t tr_native_tensor_impl(const void *t) {
     return reinterpret_cast<uintptr_t>(static_cast<const at::Tensor *>(t)->unsafeGetTensorImpl());
 }
 
+// Whether `t` requires grad (false for an undefined tensor). Cannot fail.
+int tr_native_requires_grad(const void *t) {
+    return static_cast<const at::Tensor *>(t)->requires_grad();
+}
+
 // A tensor with the dtype, sizes, strides and storage offset of `like`, over the storage (and on
 // the device) of `holder`: `like`'s view of another copy of its storage.
 int tr_native_view_on(const void *holder, const void *like, void **out, char *err, size_t err_len) {

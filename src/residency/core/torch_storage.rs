@@ -55,6 +55,7 @@ extern "C" {
     fn tr_native_page_locked_allocations(cuda: c_int) -> u64;
     fn tr_native_tensor_holders(t: *const c_void) -> i32;
     fn tr_native_tensor_impl(t: *const c_void) -> usize;
+    fn tr_native_requires_grad(t: *const c_void) -> c_int;
 }
 
 /// The storage `t` views. `cuda`: CUDA's page-locked allocator is in use (only then can its
@@ -78,6 +79,13 @@ pub(crate) fn tensor_holders(t: &tch::Tensor) -> i32 {
 pub(crate) fn tensor_impl(t: &tch::Tensor) -> usize {
     // SAFETY: `t` is live for the call; the shim reads a pointer.
     unsafe { tr_native_tensor_impl(t.as_ptr().cast()) }
+}
+
+/// Whether `t` requires grad, asked of libtorch directly: tch's `requires_grad` also looks for
+/// an error after a call that cannot fail, about half its cost on an op's path.
+pub(crate) fn requires_grad(t: &tch::Tensor) -> bool {
+    // SAFETY: `t` is live for the call; the shim reads it.
+    unsafe { tr_native_requires_grad(t.as_ptr().cast()) != 0 }
 }
 
 /// What the manager keeps of a storage, its home or its device copy: a counted reference to its
