@@ -293,25 +293,31 @@ impl Trace {
             }
         }
         let key = self.key_for_new();
-        let record = OpRecord {
-            name,
-            inputs: inputs.iter().map(|&(k, b)| (self.norm(k), b)).collect(),
-            output: output_bytes.map(|b| (self.norm(key), b)),
-        };
         for (k, _) in inputs {
             if let TraceKey::Persistent(uid) = k {
                 self.newest = self.newest.max(uid + 1);
             }
         }
-        if let Some(r) = &self.recorded {
-            let young = match self.firsts {
-                [Some(then_from), Some(now_from), _] => Young { then_from, now_from },
-                _ => Young { then_from: u64::MAX, now_from: u64::MAX },
+        // The record is made only to be kept or compared with the followed iteration's: past
+        // the ops kept, a program that follows nothing records nothing.
+        let keep = self.explicit || self.current.len() < MAX_UNMARKED_OPS;
+        let followed = self.recorded.as_ref().filter(|_| self.following);
+        if keep || followed.is_some() {
+            let record = OpRecord {
+                name,
+                inputs: inputs.iter().map(|&(k, b)| (self.norm(k), b)).collect(),
+                output: output_bytes.map(|b| (self.norm(key), b)),
             };
-            self.following &= r.ops.get(self.pos as usize).is_some_and(|e| r.same_op(e, &record, young));
-        }
-        if self.explicit || self.current.len() < MAX_UNMARKED_OPS {
-            self.current.push(record);
+            if let Some(r) = followed {
+                let young = match self.firsts {
+                    [Some(then_from), Some(now_from), _] => Young { then_from, now_from },
+                    _ => Young { then_from: u64::MAX, now_from: u64::MAX },
+                };
+                self.following = r.ops.get(self.pos as usize).is_some_and(|e| r.same_op(e, &record, young));
+            }
+            if keep {
+                self.current.push(record);
+            }
         }
         self.pos += 1;
         key
