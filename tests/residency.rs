@@ -335,8 +335,6 @@ fn release_in_flight_frees_device_bytes_when_the_op_ends() {
     });
 }
 
-/// Real devices raise out-of-memory themselves; the simulated one does when a result does not fit
-/// its capacity, so the recovery path is exercised here.
 /// A tensor an earlier manager tracked, used again under a later one: its entry still names the
 /// earlier manager's storage, whose slot the later manager fills first with a storage of its own.
 /// The later manager tells the two apart and registers the tensor anew.
@@ -357,6 +355,8 @@ fn a_tensor_an_earlier_manager_tracked_is_new_to_a_later_one() {
     });
 }
 
+/// Real devices raise out-of-memory themselves; the simulated one does when a result does not fit
+/// its capacity, so the recovery path is exercised here.
 #[cfg(not(feature = "cuda-tests"))]
 #[test]
 fn out_of_memory_makes_flow_evict_and_retry() {
