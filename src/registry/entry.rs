@@ -126,7 +126,7 @@ impl Drop for Entry {
     fn drop(&mut self) {
         if let (true, Some(forget)) = (self.is_registered(), ON_FORGET.get()) {
             forget(self.storage(), &self.tensor);
-            *self.storage.get_mut() = 0;
+            *self.storage.get_mut() = 0; // the manager's no longer: `empty` may take its tensor
         }
         if let (true, Some(done)) = (self.recycled, ON_RECYCLED.get()) {
             done(self.empty());

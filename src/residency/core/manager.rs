@@ -198,7 +198,7 @@ impl Manager {
     }
 
     /// Fetches into the cache the device copies' StorageImpls that acquiring `entries` reads.
-    pub(crate) fn fetch_device_copies<'a>(&self, entries: impl Iterator<Item = &'a Entry>) {
+    pub(in crate::residency) fn fetch_device_copies<'a>(&self, entries: impl Iterator<Item = &'a Entry>) {
         for e in entries {
             if let Some(copy) = self.storages.get(&e.storage()).and_then(|s| s.device.as_ref()) {
                 crate::residency::cache_lines::storage(copy.id());

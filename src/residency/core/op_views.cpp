@@ -10,9 +10,9 @@
 // left nothing on it: no autograd metadata, names, conjugate, negative or zero bit, or Python
 // object. Kept, it holds no storage (so no device memory stays alive through it) and no version
 // counter. It is taken again only for a view of its own dtype and device, outside inference mode
-// as it was made outside it, so its dispatch keys are those a new view's would be. `op_view` and
-// `give_back` run inside their callers' exception boundary (`guarded`); the one C entry point
-// catches everything.
+// as it was made outside it, so its dispatch keys are those a new view's would be.
+// `kept_tensor_over` and `give_back` run inside their callers' exception boundary (`guarded`);
+// the one C entry point catches everything.
 #include "op_views.h"
 
 #include <c10/core/InferenceMode.h>
@@ -31,7 +31,7 @@ constexpr size_t kKept = 8;
 thread_local std::vector<Idle> kept;
 
 // The heap at::Tensors that views and homes cross to Rust in (a tch tensor owns one each), kept
-// as they come back through `tr_native_op_view_done`, empty, for the next ones (`boxed`).
+// as they come back through `tr_native_give_back`, empty, for the next ones (`boxed`).
 struct Boxes {
     std::vector<at::Tensor *> spare;
     ~Boxes() {
@@ -63,8 +63,8 @@ bool untouched(const at::Tensor &t) {
 
 namespace tr_native {
 
-at::Tensor op_view(c10::Storage storage, caffe2::TypeMeta dtype, at::IntArrayRef sizes, at::IntArrayRef strides,
-                   int64_t offset) {
+at::Tensor kept_tensor_over(c10::Storage storage, caffe2::TypeMeta dtype, at::IntArrayRef sizes,
+                            at::IntArrayRef strides, int64_t offset) {
     const c10::Device device = storage.device();
     if (!c10::InferenceMode::is_enabled()) {
         for (auto it = kept.rbegin(); it != kept.rend(); ++it) {
@@ -132,7 +132,7 @@ extern "C" {
 // `give_back` for a view or home the caller owns as a heap at::Tensor (the op table's, in
 // Rust), whose box is kept too where there is room. Where libtorch throws (it cannot, for a view
 // that passed `untouched`), the view is simply freed.
-void tr_native_op_view_done(void *t) {
+void tr_native_give_back(void *t) {
     auto *box = static_cast<at::Tensor *>(t);
     try {
         tr_native::give_back(std::move(*box)); // leaves the box empty

@@ -14,8 +14,8 @@ at::Tensor tensor_over(c10::Storage storage, caffe2::TypeMeta dtype, at::IntArra
 
 // The same for an op's input or a result's home, from a kept one where there is one (see
 // op_views.cpp). Its version counter is not to be used before `counts_versions`.
-at::Tensor op_view(c10::Storage storage, caffe2::TypeMeta dtype, at::IntArrayRef sizes, at::IntArrayRef strides,
-                   int64_t offset);
+at::Tensor kept_tensor_over(c10::Storage storage, caffe2::TypeMeta dtype, at::IntArrayRef sizes,
+                            at::IntArrayRef strides, int64_t offset);
 
 // A heap at::Tensor holding `t`, for Rust to own: one that came back empty where there is one
 // (see op_views.cpp), or a new one; either way `delete` frees it.

@@ -7,7 +7,7 @@ use std::ffi::c_void;
 #[allow(unused_doc_comments)]
 /// cbindgen:ignore
 extern "C" {
-    fn tr_native_op_view_done(t: *mut c_void);
+    fn tr_native_give_back(t: *mut c_void);
 }
 
 /// Frees an op's view of a device copy or a result's home, keeping its TensorImpl for a later
@@ -17,7 +17,7 @@ pub(crate) fn done(mut view: tch::Tensor) {
     let p = view.as_mut_ptr();
     std::mem::forget(view);
     // SAFETY: `p` is the heap at::Tensor `view` owned, whose ownership passes to the shim.
-    unsafe { tr_native_op_view_done(p.cast()) }
+    unsafe { tr_native_give_back(p.cast()) }
 }
 
 #[cfg(test)]

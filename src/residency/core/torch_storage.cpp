@@ -235,8 +235,8 @@ int tr_native_device_view(uintptr_t storage, const void *like, void **out, char 
         auto needs = empty ? 0 : (last + 1) * static_cast<int64_t>(l.dtype().itemsize());
         TORCH_CHECK(needs <= static_cast<int64_t>(impl->nbytes()), "device_view: the view needs ", needs,
                     " bytes of a storage of ", impl->nbytes());
-        auto view = tr_native::op_view(c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl)),
-                                       l.dtype(), l.sizes(), l.strides(), l.storage_offset());
+        auto view = tr_native::kept_tensor_over(c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl)),
+                                                l.dtype(), l.sizes(), l.strides(), l.storage_offset());
         tr_native::counts_versions(view, l);
         // The op's kernel reads the data next: asked for now, it is in the cache by then.
         __builtin_prefetch(static_cast<const char *>(impl->data_ptr().get()) + l.storage_offset() * l.dtype().itemsize());
@@ -273,8 +273,8 @@ int tr_native_result_home(const void *t, void **out_home, void *out_home_ref, vo
         auto impl = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), src.storage().nbytes(),
                                                           at::DataPtr(nullptr, at::Device(at::kCPU)), nullptr,
                                                           /*resizable=*/false);
-        auto home = tr_native::op_view(at::Storage(std::move(impl)), src.dtype(), src.sizes(), src.strides(),
-                                       src.storage_offset());
+        auto home = tr_native::kept_tensor_over(at::Storage(std::move(impl)), src.dtype(), src.sizes(),
+                                                src.strides(), src.storage_offset());
         tr_native::counts_versions(home, src);
         auto *boxed = tr_native::boxed(std::move(home));
         new (out_home_ref) StorageRef(StorageRef::of(*boxed));
