@@ -2,14 +2,14 @@
 //! sample that covers every kind of argument and result the generator handles (optional
 //! tensors, lists of tensors and of optional tensors, optional numbers and lists, strings,
 //! dtypes, lists of scalars, tuples and lists of results, in-place forms, values and element
-//! types) equals libtorch called
-//! directly, without a manager and under Flow on the simulated device at a budget that forces
-//! evictions. Errors come back as errors (a list of the wrong fixed size among them), and
-//! nothing leaks.
+//! types, more arguments than an op binds on the stack) equals libtorch called directly, without
+//! a manager and under Flow on the simulated device at a budget that forces evictions. Errors
+//! come back as errors (a list of the wrong fixed size and a dead handle among them), and nothing
+//! leaks.
 
 use std::sync::Mutex;
 use tensorref::residency::{self, Config, Device, Policy};
-use tensorref::{live_handles, no_grad, DType, Result, Tensor};
+use tensorref::{live_handles, no_grad, DType, Error, Result, Tensor};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -94,6 +94,17 @@ fn sample() -> Result<()> {
     same(&pooled, &img.avg_pool2d([2, 2], [2, 2], [0, 0], false, true, None));
     let err = t(&img).avg_pool2d(&[2, 2, 2], &[], &[0], false, true, None).unwrap_err().to_string();
     assert!(err.contains("expected 2 values"), "{err}");
+    // More arguments than an op binds on the stack (batch_norm has nine).
+    let (mean, var) = (tch::Tensor::zeros([6], tch::kind::FLOAT_CPU), tch::Tensor::ones([6], tch::kind::FLOAT_CPU));
+    let normed = tx.batch_norm(None, None, Some(&t(&mean)), Some(&t(&var)), false, 0.1, 1e-5, false)?;
+    same(&normed, &x.batch_norm(None::<&tch::Tensor>, None::<&tch::Tensor>, Some(&mean), Some(&var), false, 0.1, 1e-5, false));
+    // A dead handle after a live one is refused by name, and the live one stays usable.
+    let dead = t(&w);
+    let dead_id = dead.id();
+    dead.dispose()?;
+    let dead = std::mem::ManuallyDrop::new(Tensor::from_raw(dead_id));
+    assert!(matches!(tw.add_tensor(&dead, 1.0), Err(Error::StaleHandle { .. })));
+    same(&tw.add_tensor(&tw, 1.0)?, &(&w + &w));
     // Errors are errors: a shape libtorch refuses, and a string it does not know.
     assert!(tx.rms_norm(&[5], None, None).is_err());
     assert!(t(&d).div_tensor_mode(&t(&e), Some("sideways")).is_err());

@@ -14,6 +14,7 @@ use crate::residency::{self, Replay};
 use smallvec::SmallVec;
 use std::any::Any;
 use std::ffi::c_void;
+use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 /// A generated op, as the runner needs it.
@@ -97,9 +98,10 @@ pub(crate) fn dtype(op: &Schema, args: &[Arg]) -> Result<DType> {
 }
 
 /// Runs `op` on `args`. While no manager is configured, `unmanaged` runs it on the arguments
-/// with each handle replaced by its entry's tensor: nothing is placed and no room is asked for,
-/// on a path of its own that stays small, as most programs run every op on it. Otherwise
-/// `managed` runs it with the op's executor and its arguments as the executor placed them.
+/// with each handle replaced by its entry's tensor (bound on the stack where the op allows,
+/// `Direct`): nothing is placed and no room is asked for, on a path of its own that stays small,
+/// as most programs run every op on it. Otherwise `managed` runs it with the op's executor and
+/// its arguments as the executor placed them.
 fn run<R>(
     op: &Schema,
     args: &[Arg],
@@ -107,6 +109,10 @@ fn run<R>(
     managed: impl Fn(Op, &Bound) -> Result<R>,
 ) -> Result<R> {
     if !residency::active() {
+        let mut direct = Direct::new();
+        if direct.look_up(args)? {
+            return unmanaged(direct.args());
+        }
         let mut bound = Bound::default();
         bound.look_up(args)?;
         return unmanaged(&bound.args);
@@ -117,6 +123,66 @@ fn run<R>(
         bound.bind(&mut o, args)?;
         managed(o, &bound)
     })
+}
+
+/// The most arguments an op binds on the stack (`Direct`).
+const DIRECT: usize = 8;
+
+/// An unmanaged op's arguments as its kernel takes them, bound on the stack: the given ones with
+/// each handle replaced by its entry's tensor (the first `len` of `args`), and those entries (the
+/// first `holds` of `held`), kept alive until the kernel has run. Every op without a list of
+/// tensors and with at most `DIRECT` arguments binds this way, most ops; `Bound` takes the rest.
+/// Nothing is initialised ahead: an op pays only for the arguments it has.
+struct Direct<'a> {
+    args: [MaybeUninit<Arg<'a>>; DIRECT],
+    len: usize,
+    held: [MaybeUninit<Arc<Entry>>; DIRECT],
+    holds: usize,
+}
+
+impl<'a> Direct<'a> {
+    fn new() -> Direct<'a> {
+        Direct { args: [const { MaybeUninit::uninit() }; DIRECT], len: 0, held: [const { MaybeUninit::uninit() }; DIRECT], holds: 0 }
+    }
+
+    /// Binds `given` under one registry lock; false for an op `Direct` does not take.
+    #[inline(always)]
+    fn look_up(&mut self, given: &[Arg<'a>]) -> Result<bool> {
+        if given.len() > DIRECT {
+            return Ok(false);
+        }
+        let registry = registry::lock();
+        for a in given {
+            let arg = match a.tag {
+                Tag::OptHandle if a.i == 0 => Arg::none(),
+                // The tensor stays where it is while `held` keeps its entry.
+                Tag::Handle | Tag::HandleMut | Tag::OptHandle => {
+                    let entry = self.held[self.holds].write(registry.entry(TensorId(a.i as u64))?);
+                    self.holds += 1;
+                    Arg::new(Tag::Tensor, 0, 0.0, entry.as_ptr().cast(), 0)
+                }
+                Tag::Handles | Tag::OptHandles => return Ok(false),
+                _ => *a,
+            };
+            self.args[self.len].write(arg);
+            self.len += 1;
+        }
+        Ok(true)
+    }
+
+    fn args(&self) -> &[Arg<'a>] {
+        // SAFETY: `look_up` wrote the first `len` arguments.
+        unsafe { std::slice::from_raw_parts(self.args.as_ptr().cast::<Arg<'a>>(), self.len) }
+    }
+}
+
+impl Drop for Direct<'_> {
+    fn drop(&mut self) {
+        for entry in &mut self.held[..self.holds] {
+            // SAFETY: `look_up` wrote the first `holds` entries, and nothing else drops them.
+            unsafe { entry.assume_init_drop() };
+        }
+    }
 }
 
 /// An op's arguments as its kernel takes them: each handle replaced with its input. `args`
