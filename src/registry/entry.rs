@@ -15,6 +15,8 @@ pub(crate) type DeviceSlot = usize;
 
 /// Every op's result becomes an entry, so nothing is computed here until someone asks: the
 /// footprint (five libtorch calls) and the manager's id cost nothing on the unmanaged path.
+/// No `Weak<Entry>` is ever made: the registry's spares take a strong count of 1 for sole
+/// ownership (spares.rs).
 pub(crate) struct Entry {
     tensor: tch::Tensor,
     footprint: OnceLock<(u64, DeviceSlot)>,
