@@ -136,7 +136,8 @@ struct Survivors {
 /// tests, which reach it): an unmarked iteration is found if it repeats within 65,536 ops (a
 /// training step of a large transformer is about 10,000; a longer one needs `mark_iteration`).
 /// A program that never repeats then holds at most about 9 MiB of trace (the op records and
-/// the anchor map), and past the cap an op adds nothing to it.
+/// the anchor map, which is freed at the cap), and past the cap an op adds nothing to it and
+/// looks nothing up: only `mark_iteration` starts an iteration then.
 const MAX_UNMARKED_OPS: usize = if cfg!(test) { 1 << 12 } else { 1 << 16 };
 
 impl Trace {
@@ -277,19 +278,20 @@ impl Trace {
     /// read (None if it read none); a repeated anchor starts a new iteration. Returns the key of
     /// the op's result.
     pub(crate) fn op_end(&mut self, name: &'static str, inputs: &[(TraceKey, u64)], output_bytes: Option<u64>, anchor: Option<u64>) -> TraceKey {
-        if let (false, Some(sig)) = (self.explicit, anchor) {
+        // Past the ops kept, no iteration can be found (not all its ops were kept), so no anchor
+        // is looked up or kept: a program that never repeats holds a bounded trace, and its ops
+        // pay no lookup in a map that large.
+        let searching = !self.explicit && self.current.len() < MAX_UNMARKED_OPS;
+        if let (true, Some(sig)) = (searching, anchor) {
             match self.anchors.get(&sig) {
                 Some(&start) if self.current.len() - start >= 2 => {
                     let ops = self.current.split_off(start);
                     self.start_iteration(Some(renumber(ops, start as u32)));
                 }
                 Some(_) => {}
-                // Past the ops kept, an anchor could start no iteration: it is not kept either,
-                // so a program that never repeats holds a bounded trace.
-                None if self.current.len() < MAX_UNMARKED_OPS => {
+                None => {
                     self.anchors.insert(sig, self.current.len());
                 }
-                None => {}
             }
         }
         let key = self.key_for_new();
@@ -317,6 +319,9 @@ impl Trace {
             }
             if keep {
                 self.current.push(record);
+                if !self.explicit && self.current.len() == MAX_UNMARKED_OPS {
+                    self.anchors = IdMap::default();
+                }
             }
         }
         self.pos += 1;
@@ -536,7 +541,10 @@ mod tests {
             t.op_end("add", &[(TraceKey::Persistent(w - 1), 4), (TraceKey::Persistent(w), 4)], Some(4), Some(w));
         }
         assert_eq!(t.current.len(), MAX_UNMARKED_OPS, "the ops kept");
-        assert!(t.anchors.len() <= MAX_UNMARKED_OPS, "{} anchors kept for {} ops", t.anchors.len(), t.current.len());
+        assert!(t.anchors.is_empty(), "{} anchors kept past the ops kept", t.anchors.len());
+        // An anchor seen before the cap, seen again past it, starts no iteration of the ops kept.
+        t.op_end("add", &[(TraceKey::Persistent(1), 4), (TraceKey::Persistent(2), 4)], Some(4), Some(2));
+        assert_eq!((t.iteration(), t.current.len()), (0, MAX_UNMARKED_OPS), "no iteration of part of the ops");
     }
 
     #[test]
