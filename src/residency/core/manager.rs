@@ -59,7 +59,8 @@ pub(crate) struct Manager {
     /// result or a tensor autograd saves is recognised as a view of a known storage).
     pub(in crate::residency) by_device: IdMap<usize, u64>,
     /// Trace key -> storage, for the storages results and saved tensors made (how Flow finds
-    /// what to prefetch in backward); kept under a policy that prefetches only.
+    /// what to prefetch in backward); kept under a policy that prefetches only, for those made
+    /// while an iteration is followed.
     pub(in crate::residency) by_key: IdMap<TraceKey, u64>,
     /// Storage -> the storages whose recipes read it (see `recompute`).
     pub(in crate::residency) dependents: IdMap<u64, Vec<u64>>,
@@ -415,8 +416,10 @@ impl Manager {
         self.written_now.push(id);
         self.by_home.insert(home_id, id);
         self.by_device.insert(info.id, id);
-        if self.policy.prefetches() {
-            self.by_key.insert(key, id); // only prefetch looks results up by their trace key
+        // Only prefetch looks results up by their trace key, and only those of the iteration it
+        // follows: a result made while none is followed is never looked up.
+        if self.policy.prefetches() && self.trace.following() {
+            self.by_key.insert(key, id);
         }
         self.stats.device_bytes += bytes;
         self.device_by_role.add(role, bytes);
