@@ -98,7 +98,7 @@ fn sample() -> Result<()> {
     let (mean, var) = (tch::Tensor::zeros([6], tch::kind::FLOAT_CPU), tch::Tensor::ones([6], tch::kind::FLOAT_CPU));
     let normed = tx.batch_norm(None, None, Some(&t(&mean)), Some(&t(&var)), false, 0.1, 1e-5, false)?;
     same(&normed, &x.batch_norm(None::<&tch::Tensor>, None::<&tch::Tensor>, Some(&mean), Some(&var), false, 0.1, 1e-5, false));
-    // A dead handle after a live one is refused by name, and the live one stays usable.
+    // A dead handle after a live one is refused as stale, and the live one stays usable.
     let dead = t(&w);
     let dead_id = dead.id();
     dead.dispose()?;
