@@ -145,7 +145,9 @@ impl<'a> Direct<'a> {
         Direct { args: [const { MaybeUninit::uninit() }; DIRECT], len: 0, held: [const { MaybeUninit::uninit() }; DIRECT], holds: 0 }
     }
 
-    /// Binds `given` under one registry lock; false for an op `Direct` does not take.
+    /// Binds `given` under one registry lock; false for an op `Direct` does not take. A list of
+    /// handles is found only when reached, so an op with one takes the lock twice (here, then in
+    /// `Bound`): a scan ahead would cost every other op more (20 instructions of `add.Tensor`).
     #[inline(always)]
     fn look_up(&mut self, given: &[Arg<'a>]) -> Result<bool> {
         if given.len() > DIRECT {
@@ -153,17 +155,12 @@ impl<'a> Direct<'a> {
         }
         let registry = registry::lock();
         for a in given {
-            let arg = match a.tag {
-                Tag::OptHandle if a.i == 0 => Arg::none(),
-                // The tensor stays where it is while `held` keeps its entry.
-                Tag::Handle | Tag::HandleMut | Tag::OptHandle => {
-                    let entry = self.held[self.holds].write(registry.entry(TensorId(a.i as u64))?);
-                    self.holds += 1;
-                    Arg::new(Tag::Tensor, 0, 0.0, entry.as_ptr().cast(), 0)
-                }
-                Tag::Handles | Tag::OptHandles => return Ok(false),
-                _ => *a,
-            };
+            let bound = bind_one(a, &registry, |entry| {
+                let entry = self.held[self.holds].write(entry);
+                self.holds += 1;
+                entry.as_ptr().cast()
+            })?;
+            let Some(arg) = bound else { return Ok(false) };
             self.args[self.len].write(arg);
             self.len += 1;
         }
@@ -219,37 +216,33 @@ impl<'a> Bound<'a> {
         let mut written = None;
         let registry = registry::lock();
         for a in given {
-            let arg = match a.tag {
-                Tag::OptHandle if a.i == 0 => Arg::none(),
-                Tag::Handle | Tag::HandleMut | Tag::OptHandle => {
-                    if matches!(a.tag, Tag::HandleMut) {
-                        written = Some(self.inputs.len());
-                    }
-                    self.input(registry.entry(TensorId(a.i as u64))?)
-                }
-                Tag::Handles | Tag::OptHandles => {
+            if matches!(a.tag, Tag::HandleMut) {
+                written = Some(self.inputs.len());
+            }
+            let arg = match bind_one(a, &registry, |entry| self.input(entry))? {
+                Some(arg) => arg,
+                None => {
                     let optional = matches!(a.tag, Tag::OptHandles);
                     let list = handles(a).iter().map(|&id| match optional && id.0 == 0 {
                         true => Ok(std::ptr::null()),
-                        false => Ok(self.input(registry.entry(id)?).p),
+                        false => Ok(self.input(registry.entry(id)?)),
                     }).collect::<Result<Vec<*const c_void>>>()?;
                     let tensors = Arg::new(Tag::Tensors, 0, 0.0, list.as_ptr().cast(), list.len());
                     self.lists.push(list);
                     tensors
                 }
-                _ => *a,
             };
             self.args.push(arg);
         }
         Ok(written)
     }
 
-    /// Holds `entry` as the next input; its tensor argument.
-    fn input(&mut self, entry: Arc<Entry>) -> Arg<'a> {
+    /// Holds `entry` as the next input; a pointer to its tensor.
+    fn input(&mut self, entry: Arc<Entry>) -> *const c_void {
         let input = Input::new(entry);
-        let arg = Arg::new(Tag::Tensor, 0, 0.0, input.as_ptr().cast(), 0);
+        let p = input.as_ptr().cast();
         self.inputs.push(input);
-        arg
+        p
     }
 
     /// Points the tensor arguments at the inputs again, in order, once the manager has placed them.
@@ -280,6 +273,23 @@ impl<'a> Bound<'a> {
             _ => None,
         }).collect()
     }
+}
+
+/// `a` as its kernel takes it: a handle replaced by its entry's tensor, the entry given to
+/// `hold`, which keeps it alive while the kernel runs and returns where its tensor is; an absent
+/// optional handle as none; any other argument as it is. None for a list of handles, which each
+/// binder lays out its own way.
+#[inline(always)]
+fn bind_one<'a>(a: &Arg<'a>, registry: &registry::State, hold: impl FnOnce(Arc<Entry>) -> *const c_void) -> Result<Option<Arg<'a>>> {
+    Ok(Some(match a.tag {
+        Tag::OptHandle if a.i == 0 => Arg::none(),
+        // The tensor stays where it is while its entry is held.
+        Tag::Handle | Tag::HandleMut | Tag::OptHandle => {
+            Arg::new(Tag::Tensor, 0, 0.0, hold(registry.entry(TensorId(a.i as u64))?), 0)
+        }
+        Tag::Handles | Tag::OptHandles => return Ok(None),
+        _ => *a,
+    }))
 }
 
 /// The handles of a `Handles` or `OptHandles` argument.
