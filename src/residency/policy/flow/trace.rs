@@ -39,20 +39,41 @@ pub struct OpRecord {
 
 struct Recorded {
     ops: Vec<OpRecord>,
-    uses: IdMap<NormKey, Vec<u32>>,
+    /// Each tensor's uses: where its op indices lie in `positions` (start, count).
+    uses: IdMap<NormKey, (u32, u32)>,
+    /// The op indices that read each tensor, in order, tensor after tensor: one allocation
+    /// however many tensors the iteration reads.
+    positions: Vec<u32>,
     /// The tensors evicted (not dropped) in the recorded iteration.
     evicted: HashSet<NormKey>,
 }
 
 impl Recorded {
     fn new(ops: Vec<OpRecord>, evicted: HashSet<NormKey>) -> Recorded {
-        let mut uses: IdMap<NormKey, Vec<u32>> = IdMap::default();
+        let mut uses: IdMap<NormKey, (u32, u32)> = IdMap::default();
+        for (k, _) in ops.iter().flat_map(|op| &op.inputs) {
+            uses.entry(*k).or_default().1 += 1;
+        }
+        let mut next = 0;
+        for (start, count) in uses.values_mut() {
+            *start = next;
+            next += *count;
+            *count = 0; // counts again as the positions are filled
+        }
+        let mut positions = vec![0; next as usize];
         for (i, op) in ops.iter().enumerate() {
             for (k, _) in &op.inputs {
-                uses.entry(*k).or_default().push(i as u32);
+                let (start, count) = uses.get_mut(k).expect("counted above");
+                positions[(*start + *count) as usize] = i as u32;
+                *count += 1;
             }
         }
-        Recorded { ops, uses, evicted }
+        Recorded { ops, uses, positions, evicted }
+    }
+
+    /// The indices of the ops that read `key`, in order.
+    fn uses_of(&self, key: &NormKey) -> Option<&[u32]> {
+        self.uses.get(key).map(|&(start, count)| &self.positions[start as usize..(start + count) as usize])
     }
 
     /// Whether `now` repeats the recorded op `then`: same name, same inputs by key. Sizes may
@@ -73,7 +94,7 @@ impl Recorded {
     /// Op index of the next use of `key` at or after `pos`; persistent tensors wrap around to
     /// the next iteration; u64::MAX if never.
     fn next_use(&self, key: NormKey, pos: u32) -> u64 {
-        let Some(uses) = self.uses.get(&key) else { return u64::MAX };
+        let Some(uses) = self.uses_of(&key) else { return u64::MAX };
         match uses.iter().find(|&&u| u >= pos) {
             Some(&u) => u as u64,
             None if matches!(key, NormKey::Persistent(_)) => uses[0] as u64 + self.ops.len() as u64,
@@ -285,8 +306,10 @@ impl Trace {
         if let (true, Some(sig)) = (searching, anchor) {
             match self.anchors.get(&sig) {
                 Some(&start) if self.current.len() - start >= 2 => {
-                    let ops = self.current.split_off(start);
-                    self.start_iteration(Some(renumber(ops, start as u32)));
+                    self.current.drain(..start);
+                    renumber(&mut self.current, start as u32);
+                    let ops = std::mem::take(&mut self.current);
+                    self.start_iteration(Some(ops));
                 }
                 Some(_) => {}
                 None => {
@@ -352,12 +375,22 @@ impl Trace {
 
     fn start_iteration(&mut self, ops: Option<Vec<OpRecord>>) {
         let evicted = std::mem::take(&mut self.evicted);
-        match (ops, &mut self.recorded) {
+        // The next iteration's ops go where the last one's went, or (a new recording keeps
+        // those) into room for as many.
+        let next = match (ops, &mut self.recorded) {
             // The iteration repeated the recorded one op for op: only what it evicted is new.
-            (Some(ops), Some(r)) if r.ops == ops => r.evicted = evicted,
-            (Some(ops), _) => self.recorded = Some(Recorded::new(ops, evicted)),
-            (None, _) => {}
-        }
+            (Some(ops), Some(r)) if r.ops == ops => {
+                r.evicted = evicted;
+                ops
+            }
+            (Some(ops), _) => {
+                let room = Vec::with_capacity(ops.len());
+                self.recorded = Some(Recorded::new(ops, evicted));
+                room
+            }
+            (None, _) => std::mem::take(&mut self.current),
+        };
+        self.current = next;
         self.current.clear();
         self.anchors.clear();
         self.firsts = [self.firsts[1], self.firsts[2], Some(self.newest)];
@@ -373,17 +406,16 @@ impl Trace {
 
 /// Re-bases the op indices of results made inside an auto-detected iteration that began at op
 /// `start` of the previous recording.
-fn renumber(mut ops: Vec<OpRecord>, start: u32) -> Vec<OpRecord> {
+fn renumber(ops: &mut [OpRecord], start: u32) {
     let fix = |k: &mut NormKey| {
         if let NormKey::Produced(op) = k {
             *k = if *op >= start { NormKey::Produced(*op - start) } else { NormKey::Stale };
         }
     };
-    for op in &mut ops {
+    for op in ops {
         op.inputs.iter_mut().for_each(|(k, _)| fix(k));
         op.output.iter_mut().for_each(|(k, _)| fix(k));
     }
-    ops
 }
 
 /// The fewest bytes any policy must load to run `ops` (one iteration, repeated `repeat` times
