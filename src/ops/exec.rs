@@ -10,6 +10,8 @@ use crate::ops::aten::Made;
 use crate::registry::{self, Entry, TensorId, TensorIds};
 use crate::residency::{self, Recipe, Replay, Ticket};
 use smallvec::SmallVec;
+use std::cell::Cell;
+use std::mem::{ManuallyDrop, MaybeUninit};
 use std::ops::Deref;
 use std::sync::Arc;
 
@@ -48,13 +50,18 @@ pub(crate) fn same_lengths(lists: &[(&str, &[TensorId])]) -> Result<()> {
 
 /// An op's input, used as a `&tch::Tensor`: the registered entry itself, or under a manager an
 /// unregistered entry around the input's device copy. One pointer either way, so the unmanaged
-/// path hands inputs around in registers.
-pub(crate) struct Input(Arc<Entry>);
+/// path hands inputs around in registers. The input is usually the last to hold a device copy's
+/// entry, whose allocation it leaves to the next op's (`registry::retire`).
+pub(crate) struct Input(ManuallyDrop<Arc<Entry>>);
 
 impl Input {
     /// A registered entry as an input, to be placed (`Op::place_each`).
     pub(crate) fn new(entry: Arc<Entry>) -> Input {
-        Input(entry)
+        Input(ManuallyDrop::new(entry))
+    }
+
+    fn entry(&self) -> &Arc<Entry> {
+        &self.0
     }
 }
 
@@ -63,6 +70,17 @@ impl Deref for Input {
     #[inline]
     fn deref(&self) -> &tch::Tensor {
         &self.0
+    }
+}
+
+impl Drop for Input {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: taken once, here, and never used again.
+        let entry = unsafe { ManuallyDrop::take(&mut self.0) };
+        if Arc::strong_count(&entry) == 1 {
+            registry::retire(entry); // (a registered entry's count includes its slot's)
+        }
     }
 }
 
@@ -88,27 +106,76 @@ impl Managed {
 
 /// Boxed, so that an unmanaged op moves one null pointer around.
 pub(crate) struct Op {
-    managed: Option<Box<Managed>>,
+    managed: Option<ManagedBox>,
+}
+
+/// A managed op's state in a box, which goes back to its thread when the op ends: the thread's
+/// next managed op is made in it (`SPARE`).
+struct ManagedBox(ManuallyDrop<Box<Managed>>);
+
+thread_local! {
+    /// The allocation of this thread's last managed op, for its next.
+    static SPARE: Cell<Option<Box<MaybeUninit<Managed>>>> = const { Cell::new(None) };
+}
+
+impl ManagedBox {
+    fn new(ticket: Ticket) -> ManagedBox {
+        let managed = Managed { ticket, originals: SmallVec::new(), placed: SmallVec::new() };
+        ManagedBox(ManuallyDrop::new(match SPARE.try_with(Cell::take).ok().flatten() {
+            Some(mut spare) => {
+                spare.write(managed);
+                // SAFETY: written just above.
+                unsafe { Box::from_raw(Box::into_raw(spare).cast::<Managed>()) }
+            }
+            None => Box::new(managed),
+        }))
+    }
+}
+
+impl Deref for ManagedBox {
+    type Target = Managed;
+    fn deref(&self) -> &Managed {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for ManagedBox {
+    fn deref_mut(&mut self) -> &mut Managed {
+        &mut self.0
+    }
+}
+
+impl Drop for ManagedBox {
+    fn drop(&mut self) {
+        // SAFETY: taken once, here. Once its value is dropped in place, the allocation is an
+        // uninitialised `Managed`'s, which `ManagedBox::new` writes before use.
+        let spare = unsafe {
+            let managed = Box::into_raw(ManuallyDrop::take(&mut self.0));
+            std::ptr::drop_in_place(managed);
+            Box::from_raw(managed.cast::<MaybeUninit<Managed>>())
+        };
+        let _ = SPARE.try_with(|s| s.set(Some(spare)));
+    }
 }
 
 impl Op {
     #[inline]
     pub(crate) fn begin(name: &'static str) -> Op {
         let ticket = if residency::active() { Ticket::begin(name) } else { None };
-        Op { managed: ticket.map(|ticket| Box::new(Managed { ticket, originals: SmallVec::new(), placed: SmallVec::new() })) }
+        Op { managed: ticket.map(ManagedBox::new) }
     }
 
     #[inline]
     fn place(&mut self, entry: Arc<Entry>, write: bool) -> Result<Input> {
         match &mut self.managed {
-            None => Ok(Input(entry)),
+            None => Ok(Input::new(entry)),
             Some(m) => {
                 let input = m.ticket.acquire(&entry, write)?;
                 if m.ticket.recomputes() {
                     m.placed.push(input.clone());
                 }
                 m.originals.push(entry);
-                Ok(Input(input))
+                Ok(Input::new(input))
             }
         }
     }
@@ -117,7 +184,7 @@ impl Op {
     pub(crate) fn get<const N: usize>(&mut self, ids: [TensorId; N]) -> Result<[Input; N]> {
         let entries = registry::get(ids)?;
         if self.managed.is_none() {
-            return Ok(entries.map(Input));
+            return Ok(entries.map(Input::new));
         }
         self.place_all(entries)
     }
@@ -146,10 +213,10 @@ impl Op {
     /// schema, src/ops/aten/run.rs), `inputs[written]` the one the op writes.
     pub(crate) fn place_each(&mut self, inputs: &mut [Input], written: Option<usize>) -> Result<()> {
         if let Some(m) = &self.managed {
-            m.ticket.fetch(inputs.iter().map(|i| &*i.0));
+            m.ticket.fetch(inputs.iter().map(|i| &**i.entry()));
         }
         for (k, input) in inputs.iter_mut().enumerate() {
-            *input = self.place(input.0.clone(), written == Some(k))?;
+            *input = self.place(input.entry().clone(), written == Some(k))?;
         }
         Ok(())
     }
@@ -274,7 +341,7 @@ impl Op {
             });
             match placed {
                 Err(Error::OutOfMemory(_)) if !retried && ticket.evict_unused() > 0 => retried = true,
-                other => return other.map(|e| e.map(registry::insert_entry)),
+                other => return other.map(|e| e.map(|e| registry::insert_entry(registry::share(e)))),
             }
         }
     }
@@ -299,7 +366,7 @@ impl Op {
                 }
                 let mut entries = entries.into_iter();
                 Ok(all.iter().map(|t| match t.defined() {
-                    true => registry::insert_entry(Arc::new(entries.next().expect("one entry per defined result"))),
+                    true => registry::insert_entry(registry::share(entries.next().expect("one entry per defined result"))),
                     false => TensorId(0),
                 }).collect())
             });

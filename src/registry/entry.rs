@@ -103,6 +103,29 @@ impl Entry {
     pub(crate) fn refill(&mut self, tensor: tch::Tensor) {
         std::mem::forget(std::mem::replace(&mut self.tensor, tensor));
     }
+
+    /// Puts a whole entry into an emptied one's place.
+    pub(crate) fn put(&mut self, entry: Entry) {
+        // An emptied entry owns nothing: its tensor is null and it tells no hook.
+        std::mem::forget(std::mem::replace(self, entry));
+    }
+
+    /// The entry dies (as it is dropped, or before its allocation takes the next one, `put`):
+    /// the residency manager, if it tracks the entry, is told, and its tensor is freed or given
+    /// back to the manager (`recycled`), which leaves it emptied.
+    pub(crate) fn end(&mut self) {
+        if self.is_registered() {
+            if let Some(forget) = ON_FORGET.get() {
+                forget(self.storage(), &self.tensor);
+            }
+            *self.storage.get_mut() = 0; // the manager's no longer: `empty` may take its tensor
+        }
+        let recycled = self.recycled;
+        let tensor = self.empty();
+        if let (true, Some(done)) = (recycled, ON_RECYCLED.get()) {
+            done(tensor);
+        }
+    }
 }
 
 /// Told of every registered entry that dies: its storage and its tensor, still alive. The residency
@@ -126,13 +149,7 @@ pub(crate) fn on_recycled(hook: fn(tch::Tensor)) {
 
 impl Drop for Entry {
     fn drop(&mut self) {
-        if let (true, Some(forget)) = (self.is_registered(), ON_FORGET.get()) {
-            forget(self.storage(), &self.tensor);
-            *self.storage.get_mut() = 0; // the manager's no longer: `empty` may take its tensor
-        }
-        if let (true, Some(done)) = (self.recycled, ON_RECYCLED.get()) {
-            done(self.empty());
-        }
+        self.end();
     }
 }
 

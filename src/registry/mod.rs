@@ -13,7 +13,7 @@ pub(crate) mod stats;
 
 pub(crate) use entry::{on_forget, on_recycled, Entry};
 pub(crate) use handle::GenSlab;
-pub(crate) use spares::Remains;
+pub(crate) use spares::{retire, share, Remains};
 use spares::Spares;
 
 use crate::error::{Error, HandleKind, Result};
@@ -130,7 +130,10 @@ pub(crate) fn release(id: TensorId) -> Result<()> {
         let key = state.tensors.key(id.0)?;
         state.release_key(key)
     };
-    drop(freed);
+    match freed {
+        Some(Remains::Entry(entry)) => retire(entry), // (a managed result's: its allocation kept)
+        other => drop(other),
+    }
     Ok(())
 }
 

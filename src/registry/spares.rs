@@ -1,9 +1,14 @@
-//! Entry allocations kept for the next results. Every op's result needs an `Arc<Entry>`, and a
-//! handle that dies usually leaves one that nobody else holds; the registry keeps up to `CAP` of
-//! them and the next result moves in, which saves a heap allocation and a free per op (about
-//! 130 of the 620 instructions TensorRef added to a small op). Used under the registry lock only.
+//! Entry allocations kept for the next entries. Every op's result needs an `Arc<Entry>`, and a
+//! handle that dies usually leaves one that nobody else holds, so the next result moves into it,
+//! which saves a heap allocation and a free per op (about 130 of the 620 instructions TensorRef
+//! added to a small op). Two places keep them:
+//! - `Spares`, under the registry lock, for the results of ops without a manager;
+//! - each thread, for the entries the residency manager makes outside that lock: the views of
+//!   device copies an op reads (`Ticket::acquire`) and managed results (`share`), which come
+//!   back when their last holder lets go of them (`retire`).
 
 use super::Entry;
+use std::cell::RefCell;
 use std::sync::Arc;
 
 const CAP: usize = 256;
@@ -47,6 +52,36 @@ impl Spares {
         }
         Remains::Entry(entry)
     }
+}
+
+/// Entries a thread keeps at most: an op holds one per input and result.
+const THREAD_CAP: usize = 16;
+
+thread_local! {
+    static KEPT: RefCell<Vec<Arc<Entry>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `entry`, shared, in an allocation this thread kept if there is one.
+pub(crate) fn share(entry: Entry) -> Arc<Entry> {
+    let Some(mut spare) = KEPT.try_with(|k| k.borrow_mut().pop()).ok().flatten() else { return Arc::new(entry) };
+    match unique(&mut spare) {
+        Some(e) => e.put(entry),
+        None => unreachable!("a kept entry is held only by its thread's list"),
+    }
+    spare
+}
+
+/// Lets go of an entry made by `share` (or any other): if this was its last reference, it
+/// ends as a drop would end it (see `Entry::end`) and this thread keeps its allocation.
+pub(crate) fn retire(mut entry: Arc<Entry>) {
+    let Some(e) = unique(&mut entry) else { return };
+    e.end();
+    let _ = KEPT.try_with(|k| {
+        let mut k = k.borrow_mut();
+        if k.len() < THREAD_CAP {
+            k.push(entry);
+        }
+    });
 }
 
 /// The entry, if `entry` is its only reference. `Arc::get_mut` would say the same with an atomic

@@ -189,7 +189,7 @@ impl Ticket {
         if write && recording {
             self.written.push((entry.shallow_clone(), view.shallow_clone()));
         }
-        let placed = Arc::new(Entry::recycled(view));
+        let placed = crate::registry::share(Entry::recycled(view));
         let view = crate::residency::torch_storage::tensor_impl(&placed);
         self.views.push(View { input, view, placed: placed.clone(), original: entry.clone() });
         Ok(placed)
@@ -248,17 +248,17 @@ impl Ticket {
     /// Places the op's result: on the device with the policy's rules when the op ran there,
     /// else (a creation op) in host memory as an ordinary entry. A new storage keeps `recipe`.
     /// On an error (out of memory, budget) the ticket stays open, so the op can be retried.
-    pub(crate) fn finish(&mut self, result: tch::Tensor, recipe: Option<Recipe>) -> Result<Arc<Entry>> {
+    pub(crate) fn finish(&mut self, result: tch::Tensor, recipe: Option<Recipe>) -> Result<Entry> {
         self.check()?;
         if !self.moves || self.acquired.is_empty() {
             self.end()?;
-            return Ok(Arc::new(Entry::new(result)));
+            return Ok(Entry::new(result));
         }
         let made = crate::residency::torch_storage::tensor_impl(&result);
         if let Some(v) = self.views.iter().find(|v| v.view == made) {
             let input = v.original.shallow_clone();
             self.end()?;
-            return Ok(Arc::new(Entry::new(input)));
+            return Ok(Entry::new(input));
         }
         let recipe = recipe.map(|mut r| {
             r.kernel_bytes = self.kernel_bytes.get();
@@ -280,7 +280,7 @@ impl Ticket {
             crate::residency::autograd::connect_grad(&entry, &result)?;
         }
         self.follow_written()?;
-        Ok(Arc::new(entry))
+        Ok(entry)
     }
 
     /// Places each of an op's results (a new storage each, or a view of a storage the manager
