@@ -78,8 +78,10 @@ impl Drop for Input {
     fn drop(&mut self) {
         // SAFETY: taken once, here, and never used again.
         let entry = unsafe { ManuallyDrop::take(&mut self.0) };
+        // A registered entry is held by its slot too: only a view of a device copy (or an
+        // entry whose handle another thread released meanwhile) is let go of here for good.
         if Arc::strong_count(&entry) == 1 {
-            registry::retire(entry); // (a registered entry's count includes its slot's)
+            registry::retire(entry);
         }
     }
 }
