@@ -375,22 +375,20 @@ impl Trace {
 
     fn start_iteration(&mut self, ops: Option<Vec<OpRecord>>) {
         let evicted = std::mem::take(&mut self.evicted);
-        // The next iteration's ops go where the last one's went, or (a new recording keeps
-        // those) into room for as many.
-        let next = match (ops, &mut self.recorded) {
+        // The next iteration's ops go where the last one's went, or, when a new recording keeps
+        // those, into room for as many.
+        match (ops, &mut self.recorded) {
             // The iteration repeated the recorded one op for op: only what it evicted is new.
             (Some(ops), Some(r)) if r.ops == ops => {
                 r.evicted = evicted;
-                ops
+                self.current = ops;
             }
             (Some(ops), _) => {
-                let room = Vec::with_capacity(ops.len());
+                self.current = Vec::with_capacity(ops.len());
                 self.recorded = Some(Recorded::new(ops, evicted));
-                room
             }
-            (None, _) => std::mem::take(&mut self.current),
-        };
-        self.current = next;
+            (None, _) => {}
+        }
         self.current.clear();
         self.anchors.clear();
         self.firsts = [self.firsts[1], self.firsts[2], Some(self.newest)];
