@@ -310,6 +310,9 @@ impl Trace {
                     renumber(&mut self.current, start as u32);
                     let ops = std::mem::take(&mut self.current);
                     self.start_iteration(Some(ops));
+                    // This op is the new iteration's first: its anchor ends that iteration when
+                    // it comes round again, so each iteration found begins where the last one did.
+                    self.anchors.insert(sig, 0);
                 }
                 Some(_) => {}
                 None => {
@@ -575,6 +578,29 @@ mod tests {
         // An anchor seen before the cap, seen again past it, starts no iteration of the ops kept.
         t.op_end("add", &[(TraceKey::Persistent(1), 4), (TraceKey::Persistent(2), 4)], Some(4), Some(2));
         assert_eq!((t.iteration(), t.current.len()), (0, MAX_UNMARKED_OPS), "no iteration of part of the ops");
+    }
+
+    /// One op reading weight `w`, anchored by it once `used` (as a weight read before).
+    fn read(t: &mut Trace, w: u64, used: bool) {
+        t.op_end("mm", &[(TraceKey::Persistent(w), 8)], Some(8), used.then_some(w));
+    }
+
+    #[test]
+    fn each_iteration_found_begins_where_the_last_one_did() {
+        // Three ops a period, never marked; from the second period on each is anchored.
+        let mut t = Trace::default();
+        let mut starts = vec![];
+        for period in 0..6 {
+            for w in 1..=3 {
+                let before = t.iteration();
+                read(&mut t, w, period > 0);
+                if t.iteration() != before {
+                    starts.push(w);
+                }
+            }
+        }
+        assert_eq!(starts, [1; 4], "the weight whose op began each iteration found");
+        assert!(t.following());
     }
 
     #[test]
