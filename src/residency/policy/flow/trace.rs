@@ -130,7 +130,10 @@ pub(crate) struct Trace {
     current: Vec<OpRecord>,
     recorded: Option<Recorded>,
     following: bool,
+    /// The program marks its iterations: the last boundary was a mark.
     explicit: bool,
+    /// The ops since the last mark outgrew `MAX_MARKED_OPS`: the next mark records nothing.
+    overlong: bool,
     /// Auto-detection: the op index in `current` where each anchor signature first appeared.
     anchors: IdMap<u64, usize>,
     /// The tensors evicted (not dropped) so far in this iteration.
@@ -160,6 +163,12 @@ struct Survivors {
 /// the anchor map, which is freed at the cap), and past the cap an op adds nothing to it and
 /// looks nothing up: only `mark_iteration` starts an iteration then.
 const MAX_UNMARKED_OPS: usize = if cfg!(test) { 1 << 12 } else { 1 << 16 };
+
+/// At most this many ops of a marked iteration are kept (about 100 MiB of records). A marked
+/// iteration that runs longer is not recorded, and until the next mark iterations are looked for
+/// as in a program that never marks: a program that marked once and then stopped keeps a bounded
+/// trace, and Flow still learns its order.
+const MAX_MARKED_OPS: usize = if cfg!(test) { 1 << 13 } else { 1 << 20 };
 
 impl Trace {
     /// The iteration under way (counted from 0 by `mark` and detected boundaries).
@@ -328,7 +337,7 @@ impl Trace {
         }
         // The record is made only to be kept or compared with the followed iteration's: past
         // the ops kept, a program that follows nothing records nothing.
-        let keep = self.explicit || self.current.len() < MAX_UNMARKED_OPS;
+        let keep = self.current.len() < if self.explicit { MAX_MARKED_OPS } else { MAX_UNMARKED_OPS };
         let followed = self.recorded.as_ref().filter(|_| self.following);
         if keep || followed.is_some() {
             let record = OpRecord {
@@ -351,7 +360,19 @@ impl Trace {
             }
         }
         self.pos += 1;
+        if self.explicit && self.current.len() == MAX_MARKED_OPS {
+            self.outgrown();
+        }
         key
+    }
+
+    /// The ops since the last mark reached `MAX_MARKED_OPS`: they are let go of, and a new
+    /// iteration begins, to be found as in a program that never marks.
+    fn outgrown(&mut self) {
+        self.current = Vec::new();
+        self.explicit = false;
+        self.overlong = true;
+        self.start_iteration(None);
     }
 
     /// `key` leaves the device with its data kept (written back, or clean at home).
@@ -369,11 +390,13 @@ impl Trace {
         self.following() && self.recorded.as_ref().is_some_and(|r| r.evicted.contains(&self.norm(key)))
     }
 
-    /// An explicit iteration mark: the ops since the last mark become the recorded iteration.
+    /// An explicit iteration mark: the ops since the last mark become the recorded iteration,
+    /// unless they outgrew the ops kept (then only part of them would be).
     pub(crate) fn mark(&mut self) {
         self.explicit = true;
         let ops = std::mem::take(&mut self.current);
-        self.start_iteration((!ops.is_empty()).then_some(ops));
+        let whole = !std::mem::take(&mut self.overlong);
+        self.start_iteration((whole && !ops.is_empty()).then_some(ops));
     }
 
     fn start_iteration(&mut self, ops: Option<Vec<OpRecord>>) {
@@ -601,6 +624,23 @@ mod tests {
         }
         assert_eq!(starts, [1; 4], "the weight whose op began each iteration found");
         assert!(t.following());
+    }
+
+    #[test]
+    fn a_program_that_marked_once_keeps_a_bounded_trace_and_still_finds_its_iterations() {
+        let mut t = Trace::default();
+        t.mark();
+        let mut most = 0;
+        for i in 0..MAX_MARKED_OPS as u64 + 100 {
+            read(&mut t, 1 + i % 3, i >= 3);
+            most = most.max(t.current.len());
+        }
+        assert!(most < MAX_MARKED_OPS, "{most} ops kept since the only mark");
+        assert_eq!(t.recorded_ops().map(<[OpRecord]>::len), Some(3), "the loop's period, found by itself");
+        assert!(t.following());
+        // The ops since that mark were let go of: a mark now records none of them.
+        t.mark();
+        assert_eq!(t.recorded_ops().map(<[OpRecord]>::len), Some(3));
     }
 
     #[test]
