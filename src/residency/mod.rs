@@ -138,7 +138,9 @@ fn lock() -> Result<Held> {
     let guard = MANAGER.lock().unwrap_or_else(PoisonError::into_inner);
     let mut held = Held { guard, _host: device::memory::Scope::host() };
     HOLDING.with(|h| h.set(true));
-    if ANY_DEFERRED.swap(false, Ordering::AcqRel) {
+    // A load first, taken on every lock (six times an op): the exchange, a locked instruction,
+    // only once something was deferred.
+    if ANY_DEFERRED.load(Ordering::Acquire) && ANY_DEFERRED.swap(false, Ordering::AcqRel) {
         let storages = std::mem::take(&mut *DEFERRED.lock().unwrap_or_else(PoisonError::into_inner));
         if let Some(m) = held.as_mut() {
             storages.into_iter().for_each(|id| m.forget(id, false));
