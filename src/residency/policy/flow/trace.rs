@@ -164,6 +164,11 @@ struct Survivors {
 /// looks nothing up: only `mark_iteration` starts an iteration then.
 const MAX_UNMARKED_OPS: usize = if cfg!(test) { 1 << 12 } else { 1 << 16 };
 
+/// An iteration found by itself is at least this many ops long: a shorter loop is followed as
+/// several of its turns, so that what Flow does once an iteration (its prefetch window's plan)
+/// is not done again every few ops.
+const MIN_FOUND_OPS: usize = 16;
+
 /// At most this many ops of a marked iteration are kept (about 100 MiB of records). A marked
 /// iteration that runs longer is not recorded, and until the next mark iterations are looked for
 /// as in a program that never marks: a program that marked once and then stopped keeps a bounded
@@ -314,7 +319,7 @@ impl Trace {
         let searching = !self.explicit && self.current.len() < MAX_UNMARKED_OPS;
         if let (true, Some(sig)) = (searching, anchor) {
             match self.anchors.get(&sig) {
-                Some(&start) if self.current.len() - start >= 2 => {
+                Some(&start) if self.current.len() - start >= MIN_FOUND_OPS => {
                     self.current.drain(..start);
                     renumber(&mut self.current, start as u32);
                     let ops = std::mem::take(&mut self.current);
@@ -610,19 +615,21 @@ mod tests {
 
     #[test]
     fn each_iteration_found_begins_where_the_last_one_did() {
-        // Three ops a period, never marked; from the second period on each is anchored.
+        // A loop of three ops, never marked; from its second turn on each op is anchored.
         let mut t = Trace::default();
-        let mut starts = vec![];
-        for period in 0..6 {
+        let mut found = vec![];
+        for turn in 0..40 {
             for w in 1..=3 {
                 let before = t.iteration();
-                read(&mut t, w, period > 0);
+                read(&mut t, w, turn > 0);
                 if t.iteration() != before {
-                    starts.push(w);
+                    found.push((turn, w));
                 }
             }
         }
-        assert_eq!(starts, [1; 4], "the weight whose op began each iteration found");
+        // The first anchor at least MIN_FOUND_OPS ops after its first sight: six turns on.
+        assert_eq!(found, [(7, 1), (13, 1), (19, 1), (25, 1), (31, 1), (37, 1)], "(turn, weight) where iterations began");
+        assert_eq!(t.recorded_ops().map(<[OpRecord]>::len), Some(18), "six turns of the loop");
         assert!(t.following());
     }
 
@@ -632,15 +639,15 @@ mod tests {
         t.mark();
         let mut most = 0;
         for i in 0..MAX_MARKED_OPS as u64 + 100 {
-            read(&mut t, 1 + i % 3, i >= 3);
+            read(&mut t, 1 + i % 16, i >= 16);
             most = most.max(t.current.len());
         }
         assert!(most < MAX_MARKED_OPS, "{most} ops kept since the only mark");
-        assert_eq!(t.recorded_ops().map(<[OpRecord]>::len), Some(3), "the loop's period, found by itself");
+        assert_eq!(t.recorded_ops().map(<[OpRecord]>::len), Some(16), "the loop's turn, found by itself");
         assert!(t.following());
         // The ops since that mark were let go of: a mark now records none of them.
         t.mark();
-        assert_eq!(t.recorded_ops().map(<[OpRecord]>::len), Some(3));
+        assert_eq!(t.recorded_ops().map(<[OpRecord]>::len), Some(16));
     }
 
     #[test]
