@@ -5,7 +5,7 @@
 use crate::residency::core::manager::Manager;
 use crate::residency::core::report::EventKind;
 use crate::residency::core::storage::{Home, Storage};
-use crate::residency::policy::flow::trace::{Ahead, TraceKey, WindowDone};
+use crate::residency::policy::flow::trace::{Ahead, TraceKey};
 
 impl Manager {
     /// Starts loading the storages the next recorded ops read, so the copy engine stays busy
@@ -36,17 +36,16 @@ impl Manager {
         if !self.trace.following() {
             return; // no recorded order to fetch ahead of
         }
-        if let Some(done) = self.window_done.take() {
-            let same = done.iteration == self.trace.iteration() && done.epoch == self.window_epoch;
-            if let Some(mut entered) = self.trace.entered_since(done.pos, self.cfg.prefetch_depth).filter(|_| same) {
+        if let Some(done) = self.window_done.take().filter(|done| done.epoch == self.window_epoch) {
+            if let Some(mut entered) = self.trace.entered_since(&done, self.cfg.prefetch_depth) {
                 if entered.all(|key| self.storage_for(key).map_or(true, |id| !self.wants_load(id))) {
-                    self.window_done = Some(WindowDone { pos: self.trace.pos(), ..done });
+                    self.window_done = Some(self.trace.window_done(done.epoch));
                     return;
                 }
             }
         }
         if self.prefetch_window() {
-            self.window_done = Some(WindowDone { iteration: self.trace.iteration(), pos: self.trace.pos(), epoch: self.window_epoch });
+            self.window_done = Some(self.trace.window_done(self.window_epoch));
         }
     }
 

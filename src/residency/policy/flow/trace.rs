@@ -129,6 +129,8 @@ pub(crate) struct Trace {
     pos: u32,
     current: Vec<OpRecord>,
     recorded: Option<Recorded>,
+    /// Counts the recordings made: which one a prefetch window was planned over.
+    recordings: u64,
     following: bool,
     /// The program marks its iterations: the last boundary was a mark.
     explicit: bool,
@@ -257,13 +259,23 @@ impl Trace {
         plan
     }
 
-    /// The inputs of the ops that entered the prefetch window of `depth` ops since it began at op
-    /// `since` of this iteration (the plan's keys, in its order), or None when the window holds
-    /// no op it held then: every op of it is new, or the position moved back.
-    pub(crate) fn entered_since(&self, since: u32, depth: usize) -> Option<impl Iterator<Item = TraceKey> + '_> {
-        let r = self.recorded.as_ref().filter(|_| self.following)?;
+    /// The prefetch window as it is now, planned through (see `Manager::prefetch`).
+    pub(crate) fn window_done(&self, epoch: u64) -> WindowDone {
+        WindowDone { iteration: self.iteration, pos: self.pos, recording: self.recordings, epoch }
+    }
+
+    /// The inputs of the ops that entered the prefetch window of `depth` ops since it was
+    /// `since` (the plan's keys, in its order), or None when the window holds no op it held then:
+    /// every op of it is new, the position moved back, or another recording is followed. The
+    /// window moves on into the next iteration of the same recording, as the plan wraps.
+    pub(crate) fn entered_since(&self, since: &WindowDone, depth: usize) -> Option<impl Iterator<Item = TraceKey> + '_> {
+        let r = self.recorded.as_ref().filter(|_| self.following && since.recording == self.recordings)?;
         let depth = depth.min(r.ops.len());
-        let moved = self.pos.checked_sub(since)? as usize;
+        let moved = match self.iteration.checked_sub(since.iteration)? {
+            0 => self.pos.checked_sub(since.pos)? as usize,
+            1 => (r.ops.len() as u32).checked_sub(since.pos)? as usize + self.pos as usize,
+            _ => return None,
+        };
         if moved >= depth && moved > 0 {
             return None;
         }
@@ -282,18 +294,15 @@ impl Trace {
             _ => None,
         })
     }
-
-    /// Index of the op now running within the current iteration.
-    pub(crate) fn pos(&self) -> u32 {
-        self.pos
-    }
 }
 
 /// Where the last prefetch pass that went through its whole window began (see `Manager::prefetch`).
 #[derive(Clone, Copy)]
 pub(crate) struct WindowDone {
-    pub(crate) iteration: u64,
-    pub(crate) pos: u32,
+    iteration: u64,
+    pos: u32,
+    /// The recording followed then (`Trace::recordings`).
+    recording: u64,
     /// `Manager::window_epoch` then.
     pub(crate) epoch: u64,
 }
@@ -417,6 +426,7 @@ impl Trace {
             (Some(ops), _) => {
                 self.current = Vec::with_capacity(ops.len());
                 self.recorded = Some(Recorded::new(ops, evicted));
+                self.recordings += 1;
             }
             (None, _) => {}
         }
@@ -560,7 +570,8 @@ mod tests {
     }
 
     fn entered(t: &Trace, since: u32, depth: usize) -> Option<Vec<TraceKey>> {
-        t.entered_since(since, depth).map(Iterator::collect)
+        let since = WindowDone { pos: since, ..t.window_done(0) };
+        t.entered_since(&since, depth).map(Iterator::collect)
     }
 
     #[test]
@@ -587,6 +598,20 @@ mod tests {
         assert_eq!(entered(&t, 3, 2), Some(vec![TraceKey::Persistent(1)]), "the window wraps into the next iteration");
         assert_eq!(entered(&t, 3, 5), Some(vec![]), "a window as long as the iteration takes in no op");
         assert_eq!(entered(&t, 5, 2), None, "the position moved back");
+        // Into the next iteration, which repeats the recording.
+        let done = t.window_done(0);
+        read(&mut t, 5);
+        t.mark();
+        let entered = |t: &Trace| t.entered_since(&done, 2).map(Iterator::collect::<Vec<_>>);
+        assert_eq!(entered(&t), Some(vec![TraceKey::Persistent(2)]), "ops 0-1 of the next iteration follow ops 4-0");
+        read(&mut t, 1);
+        assert_eq!(entered(&t), None, "no op of the window begun at op 4 is in it");
+        // A new recording: the window's ops are not the followed ones.
+        (2..=4).for_each(|w| read(&mut t, w));
+        let done = t.window_done(0);
+        t.mark();
+        assert_eq!(t.recorded_ops().map(<[OpRecord]>::len), Some(4), "the iteration without weight 5, recorded");
+        assert_eq!(t.entered_since(&done, 2).map(Iterator::count), None, "another recording is followed");
     }
 
     #[test]
