@@ -138,8 +138,8 @@ fn lock() -> Result<Held> {
     let guard = MANAGER.lock().unwrap_or_else(PoisonError::into_inner);
     let mut held = Held { guard, _host: device::memory::Scope::host() };
     HOLDING.with(|h| h.set(true));
-    // A load first, taken on every lock (six times an op): the exchange, a locked instruction,
-    // only once something was deferred.
+    // A load first, on every lock (several an op): the exchange, a locked instruction, only
+    // once something was deferred.
     if ANY_DEFERRED.load(Ordering::Acquire) && ANY_DEFERRED.swap(false, Ordering::AcqRel) {
         let storages = std::mem::take(&mut *DEFERRED.lock().unwrap_or_else(PoisonError::into_inner));
         if let Some(m) = held.as_mut() {

@@ -602,10 +602,10 @@ mod tests {
         let done = t.window_done(0);
         read(&mut t, 5);
         t.mark();
-        let entered = |t: &Trace| t.entered_since(&done, 2).map(Iterator::collect::<Vec<_>>);
-        assert_eq!(entered(&t), Some(vec![TraceKey::Persistent(2)]), "ops 0-1 of the next iteration follow ops 4-0");
+        let entered_since_done = |t: &Trace| t.entered_since(&done, 2).map(Iterator::collect::<Vec<_>>);
+        assert_eq!(entered_since_done(&t), Some(vec![TraceKey::Persistent(2)]), "ops 0-1 of the next iteration follow ops 4-0");
         read(&mut t, 1);
-        assert_eq!(entered(&t), None, "no op of the window begun at op 4 is in it");
+        assert_eq!(entered_since_done(&t), None, "no op of the window begun at op 4 is in it");
         // A new recording: the window's ops are not the followed ones.
         (2..=4).for_each(|w| read(&mut t, w));
         let done = t.window_done(0);
