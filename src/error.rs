@@ -3,6 +3,7 @@
 
 use std::ffi::CStr;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use tensorref_derive::CEnum;
 
 /// Result of every fallible libtensorref call.
@@ -150,6 +151,27 @@ impl Error {
             Error::Panic(_) => TR_ERR_PANIC,
         }
     }
+}
+
+/// Panics caught and turned into errors (`panic_error`), by the C boundary and by the Rust
+/// functions libtorch calls back into (see `tr_panics_caught`).
+static PANICS: AtomicU64 = AtomicU64::new(0);
+
+/// A caught panic as an error: the first line of its message. Counted.
+#[cold]
+pub(crate) fn panic_error(payload: Box<dyn std::any::Any + Send>) -> Error {
+    PANICS.fetch_add(1, Ordering::Relaxed);
+    let text = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic payload".into());
+    Error::Panic(text.lines().next().unwrap_or_default().to_string())
+}
+
+/// How many panics `panic_error` has counted in this process.
+pub(crate) fn panics_caught() -> u64 {
+    PANICS.load(Ordering::Relaxed)
 }
 
 /// libtorch reports every failure as a `c10::Error` whose type tch flattens into text, so the

@@ -2,15 +2,11 @@
 //! the raw pointer arguments every C function receives.
 
 use super::handles::TrTensor;
-use crate::error::{Error, Result, Status};
+use crate::error::{panic_error, Error, Result, Status};
 use crate::registry::{TensorId, TensorIds};
 use std::cell::RefCell;
 use std::ffi::c_char;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
-
-/// Panics the boundary has caught (see `tr_panics_caught`).
-static PANICS: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
@@ -49,18 +45,6 @@ fn fail(result: Result<()>) -> Status {
 fn call_quiet(f: impl FnOnce() -> Result<()>) -> Status {
     let result = catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| Err(panic_error(payload)));
     result.map_or_else(|e| e.status(), |()| Status::TR_OK)
-}
-
-/// A panic as an error: the first line of its message. Counted.
-#[cold]
-pub(crate) fn panic_error(payload: Box<dyn std::any::Any + Send>) -> Error {
-    PANICS.fetch_add(1, Ordering::Relaxed);
-    let text = payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic payload".into());
-    Error::Panic(text.lines().next().unwrap_or_default().to_string())
 }
 
 /// An output pointer, checked for NULL. It is written only once the call has succeeded.
@@ -172,7 +156,7 @@ pub extern "C" fn tr_last_error(buf: *mut c_char, len: usize, out_len: *mut usiz
 /// tests require it). Safe to call from any thread.
 #[no_mangle]
 pub extern "C" fn tr_panics_caught() -> u64 {
-    PANICS.load(Ordering::Relaxed)
+    crate::error::panics_caught()
 }
 
 /// Static English text for a status code (never NULL, never to be freed). Unknown codes get a

@@ -203,10 +203,6 @@ void Attempt::end() {
 
 } // namespace tr_device
 
-extern "C" int tr_native_torch_device_owns(const void *t) {
-    return tr_device::ours(*static_cast<const at::Tensor *>(t)) ? 1 : 0;
-}
-
 // A tensor of this device over `home`'s storage (whose reference it takes), with the dtype and
 // geometry of `like` (a host tensor over that storage): a new `c10::TensorImpl*` reference.
 extern "C" int tr_native_torch_device_tensor(const tr_device::Entry *home, const void *like, void **out_impl, char *err,

@@ -23,10 +23,9 @@
 
 use crate::error::{Error, Result};
 use crate::registry::Entry;
-use crate::residency::Ticket;
+use crate::residency::{torch_storage, IdMap, Ticket};
 use replay::RecipeIn;
 use std::cell::RefCell;
-use crate::residency::IdMap;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -59,7 +58,6 @@ type Body = extern "C" fn(ctx: *mut c_void) -> c_int;
 
 extern "C" {
     fn tr_native_torch_device_home(t: *const c_void, home: *mut *const c_void, err: *mut c_char, len: usize) -> c_int;
-    fn tr_native_torch_device_owns(t: *const c_void) -> c_int;
     fn tr_native_torch_device_tensor(home: *const c_void, like: *const c_void, out_impl: *mut *mut c_void, err: *mut c_char, len: usize) -> c_int;
     fn tr_native_torch_device_tensor_release(tensor_impl: *mut c_void);
     fn tr_native_torch_device_register(callbacks: *const Callbacks, err: *mut c_char, len: usize) -> c_int;
@@ -77,12 +75,6 @@ pub fn register() -> Result<()> {
             .map_err(|e| e.to_string())
     });
     done.clone().map_err(Error::Torch)
-}
-
-/// Whether `t` is a tensor of the `tensorref` device (its storage is the manager's already).
-pub(crate) fn owns(t: &tch::Tensor) -> bool {
-    // SAFETY: `t` is live for the call; the shim only reads its device.
-    unsafe { tr_native_torch_device_owns(t.as_ptr().cast()) != 0 }
 }
 
 /// A tensor of the `tensorref` device over the storage of `entry` (a handle's), with its dtype and
@@ -118,7 +110,7 @@ pub(crate) unsafe fn release_tensor(tensor_impl: *mut c_void) {
 /// The entry a handle over the storage of `t` (a tensor of the `tensorref` device) takes: a view
 /// of that storage's home with `t`'s geometry, one storage of the manager's with `t`'s.
 pub(crate) fn entry_of(t: &tch::Tensor) -> Result<tch::Tensor> {
-    if !owns(t) {
+    if !torch_storage::on_tensorref_device(t) {
         return Err(Error::InvalidArg(format!("a tensor on {:?}, not on the tensorref device", t.device())));
     }
     let mut home: *const c_void = std::ptr::null();
@@ -145,7 +137,7 @@ thread_local! {
 
 /// Runs a callback's body: 0, or 1 with its error (a panic too) kept in `FAILED`.
 fn guarded(f: impl FnOnce() -> Result<()>) -> c_int {
-    let result = catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| Err(crate::ffi::boundary::panic_error(p)));
+    let result = catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| Err(crate::error::panic_error(p)));
     match result {
         Ok(()) => 0,
         Err(e) => {
@@ -190,7 +182,7 @@ extern "C" fn run(op: *const c_char, attempt: Attempt, ctx: *mut c_void, err: *m
             }
         })
     }))
-    .unwrap_or_else(|p| Err(crate::ffi::boundary::panic_error(p)));
+    .unwrap_or_else(|p| Err(crate::error::panic_error(p)));
     match result {
         Ok(()) => 0,
         Err(e) => {

@@ -198,6 +198,13 @@ uintptr_t tr_native_tensor_impl(const void *t) {
     return reinterpret_cast<uintptr_t>(static_cast<const at::Tensor *>(t)->unsafeGetTensorImpl());
 }
 
+// Whether `t` is a tensor of libtorch's PrivateUse1 device, which in this process is the
+// `tensorref` device (src/torch_device): its storage is one of the manager's already.
+int tr_native_on_private_use1(const void *t) {
+    const auto &x = *static_cast<const at::Tensor *>(t);
+    return x.defined() && x.device().is_privateuseone();
+}
+
 // Whether `t` requires grad (false for an undefined tensor). Cannot fail.
 int tr_native_requires_grad(const void *t) {
     return static_cast<const at::Tensor *>(t)->requires_grad();

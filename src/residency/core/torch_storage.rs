@@ -56,6 +56,7 @@ extern "C" {
     fn tr_native_tensor_holders(t: *const c_void) -> i32;
     fn tr_native_tensor_impl(t: *const c_void) -> usize;
     fn tr_native_requires_grad(t: *const c_void) -> c_int;
+    fn tr_native_on_private_use1(t: *const c_void) -> c_int;
 }
 
 /// The storage `t` views. `cuda`: CUDA's page-locked allocator is in use (only then can its
@@ -79,6 +80,13 @@ pub(crate) fn tensor_holders(t: &tch::Tensor) -> i32 {
 pub(crate) fn tensor_impl(t: &tch::Tensor) -> usize {
     // SAFETY: `t` is live for the call; the shim reads a pointer.
     unsafe { tr_native_tensor_impl(t.as_ptr().cast()) }
+}
+
+/// Whether `t` is a tensor of the `tensorref` device (libtorch's PrivateUse1, which src/torch_device
+/// registers), whose storage is the manager's already; false for an undefined tensor.
+pub(crate) fn on_tensorref_device(t: &tch::Tensor) -> bool {
+    // SAFETY: `t` is live for the call; the shim only reads its device.
+    unsafe { tr_native_on_private_use1(t.as_ptr().cast()) != 0 }
 }
 
 /// Whether `t` requires grad, asked of libtorch directly: tch's `requires_grad` also looks for

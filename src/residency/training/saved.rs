@@ -62,7 +62,7 @@ impl Manager {
 
 /// Takes a tensor autograd saves for backward.
 pub(crate) fn save(t: tch::Tensor) -> Result<Saved> {
-    if !t.defined() || crate::torch_device::owns(&t) {
+    if !t.defined() || crate::residency::torch_storage::on_tensorref_device(&t) {
         return Ok(Saved::Kept(t));
     }
     if active() {
