@@ -22,12 +22,17 @@ impl Manager {
         if !self.policy.bounded() || self.used() + bytes <= self.cfg.budget_bytes {
             return Ok(());
         }
-        let leaving: u64 = self.candidates().iter().map(|c| c.bytes).sum();
+        // Listing the candidates asks libtorch about each copy on the device (`held_outside`), so
+        // the list the check makes serves the first pick too. After an eviction it is made again:
+        // what the others cost to evict can change (a recipe's inputs left).
+        let candidates = self.candidates();
+        let leaving: u64 = candidates.iter().map(|c| c.bytes).sum();
         if self.used().saturating_sub(leaving) + bytes > self.cfg.budget_bytes {
             return Err(self.no_room(bytes, op));
         }
+        let mut first = Some(candidates);
         while self.used() + bytes > self.cfg.budget_bytes {
-            let candidates = self.candidates();
+            let candidates = first.take().unwrap_or_else(|| self.candidates());
             let Some(victim) = self.policy.pick_victim(&candidates, self.clock, &self.trace) else {
                 return Err(self.no_room(bytes, op));
             };
