@@ -6,6 +6,7 @@ use crate::residency::core::manager::Manager;
 use crate::residency::core::report::EventKind;
 use crate::residency::core::storage::{Home, Storage};
 use crate::residency::policy::flow::trace::{Ahead, TraceKey};
+use crate::residency::policy::Candidate;
 
 impl Manager {
     /// Starts loading the storages the next recorded ops read, so the copy engine stays busy
@@ -63,9 +64,13 @@ impl Manager {
     /// One pass over the window (see `prefetch`); returns whether it went through all of it.
     fn prefetch_window(&mut self) -> bool {
         let room = self.cfg.budget_bytes.saturating_sub(self.stats.pinned_bytes);
-        let plan = self.trace.prefetch_plan(self.cfg.prefetch_depth);
-        let plan: Vec<_> = plan.into_iter().filter_map(|(key, ahead)| Some((self.storage_for(key)?, ahead))).collect();
-        let window = 5 * plan.iter().filter_map(|(id, _)| self.storages.get(id)).map(|s| s.bytes).max().unwrap_or(0) / 2;
+        let (mut plan, mut largest) = (Vec::with_capacity(2 * self.cfg.prefetch_depth), 0);
+        self.trace.prefetch_plan(self.cfg.prefetch_depth, |key, ahead| {
+            let Some(id) = self.storage_for(key) else { return };
+            largest = largest.max(self.storages.get(&id).map_or(0, |s| s.bytes));
+            plan.push((id, ahead));
+        });
+        let window = 5 * largest / 2;
         let (mut committed, mut ahead) = (0, 0);
         for (id, Ahead { working_set, results }) in plan {
             let Some(s) = self.storages.get(&id) else { continue };
@@ -82,23 +87,18 @@ impl Manager {
             if committed + bytes + working_set > room || (!fits_free && ahead + bytes > window) {
                 return false;
             }
-            // The copies a prefetch may evict (every storage looked at): only when free room is short.
-            let mut later = Vec::new();
-            if self.used() + bytes + results > self.cfg.budget_bytes {
-                later = self
-                    .candidates()
-                    .into_iter()
-                    .filter(|c| {
-                        let s = &self.storages[&c.uid];
-                        !s.dirty && !s.prefetched && !s.written_ahead && self.trace.next_use(c.key) > wanted
-                    })
-                    .collect();
-                if self.used() + bytes + results > self.cfg.budget_bytes + later.iter().map(|c| c.bytes).sum::<u64>() {
-                    return false;
-                }
+            let short = (self.used() + bytes + results).saturating_sub(self.cfg.budget_bytes);
+            if short > 0 && !self.may_free(short, wanted) {
+                return false;
             }
+            // The copies this prefetch may evict, listed only when it must evict: most prefetches
+            // that are short of free room for the largest result still fit themselves.
+            let mut later: Option<Vec<Candidate>> = None;
             while self.used() + bytes > self.cfg.budget_bytes {
-                match self.policy.pick_victim(&later, self.clock, &self.trace) {
+                let later = later.get_or_insert_with(|| {
+                    self.candidates().into_iter().filter(|c| self.gives_way(&self.storages[&c.uid], wanted)).collect()
+                });
+                match self.policy.pick_victim(later, self.clock, &self.trace) {
                     Some(victim) if self.evict(victim, "prefetch").is_ok() => later.retain(|c| c.uid != victim),
                     _ => return false,
                 }
@@ -110,6 +110,24 @@ impl Manager {
             ahead += bytes;
         }
         true
+    }
+
+    /// Whether a prefetch of a storage needed at op `wanted` may evict `s`, already a candidate:
+    /// a clean copy (no write-back, no remake), neither prefetched nor written ahead, needed later.
+    fn gives_way(&self, s: &Storage, wanted: u64) -> bool {
+        !s.dirty && !s.prefetched && !s.written_ahead && self.trace.next_use(s.key) > wanted
+    }
+
+    /// Whether the copies that would give way to a prefetch needed at op `wanted` hold `short`
+    /// bytes or more. Counts in the table's order and stops once they do: the candidates' list,
+    /// sorted, which asks libtorch about every copy on the device, is made only to evict.
+    fn may_free(&self, short: u64, wanted: u64) -> bool {
+        let mut freed = 0;
+        // (`resident` first: it spares the others' trace lookups; `evictable` last: it asks libtorch.)
+        self.storages.values().filter(|s| s.resident() && self.gives_way(s, wanted) && s.evictable()).any(|s| {
+            freed += s.bytes;
+            freed >= short
+        })
     }
 
     /// The storage a trace key names: a persistent one by its id, a result of this iteration by

@@ -240,23 +240,28 @@ impl Trace {
         now.copied().unwrap_or(id)
     }
 
-    /// What to prefetch for the next `depth` recorded ops (from the op about to run): each input
-    /// that exists now (persistent, or made earlier in this iteration: an activation autograd
-    /// saved, read again in backward) with what must fit beside it until its use (`Ahead`). A
-    /// prefetched tensor must fit beside those, or it would be evicted unused.
-    pub(crate) fn prefetch_plan(&self, depth: usize) -> Vec<(TraceKey, Ahead)> {
-        let Some(r) = self.recorded.as_ref().filter(|_| self.following) else { return vec![] };
-        let mut plan = vec![];
+    /// What to prefetch for the next `depth` recorded ops (from the op about to run), in order,
+    /// handed to `visit`: each input that exists now (persistent, or made earlier in this
+    /// iteration: an activation autograd saved, read again in backward) with what must fit
+    /// beside it until its use (`Ahead`). A prefetched tensor must fit beside those, or it would
+    /// be evicted unused. A visitor, not a list: the manager keeps the storages the keys name.
+    pub(crate) fn prefetch_plan(&self, depth: usize, mut visit: impl FnMut(TraceKey, Ahead)) {
+        let Some(r) = self.recorded.as_ref().filter(|_| self.following) else { return };
+        let start = self.pos as usize % r.ops.len();
         let (mut before, mut results) = (0, 0);
-        for d in 0..depth.min(r.ops.len()) {
-            let op = &r.ops[(self.pos as usize + d) % r.ops.len()];
-            results = results.max(op.output.map_or(0, |o| o.1));
+        for op in r.ops[start..].iter().chain(&r.ops[..start]).take(depth) {
+            let made = op.output.map_or(0, |o| o.1);
+            results = results.max(made);
             let ahead = Ahead { working_set: before, results };
-            plan.extend(self.fetchable(op).map(|k| (k, ahead)));
-            let working_set = op.inputs.iter().map(|i| i.1).sum::<u64>() + op.output.map_or(0, |o| o.1);
+            let mut working_set = made;
+            for &(k, bytes) in &op.inputs {
+                working_set += bytes;
+                if let Some(key) = self.fetchable(k) {
+                    visit(key, ahead);
+                }
+            }
             before = before.max(working_set);
         }
-        plan
     }
 
     /// The prefetch window as it is now, planned through (see `Manager::prefetch`).
@@ -282,17 +287,17 @@ impl Trace {
         // The window covers the whole recording when `depth` is its length: no op enters it.
         let entered = if depth == r.ops.len() { 0 } else { moved };
         let first = self.pos as usize + depth - entered;
-        Some((first..first + entered).flat_map(move |i| self.fetchable(&r.ops[i % r.ops.len()])))
+        Some((first..first + entered).flat_map(move |i| r.ops[i % r.ops.len()].inputs.iter().filter_map(|&(k, _)| self.fetchable(k))))
     }
 
-    /// The inputs of a recorded op that exist now, as they are named now: persistent ones (a
-    /// survivor by the one standing for it), and results made earlier in this iteration.
-    fn fetchable<'a>(&'a self, op: &'a OpRecord) -> impl Iterator<Item = TraceKey> + 'a {
-        op.inputs.iter().filter_map(|(k, _)| match *k {
+    /// A recorded op's input, as it is named now, if it exists now: a persistent one (a survivor
+    /// by the one standing for it), or a result made earlier in this iteration.
+    fn fetchable(&self, key: NormKey) -> Option<TraceKey> {
+        match key {
             NormKey::Persistent(uid) => Some(TraceKey::Persistent(self.standing_for(uid))),
             NormKey::Produced(made) if made < self.pos => Some(TraceKey::Produced { iteration: self.iteration, op: made }),
             _ => None,
-        })
+        }
     }
 }
 
@@ -516,6 +521,13 @@ mod tests {
         t.op_end("isin", &[(TraceKey::Persistent(token + 1), 8)], Some(1), None);
     }
 
+    /// The keys the prefetch plan of the op about to run holds.
+    fn planned(t: &Trace) -> Vec<TraceKey> {
+        let mut keys = vec![];
+        t.prefetch_plan(1, |k, _| keys.push(k));
+        keys
+    }
+
     #[test]
     fn a_token_made_at_the_end_of_the_step_before_keeps_the_steps_followed() {
         let mut t = Trace::default();
@@ -539,7 +551,7 @@ mod tests {
             if step >= 3 {
                 assert!(t.following(), "step {step}");
                 assert_eq!(t.next_use(TraceKey::Persistent(cache)), 0, "step {step}: the cache is read by the next op");
-                assert!(t.prefetch_plan(1).iter().any(|(k, _)| *k == TraceKey::Persistent(cache)), "step {step}: the cache is fetched ahead");
+                assert!(planned(&t).contains(&TraceKey::Persistent(cache)), "step {step}: the cache is fetched ahead");
             }
             t.op_end("cat", &[(TraceKey::Persistent(cache), 8), (TraceKey::Persistent(1), 8)], Some(16), None);
             t.op_end("mm", &[(TraceKey::Persistent(2), 8)], Some(16), None);
@@ -560,7 +572,7 @@ mod tests {
                 _ => t.survived([], |_| true),
             }
             if step >= 2 {
-                assert!(t.prefetch_plan(1).iter().any(|(k, _)| *k == TraceKey::Persistent(state)), "step {step}: the state itself is fetched");
+                assert!(planned(&t).contains(&TraceKey::Persistent(state)), "step {step}: the state itself is fetched");
                 assert_eq!(t.next_use(TraceKey::Persistent(other)), u64::MAX, "step {step}: the other tensor is read by nothing");
             }
             let read: &[(TraceKey, u64)] = if step == 0 { &[(TraceKey::Persistent(1), 8)] } else { &[(TraceKey::Persistent(1), 8), (TraceKey::Persistent(state), 8)] };
