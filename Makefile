@@ -203,7 +203,8 @@ test-bench-peers: setup
 
 # The residency benchmark on the simulated device, small, square layers and OPT-style f16 blocks:
 # it exits 1 on a failed output check, a row faster than its bound or Flow loading fewer bytes
-# than any schedule can; and each row's whole-output check is printed.
+# than any schedule can; and each row's whole-output check is printed. A mistyped option stops
+# the run, naming it, instead of running the default in its place.
 RESIDENCY_ROWS := CPU-only Resident Genoa Flow
 test-bench-residency: setup
 	mkdir -p build
@@ -214,3 +215,6 @@ test-bench-residency: setup
 	  test $$(grep -cE "^$$row .*max \|difference\| .*: ok$$" build/bench-residency.log) -eq 2 \
 	    || { echo "test-bench-residency: no passing output check for $$row in each run"; exit 1; }; \
 	done
+	cargo test --quiet $(TEST_FEATURES) --bench residency -- --dtype fp16 > build/bench-usage.log 2>&1 || true
+	grep -qxF "error: --dtype fp16: not one of f32, f16" build/bench-usage.log \
+	  || { cat build/bench-usage.log; echo "test-bench-residency: --dtype fp16 was not refused"; exit 1; }

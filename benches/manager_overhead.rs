@@ -18,7 +18,7 @@
 
 #[path = "common/cli.rs"]
 mod cli;
-use cli::Cli;
+use cli::{usage, Cli};
 use std::hint::black_box;
 use std::time::Instant;
 use tensorref::ffi::{tr_tensor_add, tr_tensor_release, TrTensor};
@@ -98,16 +98,19 @@ fn check(a: TrTensor, b: TrTensor, expected: f32) -> Result<()> {
 
 fn main() -> Result<()> {
     let cli = Cli::new();
-    let live: Vec<usize> = cli.value("--live").unwrap_or_else(|| "100,10000,100000".into()).split(',').map(|n| n.parse().expect("--live")).collect();
-    let (rounds, ops) = (cli.num("--rounds", 11) as usize, cli.num("--ops", 20_000) as usize);
-    let names = cli.value("--policies").unwrap_or_else(|| "resident,genoa,flow".into());
-    let policies: Vec<Policy> = names
-        .split(',')
-        .map(|p| match p {
+    let live: Vec<usize> = cli.list("--live", "100,10000,100000");
+    let (rounds, ops): (usize, usize) = (cli.parsed("--rounds", 11), cli.parsed("--ops", 20_000));
+    if rounds == 0 || ops == 0 {
+        usage("--rounds and --ops: at least 1");
+    }
+    let policies: Vec<Policy> = cli
+        .list::<String>("--policies", "resident,genoa,flow")
+        .iter()
+        .map(|p| match p.as_str() {
             "resident" => Policy::Resident,
             "genoa" => Policy::Genoa,
             "flow" => Policy::Flow,
-            other => panic!("--policies: {other} is not resident, genoa or flow"),
+            other => usage(format!("--policies: {other} is not resident, genoa or flow")),
         })
         .collect();
     println!("4-element f32 add + release through the C ABI, random pairs of n live tensors, simulated device, budget 1 GiB; median of {rounds} rounds of {ops} ops");

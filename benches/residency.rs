@@ -28,11 +28,14 @@
 
 #[path = "common/cli.rs"]
 mod cli;
-use cli::Cli;
+use cli::{usage, Cli};
 use std::time::Instant;
 use tch::Kind;
 use tensorref::residency::{self, model, Device, Config, Policy, ResidencyStats};
 use tensorref::{no_grad, with_scope, DType, Result, Tensor};
+
+/// The rows `--policies` may name.
+const POLICIES: [&str; 4] = ["cpu", "resident", "genoa", "flow"];
 
 struct Args {
     device: Device,
@@ -53,19 +56,26 @@ fn args() -> Args {
     let cli = Cli::new();
     // Activations of 1.5x a layer's weights: a layer's working set (in + weights + out) is then
     // exactly the budget, and Genoa moves activations as well as weights.
-    Args {
-        device: cli.value("--device").map_or(Device::Simulated, |d| d.parse().expect("--device")),
-        width: cli.num("--width", 512),
-        layers: cli.num("--layers", 16) as usize,
-        batch: cli.num("--batch", 768),
-        passes: cli.num("--passes", 5) as usize,
-        dtype: if cli.value("--dtype").as_deref() == Some("f16") { DType::F16 } else { DType::F32 },
-        opt30b: cli.value("--shape").as_deref() == Some("opt30b"),
-        policies: cli.value("--policies").unwrap_or_else(|| "cpu,resident,genoa,flow".into()).split(',').map(String::from).collect(),
-        budget_div: cli.num("--budget-div", 4) as u64,
-        tflops: cli.value("--tflops").and_then(|v| v.parse().ok()),
+    let a = Args {
+        device: cli.parsed("--device", Device::Simulated),
+        width: cli.parsed("--width", 512),
+        layers: cli.parsed("--layers", 16),
+        batch: cli.parsed("--batch", 768),
+        passes: cli.parsed("--passes", 5),
+        dtype: if cli.choice("--dtype", &["f32", "f16"]) == "f16" { DType::F16 } else { DType::F32 },
+        opt30b: cli.choice("--shape", &["linear", "opt30b"]) == "opt30b",
+        policies: cli.list("--policies", &POLICIES.join(",")),
+        budget_div: cli.parsed("--budget-div", 4),
+        tflops: cli.optional("--tflops"),
         json: cli.value("--json"),
+    };
+    if let Some(p) = a.policies.iter().find(|p| !POLICIES.contains(&p.as_str())) {
+        usage(format!("--policies: {p} is not one of {}", POLICIES.join(", ")));
     }
+    if a.budget_div == 0 || a.passes == 0 {
+        usage("--budget-div and --passes: at least 1");
+    }
+    a
 }
 
 /// One layer: weights [out, in] applied in order (a square layer has one; an OPT block four,

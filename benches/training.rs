@@ -26,7 +26,7 @@
 
 #[path = "common/cli.rs"]
 mod cli;
-use cli::Cli;
+use cli::{usage, Cli};
 use std::time::Instant;
 use tensorref::residency::{self, model, Device, Config, Policy, Recompute, ResidencyStats};
 use tensorref::{manual_seed, no_grad, with_scope, DType, Result, Tensor};
@@ -56,37 +56,44 @@ fn run_named(name: &str) -> (Policy, Recompute) {
     let policy = match name.split('+').next() {
         Some("genoa") => Policy::Genoa,
         Some("flow") => Policy::Flow,
-        _ => panic!("--runs: `{name}` is not genoa or flow"),
+        _ => usage(format!("--runs: {name} is not genoa or flow, with +cheaper or +always or neither")),
     };
     let recompute = match name.split_once('+').map(|(_, r)| r) {
         None => Recompute::Off,
         Some("cheaper") => Recompute::Cheaper,
         Some("always") => Recompute::Always,
-        Some(r) => panic!("--runs: `+{r}` is not +cheaper or +always"),
+        Some(r) => usage(format!("--runs: {name}: +{r} is not +cheaper or +always")),
     };
     (policy, recompute)
 }
 
 fn args() -> Args {
     let cli = Cli::new();
-    Args {
-        device: cli.value("--device").map_or(Device::Simulated, |d| d.parse().expect("--device")),
-        width: cli.num("--width", 256),
-        layers: cli.num("--layers", 4) as usize,
-        heads: cli.num("--heads", 4),
-        tokens: cli.num("--tokens", 64),
-        batch: cli.num("--batch", 16),
-        steps: cli.num("--steps", 6) as usize,
-        dropout: cli.value("--dropout").and_then(|v| v.parse().ok()).unwrap_or(0.1),
+    let a = Args {
+        device: cli.parsed("--device", Device::Simulated),
+        width: cli.parsed("--width", 256),
+        layers: cli.parsed("--layers", 4),
+        heads: cli.parsed("--heads", 4),
+        tokens: cli.parsed("--tokens", 64),
+        batch: cli.parsed("--batch", 16),
+        steps: cli.parsed("--steps", 6),
+        dropout: cli.parsed("--dropout", 0.1),
         rates: model::Rates {
-            flops: cli.value("--tflops").and_then(|v| v.parse::<f64>().ok()).map_or(model::Rates::H100.flops, |t| t * 1e12),
-            launch: cli.value("--launch-us").and_then(|v| v.parse::<f64>().ok()).map_or(model::Rates::H100.launch, |us| us * 1e-6),
+            flops: cli.optional("--tflops").map_or(model::Rates::H100.flops, |t: f64| t * 1e12),
+            launch: cli.optional("--launch-us").map_or(model::Rates::H100.launch, |us: f64| us * 1e-6),
             ..model::Rates::H100
         },
-        runs: cli.value("--runs").unwrap_or_else(|| "genoa,flow,flow+cheaper,flow+always".into()).split(',').map(run_named).collect(),
-        budgets: cli.value("--budgets").unwrap_or_else(|| "2,4".into()).split(',').map(|d| d.parse().expect("--budgets: divisors of the peak")).collect(),
-        soak: cli.value("--soak").map(|m| m.parse().expect("--soak: minutes")),
+        runs: cli.list::<String>("--runs", "genoa,flow,flow+cheaper,flow+always").iter().map(|r| run_named(r)).collect(),
+        budgets: cli.list("--budgets", "2,4"),
+        soak: cli.optional("--soak"),
+    };
+    if a.steps < 5 {
+        usage("--steps: at least 5 (two to learn the order, one to follow it first, two measured)");
     }
+    if a.budgets.contains(&0) {
+        usage("--budgets: divisors of the peak, at least 1");
+    }
+    a
 }
 
 /// One post-norm encoder layer's parameters: attention (q, k, v, out), norm, feed-forward (4x), norm.
@@ -306,7 +313,6 @@ fn soak(a: &Args, peak: u64, minutes: u64) -> Result<()> {
 
 fn main() -> Result<()> {
     let a = args();
-    assert!(a.steps >= 5, "--steps: at least 5 (two to learn the order, one to follow it first, two measured)");
     println!(
         "Training a {}-layer encoder (width {}, {} heads, {} sequences of {} tokens, dropout {}) for {} steps on {}.",
         a.layers, a.width, a.heads, a.batch, a.tokens, a.dropout, a.steps, a.device
