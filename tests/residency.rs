@@ -670,6 +670,20 @@ fn flow_in_steady_state_pays_nothing_a_gpu_would_stall_on_and_overlaps_its_copie
     });
 }
 
+/// A prefetch depth as deep as the C ABI's field holds (u32::MAX) reaches no further than the
+/// recording: Flow runs the stack as with the whole recording in its window, within the budget,
+/// every input prefetched in steady state.
+#[test]
+fn flow_with_the_deepest_prefetch_depth_runs_within_the_budget() {
+    exclusive(|| {
+        let cfg = Config { prefetch_depth: u32::MAX as usize, ..Config::new(DEVICE, Policy::Flow, STACK_BUDGET) };
+        let (_, first, s) = logged_stack(cfg)?;
+        assert_eq!(s.prefetch_misses, first.prefetch_misses, "an input loaded on demand in steady state: {s:?}");
+        assert!(s.prefetch_hits > first.prefetch_hits && s.peak_device_bytes <= STACK_BUDGET, "{s:?}");
+        Ok(())
+    });
+}
+
 /// The overlap test can fail: the same stack with prefetching off (every input loaded when its op
 /// needs it, into room made by evicting what is used furthest ahead) scores below 0.8 at the
 /// balanced rate, and the ops wait for their copies.

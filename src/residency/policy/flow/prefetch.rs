@@ -64,7 +64,7 @@ impl Manager {
     /// One pass over the window (see `prefetch`); returns whether it went through all of it.
     fn prefetch_window(&mut self) -> bool {
         let room = self.cfg.budget_bytes.saturating_sub(self.stats.pinned_bytes);
-        let (mut plan, mut largest) = (Vec::with_capacity(2 * self.cfg.prefetch_depth), 0);
+        let (mut plan, mut largest) = (Vec::new(), 0);
         self.trace.prefetch_plan(self.cfg.prefetch_depth, |key, ahead| {
             let Some(id) = self.storage_for(key) else { return };
             largest = largest.max(self.storages.get(&id).map_or(0, |s| s.bytes));
