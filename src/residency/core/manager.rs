@@ -82,6 +82,9 @@ pub(crate) struct Manager {
     pub(in crate::residency) window_epoch: u64,
     /// Where Flow's last prefetch pass that went through its whole window began (see `prefetch`).
     pub(in crate::residency) window_done: Option<crate::residency::policy::flow::trace::WindowDone>,
+    /// Flow's prefetch plan: the storages a pass walks, with what must fit beside each. Kept
+    /// for its memory, so that a pass allocates nothing; each pass fills it anew.
+    pub(in crate::residency) prefetch_plan: Vec<(u64, crate::residency::policy::flow::trace::Ahead)>,
     pub(crate) stats: ResidencyStats,
     /// `stats.device_bytes` by what the storages hold, for the memory picture.
     pub(in crate::residency) device_by_role: ByRole,
@@ -127,6 +130,7 @@ impl Manager {
             prefetch_due: false,
             window_epoch: 0,
             window_done: None,
+            prefetch_plan: Vec::new(),
             stats,
             device_by_role: ByRole::default(),
             clock: 0,

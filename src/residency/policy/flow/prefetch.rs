@@ -63,16 +63,24 @@ impl Manager {
 
     /// One pass over the window (see `prefetch`); returns whether it went through all of it.
     fn prefetch_window(&mut self) -> bool {
-        let room = self.cfg.budget_bytes.saturating_sub(self.stats.pinned_bytes);
-        let (mut plan, mut largest) = (Vec::new(), 0);
+        let (mut plan, mut largest) = (std::mem::take(&mut self.prefetch_plan), 0);
+        plan.clear();
         self.trace.prefetch_plan(self.cfg.prefetch_depth, |key, ahead| {
             let Some(id) = self.storage_for(key) else { return };
             largest = largest.max(self.storages.get(&id).map_or(0, |s| s.bytes));
             plan.push((id, ahead));
         });
-        let window = 5 * largest / 2;
+        let through = self.prefetch_planned(&plan, 5 * largest / 2);
+        self.prefetch_plan = plan;
+        through
+    }
+
+    /// Loads the plan's storages in order while they fit, evicting for them only within `window`
+    /// bytes of copies fetched ahead; returns whether it went through the whole plan.
+    fn prefetch_planned(&mut self, plan: &[(u64, Ahead)], window: u64) -> bool {
+        let room = self.cfg.budget_bytes.saturating_sub(self.stats.pinned_bytes);
         let (mut committed, mut ahead) = (0, 0);
-        for (id, Ahead { working_set, results }) in plan {
+        for &(id, Ahead { working_set, results }) in plan {
             let Some(s) = self.storages.get(&id) else { continue };
             if Self::passed_over(s) {
                 continue;
