@@ -635,12 +635,13 @@ fn flow_writes_back_ahead_what_the_followed_step_evicted() {
 /// The training benchmark's encoder (`WIDE`) under Flow, its last step replayed by the schedule
 /// model at an H100's rates (as `cargo bench --bench training` prints it): at three quarters of
 /// its unmanaged peak within 5 % of the same step with nothing moved, at 0.95 of the bound for
-/// what it moves or better; at half, 1.30x the unmanaged step and 0.77 of that bound (whose
-/// largest term is the compute), guarded at 1.35x and 0.75 (1.59x before a prefetch left room for
-/// the results made before its use, which evicted a prefetched copy to be fetched again, once an
-/// op). What it takes (docs/performance.md, change by change): a side stream per direction,
-/// results that outlive their step followed by their own key, gradients dropped rather than
-/// zeroed, write-ahead, and that room.
+/// what it moves or better; at half, 1.11x the unmanaged step and 0.90 of that bound (whose
+/// largest term is the compute), guarded at 1.20x and 0.85 (1.30x and 0.77 before a prefetch left
+/// room for what the kernels of the ops before its use hold, backward's gradients in flight
+/// included; 1.59x before it left room for their results): without that room a kernel evicts a
+/// prefetched copy, fetched again, once an op. What it takes (docs/performance.md, change by change): a
+/// side stream per direction, results that outlive their step followed by their own key,
+/// gradients dropped rather than zeroed, write-ahead, and that room.
 #[cfg(not(feature = "cuda-tests"))]
 #[test]
 fn flow_trains_near_the_unmanaged_speed_in_the_schedule_model() {
@@ -648,7 +649,7 @@ fn flow_trains_near_the_unmanaged_speed_in_the_schedule_model() {
     let _turn = turn();
     let wide = || Encoder::of(WIDE);
     let peak = unmanaged_peak(|| train_with(wide, 2, true, Optimizer::Adam, Grads::Clear, |_| {}).map(drop));
-    for (budget, slowdown, efficiency) in [(peak * 3 / 4, 1.05, 0.95), (peak / 2, 1.35, 0.75)] {
+    for (budget, slowdown, efficiency) in [(peak * 3 / 4, 1.05, 0.95), (peak / 2, 1.20, 0.85)] {
         let _managed = Managed::new(Policy::Flow, budget);
         residency::schedule_log_start().unwrap();
         train_with(wide, 5, true, Optimizer::Adam, Grads::Clear, |_| {}).unwrap();

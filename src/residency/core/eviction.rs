@@ -41,6 +41,14 @@ impl Manager {
         Ok(())
     }
 
+    /// A running op's kernel was granted room for `bytes` (on the simulated device): Flow's trace
+    /// keeps what kernels hold in flight at each op, to leave it free when it prefetches.
+    pub(in crate::residency) fn kernel_allocates(&mut self, bytes: u64) {
+        if self.policy.prefetches() {
+            self.trace.kernel_room(self.in_flight().in_flight + bytes);
+        }
+    }
+
     /// The device bytes counted against the budget: the storages', and on the simulated device
     /// what running kernels allocated that is not a storage yet (see `device_memory`).
     pub(in crate::residency) fn used(&self) -> u64 {

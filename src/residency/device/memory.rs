@@ -134,6 +134,7 @@ unsafe extern "C" fn room_for(bytes: u64) -> c_int {
     let made = std::panic::catch_unwind(|| loop {
         let made = with(|m| {
             m.make_room(bytes, op)?;
+            m.kernel_allocates(bytes);
             // In flight from now, before the lock is released: no other op is granted this room.
             unsafe { tr_native_device_reserve(bytes) };
             Ok(())

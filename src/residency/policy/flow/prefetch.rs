@@ -16,10 +16,12 @@ impl Manager {
     /// with slack for smaller storages read beside them), because every
     /// eviction further ahead would throw out a storage the recorded order keeps resident for
     /// the next iteration, and load it again. A storage is fetched only if it fits beside every
-    /// op that runs before its use, and if the largest result those ops make fits beside it in
-    /// room that is free or held by copies used after it, which a result's room takes first
-    /// (see `Trace::prefetch_plan`): else that result would evict the prefetched copy, fetched
-    /// again after the op, once per op. It evicts only clean copies
+    /// op that runs before its use (its inputs, and what its kernels hold: its result and their
+    /// scratch, as the followed iteration's kernels held them), and if the most those ops'
+    /// kernels hold fits beside it in room that is free or held by copies used after it and not
+    /// prefetched, dirty or clean, which a kernel's room takes first (see
+    /// `Trace::prefetch_plan`): else the kernel would evict the prefetched copy, fetched again
+    /// after the op, once per op (in backward, once per node). It evicts only clean copies
     /// needed later than itself (a speculative load never costs a write-back, nor a remake),
     /// never another prefetch, and never a copy written ahead (it leaves where the followed
     /// order evicts it: taken earlier, it is loaded back more often). A dropped result is not
@@ -95,8 +97,8 @@ impl Manager {
             if committed + bytes + working_set > room || (!fits_free && ahead + bytes > window) {
                 return false;
             }
-            let short = (self.used() + bytes + results).saturating_sub(self.cfg.budget_bytes);
-            if short > 0 && !self.may_free(short, wanted) {
+            let over = |beside: u64| (self.used() + bytes + beside).saturating_sub(self.cfg.budget_bytes);
+            if over(results) > 0 && !self.may_free(over(0), over(results), wanted) {
                 return false;
             }
             // The copies this prefetch may evict, listed only when it must evict: most prefetches
@@ -121,20 +123,37 @@ impl Manager {
     }
 
     /// Whether a prefetch of a storage needed at op `wanted` may evict `s`, already a candidate:
-    /// a clean copy (no write-back, no remake), neither prefetched nor written ahead, needed later.
+    /// a clean copy (no write-back, no remake), not written ahead, that leaves before it
+    /// (`leaves_before`).
     fn gives_way(&self, s: &Storage, wanted: u64) -> bool {
-        !s.dirty && !s.prefetched && !s.written_ahead && self.trace.next_use(s.key) > wanted
+        Self::free_to_take(s) && self.leaves_before(s, wanted)
     }
 
-    /// Whether the copies that would give way to a prefetch needed at op `wanted` hold `short`
-    /// bytes or more. Counts in the table's order and stops once they do: the candidates' list,
-    /// sorted, which asks libtorch about every copy on the device, is made only to evict.
-    fn may_free(&self, short: u64, wanted: u64) -> bool {
-        let mut freed = 0;
+    /// A copy a prefetch may take room from: clean, and not written ahead (which leaves where the
+    /// followed order evicts it: taken earlier, it is loaded back more often).
+    fn free_to_take(s: &Storage) -> bool {
+        !s.dirty && !s.written_ahead
+    }
+
+    /// Whether `s` leaves before a copy prefetched for op `wanted` when room is made: it is not
+    /// itself prefetched, and it is needed later.
+    fn leaves_before(&self, s: &Storage, wanted: u64) -> bool {
+        !s.prefetched && self.trace.next_use(s.key) > wanted
+    }
+
+    /// Whether the copies that leave before a prefetch needed at op `wanted` hold `beside` bytes
+    /// or more, and those that give way to it `short` or more: the prefetch evicts these for
+    /// its own room, and the kernels of the ops before its use take theirs from any of them (a
+    /// dirty one written back), not from the prefetched copy. Counts in the table's order and
+    /// stops once they do: the candidates' list, sorted, which asks libtorch about every copy on
+    /// the device, is made only to evict.
+    fn may_free(&self, short: u64, beside: u64, wanted: u64) -> bool {
+        let (mut giving_way, mut leaving) = (0, 0);
         // (`resident` first: it spares the others' trace lookups; `evictable` last: it asks libtorch.)
-        self.storages.values().filter(|s| s.resident() && self.gives_way(s, wanted) && s.evictable()).any(|s| {
-            freed += s.bytes;
-            freed >= short
+        self.storages.values().filter(|s| s.resident() && self.leaves_before(s, wanted) && s.evictable()).any(|s| {
+            leaving += s.bytes;
+            giving_way += if Self::free_to_take(s) { s.bytes } else { 0 };
+            giving_way >= short && leaving >= beside
         })
     }
 

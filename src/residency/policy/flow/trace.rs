@@ -46,10 +46,13 @@ struct Recorded {
     positions: Vec<u32>,
     /// The tensors evicted (not dropped) in the recorded iteration.
     evicted: HashSet<NormKey>,
+    /// By op, the most bytes running kernels held in flight while it was the op under way (see
+    /// `Trace::kernel_room`), as the last iteration that repeated the recording saw them.
+    kernel_room: Vec<u64>,
 }
 
 impl Recorded {
-    fn new(ops: Vec<OpRecord>, evicted: HashSet<NormKey>) -> Recorded {
+    fn new(ops: Vec<OpRecord>, evicted: HashSet<NormKey>, kernel_room: Vec<u64>) -> Recorded {
         let mut uses: IdMap<NormKey, (u32, u32)> = IdMap::default();
         for (k, _) in ops.iter().flat_map(|op| &op.inputs) {
             uses.entry(*k).or_default().1 += 1;
@@ -68,7 +71,14 @@ impl Recorded {
                 *count += 1;
             }
         }
-        Recorded { ops, uses, positions, evicted }
+        Recorded { ops, uses, positions, evicted, kernel_room }
+    }
+
+    /// What op `i`'s kernels hold while it runs, beside its inputs: its result, or more where it
+    /// allocates scratch (in backward, the gradients passed between autograd's nodes run while
+    /// the op under way is the next saved tensor's unpacking).
+    fn kernels_hold(&self, i: usize) -> u64 {
+        self.ops[i].output.map_or(0, |o| o.1).max(self.kernel_room.get(i).copied().unwrap_or(0))
     }
 
     /// The indices of the ops that read `key`, in order.
@@ -140,6 +150,8 @@ pub(crate) struct Trace {
     anchors: IdMap<u64, usize>,
     /// The tensors evicted (not dropped) so far in this iteration.
     evicted: HashSet<NormKey>,
+    /// This iteration's `Recorded::kernel_room`, by op index, so far.
+    kernel_room: Vec<u64>,
     /// The first persistent id of the iteration before the recorded one, of the recorded one
     /// and of the current one (None before there was one), and one past the largest read so far.
     firsts: [Option<u64>; 3],
@@ -249,8 +261,8 @@ impl Trace {
         let Some(r) = self.recorded.as_ref().filter(|_| self.following) else { return };
         let start = self.pos as usize % r.ops.len();
         let (mut before, mut results) = (0, 0);
-        for op in r.ops[start..].iter().chain(&r.ops[..start]).take(depth) {
-            let made = op.output.map_or(0, |o| o.1);
+        for i in (start..r.ops.len()).chain(0..start).take(depth) {
+            let (op, made) = (&r.ops[i], r.kernels_hold(i));
             results = results.max(made);
             let ahead = Ahead { working_set: before, results };
             let mut working_set = made;
@@ -315,10 +327,10 @@ pub(crate) struct WindowDone {
 /// What must fit on the device beside a prefetched tensor until the op that reads it has run.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Ahead {
-    /// The largest working set (inputs + result) of the ops that run before it.
+    /// The largest working set (inputs, and what the kernels hold) of the ops that run before it.
     pub working_set: u64,
-    /// The largest result of the ops up to its own: made while it stays, in room that holds no
-    /// tensor yet.
+    /// The most the kernels of the ops up to its own hold (a result, or scratch beside it: see
+    /// `Trace::kernel_room`): made while it stays, in room that holds no tensor yet.
     pub results: u64,
 }
 
@@ -335,6 +347,7 @@ impl Trace {
             match self.anchors.get(&sig) {
                 Some(&start) if self.current.len() - start >= MIN_FOUND_OPS => {
                     self.current.drain(..start);
+                    self.kernel_room.drain(..start.min(self.kernel_room.len()));
                     renumber(&mut self.current, start as u32);
                     let ops = std::mem::take(&mut self.current);
                     self.start_iteration(Some(ops));
@@ -394,6 +407,21 @@ impl Trace {
         self.start_iteration(None);
     }
 
+    /// Running kernels hold `bytes` in flight (allocated, not yet a storage) while the op under way
+    /// runs: the most of it at each op is kept, so that once the iteration is followed a prefetch
+    /// leaves that room free (`prefetch_plan`) rather than fill it and have the kernels evict what
+    /// it fetched, to fetch it again. Only the simulated device sees kernels allocate.
+    pub(crate) fn kernel_room(&mut self, bytes: u64) {
+        let pos = self.pos as usize;
+        if pos > self.current.len() {
+            return; // past the ops kept: no record for it to go with
+        }
+        if self.kernel_room.len() <= pos {
+            self.kernel_room.resize(pos + 1, 0);
+        }
+        self.kernel_room[pos] = self.kernel_room[pos].max(bytes);
+    }
+
     /// `key` leaves the device with its data kept (written back, or clean at home).
     pub(crate) fn evicted(&mut self, key: TraceKey) {
         match self.norm(key) {
@@ -420,21 +448,31 @@ impl Trace {
 
     fn start_iteration(&mut self, ops: Option<Vec<OpRecord>>) {
         let evicted = std::mem::take(&mut self.evicted);
+        let mut kernel_room = std::mem::take(&mut self.kernel_room);
+        // Where the iteration was found by its first op repeating, that op's kernels ran already:
+        // they are the next iteration's first op's.
+        let first = ops.as_ref().and_then(|ops| kernel_room.get(ops.len()).copied());
+        kernel_room.resize(ops.as_ref().map_or(0, Vec::len), 0);
         // The next iteration's ops go where the last one's went, or, when a new recording keeps
         // those, into room for as many.
         match (ops, &mut self.recorded) {
-            // The iteration repeated the recorded one op for op: only what it evicted is new.
+            // The iteration repeated the recorded one op for op: only what it evicted and what
+            // its kernels held are new.
             (Some(ops), Some(r)) if r.ops == ops => {
                 r.evicted = evicted;
+                std::mem::swap(&mut r.kernel_room, &mut kernel_room);
                 self.current = ops;
             }
             (Some(ops), _) => {
                 self.current = Vec::with_capacity(ops.len());
-                self.recorded = Some(Recorded::new(ops, evicted));
+                self.recorded = Some(Recorded::new(ops, evicted, std::mem::take(&mut kernel_room)));
                 self.recordings += 1;
             }
             (None, _) => {}
         }
+        kernel_room.clear();
+        kernel_room.extend(first);
+        self.kernel_room = kernel_room;
         self.current.clear();
         self.anchors.clear();
         self.firsts = [self.firsts[1], self.firsts[2], Some(self.newest)];
@@ -467,7 +505,7 @@ fn renumber(ops: &mut [OpRecord], start: u32) {
 /// evicts the tensor whose next use is furthest. Results appear on the device without a load
 /// and count against the budget; `pinned` bytes are unavailable.
 pub fn offline_min_loads(ops: &[OpRecord], budget: u64, pinned: u64, repeat: usize) -> u64 {
-    let recorded = Recorded::new(ops.to_vec(), HashSet::new());
+    let recorded = Recorded::new(ops.to_vec(), HashSet::new(), Vec::new());
     let capacity = budget.saturating_sub(pinned);
     let mut cache: HashMap<NormKey, u64> = HashMap::new();
     let mut loaded = 0;
@@ -668,6 +706,52 @@ mod tests {
         assert_eq!(found, [(7, 1), (13, 1), (19, 1), (25, 1), (31, 1), (37, 1)], "(turn, weight) where iterations began");
         assert_eq!(t.recorded_ops().map(<[OpRecord]>::len), Some(18), "six turns of the loop");
         assert!(t.following());
+    }
+
+    /// The `Ahead` the prefetch plan of the op about to run gives each key, over `depth` ops.
+    fn aheads(t: &Trace, depth: usize) -> Vec<(TraceKey, u64, u64)> {
+        let mut all = vec![];
+        t.prefetch_plan(depth, |k, a| all.push((k, a.working_set, a.results)));
+        all
+    }
+
+    #[test]
+    fn the_prefetch_leaves_room_for_what_kernels_held_at_each_op() {
+        // Three products of 8-byte weights making 8 bytes; the second one's kernels hold 100
+        // bytes at their peak (its result and scratch).
+        let mut t = Trace::default();
+        for _ in 0..3 {
+            t.mark();
+            read(&mut t, 1, false);
+            t.kernel_room(100);
+            read(&mut t, 2, false);
+            read(&mut t, 3, false);
+        }
+        t.mark();
+        assert!(t.following());
+        let w = |id| TraceKey::Persistent(id);
+        // Beside weight 3 (read by the third op) the first op's 16 bytes fit, then the second
+        // op's weight and its kernels' 100.
+        assert_eq!(aheads(&t, 3), [(w(1), 0, 8), (w(2), 16, 100), (w(3), 108, 100)]);
+    }
+
+    #[test]
+    fn an_iteration_found_by_itself_keeps_what_kernels_held_at_each_of_its_ops() {
+        // The loop of `each_iteration_found_begins_where_the_last_one_did`, the op reading weight
+        // w holding 10 x w bytes in its kernels: an iteration is found at its first op's end,
+        // after that op's kernels ran.
+        let mut t = Trace::default();
+        for turn in 0..40 {
+            for w in 1..=3 {
+                t.kernel_room(10 * w);
+                read(&mut t, w, turn > 0);
+            }
+        }
+        let r = t.recorded.as_ref().expect("an iteration was found");
+        for (i, op) in r.ops.iter().enumerate() {
+            let NormKey::Persistent(w) = op.inputs[0].0 else { panic!("op {i} reads no weight") };
+            assert_eq!(r.kernels_hold(i), 10 * w, "op {i}, reading weight {w}");
+        }
     }
 
     #[test]
