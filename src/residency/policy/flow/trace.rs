@@ -74,9 +74,9 @@ impl Recorded {
         Recorded { ops, uses, positions, evicted, kernel_room }
     }
 
-    /// What op `i`'s kernels hold while it runs, beside its inputs: its result, or more where it
-    /// allocates scratch (in backward, the gradients passed between autograd's nodes run while
-    /// the op under way is the next saved tensor's unpacking).
+    /// What op `i`'s kernels hold while it runs, beside its inputs: its result, or more where they
+    /// allocate scratch (in backward, the gradients autograd's nodes pass on, held while the op
+    /// under way is the next saved tensor's unpacking).
     fn kernels_hold(&self, i: usize) -> u64 {
         self.ops[i].output.map_or(0, |o| o.1).max(self.kernel_room.get(i).copied().unwrap_or(0))
     }
