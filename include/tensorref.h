@@ -531,6 +531,15 @@ typedef struct tr_residency_stats {
    */
   uint64_t reserved_bytes;
   uint64_t peak_reserved_bytes;
+  /**
+   * Times the host waited for the device to finish with memory let go of (a copy evicted or
+   * forgotten) before that memory could hold a new copy or result within the budget, and the
+   * host time those waits took, in nanoseconds: how often the host ran as far ahead of the
+   * device as the budget lets it (on the simulated device, only when a test makes it run
+   * behind the host).
+   */
+  uint64_t freeing_waits;
+  uint64_t freeing_wait_ns;
 } tr_residency_stats;
 
 /**

@@ -70,6 +70,13 @@ struct ResidencyStats {
     /// bytes is other tensors and fragmentation. 0 on other devices.
     uint64_t reserved_bytes = 0;
     uint64_t peak_reserved_bytes = 0;
+    /// Times the host waited for the device to finish with memory let go of (a copy evicted or
+    /// forgotten) before that memory could hold a new copy or result within the budget, and the
+    /// host time those waits took, in nanoseconds: how often the host ran as far ahead of the
+    /// device as the budget lets it (on the simulated device, only when a test makes it run behind
+    /// the host).
+    uint64_t freeing_waits = 0;
+    uint64_t freeing_wait_ns = 0;
 
     ResidencyStats() noexcept = default;
     explicit ResidencyStats(const tr_residency_stats& s) noexcept
@@ -88,7 +95,8 @@ struct ResidencyStats {
           needless_write_backs(s.needless_write_backs), drops(s.drops),
           dropped_bytes(s.dropped_bytes), recomputations(s.recomputations),
           recomputed_bytes(s.recomputed_bytes), reserved_bytes(s.reserved_bytes),
-          peak_reserved_bytes(s.peak_reserved_bytes) {}
+          peak_reserved_bytes(s.peak_reserved_bytes), freeing_waits(s.freeing_waits),
+          freeing_wait_ns(s.freeing_wait_ns) {}
 
     /// What happened since `earlier` (an older reading): the counters' differences, with the gauges
     /// (budget, device_bytes, peak_device_bytes, pinned_bytes, reserved_bytes, peak_reserved_bytes)
@@ -120,6 +128,8 @@ struct ResidencyStats {
         d.dropped_bytes -= earlier.dropped_bytes;
         d.recomputations -= earlier.recomputations;
         d.recomputed_bytes -= earlier.recomputed_bytes;
+        d.freeing_waits -= earlier.freeing_waits;
+        d.freeing_wait_ns -= earlier.freeing_wait_ns;
         return d;
     }
 };

@@ -284,6 +284,40 @@ fn random_programs_match_plain_tch_under_every_policy_and_budget() {
     });
 }
 
+/// On a device that runs behind the host, memory the host lets go of stays the device's until the
+/// device is past it (CUDA's caching allocator reuses it only then). Random programs on the
+/// simulated device running 3 ops behind give plain tch's results under Genoa and Flow, and the
+/// allocator's real peak, the copies let go of but not yet freed included, stays within the
+/// budget.
+#[test]
+fn random_programs_on_a_device_behind_the_host_keep_its_memory_within_the_budget() {
+    if DEVICE != Device::Simulated {
+        return; // only the simulated device can be made to run behind
+    }
+    exclusive(|| {
+        residency::set_simulated_lag(3);
+        let outcome = (1..=40u64).try_for_each(|seed| {
+            let (sizes, instrs) = program(seed, 24);
+            let expected = run_tch(seed, &sizes, &instrs);
+            let least = smallest_feasible(&sizes, &instrs);
+            for policy in [Policy::Genoa, Policy::Flow] {
+                for budget in [least, least * 3 / 2] {
+                    let what = format!("seed {seed} {policy:?} budget {budget}");
+                    configure(policy, budget);
+                    let got = run_tr(seed, &sizes, &instrs).map_err(|e| Error::Torch(format!("{what}: {e}")))?;
+                    assert_same(&got, &expected, &what);
+                    let memory = residency::device_memory(false);
+                    assert!(memory.peak <= budget, "{what}: the allocator counted {memory:?}");
+                    residency::disable()?;
+                }
+            }
+            Ok(())
+        });
+        residency::set_simulated_lag(0);
+        outcome
+    });
+}
+
 // ---------------------------------------------------------------- documented failures
 
 #[test]
@@ -666,6 +700,36 @@ fn flow_in_steady_state_pays_nothing_a_gpu_would_stall_on_and_overlaps_its_copie
             let r = model::replay(&log, 53.6e9, model::roofline(tflops * 1e12, 3e12, 4));
             assert!(r.efficiency() >= 0.95 && r.efficiency() <= 1.0 + 1e-9, "{tflops} TFLOP/s: {r:?}");
         }
+        Ok(())
+    });
+}
+
+/// The stack on the simulated device running 8 ops behind the host: Flow evicts and loads what
+/// it does on a device that keeps up, and waits, where a load needs the room, for the device to
+/// finish with the copies it let go of, so that the allocator's real peak stays within the budget.
+/// Without those waits the copies let go of but still the device's would add to the peak.
+#[test]
+fn flow_waits_for_a_device_behind_the_host_to_free_the_room_it_loads_into() {
+    if DEVICE != Device::Simulated {
+        return; // only the simulated device can be made to run behind
+    }
+    exclusive(|| {
+        let run = |lag: u64| -> Result<(residency::ResidencyStats, residency::DeviceMemory)> {
+            residency::set_simulated_lag(lag);
+            let ran = logged_stack(Config::new(DEVICE, Policy::Flow, STACK_BUDGET));
+            residency::set_simulated_lag(0);
+            let (_, _, s) = ran?;
+            let memory = residency::device_memory(false);
+            residency::disable()?;
+            Ok((s, memory))
+        };
+        let (kept_up, _) = run(0)?;
+        let (behind, memory) = run(8)?;
+        assert!(memory.peak <= STACK_BUDGET, "the allocator counted {memory:?} of a budget of {STACK_BUDGET}");
+        assert_eq!(kept_up.freeing_waits, 0, "{kept_up:?}");
+        assert!(behind.freeing_waits > 0, "no load waited for the device: {behind:?}");
+        let moves = |s: &residency::ResidencyStats| (s.loads, s.load_bytes, s.evictions, s.prefetches, s.prefetch_misses);
+        assert_eq!(moves(&behind), moves(&kept_up), "the device's lag changed what moved");
         Ok(())
     });
 }

@@ -29,6 +29,8 @@ pub use device::Device;
 pub use device::memory::{device_memory, DeviceMemory};
 #[doc(hidden)]
 pub use device::faults::{inject_fault, Fault};
+#[doc(hidden)]
+pub use device::lag::set_simulated_lag;
 pub use policy::Policy;
 pub use model::Rates;
 pub use training::recipe::Recompute;

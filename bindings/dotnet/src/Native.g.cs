@@ -260,6 +260,8 @@ namespace TensorRef
         public ulong RecomputedBytes;
         public ulong ReservedBytes;
         public ulong PeakReservedBytes;
+        public ulong FreeingWaits;
+        public ulong FreeingWaitNs;
     }
 
     /// <summary>The C struct tr_device_memory.</summary>

@@ -44,6 +44,8 @@ namespace TensorRef
             RecomputedBytes = s.RecomputedBytes;
             ReservedBytes = s.ReservedBytes;
             PeakReservedBytes = s.PeakReservedBytes;
+            FreeingWaits = s.FreeingWaits;
+            FreeingWaitNs = s.FreeingWaitNs;
         }
 
         /// <summary>The device budget in bytes; UINT64_MAX under Resident, which has none.</summary>
@@ -116,6 +118,15 @@ namespace TensorRef
         /// </summary>
         public ulong ReservedBytes { get; }
         public ulong PeakReservedBytes { get; }
+        /// <summary>
+        /// Times the host waited for the device to finish with memory let go of (a copy evicted or
+        /// forgotten) before that memory could hold a new copy or result within the budget, and the
+        /// host time those waits took, in nanoseconds: how often the host ran as far ahead of the
+        /// device as the budget lets it (on the simulated device, only when a test makes it run
+        /// behind the host).
+        /// </summary>
+        public ulong FreeingWaits { get; }
+        public ulong FreeingWaitNs { get; }
 
         /// <summary>Every field, by its C name.</summary>
         public override string ToString() =>
@@ -149,6 +160,8 @@ namespace TensorRef
                "recomputations " + Recomputations + ", " +
                "recomputed_bytes " + RecomputedBytes + ", " +
                "reserved_bytes " + ReservedBytes + ", " +
-               "peak_reserved_bytes " + PeakReservedBytes;
+               "peak_reserved_bytes " + PeakReservedBytes + ", " +
+               "freeing_waits " + FreeingWaits + ", " +
+               "freeing_wait_ns " + FreeingWaitNs;
     }
 }

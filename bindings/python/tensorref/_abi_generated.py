@@ -172,7 +172,9 @@ class ResidencyStats(Structure):
                 ('recomputations', c_uint64),
                 ('recomputed_bytes', c_uint64),
                 ('reserved_bytes', c_uint64),
-                ('peak_reserved_bytes', c_uint64)]
+                ('peak_reserved_bytes', c_uint64),
+                ('freeing_waits', c_uint64),
+                ('freeing_wait_ns', c_uint64)]
 
 
 class DeviceMemory(Structure):

@@ -1,6 +1,7 @@
 //! Room in the budget: evicting until bytes fit (a clean copy is dropped for free, a newer one
-//! written back asynchronously, a result with a recipe dropped), why they cannot, and what may
-//! leave (`candidates`, chosen among by the policy).
+//! written back asynchronously, a result with a recipe dropped), why they cannot, what may
+//! leave (`candidates`, chosen among by the policy), and waiting for the device to finish with
+//! the copies let go of before their room is taken again (`device::freeing`).
 
 use crate::error::{Error, Result};
 use crate::residency::core::manager::{Manager, HOLDS};
@@ -9,6 +10,7 @@ use crate::residency::core::homes::pin_home;
 use crate::residency::core::storage::{page_locked, Home, Storage};
 use crate::residency::device::memory;
 use crate::residency::device::Device;
+use crate::residency::torch_storage::StorageRef;
 use crate::residency::policy::Candidate;
 use std::sync::Arc;
 use std::time::Instant;
@@ -18,10 +20,19 @@ impl Manager {
     /// that may leave gone (then nothing is evicted), says why: the op's own holds, the pins and
     /// `bytes` exceed the budget (`BudgetTooSmall`, with what the op needs by itself), or other
     /// running ops hold the rest (`RoomTaken`: the op waits and runs again).
+    /// Then waits, where it must, for the device to finish with copies let go of (`await_freed`).
     pub(in crate::residency) fn make_room(&mut self, bytes: u64, op: &'static str) -> Result<()> {
-        if !self.policy.bounded() || self.used() + bytes <= self.cfg.budget_bytes {
+        if !self.policy.bounded() {
             return Ok(());
         }
+        if self.used() + bytes > self.cfg.budget_bytes {
+            self.evict_for(bytes, op)?;
+        }
+        self.await_freed(bytes)
+    }
+
+    /// Evicts policy-chosen victims until `bytes` more fit beside the storages (see `make_room`).
+    fn evict_for(&mut self, bytes: u64, op: &'static str) -> Result<()> {
         // Listing the candidates asks libtorch about each copy on the device (`held_outside`), so
         // the list the check makes serves the first pick too. After an eviction it is made again:
         // what the others cost to evict can change (a recipe's inputs left).
@@ -122,6 +133,7 @@ impl Manager {
             self.owed.push(transfer.clone());
         }
         s.writing = Some(transfer);
+        s.written_home = true;
         let (bytes, pageable, modified) = (s.bytes, s.kind.pageable(), s.modified);
         (s.dirty, s.modified) = (false, false);
         self.stats.count_page_locked(new_memory, bytes);
@@ -143,7 +155,7 @@ impl Manager {
 
     /// Drops the device copy, writing it home first if it is the newer one, unless it is a
     /// result better made again (`droppable`). On a failed write-back the copy stays where it
-    /// was: nothing is lost.
+    /// was: nothing is lost. The device may still use the copy's memory (`free_copy`).
     pub(in crate::residency) fn evict(&mut self, id: u64, op: &'static str) -> Result<()> {
         let dropping = self.droppable(id);
         if !dropping {
@@ -154,12 +166,13 @@ impl Manager {
         let device = s.device.take().expect("victim is resident");
         self.window_epoch += 1;
         self.by_device.remove(&device.id());
-        drop(device);
         s.loading = None; // a prefetch never used: its memory belongs to the load stream
         (s.prefetched, s.written_ahead) = (false, false);
-        let bytes = s.bytes;
+        let (bytes, role) = (s.bytes, s.role);
+        let used = (std::mem::take(&mut s.read_on_compute), std::mem::take(&mut s.written_home));
+        self.free_copy(device, bytes, used.0, used.1);
         self.stats.device_bytes -= bytes;
-        self.device_by_role.sub(s.role, bytes);
+        self.device_by_role.sub(role, bytes);
         self.stats.evictions += 1;
         self.stats.evicted_bytes += bytes;
         if dropping {
@@ -170,6 +183,33 @@ impl Manager {
             log.evict(id);
         }
         self.event(if dropping { EventKind::Drop } else { EventKind::Evict }, id, bytes, op, None);
+        Ok(())
+    }
+
+    /// Lets go of a storage's device copy (`bytes`, counted until now), evicted or forgotten: it
+    /// stays counted while the device may still use it (see `device::freeing`).
+    /// `read_on_compute` and `written_home` are the storage's flags for the copy.
+    pub(in crate::residency) fn free_copy(&mut self, copy: StorageRef, bytes: u64, read_on_compute: bool, written_home: bool) {
+        if self.policy.bounded() {
+            self.freeing.push(self.cfg.device, copy, bytes, read_on_compute, written_home, self.clock);
+        }
+    }
+
+    /// Before `bytes` of device memory are allocated into room the storages leave in the budget:
+    /// waits, oldest first, for the device to finish with the copies let go of until the
+    /// allocation fits beside them (the one wait for the GPU under the manager's lock: the host
+    /// has run as far ahead of the device as the budget lets it).
+    pub(in crate::residency) fn await_freed(&mut self, bytes: u64) -> Result<()> {
+        self.freeing.reclaim(self.clock);
+        if !self.policy.bounded() || self.used() + self.freeing.bytes() + bytes <= self.cfg.budget_bytes {
+            return Ok(());
+        }
+        let started = Instant::now();
+        while self.freeing.bytes() > 0 && self.used() + self.freeing.bytes() + bytes > self.cfg.budget_bytes {
+            self.freeing.wait_oldest()?;
+        }
+        self.stats.freeing_waits += 1;
+        self.stats.freeing_wait_ns += started.elapsed().as_nanos() as u64;
         Ok(())
     }
 

@@ -137,7 +137,7 @@ impl Manager {
             return false;
         }
         self.drop_recipe(id);
-        let s = self.storages.remove(&id).expect("found above");
+        let mut s = self.storages.remove(&id).expect("found above");
         self.by_home.remove(&s.home.id());
         if s.resident() {
             self.by_device.remove(&s.device_id());
@@ -149,6 +149,9 @@ impl Manager {
         if s.resident() && s.counted() {
             self.stats.device_bytes -= s.bytes;
             self.device_by_role.sub(s.role, s.bytes);
+            if let Some(copy) = s.device.take() {
+                self.free_copy(copy, s.bytes, s.read_on_compute, s.written_home); // see `device::freeing`
+            }
             crate::residency::core::room::freed();
         }
         if s.pinned {

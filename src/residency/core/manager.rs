@@ -6,10 +6,11 @@
 //! Flow's loads ahead of use and write-ahead are in `policy::flow`.
 //!
 //! One manager per process behind one mutex (`residency::MANAGER`). Copies are started while it
-//! is held, so the accounting is exact at every event, but the host never waits on the GPU under
-//! it: the waits a caller owes (a read of a home still being written, memory shared with the
-//! outside) are handed back and waited for after the lock is released. The policy only chooses
-//! victims and sets the rules.
+//! is held, so the accounting is exact at every event. The host waits on the GPU under it only
+//! where the budget needs memory the device is still using (`device::freeing`); the waits a
+//! caller owes (a read of a home still being written, memory shared with the outside) are handed
+//! back and waited for after the lock is released. The policy only chooses victims and sets the
+//! rules.
 
 use crate::residency::device::{Device, Transfer};
 use crate::residency::device::memory;
@@ -98,6 +99,8 @@ pub(crate) struct Manager {
     /// The compute stream's timed waits for copies not yet passed, in the order it meets them
     /// (CUDA; see `count_stalls`).
     stalls: VecDeque<crate::residency::device::cuda::Stall>,
+    /// Device copies let go of that the device may still be using (see `device::freeing`).
+    pub(in crate::residency) freeing: crate::residency::device::freeing::Freeing,
     /// What `Recompute::Cheaper` prices with: the configuration's rates, which `configure` fills
     /// with the device's under `Cheaper` (the one mode that prices, so no other start measures a
     /// device); the preset where none is set, which then prices nothing.
@@ -139,6 +142,7 @@ impl Manager {
             schedule,
             link: LinkLoad::default(),
             stalls: VecDeque::new(),
+            freeing: Default::default(),
             rates,
         })
     }
@@ -169,6 +173,7 @@ impl Manager {
     /// Before an op: the prefetch the previous op left due (made now, once that op's inputs are
     /// let go, so that evicting them frees their memory), then its event.
     pub(crate) fn op_begin(&mut self, op: &'static str) {
+        self.freeing.reclaim(self.clock);
         if std::mem::take(&mut self.prefetch_due) {
             self.prefetch();
         }
@@ -260,6 +265,7 @@ impl Manager {
             self.written_now.push(id);
         }
         let Some(loading) = s.loading.take() else { return Ok(()) };
+        s.read_on_compute = true;
         let waited = s.device.as_ref().expect("loaded above").bytes().map_err(Error::from).and_then(|copy| loading.block_compute(&copy));
         match waited {
             Ok(stall) => {
@@ -286,6 +292,7 @@ impl Manager {
         s.device = Some(copy);
         s.fresh = false; // what the home holds is on the device now, written or not
         s.loading = Some(transfer);
+        (s.read_on_compute, s.written_home) = (false, false);
         s.prefetched = kind == EventKind::Prefetch;
         let (bytes, pageable, role) = (s.bytes, s.kind.pageable(), s.role);
         if pageable {
@@ -321,6 +328,7 @@ impl Manager {
         let memory = StorageRef::of(&memory)?;
         self.by_device.insert(memory.id(), id);
         s.device = Some(memory);
+        (s.read_on_compute, s.written_home) = (false, false);
         (s.fresh, s.dirty, s.modified) = (false, true, true);
         let (bytes, role) = (s.bytes, s.role);
         self.stats.device_bytes += bytes;

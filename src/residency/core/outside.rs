@@ -114,6 +114,7 @@ impl Manager {
             self.remake_if_dropped(id, "drain")?;
         }
         self.evict_all("drain")?;
+        self.freeing = Default::default(); // no copy is left to need its room: the allocator frees it in time
         self.owed.clear();
         self.free_retired();
         Ok(self.storages.values_mut().filter_map(Storage::pending_write).collect())

@@ -70,6 +70,13 @@ pub struct ResidencyStats {
     /// device bytes is other tensors and fragmentation. 0 on other devices.
     pub reserved_bytes: u64,
     pub peak_reserved_bytes: u64,
+    /// Times the host waited for the device to finish with memory let go of (a copy evicted or
+    /// forgotten) before that memory could hold a new copy or result within the budget, and the
+    /// host time those waits took, in nanoseconds: how often the host ran as far ahead of the
+    /// device as the budget lets it (on the simulated device, only when a test makes it run
+    /// behind the host).
+    pub freeing_waits: u64,
+    pub freeing_wait_ns: u64,
 }
 
 impl ResidencyStats {

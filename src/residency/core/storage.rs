@@ -114,6 +114,11 @@ pub(crate) struct Storage {
     pub(crate) role: Role,
     /// A load into `device` still running.
     pub(crate) loading: Option<Transfer>,
+    /// `device` was loaded on a side stream and an op has read it on the compute stream since,
+    /// and a write-back has read it (on the write-back stream): once let go of, its memory is
+    /// reused only when the device is past those uses (see `device::freeing`).
+    pub(crate) read_on_compute: bool,
+    pub(crate) written_home: bool,
     /// The home StorageImpl, which every host view of the storage shares; its id is how the
     /// manager finds the storage of a tensor.
     pub(crate) home: StorageRef,
@@ -145,6 +150,8 @@ impl Storage {
             prefetched: false,
             written_ahead: false,
             loading: None,
+            read_on_compute: false,
+            written_home: false,
             writing: None,
             key,
             views: 0,

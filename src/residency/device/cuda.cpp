@@ -164,6 +164,20 @@ int tr_native_write_back_async(const void *device_tensor, const void *host, void
     });
 }
 
+// Writes an event marking the end of the work queued so far on device `index`'s compute stream
+// (its current stream), or with `write_back` on its write-back stream (free it with
+// tr_native_event_free). Recorded as a tensor used on that stream is freed, it completes with the
+// event the caching allocator records then (record_stream), after which the allocator may give the
+// tensor's memory to another allocation.
+int tr_native_stream_event(int index, int write_back, void **out_event, char *err, size_t err_len) {
+    return guarded(err, err_len, [&] {
+        c10::Device device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index));
+        auto *done = new c10::Event(c10::DeviceType::CUDA);
+        done->record(write_back != 0 ? side_stream(device, Direction::ToHost) : cuda()->getStream(device));
+        *out_event = done;
+    });
+}
+
 // Blocks the calling thread until the copy `event` marks has ended.
 int tr_native_event_synchronize(void *event, char *err, size_t err_len) {
     return guarded(err, err_len, [&] { static_cast<c10::Event *>(event)->synchronize(); });

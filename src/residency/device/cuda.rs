@@ -22,6 +22,7 @@ extern "C" {
     fn tr_native_stall_free(stall: *mut c_void);
     fn tr_native_event_free(event: *mut c_void);
     fn tr_native_write_back_async(device_tensor: *const c_void, host: *const c_void, out_event: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
+    fn tr_native_stream_event(index: c_int, write_back: c_int, out_event: *mut *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_event_synchronize(event: *mut c_void, err: *mut c_char, err_len: usize) -> c_int;
     fn tr_native_event_query(event: *mut c_void) -> c_int;
     fn tr_native_cuda_reserved(index: i64, now: *mut u64, peak: *mut u64, err: *mut c_char, err_len: usize) -> c_int;
@@ -120,6 +121,16 @@ pub(crate) fn write_back_async(device: &tch::Tensor, host: &tch::Tensor) -> Resu
     // SAFETY: both tensors are live; the out pointer is valid; the buffer has its length.
     let status = unsafe { tr_native_write_back_async(device.as_ptr().cast(), host.as_ptr().cast(), &mut done, err.as_mut_ptr(), ERR_LEN) };
     check("write-back", status, &err)?;
+    event(done)
+}
+
+/// The end of the work queued so far on CUDA device `index`'s compute stream, or with
+/// `write_back` on its write-back stream.
+pub(crate) fn stream_event(index: usize, write_back: bool) -> Result<Event> {
+    let (mut done, mut err) = (std::ptr::null_mut(), [0 as c_char; ERR_LEN]);
+    // SAFETY: the out pointer is valid; the buffer has its length.
+    let status = unsafe { tr_native_stream_event(index as c_int, c_int::from(write_back), &mut done, err.as_mut_ptr(), ERR_LEN) };
+    check("stream event", status, &err)?;
     event(done)
 }
 

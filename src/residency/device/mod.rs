@@ -6,6 +6,8 @@
 
 pub(super) mod cuda;
 pub(super) mod faults;
+pub(super) mod freeing;
+pub(super) mod lag;
 pub(super) mod memory;
 
 use crate::residency::model::Rates;
@@ -33,6 +35,12 @@ pub(crate) struct Transfer(Option<cuda::Event>);
 impl Transfer {
     fn done() -> Transfer {
         Transfer(None)
+    }
+
+    /// The end of the work queued so far on the compute stream of CUDA device `n`, or with
+    /// `write_back` on its write-back stream.
+    pub(crate) fn queued(n: usize, write_back: bool) -> Result<Transfer> {
+        cuda::stream_event(n, write_back).map(|e| Transfer(Some(e)))
     }
 
     /// Makes the ops that read `tensor` wait for the copy, without blocking the host; the wait,

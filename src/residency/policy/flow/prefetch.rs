@@ -113,7 +113,7 @@ impl Manager {
                     _ => return false,
                 }
             }
-            if self.load(id, "prefetch", EventKind::Prefetch).is_err() {
+            if self.await_freed(bytes).is_err() || self.load(id, "prefetch", EventKind::Prefetch).is_err() {
                 return false;
             }
             committed += bytes;
