@@ -254,7 +254,9 @@ def decoder(args) -> None:
             rows.append(("tensorref Flow 1/4", s, peaks(), torch.equal(out, ref)))
             print(f"  Flow: loaded {loaded / 2**30:.2f} GiB, prefetch hits {after.prefetch_hits - before.prefetch_hits}, "
                   f"misses {after.prefetch_misses - before.prefetch_misses}, peak {after.peak_device_bytes / 2**30:.2f} GiB "
-                  f"of {budget / 2**30:.2f}, ops {after.ops - before.ops}")
+                  f"of {budget / 2**30:.2f}, ops {after.ops - before.ops}; the host waited "
+                  f"{after.freeing_waits - before.freeing_waits} times "
+                  f"({(after.freeing_wait_ns - before.freeing_wait_ns) / 1e6:.1f} ms) for the device to free memory")
             del on
         torch.cuda.empty_cache()
         if not args.skip_peers:
