@@ -198,10 +198,15 @@ impl Manager {
     /// Before `bytes` of device memory are allocated into room the storages leave in the budget:
     /// waits, oldest first, for the device to finish with the copies let go of until the
     /// allocation fits beside them (the one wait for the GPU under the manager's lock: the host
-    /// has run as far ahead of the device as the budget lets it).
+    /// has run as far ahead of the device as the budget lets it). Asks the device which it has
+    /// finished with only when they are in the way: an op with room to spare queries no event.
     pub(in crate::residency) fn await_freed(&mut self, bytes: u64) -> Result<()> {
+        let fits = |m: &Manager| m.used() + m.freeing.bytes() + bytes <= m.cfg.budget_bytes;
+        if !self.policy.bounded() || fits(self) {
+            return Ok(());
+        }
         self.freeing.reclaim(self.clock);
-        if !self.policy.bounded() || self.used() + self.freeing.bytes() + bytes <= self.cfg.budget_bytes {
+        if fits(self) {
             return Ok(());
         }
         let started = Instant::now();

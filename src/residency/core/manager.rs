@@ -173,7 +173,6 @@ impl Manager {
     /// Before an op: the prefetch the previous op left due (made now, once that op's inputs are
     /// let go, so that evicting them frees their memory), then its event.
     pub(crate) fn op_begin(&mut self, op: &'static str) {
-        self.freeing.reclaim(self.clock);
         if std::mem::take(&mut self.prefetch_due) {
             self.prefetch();
         }

@@ -14,8 +14,9 @@
 //! A kernel's result freed on the host is free at once: the allocator reuses memory in the order
 //! of the stream that allocated it. On the simulated device memory let go of is free at once,
 //! unless a test makes the device run behind the host (`lag`): then the copy itself stays alive
-//! here until the host begins the op the device reaches it at, so that the simulated allocator's
-//! real peak shows what a GPU would hold.
+//! here, so that the simulated allocator's real peak shows what a GPU would hold, until the device
+//! has reached it and its room is needed (CUDA's allocator, too, looks at its events as it
+//! allocates).
 
 use crate::error::Result;
 use crate::residency::device::{lag, Device, Transfer};
