@@ -202,7 +202,7 @@ impl Manager {
     /// finished with only when they are in the way: an op with room to spare queries no event.
     pub(in crate::residency) fn await_freed(&mut self, bytes: u64) -> Result<()> {
         let fits = |m: &Manager| m.used() + m.freeing.bytes() + bytes <= m.cfg.budget_bytes;
-        if !self.policy.bounded() || fits(self) {
+        if !self.policy.bounded() || self.freeing.bytes() == 0 || fits(self) {
             return Ok(());
         }
         self.freeing.reclaim(self.clock);
