@@ -56,7 +56,7 @@ impl Manager {
     /// keeps what kernels hold in flight at each op, to leave it free when it prefetches.
     pub(in crate::residency) fn kernel_allocates(&mut self, bytes: u64) {
         if self.policy.prefetches() {
-            self.trace.kernel_room(self.in_flight().in_flight + bytes);
+            self.trace.kernels_held(self.in_flight().in_flight + bytes);
         }
     }
 

@@ -47,12 +47,14 @@ struct Recorded {
     /// The tensors evicted (not dropped) in the recorded iteration.
     evicted: HashSet<NormKey>,
     /// By op, the most bytes running kernels held in flight while it was the op under way (see
-    /// `Trace::kernel_room`), as the last iteration that repeated the recording saw them.
+    /// `Trace::kernels_held`), as the last iteration that repeated the recording saw them: one
+    /// figure for each of `ops`.
     kernel_room: Vec<u64>,
 }
 
 impl Recorded {
     fn new(ops: Vec<OpRecord>, evicted: HashSet<NormKey>, kernel_room: Vec<u64>) -> Recorded {
+        assert_eq!(kernel_room.len(), ops.len(), "one figure of kernel room for each op");
         let mut uses: IdMap<NormKey, (u32, u32)> = IdMap::default();
         for (k, _) in ops.iter().flat_map(|op| &op.inputs) {
             uses.entry(*k).or_default().1 += 1;
@@ -74,11 +76,16 @@ impl Recorded {
         Recorded { ops, uses, positions, evicted, kernel_room }
     }
 
-    /// What op `i`'s kernels hold while it runs, beside its inputs: its result, or more where they
-    /// allocate scratch (in backward, the gradients autograd's nodes pass on, held while the op
-    /// under way is the next saved tensor's unpacking).
-    fn kernels_hold(&self, i: usize) -> u64 {
-        self.ops[i].output.map_or(0, |o| o.1).max(self.kernel_room.get(i).copied().unwrap_or(0))
+    /// Each op from `start` on, round to the one before it, with what its kernels hold while it
+    /// runs, beside its inputs: its result, or more where they allocate scratch (in backward, the
+    /// gradients autograd's nodes pass on, held while the op under way is the next saved
+    /// tensor's unpacking).
+    fn ops_from(&self, start: usize) -> impl Iterator<Item = (&OpRecord, u64)> {
+        fn held<'a>(ops: &'a [OpRecord], room: &'a [u64]) -> impl Iterator<Item = (&'a OpRecord, u64)> {
+            ops.iter().zip(room).map(|(op, &room)| (op, op.output.map_or(0, |o| o.1).max(room)))
+        }
+        let (ops, room) = (self.ops.split_at(start), self.kernel_room.split_at(start));
+        held(ops.1, room.1).chain(held(ops.0, room.0))
     }
 
     /// The indices of the ops that read `key`, in order.
@@ -261,8 +268,7 @@ impl Trace {
         let Some(r) = self.recorded.as_ref().filter(|_| self.following) else { return };
         let start = self.pos as usize % r.ops.len();
         let (mut before, mut results) = (0, 0);
-        for i in (start..r.ops.len()).chain(0..start).take(depth) {
-            let (op, made) = (&r.ops[i], r.kernels_hold(i));
+        for (op, made) in r.ops_from(start).take(depth) {
             results = results.max(made);
             let ahead = Ahead { working_set: before, results };
             let mut working_set = made;
@@ -330,7 +336,7 @@ pub(crate) struct Ahead {
     /// The largest working set (inputs, and what the kernels hold) of the ops that run before it.
     pub working_set: u64,
     /// The most the kernels of the ops up to its own hold (a result, or scratch beside it: see
-    /// `Trace::kernel_room`): made while it stays, in room that holds no tensor yet.
+    /// `Trace::kernels_held`): made while it stays, in room that holds no tensor yet.
     pub results: u64,
 }
 
@@ -411,7 +417,7 @@ impl Trace {
     /// runs: the most of it at each op is kept, so that once the iteration is followed a prefetch
     /// leaves that room free (`prefetch_plan`) rather than fill it and have the kernels evict what
     /// it fetched, to fetch it again. Only the simulated device sees kernels allocate.
-    pub(crate) fn kernel_room(&mut self, bytes: u64) {
+    pub(crate) fn kernels_held(&mut self, bytes: u64) {
         let pos = self.pos as usize;
         if pos > self.current.len() {
             return; // past the ops kept: no record for it to go with
@@ -505,7 +511,7 @@ fn renumber(ops: &mut [OpRecord], start: u32) {
 /// evicts the tensor whose next use is furthest. Results appear on the device without a load
 /// and count against the budget; `pinned` bytes are unavailable.
 pub fn offline_min_loads(ops: &[OpRecord], budget: u64, pinned: u64, repeat: usize) -> u64 {
-    let recorded = Recorded::new(ops.to_vec(), HashSet::new(), Vec::new());
+    let recorded = Recorded::new(ops.to_vec(), HashSet::new(), vec![0; ops.len()]);
     let capacity = budget.saturating_sub(pinned);
     let mut cache: HashMap<NormKey, u64> = HashMap::new();
     let mut loaded = 0;
@@ -723,7 +729,7 @@ mod tests {
         for _ in 0..3 {
             t.mark();
             read(&mut t, 1, false);
-            t.kernel_room(100);
+            t.kernels_held(100);
             read(&mut t, 2, false);
             read(&mut t, 3, false);
         }
@@ -743,14 +749,14 @@ mod tests {
         let mut t = Trace::default();
         for turn in 0..40 {
             for w in 1..=3 {
-                t.kernel_room(10 * w);
+                t.kernels_held(10 * w);
                 read(&mut t, w, turn > 0);
             }
         }
         let r = t.recorded.as_ref().expect("an iteration was found");
-        for (i, op) in r.ops.iter().enumerate() {
+        for (i, (op, held)) in r.ops_from(0).enumerate() {
             let NormKey::Persistent(w) = op.inputs[0].0 else { panic!("op {i} reads no weight") };
-            assert_eq!(r.kernels_hold(i), 10 * w, "op {i}, reading weight {w}");
+            assert_eq!(held, 10 * w, "op {i}, reading weight {w}");
         }
     }
 
