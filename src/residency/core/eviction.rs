@@ -210,7 +210,7 @@ impl Manager {
             return Ok(());
         }
         let started = Instant::now();
-        while self.freeing.bytes() > 0 && self.used() + self.freeing.bytes() + bytes > self.cfg.budget_bytes {
+        while self.freeing.bytes() > 0 && !fits(self) {
             self.freeing.wait_oldest()?;
         }
         self.stats.freeing_waits += 1;

@@ -6,10 +6,11 @@
 //! CUDA's caching allocator gives the memory of a tensor freed on the host to a new allocation
 //! only once the device has finished the work queued before the free on the streams that used
 //! it (`record_stream`): a copy loaded on a side stream and read on the compute stream, and a
-//! copy a write-back has read on the write-back stream. Counted as free from the moment the host lets go of it, that memory
-//! goes to the next load, which the allocator must serve from new memory, and the budget bounds
-//! the manager's books but not the device. So each such copy stays counted here until the device
-//! is past it, and a load or a kernel that needs its room waits for that.
+//! copy a write-back has read on the write-back stream. Counted as free from the moment the host
+//! lets go of it, that memory goes to the next load, which the allocator must serve from new
+//! memory, and the budget bounds the manager's books but not the device. So each such copy stays
+//! counted here until the device is past it, and a load or a kernel that needs its room waits
+//! for that.
 //!
 //! A kernel's result freed on the host is free at once: the allocator reuses memory in the order
 //! of the stream that allocated it. On the simulated device memory let go of is free at once,
@@ -36,8 +37,8 @@ enum Until {
     /// CUDA: once these have finished: the work queued, as the copy was let go of, on each stream
     /// that used it besides the one it was allocated on (as the allocator's own events).
     Finished(SmallVec<[Transfer; 2]>),
-    /// The simulated device running behind the host: the copy's memory, alive until the host
-    /// begins op `clock`.
+    /// The simulated device running behind the host: the copy's memory, the device's until the
+    /// host begins op `clock`.
     Op { _memory: StorageRef, clock: u64 },
 }
 
