@@ -200,9 +200,10 @@ impl Manager {
     /// allocation fits beside them (the one wait for the GPU under the manager's lock: the host
     /// has run as far ahead of the device as the budget lets it). Asks the device which it has
     /// finished with only when they are in the way: an op with room to spare queries no event.
+    /// (Nothing is freeing under a policy without a budget: `free_copy` counts nothing there.)
     pub(in crate::residency) fn await_freed(&mut self, bytes: u64) -> Result<()> {
         let fits = |m: &Manager| m.used() + m.freeing.bytes() + bytes <= m.cfg.budget_bytes;
-        if !self.policy.bounded() || self.freeing.bytes() == 0 || fits(self) {
+        if self.freeing.bytes() == 0 || fits(self) {
             return Ok(());
         }
         self.freeing.reclaim(self.clock);

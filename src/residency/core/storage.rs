@@ -114,10 +114,11 @@ pub(crate) struct Storage {
     pub(crate) role: Role,
     /// A load into `device` still running.
     pub(crate) loading: Option<Transfer>,
-    /// `device` was loaded on a side stream and an op has read it on the compute stream since,
-    /// and a write-back has read it (on the write-back stream): once let go of, its memory is
-    /// reused only when the device is past those uses (see `device::freeing`).
+    /// `device` was loaded on a side stream and an op has read it on the compute stream since.
+    /// Once let go of, its memory is reused only when the device is past that use (see
+    /// `device::freeing`).
     pub(crate) read_on_compute: bool,
+    /// A write-back has read `device` (on the write-back stream): the same holds of that use.
     pub(crate) written_home: bool,
     /// The home StorageImpl, which every host view of the storage shares; its id is how the
     /// manager finds the storage of a tensor.

@@ -3,7 +3,7 @@
 //! of to a new allocation only once the device is past its last use (the events `record_stream`
 //! leaves). With a lag of `n` ops, memory the manager lets go of while the host runs op `k` is
 //! the simulated device's until the host begins op `k + n`, or until the host waits for it, as
-//! the manager does where the budget needs that memory (see `core::freeing`). 0, the default: the
+//! the manager does where the budget needs that memory (see `freeing`). 0, the default: the
 //! simulated device keeps up with the host, and memory let go of is free at once.
 
 use std::sync::atomic::{AtomicU64, Ordering};
