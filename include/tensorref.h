@@ -540,6 +540,15 @@ typedef struct tr_residency_stats {
    */
   uint64_t freeing_waits;
   uint64_t freeing_wait_ns;
+  /**
+   * Bytes of results that appeared on the device without room made for them beforehand, on a
+   * device whose kernels allocate without asking (CUDA): by as much the device may have held
+   * more than the budget while they did. The `tensorref` device reserves room for an op's
+   * outputs from their sizes before its kernel runs, so only outputs whose sizes depend on
+   * their data count; the op table's ops do not reserve, and all of theirs count. 0 on the
+   * simulated device, whose kernels ask for room as they allocate.
+   */
+  uint64_t output_bytes_unreserved;
 } tr_residency_stats;
 
 /**
@@ -563,6 +572,12 @@ typedef struct tr_device_memory {
    * In flight on this thread.
    */
   uint64_t in_flight_here;
+  /**
+   * The most a kernel allocated beyond its outputs, at once, since the last reset, where the
+   * device allocates as CUDA's does (`simulate_cuda_allocator`; 0 otherwise): its scratch,
+   * which on CUDA is outside the budget, so `peak` holds within the budget plus this.
+   */
+  uint64_t scratch_peak;
 } tr_device_memory;
 
 /**
@@ -933,6 +948,14 @@ tr_status tr_residency_stats_get(struct tr_residency_stats *out);
  * TR_ERR_NULL_ARG.
  */
 tr_status tr_residency_device_memory(bool reset_peak, struct tr_device_memory *out);
+
+/**
+ * With `on`, the simulated device's kernels allocate as CUDA's do from now on: counted by
+ * `tr_residency_device_memory`, but without asking the manager for room, which is then made
+ * before each op's kernel for the outputs it will make (from their sizes), as on CUDA. For tests
+ * of that path on a machine without a GPU; off by default.
+ */
+tr_status tr_residency_simulate_cuda_allocator(bool on);
 
 /**
  * Marks the end of an iteration (a step, a forward pass): Flow evicts and prefetches by the ops

@@ -77,6 +77,13 @@ struct ResidencyStats {
     /// the host).
     uint64_t freeing_waits = 0;
     uint64_t freeing_wait_ns = 0;
+    /// Bytes of results that appeared on the device without room made for them beforehand, on a
+    /// device whose kernels allocate without asking (CUDA): by as much the device may have held
+    /// more than the budget while they did. The `tensorref` device reserves room for an op's
+    /// outputs from their sizes before its kernel runs, so only outputs whose sizes depend on their
+    /// data count; the op table's ops do not reserve, and all of theirs count. 0 on the simulated
+    /// device, whose kernels ask for room as they allocate.
+    uint64_t output_bytes_unreserved = 0;
 
     ResidencyStats() noexcept = default;
     explicit ResidencyStats(const tr_residency_stats& s) noexcept
@@ -96,7 +103,8 @@ struct ResidencyStats {
           dropped_bytes(s.dropped_bytes), recomputations(s.recomputations),
           recomputed_bytes(s.recomputed_bytes), reserved_bytes(s.reserved_bytes),
           peak_reserved_bytes(s.peak_reserved_bytes), freeing_waits(s.freeing_waits),
-          freeing_wait_ns(s.freeing_wait_ns) {}
+          freeing_wait_ns(s.freeing_wait_ns),
+          output_bytes_unreserved(s.output_bytes_unreserved) {}
 
     /// What happened since `earlier` (an older reading): the counters' differences, with the gauges
     /// (budget, device_bytes, peak_device_bytes, pinned_bytes, reserved_bytes, peak_reserved_bytes)
@@ -130,6 +138,7 @@ struct ResidencyStats {
         d.recomputed_bytes -= earlier.recomputed_bytes;
         d.freeing_waits -= earlier.freeing_waits;
         d.freeing_wait_ns -= earlier.freeing_wait_ns;
+        d.output_bytes_unreserved -= earlier.output_bytes_unreserved;
         return d;
     }
 };

@@ -179,6 +179,18 @@ pub extern "C" fn tr_residency_device_memory(reset_peak: bool, out: *mut DeviceM
     })
 }
 
+/// With `on`, the simulated device's kernels allocate as CUDA's do from now on: counted by
+/// `tr_residency_device_memory`, but without asking the manager for room, which is then made
+/// before each op's kernel for the outputs it will make (from their sizes), as on CUDA. For tests
+/// of that path on a machine without a GPU; off by default.
+#[no_mangle]
+pub extern "C" fn tr_residency_simulate_cuda_allocator(on: bool) -> Status {
+    call(|| {
+        residency::simulate_cuda_allocator(on);
+        Ok(())
+    })
+}
+
 /// Marks the end of an iteration (a step, a forward pass): Flow evicts and prefetches by the ops
 /// since the previous mark. Errors: TR_ERR_INVALID_ARG without a manager.
 #[no_mangle]

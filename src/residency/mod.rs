@@ -26,7 +26,7 @@ mod policy;
 mod training;
 
 pub use device::Device;
-pub use device::memory::{device_memory, DeviceMemory};
+pub use device::memory::{device_memory, simulate_cuda_allocator, DeviceMemory};
 #[doc(hidden)]
 pub use device::faults::{inject_fault, Fault};
 #[doc(hidden)]

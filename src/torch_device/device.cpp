@@ -170,6 +170,14 @@ at::Tensor Attempt::acquire(const at::Tensor &t) {
 
 bool Attempt::recomputes() const { return callbacks->recomputes(ticket_) != 0; }
 
+bool Attempt::reserves() const { return callbacks->reserves(ticket_) != 0; }
+
+void Attempt::reserve(uint64_t bytes) {
+    if (callbacks->reserve(ticket_, bytes) != 0) {
+        throw RustFailed{};
+    }
+}
+
 std::vector<at::Tensor> Attempt::place(c10::ArrayRef<at::Tensor> results, std::unique_ptr<Replay> replay,
                                        const std::vector<at::Tensor> &inputs) {
     c10::SmallVector<const void *, 4> ptrs;

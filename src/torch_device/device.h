@@ -9,7 +9,9 @@
 #include <c10/util/SmallVector.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <exception>
+#include <optional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -44,6 +46,8 @@ struct Callbacks {
     int (*acquire)(Ticket *ticket, const Entry *home, const void *like, int write, void **out);
     int (*kernel)(Ticket *ticket, BodyFn body, void *ctx);
     int (*recomputes)(Ticket *ticket);
+    int (*reserves)(Ticket *ticket);
+    int (*reserve)(Ticket *ticket, uint64_t bytes);
     int (*place)(Ticket *ticket, const void *const *results, size_t n, RecipeIn *recipe, const Entry **homes);
     int (*end)(Ticket *ticket);
     int (*unheld_home)(const Entry *home, const void *like, void **out, char *err, size_t len);
@@ -147,6 +151,12 @@ class Attempt {
     // Whether the op's results may keep recipes (the manager recomputes).
     bool recomputes() const;
 
+    // Whether the kernel's outputs need room made before it runs (the compute device's kernels
+    // allocate without asking the manager: CUDA), and making that room for `bytes` (once, after
+    // the inputs are acquired; held until the outputs are placed).
+    bool reserves() const;
+    void reserve(uint64_t bytes);
+
     // Makes each result (a tensor of the compute device) a new managed storage and ends the op;
     // returns the results as tensors of this device. With `replay` (how to make each result
     // again from `inputs`), each result keeps a recipe.
@@ -203,6 +213,11 @@ template <typename F> void run(const char *op, F &&attempt) {
 // on). `inputs` gets each input, in the order the replay takes them.
 std::unique_ptr<Replay> replay_of(const c10::OperatorHandle &op, const std::vector<c10::IValue> &args,
                                   const std::vector<c10::IValue> &pushed, size_t first, std::vector<at::Tensor> &inputs);
+
+// The bytes of the new storages `op`'s kernel will make for its outputs, from its meta kernel over
+// the arguments pushed from `first` on (outputs.cpp); nullopt where the meta kernel cannot tell
+// (sizes that depend on the data, or no meta kernel).
+std::optional<uint64_t> output_bytes(const c10::OperatorHandle &op, const torch::jit::Stack &stack, size_t first);
 
 // Registers the kernels and the fallback (kernels.cpp).
 void register_kernels();

@@ -292,7 +292,8 @@ void place_outputs(Attempt &a, torch::jit::Stack *stack, size_t first, const Inp
     }
 }
 
-// Every op without a kernel of its own: acquired inputs, the compute device's kernel, placed
+// Every op without a kernel of its own: acquired inputs, room for the outputs where the compute
+// device's kernels allocate without asking (outputs.cpp), the compute device's kernel, placed
 // outputs (with recipes, where the manager recomputes and the op can be run again), as one op
 // under the manager (run again from its arguments when it must wait for room).
 void fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
@@ -302,6 +303,9 @@ void fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
     run(schema.name().c_str(), [&](Attempt &a) {
         stack->resize(first);
         Inputs inputs = push_arguments(a, schema, args, stack);
+        if (a.reserves()) {
+            a.reserve(output_bytes(op, *stack, first).value_or(0));
+        }
         std::vector<at::Tensor> sources;
         std::unique_ptr<Replay> replay = a.recomputes() ? replay_of(op, args, *stack, first, sources) : nullptr;
         a.kernel([&] { op.callBoxed(stack); });

@@ -14,9 +14,10 @@
 //!   pointers are equal) but is not its bytes: they live wherever the manager put them.
 //! * `run` runs one op: `with_room` around attempts that each take a `Ticket`, acquire every
 //!   input's device copy (`acquire`: an alias of the copy with the input's geometry, on the
-//!   manager's compute device), run the compute device's own kernel over them (`kernel`), and
-//!   place what the kernel made (`place`: each result a new managed storage, with a recipe
-//!   where the manager recomputes and the op can run again: `replay`) or `end`.
+//!   manager's compute device), make room for the outputs where the compute device's kernels
+//!   allocate without asking (`reserve`, CUDA), run the compute device's own kernel over them
+//!   (`kernel`), and place what the kernel made (`place`: each result a new managed storage, with
+//!   a recipe where the manager recomputes and the op can run again: `replay`) or `end`.
 //! * A copy into a storage the manager does not hold yet (`model.to("tensorref")`) writes its home
 //!   directly (`unheld_home`): the device is not involved.
 //! * With no manager configured an op runs over the homes themselves, on the host.
@@ -41,6 +42,8 @@ pub(crate) struct Callbacks {
     acquire: extern "C" fn(ticket: *mut Ticket, home: *const Entry, like: *const c_void, write: c_int, out: *mut *mut c_void) -> c_int,
     kernel: extern "C" fn(ticket: *mut Ticket, body: Body, ctx: *mut c_void) -> c_int,
     recomputes: extern "C" fn(ticket: *mut Ticket) -> c_int,
+    reserves: extern "C" fn(ticket: *mut Ticket) -> c_int,
+    reserve: extern "C" fn(ticket: *mut Ticket, bytes: u64) -> c_int,
     place: extern "C" fn(ticket: *mut Ticket, results: *const *const c_void, n: usize, recipe: *const RecipeIn, homes: *mut *const Entry) -> c_int,
     end: extern "C" fn(ticket: *mut Ticket) -> c_int,
     unheld_home: extern "C" fn(home: *const Entry, like: *const c_void, out: *mut *mut c_void, err: *mut c_char, len: usize) -> c_int,
@@ -63,7 +66,7 @@ extern "C" {
     fn tr_native_torch_device_register(callbacks: *const Callbacks, err: *mut c_char, len: usize) -> c_int;
 }
 
-static CALLBACKS: Callbacks = Callbacks { run, acquire, kernel, recomputes, place, end, unheld_home, adopt, release, accelerator, list_op_bytes };
+static CALLBACKS: Callbacks = Callbacks { run, acquire, kernel, recomputes, reserves, reserve, place, end, unheld_home, adopt, release, accelerator, list_op_bytes };
 
 /// Registers the `tensorref` backend with libtorch (once per process; later calls return the
 /// first call's outcome).
@@ -241,6 +244,19 @@ extern "C" fn kernel(ticket: *mut Ticket, body: Body, ctx: *mut c_void) -> c_int
 extern "C" fn recomputes(ticket: *mut Ticket) -> c_int {
     // SAFETY: see `acquire`.
     unsafe { ticket.as_ref() }.is_some_and(Ticket::recomputes).into()
+}
+
+/// Whether the op should reserve room for its outputs before its kernel (see `reserve`).
+extern "C" fn reserves(ticket: *mut Ticket) -> c_int {
+    // SAFETY: see `acquire`.
+    unsafe { ticket.as_ref() }.is_some_and(Ticket::reserves).into()
+}
+
+/// Makes room for `bytes` of outputs the kernel is about to make (their sizes, from the op's meta
+/// kernel), where the compute device's kernels allocate without asking the manager (CUDA).
+extern "C" fn reserve(ticket: *mut Ticket, bytes: u64) -> c_int {
+    // SAFETY: see `acquire`.
+    guarded(|| unsafe { ticket.as_mut() }.map_or(Ok(()), |t| t.reserve(bytes)))
 }
 
 /// Places `n` results, each with a recipe when `recipe` is not NULL (its replay is taken over

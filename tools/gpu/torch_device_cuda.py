@@ -256,7 +256,8 @@ def decoder(args) -> None:
                   f"misses {after.prefetch_misses - before.prefetch_misses}, peak {after.peak_device_bytes / 2**30:.2f} GiB "
                   f"of {budget / 2**30:.2f}, ops {after.ops - before.ops}; the host waited "
                   f"{after.freeing_waits - before.freeing_waits} times "
-                  f"({(after.freeing_wait_ns - before.freeing_wait_ns) / 1e6:.1f} ms) for the device to free memory")
+                  f"({(after.freeing_wait_ns - before.freeing_wait_ns) / 1e6:.1f} ms) for the device to free memory; "
+                  f"outputs without room made first {(after.output_bytes_unreserved - before.output_bytes_unreserved) / 2**20:.1f} MiB")
             del on
         torch.cuda.empty_cache()
         if not args.skip_peers:

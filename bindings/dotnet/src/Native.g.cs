@@ -262,6 +262,7 @@ namespace TensorRef
         public ulong PeakReservedBytes;
         public ulong FreeingWaits;
         public ulong FreeingWaitNs;
+        public ulong OutputBytesUnreserved;
     }
 
     /// <summary>The C struct tr_device_memory.</summary>
@@ -272,6 +273,7 @@ namespace TensorRef
         public ulong Peak;
         public ulong InFlight;
         public ulong InFlightHere;
+        public ulong ScratchPeak;
     }
 
     /// <summary>The C struct tr_event.</summary>
@@ -443,6 +445,8 @@ namespace TensorRef
         internal static extern Status tr_residency_stats_get(out NativeResidencyStats @out);
         [DllImport(Lib, EntryPoint = "tr_residency_device_memory", ExactSpelling = true)]
         internal static extern Status tr_residency_device_memory([MarshalAs(UnmanagedType.I1)] bool reset_peak, out NativeDeviceMemory @out);
+        [DllImport(Lib, EntryPoint = "tr_residency_simulate_cuda_allocator", ExactSpelling = true)]
+        internal static extern Status tr_residency_simulate_cuda_allocator([MarshalAs(UnmanagedType.I1)] bool on);
         [DllImport(Lib, EntryPoint = "tr_residency_mark_iteration", ExactSpelling = true)]
         internal static extern Status tr_residency_mark_iteration();
         [DllImport(Lib, EntryPoint = "tr_tensor_pin_resident", ExactSpelling = true)]

@@ -46,6 +46,7 @@ namespace TensorRef
             PeakReservedBytes = s.PeakReservedBytes;
             FreeingWaits = s.FreeingWaits;
             FreeingWaitNs = s.FreeingWaitNs;
+            OutputBytesUnreserved = s.OutputBytesUnreserved;
         }
 
         /// <summary>The device budget in bytes; UINT64_MAX under Resident, which has none.</summary>
@@ -127,6 +128,15 @@ namespace TensorRef
         /// </summary>
         public ulong FreeingWaits { get; }
         public ulong FreeingWaitNs { get; }
+        /// <summary>
+        /// Bytes of results that appeared on the device without room made for them beforehand, on a
+        /// device whose kernels allocate without asking (CUDA): by as much the device may have held
+        /// more than the budget while they did. The `tensorref` device reserves room for an op's
+        /// outputs from their sizes before its kernel runs, so only outputs whose sizes depend on
+        /// their data count; the op table's ops do not reserve, and all of theirs count. 0 on the
+        /// simulated device, whose kernels ask for room as they allocate.
+        /// </summary>
+        public ulong OutputBytesUnreserved { get; }
 
         /// <summary>Every field, by its C name.</summary>
         public override string ToString() =>
@@ -162,6 +172,7 @@ namespace TensorRef
                "reserved_bytes " + ReservedBytes + ", " +
                "peak_reserved_bytes " + PeakReservedBytes + ", " +
                "freeing_waits " + FreeingWaits + ", " +
-               "freeing_wait_ns " + FreeingWaitNs;
+               "freeing_wait_ns " + FreeingWaitNs + ", " +
+               "output_bytes_unreserved " + OutputBytesUnreserved;
     }
 }

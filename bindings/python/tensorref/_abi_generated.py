@@ -174,7 +174,8 @@ class ResidencyStats(Structure):
                 ('reserved_bytes', c_uint64),
                 ('peak_reserved_bytes', c_uint64),
                 ('freeing_waits', c_uint64),
-                ('freeing_wait_ns', c_uint64)]
+                ('freeing_wait_ns', c_uint64),
+                ('output_bytes_unreserved', c_uint64)]
 
 
 class DeviceMemory(Structure):
@@ -182,7 +183,8 @@ class DeviceMemory(Structure):
     _fields_ = [('live', c_uint64),
                 ('peak', c_uint64),
                 ('in_flight', c_uint64),
-                ('in_flight_here', c_uint64)]
+                ('in_flight_here', c_uint64),
+                ('scratch_peak', c_uint64)]
 
 
 class Event(Structure):
@@ -251,6 +253,7 @@ def signatures(T) -> dict:
         'tr_residency_disable': (c_int32, ()),
         'tr_residency_stats_get': (c_int32, (POINTER(ResidencyStats),)),
         'tr_residency_device_memory': (c_int32, (c_bool, POINTER(DeviceMemory))),
+        'tr_residency_simulate_cuda_allocator': (c_int32, (c_bool,)),
         'tr_residency_mark_iteration': (c_int32, ()),
         'tr_tensor_pin_resident': (c_int32, (T, c_bool)),
         'tr_tensor_is_resident': (c_int32, (T, POINTER(c_bool))),

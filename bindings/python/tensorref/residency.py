@@ -200,10 +200,20 @@ def device_memory(reset_peak: bool = False):
     """The simulated device's memory as its allocator counts it: a tr_device_memory with `live`
     (bytes alive), `peak` (the most alive at once since the manager was configured, or since the
     last `reset_peak`), `in_flight` (allocated by running ops, not yet the manager's storages)
-    and `in_flight_here` (on this thread). The budget holds of `peak`."""
+    and `in_flight_here` (on this thread), and `scratch_peak` (the most a kernel allocated beyond
+    its outputs at once, where the device allocates as CUDA's: `simulate_cuda_allocator`). The
+    budget holds of `peak`; of `peak` less `scratch_peak` where the device allocates as CUDA's."""
     out = _CDeviceMemory()
     _check(lib.tr_residency_device_memory(reset_peak, byref(out)), "tr_residency_device_memory")
     return out
+
+
+def simulate_cuda_allocator(on: bool) -> None:
+    """With `on`, the simulated device's kernels allocate as CUDA's do from now on: counted by
+    `device_memory()`, but without asking the manager for room, which is then made before each
+    op's kernel for the outputs it will make, from their sizes, as on CUDA. For tests of that path
+    without a GPU."""
+    _check(lib.tr_residency_simulate_cuda_allocator(bool(on)), "tr_residency_simulate_cuda_allocator")
 
 
 # Whether the program marks iterations itself (then the tensorref device's modules do not).

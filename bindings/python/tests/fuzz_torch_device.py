@@ -29,7 +29,8 @@ Checked:
   included); values read (.item(), .tolist(), grads ...) equal too;
 - which live tensors share a storage is the same on both sides (views stay views);
 - while a bounded budget is configured: stats().peak_device_bytes and device_memory().peak are
-  within it.
+  within it (with --cuda-allocator, where kernels allocate as CUDA's do and the room for their
+  outputs is made beforehand, device_memory().peak within it plus the largest kernel's scratch).
 A failure prints the seed, the step, its category and the last lines; --shrink minimises the
 lines to the fewest that fail the same way and prints them as a standalone script.
 """
@@ -874,10 +875,12 @@ class Fuzzer:
         if self.budget is None or not residency.enabled():
             return
         s = residency.stats()
-        peak = residency.device_memory().peak
-        if s.peak_device_bytes > self.budget or peak > self.budget or s.device_bytes > self.budget:
+        memory = residency.device_memory()
+        scratch = memory.scratch_peak  # 0 unless kernels allocate as CUDA's (outside the budget there)
+        if s.peak_device_bytes > self.budget or memory.peak > self.budget + scratch or s.device_bytes > self.budget:
             raise Failure("over the budget", f"budget {self.budget}: device_bytes {s.device_bytes}, "
-                          f"peak_device_bytes {s.peak_device_bytes}, device_memory().peak {peak}")
+                          f"peak_device_bytes {s.peak_device_bytes}, device_memory().peak {memory.peak} "
+                          f"(kernels' scratch at most {scratch})")
 
     def report(self, f: Failure) -> str:
         tail = self.history[-HISTORY:]
@@ -893,10 +896,12 @@ class Fuzzer:
         gc.collect()
 
 
-def run_seed(seed: int, steps: int, policies=POLICIES, actions=None, check_p=None):
-    """Runs `steps` generated actions of `seed` (or replays `actions`). Returns the fuzzer, the
-    failure (or None) and the actions run."""
+def run_seed(seed: int, steps: int, policies=POLICIES, actions=None, check_p=None, cuda_allocator=False):
+    """Runs `steps` generated actions of `seed` (or replays `actions`), with the simulated device's
+    kernels allocating as CUDA's do where `cuda_allocator`. Returns the fuzzer, the failure (or
+    None) and the actions run."""
     fz = Fuzzer(seed, policies, check_p)
+    residency.simulate_cuda_allocator(cuda_allocator)
     done: list[Action] = []
     failure = None
     quiet = warnings.catch_warnings()  # "An output with one or more elements was resized" ...
@@ -926,6 +931,7 @@ def run_seed(seed: int, steps: int, policies=POLICIES, actions=None, check_p=Non
     finally:
         faulthandler.cancel_dump_traceback_later()
         fz.close()
+        residency.simulate_cuda_allocator(False)
         quiet.__exit__(None, None, None)
     return fz, failure, done
 
@@ -1030,6 +1036,7 @@ def main(argv=None):
     ap.add_argument("--policy", default=",".join(POLICIES), help="managers to configure, comma-separated "
                     "(flow, genoa, resident; none: no manager)")
     ap.add_argument("--check-p", type=float, default=None, help="probability of checking every tensor after a step")
+    ap.add_argument("--cuda-allocator", action="store_true", help="kernels allocate as CUDA's do (see the module; not with --shrink)")
     ap.add_argument("--shrink", action="store_true", help="minimise the failure of --seed")
     ap.add_argument("--isolate", action="store_true", help="with --shrink: replay each candidate in a child process")
     ap.add_argument("--replay", help=argparse.SUPPRESS)
@@ -1048,7 +1055,7 @@ def main(argv=None):
     bad = 0
     for seed in range(lo, hi + 1):
         t0 = time.monotonic()
-        fz, failure, _ = run_seed(seed, args.steps, policies, check_p=args.check_p)
+        fz, failure, _ = run_seed(seed, args.steps, policies, check_p=args.check_p, cuda_allocator=args.cuda_allocator)
         if failure is None:
             print(f"seed {seed}: ok, {args.steps} steps ({fz.skipped} over the budget, {fz.remade} made again) in {time.monotonic() - t0:.1f} s", flush=True)
         else:

@@ -7,7 +7,8 @@ CPU tensors, under the manager's policies at budgets of a few KiB to a few MiB a
 every step: same exceptions, same dtype, shape, strides, storage offset and values bit for bit,
 the same storage sharing (views stay views), and the budget held by stats() and device_memory().
 A failure prints the seed, the step and the last lines;
-``python fuzz_torch_device.py --seed S --steps N [--policy P] --shrink`` replays and minimises it.
+``python fuzz_torch_device.py --seed S --steps N [--policy P] --shrink`` replays and minimises it
+(``--cuda-allocator`` in place of ``--shrink`` replays a seed with the kernels allocating as CUDA's).
 
 Each test runs one seed in-process (about 0.4 s per 300 steps on a free core).
 """
@@ -39,6 +40,19 @@ def test_fuzz_torch_device(seed, steps, policies):
     if failure is not None:
         pytest.fail(fz.report(failure), pytrace=False)
     assert fz.step == steps + (policies != ("none",))  # the first step configures a manager
+
+
+# The kernels allocating as CUDA's do, without asking the manager: the room for every op's
+# outputs is made before its kernel from their sizes (out= resized, views, data-dependent ops).
+AS_ON_CUDA = [(s, 300, fuzz.POLICIES) for s in (1, 3, 9, 11, 20, 53)]
+
+
+@pytest.mark.parametrize("seed,steps,policies", AS_ON_CUDA, ids=[f"{s}-cuda-allocator" for s, _, _ in AS_ON_CUDA])
+def test_fuzz_torch_device_with_kernels_allocating_as_on_cuda(seed, steps, policies):
+    fz, failure, _ = fuzz.run_seed(seed, steps, policies, cuda_allocator=True)
+    if failure is not None:
+        pytest.fail(fz.report(failure), pytrace=False)
+    assert fz.step == steps + 1
 
 
 def test_a_seed_replays_exactly():

@@ -245,3 +245,71 @@ def test_minilm_with_its_real_weights_equals_the_cpu_under_a_budget():
         (got, real), budget = _raised_as_needed(run, weights // fraction, True)
         assert torch.equal(got, ref)
         assert real <= budget
+
+
+# --------------------------------------------------------------- kernels allocating as on CUDA
+# On CUDA the caching allocator serves a kernel without asking the manager, so the device makes
+# room for an op's outputs before its kernel runs, from their sizes (the op's meta kernel). The
+# simulated device allocating the same way (`simulate_cuda_allocator`) shows that this holds the
+# budget: every output found room made for it, and the real peak stays within the budget plus the
+# most one kernel allocated beyond its outputs (scratch, outside the budget on CUDA as cuBLAS's
+# workspaces are; here SDPA's buffers on the CPU).
+
+@pytest.fixture
+def cuda_allocator():
+    residency.simulate_cuda_allocator(True)
+    yield
+    residency.simulate_cuda_allocator(False)
+
+
+def _held_as_on_cuda(budget: int):
+    s, memory = residency.stats(), residency.device_memory()
+    assert s.output_bytes_unreserved == 0, s
+    assert s.peak_device_bytes <= budget and memory.peak <= budget + memory.scratch_peak, (s, memory.peak, memory.scratch_peak)
+    assert memory.scratch_peak < budget // 16, memory.scratch_peak
+    return s
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("policy", ["genoa", "flow"])
+def test_outputs_find_room_before_their_kernels_where_kernels_allocate_as_on_cuda(name, policy, cuda_allocator):
+    model, ids = _made(name), _inputs()
+    with torch.no_grad():
+        ref = _first(model(ids))
+    def run(budget):
+        with residency.session(policy=policy, budget_bytes=budget):
+            on = copy.deepcopy(model).to("tensorref")
+            with torch.no_grad():
+                for _ in range(2):
+                    assert torch.equal(_first(on(ids.to("tensorref"))).cpu(), ref)
+            return _held_as_on_cuda(budget)
+
+    s, _ = _raised_as_needed(run, _resident_peak(model, ids) // 4, (name, 4) in RAISED)
+    assert s.evictions > 0, s
+
+
+def test_greedy_generation_finds_room_for_its_outputs_where_kernels_allocate_as_on_cuda(cuda_allocator):
+    model, ids = _made("llama"), _inputs()
+    with torch.no_grad():
+        ref = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, do_sample=False)
+    budget = _resident_peak(model, ids) // 4
+    with residency.session(policy="flow", budget_bytes=budget):
+        on = copy.deepcopy(model).to("tensorref")
+        with torch.no_grad():
+            got = on.generate(ids.to("tensorref"), attention_mask=torch.ones_like(ids).to("tensorref"),
+                              max_new_tokens=16, do_sample=False).cpu()
+        s = _held_as_on_cuda(budget)
+    assert torch.equal(got, ref)
+    assert s.prefetch_hits > 0, s
+
+
+@pytest.mark.parametrize("fraction,recompute", [(2, "off"), (4, "always")])
+def test_adamw_steps_find_room_for_their_outputs_where_kernels_allocate_as_on_cuda(fraction, recompute, cuda_allocator):
+    model, ids = _made("llama").train(), _inputs()
+    ref = _adamw_losses(model, ids, "cpu")
+    budget = _training_peak(model, ids) // fraction
+    with residency.session(policy="flow", budget_bytes=budget, recompute=recompute):
+        got = _adamw_losses(model, ids, "tensorref")
+        s = _held_as_on_cuda(budget)
+    assert got == ref
+    assert s.evictions > 0, s

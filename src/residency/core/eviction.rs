@@ -60,10 +60,11 @@ impl Manager {
         }
     }
 
-    /// The device bytes counted against the budget: the storages', and on the simulated device
-    /// what running kernels allocated that is not a storage yet (see `device_memory`).
+    /// The device bytes counted against the budget: the storages', the room reserved for running
+    /// ops' outputs (see `outputs`), and on the simulated device what running kernels allocated
+    /// that is not a storage yet (see `device_memory`).
     pub(in crate::residency) fn used(&self) -> u64 {
-        self.stats.device_bytes + self.in_flight().in_flight
+        self.stats.device_bytes + self.reserved + self.in_flight().in_flight
     }
 
     pub(in crate::residency) fn in_flight(&self) -> memory::DeviceMemory {
@@ -86,6 +87,7 @@ impl Manager {
         let flight = self.in_flight();
         let needed = own.iter().map(held).sum::<u64>() + lent + self.stats.pinned_bytes + flight.in_flight_here + bytes;
         let others = flight.in_flight > flight.in_flight_here
+            || self.reserved > 0
             || self.storages.iter().any(|(id, s)| s.resident() && s.in_use > 0 && own.binary_search(id).is_err());
         if needed <= self.cfg.budget_bytes && others {
             Error::RoomTaken { op: op.to_string(), freed: crate::residency::core::room::freed_so_far() }

@@ -101,6 +101,11 @@ pub(crate) struct Manager {
     stalls: VecDeque<crate::residency::device::cuda::Stall>,
     /// Device copies let go of that the device may still be using (see `device::freeing`).
     pub(in crate::residency) freeing: crate::residency::device::freeing::Freeing,
+    /// Room made for the outputs of running ops before their kernels run, counted against the
+    /// budget until they are placed; and, while an op places them, what is left of its own
+    /// (see `outputs`).
+    pub(in crate::residency) reserved: u64,
+    pub(in crate::residency) reservation: u64,
     /// What `Recompute::Cheaper` prices with: the configuration's rates, which `configure` fills
     /// with the device's under `Cheaper` (the one mode that prices, so no other start measures a
     /// device); the preset where none is set, which then prices nothing.
@@ -143,6 +148,8 @@ impl Manager {
             link: LinkLoad::default(),
             stalls: VecDeque::new(),
             freeing: Default::default(),
+            reserved: 0,
+            reservation: 0,
             rates,
         })
     }
@@ -415,6 +422,7 @@ impl Manager {
                 )));
             }
         }
+        self.draw_reservation(bytes);
         self.make_room(bytes, op)?;
         let crate::residency::torch_storage::ResultHome { home: home_view, home_ref, device_ref } =
             crate::residency::torch_storage::result_home(t)?;

@@ -42,6 +42,10 @@ pub(crate) struct Ticket {
     simulated: bool,
     /// What the kernel allocated at its peak, its result and scratch (on the simulated device).
     kernel_bytes: std::cell::Cell<u64>,
+    /// The device's kernels allocate without asking for room, so the room for the outputs is
+    /// reserved before the kernel runs (`reserve`), and how much the front door reserved.
+    reserves: bool,
+    reserved: Option<u64>,
     /// Tensors the op writes through their device copies: when the op records a graph, each
     /// tensor's gradient function follows its copy's.
     written: Vec<(tch::Tensor, tch::Tensor)>,
@@ -65,7 +69,7 @@ struct View {
 
 impl Ticket {
     pub(crate) fn begin(op: &'static str) -> Option<Ticket> {
-        let ticket = |refused, moves, recomputes, simulated| Ticket {
+        let ticket = |refused, moves, recomputes, simulated, reserves| Ticket {
             op,
             refused,
             acquired: Held::new(),
@@ -76,18 +80,20 @@ impl Ticket {
             recomputes,
             simulated,
             kernel_bytes: std::cell::Cell::new(0),
+            reserves,
+            reserved: None,
             written: Vec::new(),
             grads: Vec::new(),
             views: SmallVec::new(),
         };
         match lock() {
-            Err(e) => Some(ticket(Some(e), false, false, false)),
+            Err(e) => Some(ticket(Some(e), false, false, false, false)),
             Ok(mut held) => {
                 let m = held.as_mut()?;
                 m.op_begin(op);
                 let recomputes = m.moves() && m.policy.bounded() && m.cfg.recompute != crate::residency::Recompute::Off;
                 let simulated = m.moves() && m.cfg.device == crate::residency::Device::Simulated;
-                Some(ticket(None, m.moves(), recomputes, simulated))
+                Some(ticket(None, m.moves(), recomputes, simulated, m.reserves()))
             }
         }
     }
@@ -95,6 +101,26 @@ impl Ticket {
     /// Whether the op's result may keep a recipe (a manager that moves data recomputes).
     pub(crate) fn recomputes(&self) -> bool {
         self.recomputes
+    }
+
+    /// Whether the front door should `reserve` room for the op's outputs before its kernel.
+    pub(crate) fn reserves(&self) -> bool {
+        self.reserves && !self.acquired.is_empty()
+    }
+
+    /// Makes room for `bytes` of outputs the kernel is about to make, where the device's kernels
+    /// allocate without asking (see `core::outputs`); held until the op places them or ends. Once
+    /// per op, after its inputs are acquired. Fails as a kernel refused room does.
+    pub(crate) fn reserve(&mut self, bytes: u64) -> Result<()> {
+        self.check()?;
+        if !self.reserves() {
+            return Ok(());
+        }
+        if bytes > 0 {
+            with(|m| m.reserve(bytes, self.op))?;
+        }
+        self.reserved = Some(bytes);
+        Ok(())
     }
 
     /// Runs the op's kernel. On the simulated device each allocation asks for room first, so
@@ -112,6 +138,9 @@ impl Ticket {
             memory::kernel_peak();
             let result = body();
             self.kernel_bytes.set(memory::kernel_peak());
+            if let Some(outputs) = self.reserved {
+                memory::scratch(self.kernel_bytes.get().saturating_sub(outputs));
+            }
             result
         };
         match memory::refusal() {
@@ -267,7 +296,8 @@ impl Ticket {
         let graph = crate::residency::torch_storage::requires_grad(&result).then(|| result.shallow_clone());
         let anchor = self.anchored.then_some(self.anchor);
         let acquired = std::mem::take(&mut self.acquired);
-        let placed = with(|m| m.place_result(&result, self.op, &self.record, anchor, recipe));
+        let reserved = self.reserved.take().unwrap_or(0);
+        let placed = with(|m| m.place_reserved(reserved, |m| m.place_result(&result, self.op, &self.record, anchor, recipe)));
         let entry = match placed {
             Ok(entry) => entry,
             Err(e) => {
@@ -297,17 +327,20 @@ impl Ticket {
         let anchor = self.anchored.then_some(self.anchor);
         let (op, record, kernel_bytes) = (self.op, &self.record, self.kernel_bytes.get());
         let mut recipes = recipes.map(Vec::into_iter);
+        let reserved = self.reserved.take().unwrap_or(0);
         let placed = with(|m| {
-            let placed = results
-                .iter()
-                .map(|r| {
-                    let recipe = recipes.as_mut().and_then(Iterator::next).map(|mut recipe| {
-                        recipe.kernel_bytes = kernel_bytes;
-                        recipe
-                    });
-                    m.place_result(r, op, record, anchor, recipe)
-                })
-                .collect::<Result<Vec<_>>>()?;
+            let placed = m.place_reserved(reserved, |m| {
+                results
+                    .iter()
+                    .map(|r| {
+                        let recipe = recipes.as_mut().and_then(Iterator::next).map(|mut recipe| {
+                            recipe.kernel_bytes = kernel_bytes;
+                            recipe
+                        });
+                        m.place_result(r, op, record, anchor, recipe)
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })?;
             m.stats.ops -= results.len().saturating_sub(1) as u64; // one op, however many results
             Ok(placed)
         })?;
@@ -321,7 +354,9 @@ impl Ticket {
         self.check()?;
         let anchor = self.anchored.then_some(self.anchor);
         let acquired = std::mem::take(&mut self.acquired);
+        let reserved = self.reserved.take().unwrap_or(0);
         with(|m| {
+            m.cancel_reservation(reserved);
             m.end_op(self.op, &self.record, None, anchor);
             Ok(())
         })?;
@@ -341,6 +376,13 @@ impl Ticket {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
+        let reserved = self.reserved.take().unwrap_or(0);
+        if reserved > 0 {
+            let _ = with(|m| {
+                m.cancel_reservation(reserved);
+                Ok(())
+            });
+        }
         let acquired = std::mem::take(&mut self.acquired);
         if acquired.is_empty() {
             return;

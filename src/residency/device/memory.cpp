@@ -10,6 +10,9 @@
 //   manager takes a block as a storage of its own (`adopt`), its bytes are "in flight": the
 //   manager counts them against the budget beside its storages, per thread too, so that an op
 //   knows what it holds itself.
+// - unasked: an op's kernel where the device allocates as CUDA's does (the manager reserved room
+//   for its outputs beforehand): counted as `count` is, and what the kernel allocates beyond its
+//   outputs (its scratch, which on CUDA is outside the budget) is measured (`scratch_peak`).
 // Every other allocation goes straight to the wrapped allocator. A counted block is the wrapped
 // allocator's memory with a deleter of ours, found by its data pointer (libtorch's raw_allocate
 // needs the pointer and the DataPtr's context to be one), and freed by the wrapped allocator's own
@@ -30,7 +33,7 @@
 
 namespace {
 
-enum Mode : int { kHost = 0, kCount = 1, kKernel = 2 };
+enum Mode : int { kHost = 0, kCount = 1, kKernel = 2, kUnasked = 3 };
 
 // A block this small is a number, not device memory: libtorch wraps an op's scalar arguments in
 // 0-dim CPU tensors, which on CUDA stay host memory. (A 0-dim result the manager keeps is still
@@ -57,6 +60,7 @@ thread_local uint64_t lead = 0;
 std::atomic<uint64_t> live{0};
 std::atomic<uint64_t> peak{0};
 std::atomic<uint64_t> in_flight{0};
+std::atomic<uint64_t> scratch_peak{0}; // the most a kernel allocated beyond its outputs at once
 
 using RoomFn = int (*)(uint64_t bytes);
 std::atomic<RoomFn> room_fn{nullptr};
@@ -161,7 +165,11 @@ struct Counting final : c10::Allocator {
         }
         c10::Device device = got.device();
         void *data = got.release_context();
-        if (m == kKernel) {
+        if (m == kUnasked) {
+            b.kernel = mine;
+            b.generation = mine->generation.load();
+        }
+        if (m == kKernel || m == kUnasked) {
             uint64_t alive = mine->alive += counted;
             mine->peak = std::max(mine->peak, alive);
         }
@@ -211,6 +219,13 @@ void tr_native_device_lead(uint64_t n) {
     lead = n;
 }
 
+// A kernel allocated `n` bytes beyond its outputs at its peak (in the unasked mode).
+void tr_native_device_scratch(uint64_t n) {
+    uint64_t seen = scratch_peak.load();
+    while (n > seen && !scratch_peak.compare_exchange_weak(seen, n)) {
+    }
+}
+
 // Sets this thread's mode; returns the previous one.
 int tr_native_device_mode(int to) {
     int was = mode;
@@ -219,14 +234,16 @@ int tr_native_device_mode(int to) {
 }
 
 // Device bytes alive, the highest count since the last reset (which starts it from now), in
-// flight in all, and in flight on this thread.
+// flight in all, in flight on this thread, and the most scratch of a kernel since the last reset.
 void tr_native_device_memory(uint64_t *out, int reset_peak) {
     out[0] = live.load();
     out[1] = peak.load();
     out[2] = in_flight.load();
     out[3] = mine->bytes.load();
+    out[4] = scratch_peak.load();
     if (reset_peak) {
         peak.store(live.load());
+        scratch_peak.store(0);
     }
 }
 

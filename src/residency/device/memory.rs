@@ -5,6 +5,10 @@
 //! budget holds of real memory at every moment. Until the manager registers a block as a storage
 //! (`adopt`) its bytes are in flight, and the manager counts them beside its storages.
 //!
+//! `simulate_cuda_allocator` makes kernels allocate as on CUDA instead, counted but without
+//! asking: the room for their outputs is then made beforehand from their sizes (`core::outputs`),
+//! and the allocator's peak shows whether that held the budget.
+//!
 //! What the CPU's worker threads allocate inside a parallel kernel is not seen (their mode is the
 //! host's); libtorch's CPU kernels allocate their outputs on the calling thread.
 
@@ -12,6 +16,7 @@ use crate::residency::with;
 use crate::error::Error;
 use std::cell::{Cell, RefCell};
 use std::os::raw::c_int;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 // The shims are internal: keep them out of the public header.
 #[allow(unused_doc_comments)]
@@ -24,6 +29,7 @@ extern "C" {
     fn tr_native_device_adopt(t: *const std::ffi::c_void);
     fn tr_native_device_reserve(bytes: u64);
     fn tr_native_device_kernel_peak() -> u64;
+    fn tr_native_device_scratch(bytes: u64);
 }
 
 /// What a thread's allocations are.
@@ -36,6 +42,9 @@ pub(crate) enum Mode {
     Count = 1,
     /// Device memory of a running op's kernel: room is asked for before each allocation.
     Kernel = 2,
+    /// Device memory of a running op's kernel where the device allocates as CUDA's does: room for
+    /// its outputs was reserved beforehand, and what it allocates beyond them is measured.
+    Unasked = 3,
 }
 
 thread_local! {
@@ -60,6 +69,24 @@ pub struct DeviceMemory {
     pub in_flight: u64,
     /// In flight on this thread.
     pub in_flight_here: u64,
+    /// The most a kernel allocated beyond its outputs, at once, since the last reset, where the
+    /// device allocates as CUDA's does (`simulate_cuda_allocator`; 0 otherwise): its scratch,
+    /// which on CUDA is outside the budget, so `peak` holds within the budget plus this.
+    pub scratch_peak: u64,
+}
+
+static AS_CUDA: AtomicBool = AtomicBool::new(false);
+
+/// With `on`, the simulated device's kernels allocate as CUDA's do from now on: their memory is
+/// counted (`device_memory`) but no allocation asks the manager for room, so the room for an op's
+/// outputs is made before its kernel runs, from their sizes, as on CUDA. For tests and
+/// benchmarks of that path on a machine without a GPU.
+pub fn simulate_cuda_allocator(on: bool) {
+    AS_CUDA.store(on, Ordering::SeqCst);
+}
+
+pub(crate) fn cuda_allocator_simulated() -> bool {
+    AS_CUDA.load(Ordering::Relaxed)
 }
 
 /// Puts the counting allocator in front of libtorch's CPU allocator (for the simulated device).
@@ -69,9 +96,9 @@ pub(crate) fn install() {
 
 /// The counts now; with `reset_peak`, the peak starts again from what is alive.
 pub fn device_memory(reset_peak: bool) -> DeviceMemory {
-    let mut out = [0u64; 4];
+    let mut out = [0u64; 5];
     unsafe { tr_native_device_memory(out.as_mut_ptr(), c_int::from(reset_peak)) };
-    DeviceMemory { live: out[0], peak: out[1], in_flight: out[2], in_flight_here: out[3] }
+    DeviceMemory { live: out[0], peak: out[1], in_flight: out[2], in_flight_here: out[3], scratch_peak: out[4] }
 }
 
 /// The first `n` bytes of this thread's next counted allocation are no device memory: the padding
@@ -91,6 +118,11 @@ pub(crate) fn kernel_peak() -> u64 {
     unsafe { tr_native_device_kernel_peak() }
 }
 
+/// A kernel that allocated as CUDA's do allocated `bytes` beyond its outputs at its peak.
+pub(crate) fn scratch(bytes: u64) {
+    unsafe { tr_native_device_scratch(bytes) }
+}
+
 /// This thread's mode until the scope ends.
 pub(crate) struct Scope(Mode);
 
@@ -107,8 +139,12 @@ impl Scope {
     }
 
     /// A running op's kernel (`op`): room is asked for each allocation, and a refusal is kept
-    /// for `refusal`.
+    /// for `refusal`; counted without asking where the device allocates as CUDA's does
+    /// (`simulate_cuda_allocator`).
     pub(crate) fn kernel(op: &'static str) -> Scope {
+        if cuda_allocator_simulated() {
+            return Scope::enter(Mode::Unasked);
+        }
         KERNEL_OP.with(|o| o.set(op));
         Scope::enter(Mode::Kernel)
     }
