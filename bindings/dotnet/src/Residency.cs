@@ -404,6 +404,7 @@ namespace TensorRef
             Peak = m.Peak;
             InFlight = m.InFlight;
             InFlightHere = m.InFlightHere;
+            ScratchPeak = m.ScratchPeak;
         }
 
         /// <summary>Alive now.</summary>
@@ -414,6 +415,9 @@ namespace TensorRef
         public ulong InFlight { get; }
         /// <summary>In flight on the calling thread.</summary>
         public ulong InFlightHere { get; }
+        /// <summary>The most a kernel allocated beyond its outputs at once, where the simulated device
+        /// allocates as CUDA's (tr_residency_simulate_cuda_allocator); 0 otherwise.</summary>
+        public ulong ScratchPeak { get; }
     }
 
     // ResidencyStats: its fields are generated from the ABI manifest (ResidencyStats.g.cs); what
