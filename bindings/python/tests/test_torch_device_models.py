@@ -5,6 +5,7 @@ the CPU bit for bit, the real peak of device memory never exceeds the budget, an
 counters show that the model ran through it."""
 import copy
 import re
+import threading
 
 import pytest
 import torch
@@ -125,6 +126,44 @@ def test_a_forward_pass_equals_the_cpu_under_a_budget(name, policy, fraction):
     s, memory, budget = _two_passes(name, policy, fraction)
     assert s.ops > 50 and s.evictions > 0, s
     assert s.peak_device_bytes <= budget and memory.peak <= budget, (s, memory.peak)
+
+
+@pytest.mark.parametrize("as_on_cuda", [False, True], ids=["asked", "cuda-allocator"])
+@pytest.mark.parametrize("policy", ["genoa", "flow"])
+def test_two_models_on_four_threads_share_one_budget(policy, as_on_cuda):
+    """Llama and BERT, each on two threads at once, five forward passes a thread, under one budget
+    of half the larger one's peak: every output equals the CPU's. The real peak stays within the
+    budget, or where kernels allocate as on CUDA, within it plus each thread's kernel scratch."""
+    names = ("llama", "bert")
+    models, ids = {n: _made(n) for n in names}, _inputs()
+    with torch.no_grad():
+        refs = {n: _first(models[n](ids)) for n in names}
+    budget = max(_resident_peak(models[n], ids) for n in names) // 2
+    failures = []
+
+    def passes(on, ref):
+        try:
+            with torch.no_grad():
+                for _ in range(5):
+                    assert torch.equal(_first(on(ids.to("tensorref"))).cpu(), ref)
+        except BaseException as e:  # noqa: BLE001  (reported by the test's thread)
+            failures.append(e)
+
+    residency.simulate_cuda_allocator(as_on_cuda)
+    try:
+        with residency.session(policy=policy, budget_bytes=budget):
+            ons = {n: copy.deepcopy(models[n]).to("tensorref") for n in names}
+            threads = [threading.Thread(target=passes, args=(ons[n], refs[n])) for n in names for _ in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            s, memory = residency.stats(), residency.device_memory()
+    finally:
+        residency.simulate_cuda_allocator(False)
+    assert not failures, failures
+    assert s.peak_device_bytes <= budget and s.output_bytes_unreserved == 0, s
+    assert memory.peak <= budget + len(threads) * memory.scratch_peak, (memory.peak, memory.scratch_peak)
 
 
 @pytest.mark.parametrize("name,recompute", [("llama", "off"), ("mixtral", "off"), ("llama", "always")])
