@@ -28,7 +28,7 @@ impl Manager {
     }
 
     /// Makes room for `bytes` of `op`'s outputs and counts them as reserved until the op places
-    /// them (`take_reservation`).
+    /// them (`place_reserved`) or ends without them (`cancel_reservation`).
     pub(crate) fn reserve(&mut self, bytes: u64, op: &'static str) -> Result<()> {
         self.make_room(bytes, op)?;
         self.kernel_allocates(bytes);
@@ -39,7 +39,7 @@ impl Manager {
     /// Places the outputs of an op that reserved `bytes` (`place`): they take the room as
     /// storages (`add_produced` draws on the reservation, and counts what exceeds it).
     pub(crate) fn place_reserved<R>(&mut self, bytes: u64, place: impl FnOnce(&mut Manager) -> Result<R>) -> Result<R> {
-        self.reserved -= bytes;
+        self.let_go_of_reserved(bytes);
         self.reservation = bytes;
         let placed = place(self);
         self.reservation = 0;
@@ -48,10 +48,16 @@ impl Manager {
 
     /// The op that reserved `bytes` ends without its outputs (it failed, or gave up its room).
     pub(crate) fn cancel_reservation(&mut self, bytes: u64) {
-        self.reserved -= bytes;
+        self.let_go_of_reserved(bytes);
         if bytes > 0 {
             crate::residency::core::room::freed();
         }
+    }
+
+    /// Saturating: a reservation made under a manager since replaced (configured while the op
+    /// ran, which `configure` asks programs not to do) must not wrap the new one's count.
+    fn let_go_of_reserved(&mut self, bytes: u64) {
+        self.reserved = self.reserved.saturating_sub(bytes);
     }
 
     /// A new storage of `bytes` made on a device that reserves: the part beyond the running op's
