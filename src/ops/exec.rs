@@ -223,6 +223,16 @@ impl Op {
         Ok(())
     }
 
+    /// Makes room for the outputs of the op's kernel before it runs, where the device's kernels
+    /// allocate without asking the manager (CUDA; see `Ticket::reserve`): `bytes` tells how many,
+    /// None where it cannot (they are then counted unreserved as they appear).
+    pub(crate) fn reserve(&mut self, bytes: impl FnOnce() -> Option<u64>) -> Result<()> {
+        match self.managed.as_deref_mut() {
+            Some(m) if m.ticket.reserves() => m.ticket.reserve(bytes().unwrap_or(0)),
+            _ => Ok(()),
+        }
+    }
+
     /// Whether the result of this op keeps a recipe (see `output_replayable`).
     #[inline]
     pub(crate) fn keeps_recipe(&self) -> bool {

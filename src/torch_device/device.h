@@ -3,6 +3,8 @@
 // this, answers through `Callbacks`.
 #pragma once
 
+#include "ivalue_tensors.h"
+
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/ArrayRef.h>
@@ -64,27 +66,7 @@ constexpr c10::DeviceType kDevice = c10::DeviceType::PrivateUse1;
 // Whether `t` is a tensor of this device.
 inline bool ours(const at::Tensor &t) { return t.defined() && t.device().type() == kDevice; }
 
-// Calls `f(tensor)` on every tensor an IValue holds (a tensor, or a list of optional ones), and
-// puts back what it returns.
-template <typename F> void each_tensor(c10::IValue &v, F &&f) {
-    if (v.isTensor()) {
-        v = f(v.toTensor());
-    } else if (v.isTensorList()) {
-        c10::List<at::Tensor> list = v.toTensorList();
-        c10::List<at::Tensor> mapped;
-        mapped.reserve(list.size());
-        for (const at::Tensor &t : list) {
-            mapped.push_back(f(t));
-        }
-        v = std::move(mapped);
-    } else if (v.isList() && v.toListRef().size() > 0 && (v.toListRef()[0].isTensor() || v.toListRef()[0].isNone())) {
-        c10::List<std::optional<at::Tensor>> mapped;
-        for (const c10::IValue &e : v.toListRef()) {
-            mapped.push_back(e.isTensor() ? std::optional<at::Tensor>(f(e.toTensor())) : std::nullopt);
-        }
-        v = std::move(mapped);
-    }
-}
+using tr_native::each_tensor;
 
 // The home of the storage `t` views (t is ours).
 const Entry *home_of(const at::Tensor &t);
@@ -213,11 +195,6 @@ template <typename F> void run(const char *op, F &&attempt) {
 // on). `inputs` gets each input, in the order the replay takes them.
 std::unique_ptr<Replay> replay_of(const c10::OperatorHandle &op, const std::vector<c10::IValue> &args,
                                   const std::vector<c10::IValue> &pushed, size_t first, std::vector<at::Tensor> &inputs);
-
-// The bytes of the new storages `op`'s kernel will make for its outputs, from its meta kernel over
-// the arguments pushed from `first` on (outputs.cpp); nullopt where the meta kernel cannot tell
-// (sizes that depend on the data, or no meta kernel).
-std::optional<uint64_t> output_bytes(const c10::OperatorHandle &op, const torch::jit::Stack &stack, size_t first);
 
 // Registers the kernels and the fallback (kernels.cpp).
 void register_kernels();

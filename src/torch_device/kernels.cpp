@@ -8,6 +8,7 @@
 // which run in chunks under a budget.
 #include "device.h"
 #include "../residency/core/op_views.h"
+#include "../residency/core/outputs.h"
 
 #include <ATen/CPUFunctions.h>
 #include <ATen/native/TensorFactories.h>
@@ -293,9 +294,9 @@ void place_outputs(Attempt &a, torch::jit::Stack *stack, size_t first, const Inp
 }
 
 // Every op without a kernel of its own: acquired inputs, room for the outputs where the compute
-// device's kernels allocate without asking (outputs.cpp), the compute device's kernel, placed
-// outputs (with recipes, where the manager recomputes and the op can be run again), as one op
-// under the manager (run again from its arguments when it must wait for room).
+// device's kernels allocate without asking (residency/core/outputs.cpp), the compute device's
+// kernel, placed outputs (with recipes, where the manager recomputes and the op can be run
+// again), as one op under the manager (run again from its arguments when it must wait for room).
 void fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
     const auto &schema = op.schema();
     const std::vector<c10::IValue> args = pop_arguments(stack, schema.arguments().size());
@@ -304,7 +305,7 @@ void fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
         stack->resize(first);
         Inputs inputs = push_arguments(a, schema, args, stack);
         if (a.reserves()) {
-            a.reserve(output_bytes(op, *stack, first).value_or(0));
+            a.reserve(tr_native::output_bytes(op, *stack, first).value_or(0));
         }
         std::vector<at::Tensor> sources;
         std::unique_ptr<Replay> replay = a.recomputes() ? replay_of(op, args, *stack, first, sources) : nullptr;

@@ -35,6 +35,37 @@ def forward(ws, x) -> np.ndarray:
         return h.numpy()
 
 
+def schema_forward(ws, x) -> np.ndarray:
+    """A forward pass of ops that run their schema overload's kernel (matmul, relu, tanh, addmm),
+    through the runner of the ops generated from libtorch's schema."""
+    with tr.scope():
+        h = x @ ws[0]
+        for w in ws[1:]:
+            h = tr.addmm(h, h.relu(), w, 1, 1).tanh()
+        return h.numpy()
+
+
+@pytest.mark.parametrize("policy", ["genoa", "flow"])
+def test_schema_ops_find_room_for_their_outputs_where_kernels_allocate_as_on_cuda(weights, policy):
+    """Where the device's kernels allocate as CUDA's do, without asking the manager, each op run by
+    the schema's runner has room made for its outputs before its kernel (from the op's meta
+    kernel): the device's real peak stays within the budget, plus a kernel's scratch, and no
+    output comes unreserved."""
+    ws, x = weights
+    expected = schema_forward(ws, x)
+    tr.residency.simulate_cuda_allocator(True)
+    try:
+        with tr.residency.session(policy=policy, budget_bytes=BUDGET):
+            for _ in range(3):
+                assert np.array_equal(schema_forward(ws, x), expected)
+                tr.residency.mark_iteration()
+            s, memory = tr.residency.stats(), tr.residency.device_memory()
+    finally:
+        tr.residency.simulate_cuda_allocator(False)
+    assert s.evictions > 0 and s.output_bytes_unreserved == 0, s
+    assert memory.peak <= BUDGET + memory.scratch_peak, (memory.peak, memory.scratch_peak)
+
+
 @pytest.mark.parametrize("policy", ["genoa", "flow"])
 def test_results_equal_unmanaged_and_budget_holds_at_every_event(weights, policy):
     ws, x = weights

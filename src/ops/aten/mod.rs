@@ -199,6 +199,22 @@ fn run(kernel: Kernel, op: &str, args: &[Arg], ctx: *mut c_void, push: Push) -> 
     Ok((first, results.i))
 }
 
+extern "C" {
+    fn tr_aten_output_bytes(op: *const c_char, len: usize, args: *const Arg, n: usize, bytes: *mut u64, known: *mut c_int, err: *mut c_char, err_len: usize) -> c_int;
+}
+
+/// The bytes of the new storages the kernel of the schema's overload `op` will make for its
+/// outputs on `args`, told by the op's meta kernel before it runs (outputs.cpp beside this file);
+/// None where that cannot be told (sizes that depend on the data), or asking failed.
+pub(crate) fn output_bytes(op: &str, args: &[Arg]) -> Option<u64> {
+    let (mut bytes, mut known) = (0u64, 0 as c_int);
+    // SAFETY: `op` and `args` are borrowed for the call, the outputs live across it.
+    let asked = crate::shim::run("the sizes of an op's outputs", |err, len| unsafe {
+        tr_aten_output_bytes(op.as_ptr().cast(), op.len(), args.as_ptr(), args.len(), &mut bytes, &mut known, err, len)
+    });
+    (asked.is_ok() && known != 0).then_some(bytes)
+}
+
 /// Runs `kernel` (the schema's overload `op`) on `args`: all it made.
 fn call(kernel: Kernel, op: &str, args: &[Arg]) -> Result<Collected> {
     let mut tensors = Made::new();

@@ -101,7 +101,8 @@ pub(crate) fn dtype(op: &Schema, args: &[Arg]) -> Result<DType> {
 /// with each handle replaced by its entry's tensor (bound on the stack where the op allows,
 /// `Direct`): nothing is placed and no room is asked for, on a path of its own that stays small,
 /// as most programs run every op on it. Otherwise `managed` runs it with the op's executor and
-/// its arguments as the executor placed them.
+/// its arguments as the executor placed them, after room for its outputs is reserved where the
+/// device's kernels allocate without asking (CUDA).
 fn run<R>(
     op: &Schema,
     args: &[Arg],
@@ -121,6 +122,7 @@ fn run<R>(
         let mut o = Op::begin(op.name);
         let mut bound = Bound::default();
         bound.bind(&mut o, args)?;
+        o.reserve(|| super::output_bytes(op.overload, &bound.args))?;
         managed(o, &bound)
     })
 }

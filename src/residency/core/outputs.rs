@@ -1,11 +1,12 @@
 //! Room for an op's outputs before its kernel runs, on a device whose kernels allocate without
 //! asking the manager: CUDA, where the caching allocator serves a kernel directly (and the
 //! simulated device when a test makes it allocate so: `simulate_cuda_allocator`). The front
-//! door learns the bytes of the outputs the kernel will make from their sizes (the `tensorref`
-//! device asks the op's meta kernel), and `Ticket::reserve` makes room for them: evicting, and
-//! waiting for memory the device still uses, as for a load. The room stays counted against the
-//! budget (`reserved`) until the outputs take it as storages, so that at no moment are the
-//! storages, the copies being freed and the outputs together over the budget.
+//! door learns the bytes of the outputs the kernel will make from the op's meta kernel
+//! (`outputs.cpp` beside this: the `tensorref` device and the runner of the generated ops ask
+//! it), and `Ticket::reserve` makes room for them: evicting, and waiting for memory the device
+//! still uses, as for a load. The room stays counted against the budget (`reserved`) until the
+//! outputs take it as storages, so that at no moment are the storages, the copies being freed
+//! and the outputs together over the budget.
 //!
 //! Outputs that come without room made for them (an op whose sizes depend on its data, a front
 //! door that does not reserve) are counted in `output_bytes_unreserved`: by that many bytes the

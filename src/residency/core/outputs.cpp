@@ -1,6 +1,7 @@
-// The bytes an op's kernel will allocate for its outputs, known before it runs. Where the compute
-// device's kernels allocate without asking the manager (CUDA), the fallback reserves that much
-// room first (device.h: Attempt::reserve), so that the budget holds while the outputs appear.
+// The bytes an op's kernel will allocate for its outputs, known before it runs (outputs.h). Where
+// the compute device's kernels allocate without asking the manager (CUDA), a front door reserves
+// that much room first (outputs.rs beside this, `Ticket::reserve`), so that the budget holds
+// while the outputs appear.
 //
 // The op's meta kernel computes its outputs' sizes, strides and dtypes over meta tensors with the
 // inputs' geometry, allocating nothing and drawing no random numbers. An output over one of the
@@ -14,7 +15,9 @@
 // is kept by that signature, and the meta kernel runs once per signature. (In a Python process
 // many of PyTorch's meta kernels are Python functions, about 100 us a call; C++ programs run
 // C++'s.)
-#include "device.h"
+#include "outputs.h"
+
+#include "ivalue_tensors.h"
 
 #include <algorithm>
 #include <cstring>
@@ -22,7 +25,7 @@
 #include <unordered_map>
 #include <utility>
 
-namespace tr_device {
+namespace tr_native {
 
 namespace {
 
@@ -168,4 +171,4 @@ std::optional<uint64_t> output_bytes(const c10::OperatorHandle &op, const torch:
     return bytes;
 }
 
-} // namespace tr_device
+} // namespace tr_native
