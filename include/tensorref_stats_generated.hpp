@@ -79,10 +79,11 @@ struct ResidencyStats {
     uint64_t freeing_wait_ns = 0;
     /// Bytes of results that appeared on the device without room made for them beforehand, on a
     /// device whose kernels allocate without asking (CUDA): by as much the device may have held
-    /// more than the budget while they did. The `tensorref` device reserves room for an op's
-    /// outputs from their sizes before its kernel runs, so only outputs whose sizes depend on their
-    /// data count; the op table's ops do not reserve, and all of theirs count. 0 on the simulated
-    /// device, whose kernels ask for room as they allocate.
+    /// more than the budget while they did. The `tensorref` device and the ops generated from
+    /// libtorch's schema reserve room for an op's outputs from their sizes before its kernel runs,
+    /// so of theirs only outputs whose sizes depend on their data count; the op table's hand-
+    /// written ops do not reserve, and all of theirs count. 0 on the simulated device, whose
+    /// kernels ask for room as they allocate (unless it allocates as CUDA's).
     uint64_t output_bytes_unreserved = 0;
 
     ResidencyStats() noexcept = default;

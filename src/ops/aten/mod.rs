@@ -199,6 +199,9 @@ fn run(kernel: Kernel, op: &str, args: &[Arg], ctx: *mut c_void, push: Push) -> 
     Ok((first, results.i))
 }
 
+// The shim is internal: keep it out of the public header.
+#[allow(unused_doc_comments)]
+/// cbindgen:ignore
 extern "C" {
     fn tr_aten_output_bytes(op: *const c_char, len: usize, args: *const Arg, n: usize, bytes: *mut u64, known: *mut c_int, err: *mut c_char, err_len: usize) -> c_int;
 }
